@@ -1,0 +1,165 @@
+#include "titan/autograd/autograd.h"
+
+#include "titan/core/check.h"
+#include "titan/ops/elementwise.h"
+
+namespace titan::autograd {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+thread_local Tape t_default_tape;
+thread_local Tape* t_tape = nullptr;
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+
+GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
+
+TapeScope::TapeScope(Tape* tape) : prev_(t_tape) { t_tape = tape; }
+TapeScope::~TapeScope() { t_tape = prev_; }
+
+Tape& current_tape() { return t_tape ? *t_tape : t_default_tape; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(std::string op, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
+            BackwardFn backward) {
+  Node node;
+  node.op = std::move(op);
+  for (const Tensor& t : inputs) {
+    bool wants = t.defined() && t.requires_grad();
+    node.inputs.push_back(wants ? t.autograd_meta() : nullptr);
+    node.input_shapes.push_back(wants ? t.shape() : Shape{});
+    node.input_dtypes.push_back(wants ? t.dtype() : DType::F32);
+  }
+  for (Tensor* t : outputs) {
+    auto& meta = t->ensure_autograd_meta();
+    meta->requires_grad = true;
+    meta->is_leaf = false;
+    node.outputs.push_back(meta);
+  }
+  node.backward = std::move(backward);
+  current_tape().push(std::move(node));
+}
+
+void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g) {
+  TITAN_CHECK(g.shape() == shape, "autograd: gradient ", g.str(), " does not match tensor shape ", shape_str(shape),
+              meta.name.empty() ? "" : " (" + meta.name + ")");
+  DType gd = grad_dtype(dtype);
+  if (!meta.grad.defined()) {
+    if (!meta.is_leaf && g.dtype() == gd && g.is_contiguous()) {
+      meta.grad = g;  // adopt: no copy
+      return;
+    }
+    meta.grad = Tensor::zeros(shape, gd, g.device());
+  } else if (meta.grad.storage().use_count() > 1 && !meta.is_leaf) {
+    // The adopted buffer is shared (an op returned one gradient for two inputs): copy before mutating.
+    meta.grad = meta.grad.clone();
+  }
+  ops::add_inplace(meta.grad, g);
+}
+
+void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {
+  TITAN_CHECK(outputs.size() == grad_outputs.size(), "backward: ", outputs.size(), " outputs but ",
+              grad_outputs.size(), " gradients");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TITAN_CHECK(outputs[i].requires_grad(), "backward: output ", i, " (", outputs[i].str(),
+                ") does not require grad: nothing recorded it");
+    accumulate_grad(*outputs[i].autograd_meta(), outputs[i].shape(), outputs[i].dtype(), grad_outputs[i]);
+  }
+  NoGradGuard no_grad;  // backward closures must not record
+  auto& nodes = tape.nodes();
+  for (size_t n = nodes.size(); n-- > 0;) {
+    Node& node = nodes[n];
+    std::vector<Tensor> gouts;
+    gouts.reserve(node.outputs.size());
+    bool any = false;
+    for (auto& w : node.outputs) {
+      auto meta = w.lock();
+      Tensor g = meta ? meta->grad : Tensor();
+      if (meta && !meta->is_leaf) meta->grad = Tensor();  // free intermediate gradients early
+      any |= g.defined();
+      gouts.push_back(std::move(g));
+    }
+    if (any) {
+      std::vector<Tensor> gins = node.backward(gouts);
+      TITAN_CHECK(gins.size() == node.inputs.size(), "autograd: backward of '", node.op, "' returned ", gins.size(),
+                  " gradients for ", node.inputs.size(), " inputs");
+      for (size_t i = 0; i < gins.size(); ++i) {
+        if (!node.inputs[i] || !gins[i].defined()) continue;
+        accumulate_grad(*node.inputs[i], node.input_shapes[i], node.input_dtypes[i], gins[i]);
+      }
+    }
+    node.backward = nullptr;  // release saved tensors as we go
+  }
+  tape.clear();
+}
+
+void backward(const Tensor& loss) {
+  TITAN_CHECK(loss.numel() == 1, "backward: loss must have one element, got ", loss.str());
+  Tensor one = Tensor::full(loss.shape(), 1.0, grad_dtype(loss.dtype()));
+  backward(current_tape(), {loss}, {one});
+}
+
+std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& inputs) {
+  if (!needs_grad(inputs)) {
+    // Parameters inside fn may still need grad: without recorded inputs we would lose them,
+    // so only skip the machinery when grad mode is off altogether.
+    if (!grad_enabled()) return fn(inputs);
+  }
+  std::vector<Tensor> outputs;
+  {
+    NoGradGuard no_grad;
+    outputs = fn(inputs);
+  }
+  std::vector<Tensor*> out_ptrs;
+  for (auto& o : outputs) out_ptrs.push_back(&o);
+  std::vector<Tensor> saved_inputs;
+  for (const Tensor& t : inputs) saved_inputs.push_back(t.detach());
+  std::vector<bool> input_requires;
+  for (const Tensor& t : inputs) input_requires.push_back(t.requires_grad());
+  BlockFn block = fn;
+  record("recompute:" + name, inputs, out_ptrs,
+         [block, saved_inputs, input_requires](const std::vector<Tensor>& gouts) {
+           // Rerun the block with grad on, recording into a private tape.
+           std::vector<Tensor> local_inputs;
+           for (size_t i = 0; i < saved_inputs.size(); ++i) {
+             Tensor t = saved_inputs[i].detach();
+             t.set_requires_grad(input_requires[i]);
+             local_inputs.push_back(t);
+           }
+           Tape local;
+           std::vector<Tensor> local_outputs;
+           {
+             TapeScope scope(&local);
+             GradModeGuard on(true);
+             local_outputs = block(local_inputs);
+           }
+           std::vector<Tensor> outs, grads;
+           for (size_t i = 0; i < local_outputs.size(); ++i) {
+             if (!gouts[i].defined() || !local_outputs[i].requires_grad()) continue;
+             outs.push_back(local_outputs[i]);
+             grads.push_back(gouts[i]);
+           }
+           backward(local, outs, grads);
+           std::vector<Tensor> gins;
+           for (auto& t : local_inputs) gins.push_back(t.requires_grad() ? t.grad() : Tensor());
+           return gins;
+         });
+  return outputs;
+}
+
+}  // namespace titan::autograd

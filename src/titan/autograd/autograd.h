@@ -1,0 +1,108 @@
+#pragma once
+// Tape-based reverse-mode autograd over coarse ops.
+//
+// While grad mode is on, an op whose inputs require grad records one Node on the
+// current tape: its name, the input tensors' autograd metas, weak links to its
+// outputs, and a backward closure that owns whatever the op saved. backward(loss)
+// walks the tape in reverse, hands each node the gradients of its outputs and
+// accumulates the returned input gradients (f32, f64 for f64 tensors) into the
+// inputs' metas. Leaves (parameters) keep their gradient; intermediates' gradients
+// are freed as soon as their producer has run.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan {
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool is_leaf = true;  // false once an op produced the tensor
+  Tensor grad;          // accumulated gradient (or a preset buffer slice for parameters)
+  std::string name;     // parameters carry their name (diagnostics)
+};
+
+namespace autograd {
+
+// Gradients of a node's outputs (undefined where an output got none; the backward
+// closure treats an undefined gradient as zero) -> gradients of its inputs
+// (undefined where an input needs none).
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+struct Node {
+  std::string op;
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;   // null where the input needs no grad
+  std::vector<Shape> input_shapes;                     // checked against the returned gradients
+  std::vector<DType> input_dtypes;
+  std::vector<std::weak_ptr<AutogradMeta>> outputs;
+  BackwardFn backward;
+};
+
+class Tape {
+ public:
+  void push(Node node) { nodes_.push_back(std::move(node)); }
+  size_t size() const { return nodes_.size(); }
+  void clear() { nodes_.clear(); }
+  std::vector<Node>& nodes() { return nodes_; }
+
+ private:
+  std::vector<Node> nodes_;
+};
+
+bool grad_enabled();
+
+// Sets grad mode for its scope.
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+
+ private:
+  bool prev_;
+};
+
+// Disables recording in its scope (evaluation, optimizer updates, recompute forward).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
+};
+
+// Records into `tape` instead of the thread's default tape for its scope.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape* tape);
+  ~TapeScope();
+
+ private:
+  Tape* prev_;
+};
+
+Tape& current_tape();
+
+// True when grad mode is on and any defined input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Marks outputs as requiring grad and pushes a node; call only when needs_grad() was true.
+void record(std::string op, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
+            BackwardFn backward);
+
+// Seeds d(loss)/d(loss) = 1 and runs the current tape back to the start; clears it.
+void backward(const Tensor& loss);
+// Runs `tape` in reverse seeded with the given gradients of `outputs`; clears it.
+void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs);
+
+// Activation checkpointing: runs fn(inputs) without keeping its intermediates.
+// In backward the node reruns fn on the saved inputs under a local tape and
+// backpropagates through it. Parameters used inside fn receive gradients as usual.
+using BlockFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& inputs);
+
+// Adds g into the gradient held by meta (of a tensor with this shape and dtype);
+// the first gradient of an intermediate is adopted without a copy.
+void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g);
+
+}  // namespace autograd
+}  // namespace titan

@@ -1,0 +1,547 @@
+#include "titan/backend/cpu/attention.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "titan/core/check.h"
+
+namespace titan::cpu {
+namespace {
+
+void check_shape(const AttentionShape& s, const char* who) {
+  TITAN_CHECK(s.B > 0 && s.S > 0 && s.Hq > 0 && s.Hkv > 0 && s.D > 0, who,
+              ": every dimension must be positive, got B=", s.B, " S=", s.S, " Hq=", s.Hq, " Hkv=", s.Hkv,
+              " D=", s.D);
+  TITAN_CHECK(s.Hq % s.Hkv == 0, who, ": Hq=", s.Hq, " must be a multiple of Hkv=", s.Hkv);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference: the textbook formulas, one query row at a time.
+
+template <class T>
+void fwd_reference(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse) {
+  check_shape(s, "attention_fwd_reference");
+  const int64_t D = s.D, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D;
+#pragma omp parallel
+  {
+    std::vector<T> p(s.S);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.Hq; ++h) {
+        const T* kb = k + b * s.S * ldk + (h / r) * D;
+        const T* vb = v + b * s.S * ldk + (h / r) * D;
+        for (int64_t i = 0; i < s.S; ++i) {
+          const T* qi = q + (b * s.S + i) * ldq + h * D;
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j <= i; ++j) {
+            T dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += qi[d] * kb[j * ldk + d];
+            p[j] = dot * T(s.scale);
+            m = std::max(m, p[j]);
+          }
+          T l = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            p[j] = std::exp(p[j] - m);
+            l += p[j];
+          }
+          T* oi = out + (b * s.S + i) * ldq + h * D;
+          std::fill(oi, oi + D, T(0));
+          for (int64_t j = 0; j <= i; ++j) {
+            const T w = p[j] / l;
+            for (int64_t d = 0; d < D; ++d) oi[d] += w * vb[j * ldk + d];
+          }
+          lse[(b * s.Hq + h) * s.S + i] = m + std::log(l);
+        }
+      }
+  }
+}
+
+// dS_ij = P_ij (dP_ij - D_i) with D_i = dout_i . out_i; dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
+// Parallel over (batch, kv head): the r query heads of a group only write that group's dk/dv rows.
+template <class T>
+void bwd_reference(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const T* lse,
+                   const T* dout, T* dq, T* dk, T* dv) {
+  check_shape(s, "attention_bwd_reference");
+  const int64_t D = s.D, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D;
+  std::fill(dk, dk + s.B * s.S * ldk, T(0));
+  std::fill(dv, dv + s.B * s.S * ldk, T(0));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t g = 0; g < s.Hkv; ++g) {
+      const int64_t kvoff = b * s.S * ldk + g * D;
+      for (int64_t h = g * r; h < (g + 1) * r; ++h)
+        for (int64_t i = 0; i < s.S; ++i) {
+          const int64_t qoff = (b * s.S + i) * ldq + h * D;
+          const T *qi = q + qoff, *oi = out + qoff, *doi = dout + qoff;
+          T* dqi = dq + qoff;
+          T di = 0;
+          for (int64_t d = 0; d < D; ++d) di += doi[d] * oi[d];
+          const T L = lse[(b * s.Hq + h) * s.S + i];
+          std::fill(dqi, dqi + D, T(0));
+          for (int64_t j = 0; j <= i; ++j) {
+            const T *kj = k + kvoff + j * ldk, *vj = v + kvoff + j * ldk;
+            T sc = 0, dp = 0;
+            for (int64_t d = 0; d < D; ++d) {
+              sc += qi[d] * kj[d];
+              dp += doi[d] * vj[d];
+            }
+            const T p = std::exp(sc * T(s.scale) - L);
+            const T ds = p * (dp - di) * T(s.scale);
+            T *dkj = dk + kvoff + j * ldk, *dvj = dv + kvoff + j * ldk;
+            for (int64_t d = 0; d < D; ++d) {
+              dqi[d] += ds * kj[d];
+              dkj[d] += ds * qi[d];
+              dvj[d] += p * doi[d];
+            }
+          }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash kernels. Score tiles are kept transposed, S^T[key j][query i], so every elementwise step of
+// the softmax runs along queries (one AVX-512 vector = 16 queries) and the three products of a tile
+// all take the form of one small GEMM with a broadcast operand:
+//   C[m][n] (+)= sum_k a(m, k) * B[k][n],   a(m, k) = a[m * sam + k * sak],  B rows contiguous.
+// Tile primitives come in two implementations (portable loops, AVX-512 intrinsics); the drivers are
+// templates over them, so the algorithm is written once.
+
+constexpr int64_t kTile = 64;  // queries per tile == keys per tile; a multiple of the 16-lane vector
+
+// Causal mask inside a tile: key j (tile-relative) is visible to query i iff j <= i + diag, where
+// diag = first query position - first key position of the tile.
+
+struct PortableOps {
+  static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t m = 0; m < M; ++m) {
+      float* cm = c + m * ldc;
+      if (!accumulate) std::fill(cm, cm + N, 0.f);
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const float av = a[m * sam + kk * sak];
+        const float* bk = b + kk * ldb;
+        for (int64_t n = 0; n < N; ++n) cm[n] += av * bk[n];
+      }
+    }
+  }
+
+  // Scales the scores s[kn][kTile], folds them into the running max m and sum l, leaves the
+  // unnormalised probabilities in s and the factor that rescales earlier partial outputs in alpha.
+  static void softmax_online(float* s, int64_t kn, float scale, int64_t diag, float* m, float* l,
+                             float* alpha) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < kTile; ++i) {
+      float mx = m[i];
+      for (int64_t j = 0; j < kn; ++j) {
+        float& x = s[j * kTile + i];
+        x = j > i + diag ? kNegInf : x * scale;
+        mx = std::max(mx, x);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < kn; ++j) {
+        float& x = s[j * kTile + i];
+        x = std::exp(x - mx);
+        sum += x;
+      }
+      alpha[i] = std::exp(m[i] - mx);
+      l[i] = l[i] * alpha[i] + sum;
+      m[i] = mx;
+    }
+  }
+
+  // s (scores) becomes P = exp(scale s - lse); dp becomes scale * dS = scale * P (dp - di).
+  static void probs_grad(float* s, float* dp, int64_t kn, float scale, int64_t diag, const float* lse,
+                         const float* di) {
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t i = 0; i < kTile; ++i) {
+        const float p = j > i + diag ? 0.f : std::exp(s[j * kTile + i] * scale - lse[i]);
+        s[j * kTile + i] = p;
+        dp[j * kTile + i] = p * (dp[j * kTile + i] - di[i]) * scale;
+      }
+  }
+};
+
+#define TITAN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
+
+// exp on 16 lanes: 2^n * e^r with |r| <= ln2/2, degree-7 Taylor polynomial (rel. error ~1e-7).
+// Inputs below -87.3 give ~1e-38 instead of 0; callers zero masked lanes explicitly.
+TITAN_AVX512 inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Lanes (queries 16v .. 16v+15 of the tile) that may see key j.
+TITAN_AVX512 inline __mmask16 visible(int64_t j, int64_t diag, int64_t v) {
+  const int64_t hidden = j - diag - 16 * v;  // queries below this lane index are masked
+  if (hidden <= 0) return 0xFFFF;
+  if (hidden >= 16) return 0;
+  return __mmask16(0xFFFFu << hidden);
+}
+
+// Register tile: MR rows x NV vectors (<= 6 x 4: 24 accumulators + 4 B vectors + 1 broadcast).
+template <int MR, int NV>
+TITAN_AVX512 void micro_tile(int64_t K, const float* a, int64_t sam, int64_t sak, const float* b, int64_t ldb,
+                             float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? _mm512_maskz_loadu_ps(v == NV - 1 ? tail : 0xFFFF, c + m * ldc + 16 * v)
+                             : _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < K; ++kk) {
+    const float* bk = b + kk * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bk + 16 * v);
+    bv[NV - 1] = _mm512_maskz_loadu_ps(tail, bk + 16 * (NV - 1));
+    const float* ak = a + kk * sak;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512 av = _mm512_set1_ps(ak[m * sam]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(av, bv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(c + m * ldc + 16 * v, v == NV - 1 ? tail : 0xFFFF, acc[m][v]);
+}
+
+template <int MR>
+TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
+                                int64_t ldb, float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
+  switch (nv) {
+    case 1: return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 2: return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 3: return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    default: return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+  }
+}
+
+struct Avx512Ops {
+  TITAN_AVX512 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
+                                const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t n0 = 0; n0 < N; n0 += 64) {
+      const int64_t nw = std::min<int64_t>(64, N - n0);
+      const int nv = int((nw + 15) / 16);
+      const __mmask16 tail = __mmask16(0xFFFFu >> (16 * nv - nw));
+      for (int64_t m0 = 0; m0 < M; m0 += 6) {
+        const float* am = a + m0 * sam;
+        float* cm = c + m0 * ldc + n0;
+        switch (std::min<int64_t>(6, M - m0)) {
+          case 1: micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          case 2: micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          case 3: micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          case 4: micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          case 5: micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          default: micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+        }
+      }
+    }
+  }
+
+  TITAN_AVX512 static void softmax_online(float* s, int64_t kn, float scale, int64_t diag, float* m, float* l,
+                                          float* alpha) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t v = 0; v < kTile / 16; ++v) {
+      const __m512 mold = _mm512_loadu_ps(m + 16 * v);
+      __m512 mx = mold;
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        const __m512 x = _mm512_mask_mul_ps(neg_inf, visible(j, diag, v), _mm512_loadu_ps(sj), vscale);
+        _mm512_storeu_ps(sj, x);
+        mx = _mm512_max_ps(mx, x);
+      }
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        const __m512 p =
+            _mm512_maskz_mov_ps(visible(j, diag, v), exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
+        _mm512_storeu_ps(sj, p);
+        sum = _mm512_add_ps(sum, p);
+      }
+      // The first tile has mold = -inf: alpha comes out ~1e-38 and multiplies l = 0 and O = 0.
+      const __m512 a = exp512(_mm512_sub_ps(mold, mx));
+      _mm512_storeu_ps(alpha + 16 * v, a);
+      _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), a, sum));
+      _mm512_storeu_ps(m + 16 * v, mx);
+    }
+  }
+
+  TITAN_AVX512 static void probs_grad(float* s, float* dp, int64_t kn, float scale, int64_t diag,
+                                      const float* lse, const float* di) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t v = 0; v < kTile / 16; ++v) {
+      const __m512 vlse = _mm512_loadu_ps(lse + 16 * v), vdi = _mm512_loadu_ps(di + 16 * v);
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        float* dpj = dp + j * kTile + 16 * v;
+        const __m512 p = _mm512_maskz_mov_ps(
+            visible(j, diag, v), exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
+        _mm512_storeu_ps(sj, p);
+        const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpj), vdi));
+        _mm512_storeu_ps(dpj, _mm512_mul_ps(ds, vscale));
+      }
+    }
+  }
+};
+
+#undef TITAN_AVX512
+
+std::atomic<bool> g_force_portable{false};
+
+bool use_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return has && !g_force_portable.load(std::memory_order_relaxed);
+}
+
+// Row access: f32 tensors are read in place (stride ld); bf16 rows are widened into scratch (stride D).
+const float* rows_f32(const float* src, int64_t ld, int64_t n, int64_t D, float* scratch, int64_t* ld_out) {
+  *ld_out = ld;
+  return src;
+}
+const float* rows_f32(const bf16* src, int64_t ld, int64_t n, int64_t D, float* scratch, int64_t* ld_out) {
+  for (int64_t i = 0; i < n; ++i) convert_bf16_to_f32(src + i * ld, scratch + i * D, size_t(D));
+  *ld_out = D;
+  return scratch;
+}
+void store_row(float* dst, const float* src, int64_t D) { std::memcpy(dst, src, size_t(D) * sizeof(float)); }
+void store_row(bf16* dst, const float* src, int64_t D) { convert_f32_to_bf16(src, dst, size_t(D)); }
+
+// rows[n][D] (stride ld) -> t[D][kTile], queries n..kTile-1 zero (their results are never written).
+void transpose_tile(const float* rows, int64_t ld, int64_t n, int64_t D, float* t) {
+  for (int64_t d = 0; d < D; ++d) {
+    float* td = t + d * kTile;
+    for (int64_t i = 0; i < n; ++i) td[i] = rows[i * ld + d];
+    std::fill(td + n, td + kTile, 0.f);
+  }
+}
+
+int64_t tiles(int64_t S) { return (S + kTile - 1) / kTile; }
+
+template <class Ops, class T>
+void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, float* lse) {
+  check_shape(s, "attention_fwd_flash");
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t ntasks = s.B * s.Hq * nt;
+#pragma omp parallel
+  {
+    std::vector<float> qrows(kTile * D), krows(kTile * D), vrows(kTile * D), qt(D * kTile), ot(D * kTile),
+        st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
+    // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; ++t) {
+      const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
+      const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0);
+      const int64_t kvoff = b * S * ldk + (h / r) * D;
+      int64_t ldqr, ldkr, ldvr;
+      const float* qr = rows_f32(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qrows.data(), &ldqr);
+      transpose_tile(qr, ldqr, qn, D, qt.data());
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.f);
+      std::fill(ot.begin(), ot.end(), 0.f);
+      for (int64_t ktile = 0; ktile <= qtile; ++ktile) {  // tiles above the diagonal are fully masked
+        const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
+        const float* kr = rows_f32(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
+        Ops::gemm(kn, kTile, D, kr, ldkr, 1, qt.data(), kTile, st.data(), kTile, false);  // S^T = K Q^T
+        Ops::softmax_online(st.data(), kn, s.scale, q0 - k0, m.data(), l.data(), alpha.data());
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t i = 0; i < kTile; ++i) ot[d * kTile + i] *= alpha[i];
+        const float* vr = rows_f32(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
+        Ops::gemm(D, kTile, kn, vr, 1, ldvr, st.data(), kTile, ot.data(), kTile, true);  // O^T += V^T P^T
+      }
+      for (int64_t i = 0; i < qn; ++i) {
+        const float inv = 1.f / l[i];
+        for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
+        store_row(out + (b * S + q0 + i) * ldq + h * D, row.data(), D);
+        lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+  }
+}
+
+// FlashAttention-2 backward. A task is (batch, kv head, split): it owns the kv tiles ktile with
+// ktile % nsplit == split for all r query heads of the group, so its dk/dv rows are private. dq of a
+// query tile gathers contributions from every kv tile: with one split it is written once and directly;
+// with several, each split writes its own f32 partial and a final pass sums them.
+template <class Ops, class T>
+void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const float* lse,
+               const T* dout, T* dq, T* dk, T* dv) {
+  check_shape(s, "attention_bwd_flash");
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
+  // Few groups per thread would leave cores idle: split the kv tiles of each group as well.
+  const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
+                             ? 1
+                             : std::min(nt, (4 * nthreads + groups - 1) / groups);
+  const int64_t qsize = s.B * S * ldq;
+  std::vector<float> dq_part(nsplit > 1 ? size_t(nsplit * qsize) : 0);
+#pragma omp parallel
+  {
+    std::vector<float> qrows(kTile * D), dorows(kTile * D), krows(kTile * D), vrows(kTile * D),
+        qt(D * kTile), dot(D * kTile), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile), lse_t(kTile),
+        di_t(kTile), row(D), orow(D);
+    // bf16 outputs accumulate dk/dv in f32 scratch; f32 outputs accumulate in place.
+    std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < groups * nsplit; ++task) {
+      const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
+      const int64_t kvoff = b * S * ldk + g * D;
+      float *dk_acc, *dv_acc;
+      int64_t ld_acc;
+      if constexpr (kF32) {
+        dk_acc = dk + kvoff;
+        dv_acc = dv + kvoff;
+        ld_acc = ldk;
+      } else {
+        dk_acc = dk_scratch.data();
+        dv_acc = dv_scratch.data();
+        ld_acc = D;
+      }
+      for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+        for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
+          std::fill(dk_acc + j * ld_acc, dk_acc + j * ld_acc + D, 0.f);
+          std::fill(dv_acc + j * ld_acc, dv_acc + j * ld_acc + D, 0.f);
+        }
+      for (int64_t h = g * r; h < (g + 1) * r; ++h)
+        for (int64_t qtile = split; qtile < nt; ++qtile) {
+          const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
+          int64_t ldqr, lddo, ldkr, ldvr, ldor;
+          const float* qr = rows_f32(q + qoff, ldq, qn, D, qrows.data(), &ldqr);
+          const float* dor = rows_f32(dout + qoff, ldq, qn, D, dorows.data(), &lddo);
+          transpose_tile(qr, ldqr, qn, D, qt.data());
+          transpose_tile(dor, lddo, qn, D, dot.data());
+          for (int64_t i = 0; i < kTile; ++i) {
+            lse_t[i] = 0.f;
+            di_t[i] = 0.f;
+            if (i >= qn) continue;  // padding queries: any finite values, their results are dropped
+            lse_t[i] = lse[(b * s.Hq + h) * S + q0 + i];
+            const float* oi = rows_f32(out + qoff + i * ldq, ldq, 1, D, orow.data(), &ldor);
+            float acc = 0.f;
+            for (int64_t d = 0; d < D; ++d) acc += dor[i * lddo + d] * oi[d];
+            di_t[i] = acc;
+          }
+          std::fill(dqt.begin(), dqt.end(), 0.f);
+          for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
+            const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
+            const float* kr = rows_f32(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
+            const float* vr = rows_f32(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
+            Ops::gemm(kn, kTile, D, kr, ldkr, 1, qt.data(), kTile, st.data(), kTile, false);    // S^T
+            Ops::gemm(kn, kTile, D, vr, ldvr, 1, dot.data(), kTile, dpt.data(), kTile, false);  // dP^T
+            Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
+            // dV += P^T dO and dK += (scale dS)^T Q reduce over the valid queries only.
+            Ops::gemm(kn, D, qn, st.data(), kTile, 1, dor, lddo, dv_acc + k0 * ld_acc, ld_acc, true);
+            Ops::gemm(kn, D, qn, dpt.data(), kTile, 1, qr, ldqr, dk_acc + k0 * ld_acc, ld_acc, true);
+            Ops::gemm(D, kTile, kn, kr, 1, ldkr, dpt.data(), kTile, dqt.data(), kTile, true);  // dQ^T
+          }
+          for (int64_t i = 0; i < qn; ++i) {
+            for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
+            if (nsplit == 1)
+              store_row(dq + qoff + i * ldq, row.data(), D);
+            else
+              std::memcpy(dq_part.data() + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
+          }
+        }
+      if constexpr (!kF32)
+        for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+          for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
+            store_row(dk + kvoff + j * ldk, dk_acc + j * D, D);
+            store_row(dv + kvoff + j * ldk, dv_acc + j * D, D);
+          }
+    }
+    if (nsplit > 1) {
+#pragma omp for schedule(static)
+      for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
+        std::fill(row.begin(), row.end(), 0.f);
+        for (int64_t sp = 0; sp < nsplit; ++sp) {
+          const float* part = dq_part.data() + sp * qsize + rw * D;
+          for (int64_t d = 0; d < D; ++d) row[d] += part[d];
+        }
+        store_row(dq + rw * D, row.data(), D);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_fwd_reference_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                 float* out, float* lse) {
+  fwd_reference(s, q, k, v, out, lse);
+}
+void attention_bwd_reference_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                                 float* dv) {
+  bwd_reference(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+void attention_fwd_reference_f64(const AttentionShape& s, const double* q, const double* k, const double* v,
+                                 double* out, double* lse) {
+  fwd_reference(s, q, k, v, out, lse);
+}
+void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const double* k, const double* v,
+                                 const double* out, const double* lse, const double* dout, double* dq,
+                                 double* dk, double* dv) {
+  bwd_reference(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                             float* out, float* lse) {
+  if (use_avx512())
+    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
+  else
+    fwd_flash<PortableOps>(s, q, k, v, out, lse);
+}
+void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                             const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                             float* dv) {
+  if (use_avx512())
+    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                              float* lse) {
+  if (use_avx512())
+    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
+  else
+    fwd_flash<PortableOps>(s, q, k, v, out, lse);
+}
+void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                              const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
+                              bf16* dv) {
+  if (use_avx512())
+    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+void attention_force_portable(bool on) { g_force_portable.store(on, std::memory_order_relaxed); }
+
+}  // namespace titan::cpu

@@ -1,0 +1,53 @@
+#pragma once
+// What the host CPU can do, probed once at run time (the binary is built for generic x86-64 and
+// CI may be an Intel with AMX while development machines are AMD Zen4 without it).
+//
+// Peak FLOP/s, used as the denominator of MFU:
+//   peak(dtype) = cores * ghz * 1e9 * flops_per_cycle(dtype)
+// - cores: physical cores this process may run on (affinity mask, SMT siblings counted once),
+//   capped by the OpenMP thread count, because that is what the kernels use.
+// - ghz: the core clock measured with a chain of dependent register adds (1 cycle each on every
+//   x86 core since the Pentium 4): cycles / elapsed seconds, best of a few short runs, after a
+//   warm-up that lets the clock ramp. TITAN_CPU_GHZ overrides it (e.g. for a known all-core clock).
+// - flops_per_cycle, per core (an FMA counts 2):
+//     f32 : AVX-512 with two 512-bit FMA pipes (Intel Xeon, AMD Zen5) = 64; AMD Zen4 (512-bit ops
+//           on two 256-bit pipes) = 32; AVX2+FMA = 32; otherwise SSE = 8.
+//     bf16: AMX (TDPBF16PS, 16x16x32 MACs per 16 cycles) = 1024; AVX512_BF16 (VDPBF16PS, 32 MACs
+//           per instruction) = 2 * f32 zmm FMA instructions per cycle * 64, i.e. 128 on Intel,
+//           64 on Zen4; without either, bf16 runs at the f32 rate.
+//     f64 : half of f32.
+// Measured on Zen4 (EPYC, 2 cores, ~3.6 GHz): zmm FMA loop 115 GFLOP/s/core = 32 x 3.6,
+// VDPBF16PS loop 229 GFLOP/s/core = 64 x 3.6, which is where the Zen4 entries come from.
+#include <string>
+
+#include "titan/core/dtype.h"
+
+namespace titan::cpu {
+
+struct CpuInfo {
+  std::string vendor;  // "AuthenticAMD", "GenuineIntel", ...
+  std::string brand;   // CPUID brand string
+  int family = 0;      // CPUID display family (Zen4 = 0x19, Zen5 = 0x1A)
+  int model = 0;
+  bool avx2 = false, fma = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_bf16 = false;
+  bool amx_tile = false, amx_bf16 = false;  // CPUID says the unit exists
+  bool amx_usable = false;                  // ... and Linux granted this process the tile state
+  int cores = 1;                            // see the formula above
+  int logical_cpus = 1;                     // CPUs in the affinity mask
+  double ghz = 0;                           // measured (or TITAN_CPU_GHZ)
+  bool ghz_from_env = false;
+  double f32_flops_per_cycle = 0, bf16_flops_per_cycle = 0;
+
+  bool avx512_core() const { return avx512f && avx512bw && avx512vl && avx512dq; }
+  // Peak FLOP/s of the whole process for matmuls whose inputs have this dtype (F32, BF16, F64;
+  // F16 is counted like BF16 without native support, i.e. at the f32 rate).
+  double peak_flops(DType dt) const;
+  std::string summary() const;  // one line for logs and benchmark context
+};
+
+// Probed on first use (about 20 ms: the clock measurement), then cached; thread-safe.
+const CpuInfo& cpu_info();
+
+}  // namespace titan::cpu

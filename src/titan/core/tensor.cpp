@@ -1,0 +1,391 @@
+#include "titan/core/tensor.h"
+
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/allocator.h"
+#include "titan/core/check.h"
+
+namespace titan {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t acc = 1;
+  for (int64_t i = int64_t(shape.size()) - 1; i >= 0; --i) {
+    st[size_t(i)] = acc;
+    acc *= shape[size_t(i)];
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------- Storage
+
+Storage::Storage(size_t nbytes, Device device)
+    : data_(allocator_for(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}
+
+Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> owner)
+    : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {
+  if (!owner_) owner_ = std::shared_ptr<void>(data, [](void*) {});  // caller-managed: never free
+}
+
+Storage::~Storage() {
+  if (!owner_) allocator_for(device_).deallocate(data_, nbytes_);
+}
+
+// ---------------------------------------------------------------- construction
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) TITAN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner, Device device) {
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), device, std::move(owner));
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+namespace {
+
+// Element access through double: slow, general; used by copies between arbitrary
+// strides/dtypes and by tests. Hot paths use the contiguous fast paths below.
+double load_as_double(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(base)[i];
+    case DType::F64: return static_cast<const double*>(base)[i];
+    case DType::BF16: return bf16_to_f32(static_cast<const bf16*>(base)[i]);
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::I32: return static_cast<const int32_t*>(base)[i];
+    case DType::I64: return double(static_cast<const int64_t*>(base)[i]);
+    case DType::U8: return static_cast<const uint8_t*>(base)[i];
+  }
+  return 0;
+}
+
+void store_from_double(void* base, DType t, int64_t i, double v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(base)[i] = float(v); break;
+    case DType::F64: static_cast<double*>(base)[i] = v; break;
+    case DType::BF16: static_cast<bf16*>(base)[i] = f32_to_bf16(float(v)); break;
+    case DType::F16: static_cast<uint16_t*>(base)[i] = f32_to_f16(float(v)); break;
+    case DType::I32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+    case DType::I64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
+    case DType::U8: static_cast<uint8_t*>(base)[i] = uint8_t(v); break;
+  }
+}
+
+// Calls f(linear_index, element_offset) for every element of a strided tensor in row-major order.
+template <class F>
+void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
+  int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  size_t nd = shape.size();
+  std::vector<int64_t> idx(nd, 0);
+  int64_t off = 0;
+  for (int64_t lin = 0; lin < n; ++lin) {
+    f(lin, off);
+    for (int64_t d = int64_t(nd) - 1; d >= 0; --d) {
+      size_t u = size_t(d);
+      if (++idx[u] < shape[u]) {
+        off += strides[u];
+        break;
+      }
+      off -= strides[u] * (shape[u] - 1);
+      idx[u] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, DType dtype) {
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), v[i]);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& v, const Shape& shape, DType dtype) {
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), v[i]);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& shape, DType dtype) {
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), double(v[i]));
+  if (dtype == DType::I64) std::memcpy(t.raw_data(), v.data(), v.size() * 8);  // exact beyond 2^53
+  return t;
+}
+
+// ---------------------------------------------------------------- accessors
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t nd = dim();
+  if (d < 0) d += nd;
+  TITAN_CHECK(d >= 0 && d < nd, "size(", d, ") out of range for tensor ", str());
+  return shape_[size_t(d)];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t acc = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    size_t u = size_t(i);
+    if (shape_[u] != 1 && strides_[u] != acc) return false;
+    acc *= shape_[u];
+  }
+  return true;
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "undefined";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_);
+}
+
+void* Tensor::raw_data() const {
+  TITAN_CHECK(defined(), "access to an undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
+}
+
+// ---------------------------------------------------------------- views
+
+Tensor Tensor::view_of(const Shape& shape, const Shape& strides, int64_t offset) const {
+  Tensor t;
+  t.storage_ = storage_;
+  t.shape_ = shape;
+  t.strides_ = strides;
+  t.offset_ = offset;
+  t.dtype_ = dtype_;
+  t.device_ = device_;
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& new_shape_in) const {
+  Shape new_shape = new_shape_in;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (new_shape[i] == -1) {
+      TITAN_CHECK(infer < 0, "reshape: more than one -1 in ", shape_str(new_shape_in));
+      infer = int64_t(i);
+    } else {
+      known *= new_shape[i];
+    }
+  }
+  if (infer >= 0) {
+    TITAN_CHECK(known > 0 && numel() % known == 0, "reshape: cannot reshape ", str(), " to ", shape_str(new_shape_in));
+    new_shape[size_t(infer)] = numel() / known;
+  }
+  TITAN_CHECK(shape_numel(new_shape) == numel(), "reshape: ", str(), " has ", numel(), " elements, shape ",
+              shape_str(new_shape_in), " needs ", shape_numel(new_shape));
+  TITAN_CHECK(is_contiguous(), "reshape: tensor ", str(), " is not contiguous; call contiguous() first");
+  Tensor out = view_of(new_shape, contiguous_strides(new_shape), offset_);
+  if (autograd::needs_grad({this})) {
+    Shape old_shape = shape_;
+    autograd::record("reshape", {*this}, {&out}, [old_shape](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      return {g[0].contiguous().reshape(old_shape)};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  int64_t nd = dim();
+  if (d0 < 0) d0 += nd;
+  if (d1 < 0) d1 += nd;
+  TITAN_CHECK(d0 >= 0 && d0 < nd && d1 >= 0 && d1 < nd, "transpose(", d0, ", ", d1, ") out of range for ", str());
+  Shape sh = shape_, st = strides_;
+  std::swap(sh[size_t(d0)], sh[size_t(d1)]);
+  std::swap(st[size_t(d0)], st[size_t(d1)]);
+  Tensor out = view_of(sh, st, offset_);
+  if (autograd::needs_grad({this})) {
+    autograd::record("transpose", {*this}, {&out}, [d0, d1](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      return {g[0].transpose(d0, d1).contiguous()};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  if (d < 0) d += dim();
+  TITAN_CHECK(d >= 0 && d < dim(), "narrow: dim ", d, " out of range for ", str());
+  TITAN_CHECK(start >= 0 && length >= 0 && start + length <= shape_[size_t(d)], "narrow: [", start, ", ",
+              start + length, ") out of range for dim ", d, " of ", str());
+  Shape sh = shape_;
+  sh[size_t(d)] = length;
+  Tensor out = view_of(sh, strides_, offset_ + start * strides_[size_t(d)]);
+  if (autograd::needs_grad({this})) {
+    Shape full = shape_;
+    autograd::record("narrow", {*this}, {&out}, [full, d, start, length](const std::vector<Tensor>& g) {
+      Tensor gi = Tensor::zeros(full, g[0].dtype());
+      gi.narrow(d, start, length).copy_from(g[0]);
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  TITAN_CHECK(int64_t(shape.size()) == dim(), "expand: ", str(), " to ", shape_str(shape), " needs equal rank");
+  Shape st = strides_;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape_[i] == shape[i]) continue;
+    TITAN_CHECK(shape_[i] == 1, "expand: dim ", i, " of ", str(), " is not 1, cannot expand to ", shape_str(shape));
+    st[i] = 0;
+  }
+  Tensor out = view_of(shape, st, offset_);
+  if (autograd::needs_grad({this})) {
+    Shape small = shape_;
+    autograd::record("expand", {*this}, {&out}, [small](const std::vector<Tensor>& g) {
+      // Sum the gradient over the broadcast dimensions.
+      Tensor gi = Tensor::zeros(small, g[0].dtype());
+      Tensor acc = gi.expand(g[0].shape());  // stride-0 view used as a scatter target
+      Tensor src = g[0].contiguous();
+      std::vector<double> sums(size_t(gi.numel()), 0.0);
+      const Shape& ast = acc.strides();
+      for_each_offset(src.shape(), ast, [&](int64_t lin, int64_t off) {
+        sums[size_t(off)] += load_as_double(src.raw_data(), src.dtype(), lin);
+      });
+      for (size_t i = 0; i < sums.size(); ++i) store_from_double(gi.raw_data(), gi.dtype(), int64_t(i), sums[i]);
+      return std::vector<Tensor>{gi};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = clone();
+  if (autograd::needs_grad({this})) {
+    autograd::record("contiguous", {*this}, {&out},
+                     [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape_, dtype_, device_);
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype, device_);
+  out.copy_from(*this);
+  return out;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  TITAN_CHECK(src.shape() == shape_, "copy_from: shape ", src.str(), " into ", str());
+  if (numel() == 0) return;
+  if (is_contiguous() && src.is_contiguous()) {
+    if (src.dtype() == dtype_) {
+      std::memcpy(raw_data(), src.raw_data(), nbytes());
+      return;
+    }
+    if (src.dtype() == DType::F32 && dtype_ == DType::BF16) {
+      convert_f32_to_bf16(src.data<float>(), data<bf16>(), size_t(numel()));
+      return;
+    }
+    if (src.dtype() == DType::BF16 && dtype_ == DType::F32) {
+      convert_bf16_to_f32(src.data<bf16>(), data<float>(), size_t(numel()));
+      return;
+    }
+  }
+  // General path: walk both in row-major order. Gather the source offsets first.
+  std::vector<int64_t> src_off(static_cast<size_t>(numel()));
+  for_each_offset(shape_, src.strides(), [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
+  void* dst_base = static_cast<char*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
+  const void* src_base = src.raw_data();
+  DType sd = src.dtype(), dd = dtype_;
+  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) {
+    store_from_double(dst_base, dd, off, load_as_double(src_base, sd, src_off[size_t(lin)]));
+  });
+}
+
+void Tensor::fill(double value) {
+  if (numel() == 0) return;
+  void* base = raw_data();
+  for_each_offset(shape_, strides_, [&](int64_t, int64_t off) { store_from_double(base, dtype_, off, value); });
+}
+
+std::vector<double> Tensor::to_vector() const {
+  std::vector<double> out(static_cast<size_t>(numel()));
+  const void* base = raw_data();
+  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) { out[size_t(lin)] = load_as_double(base, dtype_, off); });
+  return out;
+}
+
+double Tensor::item() const {
+  TITAN_CHECK(numel() == 1, "item(): tensor ", str(), " has ", numel(), " elements, expected 1");
+  return to_vector()[0];
+}
+
+// ---------------------------------------------------------------- autograd accessors
+
+std::shared_ptr<AutogradMeta>& Tensor::ensure_autograd_meta() {
+  if (!meta_) meta_ = std::make_shared<AutogradMeta>();
+  return meta_;
+}
+
+bool Tensor::requires_grad() const { return meta_ && meta_->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  ensure_autograd_meta()->requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return meta_ ? meta_->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& grad) const {
+  TITAN_CHECK(meta_, "set_grad on a tensor without autograd state (call set_requires_grad first)");
+  TITAN_CHECK(grad.shape() == shape_, "set_grad: gradient ", grad.str(), " for tensor ", str());
+  meta_->grad = grad;
+}
+
+Tensor Tensor::detach() const {
+  Tensor t = *this;
+  t.meta_.reset();
+  return t;
+}
+
+}  // namespace titan

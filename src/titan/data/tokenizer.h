@@ -1,0 +1,66 @@
+#pragma once
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (the Qwen2/Qwen3
+// family): NFC normalizer, Split pre-tokenizer regex (PCRE2, Unicode properties),
+// ByteLevel mapping, BPE merge ranks, added tokens matched before pre-tokenization.
+// Produces the ids transformers produces; any tokenizer.json feature not implemented
+// here is an error at load time, never an approximation.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace titan::data {
+
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false;
+  bool normalized = false;  // matched after normalization instead of on the raw text
+};
+
+class Tokenizer {
+ public:
+  // `path`: a folder holding tokenizer.json (and optionally tokenizer_config.json, which
+  // supplies eos/pad/bos and add_bos_token/add_eos_token), or the tokenizer.json file.
+  static Tokenizer load(const std::filesystem::path& path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Thread-safe. Invalid UTF-8 is replaced by U+FFFD first. `add_special_tokens` adds
+  // bos/eos as tokenizer_config.json asks (nothing for Qwen3); special tokens written
+  // in the text are recognised either way, as transformers does.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  // Appends to `out` instead of returning a new vector.
+  void encode_into(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens = false) const;
+
+  // Bytes of the tokens, invalid UTF-8 (a cut multi-byte character) replaced by U+FFFD.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+
+  int32_t eos_id() const;  // tokenizer_config.json eos_token; -1 when none
+  int32_t bos_id() const;  // -1 when none
+  int32_t pad_id() const;  // -1 when none
+  // The id that separates documents when packing: <|endoftext|> when the vocabulary has
+  // it (the Qwen pre-training convention), else eos.
+  int32_t document_separator_id() const;
+  bool add_bos_token() const;
+  bool add_eos_token() const;
+
+  int32_t vocab_size() const;  // largest id + 1, added tokens included
+  std::optional<int32_t> token_to_id(std::string_view token) const;  // vocab (byte-level form) or added
+  std::string id_to_token(int32_t id) const;  // byte-level form, as in tokenizer.json
+  const std::vector<AddedToken>& added_tokens() const;
+  const std::filesystem::path& source() const;  // the tokenizer.json read
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace titan::data

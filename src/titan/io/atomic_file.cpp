@@ -1,0 +1,159 @@
+#include "titan/io/atomic_file.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "titan/core/check.h"
+
+namespace titan::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<uint64_t> g_temp_counter{0};
+
+std::string temp_suffix() {
+  return std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter.fetch_add(1));
+}
+
+std::string errno_str() { return std::strerror(errno); }
+
+fs::path parent_or_dot(const fs::path& p) {
+  fs::path parent = p.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+// renameat2 flags are Linux-only; some file systems reject them (EINVAL), then we fall back to
+// plain rename() plus an existence check, which is atomic except against a concurrent writer.
+bool rename_noreplace(const fs::path& from, const fs::path& to) {
+#ifdef RENAME_NOREPLACE
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno == EEXIST) return false;
+  TITAN_CHECK(errno == EINVAL || errno == ENOSYS, "atomic rename ", from, " -> ", to, ": ", errno_str());
+#endif
+  if (fs::exists(fs::symlink_status(to))) return false;
+  TITAN_CHECK(::rename(from.c_str(), to.c_str()) == 0, "atomic rename ", from, " -> ", to, ": ", errno_str());
+  return true;
+}
+
+}  // namespace
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TITAN_CHECK(fd >= 0, "fsync_dir: cannot open directory ", dir, ": ", errno_str());
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  // Some file systems (e.g. certain FUSE mounts) do not support fsync on directories.
+  TITAN_CHECK(rc == 0 || err == EINVAL || err == ENOTSUP, "fsync_dir ", dir, ": ", std::strerror(err));
+}
+
+AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
+  TITAN_CHECK(!path_.filename().empty(), "AtomicFile: path ", path_, " has no file name");
+  tmp_ = parent_or_dot(path_) / ("." + path_.filename().string() + ".tmp-" + temp_suffix());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  TITAN_CHECK(fd_ >= 0, "cannot create ", tmp_, " (temporary for ", path_, "): ", errno_str());
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_), written_(o.written_),
+      committed_(o.committed_) {
+  o.fd_ = -1;
+  o.committed_ = true;  // the moved-from object owns nothing to clean up
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  TITAN_CHECK(fd_ >= 0, "AtomicFile ", path_, ": write after commit");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    // Linux transfers at most ~2 GiB per call; larger requests come back short and loop.
+    ssize_t k = ::write(fd_, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    TITAN_CHECK(k > 0, "write ", tmp_, " (for ", path_, ") failed after ", written_, " bytes: ",
+                k < 0 ? errno_str() : std::string("no progress"));
+    p += k;
+    n -= size_t(k);
+    written_ += uint64_t(k);
+  }
+}
+
+void AtomicFile::commit() {
+  TITAN_CHECK(fd_ >= 0 && !committed_, "AtomicFile ", path_, ": commit twice");
+  TITAN_CHECK(::fsync(fd_) == 0, "fsync ", tmp_, ": ", errno_str());
+  int rc = ::close(fd_);
+  fd_ = -1;
+  TITAN_CHECK(rc == 0, "close ", tmp_, ": ", errno_str());
+  TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ", errno_str());
+  committed_ = true;
+  fsync_dir(parent_or_dot(path_));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view contents) {
+  AtomicFile f(path);
+  f.write(contents);
+  f.commit();
+}
+
+AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), replace_(replace) {
+  if (path_.filename().empty()) path_ = path_.parent_path();  // "dir/" names "dir"
+  TITAN_CHECK(!path_.filename().empty(), "AtomicDir: path ", path_, " has no directory name");
+  TITAN_CHECK(replace_ || !fs::exists(fs::symlink_status(path_)),
+              "output directory ", path_, " already exists (refusing to overwrite it)");
+  fs::path parent = parent_or_dot(path_);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  TITAN_CHECK(!ec, "cannot create parent directory ", parent, ": ", ec.message());
+  tmp_ = parent / ("." + path_.filename().string() + ".tmp-" + temp_suffix());
+  TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ", errno_str());
+}
+
+AtomicDir::~AtomicDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);  // best effort: a destructor must not throw
+}
+
+void AtomicDir::commit() {
+  TITAN_CHECK(!committed_, "AtomicDir ", path_, ": commit twice");
+  // Files written with AtomicFile are durable already; this makes the directory entries durable.
+  fsync_dir(tmp_);
+  fs::path parent = parent_or_dot(path_);
+  if (rename_noreplace(tmp_, path_)) {
+    committed_ = true;
+    fsync_dir(parent);
+    return;
+  }
+  TITAN_CHECK(replace_, "output directory ", path_, " already exists (refusing to overwrite it)");
+  TITAN_CHECK(fs::is_directory(fs::symlink_status(path_)), "cannot replace ", path_, ": not a directory");
+  // Swap new and old in one step; the old content ends up under the temporary name.
+  bool swapped = false;
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0) swapped = true;
+  else TITAN_CHECK(errno == EINVAL || errno == ENOSYS, "swap ", tmp_, " <-> ", path_, ": ", errno_str());
+#endif
+  if (!swapped) {
+    // No atomic exchange on this file system: move the old one aside first (a reader may briefly
+    // find no directory, but never a mixed one).
+    fs::path old = parent / ("." + path_.filename().string() + ".old-" + temp_suffix());
+    TITAN_CHECK(::rename(path_.c_str(), old.c_str()) == 0, "rename ", path_, " -> ", old, ": ", errno_str());
+    TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ", errno_str());
+    tmp_ = old;
+  }
+  committed_ = true;
+  fsync_dir(parent);
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);
+  TITAN_CHECK(!ec, "replaced ", path_, " but could not delete the old copy at ", tmp_, ": ", ec.message());
+}
+
+}  // namespace titan::io

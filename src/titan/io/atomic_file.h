@@ -1,0 +1,67 @@
+#pragma once
+// Crash-safe file and directory writes. A reader either sees the old content or the complete new
+// content, never a prefix: data goes to a temporary name in the destination's own directory (so
+// the final rename stays on one file system), is fsynced, renamed over the destination, and the
+// directory is fsynced so the rename itself survives a power cut.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace titan::io {
+
+// One file written atomically. Nothing is visible at `path` until commit(); destroying an
+// uncommitted AtomicFile (an exception on the way) removes the temporary file.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  ~AtomicFile();
+  AtomicFile(AtomicFile&& other) noexcept;
+  AtomicFile& operator=(AtomicFile&&) = delete;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n);  // all n bytes (retries short writes and EINTR)
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  uint64_t bytes_written() const { return written_; }
+  // fsync, close, rename over the destination, fsync the directory.
+  void commit();
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& temp_path() const { return tmp_; }
+
+ private:
+  std::filesystem::path path_, tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Whole file in one call.
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+// fsync a directory so that entries created/renamed in it are durable.
+void fsync_dir(const std::filesystem::path& dir);
+
+// A directory built under a temporary sibling name (".<name>.tmp-<pid>-<n>") and moved into place
+// by commit(). If `path` already exists, commit() fails unless `replace` is set, in which case the
+// old directory is swapped out atomically (renameat2 RENAME_EXCHANGE) and then deleted, so no
+// reader ever sees a mix of old and new files. Uncommitted temporaries are removed on destruction.
+class AtomicDir {
+ public:
+  explicit AtomicDir(std::filesystem::path path, bool replace = false);
+  ~AtomicDir();
+  AtomicDir(const AtomicDir&) = delete;
+  AtomicDir& operator=(const AtomicDir&) = delete;
+
+  const std::filesystem::path& temp_path() const { return tmp_; }  // write the contents here
+  const std::filesystem::path& path() const { return path_; }
+  void commit();
+
+ private:
+  std::filesystem::path path_, tmp_;
+  bool replace_;
+  bool committed_ = false;
+};
+
+}  // namespace titan::io

@@ -1,0 +1,76 @@
+#pragma once
+// The kernel registry: every op registers its kernels per (op, device, dtype)
+// under a variant name ("reference" = the plain loops every other variant is
+// tested against, "default" = the fast path used unless configured otherwise,
+// others selectable per module through substitutions). A kernel is a struct of
+// function pointers defined by its op (forward + backward); the registry stores
+// it type-erased and checks the type on lookup.
+#include <any>
+#include <functional>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "titan/core/check.h"
+#include "titan/core/device.h"
+#include "titan/core/dtype.h"
+
+namespace titan::kernels {
+
+struct KernelEntry {
+  std::string op;
+  Device device;
+  DType dtype;
+  std::string variant;
+  std::string description;  // one line: algorithm, library, constraints
+  std::any kernel;          // the op's kernel struct
+  // Returns an empty string when this variant can run on this machine for the op's
+  // configuration, else why not (ISA missing, head_dim unsupported, ...).
+  std::function<std::string()> available;
+};
+
+void register_kernel(KernelEntry entry);
+const std::vector<KernelEntry>& all_kernels();
+
+// Looks up an entry; a missing kernel is an error naming op, device, dtype and variant.
+const KernelEntry& find_kernel(const std::string& op, Device device, DType dtype, const std::string& variant);
+bool has_kernel(const std::string& op, Device device, DType dtype, const std::string& variant);
+
+// The variant an op call should use now: a substitution for the current module
+// if one applies (see kernels/substitution.h), else "default" when registered
+// and available, else "reference".
+std::string select_variant(const std::string& op, Device device, DType dtype);
+
+// Forces one variant of an op on this thread for its scope (tests, `titan kernels parity`).
+class ForceVariant {
+ public:
+  ForceVariant(std::string op, std::string variant);
+  ~ForceVariant();
+
+ private:
+  std::string op_, prev_;
+};
+
+template <class K>
+const K& kernel_for(const std::string& op, Device device, DType dtype, const std::string& variant) {
+  const KernelEntry& e = find_kernel(op, device, dtype, variant);
+  const K* k = std::any_cast<K>(&e.kernel);
+  TITAN_CHECK(k, "kernel registry: '", op, "' variant '", variant, "' registered with the wrong kernel type");
+  return *k;
+}
+
+template <class K>
+const K& kernel_for(const std::string& op, Device device, DType dtype) {
+  return kernel_for<K>(op, device, dtype, select_variant(op, device, dtype));
+}
+
+// Registration at static-initialisation time from the file that defines the kernel:
+//   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...", K{...}});
+struct KernelRegistrar {
+  explicit KernelRegistrar(KernelEntry e) { register_kernel(std::move(e)); }
+};
+
+}  // namespace titan::kernels
+
+#define TITAN_REGISTER_KERNEL(id, ...) \
+  static ::titan::kernels::KernelRegistrar titan_kernel_registrar_##id(::titan::kernels::KernelEntry __VA_ARGS__)

@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include "titan/core/allocator.h"
+#include "titan/core/check.h"
+#include "titan/core/tensor.h"
+
+using namespace titan;
+
+TEST(Tensor, ViewsShareStorageAndContiguousCopies) {
+  Tensor t = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor tt = t.transpose(0, 1);
+  EXPECT_EQ(tt.shape(), (Shape{3, 2}));
+  EXPECT_FALSE(tt.is_contiguous());
+  EXPECT_EQ(tt.storage(), t.storage());
+  EXPECT_EQ(tt.contiguous().to_vector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  Tensor row = t.narrow(0, 1, 1);
+  EXPECT_EQ(row.to_vector(), (std::vector<double>{3, 4, 5}));
+  Tensor col = t.narrow(1, 2, 1);
+  EXPECT_EQ(col.to_vector(), (std::vector<double>{2, 5}));
+  Tensor e = Tensor::from_vector(std::vector<float>{7, 8}, {2, 1}).expand({2, 3});
+  EXPECT_EQ(e.to_vector(), (std::vector<double>{7, 7, 7, 8, 8, 8}));
+  EXPECT_EQ(t.reshape({3, -1}).shape(), (Shape{3, 2}));
+}
+
+TEST(Tensor, ReshapeOfNonContiguousIsAnErrorNamingShapes) {
+  Tensor t = Tensor::zeros({2, 3}, DType::F32).transpose(0, 1);
+  try {
+    t.reshape({6});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32[3, 2]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor.cpp:"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor::zeros({2, 3}, DType::F32).reshape({4, 2}), Error);
+}
+
+TEST(Tensor, DtypeConversionsRoundTrip) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1.0f, -2.5f, 3.140625f, 65504.0f}, {4});
+  for (DType d : {DType::F64, DType::BF16, DType::F16, DType::I64}) {
+    Tensor back = t.to(d).to(DType::F32);
+    auto v = back.to_vector();
+    EXPECT_EQ(v[0], 1.0);
+    if (d == DType::I64) continue;
+    EXPECT_EQ(v[1], -2.5) << dtype_name(d);
+  }
+  // bf16 rounding is to nearest even.
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.00390625f)), 1.0f);       // halfway, rounds to even
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.01171875f)), 1.015625f);  // halfway, rounds up to even
+}
+
+TEST(Allocator, CountsCurrentAndPeakBytes) {
+  Allocator& a = allocator_for(Device::CPU);
+  int64_t before = a.stats().current_bytes;
+  a.reset_peak();
+  {
+    Tensor t = Tensor::empty({1024, 1024}, DType::F32);
+    EXPECT_EQ(a.stats().current_bytes - before, 4 << 20);
+  }
+  EXPECT_EQ(a.stats().current_bytes, before);
+  EXPECT_GE(a.stats().peak_bytes - before, 4 << 20);
+}

@@ -1,0 +1,44 @@
+#include <gtest/gtest.h>
+
+#include "ops/op_test_util.h"
+#include "titan/core/check.h"
+#include "titan/ops/linear.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+std::vector<Tensor> linear_fn(const std::vector<Tensor>& in) { return {ops::linear(in[0], in[1])}; }
+}  // namespace
+
+TEST(Linear, GradientMatchesFiniteDifferences) {
+  expect_gradcheck(linear_fn, {random_tensor({2, 3, 7}, DType::F64, 1), random_tensor({5, 7}, DType::F64, 2)});
+}
+
+TEST(Linear, DefaultVariantMatchesReference) {
+  for (auto [M, N, K] : {std::tuple{1, 1, 1}, {7, 33, 129}, {65, 17, 257}}) {
+    auto x = random_tensor({M, K}, DType::F32, 3);
+    auto w = random_tensor({N, K}, DType::F32, 4);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    // f32: reassociation only, tolerance grows with K.
+    expect_variant_matches_reference("linear", "default", linear_fn, {x, w}, 1e-5 * K, 1e-5);
+    // bf16 inputs, f32 accumulation: the output is rounded to bf16 (rel 2^-8).
+    expect_variant_matches_reference("linear", "default", linear_fn,
+                                     {x.to(DType::BF16).set_requires_grad(true), w.to(DType::BF16).set_requires_grad(true)},
+                                     1e-4 * K, 8e-3);
+  }
+}
+
+TEST(Linear, ShapeMismatchNamesOpAndShapes) {
+  try {
+    ops::linear(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({3, 7}, DType::F32));
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("linear"), std::string::npos) << m;
+    EXPECT_NE(m.find("f32[4, 8]"), std::string::npos) << m;
+    EXPECT_NE(m.find("f32[3, 7]"), std::string::npos) << m;
+  }
+  EXPECT_THROW(ops::linear(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({3, 8}, DType::BF16)), Error);
+}

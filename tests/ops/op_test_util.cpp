@@ -1,0 +1,151 @@
+#include "ops/op_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "titan/autograd/autograd.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::testing {
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_vector(v, shape, dtype);
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  auto x = a.to_vector(), y = b.to_vector();
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    double d = std::fabs(x[i] - y[i]);
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b, double floor) {
+  auto x = a.to_vector(), y = b.to_vector();
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]) / std::max(std::fabs(y[i]), floor));
+  return m;
+}
+
+namespace {
+
+std::vector<Tensor> seeds_for(const std::vector<Tensor>& outputs, uint64_t seed) {
+  std::vector<Tensor> w;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& o = outputs[i];
+    w.push_back(dtype_is_float(o.dtype()) ? random_tensor(o.shape(), grad_dtype(o.dtype()), seed + i) : Tensor());
+  }
+  return w;
+}
+
+double weighted_sum(const std::vector<Tensor>& outputs, const std::vector<Tensor>& w) {
+  double s = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!w[i].defined()) continue;
+    auto o = outputs[i].to_vector(), ww = w[i].to_vector();
+    for (size_t k = 0; k < o.size(); ++k) s += o[k] * ww[k];
+  }
+  return s;
+}
+
+// Backward from the float outputs that took part in autograd.
+void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& w) {
+  std::vector<Tensor> outs, gs;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (w[i].defined() && outputs[i].requires_grad()) {
+      outs.push_back(outputs[i]);
+      gs.push_back(w[i]);
+    }
+  autograd::backward(autograd::current_tape(), outs, gs);
+}
+
+}  // namespace
+
+void expect_gradcheck(const OpFn& f, const std::vector<Tensor>& inputs_in, double eps, double tol,
+                      std::vector<int> check, int max_entries) {
+  std::vector<Tensor> inputs;
+  for (auto& t : inputs_in) inputs.push_back(t.clone());
+  if (check.empty())
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].dtype() == DType::F64) check.push_back(int(i));
+  for (int i : check) {
+    ASSERT_EQ(inputs[size_t(i)].dtype(), DType::F64) << "gradcheck input " << i << " must be f64";
+    inputs[size_t(i)].set_requires_grad(true);
+  }
+  auto outputs = f(inputs);
+  auto w = seeds_for(outputs, 99);
+  run_backward(outputs, w);
+
+  autograd::NoGradGuard no_grad;
+  for (int i : check) {
+    Tensor& x = inputs[size_t(i)];
+    Tensor analytic = x.grad();
+    int64_t n = x.numel();
+    int64_t step = std::max<int64_t>(1, n / max_entries);
+    for (int64_t e = 0; e < n; e += step) {
+      double* p = x.data<double>() + e;
+      double orig = *p;
+      *p = orig + eps;
+      double up = weighted_sum(f(inputs), w);
+      *p = orig - eps;
+      double down = weighted_sum(f(inputs), w);
+      *p = orig;
+      double numeric = (up - down) / (2 * eps);
+      double got = analytic.defined() ? analytic.data<double>()[e] : 0.0;
+      EXPECT_NEAR(got, numeric, tol * std::max(1.0, std::fabs(numeric)))
+          << "input " << i << " " << x.str() << " element " << e;
+    }
+  }
+}
+
+OpRun run_variant(const std::string& op, const std::string& variant, const OpFn& f, const std::vector<Tensor>& inputs_in,
+                  uint64_t seed) {
+  kernels::ForceVariant force(op, variant);
+  std::vector<Tensor> inputs;
+  for (auto& t : inputs_in) {
+    Tensor c = t.clone();
+    if (dtype_is_float(c.dtype()) && t.requires_grad()) c.set_requires_grad(true);
+    inputs.push_back(c);
+  }
+  OpRun run;
+  run.outputs = f(inputs);
+  auto w = seeds_for(run.outputs, seed);
+  run_backward(run.outputs, w);
+  for (auto& t : inputs) run.input_grads.push_back(t.grad());
+  return run;
+}
+
+void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
+                                      const std::vector<Tensor>& inputs, double atol, double rtol) {
+  OpRun ref = run_variant(op, "reference", f, inputs);
+  OpRun got = run_variant(op, variant, f, inputs);
+  auto compare = [&](const Tensor& a, const Tensor& b, const std::string& what) {
+    ASSERT_EQ(a.defined(), b.defined()) << what;
+    if (!a.defined()) return;
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    auto x = a.to_vector(), y = b.to_vector();
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      double excess = std::fabs(x[i] - y[i]) - (atol + rtol * std::fabs(y[i]));
+      if (std::isnan(x[i]) != std::isnan(y[i])) excess = INFINITY;
+      if (excess > worst) { worst = excess; at = i; }
+    }
+    EXPECT_LE(worst, 0.0) << op << " variant '" << variant << "' " << what << " differs from reference at element "
+                          << at << ": " << x[at] << " vs " << y[at] << " (atol " << atol << ", rtol " << rtol << ")";
+  };
+  for (size_t i = 0; i < ref.outputs.size(); ++i) compare(got.outputs[i], ref.outputs[i], "output " + std::to_string(i));
+  for (size_t i = 0; i < ref.input_grads.size(); ++i)
+    compare(got.input_grads[i], ref.input_grads[i], "gradient of input " + std::to_string(i));
+}
+
+}  // namespace titan::testing

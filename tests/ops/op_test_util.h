@@ -1,0 +1,46 @@
+#pragma once
+// Shared machinery for op tests:
+//  - gradient checks: analytic backward vs central finite differences, in f64;
+//  - variant checks: run an op under a forced variant, compare outputs and all
+//    input gradients with the reference variant on the same inputs.
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::testing {
+
+using OpFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// Uniform random tensor in [lo, hi) with a fixed seed, converted to dtype.
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double lo = -1.0, double hi = 1.0);
+
+// Max |a - b| over all elements (shapes must match).
+double max_abs_diff(const Tensor& a, const Tensor& b);
+// Max |a - b| / max(|b|, floor) over all elements.
+double max_rel_diff(const Tensor& a, const Tensor& b, double floor = 1e-3);
+
+// Runs f on f64 inputs; checks d(sum_k w_k . out_k)/d(input) from backward against central
+// differences for the inputs listed in `check` (all float inputs when empty). At most
+// `max_entries` entries per input are probed (spread evenly). Fails the current test on mismatch.
+void expect_gradcheck(const OpFn& f, const std::vector<Tensor>& inputs, double eps = 1e-6, double tol = 1e-7,
+                      std::vector<int> check = {}, int max_entries = 48);
+
+struct OpRun {
+  std::vector<Tensor> outputs;
+  std::vector<Tensor> input_grads;  // undefined for inputs that don't take gradients
+};
+
+// Runs f with the given variant of `op` forced, backward seeded with fixed random weights
+// (seed) on every float output; returns outputs and input gradients. Inputs are copied.
+OpRun run_variant(const std::string& op, const std::string& variant, const OpFn& f, const std::vector<Tensor>& inputs,
+                  uint64_t seed = 1234);
+
+// Runs `variant` and "reference" of `op` on the same inputs and expects every output and
+// input gradient to agree within atol + rtol * |reference|.
+void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
+                                      const std::vector<Tensor>& inputs, double atol, double rtol);
+
+}  // namespace titan::testing
