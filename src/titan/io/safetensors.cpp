@@ -337,7 +337,7 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
   bool first = true;
   try {
     for (const auto& [k, v] : meta) {
-      header += (first ? "" : ",") + json(k).dump() + ":" + json(v).dump();
+      header.append(first ? "" : ",").append(json(k).dump()).append(":").append(json(v).dump());
       first = false;
     }
     header += "}";
@@ -351,9 +351,10 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
       TITAN_CHECK(conversion_supported(src, t.dtype), "write_safetensors ", path, ": tensor '", t.name,
                   "': cannot convert ", dtype_name(src), " to ", dtype_name(t.dtype));
       TITAN_CHECK(t.data || bytes == 0, "write_safetensors ", path, ": tensor '", t.name, "' has no data");
-      header += "," + json(t.name).dump() + ":{\"dtype\":\"" + std::string(dtype_safetensors_name(t.dtype)) +
-                "\",\"shape\":" + json(t.shape).dump() + ",\"data_offsets\":[" + std::to_string(off) + "," +
-                std::to_string(off + bytes) + "]}";
+      header.append(",").append(json(t.name).dump()).append(":{\"dtype\":\"");
+      header.append(dtype_safetensors_name(t.dtype)).append("\",\"shape\":").append(json(t.shape).dump());
+      header.append(",\"data_offsets\":[").append(std::to_string(off)).append(",");
+      header.append(std::to_string(off + bytes)).append("]}");
       off += bytes;
     }
     header += "}";

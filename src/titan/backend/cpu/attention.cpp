@@ -16,6 +16,11 @@
 namespace titan::cpu {
 namespace {
 
+// Below this many multiply-adds per call a parallel region costs more than it saves.
+bool worth_threads(const AttentionShape& s) {
+  return s.B * s.Hq * s.S * s.S * s.D > (int64_t(1) << 18);
+}
+
 void check_shape(const AttentionShape& s, const char* who) {
   TITAN_CHECK(s.B > 0 && s.S > 0 && s.Hq > 0 && s.Hkv > 0 && s.D > 0, who,
               ": every dimension must be positive, got B=", s.B, " S=", s.S, " Hq=", s.Hq, " Hkv=", s.Hkv,
@@ -30,7 +35,7 @@ template <class T>
 void fwd_reference(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, T* lse) {
   check_shape(s, "attention_fwd_reference");
   const int64_t D = s.D, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(s))
   {
     std::vector<T> p(s.S);
 #pragma omp for collapse(2) schedule(static)
@@ -73,7 +78,7 @@ void bwd_reference(const AttentionShape& s, const T* q, const T* k, const T* v, 
   const int64_t D = s.D, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D;
   std::fill(dk, dk + s.B * s.S * ldk, T(0));
   std::fill(dv, dv + s.B * s.S * ldk, T(0));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (worth_threads(s))
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t g = 0; g < s.Hkv; ++g) {
       const int64_t kvoff = b * s.S * ldk + g * D;
@@ -120,6 +125,8 @@ constexpr int64_t kTile = 64;  // queries per tile == keys per tile; a multiple 
 // diag = first query position - first key position of the tile.
 
 struct PortableOps {
+  static constexpr bool kBf16Dot = false;  // see Avx512Bf16Ops
+
   static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                    int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     for (int64_t m = 0; m < M; ++m) {
@@ -131,6 +138,11 @@ struct PortableOps {
         for (int64_t n = 0; n < N; ++n) cm[n] += av * bk[n];
       }
     }
+  }
+
+  static void widen_rows(const bf16* src, int64_t ld, int64_t n, int64_t D, float* dst) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t d = 0; d < D; ++d) dst[i * D + d] = bf16_to_f32(src[i * ld + d]);
   }
 
   // Scales the scores s[kn][kTile], folds them into the running max m and sum l, leaves the
@@ -169,6 +181,11 @@ struct PortableOps {
   }
 };
 
+// GCC 12's AVX-512 headers build results from _mm512_undefined_ps() (`__m512 __Y = __Y;`), which
+// trips -Wuninitialized at every inlined intrinsic; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TITAN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
 
 // exp on 16 lanes: 2^n * e^r with |r| <= ln2/2, degree-7 Taylor polynomial (rel. error ~1e-7).
@@ -235,14 +252,20 @@ template <int MR>
 TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                                 int64_t ldb, float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
   switch (nv) {
-    case 1: return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 2: return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 3: return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    default: return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 1:
+      return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 2:
+      return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 3:
+      return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    default:
+      return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
   }
 }
 
 struct Avx512Ops {
+  static constexpr bool kBf16Dot = false;
+
   TITAN_AVX512 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
                                 const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     for (int64_t n0 = 0; n0 < N; n0 += 64) {
@@ -253,13 +276,38 @@ struct Avx512Ops {
         const float* am = a + m0 * sam;
         float* cm = c + m0 * ldc + n0;
         switch (std::min<int64_t>(6, M - m0)) {
-          case 1: micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
-          case 2: micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
-          case 3: micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
-          case 4: micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
-          case 5: micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
-          default: micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail); break;
+          case 1:
+            micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 2:
+            micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 3:
+            micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 4:
+            micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 5:
+            micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          default:
+            micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
         }
+      }
+    }
+  }
+
+  // bf16 -> f32 is a 16-bit left shift of the bits.
+  TITAN_AVX512 static void widen_rows(const bf16* src, int64_t ld, int64_t n, int64_t D, float* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bf16* si = src + i * ld;
+      float* di = dst + i * D;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 m = D - d >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (D - d)) - 1);
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, si + d));
+        _mm512_mask_storeu_ps(di + d, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
       }
     }
   }
@@ -301,8 +349,8 @@ struct Avx512Ops {
       for (int64_t j = 0; j < kn; ++j) {
         float* sj = s + j * kTile + 16 * v;
         float* dpj = dp + j * kTile + 16 * v;
-        const __m512 p = _mm512_maskz_mov_ps(
-            visible(j, diag, v), exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
+        const __m512 p = _mm512_maskz_mov_ps(visible(j, diag, v),
+                                             exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
         _mm512_storeu_ps(sj, p);
         const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpj), vdi));
         _mm512_storeu_ps(dpj, _mm512_mul_ps(ds, vscale));
@@ -311,28 +359,116 @@ struct Avx512Ops {
   }
 };
 
+#define TITAN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2,avx512bf16")))
+
+// The same register tile for C[m][0..63] += sum_p a2(m, p) . b2[p][n], where a2 and b2 are pairs of
+// bf16 (one 32-bit word) along the reduction dimension and vdpbf16ps multiplies a pair by a pair.
+// bf16 x bf16 products are exact in f32 and the sums are f32: the result is an f32 dot product.
+template <int MR>
+TITAN_AVX512_BF16 void micro_tile_dot(int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
+                                      const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
+                                      bool accumulate) {
+  constexpr int NV = kTile / 16;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < P; ++p) {
+    const uint32_t* bp = b + p * ldb;
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+    const uint32_t* ap = a + p * sak;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      int32_t word;  // (the words alias bf16 tensors: read them with memcpy)
+      std::memcpy(&word, ap + m * sam, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(word);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+}
+
+// With AVX512-BF16, the two products whose operands are both bf16 tensors (S = Q K^T, dP = dO V^T)
+// run on vdpbf16ps (twice the multiply-adds per instruction). The others multiply by P or dS, which
+// are f32 here and are not rounded to bf16, so they stay on the f32 kernel.
+struct Avx512Bf16Ops : Avx512Ops {
+  static constexpr bool kBf16Dot = true;
+
+  // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of kTile words.
+  TITAN_AVX512_BF16 static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
+                                         const uint32_t* b, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t m0 = 0; m0 < M; m0 += 6) {
+      const uint32_t* am = a + m0 * sam;
+      float* cm = c + m0 * ldc;
+      switch (std::min<int64_t>(6, M - m0)) {
+        case 1:
+          micro_tile_dot<1>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+        case 2:
+          micro_tile_dot<2>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+        case 3:
+          micro_tile_dot<3>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+        case 4:
+          micro_tile_dot<4>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+        case 5:
+          micro_tile_dot<5>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+        default:
+          micro_tile_dot<6>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          break;
+      }
+    }
+  }
+};
+
+#undef TITAN_AVX512_BF16
 #undef TITAN_AVX512
+#pragma GCC diagnostic pop
 
-std::atomic<bool> g_force_portable{false};
+std::atomic<AttentionIsa> g_isa_limit{AttentionIsa::kBest};
 
-bool use_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return has && !g_force_portable.load(std::memory_order_relaxed);
+enum class Path { kPortable, kAvx512, kAvx512Bf16 };
+
+Path select_path() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  static const bool bf16_dot = avx512 && __builtin_cpu_supports("avx512bf16");
+  const AttentionIsa limit = g_isa_limit.load(std::memory_order_relaxed);
+  if (!avx512 || limit == AttentionIsa::kPortable) return Path::kPortable;
+  if (!bf16_dot || limit == AttentionIsa::kAvx512) return Path::kAvx512;
+  return Path::kAvx512Bf16;
 }
 
 // Row access: f32 tensors are read in place (stride ld); bf16 rows are widened into scratch (stride D).
-const float* rows_f32(const float* src, int64_t ld, int64_t n, int64_t D, float* scratch, int64_t* ld_out) {
-  *ld_out = ld;
-  return src;
+template <class Ops, class T>
+const float* rows_f32(const T* src, int64_t ld, int64_t n, int64_t D, float* scratch, int64_t* ld_out) {
+  if constexpr (std::is_same_v<T, float>) {
+    *ld_out = ld;
+    return src;
+  } else {
+    Ops::widen_rows(src, ld, n, D, scratch);
+    *ld_out = D;
+    return scratch;
+  }
 }
-const float* rows_f32(const bf16* src, int64_t ld, int64_t n, int64_t D, float* scratch, int64_t* ld_out) {
-  for (int64_t i = 0; i < n; ++i) convert_bf16_to_f32(src + i * ld, scratch + i * D, size_t(D));
-  *ld_out = D;
-  return scratch;
+// (The core's bulk converters open an OpenMP region per call: too heavy for one row inside ours.)
+void store_row(float* dst, const float* src, int64_t D) {
+  std::memcpy(dst, src, size_t(D) * sizeof(float));
 }
-void store_row(float* dst, const float* src, int64_t D) { std::memcpy(dst, src, size_t(D) * sizeof(float)); }
-void store_row(bf16* dst, const float* src, int64_t D) { convert_f32_to_bf16(src, dst, size_t(D)); }
+void store_row(bf16* dst, const float* src, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = f32_to_bf16(src[d]);
+}
 
 // rows[n][D] (stride ld) -> t[D][kTile], queries n..kTile-1 zero (their results are never written).
 void transpose_tile(const float* rows, int64_t ld, int64_t n, int64_t D, float* t) {
@@ -343,37 +479,82 @@ void transpose_tile(const float* rows, int64_t ld, int64_t n, int64_t D, float* 
   }
 }
 
-int64_t tiles(int64_t S) { return (S + kTile - 1) / kTile; }
+// bf16 rows[n][D] (stride ld, D even) -> t[D/2][kTile] words holding the pair (row i: 2p, 2p+1),
+// the layout vdpbf16ps reduces over; padding queries are zero.
+void pack_pairs(const bf16* rows, int64_t ld, int64_t n, int64_t D, uint32_t* t) {
+  for (int64_t p = 0; p < D / 2; ++p) {
+    uint32_t* tp = t + p * kTile;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(tp + i, rows + i * ld + 2 * p, 4);
+    std::fill(tp + n, tp + kTile, 0u);
+  }
+}
+
+// Whether the bf16 dot-product kernel applies: it reads q.k and dout.v operands as 32-bit pairs.
+template <class Ops, class T>
+bool use_dot(int64_t D, std::initializer_list<const T*> tensors) {
+  if constexpr (!Ops::kBf16Dot || !std::is_same_v<T, bf16>) {
+    return false;
+  } else {
+    if (D % 2 != 0) return false;
+    for (const T* t : tensors)
+      if (reinterpret_cast<uintptr_t>(t) % 4 != 0) return false;
+    return true;
+  }
+}
+
+// C^T[kn][kTile] = X Y^T for a kv-side tile X (kn rows of the tensor `raw`, stride ld; `rows` is its
+// f32 view) and a query-side tile Y held transposed (yt, f32) or pair-packed (yp, for the dot kernel).
+template <class Ops, class T>
+void tile_scores(bool dot, int64_t kn, int64_t D, const T* raw, int64_t ld, const float* rows, int64_t ldr,
+                 const float* yt, const uint32_t* yp, float* c) {
+  if constexpr (Ops::kBf16Dot) {
+    if (dot)
+      return Ops::gemm_dot(kn, D / 2, reinterpret_cast<const uint32_t*>(raw), ld / 2, 1, yp, c, kTile, false);
+  }
+  Ops::gemm(kn, kTile, D, rows, ldr, 1, yt, kTile, c, kTile, false);
+}
+
+int64_t tiles(int64_t S) {
+  return (S + kTile - 1) / kTile;
+}
 
 template <class Ops, class T>
 void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, float* lse) {
   check_shape(s, "attention_fwd_flash");
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
   const int64_t ntasks = s.B * s.Hq * nt;
-#pragma omp parallel
+  const bool dot = use_dot<Ops, T>(D, {q, k});
+#pragma omp parallel if (worth_threads(s))
   {
-    std::vector<float> qrows(kTile * D), krows(kTile * D), vrows(kTile * D), qt(D * kTile), ot(D * kTile),
-        st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
+    std::vector<float> qrows(kTile * D), krows(kTile * D), vrows(kTile * D), qt(dot ? 0 : D * kTile),
+        ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
+    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0);
     // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntasks; ++t) {
       const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
       const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0);
       const int64_t kvoff = b * S * ldk + (h / r) * D;
-      int64_t ldqr, ldkr, ldvr;
-      const float* qr = rows_f32(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qrows.data(), &ldqr);
-      transpose_tile(qr, ldqr, qn, D, qt.data());
+      int64_t ldqr, ldkr = 0, ldvr;
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (dot) pack_pairs(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qp.data());
+      }
+      if (!dot) {
+        const float* qr = rows_f32<Ops>(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qrows.data(), &ldqr);
+        transpose_tile(qr, ldqr, qn, D, qt.data());
+      }
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.f);
       std::fill(ot.begin(), ot.end(), 0.f);
       for (int64_t ktile = 0; ktile <= qtile; ++ktile) {  // tiles above the diagonal are fully masked
         const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
-        const float* kr = rows_f32(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
-        Ops::gemm(kn, kTile, D, kr, ldkr, 1, qt.data(), kTile, st.data(), kTile, false);  // S^T = K Q^T
+        const float* kr =
+            dot ? nullptr : rows_f32<Ops>(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
+        tile_scores<Ops>(dot, kn, D, k + kvoff + k0 * ldk, ldk, kr, ldkr, qt.data(), qp.data(), st.data());
         Ops::softmax_online(st.data(), kn, s.scale, q0 - k0, m.data(), l.data(), alpha.data());
         for (int64_t d = 0; d < D; ++d)
           for (int64_t i = 0; i < kTile; ++i) ot[d * kTile + i] *= alpha[i];
-        const float* vr = rows_f32(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
+        const float* vr = rows_f32<Ops>(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
         Ops::gemm(D, kTile, kn, vr, 1, ldvr, st.data(), kTile, ot.data(), kTile, true);  // O^T += V^T P^T
       }
       for (int64_t i = 0; i < qn; ++i) {
@@ -397,17 +578,20 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
   constexpr bool kF32 = std::is_same_v<T, float>;
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
   const int64_t groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
-  // Few groups per thread would leave cores idle: split the kv tiles of each group as well.
+  // Few groups per thread would leave cores idle: split the kv tiles of each group as well. Each split
+  // costs an f32 copy of dq, hence the cap of 4.
   const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
                              ? 1
-                             : std::min(nt, (4 * nthreads + groups - 1) / groups);
+                             : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
   const int64_t qsize = s.B * S * ldq;
   std::vector<float> dq_part(nsplit > 1 ? size_t(nsplit * qsize) : 0);
-#pragma omp parallel
+  const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
+#pragma omp parallel if (worth_threads(s))
   {
     std::vector<float> qrows(kTile * D), dorows(kTile * D), krows(kTile * D), vrows(kTile * D),
-        qt(D * kTile), dot(D * kTile), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile), lse_t(kTile),
-        di_t(kTile), row(D), orow(D);
+        qt(dot ? 0 : D * kTile), dot_t(dot ? 0 : D * kTile), dqt(D * kTile), st(kTile * kTile),
+        dpt(kTile * kTile), lse_t(kTile), di_t(kTile), row(D), orow(D);
+    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), dop(dot ? D / 2 * kTile : 0);
     // bf16 outputs accumulate dk/dv in f32 scratch; f32 outputs accumulate in place.
     std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D);
 #pragma omp for schedule(dynamic, 1)
@@ -433,17 +617,25 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
       for (int64_t h = g * r; h < (g + 1) * r; ++h)
         for (int64_t qtile = split; qtile < nt; ++qtile) {
           const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
-          int64_t ldqr, lddo, ldkr, ldvr, ldor;
-          const float* qr = rows_f32(q + qoff, ldq, qn, D, qrows.data(), &ldqr);
-          const float* dor = rows_f32(dout + qoff, ldq, qn, D, dorows.data(), &lddo);
-          transpose_tile(qr, ldqr, qn, D, qt.data());
-          transpose_tile(dor, lddo, qn, D, dot.data());
+          int64_t ldqr, lddo, ldkr, ldvr = 0, ldor;
+          const float* qr = rows_f32<Ops>(q + qoff, ldq, qn, D, qrows.data(), &ldqr);
+          const float* dor = rows_f32<Ops>(dout + qoff, ldq, qn, D, dorows.data(), &lddo);
+          if constexpr (std::is_same_v<T, bf16>) {
+            if (dot) {
+              pack_pairs(q + qoff, ldq, qn, D, qp.data());
+              pack_pairs(dout + qoff, ldq, qn, D, dop.data());
+            }
+          }
+          if (!dot) {
+            transpose_tile(qr, ldqr, qn, D, qt.data());
+            transpose_tile(dor, lddo, qn, D, dot_t.data());
+          }
           for (int64_t i = 0; i < kTile; ++i) {
             lse_t[i] = 0.f;
             di_t[i] = 0.f;
             if (i >= qn) continue;  // padding queries: any finite values, their results are dropped
             lse_t[i] = lse[(b * s.Hq + h) * S + q0 + i];
-            const float* oi = rows_f32(out + qoff + i * ldq, ldq, 1, D, orow.data(), &ldor);
+            const float* oi = rows_f32<Ops>(out + qoff + i * ldq, ldq, 1, D, orow.data(), &ldor);
             float acc = 0.f;
             for (int64_t d = 0; d < D; ++d) acc += dor[i * lddo + d] * oi[d];
             di_t[i] = acc;
@@ -451,10 +643,13 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
           std::fill(dqt.begin(), dqt.end(), 0.f);
           for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
             const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
-            const float* kr = rows_f32(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
-            const float* vr = rows_f32(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
-            Ops::gemm(kn, kTile, D, kr, ldkr, 1, qt.data(), kTile, st.data(), kTile, false);    // S^T
-            Ops::gemm(kn, kTile, D, vr, ldvr, 1, dot.data(), kTile, dpt.data(), kTile, false);  // dP^T
+            const float* kr = rows_f32<Ops>(k + kvoff + k0 * ldk, ldk, kn, D, krows.data(), &ldkr);
+            const float* vr =
+                dot ? nullptr : rows_f32<Ops>(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data(), &ldvr);
+            tile_scores<Ops>(dot, kn, D, k + kvoff + k0 * ldk, ldk, kr, ldkr, qt.data(), qp.data(),
+                             st.data());
+            tile_scores<Ops>(dot, kn, D, v + kvoff + k0 * ldk, ldk, vr, ldvr, dot_t.data(), dop.data(),
+                             dpt.data());  // dP^T = V dO^T
             Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
             // dV += P^T dO and dK += (scale dS)^T Q reduce over the valid queries only.
             Ops::gemm(kn, D, qn, st.data(), kTile, 1, dor, lddo, dv_acc + k0 * ld_acc, ld_acc, true);
@@ -513,35 +708,45 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 
 void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              float* out, float* lse) {
-  if (use_avx512())
-    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
-  else
+  if (select_path() == Path::kPortable)
     fwd_flash<PortableOps>(s, q, k, v, out, lse);
+  else
+    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
 }
 void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              const float* out, const float* lse, const float* dout, float* dq, float* dk,
                              float* dv) {
-  if (use_avx512())
-    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
-  else
+  if (select_path() == Path::kPortable)
     bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                               float* lse) {
-  if (use_avx512())
-    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
-  else
-    fwd_flash<PortableOps>(s, q, k, v, out, lse);
+  switch (select_path()) {
+    case Path::kPortable:
+      return fwd_flash<PortableOps>(s, q, k, v, out, lse);
+    case Path::kAvx512:
+      return fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
+    case Path::kAvx512Bf16:
+      return fwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse);
+  }
 }
 void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                               const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                               bf16* dv) {
-  if (use_avx512())
-    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
-  else
-    bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  switch (select_path()) {
+    case Path::kPortable:
+      return bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+    case Path::kAvx512:
+      return bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+    case Path::kAvx512Bf16:
+      return bwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  }
 }
 
-void attention_force_portable(bool on) { g_force_portable.store(on, std::memory_order_relaxed); }
+void attention_limit_isa(AttentionIsa isa) {
+  g_isa_limit.store(isa, std::memory_order_relaxed);
+}
 
 }  // namespace titan::cpu

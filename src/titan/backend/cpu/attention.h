@@ -33,21 +33,24 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 
 // Flash-style: 64x64 query x key tiles, online softmax in f32, never an S x S matrix, fully masked
 // tiles skipped. The backward recomputes P from lse (FlashAttention-2); each thread owns whole kv heads
-// (or interleaved kv tiles of one), so dk/dv never race. AVX-512 when the CPU has it, else portable.
+// (or interleaved kv tiles of one), so dk/dv never race. AVX-512 when the CPU has it (chosen at run
+// time), else portable loops.
 void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              float* out, float* lse);
 void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              const float* out, const float* lse, const float* dout, float* dq, float* dk,
                              float* dv);
 // bf16 tensors, f32 lse, all arithmetic in f32 (inputs are widened tile by tile, results rounded once).
-void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
-                              bf16* out, float* lse);
+void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                              float* lse);
 void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                               const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                               bf16* dv);
 
-// Testing hook: run the flash kernels on the portable code path even when the CPU has AVX-512,
-// so both paths are covered on any machine. Not thread-safe with respect to running kernels.
-void attention_force_portable(bool on);
+// Testing hook: caps the instruction set the flash kernels use, so every code path is covered on any
+// machine (kBest: AVX-512 with the AVX512-BF16 dot product where the CPU has them; kAvx512: AVX-512F
+// only; kPortable: plain loops). Set it while no attention kernel is running.
+enum class AttentionIsa { kBest, kAvx512, kPortable };
+void attention_limit_isa(AttentionIsa isa);
 
 }  // namespace titan::cpu

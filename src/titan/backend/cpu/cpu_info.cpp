@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -191,14 +192,14 @@ std::string CpuInfo::summary() const {
   char fam[16];
   std::snprintf(fam, sizeof(fam), "0x%x", family);
   os << (brand.empty() ? vendor : brand) << " (" << vendor << " family " << fam << "): " << cores
-     << " cores (" << logical_cpus << " cpus) @ " << ghz << " GHz" << (ghz_from_env ? " (TITAN_CPU_GHZ)" : "")
+     << " cores (" << logical_cpus << " cpus) @ " << std::fixed << std::setprecision(2) << ghz << " GHz" << (ghz_from_env ? " (TITAN_CPU_GHZ)" : "")
      << ";";
   if (avx2) os << " avx2";
   if (fma) os << " fma";
   if (avx512_core()) os << " avx512";
   if (avx512_bf16) os << " avx512_bf16";
   if (amx_tile) os << (amx_usable ? " amx" : " amx(denied)");
-  os << "; peak f32 " << peak_flops(DType::F32) / 1e9 << " GFLOP/s, bf16 " << peak_flops(DType::BF16) / 1e9
+  os << std::setprecision(0) << "; peak f32 " << peak_flops(DType::F32) / 1e9 << " GFLOP/s, bf16 " << peak_flops(DType::BF16) / 1e9
      << " GFLOP/s";
   return os.str();
 }

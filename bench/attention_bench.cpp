@@ -1,0 +1,107 @@
+// Causal GQA flash attention on the CPU, shape of issue #2: B=2, Hq=16, S=2048, D=128, Hkv 16 and 8.
+// FLOPs are counted without causal halving (the convention of issue #2): forward 4*B*Hq*S*S*D,
+// backward 2.5x that. The kernels skip masked tiles, so the arithmetic actually done is about half.
+//   build/bin/attention_bench --benchmark_filter=F32   (each case takes a few seconds on 2 cores)
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "titan/backend/cpu/attention.h"
+
+namespace {
+
+using titan::bf16;
+using titan::cpu::AttentionShape;
+
+constexpr int64_t kB = 2, kS = 2048, kHq = 16, kD = 128;
+
+template <class T>
+std::vector<T> random_tensor(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<T> x(n);
+  for (auto& e : x) {
+    if constexpr (std::is_same_v<T, bf16>)
+      e = titan::f32_to_bf16(dist(gen));
+    else
+      e = dist(gen);
+  }
+  return x;
+}
+
+template <class T>
+struct Problem {
+  AttentionShape s;
+  std::vector<T> q, k, v, out, dout, dq, dk, dv;
+  std::vector<float> lse;
+  explicit Problem(int64_t hkv)
+      : s{kB, kS, kHq, hkv, kD, 1.f / 11.3137085f},
+        q(random_tensor<T>(kB * kS * kHq * kD, 1)),
+        k(random_tensor<T>(kB * kS * hkv * kD, 2)),
+        v(random_tensor<T>(kB * kS * hkv * kD, 3)),
+        out(q.size()),
+        dout(random_tensor<T>(q.size(), 4)),
+        dq(q.size()),
+        dk(k.size()),
+        dv(k.size()),
+        lse(kB * kHq * kS) {}
+  void fwd() {
+    if constexpr (std::is_same_v<T, bf16>)
+      titan::cpu::attention_fwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    else
+      titan::cpu::attention_fwd_flash_f32(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  }
+  void bwd() {
+    if constexpr (std::is_same_v<T, bf16>)
+      titan::cpu::attention_bwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                           dout.data(), dq.data(), dk.data(), dv.data());
+    else
+      titan::cpu::attention_bwd_flash_f32(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                          dout.data(), dq.data(), dk.data(), dv.data());
+  }
+};
+
+constexpr double kFwdFlops = 4.0 * kB * kHq * kS * kS * kD;
+
+template <class T>
+void BM_Forward(benchmark::State& state) {
+  Problem<T> p(state.range(0));
+  for (auto _ : state) p.fwd();
+  state.counters["FLOP/s"] = benchmark::Counter(kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class T>
+void BM_Backward(benchmark::State& state) {
+  Problem<T> p(state.range(0));
+  p.fwd();
+  for (auto _ : state) p.bwd();
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class T>
+void BM_ForwardBackward(benchmark::State& state) {
+  Problem<T> p(state.range(0));
+  for (auto _ : state) {
+    p.fwd();
+    p.bwd();
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(3.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Arg: Hkv. Wall-clock rates (the kernels are multi-threaded). Two iterations each keeps a full run under a
+// minute on 2 cores.
+#define TITAN_ATTN_BENCH(fn, T)                                                                   \
+  BENCHMARK_TEMPLATE(fn, T)->ArgName("Hkv")->Arg(16)->Arg(8)->Iterations(2)->UseRealTime()->Unit( \
+      benchmark::kMillisecond)
+
+TITAN_ATTN_BENCH(BM_Forward, float);
+TITAN_ATTN_BENCH(BM_Backward, float);
+TITAN_ATTN_BENCH(BM_ForwardBackward, float);
+TITAN_ATTN_BENCH(BM_Forward, bf16);
+TITAN_ATTN_BENCH(BM_Backward, bf16);
+TITAN_ATTN_BENCH(BM_ForwardBackward, bf16);
+
+}  // namespace

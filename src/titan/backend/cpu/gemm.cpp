@@ -1,0 +1,331 @@
+#include "titan/backend/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/core/check.h"
+
+namespace titan::cpu {
+namespace {
+
+const char* trans_name(Trans t) { return t == Trans::N ? "N" : "T"; }
+
+// BLAS argument rules; the message names the function, the value and what it had to be.
+void check_args(const char* fn, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                int64_t ldc) {
+  TITAN_CHECK(M >= 0 && N >= 0 && K >= 0, fn, ": sizes must be >= 0, got M=", M, " N=", N, " K=", K);
+  int64_t a_row = ta == Trans::N ? K : M, b_row = tb == Trans::N ? N : K;
+  TITAN_CHECK(lda >= std::max<int64_t>(1, a_row), fn, ": lda=", lda, " is less than the row length ", a_row,
+              " of A (", ta == Trans::N ? "[M,K]" : "stored [K,M] for Trans::T", ", M=", M, " K=", K, ")");
+  TITAN_CHECK(ldb >= std::max<int64_t>(1, b_row), fn, ": ldb=", ldb, " is less than the row length ", b_row,
+              " of B (", tb == Trans::N ? "[K,N]" : "stored [N,K] for Trans::T", ", K=", K, " N=", N, ")");
+  TITAN_CHECK(ldc >= std::max<int64_t>(1, N), fn, ": ldc=", ldc, " is less than the row length N=", N, " of C");
+}
+
+void check_batch(const char* fn, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c, int64_t M,
+                 int64_t N, int64_t ldc) {
+  TITAN_CHECK(batch >= 0, fn, ": batch must be >= 0, got ", batch);
+  TITAN_CHECK(stride_a >= 0 && stride_b >= 0, fn, ": stride_a=", stride_a, " stride_b=", stride_b,
+              " must be >= 0");
+  if (batch > 1 && M > 0 && N > 0)
+    TITAN_CHECK(stride_c >= (M - 1) * ldc + N, fn, ": stride_c=", stride_c, " makes output matrices overlap (",
+                "needs >= (M-1)*ldc+N = ", (M - 1) * ldc + N, ")");
+}
+
+// C = beta * C over an [M,N] block; beta == 0 writes zeros so NaN in C does not survive.
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  if (beta == 1.0f) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* row = C + i * ldc;
+    if (beta == 0.0f) {
+      std::fill(row, row + N, 0.0f);
+    } else {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+}
+
+// ---- f32 backend choice --------------------------------------------------------------------------
+
+F32Backend backend_from_env() {
+  const char* env = std::getenv("TITAN_GEMM_F32");
+  if (!env || !*env) return F32Backend::OneDNN;
+  std::string_view v(env);
+  if (v == "onednn") return F32Backend::OneDNN;
+  if (v == "openblas") return F32Backend::OpenBLAS;
+  TITAN_FAIL("TITAN_GEMM_F32=", v, " is not a gemm backend (use onednn or openblas)");
+}
+
+std::atomic<F32Backend>& f32_backend_slot() {
+  static std::atomic<F32Backend> slot{backend_from_env()};
+  return slot;
+}
+
+// OpenBLAS chose its kernels when it was loaded; all that is left to do here is to align its thread
+// count with OpenMP's and to say so when the choice is a slow generic core on an AVX-512 CPU.
+void prepare_openblas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    openblas_set_num_threads(omp_get_max_threads());
+    std::string_view core = openblas_get_corename();
+    bool fast_core = core.find("kylake") != std::string_view::npos || core.find("ooperlake") != std::string_view::npos ||
+                     core.find("apphire") != std::string_view::npos || core.find("Zen") != std::string_view::npos ||
+                     core.find("aswell") != std::string_view::npos;
+    if (cpu_info().avx512f && !fast_core)
+      std::fprintf(stderr,
+                   "titan: OpenBLAS runs its '%s' kernels on an AVX-512 CPU (about 7x slower); start the "
+                   "process with OPENBLAS_CORETYPE=COOPERLAKE\n",
+                   openblas_get_corename());
+  });
+}
+
+void sgemm_openblas(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t v : {M, N, K, lda, ldb, ldc})
+    TITAN_CHECK(v <= INT_MAX, "gemm_f32 (OpenBLAS): dimension ", v, " does not fit OpenBLAS's 32-bit ints");
+  prepare_openblas();
+  cblas_sgemm(CblasRowMajor, ta == Trans::N ? CblasNoTrans : CblasTrans, tb == Trans::N ? CblasNoTrans : CblasTrans,
+              int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+void sgemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  dnnl_status_t st = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K, alpha, A, lda, B,
+                                ldb, beta, C, ldc);
+  TITAN_CHECK(st == dnnl_success, "gemm_f32: dnnl_sgemm failed (status ", int(st), ") for ", trans_name(ta),
+              trans_name(tb), " M=", M, " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+// ---- oneDNN matmul primitives, cached per shape and layout ---------------------------------------
+
+using dnnl::memory;
+
+struct Problem {
+  memory::data_type in_dt, out_dt;
+  Trans ta, tb;
+  int64_t batch, M, N, K;
+  int64_t lda, stride_a, ldb, stride_b, ldc, stride_c;
+  float alpha, beta;
+};
+
+struct Prim {
+  dnnl::matmul prim;
+  memory::desc a_md, b_md, c_md;
+  std::string impl;
+  bool reference = false;  // oneDNN's plain C++ fallback: orders of magnitude slower than JIT code
+};
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+// op(X) as a [batch,] rows x cols matrix view of storage with row stride ld. A zero batch stride
+// broadcasts: the batch dim becomes 1 and oneDNN reuses the matrix.
+memory::desc view_md(memory::data_type dt, Trans t, int64_t batch, int64_t stride, int64_t rows, int64_t cols,
+                     int64_t ld) {
+  int64_t rs = t == Trans::N ? ld : 1, cs = t == Trans::N ? 1 : ld;
+  if (batch == 1) return memory::desc({rows, cols}, dt, {rs, cs});
+  int64_t b = stride == 0 ? 1 : batch;
+  int64_t bs = stride == 0 ? (t == Trans::N ? rows * ld : cols * ld) : stride;
+  return memory::desc({b, rows, cols}, dt, {bs, rs, cs});
+}
+
+std::shared_ptr<const Prim> get_prim(const Problem& p) {
+  using Key = std::array<int64_t, 16>;
+  Key key{int64_t(p.in_dt), int64_t(p.out_dt), int64_t(p.ta), int64_t(p.tb), p.batch, p.M, p.N, p.K,
+          p.lda, p.stride_a, p.ldb, p.stride_b, p.ldc, p.stride_c, std::bit_cast<int32_t>(p.alpha),
+          std::bit_cast<int32_t>(p.beta)};
+  static std::mutex mu;
+  static std::map<Key, std::shared_ptr<const Prim>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  // Shapes in training are few (layers repeat); the bound only protects against shape churn.
+  if (cache.size() >= 1024) cache.clear();
+
+  auto prim = std::make_shared<Prim>();
+  try {
+    prim->a_md = view_md(p.in_dt, p.ta, p.batch, p.stride_a, p.M, p.K, p.lda);
+    prim->b_md = view_md(p.in_dt, p.tb, p.batch, p.stride_b, p.K, p.N, p.ldb);
+    prim->c_md = p.batch == 1 ? memory::desc({p.M, p.N}, p.out_dt, {p.ldc, 1})
+                              : memory::desc({p.batch, p.M, p.N}, p.out_dt, {p.stride_c, p.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
+    if (p.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(p.beta);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(prim->a_md, prim->b_md, prim->c_md), attr, engine());
+    prim->impl = pd.impl_info_str();
+    prim->reference = prim->impl.rfind("ref", 0) == 0;
+    prim->prim = dnnl::matmul(pd);
+  } catch (const dnnl::error& e) {
+    TITAN_FAIL("gemm: oneDNN cannot build a matmul for ", trans_name(p.ta), trans_name(p.tb), " batch=", p.batch,
+               " M=", p.M, " N=", p.N, " K=", p.K, " lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, ": ", e.what());
+  }
+  cache.emplace(key, prim);
+  return prim;
+}
+
+void run_prim(const Prim& prim, const void* A, const void* B, void* C) {
+  // Streams are cheap; one per thread keeps concurrent callers independent.
+  thread_local dnnl::stream stream(engine());
+  memory a(prim.a_md, engine(), const_cast<void*>(A));
+  memory b(prim.b_md, engine(), const_cast<void*>(B));
+  memory c(prim.c_md, engine(), C);
+  prim.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  stream.wait();
+}
+
+// ---- f32 fallback for bf16 where oneDNN has no fast bf16 code ------------------------------------
+
+// Widens the stored rows x cols block of X (row stride ld) into a dense f32 buffer.
+std::vector<float> widen(const bf16* X, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(X + r * ld, out.data() + r * cols, size_t(cols));
+  return out;
+}
+
+void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                       int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  int64_t a_rows = ta == Trans::N ? M : K, a_cols = ta == Trans::N ? K : M;
+  int64_t b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
+  std::vector<float> a = widen(A, a_rows, a_cols, lda), b = widen(B, b_rows, b_cols, ldb);
+  gemm_f32(ta, tb, M, N, K, alpha, a.data(), a_cols, b.data(), b_cols, beta, C, ldc);
+}
+
+}  // namespace
+
+F32Backend gemm_f32_backend() { return f32_backend_slot().load(); }
+void set_gemm_f32_backend(F32Backend backend) { f32_backend_slot().store(backend); }
+
+void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_args("gemm_f32", ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) return scale_c(M, N, beta, C, ldc);
+  if (gemm_f32_backend() == F32Backend::OpenBLAS) {
+    sgemm_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    sgemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+void gemm_f32_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                      float beta, float* C, int64_t ldc, int64_t stride_c) {
+  check_args("gemm_f32_batched", ta, tb, M, N, K, lda, ldb, ldc);
+  check_batch("gemm_f32_batched", batch, stride_a, stride_b, stride_c, M, N, ldc);
+  if (batch == 0 || M == 0 || N == 0) return;
+  auto one_by_one = [&] {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm_f32(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
+  };
+  // One batched primitive parallelises across matrices, which matters when each one is small.
+  if (batch == 1 || K == 0 || alpha == 0.0f || gemm_f32_backend() == F32Backend::OpenBLAS) return one_by_one();
+  auto prim = get_prim({memory::data_type::f32, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
+                        stride_b, ldc, stride_c, alpha, beta});
+  if (prim->reference) return one_by_one();
+  run_prim(*prim, A, B, C);
+}
+
+void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                       const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb, int64_t stride_b,
+                       float beta, float* C, int64_t ldc, int64_t stride_c) {
+  check_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
+  check_batch("gemm_bf16", batch, stride_a, stride_b, stride_c, M, N, ldc);
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    for (int64_t i = 0; i < batch; ++i) scale_c(M, N, beta, C + i * stride_c, ldc);
+    return;
+  }
+  auto prim = get_prim({memory::data_type::bf16, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
+                        stride_b, ldc, stride_c, alpha, beta});
+  if (!prim->reference) return run_prim(*prim, A, B, C);
+  for (int64_t i = 0; i < batch; ++i)
+    gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c,
+                      ldc);
+}
+
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+               const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_bf16_batched(ta, tb, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0);
+}
+
+void gemm_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                   const bf16* B, int64_t ldb, bf16* C, int64_t ldc) {
+  check_args("gemm_bf16_out", ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, bf16{0});
+    return;
+  }
+  auto prim = get_prim({memory::data_type::bf16, memory::data_type::bf16, ta, tb, 1, M, N, K, lda, 0, ldb, 0, ldc,
+                        0, alpha, 0.0f});
+  if (!prim->reference) return run_prim(*prim, A, B, C);
+  std::vector<float> c(size_t(M * N));
+  gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c.data(), N);
+  for (int64_t i = 0; i < M; ++i) convert_f32_to_bf16(c.data() + i * N, C + i * ldc, size_t(N));
+}
+
+namespace {
+template <class T, class Acc>
+void reference_loops(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                     const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      Acc acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        Acc a = ta == Trans::N ? A[i * lda + k] : A[k * lda + i];
+        Acc b = tb == Trans::N ? B[k * ldb + j] : B[j * ldb + k];
+        acc += a * b;
+      }
+      T& c = C[i * ldc + j];
+      c = beta == T(0) ? T(Acc(alpha) * acc) : T(Acc(alpha) * acc + Acc(beta) * Acc(c));
+    }
+  }
+}
+}  // namespace
+
+void gemm_f64_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                        int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  check_args("gemm_f64_reference", ta, tb, M, N, K, lda, ldb, ldc);
+  reference_loops<double, double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_f32_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_args("gemm_f32_reference", ta, tb, M, N, K, lda, ldb, ldc);
+  reference_loops<float, double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+std::string gemm_describe() {
+  std::string f32 = gemm_f32_backend() == F32Backend::OpenBLAS
+                        ? std::string("OpenBLAS cblas_sgemm (") + openblas_get_corename() + " kernels)"
+                        : std::string("oneDNN dnnl_sgemm");
+  auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
+                      256, 0, 256, 0, 1.0f, 0.0f});
+  std::string bf16 = bf->reference ? "bf16 widened to f32 (oneDNN has only reference bf16 code here)"
+                                   : "oneDNN matmul " + bf->impl;
+  return "gemm f32: " + f32 + "; bf16: " + bf16 + "; " + std::to_string(omp_get_max_threads()) + " threads";
+}
+
+}  // namespace titan::cpu

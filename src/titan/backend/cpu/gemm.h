@@ -1,0 +1,67 @@
+#pragma once
+// CPU matrix multiply: the hot path of training. Raw pointers, row-major, BLAS-style explicit
+// leading dimensions:
+//   C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C
+// op(A) = A (Trans::N, A stored [M,K] with row stride lda >= K) or A^T (Trans::T, A stored [K,M],
+// lda >= M); likewise B ([K,N], ldb >= N, or [N,K], ldb >= K); C is [M,N] with ldc >= N.
+// beta == 0 means C is write-only (NaN or garbage in it is overwritten, never multiplied).
+// K == 0 or alpha == 0 leave C = beta * C without reading A or B; M == 0 or N == 0 is a no-op.
+// C must not overlap A or B. Bad arguments throw titan::Error naming the rule broken.
+//
+// Backends, chosen at run time (see docs/performance.md "Matrix multiply" for the measurements):
+//   f32 : oneDNN dnnl_sgemm (default) or OpenBLAS cblas_sgemm (TITAN_GEMM_F32=openblas). OpenBLAS
+//         0.3.21 picks its kernels when the library loads, from OPENBLAS_CORETYPE or its own CPU
+//         detection, which calls Sapphire Rapids "Prescott" (7x slower): set
+//         OPENBLAS_CORETYPE=COOPERLAKE (or SKYLAKEX) in the environment before starting the process.
+//   bf16: oneDNN matmul primitive (AMX, AVX512_BF16 or AVX-512 code picked by oneDNN), primitives
+//         cached per shape/layout key; on CPUs where oneDNN only has its reference bf16 code, the
+//         inputs are widened to f32 and the f32 backend runs instead.
+// Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS).
+#include <cstdint>
+#include <string>
+
+#include "titan/core/dtype.h"
+
+namespace titan::cpu {
+
+enum class Trans : uint8_t { N, T };
+
+void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// bf16 inputs, f32 accumulation, f32 output (beta allowed).
+void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+               const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// bf16 inputs, f32 accumulation, C = alpha * op(A) @ op(B) rounded to bf16 (no beta: C is write-only).
+void gemm_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+                   int64_t lda, const bf16* B, int64_t ldb, bf16* C, int64_t ldc);
+
+// Strided batches: matrix b of A starts at A + b * stride_a (likewise B, C). stride_a or stride_b
+// may be 0 to use one matrix for every batch (e.g. shared weights); stride_c must separate the
+// outputs. Used by attention (batch = heads) and MoE.
+void gemm_f32_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                      int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
+void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                       const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb,
+                       int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
+
+// Plain triple loops, single-threaded, for tests and gradient checks. The f32 one accumulates each
+// dot product in f64 and rounds once, so it is a tighter truth than any blocked f32 kernel.
+void gemm_f64_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                        int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+void gemm_f32_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// f32 backend selection. The default comes from TITAN_GEMM_F32 ("onednn" or "openblas"; unset
+// means oneDNN, the faster one on the machines measured). Not meant to be flipped while gemms run.
+enum class F32Backend : uint8_t { OneDNN, OpenBLAS };
+F32Backend gemm_f32_backend();
+void set_gemm_f32_backend(F32Backend backend);
+
+// One line naming the code that runs for each dtype (oneDNN implementation, OpenBLAS core type,
+// thread count), for logs and benchmark context.
+std::string gemm_describe();
+
+}  // namespace titan::cpu

@@ -1,0 +1,125 @@
+#include "titan/cli/args.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "titan/core/check.h"
+
+namespace titan::cli {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
+
+ArgParser::ArgParser(std::string command, std::string summary)
+    : command_(std::move(command)), summary_(std::move(summary)) {}
+
+ArgParser& ArgParser::option(const std::string& name, const std::string& help, std::optional<std::string> def) {
+  order_.push_back(name);
+  specs_[name] = {help, false, false, std::move(def)};
+  return *this;
+}
+
+ArgParser& ArgParser::required(const std::string& name, const std::string& help) {
+  order_.push_back(name);
+  specs_[name] = {help, false, true, std::nullopt};
+  return *this;
+}
+
+ArgParser& ArgParser::flag(const std::string& name, const std::string& help) {
+  order_.push_back(name);
+  specs_[name] = {help, true, false, std::nullopt};
+  return *this;
+}
+
+std::string ArgParser::usage() const {
+  std::string u = "usage: titan " + command_ + " [options]\n" + summary_ + "\n\noptions:\n";
+  for (auto& n : order_) {
+    const Spec& s = specs_.at(n);
+    char line[512];
+    std::string left = "--" + n + (s.is_flag ? "" : " VALUE");
+    std::string right = s.help + (s.is_required ? " (required)" : "") + (s.def ? " [default: " + *s.def + "]" : "");
+    std::snprintf(line, sizeof line, "  %-28s %s\n", left.c_str(), right.c_str());
+    u += line;
+  }
+  return u;
+}
+
+bool ArgParser::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage().c_str());
+      return false;
+    }
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = specs_.find(name);
+    if (it == specs_.end()) {
+      std::string near = nearest(name, order_);
+      TITAN_FAIL("titan ", command_, ": unknown option '--", name, "'", near.empty() ? "" : "; did you mean '--" + near + "'?",
+                 " (see --help)");
+    }
+    if (it->second.is_flag) {
+      TITAN_CHECK(!has_value, "titan ", command_, ": --", name, " takes no value");
+      values_[name] = "true";
+      continue;
+    }
+    if (!has_value) {
+      TITAN_CHECK(i + 1 < argc, "titan ", command_, ": --", name, " needs a value");
+      value = argv[++i];
+    }
+    values_[name] = value;
+  }
+  for (auto& [n, s] : specs_)
+    TITAN_CHECK(!s.is_required || values_.count(n), "titan ", command_, ": missing required option --", n,
+                " (see --help)");
+  return true;
+}
+
+std::string ArgParser::get(const std::string& name) const {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  auto s = specs_.find(name);
+  TITAN_CHECK(s != specs_.end() && s->second.def, "titan ", command_, ": option --", name, " has no value");
+  return *s->second.def;
+}
+
+std::optional<std::string> ArgParser::get_optional(const std::string& name) const {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto s = specs_.find(name); s != specs_.end() && s->second.def) return s->second.def;
+  return std::nullopt;
+}
+
+bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }
+
+}  // namespace titan::cli

@@ -1,0 +1,45 @@
+#pragma once
+// A small, strict option parser shared by the subcommands:
+//   --name VALUE | --name=VALUE | --flag ; --help prints usage.
+// Unknown options are errors that suggest the nearest known one.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace titan::cli {
+
+class ArgParser {
+ public:
+  ArgParser(std::string command, std::string summary);
+  ArgParser& option(const std::string& name, const std::string& help, std::optional<std::string> def = std::nullopt);
+  ArgParser& required(const std::string& name, const std::string& help);
+  ArgParser& flag(const std::string& name, const std::string& help);
+
+  // Returns false when --help was given (usage already printed). Throws titan::Error on bad input.
+  bool parse(int argc, char** argv);
+
+  std::string get(const std::string& name) const;  // required or defaulted options
+  std::optional<std::string> get_optional(const std::string& name) const;
+  bool has(const std::string& name) const;          // flag given / option set
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string usage() const;
+
+ private:
+  struct Spec {
+    std::string help;
+    bool is_flag = false, is_required = false;
+    std::optional<std::string> def;
+  };
+  std::string command_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, Spec> specs_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace titan::cli

@@ -1,0 +1,60 @@
+#include "titan/data/assets.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "titan/core/check.h"
+
+namespace titan::data {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kHint = "run scripts/setup.sh (it fetches the tokenizer and corpus into assets/), "
+                              "or set TITAN_ASSETS_DIR";
+
+bool complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / ".complete", ec);
+}
+}  // namespace
+
+fs::path assets_dir() {
+  if (const char* env = std::getenv("TITAN_ASSETS_DIR"); env && *env) {
+    fs::path dir(env);
+    TITAN_CHECK(complete(dir), "assets: TITAN_ASSETS_DIR=", dir, " holds no prepared assets (no .complete): ",
+                kHint);
+    return dir;
+  }
+  std::vector<fs::path> starts;
+  std::error_code ec;
+  starts.push_back(fs::current_path(ec));
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) starts.push_back(exe.parent_path());
+  for (auto start : starts) {
+    for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
+      if (complete(dir / "assets")) return dir / "assets";
+      if (dir == dir.parent_path()) break;
+    }
+  }
+  TITAN_FAIL("assets: no prepared assets folder found above ", starts.front(),
+             (starts.size() > 1 ? " or " + starts.back().string() : std::string()), ": ", kHint);
+}
+
+fs::path default_tokenizer_path() {
+  fs::path p = assets_dir() / "tokenizer" / "qwen3";
+  TITAN_CHECK(fs::is_regular_file(p / "tokenizer.json"), "assets: ", p / "tokenizer.json", " is missing: ", kHint);
+  return p;
+}
+
+fs::path builtin_dataset_path(std::string_view name) {
+  TITAN_CHECK(name == "nlp-corpus", "dataset: no built-in dataset named '", name,
+              "' (built-in: nlp-corpus); use training.dataset_path for your own files");
+  fs::path p = assets_dir() / "datasets" / std::string(name);
+  TITAN_CHECK(fs::is_directory(p), "assets: dataset folder ", p, " is missing: ", kHint);
+  return p;
+}
+
+fs::path default_dataset_path() { return builtin_dataset_path("nlp-corpus"); }
+
+}  // namespace titan::data

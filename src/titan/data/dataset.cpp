@@ -1,0 +1,367 @@
+#include "titan/data/dataset.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "titan/core/check.h"
+#include "titan/data/utf8.h"
+
+namespace titan::data {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void to_json(json& j, const DocPosition& p) {
+  j = json{{"file", p.file}, {"offset", p.offset}, {"line", p.line}, {"index", p.index}, {"in_array", p.in_array}};
+}
+
+void from_json(const json& j, DocPosition& p) {
+  p.file = j.at("file").get<uint64_t>();
+  p.offset = j.at("offset").get<uint64_t>();
+  p.line = j.at("line").get<uint64_t>();
+  p.index = j.at("index").get<uint64_t>();
+  p.in_array = j.at("in_array").get<bool>();
+}
+
+std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& paths) {
+  static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".txt", ".text", ".md"};
+  std::vector<fs::path> files;
+  for (auto& p : paths) {
+    TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
+    if (!fs::is_directory(p)) {
+      files.push_back(p);
+      continue;
+    }
+    std::vector<fs::path> found;
+    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
+         it != fs::recursive_directory_iterator(); ++it) {
+      std::string name = it->path().filename().string();
+      if (!name.empty() && name[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (!it->is_regular_file()) continue;
+      std::string ext = it->path().extension().string();
+      if (std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions))
+        found.push_back(it->path());
+    }
+    TITAN_CHECK(!found.empty(), "dataset: folder ", p, " holds no .json/.jsonl/.ndjson/.txt/.text/.md files");
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  TITAN_CHECK(!files.empty(), "dataset: no dataset paths given");
+  return files;
+}
+
+namespace {
+
+enum class Format { JsonArray, JsonLines, Text };
+
+// Buffered reader that knows its byte offset and line number.
+class Reader {
+ public:
+  ~Reader() { close(); }
+  void open(const fs::path& path, uint64_t offset, uint64_t line) {
+    close();
+    path_ = path;
+    f_ = std::fopen(path.c_str(), "rb");
+    TITAN_CHECK(f_, "dataset: cannot open ", path);
+    TITAN_CHECK(std::fseek(f_, long(offset), SEEK_SET) == 0, "dataset: cannot seek to byte ", offset, " of ", path);
+    base_ = offset;
+    pos_ = len_ = 0;
+    line_ = line;
+  }
+  void close() {
+    if (f_) std::fclose(f_);
+    f_ = nullptr;
+  }
+  bool is_open() const { return f_ != nullptr; }
+  int peek() {
+    if (pos_ == len_ && !fill()) return EOF;
+    return static_cast<unsigned char>(buf_[pos_]);
+  }
+  int get() {
+    int c = peek();
+    if (c != EOF) {
+      ++pos_;
+      if (c == '\n') ++line_;
+    }
+    return c;
+  }
+  // Appends bytes up to and including the next '\n' (or EOF) to `out`; false at EOF.
+  bool read_line(std::string& out) {
+    bool any = false;
+    while (true) {
+      if (pos_ == len_ && !fill()) return any;
+      any = true;
+      const char* start = buf_.data() + pos_;
+      auto* nl = static_cast<const char*>(std::memchr(start, '\n', len_ - pos_));
+      size_t n = nl ? size_t(nl - start) + 1 : len_ - pos_;
+      out.append(start, n);
+      pos_ += n;
+      if (nl) {
+        ++line_;
+        return true;
+      }
+    }
+  }
+  void skip_whitespace() {
+    for (int c = peek(); c == ' ' || c == '\t' || c == '\n' || c == '\r'; c = peek()) get();
+  }
+  uint64_t offset() const { return base_ + pos_; }
+  uint64_t line() const { return line_; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  bool fill() {
+    base_ += len_;
+    pos_ = 0;
+    len_ = std::fread(buf_.data(), 1, buf_.size(), f_);
+    TITAN_CHECK(!std::ferror(f_), "dataset: read error in ", path_);
+    return len_ > 0;
+  }
+  fs::path path_;
+  std::FILE* f_ = nullptr;
+  std::vector<char> buf_ = std::vector<char>(1 << 20);
+  size_t pos_ = 0, len_ = 0;
+  uint64_t base_ = 0, line_ = 1;
+};
+
+Format detect_format(const fs::path& path) {
+  std::string ext = path.extension().string();
+  if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
+  if (ext != ".json") return Format::Text;
+  // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
+  Reader r;
+  r.open(path, 0, 1);
+  if (r.peek() == 0xEF) {  // UTF-8 byte order mark
+    for (int i = 0; i < 3; ++i) r.get();
+  }
+  r.skip_whitespace();
+  return r.peek() == '[' ? Format::JsonArray : Format::JsonLines;
+}
+
+bool blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+std::string_view chomp(std::string_view s) {
+  if (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+struct DocumentStream::Impl {
+  DatasetConfig config;
+  int shard, num_shards;
+  std::vector<fs::path> files;
+  std::vector<Format> formats;
+  std::vector<uint64_t> file_invalid;  // replacements per file, reported when the file ends
+  Reader reader;
+  DocPosition pos;  // of the next element
+  Stats stats;
+  std::string raw;
+
+  bool mine(uint64_t index) const { return index % uint64_t(num_shards) == uint64_t(shard); }
+
+  [[noreturn]] void fail(uint64_t line, const std::string& what) const {
+    TITAN_FAIL("dataset: ", files[pos.file].string(), ":", line, ": ", what);
+  }
+
+  void open_current() {
+    if (!reader.is_open() && pos.file < files.size()) reader.open(files[pos.file], pos.offset, pos.line);
+  }
+
+  void finish_file() {
+    reader.close();
+    if (file_invalid[pos.file] > 0) {
+      std::fprintf(stderr, "warning: dataset %s: replaced %llu invalid UTF-8 sequence(s) by U+FFFD\n",
+                   files[pos.file].c_str(), static_cast<unsigned long long>(file_invalid[pos.file]));
+      file_invalid[pos.file] = 0;
+    }
+    pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
+  }
+
+  // The text of a parsed JSON element: a string, or an object's text field.
+  std::string element_text(const json& j, uint64_t line) const {
+    if (j.is_string()) return j.get<std::string>();
+    if (j.is_object()) {
+      auto it = j.find(config.text_field);
+      if (it == j.end()) fail(line, "object has no field '" + config.text_field + "' (set the text field)");
+      if (!it->is_string()) fail(line, "field '" + config.text_field + "' is " + it->type_name() + ", not a string");
+      return it->get<std::string>();
+    }
+    fail(line, std::string("expected a string or an object, got ") + j.type_name());
+  }
+
+  std::string parse_element(std::string& bytes, uint64_t line, uint64_t& invalid) const {
+    invalid = sanitize_utf8(bytes);
+    json j;
+    try {
+      j = json::parse(bytes);
+    } catch (const json::parse_error& e) {
+      fail(line, std::string("malformed JSON: ") + e.what());
+    }
+    return element_text(j, line);
+  }
+
+  // Copies one JSON value (already positioned at its first byte) into `raw`.
+  void scan_json_value(uint64_t line) {
+    raw.clear();
+    int depth = 0;
+    bool in_string = false, escape = false;
+    while (true) {
+      int c = reader.peek();
+      if (c == EOF) fail(line, "JSON array ends inside a value");
+      if (in_string) {
+        reader.get();
+        raw += char(c);
+        if (escape) {
+          escape = false;
+        } else if (c == '\\') {
+          escape = true;
+        } else if (c == '"') {
+          in_string = false;
+          if (depth == 0) return;
+        }
+        continue;
+      }
+      if (depth == 0 && !raw.empty() && (c == ',' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t'))
+        return;  // end of a scalar
+      reader.get();
+      raw += char(c);
+      if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0) return;
+      }
+    }
+  }
+
+  // Next element of the current file, or false at its end. `raw` holds its bytes;
+  // `at` its position.
+  bool next_raw(DocPosition& at, Format format) {
+    if (format == Format::JsonArray) {
+      if (!pos.in_array) {
+        if (reader.peek() == 0xEF)
+          for (int i = 0; i < 3; ++i) reader.get();
+        reader.skip_whitespace();
+        if (reader.get() != '[') fail(reader.line(), "expected a JSON array");
+        pos.in_array = true;
+      }
+      reader.skip_whitespace();
+      int c = reader.peek();
+      if (c == ']') {
+        reader.get();
+        reader.skip_whitespace();
+        if (reader.peek() != EOF) fail(reader.line(), "data after the end of the JSON array");
+        return false;
+      }
+      if (c == EOF) fail(reader.line(), "JSON array is not closed with ']'");
+      at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, true};
+      scan_json_value(at.line);
+      reader.skip_whitespace();
+      c = reader.peek();
+      if (c == ',') {
+        reader.get();
+      } else if (c != ']') {
+        fail(reader.line(), "expected ',' or ']' after an array element");
+      }
+      return true;
+    }
+    while (true) {
+      at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, false};
+      raw.clear();
+      if (!reader.read_line(raw)) return false;
+      if (format == Format::JsonLines || config.text_split == "line") {
+        if (blank(raw)) continue;
+        raw.resize(chomp(raw).size());
+        return true;
+      }
+      if (config.text_split == "file") {
+        while (reader.read_line(raw)) {
+        }
+        return true;
+      }
+      if (blank(raw)) continue;
+      // A paragraph: lines up to the next blank line (or the end of the file).
+      std::string line;
+      while (true) {
+        line.clear();
+        if (!reader.read_line(line) || blank(line)) break;
+        raw += line;
+      }
+      raw.resize(chomp(raw).size());
+      return true;
+    }
+  }
+
+  bool next(Document& doc) {
+    while (pos.file < files.size()) {
+      open_current();
+      Format format = formats[pos.file];
+      DocPosition at;
+      if (!next_raw(at, format)) {
+        finish_file();
+        continue;
+      }
+      pos.offset = reader.offset();
+      pos.line = reader.line();
+      ++pos.index;
+      if (!mine(at.index)) continue;
+      uint64_t invalid = 0;
+      if (format == Format::Text) {
+        invalid = sanitize_utf8(raw);
+        doc.text.swap(raw);
+      } else {
+        doc.text = parse_element(raw, at.line, invalid);
+      }
+      if (doc.text.empty()) {
+        ++stats.empty_skipped;
+        continue;
+      }
+      file_invalid[pos.file] += invalid;
+      stats.invalid_utf8 += invalid;
+      ++stats.documents;
+      doc.position = at;
+      doc.invalid_utf8 = invalid;
+      return true;
+    }
+    return false;
+  }
+};
+
+DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) : impl_(std::make_unique<Impl>()) {
+  TITAN_CHECK(num_shards >= 1 && shard >= 0 && shard < num_shards, "dataset: shard ", shard, " of ", num_shards,
+              " is not a valid shard");
+  TITAN_CHECK(config.text_split == "paragraph" || config.text_split == "line" || config.text_split == "file",
+              "dataset: text_split '", config.text_split, "' is not one of paragraph, line, file");
+  impl_->files = list_dataset_files(config.paths);
+  for (auto& f : impl_->files) impl_->formats.push_back(detect_format(f));
+  impl_->file_invalid.assign(impl_->files.size(), 0);
+  impl_->config = std::move(config);
+  impl_->shard = shard;
+  impl_->num_shards = num_shards;
+}
+
+DocumentStream::~DocumentStream() = default;
+
+bool DocumentStream::next(Document& doc) { return impl_->next(doc); }
+DocPosition DocumentStream::position() const { return impl_->pos; }
+
+void DocumentStream::seek(const DocPosition& position) {
+  TITAN_CHECK(position.file <= impl_->files.size(), "dataset: position names file ", position.file, " but only ",
+              impl_->files.size(), " files are listed");
+  impl_->reader.close();
+  impl_->pos = position;
+}
+
+const std::vector<fs::path>& DocumentStream::files() const { return impl_->files; }
+const DocumentStream::Stats& DocumentStream::stats() const { return impl_->stats; }
+
+}  // namespace titan::data

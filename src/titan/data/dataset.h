@@ -1,0 +1,71 @@
+#pragma once
+// Documents from files and folders: JSON arrays (of strings, or of objects with a text
+// field), JSON Lines, and plain text. Read as a stream, so a file larger than memory
+// works, with a position that can be saved and sought back to exactly.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace titan::data {
+
+struct DatasetConfig {
+  std::vector<std::filesystem::path> paths;  // files and folders (searched recursively)
+  std::string text_field = "text";           // for JSON objects
+  // Plain text files: "paragraph" (documents separated by blank lines), "line" (one
+  // document per line) or "file" (the whole file is one document, held in memory).
+  std::string text_split = "paragraph";
+};
+
+// Where a document starts: enough to resume reading there exactly.
+struct DocPosition {
+  uint64_t file = 0;     // index into DocumentStream::files()
+  uint64_t offset = 0;   // byte offset in that file
+  uint64_t line = 1;     // 1-based line number at `offset`, for error messages
+  uint64_t index = 0;    // documents before this one in the whole dataset: the sharding key
+  bool in_array = false;  // a JSON array file whose '[' lies before `offset`
+  bool operator==(const DocPosition&) const = default;
+};
+void to_json(nlohmann::json& j, const DocPosition& p);
+void from_json(const nlohmann::json& j, DocPosition& p);
+
+struct Document {
+  std::string text;  // valid UTF-8, never empty
+  DocPosition position;
+  uint64_t invalid_utf8 = 0;  // sequences replaced by U+FFFD
+};
+
+// The files a dataset path list stands for: files as given, folders searched
+// recursively for .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
+std::vector<std::filesystem::path> list_dataset_files(const std::vector<std::filesystem::path>& paths);
+
+// One pass over the documents. With `num_shards` > 1 only documents whose index % num_shards
+// == shard are returned (the others are skipped without being parsed). Empty documents
+// are skipped; invalid UTF-8 is repaired, counted, and reported on stderr per file.
+class DocumentStream {
+ public:
+  explicit DocumentStream(DatasetConfig config, int shard = 0, int num_shards = 1);
+  ~DocumentStream();
+  DocumentStream(const DocumentStream&) = delete;
+  DocumentStream& operator=(const DocumentStream&) = delete;
+
+  bool next(Document& doc);  // false at the end of the last file
+  DocPosition position() const;  // where the next call to next() starts reading
+  void seek(const DocPosition& position);
+  const std::vector<std::filesystem::path>& files() const;
+
+  struct Stats {
+    uint64_t documents = 0;      // returned by next()
+    uint64_t empty_skipped = 0;  // of this shard
+    uint64_t invalid_utf8 = 0;   // replacements in the returned documents
+  };
+  const Stats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace titan::data

@@ -1,0 +1,271 @@
+#include "titan/data/loader.h"
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "titan/core/check.h"
+
+namespace titan::data {
+using json = nlohmann::json;
+
+void to_json(json& j, const LoaderState& s) {
+  j = json{{"version", s.version},   {"doc", s.doc},         {"doc_tokens_taken", s.doc_tokens_taken},
+           {"epoch", s.epoch},       {"batches", s.batches}, {"tokens", s.tokens},
+           {"dp_rank", s.dp_rank},   {"dp_size", s.dp_size}, {"seq_len", s.seq_len},
+           {"eos_id", s.eos_id}};
+}
+
+void from_json(const json& j, LoaderState& s) {
+  s.version = j.at("version").get<int>();
+  TITAN_CHECK(s.version == 1, "loader state: version ", s.version, " is not supported (expected 1)");
+  s.doc = j.at("doc").get<DocPosition>();
+  s.doc_tokens_taken = j.at("doc_tokens_taken").get<uint64_t>();
+  s.epoch = j.at("epoch").get<uint64_t>();
+  s.batches = j.at("batches").get<uint64_t>();
+  s.tokens = j.at("tokens").get<uint64_t>();
+  s.dp_rank = j.at("dp_rank").get<int>();
+  s.dp_size = j.at("dp_size").get<int>();
+  s.seq_len = j.at("seq_len").get<int64_t>();
+  s.eos_id = j.at("eos_id").get<int32_t>();
+}
+
+namespace {
+
+// Turns this rank's documents into windows. Runs on the background thread only.
+class Packer {
+ public:
+  Packer(const LoaderConfig& config, const Tokenizer& tokenizer, int32_t eos)
+      : config_(config),
+        tokenizer_(tokenizer),
+        eos_(eos),
+        stream_(DatasetConfig{config.paths, config.text_field, config.text_split}, config.dp_rank, config.dp_size) {}
+
+  void reset(const LoaderState& s) {
+    stream_.seek(s.doc);
+    epoch_ = s.epoch;
+    batches_ = s.batches;
+    tokens_ = s.tokens;
+    epoch_from_start_ = s.doc == DocPosition{};
+    epoch_docs_ = 0;
+    doc_.clear();
+    cursor_ = 0;
+    if (s.doc_tokens_taken > 0) {
+      TITAN_CHECK(load_document(), "loader state: document at file ", s.doc.file, " offset ", s.doc.offset,
+                  " no longer exists in the dataset");
+      TITAN_CHECK(doc_pos_ == s.doc && s.doc_tokens_taken <= doc_.size(), "loader state: the document at file ",
+                  s.doc.file, " offset ", s.doc.offset, " changed since the state was saved");
+      cursor_ = s.doc_tokens_taken;
+    }
+  }
+
+  LoaderState state() const {
+    LoaderState s;
+    if (cursor_ < doc_.size()) {
+      s.doc = doc_pos_;
+      s.doc_tokens_taken = cursor_;
+    } else {
+      s.doc = stream_.position();
+    }
+    s.epoch = epoch_;
+    s.batches = batches_;
+    s.tokens = tokens_;
+    s.dp_rank = config_.dp_rank;
+    s.dp_size = config_.dp_size;
+    s.seq_len = config_.seq_len;
+    s.eos_id = eos_;
+    return s;
+  }
+
+  // An empty batch when the data is exhausted and the loader is not infinite.
+  Batch next_batch() {
+    const int64_t B = config_.local_batch_size, S = config_.seq_len;
+    Batch b;
+    b.inputs.resize(B * S);
+    b.labels.resize(B * S);
+    window_.resize(S + 1);
+    for (int64_t row = 0; row < B; ++row) {
+      if (!fill_window()) return Batch{};
+      for (int64_t t = 0; t < S; ++t) {
+        b.inputs[row * S + t] = window_[t];
+        b.labels[row * S + t] = window_[t + 1];
+      }
+    }
+    b.batch_size = B;
+    b.seq_len = S;
+    ++batches_;
+    tokens_ += uint64_t(B * S);
+    return b;
+  }
+
+  const std::vector<std::filesystem::path>& files() const { return stream_.files(); }
+
+ private:
+  bool fill_window() {
+    size_t filled = 0;
+    while (filled < window_.size()) {
+      if (cursor_ == doc_.size() && !load_document()) return false;
+      size_t n = std::min(window_.size() - filled, doc_.size() - cursor_);
+      std::copy_n(doc_.begin() + cursor_, n, window_.begin() + filled);
+      cursor_ += n;
+      filled += n;
+    }
+    return true;
+  }
+
+  bool load_document() {
+    Document d;
+    while (!stream_.next(d)) {
+      TITAN_CHECK(epoch_docs_ > 0 || !epoch_from_start_, "loader: the dataset (", stream_.files().size(),
+                  " files) holds no non-empty document for data-parallel rank ", config_.dp_rank, " of ",
+                  config_.dp_size);
+      if (!config_.infinite) return false;
+      ++epoch_;
+      epoch_docs_ = 0;
+      epoch_from_start_ = true;
+      stream_.seek(DocPosition{});
+    }
+    ++epoch_docs_;
+    doc_.clear();
+    tokenizer_.encode_into(d.text, doc_);
+    doc_.push_back(eos_);
+    doc_pos_ = d.position;
+    cursor_ = 0;
+    return true;
+  }
+
+  const LoaderConfig& config_;
+  const Tokenizer& tokenizer_;
+  int32_t eos_;
+  DocumentStream stream_;
+  std::vector<int32_t> doc_;  // tokens of the current document + EOS
+  size_t cursor_ = 0;         // of doc_, already in windows
+  DocPosition doc_pos_;
+  std::vector<int32_t> window_;
+  uint64_t epoch_ = 0, epoch_docs_ = 0, batches_ = 0, tokens_ = 0;
+  bool epoch_from_start_ = true;
+};
+
+struct Item {
+  Batch batch;
+  LoaderState state;  // after this batch
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+struct TokenLoader::Impl {
+  LoaderConfig config;
+  const Tokenizer& tokenizer;
+  int32_t eos;
+  std::unique_ptr<Packer> packer;
+  LoaderState current;  // after the last batch next() returned
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Item> queue;
+  bool stop = false;
+  bool finished = false;  // the worker produced its last item (end of data or an error)
+  std::thread worker;
+
+  Impl(LoaderConfig c, const Tokenizer& t) : config(std::move(c)), tokenizer(t) {
+    TITAN_CHECK(config.seq_len >= 1, "loader: seq_len must be >= 1, got ", config.seq_len);
+    TITAN_CHECK(config.local_batch_size >= 1, "loader: local_batch_size must be >= 1, got ",
+                config.local_batch_size);
+    TITAN_CHECK(config.dp_size >= 1 && config.dp_rank >= 0 && config.dp_rank < config.dp_size, "loader: dp_rank ",
+                config.dp_rank, " is not in [0, dp_size=", config.dp_size, ")");
+    TITAN_CHECK(config.prefetch >= 1, "loader: prefetch must be >= 1, got ", config.prefetch);
+    eos = config.eos_id >= 0 ? config.eos_id : tokenizer.document_separator_id();
+    TITAN_CHECK(eos >= 0 && eos < tokenizer.vocab_size(), "loader: eos_id ", eos,
+                " is not a token id of the tokenizer (vocab size ", tokenizer.vocab_size(), ")");
+    packer = std::make_unique<Packer>(config, tokenizer, eos);
+    current = packer->state();
+  }
+
+  ~Impl() { halt(); }
+
+  void run() {
+    while (true) {
+      Item item;
+      try {
+        item.batch = packer->next_batch();
+        item.state = packer->state();
+      } catch (...) {
+        item.error = std::current_exception();
+      }
+      bool last = item.error || item.batch.empty();
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return stop || int(queue.size()) < config.prefetch; });
+      if (stop) return;
+      queue.push_back(std::move(item));
+      cv.notify_all();
+      if (last) return;
+    }
+  }
+
+  void halt() {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+    queue.clear();
+    stop = false;
+    finished = false;
+  }
+
+  Batch next() {
+    std::unique_lock lock(mu);
+    if (!worker.joinable()) worker = std::thread([this] { run(); });
+    if (finished && queue.empty()) return Batch{};
+    cv.wait(lock, [&] { return !queue.empty(); });
+    Item item = std::move(queue.front());
+    queue.pop_front();
+    cv.notify_all();
+    if (item.error) {
+      queue.push_front(Item{{}, {}, item.error});  // every later call fails the same way
+      std::rethrow_exception(item.error);
+    }
+    if (item.batch.empty()) {
+      finished = true;
+      return Batch{};
+    }
+    current = item.state;
+    return std::move(item.batch);
+  }
+
+  void restore(const json& j) {
+    LoaderState s;
+    try {
+      s = j.get<LoaderState>();
+    } catch (const json::exception& e) {
+      TITAN_FAIL("loader state: malformed: ", e.what());
+    }
+    TITAN_CHECK(s.dp_rank == config.dp_rank && s.dp_size == config.dp_size, "loader state: saved for dp rank ",
+                s.dp_rank, " of ", s.dp_size, ", restoring into rank ", config.dp_rank, " of ", config.dp_size,
+                " (the data-parallel degree must not change on resume)");
+    TITAN_CHECK(s.seq_len == config.seq_len, "loader state: saved with seq_len ", s.seq_len, ", now ",
+                config.seq_len);
+    TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);
+    TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
+                packer->files().size());
+    halt();
+    packer->reset(s);
+    current = s;
+  }
+};
+
+TokenLoader::TokenLoader(LoaderConfig config, const Tokenizer& tokenizer)
+    : impl_(std::make_unique<Impl>(std::move(config), tokenizer)) {}
+TokenLoader::~TokenLoader() = default;
+
+Batch TokenLoader::next() { return impl_->next(); }
+json TokenLoader::state() const { return impl_->current; }
+void TokenLoader::restore(const json& state) { impl_->restore(state); }
+const LoaderConfig& TokenLoader::config() const { return impl_->config; }
+const std::vector<std::filesystem::path>& TokenLoader::files() const { return impl_->packer->files(); }
+
+}  // namespace titan::data

@@ -1,0 +1,76 @@
+#pragma once
+// Packs tokenized documents into training batches: each document + EOS, concatenated,
+// cut into windows of seq_len + 1 (inputs = window[:-1], labels = window[1:]), no
+// padding. Data-parallel rank r of n reads documents r, r+n, r+2n, ... A background
+// thread keeps batches ready. state()/restore() resume exactly: the batches after a
+// restore are those an uninterrupted run would have produced.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "titan/data/dataset.h"
+#include "titan/data/tokenizer.h"
+
+namespace titan::data {
+
+struct LoaderConfig {
+  std::vector<std::filesystem::path> paths;  // files and folders
+  std::string text_field = "text";
+  std::string text_split = "paragraph";  // plain text files: paragraph | line | file
+  int64_t seq_len = 2048;
+  int64_t local_batch_size = 1;
+  int dp_rank = 0;
+  int dp_size = 1;
+  int32_t eos_id = -1;   // document separator; -1: tokenizer.document_separator_id()
+  int prefetch = 4;      // batches the background thread keeps ready
+  bool infinite = true;  // at the end of the data start the next epoch; else next() returns an empty batch
+};
+
+struct Batch {
+  std::vector<int64_t> inputs;  // [batch_size * seq_len], row-major
+  std::vector<int64_t> labels;  // the next token of each input
+  int64_t batch_size = 0;
+  int64_t seq_len = 0;
+  bool empty() const { return batch_size == 0; }
+};
+
+// Position of the loader after the last batch returned, JSON-serialisable.
+struct LoaderState {
+  int version = 1;
+  DocPosition doc;            // the document being consumed, or the next one to read
+  uint64_t doc_tokens_taken = 0;  // tokens of `doc` (its EOS included) already in batches
+  uint64_t epoch = 0;
+  uint64_t batches = 0;  // returned so far
+  uint64_t tokens = 0;   // input tokens in them
+  // The packing this state belongs to; restore() refuses a different one.
+  int dp_rank = 0;
+  int dp_size = 1;
+  int64_t seq_len = 0;
+  int32_t eos_id = -1;
+};
+void to_json(nlohmann::json& j, const LoaderState& s);
+void from_json(const nlohmann::json& j, LoaderState& s);
+
+class TokenLoader {
+ public:
+  // `tokenizer` must outlive the loader.
+  TokenLoader(LoaderConfig config, const Tokenizer& tokenizer);
+  ~TokenLoader();
+  TokenLoader(const TokenLoader&) = delete;
+  TokenLoader& operator=(const TokenLoader&) = delete;
+
+  Batch next();  // rethrows data errors (malformed file, ...) from the background thread
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
+  const LoaderConfig& config() const;
+  const std::vector<std::filesystem::path>& files() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace titan::data

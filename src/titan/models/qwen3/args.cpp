@@ -1,0 +1,362 @@
+#include "titan/models/qwen3/args.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "titan/core/check.h"
+
+namespace titan::qwen3 {
+
+bool ModelArgs::is_moe_layer(int64_t layer) const {
+  if (!is_moe()) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+void ModelArgs::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    TITAN_CHECK(v > 0, "model args: ", name, " must be positive, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(dim, "dim");
+  positive(n_layers, "n_layers");
+  positive(n_heads, "n_heads");
+  positive(n_kv_heads, "n_kv_heads");
+  positive(head_dim, "head_dim");
+  TITAN_CHECK(n_heads % n_kv_heads == 0, "model args: n_heads (", n_heads, ") must be a multiple of n_kv_heads (",
+              n_kv_heads, ")");
+  TITAN_CHECK(head_dim % 2 == 0, "model args: head_dim must be even for RoPE, got ", head_dim);
+  TITAN_CHECK(norm_eps > 0, "model args: norm_eps must be positive, got ", norm_eps);
+  TITAN_CHECK(rope_theta > 0, "model args: rope_theta must be positive, got ", rope_theta);
+  if (is_moe()) {
+    TITAN_CHECK(top_k >= 1 && top_k <= num_experts, "model args: top_k must be in [1, num_experts=", num_experts,
+                "], got ", top_k);
+    positive(moe_hidden_dim, "moe_hidden_dim");
+    positive(decoder_sparse_step, "decoder_sparse_step");
+  } else {
+    TITAN_CHECK(num_experts == 0, "model args: num_experts must be >= 0, got ", num_experts);
+  }
+  bool any_dense = false;
+  for (int64_t i = 0; i < n_layers; ++i) any_dense |= !is_moe_layer(i);
+  if (any_dense) positive(hidden_dim, "hidden_dim");
+  for (int64_t l : mlp_only_layers)
+    TITAN_CHECK(l >= 0 && l < n_layers, "model args: mlp_only_layers entry ", l, " outside [0, ", n_layers, ")");
+}
+
+int64_t ModelArgs::num_params() const {
+  int64_t attn = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 + 2 * head_dim;
+  int64_t total = vocab_size * dim * (tie_embeddings ? 1 : 2) + dim;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    total += attn + 2 * dim;
+    total += is_moe_layer(i) ? num_experts * dim + num_experts * 3 * dim * moe_hidden_dim : 3 * dim * hidden_dim;
+  }
+  return total;
+}
+
+int64_t ModelArgs::num_active_params() const {
+  int64_t total = num_params();
+  for (int64_t i = 0; i < n_layers; ++i)
+    if (is_moe_layer(i)) total -= (num_experts - top_k) * 3 * dim * moe_hidden_dim;
+  return total;
+}
+
+double ModelArgs::flops_per_token(int64_t seq) const {
+  // Matmul parameters active per token: everything but the norms and the embedding lookup
+  // (the lm_head is counted, also when tied).
+  double matmul = double(num_active_params()) - double(vocab_size * dim * (tie_embeddings ? 1 : 2));
+  matmul += double(vocab_size * dim);  // lm_head
+  for (int64_t i = 0; i < n_layers; ++i) matmul -= double(2 * dim + 2 * head_dim);
+  matmul -= double(dim);  // final norm
+  return 6.0 * matmul + 12.0 * double(n_layers * n_heads * head_dim * seq);
+}
+
+// ---------------------------------------------------------------- flavors
+
+namespace {
+
+ModelArgs dense(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, bool tied, double theta = 1e6) {
+  ModelArgs a;
+  a.dim = dim;
+  a.hidden_dim = hidden;
+  a.n_layers = layers;
+  a.n_heads = heads;
+  a.n_kv_heads = kv;
+  a.tie_embeddings = tied;
+  a.rope_theta = theta;
+  return a;
+}
+
+ModelArgs moe(ModelArgs a, int64_t experts, int64_t k, int64_t moe_hidden) {
+  a.num_experts = experts;
+  a.top_k = k;
+  a.moe_hidden_dim = moe_hidden;
+  return a;
+}
+
+const std::map<std::string, ModelArgs>& flavors() {
+  static const std::map<std::string, ModelArgs> table = {
+      {"debugmodel", dense(256, 3072, 8, 16, 8, true)},
+      {"debugmodel_moe", moe(dense(256, 3072, 8, 16, 8, true), 64, 8, 768)},
+      {"0.6B", dense(1024, 3072, 28, 16, 8, true)},
+      {"1.7B", dense(2048, 6144, 28, 16, 8, true)},
+      {"4B", dense(2560, 9728, 36, 32, 8, true)},
+      {"8B", dense(4096, 12288, 36, 32, 8, false)},
+      {"14B", dense(5120, 17408, 40, 40, 8, false)},
+      {"32B", dense(5120, 25600, 64, 64, 8, false)},
+      {"30B-A3B", moe(dense(2048, 6144, 48, 32, 4, false), 128, 8, 768)},
+      {"235B-A22B", moe(dense(4096, 12288, 94, 64, 4, false, 5e6), 128, 8, 1536)},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> flavor_names() {
+  std::vector<std::string> names;
+  for (auto& [k, v] : flavors()) names.push_back(k);
+  return names;
+}
+
+ModelArgs flavor(const std::string& name) {
+  auto it = flavors().find(name);
+  if (it == flavors().end()) {
+    std::string list;
+    for (auto& n : flavor_names()) list += (list.empty() ? "" : ", ") + n;
+    TITAN_FAIL("unknown qwen3 flavor '", name, "'; known flavors: ", list);
+  }
+  return it->second;
+}
+
+// ---------------------------------------------------------------- overrides
+
+namespace {
+
+int64_t parse_int(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  TITAN_CHECK(used == v.size() && !v.empty(), "model.", key, ": expected an integer, got '", v, "'");
+  return x;
+}
+
+double parse_double(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  TITAN_CHECK(used == v.size() && !v.empty(), "model.", key, ": expected a number, got '", v, "'");
+  return x;
+}
+
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  TITAN_FAIL("model.", key, ": expected true or false, got '", v, "'");
+}
+
+struct Field {
+  const char* name;
+  enum Kind { Int, Double, Bool, IntList } kind;
+  void* (*member)(ModelArgs&);
+};
+
+#define TITAN_FIELD(n, k) Field{#n, Field::k, [](ModelArgs& a) -> void* { return &a.n; }}
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      TITAN_FIELD(vocab_size, Int),       TITAN_FIELD(dim, Int),
+      TITAN_FIELD(n_layers, Int),         TITAN_FIELD(n_heads, Int),
+      TITAN_FIELD(n_kv_heads, Int),       TITAN_FIELD(head_dim, Int),
+      TITAN_FIELD(hidden_dim, Int),       TITAN_FIELD(norm_eps, Double),
+      TITAN_FIELD(rope_theta, Double),    TITAN_FIELD(max_seq_len, Int),
+      TITAN_FIELD(tie_embeddings, Bool),  TITAN_FIELD(num_experts, Int),
+      TITAN_FIELD(top_k, Int),            TITAN_FIELD(moe_hidden_dim, Int),
+      TITAN_FIELD(decoder_sparse_step, Int), TITAN_FIELD(mlp_only_layers, IntList),
+      TITAN_FIELD(norm_topk_prob, Bool),  TITAN_FIELD(router_aux_loss_coef, Double),
+      TITAN_FIELD(output_router_logits, Bool),
+  };
+  return f;
+}
+#undef TITAN_FIELD
+
+}  // namespace
+
+std::vector<std::string> override_keys() {
+  std::vector<std::string> k;
+  for (auto& f : fields()) k.push_back(f.name);
+  return k;
+}
+
+void apply_override(ModelArgs& args, const std::string& key, const std::string& value) {
+  for (auto& f : fields()) {
+    if (key != f.name) continue;
+    void* m = f.member(args);
+    switch (f.kind) {
+      case Field::Int: *static_cast<int64_t*>(m) = parse_int(key, value); break;
+      case Field::Double: *static_cast<double*>(m) = parse_double(key, value); break;
+      case Field::Bool: *static_cast<bool*>(m) = parse_bool(key, value); break;
+      case Field::IntList: {
+        auto& list = *static_cast<std::vector<int64_t>*>(m);
+        list.clear();
+        std::string v = value;
+        v.erase(std::remove_if(v.begin(), v.end(), [](char c) { return c == '[' || c == ']' || c == ' '; }), v.end());
+        size_t pos = 0;
+        while (pos < v.size()) {
+          size_t comma = v.find(',', pos);
+          if (comma == std::string::npos) comma = v.size();
+          list.push_back(parse_int(key, v.substr(pos, comma - pos)));
+          pos = comma + 1;
+        }
+        break;
+      }
+    }
+    return;
+  }
+  std::string list;
+  for (auto& k : override_keys()) list += (list.empty() ? "" : ", ") + k;
+  TITAN_FAIL("unknown model field '", key, "'; valid fields: ", list);
+}
+
+// ---------------------------------------------------------------- Hugging Face config.json
+
+ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
+  TITAN_CHECK(c.is_object(), src, ": config must be a JSON object");
+  TITAN_CHECK(c.contains("architectures") && c["architectures"].is_array() && c["architectures"].size() == 1,
+              src, ": 'architectures' must list exactly one architecture");
+  std::string arch = c["architectures"][0].get<std::string>();
+  TITAN_CHECK(arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM", src, ": architecture '", arch,
+              "' is not supported (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+  const bool is_moe = arch == "Qwen3MoeForCausalLM";
+
+  auto get_int = [&](const char* k) -> int64_t {
+    TITAN_CHECK(c.contains(k) && c[k].is_number_integer(), src, ": field '", k, "' missing or not an integer");
+    return c[k].get<int64_t>();
+  };
+  auto get_num = [&](const char* k) -> double {
+    TITAN_CHECK(c.contains(k) && c[k].is_number(), src, ": field '", k, "' missing or not a number");
+    return c[k].get<double>();
+  };
+  auto opt_bool = [&](const char* k, bool def) -> bool {
+    if (!c.contains(k) || c[k].is_null()) return def;
+    TITAN_CHECK(c[k].is_boolean(), src, ": field '", k, "' must be true or false");
+    return c[k].get<bool>();
+  };
+
+  ModelArgs a;
+  a.vocab_size = get_int("vocab_size");
+  a.dim = get_int("hidden_size");
+  a.n_layers = get_int("num_hidden_layers");
+  a.n_heads = get_int("num_attention_heads");
+  a.n_kv_heads = c.contains("num_key_value_heads") ? get_int("num_key_value_heads") : a.n_heads;
+  a.head_dim = c.contains("head_dim") && !c["head_dim"].is_null() ? get_int("head_dim") : a.dim / a.n_heads;
+  a.norm_eps = get_num("rms_norm_eps");
+  a.max_seq_len = c.contains("max_position_embeddings") ? get_int("max_position_embeddings") : a.max_seq_len;
+  a.tie_embeddings = opt_bool("tie_word_embeddings", false);
+
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {
+    const auto& rp = c["rope_parameters"];
+    std::string type = rp.value("rope_type", std::string("default"));
+    TITAN_CHECK(type == "default", src, ": rope_parameters.rope_type '", type, "' is not supported (only 'default')");
+    TITAN_CHECK(rp.contains("rope_theta") && rp["rope_theta"].is_number(), src,
+                ": rope_parameters.rope_theta missing or not a number");
+    a.rope_theta = rp["rope_theta"].get<double>();
+  } else {
+    a.rope_theta = get_num("rope_theta");
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+      TITAN_FAIL(src, ": rope_scaling is not supported (got ", c["rope_scaling"].dump(), ")");
+  }
+  if (c.contains("hidden_act"))
+    TITAN_CHECK(c["hidden_act"] == "silu", src, ": hidden_act '", c["hidden_act"].dump(), "' is not supported (only silu)");
+  TITAN_CHECK(!opt_bool("attention_bias", false), src, ": attention_bias=true is not supported by Qwen3");
+  if (opt_bool("use_sliding_window", false)) TITAN_FAIL(src, ": use_sliding_window=true is not supported");
+  for (const char* k : {"torch_dtype", "dtype"}) {
+    if (!c.contains(k) || c[k].is_null()) continue;
+    std::string d = c[k].get<std::string>();
+    TITAN_CHECK(d == "float32" || d == "bfloat16" || d == "float16", src, ": ", k, " '", d,
+                "' is not supported (float32, bfloat16, float16)");
+  }
+
+  if (is_moe) {
+    if (c.contains("num_experts")) a.num_experts = get_int("num_experts");
+    else a.num_experts = get_int("num_local_experts");
+    a.top_k = get_int("num_experts_per_tok");
+    a.moe_hidden_dim = get_int("moe_intermediate_size");
+    a.decoder_sparse_step = c.contains("decoder_sparse_step") ? get_int("decoder_sparse_step") : 1;
+    if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null())
+      a.mlp_only_layers = c["mlp_only_layers"].get<std::vector<int64_t>>();
+    a.norm_topk_prob = opt_bool("norm_topk_prob", false);
+    a.router_aux_loss_coef = c.contains("router_aux_loss_coef") ? get_num("router_aux_loss_coef") : 0.001;
+    a.output_router_logits = opt_bool("output_router_logits", false);
+    a.hidden_dim = c.contains("intermediate_size") ? get_int("intermediate_size") : 0;
+    if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"].is_number() &&
+        c["shared_expert_intermediate_size"].get<int64_t>() > 0)
+      TITAN_FAIL(src, ": shared experts are not part of Qwen3-MoE (shared_expert_intermediate_size > 0)");
+  } else {
+    a.hidden_dim = get_int("intermediate_size");
+  }
+  try {
+    a.validate();
+  } catch (const Error& e) {
+    TITAN_FAIL(src, ": ", e.what());
+  }
+  return a;
+}
+
+ModelArgs args_from_hf_config_file(const std::string& path) {
+  std::ifstream f(path);
+  TITAN_CHECK(f, "cannot open model config '", path, "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    TITAN_FAIL(path, ": invalid JSON: ", e.what());
+  }
+  return args_from_hf_config(j, path);
+}
+
+nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
+  nlohmann::json c;
+  c["architectures"] = {a.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
+  c["model_type"] = a.is_moe() ? "qwen3_moe" : "qwen3";
+  c["vocab_size"] = a.vocab_size;
+  c["hidden_size"] = a.dim;
+  c["num_hidden_layers"] = a.n_layers;
+  c["num_attention_heads"] = a.n_heads;
+  c["num_key_value_heads"] = a.n_kv_heads;
+  c["head_dim"] = a.head_dim;
+  c["intermediate_size"] = a.hidden_dim;
+  c["rms_norm_eps"] = a.norm_eps;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", a.rope_theta}};
+  c["max_position_embeddings"] = a.max_seq_len;
+  c["tie_word_embeddings"] = a.tie_embeddings;
+  c["hidden_act"] = "silu";
+  c["attention_bias"] = false;
+  c["attention_dropout"] = 0.0;
+  c["initializer_range"] = 0.02;
+  c["use_cache"] = true;
+  c["use_sliding_window"] = false;
+  c["bos_token_id"] = 151643;
+  c["eos_token_id"] = 151645;
+  c["dtype"] = dtype;
+  if (a.is_moe()) {
+    c["num_experts"] = a.num_experts;
+    c["num_experts_per_tok"] = a.top_k;
+    c["moe_intermediate_size"] = a.moe_hidden_dim;
+    c["decoder_sparse_step"] = a.decoder_sparse_step;
+    c["mlp_only_layers"] = a.mlp_only_layers;
+    c["norm_topk_prob"] = a.norm_topk_prob;
+    c["router_aux_loss_coef"] = a.router_aux_loss_coef;
+    c["output_router_logits"] = a.output_router_logits;
+  }
+  return c;
+}
+
+}  // namespace titan::qwen3

@@ -1,0 +1,66 @@
+#pragma once
+// ModelArgs: every shape and numeric choice of a Qwen3 / Qwen3-MoE model. The
+// native route takes them from a named flavor (+ overrides), the HF route from
+// config.json; the decoder itself only ever sees ModelArgs.
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace titan::qwen3 {
+
+struct ModelArgs {
+  int64_t vocab_size = 151936;
+  int64_t dim = 1024;         // hidden_size
+  int64_t n_layers = 28;
+  int64_t n_heads = 16;       // query heads
+  int64_t n_kv_heads = 8;
+  int64_t head_dim = 128;     // independent of dim / n_heads in Qwen3
+  int64_t hidden_dim = 3072;  // dense MLP intermediate_size
+  double norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  int64_t max_seq_len = 40960;
+  bool tie_embeddings = true;
+
+  // Mixture of experts (num_experts == 0: dense model).
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_hidden_dim = 0;  // moe_intermediate_size
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  bool norm_topk_prob = true;
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;  // transformers adds coef * aux to the loss only when true
+
+  bool is_moe() const { return num_experts > 0; }
+  // transformers: sparse when not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
+  bool is_moe_layer(int64_t layer) const;
+  // Rejects inconsistent shapes with a message naming the field.
+  void validate() const;
+
+  // Parameter counts: total, and active per token (MoE: top_k of num_experts experts).
+  int64_t num_params() const;
+  int64_t num_active_params() const;
+  // Training FLOPs per token at sequence length `seq`, torchtitan's formula:
+  // 6 * (matmul parameters active per token, lm_head counted, embedding lookup not)
+  //   + 12 * n_layers * n_heads * head_dim * seq   (attention scores and values; no causal halving).
+  double flops_per_token(int64_t seq) const;
+};
+
+// Named shapes from the published Qwen3 configs and torchtitan's debug models.
+ModelArgs flavor(const std::string& name);
+std::vector<std::string> flavor_names();
+
+// `key` is a ModelArgs field name (n_layers, num_experts, top_k, ...); value as text.
+// Unknown keys are errors that list the valid ones.
+void apply_override(ModelArgs& args, const std::string& key, const std::string& value);
+std::vector<std::string> override_keys();
+
+// Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
+// (num_experts / num_local_experts, rope_theta / rope_parameters.rope_theta, torch_dtype /
+// dtype). Unsupported architectures or values are errors naming `source` and the field.
+ModelArgs args_from_hf_config(const nlohmann::json& config, const std::string& source);
+ModelArgs args_from_hf_config_file(const std::string& path);
+// A config.json transformers reloads (transformers-v5 spelling); dtype "float32"|"bfloat16".
+nlohmann::json hf_config_from_args(const ModelArgs& args, const std::string& dtype);
+
+}  // namespace titan::qwen3

@@ -1,0 +1,264 @@
+#include "titan/models/qwen3/model.h"
+
+#include <cmath>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/substitution.h"
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/elementwise.h"
+#include "titan/ops/embedding.h"
+#include "titan/ops/linear.h"
+#include "titan/ops/moe.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/rope.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan::qwen3 {
+
+using nn::Init;
+using nn::ParamSpec;
+
+Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype) : args_(args), compute_dtype_(compute_dtype) {
+  args_.validate();
+  TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
+              "Qwen3Model: compute dtype must be f32, bf16 or f64, got ", dtype_name(compute_dtype));
+  const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
+
+  blocks_.reserve(size_t(args_.n_layers + 2));
+  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}});
+  for (int64_t i = 0; i < args_.n_layers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    std::vector<ParamSpec> specs = {
+        {p + "attention_norm.weight", {D}, Init::Ones},
+        {p + "attention.wq.weight", {q_dim, D}},
+        {p + "attention.wk.weight", {kv_dim, D}},
+        {p + "attention.wv.weight", {kv_dim, D}},
+        {p + "attention.q_norm.weight", {hd}, Init::Ones},
+        {p + "attention.k_norm.weight", {hd}, Init::Ones},
+        {p + "attention.wo.weight", {D, q_dim}},
+        {p + "ffn_norm.weight", {D}, Init::Ones},
+    };
+    if (args_.is_moe_layer(i)) {
+      const int64_t E = args_.num_experts, F = args_.moe_hidden_dim;
+      specs.push_back({p + "moe.router.gate.weight", {E, D}});
+      specs.push_back({p + "moe.experts.w1", {E, F, D}});
+      specs.push_back({p + "moe.experts.w2", {E, D, F}});
+      specs.push_back({p + "moe.experts.w3", {E, F, D}});
+    } else {
+      const int64_t F = args_.hidden_dim;
+      specs.push_back({p + "feed_forward.w1.weight", {F, D}});
+      specs.push_back({p + "feed_forward.w2.weight", {D, F}});
+      specs.push_back({p + "feed_forward.w3.weight", {F, D}});
+    }
+    blocks_.emplace_back("layers." + std::to_string(i), specs);
+  }
+  std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
+  if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
+  blocks_.emplace_back("head", head);
+
+  tok_embeddings_ = find_param("tok_embeddings.weight");
+  norm_ = find_param("norm.weight");
+  output_ = args_.tie_embeddings ? tok_embeddings_ : find_param("output.weight");
+  for (int64_t i = 0; i < args_.n_layers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    Layer L;
+    L.attention_norm = find_param(p + "attention_norm.weight");
+    L.wq = find_param(p + "attention.wq.weight");
+    L.wk = find_param(p + "attention.wk.weight");
+    L.wv = find_param(p + "attention.wv.weight");
+    L.wo = find_param(p + "attention.wo.weight");
+    L.q_norm = find_param(p + "attention.q_norm.weight");
+    L.k_norm = find_param(p + "attention.k_norm.weight");
+    L.ffn_norm = find_param(p + "ffn_norm.weight");
+    L.moe = args_.is_moe_layer(i);
+    if (L.moe) {
+      L.router = find_param(p + "moe.router.gate.weight");
+      L.e_w1 = find_param(p + "moe.experts.w1");
+      L.e_w2 = find_param(p + "moe.experts.w2");
+      L.e_w3 = find_param(p + "moe.experts.w3");
+    } else {
+      L.w1 = find_param(p + "feed_forward.w1.weight");
+      L.w2 = find_param(p + "feed_forward.w2.weight");
+      L.w3 = find_param(p + "feed_forward.w3.weight");
+    }
+    layers_.push_back(L);
+  }
+}
+
+nn::Param* Qwen3Model::find_param(const std::string& name) {
+  for (auto& b : blocks_)
+    for (auto& p : b.params())
+      if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<nn::Param*> Qwen3Model::params() {
+  std::vector<nn::Param*> out;
+  for (auto& b : blocks_)
+    for (auto& p : b.params()) out.push_back(&p);
+  return out;
+}
+
+int64_t Qwen3Model::num_params() const {
+  int64_t n = 0;
+  for (auto& b : blocks_)
+    for (auto& p : b.params()) n += shape_numel(p.shape);
+  return n;
+}
+
+void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
+  if (scheme == InitScheme::Torchtitan) {
+    // Depth-scaled: output projections of each residual branch shrink with depth.
+    for (int64_t i = 0; i < args_.n_layers; ++i) {
+      double scaled = 0.02 / std::sqrt(2.0 * double(i + 1));
+      std::string p = "layers." + std::to_string(i) + ".";
+      for (const char* n : {"attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
+                            "moe.experts.w2", "moe.experts.w3"})
+        if (auto* prm = find_param(p + n)) prm->std = scaled;
+    }
+    tok_embeddings_->std = 1.0;
+    output_->std = 1.0 / std::sqrt(double(args_.dim));
+  }
+  for (auto& b : blocks_) b.initialize(seed);
+}
+
+void Qwen3Model::zero_grad() {
+  for (auto& b : blocks_) b.zero_grad();
+}
+
+void Qwen3Model::enable_expert_bias() {
+  expert_bias_.clear();
+  for (int64_t i = 0; i < args_.n_layers; ++i)
+    expert_bias_.push_back(args_.is_moe_layer(i) ? Tensor::zeros({args_.num_experts}, DType::F32) : Tensor());
+}
+
+const nn::Param& Qwen3Model::output_weight() const { return *output_; }
+
+Tensor Qwen3Model::w(const nn::Param* p) const { return ops::cast(p->value, compute_dtype_); }
+
+// ---------------------------------------------------------------- forward
+
+Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Tensor& positions) {
+  kernels::ModuleScope scope("attention");
+  const int64_t B = x.size(0), S = x.size(1), hd = args_.head_dim;
+  Tensor q = ops::linear(x, w(L.wq)).reshape({B, S, args_.n_heads, hd});
+  Tensor k = ops::linear(x, w(L.wk)).reshape({B, S, args_.n_kv_heads, hd});
+  Tensor v = ops::linear(x, w(L.wv)).reshape({B, S, args_.n_kv_heads, hd});
+  q = ops::rope(ops::rms_norm(q, w(L.q_norm), args_.norm_eps), positions, args_.rope_theta);
+  k = ops::rope(ops::rms_norm(k, w(L.k_norm), args_.norm_eps), positions, args_.rope_theta);
+  Tensor o = ops::attention(q, k, v, 1.0 / std::sqrt(double(hd)));
+  return ops::linear(o.reshape({B, S, args_.n_heads * hd}), w(L.wo));
+}
+
+Tensor Qwen3Model::feed_forward(const Layer& L, const Tensor& x) {
+  kernels::ModuleScope scope("feed_forward");
+  return ops::linear(ops::swiglu(ops::linear(x, w(L.w1)), ops::linear(x, w(L.w3))), w(L.w2));
+}
+
+Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router) {
+  kernels::ModuleScope scope("moe");
+  const int64_t B = x.size(0), S = x.size(1), D = args_.dim;
+  Tensor flat = x.reshape({B * S, D});
+  Tensor logits = ops::linear(flat, w(L.router));
+  Tensor bias = expert_bias_.empty() ? Tensor() : expert_bias_[size_t(layer)];
+  ops::RouterOutput r = ops::router_topk(logits, args_.top_k, args_.norm_topk_prob, bias);
+  if (router) router->push_back({r.probs, r.indices});
+  if (last_counts_.size() < size_t(args_.n_layers)) last_counts_.resize(size_t(args_.n_layers));
+  last_counts_[size_t(layer)] = r.counts;
+  Tensor y = ops::moe_experts(flat, r.weights, r.indices, w(L.e_w1), w(L.e_w3), w(L.e_w2));
+  return y.reshape({B, S, D});
+}
+
+Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Tensor& positions,
+                                 std::vector<RouterStats>* router) {
+  const Layer& L = layers_[size_t(i)];
+  kernels::ModuleScope scope("layers." + std::to_string(i));
+  Tensor h = ops::add(h_in, attention(L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), positions));
+  Tensor x = ops::rms_norm(h, w(L.ffn_norm), args_.norm_eps);
+  return ops::add(h, L.moe ? moe(i, L, x, router) : feed_forward(L, x));
+}
+
+Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router) {
+  TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
+              input_ids.str());
+  const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
+  std::vector<int64_t> pos(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
+  Tensor positions = Tensor::from_vector(pos, {S});
+
+  Tensor h;
+  {
+    kernels::ModuleScope scope("tok_embeddings");
+    // Gather from the f32 table, then cast: the same values as gathering from a cast table.
+    h = ops::cast(ops::embedding(input_ids, tok_embeddings_->value), compute_dtype_);
+  }
+  (void)B;
+  for (int64_t i = 0; i < args_.n_layers; ++i) {
+    bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
+    if (!ckpt || !autograd::grad_enabled()) {
+      h = layer_forward(i, h, positions, router);
+      continue;
+    }
+    // Recompute the whole layer in backward; router statistics are block outputs so the
+    // aux loss still reaches the router.
+    const bool moe_layer = layers_[size_t(i)].moe && router;
+    auto fn = [this, i, positions, moe_layer](const std::vector<Tensor>& in) {
+      std::vector<RouterStats> stats;
+      Tensor out = layer_forward(i, in[0], positions, moe_layer ? &stats : nullptr);
+      std::vector<Tensor> outs{out};
+      if (moe_layer) {
+        outs.push_back(stats[0].probs);
+        outs.push_back(stats[0].indices);
+      }
+      return outs;
+    };
+    auto outs = autograd::recompute("layers." + std::to_string(i), fn, {h});
+    h = outs[0];
+    if (moe_layer) router->push_back({outs[1], outs[2]});
+  }
+  kernels::ModuleScope scope("norm");
+  return ops::rms_norm(h, w(norm_), args_.norm_eps);
+}
+
+Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {
+  std::vector<Tensor> probs, indices;
+  for (auto& r : router) {
+    probs.push_back(r.probs);
+    indices.push_back(r.indices);
+  }
+  return ops::moe_aux_loss(probs, indices, args_.num_experts, args_.top_k);
+}
+
+LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets) {
+  TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
+              "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
+  std::vector<RouterStats> router;
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr);
+  const int64_t N = h.size(0) * h.size(1);
+  LossOutput out;
+  {
+    kernels::ModuleScope scope("output");
+    out.ce_loss = ops::linear_cross_entropy(h.reshape({N, args_.dim}), w(output_), targets.reshape({N}), -100,
+                                            loss_chunk_, ops::Reduction::Mean, &out.num_targets);
+  }
+  out.loss = out.ce_loss;
+  if (args_.is_moe()) {
+    out.aux_loss = aux_loss(router);
+    if (args_.output_router_logits) out.loss = ops::add(out.ce_loss, ops::scale(out.aux_loss.reshape(out.ce_loss.shape()), args_.router_aux_loss_coef));
+  }
+  return out;
+}
+
+Tensor Qwen3Model::forward_logits(const Tensor& input_ids, Tensor* aux) {
+  std::vector<RouterStats> router;
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr);
+  kernels::ModuleScope scope("output");
+  Tensor logits = ops::linear(h, w(output_));
+  if (aux && args_.is_moe()) *aux = aux_loss(router);
+  return ops::cast(logits, compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);
+}
+
+}  // namespace titan::qwen3

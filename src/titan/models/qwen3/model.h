@@ -1,0 +1,94 @@
+#pragma once
+// The Qwen3 / Qwen3-MoE decoder: one implementation for every route.
+//
+//   h = embed(tokens)
+//   for each layer:  h = h + attention(rms_norm(h))          (q/k/v proj, per-head q/k norm, RoPE, GQA)
+//                    h = h + mlp_or_moe(rms_norm(h))         (SwiGLU MLP, or routed SwiGLU experts)
+//   logits = lm_head(rms_norm(h))                             (lm_head tied to the embedding or not)
+//
+// Parameters are native names (torchtitan's spelling, see param names below) in flat
+// blocks: "embedding", "layers.{i}", "head". The state-dict adapter maps them to HF keys.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/nn/param_block.h"
+
+namespace titan::qwen3 {
+
+enum class InitScheme { HuggingFace, Torchtitan };
+enum class Checkpointing { None, Selective, Full };  // selective: every second layer
+
+struct LossOutput {
+  Tensor loss;            // what backward starts from: ce (+ coef * aux when enabled)
+  Tensor ce_loss;         // mean cross-entropy over non-ignored targets
+  Tensor aux_loss;        // MoE load-balancing aux (undefined for dense models)
+  int64_t num_targets = 0;  // targets that were not ignored
+};
+
+class Qwen3Model {
+ public:
+  // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
+  explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32);
+
+  const ModelArgs& args() const { return args_; }
+  DType compute_dtype() const { return compute_dtype_; }
+  void set_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
+  // Logits of the vocabulary are computed in chunks of this many entries by the fused loss.
+  void set_loss_chunk(int64_t vocab_chunk) { loss_chunk_ = vocab_chunk; }
+
+  // input_ids, targets: i64 [B, S]; targets are already aligned with positions (the next
+  // token), -100 where ignored. Adds coef * aux when args.output_router_logits.
+  LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets);
+  // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
+  Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
+
+  std::vector<nn::ParamBlock>& blocks() { return blocks_; }
+  const std::vector<nn::ParamBlock>& blocks() const { return blocks_; }
+  nn::Param* find_param(const std::string& native_name);  // null if absent
+  std::vector<nn::Param*> params();
+  int64_t num_params() const;
+
+  void initialize(uint64_t seed, InitScheme scheme = InitScheme::HuggingFace);
+  void zero_grad();
+
+  // Aux-loss-free load balancing (torchtitan): a per-layer bias added to the router
+  // scores for expert selection only. Enabled when non-empty; updated by the trainer.
+  std::vector<Tensor>& expert_bias() { return expert_bias_; }
+  void enable_expert_bias();
+  // Tokens routed to each expert in the last forward, per MoE layer (i64 [E]).
+  const std::vector<Tensor>& last_expert_counts() const { return last_counts_; }
+
+ private:
+  struct Layer {
+    nn::Param *attention_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *ffn_norm;
+    nn::Param *w1 = nullptr, *w2 = nullptr, *w3 = nullptr;              // dense SwiGLU
+    nn::Param *router = nullptr, *e_w1 = nullptr, *e_w2 = nullptr, *e_w3 = nullptr;  // MoE
+    bool moe = false;
+  };
+  struct RouterStats {
+    Tensor probs, indices;
+  };
+
+  Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router);
+  Tensor layer_forward(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router);
+  Tensor attention(const Layer& L, const Tensor& x, const Tensor& positions);
+  Tensor feed_forward(const Layer& L, const Tensor& x);
+  Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
+  Tensor aux_loss(const std::vector<RouterStats>& router) const;
+  Tensor w(const nn::Param* p) const;  // parameter in the compute dtype (autograd cast)
+  const nn::Param& output_weight() const;
+
+  ModelArgs args_;
+  DType compute_dtype_;
+  Checkpointing checkpointing_ = Checkpointing::None;
+  int64_t loss_chunk_ = 8192;
+  std::vector<nn::ParamBlock> blocks_;
+  nn::Param *tok_embeddings_ = nullptr, *norm_ = nullptr, *output_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> expert_bias_, last_counts_;
+};
+
+}  // namespace titan::qwen3

@@ -1,0 +1,137 @@
+#include "titan/models/qwen3/state_dict.h"
+
+#include <cstring>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "titan/core/check.h"
+#include "titan/io/hf_checkpoint.h"
+
+namespace titan::qwen3 {
+
+Tensor HfTensorRef::value() const {
+  return expert < 0 ? param->value.detach() : param->value.detach().narrow(0, expert, 1).reshape(shape);
+}
+
+Tensor HfTensorRef::grad() const {
+  Tensor g = param->value.grad();
+  return expert < 0 ? g : g.narrow(0, expert, 1).reshape(shape);
+}
+
+std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
+  const ModelArgs& a = m.args();
+  std::vector<HfTensorRef> out;
+  auto whole = [&](const std::string& hf, const std::string& native) {
+    nn::Param* p = m.find_param(native);
+    TITAN_CHECK(p, "state dict: model has no parameter '", native, "'");
+    out.push_back({hf, p, -1, p->shape});
+  };
+  whole("model.embed_tokens.weight", "tok_embeddings.weight");
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    std::string hf = "model.layers." + std::to_string(i) + ".", nat = "layers." + std::to_string(i) + ".";
+    whole(hf + "input_layernorm.weight", nat + "attention_norm.weight");
+    whole(hf + "self_attn.q_proj.weight", nat + "attention.wq.weight");
+    whole(hf + "self_attn.k_proj.weight", nat + "attention.wk.weight");
+    whole(hf + "self_attn.v_proj.weight", nat + "attention.wv.weight");
+    whole(hf + "self_attn.o_proj.weight", nat + "attention.wo.weight");
+    whole(hf + "self_attn.q_norm.weight", nat + "attention.q_norm.weight");
+    whole(hf + "self_attn.k_norm.weight", nat + "attention.k_norm.weight");
+    whole(hf + "post_attention_layernorm.weight", nat + "ffn_norm.weight");
+    if (a.is_moe_layer(i)) {
+      whole(hf + "mlp.gate.weight", nat + "moe.router.gate.weight");
+      for (int64_t e = 0; e < a.num_experts; ++e) {
+        std::string ex = hf + "mlp.experts." + std::to_string(e) + ".";
+        for (auto [proj, w] : {std::pair{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}}) {
+          nn::Param* p = m.find_param(nat + "moe.experts." + w);
+          out.push_back({ex + proj + ".weight", p, e, Shape(p->shape.begin() + 1, p->shape.end())});
+        }
+      }
+    } else {
+      whole(hf + "mlp.gate_proj.weight", nat + "feed_forward.w1.weight");
+      whole(hf + "mlp.up_proj.weight", nat + "feed_forward.w3.weight");
+      whole(hf + "mlp.down_proj.weight", nat + "feed_forward.w2.weight");
+    }
+  }
+  whole("model.norm.weight", "norm.weight");
+  if (!a.tie_embeddings) whole("lm_head.weight", "output.weight");
+  return out;
+}
+
+void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
+  io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
+  auto refs = hf_tensors(model);
+  std::vector<std::string> missing, mismatched, unexpected;
+  std::set<std::string> expected;
+  for (auto& r : refs) {
+    expected.insert(r.key);
+    const io::TensorInfo* t = ckpt.find(r.key);
+    if (!t) {
+      missing.push_back(r.key);
+      continue;
+    }
+    if (t->shape != r.shape || !(t->dtype == DType::F32 || t->dtype == DType::BF16 || t->dtype == DType::F16)) {
+      mismatched.push_back(r.key + " (checkpoint " + std::string(dtype_name(t->dtype)) + shape_str(t->shape) +
+                           ", model f32" + shape_str(r.shape) + ")");
+    }
+  }
+  for (auto& k : ckpt.keys()) {
+    if (expected.count(k)) continue;
+    // A tied model ignores a stored lm_head (the Hub's Qwen3-0.6B carries one) after checking its shape.
+    if (k == "lm_head.weight" && model.args().tie_embeddings) {
+      const io::TensorInfo& t = ckpt.at(k);
+      if (t.shape != Shape{model.args().vocab_size, model.args().dim})
+        mismatched.push_back(k + " (checkpoint " + shape_str(t.shape) + " for a tied lm_head)");
+      continue;
+    }
+    unexpected.push_back(k);
+  }
+  if (!missing.empty() || !mismatched.empty() || !unexpected.empty()) {
+    auto join = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 20; ++i) s += "\n    " + v[i];
+      if (v.size() > 20) s += "\n    ... and " + std::to_string(v.size() - 20) + " more";
+      return s;
+    };
+    TITAN_FAIL("checkpoint '", dir.string(), "' does not match the model:",
+               missing.empty() ? "" : "\n  missing keys (" + std::to_string(missing.size()) + "):" + join(missing),
+               unexpected.empty() ? "" : "\n  unexpected keys (" + std::to_string(unexpected.size()) + "):" + join(unexpected),
+               mismatched.empty() ? "" : "\n  shape/dtype mismatches (" + std::to_string(mismatched.size()) + "):" + join(mismatched));
+  }
+  for (auto& r : refs) {
+    const io::TensorInfo& t = ckpt.at(r.key);
+    Tensor dst = r.value();
+    // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
+    Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
+    if (t.dtype == DType::F32) std::memcpy(dst.raw_data(), t.data, t.nbytes());
+    else dst.copy_from(src);
+  }
+}
+
+std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype) {
+  ModelArgs args = args_from_hf_config_file((dir / "config.json").string());
+  auto model = std::make_unique<Qwen3Model>(args, compute_dtype);
+  load_hf_weights(*model, dir);
+  return model;
+}
+
+void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
+                     const std::vector<std::filesystem::path>& copy_files, bool overwrite) {
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
+              dtype_name(dtype));
+  auto refs = hf_tensors(model);
+  std::vector<Tensor> keep;  // contiguous sources outlive the write
+  std::vector<io::TensorWrite> writes;
+  for (auto& r : refs) {
+    Tensor v = r.value();  // expert slices of [E, F, D] are contiguous
+    keep.push_back(v);
+    writes.push_back({r.key, dtype, r.shape, v.raw_data(), DType::F32});
+  }
+  io::HfWriteOptions opts;
+  opts.extra_files["config.json"] =
+      hf_config_from_args(model.args(), dtype == DType::F32 ? "float32" : "bfloat16").dump(2) + "\n";
+  opts.copy_files = copy_files;
+  opts.overwrite = overwrite;
+  io::write_hf_checkpoint(dir, writes, opts);
+}
+
+}  // namespace titan::qwen3

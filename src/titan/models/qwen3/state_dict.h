@@ -1,0 +1,44 @@
+#pragma once
+// The state-dict adapter: native parameter names <-> Hugging Face checkpoint keys.
+//   tok_embeddings.weight               <-> model.embed_tokens.weight
+//   layers.{i}.attention.wq.weight      <-> model.layers.{i}.self_attn.q_proj.weight   (wk, wv, wo alike)
+//   layers.{i}.attention.q_norm.weight  <-> model.layers.{i}.self_attn.q_norm.weight   (k_norm alike)
+//   layers.{i}.attention_norm.weight    <-> model.layers.{i}.input_layernorm.weight
+//   layers.{i}.ffn_norm.weight          <-> model.layers.{i}.post_attention_layernorm.weight
+//   layers.{i}.feed_forward.w1/w3/w2    <-> model.layers.{i}.mlp.gate_proj/up_proj/down_proj.weight
+//   layers.{i}.moe.router.gate.weight   <-> model.layers.{i}.mlp.gate.weight
+//   layers.{i}.moe.experts.w1[e] (w3, w2) <-> model.layers.{i}.mlp.experts.{e}.gate_proj.weight (up, down)
+//   norm.weight                         <-> model.norm.weight
+//   output.weight                       <-> lm_head.weight (absent when tied; a tied checkpoint may still carry it)
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "titan/models/qwen3/model.h"
+
+namespace titan::qwen3 {
+
+// One HF tensor: a whole native parameter, or one expert's slice of a stacked expert weight.
+struct HfTensorRef {
+  std::string key;
+  nn::Param* param;
+  int64_t expert = -1;  // slice of the leading (expert) dimension, -1 for the whole parameter
+  Shape shape;          // the HF tensor's shape
+  Tensor value() const;  // view of the parameter data this key covers
+  Tensor grad() const;   // view of its gradient
+};
+
+// Every HF key of the model in checkpoint order (tied models have no lm_head.weight).
+std::vector<HfTensorRef> hf_tensors(Qwen3Model& model);
+
+// Builds the model described by DIR/config.json and loads DIR's safetensors into it. Missing
+// keys, unexpected keys, and shape or dtype mismatches are reported together, by name.
+std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype);
+void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir);
+
+// Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
+// F32 or BF16, plus `copy_files` (tokenizer files). Atomic: DIR appears complete or not at all.
+void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
+                     const std::vector<std::filesystem::path>& copy_files = {}, bool overwrite = false);
+
+}  // namespace titan::qwen3

@@ -1,0 +1,52 @@
+#include "titan/nn/param_block.h"
+
+#include <cstring>
+#include <random>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+
+namespace titan::nn {
+
+ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : name_(std::move(name)) {
+  int64_t total = 0;
+  for (auto& s : specs) {
+    // Keep every parameter 64-byte aligned inside the buffer (vector loads, shard boundaries).
+    total = (total + 15) / 16 * 16;
+    params_.push_back({s.name, s.shape, total, s.init, s.std, Tensor()});
+    total += shape_numel(s.shape);
+  }
+  data_ = Tensor::zeros({total}, DType::F32);
+  grad_ = Tensor::zeros({total}, DType::F32);
+  for (auto& p : params_) {
+    int64_t n = shape_numel(p.shape);
+    p.value = data_.narrow(0, p.offset, n).reshape(p.shape);
+    p.value.set_requires_grad(true);
+    p.value.autograd_meta()->name = p.name;
+    p.value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
+  }
+}
+
+void ParamBlock::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
+
+void ParamBlock::initialize(uint64_t seed) {
+  for (auto& p : params_) {
+    float* v = p.value.data<float>();
+    int64_t n = p.value.numel();
+    if (p.init == Init::Ones) {
+      for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+    } else if (p.init == Init::Zeros) {
+      std::memset(v, 0, size_t(n) * 4);
+    } else {
+      // FNV-1a of the name: stable across standard libraries, unlike std::hash.
+      uint64_t h = 1469598103934665603ull;
+      for (char c : p.name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+      std::seed_seq seq{seed, h};
+      std::mt19937_64 rng(seq);
+      std::normal_distribution<double> normal(0.0, p.std);
+      for (int64_t i = 0; i < n; ++i) v[i] = float(normal(rng));
+    }
+  }
+}
+
+}  // namespace titan::nn

@@ -1,0 +1,56 @@
+#pragma once
+// Parameters live in flat f32 buffers, one per block (the embedding, each layer,
+// the final norm + head). Each parameter is a view into its block's `data`, and
+// its gradient a view into the block's `grad`, so FSDP shards, reduce-scatters,
+// optimizer updates and checkpoint shards are all slices of one buffer.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::nn {
+
+enum class Init : uint8_t { Normal, Ones, Zeros };
+
+struct ParamSpec {
+  std::string name;  // fully-qualified native name, e.g. "layers.3.attention.wq.weight"
+  Shape shape;
+  Init init = Init::Normal;
+  double std = 0.02;  // for Init::Normal
+};
+
+struct Param {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // in elements, into the block's buffers
+  Init init = Init::Normal;
+  double std = 0.02;
+  Tensor value;        // view into the block's data; requires grad
+};
+
+class ParamBlock {
+ public:
+  ParamBlock(std::string name, const std::vector<ParamSpec>& specs);
+
+  const std::string& name() const { return name_; }
+  Tensor& data() { return data_; }
+  Tensor& grad() { return grad_; }
+  const Tensor& data() const { return data_; }
+  const Tensor& grad() const { return grad_; }
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+  int64_t numel() const { return data_.numel(); }
+
+  void zero_grad();
+  // Draws every parameter from its init; each parameter's stream is seeded from
+  // (seed, parameter name), so results do not depend on block order or threads.
+  void initialize(uint64_t seed);
+
+ private:
+  std::string name_;
+  Tensor data_, grad_;
+  std::vector<Param> params_;
+};
+
+}  // namespace titan::nn

@@ -1,0 +1,267 @@
+#include "titan/ops/cross_entropy.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+
+// bf16 storage that reads as f32 and rounds on construction, so one template covers all dtypes:
+// A(T(x)) rounds x to the storage precision (a no-op for f32 and f64).
+struct Bf16 {
+  bf16 v;
+  Bf16() = default;
+  Bf16(float f) : v(f32_to_bf16(f)) {}
+  operator float() const { return bf16_to_f32(v); }
+};
+static_assert(sizeof(Bf16) == 2);
+
+// Reference kernels: one row at a time, textbook formulas, accumulation type A (f64 for f64, else f32).
+template <class A>
+void row_stats_ref(const A* x, int64_t V, int64_t label, A* lse, A* loss) {
+  A m = -std::numeric_limits<A>::infinity();
+  for (int64_t v = 0; v < V; ++v) m = std::max(m, x[v]);
+  A s = 0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - m);
+  *lse = m + std::log(s);
+  *loss = *lse - x[label];
+}
+
+template <class T, class A>
+void ce_forward_ref(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+                    void* lse_v, void* loss_v) {
+  const T* logits = static_cast<const T*>(logits_v);
+  A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
+  std::vector<A> row(static_cast<size_t>(V));
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = loss[n] = 0;
+    if (labels[n] == ignore_index) continue;
+    for (int64_t v = 0; v < V; ++v) row[size_t(v)] = A(logits[n * V + v]);
+    row_stats_ref(row.data(), V, labels[n], &lse[n], &loss[n]);
+  }
+}
+
+template <class T, class A>
+void ce_backward_ref(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+                     const void* lse_v, double scale, void* dlogits_v) {
+  const T* logits = static_cast<const T*>(logits_v);
+  const A* lse = static_cast<const A*>(lse_v);
+  A* dl = static_cast<A*>(dlogits_v);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) {
+      A p = labels[n] == ignore_index ? A(0) : std::exp(A(logits[n * V + v]) - lse[n]) - A(v == labels[n]);
+      dl[n * V + v] = A(scale) * p;
+    }
+}
+
+// Linear + cross-entropy reference: materialises all logits (it is the reference).
+template <class T, class A>
+std::vector<A> lce_logits_ref(const LinearCrossEntropyArgs& a) {
+  const T *h = static_cast<const T*>(a.hidden), *w = static_cast<const T*>(a.weight);
+  std::vector<A> logits(static_cast<size_t>(a.N * a.V));
+  for (int64_t n = 0; n < a.N; ++n)
+    for (int64_t v = 0; v < a.V; ++v) {
+      A acc = 0;
+      for (int64_t k = 0; k < a.D; ++k) acc += A(h[n * a.D + k]) * A(w[v * a.D + k]);
+      logits[size_t(n * a.V + v)] = a.round_logits ? A(T(acc)) : acc;
+    }
+  return logits;
+}
+
+template <class T, class A>
+void lce_forward_ref(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
+  std::vector<A> logits = lce_logits_ref<T, A>(a);
+  A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
+  for (int64_t n = 0; n < a.N; ++n) {
+    lse[n] = loss[n] = 0;
+    if (a.labels[n] != a.ignore_index) row_stats_ref(&logits[size_t(n * a.V)], a.V, a.labels[n], &lse[n], &loss[n]);
+  }
+}
+
+// dlogits is rounded to the storage type before the products: the GEMMs of a bf16 lm_head take bf16 operands.
+template <class T, class A>
+void lce_backward_ref(const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v, void* dw_v) {
+  std::vector<A> dl = lce_logits_ref<T, A>(a);
+  const A* lse = static_cast<const A*>(lse_v);
+  for (int64_t n = 0; n < a.N; ++n)
+    for (int64_t v = 0; v < a.V; ++v) {
+      A& x = dl[size_t(n * a.V + v)];
+      A p = a.labels[n] == a.ignore_index ? A(0) : std::exp(x - lse[n]) - A(v == a.labels[n]);
+      x = A(T(A(scale) * p));
+    }
+  const T *h = static_cast<const T*>(a.hidden), *w = static_cast<const T*>(a.weight);
+  if (A* dh = static_cast<A*>(dh_v))
+    for (int64_t n = 0; n < a.N; ++n)
+      for (int64_t k = 0; k < a.D; ++k) {
+        A acc = 0;
+        for (int64_t v = 0; v < a.V; ++v) acc += dl[size_t(n * a.V + v)] * A(w[v * a.D + k]);
+        dh[n * a.D + k] = acc;
+      }
+  if (A* dw = static_cast<A*>(dw_v))
+    for (int64_t v = 0; v < a.V; ++v)
+      for (int64_t k = 0; k < a.D; ++k) {
+        A acc = 0;
+        for (int64_t n = 0; n < a.N; ++n) acc += dl[size_t(n * a.V + v)] * A(h[n * a.D + k]);
+        dw[v * a.D + k] = acc;
+      }
+}
+
+TITAN_REGISTER_KERNEL(ce_f64_ref, {"cross_entropy", Device::CPU, DType::F64, "reference", "row loops, f64",
+                                   CrossEntropyKernel{ce_forward_ref<double, double>,
+                                                      ce_backward_ref<double, double>}, {}});
+TITAN_REGISTER_KERNEL(ce_f32_ref, {"cross_entropy", Device::CPU, DType::F32, "reference", "row loops, f32",
+                                   CrossEntropyKernel{ce_forward_ref<float, float>, ce_backward_ref<float, float>},
+                                   {}});
+TITAN_REGISTER_KERNEL(ce_bf16_ref, {"cross_entropy", Device::CPU, DType::BF16, "reference",
+                                    "row loops, bf16 logits widened to f32",
+                                    CrossEntropyKernel{ce_forward_ref<Bf16, float>, ce_backward_ref<Bf16, float>},
+                                    {}});
+TITAN_REGISTER_KERNEL(lce_f64_ref, {"linear_cross_entropy", Device::CPU, DType::F64, "reference",
+                                    "materialises all logits, loops, f64",
+                                    LinearCrossEntropyKernel{lce_forward_ref<double, double>,
+                                                             lce_backward_ref<double, double>}, {}});
+TITAN_REGISTER_KERNEL(lce_f32_ref, {"linear_cross_entropy", Device::CPU, DType::F32, "reference",
+                                    "materialises all logits, loops, f32",
+                                    LinearCrossEntropyKernel{lce_forward_ref<float, float>,
+                                                             lce_backward_ref<float, float>}, {}});
+TITAN_REGISTER_KERNEL(lce_bf16_ref, {"linear_cross_entropy", Device::CPU, DType::BF16, "reference",
+                                     "materialises all logits, loops, bf16 operands, f32 math",
+                                     LinearCrossEntropyKernel{lce_forward_ref<Bf16, float>,
+                                                              lce_backward_ref<Bf16, float>}, {}});
+
+void check_labels_shape(const char* op, const Tensor& labels, int64_t N, const Tensor& rows) {
+  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1 && labels.size(0) == N, op,
+              ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels.str());
+}
+
+void check_float(const char* op, const Tensor& t, const char* what) {
+  DType d = t.dtype();
+  TITAN_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F64, op, ": ", what, " ", t.str(),
+              " must be f32, bf16 or f64");
+}
+
+// Counts the rows that take part and rejects labels outside [0, V) (a tokenizer/vocab mismatch
+// would otherwise read out of bounds).
+int64_t validate_labels(const char* op, const Tensor& labels, int64_t V, int64_t ignore_index) {
+  const int64_t* y = labels.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t n = 0; n < labels.numel(); ++n) {
+    if (y[n] == ignore_index) continue;
+    TITAN_CHECK(y[n] >= 0 && y[n] < V, op, ": label ", y[n], " at row ", n, " is outside [0, V) with V=", V,
+                " (and is not ignore_index=", ignore_index, ")");
+    ++count;
+  }
+  return count;
+}
+
+// Sums the per-row losses in row order in f64: the value does not depend on thread count.
+Tensor reduce_loss(const Tensor& row_loss, int64_t count, Reduction reduction) {
+  std::vector<double> v = row_loss.to_vector();
+  double total = 0;
+  for (double x : v) total += x;
+  if (reduction == Reduction::Mean) total = count ? total / double(count) : 0.0;
+  return Tensor::full({}, total, row_loss.dtype());
+}
+
+// d(loss)/d(row loss) for counted rows; 0 when no row counts (the loss is the constant 0).
+double grad_scale(const Tensor& g, int64_t count, Reduction reduction) {
+  if (!g.defined()) return 0;
+  double s = g.item();
+  if (reduction == Reduction::Mean) s = count ? s / double(count) : 0.0;
+  return s;
+}
+
+}  // namespace
+
+int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
+  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1, "count_targets: expected labels i64[N], got ",
+              labels.str());
+  Tensor y = labels.contiguous();
+  const int64_t* p = y.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t n = 0; n < y.numel(); ++n) count += p[n] != ignore_index;
+  return count;
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index, Reduction reduction,
+                     int64_t* num_targets) {
+  TITAN_CHECK(logits_in.dim() == 2, "cross_entropy: expected logits [N, V], got ", logits_in.str());
+  check_float("cross_entropy", logits_in, "logits");
+  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  check_labels_shape("cross_entropy", labels_in, N, logits_in);
+  TITAN_CHECK(V > 0, "cross_entropy: logits ", logits_in.str(), " has no classes");
+  Tensor logits = logits_in.contiguous().detach(), labels = labels_in.contiguous().detach();
+  const int64_t count = validate_labels("cross_entropy", labels, V, ignore_index);
+  if (num_targets) *num_targets = count;
+
+  const DType ad = grad_dtype(logits.dtype());
+  const auto& kernel = kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
+  Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
+  kernel.forward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(), row_loss.raw_data());
+  Tensor loss = reduce_loss(row_loss, count, reduction);
+
+  if (autograd::needs_grad({&logits_in})) {
+    autograd::record("cross_entropy", {logits_in}, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
+      Tensor dl = Tensor::empty(logits.shape(), ad);
+      kernel.backward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+                      grad_scale(g[0], count, reduction), dl.raw_data());
+      return std::vector<Tensor>{dl};
+    });
+  }
+  return loss;
+}
+
+Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& labels_in,
+                            int64_t ignore_index, int64_t chunk, Reduction reduction, int64_t* num_targets,
+                            bool round_logits_to_bf16) {
+  TITAN_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2,
+              "linear_cross_entropy: expected hidden [N, D] and weight [V, D], got hidden ", hidden_in.str(),
+              " and weight ", weight_in.str());
+  TITAN_CHECK(hidden_in.size(1) == weight_in.size(1), "linear_cross_entropy: hidden ", hidden_in.str(), " has D=",
+              hidden_in.size(1), " but weight ", weight_in.str(), " has D=", weight_in.size(1));
+  TITAN_CHECK(hidden_in.dtype() == weight_in.dtype(), "linear_cross_entropy: dtypes differ: hidden ",
+              hidden_in.str(), ", weight ", weight_in.str());
+  check_float("linear_cross_entropy", hidden_in, "hidden");
+  const int64_t N = hidden_in.size(0), V = weight_in.size(0), D = hidden_in.size(1);
+  check_labels_shape("linear_cross_entropy", labels_in, N, hidden_in);
+  TITAN_CHECK(V > 0, "linear_cross_entropy: weight ", weight_in.str(), " has no vocabulary rows");
+  TITAN_CHECK(chunk > 0, "linear_cross_entropy: chunk must be positive, got ", chunk);
+  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach();
+  Tensor labels = labels_in.contiguous().detach();
+  const int64_t count = validate_labels("linear_cross_entropy", labels, V, ignore_index);
+  if (num_targets) *num_targets = count;
+
+  const DType ad = grad_dtype(hidden.dtype());
+  const auto& kernel =
+      kernels::kernel_for<LinearCrossEntropyKernel>("linear_cross_entropy", hidden.device(), hidden.dtype());
+  const bool round = round_logits_to_bf16 && hidden.dtype() == DType::BF16;
+  auto args = [=] {  // raw pointers into the tensors the backward closure keeps alive
+    return LinearCrossEntropyArgs{N,     V,     D,     hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
+                                  ignore_index, chunk, round};
+  };
+  Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
+  kernel.forward(args(), lse.raw_data(), row_loss.raw_data());
+  Tensor loss = reduce_loss(row_loss, count, reduction);
+
+  if (autograd::needs_grad({&hidden_in, &weight_in})) {
+    const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
+    autograd::record("linear_cross_entropy", {hidden_in, weight_in}, {&loss},
+                     [=, &kernel](const std::vector<Tensor>& g) {
+                       Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad) : Tensor();
+                       Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad) : Tensor();
+                       kernel.backward(args(), lse.raw_data(), grad_scale(g[0], count, reduction),
+                                       need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+                       return std::vector<Tensor>{dh, dw};
+                     });
+  }
+  return loss;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,20 @@
+#pragma once
+// embedding: out[..., :] = table[ids[...], :] with ids i64 of any shape and table [V, D]; out has
+// shape ids.shape + [D] and the table's dtype. Every id must lie in [0, V): an out-of-range id is an
+// error naming the id, its position in ids and V (no clamping, no silent zero rows).
+// Autograd: dtable = scatter-add of the output gradient rows (f32; f64 for f64 tables). ids get none.
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+Tensor embedding(const Tensor& ids, const Tensor& table);
+
+// Kernels; pointers are contiguous row-major. ids [N] (already checked to lie in [0, V)),
+// table [V, D] and out [N, D] in the table dtype. dy [N, D] and dtable [V, D] are in the grad
+// dtype; backward overwrites all of dtable (rows no id selects become zero).
+struct EmbeddingKernel {
+  void (*forward)(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* table, void* out);
+  void (*backward)(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy, void* dtable);
+};
+
+}  // namespace titan::ops

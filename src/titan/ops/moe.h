@@ -1,0 +1,80 @@
+#pragma once
+// Mixture-of-experts ops (Qwen3-MoE, transformers 5.17 semantics; torchtitan's expert bias):
+//   router_topk  : softmax over experts in f32, top-k, optional renormalisation (norm_topk_prob);
+//   moe_aux_loss : the load-balancing loss over all MoE layers;
+//   moe_experts  : y_t = sum_j w[t,j] * down_e(silu(gate_e x_t) * up_e x_t), e = idx[t,j].
+#include <cstdint>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+struct RouterOutput {
+  Tensor weights;  // [T, k] f32 (f64 for f64 logits): routing weights, differentiable w.r.t. logits
+  Tensor indices;  // [T, k] i64: chosen experts, best first
+  Tensor probs;    // [T, E] f32 (f64 for f64 logits): softmax(logits), differentiable (aux loss)
+  Tensor counts;   // [E] i64: assignments per expert (no autograd)
+};
+
+// logits [T, E] (f32, bf16 or f64). Selection ranks p + expert_bias (expert_bias optional, [E] f32,
+// torchtitan's aux-loss-free balancing: it changes which experts are chosen, never the weights);
+// weights are the chosen p, divided by their sum when `renormalize`. Ties rank the lower expert
+// index first (a stable descending sort; torch.topk leaves ties unspecified). NaN logits give NaN
+// probabilities and an unspecified (but valid and distinct) choice of experts.
+// Autograd: from weights and probs to logits (f32 gradients, f64 for f64).
+RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize, const Tensor& expert_bias = Tensor());
+
+// transformers 5.17 load_balancing_loss_func over the concatenation of all layers' tokens:
+//   aux = E * sum_e (assignments to e / N) * (sum_t p[t, e] / N),  N = total tokens of all layers
+// (a perfectly balanced router gives k; no division by k in this version). probs_per_layer[l] is
+// [T_l, E] (f32 or f64, all the same dtype), indices_per_layer[l] is i64 [T_l, k]. Returns a scalar
+// (shape [1]) in the probs dtype, summed in f64. Gradient flows to the probs only (the counts are
+// constants, as in transformers).
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
+                    int64_t num_experts, int64_t k);
+
+// x [T, D]; weights [T, k] (x's dtype, or f32 with bf16 x); indices i64 [T, k] in [0, E);
+// w_gate, w_up [E, F, D]; w_down [E, D, F] (the torchtitan / transformers-v5 stacked layout).
+// Returns y [T, D] in x's dtype. Gradients for x, weights, w_gate, w_up, w_down.
+// Rounding points (bf16), as transformers' Qwen3MoeExperts / the peer qwen3_ref.py: gate and up
+// outputs, silu(gate), silu(gate) * up, the down output, the routing weight (cast to bf16) and
+// its product with the down output are each rounded to bf16, and each token's y accumulates its
+// k contributions in ascending expert order (index_add_ over experts), rounding after every add.
+// f32 and f64 keep the same order of the accumulation.
+Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices, const Tensor& w_gate,
+                   const Tensor& w_up, const Tensor& w_down);
+
+struct MoeDims {
+  int64_t T, D, F, E, k;
+};
+
+// The routing order every moe_experts kernel uses for its per-(token, slot) rows: the T*k pairs
+// sorted by expert, stably (an expert's pairs in t*k+j order). order[r] = t*k + j of row r,
+// pos[t*k + j] = r, rows offsets[e] .. offsets[e+1]-1 belong to expert e (offsets has E+1 entries).
+void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order, int64_t* pos, int64_t* offsets);
+
+// Kernels; contiguous row-major buffers. Floating inputs in the op's dtype except where noted.
+struct RouterKernel {
+  // logits [T, E]; bias [E] f32 or null; weights [T, k] and probs [T, E] in the grad dtype.
+  void (*forward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* logits, const float* bias,
+                  void* weights, int64_t* indices, void* probs);
+  // dweights / dprobs in the grad dtype, either may be null (zero); dlogits is overwritten.
+  void (*backward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs, const int64_t* indices,
+                   const void* dweights, const void* dprobs, void* dlogits);
+};
+
+struct MoeExpertsKernel {
+  // weights [T, k] in the grad dtype (f32 for bf16: the kernel rounds them to bf16 as transformers
+  // does). act [T*k, 2F] in x's dtype, rows in routing order: gate output | up output (saved for
+  // backward). y [T, D] in x's dtype.
+  void (*forward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices, const void* w_gate,
+                  const void* w_up, const void* w_down, void* act, void* y);
+  // dy and every gradient in the grad dtype; a null gradient pointer is not computed. All outputs
+  // are overwritten.
+  void (*backward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices, const void* w_gate,
+                   const void* w_up, const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
+                   void* dw_gate, void* dw_up, void* dw_down);
+};
+
+}  // namespace titan::ops

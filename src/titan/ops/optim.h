@@ -1,0 +1,77 @@
+#pragma once
+// Optimizer kernels over the trainer's flat per-block buffers (embedding, each layer, final norm +
+// head): parameters, gradients and AdamW moments are contiguous f32 tensors of one shape, so every
+// op here is one pass over a span. None of them records autograd.
+//
+// adamw_step follows torch.optim.AdamW (amsgrad=False, maximize=False) element by element:
+//   p  = p * (1 - lr * weight_decay)                      (decoupled weight decay)
+//   m  = fma(g, 1 - beta1, m * beta1)
+//   v  = fma((1 - beta2) * g, g, v * beta2)
+//   p  = p + (-lr / (1 - beta1^t) * m) / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// with the scalars computed in f64 and rounded to f32 once, as PyTorch does with Python floats. The
+// fused multiply-adds are where PyTorch's vectorised CPU kernels fuse, so the f32 result is
+// bit-identical to torch 1.13 on AVX2/AVX-512 hosts (tests/ops/optim_test.cpp checks).
+//
+// Weight decay applies to every element of the buffer, like torchtitan (which decays all parameters,
+// norms and embeddings included). To exempt a buffer pass weight_decay = 0; to exempt part of one,
+// call adamw_step on narrow() slices of the flat buffers (1-D slices stay contiguous).
+//
+// Gradient norm: squares summed in f64 (exact products; the default kernel adds fixed-size blocks in
+// block order, so its result does not depend on the thread count). The trainer all-reduces
+// grad_norm_sq over ranks and clips with clip_grads_with_norm.
+#include <cstdint>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+struct AdamWConfig {
+  double lr = 8e-4;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+// Throws titan::Error naming the field when lr < 0, eps < 0, weight_decay < 0, a beta outside
+// [0, 1), or any value is not finite (the rules torch.optim.AdamW enforces, plus finiteness).
+void validate(const AdamWConfig& config);
+
+// One in-place AdamW step. param, grad, exp_avg, exp_avg_sq: contiguous, same shape, all f32 (or
+// all f64, for tests). step is 1-based: the number of steps taken including this one.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWConfig& config,
+                int64_t step);
+
+// Sum of squares of a contiguous f32/f64 gradient, accumulated in f64.
+double grad_norm_sq(const Tensor& grad);
+// sqrt of the summed grad_norm_sq over all tensors (the L2 norm of their concatenation).
+double global_grad_norm(const std::vector<Tensor>& grads);
+
+// torch.nn.utils.clip_grads_with_norm_: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1;
+// grads are scaled by it when it is below 1 (so a norm just under max_norm is still scaled by
+// ~1 - 1e-6/max_norm, as in torch). A non-finite total_norm leaves grads untouched (torch would
+// turn them into NaN): the caller detects it and skips the step. max_norm must be > 0.
+void clip_grads_with_norm(std::vector<Tensor>& grads, double max_norm, double total_norm);
+
+// torch.nn.utils.clip_grad_norm_ (L2): computes the global norm, clips, returns the norm before clipping.
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
+
+// The scalars of one AdamW step, computed once in f64 (kernels round them to their element type).
+struct AdamWScalars {
+  double decay;  // 1 - lr * weight_decay
+  double beta1, one_minus_beta1;
+  double beta2, one_minus_beta2;
+  double neg_step_size;          // -lr / (1 - beta1^step)
+  double bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  double eps;
+};
+
+// Kernels over n contiguous elements of the op's dtype (f32 or f64).
+struct AdamWKernel {
+  void (*step)(int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, const AdamWScalars& s);
+};
+struct GradNormKernel {
+  double (*sum_sq)(int64_t n, const void* grad);  // sum of squares, accumulated in f64
+};
+
+}  // namespace titan::ops

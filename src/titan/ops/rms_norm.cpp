@@ -1,0 +1,108 @@
+#include "titan/ops/rms_norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+
+// bf16 element whose arithmetic happens in f32; converting from float rounds to nearest even.
+struct Bf16 {
+  bf16 v;
+  Bf16() = default;
+  Bf16(float f) : v(f32_to_bf16(f)) {}
+  operator float() const { return bf16_to_f32(v); }
+};
+static_assert(sizeof(Bf16) == 2);
+
+// Reference: serial sums in the accumulation type A (f64 for f64, else f32), T(...) rounds to the
+// element type where transformers does.
+template <class T, class A>
+void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, const void* wv, void* yv, void* rv) {
+  const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
+  T* y = static_cast<T*>(yv);
+  A* rstd = static_cast<A*>(rv);
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * D;
+    A ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += A(xr[d]) * A(xr[d]);
+    const A rs = A(1) / std::sqrt(ss / A(D) + A(eps));
+    rstd[r] = rs;
+    for (int64_t d = 0; d < D; ++d) y[r * D + d] = T(A(w[d]) * A(T(A(xr[d]) * rs)));
+  }
+}
+
+template <class T, class A>
+void rms_norm_backward_ref(int64_t R, int64_t D, const void* xv, const void* wv, const void* rv, const void* dyv,
+                           void* dxv, void* dwv) {
+  const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
+  const A *rstd = static_cast<const A*>(rv), *dy = static_cast<const A*>(dyv);
+  A *dx = static_cast<A*>(dxv), *dw = static_cast<A*>(dwv);
+  if (dw)
+    for (int64_t d = 0; d < D; ++d) dw[d] = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * D;
+    const A* g = dy + r * D;
+    const A rs = rstd[r];
+    if (dx) {
+      A dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += g[d] * A(w[d]) * (A(xr[d]) * rs);
+      const A mean = dot / A(D);
+      for (int64_t d = 0; d < D; ++d) dx[r * D + d] = rs * (g[d] * A(w[d]) - A(xr[d]) * rs * mean);
+    }
+    if (dw)
+      for (int64_t d = 0; d < D; ++d) dw[d] += g[d] * A(T(A(xr[d]) * rs));
+  }
+}
+
+TITAN_REGISTER_KERNEL(rms_norm_f64_ref, {"rms_norm", Device::CPU, DType::F64, "reference", "row loops, f64",
+                                         RmsNormKernel{rms_norm_forward_ref<double, double>,
+                                                       rms_norm_backward_ref<double, double>}, {}});
+TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "row loops, f32",
+                                         RmsNormKernel{rms_norm_forward_ref<float, float>,
+                                                       rms_norm_backward_ref<float, float>}, {}});
+TITAN_REGISTER_KERNEL(rms_norm_bf16_ref, {"rms_norm", Device::CPU, DType::BF16, "reference",
+                                          "row loops, f32 statistics, bf16 rounding as transformers",
+                                          RmsNormKernel{rms_norm_forward_ref<Bf16, float>,
+                                                        rms_norm_backward_ref<Bf16, float>}, {}});
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
+  TITAN_CHECK(x_in.dim() >= 1 && w_in.dim() == 1, "rms_norm: expected x [..., D] and w [D], got x ", x_in.str(),
+              " and w ", w_in.str());
+  TITAN_CHECK(x_in.size(-1) == w_in.size(0), "rms_norm: x ", x_in.str(), " has D=", x_in.size(-1), " but w ",
+              w_in.str(), " has D=", w_in.size(0));
+  TITAN_CHECK(x_in.dtype() == w_in.dtype(), "rms_norm: dtypes differ: x ", x_in.str(), ", w ", w_in.str());
+  TITAN_CHECK(dtype_is_float(x_in.dtype()), "rms_norm: x must be floating point, got ", x_in.str());
+  TITAN_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm: eps must be finite and >= 0, got ", eps);
+  Tensor x = x_in.contiguous().detach(), w = w_in.contiguous().detach();
+  const int64_t D = x.size(-1), R = D ? x.numel() / D : 0;
+  const DType gd = grad_dtype(x.dtype());
+  const auto& kernel = kernels::kernel_for<RmsNormKernel>("rms_norm", x.device(), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({R}, gd, x.device());
+  kernel.forward(R, D, eps, x.raw_data(), w.raw_data(), y.raw_data(), rstd.raw_data());
+  if (autograd::needs_grad({&x_in, &w_in})) {
+    const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
+    autograd::record("rms_norm", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
+      if (!g[0].defined())
+        return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd) : Tensor(),
+                                   need_dw ? Tensor::zeros(w.shape(), gd) : Tensor()};
+      Tensor dy = g[0].contiguous();
+      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd) : Tensor();
+      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd) : Tensor();
+      kernel.backward(R, D, x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
+                      need_dx ? dx.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+      return std::vector<Tensor>{dx, dw};
+    });
+  }
+  return y;
+}
+
+}  // namespace titan::ops

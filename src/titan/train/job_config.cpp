@@ -1,0 +1,308 @@
+#include "titan/train/job_config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "titan/core/check.h"
+#include "titan/models/qwen3/args.h"
+
+namespace titan::train {
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (auto& k : known)
+    if (size_t d = edit_distance(key, k); d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  return best_d <= std::max<size_t>(2, key.size() / 3) ? "; did you mean '" + best + "'?" : "";
+}
+
+// One settable key: parses a textual value (from TOML or the command line) into the field.
+struct Field {
+  std::string key;  // "training.steps"
+  enum Kind { Str, Int, Float, Bool } kind;
+  void* ptr;
+  std::vector<std::string> choices;  // allowed values for Str (empty: any)
+};
+
+std::vector<Field> schema(JobConfig& c) {
+  using K = Field::Kind;
+  return {
+      {"job.dump_folder", K::Str, &c.job.dump_folder, {}},
+      {"job.description", K::Str, &c.job.description, {}},
+      {"model.name", K::Str, &c.model.name, {"qwen3", "hf"}},
+      {"model.flavor", K::Str, &c.model.flavor, {}},
+      {"model.hf_assets_path", K::Str, &c.model.hf_assets_path, {}},
+      {"model.init", K::Str, &c.model.init, {"huggingface", "torchtitan"}},
+      {"training.dataset", K::Str, &c.training.dataset, {}},
+      {"training.dataset_path", K::Str, &c.training.dataset_path, {}},
+      {"training.text_field", K::Str, &c.training.text_field, {}},
+      {"training.local_batch_size", K::Int, &c.training.local_batch_size, {}},
+      {"training.global_batch_size", K::Int, &c.training.global_batch_size, {}},
+      {"training.seq_len", K::Int, &c.training.seq_len, {}},
+      {"training.steps", K::Int, &c.training.steps, {}},
+      {"training.max_norm", K::Float, &c.training.max_norm, {}},
+      {"training.mixed_precision_param", K::Str, &c.training.mixed_precision_param, {"bfloat16", "float32"}},
+      {"training.seed", K::Int, &c.training.seed, {}},
+      {"training.deterministic", K::Bool, &c.training.deterministic, {}},
+      {"training.load_balance", K::Str, &c.training.load_balance, {"aux_loss", "expert_bias"}},
+      {"training.load_balance_coeff", K::Float, &c.training.load_balance_coeff, {}},
+      {"optimizer.name", K::Str, &c.optimizer.name, {"AdamW"}},
+      {"optimizer.lr", K::Float, &c.optimizer.lr, {}},
+      {"optimizer.beta1", K::Float, &c.optimizer.beta1, {}},
+      {"optimizer.beta2", K::Float, &c.optimizer.beta2, {}},
+      {"optimizer.eps", K::Float, &c.optimizer.eps, {}},
+      {"optimizer.weight_decay", K::Float, &c.optimizer.weight_decay, {}},
+      {"lr_scheduler.warmup_steps", K::Int, &c.lr_scheduler.warmup_steps, {}},
+      {"lr_scheduler.decay_ratio", K::Float, &c.lr_scheduler.decay_ratio, {}},
+      {"lr_scheduler.decay_type", K::Str, &c.lr_scheduler.decay_type, {"linear", "cosine", "sqrt"}},
+      {"lr_scheduler.min_lr_factor", K::Float, &c.lr_scheduler.min_lr_factor, {}},
+      {"checkpoint.enable", K::Bool, &c.checkpoint.enable, {}},
+      {"checkpoint.folder", K::Str, &c.checkpoint.folder, {}},
+      {"checkpoint.interval", K::Int, &c.checkpoint.interval, {}},
+      {"checkpoint.keep_latest_k", K::Int, &c.checkpoint.keep_latest_k, {}},
+      {"checkpoint.initial_load_path", K::Str, &c.checkpoint.initial_load_path, {}},
+      {"checkpoint.initial_load_in_hf", K::Bool, &c.checkpoint.initial_load_in_hf, {}},
+      {"checkpoint.last_save_in_hf", K::Bool, &c.checkpoint.last_save_in_hf, {}},
+      {"checkpoint.export_dtype", K::Str, &c.checkpoint.export_dtype, {"float32", "bfloat16"}},
+      {"activation_checkpoint.mode", K::Str, &c.activation_checkpoint.mode, {"none", "selective", "full"}},
+      {"metrics.log_freq", K::Int, &c.metrics.log_freq, {}},
+      {"metrics.enable_tensorboard", K::Bool, &c.metrics.enable_tensorboard, {}},
+      {"metrics.peak_tflops", K::Float, &c.metrics.peak_tflops, {}},
+      {"parallelism.data_parallel_replicate_degree", K::Int, &c.parallelism.data_parallel_replicate_degree, {}},
+      {"parallelism.data_parallel_shard_degree", K::Int, &c.parallelism.data_parallel_shard_degree, {}},
+      {"parallelism.tensor_parallel_degree", K::Int, &c.parallelism.tensor_parallel_degree, {}},
+      {"parallelism.expert_parallel_degree", K::Int, &c.parallelism.expert_parallel_degree, {}},
+  };
+}
+
+void set_field(const Field& f, const std::string& value, const std::string& where) {
+  auto fail = [&](const char* expected) {
+    TITAN_FAIL(where, ": ", f.key, " expects ", expected, ", got '", value, "'");
+  };
+  switch (f.kind) {
+    case Field::Str:
+      if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
+        std::string list;
+        for (auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
+        TITAN_FAIL(where, ": ", f.key, " must be one of ", list, "; got '", value, "'", suggestion(value, f.choices));
+      }
+      *static_cast<std::string*>(f.ptr) = value;
+      break;
+    case Field::Int: {
+      size_t used = 0;
+      int64_t v = 0;
+      try { v = std::stoll(value, &used); } catch (...) { used = 0; }
+      if (used != value.size() || value.empty()) fail("an integer");
+      *static_cast<int64_t*>(f.ptr) = v;
+      break;
+    }
+    case Field::Float: {
+      size_t used = 0;
+      double v = 0;
+      try { v = std::stod(value, &used); } catch (...) { used = 0; }
+      if (used != value.size() || value.empty()) fail("a number");
+      *static_cast<double*>(f.ptr) = v;
+      break;
+    }
+    case Field::Bool:
+      if (value == "true") *static_cast<bool*>(f.ptr) = true;
+      else if (value == "false") *static_cast<bool*>(f.ptr) = false;
+      else fail("true or false");
+      break;
+  }
+}
+
+std::string node_to_string(const toml::node& n, const std::string& key, const std::string& where) {
+  if (auto s = n.value<std::string>(); s && n.is_string()) return *s;
+  if (n.is_integer()) return std::to_string(*n.value<int64_t>());
+  if (n.is_floating_point()) {
+    std::ostringstream os;
+    os.precision(17);
+    os << *n.value<double>();
+    return os.str();
+  }
+  if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
+  if (auto arr = n.as_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < arr->size(); ++i) s += (i ? "," : "") + node_to_string(*arr->get(i), key, where);
+    return s + "]";
+  }
+  TITAN_FAIL(where, ": ", key, " has an unsupported TOML value type");
+}
+
+void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
+           const std::string& where) {
+  for (auto& f : fields)
+    if (f.key == key) return set_field(f, value, where);
+  auto dot = key.find('.');
+  std::string section = key.substr(0, dot), name = dot == std::string::npos ? "" : key.substr(dot + 1);
+  if (section == "model") {
+    auto keys = qwen3::override_keys();
+    if (std::find(keys.begin(), keys.end(), name) != keys.end()) {
+      c.model.overrides[name] = value;
+      return;
+    }
+  }
+  std::vector<std::string> known;
+  for (auto& f : fields) known.push_back(f.key);
+  for (auto& k : qwen3::override_keys()) known.push_back("model." + k);
+  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, known));
+}
+
+void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where) {
+  for (auto& [op_key, node] : t) {
+    std::string op(op_key.str());
+    auto add = [&](const toml::table& e) {
+      kernels::Substitution s;
+      s.op = op;
+      for (auto& [k, v] : e) {
+        std::string kk(k.str());
+        if (kk == "impl") s.variant = v.value_or(std::string());
+        else if (kk == "modules") s.modules = v.value_or(std::string());
+        else TITAN_FAIL(where, ": kernels.", op, ": unknown key '", kk, "' (expected impl, modules)", suggestion(kk, {"impl", "modules"}));
+      }
+      TITAN_CHECK(!s.variant.empty(), where, ": kernels.", op, ": 'impl' (the variant name) is required");
+      if (s.modules.empty()) s.modules = "*";
+      c.kernels.push_back(s);
+    };
+    if (auto tab = node.as_table()) add(*tab);
+    else if (auto arr = node.as_array()) {
+      for (auto& item : *arr) {
+        TITAN_CHECK(item.is_table(), where, ": kernels.", op, ": array entries must be tables {impl, modules}");
+        add(*item.as_table());
+      }
+    } else {
+      TITAN_FAIL(where, ": kernels.", op, " must be a table like { impl = \"fused\", modules = \"layers.*\" }");
+    }
+  }
+}
+
+}  // namespace
+
+JobConfig parse_job_config(const std::string& text, const std::string& source,
+                           const std::vector<std::pair<std::string, std::string>>& overrides) {
+  JobConfig c;
+  auto fields = schema(c);
+  toml::table doc;
+  try {
+    doc = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    TITAN_FAIL(source, ":", e.source().begin.line, ":", e.source().begin.column, ": invalid TOML: ", e.description());
+  }
+  const std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
+                                             "activation_checkpoint", "metrics", "parallelism", "kernels"};
+  for (auto& [sec_key, sec_node] : doc) {
+    std::string sec(sec_key.str());
+    TITAN_CHECK(std::find(sections.begin(), sections.end(), sec) != sections.end(), source, ": unknown section [",
+                sec, "]", suggestion(sec, sections));
+    auto* table = sec_node.as_table();
+    TITAN_CHECK(table, source, ": '", sec, "' must be a section ([", sec, "])");
+    if (sec == "kernels") {
+      parse_kernels(c, *table, source);
+      continue;
+    }
+    for (auto& [k, v] : *table) {
+      std::string key = sec + "." + std::string(k.str());
+      apply(c, fields, key, node_to_string(v, key, source), source);
+    }
+  }
+  for (auto& [k, v] : overrides) {
+    TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
+    apply(c, fields, k, v, "command line");
+  }
+  return c;
+}
+
+JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::ifstream f(path);
+  TITAN_CHECK(f, "cannot read job config '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_job_config(ss.str(), path, overrides);
+}
+
+void JobConfig::validate(int world_size) const {
+  auto positive = [](int64_t v, const char* key) { TITAN_CHECK(v > 0, key, " must be positive, got ", v); };
+  positive(training.local_batch_size, "training.local_batch_size");
+  positive(training.seq_len, "training.seq_len");
+  TITAN_CHECK(training.steps >= 0, "training.steps must be >= 0, got ", training.steps);
+  TITAN_CHECK(training.max_norm > 0, "training.max_norm must be positive, got ", training.max_norm);
+  TITAN_CHECK(optimizer.lr > 0, "optimizer.lr must be positive, got ", optimizer.lr);
+  TITAN_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1), got ", optimizer.beta1);
+  TITAN_CHECK(optimizer.beta2 >= 0 && optimizer.beta2 < 1, "optimizer.beta2 must be in [0, 1), got ", optimizer.beta2);
+  TITAN_CHECK(optimizer.eps > 0, "optimizer.eps must be positive, got ", optimizer.eps);
+  TITAN_CHECK(optimizer.weight_decay >= 0, "optimizer.weight_decay must be >= 0, got ", optimizer.weight_decay);
+  TITAN_CHECK(lr_scheduler.warmup_steps >= 0, "lr_scheduler.warmup_steps must be >= 0, got ", lr_scheduler.warmup_steps);
+  TITAN_CHECK(lr_scheduler.decay_ratio == -1 || (lr_scheduler.decay_ratio >= 0 && lr_scheduler.decay_ratio <= 1),
+              "lr_scheduler.decay_ratio must be in [0, 1] (or -1), got ", lr_scheduler.decay_ratio);
+  TITAN_CHECK(lr_scheduler.min_lr_factor >= 0 && lr_scheduler.min_lr_factor <= 1,
+              "lr_scheduler.min_lr_factor must be in [0, 1], got ", lr_scheduler.min_lr_factor);
+  positive(metrics.log_freq, "metrics.log_freq");
+  positive(checkpoint.interval, "checkpoint.interval");
+  TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,
+              "checkpoint.keep_latest_k must be 0 (keep all) or >= 2, got ", checkpoint.keep_latest_k);
+  TITAN_CHECK(model.name != "hf" || !model.hf_assets_path.empty(),
+              "model.hf_assets_path is required when model.name = \"hf\"");
+  TITAN_CHECK(!checkpoint.initial_load_in_hf || !checkpoint.initial_load_path.empty() || !model.hf_assets_path.empty(),
+              "checkpoint.initial_load_in_hf needs checkpoint.initial_load_path (or model.hf_assets_path)");
+  // Parallel degrees multiply to the world size.
+  const auto& p = parallelism;
+  positive(p.data_parallel_replicate_degree, "parallelism.data_parallel_replicate_degree");
+  positive(p.tensor_parallel_degree, "parallelism.tensor_parallel_degree");
+  positive(p.expert_parallel_degree, "parallelism.expert_parallel_degree");
+  int64_t shard = p.data_parallel_shard_degree;
+  int64_t rest = p.data_parallel_replicate_degree * p.tensor_parallel_degree;
+  if (shard == -1) {
+    TITAN_CHECK(world_size % rest == 0, "parallelism: replicate (", p.data_parallel_replicate_degree, ") x tp (",
+                p.tensor_parallel_degree, ") does not divide the world size ", world_size);
+    shard = world_size / rest;
+  }
+  TITAN_CHECK(shard >= 1 && shard * rest == world_size, "parallelism: replicate ", p.data_parallel_replicate_degree,
+              " x shard ", shard, " x tp ", p.tensor_parallel_degree, " = ", shard * rest, " != world size ", world_size);
+  int64_t dp = shard * p.data_parallel_replicate_degree;
+  if (training.global_batch_size != -1) {
+    int64_t per_step = training.local_batch_size * dp;
+    TITAN_CHECK(training.global_batch_size > 0 && training.global_batch_size % per_step == 0,
+                "training.global_batch_size (", training.global_batch_size, ") must be a positive multiple of "
+                "local_batch_size x data-parallel ranks (", per_step, ")");
+  }
+}
+
+std::string JobConfig::describe() const {
+  JobConfig copy = *this;
+  std::ostringstream os;
+  for (auto& f : schema(copy)) {
+    os << "  " << f.key << " = ";
+    switch (f.kind) {
+      case Field::Str: os << '"' << *static_cast<std::string*>(f.ptr) << '"'; break;
+      case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
+      case Field::Float: os << *static_cast<double*>(f.ptr); break;
+      case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
+    }
+    os << "\n";
+  }
+  for (auto& [k, v] : model.overrides) os << "  model." << k << " = " << v << "\n";
+  for (auto& s : kernels) os << "  kernels." << s.op << " = { impl = \"" << s.variant << "\", modules = \"" << s.modules << "\" }\n";
+  return os.str();
+}
+
+}  // namespace titan::train

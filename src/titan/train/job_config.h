@@ -1,0 +1,110 @@
+#pragma once
+// The job config of `titan train`: a TOML file with torchtitan's sections, plus
+// `--section.key=value` overrides from the command line. Unknown sections/keys and
+// invalid values are errors naming the key (and suggesting the near miss).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "titan/kernels/substitution.h"
+
+namespace titan::train {
+
+struct JobSection {
+  std::string dump_folder = "./outputs";
+  std::string description = "";
+};
+
+struct ModelSection {
+  std::string name = "qwen3";      // "qwen3" (native flavor) | "hf" (config.json in hf_assets_path)
+  std::string flavor = "debugmodel";
+  std::string hf_assets_path = "";  // tokenizer files (+ config.json and weights for the hf route)
+  std::string init = "huggingface";  // huggingface | torchtitan
+  std::map<std::string, std::string> overrides;  // ModelArgs fields: n_layers, num_experts, top_k, ...
+};
+
+struct TrainingSection {
+  std::string dataset = "nlp_corpus";  // built-in dataset name
+  std::string dataset_path = "";       // user data: file or folder (JSON, JSONL, text)
+  std::string text_field = "text";
+  int64_t local_batch_size = 2;
+  int64_t global_batch_size = -1;  // -1: local_batch_size * data-parallel ranks (no accumulation)
+  int64_t seq_len = 512;
+  int64_t steps = 10;
+  double max_norm = 1.0;
+  std::string mixed_precision_param = "bfloat16";  // bfloat16 | float32: the compute dtype
+  int64_t seed = 42;
+  bool deterministic = false;
+  std::string load_balance = "aux_loss";  // aux_loss | expert_bias (MoE)
+  double load_balance_coeff = 1e-3;       // expert_bias update step
+};
+
+struct OptimizerSection {
+  std::string name = "AdamW";
+  double lr = 8e-4;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct LrSchedulerSection {
+  int64_t warmup_steps = 2;
+  double decay_ratio = -1;  // -1: decay over all steps after warmup
+  std::string decay_type = "linear";  // linear | cosine | sqrt
+  double min_lr_factor = 0.0;
+};
+
+struct CheckpointSection {
+  bool enable = false;
+  std::string folder = "checkpoint";  // under dump_folder
+  int64_t interval = 500;
+  int64_t keep_latest_k = 3;
+  std::string initial_load_path = "";
+  bool initial_load_in_hf = false;
+  bool last_save_in_hf = false;
+  std::string export_dtype = "float32";  // float32 | bfloat16
+};
+
+struct ActivationCheckpointSection {
+  std::string mode = "none";  // none | selective | full
+};
+
+struct MetricsSection {
+  int64_t log_freq = 1;
+  bool enable_tensorboard = false;
+  double peak_tflops = 0;  // 0: detected from the CPU
+};
+
+struct ParallelismSection {
+  int64_t data_parallel_replicate_degree = 1;
+  int64_t data_parallel_shard_degree = -1;  // -1: all remaining ranks
+  int64_t tensor_parallel_degree = 1;
+  int64_t expert_parallel_degree = 1;
+};
+
+struct JobConfig {
+  JobSection job;
+  ModelSection model;
+  TrainingSection training;
+  OptimizerSection optimizer;
+  LrSchedulerSection lr_scheduler;
+  CheckpointSection checkpoint;
+  ActivationCheckpointSection activation_checkpoint;
+  MetricsSection metrics;
+  ParallelismSection parallelism;
+  std::vector<kernels::Substitution> kernels;
+
+  // Every key and its value in effect, "section.key = value" lines (the start-up log).
+  std::string describe() const;
+  // Cross-field validation (world size known): errors name the key.
+  void validate(int world_size) const;
+};
+
+// Parses `path` (TOML) then applies `overrides` ("--section.key=value" or "--section.key value"
+// already split into key, value pairs, keys without the leading dashes).
+JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
+JobConfig parse_job_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::pair<std::string, std::string>>& overrides);
+
+}  // namespace titan::train

@@ -1,0 +1,327 @@
+// Every gemm path against plain f64 loops on odd shapes, all four Trans combinations, padded leading
+// dimensions, beta = 0 over NaN, beta != 0 accumulation, zero sizes, batches and bad arguments.
+//
+// Tolerances (per element, eps = 2^-24 f32 unit roundoff):
+//   f32 and bf16->f32:  (K + 2) * eps * (|alpha| * sum_k |a_ik b_kj| + |beta c_ij|)
+//     the classic bound for a length-K dot product accumulated in f32 plus the final scale/add; the
+//     bf16 inputs are exact in f32 and their products are exact too (8 x 8 significant bits), so bf16
+//     has the same bound when the truth is computed from the same rounded inputs.
+//   bf16 output: the above plus 2^-8 * |truth|, half a bf16 ulp, for the final rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/gemm.h"
+#include "titan/core/check.h"
+
+namespace titan::cpu {
+namespace {
+
+constexpr double kEps = 1.0 / (1 << 24);
+constexpr float kSentinel = 12288.0f;  // exact in bf16; fills the padding between N and ldc, which must survive
+
+struct Shape {
+  int64_t M, N, K;
+};
+// Each of 1, 7, 33, 129, 257 appears in every position; none is a multiple of a SIMD width.
+const Shape kShapes[] = {{1, 1, 1},     {7, 7, 7},     {1, 257, 33},   {33, 1, 129},   {257, 33, 1},
+                         {7, 129, 257}, {129, 7, 33},  {33, 257, 7},   {257, 129, 129}, {129, 33, 257},
+                         {257, 1, 7},   {1, 7, 257}};
+const Trans kTrans[] = {Trans::N, Trans::T};
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> round_to_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+std::vector<double> to_f64(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// One problem: stored operands (with their leading dims) and the initial C.
+struct Problem {
+  Trans ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> A, B, C0;  // C0 holds NaN when beta == 0 (it must be overwritten)
+
+  Problem(Trans ta_, Trans tb_, Shape s, int64_t pad, float alpha_, float beta_, uint32_t seed, bool bf16_inputs)
+      : ta(ta_), tb(tb_), M(s.M), N(s.N), K(s.K), alpha(alpha_), beta(beta_) {
+    int64_t a_rows = ta == Trans::N ? M : K, a_cols = ta == Trans::N ? K : M;
+    int64_t b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
+    lda = a_cols + pad;
+    ldb = b_cols + pad;
+    ldc = N + pad;
+    A = random_vec(size_t(a_rows * lda), seed);
+    B = random_vec(size_t(b_rows * ldb), seed + 1);
+    if (bf16_inputs) {
+      A = round_to_bf16(A);
+      B = round_to_bf16(B);
+    }
+    C0 = random_vec(size_t(M * ldc), seed + 2);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = N; j < ldc; ++j) C0[i * ldc + j] = kSentinel;
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C0[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+  }
+
+  // Truth in f64 from the same (possibly bf16-rounded) inputs, and the error scale sum |a||b|.
+  void truth(std::vector<double>* ref, std::vector<double>* scale) const {
+    std::vector<double> a = to_f64(A), b = to_f64(B), c = to_f64(C0);
+    ref->assign(c.begin(), c.end());
+    gemm_f64_reference(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, ref->data(), ldc);
+    for (double& x : a) x = std::fabs(x);
+    for (double& x : b) x = std::fabs(x);
+    scale->assign(c.size(), 0.0);
+    gemm_f64_reference(ta, tb, M, N, K, 1.0, a.data(), lda, b.data(), ldb, 0.0, scale->data(), ldc);
+  }
+
+  ::testing::AssertionResult check(const std::vector<float>& C, double extra_rel) const {
+    std::vector<double> ref, scale;
+    truth(&ref, &scale);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        size_t idx = size_t(i * ldc + j);
+        if (j >= N) {
+          if (std::memcmp(&C[idx], &kSentinel, 4) != 0)
+            return ::testing::AssertionFailure() << "padding C[" << i << "," << j << "] was written: " << C[idx];
+          continue;
+        }
+        double c0 = beta == 0.0f ? 0.0 : double(C0[idx]);
+        double tol = (K + 2) * kEps * (std::fabs(alpha) * scale[idx] + std::fabs(beta * c0)) +
+                     extra_rel * std::fabs(ref[idx]) + 1e-30;
+        if (!(std::fabs(double(C[idx]) - ref[idx]) <= tol))
+          return ::testing::AssertionFailure() << "C[" << i << "," << j << "] = " << C[idx] << ", reference "
+                                               << ref[idx] << ", tolerance " << tol;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+std::string describe(const Problem& p) {
+  return std::string(p.ta == Trans::N ? "N" : "T") + (p.tb == Trans::N ? "N" : "T") + " M=" + std::to_string(p.M) +
+         " N=" + std::to_string(p.N) + " K=" + std::to_string(p.K) + " lda=" + std::to_string(p.lda) +
+         " ldb=" + std::to_string(p.ldb) + " ldc=" + std::to_string(p.ldc) + " alpha=" + std::to_string(p.alpha) +
+         " beta=" + std::to_string(p.beta);
+}
+
+// Runs `body` over every shape x Trans combination, with tight leading dims and beta = 0 (over NaN)
+// and with padded leading dims and beta != 0 (accumulation).
+template <class Body>
+void for_all_problems(bool bf16_inputs, Body body) {
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    for (Trans ta : kTrans) {
+      for (Trans tb : kTrans) {
+        for (auto [pad, alpha, beta] : {std::tuple{0, 1.0f, 0.0f}, std::tuple{5, -0.5f, 1.0f},
+                                        std::tuple{3, 1.25f, -0.75f}}) {
+          Problem p(ta, tb, s, pad, alpha, beta, seed += 3, bf16_inputs);
+          SCOPED_TRACE(describe(p));
+          body(p);
+        }
+      }
+    }
+  }
+}
+
+class BackendGuard {
+ public:
+  explicit BackendGuard(F32Backend b) : saved_(gemm_f32_backend()) { set_gemm_f32_backend(b); }
+  ~BackendGuard() { set_gemm_f32_backend(saved_); }
+
+ private:
+  F32Backend saved_;
+};
+
+void check_f32_backend(F32Backend backend) {
+  BackendGuard guard(backend);
+  for_all_problems(false, [](const Problem& p) {
+    std::vector<float> C = p.C0;
+    gemm_f32(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, C.data(), p.ldc);
+    EXPECT_TRUE(p.check(C, 0.0));
+  });
+}
+
+TEST(Gemm, F32OneDnnMatchesReference) { check_f32_backend(F32Backend::OneDNN); }
+TEST(Gemm, F32OpenBlasMatchesReference) { check_f32_backend(F32Backend::OpenBLAS); }
+
+TEST(Gemm, F32ReferenceMatchesF64Reference) {
+  for_all_problems(false, [](const Problem& p) {
+    std::vector<float> C = p.C0;
+    gemm_f32_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, C.data(),
+                       p.ldc);
+    EXPECT_TRUE(p.check(C, 0.0));
+  });
+}
+
+TEST(Gemm, Bf16MatchesF64ReferenceOnRoundedInputs) {
+  for_all_problems(true, [](const Problem& p) {
+    std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
+    std::vector<float> C = p.C0;
+    gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, p.beta, C.data(), p.ldc);
+    EXPECT_TRUE(p.check(C, 0.0));
+  });
+}
+
+TEST(Gemm, Bf16OutMatchesReferenceWithinOneRounding) {
+  for_all_problems(true, [](Problem p) {
+    if (p.beta != 0.0f) return;  // the bf16-output variant has no beta
+    std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
+    std::vector<bf16> C(p.C0.size());
+    for (size_t i = 0; i < C.size(); ++i) C[i] = f32_to_bf16(p.C0[i]);  // NaN, and the sentinel (exact in bf16)
+    gemm_bf16_out(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, C.data(), p.ldc);
+    std::vector<float> Cf(C.size());
+    for (size_t i = 0; i < C.size(); ++i) Cf[i] = bf16_to_f32(C[i]);
+    EXPECT_TRUE(p.check(Cf, 1.0 / 256));
+  });
+}
+
+// The reference loops themselves: with A = I, op(I) @ op(B) must reproduce op(B) exactly.
+TEST(Gemm, F64ReferenceIndexesLikeBlas) {
+  for (Trans tb : kTrans) {
+    const int64_t n = 5, m = 3;  // op(B) is [n, m]
+    std::vector<double> I(n * n, 0.0), B(n * m), C(n * m, -1.0);
+    for (int64_t i = 0; i < n; ++i) I[i * n + i] = 1.0;
+    for (size_t i = 0; i < B.size(); ++i) B[i] = double(i) + 0.5;
+    int64_t ldb = tb == Trans::N ? m : n;
+    gemm_f64_reference(Trans::T, tb, n, m, n, 1.0, I.data(), n, B.data(), ldb, 0.0, C.data(), m);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) EXPECT_EQ(C[i * m + j], tb == Trans::N ? B[i * m + j] : B[j * n + i]);
+  }
+}
+
+TEST(Gemm, ZeroSizes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (F32Backend backend : {F32Backend::OneDNN, F32Backend::OpenBLAS}) {
+    BackendGuard guard(backend);
+    // M == 0 or N == 0: nothing is read or written (null pointers are fine).
+    gemm_f32(Trans::N, Trans::N, 0, 4, 3, 1.0f, nullptr, 3, nullptr, 4, 0.0f, nullptr, 4);
+    gemm_f32(Trans::T, Trans::N, 4, 0, 3, 1.0f, nullptr, 4, nullptr, 1, 0.0f, nullptr, 1);
+    // K == 0: C = beta * C, A and B unread; beta == 0 clears NaN.
+    std::vector<float> C = {nan, 2.0f, kSentinel, nan, 4.0f, kSentinel};
+    gemm_f32(Trans::N, Trans::N, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, C.data(), 3);
+    EXPECT_EQ(C, (std::vector<float>{0, 0, kSentinel, 0, 0, kSentinel}));
+    C = {1.0f, 2.0f, kSentinel, 3.0f, 4.0f, kSentinel};
+    gemm_f32(Trans::N, Trans::T, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.5f, C.data(), 3);
+    EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, kSentinel, 1.5f, 2.0f, kSentinel}));
+  }
+  std::vector<float> C = {nan, 2.0f, 3.0f, 4.0f};
+  gemm_bf16(Trans::N, Trans::N, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{0, 0, 0, 0}));
+  C = {1.0f, 2.0f, 3.0f, 4.0f};
+  gemm_bf16(Trans::T, Trans::N, 2, 2, 0, 2.0f, nullptr, 2, nullptr, 2, 1.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
+  std::vector<bf16> Cb(4, f32_to_bf16(nan));
+  gemm_bf16_out(Trans::N, Trans::N, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, Cb.data(), 2);
+  for (bf16 v : Cb) EXPECT_EQ(bf16_to_f32(v), 0.0f);
+  gemm_bf16(Trans::N, Trans::N, 0, 0, 5, 1.0f, nullptr, 5, nullptr, 1, 0.0f, nullptr, 1);
+  gemm_f32_batched(Trans::N, Trans::N, 0, 3, 3, 3, 1.0f, nullptr, 3, 9, nullptr, 3, 9, 0.0f, nullptr, 3, 9);
+}
+
+// Batches: stride_a = 0 shares one A across the batch, other strides include padding.
+void check_batched(bool bf16_inputs) {
+  const int64_t batch = 3;
+  uint32_t seed = 100;
+  for (Shape s : {Shape{33, 7, 129}, Shape{7, 129, 33}, Shape{1, 33, 257}}) {
+    for (Trans ta : kTrans) {
+      for (Trans tb : kTrans) {
+        for (bool share_a : {false, true}) {
+          std::vector<Problem> ps;
+          float beta = share_a ? 0.0f : 1.0f;
+          for (int64_t i = 0; i < batch; ++i) ps.emplace_back(ta, tb, s, 2, 0.75f, beta, seed += 3, bf16_inputs);
+          if (share_a)
+            for (auto& p : ps) p.A = ps[0].A;
+          const Problem& p0 = ps[0];
+          SCOPED_TRACE(describe(p0) + (share_a ? " shared A" : ""));
+          int64_t sa = share_a ? 0 : int64_t(p0.A.size()) + 11, sb = int64_t(p0.B.size()) + 5;
+          int64_t sc = int64_t(p0.C0.size()) + 7;
+          std::vector<float> A(size_t(share_a ? p0.A.size() : batch * sa)), B(size_t(batch * sb)),
+              C(size_t(batch * sc), kSentinel);
+          for (int64_t i = 0; i < batch; ++i) {
+            std::copy(ps[i].A.begin(), ps[i].A.end(), A.begin() + i * sa);
+            std::copy(ps[i].B.begin(), ps[i].B.end(), B.begin() + i * sb);
+            std::copy(ps[i].C0.begin(), ps[i].C0.end(), C.begin() + i * sc);
+          }
+          if (bf16_inputs) {
+            std::vector<bf16> a = to_bf16(A), b = to_bf16(B);
+            gemm_bf16_batched(ta, tb, batch, p0.M, p0.N, p0.K, p0.alpha, a.data(), p0.lda, sa, b.data(), p0.ldb, sb,
+                              beta, C.data(), p0.ldc, sc);
+          } else {
+            gemm_f32_batched(ta, tb, batch, p0.M, p0.N, p0.K, p0.alpha, A.data(), p0.lda, sa, B.data(), p0.ldb, sb,
+                             beta, C.data(), p0.ldc, sc);
+          }
+          for (int64_t i = 0; i < batch; ++i) {
+            std::vector<float> Ci(C.begin() + i * sc, C.begin() + i * sc + int64_t(p0.C0.size()));
+            EXPECT_TRUE(ps[i].check(Ci, 0.0)) << "batch " << i;
+            for (int64_t j = int64_t(p0.C0.size()); j < sc; ++j) EXPECT_EQ(C[size_t(i * sc + j)], kSentinel);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, F32BatchedMatchesReference) { check_batched(false); }
+TEST(Gemm, Bf16BatchedMatchesReference) { check_batched(true); }
+
+TEST(Gemm, BadArgumentsThrow) {
+  std::vector<float> A(64), B(64), C(64);
+  std::vector<bf16> Ab(64), Bb(64);
+  // lda below the stored row length: K for Trans::N, M for Trans::T.
+  EXPECT_THROW(gemm_f32(Trans::N, Trans::N, 4, 4, 4, 1, A.data(), 3, B.data(), 4, 0, C.data(), 4), Error);
+  EXPECT_THROW(gemm_f32(Trans::T, Trans::N, 5, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 4), Error);
+  EXPECT_THROW(gemm_f32(Trans::N, Trans::T, 4, 4, 5, 1, A.data(), 5, B.data(), 4, 0, C.data(), 4), Error);
+  EXPECT_THROW(gemm_f32(Trans::N, Trans::N, 4, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 3), Error);
+  EXPECT_THROW(gemm_f32(Trans::N, Trans::N, -1, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 4), Error);
+  EXPECT_THROW(gemm_bf16(Trans::N, Trans::N, 4, 4, 4, 1, Ab.data(), 2, Bb.data(), 4, 0, C.data(), 4), Error);
+  EXPECT_THROW(gemm_bf16_out(Trans::N, Trans::N, 4, 4, 4, 1, Ab.data(), 4, Bb.data(), 4, Ab.data(), 2), Error);
+  // Batched outputs that overlap.
+  EXPECT_THROW(gemm_f32_batched(Trans::N, Trans::N, 2, 4, 4, 4, 1, A.data(), 4, 16, B.data(), 4, 16, 0, C.data(), 4,
+                                8),
+               Error);
+  try {
+    gemm_f32(Trans::N, Trans::N, 4, 4, 4, 1, A.data(), 3, B.data(), 4, 0, C.data(), 4);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lda=3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CpuInfo, ConsistentAndPlausible) {
+  const CpuInfo& info = cpu_info();
+  EXPECT_FALSE(info.vendor.empty());
+  EXPECT_GE(info.cores, 1);
+  EXPECT_LE(info.cores, info.logical_cpus);
+  EXPECT_GT(info.ghz, 0.2);
+  EXPECT_LT(info.ghz, 10.0);
+  EXPECT_TRUE(!info.avx512_bf16 || info.avx512f);
+  EXPECT_TRUE(!info.amx_usable || info.amx_tile);
+  EXPECT_GE(info.peak_flops(DType::BF16), info.peak_flops(DType::F32));
+  EXPECT_DOUBLE_EQ(info.peak_flops(DType::F32),
+                   info.cores * info.ghz * 1e9 * info.f32_flops_per_cycle);
+  EXPECT_DOUBLE_EQ(info.peak_flops(DType::F64) * 2, info.peak_flops(DType::F32));
+  EXPECT_NE(info.summary().find("GFLOP/s"), std::string::npos);
+  EXPECT_NE(gemm_describe().find("bf16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan::cpu

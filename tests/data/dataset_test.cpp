@@ -1,0 +1,150 @@
+// Document streams: the formats, folders, text fields, bad input, seeking, sharding.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data_test_util.h"
+#include "titan/core/check.h"
+#include "titan/data/dataset.h"
+
+namespace {
+using namespace titan::testing;
+using namespace titan::data;
+using json = nlohmann::json;
+
+std::vector<std::string> read_all(DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
+  std::vector<std::string> docs;
+  Document d;
+  while (s.next(d)) {
+    docs.push_back(d.text);
+    if (positions) positions->push_back(d.position);
+  }
+  return docs;
+}
+
+std::vector<std::string> read_all(DatasetConfig config) {
+  DocumentStream s(std::move(config));
+  return read_all(s);
+}
+
+std::string error_of(DatasetConfig config) {
+  try {
+    read_all(std::move(config));
+  } catch (const titan::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Dataset, JsonArrayOfStringsAndObjects) {
+  auto dir = temp_dir("dataset_json");
+  write_file(dir / "a.json", "\xEF\xBB\xBF[\n  \"first\",\n  \"\",\n  \"with \\\"escapes\\\" \\u00e9 ] , [\"\n]\n");
+  write_file(dir / "b.json", R"([{"body": "one", "id": 1}, {"body": "two", "meta": {"x": [1, {"y": "]"}]}}])");
+  EXPECT_EQ(read_all({{dir / "a.json"}}), (std::vector<std::string>{"first", "with \"escapes\" \u00e9 ] , [\""}));
+  EXPECT_EQ(read_all({{dir / "b.json"}, "body"}), (std::vector<std::string>{"one", "two"}));
+  EXPECT_NE(error_of({{dir / "b.json"}}).find("b.json:1: object has no field 'text'"), std::string::npos)
+      << error_of({{dir / "b.json"}});
+}
+
+TEST(Dataset, JsonLinesWithCrlfAndBlankLines) {
+  auto dir = temp_dir("dataset_jsonl");
+  write_file(dir / "d.jsonl", "{\"text\": \"a\"}\r\n\r\n\"b\"\r\n{\"text\": \"\"}\n{\"text\": \"c\\nd\"}");
+  DocumentStream s({{dir / "d.jsonl"}});
+  EXPECT_EQ(read_all(s), (std::vector<std::string>{"a", "b", "c\nd"}));
+  EXPECT_EQ(s.stats().empty_skipped, 1u);
+  // A .json file that is not an array is read as JSON Lines.
+  write_file(dir / "e.json", "{\"text\": \"x\"}\n{\"text\": \"y\"}\n");
+  EXPECT_EQ(read_all({{dir / "e.json"}}), (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(Dataset, PlainTextSplits) {
+  auto dir = temp_dir("dataset_text");
+  std::string text = "para one\r\nstill one\r\n\r\n\n  \npara two\nend";
+  write_file(dir / "t.txt", text);
+  EXPECT_EQ(read_all({{dir / "t.txt"}}), (std::vector<std::string>{"para one\r\nstill one", "para two\nend"}));
+  EXPECT_EQ(read_all({{dir / "t.txt"}, "text", "line"}),
+            (std::vector<std::string>{"para one", "still one", "para two", "end"}));
+  EXPECT_EQ(read_all({{dir / "t.txt"}, "text", "file"}), (std::vector<std::string>{text}));
+  EXPECT_NE(error_of({{dir / "t.txt"}, "text", "sentence"}).find("text_split 'sentence'"), std::string::npos);
+}
+
+TEST(Dataset, FoldersAreSearchedAndSorted) {
+  auto dir = temp_dir("dataset_folder");
+  write_file(dir / "b" / "2.jsonl", "\"b2\"\n");
+  write_file(dir / "a.txt", "a\n");
+  write_file(dir / "b" / "1.json", "[\"b1\"]");
+  write_file(dir / "b" / "skip.bin", "binary");
+  write_file(dir / ".hidden" / "h.txt", "hidden");
+  EXPECT_EQ(read_all({{dir}}), (std::vector<std::string>{"a", "b1", "b2"}));
+  EXPECT_NE(error_of({{dir / "missing"}}).find("does not exist"), std::string::npos);
+}
+
+TEST(Dataset, MalformedJsonNamesFileAndLine) {
+  auto dir = temp_dir("dataset_malformed");
+  write_file(dir / "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": oops}\n");
+  std::string e = error_of({{dir / "bad.jsonl"}});
+  EXPECT_NE(e.find("bad.jsonl:3: malformed JSON"), std::string::npos) << e;
+  write_file(dir / "bad.json", "[\"ok\",\n\"ok\",\n{\"text\": 5}]");
+  e = error_of({{dir / "bad.json"}});
+  EXPECT_NE(e.find("bad.json:3: field 'text' is number"), std::string::npos) << e;
+  write_file(dir / "open.json", "[\"ok\", \"never closed\"");
+  e = error_of({{dir / "open.json"}});
+  EXPECT_NE(e.find("open.json:1: JSON array is not closed"), std::string::npos) << e;
+}
+
+TEST(Dataset, InvalidUtf8IsReplacedAndCounted) {
+  auto dir = temp_dir("dataset_utf8");
+  write_file(dir / "u.jsonl", "{\"text\": \"caf\xC3 \xFF\xFE\"}\n\"fine\"\n");
+  write_file(dir / "u.txt", "bad \x80 byte\n");
+  DocumentStream s({{dir / "u.jsonl", dir / "u.txt"}});
+  EXPECT_EQ(read_all(s), (std::vector<std::string>{"caf\uFFFD \uFFFD\uFFFD", "fine", "bad \uFFFD byte"}));
+  EXPECT_EQ(s.stats().invalid_utf8, 4u);
+}
+
+TEST(Dataset, StreamsAcrossBufferBoundariesAndSeeksBack) {
+  // Larger than the 1 MiB read buffer, so documents straddle refills.
+  auto dir = temp_dir("dataset_big");
+  std::vector<std::string> want;
+  json array = json::array();
+  std::string lines;
+  for (int i = 0; i < 3000; ++i) {
+    std::string doc = "document " + std::to_string(i) + " " + std::string(300 + i % 700, char('a' + i % 26));
+    want.push_back(doc);
+    array.push_back(doc);
+    lines += json{{"text", doc}}.dump() + "\n";
+  }
+  write_file(dir / "big.json", array.dump(1));
+  write_file(dir / "big.jsonl", lines);
+  for (auto file : {dir / "big.json", dir / "big.jsonl"}) {
+    DocumentStream s({{file}});
+    std::vector<DocPosition> positions;
+    ASSERT_EQ(read_all(s, &positions), want) << file;
+    for (size_t i : {size_t(0), size_t(1), size_t(1234), size_t(2999)}) {
+      s.seek(json(positions[i]).get<DocPosition>());  // through JSON, as a checkpoint would
+      Document d;
+      ASSERT_TRUE(s.next(d));
+      EXPECT_EQ(d.text, want[i]);
+      EXPECT_EQ(d.position, positions[i]);
+    }
+  }
+}
+
+TEST(Dataset, ShardsPartitionTheDocuments) {
+  auto dir = temp_dir("dataset_shards");
+  std::string lines;
+  for (int i = 0; i < 20; ++i) lines += "\"d" + std::to_string(i) + "\"\n";
+  write_file(dir / "a.jsonl", lines);
+  write_file(dir / "b.txt", "t0\n\nt1\n\nt2\n");
+  auto all = read_all({{dir}});
+  ASSERT_EQ(all.size(), 23u);
+  for (int n : {2, 3, 5}) {
+    for (int r = 0; r < n; ++r) {
+      DocumentStream s({{dir}}, r, n);
+      std::vector<std::string> want;
+      for (size_t i = r; i < all.size(); i += n) want.push_back(all[i]);
+      EXPECT_EQ(read_all(s), want) << "rank " << r << " of " << n;
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,169 @@
+// Packing, sharding, prefetching and exact resume of the token loader.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data_test_util.h"
+#include "titan/core/check.h"
+#include "titan/data/assets.h"
+#include "titan/data/loader.h"
+
+namespace {
+using namespace titan::testing;
+using namespace titan::data;
+using json = nlohmann::json;
+
+// Documents of varied length, one longer than a whole batch.
+std::vector<std::string> make_docs(int n) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < n; ++i) {
+    std::string d = "Document number " + std::to_string(i) + ":";
+    for (int k = 0; k < (i * 7) % 23; ++k) d += " word" + std::to_string(k * i);
+    docs.push_back(d);
+  }
+  std::string longdoc;
+  for (int k = 0; k < 400; ++k) longdoc += "long " + std::to_string(k) + ", ";
+  docs[3] = longdoc;
+  return docs;
+}
+
+std::filesystem::path write_docs(const std::string& name, const std::vector<std::string>& docs) {
+  auto dir = temp_dir(name);
+  std::string lines;
+  for (auto& d : docs) lines += json{{"text", d}}.dump() + "\n";
+  write_file(dir / "docs.jsonl", lines);
+  return dir;
+}
+
+// The packing computed directly: this rank's documents + EOS, concatenated, cut into
+// windows of S + 1, repeated over `epochs`.
+std::vector<std::vector<int32_t>> expected_windows(const std::vector<std::string>& docs, int rank, int ranks,
+                                                   int64_t S, int epochs) {
+  const Tokenizer& tok = qwen3_tokenizer();
+  std::vector<int32_t> stream;
+  for (int e = 0; e < epochs; ++e)
+    for (size_t i = rank; i < docs.size(); i += ranks) {
+      auto ids = tok.encode(docs[i]);
+      stream.insert(stream.end(), ids.begin(), ids.end());
+      stream.push_back(151643);
+    }
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t at = 0; at + S + 1 <= stream.size(); at += S + 1)
+    windows.emplace_back(stream.begin() + at, stream.begin() + at + S + 1);
+  return windows;
+}
+
+void expect_batch(const Batch& b, const std::vector<std::vector<int32_t>>& windows, size_t first, int64_t B,
+                  int64_t S) {
+  ASSERT_EQ(b.batch_size, B);
+  ASSERT_EQ(b.seq_len, S);
+  ASSERT_EQ(b.inputs.size(), size_t(B * S));
+  for (int64_t r = 0; r < B; ++r) {
+    const auto& w = windows.at(first + r);
+    for (int64_t t = 0; t < S; ++t) {
+      ASSERT_EQ(b.inputs[r * S + t], w[t]) << "row " << r << " t " << t;
+      ASSERT_EQ(b.labels[r * S + t], w[t + 1]) << "row " << r << " t " << t;
+    }
+  }
+}
+
+TEST(Loader, PacksDocumentsWithEosIntoWindows) {
+  auto docs = make_docs(40);
+  auto dir = write_docs("loader_pack", docs);
+  const int64_t S = 64, B = 3;
+  auto windows = expected_windows(docs, 0, 1, S, 3);
+  TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B}, qwen3_tokenizer());
+  // Enough batches to wrap into the next epochs.
+  size_t per_epoch = expected_windows(docs, 0, 1, S, 1).size();
+  size_t n = (2 * per_epoch) / B + 2;
+  for (size_t i = 0; i < n; ++i) expect_batch(loader.next(), windows, i * B, B, S);
+  EXPECT_GE(loader.state()["epoch"].get<int>(), 1);
+}
+
+TEST(Loader, RanksGetDisjointShares) {
+  auto docs = make_docs(40);
+  auto dir = write_docs("loader_ranks", docs);
+  const int64_t S = 32, B = 2;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto windows = expected_windows(docs, rank, 3, S, 1);
+    TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B, .dp_rank = rank, .dp_size = 3},
+                       qwen3_tokenizer());
+    for (size_t i = 0; (i + 1) * B <= windows.size(); ++i) expect_batch(loader.next(), windows, i * B, B, S);
+  }
+}
+
+TEST(Loader, RestoreGivesIdenticalBatches) {
+  auto docs = make_docs(30);
+  auto dir = write_docs("loader_restore", docs);
+  LoaderConfig config{.paths = {dir}, .seq_len = 48, .local_batch_size = 2, .dp_rank = 1, .dp_size = 2};
+  TokenLoader reference(config, qwen3_tokenizer());
+  std::vector<Batch> batches;
+  std::vector<std::string> states = {reference.state().dump()};
+  for (int i = 0; i < 40; ++i) {  // spans epochs and the long document
+    batches.push_back(reference.next());
+    states.push_back(reference.state().dump());
+  }
+  for (size_t k : {size_t(0), size_t(1), size_t(5), size_t(17), size_t(33)}) {
+    TokenLoader resumed(config, qwen3_tokenizer());
+    resumed.next();  // a loader that already ran (and prefetched) must restore too
+    resumed.restore(json::parse(states[k]));
+    for (size_t i = k; i < std::min(k + 6, batches.size()); ++i) {
+      Batch b = resumed.next();
+      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
+    }
+    EXPECT_EQ(resumed.state().dump(), states[std::min(k + 6, batches.size())]);
+  }
+}
+
+TEST(Loader, RestoreRefusesADifferentPacking) {
+  auto dir = write_docs("loader_refuse", make_docs(10));
+  TokenLoader a({.paths = {dir}, .seq_len = 16}, qwen3_tokenizer());
+  a.next();
+  TokenLoader b({.paths = {dir}, .seq_len = 16, .dp_rank = 0, .dp_size = 2}, qwen3_tokenizer());
+  EXPECT_THROW(b.restore(a.state()), titan::Error);
+  TokenLoader c({.paths = {dir}, .seq_len = 32}, qwen3_tokenizer());
+  EXPECT_THROW(c.restore(a.state()), titan::Error);
+}
+
+TEST(Loader, FiniteLoaderEndsWithAnEmptyBatch) {
+  auto docs = make_docs(10);
+  auto dir = write_docs("loader_finite", docs);
+  const int64_t S = 16;
+  size_t windows = expected_windows(docs, 0, 1, S, 1).size();
+  TokenLoader loader({.paths = {dir}, .seq_len = S, .infinite = false}, qwen3_tokenizer());
+  for (size_t i = 0; i < windows; ++i) EXPECT_FALSE(loader.next().empty());
+  EXPECT_TRUE(loader.next().empty());
+  EXPECT_TRUE(loader.next().empty());
+}
+
+TEST(Loader, DataErrorsReachTheCaller) {
+  auto dir = temp_dir("loader_bad");
+  write_file(dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": broken}\n");
+  TokenLoader loader({.paths = {dir}, .seq_len = 8}, qwen3_tokenizer());
+  try {
+    loader.next();
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: malformed JSON"), std::string::npos) << e.what();
+  }
+  auto empty = temp_dir("loader_empty");
+  write_file(empty / "e.jsonl", "{\"text\": \"\"}\n");
+  TokenLoader none({.paths = {empty}, .seq_len = 8}, qwen3_tokenizer());
+  EXPECT_THROW(none.next(), titan::Error);
+}
+
+TEST(Loader, DefaultDatasetFeedsBatches) {
+  auto path = default_dataset_path();
+  TokenLoader loader({.paths = {path}, .seq_len = 128, .local_batch_size = 2}, qwen3_tokenizer());
+  Batch b = loader.next();
+  ASSERT_EQ(b.inputs.size(), 256u);
+  // The first window starts with the first document of the corpus.
+  std::ifstream f(path / "train.jsonl");
+  std::string line;
+  std::getline(f, line);
+  auto first = qwen3_tokenizer().encode(json::parse(line)["text"].get<std::string>());
+  for (size_t t = 0; t < std::min<size_t>(first.size(), 128); ++t) ASSERT_EQ(b.inputs[t], first[t]);
+}
+
+}  // namespace

@@ -1,0 +1,59 @@
+// `titan tokenize` end to end: the binary's ids equal the library's, --decode inverts,
+// bad input is a clear error that leaves no output file.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data_test_util.h"
+
+namespace {
+using namespace titan::testing;
+using json = nlohmann::json;
+
+TEST(TokenizeCommand, EncodesAndDecodes) {
+  auto dir = temp_dir("tokenize_cmd");
+  auto docs = json::parse(read_file(fixtures_dir() / "tokenizer" / "parity_corpus.json"));
+  write_file(dir / "docs.json", docs.dump());
+  std::string tok = (assets_dir() / "tokenizer" / "qwen3").string();
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --tokenizer " + tok + " --input " +
+                            (dir / "docs.json").string() + " --output " + (dir / "ids.json").string(),
+                        &out),
+            0)
+      << out;
+  auto ids = json::parse(read_file(dir / "ids.json"));
+  ASSERT_EQ(ids.size(), docs.size());
+  for (size_t i = 0; i < docs.size(); ++i)
+    EXPECT_EQ(ids[i].get<std::vector<int32_t>>(), qwen3_tokenizer().encode(docs[i].get<std::string>())) << i;
+
+  // The tokenizer.json path itself works too; decoding gives back the (NFC) text.
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --decode --tokenizer " + tok + "/tokenizer.json" +
+                            " --input " + (dir / "ids.json").string() + " --output " + (dir / "text.json").string(),
+                        &out),
+            0)
+      << out;
+  auto text = json::parse(read_file(dir / "text.json"));
+  for (size_t i = 0; i < docs.size(); ++i)
+    EXPECT_EQ(text[i].get<std::string>(), qwen3_tokenizer().decode(ids[i].get<std::vector<int32_t>>())) << i;
+}
+
+TEST(TokenizeCommand, BadInputIsAClearError) {
+  auto dir = temp_dir("tokenize_cmd_bad");
+  write_file(dir / "docs.json", "[\"ok\", 5]");
+  std::string out;
+  std::string tok = (assets_dir() / "tokenizer" / "qwen3").string();
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --tokenizer " + tok + " --input " +
+                            (dir / "docs.json").string() + " --output " + (dir / "ids.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("element 1 is number, not a string"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "ids.json"));
+  out.clear();
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --tokenizer " + (dir / "nowhere").string() +
+                            " --input " + (dir / "docs.json").string() + " --output " + (dir / "ids.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
+}
+
+}  // namespace

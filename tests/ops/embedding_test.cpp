@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/ops/embedding.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+
+std::vector<Tensor> embedding_fn(const std::vector<Tensor>& in) { return {ops::embedding(in[0], in[1])}; }
+
+// Random ids in [0, V) with plenty of repeats (the scatter-add must sum them).
+Tensor random_ids(const Shape& shape, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> v(size_t(shape_numel(shape)));
+  for (auto& id : v) id = int64_t(rng() % uint64_t(V));
+  return Tensor::from_vector(v, shape);
+}
+
+std::string error_of(const Tensor& ids, const Tensor& table) {
+  try {
+    ops::embedding(ids, table);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Embedding, ForwardCopiesTableRows) {
+  auto table = random_tensor({7, 5}, DType::F32, 1);
+  auto ids = Tensor::from_vector(std::vector<int64_t>{3, 0, 6, 3, 1, 6}, {2, 3});
+  auto out = ops::embedding(ids, table);
+  ASSERT_EQ(out.shape(), (Shape{2, 3, 5}));
+  auto t = table.to_vector(), o = out.to_vector();
+  auto id = ids.to_vector();
+  for (size_t i = 0; i < id.size(); ++i)
+    for (size_t d = 0; d < 5; ++d) EXPECT_EQ(o[i * 5 + d], t[size_t(id[i]) * 5 + d]) << i << "," << d;
+}
+
+TEST(Embedding, GradientMatchesFiniteDifferences) {
+  auto ids = Tensor::from_vector(std::vector<int64_t>{2, 4, 2, 0, 2, 1}, {3, 2});
+  expect_gradcheck(embedding_fn, {ids, random_tensor({5, 3}, DType::F64, 2)});
+}
+
+TEST(Embedding, BackwardScatterAddsRepeatedIds) {
+  auto ids = Tensor::from_vector(std::vector<int64_t>{1, 1, 3}, {3});
+  auto table = random_tensor({4, 2}, DType::BF16, 3).set_requires_grad(true);
+  auto out = ops::embedding(ids, table);
+  autograd::backward(autograd::current_tape(), {out},
+                     {Tensor::from_vector(std::vector<float>{1, 2, 10, 20, 100, 200}, {3, 2})});
+  ASSERT_EQ(table.grad().dtype(), DType::F32);
+  EXPECT_EQ(table.grad().to_vector(), (std::vector<double>{0, 0, 11, 22, 0, 0, 100, 200}));
+}
+
+TEST(Embedding, DefaultVariantMatchesReferenceExactly) {
+  // Small (serial) and large enough to run threaded; odd V and D. The default partitions dtable by
+  // vocab rows and keeps id order per row, so f32 gradients are bit-identical.
+  for (auto [V, D, S] : {std::tuple{37, 19, 41}, {1013, 97, 333}}) {
+    auto ids = random_ids({2, S}, V, 4);
+    auto table = random_tensor({V, D}, DType::F32, 5).set_requires_grad(true);
+    expect_variant_matches_reference("embedding", "default", embedding_fn, {ids, table}, 0, 0);
+    expect_variant_matches_reference("embedding", "default", embedding_fn,
+                                     {ids, table.to(DType::BF16).set_requires_grad(true)}, 0, 0);
+  }
+}
+
+TEST(Embedding, OutOfRangeIdNamesIdPositionAndV) {
+  auto table = Tensor::zeros({5, 3}, DType::F32);
+  auto m = error_of(Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 7}, {2, 3}), table);
+  EXPECT_NE(m.find("embedding"), std::string::npos) << m;
+  EXPECT_NE(m.find("ids[1, 2] = 7"), std::string::npos) << m;
+  EXPECT_NE(m.find("V=5"), std::string::npos) << m;
+  m = error_of(Tensor::from_vector(std::vector<int64_t>{0, -1}, {2}), table);
+  EXPECT_NE(m.find("ids[1] = -1"), std::string::npos) << m;
+}
+
+TEST(Embedding, BadArgumentsNameOpAndShapes) {
+  auto m = error_of(Tensor::zeros({2, 3}, DType::F32), Tensor::zeros({5, 3}, DType::F32));
+  EXPECT_NE(m.find("embedding"), std::string::npos) << m;
+  EXPECT_NE(m.find("f32[2, 3]"), std::string::npos) << m;
+  m = error_of(Tensor::zeros({2}, DType::I64), Tensor::zeros({5, 3, 1}, DType::F32));
+  EXPECT_NE(m.find("f32[5, 3, 1]"), std::string::npos) << m;
+}

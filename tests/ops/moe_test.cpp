@@ -1,0 +1,351 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ops/op_test_util.h"
+#include "test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/moe.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+
+// Logits whose softmax never picks `avoid` (it sits 8 below everything else) and with no near-ties
+// among the rest, so finite differences do not flip the selection.
+Tensor biased_logits(int64_t T, int64_t E, DType dt, uint64_t seed, int64_t avoid) {
+  auto v = random_tensor({T, E}, DType::F64, seed, -2.0, 2.0).to_vector();
+  for (int64_t t = 0; t < T; ++t) v[size_t(t * E + avoid)] -= 8.0;
+  return Tensor::from_vector(v, {T, E}, dt);
+}
+
+std::vector<Tensor> experts_fn(const std::vector<Tensor>& in) {
+  return {ops::moe_experts(in[0], in[1], in[2], in[3], in[4], in[5])};
+}
+
+// Expert weights scaled like a trained layer (|w| ~ D^-1/2) so activations stay O(1).
+struct ExpertWeights {
+  Tensor gate, up, down;
+};
+ExpertWeights expert_weights(int64_t E, int64_t F, int64_t D, DType dt, uint64_t seed) {
+  double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
+  return {random_tensor({E, F, D}, dt, seed, -sd, sd), random_tensor({E, F, D}, dt, seed + 1, -sd, sd),
+          random_tensor({E, D, F}, dt, seed + 2, -sf, sf)};
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// router_topk
+
+TEST(RouterTopk, SelectsTopKOfSoftmaxAndRenormalises) {
+  const int64_t T = 7, E = 5, k = 3;
+  Tensor logits = random_tensor({T, E}, DType::F32, 11, -3, 3);
+  for (bool renorm : {false, true}) {
+    auto out = ops::router_topk(logits, k, renorm);
+    auto l = logits.to_vector(), p = out.probs.to_vector(), w = out.weights.to_vector();
+    auto idx = out.indices.to_vector(), counts = out.counts.to_vector();
+    std::vector<double> expect_counts(E, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      double m = *std::max_element(l.begin() + t * E, l.begin() + t * E + E), s = 0;
+      for (int64_t e = 0; e < E; ++e) s += std::exp(l[t * E + e] - m);
+      std::vector<int64_t> order(E);
+      for (int64_t e = 0; e < E; ++e) {
+        order[e] = e;
+        EXPECT_NEAR(p[t * E + e], std::exp(l[t * E + e] - m) / s, 1e-6);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return l[t * E + a] > l[t * E + b]; });
+      double sel = 0;
+      for (int64_t j = 0; j < k; ++j) sel += p[t * E + order[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_EQ(idx[t * k + j], order[j]) << "token " << t << " slot " << j;
+        EXPECT_NEAR(w[t * k + j], p[t * E + order[j]] / (renorm ? sel : 1.0), 1e-6);
+        expect_counts[order[j]] += 1;
+      }
+    }
+    EXPECT_EQ(counts, expect_counts);
+    EXPECT_EQ(out.weights.dtype(), DType::F32);
+    EXPECT_EQ(out.probs.dtype(), DType::F32);
+  }
+}
+
+TEST(RouterTopk, TiesPickLowerIndexFirst) {
+  Tensor logits = Tensor::from_vector(std::vector<float>{1, 2, 2, 0, 2, 1}, {1, 6});
+  auto out = ops::router_topk(logits, 4, false);
+  EXPECT_EQ(out.indices.to_vector(), (std::vector<double>{1, 2, 4, 0}));
+}
+
+TEST(RouterTopk, ExpertBiasChangesSelectionNotWeights) {
+  const int64_t T = 6, E = 4, k = 2;
+  Tensor logits = biased_logits(T, E, DType::F32, 3, 2);  // expert 2 never chosen without bias
+  Tensor bias = Tensor::from_vector(std::vector<float>{0, 0, 10, 0}, {E});
+  auto plain = ops::router_topk(logits, k, false);
+  auto biased = ops::router_topk(logits, k, false, bias);
+  EXPECT_EQ(plain.counts.to_vector()[2], 0);
+  EXPECT_EQ(biased.counts.to_vector()[2], T);
+  EXPECT_EQ(max_abs_diff(plain.probs, biased.probs), 0.0);
+  auto p = biased.probs.to_vector(), w = biased.weights.to_vector(), idx = biased.indices.to_vector();
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(idx[t * k], 2);
+    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(w[t * k + j], p[t * E + int64_t(idx[t * k + j])]);
+  }
+}
+
+TEST(RouterTopk, GradientMatchesFiniteDifferences) {
+  Tensor logits = random_tensor({5, 4}, DType::F64, 21, -2, 2);
+  Tensor bias = Tensor::from_vector(std::vector<float>{0.f, 0.3f, 0.f, -0.2f}, {4});
+  for (bool renorm : {false, true}) {
+    SCOPED_TRACE(renorm ? "renormalize" : "raw weights");
+    auto weights_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).weights}; };
+    auto probs_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).probs}; };
+    auto both = [&](const std::vector<Tensor>& in) {
+      auto o = ops::router_topk(in[0], 2, renorm, bias);
+      return std::vector<Tensor>{o.weights, o.indices, o.probs, o.counts};
+    };
+    expect_gradcheck(weights_only, {logits});
+    expect_gradcheck(probs_only, {logits});
+    expect_gradcheck(both, {logits});
+  }
+}
+
+TEST(RouterTopk, Bf16LogitsGiveF32Outputs) {
+  Tensor l32 = random_tensor({9, 6}, DType::F32, 5, -2, 2);
+  Tensor l16 = l32.to(DType::BF16);
+  auto a = ops::router_topk(l16, 2, true), b = ops::router_topk(l16.to(DType::F32), 2, true);
+  EXPECT_EQ(a.weights.dtype(), DType::F32);
+  EXPECT_EQ(max_abs_diff(a.weights, b.weights), 0.0);
+  EXPECT_EQ(a.indices.to_vector(), b.indices.to_vector());
+}
+
+TEST(RouterTopk, BadArgumentsNameOpAndShapes) {
+  Tensor logits = Tensor::zeros({3, 4}, DType::F32);
+  std::string m = error_of([&] { ops::router_topk(logits, 5, true); });
+  EXPECT_NE(m.find("router_topk"), std::string::npos) << m;
+  EXPECT_NE(m.find("k=5"), std::string::npos) << m;
+  EXPECT_NE(m.find("f32[3, 4]"), std::string::npos) << m;
+  m = error_of([&] { ops::router_topk(logits, 2, true, Tensor::zeros({3}, DType::F32)); });
+  EXPECT_NE(m.find("expert_bias f32[3]"), std::string::npos) << m;
+  m = error_of([&] { ops::router_topk(Tensor::zeros({12}, DType::F32), 2, true); });
+  EXPECT_NE(m.find("f32[12]"), std::string::npos) << m;
+}
+
+// ------------------------------------------------------------------------------------------------
+// moe_aux_loss
+
+TEST(MoeAuxLoss, MatchesOneHotFormulaAndGradient) {
+  const int64_t E = 4, k = 2;
+  Tensor l0 = random_tensor({5, E}, DType::F64, 31, -2, 2), l1 = random_tensor({3, E}, DType::F64, 32, -2, 2);
+  auto r0 = ops::router_topk(l0, k, true), r1 = ops::router_topk(l1, k, true);
+  // Independent formula, as in transformers / qwen3_ref.py: concatenate the layers' tokens,
+  // one_hot(idx).mean(0) [k, E] times probs.mean(0), summed, times E.
+  std::vector<double> frac(k * E, 0), pmean(E, 0);
+  const double N = 8;
+  for (auto* r : {&r0, &r1}) {
+    auto idx = r->indices.to_vector(), p = r->probs.to_vector();
+    for (size_t i = 0; i < idx.size(); ++i) frac[(i % k) * E + size_t(idx[i])] += 1 / N;
+    for (size_t i = 0; i < p.size(); ++i) pmean[i % E] += p[i] / N;
+  }
+  double expect = 0;
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t e = 0; e < E; ++e) expect += frac[j * E + e] * pmean[e];
+  expect *= E;
+  Tensor aux = ops::moe_aux_loss({r0.probs, r1.probs}, {r0.indices, r1.indices}, E, k);
+  EXPECT_EQ(aux.shape(), Shape({1}));
+  EXPECT_NEAR(aux.item(), expect, 1e-12);
+
+  Tensor i0 = r0.indices, i1 = r1.indices;
+  expect_gradcheck(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {i0, i1}, E, k)}; },
+      {r0.probs.detach(), r1.probs.detach()});
+  // Through the router: the selection is constant, the probabilities carry the gradient.
+  expect_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        auto a = ops::router_topk(in[0], k, true), b = ops::router_topk(in[1], k, true);
+        return std::vector<Tensor>{ops::moe_aux_loss({a.probs, b.probs}, {a.indices, b.indices}, E, k)};
+      },
+      {l0, l1});
+}
+
+TEST(MoeAuxLoss, BalancedRouterGivesK) {
+  // Uniform probabilities and every expert chosen equally often: aux = E * E * (k/E) * (1/E) = k.
+  const int64_t E = 4, k = 2, T = 6;
+  Tensor probs = Tensor::full({T, E}, 0.25, DType::F32);
+  Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {T, k});
+  EXPECT_NEAR(ops::moe_aux_loss({probs}, {idx}, E, k).item(), double(k), 1e-6);
+}
+
+TEST(MoeAuxLoss, BadArgumentsNameOpAndShapes) {
+  Tensor p = Tensor::zeros({3, 4}, DType::F32);
+  std::string m = error_of([&] { ops::moe_aux_loss({p}, {Tensor::zeros({3, 3}, DType::I64)}, 4, 2); });
+  EXPECT_NE(m.find("moe_aux_loss"), std::string::npos) << m;
+  EXPECT_NE(m.find("i64[3, 3]"), std::string::npos) << m;
+  m = error_of([&] { ops::moe_aux_loss({p}, {Tensor::full({3, 2}, 4, DType::I64)}, 4, 2); });
+  EXPECT_NE(m.find("outside [0, 4)"), std::string::npos) << m;
+}
+
+// ------------------------------------------------------------------------------------------------
+// moe_experts
+
+TEST(MoeExperts, GradientMatchesFiniteDifferences) {
+  const int64_t T = 5, D = 6, F = 4, E = 4, k = 2;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F64, 41, 1), k, true);
+  ASSERT_EQ(r.counts.to_vector()[1], 0);  // an expert with no tokens
+  auto w = expert_weights(E, F, D, DType::F64, 42);
+  Tensor x = random_tensor({T, D}, DType::F64, 45);
+  expect_gradcheck(experts_fn, {x, r.weights.detach(), r.indices, w.gate, w.up, w.down});
+  // Router and experts together: the gradient reaches the logits through the weights.
+  Tensor logits = biased_logits(T, E, DType::F64, 46, 3);
+  expect_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        auto rr = ops::router_topk(in[0], k, true);
+        return std::vector<Tensor>{ops::moe_experts(in[1], rr.weights, rr.indices, in[2], in[3], in[4])};
+      },
+      {logits, x, w.gate, w.up, w.down});
+}
+
+TEST(MoeExperts, DefaultVariantMatchesReference) {
+  struct Case {
+    int64_t T, D, F, E, k;
+  };
+  for (auto c : {Case{1, 8, 4, 3, 1}, Case{5, 6, 4, 4, 2}, Case{37, 24, 20, 7, 3}, Case{131, 72, 40, 8, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << c.T << " D=" << c.D << " F=" << c.F << " E=" << c.E << " k=" << c.k);
+    auto r = ops::router_topk(biased_logits(c.T, c.E, DType::F32, 50 + c.T, c.E - 1), c.k, true);
+    auto w = expert_weights(c.E, c.F, c.D, DType::F32, 60);
+    Tensor x = random_tensor({c.T, c.D}, DType::F32, 63);
+    auto grad = [](Tensor t) { return t.set_requires_grad(true); };
+    // f32: reassociation only; the sums run over D (gate/up), F (down) and T (weight grads).
+    const double atol32 = 2e-6 * double(std::max({c.D, c.F, c.T}));
+    expect_variant_matches_reference("moe_experts", "default", experts_fn,
+                                     {grad(x.clone()), grad(r.weights.clone()), r.indices, grad(w.gate.clone()),
+                                      grad(w.up.clone()), grad(w.down.clone())},
+                                     atol32, 1e-5);
+    // bf16 (f32 routing weights, and bf16 ones): both round at the same points, but a GEMM sum that
+    // lands near a bf16 rounding boundary may round the other way (1 ulp = 2^-8 relative) and
+    // propagate; the default's backward also rounds dy and the SwiGLU gradients to bf16.
+    for (DType wdt : {DType::F32, DType::BF16})
+      expect_variant_matches_reference(
+          "moe_experts", "default", experts_fn,
+          {grad(x.to(DType::BF16)), grad(r.weights.to(wdt)), r.indices, grad(w.gate.to(DType::BF16)),
+           grad(w.up.to(DType::BF16)), grad(w.down.to(DType::BF16))},
+          3e-2, 3e-2);
+  }
+}
+
+TEST(MoeExperts, UnusedExpertGetsZeroWeightGradient) {
+  const int64_t T = 9, D = 10, F = 6, E = 5, k = 2;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F32, 70, 0), k, false);
+  ASSERT_EQ(r.counts.to_vector()[0], 0);
+  auto w = expert_weights(E, F, D, DType::F32, 71);
+  for (const char* variant : {"reference", "default"}) {
+    auto run = run_variant("moe_experts", variant, experts_fn,
+                           {random_tensor({T, D}, DType::F32, 72), r.weights, r.indices, w.gate.set_requires_grad(true),
+                            w.up.set_requires_grad(true), w.down.set_requires_grad(true)});
+    for (int i : {3, 4, 5}) {
+      auto g = run.input_grads[size_t(i)].narrow(0, 0, 1).contiguous().to_vector();
+      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](double v) { return v == 0; })) << variant << " input " << i;
+      auto g1 = run.input_grads[size_t(i)].narrow(0, 1, 1).contiguous().to_vector();
+      EXPECT_FALSE(std::all_of(g1.begin(), g1.end(), [](double v) { return v == 0; })) << variant << " input " << i;
+    }
+  }
+}
+
+TEST(MoeExperts, NoTokens) {
+  auto w = expert_weights(3, 4, 6, DType::F32, 80);
+  for (const char* variant : {"reference", "default"}) {
+    kernels::ForceVariant force("moe_experts", variant);
+    Tensor y = ops::moe_experts(Tensor::zeros({0, 6}, DType::F32), Tensor::zeros({0, 2}, DType::F32),
+                                Tensor::zeros({0, 2}, DType::I64), w.gate, w.up, w.down);
+    EXPECT_EQ(y.shape(), Shape({0, 6}));
+  }
+}
+
+TEST(MoeExperts, BadArgumentsNameOpAndShapes) {
+  auto w = expert_weights(4, 3, 6, DType::F32, 90);
+  Tensor x = Tensor::zeros({5, 6}, DType::F32), wt = Tensor::zeros({5, 2}, DType::F32);
+  Tensor idx = Tensor::zeros({5, 2}, DType::I64);
+  auto expect_msg = [](const std::string& m, std::initializer_list<const char*> parts) {
+    EXPECT_NE(m.find("moe_experts"), std::string::npos) << m;
+    for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
+  };
+  expect_msg(error_of([&] { ops::moe_experts(x, wt, idx, w.gate, Tensor::zeros({4, 3, 5}, DType::F32), w.down); }),
+             {"w_up f32[4, 3, 5]", "w_gate f32[4, 3, 6]"});
+  expect_msg(error_of([&] { ops::moe_experts(x, wt, idx, w.gate, w.up, Tensor::zeros({4, 3, 6}, DType::F32)); }),
+             {"w_down f32[4, 3, 6]", "D=6"});
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 4, 0, 1}, {5, 2});
+  expect_msg(error_of([&] { ops::moe_experts(x, wt, bad, w.gate, w.up, w.down); }), {"token 3, slot 1", "is 4"});
+  expect_msg(error_of([&] { ops::moe_experts(x, Tensor::zeros({4, 2}, DType::F32), idx, w.gate, w.up, w.down); }),
+             {"weights f32[4, 2]", "x f32[5, 6]"});
+  expect_msg(error_of([&] { ops::moe_experts(x.to(DType::BF16), wt, idx, w.gate, w.up, w.down); }), {"bf16[5, 6]"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// Cross-check against PyTorch: router + experts + aux loss, forward and gradients, f32.
+
+TEST(MoeTorch, RouterExpertsAndAuxMatchPyTorch) {
+  std::string probe;
+  if (run_command("/usr/bin/python3 -c 'import torch'", &probe) != 0) GTEST_SKIP() << "python3-torch not available";
+  const int64_t T = 11, D = 12, F = 8, E = 6, k = 2;
+  const double aux_coef = 0.1;
+  Tensor logits = random_tensor({T, E}, DType::F32, 101, -2, 2), x = random_tensor({T, D}, DType::F32, 102);
+  auto w = expert_weights(E, F, D, DType::F32, 103);
+  Tensor dy = random_tensor({T, D}, DType::F32, 106);
+
+  nlohmann::json in = {{"T", T}, {"D", D}, {"F", F}, {"E", E}, {"k", k}, {"renormalize", true}, {"aux_coef", aux_coef},
+                       {"logits", logits.to_vector()}, {"x", x.to_vector()}, {"w_gate", w.gate.to_vector()},
+                       {"w_up", w.up.to_vector()}, {"w_down", w.down.to_vector()}, {"dy", dy.to_vector()}};
+  auto dir = temp_dir("moe_torch");
+  std::ofstream(dir / "in.json") << in.dump();
+  std::string out;
+  ASSERT_EQ(run_command("/usr/bin/python3 " + (source_dir() / "tests/ops/torch_ref/moe_ref.py").string() + " " +
+                            (dir / "in.json").string(),
+                        &out),
+            0)
+      << out;
+  nlohmann::json ref = nlohmann::json::parse(out);
+
+  for (const char* variant : {"reference", "default"}) {
+    SCOPED_TRACE(variant);
+    kernels::ForceVariant force("moe_experts", variant);
+    Tensor lg = logits.clone().set_requires_grad(true), xx = x.clone().set_requires_grad(true);
+    Tensor wg = w.gate.clone().set_requires_grad(true), wu = w.up.clone().set_requires_grad(true),
+           wd = w.down.clone().set_requires_grad(true);
+    auto r = ops::router_topk(lg, k, true);
+    Tensor y = ops::moe_experts(xx, r.weights, r.indices, wg, wu, wd);
+    Tensor aux = ops::moe_aux_loss({r.probs}, {r.indices}, E, k);
+    autograd::backward(autograd::current_tape(), {y, aux}, {dy, Tensor::full({1}, aux_coef, DType::F32)});
+
+    auto expect_close = [&](const Tensor& got, const char* key, double tol) {
+      std::vector<double> want = ref[key].get<std::vector<double>>(), have = got.to_vector();
+      ASSERT_EQ(have.size(), want.size()) << key;
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(have[i] - want[i]));
+      EXPECT_LE(worst, tol) << key;
+    };
+    EXPECT_EQ(r.indices.to_vector(), ref["indices"].get<std::vector<double>>());
+    expect_close(r.weights, "weights", 1e-6);
+    expect_close(r.probs, "probs", 1e-6);
+    expect_close(y, "y", 1e-5);
+    EXPECT_NEAR(aux.item(), ref["aux"].get<double>(), 1e-6);
+    expect_close(lg.grad(), "d_logits", 1e-5);
+    expect_close(xx.grad(), "d_x", 1e-5);
+    expect_close(wg.grad(), "d_w_gate", 1e-5);
+    expect_close(wu.grad(), "d_w_up", 1e-5);
+    expect_close(wd.grad(), "d_w_down", 1e-5);
+  }
+}

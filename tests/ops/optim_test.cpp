@@ -1,0 +1,376 @@
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "ops/op_test_util.h"
+#include "test_util.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/optim.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+
+const char* kPython = "/usr/bin/python3";
+
+struct AdamState {
+  Tensor p, g, m, v;
+};
+
+AdamState adam_state(int64_t n, uint64_t seed) {
+  return {random_tensor({n}, DType::F32, seed), Tensor::zeros({n}, DType::F32), Tensor::zeros({n}, DType::F32),
+          Tensor::zeros({n}, DType::F32)};
+}
+
+// Runs `steps` AdamW steps with fresh gradients (scaled by the step, so the moments see changing
+// magnitudes) under the given variant; returns the final state.
+AdamState run_adamw(const std::string& variant, int64_t n, const ops::AdamWConfig& c, int steps) {
+  kernels::ForceVariant force("adamw", variant);
+  AdamState s = adam_state(n, 11);
+  for (int t = 1; t <= steps; ++t) {
+    s.g = random_tensor({n}, DType::F32, 100 + uint64_t(t), -0.01 * t, 0.01 * t);
+    ops::adamw_step(s.p, s.g, s.m, s.v, c, t);
+  }
+  return s;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool have_torch() {
+  static const bool ok = run_command(std::string(kPython) + " -c 'import torch, numpy'", nullptr) == 0;
+  return ok;
+}
+
+void write_f32(const std::filesystem::path& path, const std::vector<Tensor>& ts) {
+  std::ofstream out(path, std::ios::binary);
+  for (const Tensor& t : ts) out.write(static_cast<const char*>(t.raw_data()), std::streamsize(t.nbytes()));
+}
+
+Tensor read_f32(const std::filesystem::path& path, int64_t n, int64_t offset = 0) {
+  Tensor t = Tensor::empty({n}, DType::F32);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(std::streamoff(offset * 4));
+  in.read(static_cast<char*>(t.raw_data()), std::streamsize(n * 4));
+  EXPECT_TRUE(in.good()) << path;
+  return t;
+}
+
+// Elements agree to within `ulps` units in the last place of the torch value (inf/nan must match).
+void expect_close_ulps(const Tensor& got, const Tensor& want, double ulps, const std::string& what) {
+  auto a = got.to_vector(), b = want.to_vector();
+  ASSERT_EQ(a.size(), b.size());
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool ok;
+    if (std::isnan(b[i]) || std::isinf(b[i])) ok = std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i];
+    else ok = std::fabs(a[i] - b[i]) <= ulps * std::ldexp(1.0, std::ilogb(std::max(std::fabs(b[i]), 1e-38)) - 23);
+    if (!ok && bad++ == 0) first = int64_t(i);
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ, first at " << first << ": " << a[size_t(first)]
+                    << " vs torch " << b[size_t(first)];
+}
+
+}  // namespace
+
+TEST(AdamW, VariantsAreBitIdenticalToReference) {
+  // Odd sizes: below one vector, across the masked tail, and above the threading threshold.
+  for (int64_t n : {1, 15, 17, 4099, 300007})
+    for (double wd : {0.0, 0.1}) {
+      ops::AdamWConfig c{.lr = 3e-3, .weight_decay = wd};
+      AdamState ref = run_adamw("reference", n, c, 4);
+      for (const char* variant : {"default", "portable"}) {
+        AdamState got = run_adamw(variant, n, c, 4);
+        EXPECT_TRUE(bitwise_equal(got.p, ref.p)) << variant << " n=" << n << " wd=" << wd << " param";
+        EXPECT_TRUE(bitwise_equal(got.m, ref.m)) << variant << " n=" << n << " exp_avg";
+        EXPECT_TRUE(bitwise_equal(got.v, ref.v)) << variant << " n=" << n << " exp_avg_sq";
+      }
+    }
+}
+
+TEST(AdamW, F32MatchesF64Reference) {
+  // The same formula in f64: checks the f32 path rounds only where it must.
+  const int64_t n = 1001;
+  ops::AdamWConfig c{.lr = 1e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.05};
+  AdamState s32 = adam_state(n, 5);
+  AdamState s64{s32.p.to(DType::F64), Tensor(), Tensor::zeros({n}, DType::F64), Tensor::zeros({n}, DType::F64)};
+  for (int t = 1; t <= 5; ++t) {
+    Tensor g = random_tensor({n}, DType::F32, 40 + uint64_t(t));
+    ops::adamw_step(s32.p, g, s32.m, s32.v, c, t);
+    Tensor g64 = g.to(DType::F64);
+    ops::adamw_step(s64.p, g64, s64.m, s64.v, c, t);
+  }
+  EXPECT_LT(max_abs_diff(s32.p, s64.p), 1e-6);
+  EXPECT_LT(max_rel_diff(s32.m, s64.m, 1e-3), 1e-5);
+  EXPECT_LT(max_rel_diff(s32.v, s64.v, 1e-6), 1e-5);
+}
+
+TEST(AdamW, FirstStepMovesEachParameterByLrTimesSignOfGradient) {
+  // Step 1 from zero moments: m/(1-b1) = g, sqrt(v/(1-b2)) = |g|, so p -= lr * g / (|g| + eps).
+  const int64_t n = 257;
+  for (double wd : {0.0, 0.1}) {
+    ops::AdamWConfig c{.lr = 1e-2, .weight_decay = wd};
+    AdamState s = adam_state(n, 3);
+    Tensor p0 = s.p.clone();
+    s.g = random_tensor({n}, DType::F32, 4);
+    ops::adamw_step(s.p, s.g, s.m, s.v, c, 1);
+    auto p = s.p.to_vector(), q = p0.to_vector(), g = s.g.to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      double want = q[size_t(i)] * (1 - c.lr * wd) - c.lr * g[size_t(i)] / (std::fabs(g[size_t(i)]) + c.eps);
+      ASSERT_NEAR(p[size_t(i)], want, 1e-6) << "element " << i << " wd " << wd;
+    }
+  }
+}
+
+TEST(AdamW, ZeroGradientOnlyDecaysWeights) {
+  const int64_t n = 100;
+  ops::AdamWConfig c{.lr = 1e-2, .weight_decay = 0.1};
+  AdamState s = adam_state(n, 9);
+  Tensor p0 = s.p.clone();
+  ops::adamw_step(s.p, s.g, s.m, s.v, c, 1);
+  auto p = s.p.to_vector(), q = p0.to_vector();
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(float(p[i]), float(q[i]) * float(1 - c.lr * c.weight_decay));
+  EXPECT_EQ(max_abs_diff(s.m, Tensor::zeros({n}, DType::F32)), 0.0);
+  EXPECT_EQ(max_abs_diff(s.v, Tensor::zeros({n}, DType::F32)), 0.0);
+  // Without weight decay nothing moves at all.
+  c.weight_decay = 0;
+  ops::adamw_step(s.p, s.g, s.m, s.v, c, 2);
+  EXPECT_TRUE(bitwise_equal(s.p, Tensor::from_vector(std::vector<float>(p.begin(), p.end()), {n})));
+}
+
+TEST(AdamW, MatchesTorchOverSeveralSteps) {
+  if (!have_torch()) GTEST_SKIP() << "python3 with torch and numpy not available";
+  const int64_t n = 4099;  // not a multiple of the vector width: torch's scalar tail is checked too
+  const int steps = 6;
+  struct Case {
+    ops::AdamWConfig c;
+    double grad_scale;
+  };
+  const Case cases[] = {
+      {{.lr = 1e-3, .weight_decay = 0.1}, 1e-2},
+      {{.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.0}, 1.0},
+      // Huge gradients: g*g overflows f32 for the largest, so v = inf and the update is -0.
+      {{.lr = 1e-3, .weight_decay = 0.1}, 1e20},
+  };
+  auto dir = temp_dir("optim_adamw_torch");
+  const char* script = R"PY(
+import sys, numpy as np, torch
+d, n, steps, lr, b1, b2, eps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:9])
+p = torch.nn.Parameter(torch.from_numpy(np.fromfile(d + "/p0.bin", dtype=np.float32)))
+g = torch.from_numpy(np.fromfile(d + "/g.bin", dtype=np.float32)).reshape(steps, n)
+opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+for t in range(steps):
+    p.grad = g[t].clone()
+    opt.step()
+st = opt.state[p]
+np.concatenate([p.detach().numpy(), st["exp_avg"].numpy(), st["exp_avg_sq"].numpy()]).tofile(d + "/out.bin")
+)PY";
+  std::ofstream(dir / "adamw.py") << script;
+  int k = 0;
+  for (const Case& cs : cases) {
+    SCOPED_TRACE("case " + std::to_string(k++));
+    AdamState s = adam_state(n, 21);
+    write_f32(dir / "p0.bin", {s.p});
+    std::vector<Tensor> grads;
+    for (int t = 0; t < steps; ++t) {
+      Tensor g = random_tensor({n}, DType::F32, 200 + uint64_t(t), -cs.grad_scale, cs.grad_scale);
+      if (t == 2) g.data<float>()[7] = 0.f;
+      grads.push_back(g);
+    }
+    write_f32(dir / "g.bin", grads);
+    std::string out;
+    std::string cmd = std::string(kPython) + " " + (dir / "adamw.py").string() + " " + dir.string() + " " +
+                      std::to_string(n) + " " + std::to_string(steps);
+    for (double x : {cs.c.lr, cs.c.beta1, cs.c.beta2, cs.c.eps, cs.c.weight_decay}) {
+      std::ostringstream os;
+      os.precision(17);
+      os << x;
+      cmd += " " + os.str();
+    }
+    ASSERT_EQ(run_command(cmd, &out), 0) << out;
+    for (int t = 0; t < steps; ++t) ops::adamw_step(s.p, grads[size_t(t)], s.m, s.v, cs.c, t + 1);
+    // Bit-identical with torch 1.13 on AVX2/AVX-512 hosts; 2 ulps allow another torch build's rounding.
+    expect_close_ulps(s.p, read_f32(dir / "out.bin", n, 0), 2, "param");
+    expect_close_ulps(s.m, read_f32(dir / "out.bin", n, n), 2, "exp_avg");
+    expect_close_ulps(s.v, read_f32(dir / "out.bin", n, 2 * n), 2, "exp_avg_sq");
+  }
+}
+
+TEST(AdamW, BadArgumentsNameTheFieldOrShapes) {
+  AdamState s = adam_state(8, 1);
+  auto step = [&](ops::AdamWConfig c, int64_t t = 1) { ops::adamw_step(s.p, s.g, s.m, s.v, c, t); };
+  EXPECT_NE(error_of([&] { step({.lr = -1e-3}); }).find("lr = -0.001"), std::string::npos);
+  EXPECT_NE(error_of([&] { step({.beta1 = 1.0}); }).find("beta1 = 1 must be in [0, 1)"), std::string::npos);
+  EXPECT_NE(error_of([&] { step({.beta2 = -0.1}); }).find("beta2"), std::string::npos);
+  EXPECT_NE(error_of([&] { step({.eps = -1}); }).find("eps"), std::string::npos);
+  EXPECT_NE(error_of([&] { step({.weight_decay = -0.1}); }).find("weight_decay"), std::string::npos);
+  EXPECT_NE(error_of([&] { step({.lr = std::numeric_limits<double>::quiet_NaN()}); }).find("lr = nan must be finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { step({}, 0); }).find("step = 0 must be >= 1"), std::string::npos);
+
+  Tensor short_grad = Tensor::zeros({7}, DType::F32);
+  std::string m = error_of([&] { ops::adamw_step(s.p, short_grad, s.m, s.v, {}, 1); });
+  EXPECT_NE(m.find("adamw: grad f32[7] does not match param f32[8]"), std::string::npos) << m;
+  Tensor bf = s.p.to(DType::BF16), bg = s.g.to(DType::BF16), bm = s.m.to(DType::BF16), bv = s.v.to(DType::BF16);
+  m = error_of([&] { ops::adamw_step(bf, bg, bm, bv, {}, 1); });
+  EXPECT_NE(m.find("adamw: param bf16[8] must be f32"), std::string::npos) << m;
+  Tensor wide = Tensor::zeros({8, 2}, DType::F32), strided = wide.narrow(1, 0, 1);
+  Tensor p2 = Tensor::zeros({8, 1}, DType::F32), m2 = p2.clone(), v2 = p2.clone();
+  m = error_of([&] { ops::adamw_step(p2, strided, m2, v2, {}, 1); });
+  EXPECT_NE(m.find("grad f32[8, 1] must be contiguous"), std::string::npos) << m;
+}
+
+TEST(GradNorm, VariantsMatchReference) {
+  for (int64_t n : {1, 31, 65536, 65537, 200003}) {
+    Tensor g = random_tensor({n}, DType::F32, uint64_t(n), -3, 3);
+    double ref, def, port;
+    {
+      kernels::ForceVariant f("grad_norm", "reference");
+      ref = ops::grad_norm_sq(g);
+    }
+    {
+      kernels::ForceVariant f("grad_norm", "default");
+      def = ops::grad_norm_sq(g);
+    }
+    {
+      kernels::ForceVariant f("grad_norm", "portable");
+      port = ops::grad_norm_sq(g);
+    }
+    // Exact squares, f64 sums in different orders: agreement to a few f64 ulps per element added.
+    EXPECT_NEAR(def, ref, 1e-13 * ref) << n;
+    EXPECT_NEAR(port, ref, 1e-13 * ref) << n;
+  }
+  // f64 (tests) goes through the reference.
+  Tensor g64 = random_tensor({1000}, DType::F64, 3);
+  double want = 0;
+  for (double x : g64.to_vector()) want += x * x;
+  EXPECT_NEAR(ops::grad_norm_sq(g64), want, 1e-12 * want);
+  EXPECT_EQ(ops::grad_norm_sq(Tensor::zeros({0}, DType::F32)), 0.0);
+}
+
+TEST(GradNorm, IndependentOfThreadCount) {
+  Tensor g = random_tensor({300001}, DType::F32, 8);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  double one = ops::grad_norm_sq(g);
+  omp_set_num_threads(3);
+  double three = ops::grad_norm_sq(g);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, three);
+}
+
+TEST(GradNorm, GlobalNormIsNormOfConcatenation) {
+  std::vector<Tensor> gs = {random_tensor({17}, DType::F32, 1), random_tensor({3, 5}, DType::F32, 2),
+                            random_tensor({70000}, DType::F32, 3)};
+  double sum = 0;
+  for (auto& g : gs)
+    for (double x : g.to_vector()) sum += x * x;
+  EXPECT_NEAR(ops::global_grad_norm(gs), std::sqrt(sum), 1e-12 * std::sqrt(sum));
+}
+
+TEST(ClipGradNorm, MatchesTorch) {
+  if (!have_torch()) GTEST_SKIP() << "python3 with torch and numpy not available";
+  auto dir = temp_dir("optim_clip_torch");
+  const char* script = R"PY(
+import sys, numpy as np, torch
+d, max_norm, sizes = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3:]]
+flat = np.fromfile(d + "/g.bin", dtype=np.float32)
+params, off = [], 0
+for s in sizes:
+    p = torch.nn.Parameter(torch.zeros(s))
+    p.grad = torch.from_numpy(flat[off:off + s].copy())
+    params.append(p)
+    off += s
+norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+np.concatenate([p.grad.numpy() for p in params]).tofile(d + "/out.bin")
+print(repr(float(norm)))
+)PY";
+  std::ofstream(dir / "clip.py") << script;
+  const std::vector<int64_t> sizes = {33, 1000, 70001};
+  for (double scale : {0.001, 1.0}) {  // total norm ~0.15 (no clipping) and ~150 (clipped)
+    for (double max_norm : {1.0, 0.5}) {
+      std::vector<Tensor> gs;
+      for (size_t i = 0; i < sizes.size(); ++i) gs.push_back(random_tensor({sizes[i]}, DType::F32, 60 + i, -scale, scale));
+      write_f32(dir / "g.bin", gs);
+      std::string out;
+      std::string cmd = std::string(kPython) + " " + (dir / "clip.py").string() + " " + dir.string() + " " +
+                        std::to_string(max_norm);
+      for (int64_t s : sizes) cmd += " " + std::to_string(s);
+      ASSERT_EQ(run_command(cmd, &out), 0) << out;
+      double torch_norm = std::stod(out);
+      double norm = ops::clip_grad_norm(gs, max_norm);
+      // torch sums in f32; ours is f64.
+      EXPECT_NEAR(norm, torch_norm, 1e-6 * torch_norm) << scale;
+      int64_t off = 0;
+      for (size_t i = 0; i < gs.size(); ++i) {
+        Tensor want = read_f32(dir / "out.bin", sizes[i], off);
+        EXPECT_LE(max_rel_diff(gs[i], want, 1e-6), 2e-6) << "tensor " << i << " scale " << scale;
+        off += sizes[i];
+      }
+      if (norm > max_norm) EXPECT_NEAR(ops::global_grad_norm(gs), max_norm, 1e-5 * max_norm);
+    }
+  }
+}
+
+TEST(ClipGradNorm, NonFiniteNormIsReturnedAndGradsAreLeftAlone) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<Tensor> gs = {random_tensor({100}, DType::F32, 1, -10, 10), random_tensor({200000}, DType::F32, 2)};
+    gs[1].data<float>()[123457] = bad;
+    std::vector<Tensor> before = {gs[0].clone(), gs[1].clone()};
+    double norm = ops::clip_grad_norm(gs, 1.0);
+    EXPECT_FALSE(std::isfinite(norm));
+    EXPECT_EQ(std::isnan(norm), std::isnan(bad));
+    EXPECT_TRUE(bitwise_equal(gs[0], before[0]));
+    EXPECT_TRUE(bitwise_equal(gs[1], before[1]));
+  }
+}
+
+TEST(ClipGradNorm, HugeGradientsDoNotOverflowTheF64Sum) {
+  // Squares of 1e30 overflow f32 (torch's f32 norm would be inf) but not the f64 accumulation.
+  const int64_t n = 1000;
+  std::vector<Tensor> gs = {Tensor::full({n}, 1e30, DType::F32)};
+  double norm = ops::clip_grad_norm(gs, 1.0);
+  double want = double(1e30f) * std::sqrt(double(n));
+  EXPECT_NEAR(norm, want, 1e-12 * want);
+  EXPECT_NEAR(ops::global_grad_norm(gs), 1.0, 1e-6);
+}
+
+TEST(ClipGradNorm, NormJustBelowMaxIsScaledLikeTorch) {
+  // clip_coef = max / (norm + 1e-6) < 1 even when norm == max: torch scales, so do we.
+  std::vector<Tensor> gs = {Tensor::full({4}, 0.5, DType::F32)};  // norm exactly 1
+  double norm = ops::clip_grad_norm(gs, 1.0);
+  EXPECT_EQ(norm, 1.0);
+  EXPECT_EQ(gs[0].to_vector()[0], double(0.5f * float(1.0 / (1.0 + 1e-6))));
+  // Below max_norm - 1e-6 nothing changes.
+  std::vector<Tensor> small = {Tensor::full({4}, 0.25, DType::F32)};
+  ops::clip_grad_norm(small, 1.0);
+  EXPECT_EQ(small[0].to_vector()[0], 0.25);
+}
+
+TEST(ClipGradNorm, BadArguments) {
+  std::vector<Tensor> gs = {Tensor::zeros({4}, DType::F32)};
+  EXPECT_NE(error_of([&] { ops::clip_grad_norm(gs, 0.0); }).find("max_norm = 0 must be finite and > 0"),
+            std::string::npos);
+  std::vector<Tensor> undefined = {Tensor()};
+  EXPECT_NE(error_of([&] { ops::global_grad_norm(undefined); }).find("grad_norm: gradient is undefined"),
+            std::string::npos);
+  std::vector<Tensor> bf = {Tensor::zeros({4}, DType::BF16)};
+  EXPECT_NE(error_of([&] { ops::global_grad_norm(bf); }).find("grad_norm: gradient bf16[4] must be f32"),
+            std::string::npos);
+}
