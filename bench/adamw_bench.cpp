@@ -1,7 +1,7 @@
-// Optimizer passes over one flat f32 buffer of 100M parameters (a 0.6B model has ~6 such blocks'
-// worth): the fused AdamW step (reads p, g, m, v; writes p, m, v: 28 bytes per parameter) and the
+// Optimizer passes over one flat f32 buffer of 100M parameters (a Qwen3-0.6B step covers ~6x that):
+// the fused AdamW step (reads p, g, m, v; writes p, m, v: 28 bytes per parameter) and the
 // gradient-norm pass (reads g: 4 bytes). Both are memory-bound, so the reference point is a trivial
-// OpenMP loop with AdamW's exact traffic ("stream_28B"), the bandwidth this host can give it.
+// OpenMP loop with the same traffic ("stream_28B", "stream_read_4B"): the bandwidth this host gives.
 //   build/bin/adamw_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
@@ -17,8 +17,10 @@ constexpr int64_t kParams = 100'000'000;
 struct Buffers {
   Tensor p, g, m, v;
   Buffers()
-      : p(Tensor::full({kParams}, 0.02, DType::F32)), g(Tensor::full({kParams}, 1e-3, DType::F32)),
-        m(Tensor::zeros({kParams}, DType::F32)), v(Tensor::zeros({kParams}, DType::F32)) {}
+      : p(Tensor::full({kParams}, 0.02, DType::F32)),
+        g(Tensor::full({kParams}, 1e-3, DType::F32)),
+        m(Tensor::zeros({kParams}, DType::F32)),
+        v(Tensor::zeros({kParams}, DType::F32)) {}
 };
 
 Buffers& buffers() {
@@ -29,9 +31,10 @@ Buffers& buffers() {
 const char* kVariants[] = {"default", "portable", "reference"};
 
 void set_rates(benchmark::State& state, double bytes_per_param) {
-  state.counters["params/s"] = benchmark::Counter(double(kParams), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes_per_param * double(kParams) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["params"] =
+      benchmark::Counter(double(kParams), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB"] = benchmark::Counter(bytes_per_param * double(kParams) / 1e9,
+                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_AdamW(benchmark::State& state) {
@@ -75,5 +78,19 @@ void BM_Stream28B(benchmark::State& state) {
   set_rates(state, 28);
 }
 BENCHMARK(BM_Stream28B)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The gradient norm's traffic (one read per element) with an f32 sum: the read bandwidth.
+void BM_StreamRead4B(benchmark::State& state) {
+  state.SetLabel("stream_read_4B");
+  const float* g = buffers().g.data<float>();
+  for (auto _ : state) {
+    float sum = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : sum)
+    for (int64_t i = 0; i < kParams; ++i) sum += g[i];
+    benchmark::DoNotOptimize(sum);
+  }
+  set_rates(state, 4);
+}
+BENCHMARK(BM_StreamRead4B)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -238,24 +238,28 @@ TEST(Gemm, ZeroSizes) {
   gemm_f32_batched(Trans::N, Trans::N, 0, 3, 3, 3, 1.0f, nullptr, 3, 9, nullptr, 3, 9, 0.0f, nullptr, 3, 9);
 }
 
-// Batches: stride_a = 0 shares one A across the batch, other strides include padding.
+// Batches: a zero stride shares one A (or one B) across the batch; other strides include padding.
 void check_batched(bool bf16_inputs) {
   const int64_t batch = 3;
   uint32_t seed = 100;
+  enum Share { kNone, kShareA, kShareB };
   for (Shape s : {Shape{33, 7, 129}, Shape{7, 129, 33}, Shape{1, 33, 257}}) {
     for (Trans ta : kTrans) {
       for (Trans tb : kTrans) {
-        for (bool share_a : {false, true}) {
+        for (Share share : {kNone, kShareA, kShareB}) {
           std::vector<Problem> ps;
-          float beta = share_a ? 0.0f : 1.0f;
+          float beta = share == kNone ? 1.0f : 0.0f;
           for (int64_t i = 0; i < batch; ++i) ps.emplace_back(ta, tb, s, 2, 0.75f, beta, seed += 3, bf16_inputs);
-          if (share_a)
-            for (auto& p : ps) p.A = ps[0].A;
+          for (auto& p : ps) {
+            if (share == kShareA) p.A = ps[0].A;
+            if (share == kShareB) p.B = ps[0].B;
+          }
           const Problem& p0 = ps[0];
-          SCOPED_TRACE(describe(p0) + (share_a ? " shared A" : ""));
-          int64_t sa = share_a ? 0 : int64_t(p0.A.size()) + 11, sb = int64_t(p0.B.size()) + 5;
+          SCOPED_TRACE(describe(p0) + (share == kShareA ? " shared A" : share == kShareB ? " shared B" : ""));
+          int64_t sa = share == kShareA ? 0 : int64_t(p0.A.size()) + 11;
+          int64_t sb = share == kShareB ? 0 : int64_t(p0.B.size()) + 5;
           int64_t sc = int64_t(p0.C0.size()) + 7;
-          std::vector<float> A(size_t(share_a ? p0.A.size() : batch * sa)), B(size_t(batch * sb)),
+          std::vector<float> A(p0.A.size() + size_t((batch - 1) * sa)), B(p0.B.size() + size_t((batch - 1) * sb)),
               C(size_t(batch * sc), kSentinel);
           for (int64_t i = 0; i < batch; ++i) {
             std::copy(ps[i].A.begin(), ps[i].A.end(), A.begin() + i * sa);

@@ -40,7 +40,7 @@ TEST(Dataset, JsonArrayOfStringsAndObjects) {
   auto dir = temp_dir("dataset_json");
   write_file(dir / "a.json", "\xEF\xBB\xBF[\n  \"first\",\n  \"\",\n  \"with \\\"escapes\\\" \\u00e9 ] , [\"\n]\n");
   write_file(dir / "b.json", R"([{"body": "one", "id": 1}, {"body": "two", "meta": {"x": [1, {"y": "]"}]}}])");
-  EXPECT_EQ(read_all({{dir / "a.json"}}), (std::vector<std::string>{"first", "with \"escapes\" \u00e9 ] , [\""}));
+  EXPECT_EQ(read_all({{dir / "a.json"}}), (std::vector<std::string>{"first", "with \"escapes\" \u00e9 ] , ["}));
   EXPECT_EQ(read_all({{dir / "b.json"}, "body"}), (std::vector<std::string>{"one", "two"}));
   EXPECT_NE(error_of({{dir / "b.json"}}).find("b.json:1: object has no field 'text'"), std::string::npos)
       << error_of({{dir / "b.json"}});

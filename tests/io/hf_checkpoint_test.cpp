@@ -149,6 +149,8 @@ TEST(HfCheckpoint, WriterRejectsBadInput) {
   HfWriteOptions opt;
   opt.extra_files["model.safetensors"] = "x";
   expect_error([&] { write_hf_checkpoint(parent / "a", m.writes, opt); }, {"collides"});
+  opt.extra_files = {{std::string(kHfIndexFile), "{}"}};
+  expect_error([&] { write_hf_checkpoint(parent / "a", m.writes, opt); }, {"collides"});
   opt.extra_files = {{"../escape", "x"}};
   expect_error([&] { write_hf_checkpoint(parent / "a", m.writes, opt); }, {"plain file name"});
   expect_no_leftovers(parent, 0);

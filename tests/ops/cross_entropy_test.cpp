@@ -1,3 +1,5 @@
+#include "titan/ops/cross_entropy.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "titan/core/allocator.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/cross_entropy.h"
 #include "titan/ops/linear.h"
 
 using namespace titan;
@@ -37,7 +38,8 @@ OpFn ce_fn(ops::Reduction reduction = ops::Reduction::Mean) {
 
 OpFn lce_fn(int64_t chunk, ops::Reduction reduction = ops::Reduction::Mean, bool round = true) {
   return [=](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk, reduction, nullptr, round)};
+    return std::vector<Tensor>{
+        ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk, reduction, nullptr, round)};
   };
 }
 
@@ -50,7 +52,8 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
+#define EXPECT_HAS(msg, part) \
+  EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
 
 const char* const kVariants[] = {"reference", "default"};
 
@@ -108,8 +111,9 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
     int64_t N, D, V, chunk;
     std::vector<int64_t> ignored;
   };
-  for (const Case& c : {Case{1, 1, 1, 1, {}}, Case{37, 19, 1000, 384, {}}, Case{37, 19, 1000, 384, {0, 5, 36}},
-                        Case{13, 64, 257, 8192, {3}}, Case{16, 8, 100, 7, {}}}) {
+  for (const Case& c :
+       {Case{1, 1, 1, 1, {}}, Case{37, 19, 1000, 384, {}}, Case{37, 19, 1000, 384, {0, 5, 36}},
+        Case{13, 64, 257, 8192, {3}}, Case{16, 8, 100, 7, {}}}) {
     SCOPED_TRACE("N=" + std::to_string(c.N) + " D=" + std::to_string(c.D) + " V=" + std::to_string(c.V) +
                  " chunk=" + std::to_string(c.chunk) + " ignored=" + std::to_string(c.ignored.size()));
     auto h = random_tensor({c.N, c.D}, DType::F32, 8, -1, 1);
@@ -117,9 +121,9 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
     auto y = make_labels(c.N, c.V, 10, c.ignored);
     // f32: GEMM reassociation (K = D for logits, V or N for the gradients) plus the vector exp.
     // Gradient entries are ~3e-2 here; measured differences ~5e-8.
-    expect_variant_matches_reference("linear_cross_entropy", "default", lce_fn(c.chunk),
-                                     {h.clone().set_requires_grad(true), w.clone().set_requires_grad(true), y},
-                                     1e-6, 1e-4);
+    expect_variant_matches_reference(
+        "linear_cross_entropy", "default", lce_fn(c.chunk),
+        {h.clone().set_requires_grad(true), w.clone().set_requires_grad(true), y}, 1e-6, 1e-4);
     // bf16 operands, f32 accumulation. With the logits rounded to bf16, a logit whose f32 value sits
     // on a rounding boundary may round the other way after reassociation (one bf16 ulp), and dlogits
     // is rounded to bf16 for the GEMMs: measured differences ~5e-7 on gradients of ~3e-2.
@@ -127,7 +131,8 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
       SCOPED_TRACE(round ? "bf16 logits" : "f32 logits");
       expect_variant_matches_reference(
           "linear_cross_entropy", "default", lce_fn(c.chunk, ops::Reduction::Mean, round),
-          {h.to(DType::BF16).set_requires_grad(true), w.to(DType::BF16).set_requires_grad(true), y}, 1e-5, 1e-3);
+          {h.to(DType::BF16).set_requires_grad(true), w.to(DType::BF16).set_requires_grad(true), y}, 1e-5,
+          1e-3);
     }
   }
 }
@@ -249,25 +254,36 @@ TEST(CrossEntropy, BadShapesNameOpAndShapes) {
   EXPECT_HAS(m, "cross_entropy");
   EXPECT_HAS(m, "f32[5, 10]");
   EXPECT_HAS(m, "i64[4]");
-  m = error_of([&] { ops::cross_entropy(Tensor::zeros({4, 10}, DType::F32), Tensor::zeros({4}, DType::I32)); });
+  m = error_of([&] {
+    ops::cross_entropy(Tensor::zeros({4, 10}, DType::F32), Tensor::zeros({4}, DType::I32));
+  });
   EXPECT_HAS(m, "i32[4]");
   m = error_of([&] { ops::cross_entropy(Tensor::zeros({4, 10}, DType::I64), y4); });
   EXPECT_HAS(m, "i64[4, 10]");
 
-  m = error_of([&] { ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 7}, DType::F32), y4); });
+  m = error_of([&] {
+    ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 7}, DType::F32), y4);
+  });
   EXPECT_HAS(m, "linear_cross_entropy");
   EXPECT_HAS(m, "f32[4, 8]");
   EXPECT_HAS(m, "f32[10, 7]");
-  m = error_of([&] { ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 8}, DType::BF16), y4); });
+  m = error_of([&] {
+    ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 8}, DType::BF16), y4);
+  });
   EXPECT_HAS(m, "linear_cross_entropy");
   EXPECT_HAS(m, "bf16[10, 8]");
-  m = error_of([&] { ops::linear_cross_entropy(Tensor::zeros({3, 8}, DType::F32), Tensor::zeros({10, 8}, DType::F32), y4); });
+  m = error_of([&] {
+    ops::linear_cross_entropy(Tensor::zeros({3, 8}, DType::F32), Tensor::zeros({10, 8}, DType::F32), y4);
+  });
   EXPECT_HAS(m, "f32[3, 8]");
   EXPECT_HAS(m, "i64[4]");
-  m = error_of([&] { ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({8}, DType::F32), y4); });
+  m = error_of([&] {
+    ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({8}, DType::F32), y4);
+  });
   EXPECT_HAS(m, "f32[8]");
   m = error_of([&] {
-    ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 8}, DType::F32), y4, kIgnore, 0);
+    ops::linear_cross_entropy(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({10, 8}, DType::F32), y4,
+                              kIgnore, 0);
   });
   EXPECT_HAS(m, "chunk");
 }
@@ -339,8 +355,13 @@ TEST(CrossEntropy, MatchesPyTorch) {
   auto w = random_tensor({V, D}, DType::F32, 33, -1, 1);
   auto y = make_labels(N, V, 34, {2, 7});
   auto dir = temp_dir("cross_entropy_torch");
-  nlohmann::json in{{"N", N}, {"V", V}, {"D", D}, {"logits", logits.to_vector()}, {"hidden", h.to_vector()},
-                    {"weight", w.to_vector()}, {"labels", nlohmann::json::array()}};
+  nlohmann::json in{{"N", N},
+                    {"V", V},
+                    {"D", D},
+                    {"logits", logits.to_vector()},
+                    {"hidden", h.to_vector()},
+                    {"weight", w.to_vector()},
+                    {"labels", nlohmann::json::array()}};
   for (double v : y.to_vector()) in["labels"].push_back(int64_t(v));
   std::ofstream(dir / "in.json") << in.dump();
   std::ofstream(dir / "ref.py") << kTorchScript;

@@ -1,3 +1,5 @@
+#include "titan/ops/embedding.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -5,14 +7,15 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
-#include "titan/ops/embedding.h"
 
 using namespace titan;
 using namespace titan::testing;
 
 namespace {
 
-std::vector<Tensor> embedding_fn(const std::vector<Tensor>& in) { return {ops::embedding(in[0], in[1])}; }
+std::vector<Tensor> embedding_fn(const std::vector<Tensor>& in) {
+  return {ops::embedding(in[0], in[1])};
+}
 
 // Random ids in [0, V) with plenty of repeats (the scatter-add must sum them).
 Tensor random_ids(const Shape& shape, int64_t V, uint64_t seed) {

@@ -1,3 +1,5 @@
+#include "titan/ops/moe.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/moe.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -70,7 +71,8 @@ TEST(RouterTopk, SelectsTopKOfSoftmaxAndRenormalises) {
         order[e] = e;
         EXPECT_NEAR(p[t * E + e], std::exp(l[t * E + e] - m) / s, 1e-6);
       }
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return l[t * E + a] > l[t * E + b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return l[t * E + a] > l[t * E + b]; });
       double sel = 0;
       for (int64_t j = 0; j < k; ++j) sel += p[t * E + order[j]];
       for (int64_t j = 0; j < k; ++j) {
@@ -112,8 +114,12 @@ TEST(RouterTopk, GradientMatchesFiniteDifferences) {
   Tensor bias = Tensor::from_vector(std::vector<float>{0.f, 0.3f, 0.f, -0.2f}, {4});
   for (bool renorm : {false, true}) {
     SCOPED_TRACE(renorm ? "renormalize" : "raw weights");
-    auto weights_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).weights}; };
-    auto probs_only = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).probs}; };
+    auto weights_only = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).weights};
+    };
+    auto probs_only = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{ops::router_topk(in[0], 2, renorm).probs};
+    };
     auto both = [&](const std::vector<Tensor>& in) {
       auto o = ops::router_topk(in[0], 2, renorm, bias);
       return std::vector<Tensor>{o.weights, o.indices, o.probs, o.counts};
@@ -171,7 +177,9 @@ TEST(MoeAuxLoss, MatchesOneHotFormulaAndGradient) {
 
   Tensor i0 = r0.indices, i1 = r1.indices;
   expect_gradcheck(
-      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {i0, i1}, E, k)}; },
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {i0, i1}, E, k)};
+      },
       {r0.probs.detach(), r1.probs.detach()});
   // Through the router: the selection is constant, the probabilities carry the gradient.
   expect_gradcheck(
@@ -224,16 +232,17 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
     int64_t T, D, F, E, k;
   };
   for (auto c : {Case{1, 8, 4, 3, 1}, Case{5, 6, 4, 4, 2}, Case{37, 24, 20, 7, 3}, Case{131, 72, 40, 8, 2}}) {
-    SCOPED_TRACE(::testing::Message() << "T=" << c.T << " D=" << c.D << " F=" << c.F << " E=" << c.E << " k=" << c.k);
+    SCOPED_TRACE(::testing::Message()
+                 << "T=" << c.T << " D=" << c.D << " F=" << c.F << " E=" << c.E << " k=" << c.k);
     auto r = ops::router_topk(biased_logits(c.T, c.E, DType::F32, 50 + c.T, c.E - 1), c.k, true);
     auto w = expert_weights(c.E, c.F, c.D, DType::F32, 60);
     Tensor x = random_tensor({c.T, c.D}, DType::F32, 63);
     auto grad = [](Tensor t) { return t.set_requires_grad(true); };
     // f32: reassociation only; the sums run over D (gate/up), F (down) and T (weight grads).
-    const double atol32 = 2e-6 * double(std::max({c.D, c.F, c.T}));
+    const double atol32 = 1e-7 * double(std::max({c.D, c.F, c.T}));
     expect_variant_matches_reference("moe_experts", "default", experts_fn,
-                                     {grad(x.clone()), grad(r.weights.clone()), r.indices, grad(w.gate.clone()),
-                                      grad(w.up.clone()), grad(w.down.clone())},
+                                     {grad(x.clone()), grad(r.weights.clone()), r.indices,
+                                      grad(w.gate.clone()), grad(w.up.clone()), grad(w.down.clone())},
                                      atol32, 1e-5);
     // bf16 (f32 routing weights, and bf16 ones): both round at the same points, but a GEMM sum that
     // lands near a bf16 rounding boundary may round the other way (1 ulp = 2^-8 relative) and
@@ -243,7 +252,7 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
           "moe_experts", "default", experts_fn,
           {grad(x.to(DType::BF16)), grad(r.weights.to(wdt)), r.indices, grad(w.gate.to(DType::BF16)),
            grad(w.up.to(DType::BF16)), grad(w.down.to(DType::BF16))},
-          3e-2, 3e-2);
+          1e-2, 1e-2);
   }
 }
 
@@ -253,14 +262,17 @@ TEST(MoeExperts, UnusedExpertGetsZeroWeightGradient) {
   ASSERT_EQ(r.counts.to_vector()[0], 0);
   auto w = expert_weights(E, F, D, DType::F32, 71);
   for (const char* variant : {"reference", "default"}) {
-    auto run = run_variant("moe_experts", variant, experts_fn,
-                           {random_tensor({T, D}, DType::F32, 72), r.weights, r.indices, w.gate.set_requires_grad(true),
-                            w.up.set_requires_grad(true), w.down.set_requires_grad(true)});
+    auto run = run_variant(
+        "moe_experts", variant, experts_fn,
+        {random_tensor({T, D}, DType::F32, 72), r.weights, r.indices, w.gate.set_requires_grad(true),
+         w.up.set_requires_grad(true), w.down.set_requires_grad(true)});
     for (int i : {3, 4, 5}) {
       auto g = run.input_grads[size_t(i)].narrow(0, 0, 1).contiguous().to_vector();
-      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](double v) { return v == 0; })) << variant << " input " << i;
+      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](double v) { return v == 0; }))
+          << variant << " input " << i;
       auto g1 = run.input_grads[size_t(i)].narrow(0, 1, 1).contiguous().to_vector();
-      EXPECT_FALSE(std::all_of(g1.begin(), g1.end(), [](double v) { return v == 0; })) << variant << " input " << i;
+      EXPECT_FALSE(std::all_of(g1.begin(), g1.end(), [](double v) { return v == 0; }))
+          << variant << " input " << i;
     }
   }
 }
@@ -283,15 +295,23 @@ TEST(MoeExperts, BadArgumentsNameOpAndShapes) {
     EXPECT_NE(m.find("moe_experts"), std::string::npos) << m;
     for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
   };
-  expect_msg(error_of([&] { ops::moe_experts(x, wt, idx, w.gate, Tensor::zeros({4, 3, 5}, DType::F32), w.down); }),
+  expect_msg(error_of([&] {
+               ops::moe_experts(x, wt, idx, w.gate, Tensor::zeros({4, 3, 5}, DType::F32), w.down);
+             }),
              {"w_up f32[4, 3, 5]", "w_gate f32[4, 3, 6]"});
-  expect_msg(error_of([&] { ops::moe_experts(x, wt, idx, w.gate, w.up, Tensor::zeros({4, 3, 6}, DType::F32)); }),
+  expect_msg(error_of([&] {
+               ops::moe_experts(x, wt, idx, w.gate, w.up, Tensor::zeros({4, 3, 6}, DType::F32));
+             }),
              {"w_down f32[4, 3, 6]", "D=6"});
   Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 4, 0, 1}, {5, 2});
-  expect_msg(error_of([&] { ops::moe_experts(x, wt, bad, w.gate, w.up, w.down); }), {"token 3, slot 1", "is 4"});
-  expect_msg(error_of([&] { ops::moe_experts(x, Tensor::zeros({4, 2}, DType::F32), idx, w.gate, w.up, w.down); }),
+  expect_msg(error_of([&] { ops::moe_experts(x, wt, bad, w.gate, w.up, w.down); }),
+             {"token 3, slot 1", "is 4"});
+  expect_msg(error_of([&] {
+               ops::moe_experts(x, Tensor::zeros({4, 2}, DType::F32), idx, w.gate, w.up, w.down);
+             }),
              {"weights f32[4, 2]", "x f32[5, 6]"});
-  expect_msg(error_of([&] { ops::moe_experts(x.to(DType::BF16), wt, idx, w.gate, w.up, w.down); }), {"bf16[5, 6]"});
+  expect_msg(error_of([&] { ops::moe_experts(x.to(DType::BF16), wt, idx, w.gate, w.up, w.down); }),
+             {"bf16[5, 6]"});
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -299,21 +319,32 @@ TEST(MoeExperts, BadArgumentsNameOpAndShapes) {
 
 TEST(MoeTorch, RouterExpertsAndAuxMatchPyTorch) {
   std::string probe;
-  if (run_command("/usr/bin/python3 -c 'import torch'", &probe) != 0) GTEST_SKIP() << "python3-torch not available";
+  if (run_command("/usr/bin/python3 -c 'import torch'", &probe) != 0)
+    GTEST_SKIP() << "python3-torch not available";
   const int64_t T = 11, D = 12, F = 8, E = 6, k = 2;
   const double aux_coef = 0.1;
   Tensor logits = random_tensor({T, E}, DType::F32, 101, -2, 2), x = random_tensor({T, D}, DType::F32, 102);
   auto w = expert_weights(E, F, D, DType::F32, 103);
   Tensor dy = random_tensor({T, D}, DType::F32, 106);
 
-  nlohmann::json in = {{"T", T}, {"D", D}, {"F", F}, {"E", E}, {"k", k}, {"renormalize", true}, {"aux_coef", aux_coef},
-                       {"logits", logits.to_vector()}, {"x", x.to_vector()}, {"w_gate", w.gate.to_vector()},
-                       {"w_up", w.up.to_vector()}, {"w_down", w.down.to_vector()}, {"dy", dy.to_vector()}};
+  nlohmann::json in = {{"T", T},
+                       {"D", D},
+                       {"F", F},
+                       {"E", E},
+                       {"k", k},
+                       {"renormalize", true},
+                       {"aux_coef", aux_coef},
+                       {"logits", logits.to_vector()},
+                       {"x", x.to_vector()},
+                       {"w_gate", w.gate.to_vector()},
+                       {"w_up", w.up.to_vector()},
+                       {"w_down", w.down.to_vector()},
+                       {"dy", dy.to_vector()}};
   auto dir = temp_dir("moe_torch");
   std::ofstream(dir / "in.json") << in.dump();
   std::string out;
-  ASSERT_EQ(run_command("/usr/bin/python3 " + (source_dir() / "tests/ops/torch_ref/moe_ref.py").string() + " " +
-                            (dir / "in.json").string(),
+  ASSERT_EQ(run_command("/usr/bin/python3 " + (source_dir() / "tests/ops/torch_ref/moe_ref.py").string() +
+                            " " + (dir / "in.json").string(),
                         &out),
             0)
       << out;

@@ -1,3 +1,5 @@
+#include "titan/ops/optim.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -5,12 +7,12 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/optim.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -24,8 +26,8 @@ struct AdamState {
 };
 
 AdamState adam_state(int64_t n, uint64_t seed) {
-  return {random_tensor({n}, DType::F32, seed), Tensor::zeros({n}, DType::F32), Tensor::zeros({n}, DType::F32),
-          Tensor::zeros({n}, DType::F32)};
+  return {random_tensor({n}, DType::F32, seed), Tensor::zeros({n}, DType::F32),
+          Tensor::zeros({n}, DType::F32), Tensor::zeros({n}, DType::F32)};
 }
 
 // Runs `steps` AdamW steps with fresh gradients (scaled by the step, so the moments see changing
@@ -79,12 +81,15 @@ void expect_close_ulps(const Tensor& got, const Tensor& want, double ulps, const
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < a.size(); ++i) {
     bool ok;
-    if (std::isnan(b[i]) || std::isinf(b[i])) ok = std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i];
-    else ok = std::fabs(a[i] - b[i]) <= ulps * std::ldexp(1.0, std::ilogb(std::max(std::fabs(b[i]), 1e-38)) - 23);
+    if (std::isnan(b[i]) || std::isinf(b[i]))
+      ok = std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i];
+    else
+      ok =
+          std::fabs(a[i] - b[i]) <= ulps * std::ldexp(1.0, std::ilogb(std::max(std::fabs(b[i]), 1e-38)) - 23);
     if (!ok && bad++ == 0) first = int64_t(i);
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ, first at " << first << ": " << a[size_t(first)]
-                    << " vs torch " << b[size_t(first)];
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements differ, first at " << first << ": "
+                    << a[size_t(first)] << " vs torch " << b[size_t(first)];
 }
 
 }  // namespace
@@ -109,16 +114,18 @@ TEST(AdamW, F32MatchesF64Reference) {
   const int64_t n = 1001;
   ops::AdamWConfig c{.lr = 1e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.05};
   AdamState s32 = adam_state(n, 5);
-  AdamState s64{s32.p.to(DType::F64), Tensor(), Tensor::zeros({n}, DType::F64), Tensor::zeros({n}, DType::F64)};
+  AdamState s64{s32.p.to(DType::F64), Tensor(), Tensor::zeros({n}, DType::F64),
+                Tensor::zeros({n}, DType::F64)};
   for (int t = 1; t <= 5; ++t) {
     Tensor g = random_tensor({n}, DType::F32, 40 + uint64_t(t));
     ops::adamw_step(s32.p, g, s32.m, s32.v, c, t);
     Tensor g64 = g.to(DType::F64);
     ops::adamw_step(s64.p, g64, s64.m, s64.v, c, t);
   }
+  // Moments of size ~1 carry f32 rounding (~1e-7 absolute; relative error grows where m cancels).
   EXPECT_LT(max_abs_diff(s32.p, s64.p), 1e-6);
-  EXPECT_LT(max_rel_diff(s32.m, s64.m, 1e-3), 1e-5);
-  EXPECT_LT(max_rel_diff(s32.v, s64.v, 1e-6), 1e-5);
+  EXPECT_LT(max_abs_diff(s32.m, s64.m), 2e-7);
+  EXPECT_LT(max_abs_diff(s32.v, s64.v), 2e-7);
 }
 
 TEST(AdamW, FirstStepMovesEachParameterByLrTimesSignOfGradient) {
@@ -145,7 +152,8 @@ TEST(AdamW, ZeroGradientOnlyDecaysWeights) {
   Tensor p0 = s.p.clone();
   ops::adamw_step(s.p, s.g, s.m, s.v, c, 1);
   auto p = s.p.to_vector(), q = p0.to_vector();
-  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(float(p[i]), float(q[i]) * float(1 - c.lr * c.weight_decay));
+  for (size_t i = 0; i < p.size(); ++i)
+    EXPECT_EQ(float(p[i]), float(q[i]) * float(1 - c.lr * c.weight_decay));
   EXPECT_EQ(max_abs_diff(s.m, Tensor::zeros({n}, DType::F32)), 0.0);
   EXPECT_EQ(max_abs_diff(s.v, Tensor::zeros({n}, DType::F32)), 0.0);
   // Without weight decay nothing moves at all.
@@ -162,53 +170,62 @@ TEST(AdamW, MatchesTorchOverSeveralSteps) {
     ops::AdamWConfig c;
     double grad_scale;
   };
-  const Case cases[] = {
+  const std::vector<Case> cases = {
       {{.lr = 1e-3, .weight_decay = 0.1}, 1e-2},
       {{.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.0}, 1.0},
-      // Huge gradients: g*g overflows f32 for the largest, so v = inf and the update is -0.
+      // Huge gradients: (1 - beta2) * g * g overflows f32 for the largest, so v = inf and the update is -0.
       {{.lr = 1e-3, .weight_decay = 0.1}, 1e20},
   };
   auto dir = temp_dir("optim_adamw_torch");
+  // One line per case: lr beta1 beta2 eps weight_decay; case k reads p0_k.bin and g_k.bin ([steps, n]).
   const char* script = R"PY(
 import sys, numpy as np, torch
-d, n, steps, lr, b1, b2, eps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:9])
-p = torch.nn.Parameter(torch.from_numpy(np.fromfile(d + "/p0.bin", dtype=np.float32)))
-g = torch.from_numpy(np.fromfile(d + "/g.bin", dtype=np.float32)).reshape(steps, n)
-opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-for t in range(steps):
-    p.grad = g[t].clone()
-    opt.step()
-st = opt.state[p]
-np.concatenate([p.detach().numpy(), st["exp_avg"].numpy(), st["exp_avg_sq"].numpy()]).tofile(d + "/out.bin")
+d, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for k, line in enumerate(open(d + "/cases.txt")):
+    lr, b1, b2, eps, wd = map(float, line.split())
+    p = torch.nn.Parameter(torch.from_numpy(np.fromfile(d + f"/p0_{k}.bin", dtype=np.float32)))
+    g = torch.from_numpy(np.fromfile(d + f"/g_{k}.bin", dtype=np.float32)).reshape(steps, n)
+    opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    for t in range(steps):
+        p.grad = g[t].clone()
+        opt.step()
+    st = opt.state[p]
+    out = [p.detach().numpy(), st["exp_avg"].numpy(), st["exp_avg_sq"].numpy()]
+    np.concatenate(out).tofile(d + f"/out_{k}.bin")
 )PY";
   std::ofstream(dir / "adamw.py") << script;
-  int k = 0;
-  for (const Case& cs : cases) {
-    SCOPED_TRACE("case " + std::to_string(k++));
-    AdamState s = adam_state(n, 21);
-    write_f32(dir / "p0.bin", {s.p});
-    std::vector<Tensor> grads;
+  std::ofstream cases_txt(dir / "cases.txt");
+  cases_txt.precision(17);
+  std::vector<AdamState> states;
+  std::vector<std::vector<Tensor>> grads(cases.size());
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const ops::AdamWConfig& c = cases[k].c;
+    cases_txt << c.lr << " " << c.beta1 << " " << c.beta2 << " " << c.eps << " " << c.weight_decay << "\n";
+    states.push_back(adam_state(n, 21 + k));
+    write_f32(dir / ("p0_" + std::to_string(k) + ".bin"), {states[k].p});
     for (int t = 0; t < steps; ++t) {
-      Tensor g = random_tensor({n}, DType::F32, 200 + uint64_t(t), -cs.grad_scale, cs.grad_scale);
-      if (t == 2) g.data<float>()[7] = 0.f;
-      grads.push_back(g);
+      const double a = cases[k].grad_scale;
+      grads[k].push_back(random_tensor({n}, DType::F32, 200 + uint64_t(t), -a, a));
+      if (t == 2) grads[k].back().data<float>()[7] = 0.f;
     }
-    write_f32(dir / "g.bin", grads);
-    std::string out;
-    std::string cmd = std::string(kPython) + " " + (dir / "adamw.py").string() + " " + dir.string() + " " +
-                      std::to_string(n) + " " + std::to_string(steps);
-    for (double x : {cs.c.lr, cs.c.beta1, cs.c.beta2, cs.c.eps, cs.c.weight_decay}) {
-      std::ostringstream os;
-      os.precision(17);
-      os << x;
-      cmd += " " + os.str();
-    }
-    ASSERT_EQ(run_command(cmd, &out), 0) << out;
-    for (int t = 0; t < steps; ++t) ops::adamw_step(s.p, grads[size_t(t)], s.m, s.v, cs.c, t + 1);
-    // Bit-identical with torch 1.13 on AVX2/AVX-512 hosts; 2 ulps allow another torch build's rounding.
-    expect_close_ulps(s.p, read_f32(dir / "out.bin", n, 0), 2, "param");
-    expect_close_ulps(s.m, read_f32(dir / "out.bin", n, n), 2, "exp_avg");
-    expect_close_ulps(s.v, read_f32(dir / "out.bin", n, 2 * n), 2, "exp_avg_sq");
+    write_f32(dir / ("g_" + std::to_string(k) + ".bin"), grads[k]);
+  }
+  cases_txt.close();
+  std::string out;
+  ASSERT_EQ(run_command(std::string(kPython) + " " + (dir / "adamw.py").string() + " " + dir.string() + " " +
+                            std::to_string(n) + " " + std::to_string(steps),
+                        &out),
+            0)
+      << out;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE("case " + std::to_string(k));
+    AdamState& s = states[k];
+    for (int t = 0; t < steps; ++t) ops::adamw_step(s.p, grads[k][size_t(t)], s.m, s.v, cases[k].c, t + 1);
+    // Bit-identical with Debian torch 1.13 on Zen4 (measured: 0 ulps); 1 ulp allows another build's rounding.
+    auto file = dir / ("out_" + std::to_string(k) + ".bin");
+    expect_close_ulps(s.p, read_f32(file, n, 0), 1, "param");
+    expect_close_ulps(s.m, read_f32(file, n, n), 1, "exp_avg");
+    expect_close_ulps(s.v, read_f32(file, n, 2 * n), 1, "exp_avg_sq");
   }
 }
 
@@ -220,14 +237,17 @@ TEST(AdamW, BadArgumentsNameTheFieldOrShapes) {
   EXPECT_NE(error_of([&] { step({.beta2 = -0.1}); }).find("beta2"), std::string::npos);
   EXPECT_NE(error_of([&] { step({.eps = -1}); }).find("eps"), std::string::npos);
   EXPECT_NE(error_of([&] { step({.weight_decay = -0.1}); }).find("weight_decay"), std::string::npos);
-  EXPECT_NE(error_of([&] { step({.lr = std::numeric_limits<double>::quiet_NaN()}); }).find("lr = nan must be finite"),
+  EXPECT_NE(error_of([&] {
+              step({.lr = std::numeric_limits<double>::quiet_NaN()});
+            }).find("lr = nan must be finite"),
             std::string::npos);
   EXPECT_NE(error_of([&] { step({}, 0); }).find("step = 0 must be >= 1"), std::string::npos);
 
   Tensor short_grad = Tensor::zeros({7}, DType::F32);
   std::string m = error_of([&] { ops::adamw_step(s.p, short_grad, s.m, s.v, {}, 1); });
   EXPECT_NE(m.find("adamw: grad f32[7] does not match param f32[8]"), std::string::npos) << m;
-  Tensor bf = s.p.to(DType::BF16), bg = s.g.to(DType::BF16), bm = s.m.to(DType::BF16), bv = s.v.to(DType::BF16);
+  Tensor bf = s.p.to(DType::BF16), bg = s.g.to(DType::BF16), bm = s.m.to(DType::BF16),
+         bv = s.v.to(DType::BF16);
   m = error_of([&] { ops::adamw_step(bf, bg, bm, bv, {}, 1); });
   EXPECT_NE(m.find("adamw: param bf16[8] must be f32"), std::string::npos) << m;
   Tensor wide = Tensor::zeros({8, 2}, DType::F32), strided = wide.narrow(1, 0, 1);
@@ -252,9 +272,10 @@ TEST(GradNorm, VariantsMatchReference) {
       kernels::ForceVariant f("grad_norm", "portable");
       port = ops::grad_norm_sq(g);
     }
-    // Exact squares, f64 sums in different orders: agreement to a few f64 ulps per element added.
-    EXPECT_NEAR(def, ref, 1e-13 * ref) << n;
-    EXPECT_NEAR(port, ref, 1e-13 * ref) << n;
+    // Exact squares summed in f64 in different orders: the serial reference's error bound is n ulps.
+    const double tol = double(n) * 0x1p-52 * ref;
+    EXPECT_NEAR(def, ref, tol) << n;
+    EXPECT_NEAR(port, ref, tol) << n;
   }
   // f64 (tests) goes through the reference.
   Tensor g64 = random_tensor({1000}, DType::F64, 3);
@@ -287,50 +308,70 @@ TEST(GradNorm, GlobalNormIsNormOfConcatenation) {
 TEST(ClipGradNorm, MatchesTorch) {
   if (!have_torch()) GTEST_SKIP() << "python3 with torch and numpy not available";
   auto dir = temp_dir("optim_clip_torch");
+  // Case k: g_k.bin holds the gradients back to back; one line of cases.txt gives max_norm.
   const char* script = R"PY(
 import sys, numpy as np, torch
-d, max_norm, sizes = sys.argv[1], float(sys.argv[2]), [int(x) for x in sys.argv[3:]]
-flat = np.fromfile(d + "/g.bin", dtype=np.float32)
-params, off = [], 0
-for s in sizes:
-    p = torch.nn.Parameter(torch.zeros(s))
-    p.grad = torch.from_numpy(flat[off:off + s].copy())
-    params.append(p)
-    off += s
-norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-np.concatenate([p.grad.numpy() for p in params]).tofile(d + "/out.bin")
-print(repr(float(norm)))
+d, sizes = sys.argv[1], [int(x) for x in sys.argv[2:]]
+for k, line in enumerate(open(d + "/cases.txt")):
+    flat = np.fromfile(d + f"/g_{k}.bin", dtype=np.float32)
+    params, off = [], 0
+    for s in sizes:
+        p = torch.nn.Parameter(torch.zeros(s))
+        p.grad = torch.from_numpy(flat[off:off + s].copy())
+        params.append(p)
+        off += s
+    norm = torch.nn.utils.clip_grad_norm_(params, float(line))
+    np.concatenate([p.grad.numpy() for p in params]).tofile(d + f"/out_{k}.bin")
+    print(repr(float(norm)))
 )PY";
   std::ofstream(dir / "clip.py") << script;
   const std::vector<int64_t> sizes = {33, 1000, 70001};
-  for (double scale : {0.001, 1.0}) {  // total norm ~0.15 (no clipping) and ~150 (clipped)
-    for (double max_norm : {1.0, 0.5}) {
-      std::vector<Tensor> gs;
-      for (size_t i = 0; i < sizes.size(); ++i) gs.push_back(random_tensor({sizes[i]}, DType::F32, 60 + i, -scale, scale));
-      write_f32(dir / "g.bin", gs);
-      std::string out;
-      std::string cmd = std::string(kPython) + " " + (dir / "clip.py").string() + " " + dir.string() + " " +
-                        std::to_string(max_norm);
-      for (int64_t s : sizes) cmd += " " + std::to_string(s);
-      ASSERT_EQ(run_command(cmd, &out), 0) << out;
-      double torch_norm = std::stod(out);
-      double norm = ops::clip_grad_norm(gs, max_norm);
-      // torch sums in f32; ours is f64.
-      EXPECT_NEAR(norm, torch_norm, 1e-6 * torch_norm) << scale;
-      int64_t off = 0;
-      for (size_t i = 0; i < gs.size(); ++i) {
-        Tensor want = read_f32(dir / "out.bin", sizes[i], off);
-        EXPECT_LE(max_rel_diff(gs[i], want, 1e-6), 2e-6) << "tensor " << i << " scale " << scale;
-        off += sizes[i];
-      }
-      if (norm > max_norm) EXPECT_NEAR(ops::global_grad_norm(gs), max_norm, 1e-5 * max_norm);
+  struct Case {
+    double scale, max_norm;
+  };
+  // Total norms ~0.15 (no clipping) and ~150 (clipped).
+  const std::vector<Case> cases = {{0.001, 1.0}, {0.001, 0.1}, {1.0, 1.0}, {1.0, 0.5}};
+  std::vector<std::vector<Tensor>> grads;
+  std::ofstream cases_txt(dir / "cases.txt");
+  for (size_t k = 0; k < cases.size(); ++k) {
+    cases_txt << cases[k].max_norm << "\n";
+    grads.emplace_back();
+    for (size_t i = 0; i < sizes.size(); ++i)
+      grads[k].push_back(
+          random_tensor({sizes[i]}, DType::F32, 60 + i + 7 * k, -cases[k].scale, cases[k].scale));
+    write_f32(dir / ("g_" + std::to_string(k) + ".bin"), grads[k]);
+  }
+  cases_txt.close();
+  std::string out;
+  std::string cmd = std::string(kPython) + " " + (dir / "clip.py").string() + " " + dir.string();
+  for (int64_t s : sizes) cmd += " " + std::to_string(s);
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  std::istringstream torch_norms(out);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE("case " + std::to_string(k));
+    double torch_norm = NAN;
+    ASSERT_TRUE(torch_norms >> torch_norm) << out;
+    std::vector<Tensor>& gs = grads[k];
+    const double max_norm = cases[k].max_norm;
+    double norm = ops::clip_grad_norm(gs, max_norm);
+    EXPECT_NEAR(norm, torch_norm, 1e-6 * torch_norm);  // torch sums in f32, we sum in f64
+    int64_t off = 0;
+    auto file = dir / ("out_" + std::to_string(k) + ".bin");
+    for (size_t i = 0; i < gs.size(); ++i) {
+      Tensor want = read_f32(file, sizes[i], off);
+      EXPECT_LE(max_rel_diff(gs[i], want, 1e-6), 2e-6) << "tensor " << i;
+      off += sizes[i];
+    }
+    if (norm > max_norm) {
+      EXPECT_NEAR(ops::global_grad_norm(gs), max_norm, 1e-5 * max_norm);
     }
   }
 }
 
 TEST(ClipGradNorm, NonFiniteNormIsReturnedAndGradsAreLeftAlone) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    std::vector<Tensor> gs = {random_tensor({100}, DType::F32, 1, -10, 10), random_tensor({200000}, DType::F32, 2)};
+    std::vector<Tensor> gs = {random_tensor({100}, DType::F32, 1, -10, 10),
+                              random_tensor({200000}, DType::F32, 2)};
     gs[1].data<float>()[123457] = bad;
     std::vector<Tensor> before = {gs[0].clone(), gs[1].clone()};
     double norm = ops::clip_grad_norm(gs, 1.0);

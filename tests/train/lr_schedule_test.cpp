@@ -4,10 +4,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 #include "titan/core/check.h"
@@ -22,9 +21,12 @@ const DecayType kTypes[] = {DecayType::Linear, DecayType::Sqrt, DecayType::Cosin
 
 double decay_curve(DecayType t, double p) {
   switch (t) {
-    case DecayType::Linear: return 1 - p;
-    case DecayType::Sqrt: return 1 - std::sqrt(p);
-    case DecayType::Cosine: return 0.5 * (1 + std::cos(std::numbers::pi * p));
+    case DecayType::Linear:
+      return 1 - p;
+    case DecayType::Sqrt:
+      return 1 - std::sqrt(p);
+    case DecayType::Cosine:
+      return 0.5 * (1 + std::cos(std::numbers::pi * p));
   }
   return NAN;
 }
@@ -45,20 +47,25 @@ TEST(LrSchedule, BoundariesOfEachPhase) {
   for (DecayType type : kTypes)
     for (double min_f : {0.0, 0.1}) {
       SCOPED_TRACE(std::string(decay_type_name(type)) + " min " + std::to_string(min_f));
-      LrSchedule s({.lr = 1e-3, .steps = 100, .warmup_steps = 10, .decay_ratio = 0.2, .decay_type = type,
+      LrSchedule s({.lr = 1e-3,
+                    .steps = 100,
+                    .warmup_steps = 10,
+                    .decay_ratio = 0.2,
+                    .decay_type = type,
                     .min_lr_factor = min_f});
       EXPECT_EQ(s.warmup_steps(), 10);
       EXPECT_EQ(s.decay_steps(), 20);
       EXPECT_EQ(s.stable_steps(), 71);
       EXPECT_TRUE(s.adjustment().empty());
-      EXPECT_DOUBLE_EQ(s.factor(0), 0.1);      // first step: 1 / warmup
+      EXPECT_DOUBLE_EQ(s.factor(0), 0.1);  // first step: 1 / warmup
       EXPECT_DOUBLE_EQ(s.factor(4), 0.5);
-      EXPECT_DOUBLE_EQ(s.factor(9), 1.0);      // warmup ends at full lr
-      EXPECT_DOUBLE_EQ(s.factor(10), 1.0);     // stable
-      EXPECT_DOUBLE_EQ(s.factor(80), 1.0);     // last stable index
+      EXPECT_DOUBLE_EQ(s.factor(9), 1.0);   // warmup ends at full lr
+      EXPECT_DOUBLE_EQ(s.factor(10), 1.0);  // stable
+      EXPECT_DOUBLE_EQ(s.factor(80), 1.0);  // last stable index
       const double first = min_f + (1 - min_f) * decay_curve(type, 1.0 / 20);
-      EXPECT_DOUBLE_EQ(s.factor(81), first);   // decay starts one step down
-      EXPECT_DOUBLE_EQ(s.factor(99), min_f + (1 - min_f) * decay_curve(type, 19.0 / 20));  // last trained step
+      EXPECT_DOUBLE_EQ(s.factor(81), first);  // decay starts one step down
+      EXPECT_DOUBLE_EQ(s.factor(99),
+                       min_f + (1 - min_f) * decay_curve(type, 19.0 / 20));  // last trained step
       EXPECT_DOUBLE_EQ(s.factor(100), min_f);  // the virtual step after the run reaches the floor
       EXPECT_DOUBLE_EQ(s.lr(4), 5e-4);
       for (int64_t i = 10; i < 100; ++i) {
@@ -127,19 +134,25 @@ print(" ".join(repr(f(i)) for i in range(T + 1)))
     std::optional<double> ratio;
     double min_f;
   };
-  const Case cases[] = {{1000, 200, std::nullopt, 0.0}, {37, 5, 0.3, 0.1}, {10, 6, 0.5, 0.0}, {8, 0, 1.0, 0.2}};
+  const Case cases[] = {
+      {1000, 200, std::nullopt, 0.0}, {37, 5, 0.3, 0.1}, {10, 6, 0.5, 0.0}, {8, 0, 1.0, 0.2}};
   for (const Case& cs : cases)
     for (DecayType type : kTypes) {
       std::ostringstream cmd;
       cmd.precision(17);
       cmd << "/usr/bin/python3 " << (dir / "wsd.py").string() << " " << cs.steps << " " << cs.warmup << " ";
-      if (cs.ratio) cmd << *cs.ratio;
-      else cmd << "none";
+      if (cs.ratio)
+        cmd << *cs.ratio;
+      else
+        cmd << "none";
       cmd << " " << decay_type_name(type) << " " << cs.min_f;
       std::string out;
       ASSERT_EQ(run_command(cmd.str(), &out), 0) << out;
       std::istringstream in(out);
-      LrSchedule s({.steps = cs.steps, .warmup_steps = cs.warmup, .decay_ratio = cs.ratio, .decay_type = type,
+      LrSchedule s({.steps = cs.steps,
+                    .warmup_steps = cs.warmup,
+                    .decay_ratio = cs.ratio,
+                    .decay_type = type,
                     .min_lr_factor = cs.min_f});
       for (int64_t i = 0; i <= cs.steps; ++i) {
         double want = NAN;
@@ -156,7 +169,8 @@ TEST(LrSchedule, InvalidConfigNamesTheField) {
   EXPECT_NE(error_of({.steps = 10, .warmup_steps = 11})
                 .find("lr_scheduler.warmup_steps = 11 must not exceed training.steps = 10"),
             std::string::npos);
-  EXPECT_NE(error_of({.warmup_steps = -1}).find("lr_scheduler.warmup_steps = -1 must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of({.warmup_steps = -1}).find("lr_scheduler.warmup_steps = -1 must be >= 0"),
+            std::string::npos);
   EXPECT_NE(error_of({.decay_ratio = -0.1}).find("lr_scheduler.decay_ratio = -0.1 must be in [0, 1]"),
             std::string::npos);
   EXPECT_NE(error_of({.decay_ratio = 1.5}).find("lr_scheduler.decay_ratio = 1.5 must be in [0, 1]"),
@@ -167,22 +181,24 @@ TEST(LrSchedule, InvalidConfigNamesTheField) {
     decay_type_from_name("exponential");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("lr_scheduler.decay_type = 'exponential'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lr_scheduler.decay_type = 'exponential'"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(decay_type_from_name("cosine"), DecayType::Cosine);
-  LrSchedule s({.steps = 10});
+  LrSchedule s({.steps = 10, .warmup_steps = 2});
   EXPECT_THROW(s.factor(-1), Error);
   EXPECT_THROW(s.factor(11), Error);
 }
 
 TEST(LrSchedule, StateDictDescribesTheSchedule) {
-  LrSchedule s({.lr = 3e-4, .steps = 50, .warmup_steps = 5, .decay_ratio = 0.2, .decay_type = DecayType::Cosine});
+  LrSchedule s(
+      {.lr = 3e-4, .steps = 50, .warmup_steps = 5, .decay_ratio = 0.2, .decay_type = DecayType::Cosine});
   nlohmann::json saved = nlohmann::json::parse(s.state_dict().dump());
   EXPECT_EQ(saved["decay_steps"], 10);
   EXPECT_EQ(saved["decay_type"], "cosine");
   EXPECT_EQ(s.diff_state(saved), "");
-  LrSchedule longer({.lr = 3e-4, .steps = 60, .warmup_steps = 5, .decay_ratio = 0.2,
-                     .decay_type = DecayType::Cosine});
+  LrSchedule longer(
+      {.lr = 3e-4, .steps = 60, .warmup_steps = 5, .decay_ratio = 0.2, .decay_type = DecayType::Cosine});
   std::string d = longer.diff_state(saved);
   EXPECT_NE(d.find("steps: saved 50, now 60"), std::string::npos) << d;
   EXPECT_NE(d.find("decay_steps: saved 10, now 12"), std::string::npos) << d;

@@ -269,6 +269,8 @@ struct DocumentStream::Impl {
       c = reader.peek();
       if (c == ',') {
         reader.get();
+      } else if (c == EOF) {
+        fail(reader.line(), "JSON array is not closed with ']'");
       } else if (c != ']') {
         fail(reader.line(), "expected ',' or ']' after an array element");
       }

@@ -188,8 +188,10 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
   result.total_size = total;
   for (size_t i = 0; i < shards.size(); ++i)
     result.files.push_back(shards.size() == 1 ? std::string(kHfSingleFile) : shard_name(i, shards.size()));
+  // Both layouts' names stay reserved, so an extra file can never make the directory ambiguous.
   reserved.insert(result.files.begin(), result.files.end());
-  if (shards.size() > 1) reserved.insert(std::string(kHfIndexFile));
+  reserved.insert(std::string(kHfSingleFile));
+  reserved.insert(std::string(kHfIndexFile));
   auto check_extra = [&](const std::string& name) {
     TITAN_CHECK(is_plain_file_name(name), "write_hf_checkpoint ", dir, ": extra file '", name,
                 "' must be a plain file name");

@@ -1,8 +1,8 @@
 #include "titan/ops/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -81,13 +81,15 @@ void lce_forward_ref(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v)
   A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
   for (int64_t n = 0; n < a.N; ++n) {
     lse[n] = loss[n] = 0;
-    if (a.labels[n] != a.ignore_index) row_stats_ref(&logits[size_t(n * a.V)], a.V, a.labels[n], &lse[n], &loss[n]);
+    if (a.labels[n] != a.ignore_index)
+      row_stats_ref(&logits[size_t(n * a.V)], a.V, a.labels[n], &lse[n], &loss[n]);
   }
 }
 
 // dlogits is rounded to the storage type before the products: the GEMMs of a bf16 lm_head take bf16 operands.
 template <class T, class A>
-void lce_backward_ref(const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v, void* dw_v) {
+void lce_backward_ref(const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v,
+                      void* dw_v) {
   std::vector<A> dl = lce_logits_ref<T, A>(a);
   const A* lse = static_cast<const A*>(lse_v);
   for (int64_t n = 0; n < a.N; ++n)
@@ -113,28 +115,26 @@ void lce_backward_ref(const LinearCrossEntropyArgs& a, const void* lse_v, double
       }
 }
 
-TITAN_REGISTER_KERNEL(ce_f64_ref, {"cross_entropy", Device::CPU, DType::F64, "reference", "row loops, f64",
-                                   CrossEntropyKernel{ce_forward_ref<double, double>,
-                                                      ce_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(ce_f32_ref, {"cross_entropy", Device::CPU, DType::F32, "reference", "row loops, f32",
-                                   CrossEntropyKernel{ce_forward_ref<float, float>, ce_backward_ref<float, float>},
-                                   {}});
+// clang-format off
+TITAN_REGISTER_KERNEL(ce_f64_ref, {"cross_entropy", Device::CPU, DType::F64, "reference",
+    "row loops, f64",
+    CrossEntropyKernel{ce_forward_ref<double, double>, ce_backward_ref<double, double>}, {}});
+TITAN_REGISTER_KERNEL(ce_f32_ref, {"cross_entropy", Device::CPU, DType::F32, "reference",
+    "row loops, f32",
+    CrossEntropyKernel{ce_forward_ref<float, float>, ce_backward_ref<float, float>}, {}});
 TITAN_REGISTER_KERNEL(ce_bf16_ref, {"cross_entropy", Device::CPU, DType::BF16, "reference",
-                                    "row loops, bf16 logits widened to f32",
-                                    CrossEntropyKernel{ce_forward_ref<Bf16, float>, ce_backward_ref<Bf16, float>},
-                                    {}});
+    "row loops, bf16 logits widened to f32",
+    CrossEntropyKernel{ce_forward_ref<Bf16, float>, ce_backward_ref<Bf16, float>}, {}});
 TITAN_REGISTER_KERNEL(lce_f64_ref, {"linear_cross_entropy", Device::CPU, DType::F64, "reference",
-                                    "materialises all logits, loops, f64",
-                                    LinearCrossEntropyKernel{lce_forward_ref<double, double>,
-                                                             lce_backward_ref<double, double>}, {}});
+    "materialises all logits, loops, f64",
+    LinearCrossEntropyKernel{lce_forward_ref<double, double>, lce_backward_ref<double, double>}, {}});
 TITAN_REGISTER_KERNEL(lce_f32_ref, {"linear_cross_entropy", Device::CPU, DType::F32, "reference",
-                                    "materialises all logits, loops, f32",
-                                    LinearCrossEntropyKernel{lce_forward_ref<float, float>,
-                                                             lce_backward_ref<float, float>}, {}});
+    "materialises all logits, loops, f32",
+    LinearCrossEntropyKernel{lce_forward_ref<float, float>, lce_backward_ref<float, float>}, {}});
 TITAN_REGISTER_KERNEL(lce_bf16_ref, {"linear_cross_entropy", Device::CPU, DType::BF16, "reference",
-                                     "materialises all logits, loops, bf16 operands, f32 math",
-                                     LinearCrossEntropyKernel{lce_forward_ref<Bf16, float>,
-                                                              lce_backward_ref<Bf16, float>}, {}});
+    "materialises all logits, loops, bf16 operands, f32 math",
+    LinearCrossEntropyKernel{lce_forward_ref<Bf16, float>, lce_backward_ref<Bf16, float>}, {}});
+// clang-format on
 
 void check_labels_shape(const char* op, const Tensor& labels, int64_t N, const Tensor& rows) {
   TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1 && labels.size(0) == N, op,
@@ -181,8 +181,8 @@ double grad_scale(const Tensor& g, int64_t count, Reduction reduction) {
 }  // namespace
 
 int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
-  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1, "count_targets: expected labels i64[N], got ",
-              labels.str());
+  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1,
+              "count_targets: expected labels i64[N], got ", labels.str());
   Tensor y = labels.contiguous();
   const int64_t* p = y.data<int64_t>();
   int64_t count = 0;
@@ -190,8 +190,8 @@ int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
   return count;
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index, Reduction reduction,
-                     int64_t* num_targets) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index,
+                     Reduction reduction, int64_t* num_targets) {
   TITAN_CHECK(logits_in.dim() == 2, "cross_entropy: expected logits [N, V], got ", logits_in.str());
   check_float("cross_entropy", logits_in, "logits");
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
@@ -202,9 +202,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
   if (num_targets) *num_targets = count;
 
   const DType ad = grad_dtype(logits.dtype());
-  const auto& kernel = kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
+  const auto& kernel =
+      kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
   Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
-  kernel.forward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(), row_loss.raw_data());
+  kernel.forward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+                 row_loss.raw_data());
   Tensor loss = reduce_loss(row_loss, count, reduction);
 
   if (autograd::needs_grad({&logits_in})) {
@@ -224,8 +226,8 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   TITAN_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2,
               "linear_cross_entropy: expected hidden [N, D] and weight [V, D], got hidden ", hidden_in.str(),
               " and weight ", weight_in.str());
-  TITAN_CHECK(hidden_in.size(1) == weight_in.size(1), "linear_cross_entropy: hidden ", hidden_in.str(), " has D=",
-              hidden_in.size(1), " but weight ", weight_in.str(), " has D=", weight_in.size(1));
+  TITAN_CHECK(hidden_in.size(1) == weight_in.size(1), "linear_cross_entropy: hidden ", hidden_in.str(),
+              " has D=", hidden_in.size(1), " but weight ", weight_in.str(), " has D=", weight_in.size(1));
   TITAN_CHECK(hidden_in.dtype() == weight_in.dtype(), "linear_cross_entropy: dtypes differ: hidden ",
               hidden_in.str(), ", weight ", weight_in.str());
   check_float("linear_cross_entropy", hidden_in, "hidden");
@@ -243,8 +245,8 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
       kernels::kernel_for<LinearCrossEntropyKernel>("linear_cross_entropy", hidden.device(), hidden.dtype());
   const bool round = round_logits_to_bf16 && hidden.dtype() == DType::BF16;
   auto args = [=] {  // raw pointers into the tensors the backward closure keeps alive
-    return LinearCrossEntropyArgs{N,     V,     D,     hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
-                                  ignore_index, chunk, round};
+    return LinearCrossEntropyArgs{
+        N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(), ignore_index, chunk, round};
   };
   Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
   kernel.forward(args(), lse.raw_data(), row_loss.raw_data());

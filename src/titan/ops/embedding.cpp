@@ -30,16 +30,30 @@ void embedding_backward_ref(int64_t N, int64_t V, int64_t D, const int64_t* ids,
     for (int64_t d = 0; d < D; ++d) dt[ids[i] * D + d] += dy[i * D + d];
 }
 
-TITAN_REGISTER_KERNEL(embedding_f64_ref, {"embedding", Device::CPU, DType::F64, "reference", "row copy, serial scatter-add",
-                                          EmbeddingKernel{embedding_forward_ref<double>, embedding_backward_ref<double>},
-                                          {}});
-TITAN_REGISTER_KERNEL(embedding_f32_ref, {"embedding", Device::CPU, DType::F32, "reference", "row copy, serial scatter-add",
-                                          EmbeddingKernel{embedding_forward_ref<float>, embedding_backward_ref<float>},
-                                          {}});
-TITAN_REGISTER_KERNEL(embedding_bf16_ref, {"embedding", Device::CPU, DType::BF16, "reference",
-                                           "row copy, serial scatter-add into f32",
-                                           EmbeddingKernel{embedding_forward_ref<uint16_t>, embedding_backward_ref<float>},
-                                           {}});
+TITAN_REGISTER_KERNEL(embedding_f64_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::F64,
+                       "reference",
+                       "row copy, serial scatter-add",
+                       EmbeddingKernel{embedding_forward_ref<double>, embedding_backward_ref<double>},
+                       {}});
+TITAN_REGISTER_KERNEL(embedding_f32_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "row copy, serial scatter-add",
+                       EmbeddingKernel{embedding_forward_ref<float>, embedding_backward_ref<float>},
+                       {}});
+TITAN_REGISTER_KERNEL(embedding_bf16_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "row copy, serial scatter-add into f32",
+                       EmbeddingKernel{embedding_forward_ref<uint16_t>, embedding_backward_ref<float>},
+                       {}});
 
 // "ids[1, 3]" for flat index i of ids with this shape.
 std::string position_str(const Shape& shape, int64_t i) {
@@ -58,9 +72,10 @@ std::string position_str(const Shape& shape, int64_t i) {
 Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
   TITAN_CHECK(ids_in.dtype() == DType::I64, "embedding: ids must be i64, got ", ids_in.str());
   TITAN_CHECK(table_in.dim() == 2, "embedding: table must be [V, D], got ", table_in.str());
-  TITAN_CHECK(dtype_is_float(table_in.dtype()), "embedding: table must be floating point, got ", table_in.str());
-  TITAN_CHECK(ids_in.device() == table_in.device(), "embedding: ids ", ids_in.str(), " and table ", table_in.str(),
-              " are on different devices");
+  TITAN_CHECK(dtype_is_float(table_in.dtype()), "embedding: table must be floating point, got ",
+              table_in.str());
+  TITAN_CHECK(ids_in.device() == table_in.device(), "embedding: ids ", ids_in.str(), " and table ",
+              table_in.str(), " are on different devices");
   Tensor ids = ids_in.contiguous(), table = table_in.contiguous().detach();
   const int64_t N = ids.numel(), V = table.size(0), D = table.size(1);
   const int64_t* id = ids.data<int64_t>();

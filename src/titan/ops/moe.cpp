@@ -10,7 +10,8 @@
 
 namespace titan::ops {
 
-void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order, int64_t* pos, int64_t* offsets) {
+void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order, int64_t* pos,
+                       int64_t* offsets) {
   const int64_t n = d.T * d.k;
   std::fill(offsets, offsets + d.E + 1, 0);
   for (int64_t i = 0; i < n; ++i) ++offsets[indices[i] + 1];
@@ -73,9 +74,10 @@ void router_forward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, cons
 }
 
 template <class A>
-void router_backward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, const void* pv, const int64_t* indices,
-                         const void* dwv, const void* dpv, void* dlv) {
-  const A *probs = static_cast<const A*>(pv), *dw = static_cast<const A*>(dwv), *dprobs = static_cast<const A*>(dpv);
+void router_backward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, const void* pv,
+                         const int64_t* indices, const void* dwv, const void* dpv, void* dlv) {
+  const A *probs = static_cast<const A*>(pv), *dw = static_cast<const A*>(dwv),
+          *dprobs = static_cast<const A*>(dpv);
   A* dlogits = static_cast<A*>(dlv);
 #pragma omp parallel for schedule(static) if (T_ * E > 65536)
   for (int64_t t = 0; t < T_; ++t) {
@@ -100,18 +102,30 @@ void router_backward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, con
   }
 }
 
-TITAN_REGISTER_KERNEL(router_topk_f64_ref, {"router_topk", Device::CPU, DType::F64, "reference",
-                                            "softmax + k selection passes in f64, OpenMP over tokens",
-                                            RouterKernel{router_forward_ref<double, double>,
-                                                         router_backward_ref<double>}, {}});
-TITAN_REGISTER_KERNEL(router_topk_f32_ref, {"router_topk", Device::CPU, DType::F32, "reference",
-                                            "softmax + k selection passes in f32, OpenMP over tokens",
-                                            RouterKernel{router_forward_ref<float, float>,
-                                                         router_backward_ref<float>}, {}});
-TITAN_REGISTER_KERNEL(router_topk_bf16_ref, {"router_topk", Device::CPU, DType::BF16, "reference",
-                                             "bf16 logits, softmax + k selection passes in f32, OpenMP over tokens",
-                                             RouterKernel{router_forward_ref<Bf16, float>,
-                                                          router_backward_ref<float>}, {}});
+TITAN_REGISTER_KERNEL(router_topk_f64_ref,
+                      {"router_topk",
+                       Device::CPU,
+                       DType::F64,
+                       "reference",
+                       "softmax + k selection passes in f64, OpenMP over tokens",
+                       RouterKernel{router_forward_ref<double, double>, router_backward_ref<double>},
+                       {}});
+TITAN_REGISTER_KERNEL(router_topk_f32_ref,
+                      {"router_topk",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "softmax + k selection passes in f32, OpenMP over tokens",
+                       RouterKernel{router_forward_ref<float, float>, router_backward_ref<float>},
+                       {}});
+TITAN_REGISTER_KERNEL(router_topk_bf16_ref,
+                      {"router_topk",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "bf16 logits, softmax + k selection passes in f32, OpenMP over tokens",
+                       RouterKernel{router_forward_ref<Bf16, float>, router_backward_ref<float>},
+                       {}});
 
 // ---------------------------------------------------------------------------------------------
 // Experts, reference: one (token, slot) at a time with dot-product loops. T is the storage type
@@ -122,8 +136,8 @@ A sigmoid(A v) {
 }
 
 template <class T, class A>
-void experts_forward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
-                         const void* wuv, const void* wdv, void* actv, void* yv) {
+void experts_forward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+                         const void* wgv, const void* wuv, const void* wdv, void* actv, void* yv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv);
   const A* weights = static_cast<const A*>(wv);
@@ -165,9 +179,9 @@ void experts_forward_ref(const MoeDims& d, const void* xv, const void* wv, const
 }
 
 template <class T, class A>
-void experts_backward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
-                          const void* wuv, const void* wdv, const void* actv, const void* dyv, void* dxv, void* dwv,
-                          void* dwgv, void* dwuv, void* dwdv) {
+void experts_backward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+                          const void* wgv, const void* wuv, const void* wdv, const void* actv,
+                          const void* dyv, void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv), *act = static_cast<const T*>(actv);
   const A *weights = static_cast<const A*>(wv), *dy = static_cast<const A*>(dyv);
@@ -216,28 +230,44 @@ void experts_backward_ref(const MoeDims& d, const void* xv, const void* wv, cons
     }
     for (int64_t f = 0; f < F; ++f)
       for (int64_t c = 0; c < D; ++c) {
-        if (dx) dx[t * D + c] += dg[size_t(f)] * A(wg[(e * F + f) * D + c]) + du[size_t(f)] * A(wu[(e * F + f) * D + c]);
+        if (dx)
+          dx[t * D + c] +=
+              dg[size_t(f)] * A(wg[(e * F + f) * D + c]) + du[size_t(f)] * A(wu[(e * F + f) * D + c]);
         if (dwg) dwg[(e * F + f) * D + c] += dg[size_t(f)] * A(xt[c]);
         if (dwu) dwu[(e * F + f) * D + c] += du[size_t(f)] * A(xt[c]);
       }
   }
 }
 
-TITAN_REGISTER_KERNEL(moe_experts_f64_ref, {"moe_experts", Device::CPU, DType::F64, "reference",
+TITAN_REGISTER_KERNEL(moe_experts_f64_ref, {"moe_experts",
+                                            Device::CPU,
+                                            DType::F64,
+                                            "reference",
                                             "per (token, slot) dot-product loops, f64",
                                             MoeExpertsKernel{experts_forward_ref<double, double>,
-                                                             experts_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(moe_experts_f32_ref, {"moe_experts", Device::CPU, DType::F32, "reference",
+                                                             experts_backward_ref<double, double>},
+                                            {}});
+TITAN_REGISTER_KERNEL(moe_experts_f32_ref, {"moe_experts",
+                                            Device::CPU,
+                                            DType::F32,
+                                            "reference",
                                             "per (token, slot) dot-product loops, f32",
                                             MoeExpertsKernel{experts_forward_ref<float, float>,
-                                                             experts_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(moe_experts_bf16_ref, {"moe_experts", Device::CPU, DType::BF16, "reference",
-                                             "per (token, slot) dot-product loops, f32 math, transformers' bf16 "
-                                             "rounding points",
-                                             MoeExpertsKernel{experts_forward_ref<Bf16, float>,
-                                                              experts_backward_ref<Bf16, float>}, {}});
+                                                             experts_backward_ref<float, float>},
+                                            {}});
+TITAN_REGISTER_KERNEL(moe_experts_bf16_ref,
+                      {"moe_experts",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "per (token, slot) dot-product loops, f32 math, transformers' bf16 "
+                       "rounding points",
+                       MoeExpertsKernel{experts_forward_ref<Bf16, float>, experts_backward_ref<Bf16, float>},
+                       {}});
 
-bool is_compute_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool is_compute_float(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16;
+}
 
 void check_indices(const char* op, const Tensor& indices, int64_t E) {
   const int64_t* p = indices.data<int64_t>();
@@ -257,7 +287,8 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
   Tensor bias;
   if (expert_bias.defined()) {
     TITAN_CHECK(expert_bias.dim() == 1 && expert_bias.size(0) == E && expert_bias.dtype() == DType::F32,
-                "router_topk: expert_bias ", expert_bias.str(), " must be f32[", E, "] for logits ", logits_in.str());
+                "router_topk: expert_bias ", expert_bias.str(), " must be f32[", E, "] for logits ",
+                logits_in.str());
     bias = expert_bias.contiguous();
   }
   Tensor logits = logits_in.contiguous().detach();
@@ -281,8 +312,8 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
                        Tensor dp = g[1].defined() ? g[1].contiguous() : Tensor();
                        Tensor dl = Tensor::empty({T, E}, gd);
                        kernel.backward(T, E, k, renormalize, probs.raw_data(), indices.data<int64_t>(),
-                                       dw.defined() ? dw.raw_data() : nullptr, dp.defined() ? dp.raw_data() : nullptr,
-                                       dl.raw_data());
+                                       dw.defined() ? dw.raw_data() : nullptr,
+                                       dp.defined() ? dp.raw_data() : nullptr, dl.raw_data());
                        return std::vector<Tensor>{dl};
                      });
   }
@@ -305,8 +336,8 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   std::vector<Tensor> probs;
   for (size_t l = 0; l < probs_per_layer.size(); ++l) {
     const Tensor &p = probs_per_layer[l], &ix = indices_per_layer[l];
-    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt, "moe_aux_loss: layer ", l, " probs ", p.str(),
-                " must be [T, ", E, "] in ", dtype_name(dt));
+    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt, "moe_aux_loss: layer ", l, " probs ",
+                p.str(), " must be [T, ", E, "] in ", dtype_name(dt));
     TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.dtype() == DType::I64,
                 "moe_aux_loss: layer ", l, " indices ", ix.str(), " must be i64[", p.size(0), ", ", k,
                 "] to match probs ", p.str());
@@ -335,8 +366,10 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
         for (int64_t t = 0; t < T; ++t)
           for (int64_t e = 0; e < E; ++e) {
             double v = g0 * double(counts[size_t(e)]);
-            if (dt == DType::F64) d.data<double>()[t * E + e] = v;
-            else d.data<float>()[t * E + e] = float(v);
+            if (dt == DType::F64)
+              d.data<double>()[t * E + e] = v;
+            else
+              d.data<float>()[t * E + e] = float(v);
           }
         grads.push_back(d);
       }
@@ -346,27 +379,30 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   return loss;
 }
 
-Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& indices_in, const Tensor& w_gate_in,
-                   const Tensor& w_up_in, const Tensor& w_down_in) {
+Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& indices_in,
+                   const Tensor& w_gate_in, const Tensor& w_up_in, const Tensor& w_down_in) {
   auto shapes = [&] {
     return detail::concat("x ", x_in.str(), ", weights ", weights_in.str(), ", indices ", indices_in.str(),
-                          ", w_gate ", w_gate_in.str(), ", w_up ", w_up_in.str(), ", w_down ", w_down_in.str());
+                          ", w_gate ", w_gate_in.str(), ", w_up ", w_up_in.str(), ", w_down ",
+                          w_down_in.str());
   };
   TITAN_CHECK(x_in.dim() == 2 && weights_in.dim() == 2 && indices_in.dim() == 2 && w_gate_in.dim() == 3 &&
                   w_up_in.dim() == 3 && w_down_in.dim() == 3,
               "moe_experts: expected x [T, D], weights and indices [T, k], w_gate and w_up [E, F, D], w_down "
-              "[E, D, F]; got ", shapes());
+              "[E, D, F]; got ",
+              shapes());
   const int64_t T = x_in.size(0), D = x_in.size(1), k = weights_in.size(1), E = w_gate_in.size(0),
                 F = w_gate_in.size(1);
   TITAN_CHECK(weights_in.size(0) == T && indices_in.size(0) == T && indices_in.size(1) == k && k >= 1,
               "moe_experts: weights and indices must both be [T=", T, ", k>=1]; got ", shapes());
   TITAN_CHECK(w_gate_in.size(2) == D && w_up_in.shape() == w_gate_in.shape(),
               "moe_experts: w_gate and w_up must be [E, F, D=", D, "]; got ", shapes());
-  TITAN_CHECK(w_down_in.shape() == Shape({E, D, F}), "moe_experts: w_down must be [E=", E, ", D=", D, ", F=", F,
-              "]; got ", shapes());
+  TITAN_CHECK(w_down_in.shape() == Shape({E, D, F}), "moe_experts: w_down must be [E=", E, ", D=", D,
+              ", F=", F, "]; got ", shapes());
   const DType dt = x_in.dtype();
-  TITAN_CHECK(is_compute_float(dt) && w_gate_in.dtype() == dt && w_up_in.dtype() == dt && w_down_in.dtype() == dt,
-              "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
+  TITAN_CHECK(
+      is_compute_float(dt) && w_gate_in.dtype() == dt && w_up_in.dtype() == dt && w_down_in.dtype() == dt,
+      "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
   TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
               "moe_experts: routing weights must have x's dtype (or f32 with bf16 x); got ", shapes());
   TITAN_CHECK(indices_in.dtype() == DType::I64, "moe_experts: indices must be i64; got ", shapes());
@@ -381,8 +417,8 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& i
   const auto& kernel = kernels::kernel_for<MoeExpertsKernel>("moe_experts", x.device(), dt);
   Tensor act = Tensor::empty({T * k, 2 * F}, dt);
   Tensor y = Tensor::empty({T, D}, dt);
-  kernel.forward(d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(), w_gate.raw_data(), w_up.raw_data(),
-                 w_down.raw_data(), act.raw_data(), y.raw_data());
+  kernel.forward(d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(), w_gate.raw_data(),
+                 w_up.raw_data(), w_down.raw_data(), act.raw_data(), y.raw_data());
   if (autograd::needs_grad({&x_in, &weights_in, &w_gate_in, &w_up_in, &w_down_in})) {
     const bool nx = x_in.requires_grad(), nw = weights_in.requires_grad(), ng = w_gate_in.requires_grad(),
                nu = w_up_in.requires_grad(), nd = w_down_in.requires_grad();
@@ -392,8 +428,8 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& i
                        auto grad = [&](bool need, const Tensor& like) {
                          return need ? Tensor::empty(like.shape(), gd) : Tensor();
                        };
-                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = grad(ng, w_gate), du = grad(nu, w_up),
-                              dd = grad(nd, w_down);
+                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = grad(ng, w_gate),
+                              du = grad(nu, w_up), dd = grad(nd, w_down);
                        auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
                        kernel.backward(d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
                                        w_gate.raw_data(), w_up.raw_data(), w_down.raw_data(), act.raw_data(),

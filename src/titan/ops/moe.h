@@ -23,7 +23,8 @@ struct RouterOutput {
 // index first (a stable descending sort; torch.topk leaves ties unspecified). NaN logits give NaN
 // probabilities and an unspecified (but valid and distinct) choice of experts.
 // Autograd: from weights and probs to logits (f32 gradients, f64 for f64).
-RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize, const Tensor& expert_bias = Tensor());
+RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize,
+                         const Tensor& expert_bias = Tensor());
 
 // transformers 5.17 load_balancing_loss_func over the concatenation of all layers' tokens:
 //   aux = E * sum_e (assignments to e / N) * (sum_t p[t, e] / N),  N = total tokens of all layers
@@ -52,7 +53,8 @@ struct MoeDims {
 // The routing order every moe_experts kernel uses for its per-(token, slot) rows: the T*k pairs
 // sorted by expert, stably (an expert's pairs in t*k+j order). order[r] = t*k + j of row r,
 // pos[t*k + j] = r, rows offsets[e] .. offsets[e+1]-1 belong to expert e (offsets has E+1 entries).
-void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order, int64_t* pos, int64_t* offsets);
+void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order, int64_t* pos,
+                       int64_t* offsets);
 
 // Kernels; contiguous row-major buffers. Floating inputs in the op's dtype except where noted.
 struct RouterKernel {
@@ -60,21 +62,21 @@ struct RouterKernel {
   void (*forward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* logits, const float* bias,
                   void* weights, int64_t* indices, void* probs);
   // dweights / dprobs in the grad dtype, either may be null (zero); dlogits is overwritten.
-  void (*backward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs, const int64_t* indices,
-                   const void* dweights, const void* dprobs, void* dlogits);
+  void (*backward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs,
+                   const int64_t* indices, const void* dweights, const void* dprobs, void* dlogits);
 };
 
 struct MoeExpertsKernel {
   // weights [T, k] in the grad dtype (f32 for bf16: the kernel rounds them to bf16 as transformers
   // does). act [T*k, 2F] in x's dtype, rows in routing order: gate output | up output (saved for
   // backward). y [T, D] in x's dtype.
-  void (*forward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices, const void* w_gate,
-                  const void* w_up, const void* w_down, void* act, void* y);
+  void (*forward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
+                  const void* w_gate, const void* w_up, const void* w_down, void* act, void* y);
   // dy and every gradient in the grad dtype; a null gradient pointer is not computed. All outputs
   // are overwritten.
-  void (*backward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices, const void* w_gate,
-                   const void* w_up, const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
-                   void* dw_gate, void* dw_up, void* dw_down);
+  void (*backward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
+                   const void* w_gate, const void* w_up, const void* w_down, const void* act, const void* dy,
+                   void* dx, void* dweights, void* dw_gate, void* dw_up, void* dw_down);
 };
 
 }  // namespace titan::ops

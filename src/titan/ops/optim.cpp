@@ -40,23 +40,42 @@ double grad_norm_sq_ref(int64_t n, const void* gv) {
   return acc;
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_ref, {"adamw", Device::CPU, DType::F32, "reference",
+TITAN_REGISTER_KERNEL(adamw_f32_ref, {"adamw",
+                                      Device::CPU,
+                                      DType::F32,
+                                      "reference",
                                       "scalar loop, f32 (torch.optim.AdamW rounding)",
-                                      AdamWKernel{adamw_step_ref<float>}, {}});
-TITAN_REGISTER_KERNEL(adamw_f64_ref, {"adamw", Device::CPU, DType::F64, "reference", "scalar loop, f64",
-                                      AdamWKernel{adamw_step_ref<double>}, {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_ref, {"grad_norm", Device::CPU, DType::F32, "reference",
-                                          "serial loop, one f64 accumulator", GradNormKernel{grad_norm_sq_ref<float>},
+                                      AdamWKernel{adamw_step_ref<float>},
+                                      {}});
+TITAN_REGISTER_KERNEL(adamw_f64_ref, {"adamw",
+                                      Device::CPU,
+                                      DType::F64,
+                                      "reference",
+                                      "scalar loop, f64",
+                                      AdamWKernel{adamw_step_ref<double>},
+                                      {}});
+TITAN_REGISTER_KERNEL(grad_norm_f32_ref, {"grad_norm",
+                                          Device::CPU,
+                                          DType::F32,
+                                          "reference",
+                                          "serial loop, one f64 accumulator",
+                                          GradNormKernel{grad_norm_sq_ref<float>},
                                           {}});
-TITAN_REGISTER_KERNEL(grad_norm_f64_ref, {"grad_norm", Device::CPU, DType::F64, "reference",
-                                          "serial loop, one f64 accumulator", GradNormKernel{grad_norm_sq_ref<double>},
+TITAN_REGISTER_KERNEL(grad_norm_f64_ref, {"grad_norm",
+                                          Device::CPU,
+                                          DType::F64,
+                                          "reference",
+                                          "serial loop, one f64 accumulator",
+                                          GradNormKernel{grad_norm_sq_ref<double>},
                                           {}});
 
 void check_buffer(const char* what, const Tensor& t, const Tensor& param) {
   TITAN_CHECK(t.defined(), "adamw: ", what, " is undefined");
-  TITAN_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype() && t.device() == param.device(), "adamw: ",
-              what, " ", t.str(), " does not match param ", param.str(), " (same shape, dtype and device required)");
-  TITAN_CHECK(t.is_contiguous(), "adamw: ", what, " ", t.str(), " must be contiguous (it is updated in place)");
+  TITAN_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype() && t.device() == param.device(),
+              "adamw: ", what, " ", t.str(), " does not match param ", param.str(),
+              " (same shape, dtype and device required)");
+  TITAN_CHECK(t.is_contiguous(), "adamw: ", what, " ", t.str(),
+              " must be contiguous (it is updated in place)");
 }
 
 }  // namespace
@@ -84,7 +103,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   TITAN_CHECK(param.defined(), "adamw: param is undefined");
   TITAN_CHECK(param.dtype() == DType::F32 || param.dtype() == DType::F64, "adamw: param ", param.str(),
               " must be f32 (f64 for tests): optimizer state is kept in fp32");
-  TITAN_CHECK(param.is_contiguous(), "adamw: param ", param.str(), " must be contiguous (it is updated in place)");
+  TITAN_CHECK(param.is_contiguous(), "adamw: param ", param.str(),
+              " must be contiguous (it is updated in place)");
   check_buffer("grad", grad, param);
   check_buffer("exp_avg", exp_avg, param);
   check_buffer("exp_avg_sq", exp_avg_sq, param);

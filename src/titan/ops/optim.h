@@ -39,8 +39,8 @@ void validate(const AdamWConfig& config);
 
 // One in-place AdamW step. param, grad, exp_avg, exp_avg_sq: contiguous, same shape, all f32 (or
 // all f64, for tests). step is 1-based: the number of steps taken including this one.
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWConfig& config,
-                int64_t step);
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamWConfig& config, int64_t step);
 
 // Sum of squares of a contiguous f32/f64 gradient, accumulated in f64.
 double grad_norm_sq(const Tensor& grad);
@@ -68,7 +68,8 @@ struct AdamWScalars {
 
 // Kernels over n contiguous elements of the op's dtype (f32 or f64).
 struct AdamWKernel {
-  void (*step)(int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, const AdamWScalars& s);
+  void (*step)(int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+               const AdamWScalars& s);
 };
 struct GradNormKernel {
   double (*sum_sq)(int64_t n, const void* grad);  // sum of squares, accumulated in f64

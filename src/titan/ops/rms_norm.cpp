@@ -23,7 +23,8 @@ static_assert(sizeof(Bf16) == 2);
 // Reference: serial sums in the accumulation type A (f64 for f64, else f32), T(...) rounds to the
 // element type where transformers does.
 template <class T, class A>
-void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, const void* wv, void* yv, void* rv) {
+void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, const void* wv, void* yv,
+                          void* rv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   T* y = static_cast<T*>(yv);
   A* rstd = static_cast<A*>(rv);
@@ -38,8 +39,8 @@ void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, cons
 }
 
 template <class T, class A>
-void rms_norm_backward_ref(int64_t R, int64_t D, const void* xv, const void* wv, const void* rv, const void* dyv,
-                           void* dxv, void* dwv) {
+void rms_norm_backward_ref(int64_t R, int64_t D, const void* xv, const void* wv, const void* rv,
+                           const void* dyv, void* dxv, void* dwv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   const A *rstd = static_cast<const A*>(rv), *dy = static_cast<const A*>(dyv);
   A *dx = static_cast<A*>(dxv), *dw = static_cast<A*>(dwv);
@@ -60,22 +61,36 @@ void rms_norm_backward_ref(int64_t R, int64_t D, const void* xv, const void* wv,
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f64_ref, {"rms_norm", Device::CPU, DType::F64, "reference", "row loops, f64",
+TITAN_REGISTER_KERNEL(rms_norm_f64_ref, {"rms_norm",
+                                         Device::CPU,
+                                         DType::F64,
+                                         "reference",
+                                         "row loops, f64",
                                          RmsNormKernel{rms_norm_forward_ref<double, double>,
-                                                       rms_norm_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "row loops, f32",
-                                         RmsNormKernel{rms_norm_forward_ref<float, float>,
-                                                       rms_norm_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_ref, {"rms_norm", Device::CPU, DType::BF16, "reference",
-                                          "row loops, f32 statistics, bf16 rounding as transformers",
-                                          RmsNormKernel{rms_norm_forward_ref<Bf16, float>,
-                                                        rms_norm_backward_ref<Bf16, float>}, {}});
+                                                       rms_norm_backward_ref<double, double>},
+                                         {}});
+TITAN_REGISTER_KERNEL(rms_norm_f32_ref,
+                      {"rms_norm",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "row loops, f32",
+                       RmsNormKernel{rms_norm_forward_ref<float, float>, rms_norm_backward_ref<float, float>},
+                       {}});
+TITAN_REGISTER_KERNEL(rms_norm_bf16_ref,
+                      {"rms_norm",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "row loops, f32 statistics, bf16 rounding as transformers",
+                       RmsNormKernel{rms_norm_forward_ref<Bf16, float>, rms_norm_backward_ref<Bf16, float>},
+                       {}});
 
 }  // namespace
 
 Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
-  TITAN_CHECK(x_in.dim() >= 1 && w_in.dim() == 1, "rms_norm: expected x [..., D] and w [D], got x ", x_in.str(),
-              " and w ", w_in.str());
+  TITAN_CHECK(x_in.dim() >= 1 && w_in.dim() == 1, "rms_norm: expected x [..., D] and w [D], got x ",
+              x_in.str(), " and w ", w_in.str());
   TITAN_CHECK(x_in.size(-1) == w_in.size(0), "rms_norm: x ", x_in.str(), " has D=", x_in.size(-1), " but w ",
               w_in.str(), " has D=", w_in.size(0));
   TITAN_CHECK(x_in.dtype() == w_in.dtype(), "rms_norm: dtypes differ: x ", x_in.str(), ", w ", w_in.str());

@@ -20,8 +20,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
 // both are overwritten.
 struct RmsNormKernel {
   void (*forward)(int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd);
-  void (*backward)(int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
-                   void* dw);
+  void (*backward)(int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
+                   void* dx, void* dw);
 };
 
 }  // namespace titan::ops

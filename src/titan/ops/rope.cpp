@@ -80,16 +80,30 @@ void rope_backward_ref(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t
     }
 }
 
-TITAN_REGISTER_KERNEL(rope_f64_ref, {"rope", Device::CPU, DType::F64, "reference", "cos/sin per element, f64",
-                                     RopeKernel{rope_forward_ref<double, double>, rope_backward_ref<double, double>,
-                                                false}, {}});
-TITAN_REGISTER_KERNEL(rope_f32_ref, {"rope", Device::CPU, DType::F32, "reference", "cos/sin per element, f32",
-                                     RopeKernel{rope_forward_ref<float, float>, rope_backward_ref<float, float>,
-                                                false}, {}});
-TITAN_REGISTER_KERNEL(rope_bf16_ref, {"rope", Device::CPU, DType::BF16, "reference",
-                                      "cos/sin per element in f32, bf16 arithmetic as torch",
-                                      RopeKernel{rope_forward_ref<Bf16, float>, rope_backward_ref<Bf16, float>,
-                                                 false}, {}});
+TITAN_REGISTER_KERNEL(rope_f64_ref,
+                      {"rope",
+                       Device::CPU,
+                       DType::F64,
+                       "reference",
+                       "cos/sin per element, f64",
+                       RopeKernel{rope_forward_ref<double, double>, rope_backward_ref<double, double>, false},
+                       {}});
+TITAN_REGISTER_KERNEL(rope_f32_ref,
+                      {"rope",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "cos/sin per element, f32",
+                       RopeKernel{rope_forward_ref<float, float>, rope_backward_ref<float, float>, false},
+                       {}});
+TITAN_REGISTER_KERNEL(rope_bf16_ref,
+                      {"rope",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "cos/sin per element in f32, bf16 arithmetic as torch",
+                       RopeKernel{rope_forward_ref<Bf16, float>, rope_backward_ref<Bf16, float>, false},
+                       {}});
 
 }  // namespace
 
@@ -120,8 +134,8 @@ std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t pos
   }
 #pragma omp parallel for schedule(static) if ((rows - old) * half > 65536)
   for (int64_t p = old; p < rows; ++p)
-    for (int64_t j = 0; j < half; ++j) angle_cos_sin(theta, D, p, j, &t->cos[size_t(p * half + j)],
-                                                     &t->sin[size_t(p * half + j)]);
+    for (int64_t j = 0; j < half; ++j)
+      angle_cos_sin(theta, D, p, j, &t->cos[size_t(p * half + j)], &t->sin[size_t(p * half + j)]);
   slot = t;
   return slot;
 }

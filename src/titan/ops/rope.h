@@ -1,6 +1,8 @@
 #pragma once
 // rope: rotary position embedding with the half-split layout of transformers (rotate_half):
-//   inv_freq[j] = 1 / theta^(2j/D)   (f32: float(2j) / float(D), powf, then 1/x, as transformers)
+//   inv_freq[j] = 1 / theta^(2j/D)   (f32: float(2j) / float(D), powf, then 1/x, as transformers;
+//                                     glibc's powf is correctly rounded, torch's vectorised pow can be
+//                                     1 ulp off: 1 of 64 entries for theta 1e6, D 128)
 //   angle[p, j] = float(p) * inv_freq[j]  (f32),  cos/sin of it in f32,  emb = cat(freqs, freqs)
 //   out = x * cos + rotate_half(x) * sin,  rotate_half(x) = cat(-x2, x1)
 // x [B, S, H, D] (D even), positions i64 [S] (shared by the batch) or [B, S]; any non-negative

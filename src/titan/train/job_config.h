@@ -25,7 +25,7 @@ struct ModelSection {
 };
 
 struct TrainingSection {
-  std::string dataset = "nlp_corpus";  // built-in dataset name
+  std::string dataset = "nlp-corpus";  // built-in dataset name
   std::string dataset_path = "";       // user data: file or folder (JSON, JSONL, text)
   std::string text_field = "text";
   int64_t local_batch_size = 2;

@@ -1,10 +1,9 @@
 #include "titan/train/lr_schedule.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "titan/core/check.h"
 
@@ -12,9 +11,12 @@ namespace titan::train {
 
 std::string_view decay_type_name(DecayType t) {
   switch (t) {
-    case DecayType::Linear: return "linear";
-    case DecayType::Sqrt: return "sqrt";
-    case DecayType::Cosine: return "cosine";
+    case DecayType::Linear:
+      return "linear";
+    case DecayType::Sqrt:
+      return "sqrt";
+    case DecayType::Cosine:
+      return "cosine";
   }
   return "?";
 }
@@ -42,8 +44,9 @@ LrSchedule::LrSchedule(const LrScheduleConfig& c) : config_(c) {
     // Python's round(): nearest, ties to even; nearbyint does the same in the default rounding mode.
     decay_ = int64_t(std::nearbyint(double(c.steps) * *c.decay_ratio));
     if (warmup_ + decay_ > c.steps) {
-      adjustment_ = detail::concat("warmup (", warmup_, ") + decay (", decay_, ") steps exceed training.steps (",
-                                   c.steps, "): decay shortened to ", c.steps - warmup_, " steps");
+      adjustment_ =
+          detail::concat("warmup (", warmup_, ") + decay (", decay_, ") steps exceed training.steps (",
+                         c.steps, "): decay shortened to ", c.steps - warmup_, " steps");
       decay_ = c.steps - warmup_;
     }
   } else {
@@ -53,21 +56,29 @@ LrSchedule::LrSchedule(const LrScheduleConfig& c) : config_(c) {
 }
 
 double LrSchedule::factor(int64_t step) const {
-  TITAN_CHECK(step >= 0 && step <= config_.steps, "lr schedule: step index ", step, " outside [0, training.steps = ",
-              config_.steps, "]");
+  TITAN_CHECK(step >= 0 && step <= config_.steps, "lr schedule: step index ", step,
+              " outside [0, training.steps = ", config_.steps, "]");
   if (step < warmup_) return double(step + 1) / double(warmup_);
   if (step < warmup_ + stable_) return 1.0;
   const double progress = double(step + 1 - warmup_ - stable_) / double(decay_);
   double f = 0;
   switch (config_.decay_type) {
-    case DecayType::Linear: f = 1.0 - progress; break;
-    case DecayType::Sqrt: f = 1.0 - std::sqrt(progress); break;
-    case DecayType::Cosine: f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress)); break;
+    case DecayType::Linear:
+      f = 1.0 - progress;
+      break;
+    case DecayType::Sqrt:
+      f = 1.0 - std::sqrt(progress);
+      break;
+    case DecayType::Cosine:
+      f = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+      break;
   }
   return config_.min_lr_factor + (1.0 - config_.min_lr_factor) * f;
 }
 
-double LrSchedule::lr(int64_t step) const { return config_.lr * factor(step); }
+double LrSchedule::lr(int64_t step) const {
+  return config_.lr * factor(step);
+}
 
 nlohmann::json LrSchedule::state_dict() const {
   return {{"type", "warmup_stable_decay"},
@@ -86,8 +97,10 @@ std::string LrSchedule::diff_state(const nlohmann::json& saved) const {
   if (!saved.is_object()) return "saved lr schedule state is not a JSON object";
   for (const auto& [key, value] : now.items()) {
     auto it = saved.find(key);
-    if (it == saved.end()) out << (out.tellp() ? "; " : "") << key << " missing from the saved state";
-    else if (*it != value) out << (out.tellp() ? "; " : "") << key << ": saved " << it->dump() << ", now " << value.dump();
+    if (it == saved.end())
+      out << (out.tellp() ? "; " : "") << key << " missing from the saved state";
+    else if (*it != value)
+      out << (out.tellp() ? "; " : "") << key << ": saved " << it->dump() << ", now " << value.dump();
   }
   return out.str();
 }

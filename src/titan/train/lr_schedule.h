@@ -20,25 +20,24 @@
 // The schedule is stateless given the step: resuming needs only the step from the train state.
 // state_dict() records the schedule's definition so a resume can tell whether it changed.
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace titan::train {
 
 enum class DecayType { Linear, Sqrt, Cosine };
-std::string_view decay_type_name(DecayType t);  // "linear", "sqrt", "cosine"
+std::string_view decay_type_name(DecayType t);          // "linear", "sqrt", "cosine"
 DecayType decay_type_from_name(std::string_view name);  // error names lr_scheduler.decay_type
 
 struct LrScheduleConfig {
-  double lr = 8e-4;                   // optimizer.lr: the peak learning rate
-  int64_t steps = 10000;              // training.steps
-  int64_t warmup_steps = 200;         // lr_scheduler.warmup_steps
-  std::optional<double> decay_ratio;  // lr_scheduler.decay_ratio, in [0, 1]; unset: decay after warmup
+  double lr = 8e-4;                          // optimizer.lr: the peak learning rate
+  int64_t steps = 10000;                     // training.steps
+  int64_t warmup_steps = 200;                // lr_scheduler.warmup_steps
+  std::optional<double> decay_ratio{};       // lr_scheduler.decay_ratio, in [0, 1]; unset: decay after warmup
   DecayType decay_type = DecayType::Linear;  // lr_scheduler.decay_type
-  double min_lr_factor = 0.0;         // lr_scheduler.min_lr_factor, in [0, 1]
+  double min_lr_factor = 0.0;                // lr_scheduler.min_lr_factor, in [0, 1]
 };
 
 class LrSchedule {

@@ -60,9 +60,14 @@ def rope(x, positions, theta):
     return (x * cos) + (rotate_half(x) * sin)
 
 
-# transformers Qwen3MLP: act_fn(gate_proj(x)) * up_proj(x) with act_fn = silu
+# transformers Qwen3MLP: act_fn(gate_proj(x)) * up_proj(x) with act_fn = silu.
+# torch >= 2 (what transformers 5 runs on) computes silu of a bf16 tensor as
+# float(x) / (1 + exp(-float(x))) rounded once to bf16 (aten/src/ATen/native/cpu/Activation.cpp,
+# isReducedFloatingType branch). Debian's torch 1.13 instead rounds every sub-op (exp, 1 + e, the
+# division) to bf16, 1-2 ulps off for ~25% of elements; so silu is evaluated in f32 here and rounded,
+# which is bit-for-bit what torch >= 2 does. The product with up is a plain bf16 mul in every version.
 def swiglu(gate, up):
-    return torch.nn.functional.silu(gate) * up
+    return torch.nn.functional.silu(gate.float()).to(gate.dtype) * up
 
 
 def main():

@@ -24,7 +24,9 @@ struct TorchCase {
   nlohmann::json params;
 };
 
-inline std::string torch_python() { return "/usr/bin/python3"; }
+inline std::string torch_python() {
+  return "/usr/bin/python3";
+}
 
 // Empty when torch imports, else why not (the test then skips).
 inline std::string torch_unavailable() {
@@ -42,14 +44,16 @@ inline std::vector<Tensor> run_torch(const std::string& tag, const std::vector<T
   nlohmann::json spec;
   spec["cases"] = nlohmann::json::array();
   for (const auto& c : cases) {
-    nlohmann::json jc = {{"name", c.name}, {"op", c.op}, {"dtype", c.dtype == DType::BF16 ? "bf16" : "f32"},
+    nlohmann::json jc = {{"name", c.name},
+                         {"op", c.op},
+                         {"dtype", c.dtype == DType::BF16 ? "bf16" : "f32"},
                          {"params", c.params}};
     for (const auto& [name, t] : c.inputs) {
       const bool ids = t.dtype() == DType::I64;
       Tensor raw = ids ? t.contiguous() : t.to(DType::F32);
       std::string file = c.name + "." + name + ".bin";
-      std::ofstream(dir / file, std::ios::binary).write(static_cast<const char*>(raw.raw_data()),
-                                                        std::streamsize(raw.nbytes()));
+      std::ofstream(dir / file, std::ios::binary)
+          .write(static_cast<const char*>(raw.raw_data()), std::streamsize(raw.nbytes()));
       jc["inputs"][name] = {{"file", file}, {"shape", t.shape()}, {"kind", ids ? "i64" : "f32"}};
     }
     spec["cases"].push_back(jc);

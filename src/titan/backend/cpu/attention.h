@@ -41,6 +41,7 @@ void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const floa
                              const float* out, const float* lse, const float* dout, float* dq, float* dk,
                              float* dv);
 // bf16 tensors, f32 lse, all arithmetic in f32 (inputs are widened tile by tile, results rounded once).
+// With AVX512-BF16, q.k and dout.v use vdpbf16ps: bf16 x bf16 products are exact in f32, sums are f32.
 void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                               float* lse);
 void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,

@@ -4,6 +4,8 @@
 //    logsumexp, never holding more than [rows, chunk] logits. Rows whose label is ignore_index are
 //    dropped before the GEMMs (fine-tuning masks whole prompts, often half the rows).
 // FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight).
+#include "titan/ops/cross_entropy.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/cross_entropy.h"
 
 namespace titan::cpu {
 namespace {
@@ -152,7 +153,7 @@ using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <class T>
 const Acc<T>* widen_row(const T* x, int64_t V, Acc<T>* scratch) {
   if constexpr (std::is_same_v<T, bf16>) {
-    convert_bf16_to_f32(x, scratch, size_t(V));
+    for (int64_t v = 0; v < V; ++v) scratch[v] = bf16_to_f32(x[v]);
     return scratch;
   } else {
     return x;
@@ -195,7 +196,7 @@ void ce_backward(int64_t N, int64_t V, const void* logits_v, const int64_t* labe
       continue;
     }
     if constexpr (std::is_same_v<T, bf16>)
-      convert_bf16_to_f32(logits + n * V, d, size_t(V));
+      for (int64_t v = 0; v < V; ++v) d[v] = bf16_to_f32(logits[n * V + v]);
     else
       std::copy(logits + n * V, logits + (n + 1) * V, d);
     row_softmax_scaled(d, V, lse[n], A(scale));
@@ -222,19 +223,22 @@ void mm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const double* A, in
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, bf16>) return DType::BF16;
-  else if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else return DType::F64;
+  if constexpr (std::is_same_v<T, bf16>)
+    return DType::BF16;
+  else if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else
+    return DType::F64;
 }
 
 // The rows that take part: all of them (borrowed) or the non-ignored ones packed into a buffer.
 template <class T>
 struct CountedRows {
   int64_t M = 0;
-  const T* hidden = nullptr;       // [M, D]
-  std::vector<int64_t> row;        // packed row -> original row
-  std::vector<int64_t> label;      // packed row -> label
-  Tensor packed;                   // owns `hidden` when rows were dropped
+  const T* hidden = nullptr;   // [M, D]
+  std::vector<int64_t> row;    // packed row -> original row
+  std::vector<int64_t> label;  // packed row -> label
+  Tensor packed;               // owns `hidden` when rows were dropped
 };
 
 template <class T>
@@ -264,7 +268,8 @@ CountedRows<T> counted_rows(const LinearCrossEntropyArgs& a) {
 
 // logits[:, c0:c0+cc] of the counted rows into buf [M, cc] (f32/f64), rounded to bf16 when asked.
 template <class T>
-void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, int64_t c0, int64_t cc, Acc<T>* buf) {
+void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, int64_t c0, int64_t cc,
+                  Acc<T>* buf) {
   const T* w = static_cast<const T*>(a.weight) + c0 * a.D;
   mm(Trans::N, Trans::T, r.M, cc, a.D, r.hidden, a.D, w, a.D, 0, buf, cc);
   if constexpr (std::is_same_v<T, bf16>)
@@ -286,7 +291,8 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
   A* buf = buf_t.data<A>();
   // Running max and sum of exp(x - max) per row, and the label's logit once its chunk passes.
-  std::vector<A> mx(size_t(r.M), -std::numeric_limits<A>::infinity()), sum(size_t(r.M), 0), target(size_t(r.M), 0);
+  std::vector<A> mx(size_t(r.M), -std::numeric_limits<A>::infinity()), sum(size_t(r.M), 0),
+      target(size_t(r.M), 0);
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     chunk_logits(a, r, c0, cc, buf);
@@ -358,24 +364,26 @@ void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double sca
   }
 }
 
+// clang-format off
 TITAN_REGISTER_KERNEL(ce_f32_default, {"cross_entropy", Device::CPU, DType::F32, "default",
-                                       "rows in parallel, AVX-512 exp when available",
-                                       CrossEntropyKernel{ce_forward<float>, ce_backward<float>}, {}});
+    "rows in parallel, AVX-512 exp when available",
+    CrossEntropyKernel{ce_forward<float>, ce_backward<float>}, {}});
 TITAN_REGISTER_KERNEL(ce_bf16_default, {"cross_entropy", Device::CPU, DType::BF16, "default",
-                                        "rows in parallel widened to f32, AVX-512 exp when available",
-                                        CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}, {}});
-TITAN_REGISTER_KERNEL(ce_f64_default, {"cross_entropy", Device::CPU, DType::F64, "default", "rows in parallel, f64",
-                                       CrossEntropyKernel{ce_forward<double>, ce_backward<double>}, {}});
+    "rows in parallel widened to f32, AVX-512 exp when available",
+    CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}, {}});
+TITAN_REGISTER_KERNEL(ce_f64_default, {"cross_entropy", Device::CPU, DType::F64, "default",
+    "rows in parallel, f64",
+    CrossEntropyKernel{ce_forward<double>, ce_backward<double>}, {}});
 TITAN_REGISTER_KERNEL(lce_f32_default, {"linear_cross_entropy", Device::CPU, DType::F32, "default",
-                                        "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
-                                        LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}, {}});
+    "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
+    LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}, {}});
 TITAN_REGISTER_KERNEL(lce_bf16_default, {"linear_cross_entropy", Device::CPU, DType::BF16, "default",
-                                         "vocabulary chunks through gemm_bf16 (f32 accumulation), online "
-                                         "logsumexp, O(N x chunk) memory",
-                                         LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}, {}});
+    "vocabulary chunks through gemm_bf16 (f32 accumulation), online logsumexp, O(N x chunk) memory",
+    LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}, {}});
 TITAN_REGISTER_KERNEL(lce_f64_default, {"linear_cross_entropy", Device::CPU, DType::F64, "default",
-                                        "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
-                                        LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}, {}});
+    "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
+    LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}, {}});
+// clang-format on
 
 }  // namespace
 }  // namespace titan::cpu

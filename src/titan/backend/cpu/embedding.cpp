@@ -1,12 +1,13 @@
 // Fast CPU embedding: threaded row copies forward; backward partitions the vocabulary rows among
 // threads, so each thread owns a disjoint slice of dtable (no atomics, no races) and adds the
 // gradient rows of the ids in its slice in id order: the result is bit-identical to the reference.
+#include "titan/ops/embedding.h"
+
 #include <omp.h>
 
 #include <cstring>
 
 #include "titan/kernels/registry.h"
-#include "titan/ops/embedding.h"
 
 namespace titan::cpu {
 
@@ -40,12 +41,22 @@ void embedding_backward(int64_t N, int64_t V, int64_t D, const int64_t* ids, con
   }
 }
 
-TITAN_REGISTER_KERNEL(embedding_f32_default, {"embedding", Device::CPU, DType::F32, "default",
-                                              "threaded row copy; backward partitioned by vocab rows (OpenMP)",
-                                              ops::EmbeddingKernel{embedding_forward<4>, embedding_backward}, {}});
-TITAN_REGISTER_KERNEL(embedding_bf16_default, {"embedding", Device::CPU, DType::BF16, "default",
-                                               "threaded row copy; backward partitioned by vocab rows into f32 (OpenMP)",
-                                               ops::EmbeddingKernel{embedding_forward<2>, embedding_backward}, {}});
+TITAN_REGISTER_KERNEL(embedding_f32_default,
+                      {"embedding",
+                       Device::CPU,
+                       DType::F32,
+                       "default",
+                       "threaded row copy; backward partitioned by vocab rows (OpenMP)",
+                       ops::EmbeddingKernel{embedding_forward<4>, embedding_backward},
+                       {}});
+TITAN_REGISTER_KERNEL(embedding_bf16_default,
+                      {"embedding",
+                       Device::CPU,
+                       DType::BF16,
+                       "default",
+                       "threaded row copy; backward partitioned by vocab rows into f32 (OpenMP)",
+                       ops::EmbeddingKernel{embedding_forward<2>, embedding_backward},
+                       {}});
 
 }  // namespace
 

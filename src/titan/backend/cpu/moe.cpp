@@ -5,16 +5,17 @@
 // OpenMP loops over rows/tokens; the un-permute sums a token's k rows in ascending expert order,
 // rounding like the reference (transformers' index_add_ over experts), so the result does not
 // depend on the thread count. Experts with no rows are skipped (their weight gradients are zero).
+#include "titan/ops/moe.h"
+
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "titan/backend/cpu/gemm.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/moe.h"
 
 namespace titan::cpu {
 
@@ -22,31 +23,43 @@ namespace {
 
 using ops::MoeDims;
 
-inline float to_f(float v) { return v; }
-inline float to_f(bf16 v) { return bf16_to_f32(v); }
+inline float to_f(float v) {
+  return v;
+}
+inline float to_f(bf16 v) {
+  return bf16_to_f32(v);
+}
 template <class T>
 T from_f(float v);
 template <>
-inline float from_f<float>(float v) { return v; }
+inline float from_f<float>(float v) {
+  return v;
+}
 template <>
-inline bf16 from_f<bf16>(float v) { return f32_to_bf16(v); }
+inline bf16 from_f<bf16>(float v) {
+  return f32_to_bf16(v);
+}
 // v rounded to the storage type's precision (identity for f32).
 template <class T>
-inline float round_to(float v) { return to_f(from_f<T>(v)); }
-inline float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
+inline float round_to(float v) {
+  return to_f(from_f<T>(v));
+}
+inline float sigmoid(float v) {
+  return 1.f / (1.f + std::exp(-v));
+}
 
 // C = op(A) @ op(B) stored in the storage type (bf16 output rounded once).
-void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float* C, int64_t ldc) {
+void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc) {
   gemm_f32(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
-void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
-                int64_t ldb, bf16* C, int64_t ldc) {
+void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                const bf16* B, int64_t ldb, bf16* C, int64_t ldc) {
   gemm_bf16_out(ta, tb, M, N, K, 1.f, A, lda, B, ldb, C, ldc);
 }
 // f32 C = op(A) @ op(B) + beta * C.
-void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_f32(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
 void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
@@ -54,10 +67,17 @@ void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A
   gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Uninitialised scratch (every element is written before it is read).
+// Scratch buffers kept per thread between calls, one per slot (a kernel call uses each slot for
+// one buffer; forward and backward calls do not nest). They are large (rows x F) and fresh
+// allocations of that size come back as untouched pages, whose faults cost more than the
+// elementwise work. Contents are garbage: every element is written before it is read.
 template <class T>
-std::unique_ptr<T[]> scratch(int64_t n) {
-  return std::unique_ptr<T[]>(new T[size_t(std::max<int64_t>(n, 1))]);
+T* scratch(int slot, int64_t n) {
+  thread_local std::vector<std::byte> pool[6];
+  auto& b = pool[slot];
+  const size_t bytes = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
+  if (b.size() < bytes) b.resize(bytes);
+  return reinterpret_cast<T*>(b.data());
 }
 
 struct Routing {
@@ -87,29 +107,30 @@ void gather_rows(const Routing& rt, int64_t n, int64_t k, int64_t D, const S* sr
   for (int64_t r = 0; r < n; ++r) {
     const S* s = src + (rt.order[size_t(r)] / k) * D;
     T* o = dst + r * D;
-    if constexpr (std::is_same_v<S, T>) std::memcpy(o, s, size_t(D) * sizeof(T));
+    if constexpr (std::is_same_v<S, T>)
+      std::memcpy(o, s, size_t(D) * sizeof(T));
     else
       for (int64_t c = 0; c < D; ++c) o[c] = from_f<T>(s[c]);
   }
 }
 
 template <class T>
-void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
-                     const void* wuv, const void* wdv, void* actv, void* yv) {
+void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+                     const void* wgv, const void* wuv, const void* wdv, void* actv, void* yv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv);
   const float* weights = static_cast<const float*>(wv);
   T *act = static_cast<T*>(actv), *y = static_cast<T*>(yv);
   const int64_t D = d.D, F = d.F, k = d.k, n = d.T * d.k;
   Routing rt(d, indices);
-  auto rows = scratch<T>(n * D);  // gathered x, then the down outputs
-  auto h = scratch<T>(n * F);
-  gather_rows(rt, n, k, D, x, rows.get());
+  T* rows = scratch<T>(0, n * D);  // gathered x, then the down outputs
+  T* h = scratch<T>(1, n * F);
+  gather_rows(rt, n, k, D, x, rows);
   for (int64_t e = 0; e < d.E; ++e) {
     const int64_t r0 = rt.begin(e), m = rt.rows(e);
     if (!m) continue;
-    gemm_store(Trans::N, Trans::T, m, F, D, rows.get() + r0 * D, D, wg + e * F * D, D, act + r0 * 2 * F, 2 * F);
-    gemm_store(Trans::N, Trans::T, m, F, D, rows.get() + r0 * D, D, wu + e * F * D, D, act + r0 * 2 * F + F, 2 * F);
+    gemm_store(Trans::N, Trans::T, m, F, D, rows + r0 * D, D, wg + e * F * D, D, act + r0 * 2 * F, 2 * F);
+    gemm_store(Trans::N, Trans::T, m, F, D, rows + r0 * D, D, wu + e * F * D, D, act + r0 * 2 * F + F, 2 * F);
   }
 #pragma omp parallel for schedule(static) if (n * F > kParallelElems)
   for (int64_t r = 0; r < n; ++r) {
@@ -122,7 +143,7 @@ void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int
   for (int64_t e = 0; e < d.E; ++e) {
     const int64_t r0 = rt.begin(e), m = rt.rows(e);
     if (!m) continue;
-    gemm_store(Trans::N, Trans::T, m, D, F, h.get() + r0 * F, F, wd + e * D * F, F, rows.get() + r0 * D, D);
+    gemm_store(Trans::N, Trans::T, m, D, F, h + r0 * F, F, wd + e * D * F, F, rows + r0 * D, D);
   }
 #pragma omp parallel if (n * D > kParallelElems)
   {
@@ -134,7 +155,7 @@ void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int
       rt.token_rows(t, k, trows.data());
       for (int64_t r : trows) {
         const float w = round_to<T>(weights[rt.order[size_t(r)]]);
-        const T* o = rows.get() + r * D;
+        const T* o = rows + r * D;
         for (int64_t c = 0; c < D; ++c) yt[c] = from_f<T>(to_f(yt[c]) + round_to<T>(to_f(o[c]) * w));
       }
     }
@@ -142,9 +163,9 @@ void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int
 }
 
 template <class T>
-void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
-                      const void* wuv, const void* wdv, const void* actv, const void* dyv, void* dxv, void* dwv,
-                      void* dwgv, void* dwuv, void* dwdv) {
+void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+                      const void* wgv, const void* wuv, const void* wdv, const void* actv, const void* dyv,
+                      void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv), *act = static_cast<const T*>(actv);
   const float *weights = static_cast<const float*>(wv), *dy = static_cast<const float*>(dyv);
@@ -154,23 +175,23 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
   const bool need_gu = dx || dwg || dwu;
   Routing rt(d, indices);
   // dy rows in routing order, in the storage type (bf16 GEMM inputs); later scaled by the weights.
-  auto dys = scratch<T>(n * D);
-  auto h = scratch<T>(n * F);
-  auto dhraw = scratch<float>(n * F);  // dy @ W_down, before the routing weight
-  auto dgu = scratch<T>(need_gu ? n * 2 * F : 0);
-  gather_rows(rt, n, k, D, dy, dys.get());
+  T* dys = scratch<T>(0, n * D);
+  T* h = scratch<T>(1, n * F);
+  float* dhraw = scratch<float>(2, n * F);  // dy @ W_down, before the routing weight
+  T* dgu = scratch<T>(3, need_gu ? n * 2 * F : 0);
+  gather_rows(rt, n, k, D, dy, dys);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = rt.begin(e), m = rt.rows(e);
     if (!m) continue;
-    gemm_acc(Trans::N, Trans::N, m, F, D, dys.get() + r0 * D, D, wd + e * D * F, F, 0.f, dhraw.get() + r0 * F, F);
+    gemm_acc(Trans::N, Trans::N, m, F, D, dys + r0 * D, D, wd + e * D * F, F, 0.f, dhraw + r0 * F, F);
   }
 #pragma omp parallel for schedule(static) if (n * (F + D) > kParallelElems)
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = rt.order[size_t(r)];
     const float w = round_to<T>(weights[i]);
     const T* a = act + r * 2 * F;
-    const float* dhr = dhraw.get() + r * F;
-    T* hr = h.get() + r * F;
+    const float* dhr = dhraw + r * F;
+    T* hr = h + r * F;
     float dot = 0;
     for (int64_t f = 0; f < F; ++f) {
       const float g = to_f(a[f]), u = to_f(a[F + f]), sg = sigmoid(g), s = round_to<T>(g * sg);
@@ -184,13 +205,13 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
     }
     if (dw) dw[i] = dot;  // = dy . (h @ W_down^T), the unweighted expert output
     if (dwd) {
-      T* dr = dys.get() + r * D;
+      T* dr = dys + r * D;
       for (int64_t c = 0; c < D; ++c) dr[c] = from_f<T>(to_f(dr[c]) * w);
     }
   }
-  auto xs = scratch<T>(dwg || dwu ? n * D : 0);
-  if (dwg || dwu) gather_rows(rt, n, k, D, x, xs.get());
-  auto dxs = scratch<float>(dx ? n * D : 0);
+  T* xs = scratch<T>(4, dwg || dwu ? n * D : 0);
+  if (dwg || dwu) gather_rows(rt, n, k, D, x, xs);
+  float* dxs = scratch<float>(5, dx ? n * D : 0);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = rt.begin(e), m = rt.rows(e);
     if (!m) {
@@ -199,14 +220,14 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
       if (dwu) std::fill(dwu + e * F * D, dwu + (e + 1) * F * D, 0.f);
       continue;
     }
-    const T* dg = need_gu ? dgu.get() + r0 * 2 * F : nullptr;
+    const T* dg = need_gu ? dgu + r0 * 2 * F : nullptr;
     const T* du = need_gu ? dg + F : nullptr;
-    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys.get() + r0 * D, D, h.get() + r0 * F, F, 0.f, dwd + e * D * F, F);
-    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dg, 2 * F, xs.get() + r0 * D, D, 0.f, dwg + e * F * D, D);
-    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, du, 2 * F, xs.get() + r0 * D, D, 0.f, dwu + e * F * D, D);
+    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys + r0 * D, D, h + r0 * F, F, 0.f, dwd + e * D * F, F);
+    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dg, 2 * F, xs + r0 * D, D, 0.f, dwg + e * F * D, D);
+    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, du, 2 * F, xs + r0 * D, D, 0.f, dwu + e * F * D, D);
     if (dx) {
-      gemm_acc(Trans::N, Trans::N, m, D, F, dg, 2 * F, wg + e * F * D, D, 0.f, dxs.get() + r0 * D, D);
-      gemm_acc(Trans::N, Trans::N, m, D, F, du, 2 * F, wu + e * F * D, D, 1.f, dxs.get() + r0 * D, D);
+      gemm_acc(Trans::N, Trans::N, m, D, F, dg, 2 * F, wg + e * F * D, D, 0.f, dxs + r0 * D, D);
+      gemm_acc(Trans::N, Trans::N, m, D, F, du, 2 * F, wu + e * F * D, D, 1.f, dxs + r0 * D, D);
     }
   }
   if (dx) {
@@ -219,7 +240,7 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
         std::fill(dxt, dxt + D, 0.f);
         rt.token_rows(t, k, trows.data());
         for (int64_t r : trows) {
-          const float* s = dxs.get() + r * D;
+          const float* s = dxs + r * D;
           for (int64_t c = 0; c < D; ++c) dxt[c] += s[c];
         }
       }
@@ -227,15 +248,25 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
   }
 }
 
-TITAN_REGISTER_KERNEL(moe_experts_f32_grouped,
-                      {"moe_experts", Device::CPU, DType::F32, "default",
-                       "routing-order permutation + per-expert f32 GEMMs (gemm_f32), OpenMP gathers/un-permute",
-                       ops::MoeExpertsKernel{forward_grouped<float>, backward_grouped<float>}, {}});
-TITAN_REGISTER_KERNEL(moe_experts_bf16_grouped,
-                      {"moe_experts", Device::CPU, DType::BF16, "default",
-                       "routing-order permutation + per-expert bf16 GEMMs (gemm_bf16, f32 accumulation; backward "
-                       "rounds dy and the SwiGLU gradients to bf16 for the GEMMs)",
-                       ops::MoeExpertsKernel{forward_grouped<bf16>, backward_grouped<bf16>}, {}});
+TITAN_REGISTER_KERNEL(
+    moe_experts_f32_grouped,
+    {"moe_experts",
+     Device::CPU,
+     DType::F32,
+     "default",
+     "routing-order permutation + per-expert f32 GEMMs (gemm_f32), OpenMP gathers/un-permute",
+     ops::MoeExpertsKernel{forward_grouped<float>, backward_grouped<float>},
+     {}});
+TITAN_REGISTER_KERNEL(
+    moe_experts_bf16_grouped,
+    {"moe_experts",
+     Device::CPU,
+     DType::BF16,
+     "default",
+     "routing-order permutation + per-expert bf16 GEMMs (gemm_bf16, f32 accumulation; backward "
+     "rounds dy and the SwiGLU gradients to bf16 for the GEMMs)",
+     ops::MoeExpertsKernel{forward_grouped<bf16>, backward_grouped<bf16>},
+     {}});
 
 }  // namespace
 

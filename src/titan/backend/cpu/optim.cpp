@@ -3,15 +3,16 @@
 // reads 4. They are threaded over contiguous chunks with OpenMP and vectorised with AVX-512 when the
 // host has it, else a portable loop. The AdamW kernels round exactly like the reference (same
 // operations, same fused multiply-adds), so every variant is bit-identical to it.
-#include <immintrin.h>
+#include "titan/ops/optim.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include <omp.h>
-
 #include "titan/kernels/registry.h"
-#include "titan/ops/optim.h"
 
 namespace titan::cpu {
 
@@ -24,7 +25,7 @@ using ops::GradNormKernel;
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Gradient-norm partial sums are taken over fixed blocks and added in block order, so the result is
-// independent of the number of threads (and of how a run is split over ranks along block edges).
+// independent of the number of threads.
 constexpr int64_t kNormBlock = int64_t(1) << 16;
 
 bool has_avx512() {
@@ -47,8 +48,13 @@ void parallel_chunks(int64_t n, F&& body) {
 struct AdamWConsts {
   float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps;
   explicit AdamWConsts(const AdamWScalars& s)
-      : decay(float(s.decay)), b1(float(s.beta1)), omb1(float(s.one_minus_beta1)), b2(float(s.beta2)),
-        omb2(float(s.one_minus_beta2)), neg_lr(float(s.neg_step_size)), bc2(float(s.bias_correction2_sqrt)),
+      : decay(float(s.decay)),
+        b1(float(s.beta1)),
+        omb1(float(s.one_minus_beta1)),
+        b2(float(s.beta2)),
+        omb2(float(s.one_minus_beta2)),
+        neg_lr(float(s.neg_step_size)),
+        bc2(float(s.bias_correction2_sqrt)),
         eps(float(s.eps)) {}
 };
 
@@ -82,12 +88,15 @@ double norm_portable_block(const float* g, int64_t n) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TITAN_AVX512 __attribute__((target("avx512f,avx512dq,fma,avx2")))
 
-TITAN_AVX512 inline void adamw16(float* p, const float* g, float* m, float* v, __mmask16 k, const AdamWConsts& c) {
+TITAN_AVX512 inline void adamw16(float* p, const float* g, float* m, float* v, __mmask16 k,
+                                 const AdamWConsts& c) {
   const __m512 gv = _mm512_maskz_loadu_ps(k, g);
   __m512 pv = _mm512_maskz_loadu_ps(k, p), mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v);
-  pv = _mm512_mul_ps(pv, _mm512_set1_ps(c.decay));
+  // Rounded on its own, as torch's separate mul_: GCC would fuse a plain mul with the final add.
+  pv = _mm512_mul_round_ps(pv, _mm512_set1_ps(c.decay), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   mv = _mm512_fmadd_ps(gv, _mm512_set1_ps(c.omb1), _mm512_mul_ps(mv, _mm512_set1_ps(c.b1)));
-  vv = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(c.omb2), gv), gv, _mm512_mul_ps(vv, _mm512_set1_ps(c.b2)));
+  vv =
+      _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(c.omb2), gv), gv, _mm512_mul_ps(vv, _mm512_set1_ps(c.b2)));
   const __m512 denom =
       _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(c.bc2)), _mm512_set1_ps(c.eps));
   pv = _mm512_add_ps(pv, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(c.neg_lr), mv), denom));
@@ -138,8 +147,10 @@ void adamw_f32(int64_t n, void* pv, const void* gv, void* mv, void* vv, const Ad
   float *m = static_cast<float*>(mv), *v = static_cast<float*>(vv);
   const bool vec = Avx512 && has_avx512();
   parallel_chunks(n, [&](int64_t begin, int64_t end) {
-    if (vec) adamw_avx512_range(begin, end, p, g, m, v, c);
-    else adamw_portable_range(begin, end, p, g, m, v, c);
+    if (vec)
+      adamw_avx512_range(begin, end, p, g, m, v, c);
+    else
+      adamw_portable_range(begin, end, p, g, m, v, c);
   });
 }
 
@@ -159,19 +170,37 @@ double grad_norm_f32(int64_t n, const void* gv) {
   return sum;
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_default, {"adamw", Device::CPU, DType::F32, "default",
+TITAN_REGISTER_KERNEL(adamw_f32_default, {"adamw",
+                                          Device::CPU,
+                                          DType::F32,
+                                          "default",
                                           "fused single pass, AVX-512 (portable loop without it), OpenMP",
-                                          AdamWKernel{adamw_f32<true>}, {}});
-TITAN_REGISTER_KERNEL(adamw_f32_portable, {"adamw", Device::CPU, DType::F32, "portable",
-                                           "fused single pass, scalar loop, OpenMP", AdamWKernel{adamw_f32<false>},
+                                          AdamWKernel{adamw_f32<true>},
+                                          {}});
+TITAN_REGISTER_KERNEL(adamw_f32_portable, {"adamw",
+                                           Device::CPU,
+                                           DType::F32,
+                                           "portable",
+                                           "fused single pass, scalar loop, OpenMP",
+                                           AdamWKernel{adamw_f32<false>},
                                            {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_default, {"grad_norm", Device::CPU, DType::F32, "default",
-                                              "f64 sums over 64Ki blocks in block order, AVX-512 (portable loop "
-                                              "without it), OpenMP",
-                                              GradNormKernel{grad_norm_f32<true>}, {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_portable, {"grad_norm", Device::CPU, DType::F32, "portable",
-                                               "f64 sums over 64Ki blocks in block order, scalar loop, OpenMP",
-                                               GradNormKernel{grad_norm_f32<false>}, {}});
+TITAN_REGISTER_KERNEL(grad_norm_f32_default,
+                      {"grad_norm",
+                       Device::CPU,
+                       DType::F32,
+                       "default",
+                       "f64 sums over 64Ki blocks in block order, AVX-512 (portable loop "
+                       "without it), OpenMP",
+                       GradNormKernel{grad_norm_f32<true>},
+                       {}});
+TITAN_REGISTER_KERNEL(grad_norm_f32_portable,
+                      {"grad_norm",
+                       Device::CPU,
+                       DType::F32,
+                       "portable",
+                       "f64 sums over 64Ki blocks in block order, scalar loop, OpenMP",
+                       GradNormKernel{grad_norm_f32<false>},
+                       {}});
 
 }  // namespace
 

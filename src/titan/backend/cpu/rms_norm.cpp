@@ -5,6 +5,8 @@
 // of titan::f32_to_bf16, written branch-free so it vectorises; it is bit-identical to it.
 // Numerics vs reference: the sums are reassociated (16 lanes), so rstd and the f32 outputs differ in
 // the last bits; bf16 outputs agree except for rare 1-ulp flips.
+#include "titan/ops/rms_norm.h"
+
 #include <omp.h>
 
 #include <bit>
@@ -14,7 +16,6 @@
 
 #include "titan/core/dtype.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/rms_norm.h"
 
 #define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 
@@ -22,22 +23,34 @@ namespace titan::cpu {
 
 namespace {
 
-inline float ld(float v) { return v; }
-inline float ld(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
+inline float ld(float v) {
+  return v;
+}
+inline float ld(uint16_t v) {
+  return std::bit_cast<float>(uint32_t(v) << 16);
+}
 inline uint16_t round_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : uint16_t(r);
 }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = round_bf16(v); }
+inline void st(float* p, float v) {
+  *p = v;
+}
+inline void st(uint16_t* p, float v) {
+  *p = round_bf16(v);
+}
 // The value the element type holds after storing v (the cast transformers does before the weight).
-inline float as_elem(float, float v) { return v; }
-inline float as_elem(uint16_t, float v) { return ld(round_bf16(v)); }
+inline float as_elem(float, float v) {
+  return v;
+}
+inline float as_elem(uint16_t, float v) {
+  return ld(round_bf16(v));
+}
 
 template <class T>
 [[gnu::always_inline]] inline void forward_rows_impl(int64_t r0, int64_t r1, int64_t D, float eps, const T* x,
-                                                const T* w, T* y, float* rstd) {
+                                                     const T* w, T* y, float* rstd) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * D;
     T* yr = y + r * D;
@@ -53,8 +66,9 @@ template <class T>
 
 // dx for rows [r0, r1) and their contribution added into dw_acc (either may be null).
 template <class T>
-[[gnu::always_inline]] inline void backward_rows_impl(int64_t r0, int64_t r1, int64_t D, const T* x, const T* w,
-                                                 const float* rstd, const float* dy, float* dx, float* dw_acc) {
+[[gnu::always_inline]] inline void backward_rows_impl(int64_t r0, int64_t r1, int64_t D, const T* x,
+                                                      const T* w, const float* rstd, const float* dy,
+                                                      float* dx, float* dw_acc) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * D;
     const float* g = dy + r * D;
@@ -76,19 +90,19 @@ template <class T>
 }
 
 TITAN_CLONES void forward_rows(int64_t r0, int64_t r1, int64_t D, float eps, const float* x, const float* w,
-                                   float* y, float* rstd) {
+                               float* y, float* rstd) {
   forward_rows_impl(r0, r1, D, eps, x, w, y, rstd);
 }
 TITAN_CLONES void forward_rows(int64_t r0, int64_t r1, int64_t D, float eps, const uint16_t* x,
-                                    const uint16_t* w, uint16_t* y, float* rstd) {
+                               const uint16_t* w, uint16_t* y, float* rstd) {
   forward_rows_impl(r0, r1, D, eps, x, w, y, rstd);
 }
 TITAN_CLONES void backward_rows(int64_t r0, int64_t r1, int64_t D, const float* x, const float* w,
-                                    const float* rstd, const float* dy, float* dx, float* dw) {
+                                const float* rstd, const float* dy, float* dx, float* dw) {
   backward_rows_impl(r0, r1, D, x, w, rstd, dy, dx, dw);
 }
 TITAN_CLONES void backward_rows(int64_t r0, int64_t r1, int64_t D, const uint16_t* x, const uint16_t* w,
-                                     const float* rstd, const float* dy, float* dx, float* dw) {
+                                const float* rstd, const float* dy, float* dx, float* dw) {
   backward_rows_impl(r0, r1, D, x, w, rstd, dy, dx, dw);
 }
 
@@ -119,8 +133,8 @@ void rms_norm_backward(int64_t R, int64_t D, const void* x, const void* w, const
 #pragma omp single
     used = nt;
     backward_rows(R * t / nt, R * (t + 1) / nt, D, static_cast<const T*>(x), static_cast<const T*>(w),
-         static_cast<const float*>(rstd), static_cast<const float*>(dy), static_cast<float*>(dx),
-         dw ? partial.data() + size_t(t) * size_t(D) : nullptr);
+                  static_cast<const float*>(rstd), static_cast<const float*>(dy), static_cast<float*>(dx),
+                  dw ? partial.data() + size_t(t) * size_t(D) : nullptr);
   }
   if (float* out = static_cast<float*>(dw)) {
     std::memcpy(out, partial.data(), size_t(D) * sizeof(float));
@@ -129,14 +143,22 @@ void rms_norm_backward(int64_t R, int64_t D, const void* x, const void* w, const
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f32_default, {"rms_norm", Device::CPU, DType::F32, "default",
-                                             "fused stats+scale per row, OpenMP rows, AVX-512 or baseline SIMD",
-                                             ops::RmsNormKernel{rms_norm_forward<float>, rms_norm_backward<float>},
-                                             {}});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_default, {"rms_norm", Device::CPU, DType::BF16, "default",
-                                              "fused stats+scale per row in f32, OpenMP rows, AVX-512 or baseline SIMD",
-                                              ops::RmsNormKernel{rms_norm_forward<uint16_t>,
-                                                                 rms_norm_backward<uint16_t>}, {}});
+TITAN_REGISTER_KERNEL(rms_norm_f32_default,
+                      {"rms_norm",
+                       Device::CPU,
+                       DType::F32,
+                       "default",
+                       "fused stats+scale per row, OpenMP rows, AVX-512 or baseline SIMD",
+                       ops::RmsNormKernel{rms_norm_forward<float>, rms_norm_backward<float>},
+                       {}});
+TITAN_REGISTER_KERNEL(rms_norm_bf16_default,
+                      {"rms_norm",
+                       Device::CPU,
+                       DType::BF16,
+                       "default",
+                       "fused stats+scale per row in f32, OpenMP rows, AVX-512 or baseline SIMD",
+                       ops::RmsNormKernel{rms_norm_forward<uint16_t>, rms_norm_backward<uint16_t>},
+                       {}});
 
 }  // namespace
 

@@ -6,12 +6,13 @@
 // to the reference. bf16 rounding is the branch-free form of titan::f32_to_bf16.
 //   "default":     row = table[pos[b, s]]            (any positions)
 //   "gather_free": row = table[p0_b + s]             (positions must be p0_b, p0_b + 1, ... per batch row)
+#include "titan/ops/rope.h"
+
 #include <bit>
 #include <cstring>
 
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/rope.h"
 
 #define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("fp-contract=off")))
 
@@ -19,18 +20,30 @@ namespace titan::cpu {
 
 namespace {
 
-inline float ld(float v) { return v; }
-inline float ld(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
+inline float ld(float v) {
+  return v;
+}
+inline float ld(uint16_t v) {
+  return std::bit_cast<float>(uint32_t(v) << 16);
+}
 inline uint16_t round_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : uint16_t(r);
 }
 // Rounds v to the element type T and returns it as f32 (what a torch op in dtype T produces).
-inline float rnd(float, float v) { return v; }
-inline float rnd(uint16_t, float v) { return ld(round_bf16(v)); }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = round_bf16(v); }
+inline float rnd(float, float v) {
+  return v;
+}
+inline float rnd(uint16_t, float v) {
+  return ld(round_bf16(v));
+}
+inline void st(float* p, float v) {
+  *p = v;
+}
+inline void st(uint16_t* p, float v) {
+  *p = round_bf16(v);
+}
 
 // One token: H heads of D elements, cos/sin rows of D/2.
 template <class T>
@@ -66,7 +79,8 @@ template <class T>
   }
 }
 
-TITAN_CLONES void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const float* x, float* y) {
+TITAN_CLONES void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const float* x,
+                                float* y) {
   forward_token_impl(H, D, cr, sr, x, y);
 }
 TITAN_CLONES void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const uint16_t* x,
@@ -95,9 +109,11 @@ void check_positions(int64_t B, int64_t S, const int64_t* pos, const ops::RopeTa
     for (int64_t s = 0; s < S; ++s) {
       const int64_t p = pos[b * S + s];
       if constexpr (kGatherFree)
-        TITAN_CHECK(p == pos[b * S] + s, "rope: variant 'gather_free' needs positions p0, p0+1, ... along S in "
-                    "every batch row; positions[", b, ", ", s, "] = ", p, " but positions[", b, ", 0] = ",
-                    pos[b * S], " (use the default variant for arbitrary positions)");
+        TITAN_CHECK(p == pos[b * S] + s,
+                    "rope: variant 'gather_free' needs positions p0, p0+1, ... along S in "
+                    "every batch row; positions[",
+                    b, ", ", s, "] = ", p, " but positions[", b, ", 0] = ", pos[b * S],
+                    " (use the default variant for arbitrary positions)");
       TITAN_CHECK(p >= 0 && p < table.positions, "rope: position ", p, " outside the cos/sin table (",
                   table.positions, " rows)");
     }
@@ -113,13 +129,14 @@ void rope_forward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos
 #pragma omp parallel for schedule(static) if (B * S * H * D > 32768)
   for (int64_t bs = 0; bs < B * S; ++bs) {
     const int64_t r = row_of<kGatherFree>(pos, S, bs);
-    forward_token(H, D, table.cos.data() + r * half, table.sin.data() + r * half, x + bs * H * D, y + bs * H * D);
+    forward_token(H, D, table.cos.data() + r * half, table.sin.data() + r * half, x + bs * H * D,
+                  y + bs * H * D);
   }
 }
 
 template <class T, bool kGatherFree>
-void rope_backward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const ops::RopeTable& table,
-                   const void* dyv, void* dxv) {
+void rope_backward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+                   const ops::RopeTable& table, const void* dyv, void* dxv) {
   check_positions<kGatherFree>(B, S, pos, table);
   const float* dy = static_cast<const float*>(dyv);
   float* dx = static_cast<float*>(dxv);
@@ -136,24 +153,40 @@ void rope_backward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* po
 }
 
 using ops::RopeKernel;
-TITAN_REGISTER_KERNEL(rope_f32_default, {"rope", Device::CPU, DType::F32, "default",
-                                         "cached cos/sin table indexed by position, OpenMP tokens, SIMD",
-                                         RopeKernel{rope_forward<float, false>, rope_backward<float, false>, true},
-                                         {}});
-TITAN_REGISTER_KERNEL(rope_bf16_default, {"rope", Device::CPU, DType::BF16, "default",
-                                          "cached cos/sin table indexed by position, bf16 arithmetic, OpenMP, SIMD",
-                                          RopeKernel{rope_forward<uint16_t, false>, rope_backward<uint16_t, false>,
-                                                     true}, {}});
-TITAN_REGISTER_KERNEL(rope_f32_gather_free, {"rope", Device::CPU, DType::F32, "gather_free",
-                                             "table rows p0..p0+S-1 read in order; positions must be contiguous "
-                                             "ranges per batch row (checked per call)",
-                                             RopeKernel{rope_forward<float, true>, rope_backward<float, true>, true},
-                                             {}});
-TITAN_REGISTER_KERNEL(rope_bf16_gather_free, {"rope", Device::CPU, DType::BF16, "gather_free",
-                                              "table rows p0..p0+S-1 read in order, bf16 arithmetic; positions must "
-                                              "be contiguous ranges per batch row (checked per call)",
-                                              RopeKernel{rope_forward<uint16_t, true>, rope_backward<uint16_t, true>,
-                                                         true}, {}});
+TITAN_REGISTER_KERNEL(rope_f32_default,
+                      {"rope",
+                       Device::CPU,
+                       DType::F32,
+                       "default",
+                       "cached cos/sin table indexed by position, OpenMP tokens, SIMD",
+                       RopeKernel{rope_forward<float, false>, rope_backward<float, false>, true},
+                       {}});
+TITAN_REGISTER_KERNEL(rope_bf16_default,
+                      {"rope",
+                       Device::CPU,
+                       DType::BF16,
+                       "default",
+                       "cached cos/sin table indexed by position, bf16 arithmetic, OpenMP, SIMD",
+                       RopeKernel{rope_forward<uint16_t, false>, rope_backward<uint16_t, false>, true},
+                       {}});
+TITAN_REGISTER_KERNEL(rope_f32_gather_free,
+                      {"rope",
+                       Device::CPU,
+                       DType::F32,
+                       "gather_free",
+                       "table rows p0..p0+S-1 read in order; positions must be contiguous "
+                       "ranges per batch row (checked per call)",
+                       RopeKernel{rope_forward<float, true>, rope_backward<float, true>, true},
+                       {}});
+TITAN_REGISTER_KERNEL(rope_bf16_gather_free,
+                      {"rope",
+                       Device::CPU,
+                       DType::BF16,
+                       "gather_free",
+                       "table rows p0..p0+S-1 read in order, bf16 arithmetic; positions must "
+                       "be contiguous ranges per batch row (checked per call)",
+                       RopeKernel{rope_forward<uint16_t, true>, rope_backward<uint16_t, true>, true},
+                       {}});
 
 }  // namespace
 

@@ -5,12 +5,13 @@
 // relative and bf16 outputs are identical except for rare 1-ulp flips at rounding ties.
 // The argument of exp is clamped to [-87.3, 88]: a gate below -88 gives silu ~ gate * 6e-39
 // (tiny, like the exact value) instead of a denormal.
+#include "titan/ops/swiglu.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 
 #include "titan/kernels/registry.h"
-#include "titan/ops/swiglu.h"
 
 #define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 
@@ -18,17 +19,29 @@ namespace titan::cpu {
 
 namespace {
 
-inline float ld(float v) { return v; }
-inline float ld(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
+inline float ld(float v) {
+  return v;
+}
+inline float ld(uint16_t v) {
+  return std::bit_cast<float>(uint32_t(v) << 16);
+}
 inline uint16_t round_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : uint16_t(r);
 }
-inline float rnd(float, float v) { return v; }
-inline float rnd(uint16_t, float v) { return ld(round_bf16(v)); }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = round_bf16(v); }
+inline float rnd(float, float v) {
+  return v;
+}
+inline float rnd(uint16_t, float v) {
+  return ld(round_bf16(v));
+}
+inline void st(float* p, float v) {
+  *p = v;
+}
+inline void st(uint16_t* p, float v) {
+  *p = round_bf16(v);
+}
 
 inline float exp_poly(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
@@ -68,11 +81,14 @@ template <class T>
   }
 }
 
-TITAN_CLONES void forward_chunk(int64_t n, const float* g, const float* u, float* o) { forward_impl(n, g, u, o); }
+TITAN_CLONES void forward_chunk(int64_t n, const float* g, const float* u, float* o) {
+  forward_impl(n, g, u, o);
+}
 TITAN_CLONES void forward_chunk(int64_t n, const uint16_t* g, const uint16_t* u, uint16_t* o) {
   forward_impl(n, g, u, o);
 }
-TITAN_CLONES void backward_chunk(int64_t n, const float* g, const float* u, const float* dy, float* dg, float* du) {
+TITAN_CLONES void backward_chunk(int64_t n, const float* g, const float* u, const float* dy, float* dg,
+                                 float* du) {
   backward_impl(n, g, u, dy, dg, du);
 }
 TITAN_CLONES void backward_chunk(int64_t n, const uint16_t* g, const uint16_t* u, const float* dy, float* dg,
@@ -98,17 +114,26 @@ void swiglu_backward(int64_t n, const void* gv, const void* uv, const void* dyv,
   float *dg = static_cast<float*>(dgv), *du = static_cast<float*>(duv);
 #pragma omp parallel for schedule(static) if (n > kChunk)
   for (int64_t c = 0; c < n; c += kChunk)
-    backward_chunk(std::min(kChunk, n - c), g + c, u + c, dy + c, dg ? dg + c : nullptr, du ? du + c : nullptr);
+    backward_chunk(std::min(kChunk, n - c), g + c, u + c, dy + c, dg ? dg + c : nullptr,
+                   du ? du + c : nullptr);
 }
 
-TITAN_REGISTER_KERNEL(swiglu_f32_default, {"swiglu", Device::CPU, DType::F32, "default",
+TITAN_REGISTER_KERNEL(swiglu_f32_default, {"swiglu",
+                                           Device::CPU,
+                                           DType::F32,
+                                           "default",
                                            "fused silu*up, polynomial exp, OpenMP, AVX-512 or baseline SIMD",
-                                           ops::SwigluKernel{swiglu_forward<float>, swiglu_backward<float>}, {}});
-TITAN_REGISTER_KERNEL(swiglu_bf16_default, {"swiglu", Device::CPU, DType::BF16, "default",
-                                            "fused silu*up in f32 with bf16 rounding as torch, polynomial exp, "
-                                            "OpenMP, AVX-512 or baseline SIMD",
-                                            ops::SwigluKernel{swiglu_forward<uint16_t>, swiglu_backward<uint16_t>},
-                                            {}});
+                                           ops::SwigluKernel{swiglu_forward<float>, swiglu_backward<float>},
+                                           {}});
+TITAN_REGISTER_KERNEL(swiglu_bf16_default,
+                      {"swiglu",
+                       Device::CPU,
+                       DType::BF16,
+                       "default",
+                       "fused silu*up in f32 with bf16 rounding as torch, polynomial exp, "
+                       "OpenMP, AVX-512 or baseline SIMD",
+                       ops::SwigluKernel{swiglu_forward<uint16_t>, swiglu_backward<uint16_t>},
+                       {}});
 
 }  // namespace
 

@@ -1,0 +1,129 @@
+#include "titan/train/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "titan/core/check.h"
+#include "titan/io/atomic_file.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+uint64_t file_checksum(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  TITAN_CHECK(f, "checkpoint: cannot read '", path.string(), "'");
+  uint64_t h = 1469598103934665603ull;
+  std::vector<char> buf(size_t(1) << 22);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    size_t n = size_t(f.gcount()), words = n / 8;
+    const char* p = buf.data();
+    for (size_t i = 0; i < words; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (size_t i = words * 8; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
+  }
+  return h;
+}
+
+namespace {
+
+std::string rank_file(const char* kind, int rank) { return std::string(kind) + "-rank" + std::to_string(rank) + ".safetensors"; }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  TITAN_CHECK(f, "checkpoint: cannot read '", p.string(), "'");
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    TITAN_FAIL("checkpoint: '", p.string(), "' is not valid JSON: ", e.what());
+  }
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(fs::path folder, int64_t keep_latest_k, int rank)
+    : folder_(std::move(folder)), keep_latest_k_(keep_latest_k), rank_(rank) {}
+
+fs::path CheckpointManager::step_dir(int64_t step) const { return folder_ / ("step-" + std::to_string(step)); }
+
+void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> model,
+                             std::span<const io::TensorWrite> optimizer, const nlohmann::json& train_state) {
+  fs::create_directories(folder_);
+  fs::path final_dir = step_dir(step);
+  {
+    // Re-saving a step (e.g. after a resume that did no step) replaces it atomically.
+    io::AtomicDir dir(final_dir, /*replace=*/true);
+    const fs::path& tmp = dir.temp_path();
+    io::write_safetensors(tmp / rank_file("model", rank_), model, {{"titan", "model"}});
+    io::write_safetensors(tmp / rank_file("optimizer", rank_), optimizer, {{"titan", "optimizer"}});
+    io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
+    nlohmann::json manifest;
+    manifest["step"] = step;
+    for (auto& entry : fs::directory_iterator(tmp)) {
+      std::string name = entry.path().filename().string();
+      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())},
+                                 {"checksum", std::to_string(file_checksum(entry.path()))}};
+    }
+    io::write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
+    dir.commit();
+  }
+  // The commit marker goes last: until it exists, the folder is not a checkpoint.
+  io::write_file_atomic(final_dir / "COMMITTED", "step " + std::to_string(step) + "\n");
+  io::fsync_dir(final_dir);
+
+  if (keep_latest_k_ > 0) {
+    auto steps = committed_steps();
+    for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) fs::remove_all(step_dir(steps[i]));
+  }
+}
+
+std::vector<int64_t> CheckpointManager::committed_steps() const {
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(folder_)) return steps;
+  static const std::regex name_re("step-([0-9]+)");
+  for (auto& e : fs::directory_iterator(folder_)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED"))
+      steps.push_back(std::stoll(m[1].str()));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<int64_t> CheckpointManager::latest_step() const {
+  auto s = committed_steps();
+  if (s.empty()) return std::nullopt;
+  return s.back();
+}
+
+LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_checkpoint_dir(step_dir(step), rank_); }
+
+LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
+  TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "COMMITTED"), "checkpoint: '", dir.string(),
+              "' has no COMMITTED marker (an interrupted save); it cannot be loaded");
+  nlohmann::json manifest = read_json(dir / "manifest.json");
+  for (auto& [name, info] : manifest["files"].items()) {
+    fs::path p = dir / name;
+    TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
+    TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
+                fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
+    TITAN_CHECK(std::to_string(file_checksum(p)) == info["checksum"].get<std::string>(), "checkpoint: '", p.string(),
+                "' fails its checksum (corrupted)");
+  }
+  LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"),
+                     io::SafetensorsFile::open(dir / rank_file("model", rank)),
+                     io::SafetensorsFile::open(dir / rank_file("optimizer", rank))};
+  return c;
+}
+
+}  // namespace titan::train

@@ -1,0 +1,137 @@
+#include "titan/train/metrics.h"
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "titan/core/check.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+uint32_t crc32c(const void* data, size_t n) {
+  static uint32_t table[256] = {0};
+  static bool init = [] {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      table[i] = c;
+    }
+    return true;
+  }();
+  (void)init;
+  uint32_t crc = 0xFFFFFFFFu;
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+namespace {
+
+uint32_t masked_crc(const void* data, size_t n) {
+  uint32_t c = crc32c(data, n);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+// Protocol-buffer encoding of the few fields an Event with a scalar Summary needs.
+void put_varint(std::string& s, uint64_t v) {
+  while (v >= 0x80) {
+    s.push_back(char(v | 0x80));
+    v >>= 7;
+  }
+  s.push_back(char(v));
+}
+void put_tag(std::string& s, int field, int wire) { put_varint(s, uint64_t(field << 3 | wire)); }
+void put_bytes(std::string& s, int field, const std::string& b) {
+  put_tag(s, field, 2);
+  put_varint(s, b.size());
+  s += b;
+}
+void put_double(std::string& s, int field, double v) {
+  put_tag(s, field, 1);
+  s.append(reinterpret_cast<const char*>(&v), 8);
+}
+void put_float(std::string& s, int field, float v) {
+  put_tag(s, field, 5);
+  s.append(reinterpret_cast<const char*>(&v), 4);
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
+  fs::create_directories(dir);
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  path_ = dir / ("events.out.tfevents." + std::to_string(int64_t(now_seconds())) + "." + host);
+  out_.open(path_, std::ios::binary);
+  TITAN_CHECK(out_, "tensorboard: cannot create '", path_.string(), "'");
+  std::string event;  // Event { wall_time = 1; file_version = 3 }
+  put_double(event, 1, now_seconds());
+  put_bytes(event, 3, "brain.Event:2");
+  write_record(event);
+}
+
+void TensorBoardWriter::write_record(const std::string& data) {
+  uint64_t len = data.size();
+  uint32_t len_crc = masked_crc(&len, 8), data_crc = masked_crc(data.data(), data.size());
+  out_.write(reinterpret_cast<const char*>(&len), 8);
+  out_.write(reinterpret_cast<const char*>(&len_crc), 4);
+  out_.write(data.data(), std::streamsize(data.size()));
+  out_.write(reinterpret_cast<const char*>(&data_crc), 4);
+}
+
+void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t step) {
+  std::string v, summary, event;  // Summary.Value { tag = 1; simple_value = 2 }
+  put_bytes(v, 1, tag);
+  put_float(v, 2, float(value));
+  put_bytes(summary, 1, v);  // Summary { repeated Value value = 1 }
+  put_double(event, 1, now_seconds());
+  put_tag(event, 2, 0);  // Event.step
+  put_varint(event, uint64_t(step));
+  put_bytes(event, 5, summary);  // Event.summary
+  write_record(event);
+}
+
+void TensorBoardWriter::flush() { out_.flush(); }
+
+int64_t device_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
+
+MetricsLogger::MetricsLogger(const fs::path& dump, bool tensorboard, bool is_logging_rank) : enabled_(is_logging_rank) {
+  if (!enabled_) return;
+  fs::create_directories(dump);
+  jsonl_.open(dump / "metrics.jsonl", std::ios::app);
+  TITAN_CHECK(jsonl_, "metrics: cannot open '", (dump / "metrics.jsonl").string(), "'");
+  if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(dump / "tb");
+}
+
+void MetricsLogger::log(const StepMetrics& m) {
+  if (!enabled_) return;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step: %ld  loss: %.4f  grad_norm: %.4f  lr: %.3e  memory: %.2fGiB(%.2f%%)  tps: %.0f  tflops: %.3f  "
+                "mfu: %.2f%%%s",
+                long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
+                m.warmup ? "  (warm-up)" : "");
+  std::printf("%s%s\n", line, m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
+  std::fflush(stdout);
+  nlohmann::json j = {{"step", m.step},         {"loss", m.loss},       {"grad_norm", m.grad_norm},
+                      {"lr", m.lr},             {"memory_gib", m.memory_gib}, {"memory_pct", m.memory_pct},
+                      {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
+                      {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
+  if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  jsonl_ << j.dump() << "\n";
+  jsonl_.flush();
+  if (tb_) {
+    for (auto& [k, v] : j.items())
+      if (v.is_number()) tb_->scalar(k, v.get<double>(), m.step);
+    tb_->flush();
+  }
+}
+
+}  // namespace titan::train

@@ -1,0 +1,58 @@
+#pragma once
+// Training metrics: one log line per logged step, the same record as a JSON object
+// in <dump_folder>/metrics.jsonl, and TensorBoard scalars when enabled.
+//
+// tps      = tokens this rank processed in the step / step seconds
+// tflops   = tps * flops_per_token(seq) / 1e12, flops_per_token = 6 * active matmul params
+//            (lm_head counted) + 12 * layers * heads * head_dim * seq  (torchtitan's formula)
+// mfu      = tflops / peak TFLOP/s of this device for the compute dtype
+// memory   = peak bytes held by the allocator since the previous log, and its share of RAM
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+namespace titan::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double aux_loss = -1;  // MoE only (< 0: absent)
+  double memory_gib = 0, memory_pct = 0;
+  double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
+  double step_seconds = 0;
+  bool warmup = false;  // the first step of a run (includes one-time set-up costs)
+};
+
+// Minimal TensorBoard event-file writer (tfevents records with masked CRC32C, scalar summaries).
+class TensorBoardWriter {
+ public:
+  explicit TensorBoardWriter(const std::filesystem::path& dir);
+  void scalar(const std::string& tag, double value, int64_t step);
+  void flush();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& data);
+  std::filesystem::path path_;
+  std::ofstream out_;
+};
+
+uint32_t crc32c(const void* data, size_t n);
+
+class MetricsLogger {
+ public:
+  MetricsLogger(const std::filesystem::path& dump_folder, bool tensorboard, bool is_logging_rank);
+  void log(const StepMetrics& m);
+
+ private:
+  bool enabled_;
+  std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tb_;
+};
+
+// Bytes of physical memory of this machine (the "device" of a CPU run).
+int64_t device_memory_bytes();
+
+}  // namespace titan::train

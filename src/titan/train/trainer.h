@@ -1,0 +1,28 @@
+#pragma once
+// The training loop behind `titan train`:
+//   batch -> forward -> loss -> backward -> clip -> AdamW -> LR step
+// with gradient accumulation, bf16 compute over f32 master weights, activation
+// checkpointing, MoE load balancing, metrics, atomic checkpoints, resume, HF export,
+// and a clean stop on SIGINT/SIGTERM.
+#include <memory>
+
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+struct TrainSummary {
+  int64_t steps_run = 0;       // steps taken by this invocation
+  int64_t last_step = 0;       // the step counter at the end
+  double final_loss = 0;
+  double sustained_tps = 0;    // warm-up step excluded
+  double sustained_mfu = 0;    // percent
+  int64_t tokens = 0;          // tokens seen over the whole run (across resumes)
+  double seconds = 0;
+  bool interrupted = false;    // stopped by a signal (a checkpoint was saved)
+};
+
+// Runs the job; returns its summary. Errors (bad config, missing data or checkpoint,
+// non-finite loss) throw titan::Error before any compute where possible.
+TrainSummary run_training(const JobConfig& config);
+
+}  // namespace titan::train
