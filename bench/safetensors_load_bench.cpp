@@ -6,7 +6,6 @@
 // The file goes to $TITAN_BENCH_TMP or <build>/bench_tmp and is deleted at exit.
 //   build/bin/safetensors_load_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -33,7 +32,8 @@ struct BenchFile {
   uint64_t size = 0;
   BenchFile() {
     const char* env = std::getenv("TITAN_BENCH_TMP");
-    fs::path dir = env ? fs::path(env) : fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bench_tmp";
+    fs::path dir =
+        env ? fs::path(env) : fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bench_tmp";
     fs::create_directories(dir);
     path = dir / "safetensors_load_bench.safetensors";
     // 8 distinct random buffers, cycled: enough to keep every tensor's bytes varied.
@@ -48,8 +48,8 @@ struct BenchFile {
     for (int i = 0; i < kTensors; ++i) {
       bool f32 = i % 2 == 0;
       std::vector<int64_t> shape = f32 ? std::vector<int64_t>{2048, 1024} : std::vector<int64_t>{4096, 1024};
-      ws.push_back({"layers." + std::to_string(i / 2) + (f32 ? ".w_f32" : ".w_bf16"), f32 ? DType::F32 : DType::BF16,
-                    shape, bufs[size_t(i) % bufs.size()].data()});
+      ws.push_back({"layers." + std::to_string(i / 2) + (f32 ? ".w_f32" : ".w_bf16"),
+                    f32 ? DType::F32 : DType::BF16, shape, bufs[size_t(i) % bufs.size()].data()});
     }
     size = write_safetensors(path, ws);
   }
@@ -146,7 +146,8 @@ void BM_MmapLoadChecksum(benchmark::State& state) {
     }
     SafetensorsFile file = SafetensorsFile::open(f.path);
     if (advise == 1) file.prefetch();
-    if (advise == 2) ::madvise(const_cast<void*>(file.keep_alive().get()), file.file_size(), MADV_POPULATE_READ);
+    if (advise == 2)
+      ::madvise(const_cast<void*>(file.keep_alive().get()), file.file_size(), MADV_POPULATE_READ);
     for (const TensorInfo& t : file.tensors()) acc += checksum(t.data, t.nbytes());
     benchmark::DoNotOptimize(acc);
   }

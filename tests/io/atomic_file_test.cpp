@@ -1,8 +1,9 @@
 // Atomic file and directory writes: content appears whole or not at all, temporaries never linger.
+#include "titan/io/atomic_file.h"
+
 #include <gtest/gtest.h>
 
 #include "io_test_util.h"
-#include "titan/io/atomic_file.h"
 
 namespace titan::io {
 namespace {
@@ -24,7 +25,7 @@ TEST(AtomicFile, WritesAndReplaces) {
     f.write("ond", 3);
     EXPECT_EQ(f.bytes_written(), 6u);
     EXPECT_EQ(read_bytes(dir / "a.txt"), "first");  // old content until commit
-    EXPECT_EQ(entries(dir), 2u);                     // a.txt and the temporary
+    EXPECT_EQ(entries(dir), 2u);                    // a.txt and the temporary
     f.commit();
     expect_error([&] { f.write("x"); }, {"write after commit"});
   }

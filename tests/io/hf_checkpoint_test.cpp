@@ -1,10 +1,11 @@
 // Hugging Face checkpoint directories: single file and sharded, reading, writing, index validation.
+#include "titan/io/hf_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "io_test_util.h"
-#include "titan/io/hf_checkpoint.h"
 
 namespace titan::io {
 namespace {
@@ -23,7 +24,9 @@ struct Model {
       std::iota(data.back().begin(), data.back().end(), float(i * 1000));
     }
     for (int i = 0; i < n; ++i)
-      writes.push_back({"model.layers." + std::to_string(i) + ".weight", DType::F32, {int64_t(data[i].size())},
+      writes.push_back({"model.layers." + std::to_string(i) + ".weight",
+                        DType::F32,
+                        {int64_t(data[i].size())},
                         data[i].data()});
   }
 };
@@ -93,7 +96,8 @@ TEST(HfCheckpoint, ShardsAboveTheLimitWithIndex) {
   HfWriteResult r = write_hf_checkpoint(parent / "ck", m.writes, opt);
   // Greedy in order: [40,80] [120] [160] [200] [240 alone: larger than the limit]
   std::vector<std::string> expect_files;
-  for (int i = 1; i <= 5; ++i) expect_files.push_back("model-0000" + std::to_string(i) + "-of-00005.safetensors");
+  for (int i = 1; i <= 5; ++i)
+    expect_files.push_back("model-0000" + std::to_string(i) + "-of-00005.safetensors");
   EXPECT_EQ(r.files, expect_files);
   EXPECT_EQ(read_bytes(parent / "ck/tokenizer.json"), "{\"v\": 1}");
 
@@ -159,7 +163,8 @@ TEST(HfCheckpoint, WriterRejectsBadInput) {
 class HfIndexValidation : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = titan::testing::temp_dir("hf_index_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir = titan::testing::temp_dir(
+        "hf_index_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     HfWriteOptions opt;
     opt.max_shard_bytes = 100;
     write_hf_checkpoint(dir / "ck", model.writes, opt);  // shards: [40] [80] [120]
@@ -173,11 +178,14 @@ class HfIndexValidation : public ::testing::Test {
   json index;
 };
 
-TEST_F(HfIndexValidation, ValidAsWritten) { expect_same_tensors(HfCheckpoint::open(ck), model); }
+TEST_F(HfIndexValidation, ValidAsWritten) {
+  expect_same_tensors(HfCheckpoint::open(ck), model);
+}
 
 TEST_F(HfIndexValidation, MissingShardFile) {
   fs::remove(ck / "model-00002-of-00003.safetensors");
-  expect_error([&] { HfCheckpoint::open(ck); }, {kHfIndexFile.data(), "'model-00002-of-00003.safetensors'", "does not exist"});
+  expect_error([&] { HfCheckpoint::open(ck); },
+               {kHfIndexFile.data(), "'model-00002-of-00003.safetensors'", "does not exist"});
 }
 
 TEST_F(HfIndexValidation, KeyMappedToShardWithoutIt) {
@@ -197,8 +205,9 @@ TEST_F(HfIndexValidation, ShardTensorNotInIndex) {
 TEST_F(HfIndexValidation, TensorInTwoShards) {
   write_safetensors(ck / "model-00001-of-00003.safetensors",
                     std::vector<TensorWrite>{model.writes[0], model.writes[1]});
-  expect_error([&] { HfCheckpoint::open(ck); },
-               {"'model.layers.1.weight' is in shard 'model-00001-of-00003.safetensors'", "maps it to 'model-00002"});
+  expect_error(
+      [&] { HfCheckpoint::open(ck); },
+      {"'model.layers.1.weight' is in shard 'model-00001-of-00003.safetensors'", "maps it to 'model-00002"});
 }
 
 TEST_F(HfIndexValidation, ExtraKeyInIndex) {

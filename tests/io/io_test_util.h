@@ -5,10 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 #include "titan/core/check.h"
@@ -47,13 +46,20 @@ inline double element(const TensorInfo& t, size_t i) {
     return v;
   };
   switch (t.dtype) {
-    case DType::F32: return load(float());
-    case DType::F64: return load(double());
-    case DType::BF16: return bf16_to_f32(bf16{load(uint16_t())});
-    case DType::F16: return f16_to_f32(load(uint16_t()));
-    case DType::I32: return load(int32_t());
-    case DType::I64: return double(load(int64_t()));
-    case DType::U8: return load(uint8_t());
+    case DType::F32:
+      return load(float());
+    case DType::F64:
+      return load(double());
+    case DType::BF16:
+      return bf16_to_f32(bf16{load(uint16_t())});
+    case DType::F16:
+      return f16_to_f32(load(uint16_t()));
+    case DType::I32:
+      return load(int32_t());
+    case DType::I64:
+      return double(load(int64_t()));
+    case DType::U8:
+      return load(uint8_t());
   }
   return 0;
 }
@@ -66,7 +72,8 @@ inline double element_sum(const TensorInfo& t) {
 
 // Runs tests/io/st_reference.py (Python json + struct + torch) on the files; its JSON summary.
 inline nlohmann::json python_reference(const std::vector<std::filesystem::path>& files) {
-  std::string cmd = "/usr/bin/python3 " + (titan::testing::source_dir() / "tests/io/st_reference.py").string();
+  std::string cmd =
+      "/usr/bin/python3 " + (titan::testing::source_dir() / "tests/io/st_reference.py").string();
   for (const auto& f : files) cmd += " '" + f.string() + "'";
   std::string out;
   int rc = titan::testing::run_command(cmd + " 2>/dev/null", &out);
@@ -82,7 +89,8 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
     ADD_FAILURE() << "expected titan::Error containing '" << (parts.empty() ? "" : parts[0]) << "'";
   } catch (const titan::Error& e) {
     std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
 }
 

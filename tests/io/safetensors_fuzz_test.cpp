@@ -41,17 +41,33 @@ void check_consistent(const ParsedSafetensors& p, const std::vector<std::byte>& 
 }
 
 std::string mutate(std::string s, std::mt19937_64& rng) {
-  static const char kBytes[] = {'{', '}', '[', ']', '"', ',', ':', '-', '0', '9', ' ', '\\', 'e', '.', '\0',
-                                '\x7f', '\x80', '\xc0', '\xed', '\xf4', '\xff'};
-  static const char* kNumbers[] = {"0", "1", "-1", "8", "4294967296", "9223372036854775807", "9223372036854775808",
-                                   "18446744073709551615", "18446744073709551616", "1e400", "1.5", "-0"};
+  static const char kBytes[] = {'{',  '}', '[', ']',  '"',    ',',    ':',    '-',    '0',    '9',   ' ',
+                                '\\', 'e', '.', '\0', '\x7f', '\x80', '\xc0', '\xed', '\xf4', '\xff'};
+  static const char* kNumbers[] = {"0",
+                                   "1",
+                                   "-1",
+                                   "8",
+                                   "4294967296",
+                                   "9223372036854775807",
+                                   "9223372036854775808",
+                                   "18446744073709551615",
+                                   "18446744073709551616",
+                                   "1e400",
+                                   "1.5",
+                                   "-0"};
   auto pick = [&](size_t n) { return n ? size_t(rng() % n) : 0; };
   int rounds = 1 + int(rng() % 3);
   for (int r = 0; r < rounds && !s.empty(); ++r) {
     switch (rng() % 8) {
-      case 0: s[pick(s.size())] ^= char(1u << (rng() % 8)); break;
-      case 1: s[pick(s.size())] = kBytes[pick(sizeof kBytes)]; break;
-      case 2: s.resize(pick(s.size())); break;
+      case 0:
+        s[pick(s.size())] ^= char(1u << (rng() % 8));
+        break;
+      case 1:
+        s[pick(s.size())] = kBytes[pick(sizeof kBytes)];
+        break;
+      case 2:
+        s.resize(pick(s.size()));
+        break;
       case 3: {  // delete a range
         size_t a = pick(s.size()), n = 1 + pick(16);
         s.erase(a, n);

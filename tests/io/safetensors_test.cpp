@@ -1,5 +1,7 @@
 // safetensors reader and writer: real transformers files against an independent Python reader,
 // titan's writer against the same reader, byte-exact round trips, and one test per format rule.
+#include "titan/io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "io_test_util.h"
-#include "titan/io/safetensors.h"
 
 namespace titan::io {
 namespace {
@@ -16,8 +17,12 @@ namespace fs = std::filesystem;
 using namespace titan::io::testing;
 using nlohmann::json;
 
-fs::path oracle(const std::string& rel) { return titan::testing::shared_dir() / "oracles/hf-transformers-5.17" / rel; }
-fs::path fixture(const std::string& rel) { return titan::testing::fixtures_dir() / "io" / rel; }
+fs::path oracle(const std::string& rel) {
+  return titan::testing::shared_dir() / "oracles/hf-transformers-5.17" / rel;
+}
+fs::path fixture(const std::string& rel) {
+  return titan::testing::fixtures_dir() / "io" / rel;
+}
 
 // Compares everything titan's reader sees in `f` with the Python reference summary of the file.
 void expect_matches_reference(const SafetensorsFile& f, const json& ref) {
@@ -103,13 +108,15 @@ TEST(Safetensors, WriterRoundTripAllDtypesAgainstReference) {
     DType dt;
     std::vector<int64_t> shape;
   };
-  std::vector<Spec> specs = {{"f32", DType::F32, {3, 5}},  {"f64", DType::F64, {7}},     {"bf16", DType::BF16, {2, 3, 4}},
-                             {"f16", DType::F16, {9}},     {"i32", DType::I32, {4, 1}},  {"i64", DType::I64, {}},
-                             {"u8", DType::U8, {13}},      {"zero", DType::F32, {0, 3}}, {"名前", DType::U8, {1}}};
+  std::vector<Spec> specs = {
+      {"f32", DType::F32, {3, 5}}, {"f64", DType::F64, {7}},     {"bf16", DType::BF16, {2, 3, 4}},
+      {"f16", DType::F16, {9}},    {"i32", DType::I32, {4, 1}},  {"i64", DType::I64, {}},
+      {"u8", DType::U8, {13}},     {"zero", DType::F32, {0, 3}}, {"名前", DType::U8, {1}}};
   std::vector<std::vector<std::byte>> data;
   std::vector<TensorWrite> ws;
   for (size_t i = 0; i < specs.size(); ++i) {
-    int64_t numel = std::accumulate(specs[i].shape.begin(), specs[i].shape.end(), int64_t(1), std::multiplies<>());
+    int64_t numel =
+        std::accumulate(specs[i].shape.begin(), specs[i].shape.end(), int64_t(1), std::multiplies<>());
     data.push_back(random_bytes(size_t(numel) * dtype_size(specs[i].dt), 100 + i));
     // Random f32/f64/f16 bits can be NaN; keep floats finite so Python's sums stay comparable.
     if (specs[i].dt == DType::F32)
@@ -176,8 +183,12 @@ TEST(Safetensors, ConvertingWriterMatchesTorchRounding) {
   write_safetensors(back, std::vector<TensorWrite>{{"w", DType::F32, b.shape, b.data, DType::BF16}});
   SafetensorsFile g = SafetensorsFile::open(back);
   for (size_t i = 0; i < x.size(); i += 997) EXPECT_EQ(element(g.at("w"), i), element(b, i));
-  expect_error([&] { write_safetensors(dir / "bad.safetensors", std::vector<TensorWrite>{{"w", DType::I32, {1}, x.data(), DType::F32}}); },
-               {"'w'", "cannot convert f32 to i32"});
+  expect_error(
+      [&] {
+        write_safetensors(dir / "bad.safetensors",
+                          std::vector<TensorWrite>{{"w", DType::I32, {1}, x.data(), DType::F32}});
+      },
+      {"'w'", "cannot convert f32 to i32"});
   EXPECT_FALSE(fs::exists(dir / "bad.safetensors"));
 }
 
@@ -185,8 +196,16 @@ TEST(Safetensors, WriterRejectsBadInput) {
   fs::path dir = titan::testing::temp_dir("st_writer_bad");
   float v[2] = {1, 2};
   auto write = [&](std::vector<TensorWrite> ws) { write_safetensors(dir / "x.safetensors", ws); };
-  expect_error([&] { write({{"a", DType::F32, {2}, v}, {"a", DType::F32, {2}, v}}); }, {"duplicate tensor name 'a'"});
-  expect_error([&] { write({{"__metadata__", DType::F32, {2}, v}}); }, {"'__metadata__' is not a tensor name"});
+  expect_error(
+      [&] {
+        write({{"a", DType::F32, {2}, v}, {"a", DType::F32, {2}, v}});
+      },
+      {"duplicate tensor name 'a'"});
+  expect_error(
+      [&] {
+        write({{"__metadata__", DType::F32, {2}, v}});
+      },
+      {"'__metadata__' is not a tensor name"});
   expect_error([&] { write({{"a", DType::F32, {-2}, v}}); }, {"'a'", "negative"});
   expect_error([&] { write({{"a", DType::F32, {int64_t(1) << 62, 8}, v}}); }, {"'a'", "overflow"});
   expect_error([&] { write({{"a", DType::F32, {2}, nullptr}}); }, {"'a' has no data"});
@@ -226,18 +245,21 @@ void expect_rejected(const std::string& image, const std::vector<std::string>& p
 TEST(SafetensorsFormat, AcceptsValidVariants) {
   auto ok = [](const std::string& image) { return parse_safetensors(as_span(image), "ok").tensors.size(); };
   EXPECT_EQ(ok(file_image("{" + kA + "," + kB + "}", kData11)), 2u);
-  EXPECT_EQ(ok(file_image("{" + kB + "," + kA + "}", kData11)), 2u);  // header order is free
+  EXPECT_EQ(ok(file_image("{" + kB + "," + kA + "}", kData11)), 2u);         // header order is free
   EXPECT_EQ(ok(file_image("{" + kA + "," + kB + "}       ", kData11)), 2u);  // space padding
   EXPECT_EQ(ok(file_image("{}")), 0u);
   EXPECT_EQ(ok(file_image(R"({"__metadata__":{}})")), 0u);
   EXPECT_EQ(ok(file_image(R"({ "s" : { "dtype" : "I64" , "shape" : [ ] , "data_offsets" : [ 0 , 8 ] } })",
-                          std::string(8, '\0'))), 1u);
+                          std::string(8, '\0'))),
+            1u);
   // Zero-size tensors may sit anywhere, including at the very end and at offset 0.
   EXPECT_EQ(ok(file_image(R"({"z":{"dtype":"BF16","shape":[0,5],"data_offsets":[0,0]},)" + kA +
-                          R"(,"y":{"dtype":"F64","shape":[3,0],"data_offsets":[8,8]}})",
-                          std::string(8, '\0'))), 3u);
+                              R"(,"y":{"dtype":"F64","shape":[3,0],"data_offsets":[8,8]}})",
+                          std::string(8, '\0'))),
+            3u);
   // A zero dim makes numel 0 even when the other dims are huge.
-  EXPECT_EQ(ok(file_image(R"({"z":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})")), 1u);
+  EXPECT_EQ(ok(file_image(R"({"z":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})")),
+            1u);
 }
 
 TEST(SafetensorsFormat, TooShortAndTruncated) {
@@ -265,10 +287,10 @@ TEST(SafetensorsFormat, HeaderLength) {
 
 TEST(SafetensorsFormat, Utf8AndJson) {
   expect_rejected(file_image("{\"a\xff\":{}}"), {"not valid UTF-8", "byte 3"});
-  expect_rejected(file_image("{\"\xc0\x80\":1}"), {"not valid UTF-8"});        // overlong NUL
-  expect_rejected(file_image("{\"\xed\xa0\x80\":1}"), {"not valid UTF-8"});    // surrogate
+  expect_rejected(file_image("{\"\xc0\x80\":1}"), {"not valid UTF-8"});          // overlong NUL
+  expect_rejected(file_image("{\"\xed\xa0\x80\":1}"), {"not valid UTF-8"});      // surrogate
   expect_rejected(file_image("{\"\xf4\x90\x80\x80\":1}"), {"not valid UTF-8"});  // > U+10FFFF
-  expect_rejected(file_image("{\"\xe2\x82\":1}"), {"not valid UTF-8"});        // cut sequence
+  expect_rejected(file_image("{\"\xe2\x82\":1}"), {"not valid UTF-8"});          // cut sequence
   expect_rejected(file_image(R"({"a":})"), {"not valid JSON"});
   expect_rejected(file_image(R"({"a":1,})"), {"not valid JSON"});
   expect_rejected(file_image(R"({"a":1}{"b":2})"), {"not valid JSON"});
@@ -288,8 +310,10 @@ TEST(SafetensorsFormat, Entries) {
   expect_rejected(entry(R"({"dtype":"BOOL","shape":[1],"data_offsets":[0,1]})", "x"),
                   {"tensor 't'", "unsupported dtype 'BOOL'", "F32, F64, BF16, F16, I32, I64, U8"});
   expect_rejected(entry(R"({"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]})", "x"), {"'F8_E4M3'"});
-  expect_rejected(entry(R"({"dtype":7,"shape":[1],"data_offsets":[0,1]})", "x"), {"'dtype' must be a string"});
-  expect_rejected(entry(R"({"shape":[1],"data_offsets":[0,1]})", "x"), {"tensor 't'", "missing field 'dtype'"});
+  expect_rejected(entry(R"({"dtype":7,"shape":[1],"data_offsets":[0,1]})", "x"),
+                  {"'dtype' must be a string"});
+  expect_rejected(entry(R"({"shape":[1],"data_offsets":[0,1]})", "x"),
+                  {"tensor 't'", "missing field 'dtype'"});
   expect_rejected(entry(R"({"dtype":"U8","data_offsets":[0,1]})", "x"), {"missing field 'shape'"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[1]})", "x"), {"missing field 'data_offsets'"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0,1],"extra":1})", "x"),
@@ -299,12 +323,15 @@ TEST(SafetensorsFormat, Entries) {
   expect_rejected(entry(R"({"dtype":"U8","shape":["1"],"data_offsets":[0,1]})", "x"), {"shape[0]"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,1]})", "x"),
                   {"shape[0]", "[0, 2^63)"});
-  expect_rejected(entry(R"({"dtype":"U8","shape":1,"data_offsets":[0,1]})", "x"), {"'shape' must be an array"});
-  expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0]})", "x"), {"'data_offsets' must be [begin, end]"});
+  expect_rejected(entry(R"({"dtype":"U8","shape":1,"data_offsets":[0,1]})", "x"),
+                  {"'shape' must be an array"});
+  expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0]})", "x"),
+                  {"'data_offsets' must be [begin, end]"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0,1,2]})", "x"), {"'data_offsets'"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[-1,1]})", "x"), {"'data_offsets'"});
   expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[1,0]})", "x"), {"end before begin"});
-  expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0,2]})", "xx"), {"span 2 bytes", "needs 1"});
+  expect_rejected(entry(R"({"dtype":"U8","shape":[1],"data_offsets":[0,2]})", "xx"),
+                  {"span 2 bytes", "needs 1"});
   expect_rejected(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})", "xxxx"), {"needs 8"});
 }
 
@@ -314,12 +341,14 @@ TEST(SafetensorsFormat, NumelOverflow) {
   };
   expect_rejected(entry("U8", "[4294967296,4294967296]"), {"tensor 't'", "overflows"});
   expect_rejected(entry("U8", "[4611686018427387904,2]"), {"overflows"});  // 2^63: not an int64
-  expect_rejected(entry("U8", "[3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3]"),
-                  {"overflows"});
+  expect_rejected(
+      entry("U8", "[3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3,3]"),
+      {"overflows"});
   expect_rejected(entry("F64", "[2305843009213693952]"), {"byte size", "overflows"});  // 2^61 x 8 = 2^64
   // A product that wraps to exactly the declared byte length must not pass.
-  expect_rejected(file_image(R"({"t":{"dtype":"U8","shape":[4294967296,4294967296,1],"data_offsets":[0,0]}})"),
-                  {"overflows"});
+  expect_rejected(
+      file_image(R"({"t":{"dtype":"U8","shape":[4294967296,4294967296,1],"data_offsets":[0,0]}})"),
+      {"overflows"});
 }
 
 TEST(SafetensorsFormat, OffsetsContiguousFromZero) {
@@ -337,7 +366,8 @@ TEST(SafetensorsFormat, OffsetsContiguousFromZero) {
   expect_rejected(file_image("{}", "x"), {"1 trailing bytes"});
   // A zero-size tensor inside another tensor's bytes is an overlap too.
   expect_rejected(file_image(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                             R"("z":{"dtype":"U8","shape":[0],"data_offsets":[2,2]}})", "xxxx"),
+                             R"("z":{"dtype":"U8","shape":[0],"data_offsets":[2,2]}})",
+                             "xxxx"),
                   {"overlap", "'z'"});
 }
 
@@ -345,9 +375,12 @@ TEST(SafetensorsFormat, DuplicatesAndMetadata) {
   expect_rejected(file_image("{" + kA + "," + kA + "}", std::string(8, 'x')), {"duplicate tensor name 'a'"});
   expect_rejected(file_image(R"({"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"),
                   {"duplicate key 'dtype'", "'a'"});
-  expect_rejected(file_image(R"({"__metadata__":{"k":"v","k":"w"}})"), {"duplicate key 'k'", "'__metadata__'"});
-  expect_rejected(file_image(R"({"__metadata__":{},"__metadata__":{}})"), {"duplicate tensor name '__metadata__'"});
-  expect_rejected(file_image(R"({"__metadata__":{"k":1}})"), {"'__metadata__' value of 'k' must be a string"});
+  expect_rejected(file_image(R"({"__metadata__":{"k":"v","k":"w"}})"),
+                  {"duplicate key 'k'", "'__metadata__'"});
+  expect_rejected(file_image(R"({"__metadata__":{},"__metadata__":{}})"),
+                  {"duplicate tensor name '__metadata__'"});
+  expect_rejected(file_image(R"({"__metadata__":{"k":1}})"),
+                  {"'__metadata__' value of 'k' must be a string"});
   expect_rejected(file_image(R"({"__metadata__":["k"]})"), {"'__metadata__' must be an object"});
   ParsedSafetensors p = parse_safetensors(as_span(file_image(R"({"__metadata__":{"a":"1","b":""}})")), "ok");
   EXPECT_EQ(p.metadata, (Metadata{{"a", "1"}, {"b", ""}}));
@@ -355,7 +388,8 @@ TEST(SafetensorsFormat, DuplicatesAndMetadata) {
 
 TEST(SafetensorsFormat, OpenNamesThePath) {
   fs::path dir = titan::testing::temp_dir("st_open_errors");
-  expect_error([&] { SafetensorsFile::open(dir / "missing.safetensors"); }, {"missing.safetensors", "cannot open"});
+  expect_error([&] { SafetensorsFile::open(dir / "missing.safetensors"); },
+               {"missing.safetensors", "cannot open"});
   expect_error([&] { SafetensorsFile::open(dir); }, {"not a regular file"});
   write_bytes(dir / "empty.safetensors", "");
   expect_error([&] { SafetensorsFile::open(dir / "empty.safetensors"); }, {"empty.safetensors", "too short"});

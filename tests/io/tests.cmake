@@ -11,9 +11,11 @@ if(TITAN_FUZZ)
   if(TITAN_CLANGXX)
     set(_probe_dir ${CMAKE_BINARY_DIR}/fuzz_probe)
     file(WRITE ${_probe_dir}/probe.cpp
-      "#include <cstdint>\n#include <cstddef>\nextern \"C\" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n")
+      "#include <cstdint>\n#include <cstddef>\n"
+      "extern \"C\" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n")
     execute_process(
-      COMMAND ${TITAN_CLANGXX} -fsanitize=fuzzer,address,undefined ${_probe_dir}/probe.cpp -o ${_probe_dir}/probe
+      COMMAND ${TITAN_CLANGXX} -fsanitize=fuzzer,address,undefined ${_probe_dir}/probe.cpp
+              -o ${_probe_dir}/probe
       RESULT_VARIABLE _probe_rc OUTPUT_QUIET ERROR_QUIET)
     if(_probe_rc EQUAL 0)
       set(_fuzz_ok TRUE)
@@ -45,8 +47,11 @@ if(TITAN_FUZZ)
 
     # New corpus entries go to a scratch folder in the build tree; the committed seeds stay read-only.
     set(_corpus ${CMAKE_BINARY_DIR}/test_tmp/safetensors_fuzz_corpus)
-    add_test(NAME safetensors_header_fuzz
-      COMMAND sh -c "rm -rf '${_corpus}' && mkdir -p '${_corpus}' && exec '${_fuzzer}' -max_total_time=${TITAN_FUZZ_SECONDS} -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 -artifact_prefix='${_corpus}/' '${_corpus}' '${CMAKE_SOURCE_DIR}/tests/fixtures/io/fuzz_seeds'")
+    set(_fuzz_run "rm -rf '${_corpus}' && mkdir -p '${_corpus}' && exec '${_fuzzer}'")
+    string(APPEND _fuzz_run " -max_total_time=${TITAN_FUZZ_SECONDS} -rss_limit_mb=2048 -max_len=4096")
+    string(APPEND _fuzz_run " -print_final_stats=1 -artifact_prefix='${_corpus}/'")
+    string(APPEND _fuzz_run " '${_corpus}' '${CMAKE_SOURCE_DIR}/tests/fixtures/io/fuzz_seeds'")
+    add_test(NAME safetensors_header_fuzz COMMAND sh -c "${_fuzz_run}")
     set_tests_properties(safetensors_header_fuzz PROPERTIES TIMEOUT 300)
   else()
     message(STATUS "safetensors libFuzzer target skipped: no clang++ with -fsanitize=fuzzer "

@@ -1,12 +1,13 @@
 #include "titan/io/atomic_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "titan/core/check.h"
 
@@ -21,7 +22,9 @@ std::string temp_suffix() {
   return std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter.fetch_add(1));
 }
 
-std::string errno_str() { return std::strerror(errno); }
+std::string errno_str() {
+  return std::strerror(errno);
+}
 
 fs::path parent_or_dot(const fs::path& p) {
   fs::path parent = p.parent_path();
@@ -61,7 +64,10 @@ AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_), written_(o.written_),
+    : path_(std::move(o.path_)),
+      tmp_(std::move(o.tmp_)),
+      fd_(o.fd_),
+      written_(o.written_),
       committed_(o.committed_) {
   o.fd_ = -1;
   o.committed_ = true;  // the moved-from object owns nothing to clean up
@@ -79,8 +85,8 @@ void AtomicFile::write(const void* data, size_t n) {
     // Linux transfers at most ~2 GiB per call; larger requests come back short and loop.
     ssize_t k = ::write(fd_, p, n);
     if (k < 0 && errno == EINTR) continue;
-    TITAN_CHECK(k > 0, "write ", tmp_, " (for ", path_, ") failed after ", written_, " bytes: ",
-                k < 0 ? errno_str() : std::string("no progress"));
+    TITAN_CHECK(k > 0, "write ", tmp_, " (for ", path_, ") failed after ", written_,
+                " bytes: ", k < 0 ? errno_str() : std::string("no progress"));
     p += k;
     n -= size_t(k);
     written_ += uint64_t(k);
@@ -107,14 +113,15 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
 AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), replace_(replace) {
   if (path_.filename().empty()) path_ = path_.parent_path();  // "dir/" names "dir"
   TITAN_CHECK(!path_.filename().empty(), "AtomicDir: path ", path_, " has no directory name");
-  TITAN_CHECK(replace_ || !fs::exists(fs::symlink_status(path_)),
-              "output directory ", path_, " already exists (refusing to overwrite it)");
+  TITAN_CHECK(replace_ || !fs::exists(fs::symlink_status(path_)), "output directory ", path_,
+              " already exists (refusing to overwrite it)");
   fs::path parent = parent_or_dot(path_);
   std::error_code ec;
   fs::create_directories(parent, ec);
   TITAN_CHECK(!ec, "cannot create parent directory ", parent, ": ", ec.message());
   tmp_ = parent / ("." + path_.filename().string() + ".tmp-" + temp_suffix());
-  TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ", errno_str());
+  TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ",
+              errno_str());
 }
 
 AtomicDir::~AtomicDir() {
@@ -138,15 +145,18 @@ void AtomicDir::commit() {
   // Swap new and old in one step; the old content ends up under the temporary name.
   bool swapped = false;
 #ifdef RENAME_EXCHANGE
-  if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0) swapped = true;
-  else TITAN_CHECK(errno == EINVAL || errno == ENOSYS, "swap ", tmp_, " <-> ", path_, ": ", errno_str());
+  if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0)
+    swapped = true;
+  else
+    TITAN_CHECK(errno == EINVAL || errno == ENOSYS, "swap ", tmp_, " <-> ", path_, ": ", errno_str());
 #endif
   if (!swapped) {
     // No atomic exchange on this file system: move the old one aside first (a reader may briefly
     // find no directory, but never a mixed one).
     fs::path old = parent / ("." + path_.filename().string() + ".old-" + temp_suffix());
     TITAN_CHECK(::rename(path_.c_str(), old.c_str()) == 0, "rename ", path_, " -> ", old, ": ", errno_str());
-    TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ", errno_str());
+    TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ",
+                errno_str());
     tmp_ = old;
   }
   committed_ = true;

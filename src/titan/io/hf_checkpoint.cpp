@@ -2,11 +2,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <unordered_set>
-
-#include <nlohmann/json.hpp>
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
@@ -31,8 +30,10 @@ std::string read_text_file(const fs::path& p) {
 json parse_json_unique_keys(const std::string& text, const fs::path& origin) {
   std::vector<std::unordered_set<std::string>> keys;
   auto cb = [&](int, json::parse_event_t ev, json& parsed) -> bool {
-    if (ev == json::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == json::parse_event_t::object_end) keys.pop_back();
+    if (ev == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end)
+      keys.pop_back();
     else if (ev == json::parse_event_t::key) {
       std::string k = parsed.get<std::string>();
       TITAN_CHECK(keys.back().insert(k).second, origin, ": duplicate key '", k, "'");
@@ -68,12 +69,12 @@ HfCheckpoint HfCheckpoint::open(const fs::path& dir) {
   TITAN_CHECK(fs::is_directory(dir), "checkpoint directory ", dir, " does not exist or is not a directory");
   const fs::path single = dir / kHfSingleFile, index = dir / kHfIndexFile;
   const bool has_single = fs::exists(single), has_index = fs::exists(index);
-  TITAN_CHECK(has_single || has_index, "checkpoint directory ", dir, " holds neither ", kHfSingleFile, " nor ",
-              kHfIndexFile);
+  TITAN_CHECK(has_single || has_index, "checkpoint directory ", dir, " holds neither ", kHfSingleFile,
+              " nor ", kHfIndexFile);
   // transformers would silently prefer the single file; both present usually means a stale leftover,
   // and loading the wrong one is worse than asking.
-  TITAN_CHECK(!(has_single && has_index), "checkpoint directory ", dir, " holds both ", kHfSingleFile, " and ",
-              kHfIndexFile, ": ambiguous, remove the stale one");
+  TITAN_CHECK(!(has_single && has_index), "checkpoint directory ", dir, " holds both ", kHfSingleFile,
+              " and ", kHfIndexFile, ": ambiguous, remove the stale one");
 
   HfCheckpoint ck;
   ck.dir_ = dir;
@@ -98,9 +99,11 @@ HfCheckpoint HfCheckpoint::open(const fs::path& dir) {
     // total_size is informational: hub files exist where it counts tied or quantized storage
     // differently, so it is checked for type only, not against the shards.
     if (m.contains("total_size"))
-      TITAN_CHECK(m["total_size"].is_number_unsigned(), index, ": metadata.total_size must be a non-negative integer");
+      TITAN_CHECK(m["total_size"].is_number_unsigned(), index,
+                  ": metadata.total_size must be a non-negative integer");
   }
-  TITAN_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index, ": missing object 'weight_map'");
+  TITAN_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index,
+              ": missing object 'weight_map'");
   const json& wm = j["weight_map"];
 
   std::map<std::string, size_t> file_ids;  // shard name -> index in files_
@@ -112,8 +115,8 @@ HfCheckpoint HfCheckpoint::open(const fs::path& dir) {
     file_ids.emplace(f, 0);
   }
   for (auto& [name, id] : file_ids) {
-    TITAN_CHECK(fs::is_regular_file(dir / name), index, ": shard '", name, "' listed in weight_map does not exist in ",
-                dir);
+    TITAN_CHECK(fs::is_regular_file(dir / name), index, ": shard '", name,
+                "' listed in weight_map does not exist in ", dir);
     id = ck.files_.size();
     ck.files_.push_back(SafetensorsFile::open(dir / name));
   }
@@ -131,8 +134,8 @@ HfCheckpoint HfCheckpoint::open(const fs::path& dir) {
       auto it = wm.find(t.name);
       TITAN_CHECK(it != wm.end(), index, ": shard '", name, "' holds tensor '", t.name,
                   "', which weight_map does not list");
-      TITAN_CHECK(it->get_ref<const std::string&>() == name, index, ": tensor '", t.name, "' is in shard '", name,
-                  "' but weight_map maps it to '", it->get_ref<const std::string&>(), "'");
+      TITAN_CHECK(it->get_ref<const std::string&>() == name, index, ": tensor '", t.name, "' is in shard '",
+                  name, "' but weight_map maps it to '", it->get_ref<const std::string&>(), "'");
     }
   return ck;
 }
@@ -166,7 +169,8 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
   TITAN_CHECK(opt.max_shard_bytes > 0, "write_hf_checkpoint ", dir, ": max_shard_bytes must be positive");
   std::unordered_set<std::string_view> names;
   for (const TensorWrite& t : tensors)
-    TITAN_CHECK(names.insert(t.name).second, "write_hf_checkpoint ", dir, ": duplicate tensor name '", t.name, "'");
+    TITAN_CHECK(names.insert(t.name).second, "write_hf_checkpoint ", dir, ": duplicate tensor name '", t.name,
+                "'");
 
   // Shards in tensor order, as transformers does: close a shard before it would exceed the limit.
   std::vector<std::vector<TensorWrite>> shards;
@@ -212,7 +216,8 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
     write_file_atomic(out.temp_path() / kHfIndexFile, index.dump(2) + "\n");
   }
   for (const auto& [name, contents] : opt.extra_files) write_file_atomic(out.temp_path() / name, contents);
-  for (const fs::path& p : opt.copy_files) write_file_atomic(out.temp_path() / p.filename(), read_text_file(p));
+  for (const fs::path& p : opt.copy_files)
+    write_file_atomic(out.temp_path() / p.filename(), read_text_file(p));
   out.commit();
   return result;
 }

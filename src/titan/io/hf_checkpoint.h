@@ -57,10 +57,10 @@ struct HfWriteOptions {
   // A shard is closed before it would exceed this many bytes of tensor data; a larger tensor gets a
   // shard of its own. All tensors fit -> a single model.safetensors and no index.
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;
-  Metadata metadata;                                // added to every file's __metadata__
-  std::map<std::string, std::string> extra_files;   // name -> contents (config.json, ...)
-  std::vector<std::filesystem::path> copy_files;    // copied in by file name (tokenizer files, ...)
-  bool overwrite = false;                           // replace an existing directory (atomically)
+  Metadata metadata;                               // added to every file's __metadata__
+  std::map<std::string, std::string> extra_files;  // name -> contents (config.json, ...)
+  std::vector<std::filesystem::path> copy_files;   // copied in by file name (tokenizer files, ...)
+  bool overwrite = false;                          // replace an existing directory (atomically)
 };
 
 struct HfWriteResult {

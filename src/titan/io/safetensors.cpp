@@ -1,17 +1,17 @@
 #include "titan/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <limits>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <unordered_set>
-
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
@@ -33,19 +33,28 @@ size_t first_invalid_utf8(std::string_view s) {
   size_t n = s.size(), i = 0;
   while (i < n) {
     unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     size_t len;
     unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
       len = 3;
-      if (c == 0xE0) lo = 0xA0;          // overlong
-      else if (c == 0xED) hi = 0x9F;     // UTF-16 surrogates
+      if (c == 0xE0)
+        lo = 0xA0;  // overlong
+      else if (c == 0xED)
+        hi = 0x9F;  // UTF-16 surrogates
     } else if (c >= 0xF0 && c <= 0xF4) {
       len = 4;
-      if (c == 0xF0) lo = 0x90;          // overlong
-      else if (c == 0xF4) hi = 0x8F;     // above U+10FFFF
-    } else return i;
+      if (c == 0xF0)
+        lo = 0x90;  // overlong
+      else if (c == 0xF4)
+        hi = 0x8F;  // above U+10FFFF
+    } else
+      return i;
     if (i + len > n) return i;
     if (p[i + 1] < lo || p[i + 1] > hi) return i;
     for (size_t k = 2; k < len; ++k)
@@ -71,8 +80,9 @@ json parse_header_json(std::string_view text, std::string_view origin) {
     switch (ev) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        TITAN_CHECK(++depth <= 3, "safetensors file '", origin,
-                    "': header JSON nests deeper than the format allows (root object -> tensor entry -> shape)");
+        TITAN_CHECK(
+            ++depth <= 3, "safetensors file '", origin,
+            "': header JSON nests deeper than the format allows (root object -> tensor entry -> shape)");
         if (ev == json::parse_event_t::object_start) {
           keys.emplace_back();
           last_key.emplace_back();
@@ -149,22 +159,28 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_siz
     TITAN_CHECK(as_uint(sh[i], uint64_t(std::numeric_limits<int64_t>::max()), &d), where, ": shape[", i,
                 "] = ", sh[i].dump(), " is not an integer in [0, 2^63)");
     t.shape.push_back(int64_t(d));
-    if (d == 0) { has_zero = true; continue; }
-    TITAN_CHECK(!__builtin_mul_overflow(prod, d, &prod) && prod <= uint64_t(std::numeric_limits<int64_t>::max()),
-                where, ": number of elements of shape ", sh.dump(), " overflows 64 bits");
+    if (d == 0) {
+      has_zero = true;
+      continue;
+    }
+    TITAN_CHECK(
+        !__builtin_mul_overflow(prod, d, &prod) && prod <= uint64_t(std::numeric_limits<int64_t>::max()),
+        where, ": number of elements of shape ", sh.dump(), " overflows 64 bits");
   }
   uint64_t numel = has_zero ? 0 : prod;
   uint64_t nbytes;
-  TITAN_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &nbytes), where, ": byte size of shape ",
-              sh.dump(), " x ", dts, " overflows 64 bits");
+  TITAN_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &nbytes), where,
+              ": byte size of shape ", sh.dump(), " x ", dts, " overflows 64 bits");
 
   const json& off = e["data_offsets"];
   uint64_t b = 0, en = 0;
-  TITAN_CHECK(off.is_array() && off.size() == 2 && as_uint(off[0], UINT64_MAX, &b) && as_uint(off[1], UINT64_MAX, &en),
-              where, ": field 'data_offsets' must be [begin, end] with non-negative integers, got ", off.dump());
+  TITAN_CHECK(off.is_array() && off.size() == 2 && as_uint(off[0], UINT64_MAX, &b) &&
+                  as_uint(off[1], UINT64_MAX, &en),
+              where, ": field 'data_offsets' must be [begin, end] with non-negative integers, got ",
+              off.dump());
   TITAN_CHECK(en >= b, where, ": data_offsets ", off.dump(), " end before begin");
-  TITAN_CHECK(en <= data_size, where, ": data_offsets ", off.dump(), " run past the end of the data section (",
-              data_size, " bytes; truncated file?)");
+  TITAN_CHECK(en <= data_size, where, ": data_offsets ", off.dump(),
+              " run past the end of the data section (", data_size, " bytes; truncated file?)");
   TITAN_CHECK(en - b == nbytes, where, ": data_offsets ", off.dump(), " span ", en - b, " bytes but shape ",
               sh.dump(), " x ", dts, " needs ", nbytes);
   t.offset_begin = size_t(b);
@@ -187,13 +203,14 @@ ParsedSafetensors parse_safetensors(std::span<const std::byte> file, std::string
               " bytes, too short to hold the 8-byte header length");
   const uint64_t n = read_le64(file.data());
   TITAN_CHECK(n <= kMaxSafetensorsHeaderBytes, "safetensors file '", origin, "': header length ", n,
-              " exceeds the limit of ", kMaxSafetensorsHeaderBytes, " bytes (corrupt or not a safetensors file)");
-  TITAN_CHECK(n <= size - 8, "safetensors file '", origin, "': header length ", n, " runs past the end of the ",
-              size, "-byte file (truncated?)");
+              " exceeds the limit of ", kMaxSafetensorsHeaderBytes,
+              " bytes (corrupt or not a safetensors file)");
+  TITAN_CHECK(n <= size - 8, "safetensors file '", origin, "': header length ", n,
+              " runs past the end of the ", size, "-byte file (truncated?)");
   std::string_view header(reinterpret_cast<const char*>(file.data()) + 8, n);
   size_t bad = first_invalid_utf8(header);
-  TITAN_CHECK(bad == std::string_view::npos, "safetensors file '", origin, "': header is not valid UTF-8 (byte ",
-              bad, " of the header)");
+  TITAN_CHECK(bad == std::string_view::npos, "safetensors file '", origin,
+              "': header is not valid UTF-8 (byte ", bad, " of the header)");
   // The format allows trailing padding with spaces (0x20) and nothing else after the object.
   std::string_view text = header.substr(0, header.find_last_not_of(' ') + 1);
   TITAN_CHECK(!text.empty() && text.front() == '{' && text.back() == '}', "safetensors file '", origin,
@@ -206,8 +223,8 @@ ParsedSafetensors parse_safetensors(std::span<const std::byte> file, std::string
   out.header_bytes = n;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
-      TITAN_CHECK(it->is_object(), "safetensors file '", origin, "': '__metadata__' must be an object of strings, got ",
-                  it->type_name());
+      TITAN_CHECK(it->is_object(), "safetensors file '", origin,
+                  "': '__metadata__' must be an object of strings, got ", it->type_name());
       for (auto m = it->begin(); m != it->end(); ++m) {
         TITAN_CHECK(m->is_string(), "safetensors file '", origin, "': '__metadata__' value of '", m.key(),
                     "' must be a string, got ", m->type_name());
@@ -228,11 +245,12 @@ ParsedSafetensors parse_safetensors(std::span<const std::byte> file, std::string
   size_t expect = 0;
   const TensorInfo* prev = nullptr;
   for (const TensorInfo& t : out.tensors) {
-    TITAN_CHECK(t.offset_begin >= expect, "safetensors file '", origin, "': tensor '", t.name, "' data_offsets [",
-                t.offset_begin, ", ", t.offset_end, "] overlap tensor '", prev ? prev->name : "", "' [",
-                prev ? prev->offset_begin : 0, ", ", expect, "]");
-    TITAN_CHECK(t.offset_begin == expect, "safetensors file '", origin, "': hole in the data section: bytes [",
-                expect, ", ", t.offset_begin, ") before tensor '", t.name, "' belong to no tensor");
+    TITAN_CHECK(t.offset_begin >= expect, "safetensors file '", origin, "': tensor '", t.name,
+                "' data_offsets [", t.offset_begin, ", ", t.offset_end, "] overlap tensor '",
+                prev ? prev->name : "", "' [", prev ? prev->offset_begin : 0, ", ", expect, "]");
+    TITAN_CHECK(t.offset_begin == expect, "safetensors file '", origin,
+                "': hole in the data section: bytes [", expect, ", ", t.offset_begin, ") before tensor '",
+                t.name, "' belong to no tensor");
     expect = t.offset_end;
     prev = &t;
   }
@@ -259,9 +277,11 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     void* addr = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     ::close(fd);
-    TITAN_CHECK(addr != MAP_FAILED, "cannot mmap safetensors file '", path.string(), "': ", std::strerror(err));
+    TITAN_CHECK(addr != MAP_FAILED, "cannot mmap safetensors file '", path.string(),
+                "': ", std::strerror(err));
     size_t len = f.size_;
-    f.mapping_ = std::shared_ptr<const void>(addr, [len](const void* p) { ::munmap(const_cast<void*>(p), len); });
+    f.mapping_ =
+        std::shared_ptr<const void>(addr, [len](const void* p) { ::munmap(const_cast<void*>(p), len); });
     base = static_cast<const std::byte*>(addr);
   } else {
     ::close(fd);
@@ -296,8 +316,8 @@ uint64_t tensor_write_bytes(const TensorWrite& t) {
                 t.name, "': number of elements overflows");
   }
   uint64_t bytes;
-  TITAN_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &bytes), "write_safetensors: tensor '",
-              t.name, "': byte size overflows");
+  TITAN_CHECK(!__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &bytes),
+              "write_safetensors: tensor '", t.name, "': byte size overflows");
   return bytes;
 }
 
@@ -328,7 +348,8 @@ void convert_chunk(const std::byte* src, DType from, std::byte* dst, DType to, s
 
 }  // namespace
 
-uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> tensors, const Metadata& metadata) {
+uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> tensors,
+                           const Metadata& metadata) {
   // The header is built as text rather than through an ordered_json DOM, whose key lookup is linear
   // (quadratic for checkpoints with tens of thousands of tensors); json::dump() does the escaping.
   Metadata meta = metadata;
@@ -344,8 +365,10 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
     std::unordered_set<std::string_view> names;
     uint64_t off = 0;
     for (const TensorWrite& t : tensors) {
-      TITAN_CHECK(t.name != "__metadata__", "write_safetensors ", path, ": '__metadata__' is not a tensor name");
-      TITAN_CHECK(names.insert(t.name).second, "write_safetensors ", path, ": duplicate tensor name '", t.name, "'");
+      TITAN_CHECK(t.name != "__metadata__", "write_safetensors ", path,
+                  ": '__metadata__' is not a tensor name");
+      TITAN_CHECK(names.insert(t.name).second, "write_safetensors ", path, ": duplicate tensor name '",
+                  t.name, "'");
       uint64_t bytes = tensor_write_bytes(t);
       DType src = t.source_dtype.value_or(t.dtype);
       TITAN_CHECK(conversion_supported(src, t.dtype), "write_safetensors ", path, ": tensor '", t.name,

@@ -26,6 +26,7 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/lr_schedule.h"
 #include "titan/train/metrics.h"
+#include "titan/train/native_model.h"
 
 namespace titan::train {
 
@@ -245,9 +246,9 @@ TrainSummary run_training(const JobConfig& cfg) {
   if (resume_step) {
     auto t0 = Clock::now();
     LoadedCheckpoint c = ckpt.load(*resume_step);
+    restore_model_tensors(c.model, model);
     for (size_t b = 0; b < model.blocks().size(); ++b)
       for (auto& p : model.blocks()[b].params()) {
-        restore_tensor(c.model, p.name, p.shape, p.value.data<float>());
         restore_tensor(c.optimizer, "exp_avg." + p.name, p.shape, opt.exp_avg[b].data<float>() + p.offset);
         restore_tensor(c.optimizer, "exp_avg_sq." + p.name, p.shape, opt.exp_avg_sq[b].data<float>() + p.offset);
       }
@@ -273,8 +274,7 @@ TrainSummary run_training(const JobConfig& cfg) {
     say("loaded Hugging Face weights from %s in %.1f s", initial_hf.string().c_str(), seconds_since(t0));
   } else if (!cfg.checkpoint.initial_load_path.empty()) {
     LoadedCheckpoint c = load_checkpoint_dir(cfg.checkpoint.initial_load_path, rank);
-    for (auto& b : model.blocks())
-      for (auto& p : b.params()) restore_tensor(c.model, p.name, p.shape, p.value.data<float>());
+    restore_model_tensors(c.model, model);
     say("loaded native weights from %s (step %ld); optimizer and step start fresh", c.dir.string().c_str(),
         long(c.step));
   } else {
