@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libdnnl-dev libopenblas-dev nlohmann-json3-dev libtomlplusplus-dev libpcre2-dev libicu-dev
   libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   python3 python3-torch python3-numpy
 )
 missing=()

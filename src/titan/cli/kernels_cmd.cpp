@@ -1,11 +1,12 @@
-// titan kernels list : every op with its registered devices, dtypes and variants.
-#include <algorithm>
+// titan kernels list   : every op with its registered devices, dtypes and variants.
+// titan kernels parity : every non-reference variant against the reference (docs/kernels.md).
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
+#include "titan/core/check.h"
+#include "titan/kernels/parity.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::cli {
@@ -37,6 +38,54 @@ int kernels_list() {
   return 0;
 }
 
+std::string shapes_help() {
+  std::string h = "shapes per op, e.g. 'linear=7x33x19,64x64x64;rope=1x9x3x8' (dims:";
+  for (auto& op : kernels::parity_ops()) h += " " + op + " " + kernels::parity_shape_dims(op) + ";";
+  h.back() = ')';
+  return h;
+}
+
+int kernels_parity(int argc, char** argv) {
+  ArgParser p("kernels parity",
+              "Runs every registered non-reference CPU variant against the reference on seeded random inputs,\n"
+              "forward and backward; prints max abs / max rel difference per op, variant, dtype and shape and\n"
+              "exits 1 when any exceeds the op's tolerance (docs/kernels.md).");
+  p.option("op", "only this op (default: every op)")
+      .option("dtype", "f32, bf16 or f64 (default: all three)")
+      .option("shapes", shapes_help())
+      .option("seed", "seed of the random inputs", "1");
+  if (!p.parse(argc, argv)) return 0;
+  kernels::ParityOptions o;
+  if (auto op = p.get_optional("op")) o.op = *op;
+  if (auto dt = p.get_optional("dtype")) {
+    DType d = dtype_from_name(*dt);
+    TITAN_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F64, "titan kernels parity: --dtype ", *dt,
+                ": expected f32, bf16 or f64");
+    o.dtypes = {d};
+  }
+  if (auto sh = p.get_optional("shapes")) o.shapes = kernels::parse_parity_shapes(*sh);
+  const std::string seed = p.get("seed");
+  size_t used = 0;
+  try {
+    o.seed = std::stoull(seed, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TITAN_CHECK(!seed.empty() && used == seed.size(), "titan kernels parity: --seed ", seed,
+              ": expected a non-negative integer");
+
+  int passed = 0, failed = 0, skipped = 0;
+  kernels::run_parity(o, [&](const kernels::ParityResult& r) {
+    std::printf("%s\n", kernels::format_parity_result(r).c_str());
+    std::fflush(stdout);
+    passed += r.status == kernels::ParityStatus::Pass;
+    failed += r.status == kernels::ParityStatus::Fail;
+    skipped += r.status == kernels::ParityStatus::Skipped;
+  });
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
+
 int kernels_main(int argc, char** argv) {
   std::string sub = argc >= 2 ? argv[1] : "";
   if (sub == "list") {
@@ -44,11 +93,14 @@ int kernels_main(int argc, char** argv) {
     if (!p.parse(argc - 1, argv + 1)) return 0;
     return kernels_list();
   }
-  std::fprintf(stderr, "usage: titan kernels list\n");
+  if (sub == "parity") return kernels_parity(argc - 1, argv + 1);
+  std::fprintf(stderr, "usage: titan kernels list | titan kernels parity [--op NAME] [--dtype f32|bf16|f64] "
+                       "[--shapes SPEC] [--seed N]\n");
   return sub == "--help" || sub == "-h" ? 0 : 2;
 }
 
-TITAN_COMMAND("kernels", "list the registered kernels (op, device, dtype, variant)", kernels_main);
+TITAN_COMMAND("kernels", "list the registered kernels; check every variant against the reference (parity)",
+              kernels_main);
 
 }  // namespace
 }  // namespace titan::cli

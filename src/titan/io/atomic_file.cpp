@@ -22,6 +22,13 @@ std::string temp_suffix() {
   return std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter.fetch_add(1));
 }
 
+// ".<name><tag><pid>-<n>": hidden, unique per process and call, beside the destination.
+std::string hidden_name(const fs::path& p, std::string_view tag) {
+  std::string s = ".";
+  s.append(p.filename().string()).append(tag).append(temp_suffix());
+  return s;
+}
+
 std::string errno_str() {
   return std::strerror(errno);
 }
@@ -58,7 +65,7 @@ void fsync_dir(const fs::path& dir) {
 
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
   TITAN_CHECK(!path_.filename().empty(), "AtomicFile: path ", path_, " has no file name");
-  tmp_ = parent_or_dot(path_) / ("." + path_.filename().string() + ".tmp-" + temp_suffix());
+  tmp_ = parent_or_dot(path_) / hidden_name(path_, ".tmp-");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   TITAN_CHECK(fd_ >= 0, "cannot create ", tmp_, " (temporary for ", path_, "): ", errno_str());
 }
@@ -119,7 +126,7 @@ AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), repl
   std::error_code ec;
   fs::create_directories(parent, ec);
   TITAN_CHECK(!ec, "cannot create parent directory ", parent, ": ", ec.message());
-  tmp_ = parent / ("." + path_.filename().string() + ".tmp-" + temp_suffix());
+  tmp_ = parent / hidden_name(path_, ".tmp-");
   TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ",
               errno_str());
 }
@@ -153,7 +160,7 @@ void AtomicDir::commit() {
   if (!swapped) {
     // No atomic exchange on this file system: move the old one aside first (a reader may briefly
     // find no directory, but never a mixed one).
-    fs::path old = parent / ("." + path_.filename().string() + ".old-" + temp_suffix());
+    fs::path old = parent / hidden_name(path_, ".old-");
     TITAN_CHECK(::rename(path_.c_str(), old.c_str()) == 0, "rename ", path_, " -> ", old, ": ", errno_str());
     TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ",
                 errno_str());

@@ -31,6 +31,7 @@ struct ParityResult {
   DType dtype = DType::F32;
   std::string shape;  // "M=7 N=33 K=19"
   ParityStatus status = ParityStatus::Fail;
+  bool compared = false;            // the numbers below were measured (false: skipped or an error)
   double max_abs = 0, max_rel = 0;  // over every output and gradient
   double atol = 0, rtol = 0;        // the tolerance applied (atol after its per-op scaling)
   // Fail: the worst element ("dw[12]: 0.5 vs 0.49") or the error raised; Skipped: why the

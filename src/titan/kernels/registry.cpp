@@ -11,11 +11,6 @@ std::vector<KernelEntry>& registry() {
   static std::vector<KernelEntry> entries;
   return entries;
 }
-std::vector<Substitution>& rules() {
-  static std::vector<Substitution> r;
-  return r;
-}
-thread_local std::string t_module;
 thread_local std::vector<std::pair<std::string, std::string>> t_forced;  // (op, variant)
 }  // namespace
 
@@ -69,10 +64,11 @@ const KernelEntry& find_kernel(const std::string& op, Device device, DType dtype
 std::string select_variant(const std::string& op, Device device, DType dtype) {
   for (auto& [o, v] : t_forced)
     if (o == op) return v;
-  if (!t_module.empty()) {
+  if (const std::string& module = current_module(); !module.empty()) {
     // Last matching rule wins, so later, more specific config lines override earlier ones.
-    for (auto it = rules().rbegin(); it != rules().rend(); ++it)
-      if (it->op == op && glob_match(it->modules, t_module) && has_kernel(op, device, dtype, it->variant))
+    const auto& rules = substitutions();
+    for (auto it = rules.rbegin(); it != rules.rend(); ++it)
+      if (it->op == op && glob_match(it->modules, module) && has_kernel(op, device, dtype, it->variant))
         return it->variant;
   }
   for (auto& e : registry())
@@ -81,68 +77,5 @@ std::string select_variant(const std::string& op, Device device, DType dtype) {
       return "default";
   return "reference";
 }
-
-// ---------------------------------------------------------------- substitutions
-
-void set_substitutions(std::vector<Substitution> r) {
-  for (auto& s : r) {
-    bool op_known = false, variant_known = false;
-    for (auto& e : registry()) {
-      op_known |= e.op == s.op;
-      variant_known |= e.op == s.op && e.variant == s.variant;
-    }
-    TITAN_CHECK(op_known, "kernels: unknown op '", s.op, "' in substitution (see `titan kernels list`)");
-    TITAN_CHECK(variant_known, "kernels: op '", s.op, "' has no variant '", s.variant,
-                "' (see `titan kernels list`)");
-  }
-  rules() = std::move(r);
-}
-
-const std::vector<Substitution>& substitutions() { return rules(); }
-
-bool glob_match(const std::string& p, const std::string& s) {
-  size_t pi = 0, si = 0, star_p = std::string::npos, star_s = 0;
-  while (si < s.size()) {
-    if (pi < p.size() && p[pi] == '[') {
-      size_t close = p.find(']', pi);
-      TITAN_CHECK(close != std::string::npos, "glob '", p, "': unterminated '['");
-      bool match = false;
-      for (size_t k = pi + 1; k < close; ++k) {
-        if (k + 2 < close && p[k + 1] == '-') {
-          match |= s[si] >= p[k] && s[si] <= p[k + 2];
-          k += 2;
-        } else {
-          match |= s[si] == p[k];
-        }
-      }
-      if (match) {
-        pi = close + 1;
-        ++si;
-        continue;
-      }
-    } else if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
-      ++pi;
-      ++si;
-      continue;
-    } else if (pi < p.size() && p[pi] == '*') {
-      star_p = pi++;
-      star_s = si;
-      continue;
-    }
-    if (star_p == std::string::npos) return false;
-    pi = star_p + 1;
-    si = ++star_s;
-  }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
-}
-
-const std::string& current_module() { return t_module; }
-
-ModuleScope::ModuleScope(std::string name) : prev_(t_module) {
-  t_module = t_module.empty() ? std::move(name) : t_module + "." + name;
-}
-
-ModuleScope::~ModuleScope() { t_module = prev_; }
 
 }  // namespace titan::kernels

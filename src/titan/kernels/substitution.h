@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/device.h"
+#include "titan/core/dtype.h"
+
 namespace titan::kernels {
 
 struct Substitution {
@@ -15,9 +18,20 @@ struct Substitution {
   std::string modules;  // glob over module names: '*' any run, '?' one char, [0-3] / [abc] classes
 };
 
-// Installs the rules process-wide (replaces earlier ones). Unknown ops or variants are errors.
+// Installs the rules process-wide (replaces earlier ones). Unknown ops or variants are errors
+// naming the op and listing what is registered.
 void set_substitutions(std::vector<Substitution> rules);
 const std::vector<Substitution>& substitutions();
+
+// Checks rules against a model before any compute; installs nothing. Every rule's op and variant
+// must be registered, the variant must have a kernel for (device, dtype) and be available on this
+// machine, and its modules pattern must match at least one of module_names. Throws titan::Error
+// naming the rule ("kernels.rope: ...") otherwise. Returns the start-up log: one line per
+// (module, op) a rule applies to, with the variant that wins there (the last matching rule), e.g.
+//   "kernels: layers.0.attention        rope -> gather_free"
+std::vector<std::string> plan_substitutions(const std::vector<Substitution>& rules,
+                                            const std::vector<std::string>& module_names, Device device,
+                                            DType dtype);
 
 // fnmatch-style glob where '*' also matches '.', so "layers.*.moe" matches "layers.12.moe".
 bool glob_match(const std::string& pattern, const std::string& name);

@@ -103,22 +103,10 @@ std::vector<std::string> module_names(const qwen3::ModelArgs& a) {
 
 void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType dtype) {
   if (c.kernels.empty()) return;
+  // Everything is checked before anything is logged or installed.
+  for (auto& line : kernels::plan_substitutions(c.kernels, module_names(a), Device::CPU, dtype))
+    say("%s", line.c_str());
   kernels::set_substitutions(c.kernels);
-  auto names = module_names(a);
-  for (auto& s : c.kernels) {
-    const auto& entry = kernels::find_kernel(s.op, Device::CPU, dtype, s.variant);  // errors if missing for dtype
-    if (entry.available) {
-      std::string why = entry.available();
-      TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
-    }
-    int matched = 0;
-    for (auto& n : names)
-      if (kernels::glob_match(s.modules, n)) {
-        say("kernels: %-24s %s -> %s", n.c_str(), s.op.c_str(), s.variant.c_str());
-        ++matched;
-      }
-    TITAN_CHECK(matched > 0, "kernels.", s.op, ": modules pattern '", s.modules, "' matches no module of this model");
-  }
 }
 
 struct OptimizerState {

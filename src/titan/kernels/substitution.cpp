@@ -1,0 +1,132 @@
+#include "titan/kernels/substitution.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::kernels {
+
+namespace {
+
+std::vector<Substitution>& rules() {
+  static std::vector<Substitution> r;
+  return r;
+}
+thread_local std::string t_module;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// The op and variant must be registered (on some device and dtype).
+void check_known(const Substitution& s) {
+  std::vector<std::string> ops, variants;
+  for (auto& e : all_kernels()) {
+    if (std::find(ops.begin(), ops.end(), e.op) == ops.end()) ops.push_back(e.op);
+    if (e.op == s.op && std::find(variants.begin(), variants.end(), e.variant) == variants.end())
+      variants.push_back(e.variant);
+  }
+  std::sort(ops.begin(), ops.end());
+  TITAN_CHECK(!variants.empty(), "kernels.", s.op, ": unknown op '", s.op, "' (ops: ", join(ops),
+              "; see `titan kernels list`)");
+  TITAN_CHECK(std::find(variants.begin(), variants.end(), s.variant) != variants.end(), "kernels.", s.op,
+              ": op '", s.op, "' has no variant '", s.variant, "' (variants: ", join(variants),
+              "; see `titan kernels list`)");
+}
+
+}  // namespace
+
+void set_substitutions(std::vector<Substitution> r) {
+  for (auto& s : r) check_known(s);
+  rules() = std::move(r);
+}
+
+const std::vector<Substitution>& substitutions() { return rules(); }
+
+std::vector<std::string> plan_substitutions(const std::vector<Substitution>& plan,
+                                            const std::vector<std::string>& module_names, Device device,
+                                            DType dtype) {
+  std::vector<std::string> ops;  // in order of first mention
+  for (auto& s : plan) {
+    check_known(s);
+    TITAN_CHECK(has_kernel(s.op, device, dtype, s.variant), "kernels.", s.op, ": variant '", s.variant,
+                "' has no ", device_name(device), "/", dtype_name(dtype), " kernel, and this run computes in ",
+                dtype_name(dtype), " (see `titan kernels list`)");
+    const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
+    const std::string why = e.available ? e.available() : std::string();
+    TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
+    bool matched = false;
+    for (auto& n : module_names) matched = matched || glob_match(s.modules, n);
+    TITAN_CHECK(matched, "kernels.", s.op, ": modules pattern '", s.modules,
+                "' matches no module of this model (modules look like: ",
+                join(std::vector<std::string>(module_names.begin(),
+                                              module_names.begin() + long(std::min<size_t>(module_names.size(), 6)))),
+                ", ...)");
+    if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
+  }
+  std::vector<std::string> lines;
+  for (auto& n : module_names)
+    for (auto& op : ops) {
+      // As select_variant: the last matching rule wins.
+      const Substitution* win = nullptr;
+      for (auto& s : plan)
+        if (s.op == op && glob_match(s.modules, n)) win = &s;
+      if (!win) continue;
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "kernels: %-24s %s -> %s", n.c_str(), op.c_str(), win->variant.c_str());
+      lines.push_back(buf);
+    }
+  return lines;
+}
+
+// fnmatch-style matching with backtracking to the last '*'.
+bool glob_match(const std::string& p, const std::string& s) {
+  size_t pi = 0, si = 0, star_p = std::string::npos, star_s = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && p[pi] == '[') {
+      size_t close = p.find(']', pi);
+      TITAN_CHECK(close != std::string::npos, "glob '", p, "': unterminated '['");
+      bool match = false;
+      for (size_t k = pi + 1; k < close; ++k) {
+        if (k + 2 < close && p[k + 1] == '-') {
+          match |= s[si] >= p[k] && s[si] <= p[k + 2];
+          k += 2;
+        } else {
+          match |= s[si] == p[k];
+        }
+      }
+      if (match) {
+        pi = close + 1;
+        ++si;
+        continue;
+      }
+    } else if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi;
+      ++si;
+      continue;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star_p = pi++;
+      star_s = si;
+      continue;
+    }
+    if (star_p == std::string::npos) return false;
+    pi = star_p + 1;
+    si = ++star_s;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+const std::string& current_module() { return t_module; }
+
+ModuleScope::ModuleScope(std::string name) : prev_(t_module) {
+  t_module = t_module.empty() ? std::move(name) : t_module + "." + name;
+}
+
+ModuleScope::~ModuleScope() { t_module = prev_; }
+
+}  // namespace titan::kernels

@@ -1,0 +1,164 @@
+// The parity harness itself: it must catch a wrong forward, a wrong gradient, report unavailable
+// variants as skipped, fail variants it cannot drive, and parse --shapes strictly. The broken
+// variants below exist only in this test program.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_util.h"
+#include "titan/core/check.h"
+#include "titan/kernels/parity.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan::kernels {
+namespace {
+
+const ops::SwigluKernel& ref() {
+  return kernel_for<ops::SwigluKernel>("swiglu", Device::CPU, DType::F32, "reference");
+}
+
+// Output element 0 off by 1e-3 (far above swiglu's f32 tolerance of 1e-6 + 2e-6 |y|).
+void fwd_off(int64_t n, const void* g, const void* u, void* out) {
+  ref().forward(n, g, u, out);
+  static_cast<float*>(out)[n - 1] += 1e-3f;
+}
+// Correct forward, dup off by 1e-2 in its last element.
+void bwd_off(int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
+  ref().backward(n, g, u, dy, dg, du);
+  if (du) static_cast<float*>(du)[n - 1] += 1e-2f;
+}
+void fwd_ref(int64_t n, const void* g, const void* u, void* out) { ref().forward(n, g, u, out); }
+void bwd_ref(int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
+  ref().backward(n, g, u, dy, dg, du);
+}
+
+TITAN_REGISTER_KERNEL(swiglu_test_fwd, {"swiglu", Device::CPU, DType::F32, "test_bad_forward", "test",
+                                        ops::SwigluKernel{fwd_off, bwd_ref}, {}});
+TITAN_REGISTER_KERNEL(swiglu_test_bwd, {"swiglu", Device::CPU, DType::F32, "test_bad_backward", "test",
+                                        ops::SwigluKernel{fwd_ref, bwd_off}, {}});
+TITAN_REGISTER_KERNEL(swiglu_test_unavailable,
+                      {"swiglu", Device::CPU, DType::F32, "test_unavailable", "test",
+                       ops::SwigluKernel{fwd_ref, bwd_ref}, [] { return std::string("needs a test ISA"); }});
+TITAN_REGISTER_KERNEL(undriven_test_op, {"test_undriven_op", Device::CPU, DType::F32, "fast", "test",
+                                         ops::SwigluKernel{fwd_ref, bwd_ref}, {}});
+
+ParityResult only(const std::vector<ParityResult>& rs, const std::string& variant) {
+  const ParityResult* found = nullptr;
+  for (auto& r : rs)
+    if (r.variant == variant) {
+      EXPECT_EQ(found, nullptr) << "one shape was asked for";
+      found = &r;
+    }
+  EXPECT_NE(found, nullptr) << variant;
+  return found ? *found : ParityResult{};
+}
+
+std::vector<ParityResult> swiglu_f32(int64_t n) {
+  ParityOptions o;
+  o.op = "swiglu";
+  o.dtypes = {DType::F32};
+  o.shapes = {{"swiglu", {{n}}}};
+  return run_parity(o);
+}
+
+TEST(ParityHarness, CatchesWrongForwardAndNamesTheElement) {
+  ParityResult r = only(swiglu_f32(37), "test_bad_forward");
+  EXPECT_EQ(r.status, ParityStatus::Fail);
+  EXPECT_TRUE(r.compared);
+  EXPECT_NEAR(r.max_abs, 1e-3, 1e-4);
+  EXPECT_NE(r.note.find("y[36]"), std::string::npos) << r.note;
+  EXPECT_NE(format_parity_result(r).find("FAIL"), std::string::npos);
+}
+
+TEST(ParityHarness, CatchesWrongParameterGradient) {
+  ParityResult r = only(swiglu_f32(37), "test_bad_backward");
+  EXPECT_EQ(r.status, ParityStatus::Fail);
+  EXPECT_NE(r.note.find("dup[36]"), std::string::npos) << r.note;
+  EXPECT_NEAR(r.max_abs, 1e-2, 1e-3);
+}
+
+TEST(ParityHarness, ReportsUnavailableVariantAsSkippedWithReason) {
+  ParityResult r = only(swiglu_f32(5), "test_unavailable");
+  EXPECT_EQ(r.status, ParityStatus::Skipped);
+  EXPECT_EQ(r.note, "needs a test ISA");
+  EXPECT_NE(format_parity_result(r).find("SKIPPED"), std::string::npos);
+  EXPECT_NE(format_parity_result(r).find("needs a test ISA"), std::string::npos);
+}
+
+TEST(ParityHarness, RealVariantsStillPassBesideBrokenOnes) {
+  int real = 0;
+  for (auto& r : swiglu_f32(1031))
+    if (r.variant.rfind("test_", 0) != 0) {
+      EXPECT_EQ(r.status, ParityStatus::Pass) << format_parity_result(r);
+      ++real;
+    }
+  EXPECT_GE(real, 1);
+}
+
+TEST(ParityHarness, VariantWithoutDriverFails) {
+  ParityOptions o;
+  o.op = "test_undriven_op";
+  auto rs = run_parity(o);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].status, ParityStatus::Fail);
+  EXPECT_NE(rs[0].note.find("no parity driver"), std::string::npos) << rs[0].note;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParityHarness, ParsesShapes) {
+  auto s = parse_parity_shapes("linear=7x33x19,64x64x64;rope=1x9x3x8;linear_cross_entropy=4x10x3");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s["linear"], (std::vector<std::vector<int64_t>>{{7, 33, 19}, {64, 64, 64}}));
+  EXPECT_EQ(s["rope"], (std::vector<std::vector<int64_t>>{{1, 9, 3, 8}}));
+  EXPECT_EQ(s["linear_cross_entropy"], (std::vector<std::vector<int64_t>>{{4, 10, 3}}));  // chunk optional
+  EXPECT_EQ(parity_shape_dims("linear"), "MxNxK");
+  EXPECT_EQ(parity_shape_dims("linear_cross_entropy"), "NxVxDx[chunk]");
+
+  EXPECT_NE(error_of([] { parse_parity_shapes("lnear=1x2x3"); }).find("unknown op 'lnear'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("linear=1x2"); }).find("needs 3 dimensions MxNxK"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("linear=1xAx3"); }).find("not a list of integers"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("linear"); }).find("op=AxBxC"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("rope=1x2x3x5"); }).find("D must be even"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("attention=1x4x3x2x8"); }).find("multiple of Hkv"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("router_topk=4x2x3"); }).find("k must be <= E"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("swiglu=0"); }).find(">= 1"), std::string::npos);
+  ParityOptions o;
+  o.op = "nope";
+  EXPECT_NE(error_of([&] { run_parity(o); }).find("unknown op 'nope'"), std::string::npos);
+}
+
+// The CLI prints one line per (op, variant, dtype, shape) and the summary, and exits 0 / 1 / 2-ish.
+TEST(ParityHarness, CliPrintsLinesAndSummary) {
+  const std::string titan = titan::testing::titan_binary().string();
+  std::string out;
+  int rc = titan::testing::run_command(titan + " kernels parity --op rope --dtype f32 --shapes rope=1x5x2x8,2x3x1x4 2>&1",
+                                       &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("PASS    rope"), std::string::npos) << out;
+  EXPECT_NE(out.find("B=1 S=5 H=2 D=8"), std::string::npos) << out;
+  EXPECT_NE(out.find("B=2 S=3 H=1 D=4"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_abs 0.000e+00"), std::string::npos) << out;
+  EXPECT_NE(out.find(" passed, 0 failed"), std::string::npos) << out;
+
+  rc = titan::testing::run_command(titan + " kernels parity --shapes rope=1x5x2x7 2>&1", &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("D must be even"), std::string::npos) << out;
+  rc = titan::testing::run_command(titan + " kernels parity --dtype f16 2>&1", &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("expected f32, bf16 or f64"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace titan::kernels

@@ -1,0 +1,242 @@
+// Kernel substitutions: glob matching, module scopes, rule checking, and the [kernels] table of a
+// job config checked before any compute.
+#include "titan/kernels/substitution.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "test_util.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/swiglu.h"
+#include "titan/train/job_config.h"
+
+namespace titan::kernels {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A variant that can never run here, to check the availability rule.
+void fwd(int64_t, const void*, const void*, void*) {}
+void bwd(int64_t, const void*, const void*, const void*, void*, void*) {}
+TITAN_REGISTER_KERNEL(swiglu_test_needs_isa, {"swiglu", Device::CPU, DType::F32, "test_needs_isa", "test",
+                                              ops::SwigluKernel{fwd, bwd}, [] { return std::string("no AMX"); }});
+
+// Clears the process-wide rules whatever a test does.
+struct RulesGuard {
+  ~RulesGuard() { set_substitutions({}); }
+};
+
+TEST(GlobMatch, StarsQuestionMarksAndClasses) {
+  EXPECT_TRUE(glob_match("layers.*.attention", "layers.12.attention"));
+  EXPECT_TRUE(glob_match("layers.*.attention", "layers.0.attention"));
+  EXPECT_FALSE(glob_match("layers.*.attention", "layers.12.moe"));
+  EXPECT_FALSE(glob_match("layers.*.attention", "layers.12.attention.extra"));
+  EXPECT_TRUE(glob_match("layers.*", "layers.3.feed_forward"));  // '*' crosses '.'
+  EXPECT_TRUE(glob_match("*", "output"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_FALSE(glob_match("", "output"));
+
+  EXPECT_TRUE(glob_match("layers.[0-3].moe", "layers.2.moe"));
+  EXPECT_TRUE(glob_match("layers.[0-3].moe", "layers.0.moe"));
+  EXPECT_TRUE(glob_match("layers.[0-3].moe", "layers.3.moe"));
+  EXPECT_FALSE(glob_match("layers.[0-3].moe", "layers.4.moe"));
+  EXPECT_FALSE(glob_match("layers.[0-3].moe", "layers.12.moe"));  // one character only
+  EXPECT_TRUE(glob_match("layers.[137].moe", "layers.7.moe"));
+  EXPECT_FALSE(glob_match("layers.[137].moe", "layers.5.moe"));
+  EXPECT_TRUE(glob_match("layers.1[0-9].*", "layers.15.attention"));
+
+  EXPECT_TRUE(glob_match("layers.?.attention", "layers.5.attention"));
+  EXPECT_FALSE(glob_match("layers.?.attention", "layers.15.attention"));
+  EXPECT_TRUE(glob_match("layers.??.attention", "layers.15.attention"));
+  EXPECT_TRUE(glob_match("norm", "norm"));
+  EXPECT_FALSE(glob_match("norm", "norms"));
+  EXPECT_FALSE(glob_match("norm", "nor"));
+  EXPECT_TRUE(glob_match("*.moe", "layers.1.moe"));
+  EXPECT_TRUE(glob_match("l*s.*.m*e", "layers.1.moe"));
+
+  EXPECT_NE(error_of([] { glob_match("layers.[0-3.moe", "layers.1.moe"); }).find("unterminated '['"),
+            std::string::npos);
+}
+
+TEST(ModuleScope, NestsWithDots) {
+  EXPECT_EQ(current_module(), "");
+  {
+    ModuleScope a("layers");
+    ModuleScope b("3");
+    EXPECT_EQ(current_module(), "layers.3");
+    {
+      ModuleScope c("attention");
+      EXPECT_EQ(current_module(), "layers.3.attention");
+    }
+    EXPECT_EQ(current_module(), "layers.3");
+  }
+  EXPECT_EQ(current_module(), "");
+}
+
+TEST(SelectVariant, HonoursARuleOnlyInsideAMatchingModule) {
+  RulesGuard guard;
+  set_substitutions({});
+  const std::string plain = select_variant("rope", Device::CPU, DType::F32);
+  ASSERT_NE(plain, "gather_free");
+  ASSERT_TRUE(has_kernel("rope", Device::CPU, DType::F32, "gather_free"));
+  set_substitutions({{"rope", "gather_free", "layers.*.attention"}});
+
+  EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), plain);  // outside any module
+  {
+    ModuleScope layer("layers.3");
+    EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), plain);
+    {
+      ModuleScope attn("attention");
+      EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), "gather_free");
+      EXPECT_EQ(select_variant("rope", Device::CPU, DType::BF16), "gather_free");
+      // Other ops are not affected.
+      EXPECT_EQ(select_variant("swiglu", Device::CPU, DType::F32),
+                has_kernel("swiglu", Device::CPU, DType::F32, "default") ? "default" : "reference");
+      // ForceVariant (tests, parity) wins over a substitution.
+      ForceVariant force("rope", "reference");
+      EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), "reference");
+    }
+    ModuleScope ff("feed_forward");
+    EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), plain);
+  }
+  ModuleScope out("output");
+  EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), plain);
+}
+
+TEST(SelectVariant, LastMatchingRuleWins) {
+  RulesGuard guard;
+  set_substitutions({{"rope", "gather_free", "layers.*"}, {"rope", "reference", "layers.[0-1].attention"}});
+  {
+    ModuleScope m("layers.1.attention");
+    EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), "reference");
+  }
+  ModuleScope m("layers.2.attention");
+  EXPECT_EQ(select_variant("rope", Device::CPU, DType::F32), "gather_free");
+}
+
+TEST(SetSubstitutions, RejectsUnknownOpOrVariantAndKeepsOldRules) {
+  RulesGuard guard;
+  set_substitutions({{"rope", "gather_free", "*"}});
+  std::string m = error_of([] { set_substitutions({{"roope", "gather_free", "*"}}); });
+  EXPECT_NE(m.find("kernels.roope: unknown op 'roope'"), std::string::npos) << m;
+  EXPECT_NE(m.find("rope", m.find("(ops:")), std::string::npos) << "lists the known ops: " << m;
+  m = error_of([] { set_substitutions({{"rope", "gather_fre", "*"}}); });
+  EXPECT_NE(m.find("kernels.rope: op 'rope' has no variant 'gather_fre'"), std::string::npos) << m;
+  EXPECT_NE(m.find("gather_free"), std::string::npos) << "lists the variants: " << m;
+  ASSERT_EQ(substitutions().size(), 1u);
+  EXPECT_EQ(substitutions()[0].variant, "gather_free");
+}
+
+// Module names of a 4-layer model whose layers 2 and 3 are MoE (as the trainer lists them).
+const std::vector<std::string> kModules = {
+    "tok_embeddings", "norm", "output", "layers.0", "layers.0.attention", "layers.0.feed_forward",
+    "layers.1", "layers.1.attention", "layers.1.feed_forward", "layers.2", "layers.2.attention", "layers.2.moe",
+    "layers.3", "layers.3.attention", "layers.3.moe"};
+
+TEST(PlanSubstitutions, LogsOneLinePerSubstitutedModule) {
+  auto lines = plan_substitutions({{"rope", "gather_free", "layers.*.attention"},
+                                   {"moe_experts", "reference", "layers.[0-2].moe"},
+                                   {"rope", "reference", "layers.3.attention"}},
+                                  kModules, Device::CPU, DType::BF16);
+  std::vector<std::string> want = {"layers.0.attention rope -> gather_free", "layers.1.attention rope -> gather_free",
+                                   "layers.2.attention rope -> gather_free", "layers.2.moe moe_experts -> reference",
+                                   "layers.3.attention rope -> reference"};
+  ASSERT_EQ(lines.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    std::string squeezed;  // the log pads module names into a column
+    for (char c : lines[i])
+      if (!(c == ' ' && !squeezed.empty() && squeezed.back() == ' ')) squeezed += c;
+    EXPECT_EQ(squeezed, "kernels: " + want[i]) << lines[i];
+  }
+  EXPECT_TRUE(substitutions().empty()) << "planning installs nothing";
+}
+
+TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
+  auto plan = [](Substitution s, DType dt = DType::F32) {
+    return error_of([&] { plan_substitutions({s}, kModules, Device::CPU, dt); });
+  };
+  std::string m = plan({"rope", "gather_free", "layers.*.atention"});
+  EXPECT_NE(m.find("kernels.rope: modules pattern 'layers.*.atention' matches no module"), std::string::npos) << m;
+  m = plan({"rope", "fast", "layers.*.attention"});
+  EXPECT_NE(m.find("has no variant 'fast'"), std::string::npos) << m;
+  m = plan({"linear", "gather_free", "*"});
+  EXPECT_NE(m.find("has no variant 'gather_free'"), std::string::npos) << m;
+  m = plan({"adamw", "portable", "*"}, DType::BF16);  // adamw kernels are f32 only
+  EXPECT_NE(m.find("kernels.adamw: variant 'portable' has no cpu/bf16 kernel"), std::string::npos) << m;
+  m = plan({"swiglu", "test_needs_isa", "*"});
+  EXPECT_NE(m.find("kernels.swiglu: variant 'test_needs_isa' cannot run here: no AMX"), std::string::npos) << m;
+  m = plan({"sdpa", "flash", "*"});
+  EXPECT_NE(m.find("unknown op 'sdpa'"), std::string::npos) << m;
+}
+
+TEST(JobConfigKernels, TableAndArrayOfTablesParseAndAreChecked) {
+  auto cfg = train::parse_job_config(R"(
+[kernels]
+rope = { impl = "gather_free", modules = "layers.*.attention" }
+[[kernels.moe_experts]]
+impl = "reference"
+modules = "layers.[0-2].moe"
+[[kernels.moe_experts]]
+impl = "default"
+modules = "layers.3.moe"
+)",
+                                     "kernels.toml", {});
+  ASSERT_EQ(cfg.kernels.size(), 3u);
+  auto has = [&](const std::string& op, const std::string& v, const std::string& mods) {
+    for (auto& s : cfg.kernels)
+      if (s.op == op && s.variant == v && s.modules == mods) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("rope", "gather_free", "layers.*.attention"));
+  EXPECT_TRUE(has("moe_experts", "reference", "layers.[0-2].moe"));
+  EXPECT_TRUE(has("moe_experts", "default", "layers.3.moe"));
+  // rope on the four attention modules, moe_experts on layers.2.moe and layers.3.moe.
+  EXPECT_EQ(plan_substitutions(cfg.kernels, kModules, Device::CPU, DType::F32).size(), 4u + 2u);
+
+  auto bad_variant = train::parse_job_config("[kernels]\nrope = { impl = \"gather_freee\", modules = \"*\" }\n",
+                                             "bad.toml", {});
+  std::string m = error_of([&] { plan_substitutions(bad_variant.kernels, kModules, Device::CPU, DType::F32); });
+  EXPECT_NE(m.find("has no variant 'gather_freee'"), std::string::npos) << m;
+  auto no_match = train::parse_job_config(
+      "[kernels]\nmoe_experts = { impl = \"default\", modules = \"layers.[4-7].moe\" }\n", "bad.toml", {});
+  m = error_of([&] { plan_substitutions(no_match.kernels, kModules, Device::CPU, DType::F32); });
+  EXPECT_NE(m.find("matches no module"), std::string::npos) << m;
+}
+
+// Through `titan train`: a bad [kernels] rule stops the run with the rule named, before the model
+// is built or a step runs.
+TEST(JobConfigKernels, TrainerRejectsBadRuleBeforeCompute) {
+  namespace fs = std::filesystem;
+  const fs::path dir = titan::testing::temp_dir("kernels_bad_rule");
+  std::ifstream base(titan::testing::source_dir() / "configs" / "debugmodel.toml");
+  ASSERT_TRUE(base.good());
+  std::string text((std::istreambuf_iterator<char>(base)), std::istreambuf_iterator<char>());
+  for (const char* rule : {"rope = { impl = \"gather_free\", modules = \"layers.*.atention\" }",
+                           "rope = { impl = \"no_such_variant\", modules = \"layers.*.attention\" }"}) {
+    SCOPED_TRACE(rule);
+    std::ofstream(dir / "job.toml") << text << "\n[kernels]\n" << rule << "\n";
+    std::string out;
+    int rc = titan::testing::run_command(titan::testing::titan_binary().string() + " train --config " +
+                                             (dir / "job.toml").string() + " --job.dump_folder " +
+                                             (dir / "out").string() + " --checkpoint.enable false 2>&1",
+                                         &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("kernels.rope"), std::string::npos) << out;
+    EXPECT_EQ(out.find("config in effect"), std::string::npos) << "failed after the start-up checks:\n" << out;
+    EXPECT_EQ(out.find("loss"), std::string::npos) << out;
+  }
+}
+
+}  // namespace
+}  // namespace titan::kernels
