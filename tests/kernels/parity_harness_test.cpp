@@ -28,20 +28,29 @@ void bwd_off(int64_t n, const void* g, const void* u, const void* dy, void* dg, 
   ref().backward(n, g, u, dy, dg, du);
   if (du) static_cast<float*>(du)[n - 1] += 1e-2f;
 }
-void fwd_ref(int64_t n, const void* g, const void* u, void* out) { ref().forward(n, g, u, out); }
+void fwd_ref(int64_t n, const void* g, const void* u, void* out) {
+  ref().forward(n, g, u, out);
+}
 void bwd_ref(int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
   ref().backward(n, g, u, dy, dg, du);
 }
 
-TITAN_REGISTER_KERNEL(swiglu_test_fwd, {"swiglu", Device::CPU, DType::F32, "test_bad_forward", "test",
-                                        ops::SwigluKernel{fwd_off, bwd_ref}, {}});
-TITAN_REGISTER_KERNEL(swiglu_test_bwd, {"swiglu", Device::CPU, DType::F32, "test_bad_backward", "test",
-                                        ops::SwigluKernel{fwd_ref, bwd_off}, {}});
+TITAN_REGISTER_KERNEL(
+    swiglu_test_fwd,
+    {"swiglu", Device::CPU, DType::F32, "test_bad_forward", "test", ops::SwigluKernel{fwd_off, bwd_ref}, {}});
+TITAN_REGISTER_KERNEL(swiglu_test_bwd, {"swiglu",
+                                        Device::CPU,
+                                        DType::F32,
+                                        "test_bad_backward",
+                                        "test",
+                                        ops::SwigluKernel{fwd_ref, bwd_off},
+                                        {}});
 TITAN_REGISTER_KERNEL(swiglu_test_unavailable,
                       {"swiglu", Device::CPU, DType::F32, "test_unavailable", "test",
                        ops::SwigluKernel{fwd_ref, bwd_ref}, [] { return std::string("needs a test ISA"); }});
-TITAN_REGISTER_KERNEL(undriven_test_op, {"test_undriven_op", Device::CPU, DType::F32, "fast", "test",
-                                         ops::SwigluKernel{fwd_ref, bwd_ref}, {}});
+TITAN_REGISTER_KERNEL(
+    undriven_test_op,
+    {"test_undriven_op", Device::CPU, DType::F32, "fast", "test", ops::SwigluKernel{fwd_ref, bwd_ref}, {}});
 
 ParityResult only(const std::vector<ParityResult>& rs, const std::string& variant) {
   const ParityResult* found = nullptr;
@@ -123,7 +132,8 @@ TEST(ParityHarness, ParsesShapes) {
   EXPECT_EQ(parity_shape_dims("linear"), "MxNxK");
   EXPECT_EQ(parity_shape_dims("linear_cross_entropy"), "NxVxDx[chunk]");
 
-  EXPECT_NE(error_of([] { parse_parity_shapes("lnear=1x2x3"); }).find("unknown op 'lnear'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("lnear=1x2x3"); }).find("unknown op 'lnear'"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_parity_shapes("linear=1x2"); }).find("needs 3 dimensions MxNxK"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_parity_shapes("linear=1xAx3"); }).find("not a list of integers"),
@@ -132,7 +142,8 @@ TEST(ParityHarness, ParsesShapes) {
   EXPECT_NE(error_of([] { parse_parity_shapes("rope=1x2x3x5"); }).find("D must be even"), std::string::npos);
   EXPECT_NE(error_of([] { parse_parity_shapes("attention=1x4x3x2x8"); }).find("multiple of Hkv"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_parity_shapes("router_topk=4x2x3"); }).find("k must be <= E"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_parity_shapes("router_topk=4x2x3"); }).find("k must be <= E"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_parity_shapes("swiglu=0"); }).find(">= 1"), std::string::npos);
   ParityOptions o;
   o.op = "nope";
@@ -143,8 +154,8 @@ TEST(ParityHarness, ParsesShapes) {
 TEST(ParityHarness, CliPrintsLinesAndSummary) {
   const std::string titan = titan::testing::titan_binary().string();
   std::string out;
-  int rc = titan::testing::run_command(titan + " kernels parity --op rope --dtype f32 --shapes rope=1x5x2x8,2x3x1x4 2>&1",
-                                       &out);
+  int rc = titan::testing::run_command(
+      titan + " kernels parity --op rope --dtype f32 --shapes rope=1x5x2x8,2x3x1x4 2>&1", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("PASS    rope"), std::string::npos) << out;
   EXPECT_NE(out.find("B=1 S=5 H=2 D=8"), std::string::npos) << out;

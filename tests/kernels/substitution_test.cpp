@@ -29,8 +29,9 @@ std::string error_of(const std::function<void()>& f) {
 // A variant that can never run here, to check the availability rule.
 void fwd(int64_t, const void*, const void*, void*) {}
 void bwd(int64_t, const void*, const void*, const void*, void*, void*) {}
-TITAN_REGISTER_KERNEL(swiglu_test_needs_isa, {"swiglu", Device::CPU, DType::F32, "test_needs_isa", "test",
-                                              ops::SwigluKernel{fwd, bwd}, [] { return std::string("no AMX"); }});
+TITAN_REGISTER_KERNEL(swiglu_test_needs_isa,
+                      {"swiglu", Device::CPU, DType::F32, "test_needs_isa", "test",
+                       ops::SwigluKernel{fwd, bwd}, [] { return std::string("no AMX"); }});
 
 // Clears the process-wide rules whatever a test does.
 struct RulesGuard {
@@ -139,19 +140,31 @@ TEST(SetSubstitutions, RejectsUnknownOpOrVariantAndKeepsOldRules) {
 }
 
 // Module names of a 4-layer model whose layers 2 and 3 are MoE (as the trainer lists them).
-const std::vector<std::string> kModules = {
-    "tok_embeddings", "norm", "output", "layers.0", "layers.0.attention", "layers.0.feed_forward",
-    "layers.1", "layers.1.attention", "layers.1.feed_forward", "layers.2", "layers.2.attention", "layers.2.moe",
-    "layers.3", "layers.3.attention", "layers.3.moe"};
+const std::vector<std::string> kModules = {"tok_embeddings",
+                                           "norm",
+                                           "output",
+                                           "layers.0",
+                                           "layers.0.attention",
+                                           "layers.0.feed_forward",
+                                           "layers.1",
+                                           "layers.1.attention",
+                                           "layers.1.feed_forward",
+                                           "layers.2",
+                                           "layers.2.attention",
+                                           "layers.2.moe",
+                                           "layers.3",
+                                           "layers.3.attention",
+                                           "layers.3.moe"};
 
 TEST(PlanSubstitutions, LogsOneLinePerSubstitutedModule) {
   auto lines = plan_substitutions({{"rope", "gather_free", "layers.*.attention"},
                                    {"moe_experts", "reference", "layers.[0-2].moe"},
                                    {"rope", "reference", "layers.3.attention"}},
                                   kModules, Device::CPU, DType::BF16);
-  std::vector<std::string> want = {"layers.0.attention rope -> gather_free", "layers.1.attention rope -> gather_free",
-                                   "layers.2.attention rope -> gather_free", "layers.2.moe moe_experts -> reference",
-                                   "layers.3.attention rope -> reference"};
+  std::vector<std::string> want = {
+      "layers.0.attention rope -> gather_free", "layers.1.attention rope -> gather_free",
+      "layers.2.attention rope -> gather_free", "layers.2.moe moe_experts -> reference",
+      "layers.3.attention rope -> reference"};
   ASSERT_EQ(lines.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     std::string squeezed;  // the log pads module names into a column
@@ -167,7 +180,8 @@ TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
     return error_of([&] { plan_substitutions({s}, kModules, Device::CPU, dt); });
   };
   std::string m = plan({"rope", "gather_free", "layers.*.atention"});
-  EXPECT_NE(m.find("kernels.rope: modules pattern 'layers.*.atention' matches no module"), std::string::npos) << m;
+  EXPECT_NE(m.find("kernels.rope: modules pattern 'layers.*.atention' matches no module"), std::string::npos)
+      << m;
   m = plan({"rope", "fast", "layers.*.attention"});
   EXPECT_NE(m.find("has no variant 'fast'"), std::string::npos) << m;
   m = plan({"linear", "gather_free", "*"});
@@ -175,7 +189,8 @@ TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
   m = plan({"adamw", "portable", "*"}, DType::BF16);  // adamw kernels are f32 only
   EXPECT_NE(m.find("kernels.adamw: variant 'portable' has no cpu/bf16 kernel"), std::string::npos) << m;
   m = plan({"swiglu", "test_needs_isa", "*"});
-  EXPECT_NE(m.find("kernels.swiglu: variant 'test_needs_isa' cannot run here: no AMX"), std::string::npos) << m;
+  EXPECT_NE(m.find("kernels.swiglu: variant 'test_needs_isa' cannot run here: no AMX"), std::string::npos)
+      << m;
   m = plan({"sdpa", "flash", "*"});
   EXPECT_NE(m.find("unknown op 'sdpa'"), std::string::npos) << m;
 }
@@ -204,9 +219,10 @@ modules = "layers.3.moe"
   // rope on the four attention modules, moe_experts on layers.2.moe and layers.3.moe.
   EXPECT_EQ(plan_substitutions(cfg.kernels, kModules, Device::CPU, DType::F32).size(), 4u + 2u);
 
-  auto bad_variant = train::parse_job_config("[kernels]\nrope = { impl = \"gather_freee\", modules = \"*\" }\n",
-                                             "bad.toml", {});
-  std::string m = error_of([&] { plan_substitutions(bad_variant.kernels, kModules, Device::CPU, DType::F32); });
+  auto bad_variant = train::parse_job_config(
+      "[kernels]\nrope = { impl = \"gather_freee\", modules = \"*\" }\n", "bad.toml", {});
+  std::string m =
+      error_of([&] { plan_substitutions(bad_variant.kernels, kModules, Device::CPU, DType::F32); });
   EXPECT_NE(m.find("has no variant 'gather_freee'"), std::string::npos) << m;
   auto no_match = train::parse_job_config(
       "[kernels]\nmoe_experts = { impl = \"default\", modules = \"layers.[4-7].moe\" }\n", "bad.toml", {});
@@ -233,7 +249,8 @@ TEST(JobConfigKernels, TrainerRejectsBadRuleBeforeCompute) {
                                          &out);
     EXPECT_NE(rc, 0) << out;
     EXPECT_NE(out.find("kernels.rope"), std::string::npos) << out;
-    EXPECT_EQ(out.find("config in effect"), std::string::npos) << "failed after the start-up checks:\n" << out;
+    EXPECT_EQ(out.find("config in effect"), std::string::npos) << "failed after the start-up checks:\n"
+                                                               << out;
     EXPECT_EQ(out.find("loss"), std::string::npos) << out;
   }
 }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "ops/op_test_util.h"
 #include "test_util.h"
@@ -29,15 +30,18 @@ namespace {
 // layers the differences are a few ulps of O(1) values, so 1e-5 absolute (the oracle bar).
 constexpr double kF32Tol = 1e-5;
 
-// bf16 keeps 8 significant bits: one rounding is up to u = 2^-9 relative, one ulp 2^-8. titan and
-// torch round at the same places (every op's output, see qwen3_torch.py) but accumulate in
-// different orders and with different kernels, so an intermediate can land one ulp apart; that
-// ulp then propagates through ~10 ops per layer x 2 layers and, for gradients, through sums over
-// all B*S tokens, where independent one-ulp differences partly cancel. We therefore compare each
-// tensor against its own scale: |titan - torch| <= kBf16Rel * max|torch|, with kBf16Rel = 4 ulps
-// (2^-6 = 1.6e-2). The loss (a mean of O(ln V) terms, computed from f32-upcast logits) gets the
-// same relative bound on its value.
-constexpr double kBf16Rel = 1.0 / 64;
+// bf16 keeps 8 significant bits (unit roundoff u = 2^-9). Both sides round every op's output to
+// bf16 at the same places (see qwen3_torch.py) but accumulate in different orders and kernels, so
+// intermediates land an ulp apart and that propagates; for reductions with cancellation (norm
+// weight gradients sum g * y over all tokens) the error is relative to the summed terms, not to
+// the result, so "k ulps of the tensor's max" is the wrong yardstick (it fails by 2x on q_norm
+// gradients). We measure the yardstick instead: the error bf16 itself makes, |torch_bf16 -
+// torch_f32|, per tensor. If titan's bf16 is as accurate as the reference's, the triangle
+// inequality gives |titan_bf16 - torch_bf16| <= 2 * |torch_bf16 - torch_f32|; we allow that plus
+// one ulp of the tensor's max magnitude (2^-8 * max|torch_f32|) for tensors where the measured
+// error happens to be tiny.
+constexpr double kBf16ErrorFactor = 2.0;
+constexpr double kBf16Ulp = 1.0 / 256;
 
 struct Case {
   std::string name;
@@ -127,17 +131,42 @@ std::string find_torch_python() {
   return "";
 }
 
-// Compares every tensor of titan's dump with the reference's; returns the worst ratio
-// |diff| / tolerance seen, for the log.
-void compare(const Case& c, const std::string& dtype, const io::SafetensorsFile& titan_out,
-             const io::SafetensorsFile& torch_out) {
-  SCOPED_TRACE(c.name + " " + dtype);
+// One model directory: a case, or its bf16 variant.
+struct ModelRun {
+  Case c;
+  std::filesystem::path dir;
+  bool bf16;  // also compared in bf16
+};
+
+std::filesystem::path dump_path(const ModelRun& r, const std::string& who, const std::string& dtype) {
+  return r.dir / (who + "_" + dtype + ".safetensors");
+}
+
+// Every tensor of titan's dump against the reference's. f32: within kF32Tol absolute. bf16: within
+// kBf16ErrorFactor * |ref_bf16 - ref_f32| + kBf16Ulp * max|ref_f32| (see the top of the file).
+void compare(const ModelRun& r, const std::string& dtype) {
+  SCOPED_TRACE(r.c.name + " " + dtype);
   const bool f32 = dtype == "float32";
+  auto titan_out = io::SafetensorsFile::open(dump_path(r, "titan", dtype));
+  auto torch_out = io::SafetensorsFile::open(dump_path(r, "torch", dtype));
+  auto torch_f32 = io::SafetensorsFile::open(dump_path(r, "torch", "float32"));
   std::set<std::string> titan_names, torch_names;
   for (auto& t : titan_out.tensors()) titan_names.insert(t.name);
   for (auto& t : torch_out.tensors()) torch_names.insert(t.name);
   EXPECT_EQ(titan_names, torch_names) << "titan and the reference dump different tensors";
-  EXPECT_EQ(titan_names.count("aux_loss"), c.experts > 0 ? 1u : 0u);
+  EXPECT_EQ(titan_names.count("aux_loss"), r.c.experts > 0 ? 1u : 0u);
+
+  if (!f32) {
+    // The tolerance above would also pass a titan that ignored --dtype and computed in f32; its
+    // bf16 logits come out of a bf16 matmul, so each must be exactly representable in bf16.
+    Tensor logits = load(titan_out, "logits");
+    int64_t not_bf16 = 0;
+    for (int64_t i = 0; i < logits.numel(); ++i) {
+      float v = logits.data<float>()[i];
+      not_bf16 += bf16_to_f32(f32_to_bf16(v)) != v;
+    }
+    EXPECT_EQ(not_bf16, 0) << "titan's bf16 logits are not bf16 values";
+  }
 
   double worst = 0, worst_diff = 0;
   std::string worst_name;
@@ -145,8 +174,12 @@ void compare(const Case& c, const std::string& dtype, const io::SafetensorsFile&
     if (!titan_names.count(name)) continue;
     Tensor ref = load(torch_out, name), got = load(titan_out, name);
     ASSERT_EQ(ref.shape(), got.shape()) << name;
-    double diff = max_abs_diff(got, ref);
-    double tol = f32 ? kF32Tol : kBf16Rel * max_abs(ref);
+    const double diff = max_abs_diff(got, ref);
+    double tol = kF32Tol;
+    if (!f32) {
+      Tensor exact = load(torch_f32, name);
+      tol = kBf16ErrorFactor * max_abs_diff(ref, exact) + kBf16Ulp * max_abs(exact);
+    }
     EXPECT_LE(diff, tol) << name << ": max |titan - torch| = " << diff << ", max |torch| = " << max_abs(ref);
     if (diff / tol > worst) {
       worst = diff / tol;
@@ -154,9 +187,29 @@ void compare(const Case& c, const std::string& dtype, const io::SafetensorsFile&
       worst_name = name;
     }
   }
-  std::printf("  %-40s %-8s loss %.6f  %zu tensors, worst %.3g (%.2f of tol) at %s\n", c.name.c_str(),
+  std::printf("  %-44s %-8s loss %.6f  %3zu tensors, worst %.3g (%.2f of tol) at %s\n", r.c.name.c_str(),
               dtype.c_str(), load(torch_out, "loss").item(), torch_names.size(), worst_diff, worst,
               worst_name.c_str());
+}
+
+// The f32 matrix is every case as listed. bf16 runs on the dense cases and on each MoE case with
+// top_k = num_experts: with top_k < E a token whose k-th and (k+1)-th router logits lie within
+// bf16 noise of each other picks a different expert in each implementation (it happened in 2 of
+// the 4 MoE cases here), a legitimate discontinuity that changes that expert's gradient by O(1),
+// not an error. Top-k selection and renormalization are covered by the f32 runs.
+std::vector<ModelRun> runs(const std::filesystem::path& root) {
+  std::vector<ModelRun> out;
+  for (const Case& c : cases()) {
+    const bool routed = c.experts > 0 && c.top_k < c.experts;
+    out.push_back({c, root / c.name, !routed});
+    if (routed) {
+      Case all = c;
+      all.name += "_all_experts";
+      all.top_k = c.experts;
+      out.push_back({all, root / all.name, true});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -166,24 +219,24 @@ TEST(Qwen3TorchParity, MatchesTorchReferenceAcrossShapesInF32AndBf16) {
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const auto root = temp_dir("qwen3_torch_parity");
   const auto script = source_dir() / "tests" / "models" / "torch_ref" / "qwen3_torch.py";
-  const std::vector<std::string> dtypes = {"float32", "bfloat16"};
+  const std::vector<ModelRun> all = runs(root);
 
-  // titan runs each case through the CLI; the reference runs every job in one process (torch's
-  // import dominates its start-up).
+  // titan runs each case through the CLI; the reference runs every job in one process (importing
+  // torch dominates its start-up). The reference always runs f32: it is the bf16 yardstick.
   nlohmann::json jobs = nlohmann::json::array();
-  for (const Case& c : cases()) {
-    const auto dir = root / c.name;
-    std::filesystem::create_directories(dir);
-    prepare(c, dir);
-    for (const std::string& dt : dtypes) {
+  for (const ModelRun& r : all) {
+    std::filesystem::create_directories(r.dir);
+    prepare(r.c, r.dir);
+    for (const std::string dt : {"float32", "bfloat16"}) {
+      if (dt == "bfloat16" && !r.bf16) continue;
       std::string log;
-      std::string cmd = titan_binary().string() + " debug dump --model-path " + (dir / "ckpt").string() +
-                        " --tokens " + (dir / "tokens.safetensors").string() + " --out " +
-                        (dir / ("titan_" + dt + ".safetensors")).string() + " --dtype " + dt;
-      ASSERT_EQ(run_command(cmd, &log), 0) << c.name << ": " << cmd << "\n" << log;
-      jobs.push_back({{"model_path", (dir / "ckpt").string()},
-                      {"tokens", (dir / "tokens.safetensors").string()},
-                      {"out", (dir / ("torch_" + dt + ".safetensors")).string()},
+      std::string cmd = titan_binary().string() + " debug dump --model-path " + (r.dir / "ckpt").string() +
+                        " --tokens " + (r.dir / "tokens.safetensors").string() + " --out " +
+                        dump_path(r, "titan", dt).string() + " --dtype " + dt;
+      ASSERT_EQ(run_command(cmd, &log), 0) << r.c.name << ": " << cmd << "\n" << log;
+      jobs.push_back({{"model_path", (r.dir / "ckpt").string()},
+                      {"tokens", (r.dir / "tokens.safetensors").string()},
+                      {"out", dump_path(r, "torch", dt).string()},
                       {"dtype", dt}});
     }
   }
@@ -195,11 +248,8 @@ TEST(Qwen3TorchParity, MatchesTorchReferenceAcrossShapesInF32AndBf16) {
   std::string cmd = python + " " + script.string() + " --jobs " + (root / "jobs.json").string();
   ASSERT_EQ(run_command(cmd, &log), 0) << cmd << "\n" << log;
 
-  for (const Case& c : cases())
-    for (const std::string& dt : dtypes) {
-      const auto dir = root / c.name;
-      auto titan_out = io::SafetensorsFile::open(dir / ("titan_" + dt + ".safetensors"));
-      auto torch_out = io::SafetensorsFile::open(dir / ("torch_" + dt + ".safetensors"));
-      compare(c, dt, titan_out, torch_out);
-    }
+  for (const ModelRun& r : all) {
+    compare(r, "float32");
+    if (r.bf16) compare(r, "bfloat16");
+  }
 }

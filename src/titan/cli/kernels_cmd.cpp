@@ -32,9 +32,10 @@ int kernels_list() {
       for (auto& s : info.first) dd += (dd.empty() ? "" : " ") + s;
       std::printf("%-22s %-14s %-34s %s\n", op.c_str(), variant.c_str(), dd.c_str(), info.second.c_str());
     }
-  std::printf("\n%zu ops, %zu kernels. \"default\" is used unless a [kernels] substitution picks another variant;\n"
-              "\"reference\" is what every other variant is tested against.\n",
-              table.size(), kernels::all_kernels().size());
+  std::printf(
+      "\n%zu ops, %zu kernels. \"default\" is used unless a [kernels] substitution picks another variant;\n"
+      "\"reference\" is what every other variant is tested against.\n",
+      table.size(), kernels::all_kernels().size());
   return 0;
 }
 
@@ -46,10 +47,11 @@ std::string shapes_help() {
 }
 
 int kernels_parity(int argc, char** argv) {
-  ArgParser p("kernels parity",
-              "Runs every registered non-reference CPU variant against the reference on seeded random inputs,\n"
-              "forward and backward; prints max abs / max rel difference per op, variant, dtype and shape and\n"
-              "exits 1 when any exceeds the op's tolerance (docs/kernels.md).");
+  ArgParser p(
+      "kernels parity",
+      "Runs every registered non-reference CPU variant against the reference on seeded random inputs,\n"
+      "forward and backward; prints max abs / max rel difference per op, variant, dtype and shape and\n"
+      "exits 1 when any exceeds the op's tolerance (docs/kernels.md).");
   p.option("op", "only this op (default: every op)")
       .option("dtype", "f32, bf16 or f64 (default: all three)")
       .option("shapes", shapes_help())
@@ -94,8 +96,9 @@ int kernels_main(int argc, char** argv) {
     return kernels_list();
   }
   if (sub == "parity") return kernels_parity(argc - 1, argv + 1);
-  std::fprintf(stderr, "usage: titan kernels list | titan kernels parity [--op NAME] [--dtype f32|bf16|f64] "
-                       "[--shapes SPEC] [--seed N]\n");
+  std::fprintf(stderr,
+               "usage: titan kernels list | titan kernels parity [--op NAME] [--dtype f32|bf16|f64] "
+               "[--shapes SPEC] [--seed N]\n");
   return sub == "--help" || sub == "-h" ? 0 : 2;
 }
 

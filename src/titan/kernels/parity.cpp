@@ -76,10 +76,14 @@ Tensor random_labels(int64_t n, int64_t V, uint64_t seed) {
   return t;
 }
 
-Tensor grad_input(Tensor t) { return t.set_requires_grad(true); }
+Tensor grad_input(Tensor t) {
+  return t.set_requires_grad(true);
+}
 
 // f64 variants exist only where f64 is a test path; there the only difference is reassociation.
-Tolerance f64_tolerance(double scale = 1) { return {1e-12 * scale, 1e-10}; }
+Tolerance f64_tolerance(double scale = 1) {
+  return {1e-12 * scale, 1e-10};
+}
 
 // Tolerances are those the op tests state for the same comparison (tests/ops/*_test.cpp,
 // tests/backend/attention_test.cpp); docs/kernels.md has the table.
@@ -87,41 +91,52 @@ std::vector<Driver> make_drivers() {
   std::vector<Driver> d;
   auto none = [](const Dims&) { return std::string(); };
 
-  d.push_back({"linear", {"M", "N", "K"}, 3, {{1, 1, 1}, {7, 33, 19}, {64, 96, 130}}, none,
-               [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 return Case{{grad_input(uniform({s[0], s[2]}, dt, seed)),
-                              grad_input(uniform({s[1], s[2]}, dt, seed + 1))},
-                             {"x", "w"},
-                             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::linear(in[0], in[1])}; },
-                             {"y"}};
-               },
-               [](const Dims& s, DType dt) -> Tolerance {
-                 const double K = double(s[2]);
-                 if (dt == DType::F64) return f64_tolerance(K);
-                 return dt == DType::BF16 ? Tolerance{1e-4 * K, 8e-3} : Tolerance{1e-5 * K, 1e-5};
-               }});
+  d.push_back(
+      {"linear",
+       {"M", "N", "K"},
+       3,
+       {{1, 1, 1}, {7, 33, 19}, {64, 96, 130}},
+       none,
+       [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+         return Case{
+             {grad_input(uniform({s[0], s[2]}, dt, seed)), grad_input(uniform({s[1], s[2]}, dt, seed + 1))},
+             {"x", "w"},
+             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::linear(in[0], in[1])}; },
+             {"y"}};
+       },
+       [](const Dims& s, DType dt) -> Tolerance {
+         const double K = double(s[2]);
+         if (dt == DType::F64) return f64_tolerance(K);
+         return dt == DType::BF16 ? Tolerance{1e-4 * K, 8e-3} : Tolerance{1e-5 * K, 1e-5};
+       }});
 
-  d.push_back({"attention", {"B", "S", "Hq", "Hkv", "D"}, 5, {{1, 1, 2, 1, 8}, {2, 37, 4, 2, 64}, {1, 70, 4, 1, 25}},
-               [](const Dims& s) {
-                 return s[2] % s[3] == 0 ? std::string() : "Hq must be a multiple of Hkv";
-               },
-               [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 const double scale = 1.0 / std::sqrt(double(s[4]));
-                 return Case{{grad_input(uniform({s[0], s[1], s[2], s[4]}, dt, seed, -2, 2)),
-                              grad_input(uniform({s[0], s[1], s[3], s[4]}, dt, seed + 1, -2, 2)),
-                              grad_input(uniform({s[0], s[1], s[3], s[4]}, dt, seed + 2))},
-                             {"q", "k", "v"},
-                             [scale](const std::vector<Tensor>& in) {
-                               return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)};
-                             },
-                             {"out"}};
-               },
-               [](const Dims&, DType dt) -> Tolerance {
-                 if (dt == DType::F64) return f64_tolerance();
-                 return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
-               }});
+  d.push_back(
+      {"attention",
+       {"B", "S", "Hq", "Hkv", "D"},
+       5,
+       {{1, 1, 2, 1, 8}, {2, 37, 4, 2, 64}, {1, 70, 4, 1, 25}},
+       [](const Dims& s) { return s[2] % s[3] == 0 ? std::string() : "Hq must be a multiple of Hkv"; },
+       [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+         const double scale = 1.0 / std::sqrt(double(s[4]));
+         return Case{{grad_input(uniform({s[0], s[1], s[2], s[4]}, dt, seed, -2, 2)),
+                      grad_input(uniform({s[0], s[1], s[3], s[4]}, dt, seed + 1, -2, 2)),
+                      grad_input(uniform({s[0], s[1], s[3], s[4]}, dt, seed + 2))},
+                     {"q", "k", "v"},
+                     [scale](const std::vector<Tensor>& in) {
+                       return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)};
+                     },
+                     {"out"}};
+       },
+       [](const Dims&, DType dt) -> Tolerance {
+         if (dt == DType::F64) return f64_tolerance();
+         return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
+       }});
 
-  d.push_back({"rms_norm", {"R", "D"}, 2, {{1, 1}, {5, 7}, {33, 128}, {3, 1000}}, none,
+  d.push_back({"rms_norm",
+               {"R", "D"},
+               2,
+               {{1, 1}, {5, 7}, {33, 128}, {3, 1000}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                  return Case{{grad_input(uniform({s[0], s[1]}, dt, seed, -2, 2)),
                               grad_input(uniform({s[1]}, dt, seed + 1, 0.5, 1.5))},
@@ -136,7 +151,10 @@ std::vector<Driver> make_drivers() {
                  return dt == DType::BF16 ? Tolerance{2e-2, 8e-3} : Tolerance{1e-5, 1e-5};
                }});
 
-  d.push_back({"rope", {"B", "S", "H", "D"}, 4, {{1, 1, 1, 2}, {2, 7, 3, 10}, {2, 33, 4, 128}},
+  d.push_back({"rope",
+               {"B", "S", "H", "D"},
+               4,
+               {{1, 1, 1, 2}, {2, 7, 3, 10}, {2, 33, 4, 128}},
                [](const Dims& s) { return s[3] % 2 == 0 ? std::string() : "D must be even"; },
                [](const Dims& s, DType dt, uint64_t seed, const std::string& variant) {
                  // gather_free requires positions 0..S-1 (what training uses); the others are also
@@ -159,22 +177,33 @@ std::vector<Driver> make_drivers() {
                              },
                              {"y"}};
                },
-               [](const Dims&, DType) { return Tolerance{0, 0}; }});
-
-  d.push_back({"swiglu", {"N"}, 1, {{1}, {37}, {4099}}, none,
-               [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 return Case{{grad_input(uniform({s[0]}, dt, seed, -8, 8)),
-                              grad_input(uniform({s[0]}, dt, seed + 1, -2, 2))},
-                             {"gate", "up"},
-                             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; },
-                             {"y"}};
-               },
-               [](const Dims&, DType dt) -> Tolerance {
-                 if (dt == DType::F64) return f64_tolerance();
-                 return dt == DType::BF16 ? Tolerance{1e-6, 8e-3} : Tolerance{1e-6, 2e-6};
+               [](const Dims&, DType) {
+                 return Tolerance{0, 0};
                }});
 
-  d.push_back({"embedding", {"N", "V", "D"}, 3, {{1, 1, 1}, {41, 37, 19}, {333, 1013, 97}}, none,
+  d.push_back(
+      {"swiglu",
+       {"N"},
+       1,
+       {{1}, {37}, {4099}},
+       none,
+       [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+         return Case{
+             {grad_input(uniform({s[0]}, dt, seed, -8, 8)), grad_input(uniform({s[0]}, dt, seed + 1, -2, 2))},
+             {"gate", "up"},
+             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; },
+             {"y"}};
+       },
+       [](const Dims&, DType dt) -> Tolerance {
+         if (dt == DType::F64) return f64_tolerance();
+         return dt == DType::BF16 ? Tolerance{1e-6, 8e-3} : Tolerance{1e-6, 2e-6};
+       }});
+
+  d.push_back({"embedding",
+               {"N", "V", "D"},
+               3,
+               {{1, 1, 1}, {41, 37, 19}, {333, 1013, 97}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                  return Case{{random_ids(s[0], s[1], seed), grad_input(uniform({s[1], s[2]}, dt, seed + 1))},
                              {"ids", "table"},
@@ -183,37 +212,54 @@ std::vector<Driver> make_drivers() {
                              },
                              {"out"}};
                },
-               [](const Dims&, DType) { return Tolerance{0, 0}; }});
+               [](const Dims&, DType) {
+                 return Tolerance{0, 0};
+               }});
 
-  d.push_back({"cross_entropy", {"N", "V"}, 2, {{1, 1}, {7, 1000}, {33, 257}}, none,
+  d.push_back({"cross_entropy",
+               {"N", "V"},
+               2,
+               {{1, 1}, {7, 1000}, {33, 257}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 return Case{{grad_input(uniform({s[0], s[1]}, dt, seed, -8, 8)), random_labels(s[0], s[1], seed + 1)},
+                 return Case{{grad_input(uniform({s[0], s[1]}, dt, seed, -8, 8)),
+                              random_labels(s[0], s[1], seed + 1)},
                              {"logits", "labels"},
                              [](const std::vector<Tensor>& in) {
                                return std::vector<Tensor>{ops::cross_entropy(in[0], in[1])};
                              },
                              {"loss"}};
                },
-               [](const Dims&, DType dt) { return dt == DType::F64 ? f64_tolerance() : Tolerance{1e-7, 2e-5}; }});
+               [](const Dims&, DType dt) {
+                 return dt == DType::F64 ? f64_tolerance() : Tolerance{1e-7, 2e-5};
+               }});
 
-  d.push_back({"linear_cross_entropy", {"N", "V", "D", "chunk"}, 3,
-               {{1, 1, 1, 1}, {37, 1000, 19, 384}, {13, 257, 64}, {16, 100, 8, 7}}, none,
+  d.push_back({"linear_cross_entropy",
+               {"N", "V", "D", "chunk"},
+               3,
+               {{1, 1, 1, 1}, {37, 1000, 19, 384}, {13, 257, 64}, {16, 100, 8, 7}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                  const int64_t chunk = s.size() > 3 ? s[3] : 8192;
-                 return Case{{grad_input(uniform({s[0], s[2]}, dt, seed)), grad_input(uniform({s[1], s[2]}, dt, seed + 1)),
-                              random_labels(s[0], s[1], seed + 2)},
-                             {"hidden", "weight", "labels"},
-                             [chunk](const std::vector<Tensor>& in) {
-                               return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], -100, chunk)};
-                             },
-                             {"loss"}};
+                 return Case{
+                     {grad_input(uniform({s[0], s[2]}, dt, seed)),
+                      grad_input(uniform({s[1], s[2]}, dt, seed + 1)), random_labels(s[0], s[1], seed + 2)},
+                     {"hidden", "weight", "labels"},
+                     [chunk](const std::vector<Tensor>& in) {
+                       return std::vector<Tensor>{
+                           ops::linear_cross_entropy(in[0], in[1], in[2], -100, chunk)};
+                     },
+                     {"loss"}};
                },
                [](const Dims&, DType dt) -> Tolerance {
                  if (dt == DType::F64) return f64_tolerance();
                  return dt == DType::BF16 ? Tolerance{1e-5, 1e-3} : Tolerance{1e-6, 1e-4};
                }});
 
-  d.push_back({"router_topk", {"T", "E", "k"}, 3, {{1, 1, 1}, {37, 8, 2}, {64, 128, 8}},
+  d.push_back({"router_topk",
+               {"T", "E", "k"},
+               3,
+               {{1, 1, 1}, {37, 8, 2}, {64, 128, 8}},
                [](const Dims& s) { return s[2] <= s[1] ? std::string() : "k must be <= E"; },
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                  const int64_t k = s[2];
@@ -227,9 +273,13 @@ std::vector<Driver> make_drivers() {
                },
                // The router's softmax runs in f32 on widened logits in every dtype: the f32 bound of
                // a vectorised exp and reassociated sums (as cross_entropy) holds for bf16 too.
-               [](const Dims&, DType dt) { return dt == DType::F64 ? f64_tolerance() : Tolerance{1e-7, 2e-5}; }});
+               [](const Dims&, DType dt) {
+                 return dt == DType::F64 ? f64_tolerance() : Tolerance{1e-7, 2e-5};
+               }});
 
-  d.push_back({"moe_experts", {"T", "D", "F", "E", "k"}, 5,
+  d.push_back({"moe_experts",
+               {"T", "D", "F", "E", "k"},
+               5,
                {{1, 8, 4, 3, 1}, {5, 6, 4, 4, 2}, {37, 24, 20, 7, 3}, {131, 72, 40, 8, 2}},
                [](const Dims& s) { return s[4] <= s[3] ? std::string() : "k must be <= E"; },
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
@@ -244,15 +294,16 @@ std::vector<Driver> make_drivers() {
                  }
                  const DType wdt = dt == DType::F64 ? DType::F64 : DType::F32;
                  const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
-                 return Case{{grad_input(uniform({T, D}, dt, seed + 1)), grad_input(r.weights.to(wdt)), r.indices,
-                              grad_input(uniform({E, F, D}, dt, seed + 2, -sd, sd)),
-                              grad_input(uniform({E, F, D}, dt, seed + 3, -sd, sd)),
-                              grad_input(uniform({E, D, F}, dt, seed + 4, -sf, sf))},
-                             {"x", "weights", "indices", "w_gate", "w_up", "w_down"},
-                             [](const std::vector<Tensor>& in) {
-                               return std::vector<Tensor>{ops::moe_experts(in[0], in[1], in[2], in[3], in[4], in[5])};
-                             },
-                             {"y"}};
+                 return Case{
+                     {grad_input(uniform({T, D}, dt, seed + 1)), grad_input(r.weights.to(wdt)), r.indices,
+                      grad_input(uniform({E, F, D}, dt, seed + 2, -sd, sd)),
+                      grad_input(uniform({E, F, D}, dt, seed + 3, -sd, sd)),
+                      grad_input(uniform({E, D, F}, dt, seed + 4, -sf, sf))},
+                     {"x", "weights", "indices", "w_gate", "w_up", "w_down"},
+                     [](const std::vector<Tensor>& in) {
+                       return std::vector<Tensor>{ops::moe_experts(in[0], in[1], in[2], in[3], in[4], in[5])};
+                     },
+                     {"y"}};
                },
                [](const Dims& s, DType dt) -> Tolerance {
                  const double n = double(std::max({s[0], s[1], s[2]}));
@@ -260,7 +311,11 @@ std::vector<Driver> make_drivers() {
                  return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};
                }});
 
-  d.push_back({"adamw", {"n"}, 1, {{1}, {1000}, {65537}}, none,
+  d.push_back({"adamw",
+               {"n"},
+               1,
+               {{1}, {1000}, {65537}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                  const int64_t n = s[0];
                  // Three steps from non-zero moments, each with its own gradient.
@@ -270,35 +325,53 @@ std::vector<Driver> make_drivers() {
                              {"param", "exp_avg", "exp_avg_sq", "grad1", "grad2", "grad3"},
                              [](const std::vector<Tensor>& in) {
                                Tensor p = in[0], m = in[1], v = in[2];
-                               for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t);
+                               for (int64_t t = 1; t <= 3; ++t)
+                                 ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t);
                                return std::vector<Tensor>{p, m, v};
                              },
                              {"param", "exp_avg", "exp_avg_sq"}};
                },
                // optim_test: bit-identical to the reference (same fused multiply-adds).
-               [](const Dims&, DType) { return Tolerance{0, 0}; }});
+               [](const Dims&, DType) {
+                 return Tolerance{0, 0};
+               }});
 
-  d.push_back({"grad_norm", {"n"}, 1, {{1}, {1000}, {200003}}, none,
+  d.push_back({"grad_norm",
+               {"n"},
+               1,
+               {{1}, {1000}, {200003}},
+               none,
                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 return Case{{uniform({s[0]}, dt, seed)},
-                             {"grad"},
-                             [](const std::vector<Tensor>& in) {
-                               return std::vector<Tensor>{Tensor::full({1}, ops::grad_norm_sq(in[0]), DType::F64)};
-                             },
-                             {"sum_sq"}};
+                 return Case{
+                     {uniform({s[0]}, dt, seed)},
+                     {"grad"},
+                     [](const std::vector<Tensor>& in) {
+                       return std::vector<Tensor>{Tensor::full({1}, ops::grad_norm_sq(in[0]), DType::F64)};
+                     },
+                     {"sum_sq"}};
                },
                // optim_test: exact squares summed in f64 in another order, n ulps of the sum.
-               [](const Dims& s, DType) { return Tolerance{0, double(s[0]) * 0x1p-52}; }});
+               [](const Dims& s, DType) {
+                 return Tolerance{0, double(s[0]) * 0x1p-52};
+               }});
 
-  d.push_back({"add", {"N"}, 1, {{1}, {37}, {4099}}, none,
-               [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
-                 return Case{{grad_input(uniform({s[0]}, dt, seed)), grad_input(uniform({s[0]}, dt, seed + 1))},
-                             {"a", "b"},
-                             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::add(in[0], in[1])}; },
-                             {"out"}};
-               },
-               // One correctly rounded addition per element: any variant must be exact.
-               [](const Dims&, DType) { return Tolerance{0, 0}; }});
+  d.push_back(
+      {"add",
+       {"N"},
+       1,
+       {{1}, {37}, {4099}},
+       none,
+       [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+         return Case{
+             {grad_input(uniform({s[0]}, dt, seed)), grad_input(uniform({s[0]}, dt, seed + 1))},
+             {"a", "b"},
+             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::add(in[0], in[1])}; },
+             {"out"}};
+       },
+       // One correctly rounded addition per element: any variant must be exact.
+       [](const Dims&, DType) {
+         return Tolerance{0, 0};
+       }});
   return d;
 }
 
@@ -330,7 +403,8 @@ void check_shape(const Driver& d, const Dims& s) {
               shape_str(s), " needs ", d.required_dims == d.dims.size() ? "" : "at least ", d.required_dims,
               " dimensions ", join(d.dims, "x"));
   for (int64_t v : s)
-    TITAN_CHECK(v >= 1, "kernels parity: ", d.op, " shape ", shape_text(d, s), ": every dimension must be >= 1");
+    TITAN_CHECK(v >= 1, "kernels parity: ", d.op, " shape ", shape_text(d, s),
+                ": every dimension must be >= 1");
   std::string why = d.check(s);
   TITAN_CHECK(why.empty(), "kernels parity: ", d.op, " shape ", shape_text(d, s), ": ", why);
 }
@@ -486,14 +560,15 @@ std::map<std::string, std::vector<std::vector<int64_t>>> parse_parity_shapes(con
   return out;
 }
 
-std::vector<ParityResult> run_parity(const ParityOptions& o, const std::function<void(const ParityResult&)>& on_result) {
+std::vector<ParityResult> run_parity(const ParityOptions& o,
+                                     const std::function<void(const ParityResult&)>& on_result) {
   std::set<std::string> ops;
   for (auto& d : drivers()) ops.insert(d.op);
   for (auto& e : all_kernels())
     if (e.device == Device::CPU && e.variant != "reference") ops.insert(e.op);
   if (!o.op.empty()) {
-    TITAN_CHECK(ops.count(o.op), "kernels parity: unknown op '", o.op, "'; known: ",
-                join(std::vector<std::string>(ops.begin(), ops.end()), ", "));
+    TITAN_CHECK(ops.count(o.op), "kernels parity: unknown op '", o.op,
+                "'; known: ", join(std::vector<std::string>(ops.begin(), ops.end()), ", "));
     ops = {o.op};
   }
   for (auto& [op, shapes] : o.shapes) {
@@ -501,7 +576,8 @@ std::vector<ParityResult> run_parity(const ParityOptions& o, const std::function
     TITAN_CHECK(d, "kernels parity: shapes given for unknown op '", op, "'");
     for (auto& s : shapes) check_shape(*d, s);
   }
-  const std::vector<DType> dtypes = o.dtypes.empty() ? std::vector<DType>{DType::F32, DType::BF16, DType::F64} : o.dtypes;
+  const std::vector<DType> dtypes =
+      o.dtypes.empty() ? std::vector<DType>{DType::F32, DType::BF16, DType::F64} : o.dtypes;
 
   std::vector<ParityResult> results;
   auto emit = [&](ParityResult r) {
@@ -554,15 +630,18 @@ std::vector<ParityResult> run_parity(const ParityOptions& o, const std::function
 }
 
 std::string format_parity_result(const ParityResult& r) {
-  const char* status = r.status == ParityStatus::Pass ? "PASS" : r.status == ParityStatus::Fail ? "FAIL" : "SKIPPED";
+  const char* status = r.status == ParityStatus::Pass   ? "PASS"
+                       : r.status == ParityStatus::Fail ? "FAIL"
+                                                        : "SKIPPED";
   char buf[512];
   if (!r.compared) {
     std::snprintf(buf, sizeof buf, "%-7s %-20s %-12s %-4s %-32s", status, r.op.c_str(), r.variant.c_str(),
                   std::string(dtype_name(r.dtype)).c_str(), r.shape.c_str());
     return std::string(buf) + " " + r.note;
   }
-  std::snprintf(buf, sizeof buf, "%-7s %-20s %-12s %-4s %-32s max_abs %.3e  max_rel %.3e  (atol %.2g, rtol %.2g)",
-                status, r.op.c_str(), r.variant.c_str(), std::string(dtype_name(r.dtype)).c_str(), r.shape.c_str(),
+  std::snprintf(buf, sizeof buf,
+                "%-7s %-20s %-12s %-4s %-32s max_abs %.3e  max_rel %.3e  (atol %.2g, rtol %.2g)", status,
+                r.op.c_str(), r.variant.c_str(), std::string(dtype_name(r.dtype)).c_str(), r.shape.c_str(),
                 r.max_abs, r.max_rel, r.atol, r.rtol);
   std::string line = buf;
   if (r.status == ParityStatus::Fail && !r.note.empty()) line += "  worst " + r.note;

@@ -45,7 +45,9 @@ void set_substitutions(std::vector<Substitution> r) {
   rules() = std::move(r);
 }
 
-const std::vector<Substitution>& substitutions() { return rules(); }
+const std::vector<Substitution>& substitutions() {
+  return rules();
+}
 
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& plan,
                                             const std::vector<std::string>& module_names, Device device,
@@ -54,18 +56,19 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
   for (auto& s : plan) {
     check_known(s);
     TITAN_CHECK(has_kernel(s.op, device, dtype, s.variant), "kernels.", s.op, ": variant '", s.variant,
-                "' has no ", device_name(device), "/", dtype_name(dtype), " kernel, and this run computes in ",
-                dtype_name(dtype), " (see `titan kernels list`)");
+                "' has no ", device_name(device), "/", dtype_name(dtype),
+                " kernel, and this run computes in ", dtype_name(dtype), " (see `titan kernels list`)");
     const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
     const std::string why = e.available ? e.available() : std::string();
     TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
     bool matched = false;
     for (auto& n : module_names) matched = matched || glob_match(s.modules, n);
-    TITAN_CHECK(matched, "kernels.", s.op, ": modules pattern '", s.modules,
-                "' matches no module of this model (modules look like: ",
-                join(std::vector<std::string>(module_names.begin(),
-                                              module_names.begin() + long(std::min<size_t>(module_names.size(), 6)))),
-                ", ...)");
+    TITAN_CHECK(
+        matched, "kernels.", s.op, ": modules pattern '", s.modules,
+        "' matches no module of this model (modules look like: ",
+        join(std::vector<std::string>(module_names.begin(),
+                                      module_names.begin() + long(std::min<size_t>(module_names.size(), 6)))),
+        ", ...)");
     if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
   }
   std::vector<std::string> lines;
@@ -121,12 +124,16 @@ bool glob_match(const std::string& p, const std::string& s) {
   return pi == p.size();
 }
 
-const std::string& current_module() { return t_module; }
+const std::string& current_module() {
+  return t_module;
+}
 
 ModuleScope::ModuleScope(std::string name) : prev_(t_module) {
   t_module = t_module.empty() ? std::move(name) : t_module + "." + name;
 }
 
-ModuleScope::~ModuleScope() { t_module = prev_; }
+ModuleScope::~ModuleScope() {
+  t_module = prev_;
+}
 
 }  // namespace titan::kernels
