@@ -56,16 +56,20 @@ struct Case {
 
 // Two layers each; B = 2. GQA ratio = n_heads / n_kv_heads.
 std::vector<Case> cases() {
+  // clang-format off
+  // name, vocab, dim, heads, kv heads, head_dim, hidden, tied, experts, top_k, moe hidden, sparse step,
+  // mlp_only, norm_topk, aux in loss, seq, seed
   return {
-      {"dense_gqa1_hd64_tied", 512, 64, 2, 2, 64, 160, true, 0, 0, 0, 1, {}, true, false, 17, 11},
-      {"dense_gqa2_hd128_untied", 1024, 128, 4, 2, 128, 256, false, 0, 0, 0, 1, {}, true, false, 29, 12},
-      {"dense_gqa4_hd64_tied", 768, 96, 4, 1, 64, 192, true, 0, 0, 0, 1, {}, true, false, 40, 13},
-      {"dense_gqa8_hd64_untied", 2048, 128, 8, 1, 64, 128, false, 0, 0, 0, 1, {}, true, false, 21, 14},
-      {"moe_all_sparse_gqa2_hd64_untied_aux", 1024, 64, 4, 2, 64, 128, false, 8, 2, 32, 1, {}, true, true, 24, 15},
-      {"moe_mlp_only0_gqa4_hd128_tied_nonorm", 512, 64, 4, 1, 128, 96, true, 8, 3, 48, 1, {0}, false, true, 19, 16},
-      {"moe_sparse_step2_gqa8_hd64_untied", 640, 128, 8, 1, 64, 160, false, 4, 2, 64, 2, {}, true, false, 33, 17},
-      {"moe_mlp_only1_gqa1_hd128_tied_aux", 896, 96, 2, 2, 128, 128, true, 6, 1, 40, 1, {1}, false, true, 26, 18},
+    {"dense_gqa1_hd64_tied", 512, 64, 2, 2, 64, 160, true, 0, 0, 0, 1, {}, true, false, 17, 11},
+    {"dense_gqa2_hd128_untied", 1024, 128, 4, 2, 128, 256, false, 0, 0, 0, 1, {}, true, false, 29, 12},
+    {"dense_gqa4_hd64_tied", 768, 96, 4, 1, 64, 192, true, 0, 0, 0, 1, {}, true, false, 40, 13},
+    {"dense_gqa8_hd64_untied", 2048, 128, 8, 1, 64, 128, false, 0, 0, 0, 1, {}, true, false, 21, 14},
+    {"moe_gqa2_hd64_untied_aux", 1024, 64, 4, 2, 64, 128, false, 8, 2, 32, 1, {}, true, true, 24, 15},
+    {"mlp0_moe1_gqa4_hd128_tied_nonorm", 512, 64, 4, 1, 128, 96, true, 8, 3, 48, 1, {0}, false, true, 19, 16},
+    {"sparse_step2_gqa8_hd64_untied", 640, 128, 8, 1, 64, 160, false, 4, 2, 64, 2, {}, true, false, 33, 17},
+    {"moe0_mlp1_gqa1_hd128_tied_aux", 896, 96, 2, 2, 128, 128, true, 6, 1, 40, 1, {1}, false, true, 26, 18},
   };
+  // clang-format on
 }
 
 qwen3::ModelArgs args_of(const Case& c) {
@@ -97,7 +101,8 @@ void prepare(const Case& c, const std::filesystem::path& dir) {
   // [0.5, 1.5] so each element's gradient is weighted differently.
   uint64_t k = 0;
   for (nn::Param* p : model.params())
-    if (p->init == nn::Init::Ones) p->value.copy_from(random_tensor(p->shape, DType::F32, c.seed * 1000 + ++k, 0.5, 1.5));
+    if (p->init == nn::Init::Ones)
+      p->value.copy_from(random_tensor(p->shape, DType::F32, c.seed * 1000 + ++k, 0.5, 1.5));
   qwen3::export_hf_model(model, dir / "ckpt", DType::F32);
 
   std::mt19937_64 rng(c.seed);

@@ -1,6 +1,7 @@
 #include "titan/train/job_config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <toml++/toml.h>
@@ -11,6 +12,13 @@
 namespace titan::train {
 
 namespace {
+
+// Shortest text that reads back as the same double (the config in effect must be exact).
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -132,14 +140,9 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
 }
 
 std::string node_to_string(const toml::node& n, const std::string& key, const std::string& where) {
-  if (auto s = n.value<std::string>(); s && n.is_string()) return *s;
+  if (n.is_string()) return *n.value<std::string>();
   if (n.is_integer()) return std::to_string(*n.value<int64_t>());
-  if (n.is_floating_point()) {
-    std::ostringstream os;
-    os.precision(17);
-    os << *n.value<double>();
-    return os.str();
-  }
+  if (n.is_floating_point()) return format_double(*n.value<double>());
   if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
   if (auto arr = n.as_array()) {
     std::string s = "[";
@@ -149,15 +152,57 @@ std::string node_to_string(const toml::node& n, const std::string& key, const st
   TITAN_FAIL(where, ": ", key, " has an unsupported TOML value type");
 }
 
+const char* toml_type_name(const toml::node& n) {
+  if (n.is_string()) return "a string";
+  if (n.is_integer()) return "an integer";
+  if (n.is_floating_point()) return "a float";
+  if (n.is_boolean()) return "a boolean";
+  if (n.is_array()) return "an array";
+  if (n.is_table()) return "a table";
+  return "a date/time";
+}
+
+// "where: key" for a value from the file, with its line (the command line has no lines).
+std::string located(const std::string& where, const toml::node* n) {
+  return n && n->source().begin.line ? where + ":" + std::to_string(n->source().begin.line) : where;
+}
+
+// The TOML type must match the key's type: `steps = "10"` or `deterministic = 1` is a mistake
+// worth reporting, not silently converting. Integers are accepted where a float is expected.
+void check_toml_type(const Field& f, const toml::node& n, const std::string& where) {
+  bool ok = false;
+  const char* expected = "";
+  switch (f.kind) {
+    case Field::Str: ok = n.is_string(), expected = "a string"; break;
+    case Field::Int: ok = n.is_integer(), expected = "an integer"; break;
+    case Field::Float: ok = n.is_number(), expected = "a number"; break;
+    case Field::Bool: ok = n.is_boolean(), expected = "true or false"; break;
+  }
+  TITAN_CHECK(ok, where, ": ", f.key, " expects ", expected, ", got ", toml_type_name(n));
+}
+
+// Sets `key` from a textual value; `node` is the TOML value when it comes from the file.
 void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
-           const std::string& where) {
+           const std::string& where, const toml::node* node = nullptr) {
   for (auto& f : fields)
-    if (f.key == key) return set_field(f, value, where);
+    if (f.key == key) {
+      if (node) check_toml_type(f, *node, where);
+      return set_field(f, value, where);
+    }
   auto dot = key.find('.');
   std::string section = key.substr(0, dot), name = dot == std::string::npos ? "" : key.substr(dot + 1);
   if (section == "model") {
     auto keys = qwen3::override_keys();
     if (std::find(keys.begin(), keys.end(), name) != keys.end()) {
+      // Model fields are numbers, booleans or lists; parse now so a bad value is reported with
+      // the config, not after the data and tokenizer have been loaded.
+      TITAN_CHECK(!node || !node->is_string(), where, ": ", key, " expects a number, boolean or list, got a string");
+      qwen3::ModelArgs scratch;
+      try {
+        qwen3::apply_override(scratch, name, value);
+      } catch (const std::exception& e) {
+        TITAN_FAIL(where, ": invalid value for ", key, ": ", e.what());
+      }
       c.model.overrides[name] = value;
       return;
     }
@@ -212,8 +257,17 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                                              "activation_checkpoint", "metrics", "parallelism", "kernels"};
   for (auto& [sec_key, sec_node] : doc) {
     std::string sec(sec_key.str());
-    TITAN_CHECK(std::find(sections.begin(), sections.end(), sec) != sections.end(), source, ": unknown section [",
-                sec, "]", suggestion(sec, sections));
+    const bool known_section = std::find(sections.begin(), sections.end(), sec) != sections.end();
+    if (!known_section && !sec_node.is_table()) {
+      // A key written above every section header, e.g. `steps = 10` before [training].
+      std::string home;
+      for (auto& f : fields)
+        if (f.key.size() > sec.size() && f.key.compare(f.key.size() - sec.size() - 1, std::string::npos, "." + sec) == 0)
+          home = f.key;
+      TITAN_FAIL(located(source, &sec_node), ": key '", sec, "' is outside any section",
+                 home.empty() ? "" : "; did you mean '" + home + "' (under [" + home.substr(0, home.find('.')) + "])?");
+    }
+    TITAN_CHECK(known_section, located(source, &sec_node), ": unknown section [", sec, "]", suggestion(sec, sections));
     auto* table = sec_node.as_table();
     TITAN_CHECK(table, source, ": '", sec, "' must be a section ([", sec, "])");
     if (sec == "kernels") {
@@ -222,7 +276,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     }
     for (auto& [k, v] : *table) {
       std::string key = sec + "." + std::string(k.str());
-      apply(c, fields, key, node_to_string(v, key, source), source);
+      std::string where = located(source, &v);
+      apply(c, fields, key, node_to_string(v, key, where), where, &v);
     }
   }
   for (auto& [k, v] : overrides) {
@@ -295,7 +350,7 @@ std::string JobConfig::describe() const {
     switch (f.kind) {
       case Field::Str: os << '"' << *static_cast<std::string*>(f.ptr) << '"'; break;
       case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
-      case Field::Float: os << *static_cast<double*>(f.ptr); break;
+      case Field::Float: os << format_double(*static_cast<double*>(f.ptr)); break;
       case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
     }
     os << "\n";

@@ -5,7 +5,7 @@ shared/design/REFERENCE_NOTES.md ("Forward details") and the oracle README. Need
 (Debian python3-torch 1.13 works) -- no transformers.
 
     qwen3_torch.py --model-path DIR --tokens IN.safetensors --out OUT.safetensors [--dtype float32|bfloat16]
-    qwen3_torch.py --jobs JOBS.json      # [{"model_path":..,"tokens":..,"out":..,"dtype":..}, ...] in one process
+    qwen3_torch.py --jobs JOBS.json   # [{"model_path", "tokens", "out", "dtype"}, ...] in one process
 
 Writes the same names as `titan debug dump`: logits (f32 [B, S, V]), loss (f32 scalar), aux_loss
 (MoE only) and grad.<hf key> (f32) for every checkpoint tensor.
@@ -19,7 +19,6 @@ tied embedding the two uses are summed in f32 rather than bf16).
 """
 import argparse
 import json
-import math
 import os
 import struct
 import sys
@@ -67,7 +66,8 @@ def write_safetensors(path, tensors):
     for name, t in tensors:
         t = t.detach().contiguous()
         raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
     h = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -192,7 +192,8 @@ def moe_block(cfg, P, prefix, x, router_logits_out):
         if token.numel() == 0:
             continue
         ep = f"{prefix}experts.{e}."
-        y = swiglu_mlp(t[token], P(ep + "gate_proj.weight"), P(ep + "up_proj.weight"), P(ep + "down_proj.weight"))
+        y = swiglu_mlp(t[token], P(ep + "gate_proj.weight"), P(ep + "up_proj.weight"),
+                       P(ep + "down_proj.weight"))
         out = out.index_add(0, token, y * top_w[token, slot, None])
     return out.reshape(B, S, D)
 
@@ -217,7 +218,8 @@ def forward(cfg, P, ids):
     router_logits = []
     for i in range(cfg.n_layers):
         lp = f"model.layers.{i}."
-        h = h + attention(cfg, P, lp + "self_attn.", rms_norm(h, P(lp + "input_layernorm.weight"), cfg.eps), cos, sin)
+        x = rms_norm(h, P(lp + "input_layernorm.weight"), cfg.eps)
+        h = h + attention(cfg, P, lp + "self_attn.", x, cos, sin)
         x = rms_norm(h, P(lp + "post_attention_layernorm.weight"), cfg.eps)
         if cfg.sparse(i):
             h = h + moe_block(cfg, P, lp + "mlp.", x, router_logits)

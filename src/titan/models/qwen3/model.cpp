@@ -109,6 +109,10 @@ int64_t Qwen3Model::num_params() const {
 }
 
 void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
+  // Every scheme starts from transformers' N(0, 0.02), so re-initialising with another scheme
+  // gives the same weights as a fresh model.
+  for (auto* p : params())
+    if (p->init == nn::Init::Normal) p->std = 0.02;
   if (scheme == InitScheme::Torchtitan) {
     // Depth-scaled: output projections of each residual branch shrink with depth.
     for (int64_t i = 0; i < args_.n_layers; ++i) {

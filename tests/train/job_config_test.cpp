@@ -1,0 +1,354 @@
+#include "titan/train/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_util.h"
+#include "titan/core/check.h"
+
+using namespace titan;
+using namespace titan::train;
+
+namespace {
+
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+JobConfig parse(const std::string& toml, const Overrides& overrides = {}) {
+  return parse_job_config(toml, "job.toml", overrides);
+}
+
+// The message of the titan::Error `fn` throws ("" when it does not throw).
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string parse_error(const std::string& toml, const Overrides& overrides = {}) {
+  return error_of([&] { parse(toml, overrides); });
+}
+
+std::string validate_error(const std::string& toml, int world_size = 1) {
+  return error_of([&] { parse(toml).validate(world_size); });
+}
+
+const char* kEverySection = R"(
+[job]
+dump_folder = "/tmp/run"
+description = "every section"
+
+[model]
+name = "hf"
+flavor = "0.6B"
+hf_assets_path = "/models/qwen3"
+init = "torchtitan"
+n_layers = 4
+num_experts = 8
+top_k = 2
+moe_hidden_dim = 64
+norm_eps = 1e-5
+tie_embeddings = false
+mlp_only_layers = [0, 2]
+
+[training]
+dataset = "nlp-corpus"
+dataset_path = "/data/train.jsonl"
+text_field = "content"
+local_batch_size = 4
+global_batch_size = 16
+seq_len = 256
+steps = 123
+max_norm = 0.5
+mixed_precision_param = "float32"
+seed = 7
+deterministic = true
+load_balance = "expert_bias"
+load_balance_coeff = 0.002
+
+[optimizer]
+name = "AdamW"
+lr = 3e-4
+beta1 = 0.8
+beta2 = 0.99
+eps = 1e-6
+weight_decay = 0
+
+[lr_scheduler]
+warmup_steps = 10
+decay_ratio = 0.25
+decay_type = "cosine"
+min_lr_factor = 0.1
+
+[checkpoint]
+enable = true
+folder = "ckpt"
+interval = 50
+keep_latest_k = 0
+initial_load_path = "/models/qwen3"
+initial_load_in_hf = true
+last_save_in_hf = true
+export_dtype = "bfloat16"
+
+[activation_checkpoint]
+mode = "selective"
+
+[metrics]
+log_freq = 10
+enable_tensorboard = true
+peak_tflops = 12.5
+
+[parallelism]
+data_parallel_replicate_degree = 2
+data_parallel_shard_degree = 4
+tensor_parallel_degree = 1
+expert_parallel_degree = 2
+
+[kernels]
+rope = { impl = "gather_free", modules = "layers.*" }
+linear = [{ impl = "reference", modules = "output" }, { impl = "blocked" }]
+)";
+
+TEST(JobConfig, ParsesEverySection) {
+  JobConfig c = parse(kEverySection);
+  EXPECT_EQ(c.job.dump_folder, "/tmp/run");
+  EXPECT_EQ(c.job.description, "every section");
+  EXPECT_EQ(c.model.name, "hf");
+  EXPECT_EQ(c.model.flavor, "0.6B");
+  EXPECT_EQ(c.model.hf_assets_path, "/models/qwen3");
+  EXPECT_EQ(c.model.init, "torchtitan");
+  EXPECT_EQ(c.model.overrides.at("n_layers"), "4");
+  EXPECT_EQ(c.model.overrides.at("num_experts"), "8");
+  EXPECT_EQ(c.model.overrides.at("top_k"), "2");
+  EXPECT_EQ(c.model.overrides.at("moe_hidden_dim"), "64");
+  EXPECT_EQ(std::stod(c.model.overrides.at("norm_eps")), 1e-5);
+  EXPECT_EQ(c.model.overrides.at("tie_embeddings"), "false");
+  EXPECT_EQ(c.model.overrides.at("mlp_only_layers"), "[0,2]");
+  EXPECT_EQ(c.training.dataset, "nlp-corpus");
+  EXPECT_EQ(c.training.dataset_path, "/data/train.jsonl");
+  EXPECT_EQ(c.training.text_field, "content");
+  EXPECT_EQ(c.training.local_batch_size, 4);
+  EXPECT_EQ(c.training.global_batch_size, 16);
+  EXPECT_EQ(c.training.seq_len, 256);
+  EXPECT_EQ(c.training.steps, 123);
+  EXPECT_EQ(c.training.max_norm, 0.5);
+  EXPECT_EQ(c.training.mixed_precision_param, "float32");
+  EXPECT_EQ(c.training.seed, 7);
+  EXPECT_TRUE(c.training.deterministic);
+  EXPECT_EQ(c.training.load_balance, "expert_bias");
+  EXPECT_EQ(c.training.load_balance_coeff, 0.002);
+  EXPECT_EQ(c.optimizer.name, "AdamW");
+  EXPECT_EQ(c.optimizer.lr, 3e-4);  // exact: floats travel without losing bits
+  EXPECT_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0);  // an integer where a float is expected is fine
+  EXPECT_EQ(c.lr_scheduler.warmup_steps, 10);
+  EXPECT_EQ(c.lr_scheduler.decay_ratio, 0.25);
+  EXPECT_EQ(c.lr_scheduler.decay_type, "cosine");
+  EXPECT_EQ(c.lr_scheduler.min_lr_factor, 0.1);
+  EXPECT_TRUE(c.checkpoint.enable);
+  EXPECT_EQ(c.checkpoint.folder, "ckpt");
+  EXPECT_EQ(c.checkpoint.interval, 50);
+  EXPECT_EQ(c.checkpoint.keep_latest_k, 0);
+  EXPECT_EQ(c.checkpoint.initial_load_path, "/models/qwen3");
+  EXPECT_TRUE(c.checkpoint.initial_load_in_hf);
+  EXPECT_TRUE(c.checkpoint.last_save_in_hf);
+  EXPECT_EQ(c.checkpoint.export_dtype, "bfloat16");
+  EXPECT_EQ(c.activation_checkpoint.mode, "selective");
+  EXPECT_EQ(c.metrics.log_freq, 10);
+  EXPECT_TRUE(c.metrics.enable_tensorboard);
+  EXPECT_EQ(c.metrics.peak_tflops, 12.5);
+  EXPECT_EQ(c.parallelism.data_parallel_replicate_degree, 2);
+  EXPECT_EQ(c.parallelism.data_parallel_shard_degree, 4);
+  EXPECT_EQ(c.parallelism.tensor_parallel_degree, 1);
+  EXPECT_EQ(c.parallelism.expert_parallel_degree, 2);
+
+  ASSERT_EQ(c.kernels.size(), 3u);
+  EXPECT_EQ(c.kernels[0].op, "rope");
+  EXPECT_EQ(c.kernels[0].variant, "gather_free");
+  EXPECT_EQ(c.kernels[0].modules, "layers.*");
+  EXPECT_EQ(c.kernels[1].op, "linear");
+  EXPECT_EQ(c.kernels[1].variant, "reference");
+  EXPECT_EQ(c.kernels[1].modules, "output");
+  EXPECT_EQ(c.kernels[2].variant, "blocked");
+  EXPECT_EQ(c.kernels[2].modules, "*");  // no modules: every module
+
+  // 2 x 4 ranks, 16 = 4 x 8 / 2 -> not a multiple of 4 x 8: validate names the key.
+  EXPECT_NE(error_of([&] { c.validate(8); }).find("training.global_batch_size"), std::string::npos);
+  c.training.global_batch_size = 64;  // 2 micro-batches of 4 on each of 8 ranks
+  EXPECT_NO_THROW(c.validate(8));
+}
+
+TEST(JobConfig, EmptyFileGivesDocumentedDefaults) {
+  JobConfig c = parse("");
+  JobConfig d;  // the struct's initialisers are the documented defaults
+  EXPECT_EQ(c.describe(), d.describe());
+  EXPECT_EQ(c.model.name, "qwen3");
+  EXPECT_EQ(c.training.global_batch_size, -1);
+  EXPECT_EQ(c.checkpoint.keep_latest_k, 3);
+  EXPECT_TRUE(c.kernels.empty());
+  EXPECT_NO_THROW(c.validate(1));
+}
+
+TEST(JobConfig, CommandLineOverridesWinOverTheFile) {
+  JobConfig c = parse("[training]\nsteps = 40\nseq_len = 512\n[model]\nn_layers = 8\n[optimizer]\nlr = 1e-3\n",
+                      {{"training.steps", "6"},
+                       {"model.n_layers", "2"},
+                       {"optimizer.lr", "2.5e-4"},
+                       {"checkpoint.enable", "true"},
+                       {"activation_checkpoint.mode", "full"},
+                       {"model.num_experts", "4"}});
+  EXPECT_EQ(c.training.steps, 6);
+  EXPECT_EQ(c.training.seq_len, 512);  // untouched by the overrides
+  EXPECT_EQ(c.model.overrides.at("n_layers"), "2");
+  EXPECT_EQ(c.model.overrides.at("num_experts"), "4");
+  EXPECT_EQ(c.optimizer.lr, 2.5e-4);
+  EXPECT_TRUE(c.checkpoint.enable);
+  EXPECT_EQ(c.activation_checkpoint.mode, "full");
+  // The later of two overrides wins.
+  EXPECT_EQ(parse("", {{"training.steps", "3"}, {"training.steps", "4"}}).training.steps, 4);
+}
+
+TEST(JobConfig, DescribeListsTheConfigInEffectExactly) {
+  JobConfig c = parse("[optimizer]\nlr = 3.0000000000000004e-4\n[model]\nn_layers = 3\n"
+                      "[kernels]\nrope = { impl = \"gather_free\" }\n");
+  std::string d = c.describe();
+  // Floats are printed so that they read back as the same double.
+  auto at = d.find("optimizer.lr = ");
+  ASSERT_NE(at, std::string::npos) << d;
+  EXPECT_EQ(std::stod(d.substr(at + 15, d.find('\n', at) - at - 15)), 3.0000000000000004e-4) << d;
+  EXPECT_NE(d.find("training.steps = 10"), std::string::npos) << d;
+  EXPECT_NE(d.find("model.n_layers = 3"), std::string::npos) << d;
+  EXPECT_NE(d.find("kernels.rope = { impl = \"gather_free\", modules = \"*\" }"), std::string::npos) << d;
+}
+
+TEST(JobConfig, UnknownKeysAreErrorsThatSuggestTheNearMiss) {
+  std::string e = parse_error("", {{"training.stpes", "5"}});
+  EXPECT_NE(e.find("training.stpes"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'training.steps'"), std::string::npos) << e;
+  EXPECT_NE(e.find("command line"), std::string::npos) << e;
+
+  e = parse_error("[training]\nsteps = 5\nlocal_bach_size = 2\n");
+  EXPECT_NE(e.find("job.toml:3"), std::string::npos) << e;  // file and line
+  EXPECT_NE(e.find("training.local_bach_size"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'training.local_batch_size'"), std::string::npos) << e;
+
+  e = parse_error("[trainig]\nsteps = 5\n");
+  EXPECT_NE(e.find("unknown section [trainig]"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'training'"), std::string::npos) << e;
+
+  e = parse_error("", {{"model.n_layer", "2"}});  // model fields are keys too
+  EXPECT_NE(e.find("did you mean 'model.n_layers'"), std::string::npos) << e;
+
+  e = parse_error("steps = 5\n[training]\nseq_len = 64\n");  // above every section header
+  EXPECT_NE(e.find("'steps' is outside any section"), std::string::npos) << e;
+  EXPECT_NE(e.find("training.steps"), std::string::npos) << e;
+
+  e = parse_error("[kernels]\nrope = { imp = \"gather_free\" }\n");
+  EXPECT_NE(e.find("kernels.rope"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'impl'"), std::string::npos) << e;
+
+  e = parse_error("", {{"kernels.rope", "gather_free"}});
+  EXPECT_NE(e.find("[kernels]"), std::string::npos) << e;
+
+  // Nothing close: no suggestion rather than a wild guess.
+  e = parse_error("", {{"training.zzzzzzzzzzzzzzzzzz", "1"}});
+  EXPECT_NE(e.find("training.zzzzzzzzzzzzzzzzzz"), std::string::npos) << e;
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+}
+
+TEST(JobConfig, InvalidValuesNameTheKey) {
+  struct Case {
+    std::string toml;
+    Overrides overrides;
+    std::vector<std::string> expect;  // substrings of the error
+  };
+  const std::vector<Case> cases = {
+      {"[lr_scheduler]\ndecay_type = \"cosin\"\n", {}, {"lr_scheduler.decay_type", "cosine", "did you mean 'cosine'"}},
+      {"", {{"lr_scheduler.decay_type", "cosin"}}, {"lr_scheduler.decay_type", "did you mean 'cosine'"}},
+      {"[training]\nsteps = \"ten\"\n", {}, {"training.steps", "expects an integer", "string"}},
+      {"[training]\nsteps = \"10\"\n", {}, {"training.steps", "expects an integer"}},  // no silent conversion
+      {"[training]\nsteps = 2.5\n", {}, {"training.steps", "expects an integer", "float"}},
+      {"", {{"training.steps", "10x"}}, {"training.steps", "expects an integer", "10x"}},
+      {"[training]\ndeterministic = 1\n", {}, {"training.deterministic", "true or false"}},
+      {"", {{"training.deterministic", "yes"}}, {"training.deterministic", "true or false"}},
+      {"[optimizer]\nlr = \"fast\"\n", {}, {"optimizer.lr", "expects a number"}},
+      {"", {{"optimizer.lr", "1e-3e"}}, {"optimizer.lr", "a number"}},
+      {"[job]\ndump_folder = 5\n", {}, {"job.dump_folder", "expects a string", "integer"}},
+      {"[checkpoint]\nexport_dtype = \"fp16\"\n", {}, {"checkpoint.export_dtype", "float32, bfloat16"}},
+      {"[activation_checkpoint]\nmode = \"ful\"\n", {}, {"activation_checkpoint.mode", "did you mean 'full'"}},
+      {"[model]\nname = \"qwen2\"\n", {}, {"model.name", "did you mean 'qwen3'"}},
+      {"[model]\nn_layers = \"two\"\n", {}, {"model.n_layers"}},
+      {"", {{"model.n_layers", "two"}}, {"model.n_layers", "two"}},
+      {"", {{"model.tie_embeddings", "maybe"}}, {"model.tie_embeddings"}},
+      {"[model]\nmlp_only_layers = [\"a\"]\n", {}, {"model.mlp_only_layers"}},
+      {"[training\nsteps = 1\n", {}, {"job.toml:1", "invalid TOML"}},
+      {"[kernels]\nrope = \"gather_free\"\n", {}, {"kernels.rope", "must be a table"}},
+      {"[kernels]\nrope = { modules = \"layers.*\" }\n", {}, {"kernels.rope", "'impl'"}},
+  };
+  for (const auto& c : cases) {
+    std::string e = parse_error(c.toml, c.overrides);
+    ASSERT_FALSE(e.empty()) << "no error for:\n" << c.toml;
+    for (const auto& s : c.expect) EXPECT_NE(e.find(s), std::string::npos) << "'" << s << "' not in: " << e;
+  }
+}
+
+TEST(JobConfig, LoadJobConfigReadsTheShippedConfigs) {
+  for (const char* name : {"debugmodel", "debugmodel_moe", "qwen3_0.6b", "qwen3_4b_finetune", "qwen3_30b_a3b_reduced"}) {
+    auto path = testing::source_dir() / "configs" / (std::string(name) + ".toml");
+    JobConfig c = load_job_config(path.string(), {});
+    EXPECT_NO_THROW(c.validate(1)) << path;
+  }
+  JobConfig d = load_job_config((testing::source_dir() / "configs" / "debugmodel.toml").string(), {{"training.steps", "6"}});
+  EXPECT_EQ(d.training.steps, 6);
+  EXPECT_EQ(d.model.flavor, "debugmodel");
+  std::string e = error_of([] { load_job_config("/nonexistent/job.toml", {}); });
+  EXPECT_NE(e.find("/nonexistent/job.toml"), std::string::npos) << e;
+}
+
+TEST(JobConfig, ValidateNamesTheKeyItRejects) {
+  struct Case {
+    std::string toml;
+    int world_size;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"[training]\nlocal_batch_size = 4\nglobal_batch_size = 6\n", 1, {"training.global_batch_size", "multiple"}},
+      {"[training]\nlocal_batch_size = 2\nglobal_batch_size = 4\n", 4, {"training.global_batch_size", "(8)"}},
+      {"[checkpoint]\nkeep_latest_k = 1\n", 1, {"checkpoint.keep_latest_k", "got 1"}},
+      {"[parallelism]\ndata_parallel_shard_degree = 3\n", 4, {"parallelism", "world size 4"}},
+      {"[parallelism]\ndata_parallel_replicate_degree = 2\ntensor_parallel_degree = 2\n"
+       "data_parallel_shard_degree = 2\n",
+       4, {"parallelism", "= 8", "world size 4"}},
+      {"[parallelism]\ntensor_parallel_degree = 3\n", 4, {"parallelism", "world size 4"}},
+      {"[parallelism]\ntensor_parallel_degree = 0\n", 1, {"parallelism.tensor_parallel_degree"}},
+      {"[training]\nlocal_batch_size = 0\n", 1, {"training.local_batch_size"}},
+      {"[training]\nseq_len = -1\n", 1, {"training.seq_len"}},
+      {"[training]\nmax_norm = 0\n", 1, {"training.max_norm"}},
+      {"[optimizer]\nlr = 0\n", 1, {"optimizer.lr"}},
+      {"[optimizer]\nbeta2 = 1.0\n", 1, {"optimizer.beta2"}},
+      {"[lr_scheduler]\ndecay_ratio = 1.5\n", 1, {"lr_scheduler.decay_ratio"}},
+      {"[lr_scheduler]\nmin_lr_factor = 2\n", 1, {"lr_scheduler.min_lr_factor"}},
+      {"[metrics]\nlog_freq = 0\n", 1, {"metrics.log_freq"}},
+      {"[checkpoint]\ninterval = 0\n", 1, {"checkpoint.interval"}},
+      {"[model]\nname = \"hf\"\n", 1, {"model.hf_assets_path"}},
+      {"[checkpoint]\ninitial_load_in_hf = true\n", 1, {"checkpoint.initial_load_path"}},
+  };
+  for (const auto& c : cases) {
+    std::string e = validate_error(c.toml, c.world_size);
+    ASSERT_FALSE(e.empty()) << "validate accepted:\n" << c.toml;
+    for (const auto& s : c.expect) EXPECT_NE(e.find(s), std::string::npos) << "'" << s << "' not in: " << e;
+  }
+  // What is valid stays valid: degrees multiplying to the world size, shard -1 taking the rest.
+  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_replicate_degree = 2\n", 4), "");
+  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4), "");
+  EXPECT_EQ(validate_error("[training]\nlocal_batch_size = 2\nglobal_batch_size = 8\n", 2), "");
+  EXPECT_EQ(validate_error("[checkpoint]\nkeep_latest_k = 0\n"), "");
+}
+
+}  // namespace
