@@ -15,6 +15,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/io/hf_checkpoint.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
 
 namespace titan::cli {
@@ -45,8 +46,15 @@ int export_main(int argc, char** argv) {
   if (files.empty())
     std::printf("warning: tokenizer files of the run ('%s') not found; exporting without them\n",
                 native.tokenizer_path.string().c_str());
-  qwen3::export_hf_model(*native.model, p.get("out"), d == "bfloat16" ? DType::BF16 : DType::F32, files,
-                         p.has("overwrite"));
+  const DType dtype = d == "bfloat16" ? DType::BF16 : DType::F32;
+  const fs::path out = p.get("out");
+  {
+    uint64_t total = 0;
+    for (auto& r : qwen3::hf_tensors(*native.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(dtype);
+    train::Progress progress("export: writing " + out.string(), total,
+                             [&] { return train::bytes_in_temporaries_of(out); });
+    qwen3::export_hf_model(*native.model, out, dtype, files, p.has("overwrite"));
+  }
   std::printf("exported step %ld to %s (%s, %zu tokenizer files)\n", long(native.step), p.get("out").c_str(),
               d.c_str(), files.size());
   return 0;
@@ -79,7 +87,11 @@ int verify_main(int argc, char** argv) {
   };
 
   // 1. keys, shapes, dtypes: the HF loader reports every mismatch by name.
-  auto model = qwen3::load_hf_model(dir, DType::F32);
+  std::unique_ptr<qwen3::Qwen3Model> model;
+  {
+    train::Progress progress("loading " + dir.string(), train::bytes_under(dir));
+    model = qwen3::load_hf_model(dir, DType::F32);
+  }
   const auto& args = model->args();
   check(true, "keys and shapes match " + std::string(args.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") +
                   " (" + std::to_string(qwen3::hf_tensors(*model).size()) + " tensors)");

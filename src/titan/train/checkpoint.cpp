@@ -6,15 +6,17 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <unistd.h>
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/train/metrics.h"
 
 namespace titan::train {
 
 namespace fs = std::filesystem;
 
-uint64_t file_checksum(const fs::path& path) {
+uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) {
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", path.string(), "'");
   uint64_t h = 1469598103934665603ull;
@@ -29,6 +31,7 @@ uint64_t file_checksum(const fs::path& path) {
       h = (h ^ w) * 1099511628211ull;
     }
     for (size_t i = words * 8; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
+    if (bytes_read) bytes_read->fetch_add(n);
   }
   return h;
 }
@@ -62,6 +65,13 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
     // Re-saving a step (e.g. after a resume that did no step) replaces it atomically.
     io::AtomicDir dir(final_dir, /*replace=*/true);
     const fs::path& tmp = dir.temp_path();
+    uint64_t tensor_bytes = 0;
+    for (auto& t : model) tensor_bytes += io::tensor_write_bytes(t);
+    for (auto& t : optimizer) tensor_bytes += io::tensor_write_bytes(t);
+    // Writing, then reading back for the checksums: twice the bytes.
+    std::atomic<uint64_t> checksummed{0};
+    Progress progress("checkpoint: saving " + final_dir.filename().string(), 2 * tensor_bytes,
+                      [&] { return bytes_under(tmp) + checksummed.load(); });
     io::write_safetensors(tmp / rank_file("model", rank_), model, {{"titan", "model"}});
     io::write_safetensors(tmp / rank_file("optimizer", rank_), optimizer, {{"titan", "optimizer"}});
     io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
@@ -70,7 +80,7 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
     for (auto& entry : fs::directory_iterator(tmp)) {
       std::string name = entry.path().filename().string();
       manifest["files"][name] = {{"bytes", fs::file_size(entry.path())},
-                                 {"checksum", std::to_string(file_checksum(entry.path()))}};
+                                 {"checksum", std::to_string(file_checksum(entry.path(), &checksummed))}};
     }
     io::write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
     dir.commit();
@@ -78,11 +88,37 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
   // The commit marker goes last: until it exists, the folder is not a checkpoint.
   io::write_file_atomic(final_dir / "COMMITTED", "step " + std::to_string(step) + "\n");
   io::fsync_dir(final_dir);
+  prune(step);
+}
 
+void CheckpointManager::prune(int64_t just_saved) const {
+  auto remove = [&](const fs::path& dir) {
+    // COMMITTED goes first: a deletion cut short leaves a folder that is ignored, never a
+    // committed checkpoint with files missing.
+    std::error_code ec;
+    fs::remove(dir / "COMMITTED", ec);
+    fs::remove_all(dir, ec);
+  };
   if (keep_latest_k_ > 0) {
     auto steps = committed_steps();
-    for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) fs::remove_all(step_dir(steps[i]));
+    for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) remove(step_dir(steps[i]));
   }
+  // Debris of saves that never finished: step folders without COMMITTED (a crash between the
+  // rename and the marker) and temporaries of other processes (".step-N.tmp-<pid>-<n>").
+  static const std::regex step_re("step-([0-9]+)"), temp_re("\\.step-[0-9]+\\.tmp-([0-9]+)-[0-9]+");
+  const std::string own_pid = std::to_string(::getpid());
+  std::vector<fs::path> debris;
+  for (auto& e : fs::directory_iterator(folder_)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (!e.is_directory()) continue;
+    if (std::regex_match(name, m, step_re) && std::stoll(m[1].str()) != just_saved &&
+        !fs::exists(e.path() / "COMMITTED"))
+      debris.push_back(e.path());
+    else if (std::regex_match(name, m, temp_re) && m[1].str() != own_pid)
+      debris.push_back(e.path());
+  }
+  for (auto& d : debris) remove(d);
 }
 
 std::vector<int64_t> CheckpointManager::committed_steps() const {
@@ -112,13 +148,19 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
   TITAN_CHECK(fs::exists(dir / "COMMITTED"), "checkpoint: '", dir.string(),
               "' has no COMMITTED marker (an interrupted save); it cannot be loaded");
   nlohmann::json manifest = read_json(dir / "manifest.json");
+  TITAN_CHECK(manifest.contains("files") && manifest["files"].is_object() && manifest.contains("step"),
+              "checkpoint: '", (dir / "manifest.json").string(), "' lacks 'files' or 'step'");
+  uint64_t total = 0;
+  for (auto& [name, info] : manifest["files"].items()) total += info.value("bytes", uint64_t(0));
+  std::atomic<uint64_t> checked{0};
+  Progress progress("checkpoint: verifying " + dir.filename().string(), total, [&] { return checked.load(); });
   for (auto& [name, info] : manifest["files"].items()) {
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
     TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
                 fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
-    TITAN_CHECK(std::to_string(file_checksum(p)) == info["checksum"].get<std::string>(), "checkpoint: '", p.string(),
-                "' fails its checksum (corrupted)");
+    TITAN_CHECK(std::to_string(file_checksum(p, &checked)) == info["checksum"].get<std::string>(), "checkpoint: '",
+                p.string(), "' fails its checksum (corrupted)");
   }
   LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"),
                      io::SafetensorsFile::open(dir / rank_file("model", rank)),

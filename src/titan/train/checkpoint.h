@@ -5,8 +5,11 @@
 //   train_state.json               step, tokens seen, model config, LR schedule, dataloader, RNG, world size
 //   manifest.json                  every file with its size and 64-bit checksum
 //   COMMITTED                      written last: a folder without it is ignored (and pruned)
-// A save assembles step-N.tmp-<pid>, fsyncs every file, renames it to step-N, then writes
-// COMMITTED atomically, so a crash at any point never leaves a checkpoint that loads.
+// A save assembles .step-N.tmp-<pid>-<n>, fsyncs every file, renames it to step-N, then writes
+// COMMITTED atomically, so a crash at any point never leaves a checkpoint that loads. After a
+// save, older committed steps beyond keep_latest_k, step folders without COMMITTED and temporaries
+// left by a crashed process are deleted (a pruned folder loses its COMMITTED marker first).
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -45,6 +48,7 @@ class CheckpointManager {
   LoadedCheckpoint load(int64_t step) const;
 
  private:
+  void prune(int64_t just_saved) const;
   std::filesystem::path folder_;
   int64_t keep_latest_k_;
   int rank_;
@@ -53,7 +57,8 @@ class CheckpointManager {
 // Opens a checkpoint directory directly (titan export, verify-export); it must be committed.
 LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir, int rank = 0);
 
-// 64-bit checksum of a file's bytes (FNV-1a over 8-byte words), for the manifest.
-uint64_t file_checksum(const std::filesystem::path& path);
+// 64-bit checksum of a file's bytes (FNV-1a over 8-byte words), for the manifest. `bytes_read`,
+// when given, is advanced as the file is read (progress display).
+uint64_t file_checksum(const std::filesystem::path& path, std::atomic<uint64_t>* bytes_read = nullptr);
 
 }  // namespace titan::train

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -99,6 +101,66 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
 }
 
 void TensorBoardWriter::flush() { out_.flush(); }
+
+bool Progress::enabled() {
+  const char* env = std::getenv("TITAN_PROGRESS");
+  if (env && std::strcmp(env, "0") == 0) return false;
+  return isatty(fileno(stdout)) == 1;
+}
+
+Progress::Progress(std::string label, uint64_t total_bytes, std::function<uint64_t()> done)
+    : label_(std::move(label)), total_(total_bytes), done_(std::move(done)) {
+  if (!enabled()) return;
+  thread_ = std::thread([this] {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Short operations finish before the first line is drawn and leave no trace.
+    for (int tick = 1; !stop_.load(); ++tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (tick % 5 == 0) draw(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  });
+}
+
+void Progress::draw(double seconds) {
+  const double gib = double(1ull << 30);
+  char line[256];
+  if (done_) {
+    uint64_t d = std::min(done_(), total_);
+    std::snprintf(line, sizeof line, "%s: %.2f / %.2f GiB (%.0f%%), %.1f s", label_.c_str(), double(d) / gib,
+                  double(total_) / gib, total_ ? 100.0 * double(d) / double(total_) : 100.0, seconds);
+  } else {
+    std::snprintf(line, sizeof line, "%s (%.2f GiB)... %.1f s", label_.c_str(), double(total_) / gib, seconds);
+  }
+  std::printf("\r\033[K%s", line);  // carriage return + erase to end of line
+  std::fflush(stdout);
+}
+
+Progress::~Progress() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  thread_.join();
+  std::printf("\r\033[K");
+  std::fflush(stdout);
+}
+
+uint64_t bytes_under(const fs::path& path) noexcept {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return fs::file_size(path, ec);
+  uint64_t total = 0;
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total;
+}
+
+uint64_t bytes_in_temporaries_of(const fs::path& final_path) noexcept {
+  std::error_code ec;
+  fs::path parent = final_path.parent_path().empty() ? fs::path(".") : final_path.parent_path();
+  const std::string prefix = "." + final_path.filename().string() + ".tmp-";
+  uint64_t total = 0;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(prefix, 0) == 0) total += bytes_under(it->path());
+  return total;
+}
 
 int64_t device_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
 

@@ -7,11 +7,14 @@
 //            (lm_head counted) + 12 * layers * heads * head_dim * seq  (torchtitan's formula)
 // mfu      = tflops / peak TFLOP/s of this device for the compute dtype
 // memory   = peak bytes held by the allocator since the previous log, and its share of RAM
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace titan::train {
 
@@ -51,6 +54,37 @@ class MetricsLogger {
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;
 };
+
+// Progress of a long operation (loading, saving or exporting a checkpoint): on a terminal, one line
+//   "<label>: 1.23 / 4.56 GiB (27%), 3.1 s"
+// rewritten in place from a background thread every 0.25 s and erased when the operation ends, so
+// the caller's one-line summary ("saved ... in 5.2 s") replaces it. When stdout is not a terminal
+// (a log file, a pipe, a test) it prints nothing. `done` reports the bytes handled so far and is
+// called from the background thread; without it only the total and the elapsed time are shown.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total_bytes, std::function<uint64_t()> done = {});
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  // stdout is a terminal and TITAN_PROGRESS is not "0".
+  static bool enabled();
+
+ private:
+  void draw(double seconds);
+  std::string label_;
+  uint64_t total_;
+  std::function<uint64_t()> done_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Bytes of the regular files under `path` (a file or a folder, recursively); 0 if it is gone.
+uint64_t bytes_under(const std::filesystem::path& path) noexcept;
+// Bytes written so far into the temporary sibling of `final_path` that io::AtomicDir and
+// io::AtomicFile assemble (".<name>.tmp-*"), for the progress of an atomic write.
+uint64_t bytes_in_temporaries_of(const std::filesystem::path& final_path) noexcept;
 
 // Bytes of physical memory of this machine (the "device" of a CPU run).
 int64_t device_memory_bytes();

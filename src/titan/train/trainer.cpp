@@ -36,7 +36,12 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+// The first SIGINT/SIGTERM asks for a clean stop; the handler then steps aside so that a second
+// one (an impatient Ctrl-C during the final save) terminates the process the default way.
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  std::signal(sig, SIG_DFL);
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -75,9 +80,40 @@ DType resolve_compute_dtype(const JobConfig& c) {
 }
 
 fs::path resolve_tokenizer(const JobConfig& c) {
-  if (!c.model.hf_assets_path.empty() && fs::exists(fs::path(c.model.hf_assets_path) / "tokenizer.json"))
-    return c.model.hf_assets_path;
-  return data::default_tokenizer_path();
+  if (c.model.hf_assets_path.empty()) {
+    fs::path p = data::default_tokenizer_path();
+    TITAN_CHECK(fs::exists(p / "tokenizer.json"), "the default tokenizer '", p.string(),
+                "' is missing (run scripts/setup.sh, or set model.hf_assets_path)");
+    return p;
+  }
+  // A folder the user named must hold the tokenizer: silently falling back to the default one
+  // would train on different token ids than the user's checkpoint expects.
+  fs::path dir = c.model.hf_assets_path;
+  TITAN_CHECK(fs::is_directory(dir), "model.hf_assets_path: '", dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "tokenizer.json"), "model.hf_assets_path: '", dir.string(),
+              "' has no tokenizer.json");
+  return dir;
+}
+
+// An HF checkpoint folder must hold weights before anything is built from it.
+void check_hf_weights_present(const fs::path& dir, const char* key) {
+  TITAN_CHECK(fs::is_directory(dir), key, ": '", dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"), key,
+              ": '", dir.string(), "' has no model.safetensors or model.safetensors.index.json");
+}
+
+// Every f32 master weight and optimizer moment is finite: a checkpoint must never hold NaN/Inf.
+bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
+  for (auto& t : tensors) {
+    const float* p = static_cast<const float*>(t.data);
+    const int64_t n = shape_numel(t.shape);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) {
+        *bad = t.name;
+        return false;
+      }
+  }
+  return true;
 }
 
 std::vector<fs::path> resolve_dataset(const JobConfig& c) {
@@ -86,7 +122,11 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
                 "' does not exist");
     return {c.training.dataset_path};
   }
-  return {data::builtin_dataset_path(c.training.dataset)};
+  try {
+    return {data::builtin_dataset_path(c.training.dataset)};
+  } catch (const Error& e) {
+    TITAN_FAIL("training.dataset: ", e.what());
+  }
 }
 
 // Module names the model announces through ModuleScope (for substitution globs).
@@ -148,6 +188,18 @@ TrainSummary run_training(const JobConfig& cfg) {
   cfg.validate(world_size);
   if (cfg.training.deterministic) omp_set_dynamic(0);
 
+  // From here on SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary).
+  g_stop_signal = 0;
+  auto prev_int = std::signal(SIGINT, on_stop_signal);
+  auto prev_term = std::signal(SIGTERM, on_stop_signal);
+  struct RestoreSignals {
+    decltype(prev_int) i, t;
+    ~RestoreSignals() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore_signals{prev_int, prev_term};
+
   // ---- everything that can fail on bad input, before any compute
   qwen3::ModelArgs args = resolve_model_args(cfg);
   const DType dtype = resolve_compute_dtype(cfg);
@@ -163,9 +215,17 @@ TrainSummary run_training(const JobConfig& cfg) {
       TITAN_CHECK(fs::exists(cfg.checkpoint.initial_load_path), "checkpoint.initial_load_path: '",
                   cfg.checkpoint.initial_load_path, "' does not exist");
       if (cfg.checkpoint.initial_load_in_hf) initial_hf = cfg.checkpoint.initial_load_path;
+      else
+        TITAN_CHECK(fs::exists(fs::path(cfg.checkpoint.initial_load_path) / "COMMITTED"),
+                    "checkpoint.initial_load_path: '", cfg.checkpoint.initial_load_path,
+                    "' is not a committed titan checkpoint (no COMMITTED marker; for a Hugging Face folder set "
+                    "checkpoint.initial_load_in_hf = true)");
     } else if (cfg.checkpoint.initial_load_in_hf) {
       initial_hf = cfg.model.hf_assets_path;
     }
+    if (!initial_hf.empty())
+      check_hf_weights_present(initial_hf, cfg.checkpoint.initial_load_path.empty() ? "model.hf_assets_path"
+                                                                                     : "checkpoint.initial_load_path");
   }
   data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= args.vocab_size, "tokenizer '", tokenizer_path.string(), "' has ",
@@ -258,7 +318,10 @@ TrainSummary run_training(const JobConfig& cfg) {
         seconds_since(t0));
   } else if (!initial_hf.empty()) {
     auto t0 = Clock::now();
-    qwen3::load_hf_weights(model, initial_hf);
+    {
+      Progress progress("loading Hugging Face weights from " + initial_hf.string(), bytes_under(initial_hf));
+      qwen3::load_hf_weights(model, initial_hf);
+    }
     say("loaded Hugging Face weights from %s in %.1f s", initial_hf.string().c_str(), seconds_since(t0));
   } else if (!cfg.checkpoint.initial_load_path.empty()) {
     LoadedCheckpoint c = load_checkpoint_dir(cfg.checkpoint.initial_load_path, rank);
@@ -271,10 +334,14 @@ TrainSummary run_training(const JobConfig& cfg) {
     say("initialized weights from seed %ld (%s scheme)", long(cfg.training.seed), cfg.model.init.c_str());
   }
 
+  int64_t last_saved_step = resume_step.value_or(-1);
   auto save = [&](int64_t at_step) {
     auto t0 = Clock::now();
     std::vector<io::TensorWrite> mt, ot;
     checkpoint_tensors(model, opt, mt, ot);
+    std::string bad;
+    TITAN_CHECK(all_finite(mt, &bad) && all_finite(ot, &bad), "step ", at_step, ": '", bad,
+                "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
     nlohmann::json ts;
     ts["step"] = at_step;
     ts["tokens_seen"] = tokens_seen;
@@ -293,21 +360,11 @@ TrainSummary run_training(const JobConfig& cfg) {
         ts["expert_bias"].push_back(b.defined() ? b.to_vector() : std::vector<double>{});
     }
     ckpt.save(at_step, mt, ot, ts);
+    last_saved_step = at_step;
     say("checkpoint: saved %s in %.1f s", ckpt.step_dir(at_step).string().c_str(), seconds_since(t0));
   };
 
   // ---- the loop
-  g_stop_signal = 0;
-  auto prev_int = std::signal(SIGINT, on_stop_signal);
-  auto prev_term = std::signal(SIGTERM, on_stop_signal);
-  struct RestoreSignals {
-    decltype(prev_int) i, t;
-    ~RestoreSignals() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
-    }
-  } restore_signals{prev_int, prev_term};
-
   MetricsLogger metrics(dump, cfg.metrics.enable_tensorboard, rank == 0);
   const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops : cpu.peak_flops(dtype) / 1e12;
   const double flops_per_token = args.flops_per_token(S);
@@ -323,8 +380,15 @@ TrainSummary run_training(const JobConfig& cfg) {
   bool first = true;
   while (step < cfg.training.steps) {
     if (g_stop_signal.load()) {
-      say("received signal %d: saving a checkpoint at step %ld and stopping", g_stop_signal.load(), long(step));
-      save(step);
+      // The step in hand is complete: save it (unless it is already saved, or nothing was
+      // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
+      // that no work is lost; resuming from it needs checkpoint.enable = true.
+      if (step == last_saved_step || step == 0) {
+        say("received signal %d at step %ld: nothing new to save; stopping", g_stop_signal.load(), long(step));
+      } else {
+        say("received signal %d: saving a checkpoint at step %ld and stopping", g_stop_signal.load(), long(step));
+        save(step);
+      }
       summary.interrupted = true;
       break;
     }
@@ -412,8 +476,13 @@ TrainSummary run_training(const JobConfig& cfg) {
     fs::path tok_dir = fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path();
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       if (fs::exists(tok_dir / f)) tok_files.push_back(tok_dir / f);
-    qwen3::export_hf_model(model, out, cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32, tok_files,
-                           /*overwrite=*/true);
+    const DType export_dtype = cfg.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
+    {
+      uint64_t total = 0;
+      for (auto& r : qwen3::hf_tensors(model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
+      Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
+      qwen3::export_hf_model(model, out, export_dtype, tok_files, /*overwrite=*/true);
+    }
     say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
         cfg.checkpoint.export_dtype.c_str(), seconds_since(t0));
   }

@@ -1,0 +1,98 @@
+// ModelArgs from flavors, overrides and Hugging Face config.json (Hub and transformers-v5 spellings).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "titan/core/check.h"
+#include "titan/models/qwen3/args.h"
+
+using namespace titan;
+using namespace titan::qwen3;
+
+namespace {
+
+nlohmann::json hub_moe_config() {
+  // Qwen3-30B-A3B as the Hub spells it (num_experts, rope_theta, torch_dtype).
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "rope_scaling": null, "max_position_embeddings": 40960,
+    "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "router_aux_loss_coef": 0.001, "output_router_logits": false,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "hidden_act": "silu"})");
+}
+
+void expect_error_mentions(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Qwen3Args, HubAndV5SpellingsGiveTheSameArgs) {
+  ModelArgs hub = args_from_hf_config(hub_moe_config(), "hub");
+  nlohmann::json v5 = hub_moe_config();
+  v5.erase("num_experts");
+  v5["num_local_experts"] = 128;
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  v5.erase("torch_dtype");
+  v5["dtype"] = "bfloat16";
+  ModelArgs b = args_from_hf_config(v5, "v5");
+  EXPECT_EQ(hub.num_experts, 128);
+  EXPECT_EQ(b.num_experts, 128);
+  EXPECT_EQ(hub.rope_theta, 1e6);
+  EXPECT_EQ(b.rope_theta, 1e6);
+  // The published 30B-A3B flavor agrees with the Hub config.
+  ModelArgs f = flavor("30B-A3B");
+  EXPECT_EQ(f.num_params(), hub.num_params());
+  EXPECT_EQ(f.num_active_params(), b.num_active_params());
+  // Written back, the config reads back to the same args.
+  ModelArgs again = args_from_hf_config(hf_config_from_args(hub, "bfloat16"), "roundtrip");
+  EXPECT_EQ(again.num_params(), hub.num_params());
+  EXPECT_EQ(again.tie_embeddings, hub.tie_embeddings);
+  EXPECT_EQ(again.top_k, hub.top_k);
+}
+
+TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {
+  auto c = hub_moe_config();
+  c["architectures"] = {"LlamaForCausalLM"};
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "LlamaForCausalLM");
+  c = hub_moe_config();
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "rope_scaling");
+  c = hub_moe_config();
+  c["hidden_act"] = "gelu";
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "hidden_act");
+  c = hub_moe_config();
+  c.erase("hidden_size");
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "hidden_size");
+  c = hub_moe_config();
+  c["num_key_value_heads"] = 5;
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "n_kv_heads");
+}
+
+TEST(Qwen3Args, FlavorsAndOverrides) {
+  for (auto& name : flavor_names()) EXPECT_NO_THROW(flavor(name).validate()) << name;
+  ModelArgs a = flavor("30B-A3B");
+  apply_override(a, "n_layers", "4");
+  apply_override(a, "num_experts", "64");
+  apply_override(a, "top_k", "4");
+  apply_override(a, "mlp_only_layers", "[0, 2]");
+  EXPECT_EQ(a.n_layers, 4);
+  EXPECT_EQ(a.num_experts, 64);
+  EXPECT_FALSE(a.is_moe_layer(0));
+  EXPECT_TRUE(a.is_moe_layer(1));
+  EXPECT_FALSE(a.is_moe_layer(2));
+  EXPECT_EQ(flavor("235B-A22B").rope_theta, 5e6);
+  expect_error_mentions([&] { apply_override(a, "n_layer", "4"); }, "n_layers");
+  expect_error_mentions([&] { apply_override(a, "top_k", "four"); }, "top_k");
+  expect_error_mentions([&] { flavor("0.7B"); }, "0.6B");
+  apply_override(a, "top_k", "65");
+  expect_error_mentions([&] { a.validate(); }, "top_k");
+}

@@ -1,0 +1,70 @@
+// The attention op (ops::attention): autograd through the registered kernels, GQA, errors.
+// The raw kernels have their own exhaustive tests in tests/backend/attention_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/op_test_util.h"
+#include "titan/core/check.h"
+#include "titan/ops/attention.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+OpFn attention_fn(double scale) {
+  return [scale](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)}; };
+}
+}  // namespace
+
+TEST(AttentionOp, GradientMatchesFiniteDifferencesForEveryGqaRatio) {
+  for (int64_t r : {1, 2, 4}) {
+    const int64_t B = 2, S = 5, Hkv = 2, D = 4;
+    expect_gradcheck(attention_fn(1.0 / std::sqrt(double(D))),
+                     {random_tensor({B, S, Hkv * r, D}, DType::F64, 1), random_tensor({B, S, Hkv, D}, DType::F64, 2),
+                      random_tensor({B, S, Hkv, D}, DType::F64, 3)});
+  }
+}
+
+TEST(AttentionOp, FlashVariantMatchesReferenceThroughAutograd) {
+  // GQA ratios 1, 2, 4, 8; head_dim 64 and 128; S not a multiple of the 64-wide tiles.
+  for (auto [r, D, S] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 37}, {2, 128, 70}, {4, 64, 129}, {8, 128, 33}}) {
+    const int64_t B = 2, Hkv = 2;
+    auto q = random_tensor({B, S, Hkv * r, D}, DType::F32, 4).set_requires_grad(true);
+    auto k = random_tensor({B, S, Hkv, D}, DType::F32, 5).set_requires_grad(true);
+    auto v = random_tensor({B, S, Hkv, D}, DType::F32, 6).set_requires_grad(true);
+    // f32: same math, different summation order: 2e-5 relative to values of order 1.
+    expect_variant_matches_reference("attention", "default", attention_fn(1.0 / std::sqrt(double(D))), {q, k, v}, 2e-5,
+                                     2e-5);
+  }
+}
+
+TEST(AttentionOp, CausalRowZeroAttendsOnlyToItself) {
+  // Position 0 sees only key 0, so out[:, 0] == v[:, 0] for every head of its group.
+  const int64_t B = 1, S = 9, Hkv = 2, r = 2, D = 8;
+  auto q = random_tensor({B, S, Hkv * r, D}, DType::F32, 7);
+  auto k = random_tensor({B, S, Hkv, D}, DType::F32, 8);
+  auto v = random_tensor({B, S, Hkv, D}, DType::F32, 9);
+  Tensor out = ops::attention(q, k, v, 0.3);
+  for (int64_t h = 0; h < Hkv * r; ++h)
+    for (int64_t d = 0; d < D; ++d)
+      EXPECT_FLOAT_EQ(out.data<float>()[h * D + d], v.data<float>()[(h / r) * D + d]) << "head " << h;
+}
+
+TEST(AttentionOp, BadShapesNameTheOpAndShapes) {
+  auto q = Tensor::zeros({1, 4, 3, 8}, DType::F32), k = Tensor::zeros({1, 4, 2, 8}, DType::F32);
+  try {
+    ops::attention(q, k, k, 1.0);
+    FAIL() << "3 query heads over 2 kv heads must be rejected";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("attention"), std::string::npos) << m;
+    EXPECT_NE(m.find("f32[1, 4, 3, 8]"), std::string::npos) << m;
+  }
+  EXPECT_THROW(ops::attention(Tensor::zeros({1, 4, 2, 8}, DType::F32), Tensor::zeros({1, 5, 2, 8}, DType::F32),
+                              Tensor::zeros({1, 5, 2, 8}, DType::F32), 1.0),
+               Error);
+  EXPECT_THROW(ops::attention(Tensor::zeros({1, 4, 2, 8}, DType::F32), Tensor::zeros({1, 4, 2, 8}, DType::BF16),
+                              Tensor::zeros({1, 4, 2, 8}, DType::BF16), 1.0),
+               Error);
+}
