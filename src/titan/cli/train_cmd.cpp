@@ -35,8 +35,10 @@ int train_main(int argc, char** argv) {
   }
   TITAN_CHECK(!config_path.empty(), "titan train: --config FILE.toml is required (see configs/)");
   train::JobConfig cfg = train::load_job_config(config_path, overrides);
-  train::TrainSummary s = train::run_training(cfg);
-  return s.steps_run >= 0 ? 0 : 1;
+  // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
+  // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
+  train::run_training(cfg);
+  return 0;
 }
 
 TITAN_COMMAND("train", "train a Qwen3 model from a TOML job config", train_main);

@@ -155,7 +155,9 @@ uint64_t bytes_under(const fs::path& path) noexcept {
 uint64_t bytes_in_temporaries_of(const fs::path& final_path) noexcept {
   std::error_code ec;
   fs::path parent = final_path.parent_path().empty() ? fs::path(".") : final_path.parent_path();
-  const std::string prefix = "." + final_path.filename().string() + ".tmp-";
+  std::string prefix = final_path.filename().string();
+  prefix.insert(prefix.begin(), '.');
+  prefix += ".tmp-";
   uint64_t total = 0;
   for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().filename().string().rfind(prefix, 0) == 0) total += bytes_under(it->path());

@@ -6,7 +6,8 @@
 // tflops   = tps * flops_per_token(seq) / 1e12, flops_per_token = 6 * active matmul params
 //            (lm_head counted) + 12 * layers * heads * head_dim * seq  (torchtitan's formula)
 // mfu      = tflops / peak TFLOP/s of this device for the compute dtype
-// memory   = peak bytes held by the allocator since the previous log, and its share of RAM
+// memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
+//            the start of every step), and its share of the machine's physical memory
 #include <atomic>
 #include <cstdint>
 #include <filesystem>

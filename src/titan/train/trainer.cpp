@@ -208,7 +208,8 @@ TrainSummary run_training(const JobConfig& cfg) {
   const fs::path dump = cfg.job.dump_folder;
   const fs::path ckpt_folder = dump / cfg.checkpoint.folder;
   CheckpointManager ckpt(ckpt_folder, cfg.checkpoint.keep_latest_k, rank);
-  std::optional<int64_t> resume_step = cfg.checkpoint.enable ? ckpt.latest_step() : std::nullopt;
+  const std::optional<int64_t> resume_step = cfg.checkpoint.enable ? ckpt.latest_step() : std::nullopt;
+  const int64_t resume_from = resume_step.value_or(-1);
   fs::path initial_hf;
   if (!resume_step) {
     if (!cfg.checkpoint.initial_load_path.empty()) {
@@ -293,7 +294,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   int64_t step = 0, tokens_seen = 0;
   if (resume_step) {
     auto t0 = Clock::now();
-    LoadedCheckpoint c = ckpt.load(*resume_step);
+    LoadedCheckpoint c = ckpt.load(resume_from);
     restore_model_tensors(c.model, model);
     for (size_t b = 0; b < model.blocks().size(); ++b)
       for (auto& p : model.blocks()[b].params()) {
@@ -334,7 +335,7 @@ TrainSummary run_training(const JobConfig& cfg) {
     say("initialized weights from seed %ld (%s scheme)", long(cfg.training.seed), cfg.model.init.c_str());
   }
 
-  int64_t last_saved_step = resume_step.value_or(-1);
+  int64_t last_saved_step = resume_from;
   auto save = [&](int64_t at_step) {
     auto t0 = Clock::now();
     std::vector<io::TensorWrite> mt, ot;
@@ -486,10 +487,13 @@ TrainSummary run_training(const JobConfig& cfg) {
     say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
         cfg.checkpoint.export_dtype.c_str(), seconds_since(t0));
   }
-  say("summary: %ld steps (last step %ld), final loss %.4f, sustained %.0f tokens/s, MFU %.2f%% (warm-up step "
-      "excluded), %ld tokens, %.1f s",
-      long(summary.steps_run), long(summary.last_step), summary.final_loss, summary.sustained_tps,
-      summary.sustained_mfu, long(summary.tokens), summary.seconds);
+  char sustained[160] = "no step after the warm-up step to measure";
+  if (sustained_time > 0)
+    std::snprintf(sustained, sizeof sustained, "sustained %.0f tokens/s, MFU %.2f%% (warm-up step excluded)",
+                  summary.sustained_tps, summary.sustained_mfu);
+  say("summary: %ld steps (last step %ld)%s, final loss %.4f, %s, %ld tokens, %.1f s%s", long(summary.steps_run),
+      long(summary.last_step), summary.interrupted ? ", interrupted" : "", summary.final_loss, sustained,
+      long(summary.tokens), summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
   return summary;
 }
 
