@@ -199,13 +199,14 @@ TEST(JobConfig, EmptyFileGivesDocumentedDefaults) {
 }
 
 TEST(JobConfig, CommandLineOverridesWinOverTheFile) {
-  JobConfig c = parse("[training]\nsteps = 40\nseq_len = 512\n[model]\nn_layers = 8\n[optimizer]\nlr = 1e-3\n",
-                      {{"training.steps", "6"},
-                       {"model.n_layers", "2"},
-                       {"optimizer.lr", "2.5e-4"},
-                       {"checkpoint.enable", "true"},
-                       {"activation_checkpoint.mode", "full"},
-                       {"model.num_experts", "4"}});
+  JobConfig c =
+      parse("[training]\nsteps = 40\nseq_len = 512\n[model]\nn_layers = 8\n[optimizer]\nlr = 1e-3\n",
+            {{"training.steps", "6"},
+             {"model.n_layers", "2"},
+             {"optimizer.lr", "2.5e-4"},
+             {"checkpoint.enable", "true"},
+             {"activation_checkpoint.mode", "full"},
+             {"model.num_experts", "4"}});
   EXPECT_EQ(c.training.steps, 6);
   EXPECT_EQ(c.training.seq_len, 512);  // untouched by the overrides
   EXPECT_EQ(c.model.overrides.at("n_layers"), "2");
@@ -218,8 +219,9 @@ TEST(JobConfig, CommandLineOverridesWinOverTheFile) {
 }
 
 TEST(JobConfig, DescribeListsTheConfigInEffectExactly) {
-  JobConfig c = parse("[optimizer]\nlr = 3.0000000000000004e-4\n[model]\nn_layers = 3\n"
-                      "[kernels]\nrope = { impl = \"gather_free\" }\n");
+  JobConfig c = parse(
+      "[optimizer]\nlr = 3.0000000000000004e-4\n[model]\nn_layers = 3\n"
+      "[kernels]\nrope = { impl = \"gather_free\" }\n");
   std::string d = c.describe();
   // Floats are printed so that they read back as the same double.
   auto at = d.find("optimizer.lr = ");
@@ -272,7 +274,9 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
     std::vector<std::string> expect;  // substrings of the error
   };
   const std::vector<Case> cases = {
-      {"[lr_scheduler]\ndecay_type = \"cosin\"\n", {}, {"lr_scheduler.decay_type", "cosine", "did you mean 'cosine'"}},
+      {"[lr_scheduler]\ndecay_type = \"cosin\"\n",
+       {},
+       {"lr_scheduler.decay_type", "cosine", "did you mean 'cosine'"}},
       {"", {{"lr_scheduler.decay_type", "cosin"}}, {"lr_scheduler.decay_type", "did you mean 'cosine'"}},
       {"[training]\nsteps = \"ten\"\n", {}, {"training.steps", "expects an integer", "string"}},
       {"[training]\nsteps = \"10\"\n", {}, {"training.steps", "expects an integer"}},  // no silent conversion
@@ -284,7 +288,9 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
       {"", {{"optimizer.lr", "1e-3e"}}, {"optimizer.lr", "a number"}},
       {"[job]\ndump_folder = 5\n", {}, {"job.dump_folder", "expects a string", "integer"}},
       {"[checkpoint]\nexport_dtype = \"fp16\"\n", {}, {"checkpoint.export_dtype", "float32, bfloat16"}},
-      {"[activation_checkpoint]\nmode = \"ful\"\n", {}, {"activation_checkpoint.mode", "did you mean 'full'"}},
+      {"[activation_checkpoint]\nmode = \"ful\"\n",
+       {},
+       {"activation_checkpoint.mode", "did you mean 'full'"}},
       {"[model]\nname = \"qwen2\"\n", {}, {"model.name", "did you mean 'qwen3'"}},
       {"[model]\nn_layers = \"two\"\n", {}, {"model.n_layers"}},
       {"", {{"model.n_layers", "two"}}, {"model.n_layers", "two"}},
@@ -302,12 +308,14 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
 }
 
 TEST(JobConfig, LoadJobConfigReadsTheShippedConfigs) {
-  for (const char* name : {"debugmodel", "debugmodel_moe", "qwen3_0.6b", "qwen3_4b_finetune", "qwen3_30b_a3b_reduced"}) {
+  for (const char* name :
+       {"debugmodel", "debugmodel_moe", "qwen3_0.6b", "qwen3_4b_finetune", "qwen3_30b_a3b_reduced"}) {
     auto path = titan::testing::source_dir() / "configs" / (std::string(name) + ".toml");
     JobConfig c = load_job_config(path.string(), {});
     EXPECT_NO_THROW(c.validate(1)) << path;
   }
-  JobConfig d = load_job_config((titan::testing::source_dir() / "configs" / "debugmodel.toml").string(), {{"training.steps", "6"}});
+  JobConfig d = load_job_config((titan::testing::source_dir() / "configs" / "debugmodel.toml").string(),
+                                {{"training.steps", "6"}});
   EXPECT_EQ(d.training.steps, 6);
   EXPECT_EQ(d.model.flavor, "debugmodel");
   std::string e = error_of([] { load_job_config("/nonexistent/job.toml", {}); });
@@ -321,13 +329,16 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
     std::vector<std::string> expect;
   };
   const std::vector<Case> cases = {
-      {"[training]\nlocal_batch_size = 4\nglobal_batch_size = 6\n", 1, {"training.global_batch_size", "multiple"}},
+      {"[training]\nlocal_batch_size = 4\nglobal_batch_size = 6\n",
+       1,
+       {"training.global_batch_size", "multiple"}},
       {"[training]\nlocal_batch_size = 2\nglobal_batch_size = 4\n", 4, {"training.global_batch_size", "(8)"}},
       {"[checkpoint]\nkeep_latest_k = 1\n", 1, {"checkpoint.keep_latest_k", "got 1"}},
       {"[parallelism]\ndata_parallel_shard_degree = 3\n", 4, {"parallelism", "world size 4"}},
       {"[parallelism]\ndata_parallel_replicate_degree = 2\ntensor_parallel_degree = 2\n"
        "data_parallel_shard_degree = 2\n",
-       4, {"parallelism", "= 8", "world size 4"}},
+       4,
+       {"parallelism", "= 8", "world size 4"}},
       {"[parallelism]\ntensor_parallel_degree = 3\n", 4, {"parallelism", "world size 4"}},
       {"[parallelism]\ntensor_parallel_degree = 0\n", 1, {"parallelism.tensor_parallel_degree"}},
       {"[training]\nlocal_batch_size = 0\n", 1, {"training.local_batch_size"}},
@@ -349,7 +360,8 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
   }
   // What is valid stays valid: degrees multiplying to the world size, shard -1 taking the rest.
   EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_replicate_degree = 2\n", 4), "");
-  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4), "");
+  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4),
+            "");
   EXPECT_EQ(validate_error("[training]\nlocal_batch_size = 2\nglobal_batch_size = 8\n", 2), "");
   EXPECT_EQ(validate_error("[checkpoint]\nkeep_latest_k = 0\n"), "");
 }

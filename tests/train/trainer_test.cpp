@@ -4,11 +4,11 @@
 // busy cores; the tokenizer and the corpus are the real ones from assets/.
 #include "titan/train/trainer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -41,7 +41,9 @@ namespace {
 
 using Overrides = std::vector<std::pair<std::string, std::string>>;
 
-fs::path debugmodel_toml() { return tt::source_dir() / "configs" / "debugmodel.toml"; }
+fs::path debugmodel_toml() {
+  return tt::source_dir() / "configs" / "debugmodel.toml";
+}
 
 // The tiny debugmodel every test trains; `extra` comes last and wins.
 Overrides tiny(const fs::path& dump, const Overrides& extra = {}) {
@@ -72,7 +74,9 @@ std::string cli_args(const Overrides& o) {
   return s;
 }
 
-std::string titan() { return tt::titan_binary().string(); }
+std::string titan() {
+  return tt::titan_binary().string();
+}
 
 std::vector<nlohmann::json> read_metrics(const fs::path& dump) {
   std::vector<nlohmann::json> records;
@@ -119,7 +123,9 @@ uint32_t crc32c_bitwise(const void* data, size_t n) {
   return ~crc;
 }
 
-uint32_t masked(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
+uint32_t masked(uint32_t c) {
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
 
 uint64_t varint(const std::string& s, size_t& i) {
   uint64_t v = 0;
@@ -146,9 +152,12 @@ void for_each_field(const std::string& msg, Fn fn) {
     int field = int(key >> 3), wire = int(key & 7);
     uint64_t v = 0;
     std::string bytes;
-    if (wire == 0) v = varint(msg, i);
-    else if (wire == 1) bytes = msg.substr(i, 8), i += 8;
-    else if (wire == 5) bytes = msg.substr(i, 4), i += 4;
+    if (wire == 0)
+      v = varint(msg, i);
+    else if (wire == 1)
+      bytes = msg.substr(i, 8), i += 8;
+    else if (wire == 5)
+      bytes = msg.substr(i, 4), i += 4;
     else if (wire == 2) {
       uint64_t n = varint(msg, i);
       bytes = msg.substr(i, n);
@@ -230,7 +239,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   auto records = read_metrics(dump);
   ASSERT_EQ(records.size(), size_t(steps));
   for (size_t i = 0; i < records.size(); ++i) {
-    for (const char* k : {"step", "loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops", "mfu", "warmup"})
+    for (const char* k :
+         {"step", "loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops", "mfu", "warmup"})
       EXPECT_TRUE(records[i].contains(k)) << "record " << i << " lacks " << k;
     EXPECT_EQ(records[i]["step"].get<int64_t>(), int64_t(i + 1));
     EXPECT_EQ(records[i]["warmup"].get<bool>(), i == 0);
@@ -242,7 +252,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   }
   EXPECT_EQ(records[0]["lr"].get<double>(), 3e-3 / 2);  // warmup step 1 of 2
   EXPECT_EQ(records[1]["lr"].get<double>(), 3e-3);
-  const double first_loss = records.front()["loss"].get<double>(), last_loss = records.back()["loss"].get<double>();
+  const double first_loss = records.front()["loss"].get<double>(),
+               last_loss = records.back()["loss"].get<double>();
   // A random init starts near ln(vocab) = 11.93; 20 steps learn at least the unigram statistics.
   EXPECT_NEAR(first_loss, std::log(151936.0), 0.3);
   EXPECT_LT(last_loss, first_loss - 0.5) << "loss did not fall: " << first_loss << " -> " << last_loss;
@@ -272,7 +283,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
     EXPECT_TRUE(fs::exists(hf / f)) << f;
 
   std::string out;
-  int rc = tt::run_command(titan() + " verify-export " + hf.string() + " --source " + step_dir.string(), &out);
+  int rc =
+      tt::run_command(titan() + " verify-export " + hf.string() + " --source " + step_dir.string(), &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("verify-export OK"), std::string::npos) << out;
 
@@ -283,7 +295,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
                        &out);
   ASSERT_EQ(rc, 0) << out;
   out.clear();
-  rc = tt::run_command(titan() + " verify-export " + hf_bf16.string() + " --source " + step_dir.string(), &out);
+  rc = tt::run_command(titan() + " verify-export " + hf_bf16.string() + " --source " + step_dir.string(),
+                       &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("every tensor is bfloat16"), std::string::npos) << out;
   EXPECT_NE(out.find("verify-export OK"), std::string::npos) << out;
@@ -300,7 +313,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   data::Batch batch = loader.next();
   ASSERT_FALSE(batch.empty());
   const fs::path tokens = dump / "tokens.safetensors", dumped = dump / "dump.safetensors";
-  io::write_safetensors(tokens, std::vector<io::TensorWrite>{{"input_ids", DType::I64, {1, S}, batch.inputs.data()}});
+  io::write_safetensors(tokens,
+                        std::vector<io::TensorWrite>{{"input_ids", DType::I64, {1, S}, batch.inputs.data()}});
   out.clear();
   rc = tt::run_command(titan() + " debug dump --model-path " + hf.string() + " --tokens " + tokens.string() +
                            " --out " + dumped.string(),
@@ -312,9 +326,11 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   double native_loss;
   {
     autograd::NoGradGuard no_grad;
-    std::vector<int64_t> in(batch.inputs.begin(), batch.inputs.end() - 1), tgt(batch.inputs.begin() + 1, batch.inputs.end());
-    native_loss = native.model->forward_loss(Tensor::from_vector(in, {1, S - 1}), Tensor::from_vector(tgt, {1, S - 1}))
-                      .ce_loss.item();
+    std::vector<int64_t> in(batch.inputs.begin(), batch.inputs.end() - 1),
+        tgt(batch.inputs.begin() + 1, batch.inputs.end());
+    native_loss =
+        native.model->forward_loss(Tensor::from_vector(in, {1, S - 1}), Tensor::from_vector(tgt, {1, S - 1}))
+            .ce_loss.item();
   }
   EXPECT_NEAR(dump_loss, native_loss, 1e-5 * std::fabs(native_loss)) << out;
   EXPECT_LT(native_loss, first_loss - 0.5);  // the dumped model is the trained one
@@ -322,23 +338,23 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   // "Weights really loaded": the hf route from the export; the architecture comes from its
   // config.json (no model overrides), the first batch is the same as the random-init run's.
   const fs::path dump2 = tt::temp_dir("trainer_from_hf");
-  TrainSummary s2 = run_training(load_job_config(debugmodel_toml().string(),
-                                                 {{"job.dump_folder", dump2.string()},
-                                                  {"model.name", "hf"},
-                                                  {"model.hf_assets_path", hf.string()},
-                                                  {"checkpoint.initial_load_in_hf", "true"},
-                                                  {"checkpoint.enable", "false"},
-                                                  {"checkpoint.last_save_in_hf", "false"},
-                                                  {"training.seq_len", "64"},
-                                                  {"training.steps", "1"},
-                                                  {"lr_scheduler.warmup_steps", "1"},
-                                                  {"metrics.log_freq", "1"}}));
+  TrainSummary s2 =
+      run_training(load_job_config(debugmodel_toml().string(), {{"job.dump_folder", dump2.string()},
+                                                                {"model.name", "hf"},
+                                                                {"model.hf_assets_path", hf.string()},
+                                                                {"checkpoint.initial_load_in_hf", "true"},
+                                                                {"checkpoint.enable", "false"},
+                                                                {"checkpoint.last_save_in_hf", "false"},
+                                                                {"training.seq_len", "64"},
+                                                                {"training.steps", "1"},
+                                                                {"lr_scheduler.warmup_steps", "1"},
+                                                                {"metrics.log_freq", "1"}}));
   auto r2 = read_metrics(dump2);
   ASSERT_EQ(r2.size(), 1u);
   const double loaded_first = r2[0]["loss"].get<double>();
   EXPECT_EQ(s2.final_loss, loaded_first);
-  EXPECT_LT(loaded_first, first_loss - 0.5) << "HF-loaded first loss " << loaded_first << " vs random init "
-                                             << first_loss;
+  EXPECT_LT(loaded_first, first_loss - 0.5)
+      << "HF-loaded first loss " << loaded_first << " vs random init " << first_loss;
 }
 
 // Run A: 7 steps straight. Run B: 4 steps, then again with the same dump folder to 7. With a
@@ -356,9 +372,19 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
     return o;
   };
   const fs::path a = tt::temp_dir("trainer_resume_a"), b = tt::temp_dir("trainer_resume_b");
-  run_training(tiny_config(a, with({{"training.steps", "7"}})));
+  // A also exports in bfloat16 at the end (checked with verify-export below).
+  run_training(tiny_config(a, with({{"training.steps", "7"},
+                                    {"checkpoint.last_save_in_hf", "true"},
+                                    {"checkpoint.export_dtype", "bfloat16"}})));
   CheckpointManager ckpt_a(a / "checkpoint", 2);
   EXPECT_EQ(ckpt_a.committed_steps(), (std::vector<int64_t>{6, 7}));  // 2 and 4 pruned
+  std::string out;
+  int rc = tt::run_command(titan() + " verify-export " + (a / "checkpoint" / "step-7-hf").string() +
+                               " --source " + (a / "checkpoint" / "step-7").string(),
+                           &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("every tensor is bfloat16"), std::string::npos) << out;
+  EXPECT_NE(out.find("verify-export OK"), std::string::npos) << out;
 
   TrainSummary b1 = run_training(tiny_config(b, with({{"training.steps", "4"}})));
   EXPECT_EQ(b1.last_step, 4);
@@ -380,7 +406,7 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
 
   auto ra = read_metrics(a), rb = read_metrics(b);
   ASSERT_EQ(ra.size(), 7u);
-  ASSERT_EQ(rb.size(), 7u);  // 4 records from B's first invocation, 3 from its second
+  ASSERT_EQ(rb.size(), 7u);                  // 4 records from B's first invocation, 3 from its second
   EXPECT_TRUE(rb[4]["warmup"].get<bool>());  // the first step of the resumed invocation
   auto la = by_step(ra, "loss"), lb = by_step(rb, "loss");
   auto ga = by_step(ra, "grad_norm"), gb = by_step(rb, "grad_norm");
@@ -481,20 +507,21 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
   EXPECT_NE(out.find("error"), std::string::npos) << out;
   EXPECT_NE(out.find("/nonexistent/corpus.jsonl"), std::string::npos) << out;
   out.clear();
-  rc = tt::run_command(titan() + " train --config " + debugmodel_toml().string() + " --training.stpes=3", &out);
+  rc = tt::run_command(titan() + " train --config " + debugmodel_toml().string() + " --training.stpes=3",
+                       &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("did you mean 'training.steps'"), std::string::npos) << out;
 }
 
-// `titan train` in the background; SIGTERM once a step is logged: exit 0 with a committed
+// `titan train` in the background; `sig` once a step is logged: exit 0 with a committed
 // checkpoint at the step it reached.
-TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
-  const fs::path dump = tt::temp_dir("trainer_sigterm");
-  const fs::path log = dump.parent_path() / "trainer_sigterm.log";
+void stop_with_signal(int sig, const std::string& name) {
+  const fs::path dump = tt::temp_dir(name);
+  const fs::path log = dump.parent_path() / (name + ".log");
   std::vector<std::string> argv = {titan(), "train", "--config", debugmodel_toml().string()};
-  for (auto& [k, v] : tiny(dump, {{"training.steps", "100000"},
-                                  {"checkpoint.enable", "true"},
-                                  {"checkpoint.interval", "100000"}}))
+  for (auto& [k, v] :
+       tiny(dump,
+            {{"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}}))
     argv.push_back("--" + k + "=" + v);
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
@@ -533,16 +560,16 @@ TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
     waitpid(pid, &status, 0);
     FAIL() << "no step was logged:\n" << read_file(log);
   }
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  ASSERT_EQ(kill(pid, sig), 0);
   if (!wait_exit(300, &status)) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
-    FAIL() << "titan train did not stop after SIGTERM:\n" << read_file(log);
+    FAIL() << "titan train did not stop after signal " << sig << ":\n" << read_file(log);
   }
   const std::string out = read_file(log);
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
-  EXPECT_NE(out.find("received signal 15"), std::string::npos) << out;
+  EXPECT_NE(out.find("received signal " + std::to_string(sig)), std::string::npos) << out;
 
   auto records = read_metrics(dump);
   ASSERT_FALSE(records.empty());
@@ -553,6 +580,13 @@ TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
   EXPECT_EQ(c.train_state["step"].get<int64_t>(), reached);
   EXPECT_EQ(c.train_state["tokens_seen"].get<int64_t>(), reached * 2 * 64);
   EXPECT_FALSE(fs::exists(dump / "checkpoint" / ("step-" + std::to_string(reached) + "-hf")));
+}
+
+TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
+  stop_with_signal(SIGTERM, "trainer_sigterm");
+}
+TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
+  stop_with_signal(SIGINT, "trainer_sigint");
 }
 
 // One step with global_batch_size = 2 x local (two micro-batches) against one step with the local
@@ -568,7 +602,8 @@ TEST(Trainer, GradientAccumulationMatchesADoubledBatch) {
     EXPECT_EQ(r.size(), 1u);
     return r.at(0);
   };
-  auto accum = run("trainer_accum", {{"training.local_batch_size", "2"}, {"training.global_batch_size", "4"}});
+  auto accum =
+      run("trainer_accum", {{"training.local_batch_size", "2"}, {"training.global_batch_size", "4"}});
   auto big = run("trainer_big_batch", {{"training.local_batch_size", "4"}});
   const double la = accum["loss"].get<double>(), lb = big["loss"].get<double>();
   const double ga = accum["grad_norm"].get<double>(), gb = big["grad_norm"].get<double>();
@@ -583,9 +618,9 @@ TEST(Trainer, ActivationCheckpointingKeepsTheStep) {
   std::map<std::string, nlohmann::json> first;
   for (const char* mode : {"none", "selective", "full"}) {
     const fs::path dump = tt::temp_dir(std::string("trainer_ac_") + mode);
-    run_training(tiny_config(dump, {{"training.steps", "1"},
-                                    {"training.deterministic", "true"},
-                                    {"activation_checkpoint.mode", mode}}));
+    run_training(tiny_config(
+        dump,
+        {{"training.steps", "1"}, {"training.deterministic", "true"}, {"activation_checkpoint.mode", mode}}));
     auto r = read_metrics(dump);
     ASSERT_EQ(r.size(), 1u);
     first[mode] = r[0];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -222,7 +223,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
 
 Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& labels_in,
                             int64_t ignore_index, int64_t chunk, Reduction reduction, int64_t* num_targets,
-                            bool round_logits_to_bf16) {
+                            bool round_logits_to_bf16, int64_t keep_logits_bytes) {
   TITAN_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2,
               "linear_cross_entropy: expected hidden [N, D] and weight [V, D], got hidden ", hidden_in.str(),
               " and weight ", weight_in.str());
@@ -244,15 +245,22 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const auto& kernel =
       kernels::kernel_for<LinearCrossEntropyKernel>("linear_cross_entropy", hidden.device(), hidden.dtype());
   const bool round = round_logits_to_bf16 && hidden.dtype() == DType::BF16;
+  // Logits the kernel keeps for backward (if any); the backward closure owns them.
+  auto kept = std::make_shared<Tensor>();
   auto args = [=] {  // raw pointers into the tensors the backward closure keeps alive
-    return LinearCrossEntropyArgs{
-        N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(), ignore_index, chunk, round};
+    return LinearCrossEntropyArgs{N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
+                                  ignore_index, chunk, round, kept.get(), keep_logits_bytes};
   };
   Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
-  kernel.forward(args(), lse.raw_data(), row_loss.raw_data());
+  const bool grad = autograd::needs_grad({&hidden_in, &weight_in});
+  {
+    LinearCrossEntropyArgs a = args();
+    if (!grad) a.keep_bytes = 0;  // nothing would read them
+    kernel.forward(a, lse.raw_data(), row_loss.raw_data());
+  }
   Tensor loss = reduce_loss(row_loss, count, reduction);
 
-  if (autograd::needs_grad({&hidden_in, &weight_in})) {
+  if (grad) {
     const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
     autograd::record("linear_cross_entropy", {hidden_in, weight_in}, {&loss},
                      [=, &kernel](const std::vector<Tensor>& g) {
@@ -260,6 +268,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                        Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad) : Tensor();
                        kernel.backward(args(), lse.raw_data(), grad_scale(g[0], count, reduction),
                                        need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+                       *kept = Tensor();  // backward runs once: free the logits before the next node
                        return std::vector<Tensor>{dh, dw};
                      });
   }

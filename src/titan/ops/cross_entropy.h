@@ -41,10 +41,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
                      Reduction reduction = Reduction::Mean, int64_t* num_targets = nullptr);
 
 // Autograd: d/dhidden and d/dweight. hidden and weight share a dtype (f32, bf16 or f64).
+// keep_logits_bytes: memory the kernel may use to keep the logits from forward to backward instead
+// of recomputing them there (saves 2NDV of the 8NDV FLOPs). The "default" CPU kernel keeps them
+// (bf16 when they are rounded to bf16, else f32) when counted rows x V fit; 0 always recomputes.
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                             int64_t ignore_index = -100, int64_t chunk = 8192,
                             Reduction reduction = Reduction::Mean, int64_t* num_targets = nullptr,
-                            bool round_logits_to_bf16 = true);
+                            bool round_logits_to_bf16 = true, int64_t keep_logits_bytes = 0);
 
 // Kernels. Pointers are contiguous row-major; labels are already validated (each is ignore_index
 // or in [0, V)). "acc" buffers (lse, row_loss, gradients) are f64 for f64 inputs, f32 otherwise.
@@ -65,6 +68,10 @@ struct LinearCrossEntropyArgs {
   int64_t ignore_index;
   int64_t chunk;      // vocabulary columns per chunk (kernels that materialise all logits ignore it)
   bool round_logits;  // bf16 only: round logits to bf16 before the softmax statistics
+  // Optional: forward may store its logits in *kept (at most keep_bytes) and its backward read them
+  // back instead of recomputing; kernels that do not keep logits ignore both.
+  Tensor* kept;
+  int64_t keep_bytes;
 };
 
 struct LinearCrossEntropyKernel {

@@ -3,7 +3,10 @@
 //  - linear_cross_entropy "default": vocabulary chunks through the GEMM backend with an online
 //    logsumexp, never holding more than [rows, chunk] logits. Rows whose label is ignore_index are
 //    dropped before the GEMMs (fine-tuning masks whole prompts, often half the rows).
-// FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight).
+//    When the caller grants the memory (keep_logits_bytes), forward keeps the rounded logits of
+//    every chunk ([M, V], bf16 when rounded to bf16, else f32) and backward reads them back.
+// FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight),
+// or 4NDV when the logits were kept.
 #include "titan/ops/cross_entropy.h"
 
 #include <immintrin.h>
@@ -16,6 +19,7 @@
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/core/check.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
 
@@ -79,13 +83,13 @@ TITAN_AVX512 float row_sumexp_avx512(const float* x, int64_t n, float m) {
   return _mm512_reduce_add_ps(s);
 }
 
-// x <- scale * exp(x - lse), in place.
-TITAN_AVX512 void row_softmax_scaled_avx512(float* x, int64_t n, float lse, float scale) {
+// y <- scale * exp(x - lse) (y may be x).
+TITAN_AVX512 void row_softmax_scaled_avx512(const float* x, float* y, int64_t n, float lse, float scale) {
   const __m512 vl = _mm512_set1_ps(lse), vs = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(vs, exp16(_mm512_sub_ps(v, vl))));
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(vs, exp16(_mm512_sub_ps(v, vl))));
   }
 }
 
@@ -132,10 +136,10 @@ A row_sumexp(const A* x, int64_t n, A m) {
 }
 
 template <class A>
-void row_softmax_scaled(A* x, int64_t n, A lse, A scale) {
+void row_softmax_scaled(const A* x, A* y, int64_t n, A lse, A scale) {
   if constexpr (std::is_same_v<A, float>)
-    if (use_avx512()) return row_softmax_scaled_avx512(x, n, lse, scale);
-  for (int64_t i = 0; i < n; ++i) x[i] = scale * std::exp(x[i] - lse);
+    if (use_avx512()) return row_softmax_scaled_avx512(x, y, n, lse, scale);
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * std::exp(x[i] - lse);
 }
 
 void round_bf16(float* x, int64_t n) {
@@ -199,7 +203,7 @@ void ce_backward(int64_t N, int64_t V, const void* logits_v, const int64_t* labe
       for (int64_t v = 0; v < V; ++v) d[v] = bf16_to_f32(logits[n * V + v]);
     else
       std::copy(logits + n * V, logits + (n + 1) * V, d);
-    row_softmax_scaled(d, V, lse[n], A(scale));
+    row_softmax_scaled(d, d, V, lse[n], A(scale));
     d[labels[n]] -= A(scale);
   }
 }
@@ -279,6 +283,13 @@ void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, int6
     }
 }
 
+// Kept logits: chunk c0 of the counted rows is an [M, cc] block at offset M * c0. Stored in the
+// accumulation type, or in bf16 when they are rounded to bf16 anyway (exact, half the memory).
+template <class T>
+DType kept_dtype(const LinearCrossEntropyArgs& a) {
+  return std::is_same_v<T, bf16> && a.round_logits ? DType::BF16 : dtype_of<Acc<T>>();
+}
+
 template <class T>
 void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   using A = Acc<T>;
@@ -288,17 +299,24 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   const CountedRows<T> r = counted_rows<T>(a);
   if (r.M == 0) return;
   const int64_t C = std::min(a.chunk, a.V);
-  Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
-  A* buf = buf_t.data<A>();
+  const DType kd = kept_dtype<T>(a);
+  const bool keep = a.kept && r.M * a.V * int64_t(dtype_size(kd)) <= a.keep_bytes;
+  if (keep) *a.kept = Tensor::empty({r.M * a.V}, kd);
+  // The chunk GEMM writes straight into the kept logits when they are stored in the accumulation type.
+  const bool direct = keep && kd == dtype_of<A>();
+  Tensor buf_t = direct ? Tensor() : Tensor::empty({r.M, C}, dtype_of<A>());
   // Running max and sum of exp(x - max) per row, and the label's logit once its chunk passes.
   std::vector<A> mx(size_t(r.M), -std::numeric_limits<A>::infinity()), sum(size_t(r.M), 0),
       target(size_t(r.M), 0);
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
+    A* buf = direct ? a.kept->data<A>() + r.M * c0 : buf_t.data<A>();
     chunk_logits(a, r, c0, cc, buf);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m) {
       const A* x = buf + m * cc;
+      if constexpr (std::is_same_v<A, float>)
+        if (keep && !direct) convert_f32_to_bf16(x, a.kept->data<bf16>() + r.M * c0 + m * cc, size_t(cc));
       const A cm = row_max(x, cc);
       const A nm = std::max(mx[size_t(m)], cm);
       // exp(-inf - -inf) would be NaN: a row whose logits so far are all -inf has nothing to rescale.
@@ -336,13 +354,26 @@ void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double sca
   std::vector<A> row_lse(size_t(r.M));
   for (int64_t m = 0; m < r.M; ++m) row_lse[size_t(m)] = lse[r.row[size_t(m)]];
 
+  // Logits kept by forward (same rows, same values) replace the recomputing GEMM.
+  const bool kept = a.kept && a.kept->defined();
+  TITAN_CHECK(!kept || a.kept->numel() == r.M * a.V, "linear_cross_entropy: kept logits ", a.kept->str(),
+              " do not match ", r.M, " rows x V=", a.V);
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
-    chunk_logits(a, r, c0, cc, buf);
+    if (!kept) chunk_logits(a, r, c0, cc, buf);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m) {
       A* x = buf + m * cc;
-      row_softmax_scaled(x, cc, row_lse[size_t(m)], A(scale));
+      const A* src = x;
+      if (kept) {
+        if (a.kept->dtype() == DType::BF16) {
+          if constexpr (std::is_same_v<A, float>)
+            convert_bf16_to_f32(a.kept->data<bf16>() + r.M * c0 + m * cc, x, size_t(cc));
+        } else {
+          src = a.kept->data<A>() + r.M * c0 + m * cc;
+        }
+      }
+      row_softmax_scaled(src, x, cc, row_lse[size_t(m)], A(scale));
       const int64_t y = r.label[size_t(m)];
       if (y >= c0 && y < c0 + cc) x[y - c0] -= A(scale);
     }

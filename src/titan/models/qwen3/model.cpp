@@ -246,7 +246,8 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
   {
     kernels::ModuleScope scope("output");
     out.ce_loss = ops::linear_cross_entropy(h.reshape({N, args_.dim}), w(output_), targets.reshape({N}), -100,
-                                            loss_chunk_, ops::Reduction::Mean, &out.num_targets);
+                                            loss_chunk_, ops::Reduction::Mean, &out.num_targets, true,
+                                            keep_logits_bytes_);
   }
   out.loss = out.ce_loss;
   if (args_.is_moe()) {

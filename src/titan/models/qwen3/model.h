@@ -38,6 +38,9 @@ class Qwen3Model {
   void set_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
   // Logits of the vocabulary are computed in chunks of this many entries by the fused loss.
   void set_loss_chunk(int64_t vocab_chunk) { loss_chunk_ = vocab_chunk; }
+  // Memory the fused loss may spend keeping the [tokens, V] logits from forward to backward
+  // instead of recomputing them (a quarter of its FLOPs); 0 always recomputes.
+  void set_keep_logits_bytes(int64_t bytes) { keep_logits_bytes_ = bytes; }
 
   // input_ids, targets: i64 [B, S]; targets are already aligned with positions (the next
   // token), -100 where ignored. Adds coef * aux when args.output_router_logits.
@@ -85,6 +88,9 @@ class Qwen3Model {
   DType compute_dtype_;
   Checkpointing checkpointing_ = Checkpointing::None;
   int64_t loss_chunk_ = 8192;
+  // 1 GiB: batch 2 x 512 x 151936 logits take 311 MB in bf16, 622 MB in f32; long sequences of
+  // big-vocabulary models recompute instead.
+  int64_t keep_logits_bytes_ = int64_t(1) << 30;
   std::vector<nn::ParamBlock> blocks_;
   nn::Param *tok_embeddings_ = nullptr, *norm_ = nullptr, *output_ = nullptr;
   std::vector<Layer> layers_;
