@@ -1,20 +1,11 @@
 #include "titan/autograd/autograd.h"
 
 #include "titan/core/check.h"
-#include <chrono>
-#include <map>
-#include <cstdio>
-#include <cstdlib>
 #include "titan/ops/elementwise.h"
 
 namespace titan::autograd {
 
 namespace {
-using PClock=std::chrono::steady_clock;
-static bool g_prof = std::getenv("TITAN_PROF");
-static PClock::time_point g_last = PClock::now();
-static std::map<std::string,double> g_fwd, g_bwd;
-static double secs(PClock::time_point a){return std::chrono::duration<double>(PClock::now()-a).count();}
 thread_local bool t_grad_enabled = true;
 thread_local Tape t_default_tape;
 thread_local Tape* t_tape = nullptr;
@@ -60,7 +51,6 @@ void record(std::string op, const std::vector<Tensor>& inputs, const std::vector
     meta->is_leaf = false;
     node.outputs.push_back(meta);
   }
-  if (g_prof) { g_fwd[node.op] += secs(g_last); g_last = PClock::now(); }
   node.backward = std::move(backward);
   current_tape().push(std::move(node));
 }
@@ -105,9 +95,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
       gouts.push_back(std::move(g));
     }
     if (any) {
-      auto tb = PClock::now();
       std::vector<Tensor> gins = node.backward(gouts);
-      if (g_prof) g_bwd[node.op] += secs(tb);
       TITAN_CHECK(gins.size() == node.inputs.size(), "autograd: backward of '", node.op, "' returned ", gins.size(),
                   " gradients for ", node.inputs.size(), " inputs");
       for (size_t i = 0; i < gins.size(); ++i) {
@@ -118,11 +106,6 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
     node.backward = nullptr;  // release saved tensors as we go
   }
   tape.clear();
-  if (g_prof && &tape != nullptr && nodes.empty()) {
-    for (auto& [k, v] : g_fwd) std::fprintf(stderr, "PROF fwd %-24s %8.3f\n", k.c_str(), v);
-    for (auto& [k, v] : g_bwd) std::fprintf(stderr, "PROF bwd %-24s %8.3f\n", k.c_str(), v);
-    g_fwd.clear(); g_bwd.clear(); g_last = PClock::now();
-  }
 }
 
 void backward(const Tensor& loss) {

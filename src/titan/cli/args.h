@@ -38,8 +38,5 @@ class ArgParser {
   std::vector<std::string> positional_;
 };
 
-// Levenshtein distance, for "did you mean" suggestions.
-size_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace titan::cli

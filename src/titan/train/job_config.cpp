@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/models/qwen3/args.h"
 
 namespace titan::train {
@@ -20,27 +21,9 @@ std::string format_double(double v) {
   return std::string(buf, r.ptr);
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  for (auto& k : known)
-    if (size_t d = edit_distance(key, k); d < best_d) {
-      best_d = d;
-      best = k;
-    }
-  return best_d <= std::max<size_t>(2, key.size() / 3) ? "; did you mean '" + best + "'?" : "";
+  std::string best = nearest(key, known);
+  return best.empty() ? "" : "; did you mean '" + best + "'?";
 }
 
 // One settable key: parses a textual value (from TOML or the command line) into the field.
