@@ -29,7 +29,8 @@ printf "%-15s %-5s %10s %11s %7s %9s %10s %11s\n" model prec "peer tok/s" "titan
 for case in $CASES; do
   model=${case%%:*} prec=${case##*:}
   lp=$(load1)
-  /usr/bin/time -v /usr/bin/python3 "$PEER" "$model" "$prec" 2 512 "$STEPS" >"$OUT/peer.json" 2>"$OUT/peer.time"
+  /usr/bin/time -v /usr/bin/python3 "$PEER" "$model" "$prec" 2 512 "$STEPS" \
+    >"$OUT/peer.json" 2>"$OUT/peer.time"
   peer_tps=$(python3 -c "import json;print(round(json.load(open('$OUT/peer.json'))['tokens_per_s'],1))")
   mp=$([ "$prec" = bf16 ] && echo bfloat16 || echo float32)
   extra=()
@@ -38,7 +39,8 @@ for case in $CASES; do
   /usr/bin/time -v "$TITAN" train --config "configs/$model.toml" --job.dump_folder="$OUT/titan" \
     --training.steps=$((STEPS + 1)) --lr_scheduler.warmup_steps=1 --training.local_batch_size=2 \
     --training.seq_len=512 --training.mixed_precision_param=$mp --checkpoint.enable=false \
-    --checkpoint.last_save_in_hf=false --metrics.log_freq=1 "${extra[@]}" >"$OUT/titan.log" 2>"$OUT/titan.time"
+    --checkpoint.last_save_in_hf=false --metrics.log_freq=1 "${extra[@]}" \
+    >"$OUT/titan.log" 2>"$OUT/titan.time"
   titan_tps=$(sed -n 's/.*sustained \([0-9.]*\) tokens\/s.*/\1/p' "$OUT/titan.log")
   ratio=$(python3 -c "print(f'{$titan_tps/$peer_tps:.2f}')")
   printf "%-15s %-5s %10s %11s %7s %9s %10s %11s\n" "$model" "$prec" "$peer_tps" "$titan_tps" "${ratio}x" \

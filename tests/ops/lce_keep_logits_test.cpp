@@ -28,8 +28,8 @@ Tensor make_labels(int64_t N, int64_t V, uint64_t seed, const std::vector<int64_
 
 OpFn lce_fn(int64_t chunk, bool round, int64_t keep_bytes) {
   return [=](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk, ops::Reduction::Mean,
-                                                         nullptr, round, keep_bytes)};
+    return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk,
+                                                         ops::Reduction::Mean, nullptr, round, keep_bytes)};
   };
 }
 
@@ -37,8 +37,8 @@ struct Case {
   int64_t N, D, V, chunk;
   std::vector<int64_t> ignored;
 };
-const Case kCases[] = {{37, 19, 1000, 384, {}}, {37, 19, 1000, 384, {0, 5, 36}}, {13, 64, 257, 8192, {3}},
-                       {16, 8, 100, 7, {}}};
+const Case kCases[] = {
+    {37, 19, 1000, 384, {}}, {37, 19, 1000, 384, {0, 5, 36}}, {13, 64, 257, 8192, {3}}, {16, 8, 100, 7, {}}};
 constexpr int64_t kPlenty = int64_t(1) << 30;
 
 std::vector<Tensor> inputs(const Case& c, DType dt) {
@@ -53,10 +53,12 @@ TEST(LinearCrossEntropyKeepLogits, SameResultsAsRecomputing) {
   for (const Case& c : kCases)
     for (DType dt : {DType::F32, DType::BF16})
       for (bool round : {true, false}) {
-        SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) + " chunk=" + std::to_string(c.chunk) +
-                     " " + std::string(dtype_name(dt)) + (round ? " rounded" : ""));
-        OpRun kept = run_variant("linear_cross_entropy", "default", lce_fn(c.chunk, round, kPlenty), inputs(c, dt));
-        OpRun recomputed = run_variant("linear_cross_entropy", "default", lce_fn(c.chunk, round, 0), inputs(c, dt));
+        SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) + " chunk=" +
+                     std::to_string(c.chunk) + " " + std::string(dtype_name(dt)) + (round ? " rounded" : ""));
+        OpRun kept =
+            run_variant("linear_cross_entropy", "default", lce_fn(c.chunk, round, kPlenty), inputs(c, dt));
+        OpRun recomputed =
+            run_variant("linear_cross_entropy", "default", lce_fn(c.chunk, round, 0), inputs(c, dt));
         EXPECT_EQ(max_abs_diff(kept.outputs[0], recomputed.outputs[0]), 0.0);
         EXPECT_EQ(max_abs_diff(kept.input_grads[0], recomputed.input_grads[0]), 0.0);
         EXPECT_EQ(max_abs_diff(kept.input_grads[1], recomputed.input_grads[1]), 0.0);
@@ -66,7 +68,8 @@ TEST(LinearCrossEntropyKeepLogits, SameResultsAsRecomputing) {
 TEST(LinearCrossEntropyKeepLogits, MatchesReference) {
   // The tolerances of LinearCrossEntropy.DefaultVariantMatchesReference (cross_entropy_test.cpp).
   for (const Case& c : kCases) {
-    SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) + " chunk=" + std::to_string(c.chunk));
+    SCOPED_TRACE("N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) +
+                 " chunk=" + std::to_string(c.chunk));
     expect_variant_matches_reference("linear_cross_entropy", "default", lce_fn(c.chunk, true, kPlenty),
                                      inputs(c, DType::F32), 1e-6, 1e-4);
     for (bool round : {true, false})
@@ -92,8 +95,8 @@ TEST(LinearCrossEntropyKeepLogits, HoldsTheLogitsOnlyWithinTheBudget) {
       auto w = random_tensor({V, D}, want.dt, 29, -0.5, 0.5).set_requires_grad(true);
       auto y = make_labels(N, V, 30, {3, 100});
       const int64_t before = alloc.stats().current_bytes;
-      Tensor loss = ops::linear_cross_entropy(h, w, y, kIgnore, chunk, ops::Reduction::Mean, nullptr, want.round,
-                                              budget);
+      Tensor loss = ops::linear_cross_entropy(h, w, y, kIgnore, chunk, ops::Reduction::Mean, nullptr,
+                                              want.round, budget);
       const int64_t held = alloc.stats().current_bytes - before;  // the loss, the lse and any kept logits
       if (budget >= want.kept_bytes) {
         EXPECT_GE(held, want.kept_bytes);
