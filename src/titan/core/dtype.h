@@ -34,6 +34,17 @@ inline bf16 f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{uint16_t(u >> 16)};
 }
+// bf16 storage with f32 arithmetic: reading widens exactly, every assignment from float rounds to
+// nearest even, as a bf16 torch tensor does. Reference kernels template on it like on float/double,
+// so T(x) marks each point where the bf16 computation rounds.
+struct Bf16 {
+  bf16 v;
+  Bf16() = default;
+  Bf16(float f) : v(f32_to_bf16(f)) {}
+  operator float() const { return bf16_to_f32(v); }
+};
+static_assert(sizeof(Bf16) == 2);
+
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

@@ -14,16 +14,6 @@ namespace titan::ops {
 
 namespace {
 
-// bf16 storage that reads as f32 and rounds on construction, so one template covers all dtypes:
-// A(T(x)) rounds x to the storage precision (a no-op for f32 and f64).
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 // Reference kernels: one row at a time, textbook formulas, accumulation type A (f64 for f64, else f32).
 template <class A>
 void row_stats_ref(const A* x, int64_t V, int64_t label, A* lse, A* loss) {

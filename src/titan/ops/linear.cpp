@@ -44,15 +44,6 @@ void linear_backward_ref(int64_t M, int64_t N, int64_t K, const void* xv, const 
       }
 }
 
-// bf16 reference: widen to f32, multiply in f32 (what AMX/AVX512-BF16 do: exact products, f32 sums).
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 TITAN_REGISTER_KERNEL(linear_f64_ref, {"linear", Device::CPU, DType::F64, "reference", "triple loop, f64",
                                        LinearKernel{linear_forward_ref<double, double>,
                                                     linear_backward_ref<double, double>}, {}});

@@ -26,15 +26,6 @@ void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order,
 
 namespace {
 
-// bf16 storage with f32 arithmetic: every assignment from float rounds, as a bf16 torch tensor does.
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 // ---------------------------------------------------------------------------------------------
 // Router. A = f64 for f64 logits, f32 otherwise (transformers: softmax(logits, dtype=float32)).
 // Rows are independent; the loops are threaded over tokens.

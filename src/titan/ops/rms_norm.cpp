@@ -11,15 +11,6 @@ namespace titan::ops {
 
 namespace {
 
-// bf16 element whose arithmetic happens in f32; converting from float rounds to nearest even.
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 // Reference: serial sums in the accumulation type A (f64 for f64, else f32), T(...) rounds to the
 // element type where transformers does.
 template <class T, class A>

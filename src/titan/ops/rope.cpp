@@ -16,14 +16,6 @@ namespace {
 // garbage position is an error instead of a huge allocation. The reference has no such limit.
 constexpr int64_t kMaxTablePositions = int64_t(1) << 21;
 
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 // cos/sin of position p, frequency j, as transformers computes them in f32 (and in f64 for f64).
 void angle_cos_sin(double theta, int64_t D, int64_t p, int64_t j, float* c, float* s) {
   const float inv_freq = 1.0f / std::pow(float(theta), float(2 * j) / float(D));

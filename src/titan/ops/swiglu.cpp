@@ -11,14 +11,6 @@ namespace titan::ops {
 
 namespace {
 
-struct Bf16 {
-  bf16 v;
-  Bf16() = default;
-  Bf16(float f) : v(f32_to_bf16(f)) {}
-  operator float() const { return bf16_to_f32(v); }
-};
-static_assert(sizeof(Bf16) == 2);
-
 // Reference: T(...) rounds where torch rounds (after silu, after the product).
 template <class T, class A>
 void swiglu_forward_ref(int64_t n, const void* gv, const void* uv, void* ov) {
