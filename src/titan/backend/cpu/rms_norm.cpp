@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
 #define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
@@ -23,23 +24,7 @@ namespace titan::cpu {
 
 namespace {
 
-inline float ld(float v) {
-  return v;
-}
-inline float ld(uint16_t v) {
-  return std::bit_cast<float>(uint32_t(v) << 16);
-}
-inline uint16_t round_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : uint16_t(r);
-}
-inline void st(float* p, float v) {
-  *p = v;
-}
-inline void st(uint16_t* p, float v) {
-  *p = round_bf16(v);
-}
+using namespace lanes;
 // The value the element type holds after storing v (the cast transformers does before the weight).
 inline float as_elem(float, float v) {
   return v;

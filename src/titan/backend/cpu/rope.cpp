@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "titan/core/check.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
 #define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("fp-contract=off")))
@@ -20,30 +21,7 @@ namespace titan::cpu {
 
 namespace {
 
-inline float ld(float v) {
-  return v;
-}
-inline float ld(uint16_t v) {
-  return std::bit_cast<float>(uint32_t(v) << 16);
-}
-inline uint16_t round_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : uint16_t(r);
-}
-// Rounds v to the element type T and returns it as f32 (what a torch op in dtype T produces).
-inline float rnd(float, float v) {
-  return v;
-}
-inline float rnd(uint16_t, float v) {
-  return ld(round_bf16(v));
-}
-inline void st(float* p, float v) {
-  *p = v;
-}
-inline void st(uint16_t* p, float v) {
-  *p = round_bf16(v);
-}
+using namespace lanes;
 
 // One token: H heads of D elements, cos/sin rows of D/2.
 template <class T>
