@@ -7,15 +7,17 @@
 
 namespace titan::train {
 
+void restore_tensor(const io::SafetensorsFile& f, const std::string& name, const Shape& shape, float* dst) {
+  const io::TensorInfo* t = f.find(name);
+  TITAN_CHECK(t, "checkpoint '", f.path().string(), "' lacks tensor '", name, "'");
+  TITAN_CHECK(t->dtype == DType::F32 && t->shape == shape, "checkpoint '", f.path().string(), "': tensor '", name,
+              "' is ", dtype_name(t->dtype), shape_str(t->shape), ", expected f32", shape_str(shape));
+  std::memcpy(dst, t->data, t->nbytes());
+}
+
 void restore_model_tensors(const io::SafetensorsFile& f, qwen3::Qwen3Model& model) {
   for (auto& b : model.blocks())
-    for (auto& p : b.params()) {
-      const io::TensorInfo* t = f.find(p.name);
-      TITAN_CHECK(t, "checkpoint '", f.path().string(), "' lacks tensor '", p.name, "'");
-      TITAN_CHECK(t->dtype == DType::F32 && t->shape == p.shape, "checkpoint '", f.path().string(), "': tensor '",
-                  p.name, "' is ", dtype_name(t->dtype), shape_str(t->shape), ", expected f32", shape_str(p.shape));
-      std::memcpy(p.value.raw_data(), t->data, t->nbytes());
-    }
+    for (auto& p : b.params()) restore_tensor(f, p.name, p.shape, p.value.data<float>());
 }
 
 NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype) {

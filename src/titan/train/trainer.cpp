@@ -164,20 +164,10 @@ void checkpoint_tensors(qwen3::Qwen3Model& m, OptimizerState& opt, std::vector<i
                         std::vector<io::TensorWrite>& opt_t) {
   for (size_t b = 0; b < m.blocks().size(); ++b)
     for (auto& p : m.blocks()[b].params()) {
-      int64_t n = shape_numel(p.shape);
       model_t.push_back({p.name, DType::F32, p.shape, p.value.raw_data()});
       opt_t.push_back({"exp_avg." + p.name, DType::F32, p.shape, opt.exp_avg[b].data<float>() + p.offset});
       opt_t.push_back({"exp_avg_sq." + p.name, DType::F32, p.shape, opt.exp_avg_sq[b].data<float>() + p.offset});
-      (void)n;
     }
-}
-
-void restore_tensor(const io::SafetensorsFile& f, const std::string& name, const Shape& shape, float* dst) {
-  const io::TensorInfo* t = f.find(name);
-  TITAN_CHECK(t, "checkpoint '", f.path().string(), "' lacks tensor '", name, "'");
-  TITAN_CHECK(t->dtype == DType::F32 && t->shape == shape, "checkpoint '", f.path().string(), "': tensor '", name,
-              "' is ", dtype_name(t->dtype), shape_str(t->shape), ", expected f32", shape_str(shape));
-  std::memcpy(dst, t->data, t->nbytes());
 }
 
 }  // namespace

@@ -187,7 +187,7 @@ Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Tensor& po
 Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
               input_ids.str());
-  const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   std::vector<int64_t> pos(static_cast<size_t>(S));
   for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
@@ -199,7 +199,6 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
     // Gather from the f32 table, then cast: the same values as gathering from a cast table.
     h = ops::cast(ops::embedding(input_ids, tok_embeddings_->value), compute_dtype_);
   }
-  (void)B;
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
     if (!ckpt || !autograd::grad_enabled()) {
