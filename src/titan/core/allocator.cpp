@@ -1,6 +1,7 @@
 #include "titan/core/allocator.h"
 
 #include <cstdlib>
+#include <malloc.h>
 #include <new>
 
 #include "titan/core/check.h"
@@ -25,6 +26,13 @@ namespace {
 
 class CpuAllocator final : public Allocator {
  public:
+  CpuAllocator() {
+    // Training frees and re-allocates the same large activation buffers every step. glibc serves
+    // big blocks with fresh mmaps by default, so each step would page-fault its memory in again;
+    // keeping them on the heap (and not trimming it) lets freed blocks be reused.
+    mallopt(M_MMAP_THRESHOLD, 512 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   void* allocate(size_t nbytes) override {
     size_t rounded = (nbytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded ? rounded : 64);
