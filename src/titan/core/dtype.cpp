@@ -1,8 +1,9 @@
 #include "titan/core/dtype.h"
 
-#include <omp.h>
-
 #include <algorithm>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "titan/core/check.h"
 
@@ -135,13 +136,18 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void bf16_to_f32_ran
 // Splits [0, n) into one contiguous range per OpenMP thread (one parallel region per call).
 template <class F>
 void parallel_ranges(size_t n, F&& f) {
-  if (n < (size_t(1) << 16)) return f(size_t(0), n);
+#ifdef _OPENMP
+  if (n >= (size_t(1) << 16)) {
 #pragma omp parallel
-  {
-    const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
-    const size_t chunk = (n + nt - 1) / nt, begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
-    if (begin < end) f(begin, end - begin);
+    {
+      const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+      const size_t chunk = (n + nt - 1) / nt, begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+      if (begin < end) f(begin, end - begin);
+    }
+    return;
   }
+#endif
+  f(size_t(0), n);  // small, or built without OpenMP (the fuzz target)
 }
 
 }  // namespace
