@@ -21,15 +21,6 @@ namespace {
 
 constexpr int64_t kIgnore = -100;
 
-// Labels in [0, V) from a fixed seed, with the rows in `ignored` set to ignore_index.
-Tensor make_labels(int64_t N, int64_t V, uint64_t seed, const std::vector<int64_t>& ignored = {}) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> y(static_cast<size_t>(N));
-  for (auto& v : y) v = int64_t(rng() % uint64_t(V));
-  for (int64_t r : ignored) y[size_t(r)] = kIgnore;
-  return Tensor::from_vector(y, {N});
-}
-
 OpFn ce_fn(ops::Reduction reduction = ops::Reduction::Mean) {
   return [=](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{ops::cross_entropy(in[0], in[1], kIgnore, reduction)};

@@ -18,14 +18,6 @@ namespace {
 
 constexpr int64_t kIgnore = -100;
 
-Tensor make_labels(int64_t N, int64_t V, uint64_t seed, const std::vector<int64_t>& ignored = {}) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> y(static_cast<size_t>(N));
-  for (auto& v : y) v = int64_t(rng() % uint64_t(V));
-  for (int64_t r : ignored) y[size_t(r)] = kIgnore;
-  return Tensor::from_vector(y, {N});
-}
-
 OpFn lce_fn(int64_t chunk, bool round, int64_t keep_bytes) {
   return [=](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk,

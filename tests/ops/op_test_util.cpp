@@ -17,6 +17,14 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double lo, 
   return Tensor::from_vector(v, shape, dtype);
 }
 
+Tensor make_labels(int64_t N, int64_t V, uint64_t seed, const std::vector<int64_t>& ignored, int64_t ignore_index) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> y(static_cast<size_t>(N));
+  for (auto& v : y) v = int64_t(rng() % uint64_t(V));
+  for (int64_t r : ignored) y[size_t(r)] = ignore_index;
+  return Tensor::from_vector(y, {N});
+}
+
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
   auto x = a.to_vector(), y = b.to_vector();

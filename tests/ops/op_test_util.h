@@ -17,6 +17,10 @@ using OpFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // Uniform random tensor in [lo, hi) with a fixed seed, converted to dtype.
 Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
+// i64 labels [N] uniform in [0, V) from a fixed seed; the rows in `ignored` get ignore_index.
+Tensor make_labels(int64_t N, int64_t V, uint64_t seed, const std::vector<int64_t>& ignored = {},
+                   int64_t ignore_index = -100);
+
 // Max |a - b| over all elements (shapes must match).
 double max_abs_diff(const Tensor& a, const Tensor& b);
 // Max |a - b| / max(|b|, floor) over all elements.
