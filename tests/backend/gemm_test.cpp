@@ -288,6 +288,30 @@ void check_batched(bool bf16_inputs) {
 TEST(Gemm, F32BatchedMatchesReference) { check_batched(false); }
 TEST(Gemm, Bf16BatchedMatchesReference) { check_batched(true); }
 
+// Threads may run gemms at once (moe_experts spreads its experts over the OpenMP threads); each
+// bf16 call must give exactly what it gives alone. oneDNN's library-managed scratchpad is one
+// buffer shared by all primitives, so this failed before run_prim passed a per-thread one.
+TEST(Gemm, ConcurrentCallsMatchSequentialOnes) {
+  const int64_t jobs = 16, M = 96, N = 160, K = 200;
+  std::vector<bf16> a = to_bf16(random_vec(size_t(jobs * M * K), 31)),
+                    b = to_bf16(random_vec(size_t(jobs * N * K), 32));
+  std::vector<float> alone(size_t(jobs * M * N)), together(alone.size(), NAN);
+  auto job = [&](int64_t j, float* c) {
+    // Two shapes, so two primitives (and two scratchpad sizes) are in flight at the same time.
+    const int64_t m = j % 2 ? M : M / 2;
+    gemm_bf16(Trans::N, Trans::T, m, N, K, 1.f, a.data() + j * M * K, K, b.data() + j * N * K, K, 0.f,
+              c + j * M * N, N);
+  };
+  for (int64_t j = 0; j < jobs; ++j) job(j, alone.data());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(4)
+  for (int64_t j = 0; j < jobs; ++j) job(j, together.data());
+  for (int64_t j = 0; j < jobs; ++j) {
+    const int64_t used = (j % 2 ? M : M / 2) * N;
+    for (int64_t i = 0; i < used; ++i)
+      ASSERT_EQ(alone[size_t(j * M * N + i)], together[size_t(j * M * N + i)]) << "job " << j << " element " << i;
+  }
+}
+
 TEST(Gemm, BadArgumentsThrow) {
   std::vector<float> A(64), B(64), C(64);
   std::vector<bf16> Ab(64), Bb(64);

@@ -30,8 +30,8 @@ class CpuAllocator final : public Allocator {
     // Training frees and re-allocates the same large activation buffers every step. glibc serves
     // big blocks with fresh mmaps by default, so each step would page-fault its memory in again;
     // keeping them on the heap (and not trimming it) lets freed blocks be reused.
-    mallopt(M_MMAP_THRESHOLD, 512 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);
   }
   void* allocate(size_t nbytes) override {
     size_t rounded = (nbytes + 63) / 64 * 64;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <bit>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,7 +128,7 @@ struct Problem {
 
 struct Prim {
   dnnl::matmul prim;
-  memory::desc a_md, b_md, c_md;
+  memory::desc a_md, b_md, c_md, scratch_md;
   std::string impl;
   bool reference = false;  // oneDNN's plain C++ fallback: orders of magnitude slower than JIT code
 };
@@ -167,6 +168,9 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
     prim->c_md = p.batch == 1 ? memory::desc({p.M, p.N}, p.out_dt, {p.ldc, 1})
                               : memory::desc({p.batch, p.M, p.N}, p.out_dt, {p.stride_c, p.ldc, 1});
     dnnl::primitive_attr attr;
+    // The caller supplies the scratchpad (per thread, see run_prim): oneDNN's own is one global
+    // buffer, which two threads running primitives at once (the MoE experts do) would share.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
     if (p.beta != 0.0f) {
       dnnl::post_ops ops;
@@ -175,6 +179,7 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(prim->a_md, prim->b_md, prim->c_md), attr, engine());
     prim->impl = pd.impl_info_str();
+    prim->scratch_md = pd.scratchpad_desc();
     prim->reference = prim->impl.rfind("ref", 0) == 0;
     prim->prim = dnnl::matmul(pd);
   } catch (const dnnl::error& e) {
@@ -188,10 +193,14 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
 void run_prim(const Prim& prim, const void* A, const void* B, void* C) {
   // Streams are cheap; one per thread keeps concurrent callers independent.
   thread_local dnnl::stream stream(engine());
+  thread_local std::vector<std::byte> scratchpad;
+  if (scratchpad.size() < prim.scratch_md.get_size()) scratchpad.resize(prim.scratch_md.get_size());
   memory a(prim.a_md, engine(), const_cast<void*>(A));
   memory b(prim.b_md, engine(), const_cast<void*>(B));
   memory c(prim.c_md, engine(), C);
-  prim.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  memory sp(prim.scratch_md, engine(), scratchpad.data());
+  prim.prim.execute(stream,
+                    {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, sp}});
   stream.wait();
 }
 

@@ -1,76 +1,142 @@
-// moe_experts "default": grouped GEMMs. The T*k (token, slot) pairs are put in routing order
-// (counting sort by expert, ops::moe_routing_order), so every expert's rows are contiguous; each
-// expert then runs three GEMMs over its row block (gate, up, down; the backward's five), threaded
-// inside the GEMM backend. Gathers, the SwiGLU elementwise step and the weighted un-permute are
-// OpenMP loops over rows/tokens; the un-permute sums a token's k rows in ascending expert order,
-// rounding like the reference (transformers' index_add_ over experts), so the result does not
-// depend on the thread count. Experts with no rows are skipped (their weight gradients are zero).
+// moe_experts "default": expert-parallel grouped GEMMs. The T*k (token, slot) pairs are put in
+// routing order (counting sort by expert, ops::moe_routing_order), so every expert's rows are
+// contiguous. The experts are then spread over the OpenMP threads (largest first, dynamic
+// schedule): a thread gathers its expert's rows, runs the expert's GEMMs single-threaded (gate,
+// up, down; the backward's six) and the SwiGLU step on rows that are still in its cache. With
+// tens of experts of ~100 rows each this keeps every core busy on one GEMM stream, where
+// threading inside each small GEMM would pay a fork/join per GEMM (~500 per layer pass).
+// The weighted un-permute sums a token's k rows in ascending expert order, rounding like the
+// reference (transformers' index_add_ over experts), so results do not depend on the thread
+// count. Experts with no rows only zero their weight gradients.
 #include "titan/ops/moe.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::cpu {
 
 namespace {
 
+using namespace lanes;
 using ops::MoeDims;
 
-inline float to_f(float v) {
-  return v;
-}
-inline float to_f(bf16 v) {
-  return bf16_to_f32(v);
-}
-template <class T>
-T from_f(float v);
-template <>
-inline float from_f<float>(float v) {
-  return v;
-}
-template <>
-inline bf16 from_f<bf16>(float v) {
-  return f32_to_bf16(v);
-}
-// v rounded to the storage type's precision (identity for f32).
-template <class T>
-inline float round_to(float v) {
-  return to_f(from_f<T>(v));
-}
-inline float sigmoid(float v) {
-  return 1.f / (1.f + std::exp(-v));
-}
+// Storage types: float, or uint16_t holding bf16 bits (the lanes.h convention).
+inline const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+inline bf16* as_bf16(uint16_t* p) { return reinterpret_cast<bf16*>(p); }
 
-// C = op(A) @ op(B) stored in the storage type (bf16 output rounded once).
+// C = op(A) @ op(B) in the storage type (bf16 output rounded once).
 void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc) {
   gemm_f32(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
-void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
-                const bf16* B, int64_t ldb, bf16* C, int64_t ldc) {
-  gemm_bf16_out(ta, tb, M, N, K, 1.f, A, lda, B, ldb, C, ldc);
+void gemm_store(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc) {
+  gemm_bf16_out(ta, tb, M, N, K, 1.f, as_bf16(A), lda, as_bf16(B), ldb, as_bf16(C), ldc);
 }
 // f32 C = op(A) @ op(B) + beta * C.
 void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_f32(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
-void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
-              int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_bf16(ta, tb, M, N, K, 1.f, as_bf16(A), lda, as_bf16(B), ldb, beta, C, ldc);
 }
 
+// ---- row kernels (AVX-512 and baseline clones) ------------------------------------------------
+
+template <class S, class T>
+[[gnu::always_inline]] inline void convert_row_impl(int64_t n, const S* src, T* dst) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) st(dst + i, ld(src[i]));
+}
+TITAN_CLONES void convert_row(int64_t n, const float* s, float* d) { convert_row_impl(n, s, d); }
+TITAN_CLONES void convert_row(int64_t n, const float* s, uint16_t* d) { convert_row_impl(n, s, d); }
+TITAN_CLONES void convert_row(int64_t n, const uint16_t* s, uint16_t* d) { convert_row_impl(n, s, d); }
+
+// h = silu(gate) * up for one row of act = [gate | up] (rounded like torch: silu, then the product).
+template <class T>
+[[gnu::always_inline]] inline void silu_mul_row_impl(int64_t F, const T* a, T* h) {
+#pragma omp simd
+  for (int64_t f = 0; f < F; ++f) {
+    const float g = ld(a[f]);
+    st(h + f, rnd(T{}, g / (1.0f + exp_poly(-g))) * ld(a[F + f]));
+  }
+}
+TITAN_CLONES void silu_mul_row(int64_t F, const float* a, float* h) { silu_mul_row_impl(F, a, h); }
+TITAN_CLONES void silu_mul_row(int64_t F, const uint16_t* a, uint16_t* h) { silu_mul_row_impl(F, a, h); }
+
+// Backward of one row given dhr = dy_row @ W_down (before the routing weight w): recomputes
+// h = silu(g) * u (rounded as in the forward), returns sum_f dhr[f] * h[f] (the routing weight's
+// gradient), and when dgu is set writes [d gate | d up] of (w * dhr) in the storage type.
+template <class T>
+[[gnu::always_inline]] inline float swiglu_backward_row_impl(int64_t F, const T* a, const float* dhr, float w,
+                                                             T* h, T* dgu) {
+  float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t f = 0; f < F; ++f) {
+    const float g = ld(a[f]), u = ld(a[F + f]);
+    const float sg = 1.0f / (1.0f + exp_poly(-g));
+    const float s = rnd(T{}, g * sg);
+    st(h + f, s * u);
+    dot += dhr[f] * ld(h[f]);
+    if (dgu) {
+      const float dh = w * dhr[f];
+      st(dgu + f, dh * u * sg * (1.0f + g * (1.0f - sg)));
+      st(dgu + F + f, dh * s);
+    }
+  }
+  return dot;
+}
+TITAN_CLONES float swiglu_backward_row(int64_t F, const float* a, const float* dhr, float w, float* h,
+                                       float* dgu) {
+  return swiglu_backward_row_impl(F, a, dhr, w, h, dgu);
+}
+TITAN_CLONES float swiglu_backward_row(int64_t F, const uint16_t* a, const float* dhr, float w, uint16_t* h,
+                                       uint16_t* dgu) {
+  return swiglu_backward_row_impl(F, a, dhr, w, h, dgu);
+}
+
+// y += round(o * w) (rounded after the add), one contribution of the weighted un-permute.
+template <class T>
+[[gnu::always_inline]] inline void add_weighted_row_impl(int64_t D, const T* o, float w, T* y) {
+#pragma omp simd
+  for (int64_t c = 0; c < D; ++c) st(y + c, ld(y[c]) + rnd(T{}, ld(o[c]) * w));
+}
+TITAN_CLONES void add_weighted_row(int64_t D, const float* o, float w, float* y) {
+  add_weighted_row_impl(D, o, w, y);
+}
+TITAN_CLONES void add_weighted_row(int64_t D, const uint16_t* o, float w, uint16_t* y) {
+  add_weighted_row_impl(D, o, w, y);
+}
+
+template <class T>
+[[gnu::always_inline]] inline void scale_row_impl(int64_t D, float w, T* r) {
+#pragma omp simd
+  for (int64_t c = 0; c < D; ++c) st(r + c, ld(r[c]) * w);
+}
+TITAN_CLONES void scale_row(int64_t D, float w, float* r) { scale_row_impl(D, w, r); }
+TITAN_CLONES void scale_row(int64_t D, float w, uint16_t* r) { scale_row_impl(D, w, r); }
+
+TITAN_CLONES void add_row(int64_t D, const float* s, float* d) {
+#pragma omp simd
+  for (int64_t c = 0; c < D; ++c) d[c] += s[c];
+}
+
+// ---- routing and scratch ------------------------------------------------------------------------
+
 // Scratch buffers kept per thread between calls, one per slot (a kernel call uses each slot for
-// one buffer; forward and backward calls do not nest). They are large (rows x F) and fresh
-// allocations of that size come back as untouched pages, whose faults cost more than the
-// elementwise work. Contents are garbage: every element is written before it is read.
+// one buffer; forward and backward calls do not nest). Fresh allocations of this size come back
+// as untouched pages, whose faults would cost more than the elementwise work. Contents are
+// garbage: every element is written before it is read.
 template <class T>
 T* scratch(int slot, int64_t n) {
   thread_local std::vector<std::byte> pool[6];
@@ -81,13 +147,17 @@ T* scratch(int slot, int64_t n) {
 }
 
 struct Routing {
-  std::vector<int64_t> order, pos, offsets;
+  std::vector<int64_t> order, pos, offsets, by_size;
   Routing(const MoeDims& d, const int64_t* indices)
-      : order(size_t(d.T * d.k)), pos(size_t(d.T * d.k)), offsets(size_t(d.E + 1)) {
+      : order(size_t(d.T * d.k)), pos(size_t(d.T * d.k)), offsets(size_t(d.E + 1)), by_size(size_t(d.E)) {
     ops::moe_routing_order(d, indices, order.data(), pos.data(), offsets.data());
+    // Experts largest first: the dynamic schedule then ends on small ones (load balance).
+    std::iota(by_size.begin(), by_size.end(), int64_t(0));
+    std::stable_sort(by_size.begin(), by_size.end(), [&](int64_t a, int64_t b) { return rows(a) > rows(b); });
   }
   int64_t begin(int64_t e) const { return offsets[size_t(e)]; }
   int64_t rows(int64_t e) const { return offsets[size_t(e) + 1] - offsets[size_t(e)]; }
+  int64_t token(int64_t r, int64_t k) const { return order[size_t(r)] / k; }
   // Token t's rows in increasing routing position, i.e. ascending expert (insertion sort: k is small).
   void token_rows(int64_t t, int64_t k, int64_t* rows) const {
     for (int64_t j = 0; j < k; ++j) {
@@ -100,50 +170,30 @@ struct Routing {
 
 constexpr int64_t kParallelElems = 32768;
 
-// dst row r = src row of the token of routing row r, converted to the storage type.
-template <class S, class T>
-void gather_rows(const Routing& rt, int64_t n, int64_t k, int64_t D, const S* src, T* dst) {
-#pragma omp parallel for schedule(static) if (n * D > kParallelElems)
-  for (int64_t r = 0; r < n; ++r) {
-    const S* s = src + (rt.order[size_t(r)] / k) * D;
-    T* o = dst + r * D;
-    if constexpr (std::is_same_v<S, T>)
-      std::memcpy(o, s, size_t(D) * sizeof(T));
-    else
-      for (int64_t c = 0; c < D; ++c) o[c] = from_f<T>(s[c]);
-  }
-}
+// ---- forward / backward ---------------------------------------------------------------------------
 
 template <class T>
-void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
-                     const void* wgv, const void* wuv, const void* wdv, void* actv, void* yv) {
+void forward_experts(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
+                     const void* wuv, const void* wdv, void* actv, void* yv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv);
   const float* weights = static_cast<const float*>(wv);
   T *act = static_cast<T*>(actv), *y = static_cast<T*>(yv);
   const int64_t D = d.D, F = d.F, k = d.k, n = d.T * d.k;
-  Routing rt(d, indices);
-  T* rows = scratch<T>(0, n * D);  // gathered x, then the down outputs
-  T* h = scratch<T>(1, n * F);
-  gather_rows(rt, n, k, D, x, rows);
-  for (int64_t e = 0; e < d.E; ++e) {
-    const int64_t r0 = rt.begin(e), m = rt.rows(e);
+  const Routing rt(d, indices);
+  T* out = scratch<T>(0, n * D);  // down-projection outputs, routing order (shared by the threads)
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < d.E; ++i) {
+    const int64_t e = rt.by_size[size_t(i)], r0 = rt.begin(e), m = rt.rows(e);
     if (!m) continue;
-    gemm_store(Trans::N, Trans::T, m, F, D, rows + r0 * D, D, wg + e * F * D, D, act + r0 * 2 * F, 2 * F);
-    gemm_store(Trans::N, Trans::T, m, F, D, rows + r0 * D, D, wu + e * F * D, D, act + r0 * 2 * F + F, 2 * F);
-  }
-#pragma omp parallel for schedule(static) if (n * F > kParallelElems)
-  for (int64_t r = 0; r < n; ++r) {
-    const T* a = act + r * 2 * F;
-    for (int64_t f = 0; f < F; ++f) {
-      float g = to_f(a[f]);
-      h[size_t(r * F + f)] = from_f<T>(round_to<T>(g * sigmoid(g)) * to_f(a[F + f]));
-    }
-  }
-  for (int64_t e = 0; e < d.E; ++e) {
-    const int64_t r0 = rt.begin(e), m = rt.rows(e);
-    if (!m) continue;
-    gemm_store(Trans::N, Trans::T, m, D, F, h + r0 * F, F, wd + e * D * F, F, rows + r0 * D, D);
+    T* xs = scratch<T>(1, m * D);
+    T* h = scratch<T>(2, m * F);
+    T* a = act + r0 * 2 * F;
+    for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
+    gemm_store(Trans::N, Trans::T, m, F, D, xs, D, wg + e * F * D, D, a, 2 * F);
+    gemm_store(Trans::N, Trans::T, m, F, D, xs, D, wu + e * F * D, D, a + F, 2 * F);
+    for (int64_t r = 0; r < m; ++r) silu_mul_row(F, a + r * 2 * F, h + r * F);
+    gemm_store(Trans::N, Trans::T, m, D, F, h, F, wd + e * D * F, F, out + r0 * D, D);
   }
 #pragma omp parallel if (n * D > kParallelElems)
   {
@@ -151,19 +201,15 @@ void forward_grouped(const MoeDims& d, const void* xv, const void* wv, const int
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < d.T; ++t) {
       T* yt = y + t * D;
-      std::fill(yt, yt + D, from_f<T>(0.f));
+      std::fill(yt, yt + D, T{});
       rt.token_rows(t, k, trows.data());
-      for (int64_t r : trows) {
-        const float w = round_to<T>(weights[rt.order[size_t(r)]]);
-        const T* o = rows + r * D;
-        for (int64_t c = 0; c < D; ++c) yt[c] = from_f<T>(to_f(yt[c]) + round_to<T>(to_f(o[c]) * w));
-      }
+      for (int64_t r : trows) add_weighted_row(D, out + r * D, rnd(T{}, weights[rt.order[size_t(r)]]), yt);
     }
   }
 }
 
 template <class T>
-void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+void backward_experts(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
                       const void* wgv, const void* wuv, const void* wdv, const void* actv, const void* dyv,
                       void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
@@ -171,102 +217,79 @@ void backward_grouped(const MoeDims& d, const void* xv, const void* wv, const in
   const float *weights = static_cast<const float*>(wv), *dy = static_cast<const float*>(dyv);
   float *dx = static_cast<float*>(dxv), *dw = static_cast<float*>(dwv), *dwg = static_cast<float*>(dwgv),
         *dwu = static_cast<float*>(dwuv), *dwd = static_cast<float*>(dwdv);
-  const int64_t D = d.D, F = d.F, k = d.k, E = d.E, n = d.T * d.k;
-  const bool need_gu = dx || dwg || dwu;
-  Routing rt(d, indices);
-  // dy rows in routing order, in the storage type (bf16 GEMM inputs); later scaled by the weights.
-  T* dys = scratch<T>(0, n * D);
-  T* h = scratch<T>(1, n * F);
-  float* dhraw = scratch<float>(2, n * F);  // dy @ W_down, before the routing weight
-  T* dgu = scratch<T>(3, need_gu ? n * 2 * F : 0);
-  gather_rows(rt, n, k, D, dy, dys);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = rt.begin(e), m = rt.rows(e);
-    if (!m) continue;
-    gemm_acc(Trans::N, Trans::N, m, F, D, dys + r0 * D, D, wd + e * D * F, F, 0.f, dhraw + r0 * F, F);
-  }
-#pragma omp parallel for schedule(static) if (n * (F + D) > kParallelElems)
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t i = rt.order[size_t(r)];
-    const float w = round_to<T>(weights[i]);
-    const T* a = act + r * 2 * F;
-    const float* dhr = dhraw + r * F;
-    T* hr = h + r * F;
-    float dot = 0;
-    for (int64_t f = 0; f < F; ++f) {
-      const float g = to_f(a[f]), u = to_f(a[F + f]), sg = sigmoid(g), s = round_to<T>(g * sg);
-      hr[f] = from_f<T>(s * u);
-      dot += dhr[f] * to_f(hr[f]);
-      if (need_gu) {
-        const float dh = w * dhr[f];
-        dgu[size_t(r * 2 * F + f)] = from_f<T>(dh * u * sg * (1.f + g * (1.f - sg)));
-        dgu[size_t(r * 2 * F + F + f)] = from_f<T>(dh * s);
-      }
-    }
-    if (dw) dw[i] = dot;  // = dy . (h @ W_down^T), the unweighted expert output
-    if (dwd) {
-      T* dr = dys + r * D;
-      for (int64_t c = 0; c < D; ++c) dr[c] = from_f<T>(to_f(dr[c]) * w);
-    }
-  }
-  T* xs = scratch<T>(4, dwg || dwu ? n * D : 0);
-  if (dwg || dwu) gather_rows(rt, n, k, D, x, xs);
-  float* dxs = scratch<float>(5, dx ? n * D : 0);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = rt.begin(e), m = rt.rows(e);
-    if (!m) {
+  const int64_t D = d.D, F = d.F, k = d.k, n = d.T * d.k;
+  const bool need_gu = dx || dwg || dwu, need_x = dwg || dwu;
+  const Routing rt(d, indices);
+  float* dxs = scratch<float>(0, dx ? n * D : 0);  // per-row input gradients (shared by the threads)
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < d.E; ++i) {
+    const int64_t e = rt.by_size[size_t(i)], r0 = rt.begin(e), m = rt.rows(e);
+    if (!m) {  // no rows: the expert's weights got no gradient
       if (dwd) std::fill(dwd + e * D * F, dwd + (e + 1) * D * F, 0.f);
       if (dwg) std::fill(dwg + e * F * D, dwg + (e + 1) * F * D, 0.f);
       if (dwu) std::fill(dwu + e * F * D, dwu + (e + 1) * F * D, 0.f);
       continue;
     }
-    const T* dg = need_gu ? dgu + r0 * 2 * F : nullptr;
-    const T* du = need_gu ? dg + F : nullptr;
-    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys + r0 * D, D, h + r0 * F, F, 0.f, dwd + e * D * F, F);
-    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dg, 2 * F, xs + r0 * D, D, 0.f, dwg + e * F * D, D);
-    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, du, 2 * F, xs + r0 * D, D, 0.f, dwu + e * F * D, D);
+    T* dys = scratch<T>(1, m * D);  // dy rows in the storage type, later scaled by the routing weights
+    float* dh = scratch<float>(2, m * F);  // dy @ W_down, before the routing weight
+    T* h = scratch<T>(3, m * F);
+    T* dgu = need_gu ? scratch<T>(4, m * 2 * F) : nullptr;  // [d gate | d up] per row
+    T* xs = need_x ? scratch<T>(5, m * D) : nullptr;
+    const T* a = act + r0 * 2 * F;
+    for (int64_t r = 0; r < m; ++r) convert_row(D, dy + rt.token(r0 + r, k) * D, dys + r * D);
+    gemm_acc(Trans::N, Trans::N, m, F, D, dys, D, wd + e * D * F, F, 0.f, dh, F);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t slot = rt.order[size_t(r0 + r)];
+      const float w = rnd(T{}, weights[slot]);
+      // dot = dy . (h @ W_down^T), the unweighted expert output: the routing weight's gradient.
+      const float dot = swiglu_backward_row(F, a + r * 2 * F, dh + r * F, w, h + r * F,
+                                            dgu ? dgu + r * 2 * F : nullptr);
+      if (dw) dw[slot] = dot;
+      if (dwd) scale_row(D, w, dys + r * D);
+    }
+    if (need_x)
+      for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
+    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys, D, h, F, 0.f, dwd + e * D * F, F);
+    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dgu, 2 * F, xs, D, 0.f, dwg + e * F * D, D);
+    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, dgu + F, 2 * F, xs, D, 0.f, dwu + e * F * D, D);
     if (dx) {
-      gemm_acc(Trans::N, Trans::N, m, D, F, dg, 2 * F, wg + e * F * D, D, 0.f, dxs + r0 * D, D);
-      gemm_acc(Trans::N, Trans::N, m, D, F, du, 2 * F, wu + e * F * D, D, 1.f, dxs + r0 * D, D);
+      gemm_acc(Trans::N, Trans::N, m, D, F, dgu, 2 * F, wg + e * F * D, D, 0.f, dxs + r0 * D, D);
+      gemm_acc(Trans::N, Trans::N, m, D, F, dgu + F, 2 * F, wu + e * F * D, D, 1.f, dxs + r0 * D, D);
     }
   }
-  if (dx) {
+  if (!dx) return;
 #pragma omp parallel if (n * D > kParallelElems)
-    {
-      std::vector<int64_t> trows(static_cast<size_t>(k));
+  {
+    std::vector<int64_t> trows(static_cast<size_t>(k));
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < d.T; ++t) {
-        float* dxt = dx + t * D;
-        std::fill(dxt, dxt + D, 0.f);
-        rt.token_rows(t, k, trows.data());
-        for (int64_t r : trows) {
-          const float* s = dxs + r * D;
-          for (int64_t c = 0; c < D; ++c) dxt[c] += s[c];
-        }
-      }
+    for (int64_t t = 0; t < d.T; ++t) {
+      float* dxt = dx + t * D;
+      std::fill(dxt, dxt + D, 0.f);
+      rt.token_rows(t, k, trows.data());
+      for (int64_t r : trows) add_row(D, dxs + r * D, dxt);
     }
   }
 }
 
-TITAN_REGISTER_KERNEL(
-    moe_experts_f32_grouped,
-    {"moe_experts",
-     Device::CPU,
-     DType::F32,
-     "default",
-     "routing-order permutation + per-expert f32 GEMMs (gemm_f32), OpenMP gathers/un-permute",
-     ops::MoeExpertsKernel{forward_grouped<float>, backward_grouped<float>},
-     {}});
-TITAN_REGISTER_KERNEL(
-    moe_experts_bf16_grouped,
-    {"moe_experts",
-     Device::CPU,
-     DType::BF16,
-     "default",
-     "routing-order permutation + per-expert bf16 GEMMs (gemm_bf16, f32 accumulation; backward "
-     "rounds dy and the SwiGLU gradients to bf16 for the GEMMs)",
-     ops::MoeExpertsKernel{forward_grouped<bf16>, backward_grouped<bf16>},
-     {}});
+TITAN_REGISTER_KERNEL(moe_experts_f32_grouped,
+                      {"moe_experts",
+                       Device::CPU,
+                       DType::F32,
+                       "default",
+                       "routing-order permutation, experts spread over threads, per-expert f32 GEMMs "
+                       "(gemm_f32) with the SwiGLU step fused, SIMD row kernels",
+                       ops::MoeExpertsKernel{forward_experts<float>, backward_experts<float>},
+                       {}});
+TITAN_REGISTER_KERNEL(moe_experts_bf16_grouped,
+                      {"moe_experts",
+                       Device::CPU,
+                       DType::BF16,
+                       "default",
+                       "routing-order permutation, experts spread over threads, per-expert bf16 GEMMs "
+                       "(gemm_bf16, f32 accumulation; backward rounds dy and the SwiGLU gradients to "
+                       "bf16 for the GEMMs), SIMD row kernels",
+                       ops::MoeExpertsKernel{forward_experts<uint16_t>, backward_experts<uint16_t>},
+                       {}});
 
 }  // namespace
 

@@ -18,8 +18,6 @@
 #include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
-#define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
-
 namespace titan::cpu {
 
 namespace {

@@ -15,7 +15,8 @@
 #include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
-#define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("fp-contract=off")))
+#define TITAN_CLONES_NO_CONTRACT \
+  __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("fp-contract=off")))
 
 namespace titan::cpu {
 
@@ -57,19 +58,19 @@ template <class T>
   }
 }
 
-TITAN_CLONES void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const float* x,
+TITAN_CLONES_NO_CONTRACT void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const float* x,
                                 float* y) {
   forward_token_impl(H, D, cr, sr, x, y);
 }
-TITAN_CLONES void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const uint16_t* x,
+TITAN_CLONES_NO_CONTRACT void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const uint16_t* x,
                                 uint16_t* y) {
   forward_token_impl(H, D, cr, sr, x, y);
 }
-TITAN_CLONES void backward_token_f32(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
+TITAN_CLONES_NO_CONTRACT void backward_token_f32(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
                                      float* dx) {
   backward_token_impl<float>(H, D, cr, sr, dy, dx);
 }
-TITAN_CLONES void backward_token_bf16(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
+TITAN_CLONES_NO_CONTRACT void backward_token_bf16(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
                                       float* dx) {
   backward_token_impl<uint16_t>(H, D, cr, sr, dy, dx);
 }

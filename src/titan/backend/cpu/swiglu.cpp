@@ -14,29 +14,11 @@
 #include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
-#define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
-
 namespace titan::cpu {
 
 namespace {
 
 using namespace lanes;
-
-inline float exp_poly(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
-  // n = round(x / ln2) with the 1.5 * 2^23 trick (vectorises without a rounding instruction).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.0f;
-  return e * std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
-}
 
 template <class T>
 [[gnu::always_inline]] inline void forward_impl(int64_t n, const T* gate, const T* up, T* out) {
