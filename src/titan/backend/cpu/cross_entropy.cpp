@@ -109,6 +109,53 @@ TITAN_AVX512 void round_bf16_avx512(float* x, int64_t n) {
   }
 }
 
+// bf16 rows (logits rounded to bf16 by the GEMM itself): 16 bf16 widened to f32 lanes; the tail
+// is padded with `fill`.
+TITAN_AVX512 inline __m512 load16_bf16(const bf16* x, int64_t left, float fill) {
+  if (left >= 16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
+  alignas(64) float t[16];
+  for (int64_t i = 0; i < 16; ++i) t[i] = i < left ? bf16_to_f32(x[i]) : fill;
+  return _mm512_load_ps(t);
+}
+TITAN_AVX512 float row_max_bf16_avx512(const bf16* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(kNegInf);
+  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, load16_bf16(x + i, n - i, kNegInf));
+  return _mm512_reduce_max_ps(m);
+}
+TITAN_AVX512 float row_sumexp_bf16_avx512(const bf16* x, int64_t n, float m) {
+  __m512 s = _mm512_setzero_ps();
+  const __m512 vm = _mm512_set1_ps(m);
+  for (int64_t i = 0; i < n; i += 16)
+    s = _mm512_mask_add_ps(s, tail_mask(n - i), s, exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vm)));
+  return _mm512_reduce_add_ps(s);
+}
+// y <- bf16(scale * exp(x - lse)), then y[label] <- bf16(scale * exp(x[label] - lse) - scale) when
+// 0 <= label < n: the softmax gradient of one chunk row, rounded once for the bf16 GEMMs.
+TITAN_AVX512 void row_dlogits_bf16_avx512(const bf16* x, bf16* y, int64_t n, float lse, float scale, int64_t label) {
+  const __m512 vl = _mm512_set1_ps(lse), vs = _mm512_set1_ps(scale);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  alignas(64) uint16_t tail[16];
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_mul_ps(vs, exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vl)));
+    // Round to nearest even (the values are finite and >= 0: no NaN case).
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+    const __m256i h = _mm512_cvtepi32_epi16(r);
+    if (n - i >= 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), h);
+    } else {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tail), h);
+      for (int64_t j = 0; j < n - i; ++j) y[i + j].bits = tail[j];
+    }
+  }
+  if (label >= 0 && label < n) {
+    alignas(64) float e[16];
+    _mm512_store_ps(e, _mm512_mul_ps(vs, exp16(_mm512_set1_ps(bf16_to_f32(x[label]) - lse))));
+    y[label] = f32_to_bf16(e[0] - scale);
+  }
+}
 #pragma GCC diagnostic pop
 
 bool use_avx512() {
@@ -145,6 +192,23 @@ void row_softmax_scaled(const A* x, A* y, int64_t n, A lse, A scale) {
 void round_bf16(float* x, int64_t n) {
   if (use_avx512()) return round_bf16_avx512(x, n);
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+float row_max(const bf16* x, int64_t n) {
+  if (use_avx512()) return row_max_bf16_avx512(x, n);
+  float m = kNegInf;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, bf16_to_f32(x[i]));
+  return m;
+}
+float row_sumexp(const bf16* x, int64_t n, float m) {
+  if (use_avx512()) return row_sumexp_bf16_avx512(x, n, m);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(bf16_to_f32(x[i]) - m);
+  return s;
+}
+void row_dlogits_bf16(const bf16* x, bf16* y, int64_t n, float lse, float scale, int64_t label) {
+  if (use_avx512()) return row_dlogits_bf16_avx512(x, y, n, lse, scale, label);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f32_to_bf16(scale * std::exp(bf16_to_f32(x[i]) - lse) - (i == label ? scale : 0.f));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -290,6 +354,73 @@ DType kept_dtype(const LinearCrossEntropyArgs& a) {
   return std::is_same_v<T, bf16> && a.round_logits ? DType::BF16 : dtype_of<Acc<T>>();
 }
 
+// dhidden rows computed for the counted rows only (dhp) go back to their original rows of dh.
+template <class T, class A>
+void scatter_counted_rows(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, const Tensor& dhp_t, A* dh) {
+  if (!dhp_t.defined()) return;
+  const A* dhp = dhp_t.data<A>();
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < r.M; ++m) std::copy(dhp + m * a.D, dhp + (m + 1) * a.D, dh + r.row[size_t(m)] * a.D);
+}
+
+// bf16 with logits rounded to bf16 (the default for bf16): each chunk GEMM rounds its f32 sums to
+// bf16 itself (gemm_bf16_out, round to nearest even: the values the f32-output GEMM + rounding
+// gives), straight into the kept logits or a bf16 chunk buffer, and the row passes read bf16 and
+// write the bf16 dlogits the backward GEMMs take: no f32 [rows, chunk] buffer is written or read.
+void chunk_logits_bf16(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, int64_t c0, int64_t cc,
+                       bf16* out) {
+  gemm_bf16_out(Trans::N, Trans::T, r.M, cc, a.D, 1.f, r.hidden, a.D, static_cast<const bf16*>(a.weight) + c0 * a.D,
+                a.D, out, cc);
+}
+
+void lce_forward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool keep, float* lse,
+                             float* loss) {
+  const int64_t C = std::min(a.chunk, a.V);
+  Tensor buf_t = keep ? Tensor() : Tensor::empty({r.M, C}, DType::BF16);
+  std::vector<float> mx(size_t(r.M), kNegInf), sum(size_t(r.M), 0), target(size_t(r.M), 0);
+  for (int64_t c0 = 0; c0 < a.V; c0 += C) {
+    const int64_t cc = std::min(C, a.V - c0);
+    bf16* buf = keep ? a.kept->data<bf16>() + r.M * c0 : buf_t.data<bf16>();
+    chunk_logits_bf16(a, r, c0, cc, buf);
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < r.M; ++m) {
+      const bf16* x = buf + m * cc;
+      const float cm = row_max(x, cc), nm = std::max(mx[size_t(m)], cm);
+      const float old = mx[size_t(m)] == nm ? sum[size_t(m)] : sum[size_t(m)] * std::exp(mx[size_t(m)] - nm);
+      sum[size_t(m)] = old + (cm == kNegInf ? 0.f : row_sumexp(x, cc, nm));
+      mx[size_t(m)] = nm;
+      const int64_t y = r.label[size_t(m)];
+      if (y >= c0 && y < c0 + cc) target[size_t(m)] = bf16_to_f32(x[y - c0]);
+    }
+  }
+  for (int64_t m = 0; m < r.M; ++m) {
+    const int64_t n = r.row[size_t(m)];
+    lse[n] = mx[size_t(m)] + std::log(sum[size_t(m)]);
+    loss[n] = lse[n] - target[size_t(m)];
+  }
+}
+
+void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool kept,
+                              const std::vector<float>& row_lse, float scale, float* dhp, float* dw, float* dh,
+                              const Tensor& dhp_t) {
+  const int64_t C = std::min(a.chunk, a.V);
+  Tensor logits_t = kept ? Tensor() : Tensor::empty({r.M, C}, DType::BF16);
+  Tensor dl_t = Tensor::empty({r.M, C}, DType::BF16);
+  bf16* dl = dl_t.data<bf16>();
+  for (int64_t c0 = 0; c0 < a.V; c0 += C) {
+    const int64_t cc = std::min(C, a.V - c0);
+    const bf16* x = kept ? a.kept->data<bf16>() + r.M * c0 : logits_t.data<bf16>();
+    if (!kept) chunk_logits_bf16(a, r, c0, cc, logits_t.data<bf16>());
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < r.M; ++m)
+      row_dlogits_bf16(x + m * cc, dl + m * cc, cc, row_lse[size_t(m)], scale, r.label[size_t(m)] - c0);
+    const bf16* w = static_cast<const bf16*>(a.weight) + c0 * a.D;
+    if (dhp) gemm_bf16(Trans::N, Trans::N, r.M, a.D, cc, 1.f, dl, cc, w, a.D, c0 == 0 ? 0.f : 1.f, dhp, a.D);
+    if (dw) gemm_bf16(Trans::T, Trans::N, cc, a.D, r.M, 1.f, dl, cc, r.hidden, a.D, 0.f, dw + c0 * a.D, a.D);
+  }
+  scatter_counted_rows(a, r, dhp_t, dh);
+}
+
 template <class T>
 void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   using A = Acc<T>;
@@ -302,6 +433,8 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   const DType kd = kept_dtype<T>(a);
   const bool keep = a.kept && r.M * a.V * int64_t(dtype_size(kd)) <= a.keep_bytes;
   if (keep) *a.kept = Tensor::empty({r.M * a.V}, kd);
+  if constexpr (std::is_same_v<T, bf16>)
+    if (a.round_logits) return lce_forward_bf16_logits(a, r, keep, lse, loss);
   // The chunk GEMM writes straight into the kept logits when they are stored in the accumulation type.
   const bool direct = keep && kd == dtype_of<A>();
   Tensor buf_t = direct ? Tensor() : Tensor::empty({r.M, C}, dtype_of<A>());
@@ -344,10 +477,6 @@ void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double sca
   if (dh && (r.M < a.N)) std::fill(dh, dh + a.N * a.D, A(0));
   if (r.M == 0 || (!dh && !dw)) return;
   const int64_t C = std::min(a.chunk, a.V);
-  Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
-  A* buf = buf_t.data<A>();
-  // bf16: dlogits is rounded to bf16 for the GEMMs (bf16 operands, f32 accumulation).
-  Tensor dlb_t = std::is_same_v<T, bf16> ? Tensor::empty({r.M, C}, DType::BF16) : Tensor();
   // dhidden of the counted rows: the output itself unless rows were dropped.
   Tensor dhp_t = dh && r.M < a.N ? Tensor::empty({r.M, a.D}, dtype_of<A>()) : Tensor();
   A* dhp = dhp_t.defined() ? dhp_t.data<A>() : dh;
@@ -358,6 +487,12 @@ void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double sca
   const bool kept = a.kept && a.kept->defined();
   TITAN_CHECK(!kept || a.kept->numel() == r.M * a.V, "linear_cross_entropy: kept logits ", a.kept->str(),
               " do not match ", r.M, " rows x V=", a.V);
+  if constexpr (std::is_same_v<T, bf16>)
+    if (a.round_logits) return lce_backward_bf16_logits(a, r, kept, row_lse, float(scale), dhp, dw, dh, dhp_t);
+  Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
+  A* buf = buf_t.data<A>();
+  // bf16 (logits not rounded): dlogits is rounded to bf16 for the GEMMs (bf16 operands, f32 accumulation).
+  Tensor dlb_t = std::is_same_v<T, bf16> ? Tensor::empty({r.M, C}, DType::BF16) : Tensor();
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     if (!kept) chunk_logits(a, r, c0, cc, buf);
@@ -388,11 +523,7 @@ void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double sca
     if (dhp) mm(Trans::N, Trans::N, r.M, a.D, cc, dl, cc, w, a.D, c0 == 0 ? 0 : 1, dhp, a.D);
     if (dw) mm(Trans::T, Trans::N, cc, a.D, r.M, dl, cc, r.hidden, a.D, 0, dw + c0 * a.D, a.D);
   }
-  if (dhp_t.defined()) {
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < r.M; ++m)
-      std::copy(dhp + m * a.D, dhp + (m + 1) * a.D, dh + r.row[size_t(m)] * a.D);
-  }
+  scatter_counted_rows(a, r, dhp_t, dh);
 }
 
 // clang-format off
