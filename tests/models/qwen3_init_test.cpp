@@ -11,6 +11,7 @@
 //                                           debugmodel (D 256):  11.9313 + 0.0512 = 11.983
 // torchtitan (output std D^-0.5): s^2 = 1  -> 12.431 at any D (torchtitan's recipe logs ~12.43).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -116,6 +117,19 @@ TEST(Qwen3Init, Qwen3_0_6BDimsFirstStepLoss) {
   Qwen3Model model(small_0_6b());
   first_step_loss(model, InitScheme::HuggingFace, random_batch(4, 129, model.args().vocab_size, 2),
                   "0.6B dims, HF init");
+}
+
+// Parameters are drawn in parallel; each has its own stream, so the thread count changes nothing.
+TEST(Qwen3Init, WeightsDoNotDependOnThreadCount) {
+  Qwen3Model one(tiny()), many(tiny());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  one.initialize(42);
+  omp_set_num_threads(std::max(threads, 3));
+  many.initialize(42);
+  omp_set_num_threads(threads);
+  std::vector<float> a = values(one), b = values(many);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(Qwen3Init, SameSeedSameWeightsOtherSeedOtherWeights) {

@@ -1,5 +1,6 @@
 #include "titan/nn/param_block.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -29,12 +30,18 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
 
 void ParamBlock::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
 
-void ParamBlock::initialize(uint64_t seed) {
-  for (auto& p : params_) {
+void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
+  // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.
+  std::vector<Param*> order(params);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Param* a, const Param* b) { return a->value.numel() > b->value.numel(); });
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < order.size(); ++i) {
+    Param& p = *order[i];
     float* v = p.value.data<float>();
-    int64_t n = p.value.numel();
+    const int64_t n = p.value.numel();
     if (p.init == Init::Ones) {
-      for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+      std::fill(v, v + n, 1.0f);
     } else if (p.init == Init::Zeros) {
       std::memset(v, 0, size_t(n) * 4);
     } else {
@@ -44,7 +51,7 @@ void ParamBlock::initialize(uint64_t seed) {
       std::seed_seq seq{seed, h};
       std::mt19937_64 rng(seq);
       std::normal_distribution<double> normal(0.0, p.std);
-      for (int64_t i = 0; i < n; ++i) v[i] = float(normal(rng));
+      for (int64_t j = 0; j < n; ++j) v[j] = float(normal(rng));
     }
   }
 }

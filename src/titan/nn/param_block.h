@@ -43,14 +43,15 @@ class ParamBlock {
   int64_t numel() const { return data_.numel(); }
 
   void zero_grad();
-  // Draws every parameter from its init; each parameter's stream is seeded from
-  // (seed, parameter name), so results do not depend on block order or threads.
-  void initialize(uint64_t seed);
 
  private:
   std::string name_;
   Tensor data_, grad_;
   std::vector<Param> params_;
 };
+
+// Draws each parameter from its init. A parameter's stream is seeded from (seed, parameter name),
+// so the values do not depend on block order or threads; parameters are drawn in parallel.
+void initialize_params(const std::vector<Param*>& params, uint64_t seed);
 
 }  // namespace titan::nn

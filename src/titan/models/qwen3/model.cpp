@@ -125,7 +125,7 @@ void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
     tok_embeddings_->std = 1.0;
     output_->std = 1.0 / std::sqrt(double(args_.dim));
   }
-  for (auto& b : blocks_) b.initialize(seed);
+  nn::initialize_params(params(), seed);
 }
 
 void Qwen3Model::zero_grad() {
