@@ -288,27 +288,48 @@ void check_batched(bool bf16_inputs) {
 TEST(Gemm, F32BatchedMatchesReference) { check_batched(false); }
 TEST(Gemm, Bf16BatchedMatchesReference) { check_batched(true); }
 
-// Threads may run gemms at once (moe_experts spreads its experts over the OpenMP threads); each
-// bf16 call must give exactly what it gives alone. oneDNN's library-managed scratchpad is one
-// buffer shared by all primitives, so this failed before run_prim passed a per-thread one.
+// Threads may run gemms at once (moe_experts spreads its experts over the OpenMP threads). Each call
+// must give what it gives alone: oneDNN's library-managed scratchpad is one buffer shared by all
+// primitives, so before run_prim passed a per-thread one, concurrent calls corrupted each other.
+// Inside a parallel region the bf16 calls also take the run-time-dimension primitives (another
+// oneDNN kernel, so another summation order): compared within f32 reassociation, and against the
+// f64 reference for bf16_out. Shapes alternate so different primitives are in flight together.
+// Races are timing-dependent: without the per-thread scratchpad this caught 4 runs in 5 on 2 cores.
 TEST(Gemm, ConcurrentCallsMatchSequentialOnes) {
-  const int64_t jobs = 16, M = 96, N = 160, K = 200;
+  const int64_t jobs = 64, M = 256, N = 160, K = 200;
   std::vector<bf16> a = to_bf16(random_vec(size_t(jobs * M * K), 31)),
                     b = to_bf16(random_vec(size_t(jobs * N * K), 32));
   std::vector<float> alone(size_t(jobs * M * N)), together(alone.size(), NAN);
-  auto job = [&](int64_t j, float* c) {
-    // Two shapes, so two primitives (and two scratchpad sizes) are in flight at the same time.
-    const int64_t m = j % 2 ? M : M / 2;
-    gemm_bf16(Trans::N, Trans::T, m, N, K, 1.f, a.data() + j * M * K, K, b.data() + j * N * K, K, 0.f,
+  std::vector<bf16> out_alone(alone.size()), out_together(alone.size());
+  auto rows = [&](int64_t j) { return j % 2 ? M : M / 2; };
+  auto job = [&](int64_t j, float* c, bf16* o) {
+    // C = A B^T (as a batch of two half-height products: batched primitives keep exact shapes even
+    // inside a parallel region), then C += 0.5 A B^T (the beta = 1 sum post-op): 1.5 A B^T.
+    const int64_t half = rows(j) / 2;
+    gemm_bf16_batched(Trans::N, Trans::T, 2, half, N, K, 1.f, a.data() + j * M * K, K, half * K,
+                      b.data() + j * N * K, K, 0, 0.f, c + j * M * N, N, half * N);
+    gemm_bf16(Trans::N, Trans::T, rows(j), N, K, 0.5f, a.data() + j * M * K, K, b.data() + j * N * K, K, 1.f,
               c + j * M * N, N);
+    gemm_bf16_out(Trans::N, Trans::T, rows(j), N, K, 1.f, a.data() + j * M * K, K, b.data() + j * N * K, K,
+                  o + j * M * N, N);
   };
-  for (int64_t j = 0; j < jobs; ++j) job(j, alone.data());
+  for (int64_t j = 0; j < jobs; ++j) job(j, alone.data(), out_alone.data());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(4)
-  for (int64_t j = 0; j < jobs; ++j) job(j, together.data());
+  for (int64_t j = 0; j < jobs; ++j) job(j, together.data(), out_together.data());
   for (int64_t j = 0; j < jobs; ++j) {
-    const int64_t used = (j % 2 ? M : M / 2) * N;
-    for (int64_t i = 0; i < used; ++i)
-      ASSERT_EQ(alone[size_t(j * M * N + i)], together[size_t(j * M * N + i)]) << "job " << j << " element " << i;
+    std::vector<double> ad(size_t(M * K)), bd(size_t(N * K)), ref(size_t(M * N));
+    for (int64_t i = 0; i < M * K; ++i) ad[size_t(i)] = bf16_to_f32(a[size_t(j * M * K + i)]);
+    for (int64_t i = 0; i < N * K; ++i) bd[size_t(i)] = bf16_to_f32(b[size_t(j * N * K + i)]);
+    gemm_f64_reference(Trans::N, Trans::T, rows(j), N, K, 1.0, ad.data(), K, bd.data(), K, 0.0, ref.data(), N);
+    for (int64_t i = 0; i < rows(j) * N; ++i) {
+      const size_t at = size_t(j * M * N + i);
+      // f32 sums of K exact products, in two orders: within K f32 ulps of the magnitude.
+      ASSERT_NEAR(alone[at], together[at], 1e-5 * (1.0 + std::abs(ref[size_t(i)]) * 1.5)) << "job " << j << " element " << i;
+      ASSERT_NEAR(1.5 * ref[size_t(i)], together[at], 1e-4 * (1.0 + std::abs(ref[size_t(i)]))) << "job " << j;
+      // bf16 output: the f64 product rounded once, give or take one bf16 ulp (2^-8 relative).
+      ASSERT_NEAR(ref[size_t(i)], bf16_to_f32(out_together[at]), std::abs(ref[size_t(i)]) * 0x1p-8 + 1e-6)
+          << "job " << j << " element " << i;
+    }
   }
 }
 

@@ -124,11 +124,15 @@ struct Problem {
   int64_t batch, M, N, K;
   int64_t lda, stride_a, ldb, stride_b, ldc, stride_c;
   float alpha, beta;
+  // One primitive for every M, N, K with these layouts (oneDNN run-time dimensions); see
+  // runtime_dims_here().
+  bool runtime_dims = false;
 };
 
 struct Prim {
   dnnl::matmul prim;
-  memory::desc a_md, b_md, c_md, scratch_md;
+  memory::desc a_md, b_md, c_md, scratch_md;  // with run-time dimensions: built per call
+  bool runtime_dims = false;
   std::string impl;
   bool reference = false;  // oneDNN's plain C++ fallback: orders of magnitude slower than JIT code
 };
@@ -149,11 +153,24 @@ memory::desc view_md(memory::data_type dt, Trans t, int64_t batch, int64_t strid
   return memory::desc({b, rows, cols}, dt, {bs, rs, cs});
 }
 
+memory::desc c_view_md(const Problem& p, int64_t M, int64_t N) {
+  return p.batch == 1 ? memory::desc({M, N}, p.out_dt, {p.ldc, 1})
+                      : memory::desc({p.batch, M, N}, p.out_dt, {p.stride_c, p.ldc, 1});
+}
+
+// GEMMs issued from inside an OpenMP parallel region run one per thread (moe_experts: one expert
+// per thread, row counts that change with the routing every step). A primitive per exact shape would
+// JIT-compile hundreds of new kernels per step (measured: ~0.25 ms each, ~10% of a debugmodel_moe
+// step); there, one primitive per layout with run-time M, N, K (oneDNN's gemm:jit, as fast as the
+// per-shape brgemm kernel on one thread at these sizes) serves every shape.
+bool runtime_dims_here(int64_t batch) { return batch == 1 && omp_in_parallel(); }
+
 std::shared_ptr<const Prim> get_prim(const Problem& p) {
-  using Key = std::array<int64_t, 16>;
-  Key key{int64_t(p.in_dt), int64_t(p.out_dt), int64_t(p.ta), int64_t(p.tb), p.batch, p.M, p.N, p.K,
+  using Key = std::array<int64_t, 17>;
+  const int64_t M = p.runtime_dims ? 0 : p.M, N = p.runtime_dims ? 0 : p.N, K = p.runtime_dims ? 0 : p.K;
+  Key key{int64_t(p.in_dt), int64_t(p.out_dt), int64_t(p.ta), int64_t(p.tb), p.batch, M, N, K,
           p.lda, p.stride_a, p.ldb, p.stride_b, p.ldc, p.stride_c, std::bit_cast<int32_t>(p.alpha),
-          std::bit_cast<int32_t>(p.beta)};
+          std::bit_cast<int32_t>(p.beta), int64_t(p.runtime_dims)};
   static std::mutex mu;
   static std::map<Key, std::shared_ptr<const Prim>> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -162,11 +179,13 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
   if (cache.size() >= 1024) cache.clear();
 
   auto prim = std::make_shared<Prim>();
+  prim->runtime_dims = p.runtime_dims;
   try {
-    prim->a_md = view_md(p.in_dt, p.ta, p.batch, p.stride_a, p.M, p.K, p.lda);
-    prim->b_md = view_md(p.in_dt, p.tb, p.batch, p.stride_b, p.K, p.N, p.ldb);
-    prim->c_md = p.batch == 1 ? memory::desc({p.M, p.N}, p.out_dt, {p.ldc, 1})
-                              : memory::desc({p.batch, p.M, p.N}, p.out_dt, {p.stride_c, p.ldc, 1});
+    const int64_t rm = p.runtime_dims ? DNNL_RUNTIME_DIM_VAL : p.M, rn = p.runtime_dims ? DNNL_RUNTIME_DIM_VAL : p.N,
+                  rk = p.runtime_dims ? DNNL_RUNTIME_DIM_VAL : p.K;
+    prim->a_md = view_md(p.in_dt, p.ta, p.batch, p.stride_a, rm, rk, p.lda);
+    prim->b_md = view_md(p.in_dt, p.tb, p.batch, p.stride_b, rk, rn, p.ldb);
+    prim->c_md = c_view_md(p, rm, rn);
     dnnl::primitive_attr attr;
     // The caller supplies the scratchpad (per thread, see run_prim): oneDNN's own is one global
     // buffer, which two threads running primitives at once (the MoE experts do) would share.
@@ -190,14 +209,17 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
   return prim;
 }
 
-void run_prim(const Prim& prim, const void* A, const void* B, void* C) {
+void run_prim(const Prim& prim, const Problem& p, const void* A, const void* B, void* C) {
   // Streams are cheap; one per thread keeps concurrent callers independent.
   thread_local dnnl::stream stream(engine());
   thread_local std::vector<std::byte> scratchpad;
   if (scratchpad.size() < prim.scratch_md.get_size()) scratchpad.resize(prim.scratch_md.get_size());
-  memory a(prim.a_md, engine(), const_cast<void*>(A));
-  memory b(prim.b_md, engine(), const_cast<void*>(B));
-  memory c(prim.c_md, engine(), C);
+  const bool rt = prim.runtime_dims;
+  memory a(rt ? view_md(p.in_dt, p.ta, p.batch, p.stride_a, p.M, p.K, p.lda) : prim.a_md, engine(),
+           const_cast<void*>(A));
+  memory b(rt ? view_md(p.in_dt, p.tb, p.batch, p.stride_b, p.K, p.N, p.ldb) : prim.b_md, engine(),
+           const_cast<void*>(B));
+  memory c(rt ? c_view_md(p, p.M, p.N) : prim.c_md, engine(), C);
   memory sp(prim.scratch_md, engine(), scratchpad.data());
   prim.prim.execute(stream,
                     {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, sp}});
@@ -250,10 +272,11 @@ void gemm_f32_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, i
   };
   // One batched primitive parallelises across matrices, which matters when each one is small.
   if (batch == 1 || K == 0 || alpha == 0.0f || gemm_f32_backend() == F32Backend::OpenBLAS) return one_by_one();
-  auto prim = get_prim({memory::data_type::f32, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
-                        stride_b, ldc, stride_c, alpha, beta});
+  const Problem p{memory::data_type::f32, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
+                  stride_b, ldc, stride_c, alpha, beta};
+  auto prim = get_prim(p);
   if (prim->reference) return one_by_one();
-  run_prim(*prim, A, B, C);
+  run_prim(*prim, p, A, B, C);
 }
 
 void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
@@ -266,9 +289,10 @@ void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, 
     for (int64_t i = 0; i < batch; ++i) scale_c(M, N, beta, C + i * stride_c, ldc);
     return;
   }
-  auto prim = get_prim({memory::data_type::bf16, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
-                        stride_b, ldc, stride_c, alpha, beta});
-  if (!prim->reference) return run_prim(*prim, A, B, C);
+  const Problem p{memory::data_type::bf16, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
+                  stride_b, ldc, stride_c, alpha, beta, runtime_dims_here(batch)};
+  auto prim = get_prim(p);
+  if (!prim->reference) return run_prim(*prim, p, A, B, C);
   for (int64_t i = 0; i < batch; ++i)
     gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c,
                       ldc);
@@ -287,9 +311,10 @@ void gemm_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float al
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, bf16{0});
     return;
   }
-  auto prim = get_prim({memory::data_type::bf16, memory::data_type::bf16, ta, tb, 1, M, N, K, lda, 0, ldb, 0, ldc,
-                        0, alpha, 0.0f});
-  if (!prim->reference) return run_prim(*prim, A, B, C);
+  const Problem p{memory::data_type::bf16, memory::data_type::bf16, ta, tb, 1, M, N, K, lda, 0, ldb, 0, ldc,
+                  0, alpha, 0.0f, runtime_dims_here(1)};
+  auto prim = get_prim(p);
+  if (!prim->reference) return run_prim(*prim, p, A, B, C);
   std::vector<float> c(size_t(M * N));
   gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c.data(), N);
   for (int64_t i = 0; i < M; ++i) convert_f32_to_bf16(c.data() + i * N, C + i * ldc, size_t(N));
