@@ -354,6 +354,33 @@ DType kept_dtype(const LinearCrossEntropyArgs& a) {
   return std::is_same_v<T, bf16> && a.round_logits ? DType::BF16 : dtype_of<Acc<T>>();
 }
 
+// Online logsumexp over vocabulary chunks: per counted row the running max, the sum of exp(x - max)
+// and the label's logit once its chunk passes; finish() writes lse and loss to the original rows.
+template <class A>
+struct OnlineLse {
+  static constexpr A kInf = std::numeric_limits<A>::infinity();
+  std::vector<A> mx, sum, target;
+  explicit OnlineLse(int64_t M) : mx(size_t(M), -kInf), sum(size_t(M), 0), target(size_t(M), 0) {}
+  // Folds in one chunk of row m: cm = its max, sumexp(m') = its sum of exp(x - m').
+  template <class SumExp>
+  void add(int64_t m, A cm, SumExp sumexp) {
+    const size_t i = size_t(m);
+    const A nm = std::max(mx[i], cm);
+    // exp(-inf - -inf) would be NaN: a row whose logits so far are all -inf has nothing to rescale.
+    const A old = mx[i] == nm ? sum[i] : sum[i] * std::exp(mx[i] - nm);
+    sum[i] = old + (cm == -kInf ? A(0) : sumexp(nm));
+    mx[i] = nm;
+  }
+  template <class T>
+  void finish(const CountedRows<T>& r, A* lse, A* loss) const {
+    for (int64_t m = 0; m < r.M; ++m) {
+      const int64_t n = r.row[size_t(m)];
+      lse[n] = mx[size_t(m)] + std::log(sum[size_t(m)]);
+      loss[n] = lse[n] - target[size_t(m)];
+    }
+  }
+};
+
 // dhidden rows computed for the counted rows only (dhp) go back to their original rows of dh.
 template <class T, class A>
 void scatter_counted_rows(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, const Tensor& dhp_t, A* dh) {
@@ -377,7 +404,7 @@ void lce_forward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<
                              float* loss) {
   const int64_t C = std::min(a.chunk, a.V);
   Tensor buf_t = keep ? Tensor() : Tensor::empty({r.M, C}, DType::BF16);
-  std::vector<float> mx(size_t(r.M), kNegInf), sum(size_t(r.M), 0), target(size_t(r.M), 0);
+  OnlineLse<float> stats(r.M);
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     bf16* buf = keep ? a.kept->data<bf16>() + r.M * c0 : buf_t.data<bf16>();
@@ -385,19 +412,12 @@ void lce_forward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m) {
       const bf16* x = buf + m * cc;
-      const float cm = row_max(x, cc), nm = std::max(mx[size_t(m)], cm);
-      const float old = mx[size_t(m)] == nm ? sum[size_t(m)] : sum[size_t(m)] * std::exp(mx[size_t(m)] - nm);
-      sum[size_t(m)] = old + (cm == kNegInf ? 0.f : row_sumexp(x, cc, nm));
-      mx[size_t(m)] = nm;
+      stats.add(m, row_max(x, cc), [&](float nm) { return row_sumexp(x, cc, nm); });
       const int64_t y = r.label[size_t(m)];
-      if (y >= c0 && y < c0 + cc) target[size_t(m)] = bf16_to_f32(x[y - c0]);
+      if (y >= c0 && y < c0 + cc) stats.target[size_t(m)] = bf16_to_f32(x[y - c0]);
     }
   }
-  for (int64_t m = 0; m < r.M; ++m) {
-    const int64_t n = r.row[size_t(m)];
-    lse[n] = mx[size_t(m)] + std::log(sum[size_t(m)]);
-    loss[n] = lse[n] - target[size_t(m)];
-  }
+  stats.finish(r, lse, loss);
 }
 
 void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool kept,
@@ -438,9 +458,7 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   // The chunk GEMM writes straight into the kept logits when they are stored in the accumulation type.
   const bool direct = keep && kd == dtype_of<A>();
   Tensor buf_t = direct ? Tensor() : Tensor::empty({r.M, C}, dtype_of<A>());
-  // Running max and sum of exp(x - max) per row, and the label's logit once its chunk passes.
-  std::vector<A> mx(size_t(r.M), -std::numeric_limits<A>::infinity()), sum(size_t(r.M), 0),
-      target(size_t(r.M), 0);
+  OnlineLse<A> stats(r.M);
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     A* buf = direct ? a.kept->data<A>() + r.M * c0 : buf_t.data<A>();
@@ -450,21 +468,12 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
       const A* x = buf + m * cc;
       if constexpr (std::is_same_v<A, float>)
         if (keep && !direct) convert_f32_to_bf16(x, a.kept->data<bf16>() + r.M * c0 + m * cc, size_t(cc));
-      const A cm = row_max(x, cc);
-      const A nm = std::max(mx[size_t(m)], cm);
-      // exp(-inf - -inf) would be NaN: a row whose logits so far are all -inf has nothing to rescale.
-      const A old = mx[size_t(m)] == nm ? sum[size_t(m)] : sum[size_t(m)] * std::exp(mx[size_t(m)] - nm);
-      sum[size_t(m)] = old + (cm == -std::numeric_limits<A>::infinity() ? A(0) : row_sumexp(x, cc, nm));
-      mx[size_t(m)] = nm;
+      stats.add(m, row_max(x, cc), [&](A nm) { return row_sumexp(x, cc, nm); });
       const int64_t y = r.label[size_t(m)];
-      if (y >= c0 && y < c0 + cc) target[size_t(m)] = x[y - c0];
+      if (y >= c0 && y < c0 + cc) stats.target[size_t(m)] = x[y - c0];
     }
   }
-  for (int64_t m = 0; m < r.M; ++m) {
-    const int64_t n = r.row[size_t(m)];
-    lse[n] = mx[size_t(m)] + std::log(sum[size_t(m)]);
-    loss[n] = lse[n] - target[size_t(m)];
-  }
+  stats.finish(r, lse, loss);
 }
 
 template <class T>

@@ -3,9 +3,8 @@
 //   backward dX[M,K] = dY[M,N] W[N,K]      dW[N,K] = dY^T[N,M] X[M,K]
 // bf16: bf16 operands, f32 accumulation; the f32 upstream gradient is rounded to bf16 once
 // (what a bf16 autograd hands a bf16 matmul), dX and dW come out in f32.
-#include <vector>
-
 #include "titan/backend/cpu/gemm.h"
+#include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/linear.h"
 
@@ -32,10 +31,11 @@ void linear_forward_bf16(int64_t M, int64_t N, int64_t K, const void* x, const v
 void linear_backward_bf16(int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
                           void* dw) {
   auto x = static_cast<const bf16*>(xv), w = static_cast<const bf16*>(wv);
-  std::vector<bf16> dy(static_cast<size_t>(M * N));
-  convert_f32_to_bf16(static_cast<const float*>(dyv), dy.data(), dy.size());
-  if (dx) gemm_bf16(Trans::N, Trans::N, M, K, N, 1.0f, dy.data(), N, w, K, 0.0f, static_cast<float*>(dx), K);
-  if (dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy.data(), N, x, K, 0.0f, static_cast<float*>(dw), K);
+  Tensor dy_t = Tensor::empty({M * N}, DType::BF16);  // written whole by the conversion: no zero-fill
+  bf16* dy = dy_t.data<bf16>();
+  convert_f32_to_bf16(static_cast<const float*>(dyv), dy, size_t(M * N));
+  if (dx) gemm_bf16(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, 0.0f, static_cast<float*>(dx), K);
+  if (dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, 0.0f, static_cast<float*>(dw), K);
 }
 
 TITAN_REGISTER_KERNEL(linear_f32_gemm, {"linear", Device::CPU, DType::F32, "default",
