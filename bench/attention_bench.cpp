@@ -2,9 +2,11 @@
 // FLOPs are counted without causal halving (the convention of issue #2): forward 4*B*Hq*S*S*D,
 // backward 2.5x that. The kernels skip masked tiles, so the arithmetic actually done is about half.
 //   build/bin/attention_bench --benchmark_filter=F32   (each case takes a few seconds on 2 cores)
+// Bf16Probs is the bf16_probs variant (P and dS rounded to bf16, every product on AVX512-BF16).
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "titan/backend/cpu/attention.h"
@@ -30,8 +32,14 @@ std::vector<T> random_tensor(size_t n, uint32_t seed) {
   return x;
 }
 
-template <class T>
+// Kernel choice: float, bf16 (exact, f32 P and dS) or Bf16Probs (the bf16_probs variant: P and dS in bf16).
+struct Bf16Probs {};
+template <class K>
+using Storage = std::conditional_t<std::is_same_v<K, float>, float, bf16>;
+
+template <class K>
 struct Problem {
+  using T = Storage<K>;
   AttentionShape s;
   std::vector<T> q, k, v, out, dout, dq, dk, dv;
   std::vector<float> lse;
@@ -47,13 +55,18 @@ struct Problem {
         dv(k.size()),
         lse(kB * kHq * kS) {}
   void fwd() {
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (std::is_same_v<K, Bf16Probs>)
+      titan::cpu::attention_fwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    else if constexpr (std::is_same_v<K, bf16>)
       titan::cpu::attention_fwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data());
     else
       titan::cpu::attention_fwd_flash_f32(s, q.data(), k.data(), v.data(), out.data(), lse.data());
   }
   void bwd() {
-    if constexpr (std::is_same_v<T, bf16>)
+    if constexpr (std::is_same_v<K, Bf16Probs>)
+      titan::cpu::attention_bwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                                 dout.data(), dq.data(), dk.data(), dv.data());
+    else if constexpr (std::is_same_v<K, bf16>)
       titan::cpu::attention_bwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
                                            dout.data(), dq.data(), dk.data(), dv.data());
     else
@@ -103,5 +116,8 @@ TITAN_ATTN_BENCH(BM_ForwardBackward, float);
 TITAN_ATTN_BENCH(BM_Forward, bf16);
 TITAN_ATTN_BENCH(BM_Backward, bf16);
 TITAN_ATTN_BENCH(BM_ForwardBackward, bf16);
+TITAN_ATTN_BENCH(BM_Forward, Bf16Probs);
+TITAN_ATTN_BENCH(BM_Backward, Bf16Probs);
+TITAN_ATTN_BENCH(BM_ForwardBackward, Bf16Probs);
 
 }  // namespace

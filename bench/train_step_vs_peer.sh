@@ -9,6 +9,8 @@
 #
 #   bash bench/train_step_vs_peer.sh [STEPS] [CASES]   # default 3 measured steps, all four cases
 #   TITAN_BIN=build-perf/bin/titan bash bench/train_step_vs_peer.sh 3 "debugmodel:bf16"
+#   TITAN_KERNELS='attention = { impl = "bf16_probs", modules = "layers.*.attention" }' \
+#     bash bench/train_step_vs_peer.sh 3 "debugmodel:bf16"   # titan with a [kernels] substitution
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3}
@@ -24,6 +26,7 @@ peak_mib() { awk '/Maximum resident set size/ {printf "%.0f", $6/1024}' "$1"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $STEPS measured steps per case, titan: $TITAN"
+[ -n "${TITAN_KERNELS:-}" ] && echo "# titan [kernels]: $TITAN_KERNELS"
 printf "%-15s %-5s %10s %11s %7s %9s %10s %11s\n" model prec "peer tok/s" "titan tok/s" ratio "peer MiB" \
   "titan MiB" "load p/t"
 for case in $CASES; do
@@ -35,8 +38,13 @@ for case in $CASES; do
   mp=$([ "$prec" = bf16 ] && echo bfloat16 || echo float32)
   extra=()
   [ "$model" = debugmodel_moe ] && extra+=(--model.tie_embeddings=false)
+  config="configs/$model.toml"
+  if [ -n "${TITAN_KERNELS:-}" ]; then  # the config plus a [kernels] table (not settable with --k=v)
+    config="$OUT/$model.toml"
+    { cat "configs/$model.toml"; printf '\n[kernels]\n%s\n' "$TITAN_KERNELS"; } >"$config"
+  fi
   lt=$(load1)
-  /usr/bin/time -v "$TITAN" train --config "configs/$model.toml" --job.dump_folder="$OUT/titan" \
+  /usr/bin/time -v "$TITAN" train --config "$config" --job.dump_folder="$OUT/titan" \
     --training.steps=$((STEPS + 1)) --lr_scheduler.warmup_steps=1 --training.local_batch_size=2 \
     --training.seq_len=512 --training.mixed_precision_param=$mp --checkpoint.enable=false \
     --checkpoint.last_save_in_hf=false --metrics.log_freq=1 "${extra[@]}" \

@@ -133,6 +133,37 @@ TEST_P(FlashVsReference, Bf16ForwardAndBackward) {
   expect_close(widen(dv), dv_r, 4e-3, 1e-4, "dv");
 }
 
+// bf16_probs (P and dS rounded to bf16) vs the same f32 reference. Rounding P bounds the forward
+// error by 2^-9 * max|v| on top of the output rounding; dV, dK and dQ sum rounded P or dS over up to S
+// terms, so gradients are held to 1 % of the tensor's largest magnitude plus 1 % of the element:
+// ~2.5x the exact kernel's worst case here, and far below what a dropped tile or a mispaired row gives
+// (errors of the order of the values). Where the CPU or the cap lacks AVX512-BF16, or D is odd, the
+// variant runs the exact kernels and this holds trivially.
+TEST_P(FlashVsReference, Bf16ProbsForwardAndBackward) {
+  const AttentionShape s = shape();
+  const Sizes n = sizes(s);
+  const auto q = narrow(randn<float>(n.q, 15)), k = narrow(randn<float>(n.kv, 16)),
+             v = narrow(randn<float>(n.kv, 17)), dout = narrow(randn<float>(n.q, 18));
+  const auto qf = widen(q), kf = widen(k), vf = widen(v), doutf = widen(dout);
+  std::vector<bf16> out(n.q);
+  std::vector<float> lse(n.lse), out_r(n.q), lse_r(n.lse);
+  attention_fwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  attention_fwd_reference_f32(s, qf.data(), kf.data(), vf.data(), out_r.data(), lse_r.data());
+  expect_close(widen(out), out_r, 4e-3, 4e-3, "out");
+  expect_close(lse, lse_r, 2e-5, 2e-5, "lse");
+
+  const auto outf = widen(out);
+  std::vector<bf16> dq(n.q), dk(n.kv), dv(n.kv);
+  std::vector<float> dq_r(n.q), dk_r(n.kv), dv_r(n.kv);
+  attention_bwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                 dk.data(), dv.data());
+  attention_bwd_reference_f32(s, qf.data(), kf.data(), vf.data(), outf.data(), lse.data(), doutf.data(),
+                              dq_r.data(), dk_r.data(), dv_r.data());
+  expect_close(widen(dq), dq_r, 1e-2, 1e-2, "dq");
+  expect_close(widen(dk), dk_r, 1e-2, 1e-2, "dk");
+  expect_close(widen(dv), dv_r, 1e-2, 1e-2, "dv");
+}
+
 // GQA ratios 1/2/4/8 x head_dim 64/128 x lengths around the 64-wide tile on the best path the CPU has
 // (AVX-512 with the bf16 dot product on Zen4); the other paths on a smaller sweep (an odd head_dim, 25,
 // makes the bf16 dot kernel step aside, and exercises masked vector tails).

@@ -188,6 +188,9 @@ TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
   EXPECT_NE(m.find("has no variant 'gather_free'"), std::string::npos) << m;
   m = plan({"adamw", "portable", "*"}, DType::BF16);  // adamw kernels are f32 only
   EXPECT_NE(m.find("kernels.adamw: variant 'portable' has no cpu/bf16 kernel"), std::string::npos) << m;
+  // A real dtype-bound variant: attention's bf16_probs rounds P to bf16 and exists for bf16 only.
+  m = plan({"attention", "bf16_probs", "layers.*.attention"});
+  EXPECT_NE(m.find("kernels.attention: variant 'bf16_probs' has no cpu/f32 kernel"), std::string::npos) << m;
   m = plan({"swiglu", "test_needs_isa", "*"});
   EXPECT_NE(m.find("kernels.swiglu: variant 'test_needs_isa' cannot run here: no AMX"), std::string::npos)
       << m;

@@ -89,6 +89,24 @@ void bwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const
   convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
 }
 
+void fwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
+                          void* lse) {
+  cpu::attention_fwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                                      static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+void bwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                          const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  std::vector<bf16> dout16(numel_q(s)), dq16(numel_q(s)), dk16(numel_kv(s)), dv16(numel_kv(s));
+  convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
+  cpu::attention_bwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                                      static_cast<const bf16*>(v), static_cast<const bf16*>(out),
+                                      static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
+                                      dv16.data());
+  convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
+  convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
+  convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
+}
+
 TITAN_REGISTER_KERNEL(attention_f64_ref, {"attention", Device::CPU, DType::F64, "reference",
                                           "one row of scores at a time, f64", AttentionKernel{fwd_ref_f64, bwd_ref_f64}, {}});
 TITAN_REGISTER_KERNEL(attention_f32_ref, {"attention", Device::CPU, DType::F32, "reference",
@@ -102,6 +120,12 @@ TITAN_REGISTER_KERNEL(attention_f32_flash, {"attention", Device::CPU, DType::F32
 TITAN_REGISTER_KERNEL(attention_bf16_flash, {"attention", Device::CPU, DType::BF16, "default",
                                              "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
                                              AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}, {}});
+TITAN_REGISTER_KERNEL(attention_bf16_probs,
+                      {"attention", Device::CPU, DType::BF16, "bf16_probs",
+                       "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 "
+                       "(backward: head_dim % 64 == 0, else f32 products there)",
+                       AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
+                       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }});
 
 }  // namespace
 

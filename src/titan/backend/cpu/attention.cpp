@@ -125,7 +125,8 @@ constexpr int64_t kTile = 64;  // queries per tile == keys per tile; a multiple 
 // diag = first query position - first key position of the tile.
 
 struct PortableOps {
-  static constexpr bool kBf16Dot = false;  // see Avx512Bf16Ops
+  static constexpr bool kBf16Dot = false;    // see Avx512Bf16Ops
+  static constexpr bool kBf16Probs = false;  // see Avx512Bf16ProbsOps
 
   static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                    int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -265,6 +266,7 @@ TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, 
 
 struct Avx512Ops {
   static constexpr bool kBf16Dot = false;
+  static constexpr bool kBf16Probs = false;
 
   TITAN_AVX512 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
                                 const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -402,33 +404,80 @@ TITAN_AVX512_BF16 void micro_tile_dot(int64_t P, const uint32_t* a, int64_t sam,
 struct Avx512Bf16Ops : Avx512Ops {
   static constexpr bool kBf16Dot = true;
 
-  // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of kTile words.
+  // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of ldb words.
   TITAN_AVX512_BF16 static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
-                                         const uint32_t* b, float* c, int64_t ldc, bool accumulate) {
+                                         const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     for (int64_t m0 = 0; m0 < M; m0 += 6) {
       const uint32_t* am = a + m0 * sam;
       float* cm = c + m0 * ldc;
       switch (std::min<int64_t>(6, M - m0)) {
         case 1:
-          micro_tile_dot<1>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<1>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
         case 2:
-          micro_tile_dot<2>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<2>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
         case 3:
-          micro_tile_dot<3>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<3>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
         case 4:
-          micro_tile_dot<4>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<4>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
         case 5:
-          micro_tile_dot<5>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<5>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
         default:
-          micro_tile_dot<6>(P, am, sam, sak, b, kTile, cm, ldc, accumulate);
+          micro_tile_dot<6>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
           break;
       }
     }
+  }
+};
+
+// The "bf16_probs" variant: P and dS are rounded to bf16 (as GPU FlashAttention and a bf16 torch
+// autograd do) so that the four products that multiply by them (P V, P^T dO, dS^T Q, dS K) run on
+// vdpbf16ps too. The packers below build the pair layouts those products reduce over.
+struct Avx512Bf16ProbsOps : Avx512Bf16Ops {
+  static constexpr bool kBf16Probs = true;
+
+  // 16 bf16 (raw bits) widened into the low halves of 32-bit lanes.
+  TITAN_AVX512_BF16 static __m512i lanes16(const bf16* x) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  }
+
+  // Row pairs of a bf16 matrix rows[n][D] (stride ld): out[p][d] = (rows[2p][d], rows[2p+1][d]) for
+  // p < npairs; rows at or past n read as zero. D is a multiple of 16.
+  TITAN_AVX512_BF16 static void pack_row_pairs(const bf16* rows, int64_t ld, int64_t n, int64_t npairs, int64_t D,
+                                               uint32_t* out) {
+    for (int64_t p = 0; p < npairs; ++p) {
+      const bf16 *r0 = 2 * p < n ? rows + 2 * p * ld : nullptr, *r1 = 2 * p + 1 < n ? rows + (2 * p + 1) * ld : nullptr;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __m512i lo = r0 ? lanes16(r0 + d) : _mm512_setzero_si512();
+        const __m512i hi = r1 ? _mm512_slli_epi32(lanes16(r1 + d), 16) : _mm512_setzero_si512();
+        _mm512_storeu_si512(out + p * D + d, _mm512_or_si512(lo, hi));
+      }
+    }
+  }
+
+  // f32 tile s[j][kTile] -> bf16 rows out[j][kTile] (round to nearest even) for j < kn.
+  TITAN_AVX512_BF16 static void round_rows(const float* s, int64_t kn, bf16* out) {
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t i = 0; i < kTile; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j * kTile + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + j * kTile + i)));
+  }
+
+  // f32 tile s[j][kTile] -> pairs along j: out[p][i] = (bf16 s[2p][i], bf16 s[2p+1][i]), rows >= kn zero.
+  TITAN_AVX512_BF16 static void pair_rows(const float* s, int64_t kn, uint32_t* out) {
+    for (int64_t p = 0; p < (kn + 1) / 2; ++p)
+      for (int64_t i = 0; i < kTile; i += 16) {
+        const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + 2 * p * kTile + i)));
+        const __m512i hi = 2 * p + 1 < kn ? _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                                                                  _mm512_loadu_ps(s + (2 * p + 1) * kTile + i))),
+                                                              16)
+                                          : _mm512_setzero_si512();
+        _mm512_storeu_si512(out + p * kTile + i, _mm512_or_si512(lo, hi));
+      }
   }
 };
 
@@ -508,7 +557,7 @@ void tile_scores(bool dot, int64_t kn, int64_t D, const T* raw, int64_t ld, cons
                  const float* yt, const uint32_t* yp, float* c) {
   if constexpr (Ops::kBf16Dot) {
     if (dot)
-      return Ops::gemm_dot(kn, D / 2, reinterpret_cast<const uint32_t*>(raw), ld / 2, 1, yp, c, kTile, false);
+      return Ops::gemm_dot(kn, D / 2, reinterpret_cast<const uint32_t*>(raw), ld / 2, 1, yp, kTile, c, kTile, false);
   }
   Ops::gemm(kn, kTile, D, rows, ldr, 1, yt, kTile, c, kTile, false);
 }
@@ -523,11 +572,14 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
   const int64_t ntasks = s.B * s.Hq * nt;
   const bool dot = use_dot<Ops, T>(D, {q, k});
+  // bf16_probs: P V on vdpbf16ps with P rounded to bf16 (V rows packed in pairs).
+  const bool probs16 = Ops::kBf16Probs && dot && use_dot<Ops, T>(D, {v}) && D % 16 == 0;
 #pragma omp parallel if (worth_threads(s))
   {
     std::vector<float> qrows(kTile * D), krows(kTile * D), vrows(kTile * D), qt(dot ? 0 : D * kTile),
         ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
-    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0);
+    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), vpair(probs16 ? kTile / 2 * D : 0),
+        ppair(probs16 ? kTile / 2 * kTile : 0);
     // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntasks; ++t) {
@@ -552,6 +604,15 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
         Ops::softmax_online(st.data(), kn, s.scale, q0 - k0, m.data(), l.data(), alpha.data());
         for (int64_t d = 0; d < D; ++d)
           for (int64_t i = 0; i < kTile; ++i) ot[d * kTile + i] *= alpha[i];
+        if constexpr (Ops::kBf16Probs) {
+          if (probs16) {  // O^T += V^T P^T over key pairs
+            const int64_t kp = (kn + 1) / 2;
+            Ops::pack_row_pairs(v + kvoff + k0 * ldk, ldk, kn, kp, D, vpair.data());
+            Ops::pair_rows(st.data(), kn, ppair.data());
+            Ops::gemm_dot(D, kp, vpair.data(), 1, D, ppair.data(), kTile, ot.data(), kTile, true);
+            continue;
+          }
+        }
         load_rows<Ops>(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data());
         Ops::gemm(D, kTile, kn, vrows.data(), 1, D, st.data(), kTile, ot.data(), kTile,
                   true);  // O^T += V^T P^T
@@ -585,8 +646,13 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
   const int64_t qsize = s.B * S * ldq;
   std::vector<float> dq_part(nsplit > 1 ? size_t(nsplit * qsize) : 0);
   const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
+  // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
+  const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
 #pragma omp parallel if (worth_threads(s))
   {
+    std::vector<uint32_t> kpair(probs16 ? (S + 1) / 2 * D : 0), qpair(probs16 ? kTile / 2 * D : 0),
+        dopair(probs16 ? kTile / 2 * D : 0), dspair(probs16 ? kTile / 2 * kTile : 0);
+    std::vector<bf16> pb(probs16 ? kTile * kTile : 0), dsb(probs16 ? kTile * kTile : 0);
     std::vector<float> qrows(kTile * D), dorows(kTile * D), qt(dot ? 0 : D * kTile),
         dot_t(dot ? 0 : D * kTile), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile), lse_t(kTile),
         di_t(kTile), row(D), orow(D);
@@ -612,6 +678,9 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
       }
       load_rows<Ops>(k + kvoff, ldk, S, D, kf.data());
       if (!dot) load_rows<Ops>(v + kvoff, ldk, S, D, vf.data());
+      if constexpr (Ops::kBf16Probs) {
+        if (probs16) Ops::pack_row_pairs(k + kvoff, ldk, S, (S + 1) / 2, D, kpair.data());
+      }
       for (int64_t ktile = split; ktile < nt; ktile += nsplit)
         for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
           std::fill(dk_acc + j * ld_acc, dk_acc + j * ld_acc + D, 0.f);
@@ -626,6 +695,12 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             if (dot) {
               pack_pairs(q + qoff, ldq, qn, D, qp.data());
               pack_pairs(dout + qoff, ldq, qn, D, dop.data());
+            }
+          }
+          if constexpr (Ops::kBf16Probs) {
+            if (probs16) {
+              Ops::pack_row_pairs(q + qoff, ldq, qn, (qn + 1) / 2, D, qpair.data());
+              Ops::pack_row_pairs(dout + qoff, ldq, qn, (qn + 1) / 2, D, dopair.data());
             }
           }
           if (!dot) {
@@ -651,6 +726,26 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             tile_scores<Ops>(dot, kn, D, v + kvoff + k0 * ldk, ldk, vr, D, dot_t.data(), dop.data(),
                              dpt.data());  // dP^T = V dO^T
             Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
+            if constexpr (Ops::kBf16Probs) {
+              if (probs16) {
+                // Pairs along queries (rows of P^T and dS^T as bf16) for dV and dK; padding queries
+                // pair with the zero rows of qpair / dopair. Pairs along keys of dS for dQ.
+                const int64_t qpn = (qn + 1) / 2, kpn = (kn + 1) / 2;
+                Ops::round_rows(st.data(), kn, pb.data());
+                Ops::round_rows(dpt.data(), kn, dsb.data());
+                Ops::pair_rows(dpt.data(), kn, dspair.data());
+                const auto* pw = reinterpret_cast<const uint32_t*>(pb.data());
+                const auto* dsw = reinterpret_cast<const uint32_t*>(dsb.data());
+                for (int64_t d0 = 0; d0 < D; d0 += kTile) {
+                  Ops::gemm_dot(kn, qpn, pw, kTile / 2, 1, dopair.data() + d0, D, dv_acc + k0 * ld_acc + d0, ld_acc,
+                                true);
+                  Ops::gemm_dot(kn, qpn, dsw, kTile / 2, 1, qpair.data() + d0, D, dk_acc + k0 * ld_acc + d0, ld_acc,
+                                true);
+                }
+                Ops::gemm_dot(D, kpn, kpair.data() + k0 / 2 * D, 1, D, dspair.data(), kTile, dqt.data(), kTile, true);
+                continue;
+              }
+            }
             // dV += P^T dO and dK += (scale dS)^T Q reduce over the valid queries only.
             Ops::gemm(kn, D, qn, st.data(), kTile, 1, dorows.data(), D, dv_acc + k0 * ld_acc, ld_acc, true);
             Ops::gemm(kn, D, qn, dpt.data(), kTile, 1, qrows.data(), D, dk_acc + k0 * ld_acc, ld_acc, true);
@@ -743,6 +838,23 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
     case Path::kAvx512Bf16:
       return bwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
   }
+}
+
+bool attention_bf16_probs_available() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                                    float* lse) {
+  if (select_path() != Path::kAvx512Bf16) return attention_fwd_flash_bf16(s, q, k, v, out, lse);
+  fwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse);
+}
+void attention_bwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                                    const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
+                                    bf16* dv) {
+  if (select_path() != Path::kAvx512Bf16) return attention_bwd_flash_bf16(s, q, k, v, out, lse, dout, dq, dk, dv);
+  bwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 void attention_limit_isa(AttentionIsa isa) {

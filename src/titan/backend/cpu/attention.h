@@ -48,6 +48,18 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
                               const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                               bf16* dv);
 
+// The same with P and dS rounded to bf16 (as GPU FlashAttention and a bf16 torch autograd do), so
+// that all six products run on vdpbf16ps: faster, but no longer "f32 math rounded once". Needs
+// AVX512-BF16 (attention_bf16_probs_available); where the CPU or the attention_limit_isa cap lacks
+// it, or D is odd, these run the exact kernels above. The backward's bf16 products need D % 64 == 0
+// (else it keeps f32 products there).
+bool attention_bf16_probs_available();
+void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                                    bf16* out, float* lse);
+void attention_bwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                                    const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
+                                    bf16* dv);
+
 // Testing hook: caps the instruction set the flash kernels use, so every code path is covered on any
 // machine (kBest: AVX-512 with the AVX512-BF16 dot product where the CPU has them; kAvx512: AVX-512F
 // only; kPortable: plain loops). Set it while no attention kernel is running.
