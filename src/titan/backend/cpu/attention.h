@@ -51,8 +51,8 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
 // The same with P and dS rounded to bf16 (as GPU FlashAttention and a bf16 torch autograd do), so
 // that all six products run on vdpbf16ps: faster, but no longer "f32 math rounded once". Needs
 // AVX512-BF16 (attention_bf16_probs_available); where the CPU or the attention_limit_isa cap lacks
-// it, or D is odd, these run the exact kernels above. The backward's bf16 products need D % 64 == 0
-// (else it keeps f32 products there).
+// it, these run the exact kernels above. The forward's P V needs D % 16 == 0 and the backward's
+// products D % 64 == 0; otherwise those products stay f32.
 bool attention_bf16_probs_available();
 void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                                     bf16* out, float* lse);
