@@ -109,6 +109,33 @@ TEST(AdamW, VariantsAreBitIdenticalToReference) {
     }
 }
 
+// The trainer folds gradient clipping into the update (grad_scale = the clip coefficient): every
+// variant must give, bit for bit, what scaling the gradient in place and then stepping gives, and
+// leave the gradient buffer untouched.
+TEST(AdamW, GradScaleEqualsClippingTheGradientFirst) {
+  const double coef = ops::clip_coefficient(1.0, 3.7);
+  ASSERT_LT(coef, 1.0);
+  for (int64_t n : {15, 4099, 300007})
+    for (const char* variant : {"reference", "default", "portable"}) {
+      kernels::ForceVariant force("adamw", variant);
+      const ops::AdamWConfig c{.lr = 3e-3, .weight_decay = 0.1};
+      AdamState a = adam_state(n, 21), b = adam_state(n, 21);
+      const Tensor g = random_tensor({n}, DType::F32, 22, -0.05, 0.05), g_before = g.clone();
+      std::vector<Tensor> clipped{g.clone()};
+      ops::clip_grads_with_norm(clipped, 1.0, 3.7);
+      for (int64_t t = 1; t <= 2; ++t) {
+        ops::adamw_step(a.p, clipped[0], a.m, a.v, c, t);
+        ops::adamw_step(b.p, g, b.m, b.v, c, t, coef);
+      }
+      EXPECT_TRUE(bitwise_equal(a.p, b.p)) << variant << " n=" << n << " param";
+      EXPECT_TRUE(bitwise_equal(a.m, b.m)) << variant << " n=" << n << " exp_avg";
+      EXPECT_TRUE(bitwise_equal(a.v, b.v)) << variant << " n=" << n << " exp_avg_sq";
+      EXPECT_TRUE(bitwise_equal(g, g_before)) << variant << " n=" << n << " the gradient was modified";
+    }
+  EXPECT_EQ(ops::clip_coefficient(1.0, 0.5), 1.0);
+  EXPECT_EQ(ops::clip_coefficient(1.0, NAN), 1.0);
+}
+
 TEST(AdamW, F32MatchesF64Reference) {
   // The same formula in f64: checks the f32 path rounds only where it must.
   const int64_t n = 1001;

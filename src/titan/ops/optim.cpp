@@ -1,5 +1,6 @@
 #include "titan/ops/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "titan/core/check.h"
@@ -19,11 +20,12 @@ void adamw_step_ref(int64_t n, void* pv, const void* gv, void* mv, void* vv, con
   T *m = static_cast<T*>(mv), *v = static_cast<T*>(vv);
   const T decay = T(s.decay), b1 = T(s.beta1), omb1 = T(s.one_minus_beta1), b2 = T(s.beta2),
           omb2 = T(s.one_minus_beta2), neg_lr = T(s.neg_step_size), bc2 = T(s.bias_correction2_sqrt),
-          eps = T(s.eps);
+          eps = T(s.eps), scale = T(s.grad_scale);
   for (int64_t i = 0; i < n; ++i) {
+    const T gi = g[i] * scale;
     T pi = p[i] * decay;
-    T mi = std::fma(g[i], omb1, m[i] * b1);
-    T vi = std::fma(omb2 * g[i], g[i], v[i] * b2);
+    T mi = std::fma(gi, omb1, m[i] * b1);
+    T vi = std::fma(omb2 * gi, gi, v[i] * b2);
     T denom = std::sqrt(vi) / bc2 + eps;
     p[i] = pi + (neg_lr * mi) / denom;
     m[i] = mi;
@@ -97,7 +99,7 @@ void validate(const AdamWConfig& c) {
 }
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWConfig& c,
-                int64_t step) {
+                int64_t step, double grad_scale) {
   validate(c);
   TITAN_CHECK(step >= 1, "adamw: step = ", step, " must be >= 1 (1-based, this step included)");
   TITAN_CHECK(param.defined(), "adamw: param is undefined");
@@ -118,6 +120,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   s.neg_step_size = -(c.lr / (1.0 - std::pow(c.beta1, double(step))));
   s.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, double(step)));
   s.eps = c.eps;
+  TITAN_CHECK(std::isfinite(grad_scale), "adamw: grad_scale = ", grad_scale, " must be finite");
+  s.grad_scale = grad_scale;
   const auto& kernel = kernels::kernel_for<AdamWKernel>("adamw", param.device(), param.dtype());
   kernel.step(param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
 }
@@ -141,10 +145,16 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
 void clip_grads_with_norm(std::vector<Tensor>& grads, double max_norm, double total_norm) {
   TITAN_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm = ", max_norm,
               " must be finite and > 0");
-  if (!std::isfinite(total_norm)) return;
-  const double coef = max_norm / (total_norm + 1e-6);
-  if (coef >= 1.0) return;
+  const double coef = clip_coefficient(max_norm, total_norm);
+  if (coef == 1.0) return;
   for (Tensor& g : grads) scale_inplace(g, coef);
+}
+
+double clip_coefficient(double max_norm, double total_norm) {
+  TITAN_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm = ", max_norm,
+              " must be finite and > 0");
+  if (!std::isfinite(total_norm)) return 1.0;
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
 }
 
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {

@@ -39,8 +39,11 @@ void validate(const AdamWConfig& config);
 
 // One in-place AdamW step. param, grad, exp_avg, exp_avg_sq: contiguous, same shape, all f32 (or
 // all f64, for tests). step is 1-based: the number of steps taken including this one.
+// grad_scale multiplies each gradient element as it is read (rounded to the element type first,
+// exactly as scaling the gradient in place would): the trainer passes the clip coefficient, so
+// clipping costs no pass of its own. The gradient buffer is left as it was.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamWConfig& config, int64_t step);
+                const AdamWConfig& config, int64_t step, double grad_scale = 1.0);
 
 // Sum of squares of a contiguous f32/f64 gradient, accumulated in f64.
 double grad_norm_sq(const Tensor& grad);
@@ -52,6 +55,9 @@ double global_grad_norm(const std::vector<Tensor>& grads);
 // ~1 - 1e-6/max_norm, as in torch). A non-finite total_norm leaves grads untouched (torch would
 // turn them into NaN): the caller detects it and skips the step. max_norm must be > 0.
 void clip_grads_with_norm(std::vector<Tensor>& grads, double max_norm, double total_norm);
+// The factor clip_grads_with_norm scales by: max_norm / (total_norm + 1e-6) when that is below 1,
+// else 1 (also 1 for a non-finite total_norm). max_norm must be > 0.
+double clip_coefficient(double max_norm, double total_norm);
 
 // torch.nn.utils.clip_grad_norm_ (L2): computes the global norm, clips, returns the norm before clipping.
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
@@ -64,6 +70,7 @@ struct AdamWScalars {
   double neg_step_size;          // -lr / (1 - beta1^step)
   double bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   double eps;
+  double grad_scale = 1.0;  // each gradient element is multiplied by this (in its type) when read
 };
 
 // Kernels over n contiguous elements of the op's dtype (f32 or f64).

@@ -405,12 +405,13 @@ TrainSummary run_training(const JobConfig& cfg) {
     double grad_norm = ops::global_grad_norm(grads);
     TITAN_CHECK(std::isfinite(grad_norm), "step ", step, ": the gradient norm is not finite (", grad_norm,
                 "); stopping before the optimizer step (no checkpoint written)");
-    ops::clip_grads_with_norm(grads, cfg.training.max_norm, grad_norm);
+    // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
+    const double clip = ops::clip_coefficient(cfg.training.max_norm, grad_norm);
     const double lr = schedule.lr(step - 1);
     adamw.lr = lr;
     for (size_t b = 0; b < model.blocks().size(); ++b)
       ops::adamw_step(model.blocks()[b].data(), model.blocks()[b].grad(), opt.exp_avg[b], opt.exp_avg_sq[b], adamw,
-                      step);
+                      step, clip);
     if (!model.expert_bias().empty()) {
       // Aux-loss-free balancing: nudge under-used experts up, over-used down (selection only).
       for (size_t i = 0; i < model.expert_bias().size(); ++i) {

@@ -46,7 +46,7 @@ void parallel_chunks(int64_t n, F&& body) {
 }
 
 struct AdamWConsts {
-  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps;
+  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
   explicit AdamWConsts(const AdamWScalars& s)
       : decay(float(s.decay)),
         b1(float(s.beta1)),
@@ -55,15 +55,17 @@ struct AdamWConsts {
         omb2(float(s.one_minus_beta2)),
         neg_lr(float(s.neg_step_size)),
         bc2(float(s.bias_correction2_sqrt)),
-        eps(float(s.eps)) {}
+        eps(float(s.eps)),
+        scale(float(s.grad_scale)) {}
 };
 
 void adamw_portable_range(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
                           const AdamWConsts& c) {
   for (int64_t i = begin; i < end; ++i) {
+    const float gi = g[i] * c.scale;
     float pi = p[i] * c.decay;
-    float mi = std::fma(g[i], c.omb1, m[i] * c.b1);
-    float vi = std::fma(c.omb2 * g[i], g[i], v[i] * c.b2);
+    float mi = std::fma(gi, c.omb1, m[i] * c.b1);
+    float vi = std::fma(c.omb2 * gi, gi, v[i] * c.b2);
     float denom = std::sqrt(vi) / c.bc2 + c.eps;
     p[i] = pi + (c.neg_lr * mi) / denom;
     m[i] = mi;
@@ -90,7 +92,9 @@ double norm_portable_block(const float* g, int64_t n) {
 
 TITAN_AVX512 inline void adamw16(float* p, const float* g, float* m, float* v, __mmask16 k,
                                  const AdamWConsts& c) {
-  const __m512 gv = _mm512_maskz_loadu_ps(k, g);
+  // The clip factor, rounded on its own like the separate in-place scaling it replaces.
+  const __m512 gv = _mm512_mul_round_ps(_mm512_maskz_loadu_ps(k, g), _mm512_set1_ps(c.scale),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 pv = _mm512_maskz_loadu_ps(k, p), mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v);
   // Rounded on its own, as torch's separate mul_: GCC would fuse a plain mul with the final add.
   pv = _mm512_mul_round_ps(pv, _mm512_set1_ps(c.decay), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
