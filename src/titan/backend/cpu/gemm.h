@@ -16,7 +16,11 @@
 //   bf16: oneDNN matmul primitive (AMX, AVX512_BF16 or AVX-512 code picked by oneDNN), primitives
 //         cached per shape/layout key; on CPUs where oneDNN only has its reference bf16 code, the
 //         inputs are widened to f32 and the f32 backend runs instead.
-// Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS).
+// Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS). Called from inside an
+// OpenMP parallel region (one GEMM per thread, as moe_experts does), a GEMM runs on the calling
+// thread alone; bf16 calls there use one oneDNN primitive per layout with run-time M, N, K, so
+// shapes that change call after call never JIT-compile new kernels. Concurrent calls are safe:
+// every thread has its own oneDNN stream and scratchpad.
 #include <cstdint>
 #include <string>
 
