@@ -489,10 +489,18 @@ std::atomic<AttentionIsa> g_isa_limit{AttentionIsa::kBest};
 
 enum class Path { kPortable, kAvx512, kAvx512Bf16 };
 
-Path select_path() {
+bool cpu_has_avx512() {
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  static const bool bf16_dot = avx512 && __builtin_cpu_supports("avx512bf16");
+  return avx512;
+}
+bool cpu_has_bf16_dot() {
+  static const bool bf16_dot = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return bf16_dot;
+}
+
+Path select_path() {
+  const bool avx512 = cpu_has_avx512(), bf16_dot = cpu_has_bf16_dot();
   const AttentionIsa limit = g_isa_limit.load(std::memory_order_relaxed);
   if (!avx512 || limit == AttentionIsa::kPortable) return Path::kPortable;
   if (!bf16_dot || limit == AttentionIsa::kAvx512) return Path::kAvx512;
@@ -840,11 +848,7 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
   }
 }
 
-bool attention_bf16_probs_available() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bf16");
-}
+bool attention_bf16_probs_available() { return cpu_has_bf16_dot(); }
 void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                                     float* lse) {
   if (select_path() != Path::kAvx512Bf16) return attention_fwd_flash_bf16(s, q, k, v, out, lse);
