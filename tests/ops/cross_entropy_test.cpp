@@ -9,6 +9,7 @@
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
+#include "titan/backend/cpu/cross_entropy.h"
 #include "titan/core/allocator.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
@@ -126,6 +127,28 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
           1e-3);
     }
   }
+}
+
+// The same comparisons on the portable row loops (what CPUs without AVX-512 run: std::exp instead
+// of the vector polynomial), forced here so they are checked on any machine. Same tolerances.
+TEST(LinearCrossEntropy, PortablePathMatchesReference) {
+  cpu::cross_entropy_limit_isa(true);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool round : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (round ? " bf16 logits" : " f32 logits"));
+      auto h = random_tensor({37, 19}, DType::F32, 8, -1, 1).to(dt);
+      auto w = random_tensor({1000, 19}, DType::F32, 9, -1, 1).to(dt);
+      auto y = make_labels(37, 1000, 10, {0, 5});
+      const bool f32 = dt == DType::F32;
+      expect_variant_matches_reference("linear_cross_entropy", "default", lce_fn(384, ops::Reduction::Mean, round),
+                                       {h.set_requires_grad(true), w.set_requires_grad(true), y},
+                                       f32 ? 1e-6 : 1e-5, f32 ? 1e-4 : 1e-3);
+      auto logits = random_tensor({33, 257}, DType::F32, 6, -8, 8).to(dt);
+      expect_variant_matches_reference("cross_entropy", "default", ce_fn(),
+                                       {logits.set_requires_grad(true), make_labels(33, 257, 7, {2})}, 1e-7,
+                                       2e-5);
+    }
+  cpu::cross_entropy_limit_isa(false);
 }
 
 TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeTheResult) {

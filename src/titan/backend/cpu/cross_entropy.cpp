@@ -8,10 +8,12 @@
 // FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight),
 // or 4NDV when the logits were kept.
 #include "titan/ops/cross_entropy.h"
+#include "titan/backend/cpu/cross_entropy.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -158,9 +160,11 @@ TITAN_AVX512 void row_dlogits_bf16_avx512(const bf16* x, bf16* y, int64_t n, flo
 }
 #pragma GCC diagnostic pop
 
+std::atomic<bool> g_portable_only{false};
+
 bool use_avx512() {
   static const bool on = cpu_info().avx512f;
-  return on;
+  return on && !g_portable_only.load(std::memory_order_relaxed);
 }
 
 // Portable versions (and the f64 ones used by the f64 kernels the gradient checks run).
@@ -557,4 +561,9 @@ TITAN_REGISTER_KERNEL(lce_f64_default, {"linear_cross_entropy", Device::CPU, DTy
 // clang-format on
 
 }  // namespace
+
+void cross_entropy_limit_isa(bool portable_only) {
+  g_portable_only.store(portable_only, std::memory_order_relaxed);
+}
+
 }  // namespace titan::cpu
