@@ -60,8 +60,7 @@ void bwd_ref_bf16(const AttentionShape& s, const void* q, const void* k, const v
                                    static_cast<float*>(dv));
 }
 
-// Flash variants. The bf16 backward takes bf16 dout and returns bf16 gradients (as a bf16
-// autograd would); we round the f32 upstream gradient once and widen the results.
+// Flash variants.
 void fwd_flash_f32(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   cpu::attention_fwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
                                static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
@@ -77,16 +76,24 @@ void fwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const
   cpu::attention_fwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                                 static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
-void bwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+// The bf16 backward kernels take bf16 dout and return bf16 gradients (as a bf16 autograd would): the
+// f32 upstream gradient is rounded once and the results widened.
+using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, const bf16*, const bf16*,
+                              const float*, const bf16*, bf16*, bf16*, bf16*);
+void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, const void* k, const void* v,
+                  const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   std::vector<bf16> dout16(numel_q(s)), dq16(numel_q(s)), dk16(numel_kv(s)), dv16(numel_kv(s));
   convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
-  cpu::attention_bwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                static_cast<const bf16*>(v), static_cast<const bf16*>(out),
-                                static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(), dv16.data());
+  kernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+         static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
+         dv16.data());
   convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
   convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
   convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
+}
+void bwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  bwd_bf16_via(cpu::attention_bwd_flash_bf16, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 void fwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
@@ -96,15 +103,7 @@ void fwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k,
 }
 void bwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                           const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  std::vector<bf16> dout16(numel_q(s)), dq16(numel_q(s)), dk16(numel_kv(s)), dv16(numel_kv(s));
-  convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
-  cpu::attention_bwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                      static_cast<const bf16*>(v), static_cast<const bf16*>(out),
-                                      static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
-                                      dv16.data());
-  convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
-  convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
-  convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
+  bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 TITAN_REGISTER_KERNEL(attention_f64_ref, {"attention", Device::CPU, DType::F64, "reference",
