@@ -667,7 +667,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
     std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), dop(dot ? D / 2 * kTile : 0);
     // bf16 outputs accumulate dk/dv in f32 scratch; f32 outputs accumulate in place. The k (and v, off
     // the dot path) rows of the task's kv head are loaded once per task, not once per tile pair.
-    std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D), kf(S * D),
+    std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D), kf(probs16 ? 0 : S * D),
         vf(dot ? 0 : S * D);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < groups * nsplit; ++task) {
@@ -684,11 +684,13 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
         dv_acc = dv_scratch.data();
         ld_acc = D;
       }
-      load_rows<Ops>(k + kvoff, ldk, S, D, kf.data());
-      if (!dot) load_rows<Ops>(v + kvoff, ldk, S, D, vf.data());
-      if constexpr (Ops::kBf16Probs) {
-        if (probs16) Ops::pack_row_pairs(k + kvoff, ldk, S, (S + 1) / 2, D, kpair.data());
+      // f32 K rows feed the f32 dQ product (and the scores off the dot path); bf16_probs packs pairs.
+      if (probs16) {
+        if constexpr (Ops::kBf16Probs) Ops::pack_row_pairs(k + kvoff, ldk, S, (S + 1) / 2, D, kpair.data());
+      } else {
+        load_rows<Ops>(k + kvoff, ldk, S, D, kf.data());
       }
+      if (!dot) load_rows<Ops>(v + kvoff, ldk, S, D, vf.data());
       for (int64_t ktile = split; ktile < nt; ktile += nsplit)
         for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
           std::fill(dk_acc + j * ld_acc, dk_acc + j * ld_acc + D, 0.f);
