@@ -1,0 +1,90 @@
+#pragma once
+// The device seam. Each device (cpu, cuda, meta) provides the same small set of services: memory
+// with current / peak / reserved counters, copies between host and device and within a device,
+// fill, dtype conversion, strided gathers (what `contiguous()` needs), synchronisation, and a
+// stream. core/tensor calls only these, never memcpy on a pointer it does not know to be host
+// memory; every kernel receives a KernelContext naming its device, stream and services.
+//
+// Ownership: services live for the whole process (function-local statics); a backend that is
+// compiled in but has no device (CUDA without a GPU) reports itself unavailable instead of failing
+// at start-up.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "titan/core/device.h"
+#include "titan/core/dtype.h"
+
+namespace titan {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;      // held by live tensors
+  int64_t peak_bytes = 0;         // the most ever held at once (since the last reset_peak)
+  int64_t reserved_bytes = 0;     // obtained from the system (>= current with a caching allocator)
+  int64_t total_allocations = 0;  // number of allocate() calls
+};
+
+class DeviceServices;
+
+// What a kernel gets besides its arguments: where it runs and on which stream. Kernels that need
+// temporary memory allocate it through `services` (counted like every other byte).
+struct KernelContext {
+  Device device = Device::CPU;
+  void* stream = nullptr;  // cudaStream_t on CUDA; null on CPU and meta
+  DeviceServices* services = nullptr;
+};
+
+class DeviceServices {
+ public:
+  virtual ~DeviceServices() = default;
+  virtual Device device() const = 0;
+  // Empty when usable, else why not ("no CUDA device found", "built without CUDA").
+  virtual std::string unavailable_reason() const { return ""; }
+
+  // Memory. allocate(0) returns a valid, unique pointer; deallocate takes the same byte count.
+  void* allocate(size_t nbytes);
+  void deallocate(void* ptr, size_t nbytes);
+  MemoryStats stats() const;
+  void reset_peak();
+
+  // Copies of raw bytes. `to_host`/`from_host` move between this device and host memory;
+  // `copy` stays on this device. All are ordered on the device's stream; to_host returns when the
+  // bytes are on the host.
+  virtual void copy_from_host(void* dst, const void* host_src, size_t nbytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t nbytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t nbytes) = 0;
+
+  // Elementwise work that core/tensor needs on any device:
+  //   fill:    n elements of `dtype` set to `value` (converted as Tensor::full documents);
+  //   convert: n elements from src_dtype to dst_dtype (bf16 rounds to nearest even);
+  //   gather_strided: a contiguous copy of a strided view (shape/strides in elements, rank <= 8).
+  virtual void fill(void* dst, int64_t n, DType dtype, double value) = 0;
+  virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) = 0;
+  virtual void gather_strided(void* dst, const void* src, DType dtype, int rank, const int64_t* shape,
+                              const int64_t* strides) = 0;
+
+  virtual void synchronize() {}
+  virtual void* stream() { return nullptr; }
+  KernelContext context() { return KernelContext{device(), stream(), this}; }
+
+ protected:
+  // The device's raw memory, without counting (the counters above wrap these).
+  virtual void* raw_allocate(size_t nbytes) = 0;
+  virtual void raw_deallocate(void* ptr, size_t nbytes) = 0;
+  // Bytes obtained from the system; a caching allocator overrides this.
+  virtual int64_t reserved_bytes() const { return current_.load(); }
+
+ private:
+  std::atomic<int64_t> current_{0}, peak_{0}, count_{0};
+};
+
+// The services of a device; an error naming the device and the reason when it is unavailable.
+DeviceServices& device_services(Device device);
+bool device_available(Device device);
+
+// A backend compiled as a separate translation unit (CUDA) registers itself at static
+// initialisation; core never includes backend headers.
+void register_device_services(Device device, DeviceServices* services);
+
+}  // namespace titan
