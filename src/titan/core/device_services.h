@@ -1,7 +1,7 @@
 #pragma once
 // The device seam. Each device (cpu, cuda, meta) provides the same small set of services: memory
 // with current / peak / reserved counters, copies between host and device and within a device,
-// fill, dtype conversion, strided gathers (what `contiguous()` needs), synchronisation, and a
+// fill, dtype conversion, strided copies (what `contiguous()` needs), synchronisation, and a
 // stream. core/tensor calls only these, never memcpy on a pointer it does not know to be host
 // memory; every kernel receives a KernelContext naming its device, stream and services.
 //
@@ -58,11 +58,13 @@ class DeviceServices {
   // Elementwise work that core/tensor needs on any device:
   //   fill:    n elements of `dtype` set to `value` (converted as Tensor::full documents);
   //   convert: n elements from src_dtype to dst_dtype (bf16 rounds to nearest even);
-  //   gather_strided: a contiguous copy of a strided view (shape/strides in elements, rank <= 8).
+  //   copy_strided: copies a strided view into another of the same shape and dtype (shape and
+//                 strides in elements, rank <= 8; either side may be contiguous): what
+//                 contiguous() and writes into narrowed views need.
   virtual void fill(void* dst, int64_t n, DType dtype, double value) = 0;
   virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) = 0;
-  virtual void gather_strided(void* dst, const void* src, DType dtype, int rank, const int64_t* shape,
-                              const int64_t* strides) = 0;
+  virtual void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
+                            DType dtype, int rank, const int64_t* shape) = 0;
 
   virtual void synchronize() {}
   virtual void* stream() { return nullptr; }

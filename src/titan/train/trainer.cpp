@@ -12,7 +12,7 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cpu_info.h"
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/loader.h"
@@ -362,7 +362,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
       "peak %.2f TFLOP/s (%s)", flops_per_token, peak_tflops,
       cfg.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "detected");
-  Allocator& alloc = allocator_for(Device::CPU);
+  DeviceServices& alloc = device_services(Device::CPU);
   const int64_t device_bytes = device_memory_bytes();
 
   TrainSummary summary;
