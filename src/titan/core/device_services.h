@@ -66,6 +66,12 @@ class DeviceServices {
   virtual void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
                             DType dtype, int rank, const int64_t* shape) = 0;
 
+  // Work counter: the meta device's kernels add the floating-point operations their op would do,
+  // so a meta run of a training step yields its FLOPs. Other devices leave it at zero.
+  void add_flops(double flops) { flops_.fetch_add(flops); }
+  double flops() const { return flops_.load(); }
+  void reset_flops() { flops_.store(0); }
+
   virtual void synchronize() {}
   virtual void* stream() { return nullptr; }
   KernelContext context() { return KernelContext{device(), stream(), this}; }
@@ -79,6 +85,7 @@ class DeviceServices {
 
  private:
   std::atomic<int64_t> current_{0}, peak_{0}, count_{0};
+  std::atomic<double> flops_{0};
 };
 
 // The services of a device; an error naming the device and the reason when it is unavailable.

@@ -9,7 +9,8 @@
 
 namespace titan::nn {
 
-ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : name_(std::move(name)) {
+ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device)
+    : name_(std::move(name)) {
   int64_t total = 0;
   for (auto& s : specs) {
     // Keep every parameter 64-byte aligned inside the buffer (vector loads, shard boundaries).
@@ -17,8 +18,8 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
     params_.push_back({s.name, s.shape, total, s.init, s.std, Tensor()});
     total += shape_numel(s.shape);
   }
-  data_ = Tensor::zeros({total}, DType::F32);
-  grad_ = Tensor::zeros({total}, DType::F32);
+  data_ = Tensor::zeros({total}, DType::F32, device);
+  grad_ = Tensor::zeros({total}, DType::F32, device);
   for (auto& p : params_) {
     int64_t n = shape_numel(p.shape);
     p.value = data_.narrow(0, p.offset, n).reshape(p.shape);
@@ -28,17 +29,22 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
   }
 }
 
-void ParamBlock::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
+void ParamBlock::zero_grad() { grad_.fill(0.0); }
 
 void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
   // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.
   std::vector<Param*> order(params);
   std::stable_sort(order.begin(), order.end(),
                    [](const Param* a, const Param* b) { return a->value.numel() > b->value.numel(); });
+  // Values are drawn on the host; parameters on another device get a copy (none on meta: there
+  // is nothing to hold them).
+  if (!order.empty() && order[0]->value.device() == Device::Meta) return;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < order.size(); ++i) {
     Param& p = *order[i];
-    float* v = p.value.data<float>();
+    const bool on_host = p.value.device() == Device::CPU;
+    Tensor host = on_host ? p.value : Tensor::empty(p.value.shape(), DType::F32);
+    float* v = host.data<float>();
     const int64_t n = p.value.numel();
     if (p.init == Init::Ones) {
       std::fill(v, v + n, 1.0f);
@@ -53,6 +59,7 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
       std::normal_distribution<double> normal(0.0, p.std);
       for (int64_t j = 0; j < n; ++j) v[j] = float(normal(rng));
     }
+    if (!on_host) p.value.copy_from(host);
   }
 }
 

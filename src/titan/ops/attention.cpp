@@ -1,5 +1,7 @@
 #include "titan/ops/attention.h"
 
+#include "titan/backend/cpu/attention.h"
+
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -10,7 +12,7 @@ namespace titan::ops {
 
 namespace {
 
-using cpu::AttentionShape;
+
 
 size_t numel_q(const AttentionShape& s) { return size_t(s.B * s.S * s.Hq * s.D); }
 size_t numel_kv(const AttentionShape& s) { return size_t(s.B * s.S * s.Hkv * s.D); }
