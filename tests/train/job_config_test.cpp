@@ -181,6 +181,9 @@ TEST(JobConfig, ParsesEverySection) {
   EXPECT_EQ(linear[1].variant, "blocked");
   EXPECT_EQ(linear[1].modules, "*");  // no modules: every module
 
+  // The file asks for expert parallelism, which the engine does not run: validate names the key.
+  EXPECT_NE(error_of([&] { c.validate(8); }).find("parallelism.expert_parallel_degree"), std::string::npos);
+  c.parallelism.expert_parallel_degree = 1;
   // 2 x 4 ranks, 16 = 4 x 8 / 2 -> not a multiple of 4 x 8: validate names the key.
   EXPECT_NE(error_of([&] { c.validate(8); }).find("training.global_batch_size"), std::string::npos);
   c.training.global_batch_size = 64;  // 2 micro-batches of 4 on each of 8 ranks
@@ -335,11 +338,16 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
       {"[training]\nlocal_batch_size = 2\nglobal_batch_size = 4\n", 4, {"training.global_batch_size", "(8)"}},
       {"[checkpoint]\nkeep_latest_k = 1\n", 1, {"checkpoint.keep_latest_k", "got 1"}},
       {"[parallelism]\ndata_parallel_shard_degree = 3\n", 4, {"parallelism", "world size 4"}},
-      {"[parallelism]\ndata_parallel_replicate_degree = 2\ntensor_parallel_degree = 2\n"
-       "data_parallel_shard_degree = 2\n",
+      {"[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n",
        4,
-       {"parallelism", "= 8", "world size 4"}},
-      {"[parallelism]\ntensor_parallel_degree = 3\n", 4, {"parallelism", "world size 4"}},
+       {"parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree", "= 8",
+        "world size 4"}},
+      {"[parallelism]\ndata_parallel_replicate_degree = 3\n", 4,
+       {"parallelism.data_parallel_replicate_degree", "world size 4"}},
+      // Only data parallelism runs: other degrees are refused by key, never ignored.
+      {"[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4,
+       {"parallelism.tensor_parallel_degree", "not implemented"}},
+      {"[parallelism]\nexpert_parallel_degree = 2\n", 1, {"parallelism.expert_parallel_degree", "not implemented"}},
       {"[parallelism]\ntensor_parallel_degree = 0\n", 1, {"parallelism.tensor_parallel_degree"}},
       {"[training]\nlocal_batch_size = 0\n", 1, {"training.local_batch_size"}},
       {"[training]\nseq_len = -1\n", 1, {"training.seq_len"}},
@@ -360,7 +368,7 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
   }
   // What is valid stays valid: degrees multiplying to the world size, shard -1 taking the rest.
   EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_replicate_degree = 2\n", 4), "");
-  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4),
+  EXPECT_EQ(validate_error("[parallelism]\ndata_parallel_shard_degree = 2\ndata_parallel_replicate_degree = 2\n", 4),
             "");
   EXPECT_EQ(validate_error("[training]\nlocal_batch_size = 2\nglobal_batch_size = 8\n", 2), "");
   EXPECT_EQ(validate_error("[checkpoint]\nkeep_latest_k = 0\n"), "");

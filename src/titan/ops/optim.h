@@ -17,8 +17,10 @@
 // call adamw_step on narrow() slices of the flat buffers (1-D slices stay contiguous).
 //
 // Gradient norm: squares summed in f64 (exact products; the default kernel adds fixed-size blocks in
-// block order, so its result does not depend on the thread count). The trainer all-reduces
-// grad_norm_sq over ranks and clips with clip_grads_with_norm.
+// block order, so its result does not depend on the thread count). The trainer sums grad_norm_sq
+// over its blocks, passes the sum through ParallelPlan::all_reduce_grad_norm_sq (the sum over ranks;
+// the identity in a one-process run), and clips by passing clip_coefficient as adamw_step's
+// grad_scale; clip_grads_with_norm and clip_grad_norm are the in-place torch equivalents.
 #include <cstdint>
 #include <vector>
 

@@ -302,20 +302,26 @@ void JobConfig::validate(int world_size) const {
               "model.hf_assets_path is required when model.name = \"hf\"");
   TITAN_CHECK(!checkpoint.initial_load_in_hf || !checkpoint.initial_load_path.empty() || !model.hf_assets_path.empty(),
               "checkpoint.initial_load_in_hf needs checkpoint.initial_load_path (or model.hf_assets_path)");
-  // Parallel degrees multiply to the world size.
+  // Parallel degrees multiply to the world size. Only data parallelism runs: a tensor or expert
+  // parallel degree would otherwise be silently ignored.
   const auto& p = parallelism;
   positive(p.data_parallel_replicate_degree, "parallelism.data_parallel_replicate_degree");
   positive(p.tensor_parallel_degree, "parallelism.tensor_parallel_degree");
   positive(p.expert_parallel_degree, "parallelism.expert_parallel_degree");
+  TITAN_CHECK(p.tensor_parallel_degree == 1, "parallelism.tensor_parallel_degree = ", p.tensor_parallel_degree,
+              ": tensor parallelism is not implemented (only data parallelism runs); set it to 1");
+  TITAN_CHECK(p.expert_parallel_degree == 1, "parallelism.expert_parallel_degree = ", p.expert_parallel_degree,
+              ": expert parallelism is not implemented (only data parallelism runs); set it to 1");
   int64_t shard = p.data_parallel_shard_degree;
-  int64_t rest = p.data_parallel_replicate_degree * p.tensor_parallel_degree;
+  const int64_t replicate = p.data_parallel_replicate_degree;
   if (shard == -1) {
-    TITAN_CHECK(world_size % rest == 0, "parallelism: replicate (", p.data_parallel_replicate_degree, ") x tp (",
-                p.tensor_parallel_degree, ") does not divide the world size ", world_size);
-    shard = world_size / rest;
+    TITAN_CHECK(world_size % replicate == 0, "parallelism.data_parallel_replicate_degree = ", replicate,
+                " does not divide the world size ", world_size);
+    shard = world_size / replicate;
   }
-  TITAN_CHECK(shard >= 1 && shard * rest == world_size, "parallelism: replicate ", p.data_parallel_replicate_degree,
-              " x shard ", shard, " x tp ", p.tensor_parallel_degree, " = ", shard * rest, " != world size ", world_size);
+  TITAN_CHECK(shard >= 1 && shard * replicate == world_size, "parallelism.data_parallel_replicate_degree (",
+              replicate, ") x parallelism.data_parallel_shard_degree (", shard, ") = ", shard * replicate,
+              " != world size ", world_size);
   int64_t dp = shard * p.data_parallel_replicate_degree;
   if (training.global_batch_size != -1) {
     int64_t per_step = training.local_batch_size * dp;

@@ -9,6 +9,7 @@
 // memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
 //            the start of every step), and its share of the machine's physical memory
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,33 @@ class MetricsLogger {
   bool enabled_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;
+};
+
+// The trainer's measurements of each step: the step time (from begin_step), the allocator's peak
+// during the step, throughput and MFU; one StepMetrics record every log_freq steps and at the first
+// and last step of the run; and the sustained throughput (the first step of an invocation is a
+// warm-up step with one-time costs, excluded).
+class StepMeter {
+ public:
+  StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token, double peak_tflops);
+
+  void begin_step();  // starts the clock and resets the allocator's peak
+  // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
+  void end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens);
+
+  double sustained_tps() const { return sustained_seconds_ > 0 ? double(sustained_tokens_) / sustained_seconds_ : 0; }
+  double sustained_mfu() const;  // percent
+  bool measured_sustained() const { return sustained_seconds_ > 0; }
+
+ private:
+  MetricsLogger& logger_;
+  int64_t log_freq_, last_step_;
+  double flops_per_token_, peak_tflops_;
+  int64_t device_bytes_;
+  std::chrono::steady_clock::time_point step_start_;
+  bool first_ = true;
+  double sustained_seconds_ = 0;
+  int64_t sustained_tokens_ = 0;
 };
 
 // Progress of a long operation (loading, saving or exporting a checkpoint): on a terminal, one line

@@ -139,6 +139,49 @@ void Qwen3Model::enable_expert_bias() {
     expert_bias_.push_back(args_.is_moe_layer(i) ? Tensor::zeros({args_.num_experts}, DType::F32, device_) : Tensor());
 }
 
+void Qwen3Model::update_expert_bias(const std::vector<Tensor>& counts, double coeff) {
+  for (size_t i = 0; i < expert_bias_.size(); ++i) {
+    Tensor& bias = expert_bias_[i];
+    if (!bias.defined()) continue;
+    TITAN_CHECK(i < counts.size() && counts[i].defined() && counts[i].numel() == bias.numel(),
+                "qwen3: expert counts of layer ", i, " are missing or not [", bias.numel(), "]");
+    const int64_t* c = counts[i].data<int64_t>();
+    const int64_t E = counts[i].numel();
+    double mean = 0;
+    for (int64_t e = 0; e < E; ++e) mean += double(c[e]) / double(E);
+    for (int64_t e = 0; e < E; ++e) {
+      double d = mean - double(c[e]);
+      bias.data<float>()[e] += float(coeff * ((d > 0) - (d < 0)));
+    }
+  }
+}
+
+std::vector<std::vector<double>> Qwen3Model::expert_bias_values() const {
+  std::vector<std::vector<double>> out;
+  for (auto& b : expert_bias_) out.push_back(b.defined() ? b.to_vector() : std::vector<double>{});
+  return out;
+}
+
+void Qwen3Model::set_expert_bias_values(const std::vector<std::vector<double>>& values) {
+  for (size_t i = 0; i < expert_bias_.size() && i < values.size(); ++i) {
+    if (!expert_bias_[i].defined()) continue;
+    TITAN_CHECK(int64_t(values[i].size()) == expert_bias_[i].numel(), "qwen3: expert bias of layer ", i, " has ",
+                values[i].size(), " values, expected ", expert_bias_[i].numel());
+    for (size_t e = 0; e < values[i].size(); ++e) expert_bias_[i].data<float>()[e] = float(values[i][e]);
+  }
+}
+
+std::vector<std::string> module_names(const ModelArgs& a) {
+  std::vector<std::string> names = {"tok_embeddings", "norm", "output"};
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    std::string l = "layers." + std::to_string(i);
+    names.push_back(l);
+    names.push_back(l + ".attention");
+    names.push_back(l + (a.is_moe_layer(i) ? ".moe" : ".feed_forward"));
+  }
+  return names;
+}
+
 const nn::Param& Qwen3Model::output_weight() const { return *output_; }
 
 Tensor Qwen3Model::w(const nn::Param* p) const { return ops::cast(p->value, compute_dtype_); }

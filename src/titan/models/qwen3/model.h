@@ -60,11 +60,20 @@ class Qwen3Model {
   void zero_grad();
 
   // Aux-loss-free load balancing (torchtitan): a per-layer bias added to the router
-  // scores for expert selection only. Enabled when non-empty; updated by the trainer.
+  // scores for expert selection only. Enabled when non-empty.
   std::vector<Tensor>& expert_bias() { return expert_bias_; }
+  const std::vector<Tensor>& expert_bias() const { return expert_bias_; }
   void enable_expert_bias();
-  // Tokens routed to each expert in the last forward, per MoE layer (i64 [E]).
+  // Tokens routed to each expert in the last forward, per layer (i64 [E]; undefined for dense layers).
   const std::vector<Tensor>& last_expert_counts() const { return last_counts_; }
+  // The balancing policy, applied once per optimizer step: every expert's bias moves by `coeff`
+  // towards balance, up when the expert received fewer tokens than the mean of its layer in
+  // `counts` (per layer, i64 [E], as last_expert_counts), down when more. No-op without a bias.
+  void update_expert_bias(const std::vector<Tensor>& counts, double coeff);
+  // The biases as plain numbers (one list per layer, empty for dense layers), for train state
+  // files; set_expert_bias_values restores them (layers the model has no bias for are skipped).
+  std::vector<std::vector<double>> expert_bias_values() const;
+  void set_expert_bias_values(const std::vector<std::vector<double>>& values);
 
  private:
   struct Layer {
@@ -99,5 +108,10 @@ class Qwen3Model {
   std::vector<Layer> layers_;
   std::vector<Tensor> expert_bias_, last_counts_;
 };
+
+// The module names the model announces through kernels::ModuleScope, which [kernels]
+// substitution globs are matched against: tok_embeddings, layers.{i}(.attention|.feed_forward|.moe),
+// norm, output.
+std::vector<std::string> module_names(const ModelArgs& args);
 
 }  // namespace titan::qwen3

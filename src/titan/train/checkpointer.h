@@ -1,0 +1,46 @@
+#pragma once
+// The trainer's checkpoints: what a TrainState saves (model and optimizer tensors in the model's
+// checkpoint layout, and train_state.json: step, tokens seen, model config, LR schedule, data
+// position, seed, world size and mesh, MoE expert biases), restoring it on resume, and the
+// Hugging Face export at the end of a run. Files and atomicity: CheckpointManager.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "titan/dist/parallel_plan.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/job_config.h"
+#include "titan/train/startup.h"
+#include "titan/train/train_state.h"
+
+namespace titan::train {
+
+class Checkpointer {
+ public:
+  Checkpointer(const JobConfig& config, const dist::ParallelPlan& plan);
+
+  const std::filesystem::path& folder() const { return manager_.folder(); }
+  // The newest committed step, when checkpoint.enable (the run resumes from it).
+  std::optional<int64_t> resume_step() const { return resume_step_; }
+
+  // Restores `state` from resume_step(): weights, moments, step, tokens seen, data position,
+  // expert biases. Errors name the checkpoint and what does not fit this run.
+  void restore(TrainState& state) const;
+
+  // Saves `state` at its step (atomically; refuses non-finite weights or moments by name).
+  void save(const TrainState& state, const ResolvedJob& job);
+  // The step saved last (or resumed from): a stop by signal does not save it twice.
+  int64_t last_saved_step() const { return last_saved_step_; }
+
+  // Writes <folder>/step-N-hf in checkpoint.export_dtype with the tokenizer files.
+  void export_hf(TrainState& state, const ResolvedJob& job) const;
+
+ private:
+  const JobConfig& config_;
+  const dist::ParallelPlan& plan_;
+  CheckpointManager manager_;
+  std::optional<int64_t> resume_step_;
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace titan::train

@@ -1,0 +1,20 @@
+#include "titan/train/optimizer.h"
+
+namespace titan::train {
+
+AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks)
+    : config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
+  ops::validate(config_);
+  for (auto& b : blocks) {
+    exp_avg_.push_back(Tensor::zeros({b.numel()}, DType::F32));
+    exp_avg_sq_.push_back(Tensor::zeros({b.numel()}, DType::F32));
+  }
+}
+
+void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale) {
+  config_.lr = lr;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    ops::adamw_step(blocks[b].data(), blocks[b].grad(), exp_avg_[b], exp_avg_sq_[b], config_, step, grad_scale);
+}
+
+}  // namespace titan::train

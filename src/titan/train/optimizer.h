@@ -1,0 +1,34 @@
+#pragma once
+// AdamW over the model's flat parameter blocks: one exp_avg and one exp_avg_sq buffer per block
+// (f32, the block's size, zero at start), updated by ops::adamw_step one block at a time.
+#include <cstdint>
+#include <vector>
+
+#include "titan/core/tensor.h"
+#include "titan/nn/param_block.h"
+#include "titan/ops/optim.h"
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+class AdamW {
+ public:
+  // Errors name the optimizer field that breaks torch.optim.AdamW's rules.
+  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks);
+
+  // One step of every block at learning rate `lr`; `step` is 1-based; each gradient element is
+  // multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
+  void step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale);
+
+  // The moments, one buffer per block (checkpoints save and restore them).
+  std::vector<Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  const std::vector<Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
+
+ private:
+  ops::AdamWConfig config_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace titan::train

@@ -1,0 +1,156 @@
+#include "titan/train/startup.h"
+
+#include <omp.h>
+
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/core/check.h"
+#include "titan/data/assets.h"
+#include "titan/kernels/registry.h"
+#include "titan/kernels/substitution.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/train/log.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
+  qwen3::ModelArgs args;
+  if (c.model.name == "hf") {
+    fs::path cfg = fs::path(c.model.hf_assets_path) / "config.json";
+    TITAN_CHECK(fs::exists(cfg), "model.hf_assets_path: '", c.model.hf_assets_path, "' has no config.json");
+    args = qwen3::args_from_hf_config_file(cfg.string());
+  } else {
+    args = qwen3::flavor(c.model.flavor);
+  }
+  for (auto& [k, v] : c.model.overrides) qwen3::apply_override(args, k, v);
+  // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says.
+  if (args.is_moe()) args.output_router_logits = c.training.load_balance == "aux_loss";
+  args.validate();
+  return args;
+}
+
+DType resolve_compute_dtype(const JobConfig& c) {
+  if (c.training.mixed_precision_param == "float32") return DType::F32;
+  const auto& cpu = cpu::cpu_info();
+  if (cpu.avx512_bf16 || cpu.amx_usable) return DType::BF16;
+  say("mixed precision: this CPU has neither AVX512-BF16 nor AMX; computing in float32");
+  return DType::F32;
+}
+
+fs::path resolve_tokenizer(const JobConfig& c) {
+  if (c.model.hf_assets_path.empty()) {
+    fs::path p = data::default_tokenizer_path();
+    TITAN_CHECK(fs::exists(p / "tokenizer.json"), "the default tokenizer '", p.string(),
+                "' is missing (run scripts/setup.sh, or set model.hf_assets_path)");
+    return p;
+  }
+  // A folder the user named must hold the tokenizer: silently falling back to the default one
+  // would train on different token ids than the user's checkpoint expects.
+  fs::path dir = c.model.hf_assets_path;
+  TITAN_CHECK(fs::is_directory(dir), "model.hf_assets_path: '", dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "tokenizer.json"), "model.hf_assets_path: '", dir.string(),
+              "' has no tokenizer.json");
+  return dir;
+}
+
+std::vector<fs::path> resolve_dataset(const JobConfig& c) {
+  if (!c.training.dataset_path.empty()) {
+    TITAN_CHECK(fs::exists(c.training.dataset_path), "training.dataset_path: '", c.training.dataset_path,
+                "' does not exist");
+    return {c.training.dataset_path};
+  }
+  try {
+    return {data::builtin_dataset_path(c.training.dataset)};
+  } catch (const Error& e) {
+    TITAN_FAIL("training.dataset: ", e.what());
+  }
+}
+
+// An HF checkpoint folder must hold weights before anything is built from it.
+void check_hf_weights_present(const fs::path& dir, const char* key) {
+  TITAN_CHECK(fs::is_directory(dir), key, ": '", dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"), key,
+              ": '", dir.string(), "' has no model.safetensors or model.safetensors.index.json");
+}
+
+void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
+  const auto& ck = c.checkpoint;
+  if (!ck.initial_load_path.empty()) {
+    TITAN_CHECK(fs::exists(ck.initial_load_path), "checkpoint.initial_load_path: '", ck.initial_load_path,
+                "' does not exist");
+    if (ck.initial_load_in_hf) {
+      job.initial_hf = ck.initial_load_path;
+    } else {
+      TITAN_CHECK(fs::exists(fs::path(ck.initial_load_path) / "COMMITTED"), "checkpoint.initial_load_path: '",
+                  ck.initial_load_path,
+                  "' is not a committed titan checkpoint (no COMMITTED marker; for a Hugging Face folder set "
+                  "checkpoint.initial_load_in_hf = true)");
+      job.initial_native = ck.initial_load_path;
+    }
+  } else if (ck.initial_load_in_hf) {
+    job.initial_hf = c.model.hf_assets_path;
+  }
+  if (!job.initial_hf.empty())
+    check_hf_weights_present(job.initial_hf,
+                             ck.initial_load_path.empty() ? "model.hf_assets_path" : "checkpoint.initial_load_path");
+}
+
+// The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
+std::string kernel_line(DType dtype) {
+  std::string line;
+  for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding", "linear_cross_entropy",
+                         "router_topk", "moe_experts", "adamw"}) {
+    // The optimizer runs on the f32 master weights whatever the compute dtype.
+    const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
+    if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
+      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, Device::CPU, op_dtype);
+  }
+  return line;
+}
+
+void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType dtype) {
+  if (c.kernels.empty()) return;
+  // Everything is checked before anything is logged or installed.
+  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), Device::CPU, dtype))
+    say("%s", line.c_str());
+  kernels::set_substitutions(c.kernels);
+}
+
+}  // namespace
+
+ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool resuming) {
+  ResolvedJob job;
+  job.args = resolve_model_args(c);
+  job.compute_dtype = resolve_compute_dtype(c);
+  job.tokenizer_path = resolve_tokenizer(c);
+  job.dataset = resolve_dataset(c);
+  if (!resuming) resolve_initial_weights(c, job);
+  job.local_batch_size = c.training.local_batch_size;
+  job.seq_len = c.training.seq_len;
+  job.accumulation_steps =
+      c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
+  return job;
+}
+
+void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
+  const auto& a = job.args;
+  say("titan train: %s", c.job.description.c_str());
+  say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
+      c.model.name == "hf" ? "hf" : "native", c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
+      std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
+      std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
+  say("ranks: %d (data parallel %ld), threads per rank: %d", plan.world_size(), long(plan.dp_size()),
+      omp_get_max_threads());
+  say("device: %s", cpu::cpu_info().summary().c_str());
+  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld", job.dataset[0].string().c_str(),
+      job.tokenizer_path.string().c_str(), long(job.local_batch_size), long(job.seq_len),
+      long(job.accumulation_steps));
+  say("kernels: %s", kernel_line(job.compute_dtype).c_str());
+  install_substitutions(c, a, job.compute_dtype);
+  say("config in effect:\n%s", c.describe().c_str());
+}
+
+}  // namespace titan::train

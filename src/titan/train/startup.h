@@ -1,0 +1,37 @@
+#pragma once
+// The start of a training job: everything that can fail on bad input (model architecture,
+// tokenizer, dataset, weights to start from) is resolved and checked here, before any compute,
+// and the start-up report says what the run is about to do.
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "titan/core/dtype.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+struct ResolvedJob {
+  qwen3::ModelArgs args;
+  DType compute_dtype = DType::F32;
+  std::filesystem::path tokenizer_path;        // folder holding tokenizer.json
+  std::vector<std::filesystem::path> dataset;  // files and folders the loader reads
+  // Where the weights of a fresh (not resumed) run come from: a Hugging Face folder, else a
+  // committed native checkpoint (checkpoint.initial_load_path), else the seeded initialisation.
+  std::filesystem::path initial_hf;
+  std::filesystem::path initial_native;
+  int64_t local_batch_size = 0, seq_len = 0;
+  int64_t accumulation_steps = 1;  // micro-batches per optimizer step
+};
+
+// `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
+// consulted. Errors name the key and the path.
+ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);
+
+// Prints the run's description, model, ranks, device, data, kernels and the config in effect, and
+// installs the [kernels] substitutions (each checked against the model's modules first).
+void start_up_report(const JobConfig& config, const ResolvedJob& job, const dist::ParallelPlan& plan);
+
+}  // namespace titan::train

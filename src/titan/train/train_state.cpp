@@ -1,0 +1,86 @@
+#include "titan/train/train_state.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "titan/models/qwen3/checkpoint_layout.h"
+#include "titan/models/qwen3/state_dict.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/log.h"
+#include "titan/train/metrics.h"
+
+namespace titan::train {
+
+namespace {
+
+qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
+  return mode == "full" ? qwen3::Checkpointing::Full
+         : mode == "selective" ? qwen3::Checkpointing::Selective
+                               : qwen3::Checkpointing::None;
+}
+
+qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job) {
+  qwen3::Qwen3Model model(job.args, job.compute_dtype);
+  model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
+  if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
+  return model;
+}
+
+LrSchedule build_schedule(const JobConfig& c) {
+  LrScheduleConfig sc;
+  sc.lr = c.optimizer.lr;
+  sc.steps = std::max<int64_t>(c.training.steps, 1);
+  sc.warmup_steps = c.lr_scheduler.warmup_steps;
+  if (c.lr_scheduler.decay_ratio >= 0) sc.decay_ratio = c.lr_scheduler.decay_ratio;
+  sc.decay_type = decay_type_from_name(c.lr_scheduler.decay_type);
+  sc.min_lr_factor = c.lr_scheduler.min_lr_factor;
+  LrSchedule schedule(sc);
+  if (!schedule.adjustment().empty()) say("lr_scheduler: %s", schedule.adjustment().c_str());
+  return schedule;
+}
+
+data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
+  data::LoaderConfig lc;
+  lc.paths = job.dataset;
+  lc.text_field = c.training.text_field;
+  lc.seq_len = job.seq_len;
+  lc.local_batch_size = job.local_batch_size;
+  lc.dp_rank = int(plan.dp_rank());
+  lc.dp_size = int(plan.dp_size());
+  return lc;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
+                       const dist::ParallelPlan& plan)
+    : model(build_model(c, job)),
+      optimizer(c.optimizer, model.blocks()),
+      schedule(build_schedule(c)),
+      loader(loader_config(c, job, plan), tokenizer) {}
+
+void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
+  if (!job.initial_hf.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      Progress progress("loading Hugging Face weights from " + job.initial_hf.string(), bytes_under(job.initial_hf));
+      qwen3::load_hf_weights(state.model, job.initial_hf);
+    }
+    say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
+  } else if (!job.initial_native.empty()) {
+    LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native);
+    qwen3::restore_parameters(ck.model, state.model);
+    say("loaded native weights from %s (step %ld); optimizer and step start fresh", ck.dir.string().c_str(),
+        long(ck.step));
+  } else {
+    state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan" ? qwen3::InitScheme::Torchtitan
+                                                                                  : qwen3::InitScheme::HuggingFace);
+    say("initialized weights from seed %ld (%s scheme)", long(c.training.seed), c.model.init.c_str());
+  }
+}
+
+}  // namespace titan::train

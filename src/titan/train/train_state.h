@@ -1,0 +1,39 @@
+#pragma once
+// Everything a training run carries from one step to the next, and that a checkpoint saves: the
+// model (f32 master weights in flat blocks, MoE expert biases), the optimizer's moments, the LR
+// schedule, the data loader's position, the step counter and the tokens seen.
+#include <cstdint>
+
+#include "titan/data/loader.h"
+#include "titan/data/tokenizer.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/train/job_config.h"
+#include "titan/train/lr_schedule.h"
+#include "titan/train/optimizer.h"
+#include "titan/train/startup.h"
+
+namespace titan::train {
+
+struct TrainState {
+  // A fresh state: zero moments, step 0, the loader at the start of the data; the weights are
+  // not initialised yet (start_weights or a checkpoint restore does that). `tokenizer` must
+  // outlive the state.
+  TrainState(const JobConfig& config, const ResolvedJob& job, const data::Tokenizer& tokenizer,
+             const dist::ParallelPlan& plan);
+  TrainState(const TrainState&) = delete;
+  TrainState& operator=(const TrainState&) = delete;
+
+  qwen3::Qwen3Model model;
+  AdamW optimizer;
+  LrSchedule schedule;
+  data::TokenLoader loader;
+  int64_t step = 0;         // optimizer steps taken
+  int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
+};
+
+// The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;
+// optimizer and step start fresh) or the seeded initialisation. Logs which.
+void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job);
+
+}  // namespace titan::train

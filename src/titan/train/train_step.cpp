@@ -1,0 +1,60 @@
+#include "titan/train/train_step.h"
+
+#include <cmath>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/ops/elementwise.h"
+#include "titan/ops/optim.h"
+
+namespace titan::train {
+
+TrainStep::TrainStep(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan)
+    : plan_(plan),
+      batch_(job.local_batch_size),
+      seq_len_(job.seq_len),
+      accumulation_(job.accumulation_steps),
+      max_norm_(c.training.max_norm),
+      expert_bias_coeff_(c.training.load_balance_coeff) {}
+
+StepResult TrainStep::run(TrainState& s) const {
+  auto& model = s.model;
+  const int64_t step = ++s.step;
+  model.zero_grad();
+  plan_.gather_parameters(model.blocks());
+  double loss_sum = 0, aux_sum = 0;
+  for (int64_t micro = 0; micro < accumulation_; ++micro) {
+    data::Batch batch = s.loader.next();
+    TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
+    Tensor ids = Tensor::from_vector(batch.inputs, {batch_, seq_len_});
+    Tensor targets = Tensor::from_vector(batch.labels, {batch_, seq_len_});
+    qwen3::LossOutput out = model.forward_loss(ids, targets);
+    double l = out.loss.item();
+    TITAN_CHECK(std::isfinite(l), "step ", step, ": the loss is not finite (", l,
+                "); stopping before the optimizer step (no checkpoint written)");
+    loss_sum += l;
+    if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();
+    autograd::backward(accumulation_ == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation_)));
+  }
+  plan_.reduce_gradients(model.blocks());
+
+  double norm_sq = 0;
+  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.grad());
+  const double grad_norm = std::sqrt(plan_.all_reduce_grad_norm_sq(norm_sq));
+  TITAN_CHECK(std::isfinite(grad_norm), "step ", step, ": the gradient norm is not finite (", grad_norm,
+              "); stopping before the optimizer step (no checkpoint written)");
+  StepResult r;
+  r.lr = s.schedule.lr(step - 1);
+  // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
+  s.optimizer.step(model.blocks(), r.lr, step, ops::clip_coefficient(max_norm_, grad_norm));
+  model.update_expert_bias(model.last_expert_counts(), expert_bias_coeff_);
+
+  r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
+  s.tokens_seen += r.tokens;
+  r.loss = loss_sum / double(accumulation_);
+  r.aux_loss = model.args().is_moe() ? aux_sum / double(accumulation_) : -1;
+  r.grad_norm = grad_norm;
+  return r;
+}
+
+}  // namespace titan::train
