@@ -246,6 +246,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   say("kernels: %s", kernel_line.c_str());
   install_substitutions(cfg, args, dtype);
   say("config in effect:\n%s", cfg.describe().c_str());
+  for (const auto& note : cfg.notes) say("config: %s", note.c_str());
 
   // ---- model, optimizer, schedule, data
   qwen3::Qwen3Model model(args, dtype);
@@ -261,7 +262,8 @@ TrainSummary run_training(const JobConfig& cfg) {
   }
   LrScheduleConfig sched_cfg;
   sched_cfg.lr = cfg.optimizer.lr;
-  sched_cfg.steps = std::max<int64_t>(cfg.training.steps, 1);
+  sched_cfg.steps = std::max<int64_t>(cfg.lr_scheduler.total_steps == -1 ? cfg.training.steps
+                                                                         : cfg.lr_scheduler.total_steps, 1);
   sched_cfg.warmup_steps = cfg.lr_scheduler.warmup_steps;
   if (cfg.lr_scheduler.decay_ratio >= 0) sched_cfg.decay_ratio = cfg.lr_scheduler.decay_ratio;
   sched_cfg.decay_type = decay_type_from_name(cfg.lr_scheduler.decay_type);
