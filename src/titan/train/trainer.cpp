@@ -118,8 +118,13 @@ bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
 
 std::vector<fs::path> resolve_dataset(const JobConfig& c) {
   if (!c.training.dataset_path.empty()) {
-    TITAN_CHECK(fs::exists(c.training.dataset_path), "training.dataset_path: '", c.training.dataset_path,
-                "' does not exist");
+    // A file, a folder of shards, or a glob ("shards/part-*.jsonl.gz"): listing it now reports a
+    // missing path or an empty match before anything else is loaded.
+    try {
+      data::list_dataset_files({c.training.dataset_path});
+    } catch (const Error& e) {
+      TITAN_FAIL("training.dataset_path: ", e.what());
+    }
     return {c.training.dataset_path};
   }
   try {
