@@ -3,3 +3,5 @@
 add_dependencies(trainer_test titan_cli)
 # job_config_test runs one torchtitan-layout job file through the binary (its start-up notes).
 add_dependencies(job_config_test titan_cli)
+# report_test trains two tiny runs through the binary, then reports them.
+add_dependencies(report_test titan_cli)

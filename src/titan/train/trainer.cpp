@@ -17,6 +17,7 @@
 #include "titan/data/assets.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/io/atomic_file.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
@@ -364,6 +365,15 @@ TrainSummary run_training(const JobConfig& cfg) {
 
   // ---- the loop
   MetricsLogger metrics(dump, cfg.metrics.enable_tensorboard, rank == 0);
+  if (rank == 0) {
+    // What `titan report` shows beside the curves: the run's config in effect and where it ran.
+    nlohmann::json info = {{"description", cfg.job.description},
+                           {"config_in_effect", cfg.describe()},
+                           {"config_notes", cfg.notes},
+                           {"device", cpu.summary()},
+                           {"versions", {{"compiler", __VERSION__}, {"c++", __cplusplus}}}};
+    io::write_file_atomic(dump / "run_info.json", info.dump(2) + "\n");
+  }
   const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops : cpu.peak_flops(dtype) / 1e12;
   const double flops_per_token = args.flops_per_token(S);
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
