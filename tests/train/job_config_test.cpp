@@ -404,7 +404,9 @@ void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const
     ASSERT_NE(k, nullptr) << file << ": " << key << " is not a torchtitan key";
     if (k->use == TorchtitanUse::Native) {
       const bool float16_note = key == "checkpoint.export_dtype" && c.checkpoint.export_dtype == "float16";
-      if (!float16_note) EXPECT_EQ(note_of(c, key), "") << key;
+      if (!float16_note) {
+        EXPECT_EQ(note_of(c, key), "") << key;
+      }
     } else {
       ++foreign;
       EXPECT_NE(note_of(c, key), "") << "no start-up note for " << key;
