@@ -214,6 +214,23 @@ TEST(Dataset, GlobsAndFoldersOfShards) {
             std::vector<std::string>({want[5], want[6], want[7], want[8], want[9], want[15], want[16], want[17],
                                       want[18], want[19]}));
   EXPECT_EQ(read_all({{dir}}), want);  // a folder: .gz shards found, other names skipped
+  // allenai/c4's layout, which torchtitan's c4 dataset_path points at: JSON Lines in .json.gz
+  // shards, train and validation side by side; a glob picks the training shards.
+  std::vector<std::string> c4;
+  for (const char* split : {"train", "validation"})
+    for (int shard = 0; shard < 2; ++shard) {
+      std::string lines;
+      for (int i = 0; i < 3; ++i) {
+        json doc = {{"text", std::string(split) + " " + std::to_string(shard) + "." + std::to_string(i)},
+                    {"timestamp", "2019-04-25T12:57:54Z"}, {"url", "https://example.org/" + std::to_string(i)}};
+        if (std::string(split) == "train") c4.push_back(doc["text"]);
+        lines += doc.dump() + "\n";
+      }
+      write_file(dir / "c4" / "en" / ("c4-" + std::string(split) + ".0000" + std::to_string(shard) + "-of-00002.json.gz"),
+                 gzip_bytes(lines));
+    }
+  EXPECT_EQ(read_all({{dir / "c4" / "en" / "c4-train.*.json.gz"}}), c4);
+
   std::string e = error_of({{dir / "shard-*.jsonl.gz"}});
   EXPECT_NE(e.find("shard-*.jsonl.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("matches no file"), std::string::npos) << e;
