@@ -45,8 +45,10 @@ void train_tiny(const fs::path& dump, const std::string& lr) {
 // Headless Chromium's command line: no network, no profile reuse, logs (console messages
 // included) on stderr.
 std::string chromium_command(const fs::path& chromium, const fs::path& profile) {
-  return chromium.string() +
-         " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
+  // `timeout`: a browser that hangs fails the test instead of stalling the suite.
+  return "timeout 120 " + chromium.string() +
+         " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run"
+         " --disable-background-networking"
          " --disable-component-update --disable-sync --user-data-dir=" + profile.string() +
          " --enable-logging=stderr --v=0";
 }
