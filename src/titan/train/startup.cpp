@@ -5,6 +5,7 @@
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/dataset.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
@@ -58,8 +59,13 @@ fs::path resolve_tokenizer(const JobConfig& c) {
 
 std::vector<fs::path> resolve_dataset(const JobConfig& c) {
   if (!c.training.dataset_path.empty()) {
-    TITAN_CHECK(fs::exists(c.training.dataset_path), "training.dataset_path: '", c.training.dataset_path,
-                "' does not exist");
+    // A file, a folder of shards, or a glob ("shards/part-*.jsonl.gz"): listing it now reports a
+    // missing path or an empty match before anything else is loaded.
+    try {
+      data::list_dataset_files({c.training.dataset_path});
+    } catch (const Error& e) {
+      TITAN_FAIL("training.dataset_path: ", e.what());
+    }
     return {c.training.dataset_path};
   }
   try {
@@ -151,6 +157,7 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("kernels: %s", kernel_line(job.compute_dtype).c_str());
   install_substitutions(c, a, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
+  for (const auto& note : c.notes) say("config: %s", note.c_str());
 }
 
 }  // namespace titan::train

@@ -29,7 +29,7 @@ qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job) {
 LrSchedule build_schedule(const JobConfig& c) {
   LrScheduleConfig sc;
   sc.lr = c.optimizer.lr;
-  sc.steps = std::max<int64_t>(c.training.steps, 1);
+  sc.steps = std::max<int64_t>(c.lr_scheduler.total_steps == -1 ? c.training.steps : c.lr_scheduler.total_steps, 1);
   sc.warmup_steps = c.lr_scheduler.warmup_steps;
   if (c.lr_scheduler.decay_ratio >= 0) sc.decay_ratio = c.lr_scheduler.decay_ratio;
   sc.decay_type = decay_type_from_name(c.lr_scheduler.decay_type);
