@@ -15,8 +15,6 @@ namespace titan::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   qwen3::ModelArgs args;
   if (c.model.name == "hf") {
@@ -40,6 +38,8 @@ DType resolve_compute_dtype(const JobConfig& c) {
   say("mixed precision: this CPU has neither AVX512-BF16 nor AMX; computing in float32");
   return DType::F32;
 }
+
+namespace {
 
 fs::path resolve_tokenizer(const JobConfig& c) {
   if (c.model.hf_assets_path.empty()) {

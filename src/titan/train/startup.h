@@ -26,6 +26,11 @@ struct ResolvedJob {
   int64_t accumulation_steps = 1;  // micro-batches per optimizer step
 };
 
+// The architecture the config describes (flavor or config.json, with [model] overrides), validated.
+qwen3::ModelArgs resolve_model_args(const JobConfig& config);
+// The compute dtype: training.mixed_precision_param, f32 where this CPU has no bf16 arithmetic.
+DType resolve_compute_dtype(const JobConfig& config);
+
 // `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
 // consulted. Errors name the key and the path.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);
