@@ -571,3 +571,13 @@ TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {
 }
 
 }  // namespace
+
+TEST(JobConfig, DeviceKeyNamesWhatItCannotDo) {
+  // job.device takes cpu or cuda; checkpoints of a device run are refused by name until the
+  // checkpoint layout stages through the host.
+  EXPECT_EQ(parse("", {{"job.device", "cuda"}}).job.device, "cuda");
+  EXPECT_NE(parse_error("", {{"job.device", "tpu"}}).find("job.device must be one of cpu, cuda"), std::string::npos);
+  EXPECT_NE(validate_error("[job]\ndevice = \"cuda\"\n[checkpoint]\nenable = true\n").find("checkpoint.enable"),
+            std::string::npos);
+  EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n"), "");
+}

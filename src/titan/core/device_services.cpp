@@ -4,6 +4,7 @@
 #include <cstring>
 #include <malloc.h>
 #include <mutex>
+#include <unistd.h>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -48,6 +49,9 @@ class CpuServices final : public DeviceServices {
     mallopt(M_TRIM_THRESHOLD, -1);
   }
   Device device() const override { return Device::CPU; }
+  int64_t capacity_bytes() const override {
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  }
 
   void copy_from_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }
   void copy_to_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }

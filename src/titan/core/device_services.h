@@ -41,6 +41,13 @@ class DeviceServices {
   virtual Device device() const = 0;
   // Empty when usable, else why not ("no CUDA device found", "built without CUDA").
   virtual std::string unavailable_reason() const { return ""; }
+  // One line for logs: "cpu", "NVIDIA H200, sm_90, 139.8 GiB", ...
+  virtual std::string description() const { return std::string(device_name(device())); }
+  // Memory the device has in all (the metrics line's percentage); 0 when it has no such bound.
+  virtual int64_t capacity_bytes() const { return 0; }
+  // Dense peak of the device's matrix units for `dtype` in FLOP/s (the MFU denominator) and where
+  // the figure comes from; 0 when the backend does not know it (metrics.peak_tflops then decides).
+  virtual double peak_flops(DType dtype) const { return 0; }
 
   // Memory. allocate(0) returns a valid, unique pointer; deallocate takes the same byte count.
   void* allocate(size_t nbytes);

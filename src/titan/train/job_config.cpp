@@ -40,6 +40,7 @@ std::vector<Field> schema(JobConfig& c) {
   return {
       {"job.dump_folder", K::Str, &c.job.dump_folder, {}},
       {"job.description", K::Str, &c.job.description, {}},
+      {"job.device", K::Str, &c.job.device, {"cpu", "cuda"}},
       {"model.name", K::Str, &c.model.name, {"qwen3", "hf"}},
       {"model.flavor", K::Str, &c.model.flavor, {}},
       {"model.hf_assets_path", K::Str, &c.model.hf_assets_path, {}},
@@ -381,6 +382,10 @@ void JobConfig::validate(int world_size) const {
   TITAN_CHECK(lr_scheduler.total_steps == -1 || lr_scheduler.total_steps >= training.steps,
               "lr_scheduler.total_steps (", lr_scheduler.total_steps, ") must be -1 or at least training.steps (",
               training.steps, "): the schedule is not extrapolated past its end");
+  // The checkpoint layout and the native exports read parameters and moments from host memory.
+  TITAN_CHECK(job.device == "cpu" || (!checkpoint.enable && !checkpoint.last_save_in_hf),
+              "job.device = \"", job.device, "\": checkpoint.enable and checkpoint.last_save_in_hf are not supported "
+              "on this device yet (checkpoints are written from host memory); train with them off");
   positive(metrics.log_freq, "metrics.log_freq");
   positive(checkpoint.interval, "checkpoint.interval");
   TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,

@@ -17,6 +17,7 @@ namespace titan::train {
 struct JobSection {
   std::string dump_folder = "./outputs";
   std::string description = "";
+  std::string device = "cpu";  // cpu | cuda: where parameters, gradients, optimizer state and activations live
 };
 
 struct ModelSection {

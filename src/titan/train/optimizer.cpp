@@ -6,8 +6,8 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
     : config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
   ops::validate(config_);
   for (auto& b : blocks) {
-    exp_avg_.push_back(Tensor::zeros({b.numel()}, DType::F32));
-    exp_avg_sq_.push_back(Tensor::zeros({b.numel()}, DType::F32));
+    exp_avg_.push_back(Tensor::zeros({b.numel()}, DType::F32, b.data().device()));
+    exp_avg_sq_.push_back(Tensor::zeros({b.numel()}, DType::F32, b.data().device()));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
 #include "titan/kernels/registry.h"
@@ -31,8 +32,20 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   return args;
 }
 
+Device resolve_device(const JobConfig& c) {
+  if (c.job.device == "cpu") return Device::CPU;
+  TITAN_CHECK(c.job.device == "cuda", "job.device = \"", c.job.device, "\" must be \"cpu\" or \"cuda\"");
+  try {
+    device_services(Device::CUDA);
+  } catch (const Error& e) {
+    TITAN_FAIL("job.device = \"cuda\": ", e.what());
+  }
+  return Device::CUDA;
+}
+
 DType resolve_compute_dtype(const JobConfig& c) {
   if (c.training.mixed_precision_param == "float32") return DType::F32;
+  if (c.job.device == "cuda") return DType::BF16;  // tensor cores
   const auto& cpu = cpu::cpu_info();
   if (cpu.avx512_bf16 || cpu.amx_usable) return DType::BF16;
   say("mixed precision: this CPU has neither AVX512-BF16 nor AMX; computing in float32");
@@ -105,22 +118,22 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
-std::string kernel_line(DType dtype) {
+std::string kernel_line(Device device, DType dtype) {
   std::string line;
   for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding", "linear_cross_entropy",
                          "router_topk", "moe_experts", "adamw"}) {
     // The optimizer runs on the f32 master weights whatever the compute dtype.
     const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
     if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
-      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, Device::CPU, op_dtype);
+      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, device, op_dtype);
   }
   return line;
 }
 
-void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType dtype) {
+void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device device, DType dtype) {
   if (c.kernels.empty()) return;
   // Everything is checked before anything is logged or installed.
-  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), Device::CPU, dtype))
+  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), device, dtype))
     say("%s", line.c_str());
   kernels::set_substitutions(c.kernels);
 }
@@ -130,6 +143,7 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType 
 ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool resuming) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
+  job.device = resolve_device(c);
   job.compute_dtype = resolve_compute_dtype(c);
   job.tokenizer_path = resolve_tokenizer(c);
   job.dataset = resolve_dataset(c);
@@ -150,12 +164,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
   say("ranks: %d (data parallel %ld), threads per rank: %d", plan.world_size(), long(plan.dp_size()),
       omp_get_max_threads());
-  say("device: %s", cpu::cpu_info().summary().c_str());
+  say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
+                                              : device_services(job.device).description().c_str());
   say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld", job.dataset[0].string().c_str(),
       job.tokenizer_path.string().c_str(), long(job.local_batch_size), long(job.seq_len),
       long(job.accumulation_steps));
-  say("kernels: %s", kernel_line(job.compute_dtype).c_str());
-  install_substitutions(c, a, job.compute_dtype);
+  say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
+  install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
   for (const auto& note : c.notes) say("config: %s", note.c_str());
 }

@@ -20,7 +20,7 @@ qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
 }
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job) {
-  qwen3::Qwen3Model model(job.args, job.compute_dtype);
+  qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device);
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
   return model;

@@ -26,8 +26,8 @@ StepResult TrainStep::run(TrainState& s) const {
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
     data::Batch batch = s.loader.next();
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
-    Tensor ids = Tensor::from_vector(batch.inputs, {batch_, seq_len_});
-    Tensor targets = Tensor::from_vector(batch.labels, {batch_, seq_len_});
+    Tensor ids = Tensor::from_vector(batch.inputs, {batch_, seq_len_}).to(model.device());
+    Tensor targets = Tensor::from_vector(batch.labels, {batch_, seq_len_}).to(model.device());
     qwen3::LossOutput out = model.forward_loss(ids, targets);
     double l = out.loss.item();
     TITAN_CHECK(std::isfinite(l), "step ", step, ": the loss is not finite (", l,
