@@ -17,9 +17,11 @@
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/mfu_peak.h"
 #include "titan/train/startup.h"
 #include "titan/train/train_state.h"
 #include "titan/train/train_step.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -88,15 +90,14 @@ TrainSummary run_training(const JobConfig& cfg) {
                            {"config_in_effect", cfg.describe()},
                            {"config_notes", cfg.notes},
                            {"device", cpu::cpu_info().summary()},
-                           {"versions", {{"compiler", __VERSION__}, {"c++", __cplusplus}}}};
+                           {"versions", versions_json(collect_versions())}};
     io::write_file_atomic(std::filesystem::path(cfg.job.dump_folder) / "run_info.json", info.dump(2) + "\n");
   }
-  const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops
-                                                         : cpu::cpu_info().peak_flops(job.compute_dtype) / 1e12;
+  const MfuPeak peak = mfu_peak(cfg.metrics.peak_tflops, job.compute_dtype);
+  const double peak_tflops = peak.tflops;
   const double flops_per_token = job.args.flops_per_token(job.seq_len);
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
-      "peak %.2f TFLOP/s (%s)", flops_per_token, peak_tflops,
-      cfg.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "detected");
+      "peak %.3g TFLOP/s = %s", flops_per_token, peak_tflops, peak.source.c_str());
   StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops);
   const TrainStep train_step(cfg, job, plan);
 
