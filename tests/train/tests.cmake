@@ -6,3 +6,4 @@ add_dependencies(job_config_test titan_cli)
 # report_test trains two tiny runs through the binary, then reports them.
 add_dependencies(report_test titan_cli)
 add_dependencies(versions_test titan_cli)
+add_dependencies(validation_test titan_cli)

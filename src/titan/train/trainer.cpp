@@ -5,7 +5,9 @@
 #include <csignal>
 #include <filesystem>
 #include <cstdio>
+#include <functional>
 #include <omp.h>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,7 @@
 #include "titan/train/startup.h"
 #include "titan/train/train_state.h"
 #include "titan/train/train_step.h"
+#include "titan/train/validation.h"
 #include "titan/train/versions.h"
 
 namespace titan::train {
@@ -75,7 +78,11 @@ TrainSummary run_training(const JobConfig& cfg) {
   data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
+  std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
+  if (cfg.validation.enable)
+    validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), int(plan.dp_rank()), int(plan.dp_size()));
   start_up_report(cfg, job, plan);
+  if (validator) say("%s", validator->describe().c_str());
 
   // ---- the state: built, then restored from the newest checkpoint or given its first weights
   TrainState state(cfg, job, tokenizer, plan);
@@ -118,7 +125,9 @@ TrainSummary run_training(const JobConfig& cfg) {
     }
     meter.begin_step();
     const StepResult r = train_step.run(state);
-    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size());
+    std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
+    if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model).loss; };
+    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
     if (cfg.checkpoint.enable && (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps))
