@@ -98,4 +98,29 @@ std::optional<std::string> ArgParser::get_optional(const std::string& name) cons
 
 bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }
 
+JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own) {
+  JobArgs r;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      r.help = true;
+      return r;
+    }
+    TITAN_CHECK(a.rfind("--", 0) == 0, "titan ", command, ": unexpected argument '", a, "' (options start with --)");
+    std::string key = a.substr(2), value;
+    if (auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else {
+      TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
+      value = argv[++i];
+    }
+    if (key == "config") r.config = value;
+    else if (std::find(own.begin(), own.end(), key) != own.end()) r.own[key] = value;
+    else r.overrides.emplace_back(key, value);
+  }
+  TITAN_CHECK(!r.config.empty(), "titan ", command, ": --config FILE.toml is required (see configs/)");
+  return r;
+}
+
 }  // namespace titan::cli

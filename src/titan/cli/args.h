@@ -38,5 +38,15 @@ class ArgParser {
   std::vector<std::string> positional_;
 };
 
+// The arguments of the job-config commands (train, check): `--config FILE.toml`, the command's own
+// options (`own`, each taking a value), and every other `--section.key=value` (or `--section.key
+// value`) as a config override, in order. `help` is set by --help / -h.
+struct JobArgs {
+  std::string config;
+  std::map<std::string, std::string> own;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  bool help = false;
+};
+JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own = {});
 
 }  // namespace titan::cli
