@@ -88,7 +88,9 @@ TEST(Versions, LibraryEntriesMatchTheLibrariesOwnHeadersAndPrograms) {
   const auto& cpu = cpu::cpu_info();
   EXPECT_NE(j["CPU"].get<std::string>().find(cpu.brand.empty() ? cpu.vendor : cpu.brand), std::string::npos);
   EXPECT_EQ(j["ISA"], cpu.isa());
-  if (cpu.avx512_bf16) EXPECT_NE(j["ISA"].get<std::string>().find("avx512_bf16"), std::string::npos);
+  if (cpu.avx512_bf16) {
+    EXPECT_NE(j["ISA"].get<std::string>().find("avx512_bf16"), std::string::npos);
+  }
   const std::string compiler = j["compiler"];
   EXPECT_TRUE(compiler.rfind("GCC ", 0) == 0 || compiler.rfind("clang ", 0) == 0) << compiler;
 }
