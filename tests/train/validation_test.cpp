@@ -79,7 +79,8 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
   data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
   qwen3::Qwen3Model model(model_args(cfg), DType::F32);
   model.initialize(7);
-  Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), 0, 1);
+  const dist::ParallelPlan one_process;
+  Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   EXPECT_TRUE(validator.due(1));
   EXPECT_FALSE(validator.due(2));
   EXPECT_TRUE(validator.due(cfg.validation.freq));
@@ -151,15 +152,16 @@ TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {
   // Held-out data that is also training data is refused, by file or by a folder holding it.
   data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
   const auto training_files = data::list_dataset_files({train_file().parent_path()});
+  const dist::ParallelPlan one_process;
   for (const fs::path& p : {train_file(), data::assets_dir() / "datasets"}) {
     JobConfig c = tiny_config(tt::temp_dir("validation_overlap"),
                               {{"validation.enable", "true"}, {"validation.dataset_path", p.string()}});
-    std::string err = error_of([&] { Validator(c, tok, training_files, 0, 1); });
+    std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
     EXPECT_NE(err.find("validation.dataset_path"), std::string::npos) << err;
     EXPECT_NE(err.find("also training data"), std::string::npos) << err;
   }
   JobConfig c = tiny_config(tt::temp_dir("validation_bad_name"), {{"validation.dataset", "c4_validation"}});
-  std::string err = error_of([&] { Validator(c, tok, training_files, 0, 1); });
+  std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
   EXPECT_NE(err.find("validation.dataset"), std::string::npos) << err;
   EXPECT_NE(err.find("c4_validation"), std::string::npos) << err;
 }

@@ -80,7 +80,7 @@ TrainSummary run_training(const JobConfig& cfg) {
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
   std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
   if (cfg.validation.enable)
-    validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), int(plan.dp_rank()), int(plan.dp_size()));
+    validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
   start_up_report(cfg, job, plan);
   if (validator) say("%s", validator->describe().c_str());
 

@@ -35,16 +35,16 @@ fs::path canonical_or_self(const fs::path& p) {
 }  // namespace
 
 Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
-                     const std::vector<fs::path>& training_files, int dp_rank, int dp_size)
-    : tokenizer_(tokenizer), freq_(cfg.validation.freq), steps_(cfg.validation.steps) {
+                     const std::vector<fs::path>& training_files, const dist::ParallelPlan& plan)
+    : tokenizer_(tokenizer), plan_(plan), freq_(cfg.validation.freq), steps_(cfg.validation.steps) {
   const ValidationSection& v = cfg.validation;
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
   loader_config_.paths = {resolve_held_out(v)};
   loader_config_.text_field = cfg.training.text_field;
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
   loader_config_.local_batch_size = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
-  loader_config_.dp_rank = dp_rank;
-  loader_config_.dp_size = dp_size;
+  loader_config_.dp_rank = int(plan.dp_rank());
+  loader_config_.dp_size = int(plan.dp_size());
   loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
 
   // A held-out loss on documents the model trains on measures memorisation, not generalisation.
@@ -58,6 +58,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
 
 ValidationResult Validator::run(qwen3::Qwen3Model& model) const {
   autograd::NoGradGuard no_grad;
+  plan_.gather_parameters(model.blocks());
   // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
   data::TokenLoader loader(loader_config_, tokenizer_);
   const int64_t B = loader_config_.local_batch_size, S = loader_config_.seq_len;
@@ -73,14 +74,15 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model) const {
   }
   TITAN_CHECK(tokens > 0, "validation: '", loader_config_.paths[0].string(), "' holds fewer tokens than one batch of ",
               B, " x ", S, " (+1) for data-parallel rank ", loader_config_.dp_rank, " of ", loader_config_.dp_size);
-  // Each data-parallel rank evaluates its own share of the held-out documents; the mean over all of
-  // them is sum(ce_sum) / sum(tokens) over the ranks: with several ranks, sum both here (all-reduce)
-  // before dividing. A run has one rank today.
+  // Each data-parallel rank evaluated its own share of the held-out documents: the mean over all of
+  // them is the sum of the cross-entropies over the sum of the token counts.
+  double sums[2] = {ce_sum, double(tokens)};
+  plan_.all_reduce_sum(sums);
   ValidationResult r;
-  r.loss = ce_sum / double(tokens);
+  r.loss = sums[0] / sums[1];
   r.perplexity = std::exp(r.loss);
   r.batches = batches;
-  r.tokens = tokens;
+  r.tokens = int64_t(sums[1]);
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "titan/data/loader.h"
+#include "titan/dist/parallel_plan.h"
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/job_config.h"
@@ -32,9 +33,10 @@ struct ValidationResult {
 class Validator {
  public:
   // Resolves and checks the held-out data: it must exist and share no file with `training_files`
-  // (the files the training loader reads). `tokenizer` must outlive the validator.
+  // (the files the training loader reads). Each data-parallel rank of `plan` evaluates its share of
+  // the documents. `tokenizer` and `plan` must outlive the validator.
   Validator(const JobConfig& config, const data::Tokenizer& tokenizer,
-            const std::vector<std::filesystem::path>& training_files, int dp_rank, int dp_size);
+            const std::vector<std::filesystem::path>& training_files, const dist::ParallelPlan& plan);
 
   bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
   // Evaluates `model` on the held-out batches (no gradients, no change to the model).
@@ -45,6 +47,7 @@ class Validator {
  private:
   data::LoaderConfig loader_config_;
   const data::Tokenizer& tokenizer_;
+  const dist::ParallelPlan& plan_;
   int64_t freq_, steps_;
 };
 
