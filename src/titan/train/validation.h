@@ -41,7 +41,7 @@ class Validator {
   bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
   // Evaluates `model` on the held-out batches (no gradients, no change to the model).
   ValidationResult run(qwen3::Qwen3Model& model) const;
-  // "validation: every 10 steps, 8 batches of 2 x 512 from <path>" for the start-up log.
+  // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens from <path>" (start-up log).
   std::string describe() const;
 
  private:
