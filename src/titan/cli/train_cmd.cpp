@@ -1,18 +1,24 @@
 // titan train --config FILE.toml [--section.key=value | --section.key value ...]
+#include <cstdio>
+
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
+#include "titan/core/check.h"
 #include "titan/train/trainer.h"
 
 namespace titan::cli {
 namespace {
 
 int train_main(int argc, char** argv) {
-  auto job = parse_job_args(argc, argv, "train",
-                            "usage: titan train --config FILE.toml [--section.key=value ...]\n"
-                            "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
-                            "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
-  if (!job) return 0;
-  train::JobConfig cfg = train::load_job_config(job->config_path, job->overrides);
+  JobArgs a = parse_job_args("train", argc, argv);
+  if (a.help) {
+    std::printf(
+        "usage: titan train --config FILE.toml [--section.key=value ...]\n"
+        "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
+        "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
+    return 0;
+  }
+  train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
   train::run_training(cfg);

@@ -11,5 +11,6 @@ std::string ParallelPlan::describe() const {
 void ParallelPlan::gather_parameters(std::vector<nn::ParamBlock>&) const {}
 void ParallelPlan::reduce_gradients(std::vector<nn::ParamBlock>&) const {}
 double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const { return local_sum_sq; }
+void ParallelPlan::all_reduce_sum(std::span<double>) const {}
 
 }  // namespace titan::dist

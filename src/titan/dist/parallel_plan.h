@@ -7,10 +7,13 @@
 //   reduce_gradients        after the backward of the last micro-batch: FSDP reduce-scatters each
 //                           block's gradient (each rank keeps the sum of its shard), DDP all-reduces;
 //   all_reduce_grad_norm_sq the squared gradient norm of this rank's part -> the global one, so
-//                           every rank clips by the same coefficient.
+//                           every rank clips by the same coefficient;
+//   all_reduce_sum          sums of this rank's share of the data -> their sums over the data-parallel
+//                           ranks (the held-out loss of [validation]: cross-entropy and token count).
 // The engine runs one process today (world size 1): every point is the identity, and a mesh of more
 // than one rank is refused by JobConfig::validate.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,7 @@ class ParallelPlan {
   void gather_parameters(std::vector<nn::ParamBlock>& blocks) const;
   void reduce_gradients(std::vector<nn::ParamBlock>& blocks) const;
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
+  void all_reduce_sum(std::span<double> values) const;
 
  private:
   int world_size_ = 1, rank_ = 0;

@@ -8,6 +8,7 @@
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -84,6 +85,7 @@ void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()}, {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree}, {"ep", c.parallelism.expert_parallel_degree}};
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
+  ts["versions"] = versions_json(collect_versions());
   manager_.save(s.step, model_t, opt_t, ts);
   last_saved_step_ = s.step;
   say("checkpoint: saved %s in %.1f s", manager_.step_dir(s.step).string().c_str(), seconds_since(t0));

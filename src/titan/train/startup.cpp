@@ -11,6 +11,7 @@
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/log.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -158,6 +159,7 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
   const auto& a = job.args;
   say("titan train: %s", c.job.description.c_str());
+  say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
       c.model.name == "hf" ? "hf" : "native", c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
