@@ -73,6 +73,7 @@ std::vector<Field> schema(JobConfig& c) {
       {"checkpoint.initial_load_path", K::Str, &c.checkpoint.initial_load_path, {}},
       {"checkpoint.initial_load_in_hf", K::Bool, &c.checkpoint.initial_load_in_hf, {}},
       {"checkpoint.last_save_in_hf", K::Bool, &c.checkpoint.last_save_in_hf, {}},
+      {"checkpoint.restart_data_stream", K::Bool, &c.checkpoint.restart_data_stream, {}},
       {"checkpoint.export_dtype", K::Str, &c.checkpoint.export_dtype, {"float32", "bfloat16"}},
       {"activation_checkpoint.mode", K::Str, &c.activation_checkpoint.mode, {"none", "selective", "full"}},
       {"metrics.log_freq", K::Int, &c.metrics.log_freq, {}},

@@ -63,6 +63,7 @@ struct CheckpointSection {
   std::string initial_load_path = "";
   bool initial_load_in_hf = false;
   bool last_save_in_hf = false;
+  bool restart_data_stream = false;      // on resume, start the data from its beginning (e.g. a new dataset)
   std::string export_dtype = "float32";  // float32 | bfloat16
 };
 

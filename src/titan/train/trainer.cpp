@@ -15,6 +15,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/data_identity.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/kernels/registry.h"
@@ -27,6 +28,7 @@
 #include "titan/train/lr_schedule.h"
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
+#include "titan/train/resume_guard.h"
 
 namespace titan::train {
 
@@ -280,11 +282,13 @@ TrainSummary run_training(const JobConfig& cfg) {
   lc.dp_rank = rank;
   lc.dp_size = int(dp);
   data::TokenLoader loader(lc, tokenizer);
+  const nlohmann::json data_identity = data::dataset_identity(loader.files());
 
   int64_t step = 0, tokens_seen = 0;
   if (resume_step) {
     auto t0 = Clock::now();
     LoadedCheckpoint c = ckpt.load(resume_from);
+    check_same_model_config(c.train_state.at("model_config"), args, c.dir.string());
     restore_model_tensors(c.model, model);
     for (size_t b = 0; b < model.blocks().size(); ++b)
       for (auto& p : model.blocks()[b].params()) {
@@ -298,7 +302,9 @@ TrainSummary run_training(const JobConfig& cfg) {
     if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
     TITAN_CHECK(ts.at("world_size").get<int>() == world_size, "checkpoint ", c.dir.string(), " was written by ",
                 ts.at("world_size").get<int>(), " ranks; this run has ", world_size);
-    loader.restore(ts.at("dataloader"));
+    std::string data_note =
+        restore_data_position(loader, ts, data_identity, cfg.checkpoint.restart_data_stream, c.dir.string());
+    if (!data_note.empty()) say("%s", data_note.c_str());
     if (ts.contains("expert_bias") && !model.expert_bias().empty())
       for (size_t i = 0; i < model.expert_bias().size(); ++i)
         if (model.expert_bias()[i].defined()) {
@@ -341,6 +347,7 @@ TrainSummary run_training(const JobConfig& cfg) {
     ts["tokenizer_path"] = fs::absolute(tokenizer_path).string();
     ts["lr_scheduler"] = schedule.state_dict();
     ts["dataloader"] = loader.state();
+    ts["dataset_identity"] = data_identity;
     ts["rng"] = {{"seed", cfg.training.seed}};  // no random state is consumed after initialisation
     ts["world_size"] = world_size;
     ts["mesh"] = {{"dp_replicate", cfg.parallelism.data_parallel_replicate_degree}, {"dp_shard", dp},

@@ -1,6 +1,7 @@
 #include "titan/models/qwen3/args.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -223,6 +224,31 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
   std::string list;
   for (auto& k : override_keys()) list += (list.empty() ? "" : ", ") + k;
   TITAN_FAIL("unknown model field '", key, "'; valid fields: ", list);
+}
+
+std::string field_text(const ModelArgs& args, const std::string& key) {
+  for (auto& f : fields()) {
+    if (key != f.name) continue;
+    void* m = f.member(const_cast<ModelArgs&>(args));
+    switch (f.kind) {
+      case Field::Int:
+        return std::to_string(*static_cast<int64_t*>(m));
+      case Field::Double: {
+        char buf[32];  // the shortest text that reads back as the same double
+        auto r = std::to_chars(buf, buf + sizeof buf, *static_cast<double*>(m));
+        return std::string(buf, r.ptr);
+      }
+      case Field::Bool:
+        return *static_cast<bool*>(m) ? "true" : "false";
+      case Field::IntList: {
+        std::string list;
+        for (int64_t v : *static_cast<std::vector<int64_t>*>(m))
+          list += (list.empty() ? "" : ", ") + std::to_string(v);
+        return "[" + list + "]";
+      }
+    }
+  }
+  TITAN_FAIL("unknown model field '", key, "'");
 }
 
 // ---------------------------------------------------------------- Hugging Face config.json
