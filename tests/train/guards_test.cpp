@@ -1,11 +1,16 @@
 // The guards of a training run (docs/training.md, "Guards"): each case here is something a
 // careless user did that used to continue on the wrong state or destroy data (issue 14).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 
 #include "test_util.h"
 #include "titan/data/assets.h"
+#include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/run_lock.h"
 #include "titan/train/trainer.h"
 #include "train_test_util.h"
 
@@ -27,6 +32,13 @@ void write_corpus_prefix(const fs::path& out, size_t bytes, size_t skip_lines = 
     o << line << "\n";
     written += line.size() + 1;
   }
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 std::vector<std::string> listing(const fs::path& dir) {
@@ -118,4 +130,106 @@ TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   fs::rename(second, data_dir / "moved.jsonl");
   s = run_training(config(data_dir / "moved.jsonl", 6));
   EXPECT_EQ(s.steps_run, 2);
+}
+
+// ---------------------------------------------------------------- 2. two writers, titan's own cleanup
+
+TEST(RunLock, ASecondTrainerOnTheSameFolderStopsAtOnceNamingTheHolder) {
+  const fs::path dump = temp_dir("guard_lock");
+  const std::string me = "pid " + std::to_string(::getpid());
+  {
+    RunLock held(dump);
+    std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.steps", "1"}})); });
+    EXPECT_NE(e.find("in use by another titan train"), std::string::npos) << e;
+    EXPECT_NE(e.find(me + " on host "), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl")) << "the second writer wrote metrics";
+    // Another process: exit status 1 with the holder on stderr, before any compute.
+    std::string out;
+    int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                             cli_args(tiny(dump, {{"training.steps", "1"}})),
+                         &out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(me + " on host "), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  }
+  // Released (as the kernel releases it when a holder dies): the folder is usable again.
+  TrainSummary s = run_training(tiny_config(dump, {{"training.steps", "1"}}));
+  EXPECT_EQ(s.steps_run, 1);
+}
+
+TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
+  const fs::path dump = temp_dir("guard_foreign_steps");
+  const fs::path ck = dump / "checkpoint";
+  // Another program's checkpoints: one with a COMMITTED file of its own, one without.
+  fs::create_directories(ck / "step-0");
+  std::ofstream(ck / "step-0" / "COMMITTED") << "theirs\n";
+  std::ofstream(ck / "step-0" / "weights.bin") << "precious";
+  fs::create_directories(ck / "step-1");
+  std::ofstream(ck / "step-1" / "model.pt") << "precious";
+  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
+  EXPECT_EQ(s.steps_run, 6) << "resumed from a folder titan did not write";
+  EXPECT_EQ(listing(ck), (std::vector<std::string>{"step-0", "step-1", "step-4", "step-6"}));
+  EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
+  EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
+}
+
+TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
+  const fs::path dump = temp_dir("guard_outputs");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = ck / "step-2";
+  const fs::path holder = temp_dir("guard_outputs_holder");
+  fs::create_directories(holder / "old");
+  fs::copy(step, holder / "old" / "step-9", fs::copy_options::recursive);
+  auto exported = [&](const fs::path& out, std::string* output) {
+    return run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " +
+                           out.string() + " --overwrite",
+                       output);
+  };
+  struct Case {
+    fs::path out;
+    std::string rule;
+  };
+  for (const Case& c :
+       {Case{step, "is the input"}, Case{ck, "contains the input"}, Case{dump, "contains the input"},
+        Case{step / "hf", "lies inside the input"}, Case{holder, "holds the titan checkpoint"}}) {
+    std::string out;
+    EXPECT_EQ(exported(c.out, &out), 1) << c.out << ": " << out;
+    EXPECT_NE(out.find(c.rule), std::string::npos) << c.out << ": " << out;
+  }
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // intact, checksums and all
+  EXPECT_EQ(load_checkpoint_dir(holder / "old" / "step-9").step, 2);
+
+  // A killed export's temporary is cleaned by the next export to the same place; a live
+  // process' temporary (this test's pid) is left alone.
+  const fs::path stale = dump / ".hf.tmp-999999999-0",
+                 live = dump / (".hf.tmp-" + std::to_string(::getpid()) + "-0");
+  fs::create_directories(stale);
+  fs::create_directories(live);
+  std::ofstream(stale / "model.safetensors") << "half written";
+  std::string out;
+  ASSERT_EQ(exported(dump / "hf", &out), 0) << out;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  fs::remove_all(live);
+
+  // debug dump: the output may be neither the tokens file nor inside the model folder.
+  const fs::path tokens = dump / "tokens.safetensors";
+  const std::vector<int64_t> ids = {1, 2, 3, 4};
+  const std::vector<io::TensorWrite> token_tensors = {{"input_ids", DType::I64, {1, 4}, ids.data()}};
+  io::write_safetensors(tokens, token_tensors);
+  const std::string before = read_bytes(tokens);
+  for (const Case& c :
+       {Case{tokens, "is the input"}, Case{dump / "hf" / "model.safetensors", "lies inside the input"}}) {
+    out.clear();
+    int rc = run_command(titan_binary().string() + " debug dump --model-path " + (dump / "hf").string() +
+                             " --tokens " + tokens.string() + " --out " + c.out.string(),
+                         &out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(c.rule), std::string::npos) << out;
+  }
+  EXPECT_EQ(read_bytes(tokens), before);
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
+      << out;
 }

@@ -14,6 +14,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/path_guard.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
@@ -41,13 +42,16 @@ int export_main(int argc, char** argv) {
   if (!p.parse(argc, argv)) return 0;
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
+  const fs::path out = p.get("out");
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
   auto files = tokenizer_files(native.tokenizer_path);
+  std::vector<fs::path> inputs = files;
+  inputs.push_back(p.get("checkpoint"));
+  io::check_output_path(out, inputs, "titan export --out");
   if (files.empty())
     std::printf("warning: tokenizer files of the run ('%s') not found; exporting without them\n",
                 native.tokenizer_path.string().c_str());
   const DType dtype = d == "bfloat16" ? DType::BF16 : DType::F32;
-  const fs::path out = p.get("out");
   {
     uint64_t total = 0;
     for (auto& r : qwen3::hf_tensors(*native.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(dtype);

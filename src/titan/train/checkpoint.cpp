@@ -1,12 +1,11 @@
 #include "titan/train/checkpoint.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
-#include <unistd.h>
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
@@ -38,6 +37,9 @@ uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) 
 
 namespace {
 
+// The manifest's "format": what marks a folder as a checkpoint titan wrote (and may prune).
+constexpr const char* kManifestFormat = "titan-checkpoint";
+
 std::string rank_file(const char* kind, int rank) { return std::string(kind) + "-rank" + std::to_string(rank) + ".safetensors"; }
 
 nlohmann::json read_json(const fs::path& p) {
@@ -48,6 +50,16 @@ nlohmann::json read_json(const fs::path& p) {
   } catch (const std::exception& e) {
     TITAN_FAIL("checkpoint: '", p.string(), "' is not valid JSON: ", e.what());
   }
+}
+
+// A folder titan committed itself: its manifest says so. Pruning and resuming only ever touch
+// these, never another program's step-N folder.
+bool written_by_titan(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "manifest.json", ec)) return false;
+  std::ifstream f(dir / "manifest.json");
+  nlohmann::json m = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  return m.is_object() && m.value("format", "") == kManifestFormat;
 }
 
 }  // namespace
@@ -76,6 +88,7 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
     io::write_safetensors(tmp / rank_file("optimizer", rank_), optimizer, {{"titan", "optimizer"}});
     io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
     nlohmann::json manifest;
+    manifest["format"] = kManifestFormat;
     manifest["step"] = step;
     for (auto& entry : fs::directory_iterator(tmp)) {
       std::string name = entry.path().filename().string();
@@ -94,28 +107,31 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
 void CheckpointManager::prune(int64_t just_saved) const {
   auto remove = [&](const fs::path& dir) {
     // COMMITTED goes first: a deletion cut short leaves a folder that is ignored, never a
-    // committed checkpoint with files missing.
+    // committed checkpoint with files missing. The manifest goes last: until then the folder is
+    // still recognisably titan's, and the next prune finishes the job.
     std::error_code ec;
     fs::remove(dir / "COMMITTED", ec);
+    for (auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename() != "manifest.json") fs::remove_all(e.path(), ec);
     fs::remove_all(dir, ec);
   };
   if (keep_latest_k_ > 0) {
     auto steps = committed_steps();
     for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) remove(step_dir(steps[i]));
   }
-  // Debris of saves that never finished: step folders without COMMITTED (a crash between the
-  // rename and the marker) and temporaries of other processes (".step-N.tmp-<pid>-<n>").
+  // Debris of saves that never finished: titan's step folders without COMMITTED (a crash between
+  // the rename and the marker, or during a prune) and temporaries of killed processes
+  // (".step-N.tmp-<pid>-<n>").
   static const std::regex step_re("step-([0-9]+)"), temp_re("\\.step-[0-9]+\\.tmp-([0-9]+)-[0-9]+");
-  const std::string own_pid = std::to_string(::getpid());
   std::vector<fs::path> debris;
   for (auto& e : fs::directory_iterator(folder_)) {
     std::smatch m;
     std::string name = e.path().filename().string();
     if (!e.is_directory()) continue;
     if (std::regex_match(name, m, step_re) && std::stoll(m[1].str()) != just_saved &&
-        !fs::exists(e.path() / "COMMITTED"))
+        !fs::exists(e.path() / "COMMITTED") && written_by_titan(e.path()))
       debris.push_back(e.path());
-    else if (std::regex_match(name, m, temp_re) && m[1].str() != own_pid)
+    else if (std::regex_match(name, m, temp_re) && io::is_stale_temporary(e.path()))
       debris.push_back(e.path());
   }
   for (auto& d : debris) remove(d);
@@ -128,7 +144,8 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
   for (auto& e : fs::directory_iterator(folder_)) {
     std::smatch m;
     std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED"))
+    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED") &&
+        written_by_titan(e.path()))
       steps.push_back(std::stoll(m[1].str()));
   }
   std::sort(steps.begin(), steps.end());

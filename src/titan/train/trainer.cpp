@@ -29,6 +29,7 @@
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
 #include "titan/train/resume_guard.h"
+#include "titan/train/run_lock.h"
 
 namespace titan::train {
 
@@ -198,6 +199,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   const fs::path tokenizer_path = resolve_tokenizer(cfg);
   const std::vector<fs::path> dataset = resolve_dataset(cfg);
   const fs::path dump = cfg.job.dump_folder;
+  const RunLock run_lock(dump, rank);  // before anything in the folder is read or written
   const fs::path ckpt_folder = dump / cfg.checkpoint.folder;
   CheckpointManager ckpt(ckpt_folder, cfg.checkpoint.keep_latest_k, rank);
   const std::optional<int64_t> resume_step = cfg.checkpoint.enable ? ckpt.latest_step() : std::nullopt;
