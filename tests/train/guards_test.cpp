@@ -1,6 +1,7 @@
 // The guards of a training run (docs/training.md, "Guards"): each case here is something a
 // careless user did that used to continue on the wrong state or destroy data (issue 14).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -232,4 +233,21 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   out.clear();
   EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
       << out;
+}
+
+// ---------------------------------------------------------------- 4. sizes checked before use
+
+TEST(SizeGuard, AnAbsurdSeqLenOrANonRegularDatasetStopsBeforeAnyCompute) {
+  const fs::path dump = temp_dir("guard_sizes");
+  std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "99999999999"}})); });
+  EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
+  // Below the bound but far beyond this machine: the estimate and the available memory, named.
+  e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "2000000000"}})); });
+  EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
+  EXPECT_NE(e.find("available"), std::string::npos) << e;
+  const fs::path fifo = dump / "corpus.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  e = error_of([&] { run_training(tiny_config(dump, {{"training.dataset_path", fifo.string()}})); });
+  EXPECT_NE(e.find("is a FIFO"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }

@@ -7,6 +7,7 @@
 
 #include "titan/core/check.h"
 #include "titan/data/utf8.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::data {
 namespace fs = std::filesystem;
@@ -30,6 +31,7 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& paths) {
   for (auto& p : paths) {
     TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
     if (!fs::is_directory(p)) {
+      io::check_regular_file(p, "dataset");  // a FIFO or device would hang or never end
       files.push_back(p);
       continue;
     }

@@ -9,6 +9,7 @@
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::io {
 namespace fs = std::filesystem;
@@ -17,6 +18,7 @@ using nlohmann::json;
 namespace {
 
 std::string read_text_file(const fs::path& p) {
+  check_regular_file(p, "checkpoint file");
   std::ifstream in(p, std::ios::binary);
   TITAN_CHECK(in, "cannot read ", p);
   std::ostringstream ss;

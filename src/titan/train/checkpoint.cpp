@@ -9,6 +9,7 @@
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/path_guard.h"
 #include "titan/train/metrics.h"
 
 namespace titan::train {
@@ -43,6 +44,7 @@ constexpr const char* kManifestFormat = "titan-checkpoint";
 std::string rank_file(const char* kind, int rank) { return std::string(kind) + "-rank" + std::to_string(rank) + ".safetensors"; }
 
 nlohmann::json read_json(const fs::path& p) {
+  io::check_regular_file(p, "checkpoint");
   std::ifstream f(p);
   TITAN_CHECK(f, "checkpoint: cannot read '", p.string(), "'");
   try {
@@ -174,6 +176,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
   for (auto& [name, info] : manifest["files"].items()) {
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
+    io::check_regular_file(p, "checkpoint");
     TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
                 fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
     TITAN_CHECK(std::to_string(file_checksum(p, &checked)) == info["checksum"].get<std::string>(), "checkpoint: '",

@@ -21,6 +21,7 @@
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
+#include "titan/models/qwen3/size_check.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/ops/elementwise.h"
 #include "titan/ops/optim.h"
@@ -196,6 +197,8 @@ TrainSummary run_training(const JobConfig& cfg) {
   // ---- everything that can fail on bad input, before any compute
   qwen3::ModelArgs args = resolve_model_args(cfg);
   const DType dtype = resolve_compute_dtype(cfg);
+  qwen3::check_training_fits(args, cfg.training.local_batch_size, cfg.training.seq_len, dtype,
+                             cfg.activation_checkpoint.mode);
   const fs::path tokenizer_path = resolve_tokenizer(cfg);
   const std::vector<fs::path> dataset = resolve_dataset(cfg);
   const fs::path dump = cfg.job.dump_folder;
