@@ -251,3 +251,79 @@ TEST(SizeGuard, AnAbsurdSeqLenOrANonRegularDatasetStopsBeforeAnyCompute) {
   EXPECT_NE(e.find("is a FIFO"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
+
+// ---------------------------------------------------------------- 5. checks that cannot be fooled
+
+TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
+  const fs::path dump = temp_dir("guard_verify");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2", hf = dump / "hf";
+  std::string out;
+  ASSERT_EQ(
+      run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " + hf.string(),
+                  &out),
+      0)
+      << out;
+  auto verify = [&](bool with_source, std::string* o) {
+    o->clear();
+    return run_command(titan_binary().string() + " verify-export " + hf.string() +
+                           (with_source ? " --source " + step.string() : std::string()),
+                       o);
+  };
+  EXPECT_EQ(verify(true, &out), 0) << out;
+  EXPECT_NE(out.find("bit for bit"), std::string::npos) << out;
+  EXPECT_EQ(verify(false, &out), 0) << out;
+  EXPECT_NE(out.find("checksums recorded at export"), std::string::npos) << out;
+
+  // One mantissa bit of the last weight: the loss moves by far less than any tolerance.
+  const fs::path weights = hf / "model.safetensors";
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = std::streamoff(fs::file_size(weights) - 4);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 1);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(verify(true, &out), 1) << out;
+  EXPECT_NE(out.find("differs from the source"), std::string::npos) << out;
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("does not match its recorded checksum"), std::string::npos) << out;
+  // No recorded checksums and no source: nothing vouches for the tensors, so it fails.
+  fs::remove(hf / "titan_checksums.json");
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("titan_checksums.json missing"), std::string::npos) << out;
+}
+
+TEST(CheckpointManifest, EveryFileMustBeListedAndEveryListedFilePresent) {
+  const fs::path dump = temp_dir("guard_manifest");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2";
+  ASSERT_EQ(load_checkpoint_dir(step).step, 2);
+  const std::string manifest = read_bytes(step / "manifest.json");
+
+  // A file the manifest does not list.
+  std::ofstream(step / "extra.safetensors") << "unlisted";
+  std::string e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("'extra.safetensors' which manifest.json does not list"), std::string::npos) << e;
+  fs::remove(step / "extra.safetensors");
+
+  // An entry removed from the manifest: its file is no longer vouched for.
+  for (const char* name : {"model-rank0.safetensors", "optimizer-rank0.safetensors", "train_state.json"}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["files"].erase(name);
+    std::ofstream(step / "manifest.json") << m.dump(2);
+    e = error_of([&] { load_checkpoint_dir(step); });
+    EXPECT_NE(e.find(std::string("'") + name + "' which manifest.json does not list"), std::string::npos)
+        << e;
+  }
+  // A listed file that is missing.
+  std::ofstream(step / "manifest.json") << manifest;
+  fs::rename(step / "train_state.json", dump / "train_state.json");
+  e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("lacks 'train_state.json' listed in manifest.json"), std::string::npos) << e;
+  fs::rename(dump / "train_state.json", step / "train_state.json");
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);
+}

@@ -173,6 +173,18 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
   for (auto& [name, info] : manifest["files"].items()) total += info.value("bytes", uint64_t(0));
   std::atomic<uint64_t> checked{0};
   Progress progress("checkpoint: verifying " + dir.filename().string(), total, [&] { return checked.load(); });
+  // The manifest must account for the whole folder: a file it does not list would be loaded (or
+  // shipped) unchecked, so it is an error, as is a listed file that is missing.
+  for (auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    TITAN_CHECK(name == "manifest.json" || name == "COMMITTED" || manifest["files"].contains(name),
+                "checkpoint: '", dir.string(), "' holds '", name,
+                "' which manifest.json does not list (files are never loaded unchecked)");
+  }
+  for (const std::string& needed :
+       {rank_file("model", rank), rank_file("optimizer", rank), std::string("train_state.json")})
+    TITAN_CHECK(manifest["files"].contains(needed), "checkpoint: '", (dir / "manifest.json").string(),
+                "' does not list '", needed, "'");
   for (auto& [name, info] : manifest["files"].items()) {
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
