@@ -9,6 +9,7 @@
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/train/metrics.h"
 
@@ -45,13 +46,11 @@ std::string rank_file(const char* kind, int rank) { return std::string(kind) + "
 
 nlohmann::json read_json(const fs::path& p) {
   io::check_regular_file(p, "checkpoint");
-  std::ifstream f(p);
+  std::ifstream f(p, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", p.string(), "'");
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    TITAN_FAIL("checkpoint: '", p.string(), "' is not valid JSON: ", e.what());
-  }
+  std::stringstream text;
+  text << f.rdbuf();
+  return io::parse_json_text(text.str(), "checkpoint: '" + p.string() + "'");
 }
 
 // A folder titan committed itself: its manifest says so. Pruning and resuming only ever touch

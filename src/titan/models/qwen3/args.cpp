@@ -5,8 +5,10 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/size_check.h"
 
@@ -345,15 +347,11 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
 
 ModelArgs args_from_hf_config_file(const std::string& path) {
   io::check_regular_file(path, "model config");
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "cannot open model config '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    TITAN_FAIL(path, ": invalid JSON: ", e.what());
-  }
-  return args_from_hf_config(j, path);
+  std::stringstream text;
+  text << f.rdbuf();
+  return args_from_hf_config(io::parse_json_text(text.str(), path), path);
 }
 
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
