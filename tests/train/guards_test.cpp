@@ -172,6 +172,9 @@ TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
   EXPECT_EQ(listing(ck), (std::vector<std::string>{"step-0", "step-1", "step-4", "step-6"}));
   EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
   EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
+  // The trainer names them (they are why it started from scratch).
+  EXPECT_EQ(CheckpointManager(ck, 2).foreign_step_dirs(),
+            (std::vector<fs::path>{ck / "step-0", ck / "step-1"}));
 }
 
 TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {

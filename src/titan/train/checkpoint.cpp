@@ -153,6 +153,19 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
   return steps;
 }
 
+std::vector<fs::path> CheckpointManager::foreign_step_dirs() const {
+  std::vector<fs::path> dirs;
+  if (!fs::is_directory(folder_)) return dirs;
+  static const std::regex name_re("step-([0-9]+)");
+  for (auto& e : fs::directory_iterator(folder_)) {
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, name_re) && !written_by_titan(e.path()))
+      dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
 std::optional<int64_t> CheckpointManager::latest_step() const {
   auto s = committed_steps();
   if (s.empty()) return std::nullopt;

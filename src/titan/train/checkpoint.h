@@ -45,6 +45,9 @@ class CheckpointManager {
 
   // Committed steps, ascending.
   std::vector<int64_t> committed_steps() const;
+  // step-N folders another program (or a titan before the format marker) wrote: ignored, never
+  // deleted; the trainer names them so that a run starting fresh beside them is no surprise.
+  std::vector<std::filesystem::path> foreign_step_dirs() const;
   std::optional<int64_t> latest_step() const;
 
   // Loads a committed step, verifying the manifest's sizes and checksums.

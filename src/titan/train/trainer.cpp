@@ -206,6 +206,8 @@ TrainSummary run_training(const JobConfig& cfg) {
   const fs::path ckpt_folder = dump / cfg.checkpoint.folder;
   CheckpointManager ckpt(ckpt_folder, cfg.checkpoint.keep_latest_k, rank);
   const std::optional<int64_t> resume_step = cfg.checkpoint.enable ? ckpt.latest_step() : std::nullopt;
+  for (const fs::path& d : ckpt.foreign_step_dirs())
+    say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   const int64_t resume_from = resume_step.value_or(-1);
   fs::path initial_hf;
   if (!resume_step) {
