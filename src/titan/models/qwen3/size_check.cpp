@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -46,15 +47,29 @@ int64_t narrow_size(__int128 value, const char* what) {
 }
 
 int64_t available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
+  int64_t available = std::numeric_limits<int64_t>::max();
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, rest;
   int64_t kib = 0;
-  while (f >> key >> kib) {
-    std::getline(f, unit);
-    if (key == "MemAvailable:") return kib * 1024;
+  bool found = false;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, rest);
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      found = true;
+      break;
+    }
   }
-  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : std::numeric_limits<int64_t>::max();
+  if (!found) {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
+  }
+  // A container's memory limit (cgroup v2) binds before the machine's memory does.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  int64_t limit = 0, used = 0;
+  if (max_file >> limit && current_file >> used && limit > used)
+    available = std::min(available, limit - used);
+  return available;
 }
 
 void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what) {

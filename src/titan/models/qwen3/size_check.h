@@ -23,8 +23,8 @@ void check_size_bounds(const ModelArgs& args);
 // `value` narrowed to int64, or an error naming `what` when it does not fit.
 int64_t narrow_size(__int128 value, const char* what);
 
-// Bytes of memory available to a new allocation on this machine: MemAvailable of /proc/meminfo,
-// else sysconf(_SC_AVPHYS_PAGES) x page size.
+// Bytes of memory available to a new allocation on this machine: MemAvailable of /proc/meminfo
+// (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by a cgroup v2 memory.max limit.
 int64_t available_memory_bytes();
 
 // The training-memory estimate of (args, batch, seq) against available_memory_bytes(): an error
