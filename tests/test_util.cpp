@@ -1,15 +1,16 @@
 #include "test_util.h"
 
-#include <array>
-#include <cstdio>
 #include <sys/wait.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
 
 namespace titan::testing {
 
 std::filesystem::path source_dir() { return TITAN_SOURCE_DIR; }
 std::filesystem::path binary_dir() { return TITAN_BINARY_DIR; }
 std::filesystem::path titan_binary() { return binary_dir() / "bin" / "titan"; }
-std::filesystem::path shared_dir() { return source_dir().parent_path() / "shared"; }
 std::filesystem::path assets_dir() { return source_dir() / "assets"; }
 std::filesystem::path fixtures_dir() { return source_dir() / "tests" / "fixtures"; }
 
@@ -18,6 +19,40 @@ std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::string file_difference(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::FILE* fa = std::fopen(a.c_str(), "rb");
+  std::FILE* fb = std::fopen(b.c_str(), "rb");
+  if (!fa || !fb) {
+    if (fa) std::fclose(fa);
+    if (fb) std::fclose(fb);
+    return std::string("cannot open ") + (fa ? b.string() : a.string());
+  }
+  uint64_t ha = 1469598103934665603ull, hb = ha, size_a = 0, size_b = 0, first_diff = UINT64_MAX;
+  std::array<unsigned char, 1 << 16> ba, bb;
+  while (true) {
+    size_t na = std::fread(ba.data(), 1, ba.size(), fa), nb = std::fread(bb.data(), 1, bb.size(), fb);
+    for (size_t i = 0; i < na; ++i) ha = (ha ^ ba[i]) * 1099511628211ull;
+    for (size_t i = 0; i < nb; ++i) hb = (hb ^ bb[i]) * 1099511628211ull;
+    if (first_diff == UINT64_MAX) {
+      size_t n = std::min(na, nb), i = 0;
+      while (i < n && ba[i] == bb[i]) ++i;
+      if (i < n || na != nb) first_diff = size_a + i;
+    }
+    size_a += na;
+    size_b += nb;
+    if (na == 0 && nb == 0) break;
+  }
+  std::fclose(fa);
+  std::fclose(fb);
+  if (first_diff == UINT64_MAX) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s (%llu bytes, hash %016llx) and %s (%llu bytes, hash %016llx) first differ at byte %llu",
+                a.c_str(), (unsigned long long)size_a, (unsigned long long)ha, b.c_str(),
+                (unsigned long long)size_b, (unsigned long long)hb, (unsigned long long)first_diff);
+  return buf;
 }
 
 int run_command(const std::string& cmd, std::string* output) {

@@ -1,6 +1,6 @@
 #pragma once
-// Paths shared by the tests. The repo is TITAN_SOURCE_DIR; ../shared sits beside it
-// (CI has it); assets/ is filled by scripts/setup.sh (npm packages).
+// Paths shared by the tests. The repo is TITAN_SOURCE_DIR; every fixture a test needs is in
+// tests/fixtures (never ../shared, which a checkout may lack); assets/ is filled by scripts/setup.sh.
 #include <filesystem>
 #include <string>
 
@@ -9,10 +9,12 @@ namespace titan::testing {
 std::filesystem::path source_dir();
 std::filesystem::path binary_dir();
 std::filesystem::path titan_binary();      // build/bin/titan
-std::filesystem::path shared_dir();        // <repo>/../shared
 std::filesystem::path assets_dir();        // <repo>/assets
 std::filesystem::path fixtures_dir();      // <repo>/tests/fixtures
 std::filesystem::path temp_dir(const std::string& name);  // fresh, empty folder under the build dir
+// "" when the two files hold the same bytes; otherwise their sizes, 64-bit hashes and the offset of
+// the first differing byte. Never the contents: a failure message stays a line, whatever the size.
+std::string file_difference(const std::filesystem::path& a, const std::filesystem::path& b);
 int run_command(const std::string& cmd, std::string* output);  // shell command, stdout+stderr captured
 
 }  // namespace titan::testing

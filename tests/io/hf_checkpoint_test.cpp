@@ -53,8 +53,8 @@ void expect_no_leftovers(const fs::path& parent, size_t expected_entries) {
 }
 
 TEST(HfCheckpoint, OpensTransformersOracle) {
-  fs::path dir = titan::testing::shared_dir() / "oracles/hf-transformers-5.17/tiny_dense";
-  if (!fs::exists(dir)) GTEST_SKIP() << "missing " << dir;
+  fs::path dir = titan::testing::fixtures_dir() / "oracles/hf-transformers-5.17/tiny_dense";
+  ASSERT_TRUE(fs::exists(dir)) << "missing fixture " << dir;
   EXPECT_TRUE(is_hf_checkpoint_dir(dir));
   HfCheckpoint ck = HfCheckpoint::open(dir);
   EXPECT_FALSE(ck.sharded());

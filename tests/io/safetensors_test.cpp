@@ -18,7 +18,7 @@ using namespace titan::io::testing;
 using nlohmann::json;
 
 fs::path oracle(const std::string& rel) {
-  return titan::testing::shared_dir() / "oracles/hf-transformers-5.17" / rel;
+  return titan::testing::fixtures_dir() / "oracles/hf-transformers-5.17" / rel;
 }
 fs::path fixture(const std::string& rel) {
   return titan::testing::fixtures_dir() / "io" / rel;
@@ -49,8 +49,7 @@ void expect_matches_reference(const SafetensorsFile& f, const json& ref) {
 TEST(Safetensors, ReadsTransformersFilesLikeAnIndependentReader) {
   std::vector<fs::path> files = {oracle("tiny_dense/model.safetensors"), oracle("tiny_moe/model.safetensors"),
                                  oracle("tiny_moe/reference.safetensors"), fixture("mixed.safetensors")};
-  for (const auto& p : files)
-    if (!fs::exists(p)) GTEST_SKIP() << "missing " << p;
+  for (const auto& p : files) ASSERT_TRUE(fs::exists(p)) << "missing fixture " << p;
   json ref = python_reference(files);
   for (const auto& p : files) {
     SCOPED_TRACE(p.string());
@@ -81,7 +80,7 @@ TEST(Safetensors, MixedFixtureEdgeCases) {
 TEST(Safetensors, ReexportOfTransformersFileIsByteIdentical) {
   for (const char* rel : {"tiny_dense/model.safetensors", "tiny_moe/model.safetensors"}) {
     fs::path src = oracle(rel);
-    if (!fs::exists(src)) GTEST_SKIP() << "missing " << src;
+    ASSERT_TRUE(fs::exists(src)) << "missing fixture " << src;
     SafetensorsFile f = SafetensorsFile::open(src);
     std::vector<TensorWrite> ws;
     for (const TensorInfo& t : f.tensors()) ws.push_back({t.name, t.dtype, t.shape, t.data});

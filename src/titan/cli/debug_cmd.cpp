@@ -7,9 +7,10 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/io/path_guard.h"
 #include "titan/io/safetensors.h"
-#include "titan/models/qwen3/state_dict.h"
 #include "titan/models/qwen3/reference_pass.h"
+#include "titan/models/qwen3/state_dict.h"
 
 namespace titan::cli {
 namespace {
@@ -26,6 +27,7 @@ int debug_dump(int argc, char** argv) {
   DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "--dtype must be float32 or bfloat16, got ", p.get("dtype"));
 
+  io::check_output_path(p.get("out"), {p.get("tokens"), p.get("model-path")}, "titan debug dump --out");
   auto tokens_file = io::SafetensorsFile::open(p.get("tokens"));
   const io::TensorInfo& ids_info = tokens_file.at("input_ids");
   TITAN_CHECK(ids_info.dtype == DType::I64 && ids_info.shape.size() == 2, p.get("tokens"),

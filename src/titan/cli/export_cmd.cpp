@@ -2,9 +2,10 @@
 // titan verify-export DIR [--source STEP_DIR] [--dataset PATH] [--batch N --seq S]
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "titan/autograd/autograd.h"
 #include "titan/cli/args.h"
@@ -14,6 +15,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/path_guard.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
@@ -41,13 +43,16 @@ int export_main(int argc, char** argv) {
   if (!p.parse(argc, argv)) return 0;
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
+  const fs::path out = p.get("out");
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
   auto files = tokenizer_files(native.tokenizer_path);
+  std::vector<fs::path> inputs = files;
+  inputs.push_back(p.get("checkpoint"));
+  io::check_output_path(out, inputs, "titan export --out");
   if (files.empty())
     std::printf("warning: tokenizer files of the run ('%s') not found; exporting without them\n",
                 native.tokenizer_path.string().c_str());
   const DType dtype = d == "bfloat16" ? DType::BF16 : DType::F32;
-  const fs::path out = p.get("out");
   {
     uint64_t total = 0;
     for (auto& r : qwen3::hf_tensors(*native.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(dtype);
@@ -71,8 +76,8 @@ double batch_loss(qwen3::Qwen3Model& model, const data::Batch& batch) {
 int verify_main(int argc, char** argv) {
   ArgParser p("verify-export",
               "Reloads a Hugging Face export through the HF route and checks keys, shapes, dtypes, the tied\n"
-              "lm_head and the tokenizer; computes the loss on one batch and, with --source, compares it with\n"
-              "the native checkpoint it came from.");
+              "lm_head, the tokenizer and a finite loss on one batch; then every tensor bit for bit against\n"
+              "the native checkpoint it came from (--source) or against the checksums written at export.");
   p.option("source", "native checkpoint folder the export came from (step-N)")
       .option("dataset", "text data for the loss batch (default: the built-in corpus)")
       .option("batch", "batch size of the loss batch", "2")
@@ -126,15 +131,74 @@ int verify_main(int argc, char** argv) {
   double loss = batch_loss(*model, batch);
   check(std::isfinite(loss), "loss on one batch (" + std::to_string(batch.batch_size) + " x " +
                                  std::to_string(batch.seq_len) + " tokens): " + std::to_string(loss));
+  // 5. every tensor bit for bit: against the source checkpoint converted exactly as export converts,
+  // or, without --source, against the checksums recorded at export time. A loss comparison would pass
+  // a tampered export whose damage moves one batch's loss by less than its tolerance.
   if (p.has("source")) {
     auto native = train::load_native_model(p.get("source"), DType::F32);
-    double src = batch_loss(*native.model, batch);
-    // f32 exports hold the same bits; bf16 exports round every weight (relative 2^-9).
-    double tol = want == DType::F32 ? 1e-5 : 2e-2 * std::max(1.0, std::fabs(src));
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "loss matches the source checkpoint: export %.6f vs source %.6f (|diff| %.2e, "
-                  "tolerance %.1e)", loss, src, std::fabs(loss - src), tol);
-    check(std::fabs(loss - src) <= tol, buf);
+    int64_t differing = 0;
+    std::string first;
+    for (auto& r : qwen3::hf_tensors(*native.model)) {
+      const io::TensorInfo* t = ckpt.find(r.key);
+      if (!t) {
+        ++differing;
+        if (first.empty()) first = r.key + " is missing from the export";
+        continue;
+      }
+      Tensor src = r.value().contiguous();
+      std::vector<std::byte> want(size_t(src.numel()) * dtype_size(t->dtype));
+      if (t->dtype == DType::BF16)
+        convert_f32_to_bf16(src.data<float>(), reinterpret_cast<bf16*>(want.data()), size_t(src.numel()));
+      else if (t->dtype == DType::F32)
+        std::memcpy(want.data(), src.raw_data(), want.size());
+      const auto* got = static_cast<const std::byte*>(t->data);
+      if (t->shape != r.shape || t->nbytes() != want.size() ||
+          std::memcmp(got, want.data(), want.size()) != 0) {
+        ++differing;
+        if (first.empty()) {
+          size_t at = 0, n = std::min<size_t>(t->nbytes(), want.size());
+          while (at < n && got[at] == want[at]) ++at;
+          first = r.key + " differs from the source (first at byte " + std::to_string(at) + ")";
+        }
+      }
+    }
+    check(differing == 0, differing == 0
+                              ? "every tensor equals the source checkpoint bit for bit"
+                              : std::to_string(differing) + " tensor(s) differ from the source; " + first);
+  } else {
+    const fs::path sums_path = dir / io::kTensorChecksumsFile;
+    if (!fs::exists(sums_path)) {
+      check(false, std::string(io::kTensorChecksumsFile) +
+                       " missing: nothing to check the tensors against (pass --source STEP_DIR)");
+    } else {
+      std::ifstream sf(sums_path);
+      nlohmann::json sums = nlohmann::json::parse(sf, nullptr, /*allow_exceptions=*/false);
+      int64_t bad = 0;
+      std::string first;
+      auto fail = [&](const std::string& why) {
+        ++bad;
+        if (first.empty()) first = why;
+      };
+      if (!sums.is_object() || !sums.contains("tensors") || !sums["tensors"].is_object()) {
+        fail(std::string(io::kTensorChecksumsFile) + " is malformed");
+      } else {
+        const auto& listed = sums["tensors"];
+        for (auto& k : ckpt.keys())
+          if (!listed.contains(k)) fail(k + " is not listed in " + io::kTensorChecksumsFile);
+        for (auto& [k, v] : listed.items()) {
+          const io::TensorInfo* t = ckpt.find(k);
+          if (!t)
+            fail(k + " is listed but missing from the export");
+          else if (!v.is_object() || v.value("checksum", "") != io::tensor_checksum(*t) ||
+                   v.value("dtype", "") != dtype_name(t->dtype) || v.value("shape", Shape{}) != t->shape)
+            fail(k + " does not match its recorded checksum, dtype or shape");
+        }
+      }
+      check(bad == 0, bad == 0 ? "every tensor matches the checksums recorded at export (" +
+                                     std::to_string(ckpt.keys().size()) + " tensors)"
+                               : std::to_string(bad) + " problem(s) against " + io::kTensorChecksumsFile +
+                                     "; " + first);
+    }
   }
   std::printf("%s: %d check(s) failed\n", failures ? "verify-export FAILED" : "verify-export OK", failures);
   return failures ? 1 : 0;

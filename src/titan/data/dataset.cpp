@@ -8,7 +8,10 @@
 
 #include "titan/core/check.h"
 #include "titan/data/text_stream.h"
+#include "titan/data/text_guard.h"
 #include "titan/data/utf8.h"
+#include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::data {
 namespace fs = std::filesystem;
@@ -60,6 +63,7 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   for (auto& p : paths) {
     TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
     if (!fs::is_directory(p)) {
+      io::check_regular_file(p, "dataset");  // a FIFO or device would hang or never end
       files.push_back(p);
       continue;
     }
@@ -97,6 +101,7 @@ class Reader {
     base_ = offset;
     pos_ = len_ = 0;
     line_ = line;
+    line_start_ = offset;
   }
   void close() { stream_.close(); }
   bool is_open() const { return stream_.is_open(); }
@@ -108,7 +113,10 @@ class Reader {
     int c = peek();
     if (c != EOF) {
       ++pos_;
-      if (c == '\n') ++line_;
+      if (c == '\n') {
+        ++line_;
+        line_start_ = offset();
+      }
     }
     return c;
   }
@@ -125,6 +133,7 @@ class Reader {
       pos_ += n;
       if (nl) {
         ++line_;
+        line_start_ = offset();
         return true;
       }
     }
@@ -134,6 +143,9 @@ class Reader {
   }
   uint64_t offset() const { return base_ + pos_; }
   uint64_t line() const { return line_; }
+  // 1-based column (in bytes) of offset(); exact once a line start has been read past, which holds
+  // for every position within a file read from its beginning or from a document start.
+  uint64_t column() const { return offset() - line_start_ + 1; }
   const fs::path& path() const { return path_; }
 
  private:
@@ -147,7 +159,7 @@ class Reader {
   TextStream stream_;
   std::vector<char> buf_ = std::vector<char>(1 << 20);
   size_t pos_ = 0, len_ = 0;
-  uint64_t base_ = 0, line_ = 1;
+  uint64_t base_ = 0, line_ = 1, line_start_ = 0;
 };
 
 Format detect_format(const fs::path& path) {
@@ -186,6 +198,7 @@ struct DocumentStream::Impl {
   DocPosition pos;  // of the next element
   Stats stats;
   std::string raw;
+  uint64_t at_column = 1;  // of the element next_raw() returned, for error positions
 
   bool mine(uint64_t index) const { return index % uint64_t(num_shards) == uint64_t(shard); }
 
@@ -219,13 +232,14 @@ struct DocumentStream::Impl {
     fail(line, std::string("expected a string or an object, got ") + j.type_name());
   }
 
-  std::string parse_element(std::string& bytes, uint64_t line, uint64_t& invalid) const {
+  std::string parse_element(std::string& bytes, uint64_t line, uint64_t column, uint64_t& invalid) const {
     invalid = sanitize_utf8(bytes);
     json j;
     try {
       j = json::parse(bytes);
     } catch (const json::parse_error& e) {
-      fail(line, std::string("malformed JSON: ") + e.what());
+      const io::JsonErrorAt at = io::locate_json_error(bytes, e, line, column);
+      fail(at.line, "malformed JSON at column " + std::to_string(at.column) + ": " + at.what);
     }
     return element_text(j, line);
   }
@@ -286,11 +300,17 @@ struct DocumentStream::Impl {
       }
       if (c == EOF) fail(reader.line(), "JSON array is not closed with ']'");
       at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, true};
+      at_column = reader.column();
       scan_json_value(at.line);
       reader.skip_whitespace();
       c = reader.peek();
       if (c == ',') {
+        const uint64_t comma_line = reader.line(), comma_column = reader.column();
         reader.get();
+        reader.skip_whitespace();
+        if (reader.peek() == ']')
+          fail(comma_line, "trailing comma at column " + std::to_string(comma_column) +
+                               " before ']' (JSON allows no comma after the last element)");
       } else if (c == EOF) {
         fail(reader.line(), "JSON array is not closed with ']'");
       } else if (c != ']') {
@@ -330,6 +350,7 @@ struct DocumentStream::Impl {
       open_current();
       Format format = formats[pos.file];
       DocPosition at;
+      at_column = 1;
       if (!next_raw(at, format)) {
         finish_file();
         continue;
@@ -343,8 +364,9 @@ struct DocumentStream::Impl {
         invalid = sanitize_utf8(raw);
         doc.text.swap(raw);
       } else {
-        doc.text = parse_element(raw, at.line, invalid);
+        doc.text = parse_element(raw, at.line, at_column, invalid);
       }
+      check_document_is_text(doc.text, files[pos.file], at.line);
       if (doc.text.empty()) {
         ++stats.empty_skipped;
         continue;

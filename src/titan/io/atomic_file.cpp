@@ -1,13 +1,16 @@
 #include "titan/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 
 #include "titan/core/check.h"
 
@@ -117,6 +120,16 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
   f.commit();
 }
 
+bool is_stale_temporary(const fs::path& path) {
+  static const std::regex temp_re("\\..+\\.(tmp|old)-([0-9]+)-[0-9]+");
+  std::smatch m;
+  const std::string name = path.filename().string();
+  if (!std::regex_match(name, m, temp_re)) return false;
+  const long long pid = std::stoll(m[2].str());
+  // kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means it runs.
+  return pid > 0 && pid <= INT32_MAX && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+}
+
 AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), replace_(replace) {
   if (path_.filename().empty()) path_ = path_.parent_path();  // "dir/" names "dir"
   TITAN_CHECK(!path_.filename().empty(), "AtomicDir: path ", path_, " has no directory name");
@@ -126,6 +139,14 @@ AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), repl
   std::error_code ec;
   fs::create_directories(parent, ec);
   TITAN_CHECK(!ec, "cannot create parent directory ", parent, ": ", ec.message());
+  std::string prefix = ".";  // of this destination's temporaries: ".<name>.tmp-" / ".<name>.old-"
+  prefix += path_.filename().string();
+  prefix += '.';
+  for (auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) == 0 && is_stale_temporary(e.path()))
+      fs::remove_all(e.path(), ec);
+  }
   tmp_ = parent / hidden_name(path_, ".tmp-");
   TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ",
               errno_str());

@@ -43,10 +43,15 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // fsync a directory so that entries created/renamed in it are durable.
 void fsync_dir(const std::filesystem::path& dir);
 
+// True when `path` is a temporary of AtomicFile/AtomicDir (".<name>.tmp-<pid>-<n>" or
+// ".<name>.old-<pid>-<n>") whose process no longer runs on this host: the debris of a killed write.
+bool is_stale_temporary(const std::filesystem::path& path);
+
 // A directory built under a temporary sibling name (".<name>.tmp-<pid>-<n>") and moved into place
 // by commit(). If `path` already exists, commit() fails unless `replace` is set, in which case the
 // old directory is swapped out atomically (renameat2 RENAME_EXCHANGE) and then deleted, so no
-// reader ever sees a mix of old and new files. Uncommitted temporaries are removed on destruction.
+// reader ever sees a mix of old and new files. Uncommitted temporaries are removed on destruction;
+// the stale temporaries of killed processes for the same `path` are removed on construction.
 class AtomicDir {
  public:
   explicit AtomicDir(std::filesystem::path path, bool replace = false);

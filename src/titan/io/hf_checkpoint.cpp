@@ -9,6 +9,7 @@
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::io {
 namespace fs = std::filesystem;
@@ -17,6 +18,7 @@ using nlohmann::json;
 namespace {
 
 std::string read_text_file(const fs::path& p) {
+  check_regular_file(p, "checkpoint file");
   std::ifstream in(p, std::ios::binary);
   TITAN_CHECK(in, "cannot read ", p);
   std::ostringstream ss;
@@ -164,6 +166,15 @@ std::vector<std::string> HfCheckpoint::keys() const {
   return out;
 }
 
+std::string tensor_checksum(const TensorInfo& t) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const uint8_t*>(t.data);
+  for (uint64_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWrite> tensors,
                                   const HfWriteOptions& opt) {
   TITAN_CHECK(opt.max_shard_bytes > 0, "write_hf_checkpoint ", dir, ": max_shard_bytes must be positive");
@@ -196,6 +207,7 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
   reserved.insert(result.files.begin(), result.files.end());
   reserved.insert(std::string(kHfSingleFile));
   reserved.insert(std::string(kHfIndexFile));
+  reserved.insert(std::string(kTensorChecksumsFile));
   auto check_extra = [&](const std::string& name) {
     TITAN_CHECK(is_plain_file_name(name), "write_hf_checkpoint ", dir, ": extra file '", name,
                 "' must be a plain file name");
@@ -214,6 +226,18 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
       for (const TensorWrite& t : shards[i]) wm[t.name] = result.files[i];
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", wm}};
     write_file_atomic(out.temp_path() / kHfIndexFile, index.dump(2) + "\n");
+  }
+  {
+    // Read back from the written files: the checksums are of the bytes on disk.
+    json sums = json::object();
+    for (const std::string& f : result.files) {
+      const SafetensorsFile written = SafetensorsFile::open(out.temp_path() / f);
+      for (const TensorInfo& t : written.tensors())
+        sums[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                        {"shape", t.shape},
+                        {"checksum", tensor_checksum(t)}};
+    }
+    write_file_atomic(out.temp_path() / kTensorChecksumsFile, json{{"tensors", sums}}.dump(1) + "\n");
   }
   for (const auto& [name, contents] : opt.extra_files) write_file_atomic(out.temp_path() / name, contents);
   for (const fs::path& p : opt.copy_files)

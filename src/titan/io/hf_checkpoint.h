@@ -53,6 +53,14 @@ class HfCheckpoint {
   std::map<std::string, std::string> index_metadata_;
 };
 
+// Written into every HF folder titan exports: {"tensors": {key: {"dtype", "shape", "checksum"}}}, the
+// checksum of each tensor's bytes as written, so that `titan verify-export` without the source can
+// still check every tensor bit for bit.
+inline constexpr const char* kTensorChecksumsFile = "titan_checksums.json";
+
+// 64-bit FNV-1a of a tensor's bytes, as 16 hex digits.
+std::string tensor_checksum(const TensorInfo& t);
+
 struct HfWriteOptions {
   // A shard is closed before it would exceed this many bytes of tensor data; a larger tensor gets a
   // shard of its own. All tensors fit -> a single model.safetensors and no index.

@@ -262,12 +262,13 @@ ParsedSafetensors parse_safetensors(std::span<const std::byte> file, std::string
 }
 
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   TITAN_CHECK(fd >= 0, "cannot open safetensors file '", path.string(), "': ", std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    TITAN_FAIL("safetensors file '", path.string(), "': not a regular file");
+    TITAN_FAIL("safetensors file '", path.string(), "': not a regular file (only regular files are read)");
   }
   SafetensorsFile f;
   f.path_ = path;

@@ -1,15 +1,16 @@
 #include "titan/train/checkpoint.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
-#include <unistd.h>
 
 #include "titan/core/check.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 #include "titan/train/metrics.h"
 
 namespace titan::train {
@@ -38,16 +39,28 @@ uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) 
 
 namespace {
 
+// The manifest's "format": what marks a folder as a checkpoint titan wrote (and may prune).
+constexpr const char* kManifestFormat = "titan-checkpoint";
+
 std::string rank_file(const char* kind, int rank) { return std::string(kind) + "-rank" + std::to_string(rank) + ".safetensors"; }
 
 nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
+  io::check_regular_file(p, "checkpoint");
+  std::ifstream f(p, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", p.string(), "'");
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    TITAN_FAIL("checkpoint: '", p.string(), "' is not valid JSON: ", e.what());
-  }
+  std::stringstream text;
+  text << f.rdbuf();
+  return io::parse_json_text(text.str(), "checkpoint: '" + p.string() + "'");
+}
+
+// A folder titan committed itself: its manifest says so. Pruning and resuming only ever touch
+// these, never another program's step-N folder.
+bool written_by_titan(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "manifest.json", ec)) return false;
+  std::ifstream f(dir / "manifest.json");
+  nlohmann::json m = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  return m.is_object() && m.value("format", "") == kManifestFormat;
 }
 
 }  // namespace
@@ -76,6 +89,7 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
     io::write_safetensors(tmp / rank_file("optimizer", rank_), optimizer, {{"titan", "optimizer"}});
     io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
     nlohmann::json manifest;
+    manifest["format"] = kManifestFormat;
     manifest["step"] = step;
     for (auto& entry : fs::directory_iterator(tmp)) {
       std::string name = entry.path().filename().string();
@@ -94,28 +108,31 @@ void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> mode
 void CheckpointManager::prune(int64_t just_saved) const {
   auto remove = [&](const fs::path& dir) {
     // COMMITTED goes first: a deletion cut short leaves a folder that is ignored, never a
-    // committed checkpoint with files missing.
+    // committed checkpoint with files missing. The manifest goes last: until then the folder is
+    // still recognisably titan's, and the next prune finishes the job.
     std::error_code ec;
     fs::remove(dir / "COMMITTED", ec);
+    for (auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename() != "manifest.json") fs::remove_all(e.path(), ec);
     fs::remove_all(dir, ec);
   };
   if (keep_latest_k_ > 0) {
     auto steps = committed_steps();
     for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) remove(step_dir(steps[i]));
   }
-  // Debris of saves that never finished: step folders without COMMITTED (a crash between the
-  // rename and the marker) and temporaries of other processes (".step-N.tmp-<pid>-<n>").
+  // Debris of saves that never finished: titan's step folders without COMMITTED (a crash between
+  // the rename and the marker, or during a prune) and temporaries of killed processes
+  // (".step-N.tmp-<pid>-<n>").
   static const std::regex step_re("step-([0-9]+)"), temp_re("\\.step-[0-9]+\\.tmp-([0-9]+)-[0-9]+");
-  const std::string own_pid = std::to_string(::getpid());
   std::vector<fs::path> debris;
   for (auto& e : fs::directory_iterator(folder_)) {
     std::smatch m;
     std::string name = e.path().filename().string();
     if (!e.is_directory()) continue;
     if (std::regex_match(name, m, step_re) && std::stoll(m[1].str()) != just_saved &&
-        !fs::exists(e.path() / "COMMITTED"))
+        !fs::exists(e.path() / "COMMITTED") && written_by_titan(e.path()))
       debris.push_back(e.path());
-    else if (std::regex_match(name, m, temp_re) && m[1].str() != own_pid)
+    else if (std::regex_match(name, m, temp_re) && io::is_stale_temporary(e.path()))
       debris.push_back(e.path());
   }
   for (auto& d : debris) remove(d);
@@ -128,11 +145,25 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
   for (auto& e : fs::directory_iterator(folder_)) {
     std::smatch m;
     std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED"))
+    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED") &&
+        written_by_titan(e.path()))
       steps.push_back(std::stoll(m[1].str()));
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+std::vector<fs::path> CheckpointManager::foreign_step_dirs() const {
+  std::vector<fs::path> dirs;
+  if (!fs::is_directory(folder_)) return dirs;
+  static const std::regex name_re("step-([0-9]+)");
+  for (auto& e : fs::directory_iterator(folder_)) {
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, name_re) && !written_by_titan(e.path()))
+      dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 std::optional<int64_t> CheckpointManager::latest_step() const {
@@ -154,9 +185,22 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
   for (auto& [name, info] : manifest["files"].items()) total += info.value("bytes", uint64_t(0));
   std::atomic<uint64_t> checked{0};
   Progress progress("checkpoint: verifying " + dir.filename().string(), total, [&] { return checked.load(); });
+  // The manifest must account for the whole folder: a file it does not list would be loaded (or
+  // shipped) unchecked, so it is an error, as is a listed file that is missing.
+  for (auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    TITAN_CHECK(name == "manifest.json" || name == "COMMITTED" || manifest["files"].contains(name),
+                "checkpoint: '", dir.string(), "' holds '", name,
+                "' which manifest.json does not list (files are never loaded unchecked)");
+  }
+  for (const std::string& needed :
+       {rank_file("model", rank), rank_file("optimizer", rank), std::string("train_state.json")})
+    TITAN_CHECK(manifest["files"].contains(needed), "checkpoint: '", (dir / "manifest.json").string(),
+                "' does not list '", needed, "'");
   for (auto& [name, info] : manifest["files"].items()) {
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
+    io::check_regular_file(p, "checkpoint");
     TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
                 fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
     TITAN_CHECK(std::to_string(file_checksum(p, &checked)) == info["checksum"].get<std::string>(), "checkpoint: '",

@@ -3,12 +3,15 @@
 //   model-rank{r}.safetensors      f32 parameters under native names (this rank's shard)
 //   optimizer-rank{r}.safetensors  AdamW exp_avg.<name> / exp_avg_sq.<name>
 //   train_state.json               step, tokens seen, model config, LR schedule, dataloader, RNG, world size
-//   manifest.json                  every file with its size and 64-bit checksum
+//   manifest.json                  "format": "titan-checkpoint", every file with its size and
+//                                  64-bit checksum (a file it does not list fails the load)
 //   COMMITTED                      written last: a folder without it is ignored (and pruned)
 // A save assembles .step-N.tmp-<pid>-<n>, fsyncs every file, renames it to step-N, then writes
 // COMMITTED atomically, so a crash at any point never leaves a checkpoint that loads. After a
 // save, older committed steps beyond keep_latest_k, step folders without COMMITTED and temporaries
-// left by a crashed process are deleted (a pruned folder loses its COMMITTED marker first).
+// left by a dead process are deleted (a pruned folder loses its COMMITTED marker first, its
+// manifest last). Only folders whose manifest carries the format marker are titan's: another
+// program's step-N folder is never loaded, counted or deleted.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -42,6 +45,9 @@ class CheckpointManager {
 
   // Committed steps, ascending.
   std::vector<int64_t> committed_steps() const;
+  // step-N folders another program (or a titan before the format marker) wrote: ignored, never
+  // deleted; the trainer names them so that a run starting fresh beside them is no surprise.
+  std::vector<std::filesystem::path> foreign_step_dirs() const;
   std::optional<int64_t> latest_step() const;
 
   // Loads a committed step, verifying the manifest's sizes and checksums.

@@ -4,10 +4,12 @@
 #include <cmath>
 
 #include "titan/core/check.h"
+#include "titan/data/data_identity.h"
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/resume_guard.h"
 #include "titan/train/versions.h"
 
 namespace titan::train {
@@ -46,6 +48,7 @@ void Checkpointer::restore(TrainState& s) const {
   TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
   LoadedCheckpoint c = manager_.load(*resume_step_);
+  check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
   qwen3::restore_parameters(c.model, s.model);
   qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg(), "exp_avg.");
   qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg_sq(), "exp_avg_sq.");
@@ -56,7 +59,9 @@ void Checkpointer::restore(TrainState& s) const {
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   TITAN_CHECK(ts.at("world_size").get<int>() == plan_.world_size(), "checkpoint ", c.dir.string(),
               " was written by ", ts.at("world_size").get<int>(), " ranks; this run has ", plan_.world_size());
-  s.loader.restore(ts.at("dataloader"));
+  const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
+                                                      config_.checkpoint.restart_data_stream, c.dir.string());
+  if (!data_note.empty()) say("%s", data_note.c_str());
   if (ts.contains("expert_bias"))
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
   say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
@@ -80,6 +85,7 @@ void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
   ts["tokenizer_path"] = fs::absolute(job.tokenizer_path).string();
   ts["lr_scheduler"] = s.schedule.state_dict();
   ts["dataloader"] = s.loader.state();
+  ts["dataset_identity"] = data::dataset_identity(s.loader.files());
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
   ts["world_size"] = plan_.world_size();
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()}, {"dp_shard", plan_.dp_shard()},

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include "titan/dist/parallel_plan.h"
 #include "titan/train/checkpoint.h"
@@ -22,6 +23,9 @@ class Checkpointer {
   const std::filesystem::path& folder() const { return manager_.folder(); }
   // The newest committed step, when checkpoint.enable (the run resumes from it).
   std::optional<int64_t> resume_step() const { return resume_step_; }
+
+  // step-N folders another program wrote: never resumed from, counted or pruned.
+  std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
 
   // Restores `state` from resume_step(): weights, moments, step, tokens seen, data position,
   // expert biases. Errors name the checkpoint and what does not fit this run.

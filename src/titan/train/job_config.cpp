@@ -77,6 +77,7 @@ std::vector<Field> schema(JobConfig& c) {
       {"checkpoint.initial_load_in_hf", K::Bool, &c.checkpoint.initial_load_in_hf, {}},
       {"checkpoint.last_save_in_hf", K::Bool, &c.checkpoint.last_save_in_hf, {}},
       {"checkpoint.export_dtype", K::Str, &c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"}},
+      {"checkpoint.restart_data_stream", K::Bool, &c.checkpoint.restart_data_stream, {}},
       {"activation_checkpoint.mode", K::Str, &c.activation_checkpoint.mode, {"none", "selective", "full"}},
       {"metrics.log_freq", K::Int, &c.metrics.log_freq, {}},
       {"metrics.enable_tensorboard", K::Bool, &c.metrics.enable_tensorboard, {}},

@@ -69,6 +69,7 @@ struct CheckpointSection {
   bool initial_load_in_hf = false;
   bool last_save_in_hf = false;
   std::string export_dtype = "float32";  // float32 | bfloat16 (float16: accepted only without an export)
+  bool restart_data_stream = false;      // on resume, start the data from its beginning (e.g. a new dataset)
 };
 
 struct ActivationCheckpointSection {

@@ -1,11 +1,16 @@
 #include "titan/models/qwen3/args.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
+#include "titan/models/qwen3/size_check.h"
 
 namespace titan::qwen3 {
 
@@ -16,6 +21,7 @@ bool ModelArgs::is_moe_layer(int64_t layer) const {
 }
 
 void ModelArgs::validate() const {
+  check_size_bounds(*this);  // first: everything below loops over layers or multiplies sizes
   auto positive = [](int64_t v, const char* name) {
     TITAN_CHECK(v > 0, "model args: ", name, " must be positive, got ", v);
   };
@@ -45,21 +51,25 @@ void ModelArgs::validate() const {
     TITAN_CHECK(l >= 0 && l < n_layers, "model args: mlp_only_layers entry ", l, " outside [0, ", n_layers, ")");
 }
 
+// In 128 bits: with the size bounds validate() checks, nothing here can overflow before narrowing.
 int64_t ModelArgs::num_params() const {
-  int64_t attn = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2 + 2 * head_dim;
-  int64_t total = vocab_size * dim * (tie_embeddings ? 1 : 2) + dim;
+  using Wide = __int128;
+  const Wide D = dim, hd = head_dim;
+  Wide attn = D * n_heads * hd * 2 + D * n_kv_heads * hd * 2 + 2 * hd;
+  Wide total = Wide(vocab_size) * D * (tie_embeddings ? 1 : 2) + D;
   for (int64_t i = 0; i < n_layers; ++i) {
-    total += attn + 2 * dim;
-    total += is_moe_layer(i) ? num_experts * dim + num_experts * 3 * dim * moe_hidden_dim : 3 * dim * hidden_dim;
+    total += attn + 2 * D;
+    total += is_moe_layer(i) ? Wide(num_experts) * D + Wide(num_experts) * 3 * D * moe_hidden_dim
+                             : 3 * D * hidden_dim;
   }
-  return total;
+  return narrow_size(total, "model args: parameter count");
 }
 
 int64_t ModelArgs::num_active_params() const {
-  int64_t total = num_params();
+  __int128 total = num_params();
   for (int64_t i = 0; i < n_layers; ++i)
-    if (is_moe_layer(i)) total -= (num_experts - top_k) * 3 * dim * moe_hidden_dim;
-  return total;
+    if (is_moe_layer(i)) total -= __int128(num_experts - top_k) * 3 * dim * moe_hidden_dim;
+  return narrow_size(total, "model args: active parameter count");
 }
 
 double ModelArgs::flops_per_token(int64_t seq) const {
@@ -225,6 +235,31 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
   TITAN_FAIL("unknown model field '", key, "'; valid fields: ", list);
 }
 
+std::string field_text(const ModelArgs& args, const std::string& key) {
+  for (auto& f : fields()) {
+    if (key != f.name) continue;
+    void* m = f.member(const_cast<ModelArgs&>(args));
+    switch (f.kind) {
+      case Field::Int:
+        return std::to_string(*static_cast<int64_t*>(m));
+      case Field::Double: {
+        char buf[32];  // the shortest text that reads back as the same double
+        auto r = std::to_chars(buf, buf + sizeof buf, *static_cast<double*>(m));
+        return std::string(buf, r.ptr);
+      }
+      case Field::Bool:
+        return *static_cast<bool*>(m) ? "true" : "false";
+      case Field::IntList: {
+        std::string list;
+        for (int64_t v : *static_cast<std::vector<int64_t>*>(m))
+          list += (list.empty() ? "" : ", ") + std::to_string(v);
+        return "[" + list + "]";
+      }
+    }
+  }
+  TITAN_FAIL("unknown model field '", key, "'");
+}
+
 // ---------------------------------------------------------------- Hugging Face config.json
 
 ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
@@ -311,15 +346,12 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
 }
 
 ModelArgs args_from_hf_config_file(const std::string& path) {
-  std::ifstream f(path);
+  io::check_regular_file(path, "model config");
+  std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "cannot open model config '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    TITAN_FAIL(path, ": invalid JSON: ", e.what());
-  }
-  return args_from_hf_config(j, path);
+  std::stringstream text;
+  text << f.rdbuf();
+  return args_from_hf_config(io::parse_json_text(text.str(), path), path);
 }
 
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {

@@ -54,6 +54,9 @@ std::vector<std::string> flavor_names();
 // Unknown keys are errors that list the valid ones.
 void apply_override(ModelArgs& args, const std::string& key, const std::string& value);
 std::vector<std::string> override_keys();
+// The value of field `key` (one of override_keys()) as text, a double as the shortest text that
+// reads back exactly: for messages and comparisons that name the field.
+std::string field_text(const ModelArgs& args, const std::string& key);
 
 // Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
 // (num_experts / num_local_experts, rope_theta / rope_parameters.rope_theta, torch_dtype /

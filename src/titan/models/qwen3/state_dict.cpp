@@ -1,11 +1,12 @@
 #include "titan/models/qwen3/state_dict.h"
 
 #include <cstring>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "titan/core/check.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/models/qwen3/size_check.h"
 
 namespace titan::qwen3 {
 
@@ -108,6 +109,9 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype) {
   ModelArgs args = args_from_hf_config_file((dir / "config.json").string());
+  const int64_t master_bytes = narrow_size(__int128(args.num_params()) * 4, "weight bytes");
+  check_memory_fits(MemoryEstimate{master_bytes, master_bytes, 0, 0}, available_memory_bytes(),
+                    "loading " + dir.string());
   auto model = std::make_unique<Qwen3Model>(args, compute_dtype);
   load_hf_weights(*model, dir);
   return model;

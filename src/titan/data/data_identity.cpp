@@ -1,0 +1,75 @@
+#include "titan/data/data_identity.h"
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "titan/core/check.h"
+
+namespace titan::data {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// FNV-1a over the size, the first and the last MiB: cheap for a terabyte file, and any change of
+// length or of the bytes a resume seeks near the start or end shows up.
+std::string fingerprint(const fs::path& path, uint64_t size) {
+  constexpr uint64_t kSample = uint64_t(1) << 20;
+  std::ifstream f(path, std::ios::binary);
+  TITAN_CHECK(f, "dataset: cannot read ", path, " to fingerprint it");
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
+  };
+  mix(reinterpret_cast<const char*>(&size), sizeof size);
+  std::vector<char> buf(kSample);
+  auto sample = [&](uint64_t at) {
+    f.clear();
+    f.seekg(std::streamoff(at));
+    f.read(buf.data(), std::streamsize(std::min(kSample, size - at)));
+    TITAN_CHECK(f.gcount() == std::streamsize(std::min(kSample, size - at)), "dataset: short read in ", path,
+                " while fingerprinting it");
+    mix(buf.data(), size_t(f.gcount()));
+  };
+  sample(0);
+  if (size > kSample) sample(std::max(kSample, size - kSample));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+}  // namespace
+
+json dataset_identity(const std::vector<fs::path>& files) {
+  json id = json::array();
+  for (auto& p : files) {
+    const uint64_t size = fs::file_size(p);
+    id.push_back({{"path", fs::absolute(p).lexically_normal().string()},
+                  {"bytes", size},
+                  {"fingerprint", fingerprint(p, size)}});
+  }
+  return id;
+}
+
+std::string dataset_identity_mismatch(const json& saved, const json& now) {
+  if (!saved.is_array()) return "the saved dataset identity is malformed";
+  if (saved.size() != now.size())
+    return "the checkpoint's dataset has " + std::to_string(saved.size()) + " file(s), this run's has " +
+           std::to_string(now.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const json& s = saved[i];
+    const json& n = now[i];
+    const std::string where = "file " + std::to_string(i) + " (checkpoint: '" + s.value("path", "?") +
+                              "', now: '" + n.value("path", "?") + "')";
+    if (s.value("bytes", uint64_t(0)) != n["bytes"].get<uint64_t>())
+      return where + ": size " + std::to_string(s.value("bytes", uint64_t(0))) +
+             " bytes in the checkpoint, " + std::to_string(n["bytes"].get<uint64_t>()) + " bytes now";
+    if (s.value("fingerprint", "") != n["fingerprint"].get<std::string>())
+      return where + ": content fingerprint " + s.value("fingerprint", "?") + " in the checkpoint, " +
+             n["fingerprint"].get<std::string>() + " now (same size, different content)";
+  }
+  return "";
+}
+
+}  // namespace titan::data

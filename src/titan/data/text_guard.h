@@ -1,0 +1,19 @@
+#pragma once
+// What counts as text. Random bytes, a binary file or text in a wrong encoding (Latin-1, UTF-16)
+// must not be trained on silently: after UTF-8 repair they are mostly U+FFFD and control
+// characters. The rule, checked on every document as soon as it is read: a document of which more
+// than 1% of the characters, and at least 4, are U+FFFD or C0 control characters other than tab,
+// line feed, carriage return and form feed is rejected, naming file:line.
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+
+namespace titan::data {
+
+// Characters that mark `text` (valid UTF-8) as not text: U+FFFD and disallowed control characters.
+uint64_t garbage_characters(std::string_view text, uint64_t* characters);
+
+// Throws titan::Error "dataset: FILE:LINE: ..." when `text` breaks the rule above.
+void check_document_is_text(std::string_view text, const std::filesystem::path& file, uint64_t line);
+
+}  // namespace titan::data

@@ -1,0 +1,57 @@
+#include "titan/io/json_error.h"
+
+#include "titan/core/check.h"
+
+namespace titan::io {
+
+namespace {
+
+// 1-based line and column of byte `at` of `text` (which starts at first_line, first_column).
+JsonErrorAt position(std::string_view text, size_t at, uint64_t first_line, uint64_t first_column,
+                     std::string what) {
+  uint64_t line = first_line, column = first_column;
+  for (size_t i = 0; i < at && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column, std::move(what)};
+}
+
+}  // namespace
+
+JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse_error& e,
+                              uint64_t first_line, uint64_t first_column) {
+  // e.byte is 1-based: the byte at which the parser gave up.
+  const size_t stop = e.byte > 0 ? size_t(e.byte - 1) : 0;
+  if (stop < text.size() && (text[stop] == ']' || text[stop] == '}')) {
+    size_t before = stop;
+    while (before > 0 && (text[before - 1] == ' ' || text[before - 1] == '\t' || text[before - 1] == '\n' ||
+                          text[before - 1] == '\r'))
+      --before;
+    if (before > 0 && text[before - 1] == ',')
+      return position(text, before - 1, first_line, first_column,
+                      "trailing comma before '" + std::string(1, text[stop]) +
+                          "' (JSON allows no comma after the last element)");
+  }
+  std::string what = e.what();
+  // Drop nlohmann's own "[json.exception.parse_error.101] parse error at line 1, column 7: " prefix:
+  // its position is relative to the parsed text, ours to the file.
+  if (auto colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos)
+    what = what.substr(colon + 2);
+  return position(text, stop, first_line, first_column, what);
+}
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const JsonErrorAt at = locate_json_error(text, e);
+    TITAN_FAIL(source, ": invalid JSON at line ", at.line, ", column ", at.column, ": ", at.what);
+  }
+}
+
+}  // namespace titan::io

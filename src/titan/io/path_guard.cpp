@@ -1,0 +1,75 @@
+#include "titan/io/path_guard.h"
+
+#include "titan/core/check.h"
+
+namespace titan::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kind_of(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::not_found:
+      return "does not exist";
+    case fs::file_type::directory:
+      return "is a directory";
+    case fs::file_type::fifo:
+      return "is a FIFO (named pipe)";
+    case fs::file_type::socket:
+      return "is a socket";
+    case fs::file_type::block:
+      return "is a block device";
+    case fs::file_type::character:
+      return "is a character device";
+    default:
+      return "is not a regular file";
+  }
+}
+
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p), ec);
+  return ec ? fs::absolute(p).lexically_normal() : r;
+}
+
+// True when `inner` is `outer` or lies below it (both resolved).
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_regular_file(const fs::path& path, const std::string& what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  TITAN_CHECK(st.type() == fs::file_type::regular, what, ": '", path.string(), "' ", kind_of(st.type()),
+              "; only regular files are read");
+}
+
+void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs, const std::string& what) {
+  const fs::path o = resolved(out);
+  for (const fs::path& in : inputs) {
+    const fs::path i = resolved(in);
+    TITAN_CHECK(o != i, what, ": '", out.string(), "' is the input '", in.string(),
+                "'; writing it would destroy what it is made from");
+    TITAN_CHECK(!within(i, o), what, ": '", out.string(), "' contains the input '", in.string(),
+                "'; replacing it would destroy what it is made from");
+    TITAN_CHECK(!within(o, i), what, ": '", out.string(), "' lies inside the input '", in.string(),
+                "'; write the output elsewhere");
+  }
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(o, ec))) return;
+  for (auto it = fs::recursive_directory_iterator(o, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    TITAN_CHECK(it->path().filename() != "COMMITTED", what, ": '", out.string(),
+                "' holds the titan checkpoint '", it->path().parent_path().string(),
+                "'; replacing the folder would delete it");
+  }
+}
+
+}  // namespace titan::io

@@ -1,0 +1,22 @@
+#pragma once
+// Guards on the paths a command reads and writes: inputs must be regular files (a FIFO or a
+// device named model.safetensors would hang or never end), and an output must never be, contain or
+// lie inside what the command reads, nor swallow a titan checkpoint, because writing it (an
+// --overwrite replaces a whole folder) would destroy the very data it is made from.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace titan::io {
+
+// `what: '<path>' is not a regular file (a FIFO / directory / ...)` unless `path` (symlinks followed)
+// is a regular file. A missing file is an error too.
+void check_regular_file(const std::filesystem::path& path, const std::string& what);
+
+// `out` (resolved through symlinks and "..") must not be any of `inputs`, an ancestor of one, or
+// inside one; an existing folder `out` must not hold a titan checkpoint (a COMMITTED marker at any
+// depth). Errors name `what` (e.g. "--out"), both paths and the rule.
+void check_output_path(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
+                       const std::string& what);
+
+}  // namespace titan::io

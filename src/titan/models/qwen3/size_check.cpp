@@ -1,0 +1,103 @@
+#include "titan/models/qwen3/size_check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "titan/core/check.h"
+
+namespace titan::qwen3 {
+
+void check_size_bounds(const ModelArgs& a) {
+  // Powers of two well above the largest published models (Qwen3-235B: 94 layers, dim 4096,
+  // 128 experts, vocab 151936), low enough that every product below fits in 128 bits.
+  struct Bound {
+    const char* name;
+    int64_t value, limit;
+  };
+  const Bound bounds[] = {
+      {"vocab_size", a.vocab_size, int64_t(1) << 24},
+      {"dim", a.dim, int64_t(1) << 17},
+      {"n_layers", a.n_layers, int64_t(1) << 14},
+      {"n_heads", a.n_heads, int64_t(1) << 12},
+      {"n_kv_heads", a.n_kv_heads, int64_t(1) << 12},
+      {"head_dim", a.head_dim, int64_t(1) << 12},
+      {"hidden_dim", a.hidden_dim, int64_t(1) << 20},
+      {"max_seq_len", a.max_seq_len, int64_t(1) << 24},
+      {"num_experts", a.num_experts, int64_t(1) << 14},
+      {"top_k", a.top_k, int64_t(1) << 14},
+      {"moe_hidden_dim", a.moe_hidden_dim, int64_t(1) << 20},
+      {"decoder_sparse_step", a.decoder_sparse_step, int64_t(1) << 14},
+  };
+  for (const Bound& b : bounds)
+    TITAN_CHECK(b.value <= b.limit, "model args: ", b.name, " = ", b.value, " exceeds the limit ", b.limit,
+                " (sizes are bounded so that nothing overflows or is allocated before it is checked)");
+  TITAN_CHECK(int64_t(a.mlp_only_layers.size()) <= a.n_layers, "model args: mlp_only_layers lists ",
+              a.mlp_only_layers.size(), " layers but the model has ", a.n_layers);
+}
+
+int64_t narrow_size(__int128 value, const char* what) {
+  TITAN_CHECK(value >= 0 && value <= std::numeric_limits<int64_t>::max(), what, " = ", double(value),
+              " does not fit in a 64-bit integer");
+  return int64_t(value);
+}
+
+int64_t available_memory_bytes() {
+  int64_t available = std::numeric_limits<int64_t>::max();
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, rest;
+  int64_t kib = 0;
+  bool found = false;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, rest);
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
+  }
+  // A container's memory limit (cgroup v2) binds before the machine's memory does.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  int64_t limit = 0, used = 0;
+  if (max_file >> limit && current_file >> used && limit > used)
+    available = std::min(available, limit - used);
+  return available;
+}
+
+void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what) {
+  auto gib = [](int64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.3g GiB", double(b) / double(int64_t(1) << 30));
+    return std::string(s);
+  };
+  const __int128 total = __int128(need.weights) + need.grads + need.optimizer + need.activations;
+  TITAN_CHECK(
+      total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")), " (",
+      double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads), ", optimizer ",
+      gib(need.optimizer), ", activations ", gib(need.activations), ") but this machine has ", gib(available),
+      " (", available,
+      " bytes) available (MemAvailable); shrink the model, training.local_batch_size or training.seq_len, "
+      "or enable activation_checkpoint.mode");
+}
+
+void check_training_fits(const ModelArgs& args, int64_t batch, int64_t seq, DType compute,
+                         const std::string& mode) {
+  constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
+  TITAN_CHECK(batch <= kMaxBatchOrSeq, "training.local_batch_size = ", batch, " exceeds the limit ",
+              kMaxBatchOrSeq);
+  TITAN_CHECK(seq <= kMaxBatchOrSeq, "training.seq_len = ", seq, " exceeds the limit ", kMaxBatchOrSeq);
+  check_memory_fits(estimate_training_memory(args, batch, seq, compute, mode.c_str()),
+                    available_memory_bytes(),
+                    "training (batch " + std::to_string(batch) + " x seq " + std::to_string(seq) + ", " +
+                        std::to_string(args.num_params()) + " parameters)");
+}
+
+}  // namespace titan::qwen3

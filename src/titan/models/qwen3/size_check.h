@@ -1,0 +1,40 @@
+#pragma once
+// Sizes are checked before anything is allocated: a config.json with 100,000,000 layers, an
+// intermediate_size of 2^63-1 or a seq_len of 99,999,999,999 must be an error naming the field
+// in milliseconds, not an overflow, a bad_alloc or a kernel OOM kill minutes later.
+//  1. Every size field of ModelArgs has an upper bound (far above any published model), checked
+//     by ModelArgs::validate() before anything loops over layers or multiplies sizes.
+//  2. Within the bounds, parameter counts and the training-memory estimate are computed in 128-bit
+//     integers (they cannot overflow there) and narrowed to int64 with a check.
+//  3. The estimate is compared with the memory this machine has available before the model is
+//     built (the planner's check): a run that cannot fit stops with both numbers.
+#include <cstdint>
+#include <string>
+
+#include "titan/core/dtype.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/estimate.h"
+
+namespace titan::qwen3 {
+
+// Upper bounds of the size fields: "model args: n_layers = 100000000 exceeds the limit 16384".
+void check_size_bounds(const ModelArgs& args);
+
+// `value` narrowed to int64, or an error naming `what` when it does not fit.
+int64_t narrow_size(__int128 value, const char* what);
+
+// Bytes of memory available to a new allocation on this machine: MemAvailable of /proc/meminfo
+// (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by a cgroup v2 memory.max limit.
+int64_t available_memory_bytes();
+
+// The training-memory estimate of (args, batch, seq) against available_memory_bytes(): an error
+// naming every number (weights, gradients, optimizer, activations, available) when it does not fit.
+// `what` says what the memory is for ("training", "loading <dir>").
+void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what);
+
+// The whole check for a training run, before the model is built: training.local_batch_size and
+// training.seq_len bounded, then the estimate (activation checkpointing `mode`) against the machine.
+void check_training_fits(const ModelArgs& args, int64_t batch, int64_t seq, DType compute,
+                         const std::string& mode);
+
+}  // namespace titan::qwen3

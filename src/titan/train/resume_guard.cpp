@@ -1,0 +1,38 @@
+#include "titan/train/resume_guard.h"
+
+#include "titan/core/check.h"
+#include "titan/data/data_identity.h"
+
+namespace titan::train {
+using json = nlohmann::json;
+
+void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, const std::string& checkpoint) {
+  const qwen3::ModelArgs was =
+      qwen3::args_from_hf_config(saved, checkpoint + "/train_state.json model_config");
+  for (const std::string& key : qwen3::override_keys()) {
+    const std::string a = qwen3::field_text(was, key), b = qwen3::field_text(now, key);
+    TITAN_CHECK(a == b, "checkpoint ", checkpoint, " was trained with model.", key, " = ", a,
+                " but this run's model has model.", key, " = ", b,
+                "; resuming would load it into a different model (restore the model config, or use another "
+                "job.dump_folder)");
+  }
+}
+
+std::string restore_data_position(data::TokenLoader& loader, const json& ts, const json& identity,
+                                  bool restart_data_stream, const std::string& checkpoint) {
+  if (restart_data_stream)
+    return "data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
+           std::to_string(identity.size()) + " file(s)";
+  TITAN_CHECK(ts.contains("dataset_identity"), "checkpoint ", checkpoint,
+              " records no dataset identity, so its data position cannot be checked against this run's "
+              "dataset; set checkpoint.restart_data_stream = true to start the data from the beginning");
+  std::string diff = data::dataset_identity_mismatch(ts["dataset_identity"], identity);
+  TITAN_CHECK(
+      diff.empty(), "checkpoint ", checkpoint, " was trained on a different dataset: ", diff,
+      "; its data position would land in the middle of other data (set checkpoint.restart_data_stream "
+      "= true to start this dataset from its beginning)");
+  loader.restore(ts.at("dataloader"));
+  return "";
+}
+
+}  // namespace titan::train

@@ -1,0 +1,67 @@
+#include "titan/train/run_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "titan/core/check.h"
+
+namespace titan::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string host_name() {
+  char host[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
+std::string read_all(int fd) {
+  std::string s;
+  char buf[256];
+  ssize_t n;
+  ::lseek(fd, 0, SEEK_SET);
+  while ((n = ::pread(fd, buf, sizeof buf, off_t(s.size()))) > 0) s.append(buf, size_t(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+RunLock::RunLock(const fs::path& dump_folder, int rank) {
+  std::error_code ec;
+  fs::create_directories(dump_folder, ec);
+  TITAN_CHECK(!ec, "job.dump_folder: cannot create '", dump_folder.string(), "': ", ec.message());
+  path_ = dump_folder / (".titan-rank" + std::to_string(rank) + ".lock");
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TITAN_CHECK(fd_ >= 0, "job.dump_folder: cannot open the run lock '", path_.string(),
+              "': ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const std::string holder = read_all(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    TITAN_CHECK(err != EWOULDBLOCK, "job.dump_folder: '", dump_folder.string(),
+                "' is in use by another titan train (",
+                holder.empty() ? std::string("holder unknown") : holder, ", lock file ", path_.string(),
+                "); two runs writing one folder destroy each other's checkpoints and metrics: wait for it to "
+                "finish or choose another job.dump_folder");
+    TITAN_FAIL("job.dump_folder: cannot lock '", path_.string(), "': ", std::strerror(err));
+  }
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name() + "\n";
+  // Only the holder writes, so the file always names the live holder.
+  TITAN_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size()),
+              "job.dump_folder: cannot write the run lock '", path_.string(), "': ", std::strerror(errno));
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+}  // namespace titan::train

@@ -1,0 +1,27 @@
+#pragma once
+// One writer per run folder. Two `titan train` processes on the same dump folder would delete each
+// other's temporaries, interleave metrics.jsonl and prune each other's checkpoints; the second one
+// must stop before it writes anything. The lock is flock(2) on <dump_folder>/.titan-rank<r>.lock,
+// held for the life of the RunLock: the kernel drops it when the process dies, so a crash never
+// leaves a stale lock. The file records "pid <pid> host <host>" of the holder for the message.
+#include <filesystem>
+
+namespace titan::train {
+
+class RunLock {
+ public:
+  // Creates the folder if needed. Throws titan::Error at once (never waits) when another process
+  // holds the lock, naming that process' pid and host.
+  explicit RunLock(const std::filesystem::path& dump_folder, int rank = 0);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+}  // namespace titan::train

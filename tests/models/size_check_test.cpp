@@ -1,0 +1,126 @@
+// Sizes are checked before use (src/titan/models/qwen3/size_check.h): absurd configs are errors
+// naming the field and the numbers, never an overflow, a bad_alloc or a hang.
+#include "titan/models/qwen3/size_check.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "titan/core/check.h"
+#include "titan/models/qwen3/state_dict.h"
+
+using namespace titan;
+using namespace titan::qwen3;
+namespace fs = std::filesystem;
+
+namespace {
+
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ModelArgs tiny() {
+  ModelArgs a = flavor("debugmodel");
+  a.n_layers = 2;
+  a.dim = 64;
+  a.n_heads = 2;
+  a.n_kv_heads = 1;
+  a.head_dim = 32;
+  a.hidden_dim = 128;
+  return a;
+}
+
+// A folder holding config.json of `config` (and nothing else).
+fs::path hf_dir(const std::string& name, const nlohmann::json& config) {
+  fs::path dir = titan::testing::temp_dir(name);
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return dir;
+}
+
+}  // namespace
+
+TEST(SizeCheck, EverySizeFieldIsBoundedNamingTheField) {
+  for (const char* field :
+       {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "max_seq_len",
+        "num_experts", "top_k", "moe_hidden_dim", "decoder_sparse_step"}) {
+    ModelArgs a = tiny();
+    apply_override(a, field, "9223372036854775807");  // 2^63 - 1
+    std::string e = error_of([&] { a.validate(); });
+    EXPECT_NE(e.find(std::string(field) + " = 9223372036854775807 exceeds the limit"), std::string::npos)
+        << e;
+  }
+}
+
+TEST(SizeCheck, AHundredMillionLayersInConfigJsonIsAnErrorBeforeAnyAllocation) {
+  nlohmann::json c = hf_config_from_args(tiny(), "float32");
+  c["num_hidden_layers"] = 100000000;
+  fs::path dir = hf_dir("size_check_layers", c);
+  std::string e = error_of([&] { load_hf_model(dir, DType::F32); });
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("n_layers = 100000000 exceeds the limit"), std::string::npos) << e;
+  c = hf_config_from_args(tiny(), "float32");
+  c["intermediate_size"] = INT64_MAX;
+  e = error_of([&] { load_hf_model(hf_dir("size_check_intermediate", c), DType::F32); });
+  EXPECT_NE(e.find("hidden_dim = 9223372036854775807 exceeds the limit"), std::string::npos) << e;
+}
+
+TEST(SizeCheck, ProductsThatOverflowInt64AreErrors) {
+  // Every field within its bound, the parameter count past 2^63.
+  ModelArgs a = tiny();
+  a.n_layers = 1 << 14;
+  a.dim = 1 << 17;
+  a.num_experts = 1 << 14;
+  a.top_k = 1;
+  a.moe_hidden_dim = 1 << 20;
+  std::string e = error_of([&] {
+    a.validate();
+    (void)a.num_params();
+  });
+  EXPECT_NE(e.find("parameter count"), std::string::npos) << e;
+  EXPECT_NE(e.find("does not fit in a 64-bit integer"), std::string::npos) << e;
+}
+
+TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
+  // 16384 layers of dim 131072: petabytes of weights, a valid shape that no machine holds.
+  ModelArgs a = tiny();
+  a.n_layers = 1 << 14;
+  a.dim = 1 << 17;
+  a.hidden_dim = 1 << 17;
+  a.validate();
+  const int64_t available = available_memory_bytes();
+  ASSERT_GT(available, 0);
+  std::string e = error_of([&] { check_training_fits(a, 2, 64, DType::F32, "none"); });
+  EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
+  EXPECT_NE(e.find("weights"), std::string::npos) << e;
+  EXPECT_NE(e.find(std::to_string(available).substr(0, 3)), std::string::npos) << e;
+  EXPECT_NE(e.find("available"), std::string::npos) << e;
+  // The same check passes the tiny model, whose estimate it computes exactly as `titan info` does.
+  EXPECT_NO_THROW(check_training_fits(tiny(), 2, 64, DType::F32, "none"));
+  MemoryEstimate m = estimate_training_memory(tiny(), 2, 64, DType::F32, "none");
+  EXPECT_EQ(m.weights, tiny().num_params() * 4);
+  // A sequence length past the bound names the config key.
+  e = error_of([&] { check_training_fits(tiny(), 2, 99999999999, DType::F32, "none"); });
+  EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
+}
+
+TEST(SizeCheck, AFifoNamedModelSafetensorsIsRefusedNotWaitedOn) {
+  fs::path dir = hf_dir("size_check_fifo", hf_config_from_args(tiny(), "float32"));
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0644), 0);
+  std::string e = error_of([&] { load_hf_model(dir, DType::F32); });
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  // config.json itself as a FIFO.
+  fs::path dir2 = titan::testing::temp_dir("size_check_fifo_config");
+  ASSERT_EQ(::mkfifo((dir2 / "config.json").c_str(), 0644), 0);
+  e = error_of([&] { load_hf_model(dir2, DType::F32); });
+  EXPECT_NE(e.find("is a FIFO"), std::string::npos) << e;
+}

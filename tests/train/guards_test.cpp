@@ -1,0 +1,332 @@
+// The guards of a training run (docs/training.md, "Guards"): each case here is something a
+// careless user did that used to continue on the wrong state or destroy data (issue 14).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+#include "titan/data/assets.h"
+#include "titan/io/safetensors.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/run_lock.h"
+#include "titan/train/trainer.h"
+#include "train_test_util.h"
+
+using namespace titan;
+using namespace titan::train;
+using namespace titan::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// First `bytes` of the bundled corpus, cut at a line end: real text, small and fast to fingerprint.
+void write_corpus_prefix(const fs::path& out, size_t bytes, size_t skip_lines = 0) {
+  std::ifstream in(data::default_dataset_path() / "train.jsonl");
+  std::ofstream o(out);
+  std::string line;
+  size_t written = 0;
+  for (size_t i = 0; written < bytes && std::getline(in, line); ++i) {
+    if (i < skip_lines) continue;
+    o << line << "\n";
+    written += line.size() + 1;
+  }
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const Overrides kCheckpointEvery2 = {
+    {"checkpoint.enable", "true"}, {"checkpoint.interval", "2"}, {"checkpoint.keep_latest_k", "2"}};
+
+Overrides with(Overrides a, const Overrides& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- 1. resume on the wrong state
+
+TEST(ResumeGuard, AChangedModelIsRefusedNamingTheFieldAndBothValues) {
+  const fs::path dump = temp_dir("guard_model_change");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const auto before = listing(dump / "checkpoint");
+  struct Case {
+    Overrides change;
+    std::string field, saved, now;
+  };
+  for (const Case& c : {Case{{{"model.n_layers", "1"}}, "model.n_layers", "2", "1"},
+                        Case{{{"model.rope_theta", "500000"}}, "model.rope_theta", "1e+06", "5e+05"},
+                        Case{{{"model.norm_eps", "1e-5"}}, "model.norm_eps", "1e-06", "1e-05"}}) {
+    std::string e = error_of([&] {
+      run_training(tiny_config(dump, with(with(kCheckpointEvery2, {{"training.steps", "4"}}), c.change)));
+    });
+    EXPECT_NE(e.find(c.field + " = " + c.saved), std::string::npos) << e;
+    EXPECT_NE(e.find(c.field + " = " + c.now), std::string::npos) << e;
+    EXPECT_EQ(listing(dump / "checkpoint"), before) << "the refused resume touched the checkpoints";
+    EXPECT_EQ(read_metrics(dump).size(), 2u) << "the refused resume took a step";
+  }
+  // The unchanged model resumes.
+  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "3"}})));
+  EXPECT_EQ(s.steps_run, 1);
+}
+
+TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
+  const fs::path dump = temp_dir("guard_data_change");
+  const fs::path data_dir = temp_dir("guard_data_change_files");
+  const fs::path first = data_dir / "first.jsonl", second = data_dir / "second.jsonl";
+  write_corpus_prefix(first, 64 << 10);
+  write_corpus_prefix(second, 64 << 10, /*skip_lines=*/5);
+  auto config = [&](const fs::path& data, int steps, Overrides extra = {}) {
+    return tiny_config(dump, with(with(kCheckpointEvery2, {{"training.dataset_path", data.string()},
+                                                           {"training.steps", std::to_string(steps)}}),
+                                  extra));
+  };
+  run_training(config(first, 2));
+
+  // Another file: refused, naming both paths and what differs.
+  std::string e = error_of([&] { run_training(config(second, 4)); });
+  EXPECT_NE(e.find("different dataset"), std::string::npos) << e;
+  EXPECT_NE(e.find(first.string()), std::string::npos) << e;
+  EXPECT_NE(e.find(second.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
+
+  // The same path with content appended (its size changed): refused.
+  fs::copy_file(first, data_dir / "first.orig");
+  std::ofstream(first, std::ios::app) << "{\"text\": \"one more document\"}\n";
+  e = error_of([&] { run_training(config(first, 4)); });
+  EXPECT_NE(e.find("size"), std::string::npos) << e;
+  // The same size, one byte changed: refused by the fingerprint.
+  fs::remove(first);
+  fs::copy_file(data_dir / "first.orig", first);
+  {
+    std::fstream f(first, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('#');
+  }
+  e = error_of([&] { run_training(config(first, 4)); });
+  EXPECT_NE(e.find("fingerprint"), std::string::npos) << e;
+  EXPECT_EQ(read_metrics(dump).size(), 2u) << "a refused resume took a step";
+
+  // Asked for: the new dataset starts from its beginning and the run continues.
+  std::string out;
+  TrainSummary s = run_training(config(second, 4, {{"checkpoint.restart_data_stream", "true"}}));
+  EXPECT_EQ(s.steps_run, 2);
+  EXPECT_EQ(s.last_step, 4);
+  // The same file moved elsewhere is the same data: it resumes.
+  fs::rename(second, data_dir / "moved.jsonl");
+  s = run_training(config(data_dir / "moved.jsonl", 6));
+  EXPECT_EQ(s.steps_run, 2);
+}
+
+// ---------------------------------------------------------------- 2. two writers, titan's own cleanup
+
+TEST(RunLock, ASecondTrainerOnTheSameFolderStopsAtOnceNamingTheHolder) {
+  const fs::path dump = temp_dir("guard_lock");
+  const std::string me = "pid " + std::to_string(::getpid());
+  {
+    RunLock held(dump);
+    std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.steps", "1"}})); });
+    EXPECT_NE(e.find("in use by another titan train"), std::string::npos) << e;
+    EXPECT_NE(e.find(me + " on host "), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl")) << "the second writer wrote metrics";
+    // Another process: exit status 1 with the holder on stderr, before any compute.
+    std::string out;
+    int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                             cli_args(tiny(dump, {{"training.steps", "1"}})),
+                         &out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(me + " on host "), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  }
+  // Released (as the kernel releases it when a holder dies): the folder is usable again.
+  TrainSummary s = run_training(tiny_config(dump, {{"training.steps", "1"}}));
+  EXPECT_EQ(s.steps_run, 1);
+}
+
+TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
+  const fs::path dump = temp_dir("guard_foreign_steps");
+  const fs::path ck = dump / "checkpoint";
+  // Another program's checkpoints: one with a COMMITTED file of its own, one without.
+  fs::create_directories(ck / "step-0");
+  std::ofstream(ck / "step-0" / "COMMITTED") << "theirs\n";
+  std::ofstream(ck / "step-0" / "weights.bin") << "precious";
+  fs::create_directories(ck / "step-1");
+  std::ofstream(ck / "step-1" / "model.pt") << "precious";
+  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
+  EXPECT_EQ(s.steps_run, 6) << "resumed from a folder titan did not write";
+  EXPECT_EQ(listing(ck), (std::vector<std::string>{"step-0", "step-1", "step-4", "step-6"}));
+  EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
+  EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
+  // The trainer names them (they are why it started from scratch).
+  EXPECT_EQ(CheckpointManager(ck, 2).foreign_step_dirs(),
+            (std::vector<fs::path>{ck / "step-0", ck / "step-1"}));
+}
+
+TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
+  const fs::path dump = temp_dir("guard_outputs");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = ck / "step-2";
+  const fs::path holder = temp_dir("guard_outputs_holder");
+  fs::create_directories(holder / "old");
+  fs::copy(step, holder / "old" / "step-9", fs::copy_options::recursive);
+  auto exported = [&](const fs::path& out, std::string* output) {
+    return run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " +
+                           out.string() + " --overwrite",
+                       output);
+  };
+  struct Case {
+    fs::path out;
+    std::string rule;
+  };
+  for (const Case& c :
+       {Case{step, "is the input"}, Case{ck, "contains the input"}, Case{dump, "contains the input"},
+        Case{step / "hf", "lies inside the input"}, Case{holder, "holds the titan checkpoint"}}) {
+    std::string out;
+    EXPECT_EQ(exported(c.out, &out), 1) << c.out << ": " << out;
+    EXPECT_NE(out.find(c.rule), std::string::npos) << c.out << ": " << out;
+  }
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // intact, checksums and all
+  EXPECT_EQ(load_checkpoint_dir(holder / "old" / "step-9").step, 2);
+
+  // A killed export's temporary is cleaned by the next export to the same place; a live
+  // process' temporary (this test's pid) is left alone.
+  const fs::path stale = dump / ".hf.tmp-999999999-0",
+                 live = dump / (".hf.tmp-" + std::to_string(::getpid()) + "-0");
+  fs::create_directories(stale);
+  fs::create_directories(live);
+  std::ofstream(stale / "model.safetensors") << "half written";
+  std::string out;
+  ASSERT_EQ(exported(dump / "hf", &out), 0) << out;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  fs::remove_all(live);
+
+  // debug dump: the output may be neither the tokens file nor inside the model folder.
+  const fs::path tokens = dump / "tokens.safetensors";
+  const std::vector<int64_t> ids = {1, 2, 3, 4};
+  const std::vector<io::TensorWrite> token_tensors = {{"input_ids", DType::I64, {1, 4}, ids.data()}};
+  io::write_safetensors(tokens, token_tensors);
+  const std::string before = read_bytes(tokens);
+  for (const Case& c :
+       {Case{tokens, "is the input"}, Case{dump / "hf" / "model.safetensors", "lies inside the input"}}) {
+    out.clear();
+    int rc = run_command(titan_binary().string() + " debug dump --model-path " + (dump / "hf").string() +
+                             " --tokens " + tokens.string() + " --out " + c.out.string(),
+                         &out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(c.rule), std::string::npos) << out;
+  }
+  EXPECT_EQ(read_bytes(tokens), before);
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
+      << out;
+}
+
+// ---------------------------------------------------------------- 4. sizes checked before use
+
+TEST(SizeGuard, AnAbsurdSeqLenOrANonRegularDatasetStopsBeforeAnyCompute) {
+  const fs::path dump = temp_dir("guard_sizes");
+  std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "99999999999"}})); });
+  EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
+  // Below the bound but far beyond this machine: the estimate and the available memory, named.
+  e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "2000000000"}})); });
+  EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
+  EXPECT_NE(e.find("available"), std::string::npos) << e;
+  const fs::path fifo = dump / "corpus.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  e = error_of([&] { run_training(tiny_config(dump, {{"training.dataset_path", fifo.string()}})); });
+  EXPECT_NE(e.find("is a FIFO"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+// ---------------------------------------------------------------- 5. checks that cannot be fooled
+
+TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
+  const fs::path dump = temp_dir("guard_verify");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2", hf = dump / "hf";
+  std::string out;
+  ASSERT_EQ(
+      run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " + hf.string(),
+                  &out),
+      0)
+      << out;
+  auto verify = [&](bool with_source, std::string* o) {
+    o->clear();
+    return run_command(titan_binary().string() + " verify-export " + hf.string() +
+                           (with_source ? " --source " + step.string() : std::string()),
+                       o);
+  };
+  EXPECT_EQ(verify(true, &out), 0) << out;
+  EXPECT_NE(out.find("bit for bit"), std::string::npos) << out;
+  EXPECT_EQ(verify(false, &out), 0) << out;
+  EXPECT_NE(out.find("checksums recorded at export"), std::string::npos) << out;
+
+  // One mantissa bit of the last weight: the loss moves by far less than any tolerance.
+  const fs::path weights = hf / "model.safetensors";
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = std::streamoff(fs::file_size(weights) - 4);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 1);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(verify(true, &out), 1) << out;
+  EXPECT_NE(out.find("differs from the source"), std::string::npos) << out;
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("does not match its recorded checksum"), std::string::npos) << out;
+  // No recorded checksums and no source: nothing vouches for the tensors, so it fails.
+  fs::remove(hf / "titan_checksums.json");
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("titan_checksums.json missing"), std::string::npos) << out;
+}
+
+TEST(CheckpointManifest, EveryFileMustBeListedAndEveryListedFilePresent) {
+  const fs::path dump = temp_dir("guard_manifest");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2";
+  ASSERT_EQ(load_checkpoint_dir(step).step, 2);
+  const std::string manifest = read_bytes(step / "manifest.json");
+
+  // A file the manifest does not list.
+  std::ofstream(step / "extra.safetensors") << "unlisted";
+  std::string e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("'extra.safetensors' which manifest.json does not list"), std::string::npos) << e;
+  fs::remove(step / "extra.safetensors");
+
+  // An entry removed from the manifest: its file is no longer vouched for.
+  for (const char* name : {"model-rank0.safetensors", "optimizer-rank0.safetensors", "train_state.json"}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["files"].erase(name);
+    std::ofstream(step / "manifest.json") << m.dump(2);
+    e = error_of([&] { load_checkpoint_dir(step); });
+    EXPECT_NE(e.find(std::string("'") + name + "' which manifest.json does not list"), std::string::npos)
+        << e;
+  }
+  // A listed file that is missing.
+  std::ofstream(step / "manifest.json") << manifest;
+  fs::rename(step / "train_state.json", dump / "train_state.json");
+  e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("lacks 'train_state.json' listed in manifest.json"), std::string::npos) << e;
+  fs::rename(dump / "train_state.json", step / "train_state.json");
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);
+}
