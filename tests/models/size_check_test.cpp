@@ -11,6 +11,7 @@
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/step_profile.h"
 
 using namespace titan;
 using namespace titan::qwen3;
@@ -89,6 +90,14 @@ TEST(SizeCheck, ProductsThatOverflowInt64AreErrors) {
   EXPECT_NE(e.find("does not fit in a 64-bit integer"), std::string::npos) << e;
 }
 
+train::StepShape shape(int64_t batch, int64_t seq) {
+  train::StepShape s;
+  s.local_batch = batch;
+  s.seq_len = seq;
+  s.compute = DType::F32;
+  return s;
+}
+
 TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   // 16384 layers of dim 131072: petabytes of weights, a valid shape that no machine holds.
   ModelArgs a = tiny();
@@ -98,17 +107,17 @@ TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   a.validate();
   const int64_t available = available_memory_bytes();
   ASSERT_GT(available, 0);
-  std::string e = error_of([&] { check_training_fits(a, 2, 64, DType::F32, "none"); });
+  std::string e = error_of([&] { train::check_training_fits(a, shape(2, 64), Device::CPU); });
   EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
   EXPECT_NE(e.find("weights"), std::string::npos) << e;
   EXPECT_NE(e.find(std::to_string(available).substr(0, 3)), std::string::npos) << e;
   EXPECT_NE(e.find("available"), std::string::npos) << e;
-  // The same check passes the tiny model, whose estimate it computes exactly as `titan info` does.
-  EXPECT_NO_THROW(check_training_fits(tiny(), 2, 64, DType::F32, "none"));
+  // The same check passes the tiny model (its exact need comes from the meta device's step profile).
+  EXPECT_NO_THROW(train::check_training_fits(tiny(), shape(2, 64), Device::CPU));
   MemoryEstimate m = estimate_training_memory(tiny(), 2, 64, DType::F32, "none");
   EXPECT_EQ(m.weights, tiny().num_params() * 4);
   // A sequence length past the bound names the config key.
-  e = error_of([&] { check_training_fits(tiny(), 2, 99999999999, DType::F32, "none"); });
+  e = error_of([&] { train::check_training_fits(tiny(), shape(2, 99999999999), Device::CPU); });
   EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
 }
 

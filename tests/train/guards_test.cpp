@@ -244,8 +244,11 @@ TEST(SizeGuard, AnAbsurdSeqLenOrANonRegularDatasetStopsBeforeAnyCompute) {
   const fs::path dump = temp_dir("guard_sizes");
   std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "99999999999"}})); });
   EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
-  // Below the bound but far beyond this machine: the estimate and the available memory, named.
+  // Below the bound but past the model's positions: both numbers named.
   e = error_of([&] { run_training(tiny_config(dump, {{"training.seq_len", "2000000000"}})); });
+  EXPECT_NE(e.find("training.seq_len = 2000000000 exceeds the model's max_seq_len"), std::string::npos) << e;
+  // A batch far beyond this machine: the meta device's profile and the available memory, named.
+  e = error_of([&] { run_training(tiny_config(dump, {{"training.local_batch_size", "20000000"}})); });
   EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
   EXPECT_NE(e.find("available"), std::string::npos) << e;
   const fs::path fifo = dump / "corpus.jsonl";

@@ -23,9 +23,9 @@ uint64_t garbage_characters(std::string_view text, uint64_t* characters) {
 void check_document_is_text(std::string_view text, const std::filesystem::path& file, uint64_t line) {
   uint64_t chars = 0;
   const uint64_t bad = garbage_characters(text, &chars);
-  TITAN_CHECK(bad < 4 || bad * 100 <= chars, "dataset: ", file.string(), ":", line,
+  TITAN_CHECK(bad < 4 || bad * 10 <= chars, "dataset: ", file.string(), ":", line,
               ": the document starting here is ", bad, " of ", chars,
-              " characters U+FFFD (invalid UTF-8) or control characters; more than 1% is not "
+              " characters U+FFFD (invalid UTF-8) or control characters; more than 10% is not "
               "text (binary data or a wrong encoding?), so it is rejected");
 }
 

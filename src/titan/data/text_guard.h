@@ -2,8 +2,11 @@
 // What counts as text. Random bytes, a binary file or text in a wrong encoding (Latin-1, UTF-16)
 // must not be trained on silently: after UTF-8 repair they are mostly U+FFFD and control
 // characters. The rule, checked on every document as soon as it is read: a document of which more
-// than 1% of the characters, and at least 4, are U+FFFD or C0 control characters other than tab,
-// line feed, carriage return and form feed is rejected, naming file:line.
+// than 10% of the characters, and at least 4, are U+FFFD or C0 control characters other than tab,
+// line feed, carriage return and form feed is rejected, naming file:line. Random bytes are about
+// half replacement characters, UTF-16 text half NULs; real text with damaged bytes stays far below
+// (the bundled English corpus: 51 of 100,000 documents hold any, the worst 4 of 81 characters).
+// Text in a single-byte encoding (Latin-1) with a few accents per line passes: it is repaired.
 #include <cstdint>
 #include <filesystem>
 #include <string_view>

@@ -36,9 +36,20 @@ struct StepProfile {
   double seconds = 0;    // wall time of the profile run itself
 };
 
+// The step a job config describes (batch, sequence, accumulation, dtype, checkpointing, balancing).
+struct JobConfig;
+struct ResolvedJob;
+StepShape step_shape(const JobConfig& config, const ResolvedJob& job);
+
+// Before anything is allocated for a run: training.local_batch_size and training.seq_len within
+// bounds, the persistent state (16 bytes per parameter) and then the meta device's exact profile
+// of one step against the memory `device` has available (the CPU: MemAvailable capped by a cgroup
+// limit). An error names every number when the run cannot fit.
+void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device);
+
 // Builds the model on `device`, allocates the optimizer state, and runs forward + backward over
 // `grad_accumulation` micro-batches, the global grad norm and one AdamW update, as the trainer
-// does. Token ids are a fixed pattern (the values do not change what is allocated).
+// does.
 StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape& shape, Device device);
 
 }  // namespace titan::train

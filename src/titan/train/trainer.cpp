@@ -16,13 +16,13 @@
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
-#include "titan/models/qwen3/size_check.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
 #include "titan/train/mfu_peak.h"
 #include "titan/train/run_lock.h"
 #include "titan/train/startup.h"
+#include "titan/train/step_profile.h"
 #include "titan/train/train_state.h"
 #include "titan/train/train_step.h"
 #include "titan/train/validation.h"
@@ -80,8 +80,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   const ResolvedJob job = resolve_job(cfg, plan, checkpointer.resume_step().has_value());
-  qwen3::check_training_fits(job.args, job.local_batch_size, job.seq_len, job.compute_dtype,
-                             cfg.activation_checkpoint.mode);
+  check_training_fits(job.args, step_shape(cfg, job), job.device);
   data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);

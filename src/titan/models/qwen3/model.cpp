@@ -236,9 +236,14 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
               input_ids.str());
   const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
-  std::vector<int64_t> pos(static_cast<size_t>(S));
-  for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
-  Tensor positions = Tensor::from_vector(pos, {S}).to(device_);
+  // Positions 0..S-1, written on the host and copied to the device (a meta tensor holds no values:
+  // the planner may trace sequences far longer than host memory).
+  Tensor positions = Tensor::empty({S}, DType::I64, device_);
+  if (device_ != Device::Meta) {
+    std::vector<int64_t> pos(static_cast<size_t>(S));
+    for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
+    positions.copy_from(Tensor::from_vector(pos, {S}));
+  }
 
   Tensor h;
   {

@@ -88,16 +88,5 @@ void check_memory_fits(const MemoryEstimate& need, int64_t available, const std:
       "or enable activation_checkpoint.mode");
 }
 
-void check_training_fits(const ModelArgs& args, int64_t batch, int64_t seq, DType compute,
-                         const std::string& mode) {
-  constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
-  TITAN_CHECK(batch <= kMaxBatchOrSeq, "training.local_batch_size = ", batch, " exceeds the limit ",
-              kMaxBatchOrSeq);
-  TITAN_CHECK(seq <= kMaxBatchOrSeq, "training.seq_len = ", seq, " exceeds the limit ", kMaxBatchOrSeq);
-  check_memory_fits(estimate_training_memory(args, batch, seq, compute, mode.c_str()),
-                    available_memory_bytes(),
-                    "training (batch " + std::to_string(batch) + " x seq " + std::to_string(seq) + ", " +
-                        std::to_string(args.num_params()) + " parameters)");
-}
 
 }  // namespace titan::qwen3

@@ -6,8 +6,9 @@
 //     by ModelArgs::validate() before anything loops over layers or multiplies sizes.
 //  2. Within the bounds, parameter counts and the training-memory estimate are computed in 128-bit
 //     integers (they cannot overflow there) and narrowed to int64 with a check.
-//  3. The estimate is compared with the memory this machine has available before the model is
-//     built (the planner's check): a run that cannot fit stops with both numbers.
+//  3. The memory a run needs is compared with what the machine has before the model is built
+//     (train::check_training_fits, from the meta device's profile of the step): a run that
+//     cannot fit stops with both numbers.
 #include <cstdint>
 #include <string>
 
@@ -31,10 +32,5 @@ int64_t available_memory_bytes();
 // naming every number (weights, gradients, optimizer, activations, available) when it does not fit.
 // `what` says what the memory is for ("training", "loading <dir>").
 void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what);
-
-// The whole check for a training run, before the model is built: training.local_batch_size and
-// training.seq_len bounded, then the estimate (activation checkpointing `mode`) against the machine.
-void check_training_fits(const ModelArgs& args, int64_t batch, int64_t seq, DType compute,
-                         const std::string& mode);
 
 }  // namespace titan::qwen3
