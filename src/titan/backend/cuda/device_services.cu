@@ -82,7 +82,9 @@ __device__ void store_from_double(typename Elem<T>::type* p, int64_t i, double v
 // Direct paths for the conversions training does every step, so they are exact f32 arithmetic
 // and no double round trip (the results are the same).
 template <DType S, DType D>
-__global__ void convert_kernel(typename Elem<D>::type* dst, const typename Elem<S>::type* src, int64_t n) {
+__global__ void convert_kernel(typename Elem<D>::type* __restrict__ dst, const typename Elem<S>::type* __restrict__ src,
+                               int64_t n) {
+#pragma unroll 4
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if constexpr (S == DType::F32 && D == DType::BF16) dst[i] = f32_to_bf16(src[i]);
     else if constexpr (S == DType::BF16 && D == DType::F32) dst[i] = bf16_to_f32(src[i]);

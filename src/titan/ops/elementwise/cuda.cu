@@ -1,6 +1,6 @@
 // The elementwise kernels on CUDA (elementwise.h): add (f32, bf16), add_inplace (f32 += f32 / bf16),
 // scale_inplace (f32, bf16), sum (f32, bf16) and the i64 index scans the other ops' argument checks
-// use. Grid-stride loops; each result is rounded exactly as the CPU kernels round it (one f32 add or
+// use. Grid-stride loops (unrolled over restrict pointers: several loads in flight); each result is rounded exactly as the CPU kernels round it (one f32 add or
 // multiply, rounded to bf16 where the element is bf16), so add / add_inplace / scale_inplace are
 // bit-identical to the CPU. sum accumulates in f64 over 1024 fixed block partials (deterministic;
 // it differs from the CPU's serial f64 sum only in f64 rounding). The scans return one 8-byte value
@@ -22,17 +22,20 @@ using cuda::store_f32;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 template <class T>
-__global__ void add_kernel(int64_t n, const T* a, const T* b, T* out) {
+__global__ void add_kernel(int64_t n, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out) {
+#pragma unroll 4
   TITAN_GRID_STRIDE(i, n) store_f32(out, i, __fadd_rn(load_f32(a, i), load_f32(b, i)));
 }
 
 template <class S>
-__global__ void accumulate_kernel(int64_t n, float* dst, const S* src) {
+__global__ void accumulate_kernel(int64_t n, float* __restrict__ dst, const S* __restrict__ src) {
+#pragma unroll 4
   TITAN_GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], load_f32(src, i));
 }
 
 template <class T>
-__global__ void scale_kernel(int64_t n, T* x, float s) {
+__global__ void scale_kernel(int64_t n, T* __restrict__ x, float s) {
+#pragma unroll 4
   TITAN_GRID_STRIDE(i, n) store_f32(x, i, __fmul_rn(load_f32(x, i), s));
 }
 

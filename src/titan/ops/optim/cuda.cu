@@ -21,7 +21,9 @@ struct AdamWF32 {
   float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
 };
 
-__global__ void adamw_kernel(int64_t n, float* p, const float* g, float* m, float* v, AdamWF32 s) {
+__global__ void adamw_kernel(int64_t n, float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, AdamWF32 s) {
+#pragma unroll 4
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float gi = __fmul_rn(g[i], s.scale);
     const float pi = __fmul_rn(p[i], s.decay);

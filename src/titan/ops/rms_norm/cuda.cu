@@ -3,7 +3,9 @@
 //             serial sum: the only difference), rstd = 1 / sqrt(ss / D + eps) correctly rounded,
 //             y = T(w * T(x * rstd)) with no fused multiply-add (as the CPU).
 //   backward: dx one warp per row; dw as column sums over row chunks (coalesced across columns),
-//             partial sums per chunk then one reduction kernel: deterministic, no atomics.
+//             partial sums per chunk, then one reduction in a fixed order: deterministic, no atomics.
+#include <algorithm>
+
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
 #include "titan/ops/rms_norm.h"
@@ -17,7 +19,6 @@ using cuda::round_to;
 using cuda::store_f32;
 
 constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int64_t kDwChunkRows = 64;  // rows per partial dw sum
 
 template <class T>
 __global__ void rms_norm_forward_kernel(int64_t R, int64_t D, float eps, const T* x, const T* w, T* y, float* rstd) {
@@ -57,26 +58,38 @@ __global__ void rms_norm_dx_kernel(int64_t R, int64_t D, const T* x, const T* w,
   }
 }
 
-// partial[c, d] = sum over rows of chunk c of dy[r, d] * T(x[r, d] * rstd[r]).
+// partial[c, d] = sum over the rows of chunk c (rows_per_chunk consecutive rows) of
+// dy[r, d] * T(x[r, d] * rstd[r]); one thread per column, coalesced across the row.
 template <class T>
-__global__ void rms_norm_dw_partial_kernel(int64_t R, int64_t D, const T* x, const float* rstd, const float* dy,
-                                           float* partial) {
+__global__ void rms_norm_dw_partial_kernel(int64_t R, int64_t D, int64_t rows_per_chunk, const T* x, const float* rstd,
+                                           const float* dy, float* partial) {
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t c = blockIdx.y;
   if (d >= D) return;
-  const int64_t r0 = c * kDwChunkRows, r1 = min(R, r0 + kDwChunkRows);
+  const int64_t r0 = c * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
   float acc = 0.f;
   for (int64_t r = r0; r < r1; ++r)
     acc = __fadd_rn(acc, __fmul_rn(dy[r * D + d], round_to<T>(__fmul_rn(load_f32(x + r * D, d), rstd[r]))));
   partial[c * D + d] = acc;
 }
 
+// out[d] = sum over chunks of partial[c, d]: 32 columns per block, 8 lanes per column each summing
+// every 8th chunk, then the 8 lane sums added in lane order (a fixed order: deterministic).
+constexpr int kSumLanes = 8;
 __global__ void sum_columns_kernel(int64_t chunks, int64_t D, const float* partial, float* out) {
-  const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (d >= D) return;
+  __shared__ float lane_sums[kSumLanes][32];
+  const int col = threadIdx.x & 31, lane = threadIdx.x >> 5;
+  const int64_t d = int64_t(blockIdx.x) * 32 + col;
   float acc = 0.f;
-  for (int64_t c = 0; c < chunks; ++c) acc += partial[c * D + d];
-  out[d] = acc;
+  if (d < D)
+    for (int64_t c = lane; c < chunks; c += kSumLanes) acc += partial[c * D + d];
+  lane_sums[lane][col] = acc;
+  __syncthreads();
+  if (lane == 0 && d < D) {
+    float total = 0.f;
+    for (int l = 0; l < kSumLanes; ++l) total += lane_sums[l][col];
+    out[d] = total;
+  }
 }
 
 template <class T>
@@ -101,14 +114,19 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   }
   if (dw) {
     if (R == 0) return ctx.services->fill(dw, D, DType::F32, 0.0);
-    const int64_t chunks = (R + kDwChunkRows - 1) / kDwChunkRows;
+    // About 2048 blocks of partial sums (enough to fill the GPU), at least 16 rows each.
+    const int threads = D >= kThreads ? kThreads : int((D + 31) / 32 * 32);
+    const int64_t col_blocks = (D + threads - 1) / threads;
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(2048 / col_blocks, (R + 15) / 16));
+    const int64_t rows_per_chunk = (R + chunks - 1) / chunks;
     const size_t bytes = size_t(chunks * D) * sizeof(float);
     float* partial = static_cast<float*>(ctx.services->allocate(bytes));
-    const unsigned col_blocks = unsigned((D + kThreads - 1) / kThreads);
-    rms_norm_dw_partial_kernel<T><<<dim3(col_blocks, unsigned(chunks)), kThreads, 0, s>>>(
-        R, D, static_cast<const T*>(x), static_cast<const float*>(rstd), static_cast<const float*>(dy), partial);
+    rms_norm_dw_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(chunks)), threads, 0, s>>>(
+        R, D, rows_per_chunk, static_cast<const T*>(x), static_cast<const float*>(rstd),
+        static_cast<const float*>(dy), partial);
     cuda::check_launch("rms_norm_dw_partial_kernel");
-    sum_columns_kernel<<<col_blocks, kThreads, 0, s>>>(chunks, D, partial, static_cast<float*>(dw));
+    sum_columns_kernel<<<unsigned((D + 31) / 32), 32 * kSumLanes, 0, s>>>(chunks, D, partial,
+                                                                        static_cast<float*>(dw));
     cuda::check_launch("sum_columns_kernel");
     ctx.services->deallocate(partial, bytes);  // stream-ordered: reused only by later work
   }

@@ -1,7 +1,8 @@
 // swiglu on CUDA (f32 and bf16): grid-stride elementwise loops with the reference's roundings
 // (swiglu.h): silu in f32 rounded to the op dtype, then the product rounded. expf is CUDA's
 // (within 2 ulp of the correctly rounded value glibc gives the CPU reference), divisions are
-// IEEE; no fused multiply-add where the reference has none.
+// IEEE; no fused multiply-add where the reference has none. The grid-stride loops are unrolled over
+// restrict pointers so that several iterations' loads are in flight at once (memory-bound kernels).
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
 #include "titan/ops/swiglu.h"
@@ -15,7 +16,9 @@ using cuda::round_to;
 using cuda::store_f32;
 
 template <class T>
-__global__ void swiglu_forward_kernel(int64_t n, const T* gate, const T* up, T* out) {
+__global__ void swiglu_forward_kernel(int64_t n, const T* __restrict__ gate, const T* __restrict__ up,
+                                      T* __restrict__ out) {
+#pragma unroll 4
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = load_f32(gate, i);
     const float silu = round_to<T>(g / __fadd_rn(1.f, expf(-g)));
@@ -24,8 +27,10 @@ __global__ void swiglu_forward_kernel(int64_t n, const T* gate, const T* up, T* 
 }
 
 template <class T>
-__global__ void swiglu_backward_kernel(int64_t n, const T* gate, const T* up, const float* dy, float* dgate,
-                                       float* dup) {
+__global__ void swiglu_backward_kernel(int64_t n, const T* __restrict__ gate, const T* __restrict__ up,
+                                       const float* __restrict__ dy, float* __restrict__ dgate,
+                                       float* __restrict__ dup) {
+#pragma unroll 4
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = load_f32(gate, i), e = expf(-g), one_e = __fadd_rn(1.f, e);
     if (dgate) {
