@@ -6,7 +6,7 @@
 
 #include <cstring>
 #include <random>
-#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cuda_test_util.h"
@@ -81,6 +81,33 @@ TEST(CudaServices, AllocatorCountsAndReusesBlocks) {
   s.deallocate(z1, 0);
   s.reset_peak();
   EXPECT_EQ(s.stats().peak_bytes, s.stats().current_bytes);
+}
+
+TEST(CudaServices, OutOfMemoryIsAClearErrorAndTheAllocatorStaysUsable) {
+  TITAN_REQUIRE_CUDA();
+  DeviceServices& s = device_services(Device::CUDA);
+  const MemoryStats before = s.stats();
+  const size_t too_much = size_t(1) << 44;  // 16 TiB
+  try {
+    s.allocate(too_much);
+    FAIL() << "a 16 TiB allocation succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of CUDA memory allocating 17592186044416 bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(s.stats().current_bytes, before.current_bytes);
+  Tensor t = Tensor::full({1000}, 2.5, DType::F32, Device::CUDA);
+  EXPECT_EQ(t.to_vector(), std::vector<double>(1000, 2.5));
+}
+
+TEST(CudaServices, TensorsMoveBetweenHostAndDevice) {
+  TITAN_REQUIRE_CUDA();
+  Tensor host = random_values(3 * 1000 * 700, DType::F32, 3).reshape({3, 1000, 700});  // 8 MiB: staged
+  Tensor dev = host.to(Device::CUDA);
+  EXPECT_EQ(dev.device(), Device::CUDA);
+  Tensor back = dev.transpose(0, 2).contiguous().to(Device::CPU);  // a strided copy on the device
+  EXPECT_EQ(bytes_of(back), bytes_of(host.transpose(0, 2)));
+  EXPECT_EQ(dev.to(DType::BF16).to(Device::CPU).to_vector(), host.to(DType::BF16).to_vector());
 }
 
 TEST(CudaServices, CopiesRoundTripSmallAndStaged) {
