@@ -50,6 +50,19 @@ Tensor random_values(int64_t n, DType dtype, uint32_t seed) {
   return Tensor::from_vector(v, {n}, DType::F64).to(dtype);
 }
 
+TEST(CudaServices, DescribesTheDevice) {
+  TITAN_REQUIRE_CUDA();
+  DeviceServices& s = device_services(Device::CUDA);
+  const std::string d = s.description();
+  EXPECT_NE(d.find(", sm_"), std::string::npos) << d;
+  EXPECT_GT(s.capacity_bytes(), int64_t(1) << 30) << d;
+  // The datasheet peak is known for the 132-SM Hopper parts (the MFU denominator), else 0.
+  const bool hopper_132 = (d.find("H100") != std::string::npos || d.find("H200") != std::string::npos) &&
+                         s.peak_flops(DType::BF16) > 0;
+  EXPECT_TRUE(!hopper_132 || s.peak_flops(DType::BF16) == 989.4e12) << d;
+  EXPECT_GE(s.peak_flops(DType::F32), 0.0);
+}
+
 TEST(CudaServices, AllocatorCountsAndReusesBlocks) {
   TITAN_REQUIRE_CUDA();
   DeviceServices& s = device_services(Device::CUDA);

@@ -24,6 +24,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/cuda_services.h"
+#include "titan/backend/cuda/device.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 
@@ -144,6 +145,38 @@ class CudaDeviceServices final : public DeviceServices {
   std::string unavailable_reason() const override {
     std::call_once(probe_once_, [this] { probe(); });
     return reason_;
+  }
+
+  std::string description() const override {
+    return unavailable_reason().empty() ? device_summary(0) : "cuda (unavailable: " + unavailable_reason() + ")";
+  }
+
+  int64_t capacity_bytes() const override {
+    if (!unavailable_reason().empty()) return 0;
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return int64_t(total);
+  }
+
+  // Dense peak of the datasheet for the Hopper parts with 132 SMs (H100 SXM, H200): 989.4 TFLOP/s on
+  // the bf16/f16 tensor cores, 66.9 TFLOP/s in f32 on the CUDA cores (f32 GEMMs run with TF32 off).
+  // Other GPUs: 0, so the metrics use metrics.peak_tflops.
+  double peak_flops(DType dtype) const override {
+    if (!unavailable_reason().empty()) return 0;
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    if (major != 9 || minor != 0 || sms != 132) return 0;
+    if (dtype == DType::BF16 || dtype == DType::F16) return 989.4e12;
+    if (dtype == DType::F32) return 66.9e12;
+    return 0;
   }
 
   void copy_from_host(void* dst, const void* host_src, size_t nbytes) override {
