@@ -7,7 +7,8 @@
 #           libraries and the C++ runtime (every Linux with Python has them), and the CUDA
 #           libraries (cudart, cuBLAS/cuBLASLt, cuDNN, NCCL), which come from the GPU machine's
 #           PyTorch wheels so that they match its driver;
-#   scripts/gpu_check.sh, configs/ and the small test fixtures.
+#   scripts/gpu_check.sh, configs/, the small test fixtures, and the tokenizer and corpus of assets/
+#   (a short debugmodel training run on the GPU against the CPU).
 # On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #
 #   bash scripts/gpu_bundle.sh              # build dir: build/
@@ -48,6 +49,9 @@ done
 cp scripts/gpu_check.sh "$root/scripts/"
 cp -r configs "$root/"
 cp -r tests/fixtures "$root/tests/"
+[ -f assets/.complete ] || { echo "gpu_bundle: assets/ is not prepared (run scripts/setup.sh)" >&2; exit 1; }
+mkdir -p "$root/assets"
+cp -r assets/.complete assets/tokenizer assets/datasets "$root/assets/"
 
 mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz titan-gpu

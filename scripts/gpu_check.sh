@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from an unpacked bundle (scripts/gpu_bundle.sh made it): the GPU's
-# identity, the CUDA test programs, `titan kernels parity --device cuda` (when the binary has it)
-# and the CUDA benchmarks, each under a time limit, then prints a short summary table LAST.
+# identity, the CUDA test programs, `titan kernels parity --device cuda` (when the binary has it),
+# 10 steps of the debug model on the GPU and on the CPU (losses side by side) and the CUDA
+# benchmarks, each under a time limit, then prints a short summary table LAST.
 #
 #   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
@@ -72,6 +73,17 @@ else
   summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")
 fi
 
+# The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the
+# CPU's within bf16 tolerance (compared by eye here; the table below shows both).
+train_args=(train --config "$root/configs/debugmodel.toml" --training.steps=10 --checkpoint.enable=false
+            --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
+step "train debugmodel cuda (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cuda \
+  --job.dump_folder="$logs/train_cuda"
+step "train debugmodel cpu (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
+  --job.dump_folder="$logs/train_cpu"
+losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" | sort -k1,1) \
+              <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" | sort -k1,1) | sort -n)
+
 bench_tables=()
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do
@@ -86,6 +98,10 @@ for f in "${bench_tables[@]}"; do
   echo "--- $(basename "$f" .log)"
   cat "$f"
 done
+if [ -n "$losses" ]; then
+  echo "--- debugmodel losses (step, cpu, cuda)"
+  echo "$losses"
+fi
 echo
 echo "=== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 printf '%s\n' "${summary[@]}"
