@@ -116,26 +116,28 @@ void expect_gradcheck(const OpFn& f, const std::vector<Tensor>& inputs_in, doubl
 }
 
 OpRun run_variant(const std::string& op, const std::string& variant, const OpFn& f, const std::vector<Tensor>& inputs_in,
-                  uint64_t seed) {
+                  uint64_t seed, Device device) {
   kernels::ForceVariant force(op, variant);
   std::vector<Tensor> inputs;
   for (auto& t : inputs_in) {
-    Tensor c = t.clone();
+    Tensor c = device == t.device() ? t.clone() : t.to(device);
     if (dtype_is_float(c.dtype()) && t.requires_grad()) c.set_requires_grad(true);
     inputs.push_back(c);
   }
   OpRun run;
   run.outputs = f(inputs);
   auto w = seeds_for(run.outputs, seed);
+  for (auto& t : w)
+    if (t.defined() && device != Device::CPU) t = t.to(device);
   run_backward(run.outputs, w);
   for (auto& t : inputs) run.input_grads.push_back(t.grad());
   return run;
 }
 
-void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
-                                      const std::vector<Tensor>& inputs, double atol, double rtol) {
-  OpRun ref = run_variant(op, "reference", f, inputs);
-  OpRun got = run_variant(op, variant, f, inputs);
+namespace {
+
+// Expects every output and input gradient of `got` within atol + rtol * |ref| of `ref` (on any devices).
+void expect_runs_agree(const OpRun& got, const OpRun& ref, const std::string& what_ran, double atol, double rtol) {
   auto compare = [&](const Tensor& a, const Tensor& b, const std::string& what) {
     ASSERT_EQ(a.defined(), b.defined()) << what;
     if (!a.defined()) return;
@@ -148,12 +150,32 @@ void expect_variant_matches_reference(const std::string& op, const std::string& 
       if (std::isnan(x[i]) != std::isnan(y[i])) excess = INFINITY;
       if (excess > worst) { worst = excess; at = i; }
     }
-    EXPECT_LE(worst, 0.0) << op << " variant '" << variant << "' " << what << " differs from reference at element "
-                          << at << ": " << x[at] << " vs " << y[at] << " (atol " << atol << ", rtol " << rtol << ")";
+    EXPECT_LE(worst, 0.0) << what_ran << " " << what << " differs from reference at element " << at << ": "
+                          << x[at] << " vs " << y[at] << " (atol " << atol << ", rtol " << rtol << ")";
   };
   for (size_t i = 0; i < ref.outputs.size(); ++i) compare(got.outputs[i], ref.outputs[i], "output " + std::to_string(i));
   for (size_t i = 0; i < ref.input_grads.size(); ++i)
     compare(got.input_grads[i], ref.input_grads[i], "gradient of input " + std::to_string(i));
+}
+
+}  // namespace
+
+void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
+                                      const std::vector<Tensor>& inputs, double atol, double rtol) {
+  OpRun ref = run_variant(op, "reference", f, inputs);
+  OpRun got = run_variant(op, variant, f, inputs);
+  expect_runs_agree(got, ref, op + " variant '" + variant + "'", atol, rtol);
+}
+
+void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,
+                                     const std::vector<Tensor>& inputs, double atol, double rtol) {
+  OpRun ref = run_variant(op, "reference", f, inputs);
+  OpRun got = run_variant(op, "default", f, inputs, 1234, device);
+  for (const Tensor& t : got.outputs)
+    EXPECT_TRUE(!t.defined() || t.device() == device) << op << ": an output left the device";
+  for (const Tensor& t : got.input_grads)
+    EXPECT_TRUE(!t.defined() || t.device() == device) << op << ": a gradient left the device";
+  expect_runs_agree(got, ref, op + " on " + std::string(device_name(device)), atol, rtol);
 }
 
 }  // namespace titan::testing

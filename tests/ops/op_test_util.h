@@ -38,13 +38,19 @@ struct OpRun {
 };
 
 // Runs f with the given variant of `op` forced, backward seeded with fixed random weights
-// (seed) on every float output; returns outputs and input gradients. Inputs are copied.
+// (seed) on every float output; returns outputs and input gradients. Inputs are copied (to
+// `device`, where outputs and gradients then live too).
 OpRun run_variant(const std::string& op, const std::string& variant, const OpFn& f, const std::vector<Tensor>& inputs,
-                  uint64_t seed = 1234);
+                  uint64_t seed = 1234, Device device = Device::CPU);
 
 // Runs `variant` and "reference" of `op` on the same inputs and expects every output and
 // input gradient to agree within atol + rtol * |reference|.
 void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
                                       const std::vector<Tensor>& inputs, double atol, double rtol);
+
+// Runs `op`'s default variant on `device` (inputs copied there) and its "reference" variant on the
+// CPU, with the same inputs and backward seeds, and expects the same agreement.
+void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,
+                                     const std::vector<Tensor>& inputs, double atol, double rtol);
 
 }  // namespace titan::testing

@@ -18,10 +18,9 @@ int device_count() {
 std::string device_summary(int device) {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return "unavailable";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %.1f GiB", p.name, p.major, p.minor,
-                double(p.totalGlobalMem) / double(1ull << 30));
-  return buf;
+  char mem[32];
+  std::snprintf(mem, sizeof mem, "%.1f GiB", double(p.totalGlobalMem) / double(1ull << 30));
+  return std::string(p.name) + ", sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " + mem;
 }
 
 std::string runtime_versions() {

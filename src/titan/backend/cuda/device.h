@@ -1,6 +1,6 @@
 #pragma once
-// The CUDA backend's entry points. Built only with -DTITAN_CUDA=ON (nvcc present); every
-// caller guards on TITAN_HAVE_CUDA. Kernels for the op families will land here.
+// Device queries of the CUDA backend (built only with it: callers guard on TITAN_HAVE_CUDA). The
+// device services (cuda_services.h) use them for their description.
 #include <string>
 
 namespace titan::cuda {

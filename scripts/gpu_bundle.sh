@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds titan with the CUDA backend here (nvcc, no GPU needed) and packs what the GPU machine needs
+# into .gpu/bundle.tar.xz (kept under 60 MiB):
+#   bin/    titan, the CUDA test programs (tests/backend/cuda*_test.cpp), the CUDA benchmarks
+#   lib/    libtitan.so and every shared library they load that the GPU machine may lack (oneDNN,
+#           OpenBLAS, OpenMP, MPI, ICU, PCRE2, toml++, ...), found with ldd. Left out: glibc's own
+#           libraries and the C++ runtime (every Linux with Python has them), and the CUDA
+#           libraries (cudart, cuBLAS/cuBLASLt, cuDNN, NCCL), which come from the GPU machine's
+#           PyTorch wheels so that they match its driver;
+#   scripts/gpu_check.sh, configs/, the small test fixtures, and the tokenizer and corpus of assets/
+#   (a short debugmodel training run on the GPU against the CPU).
+# On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
+#
+#   bash scripts/gpu_bundle.sh              # build dir: build/
+#   TITAN_GPU_BUILD=build-gpu bash scripts/gpu_bundle.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${TITAN_GPU_BUILD:-build}
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_bundle: nvcc not found" >&2; exit 1; }
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_CUDA=ON >/dev/null
+grep -q '^TITAN_CUDA:BOOL=ON' "$build/CMakeCache.txt" || { echo "gpu_bundle: CUDA backend not enabled" >&2; exit 1; }
+tests=$(cd tests/backend && ls cuda*_test.cpp | sed 's/\.cpp$//')
+benches=$(cd bench && ls cuda_*_bench.cpp 2>/dev/null | sed 's/\.cpp$//' || true)
+# shellcheck disable=SC2086
+ninja -C "$build" -j"$(nproc)" titan_cli $tests $benches
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root=$stage/titan-gpu
+mkdir -p "$root/bin" "$root/lib" "$root/scripts" "$root/tests"
+cp "$build/bin/titan" "$root/bin/"
+for t in $tests; do cp "$build/tests/$t" "$root/bin/"; done
+for b in $benches; do cp "$build/bin/$b" "$root/bin/"; done
+cp "$build/src/titan/libtitan.so" "$root/lib/"
+# Debug info is most of the size; the GPU machine needs symbols only for backtraces.
+strip --strip-debug "$root"/bin/* "$root"/lib/libtitan.so
+
+# Shared libraries: everything ldd resolves, minus glibc, the C++ runtime and the CUDA libraries.
+skip='^(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux-x86-64|linux-vdso|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libcuda|libnvidia.*)\.so'
+for f in "$root"/bin/* "$root/lib/libtitan.so"; do
+  ldd "$f" | awk '/=> \//{print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] && continue
+  [[ $name == libtitan.so ]] && continue
+  cp -L "$path" "$root/lib/$name"
+done
+
+cp scripts/gpu_check.sh "$root/scripts/"
+cp -r configs "$root/"
+cp -r tests/fixtures "$root/tests/"
+[ -f assets/.complete ] || { echo "gpu_bundle: assets/ is not prepared (run scripts/setup.sh)" >&2; exit 1; }
+mkdir -p "$root/assets"
+cp -r assets/.complete assets/tokenizer assets/datasets "$root/assets/"
+
+mkdir -p .gpu
+tar -C "$stage" -cJf .gpu/bundle.tar.xz titan-gpu
+size=$(stat -c %s .gpu/bundle.tar.xz)
+echo "gpu_bundle: .gpu/bundle.tar.xz $((size / 1024 / 1024)) MiB ($(ls "$root/lib" | wc -l) libraries, $(ls "$root/bin" | wc -l) programs)"
+[ "$size" -lt $((60 * 1024 * 1024)) ] || { echo "gpu_bundle: bundle is over 60 MiB" >&2; exit 1; }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from an unpacked bundle (scripts/gpu_bundle.sh made it): the GPU's
+# identity, the CUDA test programs, `titan kernels parity --device cuda` (when the binary has it),
+# 10 steps of the debug model on the GPU and on the CPU (losses side by side) and the CUDA
+# benchmarks, each under a time limit, then prints a short summary table LAST.
+#
+#   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
+#   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
+#   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
+# Exit status: 0 when every step passed (skips count as passes only for the benchmarks).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+logs=${GPU_CHECK_LOG_DIR:-$root/logs}
+mkdir -p "$logs"
+
+# The bundle's libraries first, then the CUDA libraries of the machine's PyTorch wheels
+# (site-packages/nvidia/*/lib), then a system CUDA toolkit if there is one.
+libpath=$root/lib
+nvidia_dir=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)
+if [ -n "$nvidia_dir" ]; then
+  for d in "$nvidia_dir"/nvidia/*/lib "$nvidia_dir"/nvidia/*/lib64; do [ -d "$d" ] && libpath=$libpath:$d; done
+fi
+[ -d /usr/local/cuda/lib64 ] && libpath=$libpath:/usr/local/cuda/lib64
+export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+
+summary=()
+failed=0
+# step NAME LIMIT_SECONDS CMD...: runs CMD, logs its output, records PASS / FAIL / SKIP and the time.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local log=$logs/${name//[^A-Za-z0-9_.-]/_}.log start end rc status detail
+  echo "=== $name: $*"
+  start=$(date +%s.%N)
+  timeout "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  tail -n 40 "$log"
+  if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; failed=1; fi
+  [ $rc -eq 124 ] && status="FAIL (timeout ${limit}s)"
+  detail=""
+  if grep -q '^\[==========\] .* ran\.' "$log"; then  # a GoogleTest program: count its tests
+    local ok skipped bad
+    ok=$(grep -cE '^\[       OK \] .*\([0-9]+ ms\)$' "$log")
+    skipped=$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$log")
+    bad=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log")
+    detail="$ok ok, $skipped skipped, $bad failed"
+    [ "$status" = PASS ] && [ "$skipped" -gt 0 ] && [ "$ok" -eq 0 ] && status=SKIP
+  elif [ "$status" = PASS ] && grep -q ': skipped: ' "$log"; then
+    status=SKIP
+    detail=$(grep -m1 ': skipped: ' "$log" | sed 's/^[^:]*: skipped: //')
+  fi
+  summary+=("$(printf '%-34s %-22s %7.1fs  %s' "$name" "$status" "$(awk "BEGIN{print $end - $start}")" "$detail")")
+}
+
+echo "=== machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || failed=1
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so 2>/dev/null | grep 'not found' | sort -u)
+if [ -n "$missing" ]; then
+  echo "missing libraries:"; echo "$missing"; failed=1
+fi
+
+for t in "$root"/bin/cuda*_test; do
+  [ -x "$t" ] || continue
+  step "$(basename "$t")" 300 "$t" --gtest_color=no
+done
+
+if "$root/bin/titan" kernels parity --help 2>&1 | grep -q -- '--device'; then
+  step "titan kernels parity --device cuda" 300 "$root/bin/titan" kernels parity --device cuda
+else
+  summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")
+fi
+
+# The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the
+# CPU's within bf16 tolerance (compared by eye here; the table below shows both).
+train_args=(train --config "$root/configs/debugmodel.toml" --training.steps=10 --checkpoint.enable=false
+            --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
+step "train debugmodel cuda (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cuda \
+  --job.dump_folder="$logs/train_cuda"
+step "train debugmodel cpu (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
+  --job.dump_folder="$logs/train_cpu"
+losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" | sort -k1,1) \
+              <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" | sort -k1,1) | sort -n)
+
+bench_tables=()
+if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
+  for b in "$root"/bin/cuda_*_bench; do
+    [ -x "$b" ] || continue
+    step "$(basename "$b")" 300 "$b"
+    bench_tables+=("$logs/$(basename "$b").log")
+  done
+fi
+
+echo
+for f in "${bench_tables[@]}"; do
+  echo "--- $(basename "$f" .log)"
+  cat "$f"
+done
+if [ -n "$losses" ]; then
+  echo "--- debugmodel losses (step, cpu, cuda)"
+  echo "$losses"
+fi
+echo
+echo "=== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+printf '%s\n' "${summary[@]}"
+exit $failed

@@ -1,0 +1,84 @@
+#pragma once
+// Small helpers every CUDA kernel file uses: element conversions that round exactly as the CPU
+// code does (core/dtype.h), grid sizing, the launch check, and the stream of a KernelContext.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "titan/backend/cuda/cuda_services.h"
+#include "titan/core/device_services.h"
+
+namespace titan::cuda {
+
+// bf16 as its 16 bits. Widening is exact; narrowing rounds to nearest even and keeps NaN a quiet
+// NaN with the same sign and top payload bits, bit for bit as titan::f32_to_bf16 on the CPU.
+__host__ __device__ inline float bf16_to_f32(uint16_t b) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(uint32_t(b) << 16);
+#else
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+__host__ __device__ inline uint16_t f32_to_bf16(float f) {
+#ifdef __CUDA_ARCH__
+  uint32_t u = __float_as_uint(f);
+#else
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Loads and stores of the op dtypes through f32 (bf16 stored as uint16_t bits).
+__device__ inline float load_f32(const float* p, int64_t i) { return p[i]; }
+__device__ inline float load_f32(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+__device__ inline void store_f32(float* p, int64_t i, float v) { p[i] = v; }
+__device__ inline void store_f32(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+// Rounds v to the element type T and widens it back (the T(...) of the CPU reference kernels).
+template <class T>
+__device__ inline float round_to(float v) {
+  if constexpr (sizeof(T) == 2) return bf16_to_f32(f32_to_bf16(v));
+  else return v;
+}
+
+// Threads per block for the elementwise kernels, and the grid for n elements with a grid-stride
+// loop (capped: past a few waves more blocks only add scheduling work).
+constexpr int kThreads = 256;
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > 65536) blocks = 65536;
+  return unsigned(blocks);
+}
+
+// The `available` check of every CUDA kernel registration: empty when a GPU is usable.
+inline std::string kernel_available() { return unavailable_reason(); }
+
+inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+
+// Call after each kernel launch: turns a bad launch configuration into a titan::Error naming it.
+inline void check_launch(const char* kernel) { check(int(cudaGetLastError()), kernel, __FILE__, __LINE__); }
+
+// Warp and block sums (f32). block_sum needs blockDim.x a multiple of 32, <= 1024, and `scratch`
+// of 32 floats in shared memory; every thread gets the total.
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+
+}  // namespace titan::cuda

@@ -1,0 +1,472 @@
+// CudaDeviceServices: Device::CUDA's memory, copies, fill/convert/strided-copy kernels and stream.
+//
+// Allocation: a caching allocator. cudaMalloc and cudaFree synchronise the whole device and cost
+// tens of microseconds, and a training step frees and re-allocates the same activation sizes every
+// step, so freed blocks are kept in a free list (best fit by size) and handed out again. Sizes are
+// rounded up to 512 bytes (all pointers stay 256-byte aligned for vector loads); a cached block is
+// reused for a request up to 1/8 smaller than it (bounded waste, no splitting). When cudaMalloc
+// fails, every cached block is released and the allocation retried once; then the error names the
+// request and the current / reserved bytes.
+// Every kernel and copy runs on the one compute stream, so a block freed on the host side can be
+// reused at once: the work that used it is ordered before any work that reuses it.
+//
+// Host copies: small ones go straight through cudaMemcpyAsync; large ones through two pinned
+// staging buffers, so the CPU copy of one chunk overlaps the DMA of the other (pageable copies are
+// staged by the driver one synchronous chunk at a time).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "titan/backend/cuda/common.cuh"
+#include "titan/backend/cuda/cuda_services.h"
+#include "titan/backend/cuda/device.h"
+#include "titan/core/check.h"
+#include "titan/core/device_services.h"
+
+namespace titan::cuda {
+
+void check(int err, const char* what, const char* file, int line) {
+  if (err == int(cudaSuccess)) return;
+  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  detail::throw_error(file, line,
+                      detail::concat("CUDA error in ", what, ": ", cudaGetErrorName(cudaError_t(err)), " (",
+                                     cudaGetErrorString(cudaError_t(err)), ")"));
+}
+
+namespace {
+
+constexpr size_t kRound = 512;                // allocation granularity (bytes)
+constexpr size_t kStagingBytes = 8u << 20;    // one pinned staging buffer
+constexpr size_t kStagedCopyMin = 1u << 20;   // host copies at least this large go through staging
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// ---- fill / convert / strided-copy kernels -------------------------------------------------------
+
+// fill: writes a bit pattern of the element size (the value is converted on the host exactly as
+// Tensor::fill converts it on the CPU).
+template <class Bits>
+__global__ void fill_kernel(Bits* dst, int64_t n, Bits value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+// Element loads and stores through double, as core/tensor.cpp's load_as_double / store_from_double
+// (f64 -> bf16 / f16 goes through f32 first, as there).
+template <DType T> struct Elem;
+template <> struct Elem<DType::F32> { using type = float; };
+template <> struct Elem<DType::F64> { using type = double; };
+template <> struct Elem<DType::BF16> { using type = uint16_t; };
+template <> struct Elem<DType::F16> { using type = __half; };
+template <> struct Elem<DType::I32> { using type = int32_t; };
+template <> struct Elem<DType::I64> { using type = int64_t; };
+template <> struct Elem<DType::U8> { using type = uint8_t; };
+
+template <DType T>
+__device__ double load_as_double(const typename Elem<T>::type* p, int64_t i) {
+  if constexpr (T == DType::BF16) return bf16_to_f32(p[i]);
+  else if constexpr (T == DType::F16) return __half2float(p[i]);
+  else return double(p[i]);
+}
+template <DType T>
+__device__ void store_from_double(typename Elem<T>::type* p, int64_t i, double v) {
+  if constexpr (T == DType::BF16) p[i] = f32_to_bf16(float(v));
+  else if constexpr (T == DType::F16) p[i] = __float2half_rn(float(v));
+  else p[i] = typename Elem<T>::type(v);
+}
+
+// Direct paths for the conversions training does every step, so they are exact f32 arithmetic
+// and no double round trip (the results are the same).
+template <DType S, DType D>
+__global__ void convert_kernel(typename Elem<D>::type* __restrict__ dst, const typename Elem<S>::type* __restrict__ src,
+                               int64_t n) {
+#pragma unroll 4
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (S == DType::F32 && D == DType::BF16) dst[i] = f32_to_bf16(src[i]);
+    else if constexpr (S == DType::BF16 && D == DType::F32) dst[i] = bf16_to_f32(src[i]);
+    else store_from_double<D>(dst, i, load_as_double<S>(src, i));
+  }
+}
+
+template <DType S, DType D>
+void launch_convert(void* dst, const void* src, int64_t n, cudaStream_t s) {
+  convert_kernel<S, D><<<grid_for(n), kThreads, 0, s>>>(static_cast<typename Elem<D>::type*>(dst),
+                                                        static_cast<const typename Elem<S>::type*>(src), n);
+}
+
+template <DType S>
+void launch_convert_from(void* dst, DType d, const void* src, int64_t n, cudaStream_t s) {
+  switch (d) {
+    case DType::F32: return launch_convert<S, DType::F32>(dst, src, n, s);
+    case DType::F64: return launch_convert<S, DType::F64>(dst, src, n, s);
+    case DType::BF16: return launch_convert<S, DType::BF16>(dst, src, n, s);
+    case DType::F16: return launch_convert<S, DType::F16>(dst, src, n, s);
+    case DType::I32: return launch_convert<S, DType::I32>(dst, src, n, s);
+    case DType::I64: return launch_convert<S, DType::I64>(dst, src, n, s);
+    case DType::U8: return launch_convert<S, DType::U8>(dst, src, n, s);
+  }
+}
+
+// copy_strided: element i (row-major over `shape`) moves from its offset in the source view to its
+// offset in the destination view.
+constexpr int kMaxRank = 8;
+struct StridedCopy {
+  int rank;
+  int64_t shape[kMaxRank];
+  int64_t dst_strides[kMaxRank];
+  int64_t src_strides[kMaxRank];
+};
+
+template <class Bits>
+__global__ void copy_strided_kernel(Bits* dst, const Bits* src, int64_t n, StridedCopy v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rest = i, src_off = 0, dst_off = 0;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      const int64_t idx = rest % v.shape[d];
+      rest /= v.shape[d];
+      src_off += idx * v.src_strides[d];
+      dst_off += idx * v.dst_strides[d];
+    }
+    dst[dst_off] = src[src_off];
+  }
+}
+
+// ---- the services -----------------------------------------------------------------------------
+
+class CudaDeviceServices final : public DeviceServices {
+ public:
+  Device device() const override { return Device::CUDA; }
+
+  std::string unavailable_reason() const override {
+    std::call_once(probe_once_, [this] { probe(); });
+    return reason_;
+  }
+
+  std::string description() const override {
+    return unavailable_reason().empty() ? device_summary(0) : "cuda (unavailable: " + unavailable_reason() + ")";
+  }
+
+  int64_t capacity_bytes() const override {
+    if (!unavailable_reason().empty()) return 0;
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return int64_t(total);
+  }
+
+  // Dense peak of the datasheet for the Hopper parts with 132 SMs (H100 SXM, H200): 989.4 TFLOP/s on
+  // the bf16/f16 tensor cores, 66.9 TFLOP/s in f32 on the CUDA cores (f32 GEMMs run with TF32 off).
+  // Other GPUs: 0, so the metrics use metrics.peak_tflops.
+  double peak_flops(DType dtype) const override {
+    if (!unavailable_reason().empty()) return 0;
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    if (major != 9 || minor != 0 || sms != 132) return 0;
+    if (dtype == DType::BF16 || dtype == DType::F16) return 989.4e12;
+    if (dtype == DType::F32) return 66.9e12;
+    return 0;
+  }
+
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override {
+    if (nbytes == 0) return;
+    cudaStream_t s = stream_handle();
+    if (nbytes < kStagedCopyMin) {
+      // Pageable source: returns once the bytes are staged, so host_src may be reused at once.
+      TITAN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, s));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    ensure_staging();
+    const char* src = static_cast<const char*>(host_src);
+    char* out = static_cast<char*>(dst);
+    for (size_t done = 0, k = 0; done < nbytes; done += kStagingBytes, k ^= 1) {
+      const size_t chunk = std::min(kStagingBytes, nbytes - done);
+      TITAN_CUDA_CHECK(cudaEventSynchronize(staging_done_[k]));  // the DMA that last read buffer k
+      std::memcpy(staging_[k], src + done, chunk);
+      TITAN_CUDA_CHECK(cudaMemcpyAsync(out + done, staging_[k], chunk, cudaMemcpyHostToDevice, s));
+      TITAN_CUDA_CHECK(cudaEventRecord(staging_done_[k], s));
+    }
+  }
+
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override {
+    if (nbytes == 0) return;
+    cudaStream_t s = stream_handle();
+    if (nbytes < kStagedCopyMin) {
+      TITAN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, s));
+      TITAN_CUDA_CHECK(cudaStreamSynchronize(s));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    ensure_staging();
+    const char* in = static_cast<const char*>(src);
+    char* out = static_cast<char*>(host_dst);
+    // Two chunks in flight: while chunk i is copied out of its buffer on the host, chunk i+1's DMA runs.
+    size_t pending[2] = {0, 0}, pending_at[2] = {0, 0};
+    auto drain = [&](size_t k) {
+      if (!pending[k]) return;
+      TITAN_CUDA_CHECK(cudaEventSynchronize(staging_done_[k]));
+      std::memcpy(out + pending_at[k], staging_[k], pending[k]);
+      pending[k] = 0;
+    };
+    size_t k = 0;
+    for (size_t done = 0; done < nbytes; done += kStagingBytes, k ^= 1) {
+      drain(k);
+      const size_t chunk = std::min(kStagingBytes, nbytes - done);
+      TITAN_CUDA_CHECK(cudaMemcpyAsync(staging_[k], in + done, chunk, cudaMemcpyDeviceToHost, s));
+      TITAN_CUDA_CHECK(cudaEventRecord(staging_done_[k], s));
+      pending[k] = chunk;
+      pending_at[k] = done;
+    }
+    drain(k);
+    drain(k ^ 1);
+  }
+
+  void copy(void* dst, const void* src, size_t nbytes) override {
+    if (nbytes == 0 || dst == src) return;
+    TITAN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_handle()));
+  }
+
+  void fill(void* dst, int64_t n, DType dtype, double value) override {
+    if (n <= 0) return;
+    cudaStream_t s = stream_handle();
+    // The element's bits, converted as core/tensor.cpp's store_from_double does.
+    switch (dtype) {
+      case DType::F32: return fill_bits<uint32_t>(dst, n, float(value), s);
+      case DType::F64: return fill_bits<uint64_t>(dst, n, value, s);
+      case DType::BF16: return fill_bits<uint16_t>(dst, n, f32_to_bf16(float(value)), s);
+      case DType::F16: return fill_bits<uint16_t>(dst, n, __half_as_ushort(__float2half_rn(float(value))), s);
+      case DType::I32: return fill_bits<uint32_t>(dst, n, int32_t(value), s);
+      case DType::I64: return fill_bits<uint64_t>(dst, n, int64_t(value), s);
+      case DType::U8: return fill_bits<uint8_t>(dst, n, uint8_t(value), s);
+    }
+  }
+
+  void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) override {
+    if (n <= 0) return;
+    cudaStream_t s = stream_handle();
+    if (dst_dtype == src_dtype) return copy(dst, src, size_t(n) * dtype_size(dst_dtype));
+    switch (src_dtype) {
+      case DType::F32: launch_convert_from<DType::F32>(dst, dst_dtype, src, n, s); break;
+      case DType::F64: launch_convert_from<DType::F64>(dst, dst_dtype, src, n, s); break;
+      case DType::BF16: launch_convert_from<DType::BF16>(dst, dst_dtype, src, n, s); break;
+      case DType::F16: launch_convert_from<DType::F16>(dst, dst_dtype, src, n, s); break;
+      case DType::I32: launch_convert_from<DType::I32>(dst, dst_dtype, src, n, s); break;
+      case DType::I64: launch_convert_from<DType::I64>(dst, dst_dtype, src, n, s); break;
+      case DType::U8: launch_convert_from<DType::U8>(dst, dst_dtype, src, n, s); break;
+    }
+    check_launch("convert_kernel");
+  }
+
+  void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides, DType dtype,
+                    int rank, const int64_t* shape) override {
+    TITAN_CHECK(rank >= 0 && rank <= kMaxRank, "cuda copy_strided: rank ", rank, " is above the supported ",
+                kMaxRank);
+    StridedCopy v{};
+    v.rank = rank;
+    int64_t n = 1;
+    for (int d = 0; d < rank; ++d) {
+      v.shape[d] = shape[d];
+      v.dst_strides[d] = dst_strides[d];
+      v.src_strides[d] = src_strides[d];
+      n *= shape[d];
+    }
+    if (n <= 0) return;
+    cudaStream_t s = stream_handle();
+    const unsigned grid = grid_for(n);
+    switch (dtype_size(dtype)) {
+      case 1: copy_strided_kernel<<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, v); break;
+      case 2: copy_strided_kernel<<<grid, kThreads, 0, s>>>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, v); break;
+      case 4: copy_strided_kernel<<<grid, kThreads, 0, s>>>(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n, v); break;
+      case 8: copy_strided_kernel<<<grid, kThreads, 0, s>>>(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n, v); break;
+      default: TITAN_FAIL("cuda copy_strided: unsupported element size for ", dtype_name(dtype));
+    }
+    check_launch("copy_strided_kernel");
+  }
+
+  void synchronize() override {
+    if (stream_) TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void* stream() override { return stream_handle(); }
+
+  cudaStream_t stream_handle() {
+    std::call_once(stream_once_, [this] {
+      require_available();
+      TITAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    });
+    return stream_;
+  }
+
+  void* workspace(size_t nbytes) {
+    std::lock_guard<std::mutex> lock(workspace_mutex_);
+    if (nbytes > workspace_bytes_) {
+      if (workspace_) deallocate(workspace_, workspace_bytes_);
+      workspace_ = nullptr;
+      workspace_bytes_ = round_up(nbytes, 1u << 20);
+      workspace_ = allocate(workspace_bytes_);
+    }
+    return workspace_;
+  }
+
+ protected:
+  void* raw_allocate(size_t nbytes) override {
+    const size_t size = round_up(std::max<size_t>(nbytes, 1), kRound);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Best fit: the smallest cached block that holds `size`, if it wastes at most 1/8 of it.
+      auto it = free_blocks_.lower_bound(size);
+      if (it != free_blocks_.end() && it->first - size <= it->first / 8) {
+        void* p = it->second;
+        free_blocks_.erase(it);
+        return p;
+      }
+    }
+    require_available();
+    stream_handle();  // the device is initialised before the first allocation
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_cached();
+      err = cudaMalloc(&p, size);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      TITAN_FAIL("out of CUDA memory allocating ", nbytes, " bytes (", cudaGetErrorString(err), "; ",
+                 stats().current_bytes, " bytes in tensors, ", reserved_bytes(), " reserved)");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    block_size_[p] = size;
+    reserved_ += int64_t(size);
+    return p;
+  }
+
+  void raw_deallocate(void* ptr, size_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = block_size_.find(ptr);
+    TITAN_CHECK(it != block_size_.end(), "cuda deallocate: ", ptr, " was not allocated by the CUDA allocator");
+    free_blocks_.emplace(it->second, ptr);
+  }
+
+  int64_t reserved_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reserved_;
+  }
+
+ private:
+  void probe() const {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      reason_ = std::string("no CUDA device found (") + cudaGetErrorString(err) + ")";
+    } else if (n == 0) {
+      reason_ = "no CUDA device found";
+    }
+  }
+  void require_available() const {
+    const std::string why = unavailable_reason();
+    TITAN_CHECK(why.empty(), "device 'cuda' is unavailable: ", why);
+  }
+
+  template <class Bits, class V>
+  void fill_bits(void* dst, int64_t n, V value, cudaStream_t s) {
+    Bits bits;
+    static_assert(sizeof(V) == sizeof(Bits));
+    std::memcpy(&bits, &value, sizeof bits);
+    fill_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<Bits*>(dst), n, bits);
+    check_launch("fill_kernel");
+  }
+
+  // Returns every cached (free) block to the device.
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_blocks_.empty()) return;
+    cudaStreamSynchronize(stream_);  // work may still read a freed block
+    for (auto& [size, p] : free_blocks_) {
+      cudaFree(p);
+      block_size_.erase(p);
+      reserved_ -= int64_t(size);
+    }
+    free_blocks_.clear();
+  }
+
+  void ensure_staging() {
+    if (staging_[0]) return;
+    for (int k = 0; k < 2; ++k) {
+      TITAN_CUDA_CHECK(cudaHostAlloc(&staging_[k], kStagingBytes, cudaHostAllocDefault));
+      TITAN_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[k], cudaEventDisableTiming));
+    }
+  }
+
+  mutable std::once_flag probe_once_;
+  mutable std::string reason_;
+  std::once_flag stream_once_;
+  cudaStream_t stream_ = nullptr;
+
+  mutable std::mutex mutex_;
+  std::multimap<size_t, void*> free_blocks_;       // size -> cached block
+  std::unordered_map<void*, size_t> block_size_;   // every block obtained from cudaMalloc
+  int64_t reserved_ = 0;
+
+  std::mutex staging_mutex_;
+  void* staging_[2] = {nullptr, nullptr};
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+
+  std::mutex workspace_mutex_;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// The services live for the whole process and are never destroyed: tensors freed during static
+// destruction (after the CUDA runtime may have shut down) return their blocks to a live cache.
+CudaDeviceServices& services() {
+  static CudaDeviceServices* s = new CudaDeviceServices;
+  return *s;
+}
+
+// Registration only stores the pointer; the GPU is probed on first use.
+const bool registered = [] {
+  register_device_services(Device::CUDA, &services());
+  return true;
+}();
+
+}  // namespace
+
+void* compute_stream() { return services().stream_handle(); }
+std::string unavailable_reason() { return services().unavailable_reason(); }
+void* workspace(size_t nbytes) { return services().workspace(nbytes); }
+
+Event::Event() {
+  services().stream_handle();
+  cudaEvent_t e;
+  TITAN_CUDA_CHECK(cudaEventCreate(&e));
+  event_ = e;
+}
+Event::~Event() { cudaEventDestroy(static_cast<cudaEvent_t>(event_)); }
+void Event::record() {
+  TITAN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), services().stream_handle()));
+}
+void Event::synchronize() const { TITAN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_))); }
+void Event::wait_on(void* stream) const {
+  TITAN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event_), 0));
+}
+float Event::elapsed_ms(const Event& since) const {
+  float ms = 0;
+  TITAN_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(since.event_), static_cast<cudaEvent_t>(event_)));
+  return ms;
+}
+
+}  // namespace titan::cuda

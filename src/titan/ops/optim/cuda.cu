@@ -1,0 +1,103 @@
+// The optimizer kernels on CUDA (f32 flat buffers):
+//   adamw:     one grid-stride pass over param, grad, exp_avg, exp_avg_sq with the reference's exact
+//              f32 operations (optim.h): fused multiply-adds exactly where the reference has
+//              std::fma, every other product and sum rounded on its own (__fmul_rn / __fadd_rn keep
+//              the compiler from contracting them), IEEE sqrt and division. The result is
+//              bit-identical to the CPU kernels and to torch.optim.AdamW. grad_scale (the folded
+//              clip coefficient) multiplies each gradient as it is read.
+//   grad_norm: sum of squares in f64 (a square of an f32 is exact in f64): fixed-size per-block
+//              partial sums, then one block adds the partials in order, so the result does not
+//              depend on scheduling. The f64 total is copied to the host (one synchronisation).
+#include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/registry.h"
+#include "titan/ops/optim.h"
+
+namespace titan::ops {
+namespace {
+
+using cuda::kThreads;
+
+struct AdamWF32 {
+  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
+};
+
+__global__ void adamw_kernel(int64_t n, float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, AdamWF32 s) {
+#pragma unroll 4
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float gi = __fmul_rn(g[i], s.scale);
+    const float pi = __fmul_rn(p[i], s.decay);
+    const float mi = fmaf(gi, s.omb1, __fmul_rn(m[i], s.b1));
+    const float vi = fmaf(__fmul_rn(s.omb2, gi), gi, __fmul_rn(v[i], s.b2));
+    const float denom = __fadd_rn(__fsqrt_rn(vi) / s.bc2, s.eps);
+    p[i] = __fadd_rn(pi, __fmul_rn(s.neg_lr, mi) / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+void adamw_step(const KernelContext& ctx, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                const AdamWScalars& s) {
+  if (n == 0) return;
+  const AdamWF32 f{float(s.decay), float(s.beta1), float(s.one_minus_beta1), float(s.beta2), float(s.one_minus_beta2),
+                   float(s.neg_step_size), float(s.bias_correction2_sqrt), float(s.eps), float(s.grad_scale)};
+  adamw_kernel<<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
+      n, static_cast<float*>(param), static_cast<const float*>(grad), static_cast<float*>(exp_avg),
+      static_cast<float*>(exp_avg_sq), f);
+  cuda::check_launch("adamw_kernel");
+}
+
+constexpr int kNormBlocks = 1024;  // partial sums (fixed, so the summation order is too)
+
+__device__ double block_sum_f64(double v) {
+  __shared__ double scratch[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x >> 5) ? scratch[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void sum_sq_partial_kernel(int64_t n, const float* g, double* partial) {
+  double acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double x = g[i];
+    acc += x * x;
+  }
+  acc = block_sum_f64(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_partials_kernel(int count, const double* partial, double* out) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+  acc = block_sum_f64(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+double grad_norm_sum_sq(const KernelContext& ctx, int64_t n, const void* grad) {
+  if (n == 0) return 0.0;
+  cudaStream_t s = cuda::stream_of(ctx);
+  const size_t bytes = (kNormBlocks + 1) * sizeof(double);
+  double* partial = static_cast<double*>(ctx.services->allocate(bytes));
+  sum_sq_partial_kernel<<<kNormBlocks, kThreads, 0, s>>>(n, static_cast<const float*>(grad), partial);
+  cuda::check_launch("sum_sq_partial_kernel");
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(kNormBlocks, partial, partial + kNormBlocks);
+  cuda::check_launch("sum_partials_kernel");
+  double total = 0;
+  ctx.services->copy_to_host(&total, partial + kNormBlocks, sizeof total);
+  ctx.services->deallocate(partial, bytes);
+  return total;
+}
+
+TITAN_REGISTER_KERNEL(adamw_f32_cuda, {"adamw", Device::CUDA, DType::F32, "default",
+                                       "CUDA: one fused pass, torch.optim.AdamW rounding (bit-identical)",
+                                       AdamWKernel{adamw_step}, cuda::kernel_available});
+TITAN_REGISTER_KERNEL(grad_norm_f32_cuda, {"grad_norm", Device::CUDA, DType::F32, "default",
+                                           "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
+                                           GradNormKernel{grad_norm_sum_sq}, cuda::kernel_available});
+
+}  // namespace
+}  // namespace titan::ops

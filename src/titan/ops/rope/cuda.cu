@@ -1,0 +1,112 @@
+// rope on CUDA (f32 and bf16): one thread per rotated pair (token, head, j < D/2), reading cos/sin
+// from a device copy of the op's shared table (rope_table), so results are bit-identical to the
+// CPU "default" and "reference" kernels (same f32 cos/sin, same roundings, no fused multiply-add).
+// The device copy is made once per (theta, D) and replaced only when a longer table arrives (rows
+// of a longer table equal the shorter table's rows).
+#include <mutex>
+#include <vector>
+
+#include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/registry.h"
+#include "titan/ops/rope.h"
+
+namespace titan::ops {
+namespace {
+
+using cuda::kThreads;
+using cuda::load_f32;
+using cuda::round_to;
+using cuda::store_f32;
+
+struct DeviceTable {
+  double theta = 0;
+  int64_t D = 0, positions = 0;
+  float *cos = nullptr, *sin = nullptr;  // [positions, D/2] each
+};
+
+// The device copy of `table`'s rows (kept for the process; a few MiB per (theta, D)).
+DeviceTable device_table(const KernelContext& ctx, const RopeTable& table) {
+  static std::mutex mutex;
+  static std::vector<DeviceTable> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceTable* slot = nullptr;
+  for (auto& t : tables)
+    if (t.theta == table.theta && t.D == table.D) slot = &t;
+  if (slot && slot->positions >= table.positions) return *slot;
+  if (!slot) slot = &tables.emplace_back(DeviceTable{table.theta, table.D, 0, nullptr, nullptr});
+  const size_t bytes = table.cos.size() * sizeof(float);
+  if (slot->cos) {  // stream-ordered frees: kernels already queued keep reading valid memory
+    const size_t old = size_t(slot->positions * (slot->D / 2)) * sizeof(float);
+    ctx.services->deallocate(slot->cos, old);
+    ctx.services->deallocate(slot->sin, old);
+  }
+  slot->cos = static_cast<float*>(ctx.services->allocate(bytes));
+  slot->sin = static_cast<float*>(ctx.services->allocate(bytes));
+  ctx.services->copy_from_host(slot->cos, table.cos.data(), bytes);
+  ctx.services->copy_from_host(slot->sin, table.sin.data(), bytes);
+  slot->positions = table.positions;
+  return *slot;
+}
+
+template <class T>
+__global__ void rope_forward_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
+                                    const float* sin_t, const T* x, T* y) {
+  const int64_t half = D / 2, n = BS * H * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % half, row = i / half, bs = row / H;
+    const int64_t t = pos[bs] * half + j;
+    const float c = round_to<T>(cos_t[t]), s = round_to<T>(sin_t[t]);
+    const T* xr = x + row * D;
+    T* yr = y + row * D;
+    const float x1 = load_f32(xr, j), x2 = load_f32(xr, j + half);
+    store_f32(yr, j, __fadd_rn(round_to<T>(__fmul_rn(x1, c)), round_to<T>(-__fmul_rn(x2, s))));
+    store_f32(yr, j + half, __fadd_rn(round_to<T>(__fmul_rn(x2, c)), round_to<T>(__fmul_rn(x1, s))));
+  }
+}
+
+template <class T>
+__global__ void rope_backward_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
+                                     const float* sin_t, const float* dy, float* dx) {
+  const int64_t half = D / 2, n = BS * H * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % half, row = i / half, bs = row / H;
+    const int64_t t = pos[bs] * half + j;
+    const float c = round_to<T>(cos_t[t]), s = round_to<T>(sin_t[t]);
+    const float g1 = dy[row * D + j], g2 = dy[row * D + j + half];
+    dx[row * D + j] = __fadd_rn(__fmul_rn(g1, c), __fmul_rn(g2, s));
+    dx[row * D + j + half] = __fsub_rn(__fmul_rn(g2, c), __fmul_rn(g1, s));
+  }
+}
+
+template <class T>
+void forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+             const RopeTable& table, const void* x, void* y) {
+  const int64_t n = B * S * H * (D / 2);
+  if (n == 0) return;
+  const DeviceTable t = device_table(ctx, table);
+  rope_forward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
+      B * S, H, D, pos, t.cos, t.sin, static_cast<const T*>(x), static_cast<T*>(y));
+  cuda::check_launch("rope_forward_kernel");
+}
+
+template <class T>
+void backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+              const RopeTable& table, const void* dy, void* dx) {
+  const int64_t n = B * S * H * (D / 2);
+  if (n == 0) return;
+  const DeviceTable t = device_table(ctx, table);
+  rope_backward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
+      B * S, H, D, pos, t.cos, t.sin, static_cast<const float*>(dy), static_cast<float*>(dx));
+  cuda::check_launch("rope_backward_kernel");
+}
+
+TITAN_REGISTER_KERNEL(rope_f32_cuda, {"rope", Device::CUDA, DType::F32, "default",
+                                      "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+                                      RopeKernel{forward<float>, backward<float>, true}, cuda::kernel_available});
+TITAN_REGISTER_KERNEL(rope_bf16_cuda, {"rope", Device::CUDA, DType::BF16, "default",
+                                       "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+                                       RopeKernel{forward<uint16_t>, backward<uint16_t>, true},
+                                       cuda::kernel_available});
+
+}  // namespace
+}  // namespace titan::ops

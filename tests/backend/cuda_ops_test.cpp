@@ -1,0 +1,188 @@
+// Every op with a CUDA kernel, run through the public ops API on Device::CUDA (inputs copied there,
+// outputs and gradients checked to stay there) against the CPU "reference" variant on the same random
+// inputs and backward seeds: forward outputs and every input gradient within the tolerances the
+// op's CPU tests allow its fast variant (docs/kernels.md, "Tolerances"). Also: the index checks'
+// errors on the device equal the CPU's, the optimizer kernels, sums and casts. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda_test_util.h"
+#include "ops/op_test_util.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise.h"
+#include "titan/ops/embedding.h"
+#include "titan/ops/linear.h"
+#include "titan/ops/optim.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/rope.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan {
+namespace {
+
+using testing::expect_device_matches_reference;
+using testing::random_tensor;
+
+constexpr Device kCuda = Device::CUDA;
+
+Tensor grad_input(const Shape& shape, DType dtype, uint64_t seed, double lo = -1, double hi = 1) {
+  return random_tensor(shape, dtype, seed, lo, hi).set_requires_grad(true);
+}
+
+TEST(CudaOps, Linear) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::linear(in[0], in[1])}; };
+  struct Case {
+    Shape x;
+    int64_t N;
+  };
+  for (const Case& c : {Case{{33, 64}, 48}, Case{{2, 17, 96}, 40}, Case{{128, 256}, 192}}) {
+    const int64_t K = c.x.back();
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const double atol = dt == DType::F32 ? 1e-5 * double(K) : 1e-4 * double(K);
+      const double rtol = dt == DType::F32 ? 1e-5 : 8e-3;
+      expect_device_matches_reference("linear", kCuda, f, {grad_input(c.x, dt, 1), grad_input({c.N, K}, dt, 2)}, atol,
+                                      rtol);
+    }
+  }
+}
+
+TEST(CudaOps, RmsNorm) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::rms_norm(in[0], in[1], 1e-6)}; };
+  // Block norms (D = hidden) and per-head q/k norms (D = head_dim); 300 rows span several dw chunks.
+  for (const Shape& s : {Shape{4, 7, 64}, Shape{2, 5, 4, 128}, Shape{300, 40}, Shape{3, 1030}}) {
+    const int64_t D = s.back();
+    expect_device_matches_reference("rms_norm", kCuda, f, {grad_input(s, DType::F32, 3, -2, 2),
+                                                           grad_input({D}, DType::F32, 4, 0.5, 1.5)},
+                                    1e-5, 1e-5);
+    expect_device_matches_reference("rms_norm", kCuda, f, {grad_input(s, DType::BF16, 3, -2, 2),
+                                                           grad_input({D}, DType::BF16, 4, 0.5, 1.5)},
+                                    2e-2, 8e-3);
+  }
+}
+
+TEST(CudaOps, RopeIsBitIdentical) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::rope(in[0], in[1], 1e6)}; };
+  const int64_t B = 2, S = 9, H = 3, D = 16;
+  std::vector<int64_t> shared(S), per_row(B * S);
+  for (int64_t s = 0; s < S; ++s) shared[size_t(s)] = s;
+  for (int64_t i = 0; i < B * S; ++i) per_row[size_t(i)] = (i * 37) % 4000;  // out of order, large
+  for (const Tensor& pos : {Tensor::from_vector(shared, {S}), Tensor::from_vector(per_row, {B, S})})
+    for (DType dt : {DType::F32, DType::BF16})
+      expect_device_matches_reference("rope", kCuda, f, {grad_input({B, S, H, D}, dt, 5), pos}, 0, 0);
+}
+
+TEST(CudaOps, Swiglu) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; };
+  for (const Shape& s : {Shape{5, 96}, Shape{3, 7, 1000}}) {
+    expect_device_matches_reference("swiglu", kCuda, f,
+                                    {grad_input(s, DType::F32, 6, -6, 6), grad_input(s, DType::F32, 7)}, 1e-6, 2e-6);
+    expect_device_matches_reference("swiglu", kCuda, f,
+                                    {grad_input(s, DType::BF16, 6, -6, 6), grad_input(s, DType::BF16, 7)}, 1e-6, 8e-3);
+  }
+}
+
+TEST(CudaOps, EmbeddingIsExactAndDeterministic) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::embedding(in[0], in[1])}; };
+  // Few distinct ids among many positions: long runs of equal ids whose gradient rows must be added
+  // in position order to match the serial reference bit for bit.
+  std::vector<int64_t> ids(3 * 70);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 7919) % 13) * 3;
+  for (DType dt : {DType::F32, DType::BF16})
+    expect_device_matches_reference("embedding", kCuda, f,
+                                    {Tensor::from_vector(ids, {3, 70}), grad_input({50, 32}, dt, 8)}, 0, 0);
+}
+
+TEST(CudaOps, EmbeddingOutOfRangeIdErrorsAsOnTheCpu) {
+  TITAN_REQUIRE_CUDA();
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 4, 50, 2, -1}, {5});
+  Tensor table = random_tensor({50, 8}, DType::F32, 9);
+  std::string cpu_msg, cuda_msg;
+  try {
+    ops::embedding(ids, table);
+  } catch (const Error& e) {
+    cpu_msg = e.what();
+  }
+  try {
+    ops::embedding(ids.to(kCuda), table.to(kCuda));
+  } catch (const Error& e) {
+    cuda_msg = e.what();
+  }
+  ASSERT_FALSE(cpu_msg.empty()) << "the CPU op accepted an id of 50 with V = 50";
+  EXPECT_EQ(cuda_msg, cpu_msg);
+}
+
+TEST(CudaOps, ElementwiseAddScaleCastAreExact) {
+  TITAN_REQUIRE_CUDA();
+  auto add = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::add(in[0], in[1])}; };
+  auto scale = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::scale(in[0], 0.37)}; };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    expect_device_matches_reference("add", kCuda, add, {grad_input({7, 333}, dt, 10), grad_input({7, 333}, dt, 11)},
+                                    0, 0);
+    expect_device_matches_reference("scale_inplace", kCuda, scale, {grad_input({7, 333}, dt, 12)}, 0, 0);
+  }
+  // cast both ways, and its gradient (f32, converted back on the device).
+  auto cast = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::cast(in[0], DType::BF16)}; };
+  expect_device_matches_reference("cast", kCuda, cast, {grad_input({5, 77}, DType::F32, 13, -300, 300)}, 0, 0);
+}
+
+TEST(CudaOps, AccumulateAndSum) {
+  TITAN_REQUIRE_CUDA();
+  for (DType src_dtype : {DType::F32, DType::BF16}) {
+    Tensor dst = random_tensor({1000, 7}, DType::F32, 14), src = random_tensor({1000, 7}, src_dtype, 15);
+    Tensor dst_dev = dst.to(kCuda);
+    ops::add_inplace(dst, src);
+    ops::add_inplace(dst_dev, src.to(kCuda));
+    EXPECT_EQ(dst_dev.to_vector(), dst.to_vector()) << "add_inplace f32 += " << dtype_name(src_dtype);
+    Tensor x = random_tensor({100003}, src_dtype, 16);
+    const double cpu = ops::sum_all(x), gpu = ops::sum_all(x.to(kCuda));
+    EXPECT_NEAR(gpu, cpu, 1e-12 * 100003) << "sum_all " << dtype_name(src_dtype);  // f64 sums in another order
+  }
+}
+
+TEST(CudaOps, IndexScansMatchTheCpu) {
+  TITAN_REQUIRE_CUDA();
+  std::vector<int64_t> v(50000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t((i * 2654435761u) % 1000);
+  v[31000] = -100;  // an allowed ignore_index
+  v[40000] = 1000;  // first out of range
+  v[45000] = -7;
+  Tensor ids = Tensor::from_vector(v, {int64_t(v.size())}), dev = ids.to(kCuda);
+  EXPECT_EQ(ops::first_index_outside(dev, 0, 1000, -100), ops::first_index_outside(ids, 0, 1000, -100));
+  EXPECT_EQ(ops::first_index_outside(dev, 0, 1000, -100), 40000);
+  EXPECT_EQ(ops::first_index_outside(dev, -200, 2000, -1), -1);
+  EXPECT_EQ(ops::count_not_equal(dev, -100), ops::count_not_equal(ids, -100));
+  EXPECT_EQ(ops::max_index(dev), ops::max_index(ids));
+}
+
+TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t n = 100000;
+  Tensor p = random_tensor({n}, DType::F32, 17), g = random_tensor({n}, DType::F32, 18, -0.1, 0.1),
+         m = random_tensor({n}, DType::F32, 19, -0.01, 0.01), v = random_tensor({n}, DType::F32, 20, 0, 1e-4);
+  Tensor pd = p.to(kCuda), gd = g.to(kCuda), md = m.to(kCuda), vd = v.to(kCuda);
+  ops::AdamWConfig cfg;
+  {
+    kernels::ForceVariant reference("adamw", "reference");
+    for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(p, g, m, v, cfg, step, 0.75);
+  }
+  for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(pd, gd, md, vd, cfg, step, 0.75);
+  EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param";
+  EXPECT_EQ(md.to_vector(), m.to_vector()) << "exp_avg";
+  EXPECT_EQ(vd.to_vector(), v.to_vector()) << "exp_avg_sq";
+  double cpu;
+  {
+    kernels::ForceVariant reference("grad_norm", "reference");
+    cpu = ops::grad_norm_sq(g);
+  }
+  EXPECT_NEAR(ops::grad_norm_sq(gd), cpu, cpu * double(n) * 0x1p-52);
+}
+
+}  // namespace
+}  // namespace titan
