@@ -66,6 +66,7 @@ __device__ MaxSum row_max_sum(const T* x, int64_t C, float* shared) {
   MaxSum local{-INFINITY, 0.f};
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float v = to_f32(x[c]);
+    if (v == -INFINITY) continue;  // contributes exp(-inf) = 0 (and would make -inf - -inf = NaN below)
     if (v > local.m) {
       local.s = local.s * expf(local.m - v) + 1.f;
       local.m = v;

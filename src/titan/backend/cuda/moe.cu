@@ -506,14 +506,15 @@ __global__ void gather_sum_kernel(int64_t T_, int64_t D, int64_t k, const int64_
 template <class T>
 __global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* dy, const T* o,
                                 float* dweights) {
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (r >= n) return;
-  const int64_t i = order[r], t = i / k;
-  float acc = 0.f;
-  for (int64_t c = lane; c < D; c += 32) acc += dy[t * D + c] * to_f32(o[r * D + c]);
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
-  if (lane == 0) dweights[i] = acc;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n; r += warps) {
+    const int64_t i = order[r], t = i / k;
+    float acc = 0.f;
+    for (int64_t c = lane; c < D; c += 32) acc += dy[t * D + c] * to_f32(o[r * D + c]);
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
+    if (lane == 0) dweights[i] = acc;
+  }
 }
 
 // ---- launchers --------------------------------------------------------------------------------
