@@ -170,7 +170,8 @@ class CudaMoeExperts
 
 // Forward (y and the saved act) and every gradient vs the reference kernels, with the parity
 // tolerances of moe_experts: bf16 1e-2 relative + 1e-2 of max|ref| (a GEMM output rounded to bf16
-// may round the other way when summed in another order), f32 1e-5 relative + 1e-7 * max(T, D, F).
+// may round the other way when summed in another order, and the tensor-core GEMMs of the backward
+// round their f32 operands dy*w, dg, du to bf16), f32 1e-5 relative + 1e-7 * max(T, D, F).
 TEST_P(CudaMoeExperts, ForwardAndBackward) {
   TITAN_SKIP_WITHOUT_GPU();
   const auto [dtype, T, D, F, E, k] = GetParam();

@@ -9,13 +9,15 @@
 // grouped GEMMs that read those device offsets: each block of the "rows" kernel maps its blockIdx
 // to (expert, 64-row tile) through the tile offsets and gathers its A rows through the routing
 // order; the weight-gradient kernel runs one block column per expert over that expert's rows.
-// The GEMMs are f32-FMA tiles with f32 accumulation for both f32 and bf16 operands (correct for
-// every shape; the tensor-core version is the next step, docs/kernels.md). The elementwise steps
-// round to the storage type exactly where the reference kernels in ops/moe.cpp do.
+// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation; the backward's f32 operands
+// rounded to bf16 as they are staged); f32 models on f32-FMA tiles (exact f32 products). The
+// elementwise steps round to the storage type exactly where the reference kernels in ops/moe.cpp do.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <cmath>
+#include <type_traits>
 #include <cstdint>
 
 #include "titan/backend/cuda/moe.h"
@@ -427,6 +429,156 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
+// ---- the same two grouped GEMMs on bf16 tensor cores (WMMA 16x16x16, f32 accumulators) ---------
+// Used when B is bf16 (bf16 models). A operands in f32 (the backward's dy * w, dg, du) are rounded
+// to bf16 as they are staged, as a bf16 autograd would hold them. 64 x 64 tiles, 4 warps of 32 x 32,
+// K steps of 32, the accumulators leave through a shared f32 tile for the bounds-checked epilogue.
+namespace wmma = nvcuda::wmma;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major>;
+using FragAcol = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::col_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major>;
+using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+constexpr int kTcK = 32, kTcThreads = 128;
+constexpr int kLdK = kTcK + 8;       // bf16 tiles [64][40] (row-major, K contiguous)
+constexpr int kLdN = kTileN + 8;     // bf16 tiles [32][72] (row-major, N or M contiguous)
+constexpr int kLdC = kTileN + 4;     // f32 [64][68]
+constexpr int kStage = 64 * kLdK > kTcK * kLdN ? 64 * kLdK : kTcK * kLdN;
+
+__device__ __forceinline__ bf16_t as_bf16(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16_t as_bf16(bf16_t x) { return x; }
+
+// The 64 x 64 f32 result tile of a block: each warp stores its 2 x 2 fragments into Cs.
+__device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], int wm, int wn) {
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC,
+                              wmma::mem_row_major);
+}
+
+template <class TA, bool kTransB, class TC, Epilogue kEpi>
+__global__ void __launch_bounds__(kTcThreads)
+    grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div,
+                         const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles, int64_t E,
+                         TC* C, int64_t ldc) {
+  __shared__ __align__(128) bf16_t As[64 * kLdK];
+  __shared__ __align__(128) bf16_t Bs[kStage];
+  __shared__ __align__(128) float Cs[64 * kLdC];
+  const int tile = blockIdx.x;
+  if (tile >= tiles[E]) return;  // block-uniform
+  int64_t lo = 0, hi = E;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (tiles[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  const int64_t e = lo;
+  const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
+  const int64_t c0 = int64_t(blockIdx.y) * kTileN;
+  const bf16_t* Be = B + e * stride_b;
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  FragC acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int64_t k0 = 0; k0 < K; k0 += kTcK) {
+    __syncthreads();  // the previous tiles are consumed
+    for (int idx = threadIdx.x; idx < 64 * kTcK; idx += kTcThreads) {
+      const int m = idx / kTcK, kk = idx % kTcK;
+      const int64_t r = r0 + m, kcol = k0 + kk;
+      bf16_t v = __float2bfloat16_rn(0.f);
+      if (r < r_end && kcol < K) v = as_bf16(A[(gather ? gather[r] / gather_div : r) * lda + kcol]);
+      As[m * kLdK + kk] = v;
+    }
+    if (kTransB) {  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
+      for (int idx = threadIdx.x; idx < kTileN * kTcK; idx += kTcThreads) {
+        const int nn = idx / kTcK, kk = idx % kTcK;
+        const int64_t col = c0 + nn, kcol = k0 + kk;
+        Bs[nn * kLdK + kk] = (col < N && kcol < K) ? Be[col * K + kcol] : __float2bfloat16_rn(0.f);
+      }
+    } else {  // B tile [32 k][64 n]
+      for (int idx = threadIdx.x; idx < kTcK * kTileN; idx += kTcThreads) {
+        const int kk = idx / kTileN, nn = idx % kTileN;
+        const int64_t col = c0 + nn, kcol = k0 + kk;
+        Bs[kk * kLdN + nn] = (col < N && kcol < K) ? Be[kcol * N + col] : __float2bfloat16_rn(0.f);
+      }
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      FragA a[2];
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], As + (wm * 32 + i * 16) * kLdK + kk, kLdK);
+      for (int j = 0; j < 2; ++j) {
+        if constexpr (kTransB) {
+          FragBcol b;
+          wmma::load_matrix_sync(b, Bs + (wn * 32 + j * 16) * kLdK + kk, kLdK);
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+        } else {
+          FragB b;
+          wmma::load_matrix_sync(b, Bs + kk * kLdN + wn * 32 + j * 16, kLdN);
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+        }
+      }
+    }
+  }
+  store_warp_tile(Cs, acc, wm, wn);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < 64 * kTileN; idx += kTcThreads) {
+    const int m = idx / kTileN, nn = idx % kTileN;
+    const int64_t r = r0 + m, col = c0 + nn;
+    if (r >= r_end || col >= N) continue;
+    const float v = Cs[m * kLdC + nn];
+    if constexpr (kEpi == Epilogue::kAdd) C[r * ldc + col] += v;
+    else C[r * ldc + col] = from_f32<TC>(v);
+  }
+}
+
+template <class TA>
+__global__ void __launch_bounds__(kTcThreads)
+    grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
+                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+  __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
+  __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
+  __shared__ __align__(128) float Cs[64 * kLdC];
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kTileN;
+  const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  FragC acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int64_t rs = r_begin; rs < r_end; rs += kTcK) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTcK * 64; idx += kTcThreads) {
+      const int kk = idx / 64, m = idx % 64;
+      const int64_t r = rs + kk, row = m0 + m;
+      At[kk * kLdN + m] = (r < r_end && row < M) ? as_bf16(A[r * lda + row]) : __float2bfloat16_rn(0.f);
+    }
+    for (int idx = threadIdx.x; idx < kTcK * kTileN; idx += kTcThreads) {
+      const int kk = idx / kTileN, nn = idx % kTileN;
+      const int64_t r = rs + kk, col = n0 + nn;
+      bf16_t v = __float2bfloat16_rn(0.f);
+      if (r < r_end && col < N) v = B[(gather ? gather[r] / gather_div : r) * ldb + col];
+      Bs[kk * kLdN + nn] = v;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      FragAcol a[2];  // element (m, r) at At[r * kLdN + m]
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], At + kk * kLdN + wm * 32 + i * 16, kLdN);
+      for (int j = 0; j < 2; ++j) {
+        FragB b;
+        wmma::load_matrix_sync(b, Bs + kk * kLdN + wn * 32 + j * 16, kLdN);
+        for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+      }
+    }
+  }
+  store_warp_tile(Cs, acc, wm, wn);
+  __syncthreads();
+  float* Ce = C + e * M * N;
+  for (int idx = threadIdx.x; idx < 64 * kTileN; idx += kTcThreads) {
+    const int m = idx / kTileN, nn = idx % kTileN;
+    const int64_t row = m0 + m, col = n0 + nn;
+    if (row < M && col < N) Ce[row * N + col] = Cs[m * kLdC + nn];
+  }
+}
+
 // =============================================================================================
 // Elementwise steps of the experts.
 
@@ -526,9 +678,14 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
   const int64_t tiles = Routing::max_tiles(d);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
-  grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
-      N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E, C,
-      ldc);
+  if constexpr (std::is_same_v<TB, bf16_t>)
+    grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
+        C, ldc);
+  else
+    grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
+        C, ldc);
   check_launch("grouped GEMM");
 }
 
@@ -538,8 +695,12 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, in
                  float* C) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535, "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
-  grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
-                                                                          routing.offsets.as<int64_t>(), C);
+  if constexpr (std::is_same_v<TB, bf16_t>)
+    grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
+                                                                        routing.offsets.as<int64_t>(), C);
+  else
+    grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
+                                                                            routing.offsets.as<int64_t>(), C);
   check_launch("grouped weight gradient");
 }
 
