@@ -64,14 +64,15 @@ TEST_P(CudaRouter, ForwardBackwardAndCounts) {
   DeviceBuffer bias_d(bias), w_d(static_cast<size_t>(T * k) * 4), p_d(static_cast<size_t>(T * E) * 4),
       idx_d(static_cast<size_t>(T * k) * 8), counts_d(static_cast<size_t>(E) * 8), bad_d(8);
   router_topk_fwd(ctx, T, E, k, renorm, dtype, logits_d->as<void>(), with_bias ? bias_d.as<float>() : nullptr,
-                  w_d.as<float>(), idx_d.as<int64_t>(), p_d.as<float>());
+                  w_d.as<float>(), idx_d.as<int64_t>(), p_d.as<float>(), counts_d.as<int64_t>());
   EXPECT_EQ(idx_d.download<int64_t>(), idx_r);
   expect_close(w_d.download<float>(), w_r, 2e-5, 1e-7, "weights");
   expect_close(p_d.download<float>(), p_r, 2e-5, 1e-7, "probs");
-
-  moe_count_experts(ctx, T * k, E, idx_d.as<int64_t>(), counts_d.as<int64_t>(), bad_d.as<int64_t>());
   std::vector<int64_t> counts_r(static_cast<size_t>(E), 0);
   for (int64_t e : idx_r) ++counts_r[static_cast<size_t>(e)];
+  EXPECT_EQ(counts_d.download<int64_t>(), counts_r);
+
+  moe_count_experts(ctx, T * k, E, idx_d.as<int64_t>(), counts_d.as<int64_t>(), bad_d.as<int64_t>());
   EXPECT_EQ(counts_d.download<int64_t>(), counts_r);
   EXPECT_EQ(bad_d.download<int64_t>()[0], T * k);
 
@@ -149,19 +150,20 @@ TEST(CudaMoe, AuxLossOverLayers) {
     moe_aux_accumulate(ctx, T, E, k, keep[keep.size() - 2]->as<float>(), keep.back()->as<int64_t>(),
                        counts_d.as<int64_t>(), psum_d.as<double>());
   }
-  moe_aux_finish(ctx, E, N, counts_d.as<int64_t>(), psum_d.as<double>(), loss_d.as<float>());
+  const double scale = double(E) / (double(N) * double(N));
+  moe_aux_finish(ctx, E, scale, counts_d.as<int64_t>(), psum_d.as<double>(), loss_d.as<float>());
   double aux = 0;
   for (int64_t e = 0; e < E; ++e) aux += double(counts[size_t(e)]) * psum[size_t(e)];
-  aux *= double(E) / (double(N) * double(N));
+  aux *= scale;
   EXPECT_NEAR(loss_d.download<float>()[0], aux, 1e-6 * std::max(1.0, aux));
   EXPECT_EQ(counts_d.download<int64_t>(), counts);
 
   DeviceBuffer dloss_d(std::vector<float>{2.f}), dp_d(static_cast<size_t>(T0 * E) * 4);
-  moe_aux_bwd(ctx, T0, E, N, counts_d.as<int64_t>(), dloss_d.as<float>(), dp_d.as<float>());
+  moe_aux_bwd(ctx, T0, E, scale, counts_d.as<int64_t>(), dloss_d.as<float>(), dp_d.as<float>());
   const std::vector<float> dp = dp_d.download<float>();
   for (int64_t t = 0; t < T0; ++t)
     for (int64_t e = 0; e < E; ++e)
-      EXPECT_FLOAT_EQ(dp[size_t(t * E + e)], float(2.0 * double(E) * double(counts[size_t(e)]) / double(N * N)));
+      EXPECT_FLOAT_EQ(dp[size_t(t * E + e)], float(2.0 * scale * double(counts[size_t(e)])));
 }
 
 // (dtype, T, D, F, E, k)

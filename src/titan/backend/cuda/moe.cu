@@ -216,18 +216,18 @@ __global__ void aux_accumulate_kernel(int64_t T_, int64_t E, int64_t k, const fl
   }
 }
 
-__global__ void aux_finish_kernel(int64_t E, int64_t N, const int64_t* counts, const double* psum, float* loss) {
+__global__ void aux_finish_kernel(int64_t E, double scale, const int64_t* counts, const double* psum, float* loss) {
   if (threadIdx.x != 0) return;
   double aux = 0.0;
   for (int64_t e = 0; e < E; ++e) aux += double(counts[e]) * psum[e];
-  *loss = float(aux * (double(E) / (double(N) * double(N))));
+  *loss = float(scale * aux);
 }
 
-__global__ void aux_bwd_kernel(int64_t T_, int64_t E, int64_t N, const int64_t* counts, const float* dloss,
+__global__ void aux_bwd_kernel(int64_t T_, int64_t E, double scale, const int64_t* counts, const float* dloss,
                                float* dprobs) {
-  const double scale = double(*dloss) * double(E) / (double(N) * double(N));
+  const double g = double(*dloss) * scale;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * E; i += int64_t(gridDim.x) * blockDim.x)
-    dprobs[i] = float(scale * double(counts[i % E]));
+    dprobs[i] = float(g * double(counts[i % E]));
 }
 
 // =============================================================================================
@@ -800,11 +800,15 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
 // ---- public launchers ---------------------------------------------------------------------------
 
 void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, DType dtype,
-                     const void* logits, const float* bias, float* weights, int64_t* indices, float* probs) {
+                     const void* logits, const float* bias, float* weights, int64_t* indices, float* probs,
+                     int64_t* counts) {
   check_dtype(dtype);
   TITAN_CHECK(E >= 1 && E <= 32 * kPerLane && k >= 1 && k <= E, "router_topk (cuda): E=", E, ", k=", k,
               " (needs 1 <= k <= E <= ", 32 * kPerLane, ")");
-  if (T == 0) return;
+  if (T == 0) {
+    if (counts) moe_count_experts(ctx, 0, E, indices, counts, nullptr);
+    return;
+  }
   const unsigned grid = unsigned((T + 7) / 8);
   if (dtype == DType::F32)
     router_fwd_kernel<float><<<grid, 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize,
@@ -815,6 +819,7 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
                                                                 static_cast<const bf16_t*>(logits), bias, weights,
                                                                 indices, probs);
   check_launch("router forward");
+  if (counts) moe_count_experts(ctx, T * k, E, indices, counts, nullptr);
 }
 
 void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
@@ -850,17 +855,16 @@ void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t 
   check_launch("aux loss statistics");
 }
 
-void moe_aux_finish(const KernelContext& ctx, int64_t E, int64_t N, const int64_t* counts, const double* psum,
+void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
                     float* loss) {
-  TITAN_CHECK(N > 0, "moe_aux_loss (cuda): no tokens");
-  aux_finish_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, N, counts, psum, loss);
+  aux_finish_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, scale, counts, psum, loss);
   check_launch("aux loss");
 }
 
-void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t N, const int64_t* counts,
+void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
                  const float* dloss, float* dprobs) {
   if (T == 0) return;
-  aux_bwd_kernel<<<grid_for(T * E), 256, 0, stream_of(ctx)>>>(T, E, N, counts, dloss, dprobs);
+  aux_bwd_kernel<<<grid_for(T * E), 256, 0, stream_of(ctx)>>>(T, E, scale, counts, dloss, dprobs);
   check_launch("aux loss backward");
 }
 

@@ -14,9 +14,11 @@ namespace titan::cuda {
 
 // ---- router ------------------------------------------------------------------------------------
 // logits [T, E] (f32 or bf16) -> probs [T, E], weights [T, k], indices [T, k] (best first, ties to
-// the lower expert). bias [E] f32 or null. E <= 1024.
+// the lower expert), counts [E] (i64 assignments per expert; skipped when null). bias [E] f32 or
+// null. E <= 1024.
 void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, DType dtype,
-                     const void* logits, const float* bias, float* weights, int64_t* indices, float* probs);
+                     const void* logits, const float* bias, float* weights, int64_t* indices, float* probs,
+                     int64_t* counts);
 // dweights [T, k] and dprobs [T, E] (either null = zero) -> dlogits [T, E] (overwritten).
 void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
                      const float* probs, const int64_t* indices, const float* dweights, const float* dprobs,
@@ -27,15 +29,16 @@ void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int
                        int64_t* first_bad);
 
 // ---- aux loss ---------------------------------------------------------------------------------
-// aux = E / N^2 * sum_e count_e * psum_e over all layers (N = all layers' tokens). Per layer,
-// accumulate adds the layer's assignment counts and column sums of probs [T, E] into counts [E]
-// (i64) and psum [E] (f64), which the caller zeroes first; finish writes the f32 scalar.
+// aux = scale * sum_e count_e * psum_e over all layers (the op passes scale = E / N^2, N = all
+// layers' tokens). Per layer, accumulate adds the layer's assignment counts and column sums of
+// probs [T, E] into counts [E] (i64) and psum [E] (f64), which the caller zeroes first; finish
+// writes the f32 scalar (summed in f64 in expert order).
 void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const float* probs,
                         const int64_t* indices, int64_t* counts, double* psum);
-void moe_aux_finish(const KernelContext& ctx, int64_t E, int64_t N, const int64_t* counts, const double* psum,
+void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
                     float* loss);
-// dprobs [T, E] = dloss[0] * E / N^2 * count_e (dloss is a device scalar: no host read).
-void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t N, const int64_t* counts,
+// dprobs [T, E] = dloss[0] * scale * count_e (dloss is a device scalar: no host read).
+void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
                  const float* dloss, float* dprobs);
 
 // ---- experts ----------------------------------------------------------------------------------
