@@ -32,7 +32,7 @@ __device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); 
 __device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(bf16_t* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
-// Whether row n takes part; labels outside [0, V) are reported by the label check and skipped here.
+// Whether row n takes part; labels outside [0, V) (rejected by the op before) are skipped, never read.
 __device__ __forceinline__ bool counted(int64_t label, int64_t V, int64_t ignore_index) {
   return label != ignore_index && label >= 0 && label < V;
 }
@@ -75,32 +75,6 @@ __device__ MaxSum row_max_sum(const T* x, int64_t C, float* shared) {
     }
   }
   return block_merge(local, shared);
-}
-
-// One block: counts counted rows and finds the first bad label, deterministically.
-__global__ void check_labels_kernel(int64_t N, int64_t V, const int64_t* labels, int64_t ignore_index,
-                                    int64_t* count, int64_t* first_bad) {
-  __shared__ long long s_count[1024 / 32];
-  __shared__ long long s_bad[1024 / 32];
-  long long c = 0, bad = N;
-  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
-    const int64_t y = labels[n];
-    if (y == ignore_index) continue;
-    if (y >= 0 && y < V) ++c;
-    else if (n < bad) bad = n;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    c += __shfl_xor_sync(0xffffffffu, c, o);
-    bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, o));
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) s_count[warp] = c, s_bad[warp] = bad;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x / 32); ++w) c += s_count[w], bad = min(bad, s_bad[w]);
-    *count = c;
-    *first_bad = bad;
-  }
 }
 
 template <class T>
@@ -237,12 +211,6 @@ void chunk_logits(const KernelContext& ctx, const LinearCrossEntropyDims& d, DTy
 }
 
 }  // namespace
-
-void cross_entropy_check_labels(const KernelContext& ctx, int64_t N, int64_t V, const int64_t* labels,
-                                int64_t ignore_index, int64_t* count, int64_t* first_bad_row) {
-  check_labels_kernel<<<1, 1024, 0, stream_of(ctx)>>>(N, V, labels, ignore_index, count, first_bad_row);
-  check_launch("label check");
-}
 
 void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dtype, const void* logits,
                        const int64_t* labels, int64_t ignore_index, float* lse, float* row_loss) {

@@ -2,21 +2,16 @@
 // Cross-entropy and the fused output projection + cross-entropy on CUDA, on raw device pointers;
 // the semantics are those of ops/cross_entropy.h. Logits, hidden and weight are f32 or bf16;
 // lse, row_loss and every gradient are f32 (the grad dtype of both). Everything is queued on
-// ctx.stream: no host synchronisation, including the label checks.
+// ctx.stream: no host synchronisation.
 //
-// Labels are validated on the device: cross_entropy_check_labels writes the number of counted rows
-// (label != ignore_index) and the first row whose label is outside [0, V) (N when none) to two
-// device int64 scalars; the loss kernels treat such a row as ignored (they never read out of
-// bounds), so a caller can report the error whenever it next reads those scalars.
+// The op validates the labels before calling (ops/cross_entropy.cpp); should a label outside
+// [0, V) still arrive, the kernels treat its row as ignored: they never read out of bounds.
 #include <cstdint>
 
 #include "titan/core/device_services.h"
 #include "titan/core/dtype.h"
 
 namespace titan::cuda {
-
-void cross_entropy_check_labels(const KernelContext& ctx, int64_t N, int64_t V, const int64_t* labels,
-                                int64_t ignore_index, int64_t* count, int64_t* first_bad_row);
 
 // logits [N, V] -> lse [N], row_loss [N] (0 for ignored rows).
 void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dtype, const void* logits,
