@@ -183,22 +183,15 @@ __global__ void router_bwd_kernel(int64_t T_, int E, int k, bool renormalize, co
   }
 }
 
-// Histogram of expert indices. Indices outside [0, E) are reported through first_bad (if given)
-// and, with `clamp`, counted as the nearest valid expert (what the routing order does with them),
-// else skipped.
-__global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool clamp, unsigned long long* counts,
-                             long long* first_bad) {
+// Histogram of expert indices. Indices outside [0, E) are counted as the nearest valid expert with
+// `clamp` (where the routing order puts them), else skipped.
+__global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool clamp, unsigned long long* counts) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = indices[i];
-    if (e < 0 || e >= E) {
-      if (first_bad) atomicMin(first_bad, (long long)i);
-      if (!clamp) continue;
-    }
+    if (!clamp && (e < 0 || e >= E)) continue;
     atomicAdd(&counts[clamp_expert(e, E)], 1ull);
   }
 }
-
-__global__ void set_scalar_kernel(int64_t* p, int64_t value) { *p = value; }
 
 // =============================================================================================
 // Aux loss.
@@ -293,9 +286,9 @@ void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64
   Scratch counts(ctx, sizeof(unsigned long long) * size_t(d.E));
   TITAN_CHECK(cudaMemsetAsync(counts.as<void>(), 0, sizeof(unsigned long long) * size_t(d.E), stream) == cudaSuccess,
               "moe (cuda): clearing the expert counts failed");
-  // Clamped indices count where the rank kernel places them (moe_count_experts reports bad ones).
+  // Clamped indices count where the rank kernel places them.
   if (n > 0) {
-    count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>(), nullptr);
+    count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>());
     check_launch("expert histogram");
   }
   scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles);
@@ -806,7 +799,7 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   TITAN_CHECK(E >= 1 && E <= 32 * kPerLane && k >= 1 && k <= E, "router_topk (cuda): E=", E, ", k=", k,
               " (needs 1 <= k <= E <= ", 32 * kPerLane, ")");
   if (T == 0) {
-    if (counts) moe_count_experts(ctx, 0, E, indices, counts, nullptr);
+    if (counts) moe_count_experts(ctx, 0, E, indices, counts);
     return;
   }
   const unsigned grid = unsigned((T + 7) / 8);
@@ -819,7 +812,7 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
                                                                 static_cast<const bf16_t*>(logits), bias, weights,
                                                                 indices, probs);
   check_launch("router forward");
-  if (counts) moe_count_experts(ctx, T * k, E, indices, counts, nullptr);
+  if (counts) moe_count_experts(ctx, T * k, E, indices, counts);
 }
 
 void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
@@ -832,18 +825,12 @@ void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   check_launch("router backward");
 }
 
-void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts,
-                       int64_t* first_bad) {
+void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts) {
   cudaStream_t stream = stream_of(ctx);
   TITAN_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t) * size_t(E), stream) == cudaSuccess,
               "moe (cuda): clearing counts failed");
-  if (first_bad) {
-    set_scalar_kernel<<<1, 1, 0, stream>>>(first_bad, n);
-    check_launch("first_bad init");
-  }
   if (n == 0) return;
-  count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false, reinterpret_cast<unsigned long long*>(counts),
-                                                reinterpret_cast<long long*>(first_bad));
+  count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false, reinterpret_cast<unsigned long long*>(counts));
   check_launch("expert counts");
 }
 

@@ -23,10 +23,9 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
 void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
                      const float* probs, const int64_t* indices, const float* dweights, const float* dprobs,
                      float* dlogits);
-// counts [E] (i64, overwritten) = assignments per expert among the n = T * k indices. An index
-// outside [0, E) is not counted; *first_bad (if not null) gets the first such position, n when none.
-void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts,
-                       int64_t* first_bad);
+// counts [E] (i64, overwritten) = assignments per expert among the n = T * k indices (an index
+// outside [0, E), which the ops reject before, is not counted).
+void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts);
 
 // ---- aux loss ---------------------------------------------------------------------------------
 // aux = scale * sum_e count_e * psum_e over all layers (the op passes scale = E / N^2, N = all
