@@ -60,9 +60,10 @@ TEST_P(CudaCrossEntropy, ForwardAndBackward) {
   const HostInput host = host_input(logits);
   const auto& ref = kernels::kernel_for<ops::CrossEntropyKernel>("cross_entropy", Device::CPU, dtype, "reference");
   std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)), dl_r(static_cast<size_t>(N * V));
-  ref.forward(N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), loss_r.data());
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), loss_r.data());
   const double scale = 1.0 / 3.0;
-  ref.backward(N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), scale, dl_r.data());
+  ref.backward(cpu, N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), scale, dl_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto logits_d = upload(logits, dtype);
@@ -102,9 +103,10 @@ TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
                                 nullptr, 0};
   a.round_logits = dtype == DType::BF16;
   std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)), dh_r(static_cast<size_t>(N * D)), dw_r(static_cast<size_t>(V * D));
-  ref.forward(a, lse_r.data(), loss_r.data());
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, a, lse_r.data(), loss_r.data());
   const double scale = 0.25;
-  ref.backward(a, lse_r.data(), scale, dh_r.data(), dw_r.data());
+  ref.backward(cpu, a, lse_r.data(), scale, dh_r.data(), dw_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto hd = upload(hidden, dtype), wd = upload(weight, dtype);

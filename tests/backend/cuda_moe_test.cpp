@@ -55,9 +55,10 @@ TEST_P(CudaRouter, ForwardBackwardAndCounts) {
   const HostInput host = host_input(logits);
   const auto& ref = kernels::kernel_for<ops::RouterKernel>("router_topk", Device::CPU, dtype, "reference");
   std::vector<float> w_r(static_cast<size_t>(T * k)), p_r(static_cast<size_t>(T * E));
-  std::vector<int64_t> idx_r(static_cast<size_t>(T * k));
-  ref.forward(T, E, k, renorm, host.data(dtype), with_bias ? bias.data() : nullptr, w_r.data(), idx_r.data(),
-              p_r.data());
+  std::vector<int64_t> idx_r(static_cast<size_t>(T * k)), counts_r(static_cast<size_t>(E));
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, T, E, k, renorm, host.data(dtype), with_bias ? bias.data() : nullptr, w_r.data(), idx_r.data(),
+              p_r.data(), counts_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto logits_d = upload(logits, dtype);
@@ -68,22 +69,20 @@ TEST_P(CudaRouter, ForwardBackwardAndCounts) {
   EXPECT_EQ(idx_d.download<int64_t>(), idx_r);
   expect_close(w_d.download<float>(), w_r, 2e-5, 1e-7, "weights");
   expect_close(p_d.download<float>(), p_r, 2e-5, 1e-7, "probs");
-  std::vector<int64_t> counts_r(static_cast<size_t>(E), 0);
-  for (int64_t e : idx_r) ++counts_r[static_cast<size_t>(e)];
   EXPECT_EQ(counts_d.download<int64_t>(), counts_r);
 
 
   const std::vector<float> dw = cuda_test::randn(static_cast<size_t>(T * k), 23),
                            dp = cuda_test::randn(static_cast<size_t>(T * E), 24);
   std::vector<float> dl_r(static_cast<size_t>(T * E));
-  ref.backward(T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), dp.data(), dl_r.data());
+  ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), dp.data(), dl_r.data());
   DeviceBuffer dw_d(dw), dp_d(dp), dl_d(static_cast<size_t>(T * E) * 4);
   dl_d.poison();
   router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(), dp_d.as<float>(),
                   dl_d.as<float>());
   expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits");
   // Only the weights' gradient (the aux loss unused).
-  ref.backward(T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), nullptr, dl_r.data());
+  ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), nullptr, dl_r.data());
   router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(), nullptr,
                   dl_d.as<float>());
   expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits (no dprobs)");
@@ -167,11 +166,12 @@ TEST_P(CudaMoeExperts, ForwardAndBackward) {
   const ops::MoeDims d{T, D, F, E, k};
   // Routing from the reference router (f32 logits), weights f32 as the model passes them.
   std::vector<float> w(static_cast<size_t>(T * k)), probs(static_cast<size_t>(T * E));
-  std::vector<int64_t> idx(static_cast<size_t>(T * k));
+  std::vector<int64_t> idx(static_cast<size_t>(T * k)), counts(static_cast<size_t>(E));
+  const KernelContext cpu = device_services(Device::CPU).context();
   {
     const std::vector<float> logits = cuda_test::randn(static_cast<size_t>(T * E), 41, 2.0);
     kernels::kernel_for<ops::RouterKernel>("router_topk", Device::CPU, DType::F32, "reference")
-        .forward(T, E, k, true, logits.data(), nullptr, w.data(), idx.data(), probs.data());
+        .forward(cpu, T, E, k, true, logits.data(), nullptr, w.data(), idx.data(), probs.data(), counts.data());
   }
   const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
   const auto x = maybe_round(cuda_test::randn(static_cast<size_t>(T * D), 42), dtype);
@@ -188,10 +188,10 @@ TEST_P(CudaMoeExperts, ForwardAndBackward) {
   std::vector<bf16> act_r16(n_act), y_r16(static_cast<size_t>(T * D));
   void* act_r = bf ? static_cast<void*>(act_r16.data()) : act_r32.data();
   void* y_r = bf ? static_cast<void*>(y_r16.data()) : y_r32.data();
-  ref.forward(d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r, y_r);
+  ref.forward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r, y_r);
   std::vector<float> dx_r(static_cast<size_t>(T * D)), dw_r(static_cast<size_t>(T * k)),
       dwg_r(static_cast<size_t>(E * F * D)), dwu_r(dwg_r.size()), dwd_r(static_cast<size_t>(E * D * F));
-  ref.backward(d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r,
+  ref.backward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r,
                dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();

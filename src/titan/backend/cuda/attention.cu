@@ -20,9 +20,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "titan/backend/cuda/attention.h"
 #include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/attention.h"
 
 namespace titan::cuda {
 
@@ -788,5 +791,72 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s
   if (s.D == 64) return bwd_tc<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
   bwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
 }
+
+// =============================================================================================
+// Registration with the attention op (ops/attention.h): "default" = tensor cores where they apply
+// (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "f32_math" (bf16) selects the
+// f32-math kernels everywhere.
+namespace {
+
+AttentionDims dims_of(const cpu::AttentionShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool use_tensor_cores(const AttentionDims& d, std::initializer_list<const void*> ptrs) {
+  if (!attention_tensor_cores_unsupported(d, DType::BF16).empty()) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+template <DType kDType>
+void fwd_f32_math_entry(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                        const void* v, void* out, void* lse) {
+  attention_fwd_f32_math(ctx, dims_of(s), kDType, q, k, v, out, static_cast<float*>(lse));
+}
+template <DType kDType>
+void bwd_f32_math_entry(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                        const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
+                        void* dv) {
+  attention_bwd_f32_math(ctx, dims_of(s), kDType, q, k, v, out, static_cast<const float*>(lse),
+                         static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
+                         static_cast<float*>(dv));
+}
+
+void fwd_bf16_default(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                      const void* v, void* out, void* lse) {
+  const AttentionDims d = dims_of(s);
+  if (!use_tensor_cores(d, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+  attention_fwd_tensor_cores(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                             static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+void bwd_bf16_default(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                      const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
+                      void* dv) {
+  const AttentionDims d = dims_of(s);
+  if (!use_tensor_cores(d, {q, k, v, out, dout}))
+    return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+  attention_bwd_tensor_cores(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                             static_cast<const bf16*>(v), static_cast<const bf16*>(out),
+                             static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float*>(dq),
+                             static_cast<float*>(dk), static_cast<float*>(dv));
+}
+
+TITAN_REGISTER_KERNEL(attention_cuda_f32, {"attention", Device::CUDA, DType::F32, "default",
+                                           "warp-per-row tiles, f32 math, any head_dim <= 512",
+                                           ops::AttentionKernel{fwd_f32_math_entry<DType::F32>,
+                                                                bwd_f32_math_entry<DType::F32>},
+                                           {}});
+TITAN_REGISTER_KERNEL(attention_cuda_bf16, {"attention", Device::CUDA, DType::BF16, "default",
+                                            "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
+                                            "rounded to bf16), else the f32-math tiles",
+                                            ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, {}});
+TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math, {"attention", Device::CUDA, DType::BF16, "f32_math",
+                                                     "warp-per-row tiles, f32 math, bf16 output rounded once",
+                                                     ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>,
+                                                                          bwd_f32_math_entry<DType::BF16>},
+                                                     {}});
+
+}  // namespace
 
 }  // namespace titan::cuda

@@ -13,6 +13,8 @@
 #include "titan/backend/cuda/cross_entropy.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy.h"
 
 namespace titan::cuda {
 
@@ -311,5 +313,55 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
            dweight + c0 * d.D, d.D, {}, ctx.stream);
   }
 }
+
+// =============================================================================================
+// Registration with the loss ops (ops/cross_entropy.h).
+namespace {
+
+template <DType kDType>
+void ce_forward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels,
+                      int64_t ignore_index, void* lse, void* row_loss) {
+  cross_entropy_fwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<float*>(lse),
+                    static_cast<float*>(row_loss));
+}
+template <DType kDType>
+void ce_backward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels,
+                       int64_t ignore_index, const void* lse, double scale, void* dlogits) {
+  cross_entropy_bwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<const float*>(lse), scale,
+                    static_cast<float*>(dlogits));
+}
+
+LinearCrossEntropyDims lce_dims(const ops::LinearCrossEntropyArgs& a) {
+  return {a.N, a.V, a.D, a.chunk, a.round_logits};
+}
+template <DType kDType>
+void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, void* lse, void* row_loss) {
+  linear_cross_entropy_fwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
+                           static_cast<float*>(lse), static_cast<float*>(row_loss));
+}
+template <DType kDType>
+void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, const void* lse,
+                        double scale, void* dhidden, void* dweight) {
+  linear_cross_entropy_bwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
+                           static_cast<const float*>(lse), scale, static_cast<float*>(dhidden),
+                           static_cast<float*>(dweight));
+}
+
+// clang-format off
+TITAN_REGISTER_KERNEL(ce_cuda_f32, {"cross_entropy", Device::CUDA, DType::F32, "default",
+    "block per row, online logsumexp in f32",
+    ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(ce_cuda_bf16, {"cross_entropy", Device::CUDA, DType::BF16, "default",
+    "block per row, bf16 logits widened, online logsumexp in f32",
+    ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>}, {}});
+TITAN_REGISTER_KERNEL(lce_cuda_f32, {"linear_cross_entropy", Device::CUDA, DType::F32, "default",
+    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(lce_cuda_bf16, {"linear_cross_entropy", Device::CUDA, DType::BF16, "default",
+    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in backward",
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}, {}});
+// clang-format on
+
+}  // namespace
 
 }  // namespace titan::cuda

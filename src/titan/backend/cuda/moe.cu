@@ -22,6 +22,8 @@
 
 #include "titan/backend/cuda/moe.h"
 #include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/moe.h"
 
 namespace titan::cuda {
 
@@ -891,5 +893,74 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
                       static_cast<const bf16_t*>(w_up), static_cast<const bf16_t*>(w_down),
                       static_cast<const bf16_t*>(act), dy, dx, dweights, dw_gate, dw_up, dw_down);
 }
+
+// =============================================================================================
+// Registration with the MoE ops (ops/moe.h).
+namespace {
+
+template <DType kDType>
+void router_forward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                          const void* logits, const float* bias, void* weights, int64_t* indices, void* probs,
+                          int64_t* counts) {
+  router_topk_fwd(ctx, T, E, k, renormalize, kDType, logits, bias, static_cast<float*>(weights), indices,
+                  static_cast<float*>(probs), counts);
+}
+void router_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                           const void* probs, const int64_t* indices, const void* dweights, const void* dprobs,
+                           void* dlogits) {
+  router_topk_bwd(ctx, T, E, k, renormalize, static_cast<const float*>(probs), indices,
+                  static_cast<const float*>(dweights), static_cast<const float*>(dprobs), static_cast<float*>(dlogits));
+}
+
+void aux_accumulate_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const void* probs,
+                          const int64_t* indices, int64_t* counts, double* psum) {
+  moe_aux_accumulate(ctx, T, E, k, static_cast<const float*>(probs), indices, counts, psum);
+}
+void aux_finish_entry(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
+                      void* loss) {
+  moe_aux_finish(ctx, E, scale, counts, psum, static_cast<float*>(loss));
+}
+void aux_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
+                        const void* dloss, void* dprobs) {
+  moe_aux_bwd(ctx, T, E, scale, counts, static_cast<const float*>(dloss), static_cast<float*>(dprobs));
+}
+
+MoeExpertDims expert_dims(const ops::MoeDims& d) { return {d.T, d.D, d.F, d.E, d.k}; }
+template <DType kDType>
+void experts_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x, const void* weights,
+                           const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down, void* act,
+                           void* y) {
+  moe_experts_fwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up, w_down,
+                  act, y);
+}
+template <DType kDType>
+void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x, const void* weights,
+                            const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down,
+                            const void* act, const void* dy, void* dx, void* dweights, void* dw_gate, void* dw_up,
+                            void* dw_down) {
+  moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up, w_down,
+                  act, static_cast<const float*>(dy), static_cast<float*>(dx), static_cast<float*>(dweights),
+                  static_cast<float*>(dw_gate), static_cast<float*>(dw_up), static_cast<float*>(dw_down));
+}
+
+// clang-format off
+TITAN_REGISTER_KERNEL(router_topk_cuda_f32, {"router_topk", Device::CUDA, DType::F32, "default",
+    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(router_topk_cuda_bf16, {"router_topk", Device::CUDA, DType::BF16, "default",
+    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(moe_aux_loss_cuda_f32, {"moe_aux_loss", Device::CUDA, DType::F32, "default",
+    "device counts and f64 column sums over layers; loss and gradient read no host data",
+    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType::F32, "default",
+    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference rounding points",
+    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}, {}});
+// clang-format on
+
+}  // namespace
 
 }  // namespace titan::cuda
