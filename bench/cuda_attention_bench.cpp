@@ -141,7 +141,7 @@ TITAN_CUDA_ATTN_BENCH(BM_ForwardBackward);
 
 namespace {
 void BM_NeedsTheCudaBackend(benchmark::State& state) {
-  state.SkipWithError("built without the CUDA backend (no nvcc found)");
+  state.SkipWithError("built without the CUDA backend (TITAN_CUDA off, or no nvcc)");
   for (auto _ : state) {
   }
 }

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaAttention, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (no nvcc found)"; }
+TEST(CudaAttention, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
 #else
 
 #include "titan/backend/cuda/attention.h"

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaCrossEntropy, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (no nvcc found)"; }
+TEST(CudaCrossEntropy, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
 #else
 
 #include "titan/backend/cuda/cross_entropy.h"

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaMoe, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (no nvcc found)"; }
+TEST(CudaMoe, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
 #else
 
 #include "titan/backend/cuda/moe.h"
