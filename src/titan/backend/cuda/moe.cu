@@ -41,6 +41,7 @@ unsigned grid_for(int64_t n, int threads = 256) {
   int64_t blocks = (n + threads - 1) / threads;
   return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 void check_dtype(DType dtype) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "moe (cuda): no kernel for ", dtype_name(dtype),
               " (f32 and bf16 only)");
@@ -443,6 +444,43 @@ constexpr int kStage = 64 * kLdK > kTcK * kLdN ? 64 * kLdK : kTcK * kLdN;
 __device__ __forceinline__ bf16_t as_bf16(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ bf16_t as_bf16(bf16_t x) { return x; }
 
+// 8 consecutive elements as 8 bf16 into 16-byte aligned shared memory: one 16-byte load for bf16,
+// two for f32 (rounded), or zeros when `inside` is false. src must be 16-byte aligned.
+__device__ __forceinline__ void load8(bf16_t* dst, const bf16_t* src, bool inside) {
+  *reinterpret_cast<uint4*>(dst) = inside ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void load8(bf16_t* dst, const float* src, bool inside) {
+  if (!inside) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+  __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(dst);
+  d[0] = __floats2bfloat162_rn(a.x, a.y);
+  d[1] = __floats2bfloat162_rn(a.z, a.w);
+  d[2] = __floats2bfloat162_rn(b.x, b.y);
+  d[3] = __floats2bfloat162_rn(b.z, b.w);
+}
+
+// Stages rows x cols (cols a multiple of 8) of a row-major source into dst[rows][ld] as bf16;
+// element (i, j) is src_row(i)[j] when inside(i, j) (checked per 8-element chunk when `vec`, i.e.
+// when every row start is 16-byte aligned and the column bound is a multiple of 8), else 0.
+template <int kRows, int kCols, class T, class RowPtr, class Inside>
+__device__ __forceinline__ void stage_tile(bf16_t* dst, int ld, bool vec, RowPtr row_ptr, Inside inside) {
+  if (vec) {
+    for (int idx = threadIdx.x; idx < kRows * kCols / 8; idx += blockDim.x) {
+      const int i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+      const bool in = inside(i, j);
+      load8(dst + i * ld + j, in ? row_ptr(i) + j : static_cast<const T*>(nullptr), in);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kRows * kCols; idx += blockDim.x) {
+      const int i = idx / kCols, j = idx % kCols;
+      dst[i * ld + j] = inside(i, j) ? as_bf16(row_ptr(i)[j]) : __float2bfloat16_rn(0.f);
+    }
+  }
+}
+
 // The 64 x 64 f32 result tile of a block: each warp stores its 2 x 2 fragments into Cs.
 __device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], int wm, int wn) {
   for (int i = 0; i < 2; ++i)
@@ -455,7 +493,7 @@ template <class TA, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kTcThreads)
     grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div,
                          const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles, int64_t E,
-                         TC* C, int64_t ldc) {
+                         TC* C, int64_t ldc, bool vec) {
   __shared__ __align__(128) bf16_t As[64 * kLdK];
   __shared__ __align__(128) bf16_t Bs[kStage];
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -477,26 +515,17 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
   for (int64_t k0 = 0; k0 < K; k0 += kTcK) {
     __syncthreads();  // the previous tiles are consumed
-    for (int idx = threadIdx.x; idx < 64 * kTcK; idx += kTcThreads) {
-      const int m = idx / kTcK, kk = idx % kTcK;
-      const int64_t r = r0 + m, kcol = k0 + kk;
-      bf16_t v = __float2bfloat16_rn(0.f);
-      if (r < r_end && kcol < K) v = as_bf16(A[(gather ? gather[r] / gather_div : r) * lda + kcol]);
-      As[m * kLdK + kk] = v;
-    }
-    if (kTransB) {  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
-      for (int idx = threadIdx.x; idx < kTileN * kTcK; idx += kTcThreads) {
-        const int nn = idx / kTcK, kk = idx % kTcK;
-        const int64_t col = c0 + nn, kcol = k0 + kk;
-        Bs[nn * kLdK + kk] = (col < N && kcol < K) ? Be[col * K + kcol] : __float2bfloat16_rn(0.f);
-      }
-    } else {  // B tile [32 k][64 n]
-      for (int idx = threadIdx.x; idx < kTcK * kTileN; idx += kTcThreads) {
-        const int kk = idx / kTileN, nn = idx % kTileN;
-        const int64_t col = c0 + nn, kcol = k0 + kk;
-        Bs[kk * kLdN + nn] = (col < N && kcol < K) ? Be[kcol * N + col] : __float2bfloat16_rn(0.f);
-      }
-    }
+    stage_tile<64, kTcK, TA>(
+        As, kLdK, vec, [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
+        [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
+    if (kTransB)  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
+      stage_tile<kTileN, kTcK, bf16_t>(
+          Bs, kLdK, vec, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+          [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
+    else  // B tile [32 k][64 n]
+      stage_tile<kTcK, kTileN, bf16_t>(
+          Bs, kLdN, vec, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+          [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
     __syncthreads();
     for (int kk = 0; kk < kTcK; kk += 16) {
       FragA a[2];
@@ -529,7 +558,7 @@ __global__ void __launch_bounds__(kTcThreads)
 template <class TA>
 __global__ void __launch_bounds__(kTcThreads)
     grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C, bool vec) {
   __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
   __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -541,18 +570,12 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
   for (int64_t rs = r_begin; rs < r_end; rs += kTcK) {
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kTcK * 64; idx += kTcThreads) {
-      const int kk = idx / 64, m = idx % 64;
-      const int64_t r = rs + kk, row = m0 + m;
-      At[kk * kLdN + m] = (r < r_end && row < M) ? as_bf16(A[r * lda + row]) : __float2bfloat16_rn(0.f);
-    }
-    for (int idx = threadIdx.x; idx < kTcK * kTileN; idx += kTcThreads) {
-      const int kk = idx / kTileN, nn = idx % kTileN;
-      const int64_t r = rs + kk, col = n0 + nn;
-      bf16_t v = __float2bfloat16_rn(0.f);
-      if (r < r_end && col < N) v = B[(gather ? gather[r] / gather_div : r) * ldb + col];
-      Bs[kk * kLdN + nn] = v;
-    }
+    stage_tile<kTcK, 64, TA>(
+        At, kLdN, vec, [&](int kk) { return A + (rs + kk) * lda + m0; },
+        [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
+    stage_tile<kTcK, kTileN, bf16_t>(
+        Bs, kLdN, vec, [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+        [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
     __syncthreads();
     for (int kk = 0; kk < kTcK; kk += 16) {
       FragAcol a[2];  // element (m, r) at At[r * kLdN + m]
@@ -673,10 +696,15 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
   const int64_t tiles = Routing::max_tiles(d);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
-  if constexpr (std::is_same_v<TB, bf16_t>)
+  if constexpr (std::is_same_v<TB, bf16_t>) {
+    // 8-element loads: every A and B row start 16-byte aligned, and the loaded extent of a row a
+    // multiple of 8 (K for A and a transposed B, N for a plain B).
+    const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
+                     (kTransB || N % 8 == 0);
     grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
         N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
-        C, ldc);
+        C, ldc, vec);
+  }
   else
     grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
         N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
@@ -690,9 +718,11 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, in
                  float* C) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535, "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
-  if constexpr (std::is_same_v<TB, bf16_t>)
+  if constexpr (std::is_same_v<TB, bf16_t>) {
+    const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
     grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
-                                                                        routing.offsets.as<int64_t>(), C);
+                                                                        routing.offsets.as<int64_t>(), C, vec);
+  }
   else
     grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
                                                                             routing.offsets.as<int64_t>(), C);
