@@ -3,7 +3,8 @@
 // products): forward 2*B*Hq*S*S*D, backward 2.5x that, the FlashAttention papers' convention
 // (bench/attention_bench.cpp on the CPU counts the full square: its rates read 2x these).
 //   build/bin/cuda_attention_bench                     (skips every case without a GPU)
-// TensorCores is the bf16 WMMA FlashAttention-2 kernel pair; F32Math the warp-per-row f32 kernels.
+// Arg algo: 0 = f32 math (warp-per-row f32 kernels), 1 = tensor cores (bf16 WMMA FlashAttention-2
+// pair), 2 = the mma.sync forward (its backward is the WMMA one, so only the forward differs).
 #include <benchmark/benchmark.h>
 
 #ifdef TITAN_HAVE_CUDA
@@ -59,8 +60,12 @@ struct Problem {
     upload(v, random_bf16(nkv, 3));
     dev->fill(dout.ptr, int64_t(nq), titan::DType::F32, 1e-3);
   }
-  void fwd(bool tc) {
-    if (tc)
+  void fwd(int algo) {
+    if (algo == 2)
+      titan::cuda::attention_fwd_mma(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+                                     static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
+                                     static_cast<float*>(lse.ptr));
+    else if (algo == 1)
       titan::cuda::attention_fwd_tensor_cores(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
                                               static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
                                               static_cast<float*>(lse.ptr));
@@ -68,9 +73,9 @@ struct Problem {
       titan::cuda::attention_fwd_f32_math(ctx, s, titan::DType::BF16, q.ptr, k.ptr, v.ptr, out.ptr,
                                           static_cast<float*>(lse.ptr));
   }
-  void bwd(bool tc) {
+  void bwd(int algo) {
     auto f = [](Buffer& b) { return static_cast<float*>(b.ptr); };
-    if (tc)
+    if (algo != 0)
       titan::cuda::attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
                                               static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
                                               f(lse), f(dout), f(dq), f(dk), f(dv));
@@ -86,15 +91,15 @@ bool skip_without_gpu(benchmark::State& state) {
   return true;
 }
 
-// Arg: 1 = tensor cores, 0 = f32 math. Each iteration ends with a device synchronisation.
+// Each iteration ends with a device synchronisation.
 void BM_Forward(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   Problem p;
-  const bool tc = state.range(0) != 0;
-  p.fwd(tc);  // warm-up (shared-memory opt-in, first launch)
+  const int algo = int(state.range(0));
+  p.fwd(algo);  // warm-up (shared-memory opt-in, first launch)
   p.dev->synchronize();
   for (auto _ : state) {
-    p.fwd(tc);
+    p.fwd(algo);
     p.dev->synchronize();
   }
   state.counters["FLOP/s"] = benchmark::Counter(kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
@@ -103,12 +108,12 @@ void BM_Forward(benchmark::State& state) {
 void BM_Backward(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   Problem p;
-  const bool tc = state.range(0) != 0;
-  p.fwd(tc);
-  p.bwd(tc);
+  const int algo = int(state.range(0));
+  p.fwd(algo);
+  p.bwd(algo);
   p.dev->synchronize();
   for (auto _ : state) {
-    p.bwd(tc);
+    p.bwd(algo);
     p.dev->synchronize();
   }
   state.counters["FLOP/s"] = benchmark::Counter(2.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
@@ -117,20 +122,20 @@ void BM_Backward(benchmark::State& state) {
 void BM_ForwardBackward(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   Problem p;
-  const bool tc = state.range(0) != 0;
-  p.fwd(tc);
-  p.bwd(tc);
+  const int algo = int(state.range(0));
+  p.fwd(algo);
+  p.bwd(algo);
   p.dev->synchronize();
   for (auto _ : state) {
-    p.fwd(tc);
-    p.bwd(tc);
+    p.fwd(algo);
+    p.bwd(algo);
     p.dev->synchronize();
   }
   state.counters["FLOP/s"] = benchmark::Counter(3.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 #define TITAN_CUDA_ATTN_BENCH(fn) \
-  BENCHMARK(fn)->ArgName("tensor_cores")->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)
+  BENCHMARK(fn)->ArgName("algo")->Arg(1)->Arg(2)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)
 TITAN_CUDA_ATTN_BENCH(BM_Forward);
 TITAN_CUDA_ATTN_BENCH(BM_Backward);
 TITAN_CUDA_ATTN_BENCH(BM_ForwardBackward);

@@ -25,7 +25,8 @@ namespace {
 using cuda_test::DeviceBuffer;
 using cuda_test::expect_close;
 
-enum class Algo { kF32Math, kTensorCores };
+// kMmaForward: the mma.sync forward with the tensor-core (WMMA) backward (the "mma_sync" variant).
+enum class Algo { kF32Math, kTensorCores, kMmaForward };
 
 struct Case {
   AttentionDims dims;
@@ -67,20 +68,22 @@ void run_case(const Case& c) {
   if (c.algo == Algo::kTensorCores)
     attention_fwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>());
+  else if (c.algo == Algo::kMmaForward)
+    attention_fwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(), lse_d.as<float>());
   else
     attention_fwd_f32_math(ctx, s, c.dtype, qd->as<void>(), kd->as<void>(), vd->as<void>(), out_d.as<void>(),
                            lse_d.as<float>());
   const std::vector<float> out_g = bf ? cuda_test::to_f32(out_d.download<bf16>()) : out_d.download<float>();
   const std::vector<float> lse_g = lse_d.download<float>();
 
-  const bool tc = c.algo == Algo::kTensorCores;
+  const bool tc = c.algo != Algo::kF32Math;
   const double out_rtol = tc ? 1e-2 : (bf ? 4e-3 : 2e-5), out_atol = tc ? 1e-2 : (bf ? 1e-4 : 2e-5);
   const double grad_tol = tc ? 1e-2 : 2e-5;
   expect_close(out_g, out_r, out_rtol, out_atol, "out");
   expect_close(lse_g, lse_r, 2e-5, 2e-5, "lse");
 
   // Backward from the GPU's own out and lse (what the op saves); the reference gets the same.
-  if (c.algo == Algo::kTensorCores)
+  if (tc)
     attention_bwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
                                dv_d.as<float>());
@@ -124,6 +127,10 @@ class CudaAttentionTensorCores : public ::testing::TestWithParam<Param> {};
 TEST_P(CudaAttentionTensorCores, Bf16) {
   TITAN_SKIP_WITHOUT_GPU();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kTensorCores});
+}
+TEST_P(CudaAttentionTensorCores, Bf16MmaForward) {
+  TITAN_SKIP_WITHOUT_GPU();
+  run_case({dims_of(GetParam()), DType::BF16, Algo::kMmaForward});
 }
 // Lengths around the 64-row tile: one partial tile, exact tiles, a partial last tile.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTensorCores,

@@ -732,6 +732,163 @@ void bwd_tc(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, c
   check_launch("backward (tensor cores)");
 }
 
+// =============================================================================================
+// Tensor-core forward on raw mma.sync (m16n8k16, bf16 -> f32) with the FlashAttention-2 register
+// layout: S, P and O never leave registers. Per warp 16 query rows; lane = 4 g + t holds, of every
+// 16 x 8 accumulator tile, rows g and g + 8 at columns 2t and 2t + 1. That layout is exactly the
+// A operand of the next product once P is packed to bf16 pairs, so P V needs no shared memory;
+// K and V fragments come from shared memory through ldmatrix (V transposed on the fly).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// c += a b for one 16 x 8 x 16 tile.
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D>
+constexpr size_t fwd_mma_smem() {
+  return 3 * size_t(TcLayout<D>::tile_bytes);  // Q, K, V tiles
+}
+
+// grid (ceil(S / 64), B * Hq), 128 threads.
+template <int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    fwd_mma_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
+  using L = TcLayout<D>;
+  constexpr int kNt = kBlockRows / 8;  // 8-key column tiles of S per key tile
+  constexpr int kDt = D / 8;           // 8-wide column tiles of O
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16_t* qs = reinterpret_cast<bf16_t*>(smem_raw);
+  bf16_t* ks = qs + kBlockRows * L::ld;
+  bf16_t* vs = ks + kBlockRows * L::ld;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, hk = h / (s.Hq / s.Hkv);
+  const int64_t qt = int64_t(gridDim.x - 1 - blockIdx.x);  // longest rows first
+  const int64_t q0 = qt * kBlockRows;
+  const int64_t row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this lane's two query rows
+
+  load_tile_bf16<D>(qs, q, b, q0, h, s.Hq, s);
+  __syncthreads();
+  uint32_t qf[D / 16][4];  // A fragments: rows warp*16 + (lane % 16), columns kk*16 + (lane / 16) * 8
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(qf[kk], qs + (warp * 16 + lane % 16) * L::ld + kk * 16 + (lane / 16) * 8);
+
+  float o[kDt][4];
+  for (int n = 0; n < kDt; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows row0, row1 (l: this lane's part)
+  const float scale2 = s.scale * kLog2e;
+
+  for (int64_t kt = 0; kt <= qt; ++kt) {
+    const int64_t k0 = kt * kBlockRows;
+    __syncthreads();  // the previous K / V tiles are consumed
+    load_tile_bf16<D>(ks, k, b, k0, hk, s.Hkv, s);
+    load_tile_bf16<D>(vs, v, b, k0, hk, s.Hkv, s);
+    __syncthreads();
+
+    // S = Q K^T: 16 rows x 64 keys, kNt tiles of 8 keys.
+    float sc[kNt][4];
+    for (int n = 0; n < kNt; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+    for (int kk = 0; kk < D / 16; ++kk)
+      for (int n = 0; n < kNt; n += 2) {
+        // Keys n*8 .. n*8+15: matrices (keys +0..7, d +0..7), (keys +0..7, d +8..15), then keys +8.
+        uint32_t kf[4];
+        ldmatrix_x4(kf, ks + (n * 8 + (lane / 16) * 8 + lane % 8) * L::ld + kk * 16 + ((lane / 8) % 2) * 8);
+        mma_16x8x16(sc[n], qf[kk], kf[0], kf[1]);
+        mma_16x8x16(sc[n + 1], qf[kk], kf[2], kf[3]);
+      }
+
+    // Mask, scale (log2 units) and the online softmax; rows are shared by the 4 lanes of a quad.
+    float tmax0 = -INFINITY, tmax1 = -INFINITY;
+    for (int n = 0; n < kNt; ++n)
+      for (int e = 0; e < 2; ++e) {
+        const int64_t j = k0 + n * 8 + 2 * t + e;
+        sc[n][e] = (j <= row0 && j < s.S) ? sc[n][e] * scale2 : -INFINITY;
+        sc[n][2 + e] = (j <= row1 && j < s.S) ? sc[n][2 + e] * scale2 : -INFINITY;
+        tmax0 = fmaxf(tmax0, sc[n][e]);
+        tmax1 = fmaxf(tmax1, sc[n][2 + e]);
+      }
+    for (int off = 1; off <= 2; off <<= 1) {
+      tmax0 = fmaxf(tmax0, __shfl_xor_sync(kFull, tmax0, off));
+      tmax1 = fmaxf(tmax1, __shfl_xor_sync(kFull, tmax1, off));
+    }
+    // Finite: key k0 <= q0 <= row and k0 < S (rows past S are never stored).
+    const float mn0 = fmaxf(m0, tmax0), mn1 = fmaxf(m1, tmax1);
+    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    m0 = mn0, m1 = mn1;
+    l0 *= alpha0, l1 *= alpha1;
+    for (int n = 0; n < kDt; ++n) o[n][0] *= alpha0, o[n][1] *= alpha0, o[n][2] *= alpha1, o[n][3] *= alpha1;
+    for (int n = 0; n < kNt; ++n) {
+      sc[n][0] = exp2f(sc[n][0] - mn0), sc[n][1] = exp2f(sc[n][1] - mn0);
+      sc[n][2] = exp2f(sc[n][2] - mn1), sc[n][3] = exp2f(sc[n][3] - mn1);
+      l0 += sc[n][0] + sc[n][1];
+      l1 += sc[n][2] + sc[n][3];
+    }
+
+    // O += P V: P's accumulator tiles 2kk, 2kk+1 are the A fragment of keys kk*16 .. kk*16+15.
+    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+      const uint32_t pf[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      for (int n = 0; n < kDt; n += 2) {
+        // V^T fragments of d tiles n and n+1: matrices (keys +0..7, d n*8), (keys +8..15, d n*8), then d + 8.
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, vs + (kk * 16 + lane % 16) * L::ld + n * 8 + (lane / 16) * 8);
+        mma_16x8x16(o[n], pf, vf[0], vf[1]);
+        mma_16x8x16(o[n + 1], pf, vf[2], vf[3]);
+      }
+    }
+  }
+
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(kFull, l0, off);
+    l1 += __shfl_xor_sync(kFull, l1, off);
+  }
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  for (int n = 0; n < kDt; ++n) {
+    const int d = n * 8 + 2 * t;
+    if (row0 < s.S)
+      *reinterpret_cast<__nv_bfloat162*>(out + row_offset(b, row0, h, s, s.Hq) + d) =
+          __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
+    if (row1 < s.S)
+      *reinterpret_cast<__nv_bfloat162*>(out + row_offset(b, row1, h, s, s.Hq) + d) =
+          __floats2bfloat162_rn(o[n][2] * inv1, o[n][3] * inv1);
+  }
+  if (t == 0) {
+    if (row0 < s.S) lse[(b * s.Hq + h) * s.S + row0] = (m0 + log2f(l0)) * kLn2;
+    if (row1 < s.S) lse[(b * s.Hq + h) * s.S + row1] = (m1 + log2f(l1)) * kLn2;
+  }
+}
+
+template <int D>
+void fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+             bf16_t* out, float* lse) {
+  constexpr size_t smem = fwd_mma_smem<D>();
+  allow_smem(fwd_mma_kernel<D>, smem);
+  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
+  fwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, out, lse);
+  check_launch("forward (mma.sync)");
+}
+
 const bf16_t* as_cuda(const bf16* p) { return reinterpret_cast<const bf16_t*>(p); }
 bf16_t* as_cuda(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
 
@@ -777,6 +934,15 @@ void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s
   fwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
 }
 
+void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+                       const bf16* v, bf16* out, float* lse) {
+  check_dims(s, "forward");
+  const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
+  TITAN_CHECK(why.empty(), "attention (cuda): ", why);
+  if (s.D == 64) return fwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+  fwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+}
+
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                                 const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                                 float* dk, float* dv) {
@@ -794,8 +960,8 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s
 
 // =============================================================================================
 // Registration with the attention op (ops/attention.h): "default" = tensor cores where they apply
-// (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "f32_math" (bf16) selects the
-// f32-math kernels everywhere.
+// (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "mma_sync" (bf16) the same with
+// the raw mma.sync forward; "f32_math" (bf16) the f32-math kernels everywhere.
 namespace {
 
 AttentionDims dims_of(const cpu::AttentionShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
@@ -851,6 +1017,18 @@ TITAN_REGISTER_KERNEL(attention_cuda_bf16, {"attention", Device::CUDA, DType::BF
                                             "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
                                             "rounded to bf16), else the f32-math tiles",
                                             ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, {}});
+void fwd_bf16_mma(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                  const void* v, void* out, void* lse) {
+  const AttentionDims d = dims_of(s);
+  if (!use_tensor_cores(d, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+  attention_fwd_mma(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+                    static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+
+TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma, {"attention", Device::CUDA, DType::BF16, "mma_sync",
+                                                "forward on raw mma.sync with S, P, O in registers (head_dim "
+                                                "64/128, else f32 math); backward as default",
+                                                ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_default}, {}});
 TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math, {"attention", Device::CUDA, DType::BF16, "f32_math",
                                                      "warp-per-row tiles, f32 math, bf16 output rounded once",
                                                      ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>,

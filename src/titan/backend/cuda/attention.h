@@ -38,6 +38,11 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DT
 // Tensor cores: bf16, head_dim 64 or 128 (an error naming the shape otherwise).
 void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                                 const bf16* v, bf16* out, float* lse);
+// The same forward on raw mma.sync with S, P and O kept in registers (FlashAttention-2's layout);
+// same numerics and head_dims as attention_fwd_tensor_cores. The "mma_sync" variant (measured
+// against the WMMA forward in bench/cuda_attention_bench.cpp before it becomes the default).
+void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+                       const bf16* v, bf16* out, float* lse);
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                                 const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                                 float* dk, float* dv);
