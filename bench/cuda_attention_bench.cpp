@@ -3,8 +3,8 @@
 // products): forward 2*B*Hq*S*S*D, backward 2.5x that, the FlashAttention papers' convention
 // (bench/attention_bench.cpp on the CPU counts the full square: its rates read 2x these).
 //   build/bin/cuda_attention_bench                     (skips every case without a GPU)
-// Arg algo: 0 = f32 math (warp-per-row f32 kernels), 1 = tensor cores (bf16 WMMA FlashAttention-2
-// pair), 2 = the mma.sync forward (its backward is the WMMA one, so only the forward differs).
+// Arg algo: 0 = f32 math (warp-per-row f32 kernels), 1 = tensor cores through WMMA (the "default"
+// pair), 2 = tensor cores through raw mma.sync (the "mma_sync" pair).
 #include <benchmark/benchmark.h>
 
 #ifdef TITAN_HAVE_CUDA
@@ -75,7 +75,11 @@ struct Problem {
   }
   void bwd(int algo) {
     auto f = [](Buffer& b) { return static_cast<float*>(b.ptr); };
-    if (algo != 0)
+    if (algo == 2)
+      titan::cuda::attention_bwd_mma(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+                                     static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr), f(lse),
+                                     f(dout), f(dq), f(dk), f(dv));
+    else if (algo == 1)
       titan::cuda::attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
                                               static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
                                               f(lse), f(dout), f(dq), f(dk), f(dv));

@@ -25,8 +25,8 @@ namespace {
 using cuda_test::DeviceBuffer;
 using cuda_test::expect_close;
 
-// kMmaForward: the mma.sync forward with the tensor-core (WMMA) backward (the "mma_sync" variant).
-enum class Algo { kF32Math, kTensorCores, kMmaForward };
+// kTensorCores: the WMMA pair ("default"); kMma: the mma.sync pair ("mma_sync").
+enum class Algo { kF32Math, kTensorCores, kMma };
 
 struct Case {
   AttentionDims dims;
@@ -68,7 +68,7 @@ void run_case(const Case& c) {
   if (c.algo == Algo::kTensorCores)
     attention_fwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>());
-  else if (c.algo == Algo::kMmaForward)
+  else if (c.algo == Algo::kMma)
     attention_fwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(), lse_d.as<float>());
   else
     attention_fwd_f32_math(ctx, s, c.dtype, qd->as<void>(), kd->as<void>(), vd->as<void>(), out_d.as<void>(),
@@ -83,7 +83,10 @@ void run_case(const Case& c) {
   expect_close(lse_g, lse_r, 2e-5, 2e-5, "lse");
 
   // Backward from the GPU's own out and lse (what the op saves); the reference gets the same.
-  if (tc)
+  if (c.algo == Algo::kMma)
+    attention_bwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(), lse_d.as<float>(),
+                      dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(), dv_d.as<float>());
+  else if (tc)
     attention_bwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
                                dv_d.as<float>());
@@ -128,9 +131,9 @@ TEST_P(CudaAttentionTensorCores, Bf16) {
   TITAN_SKIP_WITHOUT_GPU();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kTensorCores});
 }
-TEST_P(CudaAttentionTensorCores, Bf16MmaForward) {
+TEST_P(CudaAttentionTensorCores, Bf16Mma) {
   TITAN_SKIP_WITHOUT_GPU();
-  run_case({dims_of(GetParam()), DType::BF16, Algo::kMmaForward});
+  run_case({dims_of(GetParam()), DType::BF16, Algo::kMma});
 }
 // Lengths around the 64-row tile: one partial tile, exact tiles, a partial last tile.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTensorCores,

@@ -889,6 +889,193 @@ void fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, 
   check_launch("forward (mma.sync)");
 }
 
+// The backward on mma.sync: one block per (batch, kv head, 64-key tile), warp w owns keys
+// w*16 .. w*16+15 and keeps their dK and dV accumulators in registers. Per 32-query tile: S^T and
+// dP^T (16 keys x 32 queries per warp) from ldmatrix'd K, V, Q, dO; P^T and dS^T elementwise in
+// registers; dV += P^T dO and dK += dS^T Q straight from those registers (accumulator layout =
+// A operand); dS^T goes to shared memory once so that every warp can form dQ = dS K for its share
+// (16 queries x D/2) over all 64 keys and add it to dq with f32 atomics.
+constexpr int kBwdQ = 32;         // queries per inner tile
+constexpr int kLdDs = kBwdQ + 8;  // dS^T [64 keys][40]: 80-byte rows, ldmatrix conflict-free
+
+template <int D>
+constexpr size_t bwd_mma_smem() {
+  using L = TcLayout<D>;
+  return 2 * size_t(L::tile_bytes) + 2 * size_t(kBwdQ) * L::ld * 2 + 2 * kBwdQ * 4 +
+         size_t(kBlockRows) * kLdDs * 2;
+}
+
+// Rows r0 .. r0+kBwdQ-1 of a [B, S, H, D] tensor into dst[kBwdQ][ld] as bf16 (zeros past S).
+template <int D, class T>
+__device__ void load_q_tile(bf16_t* dst, const T* src, int64_t b, int64_t r0, int64_t h, int64_t H,
+                            const AttentionDims& s) {
+  for (int idx = threadIdx.x; idx < kBwdQ * D / 2; idx += blockDim.x) {
+    const int rr = idx / (D / 2), c = (idx % (D / 2)) * 2;
+    const int64_t r = r0 + rr;
+    float x0 = 0.f, x1 = 0.f;
+    if (r < s.S) {
+      const T* p = src + row_offset(b, r, h, s, H) + c;
+      x0 = to_f32(p[0]), x1 = to_f32(p[1]);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(dst + rr * TcLayout<D>::ld + c) = __floats2bfloat162_rn(x0, x1);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    bwd_mma_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
+                   const float* delta, const float* dout, float* dq, float* dk, float* dv) {
+  using L = TcLayout<D>;
+  constexpr int kDt = D / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16_t* ks = reinterpret_cast<bf16_t*>(smem_raw);
+  bf16_t* vs = ks + kBlockRows * L::ld;
+  bf16_t* qs = vs + kBlockRows * L::ld;
+  bf16_t* dos = qs + kBwdQ * L::ld;
+  float* lses = reinterpret_cast<float*>(dos + kBwdQ * L::ld);  // log2 units
+  float* deltas = lses + kBwdQ;
+  bf16_t* dst = reinterpret_cast<bf16_t*>(deltas + kBwdQ);  // dS^T [64 keys][kLdDs]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.y / s.Hkv, hk = blockIdx.y % s.Hkv, r = s.Hq / s.Hkv;
+  const int64_t k0 = int64_t(blockIdx.x) * kBlockRows;
+  const int64_t key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this lane's two keys
+  const float scale2 = s.scale * kLog2e;
+
+  load_tile_bf16<D>(ks, k, b, k0, hk, s.Hkv, s);
+  load_tile_bf16<D>(vs, v, b, k0, hk, s.Hkv, s);
+
+  float dk_acc[kDt][4], dv_acc[kDt][4];
+  for (int n = 0; n < kDt; ++n)
+    for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
+
+  for (int64_t h = hk * r; h < hk * r + r; ++h) {
+    for (int64_t q0 = k0; q0 < s.S; q0 += kBwdQ) {
+      __syncthreads();  // the previous Q, dO and dS^T are consumed (and K, V are loaded)
+      load_q_tile<D>(qs, q, b, q0, h, s.Hq, s);
+      load_q_tile<D>(dos, dout, b, q0, h, s.Hq, s);
+      for (int i = threadIdx.x; i < kBwdQ; i += blockDim.x) {
+        const bool in = q0 + i < s.S;
+        lses[i] = in ? lse[(b * s.Hq + h) * s.S + q0 + i] * kLog2e : 0.f;
+        deltas[i] = in ? delta[(b * s.Hq + h) * s.S + q0 + i] : 0.f;
+      }
+      __syncthreads();
+
+      // S^T = K Q^T and dP^T = V dO^T: 16 keys x 32 queries, 4 tiles of 8 queries.
+      float st[kBwdQ / 8][4], dpt[kBwdQ / 8][4];
+      for (int n = 0; n < kBwdQ / 8; ++n)
+        for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t kf[4], vf[4];
+        ldmatrix_x4(kf, ks + (warp * 16 + lane % 16) * L::ld + kk * 16 + (lane / 16) * 8);
+        ldmatrix_x4(vf, vs + (warp * 16 + lane % 16) * L::ld + kk * 16 + (lane / 16) * 8);
+        for (int n = 0; n < kBwdQ / 8; n += 2) {
+          const int row = n * 8 + (lane / 16) * 8 + lane % 8, col = kk * 16 + ((lane / 8) % 2) * 8;
+          uint32_t qf[4], df[4];
+          ldmatrix_x4(qf, qs + row * L::ld + col);
+          ldmatrix_x4(df, dos + row * L::ld + col);
+          mma_16x8x16(st[n], kf, qf[0], qf[1]);
+          mma_16x8x16(st[n + 1], kf, qf[2], qf[3]);
+          mma_16x8x16(dpt[n], vf, df[0], df[1]);
+          mma_16x8x16(dpt[n + 1], vf, df[2], df[3]);
+        }
+      }
+
+      // P^T and dS^T in place (st -> P^T, dpt -> dS^T), masked to q >= key, q < S, key < S; dS^T
+      // also to shared memory (bf16 pairs) for dQ.
+      for (int n = 0; n < kBwdQ / 8; ++n)
+        for (int e = 0; e < 2; ++e) {
+          const int c = n * 8 + 2 * t + e;
+          const int64_t qi = q0 + c;
+          const bool in0 = qi >= key0 && qi < s.S && key0 < s.S, in1 = qi >= key1 && qi < s.S && key1 < s.S;
+          const float p0 = in0 ? exp2f(st[n][e] * scale2 - lses[c]) : 0.f;
+          const float p1 = in1 ? exp2f(st[n][2 + e] * scale2 - lses[c]) : 0.f;
+          st[n][e] = p0, st[n][2 + e] = p1;
+          dpt[n][e] = p0 * (dpt[n][e] - deltas[c]);
+          dpt[n][2 + e] = p1 * (dpt[n][2 + e] - deltas[c]);
+        }
+      for (int n = 0; n < kBwdQ / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + (warp * 16 + g) * kLdDs + n * 8 + 2 * t) = pack_bf16(dpt[n][0], dpt[n][1]);
+        *reinterpret_cast<uint32_t*>(dst + (warp * 16 + g + 8) * kLdDs + n * 8 + 2 * t) =
+            pack_bf16(dpt[n][2], dpt[n][3]);
+      }
+
+      // dV += P^T dO, dK += dS^T Q: the accumulator tiles 2kk, 2kk+1 are the A fragment of queries
+      // kk*16 .. kk*16+15; dO and Q fragments transposed by ldmatrix.
+      for (int kk = 0; kk < kBwdQ / 16; ++kk) {
+        const uint32_t pf[4] = {pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+                                pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t sf[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+        for (int n = 0; n < kDt; n += 2) {
+          const int row = kk * 16 + lane % 16, col = n * 8 + (lane / 16) * 8;
+          uint32_t df[4], qf[4];
+          ldmatrix_x4_trans(df, dos + row * L::ld + col);
+          ldmatrix_x4_trans(qf, qs + row * L::ld + col);
+          mma_16x8x16(dv_acc[n], pf, df[0], df[1]);
+          mma_16x8x16(dv_acc[n + 1], pf, df[2], df[3]);
+          mma_16x8x16(dk_acc[n], sf, qf[0], qf[1]);
+          mma_16x8x16(dk_acc[n + 1], sf, qf[2], qf[3]);
+        }
+      }
+      __syncthreads();  // all of dS^T is in shared memory
+
+      // dQ: warp w takes queries (w % 2) * 16 .. +15 and columns (w / 2) * D/2 .. +D/2, over all 64 keys.
+      const int qw = (warp % 2) * 16, d0 = (warp / 2) * (D / 2);
+      for (int n = 0; n < kDt / 2; n += 2) {
+        float acc[2][4] = {};
+        for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+          uint32_t af[4], bf[4];
+          // dS (queries x keys) = (dS^T)^T: matrix m = keys +(m/2)*8, queries +(m%2)*8, transposed.
+          ldmatrix_x4_trans(af, dst + (kk * 16 + (lane / 16) * 8 + lane % 8) * kLdDs + qw + ((lane / 8) % 2) * 8);
+          ldmatrix_x4_trans(bf, ks + (kk * 16 + lane % 16) * L::ld + d0 + n * 8 + (lane / 16) * 8);
+          mma_16x8x16(acc[0], af, bf[0], bf[1]);
+          mma_16x8x16(acc[1], af, bf[2], bf[3]);
+        }
+        for (int j = 0; j < 2; ++j) {
+          const int d = d0 + (n + j) * 8 + 2 * t;
+          const int64_t qa = q0 + qw + g, qb = qa + 8;
+          if (qa < s.S) {
+            float* p = dq + row_offset(b, qa, h, s, s.Hq) + d;
+            atomicAdd(p, acc[j][0] * s.scale);
+            atomicAdd(p + 1, acc[j][1] * s.scale);
+          }
+          if (qb < s.S) {
+            float* p = dq + row_offset(b, qb, h, s, s.Hq) + d;
+            atomicAdd(p, acc[j][2] * s.scale);
+            atomicAdd(p + 1, acc[j][3] * s.scale);
+          }
+        }
+      }
+    }
+  }
+
+  for (int n = 0; n < kDt; ++n) {
+    const int d = n * 8 + 2 * t;
+    if (key0 < s.S) {
+      *reinterpret_cast<float2*>(dk + row_offset(b, key0, hk, s, s.Hkv) + d) =
+          make_float2(dk_acc[n][0] * s.scale, dk_acc[n][1] * s.scale);
+      *reinterpret_cast<float2*>(dv + row_offset(b, key0, hk, s, s.Hkv) + d) = make_float2(dv_acc[n][0], dv_acc[n][1]);
+    }
+    if (key1 < s.S) {
+      *reinterpret_cast<float2*>(dk + row_offset(b, key1, hk, s, s.Hkv) + d) =
+          make_float2(dk_acc[n][2] * s.scale, dk_acc[n][3] * s.scale);
+      *reinterpret_cast<float2*>(dv + row_offset(b, key1, hk, s, s.Hkv) + d) = make_float2(dv_acc[n][2], dv_acc[n][3]);
+    }
+  }
+}
+
+template <int D>
+void bwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+             const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
+  constexpr size_t smem = bwd_mma_smem<D>();
+  allow_smem(bwd_mma_kernel<D>, smem);
+  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
+  bwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, lse, delta, dout, dq, dk, dv);
+  check_launch("backward (mma.sync)");
+}
+
 const bf16_t* as_cuda(const bf16* p) { return reinterpret_cast<const bf16_t*>(p); }
 bf16_t* as_cuda(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
 
@@ -941,6 +1128,20 @@ void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const b
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
   if (s.D == 64) return fwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
   fwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+}
+
+void attention_bwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
+                       float* dv) {
+  check_dims(s, "backward");
+  const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
+  TITAN_CHECK(why.empty(), "attention (cuda): ", why);
+  DeltaBuffer delta(ctx, s);
+  launch_delta<bf16_t>(ctx, s, out, dout, delta.ptr);
+  cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
+  TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
+  if (s.D == 64) return bwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
+  bwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
 }
 
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
@@ -1025,10 +1226,20 @@ void fwd_bf16_mma(const KernelContext& ctx, const cpu::AttentionShape& s, const 
                     static_cast<bf16*>(out), static_cast<float*>(lse));
 }
 
+void bwd_bf16_mma(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+                  const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  const AttentionDims d = dims_of(s);
+  if (!use_tensor_cores(d, {q, k, v, out, dout}))
+    return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+  attention_bwd_mma(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+                    static_cast<const bf16*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
+                    static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+}
+
 TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma, {"attention", Device::CUDA, DType::BF16, "mma_sync",
-                                                "forward on raw mma.sync with S, P, O in registers (head_dim "
-                                                "64/128, else f32 math); backward as default",
-                                                ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_default}, {}});
+                                                "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers "
+                                                "(head_dim 64/128, else f32 math)",
+                                                ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma}, {}});
 TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math, {"attention", Device::CUDA, DType::BF16, "f32_math",
                                                      "warp-per-row tiles, f32 math, bf16 output rounded once",
                                                      ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>,

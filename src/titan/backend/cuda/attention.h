@@ -7,11 +7,12 @@
 // `scale`. The backward overwrites dq, dk and dv. All work is queued on ctx.stream (no host sync).
 //
 // Two algorithms (docs/kernels.md, "attention on CUDA"):
-//  - f32 math (attention_cuda_f32_math): warp-per-row tiles with every product and sum in f32 and
+//  - f32 math (attention_*_f32_math): warp-per-row tiles with every product and sum in f32 and
 //    the output rounded once; any head_dim up to 512, f32 or bf16 tensors. What the f32 model runs.
-//  - tensor cores (attention_cuda_tensor_cores): bf16 only, head_dim 64 or 128; FlashAttention-2 on
-//    bf16 WMMA tiles with f32 accumulation. P, dS and dout are rounded to bf16 before their
-//    products, as GPU FlashAttention and cuDNN do (the CPU "bf16_probs" numerics).
+//  - tensor cores (attention_*_tensor_cores, attention_*_mma): bf16 only, head_dim 64 or 128;
+//    FlashAttention-2 on bf16 WMMA tiles, or on raw mma.sync, with f32 accumulation. P, dS and dout
+//    are rounded to bf16 before their products, as GPU FlashAttention and cuDNN do (the CPU
+//    "bf16_probs" numerics).
 #include <cstdint>
 #include <string>
 
@@ -38,11 +39,14 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DT
 // Tensor cores: bf16, head_dim 64 or 128 (an error naming the shape otherwise).
 void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                                 const bf16* v, bf16* out, float* lse);
-// The same forward on raw mma.sync with S, P and O kept in registers (FlashAttention-2's layout);
-// same numerics and head_dims as attention_fwd_tensor_cores. The "mma_sync" variant (measured
-// against the WMMA forward in bench/cuda_attention_bench.cpp before it becomes the default).
+// The same pair on raw mma.sync with the scores kept in registers (FlashAttention-2's layout);
+// same numerics and head_dims as the WMMA kernels above. The "mma_sync" variant, measured against
+// them in bench/cuda_attention_bench.cpp before it becomes the default.
 void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse);
+void attention_bwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
+                       float* dv);
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
                                 const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                                 float* dk, float* dv);
