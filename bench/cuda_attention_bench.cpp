@@ -19,7 +19,7 @@ namespace {
 using titan::bf16;
 using titan::Device;
 using titan::DeviceServices;
-using titan::cuda::AttentionDims;
+using titan::ops::AttentionShape;
 
 constexpr int64_t kB = 8, kS = 2048, kHq = 16, kHkv = 8, kD = 128;
 constexpr double kFwdFlops = 2.0 * kB * kHq * kS * kS * kD;  // causal: half of 4 * B * Hq * S^2 * D
@@ -46,7 +46,7 @@ std::vector<bf16> random_bf16(size_t n, uint32_t seed) {
 struct Problem {
   DeviceServices* dev;
   titan::KernelContext ctx;
-  AttentionDims s{kB, kS, kHq, kHkv, kD, 0.08838834764831845f};
+  AttentionShape s{kB, kS, kHq, kHkv, kD, 0.08838834764831845f};
   size_t nq = size_t(kB * kS * kHq * kD), nkv = size_t(kB * kS * kHkv * kD);
   Buffer q, k, v, out, lse, dout, dq, dk, dv;
   Problem()

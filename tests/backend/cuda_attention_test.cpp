@@ -29,12 +29,10 @@ using cuda_test::expect_close;
 enum class Algo { kF32Math, kTensorCores, kMma };
 
 struct Case {
-  AttentionDims dims;
+  AttentionShape dims;
   DType dtype;
   Algo algo;
 };
-
-cpu::AttentionShape cpu_shape(const AttentionDims& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
 
 // Runs forward and backward on the GPU and on the CPU reference (on the same, possibly
 // bf16-rounded, inputs) and compares out, lse, dq, dk, dv with the algorithm's tolerance:
@@ -44,7 +42,7 @@ cpu::AttentionShape cpu_shape(const AttentionDims& s) { return {s.B, s.S, s.Hq, 
 //  - tensor cores: P, dS and dout are rounded to bf16 before their products (the CPU bf16_probs
 //    numerics): 1e-2 relative + 1e-2 of max|ref|, as tests/backend/attention_test.cpp states.
 void run_case(const Case& c) {
-  const AttentionDims& s = c.dims;
+  const AttentionShape& s = c.dims;
   const size_t nq = size_t(s.B * s.S * s.Hq * s.D), nkv = size_t(s.B * s.S * s.Hkv * s.D),
                nlse = size_t(s.B * s.Hq * s.S);
   std::vector<float> q = cuda_test::randn(nq, 1), k = cuda_test::randn(nkv, 2), v = cuda_test::randn(nkv, 3),
@@ -53,9 +51,8 @@ void run_case(const Case& c) {
   if (bf) q = cuda_test::round_bf16(q), k = cuda_test::round_bf16(k), v = cuda_test::round_bf16(v);
 
   // Reference.
-  const cpu::AttentionShape cs = cpu_shape(s);
   std::vector<float> out_r(nq), lse_r(nlse), dq_r(nq), dk_r(nkv), dv_r(nkv);
-  cpu::attention_fwd_reference_f32(cs, q.data(), k.data(), v.data(), out_r.data(), lse_r.data());
+  cpu::attention_fwd_reference_f32(s, q.data(), k.data(), v.data(), out_r.data(), lse_r.data());
 
   // GPU forward.
   KernelContext ctx = device_services(Device::CUDA).context();
@@ -96,7 +93,7 @@ void run_case(const Case& c) {
                            dv_d.as<float>());
   // The tensor-core kernels round dout to bf16 for their products; the reference sees the same dout.
   const std::vector<float> dout_r = tc ? cuda_test::round_bf16(dout) : dout;
-  cpu::attention_bwd_reference_f32(cs, q.data(), k.data(), v.data(), out_g.data(), lse_g.data(), dout_r.data(),
+  cpu::attention_bwd_reference_f32(s, q.data(), k.data(), v.data(), out_g.data(), lse_g.data(), dout_r.data(),
                                    dq_r.data(), dk_r.data(), dv_r.data());
   expect_close(dq_d.download<float>(), dq_r, grad_tol, grad_tol, "dq");
   expect_close(dk_d.download<float>(), dk_r, grad_tol, grad_tol, "dk");
@@ -106,7 +103,7 @@ void run_case(const Case& c) {
 // (GQA ratio, head_dim, sequence length)
 using Param = std::tuple<int, int, int>;
 
-AttentionDims dims_of(const Param& p) {
+AttentionShape dims_of(const Param& p) {
   const auto [r, D, S] = p;
   const int64_t hq = std::max(4, r);
   return {2, S, hq, hq / r, D, float(1.0 / std::sqrt(double(D)))};

@@ -66,7 +66,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Offsets of row i, head h in [B, S, H, D].
-__device__ __forceinline__ int64_t row_offset(int64_t b, int64_t i, int64_t h, const AttentionDims& s, int64_t H) {
+__device__ __forceinline__ int64_t row_offset(int64_t b, int64_t i, int64_t h, const AttentionShape& s, int64_t H) {
   return ((b * s.S + i) * H + h) * s.D;
 }
 
@@ -79,7 +79,7 @@ constexpr int kWarps = 8;
 // zeros past S.
 template <class T>
 __device__ void load_tile_f32(float* dst, const T* src, int64_t b, int64_t r0, int64_t h, int64_t H,
-                              const AttentionDims& s) {
+                              const AttentionShape& s) {
   const int D = int(s.D), ld = D + 1;
   for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
     const int rr = idx / D, d = idx % D;
@@ -91,7 +91,7 @@ __device__ void load_tile_f32(float* dst, const T* src, int64_t b, int64_t r0, i
 // grid (ceil(S / kWarps), B * Hq), kWarps warps. C = ceil(D / 32) output columns per lane.
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
-    fwd_f32_math_kernel(AttentionDims s, const T* q, const T* k, const T* v, T* out, float* lse) {
+    fwd_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, T* out, float* lse) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
   float* ks = smem;               // [kTile][D+1]
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d] (the softmax backward's row term).
 // One warp per row; grid (ceil(B * S * Hq / 8)), 256 threads.
 template <class T>
-__global__ void delta_kernel(AttentionDims s, const T* out, const float* dout, float* delta) {
+__global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, float* delta) {
   const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // row = (b * S + i) * Hq + h
   const int lane = threadIdx.x % 32;
   if (row >= s.B * s.S * s.Hq) return;
@@ -163,7 +163,7 @@ __global__ void delta_kernel(AttentionDims s, const T* out, const float* dout, f
 // dq: one warp per query row, the forward's loop with p recomputed from lse.
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
-    dq_f32_math_kernel(AttentionDims s, const T* q, const T* k, const T* v, const float* lse, const float* delta,
+    dq_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, const float* lse, const float* delta,
                        const float* dout, float* dq) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // query tiles at or after its keys. grid (ceil(S / kWarps), B * Hkv).
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
-    dkdv_f32_math_kernel(AttentionDims s, const T* q, const T* k, const T* v, const float* lse,
+    dkdv_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, const float* lse,
                          const float* delta, const float* dout, float* dk, float* dv) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
@@ -304,7 +304,7 @@ void allow_smem(Kernel kernel, size_t bytes) {
   }
 }
 
-void check_dims(const AttentionDims& s, const char* what) {
+void check_dims(const AttentionShape& s, const char* what) {
   TITAN_CHECK(s.B >= 1 && s.S >= 1 && s.Hkv >= 1 && s.Hq % s.Hkv == 0 && s.D >= 1, "attention (cuda) ", what,
               ": bad shape B=", s.B, " S=", s.S, " Hq=", s.Hq, " Hkv=", s.Hkv, " D=", s.D);
   TITAN_CHECK(s.B * s.Hq <= 65535 && s.B * s.Hkv <= 65535, "attention (cuda) ", what, ": B*Hq = ", s.B * s.Hq,
@@ -312,7 +312,7 @@ void check_dims(const AttentionDims& s, const char* what) {
 }
 
 template <class T, int C>
-void fwd_f32_math(const KernelContext& ctx, const AttentionDims& s, const void* q, const void* k, const void* v,
+void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v,
                   void* out, float* lse) {
   const size_t smem = sizeof(float) * size_t(2 * kTile * (s.D + 1) + kWarps * s.D);
   auto kernel = fwd_f32_math_kernel<T, C>;
@@ -324,7 +324,7 @@ void fwd_f32_math(const KernelContext& ctx, const AttentionDims& s, const void* 
 }
 
 template <class T, int C>
-void bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, const void* q, const void* k, const void* v,
+void bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v,
                   const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
   const size_t smem_dq = sizeof(float) * size_t(2 * kTile * (s.D + 1) + 2 * kWarps * s.D);
@@ -343,7 +343,7 @@ void bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, const void* 
 
 // Instantiations by columns per lane.
 template <class T>
-void fwd_f32_math_dispatch(const KernelContext& ctx, const AttentionDims& s, const void* q, const void* k,
+void fwd_f32_math_dispatch(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                            const void* v, void* out, float* lse) {
   if (s.D <= 32) return fwd_f32_math<T, 1>(ctx, s, q, k, v, out, lse);
   if (s.D <= 64) return fwd_f32_math<T, 2>(ctx, s, q, k, v, out, lse);
@@ -352,7 +352,7 @@ void fwd_f32_math_dispatch(const KernelContext& ctx, const AttentionDims& s, con
   return fwd_f32_math<T, 16>(ctx, s, q, k, v, out, lse);
 }
 template <class T>
-void bwd_f32_math_dispatch(const KernelContext& ctx, const AttentionDims& s, const void* q, const void* k,
+void bwd_f32_math_dispatch(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                            const void* v, const float* lse, const float* delta, const float* dout, float* dq,
                            float* dk, float* dv) {
   if (s.D <= 32) return bwd_f32_math<T, 1>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
@@ -369,7 +369,7 @@ struct DeltaBuffer {
   DeviceServices* services;
   size_t bytes;
   float* ptr;
-  DeltaBuffer(const KernelContext& ctx, const AttentionDims& s)
+  DeltaBuffer(const KernelContext& ctx, const AttentionShape& s)
       : services(ctx.services), bytes(sizeof(float) * size_t(s.B * s.Hq * s.S)) {
     TITAN_CHECK(services, "attention (cuda): the kernel context has no device services");
     ptr = static_cast<float*>(services->allocate(bytes));
@@ -380,7 +380,7 @@ struct DeltaBuffer {
 };
 
 template <class T>
-void launch_delta(const KernelContext& ctx, const AttentionDims& s, const void* out, const float* dout,
+void launch_delta(const KernelContext& ctx, const AttentionShape& s, const void* out, const float* dout,
                   float* delta) {
   const int64_t rows = s.B * s.S * s.Hq;
   delta_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream_of(ctx)>>>(s, static_cast<const T*>(out), dout, delta);
@@ -412,7 +412,7 @@ struct TcLayout {
 // time, zeros past S.
 template <int D>
 __device__ void load_tile_bf16(bf16_t* dst, const bf16_t* src, int64_t b, int64_t r0, int64_t h, int64_t H,
-                               const AttentionDims& s) {
+                               const AttentionShape& s) {
   constexpr int kVec = D / 8;  // uint4 per row
   for (int idx = threadIdx.x; idx < kBlockRows * kVec; idx += blockDim.x) {
     const int rr = idx / kVec, c = idx % kVec;
@@ -426,7 +426,7 @@ __device__ void load_tile_bf16(bf16_t* dst, const bf16_t* src, int64_t b, int64_
 // The same from an f32 tensor, rounding to bf16.
 template <int D>
 __device__ void load_tile_f32_to_bf16(bf16_t* dst, const float* src, int64_t b, int64_t r0, int64_t h, int64_t H,
-                                      const AttentionDims& s) {
+                                      const AttentionShape& s) {
   constexpr int kVec = D / 4;  // float4 per row
   for (int idx = threadIdx.x; idx < kBlockRows * kVec; idx += blockDim.x) {
     const int rr = idx / kVec, c = idx % kVec;
@@ -455,7 +455,7 @@ constexpr size_t fwd_tc_smem() {
 // and the columns of parity l % 2 of the output.
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    fwd_tc_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
+    fwd_tc_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
   using L = TcLayout<D>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16_t* ks = reinterpret_cast<bf16_t*>(smem_raw);
@@ -574,7 +574,7 @@ constexpr size_t bwd_tc_smem() {
 // grid (ceil(S / 64), B * Hkv), 128 threads; warp w owns keys w*16 .. w*16+15 of the block's tile.
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    bwd_tc_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
+    bwd_tc_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
                   const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   using L = TcLayout<D>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -713,7 +713,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 template <int D>
-void fwd_tc(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
             bf16_t* out, float* lse) {
   constexpr size_t smem = fwd_tc_smem<D>();
   allow_smem(fwd_tc_kernel<D>, smem);
@@ -723,7 +723,7 @@ void fwd_tc(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, c
 }
 
 template <int D>
-void bwd_tc(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
             const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   constexpr size_t smem = bwd_tc_smem<D>();
   allow_smem(bwd_tc_kernel<D>, smem);
@@ -773,7 +773,7 @@ constexpr size_t fwd_mma_smem() {
 // grid (ceil(S / 64), B * Hq), 128 threads.
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    fwd_mma_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
+    fwd_mma_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
   using L = TcLayout<D>;
   constexpr int kNt = kBlockRows / 8;  // 8-key column tiles of S per key tile
   constexpr int kDt = D / 8;           // 8-wide column tiles of O
@@ -880,7 +880,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 template <int D>
-void fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
              bf16_t* out, float* lse) {
   constexpr size_t smem = fwd_mma_smem<D>();
   allow_smem(fwd_mma_kernel<D>, smem);
@@ -908,7 +908,7 @@ constexpr size_t bwd_mma_smem() {
 // Rows r0 .. r0+kBwdQ-1 of a [B, S, H, D] tensor into dst[kBwdQ][ld] as bf16 (zeros past S).
 template <int D, class T>
 __device__ void load_q_tile(bf16_t* dst, const T* src, int64_t b, int64_t r0, int64_t h, int64_t H,
-                            const AttentionDims& s) {
+                            const AttentionShape& s) {
   for (int idx = threadIdx.x; idx < kBwdQ * D / 2; idx += blockDim.x) {
     const int rr = idx / (D / 2), c = (idx % (D / 2)) * 2;
     const int64_t r = r0 + rr;
@@ -923,7 +923,7 @@ __device__ void load_q_tile(bf16_t* dst, const T* src, int64_t b, int64_t r0, in
 
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    bwd_mma_kernel(AttentionDims s, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
+    bwd_mma_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, const float* lse,
                    const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   using L = TcLayout<D>;
   constexpr int kDt = D / 8;
@@ -1067,7 +1067,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 template <int D>
-void bwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
              const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   constexpr size_t smem = bwd_mma_smem<D>();
   allow_smem(bwd_mma_kernel<D>, smem);
@@ -1081,13 +1081,13 @@ bf16_t* as_cuda(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
 
 }  // namespace
 
-std::string attention_tensor_cores_unsupported(const AttentionDims& s, DType dtype) {
+std::string attention_tensor_cores_unsupported(const AttentionShape& s, DType dtype) {
   if (dtype != DType::BF16) return "tensor-core attention is bf16 only";
   if (s.D != 64 && s.D != 128) return "tensor-core attention needs head_dim 64 or 128, got " + std::to_string(s.D);
   return "";
 }
 
-void attention_fwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DType dtype, const void* q,
+void attention_fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, DType dtype, const void* q,
                             const void* k, const void* v, void* out, float* lse) {
   check_dims(s, "forward");
   TITAN_CHECK(s.D <= 512, "attention (cuda, f32 math): head_dim ", s.D, " exceeds 512");
@@ -1096,7 +1096,7 @@ void attention_fwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DT
   fwd_f32_math_dispatch<bf16_t>(ctx, s, q, k, v, out, lse);
 }
 
-void attention_bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DType dtype, const void* q,
+void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, DType dtype, const void* q,
                             const void* k, const void* v, const void* out, const float* lse, const float* dout,
                             float* dq, float* dk, float* dv) {
   check_dims(s, "backward");
@@ -1112,7 +1112,7 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionDims& s, DT
   }
 }
 
-void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                                 const bf16* v, bf16* out, float* lse) {
   check_dims(s, "forward");
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
@@ -1121,7 +1121,7 @@ void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s
   fwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
 }
 
-void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse) {
   check_dims(s, "forward");
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
@@ -1130,7 +1130,7 @@ void attention_fwd_mma(const KernelContext& ctx, const AttentionDims& s, const b
   fwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
 }
 
-void attention_bwd_mma(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
                        float* dv) {
   check_dims(s, "backward");
@@ -1144,7 +1144,7 @@ void attention_bwd_mma(const KernelContext& ctx, const AttentionDims& s, const b
   bwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
 }
 
-void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s, const bf16* q, const bf16* k,
+void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                                 const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                                 float* dk, float* dv) {
   check_dims(s, "backward");
@@ -1162,48 +1162,44 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionDims& s
 // =============================================================================================
 // Registration with the attention op (ops/attention.h): "default" = tensor cores where they apply
 // (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "mma_sync" (bf16) the same with
-// the raw mma.sync forward; "f32_math" (bf16) the f32-math kernels everywhere.
+// the raw mma.sync kernels; "f32_math" (bf16) the f32-math kernels everywhere.
 namespace {
-
-AttentionDims dims_of(const cpu::AttentionShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool use_tensor_cores(const AttentionDims& d, std::initializer_list<const void*> ptrs) {
-  if (!attention_tensor_cores_unsupported(d, DType::BF16).empty()) return false;
+bool use_tensor_cores(const AttentionShape& s, std::initializer_list<const void*> ptrs) {
+  if (!attention_tensor_cores_unsupported(s, DType::BF16).empty()) return false;
   for (const void* p : ptrs)
     if (!aligned16(p)) return false;
   return true;
 }
 
 template <DType kDType>
-void fwd_f32_math_entry(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void fwd_f32_math_entry(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                         const void* v, void* out, void* lse) {
-  attention_fwd_f32_math(ctx, dims_of(s), kDType, q, k, v, out, static_cast<float*>(lse));
+  attention_fwd_f32_math(ctx, s, kDType, q, k, v, out, static_cast<float*>(lse));
 }
 template <DType kDType>
-void bwd_f32_math_entry(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void bwd_f32_math_entry(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                         const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
                         void* dv) {
-  attention_bwd_f32_math(ctx, dims_of(s), kDType, q, k, v, out, static_cast<const float*>(lse),
+  attention_bwd_f32_math(ctx, s, kDType, q, k, v, out, static_cast<const float*>(lse),
                          static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
                          static_cast<float*>(dv));
 }
 
-void fwd_bf16_default(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void fwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                       const void* v, void* out, void* lse) {
-  const AttentionDims d = dims_of(s);
-  if (!use_tensor_cores(d, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
-  attention_fwd_tensor_cores(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+  if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+  attention_fwd_tensor_cores(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                              static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
-void bwd_bf16_default(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void bwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                       const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
                       void* dv) {
-  const AttentionDims d = dims_of(s);
-  if (!use_tensor_cores(d, {q, k, v, out, dout}))
+  if (!use_tensor_cores(s, {q, k, v, out, dout}))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
-  attention_bwd_tensor_cores(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+  attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                              static_cast<const bf16*>(v), static_cast<const bf16*>(out),
                              static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float*>(dq),
                              static_cast<float*>(dk), static_cast<float*>(dv));
@@ -1218,20 +1214,18 @@ TITAN_REGISTER_KERNEL(attention_cuda_bf16, {"attention", Device::CUDA, DType::BF
                                             "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
                                             "rounded to bf16), else the f32-math tiles",
                                             ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, {}});
-void fwd_bf16_mma(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void fwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                   const void* v, void* out, void* lse) {
-  const AttentionDims d = dims_of(s);
-  if (!use_tensor_cores(d, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
-  attention_fwd_mma(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+  if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+  attention_fwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
                     static_cast<bf16*>(out), static_cast<float*>(lse));
 }
 
-void bwd_bf16_mma(const KernelContext& ctx, const cpu::AttentionShape& s, const void* q, const void* k,
+void bwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                   const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  const AttentionDims d = dims_of(s);
-  if (!use_tensor_cores(d, {q, k, v, out, dout}))
+  if (!use_tensor_cores(s, {q, k, v, out, dout}))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
-  attention_bwd_mma(ctx, d, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+  attention_bwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
                     static_cast<const bf16*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
                     static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
