@@ -146,15 +146,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) lse[(b * s.Hq + h) * s.S + i] = m + logf(l);
 }
 
-// delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d] (the softmax backward's row term).
-// One warp per row; grid (ceil(B * S * Hq / 8)), 256 threads.
+// delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d] (the softmax backward's row term), with
+// dout rounded to bf16 first when the backward's products see it rounded (tensor cores), so that
+// dP - delta is formed from one dout. One warp per row; grid (ceil(B * S * Hq / 8)), 256 threads.
 template <class T>
-__global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, float* delta) {
+__global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, bool round_dout, float* delta) {
   const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // row = (b * S + i) * Hq + h
   const int lane = threadIdx.x % 32;
   if (row >= s.B * s.S * s.Hq) return;
   float acc = 0.f;
-  for (int64_t d = lane; d < s.D; d += 32) acc += to_f32(out[row * s.D + d]) * dout[row * s.D + d];
+  for (int64_t d = lane; d < s.D; d += 32) {
+    const float g = dout[row * s.D + d];
+    acc += to_f32(out[row * s.D + d]) * (round_dout ? __bfloat162float(__float2bfloat16_rn(g)) : g);
+  }
   acc = warp_sum(acc);
   const int64_t h = row % s.Hq, bi = row / s.Hq, b = bi / s.S, i = bi % s.S;
   if (lane == 0) delta[(b * s.Hq + h) * s.S + i] = acc;
@@ -381,9 +385,10 @@ struct DeltaBuffer {
 
 template <class T>
 void launch_delta(const KernelContext& ctx, const AttentionShape& s, const void* out, const float* dout,
-                  float* delta) {
+                  bool round_dout, float* delta) {
   const int64_t rows = s.B * s.S * s.Hq;
-  delta_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream_of(ctx)>>>(s, static_cast<const T*>(out), dout, delta);
+  delta_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream_of(ctx)>>>(s, static_cast<const T*>(out), dout,
+                                                                         round_dout, delta);
   check_launch("delta");
 }
 
@@ -1104,10 +1109,10 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "attention (cuda): no kernel for ", dtype_name(dtype));
   DeltaBuffer delta(ctx, s);
   if (dtype == DType::F32) {
-    launch_delta<float>(ctx, s, out, dout, delta.ptr);
+    launch_delta<float>(ctx, s, out, dout, false, delta.ptr);
     bwd_f32_math_dispatch<float>(ctx, s, q, k, v, lse, delta.ptr, dout, dq, dk, dv);
   } else {
-    launch_delta<bf16_t>(ctx, s, out, dout, delta.ptr);
+    launch_delta<bf16_t>(ctx, s, out, dout, false, delta.ptr);
     bwd_f32_math_dispatch<bf16_t>(ctx, s, q, k, v, lse, delta.ptr, dout, dq, dk, dv);
   }
 }
@@ -1137,7 +1142,7 @@ void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const 
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
   DeltaBuffer delta(ctx, s);
-  launch_delta<bf16_t>(ctx, s, out, dout, delta.ptr);
+  launch_delta<bf16_t>(ctx, s, out, dout, true, delta.ptr);
   cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
   if (s.D == 64) return bwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
@@ -1151,7 +1156,7 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& 
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
   DeltaBuffer delta(ctx, s);
-  launch_delta<bf16_t>(ctx, s, out, dout, delta.ptr);
+  launch_delta<bf16_t>(ctx, s, out, dout, true, delta.ptr);
   // dq is accumulated with atomics from every key tile.
   cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
