@@ -52,9 +52,18 @@ struct Problem {
   Problem()
       : dev(&titan::device_services(Device::CUDA)),
         ctx(dev->context()),
-        q(dev, nq * 2), k(dev, nkv * 2), v(dev, nkv * 2), out(dev, nq * 2), lse(dev, size_t(kB * kHq * kS) * 4),
-        dout(dev, nq * 4), dq(dev, nq * 4), dk(dev, nkv * 4), dv(dev, nkv * 4) {
-    auto upload = [&](Buffer& b, const std::vector<bf16>& x) { dev->copy_from_host(b.ptr, x.data(), b.bytes); };
+        q(dev, nq * 2),
+        k(dev, nkv * 2),
+        v(dev, nkv * 2),
+        out(dev, nq * 2),
+        lse(dev, size_t(kB * kHq * kS) * 4),
+        dout(dev, nq * 4),
+        dq(dev, nq * 4),
+        dk(dev, nkv * 4),
+        dv(dev, nkv * 4) {
+    auto upload = [&](Buffer& b, const std::vector<bf16>& x) {
+      dev->copy_from_host(b.ptr, x.data(), b.bytes);
+    };
     upload(q, random_bf16(nq, 1));
     upload(k, random_bf16(nkv, 2));
     upload(v, random_bf16(nkv, 3));
@@ -66,9 +75,9 @@ struct Problem {
                                      static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
                                      static_cast<float*>(lse.ptr));
     else if (algo == 1)
-      titan::cuda::attention_fwd_tensor_cores(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
-                                              static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
-                                              static_cast<float*>(lse.ptr));
+      titan::cuda::attention_fwd_tensor_cores(
+          ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+          static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr), static_cast<float*>(lse.ptr));
     else
       titan::cuda::attention_fwd_f32_math(ctx, s, titan::DType::BF16, q.ptr, k.ptr, v.ptr, out.ptr,
                                           static_cast<float*>(lse.ptr));
@@ -77,15 +86,16 @@ struct Problem {
     auto f = [](Buffer& b) { return static_cast<float*>(b.ptr); };
     if (algo == 2)
       titan::cuda::attention_bwd_mma(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
-                                     static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr), f(lse),
-                                     f(dout), f(dq), f(dk), f(dv));
+                                     static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
+                                     f(lse), f(dout), f(dq), f(dk), f(dv));
     else if (algo == 1)
-      titan::cuda::attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
-                                              static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
-                                              f(lse), f(dout), f(dq), f(dk), f(dv));
+      titan::cuda::attention_bwd_tensor_cores(
+          ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+          static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr), f(lse), f(dout), f(dq), f(dk),
+          f(dv));
     else
-      titan::cuda::attention_bwd_f32_math(ctx, s, titan::DType::BF16, q.ptr, k.ptr, v.ptr, out.ptr, f(lse), f(dout),
-                                          f(dq), f(dk), f(dv));
+      titan::cuda::attention_bwd_f32_math(ctx, s, titan::DType::BF16, q.ptr, k.ptr, v.ptr, out.ptr, f(lse),
+                                          f(dout), f(dq), f(dk), f(dv));
   }
 };
 
@@ -126,7 +136,8 @@ void BM_Backward(benchmark::State& state) {
     p.bwd(algo);
     p.dev->synchronize();
   }
-  state.counters["FLOP/s"] = benchmark::Counter(2.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_ForwardBackward(benchmark::State& state) {
@@ -141,10 +152,11 @@ void BM_ForwardBackward(benchmark::State& state) {
     p.bwd(algo);
     p.dev->synchronize();
   }
-  state.counters["FLOP/s"] = benchmark::Counter(3.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(3.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-#define TITAN_CUDA_ATTN_BENCH(fn) \
+#define TITAN_CUDA_ATTN_BENCH(fn)                                                            \
   BENCHMARK(fn)->ArgName("algo")->Arg(1)->Arg(2)->Arg(0)->MinTime(0.3)->UseRealTime()->Unit( \
       benchmark::kMillisecond)
 TITAN_CUDA_ATTN_BENCH(BM_Forward);

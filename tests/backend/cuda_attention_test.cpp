@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaAttention, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
+TEST(CudaAttention, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
 #else
-
-#include "titan/backend/cuda/attention.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,9 @@ TEST(CudaAttention, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CU
 #include <tuple>
 #include <vector>
 
-#include "titan/backend/cpu/attention.h"
 #include "backend/cuda_kernel_test_util.h"
+#include "titan/backend/cpu/attention.h"
+#include "titan/backend/cuda/attention.h"
 
 namespace titan::cuda {
 namespace {
@@ -60,13 +61,15 @@ void run_case(const Case& c) {
     return bf ? std::make_unique<DeviceBuffer>(cuda_test::to_bf16(x)) : std::make_unique<DeviceBuffer>(x);
   };
   auto qd = upload(q), kd = upload(k), vd = upload(v);
-  DeviceBuffer out_d(nq * (bf ? 2 : 4)), lse_d(nlse * 4), dout_d(dout), dq_d(nq * 4), dk_d(nkv * 4), dv_d(nkv * 4);
+  DeviceBuffer out_d(nq * (bf ? 2 : 4)), lse_d(nlse * 4), dout_d(dout), dq_d(nq * 4), dk_d(nkv * 4),
+      dv_d(nkv * 4);
   out_d.poison(), lse_d.poison(), dq_d.poison(), dk_d.poison(), dv_d.poison();
   if (c.algo == Algo::kTensorCores)
     attention_fwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>());
   else if (c.algo == Algo::kMma)
-    attention_fwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(), lse_d.as<float>());
+    attention_fwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
+                      lse_d.as<float>());
   else
     attention_fwd_f32_math(ctx, s, c.dtype, qd->as<void>(), kd->as<void>(), vd->as<void>(), out_d.as<void>(),
                            lse_d.as<float>());
@@ -81,8 +84,9 @@ void run_case(const Case& c) {
 
   // Backward from the GPU's own out and lse (what the op saves); the reference gets the same.
   if (c.algo == Algo::kMma)
-    attention_bwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(), lse_d.as<float>(),
-                      dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(), dv_d.as<float>());
+    attention_bwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
+                      lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
+                      dv_d.as<float>());
   else if (tc)
     attention_bwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
@@ -120,7 +124,8 @@ TEST_P(CudaAttentionF32Math, Bf16) {
 }
 // Odd head_dims (8, 25, 200) use partial lanes; lengths around the 8-row block and 32-row tile.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionF32Math,
-                         ::testing::Combine(::testing::Values(1, 2, 8), ::testing::Values(8, 25, 64, 128, 200),
+                         ::testing::Combine(::testing::Values(1, 2, 8),
+                                            ::testing::Values(8, 25, 64, 128, 200),
                                             ::testing::Values(1, 7, 33, 100)));
 
 class CudaAttentionTensorCores : public ::testing::TestWithParam<Param> {};

@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaCrossEntropy, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
+TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
 #else
-
-#include "titan/backend/cuda/cross_entropy.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,10 @@ TEST(CudaCrossEntropy, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda_kernel_test_util.h"
+#include "titan/backend/cuda/cross_entropy.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy.h"
-#include "backend/cuda_kernel_test_util.h"
 
 namespace titan::cuda {
 namespace {
@@ -43,11 +44,15 @@ std::unique_ptr<DeviceBuffer> upload(const std::vector<float>& x, DType dtype) {
 struct HostInput {
   std::vector<float> f32;
   std::vector<bf16> b16;
-  const void* data(DType dtype) const { return dtype == DType::BF16 ? static_cast<const void*>(b16.data()) : f32.data(); }
+  const void* data(DType dtype) const {
+    return dtype == DType::BF16 ? static_cast<const void*>(b16.data()) : f32.data();
+  }
 };
-HostInput host_input(const std::vector<float>& x) { return {x, cuda_test::to_bf16(x)}; }
+HostInput host_input(const std::vector<float>& x) {
+  return {x, cuda_test::to_bf16(x)};
+}
 
-class CudaCrossEntropy : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t>> {};
+class CudaCrossEntropy : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t> > {};
 
 // Row statistics and dlogits vs the reference; the softmax is f32 in both (bf16 logits widened),
 // only summation order differs: 2e-5 relative (as the parity tolerance of cross_entropy).
@@ -58,8 +63,10 @@ TEST_P(CudaCrossEntropy, ForwardAndBackward) {
   if (dtype == DType::BF16) logits = cuda_test::round_bf16(logits);
   const std::vector<int64_t> labels = make_labels(N, V, 8);
   const HostInput host = host_input(logits);
-  const auto& ref = kernels::kernel_for<ops::CrossEntropyKernel>("cross_entropy", Device::CPU, dtype, "reference");
-  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)), dl_r(static_cast<size_t>(N * V));
+  const auto& ref =
+      kernels::kernel_for<ops::CrossEntropyKernel>("cross_entropy", Device::CPU, dtype, "reference");
+  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)),
+      dl_r(static_cast<size_t>(N * V));
   const KernelContext cpu = device_services(Device::CPU).context();
   ref.forward(cpu, N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), loss_r.data());
   const double scale = 1.0 / 3.0;
@@ -69,22 +76,23 @@ TEST_P(CudaCrossEntropy, ForwardAndBackward) {
   auto logits_d = upload(logits, dtype);
   DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dl_d(size_t(N * V) * 4);
   lse_d.poison(), loss_d.poison(), dl_d.poison();
-  cross_entropy_fwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore, lse_d.as<float>(),
-                    loss_d.as<float>());
-  cross_entropy_bwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore, lse_d.as<float>(),
-                    scale, dl_d.as<float>());
+  cross_entropy_fwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                    lse_d.as<float>(), loss_d.as<float>());
+  cross_entropy_bwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                    lse_d.as<float>(), scale, dl_d.as<float>());
   expect_close(lse_d.download<float>(), lse_r, 2e-5, 1e-7, "lse");
   expect_close(loss_d.download<float>(), loss_r, 2e-5, 1e-6, "row_loss");
   expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaCrossEntropy,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values(1, 7, 33),
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::Values(1, 7, 33),
                                             ::testing::Values(1, 257, 1000, 5000)));
 
 // (dtype, N, V, D, chunk)
 class CudaLinearCrossEntropy
-    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t>> {};
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t> > {};
 
 // Loss statistics, dhidden and dweight vs the reference (which materialises all logits), with the
 // parity tolerances of linear_cross_entropy: bf16 1e-3 relative + 1e-5 of max|ref| (logits rounded
@@ -93,16 +101,18 @@ class CudaLinearCrossEntropy
 TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
   TITAN_SKIP_WITHOUT_GPU();
   const auto [dtype, N, V, D, chunk] = GetParam();
-  std::vector<float> hidden = cuda_test::randn(size_t(N * D), 11), weight = cuda_test::randn(size_t(V * D), 12, 0.5);
+  std::vector<float> hidden = cuda_test::randn(size_t(N * D), 11),
+                     weight = cuda_test::randn(size_t(V * D), 12, 0.5);
   if (dtype == DType::BF16) hidden = cuda_test::round_bf16(hidden), weight = cuda_test::round_bf16(weight);
   const std::vector<int64_t> labels = make_labels(N, V, 13);
   const HostInput h = host_input(hidden), w = host_input(weight);
-  const auto& ref = kernels::kernel_for<ops::LinearCrossEntropyKernel>("linear_cross_entropy", Device::CPU, dtype,
-                                                                       "reference");
-  ops::LinearCrossEntropyArgs a{N, V, D, h.data(dtype), w.data(dtype), labels.data(), kIgnore, chunk, true,
-                                nullptr, 0};
+  const auto& ref = kernels::kernel_for<ops::LinearCrossEntropyKernel>("linear_cross_entropy", Device::CPU,
+                                                                       dtype, "reference");
+  ops::LinearCrossEntropyArgs a{N,    V,       D, h.data(dtype), w.data(dtype), labels.data(), kIgnore, chunk,
+                                true, nullptr, 0};
   a.round_logits = dtype == DType::BF16;
-  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)), dh_r(static_cast<size_t>(N * D)), dw_r(static_cast<size_t>(V * D));
+  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)),
+      dh_r(static_cast<size_t>(N * D)), dw_r(static_cast<size_t>(V * D));
   const KernelContext cpu = device_services(Device::CPU).context();
   ref.forward(cpu, a, lse_r.data(), loss_r.data());
   const double scale = 0.25;

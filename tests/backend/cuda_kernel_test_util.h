@@ -16,10 +16,10 @@
 namespace titan::cuda_test {
 
 // Skips the calling test (GTEST_SKIP) when there is no usable GPU; call first in every test body.
-#define TITAN_SKIP_WITHOUT_GPU()                                                                      \
-  do {                                                                                                \
-    if (!::titan::device_available(::titan::Device::CUDA))                                            \
-      GTEST_SKIP() << "no usable CUDA device: " << ::titan::cuda_test::why_no_gpu();                   \
+#define TITAN_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                               \
+    if (!::titan::device_available(::titan::Device::CUDA))                           \
+      GTEST_SKIP() << "no usable CUDA device: " << ::titan::cuda_test::why_no_gpu(); \
   } while (0)
 
 inline std::string why_no_gpu() {
@@ -82,10 +82,12 @@ inline std::vector<float> to_f32(const std::vector<bf16>& x) {
   return y;
 }
 // x rounded to bf16 and widened back.
-inline std::vector<float> round_bf16(const std::vector<float>& x) { return to_f32(to_bf16(x)); }
+inline std::vector<float> round_bf16(const std::vector<float>& x) {
+  return to_f32(to_bf16(x));
+}
 
-inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol, double atol,
-                         const std::string& what) {
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                         double atol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = 1;
   for (float w : want) scale = std::max(scale, double(std::abs(w)));

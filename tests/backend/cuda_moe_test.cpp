@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
-TEST(CudaMoe, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)"; }
+TEST(CudaMoe, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
 #else
-
-#include "titan/backend/cuda/moe.h"
 
 #include <gtest/gtest.h>
 
@@ -16,9 +16,10 @@ TEST(CudaMoe, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA bac
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda_kernel_test_util.h"
+#include "titan/backend/cuda/moe.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe.h"
-#include "backend/cuda_kernel_test_util.h"
 
 namespace titan::cuda {
 namespace {
@@ -37,13 +38,16 @@ struct HostInput {
     return dtype == DType::BF16 ? static_cast<const void*>(b16.data()) : f32.data();
   }
 };
-HostInput host_input(const std::vector<float>& x) { return {x, cuda_test::to_bf16(x)}; }
+HostInput host_input(const std::vector<float>& x) {
+  return {x, cuda_test::to_bf16(x)};
+}
 std::vector<float> maybe_round(std::vector<float> x, DType dtype) {
   return dtype == DType::BF16 ? cuda_test::round_bf16(x) : x;
 }
 
 // (dtype, T, E, k, renormalize, with bias)
-class CudaRouter : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, bool, bool>> {};
+class CudaRouter
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, bool, bool> > {};
 
 // Softmax in f32 on both sides: weights, probs and dlogits within 2e-5 relative (the parity
 // tolerance of router_topk); random logits have no ties, so the indices match exactly.
@@ -57,8 +61,8 @@ TEST_P(CudaRouter, ForwardBackwardAndCounts) {
   std::vector<float> w_r(static_cast<size_t>(T * k)), p_r(static_cast<size_t>(T * E));
   std::vector<int64_t> idx_r(static_cast<size_t>(T * k)), counts_r(static_cast<size_t>(E));
   const KernelContext cpu = device_services(Device::CPU).context();
-  ref.forward(cpu, T, E, k, renorm, host.data(dtype), with_bias ? bias.data() : nullptr, w_r.data(), idx_r.data(),
-              p_r.data(), counts_r.data());
+  ref.forward(cpu, T, E, k, renorm, host.data(dtype), with_bias ? bias.data() : nullptr, w_r.data(),
+              idx_r.data(), p_r.data(), counts_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto logits_d = upload(logits, dtype);
@@ -71,15 +75,14 @@ TEST_P(CudaRouter, ForwardBackwardAndCounts) {
   expect_close(p_d.download<float>(), p_r, 2e-5, 1e-7, "probs");
   EXPECT_EQ(counts_d.download<int64_t>(), counts_r);
 
-
   const std::vector<float> dw = cuda_test::randn(static_cast<size_t>(T * k), 23),
                            dp = cuda_test::randn(static_cast<size_t>(T * E), 24);
   std::vector<float> dl_r(static_cast<size_t>(T * E));
   ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), dp.data(), dl_r.data());
   DeviceBuffer dw_d(dw), dp_d(dp), dl_d(static_cast<size_t>(T * E) * 4);
   dl_d.poison();
-  router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(), dp_d.as<float>(),
-                  dl_d.as<float>());
+  router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(),
+                  dp_d.as<float>(), dl_d.as<float>());
   expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits");
   // Only the weights' gradient (the aux loss unused).
   ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), nullptr, dl_r.data());
@@ -123,7 +126,7 @@ TEST(CudaMoe, AuxLossOverLayers) {
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);
   std::vector<double> psum(static_cast<size_t>(E), 0.0);
   DeviceBuffer counts_d(counts), psum_d(psum), loss_d(4);
-  std::vector<std::unique_ptr<DeviceBuffer>> keep;
+  std::vector<std::unique_ptr<DeviceBuffer> > keep;
   for (int64_t T : {T0, T1}) {
     std::vector<float> p = cuda_test::randn(static_cast<size_t>(T * E), uint32_t(30 + T));
     for (auto& x : p) x = std::abs(x);
@@ -154,7 +157,7 @@ TEST(CudaMoe, AuxLossOverLayers) {
 
 // (dtype, T, D, F, E, k)
 class CudaMoeExperts
-    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t, int64_t>> {};
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t, int64_t> > {};
 
 // Forward (y and the saved act) and every gradient vs the reference kernels, with the parity
 // tolerances of moe_experts: bf16 1e-2 relative + 1e-2 of max|ref| (a GEMM output rounded to bf16
@@ -171,7 +174,8 @@ TEST_P(CudaMoeExperts, ForwardAndBackward) {
   {
     const std::vector<float> logits = cuda_test::randn(static_cast<size_t>(T * E), 41, 2.0);
     kernels::kernel_for<ops::RouterKernel>("router_topk", Device::CPU, DType::F32, "reference")
-        .forward(cpu, T, E, k, true, logits.data(), nullptr, w.data(), idx.data(), probs.data(), counts.data());
+        .forward(cpu, T, E, k, true, logits.data(), nullptr, w.data(), idx.data(), probs.data(),
+                 counts.data());
   }
   const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
   const auto x = maybe_round(cuda_test::randn(static_cast<size_t>(T * D), 42), dtype);
@@ -182,17 +186,19 @@ TEST_P(CudaMoeExperts, ForwardAndBackward) {
   const HostInput hx = host_input(x), hg = host_input(wg), hu = host_input(wu), hd = host_input(wd);
   const bool bf = dtype == DType::BF16;
 
-  const auto& ref = kernels::kernel_for<ops::MoeExpertsKernel>("moe_experts", Device::CPU, dtype, "reference");
+  const auto& ref =
+      kernels::kernel_for<ops::MoeExpertsKernel>("moe_experts", Device::CPU, dtype, "reference");
   const size_t n_act = static_cast<size_t>(T * k * 2 * F);
   std::vector<float> act_r32(n_act), y_r32(static_cast<size_t>(T * D));
   std::vector<bf16> act_r16(n_act), y_r16(static_cast<size_t>(T * D));
   void* act_r = bf ? static_cast<void*>(act_r16.data()) : act_r32.data();
   void* y_r = bf ? static_cast<void*>(y_r16.data()) : y_r32.data();
-  ref.forward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r, y_r);
+  ref.forward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype),
+              act_r, y_r);
   std::vector<float> dx_r(static_cast<size_t>(T * D)), dw_r(static_cast<size_t>(T * k)),
       dwg_r(static_cast<size_t>(E * F * D)), dwu_r(dwg_r.size()), dwd_r(static_cast<size_t>(E * D * F));
-  ref.backward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype), act_r,
-               dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data());
+  ref.backward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype),
+               act_r, dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data());
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto x_d = upload(x, dtype), wg_d = upload(wg, dtype), wu_d = upload(wu, dtype), wd_d = upload(wd, dtype);

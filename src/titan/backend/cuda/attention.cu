@@ -41,10 +41,16 @@ void check_launch(const char* what) {
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
 }
 
-cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+cudaStream_t stream_of(const KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16_t x) {
+  return __bfloat162float(x);
+}
 template <class T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
@@ -66,7 +72,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Offsets of row i, head h in [B, S, H, D].
-__device__ __forceinline__ int64_t row_offset(int64_t b, int64_t i, int64_t h, const AttentionShape& s, int64_t H) {
+__device__ __forceinline__ int64_t row_offset(int64_t b, int64_t i, int64_t h, const AttentionShape& s,
+                                              int64_t H) {
   return ((b * s.S + i) * H + h) * s.D;
 }
 
@@ -94,9 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     fwd_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, T* out, float* lse) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
-  float* ks = smem;               // [kTile][D+1]
-  float* vs = ks + kTile * ld;    // [kTile][D+1]
-  float* qs = vs + kTile * ld;    // [kWarps][D]
+  float* ks = smem;             // [kTile][D+1]
+  float* vs = ks + kTile * ld;  // [kTile][D+1]
+  float* qs = vs + kTile * ld;  // [kWarps][D]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, g = h / (s.Hq / s.Hkv);
   const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps;  // longest rows first
@@ -150,7 +157,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // dout rounded to bf16 first when the backward's products see it rounded (tensor cores), so that
 // dP - delta is formed from one dout. One warp per row; grid (ceil(B * S * Hq / 8)), 256 threads.
 template <class T>
-__global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, bool round_dout, float* delta) {
+__global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, bool round_dout,
+                             float* delta) {
   const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // row = (b * S + i) * Hq + h
   const int lane = threadIdx.x % 32;
   if (row >= s.B * s.S * s.Hq) return;
@@ -167,14 +175,14 @@ __global__ void delta_kernel(AttentionShape s, const T* out, const float* dout, 
 // dq: one warp per query row, the forward's loop with p recomputed from lse.
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
-    dq_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, const float* lse, const float* delta,
-                       const float* dout, float* dq) {
+    dq_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, const float* lse,
+                       const float* delta, const float* dout, float* dq) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
   float* ks = smem;
   float* vs = ks + kTile * ld;
-  float* qs = vs + kTile * ld;     // [kWarps][D]
-  float* dos = qs + kWarps * D;    // [kWarps][D]
+  float* qs = vs + kTile * ld;   // [kWarps][D]
+  float* dos = qs + kWarps * D;  // [kWarps][D]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, g = h / (s.Hq / s.Hkv);
   const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kWarps;
@@ -231,12 +239,12 @@ __global__ void __launch_bounds__(kWarps * 32)
                          const float* delta, const float* dout, float* dk, float* dv) {
   extern __shared__ float smem[];
   const int D = int(s.D), ld = D + 1;
-  float* qs = smem;                // [kTile][D+1]
-  float* dos = qs + kTile * ld;    // [kTile][D+1]
-  float* kr = dos + kTile * ld;    // [kWarps][D]
-  float* vr = kr + kWarps * D;     // [kWarps][D]
-  float* lses = vr + kWarps * D;   // [kTile]
-  float* deltas = lses + kTile;    // [kTile]
+  float* qs = smem;               // [kTile][D+1]
+  float* dos = qs + kTile * ld;   // [kTile][D+1]
+  float* kr = dos + kTile * ld;   // [kWarps][D]
+  float* vr = kr + kWarps * D;    // [kWarps][D]
+  float* lses = vr + kWarps * D;  // [kTile]
+  float* deltas = lses + kTile;   // [kTile]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.y / s.Hkv, g = blockIdx.y % s.Hkv, r = s.Hq / s.Hkv;
   const int64_t j0 = int64_t(blockIdx.x) * kWarps;
@@ -316,8 +324,8 @@ void check_dims(const AttentionShape& s, const char* what) {
 }
 
 template <class T, int C>
-void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v,
-                  void* out, float* lse) {
+void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                  const void* v, void* out, float* lse) {
   const size_t smem = sizeof(float) * size_t(2 * kTile * (s.D + 1) + kWarps * s.D);
   auto kernel = fwd_f32_math_kernel<T, C>;
   allow_smem(kernel, smem);
@@ -328,8 +336,9 @@ void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void*
 }
 
 template <class T, int C>
-void bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v,
-                  const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
+void bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                  const void* v, const float* lse, const float* delta, const float* dout, float* dq,
+                  float* dk, float* dv) {
   const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
   const size_t smem_dq = sizeof(float) * size_t(2 * kTile * (s.D + 1) + 2 * kWarps * s.D);
   auto dq_kernel = dq_f32_math_kernel<T, C>;
@@ -388,7 +397,7 @@ void launch_delta(const KernelContext& ctx, const AttentionShape& s, const void*
                   bool round_dout, float* delta) {
   const int64_t rows = s.B * s.S * s.Hq;
   delta_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream_of(ctx)>>>(s, static_cast<const T*>(out), dout,
-                                                                         round_dout, delta);
+                                                                        round_dout, delta);
   check_launch("delta");
 }
 
@@ -406,11 +415,11 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 // Leading dimensions (elements), padded against bank conflicts; all keep WMMA's 32-byte alignment.
 template <int D>
 struct TcLayout {
-  static constexpr int ld = D + 8;               // bf16 [64][D+8] tiles
+  static constexpr int ld = D + 8;  // bf16 [64][D+8] tiles
   static constexpr int tile_bytes = kBlockRows * ld * 2;
-  static constexpr int lds = kBlockRows + 4;     // f32 [16][68] score tiles
-  static constexpr int ldo = D + 4;              // f32 [16][D+4] output tiles
-  static constexpr int ldp = kBlockRows + 8;     // bf16 [16][72] probability tiles
+  static constexpr int lds = kBlockRows + 4;  // f32 [16][68] score tiles
+  static constexpr int ldo = D + 4;           // f32 [16][D+4] output tiles
+  static constexpr int ldp = kBlockRows + 8;  // bf16 [16][72] probability tiles
 };
 
 // Copies rows r0.. r0+63 of head h of a bf16 [B, S, H, D] tensor into dst[64][ld], 16 bytes at a
@@ -430,8 +439,8 @@ __device__ void load_tile_bf16(bf16_t* dst, const bf16_t* src, int64_t b, int64_
 
 // The same from an f32 tensor, rounding to bf16.
 template <int D>
-__device__ void load_tile_f32_to_bf16(bf16_t* dst, const float* src, int64_t b, int64_t r0, int64_t h, int64_t H,
-                                      const AttentionShape& s) {
+__device__ void load_tile_f32_to_bf16(bf16_t* dst, const float* src, int64_t b, int64_t r0, int64_t h,
+                                      int64_t H, const AttentionShape& s) {
   constexpr int kVec = D / 4;  // float4 per row
   for (int idx = threadIdx.x; idx < kBlockRows * kVec; idx += blockDim.x) {
     const int rr = idx / kVec, c = idx % kVec;
@@ -460,7 +469,8 @@ constexpr size_t fwd_tc_smem() {
 // and the columns of parity l % 2 of the output.
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    fwd_tc_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
+    fwd_tc_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out,
+                  float* lse) {
   using L = TcLayout<D>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16_t* ks = reinterpret_cast<bf16_t*>(smem_raw);
@@ -480,7 +490,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     bf16_t* qs = reinterpret_cast<bf16_t*>(scratch_all);
     load_tile_bf16<D>(qs, q, b, q0, h, s.Hq, s);
     __syncthreads();
-    for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(qf[kk], qs + (warp * 16) * L::ld + kk * 16, L::ld);
+    for (int kk = 0; kk < D / 16; ++kk)
+      wmma::load_matrix_sync(qf[kk], qs + (warp * 16) * L::ld + kk * 16, L::ld);
   }
 
   const int row = lane / 2, parity = lane % 2;
@@ -704,7 +715,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     for (int dn = 0; dn < D / 16; ++dn) {
       if (pass == 0)
         for (int e = 0; e < dk_acc[dn].num_elements; ++e) dk_acc[dn].x[e] *= s.scale;
-      wmma::store_matrix_sync(out_rows + dn * 16, pass == 0 ? dk_acc[dn] : dv_acc[dn], L::ldo, wmma::mem_row_major);
+      wmma::store_matrix_sync(out_rows + dn * 16, pass == 0 ? dk_acc[dn] : dv_acc[dn], L::ldo,
+                              wmma::mem_row_major);
     }
     __syncwarp();
     float* dst_grad = pass == 0 ? dk : dv;
@@ -718,8 +730,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 template <int D>
-void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-            bf16_t* out, float* lse) {
+void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
+            const bf16_t* v, bf16_t* out, float* lse) {
   constexpr size_t smem = fwd_tc_smem<D>();
   allow_smem(fwd_tc_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
@@ -728,8 +740,9 @@ void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, 
 }
 
 template <int D>
-void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-            const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
+void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
+            const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
+            float* dv) {
   constexpr size_t smem = bwd_tc_smem<D>();
   allow_smem(bwd_tc_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
@@ -778,7 +791,8 @@ constexpr size_t fwd_mma_smem() {
 // grid (ceil(S / 64), B * Hq), 128 threads.
 template <int D>
 __global__ void __launch_bounds__(kTcWarps * 32)
-    fwd_mma_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse) {
+    fwd_mma_kernel(AttentionShape s, const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out,
+                   float* lse) {
   using L = TcLayout<D>;
   constexpr int kNt = kBlockRows / 8;  // 8-key column tiles of S per key tile
   constexpr int kDt = D / 8;           // 8-wide column tiles of O
@@ -851,9 +865,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 
     // O += P V: P's accumulator tiles 2kk, 2kk+1 are the A fragment of keys kk*16 .. kk*16+15.
     for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-      const uint32_t pf[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const uint32_t pf[4] = {
+          pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+          pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
       for (int n = 0; n < kDt; n += 2) {
         // V^T fragments of d tiles n and n+1: matrices (keys +0..7, d n*8), (keys +8..15, d n*8), then d + 8.
         uint32_t vf[4];
@@ -885,8 +899,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 }
 
 template <int D>
-void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-             bf16_t* out, float* lse) {
+void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
+             const bf16_t* v, bf16_t* out, float* lse) {
   constexpr size_t smem = fwd_mma_smem<D>();
   allow_smem(fwd_mma_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
@@ -999,7 +1013,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
           dpt[n][2 + e] = p1 * (dpt[n][2 + e] - deltas[c]);
         }
       for (int n = 0; n < kBwdQ / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + (warp * 16 + g) * kLdDs + n * 8 + 2 * t) = pack_bf16(dpt[n][0], dpt[n][1]);
+        *reinterpret_cast<uint32_t*>(dst + (warp * 16 + g) * kLdDs + n * 8 + 2 * t) =
+            pack_bf16(dpt[n][0], dpt[n][1]);
         *reinterpret_cast<uint32_t*>(dst + (warp * 16 + g + 8) * kLdDs + n * 8 + 2 * t) =
             pack_bf16(dpt[n][2], dpt[n][3]);
       }
@@ -1007,10 +1022,11 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       // dV += P^T dO, dK += dS^T Q: the accumulator tiles 2kk, 2kk+1 are the A fragment of queries
       // kk*16 .. kk*16+15; dO and Q fragments transposed by ldmatrix.
       for (int kk = 0; kk < kBwdQ / 16; ++kk) {
-        const uint32_t pf[4] = {pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
-                                pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                                pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-        const uint32_t sf[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+        const uint32_t pf[4] = {
+            pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+            pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t sf[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
+                                pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
                                 pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                 pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
         for (int n = 0; n < kDt; n += 2) {
@@ -1033,7 +1049,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         for (int kk = 0; kk < kBlockRows / 16; ++kk) {
           uint32_t af[4], bf[4];
           // dS (queries x keys) = (dS^T)^T: matrix m = keys +(m/2)*8, queries +(m%2)*8, transposed.
-          ldmatrix_x4_trans(af, dst + (kk * 16 + (lane / 16) * 8 + lane % 8) * kLdDs + qw + ((lane / 8) % 2) * 8);
+          ldmatrix_x4_trans(af,
+                            dst + (kk * 16 + (lane / 16) * 8 + lane % 8) * kLdDs + qw + ((lane / 8) % 2) * 8);
           ldmatrix_x4_trans(bf, ks + (kk * 16 + lane % 16) * L::ld + d0 + n * 8 + (lane / 16) * 8);
           mma_16x8x16(acc[0], af, bf[0], bf[1]);
           mma_16x8x16(acc[1], af, bf[2], bf[3]);
@@ -1061,19 +1078,22 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     if (key0 < s.S) {
       *reinterpret_cast<float2*>(dk + row_offset(b, key0, hk, s, s.Hkv) + d) =
           make_float2(dk_acc[n][0] * s.scale, dk_acc[n][1] * s.scale);
-      *reinterpret_cast<float2*>(dv + row_offset(b, key0, hk, s, s.Hkv) + d) = make_float2(dv_acc[n][0], dv_acc[n][1]);
+      *reinterpret_cast<float2*>(dv + row_offset(b, key0, hk, s, s.Hkv) + d) =
+          make_float2(dv_acc[n][0], dv_acc[n][1]);
     }
     if (key1 < s.S) {
       *reinterpret_cast<float2*>(dk + row_offset(b, key1, hk, s, s.Hkv) + d) =
           make_float2(dk_acc[n][2] * s.scale, dk_acc[n][3] * s.scale);
-      *reinterpret_cast<float2*>(dv + row_offset(b, key1, hk, s, s.Hkv) + d) = make_float2(dv_acc[n][2], dv_acc[n][3]);
+      *reinterpret_cast<float2*>(dv + row_offset(b, key1, hk, s, s.Hkv) + d) =
+          make_float2(dv_acc[n][2], dv_acc[n][3]);
     }
   }
 }
 
 template <int D>
-void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k, const bf16_t* v,
-             const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv) {
+void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
+             const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
+             float* dv) {
   constexpr size_t smem = bwd_mma_smem<D>();
   allow_smem(bwd_mma_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
@@ -1081,14 +1101,19 @@ void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q,
   check_launch("backward (mma.sync)");
 }
 
-const bf16_t* as_cuda(const bf16* p) { return reinterpret_cast<const bf16_t*>(p); }
-bf16_t* as_cuda(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
+const bf16_t* as_cuda(const bf16* p) {
+  return reinterpret_cast<const bf16_t*>(p);
+}
+bf16_t* as_cuda(bf16* p) {
+  return reinterpret_cast<bf16_t*>(p);
+}
 
 }  // namespace
 
 std::string attention_tensor_cores_unsupported(const AttentionShape& s, DType dtype) {
   if (dtype != DType::BF16) return "tensor-core attention is bf16 only";
-  if (s.D != 64 && s.D != 128) return "tensor-core attention needs head_dim 64 or 128, got " + std::to_string(s.D);
+  if (s.D != 64 && s.D != 128)
+    return "tensor-core attention needs head_dim 64 or 128, got " + std::to_string(s.D);
   return "";
 }
 
@@ -1102,11 +1127,12 @@ void attention_fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
 }
 
 void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, DType dtype, const void* q,
-                            const void* k, const void* v, const void* out, const float* lse, const float* dout,
-                            float* dq, float* dk, float* dv) {
+                            const void* k, const void* v, const void* out, const float* lse,
+                            const float* dout, float* dq, float* dk, float* dv) {
   check_dims(s, "backward");
   TITAN_CHECK(s.D <= 512, "attention (cuda, f32 math): head_dim ", s.D, " exceeds 512");
-  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "attention (cuda): no kernel for ", dtype_name(dtype));
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "attention (cuda): no kernel for ",
+              dtype_name(dtype));
   DeltaBuffer delta(ctx, s);
   if (dtype == DType::F32) {
     launch_delta<float>(ctx, s, out, dout, false, delta.ptr);
@@ -1117,8 +1143,8 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
   }
 }
 
-void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                                const bf16* v, bf16* out, float* lse) {
+void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
+                                const bf16* k, const bf16* v, bf16* out, float* lse) {
   check_dims(s, "forward");
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
@@ -1136,8 +1162,8 @@ void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const 
 }
 
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
-                       float* dv) {
+                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
+                       float* dk, float* dv) {
   check_dims(s, "backward");
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
@@ -1145,13 +1171,14 @@ void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const 
   launch_delta<bf16_t>(ctx, s, out, dout, true, delta.ptr);
   cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
-  if (s.D == 64) return bwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
+  if (s.D == 64)
+    return bwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
   bwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
 }
 
-void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                                const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
-                                float* dk, float* dv) {
+void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
+                                const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                                const float* dout, float* dq, float* dk, float* dv) {
   check_dims(s, "backward");
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
@@ -1160,7 +1187,8 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& 
   // dq is accumulated with atomics from every key tile.
   cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
-  if (s.D == 64) return bwd_tc<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
+  if (s.D == 64)
+    return bwd_tc<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
   bwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
 }
 
@@ -1170,7 +1198,9 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& 
 // the raw mma.sync kernels; "f32_math" (bf16) the f32-math kernels everywhere.
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 bool use_tensor_cores(const AttentionShape& s, std::initializer_list<const void*> ptrs) {
   if (!attention_tensor_cores_unsupported(s, DType::BF16).empty()) return false;
@@ -1206,44 +1236,62 @@ void bwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const v
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
   attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                              static_cast<const bf16*>(v), static_cast<const bf16*>(out),
-                             static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float*>(dq),
-                             static_cast<float*>(dk), static_cast<float*>(dv));
+                             static_cast<const float*>(lse), static_cast<const float*>(dout),
+                             static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
-TITAN_REGISTER_KERNEL(attention_cuda_f32, {"attention", Device::CUDA, DType::F32, "default",
-                                           "warp-per-row tiles, f32 math, any head_dim <= 512",
-                                           ops::AttentionKernel{fwd_f32_math_entry<DType::F32>,
-                                                                bwd_f32_math_entry<DType::F32>},
-                                           {}});
-TITAN_REGISTER_KERNEL(attention_cuda_bf16, {"attention", Device::CUDA, DType::BF16, "default",
-                                            "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
-                                            "rounded to bf16), else the f32-math tiles",
-                                            ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, {}});
+TITAN_REGISTER_KERNEL(attention_cuda_f32,
+                      {"attention",
+                       Device::CUDA,
+                       DType::F32,
+                       "default",
+                       "warp-per-row tiles, f32 math, any head_dim <= 512",
+                       ops::AttentionKernel{fwd_f32_math_entry<DType::F32>, bwd_f32_math_entry<DType::F32>},
+                       {}});
+TITAN_REGISTER_KERNEL(attention_cuda_bf16,
+                      {"attention",
+                       Device::CUDA,
+                       DType::BF16,
+                       "default",
+                       "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
+                       "rounded to bf16), else the f32-math tiles",
+                       ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default},
+                       {}});
 void fwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                   const void* v, void* out, void* lse) {
   if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
-  attention_fwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-                    static_cast<bf16*>(out), static_cast<float*>(lse));
+  attention_fwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                    static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
 
 void bwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                  const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+                  const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
+                  void* dv) {
   if (!use_tensor_cores(s, {q, k, v, out, dout}))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
-  attention_bwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-                    static_cast<const bf16*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
-                    static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+  attention_bwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                    static_cast<const bf16*>(v), static_cast<const bf16*>(out),
+                    static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float*>(dq),
+                    static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
-TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma, {"attention", Device::CUDA, DType::BF16, "mma_sync",
-                                                "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers "
-                                                "(head_dim 64/128, else f32 math)",
-                                                ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma}, {}});
-TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math, {"attention", Device::CUDA, DType::BF16, "f32_math",
-                                                     "warp-per-row tiles, f32 math, bf16 output rounded once",
-                                                     ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>,
-                                                                          bwd_f32_math_entry<DType::BF16>},
-                                                     {}});
+TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma,
+                      {"attention",
+                       Device::CUDA,
+                       DType::BF16,
+                       "mma_sync",
+                       "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers "
+                       "(head_dim 64/128, else f32 math)",
+                       ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma},
+                       {}});
+TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math,
+                      {"attention",
+                       Device::CUDA,
+                       DType::BF16,
+                       "f32_math",
+                       "warp-per-row tiles, f32 math, bf16 output rounded once",
+                       ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>},
+                       {}});
 
 }  // namespace
 

@@ -31,22 +31,22 @@ std::string attention_tensor_cores_unsupported(const AttentionShape& s, DType dt
 void attention_fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, DType dtype, const void* q,
                             const void* k, const void* v, void* out, float* lse);
 void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, DType dtype, const void* q,
-                            const void* k, const void* v, const void* out, const float* lse, const float* dout,
-                            float* dq, float* dk, float* dv);
+                            const void* k, const void* v, const void* out, const float* lse,
+                            const float* dout, float* dq, float* dk, float* dv);
 
 // Tensor cores: bf16, head_dim 64 or 128 (an error naming the shape otherwise).
-void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                                const bf16* v, bf16* out, float* lse);
+void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
+                                const bf16* k, const bf16* v, bf16* out, float* lse);
 // The same pair on raw mma.sync with the scores kept in registers (FlashAttention-2's layout);
 // same numerics and head_dims as the WMMA kernels above. The "mma_sync" variant, measured against
 // them in bench/cuda_attention_bench.cpp before it becomes the default.
 void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse);
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
-                       float* dv);
-void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
-                                const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
-                                float* dk, float* dv);
+                       const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
+                       float* dk, float* dv);
+void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
+                                const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                                const float* dout, float* dq, float* dk, float* dv);
 
 }  // namespace titan::cuda

@@ -27,12 +27,22 @@ void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
   TITAN_CHECK(e == cudaSuccess, "cross_entropy (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
 }
-cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+cudaStream_t stream_of(const KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(bf16_t* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16_t x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ void store(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void store(bf16_t* p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 
 // Whether row n takes part; labels outside [0, V) (rejected by the op before) are skipped, never read.
 __device__ __forceinline__ bool counted(int64_t label, int64_t V, int64_t ignore_index) {
@@ -118,7 +128,8 @@ unsigned grid_for(int64_t n) {
 // ---- fused linear + cross-entropy -----------------------------------------------------------
 
 __global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float* label_logit) {
-  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += int64_t(gridDim.x) * blockDim.x) {
     run_max[n] = -INFINITY;
     run_sum[n] = 0.f;
     label_logit[n] = 0.f;
@@ -127,8 +138,9 @@ __global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float
 
 // One block per row: folds chunk columns [c0, c0 + C) (logits [N, C]) into the row's running stats.
 template <class TL>
-__global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits, const int64_t* labels,
-                                       int64_t ignore_index, float* run_max, float* run_sum, float* label_logit) {
+__global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits,
+                                       const int64_t* labels, int64_t ignore_index, float* run_max,
+                                       float* run_sum, float* label_logit) {
   __shared__ float shared[64];
   const int64_t n = blockIdx.x, y = labels[n];
   if (!counted(y, V, ignore_index)) return;  // block-uniform
@@ -143,9 +155,10 @@ __global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const T
 }
 
 __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, int64_t ignore_index,
-                                  const float* run_max, const float* run_sum, const float* label_logit, float* lse,
-                                  float* row_loss) {
-  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
+                                  const float* run_max, const float* run_sum, const float* label_logit,
+                                  float* lse, float* row_loss) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += int64_t(gridDim.x) * blockDim.x) {
     if (!counted(labels[n], V, ignore_index)) {
       lse[n] = row_loss[n] = 0.f;
       continue;
@@ -159,8 +172,8 @@ __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, i
 // dlogits of one chunk, in the GEMM operand type TD (bf16 rounds once, as the reference does).
 template <class TL, class TD>
 __global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
-                                      const int64_t* labels, int64_t ignore_index, const float* lse, float scale,
-                                      TD* dlogits) {
+                                      const int64_t* labels, int64_t ignore_index, const float* lse,
+                                      float scale, TD* dlogits) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < N * C;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = idx / C, c = idx % C, y = labels[n];
@@ -203,13 +216,16 @@ DType chunk_logits_dtype(const LinearCrossEntropyDims& d, DType dtype) {
   return dtype == DType::BF16 && d.round_logits ? DType::BF16 : DType::F32;
 }
 
-size_t dtype_bytes(DType t) { return t == DType::BF16 ? 2 : 4; }
+size_t dtype_bytes(DType t) {
+  return t == DType::BF16 ? 2 : 4;
+}
 
 // logits[:, c0 : c0 + C] = hidden @ weight[c0 : c0 + C]^T
 void chunk_logits(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype, const void* hidden,
                   const void* weight, int64_t c0, int64_t C, DType logits_dtype, void* logits) {
   const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
-  gemm(false, true, d.N, C, d.D, 1.f, dtype, hidden, d.D, w, d.D, 0.f, logits_dtype, logits, C, {}, ctx.stream);
+  gemm(false, true, d.N, C, d.D, 1.f, dtype, hidden, d.D, w, d.D, 0.f, logits_dtype, logits, C, {},
+       ctx.stream);
 }
 
 }  // namespace
@@ -243,8 +259,8 @@ void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
 }
 
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
-                              const void* hidden, const void* weight, const int64_t* labels, int64_t ignore_index,
-                              float* lse, float* row_loss) {
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, float* lse, float* row_loss) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0 && d.N <= 0x7fffffff, "linear_cross_entropy (cuda): bad chunk ", d.chunk, " or N ",
               d.N);
@@ -274,14 +290,16 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 }
 
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
-                              const void* hidden, const void* weight, const int64_t* labels, int64_t ignore_index,
-                              const float* lse, double scale, float* dhidden, float* dweight) {
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, const float* lse, double scale, float* dhidden,
+                              float* dweight) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0, "linear_cross_entropy (cuda): bad chunk ", d.chunk);
   cudaStream_t stream = stream_of(ctx);
   if (d.N == 0) {  // no rows: zero gradients
-    if (dweight) TITAN_CHECK(cudaMemsetAsync(dweight, 0, sizeof(float) * size_t(d.V * d.D), stream) == cudaSuccess,
-                             "linear_cross_entropy (cuda): clearing dweight failed");
+    if (dweight)
+      TITAN_CHECK(cudaMemsetAsync(dweight, 0, sizeof(float) * size_t(d.V * d.D), stream) == cudaSuccess,
+                  "linear_cross_entropy (cuda): clearing dweight failed");
     return;
   }
   if (!dhidden && !dweight) return;
@@ -295,19 +313,19 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
     const unsigned grid = grid_for(d.N * C);
     const float s = float(scale);
     if (ld == DType::BF16)  // bf16 logits imply bf16 operands
-      lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(d.N, d.V, C, c0, logits.as<bf16_t>(), labels,
-                                                                       ignore_index, lse, s, dlogits.as<bf16_t>());
+      lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<bf16_t>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
     else if (dtype == DType::BF16)
-      lce_chunk_grad_kernel<float, bf16_t><<<grid, 256, 0, stream>>>(d.N, d.V, C, c0, logits.as<float>(), labels,
-                                                                      ignore_index, lse, s, dlogits.as<bf16_t>());
+      lce_chunk_grad_kernel<float, bf16_t><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
     else
-      lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(d.N, d.V, C, c0, logits.as<float>(), labels,
-                                                                     ignore_index, lse, s, dlogits.as<float>());
+      lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<float>());
     check_launch("chunk gradient");
     const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
     if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
-      gemm(false, false, d.N, d.D, C, 1.f, dtype, dlogits.as<void>(), C, w, d.D, c0 == 0 ? 0.f : 1.f, DType::F32,
-           dhidden, d.D, {}, ctx.stream);
+      gemm(false, false, d.N, d.D, C, 1.f, dtype, dlogits.as<void>(), C, w, d.D, c0 == 0 ? 0.f : 1.f,
+           DType::F32, dhidden, d.D, {}, ctx.stream);
     if (dweight)  // dweight[c0 : c0 + C] = dlogits^T [C, N] @ hidden [N, D]
       gemm(true, false, C, d.D, d.N, 1.f, dtype, dlogits.as<void>(), C, hidden, d.D, 0.f, DType::F32,
            dweight + c0 * d.D, d.D, {}, ctx.stream);
@@ -319,14 +337,15 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
 namespace {
 
 template <DType kDType>
-void ce_forward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels,
-                      int64_t ignore_index, void* lse, void* row_loss) {
+void ce_forward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits,
+                      const int64_t* labels, int64_t ignore_index, void* lse, void* row_loss) {
   cross_entropy_fwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<float*>(lse),
                     static_cast<float*>(row_loss));
 }
 template <DType kDType>
-void ce_backward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels,
-                       int64_t ignore_index, const void* lse, double scale, void* dlogits) {
+void ce_backward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits,
+                       const int64_t* labels, int64_t ignore_index, const void* lse, double scale,
+                       void* dlogits) {
   cross_entropy_bwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<const float*>(lse), scale,
                     static_cast<float*>(dlogits));
 }
@@ -335,7 +354,8 @@ LinearCrossEntropyDims lce_dims(const ops::LinearCrossEntropyArgs& a) {
   return {a.N, a.V, a.D, a.chunk, a.round_logits};
 }
 template <DType kDType>
-void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, void* lse, void* row_loss) {
+void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, void* lse,
+                       void* row_loss) {
   linear_cross_entropy_fwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
                            static_cast<float*>(lse), static_cast<float*>(row_loss));
 }
@@ -358,7 +378,8 @@ TITAN_REGISTER_KERNEL(lce_cuda_f32, {"linear_cross_entropy", Device::CUDA, DType
     "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
     ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}, {}});
 TITAN_REGISTER_KERNEL(lce_cuda_bf16, {"linear_cross_entropy", Device::CUDA, DType::BF16, "default",
-    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in backward",
+    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; "
+    "logits recomputed in backward",
     ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}, {}});
 // clang-format on
 

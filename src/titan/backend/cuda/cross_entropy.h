@@ -30,13 +30,14 @@ struct LinearCrossEntropyDims {
 // hidden [N, D], weight [V, D] -> lse [N], row_loss [N]: one GEMM per vocabulary chunk (cuBLASLt,
 // f32 accumulation) and an online logsumexp over the chunks.
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
-                              const void* hidden, const void* weight, const int64_t* labels, int64_t ignore_index,
-                              float* lse, float* row_loss);
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, float* lse, float* row_loss);
 // dhidden [N, D] and dweight [V, D] (either may be null; both overwritten): per chunk the logits
 // are recomputed, dlogits = scale * (softmax - onehot) formed (rounded to bf16 for bf16 operands)
 // and the two GEMMs dhidden += dlogits W_chunk, dweight_chunk = dlogits^T hidden run on it.
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
-                              const void* hidden, const void* weight, const int64_t* labels, int64_t ignore_index,
-                              const float* lse, double scale, float* dhidden, float* dweight);
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, const float* lse, double scale, float* dhidden,
+                              float* dweight);
 
 }  // namespace titan::cuda

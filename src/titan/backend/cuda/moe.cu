@@ -17,8 +17,8 @@
 #include <mma.h>
 
 #include <cmath>
-#include <type_traits>
 #include <cstdint>
+#include <type_traits>
 
 #include "titan/backend/cuda/moe.h"
 #include "titan/core/check.h"
@@ -36,19 +36,27 @@ void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
   TITAN_CHECK(e == cudaSuccess, "moe (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
 }
-cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+cudaStream_t stream_of(const KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
 unsigned grid_for(int64_t n, int threads = 256) {
   int64_t blocks = (n + threads - 1) / threads;
   return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 void check_dtype(DType dtype) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "moe (cuda): no kernel for ", dtype_name(dtype),
               " (f32 and bf16 only)");
 }
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16_t x) {
+  return __bfloat162float(x);
+}
 template <class T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
@@ -64,8 +72,12 @@ template <class T>
 __device__ __forceinline__ float rnd(float v) {
   return to_f32(from_f32<T>(v));
 }
-__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
-__device__ __forceinline__ int64_t clamp_expert(int64_t e, int64_t E) { return e < 0 ? 0 : (e >= E ? E - 1 : e); }
+__device__ __forceinline__ float sigmoid(float v) {
+  return 1.f / (1.f + expf(-v));
+}
+__device__ __forceinline__ int64_t clamp_expert(int64_t e, int64_t E) {
+  return e < 0 ? 0 : (e >= E ? E - 1 : e);
+}
 
 // Device scratch from the device's allocator, freed in stream order.
 class Scratch {
@@ -93,8 +105,8 @@ class Scratch {
 constexpr int kPerLane = 32;
 
 template <class T>
-__global__ void router_fwd_kernel(int64_t T_, int E, int k, bool renormalize, const T* logits, const float* bias,
-                                  float* weights, int64_t* indices, float* probs) {
+__global__ void router_fwd_kernel(int64_t T_, int E, int k, bool renormalize, const T* logits,
+                                  const float* bias, float* weights, int64_t* indices, float* probs) {
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T_) return;  // warp-uniform
@@ -188,8 +200,10 @@ __global__ void router_bwd_kernel(int64_t T_, int E, int k, bool renormalize, co
 
 // Histogram of expert indices. Indices outside [0, E) are counted as the nearest valid expert with
 // `clamp` (where the routing order puts them), else skipped.
-__global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool clamp, unsigned long long* counts) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool clamp,
+                             unsigned long long* counts) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = indices[i];
     if (!clamp && (e < 0 || e >= E)) continue;
     atomicAdd(&counts[clamp_expert(e, E)], 1ull);
@@ -198,21 +212,24 @@ __global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool 
 
 // =============================================================================================
 // Aux loss.
-__global__ void aux_accumulate_kernel(int64_t T_, int64_t E, int64_t k, const float* probs, const int64_t* indices,
-                                      unsigned long long* counts, double* psum) {
+__global__ void aux_accumulate_kernel(int64_t T_, int64_t E, int64_t k, const float* probs,
+                                      const int64_t* indices, unsigned long long* counts, double* psum) {
   // Column sums: one thread per expert column (coalesced across threads), then the counts.
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E;
+       e += int64_t(gridDim.x) * blockDim.x) {
     double acc = 0.0;
     for (int64_t t = 0; t < T_; ++t) acc += double(probs[t * E + e]);
     psum[e] += acc;
   }
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * k; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * k;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = indices[i];
     if (e >= 0 && e < E) atomicAdd(&counts[e], 1ull);
   }
 }
 
-__global__ void aux_finish_kernel(int64_t E, double scale, const int64_t* counts, const double* psum, float* loss) {
+__global__ void aux_finish_kernel(int64_t E, double scale, const int64_t* counts, const double* psum,
+                                  float* loss) {
   if (threadIdx.x != 0) return;
   double aux = 0.0;
   for (int64_t e = 0; e < E; ++e) aux += double(counts[e]) * psum[e];
@@ -222,7 +239,8 @@ __global__ void aux_finish_kernel(int64_t E, double scale, const int64_t* counts
 __global__ void aux_bwd_kernel(int64_t T_, int64_t E, double scale, const int64_t* counts, const float* dloss,
                                float* dprobs) {
   const double g = double(*dloss) * scale;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * E; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * E;
+       i += int64_t(gridDim.x) * blockDim.x)
     dprobs[i] = float(g * double(counts[i % E]));
 }
 
@@ -243,8 +261,8 @@ __global__ void scan_kernel(int64_t E, const unsigned long long* counts, int64_t
 
 // One block (1024 threads) per expert: walks the indices in order; ballots give each match its
 // rank among the earlier matches, so the order is stable.
-__global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const int64_t* offsets, int64_t* order,
-                            int64_t* pos) {
+__global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const int64_t* offsets,
+                            int64_t* order, int64_t* pos) {
   __shared__ int warp_counts[32];
   const int64_t e = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -287,8 +305,9 @@ void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64
   const int64_t n = d.T * d.k;
   cudaStream_t stream = stream_of(ctx);
   Scratch counts(ctx, sizeof(unsigned long long) * size_t(d.E));
-  TITAN_CHECK(cudaMemsetAsync(counts.as<void>(), 0, sizeof(unsigned long long) * size_t(d.E), stream) == cudaSuccess,
-              "moe (cuda): clearing the expert counts failed");
+  TITAN_CHECK(
+      cudaMemsetAsync(counts.as<void>(), 0, sizeof(unsigned long long) * size_t(d.E), stream) == cudaSuccess,
+      "moe (cuda): clearing the expert counts failed");
   // Clamped indices count where the rank kernel places them.
   if (n > 0) {
     count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>());
@@ -314,9 +333,9 @@ enum class Epilogue { kStoreRounded, kAdd };
 // (expert, row tile) through tiles[]; blockIdx.y the column tile.
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div,
-                      const TB* B, int64_t stride_b, const int64_t* offsets, const int* tiles, int64_t E, TC* C,
-                      int64_t ldc) {
+    grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+                      int64_t gather_div, const TB* B, int64_t stride_b, const int64_t* offsets,
+                      const int* tiles, int64_t E, TC* C, int64_t ldc) {
   __shared__ float As[kTileK][kRowTile + 4];
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
@@ -324,8 +343,10 @@ __global__ void __launch_bounds__(kGemmThreads)
   int64_t lo = 0, hi = E;        // the expert with tiles[e] <= tile < tiles[e+1]
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile) lo = mid;
-    else hi = mid;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
   }
   const int64_t e = lo;
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
@@ -346,8 +367,10 @@ __global__ void __launch_bounds__(kGemmThreads)
     }
     for (int idx = threadIdx.x; idx < kTileK * kTileN; idx += kGemmThreads) {
       int kk, nn;
-      if (kTransB) kk = idx % kTileK, nn = idx / kTileK;  // consecutive threads walk K (contiguous)
-      else kk = idx / kTileN, nn = idx % kTileN;          // consecutive threads walk N (contiguous)
+      if (kTransB)
+        kk = idx % kTileK, nn = idx / kTileK;  // consecutive threads walk K (contiguous)
+      else
+        kk = idx / kTileN, nn = idx % kTileN;  // consecutive threads walk N (contiguous)
       const int64_t kcol = k0 + kk, col = c0 + nn;
       float v = 0.f;
       if (kcol < K && col < N) v = to_f32(kTransB ? Be[col * K + kcol] : Be[kcol * N + col]);
@@ -369,8 +392,10 @@ __global__ void __launch_bounds__(kGemmThreads)
     for (int j = 0; j < 4; ++j) {
       const int64_t col = c0 + tx * 4 + j;
       if (col >= N) continue;
-      if constexpr (kEpi == Epilogue::kAdd) C[r * ldc + col] += acc[i][j];
-      else C[r * ldc + col] = from_f32<TC>(acc[i][j]);
+      if constexpr (kEpi == Epilogue::kAdd)
+        C[r * ldc + col] += acc[i][j];
+      else
+        C[r * ldc + col] = from_f32<TC>(acc[i][j]);
     }
   }
 }
@@ -436,13 +461,17 @@ using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major
 using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 constexpr int kTcK = 32, kTcThreads = 128;
-constexpr int kLdK = kTcK + 8;       // bf16 tiles [64][40] (row-major, K contiguous)
-constexpr int kLdN = kTileN + 8;     // bf16 tiles [32][72] (row-major, N or M contiguous)
-constexpr int kLdC = kTileN + 4;     // f32 [64][68]
-constexpr int kStage = 64 * kLdK > kTcK * kLdN ? 64 * kLdK : kTcK * kLdN;
+constexpr int kLdK = kTcK + 8;    // bf16 tiles [64][40] (row-major, K contiguous)
+constexpr int kLdN = kTileN + 8;  // bf16 tiles [32][72] (row-major, N or M contiguous)
+constexpr int kLdC = kTileN + 4;  // f32 [64][68]
+constexpr int kStage = 64 * kLdK > kTcK* kLdN ? 64 * kLdK : kTcK* kLdN;
 
-__device__ __forceinline__ bf16_t as_bf16(float x) { return __float2bfloat16_rn(x); }
-__device__ __forceinline__ bf16_t as_bf16(bf16_t x) { return x; }
+__device__ __forceinline__ bf16_t as_bf16(float x) {
+  return __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ bf16_t as_bf16(bf16_t x) {
+  return x;
+}
 
 // 8 consecutive elements as 8 bf16 into 16-byte aligned shared memory: one 16-byte load for bf16,
 // two for f32 (rounded), or zeros when `inside` is false. src must be 16-byte aligned.
@@ -491,9 +520,9 @@ __device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], i
 
 template <class TA, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kTcThreads)
-    grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div,
-                         const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles, int64_t E,
-                         TC* C, int64_t ldc, bool vec) {
+    grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+                         int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
+                         const int* tiles, int64_t E, TC* C, int64_t ldc, bool vec) {
   __shared__ __align__(128) bf16_t As[64 * kLdK];
   __shared__ __align__(128) bf16_t Bs[kStage];
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -502,8 +531,10 @@ __global__ void __launch_bounds__(kTcThreads)
   int64_t lo = 0, hi = E;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile) lo = mid;
-    else hi = mid;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
   }
   const int64_t e = lo;
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
@@ -550,15 +581,18 @@ __global__ void __launch_bounds__(kTcThreads)
     const int64_t r = r0 + m, col = c0 + nn;
     if (r >= r_end || col >= N) continue;
     const float v = Cs[m * kLdC + nn];
-    if constexpr (kEpi == Epilogue::kAdd) C[r * ldc + col] += v;
-    else C[r * ldc + col] = from_f32<TC>(v);
+    if constexpr (kEpi == Epilogue::kAdd)
+      C[r * ldc + col] += v;
+    else
+      C[r * ldc + col] = from_f32<TC>(v);
   }
 }
 
 template <class TA>
 __global__ void __launch_bounds__(kTcThreads)
     grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C, bool vec) {
+                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
+                           bool vec) {
   __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
   __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -574,7 +608,8 @@ __global__ void __launch_bounds__(kTcThreads)
         At, kLdN, vec, [&](int kk) { return A + (rs + kk) * lda + m0; },
         [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
     stage_tile<kTcK, kTileN, bf16_t>(
-        Bs, kLdN, vec, [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+        Bs, kLdN, vec,
+        [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
         [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
     __syncthreads();
     for (int kk = 0; kk < kTcK; kk += 16) {
@@ -614,8 +649,8 @@ __global__ void swiglu_rows_kernel(int64_t n, int64_t F, const T* act, T* h) {
 // y[t, c]: token t's k contributions T(T(o) * T(w)) added in ascending expert (= routing row)
 // order, rounding after every add.
 template <class T>
-__global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weights, const int64_t* pos, const T* o,
-                               T* y) {
+__global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weights, const int64_t* pos,
+                               const T* o, T* y) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T_ * D;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / D, c = idx % D;
@@ -674,8 +709,8 @@ __global__ void gather_sum_kernel(int64_t T_, int64_t D, int64_t k, const int64_
 
 // dweights[i] = sum_c dy[t, c] * o[r, c] (o the rounded down-projection output), one warp per row.
 template <class T>
-__global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* dy, const T* o,
-                                float* dweights) {
+__global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* dy,
+                                const T* o, float* dweights) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n; r += warps) {
@@ -690,9 +725,9 @@ __global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* 
 // ---- launchers --------------------------------------------------------------------------------
 
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
-void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int64_t K, const TA* A, int64_t lda,
-               const int64_t* gather, int64_t gather_div, const TB* B, int64_t stride_b, const Routing& routing,
-               TC* C, int64_t ldc) {
+void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int64_t K, const TA* A,
+               int64_t lda, const int64_t* gather, int64_t gather_div, const TB* B, int64_t stride_b,
+               const Routing& routing, TC* C, int64_t ldc) {
   const int64_t tiles = Routing::max_tiles(d);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
@@ -702,30 +737,29 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
                      (kTransB || N % 8 == 0);
     grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
-        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
-        C, ldc, vec);
-  }
-  else
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
+        d.E, C, ldc, vec);
+  } else
     grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
-        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(), d.E,
-        C, ldc);
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
+        d.E, C, ldc);
   check_launch("grouped GEMM");
 }
 
 template <class TA, class TB>
-void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, int64_t N, const TA* A, int64_t lda,
-                 const TB* B, int64_t ldb, const int64_t* gather, int64_t gather_div, const Routing& routing,
-                 float* C) {
-  TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535, "moe (cuda): weight-gradient grid too large");
+void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, int64_t N, const TA* A,
+                 int64_t lda, const TB* B, int64_t ldb, const int64_t* gather, int64_t gather_div,
+                 const Routing& routing, float* C) {
+  TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
+              "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
   if constexpr (std::is_same_v<TB, bf16_t>) {
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
-    grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
-                                                                        routing.offsets.as<int64_t>(), C, vec);
-  }
-  else
-    grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
-                                                                            routing.offsets.as<int64_t>(), C);
+    grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec);
+  } else
+    grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
   check_launch("grouped weight gradient");
 }
 
@@ -746,18 +780,18 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>());
   const int64_t* order = routing.order.as<int64_t>();
   // act = [x wg^T | x wu^T] per routing row (rounded to T).
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D, routing,
-                                                    act, 2 * d.F);
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D, routing,
-                                                    act + d.F, 2 * d.F);
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
+                                                    routing, act, 2 * d.F);
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
+                                                    routing, act + d.F, 2 * d.F);
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("swiglu rows");
   Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd, d.D * d.F,
-                                                    routing, o.as<T>(), d.D);
-  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights, routing.pos.as<int64_t>(),
-                                                             o.as<T>(), y);
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+                                                    d.D * d.F, routing, o.as<T>(), d.D);
+  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
+                                                             routing.pos.as<int64_t>(), o.as<T>(), y);
   check_launch("combine");
 }
 
@@ -787,35 +821,37 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
   check_launch("swiglu rows");
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
     Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd, d.D * d.F,
-                                                      routing, o.as<T>(), d.D);
+    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+                                                      d.D * d.F, routing, o.as<T>(), d.D);
     dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
     check_launch("routing-weight gradient");
   }
   if (!dx && !dwg && !dwu && !dwd) return;
   Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
-  scaled_dy_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
+  scaled_dy_kernel<T>
+      <<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
   check_launch("scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
     weight_grad<float, T>(ctx, d, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd);
   if (!dx && !dwg && !dwu) return;
   // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
   Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
-  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, dyw.as<float>(), d.D, nullptr, 1, wd,
-                                                             d.D * d.F, routing, dg.as<float>(), d.F);
-  swiglu_bwd_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
+  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, dyw.as<float>(), d.D, nullptr,
+                                                             1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
+  swiglu_bwd_rows_kernel<T>
+      <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
   check_launch("swiglu backward rows");
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
     weight_grad<float, T>(ctx, d, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
   if (dwu) weight_grad<float, T>(ctx, d, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
-    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg,
-                                                               d.F * d.D, routing, dxr.as<float>(), d.D);
+    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
+        ctx, d, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(), d.D);
     rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, d.D, d.F, du.as<float>(), d.F, nullptr, 1, wu,
                                                       d.F * d.D, routing, dxr.as<float>(), d.D);
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
-                                                                dxr.as<float>(), dx);
+                                                               dxr.as<float>(), dx);
     check_launch("dx gather");
   }
 }
@@ -836,13 +872,11 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   }
   const unsigned grid = unsigned((T + 7) / 8);
   if (dtype == DType::F32)
-    router_fwd_kernel<float><<<grid, 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize,
-                                                               static_cast<const float*>(logits), bias, weights,
-                                                               indices, probs);
+    router_fwd_kernel<float><<<grid, 256, 0, stream_of(ctx)>>>(
+        T, int(E), int(k), renormalize, static_cast<const float*>(logits), bias, weights, indices, probs);
   else
-    router_fwd_kernel<bf16_t><<<grid, 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize,
-                                                                static_cast<const bf16_t*>(logits), bias, weights,
-                                                                indices, probs);
+    router_fwd_kernel<bf16_t><<<grid, 256, 0, stream_of(ctx)>>>(
+        T, int(E), int(k), renormalize, static_cast<const bf16_t*>(logits), bias, weights, indices, probs);
   check_launch("router forward");
   if (counts) moe_count_experts(ctx, T * k, E, indices, counts);
 }
@@ -853,16 +887,18 @@ void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   TITAN_CHECK(E >= 1 && E <= 32 * kPerLane && k >= 1 && k <= E, "router_topk (cuda): E=", E, ", k=", k);
   if (T == 0) return;
   router_bwd_kernel<<<unsigned((T + 7) / 8), 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize, probs,
-                                                                        indices, dweights, dprobs, dlogits);
+                                                                       indices, dweights, dprobs, dlogits);
   check_launch("router backward");
 }
 
-void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts) {
+void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices,
+                       int64_t* counts) {
   cudaStream_t stream = stream_of(ctx);
   TITAN_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t) * size_t(E), stream) == cudaSuccess,
               "moe (cuda): clearing counts failed");
   if (n == 0) return;
-  count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false, reinterpret_cast<unsigned long long*>(counts));
+  count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false,
+                                                reinterpret_cast<unsigned long long*>(counts));
   check_launch("expert counts");
 }
 
@@ -874,8 +910,8 @@ void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t 
   check_launch("aux loss statistics");
 }
 
-void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
-                    float* loss) {
+void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
+                    const double* psum, float* loss) {
   aux_finish_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, scale, counts, psum, loss);
   check_launch("aux loss");
 }
@@ -902,10 +938,11 @@ void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
   if (dtype == DType::F32)
     return experts_fwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
                               static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
-                              static_cast<const float*>(w_down), static_cast<float*>(act), static_cast<float*>(y));
-  experts_fwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices, static_cast<const bf16_t*>(w_gate),
-                      static_cast<const bf16_t*>(w_up), static_cast<const bf16_t*>(w_down),
-                      static_cast<bf16_t*>(act), static_cast<bf16_t*>(y));
+                              static_cast<const float*>(w_down), static_cast<float*>(act),
+                              static_cast<float*>(y));
+  experts_fwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+                      static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
+                      static_cast<const bf16_t*>(w_down), static_cast<bf16_t*>(act), static_cast<bf16_t*>(y));
 }
 
 void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
@@ -917,11 +954,12 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
   if (dtype == DType::F32)
     return experts_bwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
                               static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
-                              static_cast<const float*>(w_down), static_cast<const float*>(act), dy, dx, dweights,
-                              dw_gate, dw_up, dw_down);
-  experts_bwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices, static_cast<const bf16_t*>(w_gate),
-                      static_cast<const bf16_t*>(w_up), static_cast<const bf16_t*>(w_down),
-                      static_cast<const bf16_t*>(act), dy, dx, dweights, dw_gate, dw_up, dw_down);
+                              static_cast<const float*>(w_down), static_cast<const float*>(act), dy, dx,
+                              dweights, dw_gate, dw_up, dw_down);
+  experts_bwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+                      static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
+                      static_cast<const bf16_t*>(w_down), static_cast<const bf16_t*>(act), dy, dx, dweights,
+                      dw_gate, dw_up, dw_down);
 }
 
 // =============================================================================================
@@ -936,18 +974,19 @@ void router_forward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_
                   static_cast<float*>(probs), counts);
 }
 void router_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
-                           const void* probs, const int64_t* indices, const void* dweights, const void* dprobs,
-                           void* dlogits) {
+                           const void* probs, const int64_t* indices, const void* dweights,
+                           const void* dprobs, void* dlogits) {
   router_topk_bwd(ctx, T, E, k, renormalize, static_cast<const float*>(probs), indices,
-                  static_cast<const float*>(dweights), static_cast<const float*>(dprobs), static_cast<float*>(dlogits));
+                  static_cast<const float*>(dweights), static_cast<const float*>(dprobs),
+                  static_cast<float*>(dlogits));
 }
 
 void aux_accumulate_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const void* probs,
                           const int64_t* indices, int64_t* counts, double* psum) {
   moe_aux_accumulate(ctx, T, E, k, static_cast<const float*>(probs), indices, counts, psum);
 }
-void aux_finish_entry(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
-                      void* loss) {
+void aux_finish_entry(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
+                      const double* psum, void* loss) {
   moe_aux_finish(ctx, E, scale, counts, psum, static_cast<float*>(loss));
 }
 void aux_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
@@ -955,22 +994,25 @@ void aux_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, double s
   moe_aux_bwd(ctx, T, E, scale, counts, static_cast<const float*>(dloss), static_cast<float*>(dprobs));
 }
 
-MoeExpertDims expert_dims(const ops::MoeDims& d) { return {d.T, d.D, d.F, d.E, d.k}; }
-template <DType kDType>
-void experts_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x, const void* weights,
-                           const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down, void* act,
-                           void* y) {
-  moe_experts_fwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up, w_down,
-                  act, y);
+MoeExpertDims expert_dims(const ops::MoeDims& d) {
+  return {d.T, d.D, d.F, d.E, d.k};
 }
 template <DType kDType>
-void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x, const void* weights,
-                            const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down,
-                            const void* act, const void* dy, void* dx, void* dweights, void* dw_gate, void* dw_up,
-                            void* dw_down) {
-  moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up, w_down,
-                  act, static_cast<const float*>(dy), static_cast<float*>(dx), static_cast<float*>(dweights),
-                  static_cast<float*>(dw_gate), static_cast<float*>(dw_up), static_cast<float*>(dw_down));
+void experts_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
+                           const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                           const void* w_down, void* act, void* y) {
+  moe_experts_fwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
+                  w_down, act, y);
+}
+template <DType kDType>
+void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
+                            const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                            const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
+                            void* dw_gate, void* dw_up, void* dw_down) {
+  moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
+                  w_down, act, static_cast<const float*>(dy), static_cast<float*>(dx),
+                  static_cast<float*>(dweights), static_cast<float*>(dw_gate), static_cast<float*>(dw_up),
+                  static_cast<float*>(dw_down));
 }
 
 // clang-format off
@@ -987,7 +1029,8 @@ TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType:
     "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
     ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}, {}});
 TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
-    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference rounding points",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, "
+    "reference rounding points",
     ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}, {}});
 // clang-format on
 

@@ -25,7 +25,8 @@ void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
                      float* dlogits);
 // counts [E] (i64, overwritten) = assignments per expert among the n = T * k indices (an index
 // outside [0, E), which the ops reject before, is not counted).
-void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts);
+void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices,
+                       int64_t* counts);
 
 // ---- aux loss ---------------------------------------------------------------------------------
 // aux = scale * sum_e count_e * psum_e over all layers (the op passes scale = E / N^2, N = all
@@ -34,8 +35,8 @@ void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int
 // writes the f32 scalar (summed in f64 in expert order).
 void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const float* probs,
                         const int64_t* indices, int64_t* counts, double* psum);
-void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
-                    float* loss);
+void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
+                    const double* psum, float* loss);
 // dprobs [T, E] = dloss[0] * scale * count_e (dloss is a device scalar: no host read).
 void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
                  const float* dloss, float* dprobs);
