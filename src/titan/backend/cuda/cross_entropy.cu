@@ -1,0 +1,388 @@
+// Cross-entropy and fused linear + cross-entropy on CUDA (contract in backend/cuda/cross_entropy.h).
+//
+// Row statistics: one block per row; each thread runs an online (max, sum of exp) over its
+// columns, the pairs are merged across the block. The fused op keeps, per row, the running
+// (max, sum) over the vocabulary chunks seen so far and the label's logit once its chunk comes by,
+// so each chunk's logits live only between its GEMM and its statistics pass.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "titan/backend/cuda/cross_entropy.h"
+#include "titan/backend/cuda/gemm.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy.h"
+
+namespace titan::cuda {
+
+namespace {
+
+using bf16_t = __nv_bfloat16;
+constexpr int kRowThreads = 256;
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  TITAN_CHECK(e == cudaSuccess, "cross_entropy (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
+}
+cudaStream_t stream_of(const KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16_t x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ void store(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void store(bf16_t* p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+
+// Whether row n takes part; labels outside [0, V) (rejected by the op before) are skipped, never read.
+__device__ __forceinline__ bool counted(int64_t label, int64_t V, int64_t ignore_index) {
+  return label != ignore_index && label >= 0 && label < V;
+}
+
+// (max, sum exp(x - max)) pairs: merging is associative, -inf max means "nothing seen".
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+// Block-wide merge; every thread gets the result. `shared` holds 2 * 32 floats.
+__device__ MaxSum block_merge(MaxSum v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v.m, shared[32 + warp] = v.s;
+  __syncthreads();
+  v = lane < warps ? MaxSum{shared[lane], shared[32 + lane]} : MaxSum{-INFINITY, 0.f};
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  return v;
+}
+
+// (max, sum) over x[0..C) of one row.
+template <class T>
+__device__ MaxSum row_max_sum(const T* x, int64_t C, float* shared) {
+  MaxSum local{-INFINITY, 0.f};
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = to_f32(x[c]);
+    if (v == -INFINITY) continue;  // contributes exp(-inf) = 0 (and would make -inf - -inf = NaN below)
+    if (v > local.m) {
+      local.s = local.s * expf(local.m - v) + 1.f;
+      local.m = v;
+    } else {
+      local.s += expf(v - local.m);
+    }
+  }
+  return block_merge(local, shared);
+}
+
+template <class T>
+__global__ void ce_forward_kernel(int64_t V, const T* logits, const int64_t* labels, int64_t ignore_index,
+                                  float* lse, float* row_loss) {
+  __shared__ float shared[64];
+  const int64_t n = blockIdx.x;
+  const int64_t y = labels[n];
+  if (!counted(y, V, ignore_index)) {  // block-uniform
+    if (threadIdx.x == 0) lse[n] = row_loss[n] = 0.f;
+    return;
+  }
+  const T* x = logits + n * V;
+  const MaxSum r = row_max_sum(x, V, shared);
+  if (threadIdx.x == 0) {
+    const float l = r.m + logf(r.s);
+    lse[n] = l;
+    row_loss[n] = l - to_f32(x[y]);
+  }
+}
+
+template <class T>
+__global__ void ce_backward_kernel(int64_t N, int64_t V, const T* logits, const int64_t* labels,
+                                   int64_t ignore_index, const float* lse, float scale, float* dlogits) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < N * V;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / V, v = idx % V, y = labels[n];
+    float g = 0.f;
+    if (counted(y, V, ignore_index)) g = scale * (expf(to_f32(logits[idx]) - lse[n]) - (v == y ? 1.f : 0.f));
+    dlogits[idx] = g;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  int64_t blocks = (n + 255) / 256;
+  return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+// ---- fused linear + cross-entropy -----------------------------------------------------------
+
+__global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float* label_logit) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    run_max[n] = -INFINITY;
+    run_sum[n] = 0.f;
+    label_logit[n] = 0.f;
+  }
+}
+
+// One block per row: folds chunk columns [c0, c0 + C) (logits [N, C]) into the row's running stats.
+template <class TL>
+__global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits,
+                                       const int64_t* labels, int64_t ignore_index, float* run_max,
+                                       float* run_sum, float* label_logit) {
+  __shared__ float shared[64];
+  const int64_t n = blockIdx.x, y = labels[n];
+  if (!counted(y, V, ignore_index)) return;  // block-uniform
+  const TL* x = logits + n * C;
+  const MaxSum r = row_max_sum(x, C, shared);
+  if (threadIdx.x == 0) {
+    const MaxSum total = merge({run_max[n], run_sum[n]}, r);
+    run_max[n] = total.m;
+    run_sum[n] = total.s;
+    if (y >= c0 && y < c0 + C) label_logit[n] = to_f32(x[y - c0]);
+  }
+}
+
+__global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, int64_t ignore_index,
+                                  const float* run_max, const float* run_sum, const float* label_logit,
+                                  float* lse, float* row_loss) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    if (!counted(labels[n], V, ignore_index)) {
+      lse[n] = row_loss[n] = 0.f;
+      continue;
+    }
+    const float l = run_max[n] + logf(run_sum[n]);
+    lse[n] = l;
+    row_loss[n] = l - label_logit[n];
+  }
+}
+
+// dlogits of one chunk, in the GEMM operand type TD (bf16 rounds once, as the reference does).
+template <class TL, class TD>
+__global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
+                                      const int64_t* labels, int64_t ignore_index, const float* lse,
+                                      float scale, TD* dlogits) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < N * C;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / C, c = idx % C, y = labels[n];
+    float g = 0.f;
+    if (counted(y, V, ignore_index))
+      g = scale * (expf(to_f32(logits[idx]) - lse[n]) - (c0 + c == y ? 1.f : 0.f));
+    store(dlogits, idx, g);
+  }
+}
+
+// Device scratch from the device's allocator, freed in stream order (the caching allocator reuses
+// a block only for work queued after this point on the same stream).
+class Scratch {
+ public:
+  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
+    TITAN_CHECK(services_, "cross_entropy (cuda): the kernel context has no device services");
+    ptr_ = services_->allocate(bytes_);
+  }
+  ~Scratch() { services_->deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  DeviceServices* services_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+void check_dtype(DType dtype) {
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "cross_entropy (cuda): no kernel for ",
+              dtype_name(dtype), " (f32 and bf16 only)");
+}
+
+// The logits of a chunk: bf16 when they are rounded to bf16, else f32.
+DType chunk_logits_dtype(const LinearCrossEntropyDims& d, DType dtype) {
+  return dtype == DType::BF16 && d.round_logits ? DType::BF16 : DType::F32;
+}
+
+size_t dtype_bytes(DType t) {
+  return t == DType::BF16 ? 2 : 4;
+}
+
+// logits[:, c0 : c0 + C] = hidden @ weight[c0 : c0 + C]^T
+void chunk_logits(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype, const void* hidden,
+                  const void* weight, int64_t c0, int64_t C, DType logits_dtype, void* logits) {
+  const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
+  gemm(false, true, d.N, C, d.D, 1.f, dtype, hidden, d.D, w, d.D, 0.f, logits_dtype, logits, C, {},
+       ctx.stream);
+}
+
+}  // namespace
+
+void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dtype, const void* logits,
+                       const int64_t* labels, int64_t ignore_index, float* lse, float* row_loss) {
+  check_dtype(dtype);
+  if (N == 0) return;
+  TITAN_CHECK(N <= 0x7fffffff, "cross_entropy (cuda): ", N, " rows exceed the grid");
+  if (dtype == DType::F32)
+    ce_forward_kernel<float><<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(
+        V, static_cast<const float*>(logits), labels, ignore_index, lse, row_loss);
+  else
+    ce_forward_kernel<bf16_t><<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(
+        V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, row_loss);
+  check_launch("forward");
+}
+
+void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dtype, const void* logits,
+                       const int64_t* labels, int64_t ignore_index, const float* lse, double scale,
+                       float* dlogits) {
+  check_dtype(dtype);
+  if (N == 0) return;
+  if (dtype == DType::F32)
+    ce_backward_kernel<float><<<grid_for(N * V), 256, 0, stream_of(ctx)>>>(
+        N, V, static_cast<const float*>(logits), labels, ignore_index, lse, float(scale), dlogits);
+  else
+    ce_backward_kernel<bf16_t><<<grid_for(N * V), 256, 0, stream_of(ctx)>>>(
+        N, V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, float(scale), dlogits);
+  check_launch("backward");
+}
+
+void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, float* lse, float* row_loss) {
+  check_dtype(dtype);
+  TITAN_CHECK(d.chunk > 0 && d.N <= 0x7fffffff, "linear_cross_entropy (cuda): bad chunk ", d.chunk, " or N ",
+              d.N);
+  if (d.N == 0) return;
+  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
+  const DType ld = chunk_logits_dtype(d, dtype);
+  Scratch logits(ctx, size_t(d.N * chunk) * dtype_bytes(ld));
+  Scratch stats(ctx, size_t(3 * d.N) * sizeof(float));
+  float *run_max = stats.as<float>(), *run_sum = run_max + d.N, *label_logit = run_sum + d.N;
+  cudaStream_t stream = stream_of(ctx);
+  lce_init_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, run_max, run_sum, label_logit);
+  check_launch("init");
+  for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
+    const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
+    chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
+    if (ld == DType::BF16)
+      lce_chunk_stats_kernel<bf16_t><<<unsigned(d.N), kRowThreads, 0, stream>>>(
+          d.V, C, c0, logits.as<bf16_t>(), labels, ignore_index, run_max, run_sum, label_logit);
+    else
+      lce_chunk_stats_kernel<float><<<unsigned(d.N), kRowThreads, 0, stream>>>(
+          d.V, C, c0, logits.as<float>(), labels, ignore_index, run_max, run_sum, label_logit);
+    check_launch("chunk statistics");
+  }
+  lce_finish_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, d.V, labels, ignore_index, run_max, run_sum,
+                                                       label_logit, lse, row_loss);
+  check_launch("finish");
+}
+
+void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
+                              const void* hidden, const void* weight, const int64_t* labels,
+                              int64_t ignore_index, const float* lse, double scale, float* dhidden,
+                              float* dweight) {
+  check_dtype(dtype);
+  TITAN_CHECK(d.chunk > 0, "linear_cross_entropy (cuda): bad chunk ", d.chunk);
+  cudaStream_t stream = stream_of(ctx);
+  if (d.N == 0) {  // no rows: zero gradients
+    if (dweight)
+      TITAN_CHECK(cudaMemsetAsync(dweight, 0, sizeof(float) * size_t(d.V * d.D), stream) == cudaSuccess,
+                  "linear_cross_entropy (cuda): clearing dweight failed");
+    return;
+  }
+  if (!dhidden && !dweight) return;
+  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
+  const DType ld = chunk_logits_dtype(d, dtype);
+  Scratch logits(ctx, size_t(d.N * chunk) * dtype_bytes(ld));
+  Scratch dlogits(ctx, size_t(d.N * chunk) * dtype_bytes(dtype));
+  for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
+    const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
+    chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
+    const unsigned grid = grid_for(d.N * C);
+    const float s = float(scale);
+    if (ld == DType::BF16)  // bf16 logits imply bf16 operands
+      lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<bf16_t>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
+    else if (dtype == DType::BF16)
+      lce_chunk_grad_kernel<float, bf16_t><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
+    else
+      lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(
+          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<float>());
+    check_launch("chunk gradient");
+    const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
+    if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
+      gemm(false, false, d.N, d.D, C, 1.f, dtype, dlogits.as<void>(), C, w, d.D, c0 == 0 ? 0.f : 1.f,
+           DType::F32, dhidden, d.D, {}, ctx.stream);
+    if (dweight)  // dweight[c0 : c0 + C] = dlogits^T [C, N] @ hidden [N, D]
+      gemm(true, false, C, d.D, d.N, 1.f, dtype, dlogits.as<void>(), C, hidden, d.D, 0.f, DType::F32,
+           dweight + c0 * d.D, d.D, {}, ctx.stream);
+  }
+}
+
+// =============================================================================================
+// Registration with the loss ops (ops/cross_entropy.h).
+namespace {
+
+template <DType kDType>
+void ce_forward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits,
+                      const int64_t* labels, int64_t ignore_index, void* lse, void* row_loss) {
+  cross_entropy_fwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<float*>(lse),
+                    static_cast<float*>(row_loss));
+}
+template <DType kDType>
+void ce_backward_entry(const KernelContext& ctx, int64_t N, int64_t V, const void* logits,
+                       const int64_t* labels, int64_t ignore_index, const void* lse, double scale,
+                       void* dlogits) {
+  cross_entropy_bwd(ctx, N, V, kDType, logits, labels, ignore_index, static_cast<const float*>(lse), scale,
+                    static_cast<float*>(dlogits));
+}
+
+LinearCrossEntropyDims lce_dims(const ops::LinearCrossEntropyArgs& a) {
+  return {a.N, a.V, a.D, a.chunk, a.round_logits};
+}
+template <DType kDType>
+void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, void* lse,
+                       void* row_loss) {
+  linear_cross_entropy_fwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
+                           static_cast<float*>(lse), static_cast<float*>(row_loss));
+}
+template <DType kDType>
+void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, const void* lse,
+                        double scale, void* dhidden, void* dweight) {
+  linear_cross_entropy_bwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
+                           static_cast<const float*>(lse), scale, static_cast<float*>(dhidden),
+                           static_cast<float*>(dweight));
+}
+
+// clang-format off
+TITAN_REGISTER_KERNEL(ce_cuda_f32, {"cross_entropy", Device::CUDA, DType::F32, "default",
+    "block per row, online logsumexp in f32",
+    ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(ce_cuda_bf16, {"cross_entropy", Device::CUDA, DType::BF16, "default",
+    "block per row, bf16 logits widened, online logsumexp in f32",
+    ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>}, {}});
+TITAN_REGISTER_KERNEL(lce_cuda_f32, {"linear_cross_entropy", Device::CUDA, DType::F32, "default",
+    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(lce_cuda_bf16, {"linear_cross_entropy", Device::CUDA, DType::BF16, "default",
+    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; "
+    "logits recomputed in backward",
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}, {}});
+// clang-format on
+
+}  // namespace
+
+}  // namespace titan::cuda

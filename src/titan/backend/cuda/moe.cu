@@ -1,0 +1,1039 @@
+// Mixture-of-experts on CUDA (contract in backend/cuda/moe.h).
+//
+// Router: one warp per token; the softmax in f32 with each lane holding E/32 probabilities in
+// registers, then k warp-wide argmax passes (ties to the lower expert, as the CPU kernels).
+//
+// Experts, without a host round trip: a histogram of the expert indices, a one-block scan into
+// per-expert row offsets (and per-expert GEMM tile offsets), and a stable rank (one block per
+// expert walks the indices in order with ballots) give the routing order. The expert GEMMs are
+// grouped GEMMs that read those device offsets: each block of the "rows" kernel maps its blockIdx
+// to (expert, 64-row tile) through the tile offsets and gathers its A rows through the routing
+// order; the weight-gradient kernel runs one block column per expert over that expert's rows.
+// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation; the backward's f32 operands
+// rounded to bf16 as they are staged); f32 models on f32-FMA tiles (exact f32 products). The
+// elementwise steps round to the storage type exactly where the reference kernels in ops/moe.cpp do.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "titan/backend/cuda/moe.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/moe.h"
+
+namespace titan::cuda {
+
+namespace {
+
+using bf16_t = __nv_bfloat16;
+constexpr unsigned kFull = 0xffffffffu;
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  TITAN_CHECK(e == cudaSuccess, "moe (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
+}
+cudaStream_t stream_of(const KernelContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+unsigned grid_for(int64_t n, int threads = 256) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+void check_dtype(DType dtype) {
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "moe (cuda): no kernel for ", dtype_name(dtype),
+              " (f32 and bf16 only)");
+}
+
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16_t x) {
+  return __bfloat162float(x);
+}
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
+  return __float2bfloat16_rn(x);
+}
+// v rounded to T and widened back: the T(...) of the reference kernels.
+template <class T>
+__device__ __forceinline__ float rnd(float v) {
+  return to_f32(from_f32<T>(v));
+}
+__device__ __forceinline__ float sigmoid(float v) {
+  return 1.f / (1.f + expf(-v));
+}
+__device__ __forceinline__ int64_t clamp_expert(int64_t e, int64_t E) {
+  return e < 0 ? 0 : (e >= E ? E - 1 : e);
+}
+
+// Device scratch from the device's allocator, freed in stream order.
+class Scratch {
+ public:
+  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
+    TITAN_CHECK(services_, "moe (cuda): the kernel context has no device services");
+    ptr_ = services_->allocate(bytes_);
+  }
+  ~Scratch() { services_->deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  DeviceServices* services_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+// =============================================================================================
+// Router. One warp per token, kPerLane probabilities per lane (E <= 32 * kPerLane).
+constexpr int kPerLane = 32;
+
+template <class T>
+__global__ void router_fwd_kernel(int64_t T_, int E, int k, bool renormalize, const T* logits,
+                                  const float* bias, float* weights, int64_t* indices, float* probs) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= T_) return;  // warp-uniform
+  float p[kPerLane];
+  float m = -INFINITY;
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    p[c] = e < E ? to_f32(logits[t * E + e]) : -INFINITY;
+    m = fmaxf(m, p[c]);
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+  float sum = 0.f;
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    p[c] = e < E ? expf(p[c] - m) : 0.f;
+    sum += p[c];
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    p[c] /= sum;
+    if (e < E) probs[t * E + e] = p[c];
+  }
+  uint32_t chosen = 0;  // bit c: expert lane + 32c is taken
+  float total = 0.f;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    float best_score = 0.f, best_p = 0.f;
+    for (int c = 0; c < kPerLane; ++c) {
+      const int e = lane + 32 * c;
+      if (e >= E || (chosen >> c & 1u)) continue;
+      const float score = bias ? p[c] + bias[e] : p[c];
+      if (best < 0 || score > best_score) best = e, best_score = score, best_p = p[c];
+    }
+    for (int o = 16; o > 0; o >>= 1) {  // argmax; ties (and NaN) keep a valid lower index
+      const int other = __shfl_xor_sync(kFull, best, o);
+      const float other_score = __shfl_xor_sync(kFull, best_score, o);
+      const float other_p = __shfl_xor_sync(kFull, best_p, o);
+      const bool take = other >= 0 && (best < 0 || other_score > best_score ||
+                                       (!(other_score < best_score) && other < best));
+      if (take) best = other, best_score = other_score, best_p = other_p;
+    }
+    if (best % 32 == lane) chosen |= 1u << (best / 32);
+    if (lane == 0) {
+      indices[t * k + j] = best;
+      weights[t * k + j] = best_p;
+    }
+    total += best_p;
+  }
+  if (renormalize && lane == 0)
+    for (int j = 0; j < k; ++j) weights[t * k + j] /= total;
+}
+
+__global__ void router_bwd_kernel(int64_t T_, int E, int k, bool renormalize, const float* probs,
+                                  const int64_t* indices, const float* dweights, const float* dprobs,
+                                  float* dlogits) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= T_) return;
+  const float* p = probs + t * E;
+  const int64_t* idx = indices + t * k;
+  float dp[kPerLane];
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    dp[c] = (dprobs && e < E) ? dprobs[t * E + e] : 0.f;
+  }
+  if (dweights) {
+    float S = 0.f, dot = 0.f;
+    if (renormalize) {  // w_j = p_j / S: dp_j += (dw_j - sum_m dw_m w_m) / S
+      for (int j = 0; j < k; ++j) S += p[idx[j]];
+      for (int j = 0; j < k; ++j) dot += dweights[t * k + j] * (p[idx[j]] / S);
+    }
+    for (int j = 0; j < k; ++j) {
+      const int e = int(idx[j]);
+      if (e % 32 != lane) continue;
+      for (int c = 0; c < kPerLane; ++c)  // static register index
+        if (c == e / 32) dp[c] += renormalize ? (dweights[t * k + j] - dot) / S : dweights[t * k + j];
+    }
+  }
+  float s = 0.f;
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    if (e < E) s += p[e] * dp[c];
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+  for (int c = 0; c < kPerLane; ++c) {
+    const int e = lane + 32 * c;
+    if (e < E) dlogits[t * E + e] = p[e] * (dp[c] - s);
+  }
+}
+
+// Histogram of expert indices. Indices outside [0, E) are counted as the nearest valid expert with
+// `clamp` (where the routing order puts them), else skipped.
+__global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool clamp,
+                             unsigned long long* counts) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = indices[i];
+    if (!clamp && (e < 0 || e >= E)) continue;
+    atomicAdd(&counts[clamp_expert(e, E)], 1ull);
+  }
+}
+
+// =============================================================================================
+// Aux loss.
+__global__ void aux_accumulate_kernel(int64_t T_, int64_t E, int64_t k, const float* probs,
+                                      const int64_t* indices, unsigned long long* counts, double* psum) {
+  // Column sums: one thread per expert column (coalesced across threads), then the counts.
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t t = 0; t < T_; ++t) acc += double(probs[t * E + e]);
+    psum[e] += acc;
+  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * k;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = indices[i];
+    if (e >= 0 && e < E) atomicAdd(&counts[e], 1ull);
+  }
+}
+
+__global__ void aux_finish_kernel(int64_t E, double scale, const int64_t* counts, const double* psum,
+                                  float* loss) {
+  if (threadIdx.x != 0) return;
+  double aux = 0.0;
+  for (int64_t e = 0; e < E; ++e) aux += double(counts[e]) * psum[e];
+  *loss = float(scale * aux);
+}
+
+__global__ void aux_bwd_kernel(int64_t T_, int64_t E, double scale, const int64_t* counts, const float* dloss,
+                               float* dprobs) {
+  const double g = double(*dloss) * scale;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * E;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dprobs[i] = float(g * double(counts[i % E]));
+}
+
+// =============================================================================================
+// Routing order.
+constexpr int kRowTile = 64;  // rows per grouped-GEMM tile
+
+// One thread: offsets[e+1] = offsets[e] + counts[e]; tiles[e+1] = tiles[e] + ceil(counts[e] / 64).
+__global__ void scan_kernel(int64_t E, const unsigned long long* counts, int64_t* offsets, int* tiles) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  offsets[0] = 0;
+  tiles[0] = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    offsets[e + 1] = offsets[e] + int64_t(counts[e]);
+    tiles[e + 1] = tiles[e] + int((counts[e] + kRowTile - 1) / kRowTile);
+  }
+}
+
+// One block (1024 threads) per expert: walks the indices in order; ballots give each match its
+// rank among the earlier matches, so the order is stable.
+__global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const int64_t* offsets,
+                            int64_t* order, int64_t* pos) {
+  __shared__ int warp_counts[32];
+  const int64_t e = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  int64_t running = offsets[e];
+  for (int64_t base = 0; base < n; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const bool match = i < n && clamp_expert(indices[i], E) == e;
+    const unsigned ballot = __ballot_sync(kFull, match);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < warps; ++w) {
+      before += w < warp ? warp_counts[w] : 0;
+      total += warp_counts[w];
+    }
+    if (match) {
+      const int64_t r = running + before + __popc(ballot & ((1u << lane) - 1u));
+      order[r] = i;
+      pos[i] = r;
+    }
+    running += total;
+    __syncthreads();  // warp_counts is rewritten next round
+  }
+}
+
+// Everything the expert kernels need to know about the routing, on the device.
+struct Routing {
+  Scratch order, pos, offsets, tiles;
+  Routing(const KernelContext& ctx, const MoeExpertDims& d)
+      : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
+        pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
+        offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
+        tiles(ctx, sizeof(int) * size_t(d.E + 1)) {}
+  // Upper bound of the row tiles over all experts (grid size of the rows GEMM).
+  static int64_t max_tiles(const MoeExpertDims& d) { return (d.T * d.k + kRowTile - 1) / kRowTile + d.E; }
+};
+
+void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices, int64_t* order,
+                   int64_t* pos, int64_t* offsets, int* tiles) {
+  const int64_t n = d.T * d.k;
+  cudaStream_t stream = stream_of(ctx);
+  Scratch counts(ctx, sizeof(unsigned long long) * size_t(d.E));
+  TITAN_CHECK(
+      cudaMemsetAsync(counts.as<void>(), 0, sizeof(unsigned long long) * size_t(d.E), stream) == cudaSuccess,
+      "moe (cuda): clearing the expert counts failed");
+  // Clamped indices count where the rank kernel places them.
+  if (n > 0) {
+    count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>());
+    check_launch("expert histogram");
+  }
+  scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles);
+  check_launch("routing scan");
+  if (n > 0) {
+    rank_kernel<<<unsigned(d.E), 1024, 0, stream>>>(n, d.E, indices, offsets, order, pos);
+    check_launch("routing rank");
+  }
+}
+
+// =============================================================================================
+// Grouped GEMMs (f32 FMA tiles, 64 x 64 per block, 16 x 16 threads with 4 x 4 outputs each).
+constexpr int kTileN = 64, kTileK = 16, kGemmThreads = 256;
+
+enum class Epilogue { kStoreRounded, kAdd };
+
+// For each expert e and its rows r in [offsets[e], offsets[e+1]):
+//   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] / gather_div : r
+// B_e = B + e * stride_b is stored [N, K] (kTransB: C = A B_e^T) or [K, N]. blockIdx.x enumerates
+// (expert, row tile) through tiles[]; blockIdx.y the column tile.
+template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
+__global__ void __launch_bounds__(kGemmThreads)
+    grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+                      int64_t gather_div, const TB* B, int64_t stride_b, const int64_t* offsets,
+                      const int* tiles, int64_t E, TC* C, int64_t ldc) {
+  __shared__ float As[kTileK][kRowTile + 4];
+  __shared__ float Bs[kTileK][kTileN + 4];
+  const int tile = blockIdx.x;
+  if (tile >= tiles[E]) return;  // block-uniform
+  int64_t lo = 0, hi = E;        // the expert with tiles[e] <= tile < tiles[e+1]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const int64_t e = lo;
+  const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
+  const int64_t c0 = int64_t(blockIdx.y) * kTileN;
+  const TB* Be = B + e * stride_b;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+    for (int idx = threadIdx.x; idx < kRowTile * kTileK; idx += kGemmThreads) {
+      const int m = idx / kTileK, kk = idx % kTileK;
+      const int64_t r = r0 + m, kcol = k0 + kk;
+      float v = 0.f;
+      if (r < r_end && kcol < K) {
+        const int64_t arow = gather ? gather[r] / gather_div : r;
+        v = to_f32(A[arow * lda + kcol]);
+      }
+      As[kk][m] = v;
+    }
+    for (int idx = threadIdx.x; idx < kTileK * kTileN; idx += kGemmThreads) {
+      int kk, nn;
+      if (kTransB)
+        kk = idx % kTileK, nn = idx / kTileK;  // consecutive threads walk K (contiguous)
+      else
+        kk = idx / kTileN, nn = idx % kTileN;  // consecutive threads walk N (contiguous)
+      const int64_t kcol = k0 + kk, col = c0 + nn;
+      float v = 0.f;
+      if (kcol < K && col < N) v = to_f32(kTransB ? Be[col * K + kcol] : Be[kcol * N + col]);
+      Bs[kk][nn] = v;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[4], b[4];
+      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = r0 + ty * 4 + i;
+    if (r >= r_end) continue;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t col = c0 + tx * 4 + j;
+      if (col >= N) continue;
+      if constexpr (kEpi == Epilogue::kAdd)
+        C[r * ldc + col] += acc[i][j];
+      else
+        C[r * ldc + col] = from_f32<TC>(acc[i][j]);
+    }
+  }
+}
+
+// Weight gradients: C[e] [M, N] = sum over expert e's rows r of A[r, m] * B[brow(r), n],
+// brow(r) = gather ? gather[r] / gather_div : r. grid (ceil(N/64), ceil(M/64), E); experts without
+// rows get zeros.
+template <class TA, class TB>
+__global__ void __launch_bounds__(kGemmThreads)
+    grouped_weight_grad(int64_t M, int64_t N, const TA* A, int64_t lda, const TB* B, int64_t ldb,
+                        const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+  __shared__ float As[kTileK][kRowTile + 4];
+  __shared__ float Bs[kTileK][kTileN + 4];
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kTileN;
+  const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t rs = r_begin; rs < r_end; rs += kTileK) {
+    for (int idx = threadIdx.x; idx < kTileK * kRowTile; idx += kGemmThreads) {
+      const int kk = idx / kRowTile, m = idx % kRowTile;
+      const int64_t r = rs + kk, row = m0 + m;
+      As[kk][m] = (r < r_end && row < M) ? to_f32(A[r * lda + row]) : 0.f;
+    }
+    for (int idx = threadIdx.x; idx < kTileK * kTileN; idx += kGemmThreads) {
+      const int kk = idx / kTileN, nn = idx % kTileN;
+      const int64_t r = rs + kk, col = n0 + nn;
+      float v = 0.f;
+      if (r < r_end && col < N) {
+        const int64_t brow = gather ? gather[r] / gather_div : r;
+        v = to_f32(B[brow * ldb + col]);
+      }
+      Bs[kk][nn] = v;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[4], b[4];
+      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+  float* Ce = C + e * M * N;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = m0 + ty * 4 + i;
+    if (row >= M) continue;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t col = n0 + tx * 4 + j;
+      if (col < N) Ce[row * N + col] = acc[i][j];
+    }
+  }
+}
+
+// ---- the same two grouped GEMMs on bf16 tensor cores (WMMA 16x16x16, f32 accumulators) ---------
+// Used when B is bf16 (bf16 models). A operands in f32 (the backward's dy * w, dg, du) are rounded
+// to bf16 as they are staged, as a bf16 autograd would hold them. 64 x 64 tiles, 4 warps of 32 x 32,
+// K steps of 32, the accumulators leave through a shared f32 tile for the bounds-checked epilogue.
+namespace wmma = nvcuda::wmma;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major>;
+using FragAcol = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::col_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major>;
+using FragBcol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+constexpr int kTcK = 32, kTcThreads = 128;
+constexpr int kLdK = kTcK + 8;    // bf16 tiles [64][40] (row-major, K contiguous)
+constexpr int kLdN = kTileN + 8;  // bf16 tiles [32][72] (row-major, N or M contiguous)
+constexpr int kLdC = kTileN + 4;  // f32 [64][68]
+constexpr int kStage = 64 * kLdK > kTcK* kLdN ? 64 * kLdK : kTcK* kLdN;
+
+__device__ __forceinline__ bf16_t as_bf16(float x) {
+  return __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ bf16_t as_bf16(bf16_t x) {
+  return x;
+}
+
+// 8 consecutive elements as 8 bf16 into 16-byte aligned shared memory: one 16-byte load for bf16,
+// two for f32 (rounded), or zeros when `inside` is false. src must be 16-byte aligned.
+__device__ __forceinline__ void load8(bf16_t* dst, const bf16_t* src, bool inside) {
+  *reinterpret_cast<uint4*>(dst) = inside ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void load8(bf16_t* dst, const float* src, bool inside) {
+  if (!inside) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+  __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(dst);
+  d[0] = __floats2bfloat162_rn(a.x, a.y);
+  d[1] = __floats2bfloat162_rn(a.z, a.w);
+  d[2] = __floats2bfloat162_rn(b.x, b.y);
+  d[3] = __floats2bfloat162_rn(b.z, b.w);
+}
+
+// Stages rows x cols (cols a multiple of 8) of a row-major source into dst[rows][ld] as bf16;
+// element (i, j) is src_row(i)[j] when inside(i, j) (checked per 8-element chunk when `vec`, i.e.
+// when every row start is 16-byte aligned and the column bound is a multiple of 8), else 0.
+template <int kRows, int kCols, class T, class RowPtr, class Inside>
+__device__ __forceinline__ void stage_tile(bf16_t* dst, int ld, bool vec, RowPtr row_ptr, Inside inside) {
+  if (vec) {
+    for (int idx = threadIdx.x; idx < kRows * kCols / 8; idx += blockDim.x) {
+      const int i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+      const bool in = inside(i, j);
+      load8(dst + i * ld + j, in ? row_ptr(i) + j : static_cast<const T*>(nullptr), in);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kRows * kCols; idx += blockDim.x) {
+      const int i = idx / kCols, j = idx % kCols;
+      dst[i * ld + j] = inside(i, j) ? as_bf16(row_ptr(i)[j]) : __float2bfloat16_rn(0.f);
+    }
+  }
+}
+
+// The 64 x 64 f32 result tile of a block: each warp stores its 2 x 2 fragments into Cs.
+__device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], int wm, int wn) {
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC,
+                              wmma::mem_row_major);
+}
+
+template <class TA, bool kTransB, class TC, Epilogue kEpi>
+__global__ void __launch_bounds__(kTcThreads)
+    grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+                         int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
+                         const int* tiles, int64_t E, TC* C, int64_t ldc, bool vec) {
+  __shared__ __align__(128) bf16_t As[64 * kLdK];
+  __shared__ __align__(128) bf16_t Bs[kStage];
+  __shared__ __align__(128) float Cs[64 * kLdC];
+  const int tile = blockIdx.x;
+  if (tile >= tiles[E]) return;  // block-uniform
+  int64_t lo = 0, hi = E;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const int64_t e = lo;
+  const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
+  const int64_t c0 = int64_t(blockIdx.y) * kTileN;
+  const bf16_t* Be = B + e * stride_b;
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  FragC acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int64_t k0 = 0; k0 < K; k0 += kTcK) {
+    __syncthreads();  // the previous tiles are consumed
+    stage_tile<64, kTcK, TA>(
+        As, kLdK, vec, [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
+        [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
+    if (kTransB)  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
+      stage_tile<kTileN, kTcK, bf16_t>(
+          Bs, kLdK, vec, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+          [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
+    else  // B tile [32 k][64 n]
+      stage_tile<kTcK, kTileN, bf16_t>(
+          Bs, kLdN, vec, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+          [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
+    __syncthreads();
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      FragA a[2];
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], As + (wm * 32 + i * 16) * kLdK + kk, kLdK);
+      for (int j = 0; j < 2; ++j) {
+        if constexpr (kTransB) {
+          FragBcol b;
+          wmma::load_matrix_sync(b, Bs + (wn * 32 + j * 16) * kLdK + kk, kLdK);
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+        } else {
+          FragB b;
+          wmma::load_matrix_sync(b, Bs + kk * kLdN + wn * 32 + j * 16, kLdN);
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+        }
+      }
+    }
+  }
+  store_warp_tile(Cs, acc, wm, wn);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < 64 * kTileN; idx += kTcThreads) {
+    const int m = idx / kTileN, nn = idx % kTileN;
+    const int64_t r = r0 + m, col = c0 + nn;
+    if (r >= r_end || col >= N) continue;
+    const float v = Cs[m * kLdC + nn];
+    if constexpr (kEpi == Epilogue::kAdd)
+      C[r * ldc + col] += v;
+    else
+      C[r * ldc + col] = from_f32<TC>(v);
+  }
+}
+
+template <class TA>
+__global__ void __launch_bounds__(kTcThreads)
+    grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
+                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
+                           bool vec) {
+  __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
+  __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
+  __shared__ __align__(128) float Cs[64 * kLdC];
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kTileN;
+  const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  FragC acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int64_t rs = r_begin; rs < r_end; rs += kTcK) {
+    __syncthreads();
+    stage_tile<kTcK, 64, TA>(
+        At, kLdN, vec, [&](int kk) { return A + (rs + kk) * lda + m0; },
+        [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
+    stage_tile<kTcK, kTileN, bf16_t>(
+        Bs, kLdN, vec,
+        [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+        [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
+    __syncthreads();
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      FragAcol a[2];  // element (m, r) at At[r * kLdN + m]
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], At + kk * kLdN + wm * 32 + i * 16, kLdN);
+      for (int j = 0; j < 2; ++j) {
+        FragB b;
+        wmma::load_matrix_sync(b, Bs + kk * kLdN + wn * 32 + j * 16, kLdN);
+        for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+      }
+    }
+  }
+  store_warp_tile(Cs, acc, wm, wn);
+  __syncthreads();
+  float* Ce = C + e * M * N;
+  for (int idx = threadIdx.x; idx < 64 * kTileN; idx += kTcThreads) {
+    const int m = idx / kTileN, nn = idx % kTileN;
+    const int64_t row = m0 + m, col = n0 + nn;
+    if (row < M && col < N) Ce[row * N + col] = Cs[m * kLdC + nn];
+  }
+}
+
+// =============================================================================================
+// Elementwise steps of the experts.
+
+// h[r, f] = T(T(silu(g)) * u) from act = [gate | up] (the reference's rounding points).
+template <class T>
+__global__ void swiglu_rows_kernel(int64_t n, int64_t F, const T* act, T* h) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * F;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / F, f = idx % F;
+    const float g = to_f32(act[r * 2 * F + f]), u = to_f32(act[r * 2 * F + F + f]);
+    h[idx] = from_f32<T>(rnd<T>(g * sigmoid(g)) * u);
+  }
+}
+
+// y[t, c]: token t's k contributions T(T(o) * T(w)) added in ascending expert (= routing row)
+// order, rounding after every add.
+template <class T>
+__global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weights, const int64_t* pos,
+                               const T* o, T* y) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T_ * D;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / D, c = idx % D;
+    int64_t done = -1;  // rows visited in increasing order without sorting: k is small
+    float acc = 0.f;
+    for (int step = 0; step < k; ++step) {
+      int64_t best = -1;
+      int best_j = 0;
+      for (int j = 0; j < k; ++j) {
+        const int64_t r = pos[t * k + j];
+        if (r > done && (best < 0 || r < best)) best = r, best_j = j;
+      }
+      done = best;
+      const float w = rnd<T>(weights[t * k + best_j]);
+      acc = rnd<T>(acc + rnd<T>(to_f32(o[best * D + c]) * w));
+    }
+    y[idx] = from_f32<T>(acc);
+  }
+}
+
+// dyw[r, c] = T(w_i) * dy[t, c] for routing row r = pos[i], i = t * k + j.
+template <class T>
+__global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* weights,
+                                 const float* dy, float* dyw) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * D;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / D, c = idx % D, i = order[r];
+    dyw[idx] = rnd<T>(weights[i]) * dy[(i / k) * D + c];
+  }
+}
+
+// From dh (overwritten by dg) and act: dg = dh * u * sg * (1 + g (1 - sg)), du = dh * T(silu(g)).
+template <class T>
+__global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const T* act, float* dh_dg, float* du) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * F;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / F, f = idx % F;
+    const float g = to_f32(act[r * 2 * F + f]), u = to_f32(act[r * 2 * F + F + f]);
+    const float sg = sigmoid(g), dh = dh_dg[idx];
+    dh_dg[idx] = dh * u * sg * (1.f + g * (1.f - sg));
+    du[idx] = dh * rnd<T>(g * sg);
+  }
+}
+
+// dx[t, c] = sum_j dxr[pos[t*k + j], c].
+__global__ void gather_sum_kernel(int64_t T_, int64_t D, int64_t k, const int64_t* pos, const float* dxr,
+                                  float* dx) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T_ * D;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / D, c = idx % D;
+    float acc = 0.f;
+    for (int64_t j = 0; j < k; ++j) acc += dxr[pos[t * k + j] * D + c];
+    dx[idx] = acc;
+  }
+}
+
+// dweights[i] = sum_c dy[t, c] * o[r, c] (o the rounded down-projection output), one warp per row.
+template <class T>
+__global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* dy,
+                                const T* o, float* dweights) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n; r += warps) {
+    const int64_t i = order[r], t = i / k;
+    float acc = 0.f;
+    for (int64_t c = lane; c < D; c += 32) acc += dy[t * D + c] * to_f32(o[r * D + c]);
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
+    if (lane == 0) dweights[i] = acc;
+  }
+}
+
+// ---- launchers --------------------------------------------------------------------------------
+
+template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
+void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int64_t K, const TA* A,
+               int64_t lda, const int64_t* gather, int64_t gather_div, const TB* B, int64_t stride_b,
+               const Routing& routing, TC* C, int64_t ldc) {
+  const int64_t tiles = Routing::max_tiles(d);
+  TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
+  dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
+  if constexpr (std::is_same_v<TB, bf16_t>) {
+    // 8-element loads: every A and B row start 16-byte aligned, and the loaded extent of a row a
+    // multiple of 8 (K for A and a transposed B, N for a plain B).
+    const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
+                     (kTransB || N % 8 == 0);
+    grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
+        d.E, C, ldc, vec);
+  } else
+    grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
+        d.E, C, ldc);
+  check_launch("grouped GEMM");
+}
+
+template <class TA, class TB>
+void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, int64_t N, const TA* A,
+                 int64_t lda, const TB* B, int64_t ldb, const int64_t* gather, int64_t gather_div,
+                 const Routing& routing, float* C) {
+  TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
+              "moe (cuda): weight-gradient grid too large");
+  dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
+  if constexpr (std::is_same_v<TB, bf16_t>) {
+    const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
+    grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec);
+  } else
+    grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
+  check_launch("grouped weight gradient");
+}
+
+void check_expert_dims(const MoeExpertDims& d) {
+  TITAN_CHECK(d.T >= 0 && d.D >= 1 && d.F >= 1 && d.E >= 1 && d.k >= 1 && d.k <= d.E && d.k <= 64,
+              "moe (cuda): bad dims T=", d.T, " D=", d.D, " F=", d.F, " E=", d.E, " k=", d.k,
+              " (k must be in [1, min(E, 64)])");
+}
+
+template <class T>
+void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, const float* weights,
+                 const int64_t* indices, const T* wg, const T* wu, const T* wd, T* act, T* y) {
+  const int64_t n = d.T * d.k;
+  if (d.T == 0) return;
+  cudaStream_t stream = stream_of(ctx);
+  Routing routing(ctx, d);
+  build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+  const int64_t* order = routing.order.as<int64_t>();
+  // act = [x wg^T | x wu^T] per routing row (rounded to T).
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
+                                                    routing, act, 2 * d.F);
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
+                                                    routing, act + d.F, 2 * d.F);
+  Scratch h(ctx, sizeof(T) * size_t(n * d.F));
+  swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
+  check_launch("swiglu rows");
+  Scratch o(ctx, sizeof(T) * size_t(n * d.D));
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+                                                    d.D * d.F, routing, o.as<T>(), d.D);
+  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
+                                                             routing.pos.as<int64_t>(), o.as<T>(), y);
+  check_launch("combine");
+}
+
+template <class T>
+void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, const float* weights,
+                 const int64_t* indices, const T* wg, const T* wu, const T* wd, const T* act, const float* dy,
+                 float* dx, float* dweights, float* dwg, float* dwu, float* dwd) {
+  const int64_t n = d.T * d.k;
+  cudaStream_t stream = stream_of(ctx);
+  auto zero = [&](float* p, int64_t count) {
+    if (p)
+      TITAN_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * size_t(count), stream) == cudaSuccess,
+                  "moe (cuda): clearing a gradient failed");
+  };
+  if (d.T == 0) {  // no tokens: zero weight gradients
+    zero(dwg, d.E * d.F * d.D);
+    zero(dwu, d.E * d.F * d.D);
+    zero(dwd, d.E * d.D * d.F);
+    return;
+  }
+  Routing routing(ctx, d);
+  build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+  const int64_t* order = routing.order.as<int64_t>();
+  Scratch h(ctx, sizeof(T) * size_t(n * d.F));
+  swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
+  check_launch("swiglu rows");
+  if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
+    Scratch o(ctx, sizeof(T) * size_t(n * d.D));
+    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+                                                      d.D * d.F, routing, o.as<T>(), d.D);
+    dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
+    check_launch("routing-weight gradient");
+  }
+  if (!dx && !dwg && !dwu && !dwd) return;
+  Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
+  scaled_dy_kernel<T>
+      <<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
+  check_launch("scaled dy");
+  if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
+    weight_grad<float, T>(ctx, d, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd);
+  if (!dx && !dwg && !dwu) return;
+  // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
+  Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
+  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, dyw.as<float>(), d.D, nullptr,
+                                                             1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
+  swiglu_bwd_rows_kernel<T>
+      <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
+  check_launch("swiglu backward rows");
+  if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
+    weight_grad<float, T>(ctx, d, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
+  if (dwu) weight_grad<float, T>(ctx, d, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
+  if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
+    Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
+    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
+        ctx, d, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(), d.D);
+    rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, d.D, d.F, du.as<float>(), d.F, nullptr, 1, wu,
+                                                      d.F * d.D, routing, dxr.as<float>(), d.D);
+    gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
+                                                               dxr.as<float>(), dx);
+    check_launch("dx gather");
+  }
+}
+
+}  // namespace
+
+// ---- public launchers ---------------------------------------------------------------------------
+
+void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, DType dtype,
+                     const void* logits, const float* bias, float* weights, int64_t* indices, float* probs,
+                     int64_t* counts) {
+  check_dtype(dtype);
+  TITAN_CHECK(E >= 1 && E <= 32 * kPerLane && k >= 1 && k <= E, "router_topk (cuda): E=", E, ", k=", k,
+              " (needs 1 <= k <= E <= ", 32 * kPerLane, ")");
+  if (T == 0) {
+    if (counts) moe_count_experts(ctx, 0, E, indices, counts);
+    return;
+  }
+  const unsigned grid = unsigned((T + 7) / 8);
+  if (dtype == DType::F32)
+    router_fwd_kernel<float><<<grid, 256, 0, stream_of(ctx)>>>(
+        T, int(E), int(k), renormalize, static_cast<const float*>(logits), bias, weights, indices, probs);
+  else
+    router_fwd_kernel<bf16_t><<<grid, 256, 0, stream_of(ctx)>>>(
+        T, int(E), int(k), renormalize, static_cast<const bf16_t*>(logits), bias, weights, indices, probs);
+  check_launch("router forward");
+  if (counts) moe_count_experts(ctx, T * k, E, indices, counts);
+}
+
+void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                     const float* probs, const int64_t* indices, const float* dweights, const float* dprobs,
+                     float* dlogits) {
+  TITAN_CHECK(E >= 1 && E <= 32 * kPerLane && k >= 1 && k <= E, "router_topk (cuda): E=", E, ", k=", k);
+  if (T == 0) return;
+  router_bwd_kernel<<<unsigned((T + 7) / 8), 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize, probs,
+                                                                       indices, dweights, dprobs, dlogits);
+  check_launch("router backward");
+}
+
+void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices,
+                       int64_t* counts) {
+  cudaStream_t stream = stream_of(ctx);
+  TITAN_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t) * size_t(E), stream) == cudaSuccess,
+              "moe (cuda): clearing counts failed");
+  if (n == 0) return;
+  count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false,
+                                                reinterpret_cast<unsigned long long*>(counts));
+  check_launch("expert counts");
+}
+
+void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const float* probs,
+                        const int64_t* indices, int64_t* counts, double* psum) {
+  if (T == 0) return;
+  aux_accumulate_kernel<<<grid_for(T * k > E ? T * k : E), 256, 0, stream_of(ctx)>>>(
+      T, E, k, probs, indices, reinterpret_cast<unsigned long long*>(counts), psum);
+  check_launch("aux loss statistics");
+}
+
+void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
+                    const double* psum, float* loss) {
+  aux_finish_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, scale, counts, psum, loss);
+  check_launch("aux loss");
+}
+
+void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
+                 const float* dloss, float* dprobs) {
+  if (T == 0) return;
+  aux_bwd_kernel<<<grid_for(T * E), 256, 0, stream_of(ctx)>>>(T, E, scale, counts, dloss, dprobs);
+  check_launch("aux loss backward");
+}
+
+void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
+                            int64_t* order, int64_t* pos, int64_t* offsets) {
+  check_expert_dims(d);
+  Scratch tiles(ctx, sizeof(int) * size_t(d.E + 1));
+  build_routing(ctx, d, indices, order, pos, offsets, tiles.as<int>());
+}
+
+void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
+                     const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                     const void* w_down, void* act, void* y) {
+  check_dtype(dtype);
+  check_expert_dims(d);
+  if (dtype == DType::F32)
+    return experts_fwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
+                              static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
+                              static_cast<const float*>(w_down), static_cast<float*>(act),
+                              static_cast<float*>(y));
+  experts_fwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+                      static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
+                      static_cast<const bf16_t*>(w_down), static_cast<bf16_t*>(act), static_cast<bf16_t*>(y));
+}
+
+void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
+                     const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                     const void* w_down, const void* act, const float* dy, float* dx, float* dweights,
+                     float* dw_gate, float* dw_up, float* dw_down) {
+  check_dtype(dtype);
+  check_expert_dims(d);
+  if (dtype == DType::F32)
+    return experts_bwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
+                              static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
+                              static_cast<const float*>(w_down), static_cast<const float*>(act), dy, dx,
+                              dweights, dw_gate, dw_up, dw_down);
+  experts_bwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+                      static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
+                      static_cast<const bf16_t*>(w_down), static_cast<const bf16_t*>(act), dy, dx, dweights,
+                      dw_gate, dw_up, dw_down);
+}
+
+// =============================================================================================
+// Registration with the MoE ops (ops/moe.h).
+namespace {
+
+template <DType kDType>
+void router_forward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                          const void* logits, const float* bias, void* weights, int64_t* indices, void* probs,
+                          int64_t* counts) {
+  router_topk_fwd(ctx, T, E, k, renormalize, kDType, logits, bias, static_cast<float*>(weights), indices,
+                  static_cast<float*>(probs), counts);
+}
+void router_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                           const void* probs, const int64_t* indices, const void* dweights,
+                           const void* dprobs, void* dlogits) {
+  router_topk_bwd(ctx, T, E, k, renormalize, static_cast<const float*>(probs), indices,
+                  static_cast<const float*>(dweights), static_cast<const float*>(dprobs),
+                  static_cast<float*>(dlogits));
+}
+
+void aux_accumulate_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const void* probs,
+                          const int64_t* indices, int64_t* counts, double* psum) {
+  moe_aux_accumulate(ctx, T, E, k, static_cast<const float*>(probs), indices, counts, psum);
+}
+void aux_finish_entry(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
+                      const double* psum, void* loss) {
+  moe_aux_finish(ctx, E, scale, counts, psum, static_cast<float*>(loss));
+}
+void aux_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
+                        const void* dloss, void* dprobs) {
+  moe_aux_bwd(ctx, T, E, scale, counts, static_cast<const float*>(dloss), static_cast<float*>(dprobs));
+}
+
+MoeExpertDims expert_dims(const ops::MoeDims& d) {
+  return {d.T, d.D, d.F, d.E, d.k};
+}
+template <DType kDType>
+void experts_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
+                           const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                           const void* w_down, void* act, void* y) {
+  moe_experts_fwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
+                  w_down, act, y);
+}
+template <DType kDType>
+void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
+                            const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
+                            const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
+                            void* dw_gate, void* dw_up, void* dw_down) {
+  moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
+                  w_down, act, static_cast<const float*>(dy), static_cast<float*>(dx),
+                  static_cast<float*>(dweights), static_cast<float*>(dw_gate), static_cast<float*>(dw_up),
+                  static_cast<float*>(dw_down));
+}
+
+// clang-format off
+TITAN_REGISTER_KERNEL(router_topk_cuda_f32, {"router_topk", Device::CUDA, DType::F32, "default",
+    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(router_topk_cuda_bf16, {"router_topk", Device::CUDA, DType::BF16, "default",
+    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(moe_aux_loss_cuda_f32, {"moe_aux_loss", Device::CUDA, DType::F32, "default",
+    "device counts and f64 column sums over layers; loss and gradient read no host data",
+    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, {}});
+TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType::F32, "default",
+    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}, {}});
+TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, "
+    "reference rounding points",
+    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}, {}});
+// clang-format on
+
+}  // namespace
+
+}  // namespace titan::cuda

@@ -1,0 +1,152 @@
+// CUDA cross-entropy and fused linear + cross-entropy kernels (backend/cuda/cross_entropy.h)
+// against the CPU "reference" kernels of the ops, f32 and bf16, with ignored rows. Skips without a
+// GPU.
+#include <gtest/gtest.h>
+
+#ifndef TITAN_HAVE_CUDA
+TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
+#else
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda_kernel_test_util.h"
+#include "titan/backend/cuda/cross_entropy.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy.h"
+
+namespace titan::cuda {
+namespace {
+
+using cuda_test::DeviceBuffer;
+using cuda_test::expect_close;
+constexpr int64_t kIgnore = -100;
+
+// Labels in [0, V) with every fifth row ignored.
+std::vector<int64_t> make_labels(int64_t N, int64_t V, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int64_t> y(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) y[size_t(n)] = n % 5 == 3 ? kIgnore : int64_t(gen() % uint64_t(V));
+  return y;
+}
+
+std::unique_ptr<DeviceBuffer> upload(const std::vector<float>& x, DType dtype) {
+  return dtype == DType::BF16 ? std::make_unique<DeviceBuffer>(cuda_test::to_bf16(x))
+                              : std::make_unique<DeviceBuffer>(x);
+}
+
+// Host copy the CPU reference kernels take: f32 data, or titan bf16 for bf16.
+struct HostInput {
+  std::vector<float> f32;
+  std::vector<bf16> b16;
+  const void* data(DType dtype) const {
+    return dtype == DType::BF16 ? static_cast<const void*>(b16.data()) : f32.data();
+  }
+};
+HostInput host_input(const std::vector<float>& x) {
+  return {x, cuda_test::to_bf16(x)};
+}
+
+class CudaCrossEntropy : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t> > {};
+
+// Row statistics and dlogits vs the reference; the softmax is f32 in both (bf16 logits widened),
+// only summation order differs: 2e-5 relative (as the parity tolerance of cross_entropy).
+TEST_P(CudaCrossEntropy, ForwardAndBackward) {
+  TITAN_SKIP_WITHOUT_GPU();
+  const auto [dtype, N, V] = GetParam();
+  std::vector<float> logits = cuda_test::randn(size_t(N * V), 7, 4.0);
+  if (dtype == DType::BF16) logits = cuda_test::round_bf16(logits);
+  const std::vector<int64_t> labels = make_labels(N, V, 8);
+  const HostInput host = host_input(logits);
+  const auto& ref =
+      kernels::kernel_for<ops::CrossEntropyKernel>("cross_entropy", Device::CPU, dtype, "reference");
+  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)),
+      dl_r(static_cast<size_t>(N * V));
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), loss_r.data());
+  const double scale = 1.0 / 3.0;
+  ref.backward(cpu, N, V, host.data(dtype), labels.data(), kIgnore, lse_r.data(), scale, dl_r.data());
+
+  KernelContext ctx = device_services(Device::CUDA).context();
+  auto logits_d = upload(logits, dtype);
+  DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dl_d(size_t(N * V) * 4);
+  lse_d.poison(), loss_d.poison(), dl_d.poison();
+  cross_entropy_fwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                    lse_d.as<float>(), loss_d.as<float>());
+  cross_entropy_bwd(ctx, N, V, dtype, logits_d->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                    lse_d.as<float>(), scale, dl_d.as<float>());
+  expect_close(lse_d.download<float>(), lse_r, 2e-5, 1e-7, "lse");
+  expect_close(loss_d.download<float>(), loss_r, 2e-5, 1e-6, "row_loss");
+  expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaCrossEntropy,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::Values(1, 7, 33),
+                                            ::testing::Values(1, 257, 1000, 5000)));
+
+// (dtype, N, V, D, chunk)
+class CudaLinearCrossEntropy
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t> > {};
+
+// Loss statistics, dhidden and dweight vs the reference (which materialises all logits), with the
+// parity tolerances of linear_cross_entropy: bf16 1e-3 relative + 1e-5 of max|ref| (logits rounded
+// to bf16 may land on the other side of a rounding boundary when the GEMM sums in another order),
+// f32 1e-4 + 1e-6 (f32 GEMM, TF32 off).
+TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
+  TITAN_SKIP_WITHOUT_GPU();
+  const auto [dtype, N, V, D, chunk] = GetParam();
+  std::vector<float> hidden = cuda_test::randn(size_t(N * D), 11),
+                     weight = cuda_test::randn(size_t(V * D), 12, 0.5);
+  if (dtype == DType::BF16) hidden = cuda_test::round_bf16(hidden), weight = cuda_test::round_bf16(weight);
+  const std::vector<int64_t> labels = make_labels(N, V, 13);
+  const HostInput h = host_input(hidden), w = host_input(weight);
+  const auto& ref = kernels::kernel_for<ops::LinearCrossEntropyKernel>("linear_cross_entropy", Device::CPU,
+                                                                       dtype, "reference");
+  ops::LinearCrossEntropyArgs a{N,    V,       D, h.data(dtype), w.data(dtype), labels.data(), kIgnore, chunk,
+                                true, nullptr, 0};
+  a.round_logits = dtype == DType::BF16;
+  std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N)),
+      dh_r(static_cast<size_t>(N * D)), dw_r(static_cast<size_t>(V * D));
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, a, lse_r.data(), loss_r.data());
+  const double scale = 0.25;
+  ref.backward(cpu, a, lse_r.data(), scale, dh_r.data(), dw_r.data());
+
+  KernelContext ctx = device_services(Device::CUDA).context();
+  auto hd = upload(hidden, dtype), wd = upload(weight, dtype);
+  DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dh_d(size_t(N * D) * 4),
+      dw_d(size_t(V * D) * 4);
+  lse_d.poison(), loss_d.poison(), dh_d.poison(), dw_d.poison();
+  const LinearCrossEntropyDims dims{N, V, D, chunk, a.round_logits};
+  linear_cross_entropy_fwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                           lse_d.as<float>(), loss_d.as<float>());
+  linear_cross_entropy_bwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                           lse_d.as<float>(), scale, dh_d.as<float>(), dw_d.as<float>());
+  const bool bf = dtype == DType::BF16;
+  const double rtol = bf ? 1e-3 : 1e-4, atol = bf ? 1e-5 : 1e-6;
+  expect_close(lse_d.download<float>(), lse_r, rtol, atol, "lse");
+  expect_close(loss_d.download<float>(), loss_r, rtol, atol, "row_loss");
+  expect_close(dh_d.download<float>(), dh_r, rtol, atol, "dhidden");
+  expect_close(dw_d.download<float>(), dw_r, rtol, atol, "dweight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLinearCrossEntropy,
+                         ::testing::Values(std::make_tuple(DType::F32, 1, 1, 1, 1),
+                                           std::make_tuple(DType::F32, 37, 1000, 19, 384),
+                                           std::make_tuple(DType::F32, 16, 100, 8, 7),
+                                           std::make_tuple(DType::F32, 13, 257, 64, 8192),
+                                           std::make_tuple(DType::BF16, 1, 1, 8, 1),
+                                           std::make_tuple(DType::BF16, 37, 1000, 24, 384),
+                                           std::make_tuple(DType::BF16, 16, 100, 8, 7),
+                                           std::make_tuple(DType::BF16, 64, 3000, 128, 1024)));
+
+}  // namespace
+}  // namespace titan::cuda
+
+#endif  // TITAN_HAVE_CUDA

@@ -1,0 +1,241 @@
+// CUDA MoE kernels (backend/cuda/moe.h) against the CPU "reference" kernels of ops/moe: router
+// forward/backward (with and without expert bias and renormalisation), expert counts, the routing
+// order, the aux loss, and the experts forward/backward in f32 and bf16. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#ifndef TITAN_HAVE_CUDA
+TEST(CudaMoe, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
+#else
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda_kernel_test_util.h"
+#include "titan/backend/cuda/moe.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/moe.h"
+
+namespace titan::cuda {
+namespace {
+
+using cuda_test::DeviceBuffer;
+using cuda_test::expect_close;
+
+std::unique_ptr<DeviceBuffer> upload(const std::vector<float>& x, DType dtype) {
+  return dtype == DType::BF16 ? std::make_unique<DeviceBuffer>(cuda_test::to_bf16(x))
+                              : std::make_unique<DeviceBuffer>(x);
+}
+struct HostInput {
+  std::vector<float> f32;
+  std::vector<bf16> b16;
+  const void* data(DType dtype) const {
+    return dtype == DType::BF16 ? static_cast<const void*>(b16.data()) : f32.data();
+  }
+};
+HostInput host_input(const std::vector<float>& x) {
+  return {x, cuda_test::to_bf16(x)};
+}
+std::vector<float> maybe_round(std::vector<float> x, DType dtype) {
+  return dtype == DType::BF16 ? cuda_test::round_bf16(x) : x;
+}
+
+// (dtype, T, E, k, renormalize, with bias)
+class CudaRouter
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, bool, bool> > {};
+
+// Softmax in f32 on both sides: weights, probs and dlogits within 2e-5 relative (the parity
+// tolerance of router_topk); random logits have no ties, so the indices match exactly.
+TEST_P(CudaRouter, ForwardBackwardAndCounts) {
+  TITAN_SKIP_WITHOUT_GPU();
+  const auto [dtype, T, E, k, renorm, with_bias] = GetParam();
+  const std::vector<float> logits = maybe_round(cuda_test::randn(static_cast<size_t>(T * E), 21, 2.0), dtype);
+  std::vector<float> bias = cuda_test::randn(static_cast<size_t>(E), 22, 0.05);
+  const HostInput host = host_input(logits);
+  const auto& ref = kernels::kernel_for<ops::RouterKernel>("router_topk", Device::CPU, dtype, "reference");
+  std::vector<float> w_r(static_cast<size_t>(T * k)), p_r(static_cast<size_t>(T * E));
+  std::vector<int64_t> idx_r(static_cast<size_t>(T * k)), counts_r(static_cast<size_t>(E));
+  const KernelContext cpu = device_services(Device::CPU).context();
+  ref.forward(cpu, T, E, k, renorm, host.data(dtype), with_bias ? bias.data() : nullptr, w_r.data(),
+              idx_r.data(), p_r.data(), counts_r.data());
+
+  KernelContext ctx = device_services(Device::CUDA).context();
+  auto logits_d = upload(logits, dtype);
+  DeviceBuffer bias_d(bias), w_d(static_cast<size_t>(T * k) * 4), p_d(static_cast<size_t>(T * E) * 4),
+      idx_d(static_cast<size_t>(T * k) * 8), counts_d(static_cast<size_t>(E) * 8);
+  router_topk_fwd(ctx, T, E, k, renorm, dtype, logits_d->as<void>(), with_bias ? bias_d.as<float>() : nullptr,
+                  w_d.as<float>(), idx_d.as<int64_t>(), p_d.as<float>(), counts_d.as<int64_t>());
+  EXPECT_EQ(idx_d.download<int64_t>(), idx_r);
+  expect_close(w_d.download<float>(), w_r, 2e-5, 1e-7, "weights");
+  expect_close(p_d.download<float>(), p_r, 2e-5, 1e-7, "probs");
+  EXPECT_EQ(counts_d.download<int64_t>(), counts_r);
+
+  const std::vector<float> dw = cuda_test::randn(static_cast<size_t>(T * k), 23),
+                           dp = cuda_test::randn(static_cast<size_t>(T * E), 24);
+  std::vector<float> dl_r(static_cast<size_t>(T * E));
+  ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), dp.data(), dl_r.data());
+  DeviceBuffer dw_d(dw), dp_d(dp), dl_d(static_cast<size_t>(T * E) * 4);
+  dl_d.poison();
+  router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(),
+                  dp_d.as<float>(), dl_d.as<float>());
+  expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits");
+  // Only the weights' gradient (the aux loss unused).
+  ref.backward(cpu, T, E, k, renorm, p_r.data(), idx_r.data(), dw.data(), nullptr, dl_r.data());
+  router_topk_bwd(ctx, T, E, k, renorm, p_d.as<float>(), idx_d.as<int64_t>(), dw_d.as<float>(), nullptr,
+                  dl_d.as<float>());
+  expect_close(dl_d.download<float>(), dl_r, 2e-5, 1e-7, "dlogits (no dprobs)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaRouter,
+                         ::testing::Values(std::make_tuple(DType::F32, 1, 1, 1, true, false),
+                                           std::make_tuple(DType::F32, 37, 8, 2, true, false),
+                                           std::make_tuple(DType::F32, 37, 8, 2, false, true),
+                                           std::make_tuple(DType::F32, 64, 128, 8, true, true),
+                                           std::make_tuple(DType::BF16, 64, 128, 8, true, false),
+                                           std::make_tuple(DType::BF16, 200, 64, 4, false, true),
+                                           std::make_tuple(DType::F32, 5, 1000, 16, true, false)));
+
+TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
+  TITAN_SKIP_WITHOUT_GPU();
+  KernelContext ctx = device_services(Device::CUDA).context();
+  const ops::MoeDims d{3000, 1, 1, 16, 4};  // more than one 1024-index pass per expert
+  std::vector<int64_t> idx(static_cast<size_t>(d.T * d.k));
+  std::mt19937 gen(5);
+  for (auto& e : idx) e = int64_t(gen() % uint64_t(d.E));
+  std::vector<int64_t> order_r(idx.size()), pos_r(idx.size()), off_r(static_cast<size_t>(d.E + 1));
+  ops::moe_routing_order(d, idx.data(), order_r.data(), pos_r.data(), off_r.data());
+  DeviceBuffer idx_d(idx), order_d(idx.size() * 8), pos_d(idx.size() * 8), off_d(off_r.size() * 8);
+  moe_routing_order_cuda(ctx, {d.T, d.D, d.F, d.E, d.k}, idx_d.as<int64_t>(), order_d.as<int64_t>(),
+                         pos_d.as<int64_t>(), off_d.as<int64_t>());
+  EXPECT_EQ(order_d.download<int64_t>(), order_r);
+  EXPECT_EQ(pos_d.download<int64_t>(), pos_r);
+  EXPECT_EQ(off_d.download<int64_t>(), off_r);
+}
+
+// Two layers of statistics, then the loss and its gradient, against the formula of ops/moe.h
+// evaluated on the host in f64.
+TEST(CudaMoe, AuxLossOverLayers) {
+  TITAN_SKIP_WITHOUT_GPU();
+  KernelContext ctx = device_services(Device::CUDA).context();
+  const int64_t E = 8, k = 2, T0 = 37, T1 = 20, N = T0 + T1;
+  std::vector<int64_t> counts(static_cast<size_t>(E), 0);
+  std::vector<double> psum(static_cast<size_t>(E), 0.0);
+  DeviceBuffer counts_d(counts), psum_d(psum), loss_d(4);
+  std::vector<std::unique_ptr<DeviceBuffer> > keep;
+  for (int64_t T : {T0, T1}) {
+    std::vector<float> p = cuda_test::randn(static_cast<size_t>(T * E), uint32_t(30 + T));
+    for (auto& x : p) x = std::abs(x);
+    std::vector<int64_t> idx(static_cast<size_t>(T * k));
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t((i * 7 + size_t(T)) % size_t(E));
+    for (size_t i = 0; i < p.size(); ++i) psum[i % size_t(E)] += p[i];
+    for (int64_t e : idx) ++counts[static_cast<size_t>(e)];
+    keep.push_back(std::make_unique<DeviceBuffer>(p));
+    keep.push_back(std::make_unique<DeviceBuffer>(idx));
+    moe_aux_accumulate(ctx, T, E, k, keep[keep.size() - 2]->as<float>(), keep.back()->as<int64_t>(),
+                       counts_d.as<int64_t>(), psum_d.as<double>());
+  }
+  const double scale = double(E) / (double(N) * double(N));
+  moe_aux_finish(ctx, E, scale, counts_d.as<int64_t>(), psum_d.as<double>(), loss_d.as<float>());
+  double aux = 0;
+  for (int64_t e = 0; e < E; ++e) aux += double(counts[size_t(e)]) * psum[size_t(e)];
+  aux *= scale;
+  EXPECT_NEAR(loss_d.download<float>()[0], aux, 1e-6 * std::max(1.0, aux));
+  EXPECT_EQ(counts_d.download<int64_t>(), counts);
+
+  DeviceBuffer dloss_d(std::vector<float>{2.f}), dp_d(static_cast<size_t>(T0 * E) * 4);
+  moe_aux_bwd(ctx, T0, E, scale, counts_d.as<int64_t>(), dloss_d.as<float>(), dp_d.as<float>());
+  const std::vector<float> dp = dp_d.download<float>();
+  for (int64_t t = 0; t < T0; ++t)
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_FLOAT_EQ(dp[size_t(t * E + e)], float(2.0 * scale * double(counts[size_t(e)])));
+}
+
+// (dtype, T, D, F, E, k)
+class CudaMoeExperts
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t, int64_t, int64_t> > {};
+
+// Forward (y and the saved act) and every gradient vs the reference kernels, with the parity
+// tolerances of moe_experts: bf16 1e-2 relative + 1e-2 of max|ref| (a GEMM output rounded to bf16
+// may round the other way when summed in another order, and the tensor-core GEMMs of the backward
+// round their f32 operands dy*w, dg, du to bf16), f32 1e-5 relative + 1e-7 * max(T, D, F).
+TEST_P(CudaMoeExperts, ForwardAndBackward) {
+  TITAN_SKIP_WITHOUT_GPU();
+  const auto [dtype, T, D, F, E, k] = GetParam();
+  const ops::MoeDims d{T, D, F, E, k};
+  // Routing from the reference router (f32 logits), weights f32 as the model passes them.
+  std::vector<float> w(static_cast<size_t>(T * k)), probs(static_cast<size_t>(T * E));
+  std::vector<int64_t> idx(static_cast<size_t>(T * k)), counts(static_cast<size_t>(E));
+  const KernelContext cpu = device_services(Device::CPU).context();
+  {
+    const std::vector<float> logits = cuda_test::randn(static_cast<size_t>(T * E), 41, 2.0);
+    kernels::kernel_for<ops::RouterKernel>("router_topk", Device::CPU, DType::F32, "reference")
+        .forward(cpu, T, E, k, true, logits.data(), nullptr, w.data(), idx.data(), probs.data(),
+                 counts.data());
+  }
+  const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
+  const auto x = maybe_round(cuda_test::randn(static_cast<size_t>(T * D), 42), dtype);
+  const auto wg = maybe_round(cuda_test::randn(static_cast<size_t>(E * F * D), 43, sd), dtype);
+  const auto wu = maybe_round(cuda_test::randn(static_cast<size_t>(E * F * D), 44, sd), dtype);
+  const auto wd = maybe_round(cuda_test::randn(static_cast<size_t>(E * D * F), 45, sf), dtype);
+  const auto dy = cuda_test::randn(static_cast<size_t>(T * D), 46);
+  const HostInput hx = host_input(x), hg = host_input(wg), hu = host_input(wu), hd = host_input(wd);
+  const bool bf = dtype == DType::BF16;
+
+  const auto& ref =
+      kernels::kernel_for<ops::MoeExpertsKernel>("moe_experts", Device::CPU, dtype, "reference");
+  const size_t n_act = static_cast<size_t>(T * k * 2 * F);
+  std::vector<float> act_r32(n_act), y_r32(static_cast<size_t>(T * D));
+  std::vector<bf16> act_r16(n_act), y_r16(static_cast<size_t>(T * D));
+  void* act_r = bf ? static_cast<void*>(act_r16.data()) : act_r32.data();
+  void* y_r = bf ? static_cast<void*>(y_r16.data()) : y_r32.data();
+  ref.forward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype),
+              act_r, y_r);
+  std::vector<float> dx_r(static_cast<size_t>(T * D)), dw_r(static_cast<size_t>(T * k)),
+      dwg_r(static_cast<size_t>(E * F * D)), dwu_r(dwg_r.size()), dwd_r(static_cast<size_t>(E * D * F));
+  ref.backward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype),
+               act_r, dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data());
+
+  KernelContext ctx = device_services(Device::CUDA).context();
+  auto x_d = upload(x, dtype), wg_d = upload(wg, dtype), wu_d = upload(wu, dtype), wd_d = upload(wd, dtype);
+  const size_t es = bf ? 2 : 4;
+  DeviceBuffer w_d(w), idx_d(idx), dy_d(dy), act_d(n_act * es), y_d(static_cast<size_t>(T * D) * es),
+      dx_d(dx_r.size() * 4), dw_d(dw_r.size() * 4), dwg_d(dwg_r.size() * 4), dwu_d(dwu_r.size() * 4),
+      dwd_d(dwd_r.size() * 4);
+  for (DeviceBuffer* b : {&act_d, &y_d, &dx_d, &dw_d, &dwg_d, &dwu_d, &dwd_d}) b->poison();
+  const MoeExpertDims dims{T, D, F, E, k};
+  moe_experts_fwd(ctx, dims, dtype, x_d->as<void>(), w_d.as<float>(), idx_d.as<int64_t>(), wg_d->as<void>(),
+                  wu_d->as<void>(), wd_d->as<void>(), act_d.as<void>(), y_d.as<void>());
+  moe_experts_bwd(ctx, dims, dtype, x_d->as<void>(), w_d.as<float>(), idx_d.as<int64_t>(), wg_d->as<void>(),
+                  wu_d->as<void>(), wd_d->as<void>(), act_d.as<void>(), dy_d.as<float>(), dx_d.as<float>(),
+                  dw_d.as<float>(), dwg_d.as<float>(), dwu_d.as<float>(), dwd_d.as<float>());
+
+  const double n = double(std::max({T, D, F}));
+  const double rtol = bf ? 1e-2 : 1e-5, atol = bf ? 1e-2 : 1e-7 * n;
+  auto widen = [&](const DeviceBuffer& b) {
+    return bf ? cuda_test::to_f32(b.download<bf16>()) : b.download<float>();
+  };
+  expect_close(widen(y_d), bf ? cuda_test::to_f32(y_r16) : y_r32, rtol, atol, "y");
+  expect_close(widen(act_d), bf ? cuda_test::to_f32(act_r16) : act_r32, rtol, atol, "act");
+  expect_close(dx_d.download<float>(), dx_r, rtol, atol, "dx");
+  expect_close(dw_d.download<float>(), dw_r, rtol, atol, "dweights");
+  expect_close(dwg_d.download<float>(), dwg_r, rtol, atol, "dw_gate");
+  expect_close(dwu_d.download<float>(), dwu_r, rtol, atol, "dw_up");
+  expect_close(dwd_d.download<float>(), dwd_r, rtol, atol, "dw_down");
+}
+
+// The parity shapes, plus one with several 64-row tiles per expert and an expert likely left empty.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExperts,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::Values(1, 37, 300), ::testing::Values(8, 72),
+                                            ::testing::Values(4, 40), ::testing::Values(3, 8, 40),
+                                            ::testing::Values(1, 2)));
+
+}  // namespace
+}  // namespace titan::cuda
+
+#endif  // TITAN_HAVE_CUDA
