@@ -23,6 +23,7 @@
 #include <initializer_list>
 
 #include "titan/backend/cuda/attention.h"
+#include "titan/backend/cuda/common.cuh"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/attention.h"
@@ -35,15 +36,6 @@ using bf16_t = __nv_bfloat16;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-void check_launch(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  TITAN_CHECK(e == cudaSuccess, "attention (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
-}
-
-cudaStream_t stream_of(const KernelContext& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
-}
 
 __device__ __forceinline__ float to_f32(float x) {
   return x;
@@ -66,11 +58,6 @@ __device__ __forceinline__ float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, o));
   return x;
 }
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFull, x, o);
-  return x;
-}
-
 // Offsets of row i, head h in [B, S, H, D].
 __device__ __forceinline__ int64_t row_offset(int64_t b, int64_t i, int64_t h, const AttentionShape& s,
                                               int64_t H) {
@@ -332,7 +319,7 @@ void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void*
   dim3 grid(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hq));
   kernel<<<grid, kWarps * 32, smem, stream_of(ctx)>>>(s, static_cast<const T*>(q), static_cast<const T*>(k),
                                                       static_cast<const T*>(v), static_cast<T*>(out), lse);
-  check_launch("forward (f32 math)");
+  check_launch("attention (cuda): forward (f32 math)");
 }
 
 template <class T, int C>
@@ -345,13 +332,13 @@ void bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void*
   allow_smem(dq_kernel, smem_dq);
   dim3 grid_q(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hq));
   dq_kernel<<<grid_q, kWarps * 32, smem_dq, stream_of(ctx)>>>(s, qt, kt, vt, lse, delta, dout, dq);
-  check_launch("dq (f32 math)");
+  check_launch("attention (cuda): dq (f32 math)");
   const size_t smem_kv = sizeof(float) * size_t(2 * kTile * (s.D + 1) + 2 * kWarps * s.D + 2 * kTile);
   auto kv_kernel = dkdv_f32_math_kernel<T, C>;
   allow_smem(kv_kernel, smem_kv);
   dim3 grid_kv(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hkv));
   kv_kernel<<<grid_kv, kWarps * 32, smem_kv, stream_of(ctx)>>>(s, qt, kt, vt, lse, delta, dout, dk, dv);
-  check_launch("dk/dv (f32 math)");
+  check_launch("attention (cuda): dk/dv (f32 math)");
 }
 
 // Instantiations by columns per lane.
@@ -398,7 +385,7 @@ void launch_delta(const KernelContext& ctx, const AttentionShape& s, const void*
   const int64_t rows = s.B * s.S * s.Hq;
   delta_kernel<T><<<unsigned((rows + 7) / 8), 256, 0, stream_of(ctx)>>>(s, static_cast<const T*>(out), dout,
                                                                         round_dout, delta);
-  check_launch("delta");
+  check_launch("attention (cuda): delta");
 }
 
 // =============================================================================================
@@ -736,7 +723,7 @@ void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, 
   allow_smem(fwd_tc_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
   fwd_tc_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, out, lse);
-  check_launch("forward (tensor cores)");
+  check_launch("attention (cuda): forward (tensor cores)");
 }
 
 template <int D>
@@ -747,7 +734,7 @@ void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, 
   allow_smem(bwd_tc_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
   bwd_tc_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, lse, delta, dout, dq, dk, dv);
-  check_launch("backward (tensor cores)");
+  check_launch("attention (cuda): backward (tensor cores)");
 }
 
 // =============================================================================================
@@ -905,7 +892,7 @@ void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q,
   allow_smem(fwd_mma_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
   fwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, out, lse);
-  check_launch("forward (mma.sync)");
+  check_launch("attention (cuda): forward (mma.sync)");
 }
 
 // The backward on mma.sync: one block per (batch, kv head, 64-key tile), warp w owns keys
@@ -1098,7 +1085,7 @@ void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q,
   allow_smem(bwd_mma_kernel<D>, smem);
   dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
   bwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, lse, delta, dout, dq, dk, dv);
-  check_launch("backward (mma.sync)");
+  check_launch("attention (cuda): backward (mma.sync)");
 }
 
 const bf16_t* as_cuda(const bf16* p) {
@@ -1241,22 +1228,15 @@ void bwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const v
 }
 
 TITAN_REGISTER_KERNEL(attention_cuda_f32,
-                      {"attention",
-                       Device::CUDA,
-                       DType::F32,
-                       "default",
+                      {"attention", Device::CUDA, DType::F32, "default",
                        "warp-per-row tiles, f32 math, any head_dim <= 512",
                        ops::AttentionKernel{fwd_f32_math_entry<DType::F32>, bwd_f32_math_entry<DType::F32>},
-                       {}});
+                       kernel_available});
 TITAN_REGISTER_KERNEL(attention_cuda_bf16,
-                      {"attention",
-                       Device::CUDA,
-                       DType::BF16,
-                       "default",
+                      {"attention", Device::CUDA, DType::BF16, "default",
                        "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
                        "rounded to bf16), else the f32-math tiles",
-                       ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default},
-                       {}});
+                       ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, kernel_available});
 void fwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                   const void* v, void* out, void* lse) {
   if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
@@ -1276,22 +1256,15 @@ void bwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void*
 }
 
 TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma,
-                      {"attention",
-                       Device::CUDA,
-                       DType::BF16,
-                       "mma_sync",
+                      {"attention", Device::CUDA, DType::BF16, "mma_sync",
                        "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers "
                        "(head_dim 64/128, else f32 math)",
-                       ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma},
-                       {}});
+                       ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma}, kernel_available});
 TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math,
-                      {"attention",
-                       Device::CUDA,
-                       DType::BF16,
-                       "f32_math",
+                      {"attention", Device::CUDA, DType::BF16, "f32_math",
                        "warp-per-row tiles, f32 math, bf16 output rounded once",
                        ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>},
-                       {}});
+                       kernel_available});
 
 }  // namespace
 

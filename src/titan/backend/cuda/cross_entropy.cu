@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/cross_entropy.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
@@ -22,14 +23,6 @@ namespace {
 
 using bf16_t = __nv_bfloat16;
 constexpr int kRowThreads = 256;
-
-void check_launch(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  TITAN_CHECK(e == cudaSuccess, "cross_entropy (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
-}
-cudaStream_t stream_of(const KernelContext& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
-}
 
 __device__ __forceinline__ float to_f32(float x) {
   return x;
@@ -118,11 +111,6 @@ __global__ void ce_backward_kernel(int64_t N, int64_t V, const T* logits, const 
     if (counted(y, V, ignore_index)) g = scale * (expf(to_f32(logits[idx]) - lse[n]) - (v == y ? 1.f : 0.f));
     dlogits[idx] = g;
   }
-}
-
-unsigned grid_for(int64_t n) {
-  int64_t blocks = (n + 255) / 256;
-  return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
 
 // ---- fused linear + cross-entropy -----------------------------------------------------------
@@ -241,7 +229,7 @@ void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   else
     ce_forward_kernel<bf16_t><<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(
         V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, row_loss);
-  check_launch("forward");
+  check_launch("cross_entropy (cuda): forward");
 }
 
 void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dtype, const void* logits,
@@ -255,7 +243,7 @@ void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   else
     ce_backward_kernel<bf16_t><<<grid_for(N * V), 256, 0, stream_of(ctx)>>>(
         N, V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, float(scale), dlogits);
-  check_launch("backward");
+  check_launch("cross_entropy (cuda): backward");
 }
 
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
@@ -272,7 +260,7 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
   float *run_max = stats.as<float>(), *run_sum = run_max + d.N, *label_logit = run_sum + d.N;
   cudaStream_t stream = stream_of(ctx);
   lce_init_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, run_max, run_sum, label_logit);
-  check_launch("init");
+  check_launch("cross_entropy (cuda): init");
   for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
     chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
@@ -282,11 +270,11 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
     else
       lce_chunk_stats_kernel<float><<<unsigned(d.N), kRowThreads, 0, stream>>>(
           d.V, C, c0, logits.as<float>(), labels, ignore_index, run_max, run_sum, label_logit);
-    check_launch("chunk statistics");
+    check_launch("cross_entropy (cuda): chunk statistics");
   }
   lce_finish_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, d.V, labels, ignore_index, run_max, run_sum,
                                                        label_logit, lse, row_loss);
-  check_launch("finish");
+  check_launch("cross_entropy (cuda): finish");
 }
 
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
@@ -321,7 +309,7 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
     else
       lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(
           d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<float>());
-    check_launch("chunk gradient");
+    check_launch("cross_entropy (cuda): chunk gradient");
     const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
     if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
       gemm(false, false, d.N, d.D, C, 1.f, dtype, dlogits.as<void>(), C, w, d.D, c0 == 0 ? 0.f : 1.f,
@@ -370,17 +358,20 @@ void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyA
 // clang-format off
 TITAN_REGISTER_KERNEL(ce_cuda_f32, {"cross_entropy", Device::CUDA, DType::F32, "default",
     "block per row, online logsumexp in f32",
-    ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}, {}});
+    ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}, kernel_available});
 TITAN_REGISTER_KERNEL(ce_cuda_bf16, {"cross_entropy", Device::CUDA, DType::BF16, "default",
     "block per row, bf16 logits widened, online logsumexp in f32",
-    ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>}, {}});
+    ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>},
+    kernel_available});
 TITAN_REGISTER_KERNEL(lce_cuda_f32, {"linear_cross_entropy", Device::CUDA, DType::F32, "default",
     "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
-    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}, {}});
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>},
+    kernel_available});
 TITAN_REGISTER_KERNEL(lce_cuda_bf16, {"linear_cross_entropy", Device::CUDA, DType::BF16, "default",
     "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; "
     "logits recomputed in backward",
-    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}, {}});
+    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>},
+    kernel_available});
 // clang-format on
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/moe.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
@@ -32,17 +33,6 @@ namespace {
 using bf16_t = __nv_bfloat16;
 constexpr unsigned kFull = 0xffffffffu;
 
-void check_launch(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  TITAN_CHECK(e == cudaSuccess, "moe (cuda): ", what, " failed to launch: ", cudaGetErrorString(e));
-}
-cudaStream_t stream_of(const KernelContext& ctx) {
-  return static_cast<cudaStream_t>(ctx.stream);
-}
-unsigned grid_for(int64_t n, int threads = 256) {
-  int64_t blocks = (n + threads - 1) / threads;
-  return unsigned(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
-}
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -311,13 +301,13 @@ void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64
   // Clamped indices count where the rank kernel places them.
   if (n > 0) {
     count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>());
-    check_launch("expert histogram");
+    check_launch("moe (cuda): expert histogram");
   }
   scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles);
-  check_launch("routing scan");
+  check_launch("moe (cuda): routing scan");
   if (n > 0) {
     rank_kernel<<<unsigned(d.E), 1024, 0, stream>>>(n, d.E, indices, offsets, order, pos);
-    check_launch("routing rank");
+    check_launch("moe (cuda): routing rank");
   }
 }
 
@@ -743,7 +733,7 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
     grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
         N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
         d.E, C, ldc);
-  check_launch("grouped GEMM");
+  check_launch("moe (cuda): grouped GEMM");
 }
 
 template <class TA, class TB>
@@ -760,7 +750,7 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, in
   } else
     grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
         M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
-  check_launch("grouped weight gradient");
+  check_launch("moe (cuda): grouped weight gradient");
 }
 
 void check_expert_dims(const MoeExpertDims& d) {
@@ -786,13 +776,13 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
                                                     routing, act + d.F, 2 * d.F);
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
-  check_launch("swiglu rows");
+  check_launch("moe (cuda): swiglu rows");
   Scratch o(ctx, sizeof(T) * size_t(n * d.D));
   rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
                                                     d.D * d.F, routing, o.as<T>(), d.D);
   combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
                                                              routing.pos.as<int64_t>(), o.as<T>(), y);
-  check_launch("combine");
+  check_launch("moe (cuda): combine");
 }
 
 template <class T>
@@ -818,19 +808,19 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
   const int64_t* order = routing.order.as<int64_t>();
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
-  check_launch("swiglu rows");
+  check_launch("moe (cuda): swiglu rows");
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
     Scratch o(ctx, sizeof(T) * size_t(n * d.D));
     rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
                                                       d.D * d.F, routing, o.as<T>(), d.D);
     dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
-    check_launch("routing-weight gradient");
+    check_launch("moe (cuda): routing-weight gradient");
   }
   if (!dx && !dwg && !dwu && !dwd) return;
   Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
   scaled_dy_kernel<T>
       <<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
-  check_launch("scaled dy");
+  check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
     weight_grad<float, T>(ctx, d, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd);
   if (!dx && !dwg && !dwu) return;
@@ -840,7 +830,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
                                                              1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
   swiglu_bwd_rows_kernel<T>
       <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
-  check_launch("swiglu backward rows");
+  check_launch("moe (cuda): swiglu backward rows");
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
     weight_grad<float, T>(ctx, d, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
   if (dwu) weight_grad<float, T>(ctx, d, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
@@ -852,7 +842,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
                                                       d.F * d.D, routing, dxr.as<float>(), d.D);
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
                                                                dxr.as<float>(), dx);
-    check_launch("dx gather");
+    check_launch("moe (cuda): dx gather");
   }
 }
 
@@ -877,7 +867,7 @@ void router_topk_fwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   else
     router_fwd_kernel<bf16_t><<<grid, 256, 0, stream_of(ctx)>>>(
         T, int(E), int(k), renormalize, static_cast<const bf16_t*>(logits), bias, weights, indices, probs);
-  check_launch("router forward");
+  check_launch("moe (cuda): router forward");
   if (counts) moe_count_experts(ctx, T * k, E, indices, counts);
 }
 
@@ -888,7 +878,7 @@ void router_topk_bwd(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, 
   if (T == 0) return;
   router_bwd_kernel<<<unsigned((T + 7) / 8), 256, 0, stream_of(ctx)>>>(T, int(E), int(k), renormalize, probs,
                                                                        indices, dweights, dprobs, dlogits);
-  check_launch("router backward");
+  check_launch("moe (cuda): router backward");
 }
 
 void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices,
@@ -899,7 +889,7 @@ void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int
   if (n == 0) return;
   count_kernel<<<grid_for(n), 256, 0, stream>>>(n, E, indices, false,
                                                 reinterpret_cast<unsigned long long*>(counts));
-  check_launch("expert counts");
+  check_launch("moe (cuda): expert counts");
 }
 
 void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const float* probs,
@@ -907,20 +897,20 @@ void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t 
   if (T == 0) return;
   aux_accumulate_kernel<<<grid_for(T * k > E ? T * k : E), 256, 0, stream_of(ctx)>>>(
       T, E, k, probs, indices, reinterpret_cast<unsigned long long*>(counts), psum);
-  check_launch("aux loss statistics");
+  check_launch("moe (cuda): aux loss statistics");
 }
 
 void moe_aux_finish(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts,
                     const double* psum, float* loss) {
   aux_finish_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, scale, counts, psum, loss);
-  check_launch("aux loss");
+  check_launch("moe (cuda): aux loss");
 }
 
 void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
                  const float* dloss, float* dprobs) {
   if (T == 0) return;
   aux_bwd_kernel<<<grid_for(T * E), 256, 0, stream_of(ctx)>>>(T, E, scale, counts, dloss, dprobs);
-  check_launch("aux loss backward");
+  check_launch("moe (cuda): aux loss backward");
 }
 
 void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
@@ -1018,20 +1008,22 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
 // clang-format off
 TITAN_REGISTER_KERNEL(router_topk_cuda_f32, {"router_topk", Device::CUDA, DType::F32, "default",
     "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, {}});
+    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, kernel_available});
 TITAN_REGISTER_KERNEL(router_topk_cuda_bf16, {"router_topk", Device::CUDA, DType::BF16, "default",
     "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, {}});
+    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, kernel_available});
 TITAN_REGISTER_KERNEL(moe_aux_loss_cuda_f32, {"moe_aux_loss", Device::CUDA, DType::F32, "default",
     "device counts and f64 column sums over layers; loss and gradient read no host data",
-    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, {}});
+    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, kernel_available});
 TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType::F32, "default",
     "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}, {}});
+    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>},
+    kernel_available});
 TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
     "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, "
     "reference rounding points",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}, {}});
+    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>},
+    kernel_available});
 // clang-format on
 
 }  // namespace
