@@ -17,6 +17,7 @@ TEST(CudaAttention, NeedsTheCudaBackend) {
 #include <vector>
 
 #include "backend/cuda_kernel_test_util.h"
+#include "backend/cuda_test_util.h"
 #include "titan/backend/cpu/attention.h"
 #include "titan/backend/cuda/attention.h"
 
@@ -115,11 +116,11 @@ AttentionShape dims_of(const Param& p) {
 
 class CudaAttentionF32Math : public ::testing::TestWithParam<Param> {};
 TEST_P(CudaAttentionF32Math, F32) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   run_case({dims_of(GetParam()), DType::F32, Algo::kF32Math});
 }
 TEST_P(CudaAttentionF32Math, Bf16) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kF32Math});
 }
 // Odd head_dims (8, 25, 200) use partial lanes; lengths around the 8-row block and 32-row tile.
@@ -130,11 +131,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionF32Math,
 
 class CudaAttentionTensorCores : public ::testing::TestWithParam<Param> {};
 TEST_P(CudaAttentionTensorCores, Bf16) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kTensorCores});
 }
 TEST_P(CudaAttentionTensorCores, Bf16Mma) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kMma});
 }
 // Lengths around the 64-row tile: one partial tile, exact tiles, a partial last tile.

@@ -16,6 +16,7 @@ TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
 #include <vector>
 
 #include "backend/cuda_kernel_test_util.h"
+#include "backend/cuda_test_util.h"
 #include "titan/backend/cuda/cross_entropy.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy.h"
@@ -57,7 +58,7 @@ class CudaCrossEntropy : public ::testing::TestWithParam<std::tuple<DType, int64
 // Row statistics and dlogits vs the reference; the softmax is f32 in both (bf16 logits widened),
 // only summation order differs: 2e-5 relative (as the parity tolerance of cross_entropy).
 TEST_P(CudaCrossEntropy, ForwardAndBackward) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   const auto [dtype, N, V] = GetParam();
   std::vector<float> logits = cuda_test::randn(size_t(N * V), 7, 4.0);
   if (dtype == DType::BF16) logits = cuda_test::round_bf16(logits);
@@ -99,7 +100,7 @@ class CudaLinearCrossEntropy
 // to bf16 may land on the other side of a rounding boundary when the GEMM sums in another order),
 // f32 1e-4 + 1e-6 (f32 GEMM, TF32 off).
 TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   const auto [dtype, N, V, D, chunk] = GetParam();
   std::vector<float> hidden = cuda_test::randn(size_t(N * D), 11),
                      weight = cuda_test::randn(size_t(V * D), 12, 0.5);

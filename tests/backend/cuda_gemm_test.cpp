@@ -104,9 +104,9 @@ void run_case(const Case& c) {
         const double tol = mag * (double(c.K) * 6e-8 + (c.c == DType::BF16 ? 4e-3 : 0.0)) + 1e-30;
         worst = std::max(worst, std::abs(got - ref) / tol);
       }
-  EXPECT_LE(worst, 1.0) << "worst error / tolerance; M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << c.ta
-                        << " tb=" << c.tb << " batch=" << c.batch << " " << dtype_name(c.ab) << "->"
-                        << dtype_name(c.c);
+  EXPECT_LE(worst, 1.0) << "worst error / tolerance; M=" << c.M << " N=" << c.N << " K=" << c.K
+                        << " ta=" << c.ta << " tb=" << c.tb << " batch=" << c.batch << " " << dtype_name(c.ab)
+                        << "->" << dtype_name(c.c);
   s.deallocate(dA, na);
   s.deallocate(dB, nb);
   s.deallocate(dC, nc);

@@ -1,7 +1,9 @@
 #pragma once
-// Helpers of the CUDA kernel tests (tests/backend/cuda_*_test.cpp): device buffers through the
-// CUDA device services, seeded random inputs, bf16 rounding of host vectors, and the tolerance
-// check the CPU kernel tests use (|got - want| <= rtol |want| + atol max(1, max|want|)).
+// Helpers of the CUDA kernel tests that call launchers on raw device pointers
+// (tests/backend/cuda_{attention,cross_entropy,moe}_test.cpp): device buffers through the CUDA
+// device services, seeded random inputs, bf16 rounding of host vectors, and the tolerance check
+// the CPU kernel tests use (|got - want| <= rtol |want| + atol max(1, max|want|)). Skipping without
+// a GPU is backend/cuda_test_util.h's TITAN_REQUIRE_CUDA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,21 +16,6 @@
 #include "titan/core/dtype.h"
 
 namespace titan::cuda_test {
-
-// Skips the calling test (GTEST_SKIP) when there is no usable GPU; call first in every test body.
-#define TITAN_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                               \
-    if (!::titan::device_available(::titan::Device::CUDA))                           \
-      GTEST_SKIP() << "no usable CUDA device: " << ::titan::cuda_test::why_no_gpu(); \
-  } while (0)
-
-inline std::string why_no_gpu() {
-  try {
-    return device_services(Device::CUDA).unavailable_reason();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
 
 // Device memory: a copy of a host vector, or `bytes` uninitialised bytes.
 class DeviceBuffer {

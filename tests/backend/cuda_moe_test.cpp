@@ -17,6 +17,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 #include <vector>
 
 #include "backend/cuda_kernel_test_util.h"
+#include "backend/cuda_test_util.h"
 #include "titan/backend/cuda/moe.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe.h"
@@ -52,7 +53,7 @@ class CudaRouter
 // Softmax in f32 on both sides: weights, probs and dlogits within 2e-5 relative (the parity
 // tolerance of router_topk); random logits have no ties, so the indices match exactly.
 TEST_P(CudaRouter, ForwardBackwardAndCounts) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   const auto [dtype, T, E, k, renorm, with_bias] = GetParam();
   const std::vector<float> logits = maybe_round(cuda_test::randn(static_cast<size_t>(T * E), 21, 2.0), dtype);
   std::vector<float> bias = cuda_test::randn(static_cast<size_t>(E), 22, 0.05);
@@ -101,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaRouter,
                                            std::make_tuple(DType::F32, 5, 1000, 16, true, false)));
 
 TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   KernelContext ctx = device_services(Device::CUDA).context();
   const ops::MoeDims d{3000, 1, 1, 16, 4};  // more than one 1024-index pass per expert
   std::vector<int64_t> idx(static_cast<size_t>(d.T * d.k));
@@ -120,7 +121,7 @@ TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
 // Two layers of statistics, then the loss and its gradient, against the formula of ops/moe.h
 // evaluated on the host in f64.
 TEST(CudaMoe, AuxLossOverLayers) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   KernelContext ctx = device_services(Device::CUDA).context();
   const int64_t E = 8, k = 2, T0 = 37, T1 = 20, N = T0 + T1;
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);
@@ -164,7 +165,7 @@ class CudaMoeExperts
 // may round the other way when summed in another order, and the tensor-core GEMMs of the backward
 // round their f32 operands dy*w, dg, du to bf16), f32 1e-5 relative + 1e-7 * max(T, D, F).
 TEST_P(CudaMoeExperts, ForwardAndBackward) {
-  TITAN_SKIP_WITHOUT_GPU();
+  TITAN_REQUIRE_CUDA();
   const auto [dtype, T, D, F, E, k] = GetParam();
   const ops::MoeDims d{T, D, F, E, k};
   // Routing from the reference router (f32 logits), weights f32 as the model passes them.

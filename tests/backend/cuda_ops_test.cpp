@@ -43,24 +43,26 @@ TEST(CudaOps, Linear) {
     for (DType dt : {DType::F32, DType::BF16}) {
       const double atol = dt == DType::F32 ? 1e-5 * double(K) : 1e-4 * double(K);
       const double rtol = dt == DType::F32 ? 1e-5 : 8e-3;
-      expect_device_matches_reference("linear", kCuda, f, {grad_input(c.x, dt, 1), grad_input({c.N, K}, dt, 2)}, atol,
-                                      rtol);
+      expect_device_matches_reference("linear", kCuda, f,
+                                      {grad_input(c.x, dt, 1), grad_input({c.N, K}, dt, 2)}, atol, rtol);
     }
   }
 }
 
 TEST(CudaOps, RmsNorm) {
   TITAN_REQUIRE_CUDA();
-  auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::rms_norm(in[0], in[1], 1e-6)}; };
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::rms_norm(in[0], in[1], 1e-6)};
+  };
   // Block norms (D = hidden) and per-head q/k norms (D = head_dim); 300 rows span several dw chunks.
   for (const Shape& s : {Shape{4, 7, 64}, Shape{2, 5, 4, 128}, Shape{300, 40}, Shape{3, 1030}}) {
     const int64_t D = s.back();
-    expect_device_matches_reference("rms_norm", kCuda, f, {grad_input(s, DType::F32, 3, -2, 2),
-                                                           grad_input({D}, DType::F32, 4, 0.5, 1.5)},
-                                    1e-5, 1e-5);
-    expect_device_matches_reference("rms_norm", kCuda, f, {grad_input(s, DType::BF16, 3, -2, 2),
-                                                           grad_input({D}, DType::BF16, 4, 0.5, 1.5)},
-                                    2e-2, 8e-3);
+    expect_device_matches_reference(
+        "rms_norm", kCuda, f, {grad_input(s, DType::F32, 3, -2, 2), grad_input({D}, DType::F32, 4, 0.5, 1.5)},
+        1e-5, 1e-5);
+    expect_device_matches_reference(
+        "rms_norm", kCuda, f,
+        {grad_input(s, DType::BF16, 3, -2, 2), grad_input({D}, DType::BF16, 4, 0.5, 1.5)}, 2e-2, 8e-3);
   }
 }
 
@@ -80,10 +82,11 @@ TEST(CudaOps, Swiglu) {
   TITAN_REQUIRE_CUDA();
   auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; };
   for (const Shape& s : {Shape{5, 96}, Shape{3, 7, 1000}}) {
+    expect_device_matches_reference(
+        "swiglu", kCuda, f, {grad_input(s, DType::F32, 6, -6, 6), grad_input(s, DType::F32, 7)}, 1e-6, 2e-6);
     expect_device_matches_reference("swiglu", kCuda, f,
-                                    {grad_input(s, DType::F32, 6, -6, 6), grad_input(s, DType::F32, 7)}, 1e-6, 2e-6);
-    expect_device_matches_reference("swiglu", kCuda, f,
-                                    {grad_input(s, DType::BF16, 6, -6, 6), grad_input(s, DType::BF16, 7)}, 1e-6, 8e-3);
+                                    {grad_input(s, DType::BF16, 6, -6, 6), grad_input(s, DType::BF16, 7)},
+                                    1e-6, 8e-3);
   }
 }
 
@@ -123,13 +126,16 @@ TEST(CudaOps, ElementwiseAddScaleCastAreExact) {
   auto add = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::add(in[0], in[1])}; };
   auto scale = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::scale(in[0], 0.37)}; };
   for (DType dt : {DType::F32, DType::BF16}) {
-    expect_device_matches_reference("add", kCuda, add, {grad_input({7, 333}, dt, 10), grad_input({7, 333}, dt, 11)},
-                                    0, 0);
+    expect_device_matches_reference("add", kCuda, add,
+                                    {grad_input({7, 333}, dt, 10), grad_input({7, 333}, dt, 11)}, 0, 0);
     expect_device_matches_reference("scale_inplace", kCuda, scale, {grad_input({7, 333}, dt, 12)}, 0, 0);
   }
   // cast both ways, and its gradient (f32, converted back on the device).
-  auto cast = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::cast(in[0], DType::BF16)}; };
-  expect_device_matches_reference("cast", kCuda, cast, {grad_input({5, 77}, DType::F32, 13, -300, 300)}, 0, 0);
+  auto cast = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::cast(in[0], DType::BF16)};
+  };
+  expect_device_matches_reference("cast", kCuda, cast, {grad_input({5, 77}, DType::F32, 13, -300, 300)}, 0,
+                                  0);
 }
 
 TEST(CudaOps, AccumulateAndSum) {
@@ -142,7 +148,8 @@ TEST(CudaOps, AccumulateAndSum) {
     EXPECT_EQ(dst_dev.to_vector(), dst.to_vector()) << "add_inplace f32 += " << dtype_name(src_dtype);
     Tensor x = random_tensor({100003}, src_dtype, 16);
     const double cpu = ops::sum_all(x), gpu = ops::sum_all(x.to(kCuda));
-    EXPECT_NEAR(gpu, cpu, 1e-12 * 100003) << "sum_all " << dtype_name(src_dtype);  // f64 sums in another order
+    EXPECT_NEAR(gpu, cpu, 1e-12 * 100003)
+        << "sum_all " << dtype_name(src_dtype);  // f64 sums in another order
   }
 }
 

@@ -16,7 +16,8 @@
 namespace titan {
 namespace {
 
-const DType kAllDtypes[] = {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64, DType::U8};
+const DType kAllDtypes[] = {DType::F32, DType::F64, DType::BF16, DType::F16,
+                            DType::I32, DType::I64, DType::U8};
 
 // Device memory owned for the scope of a test.
 struct DeviceBuffer {
@@ -58,7 +59,7 @@ TEST(CudaServices, DescribesTheDevice) {
   EXPECT_GT(s.capacity_bytes(), int64_t(1) << 30) << d;
   // The datasheet peak is known for the 132-SM Hopper parts (the MFU denominator), else 0.
   const bool hopper_132 = (d.find("H100") != std::string::npos || d.find("H200") != std::string::npos) &&
-                         s.peak_flops(DType::BF16) > 0;
+                          s.peak_flops(DType::BF16) > 0;
   EXPECT_TRUE(!hopper_132 || s.peak_flops(DType::BF16) == 989.4e12) << d;
   EXPECT_GE(s.peak_flops(DType::F32), 0.0);
 }
@@ -105,7 +106,8 @@ TEST(CudaServices, OutOfMemoryIsAClearErrorAndTheAllocatorStaysUsable) {
     s.allocate(too_much);
     FAIL() << "a 16 TiB allocation succeeded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("out of CUDA memory allocating 17592186044416 bytes"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("out of CUDA memory allocating 17592186044416 bytes"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_EQ(s.stats().current_bytes, before.current_bytes);
@@ -146,7 +148,8 @@ TEST(CudaServices, FillMatchesCpuForEveryDtype) {
     for (double v : {0.0, 1.0, 3.14159, 200.7}) {
       DeviceBuffer d(s, size_t(n) * dtype_size(t));
       s.fill(d.p, n, t, v);
-      EXPECT_EQ(device_bytes(s, d.p, d.n), bytes_of(Tensor::full({n}, v, t))) << dtype_name(t) << " fill " << v;
+      EXPECT_EQ(device_bytes(s, d.p, d.n), bytes_of(Tensor::full({n}, v, t)))
+          << dtype_name(t) << " fill " << v;
     }
 }
 
@@ -181,17 +184,18 @@ TEST(CudaServices, CopyStridedGathersAndScattersLikeTheCpu) {
     for (const Tensor& v : {view, expanded}) {
       DeviceBuffer out(s, v.nbytes());
       const Shape dense = contiguous_strides(v.shape());
-      s.copy_strided(out.p, dense.data(), static_cast<const char*>(d.p) + v.offset() * es, v.strides().data(), t,
-                     int(v.dim()), v.shape().data());
-      EXPECT_EQ(device_bytes(s, out.p, out.n), bytes_of(v)) << dtype_name(t) << " gather " << shape_str(v.shape());
+      s.copy_strided(out.p, dense.data(), static_cast<const char*>(d.p) + v.offset() * es, v.strides().data(),
+                     t, int(v.dim()), v.shape().data());
+      EXPECT_EQ(device_bytes(s, out.p, out.n), bytes_of(v))
+          << dtype_name(t) << " gather " << shape_str(v.shape());
     }
     // Scatter: contiguous values written into the permuted view of the device copy.
     Tensor values = random_values(view.numel(), t, 12).reshape(view.shape());
     DeviceBuffer src(s, values.nbytes());
     s.copy_from_host(src.p, values.raw_data(), values.nbytes());
     const Shape dense = contiguous_strides(view.shape());
-    s.copy_strided(static_cast<char*>(d.p) + view.offset() * es, view.strides().data(), src.p, dense.data(), t,
-                   int(view.dim()), view.shape().data());
+    s.copy_strided(static_cast<char*>(d.p) + view.offset() * es, view.strides().data(), src.p, dense.data(),
+                   t, int(view.dim()), view.shape().data());
     Tensor expected = base.clone();
     Tensor target = expected.transpose(1, 3).narrow(2, 1, 5).narrow(0, 1, 2);
     target.copy_from(values);

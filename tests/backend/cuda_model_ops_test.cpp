@@ -1,0 +1,168 @@
+// Attention, the losses and the MoE ops through the public ops API on Device::CUDA (inputs copied
+// there, outputs and gradients checked to stay there) against the CPU "reference" variant, forward
+// and every input gradient, f32 and bf16, with the tolerances of docs/kernels.md ("CUDA kernels").
+// The kernel-level tests (cuda_attention_test, cuda_cross_entropy_test, cuda_moe_test) sweep more
+// shapes and every algorithm; these check the ops' device plumbing. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda_test_util.h"
+#include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/moe.h"
+
+namespace titan {
+namespace {
+
+using testing::expect_device_matches_reference;
+using testing::make_labels;
+using testing::random_tensor;
+
+constexpr Device kCuda = Device::CUDA;
+
+Tensor grad_input(const Shape& shape, DType dtype, uint64_t seed, double lo = -1, double hi = 1) {
+  return random_tensor(shape, dtype, seed, lo, hi).set_requires_grad(true);
+}
+
+// f32: the f32-math kernels, summation order only. bf16: the tensor-core kernels round P, dS and
+// dout to bf16 (head_dim 64/128; other head_dims take the f32-math kernels, well inside this).
+TEST(CudaModelOps, Attention) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t B, S, Hq, Hkv, D;
+  };
+  for (const Case& c :
+       {Case{1, 1, 2, 1, 8}, Case{2, 37, 4, 2, 64}, Case{1, 70, 4, 1, 25}, Case{2, 100, 4, 2, 128}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const double scale = 1.0 / std::sqrt(double(c.D));
+      auto f = [scale](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)};
+      };
+      SCOPED_TRACE(std::to_string(c.S) + " x " + std::to_string(c.D) + " " + std::string(dtype_name(dt)));
+      const double tol = dt == DType::F32 ? 2e-5 : 1e-2;
+      expect_device_matches_reference(
+          "attention", kCuda, f,
+          {grad_input({c.B, c.S, c.Hq, c.D}, dt, 1, -2, 2), grad_input({c.B, c.S, c.Hkv, c.D}, dt, 2, -2, 2),
+           grad_input({c.B, c.S, c.Hkv, c.D}, dt, 3)},
+          tol, tol);
+    }
+}
+
+TEST(CudaModelOps, CrossEntropy) {
+  TITAN_REQUIRE_CUDA();
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::cross_entropy(in[0], in[1])};
+  };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (auto [N, V] : {std::pair<int64_t, int64_t>{7, 1000}, {33, 257}})
+      expect_device_matches_reference("cross_entropy", kCuda, f,
+                                      {grad_input({N, V}, dt, 4, -8, 8), make_labels(N, V, 5, {1, 4})}, 1e-6,
+                                      2e-5);
+}
+
+TEST(CudaModelOps, LinearCrossEntropy) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t N, V, D, chunk;
+  };
+  for (const Case& c : {Case{37, 1000, 19, 384}, Case{16, 100, 8, 7}, Case{13, 257, 64, 8192}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      auto f = [chunk = c.chunk](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], -100, chunk)};
+      };
+      const bool bf = dt == DType::BF16;
+      expect_device_matches_reference(
+          "linear_cross_entropy", kCuda, f,
+          {grad_input({c.N, c.D}, dt, 6), grad_input({c.V, c.D}, dt, 7), make_labels(c.N, c.V, 8, {0, 5})},
+          bf ? 1e-5 : 1e-6, bf ? 1e-3 : 1e-4);
+    }
+}
+
+// A label outside [0, V) is rejected on the device with the CPU's message.
+TEST(CudaModelOps, BadLabelErrorsAsOnTheCpu) {
+  TITAN_REQUIRE_CUDA();
+  Tensor logits = random_tensor({4, 10}, DType::F32, 9);
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, -100, 10, 3}, {4});
+  auto message = [](const Tensor& x, const Tensor& y) {
+    try {
+      ops::cross_entropy(x, y);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string cpu = message(logits, labels);
+  ASSERT_FALSE(cpu.empty()) << "the CPU op accepted label 10 with V = 10";
+  EXPECT_EQ(message(logits.to(kCuda), labels.to(kCuda)), cpu);
+}
+
+TEST(CudaModelOps, RouterTopk) {
+  TITAN_REQUIRE_CUDA();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (auto [T, E, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 8, 2}, {64, 128, 8}}) {
+      auto f = [k = k](const std::vector<Tensor>& in) {
+        auto r = ops::router_topk(in[0], k, true, in[1]);
+        return std::vector<Tensor>{r.weights, r.indices, r.probs, r.counts};
+      };
+      expect_device_matches_reference(
+          "router_topk", kCuda, f,
+          {grad_input({T, E}, dt, 10, -2, 2), random_tensor({E}, DType::F32, 11, 0, 0.01)}, 1e-7, 2e-5);
+    }
+}
+
+TEST(CudaModelOps, MoeAuxLoss) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t E = 8, k = 2;
+  std::vector<Tensor> probs, indices;
+  for (int64_t T : {37, 20}) {
+    autograd::NoGradGuard no_grad;
+    kernels::ForceVariant ref("router_topk", "reference");
+    auto r = ops::router_topk(random_tensor({T, E}, DType::F32, uint64_t(T)), k, true);
+    probs.push_back(r.probs.set_requires_grad(true));
+    indices.push_back(r.indices);
+  }
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {in[2], in[3]}, E, k)};
+  };
+  expect_device_matches_reference("moe_aux_loss", kCuda, f, {probs[0], probs[1], indices[0], indices[1]},
+                                  1e-7, 1e-6);
+}
+
+TEST(CudaModelOps, MoeExperts) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t T, D, F, E, k;
+  };
+  for (const Case& c : {Case{5, 6, 4, 4, 2}, Case{37, 24, 20, 7, 3}, Case{131, 72, 40, 8, 2}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      ops::RouterOutput r;
+      {
+        autograd::NoGradGuard no_grad;
+        kernels::ForceVariant ref("router_topk", "reference");
+        r = ops::router_topk(random_tensor({c.T, c.E}, DType::F32, 12, -2, 2), c.k, true);
+      }
+      const double sd = 1.7 / std::sqrt(double(c.D)), sf = 1.7 / std::sqrt(double(c.F));
+      auto f = [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::moe_experts(in[0], in[1], in[2], in[3], in[4], in[5])};
+      };
+      const double n = double(std::max({c.T, c.D, c.F}));
+      const bool bf = dt == DType::BF16;
+      expect_device_matches_reference(
+          "moe_experts", kCuda, f,
+          {grad_input({c.T, c.D}, dt, 13), r.weights.detach().set_requires_grad(true), r.indices,
+           grad_input({c.E, c.F, c.D}, dt, 14, -sd, sd), grad_input({c.E, c.F, c.D}, dt, 15, -sd, sd),
+           grad_input({c.E, c.D, c.F}, dt, 16, -sf, sf)},
+          bf ? 1e-2 : 1e-7 * n, bf ? 1e-2 : 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace titan
