@@ -1,5 +1,5 @@
 // Causal GQA attention on the GPU at the Qwen3-0.6B training shape: B=8, S=2048, Hq=16, Hkv=8,
-// D=128, bf16 (backend/cuda/attention.h). FLOP/s counts the causal work only (half the S x S
+// D=128, bf16 (ops/attention/cuda.h). FLOP/s counts the causal work only (half the S x S
 // products): forward 2*B*Hq*S*S*D, backward 2.5x that, the FlashAttention papers' convention
 // (bench/attention_bench.cpp on the CPU counts the full square: its rates read 2x these).
 //   build/bin/cuda_attention_bench                     (skips every case without a GPU)
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "titan/backend/cuda/attention.h"
+#include "titan/ops/attention/cuda.h"
 #include "titan/core/device_services.h"
 
 namespace {

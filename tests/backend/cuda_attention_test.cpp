@@ -1,4 +1,4 @@
-// CUDA attention kernels (backend/cuda/attention.h) against the CPU f32 reference
+// CUDA attention kernels (ops/attention/cuda.h) against the CPU f32 reference
 // (backend/cpu/attention.h), forward and backward, f32 and bf16, both algorithms. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@ TEST(CudaAttention, NeedsTheCudaBackend) {
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
 #include "titan/backend/cpu/attention.h"
-#include "titan/backend/cuda/attention.h"
+#include "titan/ops/attention/cuda.h"
 
 namespace titan::cuda {
 namespace {

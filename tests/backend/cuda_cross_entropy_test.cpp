@@ -1,4 +1,4 @@
-// CUDA cross-entropy and fused linear + cross-entropy kernels (backend/cuda/cross_entropy.h)
+// CUDA cross-entropy and fused linear + cross-entropy kernels (ops/cross_entropy/cuda.h)
 // against the CPU "reference" kernels of the ops, f32 and bf16, with ignored rows. Skips without a
 // GPU.
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@ TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
-#include "titan/backend/cuda/cross_entropy.h"
+#include "titan/ops/cross_entropy/cuda.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy.h"
 

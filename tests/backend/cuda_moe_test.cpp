@@ -1,4 +1,4 @@
-// CUDA MoE kernels (backend/cuda/moe.h) against the CPU "reference" kernels of ops/moe: router
+// CUDA MoE kernels (ops/moe/cuda.h) against the CPU "reference" kernels of ops/moe: router
 // forward/backward (with and without expert bias and renormalisation), expert counts, the routing
 // order, the aux loss, and the experts forward/backward in f32 and bf16. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
-#include "titan/backend/cuda/moe.h"
+#include "titan/ops/moe/cuda.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe.h"
 

@@ -1,4 +1,4 @@
-// Mixture-of-experts on CUDA (contract in backend/cuda/moe.h).
+// Mixture-of-experts on CUDA (contract in ops/moe/cuda.h).
 //
 // Router: one warp per token; the softmax in f32 with each lane holding E/32 probabilities in
 // registers, then k warp-wide argmax passes (ties to the lower expert, as the CPU kernels).
@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/backend/cuda/moe.h"
+#include "titan/ops/moe/cuda.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe.h"

@@ -1,4 +1,4 @@
-// Cross-entropy and fused linear + cross-entropy on CUDA (contract in backend/cuda/cross_entropy.h).
+// Cross-entropy and fused linear + cross-entropy on CUDA (contract in ops/cross_entropy/cuda.h).
 //
 // Row statistics: one block per row; each thread runs an online (max, sum of exp) over its
 // columns, the pairs are merged across the block. The fused op keeps, per row, the running
@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/backend/cuda/cross_entropy.h"
+#include "titan/ops/cross_entropy/cuda.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"

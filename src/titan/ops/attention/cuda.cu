@@ -1,4 +1,4 @@
-// Causal GQA attention on CUDA (backend/cuda/attention.h has the contract; docs/kernels.md the
+// Causal GQA attention on CUDA (ops/attention/cuda.h has the contract; docs/kernels.md the
 // design). Two algorithms:
 //
 // f32 math: one warp per query row (forward, dq) or per key row (dk, dv). The block stages a tile
@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "titan/backend/cuda/attention.h"
+#include "titan/ops/attention/cuda.h"
 #include "titan/backend/cuda/common.cuh"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
