@@ -4,6 +4,7 @@
 
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/dist/communicator.h"
 #include "titan/train/trainer.h"
 
 namespace titan::cli {
@@ -35,9 +36,19 @@ int train_main(int argc, char** argv) {
   }
   TITAN_CHECK(!config_path.empty(), "titan train: --config FILE.toml is required (see configs/)");
   train::JobConfig cfg = train::load_job_config(config_path, overrides);
+  // MPI when started by mpirun / srun, else one process.
+  std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
-  train::run_training(cfg);
+  try {
+    train::run_training(cfg, *world);
+  } catch (const std::exception& e) {
+    if (world->size() == 1) throw;
+    // The other ranks may be waiting for this one in a collective: end the whole job.
+    std::fprintf(stderr, "titan train: error: rank %d: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    world->abort(1);
+  }
   return 0;
 }
 

@@ -19,6 +19,10 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
   }
   data_ = Tensor::zeros({total}, DType::F32);
   grad_ = Tensor::zeros({total}, DType::F32);
+  bind_views();
+}
+
+void ParamBlock::bind_views() {
   for (auto& p : params_) {
     int64_t n = shape_numel(p.shape);
     p.value = data_.narrow(0, p.offset, n).reshape(p.shape);
@@ -26,6 +30,18 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
     p.value.autograd_meta()->name = p.name;
     p.value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
   }
+}
+
+void ParamBlock::pad_to_multiple(int64_t multiple) {
+  TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
+  const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
+  if (padded == n) return;
+  Tensor data = Tensor::zeros({padded}, DType::F32), grad = Tensor::zeros({padded}, DType::F32);
+  std::memcpy(data.raw_data(), data_.raw_data(), data_.nbytes());
+  std::memcpy(grad.raw_data(), grad_.raw_data(), grad_.nbytes());
+  data_ = data;
+  grad_ = grad;
+  bind_views();
 }
 
 void ParamBlock::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }

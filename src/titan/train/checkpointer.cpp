@@ -37,7 +37,8 @@ bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c),
       plan_(plan),
-      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k, plan.rank()),
+      // One consolidated set of files (the *-rank0 files), written by the logging rank.
+      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k, 0),
       resume_step_(c.checkpoint.enable ? manager_.latest_step() : std::nullopt),
       last_saved_step_(resume_step_.value_or(-1)) {}
 
@@ -46,15 +47,21 @@ void Checkpointer::restore(TrainState& s) const {
   auto t0 = Clock::now();
   LoadedCheckpoint c = manager_.load(*resume_step_);
   qwen3::restore_parameters(c.model, s.model);
-  qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg(), "exp_avg.");
-  qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg_sq(), "exp_avg_sq.");
+  // The file holds whole blocks; this rank keeps its slice of each moment.
+  for (auto [moments, prefix] : {std::pair{&s.optimizer.exp_avg(), "exp_avg."}, {&s.optimizer.exp_avg_sq(), "exp_avg_sq."}}) {
+    std::vector<Tensor> full;
+    for (auto& b : s.model.blocks()) full.push_back(Tensor::zeros({b.numel()}, DType::F32));
+    qwen3::restore_layout_tensors(c.optimizer, s.model, full, prefix);
+    for (size_t b = 0; b < full.size(); ++b) (*moments)[b].copy_from(plan_.local(full[b]));
+  }
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   std::string diff = s.schedule.diff_state(ts.at("lr_scheduler"));
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
-  TITAN_CHECK(ts.at("world_size").get<int>() == plan_.world_size(), "checkpoint ", c.dir.string(),
-              " was written by ", ts.at("world_size").get<int>(), " ranks; this run has ", plan_.world_size());
+  const int saved_world = ts.at("world_size").get<int>();
+  if (saved_world != plan_.world_size())
+    say("resharding: the checkpoint was written by %d ranks, this run has %d", saved_world, plan_.world_size());
   s.loader.restore(ts.at("dataloader"));
   if (ts.contains("expert_bias"))
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
@@ -62,11 +69,18 @@ void Checkpointer::restore(TrainState& s) const {
       long(s.tokens_seen), seconds_since(t0));
 }
 
-void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
+void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   auto t0 = Clock::now();
+  // Every rank takes part in assembling whole blocks; the logging rank writes them.
+  plan_.gather_parameters(s.model.blocks());
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+    exp_avg.push_back(plan_.gather_full(s.optimizer.exp_avg()[b]));
+    exp_avg_sq.push_back(plan_.gather_full(s.optimizer.exp_avg_sq()[b]));
+  }
   std::vector<io::TensorWrite> model_t = qwen3::parameter_tensors(s.model);
-  std::vector<io::TensorWrite> opt_t = qwen3::layout_tensors(s.model, s.optimizer.exp_avg(), "exp_avg.");
-  for (auto& t : qwen3::layout_tensors(s.model, s.optimizer.exp_avg_sq(), "exp_avg_sq.")) opt_t.push_back(t);
+  std::vector<io::TensorWrite> opt_t = qwen3::layout_tensors(s.model, exp_avg, "exp_avg.");
+  for (auto& t : qwen3::layout_tensors(s.model, exp_avg_sq, "exp_avg_sq.")) opt_t.push_back(t);
   std::string bad;
   TITAN_CHECK(all_finite(model_t, &bad) && all_finite(opt_t, &bad), "step ", s.step, ": '", bad,
               "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
@@ -84,12 +98,16 @@ void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()}, {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree}, {"ep", c.parallelism.expert_parallel_degree}};
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
-  manager_.save(s.step, model_t, opt_t, ts);
+  if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
+  // No rank runs ahead of (or exits before) the commit.
+  plan_.barrier();
   last_saved_step_ = s.step;
   say("checkpoint: saved %s in %.1f s", manager_.step_dir(s.step).string().c_str(), seconds_since(t0));
 }
 
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
+  plan_.gather_parameters(s.model.blocks());
+  if (!plan_.is_logging_rank()) return plan_.barrier();
   auto t0 = Clock::now();
   fs::path out = folder() / ("step-" + std::to_string(s.step) + "-hf");
   std::vector<fs::path> tok_files;
@@ -105,6 +123,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
+  plan_.barrier();
 }
 
 }  // namespace titan::train

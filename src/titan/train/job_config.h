@@ -81,6 +81,12 @@ struct ParallelismSection {
   int64_t data_parallel_shard_degree = -1;  // -1: all remaining ranks
   int64_t tensor_parallel_degree = 1;
   int64_t expert_parallel_degree = 1;
+  // data_parallel_shard_degree with -1 resolved: the ranks left after replicate.
+  int64_t shard_degree(int world_size) const;
+};
+
+struct CommSection {
+  double timeout_seconds = 300;  // a collective waiting longer is an error (a rank died or hangs)
 };
 
 struct JobConfig {
@@ -93,6 +99,7 @@ struct JobConfig {
   ActivationCheckpointSection activation_checkpoint;
   MetricsSection metrics;
   ParallelismSection parallelism;
+  CommSection comm;
   std::vector<kernels::Substitution> kernels;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).

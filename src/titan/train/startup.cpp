@@ -142,12 +142,19 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       c.model.name == "hf" ? "hf" : "native", c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
-  say("ranks: %d (data parallel %ld), threads per rank: %d", plan.world_size(), long(plan.dp_size()),
-      omp_get_max_threads());
+  // Collective: every rank calls the report, the logging rank prints it.
+  const std::vector<std::string> hosts = plan.host_names();
+  std::string host_list;
+  for (size_t r = 0; r < hosts.size(); ++r)
+    if (r == 0 || hosts[r] != hosts[r - 1]) host_list += (host_list.empty() ? "" : ", ") + hosts[r];
+  say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
+      host_list.c_str());
+  say("communication: %s", plan.world().library().c_str());
   say("device: %s", cpu::cpu_info().summary().c_str());
-  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld", job.dataset[0].string().c_str(),
+  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld, global batch %ld "
+      "(local x data-parallel ranks x accumulation)", job.dataset[0].string().c_str(),
       job.tokenizer_path.string().c_str(), long(job.local_batch_size), long(job.seq_len),
-      long(job.accumulation_steps));
+      long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.compute_dtype).c_str());
   install_substitutions(c, a, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());

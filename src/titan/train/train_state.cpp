@@ -19,8 +19,9 @@ qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
                                : qwen3::Checkpointing::None;
 }
 
-qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job) {
+qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
   qwen3::Qwen3Model model(job.args, job.compute_dtype);
+  plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
   return model;
@@ -44,9 +45,9 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
   lc.paths = job.dataset;
   lc.text_field = c.training.text_field;
   lc.seq_len = job.seq_len;
-  lc.local_batch_size = job.local_batch_size;
-  lc.dp_rank = int(plan.dp_rank());
-  lc.dp_size = int(plan.dp_size());
+  // Every rank reads the global batch and trains on its rows (TrainStep): the batches, and the
+  // loader's position in a checkpoint, do not depend on the number of ranks.
+  lc.local_batch_size = job.local_batch_size * plan.dp_size();
   return lc;
 }
 
@@ -58,8 +59,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan)
-    : model(build_model(c, job)),
-      optimizer(c.optimizer, model.blocks()),
+    : model(build_model(c, job, plan)),
+      optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan), tokenizer) {}
 

@@ -29,6 +29,8 @@ class TrainStep {
   StepResult run(TrainState& state) const;
 
  private:
+  Tensor my_rows(const std::vector<int64_t>& global_batch) const;  // this rank's [batch, seq] rows
+
   const dist::ParallelPlan& plan_;
   int64_t batch_, seq_len_, accumulation_;
   double max_norm_, expert_bias_coeff_;

@@ -1,0 +1,250 @@
+// Data-parallel training over real MPI processes (`mpirun --oversubscribe`), against a one-process
+// run that trains on the same global batches: DDP, FSDP and HSDP must give every step's loss and
+// grad norm within 1e-5 relative and the final weights and AdamW moments within 1e-5; an N-rank
+// job repeats bitwise; a checkpoint written by N ranks resumes on M ranks where the N-rank run
+// would have continued (data position included); mesh and config mistakes are errors before
+// compute.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "titan/io/safetensors.h"
+#include "titan/train/checkpoint.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+namespace tt = titan::testing;
+
+namespace {
+
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+// The tiny model of the trainer tests, f32, global batch 4 x 32 tokens, deterministic.
+Overrides tiny(const fs::path& dump, int64_t local_batch, const Overrides& extra) {
+  Overrides o = {{"job.dump_folder", dump.string()},
+                 {"model.n_layers", "2"},
+                 {"model.dim", "64"},
+                 {"model.n_heads", "2"},
+                 {"model.n_kv_heads", "1"},
+                 {"model.head_dim", "32"},
+                 {"model.hidden_dim", "128"},
+                 {"training.seq_len", "32"},
+                 {"training.local_batch_size", std::to_string(local_batch)},
+                 {"training.mixed_precision_param", "float32"},
+                 {"training.deterministic", "true"},
+                 {"training.steps", "10"},
+                 {"optimizer.lr", "3e-3"},
+                 // AdamW turns every gradient into a step of ~lr, however small: the near-zero
+                 // gradients of the 151936 rows of the tied embedding (~1e-8, where ranks summing
+                 // in another order differ by ~1e-3 relative) would become weight differences of
+                 // ~1e-5 after 10 steps. eps = 1e-6 > those gradients keeps their steps
+                 // proportional to them, so the comparison tests the training, not that noise.
+                 {"optimizer.eps", "1e-6"},
+                 {"metrics.log_freq", "1"},
+                 {"lr_scheduler.warmup_steps", "2"},
+                 {"lr_scheduler.decay_ratio", "0"},
+                 {"checkpoint.enable", "true"},
+                 {"checkpoint.interval", "5"},
+                 {"checkpoint.keep_latest_k", "0"},
+                 {"checkpoint.last_save_in_hf", "false"},
+                 {"comm.timeout_seconds", "60"}};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+std::string args_of(const Overrides& o) {
+  std::string s;
+  for (auto& [k, v] : o) s += " '--" + k + "=" + v + "'";
+  return s;
+}
+
+std::string train_command(const Overrides& o) {
+  return tt::titan_binary().string() + " train --config " + (tt::source_dir() / "configs/debugmodel.toml").string() +
+         args_of(o);
+}
+
+// `ranks` processes under mpirun (one thread each); ranks = 0 runs titan without any launcher.
+int run_job(int ranks, const Overrides& o, std::string* out) {
+  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  if (ranks == 0) return tt::run_command(env + train_command(o), out);
+  return tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np " +
+                             std::to_string(ranks) + " " + train_command(o),
+                         out);
+}
+
+struct JobRun {
+  fs::path dump;
+  std::map<int64_t, nlohmann::json> steps;  // metrics.jsonl by step
+};
+
+std::map<int64_t, nlohmann::json> read_metrics(const fs::path& dump) {
+  std::map<int64_t, nlohmann::json> steps;
+  std::ifstream f(dump / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) {
+      auto j = nlohmann::json::parse(line);
+      steps[j.at("step").get<int64_t>()] = j;
+    }
+  return steps;
+}
+
+JobRun train(const std::string& name, int ranks, int64_t local_batch, const Overrides& extra = {}) {
+  JobRun r{tt::temp_dir(name), {}};
+  std::string out;
+  int rc = run_job(ranks, tiny(r.dump, local_batch, extra), &out);
+  EXPECT_EQ(rc, 0) << out;
+  r.steps = read_metrics(r.dump);
+  return r;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void expect_same_steps(const JobRun& a, const JobRun& b, int64_t from, int64_t to, const std::string& what) {
+  for (int64_t s = from; s <= to; ++s) {
+    ASSERT_TRUE(a.steps.count(s) && b.steps.count(s)) << what << ": step " << s << " not logged";
+    for (const char* k : {"loss", "grad_norm"}) {
+      const double x = a.steps.at(s)[k].get<double>(), y = b.steps.at(s)[k].get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * std::fabs(y)) << what << ": " << k << " at step " << s;
+    }
+  }
+}
+
+// Every element of every tensor of the two checkpoint files within `abs_tol` plus `rel_to_max` x the
+// tensor's largest magnitude.
+void expect_close_files(const fs::path& a, const fs::path& b, double abs_tol, double rel_to_max,
+                        const std::string& what) {
+  auto fa = io::SafetensorsFile::open(a), fb = io::SafetensorsFile::open(b);
+  ASSERT_EQ(fa.tensors().size(), fb.tensors().size()) << what;
+  for (auto& ta : fa.tensors()) {
+    const io::TensorInfo* tb = fb.find(ta.name);
+    ASSERT_TRUE(tb) << what << ": " << ta.name;
+    ASSERT_EQ(ta.shape, tb->shape) << what << ": " << ta.name;
+    const float* x = reinterpret_cast<const float*>(ta.data);
+    const float* y = reinterpret_cast<const float*>(tb->data);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < ta.numel(); ++i) {
+      scale = std::max(scale, double(std::fabs(y[i])));
+      worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+    }
+    EXPECT_LE(worst, abs_tol + rel_to_max * scale) << what << ": " << ta.name;
+  }
+}
+
+void expect_same_final_state(const JobRun& a, const JobRun& b, int64_t step, const std::string& what) {
+  const fs::path da = a.dump / "checkpoint" / ("step-" + std::to_string(step)),
+                 db = b.dump / "checkpoint" / ("step-" + std::to_string(step));
+  // Weights within 1e-5; the moments (tiny numbers, squares of gradients) within 1e-4 of their scale.
+  expect_close_files(da / "model-rank0.safetensors", db / "model-rank0.safetensors", 1e-5, 0, what + " weights");
+  expect_close_files(da / "optimizer-rank0.safetensors", db / "optimizer-rank0.safetensors", 0, 1e-4,
+                     what + " moments");
+  auto ta = nlohmann::json::parse(read_file(da / "train_state.json"));
+  auto tb = nlohmann::json::parse(read_file(db / "train_state.json"));
+  // The position in the token stream; "batches" counts loader calls, which depend on the batch
+  // shape, not the position.
+  for (auto* t : {&ta, &tb}) (*t)["dataloader"].erase("batches");
+  EXPECT_EQ(ta["dataloader"], tb["dataloader"]) << what << ": the data position differs";
+  EXPECT_EQ(ta["tokens_seen"], tb["tokens_seen"]) << what;
+}
+
+// The reference: one process, no launcher, the whole global batch of 4.
+const JobRun& one_rank() {
+  // ctest runs each test in its own process, maybe two at once: the folder is per process.
+  static const JobRun r = train("dist_one_rank_" + std::to_string(getpid()), 0, 4);
+  return r;
+}
+
+const JobRun& fsdp_two_ranks() {
+  static const JobRun r = train("dist_fsdp2_" + std::to_string(getpid()), 2, 2);
+  return r;
+}
+
+TEST(DataParallel, FsdpOnTwoRanksMatchesOneRank) {
+  expect_same_steps(fsdp_two_ranks(), one_rank(), 1, 10, "FSDP 2");
+  expect_same_final_state(fsdp_two_ranks(), one_rank(), 10, "FSDP 2");
+}
+
+TEST(DataParallel, DdpOnTwoRanksWithAccumulationMatchesOneRank) {
+  // Global batch 4 = 1 row x 2 ranks x 2 micro-batches.
+  JobRun ddp = train("dist_ddp2", 2, 1, {{"parallelism.data_parallel_replicate_degree", "2"},
+                                         {"parallelism.data_parallel_shard_degree", "1"},
+                                         {"training.global_batch_size", "4"}});
+  expect_same_steps(ddp, one_rank(), 1, 10, "DDP 2, accumulation 2");
+  expect_same_final_state(ddp, one_rank(), 10, "DDP 2, accumulation 2");
+}
+
+TEST(DataParallel, HsdpTwoByTwoMatchesOneRank) {
+  JobRun hsdp = train("dist_hsdp4", 4, 1, {{"parallelism.data_parallel_replicate_degree", "2"},
+                                           {"parallelism.data_parallel_shard_degree", "2"}});
+  expect_same_steps(hsdp, one_rank(), 1, 10, "HSDP 2x2");
+  expect_same_final_state(hsdp, one_rank(), 10, "HSDP 2x2");
+}
+
+TEST(DataParallel, TwoRunsOfTheSameJobAreBitwiseIdentical) {
+  const JobRun& a = fsdp_two_ranks();
+  JobRun b = train("dist_fsdp2_again", 2, 2);
+  ASSERT_EQ(a.steps.size(), 10u);
+  for (auto& [s, rec] : a.steps) {
+    EXPECT_EQ(rec["loss"].get<double>(), b.steps.at(s)["loss"].get<double>()) << "step " << s;
+    EXPECT_EQ(rec["grad_norm"].get<double>(), b.steps.at(s)["grad_norm"].get<double>()) << "step " << s;
+  }
+  for (const char* f : {"model-rank0.safetensors", "optimizer-rank0.safetensors"})
+    EXPECT_EQ(read_file(a.dump / "checkpoint/step-10" / f), read_file(b.dump / "checkpoint/step-10" / f)) << f;
+}
+
+// A checkpoint written by 2 ranks at step 5 resumes on 1 and on 4 ranks; steps 6..10 and the final
+// state are those of the uninterrupted run (which equals the one-rank run, checked above).
+TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
+  const JobRun first = train("dist_reshard_first", 2, 2, {{"training.steps", "5"}});
+  ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-5/COMMITTED"));
+  for (int ranks : {0, 4}) {
+    // A copy of the dump folder: the job resumes from its newest checkpoint, now on `ranks` ranks.
+    JobRun run{tt::temp_dir("dist_reshard_" + std::to_string(ranks)), {}};
+    fs::copy(first.dump, run.dump, fs::copy_options::recursive);
+    std::string out;
+    const int64_t local = ranks == 4 ? 1 : 4;
+    ASSERT_EQ(run_job(ranks, tiny(run.dump, local, {}), &out), 0) << out;
+    EXPECT_NE(out.find("resharding: the checkpoint was written by 2 ranks"), std::string::npos) << out;
+    run.steps = read_metrics(run.dump);
+    const std::string what = "2 ranks resumed on " + std::to_string(std::max(ranks, 1));
+    expect_same_steps(run, one_rank(), 1, 10, what);
+    expect_same_final_state(run, one_rank(), 10, what);
+  }
+}
+
+TEST(DataParallel, AMeshThatDoesNotFitTheWorldIsAnErrorBeforeCompute) {
+  const fs::path dump = tt::temp_dir("dist_bad_mesh");
+  std::string out;
+  int rc = run_job(2, tiny(dump, 2, {{"parallelism.data_parallel_replicate_degree", "3"}}), &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("parallelism.data_parallel_replicate_degree"), std::string::npos) << out;
+  EXPECT_NE(out.find("world size 2"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
+  const fs::path dump = tt::temp_dir("dist_config_mismatch");
+  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  // MPMD launch: rank 1 gets another seed.
+  std::string out;
+  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
+                               train_command(tiny(dump, 2, {})) + " : -np 1 " +
+                               train_command(tiny(dump, 2, {{"training.seed", "7"}})),
+                           &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("training.seed = 7"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+}  // namespace
