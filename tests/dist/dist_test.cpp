@@ -10,12 +10,19 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sstream>
+#include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include "test_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
+
+extern char** environ;
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -245,6 +252,155 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("training.seed = 7"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+// ---------------------------------------------------------------- faults and signals
+
+// The processes whose parent is `pid` (the ranks under mpirun), from /proc.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  for (auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = read_file(e.path() / "stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) out.push_back(pid_t(std::stol(name)));
+  }
+  return out;
+}
+
+// Alive and not a zombie waiting to be reaped (given a few seconds to go).
+bool running(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || stat.compare(close + 2, 1, "Z") == 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// A 2-rank FSDP job training "forever" (checkpoint every 3 steps) under mpirun, output to `log`.
+struct BackgroundJob {
+  pid_t mpirun = 0;
+  fs::path dump, log;
+
+  explicit BackgroundJob(const std::string& name, const std::string& timeout_seconds = "30") : dump(tt::temp_dir(name)), log(dump.parent_path() / (name + ".log")) {
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    std::vector<std::string> argv = {"mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS",
+                                     "-np", "2", tt::titan_binary().string(), "train", "--config",
+                                     (tt::source_dir() / "configs/debugmodel.toml").string()};
+    for (auto& [k, v] : tiny(dump, 2, {{"training.steps", "100000"}, {"checkpoint.interval", "3"},
+                                       {"checkpoint.keep_latest_k", "2"}, {"comm.timeout_seconds", timeout_seconds}}))
+      argv.push_back("--" + k + "=" + v);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    EXPECT_EQ(posix_spawnp(&mpirun, "mpirun", &fa, nullptr, cargv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~BackgroundJob() {  // a job a failed test left behind
+    if (mpirun && waitpid(mpirun, nullptr, WNOHANG) == 0) {
+      for (pid_t r : children_of(mpirun)) kill(r, SIGKILL);
+      kill(mpirun, SIGKILL);
+      waitpid(mpirun, nullptr, 0);
+    }
+  }
+  // Waits until a checkpoint after step 3 is committed (the job is in its stride).
+  bool wait_for_checkpoint(int64_t at_least) {
+    for (auto t0 = std::chrono::steady_clock::now();
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(240);) {
+      auto steps = train::CheckpointManager(dump / "checkpoint", 0).committed_steps();
+      if (!steps.empty() && steps.back() >= at_least) return true;
+      if (waitpid(mpirun, nullptr, WNOHANG) == mpirun) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // Exit status of mpirun (-1 if it did not end within `seconds`).
+  int wait_exit(double seconds) {
+    int status = 0;
+    for (auto t0 = std::chrono::steady_clock::now();
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds;) {
+      if (waitpid(mpirun, &status, WNOHANG) == mpirun) {
+        mpirun = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+};
+
+// kill -9 of one rank mid-run: the job ends, non-zero, well within comm.timeout_seconds (30 s),
+// naming the rank; the newest committed checkpoint still loads.
+TEST(DataParallelFaults, ADeadRankEndsTheJobAndTheLastCheckpointLoads) {
+  BackgroundJob job("dist_kill9");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  std::vector<pid_t> ranks = children_of(job.mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  const int rc = job.wait_exit(30);
+  const std::string out = read_file(job.log);
+  EXPECT_NE(rc, -1) << "the job did not end after a rank died:\n" << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  for (pid_t r : ranks) EXPECT_FALSE(running(r)) << "rank process " << r << " outlived the job";
+  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
+  ASSERT_TRUE(ckpt.latest_step().has_value());
+  train::LoadedCheckpoint c = ckpt.load(*ckpt.latest_step());
+  EXPECT_EQ(c.train_state["world_size"].get<int>(), 2);
+}
+
+// A rank that stops answering (SIGSTOP): the other gives up after comm.timeout_seconds (5 s here),
+// naming itself and the collective it waited in, and the whole job ends non-zero.
+TEST(DataParallelFaults, AHungRankTimesOutNamingTheCollective) {
+  BackgroundJob job("dist_hang", "5");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  std::vector<pid_t> ranks = children_of(job.mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
+  ASSERT_EQ(kill(ranks[1], SIGSTOP), 0);
+  const int rc = job.wait_exit(60);
+  const std::string out = read_file(job.log);
+  EXPECT_NE(rc, -1) << "the job did not end after a rank hung:\n" << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("did not complete within 5 s (comm.timeout_seconds)"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0"), std::string::npos) << out;
+  for (pid_t r : ranks) EXPECT_FALSE(running(r)) << "rank process " << r << " outlived the job";
+}
+
+// SIGTERM to the ranks (as `scancel --signal=TERM` or a forwarding launcher delivers it): they agree
+// on one step, save one checkpoint there and exit 0.
+TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
+  BackgroundJob job("dist_sigterm");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  std::vector<pid_t> ranks = children_of(job.mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
+  // A few milliseconds apart, as signals really arrive.
+  kill(ranks[0], SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  kill(ranks[1], SIGTERM);
+  const int rc = job.wait_exit(120);
+  const std::string out = read_file(job.log);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("received signal 15"), std::string::npos) << out;
+  auto records = read_metrics(job.dump);
+  ASSERT_FALSE(records.empty());
+  const int64_t reached = records.rbegin()->first;
+  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
+  ASSERT_EQ(ckpt.latest_step(), reached) << out;
+  EXPECT_EQ(ckpt.load(reached).train_state["step"].get<int64_t>(), reached);
 }
 
 }  // namespace

@@ -57,10 +57,10 @@ class MpiHandle final : public CommHandle {
  public:
   MpiHandle(MPI_Request req, std::string what, double timeout, int rank, int size)
       : req_(req), what_(std::move(what)), timeout_(timeout), rank_(rank), size_(size) {}
-  ~MpiHandle() override {
-    // A handle dropped without wait() (an exception on the way) is waited for quietly.
-    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
-  }
+  // A handle dropped before its wait() completed belongs to a job on its way to MPI_Abort (a
+  // timeout, or an error while other collectives were in flight): waiting here could hang, and
+  // MPI forbids freeing a collective's request, so it is left to the abort.
+  ~MpiHandle() override = default;
   void wait() override {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
