@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
@@ -63,6 +64,20 @@ TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::T
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan), tokenizer) {}
+
+std::string memory_per_rank(const TrainState& s) {
+  double params = 0, grads = 0, moments = 0;
+  for (auto& b : s.model.blocks()) {
+    params += double(b.data().nbytes());
+    grads += double(b.grad().nbytes());
+  }
+  for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
+    for (auto& t : *m) moments += double(t.nbytes());
+  char line[160];
+  std::snprintf(line, sizeof line, "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB", params / 1048576,
+                grads / 1048576, moments / 1048576);
+  return line;
+}
 
 void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
   if (!job.initial_hf.empty()) {

@@ -95,6 +95,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   TrainState state(cfg, job, tokenizer, plan);
   if (checkpointer.resume_step()) checkpointer.restore(state);
   else start_weights(state, cfg, job);
+  say("memory per rank: %s", memory_per_rank(state).c_str());
 
   // ---- the loop
   MetricsLogger logger(cfg.job.dump_folder, cfg.metrics.enable_tensorboard, plan.is_logging_rank());
