@@ -36,13 +36,19 @@ StepResult TrainStep::run(TrainState& s) const {
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
     Tensor ids = my_rows(batch.inputs), targets = my_rows(batch.labels);
     qwen3::LossOutput out = model.forward_loss(ids, targets);
-    double l = out.loss.item();
-    TITAN_CHECK(std::isfinite(l), "step ", step, ": the loss is not finite (", l,
-                "); stopping before the optimizer step (no checkpoint written)");
-    loss_sum += l;
+    loss_sum += out.loss.item();
     if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();
     autograd::backward(accumulation_ == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation_)));
   }
+  // The loss of the step over all ranks (every rank's loss is a mean over the same number of
+  // tokens, so the global mean is their mean). Checked after the sum, so that every rank stops
+  // at once when any rank's loss is not finite.
+  double sums[2] = {loss_sum, aux_sum};
+  plan_.sum_over_ranks(sums, 2);
+  const double micro_batches = double(accumulation_ * plan_.dp_size());
+  const double loss = sums[0] / micro_batches;
+  TITAN_CHECK(std::isfinite(loss), "step ", step, ": the loss is not finite (", loss,
+              "); stopping before the optimizer step (no checkpoint written)");
   plan_.reduce_gradients(model.blocks());
 
   double norm_sq = 0;
@@ -59,11 +65,7 @@ StepResult TrainStep::run(TrainState& s) const {
 
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   s.tokens_seen += r.tokens;
-  // Every rank's loss is the mean over the same number of tokens: the global mean is their mean.
-  double sums[2] = {loss_sum, aux_sum};
-  plan_.sum_over_ranks(sums, 2);
-  const double micro_batches = double(accumulation_ * plan_.dp_size());
-  r.loss = sums[0] / micro_batches;
+  r.loss = loss;
   r.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
   r.grad_norm = grad_norm;
   return r;
