@@ -4,19 +4,19 @@
 // job repeats bitwise; a checkpoint written by N ranks resumes on M ranks where the N-rank run
 // would have continued (data position included); mesh and config mistakes are errors before
 // compute.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sstream>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include "test_util.h"
 #include "titan/io/safetensors.h"
@@ -72,8 +72,8 @@ std::string args_of(const Overrides& o) {
 }
 
 std::string train_command(const Overrides& o) {
-  return tt::titan_binary().string() + " train --config " + (tt::source_dir() / "configs/debugmodel.toml").string() +
-         args_of(o);
+  return tt::titan_binary().string() + " train --config " +
+         (tt::source_dir() / "configs/debugmodel.toml").string() + args_of(o);
 }
 
 // `ranks` processes under mpirun (one thread each); ranks = 0 runs titan without any launcher.
@@ -152,7 +152,8 @@ void expect_same_final_state(const JobRun& a, const JobRun& b, int64_t step, con
   const fs::path da = a.dump / "checkpoint" / ("step-" + std::to_string(step)),
                  db = b.dump / "checkpoint" / ("step-" + std::to_string(step));
   // Weights within 1e-5; the moments (tiny numbers, squares of gradients) within 1e-4 of their scale.
-  expect_close_files(da / "model-rank0.safetensors", db / "model-rank0.safetensors", 1e-5, 0, what + " weights");
+  expect_close_files(da / "model-rank0.safetensors", db / "model-rank0.safetensors", 1e-5, 0,
+                     what + " weights");
   expect_close_files(da / "optimizer-rank0.safetensors", db / "optimizer-rank0.safetensors", 0, 1e-4,
                      what + " moments");
   auto ta = nlohmann::json::parse(read_file(da / "train_state.json"));
@@ -183,16 +184,18 @@ TEST(DataParallel, FsdpOnTwoRanksMatchesOneRank) {
 
 TEST(DataParallel, DdpOnTwoRanksWithAccumulationMatchesOneRank) {
   // Global batch 4 = 1 row x 2 ranks x 2 micro-batches.
-  JobRun ddp = train("dist_ddp2", 2, 1, {{"parallelism.data_parallel_replicate_degree", "2"},
-                                         {"parallelism.data_parallel_shard_degree", "1"},
-                                         {"training.global_batch_size", "4"}});
+  JobRun ddp = train("dist_ddp2", 2, 1,
+                     {{"parallelism.data_parallel_replicate_degree", "2"},
+                      {"parallelism.data_parallel_shard_degree", "1"},
+                      {"training.global_batch_size", "4"}});
   expect_same_steps(ddp, one_rank(), 1, 10, "DDP 2, accumulation 2");
   expect_same_final_state(ddp, one_rank(), 10, "DDP 2, accumulation 2");
 }
 
 TEST(DataParallel, HsdpTwoByTwoMatchesOneRank) {
-  JobRun hsdp = train("dist_hsdp4", 4, 1, {{"parallelism.data_parallel_replicate_degree", "2"},
-                                           {"parallelism.data_parallel_shard_degree", "2"}});
+  JobRun hsdp = train(
+      "dist_hsdp4", 4, 1,
+      {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.data_parallel_shard_degree", "2"}});
   expect_same_steps(hsdp, one_rank(), 1, 10, "HSDP 2x2");
   expect_same_final_state(hsdp, one_rank(), 10, "HSDP 2x2");
 }
@@ -206,7 +209,8 @@ TEST(DataParallel, TwoRunsOfTheSameJobAreBitwiseIdentical) {
     EXPECT_EQ(rec["grad_norm"].get<double>(), b.steps.at(s)["grad_norm"].get<double>()) << "step " << s;
   }
   for (const char* f : {"model-rank0.safetensors", "optimizer-rank0.safetensors"})
-    EXPECT_EQ(read_file(a.dump / "checkpoint/step-10" / f), read_file(b.dump / "checkpoint/step-10" / f)) << f;
+    EXPECT_EQ(read_file(a.dump / "checkpoint/step-10" / f), read_file(b.dump / "checkpoint/step-10" / f))
+        << f;
 }
 
 // A checkpoint written by 2 ranks at step 5 resumes on 1 and on 4 ranks; steps 6..10 and the final
@@ -290,15 +294,28 @@ struct BackgroundJob {
   pid_t mpirun = 0;
   fs::path dump, log;
 
-  explicit BackgroundJob(const std::string& name, const std::string& timeout_seconds = "30") : dump(tt::temp_dir(name)), log(dump.parent_path() / (name + ".log")) {
+  explicit BackgroundJob(const std::string& name, const std::string& timeout_seconds = "30")
+      : dump(tt::temp_dir(name)), log(dump.parent_path() / (name + ".log")) {
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    std::vector<std::string> argv = {"mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS",
-                                     "-np", "2", tt::titan_binary().string(), "train", "--config",
+    std::vector<std::string> argv = {"mpirun",
+                                     "--oversubscribe",
+                                     "--bind-to",
+                                     "none",
+                                     "-x",
+                                     "OMP_NUM_THREADS",
+                                     "-np",
+                                     "2",
+                                     tt::titan_binary().string(),
+                                     "train",
+                                     "--config",
                                      (tt::source_dir() / "configs/debugmodel.toml").string()};
-    for (auto& [k, v] : tiny(dump, 2, {{"training.steps", "100000"}, {"checkpoint.interval", "3"},
-                                       {"checkpoint.keep_latest_k", "2"}, {"comm.timeout_seconds", timeout_seconds}}))
+    for (auto& [k, v] : tiny(dump, 2,
+                             {{"training.steps", "100000"},
+                              {"checkpoint.interval", "3"},
+                              {"checkpoint.keep_latest_k", "2"},
+                              {"comm.timeout_seconds", timeout_seconds}}))
       argv.push_back("--" + k + "=" + v);
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());

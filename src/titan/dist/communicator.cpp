@@ -10,7 +10,8 @@ namespace titan::dist {
 void Communicator::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, const KernelContext& ctx) {
   start_all_reduce(buf, count, dtype, op, ctx)->wait();
 }
-void Communicator::all_gather(const void* send, void* recv, int64_t count, DType dtype, const KernelContext& ctx) {
+void Communicator::all_gather(const void* send, void* recv, int64_t count, DType dtype,
+                              const KernelContext& ctx) {
   start_all_gather(send, recv, count, dtype, ctx)->wait();
 }
 void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
@@ -22,7 +23,9 @@ void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root, co
 }
 
 // Host memory needs no services: the communicators copy it themselves.
-KernelContext host_context() { return KernelContext{Device::CPU, nullptr, nullptr}; }
+KernelContext host_context() {
+  return KernelContext{Device::CPU, nullptr, nullptr};
+}
 
 namespace {
 
@@ -37,7 +40,8 @@ class SingleProcess final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string library() const override { return "none (one process, no MPI launcher)"; }
-  std::unique_ptr<CommHandle> start_all_reduce(void*, int64_t, DType, ReduceOp, const KernelContext&) override {
+  std::unique_ptr<CommHandle> start_all_reduce(void*, int64_t, DType, ReduceOp,
+                                               const KernelContext&) override {
     return std::make_unique<Done>();
   }
   std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
@@ -50,7 +54,8 @@ class SingleProcess final : public Communicator {
     copy(send, recv, count, dtype, ctx);
     return std::make_unique<Done>();
   }
-  std::unique_ptr<CommHandle> start_broadcast(void*, int64_t, DType, int root, const KernelContext&) override {
+  std::unique_ptr<CommHandle> start_broadcast(void*, int64_t, DType, int root,
+                                              const KernelContext&) override {
     TITAN_CHECK(root == 0, "comm: broadcast from root ", root, " in a world of one rank");
     return std::make_unique<Done>();
   }
@@ -65,7 +70,8 @@ class SingleProcess final : public Communicator {
     if (ctx.services) {
       ctx.services->copy(recv, send, bytes);
     } else {
-      TITAN_CHECK(ctx.device == Device::CPU, "comm: a copy on ", device_name(ctx.device), " needs its device services");
+      TITAN_CHECK(ctx.device == Device::CPU, "comm: a copy on ", device_name(ctx.device),
+                  " needs its device services");
       std::memcpy(recv, send, bytes);
     }
   }
@@ -73,6 +79,8 @@ class SingleProcess final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcess>(); }
+std::unique_ptr<Communicator> single_process_communicator() {
+  return std::make_unique<SingleProcess>();
+}
 
 }  // namespace titan::dist

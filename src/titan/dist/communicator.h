@@ -42,10 +42,11 @@ class Communicator {
 
   virtual std::unique_ptr<CommHandle> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op,
                                                        const KernelContext& ctx) = 0;
-  virtual std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
-                                                       const KernelContext& ctx) = 0;
+  virtual std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count,
+                                                       DType dtype, const KernelContext& ctx) = 0;
   virtual std::unique_ptr<CommHandle> start_reduce_scatter(const void* send, void* recv, int64_t count,
-                                                           DType dtype, ReduceOp op, const KernelContext& ctx) = 0;
+                                                           DType dtype, ReduceOp op,
+                                                           const KernelContext& ctx) = 0;
   virtual std::unique_ptr<CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
                                                       const KernelContext& ctx) = 0;
   virtual void barrier() = 0;

@@ -13,7 +13,9 @@ namespace titan::dist {
 
 namespace {
 
-const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
+const char* op_name(ReduceOp op) {
+  return op == ReduceOp::Sum ? "sum" : "max";
+}
 
 // bf16 has no MPI type: it travels as 16-bit words and is reduced by this user operation.
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -30,13 +32,19 @@ void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::I64: return MPI_INT64_T;
-    case DType::I32: return MPI_INT32_T;
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::I32:
+      return MPI_INT32_T;
     case DType::BF16:
-    case DType::F16: return MPI_UINT16_T;
-    case DType::U8: return MPI_UINT8_T;
+    case DType::F16:
+      return MPI_UINT16_T;
+    case DType::U8:
+      return MPI_UINT8_T;
   }
   TITAN_FAIL("comm: unknown dtype");
 }
@@ -72,8 +80,8 @@ class MpiHandle final : public CommHandle {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
       if (!done && std::chrono::duration<double>(Clock::now() - t0).count() > timeout_)
-        TITAN_FAIL("comm: rank ", rank_, ": ", what_, " over ", size_, " ranks did not complete within ", timeout_,
-                   " s (comm.timeout_seconds): another rank died or stopped answering");
+        TITAN_FAIL("comm: rank ", rank_, ": ", what_, " over ", size_, " ranks did not complete within ",
+                   timeout_, " s (comm.timeout_seconds): another rank died or stopped answering");
     }
     req_ = MPI_REQUEST_NULL;
   }
@@ -116,8 +124,8 @@ class Mpi final : public Communicator {
                                                const KernelContext& ctx) override {
     check_host(ctx, "all_reduce");
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(dtype), mpi_op(op, dtype), comm_,
-                   &req);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(dtype), mpi_op(op, dtype),
+                   comm_, &req);
     return handle(req, "all_reduce", count, dtype, op_name(op));
   }
   std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
@@ -134,8 +142,8 @@ class Mpi final : public Communicator {
                                                    ReduceOp op, const KernelContext& ctx) override {
     check_host(ctx, "reduce_scatter");
     MPI_Request req;
-    MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"), mpi_type(dtype), mpi_op(op, dtype),
-                              comm_, &req);
+    MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"), mpi_type(dtype),
+                              mpi_op(op, dtype), comm_, &req);
     return handle(req, "reduce_scatter", count, dtype, op_name(op));
   }
   std::unique_ptr<CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
@@ -169,8 +177,8 @@ class Mpi final : public Communicator {
   }
   std::unique_ptr<CommHandle> handle(MPI_Request req, const char* what, int64_t count, DType dtype,
                                      const char* op) const {
-    std::string desc = std::string(what) + "(" + std::string(dtype_name(dtype)) + " x " + std::to_string(count) +
-                       (op ? std::string(", ") + op : "") + ")";
+    std::string desc = std::string(what) + "(" + std::string(dtype_name(dtype)) + " x " +
+                       std::to_string(count) + (op ? std::string(", ") + op : "") + ")";
     return std::make_unique<MpiHandle>(req, desc, timeout_, rank_, size_);
   }
 

@@ -1,8 +1,9 @@
 #include "titan/dist/parallel_plan.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <sstream>
-#include <unistd.h>
 
 #include "titan/core/check.h"
 #include "titan/ops/elementwise.h"
@@ -76,8 +77,8 @@ void ParallelPlan::gather_parameters(std::vector<nn::ParamBlock>& blocks) const 
   std::vector<std::unique_ptr<CommHandle>> pending;
   for (auto& b : blocks) {
     Tensor mine = local(b.data());
-    pending.push_back(
-        shard_group_->start_all_gather(mine.raw_data(), b.data().raw_data(), mine.numel(), DType::F32, host_context()));
+    pending.push_back(shard_group_->start_all_gather(mine.raw_data(), b.data().raw_data(), mine.numel(),
+                                                     DType::F32, host_context()));
   }
   for (auto& h : pending) h->wait();
 }
@@ -106,8 +107,8 @@ void ParallelPlan::reduce_gradients(std::vector<nn::ParamBlock>& blocks) const {
   if (replicate_group_) {
     pending.clear();
     for (auto& s : shards)
-      pending.push_back(
-          replicate_group_->start_all_reduce(s.raw_data(), s.numel(), DType::F32, ReduceOp::Sum, host_context()));
+      pending.push_back(replicate_group_->start_all_reduce(s.raw_data(), s.numel(), DType::F32, ReduceOp::Sum,
+                                                           host_context()));
     for (auto& h : pending) h->wait();
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -135,8 +136,8 @@ std::vector<Tensor> ParallelPlan::sum_over_ranks(const std::vector<Tensor>& coun
       out.push_back(c);
       continue;
     }
-    TITAN_CHECK(c.dtype() == DType::I64 && c.is_contiguous(), "parallel plan: counts must be contiguous i64, got ",
-                c.str());
+    TITAN_CHECK(c.dtype() == DType::I64 && c.is_contiguous(),
+                "parallel plan: counts must be contiguous i64, got ", c.str());
     out.push_back(c.clone());
     world_->all_reduce(out.back().raw_data(), c.numel(), DType::I64, ReduceOp::Sum, host_context());
   }

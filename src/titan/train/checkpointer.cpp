@@ -16,7 +16,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Every f32 master weight and optimizer moment is finite: a checkpoint must never hold NaN/Inf.
 bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
@@ -48,7 +50,8 @@ void Checkpointer::restore(TrainState& s) const {
   LoadedCheckpoint c = manager_.load(*resume_step_);
   qwen3::restore_parameters(c.model, s.model);
   // The file holds whole blocks; this rank keeps its slice of each moment.
-  for (auto [moments, prefix] : {std::pair{&s.optimizer.exp_avg(), "exp_avg."}, {&s.optimizer.exp_avg_sq(), "exp_avg_sq."}}) {
+  for (auto [moments, prefix] :
+       {std::pair{&s.optimizer.exp_avg(), "exp_avg."}, {&s.optimizer.exp_avg_sq(), "exp_avg_sq."}}) {
     std::vector<Tensor> full;
     for (auto& b : s.model.blocks()) full.push_back(Tensor::zeros({b.numel()}, DType::F32));
     qwen3::restore_layout_tensors(c.optimizer, s.model, full, prefix);
@@ -61,7 +64,8 @@ void Checkpointer::restore(TrainState& s) const {
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   const int saved_world = ts.at("world_size").get<int>();
   if (saved_world != plan_.world_size())
-    say("resharding: the checkpoint was written by %d ranks, this run has %d", saved_world, plan_.world_size());
+    say("resharding: the checkpoint was written by %d ranks, this run has %d", saved_world,
+        plan_.world_size());
   s.loader.restore(ts.at("dataloader"));
   if (ts.contains("expert_bias"))
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
@@ -95,8 +99,10 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["dataloader"] = s.loader.state();
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
   ts["world_size"] = plan_.world_size();
-  ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()}, {"dp_shard", plan_.dp_shard()},
-                {"tp", c.parallelism.tensor_parallel_degree}, {"ep", c.parallelism.expert_parallel_degree}};
+  ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
+                {"dp_shard", plan_.dp_shard()},
+                {"tp", c.parallelism.tensor_parallel_degree},
+                {"ep", c.parallelism.expert_parallel_degree}};
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
   if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
   // No rank runs ahead of (or exits before) the commit.
@@ -111,13 +117,15 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   auto t0 = Clock::now();
   fs::path out = folder() / ("step-" + std::to_string(s.step) + "-hf");
   std::vector<fs::path> tok_files;
-  fs::path tok_dir = fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
+  fs::path tok_dir =
+      fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     if (fs::exists(tok_dir / f)) tok_files.push_back(tok_dir / f);
   const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
   {
     uint64_t total = 0;
-    for (auto& r : qwen3::hf_tensors(s.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
+    for (auto& r : qwen3::hf_tensors(s.model))
+      total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
     Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
     qwen3::export_hf_model(s.model, out, export_dtype, tok_files, /*overwrite=*/true);
   }

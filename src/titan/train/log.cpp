@@ -9,8 +9,12 @@ namespace {
 bool g_console = true;
 }
 
-void set_console_output(bool enabled) { g_console = enabled; }
-bool console_output() { return g_console; }
+void set_console_output(bool enabled) {
+  g_console = enabled;
+}
+bool console_output() {
+  return g_console;
+}
 
 void say(const char* fmt, ...) {
   if (!g_console) return;

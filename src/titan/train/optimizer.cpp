@@ -2,7 +2,8 @@
 
 namespace titan::train {
 
-AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks, const dist::ParallelPlan& plan)
+AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks,
+             const dist::ParallelPlan& plan)
     : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
   ops::validate(config_);
   for (auto& b : blocks) {
@@ -16,7 +17,8 @@ void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, d
   config_.lr = lr;
   for (size_t b = 0; b < blocks.size(); ++b) {
     Tensor param = plan_.local(blocks[b].data());
-    ops::adamw_step(param, plan_.local(blocks[b].grad()), exp_avg_[b], exp_avg_sq_[b], config_, step, grad_scale);
+    ops::adamw_step(param, plan_.local(blocks[b].grad()), exp_avg_[b], exp_avg_sq_[b], config_, step,
+                    grad_scale);
   }
 }
 

@@ -16,10 +16,11 @@ namespace titan::train {
 class AdamW {
  public:
   // Errors name the optimizer field that breaks torch.optim.AdamW's rules.
-  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks, const dist::ParallelPlan& plan);
+  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks,
+        const dist::ParallelPlan& plan);
 
-  // One step of this rank's slice of every block at learning rate `lr`; `step` is 1-based; each gradient element is
-  // multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
+  // One step of this rank's slice of every block at learning rate `lr`; `step` is 1-based; each gradient
+  // element is multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
   void step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale);
 
   // The moments, one buffer per block slice (checkpoints save and restore them).

@@ -94,19 +94,20 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
     job.initial_hf = c.model.hf_assets_path;
   }
   if (!job.initial_hf.empty())
-    check_hf_weights_present(job.initial_hf,
-                             ck.initial_load_path.empty() ? "model.hf_assets_path" : "checkpoint.initial_load_path");
+    check_hf_weights_present(job.initial_hf, ck.initial_load_path.empty() ? "model.hf_assets_path"
+                                                                          : "checkpoint.initial_load_path");
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
 std::string kernel_line(DType dtype) {
   std::string line;
-  for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding", "linear_cross_entropy",
-                         "router_topk", "moe_experts", "adamw"}) {
+  for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding",
+                         "linear_cross_entropy", "router_topk", "moe_experts", "adamw"}) {
     // The optimizer runs on the f32 master weights whatever the compute dtype.
     const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
     if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
-      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, Device::CPU, op_dtype);
+      line += std::string(line.empty() ? "" : ", ") + op + "=" +
+              kernels::select_variant(op, Device::CPU, op_dtype);
   }
   return line;
 }
@@ -130,8 +131,9 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
   if (!resuming) resolve_initial_weights(c, job);
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
-  job.accumulation_steps =
-      c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
+  job.accumulation_steps = c.training.global_batch_size == -1
+                               ? 1
+                               : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
   return job;
 }
 
@@ -139,7 +141,8 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   const auto& a = job.args;
   say("titan train: %s", c.job.description.c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
-      c.model.name == "hf" ? "hf" : "native", c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
+      c.model.name == "hf" ? "hf" : "native",
+      c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
   // Collective: every rank calls the report, the logging rank prints it.
@@ -152,9 +155,10 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("communication: %s", plan.world().library().c_str());
   say("device: %s", cpu::cpu_info().summary().c_str());
   say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld, global batch %ld "
-      "(local x data-parallel ranks x accumulation)", job.dataset[0].string().c_str(),
-      job.tokenizer_path.string().c_str(), long(job.local_batch_size), long(job.seq_len),
-      long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
+      "(local x data-parallel ranks x accumulation)",
+      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), long(job.local_batch_size),
+      long(job.seq_len), long(job.accumulation_steps),
+      long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.compute_dtype).c_str());
   install_substitutions(c, a, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());

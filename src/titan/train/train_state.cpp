@@ -15,7 +15,7 @@ namespace titan::train {
 namespace {
 
 qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
-  return mode == "full" ? qwen3::Checkpointing::Full
+  return mode == "full"        ? qwen3::Checkpointing::Full
          : mode == "selective" ? qwen3::Checkpointing::Selective
                                : qwen3::Checkpointing::None;
 }
@@ -74,8 +74,8 @@ std::string memory_per_rank(const TrainState& s) {
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
     for (auto& t : *m) moments += double(t.nbytes());
   char line[160];
-  std::snprintf(line, sizeof line, "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB", params / 1048576,
-                grads / 1048576, moments / 1048576);
+  std::snprintf(line, sizeof line, "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB",
+                params / 1048576, grads / 1048576, moments / 1048576);
   return line;
 }
 
@@ -83,7 +83,8 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
   if (!job.initial_hf.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     {
-      Progress progress("loading Hugging Face weights from " + job.initial_hf.string(), bytes_under(job.initial_hf));
+      Progress progress("loading Hugging Face weights from " + job.initial_hf.string(),
+                        bytes_under(job.initial_hf));
       qwen3::load_hf_weights(state.model, job.initial_hf);
     }
     say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
@@ -93,8 +94,9 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     say("loaded native weights from %s (step %ld); optimizer and step start fresh", ck.dir.string().c_str(),
         long(ck.step));
   } else {
-    state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan" ? qwen3::InitScheme::Torchtitan
-                                                                                  : qwen3::InitScheme::HuggingFace);
+    state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"
+                                                          ? qwen3::InitScheme::Torchtitan
+                                                          : qwen3::InitScheme::HuggingFace);
     say("initialized weights from seed %ld (%s scheme)", long(c.training.seed), c.model.init.c_str());
   }
 }

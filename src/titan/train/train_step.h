@@ -17,7 +17,7 @@ struct StepResult {
   double aux_loss = -1;  // MoE aux loss, mean over the micro-batches (< 0: dense model)
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
-  int64_t tokens = 0;    // input tokens of the step, over all data-parallel ranks
+  int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
 };
 
 class TrainStep {
