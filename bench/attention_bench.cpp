@@ -14,7 +14,7 @@
 namespace {
 
 using titan::bf16;
-using titan::cpu::AttentionShape;
+using titan::ops::AttentionShape;
 
 constexpr int64_t kB = 2, kS = 2048, kHq = 16, kD = 128;
 

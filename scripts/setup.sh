@@ -10,6 +10,8 @@ PACKAGES=(
   libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   python3 python3-torch python3-numpy
+  zlib1g-dev   # gzip-compressed datasets (src/titan/data/text_stream.cpp)
+  chromium     # the browser check of `titan report` (tests/train/report_test.cpp)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

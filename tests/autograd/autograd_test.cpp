@@ -2,7 +2,7 @@
 
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/ops/elementwise.h"
 #include "titan/ops/linear.h"
 
@@ -64,7 +64,7 @@ TEST(Autograd, RecomputeGivesIdenticalGradientsAndLowerPeakMemory) {
       w1s[size_t(i)].autograd_meta()->grad = Tensor();
       w2s[size_t(i)].autograd_meta()->grad = Tensor();
     }
-    Allocator& a = allocator_for(Device::CPU);
+    DeviceServices& a = device_services(Device::CPU);
     a.reset_peak();
     int64_t base = a.stats().current_bytes;
     Tensor x = x0.clone().set_requires_grad(true);

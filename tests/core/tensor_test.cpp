@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/core/check.h"
 #include "titan/core/tensor.h"
 
@@ -49,7 +49,7 @@ TEST(Tensor, DtypeConversionsRoundTrip) {
 }
 
 TEST(Allocator, CountsCurrentAndPeakBytes) {
-  Allocator& a = allocator_for(Device::CPU);
+  DeviceServices& a = device_services(Device::CPU);
   int64_t before = a.stats().current_bytes;
   a.reset_peak();
   {

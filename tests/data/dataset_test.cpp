@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data_test_util.h"
+#include "gzip_test_util.h"
 #include "titan/core/check.h"
 #include "titan/data/dataset.h"
 
@@ -145,6 +146,117 @@ TEST(Dataset, ShardsPartitionTheDocuments) {
       EXPECT_EQ(read_all(s), want) << "rank " << r << " of " << n;
     }
   }
+}
+
+// ---- compressed and sharded data ---------------------------------------------------------------
+
+// The first `n` documents of the bundled corpus, as JSON Lines.
+std::string corpus_lines(size_t n) {
+  std::ifstream f(assets_dir() / "datasets" / "nlp-corpus" / "train.jsonl");
+  std::string line, out;
+  for (size_t i = 0; i < n && std::getline(f, line); ++i) out += line + "\n";
+  return out;
+}
+
+TEST(Dataset, GzipFilesReadLikeTheirPlainContent) {
+  auto dir = temp_dir("dataset_gzip");
+  // More than the 1 MiB read buffer and many 256 KiB compressed chunks: documents straddle both.
+  const size_t n = 30000;
+  const std::string lines = corpus_lines(n);
+  ASSERT_GT(lines.size(), size_t(2) << 20);
+  ASSERT_GT(gzip_bytes(lines).size(), size_t(512) << 10);
+  json array = json::array({"first", json{{"text", "second"}}, "third"});
+  const std::string text = "para one\nline two\n\npara three\n";
+  write_file(dir / "plain" / "a.jsonl", lines);
+  write_file(dir / "plain" / "b.json", array.dump());
+  write_file(dir / "plain" / "c.txt", text);
+  write_file(dir / "gz" / "a.jsonl.gz", gzip_bytes(lines));
+  write_file(dir / "gz" / "b.json.gz", gzip_bytes(array.dump()));
+  write_file(dir / "gz" / "c.txt.gz", gzip_bytes(text));
+  auto plain = read_all({{dir / "plain"}});
+  ASSERT_EQ(plain.size(), n + 3 + 2);
+  EXPECT_EQ(read_all({{dir / "gz"}}), plain);
+  // A shard written as several gzip members (`cat a.gz b.gz`, bgzip) reads as one stream.
+  write_file(dir / "multi" / "a.jsonl.gz", gzip_bytes(lines.substr(0, 100000)) + gzip_bytes(lines.substr(100000)));
+  EXPECT_EQ(read_all({{dir / "multi"}}), std::vector<std::string>(plain.begin(), plain.begin() + n));
+}
+
+TEST(Dataset, SeeksInsideACompressedShard) {
+  auto dir = temp_dir("dataset_gzip_seek");
+  write_file(dir / "a.jsonl.gz", gzip_bytes(corpus_lines(6000)));
+  DocumentStream s({{dir / "a.jsonl.gz"}});
+  std::vector<DocPosition> positions;
+  auto want = read_all(s, &positions);
+  ASSERT_EQ(want.size(), 6000u);
+  for (size_t i : {size_t(0), size_t(1), size_t(3001), size_t(5999)}) {
+    s.seek(json(positions[i]).get<DocPosition>());
+    Document d;
+    ASSERT_TRUE(s.next(d));
+    EXPECT_EQ(d.text, want[i]);
+    EXPECT_EQ(d.position, positions[i]);  // offsets and lines count decompressed bytes
+  }
+}
+
+TEST(Dataset, GlobsAndFoldersOfShards) {
+  auto dir = temp_dir("dataset_glob");
+  std::vector<std::string> want;
+  for (int shard = 0; shard < 4; ++shard) {
+    std::string lines;
+    for (int i = 0; i < 5; ++i) {
+      want.push_back("shard " + std::to_string(shard) + " doc " + std::to_string(i));
+      lines += json{{"text", want.back()}}.dump() + "\n";
+    }
+    write_file(dir / ("part-0000" + std::to_string(shard) + ".jsonl.gz"), gzip_bytes(lines));
+  }
+  write_file(dir / "README.md.txt.bak", "not data");
+  EXPECT_EQ(read_all({{dir / "part-*.jsonl.gz"}}), want);  // a glob, in sorted order
+  EXPECT_EQ(read_all({{dir / "part-0000[13].jsonl.gz"}}),
+            std::vector<std::string>({want[5], want[6], want[7], want[8], want[9], want[15], want[16], want[17],
+                                      want[18], want[19]}));
+  EXPECT_EQ(read_all({{dir}}), want);  // a folder: .gz shards found, other names skipped
+  // allenai/c4's layout, which torchtitan's c4 dataset_path points at: JSON Lines in .json.gz
+  // shards, train and validation side by side; a glob picks the training shards.
+  std::vector<std::string> c4;
+  for (const char* split : {"train", "validation"})
+    for (int shard = 0; shard < 2; ++shard) {
+      std::string lines;
+      for (int i = 0; i < 3; ++i) {
+        json doc = {{"text", std::string(split) + " " + std::to_string(shard) + "." + std::to_string(i)},
+                    {"timestamp", "2019-04-25T12:57:54Z"}, {"url", "https://example.org/" + std::to_string(i)}};
+        if (std::string(split) == "train") c4.push_back(doc["text"]);
+        lines += doc.dump() + "\n";
+      }
+      write_file(dir / "c4" / "en" / ("c4-" + std::string(split) + ".0000" + std::to_string(shard) + "-of-00002.json.gz"),
+                 gzip_bytes(lines));
+    }
+  EXPECT_EQ(read_all({{dir / "c4" / "en" / "c4-train.*.json.gz"}}), c4);
+
+  std::string e = error_of({{dir / "shard-*.jsonl.gz"}});
+  EXPECT_NE(e.find("shard-*.jsonl.gz"), std::string::npos) << e;
+  EXPECT_NE(e.find("matches no file"), std::string::npos) << e;
+}
+
+TEST(Dataset, CorruptedAndTruncatedGzipNameTheFile) {
+  auto dir = temp_dir("dataset_gzip_bad");
+  std::string gz = gzip_bytes(corpus_lines(2000));
+  write_file(dir / "truncated.jsonl.gz", gz.substr(0, gz.size() / 2));
+  std::string e = error_of({{dir / "truncated.jsonl.gz"}});
+  EXPECT_NE(e.find("truncated.jsonl.gz"), std::string::npos) << e;
+  EXPECT_NE(e.find("is truncated"), std::string::npos) << e;
+
+  std::string corrupted = gz;
+  for (size_t i = 1000; i < 1064; ++i) corrupted[i] = char(corrupted[i] ^ 0x5a);
+  write_file(dir / "corrupted.jsonl.gz", corrupted);
+  e = error_of({{dir / "corrupted.jsonl.gz"}});
+  EXPECT_NE(e.find("corrupted.jsonl.gz"), std::string::npos) << e;
+  EXPECT_TRUE(e.find("not valid gzip data") != std::string::npos || e.find("malformed JSON") != std::string::npos ||
+              e.find("UTF-8") != std::string::npos)
+      << e;
+
+  write_file(dir / "plain.txt.gz", "this was never compressed\n");
+  e = error_of({{dir / "plain.txt.gz"}});
+  EXPECT_NE(e.find("plain.txt.gz"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid gzip data at compressed byte"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -19,20 +19,20 @@ const ops::SwigluKernel& ref() {
 }
 
 // Output element 0 off by 1e-3 (far above swiglu's f32 tolerance of 1e-6 + 2e-6 |y|).
-void fwd_off(int64_t n, const void* g, const void* u, void* out) {
-  ref().forward(n, g, u, out);
+void fwd_off(const KernelContext& ctx, int64_t n, const void* g, const void* u, void* out) {
+  ref().forward(ctx, n, g, u, out);
   static_cast<float*>(out)[n - 1] += 1e-3f;
 }
 // Correct forward, dup off by 1e-2 in its last element.
-void bwd_off(int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
-  ref().backward(n, g, u, dy, dg, du);
+void bwd_off(const KernelContext& ctx, int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
+  ref().backward(ctx, n, g, u, dy, dg, du);
   if (du) static_cast<float*>(du)[n - 1] += 1e-2f;
 }
-void fwd_ref(int64_t n, const void* g, const void* u, void* out) {
-  ref().forward(n, g, u, out);
+void fwd_ref(const KernelContext& ctx, int64_t n, const void* g, const void* u, void* out) {
+  ref().forward(ctx, n, g, u, out);
 }
-void bwd_ref(int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
-  ref().backward(n, g, u, dy, dg, du);
+void bwd_ref(const KernelContext& ctx, int64_t n, const void* g, const void* u, const void* dy, void* dg, void* du) {
+  ref().backward(ctx, n, g, u, dy, dg, du);
 }
 
 TITAN_REGISTER_KERNEL(

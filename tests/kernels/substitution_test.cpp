@@ -27,8 +27,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // A variant that can never run here, to check the availability rule.
-void fwd(int64_t, const void*, const void*, void*) {}
-void bwd(int64_t, const void*, const void*, const void*, void*, void*) {}
+void fwd(const KernelContext&, int64_t, const void*, const void*, void*) {}
+void bwd(const KernelContext&, int64_t, const void*, const void*, const void*, void*, void*) {}
 TITAN_REGISTER_KERNEL(swiglu_test_needs_isa,
                       {"swiglu", Device::CPU, DType::F32, "test_needs_isa", "test",
                        ops::SwigluKernel{fwd, bwd}, [] { return std::string("no AMX"); }});

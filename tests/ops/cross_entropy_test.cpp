@@ -10,7 +10,7 @@
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cross_entropy.h"
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/linear.h"
@@ -310,7 +310,7 @@ TEST(LinearCrossEntropy, PeakMemoryIsOrderRowsTimesChunk) {
   auto h = random_tensor({N, D}, DType::F32, 28, -1, 1).set_requires_grad(true);
   auto w = random_tensor({V, D}, DType::F32, 29, -0.5, 0.5).set_requires_grad(true);
   auto y = make_labels(N, V, 30, {3, 100});
-  Allocator& alloc = allocator_for(Device::CPU);
+  DeviceServices& alloc = device_services(Device::CPU);
 
   alloc.reset_peak();
   const int64_t before = alloc.stats().current_bytes;

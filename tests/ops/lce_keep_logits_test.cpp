@@ -8,7 +8,7 @@
 
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/ops/cross_entropy.h"
 
 using namespace titan;
@@ -73,7 +73,7 @@ TEST(LinearCrossEntropyKeepLogits, MatchesReference) {
 TEST(LinearCrossEntropyKeepLogits, HoldsTheLogitsOnlyWithinTheBudget) {
   const int64_t N = 256, V = 50000, D = 16, chunk = 4096;
   const int64_t ignored = 2, M = N - ignored;
-  Allocator& alloc = allocator_for(Device::CPU);
+  DeviceServices& alloc = device_services(Device::CPU);
   struct Want {
     DType dt;
     bool round;

@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
+#include <toml++/toml.h>
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/train/torchtitan_keys.h"
 
 using namespace titan;
 using namespace titan::train;
@@ -374,4 +379,205 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
   EXPECT_EQ(validate_error("[checkpoint]\nkeep_latest_k = 0\n"), "");
 }
 
+// ---- torchtitan's job files ----------------------------------------------------------------------
+
+std::filesystem::path torchtitan_fixture(const std::string& name) {
+  return titan::testing::fixtures_dir() / "configs" / name;
+}
+
+// Every key of a TOML file, dotted ("training.dataloader.num_workers").
+void keys_of(const toml::table& t, const std::string& prefix, std::vector<std::string>& out) {
+  for (auto& [k, v] : t) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (auto sub = v.as_table()) keys_of(*sub, key, out);
+    else out.push_back(key);
+  }
+}
+
+// The start-up note of `key`, or "" when there is none.
+std::string note_of(const JobConfig& c, const std::string& key) {
+  for (auto& n : c.notes)
+    if (n.rfind(key + " = ", 0) == 0) return n;
+  return "";
+}
+
+// Each torchtitan key of the file that is not one of titan's own has exactly one note, and the
+// titan keys have none.
+void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const JobConfig& c) {
+  std::vector<std::string> keys;
+  keys_of(toml::parse_file(file.string()), "", keys);
+  size_t foreign = 0;
+  for (auto& key : keys) {
+    const TorchtitanKey* k = find_torchtitan_key(key);
+    ASSERT_NE(k, nullptr) << file << ": " << key << " is not a torchtitan key";
+    if (k->use == TorchtitanUse::Native) {
+      const bool float16_note = key == "checkpoint.export_dtype" && c.checkpoint.export_dtype == "float16";
+      if (!float16_note) {
+        EXPECT_EQ(note_of(c, key), "") << key;
+      }
+    } else {
+      ++foreign;
+      EXPECT_NE(note_of(c, key), "") << "no start-up note for " << key;
+    }
+  }
+  EXPECT_EQ(c.notes.size(), foreign + (c.checkpoint.export_dtype == "float16" ? 1 : 0));
+}
+
+TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
+  auto file = torchtitan_fixture("torchtitan_2026.toml");
+  JobConfig c = load_job_config(file.string(), {});
+  EXPECT_NO_THROW(c.validate(1));
+  EXPECT_EQ(c.model.name, "qwen3");
+  EXPECT_EQ(c.model.flavor, "debugmodel");
+  EXPECT_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.lr_scheduler.warmup_steps, 2);
+  EXPECT_EQ(c.lr_scheduler.decay_ratio, 0.8);
+  EXPECT_EQ(c.lr_scheduler.decay_type, "cosine");
+  EXPECT_EQ(c.lr_scheduler.min_lr_factor, 0.1);
+  EXPECT_EQ(c.lr_scheduler.total_steps, 20);
+  EXPECT_EQ(c.training.global_batch_size, 4);
+  EXPECT_EQ(c.training.seed, 7);  // [debug] seed / deterministic: the newer home of the training keys
+  EXPECT_TRUE(c.training.deterministic);
+  EXPECT_EQ(c.activation_checkpoint.mode, "selective");
+  EXPECT_FALSE(c.checkpoint.enable);
+  expect_one_note_per_torchtitan_key(file, c);
+  EXPECT_NE(note_of(c, "compile.enable").find("ignored: titan has no torch.compile"), std::string::npos);
+  EXPECT_NE(note_of(c, "training.dataloader.num_workers").find("= 2 ignored"), std::string::npos);
+  EXPECT_NE(note_of(c, "parallelism.pipeline_parallel_degree").find("= 1 accepted, no effect"), std::string::npos);
+  EXPECT_NE(note_of(c, "debug.seed").find("7 applied as training.seed"), std::string::npos);
+  EXPECT_NE(note_of(c, "checkpoint.export_dtype").find("float16 accepted"), std::string::npos);
+  EXPECT_NE(note_of(c, "model.converters").find("= [] accepted"), std::string::npos);
+  // The notes are not part of the config in effect: that lists titan's keys only.
+  EXPECT_EQ(c.describe().find("compile"), std::string::npos);
+}
+
+TEST(TorchtitanConfig, OlderSpellingsMapToTheKeysTheyBecame) {
+  auto file = torchtitan_fixture("torchtitan_2025_early.toml");
+  JobConfig c = load_job_config(file.string(), {});
+  EXPECT_NO_THROW(c.validate(1));
+  EXPECT_TRUE(c.checkpoint.enable);                      // checkpoint.enable_checkpoint
+  EXPECT_EQ(c.lr_scheduler.min_lr_factor, 0.2);          // lr_scheduler.lr_min
+  EXPECT_EQ(c.model.hf_assets_path, "./assets/tokenizer/qwen3/");  // tokenizer_path: the file's folder
+  EXPECT_EQ(c.training.local_batch_size, 2);             // training.batch_size
+  EXPECT_EQ(c.training.seed, 11);
+  EXPECT_EQ(c.activation_checkpoint.mode, "full");
+  EXPECT_TRUE(c.metrics.enable_tensorboard);
+  expect_one_note_per_torchtitan_key(file, c);
+  EXPECT_NE(note_of(c, "checkpoint.enable_checkpoint").find("applied as checkpoint.enable"), std::string::npos);
+  EXPECT_NE(note_of(c, "lr_scheduler.lr_min").find("applied as lr_scheduler.min_lr_factor"), std::string::npos);
+  EXPECT_NE(note_of(c, "training.compile").find("ignored: titan has no torch.compile"), std::string::npos);
+  EXPECT_NE(note_of(c, "validation.enabled").find("accepted, no effect: titan has no validation loop"),
+            std::string::npos);
+  // The older spellings work on the command line too, and the last value wins.
+  JobConfig d = load_job_config(file.string(), {{"checkpoint.enable_checkpoint", "false"}, {"lr_scheduler.lr_min", "0"}});
+  EXPECT_FALSE(d.checkpoint.enable);
+  EXPECT_EQ(d.lr_scheduler.min_lr_factor, 0.0);
+  EXPECT_NE(note_of(d, "checkpoint.enable_checkpoint").find("false applied"), std::string::npos);
+  EXPECT_EQ(parse("[model]\ntokenizer_path = \"tok/tokenizer.model\"\n").model.hf_assets_path, "tok/");
+  EXPECT_EQ(parse("[model]\ntokenizer_path = \"/models/qwen3\"\n").model.hf_assets_path, "/models/qwen3");
+}
+
+TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
+  std::string e = error_of([] { load_job_config(torchtitan_fixture("torchtitan_float8.toml").string(), {}); });
+  EXPECT_NE(e.find("torchtitan_float8.toml:6"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.converters"), std::string::npos) << e;
+  EXPECT_NE(e.find("changes the numerics"), std::string::npos) << e;
+
+  struct Case {
+    std::string toml;
+    Overrides overrides;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"[parallelism]\npipeline_parallel_degree = 2\n", {}, {"job.toml:2", "pipeline_parallel_degree = 2",
+                                                              "no pipeline parallelism", "accepted: 1"}},
+      {"", {{"experimental.pipeline_parallel_degree", "4"}}, {"experimental.pipeline_parallel_degree = 4 (as parallelism.pipeline_parallel_degree)"}},
+      {"[parallelism]\ncontext_parallel_degree = 2\n", {}, {"context_parallel_degree", "context parallelism"}},
+      {"[validation]\nenable = true\n", {}, {"validation.enable = true", "no validation loop"}},
+      {"[validation]\nenabled = true\n", {}, {"validation.enabled = true (as validation.enable)"}},
+      {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
+      {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
+      {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
+      {"[checkpoint]\nload_step = 30\n", {}, {"checkpoint.load_step = 30", "newest committed"}},
+      {"[checkpoint]\ncreate_seed_checkpoint = true\n", {}, {"create_seed_checkpoint"}},
+      {"[checkpoint]\nexclude_from_loading = [\"optimizer\"]\n", {}, {"exclude_from_loading"}},
+      {"[experimental]\ncustom_import = \"my.module\"\n", {}, {"experimental.custom_import", "Python"}},
+      {"[debug]\nmoe_force_load_balance = true\n", {}, {"debug.moe_force_load_balance"}},
+      {"[metrics]\nsave_tb_folder = \"board\"\n", {}, {"metrics.save_tb_folder = board", "<dump_folder>/tb"}},
+      {"[model]\nattn_mask_type = \"block_causal\"\n", {}, {"model.attn_mask_type", "per-document"}},
+      {"[checkpoint]\nexport_dtype = \"float16\"\nlast_save_in_hf = true\n", {}, {"export_dtype = float16",
+                                                                                  "float32 or bfloat16"}},
+      {"[checkpoint]\nenable_checkpoint = \"yes\"\n", {}, {"checkpoint.enable", "true or false"}},
+      {"[lr_scheduler]\nlr_min = \"low\"\n", {}, {"lr_scheduler.min_lr_factor", "expects a number"}},
+      {"[compile]\nenabel = true\n", {}, {"unknown config key 'compile.enabel'"}},
+  };
+  for (const auto& c : cases) {
+    std::string err = parse_error(c.toml, c.overrides);
+    ASSERT_FALSE(err.empty()) << "no error for:\n" << c.toml;
+    for (const auto& s : c.expect) EXPECT_NE(err.find(s), std::string::npos) << "'" << s << "' not in: " << err;
+  }
+  // lr_scheduler.total_steps spans at least the run: titan does not extrapolate the schedule.
+  std::string v = validate_error("[training]\nsteps = 10\n[lr_scheduler]\ntotal_steps = 5\n");
+  EXPECT_NE(v.find("lr_scheduler.total_steps (5)"), std::string::npos) << v;
+  EXPECT_EQ(validate_error("[training]\nsteps = 10\n[lr_scheduler]\ntotal_steps = 10\n"), "");
+}
+
+TEST(TorchtitanConfig, TheTableIsConsistentAndDocumented) {
+  std::ifstream f(titan::testing::source_dir() / "docs" / "training.md");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string doc = ss.str();
+  const std::string in_effect = JobConfig().describe();
+  std::set<std::string> seen;
+  for (auto& k : torchtitan_keys()) {
+    const std::string key(k.key);
+    EXPECT_TRUE(seen.insert(key).second) << key << " listed twice";
+    EXPECT_NE(doc.find("| `" + key + "` |"), std::string::npos) << key << " has no row in docs/training.md";
+    switch (k.use) {
+      case TorchtitanUse::Native:
+        EXPECT_NE(in_effect.find("  " + key + " = "), std::string::npos) << key << " is not a titan key";
+        break;
+      case TorchtitanUse::Alias: {
+        const std::string target(k.target);
+        const TorchtitanKey* t = find_torchtitan_key(target);
+        EXPECT_TRUE(in_effect.find("  " + target + " = ") != std::string::npos || (t && t->use != TorchtitanUse::Alias))
+            << key << " stands for " << target << ", which is neither a titan key nor a torchtitan one";
+        break;
+      }
+      case TorchtitanUse::Ignored:
+      case TorchtitanUse::OffOnly:
+        EXPECT_FALSE(k.why.empty()) << key;
+        break;
+    }
+  }
+}
+
+TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {
+  // Through the binary, a 1-step run of the 2026-layout file on a tiny model: the notes are printed
+  // after the config in effect, one "config: <key> = ..." line each.
+  auto dump = titan::testing::temp_dir("torchtitan_startup");
+  std::string out;
+  std::string cmd = "cd " + titan::testing::source_dir().string() + " && " + titan::testing::titan_binary().string() +
+                    " train --config " + torchtitan_fixture("torchtitan_2026.toml").string() +
+                    " --job.dump_folder=" + dump.string() +
+                    " --training.steps=1 --training.global_batch_size=2 --training.seq_len=32 --model.n_layers=1"
+                    " --model.dim=64 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128"
+                    " --lr_scheduler.warmup_steps=1";
+  ASSERT_EQ(titan::testing::run_command(cmd, &out), 0) << out;
+  JobConfig c = load_job_config(torchtitan_fixture("torchtitan_2026.toml").string(), {});
+  ASSERT_FALSE(c.notes.empty());
+  for (auto& note : c.notes) EXPECT_NE(out.find("\nconfig: " + note + "\n"), std::string::npos) << note << "\n" << out;
+  EXPECT_NE(out.find("step: 1 "), std::string::npos) << out;
+}
+
 }  // namespace
+
+TEST(JobConfig, DeviceKeyNamesWhatItCannotDo) {
+  // job.device takes cpu or cuda; checkpoints of a device run are refused by name until the
+  // checkpoint layout stages through the host.
+  EXPECT_EQ(parse("", {{"job.device", "cuda"}}).job.device, "cuda");
+  EXPECT_NE(parse_error("", {{"job.device", "tpu"}}).find("job.device must be one of cpu, cuda"), std::string::npos);
+  EXPECT_NE(validate_error("[job]\ndevice = \"cuda\"\n[checkpoint]\nenable = true\n").find("checkpoint.enable"),
+            std::string::npos);
+  EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n"), "");
+}

@@ -1,3 +1,7 @@
 # trainer_test also drives the titan binary (export, verify-export, debug dump, SIGTERM, exit
 # codes): building the test builds the binary first.
 add_dependencies(trainer_test titan_cli)
+# job_config_test runs one torchtitan-layout job file through the binary (its start-up notes).
+add_dependencies(job_config_test titan_cli)
+# report_test trains two tiny runs through the binary, then reports them.
+add_dependencies(report_test titan_cli)

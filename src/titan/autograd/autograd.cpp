@@ -110,7 +110,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
 
 void backward(const Tensor& loss) {
   TITAN_CHECK(loss.numel() == 1, "backward: loss must have one element, got ", loss.str());
-  Tensor one = Tensor::full(loss.shape(), 1.0, grad_dtype(loss.dtype()));
+  Tensor one = Tensor::full(loss.shape(), 1.0, grad_dtype(loss.dtype()), loss.device());
   backward(current_tape(), {loss}, {one});
 }
 

@@ -39,4 +39,13 @@ class ArgParser {
 };
 
 
+// `--config FILE.toml` plus any `--section.key=value` / `--section.key value` overrides, as
+// `titan train` and the commands that plan or check its job take them. `help` is printed for
+// --help (then nullopt is returned).
+struct JobArgs {
+  std::string config_path;
+  std::vector<std::pair<std::string, std::string>> overrides;
+};
+std::optional<JobArgs> parse_job_args(int argc, char** argv, const std::string& command, const std::string& help);
+
 }  // namespace titan::cli

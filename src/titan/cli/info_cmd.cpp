@@ -6,6 +6,9 @@
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
 #include "titan/models/qwen3/estimate.h"
+#include "titan/train/job_config.h"
+#include "titan/train/startup.h"
+#include "titan/train/step_profile.h"
 
 namespace titan::cli {
 namespace {
@@ -16,8 +19,46 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
+// titan info --config X.toml [--k=v]: the job's training step run on the meta device.
+int info_for_job(int argc, char** argv) {
+  auto job = parse_job_args(argc, argv, "info",
+                            "usage: titan info --config FILE.toml [--section.key=value ...]\n"
+                            "Runs one training step of the job on the meta device (shapes and byte counts, no\n"
+                            "data) and prints the exact memory per process by category and the FLOPs of a step.\n");
+  if (!job) return 0;
+  const train::JobConfig cfg = train::load_job_config(job->config_path, job->overrides);
+  const qwen3::ModelArgs a = train::resolve_model_args(cfg);
+  train::StepShape shape;
+  shape.local_batch = cfg.training.local_batch_size;
+  shape.seq_len = cfg.training.seq_len;
+  shape.compute = train::resolve_compute_dtype(cfg);
+  const std::string& ac = cfg.activation_checkpoint.mode;
+  shape.checkpointing = ac == "full" ? qwen3::Checkpointing::Full
+                        : ac == "selective" ? qwen3::Checkpointing::Selective : qwen3::Checkpointing::None;
+  shape.expert_bias = a.is_moe() && cfg.training.load_balance == "expert_bias";
+  const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
+
+  std::printf("job: %s (%s, %s parameters)\n", job->config_path.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
+              std::to_string(a.num_params()).c_str());
+  std::printf("one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "
+              "checkpointing %s, one process\n",
+              p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len),
+              std::string(dtype_name(shape.compute)).c_str(), ac.c_str());
+  std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n", gib(p.weights).c_str(),
+              gib(p.grads).c_str(), gib(p.optimizer).c_str());
+  if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
+  std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
+              gib(p.peak).c_str());
+  std::printf("FLOPs per step: %.4g (%.4g per token)\n", p.flops,
+              p.flops / double(shape.local_batch * shape.seq_len));
+  return 0;
+}
+
 int info_main(int argc, char** argv) {
-  ArgParser p("info", "Parameters, FLOPs per token and training memory of a Qwen3 model.");
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind("--config", 0) == 0) return info_for_job(argc, argv);
+  ArgParser p("info", "Parameters, FLOPs per token and training memory of a Qwen3 model (or, with --config "
+                      "FILE.toml [--k=v], the job's exact memory per process from a meta-device step).");
   p.option("flavor", "native flavor (debugmodel, 0.6B, 30B-A3B, ...)")
       .option("model-path", "Hugging Face checkpoint directory or config.json")
       .option("batch", "local batch size for the activation estimate", "1")

@@ -1,9 +1,9 @@
 // titan train --config FILE.toml [--section.key=value | --section.key value ...]
 #include <cstdio>
-#include <cstring>
+#include <memory>
 
+#include "titan/cli/args.h"
 #include "titan/cli/command.h"
-#include "titan/core/check.h"
 #include "titan/dist/communicator.h"
 #include "titan/train/trainer.h"
 
@@ -11,31 +11,12 @@ namespace titan::cli {
 namespace {
 
 int train_main(int argc, char** argv) {
-  std::string config_path;
-  std::vector<std::pair<std::string, std::string>> overrides;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: titan train --config FILE.toml [--section.key=value ...]\n"
-          "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
-          "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
-      return 0;
-    }
-    TITAN_CHECK(a.rfind("--", 0) == 0, "titan train: unexpected argument '", a, "' (options start with --)");
-    std::string key = a.substr(2), value;
-    if (auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      TITAN_CHECK(i + 1 < argc, "titan train: --", key, " needs a value");
-      value = argv[++i];
-    }
-    if (key == "config") config_path = value;
-    else overrides.emplace_back(key, value);
-  }
-  TITAN_CHECK(!config_path.empty(), "titan train: --config FILE.toml is required (see configs/)");
-  train::JobConfig cfg = train::load_job_config(config_path, overrides);
+  auto job = parse_job_args(argc, argv, "train",
+                            "usage: titan train --config FILE.toml [--section.key=value ...]\n"
+                            "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
+                            "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
+  if (!job) return 0;
+  train::JobConfig cfg = train::load_job_config(job->config_path, job->overrides);
   // MPI when started by mpirun / srun, else one process.
   std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.

@@ -1,7 +1,7 @@
 #pragma once
 // The device seam. Each device (cpu, cuda, meta) provides the same small set of services: memory
 // with current / peak / reserved counters, copies between host and device and within a device,
-// fill, dtype conversion, strided gathers (what `contiguous()` needs), synchronisation, and a
+// fill, dtype conversion, strided copies (what `contiguous()` needs), synchronisation, and a
 // stream. core/tensor calls only these, never memcpy on a pointer it does not know to be host
 // memory; every kernel receives a KernelContext naming its device, stream and services.
 //
@@ -41,6 +41,13 @@ class DeviceServices {
   virtual Device device() const = 0;
   // Empty when usable, else why not ("no CUDA device found", "built without CUDA").
   virtual std::string unavailable_reason() const { return ""; }
+  // One line for logs: "cpu", "NVIDIA H200, sm_90, 139.8 GiB", ...
+  virtual std::string description() const { return std::string(device_name(device())); }
+  // Memory the device has in all (the metrics line's percentage); 0 when it has no such bound.
+  virtual int64_t capacity_bytes() const { return 0; }
+  // Dense peak of the device's matrix units for `dtype` in FLOP/s (the MFU denominator) and where
+  // the figure comes from; 0 when the backend does not know it (metrics.peak_tflops then decides).
+  virtual double peak_flops(DType dtype) const { return 0; }
 
   // Memory. allocate(0) returns a valid, unique pointer; deallocate takes the same byte count.
   void* allocate(size_t nbytes);
@@ -58,11 +65,19 @@ class DeviceServices {
   // Elementwise work that core/tensor needs on any device:
   //   fill:    n elements of `dtype` set to `value` (converted as Tensor::full documents);
   //   convert: n elements from src_dtype to dst_dtype (bf16 rounds to nearest even);
-  //   gather_strided: a contiguous copy of a strided view (shape/strides in elements, rank <= 8).
+  //   copy_strided: copies a strided view into another of the same shape and dtype (shape and
+//                 strides in elements, rank <= 8; either side may be contiguous): what
+//                 contiguous() and writes into narrowed views need.
   virtual void fill(void* dst, int64_t n, DType dtype, double value) = 0;
   virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) = 0;
-  virtual void gather_strided(void* dst, const void* src, DType dtype, int rank, const int64_t* shape,
-                              const int64_t* strides) = 0;
+  virtual void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
+                            DType dtype, int rank, const int64_t* shape) = 0;
+
+  // Work counter: the meta device's kernels add the floating-point operations their op would do,
+  // so a meta run of a training step yields its FLOPs. Other devices leave it at zero.
+  void add_flops(double flops) { flops_.fetch_add(flops); }
+  double flops() const { return flops_.load(); }
+  void reset_flops() { flops_.store(0); }
 
   virtual void synchronize() {}
   virtual void* stream() { return nullptr; }
@@ -77,6 +92,7 @@ class DeviceServices {
 
  private:
   std::atomic<int64_t> current_{0}, peak_{0}, count_{0};
+  std::atomic<double> flops_{0};
 };
 
 // The services of a device; an error naming the device and the reason when it is unavailable.

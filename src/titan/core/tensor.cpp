@@ -5,8 +5,9 @@
 #include <sstream>
 
 #include "titan/autograd/autograd.h"
-#include "titan/core/allocator.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/core/element.h"
 
 namespace titan {
 
@@ -37,7 +38,7 @@ Shape contiguous_strides(const Shape& shape) {
 // ---------------------------------------------------------------- Storage
 
 Storage::Storage(size_t nbytes, Device device)
-    : data_(allocator_for(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}
+    : data_(device_services(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> owner)
     : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {
@@ -45,7 +46,7 @@ Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void>
 }
 
 Storage::~Storage() {
-  if (!owner_) allocator_for(device_).deallocate(data_, nbytes_);
+  if (!owner_) device_services(device_).deallocate(data_, nbytes_);
 }
 
 // ---------------------------------------------------------------- construction
@@ -63,7 +64,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  device_services(device).fill(t.raw_data(), t.numel(), dtype, 0.0);
   return t;
 }
 
@@ -85,53 +86,10 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::share
 
 namespace {
 
-// Element access through double: slow, general; used by copies between arbitrary
-// strides/dtypes and by tests. Hot paths use the contiguous fast paths below.
-double load_as_double(const void* base, DType t, int64_t i) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(base)[i];
-    case DType::F64: return static_cast<const double*>(base)[i];
-    case DType::BF16: return bf16_to_f32(static_cast<const bf16*>(base)[i]);
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::I32: return static_cast<const int32_t*>(base)[i];
-    case DType::I64: return double(static_cast<const int64_t*>(base)[i]);
-    case DType::U8: return static_cast<const uint8_t*>(base)[i];
-  }
-  return 0;
-}
-
-void store_from_double(void* base, DType t, int64_t i, double v) {
-  switch (t) {
-    case DType::F32: static_cast<float*>(base)[i] = float(v); break;
-    case DType::F64: static_cast<double*>(base)[i] = v; break;
-    case DType::BF16: static_cast<bf16*>(base)[i] = f32_to_bf16(float(v)); break;
-    case DType::F16: static_cast<uint16_t*>(base)[i] = f32_to_f16(float(v)); break;
-    case DType::I32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
-    case DType::I64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
-    case DType::U8: static_cast<uint8_t*>(base)[i] = uint8_t(v); break;
-  }
-}
-
-// Calls f(linear_index, element_offset) for every element of a strided tensor in row-major order.
+// A row-major walk over a tensor's elements (host memory only).
 template <class F>
 void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
-  int64_t n = shape_numel(shape);
-  if (n == 0) return;
-  size_t nd = shape.size();
-  std::vector<int64_t> idx(nd, 0);
-  int64_t off = 0;
-  for (int64_t lin = 0; lin < n; ++lin) {
-    f(lin, off);
-    for (int64_t d = int64_t(nd) - 1; d >= 0; --d) {
-      size_t u = size_t(d);
-      if (++idx[u] < shape[u]) {
-        off += strides[u];
-        break;
-      }
-      off -= strides[u] * (shape[u] - 1);
-      idx[u] = 0;
-    }
-  }
+  for_each_strided_offset(int(shape.size()), shape.data(), strides.data(), f);
 }
 
 }  // namespace
@@ -139,21 +97,21 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
 Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, DType dtype) {
   TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype);
-  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), v[i]);
+  for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), v[i]);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& v, const Shape& shape, DType dtype) {
   TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype);
-  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), v[i]);
+  for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), v[i]);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& shape, DType dtype) {
   TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype);
-  for (size_t i = 0; i < v.size(); ++i) store_from_double(t.raw_data(), dtype, int64_t(i), double(v[i]));
+  for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), double(v[i]));
   if (dtype == DType::I64) std::memcpy(t.raw_data(), v.data(), v.size() * 8);  // exact beyond 2^53
   return t;
 }
@@ -276,16 +234,18 @@ Tensor Tensor::expand(const Shape& shape) const {
   if (autograd::needs_grad({this})) {
     Shape small = shape_;
     autograd::record("expand", {*this}, {&out}, [small](const std::vector<Tensor>& g) {
-      // Sum the gradient over the broadcast dimensions.
+      // Sum the gradient over the broadcast dimensions (host loop: no op needs it on a device).
+      TITAN_CHECK(g[0].device() == Device::CPU, "expand: backward through a broadcast runs on the cpu only, got a ",
+                  device_name(g[0].device()), " gradient");
       Tensor gi = Tensor::zeros(small, g[0].dtype());
       Tensor acc = gi.expand(g[0].shape());  // stride-0 view used as a scatter target
       Tensor src = g[0].contiguous();
       std::vector<double> sums(size_t(gi.numel()), 0.0);
       const Shape& ast = acc.strides();
       for_each_offset(src.shape(), ast, [&](int64_t lin, int64_t off) {
-        sums[size_t(off)] += load_as_double(src.raw_data(), src.dtype(), lin);
+        sums[size_t(off)] += load_element(src.raw_data(), src.dtype(), lin);
       });
-      for (size_t i = 0; i < sums.size(); ++i) store_from_double(gi.raw_data(), gi.dtype(), int64_t(i), sums[i]);
+      for (size_t i = 0; i < sums.size(); ++i) store_element(gi.raw_data(), gi.dtype(), int64_t(i), sums[i]);
       return std::vector<Tensor>{gi};
     });
   }
@@ -317,41 +277,50 @@ Tensor Tensor::to(DType dtype) const {
 void Tensor::copy_from(const Tensor& src) {
   TITAN_CHECK(src.shape() == shape_, "copy_from: shape ", src.str(), " into ", str());
   if (numel() == 0) return;
-  if (is_contiguous() && src.is_contiguous()) {
-    if (src.dtype() == dtype_) {
-      std::memcpy(raw_data(), src.raw_data(), nbytes());
-      return;
-    }
-    if (src.dtype() == DType::F32 && dtype_ == DType::BF16) {
-      convert_f32_to_bf16(src.data<float>(), data<bf16>(), size_t(numel()));
-      return;
-    }
-    if (src.dtype() == DType::BF16 && dtype_ == DType::F32) {
-      convert_bf16_to_f32(src.data<bf16>(), data<float>(), size_t(numel()));
-      return;
-    }
+  if (src.device() != device_) {
+    // Across devices (one side is the host): convert on the source's device, move contiguous bytes.
+    TITAN_CHECK(src.device() == Device::CPU || device_ == Device::CPU, "copy_from: ", device_name(src.device()),
+                " -> ", device_name(device_), " needs a stop on the cpu");
+    Tensor staged = src.dtype() == dtype_ ? src.contiguous() : src.to(dtype_);
+    Tensor dst = is_contiguous() ? *this : empty(shape_, dtype_, device_);
+    if (device_ == Device::CPU)
+      device_services(src.device()).copy_to_host(dst.raw_data(), staged.raw_data(), nbytes());
+    else
+      device_services(device_).copy_from_host(dst.raw_data(), staged.raw_data(), nbytes());
+    if (dst.storage_ != storage_) copy_from(dst);  // a strided destination: one more copy on its device
+    return;
   }
-  // General path: walk both in row-major order. Gather the source offsets first.
-  std::vector<int64_t> src_off(static_cast<size_t>(numel()));
-  for_each_offset(shape_, src.strides(), [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
-  void* dst_base = static_cast<char*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
-  const void* src_base = src.raw_data();
-  DType sd = src.dtype(), dd = dtype_;
-  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) {
-    store_from_double(dst_base, dd, off, load_as_double(src_base, sd, src_off[size_t(lin)]));
-  });
+  DeviceServices& dev = device_services(device_);
+  if (src.dtype() != dtype_) {
+    Tensor s = src.contiguous();
+    if (is_contiguous()) return dev.convert(raw_data(), dtype_, s.raw_data(), s.dtype(), numel());
+    Tensor converted = empty(shape_, dtype_, device_);
+    dev.convert(converted.raw_data(), dtype_, s.raw_data(), s.dtype(), numel());
+    return copy_from(converted);
+  }
+  if (is_contiguous() && src.is_contiguous()) return dev.copy(raw_data(), src.raw_data(), nbytes());
+  dev.copy_strided(raw_data(), strides_.data(), src.raw_data(), src.strides().data(), dtype_, int(dim()),
+                   shape_.data());
 }
 
 void Tensor::fill(double value) {
   if (numel() == 0) return;
-  void* base = raw_data();
-  for_each_offset(shape_, strides_, [&](int64_t, int64_t off) { store_from_double(base, dtype_, off, value); });
+  if (is_contiguous()) return device_services(device_).fill(raw_data(), numel(), dtype_, value);
+  Tensor filled = full(shape_, value, dtype_, device_);
+  copy_from(filled);
 }
 
 std::vector<double> Tensor::to_vector() const {
+  if (device_ != Device::CPU) return to(Device::CPU).to_vector();
   std::vector<double> out(static_cast<size_t>(numel()));
   const void* base = raw_data();
-  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) { out[size_t(lin)] = load_as_double(base, dtype_, off); });
+  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) { out[size_t(lin)] = load_element(base, dtype_, off); });
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor out = empty(shape_, dtype_, device);
+  out.copy_from(*this);
   return out;
 }
 

@@ -85,9 +85,10 @@ class Tensor {
   Tensor contiguous() const;                // self when already contiguous
   Tensor clone() const;                     // always a new contiguous copy (no autograd)
   Tensor to(DType dtype) const;             // converted contiguous copy (no autograd; see ops::cast)
-  void copy_from(const Tensor& src);        // same shape; converts dtype; no autograd
+  Tensor to(Device device) const;           // contiguous copy on another device (no autograd)
+  void copy_from(const Tensor& src);        // same shape; converts dtype; crosses devices; no autograd
   void fill(double value);
-  std::vector<double> to_vector() const;    // any dtype, converted to double (tests, logs)
+  std::vector<double> to_vector() const;    // any dtype and device, converted to double (tests, logs)
   double item() const;                      // single-element tensors
 
   // Autograd.

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <glob.h>
 #include <nlohmann/json.hpp>
 
 #include "titan/core/check.h"
+#include "titan/data/text_stream.h"
 #include "titan/data/utf8.h"
 
 namespace titan::data {
@@ -24,8 +26,36 @@ void from_json(const json& j, DocPosition& p) {
   p.in_array = j.at("in_array").get<bool>();
 }
 
-std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& paths) {
+namespace {
+
+bool has_glob_characters(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// The paths a shell glob ("shards/part-*.jsonl.gz") matches, sorted; none is an error.
+std::vector<fs::path> expand_glob(const fs::path& pattern) {
+  glob_t g{};
+  int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<fs::path> out;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  TITAN_CHECK(rc == 0 || rc == GLOB_NOMATCH, "dataset: cannot expand the pattern ", pattern);
+  TITAN_CHECK(!out.empty(), "dataset: the pattern ", pattern, " matches no file");
+  return out;  // glob() sorts
+}
+
+}  // namespace
+
+std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".txt", ".text", ".md"};
+  std::vector<fs::path> paths;
+  for (auto& p : given) {
+    if (!fs::exists(p) && has_glob_characters(p.string())) {
+      auto matched = expand_glob(p);
+      paths.insert(paths.end(), matched.begin(), matched.end());
+    } else {
+      paths.push_back(p);
+    }
+  }
   std::vector<fs::path> files;
   for (auto& p : paths) {
     TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
@@ -42,11 +72,11 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& paths) {
         continue;
       }
       if (!it->is_regular_file()) continue;
-      std::string ext = it->path().extension().string();
+      std::string ext = TextStream::uncompressed_name(it->path()).extension().string();
       if (std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions))
         found.push_back(it->path());
     }
-    TITAN_CHECK(!found.empty(), "dataset: folder ", p, " holds no .json/.jsonl/.ndjson/.txt/.text/.md files");
+    TITAN_CHECK(!found.empty(), "dataset: folder ", p, " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain or .gz)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -58,25 +88,18 @@ namespace {
 
 enum class Format { JsonArray, JsonLines, Text };
 
-// Buffered reader that knows its byte offset and line number.
+// Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
  public:
-  ~Reader() { close(); }
   void open(const fs::path& path, uint64_t offset, uint64_t line) {
-    close();
     path_ = path;
-    f_ = std::fopen(path.c_str(), "rb");
-    TITAN_CHECK(f_, "dataset: cannot open ", path);
-    TITAN_CHECK(std::fseek(f_, long(offset), SEEK_SET) == 0, "dataset: cannot seek to byte ", offset, " of ", path);
+    stream_.open(path, offset);
     base_ = offset;
     pos_ = len_ = 0;
     line_ = line;
   }
-  void close() {
-    if (f_) std::fclose(f_);
-    f_ = nullptr;
-  }
-  bool is_open() const { return f_ != nullptr; }
+  void close() { stream_.close(); }
+  bool is_open() const { return stream_.is_open(); }
   int peek() {
     if (pos_ == len_ && !fill()) return EOF;
     return static_cast<unsigned char>(buf_[pos_]);
@@ -117,19 +140,18 @@ class Reader {
   bool fill() {
     base_ += len_;
     pos_ = 0;
-    len_ = std::fread(buf_.data(), 1, buf_.size(), f_);
-    TITAN_CHECK(!std::ferror(f_), "dataset: read error in ", path_);
+    len_ = stream_.read(buf_.data(), buf_.size());
     return len_ > 0;
   }
   fs::path path_;
-  std::FILE* f_ = nullptr;
+  TextStream stream_;
   std::vector<char> buf_ = std::vector<char>(1 << 20);
   size_t pos_ = 0, len_ = 0;
   uint64_t base_ = 0, line_ = 1;
 };
 
 Format detect_format(const fs::path& path) {
-  std::string ext = path.extension().string();
+  std::string ext = TextStream::uncompressed_name(path).extension().string();
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
   if (ext != ".json") return Format::Text;
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).

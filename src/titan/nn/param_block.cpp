@@ -9,7 +9,8 @@
 
 namespace titan::nn {
 
-ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : name_(std::move(name)) {
+ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device)
+    : name_(std::move(name)) {
   int64_t total = 0;
   for (auto& s : specs) {
     // Keep every parameter 64-byte aligned inside the buffer (vector loads, shard boundaries).
@@ -17,8 +18,8 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs) : 
     params_.push_back({s.name, s.shape, total, s.init, s.std, Tensor()});
     total += shape_numel(s.shape);
   }
-  data_ = Tensor::zeros({total}, DType::F32);
-  grad_ = Tensor::zeros({total}, DType::F32);
+  data_ = Tensor::zeros({total}, DType::F32, device);
+  grad_ = Tensor::zeros({total}, DType::F32, device);
   bind_views();
 }
 
@@ -36,25 +37,31 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
   TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
   const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
   if (padded == n) return;
-  Tensor data = Tensor::zeros({padded}, DType::F32), grad = Tensor::zeros({padded}, DType::F32);
-  std::memcpy(data.raw_data(), data_.raw_data(), data_.nbytes());
-  std::memcpy(grad.raw_data(), grad_.raw_data(), grad_.nbytes());
+  Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
+  Tensor grad = Tensor::zeros({padded}, DType::F32, grad_.device());
+  data.narrow(0, 0, n).copy_from(data_);
+  grad.narrow(0, 0, n).copy_from(grad_);
   data_ = data;
   grad_ = grad;
   bind_views();
 }
 
-void ParamBlock::zero_grad() { std::memset(grad_.raw_data(), 0, grad_.nbytes()); }
+void ParamBlock::zero_grad() { grad_.fill(0.0); }
 
 void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
   // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.
   std::vector<Param*> order(params);
   std::stable_sort(order.begin(), order.end(),
                    [](const Param* a, const Param* b) { return a->value.numel() > b->value.numel(); });
+  // Values are drawn on the host; parameters on another device get a copy (none on meta: there
+  // is nothing to hold them).
+  if (!order.empty() && order[0]->value.device() == Device::Meta) return;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < order.size(); ++i) {
     Param& p = *order[i];
-    float* v = p.value.data<float>();
+    const bool on_host = p.value.device() == Device::CPU;
+    Tensor host = on_host ? p.value : Tensor::empty(p.value.shape(), DType::F32);
+    float* v = host.data<float>();
     const int64_t n = p.value.numel();
     if (p.init == Init::Ones) {
       std::fill(v, v + n, 1.0f);
@@ -69,6 +76,7 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
       std::normal_distribution<double> normal(0.0, p.std);
       for (int64_t j = 0; j < n; ++j) v[j] = float(normal(rng));
     }
+    if (!on_host) p.value.copy_from(host);
   }
 }
 

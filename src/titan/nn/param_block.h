@@ -31,7 +31,7 @@ struct Param {
 
 class ParamBlock {
  public:
-  ParamBlock(std::string name, const std::vector<ParamSpec>& specs);
+  ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device = Device::CPU);
 
   const std::string& name() const { return name_; }
   Tensor& data() { return data_; }

@@ -1,5 +1,7 @@
 #include "titan/ops/attention.h"
 
+#include "titan/backend/cpu/attention.h"
+
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -10,28 +12,28 @@ namespace titan::ops {
 
 namespace {
 
-using cpu::AttentionShape;
+
 
 size_t numel_q(const AttentionShape& s) { return size_t(s.B * s.S * s.Hq * s.D); }
 size_t numel_kv(const AttentionShape& s) { return size_t(s.B * s.S * s.Hkv * s.D); }
 
 // f64 and f32 references are the raw kernels' plain-loop versions.
-void fwd_ref_f64(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+void fwd_ref_f64(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   cpu::attention_fwd_reference_f64(s, static_cast<const double*>(q), static_cast<const double*>(k),
                                    static_cast<const double*>(v), static_cast<double*>(out), static_cast<double*>(lse));
 }
-void bwd_ref_f64(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_ref_f64(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                  const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   cpu::attention_bwd_reference_f64(s, static_cast<const double*>(q), static_cast<const double*>(k),
                                    static_cast<const double*>(v), static_cast<const double*>(out),
                                    static_cast<const double*>(lse), static_cast<const double*>(dout),
                                    static_cast<double*>(dq), static_cast<double*>(dk), static_cast<double*>(dv));
 }
-void fwd_ref_f32(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+void fwd_ref_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   cpu::attention_fwd_reference_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
                                    static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
 }
-void bwd_ref_f32(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_ref_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                  const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   cpu::attention_bwd_reference_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
                                    static_cast<const float*>(v), static_cast<const float*>(out),
@@ -46,13 +48,13 @@ std::vector<float> widen(const void* p, size_t n) {
 }
 
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
-void fwd_ref_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   auto qf = widen(q, numel_q(s)), kf = widen(k, numel_kv(s)), vf = widen(v, numel_kv(s));
   std::vector<float> of(numel_q(s));
   cpu::attention_fwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<float*>(lse));
   convert_f32_to_bf16(of.data(), static_cast<bf16*>(out), of.size());
 }
-void bwd_ref_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   auto qf = widen(q, numel_q(s)), kf = widen(k, numel_kv(s)), vf = widen(v, numel_kv(s)), of = widen(out, numel_q(s));
   cpu::attention_bwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<const float*>(lse),
@@ -61,18 +63,18 @@ void bwd_ref_bf16(const AttentionShape& s, const void* q, const void* k, const v
 }
 
 // Flash variants.
-void fwd_flash_f32(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+void fwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   cpu::attention_fwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
                                static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
 }
-void bwd_flash_f32(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   cpu::attention_bwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
                                static_cast<const float*>(v), static_cast<const float*>(out),
                                static_cast<const float*>(lse), static_cast<const float*>(dout),
                                static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
-void fwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+void fwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   cpu::attention_fwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                                 static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
@@ -91,17 +93,17 @@ void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, c
   convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
   convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
 }
-void bwd_flash_bf16(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                     const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   bwd_bf16_via(cpu::attention_bwd_flash_bf16, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
-void fwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
+void fwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
                           void* lse) {
   cpu::attention_fwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                                       static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
-void bwd_flash_bf16_probs(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+void bwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                           const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
@@ -143,16 +145,17 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
   AttentionShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), float(scale)};
   const DType stat = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const auto& kernel = kernels::kernel_for<AttentionKernel>("attention", q.device(), q.dtype());
+  const KernelContext ctx = device_services(q.device()).context();
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({s.B, s.Hq, s.S}, stat, q.device());
-  kernel.forward(s, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data());
+  kernel.forward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data());
   if (autograd::needs_grad({&q_in, &k_in, &v_in})) {
     Tensor saved_out = out.detach();
     autograd::record("attention", {q_in, k_in, v_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
       DType gd = grad_dtype(q.dtype());
       Tensor dout = g[0].contiguous();
-      Tensor dq = Tensor::empty(q.shape(), gd), dk = Tensor::empty(k.shape(), gd), dv = Tensor::empty(v.shape(), gd);
-      kernel.backward(s, q.raw_data(), k.raw_data(), v.raw_data(), saved_out.raw_data(), lse.raw_data(),
+      Tensor dq = Tensor::empty(q.shape(), gd, q.device()), dk = Tensor::empty(k.shape(), gd, q.device()), dv = Tensor::empty(v.shape(), gd, q.device());
+      kernel.backward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), saved_out.raw_data(), lse.raw_data(),
                       dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data());
       return std::vector<Tensor>{dq, dk, dv};
     });

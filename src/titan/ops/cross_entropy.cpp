@@ -9,6 +9,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise.h"
 
 namespace titan::ops {
 
@@ -26,7 +27,7 @@ void row_stats_ref(const A* x, int64_t V, int64_t label, A* lse, A* loss) {
 }
 
 template <class T, class A>
-void ce_forward_ref(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+void ce_forward_ref(const KernelContext& ctx, int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
                     void* lse_v, void* loss_v) {
   const T* logits = static_cast<const T*>(logits_v);
   A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
@@ -40,7 +41,7 @@ void ce_forward_ref(int64_t N, int64_t V, const void* logits_v, const int64_t* l
 }
 
 template <class T, class A>
-void ce_backward_ref(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+void ce_backward_ref(const KernelContext& ctx, int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
                      const void* lse_v, double scale, void* dlogits_v) {
   const T* logits = static_cast<const T*>(logits_v);
   const A* lse = static_cast<const A*>(lse_v);
@@ -67,7 +68,7 @@ std::vector<A> lce_logits_ref(const LinearCrossEntropyArgs& a) {
 }
 
 template <class T, class A>
-void lce_forward_ref(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
+void lce_forward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   std::vector<A> logits = lce_logits_ref<T, A>(a);
   A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
   for (int64_t n = 0; n < a.N; ++n) {
@@ -79,7 +80,7 @@ void lce_forward_ref(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v)
 
 // dlogits is rounded to the storage type before the products: the GEMMs of a bf16 lm_head take bf16 operands.
 template <class T, class A>
-void lce_backward_ref(const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v,
+void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v,
                       void* dw_v) {
   std::vector<A> dl = lce_logits_ref<T, A>(a);
   const A* lse = static_cast<const A*>(lse_v);
@@ -139,26 +140,22 @@ void check_float(const char* op, const Tensor& t, const char* what) {
 }
 
 // Counts the rows that take part and rejects labels outside [0, V) (a tokenizer/vocab mismatch
-// would otherwise read out of bounds).
+// would otherwise read out of bounds). Both scans run on the labels' device.
 int64_t validate_labels(const char* op, const Tensor& labels, int64_t V, int64_t ignore_index) {
-  const int64_t* y = labels.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t n = 0; n < labels.numel(); ++n) {
-    if (y[n] == ignore_index) continue;
-    TITAN_CHECK(y[n] >= 0 && y[n] < V, op, ": label ", y[n], " at row ", n, " is outside [0, V) with V=", V,
-                " (and is not ignore_index=", ignore_index, ")");
-    ++count;
+  const int64_t bad = first_index_outside(labels, 0, V, ignore_index);
+  if (bad >= 0) {
+    const int64_t label = int64_t(labels.narrow(0, bad, 1).item());
+    TITAN_FAIL(op, ": label ", label, " at row ", bad, " is outside [0, V) with V=", V,
+               " (and is not ignore_index=", ignore_index, ")");
   }
-  return count;
+  return count_not_equal(labels, ignore_index);
 }
 
 // Sums the per-row losses in row order in f64: the value does not depend on thread count.
 Tensor reduce_loss(const Tensor& row_loss, int64_t count, Reduction reduction) {
-  std::vector<double> v = row_loss.to_vector();
-  double total = 0;
-  for (double x : v) total += x;
+  double total = sum_all(row_loss);
   if (reduction == Reduction::Mean) total = count ? total / double(count) : 0.0;
-  return Tensor::full({}, total, row_loss.dtype());
+  return Tensor::full({}, total, row_loss.dtype(), row_loss.device());
 }
 
 // d(loss)/d(row loss) for counted rows; 0 when no row counts (the loss is the constant 0).
@@ -174,11 +171,7 @@ double grad_scale(const Tensor& g, int64_t count, Reduction reduction) {
 int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
   TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1,
               "count_targets: expected labels i64[N], got ", labels.str());
-  Tensor y = labels.contiguous();
-  const int64_t* p = y.data<int64_t>();
-  int64_t count = 0;
-  for (int64_t n = 0; n < y.numel(); ++n) count += p[n] != ignore_index;
-  return count;
+  return count_not_equal(labels, ignore_index);
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index,
@@ -195,15 +188,16 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
   const DType ad = grad_dtype(logits.dtype());
   const auto& kernel =
       kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
-  Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
-  kernel.forward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+  const KernelContext ctx = device_services(logits.device()).context();
+  Tensor lse = Tensor::empty({N}, ad, logits.device()), row_loss = Tensor::empty({N}, ad, logits.device());
+  kernel.forward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
                  row_loss.raw_data());
   Tensor loss = reduce_loss(row_loss, count, reduction);
 
   if (autograd::needs_grad({&logits_in})) {
     autograd::record("cross_entropy", {logits_in}, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
-      Tensor dl = Tensor::empty(logits.shape(), ad);
-      kernel.backward(N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+      Tensor dl = Tensor::empty(logits.shape(), ad, logits.device());
+      kernel.backward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
                       grad_scale(g[0], count, reduction), dl.raw_data());
       return std::vector<Tensor>{dl};
     });
@@ -234,6 +228,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const DType ad = grad_dtype(hidden.dtype());
   const auto& kernel =
       kernels::kernel_for<LinearCrossEntropyKernel>("linear_cross_entropy", hidden.device(), hidden.dtype());
+  const KernelContext ctx = device_services(hidden.device()).context();
   const bool round = round_logits_to_bf16 && hidden.dtype() == DType::BF16;
   // Logits the kernel keeps for backward (if any); the backward closure owns them.
   auto kept = std::make_shared<Tensor>();
@@ -241,12 +236,12 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     return LinearCrossEntropyArgs{N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
                                   ignore_index, chunk, round, kept.get(), keep_logits_bytes};
   };
-  Tensor lse = Tensor::empty({N}, ad), row_loss = Tensor::empty({N}, ad);
+  Tensor lse = Tensor::empty({N}, ad, hidden.device()), row_loss = Tensor::empty({N}, ad, hidden.device());
   const bool grad = autograd::needs_grad({&hidden_in, &weight_in});
   {
     LinearCrossEntropyArgs a = args();
     if (!grad) a.keep_bytes = 0;  // nothing would read them
-    kernel.forward(a, lse.raw_data(), row_loss.raw_data());
+    kernel.forward(ctx, a, lse.raw_data(), row_loss.raw_data());
   }
   Tensor loss = reduce_loss(row_loss, count, reduction);
 
@@ -254,9 +249,9 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
     autograd::record("linear_cross_entropy", {hidden_in, weight_in}, {&loss},
                      [=, &kernel](const std::vector<Tensor>& g) {
-                       Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad) : Tensor();
-                       Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad) : Tensor();
-                       kernel.backward(args(), lse.raw_data(), grad_scale(g[0], count, reduction),
+                       Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad, hidden.device()) : Tensor();
+                       Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad, hidden.device()) : Tensor();
+                       kernel.backward(ctx, args(), lse.raw_data(), grad_scale(g[0], count, reduction),
                                        need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
                        *kept = Tensor();  // backward runs once: free the logits before the next node
                        return std::vector<Tensor>{dh, dw};

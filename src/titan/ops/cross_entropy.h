@@ -26,6 +26,7 @@
 // bf16, then `.float()`); false keeps the f32-accumulated logits (slightly more accurate).
 #include <cstdint>
 
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -53,10 +54,10 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
 // or in [0, V)). "acc" buffers (lse, row_loss, gradients) are f64 for f64 inputs, f32 otherwise.
 struct CrossEntropyKernel {
   // logits [N, V] -> lse [N] and row_loss [N] (lse - logits[label]; 0 for ignored rows).
-  void (*forward)(int64_t N, int64_t V, const void* logits, const int64_t* labels, int64_t ignore_index,
+  void (*forward)(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels, int64_t ignore_index,
                   void* lse, void* row_loss);
   // dlogits [N, V] (acc) = scale * (softmax - onehot) for counted rows, 0 for ignored rows.
-  void (*backward)(int64_t N, int64_t V, const void* logits, const int64_t* labels, int64_t ignore_index,
+  void (*backward)(const KernelContext& ctx, int64_t N, int64_t V, const void* logits, const int64_t* labels, int64_t ignore_index,
                    const void* lse, double scale, void* dlogits);
 };
 
@@ -76,10 +77,10 @@ struct LinearCrossEntropyArgs {
 
 struct LinearCrossEntropyKernel {
   // -> lse [N] and row_loss [N] (acc), as CrossEntropyKernel::forward on the logits hidden @ weight^T.
-  void (*forward)(const LinearCrossEntropyArgs& a, void* lse, void* row_loss);
+  void (*forward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse, void* row_loss);
   // dhidden [N, D] and dweight [V, D] (acc; either may be null when not needed; both overwritten)
   // for dlogits = scale * (softmax - onehot), using the lse from forward.
-  void (*backward)(const LinearCrossEntropyArgs& a, const void* lse, double scale, void* dhidden,
+  void (*backward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse, double scale, void* dhidden,
                    void* dweight);
 };
 

@@ -4,6 +4,9 @@
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
+#include <algorithm>
+#include <type_traits>
+
 namespace titan::ops {
 
 namespace {
@@ -16,24 +19,62 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
   TITAN_CHECK(a.device() == b.device(), op, ": devices differ");
 }
 
-// add: out = a + b over n contiguous elements. One kernel per dtype; bf16 rounds once.
-struct AddKernel {
-  void (*forward)(int64_t n, const void* a, const void* b, void* out);
-};
-
 template <class T>
-void add_forward(int64_t n, const void* a, const void* b, void* out) {
+void add_forward(const KernelContext& ctx, int64_t n, const void* a, const void* b, void* out) {
   const T *x = static_cast<const T*>(a), *y = static_cast<const T*>(b);
   T* o = static_cast<T*>(out);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-void add_forward_bf16(int64_t n, const void* a, const void* b, void* out) {
+void add_forward_bf16(const KernelContext& ctx, int64_t n, const void* a, const void* b, void* out) {
   const bf16 *x = static_cast<const bf16*>(a), *y = static_cast<const bf16*>(b);
   bf16* o = static_cast<bf16*>(out);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
+}
+
+// dst (A) += src (S): f32 += f32 or bf16 (widened exactly), f64 += f64.
+template <class A, class S>
+void accumulate(const KernelContext& ctx, int64_t n, void* dv, const void* sv) {
+  A* d = static_cast<A*>(dv);
+  const S* s = static_cast<const S*>(sv);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) d[i] += A(s[i]);
+}
+
+template <class T>
+void scale_kernel(const KernelContext& ctx, int64_t n, void* xv, double s) {
+  T* x = static_cast<T*>(xv);
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;  // bf16 scales in f32
+  const C f = C(s);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) x[i] = T(C(x[i]) * f);
+}
+
+template <class T>
+double sum_kernel(const KernelContext& ctx, int64_t n, const void* xv) {
+  const T* x = static_cast<const T*>(xv);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  return s;
+}
+
+int64_t first_outside(const KernelContext& ctx, int64_t n, const int64_t* v, int64_t lo, int64_t hi,
+                      int64_t allowed) {
+  for (int64_t i = 0; i < n; ++i)
+    if ((v[i] < lo || v[i] >= hi) && v[i] != allowed) return i;
+  return -1;
+}
+int64_t count_not_equal_kernel(const KernelContext& ctx, int64_t n, const int64_t* v, int64_t value) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) c += v[i] != value;
+  return c;
+}
+int64_t max_kernel(const KernelContext& ctx, int64_t n, const int64_t* v) {
+  int64_t m = v[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, v[i]);
+  return m;
 }
 
 TITAN_REGISTER_KERNEL(add_f32, {"add", Device::CPU, DType::F32, "reference", "elementwise loop, OpenMP",
@@ -42,6 +83,26 @@ TITAN_REGISTER_KERNEL(add_f64, {"add", Device::CPU, DType::F64, "reference", "el
                                 AddKernel{add_forward<double>}, {}});
 TITAN_REGISTER_KERNEL(add_bf16, {"add", Device::CPU, DType::BF16, "reference",
                                  "elementwise loop in f32, rounded to bf16, OpenMP", AddKernel{add_forward_bf16}, {}});
+TITAN_REGISTER_KERNEL(acc_f32, {"add_inplace", Device::CPU, DType::F32, "reference", "f32 += f32, OpenMP",
+                                AccumulateKernel{accumulate<float, float>}, {}});
+TITAN_REGISTER_KERNEL(acc_bf16, {"add_inplace", Device::CPU, DType::BF16, "reference", "f32 += bf16, OpenMP",
+                                 AccumulateKernel{accumulate<float, Bf16>}, {}});
+TITAN_REGISTER_KERNEL(acc_f64, {"add_inplace", Device::CPU, DType::F64, "reference", "f64 += f64",
+                                AccumulateKernel{accumulate<double, double>}, {}});
+TITAN_REGISTER_KERNEL(scale_f32, {"scale_inplace", Device::CPU, DType::F32, "reference", "x *= s in f32, OpenMP",
+                                  ScaleKernel{scale_kernel<float>}, {}});
+TITAN_REGISTER_KERNEL(scale_bf16, {"scale_inplace", Device::CPU, DType::BF16, "reference",
+                                   "x *= s in f32, rounded to bf16, OpenMP", ScaleKernel{scale_kernel<Bf16>}, {}});
+TITAN_REGISTER_KERNEL(scale_f64, {"scale_inplace", Device::CPU, DType::F64, "reference", "x *= s in f64",
+                                  ScaleKernel{scale_kernel<double>}, {}});
+TITAN_REGISTER_KERNEL(sum_f32, {"sum", Device::CPU, DType::F32, "reference", "serial f64 sum",
+                                SumKernel{sum_kernel<float>}, {}});
+TITAN_REGISTER_KERNEL(sum_bf16, {"sum", Device::CPU, DType::BF16, "reference", "serial f64 sum",
+                                 SumKernel{sum_kernel<Bf16>}, {}});
+TITAN_REGISTER_KERNEL(sum_f64, {"sum", Device::CPU, DType::F64, "reference", "serial f64 sum",
+                                SumKernel{sum_kernel<double>}, {}});
+TITAN_REGISTER_KERNEL(index_i64, {"index", Device::CPU, DType::I64, "reference", "serial scans",
+                                  IndexKernel{first_outside, count_not_equal_kernel, max_kernel}, {}});
 
 }  // namespace
 
@@ -49,8 +110,8 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   check_same("add", a_in, b_in);
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  kernels::kernel_for<AddKernel>("add", a.device(), a.dtype()).forward(a.numel(), a.raw_data(), b.raw_data(),
-                                                                     out.raw_data());
+  kernels::kernel_for<AddKernel>("add", a.device(), a.dtype())
+      .forward(device_services(a.device()).context(), a.numel(), a.raw_data(), b.raw_data(), out.raw_data());
   if (autograd::needs_grad({&a_in, &b_in})) {
     autograd::record("add", {a_in, b_in}, {&out},
                      [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
@@ -86,50 +147,51 @@ Tensor scale(const Tensor& x, double s) {
 void add_inplace(Tensor& dst, const Tensor& src_in) {
   TITAN_CHECK(dst.shape() == src_in.shape(), "add_inplace: shapes differ: ", dst.str(), " += ", src_in.str());
   TITAN_CHECK(dst.is_contiguous(), "add_inplace: destination ", dst.str(), " must be contiguous");
+  TITAN_CHECK(dst.device() == src_in.device(), "add_inplace: devices differ: ", device_name(dst.device()),
+              " += ", device_name(src_in.device()));
+  TITAN_CHECK(dtype_is_float(src_in.dtype()) && dst.dtype() == grad_dtype(src_in.dtype()),
+              "add_inplace: unsupported dtypes ", dst.str(), " += ", src_in.str(),
+              " (the destination must be the source's grad dtype)");
   Tensor src = src_in.contiguous();
-  int64_t n = dst.numel();
-  if (dst.dtype() == DType::F32 && src.dtype() == DType::F32) {
-    float* d = dst.data<float>();
-    const float* s = src.data<float>();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  } else if (dst.dtype() == DType::F32 && src.dtype() == DType::BF16) {
-    float* d = dst.data<float>();
-    const bf16* s = src.data<bf16>();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += bf16_to_f32(s[i]);
-  } else if (dst.dtype() == DType::F64 && src.dtype() == DType::F64) {
-    double* d = dst.data<double>();
-    const double* s = src.data<double>();
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  } else {
-    TITAN_FAIL("add_inplace: unsupported dtypes ", dst.str(), " += ", src.str());
-  }
+  kernels::kernel_for<AccumulateKernel>("add_inplace", dst.device(), src.dtype())
+      .add_inplace(device_services(dst.device()).context(), dst.numel(), dst.raw_data(), src.raw_data());
 }
 
 void scale_inplace(Tensor& dst, double s) {
   TITAN_CHECK(dst.is_contiguous(), "scale_inplace: ", dst.str(), " must be contiguous");
-  int64_t n = dst.numel();
-  if (dst.dtype() == DType::F32) {
-    float* d = dst.data<float>();
-    float f = float(s);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] *= f;
-  } else if (dst.dtype() == DType::F64) {
-    double* d = dst.data<double>();
-    for (int64_t i = 0; i < n; ++i) d[i] *= s;
-  } else if (dst.dtype() == DType::BF16) {
-    bf16* d = dst.data<bf16>();
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(bf16_to_f32(d[i]) * float(s));
-  } else {
-    TITAN_FAIL("scale_inplace: unsupported dtype ", dst.str());
-  }
+  kernels::kernel_for<ScaleKernel>("scale_inplace", dst.device(), dst.dtype())
+      .scale_inplace(device_services(dst.device()).context(), dst.numel(), dst.raw_data(), s);
 }
 
-double sum_all(const Tensor& x) {
-  double s = 0;
-  for (double v : x.to_vector()) s += v;
-  return s;
+double sum_all(const Tensor& x_in) {
+  Tensor x = x_in.contiguous();
+  return kernels::kernel_for<SumKernel>("sum", x.device(), x.dtype())
+      .sum(device_services(x.device()).context(), x.numel(), x.raw_data());
+}
+
+namespace {
+const IndexKernel& index_kernel(const Tensor& ids) {
+  TITAN_CHECK(ids.dtype() == DType::I64, "index check: expected an i64 tensor, got ", ids.str());
+  return kernels::kernel_for<IndexKernel>("index", ids.device(), DType::I64);
+}
+}  // namespace
+
+int64_t first_index_outside(const Tensor& ids_in, int64_t lo, int64_t hi, int64_t allowed) {
+  Tensor ids = ids_in.contiguous();
+  return index_kernel(ids).first_outside(device_services(ids.device()).context(), ids.numel(),
+                                         ids.data<int64_t>(), lo, hi, allowed);
+}
+
+int64_t count_not_equal(const Tensor& ids_in, int64_t value) {
+  Tensor ids = ids_in.contiguous();
+  return index_kernel(ids).count_not_equal(device_services(ids.device()).context(), ids.numel(),
+                                           ids.data<int64_t>(), value);
+}
+
+int64_t max_index(const Tensor& ids_in) {
+  TITAN_CHECK(ids_in.numel() > 0, "max_index: empty tensor ", ids_in.str());
+  Tensor ids = ids_in.contiguous();
+  return index_kernel(ids).max(device_services(ids.device()).context(), ids.numel(), ids.data<int64_t>());
 }
 
 }  // namespace titan::ops

@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise.h"
 
 namespace titan::ops {
 
@@ -14,7 +15,7 @@ namespace {
 // Reference: row copies and a serial scatter-add in id order (the order every variant must keep
 // per row, so f32 gradients are bit-identical across variants).
 template <class T>
-void embedding_forward_ref(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
+void embedding_forward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
   const T* table = static_cast<const T*>(tv);
   T* out = static_cast<T*>(ov);
   for (int64_t i = 0; i < N; ++i)
@@ -22,7 +23,7 @@ void embedding_forward_ref(int64_t N, int64_t V, int64_t D, const int64_t* ids, 
 }
 
 template <class A>
-void embedding_backward_ref(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
+void embedding_backward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
   const A* dy = static_cast<const A*>(dyv);
   A* dt = static_cast<A*>(dtv);
   for (int64_t k = 0; k < V * D; ++k) dt[k] = 0;
@@ -78,24 +79,25 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
               table_in.str(), " are on different devices");
   Tensor ids = ids_in.contiguous(), table = table_in.contiguous().detach();
   const int64_t N = ids.numel(), V = table.size(0), D = table.size(1);
-  const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < N; ++i)
-    TITAN_CHECK(id[i] >= 0 && id[i] < V, "embedding: ", position_str(ids.shape(), i), " = ", id[i],
-                " is out of range for table ", table.str(), " (ids must lie in [0, V=", V, "))");
+  const int64_t bad = first_index_outside(ids, 0, V, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL("embedding: ", position_str(ids.shape(), bad), " = ", int64_t(ids.reshape({-1}).narrow(0, bad, 1).item()),
+               " is out of range for table ", table.str(), " (ids must lie in [0, V=", V, "))");
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
   const auto& kernel = kernels::kernel_for<EmbeddingKernel>("embedding", table.device(), table.dtype());
+  const KernelContext ctx = device_services(table.device()).context();
   Tensor out = Tensor::empty(out_shape, table.dtype(), table.device());
-  kernel.forward(N, V, D, id, table.raw_data(), out.raw_data());
+  kernel.forward(ctx, N, V, D, ids.data<int64_t>(), table.raw_data(), out.raw_data());
   if (autograd::needs_grad({&table_in})) {
     Tensor saved_ids = ids.detach();
     Shape table_shape = table.shape();
     DType gd = grad_dtype(table.dtype());
     autograd::record("embedding", {table_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
-      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(table_shape, gd)};
+      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(table_shape, gd, table.device())};
       Tensor dy = g[0].contiguous();
-      Tensor dtable = Tensor::empty(table_shape, gd);
-      kernel.backward(N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data());
+      Tensor dtable = Tensor::empty(table_shape, gd, table.device());
+      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data());
       return std::vector<Tensor>{dtable};
     });
   }

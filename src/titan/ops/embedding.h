@@ -3,6 +3,7 @@
 // shape ids.shape + [D] and the table's dtype. Every id must lie in [0, V): an out-of-range id is an
 // error naming the id, its position in ids and V (no clamping, no silent zero rows).
 // Autograd: dtable = scatter-add of the output gradient rows (f32; f64 for f64 tables). ids get none.
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -13,8 +14,8 @@ Tensor embedding(const Tensor& ids, const Tensor& table);
 // table [V, D] and out [N, D] in the table dtype. dy [N, D] and dtable [V, D] are in the grad
 // dtype; backward overwrites all of dtable (rows no id selects become zero).
 struct EmbeddingKernel {
-  void (*forward)(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* table, void* out);
-  void (*backward)(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy, void* dtable);
+  void (*forward)(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* table, void* out);
+  void (*backward)(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy, void* dtable);
 };
 
 }  // namespace titan::ops

@@ -12,7 +12,7 @@ namespace {
 
 // Reference: plain triple loops in the accumulation type A (f64 for f64, f32 otherwise).
 template <class T, class A>
-void linear_forward_ref(int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, void* yv) {
+void linear_forward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, void* yv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   T* y = static_cast<T*>(yv);
   for (int64_t m = 0; m < M; ++m)
@@ -24,7 +24,7 @@ void linear_forward_ref(int64_t M, int64_t N, int64_t K, const void* xv, const v
 }
 
 template <class T, class A>
-void linear_backward_ref(int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dxv,
+void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dxv,
                          void* dwv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   const A* dy = static_cast<const A*>(dyv);
@@ -68,16 +68,17 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   Shape out_shape = x.shape();
   out_shape.back() = N;
   const auto& kernel = kernels::kernel_for<LinearKernel>("linear", x.device(), x.dtype());
+  const KernelContext ctx = device_services(x.device()).context();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  kernel.forward(M, N, K, x.raw_data(), w.raw_data(), y.raw_data());
+  kernel.forward(ctx, M, N, K, x.raw_data(), w.raw_data(), y.raw_data());
   if (autograd::needs_grad({&x_in, &w_in})) {
     bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
     autograd::record("linear", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
       DType gd = grad_dtype(x.dtype());
       Tensor dy = g[0].contiguous();
-      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd) : Tensor();
-      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd) : Tensor();
-      kernel.backward(M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), need_dx ? dx.raw_data() : nullptr,
+      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd, x.device()) : Tensor();
+      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
+      kernel.backward(ctx, M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), need_dx ? dx.raw_data() : nullptr,
                       need_dw ? dw.raw_data() : nullptr);
       return std::vector<Tensor>{dx, dw};
     });

@@ -7,6 +7,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise.h"
 
 namespace titan::ops {
 
@@ -30,8 +31,8 @@ namespace {
 // Router. A = f64 for f64 logits, f32 otherwise (transformers: softmax(logits, dtype=float32)).
 // Rows are independent; the loops are threaded over tokens.
 template <class T, class A>
-void router_forward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, const void* lv, const float* bias,
-                        void* wv, int64_t* indices, void* pv) {
+void router_forward_ref(const KernelContext& ctx, int64_t T_, int64_t E, int64_t k, bool renormalize,
+                        const void* lv, const float* bias, void* wv, int64_t* indices, void* pv, int64_t* counts) {
   const T* logits = static_cast<const T*>(lv);
   A *weights = static_cast<A*>(wv), *probs = static_cast<A*>(pv);
 #pragma omp parallel for schedule(static) if (T_ * E > 65536)
@@ -62,10 +63,12 @@ void router_forward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, cons
     if (renormalize)
       for (int64_t j = 0; j < k; ++j) weights[t * k + j] /= total;
   }
+  for (int64_t e = 0; e < E; ++e) counts[e] = 0;
+  for (int64_t i = 0; i < T_ * k; ++i) ++counts[indices[i]];
 }
 
 template <class A>
-void router_backward_ref(int64_t T_, int64_t E, int64_t k, bool renormalize, const void* pv,
+void router_backward_ref(const KernelContext& ctx, int64_t T_, int64_t E, int64_t k, bool renormalize, const void* pv,
                          const int64_t* indices, const void* dwv, const void* dpv, void* dlv) {
   const A *probs = static_cast<const A*>(pv), *dw = static_cast<const A*>(dwv),
           *dprobs = static_cast<const A*>(dpv);
@@ -119,6 +122,45 @@ TITAN_REGISTER_KERNEL(router_topk_bf16_ref,
                        {}});
 
 // ---------------------------------------------------------------------------------------------
+// Aux loss: counts and probability column sums per expert, in layer then row order (f64).
+template <class A>
+void aux_accumulate_ref(const KernelContext& ctx, int64_t T_, int64_t E, int64_t k, const void* pv,
+                        const int64_t* indices, int64_t* counts, double* psum) {
+  const A* p = static_cast<const A*>(pv);
+  for (int64_t i = 0; i < T_ * k; ++i) ++counts[indices[i]];
+  for (int64_t t = 0; t < T_; ++t)
+    for (int64_t e = 0; e < E; ++e) psum[e] += double(p[t * E + e]);
+}
+
+template <class A>
+void aux_finish_ref(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
+                    void* loss) {
+  double aux = 0;
+  for (int64_t e = 0; e < E; ++e) aux += double(counts[e]) * psum[e];
+  *static_cast<A*>(loss) = A(aux * scale);
+}
+
+template <class A>
+void aux_backward_ref(const KernelContext& ctx, int64_t T_, int64_t E, double scale, const int64_t* counts,
+                      const void* dloss, void* dpv) {
+  const double g0 = double(*static_cast<const A*>(dloss)) * scale;
+  A* d = static_cast<A*>(dpv);
+  for (int64_t t = 0; t < T_; ++t)
+    for (int64_t e = 0; e < E; ++e) d[t * E + e] = A(g0 * double(counts[e]));
+}
+
+TITAN_REGISTER_KERNEL(moe_aux_loss_f64_ref, {"moe_aux_loss", Device::CPU, DType::F64, "reference",
+                                             "serial sums in f64",
+                                             MoeAuxLossKernel{aux_accumulate_ref<double>, aux_finish_ref<double>,
+                                                              aux_backward_ref<double>},
+                                             {}});
+TITAN_REGISTER_KERNEL(moe_aux_loss_f32_ref, {"moe_aux_loss", Device::CPU, DType::F32, "reference",
+                                             "serial sums in f64, f32 probs and gradients",
+                                             MoeAuxLossKernel{aux_accumulate_ref<float>, aux_finish_ref<float>,
+                                                              aux_backward_ref<float>},
+                                             {}});
+
+// ---------------------------------------------------------------------------------------------
 // Experts, reference: one (token, slot) at a time with dot-product loops. T is the storage type
 // (rounding points), A the arithmetic type.
 template <class A>
@@ -127,7 +169,7 @@ A sigmoid(A v) {
 }
 
 template <class T, class A>
-void experts_forward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+void experts_forward_ref(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
                          const void* wgv, const void* wuv, const void* wdv, void* actv, void* yv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv);
@@ -170,7 +212,7 @@ void experts_forward_ref(const MoeDims& d, const void* xv, const void* wv, const
 }
 
 template <class T, class A>
-void experts_backward_ref(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
                           const void* wgv, const void* wuv, const void* wdv, const void* actv,
                           const void* dyv, void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
@@ -261,10 +303,11 @@ bool is_compute_float(DType t) {
 }
 
 void check_indices(const char* op, const Tensor& indices, int64_t E) {
-  const int64_t* p = indices.data<int64_t>();
-  for (int64_t i = 0; i < indices.numel(); ++i)
-    TITAN_CHECK(p[i] >= 0 && p[i] < E, op, ": indices ", indices.str(), " element ", i, " (token ",
-                i / indices.size(1), ", slot ", i % indices.size(1), ") is ", p[i], ", outside [0, ", E, ")");
+  const int64_t bad = first_index_outside(indices, 0, E, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL(op, ": indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1), ", slot ",
+               bad % indices.size(1), ") is ", int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()),
+               ", outside [0, ", E, ")");
 }
 
 }  // namespace
@@ -285,24 +328,23 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
   Tensor logits = logits_in.contiguous().detach();
   const DType gd = grad_dtype(logits.dtype());
   const auto& kernel = kernels::kernel_for<RouterKernel>("router_topk", logits.device(), logits.dtype());
+  const KernelContext ctx = device_services(logits.device()).context();
   RouterOutput out;
-  out.weights = Tensor::empty({T, k}, gd);
-  out.indices = Tensor::empty({T, k}, DType::I64);
-  out.probs = Tensor::empty({T, E}, gd);
-  kernel.forward(T, E, k, renormalize, logits.raw_data(), bias.defined() ? bias.data<float>() : nullptr,
-                 out.weights.raw_data(), out.indices.data<int64_t>(), out.probs.raw_data());
-  out.counts = Tensor::zeros({E}, DType::I64);
-  int64_t* counts = out.counts.data<int64_t>();
-  const int64_t* idx = out.indices.data<int64_t>();
-  for (int64_t i = 0; i < T * k; ++i) ++counts[idx[i]];
+  out.weights = Tensor::empty({T, k}, gd, logits.device());
+  out.indices = Tensor::empty({T, k}, DType::I64, logits.device());
+  out.probs = Tensor::empty({T, E}, gd, logits.device());
+  out.counts = Tensor::empty({E}, DType::I64, logits.device());
+  kernel.forward(ctx, T, E, k, renormalize, logits.raw_data(), bias.defined() ? bias.data<float>() : nullptr,
+                 out.weights.raw_data(), out.indices.data<int64_t>(), out.probs.raw_data(),
+                 out.counts.data<int64_t>());
   if (autograd::needs_grad({&logits_in})) {
     Tensor probs = out.probs.detach(), indices = out.indices;
     autograd::record("router_topk", {logits_in}, {&out.weights, &out.probs},
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dw = g[0].defined() ? g[0].contiguous() : Tensor();
                        Tensor dp = g[1].defined() ? g[1].contiguous() : Tensor();
-                       Tensor dl = Tensor::empty({T, E}, gd);
-                       kernel.backward(T, E, k, renormalize, probs.raw_data(), indices.data<int64_t>(),
+                       Tensor dl = Tensor::empty({T, E}, gd, logits.device());
+                       kernel.backward(ctx, T, E, k, renormalize, probs.raw_data(), indices.data<int64_t>(),
                                        dw.defined() ? dw.raw_data() : nullptr,
                                        dp.defined() ? dp.raw_data() : nullptr, dl.raw_data());
                        return std::vector<Tensor>{dl};
@@ -321,47 +363,38 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   const DType dt = probs_per_layer[0].dtype();
   TITAN_CHECK(dt == DType::F32 || dt == DType::F64, "moe_aux_loss: probs ", probs_per_layer[0].str(),
               " must be f32 or f64");
+  const Device device = probs_per_layer[0].device();
+  const auto& kernel = kernels::kernel_for<MoeAuxLossKernel>("moe_aux_loss", device, dt);
+  const KernelContext ctx = device_services(device).context();
+  Tensor counts = Tensor::zeros({E}, DType::I64, device), psum = Tensor::zeros({E}, DType::F64, device);
   int64_t N = 0;
-  std::vector<int64_t> counts(size_t(E), 0);
-  std::vector<double> psum(size_t(E), 0.0);
   std::vector<Tensor> probs;
   for (size_t l = 0; l < probs_per_layer.size(); ++l) {
     const Tensor &p = probs_per_layer[l], &ix = indices_per_layer[l];
-    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt, "moe_aux_loss: layer ", l, " probs ",
-                p.str(), " must be [T, ", E, "] in ", dtype_name(dt));
+    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt && p.device() == device, "moe_aux_loss: layer ",
+                l, " probs ", p.str(), " must be [T, ", E, "] in ", dtype_name(dt), " on ", device_name(device));
     TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.dtype() == DType::I64,
                 "moe_aux_loss: layer ", l, " indices ", ix.str(), " must be i64[", p.size(0), ", ", k,
                 "] to match probs ", p.str());
-    Tensor ixc = ix.contiguous();
+    Tensor ixc = ix.contiguous(), pc = p.contiguous().detach();
     check_indices("moe_aux_loss", ixc, E);
-    for (int64_t i = 0; i < ixc.numel(); ++i) ++counts[size_t(ixc.data<int64_t>()[i])];
-    Tensor pc = p.contiguous().detach();
-    std::vector<double> pv = pc.to_vector();
-    for (size_t i = 0; i < pv.size(); ++i) psum[i % size_t(E)] += pv[i];
+    kernel.accumulate(ctx, p.size(0), E, k, pc.raw_data(), ixc.data<int64_t>(), counts.data<int64_t>(),
+                      psum.data<double>());
     N += p.size(0);
     probs.push_back(p);
   }
   TITAN_CHECK(N > 0, "moe_aux_loss: no tokens");
   // aux = E / N^2 * sum_e count_e * psum_e; d aux / d p[t, e] = E * count_e / N^2.
   const double scale = double(E) / (double(N) * double(N));
-  double aux = 0;
-  for (int64_t e = 0; e < E; ++e) aux += double(counts[size_t(e)]) * psum[size_t(e)];
-  Tensor loss = Tensor::full({1}, aux * scale, dt);
+  Tensor loss = Tensor::empty({1}, dt, device);
+  kernel.finish(ctx, E, scale, counts.data<int64_t>(), psum.data<double>(), loss.raw_data());
   if (autograd::needs_grad(probs)) {
-    autograd::record("moe_aux_loss", probs, {&loss}, [=](const std::vector<Tensor>& g) {
-      const double g0 = g[0].item() * scale;
+    autograd::record("moe_aux_loss", probs, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
+      Tensor dloss = g[0].to(grad_dtype(dt));
       std::vector<Tensor> grads;
       for (const Tensor& p : probs) {
-        Tensor d = Tensor::empty(p.shape(), grad_dtype(dt));
-        const int64_t T = p.size(0);
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t e = 0; e < E; ++e) {
-            double v = g0 * double(counts[size_t(e)]);
-            if (dt == DType::F64)
-              d.data<double>()[t * E + e] = v;
-            else
-              d.data<float>()[t * E + e] = float(v);
-          }
+        Tensor d = Tensor::empty(p.shape(), grad_dtype(dt), device);
+        kernel.backward(ctx, p.size(0), E, scale, counts.data<int64_t>(), dloss.raw_data(), d.raw_data());
         grads.push_back(d);
       }
       return grads;
@@ -406,9 +439,10 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& i
   Tensor weights = weights_in.detach().to(gd);  // bf16 -> f32 is exact; the kernel rounds back for bf16 x
   const MoeDims d{T, D, F, E, k};
   const auto& kernel = kernels::kernel_for<MoeExpertsKernel>("moe_experts", x.device(), dt);
-  Tensor act = Tensor::empty({T * k, 2 * F}, dt);
-  Tensor y = Tensor::empty({T, D}, dt);
-  kernel.forward(d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(), w_gate.raw_data(),
+  const KernelContext ctx = device_services(x.device()).context();
+  Tensor act = Tensor::empty({T * k, 2 * F}, dt, x.device());
+  Tensor y = Tensor::empty({T, D}, dt, x.device());
+  kernel.forward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(), w_gate.raw_data(),
                  w_up.raw_data(), w_down.raw_data(), act.raw_data(), y.raw_data());
   if (autograd::needs_grad({&x_in, &weights_in, &w_gate_in, &w_up_in, &w_down_in})) {
     const bool nx = x_in.requires_grad(), nw = weights_in.requires_grad(), ng = w_gate_in.requires_grad(),
@@ -417,12 +451,12 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& i
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dy = g[0].contiguous();
                        auto grad = [&](bool need, const Tensor& like) {
-                         return need ? Tensor::empty(like.shape(), gd) : Tensor();
+                         return need ? Tensor::empty(like.shape(), gd, x.device()) : Tensor();
                        };
                        Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = grad(ng, w_gate),
                               du = grad(nu, w_up), dd = grad(nd, w_down);
                        auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
-                       kernel.backward(d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
+                       kernel.backward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
                                        w_gate.raw_data(), w_up.raw_data(), w_down.raw_data(), act.raw_data(),
                                        dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd));
                        return std::vector<Tensor>{dx, dw, dg, du, dd};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -59,22 +60,37 @@ void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order,
 // Kernels; contiguous row-major buffers. Floating inputs in the op's dtype except where noted.
 struct RouterKernel {
   // logits [T, E]; bias [E] f32 or null; weights [T, k] and probs [T, E] in the grad dtype.
-  void (*forward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* logits, const float* bias,
-                  void* weights, int64_t* indices, void* probs);
+  // counts [E] (assignments per expert) is overwritten.
+  void (*forward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, const void* logits,
+                  const float* bias, void* weights, int64_t* indices, void* probs, int64_t* counts);
   // dweights / dprobs in the grad dtype, either may be null (zero); dlogits is overwritten.
-  void (*backward)(int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs,
+  void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs,
                    const int64_t* indices, const void* dweights, const void* dprobs, void* dlogits);
+};
+
+// The aux loss, registered per probs dtype (f32, f64); A = that dtype.
+struct MoeAuxLossKernel {
+  // Adds one layer's assignments per expert to counts [E] and the column sums of its probs [T, E]
+  // (row order, f64) to psum [E].
+  void (*accumulate)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const void* probs,
+                     const int64_t* indices, int64_t* counts, double* psum);
+  // loss[0] (A) = scale * sum_e counts[e] * psum[e], summed in f64 in expert order.
+  void (*finish)(const KernelContext& ctx, int64_t E, double scale, const int64_t* counts, const double* psum,
+                 void* loss);
+  // dprobs [T, E] (A) = dloss[0] * scale * counts[e].
+  void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
+                   const void* dloss, void* dprobs);
 };
 
 struct MoeExpertsKernel {
   // weights [T, k] in the grad dtype (f32 for bf16: the kernel rounds them to bf16 as transformers
   // does). act [T*k, 2F] in x's dtype, rows in routing order: gate output | up output (saved for
   // backward). y [T, D] in x's dtype.
-  void (*forward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
+  void (*forward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
                   const void* w_gate, const void* w_up, const void* w_down, void* act, void* y);
   // dy and every gradient in the grad dtype; a null gradient pointer is not computed. All outputs
   // are overwritten.
-  void (*backward)(const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
+  void (*backward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
                    const void* w_gate, const void* w_up, const void* w_down, const void* act, const void* dy,
                    void* dx, void* dweights, void* dw_gate, void* dw_up, void* dw_down);
 };

@@ -14,7 +14,7 @@ namespace {
 // Reference: the formula of optim.h one element at a time, in the element type T. std::fma rounds
 // once, exactly like the vector FMA of the fast kernels and of PyTorch.
 template <class T>
-void adamw_step_ref(int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
+void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
   T* p = static_cast<T*>(pv);
   const T* g = static_cast<const T*>(gv);
   T *m = static_cast<T*>(mv), *v = static_cast<T*>(vv);
@@ -35,7 +35,7 @@ void adamw_step_ref(int64_t n, void* pv, const void* gv, void* mv, void* vv, con
 
 // Reference: one f64 accumulator, in order (a square of an f32 is exact in f64).
 template <class T>
-double grad_norm_sq_ref(int64_t n, const void* gv) {
+double grad_norm_sq_ref(const KernelContext& ctx, int64_t n, const void* gv) {
   const T* g = static_cast<const T*>(gv);
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
@@ -123,7 +123,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   TITAN_CHECK(std::isfinite(grad_scale), "adamw: grad_scale = ", grad_scale, " must be finite");
   s.grad_scale = grad_scale;
   const auto& kernel = kernels::kernel_for<AdamWKernel>("adamw", param.device(), param.dtype());
-  kernel.step(param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
+  const KernelContext ctx = device_services(param.device()).context();
+  kernel.step(ctx, param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
 }
 
 double grad_norm_sq(const Tensor& grad) {
@@ -133,7 +134,8 @@ double grad_norm_sq(const Tensor& grad) {
   TITAN_CHECK(grad.is_contiguous(), "grad_norm: gradient ", grad.str(), " must be contiguous");
   if (grad.numel() == 0) return 0.0;
   const auto& kernel = kernels::kernel_for<GradNormKernel>("grad_norm", grad.device(), grad.dtype());
-  return kernel.sum_sq(grad.numel(), grad.raw_data());
+  const KernelContext ctx = device_services(grad.device()).context();
+  return kernel.sum_sq(ctx, grad.numel(), grad.raw_data());
 }
 
 double global_grad_norm(const std::vector<Tensor>& grads) {

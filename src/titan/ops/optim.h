@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -77,11 +78,11 @@ struct AdamWScalars {
 
 // Kernels over n contiguous elements of the op's dtype (f32 or f64).
 struct AdamWKernel {
-  void (*step)(int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+  void (*step)(const KernelContext& ctx, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                const AdamWScalars& s);
 };
 struct GradNormKernel {
-  double (*sum_sq)(int64_t n, const void* grad);  // sum of squares, accumulated in f64
+  double (*sum_sq)(const KernelContext& ctx, int64_t n, const void* grad);  // sum of squares, accumulated in f64
 };
 
 }  // namespace titan::ops

@@ -14,7 +14,7 @@ namespace {
 // Reference: serial sums in the accumulation type A (f64 for f64, else f32), T(...) rounds to the
 // element type where transformers does.
 template <class T, class A>
-void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, const void* wv, void* yv,
+void rms_norm_forward_ref(const KernelContext& ctx, int64_t R, int64_t D, double eps, const void* xv, const void* wv, void* yv,
                           void* rv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   T* y = static_cast<T*>(yv);
@@ -30,7 +30,7 @@ void rms_norm_forward_ref(int64_t R, int64_t D, double eps, const void* xv, cons
 }
 
 template <class T, class A>
-void rms_norm_backward_ref(int64_t R, int64_t D, const void* xv, const void* wv, const void* rv,
+void rms_norm_backward_ref(const KernelContext& ctx, int64_t R, int64_t D, const void* xv, const void* wv, const void* rv,
                            const void* dyv, void* dxv, void* dwv) {
   const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
   const A *rstd = static_cast<const A*>(rv), *dy = static_cast<const A*>(dyv);
@@ -91,19 +91,20 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   const int64_t D = x.size(-1), R = D ? x.numel() / D : 0;
   const DType gd = grad_dtype(x.dtype());
   const auto& kernel = kernels::kernel_for<RmsNormKernel>("rms_norm", x.device(), x.dtype());
+  const KernelContext ctx = device_services(x.device()).context();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({R}, gd, x.device());
-  kernel.forward(R, D, eps, x.raw_data(), w.raw_data(), y.raw_data(), rstd.raw_data());
+  kernel.forward(ctx, R, D, eps, x.raw_data(), w.raw_data(), y.raw_data(), rstd.raw_data());
   if (autograd::needs_grad({&x_in, &w_in})) {
     const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
     autograd::record("rms_norm", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
       if (!g[0].defined())
-        return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd) : Tensor(),
-                                   need_dw ? Tensor::zeros(w.shape(), gd) : Tensor()};
+        return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd, x.device()) : Tensor(),
+                                   need_dw ? Tensor::zeros(w.shape(), gd, x.device()) : Tensor()};
       Tensor dy = g[0].contiguous();
-      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd) : Tensor();
-      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd) : Tensor();
-      kernel.backward(R, D, x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
+      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd, x.device()) : Tensor();
+      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
+      kernel.backward(ctx, R, D, x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
                       need_dx ? dx.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
       return std::vector<Tensor>{dx, dw};
     });

@@ -9,6 +9,7 @@
 // Saves rstd (one f32 per row; f64 in f64). Autograd: with g = dy * w and y = x * rstd (f32),
 //   dx = rstd * (g - y * mean(g * y)),   dw = sum over rows of dy * y.to(x.dtype)
 // (the cast is a straight-through in dx; dw uses the value the forward multiplied by).
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -19,8 +20,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
 // dy, dx [R, D] and dw [D] in the grad dtype (f32, f64 for f64). dx or dw is null when not needed;
 // both are overwritten.
 struct RmsNormKernel {
-  void (*forward)(int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd);
-  void (*backward)(int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
+  void (*forward)(const KernelContext& ctx, int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd);
+  void (*backward)(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
                    void* dx, void* dw);
 };
 

@@ -7,6 +7,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise.h"
 
 namespace titan::ops {
 
@@ -32,7 +33,7 @@ void angle_cos_sin(double theta, int64_t D, int64_t p, int64_t j, double* c, dou
 // Reference: T is the element type (arithmetic results round to it, as torch does in that dtype),
 // A the type cos/sin are computed in.
 template <class T, class A>
-void rope_forward_ref(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+void rope_forward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
                       const void* xv, void* yv) {
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
@@ -53,7 +54,7 @@ void rope_forward_ref(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t*
 }
 
 template <class T, class A>
-void rope_backward_ref(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+void rope_backward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
                        const void* dyv, void* dxv) {
   const A* dy = static_cast<const A*>(dyv);
   A* dx = static_cast<A*>(dxv);
@@ -145,17 +146,15 @@ Tensor rope(const Tensor& x_in, const Tensor& positions_in, double theta) {
   Tensor x = x_in.contiguous().detach();
   Tensor pos = positions_in.dim() == 1 ? positions_in.contiguous().reshape({1, S}).expand({B, S}).contiguous()
                                        : positions_in.contiguous().clone();
-  const int64_t* p = pos.data<int64_t>();
-  int64_t max_pos = -1;
-  for (int64_t i = 0; i < B * S; ++i) {
-    TITAN_CHECK(p[i] >= 0, "rope: positions ", positions_in.str(), " hold ", p[i], " at flat index ", i,
-                "; positions must be >= 0");
-    max_pos = std::max(max_pos, p[i]);
-  }
+  const int64_t bad = first_index_outside(pos, 0, INT64_MAX, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL("rope: positions ", positions_in.str(), " hold ", int64_t(pos.reshape({-1}).narrow(0, bad, 1).item()),
+               " at flat index ", bad, "; positions must be >= 0");
   const auto& kernel = kernels::kernel_for<RopeKernel>("rope", x.device(), x.dtype());
+  const KernelContext ctx = device_services(x.device()).context();
   std::shared_ptr<const RopeTable> table;
   if (kernel.needs_table) {
-    table = rope_table(theta, D, max_pos + 1);
+    table = rope_table(theta, D, max_index(pos) + 1);  // host cos/sin rows the CPU kernels gather
   } else {
     auto t = std::make_shared<RopeTable>();
     t->theta = theta;
@@ -163,15 +162,15 @@ Tensor rope(const Tensor& x_in, const Tensor& positions_in, double theta) {
     table = t;
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernel.forward(B, S, H, D, p, *table, x.raw_data(), y.raw_data());
+  kernel.forward(ctx, B, S, H, D, pos.data<int64_t>(), *table, x.raw_data(), y.raw_data());
   if (autograd::needs_grad({&x_in})) {
     const DType gd = grad_dtype(x.dtype());
     const Shape shape = x.shape();
     autograd::record("rope", {x_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
-      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd)};
+      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd, x.device())};
       Tensor dy = g[0].contiguous();
-      Tensor dx = Tensor::empty(shape, gd);
-      kernel.backward(B, S, H, D, pos.data<int64_t>(), *table, dy.raw_data(), dx.raw_data());
+      Tensor dx = Tensor::empty(shape, gd, x.device());
+      kernel.backward(ctx, B, S, H, D, pos.data<int64_t>(), *table, dy.raw_data(), dx.raw_data());
       return std::vector<Tensor>{dx};
     });
   }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -47,9 +48,9 @@ std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t pos
 // dy, dx [B, S, H, D] in the grad dtype. `table` has theta and D; it holds rows for every position
 // in pos when needs_table is true (else it may be empty).
 struct RopeKernel {
-  void (*forward)(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+  void (*forward)(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
                   const void* x, void* y);
-  void (*backward)(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+  void (*backward)(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
                    const void* dy, void* dx);
   bool needs_table = true;
 };

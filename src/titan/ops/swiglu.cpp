@@ -13,7 +13,7 @@ namespace {
 
 // Reference: T(...) rounds where torch rounds (after silu, after the product).
 template <class T, class A>
-void swiglu_forward_ref(int64_t n, const void* gv, const void* uv, void* ov) {
+void swiglu_forward_ref(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, void* ov) {
   const T *gate = static_cast<const T*>(gv), *up = static_cast<const T*>(uv);
   T* out = static_cast<T*>(ov);
   for (int64_t i = 0; i < n; ++i) {
@@ -23,7 +23,7 @@ void swiglu_forward_ref(int64_t n, const void* gv, const void* uv, void* ov) {
 }
 
 template <class T, class A>
-void swiglu_backward_ref(int64_t n, const void* gv, const void* uv, const void* dyv, void* dgv, void* duv) {
+void swiglu_backward_ref(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, const void* dyv, void* dgv, void* duv) {
   const T *gate = static_cast<const T*>(gv), *up = static_cast<const T*>(uv);
   const A* dy = static_cast<const A*>(dyv);
   A *dg = static_cast<A*>(dgv), *du = static_cast<A*>(duv);
@@ -74,20 +74,21 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   Tensor gate = gate_in.contiguous().detach(), up = up_in.contiguous().detach();
   const int64_t n = gate.numel();
   const auto& kernel = kernels::kernel_for<SwigluKernel>("swiglu", gate.device(), gate.dtype());
+  const KernelContext ctx = device_services(gate.device()).context();
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  kernel.forward(n, gate.raw_data(), up.raw_data(), out.raw_data());
+  kernel.forward(ctx, n, gate.raw_data(), up.raw_data(), out.raw_data());
   if (autograd::needs_grad({&gate_in, &up_in})) {
     const bool need_dg = gate_in.requires_grad(), need_du = up_in.requires_grad();
     const DType gd = grad_dtype(gate.dtype());
     autograd::record("swiglu", {gate_in, up_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
       const Shape& shape = gate.shape();
       if (!g[0].defined())
-        return std::vector<Tensor>{need_dg ? Tensor::zeros(shape, gd) : Tensor(),
-                                   need_du ? Tensor::zeros(shape, gd) : Tensor()};
+        return std::vector<Tensor>{need_dg ? Tensor::zeros(shape, gd, gate.device()) : Tensor(),
+                                   need_du ? Tensor::zeros(shape, gd, gate.device()) : Tensor()};
       Tensor dy = g[0].contiguous();
-      Tensor dg = need_dg ? Tensor::empty(shape, gd) : Tensor();
-      Tensor du = need_du ? Tensor::empty(shape, gd) : Tensor();
-      kernel.backward(n, gate.raw_data(), up.raw_data(), dy.raw_data(), need_dg ? dg.raw_data() : nullptr,
+      Tensor dg = need_dg ? Tensor::empty(shape, gd, gate.device()) : Tensor();
+      Tensor du = need_du ? Tensor::empty(shape, gd, gate.device()) : Tensor();
+      kernel.backward(ctx, n, gate.raw_data(), up.raw_data(), dy.raw_data(), need_dg ? dg.raw_data() : nullptr,
                       need_du ? du.raw_data() : nullptr);
       return std::vector<Tensor>{dg, du};
     });

@@ -6,6 +6,7 @@
 // Autograd, in f32 (f64 for f64), with s = sigmoid(gate):
 //   dgate = dy * up * s * (1 + gate * (1 - s)),   dup = dy * silu(gate).to(dtype)
 // (dup uses the value the forward multiplied by).
+#include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
 namespace titan::ops {
@@ -15,8 +16,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 // Kernels over n contiguous elements. gate, up, out in the op dtype; dy, dgate, dup in the grad
 // dtype (f32, f64 for f64). dgate or dup is null when not needed; both are overwritten.
 struct SwigluKernel {
-  void (*forward)(int64_t n, const void* gate, const void* up, void* out);
-  void (*backward)(int64_t n, const void* gate, const void* up, const void* dy, void* dgate, void* dup);
+  void (*forward)(const KernelContext& ctx, int64_t n, const void* gate, const void* up, void* out);
+  void (*backward)(const KernelContext& ctx, int64_t n, const void* gate, const void* up, const void* dy, void* dgate, void* dup);
 };
 
 }  // namespace titan::ops

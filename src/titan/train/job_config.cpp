@@ -9,6 +9,7 @@
 #include "titan/core/check.h"
 #include "titan/core/suggest.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/train/torchtitan_keys.h"
 
 namespace titan::train {
 
@@ -39,6 +40,7 @@ std::vector<Field> schema(JobConfig& c) {
   return {
       {"job.dump_folder", K::Str, &c.job.dump_folder, {}},
       {"job.description", K::Str, &c.job.description, {}},
+      {"job.device", K::Str, &c.job.device, {"cpu", "cuda"}},
       {"model.name", K::Str, &c.model.name, {"qwen3", "hf"}},
       {"model.flavor", K::Str, &c.model.flavor, {}},
       {"model.hf_assets_path", K::Str, &c.model.hf_assets_path, {}},
@@ -66,6 +68,7 @@ std::vector<Field> schema(JobConfig& c) {
       {"lr_scheduler.decay_ratio", K::Float, &c.lr_scheduler.decay_ratio, {}},
       {"lr_scheduler.decay_type", K::Str, &c.lr_scheduler.decay_type, {"linear", "cosine", "sqrt"}},
       {"lr_scheduler.min_lr_factor", K::Float, &c.lr_scheduler.min_lr_factor, {}},
+      {"lr_scheduler.total_steps", K::Int, &c.lr_scheduler.total_steps, {}},
       {"checkpoint.enable", K::Bool, &c.checkpoint.enable, {}},
       {"checkpoint.folder", K::Str, &c.checkpoint.folder, {}},
       {"checkpoint.interval", K::Int, &c.checkpoint.interval, {}},
@@ -73,7 +76,7 @@ std::vector<Field> schema(JobConfig& c) {
       {"checkpoint.initial_load_path", K::Str, &c.checkpoint.initial_load_path, {}},
       {"checkpoint.initial_load_in_hf", K::Bool, &c.checkpoint.initial_load_in_hf, {}},
       {"checkpoint.last_save_in_hf", K::Bool, &c.checkpoint.last_save_in_hf, {}},
-      {"checkpoint.export_dtype", K::Str, &c.checkpoint.export_dtype, {"float32", "bfloat16"}},
+      {"checkpoint.export_dtype", K::Str, &c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"}},
       {"activation_checkpoint.mode", K::Str, &c.activation_checkpoint.mode, {"none", "selective", "full"}},
       {"metrics.log_freq", K::Int, &c.metrics.log_freq, {}},
       {"metrics.enable_tensorboard", K::Bool, &c.metrics.enable_tensorboard, {}},
@@ -165,6 +168,68 @@ void check_toml_type(const Field& f, const toml::node& n, const std::string& whe
   TITAN_CHECK(ok, where, ": ", f.key, " expects ", expected, ", got ", toml_type_name(n));
 }
 
+void add_note(JobConfig& c, const std::string& key, const std::string& note) {
+  // A key set twice (file, then command line) keeps one line: the last value's.
+  std::string line = key + " = " + note;
+  for (auto& n : c.notes)
+    if (n.compare(0, key.size() + 3, key + " = ") == 0) return void(n = line);
+  c.notes.push_back(line);
+}
+
+// torchtitan's older spelling of a tokenizer: a file (tokenizer.json, tokenizer.model) stands for its folder.
+std::string tokenizer_folder(const std::string& path) {
+  for (const char* file : {"tokenizer.json", "tokenizer.model"}) {
+    const std::string name(file);
+    if (path.size() >= name.size() && path.compare(path.size() - name.size(), name.size(), name) == 0 &&
+        (path.size() == name.size() || path[path.size() - name.size() - 1] == '/')) {
+      std::string dir = path.substr(0, path.size() - name.size());
+      return dir.empty() ? "." : dir;
+    }
+  }
+  return path;
+}
+
+void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
+           const std::string& where, const toml::node* node);
+
+// A key of torchtitan's job config that is not one of titan's: an older spelling is applied as the
+// key it stands for; a key that cannot change the result is noted; anything else is an error.
+// `written` is the key as the user wrote it (an older spelling of a torchtitan-only key).
+bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::string& key,
+                          const std::string& value, const std::string& where, const toml::node* node,
+                          const std::string& written = "") {
+  const TorchtitanKey* k = find_torchtitan_key(key);
+  if (!k || k->use == TorchtitanUse::Native) return false;
+  const std::string note_key = written.empty() ? key : written;
+  const std::string shown = (value.empty() ? "\"\"" : value) + (written.empty() ? "" : " (as " + key + ")");
+  switch (k->use) {
+    case TorchtitanUse::Alias: {
+      const std::string target(k->target);
+      const std::string v = key == "model.tokenizer_path" ? tokenizer_folder(value) : value;
+      if (!apply_torchtitan_key(c, fields, target, v, where, node, note_key)) {
+        apply(c, fields, target, v, where, node);
+        add_note(c, note_key, shown + " applied as " + target + " (torchtitan's older name for it)");
+      }
+      break;
+    }
+    case TorchtitanUse::Ignored:
+      add_note(c, note_key, shown + " ignored: " + std::string(k->why));
+      break;
+    case TorchtitanUse::OffOnly: {
+      auto off = torchtitan_off_values(*k);
+      if (std::find(off.begin(), off.end(), value) == off.end()) {
+        std::string list;
+        for (auto& v : off) list += (list.empty() ? "" : ", ") + (v.empty() ? "\"\"" : v);
+        TITAN_FAIL(where, ": ", note_key, " = ", shown, " cannot be honoured: ", k->why, " (accepted: ", list, ")");
+      }
+      add_note(c, note_key, shown + " accepted, no effect: " + std::string(k->why));
+      break;
+    }
+    case TorchtitanUse::Native: break;
+  }
+  return true;
+}
+
 // Sets `key` from a textual value; `node` is the TOML value when it comes from the file.
 void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
            const std::string& where, const toml::node* node = nullptr) {
@@ -191,6 +256,7 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
       return;
     }
   }
+  if (apply_torchtitan_key(c, fields, key, value, where, node)) return;
   std::vector<std::string> known;
   for (auto& f : fields) known.push_back(f.key);
   for (auto& k : qwen3::override_keys()) known.push_back("model." + k);
@@ -225,6 +291,18 @@ void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where)
   }
 }
 
+// Applies every key of `table` (named `prefix`); sub-tables such as torchtitan's
+// [training.dataloader] or [quantize.linear.float8] give dotted keys.
+void apply_table(JobConfig& c, std::vector<Field>& fields, const std::string& prefix, const toml::table& table,
+                 const std::string& source) {
+  for (auto& [k, v] : table) {
+    std::string key = prefix + "." + std::string(k.str());
+    std::string where = located(source, &v);
+    if (auto sub = v.as_table()) apply_table(c, fields, key, *sub, source);
+    else apply(c, fields, key, node_to_string(v, key, where), where, &v);
+  }
+}
+
 }  // namespace
 
 JobConfig parse_job_config(const std::string& text, const std::string& source,
@@ -237,8 +315,12 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   } catch (const toml::parse_error& e) {
     TITAN_FAIL(source, ":", e.source().begin.line, ":", e.source().begin.column, ": invalid TOML: ", e.description());
   }
-  const std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
-                                             "activation_checkpoint", "metrics", "parallelism", "comm", "kernels"};
+  std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
+                                       "activation_checkpoint", "metrics", "parallelism", "comm", "kernels"};
+  for (auto& k : torchtitan_keys()) {  // torchtitan's other sections: [compile], [float8], [validation], ...
+    std::string sec(k.key.substr(0, k.key.find('.')));
+    if (std::find(sections.begin(), sections.end(), sec) == sections.end()) sections.push_back(sec);
+  }
   for (auto& [sec_key, sec_node] : doc) {
     std::string sec(sec_key.str());
     const bool known_section = std::find(sections.begin(), sections.end(), sec) != sections.end();
@@ -258,15 +340,18 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
       parse_kernels(c, *table, source);
       continue;
     }
-    for (auto& [k, v] : *table) {
-      std::string key = sec + "." + std::string(k.str());
-      std::string where = located(source, &v);
-      apply(c, fields, key, node_to_string(v, key, where), where, &v);
-    }
+    apply_table(c, fields, sec, *table, source);
   }
   for (auto& [k, v] : overrides) {
     TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
     apply(c, fields, k, v, "command line");
+  }
+  // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
+  if (c.checkpoint.export_dtype == "float16") {
+    TITAN_CHECK(!c.checkpoint.last_save_in_hf, source, ": checkpoint.export_dtype = float16 cannot be honoured: "
+                "titan's Hugging Face export (checkpoint.last_save_in_hf) writes float32 or bfloat16");
+    add_note(c, "checkpoint.export_dtype", "float16 accepted, no effect: there is no export at the end "
+             "(checkpoint.last_save_in_hf = false)");
   }
   return c;
 }
@@ -299,6 +384,16 @@ void JobConfig::validate(int world_size) const {
               "lr_scheduler.decay_ratio must be in [0, 1] (or -1), got ", lr_scheduler.decay_ratio);
   TITAN_CHECK(lr_scheduler.min_lr_factor >= 0 && lr_scheduler.min_lr_factor <= 1,
               "lr_scheduler.min_lr_factor must be in [0, 1], got ", lr_scheduler.min_lr_factor);
+  TITAN_CHECK(lr_scheduler.total_steps == -1 || lr_scheduler.total_steps >= training.steps,
+              "lr_scheduler.total_steps (", lr_scheduler.total_steps, ") must be -1 or at least training.steps (",
+              training.steps, "): the schedule is not extrapolated past its end");
+  // The checkpoint layout and the native exports read parameters and moments from host memory.
+  TITAN_CHECK(job.device == "cpu" || (!checkpoint.enable && !checkpoint.last_save_in_hf),
+              "job.device = \"", job.device, "\": checkpoint.enable and checkpoint.last_save_in_hf are not supported "
+              "on this device yet (checkpoints are written from host memory); train with them off");
+  // The MPI communicator moves host memory; a device backend brings its own (NCCL).
+  TITAN_CHECK(world_size == 1 || job.device == "cpu", "job.device = \"", job.device, "\": training over ",
+              world_size, " MPI ranks supports job.device = \"cpu\" only (no device communicator yet)");
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
   positive(checkpoint.interval, "checkpoint.interval");

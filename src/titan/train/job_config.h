@@ -1,7 +1,10 @@
 #pragma once
 // The job config of `titan train`: a TOML file with torchtitan's sections, plus
 // `--section.key=value` overrides from the command line. Unknown sections/keys and
-// invalid values are errors naming the key (and suggesting the near miss).
+// invalid values are errors naming the key (and suggesting the near miss). torchtitan's own
+// job files are accepted as they are: every torchtitan key is either one of titan's, an older
+// spelling of one, a key whose value cannot change the result (a note says it is ignored), or
+// an error naming the key and why (train/torchtitan_keys.h).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,6 +17,7 @@ namespace titan::train {
 struct JobSection {
   std::string dump_folder = "./outputs";
   std::string description = "";
+  std::string device = "cpu";  // cpu | cuda: where parameters, gradients, optimizer state and activations live
 };
 
 struct ModelSection {
@@ -53,6 +57,7 @@ struct LrSchedulerSection {
   double decay_ratio = -1;  // -1: decay over all steps after warmup
   std::string decay_type = "linear";  // linear | cosine | sqrt
   double min_lr_factor = 0.0;
+  int64_t total_steps = -1;  // steps the schedule spans; -1: training.steps (torchtitan's early-stop runs)
 };
 
 struct CheckpointSection {
@@ -63,7 +68,7 @@ struct CheckpointSection {
   std::string initial_load_path = "";
   bool initial_load_in_hf = false;
   bool last_save_in_hf = false;
-  std::string export_dtype = "float32";  // float32 | bfloat16
+  std::string export_dtype = "float32";  // float32 | bfloat16 (float16: accepted only without an export)
 };
 
 struct ActivationCheckpointSection {
@@ -101,6 +106,8 @@ struct JobConfig {
   ParallelismSection parallelism;
   CommSection comm;
   std::vector<kernels::Substitution> kernels;
+  // One line per torchtitan key accepted without effect or under an older name, for the start-up log.
+  std::vector<std::string> notes;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).
   std::string describe() const;

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "titan/core/allocator.h"
+#include "titan/core/device_services.h"
 #include "titan/core/check.h"
 
 namespace titan::train {
@@ -165,20 +165,20 @@ uint64_t bytes_in_temporaries_of(const fs::path& final_path) noexcept {
   return total;
 }
 
-int64_t device_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
 
 StepMeter::StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token,
-                     double peak_tflops)
-    : logger_(logger),
+                     double peak_tflops, Device device)
+    : device_(device),
+      logger_(logger),
       log_freq_(log_freq),
       last_step_(last_step),
       flops_per_token_(flops_per_token),
       peak_tflops_(peak_tflops),
-      device_bytes_(device_memory_bytes()) {}
+      device_bytes_(device_services(device).capacity_bytes()) {}
 
 void StepMeter::begin_step() {
   step_start_ = std::chrono::steady_clock::now();
-  allocator_for(Device::CPU).reset_peak();
+  device_services(device_).reset_peak();
 }
 
 void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens) {
@@ -188,7 +188,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     sustained_tokens_ += tokens;
   }
   if (step % log_freq_ == 0 || first_ || step == last_step_) {
-    const int64_t peak = allocator_for(Device::CPU).stats().peak_bytes;
+    const int64_t peak = device_services(device_).stats().peak_bytes;
     StepMetrics m;
     m.step = step;
     m.loss = loss;
@@ -196,7 +196,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     m.grad_norm = grad_norm;
     m.lr = lr;
     m.memory_gib = double(peak) / double(1ll << 30);
-    m.memory_pct = 100.0 * double(peak) / double(device_bytes_);
+    m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
     m.tps = double(tokens) / dt;
     m.tflops = m.tps * flops_per_token_ / 1e12;
     m.mfu = 100.0 * m.tflops / peak_tflops_;

@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include "titan/core/device.h"
+
 namespace titan::train {
 
 struct StepMetrics {
@@ -63,7 +65,9 @@ class MetricsLogger {
 // warm-up step with one-time costs, excluded).
 class StepMeter {
  public:
-  StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token, double peak_tflops);
+  // Memory figures are the peak of `device`'s allocator during each step.
+  StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token, double peak_tflops,
+            Device device = Device::CPU);
 
   void begin_step();  // starts the clock and resets the allocator's peak
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
@@ -74,6 +78,7 @@ class StepMeter {
   bool measured_sustained() const { return sustained_seconds_ > 0; }
 
  private:
+  Device device_;
   MetricsLogger& logger_;
   int64_t log_freq_, last_step_;
   double flops_per_token_, peak_tflops_;
@@ -114,8 +119,5 @@ uint64_t bytes_under(const std::filesystem::path& path) noexcept;
 // Bytes written so far into the temporary sibling of `final_path` that io::AtomicDir and
 // io::AtomicFile assemble (".<name>.tmp-*"), for the progress of an atomic write.
 uint64_t bytes_in_temporaries_of(const std::filesystem::path& final_path) noexcept;
-
-// Bytes of physical memory of this machine (the "device" of a CPU run).
-int64_t device_memory_bytes();
 
 }  // namespace titan::train

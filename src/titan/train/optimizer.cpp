@@ -8,8 +8,8 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
   ops::validate(config_);
   for (auto& b : blocks) {
     const int64_t n = plan.local(b.data()).numel();
-    exp_avg_.push_back(Tensor::zeros({n}, DType::F32));
-    exp_avg_sq_.push_back(Tensor::zeros({n}, DType::F32));
+    exp_avg_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
+    exp_avg_sq_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
   }
 }
 

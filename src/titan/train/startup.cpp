@@ -4,7 +4,9 @@
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/data/assets.h"
+#include "titan/data/dataset.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
@@ -13,8 +15,6 @@
 namespace titan::train {
 
 namespace fs = std::filesystem;
-
-namespace {
 
 qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   qwen3::ModelArgs args;
@@ -32,13 +32,27 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   return args;
 }
 
+Device resolve_device(const JobConfig& c) {
+  if (c.job.device == "cpu") return Device::CPU;
+  TITAN_CHECK(c.job.device == "cuda", "job.device = \"", c.job.device, "\" must be \"cpu\" or \"cuda\"");
+  try {
+    device_services(Device::CUDA);
+  } catch (const Error& e) {
+    TITAN_FAIL("job.device = \"cuda\": ", e.what());
+  }
+  return Device::CUDA;
+}
+
 DType resolve_compute_dtype(const JobConfig& c) {
   if (c.training.mixed_precision_param == "float32") return DType::F32;
+  if (c.job.device == "cuda") return DType::BF16;  // tensor cores
   const auto& cpu = cpu::cpu_info();
   if (cpu.avx512_bf16 || cpu.amx_usable) return DType::BF16;
   say("mixed precision: this CPU has neither AVX512-BF16 nor AMX; computing in float32");
   return DType::F32;
 }
+
+namespace {
 
 fs::path resolve_tokenizer(const JobConfig& c) {
   if (c.model.hf_assets_path.empty()) {
@@ -58,8 +72,13 @@ fs::path resolve_tokenizer(const JobConfig& c) {
 
 std::vector<fs::path> resolve_dataset(const JobConfig& c) {
   if (!c.training.dataset_path.empty()) {
-    TITAN_CHECK(fs::exists(c.training.dataset_path), "training.dataset_path: '", c.training.dataset_path,
-                "' does not exist");
+    // A file, a folder of shards, or a glob ("shards/part-*.jsonl.gz"): listing it now reports a
+    // missing path or an empty match before anything else is loaded.
+    try {
+      data::list_dataset_files({c.training.dataset_path});
+    } catch (const Error& e) {
+      TITAN_FAIL("training.dataset_path: ", e.what());
+    }
     return {c.training.dataset_path};
   }
   try {
@@ -99,23 +118,22 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
-std::string kernel_line(DType dtype) {
+std::string kernel_line(Device device, DType dtype) {
   std::string line;
   for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding",
                          "linear_cross_entropy", "router_topk", "moe_experts", "adamw"}) {
     // The optimizer runs on the f32 master weights whatever the compute dtype.
     const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
     if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
-      line += std::string(line.empty() ? "" : ", ") + op + "=" +
-              kernels::select_variant(op, Device::CPU, op_dtype);
+      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, device, op_dtype);
   }
   return line;
 }
 
-void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType dtype) {
+void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device device, DType dtype) {
   if (c.kernels.empty()) return;
   // Everything is checked before anything is logged or installed.
-  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), Device::CPU, dtype))
+  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), device, dtype))
     say("%s", line.c_str());
   kernels::set_substitutions(c.kernels);
 }
@@ -125,6 +143,7 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, DType 
 ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool resuming) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
+  job.device = resolve_device(c);
   job.compute_dtype = resolve_compute_dtype(c);
   job.tokenizer_path = resolve_tokenizer(c);
   job.dataset = resolve_dataset(c);
@@ -153,15 +172,17 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
       host_list.c_str());
   say("communication: %s", plan.world().library().c_str());
-  say("device: %s", cpu::cpu_info().summary().c_str());
+  say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
+                                              : device_services(job.device).description().c_str());
   say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld, global batch %ld "
       "(local x data-parallel ranks x accumulation)",
       job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), long(job.local_batch_size),
       long(job.seq_len), long(job.accumulation_steps),
       long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
-  say("kernels: %s", kernel_line(job.compute_dtype).c_str());
-  install_substitutions(c, a, job.compute_dtype);
+  say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
+  install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
+  for (const auto& note : c.notes) say("config: %s", note.c_str());
 }
 
 }  // namespace titan::train

@@ -15,6 +15,7 @@ namespace titan::train {
 
 struct ResolvedJob {
   qwen3::ModelArgs args;
+  Device device = Device::CPU;  // job.device, checked to be usable
   DType compute_dtype = DType::F32;
   std::filesystem::path tokenizer_path;        // folder holding tokenizer.json
   std::vector<std::filesystem::path> dataset;  // files and folders the loader reads
@@ -25,6 +26,13 @@ struct ResolvedJob {
   int64_t local_batch_size = 0, seq_len = 0;
   int64_t accumulation_steps = 1;  // micro-batches per optimizer step
 };
+
+// The architecture the config describes (flavor or config.json, with [model] overrides), validated.
+qwen3::ModelArgs resolve_model_args(const JobConfig& config);
+// job.device, checked to be present in this build and on this machine.
+Device resolve_device(const JobConfig& config);
+// The compute dtype: training.mixed_precision_param; on the CPU f32 where it has no bf16 arithmetic.
+DType resolve_compute_dtype(const JobConfig& config);
 
 // `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
 // consulted. Errors name the key and the path.

@@ -21,7 +21,7 @@ qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
 }
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
-  qwen3::Qwen3Model model(job.args, job.compute_dtype);
+  qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device);
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
@@ -31,7 +31,7 @@ qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const 
 LrSchedule build_schedule(const JobConfig& c) {
   LrScheduleConfig sc;
   sc.lr = c.optimizer.lr;
-  sc.steps = std::max<int64_t>(c.training.steps, 1);
+  sc.steps = std::max<int64_t>(c.lr_scheduler.total_steps == -1 ? c.training.steps : c.lr_scheduler.total_steps, 1);
   sc.warmup_steps = c.lr_scheduler.warmup_steps;
   if (c.lr_scheduler.decay_ratio >= 0) sc.decay_ratio = c.lr_scheduler.decay_ratio;
   sc.decay_type = decay_type_from_name(c.lr_scheduler.decay_type);

@@ -34,7 +34,7 @@ StepResult TrainStep::run(TrainState& s) const {
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
     data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
-    Tensor ids = my_rows(batch.inputs), targets = my_rows(batch.labels);
+    Tensor ids = my_rows(batch.inputs).to(model.device()), targets = my_rows(batch.labels).to(model.device());
     qwen3::LossOutput out = model.forward_loss(ids, targets);
     loss_sum += out.loss.item();
     if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();

@@ -3,13 +3,17 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <omp.h>
+
+#include <nlohmann/json.hpp>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/io/atomic_file.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
@@ -99,13 +103,23 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
 
   // ---- the loop
   MetricsLogger logger(cfg.job.dump_folder, cfg.metrics.enable_tensorboard, plan.is_logging_rank());
-  const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops
-                                                         : cpu::cpu_info().peak_flops(job.compute_dtype) / 1e12;
+  if (plan.is_logging_rank()) {
+    // What `titan report` shows beside the curves: the run's config in effect and where it ran.
+    nlohmann::json info = {{"description", cfg.job.description},
+                           {"config_in_effect", cfg.describe()},
+                           {"config_notes", cfg.notes},
+                           {"device", cpu::cpu_info().summary()},
+                           {"versions", {{"compiler", __VERSION__}, {"c++", __cplusplus}}}};
+    io::write_file_atomic(std::filesystem::path(cfg.job.dump_folder) / "run_info.json", info.dump(2) + "\n");
+  }
+  const double detected_peak = job.device == Device::CPU ? cpu::cpu_info().peak_flops(job.compute_dtype)
+                                                        : device_services(job.device).peak_flops(job.compute_dtype);
+  const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops : detected_peak / 1e12;
   const double flops_per_token = job.args.flops_per_token(job.seq_len);
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
       "peak %.2f TFLOP/s (%s)", flops_per_token, peak_tflops,
       cfg.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "detected");
-  StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops);
+  StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops, job.device);
   const TrainStep train_step(cfg, job, plan);
 
   TrainSummary summary;

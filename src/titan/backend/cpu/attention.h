@@ -11,13 +11,11 @@
 #include <cstdint>
 
 #include "titan/core/dtype.h"
+#include "titan/ops/attention.h"
 
 namespace titan::cpu {
 
-struct AttentionShape {
-  int64_t B, S, Hq, Hkv, D;
-  float scale;
-};
+using ops::AttentionShape;
 
 // Plain loops, one query row of scores at a time (O(S) extra memory). The ground truth for tests.
 void attention_fwd_reference_f32(const AttentionShape& s, const float* q, const float* k, const float* v,

@@ -233,7 +233,7 @@ const Acc<T>* widen_row(const T* x, int64_t V, Acc<T>* scratch) {
 }
 
 template <class T>
-void ce_forward(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+void ce_forward(const KernelContext& ctx, int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
                 void* lse_v, void* loss_v) {
   using A = Acc<T>;
   const T* logits = static_cast<const T*>(logits_v);
@@ -254,7 +254,7 @@ void ce_forward(int64_t N, int64_t V, const void* logits_v, const int64_t* label
 }
 
 template <class T>
-void ce_backward(int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
+void ce_backward(const KernelContext& ctx, int64_t N, int64_t V, const void* logits_v, const int64_t* labels, int64_t ignore_index,
                  const void* lse_v, double scale, void* dlogits_v) {
   using A = Acc<T>;
   const T* logits = static_cast<const T*>(logits_v);
@@ -446,7 +446,7 @@ void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows
 }
 
 template <class T>
-void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
+void lce_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   using A = Acc<T>;
   A *lse = static_cast<A*>(lse_v), *loss = static_cast<A*>(loss_v);
   std::fill(lse, lse + a.N, A(0));
@@ -481,7 +481,7 @@ void lce_forward(const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
 }
 
 template <class T>
-void lce_backward(const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v, void* dw_v) {
+void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v, void* dw_v) {
   using A = Acc<T>;
   const A* lse = static_cast<const A*>(lse_v);
   A *dh = static_cast<A*>(dh_v), *dw = static_cast<A*>(dw_v);

@@ -14,7 +14,7 @@ namespace titan::cpu {
 namespace {
 
 template <size_t kBytes>
-void embedding_forward(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
+void embedding_forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
   const char* table = static_cast<const char*>(tv);
   char* out = static_cast<char*>(ov);
   const size_t row = size_t(D) * kBytes;
@@ -22,7 +22,7 @@ void embedding_forward(int64_t N, int64_t V, int64_t D, const int64_t* ids, cons
   for (int64_t i = 0; i < N; ++i) std::memcpy(out + size_t(i) * row, table + size_t(ids[i]) * row, row);
 }
 
-void embedding_backward(int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
+void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
   const float* dy = static_cast<const float*>(dyv);
   float* dt = static_cast<float*>(dtv);
 #pragma omp parallel if (V * D + N * D > 65536)

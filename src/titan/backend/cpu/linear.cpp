@@ -11,24 +11,24 @@
 namespace titan::cpu {
 namespace {
 
-void linear_forward_f32(int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
+void linear_forward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
   gemm_f32(Trans::N, Trans::T, M, N, K, 1.0f, static_cast<const float*>(x), K, static_cast<const float*>(w), K, 0.0f,
            static_cast<float*>(y), N);
 }
 
-void linear_backward_f32(int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
+void linear_backward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
                          void* dw) {
   auto x = static_cast<const float*>(xv), w = static_cast<const float*>(wv), dy = static_cast<const float*>(dyv);
   if (dx) gemm_f32(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, 0.0f, static_cast<float*>(dx), K);
   if (dw) gemm_f32(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, 0.0f, static_cast<float*>(dw), K);
 }
 
-void linear_forward_bf16(int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
+void linear_forward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
   gemm_bf16_out(Trans::N, Trans::T, M, N, K, 1.0f, static_cast<const bf16*>(x), K, static_cast<const bf16*>(w), K,
                 static_cast<bf16*>(y), N);
 }
 
-void linear_backward_bf16(int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
+void linear_backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
                           void* dw) {
   auto x = static_cast<const bf16*>(xv), w = static_cast<const bf16*>(wv);
   Tensor dy_t = Tensor::empty({M * N}, DType::BF16);  // written whole by the conversion: no zero-fill

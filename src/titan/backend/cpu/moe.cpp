@@ -173,7 +173,7 @@ constexpr int64_t kParallelElems = 32768;
 // ---- forward / backward ---------------------------------------------------------------------------
 
 template <class T>
-void forward_experts(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
+void forward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices, const void* wgv,
                      const void* wuv, const void* wdv, void* actv, void* yv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv);
@@ -209,7 +209,7 @@ void forward_experts(const MoeDims& d, const void* xv, const void* wv, const int
 }
 
 template <class T>
-void backward_experts(const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
+void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
                       const void* wgv, const void* wuv, const void* wdv, const void* actv, const void* dyv,
                       void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),

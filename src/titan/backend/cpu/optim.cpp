@@ -144,7 +144,7 @@ TITAN_AVX512 double norm_avx512_block(const float* g, int64_t n) {
 #pragma GCC diagnostic pop
 
 template <bool Avx512>
-void adamw_f32(int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
+void adamw_f32(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
   const AdamWConsts c(s);
   float* p = static_cast<float*>(pv);
   const float* g = static_cast<const float*>(gv);
@@ -159,7 +159,7 @@ void adamw_f32(int64_t n, void* pv, const void* gv, void* mv, void* vv, const Ad
 }
 
 template <bool Avx512>
-double grad_norm_f32(int64_t n, const void* gv) {
+double grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv) {
   const float* g = static_cast<const float*>(gv);
   const bool vec = Avx512 && has_avx512();
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;

@@ -90,7 +90,7 @@ TITAN_CLONES void backward_rows(int64_t r0, int64_t r1, int64_t D, const uint16_
 }
 
 template <class T>
-void rms_norm_forward(int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd) {
+void rms_norm_forward(const KernelContext& ctx, int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd) {
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   T* yt = static_cast<T*>(y);
@@ -105,7 +105,7 @@ void rms_norm_forward(int64_t R, int64_t D, double eps, const void* x, const voi
 // Each thread owns a contiguous block of rows and a private dw; the partial dws are summed in
 // thread order afterwards, so results do not depend on scheduling.
 template <class T>
-void rms_norm_backward(int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
+void rms_norm_backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
                        void* dx, void* dw) {
   const int max_threads = R * D > 16384 ? omp_get_max_threads() : 1;
   std::vector<float> partial(dw ? size_t(max_threads) * size_t(D) : 0, 0.0f);

@@ -99,7 +99,7 @@ void check_positions(int64_t B, int64_t S, const int64_t* pos, const ops::RopeTa
 }
 
 template <class T, bool kGatherFree>
-void rope_forward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const ops::RopeTable& table,
+void rope_forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const ops::RopeTable& table,
                   const void* xv, void* yv) {
   check_positions<kGatherFree>(B, S, pos, table);
   const T* x = static_cast<const T*>(xv);
@@ -114,7 +114,7 @@ void rope_forward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos
 }
 
 template <class T, bool kGatherFree>
-void rope_backward(int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+void rope_backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
                    const ops::RopeTable& table, const void* dyv, void* dxv) {
   check_positions<kGatherFree>(B, S, pos, table);
   const float* dy = static_cast<const float*>(dyv);

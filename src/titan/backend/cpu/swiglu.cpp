@@ -61,7 +61,7 @@ TITAN_CLONES void backward_chunk(int64_t n, const uint16_t* g, const uint16_t* u
 constexpr int64_t kChunk = 16384;
 
 template <class T>
-void swiglu_forward(int64_t n, const void* gv, const void* uv, void* ov) {
+void swiglu_forward(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, void* ov) {
   const T *g = static_cast<const T*>(gv), *u = static_cast<const T*>(uv);
   T* o = static_cast<T*>(ov);
 #pragma omp parallel for schedule(static) if (n > kChunk)
@@ -69,7 +69,7 @@ void swiglu_forward(int64_t n, const void* gv, const void* uv, void* ov) {
 }
 
 template <class T>
-void swiglu_backward(int64_t n, const void* gv, const void* uv, const void* dyv, void* dgv, void* duv) {
+void swiglu_backward(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, const void* dyv, void* dgv, void* duv) {
   const T *g = static_cast<const T*>(gv), *u = static_cast<const T*>(uv);
   const float* dy = static_cast<const float*>(dyv);
   float *dg = static_cast<float*>(dgv), *du = static_cast<float*>(duv);

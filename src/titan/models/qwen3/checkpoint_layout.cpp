@@ -18,6 +18,9 @@ void check_buffers(const Qwen3Model& model, const std::vector<Tensor>& buffers) 
   TITAN_CHECK(buffers.size() == model.blocks().size(), "checkpoint layout: ", buffers.size(),
               " buffers for a model of ", model.blocks().size(), " blocks");
   for (size_t b = 0; b < buffers.size(); ++b)
+    TITAN_CHECK(buffers[b].device() == Device::CPU, "checkpoint layout: block '", model.blocks()[b].name(),
+                "' is on ", device_name(buffers[b].device()), "; checkpoints are written from host memory");
+  for (size_t b = 0; b < buffers.size(); ++b)
     TITAN_CHECK(buffers[b].dtype() == DType::F32 && buffers[b].is_contiguous() &&
                     buffers[b].numel() == model.blocks()[b].numel(),
                 "checkpoint layout: buffer ", buffers[b].str(), " does not match block '",

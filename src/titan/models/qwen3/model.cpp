@@ -20,14 +20,15 @@ namespace titan::qwen3 {
 using nn::Init;
 using nn::ParamSpec;
 
-Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype) : args_(args), compute_dtype_(compute_dtype) {
+Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device)
+    : args_(args), compute_dtype_(compute_dtype), device_(device) {
   args_.validate();
   TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
               "Qwen3Model: compute dtype must be f32, bf16 or f64, got ", dtype_name(compute_dtype));
   const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
 
   blocks_.reserve(size_t(args_.n_layers + 2));
-  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}});
+  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}}, device_);
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     std::vector<ParamSpec> specs = {
@@ -52,11 +53,11 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype) : args_(args)
       specs.push_back({p + "feed_forward.w2.weight", {D, F}});
       specs.push_back({p + "feed_forward.w3.weight", {F, D}});
     }
-    blocks_.emplace_back("layers." + std::to_string(i), specs);
+    blocks_.emplace_back("layers." + std::to_string(i), specs, device_);
   }
   std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
   if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
-  blocks_.emplace_back("head", head);
+  blocks_.emplace_back("head", head, device_);
 
   tok_embeddings_ = find_param("tok_embeddings.weight");
   norm_ = find_param("norm.weight");
@@ -135,7 +136,7 @@ void Qwen3Model::zero_grad() {
 void Qwen3Model::enable_expert_bias() {
   expert_bias_.clear();
   for (int64_t i = 0; i < args_.n_layers; ++i)
-    expert_bias_.push_back(args_.is_moe_layer(i) ? Tensor::zeros({args_.num_experts}, DType::F32) : Tensor());
+    expert_bias_.push_back(args_.is_moe_layer(i) ? Tensor::zeros({args_.num_experts}, DType::F32, device_) : Tensor());
 }
 
 void Qwen3Model::update_expert_bias(const std::vector<Tensor>& counts, double coeff) {
@@ -144,14 +145,17 @@ void Qwen3Model::update_expert_bias(const std::vector<Tensor>& counts, double co
     if (!bias.defined()) continue;
     TITAN_CHECK(i < counts.size() && counts[i].defined() && counts[i].numel() == bias.numel(),
                 "qwen3: expert counts of layer ", i, " are missing or not [", bias.numel(), "]");
-    const int64_t* c = counts[i].data<int64_t>();
-    const int64_t E = counts[i].numel();
+    // E values per layer: read on the host whatever the device (one small copy per MoE layer).
+    const std::vector<double> c = counts[i].to_vector();
+    std::vector<double> b = bias.to_vector();
+    const int64_t E = int64_t(c.size());
     double mean = 0;
-    for (int64_t e = 0; e < E; ++e) mean += double(c[e]) / double(E);
+    for (int64_t e = 0; e < E; ++e) mean += c[size_t(e)] / double(E);
     for (int64_t e = 0; e < E; ++e) {
-      double d = mean - double(c[e]);
-      bias.data<float>()[e] += float(coeff * ((d > 0) - (d < 0)));
+      double d = mean - c[size_t(e)];
+      b[size_t(e)] = double(float(b[size_t(e)]) + float(coeff * ((d > 0) - (d < 0))));
     }
+    bias.copy_from(Tensor::from_vector(b, {E}, DType::F64));
   }
 }
 
@@ -234,7 +238,7 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   std::vector<int64_t> pos(static_cast<size_t>(S));
   for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
-  Tensor positions = Tensor::from_vector(pos, {S});
+  Tensor positions = Tensor::from_vector(pos, {S}).to(device_);
 
   Tensor h;
   {

@@ -31,10 +31,12 @@ struct LossOutput {
 class Qwen3Model {
  public:
   // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
-  explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32);
+  // Parameters, gradients and activations live on `device` (cpu, cuda, or meta for planning).
+  explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU);
 
   const ModelArgs& args() const { return args_; }
   DType compute_dtype() const { return compute_dtype_; }
+  Device device() const { return device_; }
   void set_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
   // Logits of the vocabulary are computed in chunks of this many entries by the fused loss.
   void set_loss_chunk(int64_t vocab_chunk) { loss_chunk_ = vocab_chunk; }
@@ -95,6 +97,7 @@ class Qwen3Model {
 
   ModelArgs args_;
   DType compute_dtype_;
+  Device device_;
   Checkpointing checkpointing_ = Checkpointing::None;
   int64_t loss_chunk_ = 8192;
   // 1 GiB: batch 2 x 512 x 151936 logits take 311 MB in bf16, 622 MB in f32; long sequences of

@@ -102,8 +102,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
     Tensor dst = r.value();
     // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
     Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
-    if (t.dtype == DType::F32) std::memcpy(dst.raw_data(), t.data, t.nbytes());
-    else dst.copy_from(src);
+    dst.copy_from(src);  // converts to f32 and crosses to the model's device as needed
   }
 }
 

@@ -1,0 +1,24 @@
+# `cmake --install build [--prefix DIR]`: the `titan` program, libtitan, every header under
+# include/titan/, and a CMake package (lib/cmake/titan/titanConfig.cmake, target titan::titan)
+# so another project does find_package(titan). examples/train_debugmodel is such a project;
+# tests/install/ installs into a temporary prefix and builds and runs it.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+# Installed programs find libtitan beside them and its dependencies where the build found them.
+set_target_properties(titan titan_cli PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(titan_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS titan titan_openblas EXPORT titanTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS titan_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/src/titan DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(EXPORT titanTargets NAMESPACE titan:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/titanConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/titanConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/titanConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/titanConfig.cmake ${CMAKE_BINARY_DIR}/titanConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)

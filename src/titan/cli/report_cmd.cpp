@@ -1,0 +1,28 @@
+// titan report RUN_DIR [RUN_DIR ...] [--out report.html]
+#include <cstdio>
+#include <filesystem>
+
+#include "titan/cli/args.h"
+#include "titan/cli/command.h"
+#include "titan/core/check.h"
+#include "titan/train/report.h"
+
+namespace titan::cli {
+namespace {
+
+int report_main(int argc, char** argv) {
+  ArgParser p("report RUN_DIR [RUN_DIR ...]",
+              "One self-contained HTML page charting the runs' metrics (overlaid), with their configs.");
+  p.option("out", "the page to write", "report.html");
+  if (!p.parse(argc, argv)) return 0;
+  TITAN_CHECK(!p.positional().empty(), "titan report: give one or more run folders (a run's job.dump_folder)");
+  std::vector<std::filesystem::path> dirs(p.positional().begin(), p.positional().end());
+  train::write_report(dirs, p.get("out"));
+  std::printf("report: wrote %s (%zu run%s)\n", p.get("out").c_str(), dirs.size(), dirs.size() == 1 ? "" : "s");
+  return 0;
+}
+
+TITAN_COMMAND("report", "an HTML page charting one or more runs (titan report RUN_DIR ...)", report_main);
+
+}  // namespace
+}  // namespace titan::cli

@@ -1,0 +1,167 @@
+#include "titan/core/device_services.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <malloc.h>
+#include <mutex>
+#include <unistd.h>
+#include <vector>
+
+#include "titan/core/check.h"
+#include "titan/core/element.h"
+
+namespace titan {
+
+// ---------------------------------------------------------------- counters
+
+void* DeviceServices::allocate(size_t nbytes) {
+  void* p = raw_allocate(nbytes);
+  const int64_t now = current_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+  int64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  count_.fetch_add(1);
+  return p;
+}
+
+void DeviceServices::deallocate(void* ptr, size_t nbytes) {
+  raw_deallocate(ptr, nbytes);
+  current_.fetch_sub(int64_t(nbytes));
+}
+
+MemoryStats DeviceServices::stats() const {
+  return {current_.load(), peak_.load(), reserved_bytes(), count_.load()};
+}
+
+void DeviceServices::reset_peak() { peak_.store(current_.load()); }
+
+namespace {
+
+// ---------------------------------------------------------------- cpu
+
+class CpuServices final : public DeviceServices {
+ public:
+  CpuServices() {
+    // Training frees and re-allocates the same large activation buffers every step. glibc serves
+    // big blocks with fresh mmaps by default, so each step would page-fault its memory in again;
+    // keeping them on the heap (and not trimming it) lets freed blocks be reused.
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);
+  }
+  Device device() const override { return Device::CPU; }
+  int64_t capacity_bytes() const override {
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  }
+
+  void copy_from_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }
+  void copy(void* dst, const void* src, size_t n) override {
+    if (n) std::memcpy(dst, src, n);
+  }
+  void fill(void* dst, int64_t n, DType dtype, double value) override {
+    if (value == 0.0) {
+      std::memset(dst, 0, size_t(n) * dtype_size(dtype));
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) store_element(dst, dtype, i, value);
+  }
+  void convert(void* dst, DType dd, const void* src, DType sd, int64_t n) override {
+    if (dd == sd) return copy(dst, src, size_t(n) * dtype_size(dd));
+    if (sd == DType::F32 && dd == DType::BF16)
+      return convert_f32_to_bf16(static_cast<const float*>(src), static_cast<bf16*>(dst), size_t(n));
+    if (sd == DType::BF16 && dd == DType::F32)
+      return convert_bf16_to_f32(static_cast<const bf16*>(src), static_cast<float*>(dst), size_t(n));
+    if (sd == DType::I64 && dd == DType::I64) return copy(dst, src, size_t(n) * 8);
+    for (int64_t i = 0; i < n; ++i) store_element(dst, dd, i, load_element(src, sd, i));
+  }
+  void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
+                    DType dtype, int rank, const int64_t* shape) override {
+    const int64_t es = int64_t(dtype_size(dtype));
+    std::vector<int64_t> src_off(size_t(numel_of(rank, shape)));
+    for_each_strided_offset(rank, shape, src_strides, [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
+    for_each_strided_offset(rank, shape, dst_strides, [&](int64_t lin, int64_t off) {
+      std::memcpy(static_cast<char*>(dst) + off * es, static_cast<const char*>(src) + src_off[size_t(lin)] * es,
+                  size_t(es));
+    });
+  }
+
+ protected:
+  void* raw_allocate(size_t nbytes) override {
+    const size_t rounded = (nbytes + 63) / 64 * 64;  // AVX-512 loads, cache lines
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes");
+    return p;
+  }
+  void raw_deallocate(void* ptr, size_t) override { std::free(ptr); }
+};
+
+// ---------------------------------------------------------------- meta
+
+// No data: every byte is counted, none is held. Pointers are distinct, never dereferenced
+// addresses (a kernel that touches one crashes at once, which is the point: nothing may read
+// tensor data behind the seam on this device).
+class MetaServices final : public DeviceServices {
+ public:
+  Device device() const override { return Device::Meta; }
+  void copy_from_host(void*, const void*, size_t) override {}
+  // Values read back from a meta tensor (a loss to log, a norm) are zeros.
+  void copy_to_host(void* dst, const void*, size_t n) override {
+    if (n) std::memset(dst, 0, n);
+  }
+  void copy(void*, const void*, size_t) override {}
+  void fill(void*, int64_t, DType, double) override {}
+  void convert(void*, DType, const void*, DType, int64_t) override {}
+  void copy_strided(void*, const int64_t*, const void*, const int64_t*, DType, int, const int64_t*) override {}
+
+ protected:
+  void* raw_allocate(size_t nbytes) override {
+    // Addresses in the non-canonical x86-64 hole: unique, aligned, and faulting if ever used.
+    return reinterpret_cast<void*>(next_.fetch_add((nbytes + 63) / 64 * 64 + 64));
+  }
+  void raw_deallocate(void*, size_t) override {}
+
+ private:
+  std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
+};
+
+struct Registry {
+  std::mutex mu;
+  DeviceServices* cuda = nullptr;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_device_services(Device device, DeviceServices* services) {
+  TITAN_CHECK(device == Device::CUDA, "register_device_services: only the CUDA backend registers itself, got '",
+              device_name(device), "'");
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().cuda = services;
+}
+
+bool device_available(Device device) {
+  if (device != Device::CUDA) return true;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().cuda && registry().cuda->unavailable_reason().empty();
+}
+
+DeviceServices& device_services(Device device) {
+  static CpuServices cpu;
+  static MetaServices meta;
+  switch (device) {
+    case Device::CPU: return cpu;
+    case Device::Meta: return meta;
+    case Device::CUDA: break;
+  }
+  std::lock_guard<std::mutex> lock(registry().mu);
+  DeviceServices* cuda = registry().cuda;
+  TITAN_CHECK(cuda, "device 'cuda': this build has no CUDA backend (nvcc was not found when it was built)");
+  const std::string why = cuda->unavailable_reason();
+  TITAN_CHECK(why.empty(), "device 'cuda' is unavailable: ", why);
+  return *cuda;
+}
+
+}  // namespace titan

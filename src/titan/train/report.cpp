@@ -1,0 +1,248 @@
+#include "titan/train/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "titan/core/check.h"
+#include "titan/io/atomic_file.h"
+
+namespace titan::train {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Chart geometry (SVG user units).
+constexpr double kWidth = 560, kHeight = 250, kLeft = 64, kRight = 16, kTop = 28, kBottom = 36;
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v, int precision = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+  return buf;
+}
+
+// About five round tick values covering [lo, hi].
+std::vector<double> ticks(double lo, double hi) {
+  double span = hi - lo;
+  double raw = span / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag * (raw / mag >= 5 ? 5 : raw / mag >= 2 ? 2 : 1);
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+std::string chart(const std::vector<RunRecord>& runs, const std::string& metric, const std::string& title) {
+  // The dashed companion series (validation loss beside loss).
+  const std::string companion = metric == "loss" ? "val_loss" : "";
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+  for (auto& r : runs)
+    for (const std::string& m : {metric, companion}) {
+      auto it = r.series.find(m);
+      if (m.empty() || it == r.series.end()) continue;
+      for (auto& [step, v] : it->second) {
+        xmin = std::min(xmin, double(step)), xmax = std::max(xmax, double(step));
+        ymin = std::min(ymin, v), ymax = std::max(ymax, v);
+      }
+    }
+  std::ostringstream os;
+  os << "<figure><figcaption>" << escape(title) << "</figcaption>";
+  if (!(xmin <= xmax)) return os.str() + "<p class=\"none\">not logged by these runs</p></figure>\n";
+  if (xmax == xmin) xmin -= 1, xmax += 1;
+  if (ymax == ymin) ymin -= std::max(1.0, std::abs(ymin)) * 0.05, ymax += std::max(1.0, std::abs(ymax)) * 0.05;
+  const double pad = (ymax - ymin) * 0.05;
+  ymin -= pad, ymax += pad;
+  auto X = [&](double x) { return kLeft + (x - xmin) / (xmax - xmin) * (kWidth - kLeft - kRight); };
+  auto Y = [&](double y) { return kHeight - kBottom - (y - ymin) / (ymax - ymin) * (kHeight - kTop - kBottom); };
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
+     << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\" aria-label=\"" << escape(title) << "\">";
+  os << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << kWidth - kLeft - kRight << "\" height=\""
+     << kHeight - kTop - kBottom << "\" class=\"plot\"/>";
+  for (double t : ticks(ymin, ymax))
+    os << "<line x1=\"" << kLeft << "\" x2=\"" << kWidth - kRight << "\" y1=\"" << Y(t) << "\" y2=\"" << Y(t)
+       << "\" class=\"grid\"/><text x=\"" << kLeft - 6 << "\" y=\"" << Y(t) + 4 << "\" class=\"ytick\">" << num(t)
+       << "</text>";
+  for (double t : ticks(xmin, xmax))
+    if (t == std::floor(t))
+      os << "<text x=\"" << X(t) << "\" y=\"" << kHeight - kBottom + 16 << "\" class=\"xtick\">" << num(t, 8)
+         << "</text>";
+  os << "<text x=\"" << (kLeft + kWidth - kRight) / 2 << "\" y=\"" << kHeight - 4 << "\" class=\"xtick\">step</text>";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string colour = run_colour(i);
+    for (const std::string& m : {metric, companion}) {
+      auto it = runs[i].series.find(m);
+      if (m.empty() || it == runs[i].series.end() || it->second.empty()) continue;
+      os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2.5\""
+         << (m == companion ? " stroke-dasharray=\"6 4\"" : "") << " points=\"";
+      for (auto& [step, v] : it->second) os << X(double(step)) << "," << Y(v) << " ";
+      os << "\"><title>" << escape(runs[i].name + " " + m) << "</title></polyline>";
+      if (it->second.size() == 1) {
+        auto& [step, v] = *it->second.begin();
+        os << "<circle cx=\"" << X(double(step)) << "\" cy=\"" << Y(v) << "\" r=\"3\" fill=\"" << colour << "\"/>";
+      }
+    }
+    // Warm-up steps pay one-time costs: a hollow ring says "do not read speed from this point".
+    auto it = runs[i].series.find(metric);
+    if (it == runs[i].series.end()) continue;
+    for (long step : runs[i].warmup_steps)
+      if (auto p = it->second.find(step); p != it->second.end())
+        os << "<circle cx=\"" << X(double(step)) << "\" cy=\"" << Y(p->second) << "\" r=\"6\" class=\"warmup\" stroke=\""
+           << colour << "\"><title>warm-up step " << step << "</title></circle>";
+  }
+  os << "</svg></figure>\n";
+  return os.str();
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& report_charts() {
+  static const std::vector<std::pair<std::string, std::string>> charts = {
+      {"loss", "loss (dashed: validation loss)"},
+      {"grad_norm", "gradient norm (before clipping)"},
+      {"lr", "learning rate"},
+      {"tps", "tokens / s (per rank)"},
+      {"mfu", "MFU (%)"},
+      {"memory_gib", "peak memory (GiB)"},
+  };
+  return charts;
+}
+
+std::string run_colour(size_t i) {
+  static const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
+  return palette[i % (sizeof palette / sizeof *palette)];
+}
+
+RunRecord read_run(const fs::path& dir) {
+  RunRecord r;
+  r.dir = dir;
+  r.name = fs::absolute(dir).lexically_normal().filename().string();
+  if (r.name.empty()) r.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  const fs::path metrics = dir / "metrics.jsonl";
+  std::ifstream f(metrics);
+  TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
+  std::string line;
+  std::set<long> warmups;
+  for (long n = 1; std::getline(f, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", e.what());
+    }
+    TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
+                n, ": a record needs an integer \"step\"");
+    const long step = j["step"].get<long>();
+    for (auto& [k, v] : j.items())
+      if (k != "step" && v.is_number() && std::isfinite(v.get<double>())) r.series[k][step] = v.get<double>();
+    if (j.value("warmup", false)) warmups.insert(step);
+    else warmups.erase(step);  // a later record of the step (after a resume) replaces the earlier one
+  }
+  r.warmup_steps.assign(warmups.begin(), warmups.end());
+  const fs::path info_path = dir / "run_info.json";
+  if (fs::exists(info_path)) {
+    json info;
+    try {
+      info = json::parse(read_text(info_path));
+    } catch (const json::parse_error& e) {
+      TITAN_FAIL("report: ", info_path.string(), ": not JSON: ", e.what());
+    }
+    r.description = info.value("description", "");
+    r.config_in_effect = info.value("config_in_effect", "");
+    r.device = info.value("device", "");
+    if (info.contains("config_notes")) r.config_notes = info["config_notes"].get<std::vector<std::string>>();
+    if (info.contains("versions"))
+      for (auto& [k, v] : info["versions"].items()) r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  return r;
+}
+
+std::string render_report(const std::vector<RunRecord>& runs) {
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        "<title>titan report</title><style>\n"
+        "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}\n"
+        "h1{font-size:20px}h2{font-size:16px;margin-top:28px}\n"
+        ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-weight:600;margin:0 0 2px 4px}\n"
+        ".plot{fill:#fafafa;stroke:#bbb}.grid{stroke:#e4e4e4}.ytick{font-size:11px;text-anchor:end;fill:#555}\n"
+        ".xtick{font-size:11px;text-anchor:middle;fill:#555}.warmup{fill:none;stroke-width:2}\n"
+        ".legend span{display:inline-block;margin-right:18px}.swatch{display:inline-block;width:26px;height:4px;"
+        "vertical-align:middle;margin-right:6px}\n"
+        "pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}.none{color:#888;width:560px}\n"
+        "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left}\n"
+        "</style></head><body>\n<h1>titan report</h1>\n";
+  os << "<p class=\"legend\">";
+  for (size_t i = 0; i < runs.size(); ++i)
+    os << "<span><i class=\"swatch\" style=\"background:" << run_colour(i) << "\"></i>" << escape(runs[i].name)
+       << (runs[i].description.empty() ? "" : " (" + escape(runs[i].description) + ")") << "</span>";
+  os << "</p>\n<p>Hollow rings mark warm-up steps (the first step of each invocation pays one-time costs: "
+        "read speed and MFU from the others).</p>\n<div class=\"charts\">\n";
+  for (auto& [metric, title] : report_charts()) os << chart(runs, metric, title);
+  os << "</div>\n";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunRecord& r = runs[i];
+    os << "<h2><i class=\"swatch\" style=\"background:" << run_colour(i) << "\"></i>" << escape(r.name) << "</h2>\n";
+    os << "<p>" << escape(fs::absolute(r.dir).lexically_normal().string());
+    if (!r.series.empty()) {
+      size_t steps = 0;
+      for (auto& [k, s] : r.series) steps = std::max(steps, s.size());
+      os << ", " << steps << " logged steps";
+    }
+    os << "</p>\n";
+    if (!r.device.empty() || !r.versions.empty()) {
+      os << "<table>";
+      if (!r.device.empty()) os << "<tr><th>device</th><td>" << escape(r.device) << "</td></tr>";
+      for (auto& [k, v] : r.versions) os << "<tr><th>" << escape(k) << "</th><td>" << escape(v) << "</td></tr>";
+      os << "</table>\n";
+    }
+    if (r.config_in_effect.empty()) {
+      os << "<p class=\"none\">no run_info.json: the config in effect is in the run's start-up log</p>\n";
+    } else {
+      os << "<pre>" << escape(r.config_in_effect);
+      for (auto& n : r.config_notes) os << "# config: " << escape(n) << "\n";
+      os << "</pre>\n";
+    }
+  }
+  os << "</body></html>\n";
+  return os.str();
+}
+
+void write_report(const std::vector<fs::path>& run_dirs, const fs::path& out) {
+  TITAN_CHECK(!run_dirs.empty(), "report: give at least one run folder");
+  std::vector<RunRecord> runs;
+  std::map<std::string, int> seen;
+  for (auto& d : run_dirs) {
+    runs.push_back(read_run(d));
+    // Two runs in folders of the same name: tell them apart in the legend.
+    if (int n = seen[runs.back().name]++; n > 0) runs.back().name += " (" + std::to_string(n + 1) + ")";
+  }
+  io::write_file_atomic(out, render_report(runs));
+}
+
+}  // namespace titan::train

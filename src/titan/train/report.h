@@ -1,0 +1,36 @@
+#pragma once
+// `titan report RUN_DIR [RUN_DIR ...]`: one self-contained HTML page (inline SVG and CSS, no
+// scripts, nothing fetched) with the curves of one or more runs overlaid: loss (and val_loss
+// when a run logs it), grad norm, learning rate, tokens/s, MFU and memory per step, each run's
+// warm-up steps marked; then each run's config in effect and versions (from run_info.json).
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace titan::train {
+
+struct RunRecord {
+  std::filesystem::path dir;
+  std::string name;                                   // the folder's name (made unique by the caller)
+  std::map<std::string, std::map<long, double>> series;  // metric -> step -> value (last record wins)
+  std::vector<long> warmup_steps;                     // steps logged with "warmup": true
+  std::string description, config_in_effect, device;
+  std::vector<std::string> config_notes;
+  std::map<std::string, std::string> versions;
+};
+
+// Reads RUN_DIR/metrics.jsonl (required) and RUN_DIR/run_info.json (when present). Errors name
+// the file and line.
+RunRecord read_run(const std::filesystem::path& dir);
+
+// The metrics charted, in page order: {metrics.jsonl field, chart title}.
+const std::vector<std::pair<std::string, std::string>>& report_charts();
+// The colour of run i (#rrggbb), as drawn in the charts and the legend.
+std::string run_colour(size_t i);
+
+std::string render_report(const std::vector<RunRecord>& runs);
+// Reads every run and writes the page atomically to `out`.
+void write_report(const std::vector<std::filesystem::path>& run_dirs, const std::filesystem::path& out);
+
+}  // namespace titan::train

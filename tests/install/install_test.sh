@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs titan from BUILD_DIR into a fresh prefix, builds examples/train_debugmodel against the
+# installed package only (find_package(titan), titan::titan), runs it, and checks that it trained.
+# usage: install_test.sh SOURCE_DIR BUILD_DIR WORK_DIR CXX_COMPILER
+set -euo pipefail
+src=$1 build=$2 work=$3 cxx=$4
+rm -rf "$work" && mkdir -p "$work"
+prefix=$work/prefix
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+for f in bin/titan include/titan/models/qwen3/model.h include/titan/train/trainer.h; do
+  [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
+done
+config=$(find "$prefix" -name titanConfig.cmake)
+[ -n "$config" ] || { echo "FAIL: no titanConfig.cmake under $prefix"; exit 1; }
+"$prefix/bin/titan" kernels list >/dev/null || { echo "FAIL: the installed titan does not run"; exit 1; }
+
+cmake -S "$src/examples/train_debugmodel" -B "$work/example" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log"
+# The example must see the installed headers, never the source tree's.
+if grep -q -- "$src/src" "$work/example/build.ninja"; then
+  echo "FAIL: the example's build refers to $src/src"; exit 1
+fi
+cmake --build "$work/example" >"$work/build.log"
+ldd "$work/example/train_debugmodel" | grep -q "$prefix/.*libtitan.so" ||
+  { echo "FAIL: the example does not load the installed libtitan.so"; ldd "$work/example/train_debugmodel"; exit 1; }
+
+TITAN_ASSETS_DIR="$src/assets" "$work/example/train_debugmodel" 6 | tee "$work/run.log"
+steps=$(grep -c '^step ' "$work/run.log")
+[ "$steps" -eq 6 ] || { echo "FAIL: $steps steps logged, expected 6"; exit 1; }
+# Trained: the loss of the last step is below the first step's.
+awk '/^step /{ if (!first) first = $4; last = $4 }
+     END { if (last + 0 < first + 0) { print "PASS: loss " first " -> " last; exit 0 }
+           print "FAIL: the loss did not fall: " first " -> " last; exit 1 }' "$work/run.log"

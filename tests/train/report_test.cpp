@@ -1,0 +1,189 @@
+// `titan report`: the page charts real runs, overlaid, with their configs; it is self-contained;
+// and a real browser (headless Chromium) renders it without console errors, its pixels showing
+// every run's curves.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "test_util.h"
+#include "titan/core/check.h"
+#include "titan/train/report.h"
+
+namespace {
+namespace fs = std::filesystem;
+namespace tt = titan::testing;
+using json = nlohmann::json;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// A 4-step run of a tiny debugmodel through the binary, into `dump`.
+void train_tiny(const fs::path& dump, const std::string& lr) {
+  std::string out;
+  std::string cmd = tt::titan_binary().string() + " train --config " + (tt::source_dir() / "configs" / "debugmodel.toml").string() +
+                    " --job.dump_folder=" + dump.string() + " --optimizer.lr=" + lr +
+                    " --training.steps=4 --training.seq_len=32 --model.n_layers=1 --model.dim=64 --model.n_heads=2"
+                    " --model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128 --lr_scheduler.warmup_steps=2"
+                    " --metrics.log_freq=1 --checkpoint.enable=false --checkpoint.last_save_in_hf=false";
+  ASSERT_EQ(tt::run_command(cmd, &out), 0) << out;
+}
+
+// Headless Chromium's command line: no network, no profile reuse, logs (console messages
+// included) on stderr.
+std::string chromium_command(const fs::path& chromium, const fs::path& profile) {
+  // `timeout`: a browser that hangs fails the test instead of stalling the suite.
+  return "timeout 120 " + chromium.string() +
+         " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run"
+         " --disable-background-networking"
+         " --disable-component-update --disable-sync --user-data-dir=" + profile.string() +
+         " --enable-logging=stderr --v=0";
+}
+
+fs::path find_chromium() {
+  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (fs::exists(p)) return p;
+  return {};
+}
+
+// Console messages in Chromium's log ("...:INFO:CONSOLE:1] "message", source: ...").
+std::string console_lines(const std::string& log) {
+  std::string lines, line;
+  std::istringstream in(log);
+  while (std::getline(in, line))
+    if (line.find(":CONSOLE") != std::string::npos) lines += line + "\n";
+  return lines;
+}
+
+TEST(Report, TwoRealRunsOverlaidAndRenderedByChromium) {
+  const fs::path dir = tt::temp_dir("report_runs");
+  train_tiny(dir / "slow_lr", "8e-4");
+  train_tiny(dir / "fast_lr", "3e-3");
+  const fs::path page = dir / "report.html";
+  std::string out;
+  ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " report " + (dir / "slow_lr").string() + " " +
+                                (dir / "fast_lr").string() + " --out " + page.string(),
+                            &out),
+            0)
+      << out;
+  const std::string html = read_file(page);
+
+  // Self-contained: no script, no external resource; the only URL is the SVG namespace.
+  EXPECT_EQ(count(html, "<script"), 0u);
+  EXPECT_EQ(count(html, "src="), 0u);
+  EXPECT_EQ(count(html, "href"), 0u);
+  EXPECT_EQ(count(html, "url("), 0u);
+  EXPECT_EQ(count(html, "http"), count(html, "http://www.w3.org/2000/svg") + 1);  // + the http-equiv meta
+  // One chart per metric, each with both runs' curves in their colours, the warm-up step marked.
+  const size_t charts = titan::train::report_charts().size();
+  EXPECT_EQ(count(html, "<svg"), charts);
+  EXPECT_EQ(count(html, "<polyline"), 2 * charts);
+  for (size_t run = 0; run < 2; ++run)
+    EXPECT_EQ(count(html, "stroke=\"" + titan::train::run_colour(run) + "\" stroke-width"), charts);
+  EXPECT_EQ(count(html, "<title>warm-up step 1</title>"), 2 * charts);
+  // The legend and each run's config in effect and versions.
+  EXPECT_NE(html.find("slow_lr"), std::string::npos);
+  EXPECT_NE(html.find("fast_lr"), std::string::npos);
+  EXPECT_NE(html.find("optimizer.lr = 0.003"), std::string::npos);
+  EXPECT_NE(html.find("optimizer.lr = 8e-04"), std::string::npos);
+  EXPECT_NE(html.find("<th>compiler</th>"), std::string::npos);
+
+  const fs::path chromium = find_chromium();
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it): the browser check did not run";
+
+  // The console detector sees a console error when there is one.
+  const fs::path bad = dir / "console_error.html";
+  {
+    std::ofstream(bad) << "<!DOCTYPE html><html><body><script>console.error('detector check')</script></body></html>";
+  }
+  std::string log;
+  tt::run_command(chromium_command(chromium, tt::temp_dir("report_chromium_a")) + " --dump-dom file://" + bad.string(), &log);
+  ASSERT_NE(console_lines(log).find("detector check"), std::string::npos) << log;
+
+  // The report: the DOM Chromium built holds the charts, and nothing reached the console.
+  log.clear();
+  ASSERT_EQ(tt::run_command(chromium_command(chromium, tt::temp_dir("report_chromium_b")) + " --dump-dom file://" +
+                                page.string(),
+                            &log),
+            0)
+      << log;
+  EXPECT_EQ(count(log, "<svg"), charts) << log;
+  EXPECT_EQ(console_lines(log), "");
+
+  // The screenshot's pixels: each run's colour covers far more than its legend swatches
+  // (2 x 26 x 4 pixels), i.e. the curves were drawn.
+  const fs::path shot = dir / "report.png";
+  log.clear();
+  ASSERT_EQ(tt::run_command(chromium_command(chromium, tt::temp_dir("report_chromium_c")) +
+                                " --window-size=1200,1400 --screenshot=" + shot.string() + " file://" + page.string(),
+                            &log),
+            0)
+      << log;
+  EXPECT_EQ(console_lines(log), "");
+  ASSERT_TRUE(fs::exists(shot)) << log;
+  std::string counted;
+  ASSERT_EQ(tt::run_command("python3 " + (tt::source_dir() / "tests" / "train" / "png_colours.py").string() + " " +
+                                shot.string() + " " + titan::train::run_colour(0).substr(1) + " " +
+                                titan::train::run_colour(1).substr(1),
+                            &counted),
+            0)
+      << counted;
+  json pixels = json::parse(counted);
+  EXPECT_EQ(pixels["width"], 1200);
+  for (size_t run = 0; run < 2; ++run) {
+    const std::string colour = titan::train::run_colour(run).substr(1);
+    EXPECT_GT(pixels["counts"][colour].get<int>(), 2000) << "run " << run << " (#" << colour << "): " << counted;
+  }
+}
+
+TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
+  const fs::path dir = tt::temp_dir("report_val");
+  // A run that logs a validation loss on some steps (titan does not yet; other tools' runs may).
+  fs::create_directories(dir / "with_val");
+  {
+    std::ofstream f(dir / "with_val" / "metrics.jsonl");
+    for (int step = 1; step <= 6; ++step) {
+      json r = {{"step", step}, {"loss", 10.0 - step}, {"grad_norm", 1.0}, {"lr", 1e-3}, {"warmup", step == 1}};
+      if (step % 2 == 0) r["val_loss"] = 10.5 - step;
+      f << r.dump() << "\n";
+    }
+  }
+  titan::train::RunRecord run = titan::train::read_run(dir / "with_val");
+  EXPECT_EQ(run.series.at("val_loss").size(), 3u);
+  EXPECT_EQ(run.warmup_steps, std::vector<long>({1}));
+  const std::string html = titan::train::render_report({run});
+  EXPECT_EQ(count(html, "stroke-dasharray"), 1u);
+  EXPECT_NE(html.find("with_val val_loss"), std::string::npos);
+  EXPECT_NE(html.find("not logged by these runs"), std::string::npos);  // tps, mfu, memory are absent
+  EXPECT_NE(html.find("no run_info.json"), std::string::npos);
+
+  auto error_of = [](const fs::path& d) {
+    try {
+      titan::train::read_run(d);
+    } catch (const titan::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string e = error_of(dir / "missing");
+  EXPECT_NE(e.find("metrics.jsonl"), std::string::npos) << e;
+  fs::create_directories(dir / "broken");
+  std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\"\n";
+  e = error_of(dir / "broken");
+  EXPECT_NE(e.find("metrics.jsonl:2"), std::string::npos) << e;
+}
+
+}  // namespace

@@ -1,0 +1,84 @@
+// The meta device's profile of a training step against the same step run for real on the CPU:
+// the peak bytes the allocator counts must agree within 5 %, and the persistent state exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "titan/core/device_services.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/train/step_profile.h"
+
+namespace titan::train {
+namespace {
+
+void expect_meta_matches_cpu(const qwen3::ModelArgs& args, const StepShape& shape) {
+  const StepProfile meta = profile_training_step(args, shape, Device::Meta);
+  const StepProfile cpu = profile_training_step(args, shape, Device::CPU);
+  EXPECT_EQ(meta.weights, cpu.weights);
+  EXPECT_EQ(meta.grads, cpu.grads);
+  EXPECT_EQ(meta.optimizer, cpu.optimizer);
+  EXPECT_EQ(meta.other, cpu.other);
+  EXPECT_GT(meta.activations(), 0);
+  const double rel = std::abs(double(meta.peak - cpu.peak)) / double(cpu.peak);
+  EXPECT_LE(rel, 0.05) << "meta peak " << meta.peak << " B vs cpu peak " << cpu.peak << " B";
+  // The meta run counts the step's FLOPs; the real devices leave the counter alone.
+  EXPECT_GT(meta.flops, 0);
+  EXPECT_EQ(cpu.flops, 0);
+  std::printf("peak: meta %lld B, cpu %lld B (%.2f %% apart); meta %.1f ms, cpu %.1f ms\n", (long long)meta.peak,
+              (long long)cpu.peak, 100 * rel, meta.seconds * 1e3, cpu.seconds * 1e3);
+}
+
+// Two layers keep the real steps short; the vocabulary stays full size (the fused loss' kept
+// logits are the largest activation, and the meta kernel must allocate them like the CPU one).
+qwen3::ModelArgs small(const char* flavor) {
+  qwen3::ModelArgs a = qwen3::flavor(flavor);
+  a.n_layers = 2;
+  return a;
+}
+
+StepShape small_step(DType compute) {
+  StepShape s;
+  s.local_batch = 2;
+  s.seq_len = 128;
+  s.compute = compute;
+  return s;
+}
+
+TEST(StepProfile, MetaPeakMatchesACpuStepDense) {
+  expect_meta_matches_cpu(small("debugmodel"), small_step(DType::F32));
+}
+
+TEST(StepProfile, MetaPeakMatchesACpuStepMoe) {
+  qwen3::ModelArgs a = small("debugmodel_moe");
+  a.output_router_logits = true;  // the aux loss adds its own saved tensors
+  expect_meta_matches_cpu(a, small_step(DType::F32));
+}
+
+TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16)); }
+
+TEST(StepProfile, MetaPeakMatchesACpuStepWithCheckpointing) {
+  StepShape s = small_step(DType::F32);
+  s.checkpointing = qwen3::Checkpointing::Full;
+  expect_meta_matches_cpu(small("debugmodel"), s);
+}
+
+TEST(StepProfile, MetaFlopsAreTheModelsMatmulFlops) {
+  // 6 x active matmul parameters (lm_head counted) per token for the projections, plus causal
+  // attention: the meta kernels' counts must add up to the closed form.
+  const qwen3::ModelArgs a = qwen3::flavor("debugmodel");
+  StepShape s = small_step(DType::F32);
+  const StepProfile meta = profile_training_step(a, s, Device::Meta);
+  const double tokens = double(s.local_batch * s.seq_len);
+  // The embedding lookup and the RMSNorm weights (two per layer of dim, q/k norms of head_dim, the
+  // final norm) do no matmul; a tied table is counted once, as the lm_head.
+  const int64_t norms = a.n_layers * (2 * a.dim + 2 * a.head_dim) + a.dim;
+  const double matmul_params =
+      double(a.num_active_params() - norms - (a.tie_embeddings ? 0 : a.vocab_size * a.dim));
+  const double projections = 6.0 * matmul_params * tokens;
+  const double attention = 6.0 * 2.0 * double(a.n_layers) * double(s.local_batch) * double(a.n_heads) *
+                           double(s.seq_len) * double(s.seq_len + 1) / 2.0 * double(a.head_dim);
+  EXPECT_NEAR(meta.flops / (projections + attention), 1.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace titan::train
