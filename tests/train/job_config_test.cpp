@@ -466,8 +466,8 @@ TEST(TorchtitanConfig, OlderSpellingsMapToTheKeysTheyBecame) {
   EXPECT_NE(note_of(c, "checkpoint.enable_checkpoint").find("applied as checkpoint.enable"), std::string::npos);
   EXPECT_NE(note_of(c, "lr_scheduler.lr_min").find("applied as lr_scheduler.min_lr_factor"), std::string::npos);
   EXPECT_NE(note_of(c, "training.compile").find("ignored: titan has no torch.compile"), std::string::npos);
-  EXPECT_NE(note_of(c, "validation.enabled").find("accepted, no effect: titan has no validation loop"),
-            std::string::npos);
+  EXPECT_NE(note_of(c, "validation.enabled").find("applied as validation.enable"), std::string::npos);
+  EXPECT_FALSE(c.validation.enable);
   // The older spellings work on the command line too, and the last value wins.
   JobConfig d = load_job_config(file.string(), {{"checkpoint.enable_checkpoint", "false"}, {"lr_scheduler.lr_min", "0"}});
   EXPECT_FALSE(d.checkpoint.enable);
@@ -493,8 +493,6 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
                                                               "no pipeline parallelism", "accepted: 1"}},
       {"", {{"experimental.pipeline_parallel_degree", "4"}}, {"experimental.pipeline_parallel_degree = 4 (as parallelism.pipeline_parallel_degree)"}},
       {"[parallelism]\ncontext_parallel_degree = 2\n", {}, {"context_parallel_degree", "context parallelism"}},
-      {"[validation]\nenable = true\n", {}, {"validation.enable = true", "no validation loop"}},
-      {"[validation]\nenabled = true\n", {}, {"validation.enabled = true (as validation.enable)"}},
       {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},

@@ -32,13 +32,16 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 // A 4-step run of a tiny debugmodel through the binary, into `dump`.
+// Without [validation] (configs/debugmodel.toml enables it): the dashed held-out curve is
+// ValidationLossIsDashedAndBadRunFoldersAreNamed's subject; here each chart holds one curve per run.
 void train_tiny(const fs::path& dump, const std::string& lr) {
   std::string out;
   std::string cmd = tt::titan_binary().string() + " train --config " + (tt::source_dir() / "configs" / "debugmodel.toml").string() +
                     " --job.dump_folder=" + dump.string() + " --optimizer.lr=" + lr +
                     " --training.steps=4 --training.seq_len=32 --model.n_layers=1 --model.dim=64 --model.n_heads=2"
                     " --model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128 --lr_scheduler.warmup_steps=2"
-                    " --metrics.log_freq=1 --checkpoint.enable=false --checkpoint.last_save_in_hf=false";
+                    " --metrics.log_freq=1 --checkpoint.enable=false --checkpoint.last_save_in_hf=false"
+                    " --validation.enable=false";
   ASSERT_EQ(tt::run_command(cmd, &out), 0) << out;
 }
 

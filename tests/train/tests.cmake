@@ -5,3 +5,6 @@ add_dependencies(trainer_test titan_cli)
 add_dependencies(job_config_test titan_cli)
 # report_test trains two tiny runs through the binary, then reports them.
 add_dependencies(report_test titan_cli)
+add_dependencies(versions_test titan_cli)
+add_dependencies(validation_test titan_cli)
+add_dependencies(check_test titan_cli)

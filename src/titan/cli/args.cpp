@@ -98,17 +98,13 @@ std::optional<std::string> ArgParser::get_optional(const std::string& name) cons
 
 bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }
 
-}  // namespace titan::cli
-
-namespace titan::cli {
-
-std::optional<JobArgs> parse_job_args(int argc, char** argv, const std::string& command, const std::string& help) {
-  JobArgs out;
+JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own) {
+  JobArgs r;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("%s", help.c_str());
-      return std::nullopt;
+      r.help = true;
+      return r;
     }
     TITAN_CHECK(a.rfind("--", 0) == 0, "titan ", command, ": unexpected argument '", a, "' (options start with --)");
     std::string key = a.substr(2), value;
@@ -119,11 +115,12 @@ std::optional<JobArgs> parse_job_args(int argc, char** argv, const std::string& 
       TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
       value = argv[++i];
     }
-    if (key == "config") out.config_path = value;
-    else out.overrides.emplace_back(key, value);
+    if (key == "config") r.config = value;
+    else if (std::find(own.begin(), own.end(), key) != own.end()) r.own[key] = value;
+    else r.overrides.emplace_back(key, value);
   }
-  TITAN_CHECK(!out.config_path.empty(), "titan ", command, ": --config FILE.toml is required (see configs/)");
-  return out;
+  TITAN_CHECK(!r.config.empty(), "titan ", command, ": --config FILE.toml is required (see configs/)");
+  return r;
 }
 
 }  // namespace titan::cli

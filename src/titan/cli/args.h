@@ -38,14 +38,15 @@ class ArgParser {
   std::vector<std::string> positional_;
 };
 
-
-// `--config FILE.toml` plus any `--section.key=value` / `--section.key value` overrides, as
-// `titan train` and the commands that plan or check its job take them. `help` is printed for
-// --help (then nullopt is returned).
+// The arguments of the job-config commands (train, check, info --config): `--config FILE.toml`, the command's own
+// options (`own`, each taking a value), and every other `--section.key=value` (or `--section.key
+// value`) as a config override, in order. `help` is set by --help / -h.
 struct JobArgs {
-  std::string config_path;
+  std::string config;
+  std::map<std::string, std::string> own;
   std::vector<std::pair<std::string, std::string>> overrides;
+  bool help = false;
 };
-std::optional<JobArgs> parse_job_args(int argc, char** argv, const std::string& command, const std::string& help);
+JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own = {});
 
 }  // namespace titan::cli

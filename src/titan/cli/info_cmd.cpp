@@ -21,12 +21,14 @@ std::string gib(int64_t bytes) {
 
 // titan info --config X.toml [--k=v]: the job's training step run on the meta device.
 int info_for_job(int argc, char** argv) {
-  auto job = parse_job_args(argc, argv, "info",
-                            "usage: titan info --config FILE.toml [--section.key=value ...]\n"
-                            "Runs one training step of the job on the meta device (shapes and byte counts, no\n"
-                            "data) and prints the exact memory per process by category and the FLOPs of a step.\n");
-  if (!job) return 0;
-  const train::JobConfig cfg = train::load_job_config(job->config_path, job->overrides);
+  const JobArgs job = parse_job_args("info", argc, argv);
+  if (job.help) {
+    std::printf("usage: titan info --config FILE.toml [--section.key=value ...]\n"
+                "Runs one training step of the job on the meta device (shapes and byte counts, no\n"
+                "data) and prints the exact memory per process by category and the FLOPs of a step.\n");
+    return 0;
+  }
+  const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   const qwen3::ModelArgs a = train::resolve_model_args(cfg);
   train::StepShape shape;
   shape.local_batch = cfg.training.local_batch_size;
@@ -38,7 +40,7 @@ int info_for_job(int argc, char** argv) {
   shape.expert_bias = a.is_moe() && cfg.training.load_balance == "expert_bias";
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 
-  std::printf("job: %s (%s, %s parameters)\n", job->config_path.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
+  std::printf("job: %s (%s, %s parameters)\n", job.config.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               std::to_string(a.num_params()).c_str());
   std::printf("one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "
               "checkpointing %s, one process\n",

@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
     print_usage();
     return argc < 2 ? 2 : 0;
   }
+  // `titan --version` is `titan version`, the spelling most tools accept.
+  const char* name = std::strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
   for (auto& c : titan::cli::command_registry()) {
-    if (c.name != argv[1]) continue;
+    if (c.name != name) continue;
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {

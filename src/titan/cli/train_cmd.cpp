@@ -11,12 +11,15 @@ namespace titan::cli {
 namespace {
 
 int train_main(int argc, char** argv) {
-  auto job = parse_job_args(argc, argv, "train",
-                            "usage: titan train --config FILE.toml [--section.key=value ...]\n"
-                            "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
-                            "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
-  if (!job) return 0;
-  train::JobConfig cfg = train::load_job_config(job->config_path, job->overrides);
+  JobArgs a = parse_job_args("train", argc, argv);
+  if (a.help) {
+    std::printf(
+        "usage: titan train --config FILE.toml [--section.key=value ...]\n"
+        "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
+        "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
+    return 0;
+  }
+  train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
   // MPI when started by mpirun / srun, else one process.
   std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.

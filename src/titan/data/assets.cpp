@@ -48,8 +48,8 @@ fs::path default_tokenizer_path() {
 }
 
 fs::path builtin_dataset_path(std::string_view name) {
-  TITAN_CHECK(name == "nlp-corpus", "dataset: no built-in dataset named '", name,
-              "' (built-in: nlp-corpus); use training.dataset_path for your own files");
+  TITAN_CHECK(name == "nlp-corpus" || name == "nlp-corpus-validation", "dataset: no built-in dataset named '", name,
+              "' (built-in: nlp-corpus, nlp-corpus-validation); use dataset_path for your own files");
   fs::path p = assets_dir() / "datasets" / std::string(name);
   TITAN_CHECK(fs::is_directory(p), "assets: dataset folder ", p, " is missing: ", kHint);
   return p;

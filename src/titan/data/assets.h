@@ -12,7 +12,8 @@ std::filesystem::path assets_dir();
 
 std::filesystem::path default_tokenizer_path();  // <assets>/tokenizer/qwen3
 
-// A built-in dataset by name (`training.dataset`): "nlp-corpus" (the default).
+// A built-in dataset by name: "nlp-corpus" (`training.dataset`'s default) or "nlp-corpus-validation"
+// (`validation.dataset`'s default: documents held out of nlp-corpus by scripts/fetch_assets.sh).
 std::filesystem::path builtin_dataset_path(std::string_view name);
 std::filesystem::path default_dataset_path();
 

@@ -37,6 +37,8 @@ std::vector<std::string> gather_text(Communicator& comm, const std::string& mine
 
 }  // namespace
 
+ParallelPlan::ParallelPlan() : own_world_(single_process_communicator()), world_(own_world_.get()) {}
+
 ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard)
     : world_(&world), dp_replicate_(dp_replicate), dp_shard_(dp_shard) {
   TITAN_CHECK(dp_replicate >= 1 && dp_shard >= 1 && dp_replicate * dp_shard == world.size(),
@@ -124,8 +126,9 @@ double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
   return local_sum_sq;
 }
 
-void ParallelPlan::sum_over_ranks(double* values, int64_t n) const {
-  if (dp_size() > 1) world_->all_reduce(values, n, DType::F64, ReduceOp::Sum, host_context());
+void ParallelPlan::all_reduce_sum(std::span<double> values) const {
+  if (dp_size() > 1)
+    world_->all_reduce(values.data(), int64_t(values.size()), DType::F64, ReduceOp::Sum, host_context());
 }
 
 std::vector<Tensor> ParallelPlan::sum_over_ranks(const std::vector<Tensor>& counts) const {

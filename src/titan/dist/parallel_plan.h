@@ -12,12 +12,15 @@
 //                            reduce-scatters inside the shard group, then all-reduces the shard
 //                            across replicas;
 //   all_reduce_grad_norm_sq  the squared norm of this rank's gradient shard -> the global one, so
-//                            every rank clips by the same coefficient.
+//                            every rank clips by the same coefficient;
+//   all_reduce_sum           sums of this rank's share of the data -> their sums over the data-parallel
+//                            ranks (the step's losses; the held-out loss of [validation]).
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
 // padded with zeros to a multiple of dp_shard); this rank's optimizer state covers only its slice
 // (local()), which the optimizer updates. With one rank every point is the identity.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@ namespace titan::dist {
 
 class ParallelPlan {
  public:
+  // The plan of a one-process job (no MPI).
+  ParallelPlan();
   // The mesh over `world`: replicate x shard must equal the world size (JobConfig::validate has
   // checked the keys). `world` must outlive the plan.
   ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard);
@@ -59,10 +64,10 @@ class ParallelPlan {
   void gather_parameters(std::vector<nn::ParamBlock>& blocks) const;
   void reduce_gradients(std::vector<nn::ParamBlock>& blocks) const;
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
+  void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
 
-  // Sums over the data-parallel ranks: f64 values (losses) in place; i64 tensors (MoE expert
-  // counts) into new tensors (the inputs themselves with one rank).
-  void sum_over_ranks(double* values, int64_t n) const;
+  // i64 tensors (MoE expert counts) summed over the data-parallel ranks into new tensors (the
+  // inputs themselves with one rank).
   std::vector<Tensor> sum_over_ranks(const std::vector<Tensor>& counts) const;
   // The largest value any rank passed: a stop signal received by one rank stops all at one step.
   int64_t max_over_ranks(int64_t value) const;
@@ -75,6 +80,7 @@ class ParallelPlan {
   void barrier() const { world_->barrier(); }
 
  private:
+  std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan
   Communicator* world_;
   int64_t dp_replicate_ = 1, dp_shard_ = 1;
   std::unique_ptr<Communicator> shard_group_, replicate_group_;

@@ -8,6 +8,7 @@
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -104,6 +105,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
                 {"tp", c.parallelism.tensor_parallel_degree},
                 {"ep", c.parallelism.expert_parallel_degree}};
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
+  ts["versions"] = versions_json(collect_versions());
   if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
   // No rank runs ahead of (or exits before) the commit.
   plan_.barrier();

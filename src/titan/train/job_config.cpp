@@ -81,6 +81,13 @@ std::vector<Field> schema(JobConfig& c) {
       {"metrics.log_freq", K::Int, &c.metrics.log_freq, {}},
       {"metrics.enable_tensorboard", K::Bool, &c.metrics.enable_tensorboard, {}},
       {"metrics.peak_tflops", K::Float, &c.metrics.peak_tflops, {}},
+      {"validation.enable", K::Bool, &c.validation.enable, {}},
+      {"validation.dataset", K::Str, &c.validation.dataset, {}},
+      {"validation.dataset_path", K::Str, &c.validation.dataset_path, {}},
+      {"validation.freq", K::Int, &c.validation.freq, {}},
+      {"validation.steps", K::Int, &c.validation.steps, {}},
+      {"validation.local_batch_size", K::Int, &c.validation.local_batch_size, {}},
+      {"validation.seq_len", K::Int, &c.validation.seq_len, {}},
       {"parallelism.data_parallel_replicate_degree", K::Int, &c.parallelism.data_parallel_replicate_degree, {}},
       {"parallelism.data_parallel_shard_degree", K::Int, &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", K::Int, &c.parallelism.tensor_parallel_degree, {}},
@@ -316,7 +323,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_FAIL(source, ":", e.source().begin.line, ":", e.source().begin.column, ": invalid TOML: ", e.description());
   }
   std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
-                                       "activation_checkpoint", "metrics", "parallelism", "comm", "kernels"};
+                                       "activation_checkpoint", "metrics", "validation", "parallelism", "comm", "kernels"};
   for (auto& k : torchtitan_keys()) {  // torchtitan's other sections: [compile], [float8], [validation], ...
     std::string sec(k.key.substr(0, k.key.find('.')));
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) sections.push_back(sec);
@@ -326,9 +333,11 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     const bool known_section = std::find(sections.begin(), sections.end(), sec) != sections.end();
     if (!known_section && !sec_node.is_table()) {
       // A key written above every section header, e.g. `steps = 10` before [training].
+      // The first section holding such a key (`steps`: training's, not validation's).
       std::string home;
       for (auto& f : fields)
-        if (f.key.size() > sec.size() && f.key.compare(f.key.size() - sec.size() - 1, std::string::npos, "." + sec) == 0)
+        if (home.empty() && f.key.size() > sec.size() &&
+            f.key.compare(f.key.size() - sec.size() - 1, std::string::npos, "." + sec) == 0)
           home = f.key;
       TITAN_FAIL(located(source, &sec_node), ": key '", sec, "' is outside any section",
                  home.empty() ? "" : "; did you mean '" + home + "' (under [" + home.substr(0, home.find('.')) + "])?");
@@ -396,6 +405,11 @@ void JobConfig::validate(int world_size) const {
               world_size, " MPI ranks supports job.device = \"cpu\" only (no device communicator yet)");
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
+  positive(validation.freq, "validation.freq");
+  for (auto [v, key] : {std::pair{validation.steps, "validation.steps"},
+                        std::pair{validation.local_batch_size, "validation.local_batch_size"},
+                        std::pair{validation.seq_len, "validation.seq_len"}})
+    TITAN_CHECK(v == -1 || v > 0, key, " must be positive (or -1), got ", v);
   positive(checkpoint.interval, "checkpoint.interval");
   TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,
               "checkpoint.keep_latest_k must be 0 (keep all) or >= 2, got ", checkpoint.keep_latest_k);

@@ -81,6 +81,18 @@ struct MetricsSection {
   double peak_tflops = 0;  // 0: detected from the CPU
 };
 
+// torchtitan's [validation]: the loss on held-out documents, without gradients, at step 1 and every
+// `freq` steps (train/validation.h).
+struct ValidationSection {
+  bool enable = false;
+  std::string dataset = "nlp-corpus-validation";  // built-in held-out set (documents not in nlp-corpus)
+  std::string dataset_path = "";  // user data: file or folder (JSON, JSONL, text); never the training data
+  int64_t freq = 10;
+  int64_t steps = -1;             // batches per evaluation; -1: the whole held-out set
+  int64_t local_batch_size = -1;  // -1: training.local_batch_size
+  int64_t seq_len = -1;           // -1: training.seq_len
+};
+
 struct ParallelismSection {
   int64_t data_parallel_replicate_degree = 1;
   int64_t data_parallel_shard_degree = -1;  // -1: all remaining ranks
@@ -103,6 +115,7 @@ struct JobConfig {
   CheckpointSection checkpoint;
   ActivationCheckpointSection activation_checkpoint;
   MetricsSection metrics;
+  ValidationSection validation;
   ParallelismSection parallelism;
   CommSection comm;
   std::vector<kernels::Substitution> kernels;

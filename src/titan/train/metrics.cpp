@@ -1,6 +1,7 @@
 #include "titan/train/metrics.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -181,14 +182,16 @@ void StepMeter::begin_step() {
   device_services(device_).reset_peak();
 }
 
-void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens) {
+void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
+                         const std::function<double()>& held_out_loss) {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  const int64_t peak = device_services(device_).stats().peak_bytes;
   if (!first_) {
     sustained_seconds_ += dt;
     sustained_tokens_ += tokens;
   }
-  if (step % log_freq_ == 0 || first_ || step == last_step_) {
-    const int64_t peak = device_services(device_).stats().peak_bytes;
+  const double val_loss = held_out_loss ? held_out_loss() : -1;
+  if (step % log_freq_ == 0 || first_ || step == last_step_ || val_loss >= 0) {
     StepMetrics m;
     m.step = step;
     m.loss = loss;
@@ -202,6 +205,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     m.mfu = 100.0 * m.tflops / peak_tflops_;
     m.step_seconds = dt;
     m.warmup = first_;
+    if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
     logger_.log(m);
   }
   first_ = false;
@@ -226,12 +230,18 @@ void MetricsLogger::log(const StepMetrics& m) {
                 long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
                 m.warmup ? "  (warm-up)" : "");
   std::printf("%s%s\n", line, m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
+  if (m.val_loss >= 0)
+    std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
   std::fflush(stdout);
   nlohmann::json j = {{"step", m.step},         {"loss", m.loss},       {"grad_norm", m.grad_norm},
                       {"lr", m.lr},             {"memory_gib", m.memory_gib}, {"memory_pct", m.memory_pct},
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (m.val_loss >= 0) {
+    j["val_loss"] = m.val_loss;
+    j["val_perplexity"] = m.val_perplexity;
+  }
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
   if (tb_) {

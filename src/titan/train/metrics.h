@@ -26,6 +26,7 @@ struct StepMetrics {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0;
   double aux_loss = -1;  // MoE only (< 0: absent)
+  double val_loss = -1, val_perplexity = -1;  // steps that ran [validation] only (< 0: absent)
   double memory_gib = 0, memory_pct = 0;
   double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
   double step_seconds = 0;
@@ -71,7 +72,10 @@ class StepMeter {
 
   void begin_step();  // starts the clock and resets the allocator's peak
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
-  void end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens);
+  // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
+  // training step's alone); its result is logged as val_loss, and the step is logged whatever log_freq.
+  void end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
+                const std::function<double()>& held_out_loss = {});
 
   double sustained_tps() const { return sustained_seconds_ > 0 ? double(sustained_tokens_) / sustained_seconds_ : 0; }
   double sustained_mfu() const;  // percent

@@ -11,6 +11,7 @@
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/log.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -159,6 +160,7 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
   const auto& a = job.args;
   say("titan train: %s", c.job.description.c_str());
+  say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
       c.model.name == "hf" ? "hf" : "native",
       c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),

@@ -16,7 +16,6 @@ constexpr std::string_view kCompile =
     "titan has no torch.compile: its kernels are compiled ahead of time and compute the same step";
 constexpr std::string_view kComm = "collective timeouts and flight-recorder traces; the math is unchanged";
 constexpr std::string_view kFaultOnly = "used only by fault tolerance (TorchFT), which titan does not have";
-constexpr std::string_view kValidationOnly = "used only by the validation loop, which titan does not have";
 constexpr std::string_view kSacDetail =
     "fine-tunes what activation checkpointing recomputes; recomputation never changes the step's result";
 constexpr std::string_view kPerfOnly = "a performance / memory trade-off that leaves the step's result unchanged";
@@ -287,18 +286,18 @@ const std::vector<TorchtitanKey> kKeys = {
     {"experimental.enable_async_tensor_parallel", U::Ignored, "", kPerfOnly},
     {"experimental.enable_compiled_autograd", U::Ignored, "", kCompile},
     // [validation]
-    {"validation.enable", U::OffOnly, "false", "titan has no validation loop"},
+    {"validation.enable", U::Native, "", ""},
     {"validation.enabled", U::Alias, "validation.enable", ""},
-    {"validation.dataset", U::Ignored, "", kValidationOnly},
-    {"validation.dataset_path", U::Ignored, "", kValidationOnly},
-    {"validation.local_batch_size", U::Ignored, "", kValidationOnly},
-    {"validation.seq_len", U::Ignored, "", kValidationOnly},
-    {"validation.freq", U::Ignored, "", kValidationOnly},
-    {"validation.steps", U::Ignored, "", kValidationOnly},
-    {"validation.dataloader.num_workers", U::Ignored, "", kValidationOnly},
-    {"validation.dataloader.persistent_workers", U::Ignored, "", kValidationOnly},
-    {"validation.dataloader.pin_memory", U::Ignored, "", kValidationOnly},
-    {"validation.dataloader.prefetch_factor", U::Ignored, "", kValidationOnly},
+    {"validation.dataset", U::Native, "", ""},
+    {"validation.dataset_path", U::Native, "", ""},
+    {"validation.local_batch_size", U::Native, "", ""},
+    {"validation.seq_len", U::Native, "", ""},
+    {"validation.freq", U::Native, "", ""},
+    {"validation.steps", U::Native, "", ""},
+    {"validation.dataloader.num_workers", U::Ignored, "", kLoader},
+    {"validation.dataloader.persistent_workers", U::Ignored, "", kLoader},
+    {"validation.dataloader.pin_memory", U::Ignored, "", kLoader},
+    {"validation.dataloader.prefetch_factor", U::Ignored, "", kLoader},
     // [debug]
     {"debug.seed", U::Alias, "training.seed", ""},
     {"debug.deterministic", U::Alias, "training.deterministic", ""},

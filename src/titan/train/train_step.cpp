@@ -44,7 +44,7 @@ StepResult TrainStep::run(TrainState& s) const {
   // tokens, so the global mean is their mean). Checked after the sum, so that every rank stops
   // at once when any rank's loss is not finite.
   double sums[2] = {loss_sum, aux_sum};
-  plan_.sum_over_ranks(sums, 2);
+  plan_.all_reduce_sum(sums);
   const double micro_batches = double(accumulation_ * plan_.dp_size());
   const double loss = sums[0] / micro_batches;
   TITAN_CHECK(std::isfinite(loss), "step ", step, ": the loss is not finite (", loss,

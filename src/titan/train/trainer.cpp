@@ -5,7 +5,9 @@
 #include <csignal>
 #include <filesystem>
 #include <cstdio>
+#include <functional>
 #include <omp.h>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -17,9 +19,12 @@
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/mfu_peak.h"
 #include "titan/train/startup.h"
 #include "titan/train/train_state.h"
 #include "titan/train/train_step.h"
+#include "titan/train/validation.h"
+#include "titan/train/versions.h"
 
 namespace titan::train {
 
@@ -93,7 +98,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
+  std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
+  if (cfg.validation.enable)
+    validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
   start_up_report(cfg, job, plan);
+  if (validator) say("%s", validator->describe().c_str());
 
   // ---- the state: built, then restored from the newest checkpoint or given its first weights
   TrainState state(cfg, job, tokenizer, plan);
@@ -109,16 +118,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                            {"config_in_effect", cfg.describe()},
                            {"config_notes", cfg.notes},
                            {"device", cpu::cpu_info().summary()},
-                           {"versions", {{"compiler", __VERSION__}, {"c++", __cplusplus}}}};
+                           {"versions", versions_json(collect_versions())}};
     io::write_file_atomic(std::filesystem::path(cfg.job.dump_folder) / "run_info.json", info.dump(2) + "\n");
   }
-  const double detected_peak = job.device == Device::CPU ? cpu::cpu_info().peak_flops(job.compute_dtype)
-                                                        : device_services(job.device).peak_flops(job.compute_dtype);
-  const double peak_tflops = cfg.metrics.peak_tflops > 0 ? cfg.metrics.peak_tflops : detected_peak / 1e12;
+  const MfuPeak peak = mfu_peak(cfg.metrics.peak_tflops, job.device, job.compute_dtype);
+  const double peak_tflops = peak.tflops;
   const double flops_per_token = job.args.flops_per_token(job.seq_len);
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
-      "peak %.2f TFLOP/s (%s)", flops_per_token, peak_tflops,
-      cfg.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "detected");
+      "peak %.3g TFLOP/s = %s", flops_per_token, peak_tflops, peak.source.c_str());
   StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops, job.device);
   const TrainStep train_step(cfg, job, plan);
 
@@ -140,7 +147,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     }
     meter.begin_step();
     const StepResult r = train_step.run(state);
-    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size());
+    std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
+    if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model).loss; };
+    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
     if (cfg.checkpoint.enable && (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps))

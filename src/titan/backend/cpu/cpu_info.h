@@ -6,9 +6,12 @@
 //   peak(dtype) = cores * ghz * 1e9 * flops_per_cycle(dtype)
 // - cores: physical cores this process may run on (affinity mask, SMT siblings counted once),
 //   capped by the OpenMP thread count, because that is what the kernels use.
-// - ghz: the core clock measured with a chain of dependent register adds (1 cycle each on every
-//   x86 core since the Pentium 4): cycles / elapsed seconds, best of a few short runs, after a
-//   warm-up that lets the clock ramp. TITAN_CPU_GHZ overrides it (e.g. for a known all-core clock).
+// - ghz: a clock that belongs to the machine, not to the moment (MFU compares runs), the first of:
+//   TITAN_CPU_GHZ (e.g. a known all-core clock); cpufreq's cpuinfo_max_freq; CPUID leaf 0x16's
+//   maximum frequency; else the clock measured (a chain of dependent register adds, 1 cycle each on
+//   every x86 core since the Pentium 4) the first time titan ran on this kind of CPU, recorded in
+//   $XDG_CACHE_HOME/titan/cpu-clock-<hash>.json (~/.cache/titan without XDG_CACHE_HOME) and read
+//   back ever since. `ghz_source` says which. Delete the record to measure again.
 // - flops_per_cycle, per core (an FMA counts 2):
 //     f32 : AVX-512 with two 512-bit FMA pipes (Intel Xeon, AMD Zen5) = 64; AMD Zen4 (512-bit ops
 //           on two 256-bit pipes) = 32; AVX2+FMA = 32; otherwise SSE = 8.
@@ -36,18 +39,24 @@ struct CpuInfo {
   bool amx_usable = false;                  // ... and Linux granted this process the tile state
   int cores = 1;                            // see the formula above
   int logical_cpus = 1;                     // CPUs in the affinity mask
-  double ghz = 0;                           // measured (or TITAN_CPU_GHZ)
-  bool ghz_from_env = false;
+  double ghz = 0;                           // see above
+  std::string ghz_source;                   // where `ghz` comes from
   double f32_flops_per_cycle = 0, bf16_flops_per_cycle = 0;
 
   bool avx512_core() const { return avx512f && avx512bw && avx512vl && avx512dq; }
   // Peak FLOP/s of the whole process for matmuls whose inputs have this dtype (F32, BF16, F64;
   // F16 is counted like BF16 without native support, i.e. at the f32 rate).
   double peak_flops(DType dt) const;
+  // How peak_flops(dt) is made: "2 cores x 3.66 GHz (<ghz_source>) x 64 FLOP/cycle (bf16 on AVX512-BF16)".
+  std::string peak_formula(DType dt) const;
+  std::string isa() const;      // the vector extensions the kernels may use: "avx2 fma avx512 avx512_bf16"
   std::string summary() const;  // one line for logs and benchmark context
 };
 
-// Probed on first use (about 20 ms: the clock measurement), then cached; thread-safe.
+// Probed on first use (about 50 ms the first time titan runs on a machine without a rated clock:
+// the measurement), then cached for the process; thread-safe.
 const CpuInfo& cpu_info();
+// A fresh probe (tests: the figure must not move between probes); everything else uses cpu_info().
+CpuInfo probe_cpu();
 
 }  // namespace titan::cpu

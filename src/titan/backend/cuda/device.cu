@@ -24,4 +24,17 @@ std::string device_summary(int device) {
   return buf;
 }
 
+std::string runtime_versions() {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) cudaGetLastError();
+  char buf[96];
+  if (driver > 0)
+    std::snprintf(buf, sizeof buf, "runtime %d.%d, driver %d.%d", runtime / 1000, runtime % 1000 / 10, driver / 1000,
+                  driver % 1000 / 10);
+  else
+    std::snprintf(buf, sizeof buf, "runtime %d.%d, driver none", runtime / 1000, runtime % 1000 / 10);
+  return buf;
+}
+
 }  // namespace titan::cuda

@@ -1,0 +1,423 @@
+// titan check --config FILE.toml [--section.key=value ...] [--json FILE] [--steps N] [--workdir DIR]
+//
+// The recipe's pilot checklist, run for exactly the job the config describes, as one table of
+// PASS / FAIL / SKIP rows (exit status 1 on any FAIL):
+//   versions      what this build is (titan version)
+//   ranks         the launcher's world size fits the configured mesh
+//   model         the checkpoint the job loads: parameters of config.json = the file's, every tensor
+//                 present, none extra, one dtype as config.json says, tied lm_head absent or equal
+//   export        export to a temporary folder, reload: same keys, every tensor bit-equal, same loss
+//   loaded/random the first-step loss with the checkpoint's weights is clearly below a random init's
+//   kernels       parity of every [kernels] substitution against the reference, forward and backward
+//   timing        warm-up step and sustained throughput, MFU
+//   checkpoint    save, reload, one more step: loss and weights equal to the uninterrupted run's
+// The training rows run the trainer itself (train::run_training) on the config with a few overrides
+// (a few steps, deterministic, its own dump folder), so they check the job as `titan train` runs it.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "titan/autograd/autograd.h"
+#include "titan/cli/args.h"
+#include "titan/cli/command.h"
+#include "titan/core/check.h"
+#include "titan/io/hf_checkpoint.h"
+#include "titan/kernels/parity.h"
+#include "titan/models/qwen3/state_dict.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/job_config.h"
+#include "titan/train/trainer.h"
+#include "titan/train/versions.h"
+
+namespace titan::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+struct Row {
+  std::string check;
+  std::string status;  // PASS | FAIL | SKIP
+  std::string value;   // what was measured, or why it failed / was skipped
+  std::string rule;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Runs fn with stdout sent to `log` (the trainer's start-up report and step lines would bury the
+// table); the log stays in the work folder.
+template <class Fn>
+auto with_stdout_to(const fs::path& log, Fn fn) {
+  std::fflush(stdout);
+  int saved = dup(1);
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  TITAN_CHECK(fd >= 0, "titan check: cannot write '", log.string(), "'");
+  dup2(fd, 1);
+  close(fd);
+  struct Restore {
+    int saved;
+    ~Restore() {
+      std::fflush(stdout);
+      dup2(saved, 1);
+      close(saved);
+    }
+  } restore{saved};
+  return fn();
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& dump) {
+  std::vector<nlohmann::json> records;
+  std::ifstream f(dump / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+const nlohmann::json* record_of(const std::vector<nlohmann::json>& records, int64_t step) {
+  for (auto& r : records)
+    if (r.at("step").get<int64_t>() == step) return &r;
+  return nullptr;
+}
+
+// The Hugging Face folder the job loads its weights from (empty: it does not load one).
+fs::path hf_checkpoint_of(const train::JobConfig& c) {
+  if (!c.checkpoint.initial_load_in_hf) return {};
+  return c.checkpoint.initial_load_path.empty() ? fs::path(c.model.hf_assets_path)
+                                                : fs::path(c.checkpoint.initial_load_path);
+}
+
+// A fixed batch of token ids (no tokenizer needed: the model rows work on any checkpoint).
+std::pair<Tensor, Tensor> fixed_batch(int64_t vocab) {
+  const int64_t B = 2, S = 32;
+  std::vector<int64_t> ids(B * (S + 1));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& id : ids) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    id = int64_t(x % uint64_t(vocab));
+  }
+  std::vector<int64_t> in, tgt;
+  for (int64_t b = 0; b < B; ++b) {
+    in.insert(in.end(), ids.begin() + b * (S + 1), ids.begin() + b * (S + 1) + S);
+    tgt.insert(tgt.end(), ids.begin() + b * (S + 1) + 1, ids.begin() + (b + 1) * (S + 1));
+  }
+  return {Tensor::from_vector(in, {B, S}), Tensor::from_vector(tgt, {B, S})};
+}
+
+double loss_on(qwen3::Qwen3Model& m, const std::pair<Tensor, Tensor>& batch) {
+  autograd::NoGradGuard no_grad;
+  return m.forward_loss(batch.first, batch.second).ce_loss.item();
+}
+
+bool bytes_equal(const io::TensorInfo& a, const io::TensorInfo& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+Row versions_row() {
+  auto v = train::collect_versions();
+  return {"versions", "PASS", "titan " + std::string(train::titan_git_describe()) + "; " + std::to_string(v.size()) +
+                                  " components (titan version)",
+          "recorded in the log and every checkpoint"};
+}
+
+Row ranks_row(const train::JobConfig& c) {
+  int world = 1;
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
+      world = std::atoi(v);
+      break;
+    }
+  const std::string rule = "the launcher's world size = replicate x shard x tp";
+  if (world != 1)
+    return {"ranks", "FAIL", std::to_string(world) + " ranks launched; titan train runs one rank today", rule};
+  try {
+    c.validate(world);
+  } catch (const Error& e) {
+    return {"ranks", "FAIL", e.what(), rule};
+  }
+  return {"ranks", "PASS", "1 rank, mesh 1 x 1 x 1", rule};
+}
+
+// Why the model rows have nothing to check when the job loads no Hugging Face folder.
+std::string no_hf_checkpoint(const train::JobConfig& c) {
+  return c.checkpoint.initial_load_path.empty()
+             ? "the job starts from a random init (no checkpoint to load)"
+             : "the job loads a native checkpoint (its manifest's checksums are verified on load)";
+}
+
+// The checkpoint's tensors against its config.json; `model` is left loaded for the export row.
+Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qwen3::Qwen3Model>& model) {
+  const std::string rule = "config.json's parameter count = the file's; every tensor present, none extra; one "
+                           "dtype, config.json's";
+  if (dir.empty()) return {"model", "SKIP", no_hf_checkpoint(c), rule};
+  try {
+    model = qwen3::load_hf_model(dir, DType::F32);  // names every missing, unexpected or mis-shaped key
+  } catch (const Error& e) {
+    return {"model", "FAIL", e.what(), rule};
+  }
+  const auto& a = model->args();
+  io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  const std::string want_name = config.value("dtype", config.value("torch_dtype", std::string("float32")));
+  std::set<std::string> dtypes;
+  int64_t in_file = 0;
+  for (auto& k : ckpt.keys()) {
+    dtypes.insert(std::string(dtype_name(ckpt.at(k).dtype)));
+    in_file += ckpt.at(k).numel();
+  }
+  std::string head = a.tie_embeddings ? "lm_head absent (tied)" : "lm_head present";
+  if (a.tie_embeddings && ckpt.contains("lm_head.weight")) {
+    // A tied checkpoint may still carry the head: it must then be the embedding, and is not counted.
+    if (!bytes_equal(ckpt.at("lm_head.weight"), ckpt.at("model.embed_tokens.weight")))
+      return {"model", "FAIL", "tie_word_embeddings is true but lm_head.weight differs from the embedding", rule};
+    in_file -= ckpt.at("lm_head.weight").numel();
+    head = "lm_head present and equal to the embedding (tied)";
+  }
+  const DType want = want_name == "bfloat16" ? DType::BF16 : want_name == "float16" ? DType::F16 : DType::F32;
+  const std::string value = std::to_string(a.num_params()) + " parameters in config.json, " + std::to_string(in_file) +
+                            " in " + std::to_string(ckpt.size()) + " tensors; dtypes " +
+                            [&] {
+                              std::string s;
+                              for (auto& d : dtypes) s += (s.empty() ? "" : ", ") + d;
+                              return s;
+                            }() +
+                            " (config.json: " + want_name + "); " + head;
+  const bool ok = in_file == a.num_params() && dtypes.size() == 1 && *dtypes.begin() == dtype_name(want);
+  return {"model", ok ? "PASS" : "FAIL", value, rule};
+}
+
+Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model* model, const fs::path& work) {
+  const std::string rule = "export, reload: the same keys (tied head absent), every tensor bit-equal in the "
+                           "source dtype, the same loss";
+  if (dir.empty()) return {"export", "SKIP", no_hf_checkpoint(c), rule};
+  if (!model) return {"export", "FAIL", "the checkpoint did not load (see the model row)", rule};
+  try {
+    io::HfCheckpoint src = io::HfCheckpoint::open(dir);
+    const DType dtype = src.at("model.embed_tokens.weight").dtype;
+    TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "the checkpoint's dtype ", dtype_name(dtype),
+                " cannot be exported (float32 or bfloat16)");
+    const fs::path out = work / "export";
+    qwen3::export_hf_model(*model, out, dtype, {}, /*overwrite=*/true);
+    io::HfCheckpoint exp = io::HfCheckpoint::open(out);
+    std::set<std::string> src_keys, exp_keys;
+    for (auto& k : src.keys()) src_keys.insert(k);
+    for (auto& k : exp.keys()) exp_keys.insert(k);
+    if (model->args().tie_embeddings) src_keys.erase("lm_head.weight");  // checked equal to the embedding above
+    if (src_keys != exp_keys)
+      return {"export", "FAIL",
+              "keys differ: source " + std::to_string(src_keys.size()) + ", export " + std::to_string(exp_keys.size()),
+              rule};
+    for (auto& k : exp_keys)
+      if (!bytes_equal(src.at(k), exp.at(k))) return {"export", "FAIL", "'" + k + "' is not bit-equal", rule};
+    auto reloaded = qwen3::load_hf_model(out, DType::F32);
+    const auto batch = fixed_batch(model->args().vocab_size);
+    const double a = loss_on(*model, batch), b = loss_on(*reloaded, batch);
+    const std::string value = std::to_string(exp_keys.size()) + " tensors bit-equal (" +
+                              std::string(dtype_name(dtype)) + "); loss " + fmt("%.6f", a) + " vs " +
+                              fmt("%.6f", b) + " on a fixed 2 x 32 batch";
+    return {"export", a == b ? "PASS" : "FAIL", value, rule};
+  } catch (const Error& e) {
+    return {"export", "FAIL", e.what(), rule};
+  }
+}
+
+Row kernels_row(const train::JobConfig& c) {
+  const std::string rule = "every [kernels] substitution matches the reference, forward and backward (f32, bf16)";
+  if (c.kernels.empty()) return {"kernels", "SKIP", "the config substitutes no kernel", rule};
+  std::set<std::pair<std::string, std::string>> chosen;
+  for (auto& s : c.kernels) chosen.insert({s.op, s.variant});
+  int compared = 0;
+  std::string worst;
+  for (auto& [op, variant] : chosen) {
+    kernels::ParityOptions o;
+    o.op = op;
+    o.dtypes = {DType::F32, DType::BF16};
+    int mine = 0;
+    for (auto& r : kernels::run_parity(o)) {
+      if (r.variant != variant) continue;
+      ++mine;
+      if (r.status == kernels::ParityStatus::Pass) ++compared;
+      else if (worst.empty()) worst = kernels::format_parity_result(r);
+    }
+    if (mine == 0 && worst.empty()) worst = op + "/" + variant + ": no parity comparison ran";
+  }
+  if (!worst.empty()) return {"kernels", "FAIL", worst, rule};
+  std::string names;
+  for (auto& [op, variant] : chosen) names += (names.empty() ? "" : ", ") + op + "=" + variant;
+  return {"kernels", "PASS", names + ": " + std::to_string(compared) + " comparisons pass", rule};
+}
+
+int check_main(int argc, char** argv) {
+  JobArgs a = parse_job_args("check", argc, argv, {"json", "steps", "workdir"});
+  if (a.help) {
+    std::printf(
+        "usage: titan check --config FILE.toml [--section.key=value ...] [--json FILE] [--steps N] [--workdir DIR]\n"
+        "Runs the pilot checklist for the job the config describes and prints one PASS/FAIL/SKIP row per\n"
+        "check (exit status 1 on any FAIL): versions, ranks, model, export, loaded vs random, kernels,\n"
+        "timing, checkpoint. --steps: training steps of the timing run (default 3, at least 2);\n"
+        "--json: also write the rows to FILE; --workdir: where the runs write (default: a temporary\n"
+        "folder, removed unless a check fails). See docs/training.md.\n");
+    return 0;
+  }
+  const int64_t steps = a.own.count("steps") ? std::stoll(a.own["steps"]) : 3;
+  TITAN_CHECK(steps >= 2, "titan check: --steps must be at least 2 (a warm-up step and a sustained one), got ",
+              steps);
+  const train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
+  fs::path work;
+  if (a.own.count("workdir")) {
+    work = a.own["workdir"];
+    fs::create_directories(work);
+  } else {
+    std::string tmpl = (fs::temp_directory_path() / "titan-check-XXXXXX").string();
+    TITAN_CHECK(mkdtemp(tmpl.data()), "titan check: cannot create a temporary folder");
+    work = tmpl;
+  }
+
+  std::vector<Row> rows;
+  auto add = [&](Row r) {
+    std::printf("%-4s  %-14s %s\n", r.status.c_str(), r.check.c_str(), r.value.c_str());
+    std::fflush(stdout);
+    rows.push_back(std::move(r));
+  };
+  add(versions_row());
+  add(ranks_row(cfg));
+  const fs::path hf = hf_checkpoint_of(cfg);
+  std::unique_ptr<qwen3::Qwen3Model> loaded;
+  add(model_row(cfg, hf, loaded));
+  add(export_row(cfg, hf, loaded.get(), work));
+  loaded.reset();
+
+  // The training runs: U = the job as configured for `steps` steps (checkpoints at steps-1 and
+  // steps), Z = one step from a random init, R = resume U's step steps-1 and take one more step.
+  const int64_t warmup = std::min(cfg.lr_scheduler.warmup_steps, steps);
+  auto job = [&](const fs::path& dump, Overrides extra) {
+    Overrides o = a.overrides;
+    for (auto& kv : Overrides{{"job.dump_folder", dump.string()},
+                              {"training.steps", std::to_string(steps)},
+                              {"training.deterministic", "true"},
+                              {"lr_scheduler.warmup_steps", std::to_string(warmup)},
+                              {"metrics.log_freq", "1"},
+                              {"metrics.enable_tensorboard", "false"},
+                              {"validation.enable", "false"},
+                              {"checkpoint.enable", "true"},
+                              {"checkpoint.folder", "checkpoint"},
+                              {"checkpoint.interval", std::to_string(steps - 1)},
+                              {"checkpoint.keep_latest_k", "0"},
+                              {"checkpoint.last_save_in_hf", "false"}})
+      o.push_back(kv);
+    o.insert(o.end(), extra.begin(), extra.end());
+    return train::load_job_config(a.config, o);
+  };
+  const fs::path u_dump = work / "run", z_dump = work / "random", r_dump = work / "resume";
+  std::string u_error;
+  train::TrainSummary u;
+  try {
+    u = with_stdout_to(work / "run.log", [&] { return train::run_training(job(u_dump, {})); });
+  } catch (const Error& e) {
+    u_error = std::string(e.what()) + " (log: " + (work / "run.log").string() + ")";
+  }
+  const auto u_metrics = u_error.empty() ? read_metrics(u_dump) : std::vector<nlohmann::json>{};
+
+  {
+    const std::string rule = "first-step loss, same batch: loaded < random init - 0.5";
+    if (hf.empty() && cfg.checkpoint.initial_load_path.empty()) {
+      add({"loaded/random", "SKIP", "the job starts from a random init", rule});
+    } else if (!u_error.empty()) {
+      add({"loaded/random", "FAIL", u_error, rule});
+    } else {
+      try {
+        with_stdout_to(work / "random.log", [&] {
+          return train::run_training(job(z_dump, {{"training.steps", "1"},
+                                                  {"lr_scheduler.warmup_steps", std::to_string(std::min<int64_t>(warmup, 1))},
+                                                  {"checkpoint.enable", "false"},
+                                                  {"checkpoint.initial_load_in_hf", "false"},
+                                                  {"checkpoint.initial_load_path", ""}}));
+        });
+        const double loaded_loss = record_of(u_metrics, 1)->at("loss"), random_loss = read_metrics(z_dump).at(0).at("loss");
+        add({"loaded/random", loaded_loss < random_loss - 0.5 ? "PASS" : "FAIL",
+             "loaded " + fmt("%.4f", loaded_loss) + " vs random init " + fmt("%.4f", random_loss), rule});
+      } catch (const Error& e) {
+        add({"loaded/random", "FAIL", e.what(), rule});
+      }
+    }
+  }
+  add(kernels_row(cfg));
+  {
+    const std::string rule = "reported: the warm-up step apart from the sustained ones";
+    if (!u_error.empty()) {
+      add({"timing", "FAIL", u_error, rule});
+    } else {
+      const auto& w = *record_of(u_metrics, 1);
+      add({"timing", "PASS",
+           "warm-up step " + fmt("%.2f s", w.at("step_seconds")) + " (" + fmt("%.0f tokens/s", w.at("tps")) +
+               "); sustained " + fmt("%.0f tokens/s", u.sustained_tps) + ", MFU " + fmt("%.2f%%", u.sustained_mfu) +
+               " over " + std::to_string(steps - 1) + (steps == 2 ? " step" : " steps"),
+           rule});
+    }
+  }
+  {
+    const std::string rule = "save at step " + std::to_string(steps - 1) +
+                             ", reload, one more step: loss and saved weights and moments bit-equal to the "
+                             "uninterrupted run's";
+    if (!u_error.empty()) {
+      add({"checkpoint", "FAIL", u_error, rule});
+    } else {
+      try {
+        const std::string prev = "step-" + std::to_string(steps - 1), last = "step-" + std::to_string(steps);
+        fs::create_directories(r_dump / "checkpoint");
+        fs::copy(u_dump / "checkpoint" / prev, r_dump / "checkpoint" / prev, fs::copy_options::recursive);
+        with_stdout_to(work / "resume.log", [&] { return train::run_training(job(r_dump, {})); });
+        const auto r_metrics = read_metrics(r_dump);
+        const auto* ru = record_of(u_metrics, steps);
+        const auto* rr = record_of(r_metrics, steps);
+        TITAN_CHECK(ru && rr, "no record of step ", steps, " (logs in ", work.string(), ")");
+        bool same_files = true;
+        for (const char* f : {"model-rank0.safetensors", "optimizer-rank0.safetensors"})
+          same_files &= train::file_checksum(u_dump / "checkpoint" / last / f) ==
+                        train::file_checksum(r_dump / "checkpoint" / last / f);
+        const double lu = ru->at("loss"), lr = rr->at("loss");
+        add({"checkpoint", lu == lr && same_files ? "PASS" : "FAIL",
+             "step " + std::to_string(steps) + " loss " + fmt("%.6f", lu) + " uninterrupted vs " + fmt("%.6f", lr) +
+                 " resumed; weights and moments " + (same_files ? "bit-equal" : "DIFFER"),
+             rule});
+      } catch (const Error& e) {
+        add({"checkpoint", "FAIL", e.what(), rule});
+      }
+    }
+  }
+
+  int failures = 0;
+  for (auto& r : rows) failures += r.status == "FAIL";
+  std::printf("\ncheck   status  rule\n");
+  for (auto& r : rows) std::printf("%-14s %-4s  %s\n", r.check.c_str(), r.status.c_str(), r.rule.c_str());
+  if (a.own.count("json")) {
+    nlohmann::json j = {{"config", a.config}, {"failures", failures}, {"rows", nlohmann::json::array()},
+                        {"versions", train::versions_json(train::collect_versions())}};
+    for (auto& r : rows)
+      j["rows"].push_back({{"check", r.check}, {"status", r.status}, {"value", r.value}, {"rule", r.rule}});
+    std::ofstream(a.own["json"]) << j.dump(2) << "\n";
+  }
+  if (failures == 0 && !a.own.count("workdir")) fs::remove_all(work);
+  std::printf("titan check: %d of %zu checks failed%s\n", failures, rows.size(),
+              failures ? (" (runs and logs kept in " + work.string() + ")").c_str() : "");
+  return failures ? 1 : 0;
+}
+
+TITAN_COMMAND("check", "the pilot checklist for a job config: versions, model, export, loss, kernels, timing, "
+                       "checkpoint",
+              check_main);
+
+}  // namespace
+}  // namespace titan::cli

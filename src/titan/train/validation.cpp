@@ -1,0 +1,98 @@
+#include "titan/train/validation.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/data/assets.h"
+#include "titan/data/dataset.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path resolve_held_out(const ValidationSection& v) {
+  if (!v.dataset_path.empty()) {
+    TITAN_CHECK(fs::exists(v.dataset_path), "validation.dataset_path: '", v.dataset_path, "' does not exist");
+    return v.dataset_path;
+  }
+  try {
+    return data::builtin_dataset_path(v.dataset);
+  } catch (const Error& e) {
+    TITAN_FAIL("validation.dataset: ", e.what());
+  }
+}
+
+fs::path canonical_or_self(const fs::path& p) {
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? p : c;
+}
+
+}  // namespace
+
+Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
+                     const std::vector<fs::path>& training_files, const dist::ParallelPlan& plan)
+    : tokenizer_(tokenizer), plan_(plan), freq_(cfg.validation.freq), steps_(cfg.validation.steps) {
+  const ValidationSection& v = cfg.validation;
+  const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
+  loader_config_.paths = {resolve_held_out(v)};
+  loader_config_.text_field = cfg.training.text_field;
+  loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
+  loader_config_.local_batch_size = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
+  loader_config_.dp_rank = int(plan.dp_rank());
+  loader_config_.dp_size = int(plan.dp_size());
+  loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
+
+  // A held-out loss on documents the model trains on measures memorisation, not generalisation.
+  const auto held_out = data::list_dataset_files(loader_config_.paths);
+  TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
+  for (auto& h : held_out)
+    for (auto& t : training_files)
+      TITAN_CHECK(canonical_or_self(h) != canonical_or_self(t), key, ": '", h.string(),
+                  "' is also training data; the validation stream must be held out of training");
+}
+
+ValidationResult Validator::run(qwen3::Qwen3Model& model) const {
+  autograd::NoGradGuard no_grad;
+  plan_.gather_parameters(model.blocks());
+  // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
+  data::TokenLoader loader(loader_config_, tokenizer_);
+  const int64_t B = loader_config_.local_batch_size, S = loader_config_.seq_len;
+  double ce_sum = 0;  // cross-entropy summed over target tokens
+  int64_t tokens = 0, batches = 0;
+  for (; steps_ == -1 || batches < steps_; ++batches) {
+    data::Batch batch = loader.next();
+    if (batch.empty()) break;
+    qwen3::LossOutput out =
+        model.forward_loss(Tensor::from_vector(batch.inputs, {B, S}), Tensor::from_vector(batch.labels, {B, S}));
+    ce_sum += out.ce_loss.item() * double(out.num_targets);
+    tokens += out.num_targets;
+  }
+  TITAN_CHECK(tokens > 0, "validation: '", loader_config_.paths[0].string(), "' holds fewer tokens than one batch of ",
+              B, " x ", S, " (+1) for data-parallel rank ", loader_config_.dp_rank, " of ", loader_config_.dp_size);
+  // Each data-parallel rank evaluated its own share of the held-out documents: the mean over all of
+  // them is the sum of the cross-entropies over the sum of the token counts.
+  double sums[2] = {ce_sum, double(tokens)};
+  plan_.all_reduce_sum(sums);
+  ValidationResult r;
+  r.loss = sums[0] / sums[1];
+  r.perplexity = std::exp(r.loss);
+  r.batches = batches;
+  r.tokens = int64_t(sums[1]);
+  return r;
+}
+
+std::string Validator::describe() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "validation: at step 1 and every %ld steps, %s of %ld x %ld tokens from %s",
+                long(freq_), steps_ == -1 ? "all batches" : (std::to_string(steps_) + " batches").c_str(),
+                long(loader_config_.local_batch_size), long(loader_config_.seq_len),
+                loader_config_.paths[0].string().c_str());
+  return buf;
+}
+
+}  // namespace titan::train

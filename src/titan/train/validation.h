@@ -1,0 +1,54 @@
+#pragma once
+// torchtitan's [validation]: at step 1 and every `validation.freq` steps, the mean cross-entropy of
+// the model on held-out documents, computed without gradients. The trainer logs it with the step's
+// metrics (train/metrics.h): `val_loss` and `val_perplexity` in metrics.jsonl and TensorBoard, and
+//
+//   validate step: 10  loss: 10.2483  perplexity: 28234.21
+//
+// The held-out stream is `validation.dataset_path`, else the built-in `validation.dataset`
+// ("nlp-corpus-validation": documents scripts/fetch_assets.sh kept out of the training corpus); it
+// may not share a file with the training data. Every evaluation reads the same batches (from the
+// start of the stream, `steps` of them, or all with -1), so the figures of different steps compare.
+// Documents are packed as for training (data/loader.h) with the validation batch size and length.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "titan/data/loader.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/data/tokenizer.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/train/job_config.h"
+
+namespace titan::train {
+
+struct ValidationResult {
+  double loss = 0;        // mean cross-entropy per target token (the MoE aux loss is not part of it)
+  double perplexity = 0;  // exp(loss)
+  int64_t batches = 0;
+  int64_t tokens = 0;     // targets the mean is over
+};
+
+class Validator {
+ public:
+  // Resolves and checks the held-out data: it must exist and share no file with `training_files`
+  // (the files the training loader reads). Each data-parallel rank of `plan` evaluates its share of
+  // the documents. `tokenizer` and `plan` must outlive the validator.
+  Validator(const JobConfig& config, const data::Tokenizer& tokenizer,
+            const std::vector<std::filesystem::path>& training_files, const dist::ParallelPlan& plan);
+
+  bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
+  // Evaluates `model` on the held-out batches (no gradients, no change to the model).
+  ValidationResult run(qwen3::Qwen3Model& model) const;
+  // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens from <path>" (start-up log).
+  std::string describe() const;
+
+ private:
+  data::LoaderConfig loader_config_;
+  const data::Tokenizer& tokenizer_;
+  const dist::ParallelPlan& plan_;
+  int64_t freq_, steps_;
+};
+
+}  // namespace titan::train

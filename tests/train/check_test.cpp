@@ -1,0 +1,127 @@
+// titan check through the binary: on a small Hugging Face folder written by titan's own export (with a
+// [kernels] substitution) every row passes; on the shared transformers oracles the model rows pass
+// and the training rows fail with the reason (they ship no tokenizer); a checkpoint missing a tensor
+// fails the model row, naming the key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tiny_job.h"
+#include "titan/io/safetensors.h"
+#include "titan/train/job_config.h"
+#include "titan/train/trainer.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+namespace tt = titan::testing;
+
+namespace {
+
+struct CheckRun {
+  int rc = -1;
+  std::string out;
+  nlohmann::json json;
+  std::map<std::string, nlohmann::json> rows;  // by check name
+};
+
+CheckRun titan_check(const std::string& args, const fs::path& json) {
+  CheckRun r;
+  r.rc = tt::run_command(tt::titan_binary().string() + " check " + args + " --json " + json.string(), &r.out);
+  std::ifstream f(json);
+  if (!f) return r;
+  r.json = nlohmann::json::parse(f);
+  for (auto& row : r.json.at("rows")) r.rows[row.at("check").get<std::string>()] = row;
+  return r;
+}
+
+// Parameters of a safetensors file, counted here from its header.
+int64_t numel_in(const fs::path& file) {
+  int64_t n = 0;
+  const auto st = io::SafetensorsFile::open(file);
+  for (auto& t : st.tensors()) n += t.numel();
+  return n;
+}
+
+fs::path oracle(const char* name) { return tt::fixtures_dir() / "oracles" / "hf-transformers-5.17" / name; }
+
+}  // namespace
+
+TEST(Check, EveryRowPassesOnATitanExportWithAKernelSubstitution) {
+  // A tiny debugmodel trained 10 steps (well below its random-init loss) and exported by titan.
+  const fs::path dump = tt::temp_dir("check_source");
+  train::run_training(train::load_job_config(tt::debugmodel_toml().string(),
+                                             tt::tiny_job(dump, {{"training.steps", "10"},
+                                                                 {"optimizer.lr", "3e-3"},
+                                                                 {"lr_scheduler.warmup_steps", "2"},
+                                                                 {"validation.enable", "false"},
+                                                                 {"checkpoint.last_save_in_hf", "true"}})));
+  const fs::path hf = dump / "checkpoint" / "step-10-hf";
+  ASSERT_TRUE(fs::exists(hf / "model.safetensors"));
+
+  const fs::path dir = tt::temp_dir("check_export");
+  const fs::path toml = dir / "job.toml";
+  std::ofstream(toml) << "[model]\nname = \"hf\"\nhf_assets_path = \"" << hf.string()
+                      << "\"\n[training]\nseq_len = 64\nlocal_batch_size = 2\n"
+                         "[checkpoint]\ninitial_load_in_hf = true\n"
+                         "[kernels]\nrope = { impl = \"gather_free\", modules = \"layers.*\" }\n";
+  CheckRun r = titan_check("--config " + toml.string() + " --workdir " + (dir / "work").string(), dir / "check.json");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(r.rows.size(), 8u) << r.out;
+  for (auto& [name, row] : r.rows) EXPECT_EQ(row.at("status"), "PASS") << name << ": " << row.at("value");
+  EXPECT_EQ(r.json.at("failures"), 0);
+  const std::string model = r.rows["model"].at("value");
+  EXPECT_NE(model.find(std::to_string(numel_in(hf / "model.safetensors")) + " in "), std::string::npos) << model;
+  EXPECT_NE(model.find("lm_head absent (tied)"), std::string::npos) << model;
+  EXPECT_NE(r.rows["kernels"].at("value").get<std::string>().find("rope=gather_free"), std::string::npos);
+  // The runs the checks made are there to read (--workdir keeps them).
+  EXPECT_TRUE(fs::exists(dir / "work" / "run" / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dir / "work" / "resume" / "checkpoint" / "step-3" / "COMMITTED"));
+}
+
+TEST(Check, OracleCheckpointsPassTheModelRowsAndTrainingRowsFailWithTheReason) {
+  for (const char* name : {"tiny_dense", "tiny_moe"}) {
+    const fs::path dir = tt::temp_dir(std::string("check_oracle_") + name);
+    CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() + " --model.name=hf --model.hf_assets_path=" +
+                                 oracle(name).string() + " --checkpoint.initial_load_in_hf=true",
+                             dir / "check.json");
+    EXPECT_EQ(r.rc, 1) << r.out;
+    ASSERT_EQ(r.rows.size(), 8u) << r.out;
+    EXPECT_EQ(r.rows["model"].at("status"), "PASS") << r.rows["model"];
+    EXPECT_EQ(r.rows["export"].at("status"), "PASS") << r.rows["export"];
+    const std::string count = std::to_string(numel_in(oracle(name) / "model.safetensors"));
+    EXPECT_NE(r.rows["model"].at("value").get<std::string>().find(count + " parameters in config.json, " + count),
+              std::string::npos)
+        << r.rows["model"];
+    // The oracles carry no tokenizer: the job cannot train, and the rows say why.
+    for (const char* row : {"loaded/random", "timing", "checkpoint"}) {
+      EXPECT_EQ(r.rows[row].at("status"), "FAIL") << row;
+      EXPECT_NE(r.rows[row].at("value").get<std::string>().find("tokenizer.json"), std::string::npos) << r.rows[row];
+    }
+    EXPECT_EQ(r.json.at("failures"), 3);
+  }
+}
+
+TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
+  const fs::path dir = tt::temp_dir("check_broken");
+  const fs::path broken = dir / "hf";
+  fs::create_directories(broken);
+  fs::copy_file(oracle("tiny_dense") / "config.json", broken / "config.json");
+  auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
+  const std::string dropped = "model.layers.1.mlp.down_proj.weight";
+  std::vector<io::TensorWrite> keep;
+  for (auto& t : src.tensors())
+    if (t.name != dropped) keep.push_back({t.name, t.dtype, t.shape, t.data});
+  ASSERT_EQ(keep.size() + 1, src.tensors().size());
+  io::write_safetensors(broken / "model.safetensors", keep);
+
+  CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() + " --model.name=hf --model.hf_assets_path=" +
+                               broken.string() + " --checkpoint.initial_load_in_hf=true",
+                           dir / "check.json");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
+  EXPECT_NE(r.rows["model"].at("value").get<std::string>().find(dropped), std::string::npos) << r.rows["model"];
+  EXPECT_EQ(r.rows["export"].at("status"), "FAIL");
+}

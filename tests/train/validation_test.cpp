@@ -1,0 +1,242 @@
+// [validation]: the held-out loss equals an independent no-grad forward on the same batches, leaves
+// the model and the training untouched, reads a stream that shares no document with training, and
+// shows up in the log, metrics.jsonl and TensorBoard.
+#include "titan/train/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "test_util.h"
+#include "tiny_job.h"
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/data/assets.h"
+#include "titan/data/dataset.h"
+#include "titan/data/tokenizer.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/train/job_config.h"
+
+using namespace titan;
+using namespace titan::train;
+namespace fs = std::filesystem;
+namespace tt = titan::testing;
+
+namespace {
+
+fs::path train_file() { return data::assets_dir() / "datasets" / "nlp-corpus" / "train.jsonl"; }
+fs::path val_file() { return data::assets_dir() / "datasets" / "nlp-corpus-validation" / "val.jsonl"; }
+
+std::vector<std::string> texts_of(const fs::path& jsonl) {
+  std::vector<std::string> texts;
+  std::ifstream f(jsonl);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) texts.push_back(nlohmann::json::parse(line).at("text").get<std::string>());
+  return texts;
+}
+
+JobConfig tiny_config(const fs::path& dump, const tt::Overrides& extra) {
+  return load_job_config(tt::debugmodel_toml().string(), tt::tiny_job(dump, extra));
+}
+
+qwen3::ModelArgs model_args(const JobConfig& c) {
+  qwen3::ModelArgs a = qwen3::flavor(c.model.flavor);
+  for (auto& [k, v] : c.model.overrides) qwen3::apply_override(a, k, v);
+  return a;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& dump) {
+  std::vector<nlohmann::json> records;
+  std::ifstream f(dump / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+}  // namespace
+
+TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
+  const int64_t B = 2, S = 32, steps = 3;
+  JobConfig cfg = tiny_config(tt::temp_dir("validation_equal"),
+                              {{"validation.enable", "true"},
+                               {"validation.steps", std::to_string(steps)},
+                               {"validation.local_batch_size", std::to_string(B)},
+                               {"validation.seq_len", std::to_string(S)}});
+  data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  qwen3::Qwen3Model model(model_args(cfg), DType::F32);
+  model.initialize(7);
+  const dist::ParallelPlan one_process;
+  Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
+  EXPECT_TRUE(validator.due(1));
+  EXPECT_FALSE(validator.due(2));
+  EXPECT_TRUE(validator.due(cfg.validation.freq));
+
+  const std::vector<double> before = model.blocks()[1].data().to_vector();
+  const ValidationResult r = validator.run(model);
+
+  // Nothing moved and no gradient was accumulated.
+  EXPECT_EQ(model.blocks()[1].data().to_vector(), before);
+  for (auto& b : model.blocks())
+    for (double g : b.grad().to_vector()) ASSERT_EQ(g, 0.0);
+
+  // The same batches, packed here from the held-out file: each document's tokens + the separator,
+  // concatenated, cut into windows of S + 1 tokens, B windows per batch.
+  std::vector<int64_t> stream;
+  for (auto& text : texts_of(val_file())) {
+    if (int64_t(stream.size()) >= steps * B * (S + 1)) break;
+    for (int32_t id : tok.encode(text)) stream.push_back(id);
+    stream.push_back(tok.document_separator_id());
+  }
+  double ce_sum = 0;
+  int64_t n = 0;
+  autograd::NoGradGuard no_grad;
+  for (int64_t b = 0; b < steps; ++b) {
+    std::vector<int64_t> ids(B * S), labels(B * S);
+    for (int64_t row = 0; row < B; ++row)
+      for (int64_t t = 0; t < S; ++t) {
+        const int64_t w = (b * B + row) * (S + 1);
+        ids[row * S + t] = stream[w + t];
+        labels[row * S + t] = stream[w + t + 1];
+      }
+    Tensor logits = model.forward_logits(Tensor::from_vector(ids, {B, S}));  // f32 [B, S, V]
+    const int64_t V = logits.shape().back();
+    const float* l = logits.data<float>();
+    for (int64_t i = 0; i < B * S; ++i) {
+      double mx = -1e300, sum = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[i * V + v]));
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[i * V + v]) - mx);
+      ce_sum += mx + std::log(sum) - double(l[i * V + labels[i]]);
+      ++n;
+    }
+  }
+  const double expected = ce_sum / double(n);
+  EXPECT_EQ(r.batches, steps);
+  EXPECT_EQ(r.tokens, n);
+  EXPECT_NEAR(r.loss, expected, 1e-5 * expected);
+  EXPECT_DOUBLE_EQ(r.perplexity, std::exp(r.loss));
+
+  // Every evaluation reads the same batches: the figures of different steps compare.
+  EXPECT_EQ(validator.run(model).loss, r.loss);
+}
+
+TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {
+  const std::vector<std::string> val = texts_of(val_file());
+  ASSERT_GE(val.size(), 500u) << val_file();
+  const std::vector<std::string> train = texts_of(train_file());
+  ASSERT_GE(train.size(), 10000u);
+  const std::set<std::string> train_set(train.begin(), train.end());
+  int shared = 0;
+  for (auto& t : val) shared += train_set.count(t) ? 1 : 0;
+  EXPECT_EQ(shared, 0);
+
+  // The default config validates on the built-in held-out set, which is not the training set.
+  JobConfig def = load_job_config(tt::debugmodel_toml().string(), {});
+  EXPECT_TRUE(def.validation.enable);
+  EXPECT_EQ(data::builtin_dataset_path(def.validation.dataset), val_file().parent_path());
+  EXPECT_EQ(data::builtin_dataset_path(def.training.dataset), train_file().parent_path());
+
+  // Held-out data that is also training data is refused, by file or by a folder holding it.
+  data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  const auto training_files = data::list_dataset_files({train_file().parent_path()});
+  const dist::ParallelPlan one_process;
+  for (const fs::path& p : {train_file(), data::assets_dir() / "datasets"}) {
+    JobConfig c = tiny_config(tt::temp_dir("validation_overlap"),
+                              {{"validation.enable", "true"}, {"validation.dataset_path", p.string()}});
+    std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
+    EXPECT_NE(err.find("validation.dataset_path"), std::string::npos) << err;
+    EXPECT_NE(err.find("also training data"), std::string::npos) << err;
+  }
+  JobConfig c = tiny_config(tt::temp_dir("validation_bad_name"), {{"validation.dataset", "c4_validation"}});
+  std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
+  EXPECT_NE(err.find("validation.dataset"), std::string::npos) << err;
+  EXPECT_NE(err.find("c4_validation"), std::string::npos) << err;
+}
+
+TEST(Validation, BadValuesAreErrorsNamingTheKey) {
+  for (auto [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"validation.freq", "0"}, {"validation.steps", "0"}, {"validation.local_batch_size", "-2"},
+           {"validation.seq_len", "0"}}) {
+    JobConfig c = tiny_config(tt::temp_dir("validation_bad"), {{key, value}});
+    std::string err = error_of([&] { c.validate(1); });
+    EXPECT_NE(err.find(key), std::string::npos) << key << ": " << err;
+  }
+  std::string err = error_of([&] { tiny_config(tt::temp_dir("validation_typo"), {{"validation.frequency", "5"}}); });
+  EXPECT_NE(err.find("validation.freq"), std::string::npos) << err;
+}
+
+TEST(Validation, RunLogsItAndLeavesTrainingUnchanged) {
+  const tt::Overrides common = {{"training.steps", "4"},       {"training.deterministic", "true"},
+                                {"metrics.log_freq", "3"},     {"metrics.enable_tensorboard", "true"},
+                                {"validation.freq", "2"},      {"validation.steps", "2"}};
+  auto with = [&](const fs::path& dump, const char* enable) {
+    tt::Overrides o = common;
+    o.push_back({"validation.enable", enable});
+    std::string out;
+    int rc = tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                                 tt::cli_args(tt::tiny_job(dump, o)),
+                             &out);
+    EXPECT_EQ(rc, 0) << out;
+    return out;
+  };
+  const fs::path on = tt::temp_dir("validation_on"), off = tt::temp_dir("validation_off");
+  const std::string out = with(on, "true");
+  with(off, "false");
+
+  // "validate step: N  loss: X  perplexity: Y" at step 1 and every freq steps, nowhere else.
+  std::map<int64_t, std::string> printed;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("validate step: ", 0) == 0) printed[std::stoll(line.substr(15))] = line;
+  ASSERT_EQ(printed.size(), 3u) << out;
+  for (int64_t step : {1, 2, 4}) ASSERT_TRUE(printed.count(step)) << out;
+
+  // metrics.jsonl: every validated step is logged (step 2 only because it validated) and carries
+  // val_loss (what the line printed) and val_perplexity; the training figures equal those of the
+  // same run without validation.
+  std::map<int64_t, nlohmann::json> plain;
+  for (auto& r : read_metrics(off)) {
+    EXPECT_FALSE(r.contains("val_loss"));
+    plain[r.at("step").get<int64_t>()] = r;
+  }
+  EXPECT_EQ(plain.size(), 3u);  // steps 1, 3 (log_freq) and 4 (the last)
+  std::set<int64_t> with_val, logged;
+  for (const auto& r : read_metrics(on)) {
+    const int64_t step = r.at("step");
+    logged.insert(step);
+    if (plain.count(step)) {
+      EXPECT_EQ(r.at("loss").get<double>(), plain[step].at("loss").get<double>()) << "step " << step;
+      EXPECT_EQ(r.at("grad_norm").get<double>(), plain[step].at("grad_norm").get<double>()) << "step " << step;
+    }
+    if (!r.contains("val_loss")) continue;
+    with_val.insert(step);
+    const double loss = r.at("val_loss"), ppl = r.at("val_perplexity");
+    EXPECT_DOUBLE_EQ(ppl, std::exp(loss));
+    char expect[128];
+    std::snprintf(expect, sizeof expect, "validate step: %ld  loss: %.4f  perplexity: %.2f", long(step), loss, ppl);
+    EXPECT_EQ(printed[step], expect);
+  }
+  EXPECT_EQ(with_val, (std::set<int64_t>{1, 2, 4}));
+  EXPECT_EQ(logged, (std::set<int64_t>{1, 2, 3, 4}));
+
+  // TensorBoard holds the scalar under the same tag.
+  fs::path tb;
+  for (auto& e : fs::directory_iterator(on / "tb")) tb = e.path();
+  std::ifstream f(tb, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("val_loss"), std::string::npos) << tb;
+}
