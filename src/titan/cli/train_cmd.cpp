@@ -1,9 +1,10 @@
 // titan train --config FILE.toml [--section.key=value | --section.key value ...]
 #include <cstdio>
+#include <memory>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
-#include "titan/core/check.h"
+#include "titan/dist/communicator.h"
 #include "titan/train/trainer.h"
 
 namespace titan::cli {
@@ -19,9 +20,19 @@ int train_main(int argc, char** argv) {
     return 0;
   }
   train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
+  // MPI when started by mpirun / srun, else one process.
+  std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
-  train::run_training(cfg);
+  try {
+    train::run_training(cfg, *world);
+  } catch (const std::exception& e) {
+    if (world->size() == 1) throw;
+    // The other ranks may be waiting for this one in a collective: end the whole job.
+    std::fprintf(stderr, "titan train: error: rank %d: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    world->abort(1);
+  }
   return 0;
 }
 

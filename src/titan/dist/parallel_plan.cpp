@@ -1,16 +1,190 @@
 #include "titan/dist/parallel_plan.h"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "titan/core/check.h"
+#include "titan/ops/elementwise.h"
+
 namespace titan::dist {
 
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Fixed-size text records, all-gathered (host names, config differences).
+std::vector<std::string> gather_text(Communicator& comm, const std::string& mine, size_t width) {
+  std::vector<char> send(width, '\0'), recv(width * size_t(comm.size()), '\0');
+  std::memcpy(send.data(), mine.data(), std::min(mine.size(), width - 1));
+  comm.all_gather(send.data(), recv.data(), int64_t(width), DType::U8, host_context());
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r) out.emplace_back(recv.data() + size_t(r) * width);
+  return out;
+}
+
+}  // namespace
+
+ParallelPlan::ParallelPlan() : own_world_(single_process_communicator()), world_(own_world_.get()) {}
+
+ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard)
+    : world_(&world), dp_replicate_(dp_replicate), dp_shard_(dp_shard) {
+  TITAN_CHECK(dp_replicate >= 1 && dp_shard >= 1 && dp_replicate * dp_shard == world.size(),
+              "parallelism: data_parallel_replicate_degree ", dp_replicate, " x data_parallel_shard_degree ",
+              dp_shard, " != world size ", world.size());
+  if (dp_shard_ > 1) shard_group_ = world.split(int(rank() / dp_shard_), rank());
+  if (dp_replicate_ > 1) replicate_group_ = world.split(int(rank() % dp_shard_), rank());
+}
+
 std::string ParallelPlan::describe() const {
-  return std::to_string(world_size_) + (world_size_ == 1 ? " rank" : " ranks") + " (dp_replicate " +
+  if (world_size() == 1) return "one process";
+  const char* mode = dp_shard_ == 1 ? "DDP" : dp_replicate_ == 1 ? "FSDP" : "HSDP";
+  return std::string(mode) + ", " + std::to_string(world_size()) + " ranks (dp_replicate " +
          std::to_string(dp_replicate_) + " x dp_shard " + std::to_string(dp_shard_) + ")";
 }
 
-// One rank holds every parameter and the whole gradient: nothing to gather or reduce.
-void ParallelPlan::gather_parameters(std::vector<nn::ParamBlock>&) const {}
-void ParallelPlan::reduce_gradients(std::vector<nn::ParamBlock>&) const {}
-double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const { return local_sum_sq; }
-void ParallelPlan::all_reduce_sum(std::span<double>) const {}
+void ParallelPlan::shard_blocks(std::vector<nn::ParamBlock>& blocks) const {
+  for (auto& b : blocks) b.pad_to_multiple(dp_shard_);
+}
+
+Tensor ParallelPlan::local(const Tensor& buffer) const {
+  if (dp_shard_ == 1) return buffer;
+  TITAN_CHECK(buffer.numel() % dp_shard_ == 0, "parallel plan: buffer ", buffer.str(),
+              " is not padded to a multiple of dp_shard ", dp_shard_);
+  const int64_t n = buffer.numel() / dp_shard_;
+  return buffer.narrow(0, shard_index() * n, n);
+}
+
+Tensor ParallelPlan::gather_full(const Tensor& slice) const {
+  if (dp_shard_ == 1) return slice;
+  Tensor full = Tensor::empty({slice.numel() * dp_shard_}, slice.dtype());
+  shard_group_->all_gather(slice.raw_data(), full.raw_data(), slice.numel(), slice.dtype(), host_context());
+  return full;
+}
+
+void ParallelPlan::gather_parameters(std::vector<nn::ParamBlock>& blocks) const {
+  if (dp_shard_ == 1) return;  // every rank updated the whole block identically
+  std::vector<std::unique_ptr<CommHandle>> pending;
+  for (auto& b : blocks) {
+    Tensor mine = local(b.data());
+    pending.push_back(shard_group_->start_all_gather(mine.raw_data(), b.data().raw_data(), mine.numel(),
+                                                     DType::F32, host_context()));
+  }
+  for (auto& h : pending) h->wait();
+}
+
+void ParallelPlan::reduce_gradients(std::vector<nn::ParamBlock>& blocks) const {
+  if (dp_size() == 1) return;
+  const double mean = 1.0 / double(dp_size());
+  std::vector<std::unique_ptr<CommHandle>> pending;
+  if (dp_shard_ == 1) {
+    // DDP: one bucket per block, all in flight together.
+    for (auto& b : blocks)
+      pending.push_back(world_->start_all_reduce(b.grad().raw_data(), b.numel(), DType::F32, ReduceOp::Sum,
+                                                 host_context()));
+    for (auto& h : pending) h->wait();
+    for (auto& b : blocks) ops::scale_inplace(b.grad(), mean);
+    return;
+  }
+  std::vector<Tensor> shards;
+  for (auto& b : blocks) {
+    shards.push_back(Tensor::empty({b.numel() / dp_shard_}, DType::F32));
+    pending.push_back(shard_group_->start_reduce_scatter(b.grad().raw_data(), shards.back().raw_data(),
+                                                         shards.back().numel(), DType::F32, ReduceOp::Sum,
+                                                         host_context()));
+  }
+  for (auto& h : pending) h->wait();
+  if (replicate_group_) {
+    pending.clear();
+    for (auto& s : shards)
+      pending.push_back(replicate_group_->start_all_reduce(s.raw_data(), s.numel(), DType::F32, ReduceOp::Sum,
+                                                           host_context()));
+    for (auto& h : pending) h->wait();
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ops::scale_inplace(shards[i], mean);
+    Tensor mine = local(blocks[i].grad());
+    mine.copy_from(shards[i]);
+  }
+}
+
+double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
+  // Replicas hold the same shards: the norm is summed over one shard group.
+  if (dp_shard_ > 1) shard_group_->all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());
+  return local_sum_sq;
+}
+
+void ParallelPlan::all_reduce_sum(std::span<double> values) const {
+  if (dp_size() > 1)
+    world_->all_reduce(values.data(), int64_t(values.size()), DType::F64, ReduceOp::Sum, host_context());
+}
+
+std::vector<Tensor> ParallelPlan::sum_over_ranks(const std::vector<Tensor>& counts) const {
+  if (dp_size() == 1) return counts;
+  std::vector<Tensor> out;
+  for (const Tensor& c : counts) {
+    if (!c.defined()) {
+      out.push_back(c);
+      continue;
+    }
+    TITAN_CHECK(c.dtype() == DType::I64 && c.is_contiguous(),
+                "parallel plan: counts must be contiguous i64, got ", c.str());
+    out.push_back(c.clone());
+    world_->all_reduce(out.back().raw_data(), c.numel(), DType::I64, ReduceOp::Sum, host_context());
+  }
+  return out;
+}
+
+int64_t ParallelPlan::max_over_ranks(int64_t value) const {
+  if (world_size() > 1) world_->all_reduce(&value, 1, DType::I64, ReduceOp::Max, host_context());
+  return value;
+}
+
+void ParallelPlan::check_same_config(const std::string& text) const {
+  if (world_size() == 1) return;
+  int64_t mine = int64_t(fnv1a(text));
+  std::vector<int64_t> all(static_cast<size_t>(world_size()));
+  world_->all_gather(&mine, all.data(), 1, DType::I64, host_context());
+  bool same = true;
+  for (int64_t h : all) same = same && h == all[0];
+  if (same) return;
+  // Rank 0's text goes to everyone; each rank reports its first line that differs from it.
+  int64_t len = int64_t(text.size());
+  world_->broadcast(&len, 1, DType::I64, 0, host_context());
+  std::string reference(size_t(len), '\0');
+  if (rank() == 0) reference = text;
+  world_->broadcast(reference.data(), len, DType::U8, 0, host_context());
+  const auto ref_lines = lines_of(reference), my_lines = lines_of(text);
+  std::string difference;
+  for (size_t i = 0; i < std::max(ref_lines.size(), my_lines.size()) && difference.empty(); ++i) {
+    const std::string a = i < ref_lines.size() ? ref_lines[i] : "(nothing)";
+    const std::string b = i < my_lines.size() ? my_lines[i] : "(nothing)";
+    if (a != b) difference = "'" + b + "' where rank 0 has '" + a + "'";
+  }
+  const auto reports = gather_text(*world_, difference, 512);
+  for (int r = 1; r < world_size(); ++r)
+    if (!reports[size_t(r)].empty())
+      TITAN_FAIL("the ranks were started with different configs: rank ", r, " has ", reports[size_t(r)],
+                 " (every rank must get the same config file and overrides)");
+  TITAN_FAIL("the ranks' configs hash differently but read the same");
+}
+
+std::vector<std::string> ParallelPlan::host_names() const {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return gather_text(*world_, host, 256);
+}
 
 }  // namespace titan::dist

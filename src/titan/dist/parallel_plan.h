@@ -1,49 +1,89 @@
 #pragma once
-// How this process takes part in a training job: its rank among the world, the data-parallel mesh
-// (data_parallel_replicate_degree x data_parallel_shard_degree, torchtitan's keys), and the points of
-// a training step where data parallelism communicates:
-//   gather_parameters       before the forward (and, when sharded, the backward) reads a block:
-//                           FSDP all-gathers the block's parameter shards here;
-//   reduce_gradients        after the backward of the last micro-batch: FSDP reduce-scatters each
-//                           block's gradient (each rank keeps the sum of its shard), DDP all-reduces;
-//   all_reduce_grad_norm_sq the squared gradient norm of this rank's part -> the global one, so
-//                           every rank clips by the same coefficient;
-//   all_reduce_sum          sums of this rank's share of the data -> their sums over the data-parallel
-//                           ranks (the held-out loss of [validation]: cross-entropy and token count).
-// The engine runs one process today (world size 1): every point is the identity, and a mesh of more
-// than one rank is refused by JobConfig::validate.
+// How this process takes part in a training job: its rank, the data-parallel mesh
+// dp_replicate x dp_shard (torchtitan's data_parallel_replicate_degree and
+// data_parallel_shard_degree; rank = replicate_index * dp_shard + shard_index), and the points of a
+// training step where data parallelism communicates:
+//   gather_parameters        every block's parameters complete on every rank (FSDP all-gathers the
+//                            shards after the optimizer updated them); before the forward and before
+//                            a checkpoint or export reads them;
+//   reduce_gradients         after the backward of the last micro-batch: the mean gradient over the
+//                            data-parallel ranks, in f32. DDP all-reduces each block's gradient;
+//                            FSDP reduce-scatters it so each rank holds the mean of its shard; HSDP
+//                            reduce-scatters inside the shard group, then all-reduces the shard
+//                            across replicas;
+//   all_reduce_grad_norm_sq  the squared norm of this rank's gradient shard -> the global one, so
+//                            every rank clips by the same coefficient;
+//   all_reduce_sum           sums of this rank's share of the data -> their sums over the data-parallel
+//                            ranks (the step's losses; the held-out loss of [validation]).
+// Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
+// padded with zeros to a multiple of dp_shard); this rank's optimizer state covers only its slice
+// (local()), which the optimizer updates. With one rank every point is the identity.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "titan/core/tensor.h"
+#include "titan/dist/communicator.h"
 #include "titan/nn/param_block.h"
 
 namespace titan::dist {
 
 class ParallelPlan {
  public:
-  // The plan of a one-process job.
-  ParallelPlan() = default;
+  // The plan of a one-process job (no MPI).
+  ParallelPlan();
+  // The mesh over `world`: replicate x shard must equal the world size (JobConfig::validate has
+  // checked the keys). `world` must outlive the plan.
+  ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard);
+  ParallelPlan(const ParallelPlan&) = delete;
+  ParallelPlan& operator=(const ParallelPlan&) = delete;
 
-  int world_size() const { return world_size_; }
-  int rank() const { return rank_; }
+  Communicator& world() const { return *world_; }
+  int world_size() const { return world_->size(); }
+  int rank() const { return world_->rank(); }
   int64_t dp_replicate() const { return dp_replicate_; }
   int64_t dp_shard() const { return dp_shard_; }
   int64_t dp_size() const { return dp_replicate_ * dp_shard_; }  // ranks that each take a slice of the batch
-  int64_t dp_rank() const { return rank_; }
-  // Logs, metrics, TensorBoard and checkpoint metadata are written by this rank only.
-  bool is_logging_rank() const { return rank_ == 0; }
-  std::string describe() const;  // "1 rank (dp_replicate 1 x dp_shard 1)"
+  int64_t dp_rank() const { return rank(); }
+  int64_t shard_index() const { return rank() % dp_shard_; }
+  // Logs, metrics, TensorBoard and checkpoint files are written by this rank only.
+  bool is_logging_rank() const { return rank() == 0; }
+  // "FSDP 2 ranks (dp_replicate 1 x dp_shard 2)", "one process", ...
+  std::string describe() const;
+
+  // Pads each block to a multiple of dp_shard (before weights are loaded).
+  void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
+  // This rank's slice of a block buffer (the whole buffer when not sharded).
+  Tensor local(const Tensor& block_buffer) const;
+  // A block-sized buffer assembled from every rank's `local_slice` (the slice itself when not
+  // sharded): what a checkpoint of sharded optimizer state writes.
+  Tensor gather_full(const Tensor& local_slice) const;
 
   void gather_parameters(std::vector<nn::ParamBlock>& blocks) const;
   void reduce_gradients(std::vector<nn::ParamBlock>& blocks) const;
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
-  void all_reduce_sum(std::span<double> values) const;
+  void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
+
+  // i64 tensors (MoE expert counts) summed over the data-parallel ranks into new tensors (the
+  // inputs themselves with one rank).
+  std::vector<Tensor> sum_over_ranks(const std::vector<Tensor>& counts) const;
+  // The largest value any rank passed: a stop signal received by one rank stops all at one step.
+  int64_t max_over_ranks(int64_t value) const;
+
+  // Every rank passes its effective config ("key = value" lines): all equal, or an error on every
+  // rank naming the first key that differs and the rank it differs on.
+  void check_same_config(const std::string& config_lines) const;
+  // The host name of every rank, by rank.
+  std::vector<std::string> host_names() const;
+  void barrier() const { world_->barrier(); }
 
  private:
-  int world_size_ = 1, rank_ = 0;
+  std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan
+  Communicator* world_;
   int64_t dp_replicate_ = 1, dp_shard_ = 1;
+  std::unique_ptr<Communicator> shard_group_, replicate_group_;
 };
 
 }  // namespace titan::dist

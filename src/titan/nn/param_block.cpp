@@ -20,6 +20,10 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
   }
   data_ = Tensor::zeros({total}, DType::F32, device);
   grad_ = Tensor::zeros({total}, DType::F32, device);
+  bind_views();
+}
+
+void ParamBlock::bind_views() {
   for (auto& p : params_) {
     int64_t n = shape_numel(p.shape);
     p.value = data_.narrow(0, p.offset, n).reshape(p.shape);
@@ -27,6 +31,19 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
     p.value.autograd_meta()->name = p.name;
     p.value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
   }
+}
+
+void ParamBlock::pad_to_multiple(int64_t multiple) {
+  TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
+  const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
+  if (padded == n) return;
+  Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
+  Tensor grad = Tensor::zeros({padded}, DType::F32, grad_.device());
+  data.narrow(0, 0, n).copy_from(data_);
+  grad.narrow(0, 0, n).copy_from(grad_);
+  data_ = data;
+  grad_ = grad;
+  bind_views();
 }
 
 void ParamBlock::zero_grad() { grad_.fill(0.0); }

@@ -40,11 +40,18 @@ class ParamBlock {
   const Tensor& grad() const { return grad_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
+  // Elements of the buffers: the parameters, their alignment gaps and the padding.
   int64_t numel() const { return data_.numel(); }
+
+  // Grows the buffers (zero-filled) to a multiple of `multiple` elements so that data-parallel
+  // shards of the block are equal slices; the parameters keep their offsets. Values and gradients
+  // are kept.
+  void pad_to_multiple(int64_t multiple);
 
   void zero_grad();
 
  private:
+  void bind_views();  // points every parameter's value and gradient into the buffers
   std::string name_;
   Tensor data_, grad_;
   std::vector<Param> params_;

@@ -19,7 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Every f32 master weight and optimizer moment is finite: a checkpoint must never hold NaN/Inf.
 bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
@@ -40,7 +42,8 @@ bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c),
       plan_(plan),
-      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k, plan.rank()),
+      // One consolidated set of files (the *-rank0 files), written by the logging rank.
+      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k, 0),
       resume_step_(c.checkpoint.enable ? manager_.latest_step() : std::nullopt),
       last_saved_step_(resume_step_.value_or(-1)) {}
 
@@ -50,15 +53,23 @@ void Checkpointer::restore(TrainState& s) const {
   LoadedCheckpoint c = manager_.load(*resume_step_);
   check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
   qwen3::restore_parameters(c.model, s.model);
-  qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg(), "exp_avg.");
-  qwen3::restore_layout_tensors(c.optimizer, s.model, s.optimizer.exp_avg_sq(), "exp_avg_sq.");
+  // The file holds whole blocks; this rank keeps its slice of each moment.
+  for (auto [moments, prefix] :
+       {std::pair{&s.optimizer.exp_avg(), "exp_avg."}, {&s.optimizer.exp_avg_sq(), "exp_avg_sq."}}) {
+    std::vector<Tensor> full;
+    for (auto& b : s.model.blocks()) full.push_back(Tensor::zeros({b.numel()}, DType::F32));
+    qwen3::restore_layout_tensors(c.optimizer, s.model, full, prefix);
+    for (size_t b = 0; b < full.size(); ++b) (*moments)[b].copy_from(plan_.local(full[b]));
+  }
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   std::string diff = s.schedule.diff_state(ts.at("lr_scheduler"));
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
-  TITAN_CHECK(ts.at("world_size").get<int>() == plan_.world_size(), "checkpoint ", c.dir.string(),
-              " was written by ", ts.at("world_size").get<int>(), " ranks; this run has ", plan_.world_size());
+  const int saved_world = ts.at("world_size").get<int>();
+  if (saved_world != plan_.world_size())
+    say("resharding: the checkpoint was written by %d ranks, this run has %d", saved_world,
+        plan_.world_size());
   const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
@@ -68,11 +79,18 @@ void Checkpointer::restore(TrainState& s) const {
       long(s.tokens_seen), seconds_since(t0));
 }
 
-void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
+void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   auto t0 = Clock::now();
+  // Every rank takes part in assembling whole blocks; the logging rank writes them.
+  plan_.gather_parameters(s.model.blocks());
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+    exp_avg.push_back(plan_.gather_full(s.optimizer.exp_avg()[b]));
+    exp_avg_sq.push_back(plan_.gather_full(s.optimizer.exp_avg_sq()[b]));
+  }
   std::vector<io::TensorWrite> model_t = qwen3::parameter_tensors(s.model);
-  std::vector<io::TensorWrite> opt_t = qwen3::layout_tensors(s.model, s.optimizer.exp_avg(), "exp_avg.");
-  for (auto& t : qwen3::layout_tensors(s.model, s.optimizer.exp_avg_sq(), "exp_avg_sq.")) opt_t.push_back(t);
+  std::vector<io::TensorWrite> opt_t = qwen3::layout_tensors(s.model, exp_avg, "exp_avg.");
+  for (auto& t : qwen3::layout_tensors(s.model, exp_avg_sq, "exp_avg_sq.")) opt_t.push_back(t);
   std::string bad;
   TITAN_CHECK(all_finite(model_t, &bad) && all_finite(opt_t, &bad), "step ", s.step, ": '", bad,
               "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
@@ -88,31 +106,40 @@ void Checkpointer::save(const TrainState& s, const ResolvedJob& job) {
   ts["dataset_identity"] = data::dataset_identity(s.loader.files());
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
   ts["world_size"] = plan_.world_size();
-  ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()}, {"dp_shard", plan_.dp_shard()},
-                {"tp", c.parallelism.tensor_parallel_degree}, {"ep", c.parallelism.expert_parallel_degree}};
+  ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
+                {"dp_shard", plan_.dp_shard()},
+                {"tp", c.parallelism.tensor_parallel_degree},
+                {"ep", c.parallelism.expert_parallel_degree}};
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
   ts["versions"] = versions_json(collect_versions());
-  manager_.save(s.step, model_t, opt_t, ts);
+  if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
+  // No rank runs ahead of (or exits before) the commit.
+  plan_.barrier();
   last_saved_step_ = s.step;
   say("checkpoint: saved %s in %.1f s", manager_.step_dir(s.step).string().c_str(), seconds_since(t0));
 }
 
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
+  plan_.gather_parameters(s.model.blocks());
+  if (!plan_.is_logging_rank()) return plan_.barrier();
   auto t0 = Clock::now();
   fs::path out = folder() / ("step-" + std::to_string(s.step) + "-hf");
   std::vector<fs::path> tok_files;
-  fs::path tok_dir = fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
+  fs::path tok_dir =
+      fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     if (fs::exists(tok_dir / f)) tok_files.push_back(tok_dir / f);
   const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
   {
     uint64_t total = 0;
-    for (auto& r : qwen3::hf_tensors(s.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
+    for (auto& r : qwen3::hf_tensors(s.model))
+      total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
     Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
     qwen3::export_hf_model(s.model, out, export_dtype, tok_files, /*overwrite=*/true);
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
+  plan_.barrier();
 }
 
 }  // namespace titan::train

@@ -27,16 +27,21 @@ class Checkpointer {
   // step-N folders another program wrote: never resumed from, counted or pruned.
   std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
 
-  // Restores `state` from resume_step(): weights, moments, step, tokens seen, data position,
-  // expert biases. Errors name the checkpoint and what does not fit this run.
+  // Restores `state` from resume_step(): weights, moments (this rank's slice), step, tokens seen,
+  // data position, expert biases, whatever number of ranks wrote it. Errors name the checkpoint
+  // and what does not fit this run.
   void restore(TrainState& state) const;
 
-  // Saves `state` at its step (atomically; refuses non-finite weights or moments by name).
-  void save(const TrainState& state, const ResolvedJob& job);
+  // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
+  // rank calls it: sharded parameters and moments are gathered, the logging rank writes one
+  // consolidated checkpoint (so it resumes at any number of ranks), and all ranks return after
+  // the commit.
+  void save(TrainState& state, const ResolvedJob& job);
   // The step saved last (or resumed from): a stop by signal does not save it twice.
   int64_t last_saved_step() const { return last_saved_step_; }
 
-  // Writes <folder>/step-N-hf in checkpoint.export_dtype with the tokenizer files.
+  // Writes <folder>/step-N-hf in checkpoint.export_dtype with the tokenizer files (every rank
+  // calls it; the logging rank writes).
   void export_hf(TrainState& state, const ResolvedJob& job) const;
 
  private:

@@ -93,6 +93,7 @@ std::vector<Field> schema(JobConfig& c) {
       {"parallelism.data_parallel_shard_degree", K::Int, &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", K::Int, &c.parallelism.tensor_parallel_degree, {}},
       {"parallelism.expert_parallel_degree", K::Int, &c.parallelism.expert_parallel_degree, {}},
+      {"comm.timeout_seconds", K::Float, &c.comm.timeout_seconds, {}},
   };
 }
 
@@ -323,7 +324,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_FAIL(source, ":", e.source().begin.line, ":", e.source().begin.column, ": invalid TOML: ", e.description());
   }
   std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
-                                       "activation_checkpoint", "metrics", "validation", "parallelism", "kernels"};
+                                       "activation_checkpoint", "metrics", "validation", "parallelism", "comm", "kernels"};
   for (auto& k : torchtitan_keys()) {  // torchtitan's other sections: [compile], [float8], [validation], ...
     std::string sec(k.key.substr(0, k.key.find('.')));
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) sections.push_back(sec);
@@ -373,6 +374,10 @@ JobConfig load_job_config(const std::string& path, const std::vector<std::pair<s
   return parse_job_config(ss.str(), path, overrides);
 }
 
+int64_t ParallelismSection::shard_degree(int world_size) const {
+  return data_parallel_shard_degree == -1 ? world_size / data_parallel_replicate_degree : data_parallel_shard_degree;
+}
+
 void JobConfig::validate(int world_size) const {
   auto positive = [](int64_t v, const char* key) { TITAN_CHECK(v > 0, key, " must be positive, got ", v); };
   positive(training.local_batch_size, "training.local_batch_size");
@@ -396,7 +401,11 @@ void JobConfig::validate(int world_size) const {
   TITAN_CHECK(job.device == "cpu" || (!checkpoint.enable && !checkpoint.last_save_in_hf),
               "job.device = \"", job.device, "\": checkpoint.enable and checkpoint.last_save_in_hf are not supported "
               "on this device yet (checkpoints are written from host memory); train with them off");
+  // The MPI communicator moves host memory; a device backend brings its own (NCCL).
+  TITAN_CHECK(world_size == 1 || job.device == "cpu", "job.device = \"", job.device, "\": training over ",
+              world_size, " MPI ranks supports job.device = \"cpu\" only (no device communicator yet)");
   positive(metrics.log_freq, "metrics.log_freq");
+  TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
   positive(validation.freq, "validation.freq");
   for (auto [v, key] : {std::pair{validation.steps, "validation.steps"},
                         std::pair{validation.local_batch_size, "validation.local_batch_size"},
@@ -419,13 +428,11 @@ void JobConfig::validate(int world_size) const {
               ": tensor parallelism is not implemented (only data parallelism runs); set it to 1");
   TITAN_CHECK(p.expert_parallel_degree == 1, "parallelism.expert_parallel_degree = ", p.expert_parallel_degree,
               ": expert parallelism is not implemented (only data parallelism runs); set it to 1");
-  int64_t shard = p.data_parallel_shard_degree;
   const int64_t replicate = p.data_parallel_replicate_degree;
-  if (shard == -1) {
-    TITAN_CHECK(world_size % replicate == 0, "parallelism.data_parallel_replicate_degree = ", replicate,
-                " does not divide the world size ", world_size);
-    shard = world_size / replicate;
-  }
+  TITAN_CHECK(p.data_parallel_shard_degree != -1 || world_size % replicate == 0,
+              "parallelism.data_parallel_replicate_degree = ", replicate, " does not divide the world size ",
+              world_size);
+  const int64_t shard = p.shard_degree(world_size);
   TITAN_CHECK(shard >= 1 && shard * replicate == world_size, "parallelism.data_parallel_replicate_degree (",
               replicate, ") x parallelism.data_parallel_shard_degree (", shard, ") = ", shard * replicate,
               " != world size ", world_size);

@@ -99,6 +99,12 @@ struct ParallelismSection {
   int64_t data_parallel_shard_degree = -1;  // -1: all remaining ranks
   int64_t tensor_parallel_degree = 1;
   int64_t expert_parallel_degree = 1;
+  // data_parallel_shard_degree with -1 resolved: the ranks left after replicate.
+  int64_t shard_degree(int world_size) const;
+};
+
+struct CommSection {
+  double timeout_seconds = 300;  // a collective waiting longer is an error (a rank died or hangs)
 };
 
 struct JobConfig {
@@ -112,6 +118,7 @@ struct JobConfig {
   MetricsSection metrics;
   ValidationSection validation;
   ParallelismSection parallelism;
+  CommSection comm;
   std::vector<kernels::Substitution> kernels;
   // One line per torchtitan key accepted without effect or under an older name, for the start-up log.
   std::vector<std::string> notes;

@@ -5,7 +5,19 @@
 
 namespace titan::train {
 
+namespace {
+bool g_console = true;
+}
+
+void set_console_output(bool enabled) {
+  g_console = enabled;
+}
+bool console_output() {
+  return g_console;
+}
+
 void say(const char* fmt, ...) {
+  if (!g_console) return;
   va_list ap;
   va_start(ap, fmt);
   std::vfprintf(stdout, fmt, ap);

@@ -1,8 +1,12 @@
 #pragma once
 // The trainer's console log: one printf-style line to stdout, flushed at once (a run's progress is
-// followed with `tail -f`).
+// followed with `tail -f`), on the logging rank only.
 namespace titan::train {
 
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// In a job of many ranks only the logging rank prints: the others call set_console_output(false).
+void set_console_output(bool enabled);
+bool console_output();
 
 }  // namespace titan::train

@@ -2,19 +2,24 @@
 
 namespace titan::train {
 
-AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks)
-    : config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
+AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks,
+             const dist::ParallelPlan& plan)
+    : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
   ops::validate(config_);
   for (auto& b : blocks) {
-    exp_avg_.push_back(Tensor::zeros({b.numel()}, DType::F32, b.data().device()));
-    exp_avg_sq_.push_back(Tensor::zeros({b.numel()}, DType::F32, b.data().device()));
+    const int64_t n = plan.local(b.data()).numel();
+    exp_avg_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
+    exp_avg_sq_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
   }
 }
 
 void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale) {
   config_.lr = lr;
-  for (size_t b = 0; b < blocks.size(); ++b)
-    ops::adamw_step(blocks[b].data(), blocks[b].grad(), exp_avg_[b], exp_avg_sq_[b], config_, step, grad_scale);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    Tensor param = plan_.local(blocks[b].data());
+    ops::adamw_step(param, plan_.local(blocks[b].grad()), exp_avg_[b], exp_avg_sq_[b], config_, step,
+                    grad_scale);
+  }
 }
 
 }  // namespace titan::train

@@ -1,10 +1,12 @@
 #pragma once
 // AdamW over the model's flat parameter blocks: one exp_avg and one exp_avg_sq buffer per block
-// (f32, the block's size, zero at start), updated by ops::adamw_step one block at a time.
+// (f32, zero at start) covering this rank's slice of the block (ParallelPlan::local: the whole
+// block unless sharded), updated by ops::adamw_step one block at a time.
 #include <cstdint>
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/dist/parallel_plan.h"
 #include "titan/nn/param_block.h"
 #include "titan/ops/optim.h"
 #include "titan/train/job_config.h"
@@ -14,19 +16,21 @@ namespace titan::train {
 class AdamW {
  public:
   // Errors name the optimizer field that breaks torch.optim.AdamW's rules.
-  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks);
+  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks,
+        const dist::ParallelPlan& plan);
 
-  // One step of every block at learning rate `lr`; `step` is 1-based; each gradient element is
-  // multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
+  // One step of this rank's slice of every block at learning rate `lr`; `step` is 1-based; each gradient
+  // element is multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
   void step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale);
 
-  // The moments, one buffer per block (checkpoints save and restore them).
+  // The moments, one buffer per block slice (checkpoints save and restore them).
   std::vector<Tensor>& exp_avg() { return exp_avg_; }
   std::vector<Tensor>& exp_avg_sq() { return exp_avg_sq_; }
   const std::vector<Tensor>& exp_avg() const { return exp_avg_; }
   const std::vector<Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
 
  private:
+  const dist::ParallelPlan& plan_;
   ops::AdamWConfig config_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };

@@ -114,15 +114,15 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
     job.initial_hf = c.model.hf_assets_path;
   }
   if (!job.initial_hf.empty())
-    check_hf_weights_present(job.initial_hf,
-                             ck.initial_load_path.empty() ? "model.hf_assets_path" : "checkpoint.initial_load_path");
+    check_hf_weights_present(job.initial_hf, ck.initial_load_path.empty() ? "model.hf_assets_path"
+                                                                          : "checkpoint.initial_load_path");
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
 std::string kernel_line(Device device, DType dtype) {
   std::string line;
-  for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding", "linear_cross_entropy",
-                         "router_topk", "moe_experts", "adamw"}) {
+  for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding",
+                         "linear_cross_entropy", "router_topk", "moe_experts", "adamw"}) {
     // The optimizer runs on the f32 master weights whatever the compute dtype.
     const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
     if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
@@ -151,8 +151,9 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
   if (!resuming) resolve_initial_weights(c, job);
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
-  job.accumulation_steps =
-      c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
+  job.accumulation_steps = c.training.global_batch_size == -1
+                               ? 1
+                               : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
   return job;
 }
 
@@ -161,16 +162,25 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("titan train: %s", c.job.description.c_str());
   say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
-      c.model.name == "hf" ? "hf" : "native", c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
+      c.model.name == "hf" ? "hf" : "native",
+      c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
-  say("ranks: %d (data parallel %ld), threads per rank: %d", plan.world_size(), long(plan.dp_size()),
-      omp_get_max_threads());
+  // Collective: every rank calls the report, the logging rank prints it.
+  const std::vector<std::string> hosts = plan.host_names();
+  std::string host_list;
+  for (size_t r = 0; r < hosts.size(); ++r)
+    if (r == 0 || hosts[r] != hosts[r - 1]) host_list += (host_list.empty() ? "" : ", ") + hosts[r];
+  say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
+      host_list.c_str());
+  say("communication: %s", plan.world().library().c_str());
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
-  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld", job.dataset[0].string().c_str(),
-      job.tokenizer_path.string().c_str(), long(job.local_batch_size), long(job.seq_len),
-      long(job.accumulation_steps));
+  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld, global batch %ld "
+      "(local x data-parallel ranks x accumulation)",
+      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), long(job.local_batch_size),
+      long(job.seq_len), long(job.accumulation_steps),
+      long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());

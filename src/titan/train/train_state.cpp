@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
@@ -14,13 +15,14 @@ namespace titan::train {
 namespace {
 
 qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
-  return mode == "full" ? qwen3::Checkpointing::Full
+  return mode == "full"        ? qwen3::Checkpointing::Full
          : mode == "selective" ? qwen3::Checkpointing::Selective
                                : qwen3::Checkpointing::None;
 }
 
-qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job) {
+qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device);
+  plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
   return model;
@@ -44,9 +46,9 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
   lc.paths = job.dataset;
   lc.text_field = c.training.text_field;
   lc.seq_len = job.seq_len;
-  lc.local_batch_size = job.local_batch_size;
-  lc.dp_rank = int(plan.dp_rank());
-  lc.dp_size = int(plan.dp_size());
+  // Every rank reads the global batch and trains on its rows (TrainStep): the batches, and the
+  // loader's position in a checkpoint, do not depend on the number of ranks.
+  lc.local_batch_size = job.local_batch_size * plan.dp_size();
   return lc;
 }
 
@@ -58,16 +60,31 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan)
-    : model(build_model(c, job)),
-      optimizer(c.optimizer, model.blocks()),
+    : model(build_model(c, job, plan)),
+      optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan), tokenizer) {}
+
+std::string memory_per_rank(const TrainState& s) {
+  double params = 0, grads = 0, moments = 0;
+  for (auto& b : s.model.blocks()) {
+    params += double(b.data().nbytes());
+    grads += double(b.grad().nbytes());
+  }
+  for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
+    for (auto& t : *m) moments += double(t.nbytes());
+  char line[160];
+  std::snprintf(line, sizeof line, "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB",
+                params / 1048576, grads / 1048576, moments / 1048576);
+  return line;
+}
 
 void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
   if (!job.initial_hf.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     {
-      Progress progress("loading Hugging Face weights from " + job.initial_hf.string(), bytes_under(job.initial_hf));
+      Progress progress("loading Hugging Face weights from " + job.initial_hf.string(),
+                        bytes_under(job.initial_hf));
       qwen3::load_hf_weights(state.model, job.initial_hf);
     }
     say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
@@ -77,8 +94,9 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     say("loaded native weights from %s (step %ld); optimizer and step start fresh", ck.dir.string().c_str(),
         long(ck.step));
   } else {
-    state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan" ? qwen3::InitScheme::Torchtitan
-                                                                                  : qwen3::InitScheme::HuggingFace);
+    state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"
+                                                          ? qwen3::InitScheme::Torchtitan
+                                                          : qwen3::InitScheme::HuggingFace);
     say("initialized weights from seed %ld (%s scheme)", long(c.training.seed), c.model.init.c_str());
   }
 }

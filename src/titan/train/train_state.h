@@ -32,6 +32,10 @@ struct TrainState {
   int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
 };
 
+// "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB": what this rank holds of each
+// (f32 master weights and gradients whole, the moments of its shard).
+std::string memory_per_rank(const TrainState& state);
+
 // The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;
 // optimizer and step start fresh) or the seeded initialisation. Logs which.
 void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job);

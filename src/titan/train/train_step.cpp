@@ -17,6 +17,14 @@ TrainStep::TrainStep(const JobConfig& c, const ResolvedJob& job, const dist::Par
       max_norm_(c.training.max_norm),
       expert_bias_coeff_(c.training.load_balance_coeff) {}
 
+Tensor TrainStep::my_rows(const std::vector<int64_t>& global) const {
+  const int64_t n = batch_ * seq_len_;
+  TITAN_CHECK(int64_t(global.size()) == n * plan_.dp_size(), "data: a global batch of ", global.size(),
+              " tokens, expected ", n * plan_.dp_size());
+  const auto first = global.begin() + plan_.dp_rank() * n;
+  return Tensor::from_vector(std::vector<int64_t>(first, first + n), {batch_, seq_len_});
+}
+
 StepResult TrainStep::run(TrainState& s) const {
   auto& model = s.model;
   const int64_t step = ++s.step;
@@ -24,22 +32,27 @@ StepResult TrainStep::run(TrainState& s) const {
   plan_.gather_parameters(model.blocks());
   double loss_sum = 0, aux_sum = 0;
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
-    data::Batch batch = s.loader.next();
+    data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
-    Tensor ids = Tensor::from_vector(batch.inputs, {batch_, seq_len_}).to(model.device());
-    Tensor targets = Tensor::from_vector(batch.labels, {batch_, seq_len_}).to(model.device());
+    Tensor ids = my_rows(batch.inputs).to(model.device()), targets = my_rows(batch.labels).to(model.device());
     qwen3::LossOutput out = model.forward_loss(ids, targets);
-    double l = out.loss.item();
-    TITAN_CHECK(std::isfinite(l), "step ", step, ": the loss is not finite (", l,
-                "); stopping before the optimizer step (no checkpoint written)");
-    loss_sum += l;
+    loss_sum += out.loss.item();
     if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();
     autograd::backward(accumulation_ == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation_)));
   }
+  // The loss of the step over all ranks (every rank's loss is a mean over the same number of
+  // tokens, so the global mean is their mean). Checked after the sum, so that every rank stops
+  // at once when any rank's loss is not finite.
+  double sums[2] = {loss_sum, aux_sum};
+  plan_.all_reduce_sum(sums);
+  const double micro_batches = double(accumulation_ * plan_.dp_size());
+  const double loss = sums[0] / micro_batches;
+  TITAN_CHECK(std::isfinite(loss), "step ", step, ": the loss is not finite (", loss,
+              "); stopping before the optimizer step (no checkpoint written)");
   plan_.reduce_gradients(model.blocks());
 
   double norm_sq = 0;
-  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.grad());
+  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(plan_.local(b.grad()));
   const double grad_norm = std::sqrt(plan_.all_reduce_grad_norm_sq(norm_sq));
   TITAN_CHECK(std::isfinite(grad_norm), "step ", step, ": the gradient norm is not finite (", grad_norm,
               "); stopping before the optimizer step (no checkpoint written)");
@@ -47,12 +60,13 @@ StepResult TrainStep::run(TrainState& s) const {
   r.lr = s.schedule.lr(step - 1);
   // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
   s.optimizer.step(model.blocks(), r.lr, step, ops::clip_coefficient(max_norm_, grad_norm));
-  model.update_expert_bias(model.last_expert_counts(), expert_bias_coeff_);
+  if (!model.expert_bias().empty())
+    model.update_expert_bias(plan_.sum_over_ranks(model.last_expert_counts()), expert_bias_coeff_);
 
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   s.tokens_seen += r.tokens;
-  r.loss = loss_sum / double(accumulation_);
-  r.aux_loss = model.args().is_moe() ? aux_sum / double(accumulation_) : -1;
+  r.loss = loss;
+  r.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
   r.grad_norm = grad_norm;
   return r;
 }

@@ -17,7 +17,7 @@ struct StepResult {
   double aux_loss = -1;  // MoE aux loss, mean over the micro-batches (< 0: dense model)
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
-  int64_t tokens = 0;    // input tokens of the step, over all data-parallel ranks
+  int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
 };
 
 class TrainStep {
@@ -29,6 +29,8 @@ class TrainStep {
   StepResult run(TrainState& state) const;
 
  private:
+  Tensor my_rows(const std::vector<int64_t>& global_batch) const;  // this rank's [batch, seq] rows
+
   const dist::ParallelPlan& plan_;
   int64_t batch_, seq_len_, accumulation_;
   double max_norm_, expert_bias_coeff_;

@@ -65,12 +65,32 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Only the logging rank prints, for the duration of a run.
+class ConsoleOfRank {
+ public:
+  explicit ConsoleOfRank(bool logging_rank) : before_(console_output()) { set_console_output(logging_rank && before_); }
+  ~ConsoleOfRank() { set_console_output(before_); }
+  ConsoleOfRank(const ConsoleOfRank&) = delete;
+  ConsoleOfRank& operator=(const ConsoleOfRank&) = delete;
+
+ private:
+  bool before_;
+};
+
 }  // namespace
 
 TrainSummary run_training(const JobConfig& cfg) {
+  auto world = dist::single_process_communicator();
+  return run_training(cfg, *world);
+}
+
+TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const auto t_start = std::chrono::steady_clock::now();
-  const dist::ParallelPlan plan;
-  cfg.validate(plan.world_size());
+  cfg.validate(world.size());
+  const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
+                                cfg.parallelism.shard_degree(world.size()));
+  plan.check_same_config(cfg.describe());
+  ConsoleOfRank console(plan.is_logging_rank());
   if (cfg.training.deterministic) omp_set_dynamic(0);
   StopSignals signals;
 
@@ -94,6 +114,7 @@ TrainSummary run_training(const JobConfig& cfg) {
   TrainState state(cfg, job, tokenizer, plan);
   if (checkpointer.resume_step()) checkpointer.restore(state);
   else start_weights(state, cfg, job);
+  say("memory per rank: %s", memory_per_rank(state).c_str());
 
   // ---- the loop
   MetricsLogger logger(cfg.job.dump_folder, cfg.metrics.enable_tensorboard, plan.is_logging_rank());
@@ -116,7 +137,8 @@ TrainSummary run_training(const JobConfig& cfg) {
 
   TrainSummary summary;
   while (state.step < cfg.training.steps) {
-    if (int sig = signals.received()) {
+    // A signal reaches the ranks at slightly different times: they agree to stop at one step.
+    if (int sig = int(plan.max_over_ranks(signals.received()))) {
       // The step in hand is complete: save it (unless it is already saved, or nothing was
       // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
       // that no work is lost; resuming from it needs checkpoint.enable = true.

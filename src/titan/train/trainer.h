@@ -6,6 +6,7 @@
 // and a clean stop on SIGINT/SIGTERM.
 #include <memory>
 
+#include "titan/dist/communicator.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {
@@ -23,6 +24,8 @@ struct TrainSummary {
 
 // Runs the job; returns its summary. Errors (bad config, missing data or checkpoint,
 // non-finite loss) throw titan::Error before any compute where possible.
+// Without a communicator the job is one process; with one, every rank of `world` calls it.
 TrainSummary run_training(const JobConfig& config);
+TrainSummary run_training(const JobConfig& config, dist::Communicator& world);
 
 }  // namespace titan::train

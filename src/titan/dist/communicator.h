@@ -1,0 +1,80 @@
+#pragma once
+// Collective communication between the ranks of a job, device-neutral: buffers are raw pointers
+// with a DType and an element count, and every call takes the KernelContext (device, stream) the
+// buffers live on. The MPI implementation serves CPU ranks; a CUDA backend implements the same
+// interface with NCCL (bootstrapped over MPI). Every collective has a non-blocking form returning
+// a handle (start_*), and a blocking form that waits on it.
+//
+// Semantics (those of MPI and NCCL):
+//   all_reduce      buf[i] = op over ranks of buf[i]                          (count elements)
+//   all_gather      recv[r * count + i] = rank r's send[i]; in place when send == recv + rank * count
+//   reduce_scatter  recv[i] = op over ranks of send[rank * count + i]       (send holds size * count)
+//   broadcast       buf = root's buf
+// Reductions support F32, F64, I64 and BF16 (summed in f32, rounded once per step of the
+// reduction); gathers and broadcasts move any dtype. Ranks must call collectives in the same order.
+//
+// A handle's wait() gives up after the communicator's timeout with an error naming the collective,
+// its size and the group, so that a dead or hung rank stops the others instead of hanging them.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "titan/core/device_services.h"
+#include "titan/core/dtype.h"
+
+namespace titan::dist {
+
+enum class ReduceOp : uint8_t { Sum, Max };
+
+class CommHandle {
+ public:
+  virtual ~CommHandle() = default;
+  virtual void wait() = 0;  // returns when the collective is complete on this rank
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The library behind it, e.g. "Open MPI v4.1.4 (MPI 3.1)", or "none (one process)".
+  virtual std::string library() const = 0;
+
+  virtual std::unique_ptr<CommHandle> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op,
+                                                       const KernelContext& ctx) = 0;
+  virtual std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count,
+                                                       DType dtype, const KernelContext& ctx) = 0;
+  virtual std::unique_ptr<CommHandle> start_reduce_scatter(const void* send, void* recv, int64_t count,
+                                                           DType dtype, ReduceOp op,
+                                                           const KernelContext& ctx) = 0;
+  virtual std::unique_ptr<CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
+                                                      const KernelContext& ctx) = 0;
+  virtual void barrier() = 0;
+
+  // Ends every rank of the job with exit status `code`: a rank that failed alone must not leave
+  // the others waiting in a collective.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  // The ranks passing the same `color` form a new communicator, ranked by `key`.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Blocking forms.
+  void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, const KernelContext& ctx);
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype, const KernelContext& ctx);
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                      const KernelContext& ctx);
+  void broadcast(void* buf, int64_t count, DType dtype, int root, const KernelContext& ctx);
+};
+
+// The context of host (CPU) buffers (no stream, no services needed).
+KernelContext host_context();
+
+// The communicator of this process: MPI when a launcher started it (mpirun / srun set
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one that needs no MPI at all.
+// `timeout_seconds` bounds every wait. Call once per process (MPI is initialised once).
+std::unique_ptr<Communicator> launch_communicator(double timeout_seconds);
+
+// A world of one process: every collective is a copy or nothing.
+std::unique_ptr<Communicator> single_process_communicator();
+
+}  // namespace titan::dist

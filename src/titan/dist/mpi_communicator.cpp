@@ -1,0 +1,212 @@
+// The MPI communicator (CPU ranks): non-blocking MPI-3 collectives, waited on by polling so that a
+// rank that died or hangs turns into an error after the timeout instead of a hang.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "titan/core/check.h"
+#include "titan/dist/communicator.h"
+
+namespace titan::dist {
+
+namespace {
+
+const char* op_name(ReduceOp op) {
+  return op == ReduceOp::Sum ? "sum" : "max";
+}
+
+// bf16 has no MPI type: it travels as 16-bit words and is reduced by this user operation.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::BF16:
+    case DType::F16:
+      return MPI_UINT16_T;
+    case DType::U8:
+      return MPI_UINT8_T;
+  }
+  TITAN_FAIL("comm: unknown dtype");
+}
+
+// Message counts are int in MPI-3.
+int mpi_count(int64_t count, const char* what) {
+  TITAN_CHECK(count >= 0 && count <= INT32_MAX, "comm: ", what, " of ", count,
+              " elements exceeds MPI's int count (split the buffer)");
+  return int(count);
+}
+
+void check_host(const KernelContext& ctx, const char* what) {
+  TITAN_CHECK(ctx.device == Device::CPU, "comm: ", what, " on device ", device_name(ctx.device),
+              ": the MPI communicator moves host memory only (a device backend brings its own)");
+}
+
+class MpiHandle final : public CommHandle {
+ public:
+  MpiHandle(MPI_Request req, std::string what, double timeout, int rank, int size)
+      : req_(req), what_(std::move(what)), timeout_(timeout), rank_(rank), size_(size) {}
+  // A handle dropped before its wait() completed belongs to a job on its way to MPI_Abort (a
+  // timeout, or an error while other collectives were in flight): waiting here could hang, and
+  // MPI forbids freeing a collective's request, so it is left to the abort.
+  ~MpiHandle() override = default;
+  void wait() override {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    int done = 0;
+    // Spin briefly (most collectives complete in microseconds), then poll with short sleeps so a
+    // waiting rank leaves the cores to the ranks still computing.
+    for (int spin = 0; spin < 1000 && !done; ++spin) MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
+      if (!done && std::chrono::duration<double>(Clock::now() - t0).count() > timeout_)
+        TITAN_FAIL("comm: rank ", rank_, ": ", what_, " over ", size_, " ranks did not complete within ",
+                   timeout_, " s (comm.timeout_seconds): another rank died or stopped answering");
+    }
+    req_ = MPI_REQUEST_NULL;
+  }
+
+ private:
+  MPI_Request req_;
+  std::string what_;
+  double timeout_;
+  int rank_, size_;
+};
+
+class Mpi final : public Communicator {
+ public:
+  Mpi(MPI_Comm comm, double timeout, bool owns_mpi) : comm_(comm), timeout_(timeout), owns_mpi_(owns_mpi) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Op_create(bf16_sum, /*commute=*/1, &bf16_sum_);
+    MPI_Op_create(bf16_max, 1, &bf16_max_);
+  }
+  ~Mpi() override {
+    MPI_Op_free(&bf16_sum_);
+    MPI_Op_free(&bf16_max_);
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string library() const override {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    std::string v(version, size_t(len));
+    if (auto nl = v.find_first_of("\r\n,"); nl != std::string::npos) v.resize(nl);
+    int major = 0, minor = 0;
+    MPI_Get_version(&major, &minor);
+    return v + " (MPI " + std::to_string(major) + "." + std::to_string(minor) + ")";
+  }
+
+  std::unique_ptr<CommHandle> start_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op,
+                                               const KernelContext& ctx) override {
+    check_host(ctx, "all_reduce");
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(dtype), mpi_op(op, dtype),
+                   comm_, &req);
+    return handle(req, "all_reduce", count, dtype, op_name(op));
+  }
+  std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
+                                               const KernelContext& ctx) override {
+    check_host(ctx, "all_gather");
+    const size_t bytes = size_t(count) * dtype_size(dtype);
+    const bool in_place = send == static_cast<const char*>(recv) + size_t(rank_) * bytes;
+    MPI_Request req;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : send, mpi_count(count, "all_gather"), mpi_type(dtype), recv,
+                   int(count), mpi_type(dtype), comm_, &req);
+    return handle(req, "all_gather", count, dtype, nullptr);
+  }
+  std::unique_ptr<CommHandle> start_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
+                                                   ReduceOp op, const KernelContext& ctx) override {
+    check_host(ctx, "reduce_scatter");
+    MPI_Request req;
+    MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"), mpi_type(dtype),
+                              mpi_op(op, dtype), comm_, &req);
+    return handle(req, "reduce_scatter", count, dtype, op_name(op));
+  }
+  std::unique_ptr<CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
+                                              const KernelContext& ctx) override {
+    check_host(ctx, "broadcast");
+    MPI_Request req;
+    MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(dtype), root, comm_, &req);
+    return handle(req, "broadcast", count, dtype, nullptr);
+  }
+  void barrier() override {
+    MPI_Request req;
+    MPI_Ibarrier(comm_, &req);
+    MpiHandle(req, "barrier", timeout_, rank_, size_).wait();
+  }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this tells the compiler so
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub;
+    MPI_Comm_split(comm_, color, key, &sub);
+    return std::make_unique<Mpi>(sub, timeout_, false);
+  }
+
+ private:
+  MPI_Op mpi_op(ReduceOp op, DType dtype) const {
+    TITAN_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I64 || dtype == DType::BF16,
+                "comm: reductions support f32, f64, i64 and bf16, got ", dtype_name(dtype));
+    if (dtype == DType::BF16) return op == ReduceOp::Sum ? bf16_sum_ : bf16_max_;
+    return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+  }
+  std::unique_ptr<CommHandle> handle(MPI_Request req, const char* what, int64_t count, DType dtype,
+                                     const char* op) const {
+    std::string desc = std::string(what) + "(" + std::string(dtype_name(dtype)) + " x " +
+                       std::to_string(count) + (op ? std::string(", ") + op : "") + ")";
+    return std::make_unique<MpiHandle>(req, desc, timeout_, rank_, size_);
+  }
+
+  MPI_Comm comm_;
+  double timeout_;
+  bool owns_mpi_;
+  int rank_ = 0, size_ = 1;
+  MPI_Op bf16_sum_, bf16_max_;
+};
+
+bool started_by_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> launch_communicator(double timeout_seconds) {
+  TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);
+  if (!started_by_launcher()) return single_process_communicator();
+  int provided = 0;
+  // Only the main thread calls MPI (OpenMP threads compute between collectives).
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  TITAN_CHECK(provided >= MPI_THREAD_FUNNELED, "comm: the MPI library does not support MPI_THREAD_FUNNELED");
+  // Errors come back as codes only where we check them; a failed collective must stop the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  return std::make_unique<Mpi>(MPI_COMM_WORLD, timeout_seconds, true);
+}
+
+}  // namespace titan::dist
