@@ -47,7 +47,7 @@ for case in $CASES; do
   /usr/bin/time -v "$TITAN" train --config "$config" --job.dump_folder="$OUT/titan" \
     --training.steps=$((STEPS + 1)) --lr_scheduler.warmup_steps=1 --training.local_batch_size=2 \
     --training.seq_len=512 --training.mixed_precision_param=$mp --checkpoint.enable=false \
-    --checkpoint.last_save_in_hf=false --metrics.log_freq=1 "${extra[@]}" \
+    --checkpoint.last_save_in_hf=false --validation.enable=false --metrics.log_freq=1 "${extra[@]}" \
     >"$OUT/titan.log" 2>"$OUT/titan.time"
   titan_tps=$(sed -n 's/.*sustained \([0-9.]*\) tokens\/s.*/\1/p' "$OUT/titan.log")
   ratio=$(python3 -c "print(f'{$titan_tps/$peer_tps:.2f}')")

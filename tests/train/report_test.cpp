@@ -172,6 +172,17 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   EXPECT_NE(html.find("with_val val_loss"), std::string::npos);
   EXPECT_NE(html.find("not logged by these runs"), std::string::npos);  // tps, mfu, memory are absent
   EXPECT_NE(html.find("no run_info.json"), std::string::npos);
+  EXPECT_EQ(html.find("<h3>titan check</h3>"), std::string::npos);  // no check.json: no table
+
+  // A run folder holding `titan check --json` output shows its rows, FAIL marked.
+  std::ofstream(dir / "with_val" / "check.json")
+      << json{{"rows", {{{"check", "versions"}, {"status", "PASS"}, {"value", "titan v1"}, {"rule", "listed"}},
+                        {{"check", "export"}, {"status", "FAIL"}, {"value", "tensor x differs"}, {"rule", "bit-equal"}}}}}
+             .dump();
+  const std::string checked = titan::train::render_report({titan::train::read_run(dir / "with_val")});
+  EXPECT_NE(checked.find("<h3>titan check</h3>"), std::string::npos);
+  EXPECT_NE(checked.find("<td class=\"fail\">FAIL</td><td>tensor x differs</td><td>bit-equal</td>"), std::string::npos);
+  EXPECT_NE(checked.find("<td>versions</td><td class=\"ok\">PASS</td>"), std::string::npos);
 
   auto error_of = [](const fs::path& d) {
     try {

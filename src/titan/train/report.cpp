@@ -179,6 +179,20 @@ RunRecord read_run(const fs::path& dir) {
     if (info.contains("versions"))
       for (auto& [k, v] : info["versions"].items()) r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
   }
+  const fs::path check_path = dir / "check.json";
+  if (fs::exists(check_path)) {
+    json check;
+    try {
+      check = json::parse(read_text(check_path));
+    } catch (const json::parse_error& e) {
+      TITAN_FAIL("report: ", check_path.string(), ": not JSON: ", e.what());
+    }
+    TITAN_CHECK(check.contains("rows") && check["rows"].is_array(), "report: ", check_path.string(),
+                ": a titan check file needs a \"rows\" array (titan check --json writes one)");
+    for (auto& row : check["rows"])
+      r.check_rows.push_back({row.value("check", ""), row.value("status", ""), row.value("value", ""),
+                              row.value("rule", "")});
+  }
   return r;
 }
 
@@ -196,6 +210,7 @@ std::string render_report(const std::vector<RunRecord>& runs) {
         "vertical-align:middle;margin-right:6px}\n"
         "pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}.none{color:#888;width:560px}\n"
         "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left}\n"
+        ".fail{color:#b00;font-weight:600}.ok{color:#070}\n"
         "</style></head><body>\n<h1>titan report</h1>\n";
   os << "<p class=\"legend\">";
   for (size_t i = 0; i < runs.size(); ++i)
@@ -219,6 +234,13 @@ std::string render_report(const std::vector<RunRecord>& runs) {
       os << "<table>";
       if (!r.device.empty()) os << "<tr><th>device</th><td>" << escape(r.device) << "</td></tr>";
       for (auto& [k, v] : r.versions) os << "<tr><th>" << escape(k) << "</th><td>" << escape(v) << "</td></tr>";
+      os << "</table>\n";
+    }
+    if (!r.check_rows.empty()) {
+      os << "<h3>titan check</h3>\n<table><tr><th>check</th><th>status</th><th>value</th><th>rule</th></tr>";
+      for (auto& c : r.check_rows)
+        os << "<tr><td>" << escape(c.check) << "</td><td class=\"" << (c.status == "FAIL" ? "fail" : "ok") << "\">"
+           << escape(c.status) << "</td><td>" << escape(c.value) << "</td><td>" << escape(c.rule) << "</td></tr>";
       os << "</table>\n";
     }
     if (r.config_in_effect.empty()) {

@@ -18,10 +18,15 @@ struct RunRecord {
   std::string description, config_in_effect, device;
   std::vector<std::string> config_notes;
   std::map<std::string, std::string> versions;
+  // The rows of `titan check --json RUN_DIR/check.json` when the run folder holds one.
+  struct CheckRow {
+    std::string check, status, value, rule;
+  };
+  std::vector<CheckRow> check_rows;
 };
 
-// Reads RUN_DIR/metrics.jsonl (required) and RUN_DIR/run_info.json (when present). Errors name
-// the file and line.
+// Reads RUN_DIR/metrics.jsonl (required), RUN_DIR/run_info.json and RUN_DIR/check.json (when
+// present). Errors name the file and line.
 RunRecord read_run(const std::filesystem::path& dir);
 
 // The metrics charted, in page order: {metrics.jsonl field, chart title}.
