@@ -2,7 +2,7 @@
 
 #include "ops/op_test_util.h"
 #include "titan/core/check.h"
-#include "titan/ops/linear.h"
+#include "titan/ops/linear/linear.h"
 
 using namespace titan;
 using namespace titan::testing;

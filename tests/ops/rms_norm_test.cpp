@@ -1,4 +1,4 @@
-#include "titan/ops/rms_norm.h"
+#include "titan/ops/rms_norm/rms_norm.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "titan/ops/swiglu.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,23 @@
+// rope on the meta device: shapes, allocations and FLOPs only (kernels/registry.h,
+// register_meta_kernel).
+#include "titan/kernels/registry.h"
+#include "titan/ops/rope/rope.h"
+
+namespace titan::ops {
+namespace {
+
+const RopeKernel rope_meta{
+    [](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*, const RopeTable&, const void*,
+       void*) {},
+    [](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*, const RopeTable&, const void*,
+       void*) {},
+    /*needs_table=*/false};
+
+const bool registered = [] {
+  const auto floats = {DType::F32, DType::BF16, DType::F64};
+  kernels::register_meta_kernel("rope", floats, rope_meta);
+  return true;
+}();
+
+}  // namespace
+}  // namespace titan::ops
