@@ -15,7 +15,7 @@ ALLOWED = {
     "core": set(),
     "autograd": {"core"},
     "kernels": {"core", "autograd"},
-    "backend": {"core"},
+    "backend": {"core", "io"},
     "ops": {"core", "autograd", "kernels", "backend"},
     "nn": {"core", "autograd", "kernels", "ops"},
     "io": {"core"},

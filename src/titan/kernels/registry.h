@@ -70,7 +70,8 @@ const K& kernel_for(const std::string& op, Device device, DType dtype) {
 // its exact allocation profile (the op wrappers allocate as on any device) and its FLOPs. Kernels
 // that return a value to the host return what a valid input would: no index out of range, every
 // label a target, zero sums. One registration per dtype the op accepts on any device.
-void register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel);
+// Returns true, so a meta.cpp registers with `const bool registered = register_meta_kernel(...);`.
+bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel);
 
 // Registration at static-initialisation time from the file that defines the kernel:
 //   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...", K{...}});

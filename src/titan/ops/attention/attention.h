@@ -16,6 +16,8 @@ namespace titan::ops {
 struct AttentionShape {
   int64_t B, S, Hq, Hkv, D;
   float scale;
+  size_t q_numel() const { return size_t(B * S * Hq * D); }    // q, out, dq, dout
+  size_t kv_numel() const { return size_t(B * S * Hkv * D); }  // k, v, dk, dv
 };
 
 // Every dimension positive and Hq a multiple of Hkv, else an error naming `who` and the shape.

@@ -765,8 +765,6 @@ void attention_limit_isa(AttentionIsa isa) {
 namespace titan::ops {
 namespace {
 
-size_t numel_q(const AttentionShape& s) { return size_t(s.B * s.S * s.Hq * s.D); }
-size_t numel_kv(const AttentionShape& s) { return size_t(s.B * s.S * s.Hkv * s.D); }
 
 // Flash variants.
 void fwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
@@ -790,7 +788,7 @@ using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, c
                               const float*, const bf16*, bf16*, bf16*, bf16*);
 void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, const void* k, const void* v,
                   const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  std::vector<bf16> dout16(numel_q(s)), dq16(numel_q(s)), dk16(numel_kv(s)), dv16(numel_kv(s));
+  std::vector<bf16> dout16(s.q_numel()), dq16(s.q_numel()), dk16(s.kv_numel()), dv16(s.kv_numel());
   convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
   kernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
          static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),

@@ -12,17 +12,14 @@ double attention_pair_flops(const AttentionShape& s) {
   return 2.0 * double(s.B) * double(s.Hq) * double(s.S) * double(s.S + 1) / 2.0 * double(s.D);
 }
 const AttentionKernel attention_meta{
-    [](const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*, void*, void*) {
-      ctx.services->add_flops(2.0 * attention_pair_flops(s));
-    },
+    [](const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*, void*,
+       void*) { ctx.services->add_flops(2.0 * attention_pair_flops(s)); },
     [](const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*, const void*,
-       const void*, const void*, void*, void*, void*) { ctx.services->add_flops(4.0 * attention_pair_flops(s)); }};
+       const void*, const void*, void*, void*,
+       void*) { ctx.services->add_flops(4.0 * attention_pair_flops(s)); }};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("attention", floats, attention_meta);
-  return true;
-}();
+const bool registered =
+    kernels::register_meta_kernel("attention", {DType::F32, DType::BF16, DType::F64}, attention_meta);
 
 }  // namespace
 }  // namespace titan::ops

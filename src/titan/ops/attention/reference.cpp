@@ -128,8 +128,6 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 namespace titan::ops {
 namespace {
 
-size_t numel_q(const AttentionShape& s) { return size_t(s.B * s.S * s.Hq * s.D); }
-size_t numel_kv(const AttentionShape& s) { return size_t(s.B * s.S * s.Hkv * s.D); }
 
 // f64 and f32 references are the raw kernels' plain-loop versions.
 void fwd_ref_f64(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
@@ -163,14 +161,14 @@ std::vector<float> widen(const void* p, size_t n) {
 
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
 void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  auto qf = widen(q, numel_q(s)), kf = widen(k, numel_kv(s)), vf = widen(v, numel_kv(s));
-  std::vector<float> of(numel_q(s));
+  auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel());
+  std::vector<float> of(s.q_numel());
   cpu::attention_fwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<float*>(lse));
   convert_f32_to_bf16(of.data(), static_cast<bf16*>(out), of.size());
 }
 void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  auto qf = widen(q, numel_q(s)), kf = widen(k, numel_kv(s)), vf = widen(v, numel_kv(s)), of = widen(out, numel_q(s));
+  auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel()), of = widen(out, s.q_numel());
   cpu::attention_bwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<const float*>(lse),
                                    static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
                                    static_cast<float*>(dv));

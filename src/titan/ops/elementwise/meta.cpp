@@ -15,15 +15,15 @@ const IndexKernel index_meta{
     [](const KernelContext&, int64_t n, const int64_t*, int64_t) { return n; },
     [](const KernelContext&, int64_t, const int64_t*) { return int64_t(0); }};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("add", floats, add_meta);
-  kernels::register_meta_kernel("add_inplace", floats, accumulate_meta);
-  kernels::register_meta_kernel("scale_inplace", floats, scale_meta);
-  kernels::register_meta_kernel("sum", floats, sum_meta);
-  kernels::register_meta_kernel("index", {DType::I64}, index_meta);
-  return true;
-}();
+const bool add_registered =
+    kernels::register_meta_kernel("add", {DType::F32, DType::BF16, DType::F64}, add_meta);
+const bool add_inplace_registered =
+    kernels::register_meta_kernel("add_inplace", {DType::F32, DType::BF16, DType::F64}, accumulate_meta);
+const bool scale_inplace_registered =
+    kernels::register_meta_kernel("scale_inplace", {DType::F32, DType::BF16, DType::F64}, scale_meta);
+const bool sum_registered =
+    kernels::register_meta_kernel("sum", {DType::F32, DType::BF16, DType::F64}, sum_meta);
+const bool index_registered = kernels::register_meta_kernel("index", {DType::I64}, index_meta);
 
 }  // namespace
 }  // namespace titan::ops

@@ -10,11 +10,8 @@ const EmbeddingKernel embedding_meta{
     [](const KernelContext&, int64_t, int64_t, int64_t, const int64_t*, const void*, void*) {},
     [](const KernelContext&, int64_t, int64_t, int64_t, const int64_t*, const void*, void*) {}};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("embedding", floats, embedding_meta);
-  return true;
-}();
+const bool registered =
+    kernels::register_meta_kernel("embedding", {DType::F32, DType::BF16, DType::F64}, embedding_meta);
 
 }  // namespace
 }  // namespace titan::ops

@@ -8,13 +8,11 @@ namespace {
 
 const RmsNormKernel rms_norm_meta{
     [](const KernelContext&, int64_t, int64_t, double, const void*, const void*, void*, void*) {},
-    [](const KernelContext&, int64_t, int64_t, const void*, const void*, const void*, const void*, void*, void*) {}};
+    [](const KernelContext&, int64_t, int64_t, const void*, const void*, const void*, const void*, void*,
+       void*) {}};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("rms_norm", floats, rms_norm_meta);
-  return true;
-}();
+const bool registered =
+    kernels::register_meta_kernel("rms_norm", {DType::F32, DType::BF16, DType::F64}, rms_norm_meta);
 
 }  // namespace
 }  // namespace titan::ops

@@ -6,18 +6,14 @@
 namespace titan::ops {
 namespace {
 
-const RopeKernel rope_meta{
-    [](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*, const RopeTable&, const void*,
-       void*) {},
-    [](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*, const RopeTable&, const void*,
-       void*) {},
-    /*needs_table=*/false};
+const RopeKernel rope_meta{[](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                              const RopeTable&, const void*, void*) {},
+                           [](const KernelContext&, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                              const RopeTable&, const void*, void*) {},
+                           /*needs_table=*/false};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("rope", floats, rope_meta);
-  return true;
-}();
+const bool registered =
+    kernels::register_meta_kernel("rope", {DType::F32, DType::BF16, DType::F64}, rope_meta);
 
 }  // namespace
 }  // namespace titan::ops

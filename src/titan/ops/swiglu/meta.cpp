@@ -6,14 +6,12 @@
 namespace titan::ops {
 namespace {
 
-const SwigluKernel swiglu_meta{[](const KernelContext&, int64_t, const void*, const void*, void*) {},
-                               [](const KernelContext&, int64_t, const void*, const void*, const void*, void*, void*) {}};
+const SwigluKernel swiglu_meta{
+    [](const KernelContext&, int64_t, const void*, const void*, void*) {},
+    [](const KernelContext&, int64_t, const void*, const void*, const void*, void*, void*) {}};
 
-const bool registered = [] {
-  const auto floats = {DType::F32, DType::BF16, DType::F64};
-  kernels::register_meta_kernel("swiglu", floats, swiglu_meta);
-  return true;
-}();
+const bool registered =
+    kernels::register_meta_kernel("swiglu", {DType::F32, DType::BF16, DType::F64}, swiglu_meta);
 
 }  // namespace
 }  // namespace titan::ops
