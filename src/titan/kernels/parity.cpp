@@ -7,6 +7,7 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/spec.h"
@@ -173,16 +174,10 @@ std::map<std::string, std::vector<std::vector<int64_t>>> parse_parity_shapes(con
     for (const std::string& shape : split(group.substr(eq + 1), ',')) {
       Dims dims;
       for (const std::string& v : split(shape, 'x')) {
-        size_t used = 0;
-        int64_t x = 0;
-        try {
-          x = std::stoll(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        TITAN_CHECK(!v.empty() && used == v.size(), "kernels parity: --shapes ", op, ": '", shape,
-                    "' is not a list of integers joined by 'x' (", op, " takes ", parity_shape_dims(op), ")");
-        dims.push_back(x);
+        const auto x = parse_int(v);
+        TITAN_CHECK(x, "kernels parity: --shapes ", op, ": '", shape, "' is not a list of integers joined by 'x' (", op,
+                    " takes ", parity_shape_dims(op), ")");
+        dims.push_back(*x);
       }
       check_shape(*d, dims);
       out[op].push_back(dims);

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
@@ -401,15 +402,8 @@ std::atomic<AttentionIsa> g_isa_limit{AttentionIsa::kBest};
 
 enum class Path { kPortable, kAvx512, kAvx512Bf16 };
 
-bool cpu_has_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return avx512;
-}
-bool cpu_has_bf16_dot() {
-  static const bool bf16_dot = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
-  return bf16_dot;
-}
+bool cpu_has_avx512() { return cpu_info().avx512_core(); }
+bool cpu_has_bf16_dot() { return cpu_has_avx512() && cpu_info().avx512_bf16; }
 
 Path select_path() {
   const bool avx512 = cpu_has_avx512(), bf16_dot = cpu_has_bf16_dot();

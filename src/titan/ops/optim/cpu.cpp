@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::cpu {
@@ -28,10 +29,7 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // independent of the number of threads.
 constexpr int64_t kNormBlock = int64_t(1) << 16;
 
-bool has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return has;
-}
+bool has_avx512() { return cpu_info().avx512f && cpu_info().avx512dq; }
 
 // Splits [0, n) into one contiguous range per thread, boundaries on 64-byte lines (16 floats).
 template <class F>
