@@ -6,7 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include "titan/kernels/registry.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/optim/optim.h"
 
 using namespace titan;
 

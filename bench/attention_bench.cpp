@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "titan/backend/cpu/attention.h"
+#include "titan/ops/attention/cpu.h"
 
 namespace {
 

@@ -11,10 +11,10 @@
 
 #include "cuda_bench_util.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/optim.h"
-#include "titan/ops/rms_norm.h"
-#include "titan/ops/rope.h"
-#include "titan/ops/swiglu.h"
+#include "titan/ops/optim/optim.h"
+#include "titan/ops/rms_norm/rms_norm.h"
+#include "titan/ops/rope/rope.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::bench {
 namespace {

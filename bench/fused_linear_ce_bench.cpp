@@ -13,7 +13,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/tensor.h"
-#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan {
 namespace {

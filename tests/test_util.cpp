@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "titan/core/check.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -13,6 +15,15 @@ std::filesystem::path binary_dir() { return TITAN_BINARY_DIR; }
 std::filesystem::path titan_binary() { return binary_dir() / "bin" / "titan"; }
 std::filesystem::path assets_dir() { return source_dir() / "assets"; }
 std::filesystem::path fixtures_dir() { return source_dir() / "tests" / "fixtures"; }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 std::filesystem::path temp_dir(const std::string& name) {
   auto dir = binary_dir() / "test_tmp" / name;

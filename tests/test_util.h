@@ -2,6 +2,7 @@
 // Paths shared by the tests. The repo is TITAN_SOURCE_DIR; every fixture a test needs is in
 // tests/fixtures (never ../shared, which a checkout may lack); assets/ is filled by scripts/setup.sh.
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace titan::testing {
@@ -15,6 +16,8 @@ std::filesystem::path temp_dir(const std::string& name);  // fresh, empty folder
 // "" when the two files hold the same bytes; otherwise their sizes, 64-bit hashes and the offset of
 // the first differing byte. Never the contents: a failure message stays a line, whatever the size.
 std::string file_difference(const std::filesystem::path& a, const std::filesystem::path& b);
+// The message of the titan::Error f throws, "" when it throws none.
+std::string error_of(const std::function<void()>& f);
 int run_command(const std::string& cmd, std::string* output);  // shell command, stdout+stderr captured
 
 }  // namespace titan::testing

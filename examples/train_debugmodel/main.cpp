@@ -19,7 +19,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/models/qwen3/model.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/optim/optim.h"
 #include "titan/train/lr_schedule.h"
 
 using namespace titan;

@@ -3,8 +3,8 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/device_services.h"
-#include "titan/ops/elementwise.h"
-#include "titan/ops/linear.h"
+#include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/linear/linear.h"
 
 using namespace titan;
 using namespace titan::testing;

@@ -1,6 +1,6 @@
 // Causal GQA attention kernels: flash (f32, bf16, AVX-512 and portable paths) against the plain
 // reference, and the f64 reference gradient against central finite differences.
-#include "titan/backend/cpu/attention.h"
+#include "titan/ops/attention/cpu.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

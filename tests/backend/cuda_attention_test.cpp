@@ -1,5 +1,5 @@
 // CUDA attention kernels (ops/attention/cuda.h) against the CPU f32 reference
-// (backend/cpu/attention.h), forward and backward, f32 and bf16, both algorithms. Skips without a GPU.
+// (ops/attention/cpu.h), forward and backward, f32 and bf16, both algorithms. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #ifndef TITAN_HAVE_CUDA
@@ -18,7 +18,7 @@ TEST(CudaAttention, NeedsTheCudaBackend) {
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
-#include "titan/backend/cpu/attention.h"
+#include "titan/ops/attention/cpu.h"
 #include "titan/ops/attention/cuda.h"
 
 namespace titan::cuda {

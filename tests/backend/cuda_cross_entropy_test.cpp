@@ -19,7 +19,7 @@ TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
 #include "backend/cuda_test_util.h"
 #include "titan/ops/cross_entropy/cuda.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan::cuda {
 namespace {

@@ -15,9 +15,9 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/attention.h"
-#include "titan/ops/cross_entropy.h"
-#include "titan/ops/moe.h"
+#include "titan/ops/attention/attention.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/moe/moe.h"
 
 namespace titan {
 namespace {

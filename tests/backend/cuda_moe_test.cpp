@@ -20,7 +20,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 #include "backend/cuda_test_util.h"
 #include "titan/ops/moe/cuda.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/moe.h"
+#include "titan/ops/moe/moe.h"
 
 namespace titan::cuda {
 namespace {

@@ -11,13 +11,13 @@
 #include "backend/cuda_test_util.h"
 #include "ops/op_test_util.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/elementwise.h"
-#include "titan/ops/embedding.h"
-#include "titan/ops/linear.h"
-#include "titan/ops/optim.h"
-#include "titan/ops/rms_norm.h"
-#include "titan/ops/rope.h"
-#include "titan/ops/swiglu.h"
+#include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/embedding/embedding.h"
+#include "titan/ops/linear/linear.h"
+#include "titan/ops/optim/optim.h"
+#include "titan/ops/rms_norm/rms_norm.h"
+#include "titan/ops/rope/rope.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 namespace titan {
 namespace {

@@ -3,16 +3,22 @@
 // variants below exist only in this test program.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/kernels/parity.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/swiglu.h"
+#include "titan/kernels/spec.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::kernels {
 namespace {
+
+using titan::testing::error_of;
 
 const ops::SwigluKernel& ref() {
   return kernel_for<ops::SwigluKernel>("swiglu", Device::CPU, DType::F32, "reference");
@@ -111,16 +117,7 @@ TEST(ParityHarness, VariantWithoutDriverFails) {
   auto rs = run_parity(o);
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].status, ParityStatus::Fail);
-  EXPECT_NE(rs[0].note.find("no parity driver"), std::string::npos) << rs[0].note;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  EXPECT_NE(rs[0].note.find("no spec registered"), std::string::npos) << rs[0].note;
 }
 
 TEST(ParityHarness, ParsesShapes) {
@@ -148,6 +145,37 @@ TEST(ParityHarness, ParsesShapes) {
   ParityOptions o;
   o.op = "nope";
   EXPECT_NE(error_of([&] { run_parity(o); }).find("unknown op 'nope'"), std::string::npos);
+}
+
+// docs/kernels.md's table of default shapes ("| op | dimensions | 1x1x1, 7x33x19 |") lists exactly
+// the registered specs with their default shapes.
+TEST(ParityHarness, DocsShapesTableMatchesSpecs) {
+  std::ifstream in(titan::testing::source_dir() / "docs" / "kernels.md");
+  ASSERT_TRUE(in) << "docs/kernels.md";
+  std::map<std::string, std::string> documented;
+  bool in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| op | dimensions | default shapes |", 0) == 0) {
+      in_table = true;
+    } else if (in_table && line.rfind("|---", 0) == 0) {
+      continue;
+    } else if (in_table && line.rfind("| ", 0) != 0) {
+      break;
+    } else if (in_table) {
+      const size_t a = line.find(" | "), b = line.rfind(" | ");
+      documented[line.substr(2, a - 2)] = line.substr(b + 3, line.size() - b - 5);
+    }
+  }
+  std::map<std::string, std::string> registered;
+  for (const OpSpec& spec : op_specs()) {
+    std::string shapes;
+    for (const Dims& d : spec.default_shapes) {
+      shapes += shapes.empty() ? "" : ", ";
+      for (size_t i = 0; i < d.size(); ++i) shapes += (i ? "x" : "") + std::to_string(d[i]);
+    }
+    registered[spec.op] = shapes;
+  }
+  EXPECT_EQ(documented, registered);
 }
 
 // The CLI prints one line per (op, variant, dtype, shape) and the summary, and exits 0 / 1 / 2-ish.

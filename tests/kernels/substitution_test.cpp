@@ -11,20 +11,13 @@
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/swiglu.h"
+#include "titan/ops/swiglu/swiglu.h"
 #include "titan/train/job_config.h"
 
 namespace titan::kernels {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 // A variant that can never run here, to check the availability rule.
 void fwd(const KernelContext&, int64_t, const void*, const void*, void*) {}

@@ -6,7 +6,7 @@
 
 #include "ops/op_test_util.h"
 #include "titan/core/check.h"
-#include "titan/ops/attention.h"
+#include "titan/ops/attention/attention.h"
 
 using namespace titan;
 using namespace titan::testing;

@@ -1,4 +1,4 @@
-#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
-#include "titan/backend/cpu/cross_entropy.h"
+#include "titan/ops/cross_entropy/cpu.h"
 #include "titan/core/device_services.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/linear.h"
+#include "titan/ops/linear/linear.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -33,15 +33,6 @@ OpFn lce_fn(int64_t chunk, ops::Reduction reduction = ops::Reduction::Mean, bool
     return std::vector<Tensor>{
         ops::linear_cross_entropy(in[0], in[1], in[2], kIgnore, chunk, reduction, nullptr, round)};
   };
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define EXPECT_HAS(msg, part) \

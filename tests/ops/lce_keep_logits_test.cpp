@@ -9,7 +9,7 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/device_services.h"
-#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 using namespace titan;
 using namespace titan::testing;

@@ -1,4 +1,4 @@
-#include "titan/ops/moe.h"
+#include "titan/ops/moe/moe.h"
 
 #include <gtest/gtest.h>
 
@@ -39,15 +39,6 @@ ExpertWeights expert_weights(int64_t E, int64_t F, int64_t D, DType dt, uint64_t
   double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
   return {random_tensor({E, F, D}, dt, seed, -sd, sd), random_tensor({E, F, D}, dt, seed + 1, -sd, sd),
           random_tensor({E, D, F}, dt, seed + 2, -sf, sf)};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "titan/autograd/autograd.h"
@@ -136,13 +137,17 @@ OpRun run_variant(const std::string& op, const std::string& variant, const OpFn&
 
 namespace {
 
-// Expects every output and input gradient of `got` within atol + rtol * |ref| of `ref` (on any devices).
-void expect_runs_agree(const OpRun& got, const OpRun& ref, const std::string& what_ran, double atol, double rtol) {
+// Expects every output and input gradient of `got` within the tolerance of `ref` (on any devices).
+void expect_runs_agree(const OpRun& got, const OpRun& ref, const std::string& what_ran, const kernels::Tolerance& tol) {
   auto compare = [&](const Tensor& a, const Tensor& b, const std::string& what) {
     ASSERT_EQ(a.defined(), b.defined()) << what;
     if (!a.defined()) return;
     ASSERT_EQ(a.shape(), b.shape()) << what;
     auto x = a.to_vector(), y = b.to_vector();
+    double max_ref = 0;
+    for (double v : y)
+      if (std::isfinite(v)) max_ref = std::max(max_ref, std::fabs(v));
+    const double atol = tol.atol * (tol.atol_relative_to_max ? std::max(1.0, max_ref) : 1.0), rtol = tol.rtol;
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -162,9 +167,22 @@ void expect_runs_agree(const OpRun& got, const OpRun& ref, const std::string& wh
 
 void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
                                       const std::vector<Tensor>& inputs, double atol, double rtol) {
+  expect_variant_matches_reference(op, variant, f, inputs, kernels::Tolerance{atol, rtol});
+}
+
+void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
+                                      const std::vector<Tensor>& inputs, const kernels::Tolerance& tol) {
   OpRun ref = run_variant(op, "reference", f, inputs);
   OpRun got = run_variant(op, variant, f, inputs);
-  expect_runs_agree(got, ref, op + " variant '" + variant + "'", atol, rtol);
+  expect_runs_agree(got, ref, op + " variant '" + variant + "'", tol);
+}
+
+void expect_variant_matches_spec(const std::string& op, const std::string& variant, const kernels::Dims& dims,
+                                 const OpFn& f, const std::vector<Tensor>& inputs) {
+  const kernels::OpSpec* spec = kernels::find_op_spec(op);
+  ASSERT_NE(spec, nullptr) << op << " registers no spec";
+  ASSERT_FALSE(inputs.empty());
+  expect_variant_matches_reference(op, variant, f, inputs, spec->tolerance(dims, inputs[0].dtype(), variant));
 }
 
 void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,
@@ -175,7 +193,7 @@ void expect_device_matches_reference(const std::string& op, Device device, const
     EXPECT_TRUE(!t.defined() || t.device() == device) << op << ": an output left the device";
   for (const Tensor& t : got.input_grads)
     EXPECT_TRUE(!t.defined() || t.device() == device) << op << ": a gradient left the device";
-  expect_runs_agree(got, ref, op + " on " + std::string(device_name(device)), atol, rtol);
+  expect_runs_agree(got, ref, op + " on " + std::string(device_name(device)), kernels::Tolerance{atol, rtol});
 }
 
 }  // namespace titan::testing

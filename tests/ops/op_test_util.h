@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/kernels/spec.h"
 
 namespace titan::testing {
 
@@ -47,6 +48,15 @@ OpRun run_variant(const std::string& op, const std::string& variant, const OpFn&
 // input gradient to agree within atol + rtol * |reference|.
 void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
                                       const std::vector<Tensor>& inputs, double atol, double rtol);
+// The same within a spec tolerance (atol scaled by max(1, max|reference|) of each tensor where the
+// tolerance says so).
+void expect_variant_matches_reference(const std::string& op, const std::string& variant, const OpFn& f,
+                                      const std::vector<Tensor>& inputs, const kernels::Tolerance& tol);
+// The same within the tolerance the op's spec states (ops/<op>/spec.cpp, the one `titan kernels
+// parity` applies) for the problem `dims` (the spec's dimensions, e.g. {M, N, K} for linear) in
+// the dtype of the first input.
+void expect_variant_matches_spec(const std::string& op, const std::string& variant, const kernels::Dims& dims,
+                                 const OpFn& f, const std::vector<Tensor>& inputs);
 
 // Runs `op`'s default variant on `device` (inputs copied there) and its "reference" variant on the
 // CPU, with the same inputs and backward seeds, and expects the same agreement.

@@ -1,4 +1,4 @@
-#include "titan/ops/optim.h"
+#include "titan/ops/optim/optim.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -44,15 +44,6 @@ AdamState run_adamw(const std::string& variant, int64_t n, const ops::AdamWConfi
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool have_torch() {

@@ -1,4 +1,4 @@
-#include "titan/ops/rope.h"
+#include "titan/ops/rope/rope.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ops/op_test_util.h"
+#include "test_util.h"
 #include "ops/torch_ref/torch_ref.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
@@ -39,15 +40,6 @@ Tensor random_positions(int64_t B, int64_t S, int64_t max, uint64_t seed) {
 OpFn rope_fn(double theta) {
   return
       [theta](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::rope(in[0], in[1], theta)}; };
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

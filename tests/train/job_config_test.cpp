@@ -17,6 +17,8 @@ using namespace titan::train;
 
 namespace {
 
+using titan::testing::error_of;
+
 using Overrides = std::vector<std::pair<std::string, std::string>>;
 
 JobConfig parse(const std::string& toml, const Overrides& overrides = {}) {
@@ -24,16 +26,6 @@ JobConfig parse(const std::string& toml, const Overrides& overrides = {}) {
 }
 
 // The message of the titan::Error `fn` throws ("" when it does not throw).
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::string parse_error(const std::string& toml, const Overrides& overrides = {}) {
   return error_of([&] { parse(toml, overrides); });
 }

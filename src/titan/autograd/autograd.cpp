@@ -1,7 +1,6 @@
 #include "titan/autograd/autograd.h"
 
 #include "titan/core/check.h"
-#include "titan/ops/elementwise.h"
 
 namespace titan::autograd {
 
@@ -9,7 +8,19 @@ namespace {
 thread_local bool t_grad_enabled = true;
 thread_local Tape t_default_tape;
 thread_local Tape* t_tape = nullptr;
+GradAccumulator g_accumulate = nullptr;
+
+// The view ops of core/tensor record their nodes through this (core may not include autograd).
+void record_view(const char* op, const Tensor& input, Tensor& out, ViewBackward backward) {
+  if (!needs_grad({&input})) return;
+  record(op, {input}, {&out}, [backward = std::move(backward)](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{backward(g[0])};
+  });
+}
+const bool view_recorder_installed = (set_view_grad_recorder(&record_view), true);
 }  // namespace
+
+void set_grad_accumulator(GradAccumulator accumulate) { g_accumulate = accumulate; }
 
 bool grad_enabled() { return t_grad_enabled; }
 
@@ -69,7 +80,8 @@ void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const 
     // The adopted buffer is shared (an op returned one gradient for two inputs): copy before mutating.
     meta.grad = meta.grad.clone();
   }
-  ops::add_inplace(meta.grad, g);
+  TITAN_CHECK(g_accumulate, "autograd: no gradient accumulator installed (ops/elementwise installs it)");
+  g_accumulate(meta.grad, g);
 }
 
 void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {

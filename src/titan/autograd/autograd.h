@@ -17,13 +17,6 @@
 
 namespace titan {
 
-struct AutogradMeta {
-  bool requires_grad = false;
-  bool is_leaf = true;  // false once an op produced the tensor
-  Tensor grad;          // accumulated gradient (or a preset buffer slice for parameters)
-  std::string name;     // parameters carry their name (diagnostics)
-};
-
 namespace autograd {
 
 // Gradients of a node's outputs (undefined where an output got none; the backward
@@ -80,6 +73,11 @@ class TapeScope {
 };
 
 Tape& current_tape();
+
+// Gradient accumulation (grad += g, grad in the grad dtype) runs a kernel, and kernels live in ops,
+// above autograd: ops/elementwise installs ops::add_inplace here when it loads.
+using GradAccumulator = void (*)(Tensor& grad, const Tensor& g);
+void set_grad_accumulator(GradAccumulator accumulate);
 
 // True when grad mode is on and any defined input requires grad.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);

@@ -49,13 +49,15 @@ std::string shapes_help() {
 int kernels_parity(int argc, char** argv) {
   ArgParser p(
       "kernels parity",
-      "Runs every registered non-reference CPU variant against the reference on seeded random inputs,\n"
-      "forward and backward; prints max abs / max rel difference per op, variant, dtype and shape and\n"
-      "exits 1 when any exceeds the op's tolerance (docs/kernels.md).");
+      "Runs every registered variant on a device (on cpu: every non-reference variant) against the CPU\n"
+      "reference on seeded random inputs, forward and backward; prints max abs / max rel difference per\n"
+      "op, variant, dtype and shape and exits 1 when any exceeds the op's tolerance (the op's spec.cpp,\n"
+      "docs/kernels.md).");
   p.option("op", "only this op (default: every op)")
       .option("dtype", "f32, bf16 or f64 (default: all three)")
       .option("shapes", shapes_help())
-      .option("seed", "seed of the random inputs", "1");
+      .option("seed", "seed of the random inputs", "1")
+      .option("device", "whose variants to check: cpu or cuda", "cpu");
   if (!p.parse(argc, argv)) return 0;
   kernels::ParityOptions o;
   if (auto op = p.get_optional("op")) o.op = *op;
@@ -65,6 +67,9 @@ int kernels_parity(int argc, char** argv) {
                 ": expected f32, bf16 or f64");
     o.dtypes = {d};
   }
+  const std::string device = p.get("device");
+  TITAN_CHECK(device == "cpu" || device == "cuda", "titan kernels parity: --device ", device, ": expected cpu or cuda");
+  o.device = device == "cpu" ? Device::CPU : Device::CUDA;
   if (auto sh = p.get_optional("shapes")) o.shapes = kernels::parse_parity_shapes(*sh);
   const std::string seed = p.get("seed");
   size_t used = 0;
@@ -98,7 +103,7 @@ int kernels_main(int argc, char** argv) {
   if (sub == "parity") return kernels_parity(argc - 1, argv + 1);
   std::fprintf(stderr,
                "usage: titan kernels list | titan kernels parity [--op NAME] [--dtype f32|bf16|f64] "
-               "[--shapes SPEC] [--seed N]\n");
+               "[--shapes SPEC] [--seed N] [--device cpu|cuda]\n");
   return sub == "--help" || sub == "-h" ? 0 : 2;
 }
 

@@ -4,7 +4,6 @@
 #include <numeric>
 #include <sstream>
 
-#include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/core/element.h"
@@ -86,6 +85,12 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::share
 
 namespace {
 
+ViewGradRecorder g_view_grad_recorder = nullptr;
+
+void record_view(const char* op, const Tensor& input, Tensor& out, ViewBackward backward) {
+  if (g_view_grad_recorder) g_view_grad_recorder(op, input, out, std::move(backward));
+}
+
 // A row-major walk over a tensor's elements (host memory only).
 template <class F>
 void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
@@ -93,6 +98,8 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
 }
 
 }  // namespace
+
+void set_view_grad_recorder(ViewGradRecorder recorder) { g_view_grad_recorder = recorder; }
 
 Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, DType dtype) {
   TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
@@ -177,11 +184,9 @@ Tensor Tensor::reshape(const Shape& new_shape_in) const {
               shape_str(new_shape_in), " needs ", shape_numel(new_shape));
   TITAN_CHECK(is_contiguous(), "reshape: tensor ", str(), " is not contiguous; call contiguous() first");
   Tensor out = view_of(new_shape, contiguous_strides(new_shape), offset_);
-  if (autograd::needs_grad({this})) {
+  if (requires_grad()) {
     Shape old_shape = shape_;
-    autograd::record("reshape", {*this}, {&out}, [old_shape](const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      return {g[0].contiguous().reshape(old_shape)};
-    });
+    record_view("reshape", *this, out, [old_shape](const Tensor& g) { return g.contiguous().reshape(old_shape); });
   }
   return out;
 }
@@ -195,11 +200,8 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   std::swap(sh[size_t(d0)], sh[size_t(d1)]);
   std::swap(st[size_t(d0)], st[size_t(d1)]);
   Tensor out = view_of(sh, st, offset_);
-  if (autograd::needs_grad({this})) {
-    autograd::record("transpose", {*this}, {&out}, [d0, d1](const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      return {g[0].transpose(d0, d1).contiguous()};
-    });
-  }
+  if (requires_grad())
+    record_view("transpose", *this, out, [d0, d1](const Tensor& g) { return g.transpose(d0, d1).contiguous(); });
   return out;
 }
 
@@ -211,12 +213,12 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Shape sh = shape_;
   sh[size_t(d)] = length;
   Tensor out = view_of(sh, strides_, offset_ + start * strides_[size_t(d)]);
-  if (autograd::needs_grad({this})) {
+  if (requires_grad()) {
     Shape full = shape_;
-    autograd::record("narrow", {*this}, {&out}, [full, d, start, length](const std::vector<Tensor>& g) {
-      Tensor gi = Tensor::zeros(full, g[0].dtype());
-      gi.narrow(d, start, length).copy_from(g[0]);
-      return std::vector<Tensor>{gi};
+    record_view("narrow", *this, out, [full, d, start, length](const Tensor& g) {
+      Tensor gi = Tensor::zeros(full, g.dtype());
+      gi.narrow(d, start, length).copy_from(g);
+      return gi;
     });
   }
   return out;
@@ -231,22 +233,22 @@ Tensor Tensor::expand(const Shape& shape) const {
     st[i] = 0;
   }
   Tensor out = view_of(shape, st, offset_);
-  if (autograd::needs_grad({this})) {
+  if (requires_grad()) {
     Shape small = shape_;
-    autograd::record("expand", {*this}, {&out}, [small](const std::vector<Tensor>& g) {
+    record_view("expand", *this, out, [small](const Tensor& g) {
       // Sum the gradient over the broadcast dimensions (host loop: no op needs it on a device).
-      TITAN_CHECK(g[0].device() == Device::CPU, "expand: backward through a broadcast runs on the cpu only, got a ",
-                  device_name(g[0].device()), " gradient");
-      Tensor gi = Tensor::zeros(small, g[0].dtype());
-      Tensor acc = gi.expand(g[0].shape());  // stride-0 view used as a scatter target
-      Tensor src = g[0].contiguous();
+      TITAN_CHECK(g.device() == Device::CPU, "expand: backward through a broadcast runs on the cpu only, got a ",
+                  device_name(g.device()), " gradient");
+      Tensor gi = Tensor::zeros(small, g.dtype());
+      Tensor acc = gi.expand(g.shape());  // stride-0 view used as a scatter target
+      Tensor src = g.contiguous();
       std::vector<double> sums(size_t(gi.numel()), 0.0);
       const Shape& ast = acc.strides();
       for_each_offset(src.shape(), ast, [&](int64_t lin, int64_t off) {
         sums[size_t(off)] += load_element(src.raw_data(), src.dtype(), lin);
       });
       for (size_t i = 0; i < sums.size(); ++i) store_element(gi.raw_data(), gi.dtype(), int64_t(i), sums[i]);
-      return std::vector<Tensor>{gi};
+      return gi;
     });
   }
   return out;
@@ -255,10 +257,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   Tensor out = clone();
-  if (autograd::needs_grad({this})) {
-    autograd::record("contiguous", {*this}, {&out},
-                     [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
-  }
+  if (requires_grad()) record_view("contiguous", *this, out, [](const Tensor& g) { return g; });
   return out;
 }
 

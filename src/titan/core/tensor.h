@@ -111,7 +111,23 @@ class Tensor {
   Tensor view_of(const Shape& shape, const Shape& strides, int64_t offset) const;
 };
 
+// The autograd state a tensor carries (autograd/autograd.h records and reads it).
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool is_leaf = true;  // false once an op produced the tensor
+  Tensor grad;          // accumulated gradient (or a preset buffer slice for parameters)
+  std::string name;     // parameters carry their name (diagnostics)
+};
+
 Shape contiguous_strides(const Shape& shape);
+
+// How a view's gradient flows back: the gradient of the view in, the gradient of its input out.
+using ViewBackward = std::function<Tensor(const Tensor& grad_of_view)>;
+// Records `out` as a view of `input` (op names it) when gradients are tracked. core sits below
+// autograd, so autograd installs the recorder when it loads (autograd/autograd.cpp); the view ops
+// above call it only for inputs that require grad.
+using ViewGradRecorder = void (*)(const char* op, const Tensor& input, Tensor& out, ViewBackward backward);
+void set_view_grad_recorder(ViewGradRecorder recorder);
 
 // Gradients are f64 for f64 tensors (gradient checks) and f32 for everything else.
 inline DType grad_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }

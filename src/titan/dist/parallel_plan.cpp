@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
-#include "titan/ops/elementwise.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::dist {
 

@@ -1,8 +1,10 @@
 #pragma once
-// Kernel parity: every registered non-reference CPU variant of every op, run against the op's
-// "reference" variant on the same seeded random inputs, forward and backward (input and parameter
-// gradients), through the public op functions with ForceVariant. Behind `titan kernels parity`
-// and tests/kernels/parity_test.cpp; tolerances and the shape syntax are in docs/kernels.md.
+// Kernel parity: every registered variant of every op on a device (on the CPU: every variant but
+// "reference"), run against the op's CPU "reference" variant on the same seeded random inputs, made
+// on the host and copied to the device, forward and backward (input and parameter gradients),
+// through the public op functions with ForceVariant. The ops, their shapes, inputs and tolerances
+// come from the specs the ops register (kernels/spec.h, ops/<op>/spec.cpp); this harness knows no
+// op. Behind `titan kernels parity` and tests/kernels/parity_test.cpp; docs/kernels.md.
 //
 // An element passes when |variant - reference| <= atol + rtol * |reference| (NaN must match NaN);
 // integer outputs (router indices and counts) must be equal.
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/device.h"
 #include "titan/core/dtype.h"
 
 namespace titan::kernels {
@@ -22,6 +25,7 @@ struct ParityOptions {
   // Shapes per op (see parse_parity_shapes); ops not listed use their default shape set.
   std::map<std::string, std::vector<std::vector<int64_t>>> shapes;
   uint64_t seed = 1;
+  Device device = Device::CPU;  // whose variants are checked against the CPU reference
 };
 
 enum class ParityStatus { Pass, Fail, Skipped };
@@ -39,7 +43,7 @@ struct ParityResult {
   std::string note;
 };
 
-// Ops the harness knows how to drive, and the dimension names of their shapes ("M,N,K" for linear).
+// Ops with a registered spec, and the dimension names of their shapes ("M,N,K" for linear).
 std::vector<std::string> parity_ops();
 std::string parity_shape_dims(const std::string& op);
 

@@ -41,6 +41,12 @@ void register_kernel(KernelEntry entry) {
   registry().push_back(std::move(entry));
 }
 
+bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel) {
+  for (DType dt : dtypes)
+    register_kernel({op, Device::Meta, dt, "default", "shapes, allocations and FLOPs only", kernel, {}});
+  return true;
+}
+
 const std::vector<KernelEntry>& all_kernels() { return registry(); }
 
 bool has_kernel(const std::string& op, Device device, DType dtype, const std::string& variant) {

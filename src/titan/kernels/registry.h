@@ -7,6 +7,7 @@
 // it type-erased and checks the type on lookup.
 #include <any>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <typeindex>
 #include <vector>
@@ -63,6 +64,14 @@ template <class K>
 const K& kernel_for(const std::string& op, Device device, DType dtype) {
   return kernel_for<K>(op, device, dtype, select_variant(op, device, dtype));
 }
+
+// The meta device's kernels (each op's meta.cpp) do no arithmetic (meta tensors hold no data), they
+// only count the floating-point operations the op would do, so a meta run of a training step yields
+// its exact allocation profile (the op wrappers allocate as on any device) and its FLOPs. Kernels
+// that return a value to the host return what a valid input would: no index out of range, every
+// label a target, zero sums. One registration per dtype the op accepts on any device.
+// Returns true, so a meta.cpp registers with `const bool registered = register_meta_kernel(...);`.
+bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel);
 
 // Registration at static-initialisation time from the file that defines the kernel:
 //   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...", K{...}});

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/core/suggest.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/torchtitan_keys.h"
@@ -111,19 +112,15 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
       *static_cast<std::string*>(f.ptr) = value;
       break;
     case Field::Int: {
-      size_t used = 0;
-      int64_t v = 0;
-      try { v = std::stoll(value, &used); } catch (...) { used = 0; }
-      if (used != value.size() || value.empty()) fail("an integer");
-      *static_cast<int64_t*>(f.ptr) = v;
+      const auto v = parse_int(value);
+      if (!v) fail("an integer");
+      *static_cast<int64_t*>(f.ptr) = *v;
       break;
     }
     case Field::Float: {
-      size_t used = 0;
-      double v = 0;
-      try { v = std::stod(value, &used); } catch (...) { used = 0; }
-      if (used != value.size() || value.empty()) fail("a number");
-      *static_cast<double*>(f.ptr) = v;
+      const auto v = parse_number(value);
+      if (!v) fail("a number");
+      *static_cast<double*>(f.ptr) = *v;
       break;
     }
     case Field::Bool:

@@ -8,7 +8,7 @@
 #include "titan/core/tensor.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/nn/param_block.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/optim/optim.h"
 #include "titan/train/job_config.h"
 
 namespace titan::train {

@@ -6,9 +6,9 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
-#include "titan/ops/elementwise.h"
 #include "titan/models/qwen3/size_check.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/optim/optim.h"
 #include "titan/train/job_config.h"
 #include "titan/train/startup.h"
 

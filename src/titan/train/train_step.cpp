@@ -4,8 +4,8 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
-#include "titan/ops/elementwise.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/optim/optim.h"
 
 namespace titan::train {
 

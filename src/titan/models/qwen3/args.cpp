@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/size_check.h"
@@ -144,27 +145,15 @@ ModelArgs flavor(const std::string& name) {
 namespace {
 
 int64_t parse_int(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  TITAN_CHECK(used == v.size() && !v.empty(), "model.", key, ": expected an integer, got '", v, "'");
-  return x;
+  const auto x = titan::parse_int(v);
+  TITAN_CHECK(x, "model.", key, ": expected an integer, got '", v, "'");
+  return *x;
 }
 
 double parse_double(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  TITAN_CHECK(used == v.size() && !v.empty(), "model.", key, ": expected a number, got '", v, "'");
-  return x;
+  const auto x = parse_number(v);
+  TITAN_CHECK(x, "model.", key, ": expected a number, got '", v, "'");
+  return *x;
 }
 
 bool parse_bool(const std::string& key, const std::string& v) {

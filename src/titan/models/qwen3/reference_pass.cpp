@@ -2,8 +2,8 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
-#include "titan/ops/cross_entropy.h"
-#include "titan/ops/elementwise.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::qwen3 {
 

@@ -26,7 +26,7 @@
 #include "titan/backend/cuda/common.cuh"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/attention.h"
+#include "titan/ops/attention/attention.h"
 
 namespace titan::cuda {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Causal grouped-query attention on CUDA, forward and backward, on raw device pointers. Same layout
-// and semantics as the CPU kernels (backend/cpu/attention.h, ops/attention.h):
+// and semantics as the CPU kernels (ops/attention/cpu.h, ops/attention/attention.h):
 //   q, out: [B, S, Hq, D] in `dtype`    k, v: [B, S, Hkv, D] in `dtype`    lse: [B, Hq, S] f32
 //   dout, dq: [B, S, Hq, D] f32          dk, dv: [B, S, Hkv, D] f32 (the grad dtype of f32 and bf16)
 // Query head h reads kv head h / (Hq / Hkv); query i attends to keys 0..i; scores are scaled by
@@ -18,7 +18,7 @@
 
 #include "titan/core/device_services.h"
 #include "titan/core/dtype.h"
-#include "titan/ops/attention.h"
+#include "titan/ops/attention/attention.h"
 
 namespace titan::cuda {
 

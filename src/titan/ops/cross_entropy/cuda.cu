@@ -15,7 +15,7 @@
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan::cuda {
 

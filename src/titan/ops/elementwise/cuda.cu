@@ -9,7 +9,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/elementwise.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::ops {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/embedding.h"
+#include "titan/ops/embedding/embedding.h"
 
 namespace titan::ops {
 namespace {

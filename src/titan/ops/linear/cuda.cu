@@ -6,7 +6,7 @@
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/linear.h"
+#include "titan/ops/linear/linear.h"
 
 namespace titan::ops {
 namespace {

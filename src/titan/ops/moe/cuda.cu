@@ -24,7 +24,7 @@
 #include "titan/ops/moe/cuda.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/moe.h"
+#include "titan/ops/moe/moe.h"
 
 namespace titan::cuda {
 

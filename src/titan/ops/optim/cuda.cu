@@ -10,7 +10,7 @@
 //              depend on scheduling. The f64 total is copied to the host (one synchronisation).
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/optim.h"
+#include "titan/ops/optim/optim.h"
 
 namespace titan::ops {
 namespace {

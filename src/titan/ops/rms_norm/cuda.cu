@@ -8,7 +8,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/rms_norm.h"
+#include "titan/ops/rms_norm/rms_norm.h"
 
 namespace titan::ops {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/rope.h"
+#include "titan/ops/rope/rope.h"
 
 namespace titan::ops {
 namespace {

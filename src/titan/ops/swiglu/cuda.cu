@@ -5,7 +5,7 @@
 // restrict pointers so that several iterations' loads are in flight at once (memory-bound kernels).
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
-#include "titan/ops/swiglu.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::ops {
 namespace {

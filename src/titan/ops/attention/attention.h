@@ -1,0 +1,35 @@
+#pragma once
+// Causal grouped-query attention:
+//   out[b, i, h] = sum_{j <= i} softmax_j(scale * q[b, i, h] . k[b, j, g]) v[b, j, g],  g = h / (Hq / Hkv)
+// q [B, S, Hq, D], k and v [B, S, Hkv, D] -> out [B, S, Hq, D]. Softmax statistics in f32
+// (f64 in f64); the forward saves the row logsumexp for the backward. No S x S matrix is
+// ever formed (flash-style tiles; the reference holds one row of scores).
+#include "titan/core/device_services.h"
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+// The problem every attention kernel solves (any device). Layout, all contiguous row-major:
+//   q, out, dq, dout: [B, S, Hq, D]     k, v, dk, dv: [B, S, Hkv, D]     lse: [B, Hq, S]
+// Hq = Hkv * r; query head h reads kv head h / r; query i attends to keys 0..i; scores are scaled
+// by `scale`. lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) is saved by the forward.
+struct AttentionShape {
+  int64_t B, S, Hq, Hkv, D;
+  float scale;
+  size_t q_numel() const { return size_t(B * S * Hq * D); }    // q, out, dq, dout
+  size_t kv_numel() const { return size_t(B * S * Hkv * D); }  // k, v, dk, dv
+};
+
+// Every dimension positive and Hq a multiple of Hkv, else an error naming `who` and the shape.
+void check_attention_shape(const AttentionShape& s, const char* who);
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+
+// dout, dq, dk, dv are in the grad dtype (f32, or f64 for f64); lse is f32 (f64 for f64).
+struct AttentionKernel {
+  void (*forward)(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse);
+  void (*backward)(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                   const void* lse, const void* dout, void* dq, void* dk, void* dv);
+};
+
+}  // namespace titan::ops

@@ -1,0 +1,824 @@
+// Fast CPU attention (flash tiles) and its registration; the raw-pointer API is in cpu.h.
+#include "titan/ops/attention/cpu.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::cpu {
+namespace {
+
+// Below this many multiply-adds per call a parallel region costs more than it saves.
+bool worth_threads(const AttentionShape& s) {
+  return s.B * s.Hq * s.S * s.S * s.D > (int64_t(1) << 18);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash kernels. Score tiles are kept transposed, S^T[key j][query i], so every elementwise step of
+// the softmax runs along queries (one AVX-512 vector = 16 queries) and the three products of a tile
+// all take the form of one small GEMM with a broadcast operand:
+//   C[m][n] (+)= sum_k a(m, k) * B[k][n],   a(m, k) = a[m * sam + k * sak],  B rows contiguous.
+// Tile primitives come in two implementations (portable loops, AVX-512 intrinsics); the drivers are
+// templates over them, so the algorithm is written once.
+
+constexpr int64_t kTile = 64;  // queries per tile == keys per tile; a multiple of the 16-lane vector
+
+// Causal mask inside a tile: key j (tile-relative) is visible to query i iff j <= i + diag, where
+// diag = first query position - first key position of the tile.
+
+struct PortableOps {
+  static constexpr bool kBf16Dot = false;    // see Avx512Bf16Ops
+  static constexpr bool kBf16Probs = false;  // see Avx512Bf16ProbsOps
+
+  static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t m = 0; m < M; ++m) {
+      float* cm = c + m * ldc;
+      if (!accumulate) std::fill(cm, cm + N, 0.f);
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const float av = a[m * sam + kk * sak];
+        const float* bk = b + kk * ldb;
+        for (int64_t n = 0; n < N; ++n) cm[n] += av * bk[n];
+      }
+    }
+  }
+
+  static void widen_rows(const bf16* src, int64_t ld, int64_t n, int64_t D, float* dst) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t d = 0; d < D; ++d) dst[i * D + d] = bf16_to_f32(src[i * ld + d]);
+  }
+
+  // Scales the scores s[kn][kTile], folds them into the running max m and sum l, leaves the
+  // unnormalised probabilities in s and the factor that rescales earlier partial outputs in alpha.
+  static void softmax_online(float* s, int64_t kn, float scale, int64_t diag, float* m, float* l,
+                             float* alpha) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < kTile; ++i) {
+      float mx = m[i];
+      for (int64_t j = 0; j < kn; ++j) {
+        float& x = s[j * kTile + i];
+        x = j > i + diag ? kNegInf : x * scale;
+        mx = std::max(mx, x);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < kn; ++j) {
+        float& x = s[j * kTile + i];
+        x = std::exp(x - mx);
+        sum += x;
+      }
+      alpha[i] = std::exp(m[i] - mx);
+      l[i] = l[i] * alpha[i] + sum;
+      m[i] = mx;
+    }
+  }
+
+  // s (scores) becomes P = exp(scale s - lse); dp becomes scale * dS = scale * P (dp - di).
+  static void probs_grad(float* s, float* dp, int64_t kn, float scale, int64_t diag, const float* lse,
+                         const float* di) {
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t i = 0; i < kTile; ++i) {
+        const float p = j > i + diag ? 0.f : std::exp(s[j * kTile + i] * scale - lse[i]);
+        s[j * kTile + i] = p;
+        dp[j * kTile + i] = p * (dp[j * kTile + i] - di[i]) * scale;
+      }
+  }
+};
+
+// GCC 12's AVX-512 headers build results from _mm512_undefined_ps() (`__m512 __Y = __Y;`), which
+// trips -Wuninitialized at every inlined intrinsic; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define TITAN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
+
+// exp on 16 lanes: 2^n * e^r with |r| <= ln2/2, degree-7 Taylor polynomial (rel. error ~1e-7).
+// Inputs below -87.3 give ~1e-38 instead of 0; callers zero masked lanes explicitly.
+TITAN_AVX512 inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Lanes (queries 16v .. 16v+15 of the tile) that may see key j.
+TITAN_AVX512 inline __mmask16 visible(int64_t j, int64_t diag, int64_t v) {
+  const int64_t hidden = j - diag - 16 * v;  // queries below this lane index are masked
+  if (hidden <= 0) return 0xFFFF;
+  if (hidden >= 16) return 0;
+  return __mmask16(0xFFFFu << hidden);
+}
+
+// Register tile: MR rows x NV vectors (<= 6 x 4: 24 accumulators + 4 B vectors + 1 broadcast).
+template <int MR, int NV>
+TITAN_AVX512 void micro_tile(int64_t K, const float* a, int64_t sam, int64_t sak, const float* b, int64_t ldb,
+                             float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? _mm512_maskz_loadu_ps(v == NV - 1 ? tail : 0xFFFF, c + m * ldc + 16 * v)
+                             : _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < K; ++kk) {
+    const float* bk = b + kk * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bk + 16 * v);
+    bv[NV - 1] = _mm512_maskz_loadu_ps(tail, bk + 16 * (NV - 1));
+    const float* ak = a + kk * sak;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512 av = _mm512_set1_ps(ak[m * sam]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(av, bv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(c + m * ldc + 16 * v, v == NV - 1 ? tail : 0xFFFF, acc[m][v]);
+}
+
+template <int MR>
+TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
+                                int64_t ldb, float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
+  switch (nv) {
+    case 1:
+      return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 2:
+      return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    case 3:
+      return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+    default:
+      return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
+  }
+}
+
+struct Avx512Ops {
+  static constexpr bool kBf16Dot = false;
+  static constexpr bool kBf16Probs = false;
+
+  TITAN_AVX512 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
+                                const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t n0 = 0; n0 < N; n0 += 64) {
+      const int64_t nw = std::min<int64_t>(64, N - n0);
+      const int nv = int((nw + 15) / 16);
+      const __mmask16 tail = __mmask16(0xFFFFu >> (16 * nv - nw));
+      for (int64_t m0 = 0; m0 < M; m0 += 6) {
+        const float* am = a + m0 * sam;
+        float* cm = c + m0 * ldc + n0;
+        switch (std::min<int64_t>(6, M - m0)) {
+          case 1:
+            micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 2:
+            micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 3:
+            micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 4:
+            micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          case 5:
+            micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+          default:
+            micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
+            break;
+        }
+      }
+    }
+  }
+
+  // bf16 -> f32 is a 16-bit left shift of the bits.
+  TITAN_AVX512 static void widen_rows(const bf16* src, int64_t ld, int64_t n, int64_t D, float* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bf16* si = src + i * ld;
+      float* di = dst + i * D;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 m = D - d >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (D - d)) - 1);
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, si + d));
+        _mm512_mask_storeu_ps(di + d, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+    }
+  }
+
+  TITAN_AVX512 static void softmax_online(float* s, int64_t kn, float scale, int64_t diag, float* m, float* l,
+                                          float* alpha) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t v = 0; v < kTile / 16; ++v) {
+      const __m512 mold = _mm512_loadu_ps(m + 16 * v);
+      __m512 mx = mold;
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        const __m512 x = _mm512_mask_mul_ps(neg_inf, visible(j, diag, v), _mm512_loadu_ps(sj), vscale);
+        _mm512_storeu_ps(sj, x);
+        mx = _mm512_max_ps(mx, x);
+      }
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        const __m512 p =
+            _mm512_maskz_mov_ps(visible(j, diag, v), exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
+        _mm512_storeu_ps(sj, p);
+        sum = _mm512_add_ps(sum, p);
+      }
+      // The first tile has mold = -inf: alpha comes out ~1e-38 and multiplies l = 0 and O = 0.
+      const __m512 a = exp512(_mm512_sub_ps(mold, mx));
+      _mm512_storeu_ps(alpha + 16 * v, a);
+      _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), a, sum));
+      _mm512_storeu_ps(m + 16 * v, mx);
+    }
+  }
+
+  TITAN_AVX512 static void probs_grad(float* s, float* dp, int64_t kn, float scale, int64_t diag,
+                                      const float* lse, const float* di) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t v = 0; v < kTile / 16; ++v) {
+      const __m512 vlse = _mm512_loadu_ps(lse + 16 * v), vdi = _mm512_loadu_ps(di + 16 * v);
+      for (int64_t j = 0; j < kn; ++j) {
+        float* sj = s + j * kTile + 16 * v;
+        float* dpj = dp + j * kTile + 16 * v;
+        const __m512 p = _mm512_maskz_mov_ps(visible(j, diag, v),
+                                             exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
+        _mm512_storeu_ps(sj, p);
+        const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpj), vdi));
+        _mm512_storeu_ps(dpj, _mm512_mul_ps(ds, vscale));
+      }
+    }
+  }
+};
+
+#define TITAN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2,avx512bf16")))
+
+// The same register tile for C[m][0..63] += sum_p a2(m, p) . b2[p][n], where a2 and b2 are pairs of
+// bf16 (one 32-bit word) along the reduction dimension and vdpbf16ps multiplies a pair by a pair.
+// bf16 x bf16 products are exact in f32 and the sums are f32: the result is an f32 dot product.
+template <int MR>
+TITAN_AVX512_BF16 void micro_tile_dot(int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
+                                      const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
+                                      bool accumulate) {
+  constexpr int NV = kTile / 16;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < P; ++p) {
+    const uint32_t* bp = b + p * ldb;
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+    const uint32_t* ap = a + p * sak;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      int32_t word;  // (the words alias bf16 tensors: read them with memcpy)
+      std::memcpy(&word, ap + m * sam, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(word);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+}
+
+// With AVX512-BF16, the two products whose operands are both bf16 tensors (S = Q K^T, dP = dO V^T)
+// run on vdpbf16ps (twice the multiply-adds per instruction). The others multiply by P or dS, which
+// are f32 here and are not rounded to bf16, so they stay on the f32 kernel.
+struct Avx512Bf16Ops : Avx512Ops {
+  static constexpr bool kBf16Dot = true;
+
+  // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of ldb words.
+  TITAN_AVX512_BF16 static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
+                                         const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    for (int64_t m0 = 0; m0 < M; m0 += 6) {
+      const uint32_t* am = a + m0 * sam;
+      float* cm = c + m0 * ldc;
+      switch (std::min<int64_t>(6, M - m0)) {
+        case 1:
+          micro_tile_dot<1>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+        case 2:
+          micro_tile_dot<2>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+        case 3:
+          micro_tile_dot<3>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+        case 4:
+          micro_tile_dot<4>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+        case 5:
+          micro_tile_dot<5>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+        default:
+          micro_tile_dot<6>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
+          break;
+      }
+    }
+  }
+};
+
+// The "bf16_probs" variant: P and dS are rounded to bf16 (as GPU FlashAttention and a bf16 torch
+// autograd do) so that the four products that multiply by them (P V, P^T dO, dS^T Q, dS K) run on
+// vdpbf16ps too. The packers below build the pair layouts those products reduce over.
+struct Avx512Bf16ProbsOps : Avx512Bf16Ops {
+  static constexpr bool kBf16Probs = true;
+
+  // 16 bf16 (raw bits) widened into the low halves of 32-bit lanes.
+  TITAN_AVX512_BF16 static __m512i lanes16(const bf16* x) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  }
+
+  // Row pairs of a bf16 matrix rows[n][D] (stride ld): out[p][d] = (rows[2p][d], rows[2p+1][d]) for
+  // p < npairs; rows at or past n read as zero. D is a multiple of 16.
+  TITAN_AVX512_BF16 static void pack_row_pairs(const bf16* rows, int64_t ld, int64_t n, int64_t npairs, int64_t D,
+                                               uint32_t* out) {
+    for (int64_t p = 0; p < npairs; ++p) {
+      const bf16 *r0 = 2 * p < n ? rows + 2 * p * ld : nullptr, *r1 = 2 * p + 1 < n ? rows + (2 * p + 1) * ld : nullptr;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __m512i lo = r0 ? lanes16(r0 + d) : _mm512_setzero_si512();
+        const __m512i hi = r1 ? _mm512_slli_epi32(lanes16(r1 + d), 16) : _mm512_setzero_si512();
+        _mm512_storeu_si512(out + p * D + d, _mm512_or_si512(lo, hi));
+      }
+    }
+  }
+
+  // f32 tile s[j][kTile] -> bf16 rows out[j][kTile] (round to nearest even) for j < kn.
+  TITAN_AVX512_BF16 static void round_rows(const float* s, int64_t kn, bf16* out) {
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t i = 0; i < kTile; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j * kTile + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + j * kTile + i)));
+  }
+
+  // f32 tile s[j][kTile] -> pairs along j: out[p][i] = (bf16 s[2p][i], bf16 s[2p+1][i]), rows >= kn zero.
+  TITAN_AVX512_BF16 static void pair_rows(const float* s, int64_t kn, uint32_t* out) {
+    for (int64_t p = 0; p < (kn + 1) / 2; ++p)
+      for (int64_t i = 0; i < kTile; i += 16) {
+        const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + 2 * p * kTile + i)));
+        const __m512i hi = 2 * p + 1 < kn ? _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                                                                  _mm512_loadu_ps(s + (2 * p + 1) * kTile + i))),
+                                                              16)
+                                          : _mm512_setzero_si512();
+        _mm512_storeu_si512(out + p * kTile + i, _mm512_or_si512(lo, hi));
+      }
+  }
+};
+
+#undef TITAN_AVX512_BF16
+#undef TITAN_AVX512
+#pragma GCC diagnostic pop
+
+std::atomic<AttentionIsa> g_isa_limit{AttentionIsa::kBest};
+
+enum class Path { kPortable, kAvx512, kAvx512Bf16 };
+
+bool cpu_has_avx512() { return cpu_info().avx512_core(); }
+bool cpu_has_bf16_dot() { return cpu_has_avx512() && cpu_info().avx512_bf16; }
+
+Path select_path() {
+  const bool avx512 = cpu_has_avx512(), bf16_dot = cpu_has_bf16_dot();
+  const AttentionIsa limit = g_isa_limit.load(std::memory_order_relaxed);
+  if (!avx512 || limit == AttentionIsa::kPortable) return Path::kPortable;
+  if (!bf16_dot || limit == AttentionIsa::kAvx512) return Path::kAvx512;
+  return Path::kAvx512Bf16;
+}
+
+// Rows of an input tensor (stride ld) copied into contiguous f32 scratch (stride D): bf16 is widened,
+// f32 is copied too, because reading rows in place means Hq*D- or Hkv*D-float strides (4-8 KiB at
+// D = 128), which alias in L1 and measured ~10% slower than the copy.
+template <class Ops, class T>
+void load_rows(const T* src, int64_t ld, int64_t n, int64_t D, float* dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * D, src + i * ld, size_t(D) * sizeof(float));
+  } else {
+    Ops::widen_rows(src, ld, n, D, dst);
+  }
+}
+// (The core's bulk converters open an OpenMP region per call: too heavy for one row inside ours.)
+void store_row(float* dst, const float* src, int64_t D) {
+  std::memcpy(dst, src, size_t(D) * sizeof(float));
+}
+void store_row(bf16* dst, const float* src, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = f32_to_bf16(src[d]);
+}
+
+// rows[n][D] (stride ld) -> t[D][kTile], queries n..kTile-1 zero (their results are never written).
+void transpose_tile(const float* rows, int64_t ld, int64_t n, int64_t D, float* t) {
+  for (int64_t d = 0; d < D; ++d) {
+    float* td = t + d * kTile;
+    for (int64_t i = 0; i < n; ++i) td[i] = rows[i * ld + d];
+    std::fill(td + n, td + kTile, 0.f);
+  }
+}
+
+// bf16 rows[n][D] (stride ld, D even) -> t[D/2][kTile] words holding the pair (row i: 2p, 2p+1),
+// the layout vdpbf16ps reduces over; padding queries are zero.
+void pack_pairs(const bf16* rows, int64_t ld, int64_t n, int64_t D, uint32_t* t) {
+  for (int64_t p = 0; p < D / 2; ++p) {
+    uint32_t* tp = t + p * kTile;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(tp + i, rows + i * ld + 2 * p, 4);
+    std::fill(tp + n, tp + kTile, 0u);
+  }
+}
+
+// Whether the bf16 dot-product kernel applies: it reads q.k and dout.v operands as 32-bit pairs.
+template <class Ops, class T>
+bool use_dot(int64_t D, std::initializer_list<const T*> tensors) {
+  if constexpr (!Ops::kBf16Dot || !std::is_same_v<T, bf16>) {
+    return false;
+  } else {
+    if (D % 2 != 0) return false;
+    for (const T* t : tensors)
+      if (reinterpret_cast<uintptr_t>(t) % 4 != 0) return false;
+    return true;
+  }
+}
+
+// C^T[kn][kTile] = X Y^T for a kv-side tile X (kn rows of the tensor `raw`, stride ld; `rows` is its
+// f32 view) and a query-side tile Y held transposed (yt, f32) or pair-packed (yp, for the dot kernel).
+template <class Ops, class T>
+void tile_scores(bool dot, int64_t kn, int64_t D, const T* raw, int64_t ld, const float* rows, int64_t ldr,
+                 const float* yt, const uint32_t* yp, float* c) {
+  if constexpr (Ops::kBf16Dot) {
+    if (dot)
+      return Ops::gemm_dot(kn, D / 2, reinterpret_cast<const uint32_t*>(raw), ld / 2, 1, yp, kTile, c, kTile, false);
+  }
+  Ops::gemm(kn, kTile, D, rows, ldr, 1, yt, kTile, c, kTile, false);
+}
+
+int64_t tiles(int64_t S) {
+  return (S + kTile - 1) / kTile;
+}
+
+template <class Ops, class T>
+void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, float* lse) {
+  ops::check_attention_shape(s, "attention_fwd_flash");
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t ntasks = s.B * s.Hq * nt;
+  const bool dot = use_dot<Ops, T>(D, {q, k});
+  // bf16_probs: P V on vdpbf16ps with P rounded to bf16 (V rows packed in pairs).
+  const bool probs16 = Ops::kBf16Probs && dot && use_dot<Ops, T>(D, {v}) && D % 16 == 0;
+#pragma omp parallel if (worth_threads(s))
+  {
+    std::vector<float> qrows(kTile * D), krows(kTile * D), vrows(kTile * D), qt(dot ? 0 : D * kTile),
+        ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
+    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), vpair(probs16 ? kTile / 2 * D : 0),
+        ppair(probs16 ? kTile / 2 * kTile : 0);
+    // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; ++t) {
+      const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
+      const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0);
+      const int64_t kvoff = b * S * ldk + (h / r) * D;
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (dot) pack_pairs(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qp.data());
+      }
+      if (!dot) {
+        load_rows<Ops>(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qrows.data());
+        transpose_tile(qrows.data(), D, qn, D, qt.data());
+      }
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.f);
+      std::fill(ot.begin(), ot.end(), 0.f);
+      for (int64_t ktile = 0; ktile <= qtile; ++ktile) {  // tiles above the diagonal are fully masked
+        const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
+        if (!dot) load_rows<Ops>(k + kvoff + k0 * ldk, ldk, kn, D, krows.data());
+        tile_scores<Ops>(dot, kn, D, k + kvoff + k0 * ldk, ldk, krows.data(), D, qt.data(), qp.data(),
+                         st.data());
+        Ops::softmax_online(st.data(), kn, s.scale, q0 - k0, m.data(), l.data(), alpha.data());
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t i = 0; i < kTile; ++i) ot[d * kTile + i] *= alpha[i];
+        if constexpr (Ops::kBf16Probs) {
+          if (probs16) {  // O^T += V^T P^T over key pairs
+            const int64_t kp = (kn + 1) / 2;
+            Ops::pack_row_pairs(v + kvoff + k0 * ldk, ldk, kn, kp, D, vpair.data());
+            Ops::pair_rows(st.data(), kn, ppair.data());
+            Ops::gemm_dot(D, kp, vpair.data(), 1, D, ppair.data(), kTile, ot.data(), kTile, true);
+            continue;
+          }
+        }
+        load_rows<Ops>(v + kvoff + k0 * ldk, ldk, kn, D, vrows.data());
+        Ops::gemm(D, kTile, kn, vrows.data(), 1, D, st.data(), kTile, ot.data(), kTile,
+                  true);  // O^T += V^T P^T
+      }
+      for (int64_t i = 0; i < qn; ++i) {
+        const float inv = 1.f / l[i];
+        for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
+        store_row(out + (b * S + q0 + i) * ldq + h * D, row.data(), D);
+        lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+  }
+}
+
+// FlashAttention-2 backward. A task is (batch, kv head, split): it owns the kv tiles ktile with
+// ktile % nsplit == split for all r query heads of the group, so its dk/dv rows are private. dq of a
+// query tile gathers contributions from every kv tile: with one split it is written once and directly;
+// with several, each split writes its own f32 partial and a final pass sums them.
+template <class Ops, class T>
+void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const float* lse,
+               const T* dout, T* dq, T* dk, T* dv) {
+  ops::check_attention_shape(s, "attention_bwd_flash");
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
+  // Few groups per thread would leave cores idle: split the kv tiles of each group as well. Each split
+  // costs an f32 copy of dq, hence the cap of 4.
+  const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
+                             ? 1
+                             : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
+  const int64_t qsize = s.B * S * ldq;
+  std::vector<float> dq_part(nsplit > 1 ? size_t(nsplit * qsize) : 0);
+  const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
+  // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
+  const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
+#pragma omp parallel if (worth_threads(s))
+  {
+    std::vector<uint32_t> kpair(probs16 ? (S + 1) / 2 * D : 0), qpair(probs16 ? kTile / 2 * D : 0),
+        dopair(probs16 ? kTile / 2 * D : 0), dspair(probs16 ? kTile / 2 * kTile : 0);
+    std::vector<bf16> pb(probs16 ? kTile * kTile : 0), dsb(probs16 ? kTile * kTile : 0);
+    std::vector<float> qrows(kTile * D), dorows(kTile * D), qt(dot ? 0 : D * kTile),
+        dot_t(dot ? 0 : D * kTile), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile), lse_t(kTile),
+        di_t(kTile), row(D), orow(D);
+    std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), dop(dot ? D / 2 * kTile : 0);
+    // bf16 outputs accumulate dk/dv in f32 scratch; f32 outputs accumulate in place. The k (and v, off
+    // the dot path) rows of the task's kv head are loaded once per task, not once per tile pair.
+    std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D), kf(probs16 ? 0 : S * D),
+        vf(dot ? 0 : S * D);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < groups * nsplit; ++task) {
+      const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
+      const int64_t kvoff = b * S * ldk + g * D;
+      float *dk_acc, *dv_acc;
+      int64_t ld_acc;
+      if constexpr (kF32) {
+        dk_acc = dk + kvoff;
+        dv_acc = dv + kvoff;
+        ld_acc = ldk;
+      } else {
+        dk_acc = dk_scratch.data();
+        dv_acc = dv_scratch.data();
+        ld_acc = D;
+      }
+      // f32 K rows feed the f32 dQ product (and the scores off the dot path); bf16_probs packs pairs.
+      if (probs16) {
+        if constexpr (Ops::kBf16Probs) Ops::pack_row_pairs(k + kvoff, ldk, S, (S + 1) / 2, D, kpair.data());
+      } else {
+        load_rows<Ops>(k + kvoff, ldk, S, D, kf.data());
+      }
+      if (!dot) load_rows<Ops>(v + kvoff, ldk, S, D, vf.data());
+      for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+        for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
+          std::fill(dk_acc + j * ld_acc, dk_acc + j * ld_acc + D, 0.f);
+          std::fill(dv_acc + j * ld_acc, dv_acc + j * ld_acc + D, 0.f);
+        }
+      for (int64_t h = g * r; h < (g + 1) * r; ++h)
+        for (int64_t qtile = split; qtile < nt; ++qtile) {
+          const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
+          load_rows<Ops>(q + qoff, ldq, qn, D, qrows.data());
+          load_rows<Ops>(dout + qoff, ldq, qn, D, dorows.data());
+          if constexpr (std::is_same_v<T, bf16>) {
+            if (dot) {
+              pack_pairs(q + qoff, ldq, qn, D, qp.data());
+              pack_pairs(dout + qoff, ldq, qn, D, dop.data());
+            }
+          }
+          if constexpr (Ops::kBf16Probs) {
+            if (probs16) {
+              Ops::pack_row_pairs(q + qoff, ldq, qn, (qn + 1) / 2, D, qpair.data());
+              Ops::pack_row_pairs(dout + qoff, ldq, qn, (qn + 1) / 2, D, dopair.data());
+            }
+          }
+          if (!dot) {
+            transpose_tile(qrows.data(), D, qn, D, qt.data());
+            transpose_tile(dorows.data(), D, qn, D, dot_t.data());
+          }
+          for (int64_t i = 0; i < kTile; ++i) {
+            lse_t[i] = 0.f;
+            di_t[i] = 0.f;
+            if (i >= qn) continue;  // padding queries: any finite values, their results are dropped
+            lse_t[i] = lse[(b * s.Hq + h) * S + q0 + i];
+            load_rows<Ops>(out + qoff + i * ldq, ldq, 1, D, orow.data());
+            float acc = 0.f;
+            for (int64_t d = 0; d < D; ++d) acc += dorows[i * D + d] * orow[d];
+            di_t[i] = acc;
+          }
+          std::fill(dqt.begin(), dqt.end(), 0.f);
+          for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
+            const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
+            const float* kr = kf.data() + k0 * D;
+            const float* vr = dot ? nullptr : vf.data() + k0 * D;
+            tile_scores<Ops>(dot, kn, D, k + kvoff + k0 * ldk, ldk, kr, D, qt.data(), qp.data(), st.data());
+            tile_scores<Ops>(dot, kn, D, v + kvoff + k0 * ldk, ldk, vr, D, dot_t.data(), dop.data(),
+                             dpt.data());  // dP^T = V dO^T
+            Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
+            if constexpr (Ops::kBf16Probs) {
+              if (probs16) {
+                // Pairs along queries (rows of P^T and dS^T as bf16) for dV and dK; padding queries
+                // pair with the zero rows of qpair / dopair. Pairs along keys of dS for dQ.
+                const int64_t qpn = (qn + 1) / 2, kpn = (kn + 1) / 2;
+                Ops::round_rows(st.data(), kn, pb.data());
+                Ops::round_rows(dpt.data(), kn, dsb.data());
+                Ops::pair_rows(dpt.data(), kn, dspair.data());
+                const auto* pw = reinterpret_cast<const uint32_t*>(pb.data());
+                const auto* dsw = reinterpret_cast<const uint32_t*>(dsb.data());
+                for (int64_t d0 = 0; d0 < D; d0 += kTile) {
+                  Ops::gemm_dot(kn, qpn, pw, kTile / 2, 1, dopair.data() + d0, D, dv_acc + k0 * ld_acc + d0, ld_acc,
+                                true);
+                  Ops::gemm_dot(kn, qpn, dsw, kTile / 2, 1, qpair.data() + d0, D, dk_acc + k0 * ld_acc + d0, ld_acc,
+                                true);
+                }
+                Ops::gemm_dot(D, kpn, kpair.data() + k0 / 2 * D, 1, D, dspair.data(), kTile, dqt.data(), kTile, true);
+                continue;
+              }
+            }
+            // dV += P^T dO and dK += (scale dS)^T Q reduce over the valid queries only.
+            Ops::gemm(kn, D, qn, st.data(), kTile, 1, dorows.data(), D, dv_acc + k0 * ld_acc, ld_acc, true);
+            Ops::gemm(kn, D, qn, dpt.data(), kTile, 1, qrows.data(), D, dk_acc + k0 * ld_acc, ld_acc, true);
+            Ops::gemm(D, kTile, kn, kr, 1, D, dpt.data(), kTile, dqt.data(), kTile, true);  // dQ^T
+          }
+          for (int64_t i = 0; i < qn; ++i) {
+            for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
+            if (nsplit == 1)
+              store_row(dq + qoff + i * ldq, row.data(), D);
+            else
+              std::memcpy(dq_part.data() + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
+          }
+        }
+      if constexpr (!kF32)
+        for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+          for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
+            store_row(dk + kvoff + j * ldk, dk_acc + j * D, D);
+            store_row(dv + kvoff + j * ldk, dv_acc + j * D, D);
+          }
+    }
+    if (nsplit > 1) {
+#pragma omp for schedule(static)
+      for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
+        std::fill(row.begin(), row.end(), 0.f);
+        for (int64_t sp = 0; sp < nsplit; ++sp) {
+          const float* part = dq_part.data() + sp * qsize + rw * D;
+          for (int64_t d = 0; d < D; ++d) row[d] += part[d];
+        }
+        store_row(dq + rw * D, row.data(), D);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                             float* out, float* lse) {
+  if (select_path() == Path::kPortable)
+    fwd_flash<PortableOps>(s, q, k, v, out, lse);
+  else
+    fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
+}
+void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
+                             const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                             float* dv) {
+  if (select_path() == Path::kPortable)
+    bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                              float* lse) {
+  switch (select_path()) {
+    case Path::kPortable:
+      return fwd_flash<PortableOps>(s, q, k, v, out, lse);
+    case Path::kAvx512:
+      return fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
+    case Path::kAvx512Bf16:
+      return fwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse);
+  }
+}
+void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                              const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
+                              bf16* dv) {
+  switch (select_path()) {
+    case Path::kPortable:
+      return bwd_flash<PortableOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+    case Path::kAvx512:
+      return bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+    case Path::kAvx512Bf16:
+      return bwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+  }
+}
+
+bool attention_bf16_probs_available() { return cpu_has_bf16_dot(); }
+void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                                    float* lse) {
+  if (select_path() != Path::kAvx512Bf16) return attention_fwd_flash_bf16(s, q, k, v, out, lse);
+  fwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse);
+}
+void attention_bwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                                    const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
+                                    bf16* dv) {
+  if (select_path() != Path::kAvx512Bf16) return attention_bwd_flash_bf16(s, q, k, v, out, lse, dout, dq, dk, dv);
+  bwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+void attention_limit_isa(AttentionIsa isa) {
+  g_isa_limit.store(isa, std::memory_order_relaxed);
+}
+
+}  // namespace titan::cpu
+
+namespace titan::ops {
+namespace {
+
+
+// Flash variants.
+void fwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+  cpu::attention_fwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
+                               static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
+}
+void bwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  cpu::attention_bwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
+                               static_cast<const float*>(v), static_cast<const float*>(out),
+                               static_cast<const float*>(lse), static_cast<const float*>(dout),
+                               static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+}
+void fwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
+  cpu::attention_fwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                                static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+// The bf16 backward kernels take bf16 dout and return bf16 gradients (as a bf16 autograd would): the
+// f32 upstream gradient is rounded once and the results widened.
+using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, const bf16*, const bf16*,
+                              const float*, const bf16*, bf16*, bf16*, bf16*);
+void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, const void* k, const void* v,
+                  const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  std::vector<bf16> dout16(s.q_numel()), dq16(s.q_numel()), dk16(s.kv_numel()), dv16(s.kv_numel());
+  convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
+  kernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+         static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
+         dv16.data());
+  convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
+  convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
+  convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
+}
+void bwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  bwd_bf16_via(cpu::attention_bwd_flash_bf16, s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+void fwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
+                          void* lse) {
+  cpu::attention_fwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                                      static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+void bwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                          const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+TITAN_REGISTER_KERNEL(attention_f32_flash, {"attention", Device::CPU, DType::F32, "default",
+                                            "flash tiles, online softmax, AVX-512 when available, OpenMP",
+                                            AttentionKernel{fwd_flash_f32, bwd_flash_f32}, {}});
+TITAN_REGISTER_KERNEL(attention_bf16_flash, {"attention", Device::CPU, DType::BF16, "default",
+                                             "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
+                                             AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}, {}});
+TITAN_REGISTER_KERNEL(attention_bf16_probs,
+                      {"attention", Device::CPU, DType::BF16, "bf16_probs",
+                       "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 "
+                       "(backward: head_dim % 64 == 0, else f32 products there)",
+                       AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
+                       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }});
+
+
+}  // namespace
+}  // namespace titan::ops

@@ -1,0 +1,41 @@
+// The test and parity specification of attention (kernels/spec.h): shapes, seeded inputs and the
+// tolerance per dtype and variant, in one place; `titan kernels parity` and the op tests read it.
+#include "titan/kernels/spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/ops/attention/attention.h"
+
+namespace titan::ops {
+namespace {
+
+using namespace kernels;
+
+TITAN_REGISTER_OP_SPEC(
+    attention,
+    {"attention",
+     {"B", "S", "Hq", "Hkv", "D"},
+     5,
+     {{1, 1, 2, 1, 8}, {2, 37, 4, 2, 64}, {1, 70, 4, 1, 25}},
+     [](const Dims& s) { return s[2] % s[3] == 0 ? std::string() : "Hq must be a multiple of Hkv"; },
+     [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+       const double scale = 1.0 / std::sqrt(double(s[4]));
+       return ParityCase{{spec_grad_input(spec_uniform({s[0], s[1], s[2], s[4]}, dt, seed, -2, 2)),
+                          spec_grad_input(spec_uniform({s[0], s[1], s[3], s[4]}, dt, seed + 1, -2, 2)),
+                          spec_grad_input(spec_uniform({s[0], s[1], s[3], s[4]}, dt, seed + 2))},
+                         {"q", "k", "v"},
+                         [scale](const std::vector<Tensor>& in) {
+                           return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)};
+                         },
+                         {"out"}};
+     },
+     [](const Dims&, DType dt, const std::string& variant) -> Tolerance {
+       if (dt == DType::F64) return spec_f64_tolerance();
+       // bf16_probs rounds P and dS to bf16 (tests/backend/attention_test.cpp, Bf16Probs...).
+       if (variant == "bf16_probs") return Tolerance{1e-2, 1e-2, true};
+       return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
+     }});
+
+}  // namespace
+}  // namespace titan::ops

@@ -1,0 +1,150 @@
+#include "titan/ops/cross_entropy/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
+
+namespace titan::ops {
+
+namespace {
+
+void check_labels_shape(const char* op, const Tensor& labels, int64_t N, const Tensor& rows) {
+  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1 && labels.size(0) == N, op,
+              ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels.str());
+}
+
+void check_float(const char* op, const Tensor& t, const char* what) {
+  DType d = t.dtype();
+  TITAN_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F64, op, ": ", what, " ", t.str(),
+              " must be f32, bf16 or f64");
+}
+
+// Counts the rows that take part and rejects labels outside [0, V) (a tokenizer/vocab mismatch
+// would otherwise read out of bounds). Both scans run on the labels' device.
+int64_t validate_labels(const char* op, const Tensor& labels, int64_t V, int64_t ignore_index) {
+  const int64_t bad = first_index_outside(labels, 0, V, ignore_index);
+  if (bad >= 0) {
+    const int64_t label = int64_t(labels.narrow(0, bad, 1).item());
+    TITAN_FAIL(op, ": label ", label, " at row ", bad, " is outside [0, V) with V=", V,
+               " (and is not ignore_index=", ignore_index, ")");
+  }
+  return count_not_equal(labels, ignore_index);
+}
+
+// Sums the per-row losses in row order in f64: the value does not depend on thread count.
+Tensor reduce_loss(const Tensor& row_loss, int64_t count, Reduction reduction) {
+  double total = sum_all(row_loss);
+  if (reduction == Reduction::Mean) total = count ? total / double(count) : 0.0;
+  return Tensor::full({}, total, row_loss.dtype(), row_loss.device());
+}
+
+// d(loss)/d(row loss) for counted rows; 0 when no row counts (the loss is the constant 0).
+double grad_scale(const Tensor& g, int64_t count, Reduction reduction) {
+  if (!g.defined()) return 0;
+  double s = g.item();
+  if (reduction == Reduction::Mean) s = count ? s / double(count) : 0.0;
+  return s;
+}
+
+}  // namespace
+
+int64_t count_targets(const Tensor& labels, int64_t ignore_index) {
+  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1,
+              "count_targets: expected labels i64[N], got ", labels.str());
+  return count_not_equal(labels, ignore_index);
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t ignore_index,
+                     Reduction reduction, int64_t* num_targets) {
+  TITAN_CHECK(logits_in.dim() == 2, "cross_entropy: expected logits [N, V], got ", logits_in.str());
+  check_float("cross_entropy", logits_in, "logits");
+  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  check_labels_shape("cross_entropy", labels_in, N, logits_in);
+  TITAN_CHECK(V > 0, "cross_entropy: logits ", logits_in.str(), " has no classes");
+  Tensor logits = logits_in.contiguous().detach(), labels = labels_in.contiguous().detach();
+  const int64_t count = validate_labels("cross_entropy", labels, V, ignore_index);
+  if (num_targets) *num_targets = count;
+
+  const DType ad = grad_dtype(logits.dtype());
+  const auto& kernel =
+      kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
+  const KernelContext ctx = device_services(logits.device()).context();
+  Tensor lse = Tensor::empty({N}, ad, logits.device()), row_loss = Tensor::empty({N}, ad, logits.device());
+  kernel.forward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+                 row_loss.raw_data());
+  Tensor loss = reduce_loss(row_loss, count, reduction);
+
+  if (autograd::needs_grad({&logits_in})) {
+    autograd::record("cross_entropy", {logits_in}, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
+      Tensor dl = Tensor::empty(logits.shape(), ad, logits.device());
+      kernel.backward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+                      grad_scale(g[0], count, reduction), dl.raw_data());
+      return std::vector<Tensor>{dl};
+    });
+  }
+  return loss;
+}
+
+Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& labels_in,
+                            int64_t ignore_index, int64_t chunk, Reduction reduction, int64_t* num_targets,
+                            bool round_logits_to_bf16, int64_t keep_logits_bytes) {
+  TITAN_CHECK(hidden_in.dim() == 2 && weight_in.dim() == 2,
+              "linear_cross_entropy: expected hidden [N, D] and weight [V, D], got hidden ", hidden_in.str(),
+              " and weight ", weight_in.str());
+  TITAN_CHECK(hidden_in.size(1) == weight_in.size(1), "linear_cross_entropy: hidden ", hidden_in.str(),
+              " has D=", hidden_in.size(1), " but weight ", weight_in.str(), " has D=", weight_in.size(1));
+  TITAN_CHECK(hidden_in.dtype() == weight_in.dtype(), "linear_cross_entropy: dtypes differ: hidden ",
+              hidden_in.str(), ", weight ", weight_in.str());
+  check_float("linear_cross_entropy", hidden_in, "hidden");
+  const int64_t N = hidden_in.size(0), V = weight_in.size(0), D = hidden_in.size(1);
+  check_labels_shape("linear_cross_entropy", labels_in, N, hidden_in);
+  TITAN_CHECK(V > 0, "linear_cross_entropy: weight ", weight_in.str(), " has no vocabulary rows");
+  TITAN_CHECK(chunk > 0, "linear_cross_entropy: chunk must be positive, got ", chunk);
+  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach();
+  Tensor labels = labels_in.contiguous().detach();
+  const int64_t count = validate_labels("linear_cross_entropy", labels, V, ignore_index);
+  if (num_targets) *num_targets = count;
+
+  const DType ad = grad_dtype(hidden.dtype());
+  const auto& kernel =
+      kernels::kernel_for<LinearCrossEntropyKernel>("linear_cross_entropy", hidden.device(), hidden.dtype());
+  const KernelContext ctx = device_services(hidden.device()).context();
+  const bool round = round_logits_to_bf16 && hidden.dtype() == DType::BF16;
+  // Logits the kernel keeps for backward (if any); the backward closure owns them.
+  auto kept = std::make_shared<Tensor>();
+  auto args = [=] {  // raw pointers into the tensors the backward closure keeps alive
+    return LinearCrossEntropyArgs{N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
+                                  ignore_index, chunk, round, kept.get(), keep_logits_bytes};
+  };
+  Tensor lse = Tensor::empty({N}, ad, hidden.device()), row_loss = Tensor::empty({N}, ad, hidden.device());
+  const bool grad = autograd::needs_grad({&hidden_in, &weight_in});
+  {
+    LinearCrossEntropyArgs a = args();
+    if (!grad) a.keep_bytes = 0;  // nothing would read them
+    kernel.forward(ctx, a, lse.raw_data(), row_loss.raw_data());
+  }
+  Tensor loss = reduce_loss(row_loss, count, reduction);
+
+  if (grad) {
+    const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
+    autograd::record("linear_cross_entropy", {hidden_in, weight_in}, {&loss},
+                     [=, &kernel](const std::vector<Tensor>& g) {
+                       Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad, hidden.device()) : Tensor();
+                       Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad, hidden.device()) : Tensor();
+                       kernel.backward(ctx, args(), lse.raw_data(), grad_scale(g[0], count, reduction),
+                                       need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+                       *kept = Tensor();  // backward runs once: free the logits before the next node
+                       return std::vector<Tensor>{dh, dw};
+                     });
+  }
+  return loss;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,58 @@
+// The test and parity specification of cross_entropy (kernels/spec.h): shapes, seeded inputs and the
+// tolerance per dtype and variant, in one place; `titan kernels parity` and the op tests read it.
+#include "titan/kernels/spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/ops/cross_entropy/cross_entropy.h"
+
+namespace titan::ops {
+namespace {
+
+using namespace kernels;
+
+TITAN_REGISTER_OP_SPEC(cross_entropy,
+                       {"cross_entropy",
+                        {"N", "V"},
+                        2,
+                        {{1, 1}, {7, 1000}, {33, 257}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_grad_input(spec_uniform({s[0], s[1]}, dt, seed, -8, 8)),
+                                             spec_random_labels(s[0], s[1], seed + 1)},
+                                            {"logits", "labels"},
+                                            [](const std::vector<Tensor>& in) {
+                                              return std::vector<Tensor>{ops::cross_entropy(in[0], in[1])};
+                                            },
+                                            {"loss"}};
+                        },
+                        [](const Dims&, DType dt, const std::string&) {
+                          return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
+                        }});
+
+TITAN_REGISTER_OP_SPEC(linear_cross_entropy,
+                       {"linear_cross_entropy",
+                        {"N", "V", "D", "chunk"},
+                        3,
+                        {{1, 1, 1, 1}, {37, 1000, 19, 384}, {13, 257, 64}, {16, 100, 8, 7}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t chunk = s.size() > 3 ? s[3] : 8192;
+                          return ParityCase{{spec_grad_input(spec_uniform({s[0], s[2]}, dt, seed)),
+                                             spec_grad_input(spec_uniform({s[1], s[2]}, dt, seed + 1)),
+                                             spec_random_labels(s[0], s[1], seed + 2)},
+                                            {"hidden", "weight", "labels"},
+                                            [chunk](const std::vector<Tensor>& in) {
+                                              return std::vector<Tensor>{ops::linear_cross_entropy(
+                                                  in[0], in[1], in[2], -100, chunk)};
+                                            },
+                                            {"loss"}};
+                        },
+                        [](const Dims&, DType dt, const std::string&) -> Tolerance {
+                          if (dt == DType::F64) return spec_f64_tolerance();
+                          return dt == DType::BF16 ? Tolerance{1e-5, 1e-3} : Tolerance{1e-6, 1e-4};
+                        }});
+
+}  // namespace
+}  // namespace titan::ops

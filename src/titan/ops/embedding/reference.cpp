@@ -1,0 +1,60 @@
+// The reference kernels of embedding: plain loops, the ground truth every other variant is
+// tested against (registered as variant "reference" on the CPU).
+#include "titan/ops/embedding/embedding.h"
+
+#include <cstring>
+#include <vector>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+// Reference: row copies and a serial scatter-add in id order (the order every variant must keep
+// per row, so f32 gradients are bit-identical across variants).
+template <class T>
+void embedding_forward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
+  const T* table = static_cast<const T*>(tv);
+  T* out = static_cast<T*>(ov);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t d = 0; d < D; ++d) out[i * D + d] = table[ids[i] * D + d];
+}
+
+template <class A>
+void embedding_backward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
+  const A* dy = static_cast<const A*>(dyv);
+  A* dt = static_cast<A*>(dtv);
+  for (int64_t k = 0; k < V * D; ++k) dt[k] = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t d = 0; d < D; ++d) dt[ids[i] * D + d] += dy[i * D + d];
+}
+
+TITAN_REGISTER_KERNEL(embedding_f64_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::F64,
+                       "reference",
+                       "row copy, serial scatter-add",
+                       EmbeddingKernel{embedding_forward_ref<double>, embedding_backward_ref<double>},
+                       {}});
+TITAN_REGISTER_KERNEL(embedding_f32_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "row copy, serial scatter-add",
+                       EmbeddingKernel{embedding_forward_ref<float>, embedding_backward_ref<float>},
+                       {}});
+TITAN_REGISTER_KERNEL(embedding_bf16_ref,
+                      {"embedding",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "row copy, serial scatter-add into f32",
+                       EmbeddingKernel{embedding_forward_ref<uint16_t>, embedding_backward_ref<float>},
+                       {}});
+
+}  // namespace
+
+}  // namespace titan::ops

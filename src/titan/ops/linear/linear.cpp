@@ -1,0 +1,40 @@
+#include "titan/ops/linear/linear.h"
+
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in) {
+  TITAN_CHECK(x_in.dim() >= 1 && w_in.dim() == 2, "linear: expected x [..., K] and w [N, K], got x ", x_in.str(),
+              " and w ", w_in.str());
+  TITAN_CHECK(x_in.size(-1) == w_in.size(1), "linear: x ", x_in.str(), " has K=", x_in.size(-1), " but w ",
+              w_in.str(), " has K=", w_in.size(1));
+  TITAN_CHECK(x_in.dtype() == w_in.dtype(), "linear: dtypes differ: x ", x_in.str(), ", w ", w_in.str());
+  Tensor x = x_in.contiguous().detach(), w = w_in.contiguous().detach();
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / (K ? K : 1);
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  const auto& kernel = kernels::kernel_for<LinearKernel>("linear", x.device(), x.dtype());
+  const KernelContext ctx = device_services(x.device()).context();
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  kernel.forward(ctx, M, N, K, x.raw_data(), w.raw_data(), y.raw_data());
+  if (autograd::needs_grad({&x_in, &w_in})) {
+    bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
+    autograd::record("linear", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
+      DType gd = grad_dtype(x.dtype());
+      Tensor dy = g[0].contiguous();
+      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd, x.device()) : Tensor();
+      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
+      kernel.backward(ctx, M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), need_dx ? dx.raw_data() : nullptr,
+                      need_dw ? dw.raw_data() : nullptr);
+      return std::vector<Tensor>{dx, dw};
+    });
+  }
+  return y;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,60 @@
+// The reference kernels of linear: plain loops, the ground truth every other variant is
+// tested against (registered as variant "reference" on the CPU).
+#include "titan/ops/linear/linear.h"
+
+#include <vector>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+// Reference: plain triple loops in the accumulation type A (f64 for f64, f32 otherwise).
+template <class T, class A>
+void linear_forward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, void* yv) {
+  const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
+  T* y = static_cast<T*>(yv);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      A acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += A(x[m * K + k]) * A(w[n * K + k]);
+      y[m * N + n] = T(acc);
+    }
+}
+
+template <class T, class A>
+void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dxv,
+                         void* dwv) {
+  const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
+  const A* dy = static_cast<const A*>(dyv);
+  if (A* dx = static_cast<A*>(dxv))
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        A acc = 0;
+        for (int64_t n = 0; n < N; ++n) acc += dy[m * N + n] * A(w[n * K + k]);
+        dx[m * K + k] = acc;
+      }
+  if (A* dw = static_cast<A*>(dwv))
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        A acc = 0;
+        for (int64_t m = 0; m < M; ++m) acc += dy[m * N + n] * A(x[m * K + k]);
+        dw[n * K + k] = acc;
+      }
+}
+
+TITAN_REGISTER_KERNEL(linear_f64_ref, {"linear", Device::CPU, DType::F64, "reference", "triple loop, f64",
+                                       LinearKernel{linear_forward_ref<double, double>,
+                                                    linear_backward_ref<double, double>}, {}});
+TITAN_REGISTER_KERNEL(linear_f32_ref, {"linear", Device::CPU, DType::F32, "reference", "triple loop, f32 accumulation",
+                                       LinearKernel{linear_forward_ref<float, float>,
+                                                    linear_backward_ref<float, float>}, {}});
+TITAN_REGISTER_KERNEL(linear_bf16_ref, {"linear", Device::CPU, DType::BF16, "reference",
+                                        "triple loop, bf16 inputs, f32 accumulation",
+                                        LinearKernel{linear_forward_ref<Bf16, float>,
+                                                     linear_backward_ref<Bf16, float>}, {}});
+
+}  // namespace
+
+}  // namespace titan::ops

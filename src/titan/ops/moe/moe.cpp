@@ -1,0 +1,183 @@
+#include "titan/ops/moe/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
+
+namespace titan::ops {
+
+namespace {
+
+bool is_compute_float(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16;
+}
+
+void check_indices(const char* op, const Tensor& indices, int64_t E) {
+  const int64_t bad = first_index_outside(indices, 0, E, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL(op, ": indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1), ", slot ",
+               bad % indices.size(1), ") is ", int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()),
+               ", outside [0, ", E, ")");
+}
+
+}  // namespace
+
+RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, const Tensor& expert_bias) {
+  TITAN_CHECK(logits_in.dim() == 2, "router_topk: logits must be [T, E], got ", logits_in.str());
+  TITAN_CHECK(is_compute_float(logits_in.dtype()), "router_topk: logits ", logits_in.str(),
+              " must be f32, bf16 or f64");
+  const int64_t T = logits_in.size(0), E = logits_in.size(1);
+  TITAN_CHECK(k >= 1 && k <= E, "router_topk: k=", k, " must be in [1, E] for logits ", logits_in.str());
+  Tensor bias;
+  if (expert_bias.defined()) {
+    TITAN_CHECK(expert_bias.dim() == 1 && expert_bias.size(0) == E && expert_bias.dtype() == DType::F32,
+                "router_topk: expert_bias ", expert_bias.str(), " must be f32[", E, "] for logits ",
+                logits_in.str());
+    bias = expert_bias.contiguous();
+  }
+  Tensor logits = logits_in.contiguous().detach();
+  const DType gd = grad_dtype(logits.dtype());
+  const auto& kernel = kernels::kernel_for<RouterKernel>("router_topk", logits.device(), logits.dtype());
+  const KernelContext ctx = device_services(logits.device()).context();
+  RouterOutput out;
+  out.weights = Tensor::empty({T, k}, gd, logits.device());
+  out.indices = Tensor::empty({T, k}, DType::I64, logits.device());
+  out.probs = Tensor::empty({T, E}, gd, logits.device());
+  out.counts = Tensor::empty({E}, DType::I64, logits.device());
+  kernel.forward(ctx, T, E, k, renormalize, logits.raw_data(), bias.defined() ? bias.data<float>() : nullptr,
+                 out.weights.raw_data(), out.indices.data<int64_t>(), out.probs.raw_data(),
+                 out.counts.data<int64_t>());
+  if (autograd::needs_grad({&logits_in})) {
+    Tensor probs = out.probs.detach(), indices = out.indices;
+    autograd::record("router_topk", {logits_in}, {&out.weights, &out.probs},
+                     [=, &kernel](const std::vector<Tensor>& g) {
+                       Tensor dw = g[0].defined() ? g[0].contiguous() : Tensor();
+                       Tensor dp = g[1].defined() ? g[1].contiguous() : Tensor();
+                       Tensor dl = Tensor::empty({T, E}, gd, logits.device());
+                       kernel.backward(ctx, T, E, k, renormalize, probs.raw_data(), indices.data<int64_t>(),
+                                       dw.defined() ? dw.raw_data() : nullptr,
+                                       dp.defined() ? dp.raw_data() : nullptr, dl.raw_data());
+                       return std::vector<Tensor>{dl};
+                     });
+  }
+  return out;
+}
+
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
+                    int64_t num_experts, int64_t k) {
+  const int64_t E = num_experts;
+  TITAN_CHECK(!probs_per_layer.empty() && probs_per_layer.size() == indices_per_layer.size(),
+              "moe_aux_loss: need one probs and one indices tensor per layer, got ", probs_per_layer.size(),
+              " probs and ", indices_per_layer.size(), " indices");
+  TITAN_CHECK(E >= 1 && k >= 1 && k <= E, "moe_aux_loss: k=", k, " must be in [1, E] with E=", E);
+  const DType dt = probs_per_layer[0].dtype();
+  TITAN_CHECK(dt == DType::F32 || dt == DType::F64, "moe_aux_loss: probs ", probs_per_layer[0].str(),
+              " must be f32 or f64");
+  const Device device = probs_per_layer[0].device();
+  const auto& kernel = kernels::kernel_for<MoeAuxLossKernel>("moe_aux_loss", device, dt);
+  const KernelContext ctx = device_services(device).context();
+  Tensor counts = Tensor::zeros({E}, DType::I64, device), psum = Tensor::zeros({E}, DType::F64, device);
+  int64_t N = 0;
+  std::vector<Tensor> probs;
+  for (size_t l = 0; l < probs_per_layer.size(); ++l) {
+    const Tensor &p = probs_per_layer[l], &ix = indices_per_layer[l];
+    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt && p.device() == device, "moe_aux_loss: layer ",
+                l, " probs ", p.str(), " must be [T, ", E, "] in ", dtype_name(dt), " on ", device_name(device));
+    TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.dtype() == DType::I64,
+                "moe_aux_loss: layer ", l, " indices ", ix.str(), " must be i64[", p.size(0), ", ", k,
+                "] to match probs ", p.str());
+    Tensor ixc = ix.contiguous(), pc = p.contiguous().detach();
+    check_indices("moe_aux_loss", ixc, E);
+    kernel.accumulate(ctx, p.size(0), E, k, pc.raw_data(), ixc.data<int64_t>(), counts.data<int64_t>(),
+                      psum.data<double>());
+    N += p.size(0);
+    probs.push_back(p);
+  }
+  TITAN_CHECK(N > 0, "moe_aux_loss: no tokens");
+  // aux = E / N^2 * sum_e count_e * psum_e; d aux / d p[t, e] = E * count_e / N^2.
+  const double scale = double(E) / (double(N) * double(N));
+  Tensor loss = Tensor::empty({1}, dt, device);
+  kernel.finish(ctx, E, scale, counts.data<int64_t>(), psum.data<double>(), loss.raw_data());
+  if (autograd::needs_grad(probs)) {
+    autograd::record("moe_aux_loss", probs, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
+      Tensor dloss = g[0].to(grad_dtype(dt));
+      std::vector<Tensor> grads;
+      for (const Tensor& p : probs) {
+        Tensor d = Tensor::empty(p.shape(), grad_dtype(dt), device);
+        kernel.backward(ctx, p.size(0), E, scale, counts.data<int64_t>(), dloss.raw_data(), d.raw_data());
+        grads.push_back(d);
+      }
+      return grads;
+    });
+  }
+  return loss;
+}
+
+Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& indices_in,
+                   const Tensor& w_gate_in, const Tensor& w_up_in, const Tensor& w_down_in) {
+  auto shapes = [&] {
+    return detail::concat("x ", x_in.str(), ", weights ", weights_in.str(), ", indices ", indices_in.str(),
+                          ", w_gate ", w_gate_in.str(), ", w_up ", w_up_in.str(), ", w_down ",
+                          w_down_in.str());
+  };
+  TITAN_CHECK(x_in.dim() == 2 && weights_in.dim() == 2 && indices_in.dim() == 2 && w_gate_in.dim() == 3 &&
+                  w_up_in.dim() == 3 && w_down_in.dim() == 3,
+              "moe_experts: expected x [T, D], weights and indices [T, k], w_gate and w_up [E, F, D], w_down "
+              "[E, D, F]; got ",
+              shapes());
+  const int64_t T = x_in.size(0), D = x_in.size(1), k = weights_in.size(1), E = w_gate_in.size(0),
+                F = w_gate_in.size(1);
+  TITAN_CHECK(weights_in.size(0) == T && indices_in.size(0) == T && indices_in.size(1) == k && k >= 1,
+              "moe_experts: weights and indices must both be [T=", T, ", k>=1]; got ", shapes());
+  TITAN_CHECK(w_gate_in.size(2) == D && w_up_in.shape() == w_gate_in.shape(),
+              "moe_experts: w_gate and w_up must be [E, F, D=", D, "]; got ", shapes());
+  TITAN_CHECK(w_down_in.shape() == Shape({E, D, F}), "moe_experts: w_down must be [E=", E, ", D=", D,
+              ", F=", F, "]; got ", shapes());
+  const DType dt = x_in.dtype();
+  TITAN_CHECK(
+      is_compute_float(dt) && w_gate_in.dtype() == dt && w_up_in.dtype() == dt && w_down_in.dtype() == dt,
+      "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
+  TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
+              "moe_experts: routing weights must have x's dtype (or f32 with bf16 x); got ", shapes());
+  TITAN_CHECK(indices_in.dtype() == DType::I64, "moe_experts: indices must be i64; got ", shapes());
+  Tensor indices = indices_in.contiguous();
+  check_indices("moe_experts", indices, E);
+
+  const DType gd = grad_dtype(dt);
+  Tensor x = x_in.contiguous().detach(), w_gate = w_gate_in.contiguous().detach(),
+         w_up = w_up_in.contiguous().detach(), w_down = w_down_in.contiguous().detach();
+  Tensor weights = weights_in.detach().to(gd);  // bf16 -> f32 is exact; the kernel rounds back for bf16 x
+  const MoeDims d{T, D, F, E, k};
+  const auto& kernel = kernels::kernel_for<MoeExpertsKernel>("moe_experts", x.device(), dt);
+  const KernelContext ctx = device_services(x.device()).context();
+  Tensor act = Tensor::empty({T * k, 2 * F}, dt, x.device());
+  Tensor y = Tensor::empty({T, D}, dt, x.device());
+  kernel.forward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(), w_gate.raw_data(),
+                 w_up.raw_data(), w_down.raw_data(), act.raw_data(), y.raw_data());
+  if (autograd::needs_grad({&x_in, &weights_in, &w_gate_in, &w_up_in, &w_down_in})) {
+    const bool nx = x_in.requires_grad(), nw = weights_in.requires_grad(), ng = w_gate_in.requires_grad(),
+               nu = w_up_in.requires_grad(), nd = w_down_in.requires_grad();
+    autograd::record("moe_experts", {x_in, weights_in, w_gate_in, w_up_in, w_down_in}, {&y},
+                     [=, &kernel](const std::vector<Tensor>& g) {
+                       Tensor dy = g[0].contiguous();
+                       auto grad = [&](bool need, const Tensor& like) {
+                         return need ? Tensor::empty(like.shape(), gd, x.device()) : Tensor();
+                       };
+                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = grad(ng, w_gate),
+                              du = grad(nu, w_up), dd = grad(nd, w_down);
+                       auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+                       kernel.backward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
+                                       w_gate.raw_data(), w_up.raw_data(), w_down.raw_data(), act.raw_data(),
+                                       dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd));
+                       return std::vector<Tensor>{dx, dw, dg, du, dd};
+                     });
+  }
+  return y;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,77 @@
+// The test and parity specification of moe (kernels/spec.h): shapes, seeded inputs and the
+// tolerance per dtype and variant, in one place; `titan kernels parity` and the op tests read it.
+#include "titan/kernels/spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/autograd/autograd.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/moe/moe.h"
+
+namespace titan::ops {
+namespace {
+
+using namespace kernels;
+
+TITAN_REGISTER_OP_SPEC(router_topk,
+                       {"router_topk",
+                        {"T", "E", "k"},
+                        3,
+                        {{1, 1, 1}, {37, 8, 2}, {64, 128, 8}},
+                        [](const Dims& s) { return s[2] <= s[1] ? std::string() : "k must be <= E"; },
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t k = s[2];
+                          return ParityCase{
+                              {spec_grad_input(spec_uniform({s[0], s[1]}, dt, seed, -2, 2))},
+                              {"logits"},
+                              [k](const std::vector<Tensor>& in) {
+                                auto r = ops::router_topk(in[0], k, true);
+                                return std::vector<Tensor>{r.weights, r.indices, r.probs, r.counts};
+                              },
+                              {"weights", "indices", "probs", "counts"}};
+                        },
+                        // The router's softmax runs in f32 on widened logits in every dtype: the f32 bound of
+                        // a vectorised exp and reassociated sums (as cross_entropy) holds for bf16 too.
+                        [](const Dims&, DType dt, const std::string&) {
+                          return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
+                        }});
+
+TITAN_REGISTER_OP_SPEC(moe_experts,
+                       {"moe_experts",
+                        {"T", "D", "F", "E", "k"},
+                        5,
+                        {{1, 8, 4, 3, 1}, {5, 6, 4, 4, 2}, {37, 24, 20, 7, 3}, {131, 72, 40, 8, 2}},
+                        [](const Dims& s) { return s[4] <= s[3] ? std::string() : "k must be <= E"; },
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t T = s[0], D = s[1], F = s[2], E = s[3], k = s[4];
+                          // Routing from the reference router on f32 logits; routing weights stay f32 (as the
+                          // model passes them) while x and the expert weights take the dtype.
+                          ops::RouterOutput r;
+                          {
+                            autograd::NoGradGuard no_grad;
+                            ForceVariant ref("router_topk", "reference");
+                            r = ops::router_topk(spec_uniform({T, E}, DType::F32, seed, -2, 2), k, true);
+                          }
+                          const DType wdt = dt == DType::F64 ? DType::F64 : DType::F32;
+                          const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
+                          return ParityCase{{spec_grad_input(spec_uniform({T, D}, dt, seed + 1)),
+                                             spec_grad_input(r.weights.to(wdt)), r.indices,
+                                             spec_grad_input(spec_uniform({E, F, D}, dt, seed + 2, -sd, sd)),
+                                             spec_grad_input(spec_uniform({E, F, D}, dt, seed + 3, -sd, sd)),
+                                             spec_grad_input(spec_uniform({E, D, F}, dt, seed + 4, -sf, sf))},
+                                            {"x", "weights", "indices", "w_gate", "w_up", "w_down"},
+                                            [](const std::vector<Tensor>& in) {
+                                              return std::vector<Tensor>{
+                                                  ops::moe_experts(in[0], in[1], in[2], in[3], in[4], in[5])};
+                                            },
+                                            {"y"}};
+                        },
+                        [](const Dims& s, DType dt, const std::string&) -> Tolerance {
+                          const double n = double(std::max({s[0], s[1], s[2]}));
+                          if (dt == DType::F64) return spec_f64_tolerance(n);
+                          return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};
+                        }});
+
+}  // namespace
+}  // namespace titan::ops

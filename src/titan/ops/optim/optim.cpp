@@ -1,0 +1,108 @@
+#include "titan/ops/optim/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
+
+namespace titan::ops {
+
+namespace {
+
+void check_buffer(const char* what, const Tensor& t, const Tensor& param) {
+  TITAN_CHECK(t.defined(), "adamw: ", what, " is undefined");
+  TITAN_CHECK(t.shape() == param.shape() && t.dtype() == param.dtype() && t.device() == param.device(),
+              "adamw: ", what, " ", t.str(), " does not match param ", param.str(),
+              " (same shape, dtype and device required)");
+  TITAN_CHECK(t.is_contiguous(), "adamw: ", what, " ", t.str(),
+              " must be contiguous (it is updated in place)");
+}
+
+}  // namespace
+
+void validate(const AdamWConfig& c) {
+  auto finite = [](const char* field, double v) {
+    TITAN_CHECK(std::isfinite(v), "optimizer: ", field, " = ", v, " must be finite");
+  };
+  finite("lr", c.lr);
+  finite("beta1", c.beta1);
+  finite("beta2", c.beta2);
+  finite("eps", c.eps);
+  finite("weight_decay", c.weight_decay);
+  TITAN_CHECK(c.lr >= 0, "optimizer: lr = ", c.lr, " must be >= 0");
+  TITAN_CHECK(c.beta1 >= 0 && c.beta1 < 1, "optimizer: beta1 = ", c.beta1, " must be in [0, 1)");
+  TITAN_CHECK(c.beta2 >= 0 && c.beta2 < 1, "optimizer: beta2 = ", c.beta2, " must be in [0, 1)");
+  TITAN_CHECK(c.eps >= 0, "optimizer: eps = ", c.eps, " must be >= 0");
+  TITAN_CHECK(c.weight_decay >= 0, "optimizer: weight_decay = ", c.weight_decay, " must be >= 0");
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWConfig& c,
+                int64_t step, double grad_scale) {
+  validate(c);
+  TITAN_CHECK(step >= 1, "adamw: step = ", step, " must be >= 1 (1-based, this step included)");
+  TITAN_CHECK(param.defined(), "adamw: param is undefined");
+  TITAN_CHECK(param.dtype() == DType::F32 || param.dtype() == DType::F64, "adamw: param ", param.str(),
+              " must be f32 (f64 for tests): optimizer state is kept in fp32");
+  TITAN_CHECK(param.is_contiguous(), "adamw: param ", param.str(),
+              " must be contiguous (it is updated in place)");
+  check_buffer("grad", grad, param);
+  check_buffer("exp_avg", exp_avg, param);
+  check_buffer("exp_avg_sq", exp_avg_sq, param);
+
+  AdamWScalars s;
+  s.decay = 1.0 - c.lr * c.weight_decay;
+  s.beta1 = c.beta1;
+  s.one_minus_beta1 = 1.0 - c.beta1;
+  s.beta2 = c.beta2;
+  s.one_minus_beta2 = 1.0 - c.beta2;
+  s.neg_step_size = -(c.lr / (1.0 - std::pow(c.beta1, double(step))));
+  s.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, double(step)));
+  s.eps = c.eps;
+  TITAN_CHECK(std::isfinite(grad_scale), "adamw: grad_scale = ", grad_scale, " must be finite");
+  s.grad_scale = grad_scale;
+  const auto& kernel = kernels::kernel_for<AdamWKernel>("adamw", param.device(), param.dtype());
+  const KernelContext ctx = device_services(param.device()).context();
+  kernel.step(ctx, param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
+}
+
+double grad_norm_sq(const Tensor& grad) {
+  TITAN_CHECK(grad.defined(), "grad_norm: gradient is undefined");
+  TITAN_CHECK(grad.dtype() == DType::F32 || grad.dtype() == DType::F64, "grad_norm: gradient ", grad.str(),
+              " must be f32 (f64 for tests)");
+  TITAN_CHECK(grad.is_contiguous(), "grad_norm: gradient ", grad.str(), " must be contiguous");
+  if (grad.numel() == 0) return 0.0;
+  const auto& kernel = kernels::kernel_for<GradNormKernel>("grad_norm", grad.device(), grad.dtype());
+  const KernelContext ctx = device_services(grad.device()).context();
+  return kernel.sum_sq(ctx, grad.numel(), grad.raw_data());
+}
+
+double global_grad_norm(const std::vector<Tensor>& grads) {
+  double sum = 0;
+  for (const Tensor& g : grads) sum += grad_norm_sq(g);
+  return std::sqrt(sum);
+}
+
+void clip_grads_with_norm(std::vector<Tensor>& grads, double max_norm, double total_norm) {
+  TITAN_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm = ", max_norm,
+              " must be finite and > 0");
+  const double coef = clip_coefficient(max_norm, total_norm);
+  if (coef == 1.0) return;
+  for (Tensor& g : grads) scale_inplace(g, coef);
+}
+
+double clip_coefficient(double max_norm, double total_norm) {
+  TITAN_CHECK(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm = ", max_norm,
+              " must be finite and > 0");
+  if (!std::isfinite(total_norm)) return 1.0;
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  clip_grads_with_norm(grads, max_norm, norm);
+  return norm;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,76 @@
+// The reference kernels of optim: plain loops, the ground truth every other variant is
+// tested against (registered as variant "reference" on the CPU).
+#include "titan/ops/optim/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+// Reference: the formula of optim.h one element at a time, in the element type T. std::fma rounds
+// once, exactly like the vector FMA of the fast kernels and of PyTorch.
+template <class T>
+void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
+  T* p = static_cast<T*>(pv);
+  const T* g = static_cast<const T*>(gv);
+  T *m = static_cast<T*>(mv), *v = static_cast<T*>(vv);
+  const T decay = T(s.decay), b1 = T(s.beta1), omb1 = T(s.one_minus_beta1), b2 = T(s.beta2),
+          omb2 = T(s.one_minus_beta2), neg_lr = T(s.neg_step_size), bc2 = T(s.bias_correction2_sqrt),
+          eps = T(s.eps), scale = T(s.grad_scale);
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = g[i] * scale;
+    T pi = p[i] * decay;
+    T mi = std::fma(gi, omb1, m[i] * b1);
+    T vi = std::fma(omb2 * gi, gi, v[i] * b2);
+    T denom = std::sqrt(vi) / bc2 + eps;
+    p[i] = pi + (neg_lr * mi) / denom;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Reference: one f64 accumulator, in order (a square of an f32 is exact in f64).
+template <class T>
+double grad_norm_sq_ref(const KernelContext& ctx, int64_t n, const void* gv) {
+  const T* g = static_cast<const T*>(gv);
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
+  return acc;
+}
+
+TITAN_REGISTER_KERNEL(adamw_f32_ref, {"adamw",
+                                      Device::CPU,
+                                      DType::F32,
+                                      "reference",
+                                      "scalar loop, f32 (torch.optim.AdamW rounding)",
+                                      AdamWKernel{adamw_step_ref<float>},
+                                      {}});
+TITAN_REGISTER_KERNEL(adamw_f64_ref, {"adamw",
+                                      Device::CPU,
+                                      DType::F64,
+                                      "reference",
+                                      "scalar loop, f64",
+                                      AdamWKernel{adamw_step_ref<double>},
+                                      {}});
+TITAN_REGISTER_KERNEL(grad_norm_f32_ref, {"grad_norm",
+                                          Device::CPU,
+                                          DType::F32,
+                                          "reference",
+                                          "serial loop, one f64 accumulator",
+                                          GradNormKernel{grad_norm_sq_ref<float>},
+                                          {}});
+TITAN_REGISTER_KERNEL(grad_norm_f64_ref, {"grad_norm",
+                                          Device::CPU,
+                                          DType::F64,
+                                          "reference",
+                                          "serial loop, one f64 accumulator",
+                                          GradNormKernel{grad_norm_sq_ref<double>},
+                                          {}});
+
+}  // namespace
+
+}  // namespace titan::ops

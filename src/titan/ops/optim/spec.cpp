@@ -1,0 +1,64 @@
+// The test and parity specification of optim (kernels/spec.h): shapes, seeded inputs and the
+// tolerance per dtype and variant, in one place; `titan kernels parity` and the op tests read it.
+#include "titan/kernels/spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/ops/optim/optim.h"
+
+namespace titan::ops {
+namespace {
+
+using namespace kernels;
+
+TITAN_REGISTER_OP_SPEC(adamw,
+                       {"adamw",
+                        {"n"},
+                        1,
+                        {{1}, {1000}, {65537}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t n = s[0];
+                          // Three steps from non-zero moments, each with its own gradient.
+                          return ParityCase{
+                              {spec_uniform({n}, dt, seed), spec_uniform({n}, dt, seed + 1, -1e-2, 1e-2),
+                               spec_uniform({n}, dt, seed + 2, 0, 1e-4), spec_uniform({n}, dt, seed + 3),
+                               spec_uniform({n}, dt, seed + 4, -1e-3, 1e-3),
+                               spec_uniform({n}, dt, seed + 5, -10, 10)},
+                              {"param", "exp_avg", "exp_avg_sq", "grad1", "grad2", "grad3"},
+                              [](const std::vector<Tensor>& in) {
+                                Tensor p = in[0], m = in[1], v = in[2];
+                                for (int64_t t = 1; t <= 3; ++t)
+                                  ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t);
+                                return std::vector<Tensor>{p, m, v};
+                              },
+                              {"param", "exp_avg", "exp_avg_sq"}};
+                        },
+                        // optim_test: bit-identical to the reference (same fused multiply-adds).
+                        [](const Dims&, DType, const std::string&) {
+                          return Tolerance{0, 0};
+                        }});
+
+TITAN_REGISTER_OP_SPEC(grad_norm,
+                       {"grad_norm",
+                        {"n"},
+                        1,
+                        {{1}, {1000}, {200003}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_uniform({s[0]}, dt, seed)},
+                                            {"grad"},
+                                            [](const std::vector<Tensor>& in) {
+                                              return std::vector<Tensor>{
+                                                  Tensor::full({1}, ops::grad_norm_sq(in[0]), DType::F64)};
+                                            },
+                                            {"sum_sq"}};
+                        },
+                        // optim_test: exact squares summed in f64 in another order, n ulps of the sum.
+                        [](const Dims& s, DType, const std::string&) {
+                          return Tolerance{0, double(s[0]) * 0x1p-52};
+                        }});
+
+}  // namespace
+}  // namespace titan::ops

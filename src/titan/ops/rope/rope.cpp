@@ -1,0 +1,112 @@
+#include "titan/ops/rope/rope.h"
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
+
+namespace titan::ops {
+
+namespace {
+
+// Largest position a table is built for: bounds the table (2^21 rows * D/2 * 8 bytes) so that a
+// garbage position is an error instead of a huge allocation. The reference has no such limit.
+constexpr int64_t kMaxTablePositions = int64_t(1) << 21;
+
+}  // namespace
+
+// cos/sin of position p, frequency j, as transformers computes them in f32 (and in f64 for f64).
+void rope_cos_sin(double theta, int64_t D, int64_t p, int64_t j, float* c, float* s) {
+  const float inv_freq = 1.0f / std::pow(float(theta), float(2 * j) / float(D));
+  const float angle = float(p) * inv_freq;
+  *c = std::cos(angle);
+  *s = std::sin(angle);
+}
+void rope_cos_sin(double theta, int64_t D, int64_t p, int64_t j, double* c, double* s) {
+  const double angle = double(p) / std::pow(theta, double(2 * j) / double(D));
+  *c = std::cos(angle);
+  *s = std::sin(angle);
+}
+
+std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t positions) {
+  TITAN_CHECK(D > 0 && D % 2 == 0, "rope_table: head dim ", D, " must be positive and even");
+  TITAN_CHECK(theta > 0 && std::isfinite(theta), "rope_table: theta ", theta, " must be finite and > 0");
+  TITAN_CHECK(positions >= 0 && positions <= kMaxTablePositions, "rope_table: ", positions,
+              " positions requested; tables cover at most ", kMaxTablePositions);
+  static std::mutex mu;
+  static std::map<std::pair<double, int64_t>, std::shared_ptr<const RopeTable>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[{theta, D}];
+  if (slot && slot->positions >= positions) return slot;
+  // Grow geometrically (at least 4096 rows) so that increasing lengths rebuild rarely; rows
+  // already computed are copied, they do not depend on the table length.
+  const int64_t old = slot ? slot->positions : 0;
+  const int64_t rows = std::min(kMaxTablePositions, std::max({positions, 2 * old, int64_t(4096)}));
+  const int64_t half = D / 2;
+  auto t = std::make_shared<RopeTable>();
+  t->theta = theta;
+  t->D = D;
+  t->positions = rows;
+  t->cos.resize(size_t(rows * half));
+  t->sin.resize(size_t(rows * half));
+  if (slot) {
+    std::copy(slot->cos.begin(), slot->cos.end(), t->cos.begin());
+    std::copy(slot->sin.begin(), slot->sin.end(), t->sin.begin());
+  }
+#pragma omp parallel for schedule(static) if ((rows - old) * half > 65536)
+  for (int64_t p = old; p < rows; ++p)
+    for (int64_t j = 0; j < half; ++j)
+      rope_cos_sin(theta, D, p, j, &t->cos[size_t(p * half + j)], &t->sin[size_t(p * half + j)]);
+  slot = t;
+  return slot;
+}
+
+Tensor rope(const Tensor& x_in, const Tensor& positions_in, double theta) {
+  TITAN_CHECK(x_in.dim() == 4, "rope: expected x [B, S, H, D], got ", x_in.str());
+  const int64_t B = x_in.size(0), S = x_in.size(1), H = x_in.size(2), D = x_in.size(3);
+  TITAN_CHECK(D % 2 == 0, "rope: head dim D=", D, " of x ", x_in.str(), " must be even");
+  TITAN_CHECK(dtype_is_float(x_in.dtype()), "rope: x must be floating point, got ", x_in.str());
+  TITAN_CHECK(positions_in.dtype() == DType::I64, "rope: positions must be i64, got ", positions_in.str());
+  TITAN_CHECK((positions_in.dim() == 1 && positions_in.size(0) == S) ||
+                  (positions_in.dim() == 2 && positions_in.size(0) == B && positions_in.size(1) == S),
+              "rope: positions ", positions_in.str(), " must be [S] or [B, S] for x ", x_in.str());
+  TITAN_CHECK(theta > 0 && std::isfinite(theta), "rope: theta ", theta, " must be finite and > 0");
+  Tensor x = x_in.contiguous().detach();
+  Tensor pos = positions_in.dim() == 1 ? positions_in.contiguous().reshape({1, S}).expand({B, S}).contiguous()
+                                       : positions_in.contiguous().clone();
+  const int64_t bad = first_index_outside(pos, 0, INT64_MAX, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL("rope: positions ", positions_in.str(), " hold ", int64_t(pos.reshape({-1}).narrow(0, bad, 1).item()),
+               " at flat index ", bad, "; positions must be >= 0");
+  const auto& kernel = kernels::kernel_for<RopeKernel>("rope", x.device(), x.dtype());
+  const KernelContext ctx = device_services(x.device()).context();
+  std::shared_ptr<const RopeTable> table;
+  if (kernel.needs_table) {
+    table = rope_table(theta, D, max_index(pos) + 1);  // host cos/sin rows the CPU kernels gather
+  } else {
+    auto t = std::make_shared<RopeTable>();
+    t->theta = theta;
+    t->D = D;
+    table = t;
+  }
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernel.forward(ctx, B, S, H, D, pos.data<int64_t>(), *table, x.raw_data(), y.raw_data());
+  if (autograd::needs_grad({&x_in})) {
+    const DType gd = grad_dtype(x.dtype());
+    const Shape shape = x.shape();
+    autograd::record("rope", {x_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
+      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd, x.device())};
+      Tensor dy = g[0].contiguous();
+      Tensor dx = Tensor::empty(shape, gd, x.device());
+      kernel.backward(ctx, B, S, H, D, pos.data<int64_t>(), *table, dy.raw_data(), dx.raw_data());
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,63 @@
+#pragma once
+// rope: rotary position embedding with the half-split layout of transformers (rotate_half):
+//   inv_freq[j] = 1 / theta^(2j/D)   (f32: float(2j) / float(D), powf, then 1/x, as transformers;
+//                                     glibc's powf is correctly rounded, torch's vectorised pow can be
+//                                     1 ulp off: 1 of 64 entries for theta 1e6, D 128)
+//   angle[p, j] = float(p) * inv_freq[j]  (f32),  cos/sin of it in f32,  emb = cat(freqs, freqs)
+//   out = x * cos + rotate_half(x) * sin,  rotate_half(x) = cat(-x2, x1)
+// x [B, S, H, D] (D even), positions i64 [S] (shared by the batch) or [B, S]; any non-negative
+// positions work (out of order, repeated, offset).
+// Precision follows transformers exactly: cos/sin are computed in f32 and cast to the input dtype,
+// and the arithmetic runs in the input dtype. In bf16 that means cos and sin are rounded to bf16,
+// each product x*cos and rotate_half(x)*sin is rounded to bf16 and so is their sum (torch's bf16
+// elementwise ops compute in f32 and round each result). In f32 each product and the sum are
+// rounded to f32 (no fused multiply-add). f64 (gradient checks) computes everything in f64.
+// Autograd: dx = the transposed rotation of dy with the same (rounded) cos/sin, in f32:
+//   dx1 = dy1 * cos + dy2 * sin,   dx2 = dy2 * cos - dy1 * sin.
+//
+// Variants: "reference" computes inv_freq, cos and sin per element; "default" reads a shared
+// cos/sin table (rope_table) at each token's position; "gather_free" needs positions that are a
+// contiguous range p0, p0+1, ..., p0+S-1 in every batch row (0..S-1 in training) and walks the
+// table rows directly; other positions are an error naming the first offending position (checked
+// per call). All three give bit-identical results where they run.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "titan/core/device_services.h"
+#include "titan/core/tensor.h"
+
+namespace titan::ops {
+
+Tensor rope(const Tensor& x, const Tensor& positions, double theta);
+
+// cos/sin of angle[p, j] for p < positions, j < D/2, in f32, computed exactly as the reference does.
+struct RopeTable {
+  double theta = 0;
+  int64_t D = 0;
+  int64_t positions = 0;
+  std::vector<float> cos, sin;  // [positions, D/2]
+};
+
+// cos/sin of position p, frequency j, as transformers computes them in f32 (and in f64 for f64);
+// the table and the reference kernels both use it.
+void rope_cos_sin(double theta, int64_t D, int64_t p, int64_t j, float* c, float* s);
+void rope_cos_sin(double theta, int64_t D, int64_t p, int64_t j, double* c, double* s);
+
+// The cached table for (theta, D) covering at least `positions` rows. Tables are shared by every
+// call (and kept alive by the backward closures that use them); a call needing more rows replaces
+// the cached table by a longer one. Thread-safe.
+std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t positions);
+
+// Kernels; pointers are contiguous row-major. x, y [B, S, H, D] in the op dtype; pos [B, S];
+// dy, dx [B, S, H, D] in the grad dtype. `table` has theta and D; it holds rows for every position
+// in pos when needs_table is true (else it may be empty).
+struct RopeKernel {
+  void (*forward)(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+                  const void* x, void* y);
+  void (*backward)(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const RopeTable& table,
+                   const void* dy, void* dx);
+  bool needs_table = true;
+};
+
+}  // namespace titan::ops

@@ -1,0 +1,66 @@
+// The reference kernels of swiglu: plain loops, the ground truth every other variant is
+// tested against (registered as variant "reference" on the CPU).
+#include "titan/ops/swiglu/swiglu.h"
+
+#include <cmath>
+#include <vector>
+
+#include "titan/core/check.h"
+#include "titan/kernels/registry.h"
+
+namespace titan::ops {
+
+namespace {
+// Reference: T(...) rounds where torch rounds (after silu, after the product).
+template <class T, class A>
+void swiglu_forward_ref(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, void* ov) {
+  const T *gate = static_cast<const T*>(gv), *up = static_cast<const T*>(uv);
+  T* out = static_cast<T*>(ov);
+  for (int64_t i = 0; i < n; ++i) {
+    const A g = A(gate[i]);
+    out[i] = T(A(T(g / (A(1) + std::exp(-g)))) * A(up[i]));
+  }
+}
+
+template <class T, class A>
+void swiglu_backward_ref(const KernelContext& ctx, int64_t n, const void* gv, const void* uv, const void* dyv, void* dgv, void* duv) {
+  const T *gate = static_cast<const T*>(gv), *up = static_cast<const T*>(uv);
+  const A* dy = static_cast<const A*>(dyv);
+  A *dg = static_cast<A*>(dgv), *du = static_cast<A*>(duv);
+  for (int64_t i = 0; i < n; ++i) {
+    const A g = A(gate[i]);
+    const A e = std::exp(-g);
+    const A s = A(1) / (A(1) + e);
+    if (dg) dg[i] = dy[i] * A(up[i]) * s * (A(1) + g * (A(1) - s));
+    if (du) du[i] = dy[i] * A(T(g / (A(1) + e)));
+  }
+}
+
+TITAN_REGISTER_KERNEL(swiglu_f64_ref,
+                      {"swiglu",
+                       Device::CPU,
+                       DType::F64,
+                       "reference",
+                       "elementwise loop, f64",
+                       SwigluKernel{swiglu_forward_ref<double, double>, swiglu_backward_ref<double, double>},
+                       {}});
+TITAN_REGISTER_KERNEL(swiglu_f32_ref,
+                      {"swiglu",
+                       Device::CPU,
+                       DType::F32,
+                       "reference",
+                       "elementwise loop, f32 expf",
+                       SwigluKernel{swiglu_forward_ref<float, float>, swiglu_backward_ref<float, float>},
+                       {}});
+TITAN_REGISTER_KERNEL(swiglu_bf16_ref,
+                      {"swiglu",
+                       Device::CPU,
+                       DType::BF16,
+                       "reference",
+                       "elementwise loop in f32, rounded after silu and after the product",
+                       SwigluKernel{swiglu_forward_ref<Bf16, float>, swiglu_backward_ref<Bf16, float>},
+                       {}});
+
+}  // namespace
+
+}  // namespace titan::ops

@@ -1,0 +1,36 @@
+// The test and parity specification of swiglu (kernels/spec.h): shapes, seeded inputs and the
+// tolerance per dtype and variant, in one place; `titan kernels parity` and the op tests read it.
+#include "titan/kernels/spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/ops/swiglu/swiglu.h"
+
+namespace titan::ops {
+namespace {
+
+using namespace kernels;
+
+TITAN_REGISTER_OP_SPEC(swiglu, {"swiglu",
+                                {"N"},
+                                1,
+                                {{1}, {37}, {4099}},
+                                {},
+                                [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                                  return ParityCase{
+                                      {spec_grad_input(spec_uniform({s[0]}, dt, seed, -8, 8)),
+                                       spec_grad_input(spec_uniform({s[0]}, dt, seed + 1, -2, 2))},
+                                      {"gate", "up"},
+                                      [](const std::vector<Tensor>& in) {
+                                        return std::vector<Tensor>{ops::swiglu(in[0], in[1])};
+                                      },
+                                      {"y"}};
+                                },
+                                [](const Dims&, DType dt, const std::string&) -> Tolerance {
+                                  if (dt == DType::F64) return spec_f64_tolerance();
+                                  return dt == DType::BF16 ? Tolerance{1e-6, 8e-3} : Tolerance{1e-6, 2e-6};
+                                }});
+
+}  // namespace
+}  // namespace titan::ops
