@@ -147,7 +147,7 @@ TEST(RunLock, ASecondTrainerOnTheSameFolderStopsAtOnceNamingTheHolder) {
     // Another process: exit status 1 with the holder on stderr, before any compute.
     std::string out;
     int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
-                             cli_args(tiny(dump, {{"training.steps", "1"}})),
+                             cli_args(tiny_job(dump, {{"training.steps", "1"}})),
                          &out);
     EXPECT_EQ(rc, 1) << out;
     EXPECT_NE(out.find(me + " on host "), std::string::npos) << out;

@@ -1,8 +1,7 @@
 #pragma once
 // The tiny job the train tests run: configs/debugmodel.toml (the README's main job) shrunk with model
 // overrides (2 layers, dim 64, seq 64) so that a step takes a fraction of a second on two busy cores;
-// the tokenizer and corpus are the real ones from assets/. (trainer_test.cpp holds the same list; it
-// can move here once the concurrent trainer split has landed.)
+// the tokenizer and corpus are the real ones from assets/. Every train test uses this one list.
 #include <filesystem>
 #include <string>
 #include <utility>

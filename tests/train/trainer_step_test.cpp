@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model train_test_util's tiny() config describes, with its first batch (the trainer's seed
+// The model train_test_util's tiny_job() config describes, with its first batch (the trainer's seed
 // and data), ready for a forward pass.
 struct Replica {
   std::unique_ptr<qwen3::Qwen3Model> model;

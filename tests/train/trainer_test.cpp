@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "train_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
@@ -39,40 +40,11 @@ namespace tt = titan::testing;
 
 namespace {
 
-using Overrides = std::vector<std::pair<std::string, std::string>>;
-
-fs::path debugmodel_toml() {
-  return tt::source_dir() / "configs" / "debugmodel.toml";
-}
-
-// The tiny debugmodel every test trains; `extra` comes last and wins.
-Overrides tiny(const fs::path& dump, const Overrides& extra = {}) {
-  Overrides o = {{"job.dump_folder", dump.string()},
-                 {"model.n_layers", "2"},
-                 {"model.dim", "64"},
-                 {"model.n_heads", "2"},
-                 {"model.n_kv_heads", "1"},
-                 {"model.head_dim", "32"},
-                 {"model.hidden_dim", "128"},
-                 {"training.seq_len", "64"},
-                 {"training.local_batch_size", "2"},
-                 {"metrics.log_freq", "1"},
-                 {"lr_scheduler.warmup_steps", "1"},
-                 {"checkpoint.enable", "false"},
-                 {"checkpoint.last_save_in_hf", "false"}};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return o;
-}
-
-JobConfig tiny_config(const fs::path& dump, const Overrides& extra = {}) {
-  return load_job_config(debugmodel_toml().string(), tiny(dump, extra));
-}
-
-std::string cli_args(const Overrides& o) {
-  std::string s;
-  for (auto& [k, v] : o) s += " '--" + k + "=" + v + "'";
-  return s;
-}
+using tt::cli_args;
+using tt::debugmodel_toml;
+using tt::Overrides;
+using tt::tiny_config;
+using tt::tiny_job;
 
 std::string titan() {
   return tt::titan_binary().string();
@@ -499,7 +471,7 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
   // Through the binary: exit status 1 and the message on stderr.
   std::string out;
   int rc = tt::run_command(titan() + " train --config " + debugmodel_toml().string() +
-                               cli_args(tiny(dump, {{"training.dataset_path", "/nonexistent/corpus.jsonl"}})),
+                               cli_args(tiny_job(dump, {{"training.dataset_path", "/nonexistent/corpus.jsonl"}})),
                            &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("error"), std::string::npos) << out;
@@ -518,7 +490,7 @@ void stop_with_signal(int sig, const std::string& name) {
   const fs::path log = dump.parent_path() / (name + ".log");
   std::vector<std::string> argv = {titan(), "train", "--config", debugmodel_toml().string()};
   for (auto& [k, v] :
-       tiny(dump,
+       tiny_job(dump,
             {{"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}}))
     argv.push_back("--" + k + "=" + v);
   std::vector<char*> cargv;

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "tiny_job.h"
+#include "train_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
@@ -40,9 +40,7 @@ std::vector<std::string> texts_of(const fs::path& jsonl) {
   return texts;
 }
 
-JobConfig tiny_config(const fs::path& dump, const tt::Overrides& extra) {
-  return load_job_config(tt::debugmodel_toml().string(), tt::tiny_job(dump, extra));
-}
+using tt::tiny_config;
 
 qwen3::ModelArgs model_args(const JobConfig& c) {
   qwen3::ModelArgs a = qwen3::flavor(c.model.flavor);
