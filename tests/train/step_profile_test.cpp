@@ -6,6 +6,9 @@
 
 #include "titan/core/device_services.h"
 #include "titan/models/qwen3/args.h"
+#include "test_util.h"
+#include "titan/train/job_config.h"
+#include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
 
 namespace titan::train {
@@ -78,6 +81,38 @@ TEST(StepProfile, MetaFlopsAreTheModelsMatmulFlops) {
   const double attention = 6.0 * 2.0 * double(a.n_layers) * double(s.local_batch) * double(a.n_heads) *
                            double(s.seq_len) * double(s.seq_len + 1) / 2.0 * double(a.head_dim);
   EXPECT_NEAR(meta.flops / (projections + attention), 1.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace titan::train
+
+namespace titan::train {
+namespace {
+
+TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
+  // `titan info --config` runs the job's step on the meta device: its figures are the profile's.
+  const std::string config = (testing::source_dir() / "configs" / "debugmodel.toml").string();
+  std::string out;
+  ASSERT_EQ(testing::run_command(testing::titan_binary().string() + " info --config " + config +
+                                     " --training.mixed_precision_param=float32 --training.seq_len=128",
+                                 &out),
+            0)
+      << out;
+  const JobConfig cfg = load_job_config(config, {{"training.mixed_precision_param", "float32"},
+                                                 {"training.seq_len", "128"}});
+  ResolvedJob job;
+  job.args = resolve_model_args(cfg);
+  job.compute_dtype = DType::F32;
+  job.local_batch_size = cfg.training.local_batch_size;
+  job.seq_len = 128;
+  const StepProfile p = profile_training_step(job.args, step_shape(cfg, job), Device::Meta);
+  char peak[64];
+  std::snprintf(peak, sizeof peak, "peak per process     %.2f GiB", double(p.peak) / double(1ll << 30));
+  EXPECT_NE(out.find(peak), std::string::npos) << out;
+  char flops[64];
+  std::snprintf(flops, sizeof flops, "FLOPs per step: %.4g", p.flops);
+  EXPECT_NE(out.find(flops), std::string::npos) << out;
+  EXPECT_NE(out.find("batch 2 x seq 128, f32 compute"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -9,3 +9,5 @@ add_dependencies(versions_test titan_cli)
 add_dependencies(validation_test titan_cli)
 add_dependencies(check_test titan_cli)
 add_dependencies(guards_test titan_cli)
+# step_profile_test runs titan info --config through the binary.
+add_dependencies(step_profile_test titan_cli)

@@ -30,14 +30,16 @@ int info_for_job(int argc, char** argv) {
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   const qwen3::ModelArgs a = train::resolve_model_args(cfg);
-  train::StepShape shape;
-  shape.local_batch = cfg.training.local_batch_size;
-  shape.seq_len = cfg.training.seq_len;
-  shape.compute = train::resolve_compute_dtype(cfg);
+  // The step of one process of the job (no dataset or weights are needed to plan it).
+  train::ResolvedJob step_job;
+  step_job.args = a;
+  step_job.compute_dtype = train::resolve_compute_dtype(cfg);
+  step_job.local_batch_size = cfg.training.local_batch_size;
+  step_job.seq_len = cfg.training.seq_len;
+  step_job.accumulation_steps =
+      cfg.training.global_batch_size == -1 ? 1 : cfg.training.global_batch_size / cfg.training.local_batch_size;
+  const train::StepShape shape = train::step_shape(cfg, step_job);
   const std::string& ac = cfg.activation_checkpoint.mode;
-  shape.checkpointing = ac == "full" ? qwen3::Checkpointing::Full
-                        : ac == "selective" ? qwen3::Checkpointing::Selective : qwen3::Checkpointing::None;
-  shape.expert_bias = a.is_moe() && cfg.training.load_balance == "expert_bias";
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 
   std::printf("job: %s (%s, %s parameters)\n", job.config.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
