@@ -1,12 +1,14 @@
 #pragma once
 // Small helpers every CUDA kernel file uses: element conversions that round exactly as the CPU
 // code does (core/dtype.h), grid sizing, the launch check, and the stream of a KernelContext.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
 #include "titan/backend/cuda/cuda_services.h"
+#include "titan/core/check.h"
 #include "titan/core/device_services.h"
 
 namespace titan::cuda {
@@ -80,5 +82,42 @@ __device__ inline float block_sum(float v, float* scratch) {
   v = lane < warps ? scratch[lane] : 0.f;
   return warp_sum(v);
 }
+
+// The kernels that work on CUDA's own bf16 type: widen to f32 exactly, narrow to nearest even.
+using bf16_t = __nv_bfloat16;
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Device scratch from the device's allocator, freed in stream order (the caching allocator reuses
+// a block only for work queued after this point on the same stream).
+class Scratch {
+ public:
+  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
+    TITAN_CHECK(services_, "cuda: the kernel context has no device services");
+    ptr_ = services_->allocate(bytes_);
+  }
+  ~Scratch() { services_->deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  DeviceServices* services_;
+  size_t bytes_;
+  void* ptr_;
+};
 
 }  // namespace titan::cuda

@@ -21,15 +21,8 @@ namespace titan::cuda {
 
 namespace {
 
-using bf16_t = __nv_bfloat16;
 constexpr int kRowThreads = 256;
 
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16_t x) {
-  return __bfloat162float(x);
-}
 __device__ __forceinline__ void store(float* p, int64_t i, float v) {
   p[i] = v;
 }
@@ -171,28 +164,6 @@ __global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c
     store(dlogits, idx, g);
   }
 }
-
-// Device scratch from the device's allocator, freed in stream order (the caching allocator reuses
-// a block only for work queued after this point on the same stream).
-class Scratch {
- public:
-  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
-    TITAN_CHECK(services_, "cross_entropy (cuda): the kernel context has no device services");
-    ptr_ = services_->allocate(bytes_);
-  }
-  ~Scratch() { services_->deallocate(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  DeviceServices* services_;
-  size_t bytes_;
-  void* ptr_;
-};
 
 void check_dtype(DType dtype) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "cross_entropy (cuda): no kernel for ",

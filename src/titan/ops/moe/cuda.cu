@@ -30,7 +30,6 @@ namespace titan::cuda {
 
 namespace {
 
-using bf16_t = __nv_bfloat16;
 constexpr unsigned kFull = 0xffffffffu;
 
 bool aligned16(const void* p) {
@@ -41,22 +40,6 @@ void check_dtype(DType dtype) {
               " (f32 and bf16 only)");
 }
 
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16_t x) {
-  return __bfloat162float(x);
-}
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
-  return __float2bfloat16_rn(x);
-}
 // v rounded to T and widened back: the T(...) of the reference kernels.
 template <class T>
 __device__ __forceinline__ float rnd(float v) {
@@ -68,27 +51,6 @@ __device__ __forceinline__ float sigmoid(float v) {
 __device__ __forceinline__ int64_t clamp_expert(int64_t e, int64_t E) {
   return e < 0 ? 0 : (e >= E ? E - 1 : e);
 }
-
-// Device scratch from the device's allocator, freed in stream order.
-class Scratch {
- public:
-  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
-    TITAN_CHECK(services_, "moe (cuda): the kernel context has no device services");
-    ptr_ = services_->allocate(bytes_);
-  }
-  ~Scratch() { services_->deallocate(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  DeviceServices* services_;
-  size_t bytes_;
-  void* ptr_;
-};
 
 // =============================================================================================
 // Router. One warp per token, kPerLane probabilities per lane (E <= 32 * kPerLane).
