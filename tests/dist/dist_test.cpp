@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -424,6 +426,65 @@ TEST(DataParallelFaults, DISABLED_SigtermToTheRanksSavesOneCheckpointAndExitsZer
   train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
   ASSERT_EQ(ckpt.latest_step(), reached) << out;
   EXPECT_EQ(ckpt.load(reached).train_state["step"].get<int64_t>(), reached);
+}
+
+}  // namespace
+
+namespace {
+
+// ZeRO-3's moving parts against the one-process run: layers gathered per use and recomputed in
+// backward (full activation checkpointing), gradients reduce-scattered per micro-batch and summed
+// over two micro-batches, and both reshard policies (parameters freed after each layer's forward,
+// or kept until its backward).
+TEST(DataParallel, FsdpWithRecomputeAccumulationAndEitherReshardPolicyMatchesOneRank) {
+  for (const char* reshard : {"always", "never"}) {
+    JobRun run = train(std::string("dist_fsdp_ac_") + reshard, 2, 1,
+                       {{"training.global_batch_size", "4"},
+                        {"activation_checkpoint.mode", "full"},
+                        {"parallelism.fsdp_reshard_after_forward", reshard}});
+    const std::string what = std::string("FSDP 2, recompute, accumulation 2, reshard ") + reshard;
+    expect_same_steps(run, one_rank(), 1, 10, what);
+    expect_same_final_state(run, one_rank(), 10, what);
+  }
+}
+
+// A mixture-of-experts model: routing, the aux loss and the expert-bias update (from expert counts
+// summed over the ranks) under FSDP, against one process.
+TEST(DataParallel, FsdpTrainsAMixtureOfExpertsModelLikeOneRank) {
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"}, {"model.num_experts", "4"}, {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "64"},     {"training.load_balance", "expert_bias"},
+                         {"training.steps", "6"},            {"checkpoint.interval", "6"}};
+  JobRun one = train("dist_moe_one_" + std::to_string(getpid()), 0, 4, moe);
+  JobRun two = train("dist_moe_fsdp2", 2, 2, moe);
+  expect_same_steps(two, one, 1, 6, "MoE FSDP 2");
+  expect_same_final_state(two, one, 6, "MoE FSDP 2");
+}
+
+// What each rank holds between steps: its slice of the parameters, gradients and AdamW state (the
+// allocator's figures in the start-up log), half of the one-process figures up to the padding of
+// every block to a multiple of the shard degree.
+TEST(DataParallel, FsdpRanksHoldHalfOfTheStateOfOneProcess) {
+  auto memory_line = [](int ranks) {
+    std::string out;
+    const fs::path dump = tt::temp_dir("dist_memory_" + std::to_string(ranks));
+    EXPECT_EQ(run_job(ranks, tiny(dump, ranks == 0 ? 4 : 2, {{"training.steps", "1"}, {"lr_scheduler.warmup_steps", "0"}}), &out), 0) << out;
+    const size_t at = out.find("memory per rank: ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no 'memory per rank' line in: " << out;
+      return std::array<double, 3>{};
+    }
+    double params = 0, grads = 0, moments = 0;
+    EXPECT_EQ(std::sscanf(out.c_str() + at, "memory per rank: parameters %lf MiB, gradients %lf MiB, AdamW state %lf MiB",
+                          &params, &grads, &moments),
+              3)
+        << out.substr(at, 120);
+    return std::array<double, 3>{params, grads, moments};
+  };
+  const auto one = memory_line(0), two = memory_line(2);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_GT(two[size_t(k)], 0.0);
+    EXPECT_NEAR(two[size_t(k)], one[size_t(k)] / 2, 0.01 * one[size_t(k)]) << "category " << k;
+  }
 }
 
 }  // namespace

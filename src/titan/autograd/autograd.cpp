@@ -126,6 +126,16 @@ void backward(const Tensor& loss) {
   backward(current_tape(), {loss}, {one});
 }
 
+Tensor on_backward(const std::string& name, const Tensor& x, std::function<void()> fn) {
+  if (!needs_grad({&x})) return x;
+  Tensor out = x.detach();
+  record("hook:" + name, {x}, {&out}, [fn = std::move(fn)](const std::vector<Tensor>& g) {
+    fn();
+    return std::vector<Tensor>{g[0]};
+  });
+  return out;
+}
+
 std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& inputs) {
   if (!needs_grad(inputs)) {
     // Parameters inside fn may still need grad: without recorded inputs we would lose them,

@@ -92,6 +92,13 @@ void backward(const Tensor& loss);
 // Runs `tape` in reverse seeded with the given gradients of `outputs`; clears it.
 void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs);
 
+// A backward hook: returns x itself (same storage, no copy) as a new tensor whose backward node
+// calls `fn` when the gradient reaches it and passes the gradient through unchanged. Placed on the
+// input and the output of a layer, it marks the points where that layer's backward starts and
+// ends (sharded data parallelism gathers the layer's parameters and reduce-scatters its gradients
+// there). Without grad mode, or when x needs no grad, returns x and fn never runs.
+Tensor on_backward(const std::string& name, const Tensor& x, std::function<void()> fn);
+
 // Activation checkpointing: runs fn(inputs) without keeping its intermediates.
 // In backward the node reruns fn on the saved inputs under a local tape and
 // backpropagates through it. Parameters used inside fn receive gradients as usual.

@@ -45,7 +45,19 @@ Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void>
 }
 
 Storage::~Storage() {
-  if (!owner_) device_services(device_).deallocate(data_, nbytes_);
+  if (!owner_ && data_) device_services(device_).deallocate(data_, nbytes_);
+}
+
+void Storage::release() {
+  TITAN_CHECK(!owner_, "Storage::release: the bytes are borrowed (an mmap or a caller's buffer), not ours to free");
+  if (!data_) return;
+  device_services(device_).deallocate(data_, nbytes_);
+  data_ = nullptr;
+}
+
+void Storage::materialize() {
+  TITAN_CHECK(!owner_, "Storage::materialize: the bytes are borrowed, not allocated here");
+  if (!data_) data_ = device_services(device_).allocate(nbytes_);
 }
 
 // ---------------------------------------------------------------- construction
@@ -149,6 +161,8 @@ std::string Tensor::str() const {
 
 void* Tensor::raw_data() const {
   TITAN_CHECK(defined(), "access to an undefined tensor");
+  TITAN_CHECK(storage_->resident(), "access to a released tensor ", str(),
+              " (a sharded parameter or gradient used outside the layer that gathered it)");
   return static_cast<char*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
 }
 

@@ -32,6 +32,14 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Sharded data parallelism (ZeRO-3) keeps a block's full parameters and gradients only while a
+  // layer computes with them: release() gives the bytes back to the device allocator and
+  // materialize() takes them again (contents undefined), while every view of the storage, including
+  // tensors autograd saved, stays valid across the gap. Only for storage this object allocated.
+  void release();
+  void materialize();
+  bool resident() const { return data_ != nullptr; }
+
  private:
   void* data_;
   size_t nbytes_;

@@ -30,6 +30,9 @@ class CommHandle {
  public:
   virtual ~CommHandle() = default;
   virtual void wait() = 0;  // returns when the collective is complete on this rank
+  // Lets the collective progress (MPI moves data of non-blocking collectives only inside MPI calls)
+  // and says whether it is complete; wait() is still required before the handle is dropped.
+  virtual bool poll() = 0;
 };
 
 class Communicator {

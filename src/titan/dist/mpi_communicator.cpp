@@ -85,6 +85,12 @@ class MpiHandle final : public CommHandle {
     }
     req_ = MPI_REQUEST_NULL;
   }
+  bool poll() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_Test(&req_, &done, MPI_STATUS_IGNORE);  // a completed request becomes MPI_REQUEST_NULL
+    return done != 0;
+  }
 
  private:
   MPI_Request req_;

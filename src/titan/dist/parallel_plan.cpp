@@ -74,52 +74,6 @@ Tensor ParallelPlan::gather_full(const Tensor& slice) const {
   return full;
 }
 
-void ParallelPlan::gather_parameters(std::vector<nn::ParamBlock>& blocks) const {
-  if (dp_shard_ == 1) return;  // every rank updated the whole block identically
-  std::vector<std::unique_ptr<CommHandle>> pending;
-  for (auto& b : blocks) {
-    Tensor mine = local(b.data());
-    pending.push_back(shard_group_->start_all_gather(mine.raw_data(), b.data().raw_data(), mine.numel(),
-                                                     DType::F32, host_context()));
-  }
-  for (auto& h : pending) h->wait();
-}
-
-void ParallelPlan::reduce_gradients(std::vector<nn::ParamBlock>& blocks) const {
-  if (dp_size() == 1) return;
-  const double mean = 1.0 / double(dp_size());
-  std::vector<std::unique_ptr<CommHandle>> pending;
-  if (dp_shard_ == 1) {
-    // DDP: one bucket per block, all in flight together.
-    for (auto& b : blocks)
-      pending.push_back(world_->start_all_reduce(b.grad().raw_data(), b.numel(), DType::F32, ReduceOp::Sum,
-                                                 host_context()));
-    for (auto& h : pending) h->wait();
-    for (auto& b : blocks) ops::scale_inplace(b.grad(), mean);
-    return;
-  }
-  std::vector<Tensor> shards;
-  for (auto& b : blocks) {
-    shards.push_back(Tensor::empty({b.numel() / dp_shard_}, DType::F32));
-    pending.push_back(shard_group_->start_reduce_scatter(b.grad().raw_data(), shards.back().raw_data(),
-                                                         shards.back().numel(), DType::F32, ReduceOp::Sum,
-                                                         host_context()));
-  }
-  for (auto& h : pending) h->wait();
-  if (replicate_group_) {
-    pending.clear();
-    for (auto& s : shards)
-      pending.push_back(replicate_group_->start_all_reduce(s.raw_data(), s.numel(), DType::F32, ReduceOp::Sum,
-                                                           host_context()));
-    for (auto& h : pending) h->wait();
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    ops::scale_inplace(shards[i], mean);
-    Tensor mine = local(blocks[i].grad());
-    mine.copy_from(shards[i]);
-  }
-}
-
 double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
   // Replicas hold the same shards: the norm is summed over one shard group.
   if (dp_shard_ > 1) shard_group_->all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());

@@ -2,22 +2,16 @@
 // How this process takes part in a training job: its rank, the data-parallel mesh
 // dp_replicate x dp_shard (torchtitan's data_parallel_replicate_degree and
 // data_parallel_shard_degree; rank = replicate_index * dp_shard + shard_index), and the points of a
-// training step where data parallelism communicates:
-//   gather_parameters        every block's parameters complete on every rank (FSDP all-gathers the
-//                            shards after the optimizer updated them); before the forward and before
-//                            a checkpoint or export reads them;
-//   reduce_gradients         after the backward of the last micro-batch: the mean gradient over the
-//                            data-parallel ranks, in f32. DDP all-reduces each block's gradient;
-//                            FSDP reduce-scatters it so each rank holds the mean of its shard; HSDP
-//                            reduce-scatters inside the shard group, then all-reduces the shard
-//                            across replicas;
+// collectives of a training step outside the parameter blocks (dist/sharded_blocks.h gathers the
+// blocks and reduces their gradients):
 //   all_reduce_grad_norm_sq  the squared norm of this rank's gradient shard -> the global one, so
 //                            every rank clips by the same coefficient;
 //   all_reduce_sum           sums of this rank's share of the data -> their sums over the data-parallel
-//                            ranks (the step's losses; the held-out loss of [validation]).
+//                            ranks (the step's losses; the held-out loss of [validation]);
+//   sum_over_ranks, max_over_ranks, check_same_config, host_names.
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
-// padded with zeros to a multiple of dp_shard); this rank's optimizer state covers only its slice
-// (local()), which the optimizer updates. With one rank every point is the identity.
+// padded with zeros to a multiple of dp_shard); this rank keeps its slice (ParamBlock::shard) and
+// the optimizer state of that slice only. With one rank every point is the identity.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,14 +49,12 @@ class ParallelPlan {
 
   // Pads each block to a multiple of dp_shard (before weights are loaded).
   void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
-  // This rank's slice of a block buffer (the whole buffer when not sharded).
+  // This rank's slice of a whole block-sized buffer (the whole buffer when not sharded).
   Tensor local(const Tensor& block_buffer) const;
   // A block-sized buffer assembled from every rank's `local_slice` (the slice itself when not
   // sharded): what a checkpoint of sharded optimizer state writes.
   Tensor gather_full(const Tensor& local_slice) const;
 
-  void gather_parameters(std::vector<nn::ParamBlock>& blocks) const;
-  void reduce_gradients(std::vector<nn::ParamBlock>& blocks) const;
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
   void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
 
@@ -78,6 +70,11 @@ class ParallelPlan {
   // The host name of every rank, by rank.
   std::vector<std::string> host_names() const;
   void barrier() const { world_->barrier(); }
+
+  // The ranks holding the other slices of this rank's shards (the world when not sharded), and
+  // the ranks holding the same slices in other replicas (null without replicas).
+  Communicator& shard_group() const { return shard_group_ ? *shard_group_ : *world_; }
+  Communicator* replicate_group() const { return replicate_group_.get(); }
 
  private:
   std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan

@@ -35,6 +35,7 @@ void ParamBlock::bind_views() {
 
 void ParamBlock::pad_to_multiple(int64_t multiple) {
   TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
+  TITAN_CHECK(!sharded_, "ParamBlock '", name_, "': cannot pad a sharded block");
   const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
   if (padded == n) return;
   Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
@@ -46,7 +47,22 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
   bind_views();
 }
 
-void ParamBlock::zero_grad() { grad_.fill(0.0); }
+void ParamBlock::zero_grad() {
+  if (sharded_) shard_grad_.fill(0.0);
+  if (grad_resident()) grad_.fill(0.0);
+}
+
+void ParamBlock::shard(int64_t index, int64_t count) {
+  TITAN_CHECK(!sharded_, "ParamBlock '", name_, "' is already sharded");
+  TITAN_CHECK(count >= 1 && index >= 0 && index < count && numel() % count == 0, "ParamBlock '", name_, "' of ",
+              numel(), " elements cannot be cut into ", count, " equal slices (slice ", index, ")");
+  const int64_t n = numel() / count;
+  shard_ = data_.narrow(0, index * n, n).clone();
+  shard_grad_ = grad_.narrow(0, index * n, n).clone();
+  sharded_ = true;
+  release_data();
+  release_grad();
+}
 
 void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
   // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.

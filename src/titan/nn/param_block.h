@@ -29,6 +29,21 @@ struct Param {
   Tensor value;        // view into the block's data; requires grad
 };
 
+// The points where a model uses a block's parameters, for a data-parallel plan that keeps blocks
+// sharded between uses (ZeRO-3). Blocks are numbered as the model's blocks(). The model calls
+// before_forward for every block it is about to compute with, after_forward when a block's forward
+// is over, and, through autograd hooks, before_backward / after_backward around the backward of
+// each block it reports as a layer (the embedding and head blocks are used at both ends of the
+// step and have no such points: their gradients are complete when the whole backward is).
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void before_forward(size_t block) = 0;
+  virtual void after_forward(size_t block) = 0;
+  virtual void before_backward(size_t block) = 0;
+  virtual void after_backward(size_t block) = 0;
+};
+
 class ParamBlock {
  public:
   ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device = Device::CPU);
@@ -48,12 +63,34 @@ class ParamBlock {
   // are kept.
   void pad_to_multiple(int64_t multiple);
 
+  // Zeroes the gradient this process accumulates into: shard_grad(), and grad() while resident.
   void zero_grad();
+
+  // Sharded data parallelism. shard(index, count) keeps slice `index` of `count` equal slices
+  // (numel() must be a multiple of count) in shard() and shard_grad(), persistent buffers of
+  // numel() / count elements, and releases the whole buffers: from then on data() and grad()
+  // (which the parameters view) hold bytes only between materialize_*() and release_*(), and
+  // what they hold is whatever the caller put there (an all-gather of the shards). Unsharded,
+  // shard() is data() and shard_grad() is grad().
+  void shard(int64_t index, int64_t count);
+  bool sharded() const { return sharded_; }
+  Tensor& shard() { return sharded_ ? shard_ : data_; }
+  Tensor& shard_grad() { return sharded_ ? shard_grad_ : grad_; }
+  const Tensor& shard() const { return sharded_ ? shard_ : data_; }
+  const Tensor& shard_grad() const { return sharded_ ? shard_grad_ : grad_; }
+  bool data_resident() const { return data_.storage()->resident(); }
+  bool grad_resident() const { return grad_.storage()->resident(); }
+  void materialize_data() { data_.storage()->materialize(); }
+  void release_data() { data_.storage()->release(); }
+  void materialize_grad() { grad_.storage()->materialize(); }  // contents undefined
+  void release_grad() { grad_.storage()->release(); }
 
  private:
   void bind_views();  // points every parameter's value and gradient into the buffers
   std::string name_;
   Tensor data_, grad_;
+  bool sharded_ = false;
+  Tensor shard_, shard_grad_;
   std::vector<Param> params_;
 };
 

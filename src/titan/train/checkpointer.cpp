@@ -82,7 +82,7 @@ void Checkpointer::restore(TrainState& s) const {
 void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   auto t0 = Clock::now();
   // Every rank takes part in assembling whole blocks; the logging rank writes them.
-  plan_.gather_parameters(s.model.blocks());
+  s.sharding.gather_all();
   std::vector<Tensor> exp_avg, exp_avg_sq;
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
     exp_avg.push_back(plan_.gather_full(s.optimizer.exp_avg()[b]));
@@ -113,6 +113,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
   ts["versions"] = versions_json(collect_versions());
   if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
+  s.sharding.release_all();  // model_t pointed into the gathered blocks
   // No rank runs ahead of (or exits before) the commit.
   plan_.barrier();
   last_saved_step_ = s.step;
@@ -120,8 +121,11 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
 }
 
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
-  plan_.gather_parameters(s.model.blocks());
-  if (!plan_.is_logging_rank()) return plan_.barrier();
+  s.sharding.gather_all();
+  if (!plan_.is_logging_rank()) {
+    s.sharding.release_all();
+    return plan_.barrier();
+  }
   auto t0 = Clock::now();
   fs::path out = folder() / ("step-" + std::to_string(s.step) + "-hf");
   std::vector<fs::path> tok_files;
@@ -139,6 +143,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
+  s.sharding.release_all();
   plan_.barrier();
 }
 

@@ -94,6 +94,8 @@ std::vector<Field> schema(JobConfig& c) {
       {"parallelism.data_parallel_shard_degree", K::Int, &c.parallelism.data_parallel_shard_degree, {}},
       {"parallelism.tensor_parallel_degree", K::Int, &c.parallelism.tensor_parallel_degree, {}},
       {"parallelism.expert_parallel_degree", K::Int, &c.parallelism.expert_parallel_degree, {}},
+      {"parallelism.fsdp_reshard_after_forward", K::Str, &c.parallelism.fsdp_reshard_after_forward,
+       {"default", "always", "never"}},
       {"comm.timeout_seconds", K::Float, &c.comm.timeout_seconds, {}},
   };
 }

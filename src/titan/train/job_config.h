@@ -99,6 +99,9 @@ struct ParallelismSection {
   int64_t data_parallel_shard_degree = -1;  // -1: all remaining ranks
   int64_t tensor_parallel_degree = 1;
   int64_t expert_parallel_degree = 1;
+  // FSDP: free a layer's gathered parameters after its forward ("default", "always") or keep them
+  // until its backward ("never": ZeRO-2, one gather per step instead of two).
+  std::string fsdp_reshard_after_forward = "default";
   // data_parallel_shard_degree with -1 resolved: the ranks left after replicate.
   int64_t shard_degree(int world_size) const;
 };

@@ -16,8 +16,7 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
 void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale) {
   config_.lr = lr;
   for (size_t b = 0; b < blocks.size(); ++b) {
-    Tensor param = plan_.local(blocks[b].data());
-    ops::adamw_step(param, plan_.local(blocks[b].grad()), exp_avg_[b], exp_avg_sq_[b], config_, step,
+    ops::adamw_step(blocks[b].shard(), blocks[b].shard_grad(), exp_avg_[b], exp_avg_sq_[b], config_, step,
                     grad_scale);
   }
 }

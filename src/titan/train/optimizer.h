@@ -1,6 +1,6 @@
 #pragma once
 // AdamW over the model's flat parameter blocks: one exp_avg and one exp_avg_sq buffer per block
-// (f32, zero at start) covering this rank's slice of the block (ParallelPlan::local: the whole
+// (f32, zero at start) covering this rank's slice of the block (ParamBlock::shard: the whole
 // block unless sharded), updated by ops::adamw_step one block at a time.
 #include <cstdint>
 #include <vector>

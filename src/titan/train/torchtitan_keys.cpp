@@ -139,7 +139,7 @@ const std::vector<TorchtitanKey> kKeys = {
     {"parallelism.expert_parallel_degree", U::Native, "", ""},
     {"parallelism.expert_tensor_parallel_degree", U::OffOnly, "1", "titan has no expert tensor parallelism"},
     {"parallelism.expert_parallel_comm_backend", U::Ignored, "", "selects the all-to-all library; same tokens move"},
-    {"parallelism.fsdp_reshard_after_forward", U::Ignored, "", kPerfOnly},
+    {"parallelism.fsdp_reshard_after_forward", U::Native, "", ""},
     {"parallelism.disable_loss_parallel", U::Ignored, "", kPerfOnly},
     {"parallelism.enable_async_tensor_parallel", U::Ignored, "", kPerfOnly},
     {"parallelism.enable_compiled_autograd", U::Ignored, "", kCompile},

@@ -28,6 +28,12 @@ qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const 
   return model;
 }
 
+std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
+  std::vector<bool> layer;
+  for (size_t b = 0; b < model.blocks().size(); ++b) layer.push_back(model.is_layer_block(b));
+  return layer;
+}
+
 LrSchedule build_schedule(const JobConfig& c) {
   LrScheduleConfig sc;
   sc.lr = c.optimizer.lr;
@@ -61,15 +67,21 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan)
     : model(build_model(c, job, plan)),
+      sharding(plan, model.blocks(), layer_flags(model), dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan), tokenizer) {}
 
+void TrainState::distribute() {
+  sharding.shard();
+  if (sharding.active()) model.set_block_hooks(&sharding);
+}
+
 std::string memory_per_rank(const TrainState& s) {
   double params = 0, grads = 0, moments = 0;
   for (auto& b : s.model.blocks()) {
-    params += double(b.data().nbytes());
-    grads += double(b.grad().nbytes());
+    params += double(b.shard().nbytes());
+    grads += double(b.shard_grad().nbytes());
   }
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
     for (auto& t : *m) moments += double(t.nbytes());

@@ -7,6 +7,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/dist/sharded_blocks.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
@@ -22,9 +23,15 @@ struct TrainState {
   TrainState(const JobConfig& config, const ResolvedJob& job, const data::Tokenizer& tokenizer,
              const dist::ParallelPlan& plan);
   TrainState(const TrainState&) = delete;
+  // Once the weights are in place (start_weights or a restore): each rank keeps its slice of the
+  // blocks from here on, and the model reports its block uses to `sharding`.
+  void distribute();
   TrainState& operator=(const TrainState&) = delete;
 
   qwen3::Qwen3Model model;
+  // The blocks as this rank holds them (whole until sharding.shard(), called once the weights are
+  // in place), and the data-parallel communication of their parameters and gradients.
+  dist::ShardedBlocks sharding;
   AdamW optimizer;
   LrSchedule schedule;
   data::TokenLoader loader;
@@ -33,7 +40,7 @@ struct TrainState {
 };
 
 // "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB": what this rank holds of each
-// (f32 master weights and gradients whole, the moments of its shard).
+// (its slice of the f32 master weights, gradients and moments; all of them on one process).
 std::string memory_per_rank(const TrainState& state);
 
 // The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;

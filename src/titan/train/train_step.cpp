@@ -29,9 +29,9 @@ StepResult TrainStep::run(TrainState& s) const {
   auto& model = s.model;
   const int64_t step = ++s.step;
   model.zero_grad();
-  plan_.gather_parameters(model.blocks());
   double loss_sum = 0, aux_sum = 0;
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
+    s.sharding.begin_micro_batch(micro == accumulation_ - 1);
     data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
     Tensor ids = my_rows(batch.inputs).to(model.device()), targets = my_rows(batch.labels).to(model.device());
@@ -39,6 +39,7 @@ StepResult TrainStep::run(TrainState& s) const {
     loss_sum += out.loss.item();
     if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();
     autograd::backward(accumulation_ == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation_)));
+    s.sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
   // The loss of the step over all ranks (every rank's loss is a mean over the same number of
   // tokens, so the global mean is their mean). Checked after the sum, so that every rank stops
@@ -49,10 +50,8 @@ StepResult TrainStep::run(TrainState& s) const {
   const double loss = sums[0] / micro_batches;
   TITAN_CHECK(std::isfinite(loss), "step ", step, ": the loss is not finite (", loss,
               "); stopping before the optimizer step (no checkpoint written)");
-  plan_.reduce_gradients(model.blocks());
-
   double norm_sq = 0;
-  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(plan_.local(b.grad()));
+  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.shard_grad());
   const double grad_norm = std::sqrt(plan_.all_reduce_grad_norm_sq(norm_sq));
   TITAN_CHECK(std::isfinite(grad_norm), "step ", step, ": the gradient norm is not finite (", grad_norm,
               "); stopping before the optimizer step (no checkpoint written)");

@@ -114,6 +114,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   TrainState state(cfg, job, tokenizer, plan);
   if (checkpointer.resume_step()) checkpointer.restore(state);
   else start_weights(state, cfg, job);
+  state.distribute();
   say("memory per rank: %s", memory_per_rank(state).c_str());
 
   // ---- the loop
@@ -154,7 +155,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.begin_step();
     const StepResult r = train_step.run(state);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
-    if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model).loss; };
+    if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model, state.sharding).loss; };
     meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;

@@ -56,9 +56,9 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
                   "' is also training data; the validation stream must be held out of training");
 }
 
-ValidationResult Validator::run(qwen3::Qwen3Model& model) const {
+ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const {
   autograd::NoGradGuard no_grad;
-  plan_.gather_parameters(model.blocks());
+  sharding.gather_all();
   // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
   data::TokenLoader loader(loader_config_, tokenizer_);
   const int64_t B = loader_config_.local_batch_size, S = loader_config_.seq_len;
@@ -76,6 +76,7 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model) const {
               B, " x ", S, " (+1) for data-parallel rank ", loader_config_.dp_rank, " of ", loader_config_.dp_size);
   // Each data-parallel rank evaluated its own share of the held-out documents: the mean over all of
   // them is the sum of the cross-entropies over the sum of the token counts.
+  sharding.release_all();
   double sums[2] = {ce_sum, double(tokens)};
   plan_.all_reduce_sum(sums);
   ValidationResult r;

@@ -17,6 +17,7 @@
 
 #include "titan/data/loader.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/dist/sharded_blocks.h"
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/job_config.h"
@@ -40,7 +41,9 @@ class Validator {
 
   bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
   // Evaluates `model` on the held-out batches (no gradients, no change to the model).
-  ValidationResult run(qwen3::Qwen3Model& model) const;
+  // `sharding` gathers the whole model for the evaluation (every rank may hold a different number
+  // of held-out batches, so the layers cannot be gathered per use) and releases it after.
+  ValidationResult run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const;
   // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens from <path>" (start-up log).
   std::string describe() const;
 

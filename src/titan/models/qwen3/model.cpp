@@ -245,6 +245,9 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
     positions.copy_from(Tensor::from_vector(pos, {S}));
   }
 
+  // Block numbers as in blocks(): the embedding, the layers, the head.
+  const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
+  if (hooks_) hooks_->before_forward(embedding_block);
   Tensor h;
   {
     kernels::ModuleScope scope("tok_embeddings");
@@ -252,30 +255,45 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
     h = ops::cast(ops::embedding(input_ids, tok_embeddings_->value), compute_dtype_);
   }
   for (int64_t i = 0; i < args_.n_layers; ++i) {
-    bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
-    if (!ckpt || !autograd::grad_enabled()) {
-      h = layer_forward(i, h, positions, router);
-      continue;
+    const size_t block = size_t(i) + 1;
+    if (hooks_) {
+      // Autograd reaches this point of the tape after the layer's whole backward.
+      hooks_->before_forward(block);
+      h = autograd::on_backward("layers." + std::to_string(i) + ".done", h,
+                                [hooks = hooks_, block] { hooks->after_backward(block); });
     }
-    // Recompute the whole layer in backward; router statistics are block outputs so the
-    // aux loss still reaches the router.
-    const bool moe_layer = layers_[size_t(i)].moe && router;
-    auto fn = [this, i, positions, moe_layer](const std::vector<Tensor>& in) {
-      std::vector<RouterStats> stats;
-      Tensor out = layer_forward(i, in[0], positions, moe_layer ? &stats : nullptr);
-      std::vector<Tensor> outs{out};
-      if (moe_layer) {
-        outs.push_back(stats[0].probs);
-        outs.push_back(stats[0].indices);
-      }
-      return outs;
-    };
-    auto outs = autograd::recompute("layers." + std::to_string(i), fn, {h});
-    h = outs[0];
-    if (moe_layer) router->push_back({outs[1], outs[2]});
+    h = layer_block(i, h, positions, router);
+    if (hooks_) {
+      hooks_->after_forward(block);
+      // ... and this one before it.
+      h = autograd::on_backward("layers." + std::to_string(i) + ".start", h,
+                                [hooks = hooks_, block] { hooks->before_backward(block); });
+    }
   }
+  if (hooks_) hooks_->before_forward(head_block);
   kernels::ModuleScope scope("norm");
   return ops::rms_norm(h, w(norm_), args_.norm_eps);
+}
+
+Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router) {
+  bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
+  if (!ckpt || !autograd::grad_enabled()) return layer_forward(i, h, positions, router);
+  // Recompute the whole layer in backward; router statistics are block outputs so the
+  // aux loss still reaches the router.
+  const bool moe_layer = layers_[size_t(i)].moe && router;
+  auto fn = [this, i, positions, moe_layer](const std::vector<Tensor>& in) {
+    std::vector<RouterStats> stats;
+    Tensor out = layer_forward(i, in[0], positions, moe_layer ? &stats : nullptr);
+    std::vector<Tensor> outs{out};
+    if (moe_layer) {
+      outs.push_back(stats[0].probs);
+      outs.push_back(stats[0].indices);
+    }
+    return outs;
+  };
+  auto outs = autograd::recompute("layers." + std::to_string(i), fn, {h});
+  if (moe_layer) router->push_back({outs[1], outs[2]});
+  return outs[0];
 }
 
 Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {

@@ -50,6 +50,13 @@ class Qwen3Model {
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
 
+  // Sharded data parallelism gathers and frees blocks at these points (nn::BlockHooks); null (the
+  // default) for a model whose blocks are always whole. `hooks` must outlive its use.
+  void set_block_hooks(nn::BlockHooks* hooks) { hooks_ = hooks; }
+  // The blocks with backward points (the layers: blocks()[1..n_layers]); the embedding and head
+  // blocks serve both ends of the step.
+  bool is_layer_block(size_t block) const { return block >= 1 && block <= size_t(args_.n_layers); }
+
   std::vector<nn::ParamBlock>& blocks() { return blocks_; }
   const std::vector<nn::ParamBlock>& blocks() const { return blocks_; }
   nn::Param* find_param(const std::string& native_name);  // null if absent
@@ -87,6 +94,8 @@ class Qwen3Model {
   };
 
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router);
+  // One layer, recomputed in backward when activation checkpointing covers it.
+  Tensor layer_block(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router);
   Tensor layer_forward(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router);
   Tensor attention(const Layer& L, const Tensor& x, const Tensor& positions);
   Tensor feed_forward(const Layer& L, const Tensor& x);
@@ -104,6 +113,7 @@ class Qwen3Model {
   // big-vocabulary models recompute instead.
   int64_t keep_logits_bytes_ = int64_t(1) << 30;
   std::vector<nn::ParamBlock> blocks_;
+  nn::BlockHooks* hooks_ = nullptr;
   nn::Param *tok_embeddings_ = nullptr, *norm_ = nullptr, *output_ = nullptr;
   std::vector<Layer> layers_;
   std::vector<Tensor> expert_bias_, last_counts_;

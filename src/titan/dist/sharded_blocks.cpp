@@ -1,0 +1,217 @@
+#include "titan/dist/sharded_blocks.h"
+
+#include <chrono>
+
+#include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/ops/elementwise/elementwise.h"
+
+namespace titan::dist {
+
+namespace {
+
+KernelContext context_of(const Tensor& t) { return device_services(t.device()).context(); }
+
+}  // namespace
+
+Reshard reshard_from_name(const std::string& name) {
+  if (name == "default" || name == "always") return Reshard::AfterForward;
+  TITAN_CHECK(name == "never", "parallelism.fsdp_reshard_after_forward = '", name,
+              "': expected \"default\", \"always\" or \"never\"");
+  return Reshard::Never;
+}
+
+struct ShardedBlocks::Pending {
+  enum Kind { Gather, ReduceScatter, AllReduce } kind;
+  size_t block;
+  std::unique_ptr<CommHandle> handle;
+  Tensor received;  // a reduce-scatter's slice of the summed gradient
+};
+
+ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<bool> layer,
+                             Reshard reshard)
+    : plan_(plan), blocks_(blocks), layer_(std::move(layer)), reshard_(reshard), gathers_(blocks.size()) {
+  TITAN_CHECK(layer_.size() == blocks_.size(), "sharded blocks: ", layer_.size(), " layer flags for ",
+              blocks_.size(), " blocks");
+}
+
+// A job stopping on an error may leave collectives in flight: their handles are dropped without a
+// wait (the job is on its way to MPI_Abort), see MpiHandle.
+ShardedBlocks::~ShardedBlocks() = default;
+
+void ShardedBlocks::shard() {
+  if (!sharded()) return;
+  for (auto& b : blocks_) b.shard(plan_.shard_index(), plan_.dp_shard());
+}
+
+void ShardedBlocks::count(int64_t bytes, int ranks, bool all_reduce) {
+  stats_.bytes_sent += (all_reduce ? 2 : 1) * bytes * (ranks - 1) / ranks;
+  ++stats_.collectives;
+}
+
+void ShardedBlocks::start_gather(size_t b) {
+  nn::ParamBlock& B = blocks_[b];
+  B.materialize_data();
+  const Tensor& mine = B.shard();
+  auto p = std::make_unique<Pending>();
+  p->kind = Pending::Gather;
+  p->block = b;
+  p->handle = plan_.shard_group().start_all_gather(mine.raw_data(), B.data().raw_data(), mine.numel(), DType::F32,
+                                                   context_of(mine));
+  count(int64_t(B.data().nbytes()), int(plan_.dp_shard()), false);
+  gathers_[b] = std::move(p);
+}
+
+void ShardedBlocks::ensure_gathered(size_t b) {
+  if (!gathers_[b] && blocks_[b].data_resident()) return;
+  if (!gathers_[b]) start_gather(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  gathers_[b]->handle->wait();
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  gathers_[b].reset();
+}
+
+void ShardedBlocks::release(size_t b) {
+  if (pinned_) return;
+  TITAN_CHECK(!gathers_[b], "sharded blocks: block '", blocks_[b].name(), "' released while its gather is in flight");
+  blocks_[b].release_data();
+}
+
+void ShardedBlocks::start_gradient_reduction(size_t b) {
+  nn::ParamBlock& B = blocks_[b];
+  auto p = std::make_unique<Pending>();
+  p->block = b;
+  if (sharded()) {
+    p->kind = Pending::ReduceScatter;
+    p->received = Tensor::empty({B.shard_grad().numel()}, DType::F32, B.grad().device());
+    p->handle = plan_.shard_group().start_reduce_scatter(B.grad().raw_data(), p->received.raw_data(),
+                                                         p->received.numel(), DType::F32, ReduceOp::Sum,
+                                                         context_of(B.grad()));
+    count(int64_t(B.grad().nbytes()), int(plan_.dp_shard()), false);
+  } else {
+    p->kind = Pending::AllReduce;
+    p->handle = plan_.world().start_all_reduce(B.grad().raw_data(), B.grad().numel(), DType::F32, ReduceOp::Sum,
+                                               context_of(B.grad()));
+    count(int64_t(B.grad().nbytes()), plan_.world_size(), true);
+  }
+  reductions_.push_back(std::move(p));
+}
+
+// A completed gradient reduction: a reduce-scatter's slice joins the micro-batches before it, and
+// the whole gradient buffer is no longer needed.
+void ShardedBlocks::finish(Pending& p) {
+  if (p.kind != Pending::ReduceScatter) return;
+  nn::ParamBlock& B = blocks_[p.block];
+  ops::add_inplace(B.shard_grad(), p.received);
+  p.received = Tensor();
+  B.release_grad();
+}
+
+void ShardedBlocks::poll() {
+  for (auto& p : reductions_)
+    if (p && p->handle->poll()) {
+      p->handle->wait();
+      finish(*p);
+      p.reset();
+    }
+  for (auto& g : gathers_)
+    if (g) g->handle->poll();
+}
+
+void ShardedBlocks::wait_all() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& p : reductions_)
+    if (p) {
+      p->handle->wait();
+      finish(*p);
+    }
+  reductions_.clear();
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ShardedBlocks::before_forward(size_t b) {
+  if (!sharded()) return;
+  poll();
+  ensure_gathered(b);
+  // Prefetch: the next layer's gather runs while this one computes.
+  if (layer_[b] && b + 1 < blocks_.size() && layer_[b + 1] && !gathers_[b + 1] && !blocks_[b + 1].data_resident())
+    start_gather(b + 1);
+}
+
+void ShardedBlocks::after_forward(size_t b) {
+  if (!sharded() || !layer_[b] || reshard_ == Reshard::Never) return;
+  release(b);
+}
+
+void ShardedBlocks::before_backward(size_t b) {
+  if (!sharded()) return;
+  poll();
+  ensure_gathered(b);
+  nn::ParamBlock& B = blocks_[b];
+  B.materialize_grad();
+  B.grad().fill(0.0);
+  // Backward runs the layers in reverse: prefetch the one below.
+  if (b >= 1 && layer_[b - 1] && !gathers_[b - 1] && !blocks_[b - 1].data_resident()) start_gather(b - 1);
+}
+
+void ShardedBlocks::after_backward(size_t b) {
+  if (sharded()) {
+    start_gradient_reduction(b);
+    release(b);
+  } else if (last_micro_batch_) {
+    start_gradient_reduction(b);  // DDP: this layer's all-reduce overlaps the backward below
+  }
+  poll();
+}
+
+void ShardedBlocks::begin_micro_batch(bool last) {
+  last_micro_batch_ = last;
+  if (!sharded()) return;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (!layer_[b]) {
+      blocks_[b].materialize_grad();
+      blocks_[b].grad().fill(0.0);
+    }
+}
+
+void ShardedBlocks::end_micro_batch() {
+  if (!active()) return;
+  if (sharded() || last_micro_batch_)
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      if (!layer_[b]) start_gradient_reduction(b);
+  wait_all();
+  if (!last_micro_batch_) return;
+  if (sharded()) {
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      if (!layer_[b]) release(b);
+    if (Communicator* replicas = plan_.replicate_group()) {
+      // HSDP: the shard groups of the replicas hold the same slices; sum them.
+      std::vector<std::unique_ptr<CommHandle>> pending;
+      for (auto& B : blocks_) {
+        pending.push_back(replicas->start_all_reduce(B.shard_grad().raw_data(), B.shard_grad().numel(), DType::F32,
+                                                     ReduceOp::Sum, context_of(B.shard_grad())));
+        count(int64_t(B.shard_grad().nbytes()), replicas->size(), true);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      for (auto& h : pending) h->wait();
+      stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+  for (auto& B : blocks_) ops::scale_inplace(B.shard_grad(), 1.0 / double(plan_.dp_size()));
+}
+
+void ShardedBlocks::gather_all() {
+  if (!sharded()) return;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (!gathers_[b] && !blocks_[b].data_resident()) start_gather(b);
+  for (size_t b = 0; b < blocks_.size(); ++b) ensure_gathered(b);
+  pinned_ = true;
+}
+
+void ShardedBlocks::release_all() {
+  if (!sharded()) return;
+  pinned_ = false;
+  for (size_t b = 0; b < blocks_.size(); ++b) release(b);
+}
+
+}  // namespace titan::dist

@@ -1,0 +1,101 @@
+#pragma once
+// The model's parameter blocks as a data-parallel rank holds them through a step, and the
+// communication that keeps them right (torchtitan's FSDP2 / ZeRO-3 over flat blocks):
+//
+//   FSDP, HSDP (dp_shard > 1)  Between uses a rank keeps only its slice of every block's parameters
+//       and gradients (ParamBlock::shard). A layer's parameters are all-gathered just before its
+//       forward, the next layer's gather prefetched while it computes, and released after it
+//       (fsdp_reshard_after_forward "default"/"always"; "never" keeps them until the layer's backward:
+//       ZeRO-2). Before a layer's backward they are gathered again (prefetching the layer below) and
+//       its whole gradient buffer exists; right after its backward the gradient is reduce-scattered
+//       (f32, non-blocking, overlapping the backward of the layers below) into this rank's slice and
+//       the whole buffers are released. The embedding and head blocks, used at both ends of the
+//       step, stay gathered through a micro-batch and are reduce-scattered after its backward.
+//       HSDP then all-reduces the slices across replicas.
+//   DDP (dp_shard = 1, dp_replicate > 1)  Blocks stay whole; in the last micro-batch each layer's
+//       gradient all-reduce starts as soon as its backward is over.
+//   One process: nothing happens; the model gets no hooks.
+//
+// Gradients end as the mean over the data-parallel ranks in ParamBlock::shard_grad, which the
+// optimizer updates with ParamBlock::shard. All of this runs on the thread that calls MPI.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/dist/parallel_plan.h"
+#include "titan/nn/param_block.h"
+
+namespace titan::dist {
+
+enum class Reshard : uint8_t { AfterForward, Never };
+// "default" and "always" -> AfterForward, "never" -> Never (parallelism.fsdp_reshard_after_forward).
+Reshard reshard_from_name(const std::string& name);
+
+// Communication of the steps since reset_stats(): what this rank sent (a ring collective over n
+// ranks of B bytes sends (n-1)/n B for a gather or reduce-scatter, twice that for an all-reduce) and
+// how long it sat waiting for collectives to complete (the part compute did not hide).
+struct CommStats {
+  int64_t bytes_sent = 0;
+  int64_t collectives = 0;
+  double wait_seconds = 0;
+};
+
+class ShardedBlocks final : public nn::BlockHooks {
+ public:
+  // `layer[b]` says whether block b has backward points (Qwen3Model::is_layer_block). The blocks
+  // stay whole until shard() (they are padded by ParallelPlan::shard_blocks). `plan` and `blocks`
+  // must outlive this object.
+  ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<bool> layer,
+                Reshard reshard);
+  ShardedBlocks(const ShardedBlocks&) = delete;
+  ShardedBlocks& operator=(const ShardedBlocks&) = delete;
+  ~ShardedBlocks() override;
+
+  // Whether the model needs these hooks (more than one data-parallel rank).
+  bool active() const { return plan_.dp_size() > 1; }
+  // Once the weights are in place (loaded, initialised or restored): each rank keeps its slice.
+  void shard();
+
+  // A micro-batch of a training step: begin_micro_batch makes the gradient buffers of the
+  // embedding and head blocks; end_micro_batch completes every reduction of the micro-batch and,
+  // after the last one, leaves the mean gradient over the ranks in every block's shard_grad.
+  void begin_micro_batch(bool last);
+  void end_micro_batch();
+
+  // Every block whole on every rank (validation, a checkpoint or export reading the weights),
+  // until release_all(); the hooks leave pinned blocks alone.
+  void gather_all();
+  void release_all();
+
+  void before_forward(size_t block) override;
+  void after_forward(size_t block) override;
+  void before_backward(size_t block) override;
+  void after_backward(size_t block) override;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  struct Pending;  // a collective in flight and what to do when it completes
+  bool sharded() const { return plan_.dp_shard() > 1; }
+  void start_gather(size_t block);
+  void ensure_gathered(size_t block);
+  void release(size_t block);
+  void start_gradient_reduction(size_t block);
+  void finish(Pending& p);
+  void poll();
+  void wait_all();
+  void count(int64_t bytes, int ranks, bool all_reduce);
+
+  const ParallelPlan& plan_;
+  std::vector<nn::ParamBlock>& blocks_;
+  std::vector<bool> layer_;
+  Reshard reshard_;
+  bool pinned_ = false, last_micro_batch_ = true;
+  std::vector<std::unique_ptr<Pending>> gathers_;  // per block: its gather in flight, or null
+  std::vector<std::unique_ptr<Pending>> reductions_;  // in start order
+  CommStats stats_;
+};
+
+}  // namespace titan::dist
