@@ -488,3 +488,24 @@ TEST(DataParallel, FsdpRanksHoldHalfOfTheStateOfOneProcess) {
 }
 
 }  // namespace
+
+namespace {
+
+// Under bf16 mixed precision the layers are all-gathered in bf16 (the values the one-process run
+// computes with: the f32 master rounded once), so the two runs compute alike up to the order of
+// the f32 gradient sums, which bf16 rounding of the updated weights can amplify to a few bf16 ulps.
+TEST(DataParallel, FsdpGathersLayersInBf16UnderBf16MixedPrecision) {
+  const Overrides bf16 = {{"training.mixed_precision_param", "bfloat16"}, {"checkpoint.enable", "false"}};
+  JobRun one = train("dist_bf16_one_" + std::to_string(getpid()), 0, 4, bf16);
+  JobRun two = train("dist_bf16_fsdp2", 2, 2, bf16);
+  JobRun two_f32 = train("dist_f32_fsdp2_comm", 2, 2, {{"checkpoint.enable", "false"}});
+  for (int64_t s = 1; s <= 10; ++s) {
+    ASSERT_TRUE(one.steps.count(s) && two.steps.count(s) && two_f32.steps.count(s)) << "step " << s;
+    const double a = two.steps.at(s)["loss"].get<double>(), b = one.steps.at(s)["loss"].get<double>();
+    EXPECT_NEAR(a, b, 2e-3 * std::fabs(b)) << "loss at step " << s;
+    // The layers' gathers move half the bytes of the f32 run's; the embedding and head do not change.
+    EXPECT_LT(two.steps.at(s)["comm_mib"].get<double>(), two_f32.steps.at(s)["comm_mib"].get<double>()) << s;
+  }
+}
+
+}  // namespace

@@ -78,13 +78,15 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
   qwen3::Qwen3Model model(model_args(cfg), DType::F32);
   model.initialize(7);
   const dist::ParallelPlan one_process;
+  dist::ShardedBlocks whole(one_process, model.blocks(), std::vector<bool>(model.blocks().size(), false),
+                            dist::Reshard::AfterForward);
   Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   EXPECT_TRUE(validator.due(1));
   EXPECT_FALSE(validator.due(2));
   EXPECT_TRUE(validator.due(cfg.validation.freq));
 
   const std::vector<double> before = model.blocks()[1].data().to_vector();
-  const ValidationResult r = validator.run(model);
+  const ValidationResult r = validator.run(model, whole);
 
   // Nothing moved and no gradient was accumulated.
   EXPECT_EQ(model.blocks()[1].data().to_vector(), before);
@@ -128,7 +130,7 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
   EXPECT_DOUBLE_EQ(r.perplexity, std::exp(r.loss));
 
   // Every evaluation reads the same batches: the figures of different steps compare.
-  EXPECT_EQ(validator.run(model).loss, r.loss);
+  EXPECT_EQ(validator.run(model, whole).loss, r.loss);
 }
 
 TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {

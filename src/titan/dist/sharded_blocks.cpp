@@ -12,6 +12,17 @@ namespace {
 
 KernelContext context_of(const Tensor& t) { return device_services(t.device()).context(); }
 
+// Adds the time of its scope to a counter.
+class Timed {
+ public:
+  explicit Timed(double& seconds) : seconds_(seconds), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() { seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 }  // namespace
 
 Reshard reshard_from_name(const std::string& name) {
@@ -39,9 +50,14 @@ ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBloc
 // wait (the job is on its way to MPI_Abort), see MpiHandle.
 ShardedBlocks::~ShardedBlocks() = default;
 
-void ShardedBlocks::shard() {
+void ShardedBlocks::shard(DType compute) {
   if (!sharded()) return;
-  for (auto& b : blocks_) b.shard(plan_.shard_index(), plan_.dp_shard());
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
+    // The layers of a bf16 job are gathered in bf16: their forward and backward read nothing else.
+    // The embedding and head keep the f32 path (the embedding gathers from the f32 table).
+    if (layer_[b] && compute == DType::BF16) blocks_[b].add_compute_copy(compute);
+  }
 }
 
 void ShardedBlocks::count(int64_t bytes, int ranks, bool all_reduce) {
@@ -49,35 +65,52 @@ void ShardedBlocks::count(int64_t bytes, int ranks, bool all_reduce) {
   ++stats_.collectives;
 }
 
+bool ShardedBlocks::in_compute_dtype(size_t b) const { return !pinned_ && blocks_[b].has_compute_copy(); }
+
+bool ShardedBlocks::gathered(size_t b) const {
+  return in_compute_dtype(b) ? blocks_[b].compute_resident() : blocks_[b].data_resident();
+}
+
 void ShardedBlocks::start_gather(size_t b) {
+  Timed timed(stats_.seconds);
   nn::ParamBlock& B = blocks_[b];
-  B.materialize_data();
-  const Tensor& mine = B.shard();
   auto p = std::make_unique<Pending>();
   p->kind = Pending::Gather;
   p->block = b;
-  p->handle = plan_.shard_group().start_all_gather(mine.raw_data(), B.data().raw_data(), mine.numel(), DType::F32,
-                                                   context_of(mine));
-  count(int64_t(B.data().nbytes()), int(plan_.dp_shard()), false);
+  const Tensor* send = &B.shard();
+  Tensor* into = &B.data();
+  if (in_compute_dtype(b)) {
+    // bf16 training: the shard is rounded to bf16 once, and half the bytes travel.
+    B.materialize_compute();
+    p->received = B.shard().to(B.compute().dtype());
+    send = &p->received;
+    into = &B.compute();
+  } else {
+    B.materialize_data();
+  }
+  p->handle = plan_.shard_group().start_all_gather(send->raw_data(), into->raw_data(), send->numel(), into->dtype(),
+                                                   context_of(*send));
+  count(int64_t(into->nbytes()), int(plan_.dp_shard()), false);
   gathers_[b] = std::move(p);
 }
 
 void ShardedBlocks::ensure_gathered(size_t b) {
-  if (!gathers_[b] && blocks_[b].data_resident()) return;
+  if (!gathers_[b] && gathered(b)) return;
   if (!gathers_[b]) start_gather(b);
-  const auto t0 = std::chrono::steady_clock::now();
+  Timed timed(stats_.seconds);
   gathers_[b]->handle->wait();
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   gathers_[b].reset();
 }
 
 void ShardedBlocks::release(size_t b) {
   if (pinned_) return;
   TITAN_CHECK(!gathers_[b], "sharded blocks: block '", blocks_[b].name(), "' released while its gather is in flight");
-  blocks_[b].release_data();
+  if (in_compute_dtype(b)) blocks_[b].release_compute();
+  else blocks_[b].release_data();
 }
 
 void ShardedBlocks::start_gradient_reduction(size_t b) {
+  Timed timed(stats_.seconds);
   nn::ParamBlock& B = blocks_[b];
   auto p = std::make_unique<Pending>();
   p->block = b;
@@ -108,6 +141,7 @@ void ShardedBlocks::finish(Pending& p) {
 }
 
 void ShardedBlocks::poll() {
+  Timed timed(stats_.seconds);
   for (auto& p : reductions_)
     if (p && p->handle->poll()) {
       p->handle->wait();
@@ -119,14 +153,13 @@ void ShardedBlocks::poll() {
 }
 
 void ShardedBlocks::wait_all() {
-  const auto t0 = std::chrono::steady_clock::now();
+  Timed timed(stats_.seconds);
   for (auto& p : reductions_)
     if (p) {
       p->handle->wait();
       finish(*p);
     }
   reductions_.clear();
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void ShardedBlocks::before_forward(size_t b) {
@@ -134,7 +167,7 @@ void ShardedBlocks::before_forward(size_t b) {
   poll();
   ensure_gathered(b);
   // Prefetch: the next layer's gather runs while this one computes.
-  if (layer_[b] && b + 1 < blocks_.size() && layer_[b + 1] && !gathers_[b + 1] && !blocks_[b + 1].data_resident())
+  if (layer_[b] && b + 1 < blocks_.size() && layer_[b + 1] && !gathers_[b + 1] && !gathered(b + 1))
     start_gather(b + 1);
 }
 
@@ -151,7 +184,7 @@ void ShardedBlocks::before_backward(size_t b) {
   B.materialize_grad();
   B.grad().fill(0.0);
   // Backward runs the layers in reverse: prefetch the one below.
-  if (b >= 1 && layer_[b - 1] && !gathers_[b - 1] && !blocks_[b - 1].data_resident()) start_gather(b - 1);
+  if (b >= 1 && layer_[b - 1] && !gathers_[b - 1] && !gathered(b - 1)) start_gather(b - 1);
 }
 
 void ShardedBlocks::after_backward(size_t b) {
@@ -192,9 +225,8 @@ void ShardedBlocks::end_micro_batch() {
                                                      ReduceOp::Sum, context_of(B.shard_grad())));
         count(int64_t(B.shard_grad().nbytes()), replicas->size(), true);
       }
-      const auto t0 = std::chrono::steady_clock::now();
+      Timed timed(stats_.seconds);
       for (auto& h : pending) h->wait();
-      stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   for (auto& B : blocks_) ops::scale_inplace(B.shard_grad(), 1.0 / double(plan_.dp_size()));
@@ -202,16 +234,16 @@ void ShardedBlocks::end_micro_batch() {
 
 void ShardedBlocks::gather_all() {
   if (!sharded()) return;
+  pinned_ = true;  // from here the gathers fill the f32 parameters, never a compute copy
   for (size_t b = 0; b < blocks_.size(); ++b)
     if (!gathers_[b] && !blocks_[b].data_resident()) start_gather(b);
   for (size_t b = 0; b < blocks_.size(); ++b) ensure_gathered(b);
-  pinned_ = true;
 }
 
 void ShardedBlocks::release_all() {
   if (!sharded()) return;
   pinned_ = false;
-  for (size_t b = 0; b < blocks_.size(); ++b) release(b);
+  for (auto& B : blocks_) B.release_data();
 }
 
 }  // namespace titan::dist

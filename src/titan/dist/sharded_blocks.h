@@ -34,11 +34,13 @@ Reshard reshard_from_name(const std::string& name);
 
 // Communication of the steps since reset_stats(): what this rank sent (a ring collective over n
 // ranks of B bytes sends (n-1)/n B for a gather or reduce-scatter, twice that for an all-reduce) and
-// how long it sat waiting for collectives to complete (the part compute did not hide).
+// the time it spent inside communication calls (starting, polling and waiting for collectives):
+// the communication compute did not hide. On CPU ranks MPI moves shared-memory data only inside
+// such calls, so this includes the copies themselves.
 struct CommStats {
   int64_t bytes_sent = 0;
   int64_t collectives = 0;
-  double wait_seconds = 0;
+  double seconds = 0;
 };
 
 class ShardedBlocks final : public nn::BlockHooks {
@@ -55,7 +57,9 @@ class ShardedBlocks final : public nn::BlockHooks {
   // Whether the model needs these hooks (more than one data-parallel rank).
   bool active() const { return plan_.dp_size() > 1; }
   // Once the weights are in place (loaded, initialised or restored): each rank keeps its slice.
-  void shard();
+  // Under bf16 compute the layers are gathered in bf16 (f32 otherwise; the embedding and head
+  // always in f32).
+  void shard(DType compute);
 
   // A micro-batch of a training step: begin_micro_batch makes the gradient buffers of the
   // embedding and head blocks; end_micro_batch completes every reduction of the micro-batch and,
@@ -79,6 +83,8 @@ class ShardedBlocks final : public nn::BlockHooks {
  private:
   struct Pending;  // a collective in flight and what to do when it completes
   bool sharded() const { return plan_.dp_shard() > 1; }
+  bool in_compute_dtype(size_t block) const;  // gathered into the block's compute copy
+  bool gathered(size_t block) const;
   void start_gather(size_t block);
   void ensure_gathered(size_t block);
   void release(size_t block);

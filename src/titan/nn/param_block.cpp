@@ -52,6 +52,19 @@ void ParamBlock::zero_grad() {
   if (grad_resident()) grad_.fill(0.0);
 }
 
+void ParamBlock::add_compute_copy(DType dtype) {
+  TITAN_CHECK(!compute_.defined(), "ParamBlock '", name_, "' already has a compute copy");
+  compute_ = Tensor::empty({numel()}, dtype, data_.device());
+  for (auto& p : params_) {
+    const int64_t n = shape_numel(p.shape);
+    p.compute_value = compute_.narrow(0, p.offset, n).reshape(p.shape);
+    p.compute_value.set_requires_grad(true);
+    p.compute_value.autograd_meta()->name = p.name;
+    p.compute_value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
+  }
+  release_compute();
+}
+
 void ParamBlock::shard(int64_t index, int64_t count) {
   TITAN_CHECK(!sharded_, "ParamBlock '", name_, "' is already sharded");
   TITAN_CHECK(count >= 1 && index >= 0 && index < count && numel() % count == 0, "ParamBlock '", name_, "' of ",

@@ -27,6 +27,9 @@ struct Param {
   Init init = Init::Normal;
   double std = 0.02;
   Tensor value;        // view into the block's data; requires grad
+  // View into the block's compute copy when it has one (else undefined); requires grad, and its
+  // gradient goes to the same f32 slice of the block's grad as value's.
+  Tensor compute_value;
 };
 
 // The points where a model uses a block's parameters, for a data-parallel plan that keeps blocks
@@ -85,12 +88,23 @@ class ParamBlock {
   void materialize_grad() { grad_.storage()->materialize(); }  // contents undefined
   void release_grad() { grad_.storage()->release(); }
 
+  // A whole-block copy of the parameters in the compute dtype, filled by whoever materializes it
+  // (sharded bf16 training all-gathers the layers in bf16 straight into it): the forward and
+  // backward read Param::compute_value while it is resident, and its gradients land in grad()
+  // in f32. Not resident until materialize_compute().
+  void add_compute_copy(DType dtype);
+  bool has_compute_copy() const { return compute_.defined(); }
+  Tensor& compute() { return compute_; }
+  bool compute_resident() const { return compute_.defined() && compute_.storage()->resident(); }
+  void materialize_compute() { compute_.storage()->materialize(); }
+  void release_compute() { compute_.storage()->release(); }
+
  private:
   void bind_views();  // points every parameter's value and gradient into the buffers
   std::string name_;
   Tensor data_, grad_;
   bool sharded_ = false;
-  Tensor shard_, shard_grad_;
+  Tensor shard_, shard_grad_, compute_;
   std::vector<Param> params_;
 };
 

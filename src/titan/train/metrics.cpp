@@ -1,5 +1,6 @@
 #include "titan/train/metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -180,6 +181,13 @@ StepMeter::StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step,
 void StepMeter::begin_step() {
   step_start_ = std::chrono::steady_clock::now();
   device_services(device_).reset_peak();
+  comm_bytes_ = -1;
+  comm_seconds_ = 0;
+}
+
+void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
+  comm_bytes_ = std::max<int64_t>(comm_bytes_, 0) + bytes_sent;
+  comm_seconds_ += seconds;
 }
 
 void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
@@ -206,6 +214,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     m.step_seconds = dt;
     m.warmup = first_;
     if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
+    if (comm_bytes_ >= 0) m.comm_mib = double(comm_bytes_) / 1048576.0, m.comm_seconds = comm_seconds_;
     logger_.log(m);
   }
   first_ = false;
@@ -229,7 +238,10 @@ void MetricsLogger::log(const StepMetrics& m) {
                 "mfu: %.2f%%%s",
                 long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
                 m.warmup ? "  (warm-up)" : "");
-  std::printf("%s%s\n", line, m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
+  char comm[96] = "";
+  if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
+  std::printf("%s%s%s\n", line, comm,
+              m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
   if (m.val_loss >= 0)
     std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
   std::fflush(stdout);
@@ -238,6 +250,10 @@ void MetricsLogger::log(const StepMetrics& m) {
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (m.comm_mib >= 0) {
+    j["comm_mib"] = m.comm_mib;
+    j["comm_seconds"] = m.comm_seconds;
+  }
   if (m.val_loss >= 0) {
     j["val_loss"] = m.val_loss;
     j["val_perplexity"] = m.val_perplexity;

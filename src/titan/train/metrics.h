@@ -6,6 +6,7 @@
 // tflops   = tps * flops_per_token(seq) / 1e12, flops_per_token = 6 * active matmul params
 //            (lm_head counted) + 12 * layers * heads * head_dim * seq  (torchtitan's formula)
 // mfu      = tflops / peak TFLOP/s of this device for the compute dtype
+// comm     = data-parallel runs: bytes this rank sent, and seconds inside communication calls
 // memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
 //            the start of every step), and its share of the machine's physical memory
 #include <atomic>
@@ -30,6 +31,9 @@ struct StepMetrics {
   double memory_gib = 0, memory_pct = 0;
   double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
   double step_seconds = 0;
+  // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the
+  // seconds it spent inside communication calls (what compute did not hide).
+  double comm_mib = -1, comm_seconds = -1;
   bool warmup = false;  // the first step of a run (includes one-time set-up costs)
 };
 
@@ -71,6 +75,8 @@ class StepMeter {
             Device device = Device::CPU);
 
   void begin_step();  // starts the clock and resets the allocator's peak
+  // The data-parallel communication of the step in hand (logged with it).
+  void add_communication(int64_t bytes_sent, double seconds);
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
   // training step's alone); its result is logged as val_loss, and the step is logged whatever log_freq.
@@ -89,6 +95,8 @@ class StepMeter {
   int64_t device_bytes_;
   std::chrono::steady_clock::time_point step_start_;
   bool first_ = true;
+  int64_t comm_bytes_ = -1;  // < 0: no communication reported for the step in hand
+  double comm_seconds_ = 0;
   double sustained_seconds_ = 0;
   int64_t sustained_tokens_ = 0;
 };

@@ -73,7 +73,7 @@ TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::T
       loader(loader_config(c, job, plan), tokenizer) {}
 
 void TrainState::distribute() {
-  sharding.shard();
+  sharding.shard(model.compute_dtype());
   if (sharding.active()) model.set_block_hooks(&sharding);
 }
 

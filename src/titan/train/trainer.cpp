@@ -153,7 +153,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       break;
     }
     meter.begin_step();
+    state.sharding.reset_stats();
     const StepResult r = train_step.run(state);
+    if (state.sharding.active())
+      meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
     if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model, state.sharding).loss; };
     meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);

@@ -187,7 +187,13 @@ std::vector<std::string> module_names(const ModelArgs& a) {
 
 const nn::Param& Qwen3Model::output_weight() const { return *output_; }
 
-Tensor Qwen3Model::w(const nn::Param* p) const { return ops::cast(p->value, compute_dtype_); }
+Tensor Qwen3Model::w(const nn::Param* p) const {
+  // A block gathered in the compute dtype (sharded bf16 training) is used as it is.
+  if (p->compute_value.defined() && p->compute_value.storage()->resident() &&
+      p->compute_value.dtype() == compute_dtype_)
+    return p->compute_value;
+  return ops::cast(p->value, compute_dtype_);
+}
 
 // ---------------------------------------------------------------- forward
 
