@@ -27,14 +27,21 @@ struct CheckRun {
   std::map<std::string, nlohmann::json> rows;  // by check name
 };
 
-CheckRun titan_check(const std::string& args, const fs::path& json) {
+CheckRun titan_check(const std::string& args, const fs::path& json, const std::string& launcher = "") {
   CheckRun r;
-  r.rc = tt::run_command(tt::titan_binary().string() + " check " + args + " --json " + json.string(), &r.out);
+  r.rc = tt::run_command(launcher + tt::titan_binary().string() + " check " + args + " --json " + json.string(), &r.out);
   std::ifstream f(json);
   if (!f) return r;
   r.json = nlohmann::json::parse(f);
   for (auto& row : r.json.at("rows")) r.rows[row.at("check").get<std::string>()] = row;
   return r;
+}
+
+// `titan check` as `ranks` processes of one mpirun (one thread each).
+CheckRun titan_check_under_mpirun(int ranks, const std::string& args, const fs::path& json) {
+  return titan_check(args, json,
+                     "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+                     "--oversubscribe --bind-to none -x OMP_NUM_THREADS -np " + std::to_string(ranks) + " ");
 }
 
 // Parameters of a safetensors file, counted here from its header.
@@ -124,4 +131,33 @@ TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
   EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
   EXPECT_NE(r.rows["model"].at("value").get<std::string>().find(dropped), std::string::npos) << r.rows["model"];
   EXPECT_EQ(r.rows["export"].at("status"), "FAIL");
+}
+
+TEST(Check, TheRanksRowHearsFromEveryRankUnderMpirun) {
+  // Two real MPI ranks: both answer the all-gather of host names; the other rows run on rank 0.
+  auto run = [](const std::string& mesh, const char* name) {
+    const fs::path work = tt::temp_dir(name);
+    return titan_check_under_mpirun(2,
+                                    "--config " + tt::debugmodel_toml().string() +
+                                        tt::cli_args(tt::tiny_job(work / "dump", {{"validation.enable", "false"}})) +
+                                        " --steps 2 --workdir " + (work / "check").string() + " " + mesh,
+                                    work / "rows.json");
+  };
+  CheckRun ok = run("--parallelism.data_parallel_shard_degree=2", "check_ranks_ok");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  ASSERT_TRUE(ok.rows.count("ranks")) << ok.out;
+  EXPECT_EQ(ok.rows["ranks"].at("status"), "PASS") << ok.out;
+  const std::string value = ok.rows["ranks"].at("value");
+  EXPECT_NE(value.find("2 of 2 ranks answered"), std::string::npos) << value;
+  EXPECT_NE(value.find("FSDP, 2 ranks"), std::string::npos) << value;
+  EXPECT_EQ(ok.rows["checkpoint"].at("status"), "PASS") << ok.out;
+  // A mesh that does not fit the launched ranks fails the row on every rank, naming the keys.
+  CheckRun bad = run("--parallelism.data_parallel_shard_degree=3", "check_ranks_bad");
+  EXPECT_NE(bad.rc, 0) << bad.out;
+  ASSERT_TRUE(bad.rows.count("ranks")) << bad.out;
+  EXPECT_EQ(bad.rows["ranks"].at("status"), "FAIL");
+  EXPECT_NE(bad.rows["ranks"].at("value").get<std::string>().find(
+                "parallelism.data_parallel_shard_degree (3) = 3 != world size 2"),
+            std::string::npos)
+      << bad.out;
 }

@@ -11,3 +11,5 @@ add_dependencies(check_test titan_cli)
 add_dependencies(guards_test titan_cli)
 # step_profile_test runs titan info --config through the binary.
 add_dependencies(step_profile_test titan_cli)
+# plan_test runs titan plan / info / train through the binary.
+add_dependencies(plan_test titan_cli)

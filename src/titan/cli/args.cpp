@@ -123,4 +123,10 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
   return r;
 }
 
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
+  return buf;
+}
+
 }  // namespace titan::cli

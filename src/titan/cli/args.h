@@ -2,6 +2,7 @@
 // A small, strict option parser shared by the subcommands:
 //   --name VALUE | --name=VALUE | --flag ; --help prints usage.
 // Unknown options are errors that suggest the nearest known one.
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,5 +49,8 @@ struct JobArgs {
   bool help = false;
 };
 JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own = {});
+
+// Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB".
+std::string gib(int64_t bytes);
 
 }  // namespace titan::cli

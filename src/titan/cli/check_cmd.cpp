@@ -3,7 +3,8 @@
 // The recipe's pilot checklist, run for exactly the job the config describes, as one table of
 // PASS / FAIL / SKIP rows (exit status 1 on any FAIL):
 //   versions      what this build is (titan version)
-//   ranks         the launcher's world size fits the configured mesh
+//   ranks         the launcher's world size fits the configured mesh and every rank answers (under
+//                 mpirun the other ranks stop after this row; the rows below run on rank 0)
 //   model         the checkpoint the job loads: parameters of config.json = the file's, every tensor
 //                 present, none extra, one dtype as config.json says, tied lm_head absent or equal
 //   export        export to a temporary folder, reload: same keys, every tensor bit-equal, same loss
@@ -22,6 +23,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -29,6 +32,8 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/dist/communicator.h"
+#include "titan/dist/parallel_plan.h"
 #include "titan/io/hf_checkpoint.h"
 #include "titan/kernels/parity.h"
 #include "titan/models/qwen3/state_dict.h"
@@ -132,22 +137,27 @@ Row versions_row() {
           "recorded in the log and every checkpoint"};
 }
 
-Row ranks_row(const train::JobConfig& c) {
-  int world = 1;
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
-    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
-      world = std::atoi(v);
-      break;
-    }
-  const std::string rule = "the launcher's world size = replicate x shard x tp";
-  if (world != 1)
-    return {"ranks", "FAIL", std::to_string(world) + " ranks launched; titan train runs one rank today", rule};
+// The launcher's world against the configured mesh, and every rank answering: an all-gather of
+// each rank's host name over the world (a rank that does not answer within comm.timeout_seconds
+// makes it an error naming the collective).
+Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
+  const std::string rule = "the launcher's world size = replicate x shard, and every rank answers";
   try {
-    c.validate(world);
+    c.validate(world.size());
+    const dist::ParallelPlan plan(world, c.parallelism.data_parallel_replicate_degree,
+                                  c.parallelism.shard_degree(world.size()));
+    const std::vector<std::string> hosts = plan.host_names();
+    std::map<std::string, int> per_host;
+    for (const std::string& h : hosts) ++per_host[h];
+    std::string where;
+    for (const auto& [host, n] : per_host) where += (where.empty() ? "" : ", ") + host + " x" + std::to_string(n);
+    const std::string answered = std::to_string(hosts.size()) + " of " + std::to_string(world.size()) +
+                                 " ranks answered (" + where + "); " + plan.describe();
+    return {"ranks", "PASS",
+            world.size() == 1 ? answered : answered + "; the rows below run on rank 0 alone, as one process", rule};
   } catch (const Error& e) {
     return {"ranks", "FAIL", e.what(), rule};
   }
-  return {"ranks", "PASS", "1 rank, mesh 1 x 1 x 1", rule};
 }
 
 // Why the model rows have nothing to check when the job loads no Hugging Face folder.
@@ -275,6 +285,10 @@ int check_main(int argc, char** argv) {
   TITAN_CHECK(steps >= 2, "titan check: --steps must be at least 2 (a warm-up step and a sustained one), got ",
               steps);
   const train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
+  // MPI when started by mpirun / srun: every rank answers the ranks row; the other rows run on rank 0.
+  const std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
+  Row ranks = ranks_row(cfg, *world);
+  if (world->rank() != 0) return ranks.status == "FAIL" ? 1 : 0;
   fs::path work;
   if (a.own.count("workdir")) {
     work = a.own["workdir"];
@@ -292,7 +306,7 @@ int check_main(int argc, char** argv) {
     rows.push_back(std::move(r));
   };
   add(versions_row());
-  add(ranks_row(cfg));
+  add(std::move(ranks));
   const fs::path hf = hf_checkpoint_of(cfg);
   std::unique_ptr<qwen3::Qwen3Model> loaded;
   add(model_row(cfg, hf, loaded));
@@ -317,6 +331,8 @@ int check_main(int argc, char** argv) {
                               {"checkpoint.keep_latest_k", "0"},
                               {"checkpoint.last_save_in_hf", "false"}})
       o.push_back(kv);
+    if (world->size() > 1)  // the ranks row checked the mesh; the runs below are rank 0's alone
+      o.insert(o.end(), {{"parallelism.data_parallel_replicate_degree", "1"}, {"parallelism.data_parallel_shard_degree", "-1"}});
     o.insert(o.end(), extra.begin(), extra.end());
     return train::load_job_config(a.config, o);
   };

@@ -13,12 +13,6 @@
 namespace titan::cli {
 namespace {
 
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1ll << 30));
-  return buf;
-}
-
 // titan info --config X.toml [--k=v]: the job's training step run on the meta device.
 int info_for_job(int argc, char** argv) {
   const JobArgs job = parse_job_args("info", argc, argv);
@@ -29,16 +23,7 @@ int info_for_job(int argc, char** argv) {
     return 0;
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
-  const qwen3::ModelArgs a = train::resolve_model_args(cfg);
-  // The step of one process of the job (no dataset or weights are needed to plan it).
-  train::ResolvedJob step_job;
-  step_job.args = a;
-  step_job.compute_dtype = train::resolve_compute_dtype(cfg);
-  step_job.local_batch_size = cfg.training.local_batch_size;
-  step_job.seq_len = cfg.training.seq_len;
-  step_job.accumulation_steps =
-      cfg.training.global_batch_size == -1 ? 1 : cfg.training.global_batch_size / cfg.training.local_batch_size;
-  const train::StepShape shape = train::step_shape(cfg, step_job);
+  const auto [a, shape] = train::planned_step(cfg, 1, 1);  // one process: `titan plan` takes a mesh
   const std::string& ac = cfg.activation_checkpoint.mode;
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 

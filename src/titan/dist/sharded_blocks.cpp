@@ -63,6 +63,7 @@ void ShardedBlocks::shard(DType compute) {
 void ShardedBlocks::count(int64_t bytes, int ranks, bool all_reduce) {
   stats_.bytes_sent += (all_reduce ? 2 : 1) * bytes * (ranks - 1) / ranks;
   ++stats_.collectives;
+  stats_.ring_steps += (all_reduce ? 2 : 1) * (ranks - 1);
 }
 
 bool ShardedBlocks::in_compute_dtype(size_t b) const { return !pinned_ && blocks_[b].has_compute_copy(); }
@@ -223,7 +224,7 @@ void ShardedBlocks::end_micro_batch() {
       for (auto& B : blocks_) {
         pending.push_back(replicas->start_all_reduce(B.shard_grad().raw_data(), B.shard_grad().numel(), DType::F32,
                                                      ReduceOp::Sum, context_of(B.shard_grad())));
-        count(int64_t(B.shard_grad().nbytes()), replicas->size(), true);
+        count(int64_t(B.shard_grad().nbytes()), int(plan_.dp_replicate()), true);
       }
       Timed timed(stats_.seconds);
       for (auto& h : pending) h->wait();

@@ -40,6 +40,7 @@ Reshard reshard_from_name(const std::string& name);
 struct CommStats {
   int64_t bytes_sent = 0;
   int64_t collectives = 0;
+  int64_t ring_steps = 0;  // (n-1) per gather or reduce-scatter, 2(n-1) per all-reduce: one latency each
   double seconds = 0;
 };
 

@@ -141,6 +141,10 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
 
 }  // namespace
 
+int64_t accumulation_steps(const JobConfig& c, int64_t dp_size) {
+  return c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (c.training.local_batch_size * dp_size);
+}
+
 ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool resuming) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
@@ -151,9 +155,7 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
   if (!resuming) resolve_initial_weights(c, job);
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
-  job.accumulation_steps = c.training.global_batch_size == -1
-                               ? 1
-                               : c.training.global_batch_size / (job.local_batch_size * plan.dp_size());
+  job.accumulation_steps = accumulation_steps(c, plan.dp_size());
   return job;
 }
 

@@ -34,6 +34,10 @@ Device resolve_device(const JobConfig& config);
 // The compute dtype: training.mixed_precision_param; on the CPU f32 where it has no bf16 arithmetic.
 DType resolve_compute_dtype(const JobConfig& config);
 
+// Micro-batches per optimizer step: training.global_batch_size over local_batch_size x the
+// data-parallel ranks (1 when global_batch_size = -1).
+int64_t accumulation_steps(const JobConfig& config, int64_t dp_size);
+
 // `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
 // consulted. Errors name the key and the path.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);

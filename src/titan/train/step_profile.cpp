@@ -1,16 +1,23 @@
 #include "titan/train/step_profile.h"
 
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/dist/meta_world.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/dist/sharded_blocks.h"
 #include "titan/models/qwen3/size_check.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/optim/optim.h"
 #include "titan/train/job_config.h"
+#include "titan/train/optimizer.h"
 #include "titan/train/startup.h"
+#include "titan/train/train_state.h"
 
 namespace titan::train {
 
@@ -18,25 +25,43 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
   TITAN_CHECK(shape.local_batch >= 1 && shape.seq_len >= 1 && shape.grad_accumulation >= 1,
               "step profile: batch, seq_len and gradient accumulation must be >= 1, got ", shape.local_batch, ", ",
               shape.seq_len, ", ", shape.grad_accumulation);
+  TITAN_CHECK(shape.dp_replicate >= 1 && shape.dp_shard >= 1 && shape.dp_replicate * shape.dp_shard <= (1 << 30),
+              "step profile: the mesh dp_replicate ", shape.dp_replicate, " x dp_shard ", shape.dp_shard,
+              " must be >= 1 each and at most 2^30 ranks");
+  const int world_size = int(shape.dp_replicate * shape.dp_shard);
+  // One rank of the job: on meta, rank 0 of a world whose other ranks are imagined; a real device
+  // runs one process (a real step of N ranks is `mpirun -np N titan train`).
+  TITAN_CHECK(device == Device::Meta || world_size == 1, "step profile: a step of ", world_size,
+              " ranks is profiled on the meta device only (got ", device_name(device), ")");
+  const std::unique_ptr<dist::Communicator> world =
+      device == Device::Meta ? dist::meta_world_communicator(world_size) : dist::single_process_communicator();
+  const dist::ParallelPlan plan(*world, shape.dp_replicate, shape.dp_shard);
+
   const auto t0 = std::chrono::steady_clock::now();
   DeviceServices& dev = device_services(device);
   const int64_t base = dev.stats().current_bytes;
   dev.reset_flops();
   StepProfile p;
   {
+    // The state as TrainState builds it, then distributes it: the model's blocks padded for the
+    // plan, AdamW's moments for this rank's slice, each rank keeping only its slice of the blocks
+    // (ZeRO-3) and the model reporting its block uses to the sharding.
     qwen3::Qwen3Model model(args, shape.compute, device);
+    plan.shard_blocks(model.blocks());
     model.set_checkpointing(shape.checkpointing);
-    for (const auto& b : model.blocks()) {
-      p.weights += int64_t(b.data().nbytes());
-      p.grads += int64_t(b.grad().nbytes());
-    }
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
-    std::vector<Tensor> exp_avg, exp_avg_sq;
+    dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard);
+    AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
+    sharding.shard();
+    if (sharding.active()) model.set_block_hooks(&sharding);
     for (const auto& b : model.blocks()) {
-      exp_avg.push_back(Tensor::zeros({b.numel()}, DType::F32, device));
-      exp_avg_sq.push_back(Tensor::zeros({b.numel()}, DType::F32, device));
-      p.optimizer += 2 * int64_t(exp_avg.back().nbytes());
+      p.weights += int64_t(b.shard().nbytes());
+      p.grads += int64_t(b.shard_grad().nbytes());
+      p.block_elements += b.numel();
     }
+    p.blocks = int64_t(model.blocks().size());
+    for (size_t b = 0; b < model.blocks().size(); ++b)
+      p.optimizer += int64_t(optimizer.exp_avg()[b].nbytes() + optimizer.exp_avg_sq()[b].nbytes());
     p.other = dev.stats().current_bytes - base - p.weights - p.grads - p.optimizer;
 
     // Token ids: a fixed pattern on real devices (the values do not change what is allocated);
@@ -53,20 +78,28 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
       y.copy_from(Tensor::from_vector(targets, {B, S}));
     }
     dev.reset_peak();
+    sharding.reset_stats();
+    // TrainStep::run's calls, in its order (keep the two in step): the sharding decides what each
+    // rank gathers, frees and reduces, so this profile follows it.
     model.zero_grad();
+    double sums[2] = {0, 0};
     for (int64_t micro = 0; micro < shape.grad_accumulation; ++micro) {
+      sharding.begin_micro_batch(micro == shape.grad_accumulation - 1);
       qwen3::LossOutput out = model.forward_loss(x, y);
+      sums[0] += out.loss.item();
       autograd::backward(shape.grad_accumulation == 1 ? out.loss
                                                       : ops::scale(out.loss, 1.0 / double(shape.grad_accumulation)));
+      sharding.end_micro_batch();
     }
-    std::vector<Tensor> grads;
-    for (auto& b : model.blocks()) grads.push_back(b.grad());
-    const double norm = ops::global_grad_norm(grads);
-    ops::AdamWConfig adamw;
-    for (size_t b = 0; b < model.blocks().size(); ++b)
-      ops::adamw_step(model.blocks()[b].data(), model.blocks()[b].grad(), exp_avg[b], exp_avg_sq[b], adamw, 1,
-                      ops::clip_coefficient(1.0, norm));
+    plan.all_reduce_sum(sums);
+    double norm_sq = 0;
+    for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.shard_grad());
+    const double norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
+    optimizer.step(model.blocks(), OptimizerSection{}.lr, 1, ops::clip_coefficient(1.0, norm));
+    if (!model.expert_bias().empty())
+      model.update_expert_bias(plan.sum_over_ranks(model.last_expert_counts()), TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
+    p.comm = sharding.stats();
   }
   p.flops = dev.flops();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -84,10 +117,28 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
                     : ac == "selective" ? qwen3::Checkpointing::Selective
                                         : qwen3::Checkpointing::None;
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
+  s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   return s;
 }
 
-void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device) {
+PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_shard) {
+  ResolvedJob job;
+  job.args = resolve_model_args(c);
+  job.compute_dtype = resolve_compute_dtype(c);
+  job.local_batch_size = c.training.local_batch_size;
+  job.seq_len = c.training.seq_len;
+  job.accumulation_steps = accumulation_steps(c, dp_replicate * dp_shard);
+  PlannedStep planned{job.args, step_shape(c, job)};
+  planned.shape.dp_replicate = dp_replicate;
+  planned.shape.dp_shard = dp_shard;
+  return planned;
+}
+
+int64_t available_memory_per_rank(Device device) {
+  return device == Device::CPU ? qwen3::available_memory_bytes() : device_services(device).capacity_bytes();
+}
+
+void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape) {
   constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
   TITAN_CHECK(shape.local_batch <= kMaxBatchOrSeq, "training.local_batch_size = ", shape.local_batch,
               " exceeds the limit ", kMaxBatchOrSeq);
@@ -95,14 +146,24 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, D
               kMaxBatchOrSeq);
   TITAN_CHECK(shape.seq_len <= args.max_seq_len, "training.seq_len = ", shape.seq_len,
               " exceeds the model's max_seq_len = ", args.max_seq_len);
-  const int64_t available =
-      device == Device::CPU ? qwen3::available_memory_bytes() : device_services(device).capacity_bytes();
-  const std::string what = "training (batch " + std::to_string(shape.local_batch) + " x seq " +
-                           std::to_string(shape.seq_len) + ", " + std::to_string(args.num_params()) +
-                           " parameters, on " + std::string(device_name(device)) + ")";
-  // f32 weights, gradients and two AdamW moments: a model too large for the machine is refused
-  // before even the meta model is built (16384 layers of meta tensors take a while to trace).
-  const int64_t param_bytes = qwen3::narrow_size(__int128(args.num_params()) * 4, "parameter bytes");
+}
+
+void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device,
+                         int64_t ranks_on_host) {
+  check_step_bounds(args, shape);
+  const bool shared = device == Device::CPU && ranks_on_host > 1;
+  const int64_t available = available_memory_per_rank(device) / (shared ? ranks_on_host : 1);
+  const int64_t ranks = shape.dp_replicate * shape.dp_shard;
+  const std::string what =
+      "training (batch " + std::to_string(shape.local_batch) + " x seq " + std::to_string(shape.seq_len) + ", " +
+      std::to_string(args.num_params()) + " parameters, on " + std::string(device_name(device)) +
+      (ranks > 1 ? ", per rank of " + std::to_string(ranks) : std::string()) +
+      (shared ? ", the host's memory shared by its " + std::to_string(ranks_on_host) + " ranks" : std::string()) + ")";
+  // f32 weights, gradients and two AdamW moments, at best spread evenly over the shard group: a
+  // model too large for the machine is refused before even the meta model is built (16384 layers
+  // of meta tensors take a while to trace). A lower bound whatever the plan shards.
+  const int64_t param_bytes =
+      qwen3::narrow_size(__int128(args.num_params()) * 4 / shape.dp_shard, "parameter bytes per rank");
   qwen3::check_memory_fits({param_bytes, param_bytes, 2 * param_bytes, 0}, available, what);
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
   qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations()}, available, what);

@@ -1,12 +1,15 @@
 #pragma once
 // The memory and work of one training step, measured by running it: on the `meta` device (no data,
-// milliseconds for any model size: the planner behind `titan info --config`) or on a real device
-// (what the meta figures are checked against). Every allocation goes through the device's
-// services, so the counters see exactly what the step holds; nothing is a formula.
+// milliseconds for any model size: the planner behind `titan info --config` and `titan plan`) or on
+// a real device (what the meta figures are checked against). Every allocation goes through the
+// device's services, so the counters see exactly what the step holds; nothing is a formula. With a
+// data-parallel mesh the step is one rank's: rank 0 of a meta world (dist/meta_world.h) through the
+// same ParallelPlan calls the trainer makes, so what the plan shards, gathers and frees is counted.
 #include <cstdint>
 
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
+#include "titan/dist/sharded_blocks.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/models/qwen3/model.h"
 
@@ -19,10 +22,14 @@ struct StepShape {
   DType compute = DType::BF16;
   qwen3::Checkpointing checkpointing = qwen3::Checkpointing::None;
   bool expert_bias = false;  // MoE aux-loss-free balancing (one f32 bias per MoE layer)
+  // The data-parallel mesh (parallelism.data_parallel_replicate_degree x _shard_degree): the step
+  // is one rank's. Other than 1 x 1 on the meta device only.
+  int64_t dp_replicate = 1, dp_shard = 1;
+  dist::Reshard reshard = dist::Reshard::AfterForward;  // parallelism.fsdp_reshard_after_forward
 };
 
 struct StepProfile {
-  // Bytes held for the whole run.
+  // Bytes held for the whole run (by this rank: its slice of each block when sharded).
   int64_t weights = 0;    // f32 master weights (the flat blocks)
   int64_t grads = 0;      // f32 gradient blocks
   int64_t optimizer = 0;  // AdamW exp_avg + exp_avg_sq
@@ -32,7 +39,10 @@ struct StepProfile {
   int64_t peak = 0;
   int64_t activations() const { return peak - persistent(); }
   int64_t persistent() const { return weights + grads + optimizer + other; }
-  double flops = 0;      // floating-point operations of the step (meta only; 0 on real devices)
+  int64_t blocks = 0;          // flat parameter blocks
+  int64_t block_elements = 0;  // their elements, padded for the mesh (Psi)
+  dist::CommStats comm;        // the step's collectives as the sharding counted them (bytes, ring steps)
+  double flops = 0;      // floating-point operations of this rank's step (meta only; 0 on real devices)
   double seconds = 0;    // wall time of the profile run itself
 };
 
@@ -41,15 +51,33 @@ struct JobConfig;
 struct ResolvedJob;
 StepShape step_shape(const JobConfig& config, const ResolvedJob& job);
 
-// Before anything is allocated for a run: training.local_batch_size and training.seq_len within
-// bounds, the persistent state (16 bytes per parameter) and then the meta device's exact profile
-// of one step against the memory `device` has available (the CPU: MemAvailable capped by a cgroup
-// limit). An error names every number when the run cannot fit.
-void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device);
+// The step of one rank of a job on the mesh dp_replicate x dp_shard, from the config alone (no
+// dataset or weights needed): what `titan info --config` and `titan plan` profile. The config must
+// have been validated for that world size (JobConfig::validate).
+struct PlannedStep {
+  qwen3::ModelArgs args;
+  StepShape shape;
+};
+PlannedStep planned_step(const JobConfig& config, int64_t dp_replicate, int64_t dp_shard);
 
-// Builds the model on `device`, allocates the optimizer state, and runs forward + backward over
-// `grad_accumulation` micro-batches, the global grad norm and one AdamW update, as the trainer
-// does.
+// The memory one rank of a job may use on `device` (the CPU: MemAvailable capped by a cgroup
+// limit; a GPU: its capacity).
+int64_t available_memory_per_rank(Device device);
+
+// training.local_batch_size and training.seq_len within bounds (the model's max_seq_len, 2^31):
+// an error naming the key.
+void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape);
+
+// Before anything is allocated for a run: check_step_bounds, a lower bound of the persistent state (16 bytes per parameter over the shard degree) and
+// then the meta device's exact profile of one rank's step against the memory `device` has
+// available; on the CPU, `ranks_on_host` ranks share the host's memory and each gets its share.
+// An error names every number when the run cannot fit.
+void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device,
+                         int64_t ranks_on_host = 1);
+
+// Builds the model on `device`, pads its blocks for the mesh, allocates the optimizer state, and
+// runs forward + backward over `grad_accumulation` micro-batches, the gradient reduction, the
+// global grad norm and one AdamW update of this rank's slice, as the trainer does.
 StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape& shape, Device device);
 
 }  // namespace titan::train

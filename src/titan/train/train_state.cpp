@@ -28,12 +28,6 @@ qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const 
   return model;
 }
 
-std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
-  std::vector<bool> layer;
-  for (size_t b = 0; b < model.blocks().size(); ++b) layer.push_back(model.is_layer_block(b));
-  return layer;
-}
-
 LrSchedule build_schedule(const JobConfig& c) {
   LrScheduleConfig sc;
   sc.lr = c.optimizer.lr;
@@ -63,6 +57,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 }  // namespace
+
+std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
+  std::vector<bool> layer;
+  for (size_t b = 0; b < model.blocks().size(); ++b) layer.push_back(model.is_layer_block(b));
+  return layer;
+}
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan)

@@ -39,6 +39,10 @@ struct TrainState {
   int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
 };
 
+// Which of the model's blocks are layers (Qwen3Model::is_layer_block): what dist::ShardedBlocks
+// gathers and reduces per use.
+std::vector<bool> layer_flags(const qwen3::Qwen3Model& model);
+
 // "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB": what this rank holds of each
 // (its slice of the f32 master weights, gradients and moments; all of them on one process).
 std::string memory_per_rank(const TrainState& state);

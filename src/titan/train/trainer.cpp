@@ -1,5 +1,6 @@
 #include "titan/train/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -100,7 +101,12 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   const ResolvedJob job = resolve_job(cfg, plan, checkpointer.resume_step().has_value());
-  check_training_fits(job.args, step_shape(cfg, job), job.device);
+  StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
+  rank_step.dp_replicate = plan.dp_replicate();
+  rank_step.dp_shard = plan.dp_shard();
+  const std::vector<std::string> hosts = plan.host_names();  // ranks on one host share its memory
+  check_training_fits(job.args, rank_step, job.device,
+                      std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
   data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);

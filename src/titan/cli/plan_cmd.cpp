@@ -1,0 +1,179 @@
+// titan plan --config FILE.toml [--k=v ...] [--mesh dp_shard=N[,dp_replicate=R]]
+//            [--memory-per-rank 96GiB] [--gemm-tflops X] [--link-gbps G] [--link-latency-us L]
+//
+// The scale planner: one rank's memory on a data-parallel mesh from the meta device (exact, by
+// category), whether it fits, the largest local batch that would, and a step-time and tokens/s
+// estimate (FLOPs / a measured GEMM rate + the mesh's collectives on a ring bandwidth / latency
+// model). docs/planning.md explains each figure and how close it came to real runs.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "titan/cli/args.h"
+#include "titan/cli/command.h"
+#include "titan/core/check.h"
+#include "titan/core/parse.h"
+#include "titan/dist/meta_world.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/train/job_config.h"
+#include "titan/train/scale_planner.h"
+#include "titan/train/startup.h"
+#include "titan/train/step_profile.h"
+
+namespace titan::cli {
+namespace {
+
+// Shared memory between the ranks of one host (Open MPI's single-copy transport): the defaults
+// of --link-gbps and --link-latency-us. docs/planning.md compares them with measured runs.
+constexpr double kSharedMemoryGbps = 40, kSharedMemoryLatencyUs = 2;
+
+struct Mesh {
+  int64_t dp_replicate = 1, dp_shard = 1;
+};
+
+// "dp_shard=4", "dp_shard=4,dp_replicate=2", "dp_replicate=8".
+Mesh parse_mesh(const std::string& text) {
+  Mesh m;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    TITAN_CHECK(key == "dp_shard" || key == "dp_replicate", "titan plan: --mesh '", text, "': unknown entry '",
+                item, "' (expected dp_shard=N[,dp_replicate=R])");
+    const int64_t v = parse_int(value).value_or(0);
+    TITAN_CHECK(v >= 1 && v <= (1 << 20), "titan plan: --mesh '", text, "': ", key,
+                " must be a whole number of ranks in 1 .. 1048576, got '", value, "'");
+    (key == "dp_shard" ? m.dp_shard : m.dp_replicate) = v;
+  }
+  TITAN_CHECK(!text.empty(), "titan plan: --mesh is empty (expected dp_shard=N[,dp_replicate=R])");
+  return m;
+}
+
+double positive_number(const JobArgs& job, const std::string& flag, double def) {
+  auto it = job.own.find(flag);
+  if (it == job.own.end()) return def;
+  const std::optional<double> v = parse_number(it->second);
+  TITAN_CHECK(v && *v > 0, "titan plan: --", flag, " must be a positive number, got '", it->second, "'");
+  return *v;
+}
+
+int plan_main(int argc, char** argv) {
+  const JobArgs job = parse_job_args("plan", argc, argv,
+                                     {"mesh", "memory-per-rank", "gemm-tflops", "link-gbps", "link-latency-us"});
+  if (job.help) {
+    std::printf(
+        "usage: titan plan --config FILE.toml [--section.key=value ...] [--mesh dp_shard=N[,dp_replicate=R]]\n"
+        "                  [--memory-per-rank 96GiB] [--gemm-tflops X] [--link-gbps G] [--link-latency-us L]\n"
+        "One rank's memory on the data-parallel mesh (default: the config's [parallelism], one rank when its\n"
+        "shard degree is -1) from a training step run on the meta device, whether it fits --memory-per-rank\n"
+        "(default: this machine's MemAvailable, or the GPU's memory), the largest local batch that fits, and\n"
+        "a step time: FLOPs / a GEMM rate measured here (--gemm-tflops overrides it) + the collectives on a\n"
+        "ring of --link-gbps (default %g) and --link-latency-us (default %g: shared memory on one host).\n",
+        kSharedMemoryGbps, kSharedMemoryLatencyUs);
+    return 0;
+  }
+  // Everything the user typed is checked before anything runs.
+  std::optional<Mesh> mesh;
+  if (auto it = job.own.find("mesh"); it != job.own.end()) mesh = parse_mesh(it->second);
+  std::optional<int64_t> memory_flag;
+  if (auto it = job.own.find("memory-per-rank"); it != job.own.end()) {
+    memory_flag = train::parse_byte_size(it->second);
+    TITAN_CHECK(memory_flag.has_value(), "titan plan: --memory-per-rank '", it->second,
+                "' is not a positive size (e.g. 96GiB, 80GB, 512MiB, or bytes)");
+  }
+  const double gemm_tflops_flag = positive_number(job, "gemm-tflops", 0);
+  const train::Link link{positive_number(job, "link-gbps", kSharedMemoryGbps),
+                         positive_number(job, "link-latency-us", kSharedMemoryLatencyUs)};
+
+  train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
+  if (mesh) {
+    cfg.parallelism.data_parallel_replicate_degree = mesh->dp_replicate;
+    cfg.parallelism.data_parallel_shard_degree = mesh->dp_shard;
+  } else if (cfg.parallelism.data_parallel_shard_degree == -1) {
+    cfg.parallelism.data_parallel_shard_degree = 1;  // "the ranks left": none without a launcher
+  }
+  const int64_t replicate = cfg.parallelism.data_parallel_replicate_degree;
+  const int64_t shard = cfg.parallelism.data_parallel_shard_degree;
+  TITAN_CHECK(replicate >= 1 && shard >= 1 && replicate * shard <= (1 << 20),
+              "titan plan: the mesh parallelism.data_parallel_replicate_degree ", replicate,
+              " x parallelism.data_parallel_shard_degree ", shard, " must be 1 .. 1048576 ranks");
+  cfg.validate(int(replicate * shard));
+  const auto [args, shape] = train::planned_step(cfg, replicate, shard);
+  const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(int(replicate * shard));
+  const dist::ParallelPlan plan(*world, replicate, shard);
+  // The device is needed only for what the flags do not give (its memory, its GEMM rate).
+  const Device device = memory_flag && gemm_tflops_flag > 0 ? Device::Meta : train::resolve_device(cfg);
+
+  // ---- memory
+  train::check_step_bounds(args, shape);
+  const train::StepProfile p = train::profile_training_step(args, shape, Device::Meta);
+  std::printf("job: %s (%s, %ld parameters)\n", job.config.c_str(), args.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
+              long(args.num_params()));
+  std::printf("mesh: %s\n", plan.describe().c_str());
+  std::printf("one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "
+              "compute, activation checkpointing %s\n",
+              p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len), long(shape.grad_accumulation),
+              std::string(dtype_name(shape.compute)).c_str(), cfg.activation_checkpoint.mode.c_str());
+  std::printf("memory per rank:\n  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
+              gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
+  if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
+  std::printf("  activations + temps  %s\n  peak per rank        %s\n", gib(p.activations()).c_str(), gib(p.peak).c_str());
+
+  const int64_t available = memory_flag ? *memory_flag : train::available_memory_per_rank(device);
+  const std::string available_source =
+      memory_flag ? "--memory-per-rank"
+      : device == Device::CPU
+          ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
+          : "the " + std::string(device_name(device)) + " device's memory";
+  if (p.peak <= available)
+    std::printf("fits: yes, peak %s of %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
+                available_source.c_str());
+  else
+    std::printf("fits: NO, peak %s > %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
+                available_source.c_str());
+  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available);
+  if (batch.largest == 0)
+    std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_peak).c_str());
+  else if (batch.at_bound)
+    std::printf("largest local batch that fits: at least %ld (the search's bound: %ld x seq %ld = 2^31 tokens; "
+                "peak %s)\n",
+                long(batch.largest), long(batch.bound), long(shape.seq_len), gib(batch.largest_peak).c_str());
+  else
+    std::printf("largest local batch that fits: %ld (peak %s; batch %ld needs %s), %d meta steps\n",
+                long(batch.largest), gib(batch.largest_peak).c_str(), long(batch.largest + 1),
+                gib(batch.next_peak).c_str(), batch.profiles);
+
+  // ---- time
+  train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};
+  if (gemm_tflops_flag <= 0)
+    gemm = train::measure_gemm_rate(device, shape.compute, std::min<int64_t>(shape.local_batch * shape.seq_len, 4096),
+                                    4096, args.dim, 0.2);
+  const double compute_s = p.flops / (gemm.tflops * 1e12);
+  const train::CommEstimate comm = train::estimate_communication(p, shape, link);
+  // The sharding overlaps collectives with compute (prefetched gathers, reduce-scatters during the
+  // backward): the step lies between full overlap and none.
+  const double step_fast = std::max(compute_s, comm.seconds), step_slow = compute_s + comm.seconds;
+  std::printf("step time estimate (every rank in parallel):\n");
+  std::printf("  GEMM rate       %.3g TFLOP/s (%s)\n", gemm.tflops, gemm.source.c_str());
+  std::printf("  compute         %.4g FLOPs per rank / %.3g TFLOP/s = %.4g s\n", p.flops, gemm.tflops, compute_s);
+  if (plan.world_size() > 1)
+    std::printf("  communication   %.4g MB sent per rank (%s; Psi = %ld padded parameters in %ld blocks) at %g "
+                "Gbit/s + %g us per ring step = %.4g s\n",
+                comm.bytes / 1e6, comm.formula.c_str(), long(p.block_elements), long(p.blocks), link.gbps,
+                link.latency_us, comm.seconds);
+  else
+    std::printf("  communication   none (one rank)\n");
+  std::printf("  step            %.4g s (communication hidden) .. %.4g s (not hidden)\n", step_fast, step_slow);
+  const double rank_tokens = double(shape.local_batch * shape.seq_len * shape.grad_accumulation);
+  std::printf("tokens/s estimate: %.4g per rank, %.4g for the job (%ld ranks); %.4g per rank if communication "
+              "is not hidden\n",
+              rank_tokens / step_fast, rank_tokens * double(plan.dp_size()) / step_fast, long(plan.dp_size()),
+              rank_tokens / step_slow);
+  return 0;
+}
+
+TITAN_COMMAND("plan", "will a job fit a data-parallel mesh: memory per rank (meta device), largest batch, step time",
+              plan_main);
+
+}  // namespace
+}  // namespace titan::cli

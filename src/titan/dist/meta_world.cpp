@@ -1,0 +1,82 @@
+#include "titan/dist/meta_world.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "titan/core/check.h"
+
+namespace titan::dist {
+namespace {
+
+class Done final : public CommHandle {
+ public:
+  void wait() override {}
+  bool poll() override { return true; }
+};
+
+class MetaWorld final : public Communicator {
+ public:
+  // size < 0: a split group, whose size is unknown.
+  explicit MetaWorld(int size) : size_(size) {}
+
+  int rank() const override { return 0; }
+  int size() const override {
+    TITAN_CHECK(size_ >= 1, "meta world: the size of a group split from it is unknown (its other ranks are "
+                            "imagined, so are the colors they would pass to split)");
+    return size_;
+  }
+  std::string library() const override { return "meta world (planning: this process is rank 0 of the mesh)"; }
+
+  std::unique_ptr<CommHandle> start_all_reduce(void*, int64_t count, DType dtype, ReduceOp,
+                                               const KernelContext& ctx) override {
+    check_no_data(ctx, "all_reduce", count, dtype);
+    return done();
+  }
+  std::unique_ptr<CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
+                                               const KernelContext& ctx) override {
+    // Rank 0's slot is the first `count` elements of recv.
+    if (!check_no_data(ctx, "all_gather", count, dtype) && send != recv)
+      std::memcpy(recv, send, size_t(count) * dtype_size(dtype));
+    return done();
+  }
+  std::unique_ptr<CommHandle> start_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
+                                                   ReduceOp, const KernelContext& ctx) override {
+    // Rank 0's part of send is its first `count` elements.
+    if (!check_no_data(ctx, "reduce_scatter", count, dtype) && send != recv)
+      std::memcpy(recv, send, size_t(count) * dtype_size(dtype));
+    return done();
+  }
+  std::unique_ptr<CommHandle> start_broadcast(void*, int64_t count, DType dtype, int,
+                                              const KernelContext& ctx) override {
+    check_no_data(ctx, "broadcast", count, dtype);
+    return done();
+  }
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<MetaWorld>(-1); }
+
+ private:
+  static std::unique_ptr<CommHandle> done() { return std::make_unique<Done>(); }
+
+  // True for meta buffers (nothing to do); false for host buffers (the caller keeps this rank's
+  // values); an error for tensors on a real device.
+  static bool check_no_data(const KernelContext& ctx, const char* what, int64_t count, DType dtype) {
+    if (ctx.device == Device::Meta) return true;
+    TITAN_CHECK(ctx.device == Device::CPU && ctx.services == nullptr, "meta world: ", what, "(",
+                dtype_name(dtype), " x ", count, ") of a tensor on ", device_name(ctx.device),
+                ": the meta world only plans steps on the meta device (its other ranks are imagined; "
+                "real data would not be exchanged)");
+    return false;
+  }
+
+  int size_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> meta_world_communicator(int size) {
+  TITAN_CHECK(size >= 1, "meta world: size must be >= 1, got ", size);
+  return std::make_unique<MetaWorld>(size);
+}
+
+}  // namespace titan::dist

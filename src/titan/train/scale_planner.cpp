@@ -1,0 +1,113 @@
+#include "titan/train/scale_planner.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/core/parse.h"
+#include "titan/ops/linear/linear.h"
+
+namespace titan::train {
+
+std::optional<int64_t> parse_byte_size(const std::string& text) {
+  size_t unit_at = text.size();
+  while (unit_at > 0 && std::isalpha(static_cast<unsigned char>(text[unit_at - 1]))) --unit_at;
+  std::string number = text.substr(0, unit_at), unit;
+  while (!number.empty() && number.back() == ' ') number.pop_back();
+  for (char c : text.substr(unit_at)) unit += char(std::tolower(static_cast<unsigned char>(c)));
+  struct Unit {
+    const char* name;
+    double bytes;
+  };
+  static const Unit units[] = {{"", 1},       {"b", 1},       {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30},
+                               {"tib", 0x1p40}, {"kb", 1e3},    {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12}};
+  const Unit* u = std::find_if(std::begin(units), std::end(units), [&](const Unit& x) { return unit == x.name; });
+  const std::optional<double> value = parse_number(number);
+  if (u == std::end(units) || !value || !(*value > 0)) return std::nullopt;
+  const double bytes = *value * u->bytes;
+  if (bytes < 1 || bytes > 0x1p62) return std::nullopt;
+  return int64_t(bytes);
+}
+
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available) {
+  BatchSearch s;
+  s.bound = std::max<int64_t>(1, (int64_t(1) << 31) / shape.seq_len);
+  auto peak_at = [&](int64_t batch) {
+    shape.local_batch = batch;
+    ++s.profiles;
+    return profile_training_step(args, shape, Device::Meta).peak;
+  };
+  int64_t fits = 0, fits_peak = 0, fails = 0, fails_peak = 0;
+  // Doubling until a batch does not fit (or the bound), then bisection between the two: the peak
+  // grows with the batch (every activation does).
+  for (int64_t b = 1;; b = std::min(2 * b, s.bound)) {
+    const int64_t peak = peak_at(b);
+    if (peak > available) {
+      fails = b, fails_peak = peak;
+      break;
+    }
+    fits = b, fits_peak = peak;
+    if (b == s.bound) break;
+  }
+  while (fails && fails - fits > 1) {
+    const int64_t mid = fits + (fails - fits) / 2;
+    const int64_t peak = peak_at(mid);
+    if (peak > available) fails = mid, fails_peak = peak;
+    else fits = mid, fits_peak = peak;
+  }
+  s.largest = fits;
+  s.largest_peak = fits_peak;
+  s.at_bound = fails == 0;
+  s.next_peak = fails_peak;
+  return s;
+}
+
+GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int64_t K, double seconds) {
+  autograd::NoGradGuard no_grad;
+  DeviceServices& dev = device_services(device);
+  const Tensor x = Tensor::full({M, K}, 0.01, dtype, device), w = Tensor::full({N, K}, 0.01, dtype, device);
+  ops::linear(x, w);  // warm-up: kernel selection, JIT, first touch of the output
+  dev.synchronize();
+  int64_t calls = 0;
+  double elapsed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (elapsed < seconds) {
+    ops::linear(x, w);
+    dev.synchronize();
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  GemmRate r;
+  r.tflops = 2.0 * double(M) * double(N) * double(K) * double(calls) / elapsed / 1e12;
+  char source[256];
+  std::snprintf(source, sizeof source, "measured: %s GEMM %ld x %ld x %ld (M x N x K) with ops::linear on %s, %s, %.2f s",
+                std::string(dtype_name(dtype)).c_str(), long(M), long(N), long(K), dev.description().c_str(),
+                device != Device::CPU     ? "one stream"
+                : omp_get_max_threads() == 1 ? "1 thread"
+                                              : (std::to_string(omp_get_max_threads()) + " threads").c_str(),
+                elapsed);
+  r.source = source;
+  return r;
+}
+
+CommEstimate estimate_communication(const StepProfile& p, const StepShape& shape, const Link& link) {
+  CommEstimate e;
+  e.bytes = double(p.comm.bytes_sent);
+  e.seconds = e.bytes * 8 / (link.gbps * 1e9) + double(p.comm.ring_steps) * link.latency_us * 1e-6;
+  const char* mode = shape.dp_shard > 1 ? (shape.dp_replicate > 1 ? "HSDP" : "FSDP")
+                     : shape.dp_replicate > 1 ? "DDP"
+                                              : "one rank";
+  char f[160];
+  std::snprintf(f, sizeof f, "%s, %ld collectives, %ld ring steps", mode, long(p.comm.collectives),
+                long(p.comm.ring_steps));
+  e.formula = f;
+  return e;
+}
+
+}  // namespace titan::train

@@ -1,0 +1,63 @@
+#pragma once
+// The pieces of `titan plan` (src/titan/cli/plan_cmd.cpp): will a job fit one rank's memory on a
+// given data-parallel mesh, how large a local batch would, and how long a step would take.
+//   memory    the meta device's profile of one rank's step (step_profile.h): exact, not a formula;
+//   batch     the largest training.local_batch_size whose profile fits, searched with meta profiles;
+//   time      compute = the rank's step FLOPs (counted on meta) / a measured GEMM rate; the
+//             collectives the plan made in the meta step under a ring bandwidth / latency model
+//             (docs/planning.md has the formulas); the step between full overlap and none.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "titan/core/device.h"
+#include "titan/core/dtype.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/train/step_profile.h"
+
+namespace titan::train {
+
+// "96GiB", "1.5 TiB", "80GB", "512MiB", "4096" (bytes): binary (KiB, MiB, GiB, TiB) and decimal
+// (KB, MB, GB, TB) units, case-insensitive, optional space; nullopt when it is not such a size or
+// not positive.
+std::optional<int64_t> parse_byte_size(const std::string& text);
+
+// The largest local batch whose meta profile (peak per rank) is at most `available`, all else of
+// `shape` kept (the micro-batch count included). Doubling, then bisection: about 2 log2(batch)
+// profiles. `largest` is 0 when even batch 1 does not fit; batches are searched up to `bound`
+// (local_batch x seq_len <= 2^31 tokens per micro-batch), which `at_bound` says was reached.
+struct BatchSearch {
+  int64_t largest = 0;
+  int64_t largest_peak = 0;  // peak per rank at `largest` (0 when none fits)
+  int64_t next_peak = 0;     // peak per rank at largest + 1 (0 when at_bound)
+  int64_t bound = 0;
+  bool at_bound = false;
+  int profiles = 0;  // meta steps run
+};
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available);
+
+// A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
+// `device`, x [M, K], w [N, K], repeated for about `seconds` after one warm-up call.
+struct GemmRate {
+  double tflops = 0;
+  std::string source;  // "measured: bf16 GEMM 1024 x 4096 x 256 (M x N x K) with ops::linear on cpu, 2 threads, 0.21 s"
+};
+GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int64_t K, double seconds);
+
+// A link between the ranks: bandwidth per rank (Gbit/s) and the latency of one ring step (us).
+struct Link {
+  double gbps = 0;
+  double latency_us = 0;
+};
+
+// The collectives of one rank's step, as the plan's sharding counted them on the meta step
+// (StepProfile::comm: the bytes a ring algorithm sends per rank, and its ring steps), on `link`:
+// bytes / bandwidth + ring steps x latency. `formula` names the mode and the counts.
+struct CommEstimate {
+  double bytes = 0;
+  double seconds = 0;
+  std::string formula;
+};
+CommEstimate estimate_communication(const StepProfile& profile, const StepShape& shape, const Link& link);
+
+}  // namespace titan::train

@@ -1,0 +1,226 @@
+// titan plan: one rank's memory on a data-parallel mesh from the meta device, the largest batch
+// that fits, and its errors. The per-rank figures are checked against the in-process profile and
+// against the ParallelPlan's own sharding (nothing here re-derives what the plan shards).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "test_util.h"
+#include "titan/dist/meta_world.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/train/job_config.h"
+#include "titan/train/scale_planner.h"
+#include "titan/train/step_profile.h"
+#include "titan/train/train_state.h"
+
+namespace titan::train {
+namespace {
+
+namespace tt = titan::testing;
+
+std::string debugmodel_toml() { return (tt::source_dir() / "configs" / "debugmodel.toml").string(); }
+
+// `titan plan` on debugmodel at seq 128 with `flags`; its output (exit status in *rc).
+std::string run_plan(const std::string& flags, int* rc) {
+  std::string out;
+  *rc = tt::run_command(tt::titan_binary().string() + " plan --config " + debugmodel_toml() +
+                            " --training.seq_len=128 --gemm-tflops 1 " + flags,
+                        &out);
+  return out;
+}
+
+std::string printed_gib(const char* label, int64_t bytes) {
+  char s[96];
+  std::snprintf(s, sizeof s, "%s%.2f GiB", label, double(bytes) / double(int64_t(1) << 30));
+  return s;
+}
+
+PlannedStep debugmodel_step(int64_t replicate, int64_t shard) {
+  const JobConfig cfg = load_job_config(debugmodel_toml(), {{"training.seq_len", "128"}});
+  return planned_step(cfg, replicate, shard);
+}
+
+TEST(Plan, PerRankFiguresAreTheInProcessMetaProfile) {
+  for (auto [replicate, shard] : {std::pair<int64_t, int64_t>{1, 1}, {1, 2}, {2, 2}}) {
+    int rc = 0;
+    const std::string out = run_plan("--memory-per-rank 64GiB --mesh dp_shard=" + std::to_string(shard) +
+                                         ",dp_replicate=" + std::to_string(replicate),
+                                     &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const auto [args, shape] = debugmodel_step(replicate, shard);
+    const StepProfile p = profile_training_step(args, shape, Device::Meta);
+    for (auto [label, bytes] : {std::pair{"weights (f32)        ", p.weights}, {"gradients (f32)      ", p.grads},
+                                {"AdamW state (f32)    ", p.optimizer}, {"activations + temps  ", p.activations()},
+                                {"peak per rank        ", p.peak}})
+      EXPECT_NE(out.find(printed_gib(label, bytes)), std::string::npos) << printed_gib(label, bytes) << "\n" << out;
+    char flops[64];
+    std::snprintf(flops, sizeof flops, "compute         %.4g FLOPs per rank", p.flops);
+    EXPECT_NE(out.find(flops), std::string::npos) << out;
+    EXPECT_NE(out.find("fits: yes"), std::string::npos) << out;
+  }
+}
+
+TEST(Plan, ShardingKeepsTheSlicesTheParallelPlanCuts) {
+  const auto [args, one_shape] = debugmodel_step(1, 1);
+  const StepProfile one = profile_training_step(args, one_shape, Device::Meta);
+  for (int64_t n : {2, 3, 8}) {
+    const StepProfile sharded = profile_training_step(args, debugmodel_step(1, n).shape, Device::Meta);
+    // The blocks as the plan pads and slices them for n shards (the ParallelPlan's own decision).
+    const auto world = dist::meta_world_communicator(int(n));
+    const dist::ParallelPlan plan(*world, 1, n);
+    qwen3::Qwen3Model model(args, one_shape.compute, Device::Meta);
+    plan.shard_blocks(model.blocks());
+    int64_t slice = 0;
+    for (auto& b : model.blocks()) slice += int64_t(plan.local(b.data()).nbytes());
+    // ZeRO-3: this rank keeps its slice of the weights and gradients, and the moments of that slice.
+    EXPECT_EQ(sharded.weights, slice);
+    EXPECT_EQ(sharded.grads, slice);
+    EXPECT_EQ(sharded.optimizer, 2 * slice);
+    // ~1/n of one rank's state: padding adds fewer than n elements per block.
+    EXPECT_GE(sharded.optimizer * n, one.optimizer);
+    EXPECT_LT(sharded.optimizer * n - one.optimizer, int64_t(model.blocks().size()) * n * 2 * 4);
+    EXPECT_LT(sharded.peak, one.peak);
+  }
+  // Replicas hold what one shard group holds; DDP holds what one process holds.
+  const StepProfile hsdp = profile_training_step(args, debugmodel_step(2, 2).shape, Device::Meta);
+  const StepProfile fsdp = profile_training_step(args, debugmodel_step(1, 2).shape, Device::Meta);
+  EXPECT_EQ(hsdp.weights, fsdp.weights);
+  EXPECT_EQ(hsdp.optimizer, fsdp.optimizer);
+  const StepProfile ddp = profile_training_step(args, debugmodel_step(4, 1).shape, Device::Meta);
+  EXPECT_EQ(ddp.weights, one.weights);
+  EXPECT_EQ(ddp.optimizer, one.optimizer);
+}
+
+TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
+  const auto [args, shape] = debugmodel_step(1, 1);
+  EXPECT_EQ(profile_training_step(args, shape, Device::Meta).comm.bytes_sent, 0);
+  // Psi (padded for 2 shards) and the part of it in layer blocks, as the plan and the model say.
+  const auto world = dist::meta_world_communicator(2);
+  const dist::ParallelPlan plan(*world, 1, 2);
+  qwen3::Qwen3Model model(args, shape.compute, Device::Meta);
+  plan.shard_blocks(model.blocks());
+  const std::vector<bool> layer = layer_flags(model);
+  double psi = 0, psi_layers = 0;
+  for (size_t b = 0; b < model.blocks().size(); ++b) {
+    psi += double(model.blocks()[b].numel());
+    if (layer[b]) psi_layers += double(model.blocks()[b].numel());
+  }
+  // DDP on 2 ranks: one f32 all-reduce of every gradient, 2 x 4 x Psi x 1/2 bytes sent.
+  const StepProfile ddp = profile_training_step(args, debugmodel_step(2, 1).shape, Device::Meta);
+  EXPECT_DOUBLE_EQ(double(ddp.comm.bytes_sent), 2 * 4 * psi / 2);
+  // FSDP on 2 ranks: f32 gathers (a layer's twice, before its forward and its backward; the
+  // embedding and head blocks once) and one f32 reduce-scatter of every gradient, x 1/2.
+  StepShape fsdp_shape = debugmodel_step(1, 2).shape;
+  const StepProfile fsdp = profile_training_step(args, fsdp_shape, Device::Meta);
+  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent), 4 * (psi + psi_layers + psi) / 2);
+  // fsdp_reshard_after_forward = "never" keeps the layers until their backward: one gather fewer
+  // per layer, more memory.
+  fsdp_shape.reshard = dist::Reshard::Never;
+  const StepProfile kept = profile_training_step(args, fsdp_shape, Device::Meta);
+  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent - kept.comm.bytes_sent), 4 * psi_layers / 2);
+  EXPECT_GT(kept.peak, fsdp.peak);
+  // The time model: bytes over the bandwidth plus one latency per ring step.
+  const Link link{8, 1};  // 1 GB/s, 1 us
+  const CommEstimate e = estimate_communication(fsdp, debugmodel_step(1, 2).shape, link);
+  EXPECT_DOUBLE_EQ(e.bytes, double(fsdp.comm.bytes_sent));
+  EXPECT_DOUBLE_EQ(e.seconds, e.bytes / 1e9 + double(fsdp.comm.ring_steps) * 1e-6);
+  EXPECT_EQ(fsdp.comm.ring_steps, fsdp.comm.collectives);  // n - 1 = 1 step per gather / scatter
+}
+
+TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
+  const auto [args, shape] = debugmodel_step(1, 2);
+  StepShape at = shape;
+  at.local_batch = 7;
+  // A memory budget between the peaks of batches 7 and 8 (not on either: the search must find 7).
+  const int64_t peak7 = profile_training_step(args, at, Device::Meta).peak;
+  at.local_batch = 8;
+  const int64_t peak8 = profile_training_step(args, at, Device::Meta).peak;
+  ASSERT_LT(peak7, peak8);
+  const int64_t budget = peak7 + (peak8 - peak7) / 2;
+  const BatchSearch s = largest_fitting_batch(args, shape, budget);
+  EXPECT_EQ(s.largest, 7);
+  EXPECT_EQ(s.largest_peak, peak7);
+  EXPECT_EQ(s.next_peak, peak8);
+  EXPECT_FALSE(s.at_bound);
+  // The command says the same for that budget in bytes.
+  int rc = 0;
+  const std::string out = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(budget), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("largest local batch that fits: 7 ("), std::string::npos) << out;
+  // Below batch 1's peak nothing fits, and the plan says so.
+  at.local_batch = 1;
+  const int64_t peak1 = profile_training_step(args, at, Device::Meta).peak;
+  EXPECT_EQ(largest_fitting_batch(args, shape, peak1 - 1).largest, 0);
+  const std::string none = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(peak1 - 1), &rc);
+  ASSERT_EQ(rc, 0) << none;
+  EXPECT_NE(none.find("fits: NO"), std::string::npos) << none;
+  EXPECT_NE(none.find("largest local batch that fits: none"), std::string::npos) << none;
+}
+
+TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {
+  // titan train's check before allocation profiles the run's own mesh; ranks on one host share
+  // its MemAvailable. Enough ranks on this host that a share is below the step's peak: refused.
+  const auto [args, shape] = debugmodel_step(1, 2);
+  const int64_t peak = profile_training_step(args, shape, Device::Meta).peak;
+  const int64_t available = available_memory_per_rank(Device::CPU);
+  ASSERT_GT(available, peak) << "this machine cannot hold one debugmodel rank";
+  EXPECT_NO_THROW(check_training_fits(args, shape, Device::CPU, 1));
+  const int64_t crowd = available / peak + 1;
+  const std::string e = tt::error_of([&] { check_training_fits(args, shape, Device::CPU, crowd); });
+  EXPECT_NE(e.find("per rank of 2, the host's memory shared by its " + std::to_string(crowd) + " ranks"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
+}
+
+TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--mesh dp_shard=0", "--mesh 'dp_shard=0': dp_shard must be a whole number of ranks"},
+      {"--mesh dp_shard=two", "--mesh 'dp_shard=two': dp_shard must be a whole number of ranks"},
+      {"--mesh tp=2", "--mesh 'tp=2': unknown entry 'tp=2'"},
+      {"--mesh dp_shard=2,dp_replicate=-1", "dp_replicate must be a whole number of ranks"},
+      {"--memory-per-rank 12XB", "--memory-per-rank '12XB' is not a positive size"},
+      {"--memory-per-rank 0GiB", "--memory-per-rank '0GiB' is not a positive size"},
+      {"--memory-per-rank=-3", "--memory-per-rank '-3' is not a positive size"},
+      {"--gemm-tflops -1", "--gemm-tflops must be a positive number, got '-1'"},
+      {"--link-gbps fast", "--link-gbps must be a positive number, got 'fast'"},
+      {"--link-latency-us 0", "--link-latency-us must be a positive number, got '0'"},
+      // The mesh must fit the config: global batch = local x ranks x accumulation.
+      {"--mesh dp_shard=3 --training.global_batch_size=4", "training.global_batch_size (4) must be a positive multiple"},
+  };
+  for (const auto& [flags, message] : cases) {
+    int rc = 0;
+    const std::string out = run_plan(flags, &rc);
+    EXPECT_NE(rc, 0) << flags;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
+  }
+}
+
+TEST(Plan, AnAbsurdModelIsAnErrorBeforeAnythingIsBuilt) {
+  // A config.json-sized mistake: 100,000,000 layers. plan, info and train refuse it from the
+  // bounds of the model's fields, before any profile, allocation or data.
+  for (const char* command : {"plan", "info", "train"}) {
+    std::string out;
+    const int rc = tt::run_command(tt::titan_binary().string() + " " + command + " --config " + debugmodel_toml() +
+                                       " --model.n_layers=100000000 --job.dump_folder=" +
+                                       tt::temp_dir(std::string("plan_absurd_") + command).string(),
+                                   &out);
+    EXPECT_NE(rc, 0) << command << "\n" << out;
+    EXPECT_NE(out.find("n_layers = 100000000 exceeds the limit 16384"), std::string::npos) << command << "\n" << out;
+  }
+}
+
+TEST(Plan, ByteSizes) {
+  EXPECT_EQ(parse_byte_size("96GiB"), int64_t(96) << 30);
+  EXPECT_EQ(parse_byte_size("1.5 TiB"), int64_t(3) << 39);
+  EXPECT_EQ(parse_byte_size("80GB"), int64_t(80'000'000'000));
+  EXPECT_EQ(parse_byte_size("512mib"), int64_t(512) << 20);
+  EXPECT_EQ(parse_byte_size("4096"), 4096);
+  for (const char* bad : {"", "GiB", "0", "-1GiB", "12XB", "1e30TiB", "nan GiB", "5 G i B"})
+    EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
+}
+
+}  // namespace
+}  // namespace titan::train
