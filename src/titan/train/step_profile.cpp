@@ -52,7 +52,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
     dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard);
     AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
-    sharding.shard();
+    sharding.shard(model.compute_dtype());
     if (sharding.active()) model.set_block_hooks(&sharding);
     for (const auto& b : model.blocks()) {
       p.weights += int64_t(b.shard().nbytes());
