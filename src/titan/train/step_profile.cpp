@@ -18,6 +18,7 @@
 #include "titan/train/optimizer.h"
 #include "titan/train/startup.h"
 #include "titan/train/train_state.h"
+#include "titan/train/train_step.h"
 
 namespace titan::train {
 
@@ -79,25 +80,11 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     }
     dev.reset_peak();
     sharding.reset_stats();
-    // TrainStep::run's calls, in its order (keep the two in step): the sharding decides what each
-    // rank gathers, frees and reduces, so this profile follows it.
-    model.zero_grad();
-    double sums[2] = {0, 0};
-    for (int64_t micro = 0; micro < shape.grad_accumulation; ++micro) {
-      sharding.begin_micro_batch(micro == shape.grad_accumulation - 1);
-      qwen3::LossOutput out = model.forward_loss(x, y);
-      sums[0] += out.loss.item();
-      autograd::backward(shape.grad_accumulation == 1 ? out.loss
-                                                      : ops::scale(out.loss, 1.0 / double(shape.grad_accumulation)));
-      sharding.end_micro_batch();
-    }
-    plan.all_reduce_sum(sums);
-    double norm_sq = 0;
-    for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.shard_grad());
-    const double norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
-    optimizer.step(model.blocks(), OptimizerSection{}.lr, 1, ops::clip_coefficient(1.0, norm));
-    if (!model.expert_bias().empty())
-      model.update_expert_bias(plan.sum_over_ranks(model.last_expert_counts()), TrainingSection{}.load_balance_coeff);
+    const StepGradients g = compute_gradients(model, sharding, plan, shape.grad_accumulation, [&] {
+      return std::pair{x, y};
+    });
+    apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g.grad_norm,
+                 TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
     p.comm = sharding.stats();
   }

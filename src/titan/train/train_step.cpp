@@ -25,48 +25,60 @@ Tensor TrainStep::my_rows(const std::vector<int64_t>& global) const {
   return Tensor::from_vector(std::vector<int64_t>(first, first + n), {batch_, seq_len_});
 }
 
-StepResult TrainStep::run(TrainState& s) const {
-  auto& model = s.model;
-  const int64_t step = ++s.step;
+StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
+                                const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next) {
   model.zero_grad();
-  double loss_sum = 0, aux_sum = 0;
-  for (int64_t micro = 0; micro < accumulation_; ++micro) {
-    s.sharding.begin_micro_batch(micro == accumulation_ - 1);
-    data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
-    TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
-    Tensor ids = my_rows(batch.inputs).to(model.device()), targets = my_rows(batch.labels).to(model.device());
+  double sums[2] = {0, 0};  // loss, aux loss
+  for (int64_t micro = 0; micro < accumulation; ++micro) {
+    sharding.begin_micro_batch(micro == accumulation - 1);
+    const auto [ids, targets] = next();
     qwen3::LossOutput out = model.forward_loss(ids, targets);
-    loss_sum += out.loss.item();
-    if (out.aux_loss.defined()) aux_sum += out.aux_loss.item();
-    autograd::backward(accumulation_ == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation_)));
-    s.sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
+    sums[0] += out.loss.item();
+    if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
+    autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
+    sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
   // The loss of the step over all ranks (every rank's loss is a mean over the same number of
-  // tokens, so the global mean is their mean). Checked after the sum, so that every rank stops
-  // at once when any rank's loss is not finite.
-  double sums[2] = {loss_sum, aux_sum};
-  plan_.all_reduce_sum(sums);
-  const double micro_batches = double(accumulation_ * plan_.dp_size());
-  const double loss = sums[0] / micro_batches;
-  TITAN_CHECK(std::isfinite(loss), "step ", step, ": the loss is not finite (", loss,
-              "); stopping before the optimizer step (no checkpoint written)");
+  // tokens, so the global mean is their mean).
+  plan.all_reduce_sum(sums);
+  const double micro_batches = double(accumulation * plan.dp_size());
   double norm_sq = 0;
   for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.shard_grad());
-  const double grad_norm = std::sqrt(plan_.all_reduce_grad_norm_sq(norm_sq));
-  TITAN_CHECK(std::isfinite(grad_norm), "step ", step, ": the gradient norm is not finite (", grad_norm,
+  StepGradients g;
+  g.loss = sums[0] / micro_batches;
+  g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
+  g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
+  return g;
+}
+
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr, int64_t step,
+                  double max_norm, double grad_norm, double expert_bias_coeff) {
+  // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
+  optimizer.step(model.blocks(), lr, step, ops::clip_coefficient(max_norm, grad_norm));
+  if (!model.expert_bias().empty())
+    model.update_expert_bias(plan.sum_over_ranks(model.last_expert_counts()), expert_bias_coeff);
+}
+
+StepResult TrainStep::run(TrainState& s) const {
+  const int64_t step = ++s.step;
+  const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
+    data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
+    TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
+    return std::pair{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device())};
+  });
+  // Every rank holds the same global figures, so every rank stops at once.
+  TITAN_CHECK(std::isfinite(g.loss), "step ", step, ": the loss is not finite (", g.loss,
+              "); stopping before the optimizer step (no checkpoint written)");
+  TITAN_CHECK(std::isfinite(g.grad_norm), "step ", step, ": the gradient norm is not finite (", g.grad_norm,
               "); stopping before the optimizer step (no checkpoint written)");
   StepResult r;
   r.lr = s.schedule.lr(step - 1);
-  // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
-  s.optimizer.step(model.blocks(), r.lr, step, ops::clip_coefficient(max_norm_, grad_norm));
-  if (!model.expert_bias().empty())
-    model.update_expert_bias(plan_.sum_over_ranks(model.last_expert_counts()), expert_bias_coeff_);
-
+  apply_update(s.model, s.optimizer, plan_, r.lr, step, max_norm_, g.grad_norm, expert_bias_coeff_);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   s.tokens_seen += r.tokens;
-  r.loss = loss;
-  r.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
-  r.grad_norm = grad_norm;
+  r.loss = g.loss;
+  r.aux_loss = g.aux_loss;
+  r.grad_norm = g.grad_norm;
   return r;
 }
 

@@ -1,9 +1,12 @@
 #pragma once
 // One optimizer step: the micro-batches of gradient accumulation (forward, loss, backward), the
 // global gradient norm, clipping folded into AdamW, the learning rate of the step, and the MoE
-// balancing update the model defines. The ParallelPlan's points are where data parallelism
-// communicates (parameters before the forward, gradients and the grad norm after the backward).
+// balancing update the model defines. Data parallelism communicates through the state's
+// ShardedBlocks (parameters around each layer, gradients after each layer's backward) and the
+// ParallelPlan (the step's losses and the global grad norm).
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "titan/dist/parallel_plan.h"
 #include "titan/train/job_config.h"
@@ -19,6 +22,24 @@ struct StepResult {
   double lr = 0;
   int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
 };
+
+// The two halves of a training step, shared by TrainStep and the planner's meta-device step (so the
+// planner measures exactly what training does).
+//
+// compute_gradients: zeroes the gradients, runs `accumulation` micro-batches (ids, targets from
+// `next`) forward and backward with the sharding's communication around each, and returns the
+// step's loss and aux loss (means over micro-batches and ranks) and the global gradient norm.
+// Afterwards every block's shard_grad holds the mean gradient over the data-parallel ranks.
+struct StepGradients {
+  double loss = 0, aux_loss = -1, grad_norm = 0;
+};
+using MicroBatchSource = std::function<std::pair<Tensor, Tensor>()>;
+StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
+                                const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
+// apply_update: AdamW on this rank's slices with the gradients clipped to `max_norm` by the global
+// norm, then the MoE expert-bias update from the expert counts summed over the ranks.
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr, int64_t step,
+                  double max_norm, double grad_norm, double expert_bias_coeff);
 
 class TrainStep {
  public:
