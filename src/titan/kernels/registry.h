@@ -73,8 +73,50 @@ const K& kernel_for(const std::string& op, Device device, DType dtype) {
 // Returns true, so a meta.cpp registers with `const bool registered = register_meta_kernel(...);`.
 bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel);
 
-// Registration at static-initialisation time from the file that defines the kernel:
-//   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...", K{...}});
+// One kernel of an op on a device, for register_kernels: its dtype, variant, one-line description,
+// the op's kernel struct, and (optionally) when it can run.
+struct VariantKernel {
+  DType dtype;
+  std::string variant;
+  std::string description;
+  std::any kernel;
+  std::function<std::string()> available = {};
+};
+
+// Registers the kernels of `op` on `device` that one file defines, at static-initialisation time;
+// `available` applies to every entry that has no check of its own (e.g. the CUDA files' "is a GPU
+// usable"). Returns true, so a file registers with
+//   const bool registered = kernels::register_kernels("rms_norm", Device::CPU, {
+//       {DType::F32, "reference", "row loops, f32", RmsNormKernel{forward<float>, backward<float>}},
+//       {DType::BF16, "reference", "row loops, f32 statistics", RmsNormKernel{...}}});
+bool register_kernels(const std::string& op, Device device, std::initializer_list<VariantKernel> kernels,
+                      const std::function<std::string()>& available = {});
+
+// The element and accumulator types of an op's three reference kernels (reference.cpp): f64 in f64
+// (gradient checks), f32 in f32, bf16 elements with f32 math.
+template <class T, class Acc>
+struct ReferenceTypes {};
+
+// Registers an op's "reference" kernels on the CPU for f64, f32 and bf16 with the three
+// descriptions; `kernel_for` builds the op's kernel struct from its templates for one ReferenceTypes:
+//   register_reference_kernels("rms_norm", {"row loops, f64", "row loops, f32", "... bf16 ..."},
+//       []<class T, class Acc>(ReferenceTypes<T, Acc>) { return RmsNormKernel{fwd<T, Acc>, bwd<T, Acc>}; });
+struct ReferenceDescriptions {
+  std::string f64, f32, bf16;
+};
+template <class KernelFor>
+bool register_reference_kernels(const std::string& op, const ReferenceDescriptions& descriptions,
+                                KernelFor kernel_for) {
+  return register_kernels(
+      op, Device::CPU,
+      {{DType::F64, "reference", descriptions.f64, kernel_for(ReferenceTypes<double, double>{})},
+       {DType::F32, "reference", descriptions.f32, kernel_for(ReferenceTypes<float, float>{})},
+       {DType::BF16, "reference", descriptions.bf16, kernel_for(ReferenceTypes<Bf16, float>{})}});
+}
+
+// One kernel registered from a test file:
+//   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...",
+//   K{...}});
 struct KernelRegistrar {
   explicit KernelRegistrar(KernelEntry e) { register_kernel(std::move(e)); }
 };

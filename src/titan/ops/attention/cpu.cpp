@@ -806,19 +806,17 @@ void bwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, con
   bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
-TITAN_REGISTER_KERNEL(attention_f32_flash, {"attention", Device::CPU, DType::F32, "default",
-                                            "flash tiles, online softmax, AVX-512 when available, OpenMP",
-                                            AttentionKernel{fwd_flash_f32, bwd_flash_f32}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_flash, {"attention", Device::CPU, DType::BF16, "default",
-                                             "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
-                                             AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_probs,
-                      {"attention", Device::CPU, DType::BF16, "bf16_probs",
-                       "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 "
-                       "(backward: head_dim % 64 == 0, else f32 products there)",
-                       AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
-                       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }});
-
+const bool registered = kernels::register_kernels(
+    "attention", Device::CPU,
+    {{DType::F32, "default", "flash tiles, online softmax, AVX-512 when available, OpenMP",
+      AttentionKernel{fwd_flash_f32, bwd_flash_f32}},
+     {DType::BF16, "default", "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
+      AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}},
+     {DType::BF16, "bf16_probs",
+      "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 (backward: head_dim % 64 "
+      "== 0, else f32 products there)",
+      AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
+      [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -174,13 +174,12 @@ void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void*
                                    static_cast<float*>(dv));
 }
 
-TITAN_REGISTER_KERNEL(attention_f64_ref, {"attention", Device::CPU, DType::F64, "reference",
-                                          "one row of scores at a time, f64", AttentionKernel{fwd_ref_f64, bwd_ref_f64}, {}});
-TITAN_REGISTER_KERNEL(attention_f32_ref, {"attention", Device::CPU, DType::F32, "reference",
-                                          "one row of scores at a time, f32", AttentionKernel{fwd_ref_f32, bwd_ref_f32}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_ref, {"attention", Device::CPU, DType::BF16, "reference",
-                                           "f32 reference on widened inputs, output rounded once",
-                                           AttentionKernel{fwd_ref_bf16, bwd_ref_bf16}, {}});
+const bool registered = kernels::register_kernels(
+    "attention", Device::CPU,
+    {{DType::F64, "reference", "one row of scores at a time, f64", AttentionKernel{fwd_ref_f64, bwd_ref_f64}},
+     {DType::F32, "reference", "one row of scores at a time, f32", AttentionKernel{fwd_ref_f32, bwd_ref_f32}},
+     {DType::BF16, "reference", "f32 reference on widened inputs, output rounded once",
+      AttentionKernel{fwd_ref_bf16, bwd_ref_bf16}}});
 
 }  // namespace
 }  // namespace titan::ops

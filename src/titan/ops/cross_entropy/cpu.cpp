@@ -539,26 +539,23 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
   scatter_counted_rows(a, r, dhp_t, dh);
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(ce_f32_default, {"cross_entropy", Device::CPU, DType::F32, "default",
-    "rows in parallel, AVX-512 exp when available",
-    CrossEntropyKernel{ce_forward<float>, ce_backward<float>}, {}});
-TITAN_REGISTER_KERNEL(ce_bf16_default, {"cross_entropy", Device::CPU, DType::BF16, "default",
-    "rows in parallel widened to f32, AVX-512 exp when available",
-    CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}, {}});
-TITAN_REGISTER_KERNEL(ce_f64_default, {"cross_entropy", Device::CPU, DType::F64, "default",
-    "rows in parallel, f64",
-    CrossEntropyKernel{ce_forward<double>, ce_backward<double>}, {}});
-TITAN_REGISTER_KERNEL(lce_f32_default, {"linear_cross_entropy", Device::CPU, DType::F32, "default",
-    "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
-    LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}, {}});
-TITAN_REGISTER_KERNEL(lce_bf16_default, {"linear_cross_entropy", Device::CPU, DType::BF16, "default",
-    "vocabulary chunks through gemm_bf16 (f32 accumulation), online logsumexp, O(N x chunk) memory",
-    LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}, {}});
-TITAN_REGISTER_KERNEL(lce_f64_default, {"linear_cross_entropy", Device::CPU, DType::F64, "default",
-    "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
-    LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}, {}});
-// clang-format on
+const bool cross_entropy_kernels_registered = kernels::register_kernels(
+    "cross_entropy", Device::CPU,
+    {{DType::F32, "default", "rows in parallel, AVX-512 exp when available",
+      CrossEntropyKernel{ce_forward<float>, ce_backward<float>}},
+     {DType::BF16, "default", "rows in parallel widened to f32, AVX-512 exp when available",
+      CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}},
+     {DType::F64, "default", "rows in parallel, f64",
+      CrossEntropyKernel{ce_forward<double>, ce_backward<double>}}});
+const bool linear_cross_entropy_kernels_registered = kernels::register_kernels(
+    "linear_cross_entropy", Device::CPU,
+    {{DType::F32, "default", "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
+      LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}},
+     {DType::BF16, "default",
+      "vocabulary chunks through gemm_bf16 (f32 accumulation), online logsumexp, O(N x chunk) memory",
+      LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}},
+     {DType::F64, "default", "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
+      LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}}});
 
 }  // namespace
 

@@ -106,26 +106,18 @@ void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
       }
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(ce_f64_ref, {"cross_entropy", Device::CPU, DType::F64, "reference",
-    "row loops, f64",
-    CrossEntropyKernel{ce_forward_ref<double, double>, ce_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(ce_f32_ref, {"cross_entropy", Device::CPU, DType::F32, "reference",
-    "row loops, f32",
-    CrossEntropyKernel{ce_forward_ref<float, float>, ce_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(ce_bf16_ref, {"cross_entropy", Device::CPU, DType::BF16, "reference",
-    "row loops, bf16 logits widened to f32",
-    CrossEntropyKernel{ce_forward_ref<Bf16, float>, ce_backward_ref<Bf16, float>}, {}});
-TITAN_REGISTER_KERNEL(lce_f64_ref, {"linear_cross_entropy", Device::CPU, DType::F64, "reference",
-    "materialises all logits, loops, f64",
-    LinearCrossEntropyKernel{lce_forward_ref<double, double>, lce_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(lce_f32_ref, {"linear_cross_entropy", Device::CPU, DType::F32, "reference",
-    "materialises all logits, loops, f32",
-    LinearCrossEntropyKernel{lce_forward_ref<float, float>, lce_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(lce_bf16_ref, {"linear_cross_entropy", Device::CPU, DType::BF16, "reference",
-    "materialises all logits, loops, bf16 operands, f32 math",
-    LinearCrossEntropyKernel{lce_forward_ref<Bf16, float>, lce_backward_ref<Bf16, float>}, {}});
-// clang-format on
+const bool cross_entropy_kernels_registered = kernels::register_reference_kernels(
+    "cross_entropy", {"row loops, f64", "row loops, f32", "row loops, bf16 logits widened to f32"},
+    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
+      return CrossEntropyKernel{ce_forward_ref<T, Acc>, ce_backward_ref<T, Acc>};
+    });
+const bool linear_cross_entropy_kernels_registered = kernels::register_reference_kernels(
+    "linear_cross_entropy",
+    {"materialises all logits, loops, f64", "materialises all logits, loops, f32",
+     "materialises all logits, loops, bf16 operands, f32 math"},
+    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
+      return LinearCrossEntropyKernel{lce_forward_ref<T, Acc>, lce_backward_ref<T, Acc>};
+    });
 
 }  // namespace
 

@@ -165,29 +165,33 @@ int64_t max_scan(const KernelContext& ctx, int64_t n, const int64_t* v) {
 
 #undef TITAN_GRID_STRIDE
 
-TITAN_REGISTER_KERNEL(add_f32_cuda, {"add", Device::CUDA, DType::F32, "default", "CUDA: elementwise f32 add",
-                                     AddKernel{add<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(add_bf16_cuda, {"add", Device::CUDA, DType::BF16, "default",
-                                      "CUDA: elementwise add in f32, rounded to bf16", AddKernel{add<uint16_t>},
-                                      cuda::kernel_available});
-TITAN_REGISTER_KERNEL(acc_f32_cuda, {"add_inplace", Device::CUDA, DType::F32, "default", "CUDA: f32 += f32",
-                                     AccumulateKernel{accumulate<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(acc_bf16_cuda, {"add_inplace", Device::CUDA, DType::BF16, "default", "CUDA: f32 += bf16",
-                                      AccumulateKernel{accumulate<uint16_t>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(scale_f32_cuda, {"scale_inplace", Device::CUDA, DType::F32, "default", "CUDA: x *= s in f32",
-                                       ScaleKernel{scale<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(scale_bf16_cuda, {"scale_inplace", Device::CUDA, DType::BF16, "default",
-                                        "CUDA: x *= s in f32, rounded to bf16", ScaleKernel{scale<uint16_t>},
-                                        cuda::kernel_available});
-TITAN_REGISTER_KERNEL(sum_f32_cuda, {"sum", Device::CUDA, DType::F32, "default",
-                                     "CUDA: f64 sum, 1024 fixed block partials (deterministic)", SumKernel{sum<float>},
-                                     cuda::kernel_available});
-TITAN_REGISTER_KERNEL(sum_bf16_cuda, {"sum", Device::CUDA, DType::BF16, "default",
-                                      "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
-                                      SumKernel{sum<uint16_t>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(index_i64_cuda, {"index", Device::CUDA, DType::I64, "default",
-                                       "CUDA: parallel scans (atomic min / count / max), one value read back",
-                                       IndexKernel{first_outside_scan, count_not_equal_scan, max_scan}, cuda::kernel_available});
+const bool add_kernels_registered = kernels::register_kernels(
+    "add", Device::CUDA,
+    {{DType::F32, "default", "CUDA: elementwise f32 add", AddKernel{add<float>}},
+     {DType::BF16, "default", "CUDA: elementwise add in f32, rounded to bf16", AddKernel{add<uint16_t>}}},
+    cuda::kernel_available);
+const bool add_inplace_kernels_registered = kernels::register_kernels(
+    "add_inplace", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f32 += f32", AccumulateKernel{accumulate<float>}},
+     {DType::BF16, "default", "CUDA: f32 += bf16", AccumulateKernel{accumulate<uint16_t>}}},
+    cuda::kernel_available);
+const bool scale_inplace_kernels_registered = kernels::register_kernels(
+    "scale_inplace", Device::CUDA,
+    {{DType::F32, "default", "CUDA: x *= s in f32", ScaleKernel{scale<float>}},
+     {DType::BF16, "default", "CUDA: x *= s in f32, rounded to bf16", ScaleKernel{scale<uint16_t>}}},
+    cuda::kernel_available);
+const bool sum_kernels_registered = kernels::register_kernels(
+    "sum", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
+      SumKernel{sum<float>}},
+     {DType::BF16, "default", "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
+      SumKernel{sum<uint16_t>}}},
+    cuda::kernel_available);
+const bool index_kernels_registered = kernels::register_kernels(
+    "index", Device::CUDA,
+    {{DType::I64, "default", "CUDA: parallel scans (atomic min / count / max), one value read back",
+      IndexKernel{first_outside_scan, count_not_equal_scan, max_scan}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

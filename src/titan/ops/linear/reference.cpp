@@ -44,16 +44,12 @@ void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t
       }
 }
 
-TITAN_REGISTER_KERNEL(linear_f64_ref, {"linear", Device::CPU, DType::F64, "reference", "triple loop, f64",
-                                       LinearKernel{linear_forward_ref<double, double>,
-                                                    linear_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(linear_f32_ref, {"linear", Device::CPU, DType::F32, "reference", "triple loop, f32 accumulation",
-                                       LinearKernel{linear_forward_ref<float, float>,
-                                                    linear_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(linear_bf16_ref, {"linear", Device::CPU, DType::BF16, "reference",
-                                        "triple loop, bf16 inputs, f32 accumulation",
-                                        LinearKernel{linear_forward_ref<Bf16, float>,
-                                                     linear_backward_ref<Bf16, float>}, {}});
+const bool registered = kernels::register_reference_kernels(
+    "linear",
+    {"triple loop, f64", "triple loop, f32 accumulation", "triple loop, bf16 inputs, f32 accumulation"},
+    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
+      return LinearKernel{linear_forward_ref<T, Acc>, linear_backward_ref<T, Acc>};
+    });
 
 }  // namespace
 

@@ -967,26 +967,30 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down));
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(router_topk_cuda_f32, {"router_topk", Device::CUDA, DType::F32, "default",
-    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(router_topk_cuda_bf16, {"router_topk", Device::CUDA, DType::BF16, "default",
-    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(moe_aux_loss_cuda_f32, {"moe_aux_loss", Device::CUDA, DType::F32, "default",
-    "device counts and f64 column sums over layers; loss and gradient read no host data",
-    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType::F32, "default",
-    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>},
-    kernel_available});
-TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
-    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, "
-    "reference rounding points",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>},
-    kernel_available});
-// clang-format on
+const bool router_topk_kernels_registered = kernels::register_kernels(
+    "router_topk", Device::CUDA,
+    {{DType::F32, "default",
+      "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+      ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}},
+     {DType::BF16, "default",
+      "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+      ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}}},
+    kernel_available);
+const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
+    "moe_aux_loss", Device::CUDA,
+    {{DType::F32, "default",
+      "device counts and f64 column sums over layers; loss and gradient read no host data",
+      ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
+    kernel_available);
+const bool moe_experts_kernels_registered = kernels::register_kernels(
+    "moe_experts", Device::CUDA,
+    {{DType::F32, "default", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}},
+     {DType::BF16, "default",
+      "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
+      "rounding points",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}}},
+    kernel_available);
 
 }  // namespace
 

@@ -92,12 +92,16 @@ double grad_norm_sum_sq(const KernelContext& ctx, int64_t n, const void* grad) {
   return total;
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_cuda, {"adamw", Device::CUDA, DType::F32, "default",
-                                       "CUDA: one fused pass, torch.optim.AdamW rounding (bit-identical)",
-                                       AdamWKernel{adamw_step}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(grad_norm_f32_cuda, {"grad_norm", Device::CUDA, DType::F32, "default",
-                                           "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
-                                           GradNormKernel{grad_norm_sum_sq}, cuda::kernel_available});
+const bool adamw_kernels_registered = kernels::register_kernels(
+    "adamw", Device::CUDA,
+    {{DType::F32, "default", "CUDA: one fused pass, torch.optim.AdamW rounding (bit-identical)",
+      AdamWKernel{adamw_step}}},
+    cuda::kernel_available);
+const bool grad_norm_kernels_registered = kernels::register_kernels(
+    "grad_norm", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
+      GradNormKernel{grad_norm_sum_sq}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -132,12 +132,13 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f32_cuda, {"rms_norm", Device::CUDA, DType::F32, "default",
-                                          "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
-                                          RmsNormKernel{forward<float>, backward<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_cuda, {"rms_norm", Device::CUDA, DType::BF16, "default",
-                                           "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
-                                           RmsNormKernel{forward<uint16_t>, backward<uint16_t>}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "rms_norm", Device::CUDA,
+    {{DType::F32, "default", "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
+      RmsNormKernel{forward<float>, backward<float>}},
+     {DType::BF16, "default", "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
+      RmsNormKernel{forward<uint16_t>, backward<uint16_t>}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -100,13 +100,13 @@ void backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t
   cuda::check_launch("rope_backward_kernel");
 }
 
-TITAN_REGISTER_KERNEL(rope_f32_cuda, {"rope", Device::CUDA, DType::F32, "default",
-                                      "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
-                                      RopeKernel{forward<float>, backward<float>, true}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(rope_bf16_cuda, {"rope", Device::CUDA, DType::BF16, "default",
-                                       "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
-                                       RopeKernel{forward<uint16_t>, backward<uint16_t>, true},
-                                       cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "rope", Device::CUDA,
+    {{DType::F32, "default", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+      RopeKernel{forward<float>, backward<float>, true}},
+     {DType::BF16, "default", "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+      RopeKernel{forward<uint16_t>, backward<uint16_t>, true}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -55,30 +55,13 @@ void rope_backward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H
     }
 }
 
-TITAN_REGISTER_KERNEL(rope_f64_ref,
-                      {"rope",
-                       Device::CPU,
-                       DType::F64,
-                       "reference",
-                       "cos/sin per element, f64",
-                       RopeKernel{rope_forward_ref<double, double>, rope_backward_ref<double, double>, false},
-                       {}});
-TITAN_REGISTER_KERNEL(rope_f32_ref,
-                      {"rope",
-                       Device::CPU,
-                       DType::F32,
-                       "reference",
-                       "cos/sin per element, f32",
-                       RopeKernel{rope_forward_ref<float, float>, rope_backward_ref<float, float>, false},
-                       {}});
-TITAN_REGISTER_KERNEL(rope_bf16_ref,
-                      {"rope",
-                       Device::CPU,
-                       DType::BF16,
-                       "reference",
-                       "cos/sin per element in f32, bf16 arithmetic as torch",
-                       RopeKernel{rope_forward_ref<Bf16, float>, rope_backward_ref<Bf16, float>, false},
-                       {}});
+const bool registered = kernels::register_reference_kernels(
+    "rope",
+    {"cos/sin per element, f64", "cos/sin per element, f32",
+     "cos/sin per element in f32, bf16 arithmetic as torch"},
+    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
+      return RopeKernel{rope_forward_ref<T, Acc>, rope_backward_ref<T, Acc>, false};
+    });
 
 }  // namespace
 

@@ -61,12 +61,13 @@ void backward(const KernelContext& ctx, int64_t n, const void* gate, const void*
   cuda::check_launch("swiglu_backward_kernel");
 }
 
-TITAN_REGISTER_KERNEL(swiglu_f32_cuda, {"swiglu", Device::CUDA, DType::F32, "default",
-                                        "CUDA: elementwise grid-stride loop, f32 expf",
-                                        SwigluKernel{forward<float>, backward<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(swiglu_bf16_cuda, {"swiglu", Device::CUDA, DType::BF16, "default",
-                                         "CUDA: elementwise loop in f32, rounded after silu and after the product",
-                                         SwigluKernel{forward<uint16_t>, backward<uint16_t>}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "swiglu", Device::CUDA,
+    {{DType::F32, "default", "CUDA: elementwise grid-stride loop, f32 expf",
+      SwigluKernel{forward<float>, backward<float>}},
+     {DType::BF16, "default", "CUDA: elementwise loop in f32, rounded after silu and after the product",
+      SwigluKernel{forward<uint16_t>, backward<uint16_t>}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops
