@@ -14,7 +14,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 template <class T>
 __global__ void embedding_forward_kernel(int64_t N, int64_t D, const int64_t* ids, const T* table, T* out) {

@@ -279,6 +279,20 @@ constexpr int kTileN = 64, kTileK = 16, kGemmThreads = 256;
 
 enum class Epilogue { kStoreRounded, kAdd };
 
+// The expert whose row tiles hold block `tile` of a grouped GEMM: tiles[e] <= tile < tiles[e + 1]
+// (tiles[] is the exclusive prefix sum of the experts' row-tile counts), by binary search.
+__device__ inline int64_t expert_of_tile(const int* tiles, int64_t E, int tile) {
+  int64_t lo = 0, hi = E;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // For each expert e and its rows r in [offsets[e], offsets[e+1]):
 //   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] / gather_div : r
 // B_e = B + e * stride_b is stored [N, K] (kTransB: C = A B_e^T) or [K, N]. blockIdx.x enumerates
@@ -292,15 +306,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  int64_t lo = 0, hi = E;        // the expert with tiles[e] <= tile < tiles[e+1]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int64_t e = lo;
+  const int64_t e = expert_of_tile(tiles, E, tile);
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTileN;
   const TB* Be = B + e * stride_b;
@@ -480,15 +486,7 @@ __global__ void __launch_bounds__(kTcThreads)
   __shared__ __align__(128) float Cs[64 * kLdC];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  int64_t lo = 0, hi = E;
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int64_t e = lo;
+  const int64_t e = expert_of_tile(tiles, E, tile);
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTileN;
   const bf16_t* Be = B + e * stride_b;

@@ -13,10 +13,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::round_to;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 constexpr int kWarpsPerBlock = kThreads / 32;
 

@@ -13,10 +13,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::round_to;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 struct DeviceTable {
   double theta = 0;
@@ -84,9 +81,8 @@ void forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t 
   const int64_t n = B * S * H * (D / 2);
   if (n == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  rope_forward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      B * S, H, D, pos, t.cos, t.sin, static_cast<const T*>(x), static_cast<T*>(y));
-  cuda::check_launch("rope_forward_kernel");
+  launch_grid_stride(ctx, "rope_forward_kernel", n, rope_forward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
+                     static_cast<const T*>(x), static_cast<T*>(y));
 }
 
 template <class T>
@@ -95,9 +91,8 @@ void backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t
   const int64_t n = B * S * H * (D / 2);
   if (n == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  rope_backward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      B * S, H, D, pos, t.cos, t.sin, static_cast<const float*>(dy), static_cast<float*>(dx));
-  cuda::check_launch("rope_backward_kernel");
+  launch_grid_stride(ctx, "rope_backward_kernel", n, rope_backward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
+                     static_cast<const float*>(dy), static_cast<float*>(dx));
 }
 
 const bool registered = kernels::register_kernels(
