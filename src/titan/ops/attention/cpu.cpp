@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
@@ -102,26 +103,6 @@ struct PortableOps {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TITAN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
 
-// exp on 16 lanes: 2^n * e^r with |r| <= ln2/2, degree-7 Taylor polynomial (rel. error ~1e-7).
-// Inputs below -87.3 give ~1e-38 instead of 0; callers zero masked lanes explicitly.
-TITAN_AVX512 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Lanes (queries 16v .. 16v+15 of the tile) that may see key j.
 TITAN_AVX512 inline __mmask16 visible(int64_t j, int64_t diag, int64_t v) {
   const int64_t hidden = j - diag - 16 * v;  // queries below this lane index are masked
@@ -162,20 +143,16 @@ TITAN_AVX512 void micro_tile(int64_t K, const float* a, int64_t sam, int64_t sak
       _mm512_mask_storeu_ps(c + m * ldc + 16 * v, v == NV - 1 ? tail : 0xFFFF, acc[m][v]);
 }
 
-template <int MR>
-TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
-  switch (nv) {
-    case 1:
-      return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 2:
-      return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 3:
-      return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    default:
-      return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-  }
-}
+// micro_tile<MR, NV> by [MR - 1][NV - 1]: the tile for the rows and 16-float vectors left.
+using MicroTile = void (*)(int64_t K, const float* a, int64_t sam, int64_t sak, const float* b, int64_t ldb,
+                           float* c, int64_t ldc, bool accumulate, __mmask16 tail);
+constexpr MicroTile kMicroTiles[6][4] = {
+    {micro_tile<1, 1>, micro_tile<1, 2>, micro_tile<1, 3>, micro_tile<1, 4>},
+    {micro_tile<2, 1>, micro_tile<2, 2>, micro_tile<2, 3>, micro_tile<2, 4>},
+    {micro_tile<3, 1>, micro_tile<3, 2>, micro_tile<3, 3>, micro_tile<3, 4>},
+    {micro_tile<4, 1>, micro_tile<4, 2>, micro_tile<4, 3>, micro_tile<4, 4>},
+    {micro_tile<5, 1>, micro_tile<5, 2>, micro_tile<5, 3>, micro_tile<5, 4>},
+    {micro_tile<6, 1>, micro_tile<6, 2>, micro_tile<6, 3>, micro_tile<6, 4>}};
 
 struct Avx512Ops {
   static constexpr bool kBf16Dot = false;
@@ -188,28 +165,9 @@ struct Avx512Ops {
       const int nv = int((nw + 15) / 16);
       const __mmask16 tail = __mmask16(0xFFFFu >> (16 * nv - nw));
       for (int64_t m0 = 0; m0 < M; m0 += 6) {
-        const float* am = a + m0 * sam;
-        float* cm = c + m0 * ldc + n0;
-        switch (std::min<int64_t>(6, M - m0)) {
-          case 1:
-            micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 2:
-            micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 3:
-            micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 4:
-            micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 5:
-            micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          default:
-            micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-        }
+        const int64_t mr = std::min<int64_t>(6, M - m0);
+        kMicroTiles[mr - 1][nv - 1](K, a + m0 * sam, sam, sak, b + n0, ldb, c + m0 * ldc + n0, ldc,
+                                    accumulate, tail);
       }
     }
   }
@@ -244,12 +202,12 @@ struct Avx512Ops {
       for (int64_t j = 0; j < kn; ++j) {
         float* sj = s + j * kTile + 16 * v;
         const __m512 p =
-            _mm512_maskz_mov_ps(visible(j, diag, v), exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
+            _mm512_maskz_mov_ps(visible(j, diag, v), lanes::exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
         _mm512_storeu_ps(sj, p);
         sum = _mm512_add_ps(sum, p);
       }
-      // The first tile has mold = -inf: alpha comes out ~1e-38 and multiplies l = 0 and O = 0.
-      const __m512 a = exp512(_mm512_sub_ps(mold, mx));
+      // The first tile has mold = -inf: alpha comes out 0 and multiplies l = 0 and O = 0.
+      const __m512 a = lanes::exp16(_mm512_sub_ps(mold, mx));
       _mm512_storeu_ps(alpha + 16 * v, a);
       _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), a, sum));
       _mm512_storeu_ps(m + 16 * v, mx);
@@ -264,8 +222,8 @@ struct Avx512Ops {
       for (int64_t j = 0; j < kn; ++j) {
         float* sj = s + j * kTile + 16 * v;
         float* dpj = dp + j * kTile + 16 * v;
-        const __m512 p = _mm512_maskz_mov_ps(visible(j, diag, v),
-                                             exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
+        const __m512 p = _mm512_maskz_mov_ps(
+            visible(j, diag, v), lanes::exp16(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
         _mm512_storeu_ps(sj, p);
         const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpj), vdi));
         _mm512_storeu_ps(dpj, _mm512_mul_ps(ds, vscale));
