@@ -40,6 +40,8 @@ struct OpSpec {
   std::function<std::string(const Dims&)> check;  // "" or why the shape is invalid
   std::function<ParityCase(const Dims&, DType, uint64_t seed, const std::string& variant)> make;
   std::function<Tolerance(const Dims&, DType, const std::string& variant)> tolerance;
+  // Why the tolerances are what they are, one line (the last column of docs/kernels.md's table).
+  std::string tolerance_why = "";
 };
 
 void register_op_spec(OpSpec spec);
@@ -54,6 +56,13 @@ Tensor spec_random_labels(int64_t n, int64_t V, uint64_t seed);
 Tensor spec_grad_input(Tensor t);  // marks t requires_grad
 // f64 variants exist only where f64 is a test path; there the only difference is reassociation.
 Tolerance spec_f64_tolerance(double scale = 1);
+
+// docs/kernels.md's tolerance table, from the specs and the registry: one row per op and
+// non-reference CPU variant (registered in every build; a CUDA "default" has the CPU default's
+// tolerance), with the f32 and bf16 tolerances at the default shapes ("lo..hi" where
+// they grow with the shape, "·m" where atol is relative to max(1, max|reference|), "-" where the
+// variant has no kernel in that dtype) and the spec's tolerance_why. A test keeps the docs equal.
+std::string tolerance_table_markdown();
 
 struct OpSpecRegistrar {
   explicit OpSpecRegistrar(OpSpec spec) { register_op_spec(std::move(spec)); }

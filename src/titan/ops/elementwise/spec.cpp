@@ -29,7 +29,8 @@ TITAN_REGISTER_OP_SPEC(add, {"add",
                              // One correctly rounded addition per element: any variant must be exact.
                              [](const Dims&, DType, const std::string&) {
                                return Tolerance{0, 0};
-                             }});
+                             },
+                             "one correctly rounded add per element"});
 
 }  // namespace
 }  // namespace titan::ops

@@ -29,7 +29,8 @@ TITAN_REGISTER_OP_SPEC(embedding, {"embedding",
                                    },
                                    [](const Dims&, DType, const std::string&) {
                                      return Tolerance{0, 0};
-                                   }});
+                                   },
+                                   "exact"});
 
 }  // namespace
 }  // namespace titan::ops

@@ -35,7 +35,8 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         // a vectorised exp and reassociated sums (as cross_entropy) holds for bf16 too.
                         [](const Dims&, DType dt, const std::string&) {
                           return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
-                        }});
+                        },
+                        "softmax in f32 on widened logits, as cross_entropy"});
 
 TITAN_REGISTER_OP_SPEC(moe_experts,
                        {"moe_experts",
@@ -71,7 +72,8 @@ TITAN_REGISTER_OP_SPEC(moe_experts,
                           const double n = double(std::max({s[0], s[1], s[2]}));
                           if (dt == DType::F64) return spec_f64_tolerance(n);
                           return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};
-                        }});
+                        },
+                        "reassociation (atol grows with max(T, D, F)); bf16 rounding flips propagate"});
 
 }  // namespace
 }  // namespace titan::ops

@@ -42,7 +42,8 @@ TITAN_REGISTER_OP_SPEC(rope, {"rope",
                               },
                               [](const Dims&, DType, const std::string&) {
                                 return Tolerance{0, 0};
-                              }});
+                              },
+                              "all variants are bit-identical"});
 
 }  // namespace
 }  // namespace titan::ops

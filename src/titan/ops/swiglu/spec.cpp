@@ -30,7 +30,8 @@ TITAN_REGISTER_OP_SPEC(swiglu, {"swiglu",
                                 [](const Dims&, DType dt, const std::string&) -> Tolerance {
                                   if (dt == DType::F64) return spec_f64_tolerance();
                                   return dt == DType::BF16 ? Tolerance{1e-6, 8e-3} : Tolerance{1e-6, 2e-6};
-                                }});
+                                },
+                                "polynomial exp ~1 ulp; bf16 1-ulp flips"});
 
 }  // namespace
 }  // namespace titan::ops
