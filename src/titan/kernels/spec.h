@@ -42,6 +42,9 @@ struct OpSpec {
   std::function<Tolerance(const Dims&, DType, const std::string& variant)> tolerance;
   // Why the tolerances are what they are, one line (the last column of docs/kernels.md's table).
   std::string tolerance_why = "";
+  // Small versions of the default shapes (odd sizes, a GQA group, a vocabulary chunk that does not
+  // divide V, more MoE assignments than experts, ...): what the tests run in every dtype.
+  std::vector<Dims> small_shapes = {};
 };
 
 void register_op_spec(OpSpec spec);
@@ -70,6 +73,7 @@ struct OpSpecRegistrar {
 
 }  // namespace titan::kernels
 
-// TITAN_REGISTER_OP_SPEC(linear, {"linear", {"M", "N", "K"}, 3, {{7, 33, 19}}, check, make, tolerance});
+// TITAN_REGISTER_OP_SPEC(linear, {"linear", {"M", "N", "K"}, 3, {{7, 33, 19}}, check, make, tolerance,
+//                                 "why", {{1, 1, 1}, {7, 33, 19}}});
 #define TITAN_REGISTER_OP_SPEC(id, ...) \
   static ::titan::kernels::OpSpecRegistrar titan_op_spec_registrar_##id(::titan::kernels::OpSpec __VA_ARGS__)

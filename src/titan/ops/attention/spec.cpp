@@ -37,7 +37,8 @@ TITAN_REGISTER_OP_SPEC(
        return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
      },
      "summation order; m = max(1, max\\|reference\\|) of each tensor; bf16 outputs rounded once; bf16_probs "
-     "rounds P and dS to bf16"});
+     "rounds P and dS to bf16",
+     {{1, 1, 2, 1, 8}, {2, 19, 4, 2, 16}, {1, 70, 2, 1, 25}}});
 
 }  // namespace
 }  // namespace titan::ops

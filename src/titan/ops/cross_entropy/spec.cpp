@@ -30,7 +30,8 @@ TITAN_REGISTER_OP_SPEC(cross_entropy,
                         [](const Dims&, DType dt, const std::string&) {
                           return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
                         },
-                        "vector exp, summation order; bf16 widened exactly"});
+                        "vector exp, summation order; bf16 widened exactly",
+                        {{1, 1}, {7, 301}}});
 
 TITAN_REGISTER_OP_SPEC(linear_cross_entropy,
                        {"linear_cross_entropy",
@@ -54,7 +55,8 @@ TITAN_REGISTER_OP_SPEC(linear_cross_entropy,
                           if (dt == DType::F64) return spec_f64_tolerance();
                           return dt == DType::BF16 ? Tolerance{1e-5, 1e-3} : Tolerance{1e-6, 1e-4};
                         },
-                        "GEMM reassociation, bf16 logit rounding"});
+                        "GEMM reassociation, bf16 logit rounding",
+                        {{1, 1, 1, 1}, {17, 300, 19, 128}, {16, 100, 8, 7}}});
 
 }  // namespace
 }  // namespace titan::ops

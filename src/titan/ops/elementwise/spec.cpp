@@ -30,7 +30,8 @@ TITAN_REGISTER_OP_SPEC(add, {"add",
                              [](const Dims&, DType, const std::string&) {
                                return Tolerance{0, 0};
                              },
-                             "one correctly rounded add per element"});
+                             "one correctly rounded add per element",
+                             {{1}, {37}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -30,7 +30,8 @@ TITAN_REGISTER_OP_SPEC(embedding, {"embedding",
                                    [](const Dims&, DType, const std::string&) {
                                      return Tolerance{0, 0};
                                    },
-                                   "exact"});
+                                   "exact",
+                                   {{1, 1, 1}, {41, 37, 19}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -36,7 +36,8 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         [](const Dims&, DType dt, const std::string&) {
                           return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
                         },
-                        "softmax in f32 on widened logits, as cross_entropy"});
+                        "softmax in f32 on widened logits, as cross_entropy",
+                        {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 
 TITAN_REGISTER_OP_SPEC(moe_experts,
                        {"moe_experts",
@@ -73,7 +74,8 @@ TITAN_REGISTER_OP_SPEC(moe_experts,
                           if (dt == DType::F64) return spec_f64_tolerance(n);
                           return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};
                         },
-                        "reassociation (atol grows with max(T, D, F)); bf16 rounding flips propagate"});
+                        "reassociation (atol grows with max(T, D, F)); bf16 rounding flips propagate",
+                        {{1, 8, 4, 3, 1}, {5, 6, 4, 4, 2}, {37, 24, 20, 7, 3}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -39,7 +39,8 @@ TITAN_REGISTER_OP_SPEC(adamw,
                         [](const Dims&, DType, const std::string&) {
                           return Tolerance{0, 0};
                         },
-                        "bit-identical (same fused multiply-adds)"});
+                        "bit-identical (same fused multiply-adds)",
+                        {{1}, {1000}}});
 
 TITAN_REGISTER_OP_SPEC(grad_norm,
                        {"grad_norm",
@@ -60,7 +61,8 @@ TITAN_REGISTER_OP_SPEC(grad_norm,
                         [](const Dims& s, DType, const std::string&) {
                           return Tolerance{0, double(s[0]) * 0x1p-52};
                         },
-                        "f64 sums in another order: n ulps"});
+                        "f64 sums in another order: n ulps",
+                        {{1}, {70001}}});
 
 }  // namespace
 }  // namespace titan::ops

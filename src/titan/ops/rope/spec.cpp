@@ -43,7 +43,8 @@ TITAN_REGISTER_OP_SPEC(rope, {"rope",
                               [](const Dims&, DType, const std::string&) {
                                 return Tolerance{0, 0};
                               },
-                              "all variants are bit-identical"});
+                              "all variants are bit-identical",
+                              {{1, 1, 1, 2}, {2, 7, 3, 10}, {1, 9, 2, 64}}});
 
 }  // namespace
 }  // namespace titan::ops
