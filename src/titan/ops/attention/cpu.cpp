@@ -717,63 +717,36 @@ void attention_limit_isa(AttentionIsa isa) {
 namespace titan::ops {
 namespace {
 
-
-// Flash variants.
-void fwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                               static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
-}
-void bwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  cpu::attention_bwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                               static_cast<const float*>(v), static_cast<const float*>(out),
-                               static_cast<const float*>(lse), static_cast<const float*>(dout),
-                               static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
-}
-void fwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
-}
 // The bf16 backward kernels take bf16 dout and return bf16 gradients (as a bf16 autograd would): the
 // f32 upstream gradient is rounded once and the results widened.
 using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, const bf16*, const bf16*,
                               const float*, const bf16*, bf16*, bf16*, bf16*);
-void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, const void* k, const void* v,
+template <Bf16Backward kKernel>
+void bwd_bf16_via(const KernelContext&, const AttentionShape& s, const void* q, const void* k, const void* v,
                   const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   std::vector<bf16> dout16(s.q_numel()), dq16(s.q_numel()), dk16(s.kv_numel()), dv16(s.kv_numel());
   convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
-  kernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-         static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
-         dv16.data());
+  kKernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+          static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(),
+          dk16.data(), dv16.data());
   convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
   convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
   convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
-}
-void bwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  bwd_bf16_via(cpu::attention_bwd_flash_bf16, s, q, k, v, out, lse, dout, dq, dk, dv);
-}
-
-void fwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
-                          void* lse) {
-  cpu::attention_fwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                      static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
-}
-void bwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                          const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 const bool registered = kernels::register_kernels(
     "attention", Device::CPU,
     {{DType::F32, "default", "flash tiles, online softmax, AVX-512 when available, OpenMP",
-      AttentionKernel{fwd_flash_f32, bwd_flash_f32}},
+      AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_flash_f32>,
+                      attention_backward_entry<float, float, cpu::attention_bwd_flash_f32>}},
      {DType::BF16, "default", "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
-      AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}},
+      AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16>,
+                      bwd_bf16_via<cpu::attention_bwd_flash_bf16>}},
      {DType::BF16, "bf16_probs",
       "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 (backward: head_dim % 64 "
       "== 0, else f32 products there)",
-      AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
+      AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16_probs>,
+                      bwd_bf16_via<cpu::attention_bwd_flash_bf16_probs>},
       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }}});
 
 }  // namespace
