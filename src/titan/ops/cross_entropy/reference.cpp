@@ -1,6 +1,6 @@
 // The reference kernels of cross_entropy: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/linear/reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan::ops {
 
@@ -89,21 +90,9 @@ void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
       A p = a.labels[n] == a.ignore_index ? A(0) : std::exp(x - lse[n]) - A(v == a.labels[n]);
       x = A(T(A(scale) * p));
     }
-  const T *h = static_cast<const T*>(a.hidden), *w = static_cast<const T*>(a.weight);
-  if (A* dh = static_cast<A*>(dh_v))
-    for (int64_t n = 0; n < a.N; ++n)
-      for (int64_t k = 0; k < a.D; ++k) {
-        A acc = 0;
-        for (int64_t v = 0; v < a.V; ++v) acc += dl[size_t(n * a.V + v)] * A(w[v * a.D + k]);
-        dh[n * a.D + k] = acc;
-      }
-  if (A* dw = static_cast<A*>(dw_v))
-    for (int64_t v = 0; v < a.V; ++v)
-      for (int64_t k = 0; k < a.D; ++k) {
-        A acc = 0;
-        for (int64_t n = 0; n < a.N; ++n) acc += dl[size_t(n * a.V + v)] * A(h[n * a.D + k]);
-        dw[v * a.D + k] = acc;
-      }
+  // The lm_head's gradients: dh = dlogits w, dw = dlogits^T h, linear's reference loops.
+  linear_backward_loops<T, A>(a.N, a.V, a.D, static_cast<const T*>(a.hidden), static_cast<const T*>(a.weight),
+                              dl.data(), static_cast<A*>(dh_v), static_cast<A*>(dw_v));
 }
 
 const bool cross_entropy_kernels_registered = kernels::register_reference_kernels(
