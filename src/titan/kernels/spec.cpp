@@ -59,6 +59,16 @@ Tensor spec_grad_input(Tensor t) { return t.set_requires_grad(true); }
 
 Tolerance spec_f64_tolerance(double scale) { return {1e-12 * scale, 1e-10}; }
 
+ToleranceFn spec_tolerance(Tolerance f32, Tolerance bf16) {
+  return [f32, bf16](const Dims&, DType dt, const std::string&) {
+    return dt == DType::F64 ? spec_f64_tolerance() : dt == DType::BF16 ? bf16 : f32;
+  };
+}
+
+ToleranceFn spec_exact_tolerance() {
+  return [](const Dims&, DType, const std::string&) { return Tolerance{0, 0}; };
+}
+
 namespace {
 
 std::string short_number(double v) {

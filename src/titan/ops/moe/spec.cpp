@@ -33,9 +33,7 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         },
                         // The router's softmax runs in f32 on widened logits in every dtype: the f32 bound of
                         // a vectorised exp and reassociated sums (as cross_entropy) holds for bf16 too.
-                        [](const Dims&, DType dt, const std::string&) {
-                          return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
-                        },
+                        spec_tolerance({1e-7, 2e-5}, {1e-7, 2e-5}),
                         "softmax in f32 on widened logits, as cross_entropy",
                         {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 

@@ -36,9 +36,7 @@ TITAN_REGISTER_OP_SPEC(adamw,
                               {"param", "exp_avg", "exp_avg_sq"}};
                         },
                         // optim_test: bit-identical to the reference (same fused multiply-adds).
-                        [](const Dims&, DType, const std::string&) {
-                          return Tolerance{0, 0};
-                        },
+                        spec_exact_tolerance(),
                         "bit-identical (same fused multiply-adds)",
                         {{1}, {1000}}});
 
