@@ -97,21 +97,19 @@ bool register_kernels(const std::string& op, Device device, std::initializer_lis
 template <class T, class Acc>
 struct ReferenceTypes {};
 
-// Registers an op's "reference" kernels on the CPU for f64, f32 and bf16 with the three
-// descriptions; `kernel_for` builds the op's kernel struct from its templates for one ReferenceTypes:
-//   register_reference_kernels("rms_norm", {"row loops, f64", "row loops, f32", "... bf16 ..."},
+// Registers an op's "reference" kernels on the CPU for f64, f32 and bf16, described as
+// "<loops>, f64", "<loops>, f32" and "<loops>, bf16: <bf16>"; `kernel_for` builds the op's kernel
+// struct from its templates for one ReferenceTypes:
+//   register_reference_kernels("rms_norm", "row loops", "f32 statistics",
 //       []<class T, class Acc>(ReferenceTypes<T, Acc>) { return RmsNormKernel{fwd<T, Acc>, bwd<T, Acc>}; });
-struct ReferenceDescriptions {
-  std::string f64, f32, bf16;
-};
 template <class KernelFor>
-bool register_reference_kernels(const std::string& op, const ReferenceDescriptions& descriptions,
+bool register_reference_kernels(const std::string& op, const std::string& loops, const std::string& bf16,
                                 KernelFor kernel_for) {
   return register_kernels(
       op, Device::CPU,
-      {{DType::F64, "reference", descriptions.f64, kernel_for(ReferenceTypes<double, double>{})},
-       {DType::F32, "reference", descriptions.f32, kernel_for(ReferenceTypes<float, float>{})},
-       {DType::BF16, "reference", descriptions.bf16, kernel_for(ReferenceTypes<Bf16, float>{})}});
+      {{DType::F64, "reference", loops + ", f64", kernel_for(ReferenceTypes<double, double>{})},
+       {DType::F32, "reference", loops + ", f32", kernel_for(ReferenceTypes<float, float>{})},
+       {DType::BF16, "reference", loops + ", bf16: " + bf16, kernel_for(ReferenceTypes<Bf16, float>{})}});
 }
 
 // One kernel registered from a test file:

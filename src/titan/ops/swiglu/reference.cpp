@@ -37,9 +37,7 @@ void swiglu_backward_ref(const KernelContext& ctx, int64_t n, const void* gv, co
 }
 
 const bool registered = kernels::register_reference_kernels(
-    "swiglu",
-    {"elementwise loop, f64", "elementwise loop, f32 expf",
-     "elementwise loop in f32, rounded after silu and after the product"},
+    "swiglu", "elementwise loop", "f32 math, rounded after silu and after the product",
     []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
       return SwigluKernel{swiglu_forward_ref<T, Acc>, swiglu_backward_ref<T, Acc>};
     });
