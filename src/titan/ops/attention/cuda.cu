@@ -67,6 +67,20 @@ __device__ void load_tile_f32(float* dst, const T* src, int64_t b, int64_t r0, i
 }
 
 // grid (ceil(S / kWarps), B * Hq), kWarps warps. C = ceil(D / 32) output columns per lane.
+// acc[c] += sum over the tile's first n rows jj of w_jj * tile[jj][lane + 32 c] (the lane's columns),
+// where w_jj is lane jj's value of w: P V for the output rows, dS K for dq.
+template <int C>
+__device__ __forceinline__ void add_weighted_rows(float (&acc)[C], float w, int n, const float* tile, int ld, int D,
+                                                  int lane) {
+  for (int jj = 0; jj < n; ++jj) {
+    const float wj = __shfl_sync(kFull, w, jj);
+    for (int c = 0; c < C; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) acc[c] += wj * tile[jj * ld + d];
+    }
+  }
+}
+
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     fwd_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, T* out, float* lse) {
@@ -107,13 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     m = m_new;
     const int n = i - j0 + 1 < kTile ? int(i - j0 + 1) : kTile;
     for (int c = 0; c < C; ++c) o[c] *= alpha;
-    for (int jj = 0; jj < n; ++jj) {
-      const float pj = __shfl_sync(kFull, p, jj);
-      for (int c = 0; c < C; ++c) {
-        const int d = lane + 32 * c;
-        if (d < D) o[c] += pj * vs[jj * ld + d];
-      }
-    }
+    add_weighted_rows(o, p, n, vs, ld, D, lane);
   }
   if (!row_valid) return;
   const float inv = 1.f / l;
@@ -187,13 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       ds = p * (dp - row_delta);
     }
     const int n = i - j0 + 1 < kTile ? int(i - j0 + 1) : kTile;
-    for (int jj = 0; jj < n; ++jj) {
-      const float dsj = __shfl_sync(kFull, ds, jj);
-      for (int c = 0; c < C; ++c) {
-        const int d = lane + 32 * c;
-        if (d < D) acc_dq[c] += dsj * ks[jj * ld + d];
-      }
-    }
+    add_weighted_rows(acc_dq, ds, n, ks, ld, D, lane);
   }
   if (!row_valid) return;
   for (int c = 0; c < C; ++c) {
