@@ -297,6 +297,19 @@ __device__ inline int64_t expert_of_tile(const int* tiles, int64_t E, int tile) 
 //   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] / gather_div : r
 // B_e = B + e * stride_b is stored [N, K] (kTransB: C = A B_e^T) or [K, N]. blockIdx.x enumerates
 // (expert, row tile) through tiles[]; blockIdx.y the column tile.
+// acc (the thread's 4 x 4 outputs at rows ty*4.., columns tx*4..) += As^T Bs over the staged K tile.
+__device__ __forceinline__ void multiply_tiles(const float (&As)[kTileK][kRowTile + 4],
+                                               const float (&Bs)[kTileK][kTileN + 4], int tx, int ty,
+                                               float (&acc)[4][4]) {
+  for (int kk = 0; kk < kTileK; ++kk) {
+    float a[4], b[4];
+    for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+    for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+  }
+}
+
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
     grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
@@ -335,13 +348,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       Bs[kk][nn] = v;
     }
     __syncthreads();
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
-      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
+    multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
   }
   for (int i = 0; i < 4; ++i) {
@@ -388,13 +395,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       Bs[kk][nn] = v;
     }
     __syncthreads();
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
-      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
+    multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
   }
   float* Ce = C + e * M * N;
