@@ -272,35 +272,21 @@ TITAN_AVX512_BF16 void micro_tile_dot(int64_t P, const uint32_t* a, int64_t sam,
 // With AVX512-BF16, the two products whose operands are both bf16 tensors (S = Q K^T, dP = dO V^T)
 // run on vdpbf16ps (twice the multiply-adds per instruction). The others multiply by P or dS, which
 // are f32 here and are not rounded to bf16, so they stay on the f32 kernel.
+// micro_tile_dot<MR> for the rows left.
+using MicroTileDot = void (*)(int64_t P, const uint32_t* a, int64_t sam, int64_t sak, const uint32_t* b,
+                              int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
 struct Avx512Bf16Ops : Avx512Ops {
   static constexpr bool kBf16Dot = true;
 
   // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of ldb words.
   TITAN_AVX512_BF16 static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
                                          const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    static constexpr MicroTileDot kTiles[6] = {micro_tile_dot<1>, micro_tile_dot<2>, micro_tile_dot<3>,
+                                               micro_tile_dot<4>, micro_tile_dot<5>, micro_tile_dot<6>};
     for (int64_t m0 = 0; m0 < M; m0 += 6) {
-      const uint32_t* am = a + m0 * sam;
-      float* cm = c + m0 * ldc;
-      switch (std::min<int64_t>(6, M - m0)) {
-        case 1:
-          micro_tile_dot<1>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 2:
-          micro_tile_dot<2>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 3:
-          micro_tile_dot<3>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 4:
-          micro_tile_dot<4>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 5:
-          micro_tile_dot<5>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        default:
-          micro_tile_dot<6>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-      }
+      kTiles[std::min<int64_t>(6, M - m0) - 1](P, a + m0 * sam, sam, sak, b, ldb, c + m0 * ldc, ldc,
+                                               accumulate);
     }
   }
 };
