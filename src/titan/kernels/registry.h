@@ -99,9 +99,9 @@ struct ReferenceTypes {};
 
 // Registers an op's "reference" kernels on the CPU for f64, f32 and bf16, described as
 // "<loops>, f64", "<loops>, f32" and "<loops>, bf16: <bf16>"; `kernel_for` builds the op's kernel
-// struct from its templates for one ReferenceTypes:
+// struct from its templates for one ReferenceTypes (TITAN_REFERENCE_KERNEL below writes it):
 //   register_reference_kernels("rms_norm", "row loops", "f32 statistics",
-//       []<class T, class Acc>(ReferenceTypes<T, Acc>) { return RmsNormKernel{fwd<T, Acc>, bwd<T, Acc>}; });
+//       TITAN_REFERENCE_KERNEL(RmsNormKernel, rms_norm_forward_ref<T, Acc>, rms_norm_backward_ref<T, Acc>));
 template <class KernelFor>
 bool register_reference_kernels(const std::string& op, const std::string& loops, const std::string& bf16,
                                 KernelFor kernel_for) {
@@ -120,6 +120,11 @@ struct KernelRegistrar {
 };
 
 }  // namespace titan::kernels
+
+// The kernel_for of register_reference_kernels: the kernel struct `Kernel` initialised with the
+// fields given, written in terms of the element type T and the accumulator type Acc.
+#define TITAN_REFERENCE_KERNEL(Kernel, ...) \
+  []<class T, class Acc>(::titan::kernels::ReferenceTypes<T, Acc>) { return Kernel{__VA_ARGS__}; }
 
 #define TITAN_REGISTER_KERNEL(id, ...) \
   static ::titan::kernels::KernelRegistrar titan_kernel_registrar_##id(::titan::kernels::KernelEntry __VA_ARGS__)

@@ -97,14 +97,10 @@ void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
 
 const bool cross_entropy_kernels_registered = kernels::register_reference_kernels(
     "cross_entropy", "row loops", "logits widened to f32",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return CrossEntropyKernel{ce_forward_ref<T, Acc>, ce_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(CrossEntropyKernel, ce_forward_ref<T, Acc>, ce_backward_ref<T, Acc>));
 const bool linear_cross_entropy_kernels_registered = kernels::register_reference_kernels(
     "linear_cross_entropy", "materialises all logits, loops", "bf16 operands, f32 math",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return LinearCrossEntropyKernel{lce_forward_ref<T, Acc>, lce_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(LinearCrossEntropyKernel, lce_forward_ref<T, Acc>, lce_backward_ref<T, Acc>));
 
 }  // namespace
 

@@ -33,9 +33,7 @@ void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t
 
 const bool registered = kernels::register_reference_kernels(
     "linear", "triple loop", "bf16 inputs, f32 accumulation",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return LinearKernel{linear_forward_ref<T, Acc>, linear_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(LinearKernel, linear_forward_ref<T, Acc>, linear_backward_ref<T, Acc>));
 
 }  // namespace
 

@@ -97,9 +97,7 @@ void router_backward_ref(const KernelContext& ctx, int64_t T_, int64_t E, int64_
 
 const bool router_topk_kernels_registered = kernels::register_reference_kernels(
     "router_topk", "softmax + k selection passes, OpenMP over tokens", "bf16 logits, f32 math",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return RouterKernel{router_forward_ref<T, Acc>, router_backward_ref<Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(RouterKernel, router_forward_ref<T, Acc>, router_backward_ref<Acc>));
 
 // ---------------------------------------------------------------------------------------------
 // Aux loss: counts and probability column sums per expert, in layer then row order (f64).
@@ -250,9 +248,7 @@ void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void
 
 const bool moe_experts_kernels_registered = kernels::register_reference_kernels(
     "moe_experts", "per (token, slot) dot-product loops", "f32 math, transformers' bf16 rounding points",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return MoeExpertsKernel{experts_forward_ref<T, Acc>, experts_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(MoeExpertsKernel, experts_forward_ref<T, Acc>, experts_backward_ref<T, Acc>));
 
 }  // namespace
 

@@ -54,9 +54,7 @@ void rms_norm_backward_ref(const KernelContext& ctx, int64_t R, int64_t D, const
 
 const bool registered = kernels::register_reference_kernels(
     "rms_norm", "row loops", "f32 statistics, bf16 rounding as transformers",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return RmsNormKernel{rms_norm_forward_ref<T, Acc>, rms_norm_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(RmsNormKernel, rms_norm_forward_ref<T, Acc>, rms_norm_backward_ref<T, Acc>));
 
 }  // namespace
 

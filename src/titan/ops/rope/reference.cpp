@@ -56,9 +56,7 @@ void rope_backward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H
 
 const bool registered = kernels::register_reference_kernels(
     "rope", "cos/sin per element", "cos/sin in f32, bf16 arithmetic as torch",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return RopeKernel{rope_forward_ref<T, Acc>, rope_backward_ref<T, Acc>, false};
-    });
+    TITAN_REFERENCE_KERNEL(RopeKernel, rope_forward_ref<T, Acc>, rope_backward_ref<T, Acc>, false));
 
 }  // namespace
 

@@ -38,9 +38,7 @@ void swiglu_backward_ref(const KernelContext& ctx, int64_t n, const void* gv, co
 
 const bool registered = kernels::register_reference_kernels(
     "swiglu", "elementwise loop", "f32 math, rounded after silu and after the product",
-    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
-      return SwigluKernel{swiglu_forward_ref<T, Acc>, swiglu_backward_ref<T, Acc>};
-    });
+    TITAN_REFERENCE_KERNEL(SwigluKernel, swiglu_forward_ref<T, Acc>, swiglu_backward_ref<T, Acc>));
 
 }  // namespace
 
