@@ -8,31 +8,21 @@
 #include <set>
 
 #include "titan/kernels/registry.h"
+#include "titan/kernels/spec.h"
 
 namespace titan::kernels {
 namespace {
 
-// Small versions of each op's default shapes: odd sizes, a GQA group, a vocabulary chunk that
-// does not divide V, more MoE assignments than experts, a grad_norm longer than one 64Ki block.
-const std::map<std::string, std::vector<std::vector<int64_t>>> kSmallShapes = {
-    {"linear", {{1, 1, 1}, {7, 33, 19}, {33, 17, 70}}},
-    {"attention", {{1, 1, 2, 1, 8}, {2, 19, 4, 2, 16}, {1, 70, 2, 1, 25}}},
-    {"rms_norm", {{1, 1}, {5, 7}, {9, 130}}},
-    {"rope", {{1, 1, 1, 2}, {2, 7, 3, 10}, {1, 9, 2, 64}}},
-    {"swiglu", {{1}, {37}, {1031}}},
-    {"embedding", {{1, 1, 1}, {41, 37, 19}}},
-    {"cross_entropy", {{1, 1}, {7, 301}}},
-    {"linear_cross_entropy", {{1, 1, 1, 1}, {17, 300, 19, 128}, {16, 100, 8, 7}}},
-    {"router_topk", {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}},
-    {"moe_experts", {{1, 8, 4, 3, 1}, {5, 6, 4, 4, 2}, {37, 24, 20, 7, 3}}},
-    {"adamw", {{1}, {1000}}},
-    {"grad_norm", {{1}, {70001}}},
-    {"add", {{1}, {37}}},
-};
+// Each op's small shapes (its spec's small_shapes).
+std::map<std::string, std::vector<Dims>> small_shapes() {
+  std::map<std::string, std::vector<Dims>> shapes;
+  for (const OpSpec& spec : op_specs()) shapes[spec.op] = spec.small_shapes;
+  return shapes;
+}
 
 TEST(KernelParity, EveryVariantMatchesItsReference) {
   ParityOptions o;
-  o.shapes = kSmallShapes;
+  o.shapes = small_shapes();
   std::set<std::string> covered;
   int passed = 0;
   for (const ParityResult& r : run_parity(o)) {
@@ -56,11 +46,18 @@ TEST(KernelParity, EveryVariantMatchesItsReference) {
   }
 }
 
-// Every op the harness drives is exercised above.
+// Every op the harness drives is exercised above, on valid shapes of its own dimensions.
 TEST(KernelParity, SmallShapesCoverEveryDriver) {
   for (const std::string& op : parity_ops()) {
     EXPECT_FALSE(parity_shape_dims(op).empty()) << op;
-    EXPECT_TRUE(kSmallShapes.count(op)) << op << " has no small shapes in this test";
+    const OpSpec* spec = find_op_spec(op);
+    ASSERT_TRUE(spec) << op;
+    EXPECT_FALSE(spec->small_shapes.empty()) << op << " has no small shapes in its spec";
+    for (const Dims& d : spec->small_shapes) {
+      EXPECT_GE(d.size(), spec->required_dims) << op;
+      EXPECT_LE(d.size(), spec->dims.size()) << op;
+      if (spec->check) EXPECT_EQ(spec->check(d), "") << op;
+    }
   }
 }
 

@@ -47,6 +47,14 @@ bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dt
   return true;
 }
 
+bool register_kernels(const std::string& op, Device device, std::initializer_list<VariantKernel> kernels,
+                      const std::function<std::string()>& available) {
+  for (const VariantKernel& k : kernels)
+    register_kernel(
+        {op, device, k.dtype, k.variant, k.description, k.kernel, k.available ? k.available : available});
+  return true;
+}
+
 const std::vector<KernelEntry>& all_kernels() { return registry(); }
 
 bool has_kernel(const std::string& op, Device device, DType dtype, const std::string& variant) {

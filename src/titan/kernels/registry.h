@@ -73,13 +73,58 @@ const K& kernel_for(const std::string& op, Device device, DType dtype) {
 // Returns true, so a meta.cpp registers with `const bool registered = register_meta_kernel(...);`.
 bool register_meta_kernel(const std::string& op, std::initializer_list<DType> dtypes, std::any kernel);
 
-// Registration at static-initialisation time from the file that defines the kernel:
-//   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...", K{...}});
+// One kernel of an op on a device, for register_kernels: its dtype, variant, one-line description,
+// the op's kernel struct, and (optionally) when it can run.
+struct VariantKernel {
+  DType dtype;
+  std::string variant;
+  std::string description;
+  std::any kernel;
+  std::function<std::string()> available = {};
+};
+
+// Registers the kernels of `op` on `device` that one file defines, at static-initialisation time;
+// `available` applies to every entry that has no check of its own (e.g. the CUDA files' "is a GPU
+// usable"). Returns true, so a file registers with
+//   const bool registered = kernels::register_kernels("rms_norm", Device::CPU, {
+//       {DType::F32, "reference", "row loops, f32", RmsNormKernel{forward<float>, backward<float>}},
+//       {DType::BF16, "reference", "row loops, f32 statistics", RmsNormKernel{...}}});
+bool register_kernels(const std::string& op, Device device, std::initializer_list<VariantKernel> kernels,
+                      const std::function<std::string()>& available = {});
+
+// The element and accumulator types of an op's three reference kernels (reference.cpp): f64 in f64
+// (gradient checks), f32 in f32, bf16 elements with f32 math.
+template <class T, class Acc>
+struct ReferenceTypes {};
+
+// Registers an op's "reference" kernels on the CPU for f64, f32 and bf16, described as
+// "<loops>, f64", "<loops>, f32" and "<loops>, bf16: <bf16>"; `kernel_for` builds the op's kernel
+// struct from its templates for one ReferenceTypes (TITAN_REFERENCE_KERNEL below writes it):
+//   register_reference_kernels("rms_norm", "row loops", "f32 statistics",
+//       TITAN_REFERENCE_KERNEL(RmsNormKernel, rms_norm_forward_ref<T, Acc>, rms_norm_backward_ref<T, Acc>));
+template <class KernelFor>
+bool register_reference_kernels(const std::string& op, const std::string& loops, const std::string& bf16,
+                                KernelFor kernel_for) {
+  return register_kernels(
+      op, Device::CPU,
+      {{DType::F64, "reference", loops + ", f64", kernel_for(ReferenceTypes<double, double>{})},
+       {DType::F32, "reference", loops + ", f32", kernel_for(ReferenceTypes<float, float>{})},
+       {DType::BF16, "reference", loops + ", bf16: " + bf16, kernel_for(ReferenceTypes<Bf16, float>{})}});
+}
+
+// One kernel registered from a test file:
+//   TITAN_REGISTER_KERNEL(rms_norm_f32_ref, {"rms_norm", Device::CPU, DType::F32, "reference", "...",
+//   K{...}});
 struct KernelRegistrar {
   explicit KernelRegistrar(KernelEntry e) { register_kernel(std::move(e)); }
 };
 
 }  // namespace titan::kernels
+
+// The kernel_for of register_reference_kernels: the kernel struct `Kernel` initialised with the
+// fields given, written in terms of the element type T and the accumulator type Acc.
+#define TITAN_REFERENCE_KERNEL(Kernel, ...) \
+  []<class T, class Acc>(::titan::kernels::ReferenceTypes<T, Acc>) { return Kernel{__VA_ARGS__}; }
 
 #define TITAN_REGISTER_KERNEL(id, ...) \
   static ::titan::kernels::KernelRegistrar titan_kernel_registrar_##id(::titan::kernels::KernelEntry __VA_ARGS__)

@@ -1,9 +1,12 @@
 #include "titan/kernels/spec.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
+#include <set>
 
 #include "titan/core/check.h"
+#include "titan/kernels/registry.h"
 
 namespace titan::kernels {
 
@@ -55,5 +58,68 @@ Tensor spec_random_labels(int64_t n, int64_t V, uint64_t seed) {
 Tensor spec_grad_input(Tensor t) { return t.set_requires_grad(true); }
 
 Tolerance spec_f64_tolerance(double scale) { return {1e-12 * scale, 1e-10}; }
+
+ToleranceFn spec_tolerance(Tolerance f32, Tolerance bf16) {
+  return [f32, bf16](const Dims&, DType dt, const std::string&) {
+    return dt == DType::F64 ? spec_f64_tolerance() : dt == DType::BF16 ? bf16 : f32;
+  };
+}
+
+ToleranceFn spec_exact_tolerance() {
+  return [](const Dims&, DType, const std::string&) { return Tolerance{0, 0}; };
+}
+
+namespace {
+
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// "lo..hi" over the values, or the one value.
+std::string value_range(const std::vector<double>& values) {
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return *lo == *hi ? short_number(*lo) : short_number(*lo) + ".." + short_number(*hi);
+}
+
+bool has_variant(const std::string& op, const std::string& variant, DType dtype) {
+  for (const KernelEntry& e : all_kernels())
+    if (e.op == op && e.variant == variant && e.dtype == dtype && e.device == Device::CPU) return true;
+  return false;
+}
+
+// One table cell: the variant's tolerance in `dtype` over the spec's (valid) default shapes.
+std::string tolerance_cell(const OpSpec& spec, const std::string& variant, DType dtype) {
+  if (!has_variant(spec.op, variant, dtype)) return "-";
+  std::vector<double> atol, rtol;
+  bool relative_to_max = false;
+  for (const Dims& dims : spec.default_shapes) {
+    if (spec.check && !spec.check(dims).empty()) continue;
+    const Tolerance t = spec.tolerance(dims, dtype, variant);
+    atol.push_back(t.atol);
+    rtol.push_back(t.rtol);
+    relative_to_max = relative_to_max || t.atol_relative_to_max;
+  }
+  if (atol.empty()) return "-";
+  return value_range(atol) + (relative_to_max ? "·m" : "") + ", " + value_range(rtol);
+}
+
+}  // namespace
+
+std::string tolerance_table_markdown() {
+  std::string table = "| op | variant | f32: atol, rtol | bf16: atol, rtol | why |\n|---|---|---|---|---|\n";
+  for (const OpSpec& spec : op_specs()) {
+    std::set<std::string> variants;
+    for (const KernelEntry& e : all_kernels())
+      if (e.op == spec.op && e.device == Device::CPU && e.variant != "reference") variants.insert(e.variant);
+    std::vector<std::string> ordered(variants.begin(), variants.end());
+    std::stable_partition(ordered.begin(), ordered.end(), [](const std::string& v) { return v == "default"; });
+    for (const std::string& variant : ordered)
+      table += "| " + spec.op + " | " + variant + " | " + tolerance_cell(spec, variant, DType::F32) + " | " +
+               tolerance_cell(spec, variant, DType::BF16) + " | " + spec.tolerance_why + " |\n";
+  }
+  return table;
+}
 
 }  // namespace titan::kernels

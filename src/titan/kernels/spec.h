@@ -32,6 +32,9 @@ struct Tolerance {
   bool atol_relative_to_max = false;
 };
 
+// The tolerance for a problem (the spec's dims), dtype and variant.
+using ToleranceFn = std::function<Tolerance(const Dims&, DType, const std::string& variant)>;
+
 struct OpSpec {
   std::string op;                 // the registry's op name
   std::vector<std::string> dims;  // dimension names, in the order --shapes gives them
@@ -39,7 +42,12 @@ struct OpSpec {
   std::vector<Dims> default_shapes;
   std::function<std::string(const Dims&)> check;  // "" or why the shape is invalid
   std::function<ParityCase(const Dims&, DType, uint64_t seed, const std::string& variant)> make;
-  std::function<Tolerance(const Dims&, DType, const std::string& variant)> tolerance;
+  ToleranceFn tolerance;
+  // Why the tolerances are what they are, one line (the last column of docs/kernels.md's table).
+  std::string tolerance_why = "";
+  // Small versions of the default shapes (odd sizes, a GQA group, a vocabulary chunk that does not
+  // divide V, more MoE assignments than experts, ...): what the tests run in every dtype.
+  std::vector<Dims> small_shapes = {};
 };
 
 void register_op_spec(OpSpec spec);
@@ -54,6 +62,18 @@ Tensor spec_random_labels(int64_t n, int64_t V, uint64_t seed);
 Tensor spec_grad_input(Tensor t);  // marks t requires_grad
 // f64 variants exist only where f64 is a test path; there the only difference is reassociation.
 Tolerance spec_f64_tolerance(double scale = 1);
+// The tolerance function of an op whose tolerance depends on the dtype only (the same for every
+// shape and variant): `f32`, `bf16`, and spec_f64_tolerance() for f64.
+ToleranceFn spec_tolerance(Tolerance f32, Tolerance bf16);
+// The tolerance function of an op whose every variant must equal the reference bit for bit.
+ToleranceFn spec_exact_tolerance();
+
+// docs/kernels.md's tolerance table, from the specs and the registry: one row per op and
+// non-reference CPU variant (registered in every build; a CUDA "default" has the CPU default's
+// tolerance), with the f32 and bf16 tolerances at the default shapes ("lo..hi" where
+// they grow with the shape, "·m" where atol is relative to max(1, max|reference|), "-" where the
+// variant has no kernel in that dtype) and the spec's tolerance_why. A test keeps the docs equal.
+std::string tolerance_table_markdown();
 
 struct OpSpecRegistrar {
   explicit OpSpecRegistrar(OpSpec spec) { register_op_spec(std::move(spec)); }
@@ -61,6 +81,7 @@ struct OpSpecRegistrar {
 
 }  // namespace titan::kernels
 
-// TITAN_REGISTER_OP_SPEC(linear, {"linear", {"M", "N", "K"}, 3, {{7, 33, 19}}, check, make, tolerance});
+// TITAN_REGISTER_OP_SPEC(linear, {"linear", {"M", "N", "K"}, 3, {{7, 33, 19}}, check, make, tolerance,
+//                                 "why", {{1, 1, 1}, {7, 33, 19}}});
 #define TITAN_REGISTER_OP_SPEC(id, ...) \
   static ::titan::kernels::OpSpecRegistrar titan_op_spec_registrar_##id(::titan::kernels::OpSpec __VA_ARGS__)

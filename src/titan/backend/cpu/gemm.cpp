@@ -40,8 +40,10 @@ void check_args(const char* fn, Trans ta, Trans tb, int64_t M, int64_t N, int64_
   TITAN_CHECK(ldc >= std::max<int64_t>(1, N), fn, ": ldc=", ldc, " is less than the row length N=", N, " of C");
 }
 
-void check_batch(const char* fn, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c, int64_t M,
-                 int64_t N, int64_t ldc) {
+// A batched call: the BLAS rules for each matrix, then the batch's.
+void check_batch(const char* fn, Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, int64_t lda,
+                 int64_t stride_a, int64_t ldb, int64_t stride_b, int64_t ldc, int64_t stride_c) {
+  check_args(fn, ta, tb, M, N, K, lda, ldb, ldc);
   TITAN_CHECK(batch >= 0, fn, ": batch must be >= 0, got ", batch);
   TITAN_CHECK(stride_a >= 0 && stride_b >= 0, fn, ": stride_a=", stride_a, " stride_b=", stride_b,
               " must be >= 0");
@@ -263,8 +265,7 @@ void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, 
 void gemm_f32_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                       float beta, float* C, int64_t ldc, int64_t stride_c) {
-  check_args("gemm_f32_batched", ta, tb, M, N, K, lda, ldb, ldc);
-  check_batch("gemm_f32_batched", batch, stride_a, stride_b, stride_c, M, N, ldc);
+  check_batch("gemm_f32_batched", ta, tb, batch, M, N, K, lda, stride_a, ldb, stride_b, ldc, stride_c);
   if (batch == 0 || M == 0 || N == 0) return;
   auto one_by_one = [&] {
     for (int64_t i = 0; i < batch; ++i)
@@ -282,8 +283,7 @@ void gemm_f32_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, i
 void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                        const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb, int64_t stride_b,
                        float beta, float* C, int64_t ldc, int64_t stride_c) {
-  check_args("gemm_bf16", ta, tb, M, N, K, lda, ldb, ldc);
-  check_batch("gemm_bf16", batch, stride_a, stride_b, stride_c, M, N, ldc);
+  check_batch("gemm_bf16", ta, tb, batch, M, N, K, lda, stride_a, ldb, stride_b, ldc, stride_c);
   if (batch == 0 || M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {
     for (int64_t i = 0; i < batch; ++i) scale_c(M, N, beta, C + i * stride_c, ldc);

@@ -1,8 +1,10 @@
 #pragma once
 // Element loads/stores shared by the vectorised elementwise kernels (rms_norm, rope, swiglu,
-// moe_experts).
+// moe_experts), and the CPU kernels' exp.
 // bf16 is handled as raw uint16_t so the loops stay plain scalar code gcc vectorises; every
 // store to bf16 rounds to nearest even (NaN stays NaN), like torch.
+#include <immintrin.h>
+
 #include <bit>
 #include <cstdint>
 
@@ -27,10 +29,15 @@ inline float rnd(uint16_t, float v) { return ld(round_bf16(v)); }
 inline void st(float* p, float v) { *p = v; }
 inline void st(uint16_t* p, float v) { *p = round_bf16(v); }
 
-// e^x for the SiLU kernels (swiglu, moe_experts): Cephes-style range reduction by ln 2 and a
-// degree-6 polynomial, ~1 f32 ulp from glibc's expf, branch-free so `omp simd` loops vectorise.
-// x is clamped to [-87.3, 88]: e^-88 would be a denormal, and silu(g) = g / (1 + e^-g) stays
-// tiny (like the exact value) for g below -88.
+// e^x: the one exp of the CPU kernels, Cephes' expf algorithm in two forms. n = round(x / ln 2);
+// r = x - n ln 2 in two steps (Cody-Waite: ln 2 = 0.693359375 - 2.12194440e-4, the first exact in
+// few bits, so n * it is exact); e^r = 1 + r + r^2 P(r) with a degree-5 P; times 2^n. ~1 f32 ulp
+// from glibc's expf.
+
+// Scalar, branch-free, so the `omp simd` / target_clones loops of the SiLU kernels (swiglu,
+// moe_experts) vectorise it. x is clamped to [-87.3, 88] so that 2^n fits the exponent bits it is
+// built from: e^-88 would be a denormal, and silu(g) = g / (1 + e^-g) stays tiny (like the exact
+// value) for g below -88.
 inline float exp_poly(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
   // n = round(x / ln2) with the 1.5 * 2^23 trick (vectorises without a rounding instruction).
@@ -45,6 +52,25 @@ inline float exp_poly(float x) {
   p = p * r + 5.0000001201e-1f;
   const float e = p * r * r + r + 1.0f;
   return e * std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
+}
+
+// 16 lanes, for the AVX-512 intrinsic kernels (attention, cross_entropy): the same steps with
+// fused multiply-adds, 2^n by scalef, so x <= -104 gives 0 (and -inf gives 0) and NaN propagates.
+__attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.f), x);  // the second operand is returned for NaN: keeps NaN
+  x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, n);
 }
 
 }  // namespace titan::cpu::lanes

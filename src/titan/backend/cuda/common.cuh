@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "titan/backend/cuda/cuda_services.h"
@@ -67,6 +68,21 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 // Call after each kernel launch: turns a bad launch configuration into a titan::Error naming it.
 inline void check_launch(const char* kernel) { check(int(cudaGetLastError()), kernel, __FILE__, __LINE__); }
 
+// Launches kernel(args...) on the grid-stride grid for n elements (grid_for(n) blocks of kThreads)
+// on ctx's stream and checks the launch; `name` names the kernel in the error.
+template <class Kernel, class... Args>
+void launch_grid_stride(const KernelContext& ctx, const char* name, int64_t n, Kernel kernel, Args... args) {
+  kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(args...);
+  check_launch(name);
+}
+
+// Deterministic f64 reductions: `write_partials` queues a kernel of kReduceBlocks blocks that
+// writes one partial sum per block (block_sum_f64 below) into the buffer it is given; the partials
+// are then summed by one block in a fixed order and the total read back. The fixed block count
+// fixes the summation order, so the result does not depend on the GPU.
+constexpr int kReduceBlocks = 1024;
+double sum_block_partials(const KernelContext& ctx, const std::function<void(double* partials)>& write_partials);
+
 // Warp and block sums (f32). block_sum needs blockDim.x a multiple of 32, <= 1024, and `scratch`
 // of 32 floats in shared memory; every thread gets the total.
 __device__ inline float warp_sum(float v) {
@@ -81,6 +97,20 @@ __device__ inline float block_sum(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : 0.f;
   return warp_sum(v);
+}
+
+// The f64 block sum of the deterministic reductions (sum, grad norm): warp trees, then the warps'
+// sums in warp order. Every thread of the block (blockDim.x a multiple of 32) must call it once per
+// kernel; thread 0 gets the total.
+__device__ inline double block_sum_f64(double v) {
+  __shared__ double scratch[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x >> 5) ? scratch[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 // The kernels that work on CUDA's own bf16 type: widen to f32 exactly, narrow to nearest even.

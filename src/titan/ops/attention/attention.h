@@ -32,4 +32,28 @@ struct AttentionKernel {
                    const void* lse, const void* dout, void* dq, void* dk, void* dv);
 };
 
+// AttentionKernel entry points around kernels on typed pointers (cpu.h): T is the element type of
+// q, k, v and out, G that of lse, dout and the gradients.
+template <class T, class G>
+using AttentionForwardOf = void (*)(const AttentionShape&, const T* q, const T* k, const T* v, T* out,
+                                    G* lse);
+template <class T, class G>
+using AttentionBackwardOf = void (*)(const AttentionShape&, const T* q, const T* k, const T* v, const T* out,
+                                     const G* lse, const G* dout, G* dq, G* dk, G* dv);
+
+template <class T, class G, AttentionForwardOf<T, G> kForward>
+void attention_forward_entry(const KernelContext&, const AttentionShape& s, const void* q, const void* k,
+                             const void* v, void* out, void* lse) {
+  kForward(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+           static_cast<T*>(out), static_cast<G*>(lse));
+}
+template <class T, class G, AttentionBackwardOf<T, G> kBackward>
+void attention_backward_entry(const KernelContext&, const AttentionShape& s, const void* q, const void* k,
+                              const void* v, const void* out, const void* lse, const void* dout, void* dq,
+                              void* dk, void* dv) {
+  kBackward(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+            static_cast<const T*>(out), static_cast<const G*>(lse), static_cast<const G*>(dout),
+            static_cast<G*>(dq), static_cast<G*>(dk), static_cast<G*>(dv));
+}
+
 }  // namespace titan::ops

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
@@ -102,26 +103,6 @@ struct PortableOps {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TITAN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
 
-// exp on 16 lanes: 2^n * e^r with |r| <= ln2/2, degree-7 Taylor polynomial (rel. error ~1e-7).
-// Inputs below -87.3 give ~1e-38 instead of 0; callers zero masked lanes explicitly.
-TITAN_AVX512 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Lanes (queries 16v .. 16v+15 of the tile) that may see key j.
 TITAN_AVX512 inline __mmask16 visible(int64_t j, int64_t diag, int64_t v) {
   const int64_t hidden = j - diag - 16 * v;  // queries below this lane index are masked
@@ -162,20 +143,16 @@ TITAN_AVX512 void micro_tile(int64_t K, const float* a, int64_t sam, int64_t sak
       _mm512_mask_storeu_ps(c + m * ldc + 16 * v, v == NV - 1 ? tail : 0xFFFF, acc[m][v]);
 }
 
-template <int MR>
-TITAN_AVX512 void micro_tile_nv(int nv, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, bool accumulate, __mmask16 tail) {
-  switch (nv) {
-    case 1:
-      return micro_tile<MR, 1>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 2:
-      return micro_tile<MR, 2>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    case 3:
-      return micro_tile<MR, 3>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-    default:
-      return micro_tile<MR, 4>(K, a, sam, sak, b, ldb, c, ldc, accumulate, tail);
-  }
-}
+// micro_tile<MR, NV> by [MR - 1][NV - 1]: the tile for the rows and 16-float vectors left.
+using MicroTile = void (*)(int64_t K, const float* a, int64_t sam, int64_t sak, const float* b, int64_t ldb,
+                           float* c, int64_t ldc, bool accumulate, __mmask16 tail);
+constexpr MicroTile kMicroTiles[6][4] = {
+    {micro_tile<1, 1>, micro_tile<1, 2>, micro_tile<1, 3>, micro_tile<1, 4>},
+    {micro_tile<2, 1>, micro_tile<2, 2>, micro_tile<2, 3>, micro_tile<2, 4>},
+    {micro_tile<3, 1>, micro_tile<3, 2>, micro_tile<3, 3>, micro_tile<3, 4>},
+    {micro_tile<4, 1>, micro_tile<4, 2>, micro_tile<4, 3>, micro_tile<4, 4>},
+    {micro_tile<5, 1>, micro_tile<5, 2>, micro_tile<5, 3>, micro_tile<5, 4>},
+    {micro_tile<6, 1>, micro_tile<6, 2>, micro_tile<6, 3>, micro_tile<6, 4>}};
 
 struct Avx512Ops {
   static constexpr bool kBf16Dot = false;
@@ -188,28 +165,9 @@ struct Avx512Ops {
       const int nv = int((nw + 15) / 16);
       const __mmask16 tail = __mmask16(0xFFFFu >> (16 * nv - nw));
       for (int64_t m0 = 0; m0 < M; m0 += 6) {
-        const float* am = a + m0 * sam;
-        float* cm = c + m0 * ldc + n0;
-        switch (std::min<int64_t>(6, M - m0)) {
-          case 1:
-            micro_tile_nv<1>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 2:
-            micro_tile_nv<2>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 3:
-            micro_tile_nv<3>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 4:
-            micro_tile_nv<4>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          case 5:
-            micro_tile_nv<5>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-          default:
-            micro_tile_nv<6>(nv, K, am, sam, sak, b + n0, ldb, cm, ldc, accumulate, tail);
-            break;
-        }
+        const int64_t mr = std::min<int64_t>(6, M - m0);
+        kMicroTiles[mr - 1][nv - 1](K, a + m0 * sam, sam, sak, b + n0, ldb, c + m0 * ldc + n0, ldc,
+                                    accumulate, tail);
       }
     }
   }
@@ -244,12 +202,12 @@ struct Avx512Ops {
       for (int64_t j = 0; j < kn; ++j) {
         float* sj = s + j * kTile + 16 * v;
         const __m512 p =
-            _mm512_maskz_mov_ps(visible(j, diag, v), exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
+            _mm512_maskz_mov_ps(visible(j, diag, v), lanes::exp16(_mm512_sub_ps(_mm512_loadu_ps(sj), mx)));
         _mm512_storeu_ps(sj, p);
         sum = _mm512_add_ps(sum, p);
       }
-      // The first tile has mold = -inf: alpha comes out ~1e-38 and multiplies l = 0 and O = 0.
-      const __m512 a = exp512(_mm512_sub_ps(mold, mx));
+      // The first tile has mold = -inf: alpha comes out 0 and multiplies l = 0 and O = 0.
+      const __m512 a = lanes::exp16(_mm512_sub_ps(mold, mx));
       _mm512_storeu_ps(alpha + 16 * v, a);
       _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), a, sum));
       _mm512_storeu_ps(m + 16 * v, mx);
@@ -264,8 +222,8 @@ struct Avx512Ops {
       for (int64_t j = 0; j < kn; ++j) {
         float* sj = s + j * kTile + 16 * v;
         float* dpj = dp + j * kTile + 16 * v;
-        const __m512 p = _mm512_maskz_mov_ps(visible(j, diag, v),
-                                             exp512(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
+        const __m512 p = _mm512_maskz_mov_ps(
+            visible(j, diag, v), lanes::exp16(_mm512_fmsub_ps(_mm512_loadu_ps(sj), vscale, vlse)));
         _mm512_storeu_ps(sj, p);
         const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dpj), vdi));
         _mm512_storeu_ps(dpj, _mm512_mul_ps(ds, vscale));
@@ -314,35 +272,21 @@ TITAN_AVX512_BF16 void micro_tile_dot(int64_t P, const uint32_t* a, int64_t sam,
 // With AVX512-BF16, the two products whose operands are both bf16 tensors (S = Q K^T, dP = dO V^T)
 // run on vdpbf16ps (twice the multiply-adds per instruction). The others multiply by P or dS, which
 // are f32 here and are not rounded to bf16, so they stay on the f32 kernel.
+// micro_tile_dot<MR> for the rows left.
+using MicroTileDot = void (*)(int64_t P, const uint32_t* a, int64_t sam, int64_t sak, const uint32_t* b,
+                              int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
 struct Avx512Bf16Ops : Avx512Ops {
   static constexpr bool kBf16Dot = true;
 
   // C[M][kTile] (+)= sum over P pairs; a2(m, p) = a[m * sam + p * sak], b2 rows of ldb words.
   TITAN_AVX512_BF16 static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak,
                                          const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    static constexpr MicroTileDot kTiles[6] = {micro_tile_dot<1>, micro_tile_dot<2>, micro_tile_dot<3>,
+                                               micro_tile_dot<4>, micro_tile_dot<5>, micro_tile_dot<6>};
     for (int64_t m0 = 0; m0 < M; m0 += 6) {
-      const uint32_t* am = a + m0 * sam;
-      float* cm = c + m0 * ldc;
-      switch (std::min<int64_t>(6, M - m0)) {
-        case 1:
-          micro_tile_dot<1>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 2:
-          micro_tile_dot<2>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 3:
-          micro_tile_dot<3>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 4:
-          micro_tile_dot<4>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        case 5:
-          micro_tile_dot<5>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-        default:
-          micro_tile_dot<6>(P, am, sam, sak, b, ldb, cm, ldc, accumulate);
-          break;
-      }
+      kTiles[std::min<int64_t>(6, M - m0) - 1](P, a + m0 * sam, sam, sak, b, ldb, c + m0 * ldc, ldc,
+                                               accumulate);
     }
   }
 };
@@ -759,66 +703,37 @@ void attention_limit_isa(AttentionIsa isa) {
 namespace titan::ops {
 namespace {
 
-
-// Flash variants.
-void fwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                               static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
-}
-void bwd_flash_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  cpu::attention_bwd_flash_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                               static_cast<const float*>(v), static_cast<const float*>(out),
-                               static_cast<const float*>(lse), static_cast<const float*>(dout),
-                               static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
-}
-void fwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_flash_bf16(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
-}
 // The bf16 backward kernels take bf16 dout and return bf16 gradients (as a bf16 autograd would): the
 // f32 upstream gradient is rounded once and the results widened.
 using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, const bf16*, const bf16*,
                               const float*, const bf16*, bf16*, bf16*, bf16*);
-void bwd_bf16_via(Bf16Backward kernel, const AttentionShape& s, const void* q, const void* k, const void* v,
+template <Bf16Backward kKernel>
+void bwd_bf16_via(const KernelContext&, const AttentionShape& s, const void* q, const void* k, const void* v,
                   const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
   std::vector<bf16> dout16(s.q_numel()), dq16(s.q_numel()), dk16(s.kv_numel()), dv16(s.kv_numel());
   convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
-  kernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-         static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(), dk16.data(),
-         dv16.data());
+  kKernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+          static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(),
+          dk16.data(), dv16.data());
   convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
   convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
   convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
 }
-void bwd_flash_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                    const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  bwd_bf16_via(cpu::attention_bwd_flash_bf16, s, q, k, v, out, lse, dout, dq, dk, dv);
-}
 
-void fwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
-                          void* lse) {
-  cpu::attention_fwd_flash_bf16_probs(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                                      static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
-}
-void bwd_flash_bf16_probs(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                          const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  bwd_bf16_via(cpu::attention_bwd_flash_bf16_probs, s, q, k, v, out, lse, dout, dq, dk, dv);
-}
-
-TITAN_REGISTER_KERNEL(attention_f32_flash, {"attention", Device::CPU, DType::F32, "default",
-                                            "flash tiles, online softmax, AVX-512 when available, OpenMP",
-                                            AttentionKernel{fwd_flash_f32, bwd_flash_f32}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_flash, {"attention", Device::CPU, DType::BF16, "default",
-                                             "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
-                                             AttentionKernel{fwd_flash_bf16, bwd_flash_bf16}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_probs,
-                      {"attention", Device::CPU, DType::BF16, "bf16_probs",
-                       "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 "
-                       "(backward: head_dim % 64 == 0, else f32 products there)",
-                       AttentionKernel{fwd_flash_bf16_probs, bwd_flash_bf16_probs},
-                       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }});
-
+const bool registered = kernels::register_kernels(
+    "attention", Device::CPU,
+    {{DType::F32, "default", "flash tiles, online softmax, AVX-512 when available, OpenMP",
+      AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_flash_f32>,
+                      attention_backward_entry<float, float, cpu::attention_bwd_flash_f32>}},
+     {DType::BF16, "default", "flash tiles, bf16 in/out, f32 math, AVX-512 when available, OpenMP",
+      AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16>,
+                      bwd_bf16_via<cpu::attention_bwd_flash_bf16>}},
+     {DType::BF16, "bf16_probs",
+      "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 (backward: head_dim % 64 "
+      "== 0, else f32 products there)",
+      AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16_probs>,
+                      bwd_bf16_via<cpu::attention_bwd_flash_bf16_probs>},
+      [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }}});
 
 }  // namespace
 }  // namespace titan::ops

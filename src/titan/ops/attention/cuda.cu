@@ -21,12 +21,13 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
-#include "titan/ops/attention/cuda.h"
 #include "titan/backend/cuda/common.cuh"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"
+#include "titan/ops/attention/cuda.h"
 
 namespace titan::cuda {
 
@@ -66,6 +67,20 @@ __device__ void load_tile_f32(float* dst, const T* src, int64_t b, int64_t r0, i
 }
 
 // grid (ceil(S / kWarps), B * Hq), kWarps warps. C = ceil(D / 32) output columns per lane.
+// acc[c] += sum over the tile's first n rows jj of w_jj * tile[jj][lane + 32 c] (the lane's columns),
+// where w_jj is lane jj's value of w: P V for the output rows, dS K for dq.
+template <int C>
+__device__ __forceinline__ void add_weighted_rows(float (&acc)[C], float w, int n, const float* tile, int ld, int D,
+                                                  int lane) {
+  for (int jj = 0; jj < n; ++jj) {
+    const float wj = __shfl_sync(kFull, w, jj);
+    for (int c = 0; c < C; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) acc[c] += wj * tile[jj * ld + d];
+    }
+  }
+}
+
 template <class T, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     fwd_f32_math_kernel(AttentionShape s, const T* q, const T* k, const T* v, T* out, float* lse) {
@@ -106,13 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     m = m_new;
     const int n = i - j0 + 1 < kTile ? int(i - j0 + 1) : kTile;
     for (int c = 0; c < C; ++c) o[c] *= alpha;
-    for (int jj = 0; jj < n; ++jj) {
-      const float pj = __shfl_sync(kFull, p, jj);
-      for (int c = 0; c < C; ++c) {
-        const int d = lane + 32 * c;
-        if (d < D) o[c] += pj * vs[jj * ld + d];
-      }
-    }
+    add_weighted_rows(o, p, n, vs, ld, D, lane);
   }
   if (!row_valid) return;
   const float inv = 1.f / l;
@@ -186,13 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       ds = p * (dp - row_delta);
     }
     const int n = i - j0 + 1 < kTile ? int(i - j0 + 1) : kTile;
-    for (int jj = 0; jj < n; ++jj) {
-      const float dsj = __shfl_sync(kFull, ds, jj);
-      for (int c = 0; c < C; ++c) {
-        const int d = lane + 32 * c;
-        if (d < D) acc_dq[c] += dsj * ks[jj * ld + d];
-      }
-    }
+    add_weighted_rows(acc_dq, ds, n, ks, ld, D, lane);
   }
   if (!row_valid) return;
   for (int c = 0; c < C; ++c) {
@@ -293,16 +296,24 @@ void check_dims(const AttentionShape& s, const char* what) {
               " exceeds the grid's 65535 rows");
 }
 
+// Launches `kernel`(s, args...) on one block of `warps` warps per `rows_per_block` rows of the
+// sequence and per (batch, head) of `heads` heads, with `smem` bytes of dynamic shared memory.
+template <class Kernel, class... Args>
+void launch_row_blocks(const KernelContext& ctx, const AttentionShape& s, Kernel kernel, int rows_per_block,
+                       int warps, int64_t heads, size_t smem, const char* what, Args... args) {
+  allow_smem(kernel, smem);
+  dim3 grid(unsigned((s.S + rows_per_block - 1) / rows_per_block), unsigned(s.B * heads));
+  kernel<<<grid, warps * 32, smem, stream_of(ctx)>>>(s, args...);
+  check_launch(what);
+}
+
 template <class T, int C>
 void fwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                   const void* v, void* out, float* lse) {
   const size_t smem = sizeof(float) * size_t(2 * kTile * (s.D + 1) + kWarps * s.D);
-  auto kernel = fwd_f32_math_kernel<T, C>;
-  allow_smem(kernel, smem);
-  dim3 grid(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hq));
-  kernel<<<grid, kWarps * 32, smem, stream_of(ctx)>>>(s, static_cast<const T*>(q), static_cast<const T*>(k),
-                                                      static_cast<const T*>(v), static_cast<T*>(out), lse);
-  check_launch("attention (cuda): forward (f32 math)");
+  launch_row_blocks(ctx, s, fwd_f32_math_kernel<T, C>, kWarps, kWarps, s.Hq, smem,
+                    "attention (cuda): forward (f32 math)", static_cast<const T*>(q),
+                    static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out), lse);
 }
 
 template <class T, int C>
@@ -311,56 +322,42 @@ void bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, const void*
                   float* dk, float* dv) {
   const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
   const size_t smem_dq = sizeof(float) * size_t(2 * kTile * (s.D + 1) + 2 * kWarps * s.D);
-  auto dq_kernel = dq_f32_math_kernel<T, C>;
-  allow_smem(dq_kernel, smem_dq);
-  dim3 grid_q(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hq));
-  dq_kernel<<<grid_q, kWarps * 32, smem_dq, stream_of(ctx)>>>(s, qt, kt, vt, lse, delta, dout, dq);
-  check_launch("attention (cuda): dq (f32 math)");
+  launch_row_blocks(ctx, s, dq_f32_math_kernel<T, C>, kWarps, kWarps, s.Hq, smem_dq,
+                    "attention (cuda): dq (f32 math)", qt, kt, vt, lse, delta, dout, dq);
   const size_t smem_kv = sizeof(float) * size_t(2 * kTile * (s.D + 1) + 2 * kWarps * s.D + 2 * kTile);
-  auto kv_kernel = dkdv_f32_math_kernel<T, C>;
-  allow_smem(kv_kernel, smem_kv);
-  dim3 grid_kv(unsigned((s.S + kWarps - 1) / kWarps), unsigned(s.B * s.Hkv));
-  kv_kernel<<<grid_kv, kWarps * 32, smem_kv, stream_of(ctx)>>>(s, qt, kt, vt, lse, delta, dout, dk, dv);
-  check_launch("attention (cuda): dk/dv (f32 math)");
+  launch_row_blocks(ctx, s, dkdv_f32_math_kernel<T, C>, kWarps, kWarps, s.Hkv, smem_kv,
+                    "attention (cuda): dk/dv (f32 math)", qt, kt, vt, lse, delta, dout, dk, dv);
 }
 
-// Instantiations by columns per lane.
+// Calls f with the columns per lane (1, 2, 4, 8 or 16) that head_dim D needs, as a compile-time
+// constant: the f32-math kernels are instantiated by it.
+template <class F>
+void with_columns_per_lane(int64_t D, F&& f) {
+  if (D <= 32) return f(std::integral_constant<int, 1>{});
+  if (D <= 64) return f(std::integral_constant<int, 2>{});
+  if (D <= 128) return f(std::integral_constant<int, 4>{});
+  if (D <= 256) return f(std::integral_constant<int, 8>{});
+  f(std::integral_constant<int, 16>{});
+}
 template <class T>
 void fwd_f32_math_dispatch(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                            const void* v, void* out, float* lse) {
-  if (s.D <= 32) return fwd_f32_math<T, 1>(ctx, s, q, k, v, out, lse);
-  if (s.D <= 64) return fwd_f32_math<T, 2>(ctx, s, q, k, v, out, lse);
-  if (s.D <= 128) return fwd_f32_math<T, 4>(ctx, s, q, k, v, out, lse);
-  if (s.D <= 256) return fwd_f32_math<T, 8>(ctx, s, q, k, v, out, lse);
-  return fwd_f32_math<T, 16>(ctx, s, q, k, v, out, lse);
+  with_columns_per_lane(s.D, [&](auto c) { fwd_f32_math<T, c.value>(ctx, s, q, k, v, out, lse); });
 }
 template <class T>
 void bwd_f32_math_dispatch(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                            const void* v, const float* lse, const float* delta, const float* dout, float* dq,
                            float* dk, float* dv) {
-  if (s.D <= 32) return bwd_f32_math<T, 1>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
-  if (s.D <= 64) return bwd_f32_math<T, 2>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
-  if (s.D <= 128) return bwd_f32_math<T, 4>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
-  if (s.D <= 256) return bwd_f32_math<T, 8>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
-  return bwd_f32_math<T, 16>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv);
+  with_columns_per_lane(
+      s.D, [&](auto c) { bwd_f32_math<T, c.value>(ctx, s, q, k, v, lse, delta, dout, dq, dk, dv); });
 }
 
 // The backward's delta buffer, B * Hq * S floats, from the device's allocator. Freed right after
 // the kernels are queued: the caching allocator hands memory out in stream order, so a later
 // allocation on the same stream cannot be overwritten before these kernels have read it.
-struct DeltaBuffer {
-  DeviceServices* services;
-  size_t bytes;
-  float* ptr;
-  DeltaBuffer(const KernelContext& ctx, const AttentionShape& s)
-      : services(ctx.services), bytes(sizeof(float) * size_t(s.B * s.Hq * s.S)) {
-    TITAN_CHECK(services, "attention (cuda): the kernel context has no device services");
-    ptr = static_cast<float*>(services->allocate(bytes));
-  }
-  ~DeltaBuffer() { services->deallocate(ptr, bytes); }
-  DeltaBuffer(const DeltaBuffer&) = delete;
-  DeltaBuffer& operator=(const DeltaBuffer&) = delete;
-};
+Scratch delta_buffer(const KernelContext& ctx, const AttentionShape& s) {
+  return Scratch(ctx, sizeof(float) * size_t(s.B * s.Hq * s.S));
+}
 
 template <class T>
 void launch_delta(const KernelContext& ctx, const AttentionShape& s, const void* out, const float* dout,
@@ -702,22 +699,16 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 template <int D>
 void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
             const bf16_t* v, bf16_t* out, float* lse) {
-  constexpr size_t smem = fwd_tc_smem<D>();
-  allow_smem(fwd_tc_kernel<D>, smem);
-  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
-  fwd_tc_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, out, lse);
-  check_launch("attention (cuda): forward (tensor cores)");
+  launch_row_blocks(ctx, s, fwd_tc_kernel<D>, kBlockRows, kTcWarps, s.Hq, fwd_tc_smem<D>(),
+                    "attention (cuda): forward (tensor cores)", q, k, v, out, lse);
 }
 
 template <int D>
 void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
             const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
             float* dv) {
-  constexpr size_t smem = bwd_tc_smem<D>();
-  allow_smem(bwd_tc_kernel<D>, smem);
-  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
-  bwd_tc_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, lse, delta, dout, dq, dk, dv);
-  check_launch("attention (cuda): backward (tensor cores)");
+  launch_row_blocks(ctx, s, bwd_tc_kernel<D>, kBlockRows, kTcWarps, s.Hkv, bwd_tc_smem<D>(),
+                    "attention (cuda): backward (tensor cores)", q, k, v, lse, delta, dout, dq, dk, dv);
 }
 
 // =============================================================================================
@@ -871,11 +862,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 template <int D>
 void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
              const bf16_t* v, bf16_t* out, float* lse) {
-  constexpr size_t smem = fwd_mma_smem<D>();
-  allow_smem(fwd_mma_kernel<D>, smem);
-  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hq));
-  fwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, out, lse);
-  check_launch("attention (cuda): forward (mma.sync)");
+  launch_row_blocks(ctx, s, fwd_mma_kernel<D>, kBlockRows, kTcWarps, s.Hq, fwd_mma_smem<D>(),
+                    "attention (cuda): forward (mma.sync)", q, k, v, out, lse);
 }
 
 // The backward on mma.sync: one block per (batch, kv head, 64-key tile), warp w owns keys
@@ -1064,11 +1052,8 @@ template <int D>
 void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
              const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
              float* dv) {
-  constexpr size_t smem = bwd_mma_smem<D>();
-  allow_smem(bwd_mma_kernel<D>, smem);
-  dim3 grid(unsigned((s.S + kBlockRows - 1) / kBlockRows), unsigned(s.B * s.Hkv));
-  bwd_mma_kernel<D><<<grid, kTcWarps * 32, smem, stream_of(ctx)>>>(s, q, k, v, lse, delta, dout, dq, dk, dv);
-  check_launch("attention (cuda): backward (mma.sync)");
+  launch_row_blocks(ctx, s, bwd_mma_kernel<D>, kBlockRows, kTcWarps, s.Hkv, bwd_mma_smem<D>(),
+                    "attention (cuda): backward (mma.sync)", q, k, v, lse, delta, dout, dq, dk, dv);
 }
 
 const bf16_t* as_cuda(const bf16* p) {
@@ -1103,63 +1088,72 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
   TITAN_CHECK(s.D <= 512, "attention (cuda, f32 math): head_dim ", s.D, " exceeds 512");
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "attention (cuda): no kernel for ",
               dtype_name(dtype));
-  DeltaBuffer delta(ctx, s);
+  Scratch delta = delta_buffer(ctx, s);
   if (dtype == DType::F32) {
-    launch_delta<float>(ctx, s, out, dout, false, delta.ptr);
-    bwd_f32_math_dispatch<float>(ctx, s, q, k, v, lse, delta.ptr, dout, dq, dk, dv);
+    launch_delta<float>(ctx, s, out, dout, false, delta.as<float>());
+    bwd_f32_math_dispatch<float>(ctx, s, q, k, v, lse, delta.as<float>(), dout, dq, dk, dv);
   } else {
-    launch_delta<bf16_t>(ctx, s, out, dout, false, delta.ptr);
-    bwd_f32_math_dispatch<bf16_t>(ctx, s, q, k, v, lse, delta.ptr, dout, dq, dk, dv);
+    launch_delta<bf16_t>(ctx, s, out, dout, false, delta.as<float>());
+    bwd_f32_math_dispatch<bf16_t>(ctx, s, q, k, v, lse, delta.as<float>(), dout, dq, dk, dv);
   }
 }
 
-void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
-                                const bf16* k, const bf16* v, bf16* out, float* lse) {
-  check_dims(s, "forward");
+namespace {
+
+// The tensor-core kernel families (WMMA, mma.sync) instantiated for head_dim 64 and 128.
+using TcForward = void (*)(const KernelContext&, const AttentionShape&, const bf16_t*, const bf16_t*,
+                           const bf16_t*, bf16_t*, float*);
+using TcBackward = void (*)(const KernelContext&, const AttentionShape&, const bf16_t*, const bf16_t*,
+                            const bf16_t*, const float*, const float*, const float*, float*, float*, float*);
+
+void check_tensor_core_shape(const AttentionShape& s, const char* what) {
+  check_dims(s, what);
   const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
-  if (s.D == 64) return fwd_tc<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
-  fwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+}
+
+void forward_on_tensor_cores(TcForward d64, TcForward d128, const KernelContext& ctx, const AttentionShape& s,
+                             const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
+  check_tensor_core_shape(s, "forward");
+  (s.D == 64 ? d64 : d128)(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+}
+
+void backward_on_tensor_cores(TcBackward d64, TcBackward d128, const KernelContext& ctx,
+                              const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+                              const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
+                              float* dv) {
+  check_tensor_core_shape(s, "backward");
+  Scratch delta = delta_buffer(ctx, s);
+  launch_delta<bf16_t>(ctx, s, out, dout, true, delta.as<float>());
+  // dq is accumulated with atomics from every key tile.
+  cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
+  TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
+  (s.D == 64 ? d64 : d128)(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.as<float>(), dout, dq, dk,
+                           dv);
+}
+
+}  // namespace
+
+void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
+                                const bf16* k, const bf16* v, bf16* out, float* lse) {
+  forward_on_tensor_cores(fwd_tc<64>, fwd_tc<128>, ctx, s, q, k, v, out, lse);
 }
 
 void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse) {
-  check_dims(s, "forward");
-  const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
-  TITAN_CHECK(why.empty(), "attention (cuda): ", why);
-  if (s.D == 64) return fwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
-  fwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+  forward_on_tensor_cores(fwd_mma<64>, fwd_mma<128>, ctx, s, q, k, v, out, lse);
 }
 
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                        float* dk, float* dv) {
-  check_dims(s, "backward");
-  const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
-  TITAN_CHECK(why.empty(), "attention (cuda): ", why);
-  DeltaBuffer delta(ctx, s);
-  launch_delta<bf16_t>(ctx, s, out, dout, true, delta.ptr);
-  cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
-  TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
-  if (s.D == 64)
-    return bwd_mma<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
-  bwd_mma<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
+  backward_on_tensor_cores(bwd_mma<64>, bwd_mma<128>, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
                                 const bf16* k, const bf16* v, const bf16* out, const float* lse,
                                 const float* dout, float* dq, float* dk, float* dv) {
-  check_dims(s, "backward");
-  const std::string why = attention_tensor_cores_unsupported(s, DType::BF16);
-  TITAN_CHECK(why.empty(), "attention (cuda): ", why);
-  DeltaBuffer delta(ctx, s);
-  launch_delta<bf16_t>(ctx, s, out, dout, true, delta.ptr);
-  // dq is accumulated with atomics from every key tile.
-  cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
-  TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
-  if (s.D == 64)
-    return bwd_tc<64>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
-  bwd_tc<128>(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.ptr, dout, dq, dk, dv);
+  backward_on_tensor_cores(bwd_tc<64>, bwd_tc<128>, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 // =============================================================================================
@@ -1193,61 +1187,41 @@ void bwd_f32_math_entry(const KernelContext& ctx, const AttentionShape& s, const
                          static_cast<float*>(dv));
 }
 
-void fwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                      const void* v, void* out, void* lse) {
+// bf16 on the tensor-core pair kFwd/kBwd (WMMA or mma.sync) where it applies, else f32 math.
+template <auto kFwd>
+void fwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q,
+                                       const void* k, const void* v, void* out, void* lse) {
   if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
-  attention_fwd_tensor_cores(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                             static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+  kFwd(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+       static_cast<bf16*>(out), static_cast<float*>(lse));
 }
-void bwd_bf16_default(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                      const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
-                      void* dv) {
+template <auto kBwd>
+void bwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q,
+                                       const void* k, const void* v, const void* out, const void* lse,
+                                       const void* dout, void* dq, void* dk, void* dv) {
   if (!use_tensor_cores(s, {q, k, v, out, dout}))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
-  attention_bwd_tensor_cores(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                             static_cast<const bf16*>(v), static_cast<const bf16*>(out),
-                             static_cast<const float*>(lse), static_cast<const float*>(dout),
-                             static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+  kBwd(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+       static_cast<const bf16*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
+       static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
-TITAN_REGISTER_KERNEL(attention_cuda_f32,
-                      {"attention", Device::CUDA, DType::F32, "default",
-                       "warp-per-row tiles, f32 math, any head_dim <= 512",
-                       ops::AttentionKernel{fwd_f32_math_entry<DType::F32>, bwd_f32_math_entry<DType::F32>},
-                       kernel_available});
-TITAN_REGISTER_KERNEL(attention_cuda_bf16,
-                      {"attention", Device::CUDA, DType::BF16, "default",
-                       "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS "
-                       "rounded to bf16), else the f32-math tiles",
-                       ops::AttentionKernel{fwd_bf16_default, bwd_bf16_default}, kernel_available});
-void fwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                  const void* v, void* out, void* lse) {
-  if (!use_tensor_cores(s, {q, k, v, out})) return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
-  attention_fwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                    static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
-}
-
-void bwd_bf16_mma(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                  const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
-                  void* dv) {
-  if (!use_tensor_cores(s, {q, k, v, out, dout}))
-    return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
-  attention_bwd_mma(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                    static_cast<const bf16*>(v), static_cast<const bf16*>(out),
-                    static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float*>(dq),
-                    static_cast<float*>(dk), static_cast<float*>(dv));
-}
-
-TITAN_REGISTER_KERNEL(attention_cuda_bf16_mma,
-                      {"attention", Device::CUDA, DType::BF16, "mma_sync",
-                       "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers "
-                       "(head_dim 64/128, else f32 math)",
-                       ops::AttentionKernel{fwd_bf16_mma, bwd_bf16_mma}, kernel_available});
-TITAN_REGISTER_KERNEL(attention_cuda_bf16_f32_math,
-                      {"attention", Device::CUDA, DType::BF16, "f32_math",
-                       "warp-per-row tiles, f32 math, bf16 output rounded once",
-                       ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>},
-                       kernel_available});
+const bool registered = kernels::register_kernels(
+    "attention", Device::CUDA,
+    {{DType::F32, "default", "warp-per-row tiles, f32 math, any head_dim <= 512",
+      ops::AttentionKernel{fwd_f32_math_entry<DType::F32>, bwd_f32_math_entry<DType::F32>}},
+     {DType::BF16, "default",
+      "FlashAttention-2 on bf16 WMMA tensor cores (head_dim 64/128; P, dS rounded to bf16), else the "
+      "f32-math tiles",
+      ops::AttentionKernel{fwd_bf16_tensor_cores_or_f32_math<attention_fwd_tensor_cores>,
+                           bwd_bf16_tensor_cores_or_f32_math<attention_bwd_tensor_cores>}},
+     {DType::BF16, "mma_sync",
+      "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers (head_dim 64/128, else f32 math)",
+      ops::AttentionKernel{fwd_bf16_tensor_cores_or_f32_math<attention_fwd_mma>,
+                           bwd_bf16_tensor_cores_or_f32_math<attention_bwd_mma>}},
+     {DType::BF16, "f32_math", "warp-per-row tiles, f32 math, bf16 output rounded once",
+      ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>}}},
+    kernel_available);
 
 }  // namespace
 

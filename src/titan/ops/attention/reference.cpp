@@ -128,37 +128,13 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 namespace titan::ops {
 namespace {
 
-
-// f64 and f32 references are the raw kernels' plain-loop versions.
-void fwd_ref_f64(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_reference_f64(s, static_cast<const double*>(q), static_cast<const double*>(k),
-                                   static_cast<const double*>(v), static_cast<double*>(out), static_cast<double*>(lse));
-}
-void bwd_ref_f64(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                 const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  cpu::attention_bwd_reference_f64(s, static_cast<const double*>(q), static_cast<const double*>(k),
-                                   static_cast<const double*>(v), static_cast<const double*>(out),
-                                   static_cast<const double*>(lse), static_cast<const double*>(dout),
-                                   static_cast<double*>(dq), static_cast<double*>(dk), static_cast<double*>(dv));
-}
-void fwd_ref_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  cpu::attention_fwd_reference_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                                   static_cast<const float*>(v), static_cast<float*>(out), static_cast<float*>(lse));
-}
-void bwd_ref_f32(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
-                 const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  cpu::attention_bwd_reference_f32(s, static_cast<const float*>(q), static_cast<const float*>(k),
-                                   static_cast<const float*>(v), static_cast<const float*>(out),
-                                   static_cast<const float*>(lse), static_cast<const float*>(dout),
-                                   static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
-}
-
 std::vector<float> widen(const void* p, size_t n) {
   std::vector<float> out(n);
   convert_bf16_to_f32(static_cast<const bf16*>(p), out.data(), n);
   return out;
 }
 
+// f64 and f32 are the raw kernels' plain-loop versions (attention_forward_entry, attention.h).
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
 void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel());
@@ -174,13 +150,16 @@ void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void*
                                    static_cast<float*>(dv));
 }
 
-TITAN_REGISTER_KERNEL(attention_f64_ref, {"attention", Device::CPU, DType::F64, "reference",
-                                          "one row of scores at a time, f64", AttentionKernel{fwd_ref_f64, bwd_ref_f64}, {}});
-TITAN_REGISTER_KERNEL(attention_f32_ref, {"attention", Device::CPU, DType::F32, "reference",
-                                          "one row of scores at a time, f32", AttentionKernel{fwd_ref_f32, bwd_ref_f32}, {}});
-TITAN_REGISTER_KERNEL(attention_bf16_ref, {"attention", Device::CPU, DType::BF16, "reference",
-                                           "f32 reference on widened inputs, output rounded once",
-                                           AttentionKernel{fwd_ref_bf16, bwd_ref_bf16}, {}});
+const bool registered = kernels::register_kernels(
+    "attention", Device::CPU,
+    {{DType::F64, "reference", "one row of scores at a time, f64",
+      AttentionKernel{attention_forward_entry<double, double, cpu::attention_fwd_reference_f64>,
+                      attention_backward_entry<double, double, cpu::attention_bwd_reference_f64>}},
+     {DType::F32, "reference", "one row of scores at a time, f32",
+      AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_reference_f32>,
+                      attention_backward_entry<float, float, cpu::attention_bwd_reference_f32>}},
+     {DType::BF16, "reference", "f32 reference on widened inputs, output rounded once",
+      AttentionKernel{fwd_ref_bf16, bwd_ref_bf16}}});
 
 }  // namespace
 }  // namespace titan::ops

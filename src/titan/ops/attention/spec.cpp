@@ -35,7 +35,10 @@ TITAN_REGISTER_OP_SPEC(
        // bf16_probs rounds P and dS to bf16 (tests/backend/attention_test.cpp, Bf16Probs...).
        if (variant == "bf16_probs") return Tolerance{1e-2, 1e-2, true};
        return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
-     }});
+     },
+     "summation order; m = max(1, max\\|reference\\|) of each tensor; bf16 outputs rounded once; bf16_probs "
+     "rounds P and dS to bf16",
+     {{1, 1, 2, 1, 8}, {2, 19, 4, 2, 16}, {1, 70, 2, 1, 25}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -7,7 +7,6 @@
 //    every chunk ([M, V], bf16 when rounded to bf16, else f32) and backward reads them back.
 // FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight),
 // or 4NDV when the logits were kept.
-#include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/cross_entropy/cpu.h"
 
 #include <immintrin.h>
@@ -21,9 +20,11 @@
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/core/check.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan::cpu {
 namespace {
@@ -44,26 +45,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TITAN_AVX512 __attribute__((target("avx512f")))
 
-// e^x on 16 lanes: 2^n * e^r with n = round(x log2 e), |r| <= ln2/2, degree-7 Taylor polynomial
-// (relative error ~1e-7, below f32 rounding of the sums it feeds). NaN propagates; x <= -104 gives 0.
-TITAN_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.f), x);  // second operand returned for NaN: keeps NaN
-  x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 TITAN_AVX512 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
 }
@@ -80,7 +61,7 @@ TITAN_AVX512 float row_sumexp_avx512(const float* x, int64_t n, float m) {
   const __m512 vm = _mm512_set1_ps(m);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    s = _mm512_mask_add_ps(s, k, s, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+    s = _mm512_mask_add_ps(s, k, s, lanes::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
   }
   return _mm512_reduce_add_ps(s);
 }
@@ -91,7 +72,7 @@ TITAN_AVX512 void row_softmax_scaled_avx512(const float* x, float* y, int64_t n,
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(vs, exp16(_mm512_sub_ps(v, vl))));
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(vs, lanes::exp16(_mm512_sub_ps(v, vl))));
   }
 }
 
@@ -130,7 +111,8 @@ TITAN_AVX512 float row_sumexp_bf16_avx512(const bf16* x, int64_t n, float m) {
   __m512 s = _mm512_setzero_ps();
   const __m512 vm = _mm512_set1_ps(m);
   for (int64_t i = 0; i < n; i += 16)
-    s = _mm512_mask_add_ps(s, tail_mask(n - i), s, exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vm)));
+    s = _mm512_mask_add_ps(s, tail_mask(n - i), s,
+                           lanes::exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vm)));
   return _mm512_reduce_add_ps(s);
 }
 // y <- bf16(scale * exp(x - lse)), then y[label] <- bf16(scale * exp(x[label] - lse) - scale) when
@@ -140,7 +122,7 @@ TITAN_AVX512 void row_dlogits_bf16_avx512(const bf16* x, bf16* y, int64_t n, flo
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   alignas(64) uint16_t tail[16];
   for (int64_t i = 0; i < n; i += 16) {
-    const __m512 v = _mm512_mul_ps(vs, exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vl)));
+    const __m512 v = _mm512_mul_ps(vs, lanes::exp16(_mm512_sub_ps(load16_bf16(x + i, n - i, 0.f), vl)));
     // Round to nearest even (the values are finite and >= 0: no NaN case).
     const __m512i u = _mm512_castps_si512(v);
     const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
@@ -154,7 +136,7 @@ TITAN_AVX512 void row_dlogits_bf16_avx512(const bf16* x, bf16* y, int64_t n, flo
   }
   if (label >= 0 && label < n) {
     alignas(64) float e[16];
-    _mm512_store_ps(e, _mm512_mul_ps(vs, exp16(_mm512_set1_ps(bf16_to_f32(x[label]) - lse))));
+    _mm512_store_ps(e, _mm512_mul_ps(vs, lanes::exp16(_mm512_set1_ps(bf16_to_f32(x[label]) - lse))));
     y[label] = f32_to_bf16(e[0] - scale);
   }
 }
@@ -539,26 +521,23 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
   scatter_counted_rows(a, r, dhp_t, dh);
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(ce_f32_default, {"cross_entropy", Device::CPU, DType::F32, "default",
-    "rows in parallel, AVX-512 exp when available",
-    CrossEntropyKernel{ce_forward<float>, ce_backward<float>}, {}});
-TITAN_REGISTER_KERNEL(ce_bf16_default, {"cross_entropy", Device::CPU, DType::BF16, "default",
-    "rows in parallel widened to f32, AVX-512 exp when available",
-    CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}, {}});
-TITAN_REGISTER_KERNEL(ce_f64_default, {"cross_entropy", Device::CPU, DType::F64, "default",
-    "rows in parallel, f64",
-    CrossEntropyKernel{ce_forward<double>, ce_backward<double>}, {}});
-TITAN_REGISTER_KERNEL(lce_f32_default, {"linear_cross_entropy", Device::CPU, DType::F32, "default",
-    "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
-    LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}, {}});
-TITAN_REGISTER_KERNEL(lce_bf16_default, {"linear_cross_entropy", Device::CPU, DType::BF16, "default",
-    "vocabulary chunks through gemm_bf16 (f32 accumulation), online logsumexp, O(N x chunk) memory",
-    LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}, {}});
-TITAN_REGISTER_KERNEL(lce_f64_default, {"linear_cross_entropy", Device::CPU, DType::F64, "default",
-    "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
-    LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}, {}});
-// clang-format on
+const bool cross_entropy_kernels_registered = kernels::register_kernels(
+    "cross_entropy", Device::CPU,
+    {{DType::F32, "default", "rows in parallel, AVX-512 exp when available",
+      CrossEntropyKernel{ce_forward<float>, ce_backward<float>}},
+     {DType::BF16, "default", "rows in parallel widened to f32, AVX-512 exp when available",
+      CrossEntropyKernel{ce_forward<bf16>, ce_backward<bf16>}},
+     {DType::F64, "default", "rows in parallel, f64",
+      CrossEntropyKernel{ce_forward<double>, ce_backward<double>}}});
+const bool linear_cross_entropy_kernels_registered = kernels::register_kernels(
+    "linear_cross_entropy", Device::CPU,
+    {{DType::F32, "default", "vocabulary chunks through gemm_f32, online logsumexp, O(N x chunk) memory",
+      LinearCrossEntropyKernel{lce_forward<float>, lce_backward<float>}},
+     {DType::BF16, "default",
+      "vocabulary chunks through gemm_bf16 (f32 accumulation), online logsumexp, O(N x chunk) memory",
+      LinearCrossEntropyKernel{lce_forward<bf16>, lce_backward<bf16>}},
+     {DType::F64, "default", "vocabulary chunks, loop GEMMs (gradient checks of the chunked algorithm)",
+      LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}}});
 
 }  // namespace
 

@@ -326,24 +326,23 @@ void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyA
                            static_cast<float*>(dweight));
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(ce_cuda_f32, {"cross_entropy", Device::CUDA, DType::F32, "default",
-    "block per row, online logsumexp in f32",
-    ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}, kernel_available});
-TITAN_REGISTER_KERNEL(ce_cuda_bf16, {"cross_entropy", Device::CUDA, DType::BF16, "default",
-    "block per row, bf16 logits widened, online logsumexp in f32",
-    ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>},
-    kernel_available});
-TITAN_REGISTER_KERNEL(lce_cuda_f32, {"linear_cross_entropy", Device::CUDA, DType::F32, "default",
-    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
-    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>},
-    kernel_available});
-TITAN_REGISTER_KERNEL(lce_cuda_bf16, {"linear_cross_entropy", Device::CUDA, DType::BF16, "default",
-    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; "
-    "logits recomputed in backward",
-    ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>},
-    kernel_available});
-// clang-format on
+const bool cross_entropy_kernels_registered = kernels::register_kernels(
+    "cross_entropy", Device::CUDA,
+    {{DType::F32, "default", "block per row, online logsumexp in f32",
+      ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}},
+     {DType::BF16, "default", "block per row, bf16 logits widened, online logsumexp in f32",
+      ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>}}},
+    kernel_available);
+const bool linear_cross_entropy_kernels_registered = kernels::register_kernels(
+    "linear_cross_entropy", Device::CUDA,
+    {{DType::F32, "default",
+      "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
+      ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}},
+     {DType::BF16, "default",
+      "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in "
+      "backward",
+      ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}}},
+    kernel_available);
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The reference kernels of cross_entropy: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/linear/reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 
 namespace titan::ops {
 
@@ -89,43 +90,17 @@ void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
       A p = a.labels[n] == a.ignore_index ? A(0) : std::exp(x - lse[n]) - A(v == a.labels[n]);
       x = A(T(A(scale) * p));
     }
-  const T *h = static_cast<const T*>(a.hidden), *w = static_cast<const T*>(a.weight);
-  if (A* dh = static_cast<A*>(dh_v))
-    for (int64_t n = 0; n < a.N; ++n)
-      for (int64_t k = 0; k < a.D; ++k) {
-        A acc = 0;
-        for (int64_t v = 0; v < a.V; ++v) acc += dl[size_t(n * a.V + v)] * A(w[v * a.D + k]);
-        dh[n * a.D + k] = acc;
-      }
-  if (A* dw = static_cast<A*>(dw_v))
-    for (int64_t v = 0; v < a.V; ++v)
-      for (int64_t k = 0; k < a.D; ++k) {
-        A acc = 0;
-        for (int64_t n = 0; n < a.N; ++n) acc += dl[size_t(n * a.V + v)] * A(h[n * a.D + k]);
-        dw[v * a.D + k] = acc;
-      }
+  // The lm_head's gradients: dh = dlogits w, dw = dlogits^T h, linear's reference loops.
+  linear_backward_loops<T, A>(a.N, a.V, a.D, static_cast<const T*>(a.hidden), static_cast<const T*>(a.weight),
+                              dl.data(), static_cast<A*>(dh_v), static_cast<A*>(dw_v));
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(ce_f64_ref, {"cross_entropy", Device::CPU, DType::F64, "reference",
-    "row loops, f64",
-    CrossEntropyKernel{ce_forward_ref<double, double>, ce_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(ce_f32_ref, {"cross_entropy", Device::CPU, DType::F32, "reference",
-    "row loops, f32",
-    CrossEntropyKernel{ce_forward_ref<float, float>, ce_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(ce_bf16_ref, {"cross_entropy", Device::CPU, DType::BF16, "reference",
-    "row loops, bf16 logits widened to f32",
-    CrossEntropyKernel{ce_forward_ref<Bf16, float>, ce_backward_ref<Bf16, float>}, {}});
-TITAN_REGISTER_KERNEL(lce_f64_ref, {"linear_cross_entropy", Device::CPU, DType::F64, "reference",
-    "materialises all logits, loops, f64",
-    LinearCrossEntropyKernel{lce_forward_ref<double, double>, lce_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(lce_f32_ref, {"linear_cross_entropy", Device::CPU, DType::F32, "reference",
-    "materialises all logits, loops, f32",
-    LinearCrossEntropyKernel{lce_forward_ref<float, float>, lce_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(lce_bf16_ref, {"linear_cross_entropy", Device::CPU, DType::BF16, "reference",
-    "materialises all logits, loops, bf16 operands, f32 math",
-    LinearCrossEntropyKernel{lce_forward_ref<Bf16, float>, lce_backward_ref<Bf16, float>}, {}});
-// clang-format on
+const bool cross_entropy_kernels_registered = kernels::register_reference_kernels(
+    "cross_entropy", "row loops", "logits widened to f32",
+    TITAN_REFERENCE_KERNEL(CrossEntropyKernel, ce_forward_ref<T, Acc>, ce_backward_ref<T, Acc>));
+const bool linear_cross_entropy_kernels_registered = kernels::register_reference_kernels(
+    "linear_cross_entropy", "materialises all logits, loops", "bf16 operands, f32 math",
+    TITAN_REFERENCE_KERNEL(LinearCrossEntropyKernel, lce_forward_ref<T, Acc>, lce_backward_ref<T, Acc>));
 
 }  // namespace
 

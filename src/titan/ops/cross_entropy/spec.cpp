@@ -27,9 +27,9 @@ TITAN_REGISTER_OP_SPEC(cross_entropy,
                                             },
                                             {"loss"}};
                         },
-                        [](const Dims&, DType dt, const std::string&) {
-                          return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
-                        }});
+                        spec_tolerance({1e-7, 2e-5}, {1e-7, 2e-5}),
+                        "vector exp, summation order; bf16 widened exactly",
+                        {{1, 1}, {7, 301}}});
 
 TITAN_REGISTER_OP_SPEC(linear_cross_entropy,
                        {"linear_cross_entropy",
@@ -49,10 +49,9 @@ TITAN_REGISTER_OP_SPEC(linear_cross_entropy,
                                             },
                                             {"loss"}};
                         },
-                        [](const Dims&, DType dt, const std::string&) -> Tolerance {
-                          if (dt == DType::F64) return spec_f64_tolerance();
-                          return dt == DType::BF16 ? Tolerance{1e-5, 1e-3} : Tolerance{1e-6, 1e-4};
-                        }});
+                        spec_tolerance({1e-6, 1e-4}, {1e-5, 1e-3}),
+                        "GEMM reassociation, bf16 logit rounding",
+                        {{1, 1, 1, 1}, {17, 300, 19, 128}, {16, 100, 8, 7}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -14,9 +14,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 #define TITAN_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
@@ -39,32 +37,12 @@ __global__ void scale_kernel(int64_t n, T* __restrict__ x, float s) {
   TITAN_GRID_STRIDE(i, n) store_f32(x, i, __fmul_rn(load_f32(x, i), s));
 }
 
-constexpr int kSumBlocks = 1024;
-
-__device__ double block_sum_f64(double v) {
-  __shared__ double scratch[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x >> 5) ? scratch[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <class T>
 __global__ void sum_partial_kernel(int64_t n, const T* x, double* partial) {
   double acc = 0;
   TITAN_GRID_STRIDE(i, n) acc += double(load_f32(x, i));
   acc = block_sum_f64(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
-
-__global__ void sum_partials_kernel(int count, const double* partial, double* out) {
-  double acc = 0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
-  acc = block_sum_f64(acc);
-  if (threadIdx.x == 0) *out = acc;
 }
 
 __global__ void first_outside_kernel(int64_t n, const int64_t* v, int64_t lo, int64_t hi, int64_t allowed,
@@ -91,24 +69,21 @@ __global__ void max_kernel(int64_t n, const int64_t* v, long long* result) {
 template <class T>
 void add(const KernelContext& ctx, int64_t n, const void* a, const void* b, void* out) {
   if (n == 0) return;
-  add_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, static_cast<const T*>(a),
-                                                                           static_cast<const T*>(b), static_cast<T*>(out));
-  cuda::check_launch("add_kernel");
+  launch_grid_stride(ctx, "add_kernel", n, add_kernel<T>, n, static_cast<const T*>(a), static_cast<const T*>(b),
+                     static_cast<T*>(out));
 }
 
 template <class S>
 void accumulate(const KernelContext& ctx, int64_t n, void* dst, const void* src) {
   if (n == 0) return;
-  accumulate_kernel<S><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, static_cast<float*>(dst),
-                                                                                  static_cast<const S*>(src));
-  cuda::check_launch("accumulate_kernel");
+  launch_grid_stride(ctx, "accumulate_kernel", n, accumulate_kernel<S>, n, static_cast<float*>(dst),
+                     static_cast<const S*>(src));
 }
 
 template <class T>
 void scale(const KernelContext& ctx, int64_t n, void* x, double s) {
   if (n == 0) return;
-  scale_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, static_cast<T*>(x), float(s));
-  cuda::check_launch("scale_kernel");
+  launch_grid_stride(ctx, "scale_kernel", n, scale_kernel<T>, n, static_cast<T*>(x), float(s));
 }
 
 // An 8-byte device scalar set to `init`, read back after the kernels that `launch` queues.
@@ -126,24 +101,16 @@ V device_scalar(const KernelContext& ctx, V init, Launch&& launch) {
 template <class T>
 double sum(const KernelContext& ctx, int64_t n, const void* x) {
   if (n == 0) return 0.0;
-  cudaStream_t s = cuda::stream_of(ctx);
-  const size_t bytes = kSumBlocks * sizeof(double);
-  double* partial = static_cast<double*>(ctx.services->allocate(bytes));
-  const double total = device_scalar<double>(ctx, 0.0, [&](double* out) {
-    sum_partial_kernel<T><<<kSumBlocks, kThreads, 0, s>>>(n, static_cast<const T*>(x), partial);
-    cuda::check_launch("sum_partial_kernel");
-    sum_partials_kernel<<<1, kThreads, 0, s>>>(kSumBlocks, partial, out);
-    cuda::check_launch("sum_partials_kernel");
+  return sum_block_partials(ctx, [&](double* partials) {
+    sum_partial_kernel<T><<<kReduceBlocks, kThreads, 0, stream_of(ctx)>>>(n, static_cast<const T*>(x), partials);
+    check_launch("sum_partial_kernel");
   });
-  ctx.services->deallocate(partial, bytes);
-  return total;
 }
 
 int64_t first_outside_scan(const KernelContext& ctx, int64_t n, const int64_t* v, int64_t lo, int64_t hi, int64_t allowed) {
   if (n == 0) return -1;
   const auto first = device_scalar<unsigned long long>(ctx, static_cast<unsigned long long>(n), [&](auto* out) {
-    first_outside_kernel<<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, v, lo, hi, allowed, out);
-    cuda::check_launch("first_outside_kernel");
+    launch_grid_stride(ctx, "first_outside_kernel", n, first_outside_kernel, n, v, lo, hi, allowed, out);
   });
   return int64_t(first) < n ? int64_t(first) : -1;
 }
@@ -151,43 +118,45 @@ int64_t first_outside_scan(const KernelContext& ctx, int64_t n, const int64_t* v
 int64_t count_not_equal_scan(const KernelContext& ctx, int64_t n, const int64_t* v, int64_t value) {
   if (n == 0) return 0;
   return int64_t(device_scalar<unsigned long long>(ctx, 0ull, [&](auto* out) {
-    count_not_equal_kernel<<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, v, value, out);
-    cuda::check_launch("count_not_equal_kernel");
+    launch_grid_stride(ctx, "count_not_equal_kernel", n, count_not_equal_kernel, n, v, value, out);
   }));
 }
 
 int64_t max_scan(const KernelContext& ctx, int64_t n, const int64_t* v) {
   return int64_t(device_scalar<long long>(ctx, LLONG_MIN, [&](auto* out) {
-    max_kernel<<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(n, v, out);
-    cuda::check_launch("max_kernel");
+    launch_grid_stride(ctx, "max_kernel", n, max_kernel, n, v, out);
   }));
 }
 
 #undef TITAN_GRID_STRIDE
 
-TITAN_REGISTER_KERNEL(add_f32_cuda, {"add", Device::CUDA, DType::F32, "default", "CUDA: elementwise f32 add",
-                                     AddKernel{add<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(add_bf16_cuda, {"add", Device::CUDA, DType::BF16, "default",
-                                      "CUDA: elementwise add in f32, rounded to bf16", AddKernel{add<uint16_t>},
-                                      cuda::kernel_available});
-TITAN_REGISTER_KERNEL(acc_f32_cuda, {"add_inplace", Device::CUDA, DType::F32, "default", "CUDA: f32 += f32",
-                                     AccumulateKernel{accumulate<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(acc_bf16_cuda, {"add_inplace", Device::CUDA, DType::BF16, "default", "CUDA: f32 += bf16",
-                                      AccumulateKernel{accumulate<uint16_t>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(scale_f32_cuda, {"scale_inplace", Device::CUDA, DType::F32, "default", "CUDA: x *= s in f32",
-                                       ScaleKernel{scale<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(scale_bf16_cuda, {"scale_inplace", Device::CUDA, DType::BF16, "default",
-                                        "CUDA: x *= s in f32, rounded to bf16", ScaleKernel{scale<uint16_t>},
-                                        cuda::kernel_available});
-TITAN_REGISTER_KERNEL(sum_f32_cuda, {"sum", Device::CUDA, DType::F32, "default",
-                                     "CUDA: f64 sum, 1024 fixed block partials (deterministic)", SumKernel{sum<float>},
-                                     cuda::kernel_available});
-TITAN_REGISTER_KERNEL(sum_bf16_cuda, {"sum", Device::CUDA, DType::BF16, "default",
-                                      "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
-                                      SumKernel{sum<uint16_t>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(index_i64_cuda, {"index", Device::CUDA, DType::I64, "default",
-                                       "CUDA: parallel scans (atomic min / count / max), one value read back",
-                                       IndexKernel{first_outside_scan, count_not_equal_scan, max_scan}, cuda::kernel_available});
+const bool add_kernels_registered = kernels::register_kernels(
+    "add", Device::CUDA,
+    {{DType::F32, "default", "CUDA: elementwise f32 add", AddKernel{add<float>}},
+     {DType::BF16, "default", "CUDA: elementwise add in f32, rounded to bf16", AddKernel{add<uint16_t>}}},
+    cuda::kernel_available);
+const bool add_inplace_kernels_registered = kernels::register_kernels(
+    "add_inplace", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f32 += f32", AccumulateKernel{accumulate<float>}},
+     {DType::BF16, "default", "CUDA: f32 += bf16", AccumulateKernel{accumulate<uint16_t>}}},
+    cuda::kernel_available);
+const bool scale_inplace_kernels_registered = kernels::register_kernels(
+    "scale_inplace", Device::CUDA,
+    {{DType::F32, "default", "CUDA: x *= s in f32", ScaleKernel{scale<float>}},
+     {DType::BF16, "default", "CUDA: x *= s in f32, rounded to bf16", ScaleKernel{scale<uint16_t>}}},
+    cuda::kernel_available);
+const bool sum_kernels_registered = kernels::register_kernels(
+    "sum", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
+      SumKernel{sum<float>}},
+     {DType::BF16, "default", "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
+      SumKernel{sum<uint16_t>}}},
+    cuda::kernel_available);
+const bool index_kernels_registered = kernels::register_kernels(
+    "index", Device::CUDA,
+    {{DType::I64, "default", "CUDA: parallel scans (atomic min / count / max), one value read back",
+      IndexKernel{first_outside_scan, count_not_equal_scan, max_scan}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -71,32 +71,31 @@ int64_t max_kernel(const KernelContext& ctx, int64_t n, const int64_t* v) {
   return m;
 }
 
-TITAN_REGISTER_KERNEL(add_f32, {"add", Device::CPU, DType::F32, "reference", "elementwise loop, OpenMP",
-                                AddKernel{add_forward<float>}, {}});
-TITAN_REGISTER_KERNEL(add_f64, {"add", Device::CPU, DType::F64, "reference", "elementwise loop",
-                                AddKernel{add_forward<double>}, {}});
-TITAN_REGISTER_KERNEL(add_bf16, {"add", Device::CPU, DType::BF16, "reference",
-                                 "elementwise loop in f32, rounded to bf16, OpenMP", AddKernel{add_forward_bf16}, {}});
-TITAN_REGISTER_KERNEL(acc_f32, {"add_inplace", Device::CPU, DType::F32, "reference", "f32 += f32, OpenMP",
-                                AccumulateKernel{accumulate<float, float>}, {}});
-TITAN_REGISTER_KERNEL(acc_bf16, {"add_inplace", Device::CPU, DType::BF16, "reference", "f32 += bf16, OpenMP",
-                                 AccumulateKernel{accumulate<float, Bf16>}, {}});
-TITAN_REGISTER_KERNEL(acc_f64, {"add_inplace", Device::CPU, DType::F64, "reference", "f64 += f64",
-                                AccumulateKernel{accumulate<double, double>}, {}});
-TITAN_REGISTER_KERNEL(scale_f32, {"scale_inplace", Device::CPU, DType::F32, "reference", "x *= s in f32, OpenMP",
-                                  ScaleKernel{scale_kernel<float>}, {}});
-TITAN_REGISTER_KERNEL(scale_bf16, {"scale_inplace", Device::CPU, DType::BF16, "reference",
-                                   "x *= s in f32, rounded to bf16, OpenMP", ScaleKernel{scale_kernel<Bf16>}, {}});
-TITAN_REGISTER_KERNEL(scale_f64, {"scale_inplace", Device::CPU, DType::F64, "reference", "x *= s in f64",
-                                  ScaleKernel{scale_kernel<double>}, {}});
-TITAN_REGISTER_KERNEL(sum_f32, {"sum", Device::CPU, DType::F32, "reference", "serial f64 sum",
-                                SumKernel{sum_kernel<float>}, {}});
-TITAN_REGISTER_KERNEL(sum_bf16, {"sum", Device::CPU, DType::BF16, "reference", "serial f64 sum",
-                                 SumKernel{sum_kernel<Bf16>}, {}});
-TITAN_REGISTER_KERNEL(sum_f64, {"sum", Device::CPU, DType::F64, "reference", "serial f64 sum",
-                                SumKernel{sum_kernel<double>}, {}});
-TITAN_REGISTER_KERNEL(index_i64, {"index", Device::CPU, DType::I64, "reference", "serial scans",
-                                  IndexKernel{first_outside, count_not_equal_kernel, max_kernel}, {}});
+const bool add_kernels_registered = kernels::register_kernels(
+    "add", Device::CPU,
+    {{DType::F32, "reference", "elementwise loop, OpenMP", AddKernel{add_forward<float>}},
+     {DType::F64, "reference", "elementwise loop", AddKernel{add_forward<double>}},
+     {DType::BF16, "reference", "elementwise loop in f32, rounded to bf16, OpenMP",
+      AddKernel{add_forward_bf16}}});
+const bool add_inplace_kernels_registered = kernels::register_kernels(
+    "add_inplace", Device::CPU,
+    {{DType::F32, "reference", "f32 += f32, OpenMP", AccumulateKernel{accumulate<float, float>}},
+     {DType::BF16, "reference", "f32 += bf16, OpenMP", AccumulateKernel{accumulate<float, Bf16>}},
+     {DType::F64, "reference", "f64 += f64", AccumulateKernel{accumulate<double, double>}}});
+const bool scale_inplace_kernels_registered = kernels::register_kernels(
+    "scale_inplace", Device::CPU,
+    {{DType::F32, "reference", "x *= s in f32, OpenMP", ScaleKernel{scale_kernel<float>}},
+     {DType::BF16, "reference", "x *= s in f32, rounded to bf16, OpenMP", ScaleKernel{scale_kernel<Bf16>}},
+     {DType::F64, "reference", "x *= s in f64", ScaleKernel{scale_kernel<double>}}});
+const bool sum_kernels_registered =
+    kernels::register_kernels("sum", Device::CPU,
+                              {{DType::F32, "reference", "serial f64 sum", SumKernel{sum_kernel<float>}},
+                               {DType::BF16, "reference", "serial f64 sum", SumKernel{sum_kernel<Bf16>}},
+                               {DType::F64, "reference", "serial f64 sum", SumKernel{sum_kernel<double>}}});
+const bool index_kernels_registered =
+    kernels::register_kernels("index", Device::CPU,
+                              {{DType::I64, "reference", "serial scans",
+                                IndexKernel{first_outside, count_not_equal_kernel, max_kernel}}});
 
 }  // namespace
 

@@ -27,9 +27,9 @@ TITAN_REGISTER_OP_SPEC(add, {"add",
                                                  {"out"}};
                              },
                              // One correctly rounded addition per element: any variant must be exact.
-                             [](const Dims&, DType, const std::string&) {
-                               return Tolerance{0, 0};
-                             }});
+                             spec_exact_tolerance(),
+                             "one correctly rounded add per element",
+                             {{1}, {37}}});
 
 }  // namespace
 }  // namespace titan::ops

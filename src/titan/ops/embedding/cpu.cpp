@@ -41,22 +41,12 @@ void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t 
   }
 }
 
-TITAN_REGISTER_KERNEL(embedding_f32_default,
-                      {"embedding",
-                       Device::CPU,
-                       DType::F32,
-                       "default",
-                       "threaded row copy; backward partitioned by vocab rows (OpenMP)",
-                       ops::EmbeddingKernel{embedding_forward<4>, embedding_backward},
-                       {}});
-TITAN_REGISTER_KERNEL(embedding_bf16_default,
-                      {"embedding",
-                       Device::CPU,
-                       DType::BF16,
-                       "default",
-                       "threaded row copy; backward partitioned by vocab rows into f32 (OpenMP)",
-                       ops::EmbeddingKernel{embedding_forward<2>, embedding_backward},
-                       {}});
+const bool registered = kernels::register_kernels(
+    "embedding", Device::CPU,
+    {{DType::F32, "default", "threaded row copy; backward partitioned by vocab rows (OpenMP)",
+      ops::EmbeddingKernel{embedding_forward<4>, embedding_backward}},
+     {DType::BF16, "default", "threaded row copy; backward partitioned by vocab rows into f32 (OpenMP)",
+      ops::EmbeddingKernel{embedding_forward<2>, embedding_backward}}});
 
 }  // namespace
 

@@ -14,7 +14,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 template <class T>
 __global__ void embedding_forward_kernel(int64_t N, int64_t D, const int64_t* ids, const T* table, T* out) {
@@ -81,12 +81,13 @@ void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const i
   mem.deallocate(sorted_ids, ids_bytes);
 }
 
-TITAN_REGISTER_KERNEL(embedding_f32_cuda, {"embedding", Device::CUDA, DType::F32, "default",
-                                           "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
-                                           EmbeddingKernel{forward<float>, backward}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(embedding_bf16_cuda, {"embedding", Device::CUDA, DType::BF16, "default",
-                                            "CUDA: row copy; stable radix sort + in-order run sums into f32",
-                                            EmbeddingKernel{forward<uint16_t>, backward}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "embedding", Device::CUDA,
+    {{DType::F32, "default", "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
+      EmbeddingKernel{forward<float>, backward}},
+     {DType::BF16, "default", "CUDA: row copy; stable radix sort + in-order run sums into f32",
+      EmbeddingKernel{forward<uint16_t>, backward}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

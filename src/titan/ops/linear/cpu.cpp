@@ -38,12 +38,12 @@ void linear_backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_
   if (dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, 0.0f, static_cast<float*>(dw), K);
 }
 
-TITAN_REGISTER_KERNEL(linear_f32_gemm, {"linear", Device::CPU, DType::F32, "default",
-                                        "GEMM backend (oneDNN sgemm / OpenBLAS), OpenMP",
-                                        ops::LinearKernel{linear_forward_f32, linear_backward_f32}, {}});
-TITAN_REGISTER_KERNEL(linear_bf16_gemm, {"linear", Device::CPU, DType::BF16, "default",
-                                         "oneDNN bf16 matmul (AMX / AVX512-BF16), f32 accumulation",
-                                         ops::LinearKernel{linear_forward_bf16, linear_backward_bf16}, {}});
+const bool registered = kernels::register_kernels(
+    "linear", Device::CPU,
+    {{DType::F32, "default", "GEMM backend (oneDNN sgemm / OpenBLAS), OpenMP",
+      ops::LinearKernel{linear_forward_f32, linear_backward_f32}},
+     {DType::BF16, "default", "oneDNN bf16 matmul (AMX / AVX512-BF16), f32 accumulation",
+      ops::LinearKernel{linear_forward_bf16, linear_backward_bf16}}});
 
 }  // namespace
 }  // namespace titan::cpu

@@ -36,12 +36,12 @@ void backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, co
   ctx.services->deallocate(dy16, bytes);  // stream-ordered: the GEMMs above run first
 }
 
-TITAN_REGISTER_KERNEL(linear_f32_cuda, {"linear", Device::CUDA, DType::F32, "default",
-                                        "CUDA: cuBLASLt f32 GEMM (TF32 off)",
-                                        LinearKernel{forward_f32, backward_f32}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(linear_bf16_cuda, {"linear", Device::CUDA, DType::BF16, "default",
-                                         "CUDA: cuBLASLt bf16 GEMM, f32 accumulation",
-                                         LinearKernel{forward_bf16, backward_bf16}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "linear", Device::CUDA,
+    {{DType::F32, "default", "CUDA: cuBLASLt f32 GEMM (TF32 off)", LinearKernel{forward_f32, backward_f32}},
+     {DType::BF16, "default", "CUDA: cuBLASLt bf16 GEMM, f32 accumulation",
+      LinearKernel{forward_bf16, backward_bf16}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

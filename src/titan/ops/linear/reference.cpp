@@ -1,11 +1,12 @@
 // The reference kernels of linear: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/linear/linear.h"
+#include "titan/ops/linear/reference.h"
 
 #include <vector>
 
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/linear/linear.h"
 
 namespace titan::ops {
 
@@ -24,36 +25,15 @@ void linear_forward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t 
 }
 
 template <class T, class A>
-void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dxv,
-                         void* dwv) {
-  const T *x = static_cast<const T*>(xv), *w = static_cast<const T*>(wv);
-  const A* dy = static_cast<const A*>(dyv);
-  if (A* dx = static_cast<A*>(dxv))
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) {
-        A acc = 0;
-        for (int64_t n = 0; n < N; ++n) acc += dy[m * N + n] * A(w[n * K + k]);
-        dx[m * K + k] = acc;
-      }
-  if (A* dw = static_cast<A*>(dwv))
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) {
-        A acc = 0;
-        for (int64_t m = 0; m < M; ++m) acc += dy[m * N + n] * A(x[m * K + k]);
-        dw[n * K + k] = acc;
-      }
+void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv,
+                         const void* wv, const void* dyv, void* dxv, void* dwv) {
+  linear_backward_loops<T, A>(M, N, K, static_cast<const T*>(xv), static_cast<const T*>(wv),
+                              static_cast<const A*>(dyv), static_cast<A*>(dxv), static_cast<A*>(dwv));
 }
 
-TITAN_REGISTER_KERNEL(linear_f64_ref, {"linear", Device::CPU, DType::F64, "reference", "triple loop, f64",
-                                       LinearKernel{linear_forward_ref<double, double>,
-                                                    linear_backward_ref<double, double>}, {}});
-TITAN_REGISTER_KERNEL(linear_f32_ref, {"linear", Device::CPU, DType::F32, "reference", "triple loop, f32 accumulation",
-                                       LinearKernel{linear_forward_ref<float, float>,
-                                                    linear_backward_ref<float, float>}, {}});
-TITAN_REGISTER_KERNEL(linear_bf16_ref, {"linear", Device::CPU, DType::BF16, "reference",
-                                        "triple loop, bf16 inputs, f32 accumulation",
-                                        LinearKernel{linear_forward_ref<Bf16, float>,
-                                                     linear_backward_ref<Bf16, float>}, {}});
+const bool registered = kernels::register_reference_kernels(
+    "linear", "triple loop", "bf16 inputs, f32 accumulation",
+    TITAN_REFERENCE_KERNEL(LinearKernel, linear_forward_ref<T, Acc>, linear_backward_ref<T, Acc>));
 
 }  // namespace
 

@@ -271,25 +271,16 @@ void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv
   }
 }
 
-TITAN_REGISTER_KERNEL(moe_experts_f32_grouped,
-                      {"moe_experts",
-                       Device::CPU,
-                       DType::F32,
-                       "default",
-                       "routing-order permutation, experts spread over threads, per-expert f32 GEMMs "
-                       "(gemm_f32) with the SwiGLU step fused, SIMD row kernels",
-                       ops::MoeExpertsKernel{forward_experts<float>, backward_experts<float>},
-                       {}});
-TITAN_REGISTER_KERNEL(moe_experts_bf16_grouped,
-                      {"moe_experts",
-                       Device::CPU,
-                       DType::BF16,
-                       "default",
-                       "routing-order permutation, experts spread over threads, per-expert bf16 GEMMs "
-                       "(gemm_bf16, f32 accumulation; backward rounds dy and the SwiGLU gradients to "
-                       "bf16 for the GEMMs), SIMD row kernels",
-                       ops::MoeExpertsKernel{forward_experts<uint16_t>, backward_experts<uint16_t>},
-                       {}});
+const bool registered = kernels::register_kernels(
+    "moe_experts", Device::CPU,
+    {{DType::F32, "default",
+      "routing-order permutation, experts spread over threads, per-expert f32 GEMMs (gemm_f32) with the "
+      "SwiGLU step fused, SIMD row kernels",
+      ops::MoeExpertsKernel{forward_experts<float>, backward_experts<float>}},
+     {DType::BF16, "default",
+      "routing-order permutation, experts spread over threads, per-expert bf16 GEMMs (gemm_bf16, f32 "
+      "accumulation; backward rounds dy and the SwiGLU gradients to bf16 for the GEMMs), SIMD row kernels",
+      ops::MoeExpertsKernel{forward_experts<uint16_t>, backward_experts<uint16_t>}}});
 
 }  // namespace
 

@@ -279,10 +279,37 @@ constexpr int kTileN = 64, kTileK = 16, kGemmThreads = 256;
 
 enum class Epilogue { kStoreRounded, kAdd };
 
+// The expert whose row tiles hold block `tile` of a grouped GEMM: tiles[e] <= tile < tiles[e + 1]
+// (tiles[] is the exclusive prefix sum of the experts' row-tile counts), by binary search.
+__device__ inline int64_t expert_of_tile(const int* tiles, int64_t E, int tile) {
+  int64_t lo = 0, hi = E;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (tiles[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // For each expert e and its rows r in [offsets[e], offsets[e+1]):
 //   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] / gather_div : r
 // B_e = B + e * stride_b is stored [N, K] (kTransB: C = A B_e^T) or [K, N]. blockIdx.x enumerates
 // (expert, row tile) through tiles[]; blockIdx.y the column tile.
+// acc (the thread's 4 x 4 outputs at rows ty*4.., columns tx*4..) += As^T Bs over the staged K tile.
+__device__ __forceinline__ void multiply_tiles(const float (&As)[kTileK][kRowTile + 4],
+                                               const float (&Bs)[kTileK][kTileN + 4], int tx, int ty,
+                                               float (&acc)[4][4]) {
+  for (int kk = 0; kk < kTileK; ++kk) {
+    float a[4], b[4];
+    for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
+    for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+  }
+}
+
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
     grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
@@ -292,15 +319,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  int64_t lo = 0, hi = E;        // the expert with tiles[e] <= tile < tiles[e+1]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int64_t e = lo;
+  const int64_t e = expert_of_tile(tiles, E, tile);
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTileN;
   const TB* Be = B + e * stride_b;
@@ -329,13 +348,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       Bs[kk][nn] = v;
     }
     __syncthreads();
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
-      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
+    multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
   }
   for (int i = 0; i < 4; ++i) {
@@ -382,13 +395,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       Bs[kk][nn] = v;
     }
     __syncthreads();
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i];
-      for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx * 4 + j];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
+    multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
   }
   float* Ce = C + e * M * N;
@@ -480,15 +487,7 @@ __global__ void __launch_bounds__(kTcThreads)
   __shared__ __align__(128) float Cs[64 * kLdC];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  int64_t lo = 0, hi = E;
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int64_t e = lo;
+  const int64_t e = expert_of_tile(tiles, E, tile);
   const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTileN;
   const bf16_t* Be = B + e * stride_b;
@@ -967,26 +966,30 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down));
 }
 
-// clang-format off
-TITAN_REGISTER_KERNEL(router_topk_cuda_f32, {"router_topk", Device::CUDA, DType::F32, "default",
-    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(router_topk_cuda_bf16, {"router_topk", Device::CUDA, DType::BF16, "default",
-    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-    ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(moe_aux_loss_cuda_f32, {"moe_aux_loss", Device::CUDA, DType::F32, "default",
-    "device counts and f64 column sums over layers; loss and gradient read no host data",
-    ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}, kernel_available});
-TITAN_REGISTER_KERNEL(moe_experts_cuda_f32, {"moe_experts", Device::CUDA, DType::F32, "default",
-    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>},
-    kernel_available});
-TITAN_REGISTER_KERNEL(moe_experts_cuda_bf16, {"moe_experts", Device::CUDA, DType::BF16, "default",
-    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, "
-    "reference rounding points",
-    ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>},
-    kernel_available});
-// clang-format on
+const bool router_topk_kernels_registered = kernels::register_kernels(
+    "router_topk", Device::CUDA,
+    {{DType::F32, "default",
+      "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+      ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}},
+     {DType::BF16, "default",
+      "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+      ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}}},
+    kernel_available);
+const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
+    "moe_aux_loss", Device::CUDA,
+    {{DType::F32, "default",
+      "device counts and f64 column sums over layers; loss and gradient read no host data",
+      ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
+    kernel_available);
+const bool moe_experts_kernels_registered = kernels::register_kernels(
+    "moe_experts", Device::CUDA,
+    {{DType::F32, "default", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}},
+     {DType::BF16, "default",
+      "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
+      "rounding points",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}}},
+    kernel_available);
 
 }  // namespace
 

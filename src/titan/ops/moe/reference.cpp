@@ -95,30 +95,9 @@ void router_backward_ref(const KernelContext& ctx, int64_t T_, int64_t E, int64_
   }
 }
 
-TITAN_REGISTER_KERNEL(router_topk_f64_ref,
-                      {"router_topk",
-                       Device::CPU,
-                       DType::F64,
-                       "reference",
-                       "softmax + k selection passes in f64, OpenMP over tokens",
-                       RouterKernel{router_forward_ref<double, double>, router_backward_ref<double>},
-                       {}});
-TITAN_REGISTER_KERNEL(router_topk_f32_ref,
-                      {"router_topk",
-                       Device::CPU,
-                       DType::F32,
-                       "reference",
-                       "softmax + k selection passes in f32, OpenMP over tokens",
-                       RouterKernel{router_forward_ref<float, float>, router_backward_ref<float>},
-                       {}});
-TITAN_REGISTER_KERNEL(router_topk_bf16_ref,
-                      {"router_topk",
-                       Device::CPU,
-                       DType::BF16,
-                       "reference",
-                       "bf16 logits, softmax + k selection passes in f32, OpenMP over tokens",
-                       RouterKernel{router_forward_ref<Bf16, float>, router_backward_ref<float>},
-                       {}});
+const bool router_topk_kernels_registered = kernels::register_reference_kernels(
+    "router_topk", "softmax + k selection passes, OpenMP over tokens", "bf16 logits, f32 math",
+    TITAN_REFERENCE_KERNEL(RouterKernel, router_forward_ref<T, Acc>, router_backward_ref<Acc>));
 
 // ---------------------------------------------------------------------------------------------
 // Aux loss: counts and probability column sums per expert, in layer then row order (f64).
@@ -148,16 +127,12 @@ void aux_backward_ref(const KernelContext& ctx, int64_t T_, int64_t E, double sc
     for (int64_t e = 0; e < E; ++e) d[t * E + e] = A(g0 * double(counts[e]));
 }
 
-TITAN_REGISTER_KERNEL(moe_aux_loss_f64_ref, {"moe_aux_loss", Device::CPU, DType::F64, "reference",
-                                             "serial sums in f64",
-                                             MoeAuxLossKernel{aux_accumulate_ref<double>, aux_finish_ref<double>,
-                                                              aux_backward_ref<double>},
-                                             {}});
-TITAN_REGISTER_KERNEL(moe_aux_loss_f32_ref, {"moe_aux_loss", Device::CPU, DType::F32, "reference",
-                                             "serial sums in f64, f32 probs and gradients",
-                                             MoeAuxLossKernel{aux_accumulate_ref<float>, aux_finish_ref<float>,
-                                                              aux_backward_ref<float>},
-                                             {}});
+const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
+    "moe_aux_loss", Device::CPU,
+    {{DType::F64, "reference", "serial sums in f64",
+      MoeAuxLossKernel{aux_accumulate_ref<double>, aux_finish_ref<double>, aux_backward_ref<double>}},
+     {DType::F32, "reference", "serial sums in f64, f32 probs and gradients",
+      MoeAuxLossKernel{aux_accumulate_ref<float>, aux_finish_ref<float>, aux_backward_ref<float>}}});
 
 // ---------------------------------------------------------------------------------------------
 // Experts, reference: one (token, slot) at a time with dot-product loops. T is the storage type
@@ -271,31 +246,9 @@ void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void
   }
 }
 
-TITAN_REGISTER_KERNEL(moe_experts_f64_ref, {"moe_experts",
-                                            Device::CPU,
-                                            DType::F64,
-                                            "reference",
-                                            "per (token, slot) dot-product loops, f64",
-                                            MoeExpertsKernel{experts_forward_ref<double, double>,
-                                                             experts_backward_ref<double, double>},
-                                            {}});
-TITAN_REGISTER_KERNEL(moe_experts_f32_ref, {"moe_experts",
-                                            Device::CPU,
-                                            DType::F32,
-                                            "reference",
-                                            "per (token, slot) dot-product loops, f32",
-                                            MoeExpertsKernel{experts_forward_ref<float, float>,
-                                                             experts_backward_ref<float, float>},
-                                            {}});
-TITAN_REGISTER_KERNEL(moe_experts_bf16_ref,
-                      {"moe_experts",
-                       Device::CPU,
-                       DType::BF16,
-                       "reference",
-                       "per (token, slot) dot-product loops, f32 math, transformers' bf16 "
-                       "rounding points",
-                       MoeExpertsKernel{experts_forward_ref<Bf16, float>, experts_backward_ref<Bf16, float>},
-                       {}});
+const bool moe_experts_kernels_registered = kernels::register_reference_kernels(
+    "moe_experts", "per (token, slot) dot-product loops", "f32 math, transformers' bf16 rounding points",
+    TITAN_REFERENCE_KERNEL(MoeExpertsKernel, experts_forward_ref<T, Acc>, experts_backward_ref<T, Acc>));
 
 }  // namespace
 

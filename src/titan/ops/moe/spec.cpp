@@ -33,9 +33,9 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         },
                         // The router's softmax runs in f32 on widened logits in every dtype: the f32 bound of
                         // a vectorised exp and reassociated sums (as cross_entropy) holds for bf16 too.
-                        [](const Dims&, DType dt, const std::string&) {
-                          return dt == DType::F64 ? spec_f64_tolerance() : Tolerance{1e-7, 2e-5};
-                        }});
+                        spec_tolerance({1e-7, 2e-5}, {1e-7, 2e-5}),
+                        "softmax in f32 on widened logits, as cross_entropy",
+                        {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 
 TITAN_REGISTER_OP_SPEC(moe_experts,
                        {"moe_experts",
@@ -71,7 +71,9 @@ TITAN_REGISTER_OP_SPEC(moe_experts,
                           const double n = double(std::max({s[0], s[1], s[2]}));
                           if (dt == DType::F64) return spec_f64_tolerance(n);
                           return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};
-                        }});
+                        },
+                        "reassociation (atol grows with max(T, D, F)); bf16 rounding flips propagate",
+                        {{1, 8, 4, 3, 1}, {5, 6, 4, 4, 2}, {37, 24, 20, 7, 3}}});
 
 }  // namespace
 }  // namespace titan::ops

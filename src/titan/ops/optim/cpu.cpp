@@ -172,37 +172,18 @@ double grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv) {
   return sum;
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_default, {"adamw",
-                                          Device::CPU,
-                                          DType::F32,
-                                          "default",
-                                          "fused single pass, AVX-512 (portable loop without it), OpenMP",
-                                          AdamWKernel{adamw_f32<true>},
-                                          {}});
-TITAN_REGISTER_KERNEL(adamw_f32_portable, {"adamw",
-                                           Device::CPU,
-                                           DType::F32,
-                                           "portable",
-                                           "fused single pass, scalar loop, OpenMP",
-                                           AdamWKernel{adamw_f32<false>},
-                                           {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_default,
-                      {"grad_norm",
-                       Device::CPU,
-                       DType::F32,
-                       "default",
-                       "f64 sums over 64Ki blocks in block order, AVX-512 (portable loop "
-                       "without it), OpenMP",
-                       GradNormKernel{grad_norm_f32<true>},
-                       {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_portable,
-                      {"grad_norm",
-                       Device::CPU,
-                       DType::F32,
-                       "portable",
-                       "f64 sums over 64Ki blocks in block order, scalar loop, OpenMP",
-                       GradNormKernel{grad_norm_f32<false>},
-                       {}});
+const bool adamw_kernels_registered = kernels::register_kernels(
+    "adamw", Device::CPU,
+    {{DType::F32, "default", "fused single pass, AVX-512 (portable loop without it), OpenMP",
+      AdamWKernel{adamw_f32<true>}},
+     {DType::F32, "portable", "fused single pass, scalar loop, OpenMP", AdamWKernel{adamw_f32<false>}}});
+const bool grad_norm_kernels_registered = kernels::register_kernels(
+    "grad_norm", Device::CPU,
+    {{DType::F32, "default",
+      "f64 sums over 64Ki blocks in block order, AVX-512 (portable loop without it), OpenMP",
+      GradNormKernel{grad_norm_f32<true>}},
+     {DType::F32, "portable", "f64 sums over 64Ki blocks in block order, scalar loop, OpenMP",
+      GradNormKernel{grad_norm_f32<false>}}});
 
 }  // namespace
 

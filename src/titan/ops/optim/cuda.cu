@@ -15,7 +15,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 struct AdamWF32 {
   float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
@@ -41,23 +41,9 @@ void adamw_step(const KernelContext& ctx, int64_t n, void* param, const void* gr
   if (n == 0) return;
   const AdamWF32 f{float(s.decay), float(s.beta1), float(s.one_minus_beta1), float(s.beta2), float(s.one_minus_beta2),
                    float(s.neg_step_size), float(s.bias_correction2_sqrt), float(s.eps), float(s.grad_scale)};
-  adamw_kernel<<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      n, static_cast<float*>(param), static_cast<const float*>(grad), static_cast<float*>(exp_avg),
-      static_cast<float*>(exp_avg_sq), f);
-  cuda::check_launch("adamw_kernel");
-}
-
-constexpr int kNormBlocks = 1024;  // partial sums (fixed, so the summation order is too)
-
-__device__ double block_sum_f64(double v) {
-  __shared__ double scratch[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x >> 5) ? scratch[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+  launch_grid_stride(ctx, "adamw_kernel", n, adamw_kernel, n, static_cast<float*>(param),
+                     static_cast<const float*>(grad), static_cast<float*>(exp_avg), static_cast<float*>(exp_avg_sq),
+                     f);
 }
 
 __global__ void sum_sq_partial_kernel(int64_t n, const float* g, double* partial) {
@@ -70,34 +56,25 @@ __global__ void sum_sq_partial_kernel(int64_t n, const float* g, double* partial
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sum_partials_kernel(int count, const double* partial, double* out) {
-  double acc = 0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
-  acc = block_sum_f64(acc);
-  if (threadIdx.x == 0) *out = acc;
-}
-
 double grad_norm_sum_sq(const KernelContext& ctx, int64_t n, const void* grad) {
   if (n == 0) return 0.0;
-  cudaStream_t s = cuda::stream_of(ctx);
-  const size_t bytes = (kNormBlocks + 1) * sizeof(double);
-  double* partial = static_cast<double*>(ctx.services->allocate(bytes));
-  sum_sq_partial_kernel<<<kNormBlocks, kThreads, 0, s>>>(n, static_cast<const float*>(grad), partial);
-  cuda::check_launch("sum_sq_partial_kernel");
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(kNormBlocks, partial, partial + kNormBlocks);
-  cuda::check_launch("sum_partials_kernel");
-  double total = 0;
-  ctx.services->copy_to_host(&total, partial + kNormBlocks, sizeof total);
-  ctx.services->deallocate(partial, bytes);
-  return total;
+  return sum_block_partials(ctx, [&](double* partials) {
+    sum_sq_partial_kernel<<<kReduceBlocks, kThreads, 0, stream_of(ctx)>>>(n, static_cast<const float*>(grad),
+                                                                           partials);
+    check_launch("sum_sq_partial_kernel");
+  });
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_cuda, {"adamw", Device::CUDA, DType::F32, "default",
-                                       "CUDA: one fused pass, torch.optim.AdamW rounding (bit-identical)",
-                                       AdamWKernel{adamw_step}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(grad_norm_f32_cuda, {"grad_norm", Device::CUDA, DType::F32, "default",
-                                           "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
-                                           GradNormKernel{grad_norm_sum_sq}, cuda::kernel_available});
+const bool adamw_kernels_registered = kernels::register_kernels(
+    "adamw", Device::CUDA,
+    {{DType::F32, "default", "CUDA: one fused pass, torch.optim.AdamW rounding (bit-identical)",
+      AdamWKernel{adamw_step}}},
+    cuda::kernel_available);
+const bool grad_norm_kernels_registered = kernels::register_kernels(
+    "grad_norm", Device::CUDA,
+    {{DType::F32, "default", "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
+      GradNormKernel{grad_norm_sum_sq}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -42,34 +42,16 @@ double grad_norm_sq_ref(const KernelContext& ctx, int64_t n, const void* gv) {
   return acc;
 }
 
-TITAN_REGISTER_KERNEL(adamw_f32_ref, {"adamw",
-                                      Device::CPU,
-                                      DType::F32,
-                                      "reference",
-                                      "scalar loop, f32 (torch.optim.AdamW rounding)",
-                                      AdamWKernel{adamw_step_ref<float>},
-                                      {}});
-TITAN_REGISTER_KERNEL(adamw_f64_ref, {"adamw",
-                                      Device::CPU,
-                                      DType::F64,
-                                      "reference",
-                                      "scalar loop, f64",
-                                      AdamWKernel{adamw_step_ref<double>},
-                                      {}});
-TITAN_REGISTER_KERNEL(grad_norm_f32_ref, {"grad_norm",
-                                          Device::CPU,
-                                          DType::F32,
-                                          "reference",
-                                          "serial loop, one f64 accumulator",
-                                          GradNormKernel{grad_norm_sq_ref<float>},
-                                          {}});
-TITAN_REGISTER_KERNEL(grad_norm_f64_ref, {"grad_norm",
-                                          Device::CPU,
-                                          DType::F64,
-                                          "reference",
-                                          "serial loop, one f64 accumulator",
-                                          GradNormKernel{grad_norm_sq_ref<double>},
-                                          {}});
+const bool adamw_kernels_registered = kernels::register_kernels(
+    "adamw", Device::CPU,
+    {{DType::F32, "reference", "scalar loop, f32 (torch.optim.AdamW rounding)",
+      AdamWKernel{adamw_step_ref<float>}},
+     {DType::F64, "reference", "scalar loop, f64", AdamWKernel{adamw_step_ref<double>}}});
+const bool grad_norm_kernels_registered = kernels::register_kernels(
+    "grad_norm", Device::CPU,
+    {{DType::F32, "reference", "serial loop, one f64 accumulator", GradNormKernel{grad_norm_sq_ref<float>}},
+     {DType::F64, "reference", "serial loop, one f64 accumulator",
+      GradNormKernel{grad_norm_sq_ref<double>}}});
 
 }  // namespace
 

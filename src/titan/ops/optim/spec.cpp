@@ -36,9 +36,9 @@ TITAN_REGISTER_OP_SPEC(adamw,
                               {"param", "exp_avg", "exp_avg_sq"}};
                         },
                         // optim_test: bit-identical to the reference (same fused multiply-adds).
-                        [](const Dims&, DType, const std::string&) {
-                          return Tolerance{0, 0};
-                        }});
+                        spec_exact_tolerance(),
+                        "bit-identical (same fused multiply-adds)",
+                        {{1}, {1000}}});
 
 TITAN_REGISTER_OP_SPEC(grad_norm,
                        {"grad_norm",
@@ -58,7 +58,9 @@ TITAN_REGISTER_OP_SPEC(grad_norm,
                         // optim_test: exact squares summed in f64 in another order, n ulps of the sum.
                         [](const Dims& s, DType, const std::string&) {
                           return Tolerance{0, double(s[0]) * 0x1p-52};
-                        }});
+                        },
+                        "f64 sums in another order: n ulps",
+                        {{1}, {70001}}});
 
 }  // namespace
 }  // namespace titan::ops

@@ -126,22 +126,12 @@ void rms_norm_backward(const KernelContext& ctx, int64_t R, int64_t D, const voi
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f32_default,
-                      {"rms_norm",
-                       Device::CPU,
-                       DType::F32,
-                       "default",
-                       "fused stats+scale per row, OpenMP rows, AVX-512 or baseline SIMD",
-                       ops::RmsNormKernel{rms_norm_forward<float>, rms_norm_backward<float>},
-                       {}});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_default,
-                      {"rms_norm",
-                       Device::CPU,
-                       DType::BF16,
-                       "default",
-                       "fused stats+scale per row in f32, OpenMP rows, AVX-512 or baseline SIMD",
-                       ops::RmsNormKernel{rms_norm_forward<uint16_t>, rms_norm_backward<uint16_t>},
-                       {}});
+const bool registered = kernels::register_kernels(
+    "rms_norm", Device::CPU,
+    {{DType::F32, "default", "fused stats+scale per row, OpenMP rows, AVX-512 or baseline SIMD",
+      ops::RmsNormKernel{rms_norm_forward<float>, rms_norm_backward<float>}},
+     {DType::BF16, "default", "fused stats+scale per row in f32, OpenMP rows, AVX-512 or baseline SIMD",
+      ops::RmsNormKernel{rms_norm_forward<uint16_t>, rms_norm_backward<uint16_t>}}});
 
 }  // namespace
 

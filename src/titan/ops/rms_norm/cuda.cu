@@ -13,10 +13,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::round_to;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 constexpr int kWarpsPerBlock = kThreads / 32;
 
@@ -132,12 +129,13 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f32_cuda, {"rms_norm", Device::CUDA, DType::F32, "default",
-                                          "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
-                                          RmsNormKernel{forward<float>, backward<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_cuda, {"rms_norm", Device::CUDA, DType::BF16, "default",
-                                           "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
-                                           RmsNormKernel{forward<uint16_t>, backward<uint16_t>}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "rms_norm", Device::CUDA,
+    {{DType::F32, "default", "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
+      RmsNormKernel{forward<float>, backward<float>}},
+     {DType::BF16, "default", "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
+      RmsNormKernel{forward<uint16_t>, backward<uint16_t>}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -52,30 +52,9 @@ void rms_norm_backward_ref(const KernelContext& ctx, int64_t R, int64_t D, const
   }
 }
 
-TITAN_REGISTER_KERNEL(rms_norm_f64_ref, {"rms_norm",
-                                         Device::CPU,
-                                         DType::F64,
-                                         "reference",
-                                         "row loops, f64",
-                                         RmsNormKernel{rms_norm_forward_ref<double, double>,
-                                                       rms_norm_backward_ref<double, double>},
-                                         {}});
-TITAN_REGISTER_KERNEL(rms_norm_f32_ref,
-                      {"rms_norm",
-                       Device::CPU,
-                       DType::F32,
-                       "reference",
-                       "row loops, f32",
-                       RmsNormKernel{rms_norm_forward_ref<float, float>, rms_norm_backward_ref<float, float>},
-                       {}});
-TITAN_REGISTER_KERNEL(rms_norm_bf16_ref,
-                      {"rms_norm",
-                       Device::CPU,
-                       DType::BF16,
-                       "reference",
-                       "row loops, f32 statistics, bf16 rounding as transformers",
-                       RmsNormKernel{rms_norm_forward_ref<Bf16, float>, rms_norm_backward_ref<Bf16, float>},
-                       {}});
+const bool registered = kernels::register_reference_kernels(
+    "rms_norm", "row loops", "f32 statistics, bf16 rounding as transformers",
+    TITAN_REFERENCE_KERNEL(RmsNormKernel, rms_norm_forward_ref<T, Acc>, rms_norm_backward_ref<T, Acc>));
 
 }  // namespace
 

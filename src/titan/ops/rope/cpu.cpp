@@ -132,40 +132,20 @@ void rope_backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, in
 }
 
 using ops::RopeKernel;
-TITAN_REGISTER_KERNEL(rope_f32_default,
-                      {"rope",
-                       Device::CPU,
-                       DType::F32,
-                       "default",
-                       "cached cos/sin table indexed by position, OpenMP tokens, SIMD",
-                       RopeKernel{rope_forward<float, false>, rope_backward<float, false>, true},
-                       {}});
-TITAN_REGISTER_KERNEL(rope_bf16_default,
-                      {"rope",
-                       Device::CPU,
-                       DType::BF16,
-                       "default",
-                       "cached cos/sin table indexed by position, bf16 arithmetic, OpenMP, SIMD",
-                       RopeKernel{rope_forward<uint16_t, false>, rope_backward<uint16_t, false>, true},
-                       {}});
-TITAN_REGISTER_KERNEL(rope_f32_gather_free,
-                      {"rope",
-                       Device::CPU,
-                       DType::F32,
-                       "gather_free",
-                       "table rows p0..p0+S-1 read in order; positions must be contiguous "
-                       "ranges per batch row (checked per call)",
-                       RopeKernel{rope_forward<float, true>, rope_backward<float, true>, true},
-                       {}});
-TITAN_REGISTER_KERNEL(rope_bf16_gather_free,
-                      {"rope",
-                       Device::CPU,
-                       DType::BF16,
-                       "gather_free",
-                       "table rows p0..p0+S-1 read in order, bf16 arithmetic; positions must "
-                       "be contiguous ranges per batch row (checked per call)",
-                       RopeKernel{rope_forward<uint16_t, true>, rope_backward<uint16_t, true>, true},
-                       {}});
+const bool registered = kernels::register_kernels(
+    "rope", Device::CPU,
+    {{DType::F32, "default", "cached cos/sin table indexed by position, OpenMP tokens, SIMD",
+      RopeKernel{rope_forward<float, false>, rope_backward<float, false>, true}},
+     {DType::BF16, "default", "cached cos/sin table indexed by position, bf16 arithmetic, OpenMP, SIMD",
+      RopeKernel{rope_forward<uint16_t, false>, rope_backward<uint16_t, false>, true}},
+     {DType::F32, "gather_free",
+      "table rows p0..p0+S-1 read in order; positions must be contiguous ranges per batch row (checked per "
+      "call)",
+      RopeKernel{rope_forward<float, true>, rope_backward<float, true>, true}},
+     {DType::BF16, "gather_free",
+      "table rows p0..p0+S-1 read in order, bf16 arithmetic; positions must be contiguous ranges per batch "
+      "row (checked per call)",
+      RopeKernel{rope_forward<uint16_t, true>, rope_backward<uint16_t, true>, true}}});
 
 }  // namespace
 

@@ -13,10 +13,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::round_to;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 struct DeviceTable {
   double theta = 0;
@@ -48,19 +45,31 @@ DeviceTable device_table(const KernelContext& ctx, const RopeTable& table) {
   return *slot;
 }
 
+// Element i of a kernel's grid-stride loop: the rotated pair (j, j + D/2) of row `row` (a token's
+// head), with the pair's cos and sin rounded to T.
+struct RotatedPair {
+  int64_t row, j;
+  float c, s;
+};
+template <class T>
+__device__ RotatedPair rotated_pair(int64_t i, int64_t H, int64_t half, const int64_t* pos,
+                                    const float* cos_t, const float* sin_t) {
+  const int64_t j = i % half, row = i / half;
+  const int64_t t = pos[row / H] * half + j;
+  return {row, j, round_to<T>(cos_t[t]), round_to<T>(sin_t[t])};
+}
+
 template <class T>
 __global__ void rope_forward_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
                                     const float* sin_t, const T* x, T* y) {
   const int64_t half = D / 2, n = BS * H * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = i % half, row = i / half, bs = row / H;
-    const int64_t t = pos[bs] * half + j;
-    const float c = round_to<T>(cos_t[t]), s = round_to<T>(sin_t[t]);
-    const T* xr = x + row * D;
-    T* yr = y + row * D;
-    const float x1 = load_f32(xr, j), x2 = load_f32(xr, j + half);
-    store_f32(yr, j, __fadd_rn(round_to<T>(__fmul_rn(x1, c)), round_to<T>(-__fmul_rn(x2, s))));
-    store_f32(yr, j + half, __fadd_rn(round_to<T>(__fmul_rn(x2, c)), round_to<T>(__fmul_rn(x1, s))));
+    const RotatedPair p = rotated_pair<T>(i, H, half, pos, cos_t, sin_t);
+    const T* xr = x + p.row * D;
+    T* yr = y + p.row * D;
+    const float x1 = load_f32(xr, p.j), x2 = load_f32(xr, p.j + half);
+    store_f32(yr, p.j, __fadd_rn(round_to<T>(__fmul_rn(x1, p.c)), round_to<T>(-__fmul_rn(x2, p.s))));
+    store_f32(yr, p.j + half, __fadd_rn(round_to<T>(__fmul_rn(x2, p.c)), round_to<T>(__fmul_rn(x1, p.s))));
   }
 }
 
@@ -69,12 +78,10 @@ __global__ void rope_backward_kernel(int64_t BS, int64_t H, int64_t D, const int
                                      const float* sin_t, const float* dy, float* dx) {
   const int64_t half = D / 2, n = BS * H * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = i % half, row = i / half, bs = row / H;
-    const int64_t t = pos[bs] * half + j;
-    const float c = round_to<T>(cos_t[t]), s = round_to<T>(sin_t[t]);
-    const float g1 = dy[row * D + j], g2 = dy[row * D + j + half];
-    dx[row * D + j] = __fadd_rn(__fmul_rn(g1, c), __fmul_rn(g2, s));
-    dx[row * D + j + half] = __fsub_rn(__fmul_rn(g2, c), __fmul_rn(g1, s));
+    const RotatedPair p = rotated_pair<T>(i, H, half, pos, cos_t, sin_t);
+    const float g1 = dy[p.row * D + p.j], g2 = dy[p.row * D + p.j + half];
+    dx[p.row * D + p.j] = __fadd_rn(__fmul_rn(g1, p.c), __fmul_rn(g2, p.s));
+    dx[p.row * D + p.j + half] = __fsub_rn(__fmul_rn(g2, p.c), __fmul_rn(g1, p.s));
   }
 }
 
@@ -84,9 +91,8 @@ void forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t 
   const int64_t n = B * S * H * (D / 2);
   if (n == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  rope_forward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      B * S, H, D, pos, t.cos, t.sin, static_cast<const T*>(x), static_cast<T*>(y));
-  cuda::check_launch("rope_forward_kernel");
+  launch_grid_stride(ctx, "rope_forward_kernel", n, rope_forward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
+                     static_cast<const T*>(x), static_cast<T*>(y));
 }
 
 template <class T>
@@ -95,18 +101,17 @@ void backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t
   const int64_t n = B * S * H * (D / 2);
   if (n == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  rope_backward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      B * S, H, D, pos, t.cos, t.sin, static_cast<const float*>(dy), static_cast<float*>(dx));
-  cuda::check_launch("rope_backward_kernel");
+  launch_grid_stride(ctx, "rope_backward_kernel", n, rope_backward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
+                     static_cast<const float*>(dy), static_cast<float*>(dx));
 }
 
-TITAN_REGISTER_KERNEL(rope_f32_cuda, {"rope", Device::CUDA, DType::F32, "default",
-                                      "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
-                                      RopeKernel{forward<float>, backward<float>, true}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(rope_bf16_cuda, {"rope", Device::CUDA, DType::BF16, "default",
-                                       "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
-                                       RopeKernel{forward<uint16_t>, backward<uint16_t>, true},
-                                       cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "rope", Device::CUDA,
+    {{DType::F32, "default", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+      RopeKernel{forward<float>, backward<float>, true}},
+     {DType::BF16, "default", "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+      RopeKernel{forward<uint16_t>, backward<uint16_t>, true}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

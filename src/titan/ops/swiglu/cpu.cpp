@@ -79,22 +79,13 @@ void swiglu_backward(const KernelContext& ctx, int64_t n, const void* gv, const 
                    du ? du + c : nullptr);
 }
 
-TITAN_REGISTER_KERNEL(swiglu_f32_default, {"swiglu",
-                                           Device::CPU,
-                                           DType::F32,
-                                           "default",
-                                           "fused silu*up, polynomial exp, OpenMP, AVX-512 or baseline SIMD",
-                                           ops::SwigluKernel{swiglu_forward<float>, swiglu_backward<float>},
-                                           {}});
-TITAN_REGISTER_KERNEL(swiglu_bf16_default,
-                      {"swiglu",
-                       Device::CPU,
-                       DType::BF16,
-                       "default",
-                       "fused silu*up in f32 with bf16 rounding as torch, polynomial exp, "
-                       "OpenMP, AVX-512 or baseline SIMD",
-                       ops::SwigluKernel{swiglu_forward<uint16_t>, swiglu_backward<uint16_t>},
-                       {}});
+const bool registered = kernels::register_kernels(
+    "swiglu", Device::CPU,
+    {{DType::F32, "default", "fused silu*up, polynomial exp, OpenMP, AVX-512 or baseline SIMD",
+      ops::SwigluKernel{swiglu_forward<float>, swiglu_backward<float>}},
+     {DType::BF16, "default",
+      "fused silu*up in f32 with bf16 rounding as torch, polynomial exp, OpenMP, AVX-512 or baseline SIMD",
+      ops::SwigluKernel{swiglu_forward<uint16_t>, swiglu_backward<uint16_t>}}});
 
 }  // namespace
 

@@ -10,10 +10,7 @@
 namespace titan::ops {
 namespace {
 
-using cuda::kThreads;
-using cuda::load_f32;
-using cuda::round_to;
-using cuda::store_f32;
+using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 template <class T>
 __global__ void swiglu_forward_kernel(int64_t n, const T* __restrict__ gate, const T* __restrict__ up,
@@ -46,27 +43,26 @@ __global__ void swiglu_backward_kernel(int64_t n, const T* __restrict__ gate, co
 template <class T>
 void forward(const KernelContext& ctx, int64_t n, const void* gate, const void* up, void* out) {
   if (n == 0) return;
-  swiglu_forward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      n, static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out));
-  cuda::check_launch("swiglu_forward_kernel");
+  launch_grid_stride(ctx, "swiglu_forward_kernel", n, swiglu_forward_kernel<T>, n, static_cast<const T*>(gate),
+                     static_cast<const T*>(up), static_cast<T*>(out));
 }
 
 template <class T>
 void backward(const KernelContext& ctx, int64_t n, const void* gate, const void* up, const void* dy, void* dgate,
               void* dup) {
   if (n == 0 || (!dgate && !dup)) return;
-  swiglu_backward_kernel<T><<<cuda::grid_for(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      n, static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const float*>(dy),
-      static_cast<float*>(dgate), static_cast<float*>(dup));
-  cuda::check_launch("swiglu_backward_kernel");
+  launch_grid_stride(ctx, "swiglu_backward_kernel", n, swiglu_backward_kernel<T>, n, static_cast<const T*>(gate),
+                     static_cast<const T*>(up), static_cast<const float*>(dy), static_cast<float*>(dgate),
+                     static_cast<float*>(dup));
 }
 
-TITAN_REGISTER_KERNEL(swiglu_f32_cuda, {"swiglu", Device::CUDA, DType::F32, "default",
-                                        "CUDA: elementwise grid-stride loop, f32 expf",
-                                        SwigluKernel{forward<float>, backward<float>}, cuda::kernel_available});
-TITAN_REGISTER_KERNEL(swiglu_bf16_cuda, {"swiglu", Device::CUDA, DType::BF16, "default",
-                                         "CUDA: elementwise loop in f32, rounded after silu and after the product",
-                                         SwigluKernel{forward<uint16_t>, backward<uint16_t>}, cuda::kernel_available});
+const bool registered = kernels::register_kernels(
+    "swiglu", Device::CUDA,
+    {{DType::F32, "default", "CUDA: elementwise grid-stride loop, f32 expf",
+      SwigluKernel{forward<float>, backward<float>}},
+     {DType::BF16, "default", "CUDA: elementwise loop in f32, rounded after silu and after the product",
+      SwigluKernel{forward<uint16_t>, backward<uint16_t>}}},
+    cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -36,30 +36,9 @@ void swiglu_backward_ref(const KernelContext& ctx, int64_t n, const void* gv, co
   }
 }
 
-TITAN_REGISTER_KERNEL(swiglu_f64_ref,
-                      {"swiglu",
-                       Device::CPU,
-                       DType::F64,
-                       "reference",
-                       "elementwise loop, f64",
-                       SwigluKernel{swiglu_forward_ref<double, double>, swiglu_backward_ref<double, double>},
-                       {}});
-TITAN_REGISTER_KERNEL(swiglu_f32_ref,
-                      {"swiglu",
-                       Device::CPU,
-                       DType::F32,
-                       "reference",
-                       "elementwise loop, f32 expf",
-                       SwigluKernel{swiglu_forward_ref<float, float>, swiglu_backward_ref<float, float>},
-                       {}});
-TITAN_REGISTER_KERNEL(swiglu_bf16_ref,
-                      {"swiglu",
-                       Device::CPU,
-                       DType::BF16,
-                       "reference",
-                       "elementwise loop in f32, rounded after silu and after the product",
-                       SwigluKernel{swiglu_forward_ref<Bf16, float>, swiglu_backward_ref<Bf16, float>},
-                       {}});
+const bool registered = kernels::register_reference_kernels(
+    "swiglu", "elementwise loop", "f32 math, rounded after silu and after the product",
+    TITAN_REFERENCE_KERNEL(SwigluKernel, swiglu_forward_ref<T, Acc>, swiglu_backward_ref<T, Acc>));
 
 }  // namespace
 
