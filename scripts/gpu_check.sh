@@ -57,7 +57,8 @@ step() {
 echo "=== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || failed=1
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so 2>/dev/null | grep 'not found' | sort -u)
+"$root/bin/titan" version --cuda || failed=1  # loads the CUDA backend: its runtime, driver and GPUs
+missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so "$root"/lib/libtitan_cuda.so 2>/dev/null | grep 'not found' | sort -u)
 if [ -n "$missing" ]; then
   echo "missing libraries:"; echo "$missing"; failed=1
 fi

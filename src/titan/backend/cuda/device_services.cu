@@ -151,6 +151,12 @@ class CudaDeviceServices final : public DeviceServices {
     return unavailable_reason().empty() ? device_summary(0) : "cuda (unavailable: " + unavailable_reason() + ")";
   }
 
+  std::vector<std::pair<std::string, std::string>> versions() const override {
+    const int gpus = device_count();
+    return {{"CUDA", runtime_versions()},
+            {"GPU", gpus == 0 ? "none" : std::to_string(gpus) + " x " + device_summary(0)}};
+  }
+
   int64_t capacity_bytes() const override {
     if (!unavailable_reason().empty()) return 0;
     size_t free_bytes = 0, total = 0;
@@ -436,7 +442,8 @@ CudaDeviceServices& services() {
   return *s;
 }
 
-// Registration only stores the pointer; the GPU is probed on first use.
+// Runs when libtitan_cuda.so is loaded (core/device_services.cpp's dlopen, or at start-up of a
+// program linked against it). Registration only stores the pointer; the GPU is probed on first use.
 const bool registered = [] {
   register_device_services(Device::CUDA, &services());
   return true;
