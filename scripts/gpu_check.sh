@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from an unpacked bundle (scripts/gpu_bundle.sh made it): the GPU's
-# identity, the CUDA test programs, `titan kernels parity --device cuda` (when the binary has it),
+# identity, the CUDA test programs (cuda_nccl_test among them: every NCCL collective in a world of
+# one rank, and over `mpirun -np 2` when the machine has two GPUs and mpirun),
+# `titan kernels parity --device cuda` (when the binary has it),
 # 10 steps of the debug model on the GPU and on the CPU (losses side by side) and the CUDA
 # benchmarks, each under a time limit, then prints a short summary table LAST.
 #
