@@ -161,12 +161,14 @@ class CudaDeviceServices final : public DeviceServices {
 
   int64_t capacity_bytes() const override {
     if (!unavailable_reason().empty()) return 0;
-    size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    // From the properties of this process's GPU: no context is created (cudaMemGetInfo would make
+    // one on the thread's current device, GPU 0 for every rank before the first kernel).
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, device_) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
-    return int64_t(total);
+    return int64_t(p.totalGlobalMem);
   }
 
   // Dense peak of the datasheet for the Hopper parts with 132 SMs (H100 SXM, H200): 989.4 TFLOP/s on
