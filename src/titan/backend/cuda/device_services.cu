@@ -386,16 +386,18 @@ class CudaDeviceServices final : public DeviceServices {
       reason_ = std::string("no CUDA device found (") + cudaGetErrorString(err) + ")";
     } else if (n == 0) {
       reason_ = "no CUDA device found";
-    } else if (const int local = launcher_local_rank(); local >= n) {
+    } else if (const int local = launcher_local_rank(); n > 1 && local >= n) {
       reason_ = "this process is local rank " + std::to_string(local) + " of its host, which shows " +
-                std::to_string(n) + " GPU(s): one GPU per rank (start at most " + std::to_string(n) +
+                std::to_string(n) + " GPUs: one GPU per rank (start at most " + std::to_string(n) +
                 " ranks per host)";
     } else {
-      device_ = std::max(local, 0);
+      // A process that sees one GPU uses it (a launcher that gives each rank its own through
+      // CUDA_VISIBLE_DEVICES, or one process).
+      device_ = n == 1 ? 0 : std::max(local, 0);
     }
   }
   // One GPU per rank: an MPI (or Slurm, torchrun) launcher's local rank on this host picks the
-  // GPU; -1 when no launcher set one (one process: GPU 0).
+  // GPU among those the process sees; -1 when no launcher set one (one process: GPU 0).
   static int launcher_local_rank() {
     for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
       if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
