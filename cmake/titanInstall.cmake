@@ -1,7 +1,8 @@
 # `cmake --install build [--prefix DIR]`: the `titan` program, libtitan, every header under
 # include/titan/, and a CMake package (lib/cmake/titan/titanConfig.cmake, target titan::titan)
 # so another project does find_package(titan). examples/train_debugmodel is such a project;
-# tests/install/ installs into a temporary prefix and builds and runs it.
+# tests/install/ installs into a temporary prefix and builds and runs it. With the CUDA backend,
+# lib/ also holds libtitan_cuda.so (loaded on first use of device cuda).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -12,6 +13,12 @@ install(TARGETS titan titan_openblas EXPORT titanTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS titan_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA backend library goes beside libtitan, where libtitan's loader looks for it; it is loaded
+# at run time, not linked, so it is no part of the titan::titan package.
+if(TITAN_CUDA)
+  set_target_properties(titan_cuda PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS titan_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/src/titan DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT titanTargets NAMESPACE titan:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from an unpacked bundle (scripts/gpu_bundle.sh made it): the GPU's
-# identity, the CUDA test programs, `titan kernels parity --device cuda` (when the binary has it),
+# identity, the CUDA test programs (cuda_nccl_test among them: every NCCL collective in a world of
+# one rank, and over `mpirun -np 2` when the machine has two GPUs and mpirun),
+# `titan kernels parity --device cuda` (when the binary has it),
 # 10 steps of the debug model on the GPU and on the CPU (losses side by side) and the CUDA
 # benchmarks, each under a time limit, then prints a short summary table LAST.
 #
@@ -57,7 +59,8 @@ step() {
 echo "=== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || failed=1
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so 2>/dev/null | grep 'not found' | sort -u)
+"$root/bin/titan" version --cuda || failed=1  # loads the CUDA backend: its runtime, driver and GPUs
+missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so "$root"/lib/libtitan_cuda.so 2>/dev/null | grep 'not found' | sort -u)
 if [ -n "$missing" ]; then
   echo "missing libraries:"; echo "$missing"; failed=1
 fi

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "titan/core/device_services.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
 
@@ -257,6 +258,19 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("training.seed = 7"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+// Ranks on device cuda take the NCCL communicator (launch_communicator loads the CUDA backend for
+// it); on a machine without a GPU, or a build without the backend, every rank stops before
+// compute with an error naming the device (tests/backend/cuda_nccl_test.cpp runs NCCL on GPUs).
+TEST(DataParallel, CudaRanksWithoutAGpuStopNamingTheDevice) {
+  if (titan::device_available(titan::Device::CUDA)) GTEST_SKIP() << "this machine has a GPU";
+  const fs::path dump = tt::temp_dir("dist_cuda_no_gpu");
+  std::string out;
+  int rc = run_job(2, tiny(dump, 2, {{"job.device", "cuda"}, {"checkpoint.enable", "false"}}), &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("device 'cuda'"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 

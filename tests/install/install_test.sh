@@ -14,6 +14,17 @@ done
 config=$(find "$prefix" -name titanConfig.cmake)
 [ -n "$config" ] || { echo "FAIL: no titanConfig.cmake under $prefix"; exit 1; }
 "$prefix/bin/titan" kernels list >/dev/null || { echo "FAIL: the installed titan does not run"; exit 1; }
+# With the CUDA backend: its library is installed beside libtitan and the installed titan loads it
+# from there (it needs no GPU to load).
+if [ -e "$build/src/titan/libtitan_cuda.so" ]; then
+  cuda_lib=$(find "$prefix" -name libtitan_cuda.so)
+  [ -n "$cuda_lib" ] && [ -e "$(dirname "$cuda_lib")/libtitan.so" ] ||
+    { echo "FAIL: libtitan_cuda.so is not installed beside libtitan.so"; exit 1; }
+  LD_DEBUG=libs "$prefix/bin/titan" version --cuda >"$work/version_cuda.log" 2>&1 ||
+    { echo "FAIL: the installed titan cannot load its CUDA backend"; tail "$work/version_cuda.log"; exit 1; }
+  grep -q "calling init: $prefix/.*libtitan_cuda.so" "$work/version_cuda.log" ||
+    { echo "FAIL: the installed titan did not load the installed libtitan_cuda.so"; grep libtitan_cuda "$work/version_cuda.log"; exit 1; }
+fi
 
 cmake -S "$src/examples/train_debugmodel" -B "$work/example" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log"

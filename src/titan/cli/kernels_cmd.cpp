@@ -6,6 +6,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/parity.h"
 #include "titan/kernels/registry.h"
 
@@ -13,6 +14,8 @@ namespace titan::cli {
 namespace {
 
 int kernels_list() {
+  // The CUDA kernels are listed when the CUDA backend library loads (it need not find a GPU).
+  const std::string cuda_not_loaded = load_device_backend(Device::CUDA);
   // op -> variant -> (device/dtype list, description)
   std::map<std::string, std::map<std::string, std::pair<std::vector<std::string>, std::string>>> table;
   for (const auto& e : kernels::all_kernels()) {
@@ -36,6 +39,7 @@ int kernels_list() {
       "\n%zu ops, %zu kernels. \"default\" is used unless a [kernels] substitution picks another variant;\n"
       "\"reference\" is what every other variant is tested against.\n",
       table.size(), kernels::all_kernels().size());
+  if (!cuda_not_loaded.empty()) std::printf("No cuda kernels listed: %s.\n", cuda_not_loaded.c_str());
   return 0;
 }
 

@@ -20,8 +20,9 @@ int train_main(int argc, char** argv) {
     return 0;
   }
   train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
-  // MPI when started by mpirun / srun, else one process.
-  std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
+  // MPI when started by mpirun / srun, else one process; NCCL over MPI for CUDA ranks.
+  const Device device = cfg.job.device == "cuda" ? Device::CUDA : Device::CPU;
+  std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds, device);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
   try {

@@ -1,7 +1,10 @@
 #include "titan/core/device_services.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <malloc.h>
 #include <mutex>
 #include <unistd.h>
@@ -124,28 +127,72 @@ class MetaServices final : public DeviceServices {
   std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
 };
 
-struct Registry {
-  std::mutex mu;
-  DeviceServices* cuda = nullptr;
-};
-Registry& registry() {
-  static Registry r;
-  return r;
+// The CUDA backend's services once its library registered them (read on every CUDA allocation).
+std::atomic<DeviceServices*> g_cuda_services{nullptr};
+
+DeviceServices* registered_cuda() { return g_cuda_services.load(std::memory_order_acquire); }
+
+#ifdef TITAN_CUDA_BACKEND_LIBRARY
+// Where the CUDA backend library is looked for: TITAN_CUDA_BACKEND when set, else beside the
+// libtitan.so this code is in (the build tree's src/titan/, an install's lib/, a bundle's lib/).
+std::string cuda_backend_path() {
+  if (const char* env = std::getenv("TITAN_CUDA_BACKEND"); env && *env) return env;
+  Dl_info info{};
+  const bool found = dladdr(reinterpret_cast<void*>(&load_device_backend), &info) != 0 && info.dli_fname;
+  const std::filesystem::path self = found ? std::filesystem::path(info.dli_fname) : std::filesystem::path();
+  return (self.parent_path() / TITAN_CUDA_BACKEND_LIBRARY).string();
 }
+
+// dlopen runs the library's static initialisers, which call register_device_services (and the
+// kernel and communicator registries) on this thread.
+std::string load_cuda_backend() {
+  const std::string path = cuda_backend_path();
+  // Never closed: its services, kernels and CUDA runtime live until the process exits.
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    const char* err = dlerror();
+    return "the CUDA backend library '" + path + "' could not be loaded (" + (err ? err : "unknown error") +
+           "); it is built and installed beside libtitan.so (the environment variable TITAN_CUDA_BACKEND "
+           "names another path)";
+  }
+  if (!registered_cuda()) return "the CUDA backend library '" + path + "' loaded but registered no device services";
+  return "";
+}
+#endif
 
 }  // namespace
 
 void register_device_services(Device device, DeviceServices* services) {
   TITAN_CHECK(device == Device::CUDA, "register_device_services: only the CUDA backend registers itself, got '",
               device_name(device), "'");
-  std::lock_guard<std::mutex> lock(registry().mu);
-  registry().cuda = services;
+  g_cuda_services.store(services, std::memory_order_release);
+}
+
+std::string load_device_backend(Device device) {
+  if (device != Device::CUDA || registered_cuda()) return "";
+#ifdef TITAN_CUDA_BACKEND_LIBRARY
+  static std::mutex load_mu;
+  static bool tried = false;
+  static std::string why;
+  std::lock_guard<std::mutex> lock(load_mu);
+  if (!tried) {
+    why = load_cuda_backend();
+    tried = true;
+  }
+  return why;
+#else
+  return "this build has no CUDA backend (nvcc was not found when it was built)";
+#endif
+}
+
+DeviceServices* loaded_device_services(Device device) {
+  if (device != Device::CUDA) return &device_services(device);
+  return registered_cuda();
 }
 
 bool device_available(Device device) {
   if (device != Device::CUDA) return true;
-  std::lock_guard<std::mutex> lock(registry().mu);
-  return registry().cuda && registry().cuda->unavailable_reason().empty();
+  if (!load_device_backend(device).empty()) return false;
+  return registered_cuda()->unavailable_reason().empty();
 }
 
 DeviceServices& device_services(Device device) {
@@ -156,9 +203,9 @@ DeviceServices& device_services(Device device) {
     case Device::Meta: return meta;
     case Device::CUDA: break;
   }
-  std::lock_guard<std::mutex> lock(registry().mu);
-  DeviceServices* cuda = registry().cuda;
-  TITAN_CHECK(cuda, "device 'cuda': this build has no CUDA backend (nvcc was not found when it was built)");
+  const std::string not_loaded = load_device_backend(device);
+  TITAN_CHECK(not_loaded.empty(), "device 'cuda': ", not_loaded);
+  DeviceServices* cuda = registered_cuda();
   const std::string why = cuda->unavailable_reason();
   TITAN_CHECK(why.empty(), "device 'cuda' is unavailable: ", why);
   return *cuda;

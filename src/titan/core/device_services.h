@@ -8,10 +8,20 @@
 // Ownership: services live for the whole process (function-local statics); a backend that is
 // compiled in but has no device (CUDA without a GPU) reports itself unavailable instead of failing
 // at start-up.
+//
+// Loading: the CPU and meta services are built into libtitan. The CUDA backend (its services, its
+// kernels, the NCCL communicator) is a library of its own, libtitan_cuda.so, installed beside
+// libtitan.so and loaded with dlopen the first time something asks for Device::CUDA
+// (device_services, device_available, load_device_backend): a CPU run never maps the CUDA runtime
+// or cuBLAS. Loading runs the library's static registrations (register_device_services, the
+// kernel registry, dist::register_device_communicator). A program linked against libtitan_cuda
+// itself (the CUDA tests and benchmarks) has it registered before main().
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
@@ -48,6 +58,10 @@ class DeviceServices {
   // Dense peak of the device's matrix units for `dtype` in FLOP/s (the MFU denominator) and where
   // the figure comes from; 0 when the backend does not know it (metrics.peak_tflops then decides).
   virtual double peak_flops(DType dtype) const { return 0; }
+  // (component, version) pairs of the runtime behind the device for `titan version` and the
+  // start-up log, e.g. {"CUDA", "runtime 13.0, driver 13.0"}, {"GPU", "1 x NVIDIA H200, ..."};
+  // never fails, also when the device is unavailable.
+  virtual std::vector<std::pair<std::string, std::string>> versions() const { return {}; }
 
   // Memory. allocate(0) returns a valid, unique pointer; deallocate takes the same byte count.
   void* allocate(size_t nbytes);
@@ -95,12 +109,24 @@ class DeviceServices {
   std::atomic<double> flops_{0};
 };
 
-// The services of a device; an error naming the device and the reason when it is unavailable.
+// The services of a device (loading its backend library first if it has one); an error naming
+// the device and the reason when it cannot be loaded or is unavailable.
 DeviceServices& device_services(Device device);
-bool device_available(Device device);
+bool device_available(Device device);  // loads the backend library like device_services
 
-// A backend compiled as a separate translation unit (CUDA) registers itself at static
-// initialisation; core never includes backend headers.
+// Loads the backend library of `device` unless its services are registered already. Empty when
+// they are (now), else why not: a build without that backend, or the library that was looked for
+// and the dynamic loader's error. Tried once per process; later calls return the same answer.
+// The library is looked for beside libtitan.so, or at the path in the environment variable
+// TITAN_CUDA_BACKEND when set.
+std::string load_device_backend(Device device);
+
+// The services of `device` when they are in this process (built in, or the backend library
+// loaded), else null; loads nothing and checks no availability (versions, tests of the loader).
+DeviceServices* loaded_device_services(Device device);
+
+// A backend library (CUDA) registers its services from a static initialiser when it is loaded;
+// core never includes backend headers.
 void register_device_services(Device device, DeviceServices* services);
 
 }  // namespace titan

@@ -1,5 +1,6 @@
 #include "titan/dist/communicator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -82,6 +83,28 @@ class SingleProcess final : public Communicator {
 
 std::unique_ptr<Communicator> single_process_communicator() {
   return std::make_unique<SingleProcess>();
+}
+
+namespace {
+std::atomic<DeviceCommunicatorFactory> g_cuda_communicator{nullptr};
+}  // namespace
+
+void register_device_communicator(Device device, DeviceCommunicatorFactory factory) {
+  TITAN_CHECK(device == Device::CUDA, "register_device_communicator: only the CUDA backend brings one, got '",
+              device_name(device), "'");
+  g_cuda_communicator.store(factory);
+}
+
+std::unique_ptr<Communicator> device_communicator(std::unique_ptr<Communicator> host, Device device,
+                                                  double timeout_seconds) {
+  if (device == Device::CPU) return host;
+  TITAN_CHECK(device == Device::CUDA, "comm: device ", device_name(device), " has no communicator");
+  device_services(device);  // loads the CUDA backend (which registers NCCL); an error naming why not
+  const DeviceCommunicatorFactory make = g_cuda_communicator.load();
+  TITAN_CHECK(make, "comm: ", host->size(), " ranks on device cuda need the NCCL communicator, but this build's "
+              "CUDA backend has none (nccl.h and libnccl were not found when it was built: install the CUDA "
+              "toolkit's NCCL or Debian's libnccl-dev and rebuild)");
+  return make(std::move(host), timeout_seconds);
 }
 
 }  // namespace titan::dist

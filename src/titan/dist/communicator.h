@@ -1,9 +1,10 @@
 #pragma once
 // Collective communication between the ranks of a job, device-neutral: buffers are raw pointers
 // with a DType and an element count, and every call takes the KernelContext (device, stream) the
-// buffers live on. The MPI implementation serves CPU ranks; a CUDA backend implements the same
-// interface with NCCL (bootstrapped over MPI). Every collective has a non-blocking form returning
-// a handle (start_*), and a blocking form that waits on it.
+// buffers live on. The MPI implementation serves CPU ranks; the CUDA backend implements the same
+// interface with NCCL (dist/nccl_communicator.cu, bootstrapped over MPI), passing host buffers on
+// to the MPI communicator it wraps. Every collective has a non-blocking form returning a handle
+// (start_*), and a blocking form that waits on it. Buffers must stay allocated until the wait.
 //
 // Semantics (those of MPI and NCCL):
 //   all_reduce      buf[i] = op over ranks of buf[i]                          (count elements)
@@ -74,8 +75,21 @@ KernelContext host_context();
 
 // The communicator of this process: MPI when a launcher started it (mpirun / srun set
 // OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one that needs no MPI at all.
+// With `device` other than the CPU and more than one rank, the device's communicator built over
+// the MPI one (cuda: NCCL, one GPU per rank); an error naming the device when it has none.
 // `timeout_seconds` bounds every wait. Call once per process (MPI is initialised once).
-std::unique_ptr<Communicator> launch_communicator(double timeout_seconds);
+std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device = Device::CPU);
+
+// A device backend's communicator, built over a host communicator (any size) that it
+// keeps (for host buffers, barriers, aborts and its own bootstrap). The CUDA backend library
+// registers NCCL's when it is loaded (core/device_services.h).
+using DeviceCommunicatorFactory = std::unique_ptr<Communicator> (*)(std::unique_ptr<Communicator> host,
+                                                                    double timeout_seconds);
+void register_device_communicator(Device device, DeviceCommunicatorFactory factory);
+// `host` wrapped by the communicator of `device` (loading its backend first); an error naming the
+// device when the backend cannot be loaded or brings no communicator.
+std::unique_ptr<Communicator> device_communicator(std::unique_ptr<Communicator> host, Device device,
+                                                  double timeout_seconds);
 
 // A world of one process: every collective is a copy or nothing.
 std::unique_ptr<Communicator> single_process_communicator();

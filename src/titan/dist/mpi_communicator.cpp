@@ -203,7 +203,7 @@ bool started_by_launcher() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> launch_communicator(double timeout_seconds) {
+std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device) {
   TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);
   if (!started_by_launcher()) return single_process_communicator();
   int provided = 0;
@@ -212,7 +212,10 @@ std::unique_ptr<Communicator> launch_communicator(double timeout_seconds) {
   TITAN_CHECK(provided >= MPI_THREAD_FUNNELED, "comm: the MPI library does not support MPI_THREAD_FUNNELED");
   // Errors come back as codes only where we check them; a failed collective must stop the job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
-  return std::make_unique<Mpi>(MPI_COMM_WORLD, timeout_seconds, true);
+  auto world = std::make_unique<Mpi>(MPI_COMM_WORLD, timeout_seconds, true);
+  // A world of one rank needs no device communicator (every collective is a copy or nothing).
+  if (device == Device::CPU || world->size() == 1) return world;
+  return device_communicator(std::move(world), device, timeout_seconds);
 }
 
 }  // namespace titan::dist

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::dist {
@@ -34,6 +35,10 @@ std::vector<std::string> gather_text(Communicator& comm, const std::string& mine
   for (int r = 0; r < comm.size(); ++r) out.emplace_back(recv.data() + size_t(r) * width);
   return out;
 }
+
+// The context of a tensor's device: its collectives run on that device's communicator path
+// (MPI for host memory, NCCL for CUDA memory) and stream.
+KernelContext context_of(const Tensor& t) { return device_services(t.device()).context(); }
 
 }  // namespace
 
@@ -69,8 +74,8 @@ Tensor ParallelPlan::local(const Tensor& buffer) const {
 
 Tensor ParallelPlan::gather_full(const Tensor& slice) const {
   if (dp_shard_ == 1) return slice;
-  Tensor full = Tensor::empty({slice.numel() * dp_shard_}, slice.dtype());
-  shard_group_->all_gather(slice.raw_data(), full.raw_data(), slice.numel(), slice.dtype(), host_context());
+  Tensor full = Tensor::empty({slice.numel() * dp_shard_}, slice.dtype(), slice.device());
+  shard_group_->all_gather(slice.raw_data(), full.raw_data(), slice.numel(), slice.dtype(), context_of(slice));
   return full;
 }
 
@@ -96,7 +101,7 @@ std::vector<Tensor> ParallelPlan::sum_over_ranks(const std::vector<Tensor>& coun
     TITAN_CHECK(c.dtype() == DType::I64 && c.is_contiguous(),
                 "parallel plan: counts must be contiguous i64, got ", c.str());
     out.push_back(c.clone());
-    world_->all_reduce(out.back().raw_data(), c.numel(), DType::I64, ReduceOp::Sum, host_context());
+    world_->all_reduce(out.back().raw_data(), c.numel(), DType::I64, ReduceOp::Sum, context_of(c));
   }
   return out;
 }

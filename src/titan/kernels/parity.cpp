@@ -7,6 +7,7 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/core/parse.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
@@ -188,6 +189,9 @@ std::map<std::string, std::vector<std::vector<int64_t>>> parse_parity_shapes(con
 
 std::vector<ParityResult> run_parity(const ParityOptions& o,
                                      const std::function<void(const ParityResult&)>& on_result) {
+  // The device's kernels register when its backend library loads (before the registry is read).
+  const std::string not_loaded = load_device_backend(o.device);
+  TITAN_CHECK(not_loaded.empty(), "kernels parity --device ", device_name(o.device), ": ", not_loaded);
   std::set<std::string> ops;
   for (auto& d : op_specs()) ops.insert(d.op);
   for (auto& e : all_kernels())

@@ -7,8 +7,8 @@
 namespace titan::kernels {
 
 namespace {
-std::vector<KernelEntry>& registry() {
-  static std::vector<KernelEntry> entries;
+std::deque<KernelEntry>& registry() {
+  static std::deque<KernelEntry> entries;
   return entries;
 }
 thread_local std::vector<std::pair<std::string, std::string>> t_forced;  // (op, variant)
@@ -55,7 +55,7 @@ bool register_kernels(const std::string& op, Device device, std::initializer_lis
   return true;
 }
 
-const std::vector<KernelEntry>& all_kernels() { return registry(); }
+const std::deque<KernelEntry>& all_kernels() { return registry(); }
 
 bool has_kernel(const std::string& op, Device device, DType dtype, const std::string& variant) {
   for (auto& e : registry())

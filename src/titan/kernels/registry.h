@@ -6,6 +6,7 @@
 // function pointers defined by its op (forward + backward); the registry stores
 // it type-erased and checks the type on lookup.
 #include <any>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -31,7 +32,9 @@ struct KernelEntry {
 };
 
 void register_kernel(KernelEntry entry);
-const std::vector<KernelEntry>& all_kernels();
+// Every registered kernel. A deque: a backend library loaded later (libtitan_cuda.so) appends its
+// entries while references to earlier ones (find_kernel, kernel_for) stay valid.
+const std::deque<KernelEntry>& all_kernels();
 
 // Looks up an entry; a missing kernel is an error naming op, device, dtype and variant.
 const KernelEntry& find_kernel(const std::string& op, Device device, DType dtype, const std::string& variant);

@@ -400,9 +400,6 @@ void JobConfig::validate(int world_size) const {
   TITAN_CHECK(job.device == "cpu" || (!checkpoint.enable && !checkpoint.last_save_in_hf),
               "job.device = \"", job.device, "\": checkpoint.enable and checkpoint.last_save_in_hf are not supported "
               "on this device yet (checkpoints are written from host memory); train with them off");
-  // The MPI communicator moves host memory; a device backend brings its own (NCCL).
-  TITAN_CHECK(world_size == 1 || job.device == "cpu", "job.device = \"", job.device, "\": training over ",
-              world_size, " MPI ranks supports job.device = \"cpu\" only (no device communicator yet)");
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
   positive(validation.freq, "validation.freq");

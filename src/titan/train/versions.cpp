@@ -7,9 +7,7 @@
 #include <cstdio>
 
 #include "titan/backend/cpu/cpu_info.h"
-#ifdef TITAN_HAVE_CUDA
-#include "titan/backend/cuda/device.h"
-#endif
+#include "titan/core/device_services.h"
 
 namespace titan::train {
 namespace {
@@ -70,9 +68,13 @@ std::vector<VersionEntry> collect_versions() {
       {"MPI", mpi()},
   };
 #ifdef TITAN_HAVE_CUDA
-  v.push_back({"CUDA", cuda::runtime_versions()});
-  const int gpus = cuda::device_count();
-  v.push_back({"GPU", gpus == 0 ? "none" : std::to_string(gpus) + " x " + cuda::device_summary(0)});
+  // The CUDA runtime and GPUs as the backend library reports them once something loaded it (a
+  // job on device cuda, `titan version --cuda`); never loaded from here, so a CPU run says so.
+  if (const DeviceServices* cuda = loaded_device_services(Device::CUDA)) {
+    for (auto& [component, version] : cuda->versions()) v.push_back({component, version});
+  } else {
+    v.push_back({"CUDA", "backend not loaded (libtitan_cuda.so is loaded on first use of device cuda)"});
+  }
 #endif
   char family_model[64];
   std::snprintf(family_model, sizeof family_model, " (%s family 0x%x model 0x%x)", cpu.vendor.c_str(), cpu.family,

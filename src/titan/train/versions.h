@@ -17,8 +17,10 @@ struct VersionEntry {
 // `git describe --tags --always --dirty` of the source tree at build time (cmake/git_describe.cmake).
 const char* titan_git_describe();
 
-// Every component, in a fixed order; CUDA and GPU only in builds with the CUDA backend. Safe to call
-// before MPI_Init (MPI_Get_library_version is one of the functions the standard allows then).
+// Every component, in a fixed order; CUDA and GPU only in builds with the CUDA backend, and only
+// once its library is loaded (before that one "CUDA" entry says it is not loaded: collecting the
+// versions never loads it). Safe to call before MPI_Init (MPI_Get_library_version is one of the
+// functions the standard allows then).
 std::vector<VersionEntry> collect_versions();
 
 // {"titan": "...", "compiler": "...", ...}: the block of checkpoints and `titan version --json`.

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -148,17 +149,26 @@ class CudaDeviceServices final : public DeviceServices {
   }
 
   std::string description() const override {
-    return unavailable_reason().empty() ? device_summary(0) : "cuda (unavailable: " + unavailable_reason() + ")";
+    return unavailable_reason().empty() ? device_summary(device_)
+                                        : "cuda (unavailable: " + unavailable_reason() + ")";
+  }
+
+  std::vector<std::pair<std::string, std::string>> versions() const override {
+    const int gpus = device_count();
+    return {{"CUDA", runtime_versions()},
+            {"GPU", gpus == 0 ? "none" : std::to_string(gpus) + " x " + device_summary(0)}};
   }
 
   int64_t capacity_bytes() const override {
     if (!unavailable_reason().empty()) return 0;
-    size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    // From the properties of this process's GPU: no context is created (cudaMemGetInfo would make
+    // one on the thread's current device, GPU 0 for every rank before the first kernel).
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, device_) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
-    return int64_t(total);
+    return int64_t(p.totalGlobalMem);
   }
 
   // Dense peak of the datasheet for the Hopper parts with 132 SMs (H100 SXM, H200): 989.4 TFLOP/s on
@@ -167,9 +177,9 @@ class CudaDeviceServices final : public DeviceServices {
   double peak_flops(DType dtype) const override {
     if (!unavailable_reason().empty()) return 0;
     int major = 0, minor = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
@@ -303,6 +313,9 @@ class CudaDeviceServices final : public DeviceServices {
   cudaStream_t stream_handle() {
     std::call_once(stream_once_, [this] {
       require_available();
+      // The thread that first uses the device (the main thread, which issues every kernel and
+      // copy) makes this process's GPU current.
+      TITAN_CUDA_CHECK(cudaSetDevice(device_));
       TITAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     });
     return stream_;
@@ -373,7 +386,22 @@ class CudaDeviceServices final : public DeviceServices {
       reason_ = std::string("no CUDA device found (") + cudaGetErrorString(err) + ")";
     } else if (n == 0) {
       reason_ = "no CUDA device found";
+    } else if (const int local = launcher_local_rank(); n > 1 && local >= n) {
+      reason_ = "this process is local rank " + std::to_string(local) + " of its host, which shows " +
+                std::to_string(n) + " GPUs: one GPU per rank (start at most " + std::to_string(n) +
+                " ranks per host)";
+    } else {
+      // A process that sees one GPU uses it (a launcher that gives each rank its own through
+      // CUDA_VISIBLE_DEVICES, or one process).
+      device_ = n == 1 ? 0 : std::max(local, 0);
     }
+  }
+  // One GPU per rank: an MPI (or Slurm, torchrun) launcher's local rank on this host picks the
+  // GPU among those the process sees; -1 when no launcher set one (one process: GPU 0).
+  static int launcher_local_rank() {
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+      if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+    return -1;
   }
   void require_available() const {
     const std::string why = unavailable_reason();
@@ -412,6 +440,7 @@ class CudaDeviceServices final : public DeviceServices {
 
   mutable std::once_flag probe_once_;
   mutable std::string reason_;
+  mutable int device_ = 0;  // this process's GPU (probe)
   std::once_flag stream_once_;
   cudaStream_t stream_ = nullptr;
 
@@ -436,7 +465,8 @@ CudaDeviceServices& services() {
   return *s;
 }
 
-// Registration only stores the pointer; the GPU is probed on first use.
+// Runs when libtitan_cuda.so is loaded (core/device_services.cpp's dlopen, or at start-up of a
+// program linked against it). Registration only stores the pointer; the GPU is probed on first use.
 const bool registered = [] {
   register_device_services(Device::CUDA, &services());
   return true;

@@ -1,0 +1,3 @@
+# backend_loading_test runs the titan binary (a CPU job, `titan version --cuda`) and checks which
+# libraries it loads: building the test builds the binary and the CUDA backend library first.
+add_dependencies(backend_loading_test titan_cli)
