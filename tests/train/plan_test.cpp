@@ -110,16 +110,23 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   // DDP on 2 ranks: one f32 all-reduce of every gradient, 2 x 4 x Psi x 1/2 bytes sent.
   const StepProfile ddp = profile_training_step(args, debugmodel_step(2, 1).shape, Device::Meta);
   EXPECT_DOUBLE_EQ(double(ddp.comm.bytes_sent), 2 * 4 * psi / 2);
-  // FSDP on 2 ranks: f32 gathers (a layer's twice, before its forward and its backward; the
-  // embedding and head blocks once) and one f32 reduce-scatter of every gradient, x 1/2.
+  // FSDP on 2 ranks: a layer gathered twice (before its forward and its backward) in the compute
+  // dtype (g bytes: 2 under bf16), the embedding and head blocks once in f32, and one f32
+  // reduce-scatter of every gradient, x 1/2.
   StepShape fsdp_shape = debugmodel_step(1, 2).shape;
+  const double g = double(dtype_size(fsdp_shape.compute));
+  const double psi_root = psi - psi_layers;
   const StepProfile fsdp = profile_training_step(args, fsdp_shape, Device::Meta);
-  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent), 4 * (psi + psi_layers + psi) / 2);
+  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent), (2 * g * psi_layers + 4 * psi_root + 4 * psi) / 2);
+  StepShape f32_shape = fsdp_shape;
+  f32_shape.compute = DType::F32;  // the layers gathered in f32: g = 4
+  EXPECT_DOUBLE_EQ(double(profile_training_step(args, f32_shape, Device::Meta).comm.bytes_sent),
+                   (2 * 4 * psi_layers + 4 * psi_root + 4 * psi) / 2);
   // fsdp_reshard_after_forward = "never" keeps the layers until their backward: one gather fewer
   // per layer, more memory.
   fsdp_shape.reshard = dist::Reshard::Never;
   const StepProfile kept = profile_training_step(args, fsdp_shape, Device::Meta);
-  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent - kept.comm.bytes_sent), 4 * psi_layers / 2);
+  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent - kept.comm.bytes_sent), g * psi_layers / 2);
   EXPECT_GT(kept.peak, fsdp.peak);
   // The time model: bytes over the bandwidth plus one latency per ring step.
   const Link link{8, 1};  // 1 GB/s, 1 us
