@@ -42,6 +42,7 @@ class ParallelPlan {
   int64_t dp_size() const { return dp_replicate_ * dp_shard_; }  // ranks that each take a slice of the batch
   int64_t dp_rank() const { return rank(); }
   int64_t shard_index() const { return rank() % dp_shard_; }
+  int64_t replicate_index() const { return rank() / dp_shard_; }
   // Logs, metrics, TensorBoard and checkpoint files are written by this rank only.
   bool is_logging_rank() const { return rank() == 0; }
   // "FSDP 2 ranks (dp_replicate 1 x dp_shard 2)", "one process", ...
