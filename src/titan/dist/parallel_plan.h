@@ -52,9 +52,6 @@ class ParallelPlan {
   void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
   // This rank's slice of a whole block-sized buffer (the whole buffer when not sharded).
   Tensor local(const Tensor& block_buffer) const;
-  // A block-sized buffer assembled from every rank's `local_slice` (the slice itself when not
-  // sharded): what a checkpoint of sharded optimizer state writes.
-  Tensor gather_full(const Tensor& local_slice) const;
 
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
   void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
