@@ -100,9 +100,9 @@ TEST(TrainerStep, ClippedAdamWStepMatchesAnIndependentGlobalNormComputation) {
     const float* g = b.grad().data<float>();
     for (auto& p : b.params()) {
       SCOPED_TRACE(p.name);
-      const std::vector<float> w = tensor_values(ck.model, p.name),
-                               m = tensor_values(ck.optimizer, "exp_avg." + p.name),
-                               v = tensor_values(ck.optimizer, "exp_avg_sq." + p.name);
+      const std::vector<float> w = tensor_values(ck.model_files[0], p.name),
+                               m = tensor_values(ck.optimizer_files[0], "exp_avg." + p.name),
+                               v = tensor_values(ck.optimizer_files[0], "exp_avg_sq." + p.name);
       const std::vector<float>& w0 = initial[p.name];
       for (size_t i = 0; i < w.size(); ++i) {
         const double gi = double(g[p.offset + int64_t(i)]) * clip;

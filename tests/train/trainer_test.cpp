@@ -438,7 +438,7 @@ TEST(Trainer, NonFiniteGradNormStopsBeforeTheOptimizerStep) {
   EXPECT_FALSE(fs::exists(ckpt.step_dir(bad_step)));
   // What was written is finite.
   LoadedCheckpoint c = ckpt.load(steps.back());
-  for (auto& t : c.model.tensors()) {
+  for (auto& t : c.model_files[0].tensors()) {
     std::vector<float> v(size_t(t.numel()));
     std::memcpy(v.data(), t.data, t.nbytes());
     for (float x : v) ASSERT_TRUE(std::isfinite(x)) << t.name;

@@ -72,13 +72,6 @@ Tensor ParallelPlan::local(const Tensor& buffer) const {
   return buffer.narrow(0, shard_index() * n, n);
 }
 
-Tensor ParallelPlan::gather_full(const Tensor& slice) const {
-  if (dp_shard_ == 1) return slice;
-  Tensor full = Tensor::empty({slice.numel() * dp_shard_}, slice.dtype(), slice.device());
-  shard_group_->all_gather(slice.raw_data(), full.raw_data(), slice.numel(), slice.dtype(), context_of(slice));
-  return full;
-}
-
 double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
   // Replicas hold the same shards: the norm is summed over one shard group.
   if (dp_shard_ > 1) shard_group_->all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());

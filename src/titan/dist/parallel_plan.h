@@ -42,6 +42,7 @@ class ParallelPlan {
   int64_t dp_size() const { return dp_replicate_ * dp_shard_; }  // ranks that each take a slice of the batch
   int64_t dp_rank() const { return rank(); }
   int64_t shard_index() const { return rank() % dp_shard_; }
+  int64_t replicate_index() const { return rank() / dp_shard_; }
   // Logs, metrics, TensorBoard and checkpoint files are written by this rank only.
   bool is_logging_rank() const { return rank() == 0; }
   // "FSDP 2 ranks (dp_replicate 1 x dp_shard 2)", "one process", ...
@@ -51,9 +52,6 @@ class ParallelPlan {
   void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
   // This rank's slice of a whole block-sized buffer (the whole buffer when not sharded).
   Tensor local(const Tensor& block_buffer) const;
-  // A block-sized buffer assembled from every rank's `local_slice` (the slice itself when not
-  // sharded): what a checkpoint of sharded optimizer state writes.
-  Tensor gather_full(const Tensor& local_slice) const;
 
   double all_reduce_grad_norm_sq(double local_sum_sq) const;
   void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks

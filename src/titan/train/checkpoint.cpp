@@ -42,8 +42,6 @@ namespace {
 // The manifest's "format": what marks a folder as a checkpoint titan wrote (and may prune).
 constexpr const char* kManifestFormat = "titan-checkpoint";
 
-std::string rank_file(const char* kind, int rank) { return std::string(kind) + "-rank" + std::to_string(rank) + ".safetensors"; }
-
 nlohmann::json read_json(const fs::path& p) {
   io::check_regular_file(p, "checkpoint");
   std::ifstream f(p, std::ios::binary);
@@ -65,43 +63,71 @@ bool written_by_titan(const fs::path& dir) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(fs::path folder, int64_t keep_latest_k, int rank)
-    : folder_(std::move(folder)), keep_latest_k_(keep_latest_k), rank_(rank) {}
+std::string shard_file_name(const std::string& kind, int64_t shard) {
+  return kind + "-rank" + std::to_string(shard) + ".safetensors";
+}
+
+std::vector<CheckpointFile> write_shard_files(const fs::path& dir, int64_t shard,
+                                              std::span<const io::TensorWrite> model,
+                                              std::span<const io::TensorWrite> optimizer, bool show_progress) {
+  uint64_t tensor_bytes = 0;
+  for (auto& t : model) tensor_bytes += io::tensor_write_bytes(t);
+  for (auto& t : optimizer) tensor_bytes += io::tensor_write_bytes(t);
+  // Writing, then reading back for the checksums: twice the bytes.
+  std::atomic<uint64_t> written{0}, checksummed{0};
+  std::optional<Progress> progress;
+  if (show_progress)
+    progress.emplace("checkpoint: saving " + dir.filename().string(), 2 * tensor_bytes,
+                     [&] { return written.load() + checksummed.load(); });
+  std::vector<CheckpointFile> files;
+  for (auto [kind, tensors] : {std::pair{"model", model}, {"optimizer", optimizer}}) {
+    const fs::path path = dir / shard_file_name(kind, shard);
+    written += io::write_safetensors(path, tensors, {{"titan", kind}, {"shard", std::to_string(shard)}});
+    files.push_back({path.filename().string(), fs::file_size(path), file_checksum(path, &checksummed)});
+  }
+  return files;
+}
+
+CheckpointManager::CheckpointManager(fs::path folder, int64_t keep_latest_k)
+    : folder_(std::move(folder)), keep_latest_k_(keep_latest_k) {}
 
 fs::path CheckpointManager::step_dir(int64_t step) const { return folder_ / ("step-" + std::to_string(step)); }
 
-void CheckpointManager::save(int64_t step, std::span<const io::TensorWrite> model,
-                             std::span<const io::TensorWrite> optimizer, const nlohmann::json& train_state) {
+fs::path CheckpointManager::begin_save(int64_t step) {
   fs::create_directories(folder_);
-  fs::path final_dir = step_dir(step);
-  {
-    // Re-saving a step (e.g. after a resume that did no step) replaces it atomically.
-    io::AtomicDir dir(final_dir, /*replace=*/true);
-    const fs::path& tmp = dir.temp_path();
-    uint64_t tensor_bytes = 0;
-    for (auto& t : model) tensor_bytes += io::tensor_write_bytes(t);
-    for (auto& t : optimizer) tensor_bytes += io::tensor_write_bytes(t);
-    // Writing, then reading back for the checksums: twice the bytes.
-    std::atomic<uint64_t> checksummed{0};
-    Progress progress("checkpoint: saving " + final_dir.filename().string(), 2 * tensor_bytes,
-                      [&] { return bytes_under(tmp) + checksummed.load(); });
-    io::write_safetensors(tmp / rank_file("model", rank_), model, {{"titan", "model"}});
-    io::write_safetensors(tmp / rank_file("optimizer", rank_), optimizer, {{"titan", "optimizer"}});
-    io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
-    nlohmann::json manifest;
-    manifest["format"] = kManifestFormat;
-    manifest["step"] = step;
-    for (auto& entry : fs::directory_iterator(tmp)) {
-      std::string name = entry.path().filename().string();
-      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())},
-                                 {"checksum", std::to_string(file_checksum(entry.path(), &checksummed))}};
-    }
-    io::write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
-    dir.commit();
+  // Re-saving a step (e.g. after a resume that did no step) replaces it atomically.
+  pending_.reset();
+  pending_.emplace(step_dir(step), /*replace=*/true);
+  return pending_->temp_path();
+}
+
+void CheckpointManager::commit_save(int64_t step, const std::vector<CheckpointFile>& shard_files,
+                                    const nlohmann::json& train_state) {
+  TITAN_CHECK(pending_ && pending_->path() == step_dir(step), "checkpoint: commit of step ", step,
+              " without begin_save");
+  const fs::path tmp = pending_->temp_path();
+  nlohmann::json manifest;
+  manifest["format"] = kManifestFormat;
+  manifest["step"] = step;
+  for (const CheckpointFile& f : shard_files) {
+    // Written by other processes: they must be visible here, whole, before anything is committed.
+    std::error_code ec;
+    const uint64_t seen = fs::file_size(tmp / f.name, ec);
+    TITAN_CHECK(!ec && seen == f.bytes, "checkpoint: '", (tmp / f.name).string(), "' (", f.bytes,
+                " bytes as its writer reported) is ", ec ? "not visible" : std::to_string(seen) + " bytes",
+                " here: job.dump_folder must be on a file system every rank sees");
+    manifest["files"][f.name] = {{"bytes", f.bytes}, {"checksum", std::to_string(f.checksum)}};
   }
+  io::write_file_atomic(tmp / "train_state.json", train_state.dump(2) + "\n");
+  manifest["files"]["train_state.json"] = {
+      {"bytes", fs::file_size(tmp / "train_state.json")},
+      {"checksum", std::to_string(file_checksum(tmp / "train_state.json"))}};
+  io::write_file_atomic(tmp / "manifest.json", manifest.dump(2) + "\n");
+  pending_->commit();
+  pending_.reset();
   // The commit marker goes last: until it exists, the folder is not a checkpoint.
-  io::write_file_atomic(final_dir / "COMMITTED", "step " + std::to_string(step) + "\n");
-  io::fsync_dir(final_dir);
+  io::write_file_atomic(step_dir(step) / "COMMITTED", "step " + std::to_string(step) + "\n");
+  io::fsync_dir(step_dir(step));
   prune(step);
 }
 
@@ -172,9 +198,9 @@ std::optional<int64_t> CheckpointManager::latest_step() const {
   return s.back();
 }
 
-LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_checkpoint_dir(step_dir(step), rank_); }
+LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_checkpoint_dir(step_dir(step)); }
 
-LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
+LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
   TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
   TITAN_CHECK(fs::exists(dir / "COMMITTED"), "checkpoint: '", dir.string(),
               "' has no COMMITTED marker (an interrupted save); it cannot be loaded");
@@ -193,10 +219,8 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
                 "checkpoint: '", dir.string(), "' holds '", name,
                 "' which manifest.json does not list (files are never loaded unchecked)");
   }
-  for (const std::string& needed :
-       {rank_file("model", rank), rank_file("optimizer", rank), std::string("train_state.json")})
-    TITAN_CHECK(manifest["files"].contains(needed), "checkpoint: '", (dir / "manifest.json").string(),
-                "' does not list '", needed, "'");
+  TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '", (dir / "manifest.json").string(),
+              "' does not list 'train_state.json'");
   for (auto& [name, info] : manifest["files"].items()) {
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
@@ -206,9 +230,24 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, int rank) {
     TITAN_CHECK(std::to_string(file_checksum(p, &checked)) == info["checksum"].get<std::string>(), "checkpoint: '",
                 p.string(), "' fails its checksum (corrupted)");
   }
-  LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"),
-                     io::SafetensorsFile::open(dir / rank_file("model", rank)),
-                     io::SafetensorsFile::open(dir / rank_file("optimizer", rank))};
+  LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}};
+  // The layout names the shard files; a checkpoint without one has a single pair.
+  int64_t shards = 1;
+  if (c.train_state.contains("layout")) {
+    const nlohmann::json& layout = c.train_state["layout"];
+    TITAN_CHECK(layout.is_object() && layout.contains("shards") && layout["shards"].is_number_integer() &&
+                    layout["shards"].get<int64_t>() >= 1,
+                "checkpoint: '", (dir / "train_state.json").string(), "': 'layout' lacks a positive 'shards'");
+    shards = layout["shards"].get<int64_t>();
+  }
+  for (int64_t k = 0; k < shards; ++k)
+    for (const char* kind : {"model", "optimizer"}) {
+      const std::string name = shard_file_name(kind, k);
+      TITAN_CHECK(manifest["files"].contains(name), "checkpoint: '", dir.string(), "' lacks '", name, "' (",
+                  shards, " shards were written; manifest.json does not list it)");
+      (std::string(kind) == "model" ? c.model_files : c.optimizer_files)
+          .push_back(io::SafetensorsFile::open(dir / name));
+    }
   return c;
 }
 

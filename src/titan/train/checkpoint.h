@@ -1,25 +1,30 @@
 #pragma once
 // Native checkpoints: <folder>/step-N/ holding
-//   model-rank{r}.safetensors      f32 parameters under native names (this rank's shard)
-//   optimizer-rank{r}.safetensors  AdamW exp_avg.<name> / exp_avg_sq.<name>
-//   train_state.json               step, tokens seen, model config, LR schedule, dataloader, RNG, world size
+//   model-rank{k}.safetensors      f32 parameters of shard k (k = 0 .. shards-1; one file when the
+//                                  state was not sharded); what a file holds: train_state's "layout"
+//   optimizer-rank{k}.safetensors  the AdamW moments of shard k
+//   train_state.json               step, tokens seen, model config, LR schedule, dataloader, RNG, world
+//                                  size, mesh, and the layout of the shard files
 //   manifest.json                  "format": "titan-checkpoint", every file with its size and
 //                                  64-bit checksum (a file it does not list fails the load)
 //   COMMITTED                      written last: a folder without it is ignored (and pruned)
-// A save assembles .step-N.tmp-<pid>-<n>, fsyncs every file, renames it to step-N, then writes
-// COMMITTED atomically, so a crash at any point never leaves a checkpoint that loads. After a
-// save, older committed steps beyond keep_latest_k, step folders without COMMITTED and temporaries
-// left by a dead process are deleted (a pruned folder loses its COMMITTED marker first, its
-// manifest last). Only folders whose manifest carries the format marker are titan's: another
-// program's step-N folder is never loaded, counted or deleted.
+// A save assembles .step-N.tmp-<pid>-<n> (the ranks that write shard files write them there, each
+// fsynced), and once every file is in, the logging rank writes train_state.json and the manifest,
+// renames the folder to step-N and then writes COMMITTED atomically, so a crash at any point never
+// leaves a checkpoint that loads. After a save, older committed steps beyond keep_latest_k, step
+// folders without COMMITTED and temporaries left by a dead process are deleted (a pruned folder
+// loses its COMMITTED marker first, its manifest last). Only folders whose manifest carries the
+// format marker are titan's: another program's step-N folder is never loaded, counted or deleted.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "titan/io/atomic_file.h"
 #include "titan/io/safetensors.h"
 
 namespace titan::train {
@@ -28,20 +33,42 @@ struct LoadedCheckpoint {
   int64_t step = 0;
   std::filesystem::path dir;
   nlohmann::json train_state;
-  io::SafetensorsFile model;
-  io::SafetensorsFile optimizer;
+  // model-rank{k} and optimizer-rank{k} by shard k: as many as train_state's "layout" has shards
+  // (one for a checkpoint written before layouts were recorded).
+  std::vector<io::SafetensorsFile> model_files;
+  std::vector<io::SafetensorsFile> optimizer_files;
 };
+
+// "model-rank3.safetensors": the file of shard k ("model" or "optimizer").
+std::string shard_file_name(const std::string& kind, int64_t shard);
+
+// A file of a checkpoint as its manifest lists it.
+struct CheckpointFile {
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;  // file_checksum
+};
+
+// Writes model-rank{shard} and optimizer-rank{shard} into `dir` (each fsynced) and returns them
+// with their sizes and checksums; `show_progress` draws a progress line.
+std::vector<CheckpointFile> write_shard_files(const std::filesystem::path& dir, int64_t shard,
+                                              std::span<const io::TensorWrite> model,
+                                              std::span<const io::TensorWrite> optimizer, bool show_progress);
 
 class CheckpointManager {
  public:
-  CheckpointManager(std::filesystem::path folder, int64_t keep_latest_k, int rank = 0);
+  CheckpointManager(std::filesystem::path folder, int64_t keep_latest_k);
 
   const std::filesystem::path& folder() const { return folder_; }
   std::filesystem::path step_dir(int64_t step) const;
 
-  // Writes step-N atomically, then prunes to the newest keep_latest_k committed steps (0 keeps all).
-  void save(int64_t step, std::span<const io::TensorWrite> model, std::span<const io::TensorWrite> optimizer,
-            const nlohmann::json& train_state);
+  // A save in three parts, so that several processes can write one checkpoint: begin_save creates
+  // the temporary folder of step-N (returned), the writers put their shard files there
+  // (write_shard_files), then commit_save, given every shard file, writes train_state.json and the
+  // manifest, moves the folder into place, writes COMMITTED and prunes to the newest keep_latest_k
+  // committed steps (0 keeps all). A save that is begun and never committed leaves no checkpoint.
+  std::filesystem::path begin_save(int64_t step);
+  void commit_save(int64_t step, const std::vector<CheckpointFile>& shard_files, const nlohmann::json& train_state);
 
   // Committed steps, ascending.
   std::vector<int64_t> committed_steps() const;
@@ -50,18 +77,19 @@ class CheckpointManager {
   std::vector<std::filesystem::path> foreign_step_dirs() const;
   std::optional<int64_t> latest_step() const;
 
-  // Loads a committed step, verifying the manifest's sizes and checksums.
+  // Loads a committed step, verifying the manifest's sizes and checksums of every file (every
+  // shard's); a shard file the layout needs and the folder lacks is an error naming it.
   LoadedCheckpoint load(int64_t step) const;
 
  private:
   void prune(int64_t just_saved) const;
   std::filesystem::path folder_;
   int64_t keep_latest_k_;
-  int rank_;
+  std::optional<io::AtomicDir> pending_;  // the folder of the save begun and not yet committed
 };
 
 // Opens a checkpoint directory directly (titan export, verify-export); it must be committed.
-LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir, int rank = 0);
+LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir);
 
 // 64-bit checksum of a file's bytes (FNV-1a over 8-byte words), for the manifest. `bytes_read`,
 // when given, is advanced as the file is read (progress display).

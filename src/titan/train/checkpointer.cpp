@@ -7,6 +7,7 @@
 #include "titan/data/data_identity.h"
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/checkpoint_blocks.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
 #include "titan/train/resume_guard.h"
@@ -37,29 +38,70 @@ bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
   return true;
 }
 
+// The temporary folder rank 0 began the save in, on every rank.
+fs::path folder_of_rank0(const dist::ParallelPlan& plan, const fs::path& on_rank0) {
+  std::string path = on_rank0.string();
+  int64_t length = int64_t(path.size());
+  plan.world().broadcast(&length, 1, DType::I64, 0, dist::host_context());
+  path.resize(size_t(length));
+  plan.world().broadcast(path.data(), length, DType::U8, 0, dist::host_context());
+  return path;
+}
+
+// The shard files every rank wrote (none for the ranks of other replicas), on every rank.
+std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, int64_t shard,
+                                               const std::vector<CheckpointFile>& mine) {
+  // Per rank: shard (-1: wrote nothing), then bytes and checksum of its model and optimizer file.
+  constexpr int64_t kFields = 5;
+  std::vector<int64_t> record(kFields, -1);
+  if (!mine.empty()) {
+    TITAN_CHECK(mine.size() == 2, "checkpoint: a shard is one model and one optimizer file");
+    record = {shard, int64_t(mine[0].bytes), int64_t(mine[0].checksum), int64_t(mine[1].bytes),
+              int64_t(mine[1].checksum)};
+  }
+  std::vector<int64_t> all(size_t(kFields * plan.world_size()));
+  plan.world().all_gather(record.data(), all.data(), kFields, DType::I64, dist::host_context());
+  std::vector<CheckpointFile> files;
+  for (int r = 0; r < plan.world_size(); ++r) {
+    const int64_t* f = all.data() + size_t(r) * kFields;
+    if (f[0] < 0) continue;
+    files.push_back({shard_file_name("model", f[0]), uint64_t(f[1]), uint64_t(f[2])});
+    files.push_back({shard_file_name("optimizer", f[0]), uint64_t(f[3]), uint64_t(f[4])});
+  }
+  return files;
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c),
       plan_(plan),
-      // One consolidated set of files (the *-rank0 files), written by the logging rank.
-      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k, 0),
+      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k),
       resume_step_(c.checkpoint.enable ? manager_.latest_step() : std::nullopt),
       last_saved_step_(resume_step_.value_or(-1)) {}
+
+Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) const {
+  // Once the state is distributed, a sharded block holds only this rank's slice; before (a
+  // restore), the block is whole and the slice is ParallelPlan's cut of it.
+  nn::ParamBlock& block = s.model.blocks()[b];
+  Tensor values = block.sharded() ? block.shard() : plan_.local(block.data());
+  return {plan_.shard_index() * values.numel(), values, s.optimizer.exp_avg()[b], s.optimizer.exp_avg_sq()[b]};
+}
 
 void Checkpointer::restore(TrainState& s) const {
   TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
   LoadedCheckpoint c = manager_.load(*resume_step_);
   check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
-  qwen3::restore_parameters(c.model, s.model);
-  // The file holds whole blocks; this rank keeps its slice of each moment.
-  for (auto [moments, prefix] :
-       {std::pair{&s.optimizer.exp_avg(), "exp_avg."}, {&s.optimizer.exp_avg_sq(), "exp_avg_sq."}}) {
-    std::vector<Tensor> full;
-    for (auto& b : s.model.blocks()) full.push_back(Tensor::zeros({b.numel()}, DType::F32));
-    qwen3::restore_layout_tensors(c.optimizer, s.model, full, prefix);
-    for (size_t b = 0; b < full.size(); ++b) (*moments)[b].copy_from(plan_.local(full[b]));
+  // Each rank reads its slice of every block from the shard files that overlap it (the whole
+  // block when this run does not shard): the restore comes before TrainState::distribute, which
+  // keeps exactly that slice.
+  const CheckpointBlocks saved(c, s.model);
+  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+    LocalSlice mine = local_slice(s, b);
+    saved.read(b, "", mine.begin, mine.values);
+    saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
+    saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
   }
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
@@ -68,8 +110,8 @@ void Checkpointer::restore(TrainState& s) const {
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   const int saved_world = ts.at("world_size").get<int>();
   if (saved_world != plan_.world_size())
-    say("resharding: the checkpoint was written by %d ranks, this run has %d", saved_world,
-        plan_.world_size());
+    say("resharding: the checkpoint was written by %d ranks (%zu shard files), this run has %d", saved_world,
+        c.model_files.size(), plan_.world_size());
   const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
@@ -81,19 +123,34 @@ void Checkpointer::restore(TrainState& s) const {
 
 void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   auto t0 = Clock::now();
-  // Every rank takes part in assembling whole blocks; the logging rank writes them.
-  s.sharding.gather_all();
-  std::vector<Tensor> exp_avg, exp_avg_sq;
+  // Replicas hold identical shards: the ranks of the first replica write them. Without sharding
+  // that is rank 0 alone, writing whole parameters under their names (the single-process format).
+  const bool writes = plan_.replicate_index() == 0;
+  const int64_t shards = plan_.dp_shard();
+  std::vector<Tensor> values, exp_avg, exp_avg_sq;
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-    exp_avg.push_back(plan_.gather_full(s.optimizer.exp_avg()[b]));
-    exp_avg_sq.push_back(plan_.gather_full(s.optimizer.exp_avg_sq()[b]));
+    LocalSlice mine = local_slice(s, b);
+    values.push_back(mine.values);
+    exp_avg.push_back(mine.exp_avg);
+    exp_avg_sq.push_back(mine.exp_avg_sq);
   }
-  std::vector<io::TensorWrite> model_t = qwen3::parameter_tensors(s.model);
-  std::vector<io::TensorWrite> opt_t = qwen3::layout_tensors(s.model, exp_avg, "exp_avg.");
-  for (auto& t : qwen3::layout_tensors(s.model, exp_avg_sq, "exp_avg_sq.")) opt_t.push_back(t);
+  std::vector<io::TensorWrite> model_t, opt_t;
+  if (writes) {
+    auto tensors = [&](const std::vector<Tensor>& slices, const std::string& prefix) {
+      return shards > 1 ? block_slice_tensors(s.model, slices, prefix)
+                        : qwen3::layout_tensors(s.model, slices, prefix);
+    };
+    model_t = tensors(values, "");
+    opt_t = tensors(exp_avg, "exp_avg.");
+    for (auto& t : tensors(exp_avg_sq, "exp_avg_sq.")) opt_t.push_back(t);
+  }
   std::string bad;
-  TITAN_CHECK(all_finite(model_t, &bad) && all_finite(opt_t, &bad), "step ", s.step, ": '", bad,
-              "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
+  const bool finite = all_finite(model_t, &bad) && all_finite(opt_t, &bad);
+  // Every rank stops alike (no rank left waiting in the save's collectives).
+  if (plan_.max_over_ranks(finite ? 0 : 1) != 0) {
+    TITAN_CHECK(finite, "step ", s.step, ": '", bad, "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
+    TITAN_FAIL("step ", s.step, ": another rank's shard holds non-finite values; no checkpoint written");
+  }
   const auto& c = config_;
   nlohmann::json ts;
   ts["step"] = s.step;
@@ -110,10 +167,17 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
                 {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree},
                 {"ep", c.parallelism.expert_parallel_degree}};
+  ts["layout"] = checkpoint_layout(s.model, shards);
   if (!s.model.expert_bias().empty()) ts["expert_bias"] = s.model.expert_bias_values();
   ts["versions"] = versions_json(collect_versions());
-  if (plan_.is_logging_rank()) manager_.save(s.step, model_t, opt_t, ts);
-  s.sharding.release_all();  // model_t pointed into the gathered blocks
+  // Rank 0 begins the save; the writers put their fsynced shard files into its folder; once every
+  // rank has reported its files (the all-gather is the synchronisation), rank 0 writes the
+  // metadata and commits.
+  const fs::path temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
+  std::vector<CheckpointFile> mine;
+  if (writes) mine = write_shard_files(temp, plan_.shard_index(), model_t, opt_t, plan_.is_logging_rank());
+  const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), mine);
+  if (plan_.is_logging_rank()) manager_.commit_save(s.step, files, ts);
   // No rank runs ahead of (or exits before) the commit.
   plan_.barrier();
   last_saved_step_ = s.step;

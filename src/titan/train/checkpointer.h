@@ -27,15 +27,15 @@ class Checkpointer {
   // step-N folders another program wrote: never resumed from, counted or pruned.
   std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
 
-  // Restores `state` from resume_step(): weights, moments (this rank's slice), step, tokens seen,
-  // data position, expert biases, whatever number of ranks wrote it. Errors name the checkpoint
-  // and what does not fit this run.
+  // Restores `state` from resume_step(): weights, moments (this rank's slice, read from the shard
+  // files that overlap it), step, tokens seen, data position, expert biases, whatever number of
+  // ranks wrote it. Errors name the checkpoint and what does not fit this run.
   void restore(TrainState& state) const;
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
-  // rank calls it: sharded parameters and moments are gathered, the logging rank writes one
-  // consolidated checkpoint (so it resumes at any number of ranks), and all ranks return after
-  // the commit.
+  // rank calls it: the ranks of the first replica write their shard files (replicas hold the same
+  // shards), then the logging rank writes train_state.json with the layout, the manifest and
+  // COMMITTED, and all ranks return after the commit.
   void save(TrainState& state, const ResolvedJob& job);
   // The step saved last (or resumed from): a stop by signal does not save it twice.
   int64_t last_saved_step() const { return last_saved_step_; }
@@ -45,6 +45,15 @@ class Checkpointer {
   void export_hf(TrainState& state, const ResolvedJob& job) const;
 
  private:
+  // This rank's slice of block b, its first element's index in the block buffer, and the
+  // optimizer's moments of that slice: the one place the checkpointer asks which part of the state
+  // is this rank's.
+  struct LocalSlice {
+    int64_t begin = 0;
+    Tensor values, exp_avg, exp_avg_sq;
+  };
+  LocalSlice local_slice(TrainState& state, size_t block) const;
+
   const JobConfig& config_;
   const dist::ParallelPlan& plan_;
   CheckpointManager manager_;

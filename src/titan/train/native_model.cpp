@@ -1,8 +1,8 @@
 #include "titan/train/native_model.h"
 
 #include "titan/core/check.h"
-#include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/checkpoint_blocks.h"
 
 namespace titan::train {
 
@@ -14,7 +14,7 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
       qwen3::args_from_hf_config(c.train_state["model_config"], (step_dir / "train_state.json").string());
   NativeModel out;
   out.model = std::make_unique<qwen3::Qwen3Model>(args, compute_dtype);
-  qwen3::restore_parameters(c.model, *out.model);
+  restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());
   return out;

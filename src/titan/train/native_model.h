@@ -1,7 +1,7 @@
 #pragma once
 // A model rebuilt from a native checkpoint (titan export, titan verify-export, tests):
-// the architecture comes from train_state.json's model_config, the weights from
-// model-rank0.safetensors (native names).
+// the architecture comes from train_state.json's model_config, the weights from its model files
+// (one of named parameters, or the slices of every shard: checkpoint_blocks.h).
 #include <filesystem>
 #include <memory>
 

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/checkpoint_blocks.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
 
@@ -102,7 +102,7 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
   } else if (!job.initial_native.empty()) {
     LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native);
-    qwen3::restore_parameters(ck.model, state.model);
+    restore_whole_parameters(ck, state.model);
     say("loaded native weights from %s (step %ld); optimizer and step start fresh", ck.dir.string().c_str(),
         long(ck.step));
   } else {

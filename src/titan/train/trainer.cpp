@@ -4,11 +4,15 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <condition_variable>
 #include <filesystem>
 #include <cstdio>
 #include <functional>
 #include <omp.h>
+#include <mutex>
 #include <optional>
+#include <pthread.h>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -42,14 +46,43 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 // While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary).
+//
+// No thread that computes may take these signals. oneDNN's JIT f32 GEMM kernels (oneDNN 2.x, as
+// Debian ships it; fixed upstream by oneDNN PR #4855, issue #4845) point rsp into a heap workspace
+// while they run: a signal handled on that thread pushes its frame onto the heap and corrupts the
+// allocator's metadata ("corrupted size vs. prev_size" in a later free()). So the signals are
+// blocked in this thread and in the OpenMP workers (every thread started from here on, OpenMP's
+// and the data loader's, inherits the mask) and are taken by a thread that only waits; threads
+// that existed before (MPI's progress threads) may take them too, and do not compute.
 class StopSignals {
  public:
   StopSignals() {
     g_stop_signal = 0;
+    sigemptyset(&stop_set_);
+    sigaddset(&stop_set_, SIGINT);
+    sigaddset(&stop_set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_set_, &previous_mask_);
+    mask_openmp_threads(SIG_BLOCK, &stop_set_);
     prev_int_ = std::signal(SIGINT, on_stop_signal);
     prev_term_ = std::signal(SIGTERM, on_stop_signal);
+    receiver_ = std::thread([this] {
+      pthread_sigmask(SIG_UNBLOCK, &stop_set_, nullptr);
+      std::unique_lock lock(mu_);
+      done_cv_.wait(lock, [this] { return done_; });
+      pthread_sigmask(SIG_BLOCK, &stop_set_, nullptr);
+    });
   }
   ~StopSignals() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    receiver_.join();
+    // A signal that came meanwhile is pending: it is delivered here, to the handler, when the
+    // mask is restored; only then do the previous handlers return.
+    mask_openmp_threads(SIG_SETMASK, &previous_mask_);
+    pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
     std::signal(SIGINT, prev_int_);
     std::signal(SIGTERM, prev_term_);
   }
@@ -58,8 +91,22 @@ class StopSignals {
   int received() const { return g_stop_signal.load(); }
 
  private:
+  // pthread_sigmask(how, set) on every thread of OpenMP's pool: a parallel region as wide as the
+  // pool (not narrowed by dynamic adjustment).
+  static void mask_openmp_threads(int how, const sigset_t* set) {
+    const int dynamic = omp_get_dynamic();
+    omp_set_dynamic(0);
+#pragma omp parallel num_threads(omp_get_max_threads())
+    pthread_sigmask(how, set, nullptr);
+    omp_set_dynamic(dynamic);
+  }
+  sigset_t stop_set_, previous_mask_;
   void (*prev_int_)(int) = nullptr;
   void (*prev_term_)(int) = nullptr;
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread receiver_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t) {

@@ -1,0 +1,127 @@
+#include "titan/train/checkpoint_blocks.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "titan/core/check.h"
+#include "titan/models/qwen3/checkpoint_layout.h"
+
+namespace titan::train {
+
+namespace {
+
+// Elements up to the end of the block's last parameter: what its padding to any multiple keeps.
+int64_t parameter_extent(const nn::ParamBlock& block) {
+  int64_t end = 0;
+  for (auto& p : block.params()) end = std::max(end, p.offset + shape_numel(p.shape));
+  return end;
+}
+
+nlohmann::json params_json(const nn::ParamBlock& block) {
+  nlohmann::json params = nlohmann::json::array();
+  for (auto& p : block.params()) params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+  return params;
+}
+
+}  // namespace
+
+nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards) {
+  nlohmann::json blocks = nlohmann::json::array();
+  for (auto& b : model.blocks()) {
+    TITAN_CHECK(b.numel() % shards == 0, "checkpoint layout: block '", b.name(), "' of ", b.numel(),
+                " elements is not padded to a multiple of ", shards, " shards");
+    const int64_t slice = b.numel() / shards;
+    nlohmann::json ranges = nlohmann::json::array();
+    for (int64_t k = 0; k < shards; ++k) ranges.push_back({k * slice, (k + 1) * slice});
+    blocks.push_back({{"name", b.name()},
+                      {"numel", parameter_extent(b)},
+                      {"padded", b.numel()},
+                      {"ranges", ranges},
+                      {"params", params_json(b)}});
+  }
+  return {{"format", shards > 1 ? "block-slices" : "named-parameters"}, {"shards", shards}, {"blocks", blocks}};
+}
+
+std::vector<io::TensorWrite> block_slice_tensors(const qwen3::Qwen3Model& model, const std::vector<Tensor>& slices,
+                                                 const std::string& prefix) {
+  TITAN_CHECK(slices.size() == model.blocks().size(), "checkpoint layout: ", slices.size(),
+              " slices for a model of ", model.blocks().size(), " blocks");
+  std::vector<io::TensorWrite> out;
+  for (size_t b = 0; b < slices.size(); ++b) {
+    TITAN_CHECK(slices[b].dtype() == DType::F32 && slices[b].is_contiguous() && slices[b].device() == Device::CPU,
+                "checkpoint layout: the slice of block '", model.blocks()[b].name(), "' is ", slices[b].str(),
+                "; shard files are written from contiguous f32 host memory");
+    out.push_back({prefix + model.blocks()[b].name(), DType::F32, {slices[b].numel()}, slices[b].data<float>()});
+  }
+  return out;
+}
+
+CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3Model& model)
+    : checkpoint_(c), model_(model) {
+  const std::string where = "checkpoint '" + c.dir.string() + "'";
+  const nlohmann::json* layout = c.train_state.contains("layout") ? &c.train_state["layout"] : nullptr;
+  named_ = !layout || layout->value("format", "") == "named-parameters";
+  if (named_) {
+    TITAN_CHECK(c.model_files.size() == 1 && c.optimizer_files.size() == 1, where,
+                ": named parameters come in one model and one optimizer file, found ", c.model_files.size());
+    return;  // the parameter names are checked as they are read
+  }
+  TITAN_CHECK(layout->value("format", "") == "block-slices", where, ": train_state.json's layout.format '",
+              layout->value("format", ""), "' is neither 'block-slices' nor 'named-parameters'");
+  const nlohmann::json& blocks = layout->at("blocks");
+  TITAN_CHECK(blocks.is_array() && blocks.size() == model.blocks().size(), where, " has ", blocks.size(),
+              " parameter blocks, this model ", model.blocks().size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const nn::ParamBlock& mine = model.blocks()[b];
+    const nlohmann::json& saved = blocks[b];
+    TITAN_CHECK(saved.at("name").get<std::string>() == mine.name() && saved.at("params") == params_json(mine) &&
+                    saved.at("numel").get<int64_t>() == parameter_extent(mine),
+                where, ": block ", b, " ('", saved.at("name").get<std::string>(),
+                "') lays out its parameters unlike this model's block '", mine.name(), "'");
+    TITAN_CHECK(saved.at("ranges").size() == c.model_files.size(), where, ": block '", mine.name(), "' has ",
+                saved.at("ranges").size(), " shard ranges for ", c.model_files.size(), " shard files");
+  }
+}
+
+void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const {
+  TITAN_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.device() == Device::CPU,
+              "checkpoint: reading into ", out.str(), ": contiguous f32 host memory expected");
+  float* dst = out.data<float>();
+  const int64_t end = begin + out.numel();
+  std::fill(dst, dst + out.numel(), 0.0f);
+  if (named_) {
+    std::vector<Tensor>& whole = whole_[prefix];
+    if (whole.empty()) {
+      for (auto& block : model_.blocks()) whole.push_back(Tensor::zeros({block.numel()}, DType::F32));
+      qwen3::restore_layout_tensors(prefix.empty() ? checkpoint_.model_files[0] : checkpoint_.optimizer_files[0],
+                                    model_, whole, prefix);
+    }
+    const int64_t stop = std::min(end, whole[b].numel());
+    if (stop > begin) std::memcpy(dst, whole[b].data<float>() + begin, size_t(stop - begin) * sizeof(float));
+    return;
+  }
+  const nlohmann::json& saved = checkpoint_.train_state["layout"]["blocks"][b];
+  const int64_t extent = saved.at("numel").get<int64_t>();
+  const auto& files = prefix.empty() ? checkpoint_.model_files : checkpoint_.optimizer_files;
+  const std::string name = prefix + saved.at("name").get<std::string>();
+  for (size_t k = 0; k < files.size(); ++k) {
+    const int64_t lo = saved["ranges"][k][0].get<int64_t>(), hi = saved["ranges"][k][1].get<int64_t>();
+    const io::TensorInfo* t = files[k].find(name);
+    TITAN_CHECK(t, "checkpoint '", files[k].path().string(), "' lacks tensor '", name, "'");
+    TITAN_CHECK(t->dtype == DType::F32 && t->shape == Shape{hi - lo}, "checkpoint '", files[k].path().string(),
+                "': tensor '", name, "' is ", dtype_name(t->dtype), shape_str(t->shape), ", the layout says f32[",
+                hi - lo, "]");
+    // The overlap of this file's range with the one asked for, within the parameters.
+    const int64_t from = std::max(begin, lo), to = std::min({end, hi, extent});
+    if (to > from)
+      std::memcpy(dst + (from - begin), reinterpret_cast<const float*>(t->data) + (from - lo),
+                  size_t(to - from) * sizeof(float));
+  }
+}
+
+void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& model) {
+  const CheckpointBlocks saved(c, model);
+  for (size_t b = 0; b < model.blocks().size(); ++b) saved.read(b, "", 0, model.blocks()[b].data());
+}
+
+}  // namespace titan::train
