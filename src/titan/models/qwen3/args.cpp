@@ -161,36 +161,39 @@ struct Field {
   const char* name;
   enum Kind { Int, Double, Bool, IntList } kind;
   void* (*member)(ModelArgs&);
+  bool moe_only;  // in config.json of MoE models only
   const char* hf_key;
-  bool moe_only;  // written to config.json only for MoE models
 };
 
-#define TITAN_FIELD(n, k, hf, moe) Field{#n, Field::k, [](ModelArgs& a) -> void* { return &a.n; }, hf, moe}
+// TITAN_FIELD: config.json calls the field by its own name; TITAN_RENAMED_FIELD: by `hf`.
+#define TITAN_RENAMED_FIELD(n, k, moe, hf) Field{#n, Field::k, [](ModelArgs& a) -> void* { return &a.n; }, moe, hf}
+#define TITAN_FIELD(n, k, moe) TITAN_RENAMED_FIELD(n, k, moe, #n)
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      TITAN_FIELD(vocab_size, Int, "vocab_size", false),
-      TITAN_FIELD(dim, Int, "hidden_size", false),
-      TITAN_FIELD(n_layers, Int, "num_hidden_layers", false),
-      TITAN_FIELD(n_heads, Int, "num_attention_heads", false),
-      TITAN_FIELD(n_kv_heads, Int, "num_key_value_heads", false),
-      TITAN_FIELD(head_dim, Int, "head_dim", false),
-      TITAN_FIELD(hidden_dim, Int, "intermediate_size", false),
-      TITAN_FIELD(norm_eps, Double, "rms_norm_eps", false),
-      TITAN_FIELD(rope_theta, Double, nullptr, false),  // inside rope_parameters
-      TITAN_FIELD(max_seq_len, Int, "max_position_embeddings", false),
-      TITAN_FIELD(tie_embeddings, Bool, "tie_word_embeddings", false),
-      TITAN_FIELD(num_experts, Int, "num_experts", true),
-      TITAN_FIELD(top_k, Int, "num_experts_per_tok", true),
-      TITAN_FIELD(moe_hidden_dim, Int, "moe_intermediate_size", true),
-      TITAN_FIELD(decoder_sparse_step, Int, "decoder_sparse_step", true),
-      TITAN_FIELD(mlp_only_layers, IntList, "mlp_only_layers", true),
-      TITAN_FIELD(norm_topk_prob, Bool, "norm_topk_prob", true),
-      TITAN_FIELD(router_aux_loss_coef, Double, "router_aux_loss_coef", true),
-      TITAN_FIELD(output_router_logits, Bool, "output_router_logits", true),
+      TITAN_FIELD(vocab_size, Int, false),
+      TITAN_RENAMED_FIELD(dim, Int, false, "hidden_size"),
+      TITAN_RENAMED_FIELD(n_layers, Int, false, "num_hidden_layers"),
+      TITAN_RENAMED_FIELD(n_heads, Int, false, "num_attention_heads"),
+      TITAN_RENAMED_FIELD(n_kv_heads, Int, false, "num_key_value_heads"),
+      TITAN_FIELD(head_dim, Int, false),
+      TITAN_RENAMED_FIELD(hidden_dim, Int, false, "intermediate_size"),
+      TITAN_RENAMED_FIELD(norm_eps, Double, false, "rms_norm_eps"),
+      TITAN_RENAMED_FIELD(rope_theta, Double, false, nullptr),  // inside rope_parameters
+      TITAN_RENAMED_FIELD(max_seq_len, Int, false, "max_position_embeddings"),
+      TITAN_RENAMED_FIELD(tie_embeddings, Bool, false, "tie_word_embeddings"),
+      TITAN_FIELD(num_experts, Int, true),
+      TITAN_RENAMED_FIELD(top_k, Int, true, "num_experts_per_tok"),
+      TITAN_RENAMED_FIELD(moe_hidden_dim, Int, true, "moe_intermediate_size"),
+      TITAN_FIELD(decoder_sparse_step, Int, true),
+      TITAN_FIELD(mlp_only_layers, IntList, true),
+      TITAN_FIELD(norm_topk_prob, Bool, true),
+      TITAN_FIELD(router_aux_loss_coef, Double, true),
+      TITAN_FIELD(output_router_logits, Bool, true),
   };
   return f;
 }
 #undef TITAN_FIELD
+#undef TITAN_RENAMED_FIELD
 
 }  // namespace
 
