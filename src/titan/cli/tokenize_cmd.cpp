@@ -11,6 +11,7 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/tokenizer.h"
+#include "titan/io/json_error.h"
 
 namespace {
 
@@ -77,16 +78,7 @@ int run(int argc, char** argv) {
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   auto tokenizer = titan::data::Tokenizer::load(tokenizer_path);
 
-  json in;
-  {
-    std::ifstream f(input, std::ios::binary);
-    TITAN_CHECK(f, "tokenize: cannot open ", input);
-    try {
-      in = json::parse(f);
-    } catch (const json::exception& e) {
-      TITAN_FAIL("tokenize: ", input, " is not valid JSON: ", e.what());
-    }
-  }
+  const json in = titan::io::read_json_file(input, "tokenize");
   TITAN_CHECK(in.is_array(), "tokenize: ", input, " must hold a JSON array, got ", in.type_name());
   json out = json::array();
   for (size_t i = 0; i < in.size(); ++i) {

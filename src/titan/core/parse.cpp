@@ -2,28 +2,29 @@
 
 namespace titan {
 
-std::optional<int64_t> parse_int(const std::string& text) {
+namespace {
+
+// `read` (std::stoll or std::stod) applied to the whole of `text`: nullopt when it throws (no
+// number, out of range) or stops before the end ("4x").
+template <typename T, typename Read>
+std::optional<T> parse_whole(const std::string& text, Read read) {
   size_t used = 0;
-  int64_t v = 0;
   try {
-    v = std::stoll(text, &used);
+    const T v = read(text, &used);
+    if (!text.empty() && used == text.size()) return v;
   } catch (const std::exception&) {
-    return std::nullopt;
   }
-  if (text.empty() || used != text.size()) return std::nullopt;
-  return v;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_int(const std::string& text) {
+  return parse_whole<int64_t>(text, [](const std::string& s, size_t* used) { return std::stoll(s, used); });
 }
 
 std::optional<double> parse_number(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (text.empty() || used != text.size()) return std::nullopt;
-  return v;
+  return parse_whole<double>(text, [](const std::string& s, size_t* used) { return std::stod(s, used); });
 }
 
 }  // namespace titan

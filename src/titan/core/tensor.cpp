@@ -169,13 +169,11 @@ void* Tensor::raw_data() const {
 // ---------------------------------------------------------------- views
 
 Tensor Tensor::view_of(const Shape& shape, const Shape& strides, int64_t offset) const {
-  Tensor t;
-  t.storage_ = storage_;
+  Tensor t = *this;  // the same storage, dtype and device
+  t.meta_.reset();   // no autograd history of its own until the caller records the view
   t.shape_ = shape;
   t.strides_ = strides;
   t.offset_ = offset;
-  t.dtype_ = dtype_;
-  t.device_ = device_;
   return t;
 }
 

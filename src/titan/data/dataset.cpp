@@ -17,18 +17,6 @@ namespace titan::data {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-void to_json(json& j, const DocPosition& p) {
-  j = json{{"file", p.file}, {"offset", p.offset}, {"line", p.line}, {"index", p.index}, {"in_array", p.in_array}};
-}
-
-void from_json(const json& j, DocPosition& p) {
-  p.file = j.at("file").get<uint64_t>();
-  p.offset = j.at("offset").get<uint64_t>();
-  p.line = j.at("line").get<uint64_t>();
-  p.index = j.at("index").get<uint64_t>();
-  p.in_array = j.at("in_array").get<bool>();
-}
-
 namespace {
 
 bool has_glob_characters(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }

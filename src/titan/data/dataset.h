@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,8 +28,8 @@ struct DocPosition {
   bool in_array = false;  // a JSON array file whose '[' lies before `offset`
   bool operator==(const DocPosition&) const = default;
 };
-void to_json(nlohmann::json& j, const DocPosition& p);
-void from_json(const nlohmann::json& j, DocPosition& p);
+// to_json / from_json: a JSON object with one entry per field, named as the field.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DocPosition, file, offset, line, index, in_array)
 
 struct Document {
   std::string text;  // valid UTF-8, never empty

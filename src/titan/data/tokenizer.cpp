@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "titan/core/check.h"
 #include "titan/data/utf8.h"
+#include "titan/io/json_error.h"
 
 namespace titan::data {
 namespace {
@@ -442,14 +442,7 @@ struct Tokenizer::Impl {
   }
 
   void parse_config(const std::filesystem::path& path) {
-    std::ifstream f(path);
-    TITAN_CHECK(f, "tokenizer: cannot open ", path);
-    json c;
-    try {
-      c = json::parse(f);
-    } catch (const json::exception& e) {
-      TITAN_FAIL("tokenizer: ", path, " is not valid JSON: ", e.what());
-    }
+    const json c = io::read_json_file(path, "tokenizer");
     add_bos = c.value("add_bos_token", false);
     add_eos = c.value("add_eos_token", false);
     cleanup_spaces = c.value("clean_up_tokenization_spaces", false);
@@ -679,16 +672,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
               "tokenizer.json, or the file itself)");
   auto impl = std::make_unique<Impl>();
   impl->source = file;
-  json root;
-  {
-    std::ifstream f(file, std::ios::binary);
-    TITAN_CHECK(f, "tokenizer: cannot open ", file);
-    try {
-      root = json::parse(f);
-    } catch (const json::exception& e) {
-      TITAN_FAIL("tokenizer: ", file, " is not valid JSON: ", e.what());
-    }
-  }
+  json root = io::read_json_file(file, "tokenizer");
   try {
     TITAN_CHECK(root.is_object() && root.contains("model"), "tokenizer: ", file, " has no 'model'");
     impl->parse_normalizer(find_key(root, "normalizer"));

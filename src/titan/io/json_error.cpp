@@ -1,5 +1,7 @@
 #include "titan/io/json_error.h"
 
+#include <fstream>
+
 #include "titan/core/check.h"
 
 namespace titan::io {
@@ -51,6 +53,16 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
   } catch (const nlohmann::json::parse_error& e) {
     const JsonErrorAt at = locate_json_error(text, e);
     TITAN_FAIL(source, ": invalid JSON at line ", at.line, ", column ", at.column, ": ", at.what);
+  }
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who) {
+  std::ifstream f(path, std::ios::binary);
+  TITAN_CHECK(f, who, ": cannot open ", path);
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    TITAN_FAIL(who, ": ", path, " is not valid JSON: ", e.what());
   }
 }
 

@@ -2,6 +2,7 @@
 // JSON parse errors that point at the real fault. nlohmann reports where parsing stopped ("unexpected
 // ']'"), which for the most common hand-editing mistake, a trailing comma, is one token after it.
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -19,5 +20,9 @@ JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse
 
 // Parses `text`; a syntax error is a titan::Error "<source>: line L, column C: ...".
 nlohmann::json parse_json_text(std::string_view text, const std::string& source);
+
+// The JSON document in the file `path`; an error starts with `who`: "<who>: cannot open <path>",
+// "<who>: <path> is not valid JSON: <nlohmann's reason>".
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who);
 
 }  // namespace titan::io

@@ -9,20 +9,13 @@ namespace {
 
 const char* kind_of(fs::file_type t) {
   switch (t) {
-    case fs::file_type::not_found:
-      return "does not exist";
-    case fs::file_type::directory:
-      return "is a directory";
-    case fs::file_type::fifo:
-      return "is a FIFO (named pipe)";
-    case fs::file_type::socket:
-      return "is a socket";
-    case fs::file_type::block:
-      return "is a block device";
-    case fs::file_type::character:
-      return "is a character device";
-    default:
-      return "is not a regular file";
+    case fs::file_type::not_found: return "does not exist";
+    case fs::file_type::directory: return "is a directory";
+    case fs::file_type::fifo: return "is a FIFO (named pipe)";
+    case fs::file_type::socket: return "is a socket";
+    case fs::file_type::block: return "is a block device";
+    case fs::file_type::character: return "is a character device";
+    default: return "is not a regular file";
   }
 }
 

@@ -111,11 +111,16 @@ std::string chart(const std::vector<RunRecord>& runs, const std::string& metric,
   return os.str();
 }
 
-std::string read_text(const fs::path& p) {
+// The JSON document of a run's file (run_info.json, check.json).
+json read_json(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
-  return ss.str();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    TITAN_FAIL("report: ", p.string(), ": not JSON: ", e.what());
+  }
 }
 
 }  // namespace
@@ -166,12 +171,7 @@ RunRecord read_run(const fs::path& dir) {
   r.warmup_steps.assign(warmups.begin(), warmups.end());
   const fs::path info_path = dir / "run_info.json";
   if (fs::exists(info_path)) {
-    json info;
-    try {
-      info = json::parse(read_text(info_path));
-    } catch (const json::parse_error& e) {
-      TITAN_FAIL("report: ", info_path.string(), ": not JSON: ", e.what());
-    }
+    json info = read_json(info_path);
     r.description = info.value("description", "");
     r.config_in_effect = info.value("config_in_effect", "");
     r.device = info.value("device", "");
@@ -181,12 +181,7 @@ RunRecord read_run(const fs::path& dir) {
   }
   const fs::path check_path = dir / "check.json";
   if (fs::exists(check_path)) {
-    json check;
-    try {
-      check = json::parse(read_text(check_path));
-    } catch (const json::parse_error& e) {
-      TITAN_FAIL("report: ", check_path.string(), ": not JSON: ", e.what());
-    }
+    json check = read_json(check_path);
     TITAN_CHECK(check.contains("rows") && check["rows"].is_array(), "report: ", check_path.string(),
                 ": a titan check file needs a \"rows\" array (titan check --json writes one)");
     for (auto& row : check["rows"])

@@ -88,15 +88,8 @@ double ModelArgs::flops_per_token(int64_t seq) const {
 namespace {
 
 ModelArgs dense(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, bool tied, double theta = 1e6) {
-  ModelArgs a;
-  a.dim = dim;
-  a.hidden_dim = hidden;
-  a.n_layers = layers;
-  a.n_heads = heads;
-  a.n_kv_heads = kv;
-  a.tie_embeddings = tied;
-  a.rope_theta = theta;
-  return a;
+  return {.dim = dim, .n_layers = layers, .n_heads = heads, .n_kv_heads = kv, .hidden_dim = hidden,
+          .rope_theta = theta, .tie_embeddings = tied};
 }
 
 ModelArgs moe(ModelArgs a, int64_t experts, int64_t k, int64_t moe_hidden) {
@@ -162,29 +155,45 @@ bool parse_bool(const std::string& key, const std::string& v) {
   TITAN_FAIL("model.", key, ": expected true or false, got '", v, "'");
 }
 
+// One ModelArgs field: its override key (`--model.<name>`), its type, and its key in a Hugging Face
+// config.json (written by hf_config_from_args; nullptr: written another way).
 struct Field {
   const char* name;
   enum Kind { Int, Double, Bool, IntList } kind;
   void* (*member)(ModelArgs&);
+  bool moe_only;  // in config.json of MoE models only
+  const char* hf_key;
 };
 
-#define TITAN_FIELD(n, k) Field{#n, Field::k, [](ModelArgs& a) -> void* { return &a.n; }}
+// TITAN_FIELD: config.json calls the field by its own name; TITAN_RENAMED_FIELD: by `hf`.
+#define TITAN_RENAMED_FIELD(n, k, moe, hf) Field{#n, Field::k, [](ModelArgs& a) -> void* { return &a.n; }, moe, hf}
+#define TITAN_FIELD(n, k, moe) TITAN_RENAMED_FIELD(n, k, moe, #n)
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      TITAN_FIELD(vocab_size, Int),       TITAN_FIELD(dim, Int),
-      TITAN_FIELD(n_layers, Int),         TITAN_FIELD(n_heads, Int),
-      TITAN_FIELD(n_kv_heads, Int),       TITAN_FIELD(head_dim, Int),
-      TITAN_FIELD(hidden_dim, Int),       TITAN_FIELD(norm_eps, Double),
-      TITAN_FIELD(rope_theta, Double),    TITAN_FIELD(max_seq_len, Int),
-      TITAN_FIELD(tie_embeddings, Bool),  TITAN_FIELD(num_experts, Int),
-      TITAN_FIELD(top_k, Int),            TITAN_FIELD(moe_hidden_dim, Int),
-      TITAN_FIELD(decoder_sparse_step, Int), TITAN_FIELD(mlp_only_layers, IntList),
-      TITAN_FIELD(norm_topk_prob, Bool),  TITAN_FIELD(router_aux_loss_coef, Double),
-      TITAN_FIELD(output_router_logits, Bool),
+      TITAN_FIELD(vocab_size, Int, false),
+      TITAN_RENAMED_FIELD(dim, Int, false, "hidden_size"),
+      TITAN_RENAMED_FIELD(n_layers, Int, false, "num_hidden_layers"),
+      TITAN_RENAMED_FIELD(n_heads, Int, false, "num_attention_heads"),
+      TITAN_RENAMED_FIELD(n_kv_heads, Int, false, "num_key_value_heads"),
+      TITAN_FIELD(head_dim, Int, false),
+      TITAN_RENAMED_FIELD(hidden_dim, Int, false, "intermediate_size"),
+      TITAN_RENAMED_FIELD(norm_eps, Double, false, "rms_norm_eps"),
+      TITAN_RENAMED_FIELD(rope_theta, Double, false, nullptr),  // inside rope_parameters
+      TITAN_RENAMED_FIELD(max_seq_len, Int, false, "max_position_embeddings"),
+      TITAN_RENAMED_FIELD(tie_embeddings, Bool, false, "tie_word_embeddings"),
+      TITAN_FIELD(num_experts, Int, true),
+      TITAN_RENAMED_FIELD(top_k, Int, true, "num_experts_per_tok"),
+      TITAN_RENAMED_FIELD(moe_hidden_dim, Int, true, "moe_intermediate_size"),
+      TITAN_FIELD(decoder_sparse_step, Int, true),
+      TITAN_FIELD(mlp_only_layers, IntList, true),
+      TITAN_FIELD(norm_topk_prob, Bool, true),
+      TITAN_FIELD(router_aux_loss_coef, Double, true),
+      TITAN_FIELD(output_router_logits, Bool, true),
   };
   return f;
 }
 #undef TITAN_FIELD
+#undef TITAN_RENAMED_FIELD
 
 }  // namespace
 
@@ -344,38 +353,30 @@ ModelArgs args_from_hf_config_file(const std::string& path) {
 }
 
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
-  nlohmann::json c;
+  // What transformers' Qwen3 configs hold and titan has no field for (titan's model is exactly this).
+  nlohmann::json c = {
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"bos_token_id", 151643},
+      {"eos_token_id", 151645},
+  };
   c["architectures"] = {a.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
   c["model_type"] = a.is_moe() ? "qwen3_moe" : "qwen3";
-  c["vocab_size"] = a.vocab_size;
-  c["hidden_size"] = a.dim;
-  c["num_hidden_layers"] = a.n_layers;
-  c["num_attention_heads"] = a.n_heads;
-  c["num_key_value_heads"] = a.n_kv_heads;
-  c["head_dim"] = a.head_dim;
-  c["intermediate_size"] = a.hidden_dim;
-  c["rms_norm_eps"] = a.norm_eps;
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", a.rope_theta}};
-  c["max_position_embeddings"] = a.max_seq_len;
-  c["tie_word_embeddings"] = a.tie_embeddings;
-  c["hidden_act"] = "silu";
-  c["attention_bias"] = false;
-  c["attention_dropout"] = 0.0;
-  c["initializer_range"] = 0.02;
-  c["use_cache"] = true;
-  c["use_sliding_window"] = false;
-  c["bos_token_id"] = 151643;
-  c["eos_token_id"] = 151645;
   c["dtype"] = dtype;
-  if (a.is_moe()) {
-    c["num_experts"] = a.num_experts;
-    c["num_experts_per_tok"] = a.top_k;
-    c["moe_intermediate_size"] = a.moe_hidden_dim;
-    c["decoder_sparse_step"] = a.decoder_sparse_step;
-    c["mlp_only_layers"] = a.mlp_only_layers;
-    c["norm_topk_prob"] = a.norm_topk_prob;
-    c["router_aux_loss_coef"] = a.router_aux_loss_coef;
-    c["output_router_logits"] = a.output_router_logits;
+  for (const Field& f : fields()) {
+    if (!f.hf_key || (f.moe_only && !a.is_moe())) continue;
+    void* m = f.member(const_cast<ModelArgs&>(a));
+    switch (f.kind) {
+      case Field::Int: c[f.hf_key] = *static_cast<int64_t*>(m); break;
+      case Field::Double: c[f.hf_key] = *static_cast<double*>(m); break;
+      case Field::Bool: c[f.hf_key] = *static_cast<bool*>(m); break;
+      case Field::IntList: c[f.hf_key] = *static_cast<std::vector<int64_t>*>(m); break;
+    }
   }
   return c;
 }

@@ -26,7 +26,7 @@ struct ModelArgs {
   int64_t top_k = 0;
   int64_t moe_hidden_dim = 0;  // moe_intermediate_size
   int64_t decoder_sparse_step = 1;
-  std::vector<int64_t> mlp_only_layers;
+  std::vector<int64_t> mlp_only_layers = {};
   bool norm_topk_prob = true;
   double router_aux_loss_coef = 0.001;
   bool output_router_logits = false;  // transformers adds coef * aux to the loss only when true

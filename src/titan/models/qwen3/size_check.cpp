@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 #include "titan/core/check.h"
 
@@ -15,27 +16,29 @@ namespace titan::qwen3 {
 void check_size_bounds(const ModelArgs& a) {
   // Powers of two well above the largest published models (Qwen3-235B: 94 layers, dim 4096,
   // 128 experts, vocab 151936), low enough that every product below fits in 128 bits.
-  struct Bound {
+  // Fields grouped by their bound, 2^bits.
+  struct Field {
     const char* name;
-    int64_t value, limit;
+    int64_t value;
+  };
+  struct Bound {
+    int bits;
+    std::vector<Field> fields;
   };
   const Bound bounds[] = {
-      {"vocab_size", a.vocab_size, int64_t(1) << 24},
-      {"dim", a.dim, int64_t(1) << 17},
-      {"n_layers", a.n_layers, int64_t(1) << 14},
-      {"n_heads", a.n_heads, int64_t(1) << 12},
-      {"n_kv_heads", a.n_kv_heads, int64_t(1) << 12},
-      {"head_dim", a.head_dim, int64_t(1) << 12},
-      {"hidden_dim", a.hidden_dim, int64_t(1) << 20},
-      {"max_seq_len", a.max_seq_len, int64_t(1) << 24},
-      {"num_experts", a.num_experts, int64_t(1) << 14},
-      {"top_k", a.top_k, int64_t(1) << 14},
-      {"moe_hidden_dim", a.moe_hidden_dim, int64_t(1) << 20},
-      {"decoder_sparse_step", a.decoder_sparse_step, int64_t(1) << 14},
+      {12, {{"n_heads", a.n_heads}, {"n_kv_heads", a.n_kv_heads}, {"head_dim", a.head_dim}}},
+      {14, {{"n_layers", a.n_layers}, {"num_experts", a.num_experts}, {"top_k", a.top_k},
+            {"decoder_sparse_step", a.decoder_sparse_step}}},
+      {17, {{"dim", a.dim}}},
+      {20, {{"hidden_dim", a.hidden_dim}, {"moe_hidden_dim", a.moe_hidden_dim}}},
+      {24, {{"vocab_size", a.vocab_size}, {"max_seq_len", a.max_seq_len}}},
   };
-  for (const Bound& b : bounds)
-    TITAN_CHECK(b.value <= b.limit, "model args: ", b.name, " = ", b.value, " exceeds the limit ", b.limit,
-                " (sizes are bounded so that nothing overflows or is allocated before it is checked)");
+  for (const Bound& b : bounds) {
+    const int64_t limit = int64_t(1) << b.bits;
+    for (const Field& f : b.fields)
+      TITAN_CHECK(f.value <= limit, "model args: ", f.name, " = ", f.value, " exceeds the limit ", limit,
+                  " (sizes are bounded so that nothing overflows or is allocated before it is checked)");
+  }
   TITAN_CHECK(int64_t(a.mlp_only_layers.size()) <= a.n_layers, "model args: mlp_only_layers lists ",
               a.mlp_only_layers.size(), " layers but the model has ", a.n_layers);
 }
