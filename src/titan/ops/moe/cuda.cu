@@ -23,6 +23,7 @@
 #include "titan/backend/cuda/common.cuh"
 #include "titan/ops/moe/cuda.h"
 #include "titan/core/check.h"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/moe.h"
 
@@ -966,14 +967,11 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down));
 }
 
-const bool router_topk_kernels_registered = kernels::register_kernels(
+const bool router_topk_kernels_registered = kernels::register_float_kernels(
     "router_topk", Device::CUDA,
-    {{DType::F32, "default",
-      "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
-      ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}},
-     {DType::BF16, "default",
-      "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-      ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}}},
+    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+    TITAN_FLOAT_KERNEL(ops::RouterKernel, router_forward_entry<kDType>, router_backward_entry),
     kernel_available);
 const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
     "moe_aux_loss", Device::CUDA,
@@ -981,14 +979,12 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
       "device counts and f64 column sums over layers; loss and gradient read no host data",
       ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
     kernel_available);
-const bool moe_experts_kernels_registered = kernels::register_kernels(
+const bool moe_experts_kernels_registered = kernels::register_float_kernels(
     "moe_experts", Device::CUDA,
-    {{DType::F32, "default", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-      ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}},
-     {DType::BF16, "default",
-      "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
-      "rounding points",
-      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}}},
+    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
+    "rounding points",
+    TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>),
     kernel_available);
 
 }  // namespace

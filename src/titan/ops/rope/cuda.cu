@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/rope/rope.h"
 
@@ -75,7 +76,8 @@ __global__ void rope_rotate_kernel(int64_t BS, int64_t H, int64_t D, const int64
     Elem* yr = y + p.row * D;
     const float x1 = load_f32(xr, p.j), x2 = load_f32(xr, p.j + half);
     store_f32(yr, p.j, __fadd_rn(round_to<Elem>(__fmul_rn(x1, p.c)), round_to<Elem>(-__fmul_rn(x2, s))));
-    store_f32(yr, p.j + half, __fadd_rn(round_to<Elem>(__fmul_rn(x2, p.c)), round_to<Elem>(__fmul_rn(x1, s))));
+    store_f32(yr, p.j + half,
+              __fadd_rn(round_to<Elem>(__fmul_rn(x2, p.c)), round_to<Elem>(__fmul_rn(x1, s))));
   }
 }
 
@@ -92,13 +94,11 @@ void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D
                      static_cast<const Elem*>(x), static_cast<Elem*>(y));
 }
 
-const bool registered = kernels::register_kernels(
+const bool registered = kernels::register_float_kernels(
     "rope", Device::CUDA,
-    {{DType::F32, "default", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
-      RopeKernel{rotate<float, false>, rotate<float, true>, true}},
-     {DType::BF16, "default", "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
-      RopeKernel{rotate<uint16_t, false>, rotate<uint16_t, true>, true}}},
-    cuda::kernel_available);
+    "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+    "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true), cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops
