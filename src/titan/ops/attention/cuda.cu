@@ -389,36 +389,53 @@ struct TcLayout {
   static constexpr int ldp = kBlockRows + 8;  // bf16 [16][72] probability tiles
 };
 
-// Copies rows r0.. r0+63 of head h of a bf16 [B, S, H, D] tensor into dst[64][ld], 16 bytes at a
-// time, zeros past S.
-template <int D>
-__device__ void load_tile_bf16(bf16_t* dst, const bf16_t* src, int64_t b, int64_t r0, int64_t h, int64_t H,
+// The 16 bytes c of a tile row to shared memory as bf16: 8 bf16 copied, or 4 f32 rounded to bf16.
+__device__ __forceinline__ void store_bf16(bf16_t* row, int c, uint4 v) {
+  reinterpret_cast<uint4*>(row)[c] = v;
+}
+__device__ __forceinline__ void store_bf16(bf16_t* row, int c, float4 v) {
+  bf16_t* d = row + 4 * c;
+  d[0] = __float2bfloat16_rn(v.x);
+  d[1] = __float2bfloat16_rn(v.y);
+  d[2] = __float2bfloat16_rn(v.z);
+  d[3] = __float2bfloat16_rn(v.w);
+}
+
+// Copies rows r0.. r0+63 of head h of a bf16 or f32 [B, S, H, D] tensor into dst[64][ld] as bf16
+// (f32 rounded), 16 bytes at a time, zeros past S.
+template <int D, class T>
+__device__ void load_tile_bf16(bf16_t* dst, const T* src, int64_t b, int64_t r0, int64_t h, int64_t H,
                                const AttentionShape& s) {
-  constexpr int kVec = D / 8;  // uint4 per row
+  using Vec = std::conditional_t<std::is_same_v<T, float>, float4, uint4>;
+  constexpr int kPerVec = 16 / sizeof(T);  // elements per Vec
+  constexpr int kVec = D / kPerVec;        // Vec per row
   for (int idx = threadIdx.x; idx < kBlockRows * kVec; idx += blockDim.x) {
     const int rr = idx / kVec, c = idx % kVec;
     const int64_t r = r0 + rr;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < s.S) val = reinterpret_cast<const uint4*>(src + row_offset(b, r, h, s, H))[c];
-    reinterpret_cast<uint4*>(dst + rr * TcLayout<D>::ld)[c] = val;
+    Vec val = {};
+    if (r < s.S) val = reinterpret_cast<const Vec*>(src + row_offset(b, r, h, s, H))[c];
+    store_bf16(dst + rr * TcLayout<D>::ld, c, val);
   }
 }
 
-// The same from an f32 tensor, rounding to bf16.
-template <int D>
-__device__ void load_tile_f32_to_bf16(bf16_t* dst, const float* src, int64_t b, int64_t r0, int64_t h,
-                                      int64_t H, const AttentionShape& s) {
-  constexpr int kVec = D / 4;  // float4 per row
-  for (int idx = threadIdx.x; idx < kBlockRows * kVec; idx += blockDim.x) {
-    const int rr = idx / kVec, c = idx % kVec;
-    const int64_t r = r0 + rr;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < s.S) val = reinterpret_cast<const float4*>(src + row_offset(b, r, h, s, H))[c];
-    bf16_t* d = dst + rr * TcLayout<D>::ld + 4 * c;
-    d[0] = __float2bfloat16_rn(val.x);
-    d[1] = __float2bfloat16_rn(val.y);
-    d[2] = __float2bfloat16_rn(val.z);
-    d[3] = __float2bfloat16_rn(val.w);
+// out [16][ldo] (f32) = A B for one warp's 16 rows: A [16 x 64 keys] bf16 with leading dimension
+// ldp, stored row-major (FragA) or column-major (FragAcol: element (i, k) at a[k * ldp + i]), B a
+// [64][ld] bf16 tile.
+template <int D, class FragAT>
+__device__ __forceinline__ void rows_times_tile(float* out, const bf16_t* a, const bf16_t* b) {
+  using L = TcLayout<D>;
+  constexpr bool kColMajor = std::is_same_v<FragAT, FragAcol>;
+  for (int dn = 0; dn < D / 16; ++dn) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.f);
+    for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+      FragAT af;
+      FragB bf;
+      wmma::load_matrix_sync(af, a + (kColMajor ? (kk * 16) * L::ldp : kk * 16), L::ldp);
+      wmma::load_matrix_sync(bf, b + (kk * 16) * L::ld + dn * 16, L::ld);
+      wmma::mma_sync(acc, af, bf, acc);
+    }
+    wmma::store_matrix_sync(out + dn * 16, acc, L::ldo, wmma::mem_row_major);
   }
 }
 
@@ -514,18 +531,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     __syncwarp();
 
     // P V for 16 rows x D, through the scratch (the scores there are consumed).
-    for (int dn = 0; dn < D / 16; ++dn) {
-      FragC acc;
-      wmma::fill_fragment(acc, 0.f);
-      for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-        FragA pf;
-        FragB vf;
-        wmma::load_matrix_sync(pf, ps + kk * 16, L::ldp);
-        wmma::load_matrix_sync(vf, vs + (kk * 16) * L::ld + dn * 16, L::ld);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
-      wmma::store_matrix_sync(scratch + dn * 16, acc, L::ldo, wmma::mem_row_major);
-    }
+    rows_times_tile<D, FragA>(scratch, ps, vs);
     __syncwarp();
     for (int t = 0; t < D / 2; ++t) o[t] = o[t] * alpha + scratch[row * L::ldo + 2 * t + parity];
     __syncwarp();
@@ -543,6 +549,38 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 }
 
+// The shared memory both backward kernels start with: the block's K and V tiles (64 keys) and a Q
+// and a dO tile (kQ queries) in bf16, then the query tile's lse (log2 units) and delta; each
+// kernel's own buffers begin at `rest` (`bytes` past the start).
+template <int D, int kQ>
+struct BwdTiles {
+  static constexpr size_t bytes =
+      2 * size_t(TcLayout<D>::tile_bytes) + 2 * size_t(kQ) * TcLayout<D>::ld * 2 + 2 * kQ * 4;
+  bf16_t *ks, *vs, *qs, *dos;
+  float *lses, *deltas, *rest;
+  __device__ explicit BwdTiles(unsigned char* smem) {
+    ks = reinterpret_cast<bf16_t*>(smem);
+    vs = ks + kBlockRows * TcLayout<D>::ld;
+    qs = vs + kBlockRows * TcLayout<D>::ld;
+    dos = qs + kQ * TcLayout<D>::ld;
+    lses = reinterpret_cast<float*>(dos + kQ * TcLayout<D>::ld);
+    deltas = lses + kQ;
+    rest = deltas + kQ;
+  }
+};
+
+// lse (in log2 units) and delta of queries q0 .. q0 + kQ - 1 of head (b, h) into the shared tile
+// (zeros past S).
+template <int kQ>
+__device__ void load_lse_delta(float* lses, float* deltas, const float* lse, const float* delta, int64_t b,
+                               int64_t h, int64_t q0, const AttentionShape& s) {
+  for (int i = threadIdx.x; i < kQ; i += blockDim.x) {
+    const bool in = q0 + i < s.S;
+    lses[i] = in ? lse[(b * s.Hq + h) * s.S + q0 + i] * kLog2e : 0.f;
+    deltas[i] = in ? delta[(b * s.Hq + h) * s.S + q0 + i] : 0.f;
+  }
+}
+
 template <int D>
 constexpr size_t bwd_tc_smem() {
   using L = TcLayout<D>;
@@ -550,7 +588,7 @@ constexpr size_t bwd_tc_smem() {
   // dQ's output); per-warp P^T; the block's dS^T.
   constexpr size_t scratch = size_t(kTcWarps) * 2 * 16 * L::lds * 4;
   static_assert(size_t(16) * L::ldo <= size_t(2) * 16 * L::lds, "dQ rows fit the per-warp scratch");
-  return 4 * size_t(L::tile_bytes) + 2 * kBlockRows * 4 + scratch + size_t(kTcWarps) * 16 * L::ldp * 2 +
+  return BwdTiles<D, kBlockRows>::bytes + scratch + size_t(kTcWarps) * 16 * L::ldp * 2 +
          size_t(kBlockRows) * L::ldp * 2;
 }
 
@@ -561,13 +599,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
                   const float* delta, const float* dout, float* dq, float* dk, float* dv) {
   using L = TcLayout<D>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16_t* ks = reinterpret_cast<bf16_t*>(smem_raw);
-  bf16_t* vs = ks + kBlockRows * L::ld;
-  bf16_t* qs = vs + kBlockRows * L::ld;
-  bf16_t* dos = qs + kBlockRows * L::ld;
-  float* lses = reinterpret_cast<float*>(dos + kBlockRows * L::ld);  // log2 units
-  float* deltas = lses + kBlockRows;
-  float* scratch_all = deltas + kBlockRows;
+  const BwdTiles<D, kBlockRows> tiles(smem_raw);
+  bf16_t *ks = tiles.ks, *vs = tiles.vs, *qs = tiles.qs, *dos = tiles.dos;
+  float *lses = tiles.lses, *deltas = tiles.deltas, *scratch_all = tiles.rest;
   bf16_t* pt_all = reinterpret_cast<bf16_t*>(scratch_all + kTcWarps * 2 * 16 * L::lds);
   bf16_t* dst = pt_all + kTcWarps * 16 * L::ldp;  // dS^T [64 keys][72]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -596,12 +630,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       const int64_t q0 = qt * kBlockRows;
       __syncthreads();  // the previous Q / dO / dS^T are consumed
       load_tile_bf16<D>(qs, q, b, q0, h, s.Hq, s);
-      load_tile_f32_to_bf16<D>(dos, dout, b, q0, h, s.Hq, s);
-      for (int rr = threadIdx.x; rr < kBlockRows; rr += blockDim.x) {
-        const int64_t i = q0 + rr;
-        lses[rr] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] * kLog2e : 0.f;
-        deltas[rr] = i < s.S ? delta[(b * s.Hq + h) * s.S + i] : 0.f;
-      }
+      load_tile_bf16<D>(dos, dout, b, q0, h, s.Hq, s);
+      load_lse_delta<kBlockRows>(lses, deltas, lse, delta, b, h, q0, s);
       __syncthreads();
 
       // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 64 queries.
@@ -654,18 +684,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       __syncthreads();  // all of dS^T is written
 
       // dQ (query rows warp*16 .. +15) = dS K: dS = (dS^T)^T read column-major.
-      for (int dn = 0; dn < D / 16; ++dn) {
-        FragC acc;
-        wmma::fill_fragment(acc, 0.f);
-        for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-          FragAcol df;
-          FragB kf;
-          wmma::load_matrix_sync(df, dst + (kk * 16) * L::ldp + warp * 16, L::ldp);
-          wmma::load_matrix_sync(kf, ks + (kk * 16) * L::ld + dn * 16, L::ld);
-          wmma::mma_sync(acc, df, kf, acc);
-        }
-        wmma::store_matrix_sync(dqs + dn * 16, acc, L::ldo, wmma::mem_row_major);
-      }
+      rows_times_tile<D, FragAcol>(dqs, dst + warp * 16, ks);
       __syncwarp();
       for (int idx = lane; idx < 16 * D; idx += 32) {
         const int rr = idx / D, d = idx % D;
@@ -738,6 +757,14 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// c0 += a b[0..1] and c1 += a b[2..3]: the two 16 x 8 halves of the 16 x 16 B operand that one
+// ldmatrix_x4 loads.
+__device__ __forceinline__ void mma_16x16x16(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[4]) {
+  mma_16x8x16(c0, a, b[0], b[1]);
+  mma_16x8x16(c1, a, b[2], b[3]);
+}
 // Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -793,8 +820,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         // Keys n*8 .. n*8+15: matrices (keys +0..7, d +0..7), (keys +0..7, d +8..15), then keys +8.
         uint32_t kf[4];
         ldmatrix_x4(kf, ks + (n * 8 + (lane / 16) * 8 + lane % 8) * L::ld + kk * 16 + ((lane / 8) % 2) * 8);
-        mma_16x8x16(sc[n], qf[kk], kf[0], kf[1]);
-        mma_16x8x16(sc[n + 1], qf[kk], kf[2], kf[3]);
+        mma_16x16x16(sc[n], sc[n + 1], qf[kk], kf);
       }
 
     // Mask, scale (log2 units) and the online softmax; rows are shared by the 4 lanes of a quad.
@@ -833,8 +859,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         // V^T fragments of d tiles n and n+1: matrices (keys +0..7, d n*8), (keys +8..15, d n*8), then d + 8.
         uint32_t vf[4];
         ldmatrix_x4_trans(vf, vs + (kk * 16 + lane % 16) * L::ld + n * 8 + (lane / 16) * 8);
-        mma_16x8x16(o[n], pf, vf[0], vf[1]);
-        mma_16x8x16(o[n + 1], pf, vf[2], vf[3]);
+        mma_16x16x16(o[n], o[n + 1], pf, vf);
       }
     }
   }
@@ -878,8 +903,7 @@ constexpr int kLdDs = kBwdQ + 8;  // dS^T [64 keys][40]: 80-byte rows, ldmatrix 
 template <int D>
 constexpr size_t bwd_mma_smem() {
   using L = TcLayout<D>;
-  return 2 * size_t(L::tile_bytes) + 2 * size_t(kBwdQ) * L::ld * 2 + 2 * kBwdQ * 4 +
-         size_t(kBlockRows) * kLdDs * 2;
+  return BwdTiles<D, kBwdQ>::bytes + size_t(kBlockRows) * kLdDs * 2;
 }
 
 // Rows r0 .. r0+kBwdQ-1 of a [B, S, H, D] tensor into dst[kBwdQ][ld] as bf16 (zeros past S).
@@ -905,13 +929,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   using L = TcLayout<D>;
   constexpr int kDt = D / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16_t* ks = reinterpret_cast<bf16_t*>(smem_raw);
-  bf16_t* vs = ks + kBlockRows * L::ld;
-  bf16_t* qs = vs + kBlockRows * L::ld;
-  bf16_t* dos = qs + kBwdQ * L::ld;
-  float* lses = reinterpret_cast<float*>(dos + kBwdQ * L::ld);  // log2 units
-  float* deltas = lses + kBwdQ;
-  bf16_t* dst = reinterpret_cast<bf16_t*>(deltas + kBwdQ);  // dS^T [64 keys][kLdDs]
+  const BwdTiles<D, kBwdQ> tiles(smem_raw);
+  bf16_t *ks = tiles.ks, *vs = tiles.vs, *qs = tiles.qs, *dos = tiles.dos;
+  float *lses = tiles.lses, *deltas = tiles.deltas;
+  bf16_t* dst = reinterpret_cast<bf16_t*>(tiles.rest);  // dS^T [64 keys][kLdDs]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.y / s.Hkv, hk = blockIdx.y % s.Hkv, r = s.Hq / s.Hkv;
   const int64_t k0 = int64_t(blockIdx.x) * kBlockRows;
@@ -930,11 +951,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       __syncthreads();  // the previous Q, dO and dS^T are consumed (and K, V are loaded)
       load_q_tile<D>(qs, q, b, q0, h, s.Hq, s);
       load_q_tile<D>(dos, dout, b, q0, h, s.Hq, s);
-      for (int i = threadIdx.x; i < kBwdQ; i += blockDim.x) {
-        const bool in = q0 + i < s.S;
-        lses[i] = in ? lse[(b * s.Hq + h) * s.S + q0 + i] * kLog2e : 0.f;
-        deltas[i] = in ? delta[(b * s.Hq + h) * s.S + q0 + i] : 0.f;
-      }
+      load_lse_delta<kBwdQ>(lses, deltas, lse, delta, b, h, q0, s);
       __syncthreads();
 
       // S^T = K Q^T and dP^T = V dO^T: 16 keys x 32 queries, 4 tiles of 8 queries.
@@ -950,10 +967,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
           uint32_t qf[4], df[4];
           ldmatrix_x4(qf, qs + row * L::ld + col);
           ldmatrix_x4(df, dos + row * L::ld + col);
-          mma_16x8x16(st[n], kf, qf[0], qf[1]);
-          mma_16x8x16(st[n + 1], kf, qf[2], qf[3]);
-          mma_16x8x16(dpt[n], vf, df[0], df[1]);
-          mma_16x8x16(dpt[n + 1], vf, df[2], df[3]);
+          mma_16x16x16(st[n], st[n + 1], kf, qf);
+          mma_16x16x16(dpt[n], dpt[n + 1], vf, df);
         }
       }
 
@@ -992,10 +1007,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
           uint32_t df[4], qf[4];
           ldmatrix_x4_trans(df, dos + row * L::ld + col);
           ldmatrix_x4_trans(qf, qs + row * L::ld + col);
-          mma_16x8x16(dv_acc[n], pf, df[0], df[1]);
-          mma_16x8x16(dv_acc[n + 1], pf, df[2], df[3]);
-          mma_16x8x16(dk_acc[n], sf, qf[0], qf[1]);
-          mma_16x8x16(dk_acc[n + 1], sf, qf[2], qf[3]);
+          mma_16x16x16(dv_acc[n], dv_acc[n + 1], pf, df);
+          mma_16x16x16(dk_acc[n], dk_acc[n + 1], sf, qf);
         }
       }
       __syncthreads();  // all of dS^T is in shared memory
@@ -1010,8 +1023,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
           ldmatrix_x4_trans(af,
                             dst + (kk * 16 + (lane / 16) * 8 + lane % 8) * kLdDs + qw + ((lane / 8) % 2) * 8);
           ldmatrix_x4_trans(bf, ks + (kk * 16 + lane % 16) * L::ld + d0 + n * 8 + (lane / 16) * 8);
-          mma_16x8x16(acc[0], af, bf[0], bf[1]);
-          mma_16x8x16(acc[1], af, bf[2], bf[3]);
+          mma_16x16x16(acc[0], acc[1], af, bf);
         }
         for (int j = 0; j < 2; ++j) {
           const int d = d0 + (n + j) * 8 + 2 * t;

@@ -357,6 +357,17 @@ struct OnlineLse {
     sum[i] = old + (cm == -kInf ? A(0) : sumexp(nm));
     mx[i] = nm;
   }
+  // Folds in chunk [c0, c0 + cc) of row m, logits x (A, or bf16 widened to f32), and takes the
+  // row's target logit (label y) when the chunk holds it.
+  template <class X>
+  void add_chunk(int64_t m, const X* x, int64_t c0, int64_t cc, int64_t y) {
+    add(m, row_max(x, cc), [&](A nm) { return row_sumexp(x, cc, nm); });
+    if (y < c0 || y >= c0 + cc) return;
+    if constexpr (std::is_same_v<X, bf16>)
+      target[size_t(m)] = bf16_to_f32(x[y - c0]);
+    else
+      target[size_t(m)] = x[y - c0];
+  }
   template <class T>
   void finish(const CountedRows<T>& r, A* lse, A* loss) const {
     for (int64_t m = 0; m < r.M; ++m) {
@@ -380,30 +391,10 @@ void scatter_counted_rows(const LinearCrossEntropyArgs& a, const CountedRows<T>&
 // bf16 itself (gemm_bf16_out, round to nearest even: the values the f32-output GEMM + rounding
 // gives), straight into the kept logits or a bf16 chunk buffer, and the row passes read bf16 and
 // write the bf16 dlogits the backward GEMMs take: no f32 [rows, chunk] buffer is written or read.
-void chunk_logits_bf16(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, int64_t c0, int64_t cc,
-                       bf16* out) {
+void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, int64_t c0, int64_t cc,
+                  bf16* out) {
   gemm_bf16_out(Trans::N, Trans::T, r.M, cc, a.D, 1.f, r.hidden, a.D, static_cast<const bf16*>(a.weight) + c0 * a.D,
                 a.D, out, cc);
-}
-
-void lce_forward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool keep, float* lse,
-                             float* loss) {
-  const int64_t C = std::min(a.chunk, a.V);
-  Tensor buf_t = keep ? Tensor() : Tensor::empty({r.M, C}, DType::BF16);
-  OnlineLse<float> stats(r.M);
-  for (int64_t c0 = 0; c0 < a.V; c0 += C) {
-    const int64_t cc = std::min(C, a.V - c0);
-    bf16* buf = keep ? a.kept->data<bf16>() + r.M * c0 : buf_t.data<bf16>();
-    chunk_logits_bf16(a, r, c0, cc, buf);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < r.M; ++m) {
-      const bf16* x = buf + m * cc;
-      stats.add(m, row_max(x, cc), [&](float nm) { return row_sumexp(x, cc, nm); });
-      const int64_t y = r.label[size_t(m)];
-      if (y >= c0 && y < c0 + cc) stats.target[size_t(m)] = bf16_to_f32(x[y - c0]);
-    }
-  }
-  stats.finish(r, lse, loss);
 }
 
 void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool kept,
@@ -416,7 +407,7 @@ void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     const bf16* x = kept ? a.kept->data<bf16>() + r.M * c0 : logits_t.data<bf16>();
-    if (!kept) chunk_logits_bf16(a, r, c0, cc, logits_t.data<bf16>());
+    if (!kept) chunk_logits(a, r, c0, cc, logits_t.data<bf16>());
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m)
       row_dlogits_bf16(x + m * cc, dl + m * cc, cc, row_lse[size_t(m)], scale, r.label[size_t(m)] - c0);
@@ -427,6 +418,26 @@ void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows
   scatter_counted_rows(a, r, dhp_t, dh);
 }
 
+// The forward's vocabulary chunks, logits of type L: the accumulation type, or bf16 when they are
+// rounded to bf16 (the GEMM writes bf16 itself). Each chunk's GEMM writes straight into the kept
+// logits when forward keeps them (they are stored as L), else into one chunk buffer, and its rows
+// are folded into the online logsumexp.
+template <class T, class L>
+void lce_forward_chunks(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, bool keep, Acc<T>* lse,
+                        Acc<T>* loss) {
+  const int64_t C = std::min(a.chunk, a.V);
+  Tensor buf_t = keep ? Tensor() : Tensor::empty({r.M, C}, dtype_of<L>());
+  OnlineLse<Acc<T>> stats(r.M);
+  for (int64_t c0 = 0; c0 < a.V; c0 += C) {
+    const int64_t cc = std::min(C, a.V - c0);
+    L* buf = keep ? a.kept->data<L>() + r.M * c0 : buf_t.data<L>();
+    chunk_logits(a, r, c0, cc, buf);
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < r.M; ++m) stats.add_chunk(m, buf + m * cc, c0, cc, r.label[size_t(m)]);
+  }
+  stats.finish(r, lse, loss);
+}
+
 template <class T>
 void lce_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse_v, void* loss_v) {
   using A = Acc<T>;
@@ -435,31 +446,12 @@ void lce_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void
   std::fill(loss, loss + a.N, A(0));
   const CountedRows<T> r = counted_rows<T>(a);
   if (r.M == 0) return;
-  const int64_t C = std::min(a.chunk, a.V);
   const DType kd = kept_dtype<T>(a);
   const bool keep = a.kept && r.M * a.V * int64_t(dtype_size(kd)) <= a.keep_bytes;
   if (keep) *a.kept = Tensor::empty({r.M * a.V}, kd);
   if constexpr (std::is_same_v<T, bf16>)
-    if (a.round_logits) return lce_forward_bf16_logits(a, r, keep, lse, loss);
-  // The chunk GEMM writes straight into the kept logits when they are stored in the accumulation type.
-  const bool direct = keep && kd == dtype_of<A>();
-  Tensor buf_t = direct ? Tensor() : Tensor::empty({r.M, C}, dtype_of<A>());
-  OnlineLse<A> stats(r.M);
-  for (int64_t c0 = 0; c0 < a.V; c0 += C) {
-    const int64_t cc = std::min(C, a.V - c0);
-    A* buf = direct ? a.kept->data<A>() + r.M * c0 : buf_t.data<A>();
-    chunk_logits(a, r, c0, cc, buf);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < r.M; ++m) {
-      const A* x = buf + m * cc;
-      if constexpr (std::is_same_v<A, float>)
-        if (keep && !direct) convert_f32_to_bf16(x, a.kept->data<bf16>() + r.M * c0 + m * cc, size_t(cc));
-      stats.add(m, row_max(x, cc), [&](A nm) { return row_sumexp(x, cc, nm); });
-      const int64_t y = r.label[size_t(m)];
-      if (y >= c0 && y < c0 + cc) stats.target[size_t(m)] = x[y - c0];
-    }
-  }
-  stats.finish(r, lse, loss);
+    if (a.round_logits) return lce_forward_chunks<T, bf16>(a, r, keep, lse, loss);
+  lce_forward_chunks<T, A>(a, r, keep, lse, loss);
 }
 
 template <class T>

@@ -15,27 +15,30 @@ namespace titan::ops {
 
 namespace {
 
-void check_labels_shape(const char* op, const Tensor& labels, int64_t N, const Tensor& rows) {
-  TITAN_CHECK(labels.dtype() == DType::I64 && labels.dim() == 1 && labels.size(0) == N, op,
-              ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels.str());
-}
-
 void check_float(const char* op, const Tensor& t, const char* what) {
   DType d = t.dtype();
   TITAN_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F64, op, ": ", what, " ", t.str(),
               " must be f32, bf16 or f64");
 }
 
-// Counts the rows that take part and rejects labels outside [0, V) (a tokenizer/vocab mismatch
-// would otherwise read out of bounds). Both scans run on the labels' device.
-int64_t validate_labels(const char* op, const Tensor& labels, int64_t V, int64_t ignore_index) {
-  const int64_t bad = first_index_outside(labels, 0, V, ignore_index);
+// The labels of the N rows of `rows` (i64[N]), contiguous, in *labels; returns how many rows take
+// part (also in *num_targets when given) and rejects labels outside [0, V) (a tokenizer/vocab
+// mismatch would otherwise read out of bounds). Both scans run on the labels' device.
+int64_t prepare_labels(const char* op, const Tensor& labels_in, const Tensor& rows, int64_t V,
+                       int64_t ignore_index, int64_t* num_targets, Tensor* labels) {
+  const int64_t N = rows.size(0);
+  TITAN_CHECK(labels_in.dtype() == DType::I64 && labels_in.dim() == 1 && labels_in.size(0) == N, op,
+              ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels_in.str());
+  *labels = labels_in.contiguous().detach();
+  const int64_t bad = first_index_outside(*labels, 0, V, ignore_index);
   if (bad >= 0) {
-    const int64_t label = int64_t(labels.narrow(0, bad, 1).item());
+    const int64_t label = int64_t(labels->narrow(0, bad, 1).item());
     TITAN_FAIL(op, ": label ", label, " at row ", bad, " is outside [0, V) with V=", V,
                " (and is not ignore_index=", ignore_index, ")");
   }
-  return count_not_equal(labels, ignore_index);
+  const int64_t count = count_not_equal(*labels, ignore_index);
+  if (num_targets) *num_targets = count;
+  return count;
 }
 
 // Sums the per-row losses in row order in f64: the value does not depend on thread count.
@@ -66,11 +69,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
   TITAN_CHECK(logits_in.dim() == 2, "cross_entropy: expected logits [N, V], got ", logits_in.str());
   check_float("cross_entropy", logits_in, "logits");
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
-  check_labels_shape("cross_entropy", labels_in, N, logits_in);
   TITAN_CHECK(V > 0, "cross_entropy: logits ", logits_in.str(), " has no classes");
-  Tensor logits = logits_in.contiguous().detach(), labels = labels_in.contiguous().detach();
-  const int64_t count = validate_labels("cross_entropy", labels, V, ignore_index);
-  if (num_targets) *num_targets = count;
+  Tensor logits = logits_in.contiguous().detach(), labels;
+  const int64_t count =
+      prepare_labels("cross_entropy", labels_in, logits_in, V, ignore_index, num_targets, &labels);
 
   const DType ad = grad_dtype(logits.dtype());
   const auto& kernel =
@@ -104,13 +106,11 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
               hidden_in.str(), ", weight ", weight_in.str());
   check_float("linear_cross_entropy", hidden_in, "hidden");
   const int64_t N = hidden_in.size(0), V = weight_in.size(0), D = hidden_in.size(1);
-  check_labels_shape("linear_cross_entropy", labels_in, N, hidden_in);
   TITAN_CHECK(V > 0, "linear_cross_entropy: weight ", weight_in.str(), " has no vocabulary rows");
   TITAN_CHECK(chunk > 0, "linear_cross_entropy: chunk must be positive, got ", chunk);
-  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach();
-  Tensor labels = labels_in.contiguous().detach();
-  const int64_t count = validate_labels("linear_cross_entropy", labels, V, ignore_index);
-  if (num_targets) *num_targets = count;
+  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach(), labels;
+  const int64_t count =
+      prepare_labels("linear_cross_entropy", labels_in, hidden_in, V, ignore_index, num_targets, &labels);
 
   const DType ad = grad_dtype(hidden.dtype());
   const auto& kernel =

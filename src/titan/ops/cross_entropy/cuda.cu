@@ -14,6 +14,7 @@
 #include "titan/ops/cross_entropy/cuda.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 
@@ -326,22 +327,18 @@ void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyA
                            static_cast<float*>(dweight));
 }
 
-const bool cross_entropy_kernels_registered = kernels::register_kernels(
+const bool cross_entropy_kernels_registered = kernels::register_float_kernels(
     "cross_entropy", Device::CUDA,
-    {{DType::F32, "default", "block per row, online logsumexp in f32",
-      ops::CrossEntropyKernel{ce_forward_entry<DType::F32>, ce_backward_entry<DType::F32>}},
-     {DType::BF16, "default", "block per row, bf16 logits widened, online logsumexp in f32",
-      ops::CrossEntropyKernel{ce_forward_entry<DType::BF16>, ce_backward_entry<DType::BF16>}}},
+    "block per row, online logsumexp in f32",
+    "block per row, bf16 logits widened, online logsumexp in f32",
+    TITAN_FLOAT_KERNEL(ops::CrossEntropyKernel, ce_forward_entry<kDType>, ce_backward_entry<kDType>),
     kernel_available);
-const bool linear_cross_entropy_kernels_registered = kernels::register_kernels(
+const bool linear_cross_entropy_kernels_registered = kernels::register_float_kernels(
     "linear_cross_entropy", Device::CUDA,
-    {{DType::F32, "default",
-      "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
-      ops::LinearCrossEntropyKernel{lce_forward_entry<DType::F32>, lce_backward_entry<DType::F32>}},
-     {DType::BF16, "default",
-      "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in "
-      "backward",
-      ops::LinearCrossEntropyKernel{lce_forward_entry<DType::BF16>, lce_backward_entry<DType::BF16>}}},
+    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
+    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in "
+    "backward",
+    TITAN_FLOAT_KERNEL(ops::LinearCrossEntropyKernel, lce_forward_entry<kDType>, lce_backward_entry<kDType>),
     kernel_available);
 
 }  // namespace

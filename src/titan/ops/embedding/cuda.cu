@@ -8,6 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/embedding/embedding.h"
 
@@ -81,13 +82,11 @@ void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const i
   mem.deallocate(sorted_ids, ids_bytes);
 }
 
-const bool registered = kernels::register_kernels(
+const bool registered = kernels::register_float_kernels(
     "embedding", Device::CUDA,
-    {{DType::F32, "default", "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
-      EmbeddingKernel{forward<float>, backward}},
-     {DType::BF16, "default", "CUDA: row copy; stable radix sort + in-order run sums into f32",
-      EmbeddingKernel{forward<uint16_t>, backward}}},
-    cuda::kernel_available);
+    "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
+    "CUDA: row copy; stable radix sort + in-order run sums into f32",
+    TITAN_FLOAT_KERNEL(EmbeddingKernel, forward<T>, backward), cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

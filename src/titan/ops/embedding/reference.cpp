@@ -30,14 +30,9 @@ void embedding_backward_ref(const KernelContext& ctx, int64_t N, int64_t V, int6
     for (int64_t d = 0; d < D; ++d) dt[ids[i] * D + d] += dy[i * D + d];
 }
 
-const bool registered = kernels::register_kernels(
-    "embedding", Device::CPU,
-    {{DType::F64, "reference", "row copy, serial scatter-add",
-      EmbeddingKernel{embedding_forward_ref<double>, embedding_backward_ref<double>}},
-     {DType::F32, "reference", "row copy, serial scatter-add",
-      EmbeddingKernel{embedding_forward_ref<float>, embedding_backward_ref<float>}},
-     {DType::BF16, "reference", "row copy, serial scatter-add into f32",
-      EmbeddingKernel{embedding_forward_ref<uint16_t>, embedding_backward_ref<float>}}});
+const bool registered = kernels::register_reference_kernels(
+    "embedding", "row copy, serial scatter-add", "scatter-add into f32",
+    TITAN_REFERENCE_KERNEL(EmbeddingKernel, embedding_forward_ref<T>, embedding_backward_ref<Acc>));
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include "titan/backend/cuda/common.cuh"
 #include "titan/ops/moe/cuda.h"
 #include "titan/core/check.h"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/moe.h"
 
@@ -279,9 +280,13 @@ constexpr int kTileN = 64, kTileK = 16, kGemmThreads = 256;
 
 enum class Epilogue { kStoreRounded, kAdd };
 
-// The expert whose row tiles hold block `tile` of a grouped GEMM: tiles[e] <= tile < tiles[e + 1]
-// (tiles[] is the exclusive prefix sum of the experts' row-tile counts), by binary search.
-__device__ inline int64_t expert_of_tile(const int* tiles, int64_t E, int tile) {
+// Block `tile` of a grouped row GEMM: the expert e whose row tiles hold it, tiles[e] <= tile <
+// tiles[e + 1] (tiles[] is the exclusive prefix sum of the experts' row-tile counts; found by
+// binary search), and the tile's rows [r0, r_end) (r_end: the end of expert e's rows).
+struct RowTile {
+  int64_t e, r0, r_end;
+};
+__device__ inline RowTile row_tile_of(const int* tiles, const int64_t* offsets, int64_t E, int tile) {
   int64_t lo = 0, hi = E;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
@@ -290,7 +295,7 @@ __device__ inline int64_t expert_of_tile(const int* tiles, int64_t E, int tile) 
     else
       hi = mid;
   }
-  return lo;
+  return {lo, offsets[lo] + int64_t(tile - tiles[lo]) * kRowTile, offsets[lo + 1]};
 }
 
 // For each expert e and its rows r in [offsets[e], offsets[e+1]):
@@ -310,6 +315,17 @@ __device__ __forceinline__ void multiply_tiles(const float (&As)[kTileK][kRowTil
   }
 }
 
+// Stages one K step of an operand in shared memory: S[kk][c] = load(kk, c) for kk < kTileK and
+// c < kCols (load returns 0 outside the operand), the block's threads walking K fastest
+// (kKFastest: the operand is contiguous along K) or the columns fastest.
+template <int kCols, bool kKFastest, class Load>
+__device__ __forceinline__ void stage_f32_tile(float (&S)[kTileK][kCols + 4], Load load) {
+  for (int idx = threadIdx.x; idx < kTileK * kCols; idx += kGemmThreads) {
+    const int kk = kKFastest ? idx % kTileK : idx / kCols, c = kKFastest ? idx / kTileK : idx % kCols;
+    S[kk][c] = load(kk, c);
+  }
+}
+
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
     grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
@@ -319,34 +335,24 @@ __global__ void __launch_bounds__(kGemmThreads)
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  const int64_t e = expert_of_tile(tiles, E, tile);
-  const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
-  const int64_t c0 = int64_t(blockIdx.y) * kTileN;
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kTileN;
   const TB* Be = B + e * stride_b;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-    for (int idx = threadIdx.x; idx < kRowTile * kTileK; idx += kGemmThreads) {
-      const int m = idx / kTileK, kk = idx % kTileK;
+    stage_f32_tile<kRowTile, true>(As, [&](int kk, int m) {
       const int64_t r = r0 + m, kcol = k0 + kk;
-      float v = 0.f;
-      if (r < r_end && kcol < K) {
-        const int64_t arow = gather ? gather[r] / gather_div : r;
-        v = to_f32(A[arow * lda + kcol]);
-      }
-      As[kk][m] = v;
-    }
-    for (int idx = threadIdx.x; idx < kTileK * kTileN; idx += kGemmThreads) {
-      int kk, nn;
-      if (kTransB)
-        kk = idx % kTileK, nn = idx / kTileK;  // consecutive threads walk K (contiguous)
-      else
-        kk = idx / kTileN, nn = idx % kTileN;  // consecutive threads walk N (contiguous)
+      if (r >= r_end || kcol >= K) return 0.f;
+      const int64_t arow = gather ? gather[r] / gather_div : r;
+      return to_f32(A[arow * lda + kcol]);
+    });
+    // Consecutive threads walk B's contiguous dimension: K when B is transposed, else N.
+    stage_f32_tile<kTileN, kTransB>(Bs, [&](int kk, int nn) {
       const int64_t kcol = k0 + kk, col = c0 + nn;
-      float v = 0.f;
-      if (kcol < K && col < N) v = to_f32(kTransB ? Be[col * K + kcol] : Be[kcol * N + col]);
-      Bs[kk][nn] = v;
-    }
+      if (kcol >= K || col >= N) return 0.f;
+      return to_f32(kTransB ? Be[col * K + kcol] : Be[kcol * N + col]);
+    });
     __syncthreads();
     multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
@@ -379,21 +385,16 @@ __global__ void __launch_bounds__(kGemmThreads)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int64_t rs = r_begin; rs < r_end; rs += kTileK) {
-    for (int idx = threadIdx.x; idx < kTileK * kRowTile; idx += kGemmThreads) {
-      const int kk = idx / kRowTile, m = idx % kRowTile;
+    stage_f32_tile<kRowTile, false>(As, [&](int kk, int m) {
       const int64_t r = rs + kk, row = m0 + m;
-      As[kk][m] = (r < r_end && row < M) ? to_f32(A[r * lda + row]) : 0.f;
-    }
-    for (int idx = threadIdx.x; idx < kTileK * kTileN; idx += kGemmThreads) {
-      const int kk = idx / kTileN, nn = idx % kTileN;
+      return (r < r_end && row < M) ? to_f32(A[r * lda + row]) : 0.f;
+    });
+    stage_f32_tile<kTileN, false>(Bs, [&](int kk, int nn) {
       const int64_t r = rs + kk, col = n0 + nn;
-      float v = 0.f;
-      if (r < r_end && col < N) {
-        const int64_t brow = gather ? gather[r] / gather_div : r;
-        v = to_f32(B[brow * ldb + col]);
-      }
-      Bs[kk][nn] = v;
-    }
+      if (r >= r_end || col >= N) return 0.f;
+      const int64_t brow = gather ? gather[r] / gather_div : r;
+      return to_f32(B[brow * ldb + col]);
+    });
     __syncthreads();
     multiply_tiles(As, Bs, tx, ty, acc);
     __syncthreads();
@@ -487,9 +488,8 @@ __global__ void __launch_bounds__(kTcThreads)
   __shared__ __align__(128) float Cs[64 * kLdC];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  const int64_t e = expert_of_tile(tiles, E, tile);
-  const int64_t r0 = offsets[e] + int64_t(tile - tiles[e]) * kRowTile, r_end = offsets[e + 1];
-  const int64_t c0 = int64_t(blockIdx.y) * kTileN;
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kTileN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
   FragC acc[2][2];
@@ -966,14 +966,11 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down));
 }
 
-const bool router_topk_kernels_registered = kernels::register_kernels(
+const bool router_topk_kernels_registered = kernels::register_float_kernels(
     "router_topk", Device::CUDA,
-    {{DType::F32, "default",
-      "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
-      ops::RouterKernel{router_forward_entry<DType::F32>, router_backward_entry}},
-     {DType::BF16, "default",
-      "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-      ops::RouterKernel{router_forward_entry<DType::BF16>, router_backward_entry}}},
+    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+    "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
+    TITAN_FLOAT_KERNEL(ops::RouterKernel, router_forward_entry<kDType>, router_backward_entry),
     kernel_available);
 const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
     "moe_aux_loss", Device::CUDA,
@@ -981,14 +978,12 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
       "device counts and f64 column sums over layers; loss and gradient read no host data",
       ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
     kernel_available);
-const bool moe_experts_kernels_registered = kernels::register_kernels(
+const bool moe_experts_kernels_registered = kernels::register_float_kernels(
     "moe_experts", Device::CUDA,
-    {{DType::F32, "default", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-      ops::MoeExpertsKernel{experts_forward_entry<DType::F32>, experts_backward_entry<DType::F32>}},
-     {DType::BF16, "default",
-      "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
-      "rounding points",
-      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16>, experts_backward_entry<DType::BF16>}}},
+    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
+    "rounding points",
+    TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>),
     kernel_available);
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/rms_norm/rms_norm.h"
 
@@ -129,13 +130,11 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   }
 }
 
-const bool registered = kernels::register_kernels(
+const bool registered = kernels::register_float_kernels(
     "rms_norm", Device::CUDA,
-    {{DType::F32, "default", "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
-      RmsNormKernel{forward<float>, backward<float>}},
-     {DType::BF16, "default", "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
-      RmsNormKernel{forward<uint16_t>, backward<uint16_t>}}},
-    cuda::kernel_available);
+    "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
+    "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
+    TITAN_FLOAT_KERNEL(RmsNormKernel, forward<T>, backward<T>), cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

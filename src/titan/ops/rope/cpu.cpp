@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "titan/core/check.h"
 #include "titan/backend/cpu/lanes.h"
@@ -24,55 +25,48 @@ namespace {
 
 using namespace lanes;
 
-// One token: H heads of D elements, cos/sin rows of D/2.
-template <class T>
-[[gnu::always_inline]] inline void forward_token_impl(int64_t H, int64_t D, const float* cr, const float* sr,
-                                                      const T* x, T* y) {
+// One token: H heads of D elements, cos/sin rows of D/2. Each pair (x1, x2) = (x[j], x[j + D/2])
+// becomes (x1 c - x2 s, x2 c + x1 s), with c and s rounded to T and each product rounded to Elem
+// (as torch does in that dtype). The backward (kTranspose) is the transpose rotation, s -> -s, of
+// f32 gradients (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s
+// come out as if written directly.
+template <class T, class Elem, bool kTranspose>
+[[gnu::always_inline]] inline void rotate_token_impl(int64_t H, int64_t D, const float* cr, const float* sr,
+                                                     const Elem* x, Elem* y) {
   const int64_t half = D / 2;
   for (int64_t h = 0; h < H; ++h) {
-    const T* xr = x + h * D;
-    T* yr = y + h * D;
+    const Elem* xr = x + h * D;
+    Elem* yr = y + h * D;
 #pragma omp simd
     for (int64_t j = 0; j < half; ++j) {
-      const float c = rnd(T{}, cr[j]), s = rnd(T{}, sr[j]);
+      const float c = rnd(T{}, cr[j]), s = kTranspose ? -rnd(T{}, sr[j]) : rnd(T{}, sr[j]);
       const float x1 = ld(xr[j]), x2 = ld(xr[j + half]);
-      st(yr + j, rnd(T{}, x1 * c) + rnd(T{}, -x2 * s));
-      st(yr + j + half, rnd(T{}, x2 * c) + rnd(T{}, x1 * s));
+      st(yr + j, rnd(Elem{}, x1 * c) + rnd(Elem{}, -x2 * s));
+      st(yr + j + half, rnd(Elem{}, x2 * c) + rnd(Elem{}, x1 * s));
     }
   }
 }
 
-template <class T>
-[[gnu::always_inline]] inline void backward_token_impl(int64_t H, int64_t D, const float* cr, const float* sr,
-                                                       const float* dy, float* dx) {
-  const int64_t half = D / 2;
-  for (int64_t h = 0; h < H; ++h) {
-    const float* g = dy + h * D;
-    float* d = dx + h * D;
-#pragma omp simd
-    for (int64_t j = 0; j < half; ++j) {
-      const float c = rnd(T{}, cr[j]), s = rnd(T{}, sr[j]);
-      d[j] = g[j] * c + g[j + half] * s;
-      d[j + half] = g[j + half] * c - g[j] * s;
-    }
+// target_clones takes no templates: one cloned function per instance of rotate_token_impl (the
+// forward in the element type, the backward in f32 with c, s rounded to the element type).
+#define TITAN_ROTATE_TOKEN(name, T, Elem, kTranspose)                                                    \
+  TITAN_CLONES_NO_CONTRACT void name(int64_t H, int64_t D, const float* cr, const float* sr, const Elem* x, \
+                                     Elem* y) {                                                          \
+    rotate_token_impl<T, Elem, kTranspose>(H, D, cr, sr, x, y);                                          \
   }
-}
+TITAN_ROTATE_TOKEN(forward_token, float, float, false)
+TITAN_ROTATE_TOKEN(forward_token, uint16_t, uint16_t, false)
+TITAN_ROTATE_TOKEN(backward_token_f32, float, float, true)
+TITAN_ROTATE_TOKEN(backward_token_bf16, uint16_t, float, true)
+#undef TITAN_ROTATE_TOKEN
 
-TITAN_CLONES_NO_CONTRACT void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const float* x,
-                                float* y) {
-  forward_token_impl(H, D, cr, sr, x, y);
-}
-TITAN_CLONES_NO_CONTRACT void forward_token(int64_t H, int64_t D, const float* cr, const float* sr, const uint16_t* x,
-                                uint16_t* y) {
-  forward_token_impl(H, D, cr, sr, x, y);
-}
-TITAN_CLONES_NO_CONTRACT void backward_token_f32(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
-                                     float* dx) {
-  backward_token_impl<float>(H, D, cr, sr, dy, dx);
-}
-TITAN_CLONES_NO_CONTRACT void backward_token_bf16(int64_t H, int64_t D, const float* cr, const float* sr, const float* dy,
-                                      float* dx) {
-  backward_token_impl<uint16_t>(H, D, cr, sr, dy, dx);
+// One token of T's forward or backward.
+template <class T, bool kBackward, class Elem>
+inline void rotate_token(int64_t H, int64_t D, const float* cr, const float* sr, const Elem* x, Elem* y) {
+  if constexpr (!kBackward)
+    forward_token(H, D, cr, sr, x, y);
+  else
+    (std::is_same_v<T, float> ? backward_token_f32 : backward_token_bf16)(H, D, cr, sr, x, y);
 }
 
 // The table row of token (b, s): pos[b, s] for the default, p0_b + s for gather_free.
@@ -98,54 +92,42 @@ void check_positions(int64_t B, int64_t S, const int64_t* pos, const ops::RopeTa
     }
 }
 
-template <class T, bool kGatherFree>
-void rope_forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos, const ops::RopeTable& table,
-                  const void* xv, void* yv) {
+// The forward (x, y of T) or the backward (dy, dx in f32) over all B * S tokens.
+template <class T, bool kGatherFree, bool kBackward>
+void rope_rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+                 const ops::RopeTable& table, const void* xv, void* yv) {
+  using Elem = std::conditional_t<kBackward, float, T>;
   check_positions<kGatherFree>(B, S, pos, table);
-  const T* x = static_cast<const T*>(xv);
-  T* y = static_cast<T*>(yv);
+  const Elem* x = static_cast<const Elem*>(xv);
+  Elem* y = static_cast<Elem*>(yv);
   const int64_t half = D / 2;
 #pragma omp parallel for schedule(static) if (B * S * H * D > 32768)
   for (int64_t bs = 0; bs < B * S; ++bs) {
     const int64_t r = row_of<kGatherFree>(pos, S, bs);
-    forward_token(H, D, table.cos.data() + r * half, table.sin.data() + r * half, x + bs * H * D,
-                  y + bs * H * D);
+    rotate_token<T, kBackward>(H, D, table.cos.data() + r * half, table.sin.data() + r * half, x + bs * H * D,
+                               y + bs * H * D);
   }
 }
 
 template <class T, bool kGatherFree>
-void rope_backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
-                   const ops::RopeTable& table, const void* dyv, void* dxv) {
-  check_positions<kGatherFree>(B, S, pos, table);
-  const float* dy = static_cast<const float*>(dyv);
-  float* dx = static_cast<float*>(dxv);
-  const int64_t half = D / 2;
-#pragma omp parallel for schedule(static) if (B * S * H * D > 32768)
-  for (int64_t bs = 0; bs < B * S; ++bs) {
-    const int64_t r = row_of<kGatherFree>(pos, S, bs);
-    const float *cr = table.cos.data() + r * half, *sr = table.sin.data() + r * half;
-    if constexpr (std::is_same_v<T, float>)
-      backward_token_f32(H, D, cr, sr, dy + bs * H * D, dx + bs * H * D);
-    else
-      backward_token_bf16(H, D, cr, sr, dy + bs * H * D, dx + bs * H * D);
-  }
+ops::RopeKernel rope_kernel() {
+  return {rope_rotate<T, kGatherFree, false>, rope_rotate<T, kGatherFree, true>, true};
 }
 
-using ops::RopeKernel;
 const bool registered = kernels::register_kernels(
     "rope", Device::CPU,
     {{DType::F32, "default", "cached cos/sin table indexed by position, OpenMP tokens, SIMD",
-      RopeKernel{rope_forward<float, false>, rope_backward<float, false>, true}},
+      rope_kernel<float, false>()},
      {DType::BF16, "default", "cached cos/sin table indexed by position, bf16 arithmetic, OpenMP, SIMD",
-      RopeKernel{rope_forward<uint16_t, false>, rope_backward<uint16_t, false>, true}},
+      rope_kernel<uint16_t, false>()},
      {DType::F32, "gather_free",
       "table rows p0..p0+S-1 read in order; positions must be contiguous ranges per batch row (checked per "
       "call)",
-      RopeKernel{rope_forward<float, true>, rope_backward<float, true>, true}},
+      rope_kernel<float, true>()},
      {DType::BF16, "gather_free",
       "table rows p0..p0+S-1 read in order, bf16 arithmetic; positions must be contiguous ranges per batch "
       "row (checked per call)",
-      RopeKernel{rope_forward<uint16_t, true>, rope_backward<uint16_t, true>, true}}});
+      rope_kernel<uint16_t, true>()}});
 
 }  // namespace
 

@@ -4,9 +4,11 @@
 // The device copy is made once per (theta, D) and replaced only when a longer table arrives (rows
 // of a longer table equal the shorter table's rows).
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/rope/rope.h"
 
@@ -59,59 +61,44 @@ __device__ RotatedPair rotated_pair(int64_t i, int64_t H, int64_t half, const in
   return {row, j, round_to<T>(cos_t[t]), round_to<T>(sin_t[t])};
 }
 
-template <class T>
-__global__ void rope_forward_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
-                                    const float* sin_t, const T* x, T* y) {
+// Each pair (x1, x2) = (x[j], x[j + D/2]) becomes (x1 c - x2 s, x2 c + x1 s), each product rounded to
+// Elem as torch does. The backward (kTranspose) is the transpose rotation, s -> -s, of f32 gradients
+// (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s come out as if
+// written directly.
+template <class T, class Elem, bool kTranspose>
+__global__ void rope_rotate_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
+                                   const float* sin_t, const Elem* x, Elem* y) {
   const int64_t half = D / 2, n = BS * H * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const RotatedPair p = rotated_pair<T>(i, H, half, pos, cos_t, sin_t);
-    const T* xr = x + p.row * D;
-    T* yr = y + p.row * D;
+    const float s = kTranspose ? -p.s : p.s;
+    const Elem* xr = x + p.row * D;
+    Elem* yr = y + p.row * D;
     const float x1 = load_f32(xr, p.j), x2 = load_f32(xr, p.j + half);
-    store_f32(yr, p.j, __fadd_rn(round_to<T>(__fmul_rn(x1, p.c)), round_to<T>(-__fmul_rn(x2, p.s))));
-    store_f32(yr, p.j + half, __fadd_rn(round_to<T>(__fmul_rn(x2, p.c)), round_to<T>(__fmul_rn(x1, p.s))));
+    store_f32(yr, p.j, __fadd_rn(round_to<Elem>(__fmul_rn(x1, p.c)), round_to<Elem>(-__fmul_rn(x2, s))));
+    store_f32(yr, p.j + half,
+              __fadd_rn(round_to<Elem>(__fmul_rn(x2, p.c)), round_to<Elem>(__fmul_rn(x1, s))));
   }
 }
 
-template <class T>
-__global__ void rope_backward_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
-                                     const float* sin_t, const float* dy, float* dx) {
-  const int64_t half = D / 2, n = BS * H * half;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const RotatedPair p = rotated_pair<T>(i, H, half, pos, cos_t, sin_t);
-    const float g1 = dy[p.row * D + p.j], g2 = dy[p.row * D + p.j + half];
-    dx[p.row * D + p.j] = __fadd_rn(__fmul_rn(g1, p.c), __fmul_rn(g2, p.s));
-    dx[p.row * D + p.j + half] = __fsub_rn(__fmul_rn(g2, p.c), __fmul_rn(g1, p.s));
-  }
-}
-
-template <class T>
-void forward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
-             const RopeTable& table, const void* x, void* y) {
+// The forward (x, y of T) or the backward (dy, dx in f32).
+template <class T, bool kBackward>
+void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
+            const RopeTable& table, const void* x, void* y) {
+  using Elem = std::conditional_t<kBackward, float, T>;
   const int64_t n = B * S * H * (D / 2);
   if (n == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  launch_grid_stride(ctx, "rope_forward_kernel", n, rope_forward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
-                     static_cast<const T*>(x), static_cast<T*>(y));
+  launch_grid_stride(ctx, kBackward ? "rope_backward_kernel" : "rope_forward_kernel", n,
+                     rope_rotate_kernel<T, Elem, kBackward>, B * S, H, D, pos, t.cos, t.sin,
+                     static_cast<const Elem*>(x), static_cast<Elem*>(y));
 }
 
-template <class T>
-void backward(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
-              const RopeTable& table, const void* dy, void* dx) {
-  const int64_t n = B * S * H * (D / 2);
-  if (n == 0) return;
-  const DeviceTable t = device_table(ctx, table);
-  launch_grid_stride(ctx, "rope_backward_kernel", n, rope_backward_kernel<T>, B * S, H, D, pos, t.cos, t.sin,
-                     static_cast<const float*>(dy), static_cast<float*>(dx));
-}
-
-const bool registered = kernels::register_kernels(
+const bool registered = kernels::register_float_kernels(
     "rope", Device::CUDA,
-    {{DType::F32, "default", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
-      RopeKernel{forward<float>, backward<float>, true}},
-     {DType::BF16, "default", "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
-      RopeKernel{forward<uint16_t>, backward<uint16_t>, true}}},
-    cuda::kernel_available);
+    "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+    "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true), cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops

@@ -30,33 +30,26 @@ void for_each_pair_ref(int64_t BS, int64_t H, int64_t D, const int64_t* pos, con
     }
 }
 
-template <class T, class A>
-void rope_forward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D,
-                      const int64_t* pos, const RopeTable& table, const void* xv, void* yv) {
-  const T* x = static_cast<const T*>(xv);
-  T* y = static_cast<T*>(yv);
+// Each pair (x1, x2) = (x[j], x[j + D/2]) becomes (x1 c - x2 s, x2 c + x1 s), each product and sum
+// rounded to E: the forward in T (as torch), the backward (kTranspose) as the transpose rotation
+// (s -> -s, exact) of gradients in A.
+template <class T, class A, class E, bool kTranspose>
+void rope_rotate_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D,
+                     const int64_t* pos, const RopeTable& table, const void* xv, void* yv) {
+  const E* x = static_cast<const E*>(xv);
+  E* y = static_cast<E*>(yv);
   for_each_pair_ref<T, A>(B * S, H, D, pos, table, [&](int64_t row, int64_t j, int64_t half, A ct, A st) {
-    const T x1 = x[row + j], x2 = x[row + j + half];
-    y[row + j] = T(A(T(A(x1) * ct)) + A(T(-A(x2) * st)));
-    y[row + j + half] = T(A(T(A(x2) * ct)) + A(T(A(x1) * st)));
-  });
-}
-
-// The transpose rotation, in A (gradients are f32 or f64).
-template <class T, class A>
-void rope_backward_ref(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D,
-                       const int64_t* pos, const RopeTable& table, const void* dyv, void* dxv) {
-  const A* g = static_cast<const A*>(dyv);
-  A* d = static_cast<A*>(dxv);
-  for_each_pair_ref<T, A>(B * S, H, D, pos, table, [&](int64_t row, int64_t j, int64_t half, A ct, A st) {
-    d[row + j] = g[row + j] * ct + g[row + j + half] * st;
-    d[row + j + half] = g[row + j + half] * ct - g[row + j] * st;
+    if (kTranspose) st = -st;
+    const E x1 = x[row + j], x2 = x[row + j + half];
+    y[row + j] = E(A(E(A(x1) * ct)) + A(E(-A(x2) * st)));
+    y[row + j + half] = E(A(E(A(x2) * ct)) + A(E(A(x1) * st)));
   });
 }
 
 const bool registered = kernels::register_reference_kernels(
     "rope", "cos/sin per element", "cos/sin in f32, bf16 arithmetic as torch",
-    TITAN_REFERENCE_KERNEL(RopeKernel, rope_forward_ref<T, Acc>, rope_backward_ref<T, Acc>, false));
+    TITAN_REFERENCE_KERNEL(RopeKernel, rope_rotate_ref<T, Acc, T, false>, rope_rotate_ref<T, Acc, Acc, true>,
+                           false));
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 // IEEE; no fused multiply-add where the reference has none. The grid-stride loops are unrolled over
 // restrict pointers so that several iterations' loads are in flight at once (memory-bound kernels).
 #include "titan/backend/cuda/common.cuh"
+#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/swiglu/swiglu.h"
 
@@ -56,13 +57,11 @@ void backward(const KernelContext& ctx, int64_t n, const void* gate, const void*
                      static_cast<float*>(dup));
 }
 
-const bool registered = kernels::register_kernels(
+const bool registered = kernels::register_float_kernels(
     "swiglu", Device::CUDA,
-    {{DType::F32, "default", "CUDA: elementwise grid-stride loop, f32 expf",
-      SwigluKernel{forward<float>, backward<float>}},
-     {DType::BF16, "default", "CUDA: elementwise loop in f32, rounded after silu and after the product",
-      SwigluKernel{forward<uint16_t>, backward<uint16_t>}}},
-    cuda::kernel_available);
+    "CUDA: elementwise grid-stride loop, f32 expf",
+    "CUDA: elementwise loop in f32, rounded after silu and after the product",
+    TITAN_FLOAT_KERNEL(SwigluKernel, forward<T>, backward<T>), cuda::kernel_available);
 
 }  // namespace
 }  // namespace titan::ops
