@@ -129,6 +129,9 @@ void expect_same_steps(const JobRun& a, const JobRun& b, int64_t from, int64_t t
       const double x = a.steps.at(s)[k].get<double>(), y = b.steps.at(s)[k].get<double>();
       EXPECT_NEAR(x, y, 1e-5 * std::fabs(y)) << what << ": " << k << " at step " << s;
     }
+    // The same samples in the same order: none lost or repeated, whatever the ranks or resumes.
+    EXPECT_EQ(a.steps.at(s).value("batch_hash", "a"), b.steps.at(s).value("batch_hash", "b"))
+        << what << ": the step's tokens differ at step " << s;
   }
 }
 
@@ -211,6 +214,8 @@ const JobRun& fsdp_two_ranks() {
 
 TEST(DataParallel, FsdpOnTwoRanksMatchesOneRank) {
   expect_same_steps(fsdp_two_ranks(), one_rank(), 1, 10, "FSDP 2");
+  // The batch hash tells steps apart (it is what shows a sample lost or repeated above).
+  EXPECT_NE(one_rank().steps.at(1)["batch_hash"], one_rank().steps.at(2)["batch_hash"]);
   expect_same_final_state(fsdp_two_ranks(), one_rank(), 10, "FSDP 2");
 }
 

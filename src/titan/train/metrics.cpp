@@ -183,6 +183,7 @@ void StepMeter::begin_step() {
   device_services(device_).reset_peak();
   comm_bytes_ = -1;
   comm_seconds_ = 0;
+  batch_hash_ = 0;
 }
 
 void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
@@ -214,6 +215,11 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     m.step_seconds = dt;
     m.warmup = first_;
     if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
+    if (batch_hash_) {
+      char hex[20];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(batch_hash_));
+      m.batch_hash = hex;
+    }
     if (comm_bytes_ >= 0) m.comm_mib = double(comm_bytes_) / 1048576.0, m.comm_seconds = comm_seconds_;
     logger_.log(m);
   }
@@ -250,6 +256,7 @@ void MetricsLogger::log(const StepMetrics& m) {
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (!m.batch_hash.empty()) j["batch_hash"] = m.batch_hash;
   if (m.comm_mib >= 0) {
     j["comm_mib"] = m.comm_mib;
     j["comm_seconds"] = m.comm_seconds;

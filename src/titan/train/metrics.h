@@ -34,6 +34,7 @@ struct StepMetrics {
   // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the
   // seconds it spent inside communication calls (what compute did not hide).
   double comm_mib = -1, comm_seconds = -1;
+  std::string batch_hash;  // hex FNV-1a of the step's token ids (empty: not reported)
   bool warmup = false;  // the first step of a run (includes one-time set-up costs)
 };
 
@@ -77,6 +78,8 @@ class StepMeter {
   void begin_step();  // starts the clock and resets the allocator's peak
   // The data-parallel communication of the step in hand (logged with it).
   void add_communication(int64_t bytes_sent, double seconds);
+  // The hash of the step's token ids (StepResult::batch_hash), logged with it in metrics.jsonl.
+  void set_batch_hash(uint64_t hash) { batch_hash_ = hash; }
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
   // training step's alone); its result is logged as val_loss, and the step is logged whatever log_freq.
@@ -96,6 +99,7 @@ class StepMeter {
   std::chrono::steady_clock::time_point step_start_;
   bool first_ = true;
   int64_t comm_bytes_ = -1;  // < 0: no communication reported for the step in hand
+  uint64_t batch_hash_ = 0;  // 0: none reported
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;
   int64_t sustained_tokens_ = 0;

@@ -21,6 +21,10 @@ struct StepResult {
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
+  // FNV-1a of the token ids of the step's global micro-batches (every rank reads them whole): equal
+  // for the same samples in the same order whatever the number of ranks, so a resumed or resharded
+  // run shows that no sample was skipped or repeated.
+  uint64_t batch_hash = 0;
 };
 
 // The two halves of a training step, shared by TrainStep and the planner's meta-device step (so the

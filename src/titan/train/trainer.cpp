@@ -208,6 +208,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.begin_step();
     state.sharding.reset_stats();
     const StepResult r = train_step.run(state);
+    meter.set_batch_hash(r.batch_hash);
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
