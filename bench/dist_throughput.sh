@@ -7,19 +7,7 @@
 # not hide). Communication goes through shared memory here.
 #
 #   bash bench/dist_throughput.sh [STEPS] [SEQ] [PRECISION]   # default 6 steps, 512, bfloat16
-set -euo pipefail
-cd "$(dirname "$0")/.."
-STEPS=${1:-6}
-SEQ=${2:-512}
-PREC=${3:-bfloat16}
-TITAN=${TITAN_BIN:-./build/bin/titan}
-[ -x "$TITAN" ] || { echo "build first: bash scripts/build.sh (or set TITAN_BIN)" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
-common=(--config configs/debugmodel.toml --training.steps="$STEPS" --training.seq_len="$SEQ"
-        --training.mixed_precision_param="$PREC" --checkpoint.enable=false --checkpoint.last_save_in_hf=false
-        --lr_scheduler.warmup_steps=1 --metrics.log_freq=1)
+source "$(dirname "$0")/debugmodel_job.sh" "$@"
 
 # Sustained tokens/s of rank 0 (the summary line) times the number of ranks.
 total_tps() { sed -n 's/.*sustained \([0-9.]*\) tokens\/s.*/\1/p' "$1" | awk -v n="$2" '{printf "%.0f", $1 * n}'; }

@@ -9,19 +9,7 @@
 # the plan's shared-memory defaults. The machine may be shared: the load is printed.
 #
 #   bash bench/plan_vs_real.sh [STEPS] [SEQ] [PRECISION]   # default 6 steps, 512, bfloat16
-set -euo pipefail
-cd "$(dirname "$0")/.."
-STEPS=${1:-6}
-SEQ=${2:-512}
-PREC=${3:-bfloat16}
-TITAN=${TITAN_BIN:-./build/bin/titan}
-[ -x "$TITAN" ] || { echo "build first: bash scripts/build.sh (or set TITAN_BIN)" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
-common=(--config configs/debugmodel.toml --training.steps="$STEPS" --training.seq_len="$SEQ"
-        --training.mixed_precision_param="$PREC" --checkpoint.enable=false --checkpoint.last_save_in_hf=false
-        --validation.enable=false --lr_scheduler.warmup_steps=1 --metrics.log_freq=1)
+source "$(dirname "$0")/debugmodel_job.sh" "$@"
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus," \
   "$STEPS steps of global batch 2 x $SEQ, $PREC, load $(cut -d' ' -f1 /proc/loadavg)"
