@@ -2,11 +2,16 @@
 
 #include "titan/core/check.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
+
+extern char** environ;
 
 namespace titan::testing {
 
@@ -64,6 +69,21 @@ std::string file_difference(const std::filesystem::path& a, const std::filesyste
                 a.c_str(), (unsigned long long)size_a, (unsigned long long)ha, b.c_str(),
                 (unsigned long long)size_b, (unsigned long long)hb, (unsigned long long)first_diff);
   return buf;
+}
+
+int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? int(pid) : 0;
 }
 
 int run_command(const std::string& cmd, std::string* output) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace titan::testing {
 
@@ -19,5 +20,8 @@ std::string file_difference(const std::filesystem::path& a, const std::filesyste
 // The message of the titan::Error f throws, "" when it throws none.
 std::string error_of(const std::function<void()>& f);
 int run_command(const std::string& cmd, std::string* output);  // shell command, stdout+stderr captured
+// Starts argv[0] (looked up in PATH) with argv in the background, stdout and stderr into `log`;
+// returns its pid (0 when it could not start). For tests that signal or kill a running job.
+int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log);
 
 }  // namespace titan::testing

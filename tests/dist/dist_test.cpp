@@ -4,10 +4,8 @@
 // job repeats bitwise; a checkpoint written by N ranks resumes on M ranks where the N-rank run
 // would have continued (data position included); mesh and config mistakes are errors before
 // compute.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,8 +24,7 @@
 #include "titan/models/qwen3/args.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
-
-extern char** environ;
+#include "train/tiny_job.h"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -35,18 +32,12 @@ namespace tt = titan::testing;
 
 namespace {
 
-using Overrides = std::vector<std::pair<std::string, std::string>>;
+using tt::Overrides;
 
-// The tiny model of the trainer tests, f32, global batch 4 x 32 tokens, deterministic.
+// The train tests' tiny job (tests/train/tiny_job.h) at f32, seq 32, deterministic, 10 steps,
+// checkpoints every 5 steps: global batch 4 x 32 tokens with `local_batch` rows per rank.
 Overrides tiny(const fs::path& dump, int64_t local_batch, const Overrides& extra) {
-  Overrides o = {{"job.dump_folder", dump.string()},
-                 {"model.n_layers", "2"},
-                 {"model.dim", "64"},
-                 {"model.n_heads", "2"},
-                 {"model.n_kv_heads", "1"},
-                 {"model.head_dim", "32"},
-                 {"model.hidden_dim", "128"},
-                 {"training.seq_len", "32"},
+  Overrides o = {{"training.seq_len", "32"},
                  {"training.local_batch_size", std::to_string(local_batch)},
                  {"training.mixed_precision_param", "float32"},
                  {"training.deterministic", "true"},
@@ -58,27 +49,18 @@ Overrides tiny(const fs::path& dump, int64_t local_batch, const Overrides& extra
                  // ~1e-5 after 10 steps. eps = 1e-6 > those gradients keeps their steps
                  // proportional to them, so the comparison tests the training, not that noise.
                  {"optimizer.eps", "1e-6"},
-                 {"metrics.log_freq", "1"},
                  {"lr_scheduler.warmup_steps", "2"},
                  {"lr_scheduler.decay_ratio", "0"},
                  {"checkpoint.enable", "true"},
                  {"checkpoint.interval", "5"},
                  {"checkpoint.keep_latest_k", "0"},
-                 {"checkpoint.last_save_in_hf", "false"},
                  {"comm.timeout_seconds", "60"}};
   o.insert(o.end(), extra.begin(), extra.end());
-  return o;
-}
-
-std::string args_of(const Overrides& o) {
-  std::string s;
-  for (auto& [k, v] : o) s += " '--" + k + "=" + v + "'";
-  return s;
+  return tt::tiny_job(dump, o);
 }
 
 std::string train_command(const Overrides& o) {
-  return tt::titan_binary().string() + " train --config " +
-         (tt::source_dir() / "configs/debugmodel.toml").string() + args_of(o);
+  return tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() + tt::cli_args(o);
 }
 
 // `ranks` processes under mpirun (one thread each); ranks = 0 runs titan without any launcher.
@@ -439,22 +421,15 @@ struct BackgroundJob {
                                      tt::titan_binary().string(),
                                      "train",
                                      "--config",
-                                     (tt::source_dir() / "configs/debugmodel.toml").string()};
+                                     tt::debugmodel_toml().string()};
     for (auto& [k, v] : tiny(dump, 2,
                              {{"training.steps", "100000"},
                               {"checkpoint.interval", "3"},
                               {"checkpoint.keep_latest_k", "2"},
                               {"comm.timeout_seconds", timeout_seconds}}))
       argv.push_back("--" + k + "=" + v);
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    EXPECT_EQ(posix_spawnp(&mpirun, "mpirun", &fa, nullptr, cargv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    mpirun = tt::spawn_logged(argv, log);
+    EXPECT_NE(mpirun, 0) << "mpirun did not start";
   }
   ~BackgroundJob() {  // a job a failed test left behind
     if (mpirun && waitpid(mpirun, nullptr, WNOHANG) == 0) {

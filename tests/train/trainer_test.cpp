@@ -4,10 +4,8 @@
 // busy cores; the tokenizer and the corpus are the real ones from assets/.
 #include "titan/train/trainer.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +29,6 @@
 #include "titan/train/job_config.h"
 #include "titan/train/native_model.h"
 
-extern char** environ;
 
 using namespace titan;
 using namespace titan::train;
@@ -493,16 +490,8 @@ void stop_with_signal(int sig, const std::string& name) {
        tiny_job(dump,
             {{"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}}))
     argv.push_back("--" + k + "=" + v);
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = tt::spawn_logged(argv, log);
+  ASSERT_NE(pid, 0) << argv[0] << " did not start";
 
   auto wait_exit = [&](double seconds, int* status) {
     for (auto t0 = std::chrono::steady_clock::now();
