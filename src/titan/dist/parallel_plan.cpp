@@ -6,18 +6,13 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 #include "titan/core/device_services.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::dist {
 
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  return h;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;

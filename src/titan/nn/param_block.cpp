@@ -6,6 +6,7 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 
 namespace titan::nn {
 
@@ -98,8 +99,7 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
       std::memset(v, 0, size_t(n) * 4);
     } else {
       // FNV-1a of the name: stable across standard libraries, unlike std::hash.
-      uint64_t h = 1469598103934665603ull;
-      for (char c : p.name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+      const uint64_t h = fnv1a(p.name);
       std::seed_seq seq{seed, h};
       std::mt19937_64 rng(seq);
       std::normal_distribution<double> normal(0.0, p.std);

@@ -4,6 +4,7 @@
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/optim/optim.h"
 
@@ -61,13 +62,11 @@ void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::Parall
 
 StepResult TrainStep::run(TrainState& s) const {
   const int64_t step = ++s.step;
-  uint64_t batch_hash = 1469598103934665603ull;
+  uint64_t batch_hash = kFnv1aStart;
   const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
     data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
-    for (int64_t id : batch.inputs)
-      for (int byte = 0; byte < 8; ++byte)
-        batch_hash = (batch_hash ^ ((uint64_t(id) >> (8 * byte)) & 0xff)) * 1099511628211ull;
+    batch_hash = fnv1a(batch.inputs.data(), batch.inputs.size() * sizeof(int64_t), batch_hash);
     return std::pair{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device())};
   });
   // Every rank holds the same global figures, so every rank stops at once.

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
 
 namespace titan::cpu {
@@ -137,8 +138,7 @@ std::filesystem::path clock_record_path(const CpuInfo& info) {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::filesystem::path(x) / "titan";
   else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "titan";
   else return {};
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a of the identity
-  for (char c : cpu_identity(info)) hash = (hash ^ uint8_t(c)) * 1099511628211ull;
+  const uint64_t hash = fnv1a(cpu_identity(info));
   char name[48];
   std::snprintf(name, sizeof name, "cpu-clock-%016llx.json", static_cast<unsigned long long>(hash));
   return dir / name;
