@@ -18,15 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 fs::path write(const std::string& dir, const std::string& name, const std::string& bytes) {
   fs::path p = titan::testing::temp_dir(dir) / name;

@@ -19,15 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 ModelArgs tiny() {
   ModelArgs a = flavor("debugmodel");

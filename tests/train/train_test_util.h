@@ -28,15 +28,5 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& dum
   return records;
 }
 
-// The titan::Error message `fn` throws, or "" when it does not throw.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace titan::testing

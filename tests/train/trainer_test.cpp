@@ -42,18 +42,11 @@ using tt::debugmodel_toml;
 using tt::Overrides;
 using tt::tiny_config;
 using tt::tiny_job;
+using tt::error_of;
+using tt::read_metrics;
 
 std::string titan() {
   return tt::titan_binary().string();
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& dump) {
-  std::vector<nlohmann::json> records;
-  std::ifstream f(dump / "metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  return records;
 }
 
 // Loss (or another field) of each logged step, by step.
@@ -61,16 +54,6 @@ std::map<int64_t, double> by_step(const std::vector<nlohmann::json>& records, co
   std::map<int64_t, double> m;
   for (auto& r : records) m[r.at("step").get<int64_t>()] = r.at(key).get<double>();
   return m;
-}
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string read_file(const fs::path& p) {

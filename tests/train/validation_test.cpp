@@ -41,28 +41,13 @@ std::vector<std::string> texts_of(const fs::path& jsonl) {
 }
 
 using tt::tiny_config;
+using tt::error_of;
+using tt::read_metrics;
 
 qwen3::ModelArgs model_args(const JobConfig& c) {
   qwen3::ModelArgs a = qwen3::flavor(c.model.flavor);
   for (auto& [k, v] : c.model.overrides) qwen3::apply_override(a, k, v);
   return a;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::vector<nlohmann::json> read_metrics(const fs::path& dump) {
-  std::vector<nlohmann::json> records;
-  std::ifstream f(dump / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  return records;
 }
 
 }  // namespace
