@@ -70,7 +70,8 @@ for t in "$root"/bin/cuda*_test; do
   step "$(basename "$t")" 300 "$t" --gtest_color=no
 done
 
-if "$root/bin/titan" kernels parity --help 2>&1 | grep -q -- '--device'; then
+parity_help=$("$root/bin/titan" kernels parity --help 2>&1)
+if grep -q -- '--device' <<<"$parity_help"; then
   step "titan kernels parity --device cuda" 300 "$root/bin/titan" kernels parity --device cuda
 else
   summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")

@@ -33,8 +33,11 @@ if grep -q -- "$src/src" "$work/example/build.ninja"; then
   echo "FAIL: the example's build refers to $src/src"; exit 1
 fi
 cmake --build "$work/example" >"$work/build.log"
-ldd "$work/example/train_debugmodel" | grep -q "$prefix/.*libtitan.so" ||
-  { echo "FAIL: the example does not load the installed libtitan.so"; ldd "$work/example/train_debugmodel"; exit 1; }
+# Captured first: `ldd | grep -q` under pipefail fails whenever grep exits before ldd has written
+# everything (ldd dies of SIGPIPE), which made this check flaky.
+libs=$(ldd "$work/example/train_debugmodel")
+grep -q "$prefix/.*libtitan.so" <<<"$libs" ||
+  { echo "FAIL: the example does not load the installed libtitan.so"; echo "$libs"; exit 1; }
 
 TITAN_ASSETS_DIR="$src/assets" "$work/example/train_debugmodel" 6 | tee "$work/run.log"
 steps=$(grep -c '^step ' "$work/run.log")
