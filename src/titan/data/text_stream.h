@@ -11,12 +11,11 @@
 
 namespace titan::data {
 
+// Owns its open file (and zlib state), so it is not copyable.
 class TextStream {
  public:
   TextStream();
-  ~TextStream();
-  TextStream(const TextStream&) = delete;
-  TextStream& operator=(const TextStream&) = delete;
+  ~TextStream();  // closes the file
 
   // Opens `path` positioned at byte `offset` of its (decompressed) content; an offset past
   // the end is an error naming the file.

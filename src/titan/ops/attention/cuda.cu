@@ -715,21 +715,6 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 }
 
-template <int D>
-void fwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
-            const bf16_t* v, bf16_t* out, float* lse) {
-  launch_row_blocks(ctx, s, fwd_tc_kernel<D>, kBlockRows, kTcWarps, s.Hq, fwd_tc_smem<D>(),
-                    "attention (cuda): forward (tensor cores)", q, k, v, out, lse);
-}
-
-template <int D>
-void bwd_tc(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
-            const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
-            float* dv) {
-  launch_row_blocks(ctx, s, bwd_tc_kernel<D>, kBlockRows, kTcWarps, s.Hkv, bwd_tc_smem<D>(),
-                    "attention (cuda): backward (tensor cores)", q, k, v, lse, delta, dout, dq, dk, dv);
-}
-
 // =============================================================================================
 // Tensor-core forward on raw mma.sync (m16n8k16, bf16 -> f32) with the FlashAttention-2 register
 // layout: S, P and O never leave registers. Per warp 16 query rows; lane = 4 g + t holds, of every
@@ -882,13 +867,6 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     if (row0 < s.S) lse[(b * s.Hq + h) * s.S + row0] = (m0 + log2f(l0)) * kLn2;
     if (row1 < s.S) lse[(b * s.Hq + h) * s.S + row1] = (m1 + log2f(l1)) * kLn2;
   }
-}
-
-template <int D>
-void fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
-             const bf16_t* v, bf16_t* out, float* lse) {
-  launch_row_blocks(ctx, s, fwd_mma_kernel<D>, kBlockRows, kTcWarps, s.Hq, fwd_mma_smem<D>(),
-                    "attention (cuda): forward (mma.sync)", q, k, v, out, lse);
 }
 
 // The backward on mma.sync: one block per (batch, kv head, 64-key tile), warp w owns keys
@@ -1060,14 +1038,6 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 }
 
-template <int D>
-void bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16_t* q, const bf16_t* k,
-             const bf16_t* v, const float* lse, const float* delta, const float* dout, float* dq, float* dk,
-             float* dv) {
-  launch_row_blocks(ctx, s, bwd_mma_kernel<D>, kBlockRows, kTcWarps, s.Hkv, bwd_mma_smem<D>(),
-                    "attention (cuda): backward (mma.sync)", q, k, v, lse, delta, dout, dq, dk, dv);
-}
-
 const bf16_t* as_cuda(const bf16* p) {
   return reinterpret_cast<const bf16_t*>(p);
 }
@@ -1112,11 +1082,33 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
 
 namespace {
 
-// The tensor-core kernel families (WMMA, mma.sync) instantiated for head_dim 64 and 128.
-using TcForward = void (*)(const KernelContext&, const AttentionShape&, const bf16_t*, const bf16_t*,
-                           const bf16_t*, bf16_t*, float*);
-using TcBackward = void (*)(const KernelContext&, const AttentionShape&, const bf16_t*, const bf16_t*,
-                            const bf16_t*, const float*, const float*, const float*, float*, float*, float*);
+// A tensor-core kernel family (WMMA, mma.sync): its forward and backward kernels instantiated for
+// head_dim 64 and 128, with their dynamic shared memory. The forward runs one block per (batch,
+// query head, row block), the backward one per (batch, kv head, key tile).
+using TcForwardKernel = void (*)(AttentionShape, const bf16_t*, const bf16_t*, const bf16_t*, bf16_t*,
+                                 float*);
+using TcBackwardKernel = void (*)(AttentionShape, const bf16_t*, const bf16_t*, const bf16_t*, const float*,
+                                  const float*, const float*, float*, float*, float*);
+template <class Kernel>
+struct TcKernel {
+  Kernel kernel;
+  size_t smem;
+};
+struct TcFamily {
+  const char* name;
+  TcKernel<TcForwardKernel> fwd64, fwd128;
+  TcKernel<TcBackwardKernel> bwd64, bwd128;
+};
+const TcFamily kWmma{"tensor cores",
+                     {fwd_tc_kernel<64>, fwd_tc_smem<64>()},
+                     {fwd_tc_kernel<128>, fwd_tc_smem<128>()},
+                     {bwd_tc_kernel<64>, bwd_tc_smem<64>()},
+                     {bwd_tc_kernel<128>, bwd_tc_smem<128>()}};
+const TcFamily kMmaSync{"mma.sync",
+                        {fwd_mma_kernel<64>, fwd_mma_smem<64>()},
+                        {fwd_mma_kernel<128>, fwd_mma_smem<128>()},
+                        {bwd_mma_kernel<64>, bwd_mma_smem<64>()},
+                        {bwd_mma_kernel<128>, bwd_mma_smem<128>()}};
 
 void check_tensor_core_shape(const AttentionShape& s, const char* what) {
   check_dims(s, what);
@@ -1124,48 +1116,52 @@ void check_tensor_core_shape(const AttentionShape& s, const char* what) {
   TITAN_CHECK(why.empty(), "attention (cuda): ", why);
 }
 
-void forward_on_tensor_cores(TcForward d64, TcForward d128, const KernelContext& ctx, const AttentionShape& s,
+void forward_on_tensor_cores(const TcFamily& family, const KernelContext& ctx, const AttentionShape& s,
                              const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
   check_tensor_core_shape(s, "forward");
-  (s.D == 64 ? d64 : d128)(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), as_cuda(out), lse);
+  const TcKernel<TcForwardKernel>& f = s.D == 64 ? family.fwd64 : family.fwd128;
+  const std::string what = std::string("attention (cuda): forward (") + family.name + ")";
+  launch_row_blocks(ctx, s, f.kernel, kBlockRows, kTcWarps, s.Hq, f.smem, what.c_str(), as_cuda(q),
+                    as_cuda(k), as_cuda(v), as_cuda(out), lse);
 }
 
-void backward_on_tensor_cores(TcBackward d64, TcBackward d128, const KernelContext& ctx,
-                              const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
-                              const bf16* out, const float* lse, const float* dout, float* dq, float* dk,
-                              float* dv) {
+void backward_on_tensor_cores(const TcFamily& family, const KernelContext& ctx, const AttentionShape& s,
+                              const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv) {
   check_tensor_core_shape(s, "backward");
   Scratch delta = delta_buffer(ctx, s);
   launch_delta<bf16_t>(ctx, s, out, dout, true, delta.as<float>());
   // dq is accumulated with atomics from every key tile.
   cudaError_t e = cudaMemsetAsync(dq, 0, sizeof(float) * size_t(s.B * s.S * s.Hq * s.D), stream_of(ctx));
   TITAN_CHECK(e == cudaSuccess, "attention (cuda): clearing dq failed: ", cudaGetErrorString(e));
-  (s.D == 64 ? d64 : d128)(ctx, s, as_cuda(q), as_cuda(k), as_cuda(v), lse, delta.as<float>(), dout, dq, dk,
-                           dv);
+  const TcKernel<TcBackwardKernel>& b = s.D == 64 ? family.bwd64 : family.bwd128;
+  const std::string what = std::string("attention (cuda): backward (") + family.name + ")";
+  launch_row_blocks(ctx, s, b.kernel, kBlockRows, kTcWarps, s.Hkv, b.smem, what.c_str(), as_cuda(q),
+                    as_cuda(k), as_cuda(v), lse, delta.as<float>(), dout, dq, dk, dv);
 }
 
 }  // namespace
 
 void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
                                 const bf16* k, const bf16* v, bf16* out, float* lse) {
-  forward_on_tensor_cores(fwd_tc<64>, fwd_tc<128>, ctx, s, q, k, v, out, lse);
+  forward_on_tensor_cores(kWmma, ctx, s, q, k, v, out, lse);
 }
 
 void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse) {
-  forward_on_tensor_cores(fwd_mma<64>, fwd_mma<128>, ctx, s, q, k, v, out, lse);
+  forward_on_tensor_cores(kMmaSync, ctx, s, q, k, v, out, lse);
 }
 
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                        float* dk, float* dv) {
-  backward_on_tensor_cores(bwd_mma<64>, bwd_mma<128>, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+  backward_on_tensor_cores(kMmaSync, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
                                 const bf16* k, const bf16* v, const bf16* out, const float* lse,
                                 const float* dout, float* dq, float* dk, float* dv) {
-  backward_on_tensor_cores(bwd_tc<64>, bwd_tc<128>, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+  backward_on_tensor_cores(kWmma, ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 // =============================================================================================

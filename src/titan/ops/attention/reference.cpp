@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -134,7 +135,6 @@ std::vector<float> widen(const void* p, size_t n) {
   return out;
 }
 
-// f64 and f32 are the raw kernels' plain-loop versions (attention_forward_entry, attention.h).
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
 void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
   auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel());
@@ -150,16 +150,20 @@ void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void*
                                    static_cast<float*>(dv));
 }
 
-const bool registered = kernels::register_kernels(
-    "attention", Device::CPU,
-    {{DType::F64, "reference", "one row of scores at a time, f64",
-      AttentionKernel{attention_forward_entry<double, double, cpu::attention_fwd_reference_f64>,
-                      attention_backward_entry<double, double, cpu::attention_bwd_reference_f64>}},
-     {DType::F32, "reference", "one row of scores at a time, f32",
-      AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_reference_f32>,
-                      attention_backward_entry<float, float, cpu::attention_bwd_reference_f32>}},
-     {DType::BF16, "reference", "f32 reference on widened inputs, output rounded once",
-      AttentionKernel{fwd_ref_bf16, bwd_ref_bf16}}});
+// f64 and f32 run the raw plain loops of their type (attention_forward_entry, attention.h); bf16
+// the f32 ones on widened inputs.
+const bool registered = kernels::register_reference_kernels(
+    "attention", "one row of scores at a time", "f32 reference on widened inputs, output rounded once",
+    []<class T, class Acc>(kernels::ReferenceTypes<T, Acc>) {
+      if constexpr (std::is_same_v<T, double>)
+        return AttentionKernel{attention_forward_entry<T, T, cpu::attention_fwd_reference_f64>,
+                               attention_backward_entry<T, T, cpu::attention_bwd_reference_f64>};
+      else if constexpr (std::is_same_v<T, float>)
+        return AttentionKernel{attention_forward_entry<T, T, cpu::attention_fwd_reference_f32>,
+                               attention_backward_entry<T, T, cpu::attention_bwd_reference_f32>};
+      else
+        return AttentionKernel{fwd_ref_bf16, bwd_ref_bf16};
+    });
 
 }  // namespace
 }  // namespace titan::ops

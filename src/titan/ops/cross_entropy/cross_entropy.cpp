@@ -21,24 +21,28 @@ void check_float(const char* op, const Tensor& t, const char* what) {
               " must be f32, bf16 or f64");
 }
 
-// The labels of the N rows of `rows` (i64[N]), contiguous, in *labels; returns how many rows take
-// part (also in *num_targets when given) and rejects labels outside [0, V) (a tokenizer/vocab
+// The targets of a loss over the N rows of `rows`: the labels (i64[N], contiguous) and how many rows
+// take part (also in *num_targets when given). Labels outside [0, V) are rejected (a tokenizer/vocab
 // mismatch would otherwise read out of bounds). Both scans run on the labels' device.
-int64_t prepare_labels(const char* op, const Tensor& labels_in, const Tensor& rows, int64_t V,
-                       int64_t ignore_index, int64_t* num_targets, Tensor* labels) {
+struct Targets {
+  Tensor labels;
+  int64_t count;  // rows whose label is not ignore_index
+};
+Targets prepare_targets(const char* op, const Tensor& labels_in, const Tensor& rows, int64_t V,
+                        int64_t ignore_index, int64_t* num_targets) {
   const int64_t N = rows.size(0);
   TITAN_CHECK(labels_in.dtype() == DType::I64 && labels_in.dim() == 1 && labels_in.size(0) == N, op,
               ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels_in.str());
-  *labels = labels_in.contiguous().detach();
-  const int64_t bad = first_index_outside(*labels, 0, V, ignore_index);
+  Tensor labels = labels_in.contiguous().detach();
+  const int64_t bad = first_index_outside(labels, 0, V, ignore_index);
   if (bad >= 0) {
-    const int64_t label = int64_t(labels->narrow(0, bad, 1).item());
+    const int64_t label = int64_t(labels.narrow(0, bad, 1).item());
     TITAN_FAIL(op, ": label ", label, " at row ", bad, " is outside [0, V) with V=", V,
                " (and is not ignore_index=", ignore_index, ")");
   }
-  const int64_t count = count_not_equal(*labels, ignore_index);
+  const int64_t count = count_not_equal(labels, ignore_index);
   if (num_targets) *num_targets = count;
-  return count;
+  return {labels, count};
 }
 
 // Sums the per-row losses in row order in f64: the value does not depend on thread count.
@@ -70,24 +74,24 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
   check_float("cross_entropy", logits_in, "logits");
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
   TITAN_CHECK(V > 0, "cross_entropy: logits ", logits_in.str(), " has no classes");
-  Tensor logits = logits_in.contiguous().detach(), labels;
-  const int64_t count =
-      prepare_labels("cross_entropy", labels_in, logits_in, V, ignore_index, num_targets, &labels);
+  const Targets targets =
+      prepare_targets("cross_entropy", labels_in, logits_in, V, ignore_index, num_targets);
+  Tensor logits = logits_in.contiguous().detach();
 
   const DType ad = grad_dtype(logits.dtype());
   const auto& kernel =
       kernels::kernel_for<CrossEntropyKernel>("cross_entropy", logits.device(), logits.dtype());
   const KernelContext ctx = device_services(logits.device()).context();
   Tensor lse = Tensor::empty({N}, ad, logits.device()), row_loss = Tensor::empty({N}, ad, logits.device());
-  kernel.forward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
+  kernel.forward(ctx, N, V, logits.raw_data(), targets.labels.data<int64_t>(), ignore_index, lse.raw_data(),
                  row_loss.raw_data());
-  Tensor loss = reduce_loss(row_loss, count, reduction);
+  Tensor loss = reduce_loss(row_loss, targets.count, reduction);
 
   if (autograd::needs_grad({&logits_in})) {
     autograd::record("cross_entropy", {logits_in}, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
       Tensor dl = Tensor::empty(logits.shape(), ad, logits.device());
-      kernel.backward(ctx, N, V, logits.raw_data(), labels.data<int64_t>(), ignore_index, lse.raw_data(),
-                      grad_scale(g[0], count, reduction), dl.raw_data());
+      kernel.backward(ctx, N, V, logits.raw_data(), targets.labels.data<int64_t>(), ignore_index,
+                      lse.raw_data(), grad_scale(g[0], targets.count, reduction), dl.raw_data());
       return std::vector<Tensor>{dl};
     });
   }
@@ -108,9 +112,9 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const int64_t N = hidden_in.size(0), V = weight_in.size(0), D = hidden_in.size(1);
   TITAN_CHECK(V > 0, "linear_cross_entropy: weight ", weight_in.str(), " has no vocabulary rows");
   TITAN_CHECK(chunk > 0, "linear_cross_entropy: chunk must be positive, got ", chunk);
-  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach(), labels;
-  const int64_t count =
-      prepare_labels("linear_cross_entropy", labels_in, hidden_in, V, ignore_index, num_targets, &labels);
+  const Targets targets =
+      prepare_targets("linear_cross_entropy", labels_in, hidden_in, V, ignore_index, num_targets);
+  Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach();
 
   const DType ad = grad_dtype(hidden.dtype());
   const auto& kernel =
@@ -120,8 +124,17 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   // Logits the kernel keeps for backward (if any); the backward closure owns them.
   auto kept = std::make_shared<Tensor>();
   auto args = [=] {  // raw pointers into the tensors the backward closure keeps alive
-    return LinearCrossEntropyArgs{N, V, D, hidden.raw_data(), weight.raw_data(), labels.data<int64_t>(),
-                                  ignore_index, chunk, round, kept.get(), keep_logits_bytes};
+    return LinearCrossEntropyArgs{N,
+                                  V,
+                                  D,
+                                  hidden.raw_data(),
+                                  weight.raw_data(),
+                                  targets.labels.data<int64_t>(),
+                                  ignore_index,
+                                  chunk,
+                                  round,
+                                  kept.get(),
+                                  keep_logits_bytes};
   };
   Tensor lse = Tensor::empty({N}, ad, hidden.device()), row_loss = Tensor::empty({N}, ad, hidden.device());
   const bool grad = autograd::needs_grad({&hidden_in, &weight_in});
@@ -130,7 +143,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     if (!grad) a.keep_bytes = 0;  // nothing would read them
     kernel.forward(ctx, a, lse.raw_data(), row_loss.raw_data());
   }
-  Tensor loss = reduce_loss(row_loss, count, reduction);
+  Tensor loss = reduce_loss(row_loss, targets.count, reduction);
 
   if (grad) {
     const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
@@ -138,7 +151,8 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad, hidden.device()) : Tensor();
                        Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad, hidden.device()) : Tensor();
-                       kernel.backward(ctx, args(), lse.raw_data(), grad_scale(g[0], count, reduction),
+                       kernel.backward(ctx, args(), lse.raw_data(),
+                                       grad_scale(g[0], targets.count, reduction),
                                        need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
                        *kept = Tensor();  // backward runs once: free the logits before the next node
                        return std::vector<Tensor>{dh, dw};

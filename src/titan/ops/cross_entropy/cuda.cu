@@ -11,12 +11,12 @@
 #include <cstdint>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/ops/cross_entropy/cuda.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/cross_entropy/cuda.h"
+#include "titan/ops/cuda_registration.h"
 
 namespace titan::cuda {
 
@@ -327,19 +327,16 @@ void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyA
                            static_cast<float*>(dweight));
 }
 
-const bool cross_entropy_kernels_registered = kernels::register_float_kernels(
-    "cross_entropy", Device::CUDA,
-    "block per row, online logsumexp in f32",
+const bool cross_entropy_kernels_registered = cuda::register_float_kernels(
+    "cross_entropy", "block per row, online logsumexp in f32",
     "block per row, bf16 logits widened, online logsumexp in f32",
-    TITAN_FLOAT_KERNEL(ops::CrossEntropyKernel, ce_forward_entry<kDType>, ce_backward_entry<kDType>),
-    kernel_available);
-const bool linear_cross_entropy_kernels_registered = kernels::register_float_kernels(
-    "linear_cross_entropy", Device::CUDA,
+    TITAN_FLOAT_KERNEL(ops::CrossEntropyKernel, ce_forward_entry<kDType>, ce_backward_entry<kDType>));
+const bool linear_cross_entropy_kernels_registered = cuda::register_float_kernels(
+    "linear_cross_entropy",
     "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
     "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in "
     "backward",
-    TITAN_FLOAT_KERNEL(ops::LinearCrossEntropyKernel, lce_forward_entry<kDType>, lce_backward_entry<kDType>),
-    kernel_available);
+    TITAN_FLOAT_KERNEL(ops::LinearCrossEntropyKernel, lce_forward_entry<kDType>, lce_backward_entry<kDType>));
 
 }  // namespace
 

@@ -8,8 +8,8 @@
 #include <climits>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::ops {
@@ -131,26 +131,18 @@ int64_t max_scan(const KernelContext& ctx, int64_t n, const int64_t* v) {
 
 #undef TITAN_GRID_STRIDE
 
-const bool add_kernels_registered = kernels::register_float_kernels(
-    "add", Device::CUDA,
-    "CUDA: elementwise f32 add",
-    "CUDA: elementwise add in f32, rounded to bf16",
-    TITAN_FLOAT_KERNEL(AddKernel, add<T>), cuda::kernel_available);
-const bool add_inplace_kernels_registered = kernels::register_float_kernels(
-    "add_inplace", Device::CUDA,
-    "CUDA: f32 += f32",
-    "CUDA: f32 += bf16",
-    TITAN_FLOAT_KERNEL(AccumulateKernel, accumulate<T>), cuda::kernel_available);
-const bool scale_inplace_kernels_registered = kernels::register_float_kernels(
-    "scale_inplace", Device::CUDA,
-    "CUDA: x *= s in f32",
-    "CUDA: x *= s in f32, rounded to bf16",
-    TITAN_FLOAT_KERNEL(ScaleKernel, scale<T>), cuda::kernel_available);
-const bool sum_kernels_registered = kernels::register_float_kernels(
-    "sum", Device::CUDA,
-    "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
-    "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
-    TITAN_FLOAT_KERNEL(SumKernel, sum<T>), cuda::kernel_available);
+const bool add_kernels_registered = cuda::register_float_kernels(
+    "add", "CUDA: elementwise f32 add", "CUDA: elementwise add in f32, rounded to bf16",
+    TITAN_FLOAT_KERNEL(AddKernel, add<T>));
+const bool add_inplace_kernels_registered =
+    cuda::register_float_kernels("add_inplace", "CUDA: f32 += f32", "CUDA: f32 += bf16",
+                                 TITAN_FLOAT_KERNEL(AccumulateKernel, accumulate<T>));
+const bool scale_inplace_kernels_registered = cuda::register_float_kernels(
+    "scale_inplace", "CUDA: x *= s in f32", "CUDA: x *= s in f32, rounded to bf16",
+    TITAN_FLOAT_KERNEL(ScaleKernel, scale<T>));
+const bool sum_kernels_registered = cuda::register_float_kernels(
+    "sum", "CUDA: f64 sum, 1024 fixed block partials (deterministic)",
+    "CUDA: f64 sum, 1024 fixed block partials (deterministic)", TITAN_FLOAT_KERNEL(SumKernel, sum<T>));
 const bool index_kernels_registered = kernels::register_kernels(
     "index", Device::CUDA,
     {{DType::I64, "default", "CUDA: parallel scans (atomic min / count / max), one value read back",

@@ -14,12 +14,13 @@ namespace titan::cpu {
 namespace {
 
 template <size_t kBytes>
-void embedding_forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* tv, void* ov) {
-  const char* table = static_cast<const char*>(tv);
-  char* out = static_cast<char*>(ov);
-  const size_t row = size_t(D) * kBytes;
+void embedding_forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
+                       const void* table, void* out) {
+  const size_t row = size_t(D) * kBytes;  // bytes: the copy needs no element type
 #pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t i = 0; i < N; ++i) std::memcpy(out + size_t(i) * row, table + size_t(ids[i]) * row, row);
+  for (int64_t i = 0; i < N; ++i)
+    std::memcpy(static_cast<char*>(out) + size_t(i) * row,
+                static_cast<const char*>(table) + size_t(ids[i]) * row, row);
 }
 
 void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {

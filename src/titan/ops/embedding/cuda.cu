@@ -8,8 +8,8 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
 #include "titan/ops/embedding/embedding.h"
 
 namespace titan::ops {
@@ -82,11 +82,10 @@ void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const i
   mem.deallocate(sorted_ids, ids_bytes);
 }
 
-const bool registered = kernels::register_float_kernels(
-    "embedding", Device::CUDA,
-    "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
+const bool registered = cuda::register_float_kernels(
+    "embedding", "CUDA: row copy; stable radix sort + in-order run sums (deterministic)",
     "CUDA: row copy; stable radix sort + in-order run sums into f32",
-    TITAN_FLOAT_KERNEL(EmbeddingKernel, forward<T>, backward), cuda::kernel_available);
+    TITAN_FLOAT_KERNEL(EmbeddingKernel, forward<T>, backward));
 
 }  // namespace
 }  // namespace titan::ops

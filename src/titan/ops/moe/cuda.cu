@@ -21,10 +21,10 @@
 #include <type_traits>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/ops/moe/cuda.h"
 #include "titan/core/check.h"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
+#include "titan/ops/moe/cuda.h"
 #include "titan/ops/moe/moe.h"
 
 namespace titan::cuda {
@@ -966,25 +966,21 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down));
 }
 
-const bool router_topk_kernels_registered = kernels::register_float_kernels(
-    "router_topk", Device::CUDA,
-    "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
+const bool router_topk_kernels_registered = cuda::register_float_kernels(
+    "router_topk", "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
     "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
-    TITAN_FLOAT_KERNEL(ops::RouterKernel, router_forward_entry<kDType>, router_backward_entry),
-    kernel_available);
+    TITAN_FLOAT_KERNEL(ops::RouterKernel, router_forward_entry<kDType>, router_backward_entry));
 const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
     "moe_aux_loss", Device::CUDA,
     {{DType::F32, "default",
       "device counts and f64 column sums over layers; loss and gradient read no host data",
       ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
     kernel_available);
-const bool moe_experts_kernels_registered = kernels::register_float_kernels(
-    "moe_experts", Device::CUDA,
-    "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
+const bool moe_experts_kernels_registered = cuda::register_float_kernels(
+    "moe_experts", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
     "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
     "rounding points",
-    TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>),
-    kernel_available);
+    TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
 
 }  // namespace
 

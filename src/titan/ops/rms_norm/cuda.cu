@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
 #include "titan/ops/rms_norm/rms_norm.h"
 
 namespace titan::ops {
@@ -130,11 +130,10 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   }
 }
 
-const bool registered = kernels::register_float_kernels(
-    "rms_norm", Device::CUDA,
-    "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
+const bool registered = cuda::register_float_kernels(
+    "rms_norm", "CUDA: warp per row, f32 statistics; dw by row-chunk column sums",
     "CUDA: warp per row, f32 statistics, bf16 rounding as transformers",
-    TITAN_FLOAT_KERNEL(RmsNormKernel, forward<T>, backward<T>), cuda::kernel_available);
+    TITAN_FLOAT_KERNEL(RmsNormKernel, forward<T>, backward<T>));
 
 }  // namespace
 }  // namespace titan::ops

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
 #include "titan/ops/rope/rope.h"
 
 namespace titan::ops {
@@ -94,11 +94,10 @@ void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D
                      static_cast<const Elem*>(x), static_cast<Elem*>(y));
 }
 
-const bool registered = kernels::register_float_kernels(
-    "rope", Device::CUDA,
-    "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
+const bool registered = cuda::register_float_kernels(
+    "rope", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
     "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
-    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true), cuda::kernel_available);
+    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true));
 
 }  // namespace
 }  // namespace titan::ops

@@ -4,8 +4,8 @@
 // IEEE; no fused multiply-add where the reference has none. The grid-stride loops are unrolled over
 // restrict pointers so that several iterations' loads are in flight at once (memory-bound kernels).
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/float_kernels.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cuda_registration.h"
 #include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::ops {
@@ -57,11 +57,10 @@ void backward(const KernelContext& ctx, int64_t n, const void* gate, const void*
                      static_cast<float*>(dup));
 }
 
-const bool registered = kernels::register_float_kernels(
-    "swiglu", Device::CUDA,
-    "CUDA: elementwise grid-stride loop, f32 expf",
-    "CUDA: elementwise loop in f32, rounded after silu and after the product",
-    TITAN_FLOAT_KERNEL(SwigluKernel, forward<T>, backward<T>), cuda::kernel_available);
+const bool registered =
+    cuda::register_float_kernels("swiglu", "CUDA: elementwise grid-stride loop, f32 expf",
+                                 "CUDA: elementwise loop in f32, rounded after silu and after the product",
+                                 TITAN_FLOAT_KERNEL(SwigluKernel, forward<T>, backward<T>));
 
 }  // namespace
 }  // namespace titan::ops
