@@ -8,7 +8,7 @@
 #           libraries and the C++ runtime (every Linux with Python has them), and the CUDA
 #           libraries (cudart, cuBLAS/cuBLASLt, cuDNN, NCCL), which come from the GPU machine's
 #           PyTorch wheels so that they match its driver;
-#   scripts/gpu_check.sh, configs/, the small test fixtures, and the tokenizer and corpus of assets/
+#   scripts/gpu_check.sh, bench/gpu_models.sh (the speed floors), configs/, the small test fixtures, and the tokenizer and corpus of assets/
 #   (a short debugmodel training run on the GPU against the CPU).
 # On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #
@@ -48,6 +48,7 @@ done | sort -u | while read -r name path; do
 done
 
 cp scripts/gpu_check.sh "$root/scripts/"
+mkdir -p "$root/bench" && cp bench/gpu_models.sh "$root/bench/"
 cp -r configs "$root/"
 cp -r tests/fixtures "$root/tests/"
 [ -f assets/.complete ] || { echo "gpu_bundle: assets/ is not prepared (run scripts/setup.sh)" >&2; exit 1; }

@@ -3,11 +3,13 @@
 # identity, the CUDA test programs (cuda_nccl_test among them: every NCCL collective in a world of
 # one rank, and over `mpirun -np 2` when the machine has two GPUs and mpirun),
 # `titan kernels parity --device cuda` (when the binary has it),
-# 10 steps of the debug model on the GPU and on the CPU (losses side by side) and the CUDA
-# benchmarks, each under a time limit, then prints a short summary table LAST.
+# 10 steps of the debug model on the GPU and on the CPU (losses side by side), the CUDA
+# benchmarks and the speed floors (bench/gpu_models.sh: the peer's 0.6B, MoE and 4B jobs), each
+# under a time limit, then prints a short summary table LAST.
 #
 #   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
+#   GPU_CHECK_SKIP_MODELS=1 bash .../gpu_check.sh     # everything but bench/gpu_models.sh
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
 # Exit status: 0 when every step passed (skips count as passes only for the benchmarks).
 set -uo pipefail
@@ -97,11 +99,23 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   done
 fi
 
+# The speed floors: the peer's three jobs (0.6B, MoE, 4B) trained by titan on the GPU, with MFU also
+# against the bf16 GEMM ceiling cuda_gemm_bench just measured.
+models_table=""
+if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; then
+  gemm=$(awk '/gemm bf16 8192\^3/{print $(NF-1)}' "$logs/cuda_gemm_bench.log" 2>/dev/null | tail -1)
+  export GPU_MODELS_GEMM_TFLOPS=${gemm:-0}
+  step "bench/gpu_models.sh" 900 bash "$root/bench/gpu_models.sh" \
+    "$root/bin/titan" "$logs/gpu_models"
+  models_table=$(sed -n '/^--- titan on the GPU/,$p' "$logs/bench_gpu_models.sh.log")
+fi
+
 echo
 for f in "${bench_tables[@]}"; do
   echo "--- $(basename "$f" .log)"
   cat "$f"
 done
+[ -n "$models_table" ] && echo "$models_table"
 if [ -n "$losses" ]; then
   echo "--- debugmodel losses (step, cpu, cuda)"
   echo "$losses"

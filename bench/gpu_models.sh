@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The speed floors of the CUDA backend (issue: "CUDA backend on the H200"): titan trains the peer's
+# three jobs on one GPU, from random init, bf16 mixed precision with f32 master weights, AdamW and
+# grad-norm clipping at 1.0, exactly the shapes of shared/peers/h200/torch_baseline.py:
+#   Qwen3-0.6B, 8 x 2048;  Qwen3-4B, 2 x 2048;  Qwen3-30B-A3B dims with 4 layers, 64 experts, top-4, 8 x 2048
+# and prints one table: first step, median step after the warm-up, tokens/s, TFLOP/s and MFU (by
+# the peer's formula, 6N + 12 L H hd S with lm_head counted), peak GPU memory, the peer's
+# torch.compile figure and the ratio to it, and the floor.
+#
+#   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
+#     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
+#     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: all three)
+#   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's)
+#   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
+#   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
+#   PEER_JSON=FILE             a torch_compile.json measured in the same run, instead of the
+#                              2026-11-29 figures below
+# Exit status: non-zero when a job failed to run (a floor that is missed is reported, not fatal:
+# a benchmark measures).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+titan=${1:-}
+if [ -z "$titan" ]; then
+  if [ -x "$root/bin/titan" ]; then titan=$root/bin/titan; else titan=$root/build/bin/titan; fi
+fi
+out=${2:-$(mktemp -d /tmp/titan-gpu-models.XXXXXX)}
+mkdir -p "$out"
+steps=${GPU_MODELS_STEPS:-10}
+ac=${GPU_MODELS_AC:-none}
+models=${GPU_MODELS:-0.6B MoE 4B}
+
+# name | titan arguments | batch | peer's torch.compile tokens/s and GiB (2026-11-29) | floor tokens/s | floor GiB
+job_args() {
+  case $1 in
+    0.6B) echo "--config $root/configs/qwen3_0.6b.toml --training.local_batch_size=8 --training.global_batch_size=8" ;;
+    4B) echo "--config $root/configs/qwen3_0.6b.toml --model.flavor=4B --training.local_batch_size=2 --training.global_batch_size=2" ;;
+    MoE) echo "--config $root/configs/qwen3_30b_a3b_reduced.toml --training.local_batch_size=8 --training.global_batch_size=8" ;;
+  esac
+}
+peer_default() {  # tokens/s, GiB of transformers 5.17 + torch.compile on the H200 (shared/peers/h200)
+  case $1 in 0.6B) echo "71.0e3 48.2" ;; 4B) echo "14.1e3 76.1" ;; MoE) echo "72.0e3 42.5" ;; esac
+}
+peer_name() {
+  case $1 in 0.6B) echo "qwen3-0.6B compile" ;; 4B) echo "qwen3-4B compile" ;; MoE) echo "qwen3-moe-4L-64E-top4 compile" ;; esac
+}
+floor() {  # tokens/s and GiB (0: no memory floor)
+  case $1 in 0.6B) echo "92e3 48" ;; 4B) echo "17.6e3 0" ;; MoE) echo "108e3 0" ;; esac
+}
+
+failed=0
+rows=()
+for m in $models; do
+  dump=$out/$m
+  rm -rf "$dump"
+  echo "=== titan $m: $(job_args "$m")"
+  # shellcheck disable=SC2046
+  timeout 600 "$titan" train $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
+    --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
+    --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
+    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" >"$out/$m.log" 2>&1
+  rc=$?
+  tail -n 5 "$out/$m.log"
+  if [ $rc -ne 0 ]; then
+    failed=1
+    rows+=("$(printf '%-5s FAILED (exit %d): %s' "$m" "$rc" "$(grep -m1 -i 'error' "$out/$m.log" | cut -c1-150)")")
+    continue
+  fi
+  read -r peer_tps peer_gib < <(peer_default "$m")
+  if [ -n "${PEER_JSON:-}" ] && [ -f "$PEER_JSON" ]; then
+    read -r peer_tps peer_gib < <(python3 - "$PEER_JSON" "$(peer_name "$m")" "$peer_tps" "$peer_gib" <<'EOF'
+import json, sys
+runs = {r.get("name"): r for r in json.load(open(sys.argv[1])).get("runs", [])}
+r = runs.get(sys.argv[2], {})
+print(r.get("tokens_per_s", sys.argv[3]), r.get("peak_mem_gib", sys.argv[4]))
+EOF
+)
+  fi
+  read -r floor_tps floor_gib < <(floor "$m")
+  rows+=("$(python3 - "$dump/metrics.jsonl" "$m" "$peer_tps" "$peer_gib" "$floor_tps" "$floor_gib" \
+              "${GPU_MODELS_GEMM_TFLOPS:-0}" <<'EOF'
+import json, sys
+path, name, peer_tps, peer_gib, floor_tps, floor_gib, gemm = sys.argv[1:]
+peer_tps, peer_gib, floor_tps, floor_gib, gemm = map(float, (peer_tps, peer_gib, floor_tps, floor_gib, gemm))
+rec = [json.loads(l) for l in open(path) if l.strip()]
+first = rec[0]
+warm = 3  # as the peer: the first three steps are warm-up
+sustained = sorted(rec[warm:] if len(rec) > warm else rec[1:], key=lambda r: r["step_seconds"])
+med = sustained[len(sustained) // 2]
+tps, tflops = med["tps"], med["tflops"]
+gib = max(r["memory_gib"] for r in rec)
+ok = tps >= floor_tps and (floor_gib == 0 or gib <= floor_gib)
+mfu_gemm = f"{100 * tflops / gemm:5.1f}%" if gemm > 0 else "    -"
+print(f"{name:<5} {first['step_seconds']:6.2f}s {med['step_seconds']:7.3f}s {tps / 1e3:7.1f}k {tflops:6.0f} "
+      f"{100 * tflops / 989:5.1f}% {mfu_gemm} {gib:6.1f} {peer_tps / 1e3:6.1f}k/{peer_gib:4.1f} "
+      f"{tps / peer_tps:5.2f}x  >={floor_tps / 1e3:.1f}k{f' <={floor_gib:.0f}GiB' if floor_gib else ''} "
+      f"{'PASS' if ok else 'MISS'}  loss {first['loss']:.3f} -> {rec[-1]['loss']:.3f}")
+EOF
+)")
+done
+
+echo
+echo "--- titan on the GPU vs transformers + torch.compile (${PEER_JSON:-peer figures of 2026-11-29}); AC=$ac, $steps steps"
+echo "model first  median     tok/s TFLOPs  MFU989 MFUgemm  GiB  peer tok/s/GiB ratio floor"
+printf '%s\n' "${rows[@]}"
+exit $failed
