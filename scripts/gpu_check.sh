@@ -27,6 +27,8 @@ fi
 [ -d /usr/local/cuda/lib64 ] && libpath=$libpath:/usr/local/cuda/lib64
 export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# The test programs find the fixtures, assets, configs and bin/titan in the bundle (tests/test_util.h).
+export TITAN_TEST_SOURCE_DIR=$root TITAN_TEST_BINARY_DIR=$root
 
 summary=()
 failed=0

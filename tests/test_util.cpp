@@ -9,14 +9,24 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 extern char** environ;
 
 namespace titan::testing {
 
-std::filesystem::path source_dir() { return TITAN_SOURCE_DIR; }
-std::filesystem::path binary_dir() { return TITAN_BINARY_DIR; }
+namespace {
+// The environment may move the trees: the GPU bundle (scripts/gpu_bundle.sh) runs the test programs
+// far from where they were built, with its own fixtures, assets and bin/titan.
+std::filesystem::path env_or(const char* var, const char* built_in) {
+  const char* v = std::getenv(var);
+  return v && *v ? v : built_in;
+}
+}  // namespace
+
+std::filesystem::path source_dir() { return env_or("TITAN_TEST_SOURCE_DIR", TITAN_SOURCE_DIR); }
+std::filesystem::path binary_dir() { return env_or("TITAN_TEST_BINARY_DIR", TITAN_BINARY_DIR); }
 std::filesystem::path titan_binary() { return binary_dir() / "bin" / "titan"; }
 std::filesystem::path assets_dir() { return source_dir() / "assets"; }
 std::filesystem::path fixtures_dir() { return source_dir() / "tests" / "fixtures"; }

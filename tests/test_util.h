@@ -8,8 +8,8 @@
 
 namespace titan::testing {
 
-std::filesystem::path source_dir();
-std::filesystem::path binary_dir();
+std::filesystem::path source_dir();  // TITAN_TEST_SOURCE_DIR overrides the source tree built from
+std::filesystem::path binary_dir();  // TITAN_TEST_BINARY_DIR overrides (bin/titan is found there)
 std::filesystem::path titan_binary();      // build/bin/titan
 std::filesystem::path assets_dir();        // <repo>/assets
 std::filesystem::path fixtures_dir();      // <repo>/tests/fixtures

@@ -563,11 +563,9 @@ TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {
 }  // namespace
 
 TEST(JobConfig, DeviceKeyNamesWhatItCannotDo) {
-  // job.device takes cpu or cuda; checkpoints of a device run are refused by name until the
-  // checkpoint layout stages through the host.
+  // job.device takes cpu or cuda; a device run checkpoints like a CPU run (through host copies).
   EXPECT_EQ(parse("", {{"job.device", "cuda"}}).job.device, "cuda");
   EXPECT_NE(parse_error("", {{"job.device", "tpu"}}).find("job.device must be one of cpu, cuda"), std::string::npos);
-  EXPECT_NE(validate_error("[job]\ndevice = \"cuda\"\n[checkpoint]\nenable = true\n").find("checkpoint.enable"),
-            std::string::npos);
+  EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n[checkpoint]\nenable = true\nlast_save_in_hf = true\n"), "");
   EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n"), "");
 }

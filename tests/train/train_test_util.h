@@ -28,5 +28,11 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& dum
   return records;
 }
 
+// One field of every record by step (the records of a resumed run continue the same map).
+inline std::map<int64_t, double> by_step(const std::vector<nlohmann::json>& records, const char* key) {
+  std::map<int64_t, double> m;
+  for (auto& r : records) m[r.at("step").get<int64_t>()] = r.at(key).get<double>();
+  return m;
+}
 
 }  // namespace titan::testing

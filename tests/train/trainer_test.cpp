@@ -43,6 +43,7 @@ using tt::Overrides;
 using tt::tiny_config;
 using tt::tiny_job;
 using tt::error_of;
+using tt::by_step;
 using tt::read_metrics;
 
 std::string titan() {
@@ -50,12 +51,6 @@ std::string titan() {
 }
 
 // Loss (or another field) of each logged step, by step.
-std::map<int64_t, double> by_step(const std::vector<nlohmann::json>& records, const char* key) {
-  std::map<int64_t, double> m;
-  for (auto& r : records) m[r.at("step").get<int64_t>()] = r.at(key).get<double>();
-  return m;
-}
-
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;

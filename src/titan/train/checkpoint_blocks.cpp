@@ -84,8 +84,14 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
 }
 
 void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const {
-  TITAN_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.device() == Device::CPU,
-              "checkpoint: reading into ", out.str(), ": contiguous f32 host memory expected");
+  if (out.device() != Device::CPU) {  // a device run: read on the host, then one copy across
+    Tensor host = Tensor::empty(out.shape(), out.dtype());
+    read(b, prefix, begin, host);
+    out.copy_from(host);
+    return;
+  }
+  TITAN_CHECK(out.dtype() == DType::F32 && out.is_contiguous(), "checkpoint: reading into ", out.str(),
+              ": contiguous f32 memory expected");
   float* dst = out.data<float>();
   const int64_t end = begin + out.numel();
   std::fill(dst, dst + out.numel(), 0.0f);

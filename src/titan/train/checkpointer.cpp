@@ -128,11 +128,13 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   const bool writes = plan_.replicate_index() == 0;
   const int64_t shards = plan_.dp_shard();
   std::vector<Tensor> values, exp_avg, exp_avg_sq;
+  // Files are written from host memory: a device run copies its slices over first.
+  auto on_host = [](const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); };
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
     LocalSlice mine = local_slice(s, b);
-    values.push_back(mine.values);
-    exp_avg.push_back(mine.exp_avg);
-    exp_avg_sq.push_back(mine.exp_avg_sq);
+    values.push_back(on_host(mine.values));
+    exp_avg.push_back(on_host(mine.exp_avg));
+    exp_avg_sq.push_back(on_host(mine.exp_avg_sq));
   }
   std::vector<io::TensorWrite> model_t, opt_t;
   if (writes) {

@@ -405,10 +405,6 @@ void JobConfig::validate(int world_size) const {
   TITAN_CHECK(lr_scheduler.total_steps == -1 || lr_scheduler.total_steps >= training.steps,
               "lr_scheduler.total_steps (", lr_scheduler.total_steps, ") must be -1 or at least training.steps (",
               training.steps, "): the schedule is not extrapolated past its end");
-  // The checkpoint layout and the native exports read parameters and moments from host memory.
-  TITAN_CHECK(job.device == "cpu" || (!checkpoint.enable && !checkpoint.last_save_in_hf),
-              "job.device = \"", job.device, "\": checkpoint.enable and checkpoint.last_save_in_hf are not supported "
-              "on this device yet (checkpoints are written from host memory); train with them off");
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
   positive(validation.freq, "validation.freq");

@@ -132,11 +132,20 @@ std::string kernel_line(Device device, DType dtype) {
 }
 
 void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device device, DType dtype) {
-  if (c.kernels.empty()) return;
+  std::vector<kernels::Substitution> rules = c.kernels;
+  // The only kernels whose results depend on timing are the GPU's tensor-core attention backward
+  // kernels (they add dq with float atomics): a deterministic bf16 run on the GPU takes the f32-math
+  // attention instead, unless the config's own [kernels] rule (applied after this one) says otherwise.
+  if (c.training.deterministic && device == Device::CUDA && dtype == DType::BF16) {
+    rules.insert(rules.begin(), kernels::Substitution{"attention", "f32_math", "*"});
+    say("training.deterministic: attention runs its f32_math variant on cuda (the tensor-core backward adds dq "
+        "with float atomics, whose order varies)");
+  }
+  if (rules.empty()) return;
   // Everything is checked before anything is logged or installed.
-  for (auto& line : kernels::plan_substitutions(c.kernels, qwen3::module_names(a), device, dtype))
+  for (auto& line : kernels::plan_substitutions(rules, qwen3::module_names(a), device, dtype))
     say("%s", line.c_str());
-  kernels::set_substitutions(c.kernels);
+  kernels::set_substitutions(rules);
 }
 
 }  // namespace

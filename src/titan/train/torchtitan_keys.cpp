@@ -266,7 +266,7 @@ const std::vector<KeyGroup> kGroups = {
     // [debug]
     alias("training.seed", {"debug.seed"}),
     alias("training.deterministic", {"debug.deterministic"}),
-    ignored("titan's deterministic mode has no non-deterministic ops to warn about",
+    ignored("titan's deterministic mode runs no non-deterministic op to warn about",
             {"debug.deterministic_warn_only"}),
     off_only("false", "forcing balanced MoE routing changes the result", {"debug.moe_force_load_balance"}),
 };

@@ -170,7 +170,9 @@ void Qwen3Model::set_expert_bias_values(const std::vector<std::vector<double>>& 
     if (!expert_bias_[i].defined()) continue;
     TITAN_CHECK(int64_t(values[i].size()) == expert_bias_[i].numel(), "qwen3: expert bias of layer ", i, " has ",
                 values[i].size(), " values, expected ", expert_bias_[i].numel());
-    for (size_t e = 0; e < values[i].size(); ++e) expert_bias_[i].data<float>()[e] = float(values[i][e]);
+    Tensor host = Tensor::empty(expert_bias_[i].shape(), DType::F32);  // the bias may live on a device
+    for (size_t e = 0; e < values[i].size(); ++e) host.data<float>()[e] = float(values[i][e]);
+    expert_bias_[i].copy_from(host);
   }
 }
 

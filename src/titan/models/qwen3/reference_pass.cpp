@@ -11,7 +11,8 @@ ReferencePass run_reference_pass(Qwen3Model& model, const Tensor& ids) {
   TITAN_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64, "reference pass: input_ids must be i64 [B, S], got ",
               ids.str());
   const int64_t B = ids.size(0), S = ids.size(1), V = model.args().vocab_size;
-  const int64_t* id = ids.contiguous().data<int64_t>();
+  const Tensor host_ids = ids.to(Device::CPU);  // the checks and the shift read the ids on the host
+  const int64_t* id = host_ids.data<int64_t>();
   for (int64_t i = 0; i < B * S; ++i)
     TITAN_CHECK(id[i] >= 0 && id[i] < V, "reference pass: token id ", id[i], " at position ", i, " outside [0, ", V, ")");
   // targets[b, s] = input_ids[b, s + 1]; the last position has none (transformers pads with -100).
@@ -21,8 +22,9 @@ ReferencePass run_reference_pass(Qwen3Model& model, const Tensor& ids) {
 
   model.zero_grad();
   ReferencePass r;
-  r.logits = model.forward_logits(ids, &r.aux_loss);
-  Tensor loss = ops::cross_entropy(r.logits.reshape({B * S, V}), targets.reshape({B * S}), -100);
+  r.logits = model.forward_logits(host_ids.to(model.device()), &r.aux_loss);
+  Tensor loss =
+      ops::cross_entropy(r.logits.reshape({B * S, V}), targets.to(model.device()).reshape({B * S}), -100);
   if (r.aux_loss.defined() && model.args().output_router_logits)
     loss = ops::add(loss, ops::scale(r.aux_loss.reshape(loss.shape()), model.args().router_aux_loss_coef));
   autograd::backward(loss);

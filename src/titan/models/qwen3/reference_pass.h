@@ -14,6 +14,7 @@ struct ReferencePass {
   // Gradients are left in the model's parameter gradients (read them with hf_tensors()).
 };
 
+// Runs on the model's device (input_ids may be on any device); the results stay there.
 ReferencePass run_reference_pass(Qwen3Model& model, const Tensor& input_ids);
 
 }  // namespace titan::qwen3

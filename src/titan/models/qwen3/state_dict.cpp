@@ -126,6 +126,7 @@ void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType 
   std::vector<io::TensorWrite> writes;
   for (auto& r : refs) {
     Tensor v = r.value();  // expert slices of [E, F, D] are contiguous
+    if (v.device() != Device::CPU) v = v.to(Device::CPU);  // the writer reads host memory
     keep.push_back(v);
     writes.push_back({r.key, dtype, r.shape, v.raw_data(), DType::F32});
   }
