@@ -182,7 +182,7 @@ void expect_variant_matches_spec(const std::string& op, const std::string& varia
   const kernels::OpSpec* spec = kernels::find_op_spec(op);
   ASSERT_NE(spec, nullptr) << op << " registers no spec";
   ASSERT_FALSE(inputs.empty());
-  expect_variant_matches_reference(op, variant, f, inputs, spec->tolerance(dims, inputs[0].dtype(), variant));
+  expect_variant_matches_reference(op, variant, f, inputs, spec->tolerance(dims, inputs[0].dtype(), Device::CPU, variant));
 }
 
 void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,

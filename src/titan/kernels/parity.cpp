@@ -248,7 +248,7 @@ std::vector<ParityResult> run_parity(const ParityOptions& o,
               const ParityCase c = d->make(shapes[si], dt, seed, e.variant);
               const Run want = run_case(op, "reference", Device::CPU, c, seed);
               const Run got = run_case(op, e.variant, o.device, c, seed);
-              compare_runs(c, got, want, d->tolerance(shapes[si], dt, e.variant), r);
+              compare_runs(c, got, want, d->tolerance(shapes[si], dt, o.device, e.variant), r);
             } catch (const std::exception& ex) {
               r.status = ParityStatus::Fail;
               r.note = ex.what();

@@ -60,13 +60,13 @@ Tensor spec_grad_input(Tensor t) { return t.set_requires_grad(true); }
 Tolerance spec_f64_tolerance(double scale) { return {1e-12 * scale, 1e-10}; }
 
 ToleranceFn spec_tolerance(Tolerance f32, Tolerance bf16) {
-  return [f32, bf16](const Dims&, DType dt, const std::string&) {
+  return [f32, bf16](const Dims&, DType dt, Device, const std::string&) {
     return dt == DType::F64 ? spec_f64_tolerance() : dt == DType::BF16 ? bf16 : f32;
   };
 }
 
 ToleranceFn spec_exact_tolerance() {
-  return [](const Dims&, DType, const std::string&) { return Tolerance{0, 0}; };
+  return [](const Dims&, DType, Device, const std::string&) { return Tolerance{0, 0}; };
 }
 
 namespace {
@@ -96,7 +96,7 @@ std::string tolerance_cell(const OpSpec& spec, const std::string& variant, DType
   bool relative_to_max = false;
   for (const Dims& dims : spec.default_shapes) {
     if (spec.check && !spec.check(dims).empty()) continue;
-    const Tolerance t = spec.tolerance(dims, dtype, variant);
+    const Tolerance t = spec.tolerance(dims, dtype, Device::CPU, variant);
     atol.push_back(t.atol);
     rtol.push_back(t.rtol);
     relative_to_max = relative_to_max || t.atol_relative_to_max;

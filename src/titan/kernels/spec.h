@@ -32,8 +32,9 @@ struct Tolerance {
   bool atol_relative_to_max = false;
 };
 
-// The tolerance for a problem (the spec's dims), dtype and variant.
-using ToleranceFn = std::function<Tolerance(const Dims&, DType, const std::string& variant)>;
+// The tolerance for a problem (the spec's dims), dtype and variant on a device (a device's
+// "default" may round where the CPU's does not, e.g. the GPU's tensor-core attention).
+using ToleranceFn = std::function<Tolerance(const Dims&, DType, Device, const std::string& variant)>;
 
 struct OpSpec {
   std::string op;                 // the registry's op name
@@ -69,8 +70,8 @@ ToleranceFn spec_tolerance(Tolerance f32, Tolerance bf16);
 ToleranceFn spec_exact_tolerance();
 
 // docs/kernels.md's tolerance table, from the specs and the registry: one row per op and
-// non-reference CPU variant (registered in every build; a CUDA "default" has the CPU default's
-// tolerance), with the f32 and bf16 tolerances at the default shapes ("lo..hi" where
+// non-reference CPU variant (registered in every build; the CUDA kernels take the spec's tolerance
+// for Device::CUDA, which is the CPU default's except where the spec says otherwise), with the f32 and bf16 tolerances at the default shapes ("lo..hi" where
 // they grow with the shape, "·m" where atol is relative to max(1, max|reference|), "-" where the
 // variant has no kernel in that dtype) and the spec's tolerance_why. A test keeps the docs equal.
 std::string tolerance_table_markdown();

@@ -27,7 +27,7 @@ TITAN_REGISTER_OP_SPEC(linear,
                                             },
                                             {"y"}};
                         },
-                        [](const Dims& s, DType dt, const std::string&) -> Tolerance {
+                        [](const Dims& s, DType dt, Device, const std::string&) -> Tolerance {
                           const double K = double(s[2]);
                           if (dt == DType::F64) return spec_f64_tolerance(K);
                           return dt == DType::BF16 ? Tolerance{1e-4 * K, 8e-3} : Tolerance{1e-5 * K, 1e-5};

@@ -67,7 +67,7 @@ TITAN_REGISTER_OP_SPEC(moe_experts,
                                             },
                                             {"y"}};
                         },
-                        [](const Dims& s, DType dt, const std::string&) -> Tolerance {
+                        [](const Dims& s, DType dt, Device, const std::string&) -> Tolerance {
                           const double n = double(std::max({s[0], s[1], s[2]}));
                           if (dt == DType::F64) return spec_f64_tolerance(n);
                           return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-7 * n, 1e-5};

@@ -56,7 +56,7 @@ TITAN_REGISTER_OP_SPEC(grad_norm,
                                             {"sum_sq"}};
                         },
                         // optim_test: exact squares summed in f64 in another order, n ulps of the sum.
-                        [](const Dims& s, DType, const std::string&) {
+                        [](const Dims& s, DType, Device, const std::string&) {
                           return Tolerance{0, double(s[0]) * 0x1p-52};
                         },
                         "f64 sums in another order: n ulps",
