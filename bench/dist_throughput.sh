@@ -28,8 +28,8 @@ for mode in fsdp ddp; do
   printf "%-32s %12s %9s\n" "2 ranks x 1 thread, $mode" "$tps" "$(awk -v a="$tps" -v b="$one" 'BEGIN{printf "%.2f", a/b}')"
 done
 # Theory for debugmodel (vocab 151936 x dim 256 tied embedding + the final norm = the root blocks,
-# gathered in f32; the layers gathered in bf16 under bf16, f32 otherwise):
-#   ZeRO-3: Psi_layers x (g + g + 4) x (N-1)/N + Psi_root x (4 + 4) x (N-1)/N;  DDP: 2 x 4 x Psi x (N-1)/N
+# gathered once per micro-batch; every block gathered in bf16 under bf16, f32 otherwise):
+#   ZeRO-3: Psi_layers x (g + g + 4) x (N-1)/N + Psi_root x (g + 4) x (N-1)/N;  DDP: 2 x 4 x Psi x (N-1)/N
 python3 - "$OUT" "$params" "$PREC" <<'PY'
 import json, sys
 out, psi, prec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -37,7 +37,7 @@ root = 151936 * 256 + 256
 layers = psi - root
 g = 2 if prec == "bfloat16" else 4
 n, f = 2, 0.5
-theory = {"fsdp": (layers * (g + g + 4) + root * 8) * f, "ddp": 2 * 4 * psi * f}
+theory = {"fsdp": (layers * (g + g + 4) + root * (g + 4)) * f, "ddp": 2 * 4 * psi * f}
 print(f"communication per rank per step (N = 2, Psi = {psi} = {layers} in layers + {root} in embedding/norm):")
 print(f"{'mode':6} {'sent MiB':>9} {'theory MiB':>11} {'comm s':>8} {'step s':>8} {'in comm':>8}")
 for mode in ("fsdp", "ddp"):

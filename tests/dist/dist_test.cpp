@@ -588,7 +588,7 @@ TEST(DataParallel, FsdpRanksHoldHalfOfTheStateOfOneProcess) {
 
 namespace {
 
-// Under bf16 mixed precision the layers are all-gathered in bf16 (the values the one-process run
+// Under bf16 mixed precision every block is all-gathered in bf16 (the values the one-process run
 // computes with: the f32 master rounded once), so the two runs compute alike up to the order of
 // the f32 gradient sums, which bf16 rounding of the updated weights can amplify to a few bf16 ulps.
 TEST(DataParallel, FsdpGathersLayersInBf16UnderBf16MixedPrecision) {
@@ -600,7 +600,7 @@ TEST(DataParallel, FsdpGathersLayersInBf16UnderBf16MixedPrecision) {
     ASSERT_TRUE(one.steps.count(s) && two.steps.count(s) && two_f32.steps.count(s)) << "step " << s;
     const double a = two.steps.at(s)["loss"].get<double>(), b = one.steps.at(s)["loss"].get<double>();
     EXPECT_NEAR(a, b, 2e-3 * std::fabs(b)) << "loss at step " << s;
-    // The layers' gathers move half the bytes of the f32 run's; the embedding and head do not change.
+    // The gathers move half the bytes of the f32 run's; the reduce-scatters (f32) do not change.
     EXPECT_LT(two.steps.at(s)["comm_mib"].get<double>(), two_f32.steps.at(s)["comm_mib"].get<double>()) << s;
   }
 }

@@ -111,15 +111,15 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   const StepProfile ddp = profile_training_step(args, debugmodel_step(2, 1).shape, Device::Meta);
   EXPECT_DOUBLE_EQ(double(ddp.comm.bytes_sent), 2 * 4 * psi / 2);
   // FSDP on 2 ranks: a layer gathered twice (before its forward and its backward) in the compute
-  // dtype (g bytes: 2 under bf16), the embedding and head blocks once in f32, and one f32
-  // reduce-scatter of every gradient, x 1/2.
+  // dtype (g bytes: 2 under bf16), the embedding and head blocks once, also in the compute dtype,
+  // and one f32 reduce-scatter of every gradient, x 1/2.
   StepShape fsdp_shape = debugmodel_step(1, 2).shape;
   const double g = double(dtype_size(fsdp_shape.compute));
   const double psi_root = psi - psi_layers;
   const StepProfile fsdp = profile_training_step(args, fsdp_shape, Device::Meta);
-  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent), (2 * g * psi_layers + 4 * psi_root + 4 * psi) / 2);
+  EXPECT_DOUBLE_EQ(double(fsdp.comm.bytes_sent), (2 * g * psi_layers + g * psi_root + 4 * psi) / 2);
   StepShape f32_shape = fsdp_shape;
-  f32_shape.compute = DType::F32;  // the layers gathered in f32: g = 4
+  f32_shape.compute = DType::F32;  // every block gathered in f32: g = 4
   EXPECT_DOUBLE_EQ(double(profile_training_step(args, f32_shape, Device::Meta).comm.bytes_sent),
                    (2 * 4 * psi_layers + 4 * psi_root + 4 * psi) / 2);
   // fsdp_reshard_after_forward = "never" keeps the layers until their backward: one gather fewer

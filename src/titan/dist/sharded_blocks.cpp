@@ -54,9 +54,9 @@ void ShardedBlocks::shard(DType compute) {
   if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
-    // The layers of a bf16 job are gathered in bf16: their forward and backward read nothing else.
-    // The embedding and head keep the f32 path (the embedding gathers from the f32 table).
-    if (layer_[b] && compute == DType::BF16) blocks_[b].add_compute_copy(compute);
+    // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
+    // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
+    if (compute == DType::BF16) blocks_[b].add_compute_copy(compute);
   }
 }
 

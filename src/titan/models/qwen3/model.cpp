@@ -189,12 +189,14 @@ std::vector<std::string> module_names(const ModelArgs& a) {
 
 const nn::Param& Qwen3Model::output_weight() const { return *output_; }
 
+bool Qwen3Model::compute_copy_resident(const nn::Param* p) const {
+  return p->compute_value.defined() && p->compute_value.storage()->resident() &&
+         p->compute_value.dtype() == compute_dtype_;
+}
+
 Tensor Qwen3Model::w(const nn::Param* p) const {
   // A block gathered in the compute dtype (sharded bf16 training) is used as it is.
-  if (p->compute_value.defined() && p->compute_value.storage()->resident() &&
-      p->compute_value.dtype() == compute_dtype_)
-    return p->compute_value;
-  return ops::cast(p->value, compute_dtype_);
+  return compute_copy_resident(p) ? p->compute_value : ops::cast(p->value, compute_dtype_);
 }
 
 // ---------------------------------------------------------------- forward
@@ -259,8 +261,11 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   Tensor h;
   {
     kernels::ModuleScope scope("tok_embeddings");
-    // Gather from the f32 table, then cast: the same values as gathering from a cast table.
-    h = ops::cast(ops::embedding(input_ids, tok_embeddings_->value), compute_dtype_);
+    // Gather from the f32 table, then cast: the same values as gathering from a cast table, which
+    // is what a sharded bf16 run gathered into the block's compute copy (then read as it is).
+    const nn::Param* table = tok_embeddings_;
+    h = ops::cast(ops::embedding(input_ids, compute_copy_resident(table) ? table->compute_value : table->value),
+                  compute_dtype_);
   }
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     const size_t block = size_t(i) + 1;

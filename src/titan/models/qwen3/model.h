@@ -102,6 +102,8 @@ class Qwen3Model {
   Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
   Tensor aux_loss(const std::vector<RouterStats>& router) const;
   Tensor w(const nn::Param* p) const;  // parameter in the compute dtype (autograd cast)
+  // Whether p's block holds a gathered compute copy (sharded bf16 training), read instead of a cast.
+  bool compute_copy_resident(const nn::Param* p) const;
   const nn::Param& output_weight() const;
 
   ModelArgs args_;
