@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cmath>
+#include <random>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -78,68 +78,35 @@ void ParamBlock::shard(int64_t index, int64_t count) {
   release_grad();
 }
 
-namespace {
-
-// SplitMix64's output function: a bijective mix of 64 bits whose outputs over a counter pass
-// BigCrush (Steele et al., "Fast splittable pseudorandom number generators", 2014).
-inline uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Elements [begin, end) of a parameter drawn from N(0, std): element pair p (elements 2p, 2p + 1)
-// is Box-Muller in f32 on two 24-bit uniforms from mix64(key + (p + 1) * golden), so every element
-// is computed on its own: the values depend on neither the thread count nor how the work is cut.
-// (u1 >= 2^-25 bounds the draws at 5.9 std: a tail of probability 3e-8 is cut, irrelevant to an
-// initialisation.)
-void fill_normal(float* out, int64_t begin, int64_t end, uint64_t key, double std) {
-  constexpr float kTwoPi = 6.2831853f, k2m24 = 1.0f / 16777216.0f;
-  const float sd = float(std);
-  for (int64_t pair = begin / 2; 2 * pair < end; ++pair) {
-    const uint64_t r = mix64(key + uint64_t(pair + 1) * 0x9e3779b97f4a7c15ull);
-    const float u1 = (float(r >> 40) + 0.5f) * k2m24, u2 = float((r >> 8) & 0xffffffu) * k2m24;
-    const float radius = sd * std::sqrt(-2.0f * std::log(u1));
-    float s, c;
-    sincosf(kTwoPi * u2, &s, &c);
-    if (2 * pair >= begin) out[2 * pair - begin] = radius * c;
-    if (2 * pair + 1 < end) out[2 * pair + 1 - begin] = radius * s;
-  }
-}
-
-}  // namespace
-
 void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
+  // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.
+  std::vector<Param*> order(params);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Param* a, const Param* b) { return a->value.numel() > b->value.numel(); });
   // Values are drawn on the host; parameters on another device get a copy (none on meta: there
   // is nothing to hold them).
-  if (params.empty() || params[0]->value.device() == Device::Meta) return;
-  // The work cut in chunks of every parameter, drawn in parallel.
-  constexpr int64_t kChunk = int64_t(1) << 16;
-  struct Chunk {
-    size_t param;  // index into params
-    int64_t begin, end;
-  };
-  std::vector<Chunk> chunks;
-  std::vector<Tensor> host(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    Param& p = *params[i];
-    host[i] = p.value.device() == Device::CPU ? p.value : Tensor::empty(p.value.shape(), DType::F32);
+  if (!order.empty() && order[0]->value.device() == Device::Meta) return;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < order.size(); ++i) {
+    Param& p = *order[i];
+    const bool on_host = p.value.device() == Device::CPU;
+    Tensor host = on_host ? p.value : Tensor::empty(p.value.shape(), DType::F32);
+    float* v = host.data<float>();
     const int64_t n = p.value.numel();
-    for (int64_t b = 0; b < n; b += kChunk) chunks.push_back({i, b, std::min(n, b + kChunk)});
+    if (p.init == Init::Ones) {
+      std::fill(v, v + n, 1.0f);
+    } else if (p.init == Init::Zeros) {
+      std::memset(v, 0, size_t(n) * 4);
+    } else {
+      // FNV-1a of the name: stable across standard libraries, unlike std::hash.
+      const uint64_t h = fnv1a(p.name);
+      std::seed_seq seq{seed, h};
+      std::mt19937_64 rng(seq);
+      std::normal_distribution<double> normal(0.0, p.std);
+      for (int64_t j = 0; j < n; ++j) v[j] = float(normal(rng));
+    }
+    if (!on_host) p.value.copy_from(host);
   }
-#pragma omp parallel for schedule(dynamic, 16)
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const Chunk& k = chunks[c];
-    const Param& p = *params[k.param];
-    float* v = host[k.param].data<float>() + k.begin;
-    const int64_t n = k.end - k.begin;
-    if (p.init == Init::Ones) std::fill(v, v + n, 1.0f);
-    else if (p.init == Init::Zeros) std::memset(v, 0, size_t(n) * 4);
-    // The key: FNV-1a of the name (stable across standard libraries, unlike std::hash) and the seed.
-    else fill_normal(v, k.begin, k.end, mix64(fnv1a(p.name) ^ mix64(seed)), p.std);
-  }
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i]->value.device() != Device::CPU) params[i]->value.copy_from(host[i]);
 }
 
 }  // namespace titan::nn

@@ -108,9 +108,8 @@ class ParamBlock {
   std::vector<Param> params_;
 };
 
-// Draws each parameter from its init. Every element of a normal parameter is a function of (seed,
-// parameter name, element index) alone, so the values depend on neither block order nor threads;
-// the parameters are drawn in parallel chunks.
+// Draws each parameter from its init. A parameter's stream is seeded from (seed, parameter name),
+// so the values do not depend on block order or threads; parameters are drawn in parallel.
 void initialize_params(const std::vector<Param*>& params, uint64_t seed);
 
 }  // namespace titan::nn
