@@ -23,6 +23,8 @@ int64_t shape_numel(const Shape& s);
 class Storage {
  public:
   Storage(size_t nbytes, Device device);                                   // allocates
+  struct Released {};
+  Storage(size_t nbytes, Device device, Released);  // holds no bytes until materialize()
   Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> owner);  // borrows
   ~Storage();
   Storage(const Storage&) = delete;
@@ -55,6 +57,8 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
+  // A tensor whose storage holds no bytes until storage()->materialize() (Storage::release).
+  static Tensor released(const Shape& shape, DType dtype, Device device = Device::CPU);
   static Tensor full(const Shape& shape, double value, DType dtype, Device device = Device::CPU);
   // Wraps memory owned elsewhere; `owner` keeps it alive (may be null for caller-managed).
   static Tensor from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner,

@@ -53,7 +53,7 @@ ShardedBlocks::~ShardedBlocks() = default;
 void ShardedBlocks::shard(DType compute) {
   if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
+    if (!blocks_[b].sharded()) blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
     // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
     // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
     if (compute == DType::BF16) blocks_[b].add_compute_copy(compute);

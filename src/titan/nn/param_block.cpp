@@ -10,7 +10,7 @@
 
 namespace titan::nn {
 
-ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device)
+ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device, BlockShard shard)
     : name_(std::move(name)) {
   int64_t total = 0;
   for (auto& s : specs) {
@@ -19,9 +19,31 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
     params_.push_back({s.name, s.shape, total, s.init, s.std, Tensor()});
     total += shape_numel(s.shape);
   }
-  data_ = Tensor::zeros({total}, DType::F32, device);
-  grad_ = Tensor::zeros({total}, DType::F32, device);
+  if (shard.count <= 1) {
+    data_ = Tensor::zeros({total}, DType::F32, device);
+    grad_ = Tensor::zeros({total}, DType::F32, device);
+    bind_views();
+    return;
+  }
+  TITAN_CHECK(shard.index >= 0 && shard.index < shard.count, "ParamBlock '", name_, "': slice ", shard.index,
+              " of ", shard.count, " does not exist");
+  const int64_t padded = (total + shard.count - 1) / shard.count * shard.count;
+  data_ = Tensor::released({padded}, DType::F32, device);
+  grad_ = Tensor::released({padded}, DType::F32, device);
   bind_views();
+  shard_ = Tensor::zeros({padded / shard.count}, DType::F32, device);
+  shard_grad_ = Tensor::zeros({padded / shard.count}, DType::F32, device);
+  shard_index_ = shard.index;
+  sharded_ = true;
+}
+
+void ParamBlock::fill_whole(const std::function<void()>& fill) {
+  if (!sharded_) return fill();
+  materialize_data();
+  data_.fill(0.0);  // the alignment gaps and the padding stay zero
+  fill();
+  shard_.copy_from(data_.narrow(0, shard_begin(), shard_.numel()));
+  release_data();
 }
 
 void ParamBlock::bind_views() {
@@ -36,9 +58,9 @@ void ParamBlock::bind_views() {
 
 void ParamBlock::pad_to_multiple(int64_t multiple) {
   TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
-  TITAN_CHECK(!sharded_, "ParamBlock '", name_, "': cannot pad a sharded block");
   const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
-  if (padded == n) return;
+  if (padded == n) return;  // e.g. a block born sharded over `multiple` ranks
+  TITAN_CHECK(!sharded_, "ParamBlock '", name_, "': cannot pad a sharded block");
   Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
   Tensor grad = Tensor::zeros({padded}, DType::F32, grad_.device());
   data.narrow(0, 0, n).copy_from(data_);
@@ -73,6 +95,7 @@ void ParamBlock::shard(int64_t index, int64_t count) {
   const int64_t n = numel() / count;
   shard_ = data_.narrow(0, index * n, n).clone();
   shard_grad_ = grad_.narrow(0, index * n, n).clone();
+  shard_index_ = index;
   sharded_ = true;
   release_data();
   release_grad();

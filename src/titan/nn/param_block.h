@@ -4,6 +4,7 @@
 // its gradient a view into the block's `grad`, so FSDP shards, reduce-scatters,
 // optimizer updates and checkpoint shards are all slices of one buffer.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,18 @@ class BlockHooks {
   virtual void after_backward(size_t block) = 0;
 };
 
+// Slice `index` of `count` equal slices of every block: what a sharded data-parallel rank keeps.
+struct BlockShard {
+  int64_t index = 0, count = 1;
+};
+
 class ParamBlock {
  public:
-  ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device = Device::CPU);
+  // With shard.count > 1 the block is born sharded: padded to a multiple of count, holding only its
+  // zeroed slice (shard(), shard_grad()); the whole buffers never exist until materialized, so a
+  // rank of a large model never holds the whole model, not even at start-up.
+  ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device = Device::CPU,
+             BlockShard shard = {});
 
   const std::string& name() const { return name_; }
   Tensor& data() { return data_; }
@@ -58,6 +68,7 @@ class ParamBlock {
   const Tensor& grad() const { return grad_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
+  bool holds(const Param* p) const { return p >= params_.data() && p < params_.data() + params_.size(); }
   // Elements of the buffers: the parameters, their alignment gaps and the padding.
   int64_t numel() const { return data_.numel(); }
 
@@ -77,6 +88,7 @@ class ParamBlock {
   // shard() is data() and shard_grad() is grad().
   void shard(int64_t index, int64_t count);
   bool sharded() const { return sharded_; }
+  int64_t shard_begin() const { return sharded_ ? shard_index_ * shard_.numel() : 0; }  // element of data()
   Tensor& shard() { return sharded_ ? shard_ : data_; }
   Tensor& shard_grad() { return sharded_ ? shard_grad_ : grad_; }
   const Tensor& shard() const { return sharded_ ? shard_ : data_; }
@@ -87,6 +99,11 @@ class ParamBlock {
   void release_data() { data_.storage()->release(); }
   void materialize_grad() { grad_.storage()->materialize(); }  // contents undefined
   void release_grad() { grad_.storage()->release(); }
+
+  // Runs `fill`, which writes the parameters through their whole-block views (Param::value: an
+  // initialisation, a Hugging Face load). Sharded, the whole buffer exists (zeroed) only for the
+  // call and then this rank keeps its slice of it: one block at a time is ever whole.
+  void fill_whole(const std::function<void()>& fill);
 
   // A whole-block copy of the parameters in the compute dtype, filled by whoever materializes it
   // (sharded bf16 training all-gathers the layers in bf16 straight into it): the forward and
@@ -104,6 +121,7 @@ class ParamBlock {
   std::string name_;
   Tensor data_, grad_;
   bool sharded_ = false;
+  int64_t shard_index_ = 0;
   Tensor shard_, shard_grad_, compute_;
   std::vector<Param> params_;
 };

@@ -127,7 +127,11 @@ void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, 
 
 void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& model) {
   const CheckpointBlocks saved(c, model);
-  for (size_t b = 0; b < model.blocks().size(); ++b) saved.read(b, "", 0, model.blocks()[b].data());
+  // Into what this rank keeps of each block: the whole block, or its slice of a sharded one.
+  for (size_t b = 0; b < model.blocks().size(); ++b) {
+    nn::ParamBlock& block = model.blocks()[b];
+    saved.read(b, "", block.shard_begin(), block.shard());
+  }
 }
 
 }  // namespace titan::train

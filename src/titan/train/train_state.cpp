@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "titan/core/device_services.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
@@ -21,7 +22,9 @@ qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
 }
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
-  qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device);
+  // A sharded rank's blocks are born as its slices: the whole model never exists on one rank.
+  qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
+                          nn::BlockShard{plan.shard_index(), plan.dp_shard()});
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
@@ -85,9 +88,12 @@ std::string memory_per_rank(const TrainState& s) {
   }
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
     for (auto& t : *m) moments += double(t.nbytes());
-  char line[160];
-  std::snprintf(line, sizeof line, "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB",
-                params / 1048576, grads / 1048576, moments / 1048576);
+  // The allocator's peak so far: a sharded rank never held more than its slices and one whole block.
+  const double start_peak = double(device_services(s.model.device()).stats().peak_bytes);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB (start-up peak %.1f MiB)",
+                params / 1048576, grads / 1048576, moments / 1048576, start_peak / 1048576);
   return line;
 }
 

@@ -43,8 +43,9 @@ struct TrainState {
 // gathers and reduces per use.
 std::vector<bool> layer_flags(const qwen3::Qwen3Model& model);
 
-// "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB": what this rank holds of each
-// (its slice of the f32 master weights, gradients and moments; all of them on one process).
+// "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB (start-up peak 120.0 MiB)": what
+// this rank holds of each (its slice of the f32 master weights, gradients and moments; all of them
+// on one process), and the most its device allocator has held so far.
 std::string memory_per_rank(const TrainState& state);
 
 // The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;

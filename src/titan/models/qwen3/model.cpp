@@ -20,7 +20,7 @@ namespace titan::qwen3 {
 using nn::Init;
 using nn::ParamSpec;
 
-Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device)
+Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device, nn::BlockShard shard)
     : args_(args), compute_dtype_(compute_dtype), device_(device) {
   args_.validate();
   TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
@@ -28,7 +28,8 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
   const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
 
   blocks_.reserve(size_t(args_.n_layers + 2));
-  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}}, device_);
+  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}}, device_,
+                       shard);
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     std::vector<ParamSpec> specs = {
@@ -53,11 +54,11 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
       specs.push_back({p + "feed_forward.w2.weight", {D, F}});
       specs.push_back({p + "feed_forward.w3.weight", {F, D}});
     }
-    blocks_.emplace_back("layers." + std::to_string(i), specs, device_);
+    blocks_.emplace_back("layers." + std::to_string(i), specs, device_, shard);
   }
   std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
   if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
-  blocks_.emplace_back("head", head, device_);
+  blocks_.emplace_back("head", head, device_, shard);
 
   tok_embeddings_ = find_param("tok_embeddings.weight");
   norm_ = find_param("norm.weight");
@@ -125,6 +126,16 @@ void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
     }
     tok_embeddings_->std = 1.0;
     output_->std = 1.0 / std::sqrt(double(args_.dim));
+  }
+  // A sharded rank draws one block at a time whole and keeps its slice; the values are the same.
+  if (!blocks_.empty() && blocks_[0].sharded()) {
+    for (auto& b : blocks_)
+      b.fill_whole([&] {
+        std::vector<nn::Param*> ps;
+        for (auto& p : b.params()) ps.push_back(&p);
+        nn::initialize_params(ps, seed);
+      });
+    return;
   }
   nn::initialize_params(params(), seed);
 }

@@ -32,7 +32,9 @@ class Qwen3Model {
  public:
   // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
   // Parameters, gradients and activations live on `device` (cpu, cuda, or meta for planning).
-  explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU);
+  // `shard`: every block born sharded (nn::ParamBlock), for a data-parallel rank of a sharded plan.
+  explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU,
+                      nn::BlockShard shard = {});
 
   const ModelArgs& args() const { return args_; }
   DType compute_dtype() const { return compute_dtype_; }

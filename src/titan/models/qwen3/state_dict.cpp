@@ -98,13 +98,18 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
                unexpected.empty() ? "" : "\n  unexpected keys (" + std::to_string(unexpected.size()) + "):" + join(unexpected),
                mismatched.empty() ? "" : "\n  shape/dtype mismatches (" + std::to_string(mismatched.size()) + "):" + join(mismatched));
   }
-  for (auto& r : refs) {
-    const io::TensorInfo& t = ckpt.at(r.key);
-    Tensor dst = r.value();
-    // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
-    Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
-    dst.copy_from(src);  // converts to f32 and crosses to the model's device as needed
-  }
+  // Block by block (a sharded rank holds one block whole at a time, nn::ParamBlock::fill_whole).
+  for (auto& block : model.blocks())
+    block.fill_whole([&] {
+      for (auto& r : refs) {
+        if (!block.holds(r.param)) continue;
+        const io::TensorInfo& t = ckpt.at(r.key);
+        Tensor dst = r.value();
+        // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
+        Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
+        dst.copy_from(src);  // converts to f32 and crosses to the model's device as needed
+      }
+    });
 }
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype) {
