@@ -34,11 +34,7 @@ train::TrainSummary train(const fs::path& dump, Overrides extra) {
 void expect_losses_follow_the_cpu(const char* precision, double rel) {
   const Overrides common = {{"training.steps", "20"}, {"training.mixed_precision_param", precision},
                             {"validation.enable", "false"}};
-  auto with = [&](const char* device) {
-    Overrides o = common;
-    o.push_back({"job.device", device});
-    return o;
-  };
+  auto with = [&](const char* device) { return testing::joined(common, {{"job.device", device}}); };
   const std::string tag = std::string("cuda_follows_") + precision;
   const fs::path cpu = testing::temp_dir(tag + "_cpu"), gpu = testing::temp_dir(tag + "_gpu");
   train(cpu, with("cpu"));
@@ -75,11 +71,7 @@ TEST(CudaTrain, ResumeEqualsAnUninterruptedRunBitwise) {
                             {"lr_scheduler.warmup_steps", "2"}, {"lr_scheduler.decay_ratio", "0"},
                             {"checkpoint.enable", "true"},      {"checkpoint.interval", "3"},
                             {"validation.enable", "false"}};
-  auto with = [&](Overrides extra) {
-    Overrides o = common;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
+  auto with = [&](const Overrides& extra) { return testing::joined(common, extra); };
   const fs::path a = testing::temp_dir("cuda_resume_a"), b = testing::temp_dir("cuda_resume_b");
   train(a, with({{"training.steps", "6"}, {"checkpoint.last_save_in_hf", "true"}}));
   train(b, with({{"training.steps", "3"}}));

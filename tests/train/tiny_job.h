@@ -15,6 +15,12 @@ using Overrides = std::vector<std::pair<std::string, std::string>>;
 
 inline std::filesystem::path debugmodel_toml() { return source_dir() / "configs" / "debugmodel.toml"; }
 
+// `a`, then `b` (whose keys win).
+inline Overrides joined(Overrides a, const Overrides& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // `extra` comes last and wins.
 inline Overrides tiny_job(const std::filesystem::path& dump, const Overrides& extra = {}) {
   Overrides o = {{"job.dump_folder", dump.string()},

@@ -313,11 +313,7 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
                             {"lr_scheduler.warmup_steps", "2"}, {"lr_scheduler.decay_ratio", "0"},
                             {"checkpoint.enable", "true"},      {"checkpoint.interval", "2"},
                             {"checkpoint.keep_latest_k", "2"}};
-  auto with = [&](Overrides extra) {
-    Overrides o = common;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
+  auto with = [&](const Overrides& extra) { return tt::joined(common, extra); };
   const fs::path a = tt::temp_dir("trainer_resume_a"), b = tt::temp_dir("trainer_resume_b");
   // A also exports in bfloat16 at the end (checked with verify-export below).
   run_training(tiny_config(a, with({{"training.steps", "7"},
