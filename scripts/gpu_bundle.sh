@@ -8,7 +8,8 @@
 #           libraries and the C++ runtime (every Linux with Python has them), and the CUDA
 #           libraries (cudart, cuBLAS/cuBLASLt, cuDNN, NCCL), which come from the GPU machine's
 #           PyTorch wheels so that they match its driver;
-#   scripts/gpu_check.sh, bench/gpu_models.sh (the speed floors), configs/, the small test fixtures, and the tokenizer and corpus of assets/
+#   scripts/gpu_check.sh, bench/gpu_models.sh (the speed floors), the peer's harness when
+#   ../shared/peers/h200 is there, configs/, the small test fixtures, and the tokenizer and corpus of assets/
 #   (a short debugmodel training run on the GPU against the CPU).
 # On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #
@@ -49,6 +50,10 @@ done
 
 cp scripts/gpu_check.sh "$root/scripts/"
 mkdir -p "$root/bench" && cp bench/gpu_models.sh "$root/bench/"
+# The PyTorch peer's H200 harness (../shared/peers/h200, not project code), for GPU_CHECK_PEER=1.
+if [ -f ../shared/peers/h200/torch_baseline.py ]; then
+  mkdir -p "$root/peers/h200" && cp ../shared/peers/h200/*.py "$root/peers/h200/"
+fi
 cp -r configs "$root/"
 cp -r tests/fixtures "$root/tests/"
 [ -f assets/.complete ] || { echo "gpu_bundle: assets/ is not prepared (run scripts/setup.sh)" >&2; exit 1; }

@@ -10,6 +10,8 @@
 #   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
 #   GPU_CHECK_SKIP_MODELS=1 bash .../gpu_check.sh     # everything but bench/gpu_models.sh
+#   GPU_CHECK_PEER=1 bash .../gpu_check.sh            # also the peer (transformers, eager) in the same
+#                                                     # call, GPU_CHECK_PEER_BUDGET seconds (default 60)
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
 # Exit status: 0 when every step passed (skips count as passes only for the benchmarks).
 set -uo pipefail
@@ -101,6 +103,25 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   done
 fi
 
+# The peer in the same call (the bundle's copy of shared/peers/h200): transformers eager on the same
+# three jobs; its torch.compile runs start only while the budget lasts (their warm-up is 80-143 s).
+peer_table=""
+if [ -n "${GPU_CHECK_PEER:-}" ] && [ -f "$root/peers/h200/torch_baseline.py" ]; then
+  mkdir -p "$logs/peer"
+  step "peer torch_baseline.py" 900 env OUT="$logs/peer" BUDGET="${GPU_CHECK_PEER_BUDGET:-60}" \
+    python3 "$root/peers/h200/torch_baseline.py"
+  peer_table=$(python3 - "$logs/peer/torch_baseline.json" <<'EOF'
+import json, sys
+for r in json.load(open(sys.argv[1])).get("runs", []):
+    if "tokens_per_s" in r:
+        print(f"{r['name']:<32} {r['tokens_per_s'] / 1e3:7.1f}k tok/s {r['peak_mem_gib']:6.1f} GiB "
+              f"first step {r['first_step_s']:6.1f}s  MFU989 {100 * r['mfu_vs_989']:4.1f}%")
+    else:
+        print(f"{r['name']:<32} {r.get('skipped') or r.get('error', '')}")
+EOF
+)
+fi
+
 # The speed floors: the peer's three jobs (0.6B, MoE, 4B) trained by titan on the GPU, with MFU also
 # against the bf16 GEMM ceiling cuda_gemm_bench just measured.
 models_table=""
@@ -117,6 +138,7 @@ for f in "${bench_tables[@]}"; do
   echo "--- $(basename "$f" .log)"
   cat "$f"
 done
+[ -n "$peer_table" ] && { echo "--- peer in this call (transformers 5.17, bf16 autocast)"; echo "$peer_table"; }
 [ -n "$models_table" ] && echo "$models_table"
 if [ -n "$losses" ]; then
   echo "--- debugmodel losses (step, cpu, cuda)"
