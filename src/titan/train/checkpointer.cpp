@@ -81,11 +81,10 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
       last_saved_step_(resume_step_.value_or(-1)) {}
 
 Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) const {
-  // Once the state is distributed, a sharded block holds only this rank's slice; before (a
-  // restore), the block is whole and the slice is ParallelPlan's cut of it.
+  // A sharded plan's blocks are born as this rank's slices (TrainState); unsharded, the slice is
+  // the whole block.
   nn::ParamBlock& block = s.model.blocks()[b];
-  Tensor values = block.sharded() ? block.shard() : plan_.local(block.data());
-  return {plan_.shard_index() * values.numel(), values, s.optimizer.exp_avg()[b], s.optimizer.exp_avg_sq()[b]};
+  return {block.shard_begin(), block.shard(), s.optimizer.exp_avg()[b], s.optimizer.exp_avg_sq()[b]};
 }
 
 void Checkpointer::restore(TrainState& s) const {

@@ -23,8 +23,8 @@ struct TrainState {
   TrainState(const JobConfig& config, const ResolvedJob& job, const data::Tokenizer& tokenizer,
              const dist::ParallelPlan& plan);
   TrainState(const TrainState&) = delete;
-  // Once the weights are in place (start_weights or a restore): each rank keeps its slice of the
-  // blocks from here on, and the model reports its block uses to `sharding`.
+  // Once the weights are in place (start_weights or a restore, into the slices the blocks were born
+  // as): the blocks get their compute copies, and the model reports its block uses to `sharding`.
   void distribute();
   TrainState& operator=(const TrainState&) = delete;
 
