@@ -10,7 +10,10 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: all three)
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+mma MoE 4B"); a name
+#                              ending in +mma runs that job with the mma_sync attention kernels
+#                              (a [kernels] rule appended to a copy of its config) instead of the
+#                              default WMMA ones, to see which the GPU prefers
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's)
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
@@ -28,14 +31,18 @@ out=${2:-$(mktemp -d /tmp/titan-gpu-models.XXXXXX)}
 mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B MoE 4B}
+models=${GPU_MODELS:-0.6B 0.6B+mma MoE 4B}
 
-# name | titan arguments | batch | peer's torch.compile tokens/s and GiB (2026-11-29) | floor tokens/s | floor GiB
+# Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
+# and the floors.
+job_config() {
+  case $1 in 0.6B | 4B) echo "$root/configs/qwen3_0.6b.toml" ;; MoE) echo "$root/configs/qwen3_30b_a3b_reduced.toml" ;; esac
+}
 job_args() {
   case $1 in
-    0.6B) echo "--config $root/configs/qwen3_0.6b.toml --training.local_batch_size=8 --training.global_batch_size=8" ;;
-    4B) echo "--config $root/configs/qwen3_0.6b.toml --model.flavor=4B --training.local_batch_size=2 --training.global_batch_size=2" ;;
-    MoE) echo "--config $root/configs/qwen3_30b_a3b_reduced.toml --training.local_batch_size=8 --training.global_batch_size=8" ;;
+    0.6B) echo "--training.local_batch_size=8 --training.global_batch_size=8" ;;
+    4B) echo "--model.flavor=4B --training.local_batch_size=2 --training.global_batch_size=2" ;;
+    MoE) echo "--training.local_batch_size=8 --training.global_batch_size=8" ;;
   esac
 }
 peer_default() {  # tokens/s, GiB of transformers 5.17 + torch.compile on the H200 (shared/peers/h200)
@@ -50,20 +57,27 @@ floor() {  # tokens/s and GiB (0: no memory floor)
 
 failed=0
 rows=()
-for m in $models; do
-  dump=$out/$m
+for name in $models; do
+  m=${name%+mma}
+  dump=$out/$name
   rm -rf "$dump"
-  echo "=== titan $m: $(job_args "$m")"
+  config=$(job_config "$m")
+  if [ "$name" != "$m" ]; then  # the same job with the mma_sync attention kernels
+    cp "$config" "$out/$name.toml"
+    printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
+    config=$out/$name.toml
+  fi
+  echo "=== titan $name: --config $config $(job_args "$m")"
   # shellcheck disable=SC2046
-  timeout 600 "$titan" train $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
+  timeout 600 "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
     --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
     --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
-    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" >"$out/$m.log" 2>&1
+    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" >"$out/$name.log" 2>&1
   rc=$?
-  tail -n 5 "$out/$m.log"
+  tail -n 5 "$out/$name.log"
   if [ $rc -ne 0 ]; then
     failed=1
-    rows+=("$(printf '%-5s FAILED (exit %d): %s' "$m" "$rc" "$(grep -m1 -i 'error' "$out/$m.log" | cut -c1-150)")")
+    rows+=("$(printf '%-8s FAILED (exit %d): %s' "$name" "$rc" "$(grep -m1 -i 'error' "$out/$name.log" | cut -c1-150)")")
     continue
   fi
   read -r peer_tps peer_gib < <(peer_default "$m")
@@ -77,7 +91,7 @@ EOF
 )
   fi
   read -r floor_tps floor_gib < <(floor "$m")
-  rows+=("$(python3 - "$dump/metrics.jsonl" "$m" "$peer_tps" "$peer_gib" "$floor_tps" "$floor_gib" \
+  rows+=("$(python3 - "$dump/metrics.jsonl" "$name" "$peer_tps" "$peer_gib" "$floor_tps" "$floor_gib" \
               "${GPU_MODELS_GEMM_TFLOPS:-0}" <<'EOF'
 import json, sys
 path, name, peer_tps, peer_gib, floor_tps, floor_gib, gemm = sys.argv[1:]
@@ -91,7 +105,7 @@ tps, tflops = med["tps"], med["tflops"]
 gib = max(r["memory_gib"] for r in rec)
 ok = tps >= floor_tps and (floor_gib == 0 or gib <= floor_gib)
 mfu_gemm = f"{100 * tflops / gemm:5.1f}%" if gemm > 0 else "    -"
-print(f"{name:<5} {first['step_seconds']:6.2f}s {med['step_seconds']:7.3f}s {tps / 1e3:7.1f}k {tflops:6.0f} "
+print(f"{name:<8} {first['step_seconds']:6.2f}s {med['step_seconds']:7.3f}s {tps / 1e3:7.1f}k {tflops:6.0f} "
       f"{100 * tflops / 989:5.1f}% {mfu_gemm} {gib:6.1f} {peer_tps / 1e3:6.1f}k/{peer_gib:4.1f} "
       f"{tps / peer_tps:5.2f}x  >={floor_tps / 1e3:.1f}k{f' <={floor_gib:.0f}GiB' if floor_gib else ''} "
       f"{'PASS' if ok else 'MISS'}  loss {first['loss']:.3f} -> {rec[-1]['loss']:.3f}")
@@ -101,6 +115,6 @@ done
 
 echo
 echo "--- titan on the GPU vs transformers + torch.compile (${PEER_JSON:-peer figures of 2026-11-29}); AC=$ac, $steps steps"
-echo "model first  median     tok/s TFLOPs  MFU989 MFUgemm  GiB  peer tok/s/GiB ratio floor"
+echo "model    first  median     tok/s TFLOPs  MFU989 MFUgemm  GiB  peer tok/s/GiB ratio floor"
 printf '%s\n' "${rows[@]}"
 exit $failed
