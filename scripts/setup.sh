@@ -15,7 +15,10 @@ PACKAGES=(
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  # The status is captured, not piped into `grep -q`: under pipefail a reader that stops early can
+  # fail the pipe (tests/install/install_test.sh had that flake).
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == *"install ok installed"* ]] || missing+=("$p")
 done
 # node + npm fetch the tokenizer and corpus; the machine image may already ship them.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
