@@ -2,6 +2,8 @@
 
 #include "titan/core/check.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -40,10 +42,37 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+namespace {
+// The folders temp_dir made in this process. A training test writes hundreds of MiB (checkpoints,
+// exports); kept for the whole suite they filled CI's disk. When every test of the process passed
+// they are removed at its end (ctest runs one test per process, so this is per test); a failing
+// process keeps them to look at, and so does TITAN_KEEP_TEST_TMP=1.
+std::vector<std::filesystem::path>& made_temp_dirs() {
+  static std::vector<std::filesystem::path> dirs;
+  return dirs;
+}
+
+class TempDirRemover : public ::testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
+    const char* keep = std::getenv("TITAN_KEEP_TEST_TMP");
+    if (!unit.Passed() || (keep && std::string(keep) == "1")) return;
+    std::error_code ignored;  // a folder a child process still writes to is not worth a failure
+    for (const auto& dir : made_temp_dirs()) std::filesystem::remove_all(dir, ignored);
+  }
+};
+
+// Registered when the program starts (the listeners own it); every test program links this file.
+const bool temp_dir_remover_registered = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new TempDirRemover);
+  return true;
+}();
+}  // namespace
+
 std::filesystem::path temp_dir(const std::string& name) {
   auto dir = binary_dir() / "test_tmp" / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made_temp_dirs().push_back(dir);
   return dir;
 }
 

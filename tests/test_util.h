@@ -13,7 +13,9 @@ std::filesystem::path binary_dir();  // TITAN_TEST_BINARY_DIR overrides (bin/tit
 std::filesystem::path titan_binary();      // build/bin/titan
 std::filesystem::path assets_dir();        // <repo>/assets
 std::filesystem::path fixtures_dir();      // <repo>/tests/fixtures
-std::filesystem::path temp_dir(const std::string& name);  // fresh, empty folder under the build dir
+// A fresh, empty folder under the build dir, removed when the test program ends with every test
+// passed (kept on a failure, or with TITAN_KEEP_TEST_TMP=1).
+std::filesystem::path temp_dir(const std::string& name);
 // "" when the two files hold the same bytes; otherwise their sizes, 64-bit hashes and the offset of
 // the first differing byte. Never the contents: a failure message stays a line, whatever the size.
 std::string file_difference(const std::filesystem::path& a, const std::filesystem::path& b);
