@@ -166,10 +166,12 @@ void ShardedBlocks::wait_all() {
 void ShardedBlocks::before_forward(size_t b) {
   if (!sharded()) return;
   poll();
+  if (!gathers_[b] && !gathered(b)) start_gather(b);
+  // Prefetch: the next block's gather runs while this one computes. Started before the wait on
+  // this one, so that a step's first two gathers (the embedding and the first layer) travel
+  // together, and the head's gather runs during the last layer.
+  if (b + 1 < blocks_.size() && !gathers_[b + 1] && !gathered(b + 1)) start_gather(b + 1);
   ensure_gathered(b);
-  // Prefetch: the next layer's gather runs while this one computes.
-  if (layer_[b] && b + 1 < blocks_.size() && layer_[b + 1] && !gathers_[b + 1] && !gathered(b + 1))
-    start_gather(b + 1);
 }
 
 void ShardedBlocks::after_forward(size_t b) {

@@ -4,7 +4,7 @@
 //
 //   FSDP, HSDP (dp_shard > 1)  Between uses a rank keeps only its slice of every block's parameters
 //       and gradients (ParamBlock::shard). A layer's parameters are all-gathered just before its
-//       forward, the next layer's gather prefetched while it computes, and released after it
+//       forward, the next block's gather prefetched while it computes, and released after it
 //       (fsdp_reshard_after_forward "default"/"always"; "never" keeps them until the layer's backward:
 //       ZeRO-2). Before a layer's backward they are gathered again (prefetching the layer below) and
 //       its whole gradient buffer exists; right after its backward the gradient is reduce-scattered
