@@ -312,6 +312,24 @@ TEST(DataParallel, ExportOfAShardedCheckpointEqualsTheExportOfTheGatheredWeights
   for (const std::string& f : files_in(in_run)) EXPECT_EQ(tt::file_difference(exported / f, in_run / f), "") << f;
 }
 
+// Hugging Face weights as the start of a sharded run: each rank writes the part of every tensor
+// that falls in its slices (ParamBlock::write_elements); the run is the one-process run from the
+// same folder, and the weights really loaded (a lower first loss than the random start's, on the
+// same first batch).
+TEST(DataParallel, FsdpStartsFromHuggingFaceWeightsLikeOneRank) {
+  const JobRun& first = two_ranks_to_step5();
+  const Overrides from_hf = {{"checkpoint.initial_load_path", (first.dump / "checkpoint/step-5-hf").string()},
+                             {"checkpoint.initial_load_in_hf", "true"},
+                             {"training.steps", "3"},
+                             {"checkpoint.interval", "3"}};
+  JobRun one = train("dist_hf_one_" + std::to_string(getpid()), 0, 4, from_hf);
+  JobRun two = train("dist_hf_fsdp2", 2, 2, from_hf);
+  expect_same_steps(two, one, 1, 3, "FSDP 2 from HF weights");
+  expect_same_final_state(two, one, 3, "FSDP 2 from HF weights");
+  ASSERT_TRUE(one.steps.count(1) && first.steps.count(1));
+  EXPECT_LT(one.steps.at(1)["loss"].get<double>(), first.steps.at(1)["loss"].get<double>() - 0.3);
+}
+
 // A shard file missing from a 2-rank checkpoint fails the load, and the resume, naming the file.
 TEST(DataParallel, AMissingShardFileFailsTheLoadNamingIt) {
   const fs::path dump = tt::temp_dir("dist_missing_shard");

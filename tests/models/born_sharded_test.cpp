@@ -1,6 +1,6 @@
 // A model built for one rank of a sharded data-parallel plan (nn::BlockShard): its blocks are born
-// as this rank's slices, and its first weights (a random initialisation, a Hugging Face load) are
-// made one whole block at a time. Checked with the CPU allocator's counters, and against the slices
+// as this rank's slices; a random initialisation makes one whole block at a time, a Hugging Face
+// load writes the slices alone. Checked with the CPU allocator's counters, and against the slices
 // of a model built whole: the same bits.
 #include <gtest/gtest.h>
 
@@ -71,12 +71,19 @@ TEST(BornSharded, ARankHoldsOnlyItsSlicesAndInitialisesThemOneBlockAtATime) {
   }
 }
 
-TEST(BornSharded, AHuggingFaceLoadKeepsTheSameSlices) {
+// A Hugging Face load writes each tensor's part inside the rank's slices and nothing else: no
+// block is ever whole, the allocator's peak does not move.
+TEST(BornSharded, AHuggingFaceLoadWritesOnlyTheSlices) {
   const auto dir = testing::oracle_dir("tiny_moe");
   auto whole = qwen3::load_hf_model(dir, DType::F32);
+  DeviceServices& cpu = device_services(Device::CPU);
   for (int64_t index : {0, 1}) {
     Qwen3Model rank(whole->args(), DType::F32, Device::CPU, nn::BlockShard{index, 2});
+    const int64_t held = cpu.stats().current_bytes;
+    cpu.reset_peak();
     qwen3::load_hf_weights(rank, dir);
+    EXPECT_EQ(cpu.stats().peak_bytes, held);
+    for (auto& b : rank.blocks()) EXPECT_FALSE(b.data_resident()) << b.name();
     expect_slices_of(*whole, rank, index, 2);
   }
 }

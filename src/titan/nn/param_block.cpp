@@ -46,6 +46,16 @@ void ParamBlock::fill_whole(const std::function<void()>& fill) {
   release_data();
 }
 
+void ParamBlock::write_elements(int64_t begin, const Tensor& values) {
+  const int64_t n = values.numel();
+  TITAN_CHECK(begin >= 0 && begin + n <= numel(), "ParamBlock '", name_, "': elements [", begin, ", ", begin + n,
+              ") are outside its ", numel());
+  const Tensor flat = values.reshape({n});
+  if (!sharded_) return data_.narrow(0, begin, n).copy_from(flat);
+  const int64_t lo = std::max(begin, shard_begin()), hi = std::min(begin + n, shard_begin() + shard_.numel());
+  if (lo < hi) shard_.narrow(0, lo - shard_begin(), hi - lo).copy_from(flat.narrow(0, lo - begin, hi - lo));
+}
+
 void ParamBlock::bind_views() {
   for (auto& p : params_) {
     int64_t n = shape_numel(p.shape);

@@ -104,6 +104,10 @@ class ParamBlock {
   // initialisation, a Hugging Face load). Sharded, the whole buffer exists (zeroed) only for the
   // call and then this rank keeps its slice of it: one block at a time is ever whole.
   void fill_whole(const std::function<void()>& fill);
+  // Writes `values` (any float dtype, any device; read as a flat run of elements) into elements
+  // [begin, begin + values.numel()) of the block's parameters. Sharded, only the part inside this
+  // rank's slice is written (no whole buffer is made): how a Hugging Face load fills a rank.
+  void write_elements(int64_t begin, const Tensor& values);
 
   // A whole-block copy of the parameters in the compute dtype, filled by whoever materializes it
   // (sharded bf16 training all-gathers the layers in bf16 straight into it): the forward and

@@ -88,7 +88,8 @@ std::string memory_per_rank(const TrainState& s) {
   }
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
     for (auto& t : *m) moments += double(t.nbytes());
-  // The allocator's peak so far: a sharded rank never held more than its slices and one whole block.
+  // The allocator's peak so far: a sharded rank never held more than its slices and one whole block
+  // (a random initialisation makes one block whole at a time).
   const double start_peak = double(device_services(s.model.device()).stats().peak_bytes);
   char line[200];
   std::snprintf(line, sizeof line,

@@ -1,5 +1,6 @@
 #include "titan/models/qwen3/state_dict.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -98,18 +99,17 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
                unexpected.empty() ? "" : "\n  unexpected keys (" + std::to_string(unexpected.size()) + "):" + join(unexpected),
                mismatched.empty() ? "" : "\n  shape/dtype mismatches (" + std::to_string(mismatched.size()) + "):" + join(mismatched));
   }
-  // Block by block (a sharded rank holds one block whole at a time, nn::ParamBlock::fill_whole).
+  // Each tensor straight into the elements of its block it covers: a sharded rank writes only its
+  // slice and never makes a block whole (nn::ParamBlock::write_elements).
   for (auto& block : model.blocks())
-    block.fill_whole([&] {
-      for (auto& r : refs) {
-        if (!block.holds(r.param)) continue;
-        const io::TensorInfo& t = ckpt.at(r.key);
-        Tensor dst = r.value();
-        // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
-        Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
-        dst.copy_from(src);  // converts to f32 and crosses to the model's device as needed
-      }
-    });
+    for (auto& r : refs) {
+      if (!block.holds(r.param)) continue;
+      const io::TensorInfo& t = ckpt.at(r.key);
+      // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
+      const Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
+      const int64_t per_expert = shape_numel(r.shape);
+      block.write_elements(r.param->offset + std::max<int64_t>(r.expert, 0) * per_expert, src);
+    }
 }
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype) {
