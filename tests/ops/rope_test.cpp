@@ -132,6 +132,21 @@ TEST(Rope, BadArgumentsNameOpAndShapes) {
                Error);
 }
 
+// Positions checked once (ops::rope_positions) serve every call of the same shape with the same
+// result as positions checked per call; made for another shape they are an error naming both.
+TEST(Rope, CheckedPositionsServeEveryCallOfTheirShape) {
+  Tensor x = random_tensor({2, 5, 3, 8}, DType::F32, 7);
+  Tensor pos = Tensor::from_vector(std::vector<int64_t>{4, 0, 9, 2, 2}, {5});
+  const ops::RopePositions checked = ops::rope_positions(pos, 2, 5);
+  EXPECT_EQ(checked.max, 9);
+  EXPECT_EQ(ops::rope(x, checked, 1e6).to_vector(), ops::rope(x, pos, 1e6).to_vector());
+  auto m = error_of([&] { ops::rope(Tensor::zeros({2, 4, 3, 8}, DType::F32), checked, 1e6); });
+  EXPECT_NE(m.find("i64[2, 5]"), std::string::npos) << m;
+  EXPECT_NE(m.find("f32[2, 4, 3, 8]"), std::string::npos) << m;
+  m = error_of([] { ops::rope_positions(Tensor::from_vector(std::vector<int64_t>{1, -2}, {2}), 1, 2); });
+  EXPECT_NE(m.find("-2"), std::string::npos) << m;
+}
+
 // Cross-check with PyTorch running transformers' Qwen3RotaryEmbedding + apply_rotary_pos_emb.
 // Tolerances: bf16 within 1 bf16 ulp with at most 1% of elements off (measured: 0 differ); f32 within
 // 1e-5 absolute. Our inv_freq is the correctly rounded f32 powf (glibc); torch's vectorised pow (Sleef,

@@ -34,9 +34,11 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     sharding.begin_micro_batch(micro == accumulation - 1);
     const auto [ids, targets] = next();
     qwen3::LossOutput out = model.forward_loss(ids, targets);
+    autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
+    // Read after the backward is queued: on a GPU a read in between would hold the backward back
+    // until the whole forward had run.
     sums[0] += out.loss.item();
     if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
-    autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
     sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
   // The loss of the step over all ranks (every rank's loss is a mean over the same number of

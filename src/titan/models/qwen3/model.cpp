@@ -212,7 +212,7 @@ Tensor Qwen3Model::w(const nn::Param* p) const {
 
 // ---------------------------------------------------------------- forward
 
-Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Tensor& positions) {
+Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const ops::RopePositions& positions) {
   kernels::ModuleScope scope("attention");
   const int64_t B = x.size(0), S = x.size(1), hd = args_.head_dim;
   Tensor q = ops::linear(x, w(L.wq)).reshape({B, S, args_.n_heads, hd});
@@ -243,7 +243,7 @@ Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, std::vect
   return y.reshape({B, S, D});
 }
 
-Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Tensor& positions,
+Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const ops::RopePositions& positions,
                                  std::vector<RouterStats>* router) {
   const Layer& L = layers_[size_t(i)];
   kernels::ModuleScope scope("layers." + std::to_string(i));
@@ -259,12 +259,14 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   // Positions 0..S-1, written on the host and copied to the device (a meta tensor holds no values:
   // the planner may trace sequences far longer than host memory).
-  Tensor positions = Tensor::empty({S}, DType::I64, device_);
+  Tensor position_ids = Tensor::empty({S}, DType::I64, device_);
   if (device_ != Device::Meta) {
     std::vector<int64_t> pos(static_cast<size_t>(S));
     for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
-    positions.copy_from(Tensor::from_vector(pos, {S}));
+    position_ids.copy_from(Tensor::from_vector(pos, {S}));
   }
+  // Checked once here for the 2 x n_layers rope calls (and their recomputes) of this forward.
+  const ops::RopePositions positions = ops::rope_positions(position_ids, input_ids.size(0), S);
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -299,7 +301,8 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   return ops::rms_norm(h, w(norm_), args_.norm_eps);
 }
 
-Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router) {
+Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const ops::RopePositions& positions,
+                                std::vector<RouterStats>* router) {
   bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
   if (!ckpt || !autograd::grad_enabled()) return layer_forward(i, h, positions, router);
   // Recompute the whole layer in backward; router statistics are block outputs so the

@@ -15,6 +15,7 @@
 #include "titan/core/tensor.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/nn/param_block.h"
+#include "titan/ops/rope/rope.h"
 
 namespace titan::qwen3 {
 
@@ -97,9 +98,10 @@ class Qwen3Model {
 
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router);
   // One layer, recomputed in backward when activation checkpointing covers it.
-  Tensor layer_block(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router);
-  Tensor layer_forward(int64_t i, const Tensor& h, const Tensor& positions, std::vector<RouterStats>* router);
-  Tensor attention(const Layer& L, const Tensor& x, const Tensor& positions);
+  Tensor layer_block(int64_t i, const Tensor& h, const ops::RopePositions& positions, std::vector<RouterStats>* router);
+  Tensor layer_forward(int64_t i, const Tensor& h, const ops::RopePositions& positions,
+                       std::vector<RouterStats>* router);
+  Tensor attention(const Layer& L, const Tensor& x, const ops::RopePositions& positions);
   Tensor feed_forward(const Layer& L, const Tensor& x);
   Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
   Tensor aux_loss(const std::vector<RouterStats>& router) const;

@@ -65,28 +65,47 @@ std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t pos
   return slot;
 }
 
-Tensor rope(const Tensor& x_in, const Tensor& positions_in, double theta) {
+RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
+  TITAN_CHECK(positions.dtype() == DType::I64, "rope: positions must be i64, got ", positions.str());
+  TITAN_CHECK((positions.dim() == 1 && positions.size(0) == S) ||
+                  (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
+              "rope: positions ", positions.str(), " must be [S] or [B, S] for B=", B, ", S=", S);
+  RopePositions r;
+  r.pos = positions.dim() == 1 ? positions.contiguous().reshape({1, S}).expand({B, S}).contiguous()
+                               : positions.contiguous().clone();
+  if (r.pos.numel() == 0) return r;
+  const int64_t bad = first_index_outside(r.pos, 0, INT64_MAX, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL("rope: positions ", positions.str(), " hold ", int64_t(r.pos.reshape({-1}).narrow(0, bad, 1).item()),
+               " at flat index ", bad, "; positions must be >= 0");
+  r.max = max_index(r.pos);
+  return r;
+}
+
+Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {
+  TITAN_CHECK(x_in.dim() == 4, "rope: expected x [B, S, H, D], got ", x_in.str());
+  const int64_t B = x_in.size(0), S = x_in.size(1);
+  TITAN_CHECK((positions.dim() == 1 && positions.size(0) == S) ||
+                  (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
+              "rope: positions ", positions.str(), " must be [S] or [B, S] for x ", x_in.str());
+  return rope(x_in, rope_positions(positions, B, S), theta);
+}
+
+Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
   TITAN_CHECK(x_in.dim() == 4, "rope: expected x [B, S, H, D], got ", x_in.str());
   const int64_t B = x_in.size(0), S = x_in.size(1), H = x_in.size(2), D = x_in.size(3);
   TITAN_CHECK(D % 2 == 0, "rope: head dim D=", D, " of x ", x_in.str(), " must be even");
   TITAN_CHECK(dtype_is_float(x_in.dtype()), "rope: x must be floating point, got ", x_in.str());
-  TITAN_CHECK(positions_in.dtype() == DType::I64, "rope: positions must be i64, got ", positions_in.str());
-  TITAN_CHECK((positions_in.dim() == 1 && positions_in.size(0) == S) ||
-                  (positions_in.dim() == 2 && positions_in.size(0) == B && positions_in.size(1) == S),
-              "rope: positions ", positions_in.str(), " must be [S] or [B, S] for x ", x_in.str());
+  const Tensor& pos = positions.pos;
+  TITAN_CHECK(pos.dim() == 2 && pos.size(0) == B && pos.size(1) == S, "rope: positions ", pos.str(),
+              " were made for another shape than x ", x_in.str());
   TITAN_CHECK(theta > 0 && std::isfinite(theta), "rope: theta ", theta, " must be finite and > 0");
   Tensor x = x_in.contiguous().detach();
-  Tensor pos = positions_in.dim() == 1 ? positions_in.contiguous().reshape({1, S}).expand({B, S}).contiguous()
-                                       : positions_in.contiguous().clone();
-  const int64_t bad = first_index_outside(pos, 0, INT64_MAX, /*allowed=*/0);
-  if (bad >= 0)
-    TITAN_FAIL("rope: positions ", positions_in.str(), " hold ", int64_t(pos.reshape({-1}).narrow(0, bad, 1).item()),
-               " at flat index ", bad, "; positions must be >= 0");
   const auto& kernel = kernels::kernel_for<RopeKernel>("rope", x.device(), x.dtype());
   const KernelContext ctx = device_services(x.device()).context();
   std::shared_ptr<const RopeTable> table;
   if (kernel.needs_table) {
-    table = rope_table(theta, D, max_index(pos) + 1);  // host cos/sin rows the CPU kernels gather
+    table = rope_table(theta, D, positions.max + 1);  // host cos/sin rows the CPU kernels gather
   } else {
     auto t = std::make_shared<RopeTable>();
     t->theta = theta;

@@ -19,7 +19,7 @@
 // cos/sin table (rope_table) at each token's position; "gather_free" needs positions that are a
 // contiguous range p0, p0+1, ..., p0+S-1 in every batch row (0..S-1 in training) and walks the
 // table rows directly; other positions are an error naming the first offending position (checked
-// per call). All three give bit-identical results where they run.
+// by that kernel on every call; the default and reference kernels read positions as they are). All three give bit-identical results where they run.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,6 +29,19 @@
 
 namespace titan::ops {
 
+// Positions checked once for every rope call that uses them: a model checks its positions once per
+// forward, not once per call (on a GPU every check reads a value back to the host and stalls the
+// queue). pos is i64 [B, S], contiguous, every value >= 0; max is its largest value.
+struct RopePositions {
+  Tensor pos;
+  int64_t max = 0;
+};
+// positions i64 [S] (shared by the batch) or [B, S]; a negative position is an error naming it.
+RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
+
+// x [B, S, H, D] with positions made for the same B and S.
+Tensor rope(const Tensor& x, const RopePositions& positions, double theta);
+// The same with the positions checked by this call: rope(x, rope_positions(positions, B, S), theta).
 Tensor rope(const Tensor& x, const Tensor& positions, double theta);
 
 // cos/sin of angle[p, j] for p < positions, j < D/2, in f32, computed exactly as the reference does.
