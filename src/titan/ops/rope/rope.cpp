@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -65,11 +66,14 @@ std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t pos
   return slot;
 }
 
-RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
+namespace {
+
+// rope_positions, naming in its errors what the positions are for.
+RopePositions checked_positions(const Tensor& positions, int64_t B, int64_t S, const std::string& what) {
   TITAN_CHECK(positions.dtype() == DType::I64, "rope: positions must be i64, got ", positions.str());
   TITAN_CHECK((positions.dim() == 1 && positions.size(0) == S) ||
                   (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
-              "rope: positions ", positions.str(), " must be [S] or [B, S] for B=", B, ", S=", S);
+              "rope: positions ", positions.str(), " must be [S] or [B, S] for ", what);
   RopePositions r;
   r.pos = positions.dim() == 1 ? positions.contiguous().reshape({1, S}).expand({B, S}).contiguous()
                                : positions.contiguous().clone();
@@ -82,13 +86,15 @@ RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
   return r;
 }
 
+}  // namespace
+
+RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
+  return checked_positions(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
+}
+
 Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {
   TITAN_CHECK(x_in.dim() == 4, "rope: expected x [B, S, H, D], got ", x_in.str());
-  const int64_t B = x_in.size(0), S = x_in.size(1);
-  TITAN_CHECK((positions.dim() == 1 && positions.size(0) == S) ||
-                  (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
-              "rope: positions ", positions.str(), " must be [S] or [B, S] for x ", x_in.str());
-  return rope(x_in, rope_positions(positions, B, S), theta);
+  return rope(x_in, checked_positions(positions, x_in.size(0), x_in.size(1), "x " + x_in.str()), theta);
 }
 
 Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
