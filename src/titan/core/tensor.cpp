@@ -36,10 +36,7 @@ Shape contiguous_strides(const Shape& shape) {
 
 // ---------------------------------------------------------------- Storage
 
-Storage::Storage(size_t nbytes, Device device)
-    : data_(device_services(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}
-
-Storage::Storage(size_t nbytes, Device device, Released) : data_(nullptr), nbytes_(nbytes), device_(device) {}
+Storage::Storage(size_t nbytes, Device device) : data_(nullptr), nbytes_(nbytes), device_(device) {}
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> owner)
     : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {
@@ -66,19 +63,15 @@ void Storage::materialize() {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) TITAN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
-  Tensor t;
-  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
-  t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
-  t.dtype_ = dtype;
-  t.device_ = device;
+  Tensor t = released(shape, dtype, device);
+  t.storage_->materialize();
   return t;
 }
 
 Tensor Tensor::released(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) TITAN_CHECK(d >= 0, "Tensor::released: negative dimension in shape ", shape_str(shape));
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device, Storage::Released{});
+  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;

@@ -22,9 +22,7 @@ int64_t shape_numel(const Shape& s);
 // Bytes owned by an allocator, or borrowed from elsewhere (an mmap) and kept alive by `owner`.
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);                                   // allocates
-  struct Released {};
-  Storage(size_t nbytes, Device device, Released);  // holds no bytes until materialize()
+  Storage(size_t nbytes, Device device);  // holds no bytes until materialize()
   Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> owner);  // borrows
   ~Storage();
   Storage(const Storage&) = delete;
