@@ -17,6 +17,7 @@
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's)
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
+#   GPU_MODELS_JOB_LIMIT=600   seconds each job may run (a job past it is a FAILED row)
 #   PEER_JSON=FILE             a torch_compile.json measured in the same run, instead of the
 #                              2026-11-29 figures below
 # Exit status: non-zero when a job failed to run (a floor that is missed is reported, not fatal:
@@ -69,7 +70,7 @@ for name in $models; do
   fi
   echo "=== titan $name: --config $config $(job_args "$m")"
   # shellcheck disable=SC2046
-  timeout 600 "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
+  timeout "${GPU_MODELS_JOB_LIMIT:-600}" "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
     --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
     --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
     --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" >"$out/$name.log" 2>&1
@@ -78,6 +79,7 @@ for name in $models; do
   if [ $rc -ne 0 ]; then
     failed=1
     rows+=("$(printf '%-8s FAILED (exit %d): %s' "$name" "$rc" "$(grep -m1 -i 'error' "$out/$name.log" | cut -c1-150)")")
+    echo "row: ${rows[-1]}"
     continue
   fi
   read -r peer_tps peer_gib < <(peer_default "$m")
@@ -111,6 +113,7 @@ print(f"{name:<8} {first['step_seconds']:6.2f}s {med['step_seconds']:7.3f}s {tps
       f"{'PASS' if ok else 'MISS'}  loss {first['loss']:.3f} -> {rec[-1]['loss']:.3f}")
 EOF
 )")
+  echo "row: ${rows[-1]}"  # each row as soon as it exists: a run cut short still shows the jobs it did
 done
 
 echo
