@@ -118,17 +118,18 @@ TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
   EXPECT_EQ(off_d.download<int64_t>(), off_r);
 }
 
-// Two layers of statistics, then the loss and its gradient, against the formula of ops/moe.h
-// evaluated on the host in f64.
+// Three layers of statistics (the last over several 64-row chunks of the column sums, the final
+// one partial), then the loss and its gradient, against the formula of ops/moe.h evaluated on the
+// host in f64.
 TEST(CudaMoe, AuxLossOverLayers) {
   TITAN_REQUIRE_CUDA();
   KernelContext ctx = device_services(Device::CUDA).context();
-  const int64_t E = 8, k = 2, T0 = 37, T1 = 20, N = T0 + T1;
+  const int64_t E = 8, k = 2, T0 = 37, T1 = 20, T2 = 300, N = T0 + T1 + T2;
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);
   std::vector<double> psum(static_cast<size_t>(E), 0.0);
   DeviceBuffer counts_d(counts), psum_d(psum), loss_d(4);
   std::vector<std::unique_ptr<DeviceBuffer> > keep;
-  for (int64_t T : {T0, T1}) {
+  for (int64_t T : {T0, T1, T2}) {
     std::vector<float> p = cuda_test::randn(static_cast<size_t>(T * E), uint32_t(30 + T));
     for (auto& x : p) x = std::abs(x);
     std::vector<int64_t> idx(static_cast<size_t>(T * k));

@@ -34,7 +34,9 @@ void forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const in
 }
 
 __global__ void iota_kernel(int32_t n, int32_t* out) {
-  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
+  // An int64 counter: i + stride may pass 2^31 when n is close to it.
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = int32_t(i);
 }
 
 // Block k handles the run of equal ids that starts at sorted position k (other blocks exit):

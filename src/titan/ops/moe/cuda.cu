@@ -165,19 +165,28 @@ __global__ void count_kernel(int64_t n, int64_t E, const int64_t* indices, bool 
 
 // =============================================================================================
 // Aux loss.
-__global__ void aux_accumulate_kernel(int64_t T_, int64_t E, int64_t k, const float* probs,
-                                      const int64_t* indices, unsigned long long* counts, double* psum) {
-  // Column sums: one thread per expert column (coalesced across threads), then the counts.
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E;
-       e += int64_t(gridDim.x) * blockDim.x) {
+// Column sums of probs [T, E] in two deterministic passes: block c sums rows
+// [c * rows, (c + 1) * rows) of every column in f64 (threads over columns: coalesced), then one
+// thread per column adds the chunks in chunk order to psum. The f64 sums differ from the
+// reference's one serial pass only by f64 rounding; the order is fixed, so runs repeat bitwise.
+// (One thread per column over all T rows was a serial chain of 16384 dependent loads per MoE layer.)
+constexpr int64_t kAuxRowsPerChunk = 64;
+
+__global__ void aux_column_chunks_kernel(int64_t T_, int64_t E, const float* probs, double* chunks) {
+  const int64_t c = blockIdx.x, t0 = c * kAuxRowsPerChunk;
+  const int64_t t1 = t0 + kAuxRowsPerChunk < T_ ? t0 + kAuxRowsPerChunk : T_;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
     double acc = 0.0;
-    for (int64_t t = 0; t < T_; ++t) acc += double(probs[t * E + e]);
-    psum[e] += acc;
+    for (int64_t t = t0; t < t1; ++t) acc += double(probs[t * E + e]);
+    chunks[c * E + e] = acc;
   }
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < T_ * k;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = indices[i];
-    if (e >= 0 && e < E) atomicAdd(&counts[e], 1ull);
+}
+
+__global__ void aux_column_total_kernel(int64_t n_chunks, int64_t E, const double* chunks, double* psum) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t c = 0; c < n_chunks; ++c) acc += chunks[c * E + e];
+    psum[e] += acc;
   }
 }
 
@@ -856,8 +865,13 @@ void moe_count_experts(const KernelContext& ctx, int64_t n, int64_t E, const int
 void moe_aux_accumulate(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const float* probs,
                         const int64_t* indices, int64_t* counts, double* psum) {
   if (T == 0) return;
-  aux_accumulate_kernel<<<grid_for(T * k > E ? T * k : E), 256, 0, stream_of(ctx)>>>(
-      T, E, k, probs, indices, reinterpret_cast<unsigned long long*>(counts), psum);
+  const int64_t n_chunks = (T + kAuxRowsPerChunk - 1) / kAuxRowsPerChunk;
+  Scratch chunks(ctx, sizeof(double) * size_t(n_chunks * E));
+  aux_column_chunks_kernel<<<unsigned(n_chunks), E < 256 ? unsigned((E + 31) / 32 * 32) : 256u, 0,
+                             stream_of(ctx)>>>(T, E, probs, chunks.as<double>());
+  aux_column_total_kernel<<<grid_for(E), 256, 0, stream_of(ctx)>>>(n_chunks, E, chunks.as<double>(), psum);
+  count_kernel<<<grid_for(T * k), 256, 0, stream_of(ctx)>>>(T * k, E, indices, false,
+                                                            reinterpret_cast<unsigned long long*>(counts));
   check_launch("moe (cuda): aux loss statistics");
 }
 
