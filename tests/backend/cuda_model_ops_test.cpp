@@ -110,7 +110,7 @@ TEST(CudaModelOps, RouterTopk) {
     for (auto [T, E, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 8, 2}, {64, 128, 8}}) {
       auto f = [k = k](const std::vector<Tensor>& in) {
         auto r = ops::router_topk(in[0], k, true, in[1]);
-        return std::vector<Tensor>{r.weights, r.indices, r.probs, r.counts};
+        return std::vector<Tensor>{r.weights, r.indices.tensor(), r.probs, r.counts};
       };
       expect_device_matches_reference(
           "router_topk", kCuda, f,
@@ -127,7 +127,7 @@ TEST(CudaModelOps, MoeAuxLoss) {
     kernels::ForceVariant ref("router_topk", "reference");
     auto r = ops::router_topk(random_tensor({T, E}, DType::F32, uint64_t(T)), k, true);
     probs.push_back(r.probs.set_requires_grad(true));
-    indices.push_back(r.indices);
+    indices.push_back(r.indices.tensor());
   }
   auto f = [&](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {in[2], in[3]}, E, k)};
@@ -157,7 +157,7 @@ TEST(CudaModelOps, MoeExperts) {
       const bool bf = dt == DType::BF16;
       expect_device_matches_reference(
           "moe_experts", kCuda, f,
-          {grad_input({c.T, c.D}, dt, 13), r.weights.detach().set_requires_grad(true), r.indices,
+          {grad_input({c.T, c.D}, dt, 13), r.weights.detach().set_requires_grad(true), r.indices.tensor(),
            grad_input({c.E, c.F, c.D}, dt, 14, -sd, sd), grad_input({c.E, c.F, c.D}, dt, 15, -sd, sd),
            grad_input({c.E, c.D, c.F}, dt, 16, -sf, sf)},
           bf ? 1e-2 : 1e-7 * n, bf ? 1e-2 : 1e-5);

@@ -169,7 +169,9 @@ TEST(Qwen3Init, SchemesSetTheDocumentedStandardDeviations) {
     const std::string p = "layers." + std::to_string(i) + ".";
     for (const char* n : {"attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
                           "moe.experts.w2", "moe.experts.w3"})
-      if (nn::Param* prm = tt.find_param(p + n)) EXPECT_NEAR(sample_std(*prm), scaled, 0.1 * scaled) << p + n;
+      if (nn::Param* prm = tt.find_param(p + n)) {
+        EXPECT_NEAR(sample_std(*prm), scaled, 0.1 * scaled) << p + n;
+      }
     EXPECT_NEAR(sample_std(*tt.find_param(p + "attention.wq.weight")), 0.02, 0.002);
   }
   EXPECT_NEAR(sample_std(*tt.find_param("tok_embeddings.weight")), 1 / std::sqrt(D), 0.1 / std::sqrt(D));

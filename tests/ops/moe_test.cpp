@@ -52,7 +52,7 @@ TEST(RouterTopk, SelectsTopKOfSoftmaxAndRenormalises) {
   for (bool renorm : {false, true}) {
     auto out = ops::router_topk(logits, k, renorm);
     auto l = logits.to_vector(), p = out.probs.to_vector(), w = out.weights.to_vector();
-    auto idx = out.indices.to_vector(), counts = out.counts.to_vector();
+    auto idx = out.indices.tensor().to_vector(), counts = out.counts.to_vector();
     std::vector<double> expect_counts(E, 0);
     for (int64_t t = 0; t < T; ++t) {
       double m = *std::max_element(l.begin() + t * E, l.begin() + t * E + E), s = 0;
@@ -81,7 +81,7 @@ TEST(RouterTopk, SelectsTopKOfSoftmaxAndRenormalises) {
 TEST(RouterTopk, TiesPickLowerIndexFirst) {
   Tensor logits = Tensor::from_vector(std::vector<float>{1, 2, 2, 0, 2, 1}, {1, 6});
   auto out = ops::router_topk(logits, 4, false);
-  EXPECT_EQ(out.indices.to_vector(), (std::vector<double>{1, 2, 4, 0}));
+  EXPECT_EQ(out.indices.tensor().to_vector(), (std::vector<double>{1, 2, 4, 0}));
 }
 
 TEST(RouterTopk, ExpertBiasChangesSelectionNotWeights) {
@@ -93,7 +93,7 @@ TEST(RouterTopk, ExpertBiasChangesSelectionNotWeights) {
   EXPECT_EQ(plain.counts.to_vector()[2], 0);
   EXPECT_EQ(biased.counts.to_vector()[2], T);
   EXPECT_EQ(max_abs_diff(plain.probs, biased.probs), 0.0);
-  auto p = biased.probs.to_vector(), w = biased.weights.to_vector(), idx = biased.indices.to_vector();
+  auto p = biased.probs.to_vector(), w = biased.weights.to_vector(), idx = biased.indices.tensor().to_vector();
   for (int64_t t = 0; t < T; ++t) {
     EXPECT_EQ(idx[t * k], 2);
     for (int64_t j = 0; j < k; ++j) EXPECT_EQ(w[t * k + j], p[t * E + int64_t(idx[t * k + j])]);
@@ -113,7 +113,7 @@ TEST(RouterTopk, GradientMatchesFiniteDifferences) {
     };
     auto both = [&](const std::vector<Tensor>& in) {
       auto o = ops::router_topk(in[0], 2, renorm, bias);
-      return std::vector<Tensor>{o.weights, o.indices, o.probs, o.counts};
+      return std::vector<Tensor>{o.weights, o.indices.tensor(), o.probs, o.counts};
     };
     expect_gradcheck(weights_only, {logits});
     expect_gradcheck(probs_only, {logits});
@@ -127,7 +127,7 @@ TEST(RouterTopk, Bf16LogitsGiveF32Outputs) {
   auto a = ops::router_topk(l16, 2, true), b = ops::router_topk(l16.to(DType::F32), 2, true);
   EXPECT_EQ(a.weights.dtype(), DType::F32);
   EXPECT_EQ(max_abs_diff(a.weights, b.weights), 0.0);
-  EXPECT_EQ(a.indices.to_vector(), b.indices.to_vector());
+  EXPECT_EQ(a.indices.tensor().to_vector(), b.indices.tensor().to_vector());
 }
 
 TEST(RouterTopk, BadArgumentsNameOpAndShapes) {
@@ -154,7 +154,7 @@ TEST(MoeAuxLoss, MatchesOneHotFormulaAndGradient) {
   std::vector<double> frac(k * E, 0), pmean(E, 0);
   const double N = 8;
   for (auto* r : {&r0, &r1}) {
-    auto idx = r->indices.to_vector(), p = r->probs.to_vector();
+    auto idx = r->indices.tensor().to_vector(), p = r->probs.to_vector();
     for (size_t i = 0; i < idx.size(); ++i) frac[(i % k) * E + size_t(idx[i])] += 1 / N;
     for (size_t i = 0; i < p.size(); ++i) pmean[i % E] += p[i] / N;
   }
@@ -166,7 +166,7 @@ TEST(MoeAuxLoss, MatchesOneHotFormulaAndGradient) {
   EXPECT_EQ(aux.shape(), Shape({1}));
   EXPECT_NEAR(aux.item(), expect, 1e-12);
 
-  Tensor i0 = r0.indices, i1 = r1.indices;
+  Tensor i0 = r0.indices.tensor(), i1 = r1.indices.tensor();
   expect_gradcheck(
       [&](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {i0, i1}, E, k)};
@@ -207,7 +207,7 @@ TEST(MoeExperts, GradientMatchesFiniteDifferences) {
   ASSERT_EQ(r.counts.to_vector()[1], 0);  // an expert with no tokens
   auto w = expert_weights(E, F, D, DType::F64, 42);
   Tensor x = random_tensor({T, D}, DType::F64, 45);
-  expect_gradcheck(experts_fn, {x, r.weights.detach(), r.indices, w.gate, w.up, w.down});
+  expect_gradcheck(experts_fn, {x, r.weights.detach(), r.indices.tensor(), w.gate, w.up, w.down});
   // Router and experts together: the gradient reaches the logits through the weights.
   Tensor logits = biased_logits(T, E, DType::F64, 46, 3);
   expect_gradcheck(
@@ -233,14 +233,14 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
     // spec's atol grows with the largest of them.
     const kernels::Dims dims = {c.T, c.D, c.F, c.E, c.k};
     expect_variant_matches_spec("moe_experts", "default", dims, experts_fn,
-                                {grad(x.clone()), grad(r.weights.clone()), r.indices, grad(w.gate.clone()),
+                                {grad(x.clone()), grad(r.weights.clone()), r.indices.tensor(), grad(w.gate.clone()),
                                  grad(w.up.clone()), grad(w.down.clone())});
     // bf16 (f32 routing weights, and bf16 ones): both round at the same points, but a GEMM sum that
     // lands near a bf16 rounding boundary may round the other way (1 ulp = 2^-8 relative) and
     // propagate; the default's backward also rounds dy and the SwiGLU gradients to bf16.
     for (DType wdt : {DType::F32, DType::BF16})
       expect_variant_matches_spec("moe_experts", "default", dims, experts_fn,
-                                  {grad(x.to(DType::BF16)), grad(r.weights.to(wdt)), r.indices,
+                                  {grad(x.to(DType::BF16)), grad(r.weights.to(wdt)), r.indices.tensor(),
                                    grad(w.gate.to(DType::BF16)), grad(w.up.to(DType::BF16)),
                                    grad(w.down.to(DType::BF16))});
   }
@@ -254,7 +254,7 @@ TEST(MoeExperts, UnusedExpertGetsZeroWeightGradient) {
   for (const char* variant : {"reference", "default"}) {
     auto run = run_variant(
         "moe_experts", variant, experts_fn,
-        {random_tensor({T, D}, DType::F32, 72), r.weights, r.indices, w.gate.set_requires_grad(true),
+        {random_tensor({T, D}, DType::F32, 72), r.weights, r.indices.tensor(), w.gate.set_requires_grad(true),
          w.up.set_requires_grad(true), w.down.set_requires_grad(true)});
     for (int i : {3, 4, 5}) {
       auto g = run.input_grads[size_t(i)].narrow(0, 0, 1).contiguous().to_vector();
@@ -358,7 +358,7 @@ TEST(MoeTorch, RouterExpertsAndAuxMatchPyTorch) {
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(have[i] - want[i]));
       EXPECT_LE(worst, tol) << key;
     };
-    EXPECT_EQ(r.indices.to_vector(), ref["indices"].get<std::vector<double>>());
+    EXPECT_EQ(r.indices.tensor().to_vector(), ref["indices"].get<std::vector<double>>());
     expect_close(r.weights, "weights", 1e-6);
     expect_close(r.probs, "probs", 1e-6);
     expect_close(y, "y", 1e-5);

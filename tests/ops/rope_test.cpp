@@ -147,6 +147,22 @@ TEST(Rope, CheckedPositionsServeEveryCallOfTheirShape) {
   EXPECT_NE(m.find("-2"), std::string::npos) << m;
 }
 
+TEST(Rope, SequentialPositionsAreCheckedPositionsZeroToSWithoutAHostRead) {
+  Tensor x = random_tensor({3, 6, 2, 8}, DType::F32, 8);
+  DeviceServices& cpu = device_services(Device::CPU);
+  const int64_t before = cpu.host_reads();
+  const ops::RopePositions seq = ops::sequential_positions(3, 6, Device::CPU);
+  EXPECT_EQ(cpu.host_reads(), before) << "positions made on the host need no read";
+  const ops::RopePositions checked = ops::rope_positions(arange(6), 3, 6);
+  EXPECT_EQ(seq.max, 5);
+  EXPECT_EQ(seq.pos.shape(), Shape({3, 6}));
+  EXPECT_EQ(seq.pos.to_vector(), checked.pos.to_vector());
+  EXPECT_EQ(ops::rope(x, seq, 1e4).to_vector(), ops::rope(x, checked, 1e4).to_vector());
+  const ops::RopePositions meta = ops::sequential_positions(2, 1 << 20, Device::Meta);
+  EXPECT_EQ(meta.pos.shape(), Shape({2, 1 << 20}));
+  EXPECT_EQ(meta.max, (1 << 20) - 1);
+}
+
 // Cross-check with PyTorch running transformers' Qwen3RotaryEmbedding + apply_rotary_pos_emb.
 // Tolerances: bf16 within 1 bf16 ulp with at most 1% of elements off (measured: 0 differ); f32 within
 // 1e-5 absolute. Our inv_freq is the correctly rounded f32 powf (glibc); torch's vectorised pow (Sleef,

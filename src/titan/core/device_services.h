@@ -93,6 +93,13 @@ class DeviceServices {
   double flops() const { return flops_.load(); }
   void reset_flops() { flops_.store(0); }
 
+  // Host reads: how often the host took a value this device computed (a copy to the host,
+  // Tensor::item / to_vector, a scalar an index or reduction kernel returns). On a GPU each one
+  // waits for the stream's queue to drain; the CPU counts the same places, so a test on any machine
+  // sees how many a training step makes.
+  void count_host_read() { host_reads_.fetch_add(1); }
+  int64_t host_reads() const { return host_reads_.load(); }
+
   virtual void synchronize() {}
   virtual void* stream() { return nullptr; }
   KernelContext context() { return KernelContext{device(), stream(), this}; }
@@ -105,7 +112,7 @@ class DeviceServices {
   virtual int64_t reserved_bytes() const { return current_.load(); }
 
  private:
-  std::atomic<int64_t> current_{0}, peak_{0}, count_{0};
+  std::atomic<int64_t> current_{0}, peak_{0}, count_{0}, host_reads_{0};
   std::atomic<double> flops_{0};
 };
 

@@ -300,9 +300,10 @@ void Tensor::copy_from(const Tensor& src) {
                 " -> ", device_name(device_), " needs a stop on the cpu");
     Tensor staged = src.dtype() == dtype_ ? src.contiguous() : src.to(dtype_);
     Tensor dst = is_contiguous() ? *this : empty(shape_, dtype_, device_);
-    if (device_ == Device::CPU)
+    if (device_ == Device::CPU) {
+      device_services(src.device()).count_host_read();
       device_services(src.device()).copy_to_host(dst.raw_data(), staged.raw_data(), nbytes());
-    else
+    } else
       device_services(device_).copy_from_host(dst.raw_data(), staged.raw_data(), nbytes());
     if (dst.storage_ != storage_) copy_from(dst);  // a strided destination: one more copy on its device
     return;
@@ -328,10 +329,13 @@ void Tensor::fill(double value) {
 }
 
 std::vector<double> Tensor::to_vector() const {
-  if (device_ != Device::CPU) return to(Device::CPU).to_vector();
-  std::vector<double> out(static_cast<size_t>(numel()));
-  const void* base = raw_data();
-  for_each_offset(shape_, strides_, [&](int64_t lin, int64_t off) { out[size_t(lin)] = load_element(base, dtype_, off); });
+  // One host read: the copy to the host counts it for a device tensor, this line for a CPU one.
+  if (device_ == Device::CPU) device_services(Device::CPU).count_host_read();
+  const Tensor host = device_ == Device::CPU ? *this : to(Device::CPU);
+  std::vector<double> out(static_cast<size_t>(host.numel()));
+  const void* base = host.raw_data();
+  for_each_offset(shape_, host.strides_,
+                  [&](int64_t lin, int64_t off) { out[size_t(lin)] = load_element(base, dtype_, off); });
   return out;
 }
 

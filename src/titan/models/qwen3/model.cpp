@@ -257,16 +257,8 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
               input_ids.str());
   const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
-  // Positions 0..S-1, written on the host and copied to the device (a meta tensor holds no values:
-  // the planner may trace sequences far longer than host memory).
-  Tensor position_ids = Tensor::empty({S}, DType::I64, device_);
-  if (device_ != Device::Meta) {
-    std::vector<int64_t> pos(static_cast<size_t>(S));
-    for (int64_t s = 0; s < S; ++s) pos[size_t(s)] = s;
-    position_ids.copy_from(Tensor::from_vector(pos, {S}));
-  }
-  // Checked once here for the 2 x n_layers rope calls (and their recomputes) of this forward.
-  const ops::RopePositions positions = ops::rope_positions(position_ids, input_ids.size(0), S);
+  // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
+  const ops::RopePositions positions = ops::sequential_positions(input_ids.size(0), S, device_);
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -308,23 +300,27 @@ Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const ops::RopePositi
   // Recompute the whole layer in backward; router statistics are block outputs so the
   // aux loss still reaches the router.
   const bool moe_layer = layers_[size_t(i)].moe && router;
-  auto fn = [this, i, positions, moe_layer](const std::vector<Tensor>& in) {
+  // The forward's routing, kept as the router made it (block outputs are plain tensors; the
+  // indices need no gradient, only the probs do).
+  auto routed = std::make_shared<ops::ExpertIndices>();
+  auto fn = [this, i, positions, moe_layer, routed](const std::vector<Tensor>& in) {
     std::vector<RouterStats> stats;
     Tensor out = layer_forward(i, in[0], positions, moe_layer ? &stats : nullptr);
     std::vector<Tensor> outs{out};
     if (moe_layer) {
       outs.push_back(stats[0].probs);
-      outs.push_back(stats[0].indices);
+      if (!routed->tensor().defined()) *routed = stats[0].indices;  // the recompute routes alike
     }
     return outs;
   };
   auto outs = autograd::recompute("layers." + std::to_string(i), fn, {h});
-  if (moe_layer) router->push_back({outs[1], outs[2]});
+  if (moe_layer) router->push_back({outs[1], *routed});
   return outs[0];
 }
 
 Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {
-  std::vector<Tensor> probs, indices;
+  std::vector<Tensor> probs;
+  std::vector<ops::ExpertIndices> indices;
   for (auto& r : router) {
     probs.push_back(r.probs);
     indices.push_back(r.indices);

@@ -15,6 +15,7 @@
 #include "titan/core/tensor.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/nn/param_block.h"
+#include "titan/ops/moe/moe.h"
 #include "titan/ops/rope/rope.h"
 
 namespace titan::qwen3 {
@@ -93,7 +94,8 @@ class Qwen3Model {
     bool moe = false;
   };
   struct RouterStats {
-    Tensor probs, indices;
+    Tensor probs;
+    ops::ExpertIndices indices;
   };
 
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router);

@@ -83,6 +83,7 @@ void scale_inplace(Tensor& dst, double s) {
 
 double sum_all(const Tensor& x_in) {
   Tensor x = x_in.contiguous();
+  device_services(x.device()).count_host_read();
   return kernels::kernel_for<SumKernel>("sum", x.device(), x.dtype())
       .sum(device_services(x.device()).context(), x.numel(), x.raw_data());
 }
@@ -96,12 +97,14 @@ const IndexKernel& index_kernel(const Tensor& ids) {
 
 int64_t first_index_outside(const Tensor& ids_in, int64_t lo, int64_t hi, int64_t allowed) {
   Tensor ids = ids_in.contiguous();
+  device_services(ids.device()).count_host_read();
   return index_kernel(ids).first_outside(device_services(ids.device()).context(), ids.numel(),
                                          ids.data<int64_t>(), lo, hi, allowed);
 }
 
 int64_t count_not_equal(const Tensor& ids_in, int64_t value) {
   Tensor ids = ids_in.contiguous();
+  device_services(ids.device()).count_host_read();
   return index_kernel(ids).count_not_equal(device_services(ids.device()).context(), ids.numel(),
                                            ids.data<int64_t>(), value);
 }
@@ -109,6 +112,7 @@ int64_t count_not_equal(const Tensor& ids_in, int64_t value) {
 int64_t max_index(const Tensor& ids_in) {
   TITAN_CHECK(ids_in.numel() > 0, "max_index: empty tensor ", ids_in.str());
   Tensor ids = ids_in.contiguous();
+  device_services(ids.device()).count_host_read();
   return index_kernel(ids).max(device_services(ids.device()).context(), ids.numel(), ids.data<int64_t>());
 }
 

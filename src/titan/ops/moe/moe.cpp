@@ -17,15 +17,20 @@ bool is_compute_float(DType t) {
   return t == DType::F32 || t == DType::F64 || t == DType::BF16;
 }
 
-void check_indices(const char* op, const Tensor& indices, int64_t E) {
-  const int64_t bad = first_index_outside(indices, 0, E, /*allowed=*/0);
-  if (bad >= 0)
-    TITAN_FAIL(op, ": indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1), ", slot ",
-               bad % indices.size(1), ") is ", int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()),
-               ", outside [0, ", E, ")");
-}
-
 }  // namespace
+
+ExpertIndices expert_indices(const Tensor& indices_in, int64_t num_experts, const char* op) {
+  TITAN_CHECK(indices_in.dim() == 2 && indices_in.dtype() == DType::I64, op, ": expert indices must be i64 [T, k], got ",
+              indices_in.str());
+  TITAN_CHECK(num_experts >= 1, op, ": need at least one expert, got ", num_experts);
+  Tensor indices = indices_in.contiguous().detach();
+  const int64_t bad = first_index_outside(indices, 0, num_experts, /*allowed=*/0);
+  if (bad >= 0)
+    TITAN_FAIL(op, ": expert indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1), ", slot ",
+               bad % indices.size(1), ") is ", int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()),
+               ", outside [0, ", num_experts, ")");
+  return ExpertIndices(indices, num_experts);
+}
 
 RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, const Tensor& expert_bias) {
   TITAN_CHECK(logits_in.dim() == 2, "router_topk: logits must be [T, E], got ", logits_in.str());
@@ -46,14 +51,14 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
   const KernelContext ctx = device_services(logits.device()).context();
   RouterOutput out;
   out.weights = Tensor::empty({T, k}, gd, logits.device());
-  out.indices = Tensor::empty({T, k}, DType::I64, logits.device());
+  Tensor indices = Tensor::empty({T, k}, DType::I64, logits.device());
   out.probs = Tensor::empty({T, E}, gd, logits.device());
   out.counts = Tensor::empty({E}, DType::I64, logits.device());
   kernel.forward(ctx, T, E, k, renormalize, logits.raw_data(), bias.defined() ? bias.data<float>() : nullptr,
-                 out.weights.raw_data(), out.indices.data<int64_t>(), out.probs.raw_data(),
-                 out.counts.data<int64_t>());
+                 out.weights.raw_data(), indices.data<int64_t>(), out.probs.raw_data(), out.counts.data<int64_t>());
+  out.indices = ExpertIndices(indices, E);  // the kernel picks among the E columns: in range
   if (autograd::needs_grad({&logits_in})) {
-    Tensor probs = out.probs.detach(), indices = out.indices;
+    Tensor probs = out.probs.detach();
     autograd::record("router_topk", {logits_in}, {&out.weights, &out.probs},
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dw = g[0].defined() ? g[0].contiguous() : Tensor();
@@ -70,6 +75,13 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
 
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k) {
+  std::vector<ExpertIndices> checked;
+  for (const Tensor& ix : indices_per_layer) checked.push_back(expert_indices(ix, num_experts, "moe_aux_loss"));
+  return moe_aux_loss(probs_per_layer, checked, num_experts, k);
+}
+
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<ExpertIndices>& indices_per_layer,
+                    int64_t num_experts, int64_t k) {
   const int64_t E = num_experts;
   TITAN_CHECK(!probs_per_layer.empty() && probs_per_layer.size() == indices_per_layer.size(),
               "moe_aux_loss: need one probs and one indices tensor per layer, got ", probs_per_layer.size(),
@@ -85,15 +97,17 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   int64_t N = 0;
   std::vector<Tensor> probs;
   for (size_t l = 0; l < probs_per_layer.size(); ++l) {
-    const Tensor &p = probs_per_layer[l], &ix = indices_per_layer[l];
+    const Tensor& p = probs_per_layer[l];
+    const Tensor& ix = indices_per_layer[l].tensor();
     TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt && p.device() == device, "moe_aux_loss: layer ",
                 l, " probs ", p.str(), " must be [T, ", E, "] in ", dtype_name(dt), " on ", device_name(device));
-    TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.dtype() == DType::I64,
+    TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.device() == device,
                 "moe_aux_loss: layer ", l, " indices ", ix.str(), " must be i64[", p.size(0), ", ", k,
-                "] to match probs ", p.str());
-    Tensor ixc = ix.contiguous(), pc = p.contiguous().detach();
-    check_indices("moe_aux_loss", ixc, E);
-    kernel.accumulate(ctx, p.size(0), E, k, pc.raw_data(), ixc.data<int64_t>(), counts.data<int64_t>(),
+                "] on ", device_name(device), " to match probs ", p.str());
+    TITAN_CHECK(indices_per_layer[l].num_experts() == E, "moe_aux_loss: layer ", l, " indices are over ",
+                indices_per_layer[l].num_experts(), " experts, expected ", E);
+    Tensor pc = p.contiguous().detach();
+    kernel.accumulate(ctx, p.size(0), E, k, pc.raw_data(), ix.data<int64_t>(), counts.data<int64_t>(),
                       psum.data<double>());
     N += p.size(0);
     probs.push_back(p);
@@ -118,8 +132,15 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   return loss;
 }
 
-Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& indices_in,
+Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices, const Tensor& w_gate,
+                   const Tensor& w_up, const Tensor& w_down) {
+  TITAN_CHECK(w_gate.dim() == 3, "moe_experts: w_gate must be [E, F, D], got ", w_gate.str());
+  return moe_experts(x, weights, expert_indices(indices, w_gate.size(0), "moe_experts"), w_gate, w_up, w_down);
+}
+
+Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertIndices& routed,
                    const Tensor& w_gate_in, const Tensor& w_up_in, const Tensor& w_down_in) {
+  const Tensor& indices_in = routed.tensor();
   auto shapes = [&] {
     return detail::concat("x ", x_in.str(), ", weights ", weights_in.str(), ", indices ", indices_in.str(),
                           ", w_gate ", w_gate_in.str(), ", w_up ", w_up_in.str(), ", w_down ",
@@ -144,9 +165,10 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const Tensor& i
       "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
   TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
               "moe_experts: routing weights must have x's dtype (or f32 with bf16 x); got ", shapes());
-  TITAN_CHECK(indices_in.dtype() == DType::I64, "moe_experts: indices must be i64; got ", shapes());
-  Tensor indices = indices_in.contiguous();
-  check_indices("moe_experts", indices, E);
+  TITAN_CHECK(routed.num_experts() == E && indices_in.device() == x_in.device(),
+              "moe_experts: indices over ", routed.num_experts(), " experts on ", device_name(indices_in.device()),
+              ", expected ", E, " (w_gate's) on ", device_name(x_in.device()), "; got ", shapes());
+  const Tensor& indices = indices_in;
 
   const DType gd = grad_dtype(dt);
   Tensor x = x_in.contiguous().detach(), w_gate = w_gate_in.contiguous().detach(),

@@ -4,6 +4,7 @@
 //   moe_aux_loss : the load-balancing loss over all MoE layers;
 //   moe_experts  : y_t = sum_j w[t,j] * down_e(silu(gate_e x_t) * up_e x_t), e = idx[t,j].
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "titan/core/device_services.h"
@@ -11,11 +12,34 @@
 
 namespace titan::ops {
 
+struct RouterOutput;
+
+// Expert indices i64 [T, k] known to lie in [0, num_experts): router_topk makes them (in range by
+// construction) and expert_indices() checks a tensor once. moe_experts and moe_aux_loss take them
+// unchecked, so a routed step reads nothing back from the device (a range check on a GPU is a host
+// read, a stall of its queue, twice per MoE layer before).
+class ExpertIndices {
+ public:
+  ExpertIndices() = default;  // none (for a default-constructed RouterOutput)
+  const Tensor& tensor() const { return indices_; }
+  int64_t num_experts() const { return num_experts_; }
+
+ private:
+  friend ExpertIndices expert_indices(const Tensor& indices, int64_t num_experts, const char* op);
+  friend RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize, const Tensor& expert_bias);
+  ExpertIndices(Tensor indices, int64_t num_experts) : indices_(std::move(indices)), num_experts_(num_experts) {}
+  Tensor indices_;  // contiguous
+  int64_t num_experts_ = 0;
+};
+
+// indices i64 [T, k]; an index outside [0, num_experts) is an error naming `op`, the token and the slot.
+ExpertIndices expert_indices(const Tensor& indices, int64_t num_experts, const char* op = "expert_indices");
+
 struct RouterOutput {
-  Tensor weights;  // [T, k] f32 (f64 for f64 logits): routing weights, differentiable w.r.t. logits
-  Tensor indices;  // [T, k] i64: chosen experts, best first
-  Tensor probs;    // [T, E] f32 (f64 for f64 logits): softmax(logits), differentiable (aux loss)
-  Tensor counts;   // [E] i64: assignments per expert (no autograd)
+  Tensor weights;         // [T, k] f32 (f64 for f64 logits): routing weights, differentiable w.r.t. logits
+  ExpertIndices indices;  // [T, k] i64: chosen experts, best first
+  Tensor probs;           // [T, E] f32 (f64 for f64 logits): softmax(logits), differentiable (aux loss)
+  Tensor counts;          // [E] i64: assignments per expert (no autograd)
 };
 
 // logits [T, E] (f32, bf16 or f64). Selection ranks p + expert_bias (expert_bias optional, [E] f32,
@@ -30,13 +54,16 @@ RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize,
 // transformers 5.17 load_balancing_loss_func over the concatenation of all layers' tokens:
 //   aux = E * sum_e (assignments to e / N) * (sum_t p[t, e] / N),  N = total tokens of all layers
 // (a perfectly balanced router gives k; no division by k in this version). probs_per_layer[l] is
-// [T_l, E] (f32 or f64, all the same dtype), indices_per_layer[l] is i64 [T_l, k]. Returns a scalar
-// (shape [1]) in the probs dtype, summed in f64. Gradient flows to the probs only (the counts are
-// constants, as in transformers).
+// [T_l, E] (f32 or f64, all the same dtype), indices_per_layer[l] is [T_l, k] over E experts.
+// Returns a scalar (shape [1]) in the probs dtype, summed in f64. Gradient flows to the probs only
+// (the counts are constants, as in transformers).
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<ExpertIndices>& indices_per_layer,
+                    int64_t num_experts, int64_t k);
+// The same with i64 [T_l, k] tensors, each checked by expert_indices().
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k);
 
-// x [T, D]; weights [T, k] (x's dtype, or f32 with bf16 x); indices i64 [T, k] in [0, E);
+// x [T, D]; weights [T, k] (x's dtype, or f32 with bf16 x); indices [T, k] over E experts;
 // w_gate, w_up [E, F, D]; w_down [E, D, F] (the torchtitan / transformers-v5 stacked layout).
 // Returns y [T, D] in x's dtype. Gradients for x, weights, w_gate, w_up, w_down.
 // Rounding points (bf16), as transformers' Qwen3MoeExperts / the peer qwen3_ref.py: gate and up
@@ -44,6 +71,9 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
 // its product with the down output are each rounded to bf16, and each token's y accumulates its
 // k contributions in ascending expert order (index_add_ over experts), rounding after every add.
 // f32 and f64 keep the same order of the accumulation.
+Tensor moe_experts(const Tensor& x, const Tensor& weights, const ExpertIndices& indices, const Tensor& w_gate,
+                   const Tensor& w_up, const Tensor& w_down);
+// The same with an i64 [T, k] tensor, checked by expert_indices() against w_gate's E.
 Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices, const Tensor& w_gate,
                    const Tensor& w_up, const Tensor& w_down);
 

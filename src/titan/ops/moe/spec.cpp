@@ -27,7 +27,7 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                               {"logits"},
                               [k](const std::vector<Tensor>& in) {
                                 auto r = ops::router_topk(in[0], k, true);
-                                return std::vector<Tensor>{r.weights, r.indices, r.probs, r.counts};
+                                return std::vector<Tensor>{r.weights, r.indices.tensor(), r.probs, r.counts};
                               },
                               {"weights", "indices", "probs", "counts"}};
                         },
@@ -56,7 +56,7 @@ TITAN_REGISTER_OP_SPEC(moe_experts,
                           const DType wdt = dt == DType::F64 ? DType::F64 : DType::F32;
                           const double sd = 1.7 / std::sqrt(double(D)), sf = 1.7 / std::sqrt(double(F));
                           return ParityCase{{spec_grad_input(spec_uniform({T, D}, dt, seed + 1)),
-                                             spec_grad_input(r.weights.to(wdt)), r.indices,
+                                             spec_grad_input(r.weights.to(wdt)), r.indices.tensor(),
                                              spec_grad_input(spec_uniform({E, F, D}, dt, seed + 2, -sd, sd)),
                                              spec_grad_input(spec_uniform({E, F, D}, dt, seed + 3, -sd, sd)),
                                              spec_grad_input(spec_uniform({E, D, F}, dt, seed + 4, -sf, sf))},

@@ -74,8 +74,9 @@ double grad_norm_sq(const Tensor& grad) {
   TITAN_CHECK(grad.is_contiguous(), "grad_norm: gradient ", grad.str(), " must be contiguous");
   if (grad.numel() == 0) return 0.0;
   const auto& kernel = kernels::kernel_for<GradNormKernel>("grad_norm", grad.device(), grad.dtype());
-  const KernelContext ctx = device_services(grad.device()).context();
-  return kernel.sum_sq(ctx, grad.numel(), grad.raw_data());
+  DeviceServices& services = device_services(grad.device());
+  services.count_host_read();
+  return kernel.sum_sq(services.context(), grad.numel(), grad.raw_data());
 }
 
 double global_grad_norm(const std::vector<Tensor>& grads) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -90,6 +91,18 @@ RopePositions checked_positions(const Tensor& positions, int64_t B, int64_t S, c
 
 RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
   return checked_positions(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
+}
+
+RopePositions sequential_positions(int64_t B, int64_t S, Device device) {
+  TITAN_CHECK(B >= 0 && S >= 0, "rope: sequential positions need B >= 0 and S >= 0, got B=", B, ", S=", S);
+  RopePositions r;
+  r.pos = Tensor::empty({B, S}, DType::I64, device);
+  r.max = S > 0 ? S - 1 : 0;
+  if (device == Device::Meta || B * S == 0) return r;
+  std::vector<int64_t> host(size_t(B * S));
+  for (int64_t i = 0; i < B * S; ++i) host[size_t(i)] = i % S;
+  r.pos.copy_from(Tensor::from_vector(host, {B, S}));
+  return r;
 }
 
 Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {

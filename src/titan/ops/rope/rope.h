@@ -39,6 +39,10 @@ struct RopePositions {
 // positions i64 [S] (shared by the batch) or [B, S]; a negative position is an error naming it.
 RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
 
+// Positions 0 .. S-1 in each of B rows, written on the host and copied to `device` (a meta tensor
+// holds no values): in range by construction, so unlike rope_positions no device value is read.
+RopePositions sequential_positions(int64_t B, int64_t S, Device device);
+
 // x [B, S, H, D] with positions made for the same B and S.
 Tensor rope(const Tensor& x, const RopePositions& positions, double theta);
 // The same with the positions checked by this call: rope(x, rope_positions(positions, B, S), theta).
