@@ -10,10 +10,11 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+mma MoE 4B"); a name
-#                              ending in +mma runs that job with the mma_sync attention kernels
-#                              (a [kernels] rule appended to a copy of its config) instead of the
-#                              default WMMA ones, to see which the GPU prefers
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+mma MoE 4B MoE+mma"); a
+#                              name ending in +mma runs that job with the mma_sync attention kernels
+#                              (and, for MoE, the mma_sync grouped expert GEMMs): [kernels] rules
+#                              appended to a copy of its config, instead of the default WMMA ones,
+#                              to see which the GPU prefers
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's)
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
@@ -32,7 +33,7 @@ out=${2:-$(mktemp -d /tmp/titan-gpu-models.XXXXXX)}
 mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+mma MoE 4B}
+models=${GPU_MODELS:-0.6B 0.6B+mma MoE 4B MoE+mma}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -63,9 +64,10 @@ for name in $models; do
   dump=$out/$name
   rm -rf "$dump"
   config=$(job_config "$m")
-  if [ "$name" != "$m" ]; then  # the same job with the mma_sync attention kernels
+  if [ "$name" != "$m" ]; then  # the same job with the mma_sync kernels
     cp "$config" "$out/$name.toml"
     printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
+    [ "$m" = MoE ] && printf 'moe_experts = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
     config=$out/$name.toml
   fi
   echo "=== titan $name: --config $config $(job_args "$m")"

@@ -721,41 +721,6 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 // 16 x 8 accumulator tile, rows g and g + 8 at columns 2t and 2t + 1. That layout is exactly the
 // A operand of the next product once P is packed to bf16 pairs, so P V needs no shared memory;
 // K and V fragments come from shared memory through ldmatrix (V transposed on the fly).
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-// c += a b for one 16 x 8 x 16 tile.
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// c0 += a b[0..1] and c1 += a b[2..3]: the two 16 x 8 halves of the 16 x 16 B operand that one
-// ldmatrix_x4 loads.
-__device__ __forceinline__ void mma_16x16x16(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[4]) {
-  mma_16x8x16(c0, a, b[0], b[1]);
-  mma_16x8x16(c1, a, b[2], b[3]);
-}
-// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 template <int D>
 constexpr size_t fwd_mma_smem() {
   return 3 * size_t(TcLayout<D>::tile_bytes);  // Q, K, V tiles

@@ -10,7 +10,8 @@
 // to (expert, 64-row tile) through the tile offsets and gathers its A rows through the routing
 // order; the weight-gradient kernel runs one block column per expert over that expert's rows.
 // bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation; the backward's f32 operands
-// rounded to bf16 as they are staged); f32 models on f32-FMA tiles (exact f32 products). The
+// rounded to bf16 as they are staged; or, in the "mma_sync" variant, raw mma.sync with cp.async
+// double buffering); f32 models on f32-FMA tiles (exact f32 products). The
 // elementwise steps round to the storage type exactly where the reference kernels in ops/moe.cpp do.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -592,6 +593,261 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 }
 
+// ---- the same two grouped GEMMs on raw mma.sync with a two-stage cp.async pipeline -------------
+// The "mma_sync" variant (bf16 B, 16-byte aligned rows whose loaded extents are multiples of 8; the
+// launchers fall back to WMMA otherwise). Block tile 64 rows x 128 columns, 4 warps of 32 x 64
+// (2 x 8 accumulator tiles of 16 x 8 in registers), K steps of 32 in two shared-memory stages:
+// the next step's tiles load while the current one multiplies. bf16 operands travel by cp.async;
+// f32 operands (the backward's dy * w, dg, du) are read into registers before the multiply and
+// rounded into the other stage after it, as the WMMA kernels round them. Fragments come through
+// ldmatrix (transposed where the operand's contiguous dimension is not K), the results leave
+// straight from the accumulators. Same products, f32 accumulation and rounding points as WMMA.
+constexpr int kMmaN = 128, kMmaK = 32, kMmaThreads = 128;
+constexpr int kMmaLdK = kMmaK + 8;     // [rows][32 k] tiles, K contiguous (80-byte rows)
+constexpr int kMmaLdN = kMmaN + 8;     // [32 k][128 n] tiles, N contiguous
+constexpr int kMmaLdM = kRowTile + 8;  // [32 k][64 m] tiles, M contiguous (weight-gradient A^T)
+
+// One stage's share of a [kRows][kCols] bf16 tile for this thread: chunk c (8 elements) of the
+// tile goes to dst[i * ld + j] from src_row(i) + j when inside(i, j), else zeros. bf16 sources are
+// copied by cp.async at issue(); f32 sources are read into registers at issue() and rounded into
+// shared memory at store() (a no-op for bf16).
+template <int kRows, int kCols, class T>
+struct StageLoader {
+  static constexpr int kChunks = kRows * kCols / 8 / kMmaThreads;  // per thread
+  static_assert(kRows * kCols % (8 * kMmaThreads) == 0, "whole chunks per thread");
+  float4 regs[std::is_same_v<T, float> ? 2 * kChunks : 1];
+  bool in[std::is_same_v<T, float> ? kChunks : 1];
+
+  template <class RowPtr, class Inside>
+  __device__ __forceinline__ void issue(bf16_t* dst, int ld, RowPtr row_ptr, Inside inside) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+      const bool inside_ij = inside(i, j);
+      if constexpr (std::is_same_v<T, float>) {
+        in[c] = inside_ij;
+        if (inside_ij) {
+          const float4* src = reinterpret_cast<const float4*>(row_ptr(i) + j);
+          regs[2 * c] = src[0];
+          regs[2 * c + 1] = src[1];
+        }
+      } else {
+        // Outside the operand nothing is read (zero fill); the address only has to be well formed.
+        cp_async16(dst + i * ld + j, inside_ij ? static_cast<const void*>(row_ptr(i) + j) : dst, inside_ij);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(bf16_t* dst, int ld) {
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (in[c]) {
+          const float4 a = regs[2 * c], b = regs[2 * c + 1];
+          v = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+        }
+        *reinterpret_cast<uint4*>(dst + i * ld + j) = v;
+      }
+    }
+  }
+};
+
+// This warp's 32 x 64 share of a 64 x 128 result: acc[i][j] is rows wm*32 + i*16 (+ g, + g + 8),
+// columns wn*64 + j*8 (+ 2t, + 2t + 1). Hands every element to put(row, col, value), row and col
+// within the block's tile (put checks the bounds).
+template <class Put>
+__device__ __forceinline__ void store_mma_tile(const float (&acc)[2][8][4], int wm, int wn, Put put) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h)
+        put(wm * 32 + i * 16 + g + (h / 2) * 8, wn * 64 + j * 8 + 2 * t + h % 2, acc[i][j][h]);
+}
+
+// The shared-memory address this lane passes to ldmatrix_x4 for one 16 x 16 operand fragment at
+// (row0, k0) (A; ldmatrix) or (n0, k0) / (k0, n0) / (k0, m0) (the _trans layouts), given the
+// operand's tile layout. The four 8 x 8 matrices must come out in the order mma_16x8x16 takes them:
+// A: (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (rows 8-15, k hi); B: (n 0-7, k lo),
+// (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
+// [row][k]
+__device__ __forceinline__ const bf16_t* frag_a_rk(const bf16_t* tile, int ld, int row0, int k0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (row0 + lane % 16) * ld + k0 + (lane / 16) * 8;
+}
+// [k][row]
+__device__ __forceinline__ const bf16_t* frag_a_kr(const bf16_t* tile, int ld, int k0, int row0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (k0 + lane % 8 + (lane / 16) * 8) * ld + row0 + ((lane / 8) % 2) * 8;
+}
+// [n][k]
+__device__ __forceinline__ const bf16_t* frag_b_nk(const bf16_t* tile, int ld, int n0, int k0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (n0 + lane % 8 + (lane / 16) * 8) * ld + k0 + ((lane / 8) % 2) * 8;
+}
+// [k][n]
+__device__ __forceinline__ const bf16_t* frag_b_kn(const bf16_t* tile, int ld, int k0, int n0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + n0 + (lane / 16) * 8;
+}
+
+// One 32-deep K step of a warp: acc += A (32 rows of the warp, from a_frag) x B (64 columns).
+// a_frag(i, ks, frag) loads the A fragment of rows i*16.., k ks*16..; b_frag(j2, ks, frag) the B
+// fragments of columns j2*16 .. j2*16+15 (two 16 x 8 halves), k ks*16...
+template <class AFrag, class BFrag>
+__device__ __forceinline__ void mma_k_step(float (&acc)[2][8][4], AFrag a_frag, BFrag b_frag) {
+#pragma unroll
+  for (int ks = 0; ks < kMmaK / 16; ++ks) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) a_frag(i, ks, a[i]);
+#pragma unroll
+    for (int j2 = 0; j2 < 4; ++j2) {
+      uint32_t b[4];
+      b_frag(j2, ks, b);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) mma_16x16x16(acc[i][2 * j2], acc[i][2 * j2 + 1], a[i], b);
+    }
+  }
+}
+
+template <class TA, bool kTransB, class TC, Epilogue kEpi>
+__global__ void __launch_bounds__(kMmaThreads)
+    grouped_rows_gemm_mma(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+                          int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
+                          const int* tiles, int64_t E, TC* C, int64_t ldc) {
+  constexpr int kBStage = kTransB ? kMmaN * kMmaLdK : kMmaK * kMmaLdN;
+  __shared__ __align__(128) bf16_t As[2][kRowTile * kMmaLdK];
+  __shared__ __align__(128) bf16_t Bs[2][kBStage];
+  const int tile = blockIdx.x;
+  if (tile >= tiles[E]) return;  // block-uniform
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kMmaN;
+  const bf16_t* Be = B + e * stride_b;
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+
+  StageLoader<kRowTile, kMmaK, TA> a_load;
+  StageLoader<kTransB ? kMmaN : kMmaK, kTransB ? kMmaK : kMmaN, bf16_t> b_load;
+  auto issue = [&](int stage, int64_t k0) {
+    a_load.issue(
+        As[stage], kMmaLdK,
+        [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
+        [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
+    if constexpr (kTransB)  // B^T tile [128 n][32 k]
+      b_load.issue(
+          Bs[stage], kMmaLdK, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+          [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
+    else  // B tile [32 k][128 n]
+      b_load.issue(
+          Bs[stage], kMmaLdN, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+          [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
+    cp_async_commit();
+  };
+
+  float acc[2][8][4] = {};
+  const int64_t steps = (K + kMmaK - 1) / kMmaK;
+  issue(0, 0);
+  a_load.store(As[0], kMmaLdK);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int cur = int(step % 2);
+    const bool more = step + 1 < steps;
+    if (more) {
+      issue(cur ^ 1, (step + 1) * kMmaK);
+      cp_async_wait<1>();  // this step's group has landed; the next one may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's share of stage `cur` is in shared memory
+    const bf16_t* as = As[cur];
+    const bf16_t* bs = Bs[cur];
+    mma_k_step(
+        acc,
+        [&](int i, int ks, uint32_t(&f)[4]) {
+          ldmatrix_x4(f, frag_a_rk(as, kMmaLdK, wm * 32 + i * 16, ks * 16));
+        },
+        [&](int j2, int ks, uint32_t(&f)[4]) {
+          if constexpr (kTransB)
+            ldmatrix_x4(f, frag_b_nk(bs, kMmaLdK, wn * 64 + j2 * 16, ks * 16));
+          else
+            ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+        });
+    if (more) a_load.store(As[cur ^ 1], kMmaLdK);  // stage cur ^ 1 was last read before the previous sync
+    __syncthreads();  // stage `cur` is consumed before the next step's issue overwrites it
+  }
+  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v) {
+    const int64_t r = r0 + m, col = c0 + nn;
+    if (r >= r_end || col >= N) return;
+    if constexpr (kEpi == Epilogue::kAdd)
+      C[r * ldc + col] += v;
+    else
+      C[r * ldc + col] = from_f32<TC>(v);
+  });
+}
+
+// Weight gradients on mma.sync: C[e] [M, N] = sum over expert e's rows r of A[r, m] * B[brow(r), n]
+// (A f32: the backward's dy * w, dg, du). grid (ceil(N/128), ceil(M/64), E); experts without rows
+// get zeros. The reduction runs over rows, so A's tile [32 r][64 m] is read transposed.
+__global__ void __launch_bounds__(kMmaThreads)
+    grouped_weight_grad_mma(int64_t M, int64_t N, const float* A, int64_t lda, const bf16_t* B, int64_t ldb,
+                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+  __shared__ __align__(128) bf16_t At[2][kMmaK * kMmaLdM];
+  __shared__ __align__(128) bf16_t Bs[2][kMmaK * kMmaLdN];
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kMmaN;
+  const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+
+  StageLoader<kMmaK, kRowTile, float> a_load;
+  StageLoader<kMmaK, kMmaN, bf16_t> b_load;
+  auto issue = [&](int stage, int64_t rs) {
+    a_load.issue(
+        At[stage], kMmaLdM, [&](int kk) { return A + (rs + kk) * lda + m0; },
+        [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
+    b_load.issue(
+        Bs[stage], kMmaLdN,
+        [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+        [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
+    cp_async_commit();
+  };
+
+  float acc[2][8][4] = {};
+  const int64_t steps = (r_end - r_begin + kMmaK - 1) / kMmaK;  // block-uniform
+  if (steps > 0) {
+    issue(0, r_begin);
+    a_load.store(At[0], kMmaLdM);
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    const int cur = int(step % 2);
+    const bool more = step + 1 < steps;
+    if (more) {
+      issue(cur ^ 1, r_begin + (step + 1) * kMmaK);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16_t* at = At[cur];
+    const bf16_t* bs = Bs[cur];
+    mma_k_step(
+        acc,
+        [&](int i, int ks, uint32_t(&f)[4]) {
+          ldmatrix_x4_trans(f, frag_a_kr(at, kMmaLdM, ks * 16, wm * 32 + i * 16));
+        },
+        [&](int j2, int ks, uint32_t(&f)[4]) {
+          ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+        });
+    if (more) a_load.store(At[cur ^ 1], kMmaLdM);
+    __syncthreads();
+  }
+  float* Ce = C + e * M * N;
+  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v) {
+    const int64_t row = m0 + m, col = n0 + nn;
+    if (row < M && col < N) Ce[row * N + col] = v;
+  });
+}
+
 // =============================================================================================
 // Elementwise steps of the experts.
 
@@ -685,9 +941,9 @@ __global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* 
 // ---- launchers --------------------------------------------------------------------------------
 
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
-void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int64_t K, const TA* A,
-               int64_t lda, const int64_t* gather, int64_t gather_div, const TB* B, int64_t stride_b,
-               const Routing& routing, TC* C, int64_t ldc) {
+void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
+               const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div, const TB* B,
+               int64_t stride_b, const Routing& routing, TC* C, int64_t ldc) {
   const int64_t tiles = Routing::max_tiles(d);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
@@ -696,6 +952,14 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
     // multiple of 8 (K for A and a transposed B, N for a plain B).
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
                      (kTransB || N % 8 == 0);
+    if (algo == MoeGemm::kMmaSync && vec) {
+      const dim3 mma_grid(unsigned(tiles), unsigned((N + kMmaN - 1) / kMmaN));
+      grouped_rows_gemm_mma<TA, kTransB, TC, kEpi><<<mma_grid, kMmaThreads, 0, stream_of(ctx)>>>(
+          N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(),
+          routing.tiles.as<int>(), d.E, C, ldc);
+      check_launch("moe (cuda): grouped GEMM (mma.sync)");
+      return;
+    }
     grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
         N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
         d.E, C, ldc, vec);
@@ -707,14 +971,23 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, int64_t N, int6
 }
 
 template <class TA, class TB>
-void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, int64_t M, int64_t N, const TA* A,
-                 int64_t lda, const TB* B, int64_t ldb, const int64_t* gather, int64_t gather_div,
-                 const Routing& routing, float* C) {
+void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t M, int64_t N,
+                 const TA* A, int64_t lda, const TB* B, int64_t ldb, const int64_t* gather,
+                 int64_t gather_div, const Routing& routing, float* C) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
               "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
   if constexpr (std::is_same_v<TB, bf16_t>) {
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
+    if constexpr (std::is_same_v<TA, float>) {
+      if (algo == MoeGemm::kMmaSync && vec) {
+        const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), grid.y, grid.z);
+        grouped_weight_grad_mma<<<mma_grid, kMmaThreads, 0, stream_of(ctx)>>>(
+            M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
+        check_launch("moe (cuda): grouped weight gradient (mma.sync)");
+        return;
+      }
+    }
     grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
         M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec);
   } else
@@ -730,8 +1003,9 @@ void check_expert_dims(const MoeExpertDims& d) {
 }
 
 template <class T>
-void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, const float* weights,
-                 const int64_t* indices, const T* wg, const T* wu, const T* wd, T* act, T* y) {
+void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, const T* x,
+                 const float* weights, const int64_t* indices, const T* wg, const T* wu, const T* wd, T* act,
+                 T* y) {
   const int64_t n = d.T * d.k;
   if (d.T == 0) return;
   cudaStream_t stream = stream_of(ctx);
@@ -740,15 +1014,15 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>());
   const int64_t* order = routing.order.as<int64_t>();
   // act = [x wg^T | x wu^T] per routing row (rounded to T).
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
                                                     routing, act, 2 * d.F);
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
                                                     routing, act + d.F, 2 * d.F);
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
   Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
                                                     d.D * d.F, routing, o.as<T>(), d.D);
   combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
                                                              routing.pos.as<int64_t>(), o.as<T>(), y);
@@ -756,9 +1030,10 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
 }
 
 template <class T>
-void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, const float* weights,
-                 const int64_t* indices, const T* wg, const T* wu, const T* wd, const T* act, const float* dy,
-                 float* dx, float* dweights, float* dwg, float* dwu, float* dwd) {
+void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, const T* x,
+                 const float* weights, const int64_t* indices, const T* wg, const T* wu, const T* wd,
+                 const T* act, const float* dy, float* dx, float* dweights, float* dwg, float* dwu,
+                 float* dwd) {
   const int64_t n = d.T * d.k;
   cudaStream_t stream = stream_of(ctx);
   auto zero = [&](float* p, int64_t count) {
@@ -781,7 +1056,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
   check_launch("moe (cuda): swiglu rows");
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
     Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
+    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
                                                       d.D * d.F, routing, o.as<T>(), d.D);
     dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
     check_launch("moe (cuda): routing-weight gradient");
@@ -792,24 +1067,27 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* x, c
       <<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
   check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
-    weight_grad<float, T>(ctx, d, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd);
+    weight_grad<float, T>(ctx, d, algo, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing,
+                          dwd);
   if (!dx && !dwg && !dwu) return;
   // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
   Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
-  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(ctx, d, d.F, d.D, dyw.as<float>(), d.D, nullptr,
-                                                             1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
+  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
+      ctx, d, algo, d.F, d.D, dyw.as<float>(), d.D, nullptr, 1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
   swiglu_bwd_rows_kernel<T>
       <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
   check_launch("moe (cuda): swiglu backward rows");
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
-    weight_grad<float, T>(ctx, d, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
-  if (dwu) weight_grad<float, T>(ctx, d, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
+    weight_grad<float, T>(ctx, d, algo, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
+  if (dwu)
+    weight_grad<float, T>(ctx, d, algo, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
     rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
-        ctx, d, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(), d.D);
-    rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, d.D, d.F, du.as<float>(), d.F, nullptr, 1, wu,
-                                                      d.F * d.D, routing, dxr.as<float>(), d.D);
+        ctx, d, algo, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(),
+        d.D);
+    rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du.as<float>(), d.F, nullptr, 1,
+                                                      wu, d.F * d.D, routing, dxr.as<float>(), d.D);
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
                                                                dxr.as<float>(), dx);
     check_launch("moe (cuda): dx gather");
@@ -897,15 +1175,15 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
 
 void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
-                     const void* w_down, void* act, void* y) {
+                     const void* w_down, void* act, void* y, MoeGemm algo) {
   check_dtype(dtype);
   check_expert_dims(d);
   if (dtype == DType::F32)
-    return experts_fwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
+    return experts_fwd<float>(ctx, d, algo, static_cast<const float*>(x), weights, indices,
                               static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
                               static_cast<const float*>(w_down), static_cast<float*>(act),
                               static_cast<float*>(y));
-  experts_fwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+  experts_fwd<bf16_t>(ctx, d, algo, static_cast<const bf16_t*>(x), weights, indices,
                       static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
                       static_cast<const bf16_t*>(w_down), static_cast<bf16_t*>(act), static_cast<bf16_t*>(y));
 }
@@ -913,15 +1191,15 @@ void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                      const void* w_down, const void* act, const float* dy, float* dx, float* dweights,
-                     float* dw_gate, float* dw_up, float* dw_down) {
+                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo) {
   check_dtype(dtype);
   check_expert_dims(d);
   if (dtype == DType::F32)
-    return experts_bwd<float>(ctx, d, static_cast<const float*>(x), weights, indices,
+    return experts_bwd<float>(ctx, d, algo, static_cast<const float*>(x), weights, indices,
                               static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
                               static_cast<const float*>(w_down), static_cast<const float*>(act), dy, dx,
                               dweights, dw_gate, dw_up, dw_down);
-  experts_bwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(x), weights, indices,
+  experts_bwd<bf16_t>(ctx, d, algo, static_cast<const bf16_t*>(x), weights, indices,
                       static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
                       static_cast<const bf16_t*>(w_down), static_cast<const bf16_t*>(act), dy, dx, dweights,
                       dw_gate, dw_up, dw_down);
@@ -962,14 +1240,14 @@ void aux_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, double s
 MoeExpertDims expert_dims(const ops::MoeDims& d) {
   return {d.T, d.D, d.F, d.E, d.k};
 }
-template <DType kDType>
+template <DType kDType, MoeGemm kAlgo = MoeGemm::kWmma>
 void experts_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
                            const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                            const void* w_down, void* act, void* y) {
   moe_experts_fwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
-                  w_down, act, y);
+                  w_down, act, y, kAlgo);
 }
-template <DType kDType>
+template <DType kDType, MoeGemm kAlgo = MoeGemm::kWmma>
 void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
                             const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                             const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
@@ -977,7 +1255,7 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
   moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
                   w_down, act, static_cast<const float*>(dy), static_cast<float*>(dx),
                   static_cast<float*>(dweights), static_cast<float*>(dw_gate), static_cast<float*>(dw_up),
-                  static_cast<float*>(dw_down));
+                  static_cast<float*>(dw_down), kAlgo);
 }
 
 const bool router_topk_kernels_registered = cuda::register_float_kernels(
@@ -995,6 +1273,15 @@ const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
     "rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
+// Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
+const bool moe_experts_mma_registered = kernels::register_kernels(
+    "moe_experts", Device::CUDA,
+    {{DType::BF16, "mma_sync",
+      "device routing order, grouped GEMMs on raw mma.sync with a two-stage cp.async pipeline (64 x 128 "
+      "tiles; WMMA where rows are not 16-byte aligned), reference rounding points",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSync>,
+                            experts_backward_entry<DType::BF16, MoeGemm::kMmaSync>}}},
+    kernel_available);
 
 }  // namespace
 

@@ -52,15 +52,20 @@ struct MoeExpertDims {
 void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
                             int64_t* order, int64_t* pos, int64_t* offsets);
 
+// The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 64 x 128
+// tiles with a two-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
+// rows are not 16-byte aligned). Same products, accumulation and rounding; f32 ignores it.
+enum class MoeGemm { kWmma, kMmaSync };
+
 // x [T, D], w_gate / w_up [E, F, D], w_down [E, D, F] in `dtype`; weights [T, k] f32.
 // act [T*k, 2F] (dtype, routing order: gate | up outputs, saved for backward); y [T, D] (dtype).
 void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
-                     const void* w_down, void* act, void* y);
+                     const void* w_down, void* act, void* y, MoeGemm algo = MoeGemm::kWmma);
 // dy [T, D] f32; gradients f32, null ones are skipped, all others overwritten.
 void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                      const void* w_down, const void* act, const float* dy, float* dx, float* dweights,
-                     float* dw_gate, float* dw_up, float* dw_down);
+                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo = MoeGemm::kWmma);
 
 }  // namespace titan::cuda
