@@ -189,6 +189,12 @@ TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
     cpu = ops::grad_norm_sq(g);
   }
   EXPECT_NEAR(ops::grad_norm_sq(gd), cpu, cpu * double(n) * 0x1p-52);
+  // Several buffers: one f64 total on the GPU, one host read.
+  const double want = 2 * cpu + ops::grad_norm_sq(pd.to(Device::CPU));
+  DeviceServices& gpu = device_services(kCuda);
+  const int64_t before = gpu.host_reads();
+  EXPECT_NEAR(ops::grad_norm_sq({gd, pd, gd}), want, want * 3 * double(n) * 0x1p-52);
+  EXPECT_EQ(gpu.host_reads() - before, 1);
 }
 
 }  // namespace

@@ -323,6 +323,20 @@ TEST(GradNorm, GlobalNormIsNormOfConcatenation) {
   EXPECT_NEAR(ops::global_grad_norm(gs), std::sqrt(sum), 1e-12 * std::sqrt(sum));
 }
 
+TEST(GradNorm, ManyBuffersAddInOrderWithOneHostRead) {
+  std::vector<Tensor> gs = {random_tensor({70000}, DType::F32, 4), Tensor::zeros({0}, DType::F32),
+                            random_tensor({129}, DType::F32, 5), random_tensor({3, 7}, DType::F32, 6)};
+  double in_order = 0;  // each buffer's own sum, added in the order given (what the trainer did per block)
+  for (const Tensor& g : gs) in_order += ops::grad_norm_sq(g);
+  DeviceServices& cpu = device_services(Device::CPU);
+  const int64_t before = cpu.host_reads();
+  EXPECT_EQ(ops::grad_norm_sq(gs), in_order);
+  EXPECT_EQ(cpu.host_reads() - before, 1);
+  EXPECT_EQ(ops::grad_norm_sq(std::vector<Tensor>{}), 0.0);
+  const std::string m = error_of([&] { ops::grad_norm_sq({gs[0], Tensor::zeros({4}, DType::F64)}); });
+  EXPECT_NE(m.find("f64[4] (tensor 1) is not on cpu in f32"), std::string::npos) << m;
+}
+
 TEST(ClipGradNorm, MatchesTorch) {
   if (!have_torch()) GTEST_SKIP() << "python3 with torch and numpy not available";
   auto dir = temp_dir("optim_clip_torch");

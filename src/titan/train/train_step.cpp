@@ -1,6 +1,7 @@
 #include "titan/train/train_step.h"
 
 #include <cmath>
+#include <vector>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -45,8 +46,9 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   // tokens, so the global mean is their mean).
   plan.all_reduce_sum(sums);
   const double micro_batches = double(accumulation * plan.dp_size());
-  double norm_sq = 0;
-  for (auto& b : model.blocks()) norm_sq += ops::grad_norm_sq(b.shard_grad());
+  std::vector<Tensor> grads;
+  for (auto& b : model.blocks()) grads.push_back(b.shard_grad());
+  const double norm_sq = ops::grad_norm_sq(grads);  // one host read for all blocks
   StepGradients g;
   g.loss = sums[0] / micro_batches;
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;

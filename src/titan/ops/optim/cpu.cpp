@@ -157,7 +157,7 @@ void adamw_f32(const KernelContext& ctx, int64_t n, void* pv, const void* gv, vo
 }
 
 template <bool Avx512>
-double grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv) {
+void grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv, double* total) {
   const float* g = static_cast<const float*>(gv);
   const bool vec = Avx512 && has_avx512();
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
@@ -169,7 +169,7 @@ double grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv) {
   }
   double sum = 0;
   for (double x : partial) sum += x;
-  return sum;
+  *total += sum;
 }
 
 const bool adamw_kernels_registered = kernels::register_kernels(

@@ -6,8 +6,9 @@
 //              bit-identical to the CPU kernels and to torch.optim.AdamW. grad_scale (the folded
 //              clip coefficient) multiplies each gradient as it is read.
 //   grad_norm: sum of squares in f64 (a square of an f32 is exact in f64): fixed-size per-block
-//              partial sums, then one block adds the partials in order, so the result does not
-//              depend on scheduling. The f64 total is copied to the host (one synchronisation).
+//              partial sums, then one block adds the partials in order and adds that sum to the
+//              f64 total in device memory, so the result does not depend on scheduling. Nothing is
+//              read back here: the op reads the total once, after every buffer has been added.
 #include "titan/backend/cuda/common.cuh"
 #include "titan/kernels/registry.h"
 #include "titan/ops/optim/optim.h"
@@ -56,13 +57,22 @@ __global__ void sum_sq_partial_kernel(int64_t n, const float* g, double* partial
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-double grad_norm_sum_sq(const KernelContext& ctx, int64_t n, const void* grad) {
-  if (n == 0) return 0.0;
-  return sum_block_partials(ctx, [&](double* partials) {
-    sum_sq_partial_kernel<<<kReduceBlocks, kThreads, 0, stream_of(ctx)>>>(n, static_cast<const float*>(grad),
-                                                                           partials);
-    check_launch("sum_sq_partial_kernel");
-  });
+// *total += the partials, summed by one block in a fixed order.
+__global__ void add_partials_kernel(int count, const double* partial, double* total) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+  acc = block_sum_f64(acc);
+  if (threadIdx.x == 0) *total += acc;
+}
+
+void grad_norm_add_sum_sq(const KernelContext& ctx, int64_t n, const void* grad, double* total) {
+  if (n == 0) return;
+  Scratch partials(ctx, kReduceBlocks * sizeof(double));
+  sum_sq_partial_kernel<<<kReduceBlocks, kThreads, 0, stream_of(ctx)>>>(n, static_cast<const float*>(grad),
+                                                                         partials.as<double>());
+  check_launch("sum_sq_partial_kernel");
+  add_partials_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(kReduceBlocks, partials.as<double>(), total);
+  check_launch("add_partials_kernel");
 }
 
 const bool adamw_kernels_registered = kernels::register_kernels(
@@ -73,7 +83,7 @@ const bool adamw_kernels_registered = kernels::register_kernels(
 const bool grad_norm_kernels_registered = kernels::register_kernels(
     "grad_norm", Device::CUDA,
     {{DType::F32, "default", "CUDA: f64 sum of squares, fixed 1024 block partials (deterministic)",
-      GradNormKernel{grad_norm_sum_sq}}},
+      GradNormKernel{grad_norm_add_sum_sq}}},
     cuda::kernel_available);
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace {
 
 const AdamWKernel adamw_meta{
     [](const KernelContext&, int64_t, void*, const void*, void*, void*, const AdamWScalars&) {}};
-const GradNormKernel grad_norm_meta{[](const KernelContext&, int64_t, const void*) { return 0.0; }};
+const GradNormKernel grad_norm_meta{[](const KernelContext&, int64_t, const void*, double*) {}};
 
 const bool adamw_registered = kernels::register_meta_kernel("adamw", {DType::F32, DType::F64}, adamw_meta);
 const bool grad_norm_registered =

@@ -67,22 +67,33 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   kernel.step(ctx, param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
 }
 
+double grad_norm_sq(const std::vector<Tensor>& grads) {
+  if (grads.empty()) return 0.0;
+  const Device device = grads[0].defined() ? grads[0].device() : Device::CPU;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    TITAN_CHECK(g.defined(), "grad_norm: gradient is undefined (tensor ", i, ")");
+    TITAN_CHECK(g.dtype() == DType::F32 || g.dtype() == DType::F64, "grad_norm: gradient ", g.str(),
+                " must be f32 (f64 for tests) (tensor ", i, ")");
+    TITAN_CHECK(g.is_contiguous(), "grad_norm: gradient ", g.str(), " must be contiguous (tensor ", i, ")");
+    TITAN_CHECK(g.device() == device && g.dtype() == grads[0].dtype(), "grad_norm: gradient ", g.str(),
+                " (tensor ", i, ") is not on ", device_name(device), " in ", dtype_name(grads[0].dtype()),
+                " as tensor 0 is");
+  }
+  Tensor total = Tensor::zeros({1}, DType::F64, device);
+  const auto& kernel = kernels::kernel_for<GradNormKernel>("grad_norm", device, grads[0].dtype());
+  const KernelContext ctx = device_services(device).context();
+  for (const Tensor& g : grads)
+    if (g.numel() > 0) kernel.add_sum_sq(ctx, g.numel(), g.raw_data(), total.data<double>());
+  return total.item();  // the one host read
+}
+
 double grad_norm_sq(const Tensor& grad) {
-  TITAN_CHECK(grad.defined(), "grad_norm: gradient is undefined");
-  TITAN_CHECK(grad.dtype() == DType::F32 || grad.dtype() == DType::F64, "grad_norm: gradient ", grad.str(),
-              " must be f32 (f64 for tests)");
-  TITAN_CHECK(grad.is_contiguous(), "grad_norm: gradient ", grad.str(), " must be contiguous");
-  if (grad.numel() == 0) return 0.0;
-  const auto& kernel = kernels::kernel_for<GradNormKernel>("grad_norm", grad.device(), grad.dtype());
-  DeviceServices& services = device_services(grad.device());
-  services.count_host_read();
-  return kernel.sum_sq(services.context(), grad.numel(), grad.raw_data());
+  return grad_norm_sq(std::vector<Tensor>{grad});
 }
 
 double global_grad_norm(const std::vector<Tensor>& grads) {
-  double sum = 0;
-  for (const Tensor& g : grads) sum += grad_norm_sq(g);
-  return std::sqrt(sum);
+  return std::sqrt(grad_norm_sq(grads));
 }
 
 void clip_grads_with_norm(std::vector<Tensor>& grads, double max_norm, double total_norm) {

@@ -17,10 +17,11 @@
 // call adamw_step on narrow() slices of the flat buffers (1-D slices stay contiguous).
 //
 // Gradient norm: squares summed in f64 (exact products; the default kernel adds fixed-size blocks in
-// block order, so its result does not depend on the thread count). The trainer sums grad_norm_sq
-// over its blocks, passes the sum through ParallelPlan::all_reduce_grad_norm_sq (the sum over ranks;
-// the identity in a one-process run), and clips by passing clip_coefficient as adamw_step's
-// grad_scale; clip_grads_with_norm and clip_grad_norm are the in-place torch equivalents.
+// block order, so its result does not depend on the thread count). The trainer takes grad_norm_sq
+// of all its blocks at once (one total on the device, one host read), passes it through
+// ParallelPlan::all_reduce_grad_norm_sq (the sum over ranks; the identity in a one-process run), and
+// clips by passing clip_coefficient as adamw_step's grad_scale; clip_grads_with_norm and
+// clip_grad_norm are the in-place torch equivalents.
 #include <cstdint>
 #include <vector>
 
@@ -48,8 +49,11 @@ void validate(const AdamWConfig& config);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                 const AdamWConfig& config, int64_t step, double grad_scale = 1.0);
 
-// Sum of squares of a contiguous f32/f64 gradient, accumulated in f64.
-double grad_norm_sq(const Tensor& grad);
+// Sum of squares of contiguous f32/f64 gradients, accumulated in f64: each tensor's sum is added to
+// one f64 total on their device in the order given, and the total is read back once (one host read
+// for all of them; they share a device and a dtype).
+double grad_norm_sq(const std::vector<Tensor>& grads);
+double grad_norm_sq(const Tensor& grad);  // grad_norm_sq({grad})
 // sqrt of the summed grad_norm_sq over all tensors (the L2 norm of their concatenation).
 double global_grad_norm(const std::vector<Tensor>& grads);
 
@@ -82,7 +86,9 @@ struct AdamWKernel {
                const AdamWScalars& s);
 };
 struct GradNormKernel {
-  double (*sum_sq)(const KernelContext& ctx, int64_t n, const void* grad);  // sum of squares, accumulated in f64
+  // *total += the sum of squares of grad[0..n), accumulated in f64; total is one f64 in the device's
+  // memory (the device adds in queue order: no host read).
+  void (*add_sum_sq)(const KernelContext& ctx, int64_t n, const void* grad, double* total);
 };
 
 }  // namespace titan::ops

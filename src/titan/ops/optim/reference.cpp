@@ -35,11 +35,11 @@ void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* g
 
 // Reference: one f64 accumulator, in order (a square of an f32 is exact in f64).
 template <class T>
-double grad_norm_sq_ref(const KernelContext& ctx, int64_t n, const void* gv) {
+void grad_norm_sq_ref(const KernelContext& ctx, int64_t n, const void* gv, double* total) {
   const T* g = static_cast<const T*>(gv);
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
-  return acc;
+  *total += acc;
 }
 
 const bool adamw_kernels_registered = kernels::register_kernels(
