@@ -610,7 +610,8 @@ constexpr int kMmaLdM = kRowTile + 8;  // [32 k][64 m] tiles, M contiguous (weig
 // One stage's share of a [kRows][kCols] bf16 tile for this thread: chunk c (8 elements) of the
 // tile goes to dst[i * ld + j] from src_row(i) + j when inside(i, j), else zeros. bf16 sources are
 // copied by cp.async at issue(); f32 sources are read into registers at issue() and rounded into
-// shared memory at store() (a no-op for bf16).
+// shared memory at store() (a no-op for bf16). `base` is any valid address of the operand: a
+// zero-filled cp.async reads nothing but still names a global source.
 template <int kRows, int kCols, class T>
 struct StageLoader {
   static constexpr int kChunks = kRows * kCols / 8 / kMmaThreads;  // per thread
@@ -619,7 +620,7 @@ struct StageLoader {
   bool in[std::is_same_v<T, float> ? kChunks : 1];
 
   template <class RowPtr, class Inside>
-  __device__ __forceinline__ void issue(bf16_t* dst, int ld, RowPtr row_ptr, Inside inside) {
+  __device__ __forceinline__ void issue(bf16_t* dst, int ld, const T* base, RowPtr row_ptr, Inside inside) {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
@@ -632,8 +633,7 @@ struct StageLoader {
           regs[2 * c + 1] = src[1];
         }
       } else {
-        // Outside the operand nothing is read (zero fill); the address only has to be well formed.
-        cp_async16(dst + i * ld + j, inside_ij ? static_cast<const void*>(row_ptr(i) + j) : dst, inside_ij);
+        cp_async16(dst + i * ld + j, inside_ij ? row_ptr(i) + j : base, inside_ij);
       }
     }
   }
@@ -728,29 +728,36 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kMmaN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  // The tile's A rows are the same at every K step: their offsets (through the routing order when
+  // gathered) are looked up once.
+  __shared__ int64_t a_row[kRowTile];
+  for (int m = threadIdx.x; m < kRowTile; m += kMmaThreads)
+    a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] / gather_div : r0 + m) * lda : 0;
+  __syncthreads();
 
   StageLoader<kRowTile, kMmaK, TA> a_load;
   StageLoader<kTransB ? kMmaN : kMmaK, kTransB ? kMmaK : kMmaN, bf16_t> b_load;
   auto issue = [&](int stage, int64_t k0) {
     a_load.issue(
-        As[stage], kMmaLdK,
-        [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
+        As[stage], kMmaLdK, A, [&](int m) { return A + a_row[m] + k0; },
         [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
     if constexpr (kTransB)  // B^T tile [128 n][32 k]
       b_load.issue(
-          Bs[stage], kMmaLdK, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+          Bs[stage], kMmaLdK, Be, [&](int nn) { return Be + (c0 + nn) * K + k0; },
           [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
     else  // B tile [32 k][128 n]
       b_load.issue(
-          Bs[stage], kMmaLdN, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+          Bs[stage], kMmaLdN, Be, [&](int kk) { return Be + (k0 + kk) * N + c0; },
           [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
     cp_async_commit();
   };
 
   float acc[2][8][4] = {};
   const int64_t steps = (K + kMmaK - 1) / kMmaK;
-  issue(0, 0);
-  a_load.store(As[0], kMmaLdK);
+  if (steps > 0) {
+    issue(0, 0);
+    a_load.store(As[0], kMmaLdK);
+  }
   for (int64_t step = 0; step < steps; ++step) {
     const int cur = int(step % 2);
     const bool more = step + 1 < steps;
@@ -803,10 +810,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   StageLoader<kMmaK, kMmaN, bf16_t> b_load;
   auto issue = [&](int stage, int64_t rs) {
     a_load.issue(
-        At[stage], kMmaLdM, [&](int kk) { return A + (rs + kk) * lda + m0; },
+        At[stage], kMmaLdM, A, [&](int kk) { return A + (rs + kk) * lda + m0; },
         [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
     b_load.issue(
-        Bs[stage], kMmaLdN,
+        Bs[stage], kMmaLdN, B,
         [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
         [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
     cp_async_commit();
