@@ -87,7 +87,13 @@ fi
 
 parity_help=$("$root/bin/titan" kernels parity --help 2>&1)
 if grep -q -- '--device' <<<"$parity_help"; then
-  step "titan kernels parity --device cuda" 180 "$root/bin/titan" kernels parity --device cuda
+  # One process per op: a kernel fault (sticky for the CUDA context) then costs one op's lines, not
+  # every op after it.
+  cuda_ops=$("$root/bin/titan" kernels list 2>/dev/null | awk '/cuda\//{print $1}' | sort -u | tr '\n' ' ')
+  step "titan kernels parity --device cuda" 180 bash -c '
+    rc=0
+    for op in '"$cuda_ops"'; do "$0" kernels parity --device cuda --op "$op" || rc=1; done
+    exit $rc' "$root/bin/titan"
 else
   summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")
 fi
@@ -113,9 +119,16 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; th
     sed -n 's/^row: //p' "$logs/bench_gpu_models.sh.log")
 fi
 
+# The mma_sync kernels' cases (named *Mma*) run in processes of their own, after the rest: a fault in
+# a kernel never run on a GPU before cannot take the default kernels' cases down with it.
 for t in "$root"/bin/cuda*_test; do
   [ -x "$t" ] || continue
-  step "$(basename "$t")" 180 "$t" --gtest_color=no
+  step "$(basename "$t")" 180 "$t" --gtest_color=no --gtest_filter='-*Mma*'
+done
+for t in "$root"/bin/cuda*_test; do
+  [ -x "$t" ] || continue
+  "$t" --gtest_list_tests --gtest_filter='*Mma*' 2>/dev/null | grep -q '^  ' || continue
+  step "$(basename "$t") (mma_sync)" 120 "$t" --gtest_color=no --gtest_filter='*Mma*'
 done
 
 # The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the
