@@ -127,7 +127,8 @@ for t in "$root"/bin/cuda*_test; do
 done
 for t in "$root"/bin/cuda*_test; do
   [ -x "$t" ] || continue
-  "$t" --gtest_list_tests --gtest_filter='*Mma*' 2>/dev/null | grep -q '^  ' || continue
+  # (grep reads the whole list: an early exit of grep -q would fail the pipe under pipefail)
+  [ -n "$("$t" --gtest_list_tests --gtest_filter='*Mma*' 2>/dev/null | grep '^  ')" ] || continue
   step "$(basename "$t") (mma_sync)" 120 "$t" --gtest_color=no --gtest_filter='*Mma*'
 done
 

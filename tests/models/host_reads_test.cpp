@@ -72,7 +72,8 @@ TEST(HostReads, MixtureOfExpertsLayersReadNothingBack) {
     SCOPED_TRACE(c == Checkpointing::None ? "no activation checkpointing" : "full activation checkpointing");
     const int64_t dense = host_reads_of_a_step(small_args(2, false), c);
     EXPECT_EQ(host_reads_of_a_step(small_args(2, true), c), dense);
-    EXPECT_EQ(host_reads_of_a_step(small_args(4, true), c), dense) << "reads grew with the number of MoE layers";
+    EXPECT_EQ(host_reads_of_a_step(small_args(4, true), c), dense)
+        << "reads grew with the number of MoE layers";
   }
 }
 

@@ -93,7 +93,8 @@ TEST(RouterTopk, ExpertBiasChangesSelectionNotWeights) {
   EXPECT_EQ(plain.counts.to_vector()[2], 0);
   EXPECT_EQ(biased.counts.to_vector()[2], T);
   EXPECT_EQ(max_abs_diff(plain.probs, biased.probs), 0.0);
-  auto p = biased.probs.to_vector(), w = biased.weights.to_vector(), idx = biased.indices.tensor().to_vector();
+  auto p = biased.probs.to_vector(), w = biased.weights.to_vector();
+  auto idx = biased.indices.tensor().to_vector();
   for (int64_t t = 0; t < T; ++t) {
     EXPECT_EQ(idx[t * k], 2);
     for (int64_t j = 0; j < k; ++j) EXPECT_EQ(w[t * k + j], p[t * E + int64_t(idx[t * k + j])]);
@@ -233,8 +234,8 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
     // spec's atol grows with the largest of them.
     const kernels::Dims dims = {c.T, c.D, c.F, c.E, c.k};
     expect_variant_matches_spec("moe_experts", "default", dims, experts_fn,
-                                {grad(x.clone()), grad(r.weights.clone()), r.indices.tensor(), grad(w.gate.clone()),
-                                 grad(w.up.clone()), grad(w.down.clone())});
+                                {grad(x.clone()), grad(r.weights.clone()), r.indices.tensor(),
+                                 grad(w.gate.clone()), grad(w.up.clone()), grad(w.down.clone())});
     // bf16 (f32 routing weights, and bf16 ones): both round at the same points, but a GEMM sum that
     // lands near a bf16 rounding boundary may round the other way (1 ulp = 2^-8 relative) and
     // propagate; the default's backward also rounds dy and the SwiGLU gradients to bf16.

@@ -31,5 +31,72 @@ TITAN_REGISTER_OP_SPEC(add, {"add",
                              "one correctly rounded add per element",
                              {{1}, {37}}});
 
+// dst (the grad dtype) += src (the op dtype), as autograd accumulates gradients.
+TITAN_REGISTER_OP_SPEC(add_inplace,
+                       {"add_inplace",
+                        {"N"},
+                        1,
+                        {{1}, {37}, {4099}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_uniform({s[0]}, grad_dtype(dt), seed),
+                                             spec_uniform({s[0]}, dt, seed + 1)},
+                                            {"dst", "src"},
+                                            [](const std::vector<Tensor>& in) {
+                                              Tensor dst = in[0];  // the case's own copy
+                                              ops::add_inplace(dst, in[1]);
+                                              return std::vector<Tensor>{dst};
+                                            },
+                                            {"dst"}};
+                        },
+                        // One correctly rounded addition per element (bf16 widened exactly).
+                        spec_exact_tolerance(),
+                        "one correctly rounded add per element",
+                        {{1}, {37}}});
+
+TITAN_REGISTER_OP_SPEC(scale_inplace,
+                       {"scale_inplace",
+                        {"N"},
+                        1,
+                        {{1}, {37}, {4099}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_uniform({s[0]}, dt, seed)},
+                                            {"x"},
+                                            [](const std::vector<Tensor>& in) {
+                                              Tensor x = in[0];  // the case's own copy
+                                              ops::scale_inplace(x, 0.3712);
+                                              return std::vector<Tensor>{x};
+                                            },
+                                            {"x"}};
+                        },
+                        // One correctly rounded multiply per element (f32 math; bf16 rounded once).
+                        spec_exact_tolerance(),
+                        "one correctly rounded multiply per element",
+                        {{1}, {37}}});
+
+// The f64 total as a [1] tensor.
+TITAN_REGISTER_OP_SPEC(sum,
+                       {"sum",
+                        {"N"},
+                        1,
+                        {{1}, {1000}, {200003}},
+                        {},
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_uniform({s[0]}, dt, seed)},
+                                            {"x"},
+                                            [](const std::vector<Tensor>& in) {
+                                              return std::vector<Tensor>{
+                                                  Tensor::full({1}, ops::sum_all(in[0]), DType::F64)};
+                                            },
+                                            {"sum"}};
+                        },
+                        // Elements in [-1, 1] summed in f64 in another order: n ulps of 1 at most.
+                        [](const Dims& s, DType, Device, const std::string&) {
+                          return Tolerance{double(s[0]) * 0x1p-52, 0};
+                        },
+                        "f64 sums in another order: n ulps of max|x|",
+                        {{1}, {70001}}});
+
 }  // namespace
 }  // namespace titan::ops

@@ -20,15 +20,15 @@ bool is_compute_float(DType t) {
 }  // namespace
 
 ExpertIndices expert_indices(const Tensor& indices_in, int64_t num_experts, const char* op) {
-  TITAN_CHECK(indices_in.dim() == 2 && indices_in.dtype() == DType::I64, op, ": expert indices must be i64 [T, k], got ",
-              indices_in.str());
+  TITAN_CHECK(indices_in.dim() == 2 && indices_in.dtype() == DType::I64, op,
+              ": expert indices must be i64 [T, k], got ", indices_in.str());
   TITAN_CHECK(num_experts >= 1, op, ": need at least one expert, got ", num_experts);
   Tensor indices = indices_in.contiguous().detach();
   const int64_t bad = first_index_outside(indices, 0, num_experts, /*allowed=*/0);
   if (bad >= 0)
-    TITAN_FAIL(op, ": expert indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1), ", slot ",
-               bad % indices.size(1), ") is ", int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()),
-               ", outside [0, ", num_experts, ")");
+    TITAN_FAIL(op, ": expert indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1),
+               ", slot ", bad % indices.size(1), ") is ",
+               int64_t(indices.reshape({-1}).narrow(0, bad, 1).item()), ", outside [0, ", num_experts, ")");
   return ExpertIndices(indices, num_experts);
 }
 
@@ -55,7 +55,8 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
   out.probs = Tensor::empty({T, E}, gd, logits.device());
   out.counts = Tensor::empty({E}, DType::I64, logits.device());
   kernel.forward(ctx, T, E, k, renormalize, logits.raw_data(), bias.defined() ? bias.data<float>() : nullptr,
-                 out.weights.raw_data(), indices.data<int64_t>(), out.probs.raw_data(), out.counts.data<int64_t>());
+                 out.weights.raw_data(), indices.data<int64_t>(), out.probs.raw_data(),
+                 out.counts.data<int64_t>());
   out.indices = ExpertIndices(indices, E);  // the kernel picks among the E columns: in range
   if (autograd::needs_grad({&logits_in})) {
     Tensor probs = out.probs.detach();
@@ -76,12 +77,13 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k) {
   std::vector<ExpertIndices> checked;
-  for (const Tensor& ix : indices_per_layer) checked.push_back(expert_indices(ix, num_experts, "moe_aux_loss"));
+  for (const Tensor& ix : indices_per_layer)
+    checked.push_back(expert_indices(ix, num_experts, "moe_aux_loss"));
   return moe_aux_loss(probs_per_layer, checked, num_experts, k);
 }
 
-Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<ExpertIndices>& indices_per_layer,
-                    int64_t num_experts, int64_t k) {
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
+                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k) {
   const int64_t E = num_experts;
   TITAN_CHECK(!probs_per_layer.empty() && probs_per_layer.size() == indices_per_layer.size(),
               "moe_aux_loss: need one probs and one indices tensor per layer, got ", probs_per_layer.size(),
@@ -99,8 +101,9 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
   for (size_t l = 0; l < probs_per_layer.size(); ++l) {
     const Tensor& p = probs_per_layer[l];
     const Tensor& ix = indices_per_layer[l].tensor();
-    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt && p.device() == device, "moe_aux_loss: layer ",
-                l, " probs ", p.str(), " must be [T, ", E, "] in ", dtype_name(dt), " on ", device_name(device));
+    TITAN_CHECK(p.dim() == 2 && p.size(1) == E && p.dtype() == dt && p.device() == device,
+                "moe_aux_loss: layer ", l, " probs ", p.str(), " must be [T, ", E, "] in ", dtype_name(dt),
+                " on ", device_name(device));
     TITAN_CHECK(ix.dim() == 2 && ix.size(0) == p.size(0) && ix.size(1) == k && ix.device() == device,
                 "moe_aux_loss: layer ", l, " indices ", ix.str(), " must be i64[", p.size(0), ", ", k,
                 "] on ", device_name(device), " to match probs ", p.str());
@@ -135,7 +138,8 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vecto
 Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices, const Tensor& w_gate,
                    const Tensor& w_up, const Tensor& w_down) {
   TITAN_CHECK(w_gate.dim() == 3, "moe_experts: w_gate must be [E, F, D], got ", w_gate.str());
-  return moe_experts(x, weights, expert_indices(indices, w_gate.size(0), "moe_experts"), w_gate, w_up, w_down);
+  return moe_experts(x, weights, expert_indices(indices, w_gate.size(0), "moe_experts"), w_gate, w_up,
+                     w_down);
 }
 
 Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertIndices& routed,
@@ -165,9 +169,9 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertInd
       "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
   TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
               "moe_experts: routing weights must have x's dtype (or f32 with bf16 x); got ", shapes());
-  TITAN_CHECK(routed.num_experts() == E && indices_in.device() == x_in.device(),
-              "moe_experts: indices over ", routed.num_experts(), " experts on ", device_name(indices_in.device()),
-              ", expected ", E, " (w_gate's) on ", device_name(x_in.device()), "; got ", shapes());
+  TITAN_CHECK(routed.num_experts() == E && indices_in.device() == x_in.device(), "moe_experts: indices over ",
+              routed.num_experts(), " experts on ", device_name(indices_in.device()), ", expected ", E,
+              " (w_gate's) on ", device_name(x_in.device()), "; got ", shapes());
   const Tensor& indices = indices_in;
 
   const DType gd = grad_dtype(dt);

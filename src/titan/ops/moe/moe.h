@@ -26,8 +26,10 @@ class ExpertIndices {
 
  private:
   friend ExpertIndices expert_indices(const Tensor& indices, int64_t num_experts, const char* op);
-  friend RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize, const Tensor& expert_bias);
-  ExpertIndices(Tensor indices, int64_t num_experts) : indices_(std::move(indices)), num_experts_(num_experts) {}
+  friend RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize,
+                                  const Tensor& expert_bias);
+  ExpertIndices(Tensor indices, int64_t num_experts)
+      : indices_(std::move(indices)), num_experts_(num_experts) {}
   Tensor indices_;  // contiguous
   int64_t num_experts_ = 0;
 };
@@ -57,8 +59,8 @@ RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize,
 // [T_l, E] (f32 or f64, all the same dtype), indices_per_layer[l] is [T_l, k] over E experts.
 // Returns a scalar (shape [1]) in the probs dtype, summed in f64. Gradient flows to the probs only
 // (the counts are constants, as in transformers).
-Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<ExpertIndices>& indices_per_layer,
-                    int64_t num_experts, int64_t k);
+Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
+                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k);
 // The same with i64 [T_l, k] tensors, each checked by expert_indices().
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k);
@@ -91,11 +93,13 @@ void moe_routing_order(const MoeDims& d, const int64_t* indices, int64_t* order,
 struct RouterKernel {
   // logits [T, E]; bias [E] f32 or null; weights [T, k] and probs [T, E] in the grad dtype.
   // counts [E] (assignments per expert) is overwritten.
-  void (*forward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, const void* logits,
-                  const float* bias, void* weights, int64_t* indices, void* probs, int64_t* counts);
+  void (*forward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                  const void* logits, const float* bias, void* weights, int64_t* indices, void* probs,
+                  int64_t* counts);
   // dweights / dprobs in the grad dtype, either may be null (zero); dlogits is overwritten.
-  void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize, const void* probs,
-                   const int64_t* indices, const void* dweights, const void* dprobs, void* dlogits);
+  void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
+                   const void* probs, const int64_t* indices, const void* dweights, const void* dprobs,
+                   void* dlogits);
 };
 
 // The aux loss, registered per probs dtype (f32, f64); A = that dtype.
@@ -116,13 +120,15 @@ struct MoeExpertsKernel {
   // weights [T, k] in the grad dtype (f32 for bf16: the kernel rounds them to bf16 as transformers
   // does). act [T*k, 2F] in x's dtype, rows in routing order: gate output | up output (saved for
   // backward). y [T, D] in x's dtype.
-  void (*forward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
-                  const void* w_gate, const void* w_up, const void* w_down, void* act, void* y);
+  void (*forward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights,
+                  const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down, void* act,
+                  void* y);
   // dy and every gradient in the grad dtype; a null gradient pointer is not computed. All outputs
   // are overwritten.
-  void (*backward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights, const int64_t* indices,
-                   const void* w_gate, const void* w_up, const void* w_down, const void* act, const void* dy,
-                   void* dx, void* dweights, void* dw_gate, void* dw_up, void* dw_down);
+  void (*backward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights,
+                   const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down,
+                   const void* act, const void* dy, void* dx, void* dweights, void* dw_gate, void* dw_up,
+                   void* dw_down);
 };
 
 }  // namespace titan::ops

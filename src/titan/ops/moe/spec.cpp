@@ -37,6 +37,33 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         "softmax in f32 on widened logits, as cross_entropy",
                         {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 
+// Two layers of T and T/2 + 1 tokens (the loss runs over all MoE layers at once); probabilities
+// positive, not normalised (the loss does not need it), expert indices uniform in [0, E).
+TITAN_REGISTER_OP_SPEC(moe_aux_loss,
+                       {"moe_aux_loss",
+                        {"T", "E", "k"},
+                        3,
+                        {{1, 1, 1}, {37, 8, 2}, {300, 64, 4}},
+                        [](const Dims& s) { return s[2] <= s[1] ? std::string() : "k must be <= E"; },
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t T0 = s[0], T1 = s[0] / 2 + 1, E = s[1], k = s[2];
+                          return ParityCase{
+                              {spec_grad_input(spec_uniform({T0, E}, dt, seed, 0, 1)),
+                               spec_grad_input(spec_uniform({T1, E}, dt, seed + 1, 0, 1)),
+                               spec_random_ids(T0 * k, E, seed + 2).reshape({T0, k}),
+                               spec_random_ids(T1 * k, E, seed + 3).reshape({T1, k})},
+                              {"probs0", "probs1", "indices0", "indices1"},
+                              [E, k](const std::vector<Tensor>& in) {
+                                return std::vector<Tensor>{
+                                    ops::moe_aux_loss({in[0], in[1]}, {in[2], in[3]}, E, k)};
+                              },
+                              {"aux_loss"}};
+                        },
+                        // f64 sums in another order, rounded to f32 once; the gradient is one product.
+                        spec_tolerance({1e-7, 1e-6}, {1e-7, 1e-6}),
+                        "f64 sums in another order, rounded once",
+                        {{1, 1, 1}, {37, 8, 2}}});
+
 TITAN_REGISTER_OP_SPEC(moe_experts,
                        {"moe_experts",
                         {"T", "D", "F", "E", "k"},
