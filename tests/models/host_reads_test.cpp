@@ -82,6 +82,23 @@ TEST(HostReads, AStepReadsItsInputsChecksAndLossOnly) {
   EXPECT_EQ(host_reads_of_a_step(small_args(3, true), Checkpointing::Selective), 5);
 }
 
+TEST(HostReads, TheExpertBiasUpdateReadsNothing) {
+  Qwen3Model model(small_args(2, true), DType::F32);
+  model.enable_expert_bias();
+  model.initialize(5, qwen3::InitScheme::HuggingFace);
+  const std::vector<int64_t> ids(32, 7);
+  {
+    autograd::NoGradGuard no_grad;
+    model.forward_loss(Tensor::from_vector(ids, {2, 16}), Tensor::from_vector(ids, {2, 16}));
+  }
+  const std::vector<std::vector<double>> before_values = model.expert_bias_values();
+  DeviceServices& cpu = device_services(Device::CPU);
+  const int64_t before = cpu.host_reads();
+  model.update_expert_bias(model.last_expert_counts(), 1e-3);
+  EXPECT_EQ(cpu.host_reads(), before);
+  EXPECT_NE(model.expert_bias_values(), before_values) << "every token went to the same experts: the bias moves";
+}
+
 TEST(HostReads, CheckingExpertIndicesIsOneRead) {
   DeviceServices& cpu = device_services(Device::CPU);
   const Tensor indices = Tensor::from_vector(std::vector<int64_t>{0, 3, 2, 1}, {2, 2});

@@ -190,6 +190,19 @@ TEST(MoeAuxLoss, BalancedRouterGivesK) {
   EXPECT_NEAR(ops::moe_aux_loss({probs}, {idx}, E, k).item(), double(k), 1e-6);
 }
 
+TEST(ExpertBias, MovesTowardTheMeanLoadBySignOnly) {
+  // mean 3: expert 0 underloaded (+coeff), 1 overloaded (-coeff), 2 and 3 at the mean (unchanged).
+  Tensor bias = Tensor::from_vector(std::vector<double>{0.5, 0.5, 0.25, 0}, {4}, DType::F32);
+  const Tensor counts = Tensor::from_vector(std::vector<int64_t>{1, 5, 3, 3}, {4});
+  ops::update_expert_bias(bias, counts, 1e-3);
+  EXPECT_EQ(bias.to_vector(), (std::vector<double>{double(0.5f + 1e-3f), double(0.5f - 1e-3f), 0.25, 0}));
+  std::string m = error_of([&] { ops::update_expert_bias(bias, Tensor::zeros({3}, DType::I64), 1e-3); });
+  EXPECT_NE(m.find("counts i64[3] must be i64 of the bias's shape f32[4]"), std::string::npos) << m;
+  Tensor wrong = Tensor::zeros({4}, DType::F64);
+  m = error_of([&] { ops::update_expert_bias(wrong, counts, 1e-3); });
+  EXPECT_NE(m.find("bias f64[4] must be a contiguous f32 [E]"), std::string::npos) << m;
+}
+
 TEST(MoeAuxLoss, BadArgumentsNameOpAndShapes) {
   Tensor p = Tensor::zeros({3, 4}, DType::F32);
   std::string m = error_of([&] { ops::moe_aux_loss({p}, {Tensor::zeros({3, 3}, DType::I64)}, 4, 2); });

@@ -156,17 +156,7 @@ void Qwen3Model::update_expert_bias(const std::vector<Tensor>& counts, double co
     if (!bias.defined()) continue;
     TITAN_CHECK(i < counts.size() && counts[i].defined() && counts[i].numel() == bias.numel(),
                 "qwen3: expert counts of layer ", i, " are missing or not [", bias.numel(), "]");
-    // E values per layer: read on the host whatever the device (one small copy per MoE layer).
-    const std::vector<double> c = counts[i].to_vector();
-    std::vector<double> b = bias.to_vector();
-    const int64_t E = int64_t(c.size());
-    double mean = 0;
-    for (int64_t e = 0; e < E; ++e) mean += c[size_t(e)] / double(E);
-    for (int64_t e = 0; e < E; ++e) {
-      double d = mean - c[size_t(e)];
-      b[size_t(e)] = double(float(b[size_t(e)]) + float(coeff * ((d > 0) - (d < 0))));
-    }
-    bias.copy_from(Tensor::from_vector(b, {E}, DType::F64));
+    ops::update_expert_bias(bias, counts[i], coeff);  // on the bias's device: no host read
   }
 }
 

@@ -1216,6 +1216,23 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 // Registration with the MoE ops (ops/moe.h).
 namespace {
 
+// The expert-bias update, one thread in expert order: E (<= a few hundred) adds, bit for bit the CPU
+// reference's (f64 mean, IEEE division, one f32 add per expert), with no host round trip.
+__global__ void expert_bias_kernel(int64_t E, const int64_t* counts, double coeff, float* bias) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double mean = 0;
+  for (int64_t e = 0; e < E; ++e) mean += double(counts[e]) / double(E);
+  for (int64_t e = 0; e < E; ++e) {
+    const double d = mean - double(counts[e]);
+    bias[e] = __fadd_rn(bias[e], float(coeff * double((d > 0) - (d < 0))));
+  }
+}
+void expert_bias_entry(const KernelContext& ctx, int64_t E, const int64_t* counts, double coeff, float* bias) {
+  if (E == 0) return;
+  expert_bias_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, counts, coeff, bias);
+  check_launch("moe (cuda): expert bias update");
+}
+
 template <DType kDType>
 void router_forward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
                           const void* logits, const float* bias, void* weights, int64_t* indices, void* probs,
@@ -1274,6 +1291,11 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
     {{DType::F32, "default",
       "device counts and f64 column sums over layers; loss and gradient read no host data",
       ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
+    kernel_available);
+const bool update_expert_bias_kernels_registered = kernels::register_kernels(
+    "update_expert_bias", Device::CUDA,
+    {{DType::F32, "default", "one thread in expert order (bit-identical to the CPU), no host read",
+      ops::ExpertBiasKernel{expert_bias_entry}}},
     kernel_available);
 const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "moe_experts", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",

@@ -79,6 +79,11 @@ Tensor moe_experts(const Tensor& x, const Tensor& weights, const ExpertIndices& 
 Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices, const Tensor& w_gate,
                    const Tensor& w_up, const Tensor& w_down);
 
+// torchtitan's aux-loss-free balancing, one layer, in place on the bias's device (no host read):
+// bias[e] += coeff * sign(mean(counts) - counts[e]) in f32, the mean summed as counts[e] / E in f64
+// in expert order. bias f32 [E], counts i64 [E] (the layer's assignments, summed over ranks).
+void update_expert_bias(Tensor& bias, const Tensor& counts, double coeff);
+
 struct MoeDims {
   int64_t T, D, F, E, k;
 };
@@ -114,6 +119,10 @@ struct MoeAuxLossKernel {
   // dprobs [T, E] (A) = dloss[0] * scale * counts[e].
   void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, double scale, const int64_t* counts,
                    const void* dloss, void* dprobs);
+};
+
+struct ExpertBiasKernel {  // registered for f32 (the bias)
+  void (*update)(const KernelContext& ctx, int64_t E, const int64_t* counts, double coeff, float* bias);
 };
 
 struct MoeExpertsKernel {

@@ -134,6 +134,21 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
      {DType::F32, "reference", "serial sums in f64, f32 probs and gradients",
       MoeAuxLossKernel{aux_accumulate_ref<float>, aux_finish_ref<float>, aux_backward_ref<float>}}});
 
+// Expert bias: the mean in f64 in expert order, one f32 add per expert.
+void expert_bias_ref(const KernelContext&, int64_t E, const int64_t* counts, double coeff, float* bias) {
+  double mean = 0;
+  for (int64_t e = 0; e < E; ++e) mean += double(counts[e]) / double(E);
+  for (int64_t e = 0; e < E; ++e) {
+    const double d = mean - double(counts[e]);
+    bias[e] = bias[e] + float(coeff * double((d > 0) - (d < 0)));
+  }
+}
+
+const bool update_expert_bias_kernels_registered = kernels::register_kernels(
+    "update_expert_bias", Device::CPU,
+    {{DType::F32, "reference", "serial: f64 mean in expert order, one f32 add per expert",
+      ExpertBiasKernel{expert_bias_ref}}});
+
 // ---------------------------------------------------------------------------------------------
 // Experts, reference: one (token, slot) at a time with dot-product loops. T is the storage type
 // (rounding points), A the arithmetic type.

@@ -37,6 +37,28 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         "softmax in f32 on widened logits, as cross_entropy",
                         {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 
+// One layer's bias moved by its counts (coeff 1e-3), in place.
+TITAN_REGISTER_OP_SPEC(update_expert_bias,
+                       {"update_expert_bias",
+                        {"E"},
+                        1,
+                        {{1}, {8}, {128}},
+                        {},
+                        [](const Dims& s, DType, uint64_t seed, const std::string&) {
+                          return ParityCase{{spec_uniform({s[0]}, DType::F32, seed, -0.01, 0.01),
+                                             spec_random_ids(s[0], 100, seed + 1)},
+                                            {"bias", "counts"},
+                                            [](const std::vector<Tensor>& in) {
+                                              Tensor bias = in[0];  // the case's own copy
+                                              ops::update_expert_bias(bias, in[1], 1e-3);
+                                              return std::vector<Tensor>{bias};
+                                            },
+                                            {"bias"}};
+                        },
+                        spec_exact_tolerance(),
+                        "the same f64 mean and one f32 add per expert",
+                        {{1}, {8}}});
+
 // Two layers of T and T/2 + 1 tokens (the loss runs over all MoE layers at once); probabilities
 // positive, not normalised (the loss does not need it), expert indices uniform in [0, E).
 TITAN_REGISTER_OP_SPEC(moe_aux_loss,
