@@ -190,6 +190,17 @@ TEST(MoeAuxLoss, BalancedRouterGivesK) {
   EXPECT_NEAR(ops::moe_aux_loss({probs}, {idx}, E, k).item(), double(k), 1e-6);
 }
 
+TEST(ExpertIndices, KeepACopyOfWhatWasChecked) {
+  Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 3, 2, 1}, {2, 2});
+  const ops::ExpertIndices checked = ops::expert_indices(idx, 4);
+  idx.fill(99);  // the caller's tensor changes after the check: the checked indices must not
+  EXPECT_EQ(checked.tensor().to_vector(), (std::vector<double>{0, 3, 2, 1}));
+  const std::string m = error_of([&] { ops::expert_indices(idx, 4, "moe_experts"); });
+  EXPECT_NE(m.find("moe_experts: expert indices i64[2, 2] element 0 (token 0, slot 0) is 99, outside [0, 4)"),
+            std::string::npos)
+      << m;
+}
+
 TEST(ExpertBias, MovesTowardTheMeanLoadBySignOnly) {
   // mean 3: expert 0 underloaded (+coeff), 1 overloaded (-coeff), 2 and 3 at the mean (unchanged).
   Tensor bias = Tensor::from_vector(std::vector<double>{0.5, 0.5, 0.25, 0}, {4}, DType::F32);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -23,7 +24,8 @@ ExpertIndices expert_indices(const Tensor& indices_in, int64_t num_experts, cons
   TITAN_CHECK(indices_in.dim() == 2 && indices_in.dtype() == DType::I64, op,
               ": expert indices must be i64 [T, k], got ", indices_in.str());
   TITAN_CHECK(num_experts >= 1, op, ": need at least one expert, got ", num_experts);
-  Tensor indices = indices_in.contiguous().detach();
+  // A copy of its own: the caller's tensor may change after the check (a [T, k] i64 copy, cheap).
+  Tensor indices = indices_in.contiguous().detach().clone();
   const int64_t bad = first_index_outside(indices, 0, num_experts, /*allowed=*/0);
   if (bad >= 0)
     TITAN_FAIL(op, ": expert indices ", indices.str(), " element ", bad, " (token ", bad / indices.size(1),
@@ -91,8 +93,10 @@ void update_expert_bias(Tensor& bias, const Tensor& counts_in, double coeff) {
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k) {
   std::vector<ExpertIndices> checked;
-  for (const Tensor& ix : indices_per_layer)
-    checked.push_back(expert_indices(ix, num_experts, "moe_aux_loss"));
+  for (size_t l = 0; l < indices_per_layer.size(); ++l) {
+    const std::string op = "moe_aux_loss: layer " + std::to_string(l);
+    checked.push_back(expert_indices(indices_per_layer[l], num_experts, op.c_str()));
+  }
   return moe_aux_loss(probs_per_layer, checked, num_experts, k);
 }
 

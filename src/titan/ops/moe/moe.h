@@ -21,7 +21,7 @@ struct RouterOutput;
 class ExpertIndices {
  public:
   ExpertIndices() = default;  // none (for a default-constructed RouterOutput)
-  const Tensor& tensor() const { return indices_; }
+  const Tensor& tensor() const { return indices_; }  // read only: writing to it voids the range guarantee
   int64_t num_experts() const { return num_experts_; }
 
  private:

@@ -99,9 +99,10 @@ RopePositions sequential_positions(int64_t B, int64_t S, Device device) {
   r.pos = Tensor::empty({B, S}, DType::I64, device);
   r.max = S > 0 ? S - 1 : 0;
   if (device == Device::Meta || B * S == 0) return r;
-  std::vector<int64_t> host(size_t(B * S));
-  for (int64_t i = 0; i < B * S; ++i) host[size_t(i)] = i % S;
-  r.pos.copy_from(Tensor::from_vector(host, {B, S}));
+  Tensor host = device == Device::CPU ? r.pos : Tensor::empty({B, S}, DType::I64);
+  int64_t* p = host.data<int64_t>();
+  for (int64_t i = 0; i < B * S; ++i) p[i] = i % S;
+  if (device != Device::CPU) r.pos.copy_from(host);
   return r;
 }
 

@@ -29,9 +29,10 @@
 
 namespace titan::ops {
 
-// Positions checked once for every rope call that uses them: a model checks its positions once per
-// forward, not once per call (on a GPU every check reads a value back to the host and stalls the
-// queue). pos is i64 [B, S], contiguous, every value >= 0; max is its largest value.
+// Positions known valid for every rope call that uses them, checked once (rope_positions) or valid
+// by construction (sequential_positions, what the model uses), never once per call: on a GPU a
+// check reads a value back to the host and stalls the queue. pos is i64 [B, S], contiguous, every
+// value >= 0; max is its largest value.
 struct RopePositions {
   Tensor pos;
   int64_t max = 0;
