@@ -138,7 +138,7 @@ TEST(Rope, CheckedPositionsServeEveryCallOfTheirShape) {
   Tensor x = random_tensor({2, 5, 3, 8}, DType::F32, 7);
   Tensor pos = Tensor::from_vector(std::vector<int64_t>{4, 0, 9, 2, 2}, {5});
   const ops::RopePositions checked = ops::rope_positions(pos, 2, 5);
-  EXPECT_EQ(checked.max, 9);
+  EXPECT_EQ(checked.max(), 9);
   EXPECT_EQ(ops::rope(x, checked, 1e6).to_vector(), ops::rope(x, pos, 1e6).to_vector());
   auto m = error_of([&] { ops::rope(Tensor::zeros({2, 4, 3, 8}, DType::F32), checked, 1e6); });
   EXPECT_NE(m.find("i64[2, 5]"), std::string::npos) << m;
@@ -154,13 +154,13 @@ TEST(Rope, SequentialPositionsAreCheckedPositionsZeroToSWithoutAHostRead) {
   const ops::RopePositions seq = ops::sequential_positions(3, 6, Device::CPU);
   EXPECT_EQ(cpu.host_reads(), before) << "positions made on the host need no read";
   const ops::RopePositions checked = ops::rope_positions(arange(6), 3, 6);
-  EXPECT_EQ(seq.max, 5);
-  EXPECT_EQ(seq.pos.shape(), Shape({3, 6}));
-  EXPECT_EQ(seq.pos.to_vector(), checked.pos.to_vector());
+  EXPECT_EQ(seq.max(), 5);
+  EXPECT_EQ(seq.tensor().shape(), Shape({3, 6}));
+  EXPECT_EQ(seq.tensor().to_vector(), checked.tensor().to_vector());
   EXPECT_EQ(ops::rope(x, seq, 1e4).to_vector(), ops::rope(x, checked, 1e4).to_vector());
   const ops::RopePositions meta = ops::sequential_positions(2, 1 << 20, Device::Meta);
-  EXPECT_EQ(meta.pos.shape(), Shape({2, 1 << 20}));
-  EXPECT_EQ(meta.max, (1 << 20) - 1);
+  EXPECT_EQ(meta.tensor().shape(), Shape({2, 1 << 20}));
+  EXPECT_EQ(meta.max(), (1 << 20) - 1);
 }
 
 // Cross-check with PyTorch running transformers' Qwen3RotaryEmbedding + apply_rotary_pos_emb.

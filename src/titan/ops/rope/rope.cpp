@@ -67,48 +67,43 @@ std::shared_ptr<const RopeTable> rope_table(double theta, int64_t D, int64_t pos
   return slot;
 }
 
-namespace {
-
-// rope_positions, naming in its errors what the positions are for.
-RopePositions checked_positions(const Tensor& positions, int64_t B, int64_t S, const std::string& what) {
+RopePositions RopePositions::checked(const Tensor& positions, int64_t B, int64_t S, const std::string& what) {
   TITAN_CHECK(positions.dtype() == DType::I64, "rope: positions must be i64, got ", positions.str());
   TITAN_CHECK((positions.dim() == 1 && positions.size(0) == S) ||
                   (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == S),
               "rope: positions ", positions.str(), " must be [S] or [B, S] for ", what);
-  RopePositions r;
-  r.pos = positions.dim() == 1 ? positions.contiguous().reshape({1, S}).expand({B, S}).contiguous()
-                               : positions.contiguous().clone();
-  if (r.pos.numel() == 0) return r;
-  const int64_t bad = first_index_outside(r.pos, 0, INT64_MAX, /*allowed=*/0);
+  // A copy of its own either way: the caller's tensor may change after the check.
+  Tensor pos = positions.dim() == 1 ? positions.contiguous().reshape({1, S}).expand({B, S}).contiguous()
+                                    : positions.contiguous().clone();
+  if (pos.numel() == 0) return RopePositions(pos, 0);
+  const int64_t bad = first_index_outside(pos, 0, INT64_MAX, /*allowed=*/0);
   if (bad >= 0)
-    TITAN_FAIL("rope: positions ", positions.str(), " hold ", int64_t(r.pos.reshape({-1}).narrow(0, bad, 1).item()),
-               " at flat index ", bad, "; positions must be >= 0");
-  r.max = max_index(r.pos);
-  return r;
+    TITAN_FAIL("rope: positions ", positions.str(), " hold ",
+               int64_t(pos.reshape({-1}).narrow(0, bad, 1).item()), " at flat index ", bad,
+               "; positions must be >= 0");
+  const int64_t max = max_index(pos);
+  return RopePositions(pos, max);
 }
 
-}  // namespace
-
 RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
-  return checked_positions(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
+  return RopePositions::checked(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
 }
 
 RopePositions sequential_positions(int64_t B, int64_t S, Device device) {
   TITAN_CHECK(B >= 0 && S >= 0, "rope: sequential positions need B >= 0 and S >= 0, got B=", B, ", S=", S);
-  RopePositions r;
-  r.pos = Tensor::empty({B, S}, DType::I64, device);
-  r.max = S > 0 ? S - 1 : 0;
-  if (device == Device::Meta || B * S == 0) return r;
-  Tensor host = device == Device::CPU ? r.pos : Tensor::empty({B, S}, DType::I64);
-  int64_t* p = host.data<int64_t>();
-  for (int64_t i = 0; i < B * S; ++i) p[i] = i % S;
-  if (device != Device::CPU) r.pos.copy_from(host);
-  return r;
+  Tensor pos = Tensor::empty({B, S}, DType::I64, device);
+  if (device != Device::Meta && B * S > 0) {
+    Tensor host = device == Device::CPU ? pos : Tensor::empty({B, S}, DType::I64);
+    int64_t* p = host.data<int64_t>();
+    for (int64_t i = 0; i < B * S; ++i) p[i] = i % S;
+    if (device != Device::CPU) pos.copy_from(host);
+  }
+  return RopePositions(pos, S > 0 ? S - 1 : 0);
 }
 
 Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {
   TITAN_CHECK(x_in.dim() == 4, "rope: expected x [B, S, H, D], got ", x_in.str());
-  return rope(x_in, checked_positions(positions, x_in.size(0), x_in.size(1), "x " + x_in.str()), theta);
+  return rope(x_in, RopePositions::checked(positions, x_in.size(0), x_in.size(1), "x " + x_in.str()), theta);
 }
 
 Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
@@ -116,7 +111,7 @@ Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
   const int64_t B = x_in.size(0), S = x_in.size(1), H = x_in.size(2), D = x_in.size(3);
   TITAN_CHECK(D % 2 == 0, "rope: head dim D=", D, " of x ", x_in.str(), " must be even");
   TITAN_CHECK(dtype_is_float(x_in.dtype()), "rope: x must be floating point, got ", x_in.str());
-  const Tensor& pos = positions.pos;
+  const Tensor& pos = positions.tensor();
   TITAN_CHECK(pos.dim() == 2 && pos.size(0) == B && pos.size(1) == S, "rope: positions ", pos.str(),
               " were made for another shape than x ", x_in.str());
   TITAN_CHECK(theta > 0 && std::isfinite(theta), "rope: theta ", theta, " must be finite and > 0");
@@ -125,7 +120,7 @@ Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
   const KernelContext ctx = device_services(x.device()).context();
   std::shared_ptr<const RopeTable> table;
   if (kernel.needs_table) {
-    table = rope_table(theta, D, positions.max + 1);  // host cos/sin rows the CPU kernels gather
+    table = rope_table(theta, D, positions.max() + 1);  // host cos/sin rows the CPU kernels gather
   } else {
     auto t = std::make_shared<RopeTable>();
     t->theta = theta;

@@ -22,6 +22,8 @@
 // by that kernel on every call; the default and reference kernels read positions as they are). All three give bit-identical results where they run.
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/core/device_services.h"
@@ -31,11 +33,22 @@ namespace titan::ops {
 
 // Positions known valid for every rope call that uses them, checked once (rope_positions) or valid
 // by construction (sequential_positions, what the model uses), never once per call: on a GPU a
-// check reads a value back to the host and stalls the queue. pos is i64 [B, S], contiguous, every
-// value >= 0; max is its largest value.
-struct RopePositions {
-  Tensor pos;
-  int64_t max = 0;
+// check reads a value back to the host and stalls the queue. Only those two (and rope with a
+// plain tensor) make them, so holding one means the check is done.
+class RopePositions {
+ public:
+  const Tensor& tensor() const { return pos_; }  // i64 [B, S], contiguous, every value >= 0; read only
+  int64_t max() const { return max_; }           // the largest position (the table rows needed - 1)
+
+ private:
+  friend RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
+  friend RopePositions sequential_positions(int64_t B, int64_t S, Device device);
+  friend Tensor rope(const Tensor& x, const Tensor& positions, double theta);
+  RopePositions(Tensor pos, int64_t max) : pos_(std::move(pos)), max_(max) {}
+  // The check of rope_positions, naming in its errors what the positions are for.
+  static RopePositions checked(const Tensor& positions, int64_t B, int64_t S, const std::string& what);
+  Tensor pos_;
+  int64_t max_ = 0;
 };
 // positions i64 [S] (shared by the batch) or [B, S]; a negative position is an error naming it.
 RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
