@@ -15,7 +15,9 @@
 #                              (and, for MoE, the mma_sync grouped expert GEMMs): [kernels] rules
 #                              appended to a copy of its config, instead of the default WMMA ones,
 #                              to see which the GPU prefers
-#   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's)
+#   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); the one before
+#                              the last is profiled op by op ([profiling]: its table follows the job's
+#                              log tail, its Chrome trace is in OUT_DIR/<job>/profile_traces)
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
 #   GPU_MODELS_JOB_LIMIT=600   seconds each job may run (a job past it is a FAILED row)
@@ -32,6 +34,7 @@ fi
 out=${2:-$(mktemp -d /tmp/titan-gpu-models.XXXXXX)}
 mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
+profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
 models=${GPU_MODELS:-0.6B 0.6B+mma MoE 4B MoE+mma}
 
@@ -75,9 +78,12 @@ for name in $models; do
   timeout "${GPU_MODELS_JOB_LIMIT:-600}" "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
     --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
     --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
-    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" >"$out/$name.log" 2>&1
+    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" \
+    --profiling.enable_profiling=true --profiling.profile_freq="$profile_step" >"$out/$name.log" 2>&1
   rc=$?
   tail -n 5 "$out/$name.log"
+  # Where the profiled step's time went, op by op (the trace is under $dump/profile_traces).
+  sed -n '/^profile of step/,/^  total/p' "$out/$name.log"
   if [ $rc -ne 0 ]; then
     failed=1
     rows+=("$(printf '%-8s FAILED (exit %d): %s' "$name" "$rc" "$(grep -m1 -i 'error' "$out/$name.log" | cut -c1-150)")")

@@ -13,6 +13,8 @@
 #   GPU_CHECK_PEER=1 bash .../gpu_check.sh            # also the peer (transformers, eager) in the same
 #                                                     # call, GPU_CHECK_PEER_BUDGET seconds (default 60)
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
+#   GPU_CHECK_ARCHIVE=$OUT/gpu_logs.tar.gz ...        # and pack that folder into one file at the end
+#                                                     # (the device tool returns at most 8 files)
 #   GPU_CHECK_DEADLINE=560 bash .../gpu_check.sh      # seconds for the whole script (default 560,
 #                                                     # under the device tool's 600 s per call)
 # The steps run in the order of what a short slot must not miss: the parity command, the speed
@@ -185,6 +187,9 @@ done
 if [ -n "$losses" ]; then
   echo "--- debugmodel losses (step, cpu, cuda)"
   echo "$losses"
+fi
+if [ -n "${GPU_CHECK_ARCHIVE:-}" ]; then
+  tar -C "$logs" -czf "$GPU_CHECK_ARCHIVE" . && echo "logs, profiles and traces: $GPU_CHECK_ARCHIVE ($(du -h "$GPU_CHECK_ARCHIVE" | cut -f1))"
 fi
 echo
 echo "=== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"

@@ -13,3 +13,5 @@ add_dependencies(guards_test titan_cli)
 add_dependencies(step_profile_test titan_cli)
 # plan_test runs titan plan / info / train through the binary.
 add_dependencies(plan_test titan_cli)
+# profiler_test trains through the binary (traces, the table, losses unchanged).
+add_dependencies(profiler_test titan_cli)

@@ -1,6 +1,7 @@
 #include "titan/autograd/autograd.h"
 
 #include "titan/core/check.h"
+#include "titan/core/op_timeline.h"
 
 namespace titan::autograd {
 
@@ -50,6 +51,7 @@ void record(std::string op, const std::vector<Tensor>& inputs, const std::vector
             BackwardFn backward) {
   Node node;
   node.op = std::move(op);
+  if (profiling::recording()) node.module = profiling::last_op_module();
   for (const Tensor& t : inputs) {
     bool wants = t.defined() && t.requires_grad();
     node.inputs.push_back(wants ? t.autograd_meta() : nullptr);
@@ -107,6 +109,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
       gouts.push_back(std::move(g));
     }
     if (any) {
+      profiling::BackwardNode profiled(node.op, node.module);  // the node's span, its accumulations included
       std::vector<Tensor> gins = node.backward(gouts);
       TITAN_CHECK(gins.size() == node.inputs.size(), "autograd: backward of '", node.op, "' returned ", gins.size(),
                   " gradients for ", node.inputs.size(), " inputs");

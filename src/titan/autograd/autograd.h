@@ -26,6 +26,7 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 
 struct Node {
   std::string op;
+  std::string module;  // the module the op ran in, kept only while the op profiler records
   std::vector<std::shared_ptr<AutogradMeta>> inputs;   // null where the input needs no grad
   std::vector<Shape> input_shapes;                     // checked against the returned gradients
   std::vector<DType> input_dtypes;

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +38,15 @@ MemoryStats DeviceServices::stats() const {
 }
 
 void DeviceServices::reset_peak() { peak_.store(current_.load()); }
+
+// ---------------------------------------------------------------- time marks
+
+// The host clock: CPU kernels have finished when they return, so "now" is when the queued work ran.
+void DeviceServices::record_time_mark() {
+  time_marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::vector<double> DeviceServices::take_time_marks() { return std::exchange(time_marks_, {}); }
 
 namespace {
 

@@ -102,6 +102,13 @@ class DeviceServices {
 
   virtual void synchronize() {}
   virtual void* stream() { return nullptr; }
+
+  // The op profiler's clock (core/op_timeline.h). record_time_mark() notes the moment the work
+  // queued so far has run (CPU and meta: now; CUDA: an event on the stream). take_time_marks()
+  // waits for the last mark and returns each one's time in seconds (any origin; differences are
+  // what count), then forgets them.
+  virtual void record_time_mark();
+  virtual std::vector<double> take_time_marks();
   KernelContext context() { return KernelContext{device(), stream(), this}; }
 
  protected:
@@ -114,6 +121,7 @@ class DeviceServices {
  private:
   std::atomic<int64_t> current_{0}, peak_{0}, count_{0}, host_reads_{0};
   std::atomic<double> flops_{0};
+  std::vector<double> time_marks_;  // the host clock's marks (CPU, meta)
 };
 
 // The services of a device (loading its backend library first if it has one); an error naming

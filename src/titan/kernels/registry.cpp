@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "titan/core/op_timeline.h"
 #include "titan/kernels/substitution.h"
 
 namespace titan::kernels {
@@ -61,6 +62,10 @@ bool has_kernel(const std::string& op, Device device, DType dtype, const std::st
   for (auto& e : registry())
     if (e.op == op && e.device == device && e.dtype == dtype && e.variant == variant) return true;
   return false;
+}
+
+void note_op_call(const std::string& op) {
+  if (profiling::recording()) profiling::mark_op(op, current_module());
 }
 
 const KernelEntry& find_kernel(const std::string& op, Device device, DType dtype, const std::string& variant) {

@@ -55,8 +55,13 @@ class ForceVariant {
   std::string op_, prev_;
 };
 
+// An op is about to run its kernels: the op profiler's mark (core/op_timeline.h), with the current
+// module. kernel_for calls it; ops that run without a registered kernel (cast, scale) call it too.
+void note_op_call(const std::string& op);
+
 template <class K>
 const K& kernel_for(const std::string& op, Device device, DType dtype, const std::string& variant) {
+  note_op_call(op);
   const KernelEntry& e = find_kernel(op, device, dtype, variant);
   const K* k = std::any_cast<K>(&e.kernel);
   TITAN_CHECK(k, "kernel registry: '", op, "' variant '", variant, "' registered with the wrong kernel type");

@@ -105,6 +105,10 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(parallelism, expert_parallel_degree),
       TITAN_KEY(parallelism, fsdp_reshard_after_forward, "default", "always", "never"),
       TITAN_KEY(comm, timeout_seconds),
+      TITAN_KEY(profiling, enable_profiling),
+      TITAN_KEY(profiling, save_traces_folder),
+      TITAN_KEY(profiling, profile_freq),
+      TITAN_KEY(profiling, profiler_active),
   };
 #undef TITAN_KEY
 }
@@ -332,7 +336,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_FAIL(source, ":", e.source().begin.line, ":", e.source().begin.column, ": invalid TOML: ", e.description());
   }
   std::vector<std::string> sections = {"job", "model", "training", "optimizer", "lr_scheduler", "checkpoint",
-                                       "activation_checkpoint", "metrics", "validation", "parallelism", "comm", "kernels"};
+                                       "activation_checkpoint", "metrics", "validation", "parallelism", "comm", "profiling",
+                                       "kernels"};
   for (auto& k : torchtitan_keys()) {  // torchtitan's other sections: [compile], [float8], [validation], ...
     std::string sec(k.key.substr(0, k.key.find('.')));
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) sections.push_back(sec);
@@ -413,6 +418,11 @@ void JobConfig::validate(int world_size) const {
                         std::pair{validation.seq_len, "validation.seq_len"}})
     TITAN_CHECK(v == -1 || v > 0, key, " must be positive (or -1), got ", v);
   positive(checkpoint.interval, "checkpoint.interval");
+  positive(profiling.profile_freq, "profiling.profile_freq");
+  TITAN_CHECK(profiling.profiler_active >= 1 && profiling.profiler_active <= profiling.profile_freq,
+              "profiling.profiler_active must be in [1, profiling.profile_freq = ", profiling.profile_freq, "], got ",
+              profiling.profiler_active, ": the profiled steps are the last profiler_active of every profile_freq");
+  TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
   TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,
               "checkpoint.keep_latest_k must be 0 (keep all) or >= 2, got ", checkpoint.keep_latest_k);
   TITAN_CHECK(model.name != "hf" || !model.hf_assets_path.empty(),

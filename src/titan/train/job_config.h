@@ -106,6 +106,15 @@ struct ParallelismSection {
   int64_t shard_degree(int world_size) const;
 };
 
+// torchtitan's [profiling]: the op-level timeline of the last profiler_active steps of every
+// profile_freq steps, written as Chrome traces (train/profiler.h).
+struct ProfilingSection {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";  // under job.dump_folder
+  int64_t profile_freq = 10;
+  int64_t profiler_active = 1;
+};
+
 struct CommSection {
   double timeout_seconds = 300;  // a collective waiting longer is an error (a rank died or hangs)
 };
@@ -122,6 +131,7 @@ struct JobConfig {
   ValidationSection validation;
   ParallelismSection parallelism;
   CommSection comm;
+  ProfilingSection profiling;
   std::vector<kernels::Substitution> kernels;
   // One line per torchtitan key accepted without effect or under an older name, for the start-up log.
   std::vector<std::string> notes;

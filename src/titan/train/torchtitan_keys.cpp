@@ -7,7 +7,9 @@ namespace {
 using U = TorchtitanUse;
 
 // Reasons shared by several keys.
-constexpr std::string_view kProfiling = "titan has no PyTorch profiler or memory snapshots; training is unchanged";
+constexpr std::string_view kMemorySnapshot =
+    "titan writes no PyTorch memory snapshots (the [profiling] trace carries the allocated bytes at every op); "
+    "training is unchanged";
 constexpr std::string_view kPipelineOnly = "used only by pipeline parallelism, which titan does not have";
 constexpr std::string_view kContextOnly = "used only by context parallelism, which titan does not have";
 constexpr std::string_view kQuantOnly =
@@ -55,11 +57,13 @@ const std::vector<KeyGroup> kGroups = {
     ignored("marks torchtitan's own integration tests", {"job.use_for_integration_test"}),
     off_only("", kPython, {"job.custom_config_module"}),
     // [profiling]
-    ignored(kProfiling,
-            {"profiling.enable_profiling", "profiling.run_profiler", "profiling.save_traces_folder",
-             "profiling.profile_freq", "profiling.profile_every_x_iter", "profiling.profiler_active",
-             "profiling.profiler_warmup", "profiling.enable_memory_snapshot",
-             "profiling.save_memory_snapshot_folder"}),
+    native({"profiling.enable_profiling", "profiling.save_traces_folder", "profiling.profile_freq",
+            "profiling.profiler_active"}),
+    alias("profiling.enable_profiling", {"profiling.run_profiler"}),
+    alias("profiling.profile_freq", {"profiling.profile_every_x_iter"}),
+    ignored("titan's op timeline needs no warm-up steps: it times the profiled steps as they run",
+            {"profiling.profiler_warmup"}),
+    ignored(kMemorySnapshot, {"profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder"}),
     // [metrics]
     native({"metrics.log_freq", "metrics.enable_tensorboard"}),
     off_only("tb", "titan writes TensorBoard events to <dump_folder>/tb", {"metrics.save_tb_folder"}),

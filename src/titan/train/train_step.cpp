@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
+#include "titan/core/op_timeline.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/optim/optim.h"
 
@@ -29,17 +30,21 @@ Tensor TrainStep::my_rows(const std::vector<int64_t>& global) const {
 
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next) {
+  profiling::mark_phase("zero grad");
   model.zero_grad();
   double sums[2] = {0, 0};  // loss, aux loss
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     sharding.begin_micro_batch(micro == accumulation - 1);
+    profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
     const auto [ids, targets] = next();
     qwen3::LossOutput out = model.forward_loss(ids, targets);
     autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
     // Read after the backward is queued: on a GPU a read in between would hold the backward back
     // until the whole forward had run.
+    profiling::mark_phase("loss read");
     sums[0] += out.loss.item();
     if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
+    if (sharding.active()) profiling::mark_phase("gradient sync");
     sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
   // The loss of the step over all ranks (every rank's loss is a mean over the same number of

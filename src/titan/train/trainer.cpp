@@ -24,6 +24,7 @@
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/profiler.h"
 #include "titan/train/mfu_peak.h"
 #include "titan/train/run_lock.h"
 #include "titan/train/startup.h"
@@ -188,6 +189,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       "peak %.3g TFLOP/s = %s", flops_per_token, peak_tflops, peak.source.c_str());
   StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops, job.device);
   const TrainStep train_step(cfg, job, plan);
+  StepProfiler profiler(cfg.profiling, cfg.job.dump_folder, plan.rank(), job.device);
+  if (profiler.enabled())
+    say("profiling: the last %ld of every %ld steps, op by op; Chrome traces in %s/iteration_<step>/",
+        long(cfg.profiling.profiler_active), long(cfg.profiling.profile_freq),
+        (std::filesystem::path(cfg.job.dump_folder) / cfg.profiling.save_traces_folder).c_str());
 
   TrainSummary summary;
   while (state.step < cfg.training.steps) {
@@ -206,8 +212,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       break;
     }
     meter.begin_step();
+    profiler.begin_step(state.step + 1);
     state.sharding.reset_stats();
     const StepResult r = train_step.run(state);
+    profiler.step_ran();
     meter.set_batch_hash(r.batch_hash);
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
@@ -218,6 +226,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     ++summary.steps_run;
     if (cfg.checkpoint.enable && (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps))
       checkpointer.save(state, job);
+    profiler.end_step(state.step);
   }
 
   summary.last_step = state.step;

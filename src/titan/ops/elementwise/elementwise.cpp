@@ -34,6 +34,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
+  kernels::note_op_call("cast");  // a device conversion, not a registered kernel
   Tensor out = x.to(dtype);
   if (autograd::needs_grad({&x})) {
     DType gd = grad_dtype(x.dtype());
