@@ -71,6 +71,12 @@ step() {
     bad=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log")
     detail="$ok ok, $skipped skipped, $bad failed"
     [ "$status" = PASS ] && [ "$skipped" -gt 0 ] && [ "$ok" -eq 0 ] && status=SKIP
+  elif grep -qE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log"; then  # titan kernels parity, per op
+    local p f s
+    read -r p f s < <(awk '/^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped/{p += $1; f += $3; s += $5}
+                           END {print p + 0, f + 0, s + 0}' "$log")
+    detail="$p passed, $f failed, $s skipped"
+    [ "$status" = PASS ] && [ "$p" -eq 0 ] && status=SKIP  # nothing checked: no GPU
   elif [ "$status" = PASS ] && grep -q ': skipped: ' "$log"; then
     status=SKIP
     detail=$(grep -m1 ': skipped: ' "$log" | sed 's/^[^:]*: skipped: //')

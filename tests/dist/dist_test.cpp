@@ -228,6 +228,37 @@ TEST(DataParallel, EachRankWritesItsShardFiles) {
   }
 }
 
+// [profiling] under FSDP: every rank writes its own trace, the collectives' waits are phases of
+// their own (the gathers before each block's forward and backward, the gradient reductions after
+// each block's backward), and only the logging rank prints the table.
+TEST(DataParallel, EachRankProfilesItsStepWithTheCollectivesAsPhases) {
+  const fs::path dump = tt::temp_dir("dist_profile");
+  std::string out;
+  const int rc = run_job(2,
+                         tiny(dump, 2,
+                              {{"training.steps", "2"},
+                               {"checkpoint.enable", "false"},
+                               {"profiling.enable_profiling", "true"},
+                               {"profiling.profile_freq", "2"}}),
+                         &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (int rank : {0, 1}) {
+    const fs::path trace = dump / "profile_traces/iteration_2" / ("rank" + std::to_string(rank) + "_trace.json");
+    const auto j = nlohmann::json::parse(read_file(trace));
+    std::map<std::string, int> phases;
+    for (const auto& e : j.at("traceEvents"))
+      if (e.at("ph") == "X" && e.at("cat") == "phase") ++phases[e.at("name").get<std::string>()];
+    // Forward: the embedding, each layer, the head; backward: each layer again (and the head).
+    EXPECT_GE(phases["parameter gather"], 5) << trace;
+    EXPECT_GE(phases["gradient reduction"], 2) << trace;
+    EXPECT_EQ(phases["gradient sync"], 1) << trace;
+  }
+  size_t tables = 0;
+  for (size_t at = out.find("profile of step 2 on cpu"); at != std::string::npos; at = out.find("profile of step 2", at + 1))
+    ++tables;
+  EXPECT_EQ(tables, 1u) << out;
+}
+
 TEST(DataParallel, DdpOnTwoRanksWithAccumulationMatchesOneRank) {
   // Global batch 4 = 1 row x 2 ranks x 2 micro-batches.
   JobRun ddp = train("dist_ddp2", 2, 1,

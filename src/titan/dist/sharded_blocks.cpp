@@ -4,6 +4,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/core/op_timeline.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::dist {
@@ -165,6 +166,7 @@ void ShardedBlocks::wait_all() {
 
 void ShardedBlocks::before_forward(size_t b) {
   if (!sharded()) return;
+  profiling::mark_phase("parameter gather");  // the op profiler's phase: waiting for this block's gather
   poll();
   if (!gathers_[b] && !gathered(b)) start_gather(b);
   // Prefetch: the next block's gather runs while this one computes. Started before the wait on
@@ -181,6 +183,7 @@ void ShardedBlocks::after_forward(size_t b) {
 
 void ShardedBlocks::before_backward(size_t b) {
   if (!sharded()) return;
+  profiling::mark_phase("parameter gather");
   poll();
   ensure_gathered(b);
   nn::ParamBlock& B = blocks_[b];
@@ -191,6 +194,7 @@ void ShardedBlocks::before_backward(size_t b) {
 }
 
 void ShardedBlocks::after_backward(size_t b) {
+  if (sharded() || last_micro_batch_) profiling::mark_phase("gradient reduction");
   if (sharded()) {
     start_gradient_reduction(b);
     release(b);
