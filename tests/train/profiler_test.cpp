@@ -226,6 +226,26 @@ TEST(ChromeTrace, EverySpanIsAnEventAndEveryStepToo) {
   EXPECT_DOUBLE_EQ(steps[1].at("ts").get<double>(), 8000.0);
 }
 
+TEST(ChromeTrace, ReadsBackAsTheSpansItWasWrittenFrom) {
+  const std::vector<Span> spans = {
+      {"step", "", SpanKind::Phase, 0.0, 0.001, 0},
+      {"attention", "layers.0.attention", SpanKind::Forward, 0.001, 0.25, 0},
+      {"recompute:layers.0", "layers.0", SpanKind::Backward, 0.251, 0.5, 0},
+      {"between steps", "", SpanKind::Phase, 0.751, 0.002, 0},
+  };
+  const std::vector<Span> back = train::spans_of_chrome_trace(train::chrome_trace(spans, 0, "cpu", 7), "t.json");
+  ASSERT_EQ(back.size(), spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(back[i].name, spans[i].name);
+    EXPECT_EQ(back[i].module, spans[i].module);
+    EXPECT_EQ(back[i].kind, spans[i].kind);
+    EXPECT_NEAR(back[i].start, spans[i].start, 1e-12);
+    EXPECT_NEAR(back[i].seconds, spans[i].seconds, 1e-12);
+  }
+  const std::string err = tt::error_of([] { train::spans_of_chrome_trace("{\"events\": []}", "bad.json"); });
+  EXPECT_NE(err.find("bad.json: not a Chrome trace"), std::string::npos) << err;
+}
+
 TEST(Profiling, TrainingWritesATraceEveryFreqStepsAndIsUnchangedByIt) {
   const tt::Overrides common = {{"training.steps", "4"},   {"training.deterministic", "true"},
                                 {"validation.enable", "true"}, {"validation.freq", "2"},

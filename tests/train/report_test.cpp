@@ -34,14 +34,14 @@ size_t count(const std::string& text, const std::string& what) {
 // A 4-step run of a tiny debugmodel through the binary, into `dump`.
 // Without [validation] (configs/debugmodel.toml enables it): the dashed held-out curve is
 // ValidationLossIsDashedAndBadRunFoldersAreNamed's subject; here each chart holds one curve per run.
-void train_tiny(const fs::path& dump, const std::string& lr) {
+void train_tiny(const fs::path& dump, const std::string& lr, const std::string& extra = "") {
   std::string out;
   std::string cmd = tt::titan_binary().string() + " train --config " + (tt::source_dir() / "configs" / "debugmodel.toml").string() +
                     " --job.dump_folder=" + dump.string() + " --optimizer.lr=" + lr +
                     " --training.steps=4 --training.seq_len=32 --model.n_layers=1 --model.dim=64 --model.n_heads=2"
                     " --model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128 --lr_scheduler.warmup_steps=2"
                     " --metrics.log_freq=1 --checkpoint.enable=false --checkpoint.last_save_in_hf=false"
-                    " --validation.enable=false";
+                    " --validation.enable=false" + extra;
   ASSERT_EQ(tt::run_command(cmd, &out), 0) << out;
 }
 
@@ -74,7 +74,8 @@ std::string console_lines(const std::string& log) {
 TEST(Report, TwoRealRunsOverlaidAndRenderedByChromium) {
   const fs::path dir = tt::temp_dir("report_runs");
   train_tiny(dir / "slow_lr", "8e-4");
-  train_tiny(dir / "fast_lr", "3e-3");
+  // The fast run also profiles steps 2 and 4 ([profiling]): the page tables the newest.
+  train_tiny(dir / "fast_lr", "3e-3", " --profiling.enable_profiling=true --profiling.profile_freq=2");
   const fs::path page = dir / "report.html";
   std::string out;
   ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " report " + (dir / "slow_lr").string() + " " +
@@ -103,6 +104,13 @@ TEST(Report, TwoRealRunsOverlaidAndRenderedByChromium) {
   EXPECT_NE(html.find("optimizer.lr = 0.003"), std::string::npos);
   EXPECT_NE(html.find("optimizer.lr = 8e-04"), std::string::npos);
   EXPECT_NE(html.find("<th>compiler</th>"), std::string::npos);
+  // The profiled run's newest profile, one row per op with a bar in its colour; none for the other.
+  EXPECT_EQ(count(html, "<h3>where the time went: iteration_4 (rank 0, "), 1u);
+  EXPECT_EQ(count(html, "<h3>where the time went"), 1u);
+  EXPECT_EQ(count(html, "<tr><td>linear_cross_entropy</td><td>1</td>"), 1u);
+  EXPECT_EQ(count(html, "<tr><td>attention</td><td>1</td>"), 1u);  // one layer
+  EXPECT_GT(count(html, "class=\"bar\" style=\"width:"), 5u);
+  EXPECT_EQ(count(html, ";background:" + titan::train::run_colour(0) + "\"></i></td></tr>"), 0u);
 
   const fs::path chromium = find_chromium();
   if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs it): the browser check did not run";

@@ -104,6 +104,32 @@ std::string chrome_trace(const std::vector<Span>& spans, int rank, const std::st
   return json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}.dump() + "\n";
 }
 
+std::vector<Span> spans_of_chrome_trace(const std::string& text, const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TITAN_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), where,
+              ": not a Chrome trace (no \"traceEvents\" array)");
+  std::vector<Span> spans;
+  for (const auto& e : j["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    if (cat != "forward" && cat != "backward" && cat != "phase") continue;  // steps are not spans
+    Span s;
+    s.kind = cat == "forward" ? SpanKind::Forward : cat == "backward" ? SpanKind::Backward : SpanKind::Phase;
+    s.name = e.value("name", "");
+    constexpr std::string_view kBackward = " (backward)";
+    if (s.kind == SpanKind::Backward && s.name.size() > kBackward.size() &&
+        s.name.compare(s.name.size() - kBackward.size(), kBackward.size(), kBackward) == 0)
+      s.name.resize(s.name.size() - kBackward.size());
+    TITAN_CHECK(e.contains("ts") && e["ts"].is_number() && e.contains("dur") && e["dur"].is_number(), where,
+                ": event '", s.name, "' has no numeric ts and dur");
+    s.start = e["ts"].get<double>() * 1e-6;
+    s.seconds = e["dur"].get<double>() * 1e-6;
+    if (e.contains("args") && e["args"].is_object()) s.module = e["args"].value("module", "");
+    spans.push_back(std::move(s));
+  }
+  return spans;
+}
+
 StepProfiler::StepProfiler(const ProfilingSection& config, const std::filesystem::path& dump_folder, int rank,
                            Device device)
     : enabled_(config.enable_profiling),

@@ -38,6 +38,9 @@ std::vector<std::string> profile_table(const std::vector<ProfileRow>& rows, doub
 std::string chrome_trace(const std::vector<profiling::Span>& spans, int rank, const std::string& device,
                          int64_t first_step);
 
+// The spans of a trace chrome_trace wrote (what `titan report` tables); errors name `where`.
+std::vector<profiling::Span> spans_of_chrome_trace(const std::string& json_text, const std::string& where);
+
 class StepProfiler {
  public:
   StepProfiler(const ProfilingSection& config, const std::filesystem::path& dump_folder, int rank, Device device);

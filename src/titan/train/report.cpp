@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/io/atomic_file.h"
 
 namespace titan::train {
@@ -137,6 +138,14 @@ const std::vector<std::pair<std::string, std::string>>& report_charts() {
   return charts;
 }
 
+namespace {
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", s);
+  return buf;
+}
+}  // namespace
+
 std::string run_colour(size_t i) {
   static const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
   return palette[i % (sizeof palette / sizeof *palette)];
@@ -179,6 +188,28 @@ RunRecord read_run(const fs::path& dir) {
     if (info.contains("versions"))
       for (auto& [k, v] : info["versions"].items()) r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
   }
+  // [profiling]: the traces folder named in the config in effect, its newest iteration.
+  const std::string key = "  profiling.save_traces_folder = \"";
+  if (const size_t at = r.config_in_effect.find(key); at != std::string::npos) {
+    const size_t from = at + key.size(), to = r.config_in_effect.find('"', from);
+    const fs::path traces = dir / r.config_in_effect.substr(from, to - from);
+    long newest = -1;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(traces, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("iteration_", 0) != 0 || !fs::exists(it->path() / "rank0_trace.json")) continue;
+      if (const auto step = parse_int(name.substr(10)); step && *step > newest) newest = long(*step);
+    }
+    if (newest >= 0) {
+      r.profile_trace = traces / ("iteration_" + std::to_string(newest)) / "rank0_trace.json";
+      std::ifstream t(r.profile_trace, std::ios::binary);
+      std::stringstream text;
+      text << t.rdbuf();
+      const std::vector<profiling::Span> spans = spans_of_chrome_trace(text.str(), r.profile_trace.string());
+      r.profile = profile_rows(spans);
+      for (const auto& sp : spans) r.profile_seconds += sp.seconds;
+    }
+  }
   const fs::path check_path = dir / "check.json";
   if (fs::exists(check_path)) {
     json check = read_json(check_path);
@@ -205,7 +236,7 @@ std::string render_report(const std::vector<RunRecord>& runs) {
         "vertical-align:middle;margin-right:6px}\n"
         "pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}.none{color:#888;width:560px}\n"
         "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left}\n"
-        ".fail{color:#b00;font-weight:600}.ok{color:#070}\n"
+        ".fail{color:#b00;font-weight:600}.ok{color:#070}.bar{display:inline-block;height:10px}\n"
         "</style></head><body>\n<h1>titan report</h1>\n";
   os << "<p class=\"legend\">";
   for (size_t i = 0; i < runs.size(); ++i)
@@ -229,6 +260,23 @@ std::string render_report(const std::vector<RunRecord>& runs) {
       os << "<table>";
       if (!r.device.empty()) os << "<tr><th>device</th><td>" << escape(r.device) << "</td></tr>";
       for (auto& [k, v] : r.versions) os << "<tr><th>" << escape(k) << "</th><td>" << escape(v) << "</td></tr>";
+      os << "</table>\n";
+    }
+    if (!r.profile.empty()) {
+      // The newest profile: each op's share of the profiled steps, longest first.
+      os << "<h3>where the time went: " << escape(r.profile_trace.parent_path().filename().string())
+         << " (rank 0, " << fmt_seconds(r.profile_seconds) << " s; trace " << escape(r.profile_trace.string())
+         << ")</h3>\n<table><tr><th>op (or [phase])</th><th>calls</th><th>forward s</th><th>backward s</th>"
+            "<th>share</th><th></th></tr>";
+      for (const ProfileRow& p : r.profile) {
+        const double share = r.profile_seconds > 0 ? 100.0 * p.seconds() / r.profile_seconds : 0.0;
+        char pct[32];
+        std::snprintf(pct, sizeof pct, "%.1f%%", share);
+        os << "<tr><td>" << escape(p.kind == profiling::SpanKind::Phase ? "[" + p.name + "]" : p.name) << "</td><td>"
+           << p.calls << "</td><td>" << fmt_seconds(p.forward_seconds) << "</td><td>"
+           << fmt_seconds(p.backward_seconds) << "</td><td>" << pct << "</td><td><i class=\"bar\" style=\"width:"
+           << int(std::lround(2 * share)) << "px;background:" << run_colour(i) << "\"></i></td></tr>";
+      }
       os << "</table>\n";
     }
     if (!r.check_rows.empty()) {

@@ -2,11 +2,14 @@
 // `titan report RUN_DIR [RUN_DIR ...]`: one self-contained HTML page (inline SVG and CSS, no
 // scripts, nothing fetched) with the curves of one or more runs overlaid: loss (and val_loss
 // when a run logs it), grad norm, learning rate, tokens/s, MFU and memory per step, each run's
-// warm-up steps marked; then each run's config in effect and versions (from run_info.json).
+// warm-up steps marked; then each run's config in effect and versions (from run_info.json), and
+// where its newest profiled steps spent their time ([profiling], rank 0's trace).
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "titan/train/profiler.h"
 
 namespace titan::train {
 
@@ -23,10 +26,15 @@ struct RunRecord {
     std::string check, status, value, rule;
   };
   std::vector<CheckRow> check_rows;
+  // [profiling]: the newest rank-0 trace of the run (empty when it profiled nothing) and its table.
+  std::filesystem::path profile_trace;
+  std::vector<ProfileRow> profile;
+  double profile_seconds = 0;
 };
 
 // Reads RUN_DIR/metrics.jsonl (required), RUN_DIR/run_info.json and RUN_DIR/check.json (when
-// present). Errors name the file and line.
+// present), and the newest iteration_<step>/rank0_trace.json under the run's
+// profiling.save_traces_folder (from run_info.json's config in effect). Errors name the file and line.
 RunRecord read_run(const std::filesystem::path& dir);
 
 // The metrics charted, in page order: {metrics.jsonl field, chart title}.
