@@ -15,9 +15,10 @@
 #                              (and, for MoE, the mma_sync grouped expert GEMMs): [kernels] rules
 #                              appended to a copy of its config, instead of the default WMMA ones,
 #                              to see which the GPU prefers
-#   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); the one before
-#                              the last is profiled op by op ([profiling]: its table follows the job's
-#                              log tail, its Chrome trace is in OUT_DIR/<job>/profile_traces)
+#   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
+#                              profiled op by op, the one before the last (the last when STEPS <= 4)
+#                              ([profiling]: its table follows the job's log tail, its Chrome trace is
+#                              in OUT_DIR/<job>/profile_traces); it stays in the median's sample
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
 #   GPU_MODELS_JOB_LIMIT=600   seconds each job may run (a job past it is a FAILED row)

@@ -13,8 +13,9 @@
 #   GPU_CHECK_PEER=1 bash .../gpu_check.sh            # also the peer (transformers, eager) in the same
 #                                                     # call, GPU_CHECK_PEER_BUDGET seconds (default 60)
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
-#   GPU_CHECK_ARCHIVE=$OUT/gpu_logs.tar.gz ...        # and pack that folder into one file at the end
-#                                                     # (the device tool returns at most 8 files)
+#   GPU_CHECK_LOG_DIR=/tmp/logs GPU_CHECK_ARCHIVE=$OUT/gpu_logs.tar.gz ...
+#                                                     # pack the logs, profiles and traces into one
+#                                                     # file (the device tool returns at most 8 files)
 #   GPU_CHECK_DEADLINE=560 bash .../gpu_check.sh      # seconds for the whole script (default 560,
 #                                                     # under the device tool's 600 s per call)
 # The steps run in the order of what a short slot must not miss: the parity command, the speed
@@ -76,7 +77,7 @@ step() {
     read -r p f s < <(awk '/^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped/{p += $1; f += $3; s += $5}
                            END {print p + 0, f + 0, s + 0}' "$log")
     detail="$p passed, $f failed, $s skipped"
-    [ "$status" = PASS ] && [ "$p" -eq 0 ] && status=SKIP  # nothing checked: no GPU
+    if [ "$status" = PASS ] && [ "$p" -eq 0 ]; then status=SKIP; failed=1; fi  # nothing checked: no GPU
   elif [ "$status" = PASS ] && grep -q ': skipped: ' "$log"; then
     status=SKIP
     detail=$(grep -m1 ': skipped: ' "$log" | sed 's/^[^:]*: skipped: //')

@@ -238,6 +238,9 @@ TEST(DataParallel, EachRankProfilesItsStepWithTheCollectivesAsPhases) {
                          tiny(dump, 2,
                               {{"training.steps", "2"},
                                {"checkpoint.enable", "false"},
+                               {"validation.enable", "true"},  // at step 2: inside the profiled window
+                               {"validation.freq", "2"},
+                               {"validation.steps", "1"},
                                {"profiling.enable_profiling", "true"},
                                {"profiling.profile_freq", "2"}}),
                          &out);
@@ -245,13 +248,19 @@ TEST(DataParallel, EachRankProfilesItsStepWithTheCollectivesAsPhases) {
   for (int rank : {0, 1}) {
     const fs::path trace = dump / "profile_traces/iteration_2" / ("rank" + std::to_string(rank) + "_trace.json");
     const auto j = nlohmann::json::parse(read_file(trace));
-    std::map<std::string, int> phases;
-    for (const auto& e : j.at("traceEvents"))
-      if (e.at("ph") == "X" && e.at("cat") == "phase") ++phases[e.at("name").get<std::string>()];
+    std::map<std::string, int> phases, forward;
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.at("ph") != "X") continue;
+      if (e.at("cat") == "phase") ++phases[e.at("name").get<std::string>()];
+      if (e.at("cat") == "forward") ++forward[e.at("name").get<std::string>()];
+    }
     // Forward: the embedding, each layer, the head; backward: each layer again (and the head).
     EXPECT_GE(phases["parameter gather"], 5) << trace;
     EXPECT_GE(phases["gradient reduction"], 2) << trace;
-    EXPECT_EQ(phases["gradient sync"], 1) << trace;
+    for (const char* once : {"gradient sync", "loss all-reduce", "grad-norm all-reduce", "between steps"})
+      EXPECT_EQ(phases[once], 1) << once << " in " << trace;
+    // The validation after step 2 (gathers included) stays in "between steps": one training forward.
+    EXPECT_EQ(forward["linear_cross_entropy"], 1) << trace;
   }
   size_t tables = 0;
   for (size_t at = out.find("profile of step 2 on cpu"); at != std::string::npos; at = out.find("profile of step 2", at + 1))

@@ -121,11 +121,23 @@ TEST(OpTimeline, AForwardAndBackwardTileTheTimelineOpByOp) {
 TEST(OpTimeline, ARecomputedLayerHoldsItsForwardAndItsNodesFollowAsSpans) {
   const std::vector<Span> spans = profile_a_step(qwen3::Checkpointing::Full);
   expect_tiling(spans);
+  // Each recompute node: one span for the forward it reruns, one after its layer's nodes.
   const auto backward = names_of(spans, SpanKind::Backward);
-  EXPECT_EQ(backward.count("recompute:layers.0"), 1u);
-  EXPECT_EQ(backward.count("recompute:layers.1"), 1u);
-  // The layers' own nodes, recorded by the recompute, run as nested backward spans.
-  EXPECT_EQ(backward.count("attention"), 2u);
+  EXPECT_EQ(backward.count("recompute:layers.0"), 2u);
+  EXPECT_EQ(backward.count("recompute:layers.1"), 2u);
+  // The layers' own nodes, recorded by the recompute, run as nested backward spans named after
+  // the modules the recomputed ops ran in.
+  std::vector<std::string> attention;
+  for (const Span& s : spans)
+    if (s.kind == SpanKind::Backward && s.name == "attention") attention.push_back(s.module);
+  EXPECT_EQ(attention, (std::vector<std::string>{"layers.1.attention", "layers.0.attention"}));
+  // Layer 1's spans in order: recompute, its nodes, recompute again, then layer 0's.
+  std::vector<std::string> order;
+  for (const Span& s : spans)
+    if (s.kind == SpanKind::Backward && (s.name.rfind("recompute:", 0) == 0 || s.name == "attention"))
+      order.push_back(s.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"recompute:layers.1", "attention", "recompute:layers.1",
+                                             "recompute:layers.0", "attention", "recompute:layers.0"}));
   // The recompute's forward ops stay inside its span: forward spans are the first forward's only.
   EXPECT_EQ(names_of(spans, SpanKind::Forward).count("attention"), 2u);
 }
@@ -318,6 +330,23 @@ TEST(Profiling, ActiveStepsShareOneTracePerCycle) {
   }
 }
 
+TEST(Profiling, ARunThatEndsInsideAWindowSaysItWroteNoTrace) {
+  const fs::path dump = tt::temp_dir("profiling_cut");
+  std::string out;
+  const int rc = tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                                     tt::cli_args(tt::tiny_job(dump, {{"training.steps", "3"},
+                                                                      {"profiling.enable_profiling", "true"},
+                                                                      {"profiling.profile_freq", "4"},
+                                                                      {"profiling.profiler_active", "2"}})),
+                                 &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("profiling: the run ended at step 3, before the end of the profiled window (steps 3-4): no "
+                     "trace written"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "profile_traces"));
+}
+
 TEST(Profiling, TorchtitanKeysAndBadValues) {
   const fs::path dump = tt::temp_dir("profiling_keys");
   // Older spellings apply as today's keys; the warm-up count has nothing to set.
@@ -333,8 +362,11 @@ TEST(Profiling, TorchtitanKeysAndBadValues) {
                                                                             {"profiling.profiler_active", "0"},
                                                                             {"profiling.profiler_active", "11"},
                                                                             {"profiling.save_traces_folder", ""}}) {
-    train::JobConfig bad = tt::tiny_config(dump, {{key, value}});
+    train::JobConfig bad = tt::tiny_config(dump, {{"profiling.enable_profiling", "true"}, {key, value}});
     const std::string err = tt::error_of([&] { bad.validate(1); });
     EXPECT_NE(err.find(key), std::string::npos) << key << " = " << value << ": " << err;
+    // As torchtitan: the settings of a profiler that is off are not read.
+    train::JobConfig off = tt::tiny_config(dump, {{key, value}});
+    EXPECT_EQ(tt::error_of([&] { off.validate(1); }), "") << key << " = " << value;
   }
 }

@@ -121,6 +121,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
     node.backward = nullptr;  // release saved tensors as we go
   }
   tape.clear();
+  profiling::resume_backward_node();  // inside a recompute node: the rest of its span is its own
 }
 
 void backward(const Tensor& loss) {

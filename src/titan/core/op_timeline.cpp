@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
@@ -11,16 +13,19 @@ namespace titan::profiling {
 namespace {
 
 std::atomic<Timeline*> g_active{nullptr};
-std::thread::id g_thread;    // the recording thread (set before g_active is published)
-std::string g_last_module;   // written and read on the recording thread only
-bool g_ops_in_phase = false;  // the latest phase mark keeps the ops after it (recording thread only)
-thread_local bool t_in_backward_node = false;
+std::atomic<std::thread::id> g_thread;  // the recording thread (stored before g_active is published)
+std::string g_last_module;     // recording thread only
+bool g_ops_in_phase = false;   // the latest phase mark keeps the ops after it (recording thread only)
+// The backward nodes running on this thread, innermost last (op, module).
+thread_local std::vector<std::pair<const std::string*, const std::string*>> t_nodes;
 
 // The timeline to mark, when this thread records one.
 Timeline* recording_here() {
   Timeline* t = g_active.load(std::memory_order_acquire);
-  return t && std::this_thread::get_id() == g_thread ? t : nullptr;
+  return t && std::this_thread::get_id() == g_thread.load(std::memory_order_relaxed) ? t : nullptr;
 }
+
+const std::string kNoModule;
 
 }  // namespace
 
@@ -28,8 +33,9 @@ bool recording() { return g_active.load(std::memory_order_relaxed) != nullptr; }
 
 void mark_op(const std::string& op, const std::string& module) {
   Timeline* t = recording_here();
-  if (!t || t_in_backward_node || g_ops_in_phase) return;
-  g_last_module = module;
+  if (!t) return;
+  g_last_module = module;  // also inside a node: a recomputed layer's nodes are recorded there
+  if (!t_nodes.empty() || g_ops_in_phase) return;
   t->add(op, module, SpanKind::Forward);
 }
 
@@ -40,19 +46,28 @@ void mark_phase(std::string_view name, bool ops_inside) {
   t->add(name, "", SpanKind::Phase);
 }
 
-const std::string& last_op_module() { return g_last_module; }
-
-BackwardNode::BackwardNode(const std::string& op, const std::string& module) : prev_suppressed_(t_in_backward_node) {
-  if (Timeline* t = recording_here()) t->add(op, module, SpanKind::Backward);
-  t_in_backward_node = true;
+void mark_wait(std::string_view name) {
+  if (recording_here() && !g_ops_in_phase) mark_phase(name);
 }
 
-BackwardNode::~BackwardNode() { t_in_backward_node = prev_suppressed_; }
+const std::string& last_op_module() { return recording_here() ? g_last_module : kNoModule; }
+
+BackwardNode::BackwardNode(const std::string& op, const std::string& module) {
+  if (Timeline* t = recording_here()) t->add(op, module, SpanKind::Backward);
+  t_nodes.emplace_back(&op, &module);
+}
+
+BackwardNode::~BackwardNode() { t_nodes.pop_back(); }
+
+void resume_backward_node() {
+  Timeline* t = recording_here();
+  if (t && !t_nodes.empty()) t->add(*t_nodes.back().first, *t_nodes.back().second, SpanKind::Backward);
+}
 
 Timeline::Timeline(DeviceServices& device) : device_(device) {
   TITAN_CHECK(g_active.load() == nullptr, "profiler: a timeline is already recording");
   device_.take_time_marks();  // forget marks left by a timeline that never finished
-  g_thread = std::this_thread::get_id();
+  g_thread.store(std::this_thread::get_id());
   g_last_module.clear();
   g_ops_in_phase = false;
   g_active.store(this, std::memory_order_release);

@@ -8,7 +8,11 @@
 //   - an op's forward span runs from its kernel lookup (kernels::kernel_for) to the next mark;
 //   - a backward node's span holds everything the node does, the kernels of the ops it calls and
 //     the accumulation of its input gradients included (op marks are suppressed inside it), except
-//     the spans of nested backward nodes (an activation-checkpointed layer's recompute);
+//     the spans of nested backward nodes: an activation-checkpointed layer's recompute node holds
+//     the forward it reruns, its layer's nodes follow as spans of their own, then a second span of
+//     the recompute node holds what it does after them (resume_backward_node);
+//   - an op's span starts at its kernel lookup: the input copies (contiguous(), casts inside the
+//     op's wrapper) it makes before that count in the span before;
 //   - trainer phases ("data", "loss read", ...) mark host-side work between ops.
 // On a GPU a span is device time between two points of the stream, so a host read shows up in the
 // span of the op queued before it, as the idle time it costs.
@@ -45,23 +49,28 @@ void mark_op(const std::string& op, const std::string& module);  // an op's kern
 // Trainer-level work. With `ops_inside`, the ops run until the next phase mark belong to this
 // phase (the evaluation between two steps is not training work); else they mark as usual.
 void mark_phase(std::string_view name, bool ops_inside = false);
+// A wait for a collective (data parallelism): a phase of its own, unless the current phase holds
+// its ops (the gathers of an evaluation between two steps stay in that phase).
+void mark_wait(std::string_view name);
 
-// The module of the latest op mark: autograd keeps it in each node it records, so the node's
-// backward span names the module its forward ran in.
+// The module of the latest op call on the recording thread ("" elsewhere or when not recording):
+// autograd keeps it in each node it records, so the node's backward span names the module its
+// forward ran in.
 const std::string& last_op_module();
 
 // A backward node's span, from construction to the next mark; op marks are suppressed until it is
-// destroyed (nested BackwardNode scopes still mark).
+// destroyed (nested BackwardNode scopes still mark). `op` and `module` must outlive the scope.
 class BackwardNode {
  public:
   BackwardNode(const std::string& op, const std::string& module);
   ~BackwardNode();
   BackwardNode(const BackwardNode&) = delete;
   BackwardNode& operator=(const BackwardNode&) = delete;
-
- private:
-  bool prev_suppressed_;
 };
+
+// A nested backward pass (a recompute's) has run its nodes: what the enclosing node does next is
+// its own again, a second span of it.
+void resume_backward_node();
 
 // Records marks on `device` from construction until finish() (one timeline at a time per process;
 // constructing a second while one records is an error).

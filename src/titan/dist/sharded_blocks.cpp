@@ -166,7 +166,7 @@ void ShardedBlocks::wait_all() {
 
 void ShardedBlocks::before_forward(size_t b) {
   if (!sharded()) return;
-  profiling::mark_phase("parameter gather");  // the op profiler's phase: waiting for this block's gather
+  profiling::mark_wait("parameter gather");  // the op profiler's phase: waiting for this block's gather
   poll();
   if (!gathers_[b] && !gathered(b)) start_gather(b);
   // Prefetch: the next block's gather runs while this one computes. Started before the wait on
@@ -183,7 +183,7 @@ void ShardedBlocks::after_forward(size_t b) {
 
 void ShardedBlocks::before_backward(size_t b) {
   if (!sharded()) return;
-  profiling::mark_phase("parameter gather");
+  profiling::mark_wait("parameter gather");
   poll();
   ensure_gathered(b);
   nn::ParamBlock& B = blocks_[b];
@@ -194,7 +194,7 @@ void ShardedBlocks::before_backward(size_t b) {
 }
 
 void ShardedBlocks::after_backward(size_t b) {
-  if (sharded() || last_micro_batch_) profiling::mark_phase("gradient reduction");
+  if (sharded() || last_micro_batch_) profiling::mark_wait("gradient reduction");
   if (sharded()) {
     start_gradient_reduction(b);
     release(b);

@@ -56,7 +56,7 @@ class ForceVariant {
 };
 
 // An op is about to run its kernels: the op profiler's mark (core/op_timeline.h), with the current
-// module. kernel_for calls it; ops that run without a registered kernel (cast, scale) call it too.
+// module. kernel_for calls it; ops that run without a registered kernel (cast) call it too.
 void note_op_call(const std::string& op);
 
 template <class K>

@@ -418,11 +418,14 @@ void JobConfig::validate(int world_size) const {
                         std::pair{validation.seq_len, "validation.seq_len"}})
     TITAN_CHECK(v == -1 || v > 0, key, " must be positive (or -1), got ", v);
   positive(checkpoint.interval, "checkpoint.interval");
-  positive(profiling.profile_freq, "profiling.profile_freq");
-  TITAN_CHECK(profiling.profiler_active >= 1 && profiling.profiler_active <= profiling.profile_freq,
-              "profiling.profiler_active must be in [1, profiling.profile_freq = ", profiling.profile_freq, "], got ",
-              profiling.profiler_active, ": the profiled steps are the last profiler_active of every profile_freq");
-  TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
+  if (profiling.enable_profiling) {  // as torchtitan: the settings are read only when profiling
+    positive(profiling.profile_freq, "profiling.profile_freq");
+    TITAN_CHECK(profiling.profiler_active >= 1 && profiling.profiler_active <= profiling.profile_freq,
+                "profiling.profiler_active must be in [1, profiling.profile_freq = ", profiling.profile_freq,
+                "], got ", profiling.profiler_active,
+                ": the profiled steps are the last profiler_active of every profile_freq");
+    TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
+  }
   TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,
               "checkpoint.keep_latest_k must be 0 (keep all) or >= 2, got ", checkpoint.keep_latest_k);
   TITAN_CHECK(model.name != "hf" || !model.hf_assets_path.empty(),

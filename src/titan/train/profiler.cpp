@@ -141,15 +141,22 @@ StepProfiler::StepProfiler(const ProfilingSection& config, const std::filesystem
 
 StepProfiler::~StepProfiler() = default;
 
+void StepProfiler::end_run(int64_t step) {
+  if (!timeline_) return;
+  timeline_.reset();
+  const int64_t window_end = ((first_step_ - 1) / freq_ + 1) * freq_;
+  say("profiling: the run ended at step %ld, before the end of the profiled window (steps %ld-%ld): no trace "
+      "written", long(step), long(first_step_), long(window_end));
+}
+
 bool StepProfiler::active(int64_t step) const {
   return enabled_ && step >= 1 && (step - 1) % freq_ >= freq_ - active_;
 }
 
 void StepProfiler::begin_step(int64_t step) {
   if (!active(step)) return;
-  // A window is timed whole: one that a resumed run enters in its middle is skipped.
+  // A run resumed inside a window times the rest of it (as torchtitan's profiler does).
   if (!timeline_) {
-    if ((step - 1) % freq_ != freq_ - active_) return;
     timeline_ = std::make_unique<profiling::Timeline>(device_services(device_));
     first_step_ = step;
   }
@@ -166,16 +173,21 @@ void StepProfiler::end_step(int64_t step) {
   const std::vector<Span> spans = timeline_->finish();
   timeline_.reset();
   const std::filesystem::path dir = folder_ / ("iteration_" + std::to_string(step));
-  std::filesystem::create_directories(dir);
-  last_trace_ = dir / ("rank" + std::to_string(rank_) + "_trace.json");
+  const std::filesystem::path trace = dir / ("rank" + std::to_string(rank_) + "_trace.json");
   const std::string device = device_services(device_).description();
-  io::write_file_atomic(last_trace_, chrome_trace(spans, rank_, device, first_step_));
+  try {  // a trace that cannot be written costs the trace, not the training
+    std::filesystem::create_directories(dir);
+    io::write_file_atomic(trace, chrome_trace(spans, rank_, device, first_step_));
+    last_trace_ = trace;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "profiling: rank %d: the trace of step %ld was not written: %s\n", rank_, long(step), e.what());
+  }
   double total = 0;
   for (const Span& s : spans) total += s.seconds;
   const std::string steps =
       first_step_ == step ? "step " + std::to_string(step) : "steps " + std::to_string(first_step_) + "-" + std::to_string(step);
   say("profile of %s on %s: %.4f s in %zu spans; trace %s", steps.c_str(), device.c_str(), total, spans.size(),
-      last_trace_.c_str());
+      last_trace_ == trace ? trace.c_str() : "not written");
   for (const std::string& line : profile_table(profile_rows(spans), total)) say("%s", line.c_str());
 }
 

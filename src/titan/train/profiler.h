@@ -54,6 +54,9 @@ class StepProfiler {
   void begin_step(int64_t step);
   void step_ran();
   void end_step(int64_t step);
+  // After the last step: a window the run ended inside (training.steps, a signal) is dropped,
+  // saying so.
+  void end_run(int64_t step);
   // The trace written by the latest window ("" before the first).
   const std::filesystem::path& last_trace() const { return last_trace_; }
 

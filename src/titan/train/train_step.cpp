@@ -44,16 +44,20 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     profiling::mark_phase("loss read");
     sums[0] += out.loss.item();
     if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
-    if (sharding.active()) profiling::mark_phase("gradient sync");
+    // The waits for the gradient collectives, and the accumulation of what they bring.
+    if (sharding.active()) profiling::mark_phase("gradient sync", /*ops_inside=*/true);
     sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
   // The loss of the step over all ranks (every rank's loss is a mean over the same number of
   // tokens, so the global mean is their mean).
+  const bool ranks = plan.dp_size() > 1;
+  if (ranks) profiling::mark_phase("loss all-reduce");
   plan.all_reduce_sum(sums);
   const double micro_batches = double(accumulation * plan.dp_size());
   std::vector<Tensor> grads;
   for (auto& b : model.blocks()) grads.push_back(b.shard_grad());
   const double norm_sq = ops::grad_norm_sq(grads);  // one host read for all blocks
+  if (ranks) profiling::mark_phase("grad-norm all-reduce");
   StepGradients g;
   g.loss = sums[0] / micro_batches;
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;

@@ -229,6 +229,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     profiler.end_step(state.step);
   }
 
+  profiler.end_run(state.step);
   summary.last_step = state.step;
   summary.tokens = state.tokens_seen;
   summary.seconds = seconds_since(t_start);
