@@ -69,13 +69,15 @@ TEST(CudaOps, RmsNorm) {
 TEST(CudaOps, RopeIsBitIdentical) {
   TITAN_REQUIRE_CUDA();
   auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::rope(in[0], in[1], 1e6)}; };
-  const int64_t B = 2, S = 9, H = 3, D = 16;
+  const int64_t B = 2, S = 9, H = 3;
   std::vector<int64_t> shared(S), per_row(B * S);
   for (int64_t s = 0; s < S; ++s) shared[size_t(s)] = s;
   for (int64_t i = 0; i < B * S; ++i) per_row[size_t(i)] = (i * 37) % 4000;  // out of order, large
-  for (const Tensor& pos : {Tensor::from_vector(shared, {S}), Tensor::from_vector(per_row, {B, S})})
-    for (DType dt : {DType::F32, DType::BF16})
-      expect_device_matches_reference("rope", kCuda, f, {grad_input({B, S, H, D}, dt, 5), pos}, 0, 0);
+  // Pairs per row below a warp, Qwen3's 64 (two warps, four rows a block), and above a block (640).
+  for (int64_t D : {16, 128, 640})
+    for (const Tensor& pos : {Tensor::from_vector(shared, {S}), Tensor::from_vector(per_row, {B, S})})
+      for (DType dt : {DType::F32, DType::BF16})
+        expect_device_matches_reference("rope", kCuda, f, {grad_input({B, S, H, D}, dt, 5), pos}, 0, 0);
 }
 
 TEST(CudaOps, Swiglu) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,7 +146,7 @@ TEST(CudaServices, FillMatchesCpuForEveryDtype) {
   DeviceServices& s = device_services(Device::CUDA);
   const int64_t n = 100003;
   for (DType t : kAllDtypes)
-    for (double v : {0.0, 1.0, 3.14159, 200.7}) {
+    for (double v : {0.0, -0.0, 1.0, 3.14159, 200.7}) {  // +0 is a memset, -0 the fill kernel
       DeviceBuffer d(s, size_t(n) * dtype_size(t));
       s.fill(d.p, n, t, v);
       EXPECT_EQ(device_bytes(s, d.p, d.n), bytes_of(Tensor::full({n}, v, t)))
@@ -168,6 +169,40 @@ TEST(CudaServices, ConvertMatchesCpuForEveryDtypePair) {
           << dtype_name(from) << " -> " << dtype_name(to);
     }
   }
+}
+
+// The f32 <-> bf16 casts take four elements a thread where both sides are aligned for it and the
+// scalar kernel elsewhere (views starting mid-block, lengths not a multiple of 4): every start and
+// length gives the CPU's bits, rounding ties, infinities, NaN, -0 and subnormals included.
+TEST(CudaServices, F32Bf16CastsAtAnyAlignmentAndLength) {
+  TITAN_REQUIRE_CUDA();
+  DeviceServices& s = device_services(Device::CUDA);
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.5f, 1.00390625f /* a tie */, 1.01171875f /* a tie */,
+                               3.0e38f, -3.4e38f, 1e-40f /* subnormal */, -1e-45f,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  while (values.size() < 4107) values.push_back(normal(rng));
+  const Tensor f32 = Tensor::from_vector(values, {int64_t(values.size())});
+  const Tensor bf16 = f32.to(DType::BF16);
+  DeviceBuffer df32(s, f32.nbytes()), dbf16(s, bf16.nbytes()), out(s, f32.nbytes());
+  s.copy_from_host(df32.p, f32.raw_data(), f32.nbytes());
+  s.copy_from_host(dbf16.p, bf16.raw_data(), bf16.nbytes());
+  for (int64_t n : {1, 3, 4, 5, 8, 4099})
+    for (int64_t from : {0, 1, 2, 3})
+      for (int64_t to : {0, 1, 3}) {
+        const Tensor want_bf16 = f32.narrow(0, from, n).to(DType::BF16);
+        s.convert(static_cast<uint16_t*>(out.p) + to, DType::BF16, static_cast<const float*>(df32.p) + from,
+                  DType::F32, n);
+        EXPECT_EQ(device_bytes(s, static_cast<uint16_t*>(out.p) + to, size_t(n) * 2), bytes_of(want_bf16))
+            << "f32 -> bf16, n " << n << ", source at " << from << ", destination at " << to;
+        const Tensor want_f32 = bf16.narrow(0, from, n).to(DType::F32);
+        s.convert(static_cast<float*>(out.p) + to, DType::F32, static_cast<const uint16_t*>(dbf16.p) + from,
+                  DType::BF16, n);
+        EXPECT_EQ(device_bytes(s, static_cast<float*>(out.p) + to, size_t(n) * 4), bytes_of(want_f32))
+            << "bf16 -> f32, n " << n << ", source at " << from << ", destination at " << to;
+      }
 }
 
 TEST(CudaServices, CopyStridedGathersAndScattersLikeTheCpu) {

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -152,18 +153,28 @@ __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, i
 }
 
 // dlogits of one chunk, in the GEMM operand type TD (bf16 rounds once, as the reference does).
+// Rows on grid y (the label and lse read once per block), columns on grid x: no 64-bit division
+// per element (the chunk is N x 8192 elements per call, 19 calls per step at Qwen3's vocabulary).
 template <class TL, class TD>
 __global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
                                       const int64_t* labels, int64_t ignore_index, const float* lse,
                                       float scale, TD* dlogits) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < N * C;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = idx / C, c = idx % C, y = labels[n];
-    float g = 0.f;
-    if (counted(y, V, ignore_index))
-      g = scale * (expf(to_f32(logits[idx]) - lse[n]) - (c0 + c == y ? 1.f : 0.f));
-    store(dlogits, idx, g);
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+    const int64_t y = labels[n];
+    const bool row_counts = counted(y, V, ignore_index);
+    const float row_lse = row_counts ? lse[n] : 0.f;
+    const TL* row = logits + n * C;
+    TD* out = dlogits + n * C;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+      float g = 0.f;
+      if (row_counts) g = scale * (expf(to_f32(row[c]) - row_lse) - (c0 + c == y ? 1.f : 0.f));
+      store(out, c, g);
+    }
   }
+}
+
+dim3 chunk_grad_grid(int64_t N, int64_t C) {
+  return dim3(unsigned(std::min<int64_t>((C + 255) / 256, 65535)), unsigned(std::min<int64_t>(N, 65535)));
 }
 
 void check_dtype(DType dtype) {
@@ -270,7 +281,7 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
   for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
     chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
-    const unsigned grid = grid_for(d.N * C);
+    const dim3 grid = chunk_grad_grid(d.N, C);
     const float s = float(scale);
     if (ld == DType::BF16)  // bf16 logits imply bf16 operands
       lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(

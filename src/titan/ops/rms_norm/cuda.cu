@@ -71,9 +71,11 @@ __global__ void rms_norm_dw_partial_kernel(int64_t R, int64_t D, int64_t rows_pe
   partial[c * D + d] = acc;
 }
 
-// out[d] = sum over chunks of partial[c, d]: 32 columns per block, 8 lanes per column each summing
-// every 8th chunk, then the 8 lane sums added in lane order (a fixed order: deterministic).
-constexpr int kSumLanes = 8;
+// out[d] = sum over chunks of partial[c, d]: 32 columns per block, 32 lanes per column each summing
+// every 32nd chunk, then the 32 lane sums added in lane order (a fixed order: deterministic). With
+// head_dim 128 (the q/k norms) there are only 4 such blocks, so the serial part per thread is what
+// counts: 2048 chunks / 32 lanes = 64 loads.
+constexpr int kSumLanes = 32;
 __global__ void sum_columns_kernel(int64_t chunks, int64_t D, const float* partial, float* out) {
   __shared__ float lane_sums[kSumLanes][32];
   const int col = threadIdx.x & 31, lane = threadIdx.x >> 5;

@@ -3,6 +3,7 @@
 // CPU "default" and "reference" kernels (same f32 cos/sin, same roundings, no fused multiply-add).
 // The device copy is made once per (theta, D) and replaced only when a longer table arrives (rows
 // of a longer table equal the shorter table's rows).
+#include <algorithm>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -47,37 +48,28 @@ DeviceTable device_table(const KernelContext& ctx, const RopeTable& table) {
   return *slot;
 }
 
-// Element i of a kernel's grid-stride loop: the rotated pair (j, j + D/2) of row `row` (a token's
-// head), with the pair's cos and sin rounded to T.
-struct RotatedPair {
-  int64_t row, j;
-  float c, s;
-};
-template <class T>
-__device__ RotatedPair rotated_pair(int64_t i, int64_t H, int64_t half, const int64_t* pos,
-                                    const float* cos_t, const float* sin_t) {
-  const int64_t j = i % half, row = i / half;
-  const int64_t t = pos[row / H] * half + j;
-  return {row, j, round_to<T>(cos_t[t]), round_to<T>(sin_t[t])};
-}
-
 // Each pair (x1, x2) = (x[j], x[j + D/2]) becomes (x1 c - x2 s, x2 c + x1 s), each product rounded to
 // Elem as torch does. The backward (kTranspose) is the transpose rotation, s -> -s, of f32 gradients
 // (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s come out as if
 // written directly.
+// Threads: x over the pairs j of a row (a token's head), y over rows, so the row's token and its
+// table row are found once per row, not by 64-bit divisions per pair.
 template <class T, class Elem, bool kTranspose>
-__global__ void rope_rotate_kernel(int64_t BS, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
+__global__ void rope_rotate_kernel(int64_t rows, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
                                    const float* sin_t, const Elem* x, Elem* y) {
-  const int64_t half = D / 2, n = BS * H * half;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const RotatedPair p = rotated_pair<T>(i, H, half, pos, cos_t, sin_t);
-    const float s = kTranspose ? -p.s : p.s;
-    const Elem* xr = x + p.row * D;
-    Elem* yr = y + p.row * D;
-    const float x1 = load_f32(xr, p.j), x2 = load_f32(xr, p.j + half);
-    store_f32(yr, p.j, __fadd_rn(round_to<Elem>(__fmul_rn(x1, p.c)), round_to<Elem>(-__fmul_rn(x2, s))));
-    store_f32(yr, p.j + half,
-              __fadd_rn(round_to<Elem>(__fmul_rn(x2, p.c)), round_to<Elem>(__fmul_rn(x1, s))));
+  const int64_t half = D / 2;
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t table_row = pos[row / H] * half;
+    const Elem* xr = x + row * D;
+    Elem* yr = y + row * D;
+    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+      const float c = round_to<T>(cos_t[table_row + j]), s0 = round_to<T>(sin_t[table_row + j]);
+      const float s = kTranspose ? -s0 : s0;
+      const float x1 = load_f32(xr, j), x2 = load_f32(xr, j + half);
+      store_f32(yr, j, __fadd_rn(round_to<Elem>(__fmul_rn(x1, c)), round_to<Elem>(-__fmul_rn(x2, s))));
+      store_f32(yr, j + half, __fadd_rn(round_to<Elem>(__fmul_rn(x2, c)), round_to<Elem>(__fmul_rn(x1, s))));
+    }
   }
 }
 
@@ -86,12 +78,16 @@ template <class T, bool kBackward>
 void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
             const RopeTable& table, const void* x, void* y) {
   using Elem = std::conditional_t<kBackward, float, T>;
-  const int64_t n = B * S * H * (D / 2);
-  if (n == 0) return;
+  const int64_t rows = B * S * H, half = D / 2;
+  if (rows == 0 || half == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  launch_grid_stride(ctx, kBackward ? "rope_backward_kernel" : "rope_forward_kernel", n,
-                     rope_rotate_kernel<T, Elem, kBackward>, B * S, H, D, pos, t.cos, t.sin,
-                     static_cast<const Elem*>(x), static_cast<Elem*>(y));
+  // A row's pairs on whole warps (head_dim 128: 64 threads, 4 rows a block of 256).
+  const unsigned pair_threads = unsigned(std::min<int64_t>(kThreads, (half + 31) / 32 * 32));
+  const dim3 block(pair_threads, unsigned(kThreads) / pair_threads);
+  const unsigned blocks = unsigned(std::min<int64_t>((rows + block.y - 1) / block.y, 65536));
+  rope_rotate_kernel<T, Elem, kBackward><<<blocks, block, 0, stream_of(ctx)>>>(
+      rows, H, D, pos, t.cos, t.sin, static_cast<const Elem*>(x), static_cast<Elem*>(y));
+  check_launch(kBackward ? "rope_backward_kernel" : "rope_forward_kernel");
 }
 
 const bool registered = cuda::register_float_kernels(
