@@ -121,20 +121,26 @@ TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto hd = upload(hidden, dtype), wd = upload(weight, dtype);
-  DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dh_d(size_t(N * D) * 4),
-      dw_d(size_t(V * D) * 4);
-  lse_d.poison(), loss_d.poison(), dh_d.poison(), dw_d.poison();
   const LinearCrossEntropyDims dims{N, V, D, chunk, a.round_logits};
-  linear_cross_entropy_fwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
-                           lse_d.as<float>(), loss_d.as<float>());
-  linear_cross_entropy_bwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
-                           lse_d.as<float>(), scale, dh_d.as<float>(), dw_d.as<float>());
   const bool bf = dtype == DType::BF16;
   const double rtol = bf ? 1e-3 : 1e-4, atol = bf ? 1e-5 : 1e-6;
-  expect_close(lse_d.download<float>(), lse_r, rtol, atol, "lse");
-  expect_close(loss_d.download<float>(), loss_r, rtol, atol, "row_loss");
-  expect_close(dh_d.download<float>(), dh_r, rtol, atol, "dhidden");
-  expect_close(dw_d.download<float>(), dw_r, rtol, atol, "dweight");
+  // Recomputing the logits in backward, and keeping them from forward ([N, V], bf16 when rounded).
+  for (bool keep : {false, true}) {
+    SCOPED_TRACE(keep ? "logits kept" : "logits recomputed");
+    DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dh_d(size_t(N * D) * 4),
+        dw_d(size_t(V * D) * 4), kept(keep ? size_t(N * V) * (bf ? 2 : 4) : 0);
+    lse_d.poison(), loss_d.poison(), dh_d.poison(), dw_d.poison();
+    if (keep) kept.poison();
+    void* kept_logits = keep ? kept.as<void>() : nullptr;
+    linear_cross_entropy_fwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                             lse_d.as<float>(), loss_d.as<float>(), kept_logits);
+    linear_cross_entropy_bwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(), kIgnore,
+                             lse_d.as<float>(), scale, dh_d.as<float>(), dw_d.as<float>(), kept_logits);
+    expect_close(lse_d.download<float>(), lse_r, rtol, atol, "lse");
+    expect_close(loss_d.download<float>(), loss_r, rtol, atol, "row_loss");
+    expect_close(dh_d.download<float>(), dh_r, rtol, atol, "dhidden");
+    expect_close(dw_d.download<float>(), dw_r, rtol, atol, "dweight");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLinearCrossEntropy,

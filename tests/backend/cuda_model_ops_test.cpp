@@ -73,17 +73,21 @@ TEST(CudaModelOps, LinearCrossEntropy) {
   struct Case {
     int64_t N, V, D, chunk;
   };
+  // keep_logits_bytes: 0 recomputes the logits in backward; 1 GiB keeps them from forward.
   for (const Case& c : {Case{37, 1000, 19, 384}, Case{16, 100, 8, 7}, Case{13, 257, 64, 8192}})
-    for (DType dt : {DType::F32, DType::BF16}) {
-      auto f = [chunk = c.chunk](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], -100, chunk)};
-      };
-      const bool bf = dt == DType::BF16;
-      expect_device_matches_reference(
-          "linear_cross_entropy", kCuda, f,
-          {grad_input({c.N, c.D}, dt, 6), grad_input({c.V, c.D}, dt, 7), make_labels(c.N, c.V, 8, {0, 5})},
-          bf ? 1e-5 : 1e-6, bf ? 1e-3 : 1e-4);
-    }
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int64_t keep : {int64_t(0), int64_t(1) << 30}) {
+        SCOPED_TRACE(keep ? "logits kept" : "logits recomputed");
+        auto f = [chunk = c.chunk, keep](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], in[2], -100, chunk,
+                                                               ops::Reduction::Mean, nullptr, true, keep)};
+        };
+        const bool bf = dt == DType::BF16;
+        expect_device_matches_reference(
+            "linear_cross_entropy", kCuda, f,
+            {grad_input({c.N, c.D}, dt, 6), grad_input({c.V, c.D}, dt, 7), make_labels(c.N, c.V, 8, {0, 5})},
+            bf ? 1e-5 : 1e-6, bf ? 1e-3 : 1e-4);
+      }
 }
 
 // A label outside [0, V) is rejected on the device with the CPU's message.

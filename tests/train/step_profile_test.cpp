@@ -115,5 +115,29 @@ TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
   EXPECT_NE(out.find("batch 2 x seq 128, f32 compute"), std::string::npos) << out;
 }
 
+// A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and
+// the plan of a cuda job counts them, also on a machine without a GPU: 2 x 2048 tokens of f32 logits
+// over Qwen3's vocabulary (2.5 GB) are over the CPU's 1 GiB and under the GPU's 8 GiB.
+TEST(StepProfile, ACudaJobsPlanCountsTheLogitsItKeeps) {
+  EXPECT_EQ(loss_logits_budget(Device::CPU), int64_t(1) << 30);
+  EXPECT_EQ(loss_logits_budget(Device::CUDA), int64_t(8) << 30);
+  const std::string config = (testing::source_dir() / "configs" / "debugmodel.toml").string();
+  auto plan = [&](const char* device) {
+    const JobConfig cfg = load_job_config(config, {{"job.device", device},
+                                                   {"training.mixed_precision_param", "float32"},
+                                                   {"training.seq_len", "2048"},
+                                                   {"model.n_layers", "1"}});
+    const PlannedStep p = planned_step(cfg, 1, 1);
+    EXPECT_EQ(p.shape.keep_logits_bytes, loss_logits_budget(std::string(device) == "cuda" ? Device::CUDA : Device::CPU));
+    return profile_training_step(p.args, p.shape, Device::Meta);
+  };
+  const StepProfile cpu = plan("cpu"), cuda = plan("cuda");
+  const int64_t logits = 2 * 2048 * int64_t(qwen3::flavor("debugmodel").vocab_size) * 4;
+  ASSERT_GT(logits, int64_t(1) << 30);
+  EXPECT_EQ(cuda.weights, cpu.weights);
+  EXPECT_GE(cuda.peak - cpu.peak, logits - (int64_t(64) << 20)) << "cpu " << cpu.peak << " B, cuda " << cuda.peak << " B";
+  EXPECT_LE(cuda.peak - cpu.peak, logits);
+}
+
 }  // namespace
 }  // namespace titan::train

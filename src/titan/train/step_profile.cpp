@@ -50,6 +50,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     qwen3::Qwen3Model model(args, shape.compute, device);
     plan.shard_blocks(model.blocks());
     model.set_checkpointing(shape.checkpointing);
+    model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
     dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard);
     AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
@@ -105,13 +106,18 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
                                         : qwen3::Checkpointing::None;
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
+  s.keep_logits_bytes = loss_logits_budget(job.device);
   return s;
 }
+
+int64_t loss_logits_budget(Device device) { return int64_t(device == Device::CUDA ? 8 : 1) << 30; }
 
 PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_shard) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
   job.compute_dtype = resolve_compute_dtype(c);
+  // The device the job names, whether or not this machine has one (a GPU job planned anywhere).
+  job.device = c.job.device == "cuda" ? Device::CUDA : Device::CPU;
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
   job.accumulation_steps = accumulation_steps(c, dp_replicate * dp_shard);

@@ -10,6 +10,7 @@
 #include "titan/train/checkpoint_blocks.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/step_profile.h"
 
 namespace titan::train {
 
@@ -27,6 +28,7 @@ qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const 
                           nn::BlockShard{plan.shard_index(), plan.dp_shard()});
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
+  model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
   return model;
 }

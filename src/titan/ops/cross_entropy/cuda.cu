@@ -119,15 +119,16 @@ __global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float
   }
 }
 
-// One block per row: folds chunk columns [c0, c0 + C) (logits [N, C]) into the row's running stats.
+// One block per row: folds chunk columns [c0, c0 + C) (row n's at logits + n * ld) into the row's
+// running stats.
 template <class TL>
-__global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits,
+__global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits, int64_t ld,
                                        const int64_t* labels, int64_t ignore_index, float* run_max,
                                        float* run_sum, float* label_logit) {
   __shared__ float shared[64];
   const int64_t n = blockIdx.x, y = labels[n];
   if (!counted(y, V, ignore_index)) return;  // block-uniform
-  const TL* x = logits + n * C;
+  const TL* x = logits + n * ld;
   const MaxSum r = row_max_sum(x, C, shared);
   if (threadIdx.x == 0) {
     const MaxSum total = merge({run_max[n], run_sum[n]}, r);
@@ -156,14 +157,14 @@ __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, i
 // Rows on grid y (the label and lse read once per block), columns on grid x: no 64-bit division
 // per element (the chunk is N x 8192 elements per call, 19 calls per step at Qwen3's vocabulary).
 template <class TL, class TD>
-__global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
+__global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits, int64_t ld,
                                       const int64_t* labels, int64_t ignore_index, const float* lse,
                                       float scale, TD* dlogits) {
   for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     const int64_t y = labels[n];
     const bool row_counts = counted(y, V, ignore_index);
     const float row_lse = row_counts ? lse[n] : 0.f;
-    const TL* row = logits + n * C;
+    const TL* row = logits + n * ld;
     TD* out = dlogits + n * C;
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
       float g = 0.f;
@@ -191,12 +192,24 @@ size_t dtype_bytes(DType t) {
   return t == DType::BF16 ? 2 : 4;
 }
 
-// logits[:, c0 : c0 + C] = hidden @ weight[c0 : c0 + C]^T
+// logits[:, c0 : c0 + C] = hidden @ weight[c0 : c0 + C]^T, rows `ld` elements apart.
 void chunk_logits(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype, const void* hidden,
-                  const void* weight, int64_t c0, int64_t C, DType logits_dtype, void* logits) {
+                  const void* weight, int64_t c0, int64_t C, DType logits_dtype, void* logits, int64_t ld) {
   const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
-  gemm(false, true, d.N, C, d.D, 1.f, dtype, hidden, d.D, w, d.D, 0.f, logits_dtype, logits, C, {},
+  gemm(false, true, d.N, C, d.D, 1.f, dtype, hidden, d.D, w, d.D, 0.f, logits_dtype, logits, ld, {},
        ctx.stream);
+}
+
+// Chunk c0's logits: in the kept [N, V] logits (row stride V) when there are some, else in the
+// [N, C] chunk buffer.
+struct ChunkLogits {
+  void* data;
+  int64_t ld;
+};
+ChunkLogits chunk_place(const LinearCrossEntropyDims& d, DType ld_type, void* kept, void* chunk_buffer, int64_t c0,
+                        int64_t C) {
+  if (kept) return {static_cast<char*>(kept) + size_t(c0) * dtype_bytes(ld_type), d.V};
+  return {chunk_buffer, C};
 }
 
 }  // namespace
@@ -231,14 +244,14 @@ void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
 
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
-                              int64_t ignore_index, float* lse, float* row_loss) {
+                              int64_t ignore_index, float* lse, float* row_loss, void* keep_logits) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0 && d.N <= 0x7fffffff, "linear_cross_entropy (cuda): bad chunk ", d.chunk, " or N ",
               d.N);
   if (d.N == 0) return;
   const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
   const DType ld = chunk_logits_dtype(d, dtype);
-  Scratch logits(ctx, size_t(d.N * chunk) * dtype_bytes(ld));
+  Scratch logits(ctx, keep_logits ? 0 : size_t(d.N * chunk) * dtype_bytes(ld));
   Scratch stats(ctx, size_t(3 * d.N) * sizeof(float));
   float *run_max = stats.as<float>(), *run_sum = run_max + d.N, *label_logit = run_sum + d.N;
   cudaStream_t stream = stream_of(ctx);
@@ -246,13 +259,16 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
   check_launch("cross_entropy (cuda): init");
   for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
-    chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
+    const ChunkLogits at = chunk_place(d, ld, keep_logits, logits.as<void>(), c0, C);
+    chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, at.data, at.ld);
     if (ld == DType::BF16)
       lce_chunk_stats_kernel<bf16_t><<<unsigned(d.N), kRowThreads, 0, stream>>>(
-          d.V, C, c0, logits.as<bf16_t>(), labels, ignore_index, run_max, run_sum, label_logit);
+          d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels, ignore_index, run_max, run_sum,
+          label_logit);
     else
       lce_chunk_stats_kernel<float><<<unsigned(d.N), kRowThreads, 0, stream>>>(
-          d.V, C, c0, logits.as<float>(), labels, ignore_index, run_max, run_sum, label_logit);
+          d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, run_max, run_sum,
+          label_logit);
     check_launch("cross_entropy (cuda): chunk statistics");
   }
   lce_finish_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, d.V, labels, ignore_index, run_max, run_sum,
@@ -263,7 +279,7 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight) {
+                              float* dweight, const void* kept_logits) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0, "linear_cross_entropy (cuda): bad chunk ", d.chunk);
   cudaStream_t stream = stream_of(ctx);
@@ -276,22 +292,27 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
   if (!dhidden && !dweight) return;
   const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
   const DType ld = chunk_logits_dtype(d, dtype);
-  Scratch logits(ctx, size_t(d.N * chunk) * dtype_bytes(ld));
+  // Kept logits are read where the forward left them; otherwise each chunk's are recomputed.
+  Scratch logits(ctx, kept_logits ? 0 : size_t(d.N * chunk) * dtype_bytes(ld));
   Scratch dlogits(ctx, size_t(d.N * chunk) * dtype_bytes(dtype));
   for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
-    chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, logits.as<void>());
+    const ChunkLogits at = chunk_place(d, ld, const_cast<void*>(kept_logits), logits.as<void>(), c0, C);
+    if (!kept_logits) chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, at.data, at.ld);
     const dim3 grid = chunk_grad_grid(d.N, C);
     const float s = float(scale);
     if (ld == DType::BF16)  // bf16 logits imply bf16 operands
       lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, logits.as<bf16_t>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
+          d.N, d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels, ignore_index, lse, s,
+          dlogits.as<bf16_t>());
     else if (dtype == DType::BF16)
       lce_chunk_grad_kernel<float, bf16_t><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<bf16_t>());
+          d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, lse, s,
+          dlogits.as<bf16_t>());
     else
       lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, logits.as<float>(), labels, ignore_index, lse, s, dlogits.as<float>());
+          d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, lse, s,
+          dlogits.as<float>());
     check_launch("cross_entropy (cuda): chunk gradient");
     const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
     if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
@@ -324,18 +345,28 @@ void ce_backward_entry(const KernelContext& ctx, int64_t N, int64_t V, const voi
 LinearCrossEntropyDims lce_dims(const ops::LinearCrossEntropyArgs& a) {
   return {a.N, a.V, a.D, a.chunk, a.round_logits};
 }
+// The logits are kept from forward to backward when all of them fit in the caller's budget
+// (a.keep_bytes), as the CPU kernel: the backward then skips the recomputing GEMMs.
 template <DType kDType>
 void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, void* lse,
                        void* row_loss) {
-  linear_cross_entropy_fwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
-                           static_cast<float*>(lse), static_cast<float*>(row_loss));
+  const LinearCrossEntropyDims d = lce_dims(a);
+  const DType kept = chunk_logits_dtype(d, kDType);
+  void* keep = nullptr;
+  if (a.kept && a.N * a.V * int64_t(dtype_bytes(kept)) <= a.keep_bytes) {
+    *a.kept = Tensor::empty({a.N * a.V}, kept, ctx.device);
+    keep = a.kept->raw_data();
+  }
+  linear_cross_entropy_fwd(ctx, d, kDType, a.hidden, a.weight, a.labels, a.ignore_index, static_cast<float*>(lse),
+                           static_cast<float*>(row_loss), keep);
 }
 template <DType kDType>
 void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, const void* lse,
                         double scale, void* dhidden, void* dweight) {
+  const void* kept = a.kept && a.kept->defined() ? a.kept->raw_data() : nullptr;
   linear_cross_entropy_bwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
                            static_cast<const float*>(lse), scale, static_cast<float*>(dhidden),
-                           static_cast<float*>(dweight));
+                           static_cast<float*>(dweight), kept);
 }
 
 const bool cross_entropy_kernels_registered = cuda::register_float_kernels(
@@ -344,9 +375,10 @@ const bool cross_entropy_kernels_registered = cuda::register_float_kernels(
     TITAN_FLOAT_KERNEL(ops::CrossEntropyKernel, ce_forward_entry<kDType>, ce_backward_entry<kDType>));
 const bool linear_cross_entropy_kernels_registered = cuda::register_float_kernels(
     "linear_cross_entropy",
-    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits recomputed in backward",
-    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits recomputed in "
-    "backward",
+    "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits kept for backward within "
+    "keep_logits_bytes, else recomputed",
+    "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits kept for backward "
+    "within keep_logits_bytes, else recomputed",
     TITAN_FLOAT_KERNEL(ops::LinearCrossEntropyKernel, lce_forward_entry<kDType>, lce_backward_entry<kDType>));
 
 }  // namespace

@@ -28,16 +28,19 @@ struct LinearCrossEntropyDims {
 };
 
 // hidden [N, D], weight [V, D] -> lse [N], row_loss [N]: one GEMM per vocabulary chunk (cuBLASLt,
-// f32 accumulation) and an online logsumexp over the chunks.
+// f32 accumulation) and an online logsumexp over the chunks. keep_logits (optional): [N, V] of the
+// logits' type (bf16 when rounded to bf16, else f32) where the GEMMs write every chunk's logits, for
+// the backward to read instead of recomputing them.
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
-                              int64_t ignore_index, float* lse, float* row_loss);
+                              int64_t ignore_index, float* lse, float* row_loss, void* keep_logits = nullptr);
 // dhidden [N, D] and dweight [V, D] (either may be null; both overwritten): per chunk the logits
-// are recomputed, dlogits = scale * (softmax - onehot) formed (rounded to bf16 for bf16 operands)
-// and the two GEMMs dhidden += dlogits W_chunk, dweight_chunk = dlogits^T hidden run on it.
+// are recomputed (or read from kept_logits, the forward's keep_logits), dlogits = scale * (softmax -
+// onehot) formed (rounded to bf16 for bf16 operands) and the two GEMMs dhidden += dlogits W_chunk,
+// dweight_chunk = dlogits^T hidden run on it.
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight);
+                              float* dweight, const void* kept_logits = nullptr);
 
 }  // namespace titan::cuda
