@@ -10,6 +10,7 @@
 
 #include "backend/cuda_test_util.h"
 #include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/embedding/embedding.h"
@@ -46,6 +47,34 @@ TEST(CudaOps, Linear) {
       expect_device_matches_reference("linear", kCuda, f,
                                       {grad_input(c.x, dt, 1), grad_input({c.N, K}, dt, 2)}, atol, rtol);
     }
+  }
+}
+
+// A parameter's weight gradient on the GPU is added into its preset buffer by the dw GEMM (beta = 1),
+// also through the bf16 cast of an f32 parameter: the buffer ends as what it held plus the CPU's dw.
+TEST(CudaOps, LinearAddsAParametersGradientIntoItsBuffer) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t M = 65, N = 48, K = 96;
+  const Tensor x = random_tensor({M, K}, DType::F32, 5), dy = random_tensor({M, N}, DType::F32, 6);
+  const Tensor w0 = random_tensor({N, K}, DType::F32, 8), held = random_tensor({N, K}, DType::F32, 7);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(compute == DType::BF16 ? "through a bf16 cast" : "f32");
+    // On the CPU: a plain leaf's fresh dw, plus what the buffer held (the default kernel, which
+    // rounds dy to bf16 as the GPU's does).
+    Tensor w_cpu = w0.clone().set_requires_grad(true);
+    {
+      Tensor y = ops::linear(x.to(compute), ops::cast(w_cpu, compute));
+      autograd::backward(autograd::current_tape(), {y}, {dy});
+    }
+    const Tensor want = ops::add(w_cpu.grad(), held);
+    // The GPU: a parameter whose gradient buffer is preset.
+    Tensor w = w0.to(Device::CUDA).set_requires_grad(true);
+    Tensor buffer = held.to(Device::CUDA);
+    w.set_grad(buffer);
+    Tensor y = ops::linear(x.to(compute).to(Device::CUDA), ops::cast(w, compute));
+    autograd::backward(autograd::current_tape(), {y}, {dy.to(Device::CUDA)});
+    const double tol = 1e-5 * double(M);  // dw is f32 from the same operands: summation order only
+    EXPECT_LE(testing::max_abs_diff(buffer.to(Device::CPU), want), tol);
   }
 }
 

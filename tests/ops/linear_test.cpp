@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
 #include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/linear/linear.h"
 
 using namespace titan;
@@ -40,4 +44,36 @@ TEST(Linear, ShapeMismatchNamesOpAndShapes) {
     EXPECT_NE(m.find("f32[3, 7]"), std::string::npos) << m;
   }
   EXPECT_THROW(ops::linear(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({3, 8}, DType::BF16)), Error);
+}
+
+// A parameter's weight gradient is added straight into its preset gradient buffer (the GEMM's
+// beta = 1, autograd::GradientSink), also through the bf16 cast of an f32 parameter: the buffer
+// ends as what it held plus dw, the same as returning a fresh dw for autograd to add, and the
+// backward allocates no dw tensor of its own.
+TEST(Linear, AParametersGradientIsAddedIntoItsBuffer) {
+  const int64_t M = 9, N = 7, K = 33;
+  const Tensor x = random_tensor({M, K}, DType::F32, 5), dy = random_tensor({M, N}, DType::F32, 6);
+  const Tensor held = random_tensor({N, K}, DType::F32, 7);  // what the buffer holds before
+  for (const std::string variant : {"reference", "default"})
+    for (DType compute : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(variant + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
+      kernels::ForceVariant force("linear", variant);
+      // The same step twice: a plain leaf whose fresh gradient autograd keeps, and a parameter
+      // whose gradient buffer is preset (as ParamBlock does).
+      auto backward_of = [&](bool preset, int64_t* allocations) {
+        Tensor w = random_tensor({N, K}, DType::F32, 8).set_requires_grad(true);
+        Tensor buffer = held.clone();
+        if (preset) w.set_grad(buffer);
+        Tensor y = ops::linear(x.to(compute), ops::cast(w, compute));
+        DeviceServices& cpu = device_services(Device::CPU);
+        const int64_t before = cpu.stats().total_allocations;
+        autograd::backward(autograd::current_tape(), {y}, {dy});
+        *allocations = cpu.stats().total_allocations - before;
+        return preset ? buffer : ops::add(w.grad(), held);  // the buffer, or what autograd would add to it
+      };
+      int64_t fresh_allocations = 0, added_allocations = 0;
+      const Tensor fresh = backward_of(false, &fresh_allocations), added = backward_of(true, &added_allocations);
+      EXPECT_EQ(max_abs_diff(added, fresh), 0.0);
+      EXPECT_LT(added_allocations, fresh_allocations) << "a dw tensor was still allocated";
+    }
 }

@@ -86,6 +86,28 @@ void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const 
   g_accumulate(meta.grad, g);
 }
 
+GradientSink::GradientSink(const Tensor& input) {
+  if (!input.defined() || !input.requires_grad()) return;
+  meta_ = input.autograd_meta();
+  shape_ = input.shape();
+  grad_dtype_ = grad_dtype(input.dtype());
+}
+
+Tensor GradientSink::buffer() const {
+  const AutogradMeta* meta = meta_.get();
+  while (meta && meta->grad_passes_to) meta = meta->grad_passes_to.get();
+  if (!meta || !meta->grad.defined()) return {};
+  const Tensor& g = meta->grad;
+  // Only a parameter's preset buffer: it is the same tensor whether or not its layer is
+  // recomputed, so an activation-checkpointed step accumulates exactly as a plain one (an
+  // intermediate's gradient is shared or not depending on who still holds it, which differs
+  // between the two).
+  if (!meta->is_leaf || !meta->grad_preset || g.dtype() != grad_dtype_ || g.shape() != shape_ ||
+      !g.is_contiguous())
+    return {};
+  return g;
+}
+
 void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {
   TITAN_CHECK(outputs.size() == grad_outputs.size(), "backward: ", outputs.size(), " outputs but ",
               grad_outputs.size(), " gradients");

@@ -110,5 +110,25 @@ std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const 
 // the first gradient of an intermediate is adopted without a copy.
 void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g);
 
+// Where an op input's gradient is accumulated, kept by a backward closure in place of the input
+// itself (whose data the closure must not keep alive). buffer() is the gradient accumulated so far
+// when it is a parameter's preset gradient slice (Tensor::set_grad), which autograd would add the
+// op's gradient into in place anyway, followed through casts that pass gradients on unchanged
+// (grad_passes_to: the bf16 copy of an f32 parameter). A backward may
+// add its gradient there itself (a GEMM with beta = 1: one pass over the buffer instead of writing
+// a fresh gradient and adding it) and then returns an undefined gradient for that input. Undefined
+// when there is no such buffer yet: the op returns a fresh gradient as usual.
+class GradientSink {
+ public:
+  GradientSink() = default;
+  explicit GradientSink(const Tensor& input);
+  Tensor buffer() const;
+
+ private:
+  std::shared_ptr<AutogradMeta> meta_;
+  Shape shape_;
+  DType grad_dtype_ = DType::F32;
+};
+
 }  // namespace autograd
 }  // namespace titan

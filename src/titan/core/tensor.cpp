@@ -370,6 +370,7 @@ void Tensor::set_grad(const Tensor& grad) const {
   TITAN_CHECK(meta_, "set_grad on a tensor without autograd state (call set_requires_grad first)");
   TITAN_CHECK(grad.shape() == shape_, "set_grad: gradient ", grad.str(), " for tensor ", str());
   meta_->grad = grad;
+  meta_->grad_preset = true;
 }
 
 Tensor Tensor::detach() const {

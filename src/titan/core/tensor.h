@@ -126,7 +126,11 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool is_leaf = true;  // false once an op produced the tensor
   Tensor grad;          // accumulated gradient (or a preset buffer slice for parameters)
+  bool grad_preset = false;  // grad is a buffer given by set_grad (a parameter's slice of its block's)
   std::string name;     // parameters carry their name (diagnostics)
+  // Set by an op whose backward hands this tensor's gradient to its input unchanged (a cast between
+  // f32 and bf16): a gradient may be added to that input's directly (autograd::GradientSink).
+  std::shared_ptr<AutogradMeta> grad_passes_to;
 };
 
 Shape contiguous_strides(const Shape& shape);

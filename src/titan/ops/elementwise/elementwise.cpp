@@ -41,6 +41,9 @@ Tensor cast(const Tensor& x, DType dtype) {
     autograd::record("cast", {x}, {&out}, [gd](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{g[0].dtype() == gd ? g[0] : g[0].to(gd)};
     });
+    // f32 <-> bf16: both take f32 gradients, passed on unchanged, so an op may add its gradient of
+    // `out` straight into x's (autograd::GradientSink).
+    if (grad_dtype(dtype) == gd) out.autograd_meta()->grad_passes_to = x.autograd_meta();
   }
   return out;
 }

@@ -16,11 +16,11 @@ void linear_forward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t 
            static_cast<float*>(y), N);
 }
 
-void linear_backward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
-                         void* dw) {
+void linear_backward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv,
+                         const void* dyv, const ops::LinearGradients& g) {
   auto x = static_cast<const float*>(xv), w = static_cast<const float*>(wv), dy = static_cast<const float*>(dyv);
-  if (dx) gemm_f32(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, 0.0f, static_cast<float*>(dx), K);
-  if (dw) gemm_f32(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, 0.0f, static_cast<float*>(dw), K);
+  if (g.dx) gemm_f32(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, g.add_dx ? 1.0f : 0.0f, static_cast<float*>(g.dx), K);
+  if (g.dw) gemm_f32(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, g.add_dw ? 1.0f : 0.0f, static_cast<float*>(g.dw), K);
 }
 
 void linear_forward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
@@ -28,14 +28,14 @@ void linear_forward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t
                 static_cast<bf16*>(y), N);
 }
 
-void linear_backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv, const void* dyv, void* dx,
-                          void* dw) {
+void linear_backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv, const void* wv,
+                          const void* dyv, const ops::LinearGradients& g) {
   auto x = static_cast<const bf16*>(xv), w = static_cast<const bf16*>(wv);
   Tensor dy_t = Tensor::empty({M * N}, DType::BF16);  // written whole by the conversion: no zero-fill
   bf16* dy = dy_t.data<bf16>();
   convert_f32_to_bf16(static_cast<const float*>(dyv), dy, size_t(M * N));
-  if (dx) gemm_bf16(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, 0.0f, static_cast<float*>(dx), K);
-  if (dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, 0.0f, static_cast<float*>(dw), K);
+  if (g.dx) gemm_bf16(Trans::N, Trans::N, M, K, N, 1.0f, dy, N, w, K, g.add_dx ? 1.0f : 0.0f, static_cast<float*>(g.dx), K);
+  if (g.dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, g.add_dw ? 1.0f : 0.0f, static_cast<float*>(g.dw), K);
 }
 
 const bool registered = kernels::register_kernels(

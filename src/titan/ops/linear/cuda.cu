@@ -16,9 +16,13 @@ void forward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, cons
 }
 
 void backward_f32(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w,
-                  const void* dy, void* dx, void* dw) {
-  if (dx) cuda::gemm(false, false, M, K, N, 1.f, DType::F32, dy, N, w, K, 0.f, DType::F32, dx, K, {}, ctx.stream);
-  if (dw) cuda::gemm(true, false, N, K, M, 1.f, DType::F32, dy, N, x, K, 0.f, DType::F32, dw, K, {}, ctx.stream);
+                  const void* dy, const LinearGradients& g) {
+  if (g.dx && !(g.add_dx && N == 0))  // adding an empty sum leaves dx as it is
+    cuda::gemm(false, false, M, K, N, 1.f, DType::F32, dy, N, w, K, g.add_dx ? 1.f : 0.f, DType::F32, g.dx, K, {},
+               ctx.stream);
+  if (g.dw && !(g.add_dw && M == 0))
+    cuda::gemm(true, false, N, K, M, 1.f, DType::F32, dy, N, x, K, g.add_dw ? 1.f : 0.f, DType::F32, g.dw, K, {},
+               ctx.stream);
 }
 
 void forward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y) {
@@ -26,13 +30,17 @@ void forward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, con
 }
 
 void backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w,
-                   const void* dy, void* dx, void* dw) {
-  if (!dx && !dw) return;
+                   const void* dy, const LinearGradients& g) {
+  if (!g.dx && !g.dw) return;
   const size_t bytes = size_t(M * N) * 2;
   void* dy16 = ctx.services->allocate(bytes);
   ctx.services->convert(dy16, DType::BF16, dy, DType::F32, M * N);
-  if (dx) cuda::gemm(false, false, M, K, N, 1.f, DType::BF16, dy16, N, w, K, 0.f, DType::F32, dx, K, {}, ctx.stream);
-  if (dw) cuda::gemm(true, false, N, K, M, 1.f, DType::BF16, dy16, N, x, K, 0.f, DType::F32, dw, K, {}, ctx.stream);
+  if (g.dx && !(g.add_dx && N == 0))
+    cuda::gemm(false, false, M, K, N, 1.f, DType::BF16, dy16, N, w, K, g.add_dx ? 1.f : 0.f, DType::F32, g.dx, K,
+               {}, ctx.stream);
+  if (g.dw && !(g.add_dw && M == 0))
+    cuda::gemm(true, false, N, K, M, 1.f, DType::BF16, dy16, N, x, K, g.add_dw ? 1.f : 0.f, DType::F32, g.dw, K,
+               {}, ctx.stream);
   ctx.services->deallocate(dy16, bytes);  // stream-ordered: the GEMMs above run first
 }
 

@@ -23,15 +23,25 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   kernel.forward(ctx, M, N, K, x.raw_data(), w.raw_data(), y.raw_data());
   if (autograd::needs_grad({&x_in, &w_in})) {
-    bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
+    const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
+    const autograd::GradientSink x_sink(x_in), w_sink(w_in);
     autograd::record("linear", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
-      DType gd = grad_dtype(x.dtype());
-      Tensor dy = g[0].contiguous();
-      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd, x.device()) : Tensor();
-      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
-      kernel.backward(ctx, M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), need_dx ? dx.raw_data() : nullptr,
-                      need_dw ? dw.raw_data() : nullptr);
-      return std::vector<Tensor>{dx, dw};
+      const DType gd = grad_dtype(x.dtype());
+      const Tensor dy = g[0].contiguous();
+      // Each gradient goes into the input's gradient so far when there is one (returned undefined:
+      // already accumulated), else into a fresh tensor returned to autograd.
+      auto place = [&](bool needed, const autograd::GradientSink& sink, const Tensor& like, bool* add) {
+        if (!needed) return Tensor();
+        Tensor so_far = sink.buffer();
+        *add = so_far.defined();
+        return *add ? so_far : Tensor::empty(like.shape(), gd, like.device());
+      };
+      LinearGradients grads;
+      const Tensor dx = place(need_dx, x_sink, x, &grads.add_dx), dw = place(need_dw, w_sink, w, &grads.add_dw);
+      grads.dx = dx.defined() ? dx.raw_data() : nullptr;
+      grads.dw = dw.defined() ? dw.raw_data() : nullptr;
+      kernel.backward(ctx, M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), grads);
+      return std::vector<Tensor>{grads.add_dx ? Tensor() : dx, grads.add_dw ? Tensor() : dw};
     });
   }
   return y;

@@ -1,7 +1,8 @@
 #pragma once
 // linear: y = x @ w^T with x [..., K], w [N, K] (the Hugging Face Linear layout), y [..., N].
 // Autograd: dx = dy @ w, dw = dy^T @ x (f32 gradients; bf16 inputs multiply in bf16
-// with f32 accumulation).
+// with f32 accumulation); a parameter's dw is added straight into its gradient buffer (GEMM
+// beta = 1) instead of being written fresh and added by autograd.
 #include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
@@ -9,13 +10,22 @@ namespace titan::ops {
 
 Tensor linear(const Tensor& x, const Tensor& w);
 
-// Kernels, per dtype; pointers are contiguous row-major. X [M, K], W [N, K], Y [M, N].
-// Gradient pointers (dy, dx, dw) are in the grad dtype (f64 for f64, else f32);
-// dx or dw is null when that gradient is not needed; both are overwritten.
+// Where the backward's gradients go: dx [M, K] and dw [N, K] in the grad dtype (f64 for f64, else
+// f32), null when not needed; overwritten, or added to with add_dx / add_dw (the op passes the
+// gradient autograd has accumulated so far, autograd::GradientSink, so the GEMM's beta = 1 replaces
+// a fresh gradient and a separate accumulation pass).
+struct LinearGradients {
+  void* dx = nullptr;
+  void* dw = nullptr;
+  bool add_dx = false, add_dw = false;
+};
+
+// Kernels, per dtype; pointers are contiguous row-major. X [M, K], W [N, K], Y [M, N], dy [M, N]
+// in the grad dtype.
 struct LinearKernel {
   void (*forward)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y);
-  void (*backward)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, const void* dy, void* dx,
-                   void* dw);
+  void (*backward)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w,
+                   const void* dy, const LinearGradients& grads);
 };
 
 }  // namespace titan::ops

@@ -11,8 +11,8 @@ const LinearKernel linear_meta{
       ctx.services->add_flops(2.0 * double(M) * double(N) * double(K));
     },
     [](const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*, const void*,
-       void* dx, void* dw) {
-      ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((dx ? 1 : 0) + (dw ? 1 : 0)));
+       const LinearGradients& g) {
+      ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((g.dx ? 1 : 0) + (g.dw ? 1 : 0)));
     }};
 
 const bool registered =

@@ -26,9 +26,10 @@ void linear_forward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t 
 
 template <class T, class A>
 void linear_backward_ref(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* xv,
-                         const void* wv, const void* dyv, void* dxv, void* dwv) {
+                         const void* wv, const void* dyv, const LinearGradients& g) {
   linear_backward_loops<T, A>(M, N, K, static_cast<const T*>(xv), static_cast<const T*>(wv),
-                              static_cast<const A*>(dyv), static_cast<A*>(dxv), static_cast<A*>(dwv));
+                              static_cast<const A*>(dyv), static_cast<A*>(g.dx), static_cast<A*>(g.dw), g.add_dx,
+                              g.add_dw);
 }
 
 const bool registered = kernels::register_reference_kernels(
