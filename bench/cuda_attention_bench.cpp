@@ -4,7 +4,8 @@
 // (bench/attention_bench.cpp on the CPU counts the full square: its rates read 2x these).
 //   build/bin/cuda_attention_bench                     (skips every case without a GPU)
 // Arg algo: 0 = f32 math (warp-per-row f32 kernels), 1 = tensor cores through WMMA (the "default"
-// pair), 2 = tensor cores through raw mma.sync (the "mma_sync" pair).
+// pair), 2 = tensor cores through raw mma.sync (the "mma_sync" pair), 3 = cuDNN's fused attention
+// (the "cudnn" variant; its backward includes the f32 <-> bf16 gradient conversions the op pays).
 #include <benchmark/benchmark.h>
 
 #ifdef TITAN_HAVE_CUDA
@@ -70,7 +71,11 @@ struct Problem {
     dev->fill(dout.ptr, int64_t(nq), titan::DType::F32, 1e-3);
   }
   void fwd(int algo) {
-    if (algo == 2)
+    if (algo == 3)
+      titan::cuda::attention_fwd_cudnn(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+                                       static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
+                                       static_cast<float*>(lse.ptr));
+    else if (algo == 2)
       titan::cuda::attention_fwd_mma(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
                                      static_cast<const bf16*>(v.ptr), static_cast<bf16*>(out.ptr),
                                      static_cast<float*>(lse.ptr));
@@ -84,7 +89,11 @@ struct Problem {
   }
   void bwd(int algo) {
     auto f = [](Buffer& b) { return static_cast<float*>(b.ptr); };
-    if (algo == 2)
+    if (algo == 3)
+      titan::cuda::attention_bwd_cudnn(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
+                                       static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
+                                       f(lse), f(dout), f(dq), f(dk), f(dv));
+    else if (algo == 2)
       titan::cuda::attention_bwd_mma(ctx, s, static_cast<const bf16*>(q.ptr), static_cast<const bf16*>(k.ptr),
                                      static_cast<const bf16*>(v.ptr), static_cast<const bf16*>(out.ptr),
                                      f(lse), f(dout), f(dq), f(dk), f(dv));
@@ -157,7 +166,7 @@ void BM_ForwardBackward(benchmark::State& state) {
 }
 
 #define TITAN_CUDA_ATTN_BENCH(fn)                                                            \
-  BENCHMARK(fn)->ArgName("algo")->Arg(1)->Arg(2)->Arg(0)->MinTime(0.3)->UseRealTime()->Unit( \
+  BENCHMARK(fn)->ArgName("algo")->Arg(1)->Arg(2)->Arg(3)->Arg(0)->MinTime(0.3)->UseRealTime()->Unit( \
       benchmark::kMillisecond)
 TITAN_CUDA_ATTN_BENCH(BM_Forward);
 TITAN_CUDA_ATTN_BENCH(BM_Backward);

@@ -10,9 +10,10 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+mma MoE 4B MoE+mma"); a
-#                              name ending in +mma runs that job with the mma_sync attention kernels
-#                              (and, for MoE, the mma_sync grouped expert GEMMs): [kernels] rules
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE 4B 0.6B+mma
+#                              MoE+mma"); a name ending in +mma runs that job with the mma_sync
+#                              attention kernels (and, for MoE, the mma_sync grouped expert GEMMs),
+#                              one ending in +cudnn with cuDNN's fused attention: [kernels] rules
 #                              appended to a copy of its config, instead of the default WMMA ones,
 #                              to see which the GPU prefers
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
@@ -37,7 +38,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+mma MoE 4B MoE+mma}
+models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE 4B 0.6B+mma MoE+mma}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -64,14 +65,20 @@ floor() {  # tokens/s and GiB (0: no memory floor)
 failed=0
 rows=()
 for name in $models; do
-  m=${name%+mma}
+  m=${name%%+*}
+  variant=${name#"$m"}
   dump=$out/$name
   rm -rf "$dump"
   config=$(job_config "$m")
-  if [ "$name" != "$m" ]; then  # the same job with the mma_sync kernels
+  if [ -n "$variant" ]; then  # the same job with other kernels
     cp "$config" "$out/$name.toml"
-    printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
-    [ "$m" = MoE ] && printf 'moe_experts = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
+    case $variant in
+      +mma)
+        printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
+        [ "$m" = MoE ] && printf 'moe_experts = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml" ;;
+      +cudnn) printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
+      *) echo "gpu_models: unknown variant $variant in job $name (+mma or +cudnn)" >&2; exit 2 ;;
+    esac
     config=$out/$name.toml
   fi
   echo "=== titan $name: --config $config $(job_args "$m")"

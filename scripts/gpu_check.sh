@@ -133,17 +133,20 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; th
     sed -n 's/^row: //p' "$logs/bench_gpu_models.sh.log")
 fi
 
-# The mma_sync kernels' cases (named *Mma*) run in processes of their own, after the rest: a fault in
-# a kernel never run on a GPU before cannot take the default kernels' cases down with it.
+# The cases of the kernels never yet run on a GPU (named *Mma*: the mma_sync kernels; *Cudnn*: cuDNN's
+# fused attention) run in processes of their own, after the rest: a fault in one of them cannot take
+# the default kernels' cases down with it.
 for t in "$root"/bin/cuda*_test; do
   [ -x "$t" ] || continue
-  step "$(basename "$t")" 180 "$t" --gtest_color=no --gtest_filter='-*Mma*'
+  step "$(basename "$t")" 180 "$t" --gtest_color=no --gtest_filter='-*Mma*:*Cudnn*'
 done
-for t in "$root"/bin/cuda*_test; do
-  [ -x "$t" ] || continue
-  # (grep reads the whole list: an early exit of grep -q would fail the pipe under pipefail)
-  [ -n "$("$t" --gtest_list_tests --gtest_filter='*Mma*' 2>/dev/null | grep '^  ')" ] || continue
-  step "$(basename "$t") (mma_sync)" 120 "$t" --gtest_color=no --gtest_filter='*Mma*'
+for pattern in Mma Cudnn; do
+  for t in "$root"/bin/cuda*_test; do
+    [ -x "$t" ] || continue
+    # (grep reads the whole list: an early exit of grep -q would fail the pipe under pipefail)
+    [ -n "$("$t" --gtest_list_tests --gtest_filter="*$pattern*" 2>/dev/null | grep '^  ')" ] || continue
+    step "$(basename "$t") ($pattern)" 120 "$t" --gtest_color=no --gtest_filter="*$pattern*"
+  done
 done
 
 # The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the

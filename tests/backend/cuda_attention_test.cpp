@@ -13,6 +13,7 @@ TEST(CudaAttention, NeedsTheCudaBackend) {
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -27,8 +28,9 @@ namespace {
 using cuda_test::DeviceBuffer;
 using cuda_test::expect_close;
 
-// kTensorCores: the WMMA pair ("default"); kMma: the mma.sync pair ("mma_sync").
-enum class Algo { kF32Math, kTensorCores, kMma };
+// kTensorCores: the WMMA pair ("default"); kMma: the mma.sync pair ("mma_sync"); kCudnn: cuDNN's
+// fused attention ("cudnn").
+enum class Algo { kF32Math, kTensorCores, kMma, kCudnn };
 
 struct Case {
   AttentionShape dims;
@@ -68,6 +70,9 @@ void run_case(const Case& c) {
   if (c.algo == Algo::kTensorCores)
     attention_fwd_tensor_cores(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                                lse_d.as<float>());
+  else if (c.algo == Algo::kCudnn)
+    attention_fwd_cudnn(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
+                        lse_d.as<float>());
   else if (c.algo == Algo::kMma)
     attention_fwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                       lse_d.as<float>());
@@ -84,7 +89,11 @@ void run_case(const Case& c) {
   expect_close(lse_g, lse_r, 2e-5, 2e-5, "lse");
 
   // Backward from the GPU's own out and lse (what the op saves); the reference gets the same.
-  if (c.algo == Algo::kMma)
+  if (c.algo == Algo::kCudnn)
+    attention_bwd_cudnn(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
+                        lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
+                        dv_d.as<float>());
+  else if (c.algo == Algo::kMma)
     attention_bwd_mma(ctx, s, qd->as<bf16>(), kd->as<bf16>(), vd->as<bf16>(), out_d.as<bf16>(),
                       lse_d.as<float>(), dout_d.as<float>(), dq_d.as<float>(), dk_d.as<float>(),
                       dv_d.as<float>());
@@ -142,6 +151,29 @@ TEST_P(CudaAttentionTensorCores, Bf16Mma) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTensorCores,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 64, 100, 257)));
+
+// cuDNN's fused attention on whole 128-row tiles (every cuDNN 9), and on the tensor-core suite's
+// ragged lengths where the loaded cuDNN takes them (9.16 and later; skipped, saying so, before).
+class CudaAttentionCudnn : public ::testing::TestWithParam<Param> {};
+TEST_P(CudaAttentionCudnn, Bf16) {
+  TITAN_REQUIRE_CUDA();
+  const AttentionShape s = dims_of(GetParam());
+  const std::string why = attention_cudnn_unsupported(s);
+  if (!why.empty()) GTEST_SKIP() << why;
+  run_case({s, DType::BF16, Algo::kCudnn});
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionCudnn,
+                         ::testing::Combine(::testing::Values(1, 2, 8), ::testing::Values(64, 128),
+                                            ::testing::Values(128, 384, 7, 100, 257)));
+
+TEST(CudaAttention, CudnnRejectsHeadDimsItsEnginesDoNotTake) {
+  EXPECT_NE(attention_cudnn_unsupported({1, 8, 2, 1, 100, 0.1f}), "");  // not a multiple of 8
+  EXPECT_NE(attention_cudnn_unsupported({1, 8, 2, 1, 256, 0.1f}), "");
+  EXPECT_NE(attention_cudnn_unsupported({1, 256, 6, 4, 64, 0.1f}), "");  // 6 query heads on 4 kv heads
+  // Whole 128-row tiles suit every cuDNN 9 (other lengths depend on the loaded release).
+  EXPECT_EQ(attention_cudnn_unsupported({1, 256, 2, 1, 128, 0.1f}), "");
+  EXPECT_EQ(attention_cudnn_unsupported({1, 128, 4, 2, 64, 0.1f}), "");
+}
 
 TEST(CudaAttention, TensorCoresRejectOtherHeadDims) {
   EXPECT_NE(attention_tensor_cores_unsupported({1, 8, 2, 1, 96, 0.1f}, DType::BF16), "");

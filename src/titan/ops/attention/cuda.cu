@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/backend/cuda/cudnn_attention.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"
@@ -1130,6 +1131,41 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& 
 }
 
 // =============================================================================================
+// cuDNN's fused attention (backend/cuda/cudnn_attention.h). cuDNN's backward reads dout and writes
+// dq, dk, dv in the dtype of q (bf16); the op's gradients are f32, so dout is rounded into a bf16
+// scratch copy and the three gradients widened back. The extra passes move 12 bytes per gradient
+// element, small next to the attention's S^2 work at training lengths.
+namespace {
+SdpaShape sdpa_shape(const AttentionShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
+}  // namespace
+
+std::string attention_cudnn_unsupported(const AttentionShape& s) {
+  return cudnn_attention_unsupported(sdpa_shape(s));
+}
+
+void attention_fwd_cudnn(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
+                         const bf16* v, bf16* out, float* lse) {
+  check_dims(s, "forward");
+  cudnn_attention_forward(ctx.stream, sdpa_shape(s), q, k, v, out, lse);
+}
+
+void attention_bwd_cudnn(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
+                         const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
+                         float* dk, float* dv) {
+  check_dims(s, "backward");
+  const int64_t nq = int64_t(s.q_numel()), nkv = int64_t(s.kv_numel());
+  Scratch dout16(ctx, size_t(nq) * 2), dq16(ctx, size_t(nq) * 2), dk16(ctx, size_t(nkv) * 2),
+      dv16(ctx, size_t(nkv) * 2);
+  DeviceServices& dev = *ctx.services;
+  dev.convert(dout16.as<void>(), DType::BF16, dout, DType::F32, nq);
+  cudnn_attention_backward(ctx.stream, sdpa_shape(s), q, k, v, out, lse, dout16.as<void>(), dq16.as<void>(),
+                           dk16.as<void>(), dv16.as<void>());
+  dev.convert(dq, DType::F32, dq16.as<void>(), DType::BF16, nq);
+  dev.convert(dk, DType::F32, dk16.as<void>(), DType::BF16, nkv);
+  dev.convert(dv, DType::F32, dv16.as<void>(), DType::BF16, nkv);
+}
+
+// =============================================================================================
 // Registration with the attention op (ops/attention.h): "default" = tensor cores where they apply
 // (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "mma_sync" (bf16) the same with
 // the raw mma.sync kernels; "f32_math" (bf16) the f32-math kernels everywhere.
@@ -1179,6 +1215,27 @@ void bwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const Attention
        static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
+// bf16 on cuDNN where its engines take the shape (and the library loads), else f32 math.
+void fwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                                const void* v, void* out, void* lse) {
+  if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
+      !aligned16(out))
+    return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+  attention_fwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                      static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
+}
+void bwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                                const void* v, const void* out, const void* lse, const void* dout, void* dq,
+                                void* dk, void* dv) {
+  if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
+      !aligned16(out))
+    return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+  attention_bwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                      static_cast<const bf16*>(v), static_cast<const bf16*>(out), static_cast<const float*>(lse),
+                      static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
+                      static_cast<float*>(dv));
+}
+
 const bool registered = kernels::register_kernels(
     "attention", Device::CUDA,
     {{DType::F32, "default", "warp-per-row tiles, f32 math, any head_dim <= 512",
@@ -1192,6 +1249,10 @@ const bool registered = kernels::register_kernels(
       "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers (head_dim 64/128, else f32 math)",
       ops::AttentionKernel{fwd_bf16_tensor_cores_or_f32_math<attention_fwd_mma>,
                            bwd_bf16_tensor_cores_or_f32_math<attention_bwd_mma>}},
+     {DType::BF16, "cudnn",
+      "cuDNN 9's fused flash attention through its backend graph API (head_dim a multiple of 8 up to 128, "
+      "else f32 math)",
+      ops::AttentionKernel{fwd_bf16_cudnn_or_f32_math, bwd_bf16_cudnn_or_f32_math}},
      {DType::BF16, "f32_math", "warp-per-row tiles, f32 math, bf16 output rounded once",
       ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>}}},
     kernel_available);

@@ -13,6 +13,9 @@
 //    FlashAttention-2 on bf16 WMMA tiles, or on raw mma.sync, with f32 accumulation. P, dS and dout
 //    are rounded to bf16 before their products, as GPU FlashAttention and cuDNN do (the CPU
 //    "bf16_probs" numerics).
+//  - cuDNN (attention_*_cudnn): bf16, cuDNN 9's fused flash-attention engines through its backend
+//    graph API (backend/cuda/cudnn_attention.h); dout is rounded to bf16 for cuDNN and its bf16
+//    dq, dk, dv are widened to f32. Same tolerance as the tensor-core pairs.
 #include <cstdint>
 #include <string>
 
@@ -45,6 +48,14 @@ void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const 
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
                        float* dk, float* dv);
+// cuDNN's fused attention (bf16; head_dim a multiple of 8 up to 128): an error naming the shape or
+// the missing library otherwise (attention_cudnn_unsupported says which).
+std::string attention_cudnn_unsupported(const AttentionShape& s);
+void attention_fwd_cudnn(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
+                         const bf16* v, bf16* out, float* lse);
+void attention_bwd_cudnn(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
+                         const bf16* v, const bf16* out, const float* lse, const float* dout, float* dq,
+                         float* dk, float* dv);
 void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
                                 const bf16* k, const bf16* v, const bf16* out, const float* lse,
                                 const float* dout, float* dq, float* dk, float* dv);

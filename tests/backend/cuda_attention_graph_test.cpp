@@ -1,0 +1,95 @@
+// cuDNN's fused attention graphs (backend/cuda/cudnn_attention.h) checked without a GPU: cuDNN's
+// heuristics are asked, for an H200 described by its device properties
+// (tests/fixtures/cudnn_device_h200.json, cuDNN 9.8's deviceless device description), how many of
+// its engine configurations pass their support checks for the exact forward and backward graphs
+// the "cudnn" attention variant runs. A graph cuDNN's flash-attention engines do not recognise
+// (a wrong dtype, a missing mask op, a stride they refuse) gets none. Which engine then builds a
+// plan, and its numbers, only a GPU can tell (cuda_attention_test's Cudnn cases).
+//
+// Without a CUDA driver the test loads a stand-in libcuda.so.1 first (fake_cuda_driver.c): cuDNN's
+// runtime-compiled engines look one up before answering. With a real driver (a GPU machine) it
+// uses that.
+#include <gtest/gtest.h>
+
+#ifndef TITAN_HAVE_CUDA
+TEST(CudaAttentionGraph, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
+#else
+
+#include <dlfcn.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_util.h"
+#include "titan/backend/cuda/cudnn_attention.h"
+
+namespace titan::cuda {
+namespace {
+
+// Empty when cuDNN can answer a deviceless query here, else why not (the test then skips).
+std::string prepare() {
+  static const std::string why = [] {
+    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) && !dlopen(TITAN_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_GLOBAL))
+      return std::string("neither a CUDA driver nor the stand-in loads: ") + dlerror();
+    const std::string version = cudnn_version_text();
+    if (version.rfind("cuDNN ", 0) != 0) return version;  // the library did not load: says why
+    return std::string();
+  }();
+  return why;
+}
+
+std::string h200() {
+  std::ifstream in(testing::fixtures_dir() / "cudnn_device_h200.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Shape {
+  const char* name;
+  SdpaShape s;
+};
+
+// The peer jobs' attention shapes (Qwen3-0.6B 8 x 2048, Qwen3-4B 2 x 2048, the 30B-A3B-dims MoE
+// 8 x 2048) and small ones: head_dim 64 and 128, one to eight query heads per kv head.
+const Shape kShapes[] = {
+    {"qwen3-0.6B", {8, 2048, 16, 8, 128, 0.0883883f}}, {"qwen3-4B", {2, 2048, 32, 8, 128, 0.0883883f}},
+    {"30B-A3B dims", {8, 2048, 32, 4, 128, 0.0883883f}}, {"MHA d64", {2, 256, 4, 4, 64, 0.125f}},
+    {"MQA d64", {2, 384, 8, 1, 64, 0.125f}},
+};
+
+TEST(CudaAttentionGraph, CudnnEnginesTakeOurForwardAndBackwardGraphsOnAnH200) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string device = h200();
+  for (const Shape& shape : kShapes) {
+    EXPECT_GE(cudnn_attention_engine_count(shape.s, false, device), 1) << shape.name << " forward";
+    EXPECT_GE(cudnn_attention_engine_count(shape.s, true, device), 1) << shape.name << " backward";
+  }
+}
+
+// The control: a head_dim no engine takes (12: not a multiple of 8) gets no configuration, so the
+// counts above are cuDNN's answer about our graphs, not a count that is never zero.
+TEST(CudaAttentionGraph, CudnnEnginesRefuseAHeadDimTheyCannotRun) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const SdpaShape s{2, 256, 4, 4, 12, 0.25f};
+  EXPECT_EQ(cudnn_attention_engine_count(s, false, h200()), 0);
+  EXPECT_EQ(cudnn_attention_engine_count(s, true, h200()), 0);
+}
+
+TEST(CudaAttentionGraph, ABadDeviceDescriptionIsAnErrorNamingIt) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string error = testing::error_of(
+      [] { cudnn_attention_engine_count(kShapes[0].s, false, R"({"deviceName": "NVIDIA H200"})"); });
+  EXPECT_NE(error.find("device properties"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace titan::cuda
+
+#endif  // TITAN_HAVE_CUDA
