@@ -145,7 +145,7 @@ for pattern in Mma Cudnn; do
     [ -x "$t" ] || continue
     # (grep reads the whole list: an early exit of grep -q would fail the pipe under pipefail)
     [ -n "$("$t" --gtest_list_tests --gtest_filter="*$pattern*" 2>/dev/null | grep '^  ')" ] || continue
-    step "$(basename "$t") ($pattern)" 120 "$t" --gtest_color=no --gtest_filter="*$pattern*"
+    step "$(basename "$t") ($pattern)" 180 "$t" --gtest_color=no --gtest_filter="*$pattern*"
   done
 done
 

@@ -162,9 +162,10 @@ TEST_P(CudaAttentionCudnn, Bf16) {
   if (!why.empty()) GTEST_SKIP() << why;
   run_case({s, DType::BF16, Algo::kCudnn});
 }
+// (Each shape builds its own plans, a runtime compile of cuDNN's kernels: few shapes.)
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionCudnn,
                          ::testing::Combine(::testing::Values(1, 2, 8), ::testing::Values(64, 128),
-                                            ::testing::Values(128, 384, 7, 100, 257)));
+                                            ::testing::Values(128, 384, 100)));
 
 TEST(CudaAttention, CudnnRejectsHeadDimsItsEnginesDoNotTake) {
   EXPECT_NE(attention_cudnn_unsupported({1, 8, 2, 1, 100, 0.1f}), "");  // not a multiple of 8
