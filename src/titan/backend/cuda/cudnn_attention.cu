@@ -562,7 +562,7 @@ const Plan& cached_plan(bool backward, const SdpaShape& s) {
 void check_usable(const SdpaShape& s, bool backward) {
   loaded_api();
   const int v = runtime_version();
-  TITAN_CHECK(v < 91000 || v >= 91002, "attention (cudnn): ", cudnn_version_text(),
+  TITAN_CHECK(v < 91000 || v >= 91002, "attention (cudnn): cuDNN ", cudnn_version_text(),
               " has known bugs in its fused attention (cudnn_frontend refuses 9.10.0 and 9.10.1); use 9.10.2 or later");
   const std::string why = cudnn_attention_unsupported(s);
   TITAN_CHECK(why.empty(), "attention (cudnn): ", why);
@@ -588,7 +588,7 @@ std::string cudnn_version_text() {
   const CudnnApi& a = api();
   if (!a.error.empty()) return a.error;
   const size_t v = a.get_version();  // 9.19.0 -> 91900
-  return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
 }  // namespace titan::cuda
@@ -633,7 +633,7 @@ namespace titan::cuda {
 
 int64_t cudnn_attention_engine_count(const SdpaShape& s, bool backward, const std::string& device_json) {
   loaded_api();
-  TITAN_CHECK(runtime_version() >= 90800, "attention (cudnn): ", cudnn_version_text(),
+  TITAN_CHECK(runtime_version() >= 90800, "attention (cudnn): cuDNN ", cudnn_version_text(),
               " cannot describe a GPU from its properties (cuDNN 9.8 and later can)");
   const std::string what = std::string("deviceless ") + (backward ? "backward" : "forward");
   const GraphBuilder graph = backward ? backward_graph(s) : forward_graph(s);

@@ -31,7 +31,7 @@ struct SdpaShape {
 // throw naming the missing library, never fall back silently.
 std::string cudnn_attention_unsupported(const SdpaShape& s);
 
-// "cuDNN 9.19.0" once loaded, or why it could not be.
+// The loaded cuDNN's version ("9.19.0"), or why it could not be loaded.
 std::string cudnn_version_text();
 
 // Writes out and lse.

@@ -27,6 +27,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/cuda_services.h"
+#include "titan/backend/cuda/cudnn_attention.h"
 #include "titan/backend/cuda/device.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
@@ -195,8 +196,10 @@ class CudaDeviceServices final : public DeviceServices {
 
   std::vector<std::pair<std::string, std::string>> versions() const override {
     const int gpus = device_count();
+    // cuDNN is loaded only to read its version here (the "cudnn" attention variant uses it).
     return {{"CUDA", runtime_versions()},
-            {"GPU", gpus == 0 ? "none" : std::to_string(gpus) + " x " + device_summary(0)}};
+            {"GPU", gpus == 0 ? "none" : std::to_string(gpus) + " x " + device_summary(0)},
+            {"cuDNN", cudnn_version_text()}};
   }
 
   int64_t capacity_bytes() const override {
