@@ -125,7 +125,8 @@ models_table=""
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; then
   gemm=$(awk '/gemm bf16 8192\^3/{print $(NF-1)}' "$logs/cuda_gemm_bench.log" 2>/dev/null | tail -1)
   export GPU_MODELS_GEMM_TFLOPS=${gemm:-0}
-  step "bench/gpu_models.sh" 400 env GPU_MODELS_JOB_LIMIT=120 bash "$root/bench/gpu_models.sh" \
+  step "bench/gpu_models.sh" 400 env GPU_MODELS_JOB_LIMIT=120 CUDNN_LOGLEVEL_DBG=1 \
+    CUDNN_LOGDEST_DBG="$logs/cudnn_gpu_models_errors.log" bash "$root/bench/gpu_models.sh" \
     "$root/bin/titan" "$logs/gpu_models"
   models_table=$(sed -n '/^--- titan on the GPU/,$p' "$logs/bench_gpu_models.sh.log")
   # Cut short by its limit: the rows of the jobs it finished.
@@ -145,7 +146,10 @@ for pattern in Mma Cudnn; do
     [ -x "$t" ] || continue
     # (grep reads the whole list: an early exit of grep -q would fail the pipe under pipefail)
     [ -n "$("$t" --gtest_list_tests --gtest_filter="*$pattern*" 2>/dev/null | grep '^  ')" ] || continue
-    step "$(basename "$t") ($pattern)" 180 "$t" --gtest_color=no --gtest_filter="*$pattern*"
+    # cuDNN's own account of each engine configuration it tries (warnings and errors) goes to a log
+    # of its own, archived with the rest: what a failing plan build needs to be fixed.
+    step "$(basename "$t") ($pattern)" 180 env CUDNN_LOGLEVEL_DBG=2 \
+      CUDNN_LOGDEST_DBG="$logs/cudnn_$(basename "$t")_$pattern.log" "$t" --gtest_color=no --gtest_filter="*$pattern*"
   done
 done
 
