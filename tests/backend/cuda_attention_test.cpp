@@ -171,6 +171,7 @@ TEST(CudaAttention, CudnnRejectsHeadDimsItsEnginesDoNotTake) {
   EXPECT_NE(attention_cudnn_unsupported({1, 8, 2, 1, 100, 0.1f}), "");  // not a multiple of 8
   EXPECT_NE(attention_cudnn_unsupported({1, 8, 2, 1, 256, 0.1f}), "");
   EXPECT_NE(attention_cudnn_unsupported({1, 256, 6, 4, 64, 0.1f}), "");  // 6 query heads on 4 kv heads
+  EXPECT_NE(attention_cudnn_unsupported({1, 1, 2, 1, 64, 0.1f}), "");    // no backward over one row
   // Whole 128-row tiles suit every cuDNN 9 (other lengths depend on the loaded release).
   EXPECT_EQ(attention_cudnn_unsupported({1, 256, 2, 1, 128, 0.1f}), "");
   EXPECT_EQ(attention_cudnn_unsupported({1, 128, 4, 2, 64, 0.1f}), "");

@@ -349,16 +349,14 @@ std::unique_ptr<Plan> finalize_plan(GraphBuilder graph, const std::string& what)
              "; CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr makes cuDNN say more");
 }
 
-// `reserved` bytes at the start of cuda::workspace() are the caller's; cuDNN's own follow them.
-void execute(const Plan& p, void* stream, const std::vector<std::pair<int64_t, void*>>& bindings, size_t reserved,
+// `workspace` holds at least the plan's workspace_bytes (null when it needs none).
+void execute(const Plan& p, void* stream, const std::vector<std::pair<int64_t, void*>>& bindings, void* ws,
              const char* what) {
   const CudnnApi& a = api();
   check_cudnn(a.set_stream(handle(), static_cast<cudaStream_t>(stream)), "cudnnSetStream");
   std::vector<int64_t> uids;
   std::vector<void*> ptrs;
   for (auto& [uid, ptr] : bindings) uids.push_back(uid), ptrs.push_back(ptr);
-  void* ws = p.workspace_bytes > 0 ? static_cast<char*>(workspace(reserved + size_t(p.workspace_bytes))) + reserved
-                                    : nullptr;
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, std::string(what) + " variant pack");
   pack.set_i64(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()), ptrs.data())
@@ -546,7 +544,9 @@ ShapeKey key_of(const SdpaShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D}; }
 
 const Plan& cached_plan(bool backward, const SdpaShape& s) {
   static std::mutex mutex;
-  static std::map<std::pair<bool, ShapeKey>, std::unique_ptr<Plan>> plans;
+  // Never destroyed, as the handle: at exit cuDNN's engine libraries (loaded after this map was
+  // made) may be gone before a destructor running here could release their plans.
+  static auto& plans = *new std::map<std::pair<bool, ShapeKey>, std::unique_ptr<Plan>>;
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = plans[{backward, key_of(s)}];
   if (!slot) {
@@ -578,8 +578,11 @@ std::string cudnn_attention_unsupported(const SdpaShape& s) {
     return "cuDNN's fused attention takes head_dim a multiple of 8 up to 128, got " + std::to_string(s.D);
   if (s.Hkv < 1 || s.Hq % s.Hkv != 0)
     return "query heads " + std::to_string(s.Hq) + " are not a multiple of kv heads " + std::to_string(s.Hkv);
-  // Whole 128-row tiles unless the loaded cuDNN is known to handle the rest (9.16 and later).
-  if (s.S % 128 != 0 && (!api().error.empty() || backward_needs_whole_tiles()))
+  // cudnn_frontend refuses a backward over one row; the forward falls back with it (one pair).
+  if (s.S < 2) return "cuDNN's fused attention backward needs a sequence of 2 or more, got " + std::to_string(s.S);
+  // Whole 128-row tiles unless the loaded cuDNN is known to handle the rest (9.16 and later). A
+  // missing library is not a shape reason: the call then fails naming it.
+  if (s.S % 128 != 0 && api().error.empty() && backward_needs_whole_tiles())
     return "cuDNN before 9.16 needs the sequence length a multiple of 128 for its backward, got " + std::to_string(s.S);
   return "";
 }
@@ -603,7 +606,7 @@ void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, co
   execute(plan, stream,
           {{kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)}, {kO, out},
            {kStats, lse}, {kScale, &scale}, {kMaskValue, &masked}},
-          0, "forward");
+          plan.workspace_bytes > 0 ? workspace(size_t(plan.workspace_bytes)) : nullptr, "forward");
 }
 
 void cudnn_attention_backward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,
@@ -624,7 +627,7 @@ void cudnn_attention_backward(void* stream, const SdpaShape& s, const void* q, c
            {kO, const_cast<void*>(out)}, {kDO, const_cast<void*>(dout)}, {kStats, const_cast<float*>(lse)},
            {kDQ, dq}, {kDK, dk}, {kDV, dv}, {kScale, &scale}, {kMaskValue, &masked}, {kOne, &one},
            {kSoftmaxSum, sums}, {kDqAccum, dq_accum}},
-          accum_bytes + sums_bytes, "backward");
+          ws + accum_bytes + sums_bytes, "backward");
 }
 
 }  // namespace titan::cuda
