@@ -27,6 +27,7 @@ TEST(CudaAttentionGraph, NeedsTheCudaBackend) {
 
 #include "test_util.h"
 #include "titan/backend/cuda/cudnn_attention.h"
+#include "titan/backend/cuda/cudnn_graph.h"
 
 namespace titan::cuda {
 namespace {

@@ -12,10 +12,9 @@
 // Query head h reads kv head h / (Hq / Hkv); query i attends to keys 0..i; scores are scaled by
 // `scale`. Everything is queued on `stream`; no host synchronisation.
 //
-// libcudnn.so.9 is loaded with dlopen on first use (the GPU machine's cuDNN comes with its
-// PyTorch wheels, not with the toolkit titan was built with), so titan runs without cuDNN and only
-// a job that asks for this variant needs it. Each distinct shape builds its execution plans once
-// (cuDNN's heuristics, possibly a runtime compile) and keeps them for the process.
+// cuDNN is loaded on first use (backend/cuda/cudnn_graph.h). Each distinct shape builds its
+// execution plans once (cuDNN's heuristics, possibly a runtime compile) and keeps them for the
+// process.
 #include <cstdint>
 #include <string>
 
@@ -30,9 +29,6 @@ struct SdpaShape {
 // Hq a multiple of Hkv), else why not. Whether cuDNN itself loads is the calls' business: they
 // throw naming the missing library, never fall back silently.
 std::string cudnn_attention_unsupported(const SdpaShape& s);
-
-// The loaded cuDNN's version ("9.19.0"), or why it could not be loaded.
-std::string cudnn_version_text();
 
 // Writes out and lse.
 void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,

@@ -27,7 +27,7 @@
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/cuda_services.h"
-#include "titan/backend/cuda/cudnn_attention.h"
+#include "titan/backend/cuda/cudnn_graph.h"
 #include "titan/backend/cuda/device.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
