@@ -10,12 +10,13 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE 4B 0.6B+mma
-#                              MoE+mma"); a name ending in +mma runs that job with the mma_sync
-#                              attention kernels (and, for MoE, the mma_sync grouped expert GEMMs),
-#                              one ending in +cudnn with cuDNN's fused attention: [kernels] rules
-#                              appended to a copy of its config, instead of the default WMMA ones,
-#                              to see which the GPU prefers
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE MoE+cudnn
+#                              4B+cudnn 0.6B+mma MoE+mma 4B"); a name ending in +mma runs that job
+#                              with the mma_sync attention kernels (and, for MoE, the mma_sync grouped
+#                              expert GEMMs), one ending in +cudnn with cuDNN's fused attention (and,
+#                              for MoE, cuDNN's grouped matmul for the experts' forward GEMMs):
+#                              [kernels] rules appended to a copy of its config, instead of the
+#                              default WMMA ones, to see which the GPU prefers
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
 #                              profiled op by op, the one before the last (the last when STEPS <= 4)
 #                              ([profiling]: its table follows the job's log tail, its Chrome trace is
@@ -38,7 +39,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE 4B 0.6B+mma MoE+mma}
+models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B+cudnn 0.6B+mma MoE+mma 4B}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -76,7 +77,9 @@ for name in $models; do
       +mma)
         printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml" ;;
-      +cudnn) printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
+      +cudnn)
+        printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml"
+        [ "$m" = MoE ] && printf 'moe_experts = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
       *) echo "gpu_models: unknown variant $variant in job $name (+mma or +cudnn)" >&2; exit 2 ;;
     esac
     config=$out/$name.toml

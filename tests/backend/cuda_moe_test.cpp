@@ -163,6 +163,8 @@ class CudaMoeExperts : public ::testing::TestWithParam<ExpertShape> {};
 // The bf16 grouped GEMMs of the "mma_sync" variant, in test cases of their own (named *Mma*) so
 // that a kernel fault there cannot take the default kernels' cases down with it in one process.
 class CudaMoeExpertsMma : public ::testing::TestWithParam<ExpertShape> {};
+// The "cudnn" variant (cuDNN's MoE grouped matmul for the forward GEMMs), likewise on its own (*Cudnn*).
+class CudaMoeExpertsCudnn : public ::testing::TestWithParam<ExpertShape> {};
 
 // Forward (y and the saved act) and every gradient vs the reference kernels, with the parity
 // tolerances of moe_experts: bf16 1e-2 relative + 1e-2 of max|ref| (a GEMM output rounded to bf16
@@ -241,6 +243,11 @@ TEST_P(CudaMoeExpertsMma, ForwardAndBackward) {
   check_experts(GetParam(), MoeGemm::kMmaSync);
 }
 
+TEST_P(CudaMoeExpertsCudnn, ForwardAndBackward) {
+  TITAN_REQUIRE_CUDA();
+  check_experts(GetParam(), MoeGemm::kCudnn);
+}
+
 // The parity shapes, plus one with several 64-row tiles per expert and an expert likely left empty.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExperts,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
@@ -261,6 +268,17 @@ INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMma,
                          ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300),
                                             ::testing::Values(264), ::testing::Values(136),
                                             ::testing::Values(3, 8), ::testing::Values(2)));
+
+// D and F multiples of 8 (cuDNN's grouped matmul), experts likely left empty, one or several row
+// tiles per expert; and a shape it does not take (F = 4: those GEMMs run mma_sync).
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExpertsCudnn,
+                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(37, 300),
+                                            ::testing::Values(72, 264), ::testing::Values(40, 136),
+                                            ::testing::Values(8), ::testing::Values(2)));
+INSTANTIATE_TEST_SUITE_P(Fallback, CudaMoeExpertsCudnn,
+                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(37),
+                                            ::testing::Values(8), ::testing::Values(4), ::testing::Values(3),
+                                            ::testing::Values(1)));
 
 }  // namespace
 }  // namespace titan::cuda

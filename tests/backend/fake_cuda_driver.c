@@ -1,4 +1,4 @@
-// A stand-in CUDA driver (libcuda.so.1) for tests/backend/cuda_attention_graph_test.cpp on machines
+// A stand-in CUDA driver (libcuda.so.1) for tests/backend/cuda_cudnn_graph_test.cpp on machines
 // without a GPU. cuDNN's runtime-compiled engines (the fused attention ones among them) look up
 // these entry points in libcuda before they answer even a deviceless heuristics query; this
 // library lets that query run. It answers device queries like an H200 (sm_90, 132 SMs) and fails

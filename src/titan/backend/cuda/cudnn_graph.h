@@ -175,6 +175,9 @@ class GraphBuilder {
     add_op(std::move(op), Desc());
   }
 
+  // An operation built by the caller (finalized), for the kinds this builder has no helper for.
+  void add_operation(Desc op) { add_op(std::move(op), Desc()); }
+
   const std::vector<Desc>& ops() const { return ops_; }
 
  private:

@@ -19,9 +19,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <type_traits>
 
 #include "titan/backend/cuda/common.cuh"
+#include "titan/backend/cuda/cudnn_moe.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
@@ -945,6 +948,17 @@ __global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* 
   }
 }
 
+// cuDNN's grouped matmul takes each expert's first row as int32 [E] and its tokens in expert order.
+__global__ void first_rows_kernel(int64_t E, const int64_t* offsets, int32_t* first) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x)
+    first[e] = int32_t(offsets[e]);
+}
+template <class T>
+__global__ void gather_rows_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const T* x, T* xr) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * D; i += int64_t(gridDim.x) * blockDim.x)
+    xr[i] = x[order[i / D] / k * D + i % D];
+}
+
 // ---- launchers --------------------------------------------------------------------------------
 
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
@@ -1009,6 +1023,39 @@ void check_expert_dims(const MoeExpertDims& d) {
               " (k must be in [1, min(E, 64)])");
 }
 
+// The "cudnn" variant's forward GEMMs: out [n, N] (row stride ldc, rounded to T) = tokens [n, K]
+// (expert order) @ w[e]^T through cuDNN's grouped matmul when it takes the shape, else mma_sync.
+template <class T>
+void forward_rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
+                       const T* tokens, const T* w, const Routing& routing, const int32_t* first, T* out,
+                       int64_t ldc) {
+  const GroupedMatmulShape shape{d.T * d.k, K, N, d.E, ldc, DType::BF16};
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (algo == MoeGemm::kCudnn && first && cudnn_grouped_matmul_unsupported(shape).empty() &&
+        aligned16(tokens) && aligned16(w) && aligned16(out)) {
+      cudnn_grouped_matmul(ctx.stream, shape, tokens, w, first, out);
+      return;
+    }
+  }
+  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo == MoeGemm::kCudnn ? MoeGemm::kMmaSync : algo,
+                                                    N, K, tokens, K, nullptr, 1, w, N * K, routing, out, ldc);
+}
+
+// For the "cudnn" variant: each expert's first row as int32 (null for the other variants). A
+// missing or older cuDNN is an error naming it, never a silent fallback.
+std::unique_ptr<Scratch> first_rows(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
+                                    const Routing& routing) {
+  if (algo != MoeGemm::kCudnn) return nullptr;
+  const std::string why = cudnn_grouped_matmul_unavailable();
+  TITAN_CHECK(why.empty(), "moe_experts (cuda, cudnn): ", why);
+  auto first = std::make_unique<Scratch>(ctx, sizeof(int32_t) * size_t(d.E));
+  first_rows_kernel<<<grid_for(d.E), 256, 0, stream_of(ctx)>>>(d.E, routing.offsets.as<int64_t>(),
+                                                               first->as<int32_t>());
+  check_launch("moe (cuda): first rows");
+  return first;
+}
+const int32_t* as_first(const std::unique_ptr<Scratch>& first) { return first ? first->as<int32_t>() : nullptr; }
+
 template <class T>
 void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, const T* x,
                  const float* weights, const int64_t* indices, const T* wg, const T* wu, const T* wd, T* act,
@@ -1020,17 +1067,25 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>());
   const int64_t* order = routing.order.as<int64_t>();
+  const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
+  Scratch o(ctx, sizeof(T) * size_t(n * d.D));
   // act = [x wg^T | x wu^T] per routing row (rounded to T).
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
-                                                    routing, act, 2 * d.F);
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
-                                                    routing, act + d.F, 2 * d.F);
+  if (algo == MoeGemm::kCudnn) {  // cuDNN reads the tokens in expert order: gather them once (into o)
+    T* xr = o.as<T>();
+    gather_rows_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, x, xr);
+    check_launch("moe (cuda): gather rows");
+    forward_rows_gemm<T>(ctx, d, algo, d.F, d.D, xr, wg, routing, as_first(first), act, 2 * d.F);
+    forward_rows_gemm<T>(ctx, d, algo, d.F, d.D, xr, wu, routing, as_first(first), act + d.F, 2 * d.F);
+  } else {
+    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg,
+                                                      d.F * d.D, routing, act, 2 * d.F);
+    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu,
+                                                      d.F * d.D, routing, act + d.F, 2 * d.F);
+  }
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
-  Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
-                                                    d.D * d.F, routing, o.as<T>(), d.D);
+  forward_rows_gemm<T>(ctx, d, algo, d.D, d.F, h.as<T>(), wd, routing, as_first(first), o.as<T>(), d.D);
   combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
                                                              routing.pos.as<int64_t>(), o.as<T>(), y);
   check_launch("moe (cuda): combine");
@@ -1063,11 +1118,12 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   check_launch("moe (cuda): swiglu rows");
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
     Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, h.as<T>(), d.F, nullptr, 1, wd,
-                                                      d.D * d.F, routing, o.as<T>(), d.D);
+    const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
+    forward_rows_gemm<T>(ctx, d, algo, d.D, d.F, h.as<T>(), wd, routing, as_first(first), o.as<T>(), d.D);
     dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
     check_launch("moe (cuda): routing-weight gradient");
   }
+  if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;  // the backward's other GEMMs
   if (!dx && !dwg && !dwu && !dwd) return;
   Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
   scaled_dy_kernel<T>
@@ -1303,6 +1359,15 @@ const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
 // Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
+// cuDNN's MoE grouped matmul for the forward GEMMs (cuDNN 9.15 or later), mma_sync for the rest.
+const bool moe_experts_cudnn_registered = kernels::register_kernels(
+    "moe_experts", Device::CUDA,
+    {{DType::BF16, "cudnn",
+      "device routing order, the forward's grouped GEMMs on cuDNN's MoE grouped matmul (cuDNN 9.15+; "
+      "K, N multiples of 8), the backward's on mma_sync, reference rounding points",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kCudnn>,
+                            experts_backward_entry<DType::BF16, MoeGemm::kCudnn>}}},
+    kernel_available);
 const bool moe_experts_mma_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "mma_sync",

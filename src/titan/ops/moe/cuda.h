@@ -54,8 +54,11 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
 
 // The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 64 x 128
 // tiles with a two-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
-// rows are not 16-byte aligned). Same products, accumulation and rounding; f32 ignores it.
-enum class MoeGemm { kWmma, kMmaSync };
+// rows are not 16-byte aligned), or cuDNN's MoE grouped matmul for the GEMMs of the forward (gate,
+// up, down, and the down output the backward recomputes) with mma_sync for the rest (the "cudnn"
+// variant: cuDNN 9.15 or later, an error naming it otherwise; shapes it does not take, K or N not a
+// multiple of 8, run mma_sync). Same products, accumulation and rounding; f32 ignores it.
+enum class MoeGemm { kWmma, kMmaSync, kCudnn };
 
 // x [T, D], w_gate / w_up [E, F, D], w_down [E, D, F] in `dtype`; weights [T, k] f32.
 // act [T*k, 2F] (dtype, routing order: gate | up outputs, saved for backward); y [T, D] (dtype).

@@ -1,10 +1,11 @@
-// cuDNN's fused attention graphs (backend/cuda/cudnn_attention.h) checked without a GPU: cuDNN's
+// The cuDNN graphs titan runs, checked without a GPU: the fused attention's forward and backward
+// (backend/cuda/cudnn_attention.h) and the MoE grouped matmul (backend/cuda/cudnn_moe.h). cuDNN's
 // heuristics are asked, for an H200 described by its device properties
 // (tests/fixtures/cudnn_device_h200.json, cuDNN 9.8's deviceless device description), how many of
-// its engine configurations pass their support checks for the exact forward and backward graphs
-// the "cudnn" attention variant runs. A graph cuDNN's flash-attention engines do not recognise
-// (a wrong dtype, a missing mask op, a stride they refuse) gets none. Which engine then builds a
-// plan, and its numbers, only a GPU can tell (cuda_attention_test's Cudnn cases).
+// its engine configurations pass their support checks for the exact graphs the "cudnn" variants
+// run. A graph cuDNN's engines do not recognise (a wrong dtype, a missing mask op, a stride they
+// refuse) gets none. Which engine then builds a plan, and its numbers, only a GPU can tell
+// (cuda_attention_test's and cuda_moe_test's Cudnn cases).
 //
 // Without a CUDA driver the test loads a stand-in libcuda.so.1 first (fake_cuda_driver.c): cuDNN's
 // runtime-compiled engines look one up before answering. With a real driver (a GPU machine) it
@@ -28,6 +29,7 @@ TEST(CudaAttentionGraph, NeedsTheCudaBackend) {
 #include "test_util.h"
 #include "titan/backend/cuda/cudnn_attention.h"
 #include "titan/backend/cuda/cudnn_graph.h"
+#include "titan/backend/cuda/cudnn_moe.h"
 
 namespace titan::cuda {
 namespace {
@@ -82,6 +84,46 @@ TEST(CudaAttentionGraph, CudnnEnginesRefuseAHeadDimTheyCannotRun) {
   const SdpaShape s{2, 256, 4, 4, 12, 0.25f};
   EXPECT_EQ(cudnn_attention_engine_count(s, false, h200()), 0);
   EXPECT_EQ(cudnn_attention_engine_count(s, true, h200()), 0);
+}
+
+// The MoE job's expert GEMMs (30B-A3B dims: D 2048, F 768, 64 experts, top-4 of 8 x 2048 tokens):
+// gate and up [rows, 2048] x [768, 2048]^T into the halves of act (row stride 1536), down
+// [rows, 768] x [2048, 768]^T; and a small shape of cuda_moe_test.
+TEST(CudaMoeGraph, CudnnEnginesTakeTheGroupedMatmulsOfTheMoeJobOnAnH200) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  if (const std::string v = cudnn_grouped_matmul_unavailable(); !v.empty()) GTEST_SKIP() << v;
+  const std::string device = h200();
+  const int64_t rows = 8 * 2048 * 4;
+  EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 768, 64, 1536, DType::BF16}, device), 1) << "gate/up";
+  EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 768, 2048, 64, 2048, DType::BF16}, device), 1) << "down";
+  EXPECT_GE(cudnn_grouped_matmul_engine_count({600, 264, 136, 8, 272, DType::BF16}, device), 1) << "small";
+}
+
+// The control: the same operation with each expert's weight stored [K, N] (N contiguous, a layout
+// the engines do not take) gets no configuration, so the counts above are cuDNN's answer about
+// the layout titan passes ([E, N, K], K contiguous), not a count that is never zero.
+TEST(CudaMoeGraph, CudnnEnginesRefuseWeightsStoredWithNContiguous) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  if (const std::string v = cudnn_grouped_matmul_unavailable(); !v.empty()) GTEST_SKIP() << v;
+  const int64_t rows = 600, K = 264, N = 136, E = 8;
+  cudnn::GraphBuilder g;
+  const cudnn::Desc& tokens = g.tensor(1, {1, rows, K}, {rows * K, K, 1}, CUDNN_DATA_BFLOAT16);
+  const cudnn::Desc& weights = g.tensor(2, {E, K, N}, {K * N, N, 1}, CUDNN_DATA_BFLOAT16);
+  const cudnn::Desc& first = g.tensor(3, {E, 1, 1}, {1, 1, 1}, CUDNN_DATA_INT32);
+  const cudnn::Desc& out = g.tensor(4, {1, rows, N}, {rows * N, N, 1}, CUDNN_DATA_BFLOAT16);
+  cudnn::Desc op(CUDNN_BACKEND_OPERATION_MOE_GROUPED_MATMUL_DESCRIPTOR, "MoE grouped matmul (control)");
+  cudnnMoeGroupedMatmulMode_t mode = CUDNN_MOE_GROUPED_MATMUL_MODE_NONE;
+  op.set(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_MODE, CUDNN_TYPE_MOE_GROUPED_MATMUL_MODE, 1, &mode)
+      .set_type(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_MATH_PREC, CUDNN_DATA_FLOAT)
+      .set_desc(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_TOKEN_DESC, tokens)
+      .set_desc(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_WEIGHT_DESC, weights)
+      .set_desc(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_FIRST_TOKEN_OFFSET_DESC, first)
+      .set_desc(CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_OUTPUT_DESC, out);
+  op.finalize();
+  g.add_operation(std::move(op));
+  EXPECT_EQ(cudnn::deviceless_engine_count(g, h200(), "control"), 0);
 }
 
 TEST(CudaAttentionGraph, ABadDeviceDescriptionIsAnErrorNamingIt) {
