@@ -959,6 +959,32 @@ __global__ void gather_rows_kernel(int64_t n, int64_t D, int64_t k, const int64_
     xr[i] = x[order[i / D] / k * D + i % D];
 }
 
+// The backward's GEMMs on cuDNN need each expert's weight with K contiguous: out[e][c][r] (row stride
+// ldo, expert stride C * ldo) = in[e][r][c] for in [E, R, C]; 32 x 32 tiles through shared memory.
+__global__ void transpose_experts_kernel(int64_t R, int64_t C, const bf16_t* in, bf16_t* out, int64_t ldo) {
+  __shared__ bf16_t tile[32][33];
+  const int64_t e = blockIdx.z, r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * 32;
+  const bf16_t* src = in + e * R * C;
+  bf16_t* dst = out + e * C * ldo;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < R && c < C) tile[i][threadIdx.x] = src[r * C + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < R && c < C) dst[c * ldo + r] = tile[threadIdx.x][i];
+  }
+}
+// out [n, 2F] bf16 = [a | b] with a, b [n, F] f32 rounded to bf16 (as the tensor-core GEMMs stage them).
+__global__ void pack_rows_kernel(int64_t n, int64_t F, const float* a, const float* b, bf16_t* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * 2 * F;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (2 * F), j = i % (2 * F);
+    out[i] = from_f32<bf16_t>(j < F ? a[r * F + j] : b[r * F + j - F]);
+  }
+}
+
 // ---- launchers --------------------------------------------------------------------------------
 
 template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
@@ -1056,6 +1082,23 @@ std::unique_ptr<Scratch> first_rows(const KernelContext& ctx, const MoeExpertDim
 }
 const int32_t* as_first(const std::unique_ptr<Scratch>& first) { return first ? first->as<int32_t>() : nullptr; }
 
+// in [E, R, C] bf16 -> out[e] = in[e]^T, rows of ldo elements (columns [0, R) written).
+void transpose_experts(const KernelContext& ctx, int64_t E, int64_t R, int64_t C, const bf16_t* in, bf16_t* out,
+                       int64_t ldo) {
+  TITAN_CHECK((R + 31) / 32 <= 65535 && E <= 65535, "moe (cuda): transpose grid too large");
+  const dim3 grid(unsigned((C + 31) / 32), unsigned((R + 31) / 32), unsigned(E)), block(32, 8);
+  transpose_experts_kernel<<<grid, block, 0, stream_of(ctx)>>>(R, C, in, out, ldo);
+  check_launch("moe (cuda): transpose expert weights");
+}
+
+// The "cudnn" variant's backward GEMMs with f32 operands: out [n, N] f32 = a16 [n, K] (bf16) @ w[e]^T
+// with w [E, N, K] bf16, through cuDNN when it takes the shape (the caller checked).
+bool cudnn_takes_backward(const MoeExpertDims& d, const int32_t* first) {
+  const int64_t n = d.T * d.k;
+  return first && cudnn_grouped_matmul_unsupported({n, d.D, d.F, d.E, d.F, DType::F32}).empty() &&
+         cudnn_grouped_matmul_unsupported({n, 2 * d.F, d.D, d.E, d.D, DType::F32}).empty();
+}
+
 template <class T>
 void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, const T* x,
                  const float* weights, const int64_t* indices, const T* wg, const T* wu, const T* wd, T* act,
@@ -1116,14 +1159,18 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
+  const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
     Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-    const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
     forward_rows_gemm<T>(ctx, d, algo, d.D, d.F, h.as<T>(), wd, routing, as_first(first), o.as<T>(), d.D);
     dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
     check_launch("moe (cuda): routing-weight gradient");
   }
-  if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;  // the backward's other GEMMs
+  // cuDNN takes the backward's two row GEMMs (dh, dx) with transposed copies of the weights; the
+  // weight gradients, and shapes it does not take, run mma_sync.
+  bool cudnn_rows = false;
+  if constexpr (std::is_same_v<T, bf16_t>) cudnn_rows = algo == MoeGemm::kCudnn && cudnn_takes_backward(d, as_first(first));
+  if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
   if (!dx && !dwg && !dwu && !dwd) return;
   Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
   scaled_dy_kernel<T>
@@ -1135,8 +1182,18 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   if (!dx && !dwg && !dwu) return;
   // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
   Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
-  rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
-      ctx, d, algo, d.F, d.D, dyw.as<float>(), d.D, nullptr, 1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (cudnn_rows) {  // dyw rounded to bf16 (as the tensor-core GEMMs stage it), wd[e] [D, F] -> [F, D]
+      Scratch dyw16(ctx, sizeof(bf16_t) * size_t(n * d.D)), wdt(ctx, sizeof(bf16_t) * size_t(d.E * d.F * d.D));
+      ctx.services->convert(dyw16.as<void>(), DType::BF16, dyw.as<float>(), DType::F32, n * d.D);
+      transpose_experts(ctx, d.E, d.D, d.F, wd, wdt.as<bf16_t>(), d.D);
+      cudnn_grouped_matmul(ctx.stream, {n, d.D, d.F, d.E, d.F, DType::F32}, dyw16.as<void>(), wdt.as<void>(),
+                           as_first(first), dg.as<float>());
+    }
+  }
+  if (!cudnn_rows)
+    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
+        ctx, d, algo, d.F, d.D, dyw.as<float>(), d.D, nullptr, 1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
   swiglu_bwd_rows_kernel<T>
       <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
   check_launch("moe (cuda): swiglu backward rows");
@@ -1146,11 +1203,25 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     weight_grad<float, T>(ctx, d, algo, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
-    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
-        ctx, d, algo, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(),
-        d.D);
-    rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du.as<float>(), d.F, nullptr, 1,
-                                                      wu, d.F * d.D, routing, dxr.as<float>(), d.D);
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      if (cudnn_rows) {  // one GEMM over K = 2F: [dg | du] (bf16) @ per expert [wg^T | wu^T] [D, 2F]
+        Scratch gu(ctx, sizeof(bf16_t) * size_t(n * 2 * d.F)), wgut(ctx, sizeof(bf16_t) * size_t(d.E * d.D * 2 * d.F));
+        pack_rows_kernel<<<grid_for(n * 2 * d.F), 256, 0, stream>>>(n, d.F, dg.as<float>(), du.as<float>(),
+                                                                    gu.as<bf16_t>());
+        check_launch("moe (cuda): pack dg | du");
+        transpose_experts(ctx, d.E, d.F, d.D, wg, wgut.as<bf16_t>(), 2 * d.F);
+        transpose_experts(ctx, d.E, d.F, d.D, wu, wgut.as<bf16_t>() + d.F, 2 * d.F);
+        cudnn_grouped_matmul(ctx.stream, {n, 2 * d.F, d.D, d.E, d.D, DType::F32}, gu.as<void>(), wgut.as<void>(),
+                             as_first(first), dxr.as<float>());
+      }
+    }
+    if (!cudnn_rows) {
+      rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
+          ctx, d, algo, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(),
+          d.D);
+      rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du.as<float>(), d.F, nullptr, 1,
+                                                        wu, d.F * d.D, routing, dxr.as<float>(), d.D);
+    }
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
                                                                dxr.as<float>(), dx);
     check_launch("moe (cuda): dx gather");
@@ -1359,12 +1430,12 @@ const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
 // Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
-// cuDNN's MoE grouped matmul for the forward GEMMs (cuDNN 9.15 or later), mma_sync for the rest.
+// cuDNN's MoE grouped matmul for the row GEMMs (cuDNN 9.15 or later), mma_sync for the weight gradients.
 const bool moe_experts_cudnn_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "cudnn",
-      "device routing order, the forward's grouped GEMMs on cuDNN's MoE grouped matmul (cuDNN 9.15+; "
-      "K, N multiples of 8), the backward's on mma_sync, reference rounding points",
+      "device routing order, the row GEMMs (forward and dh, dx) on cuDNN's MoE grouped matmul (cuDNN 9.15+; "
+      "D, F multiples of 8), the weight gradients on mma_sync, reference rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kCudnn>,
                             experts_backward_entry<DType::BF16, MoeGemm::kCudnn>}}},
     kernel_available);

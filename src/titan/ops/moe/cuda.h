@@ -54,9 +54,10 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
 
 // The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 64 x 128
 // tiles with a two-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
-// rows are not 16-byte aligned), or cuDNN's MoE grouped matmul for the GEMMs of the forward (gate,
-// up, down, and the down output the backward recomputes) with mma_sync for the rest (the "cudnn"
-// variant: cuDNN 9.15 or later, an error naming it otherwise; shapes it does not take, K or N not a
+// rows are not 16-byte aligned), or cuDNN's MoE grouped matmul for every row GEMM (the forward's
+// gate, up and down, the down output the backward recomputes, and the backward's dh and dx over
+// transposed copies of the weights) with mma_sync for the weight gradients (the "cudnn" variant:
+// cuDNN 9.15 or later, an error naming it otherwise; shapes it does not take, D or F not a
 // multiple of 8, run mma_sync). Same products, accumulation and rounding; f32 ignores it.
 enum class MoeGemm { kWmma, kMmaSync, kCudnn };
 
