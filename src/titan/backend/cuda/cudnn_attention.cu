@@ -110,6 +110,18 @@ GraphBuilder forward_graph(const SdpaShape& s) {
   return g;
 }
 
+// A kv head's gradient: grad = scores^T y per query head (scores read transposed, in bf16, as the
+// engines take a matmul's A operand), summed over each group of query heads by cuDNN when there are
+// fewer kv heads.
+void kv_gradient(GraphBuilder& g, const Layout& l, const Desc& scores, const Desc& y, const Desc& grad) {
+  const Desc& scores_t = g.virt(l.scores, l.scores_t_strides, CUDNN_DATA_BFLOAT16);
+  g.reshape(scores, scores_t);
+  if (l.q[1] == l.kv[1]) return g.matmul(scores_t, y, grad);
+  const Desc& per_query_head = g.virt(l.q, l.q_packed_strides, CUDNN_DATA_BFLOAT16);
+  g.matmul(scores_t, y, per_query_head);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, grad);
+}
+
 // Backward, as cudnn_frontend builds it (the non-deterministic form: dq accumulated in f32):
 //   delta = rowsum(dO * O)                       (into the workspace)
 //   P = exp(mask(scale Q K^T - stats))           dV = P^T dO
@@ -117,7 +129,6 @@ GraphBuilder forward_graph(const SdpaShape& s) {
 // With fewer kv heads, dK and dV are formed per query head and summed over each group by cuDNN.
 GraphBuilder backward_graph(const SdpaShape& s) {
   const Layout l(s);
-  const bool grouped = s.Hq != s.Hkv;
   GraphBuilder g;
   const Desc& q = g.tensor(kQ, l.q, l.q_strides, CUDNN_DATA_BFLOAT16);
   const Desc& k_t = g.tensor(kK, l.kv_t, l.kv_t_strides, CUDNN_DATA_BFLOAT16);
@@ -150,16 +161,8 @@ GraphBuilder backward_graph(const SdpaShape& s) {
   const Desc& p = g.virt(l.scores, l.scores_strides);
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
 
-  // dV = P^T dO (per query head, then summed over each group).
-  const Desc& p_t = g.virt(l.scores, l.scores_t_strides, CUDNN_DATA_BFLOAT16);
-  g.reshape(p, p_t);
-  if (grouped) {
-    const Desc& dv_full = g.virt(l.q, l.q_packed_strides, CUDNN_DATA_BFLOAT16);
-    g.matmul(p_t, dout, dv_full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
-  } else {
-    g.matmul(p_t, dout, dv);
-  }
+  // dV = P^T dO.
+  kv_gradient(g, l, p, dout, dv);
 
   // dS = scale * P * (dO V^T - delta).
   const Desc& dp = g.virt(l.scores, l.scores_strides);
@@ -172,15 +175,7 @@ GraphBuilder backward_graph(const SdpaShape& s) {
   g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, &scale, ds);
 
   // dK = dS^T Q.
-  const Desc& ds_t = g.virt(l.scores, l.scores_t_strides, CUDNN_DATA_BFLOAT16);
-  g.reshape(ds, ds_t);
-  if (grouped) {
-    const Desc& dk_full = g.virt(l.q, l.q_packed_strides, CUDNN_DATA_BFLOAT16);
-    g.matmul(ds_t, q, dk_full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
-  } else {
-    g.matmul(ds_t, q, dk);
-  }
+  kv_gradient(g, l, ds, q, dk);
 
   // dQ = dS K, accumulated in f32 in the workspace, then rounded into dq.
   const Desc& k = g.virt(l.kv, l.kv_strides);
