@@ -11,10 +11,10 @@
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
 #   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE MoE+cudnn
-#                              4B+cudnn 0.6B+mma MoE+mma 4B"); a name ending in +mma runs that job
+#                              4B 4B+cudnn 0.6B+mma MoE+mma"); a name ending in +mma runs that job
 #                              with the mma_sync attention kernels (and, for MoE, the mma_sync grouped
 #                              expert GEMMs), one ending in +cudnn with cuDNN's fused attention (and,
-#                              for MoE, cuDNN's grouped matmul for the experts' forward GEMMs):
+#                              for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
 #                              [kernels] rules appended to a copy of its config, instead of the
 #                              default WMMA ones, to see which the GPU prefers
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
@@ -39,7 +39,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B+cudnn 0.6B+mma MoE+mma 4B}
+models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B 4B+cudnn 0.6B+mma MoE+mma}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.

@@ -18,6 +18,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
+#include "titan/backend/cuda/cudnn_moe.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/cuda.h"
 #include "titan/ops/moe/moe.h"
@@ -214,12 +215,23 @@ void check_experts(const ExpertShape& shape, MoeGemm algo) {
       dwd_d(dwd_r.size() * 4);
   for (DeviceBuffer* b : {&act_d, &y_d, &dx_d, &dw_d, &dwg_d, &dwu_d, &dwd_d}) b->poison();
   const MoeExpertDims dims{T, D, F, E, k};
+  const int64_t cudnn_calls = cudnn_grouped_matmul_calls();
   moe_experts_fwd(ctx, dims, dtype, x_d->as<void>(), w_d.as<float>(), idx_d.as<int64_t>(), wg_d->as<void>(),
                   wu_d->as<void>(), wd_d->as<void>(), act_d.as<void>(), y_d.as<void>(), algo);
   moe_experts_bwd(ctx, dims, dtype, x_d->as<void>(), w_d.as<float>(), idx_d.as<int64_t>(), wg_d->as<void>(),
                   wu_d->as<void>(), wd_d->as<void>(), act_d.as<void>(), dy_d.as<float>(), dx_d.as<float>(),
                   dw_d.as<float>(), dwg_d.as<float>(), dwu_d.as<float>(), dwd_d.as<float>(), algo);
 
+  if (algo == MoeGemm::kCudnn) {
+    // The cudnn variant really ran cuDNN: the forward's two grouped matmuls (gate | up, down) and the
+    // backward's recomputed down output, plus dh and dx unless cuDNN built no f32-output plan here
+    // (then stderr said so); none for a shape it does not take (D or F not a multiple of 8).
+    const int64_t calls = cudnn_grouped_matmul_calls() - cudnn_calls;
+    if (D % 8 == 0 && F % 8 == 0)
+      EXPECT_TRUE(calls == 3 || calls == 5) << calls << " grouped matmuls through cuDNN";
+    else
+      EXPECT_EQ(calls, 0) << "a shape cuDNN does not take still reached it";
+  }
   const double n = double(std::max({T, D, F}));
   const double rtol = bf ? 1e-2 : 1e-5, atol = bf ? 1e-2 : 1e-7 * n;
   auto widen = [&](const DeviceBuffer& b) {
@@ -241,6 +253,41 @@ TEST_P(CudaMoeExperts, ForwardAndBackward) {
 TEST_P(CudaMoeExpertsMma, ForwardAndBackward) {
   TITAN_REQUIRE_CUDA();
   check_experts(GetParam(), MoeGemm::kMmaSync);
+}
+
+// cuDNN's grouped matmul alone against a loop on the host: out[r] = tokens[r] W[e]^T for the rows of
+// each expert, with empty experts (first, middle, last), a bf16 and an f32 output.
+TEST(CudaMoeCudnn, GroupedMatmulMatchesAHostLoop) {
+  TITAN_REQUIRE_CUDA();
+  if (const std::string why = cudnn_grouped_matmul_unavailable(); !why.empty()) FAIL() << why;
+  const int64_t K = 72, N = 40, E = 6;
+  const std::vector<int32_t> counts = {0, 17, 64, 0, 30, 0};  // rows per expert
+  std::vector<int32_t> first(static_cast<size_t>(E));
+  int64_t rows = 0;
+  for (int64_t e = 0; e < E; ++e) first[size_t(e)] = int32_t(rows), rows += counts[size_t(e)];
+  const auto tokens = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(rows * K), 61));
+  const auto w = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(E * N * K), 62, 0.2));
+  std::vector<float> ref(static_cast<size_t>(rows * N));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = first[size_t(e)]; r < first[size_t(e)] + counts[size_t(e)]; ++r)
+      for (int64_t c = 0; c < N; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < K; ++j) acc += double(tokens[size_t(r * K + j)]) * w[size_t((e * N + c) * K + j)];
+        ref[size_t(r * N + c)] = float(acc);
+      }
+  DeviceBuffer tokens_d(cuda_test::to_bf16(tokens)), w_d(cuda_test::to_bf16(w)), first_d(first);
+  KernelContext ctx = device_services(Device::CUDA).context();
+  for (DType out : {DType::BF16, DType::F32}) {
+    DeviceBuffer out_d(static_cast<size_t>(rows * N) * dtype_size(out));
+    out_d.poison();
+    cudnn_grouped_matmul(ctx.stream, {rows, K, N, E, N, out}, tokens_d.as<void>(), w_d.as<void>(),
+                         first_d.as<int32_t>(), out_d.as<void>());
+    const std::vector<float> got =
+        out == DType::BF16 ? cuda_test::to_f32(out_d.download<bf16>()) : out_d.download<float>();
+    // f32 accumulation in another order; a bf16 output rounded once more.
+    expect_close(got, out == DType::BF16 ? cuda_test::round_bf16(ref) : ref, out == DType::BF16 ? 1e-2 : 1e-4,
+                 1e-3, std::string(dtype_name(out)));
+  }
 }
 
 TEST_P(CudaMoeExpertsCudnn, ForwardAndBackward) {
@@ -269,12 +316,13 @@ INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMma,
                                             ::testing::Values(264), ::testing::Values(136),
                                             ::testing::Values(3, 8), ::testing::Values(2)));
 
-// D and F multiples of 8 (cuDNN's grouped matmul), experts likely left empty, one or several row
-// tiles per expert; and a shape it does not take (F = 4: those GEMMs run mma_sync).
+// D and F multiples of 8 (cuDNN's grouped matmul): fewer rows than experts (3 tokens x top-2 over
+// 8: at least two experts empty), one row tile per expert, several; and a shape it does not take
+// (F = 4: those GEMMs run mma_sync). Few shapes: each builds its own plans (a runtime compile).
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExpertsCudnn,
-                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(37, 300),
-                                            ::testing::Values(72, 264), ::testing::Values(40, 136),
-                                            ::testing::Values(8), ::testing::Values(2)));
+                         ::testing::Values(ExpertShape{DType::BF16, 3, 72, 40, 8, 2},
+                                           ExpertShape{DType::BF16, 37, 72, 40, 8, 2},
+                                           ExpertShape{DType::BF16, 300, 264, 136, 8, 2}));
 INSTANTIATE_TEST_SUITE_P(Fallback, CudaMoeExpertsCudnn,
                          ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(37),
                                             ::testing::Values(8), ::testing::Values(4), ::testing::Values(3),

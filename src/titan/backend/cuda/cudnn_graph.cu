@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <exception>
+
 #include "titan/core/check.h"
 
 namespace titan::cuda {
@@ -105,14 +107,13 @@ Desc operation_graph(const GraphBuilder& graph, cudnnHandle_t h, const std::stri
   return og;
 }
 
-// cuDNN's heuristics (mode A, as cudnn_frontend asks for SDPA) for an operation graph: the engine
-// configurations that pass their support checks, best first (for the GPU `device_props`
-// describes, else the current one). Keeps the heuristics descriptor alive in `heuristics`.
-std::vector<Desc> engine_configs(const Desc& op_graph, const Desc* device_props, Desc& heuristics,
-                                 const std::string& what) {
+// cuDNN's heuristics in `mode` for an operation graph: the engine configurations that pass their
+// support checks, best first (for the GPU `device_props` describes, else the current one). Keeps
+// the heuristics descriptor alive in `heuristics`.
+std::vector<Desc> engine_configs(const Desc& op_graph, const Desc* device_props, cudnnBackendHeurMode_t mode,
+                                 Desc& heuristics, const std::string& what) {
   const Api& a = api();
   heuristics = Desc(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what + " heuristics");
-  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   if (device_props) heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *device_props);
@@ -138,39 +139,47 @@ std::vector<Desc> engine_configs(const Desc& op_graph, const Desc* device_props,
 
 }  // namespace
 
-// The graph -> an operation graph -> cuDNN's heuristics -> the first engine configuration that
-// finalizes into an execution plan. A configuration that fails its finalize (NOT_SUPPORTED, too
-// much shared memory, ...) is skipped; when none is left the error lists each one's status.
+// The graph -> an operation graph -> cuDNN's heuristics (mode A, as cudnn_frontend and PyTorch ask
+// first, then FALLBACK) -> the first engine configuration that finalizes into an execution plan. A
+// configuration that fails its finalize (NOT_SUPPORTED, too much shared memory, ...) is skipped;
+// when none is left the error lists each one's status.
 std::unique_ptr<Plan> finalize_plan(GraphBuilder graph, const std::string& what) {
   const Api& a = loaded_api();
   cudnnHandle_t h = handle();
   auto p = std::make_unique<Plan>();
   p->graph = std::move(graph);
   p->op_graph = operation_graph(p->graph, h, what);
-  p->engine_configs = engine_configs(p->op_graph, nullptr, p->heuristics, what);
   std::string tried;
-  for (size_t i = 0; i < p->engine_configs.size(); ++i) {
-    cudnnBackendDescriptor_t config = p->engine_configs[i].get();
-    Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what + " execution plan");
-    plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
-        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
-    const cudnnStatus_t st = plan.try_finalize();
-    if (st != CUDNN_STATUS_SUCCESS) {
-      tried += std::string(tried.empty() ? "" : ", ") + "#" + std::to_string(i) + " " + a.get_error_string(st);
+  for (const auto& [mode, mode_name] : {std::pair{CUDNN_HEUR_MODE_A, "A"}, std::pair{CUDNN_HEUR_MODE_FALLBACK, "fallback"}}) {
+    try {
+      p->engine_configs = engine_configs(p->op_graph, nullptr, mode, p->heuristics, what);
+    } catch (const std::exception& e) {  // a mode that has nothing for this graph
+      tried += std::string(tried.empty() ? "" : ", ") + mode_name + " heuristics: " + e.what();
       continue;
     }
-    int64_t n = 0;
-    check(a.get_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                &p->workspace_bytes),
-                what + ": reading the plan's workspace size");
-    p->plan = std::move(plan);
-    return p;
+    for (size_t i = 0; i < p->engine_configs.size(); ++i) {
+      cudnnBackendDescriptor_t config = p->engine_configs[i].get();
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what + " execution plan");
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+          .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
+      const cudnnStatus_t st = plan.try_finalize();
+      if (st != CUDNN_STATUS_SUCCESS) {
+        tried += std::string(tried.empty() ? "" : ", ") + mode_name + " #" + std::to_string(i) + " " +
+                 a.get_error_string(st);
+        continue;
+      }
+      int64_t n = 0;
+      check(a.get_attribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                            &p->workspace_bytes),
+            what + ": reading the plan's workspace size");
+      p->plan = std::move(plan);
+      return p;
+    }
   }
   char message[1024] = {0};
   a.get_last_error_string(message, sizeof(message));
-  TITAN_FAIL("cuDNN: ", what, ": none of the ", p->engine_configs.size(),
-             " engine configurations cuDNN's heuristics offer builds a plan (", tried, ")",
-             message[0] ? "; last error: " : "", message,
+  TITAN_FAIL("cuDNN: ", what, ": no engine configuration of cuDNN's heuristics (modes A and fallback) builds a plan (",
+             tried.empty() ? "none offered" : tried, ")", message[0] ? "; last error: " : "", message,
              "; CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr makes cuDNN say more");
 }
 
@@ -199,7 +208,7 @@ int64_t deviceless_engine_count(const GraphBuilder& graph, const std::string& de
              device_json.c_str());
   device.finalize();
   Desc heuristics;
-  return int64_t(engine_configs(op_graph, &device, heuristics, what).size());
+  return int64_t(engine_configs(op_graph, &device, CUDNN_HEUR_MODE_A, heuristics, what).size());
 }
 
 }  // namespace cudnn

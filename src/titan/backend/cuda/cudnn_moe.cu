@@ -4,6 +4,8 @@
 // contiguous (our [E, N, K] storage), first-token offsets [E, 1, 1] int32, output [1, rows, N].
 #include "titan/backend/cuda/cudnn_moe.h"
 
+#include <atomic>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -61,28 +63,48 @@ std::string cudnn_grouped_matmul_unsupported(const GroupedMatmulShape& s) {
 std::string cudnn_grouped_matmul_unavailable() {
   const cudnn::Api& a = cudnn::api();
   if (!a.error.empty()) return a.error;
-  if (cudnn::runtime_version() < 91500)
-    return "cuDNN " + cudnn_version_text() + " has no MoE grouped matmul (9.15 and later have)";
+  if (cudnn::runtime_version() < 91800)
+    return "cuDNN " + cudnn_version_text() + " is older than 9.18, the first with a usable MoE grouped matmul";
   return "";
 }
 
-void cudnn_grouped_matmul(void* stream, const GroupedMatmulShape& s, const void* tokens, const void* weights,
-                          const int32_t* first, void* out) {
+namespace {
+
+std::atomic<int64_t> calls{0};
+
+// The plan of this shape, built on first use and kept (never destroyed, as cudnn_attention.cu's
+// plans: cuDNN's engine libraries may be gone at exit).
+const cudnn::Plan& plan_for(const GroupedMatmulShape& s) {
   std::string why = cudnn_grouped_matmul_unavailable();
   if (why.empty()) why = cudnn_grouped_matmul_unsupported(s);
   TITAN_CHECK(why.empty(), "moe (cudnn): ", why);
-  if (s.rows == 0) return;
   static std::mutex mutex;
-  // Never destroyed (as cudnn_attention.cu's plans): cuDNN's engine libraries may be gone at exit.
   static auto& plans = *new std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, DType>,
                                      std::unique_ptr<cudnn::Plan>>;
-  const cudnn::Plan* plan;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& slot = plans[{s.rows, s.K, s.N, s.E, s.ldc, s.out}];
-    if (!slot) slot = cudnn::finalize_plan(grouped_matmul_graph(s), describe(s));
-    plan = slot.get();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = plans[{s.rows, s.K, s.N, s.E, s.ldc, s.out}];
+  if (!slot) slot = cudnn::finalize_plan(grouped_matmul_graph(s), describe(s));
+  return *slot;
+}
+
+}  // namespace
+
+std::string cudnn_grouped_matmul_plan_error(const GroupedMatmulShape& s) {
+  try {
+    plan_for(s);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
   }
+}
+
+int64_t cudnn_grouped_matmul_calls() { return calls.load(); }
+
+void cudnn_grouped_matmul(void* stream, const GroupedMatmulShape& s, const void* tokens, const void* weights,
+                          const int32_t* first, void* out) {
+  if (s.rows == 0) return;
+  const cudnn::Plan* plan = &plan_for(s);
+  calls.fetch_add(1);
   cudnn::execute(*plan, stream,
                  {{kTokens, const_cast<void*>(tokens)}, {kWeights, const_cast<void*>(weights)},
                   {kFirst, const_cast<int32_t*>(first)}, {kOut, out}},

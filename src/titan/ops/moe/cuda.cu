@@ -19,6 +19,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -1091,12 +1093,25 @@ void transpose_experts(const KernelContext& ctx, int64_t E, int64_t R, int64_t C
   check_launch("moe (cuda): transpose expert weights");
 }
 
-// The "cudnn" variant's backward GEMMs with f32 operands: out [n, N] f32 = a16 [n, K] (bf16) @ w[e]^T
-// with w [E, N, K] bf16, through cuDNN when it takes the shape (the caller checked).
+// Whether the "cudnn" variant's backward row GEMMs (bf16 operands, f32 out) go to cuDNN: the shapes
+// it takes and plans that build. cuDNN documents bf16 outputs for its grouped matmul, not f32, so
+// a plan that does not build is said once on stderr and those GEMMs run mma_sync.
 bool cudnn_takes_backward(const MoeExpertDims& d, const int32_t* first) {
   const int64_t n = d.T * d.k;
-  return first && cudnn_grouped_matmul_unsupported({n, d.D, d.F, d.E, d.F, DType::F32}).empty() &&
-         cudnn_grouped_matmul_unsupported({n, 2 * d.F, d.D, d.E, d.D, DType::F32}).empty();
+  const GroupedMatmulShape dh{n, d.D, d.F, d.E, d.F, DType::F32}, dx{n, 2 * d.F, d.D, d.E, d.D, DType::F32};
+  if (!first || !cudnn_grouped_matmul_unsupported(dh).empty() || !cudnn_grouped_matmul_unsupported(dx).empty())
+    return false;
+  for (const GroupedMatmulShape& s : {dh, dx}) {
+    const std::string why = cudnn_grouped_matmul_plan_error(s);
+    if (why.empty()) continue;
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      std::fprintf(stderr, "titan: moe_experts (cuda, cudnn): the backward's row GEMMs run mma_sync: %s\n",
+                   why.c_str());
+    });
+    return false;
+  }
+  return true;
 }
 
 template <class T>
@@ -1105,6 +1120,8 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
                  T* y) {
   const int64_t n = d.T * d.k;
   if (d.T == 0) return;
+  if constexpr (!std::is_same_v<T, bf16_t>)  // cuDNN's grouped matmul is bf16: f32 has no cudnn variant
+    if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
   cudaStream_t stream = stream_of(ctx);
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
@@ -1113,12 +1130,18 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
   Scratch o(ctx, sizeof(T) * size_t(n * d.D));
   // act = [x wg^T | x wu^T] per routing row (rounded to T).
-  if (algo == MoeGemm::kCudnn) {  // cuDNN reads the tokens in expert order: gather them once (into o)
+  if (algo == MoeGemm::kCudnn) {
+    // cuDNN reads the tokens in expert order (gathered once, into o) and writes a contiguous output:
+    // one GEMM over each expert's gate and up rows stacked, [wg[e]; wu[e]] [2F, D], fills act.
     T* xr = o.as<T>();
     gather_rows_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, x, xr);
     check_launch("moe (cuda): gather rows");
-    forward_rows_gemm<T>(ctx, d, algo, d.F, d.D, xr, wg, routing, as_first(first), act, 2 * d.F);
-    forward_rows_gemm<T>(ctx, d, algo, d.F, d.D, xr, wu, routing, as_first(first), act + d.F, 2 * d.F);
+    Scratch wgu(ctx, sizeof(T) * size_t(d.E * 2 * d.F * d.D));
+    const size_t expert_bytes = sizeof(T) * size_t(d.F * d.D);
+    for (const auto& [src, offset] : {std::pair{wg, size_t(0)}, std::pair{wu, expert_bytes}})
+      TITAN_CUDA_CHECK(cudaMemcpy2DAsync(wgu.as<char>() + offset, 2 * expert_bytes, src, expert_bytes, expert_bytes,
+                                         size_t(d.E), cudaMemcpyDeviceToDevice, stream));
+    forward_rows_gemm<T>(ctx, d, algo, 2 * d.F, d.D, xr, wgu.as<T>(), routing, as_first(first), act, 2 * d.F);
   } else {
     rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg,
                                                       d.F * d.D, routing, act, 2 * d.F);
@@ -1152,6 +1175,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     zero(dwd, d.E * d.D * d.F);
     return;
   }
+  if constexpr (!std::is_same_v<T, bf16_t>)
+    if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>());
@@ -1430,11 +1455,11 @@ const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
 // Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
-// cuDNN's MoE grouped matmul for the row GEMMs (cuDNN 9.15 or later), mma_sync for the weight gradients.
+// cuDNN's MoE grouped matmul for the row GEMMs (cuDNN 9.18 or later), mma_sync for the weight gradients.
 const bool moe_experts_cudnn_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "cudnn",
-      "device routing order, the row GEMMs (forward and dh, dx) on cuDNN's MoE grouped matmul (cuDNN 9.15+; "
+      "device routing order, the row GEMMs (forward and dh, dx) on cuDNN's MoE grouped matmul (cuDNN 9.18+; "
       "D, F multiples of 8), the weight gradients on mma_sync, reference rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kCudnn>,
                             experts_backward_entry<DType::BF16, MoeGemm::kCudnn>}}},

@@ -57,7 +57,7 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
 // rows are not 16-byte aligned), or cuDNN's MoE grouped matmul for every row GEMM (the forward's
 // gate, up and down, the down output the backward recomputes, and the backward's dh and dx over
 // transposed copies of the weights) with mma_sync for the weight gradients (the "cudnn" variant:
-// cuDNN 9.15 or later, an error naming it otherwise; shapes it does not take, D or F not a
+// cuDNN 9.18 or later, an error naming it otherwise; shapes it does not take, D or F not a
 // multiple of 8, run mma_sync). Same products, accumulation and rounding; f32 ignores it.
 enum class MoeGemm { kWmma, kMmaSync, kCudnn };
 
