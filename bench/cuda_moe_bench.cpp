@@ -32,11 +32,12 @@ void run(DeviceServices& s) {
   }
   Buffer indices(s, idx.size() * 8, 0, DType::I64), weights(s, size_t(n) * 4, 0.25, DType::F32),
       x(s, size_t(d.T * d.D) * 2, 0.5, DType::BF16), wg(s, size_t(d.E * d.F * d.D) * 2, 0.02, DType::BF16),
-      wu(s, size_t(d.E * d.F * d.D) * 2, 0.02, DType::BF16), wd(s, size_t(d.E * d.D * d.F) * 2, 0.02, DType::BF16),
-      act(s, size_t(n * 2 * d.F) * 2, 0, DType::BF16), y(s, size_t(d.T * d.D) * 2, 0, DType::BF16),
-      dy(s, size_t(d.T * d.D) * 4, 0.01, DType::F32), dx(s, size_t(d.T * d.D) * 4, 0, DType::F32),
-      dweights(s, size_t(n) * 4, 0, DType::F32), dwg(s, size_t(d.E * d.F * d.D) * 4, 0, DType::F32),
-      dwu(s, size_t(d.E * d.F * d.D) * 4, 0, DType::F32), dwd(s, size_t(d.E * d.D * d.F) * 4, 0, DType::F32);
+      wu(s, size_t(d.E * d.F * d.D) * 2, 0.02, DType::BF16),
+      wd(s, size_t(d.E * d.D * d.F) * 2, 0.02, DType::BF16), act(s, size_t(n * 2 * d.F) * 2, 0, DType::BF16),
+      y(s, size_t(d.T * d.D) * 2, 0, DType::BF16), dy(s, size_t(d.T * d.D) * 4, 0.01, DType::F32),
+      dx(s, size_t(d.T * d.D) * 4, 0, DType::F32), dweights(s, size_t(n) * 4, 0, DType::F32),
+      dwg(s, size_t(d.E * d.F * d.D) * 4, 0, DType::F32), dwu(s, size_t(d.E * d.F * d.D) * 4, 0, DType::F32),
+      dwd(s, size_t(d.E * d.D * d.F) * 4, 0, DType::F32);
   s.copy_from_host(indices.p, idx.data(), indices.n);
   const double gemm = 2.0 * double(n) * double(d.D) * double(d.F);
   auto fwd = [&](cuda::MoeGemm algo) {
@@ -47,16 +48,17 @@ void run(DeviceServices& s) {
     cuda::moe_experts_bwd(ctx, d, DType::BF16, x.p, static_cast<const float*>(weights.p),
                           static_cast<const int64_t*>(indices.p), wg.p, wu.p, wd.p, act.p,
                           static_cast<const float*>(dy.p), static_cast<float*>(dx.p),
-                          static_cast<float*>(dweights.p), static_cast<float*>(dwg.p), static_cast<float*>(dwu.p),
-                          static_cast<float*>(dwd.p), algo);
+                          static_cast<float*>(dweights.p), static_cast<float*>(dwg.p),
+                          static_cast<float*>(dwu.p), static_cast<float*>(dwd.p), algo);
   };
-  const std::pair<const char*, cuda::MoeGemm> algos[] = {
-      {"wmma", cuda::MoeGemm::kWmma}, {"mma_sync", cuda::MoeGemm::kMmaSync}, {"cudnn", cuda::MoeGemm::kCudnn}};
+  const std::pair<const char*, cuda::MoeGemm> algos[] = {{"wmma", cuda::MoeGemm::kWmma},
+                                                         {"mma_sync", cuda::MoeGemm::kMmaSync},
+                                                         {"cudnn", cuda::MoeGemm::kCudnn}};
   for (const auto& [name, algo] : algos) {
     try {
       const double f = time_ms([&] { fwd(algo); });
-      print_row(std::string("moe_experts ") + name + " fwd [16384 x top-4, 2048, 768, 64]", f, 3 * gemm / f * 1e-9,
-                "TFLOP/s");
+      print_row(std::string("moe_experts ") + name + " fwd [16384 x top-4, 2048, 768, 64]", f,
+                3 * gemm / f * 1e-9, "TFLOP/s");
       const double b = time_ms([&] { bwd(algo); });
       print_row(std::string("moe_experts ") + name + " bwd", b, 7 * gemm / b * 1e-9, "TFLOP/s");
     } catch (const std::exception& e) {

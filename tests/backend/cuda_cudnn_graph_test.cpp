@@ -21,7 +21,6 @@ TEST(CudaAttentionGraph, NeedsTheCudaBackend) {
 #include <dlfcn.h>
 
 #include <cctype>
-
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -37,7 +36,8 @@ namespace {
 // Empty when cuDNN can answer a deviceless query here, else why not (the test then skips).
 std::string prepare() {
   static const std::string why = [] {
-    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) && !dlopen(TITAN_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_GLOBAL))
+    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) &&
+        !dlopen(TITAN_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_GLOBAL))
       return std::string("neither a CUDA driver nor the stand-in loads: ") + dlerror();
     const std::string version = cudnn_version_text();
     if (version.empty() || !std::isdigit(static_cast<unsigned char>(version[0]))) return version;  // why not
@@ -61,8 +61,10 @@ struct Shape {
 // The peer jobs' attention shapes (Qwen3-0.6B 8 x 2048, Qwen3-4B 2 x 2048, the 30B-A3B-dims MoE
 // 8 x 2048) and small ones: head_dim 64 and 128, one to eight query heads per kv head.
 const Shape kShapes[] = {
-    {"qwen3-0.6B", {8, 2048, 16, 8, 128, 0.0883883f}}, {"qwen3-4B", {2, 2048, 32, 8, 128, 0.0883883f}},
-    {"30B-A3B dims", {8, 2048, 32, 4, 128, 0.0883883f}}, {"MHA d64", {2, 256, 4, 4, 64, 0.125f}},
+    {"qwen3-0.6B", {8, 2048, 16, 8, 128, 0.0883883f}},
+    {"qwen3-4B", {2, 2048, 32, 8, 128, 0.0883883f}},
+    {"30B-A3B dims", {8, 2048, 32, 4, 128, 0.0883883f}},
+    {"MHA d64", {2, 256, 4, 4, 64, 0.125f}},
     {"MQA d64", {2, 384, 8, 1, 64, 0.125f}},
 };
 
@@ -96,7 +98,8 @@ TEST(CudaMoeGraph, CudnnEnginesTakeTheGroupedMatmulsOfTheMoeJobOnAnH200) {
   if (const std::string v = cudnn_grouped_matmul_unavailable(); !v.empty()) GTEST_SKIP() << v;
   const std::string device = h200();
   const int64_t rows = 8 * 2048 * 4;
-  EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 1536, 64, 1536, DType::BF16}, device), 1) << "gate|up";
+  EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 1536, 64, 1536, DType::BF16}, device), 1)
+      << "gate|up";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 768, 2048, 64, 2048, DType::BF16}, device), 1) << "down";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 768, 64, 768, DType::F32}, device), 1) << "dh";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 1536, 2048, 64, 2048, DType::F32}, device), 1) << "dx";

@@ -35,7 +35,8 @@ void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, co
                              void* out, float* lse);
 // Overwrites dq, dk and dv (bf16; for fewer kv heads than query heads cuDNN sums each group).
 void cudnn_attention_backward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,
-                              const void* out, const float* lse, const void* dout, void* dq, void* dk, void* dv);
+                              const void* out, const float* lse, const void* dout, void* dq, void* dk,
+                              void* dv);
 
 // How many of cuDNN's engine configurations pass their support checks for the forward or backward
 // graph of this shape (the graphs the calls above run) on the GPU that `device_json` describes:

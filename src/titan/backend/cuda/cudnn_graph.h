@@ -72,9 +72,10 @@ class Desc {
   Desc& operator=(const Desc&) = delete;
 
   cudnnBackendDescriptor_t get() const { return d_; }
-  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+            const void* values) {
     check(api().set_attribute(d_, name, type, count, values),
-                "setting attribute " + std::to_string(int(name)) + " of " + what_);
+          "setting attribute " + std::to_string(int(name)) + " of " + what_);
     return *this;
   }
   Desc& set_desc(cudnnBackendAttributeName_t name, const Desc& d) {
@@ -106,13 +107,17 @@ class Desc {
 class GraphBuilder {
  public:
   // A tensor the variant pack binds to device memory.
-  const Desc& tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides, cudnnDataType_t type) {
+  const Desc& tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                     cudnnDataType_t type) {
     return add_tensor(uid, dims, strides, type, false, false);
   }
   // A float the variant pack passes by value (a host pointer): dims and strides all 1.
-  const Desc& scalar(int64_t uid) { return add_tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true); }
+  const Desc& scalar(int64_t uid) {
+    return add_tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true);
+  }
   // An intermediate that never reaches memory.
-  const Desc& virt(std::vector<int64_t> dims, std::vector<int64_t> strides, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  const Desc& virt(std::vector<int64_t> dims, std::vector<int64_t> strides,
+                   cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     return add_tensor(next_virtual_uid_++, dims, strides, type, true, false);
   }
 
@@ -133,17 +138,19 @@ class GraphBuilder {
 
   // y = mode(x[, b[, t]]) elementwise with broadcasting; `axis` for GEN_INDEX. BINARY_SELECT is
   // y = t ? x : b.
-  void pointwise(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc& y, const Desc* t = nullptr,
-                 int64_t axis = -1, cudnnDataType_t math = CUDNN_DATA_FLOAT) {
+  void pointwise(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc& y,
+                 const Desc* t = nullptr, int64_t axis = -1, cudnnDataType_t math = CUDNN_DATA_FLOAT) {
     Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
     pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     pw.set_type(CUDNN_ATTR_POINTWISE_MATH_PREC, math);
     if (axis >= 0) pw.set_i64(CUDNN_ATTR_POINTWISE_AXIS, {axis});
     pw.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
-            "pointwise operation " + std::to_string(ops_.size()) + " (mode " + std::to_string(int(mode)) + ")");
+    Desc op(
+        CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+        "pointwise operation " + std::to_string(ops_.size()) + " (mode " + std::to_string(int(mode)) + ")");
     const float one = 1.f;
-    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+        .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
     if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
     if (t) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
@@ -159,7 +166,8 @@ class GraphBuilder {
     red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     red.set_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT);
     red.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction operation " + std::to_string(ops_.size()));
+    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+            "reduction operation " + std::to_string(ops_.size()));
     op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
         .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
         .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red);
@@ -220,14 +228,15 @@ std::unique_ptr<Plan> finalize_plan(GraphBuilder graph, const std::string& what)
 
 // Runs a plan on `stream` with the (uid, pointer) bindings (host pointers for by-value scalars);
 // `workspace` holds at least the plan's workspace_bytes (null when it needs none).
-void execute(const Plan& p, void* stream, const std::vector<std::pair<int64_t, void*>>& bindings, void* workspace,
-             const std::string& what);
+void execute(const Plan& p, void* stream, const std::vector<std::pair<int64_t, void*>>& bindings,
+             void* workspace, const std::string& what);
 
 // How many of cuDNN's engine configurations pass their support checks for the graph on the GPU that
 // `device_json` describes: cuDNN's serialized device properties (CUDNN_ATTR_DEVICEPROP_JSON_
 // REPRESENTATION, cuDNN 9.8 and later). Asks the heuristics without a GPU; cuDNN's runtime-compiled
 // engines still want a loadable libcuda.so.1 (the tests give them a stand-in).
-int64_t deviceless_engine_count(const GraphBuilder& graph, const std::string& device_json, const std::string& what);
+int64_t deviceless_engine_count(const GraphBuilder& graph, const std::string& device_json,
+                                const std::string& what);
 
 }  // namespace cudnn
 }  // namespace titan::cuda
