@@ -22,9 +22,13 @@ TEST(CudaAttentionGraph, NeedsTheCudaBackend) {
 
 #include <cctype>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda_test_util.h"
 #include "test_util.h"
 #include "titan/backend/cuda/cudnn_attention.h"
 #include "titan/backend/cuda/cudnn_graph.h"
@@ -130,6 +134,29 @@ TEST(CudaMoeGraph, CudnnEnginesRefuseWeightsStoredWithNContiguous) {
   op.finalize();
   g.add_operation(std::move(op));
   EXPECT_EQ(cudnn::deviceless_engine_count(g, h200(), "control"), 0);
+}
+
+// On a GPU: the real device as cuDNN serializes it (printed, for the fixture's next revision); on an
+// H200, the fields the fixture sets equal the real ones, and our graphs get engines for the real
+// device description too.
+TEST(CudaCudnnDevice, TheH200FixtureDescribesTheRealDevice) {
+  const std::string why = prepare();
+  if (!why.empty()) GTEST_SKIP() << why;
+  TITAN_REQUIRE_CUDA();
+  const std::string real = cudnn::device_properties_json();
+  std::cout << "cuDNN's device properties of this GPU: " << real << "\n";
+  const nlohmann::json r = nlohmann::json::parse(real), fixture = nlohmann::json::parse(h200());
+  EXPECT_GE(cudnn_attention_engine_count(kShapes[0].s, false, real), 1);
+  EXPECT_GE(cudnn_attention_engine_count(kShapes[0].s, true, real), 1);
+  if (r.value("deviceName", std::string()).find("H200") == std::string::npos)
+    GTEST_SKIP() << "not an H200: " << r.value("deviceName", std::string("?"));
+  for (auto it = fixture.begin(); it != fixture.end(); ++it) {
+    if (it.key() == "driverVer" || it.key() == "pciDeviceId" || it.key() == "totalGlobalMem" ||
+        it.key() == "smClockRateKHz" || it.key() == "memClockRateKHz" || it.key() == "cudaDeviceId")
+      continue;  // the driver, board and clocks may differ between H200s
+    ASSERT_TRUE(r.contains(it.key())) << it.key();
+    EXPECT_EQ(r.at(it.key()), it.value()) << it.key();
+  }
 }
 
 TEST(CudaAttentionGraph, ABadDeviceDescriptionIsAnErrorNamingIt) {

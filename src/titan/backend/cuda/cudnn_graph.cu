@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "titan/core/check.h"
@@ -209,6 +210,24 @@ int64_t deviceless_engine_count(const GraphBuilder& graph, const std::string& de
   device.finalize();
   Desc heuristics;
   return int64_t(engine_configs(op_graph, &device, CUDNN_HEUR_MODE_A, heuristics, what).size());
+}
+
+std::string device_properties_json() {
+  const Api& a = loaded_api();
+  TITAN_CHECK(runtime_version() >= 90800, "cuDNN ", cudnn_version_text(),
+              " cannot serialize device properties (cuDNN 9.8 and later can)");
+  cudnnHandle_t h = handle();
+  Desc device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "device properties");
+  device.set(CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  device.finalize();
+  int64_t n = 0;
+  check(a.get_attribute(device.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n, nullptr),
+        "sizing the device properties' JSON");
+  std::string json(size_t(n), '\0');
+  check(a.get_attribute(device.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n, json.data()),
+        "reading the device properties' JSON");
+  json.resize(std::min(json.size(), json.find('\0')));  // cuDNN counts the terminating zero
+  return json;
 }
 
 }  // namespace cudnn

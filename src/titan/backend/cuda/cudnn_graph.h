@@ -238,5 +238,9 @@ void execute(const Plan& p, void* stream, const std::vector<std::pair<int64_t, v
 int64_t deviceless_engine_count(const GraphBuilder& graph, const std::string& device_json,
                                 const std::string& what);
 
+// The current GPU's device properties as cuDNN serializes them (the JSON deviceless_engine_count
+// takes; cuDNN 9.8 and later): how a fixture describing a GPU is checked against the real one.
+std::string device_properties_json();
+
 }  // namespace cudnn
 }  // namespace titan::cuda
