@@ -76,6 +76,15 @@ const Desc& causal_mask(GraphBuilder& g, const Layout& l, const Desc& scores) {
   return masked;
 }
 
+// scale · Q Kᵀ for every (query, key) pair, in f32 (`scale`: the graph's one by-value scale tensor).
+const Desc& scaled_scores(GraphBuilder& g, const Layout& l, const Desc& q, const Desc& k_t, const Desc& scale) {
+  const Desc& qk = g.virt(l.scores, l.scores_strides);
+  g.matmul(q, k_t, qk);
+  const Desc& scaled = g.virt(l.scores, l.scores_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, qk, &scale, scaled);
+  return scaled;
+}
+
 // Forward for training: out = softmax(mask(scale Q K^T)) V and stats = logsumexp of each row.
 GraphBuilder forward_graph(const SdpaShape& s) {
   const Layout l(s);
@@ -86,11 +95,7 @@ GraphBuilder forward_graph(const SdpaShape& s) {
   const Desc& out = g.tensor(kO, l.q, l.q_strides, CUDNN_DATA_BFLOAT16);
   const Desc& stats = g.tensor(kStats, l.rows, l.rows_strides, CUDNN_DATA_FLOAT);
 
-  const Desc& qk = g.virt(l.scores, l.scores_strides);
-  g.matmul(q, k_t, qk);
-  const Desc& scaled = g.virt(l.scores, l.scores_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, qk, &g.scalar(kScale), scaled);
-  const Desc& masked = causal_mask(g, l, scaled);
+  const Desc& masked = causal_mask(g, l, scaled_scores(g, l, q, k_t, g.scalar(kScale)));
   // softmax, with its statistics: max, exp(x - max), sum, stats = max + log(sum), p = exp / sum.
   const Desc& row_max = g.virt(l.rows, l.rows_strides);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
@@ -151,10 +156,7 @@ GraphBuilder backward_graph(const SdpaShape& s) {
   g.pointwise(CUDNN_POINTWISE_MUL, delta, &g.scalar(kOne), softmax_sum);
 
   // P from the forward's statistics (subtracted before the mask, as the frontend does).
-  const Desc& qk = g.virt(l.scores, l.scores_strides);
-  g.matmul(q, k_t, qk);
-  const Desc& scaled = g.virt(l.scores, l.scores_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, qk, &scale, scaled);
+  const Desc& scaled = scaled_scores(g, l, q, k_t, scale);
   const Desc& shifted = g.virt(l.scores, l.scores_strides);
   g.pointwise(CUDNN_POINTWISE_SUB, scaled, &stats, shifted);
   const Desc& masked = causal_mask(g, l, shifted);
