@@ -174,7 +174,27 @@ TEST(Gemm, F32ReferenceMatchesF64Reference) {
   });
 }
 
-TEST(Gemm, Bf16MatchesF64ReferenceOnRoundedInputs) {
+// The bf16 cases run on each bf16 backend: oneDNN's bf16 code (itself the widening on a CPU
+// without it, e.g. AVX2-only) and the widening to f32 that such CPUs take, forced here so that every
+// machine tests it.
+class Bf16Gemm : public ::testing::TestWithParam<Bf16Backend> {
+ protected:
+  void SetUp() override {
+    saved_ = gemm_bf16_backend();
+    set_gemm_bf16_backend(GetParam());
+  }
+  void TearDown() override { set_gemm_bf16_backend(saved_); }
+
+ private:
+  Bf16Backend saved_ = Bf16Backend::OneDNN;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, Bf16Gemm, ::testing::Values(Bf16Backend::OneDNN, Bf16Backend::WidenToF32),
+                         [](const ::testing::TestParamInfo<Bf16Backend>& info) {
+                           return std::string(info.param == Bf16Backend::OneDNN ? "OneDnn" : "WidenToF32");
+                         });
+
+TEST_P(Bf16Gemm, MatchesF64ReferenceOnRoundedInputs) {
   for_all_problems(true, [](const Problem& p) {
     std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
     std::vector<float> C = p.C0;
@@ -183,7 +203,7 @@ TEST(Gemm, Bf16MatchesF64ReferenceOnRoundedInputs) {
   });
 }
 
-TEST(Gemm, Bf16OutMatchesReferenceWithinOneRounding) {
+TEST_P(Bf16Gemm, OutMatchesReferenceWithinOneRounding) {
   for_all_problems(true, [](Problem p) {
     if (p.beta != 0.0f) return;  // the bf16-output variant has no beta
     std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
@@ -286,7 +306,7 @@ void check_batched(bool bf16_inputs) {
 }
 
 TEST(Gemm, F32BatchedMatchesReference) { check_batched(false); }
-TEST(Gemm, Bf16BatchedMatchesReference) { check_batched(true); }
+TEST_P(Bf16Gemm, BatchedMatchesReference) { check_batched(true); }
 
 // Threads may run gemms at once (moe_experts spreads its experts over the OpenMP threads). Each call
 // must give what it gives alone: oneDNN's library-managed scratchpad is one buffer shared by all
@@ -295,7 +315,7 @@ TEST(Gemm, Bf16BatchedMatchesReference) { check_batched(true); }
 // oneDNN kernel, so another summation order): compared within f32 reassociation, and against the
 // f64 reference for bf16_out. Shapes alternate so different primitives are in flight together.
 // Races are timing-dependent: without the per-thread scratchpad this caught 4 runs in 5 on 2 cores.
-TEST(Gemm, ConcurrentCallsMatchSequentialOnes) {
+TEST_P(Bf16Gemm, ConcurrentCallsMatchSequentialOnes) {
   const int64_t jobs = 64, M = 256, N = 160, K = 200;
   std::vector<bf16> a = to_bf16(random_vec(size_t(jobs * M * K), 31)),
                     b = to_bf16(random_vec(size_t(jobs * N * K), 32));

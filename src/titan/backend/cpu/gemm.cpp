@@ -136,7 +136,9 @@ struct Prim {
   memory::desc a_md, b_md, c_md, scratch_md;  // with run-time dimensions: built per call
   bool runtime_dims = false;
   std::string impl;
-  bool reference = false;  // oneDNN's plain C++ fallback: orders of magnitude slower than JIT code
+  // oneDNN has only its plain C++ code for this problem (orders of magnitude slower than JIT code)
+  // or no implementation at all ("none"): the callers compute it another way.
+  bool reference = false;
 };
 
 dnnl::engine& engine() {
@@ -204,6 +206,15 @@ std::shared_ptr<const Prim> get_prim(const Problem& p) {
     prim->reference = prim->impl.rfind("ref", 0) == 0;
     prim->prim = dnnl::matmul(pd);
   } catch (const dnnl::error& e) {
+    // A CPU without AVX512-BF16 or AMX (AVX2 only, e.g. AMD Zen3) may have no bf16 matmul
+    // implementation at all, not even the reference one: the callers then widen to f32, as they
+    // do for reference code.
+    if (e.status == dnnl_unimplemented) {
+      prim->impl = "none";
+      prim->reference = true;
+      cache.emplace(key, prim);
+      return prim;
+    }
     TITAN_FAIL("gemm: oneDNN cannot build a matmul for ", trans_name(p.ta), trans_name(p.tb), " batch=", p.batch,
                " M=", p.M, " N=", p.N, " K=", p.K, " lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, ": ", e.what());
   }
@@ -230,25 +241,51 @@ void run_prim(const Prim& prim, const Problem& p, const void* A, const void* B, 
 
 // ---- f32 fallback for bf16 where oneDNN has no fast bf16 code ------------------------------------
 
-// Widens the stored rows x cols block of X (row stride ld) into a dense f32 buffer.
-std::vector<float> widen(const bf16* X, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(size_t(rows * cols));
+// Widens the stored rows x cols block of X (row stride ld) into `out`, dense. The buffers are the
+// calling thread's, reused call after call (a training step makes thousands of these calls).
+const float* widen(const bf16* X, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(X + r * ld, out.data() + r * cols, size_t(cols));
-  return out;
+  return out.data();
 }
 
 void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                        int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<float> a_f32, b_f32;
   int64_t a_rows = ta == Trans::N ? M : K, a_cols = ta == Trans::N ? K : M;
   int64_t b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
-  std::vector<float> a = widen(A, a_rows, a_cols, lda), b = widen(B, b_rows, b_cols, ldb);
-  gemm_f32(ta, tb, M, N, K, alpha, a.data(), a_cols, b.data(), b_cols, beta, C, ldc);
+  const float* a = widen(A, a_rows, a_cols, lda, a_f32);
+  const float* b = widen(B, b_rows, b_cols, ldb, b_f32);
+  gemm_f32(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  // A thread keeps no more than 64 MiB per operand between calls (a 0.6B model's output
+  // projection alone would keep 622 MB).
+  constexpr size_t kKeep = size_t(16) << 20;
+  for (std::vector<float>* buf : {&a_f32, &b_f32})
+    if (buf->capacity() > kKeep) std::vector<float>().swap(*buf);
 }
 
 }  // namespace
 
 F32Backend gemm_f32_backend() { return f32_backend_slot().load(); }
 void set_gemm_f32_backend(F32Backend backend) { f32_backend_slot().store(backend); }
+
+namespace {
+std::atomic<Bf16Backend>& bf16_backend_slot() {
+  static std::atomic<Bf16Backend> slot{Bf16Backend::OneDNN};
+  return slot;
+}
+
+// The oneDNN primitive for a bf16 problem, or null when the f32 widening runs instead (chosen, or
+// oneDNN has no fast bf16 code for it).
+std::shared_ptr<const Prim> bf16_prim(const Problem& p) {
+  if (bf16_backend_slot().load() == Bf16Backend::WidenToF32) return nullptr;
+  auto prim = get_prim(p);
+  return prim->reference ? nullptr : prim;
+}
+}  // namespace
+
+Bf16Backend gemm_bf16_backend() { return bf16_backend_slot().load(); }
+void set_gemm_bf16_backend(Bf16Backend backend) { bf16_backend_slot().store(backend); }
 
 void gemm_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -291,8 +328,7 @@ void gemm_bf16_batched(Trans ta, Trans tb, int64_t batch, int64_t M, int64_t N, 
   }
   const Problem p{memory::data_type::bf16, memory::data_type::f32, ta, tb, batch, M, N, K, lda, stride_a, ldb,
                   stride_b, ldc, stride_c, alpha, beta, runtime_dims_here(batch)};
-  auto prim = get_prim(p);
-  if (!prim->reference) return run_prim(*prim, p, A, B, C);
+  if (auto prim = bf16_prim(p)) return run_prim(*prim, p, A, B, C);
   for (int64_t i = 0; i < batch; ++i)
     gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c,
                       ldc);
@@ -313,8 +349,7 @@ void gemm_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float al
   }
   const Problem p{memory::data_type::bf16, memory::data_type::bf16, ta, tb, 1, M, N, K, lda, 0, ldb, 0, ldc,
                   0, alpha, 0.0f, runtime_dims_here(1)};
-  auto prim = get_prim(p);
-  if (!prim->reference) return run_prim(*prim, p, A, B, C);
+  if (auto prim = bf16_prim(p)) return run_prim(*prim, p, A, B, C);
   std::vector<float> c(size_t(M * N));
   gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c.data(), N);
   for (int64_t i = 0; i < M; ++i) convert_f32_to_bf16(c.data() + i * N, C + i * ldc, size_t(N));
@@ -357,8 +392,11 @@ std::string gemm_describe() {
                         : std::string("oneDNN dnnl_sgemm");
   auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
                       256, 0, 256, 0, 1.0f, 0.0f});
-  std::string bf16 = bf->reference ? "bf16 widened to f32 (oneDNN has only reference bf16 code here)"
-                                   : "oneDNN matmul " + bf->impl;
+  std::string bf16 = gemm_bf16_backend() == Bf16Backend::WidenToF32 ? "bf16 widened to f32 (chosen)"
+                     : bf->reference ? "bf16 widened to f32 (oneDNN has " +
+                                           std::string(bf->impl == "none" ? "no" : "only reference") +
+                                           " bf16 code here)"
+                                     : "oneDNN matmul " + bf->impl;
   return "gemm f32: " + f32 + "; bf16: " + bf16 + "; " + std::to_string(omp_get_max_threads()) + " threads";
 }
 

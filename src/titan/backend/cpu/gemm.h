@@ -14,8 +14,9 @@
 //         detection, which calls Sapphire Rapids "Prescott" (7x slower): set
 //         OPENBLAS_CORETYPE=COOPERLAKE (or SKYLAKEX) in the environment before starting the process.
 //   bf16: oneDNN matmul primitive (AMX, AVX512_BF16 or AVX-512 code picked by oneDNN), primitives
-//         cached per shape/layout key; on CPUs where oneDNN only has its reference bf16 code, the
-//         inputs are widened to f32 and the f32 backend runs instead.
+//         cached per shape/layout key; on CPUs where oneDNN has only its reference bf16 code, or
+//         none at all (AVX2-only CPUs such as AMD Zen3), the inputs are widened to f32 and the f32
+//         backend runs instead.
 // Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS). Called from inside an
 // OpenMP parallel region (one GEMM per thread, as moe_experts does), a GEMM runs on the calling
 // thread alone; bf16 calls there use one oneDNN primitive per layout with run-time M, N, K, so
@@ -63,6 +64,13 @@ void gemm_f32_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, flo
 enum class F32Backend : uint8_t { OneDNN, OpenBLAS };
 F32Backend gemm_f32_backend();
 void set_gemm_f32_backend(F32Backend backend);
+
+// bf16 backend selection, for tests of the fallback on any CPU: WidenToF32 runs the path a CPU
+// without oneDNN bf16 code takes (inputs widened to f32, the f32 backend). The default is OneDNN,
+// which itself widens where oneDNN has no fast bf16 code. Not meant to be flipped while gemms run.
+enum class Bf16Backend : uint8_t { OneDNN, WidenToF32 };
+Bf16Backend gemm_bf16_backend();
+void set_gemm_bf16_backend(Bf16Backend backend);
 
 // One line naming the code that runs for each dtype (oneDNN implementation, OpenBLAS core type,
 // thread count), for logs and benchmark context.
