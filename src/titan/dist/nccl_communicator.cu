@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "titan/core/check.h"
@@ -109,9 +110,12 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   }
   ~NcclCommunicator() override {
-    if (aborted_) {
-      // ncclCommAbort already freed the communicator's resources.
-    } else if (comm_) {
+    if (std::uncaught_exceptions() > 0) {
+      // Destroyed while this rank unwinds from an error: ncclCommDestroy would first flush the
+      // pending collectives, which the other ranks (still computing, or gone) may never complete,
+      // and this rank would hang before it prints its error. Abort instead.
+      abort_nccl();
+    } else if (!aborted_ && comm_) {  // (after ncclCommAbort nothing is left to free)
       ncclCommDestroy(comm_);
     }
     if (stream_) cudaStreamDestroy(stream_);
@@ -169,6 +173,7 @@ class NcclCommunicator final : public Communicator {
   // (a peer's connection broke), aborts the communicator and throws naming the collective.
   void wait_for(cudaEvent_t done, const std::string& what) {
     using Clock = std::chrono::steady_clock;
+    TITAN_CHECK(!aborted_, "comm: ", what, ": the NCCL communicator was aborted by an earlier failed collective");
     const auto t0 = Clock::now();
     for (int polls = 0;; ++polls) {
       const cudaError_t q = cudaEventQuery(done);

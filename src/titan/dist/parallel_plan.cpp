@@ -44,8 +44,12 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
   TITAN_CHECK(dp_replicate >= 1 && dp_shard >= 1 && dp_replicate * dp_shard == world.size(),
               "parallelism: data_parallel_replicate_degree ", dp_replicate, " x data_parallel_shard_degree ",
               dp_shard, " != world size ", world.size());
-  if (dp_shard_ > 1) shard_group_ = world.split(int(rank() / dp_shard_), rank());
-  if (dp_replicate_ > 1) replicate_group_ = world.split(int(rank() % dp_shard_), rank());
+  // A group spanning the whole world is the world itself, not a split of it: under NCCL every
+  // communicator costs an initialisation and its own buffers.
+  if (dp_shard_ > 1 && dp_replicate_ > 1) {
+    shard_group_ = world.split(int(rank() / dp_shard_), rank());
+    replicate_group_ = world.split(int(rank() % dp_shard_), rank());
+  }
 }
 
 std::string ParallelPlan::describe() const {
@@ -69,7 +73,7 @@ Tensor ParallelPlan::local(const Tensor& buffer) const {
 
 double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
   // Replicas hold the same shards: the norm is summed over one shard group.
-  if (dp_shard_ > 1) shard_group_->all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());
+  if (dp_shard_ > 1) shard_group().all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());
   return local_sum_sq;
 }
 

@@ -72,12 +72,16 @@ class ParallelPlan {
   // The ranks holding the other slices of this rank's shards (the world when not sharded), and
   // the ranks holding the same slices in other replicas (null without replicas).
   Communicator& shard_group() const { return shard_group_ ? *shard_group_ : *world_; }
-  Communicator* replicate_group() const { return replicate_group_.get(); }
+  Communicator* replicate_group() const {
+    if (dp_replicate_ == 1) return nullptr;
+    return replicate_group_ ? replicate_group_.get() : world_;
+  }
 
  private:
   std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan
   Communicator* world_;
   int64_t dp_replicate_ = 1, dp_shard_ = 1;
+  // Split from the world only under HSDP; FSDP's shard group and DDP's replicate group are the world.
   std::unique_ptr<Communicator> shard_group_, replicate_group_;
 };
 

@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -103,9 +104,29 @@ Plan make_plan(const Key& k) {
   check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, 4), "al");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  auto ask = [&] { return cublasLtMatmulAlgoGetHeuristic(handle(), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found); };
+  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (k.c == DType::BF16) {
+    // A split-K algorithm reducing in place or in the output type would round the bf16 output once
+    // per partial sum; the op's contract (and its reference) rounds the f32 sum once. Only the
+    // schemes reducing in f32 are allowed, unless no algorithm is left then.
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof schemes),
+                 "reduction schemes");
+    st = ask();
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+      schemes = CUBLASLT_REDUCTION_SCHEME_MASK;
+      check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                        sizeof schemes),
+                   "reduction schemes");
+      st = ask();
+    }
+  } else {
+    st = ask();
+  }
   cublasLtMatmulPreferenceDestroy(pref);
-  TITAN_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuda gemm: cuBLASLt has no algorithm for M=", k.M, " N=", k.N,
+  TITAN_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuda gemm: cuBLASLt has no algorithm for M=", k.M, " N=", k.N,
               " K=", k.K, " (", dtype_name(k.ab), " -> ", dtype_name(k.c), ", trans_a=", k.ta, ", trans_b=", k.tb,
               ", batch ", k.count, "): ", cublasLtGetStatusName(st));
   p.algo = result.algo;
@@ -131,8 +152,15 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
       TITAN_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(C) + b * batch.stride_c * es, ldc * es, 0, N * es, M, s));
     return;
   }
+  // Every matrix of a batch must have the alignment the plan is picked for, not only the first.
+  auto aligned = [&](const void* p, int64_t stride, DType t) {
+    const int al = alignment(p);
+    if (batch.count == 1 || stride == 0) return al;
+    return std::min(al, alignment(reinterpret_cast<const void*>(uintptr_t(stride) * dtype_size(t))));
+  };
   const Key key{trans_a, trans_b, M, N, K, lda, ldb, ldc, batch.count, batch.stride_a, batch.stride_b, batch.stride_c,
-                ab, c, beta == 0.f, alignment(A), alignment(B), alignment(C)};
+                ab, c, beta == 0.f, aligned(A, batch.stride_a, ab), aligned(B, batch.stride_b, ab),
+                aligned(C, batch.stride_c, c)};
   static std::mutex mutex;
   static std::map<Key, Plan> plans;
   Plan plan;
