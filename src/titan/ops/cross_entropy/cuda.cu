@@ -96,18 +96,6 @@ __global__ void ce_forward_kernel(int64_t V, const T* logits, const int64_t* lab
   }
 }
 
-template <class T>
-__global__ void ce_backward_kernel(int64_t N, int64_t V, const T* logits, const int64_t* labels,
-                                   int64_t ignore_index, const float* lse, float scale, float* dlogits) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < N * V;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = idx / V, v = idx % V, y = labels[n];
-    float g = 0.f;
-    if (counted(y, V, ignore_index)) g = scale * (expf(to_f32(logits[idx]) - lse[n]) - (v == y ? 1.f : 0.f));
-    dlogits[idx] = g;
-  }
-}
-
 // ---- fused linear + cross-entropy -----------------------------------------------------------
 
 __global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float* label_logit) {
@@ -233,12 +221,15 @@ void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
                        float* dlogits) {
   check_dtype(dtype);
   if (N == 0) return;
+  // The whole vocabulary as one chunk of the fused loss's gradient kernel: rows on the grid's y
+  // (labels and lse read once per row), columns on x, no 64-bit division per element.
+  const dim3 grid = chunk_grad_grid(N, V);
   if (dtype == DType::F32)
-    ce_backward_kernel<float><<<grid_for(N * V), 256, 0, stream_of(ctx)>>>(
-        N, V, static_cast<const float*>(logits), labels, ignore_index, lse, float(scale), dlogits);
+    lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream_of(ctx)>>>(
+        N, V, V, 0, static_cast<const float*>(logits), V, labels, ignore_index, lse, float(scale), dlogits);
   else
-    ce_backward_kernel<bf16_t><<<grid_for(N * V), 256, 0, stream_of(ctx)>>>(
-        N, V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, float(scale), dlogits);
+    lce_chunk_grad_kernel<bf16_t, float><<<grid, 256, 0, stream_of(ctx)>>>(
+        N, V, V, 0, static_cast<const bf16_t*>(logits), V, labels, ignore_index, lse, float(scale), dlogits);
   check_launch("cross_entropy (cuda): backward");
 }
 
