@@ -132,19 +132,22 @@ __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
 // mma.sync m16n8k16 bf16 -> f32. Lane = 4 g + t holds, of a 16 x 8 accumulator tile, rows g and
 // g + 8 at columns 2t and 2t + 1 (c[0], c[1] row g; c[2], c[3] row g + 8). ldmatrix_x4 loads four
 // 8 x 8 bf16 matrices from shared memory, lanes 8i .. 8i+7 giving the row addresses of matrix i;
-// the _trans form transposes each on the way.
+// the _trans form transposes each on the way. The asm that reads or writes shared memory declares
+// a "memory" clobber, so the compiler cannot move ordinary shared loads and stores across it.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_addr(p))
+               : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_addr(p))
+               : "memory");
 }
 // c += a b for one 16 x 8 x 16 tile.
 __device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -170,15 +173,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // is false the 16 shared bytes are zero-filled and nothing is read. Both addresses 16-byte aligned.
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool inside) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
-               "r"(inside ? 16 : 0));
+               "r"(inside ? 16 : 0)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 // Waits until at most `kPending` of this thread's committed cp.async groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Device scratch from the device's allocator, freed in stream order (the caching allocator reuses
