@@ -1,4 +1,4 @@
-// Causal GQA attention kernels: flash (f32, bf16, AVX-512 and portable paths) against the plain
+// Causal GQA attention kernels: flash (f32, bf16; AVX-512, AVX2 and portable paths) against the plain
 // reference, and the f64 reference gradient against central finite differences.
 #include "titan/ops/attention/cpu.h"
 
@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 
 namespace titan::cpu {
@@ -67,12 +68,18 @@ std::vector<bf16> narrow(const std::vector<float>& x) {
 }
 
 // (ratio r = Hq / Hkv, head_dim, sequence length, instruction-set cap)
-using Param = std::tuple<int, int, int, AttentionIsa>;
+using Param = std::tuple<int, int, int, KernelIsa>;
 
 class FlashVsReference : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override { attention_limit_isa(std::get<3>(GetParam())); }
-  void TearDown() override { attention_limit_isa(AttentionIsa::kBest); }
+  void SetUp() override {
+    const KernelIsa tier = std::get<3>(GetParam());
+    if (tier > cpu_kernel_isa())
+      GTEST_SKIP() << "this CPU has no " << kernel_isa_name(tier) << " (it runs " << kernel_isa_name(cpu_kernel_isa())
+                   << ", checked by the instances of that tier)";
+    limit_kernel_isa(tier);
+  }
+  void TearDown() override { limit_kernel_isa(KernelIsa::kAvx512Bf16); }
   AttentionShape shape() const {
     const auto [r, D, S, portable] = GetParam();
     // Four query heads (eight at r = 8): several kv groups at small r, and the reference stays fast.
@@ -165,20 +172,24 @@ TEST_P(FlashVsReference, Bf16ProbsForwardAndBackward) {
 }
 
 // GQA ratios 1/2/4/8 x head_dim 64/128 x lengths around the 64-wide tile on the best path the CPU has
-// (AVX-512 with the bf16 dot product on Zen4); the other paths on a smaller sweep (an odd head_dim, 25,
-// makes the bf16 dot kernel step aside, and exercises masked vector tails).
+// (AVX-512 with the bf16 dot product on Zen4, AVX2 on Zen3); the other paths on a smaller sweep (an odd
+// head_dim, 25, makes the bf16 dot kernel step aside, and exercises masked vector tails).
 INSTANTIATE_TEST_SUITE_P(Best, FlashVsReference,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 33, 100, 257),
-                                            ::testing::Values(AttentionIsa::kBest)));
+                                            ::testing::Values(cpu_kernel_isa())));
 INSTANTIATE_TEST_SUITE_P(Avx512, FlashVsReference,
                          ::testing::Combine(::testing::Values(2, 8), ::testing::Values(25, 128),
                                             ::testing::Values(7, 100),
-                                            ::testing::Values(AttentionIsa::kAvx512)));
+                                            ::testing::Values(KernelIsa::kAvx512)));
+INSTANTIATE_TEST_SUITE_P(Avx2, FlashVsReference,
+                         ::testing::Combine(::testing::Values(2, 8), ::testing::Values(25, 128),
+                                            ::testing::Values(7, 100),
+                                            ::testing::Values(KernelIsa::kAvx2)));
 INSTANTIATE_TEST_SUITE_P(Portable, FlashVsReference,
                          ::testing::Combine(::testing::Values(1, 4), ::testing::Values(25, 64),
                                             ::testing::Values(1, 33, 100),
-                                            ::testing::Values(AttentionIsa::kPortable)));
+                                            ::testing::Values(KernelIsa::kPortable)));
 
 // Few (batch, kv head) groups per thread make the backward split each group's kv tiles across tasks
 // and sum per-split dq partials; check that path against the reference too.

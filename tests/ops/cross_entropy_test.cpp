@@ -9,7 +9,6 @@
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
-#include "titan/ops/cross_entropy/cpu.h"
 #include "titan/core/device_services.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
@@ -117,24 +116,27 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
   }
 }
 
-// The same comparisons on the portable row loops (what CPUs without AVX-512 run: std::exp instead
-// of the vector polynomial), forced here so they are checked on any machine. Same tolerances.
-TEST(LinearCrossEntropy, PortablePathMatchesReference) {
-  cpu::cross_entropy_limit_isa(true);
-  for (DType dt : {DType::F32, DType::BF16})
-    for (bool round : {true, false}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (round ? " bf16 logits" : " f32 logits"));
-      auto h = random_tensor({37, 19}, DType::F32, 8, -1, 1).to(dt);
-      auto w = random_tensor({1000, 19}, DType::F32, 9, -1, 1).to(dt);
-      auto y = make_labels(37, 1000, 10, {0, 5});
-      expect_variant_matches_spec("linear_cross_entropy", "default", {37, 1000, 19, 384},
-                                  lce_fn(384, ops::Reduction::Mean, round),
-                                  {h.set_requires_grad(true), w.set_requires_grad(true), y});
-      auto logits = random_tensor({33, 257}, DType::F32, 6, -8, 8).to(dt);
-      expect_variant_matches_spec("cross_entropy", "default", {33, 257}, ce_fn(),
-                                  {logits.set_requires_grad(true), make_labels(33, 257, 7, {2})});
-    }
-  cpu::cross_entropy_limit_isa(false);
+// The same comparisons on every tier of the row loops this CPU runs (portable loops with std::exp,
+// AVX2 + FMA with exp8, AVX-512 with exp16), forced with the kernel-ISA cap so that each is checked
+// whatever tier the other tests ran. Same tolerances.
+TEST(LinearCrossEntropy, EveryRowLoopTierMatchesReference) {
+  for (cpu::KernelIsa tier : cpu_kernel_tiers()) {
+    KernelIsaCap cap(tier);
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool round : {true, false}) {
+        SCOPED_TRACE(std::string(cpu::kernel_isa_name(tier)) + " " + std::string(dtype_name(dt)) +
+                     (round ? " bf16 logits" : " f32 logits"));
+        auto h = random_tensor({37, 19}, DType::F32, 8, -1, 1).to(dt);
+        auto w = random_tensor({1000, 19}, DType::F32, 9, -1, 1).to(dt);
+        auto y = make_labels(37, 1000, 10, {0, 5});
+        expect_variant_matches_spec("linear_cross_entropy", "default", {37, 1000, 19, 384},
+                                    lce_fn(384, ops::Reduction::Mean, round),
+                                    {h.set_requires_grad(true), w.set_requires_grad(true), y});
+        auto logits = random_tensor({33, 257}, DType::F32, 6, -8, 8).to(dt);
+        expect_variant_matches_spec("cross_entropy", "default", {33, 257}, ce_fn(),
+                                    {logits.set_requires_grad(true), make_labels(33, 257, 7, {2})});
+      }
+  }
 }
 
 TEST(LinearCrossEntropy, ChunkSizeDoesNotChangeTheResult) {

@@ -196,4 +196,11 @@ void expect_device_matches_reference(const std::string& op, Device device, const
   expect_runs_agree(got, ref, op + " on " + std::string(device_name(device)), kernels::Tolerance{atol, rtol});
 }
 
+std::vector<cpu::KernelIsa> cpu_kernel_tiers() {
+  std::vector<cpu::KernelIsa> tiers;
+  for (auto t : {cpu::KernelIsa::kPortable, cpu::KernelIsa::kAvx2, cpu::KernelIsa::kAvx512})
+    if (t <= cpu::cpu_kernel_isa()) tiers.push_back(t);
+  return tiers;
+}
+
 }  // namespace titan::testing

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/spec.h"
 
@@ -62,5 +63,18 @@ void expect_variant_matches_spec(const std::string& op, const std::string& varia
 // CPU, with the same inputs and backward seeds, and expects the same agreement.
 void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,
                                      const std::vector<Tensor>& inputs, double atol, double rtol);
+
+// The tiers of the intrinsic CPU kernels this CPU runs, portable first, up to AVX-512 (the
+// AVX512-BF16 tier only adds dot products that the bf16 attention tests cover on their own).
+std::vector<cpu::KernelIsa> cpu_kernel_tiers();
+
+// Caps cpu::kernel_isa() while it lives (cpu::limit_kernel_isa), so that a test checks each tier.
+class KernelIsaCap {
+ public:
+  explicit KernelIsaCap(cpu::KernelIsa cap) { cpu::limit_kernel_isa(cap); }
+  ~KernelIsaCap() { cpu::limit_kernel_isa(cpu::KernelIsa::kAvx512Bf16); }
+  KernelIsaCap(const KernelIsaCap&) = delete;
+  KernelIsaCap& operator=(const KernelIsaCap&) = delete;
+};
 
 }  // namespace titan::testing

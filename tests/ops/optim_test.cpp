@@ -91,12 +91,16 @@ TEST(AdamW, VariantsAreBitIdenticalToReference) {
     for (double wd : {0.0, 0.1}) {
       ops::AdamWConfig c{.lr = 3e-3, .weight_decay = wd};
       AdamState ref = run_adamw("reference", n, c, 4);
-      for (const char* variant : {"default", "portable"}) {
-        AdamState got = run_adamw(variant, n, c, 4);
-        EXPECT_TRUE(bitwise_equal(got.p, ref.p)) << variant << " n=" << n << " wd=" << wd << " param";
-        EXPECT_TRUE(bitwise_equal(got.m, ref.m)) << variant << " n=" << n << " exp_avg";
-        EXPECT_TRUE(bitwise_equal(got.v, ref.v)) << variant << " n=" << n << " exp_avg_sq";
-      }
+      for (const char* variant : {"default", "portable"})
+        for (cpu::KernelIsa tier : cpu_kernel_tiers()) {  // every tier the "default" variant has
+          KernelIsaCap cap(tier);
+          const std::string what = std::string(variant) + " (" + cpu::kernel_isa_name(tier) + " cap) n=" +
+                                   std::to_string(n) + " wd=" + std::to_string(wd);
+          AdamState got = run_adamw(variant, n, c, 4);
+          EXPECT_TRUE(bitwise_equal(got.p, ref.p)) << what << " param";
+          EXPECT_TRUE(bitwise_equal(got.m, ref.m)) << what << " exp_avg";
+          EXPECT_TRUE(bitwise_equal(got.v, ref.v)) << what << " exp_avg_sq";
+        }
     }
 }
 
@@ -283,17 +287,18 @@ TEST(GradNorm, VariantsMatchReference) {
       ref = ops::grad_norm_sq(g);
     }
     {
-      kernels::ForceVariant f("grad_norm", "default");
-      def = ops::grad_norm_sq(g);
-    }
-    {
       kernels::ForceVariant f("grad_norm", "portable");
       port = ops::grad_norm_sq(g);
     }
     // Exact squares summed in f64 in different orders: the serial reference's error bound is n ulps.
     const double tol = double(n) * 0x1p-52 * ref;
-    EXPECT_NEAR(def, ref, tol) << n;
     EXPECT_NEAR(port, ref, tol) << n;
+    for (cpu::KernelIsa tier : cpu_kernel_tiers()) {  // every tier the "default" variant has
+      kernels::ForceVariant f("grad_norm", "default");
+      KernelIsaCap cap(tier);
+      def = ops::grad_norm_sq(g);
+      EXPECT_NEAR(def, ref, tol) << n << " " << cpu::kernel_isa_name(tier);
+    }
   }
   // f64 (tests) goes through the reference.
   Tensor g64 = random_tensor({1000}, DType::F64, 3);

@@ -111,12 +111,13 @@ uint16_t f32_to_f16(float f) {
 }
 
 // The bulk conversions run on every bf16 step (weight casts, gradients handed to bf16 GEMMs), so
-// they are compiled twice: AVX-512 (x86-64-v4) and baseline, picked when the library loads. The loop
+// they are compiled three times: AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and baseline, picked when the
+// library loads. The loop
 // bodies are branch-free selects gcc vectorises; results are identical to f32_to_bf16/bf16_to_f32.
 namespace {
 
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void f32_to_bf16_range(const float* src, uint16_t* dst,
-                                                                                    size_t n) {
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void f32_to_bf16_range(
+    const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, 4);
@@ -125,8 +126,8 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void f32_to_bf16_ran
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void bf16_to_f32_range(const uint16_t* src, float* dst,
-                                                                                    size_t n) {
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void bf16_to_f32_range(
+    const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const uint32_t u = uint32_t(src[i]) << 16;
     std::memcpy(dst + i, &u, 4);

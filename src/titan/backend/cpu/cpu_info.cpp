@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <cstdint>
@@ -330,5 +331,34 @@ const CpuInfo& cpu_info() {
   static const CpuInfo info = probe_cpu();
   return info;
 }
+
+namespace {
+std::atomic<KernelIsa> g_kernel_isa_cap{KernelIsa::kAvx512Bf16};
+}  // namespace
+
+const char* kernel_isa_name(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kPortable: return "portable";
+    case KernelIsa::kAvx2: return "avx2";
+    case KernelIsa::kAvx512: return "avx512";
+    case KernelIsa::kAvx512Bf16: return "avx512_bf16";
+  }
+  return "?";
+}
+
+KernelIsa cpu_kernel_isa() {
+  static const KernelIsa best = [] {
+    const CpuInfo& c = cpu_info();
+    if (c.avx512_core() && c.avx512_bf16) return KernelIsa::kAvx512Bf16;
+    if (c.avx512_core()) return KernelIsa::kAvx512;
+    if (c.avx2 && c.fma) return KernelIsa::kAvx2;
+    return KernelIsa::kPortable;
+  }();
+  return best;
+}
+
+KernelIsa kernel_isa() { return std::min(cpu_kernel_isa(), g_kernel_isa_cap.load(std::memory_order_relaxed)); }
+
+void limit_kernel_isa(KernelIsa cap) { g_kernel_isa_cap.store(cap, std::memory_order_relaxed); }
 
 }  // namespace titan::cpu

@@ -59,4 +59,21 @@ const CpuInfo& cpu_info();
 // A fresh probe (tests: the figure must not move between probes); everything else uses cpu_info().
 CpuInfo probe_cpu();
 
+// The instruction-set tiers of the hand-vectorised kernels (attention, cross-entropy), lowest
+// first. A kernel runs the highest tier it has at or below kernel_isa(); where the compiler
+// vectorises plain loops (target_clones), the loader picks instead and this cap does not apply.
+//   kPortable   plain loops, baseline x86-64
+//   kAvx2       AVX2 + FMA, 8 f32 lanes (Zen 1-3, Intel since Haswell)
+//   kAvx512     AVX-512 F/BW/DQ/VL, 16 f32 lanes (Zen4, Intel Xeon since Skylake)
+//   kAvx512Bf16 AVX-512 plus the AVX512-BF16 dot product (Zen4, Sapphire Rapids)
+enum class KernelIsa { kPortable, kAvx2, kAvx512, kAvx512Bf16 };
+const char* kernel_isa_name(KernelIsa isa);  // "portable", "avx2", "avx512", "avx512_bf16"
+// The best tier this CPU runs, lowered to the cap of limit_kernel_isa.
+KernelIsa kernel_isa();
+// The best tier this CPU runs, whatever the cap.
+KernelIsa cpu_kernel_isa();
+// Testing hook: caps the tier every intrinsic kernel uses, so that each tier is checked on any
+// machine that has it. kAvx512Bf16 lifts the cap. Set it while no kernel is running.
+void limit_kernel_isa(KernelIsa cap);
+
 }  // namespace titan::cpu

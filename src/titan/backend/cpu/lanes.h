@@ -8,8 +8,9 @@
 #include <bit>
 #include <cstdint>
 
-// Compile a row kernel twice, for AVX-512 (x86-64-v4) and baseline x86-64; the loader picks one.
-#define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+// Compile a row kernel three times, for AVX-512 (x86-64-v4), AVX2 + FMA (x86-64-v3: Zen 1-3,
+// Haswell and later) and baseline x86-64; the loader picks the best one the CPU runs.
+#define TITAN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace titan::cpu::lanes {
 
@@ -71,6 +72,35 @@ __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, n);
+}
+
+// Lanes 0 .. n-1 of 8 set (all of them for n >= 8, none for n <= 0): the lane mask of AVX2's
+// maskload / maskstore and blends for a partial vector.
+__attribute__((target("avx2"))) inline __m256i lanes_below8(int64_t n) {
+  const int k = n < 0 ? 0 : (n > 8 ? 8 : int(n));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// 8 lanes, for the AVX2 + FMA intrinsic kernels (CPUs without AVX-512): exp16's steps, with 2^n
+// built in the exponent bits (AVX2 has no scalef). x is clamped to [-87.3, 88] so that 2^n is a
+// normal number, and x < -87.3 (-inf included) gives 0 where exp16 gives a denormal; NaN propagates.
+__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);  // false for NaN
+  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);  // the second operand is returned for NaN: keeps NaN
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(e, _mm256_castsi256_ps(bits)));
 }
 
 }  // namespace titan::cpu::lanes

@@ -32,8 +32,8 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 
 // Flash-style: 64x64 query x key tiles, online softmax in f32, never an S x S matrix, fully masked
 // tiles skipped. The backward recomputes P from lse (FlashAttention-2); each thread owns whole kv heads
-// (or interleaved kv tiles of one), so dk/dv never race. AVX-512 when the CPU has it (chosen at run
-// time), else portable loops.
+// (or interleaved kv tiles of one), so dk/dv never race. AVX-512 when the CPU has it, else AVX2 + FMA
+// when it has those, else portable loops (chosen at run time: cpu::kernel_isa, which tests cap).
 void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              float* out, float* lse);
 void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
@@ -49,7 +49,7 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
 
 // The same with P and dS rounded to bf16 (as GPU FlashAttention and a bf16 torch autograd do), so
 // that all six products run on vdpbf16ps: faster, but no longer "f32 math rounded once". Needs
-// AVX512-BF16 (attention_bf16_probs_available); where the CPU or the attention_limit_isa cap lacks
+// AVX512-BF16 (attention_bf16_probs_available); where the CPU or the kernel-ISA cap (cpu_info.h) lacks
 // it, these run the exact kernels above. The forward's P V needs D % 16 == 0 and the backward's
 // products D % 64 == 0; otherwise those products stay f32.
 bool attention_bf16_probs_available();
@@ -58,11 +58,5 @@ void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, cons
 void attention_bwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                                     const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv);
-
-// Testing hook: caps the instruction set the flash kernels use, so every code path is covered on any
-// machine (kBest: AVX-512 with the AVX512-BF16 dot product where the CPU has them; kAvx512: AVX-512F
-// only; kPortable: plain loops). Set it while no attention kernel is running.
-enum class AttentionIsa { kBest, kAvx512, kPortable };
-void attention_limit_isa(AttentionIsa isa);
 
 }  // namespace titan::cpu

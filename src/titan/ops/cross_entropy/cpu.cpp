@@ -1,5 +1,6 @@
 // Fast CPU kernels for the loss (see ops/cross_entropy/cross_entropy.h for the definitions):
-//  - cross_entropy "default": rows in parallel, AVX-512 exp/max/sum (portable loops otherwise);
+//  - cross_entropy "default": rows in parallel, AVX-512 or AVX2 exp/max/sum (portable loops on
+//    CPUs with neither);
 //  - linear_cross_entropy "default": vocabulary chunks through the GEMM backend with an online
 //    logsumexp, never holding more than [rows, chunk] logits. Rows whose label is ignore_index are
 //    dropped before the GEMMs (fine-tuning masks whole prompts, often half the rows).
@@ -7,7 +8,6 @@
 //    every chunk ([M, V], bf16 when rounded to bf16, else f32) and backward reads them back.
 // FLOPs of the fused op: forward 2NDV, backward 6NDV (logits recomputed, then dhidden and dweight),
 // or 4NDV when the logits were kept.
-#include "titan/ops/cross_entropy/cpu.h"
 
 #include <immintrin.h>
 
@@ -140,20 +140,133 @@ TITAN_AVX512 void row_dlogits_bf16_avx512(const bf16* x, bf16* y, int64_t n, flo
     y[label] = f32_to_bf16(e[0] - scale);
   }
 }
-#pragma GCC diagnostic pop
+// The same primitives on 8 lanes of AVX2 + FMA (CPUs without AVX-512), lanes::exp8 for exp.
+#define TITAN_AVX2 __attribute__((target("avx2,fma")))
 
-std::atomic<bool> g_portable_only{false};
-
-bool use_avx512() {
-  static const bool on = cpu_info().avx512f;
-  return on && !g_portable_only.load(std::memory_order_relaxed);
+TITAN_AVX2 inline float reduce_max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+TITAN_AVX2 inline float reduce_add8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+// Lanes at or past `left` read as `fill`.
+TITAN_AVX2 inline __m256 load8(const float* x, int64_t left, float fill) {
+  if (left >= 8) return _mm256_loadu_ps(x);
+  const __m256i k = lanes::lanes_below8(left);
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(x, k), _mm256_castsi256_ps(k));
+}
+TITAN_AVX2 inline __m256 load8_bf16(const bf16* x, int64_t left, float fill) {
+  if (left >= 8)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))), 16));
+  alignas(32) float t[8];
+  for (int64_t i = 0; i < 8; ++i) t[i] = i < left ? bf16_to_f32(x[i]) : fill;
+  return _mm256_load_ps(t);
+}
+// f32 lanes -> their bf16 bits (round to nearest even) in the low 16 bits of each 32-bit lane. NaN
+// becomes a quiet NaN when `keep_nan` (the values of row_dlogits are finite and >= 0: no NaN case).
+TITAN_AVX2 inline __m256i bf16_bits8(__m256 v, bool keep_nan) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  if (keep_nan) {
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  }
+  return r;
 }
 
-// Portable versions (and the f64 ones used by the f64 kernels the gradient checks run).
+TITAN_AVX2 float row_max_avx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(kNegInf);
+  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, load8(x + i, n - i, kNegInf));
+  return reduce_max8(m);
+}
+
+TITAN_AVX2 float row_sumexp_avx2(const float* x, int64_t n, float m) {
+  __m256 s = _mm256_setzero_ps();
+  const __m256 vm = _mm256_set1_ps(m);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 e = lanes::exp8(_mm256_sub_ps(load8(x + i, n - i, 0.f), vm));
+    s = _mm256_add_ps(s, _mm256_and_ps(e, _mm256_castsi256_ps(lanes::lanes_below8(n - i))));
+  }
+  return reduce_add8(s);
+}
+
+TITAN_AVX2 void row_softmax_scaled_avx2(const float* x, float* y, int64_t n, float lse, float scale) {
+  const __m256 vl = _mm256_set1_ps(lse), vs = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_mul_ps(vs, lanes::exp8(_mm256_sub_ps(load8(x + i, n - i, 0.f), vl)));
+    if (n - i >= 8)
+      _mm256_storeu_ps(y + i, v);
+    else
+      _mm256_maskstore_ps(y + i, lanes::lanes_below8(n - i), v);
+  }
+}
+
+TITAN_AVX2 void round_bf16_avx2(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 r = _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits8(load8(x + i, n - i, 0.f), true), 16));
+    if (n - i >= 8)
+      _mm256_storeu_ps(x + i, r);
+    else
+      _mm256_maskstore_ps(x + i, lanes::lanes_below8(n - i), r);
+  }
+}
+
+TITAN_AVX2 float row_max_bf16_avx2(const bf16* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(kNegInf);
+  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, load8_bf16(x + i, n - i, kNegInf));
+  return reduce_max8(m);
+}
+
+TITAN_AVX2 float row_sumexp_bf16_avx2(const bf16* x, int64_t n, float m) {
+  __m256 s = _mm256_setzero_ps();
+  const __m256 vm = _mm256_set1_ps(m);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 e = lanes::exp8(_mm256_sub_ps(load8_bf16(x + i, n - i, 0.f), vm));
+    s = _mm256_add_ps(s, _mm256_and_ps(e, _mm256_castsi256_ps(lanes::lanes_below8(n - i))));
+  }
+  return reduce_add8(s);
+}
+
+// row_dlogits_bf16_avx512 on 8 lanes.
+TITAN_AVX2 void row_dlogits_bf16_avx2(const bf16* x, bf16* y, int64_t n, float lse, float scale, int64_t label) {
+  const __m256 vl = _mm256_set1_ps(lse), vs = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_mul_ps(vs, lanes::exp8(_mm256_sub_ps(load8_bf16(x + i, n - i, 0.f), vl)));
+    const __m256i r = bf16_bits8(v, false);
+    const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    if (n - i >= 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+    } else {
+      alignas(16) uint16_t tail[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tail), h);
+      for (int64_t j = 0; j < n - i; ++j) y[i + j].bits = tail[j];
+    }
+  }
+  if (label >= 0 && label < n) {
+    const __m256 e = _mm256_mul_ps(vs, lanes::exp8(_mm256_set1_ps(bf16_to_f32(x[label]) - lse)));
+    y[label] = f32_to_bf16(_mm256_cvtss_f32(e) - scale);
+  }
+}
+#undef TITAN_AVX2
+#pragma GCC diagnostic pop
+
+// The tier of the row loops: AVX-512, AVX2 or portable (cpu_info.h: kernel_isa).
+bool use_avx512() { return kernel_isa() >= KernelIsa::kAvx512; }
+bool use_avx2() { return kernel_isa() >= KernelIsa::kAvx2; }
+
+// The dispatchers, with the portable loops (and the f64 ones the gradient checks run).
 template <class A>
 A row_max(const A* x, int64_t n) {
-  if constexpr (std::is_same_v<A, float>)
+  if constexpr (std::is_same_v<A, float>) {
     if (use_avx512()) return row_max_avx512(x, n);
+    if (use_avx2()) return row_max_avx2(x, n);
+  }
   A m = -std::numeric_limits<A>::infinity();
   for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
   return m;
@@ -161,8 +274,10 @@ A row_max(const A* x, int64_t n) {
 
 template <class A>
 A row_sumexp(const A* x, int64_t n, A m) {
-  if constexpr (std::is_same_v<A, float>)
+  if constexpr (std::is_same_v<A, float>) {
     if (use_avx512()) return row_sumexp_avx512(x, n, m);
+    if (use_avx2()) return row_sumexp_avx2(x, n, m);
+  }
   A s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
   return s;
@@ -170,29 +285,35 @@ A row_sumexp(const A* x, int64_t n, A m) {
 
 template <class A>
 void row_softmax_scaled(const A* x, A* y, int64_t n, A lse, A scale) {
-  if constexpr (std::is_same_v<A, float>)
+  if constexpr (std::is_same_v<A, float>) {
     if (use_avx512()) return row_softmax_scaled_avx512(x, y, n, lse, scale);
+    if (use_avx2()) return row_softmax_scaled_avx2(x, y, n, lse, scale);
+  }
   for (int64_t i = 0; i < n; ++i) y[i] = scale * std::exp(x[i] - lse);
 }
 
 void round_bf16(float* x, int64_t n) {
   if (use_avx512()) return round_bf16_avx512(x, n);
+  if (use_avx2()) return round_bf16_avx2(x, n);
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 float row_max(const bf16* x, int64_t n) {
   if (use_avx512()) return row_max_bf16_avx512(x, n);
+  if (use_avx2()) return row_max_bf16_avx2(x, n);
   float m = kNegInf;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, bf16_to_f32(x[i]));
   return m;
 }
 float row_sumexp(const bf16* x, int64_t n, float m) {
   if (use_avx512()) return row_sumexp_bf16_avx512(x, n, m);
+  if (use_avx2()) return row_sumexp_bf16_avx2(x, n, m);
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::exp(bf16_to_f32(x[i]) - m);
   return s;
 }
 void row_dlogits_bf16(const bf16* x, bf16* y, int64_t n, float lse, float scale, int64_t label) {
   if (use_avx512()) return row_dlogits_bf16_avx512(x, y, n, lse, scale, label);
+  if (use_avx2()) return row_dlogits_bf16_avx2(x, y, n, lse, scale, label);
   for (int64_t i = 0; i < n; ++i)
     y[i] = f32_to_bf16(scale * std::exp(bf16_to_f32(x[i]) - lse) - (i == label ? scale : 0.f));
 }
@@ -532,9 +653,5 @@ const bool linear_cross_entropy_kernels_registered = kernels::register_kernels(
       LinearCrossEntropyKernel{lce_forward<double>, lce_backward<double>}}});
 
 }  // namespace
-
-void cross_entropy_limit_isa(bool portable_only) {
-  g_portable_only.store(portable_only, std::memory_order_relaxed);
-}
 
 }  // namespace titan::cpu

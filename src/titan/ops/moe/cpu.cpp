@@ -51,7 +51,7 @@ void gemm_acc(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const uint16_
   gemm_bf16(ta, tb, M, N, K, 1.f, as_bf16(A), lda, as_bf16(B), ldb, beta, C, ldc);
 }
 
-// ---- row kernels (AVX-512 and baseline clones) ------------------------------------------------
+// ---- row kernels (AVX-512, AVX2 and baseline clones) ------------------------------------------
 
 template <class S, class T>
 [[gnu::always_inline]] inline void convert_row_impl(int64_t n, const S* src, T* dst) {

@@ -1,8 +1,9 @@
 // Fast optimizer kernels (see ops/optim/optim.h). Both passes are memory-bound streams over the flat
 // buffers: AdamW moves 28 bytes per parameter (reads p, g, m, v; writes p, m, v), the gradient norm
-// reads 4. They are threaded over contiguous chunks with OpenMP and vectorised with AVX-512 when the
-// host has it, else a portable loop. The AdamW kernels round exactly like the reference (same
-// operations, same fused multiply-adds), so every variant is bit-identical to it.
+// reads 4. They are threaded over contiguous chunks with OpenMP and vectorised with AVX-512 or AVX2 +
+// FMA, whichever the host has (cpu_info.h: kernel_isa), else a portable loop. The AdamW kernels round
+// exactly like the reference (same operations, same fused multiply-adds), so every variant and tier
+// is bit-identical to it.
 #include "titan/ops/optim/optim.h"
 
 #include <immintrin.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/lanes.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::cpu {
@@ -29,7 +31,6 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // independent of the number of threads.
 constexpr int64_t kNormBlock = int64_t(1) << 16;
 
-bool has_avx512() { return cpu_info().avx512f && cpu_info().avx512dq; }
 
 // Splits [0, n) into one contiguous range per thread, boundaries on 64-byte lines (16 floats).
 template <class F>
@@ -141,31 +142,90 @@ TITAN_AVX512 double norm_avx512_block(const float* g, int64_t n) {
 #undef TITAN_AVX512
 #pragma GCC diagnostic pop
 
-template <bool Avx512>
+// The same on 8 lanes of AVX2 + FMA. Contraction is off so that GCC keeps every product rounded on
+// its own (AVX2 has no mul with explicit rounding to pin it); the fused multiply-adds are explicit.
+#define TITAN_AVX2 __attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+
+TITAN_AVX2 inline void adamw8(float* p, const float* g, float* m, float* v, __m256i k, const AdamWConsts& c) {
+  const __m256 gv = _mm256_mul_ps(_mm256_maskload_ps(g, k), _mm256_set1_ps(c.scale));
+  __m256 pv = _mm256_maskload_ps(p, k), mv = _mm256_maskload_ps(m, k), vv = _mm256_maskload_ps(v, k);
+  pv = _mm256_mul_ps(pv, _mm256_set1_ps(c.decay));
+  mv = _mm256_fmadd_ps(gv, _mm256_set1_ps(c.omb1), _mm256_mul_ps(mv, _mm256_set1_ps(c.b1)));
+  vv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(c.omb2), gv), gv, _mm256_mul_ps(vv, _mm256_set1_ps(c.b2)));
+  const __m256 denom =
+      _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), _mm256_set1_ps(c.bc2)), _mm256_set1_ps(c.eps));
+  pv = _mm256_add_ps(pv, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c.neg_lr), mv), denom));
+  _mm256_maskstore_ps(p, k, pv);
+  _mm256_maskstore_ps(m, k, mv);
+  _mm256_maskstore_ps(v, k, vv);
+}
+
+TITAN_AVX2 void adamw_avx2_range(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
+                                 const AdamWConsts& c) {
+  int64_t i = begin;
+  const __m256i all = _mm256_set1_epi32(-1);
+  for (; i + 8 <= end; i += 8) adamw8(p + i, g + i, m + i, v + i, all, c);
+  if (i < end) adamw8(p + i, g + i, m + i, v + i, lanes::lanes_below8(end - i), c);
+}
+
+TITAN_AVX2 inline __m256d square_add(__m128 x, __m256d acc) {
+  const __m256d d = _mm256_cvtps_pd(x);
+  return _mm256_fmadd_pd(d, d, acc);  // the product is exact in f64, so fusing changes nothing
+}
+
+TITAN_AVX2 double norm_avx2_block(const float* g, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x = _mm256_loadu_ps(g + i), y = _mm256_loadu_ps(g + i + 8);
+    a0 = square_add(_mm256_castps256_ps128(x), a0);
+    a1 = square_add(_mm256_extractf128_ps(x, 1), a1);
+    a2 = square_add(_mm256_castps256_ps128(y), a2);
+    a3 = square_add(_mm256_extractf128_ps(y, 1), a3);
+  }
+  for (; i < n; i += 8) {
+    const __m256 x = _mm256_maskload_ps(g + i, lanes::lanes_below8(n - i));
+    a0 = square_add(_mm256_castps256_ps128(x), a0);
+    a1 = square_add(_mm256_extractf128_ps(x, 1), a1);
+  }
+  const __m256d sum = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(sum), _mm256_extractf128_pd(sum, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+#undef TITAN_AVX2
+
+// The "default" variants take the best tier of kernel_isa(); "portable" always the plain loop.
+template <bool Vectorised>
 void adamw_f32(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
   const AdamWConsts c(s);
   float* p = static_cast<float*>(pv);
   const float* g = static_cast<const float*>(gv);
   float *m = static_cast<float*>(mv), *v = static_cast<float*>(vv);
-  const bool vec = Avx512 && has_avx512();
+  const KernelIsa isa = Vectorised ? kernel_isa() : KernelIsa::kPortable;
   parallel_chunks(n, [&](int64_t begin, int64_t end) {
-    if (vec)
+    if (isa >= KernelIsa::kAvx512)
       adamw_avx512_range(begin, end, p, g, m, v, c);
+    else if (isa >= KernelIsa::kAvx2)
+      adamw_avx2_range(begin, end, p, g, m, v, c);
     else
       adamw_portable_range(begin, end, p, g, m, v, c);
   });
 }
 
-template <bool Avx512>
+template <bool Vectorised>
 void grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv, double* total) {
   const float* g = static_cast<const float*>(gv);
-  const bool vec = Avx512 && has_avx512();
+  const KernelIsa isa = Vectorised ? kernel_isa() : KernelIsa::kPortable;
+  const auto block_sum = isa >= KernelIsa::kAvx512 ? norm_avx512_block
+                         : isa >= KernelIsa::kAvx2 ? norm_avx2_block
+                                                   : norm_portable_block;
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
   std::vector<double> partial(size_t(blocks), 0.0);
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kNormBlock, len = std::min(kNormBlock, n - begin);
-    partial[size_t(b)] = vec ? norm_avx512_block(g + begin, len) : norm_portable_block(g + begin, len);
+    partial[size_t(b)] = block_sum(g + begin, len);
   }
   double sum = 0;
   for (double x : partial) sum += x;
@@ -174,13 +234,13 @@ void grad_norm_f32(const KernelContext& ctx, int64_t n, const void* gv, double* 
 
 const bool adamw_kernels_registered = kernels::register_kernels(
     "adamw", Device::CPU,
-    {{DType::F32, "default", "fused single pass, AVX-512 (portable loop without it), OpenMP",
+    {{DType::F32, "default", "fused single pass, AVX-512 or AVX2 (portable loop without them), OpenMP",
       AdamWKernel{adamw_f32<true>}},
      {DType::F32, "portable", "fused single pass, scalar loop, OpenMP", AdamWKernel{adamw_f32<false>}}});
 const bool grad_norm_kernels_registered = kernels::register_kernels(
     "grad_norm", Device::CPU,
     {{DType::F32, "default",
-      "f64 sums over 64Ki blocks in block order, AVX-512 (portable loop without it), OpenMP",
+      "f64 sums over 64Ki blocks in block order, AVX-512 or AVX2 (portable loop without them), OpenMP",
       GradNormKernel{grad_norm_f32<true>}},
      {DType::F32, "portable", "f64 sums over 64Ki blocks in block order, scalar loop, OpenMP",
       GradNormKernel{grad_norm_f32<false>}}});

@@ -1,7 +1,7 @@
 // Fast CPU rms_norm. Rows are split among OpenMP threads; each row is read twice while it sits in
 // L1 (sum of squares, then scale), i.e. one pass over memory, so the default is already the fused
-// kernel. The row loops are plain `omp simd` loops compiled twice with target_clones (AVX-512 and
-// baseline x86-64) and picked at load time. bf16 rounding is the integer round-to-nearest-even
+// kernel. The row loops are plain `omp simd` loops compiled three times with target_clones (AVX-512,
+// AVX2 + FMA, baseline x86-64) and picked at load time. bf16 rounding is the integer round-to-nearest-even
 // of titan::f32_to_bf16, written branch-free so it vectorises; it is bit-identical to it.
 // Numerics vs reference: the sums are reassociated (16 lanes), so rstd and the f32 outputs differ in
 // the last bits; bf16 outputs agree except for rare 1-ulp flips.

@@ -1,7 +1,7 @@
 // Fast CPU rope: tokens (b, s) are split among OpenMP threads; for each token the cos/sin row of
 // the shared table is read once and applied to all H heads with `omp simd` loops over the D/2
-// frequencies, compiled twice with target_clones (AVX-512 and baseline x86-64) and picked at load
-// time. The arithmetic is the reference's, in the same order, with floating-point contraction off
+// frequencies, compiled three times with target_clones (AVX-512, AVX2, baseline x86-64) and picked
+// at load time. The arithmetic is the reference's, in the same order, with floating-point contraction off
 // (an FMA would skip the rounding of the products that torch does), so results are bit-identical
 // to the reference. bf16 rounding is the branch-free form of titan::f32_to_bf16.
 //   "default":     row = table[pos[b, s]]            (any positions)
@@ -17,7 +17,7 @@
 #include "titan/kernels/registry.h"
 
 #define TITAN_CLONES_NO_CONTRACT \
-  __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("fp-contract=off")))
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("fp-contract=off")))
 
 namespace titan::cpu {
 
