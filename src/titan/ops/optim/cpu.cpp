@@ -146,26 +146,35 @@ TITAN_AVX512 double norm_avx512_block(const float* g, int64_t n) {
 // its own (AVX2 has no mul with explicit rounding to pin it); the fused multiply-adds are explicit.
 #define TITAN_AVX2 __attribute__((target("avx2,fma"), optimize("fp-contract=off")))
 
+// kTail: only the lanes of `k` are read and written (maskload/maskstore, which are slow on AMD, so
+// full vectors use plain loads and stores).
+template <bool kTail>
 TITAN_AVX2 inline void adamw8(float* p, const float* g, float* m, float* v, __m256i k, const AdamWConsts& c) {
-  const __m256 gv = _mm256_mul_ps(_mm256_maskload_ps(g, k), _mm256_set1_ps(c.scale));
-  __m256 pv = _mm256_maskload_ps(p, k), mv = _mm256_maskload_ps(m, k), vv = _mm256_maskload_ps(v, k);
+  const auto load = [k](const float* x) { return kTail ? _mm256_maskload_ps(x, k) : _mm256_loadu_ps(x); };
+  const auto store = [k](float* x, __m256 y) {
+    if (kTail)
+      _mm256_maskstore_ps(x, k, y);
+    else
+      _mm256_storeu_ps(x, y);
+  };
+  const __m256 gv = _mm256_mul_ps(load(g), _mm256_set1_ps(c.scale));
+  __m256 pv = load(p), mv = load(m), vv = load(v);
   pv = _mm256_mul_ps(pv, _mm256_set1_ps(c.decay));
   mv = _mm256_fmadd_ps(gv, _mm256_set1_ps(c.omb1), _mm256_mul_ps(mv, _mm256_set1_ps(c.b1)));
   vv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(c.omb2), gv), gv, _mm256_mul_ps(vv, _mm256_set1_ps(c.b2)));
   const __m256 denom =
       _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), _mm256_set1_ps(c.bc2)), _mm256_set1_ps(c.eps));
   pv = _mm256_add_ps(pv, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c.neg_lr), mv), denom));
-  _mm256_maskstore_ps(p, k, pv);
-  _mm256_maskstore_ps(m, k, mv);
-  _mm256_maskstore_ps(v, k, vv);
+  store(p, pv);
+  store(m, mv);
+  store(v, vv);
 }
 
 TITAN_AVX2 void adamw_avx2_range(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
                                  const AdamWConsts& c) {
   int64_t i = begin;
-  const __m256i all = _mm256_set1_epi32(-1);
-  for (; i + 8 <= end; i += 8) adamw8(p + i, g + i, m + i, v + i, all, c);
-  if (i < end) adamw8(p + i, g + i, m + i, v + i, lanes::lanes_below8(end - i), c);
+  for (; i + 8 <= end; i += 8) adamw8<false>(p + i, g + i, m + i, v + i, __m256i{}, c);
+  if (i < end) adamw8<true>(p + i, g + i, m + i, v + i, lanes::lanes_below8(end - i), c);
 }
 
 TITAN_AVX2 inline __m256d square_add(__m128 x, __m256d acc) {
