@@ -618,7 +618,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   load_tile_bf16<D>(ks, k, b, k0, g, s.Hkv, s);
   load_tile_bf16<D>(vs, v, b, k0, g, s.Hkv, s);
 
+  // Indexed only by unrolled loops (compile-time indices), so the accumulators stay in registers.
   FragC dk_acc[D / 16], dv_acc[D / 16];
+#pragma unroll
   for (int dn = 0; dn < D / 16; ++dn) {
     wmma::fill_fragment(dk_acc[dn], 0.f);
     wmma::fill_fragment(dv_acc[dn], 0.f);
@@ -670,6 +672,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       __syncwarp();
 
       // dV += P^T dO, dK += dS^T Q (scaled at the end).
+#pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         for (int kk = 0; kk < kBlockRows / 16; ++kk) {
           FragA pf, df;
@@ -698,12 +701,19 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   // dK (times scale) and dV through the scratch, bounds-checked.
   __syncwarp();
   float* out_rows = st;
+#pragma unroll
+  for (int dn = 0; dn < D / 16; ++dn)
+    for (int e = 0; e < dk_acc[dn].num_elements; ++e) dk_acc[dn].x[e] *= s.scale;
+#pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
+    // Two explicit stores, not one of `pass == 0 ? dk_acc[dn] : dv_acc[dn]`: a reference chosen at
+    // run time would put both accumulator arrays in local memory.
+#pragma unroll
     for (int dn = 0; dn < D / 16; ++dn) {
       if (pass == 0)
-        for (int e = 0; e < dk_acc[dn].num_elements; ++e) dk_acc[dn].x[e] *= s.scale;
-      wmma::store_matrix_sync(out_rows + dn * 16, pass == 0 ? dk_acc[dn] : dv_acc[dn], L::ldo,
-                              wmma::mem_row_major);
+        wmma::store_matrix_sync(out_rows + dn * 16, dk_acc[dn], L::ldo, wmma::mem_row_major);
+      else
+        wmma::store_matrix_sync(out_rows + dn * 16, dv_acc[dn], L::ldo, wmma::mem_row_major);
     }
     __syncwarp();
     float* dst_grad = pass == 0 ? dk : dv;
