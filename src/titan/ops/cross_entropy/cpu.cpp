@@ -159,7 +159,7 @@ TITAN_AVX2 inline __m256 load8(const float* x, int64_t left, float fill) {
   const __m256i k = lanes::lanes_below8(left);
   return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(x, k), _mm256_castsi256_ps(k));
 }
-TITAN_AVX2 inline __m256 load8_bf16(const bf16* x, int64_t left, float fill) {
+TITAN_AVX2 inline __m256 load8(const bf16* x, int64_t left, float fill) {
   if (left >= 8)
     return _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))), 16));
@@ -180,13 +180,16 @@ TITAN_AVX2 inline __m256i bf16_bits8(__m256 v, bool keep_nan) {
   return r;
 }
 
-TITAN_AVX2 float row_max_avx2(const float* x, int64_t n) {
+// f32 or bf16 rows (load8 widens bf16).
+template <class T>
+TITAN_AVX2 float row_max_avx2(const T* x, int64_t n) {
   __m256 m = _mm256_set1_ps(kNegInf);
   for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, load8(x + i, n - i, kNegInf));
   return reduce_max8(m);
 }
 
-TITAN_AVX2 float row_sumexp_avx2(const float* x, int64_t n, float m) {
+template <class T>
+TITAN_AVX2 float row_sumexp_avx2(const T* x, int64_t n, float m) {
   __m256 s = _mm256_setzero_ps();
   const __m256 vm = _mm256_set1_ps(m);
   for (int64_t i = 0; i < n; i += 8) {
@@ -217,27 +220,11 @@ TITAN_AVX2 void round_bf16_avx2(float* x, int64_t n) {
   }
 }
 
-TITAN_AVX2 float row_max_bf16_avx2(const bf16* x, int64_t n) {
-  __m256 m = _mm256_set1_ps(kNegInf);
-  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, load8_bf16(x + i, n - i, kNegInf));
-  return reduce_max8(m);
-}
-
-TITAN_AVX2 float row_sumexp_bf16_avx2(const bf16* x, int64_t n, float m) {
-  __m256 s = _mm256_setzero_ps();
-  const __m256 vm = _mm256_set1_ps(m);
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 e = lanes::exp8(_mm256_sub_ps(load8_bf16(x + i, n - i, 0.f), vm));
-    s = _mm256_add_ps(s, _mm256_and_ps(e, _mm256_castsi256_ps(lanes::lanes_below8(n - i))));
-  }
-  return reduce_add8(s);
-}
-
 // row_dlogits_bf16_avx512 on 8 lanes.
 TITAN_AVX2 void row_dlogits_bf16_avx2(const bf16* x, bf16* y, int64_t n, float lse, float scale, int64_t label) {
   const __m256 vl = _mm256_set1_ps(lse), vs = _mm256_set1_ps(scale);
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256 v = _mm256_mul_ps(vs, lanes::exp8(_mm256_sub_ps(load8_bf16(x + i, n - i, 0.f), vl)));
+    const __m256 v = _mm256_mul_ps(vs, lanes::exp8(_mm256_sub_ps(load8(x + i, n - i, 0.f), vl)));
     const __m256i r = bf16_bits8(v, false);
     const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     if (n - i >= 8) {
@@ -299,14 +286,14 @@ void round_bf16(float* x, int64_t n) {
 }
 float row_max(const bf16* x, int64_t n) {
   if (use_avx512()) return row_max_bf16_avx512(x, n);
-  if (use_avx2()) return row_max_bf16_avx2(x, n);
+  if (use_avx2()) return row_max_avx2(x, n);
   float m = kNegInf;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, bf16_to_f32(x[i]));
   return m;
 }
 float row_sumexp(const bf16* x, int64_t n, float m) {
   if (use_avx512()) return row_sumexp_bf16_avx512(x, n, m);
-  if (use_avx2()) return row_sumexp_bf16_avx2(x, n, m);
+  if (use_avx2()) return row_sumexp_avx2(x, n, m);
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::exp(bf16_to_f32(x[i]) - m);
   return s;

@@ -1,6 +1,6 @@
 // Fast CPU swiglu: one fused pass (silu, round, multiply, round) per element, OpenMP-threaded, with
-// `omp simd` loops compiled three times with target_clones (AVX-512, AVX2 + FMA, baseline x86-64). exp is a
-// vectorisable Cephes-style polynomial (range reduction by ln 2, degree-6 polynomial, ~1 ulp),
+// `omp simd` loops compiled three times with target_clones (AVX-512, AVX2 + FMA, baseline x86-64).
+// exp is a vectorisable Cephes-style polynomial (range reduction by ln 2, degree-6 polynomial, ~1 ulp),
 // so silu differs from the reference's glibc expf by about 1 f32 ulp: f32 outputs agree to ~3e-7
 // relative and bf16 outputs are identical except for rare 1-ulp flips at rounding ties.
 // The argument of exp is clamped to [-87.3, 88]: a gate below -88 gives silu ~ gate * 6e-39
