@@ -11,8 +11,9 @@
 //   dX  dX = dY W       NN  M=1024 N=in  K=out
 //   dW  dW = dY^T X     TN  M=out  N=in  K=1024
 // for in/out = 1024/3072 (MLP up, Qwen3-0.6B), 3072/1024 (MLP down), 1024/8192 (one lm_head chunk
-// of the 151936 vocabulary), 256/3072 (debug model); attention score/value products as batches of
-// 16 heads; and TT once, so no Trans combination hides a slow path.
+// of the 151936 vocabulary), 256/3072 (debug model MLP up), 256/8192 (a debug-model lm_head chunk);
+// attention score/value products as batches of 16 heads; and TT once, so no Trans combination
+// hides a slow path.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -117,7 +118,7 @@ std::vector<Case> cases() {
   };
   const int64_t tokens = 1024;
   for (Layer l : {Layer{"mlp_up", 1024, 3072}, Layer{"mlp_down", 3072, 1024}, Layer{"lm_head_chunk", 1024, 8192},
-                  Layer{"debug_up", 256, 3072}}) {
+                  Layer{"debug_up", 256, 3072}, Layer{"debug_lm_head_chunk", 256, 8192}}) {
     out.push_back({std::string(l.name) + "_fwd", Trans::N, Trans::T, 1, tokens, l.out, l.in});
     out.push_back({std::string(l.name) + "_dx", Trans::N, Trans::N, 1, tokens, l.in, l.out});
     out.push_back({std::string(l.name) + "_dw", Trans::T, Trans::N, 1, l.out, l.in, tokens});

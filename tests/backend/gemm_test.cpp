@@ -19,6 +19,7 @@
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/check.h"
+#include "ops/op_test_util.h"
 
 namespace titan::cpu {
 namespace {
@@ -153,12 +154,25 @@ class BackendGuard {
   F32Backend saved_;
 };
 
+// Runs `body` once per kernel tier this CPU has (cpu::kernel_isa capped): on AVX2 CPUs the A^T
+// products run as A products over transposed panels (gemm.cpp, transpose_a_first).
+template <class Body>
+void on_every_tier(Body body) {
+  for (KernelIsa tier : testing::cpu_kernel_tiers()) {
+    testing::KernelIsaCap cap(tier);
+    SCOPED_TRACE(std::string("kernel tier ") + kernel_isa_name(tier));
+    body();
+  }
+}
+
 void check_f32_backend(F32Backend backend) {
   BackendGuard guard(backend);
-  for_all_problems(false, [](const Problem& p) {
-    std::vector<float> C = p.C0;
-    gemm_f32(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, C.data(), p.ldc);
-    EXPECT_TRUE(p.check(C, 0.0));
+  on_every_tier([] {
+    for_all_problems(false, [](const Problem& p) {
+      std::vector<float> C = p.C0;
+      gemm_f32(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, C.data(), p.ldc);
+      EXPECT_TRUE(p.check(C, 0.0));
+    });
   });
 }
 
@@ -195,12 +209,37 @@ INSTANTIATE_TEST_SUITE_P(Backends, Bf16Gemm, ::testing::Values(Bf16Backend::OneD
                          });
 
 TEST_P(Bf16Gemm, MatchesF64ReferenceOnRoundedInputs) {
-  for_all_problems(true, [](const Problem& p) {
-    std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
-    std::vector<float> C = p.C0;
-    gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, p.beta, C.data(), p.ldc);
-    EXPECT_TRUE(p.check(C, 0.0));
+  on_every_tier([] {
+    for_all_problems(true, [](const Problem& p) {
+      std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
+      std::vector<float> C = p.C0;
+      gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, p.beta, C.data(), p.ldc);
+      EXPECT_TRUE(p.check(C, 0.0));
+    });
   });
+}
+
+// An A^T product larger than one transposed panel (2^21 elements of A): the panels must tile M
+// exactly, each writing its own rows of C, on the AVX2 tier where they run (f32, and bf16 widened
+// to f32 on the way). The last panel is partial and M, K are not multiples of 8.
+TEST(Gemm, TransposedAPanelsTileLargeProducts) {
+  if (cpu_kernel_isa() < KernelIsa::kAvx2) GTEST_SKIP() << "this CPU has no AVX2: A^T products are never panelled";
+  testing::KernelIsaCap cap(KernelIsa::kAvx2);
+  BackendGuard guard(F32Backend::OneDNN);
+  for (Trans tb : kTrans) {
+    Problem p(Trans::T, tb, Shape{2213, 5, 1931}, 3, 0.75f, 0.5f, 71, true);
+    SCOPED_TRACE(describe(p));
+    ASSERT_GT(p.M * p.K, int64_t(1) << 21);
+    std::vector<float> C = p.C0;
+    gemm_f32(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, C.data(), p.ldc);
+    EXPECT_TRUE(p.check(C, 0.0));
+    std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
+    C = p.C0;
+    set_gemm_bf16_backend(Bf16Backend::WidenToF32);
+    gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, p.beta, C.data(), p.ldc);
+    set_gemm_bf16_backend(Bf16Backend::OneDNN);
+    EXPECT_TRUE(p.check(C, 0.0));
+  }
 }
 
 TEST_P(Bf16Gemm, OutMatchesReferenceWithinOneRounding) {

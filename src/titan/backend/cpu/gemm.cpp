@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <dnnl.hpp>
+#include <immintrin.h>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
@@ -108,8 +109,90 @@ void sgemm_openblas(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
               int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
+// ---- A^T products as A products on AVX2 CPUs -----------------------------------------------------
+// oneDNN 2.6's AVX2 sgemm (the f32 code it runs on CPUs without AVX-512) computes C = A^T op(B) at
+// a third of the speed it computes the same product with A stored [M, K] when C is narrow: the
+// weight gradient dW = dY^T X of every linear layer of the debug model (TN, N = 256) ran at 33 % of
+// peak against 59-77 % for NN on AMD Zen3, and the fused loss's dW chunks likewise. On those CPUs
+// A^T is copied into [rows, K] f32 panels (bf16 widened on the way, where the bf16 GEMM widens
+// anyway) and each panel runs as an NN product. Measurements: docs/performance.md, "Matrix
+// multiply". AVX-512 CPUs keep oneDNN's own A^T code: it was not measured slow there.
+bool transpose_a_first() { return kernel_isa() == KernelIsa::kAvx2; }
+
+inline __attribute__((target("avx2"))) __m256 load8_f32(const float* x) { return _mm256_loadu_ps(x); }
+inline __attribute__((target("avx2"))) __m256 load8_f32(const bf16* x) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+inline float to_f32(float x) { return x; }
+inline float to_f32(bf16 x) { return bf16_to_f32(x); }
+
+// dst[c * ldd + r] = src[r * ld + c] for an 8 x 8 tile, in registers.
+template <class S>
+__attribute__((target("avx2"))) void transpose8x8_avx2(const S* src, int64_t ld, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = load8_f32(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// dst[c * rows + r] = src[r * ld + c] (as f32) over a rows x cols block, in 32 x 32 tiles (larger ones
+// lose to cache-set conflicts at power-of-two strides), the tile rows split between the threads.
+// Only AVX2 CPUs call it (transpose_a_first).
+template <class S>
+void transpose_to_f32(int64_t rows, int64_t cols, const S* src, int64_t ld, float* dst) {
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      int64_t r = r0;
+      for (; r + 8 <= r1; r += 8) {
+        int64_t c = c0;
+        for (; c + 8 <= c1; c += 8) transpose8x8_avx2(src + r * ld + c, ld, dst + c * rows + r, rows);
+        for (; c < c1; ++c)
+          for (int64_t i = r; i < r + 8; ++i) dst[c * rows + i] = to_f32(src[i * ld + c]);
+      }
+      for (; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) dst[c * rows + r] = to_f32(src[r * ld + c]);
+    }
+  }
+}
+
+// C = alpha * A^T op(B) + beta * C with A stored [K, M] (f32 or bf16): panels of at most 2M f32
+// elements (8 MiB, the calling thread's buffer, reused call after call) of A^T, each an NN product
+// (op(B) f32).
+template <class S>
+void gemm_at_by_panels(Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const S* A, int64_t lda,
+                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  constexpr int64_t kPanelElems = int64_t(1) << 21;
+  const int64_t rows = std::min(M, std::max<int64_t>(8, kPanelElems / K / 8 * 8));
+  thread_local std::vector<float> panel;
+  panel.resize(size_t(rows * K));
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t mp = std::min(rows, M - m0);
+    transpose_to_f32(K, mp, A + m0, lda, panel.data());
+    gemm_f32(Trans::N, tb, mp, N, K, alpha, panel.data(), K, B, ldb, beta, C + m0 * ldc, ldc);
+  }
+}
+
 void sgemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (ta == Trans::T && transpose_a_first()) return gemm_at_by_panels(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   dnnl_status_t st = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K, alpha, A, lda, B,
                                 ldb, beta, C, ldc);
   TITAN_CHECK(st == dnnl_success, "gemm_f32: dnnl_sgemm failed (status ", int(st), ") for ", trans_name(ta),
@@ -254,9 +337,13 @@ void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, floa
   thread_local std::vector<float> a_f32, b_f32;
   int64_t a_rows = ta == Trans::N ? M : K, a_cols = ta == Trans::N ? K : M;
   int64_t b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
-  const float* a = widen(A, a_rows, a_cols, lda, a_f32);
   const float* b = widen(B, b_rows, b_cols, ldb, b_f32);
-  gemm_f32(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  if (ta == Trans::T && transpose_a_first()) {
+    gemm_at_by_panels(tb, M, N, K, alpha, A, lda, b, b_cols, beta, C, ldc);  // A widened panel by panel
+  } else {
+    const float* a = widen(A, a_rows, a_cols, lda, a_f32);
+    gemm_f32(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  }
   // A thread keeps no more than 64 MiB per operand between calls (a 0.6B model's output
   // projection alone would keep 622 MB).
   constexpr size_t kKeep = size_t(16) << 20;
