@@ -324,12 +324,22 @@ void run_prim(const Prim& prim, const Problem& p, const void* A, const void* B, 
 
 // ---- f32 fallback for bf16 where oneDNN has no fast bf16 code ------------------------------------
 
-// Widens the stored rows x cols block of X (row stride ld) into `out`, dense. The buffers are the
-// calling thread's, reused call after call (a training step makes thousands of these calls).
+// Widens the stored rows x cols block of X (row stride ld) into `out`, dense, rows split between the
+// threads (the GEMM that follows waits for it anyway). The buffers are the calling thread's, reused
+// call after call (a training step makes thousands of these calls).
 const float* widen(const bf16* X, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
   out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(X + r * ld, out.data() + r * cols, size_t(cols));
-  return out.data();
+  float* o = out.data();
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(X + r * ld, o + r * cols, size_t(cols));
+  return o;
+}
+
+// A thread keeps no more than 64 MiB per widening buffer between calls (a 0.6B model's output
+// projection alone would keep 622 MB).
+void trim(std::vector<float>& buf) {
+  constexpr size_t kKeep = size_t(16) << 20;
+  if (buf.capacity() > kKeep) std::vector<float>().swap(buf);
 }
 
 void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
@@ -344,11 +354,8 @@ void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, floa
     const float* a = widen(A, a_rows, a_cols, lda, a_f32);
     gemm_f32(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
   }
-  // A thread keeps no more than 64 MiB per operand between calls (a 0.6B model's output
-  // projection alone would keep 622 MB).
-  constexpr size_t kKeep = size_t(16) << 20;
-  for (std::vector<float>* buf : {&a_f32, &b_f32})
-    if (buf->capacity() > kKeep) std::vector<float>().swap(*buf);
+  trim(a_f32);
+  trim(b_f32);
 }
 
 }  // namespace
@@ -437,9 +444,13 @@ void gemm_bf16_out(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float al
   const Problem p{memory::data_type::bf16, memory::data_type::bf16, ta, tb, 1, M, N, K, lda, 0, ldb, 0, ldc,
                   0, alpha, 0.0f, runtime_dims_here(1)};
   if (auto prim = bf16_prim(p)) return run_prim(*prim, p, A, B, C);
-  std::vector<float> c(size_t(M * N));
-  gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c.data(), N);
-  for (int64_t i = 0; i < M; ++i) convert_f32_to_bf16(c.data() + i * N, C + i * ldc, size_t(N));
+  thread_local std::vector<float> c_f32;
+  c_f32.resize(size_t(M * N));
+  float* c = c_f32.data();
+  gemm_bf16_via_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, N);
+#pragma omp parallel for schedule(static) if (M * N >= (int64_t(1) << 16))
+  for (int64_t i = 0; i < M; ++i) convert_f32_to_bf16(c + i * N, C + i * ldc, size_t(N));
+  trim(c_f32);
 }
 
 namespace {

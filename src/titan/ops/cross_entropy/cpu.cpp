@@ -568,9 +568,12 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
   const A* lse = static_cast<const A*>(lse_v);
   A *dh = static_cast<A*>(dh_v), *dw = static_cast<A*>(dw_v);
   const CountedRows<T> r = counted_rows<T>(a);
-  if (dw) std::fill(dw, dw + a.V * a.D, A(0));
   if (dh && (r.M < a.N)) std::fill(dh, dh + a.N * a.D, A(0));
-  if (r.M == 0 || (!dh && !dw)) return;
+  if (r.M == 0 || (!dh && !dw)) {
+    if (dw) std::fill(dw, dw + a.V * a.D, A(0));
+    return;
+  }
+  // From here every vocabulary chunk writes its rows of dw (beta = 0): no fill first.
   const int64_t C = std::min(a.chunk, a.V);
   // dhidden of the counted rows: the output itself unless rows were dropped.
   Tensor dhp_t = dh && r.M < a.N ? Tensor::empty({r.M, a.D}, dtype_of<A>()) : Tensor();
