@@ -77,7 +77,9 @@ TITAN_CLONES void silu_mul_row(int64_t F, const uint16_t* a, uint16_t* h) { silu
 // Backward of one row given dhr = dy_row @ W_down (before the routing weight w): recomputes
 // h = silu(g) * u (rounded as in the forward), returns sum_f dhr[f] * h[f] (the routing weight's
 // gradient), and when dgu is set writes [d gate | d up] of (w * dhr) in the storage type.
-template <class T>
+// kGrads is a template argument rather than a test of dgu in the loop: GCC does not unswitch the
+// bf16 loop, and a branch in it keeps its AVX2 clone scalar ("control flow in loop").
+template <bool kGrads, class T>
 [[gnu::always_inline]] inline float swiglu_backward_row_impl(int64_t F, const T* a, const float* dhr, float w,
                                                              T* h, T* dgu) {
   float dot = 0.f;
@@ -88,7 +90,7 @@ template <class T>
     const float s = rnd(T{}, g * sg);
     st(h + f, s * u);
     dot += dhr[f] * ld(h[f]);
-    if (dgu) {
+    if constexpr (kGrads) {
       const float dh = w * dhr[f];
       st(dgu + f, dh * u * sg * (1.0f + g * (1.0f - sg)));
       st(dgu + F + f, dh * s);
@@ -98,11 +100,13 @@ template <class T>
 }
 TITAN_CLONES float swiglu_backward_row(int64_t F, const float* a, const float* dhr, float w, float* h,
                                        float* dgu) {
-  return swiglu_backward_row_impl(F, a, dhr, w, h, dgu);
+  return dgu ? swiglu_backward_row_impl<true>(F, a, dhr, w, h, dgu)
+             : swiglu_backward_row_impl<false>(F, a, dhr, w, h, dgu);
 }
 TITAN_CLONES float swiglu_backward_row(int64_t F, const uint16_t* a, const float* dhr, float w, uint16_t* h,
                                        uint16_t* dgu) {
-  return swiglu_backward_row_impl(F, a, dhr, w, h, dgu);
+  return dgu ? swiglu_backward_row_impl<true>(F, a, dhr, w, h, dgu)
+             : swiglu_backward_row_impl<false>(F, a, dhr, w, h, dgu);
 }
 
 // y += round(o * w) (rounded after the add), one contribution of the weighted un-permute.

@@ -29,17 +29,26 @@ template <class T>
   }
 }
 
-template <class T>
-[[gnu::always_inline]] inline void backward_impl(int64_t n, const T* gate, const T* up, const float* dy,
+// Which gradients are wanted is a template argument, not a test in the loop: GCC does not unswitch
+// the bf16 loop, and a branch in it keeps its AVX2 clone scalar ("control flow in loop").
+template <bool kDg, bool kDu, class T>
+[[gnu::always_inline]] inline void backward_loop(int64_t n, const T* gate, const T* up, const float* dy,
                                                  float* dg, float* du) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = ld(gate[i]);
     const float d = 1.0f + exp_poly(-g);
     const float s = 1.0f / d;
-    if (dg) dg[i] = dy[i] * ld(up[i]) * s * (1.0f + g * (1.0f - s));
-    if (du) du[i] = dy[i] * rnd(T{}, g / d);
+    if constexpr (kDg) dg[i] = dy[i] * ld(up[i]) * s * (1.0f + g * (1.0f - s));
+    if constexpr (kDu) du[i] = dy[i] * rnd(T{}, g / d);
   }
+}
+template <class T>
+[[gnu::always_inline]] inline void backward_impl(int64_t n, const T* gate, const T* up, const float* dy,
+                                                 float* dg, float* du) {
+  if (dg && du) return backward_loop<true, true>(n, gate, up, dy, dg, du);
+  if (dg) return backward_loop<true, false>(n, gate, up, dy, dg, du);
+  if (du) backward_loop<false, true>(n, gate, up, dy, dg, du);
 }
 
 TITAN_CLONES void forward_chunk(int64_t n, const float* g, const float* u, float* o) {
