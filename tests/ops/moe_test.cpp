@@ -271,6 +271,24 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
   }
 }
 
+// Frozen gate and up projections and input (a router-only or down-only fine-tune): no SwiGLU input
+// gradient is formed, only the routing weights' and W_down's (moe/cpu.cpp, swiglu_backward_row
+// without dgu, its own loop).
+TEST(MoeExperts, DefaultVariantMatchesReferenceWithoutSwigluInputGradients) {
+  const int64_t T = 37, D = 24, F = 20, E = 7, k = 3;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F32, 80, E - 1), k, true);
+  auto w = expert_weights(E, F, D, DType::F32, 81);
+  Tensor x = random_tensor({T, D}, DType::F32, 84);
+  auto grad = [](Tensor t) { return t.set_requires_grad(true); };
+  const kernels::Dims dims = {T, D, F, E, k};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_variant_matches_spec("moe_experts", "default", dims, experts_fn,
+                                {x.to(dt), grad(r.weights.clone()), r.indices.tensor(), w.gate.to(dt), w.up.to(dt),
+                                 grad(w.down.to(dt))});
+  }
+}
+
 TEST(MoeExperts, UnusedExpertGetsZeroWeightGradient) {
   const int64_t T = 9, D = 10, F = 6, E = 5, k = 2;
   auto r = ops::router_topk(biased_logits(T, E, DType::F32, 70, 0), k, false);

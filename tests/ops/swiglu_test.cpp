@@ -87,6 +87,20 @@ TEST(Swiglu, DefaultVariantMatchesReference) {
   }
 }
 
+// Only one input needs a gradient (a frozen gate or up projection): the backward kernel gets one
+// output pointer, and each case has its own loop (swiglu/cpu.cpp, backward_loop).
+TEST(Swiglu, DefaultVariantMatchesReferenceWithOneGradient) {
+  const Shape s{5, 1031};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (bool gate_grad : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (gate_grad ? ", gate only" : ", up only"));
+      auto g = random_tensor(s, DType::F32, 7, -8, 8).to(dt).set_requires_grad(gate_grad);
+      auto u = random_tensor(s, DType::F32, 8, -2, 2).to(dt).set_requires_grad(!gate_grad);
+      expect_variant_matches_spec("swiglu", "default", {g.numel()}, swiglu_fn, {g, u});
+    }
+  }
+}
+
 TEST(Swiglu, BadArgumentsNameOpAndShapes) {
   try {
     ops::swiglu(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({4, 9}, DType::F32));

@@ -192,7 +192,8 @@ void gemm_at_by_panels(Trans tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 void sgemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (ta == Trans::T && transpose_a_first()) return gemm_at_by_panels(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (ta == Trans::T && transpose_a_first())
+    return gemm_at_by_panels(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   dnnl_status_t st = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K, alpha, A, lda, B,
                                 ldb, beta, C, ldc);
   TITAN_CHECK(st == dnnl_success, "gemm_f32: dnnl_sgemm failed (status ", int(st), ") for ", trans_name(ta),
