@@ -235,9 +235,12 @@ TEST(Gemm, TransposedAPanelsTileLargeProducts) {
     EXPECT_TRUE(p.check(C, 0.0));
     std::vector<bf16> a = to_bf16(p.A), b = to_bf16(p.B);
     C = p.C0;
-    set_gemm_bf16_backend(Bf16Backend::WidenToF32);
+    struct WidenGuard {
+      Bf16Backend saved = gemm_bf16_backend();
+      WidenGuard() { set_gemm_bf16_backend(Bf16Backend::WidenToF32); }
+      ~WidenGuard() { set_gemm_bf16_backend(saved); }
+    } widen;
     gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a.data(), p.lda, b.data(), p.ldb, p.beta, C.data(), p.ldc);
-    set_gemm_bf16_backend(Bf16Backend::OneDNN);
     EXPECT_TRUE(p.check(C, 0.0));
   }
 }
