@@ -28,14 +28,17 @@
 namespace titan::cpu {
 namespace {
 
-// F32OneDnnOwnAt: oneDNN's own A^T code, i.e. without gemm.cpp's transposed panels (which run on
-// AVX2-tier CPUs only): the kernel tier is capped to portable for the call, which turns them off.
-enum class Kind { F32OneDnn, F32OneDnnOwnAt, F32OpenBlas, Bf16, Bf16Out };
+// gemm.cpp runs A^T products with N <= 256 as NN over transposed panels on AVX2-tier CPUs only.
+// The other choice is timed beside the default for the A^T cases: F32OneDnnOwnAt (oneDNN's own A^T
+// code; on AVX2 CPUs, the kernel tier capped to portable turns the panels off) or F32OneDnnPanels
+// (on AVX-512 CPUs, the tier capped to AVX2 turns them on; oneDNN still runs its AVX-512 code).
+enum class Kind { F32OneDnn, F32OneDnnOwnAt, F32OneDnnPanels, F32OpenBlas, Bf16, Bf16Out };
 
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::F32OneDnn: return "f32_onednn";
     case Kind::F32OneDnnOwnAt: return "f32_onednn_own_at";
+    case Kind::F32OneDnnPanels: return "f32_onednn_panels";
     case Kind::F32OpenBlas: return "f32_openblas";
     case Kind::Bf16: return "bf16";
     case Kind::Bf16Out: return "bf16_out";
@@ -67,9 +70,12 @@ std::vector<T> random_buffer(size_t n, uint32_t seed) {
 void run_case(benchmark::State& state, Kind kind, const Case& c) {
   const int64_t a_cols = c.ta == Trans::N ? c.K : c.M, b_cols = c.tb == Trans::N ? c.N : c.K;
   const int64_t sa = c.M * c.K, sb = c.K * c.N, sc = c.M * c.N;
-  const bool f32 = kind == Kind::F32OneDnn || kind == Kind::F32OneDnnOwnAt || kind == Kind::F32OpenBlas;
+  const bool f32 = kind == Kind::F32OneDnn || kind == Kind::F32OneDnnOwnAt || kind == Kind::F32OneDnnPanels ||
+                   kind == Kind::F32OpenBlas;
   set_gemm_f32_backend(kind == Kind::F32OpenBlas ? F32Backend::OpenBLAS : F32Backend::OneDNN);
-  limit_kernel_isa(kind == Kind::F32OneDnnOwnAt ? KernelIsa::kPortable : KernelIsa::kAvx512Bf16);
+  limit_kernel_isa(kind == Kind::F32OneDnnOwnAt    ? KernelIsa::kPortable
+                   : kind == Kind::F32OneDnnPanels ? KernelIsa::kAvx2
+                                                   : KernelIsa::kAvx512Bf16);
   std::vector<float> Af, Bf, C(size_t(c.batch * sc));
   std::vector<bf16> Ab, Bb, Cb;
   if (f32) {
@@ -84,6 +90,7 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
     switch (kind) {
       case Kind::F32OneDnn:
       case Kind::F32OneDnnOwnAt:
+      case Kind::F32OneDnnPanels:
       case Kind::F32OpenBlas:
         gemm_f32_batched(c.ta, c.tb, c.batch, c.M, c.N, c.K, 1.0f, Af.data(), a_cols, sa, Bf.data(), b_cols, sb,
                          0.0f, C.data(), c.N, sc);
@@ -140,9 +147,10 @@ const bool registered = [] {
   benchmark::AddCustomContext("cpu", cpu_info().summary());
   benchmark::AddCustomContext("gemm", gemm_describe());
   for (const Case& c : cases()) {
-    for (Kind kind : {Kind::F32OneDnn, Kind::F32OneDnnOwnAt, Kind::F32OpenBlas, Kind::Bf16, Kind::Bf16Out}) {
+    const Kind other_at = cpu_kernel_isa() == KernelIsa::kAvx2 ? Kind::F32OneDnnOwnAt : Kind::F32OneDnnPanels;
+    for (Kind kind : {Kind::F32OneDnn, other_at, Kind::F32OpenBlas, Kind::Bf16, Kind::Bf16Out}) {
       if (kind == Kind::Bf16Out && c.batch != 1) continue;
-      if (kind == Kind::F32OneDnnOwnAt && (c.ta != Trans::T || c.batch != 1)) continue;
+      if (kind == other_at && (c.ta != Trans::T || c.batch != 1 || cpu_kernel_isa() < KernelIsa::kAvx2)) continue;
       std::string name = std::string(kind_name(kind)) + "/" + c.name + "/" + (c.ta == Trans::N ? "N" : "T") +
                          (c.tb == Trans::N ? "N" : "T") + "/M" + std::to_string(c.M) + "_N" + std::to_string(c.N) +
                          "_K" + std::to_string(c.K) + (c.batch > 1 ? "_B" + std::to_string(c.batch) : "");

@@ -154,8 +154,9 @@ class BackendGuard {
   F32Backend saved_;
 };
 
-// Runs `body` once per kernel tier this CPU has (cpu::kernel_isa capped): on AVX2 CPUs the A^T
-// products run as A products over transposed panels (gemm.cpp, transpose_a_first).
+// Runs `body` once per kernel tier this CPU has (cpu::kernel_isa capped): on the AVX2 tier the A^T
+// products with N <= 256 run as A products over transposed panels (gemm.cpp, transpose_a_first),
+// the wider ones (N = 257 here) on oneDNN's A^T code.
 template <class Body>
 void on_every_tier(Body body) {
   for (KernelIsa tier : testing::cpu_kernel_tiers()) {

@@ -111,13 +111,16 @@ void sgemm_openblas(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
 
 // ---- A^T products as A products on AVX2 CPUs -----------------------------------------------------
 // oneDNN 2.6's AVX2 sgemm (the f32 code it runs on CPUs without AVX-512) computes C = A^T op(B) at
-// a third of the speed it computes the same product with A stored [M, K] when C is narrow: the
-// weight gradient dW = dY^T X of every linear layer of the debug model (TN, N = 256) ran at 33 % of
-// peak against 59-77 % for NN on AMD Zen3, and the fused loss's dW chunks likewise. On those CPUs
-// A^T is copied into [rows, K] f32 panels (bf16 widened on the way, where the bf16 GEMM widens
-// anyway) and each panel runs as an NN product. Measurements: docs/performance.md, "Matrix
-// multiply". AVX-512 CPUs keep oneDNN's own A^T code: it was not measured slow there.
-bool transpose_a_first() { return kernel_isa() == KernelIsa::kAvx2; }
+// half the speed it computes the same product with A stored [M, K] when C has at most 256 columns:
+// on AMD Zen3, TN M=3072 K=1024 ran at 35-37 % of peak for N = 64..256 and at 70-79 % for N = 288
+// and wider, and NN at 50-68 % for N <= 256. That is the weight gradient dW = dY^T X of every
+// linear layer whose input has 256 features (the debug model's) and the fused loss's dW chunks.
+// For those products A^T is copied into [rows, K] f32 panels (bf16 widened on the way, where the
+// bf16 GEMM widens anyway) and each panel runs as an NN product; wider ones keep oneDNN's A^T code,
+// which is 5-8 % faster there. Measurements: docs/performance.md, "Matrix multiply" (matmul_bench's
+// f32_onednn_own_at times the other choice). AVX-512 CPUs keep oneDNN's own A^T code: it was not
+// measured slow there (matmul_bench's f32_onednn_panels measures it on such a CPU).
+bool transpose_a_first(int64_t N) { return N <= 256 && kernel_isa() == KernelIsa::kAvx2; }
 
 inline __attribute__((target("avx2"))) __m256 load8_f32(const float* x) { return _mm256_loadu_ps(x); }
 inline __attribute__((target("avx2"))) __m256 load8_f32(const bf16* x) {
@@ -192,7 +195,7 @@ void gemm_at_by_panels(Trans tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 void sgemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (ta == Trans::T && transpose_a_first())
+  if (ta == Trans::T && transpose_a_first(N))
     return gemm_at_by_panels(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   dnnl_status_t st = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K, alpha, A, lda, B,
                                 ldb, beta, C, ldc);
@@ -349,7 +352,7 @@ void gemm_bf16_via_f32(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, floa
   int64_t a_rows = ta == Trans::N ? M : K, a_cols = ta == Trans::N ? K : M;
   int64_t b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
   const float* b = widen(B, b_rows, b_cols, ldb, b_f32);
-  if (ta == Trans::T && transpose_a_first()) {
+  if (ta == Trans::T && transpose_a_first(N)) {
     gemm_at_by_panels(tb, M, N, K, alpha, A, lda, b, b_cols, beta, C, ldc);  // A widened panel by panel
   } else {
     const float* a = widen(A, a_rows, a_cols, lda, a_f32);

@@ -18,8 +18,8 @@
 //         none at all (AVX2-only CPUs such as AMD Zen3), the inputs are widened to f32 and the f32
 //         backend runs instead.
 //   A^T:  on CPUs whose best kernel tier is AVX2 (cpu::kernel_isa), a product with Trans::T on A
-//         runs as Trans::N products over panels of A copied transposed (and widened from bf16):
-//         oneDNN's AVX2 sgemm is up to 2x slower on A^T than on A when C is narrow.
+//         and N <= 256 runs as Trans::N products over panels of A copied transposed (and widened
+//         from bf16): oneDNN's AVX2 sgemm is about 2x slower on A^T than on A there.
 // Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS). Called from inside an
 // OpenMP parallel region (one GEMM per thread, as moe_experts does), a GEMM runs on the calling
 // thread alone; bf16 calls there use one oneDNN primitive per layout with run-time M, N, K, so
