@@ -1,8 +1,12 @@
+#include "titan/core/tensor.h"
+
 #include <gtest/gtest.h>
 
-#include "titan/core/device_services.h"
+#include <limits>
+#include <vector>
+
 #include "titan/core/check.h"
-#include "titan/core/tensor.h"
+#include "titan/core/device_services.h"
 
 using namespace titan;
 
@@ -46,6 +50,30 @@ TEST(Tensor, DtypeConversionsRoundTrip) {
   // bf16 rounding is to nearest even.
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.00390625f)), 1.0f);       // halfway, rounds to even
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.01171875f)), 1.015625f);  // halfway, rounds up to even
+}
+
+// Every floating dtype, NaN and infinities in the first chunk, past it and at the last element, with
+// the dtype's largest finite values and a subnormal that must not count.
+TEST(Dtype, FirstNonFiniteFindsNanAndInfinityInEveryFloatingType) {
+  const float kInf = std::numeric_limits<float>::infinity(), kNan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t n = 10000;
+  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+    const float largest = d == DType::F16 ? 65504.0f : d == DType::BF16 ? 3.3895314e38f : 3.4028235e38f;
+    std::vector<float> base(size_t(n), 1.5f);
+    base[7] = largest;
+    base[8] = -largest;
+    base[9] = 1e-42f;  // subnormal in f32 (zero or subnormal after narrowing)
+    EXPECT_EQ(first_non_finite(Tensor::from_vector(base, {n}).to(d).raw_data(), n, d), -1) << dtype_name(d);
+    for (int64_t at : {int64_t(0), int64_t(5000), n - 1})
+      for (float bad : {kNan, kInf, -kInf}) {
+        std::vector<float> v = base;
+        v[size_t(at)] = bad;
+        if (at != n - 1) v[size_t(n - 1)] = kNan;  // a later one: the first is the answer
+        EXPECT_EQ(first_non_finite(Tensor::from_vector(v, {n}).to(d).raw_data(), n, d), at)
+            << dtype_name(d) << " " << bad << " at " << at;
+      }
+  }
+  EXPECT_THROW(first_non_finite(nullptr, 0, DType::I32), Error);
 }
 
 TEST(Allocator, CountsCurrentAndPeakBytes) {

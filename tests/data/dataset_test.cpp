@@ -11,6 +11,7 @@
 namespace {
 using namespace titan::testing;
 using namespace titan::data;
+namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::vector<std::string> read_all(DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
@@ -67,6 +68,13 @@ TEST(Dataset, PlainTextSplits) {
             (std::vector<std::string>{"para one", "still one", "para two", "end"}));
   EXPECT_EQ(read_all({{dir / "t.txt"}, "text", "file"}), (std::vector<std::string>{text}));
   EXPECT_NE(error_of({{dir / "t.txt"}, "text", "sentence"}).find("text_split 'sentence'"), std::string::npos);
+  // A name without an extension is plain text; another extension is a format titan does not read
+  // (a .csv of JSON lines would otherwise train on the raw JSON).
+  write_file(dir / "corpus", "para\n\nother\n");
+  EXPECT_EQ(read_all({{dir / "corpus"}}), (std::vector<std::string>{"para", "other"}));
+  write_file(dir / "rows.csv", "{\"text\": \"a\"}\n");
+  const std::string e = error_of({{dir / "rows.csv"}});
+  EXPECT_NE(e.find("rows.csv: '.csv' files are not a format titan reads"), std::string::npos) << e;
 }
 
 TEST(Dataset, FoldersAreSearchedAndSorted) {
@@ -78,6 +86,18 @@ TEST(Dataset, FoldersAreSearchedAndSorted) {
   write_file(dir / ".hidden" / "h.txt", "hidden");
   EXPECT_EQ(read_all({{dir}}), (std::vector<std::string>{"a", "b1", "b2"}));
   EXPECT_NE(error_of({{dir / "missing"}}).find("does not exist"), std::string::npos);
+  // A data file's link to nothing is a missing file, named; a link loop is named too.
+  fs::create_symlink(dir / "gone.jsonl", dir / "b" / "3.jsonl");
+  std::string e = error_of({{dir}});
+  EXPECT_NE(e.find("3.jsonl\" in folder"), std::string::npos) << e;
+  EXPECT_NE(e.find("is a symbolic link to nothing"), std::string::npos) << e;
+  fs::remove(dir / "b" / "3.jsonl");
+  fs::create_directory_symlink(dir / "b", dir / "b" / "loop");
+  e = error_of({{dir}});
+  EXPECT_NE(
+      e.find("dataset: folder \"" + dir.string() + "\" cannot be listed: Too many levels of symbolic links"),
+      std::string::npos)
+      << e;
 }
 
 TEST(Dataset, MalformedJsonNamesFileAndLine) {

@@ -20,6 +20,7 @@
 
 #include "test_util.h"
 #include "titan/core/device_services.h"
+#include "titan/data/assets.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/checkpoint.h"
@@ -202,6 +203,29 @@ TEST(DataParallel, FsdpOnTwoRanksMatchesOneRank) {
   // The batch hash tells steps apart (it is what shows a sample lost or repeated above).
   EXPECT_NE(one_rank().steps.at(1)["batch_hash"], one_rank().steps.at(2)["batch_hash"]);
   expect_same_final_state(fsdp_two_ranks(), one_rank(), 10, "FSDP 2");
+}
+
+// The held-out stream is read as training reads its data (global batches, each rank its rows): one
+// global held-out batch of 4 rows gives the same loss on 1 rank (4 rows) and on 2 (2 rows each).
+TEST(DataParallel, TheHeldOutLossDoesNotDependOnTheNumberOfRanks) {
+  const Overrides v = {{"training.steps", "2"},
+                       {"checkpoint.enable", "false"},
+                       {"validation.enable", "true"},
+                       {"validation.freq", "2"},
+                       {"validation.steps", "2"}};
+  const std::string pid = std::to_string(getpid());
+  const JobRun one =
+      train("dist_val_one_" + pid, 0, 4, tt::joined(v, {{"validation.local_batch_size", "4"}}));
+  const JobRun two =
+      train("dist_val_two_" + pid, 2, 2, tt::joined(v, {{"validation.local_batch_size", "2"}}));
+  for (int64_t step : {1, 2}) {
+    ASSERT_TRUE(one.steps.count(step) && two.steps.count(step) && one.steps.at(step).contains("val_loss") &&
+                two.steps.at(step).contains("val_loss"))
+        << "step " << step << " not validated";
+    const double a = one.steps.at(step)["val_loss"].get<double>(),
+                 b = two.steps.at(step)["val_loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << step;
+  }
 }
 
 // Each of the 2 FSDP ranks writes its own shard files, holding its half of every block; the layout
@@ -414,6 +438,32 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("training.seed = 7"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
+TEST(DataParallel, RanksReadingDifferentDataStopNamingTheFileAndTheRank) {
+  // One config (dataset_path relative), two working folders: rank 1's data.jsonl is another copy,
+  // as a stale file at the same path on another host would be.
+  const fs::path dump = tt::temp_dir("dist_data_mismatch");
+  const fs::path a = tt::temp_dir("dist_data_mismatch_a"), b = tt::temp_dir("dist_data_mismatch_b");
+  {
+    std::ifstream corpus(titan::data::default_dataset_path() / "train.jsonl");
+    std::ofstream fa(a / "data.jsonl"), fb(b / "data.jsonl");
+    std::string line;
+    for (int i = 0; i < 200 && std::getline(corpus, line); ++i) fa << line << "\n", fb << line << "\n";
+    fb << "{\"text\": \"one more document on rank 1\"}\n";
+  }
+  const Overrides o =
+      tiny(dump, 2, {{"training.dataset_path", "data.jsonl"}, {"validation.enable", "false"}});
+  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  std::string out;
+  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 -wdir " +
+                               a.string() + " " + train_command(o) + " : -np 1 -wdir " + b.string() + " " +
+                               train_command(o),
+                           &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("the ranks have different datasets: rank 1 has"), std::string::npos) << out;
+  EXPECT_NE(out.find("data.jsonl"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 

@@ -197,6 +197,22 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   rc = titan::testing::run_command(titan + " kernels parity --dtype f16 2>&1", &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("expected f32, bf16 or f64"), std::string::npos) << out;
+  // A check that compares nothing is not a pass: adamw has no bf16 kernel.
+  rc = titan::testing::run_command(titan + " kernels parity --op adamw --dtype bf16 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("0 passed, 0 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("nothing was compared"), std::string::npos) << out;
+  // Options are strict: given once, integers whole, shapes for the op checked.
+  for (const char* bad : {" kernels parity --op rope --op linear", " kernels parity --seed 12x",
+                          " kernels parity --seed -5", " kernels parity --op rope --shapes linear=2x3x4"}) {
+    rc = titan::testing::run_command(titan + bad + " 2>&1", &out);
+    EXPECT_NE(rc, 0) << bad << ": " << out;
+    EXPECT_NE(out.find("error"), std::string::npos) << bad << ": " << out;
+  }
+  rc = titan::testing::run_command(titan + " kernels parity --op rope --op linear 2>&1", &out);
+  EXPECT_NE(out.find("--op is given twice"), std::string::npos) << out;
+  rc = titan::testing::run_command(titan + " kernels parity --seed 12x 2>&1", &out);
+  EXPECT_NE(out.find("--seed 12x: expected an integer >= 0"), std::string::npos) << out;
 }
 
 }  // namespace

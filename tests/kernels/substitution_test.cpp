@@ -132,22 +132,24 @@ TEST(SetSubstitutions, RejectsUnknownOpOrVariantAndKeepsOldRules) {
   EXPECT_EQ(substitutions()[0].variant, "gather_free");
 }
 
-// Module names of a 4-layer model whose layers 2 and 3 are MoE (as the trainer lists them).
-const std::vector<std::string> kModules = {"tok_embeddings",
-                                           "norm",
-                                           "output",
-                                           "layers.0",
-                                           "layers.0.attention",
-                                           "layers.0.feed_forward",
-                                           "layers.1",
-                                           "layers.1.attention",
-                                           "layers.1.feed_forward",
-                                           "layers.2",
-                                           "layers.2.attention",
-                                           "layers.2.moe",
-                                           "layers.3",
-                                           "layers.3.attention",
-                                           "layers.3.moe"};
+// The modules of a 4-layer model whose layers 2 and 3 are MoE, with their ops (as
+// qwen3::module_ops lists them).
+const std::vector<ModuleOps> kModules = {
+    {"tok_embeddings", {"embedding", "index", "cast"}},
+    {"norm", {"rms_norm", "cast"}},
+    {"output", {"linear_cross_entropy", "linear", "index", "sum", "cast"}},
+    {"layers.0", {"rms_norm", "add", "cast"}},
+    {"layers.0.attention", {"linear", "rms_norm", "rope", "attention", "cast"}},
+    {"layers.0.feed_forward", {"linear", "swiglu", "cast"}},
+    {"layers.1", {"rms_norm", "add", "cast"}},
+    {"layers.1.attention", {"linear", "rms_norm", "rope", "attention", "cast"}},
+    {"layers.1.feed_forward", {"linear", "swiglu", "cast"}},
+    {"layers.2", {"rms_norm", "add", "cast"}},
+    {"layers.2.attention", {"linear", "rms_norm", "rope", "attention", "cast"}},
+    {"layers.2.moe", {"linear", "router_topk", "moe_experts", "cast"}},
+    {"layers.3", {"rms_norm", "add", "cast"}},
+    {"layers.3.attention", {"linear", "rms_norm", "rope", "attention", "cast"}},
+    {"layers.3.moe", {"linear", "router_topk", "moe_experts", "cast"}}};
 
 TEST(PlanSubstitutions, LogsOneLinePerSubstitutedModule) {
   auto lines = plan_substitutions({{"rope", "gather_free", "layers.*.attention"},
@@ -189,6 +191,24 @@ TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
       << m;
   m = plan({"sdpa", "flash", "*"});
   EXPECT_NE(m.find("unknown op 'sdpa'"), std::string::npos) << m;
+  // A rule whose modules never run its op could never apply: rope in the output head, the experts
+  // of a dense model (no module runs them), adamw (no module at all).
+  m = plan({"rope", "gather_free", "output"});
+  EXPECT_NE(m.find("kernels.rope: modules pattern 'output' matches no module that runs rope, so the rule "
+                   "would never apply (rope runs in: layers.0.attention, layers.1.attention, "),
+            std::string::npos)
+      << m;
+  const std::vector<ModuleOps> dense(kModules.begin(), kModules.begin() + 9);  // layers 0 and 1 only
+  m = error_of([&] {
+    plan_substitutions({{"moe_experts", "reference", "*"}}, dense, Device::CPU, DType::F32);
+  });
+  EXPECT_NE(m.find("(no module of this model runs moe_experts)"), std::string::npos) << m;
+  m = plan({"adamw", "portable", "*"});
+  EXPECT_NE(m.find("no module of this model runs adamw"), std::string::npos) << m;
+  // A pattern over modules of which some run the op applies to those only.
+  EXPECT_EQ(
+      plan_substitutions({{"rms_norm", "reference", "layers.0*"}}, kModules, Device::CPU, DType::F32).size(),
+      2u);  // layers.0 and layers.0.attention, not layers.0.feed_forward
 }
 
 TEST(JobConfigKernels, TableAndArrayOfTablesParseAndAreChecked) {

@@ -59,6 +59,33 @@ TEST(Qwen3Args, HubAndV5SpellingsGiveTheSameArgs) {
   EXPECT_EQ(again.top_k, hub.top_k);
 }
 
+TEST(Qwen3Args, ExportedConfigKeepsTheSourcesSpecialTokenIds) {
+  // A Hub config's ids (a Base model's eos is <|endoftext|>), a list, and nulls go back as they were.
+  auto c = hub_moe_config();
+  c["bos_token_id"] = 151643;
+  c["eos_token_id"] = 151643;
+  nlohmann::json out = hf_config_from_args(args_from_hf_config(c, "base"), "bfloat16");
+  EXPECT_EQ(out["bos_token_id"], 151643);
+  EXPECT_EQ(out["eos_token_id"], 151643);
+  c["bos_token_id"] = nullptr;
+  c["eos_token_id"] = {151645, 151643};
+  out = hf_config_from_args(args_from_hf_config(c, "list"), "bfloat16");
+  EXPECT_TRUE(out["bos_token_id"].is_null());
+  EXPECT_EQ(out["eos_token_id"], nlohmann::json({151645, 151643}));
+  // Read back from the export (a resumed run's model_config, titan export), they stay.
+  EXPECT_EQ(hf_config_from_args(args_from_hf_config(out, "again"), "float32")["eos_token_id"],
+            out["eos_token_id"]);
+  // A native flavor: the released Qwen3 ids when the vocabulary holds them, else null.
+  ModelArgs native = flavor("debugmodel");
+  out = hf_config_from_args(native, "float32");
+  EXPECT_EQ(out["bos_token_id"], 151643);
+  EXPECT_EQ(out["eos_token_id"], 151645);
+  native.vocab_size = 4096;
+  out = hf_config_from_args(native, "float32");
+  EXPECT_TRUE(out["bos_token_id"].is_null());
+  EXPECT_TRUE(out["eos_token_id"].is_null());
+}
+
 TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {
   auto c = hub_moe_config();
   c["architectures"] = {"LlamaForCausalLM"};

@@ -224,4 +224,11 @@ TEST(Qwen3Info, ParameterCountsOfPublishedShapes) {
                      " active per token"),
             std::string::npos)
       << out;
+  // Integer options are whole integers; the dtype is one training computes in.
+  for (const char* bad : {" info --flavor 0.6B --seq 1e3", " info --flavor 0.6B --seq 512abc",
+                          " info --flavor 0.6B --batch 2.5", " info --flavor 0.6B --batch 0",
+                          " info --flavor 0.6B --dtype float16", " info --flavor 0.6B --seq 8 --seq 16"}) {
+    EXPECT_NE(run_command(titan_binary().string() + bad + " 2>&1", &out), 0) << bad << ": " << out;
+    EXPECT_NE(out.find("titan info"), std::string::npos) << bad << ": " << out;
+  }
 }

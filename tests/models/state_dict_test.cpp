@@ -1,14 +1,16 @@
 // Loading Hugging Face checkpoints into the model: every mismatch is reported by name.
+#include "titan/models/qwen3/state_dict.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/io/hf_checkpoint.h"
 #include "titan/io/safetensors.h"
-#include "titan/models/qwen3/state_dict.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -71,6 +73,44 @@ TEST(StateDict, TiedCheckpointMayCarryLmHead) {
   auto a = with_head->find_param("tok_embeddings.weight")->value.to_vector();
   auto b = without->find_param("tok_embeddings.weight")->value.to_vector();
   EXPECT_EQ(a, b);
+}
+
+TEST(StateDict, TiedCheckpointWithADifferentLmHeadIsRefused) {
+  // A tied model would drop a trained head in silence: the load says so and names both ways out.
+  auto f = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
+  const io::TensorInfo& embed = f.at("model.embed_tokens.weight");
+  static std::vector<float> head;
+  head.assign(size_t(embed.numel()), 0.0f);
+  std::memcpy(head.data(), embed.data, embed.nbytes());
+  head[17] += 0.25f;
+  auto dir = edited_copy("tiny_dense", "tied_other_head", [&](std::vector<io::TensorWrite>& w) {
+    w.push_back({"lm_head.weight", DType::F32, embed.shape, head.data()});
+  });
+  ASSERT_EQ(embed.dtype, DType::F32);
+  const std::string err = load_error(dir);
+  EXPECT_NE(err.find("lm_head.weight differs from model.embed_tokens.weight"), std::string::npos) << err;
+  EXPECT_NE(err.find("tie_word_embeddings to false"), std::string::npos) << err;
+}
+
+// A NaN or infinity in a weight is named at load, not found as a non-finite loss at step 1.
+TEST(StateDict, NonFiniteWeightIsNamedAtLoad) {
+  for (const float bad : {std::nanf(""), -INFINITY}) {
+    static std::vector<float> q;
+    auto dir = edited_copy("tiny_dense", "non_finite", [&](std::vector<io::TensorWrite>& w) {
+      for (auto& t : w)
+        if (t.name == "model.layers.1.self_attn.q_proj.weight") {
+          q.assign(size_t(shape_numel(t.shape)), 0.0f);
+          std::memcpy(q.data(), t.data, q.size() * sizeof(float));
+          q[5] = bad;
+          t.data = q.data();
+        }
+    });
+    const std::string err = load_error(dir);
+    EXPECT_NE(err.find("tensor 'model.layers.1.self_attn.q_proj.weight' holds " +
+                       std::string(std::isnan(bad) ? "nan" : "-inf") + " at element 5"),
+              std::string::npos)
+        << err;
+  }
 }
 
 TEST(StateDict, Bf16ExportReloadsWithinBf16Rounding) {

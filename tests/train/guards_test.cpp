@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "test_util.h"
+#include "titan/core/tensor.h"
 #include "titan/data/assets.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
@@ -55,6 +58,30 @@ const Overrides kCheckpointEvery2 = {
 Overrides with(Overrides a, const Overrides& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Rewrites a committed checkpoint's model file with its tensors edited by `edit` (which may add
+// some) and re-vouches for it in the manifest, as a careless tool would: only the loader's own
+// checks of the contents stand between it and training.
+void rewrite_model_file(const fs::path& step,
+                        const std::function<void(std::vector<io::TensorWrite>&)>& edit) {
+  const fs::path file = step / "model-rank0.safetensors";
+  std::vector<std::vector<std::byte>> copies;
+  std::vector<io::TensorWrite> w;
+  {
+    auto f = io::SafetensorsFile::open(file);
+    for (auto& t : f.tensors()) {
+      copies.emplace_back(t.data, t.data + t.nbytes());
+      w.push_back({t.name, t.dtype, t.shape, copies.back().data()});
+    }
+    edit(w);
+    io::write_safetensors(step.parent_path() / "edited.safetensors", w);
+  }
+  fs::rename(step.parent_path() / "edited.safetensors", file);
+  nlohmann::json m = nlohmann::json::parse(read_bytes(step / "manifest.json"));
+  m["files"]["model-rank0.safetensors"] = {{"bytes", fs::file_size(file)},
+                                           {"checksum", std::to_string(file_checksum(file))}};
+  std::ofstream(step / "manifest.json") << m.dump(2);
 }
 
 }  // namespace
@@ -139,7 +166,7 @@ TEST(RunLock, ASecondTrainerOnTheSameFolderStopsAtOnceNamingTheHolder) {
   const fs::path dump = temp_dir("guard_lock");
   const std::string me = "pid " + std::to_string(::getpid());
   {
-    RunLock held(dump);
+    RunLock held(dump, "job.dump_folder");
     std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.steps", "1"}})); });
     EXPECT_NE(e.find("in use by another titan train"), std::string::npos) << e;
     EXPECT_NE(e.find(me + " on host "), std::string::npos) << e;
@@ -158,6 +185,31 @@ TEST(RunLock, ASecondTrainerOnTheSameFolderStopsAtOnceNamingTheHolder) {
   EXPECT_EQ(s.steps_run, 1);
 }
 
+TEST(RunLock, TwoRunsSharingOneCheckpointFolderAreRefused) {
+  // Different dump folders, one absolute checkpoint.folder: the second run would replace the first
+  // one's checkpoints, or resume from them.
+  const fs::path shared = temp_dir("guard_lock_shared_checkpoints");
+  const fs::path dump = temp_dir("guard_lock_second_run");
+  const Overrides to_shared = {{"checkpoint.enable", "true"}, {"checkpoint.folder", shared.string()}};
+  {
+    RunLock held(shared, "checkpoint.folder");
+    std::string e = error_of([&] {
+      run_training(tiny_config(dump, with(to_shared, {{"training.steps", "1"}})));
+    });
+    EXPECT_NE(e.find("checkpoint.folder: '" + shared.string() + "' is in use by another titan train"),
+              std::string::npos)
+        << e;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl")) << "the second writer trained";
+  }
+  EXPECT_EQ(run_training(tiny_config(dump, with(to_shared, {{"training.steps", "1"}}))).steps_run, 1);
+  EXPECT_TRUE(fs::exists(shared / "step-1" / "COMMITTED"));
+  // A checkpoint folder that is the dump folder itself is one folder, one lock.
+  const fs::path same = temp_dir("guard_lock_same_folder");
+  TrainSummary s = run_training(tiny_config(
+      same, {{"checkpoint.enable", "true"}, {"checkpoint.folder", same.string()}, {"training.steps", "1"}}));
+  EXPECT_EQ(s.steps_run, 1);
+}
+
 TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
   const fs::path dump = temp_dir("guard_foreign_steps");
   const fs::path ck = dump / "checkpoint";
@@ -169,12 +221,68 @@ TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
   std::ofstream(ck / "step-1" / "model.pt") << "precious";
   TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
   EXPECT_EQ(s.steps_run, 6) << "resumed from a folder titan did not write";
-  EXPECT_EQ(listing(ck), (std::vector<std::string>{"step-0", "step-1", "step-4", "step-6"}));
+  // (and the run lock of the checkpoint folder, RunLock)
+  EXPECT_EQ(listing(ck),
+            (std::vector<std::string>{".titan-rank0.lock", "step-0", "step-1", "step-4", "step-6"}));
   EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
   EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
   // The trainer names them (they are why it started from scratch).
   EXPECT_EQ(CheckpointManager(ck, 2).foreign_step_dirs(),
             (std::vector<fs::path>{ck / "step-0", ck / "step-1"}));
+}
+
+TEST(CheckpointPruning, AnInterruptedSaveIsNamedIgnoredAndReplaced) {
+  const fs::path dump = temp_dir("guard_interrupted_save");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  fs::remove(ck / "step-2" / "COMMITTED");  // killed between the folder's rename and its marker
+  EXPECT_EQ(CheckpointManager(ck, 2).interrupted_step_dirs(), (std::vector<fs::path>{ck / "step-2"}));
+  std::string out;
+  const int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                                 cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "2"}}))),
+                             &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("checkpoint: ignoring " + (ck / "step-2").string() + ": a save that never finished"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(ck / "step-2" / "COMMITTED")) << "the new save of step 2 replaced the debris";
+  EXPECT_TRUE(CheckpointManager(ck, 2).interrupted_step_dirs().empty());
+}
+
+TEST(ResumeGuard, ACheckpointAtOrPastTrainingStepsTrainsNothingAndSaysSo) {
+  const fs::path dump = temp_dir("guard_nothing_to_train");
+  const Overrides export_at_end = {{"checkpoint.last_save_in_hf", "true"}};
+  run_training(tiny_config(dump, with(with(kCheckpointEvery2, export_at_end), {{"training.steps", "4"}})));
+  const fs::path hf = dump / "checkpoint" / "step-4-hf";
+  const auto written = fs::last_write_time(hf / "model.safetensors");
+  std::string out;
+  const int rc = run_command(
+      titan_binary().string() + " train --config " + debugmodel_toml().string() +
+          cli_args(tiny_job(dump, with(with(kCheckpointEvery2, export_at_end), {{"training.steps", "2"}}))),
+      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("step 4 is already at or past training.steps = 2: nothing to train"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("summary: 0 steps (last step 4), no final loss"), std::string::npos) << out;
+  EXPECT_EQ(read_metrics(dump).size(), 4u);
+  EXPECT_EQ(fs::last_write_time(hf / "model.safetensors"), written) << "the export was written again";
+}
+
+TEST(ResumeGuard, AChangedSeqLenIsRefusedNamingTheKeyAndTheWayOut) {
+  const fs::path dump = temp_dir("guard_seq_len_change");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  std::string e = error_of([&] {
+    run_training(
+        tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}, {"training.seq_len", "32"}})));
+  });
+  EXPECT_NE(e.find("trained with training.seq_len = 64 but this run has 32"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.restart_data_stream = true"), std::string::npos) << e;
+  TrainSummary s =
+      run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"},
+                                                              {"training.seq_len", "32"},
+                                                              {"checkpoint.restart_data_stream", "true"}})));
+  EXPECT_EQ(s.steps_run, 2);
 }
 
 TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
@@ -332,4 +440,51 @@ TEST(CheckpointManifest, EveryFileMustBeListedAndEveryListedFilePresent) {
   EXPECT_NE(e.find("lacks 'train_state.json' listed in manifest.json"), std::string::npos) << e;
   fs::rename(dump / "train_state.json", step / "train_state.json");
   EXPECT_EQ(load_checkpoint_dir(step).step, 2);
+}
+
+TEST(CheckpointManifest, ExtraOrNonFiniteTensorsAreRefusedByName) {
+  const fs::path dump = temp_dir("guard_checkpoint_contents");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2";
+  const fs::path pristine = temp_dir("guard_checkpoint_contents_copy") / "step-2";
+  fs::copy(step, pristine, fs::copy_options::recursive);
+  auto restore_pristine = [&] {
+    fs::remove_all(step);
+    fs::copy(pristine, step, fs::copy_options::recursive);
+  };
+  auto resume_error = [&] {
+    return error_of([&] {
+      run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+    });
+  };
+
+  // Tensors the model does not have: another model's or another program's files.
+  static const float extra[2] = {1, 2};
+  rewrite_model_file(step, [](std::vector<io::TensorWrite>& w) {
+    w.push_back({"garbage", DType::F32, {2}, extra});
+    w.push_back({"layers.7.attention.wq.weight", DType::F32, {2}, extra});
+  });
+  std::string e = resume_error();
+  EXPECT_NE(e.find("holds 2 tensor(s) this model's checkpoint does not have: 'garbage', "
+                   "'layers.7.attention.wq.weight'"),
+            std::string::npos)
+      << e;
+  restore_pristine();
+
+  // A NaN in a weight: named at load, never a non-finite loss at the first step.
+  static std::vector<float> norm;
+  rewrite_model_file(step, [](std::vector<io::TensorWrite>& w) {
+    for (auto& t : w)
+      if (t.name == "norm.weight") {
+        norm.assign(static_cast<const float*>(t.data),
+                    static_cast<const float*>(t.data) + titan::shape_numel(t.shape));
+        norm[3] = std::nanf("");
+        t.data = norm.data();
+      }
+  });
+  e = resume_error();
+  EXPECT_NE(e.find("'norm.weight' holds a non-finite value (nan)"), std::string::npos) << e;
+  EXPECT_EQ(read_metrics(dump).size(), 2u) << "a refused resume took a step";
+  restore_pristine();
+  EXPECT_EQ(run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}}))).steps_run, 2);
 }

@@ -1,15 +1,16 @@
 #include "titan/train/job_config.h"
 
 #include <gtest/gtest.h>
+#include <toml++/toml.h>
 
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
-#include <toml++/toml.h>
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/train/startup.h"
 #include "titan/train/torchtitan_keys.h"
 
 using namespace titan;
@@ -339,12 +340,16 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
        4,
        {"parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree", "= 8",
         "world size 4"}},
-      {"[parallelism]\ndata_parallel_replicate_degree = 3\n", 4,
+      {"[parallelism]\ndata_parallel_replicate_degree = 3\n",
+       4,
        {"parallelism.data_parallel_replicate_degree", "world size 4"}},
       // Only data parallelism runs: other degrees are refused by key, never ignored.
-      {"[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n", 4,
+      {"[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n",
+       4,
        {"parallelism.tensor_parallel_degree", "not implemented"}},
-      {"[parallelism]\nexpert_parallel_degree = 2\n", 1, {"parallelism.expert_parallel_degree", "not implemented"}},
+      {"[parallelism]\nexpert_parallel_degree = 2\n",
+       1,
+       {"parallelism.expert_parallel_degree", "not implemented"}},
       {"[parallelism]\ntensor_parallel_degree = 0\n", 1, {"parallelism.tensor_parallel_degree"}},
       {"[training]\nlocal_batch_size = 0\n", 1, {"training.local_batch_size"}},
       {"[training]\nseq_len = -1\n", 1, {"training.seq_len"}},
@@ -357,6 +362,15 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
       {"[checkpoint]\ninterval = 0\n", 1, {"checkpoint.interval"}},
       {"[model]\nname = \"hf\"\n", 1, {"model.hf_assets_path"}},
       {"[checkpoint]\ninitial_load_in_hf = true\n", 1, {"checkpoint.initial_load_path"}},
+      // Warm-up within the schedule, checked with the config (the values given, not the schedule's).
+      {"[training]\nsteps = 3\n[lr_scheduler]\nwarmup_steps = 5\n",
+       1,
+       {"lr_scheduler.warmup_steps (5) must not exceed training.steps (3)"}},
+      {"[training]\nsteps = 3\n[lr_scheduler]\nwarmup_steps = 5\ntotal_steps = 4\n",
+       1,
+       {"lr_scheduler.warmup_steps (5) must not exceed lr_scheduler.total_steps (4)"}},
+      {"[training]\nload_balance_coeff = -1\n", 1, {"training.load_balance_coeff must be >= 0"}},
+      {"[metrics]\npeak_tflops = -1\n", 1, {"metrics.peak_tflops must be >= 0"}},
   };
   for (const auto& c : cases) {
     std::string e = validate_error(c.toml, c.world_size);
@@ -469,6 +483,40 @@ TEST(TorchtitanConfig, OlderSpellingsMapToTheKeysTheyBecame) {
   EXPECT_EQ(parse("[model]\ntokenizer_path = \"/models/qwen3\"\n").model.hf_assets_path, "/models/qwen3");
 }
 
+// An older spelling and the new one of the same key, with different values, in one file or on one
+// command line: an error naming both, never a silent pick by key order. Equal values, or the command
+// line overriding the file, are fine.
+TEST(TorchtitanConfig, TwoSpellingsOfOneKeyThatDisagreeAreAnError) {
+  struct Case {
+    std::string toml, first, second;
+  };
+  for (const Case& c : {Case{"[training]\nbatch_size = 4\nlocal_batch_size = 1\n", "training.batch_size = 4",
+                             "training.local_batch_size = 1"},
+                        Case{"[checkpoint]\nenable = false\nenable_checkpoint = true\n",
+                             "checkpoint.enable = false", "checkpoint.enable_checkpoint = true"},
+                        Case{"[lr_scheduler]\nlr_min = 0.2\nmin_lr_factor = 0.5\n",
+                             "lr_scheduler.lr_min = 0.2", "lr_scheduler.min_lr_factor = 0.5"},
+                        Case{"[training]\nwarmup_steps = 1\n[lr_scheduler]\nwarmup_steps = 0\n",
+                             "training.warmup_steps = 1", "lr_scheduler.warmup_steps = 0"}}) {
+    std::string e;
+    try {
+      parse(c.toml);
+    } catch (const Error& err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find(c.first), std::string::npos) << c.toml << e;
+    EXPECT_NE(e.find(c.second), std::string::npos) << c.toml << e;
+    EXPECT_NE(e.find("keep one"), std::string::npos) << e;
+  }
+  EXPECT_EQ(parse("[training]\nbatch_size = 4\nlocal_batch_size = 4\n").training.local_batch_size, 4);
+  JobConfig d =
+      parse_job_config("[training]\nbatch_size = 4\n", "f.toml", {{"training.local_batch_size", "2"}});
+  EXPECT_EQ(d.training.local_batch_size, 2);
+  EXPECT_THROW(
+      parse_job_config("", "f.toml", {{"training.batch_size", "4"}, {"training.local_batch_size", "2"}}),
+      Error);
+}
+
 TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
   std::string e = error_of([] { load_job_config(torchtitan_fixture("torchtitan_float8.toml").string(), {}); });
   EXPECT_NE(e.find("torchtitan_float8.toml:6"), std::string::npos) << e;
@@ -568,4 +616,34 @@ TEST(JobConfig, DeviceKeyNamesWhatItCannotDo) {
   EXPECT_NE(parse_error("", {{"job.device", "tpu"}}).find("job.device must be one of cpu, cuda"), std::string::npos);
   EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n[checkpoint]\nenable = true\nlast_save_in_hf = true\n"), "");
   EXPECT_EQ(validate_error("[job]\ndevice = \"cuda\"\n"), "");
+}
+
+// Keys that ask for experts on a dense model ask for something that cannot happen: errors naming
+// the key, as the rule for keys titan cannot honour says. num_experts itself is what makes an MoE.
+TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
+  for (const std::string key : {"top_k = 4", "mlp_only_layers = [0]", "router_aux_loss_coef = 0.01"}) {
+    const std::string e =
+        error_of([&] { resolve_model_args(parse("[model]\nflavor = \"debugmodel\"\n" + key + "\n")); });
+    EXPECT_NE(e.find("model." + key.substr(0, key.find(' ')) + " = "), std::string::npos) << e;
+    EXPECT_NE(e.find("this model is dense (num_experts = 0)"), std::string::npos) << e;
+  }
+  std::string e =
+      error_of([&] { resolve_model_args(parse("[training]\nload_balance = \"expert_bias\"\n")); });
+  EXPECT_NE(e.find("training.load_balance = \"expert_bias\" balances experts, but this model is dense"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(resolve_model_args(parse("[model]\nnum_experts = 0\n")).num_experts, 0);
+  const auto moe = resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\ntop_k = 2\n"));
+  EXPECT_EQ(moe.top_k, 2);
+}
+
+TEST(JobConfig, TheCommandLineTakesOneConfig) {
+  std::string out;
+  const std::string cfg = (titan::testing::source_dir() / "configs" / "debugmodel.toml").string();
+  EXPECT_NE(titan::testing::run_command(titan::testing::titan_binary().string() + " train --config " + cfg +
+                                            " --config " + cfg + " 2>&1",
+                                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("--config is given twice"), std::string::npos) << out;
 }

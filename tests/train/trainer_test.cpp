@@ -360,11 +360,12 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
   for (const char* f : {"model-rank0.safetensors", "optimizer-rank0.safetensors"})
     EXPECT_EQ(tt::file_difference(a / "checkpoint" / "step-7" / f, ck / "step-7" / f), "");
 
-  // Pruned: older committed steps, the uncommitted folder, the stale temporary.
+  // Pruned: older committed steps, the uncommitted folder, the stale temporary (the run lock of
+  // the folder stays, see RunLock).
   std::vector<std::string> left;
   for (auto& entry : fs::directory_iterator(ck)) left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"step-6", "step-7"}));
+  EXPECT_EQ(left, (std::vector<std::string>{".titan-rank0.lock", "step-6", "step-7"}));
 
   // A flipped byte in a checkpoint file fails its checksum, by name, and a resume refuses it.
   const fs::path victim = ck / "step-7" / "model-rank0.safetensors";

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/core/suggest.h"
 
 namespace titan::cli {
@@ -75,6 +76,8 @@ bool ArgParser::parse(int argc, char** argv) {
       TITAN_CHECK(i + 1 < argc, "titan ", command_, ": --", name, " needs a value");
       value = argv[++i];
     }
+    TITAN_CHECK(!values_.count(name), "titan ", command_, ": --", name, " is given twice ('", values_[name],
+                "', '", value, "'): give it once");
     values_[name] = value;
   }
   for (auto& [n, s] : specs_)
@@ -98,6 +101,17 @@ std::optional<std::string> ArgParser::get_optional(const std::string& name) cons
 
 bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }
 
+int64_t ArgParser::get_int(const std::string& name, int64_t min) const {
+  return parse_int_option(command_, name, get(name), min);
+}
+
+int64_t parse_int_option(const std::string& command, const std::string& name, const std::string& text,
+                         int64_t min) {
+  const std::optional<int64_t> v = parse_int(text);
+  TITAN_CHECK(v && *v >= min, "titan ", command, ": --", name, " ", text, ": expected an integer >= ", min);
+  return *v;
+}
+
 JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own) {
   JobArgs r;
   for (int i = 1; i < argc; ++i) {
@@ -115,9 +129,15 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
       TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
       value = argv[++i];
     }
-    if (key == "config") r.config = value;
-    else if (std::find(own.begin(), own.end(), key) != own.end()) r.own[key] = value;
-    else r.overrides.emplace_back(key, value);
+    if (key == "config") {
+      TITAN_CHECK(r.config.empty(), "titan ", command, ": --config is given twice ('", r.config, "', '",
+                  value, "'): a run has one job config (change single keys with --section.key=value)");
+      r.config = value;
+    } else if (std::find(own.begin(), own.end(), key) != own.end()) {
+      r.own[key] = value;
+    } else {
+      r.overrides.emplace_back(key, value);
+    }
   }
   TITAN_CHECK(!r.config.empty(), "titan ", command, ": --config FILE.toml is required (see configs/)");
   return r;

@@ -1,7 +1,7 @@
 #pragma once
 // A small, strict option parser shared by the subcommands:
 //   --name VALUE | --name=VALUE | --flag ; --help prints usage.
-// Unknown options are errors that suggest the nearest known one.
+// Unknown options are errors that suggest the nearest known one; an option given twice is an error.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,6 +21,8 @@ class ArgParser {
   bool parse(int argc, char** argv);
 
   std::string get(const std::string& name) const;  // required or defaulted options
+  // An integer option (required or defaulted): the whole value must be an integer >= `min`.
+  int64_t get_int(const std::string& name, int64_t min) const;
   std::optional<std::string> get_optional(const std::string& name) const;
   bool has(const std::string& name) const;          // flag given / option set
   const std::vector<std::string>& positional() const { return positional_; }
@@ -49,6 +51,11 @@ struct JobArgs {
   bool help = false;
 };
 JobArgs parse_job_args(const std::string& command, int argc, char** argv, const std::vector<std::string>& own = {});
+
+// `text`, the value of option --`name` of `command`, as an integer >= `min`; anything else ("1e3",
+// "512abc", "2.5") is an error naming the option.
+int64_t parse_int_option(const std::string& command, const std::string& name, const std::string& text,
+                         int64_t min);
 
 // Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB".
 std::string gib(int64_t bytes);

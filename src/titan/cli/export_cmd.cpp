@@ -122,8 +122,8 @@ int verify_main(int argc, char** argv) {
   data::Tokenizer tok = data::Tokenizer::load(dir);
   data::LoaderConfig lc;
   lc.paths = {p.has("dataset") ? fs::path(p.get("dataset")) : data::default_dataset_path()};
-  lc.seq_len = std::stoll(p.get("seq"));
-  lc.local_batch_size = std::stoll(p.get("batch"));
+  lc.seq_len = p.get_int("seq", 1);
+  lc.local_batch_size = p.get_int("batch", 1);
   lc.infinite = false;
   data::TokenLoader loader(lc, tok);
   data::Batch batch = loader.next();

@@ -67,10 +67,12 @@ int info_main(int argc, char** argv) {
     a = qwen3::args_from_hf_config_file(path.string());
     source = path.string();
   }
-  const int64_t batch = std::stoll(p.get("batch")), seq = std::stoll(p.get("seq"));
+  const int64_t batch = p.get_int("batch", 1), seq = p.get_int("seq", 1);
   std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "--activation-checkpoint must be none, selective or full");
-  DType dtype = dtype_from_name(p.get("dtype"));
+  const DType dtype = dtype_from_name(p.get("dtype"));
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan info: --dtype ", p.get("dtype"),
+              ": training computes in float32 or bfloat16");
   auto m = qwen3::estimate_training_memory(a, batch, seq, dtype, ac.c_str());
 
   std::printf("model: %s (%s)\n", source.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense");

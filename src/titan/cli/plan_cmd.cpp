@@ -7,6 +7,7 @@
 // model). docs/planning.md explains each figure and how close it came to real runs.
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "titan/cli/args.h"
@@ -35,11 +36,13 @@ struct Mesh {
 Mesh parse_mesh(const std::string& text) {
   Mesh m;
   std::istringstream in(text);
+  std::set<std::string> seen;
   for (std::string item; std::getline(in, item, ',');) {
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     TITAN_CHECK(key == "dp_shard" || key == "dp_replicate", "titan plan: --mesh '", text, "': unknown entry '",
                 item, "' (expected dp_shard=N[,dp_replicate=R])");
+    TITAN_CHECK(seen.insert(key).second, "titan plan: --mesh '", text, "': ", key, " is given twice");
     const int64_t v = parse_int(value).value_or(0);
     TITAN_CHECK(v >= 1 && v <= (1 << 20), "titan plan: --mesh '", text, "': ", key,
                 " must be a whole number of ranks in 1 .. 1048576, got '", value, "'");

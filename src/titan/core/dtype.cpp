@@ -1,6 +1,7 @@
 #include "titan/core/dtype.h"
 
 #include <algorithm>
+#include <cstddef>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -108,6 +109,47 @@ uint16_t f32_to_f16(float f) {
   uint32_t half = sign | (uint32_t(exp) << 10) | (man >> 13), rem = man & 0x1fff;
   if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
   return uint16_t(half);
+}
+
+namespace {
+
+// A value of `Bits` is NaN or infinite when its exponent field (`exponent`) is all ones. Chunks are
+// tested branch-free (vectorised), and only a chunk that holds one is searched.
+template <class Bits>
+int64_t first_all_ones_exponent(const std::byte* data, int64_t n, Bits exponent) {
+  constexpr int64_t kChunk = 4096;
+  auto at = [&](int64_t i) {
+    Bits v;
+    std::memcpy(&v, data + i * int64_t(sizeof(Bits)), sizeof v);
+    return (v & exponent) == exponent;
+  };
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    bool any = false;
+    for (int64_t i = begin; i < end; ++i) any |= at(i);
+    if (!any) continue;
+    for (int64_t i = begin; i < end; ++i)
+      if (at(i)) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t first_non_finite(const void* data, int64_t n, DType t) {
+  const auto* p = static_cast<const std::byte*>(data);
+  switch (t) {
+    case DType::F32:
+      return first_all_ones_exponent<uint32_t>(p, n, 0x7f800000u);
+    case DType::F64:
+      return first_all_ones_exponent<uint64_t>(p, n, 0x7ff0000000000000ull);
+    case DType::BF16:
+      return first_all_ones_exponent<uint16_t>(p, n, 0x7f80u);
+    case DType::F16:
+      return first_all_ones_exponent<uint16_t>(p, n, 0x7c00u);
+    default:
+      TITAN_FAIL("first_non_finite: ", dtype_name(t), " is not a floating type");
+  }
 }
 
 // The bulk conversions run on every bf16 step (weight casts, gradients handed to bf16 GEMMs), so

@@ -48,6 +48,10 @@ static_assert(sizeof(Bf16) == 2);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// The index of the first NaN or infinity among the n values of floating type t (f32, f64, bf16, f16)
+// at `data` (any alignment), or -1 when all are finite: weights are checked as they load.
+int64_t first_non_finite(const void* data, int64_t n, DType t);
+
 // Bulk conversions (vectorised where the CPU allows).
 void convert_f32_to_bf16(const float* src, bf16* dst, size_t n);
 void convert_bf16_to_f32(const bf16* src, float* dst, size_t n);

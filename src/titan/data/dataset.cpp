@@ -56,17 +56,24 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       continue;
     }
     std::vector<fs::path> found;
-    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
-         it != fs::recursive_directory_iterator(); ++it) {
-      std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
+    try {
+      for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
+           it != fs::recursive_directory_iterator(); ++it) {
+        std::string name = it->path().filename().string();
+        if (!name.empty() && name[0] == '.') {
+          if (it->is_directory()) it.disable_recursion_pending();
+          continue;
+        }
+        const std::string ext = TextStream::uncompressed_name(it->path()).extension().string();
+        const bool data_name =
+            std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
+        // A data file's link that leads nowhere is a file of the dataset gone missing, not a skip.
+        TITAN_CHECK(!(data_name && it->is_symlink() && !fs::exists(it->path())), "dataset: ", it->path(),
+                    " in folder ", p, " is a symbolic link to nothing (", fs::read_symlink(it->path()), ")");
+        if (it->is_regular_file() && data_name) found.push_back(it->path());
       }
-      if (!it->is_regular_file()) continue;
-      std::string ext = TextStream::uncompressed_name(it->path()).extension().string();
-      if (std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions))
-        found.push_back(it->path());
+    } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
+      TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ", e.path1());
     }
     TITAN_CHECK(!found.empty(), "dataset: folder ", p, " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain or .gz)");
     std::sort(found.begin(), found.end());
@@ -153,7 +160,13 @@ class Reader {
 Format detect_format(const fs::path& path) {
   std::string ext = TextStream::uncompressed_name(path).extension().string();
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
-  if (ext != ".json") return Format::Text;
+  // Plain text: its own names, and a name without an extension. Any other extension (.csv,
+  // .parquet, ...) is a format titan does not read, not text to train on as it is.
+  if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".md") return Format::Text;
+  TITAN_CHECK(
+      ext == ".json", "dataset: ", path.string(), ": '", ext,
+      "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz; a "
+      "name without an extension is plain text)");
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);
@@ -181,7 +194,7 @@ struct DocumentStream::Impl {
   int shard, num_shards;
   std::vector<fs::path> files;
   std::vector<Format> formats;
-  std::vector<uint64_t> file_invalid;  // replacements per file, reported when the file ends
+  std::vector<bool> file_warned;  // invalid UTF-8 met in the file (one warning per file and process)
   Reader reader;
   DocPosition pos;  // of the next element
   Stats stats;
@@ -200,11 +213,6 @@ struct DocumentStream::Impl {
 
   void finish_file() {
     reader.close();
-    if (file_invalid[pos.file] > 0) {
-      std::fprintf(stderr, "warning: dataset %s: replaced %llu invalid UTF-8 sequence(s) by U+FFFD\n",
-                   files[pos.file].c_str(), static_cast<unsigned long long>(file_invalid[pos.file]));
-      file_invalid[pos.file] = 0;
-    }
     pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
   }
 
@@ -359,7 +367,14 @@ struct DocumentStream::Impl {
         ++stats.empty_skipped;
         continue;
       }
-      file_invalid[pos.file] += invalid;
+      if (invalid > 0 && !file_warned[pos.file]) {  // at the first, not when (or each time) the file ends
+        file_warned[pos.file] = true;
+        std::fprintf(stderr,
+                     "warning: dataset %s:%llu: invalid UTF-8 replaced by U+FFFD (%llu sequence(s) in this "
+                     "document; one warning per file)\n",
+                     files[pos.file].c_str(), static_cast<unsigned long long>(at.line),
+                     static_cast<unsigned long long>(invalid));
+      }
       stats.invalid_utf8 += invalid;
       ++stats.documents;
       doc.position = at;
@@ -377,7 +392,7 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
               "dataset: text_split '", config.text_split, "' is not one of paragraph, line, file");
   impl_->files = list_dataset_files(config.paths);
   for (auto& f : impl_->files) impl_->formats.push_back(detect_format(f));
-  impl_->file_invalid.assign(impl_->files.size(), 0);
+  impl_->file_warned.assign(impl_->files.size(), false);
   impl_->config = std::move(config);
   impl_->shard = shard;
   impl_->num_shards = num_shards;

@@ -103,7 +103,8 @@ int64_t ParallelPlan::max_over_ranks(int64_t value) const {
   return value;
 }
 
-void ParallelPlan::check_same_config(const std::string& text) const {
+void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,
+                                            const std::string& rule) const {
   if (world_size() == 1) return;
   int64_t mine = int64_t(fnv1a(text));
   std::vector<int64_t> all(static_cast<size_t>(world_size()));
@@ -127,9 +128,9 @@ void ParallelPlan::check_same_config(const std::string& text) const {
   const auto reports = gather_text(*world_, difference, 512);
   for (int r = 1; r < world_size(); ++r)
     if (!reports[size_t(r)].empty())
-      TITAN_FAIL("the ranks were started with different configs: rank ", r, " has ", reports[size_t(r)],
-                 " (every rank must get the same config file and overrides)");
-  TITAN_FAIL("the ranks' configs hash differently but read the same");
+      TITAN_FAIL("the ranks have different ", what, ": rank ", r, " has ", reports[size_t(r)], " (", rule,
+                 ")");
+  TITAN_FAIL("the ranks' ", what, " hash differently but read the same");
 }
 
 std::vector<std::string> ParallelPlan::host_names() const {

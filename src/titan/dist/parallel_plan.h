@@ -8,7 +8,7 @@
 //                            every rank clips by the same coefficient;
 //   all_reduce_sum           sums of this rank's share of the data -> their sums over the data-parallel
 //                            ranks (the step's losses; the held-out loss of [validation]);
-//   sum_over_ranks, max_over_ranks, check_same_config, host_names.
+//   sum_over_ranks, max_over_ranks, check_same_on_every_rank, host_names.
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
 // padded with zeros to a multiple of dp_shard); this rank keeps its slice (ParamBlock::shard) and
 // the optimizer state of that slice only. With one rank every point is the identity.
@@ -62,9 +62,11 @@ class ParallelPlan {
   // The largest value any rank passed: a stop signal received by one rank stops all at one step.
   int64_t max_over_ranks(int64_t value) const;
 
-  // Every rank passes its effective config ("key = value" lines): all equal, or an error on every
-  // rank naming the first key that differs and the rank it differs on.
-  void check_same_config(const std::string& config_lines) const;
+  // Every rank passes its lines of `what` (its effective config as "key = value" lines, the files
+  // it reads): all equal, or an error on every rank naming the first line that differs and the
+  // rank it differs on, and `rule`.
+  void check_same_on_every_rank(const std::string& lines, const std::string& what,
+                                const std::string& rule) const;
   // The host name of every rank, by rank.
   std::vector<std::string> host_names() const;
   void barrier() const { world_->barrier(); }

@@ -204,6 +204,8 @@ std::vector<ParityResult> run_parity(const ParityOptions& o,
   for (auto& [op, shapes] : o.shapes) {
     const OpSpec* d = find_op_spec(op);
     TITAN_CHECK(d, "kernels parity: shapes given for unknown op '", op, "'");
+    TITAN_CHECK(ops.count(op), "kernels parity: --shapes gives shapes for ", op, " but --op checks ", o.op,
+                " alone");
     for (auto& s : shapes) check_shape(*d, s);
   }
   const std::vector<DType> dtypes =

@@ -64,8 +64,20 @@ bool has_kernel(const std::string& op, Device device, DType dtype, const std::st
   return false;
 }
 
+namespace {
+thread_local OpCallRecorder* t_recorder = nullptr;  // the innermost live recorder of this thread
+}  // namespace
+
 void note_op_call(const std::string& op) {
   if (profiling::recording()) profiling::mark_op(op, current_module());
+  for (OpCallRecorder* r = t_recorder; r; r = r->outer_) r->calls_.emplace(current_module(), op);
+}
+
+OpCallRecorder::OpCallRecorder() : outer_(t_recorder) {
+  t_recorder = this;
+}
+OpCallRecorder::~OpCallRecorder() {
+  t_recorder = outer_;
 }
 
 const KernelEntry& find_kernel(const std::string& op, Device device, DType dtype, const std::string& variant) {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <typeindex>
 #include <vector>
@@ -58,6 +59,23 @@ class ForceVariant {
 // An op is about to run its kernels: the op profiler's mark (core/op_timeline.h), with the current
 // module. kernel_for calls it; ops that run without a registered kernel (cast) call it too.
 void note_op_call(const std::string& op);
+
+// Records the (module, op) pairs of the op calls this thread makes while it lives (nested
+// recorders each see the calls of their own lifetime): which ops a model's modules run, as
+// tests/models check qwen3::module_ops against the forward.
+class OpCallRecorder {
+ public:
+  OpCallRecorder();
+  ~OpCallRecorder();
+  OpCallRecorder(const OpCallRecorder&) = delete;
+  OpCallRecorder& operator=(const OpCallRecorder&) = delete;
+  const std::set<std::pair<std::string, std::string>>& calls() const { return calls_; }
+
+ private:
+  friend void note_op_call(const std::string& op);
+  std::set<std::pair<std::string, std::string>> calls_;  // (module, op)
+  OpCallRecorder* outer_;
+};
 
 template <class K>
 const K& kernel_for(const std::string& op, Device device, DType dtype, const std::string& variant) {

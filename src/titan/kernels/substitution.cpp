@@ -50,8 +50,11 @@ const std::vector<Substitution>& substitutions() {
 }
 
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& plan,
-                                            const std::vector<std::string>& module_names, Device device,
+                                            const std::vector<ModuleOps>& modules, Device device,
                                             DType dtype) {
+  auto runs = [](const ModuleOps& m, const std::string& op) {
+    return std::find(m.ops.begin(), m.ops.end(), op) != m.ops.end();
+  };
   std::vector<std::string> ops;  // in order of first mention
   for (auto& s : plan) {
     check_known(s);
@@ -61,26 +64,40 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
     const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
     const std::string why = e.available ? e.available() : std::string();
     TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
-    bool matched = false;
-    for (auto& n : module_names) matched = matched || glob_match(s.modules, n);
+    bool matched = false, matched_runner = false;
+    std::vector<std::string> names, runners;  // every module; those that run the op
+    for (auto& m : modules) {
+      const bool match = glob_match(s.modules, m.module);
+      matched = matched || match;
+      matched_runner = matched_runner || (match && runs(m, s.op));
+      names.push_back(m.module);
+      if (runs(m, s.op)) runners.push_back(m.module);
+    }
+    auto first_six = [](const std::vector<std::string>& v) {
+      return join(std::vector<std::string>(v.begin(), v.begin() + long(std::min<size_t>(v.size(), 6)))) +
+             (v.size() > 6 ? ", ..." : "");
+    };
+    TITAN_CHECK(matched, "kernels.", s.op, ": modules pattern '", s.modules,
+                "' matches no module of this model (modules look like: ", first_six(names), ")");
     TITAN_CHECK(
-        matched, "kernels.", s.op, ": modules pattern '", s.modules,
-        "' matches no module of this model (modules look like: ",
-        join(std::vector<std::string>(module_names.begin(),
-                                      module_names.begin() + long(std::min<size_t>(module_names.size(), 6)))),
-        ", ...)");
+        matched_runner, "kernels.", s.op, ": modules pattern '", s.modules, "' matches no module that runs ",
+        s.op, ", so the rule would never apply (",
+        runners.empty() ? "no module of this model runs " + s.op : s.op + " runs in: " + first_six(runners),
+        ")");
     if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
   }
   std::vector<std::string> lines;
-  for (auto& n : module_names)
+  for (auto& m : modules)
     for (auto& op : ops) {
+      if (!runs(m, op)) continue;
       // As select_variant: the last matching rule wins.
       const Substitution* win = nullptr;
       for (auto& s : plan)
-        if (s.op == op && glob_match(s.modules, n)) win = &s;
+        if (s.op == op && glob_match(s.modules, m.module)) win = &s;
       if (!win) continue;
       char buf[256];
-      std::snprintf(buf, sizeof buf, "kernels: %-24s %s -> %s", n.c_str(), op.c_str(), win->variant.c_str());
+      std::snprintf(buf, sizeof buf, "kernels: %-24s %s -> %s", m.module.c_str(), op.c_str(),
+                    win->variant.c_str());
       lines.push_back(buf);
     }
   return lines;

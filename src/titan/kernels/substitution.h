@@ -23,14 +23,21 @@ struct Substitution {
 void set_substitutions(std::vector<Substitution> rules);
 const std::vector<Substitution>& substitutions();
 
+// A module of a model and the ops its own code calls (not those of the modules inside it).
+struct ModuleOps {
+  std::string module;            // "layers.3.attention"
+  std::vector<std::string> ops;  // "linear", "rms_norm", "rope", "attention", "cast"
+};
+
 // Checks rules against a model before any compute; installs nothing. Every rule's op and variant
 // must be registered, the variant must have a kernel for (device, dtype) and be available on this
-// machine, and its modules pattern must match at least one of module_names. Throws titan::Error
-// naming the rule ("kernels.rope: ...") otherwise. Returns the start-up log: one line per
-// (module, op) a rule applies to, with the variant that wins there (the last matching rule), e.g.
+// machine, and its modules pattern must match at least one module that runs the op (a rule that
+// could never apply asks for something that cannot happen). Throws titan::Error naming the rule
+// ("kernels.rope: ...") otherwise. Returns the start-up log: one line per (module, op) a rule
+// applies to, with the variant that wins there (the last matching rule), e.g.
 //   "kernels: layers.0.attention        rope -> gather_free"
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& rules,
-                                            const std::vector<std::string>& module_names, Device device,
+                                            const std::vector<ModuleOps>& modules, Device device,
                                             DType dtype);
 
 // fnmatch-style glob where '*' also matches '.', so "layers.*.moe" matches "layers.12.moe".

@@ -149,46 +149,44 @@ void CheckpointManager::prune(int64_t just_saved) const {
   // Debris of saves that never finished: titan's step folders without COMMITTED (a crash between
   // the rename and the marker, or during a prune) and temporaries of killed processes
   // (".step-N.tmp-<pid>-<n>").
-  static const std::regex step_re("step-([0-9]+)"), temp_re("\\.step-[0-9]+\\.tmp-([0-9]+)-[0-9]+");
-  std::vector<fs::path> debris;
-  for (auto& e : fs::directory_iterator(folder_)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (!e.is_directory()) continue;
-    if (std::regex_match(name, m, step_re) && std::stoll(m[1].str()) != just_saved &&
-        !fs::exists(e.path() / "COMMITTED") && written_by_titan(e.path()))
+  static const std::regex temp_re("\\.step-[0-9]+\\.tmp-[0-9]+-[0-9]+");
+  std::vector<fs::path> debris = interrupted_step_dirs();
+  std::erase(debris, step_dir(just_saved));
+  for (auto& e : fs::directory_iterator(folder_))
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), temp_re) &&
+        io::is_stale_temporary(e.path()))
       debris.push_back(e.path());
-    else if (std::regex_match(name, m, temp_re) && io::is_stale_temporary(e.path()))
-      debris.push_back(e.path());
-  }
   for (auto& d : debris) remove(d);
+}
+
+std::vector<fs::path> CheckpointManager::step_dirs() const {
+  std::vector<fs::path> dirs;
+  if (!fs::is_directory(folder_)) return dirs;
+  static const std::regex name_re("step-[0-9]+");
+  for (auto& e : fs::directory_iterator(folder_))
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), name_re)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 std::vector<int64_t> CheckpointManager::committed_steps() const {
   std::vector<int64_t> steps;
-  if (!fs::is_directory(folder_)) return steps;
-  static const std::regex name_re("step-([0-9]+)");
-  for (auto& e : fs::directory_iterator(folder_)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, m, name_re) && fs::exists(e.path() / "COMMITTED") &&
-        written_by_titan(e.path()))
-      steps.push_back(std::stoll(m[1].str()));
-  }
-  std::sort(steps.begin(), steps.end());
+  for (const fs::path& d : step_dirs())
+    if (fs::exists(d / "COMMITTED") && written_by_titan(d))
+      steps.push_back(std::stoll(d.filename().string().substr(std::strlen("step-"))));
+  std::sort(steps.begin(), steps.end());  // by number (step-10 after step-9)
   return steps;
 }
 
 std::vector<fs::path> CheckpointManager::foreign_step_dirs() const {
-  std::vector<fs::path> dirs;
-  if (!fs::is_directory(folder_)) return dirs;
-  static const std::regex name_re("step-([0-9]+)");
-  for (auto& e : fs::directory_iterator(folder_)) {
-    std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, name_re) && !written_by_titan(e.path()))
-      dirs.push_back(e.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
+  std::vector<fs::path> dirs = step_dirs();
+  std::erase_if(dirs, [](const fs::path& d) { return written_by_titan(d); });
+  return dirs;
+}
+
+std::vector<fs::path> CheckpointManager::interrupted_step_dirs() const {
+  std::vector<fs::path> dirs = step_dirs();
+  std::erase_if(dirs, [](const fs::path& d) { return fs::exists(d / "COMMITTED") || !written_by_titan(d); });
   return dirs;
 }
 

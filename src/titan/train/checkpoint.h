@@ -75,6 +75,9 @@ class CheckpointManager {
   // step-N folders another program (or a titan before the format marker) wrote: ignored, never
   // deleted; the trainer names them so that a run starting fresh beside them is no surprise.
   std::vector<std::filesystem::path> foreign_step_dirs() const;
+  // titan's step-N folders without COMMITTED: a save cut short between its rename and its marker,
+  // or a prune cut short. Never loaded; the next save removes them.
+  std::vector<std::filesystem::path> interrupted_step_dirs() const;
   std::optional<int64_t> latest_step() const;
 
   // Loads a committed step, verifying the manifest's sizes and checksums of every file (every
@@ -83,6 +86,7 @@ class CheckpointManager {
 
  private:
   void prune(int64_t just_saved) const;
+  std::vector<std::filesystem::path> step_dirs() const;  // the step-N folders, sorted by name
   std::filesystem::path folder_;
   int64_t keep_latest_k_;
   std::optional<io::AtomicDir> pending_;  // the folder of the save begun and not yet committed

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "titan/core/check.h"
 #include "titan/models/qwen3/checkpoint_layout.h"
@@ -21,6 +22,23 @@ nlohmann::json params_json(const nn::ParamBlock& block) {
   nlohmann::json params = nlohmann::json::array();
   for (auto& p : block.params()) params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
   return params;
+}
+
+// Every tensor of `files` is one `expected` names: another one means the files hold something
+// other than this model's state (edited, or from another program), so none of it is trusted.
+void check_no_unexpected_tensors(const std::vector<io::SafetensorsFile>& files,
+                                 const std::set<std::string>& expected) {
+  for (const io::SafetensorsFile& f : files) {
+    std::vector<std::string> unexpected;
+    for (const io::TensorInfo& t : f.tensors())
+      if (!expected.count(t.name)) unexpected.push_back(t.name);
+    if (unexpected.empty()) continue;
+    std::string names;
+    for (size_t i = 0; i < unexpected.size() && i < 10; ++i) names += (i ? ", '" : "'") + unexpected[i] + "'";
+    if (unexpected.size() > 10) names += " and " + std::to_string(unexpected.size() - 10) + " more";
+    TITAN_FAIL("checkpoint '", f.path().string(), "' holds ", unexpected.size(),
+               " tensor(s) this model's checkpoint does not have: ", names);
+  }
 }
 
 }  // namespace
@@ -61,10 +79,27 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
   const std::string where = "checkpoint '" + c.dir.string() + "'";
   const nlohmann::json* layout = c.train_state.contains("layout") ? &c.train_state["layout"] : nullptr;
   named_ = !layout || layout->value("format", "") == "named-parameters";
+  // The names the files must hold: each parameter (named layout) or each block's slice, and the
+  // AdamW moments of each under their prefixes. Missing ones are named as they are read.
+  std::set<std::string> model_names, optimizer_names;
+  for (const nn::ParamBlock& block : model.blocks()) {
+    std::vector<std::string> names;
+    if (named_)
+      for (auto& p : block.params()) names.push_back(p.name);
+    else
+      names.push_back(block.name());
+    for (const std::string& n : names) {
+      model_names.insert(n);
+      optimizer_names.insert("exp_avg." + n);
+      optimizer_names.insert("exp_avg_sq." + n);
+    }
+  }
+  check_no_unexpected_tensors(c.model_files, model_names);
+  check_no_unexpected_tensors(c.optimizer_files, optimizer_names);
   if (named_) {
     TITAN_CHECK(c.model_files.size() == 1 && c.optimizer_files.size() == 1, where,
                 ": named parameters come in one model and one optimizer file, found ", c.model_files.size());
-    return;  // the parameter names are checked as they are read
+    return;
   }
   TITAN_CHECK(layout->value("format", "") == "block-slices", where, ": train_state.json's layout.format '",
               layout->value("format", ""), "' is neither 'block-slices' nor 'named-parameters'");
@@ -93,8 +128,22 @@ void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, 
   TITAN_CHECK(out.dtype() == DType::F32 && out.is_contiguous(), "checkpoint: reading into ", out.str(),
               ": contiguous f32 memory expected");
   float* dst = out.data<float>();
-  const int64_t end = begin + out.numel();
-  std::fill(dst, dst + out.numel(), 0.0f);
+  fill_from_files(b, prefix, begin, out.numel(), dst);
+  // A NaN or infinity restored would surface as a non-finite loss, blamed on training.
+  if (const int64_t i = first_non_finite(dst, out.numel(), DType::F32); i >= 0) {
+    const int64_t at = begin + i;  // the element of the block
+    std::string name = model_.blocks()[b].name();
+    for (auto& p : model_.blocks()[b].params())
+      if (at >= p.offset && at < p.offset + shape_numel(p.shape)) name = p.name;
+    TITAN_FAIL("checkpoint '", checkpoint_.dir.string(), "': '", prefix, name, "' holds a non-finite value (",
+               dst[i], "); a checkpoint must hold finite weights and moments");
+  }
+}
+
+void CheckpointBlocks::fill_from_files(size_t b, const std::string& prefix, int64_t begin, int64_t n,
+                                       float* dst) const {
+  const int64_t end = begin + n;
+  std::fill(dst, dst + n, 0.0f);
   if (named_) {
     std::vector<Tensor>& whole = whole_[prefix];
     if (whole.empty()) {

@@ -42,9 +42,12 @@ class CheckpointBlocks {
   // Fills `out` (contiguous f32) with elements [begin, begin + out.numel()) of block `b`'s buffer:
   // the parameters (prefix "") or a moment ("exp_avg.", "exp_avg_sq."). Elements past the block's
   // parameters (padding) are zero.
+  // A non-finite value read is an error naming the parameter (or moment).
   void read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const;
 
  private:
+  // read() into host memory, unchecked.
+  void fill_from_files(size_t b, const std::string& prefix, int64_t begin, int64_t n, float* dst) const;
   const LoadedCheckpoint& checkpoint_;
   const qwen3::Qwen3Model& model_;
   bool named_;  // one file of whole named parameters

@@ -73,10 +73,14 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
 
 }  // namespace
 
+fs::path checkpoint_folder_of(const JobConfig& c) {
+  return fs::path(c.job.dump_folder) / c.checkpoint.folder;
+}
+
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c),
       plan_(plan),
-      manager_(fs::path(c.job.dump_folder) / c.checkpoint.folder, c.checkpoint.keep_latest_k),
+      manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k),
       resume_step_(c.checkpoint.enable ? manager_.latest_step() : std::nullopt),
       last_saved_step_(resume_step_.value_or(-1)) {}
 
@@ -107,10 +111,20 @@ void Checkpointer::restore(TrainState& s) const {
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   std::string diff = s.schedule.diff_state(ts.at("lr_scheduler"));
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
+  // With global_batch_size = -1 the global batch follows the number of ranks: a resume on another
+  // count changes the optimizer's step without a word unless it is said here.
+  const int64_t global_batch =
+      config_.training.local_batch_size * plan_.dp_size() * accumulation_steps(config_, plan_.dp_size());
+  if (ts.contains("global_batch_size") && ts["global_batch_size"].get<int64_t>() != global_batch)
+    say("warning: the global batch is %ld sequences, the checkpoint's was %ld (local batch x data-parallel "
+        "ranks x accumulation): each step now averages over another number of sequences (set "
+        "training.global_batch_size = %ld to keep it)",
+        long(global_batch), long(ts["global_batch_size"].get<int64_t>()),
+        long(ts["global_batch_size"].get<int64_t>()));
   const int saved_world = ts.at("world_size").get<int>();
-  if (saved_world != plan_.world_size())
-    say("resharding: the checkpoint was written by %d ranks (%zu shard files), this run has %d", saved_world,
-        c.model_files.size(), plan_.world_size());
+  if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard())
+    say("resharding: the checkpoint was written by %d ranks (%zu shard files), this run has %d (%ld shards)",
+        saved_world, c.model_files.size(), plan_.world_size(), long(plan_.dp_shard()));
   const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
@@ -163,6 +177,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["dataloader"] = s.loader.state();
   ts["dataset_identity"] = data::dataset_identity(s.loader.files());
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
+  ts["global_batch_size"] = job.local_batch_size * plan_.dp_size() * job.accumulation_steps;
   ts["world_size"] = plan_.world_size();
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
                 {"dp_shard", plan_.dp_shard()},
@@ -192,7 +207,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
     return plan_.barrier();
   }
   auto t0 = Clock::now();
-  fs::path out = folder() / ("step-" + std::to_string(s.step) + "-hf");
+  const fs::path out = hf_export_dir(s.step);
   std::vector<fs::path> tok_files;
   fs::path tok_dir =
       fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
@@ -210,6 +225,14 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
   s.sharding.release_all();
   plan_.barrier();
+}
+
+fs::path Checkpointer::hf_export_dir(int64_t step) const {
+  return folder() / ("step-" + std::to_string(step) + "-hf");
+}
+
+bool Checkpointer::has_hf_export(int64_t step) const {
+  return plan_.max_over_ranks(fs::is_directory(hf_export_dir(step)) ? 0 : 1) == 0;
 }
 
 }  // namespace titan::train

@@ -16,6 +16,10 @@
 
 namespace titan::train {
 
+// Where a job's checkpoints go: checkpoint.folder under job.dump_folder (an absolute
+// checkpoint.folder stands alone).
+std::filesystem::path checkpoint_folder_of(const JobConfig& config);
+
 class Checkpointer {
  public:
   Checkpointer(const JobConfig& config, const dist::ParallelPlan& plan);
@@ -26,6 +30,10 @@ class Checkpointer {
 
   // step-N folders another program wrote: never resumed from, counted or pruned.
   std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
+  // titan's step-N folders without COMMITTED (a save cut short): ignored, removed by the next save.
+  std::vector<std::filesystem::path> interrupted_step_dirs() const {
+    return manager_.interrupted_step_dirs();
+  }
 
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read from the shard
   // files that overlap it), step, tokens seen, data position, expert biases, whatever number of
@@ -43,6 +51,8 @@ class Checkpointer {
   // Writes <folder>/step-N-hf in checkpoint.export_dtype with the tokenizer files (every rank
   // calls it; the logging rank writes).
   void export_hf(TrainState& state, const ResolvedJob& job) const;
+  // Whether <folder>/step-N-hf exists on every rank (a finished export: it is written atomically).
+  bool has_hf_export(int64_t step) const;
 
  private:
   // This rank's slice of block b, its first element's index in the block buffer, and the
@@ -53,6 +63,7 @@ class Checkpointer {
     Tensor values, exp_avg, exp_avg_sq;
   };
   LocalSlice local_slice(TrainState& state, size_t block) const;
+  std::filesystem::path hf_export_dir(int64_t step) const;
 
   const JobConfig& config_;
   const dist::ParallelPlan& plan_;

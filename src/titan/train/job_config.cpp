@@ -1,10 +1,12 @@
 #include "titan/train/job_config.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
@@ -34,6 +36,10 @@ struct Field {
   enum Kind { Str, Int, Float, Bool } kind;
   void* ptr;
   std::vector<std::string> choices;  // allowed values for Str (empty: any)
+  // Who set it in the current pass (the file, then the command line): the spelling used, the value
+  // and where. Two spellings of one key (torchtitan's older name and the new one) with different
+  // values in one pass are an error, never a silent pick.
+  std::string set_as = "", set_value = "", set_where = "";
 };
 
 // A Field whose kind follows the member's type, so the two cannot disagree.
@@ -210,7 +216,7 @@ std::string tokenizer_folder(const std::string& path) {
 }
 
 void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
-           const std::string& where, const toml::node* node);
+           const std::string& where, const toml::node* node, const std::string& written = "");
 
 // A key of torchtitan's job config that is not one of titan's: an older spelling is applied as the
 // key it stands for; a key that cannot change the result is noted; anything else is an error.
@@ -227,7 +233,7 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
       const std::string target(k->target);
       const std::string v = key == "model.tokenizer_path" ? tokenizer_folder(value) : value;
       if (!apply_torchtitan_key(c, fields, target, v, where, node, note_key)) {
-        apply(c, fields, target, v, where, node);
+        apply(c, fields, target, v, where, node, note_key);
         add_note(c, note_key, shown + " applied as " + target + " (torchtitan's older name for it)");
       }
       break;
@@ -250,12 +256,18 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
   return true;
 }
 
-// Sets `key` from a textual value; `node` is the TOML value when it comes from the file.
+// Sets `key` from a textual value; `node` is the TOML value when it comes from the file; `written`
+// is the key as the user wrote it when that was an older spelling of `key`.
 void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
-           const std::string& where, const toml::node* node = nullptr) {
+           const std::string& where, const toml::node* node, const std::string& written) {
   for (auto& f : fields)
     if (f.key == key) {
       if (node) check_toml_type(f, *node, where);
+      const std::string as = written.empty() ? key : written;
+      TITAN_CHECK(f.set_as.empty() || f.set_as == as || f.set_value == value, where, ": ", as, " = ", value,
+                  " and ", f.set_as, " = ", f.set_value, " (", f.set_where, ") both set ", key,
+                  " (one is torchtitan's older name for the other): keep one");
+      f.set_as = as, f.set_value = value, f.set_where = where;
       return set_field(f, value, where);
     }
   auto dot = key.find('.');
@@ -365,9 +377,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     }
     apply_table(c, fields, sec, *table, source);
   }
+  for (Field& f : fields) f.set_as.clear();  // the command line overrides the file
   for (auto& [k, v] : overrides) {
     TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
-    apply(c, fields, k, v, "command line");
+    apply(c, fields, k, v, "command line", nullptr);
   }
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
@@ -410,6 +423,17 @@ void JobConfig::validate(int world_size) const {
   TITAN_CHECK(lr_scheduler.total_steps == -1 || lr_scheduler.total_steps >= training.steps,
               "lr_scheduler.total_steps (", lr_scheduler.total_steps, ") must be -1 or at least training.steps (",
               training.steps, "): the schedule is not extrapolated past its end");
+  // A run that trains (steps > 0) warms up within its schedule; the message names the values given.
+  const int64_t schedule_steps = lr_scheduler.total_steps == -1 ? training.steps : lr_scheduler.total_steps;
+  TITAN_CHECK(training.steps == 0 || lr_scheduler.warmup_steps <= schedule_steps,
+              "lr_scheduler.warmup_steps (", lr_scheduler.warmup_steps, ") must not exceed ",
+              lr_scheduler.total_steps == -1 ? "training.steps (" : "lr_scheduler.total_steps (",
+              schedule_steps, ")");
+  TITAN_CHECK(std::isfinite(training.load_balance_coeff) && training.load_balance_coeff >= 0,
+              "training.load_balance_coeff must be >= 0 (the expert-bias update step), got ",
+              training.load_balance_coeff);
+  TITAN_CHECK(std::isfinite(metrics.peak_tflops) && metrics.peak_tflops >= 0,
+              "metrics.peak_tflops must be >= 0 (0: the machine's figure), got ", metrics.peak_tflops);
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
   positive(validation.freq, "validation.freq");

@@ -1,5 +1,7 @@
 #include "titan/train/metrics.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,10 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
-#include "titan/core/device_services.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/train/log.h"
 
 namespace titan::train {
 
@@ -108,7 +110,8 @@ void TensorBoardWriter::flush() { out_.flush(); }
 bool Progress::enabled() {
   const char* env = std::getenv("TITAN_PROGRESS");
   if (env && std::strcmp(env, "0") == 0) return false;
-  return isatty(fileno(stdout)) == 1;
+  // Only the rank that prints draws (mpirun gives every rank a terminal).
+  return console_output() && isatty(fileno(stdout)) == 1;
 }
 
 Progress::Progress(std::string label, uint64_t total_bytes, std::function<uint64_t()> done)

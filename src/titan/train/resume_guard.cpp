@@ -31,7 +31,14 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
       diff.empty(), "checkpoint ", checkpoint, " was trained on a different dataset: ", diff,
       "; its data position would land in the middle of other data (set checkpoint.restart_data_stream "
       "= true to start this dataset from its beginning)");
-  loader.restore(ts.at("dataloader"));
+  const json& saved = ts.at("dataloader");
+  if (saved.contains("seq_len") && saved["seq_len"].is_number_integer())
+    TITAN_CHECK(saved["seq_len"].get<int64_t>() == loader.config().seq_len, "checkpoint ", checkpoint,
+                " was trained with training.seq_len = ", saved["seq_len"].get<int64_t>(),
+                " but this run has ", loader.config().seq_len,
+                ": its data position counts windows of the old length (set "
+                "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  loader.restore(saved);
   return "";
 }
 

@@ -34,30 +34,29 @@ std::string read_all(int fd) {
 
 }  // namespace
 
-RunLock::RunLock(const fs::path& dump_folder, int rank) {
+RunLock::RunLock(const fs::path& folder, const std::string& key, int rank) {
   std::error_code ec;
-  fs::create_directories(dump_folder, ec);
-  TITAN_CHECK(!ec, "job.dump_folder: cannot create '", dump_folder.string(), "': ", ec.message());
-  path_ = dump_folder / (".titan-rank" + std::to_string(rank) + ".lock");
+  fs::create_directories(folder, ec);
+  TITAN_CHECK(!ec, key, ": cannot create '", folder.string(), "': ", ec.message());
+  path_ = folder / (".titan-rank" + std::to_string(rank) + ".lock");
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TITAN_CHECK(fd_ >= 0, "job.dump_folder: cannot open the run lock '", path_.string(),
-              "': ", std::strerror(errno));
+  TITAN_CHECK(fd_ >= 0, key, ": cannot open the run lock '", path_.string(), "': ", std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = read_all(fd_);
     ::close(fd_);
     fd_ = -1;
-    TITAN_CHECK(err != EWOULDBLOCK, "job.dump_folder: '", dump_folder.string(),
-                "' is in use by another titan train (",
+    TITAN_CHECK(err != EWOULDBLOCK, key, ": '", folder.string(), "' is in use by another titan train (",
                 holder.empty() ? std::string("holder unknown") : holder, ", lock file ", path_.string(),
                 "); two runs writing one folder destroy each other's checkpoints and metrics: wait for it to "
-                "finish or choose another job.dump_folder");
-    TITAN_FAIL("job.dump_folder: cannot lock '", path_.string(), "': ", std::strerror(err));
+                "finish or choose another ",
+                key);
+    TITAN_FAIL(key, ": cannot lock '", path_.string(), "': ", std::strerror(err));
   }
   const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name() + "\n";
   // Only the holder writes, so the file always names the live holder.
-  TITAN_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size()),
-              "job.dump_folder: cannot write the run lock '", path_.string(), "': ", std::strerror(errno));
+  TITAN_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size()), key,
+              ": cannot write the run lock '", path_.string(), "': ", std::strerror(errno));
 }
 
 RunLock::~RunLock() {

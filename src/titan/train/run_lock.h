@@ -1,18 +1,22 @@
 #pragma once
-// One writer per run folder. Two `titan train` processes on the same dump folder would delete each
-// other's temporaries, interleave metrics.jsonl and prune each other's checkpoints; the second one
-// must stop before it writes anything. The lock is flock(2) on <dump_folder>/.titan-rank<r>.lock,
-// held for the life of the RunLock: the kernel drops it when the process dies, so a crash never
-// leaves a stale lock. The file records "pid <pid> host <host>" of the holder for the message.
+// One writer per run folder. Two `titan train` processes on the same dump folder (or the same
+// checkpoint folder: checkpoint.folder may be an absolute path shared by two runs) would delete each
+// other's temporaries, interleave metrics.jsonl and prune or replace each other's checkpoints; the
+// second one must stop before it writes anything. The lock is flock(2) on
+// <folder>/.titan-rank<r>.lock, held for the life of the RunLock: the kernel drops it when the
+// process dies, so a crash never leaves a stale lock. The file records "pid <pid> host <host>" of
+// the holder for the message.
 #include <filesystem>
+#include <string>
 
 namespace titan::train {
 
 class RunLock {
  public:
   // Creates the folder if needed. Throws titan::Error at once (never waits) when another process
-  // holds the lock, naming that process' pid and host.
-  explicit RunLock(const std::filesystem::path& dump_folder, int rank = 0);
+  // holds the lock, naming that process' pid and host and `key`, the config key that chose the
+  // folder ("job.dump_folder", "checkpoint.folder").
+  RunLock(const std::filesystem::path& folder, const std::string& key, int rank = 0);
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;

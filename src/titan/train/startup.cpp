@@ -27,6 +27,16 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
     args = qwen3::flavor(c.model.flavor);
   }
   for (auto& [k, v] : c.model.overrides) qwen3::apply_override(args, k, v);
+  // An expert setting on a dense model asks for something that cannot happen (num_experts itself
+  // is what makes the model an MoE, and 0 says it is dense).
+  if (!args.is_moe()) {
+    for (auto& [k, v] : c.model.overrides)
+      TITAN_CHECK(!qwen3::is_moe_field(k) || k == "num_experts", "model.", k, " = ", v,
+                  " configures experts, but this model is dense (num_experts = 0): set model.num_experts, "
+                  "or drop the key");
+    TITAN_CHECK(c.training.load_balance == "aux_loss", "training.load_balance = \"", c.training.load_balance,
+                "\" balances experts, but this model is dense (num_experts = 0)");
+  }
   // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says.
   if (args.is_moe()) args.output_router_logits = c.training.load_balance == "aux_loss";
   args.validate();
@@ -147,7 +157,7 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
   }
   if (rules.empty()) return;
   // Everything is checked before anything is logged or installed.
-  for (auto& line : kernels::plan_substitutions(rules, qwen3::module_names(a), device, dtype))
+  for (auto& line : kernels::plan_substitutions(rules, qwen3::module_ops(a), device, dtype))
     say("%s", line.c_str());
   kernels::set_substitutions(rules);
 }

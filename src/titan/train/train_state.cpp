@@ -37,7 +37,8 @@ LrSchedule build_schedule(const JobConfig& c) {
   LrScheduleConfig sc;
   sc.lr = c.optimizer.lr;
   sc.steps = std::max<int64_t>(c.lr_scheduler.total_steps == -1 ? c.training.steps : c.lr_scheduler.total_steps, 1);
-  sc.warmup_steps = c.lr_scheduler.warmup_steps;
+  // A run of 0 steps (a resume that only exports) has no schedule to warm up in.
+  sc.warmup_steps = std::min(c.lr_scheduler.warmup_steps, sc.steps);
   if (c.lr_scheduler.decay_ratio >= 0) sc.decay_ratio = c.lr_scheduler.decay_ratio;
   sc.decay_type = decay_type_from_name(c.lr_scheduler.decay_type);
   sc.min_lr_factor = c.lr_scheduler.min_lr_factor;

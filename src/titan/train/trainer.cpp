@@ -1,31 +1,32 @@
 #include "titan/train/trainer.h"
 
+#include <omp.h>
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <condition_variable>
-#include <filesystem>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
-#include <omp.h>
 #include <mutex>
-#include <optional>
-#include <pthread.h>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
+#include "titan/data/data_identity.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
-#include "titan/train/profiler.h"
 #include "titan/train/mfu_peak.h"
+#include "titan/train/profiler.h"
 #include "titan/train/run_lock.h"
 #include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
@@ -138,16 +139,27 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   cfg.validate(world.size());
   const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
                                 cfg.parallelism.shard_degree(world.size()));
-  plan.check_same_config(cfg.describe());
+  plan.check_same_on_every_rank(cfg.describe(), "configs",
+                                "every rank must get the same config file and overrides");
   ConsoleOfRank console(plan.is_logging_rank());
   if (cfg.training.deterministic) omp_set_dynamic(0);
   StopSignals signals;
 
   // ---- everything that can fail on bad input, before any compute
-  const RunLock run_lock(cfg.job.dump_folder, plan.rank());  // before anything in the folder is read or written
+  // Locked before anything in the folders is read or written. The checkpoint folder has a lock of its
+  // own: an absolute checkpoint.folder can be another run's, whatever the dump folders.
+  const RunLock run_lock(cfg.job.dump_folder, "job.dump_folder", plan.rank());
+  const std::filesystem::path checkpoint_folder = checkpoint_folder_of(cfg);
+  std::optional<RunLock> checkpoint_lock;
+  if (std::filesystem::weakly_canonical(checkpoint_folder) !=
+      std::filesystem::weakly_canonical(cfg.job.dump_folder))
+    checkpoint_lock.emplace(checkpoint_folder, "checkpoint.folder", plan.rank());
   Checkpointer checkpointer(cfg, plan);
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
+  for (const std::filesystem::path& d : checkpointer.interrupted_step_dirs())
+    say("checkpoint: ignoring %s: a save that never finished (no COMMITTED marker); the next save removes it",
+        d.c_str());
   const ResolvedJob job = resolve_job(cfg, plan, checkpointer.resume_step().has_value());
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
@@ -166,8 +178,23 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
 
   // ---- the state: built, then restored from the newest checkpoint or given its first weights
   TrainState state(cfg, job, tokenizer, plan);
+  // Every rank reads the global batch and trains its rows: the files must be the same bytes on every
+  // rank (a stale copy on another host would train on other data under the same batch hashes).
+  if (plan.world_size() > 1) {
+    std::string identity;
+    for (const nlohmann::json& file : data::dataset_identity(state.loader.files()))
+      identity += file.dump() + "\n";
+    plan.check_same_on_every_rank(
+        identity, "datasets",
+        "every rank must read the same dataset files, byte for byte: on several hosts, "
+        "the same copy at the same path");
+  }
   if (checkpointer.resume_step()) checkpointer.restore(state);
   else start_weights(state, cfg, job);
+  if (state.step >= cfg.training.steps)
+    say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
+        "training.steps to go on)",
+        long(state.step), long(cfg.training.steps));
   state.distribute();
   say("memory per rank: %s", memory_per_rank(state).c_str());
 
@@ -196,6 +223,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         (std::filesystem::path(cfg.job.dump_folder) / cfg.profiling.save_traces_folder).c_str());
 
   TrainSummary summary;
+  auto data_epoch = [&] { return state.loader.state().at("epoch").get<uint64_t>(); };
+  uint64_t epoch = data_epoch();
   while (state.step < cfg.training.steps) {
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
     if (int sig = int(plan.max_over_ranks(signals.received()))) {
@@ -216,6 +245,12 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     state.sharding.reset_stats();
     const StepResult r = train_step.run(state);
     profiler.step_ran();
+    if (data_epoch() > epoch) {
+      epoch = data_epoch();
+      say("data: the dataset ended during step %ld: epoch %lu began, the same documents again (torchtitan "
+          "re-loops likewise)",
+          long(state.step), static_cast<unsigned long>(epoch));
+    }
     meter.set_batch_hash(r.batch_hash);
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
@@ -235,13 +270,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   summary.seconds = seconds_since(t_start);
   summary.sustained_tps = meter.sustained_tps();
   summary.sustained_mfu = meter.sustained_mfu();
-  if (!summary.interrupted && cfg.checkpoint.last_save_in_hf) checkpointer.export_hf(state, job);
+  // A run that trained nothing keeps an export it already has.
+  if (!summary.interrupted && cfg.checkpoint.last_save_in_hf &&
+      !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step)))
+    checkpointer.export_hf(state, job);
   char sustained[160] = "no step after the warm-up step to measure";
   if (meter.measured_sustained())
     std::snprintf(sustained, sizeof sustained, "sustained %.0f tokens/s, MFU %.2f%% (warm-up step excluded)",
                   summary.sustained_tps, summary.sustained_mfu);
-  say("summary: %ld steps (last step %ld)%s, final loss %.4f, %s, %ld tokens, %.1f s%s", long(summary.steps_run),
-      long(summary.last_step), summary.interrupted ? ", interrupted" : "", summary.final_loss, sustained,
+  char final_loss[48] = "no final loss";
+  if (summary.steps_run > 0)
+    std::snprintf(final_loss, sizeof final_loss, "final loss %.4f", summary.final_loss);
+  say("summary: %ld steps (last step %ld)%s, %s, %s, %ld tokens, %.1f s%s", long(summary.steps_run),
+      long(summary.last_step), summary.interrupted ? ", interrupted" : "", final_loss, sustained,
       long(summary.tokens), summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
   return summary;
 }

@@ -42,9 +42,8 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   loader_config_.paths = {resolve_held_out(v)};
   loader_config_.text_field = cfg.training.text_field;
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
-  loader_config_.local_batch_size = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
-  loader_config_.dp_rank = int(plan.dp_rank());
-  loader_config_.dp_size = int(plan.dp_size());
+  rank_rows_ = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
+  loader_config_.local_batch_size = rank_rows_ * plan.dp_size();
   loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
 
   // A held-out loss on documents the model trains on measures memorisation, not generalisation.
@@ -61,21 +60,24 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   sharding.gather_all();
   // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
   data::TokenLoader loader(loader_config_, tokenizer_);
-  const int64_t B = loader_config_.local_batch_size, S = loader_config_.seq_len;
+  const int64_t B = rank_rows_, S = loader_config_.seq_len;
+  // This rank's rows of a global batch, on the model's device.
+  auto my_rows = [&](const std::vector<int64_t>& global) {
+    const auto first = global.begin() + plan_.dp_rank() * B * S;
+    return Tensor::from_vector(std::vector<int64_t>(first, first + B * S), {B, S}).to(model.device());
+  };
   double ce_sum = 0;  // cross-entropy summed over target tokens
   int64_t tokens = 0, batches = 0;
   for (; steps_ == -1 || batches < steps_; ++batches) {
     data::Batch batch = loader.next();
     if (batch.empty()) break;
-    qwen3::LossOutput out =
-        model.forward_loss(Tensor::from_vector(batch.inputs, {B, S}), Tensor::from_vector(batch.labels, {B, S}));
+    qwen3::LossOutput out = model.forward_loss(my_rows(batch.inputs), my_rows(batch.labels));
     ce_sum += out.ce_loss.item() * double(out.num_targets);
     tokens += out.num_targets;
   }
-  TITAN_CHECK(tokens > 0, "validation: '", loader_config_.paths[0].string(), "' holds fewer tokens than one batch of ",
-              B, " x ", S, " (+1) for data-parallel rank ", loader_config_.dp_rank, " of ", loader_config_.dp_size);
-  // Each data-parallel rank evaluated its own share of the held-out documents: the mean over all of
-  // them is the sum of the cross-entropies over the sum of the token counts.
+  TITAN_CHECK(batches > 0, "validation: '", loader_config_.paths[0].string(),
+              "' holds fewer tokens than one batch of ", loader_config_.local_batch_size, " x ", S, " (+1)");
+  // The mean over every rank's rows: the sum of the cross-entropies over the sum of the target counts.
   sharding.release_all();
   double sums[2] = {ce_sum, double(tokens)};
   plan_.all_reduce_sum(sums);
@@ -89,10 +91,13 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 
 std::string Validator::describe() const {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "validation: at step 1 and every %ld steps, %s of %ld x %ld tokens from %s",
-                long(freq_), steps_ == -1 ? "all batches" : (std::to_string(steps_) + " batches").c_str(),
-                long(loader_config_.local_batch_size), long(loader_config_.seq_len),
-                loader_config_.paths[0].string().c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "validation: at step 1 and every %ld steps, %s of %ld x %ld tokens per rank (global %ld x %ld) "
+      "from %s",
+      long(freq_), steps_ == -1 ? "all batches" : (std::to_string(steps_) + " batches").c_str(),
+      long(rank_rows_), long(loader_config_.seq_len), long(loader_config_.local_batch_size),
+      long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
   return buf;
 }
 

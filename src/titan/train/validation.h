@@ -9,7 +9,10 @@
 // ("nlp-corpus-validation": documents scripts/fetch_assets.sh kept out of the training corpus); it
 // may not share a file with the training data. Every evaluation reads the same batches (from the
 // start of the stream, `steps` of them, or all with -1), so the figures of different steps compare.
-// Documents are packed as for training (data/loader.h) with the validation batch size and length.
+// Documents are packed as for training (data/loader.h) with the validation batch size and length,
+// and read as training reads them: every rank reads the global batches (validation.local_batch_size
+// x data-parallel ranks rows) and evaluates its rows, so the held-out loss of a job depends on that
+// global batch and `steps`, never on how many ranks share it.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -34,21 +37,22 @@ struct ValidationResult {
 class Validator {
  public:
   // Resolves and checks the held-out data: it must exist and share no file with `training_files`
-  // (the files the training loader reads). Each data-parallel rank of `plan` evaluates its share of
-  // the documents. `tokenizer` and `plan` must outlive the validator.
+  // (the files the training loader reads). Each data-parallel rank of `plan` evaluates its rows of
+  // every global batch. `tokenizer` and `plan` must outlive the validator.
   Validator(const JobConfig& config, const data::Tokenizer& tokenizer,
             const std::vector<std::filesystem::path>& training_files, const dist::ParallelPlan& plan);
 
   bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
   // Evaluates `model` on the held-out batches (no gradients, no change to the model).
-  // `sharding` gathers the whole model for the evaluation (every rank may hold a different number
-  // of held-out batches, so the layers cannot be gathered per use) and releases it after.
+  // `sharding` gathers the whole model for the evaluation and releases it after.
   ValidationResult run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const;
-  // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens from <path>" (start-up log).
+  // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens per rank (global 4 x 512)
+  // from <path>" (start-up log).
   std::string describe() const;
 
  private:
-  data::LoaderConfig loader_config_;
+  data::LoaderConfig loader_config_;  // the global batches
+  int64_t rank_rows_;                 // this rank's rows of each: validation.local_batch_size
   const data::Tokenizer& tokenizer_;
   const dist::ParallelPlan& plan_;
   int64_t freq_, steps_;

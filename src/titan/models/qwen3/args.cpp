@@ -150,8 +150,9 @@ double parse_double(const std::string& key, const std::string& v) {
 }
 
 bool parse_bool(const std::string& key, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
+  // As every other boolean key of the config (training.deterministic = 1 is refused too).
+  if (v == "true") return true;
+  if (v == "false") return false;
   TITAN_FAIL("model.", key, ": expected true or false, got '", v, "'");
 }
 
@@ -201,6 +202,12 @@ std::vector<std::string> override_keys() {
   std::vector<std::string> k;
   for (auto& f : fields()) k.push_back(f.name);
   return k;
+}
+
+bool is_moe_field(const std::string& key) {
+  for (auto& f : fields())
+    if (key == f.name) return f.moe_only;
+  return false;
 }
 
 void apply_override(ModelArgs& args, const std::string& key, const std::string& value) {
@@ -335,6 +342,8 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
   } else {
     a.hidden_dim = get_int("intermediate_size");
   }
+  if (c.contains("bos_token_id")) a.bos_token_id_json = c["bos_token_id"].dump();
+  if (c.contains("eos_token_id")) a.eos_token_id_json = c["eos_token_id"].dump();
   try {
     a.validate();
   } catch (const Error& e) {
@@ -355,15 +364,17 @@ ModelArgs args_from_hf_config_file(const std::string& path) {
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
   // What transformers' Qwen3 configs hold and titan has no field for (titan's model is exactly this).
   nlohmann::json c = {
-      {"hidden_act", "silu"},
-      {"attention_bias", false},
-      {"attention_dropout", 0.0},
-      {"initializer_range", 0.02},
-      {"use_cache", true},
-      {"use_sliding_window", false},
-      {"bos_token_id", 151643},
-      {"eos_token_id", 151645},
+      {"hidden_act", "silu"},      {"attention_bias", false}, {"attention_dropout", 0.0},
+      {"initializer_range", 0.02}, {"use_cache", true},       {"use_sliding_window", false},
   };
+  // The source's special-token ids, else (a native flavor) those of the released Qwen3 configs,
+  // <|endoftext|> and <|im_end|>, when the vocabulary holds them.
+  auto token_id = [&](const std::string& source, int64_t qwen3_id) {
+    if (!source.empty()) return nlohmann::json::parse(source);
+    return qwen3_id < a.vocab_size ? nlohmann::json(qwen3_id) : nlohmann::json(nullptr);
+  };
+  c["bos_token_id"] = token_id(a.bos_token_id_json, 151643);
+  c["eos_token_id"] = token_id(a.eos_token_id_json, 151645);
   c["architectures"] = {a.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
   c["model_type"] = a.is_moe() ? "qwen3_moe" : "qwen3";
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", a.rope_theta}};

@@ -31,6 +31,10 @@ struct ModelArgs {
   double router_aux_loss_coef = 0.001;
   bool output_router_logits = false;  // transformers adds coef * aux to the loss only when true
 
+  // The source config.json's bos_token_id and eos_token_id as JSON text (a number, a list or
+  // "null"); empty for a native flavor. Not the model's math: carried to the exported config.json.
+  std::string bos_token_id_json = "", eos_token_id_json = "";
+
   bool is_moe() const { return num_experts > 0; }
   // transformers: sparse when not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
   bool is_moe_layer(int64_t layer) const;
@@ -54,6 +58,9 @@ std::vector<std::string> flavor_names();
 // Unknown keys are errors that list the valid ones.
 void apply_override(ModelArgs& args, const std::string& key, const std::string& value);
 std::vector<std::string> override_keys();
+// Whether field `key` configures experts (num_experts, top_k, moe_hidden_dim, ...): meaningless for a
+// dense model.
+bool is_moe_field(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);

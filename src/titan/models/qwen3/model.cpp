@@ -177,15 +177,23 @@ void Qwen3Model::set_expert_bias_values(const std::vector<std::vector<double>>& 
   }
 }
 
-std::vector<std::string> module_names(const ModelArgs& a) {
-  std::vector<std::string> names = {"tok_embeddings", "norm", "output"};
+std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a) {
+  // As the forward below calls them; `cast` makes the compute-dtype copies of the weights, `index`
+  // and `sum` are the range checks of the token ids and labels and the loss's target count.
+  std::vector<kernels::ModuleOps> m = {
+      {"tok_embeddings", {"embedding", "index", "cast"}},
+      {"norm", {"rms_norm", "cast"}},
+      {"output", {"linear_cross_entropy", "linear", "index", "sum", "cast"}}};
   for (int64_t i = 0; i < a.n_layers; ++i) {
-    std::string l = "layers." + std::to_string(i);
-    names.push_back(l);
-    names.push_back(l + ".attention");
-    names.push_back(l + (a.is_moe_layer(i) ? ".moe" : ".feed_forward"));
+    const std::string l = "layers." + std::to_string(i);
+    m.push_back({l, {"rms_norm", "add", "cast"}});
+    m.push_back({l + ".attention", {"linear", "rms_norm", "rope", "attention", "cast"}});
+    if (a.is_moe_layer(i))
+      m.push_back({l + ".moe", {"linear", "router_topk", "moe_experts", "cast"}});
+    else
+      m.push_back({l + ".feed_forward", {"linear", "swiglu", "cast"}});
   }
-  return names;
+  return m;
 }
 
 const nn::Param& Qwen3Model::output_weight() const { return *output_; }

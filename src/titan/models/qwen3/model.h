@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
+#include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/nn/param_block.h"
 #include "titan/ops/moe/moe.h"
@@ -127,9 +128,10 @@ class Qwen3Model {
   std::vector<Tensor> expert_bias_, last_counts_;
 };
 
-// The module names the model announces through kernels::ModuleScope, which [kernels]
-// substitution globs are matched against: tok_embeddings, layers.{i}(.attention|.feed_forward|.moe),
-// norm, output.
-std::vector<std::string> module_names(const ModelArgs& args);
+// The modules the model announces through kernels::ModuleScope, which [kernels] substitution globs
+// are matched against (tok_embeddings, layers.{i}(.attention|.feed_forward|.moe), norm, output),
+// each with the ops its forward calls: a rule for an op its modules never run is an error.
+// tests/models/module_ops_test.cpp checks the table against the ops a forward really calls.
+std::vector<kernels::ModuleOps> module_ops(const ModelArgs& args);
 
 }  // namespace titan::qwen3

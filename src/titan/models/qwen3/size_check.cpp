@@ -39,6 +39,7 @@ void check_size_bounds(const ModelArgs& a) {
       TITAN_CHECK(f.value <= limit, "model args: ", f.name, " = ", f.value, " exceeds the limit ", limit,
                   " (sizes are bounded so that nothing overflows or is allocated before it is checked)");
   }
+  TITAN_CHECK(a.n_layers > 0, "model args: n_layers must be positive, got ", a.n_layers);
   TITAN_CHECK(int64_t(a.mlp_only_layers.size()) <= a.n_layers, "model args: mlp_only_layers lists ",
               a.mlp_only_layers.size(), " layers but the model has ", a.n_layers);
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "titan/core/check.h"
 #include "titan/io/hf_checkpoint.h"
@@ -59,6 +60,30 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
   return out;
 }
 
+namespace {
+
+// Element i of a floating tensor of the file, as text ("nan", "-inf", "0.5").
+std::string element_text(const io::TensorInfo& t, int64_t i) {
+  const std::byte* p = t.data + i * int64_t(dtype_size(t.dtype));
+  double v = 0;
+  if (t.dtype == DType::F32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    v = f;
+  } else if (t.dtype == DType::F64)
+    std::memcpy(&v, p, 8);
+  else {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    v = t.dtype == DType::BF16 ? bf16_to_f32(bf16{h}) : f16_to_f32(h);
+  }
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
 void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
   auto refs = hf_tensors(model);
@@ -78,11 +103,19 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
   }
   for (auto& k : ckpt.keys()) {
     if (expected.count(k)) continue;
-    // A tied model ignores a stored lm_head (the Hub's Qwen3-0.6B carries one) after checking its shape.
+    // A tied model ignores a stored lm_head (the Hub's Qwen3-0.6B carries one, equal to the
+    // embedding). One that differs is a trained head the tied model would silently drop.
     if (k == "lm_head.weight" && model.args().tie_embeddings) {
       const io::TensorInfo& t = ckpt.at(k);
-      if (t.shape != Shape{model.args().vocab_size, model.args().dim})
+      if (t.shape != Shape{model.args().vocab_size, model.args().dim}) {
         mismatched.push_back(k + " (checkpoint " + shape_str(t.shape) + " for a tied lm_head)");
+      } else if (const io::TensorInfo* e = ckpt.find("model.embed_tokens.weight");
+                 e && (e->dtype != t.dtype || std::memcmp(e->data, t.data, t.nbytes()) != 0)) {
+        TITAN_FAIL("checkpoint '", dir.string(),
+                   "': config.json says tie_word_embeddings = true but lm_head.weight "
+                   "differs from model.embed_tokens.weight; a tied model would drop the trained head (set "
+                   "tie_word_embeddings to false to train both, or remove lm_head.weight)");
+      }
       continue;
     }
     unexpected.push_back(k);
@@ -98,6 +131,13 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
                missing.empty() ? "" : "\n  missing keys (" + std::to_string(missing.size()) + "):" + join(missing),
                unexpected.empty() ? "" : "\n  unexpected keys (" + std::to_string(unexpected.size()) + "):" + join(unexpected),
                mismatched.empty() ? "" : "\n  shape/dtype mismatches (" + std::to_string(mismatched.size()) + "):" + join(mismatched));
+  }
+  // A NaN or infinity loaded would surface as a non-finite loss at step 1, blamed on training.
+  for (auto& r : refs) {
+    const io::TensorInfo& t = ckpt.at(r.key);
+    if (const int64_t i = first_non_finite(t.data, t.numel(), t.dtype); i >= 0)
+      TITAN_FAIL("checkpoint '", dir.string(), "': tensor '", r.key, "' holds ", element_text(t, i),
+                 " at element ", i, "; weights must be finite to train");
   }
   // Each tensor straight into the elements of its block it covers: a sharded rank writes only its
   // slice and never makes a block whole (nn::ParamBlock::write_elements).
