@@ -117,9 +117,23 @@ TEST(Dataset, InvalidUtf8IsReplacedAndCounted) {
   auto dir = temp_dir("dataset_utf8");
   write_file(dir / "u.jsonl", "{\"text\": \"caf\xC3 \xFF\xFE\"}\n\"fine\"\n");
   write_file(dir / "u.txt", "bad \x80 byte\n");
+  ::testing::internal::CaptureStderr();
   DocumentStream s({{dir / "u.jsonl", dir / "u.txt"}});
   EXPECT_EQ(read_all(s), (std::vector<std::string>{"caf\uFFFD \uFFFD\uFFFD", "fine", "bad \uFFFD byte"}));
   EXPECT_EQ(s.stats().invalid_utf8, 4u);
+  // One warning per file and process, at its first bad document: a second pass (an epoch, a
+  // validation run) says nothing again.
+  DocumentStream again({{dir / "u.jsonl", dir / "u.txt"}});
+  read_all(again);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find((dir / "u.jsonl").string() + ":1: invalid UTF-8 replaced by U+FFFD (3 sequence(s)"),
+            std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find((dir / "u.txt").string() + ":1: invalid UTF-8"), std::string::npos) << warnings;
+  size_t count = 0;
+  for (size_t at = warnings.find("warning:"); at != std::string::npos; at = warnings.find("warning:", at + 1))
+    ++count;
+  EXPECT_EQ(count, 2u) << warnings;
 }
 
 TEST(Dataset, StreamsAcrossBufferBoundariesAndSeeksBack) {

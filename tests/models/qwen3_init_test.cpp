@@ -231,4 +231,10 @@ TEST(Qwen3Info, ParameterCountsOfPublishedShapes) {
     EXPECT_NE(run_command(titan_binary().string() + bad + " 2>&1", &out), 0) << bad << ": " << out;
     EXPECT_NE(out.find("titan info"), std::string::npos) << bad << ": " << out;
   }
+  // The two forms do not mix: a --flavor beside --config is named as such.
+  EXPECT_NE(run_command(titan_binary().string() + " info --flavor 0.6B --config " +
+                            (source_dir() / "configs" / "debugmodel.toml").string() + " 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("--flavor belongs to `titan info --flavor | --model-path`"), std::string::npos) << out;
 }

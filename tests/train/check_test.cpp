@@ -161,3 +161,23 @@ TEST(Check, TheRanksRowHearsFromEveryRankUnderMpirun) {
             std::string::npos)
       << bad.out;
 }
+
+// A reused --workdir would resume the earlier runs and report their figures; a --json that cannot be
+// written would be found out only after every run. Both stop before any run.
+TEST(Check, AReusedWorkdirOrAJsonInAMissingFolderIsRefusedBeforeAnyRun) {
+  const fs::path dir = tt::temp_dir("check_refused");
+  fs::create_directories(dir / "work" / "run");
+  std::string out;
+  const std::string check = tt::titan_binary().string() + " check --config " + tt::debugmodel_toml().string();
+  EXPECT_EQ(tt::run_command(check + " --workdir " + (dir / "work").string() + " 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("--workdir '" + (dir / "work").string() + "' is not an empty folder"), std::string::npos)
+      << out;
+  EXPECT_EQ(tt::run_command(check + " --json " + (dir / "missing" / "c.json").string() + " 2>&1", &out), 1)
+      << out;
+  EXPECT_NE(out.find("titan check --json: the folder '" + (dir / "missing").string() + "' does not exist"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(tt::run_command(check + " --json " + tt::debugmodel_toml().string() + " 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("is the input"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "work" / "run" / "metrics.jsonl"));
+}

@@ -304,7 +304,8 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   };
   for (const Case& c :
        {Case{step, "is the input"}, Case{ck, "contains the input"}, Case{dump, "contains the input"},
-        Case{step / "hf", "lies inside the input"}, Case{holder, "holds the titan checkpoint"}}) {
+        Case{step / "hf", "lies inside the input"}, Case{holder, "holds the titan checkpoint"},
+        Case{holder / "old" / "step-9" / "hf", "lies inside the titan checkpoint"}}) {
     std::string out;
     EXPECT_EQ(exported(c.out, &out), 1) << c.out << ": " << out;
     EXPECT_NE(out.find(c.rule), std::string::npos) << c.out << ": " << out;
@@ -332,7 +333,8 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   io::write_safetensors(tokens, token_tensors);
   const std::string before = read_bytes(tokens);
   for (const Case& c :
-       {Case{tokens, "is the input"}, Case{dump / "hf" / "model.safetensors", "lies inside the input"}}) {
+       {Case{tokens, "is the input"}, Case{dump / "hf" / "model.safetensors", "lies inside the input"},
+        Case{step / "model-rank0.safetensors", "lies inside the titan checkpoint"}}) {
     out.clear();
     int rc = run_command(titan_binary().string() + " debug dump --model-path " + (dump / "hf").string() +
                              " --tokens " + tokens.string() + " --out " + c.out.string(),
@@ -341,9 +343,35 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
     EXPECT_NE(out.find(c.rule), std::string::npos) << out;
   }
   EXPECT_EQ(read_bytes(tokens), before);
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // still intact
   out.clear();
   EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
       << out;
+
+  // titan report and titan tokenize never write over what they read.
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " report " + dump.string() + " --out " +
+                            (dump / "metrics.jsonl").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("titan report --out: '" + (dump / "metrics.jsonl").string() + "' is the input"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(run_command(titan_binary().string() + " report " + dump.string() + " --out " +
+                            (dump / "report.html").string(),
+                        &out),
+            0)
+      << out;  // beside them is fine
+  std::ofstream(dump / "texts.json") << "[\"hello\"]";
+  out.clear();
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --input " + (dump / "texts.json").string() +
+                            " --output " + (dump / "texts.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("is the input"), std::string::npos) << out;
+  EXPECT_EQ(read_bytes(dump / "texts.json"), "[\"hello\"]");
 }
 
 // ---------------------------------------------------------------- 4. sizes checked before use
@@ -388,6 +416,36 @@ TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
   EXPECT_NE(out.find("bit for bit"), std::string::npos) << out;
   EXPECT_EQ(verify(false, &out), 0) << out;
   EXPECT_NE(out.find("checksums recorded at export"), std::string::npos) << out;
+
+  // Without its tokenizer the export fails that row, skips the loss row, and its tensors are still
+  // checked; the summary line says how many rows failed.
+  fs::rename(hf / "tokenizer.json", dump / "tokenizer.json");
+  EXPECT_EQ(verify(true, &out), 1) << out;
+  EXPECT_NE(out.find("FAIL  tokenizer.json present"), std::string::npos) << out;
+  EXPECT_NE(out.find("SKIP  loss on one batch"), std::string::npos) << out;
+  EXPECT_NE(out.find("PASS  every tensor equals the source checkpoint bit for bit"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("verify-export FAILED: 1 check(s) failed"), std::string::npos) << out;
+  std::ofstream(hf / "tokenizer.json") << "{ not json";
+  EXPECT_EQ(verify(true, &out), 1) << out;
+  EXPECT_NE(out.find("FAIL  tokenizer.json present but does not load"), std::string::npos) << out;
+  fs::remove(hf / "tokenizer.json");
+  fs::rename(dump / "tokenizer.json", hf / "tokenizer.json");
+  EXPECT_EQ(verify(true, &out), 0) << out;
+
+  // Another model's checkpoint as the source: the field that differs is named.
+  const fs::path other = temp_dir("guard_verify_other");
+  run_training(
+      tiny_config(other, with(kCheckpointEvery2, {{"training.steps", "2"}, {"model.n_layers", "1"}})));
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + hf.string() + " --source " +
+                            (other / "checkpoint" / "step-2").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("the source is another model (n_layers = 1 in the source, 2 in the export)"),
+            std::string::npos)
+      << out;
 
   // One mantissa bit of the last weight: the loss moves by far less than any tolerance.
   const fs::path weights = hf / "model.safetensors";
@@ -487,4 +545,33 @@ TEST(CheckpointManifest, ExtraOrNonFiniteTensorsAreRefusedByName) {
   EXPECT_EQ(read_metrics(dump).size(), 2u) << "a refused resume took a step";
   restore_pristine();
   EXPECT_EQ(run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}}))).steps_run, 2);
+}
+
+// Expert biases steer an MoE's routing and have no place in Qwen3MoeForCausalLM: both exports say
+// that the exported model routes without them.
+TEST(OutputGuard, AnExportOfAnExpertBiasModelSaysTheBiasesAreLeftOut) {
+  const fs::path dump = temp_dir("guard_expert_bias_export");
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                         {"model.num_experts", "4"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "32"},
+                         {"training.load_balance", "expert_bias"},
+                         {"training.steps", "2"},
+                         {"checkpoint.enable", "true"},
+                         {"checkpoint.last_save_in_hf", "true"}};
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, moe)),
+                        &out),
+            0)
+      << out;
+  const std::string warning = "warning: the model was trained with expert biases";
+  EXPECT_NE(out.find(warning), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run_command(titan_binary().string() + " export --checkpoint " +
+                            (dump / "checkpoint" / "step-2").string() + " --out " + (dump / "hf").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find(warning), std::string::npos) << out;
 }

@@ -355,6 +355,8 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
       {"[training]\nseq_len = -1\n", 1, {"training.seq_len"}},
       {"[training]\nmax_norm = 0\n", 1, {"training.max_norm"}},
       {"[optimizer]\nlr = 0\n", 1, {"optimizer.lr"}},
+      {"[optimizer]\nlr = inf\n", 1, {"optimizer.lr must be finite"}},
+      {"[training]\nmax_norm = inf\n", 1, {"training.max_norm must be finite"}},
       {"[optimizer]\nbeta2 = 1.0\n", 1, {"optimizer.beta2"}},
       {"[lr_scheduler]\ndecay_ratio = 1.5\n", 1, {"lr_scheduler.decay_ratio"}},
       {"[lr_scheduler]\nmin_lr_factor = 2\n", 1, {"lr_scheduler.min_lr_factor"}},
@@ -635,6 +637,22 @@ TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
   EXPECT_EQ(resolve_model_args(parse("[model]\nnum_experts = 0\n")).num_experts, 0);
   const auto moe = resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\ntop_k = 2\n"));
   EXPECT_EQ(moe.top_k, 2);
+  // An MoE config whose layers are all dense is named, not a crash in the aux loss.
+  e = error_of([&] {
+    resolve_model_args(
+        parse("[model]\nflavor = \"debugmodel_moe\"\nn_layers = 2\ndecoder_sparse_step = 3\n"));
+  });
+  EXPECT_NE(e.find("but no layer has experts (decoder_sparse_step = 3"), std::string::npos) << e;
+  // titan adds the aux loss exactly when load_balance = "aux_loss": a model key saying otherwise is
+  // an error, never printed in the config in effect and not done.
+  e = error_of([&] {
+    resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\noutput_router_logits = false\n"));
+  });
+  EXPECT_NE(e.find("model.output_router_logits = false contradicts training.load_balance = \"aux_loss\""),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\noutput_router_logits = true\n"))
+                  .output_router_logits);
 }
 
 TEST(JobConfig, TheCommandLineTakesOneConfig) {

@@ -34,7 +34,9 @@
 #include "titan/core/check.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/io/atomic_file.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/path_guard.h"
 #include "titan/kernels/parity.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
@@ -280,17 +282,27 @@ int check_main(int argc, char** argv) {
         "folder, removed unless a check fails). See docs/training.md.\n");
     return 0;
   }
-  const int64_t steps = a.own.count("steps") ? parse_int_option("check", "steps", a.own["steps"], 1) : 3;
-  TITAN_CHECK(steps >= 2, "titan check: --steps must be at least 2 (a warm-up step and a sustained one), got ",
-              steps);
+  // At least 2: a warm-up step and a sustained one.
+  const int64_t steps = a.own.count("steps") ? parse_int_option("check", "steps", a.own["steps"], 2) : 3;
   const train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
   // MPI when started by mpirun / srun: every rank answers the ranks row; the other rows run on rank 0.
   const std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
   Row ranks = ranks_row(cfg, *world);
   if (world->rank() != 0) return ranks.status == "FAIL" ? 1 : 0;
   fs::path work;
+  if (a.own.count("json")) {  // checked before the runs, not found out after them
+    const fs::path json = a.own["json"], folder = json.has_parent_path() ? json.parent_path() : fs::path(".");
+    io::check_output_path(json, {a.config}, "titan check --json");
+    TITAN_CHECK(fs::is_directory(folder), "titan check --json: the folder '", folder.string(),
+                "' does not exist");
+  }
   if (a.own.count("workdir")) {
     work = a.own["workdir"];
+    // The runs resume from whatever a folder holds: a reused one would report its old figures.
+    TITAN_CHECK(!fs::exists(work) || (fs::is_directory(work) && fs::is_empty(work)),
+                "titan check: --workdir '", work.string(),
+                "' is not an empty folder; the check's runs would resume from what it holds (give "
+                "a new or empty folder)");
     fs::create_directories(work);
   } else {
     std::string tmpl = (fs::temp_directory_path() / "titan-check-XXXXXX").string();
@@ -422,7 +434,7 @@ int check_main(int argc, char** argv) {
                         {"versions", train::versions_json(train::collect_versions())}};
     for (auto& r : rows)
       j["rows"].push_back({{"check", r.check}, {"status", r.status}, {"value", r.value}, {"rule", r.rule}});
-    std::ofstream(a.own["json"]) << j.dump(2) << "\n";
+    io::write_file_atomic(a.own["json"], j.dump(2) + "\n");  // an unwritable path is an error, not a silence
   }
   if (failures == 0 && !a.own.count("workdir")) fs::remove_all(work);
   std::printf("titan check: %d of %zu checks failed%s\n", failures, rows.size(),

@@ -16,6 +16,13 @@ namespace {
 // titan info --config X.toml [--k=v]: the job's training step run on the meta device.
 int info_for_job(int argc, char** argv) {
   const JobArgs job = parse_job_args("info", argc, argv);
+  // The other form's options would read as config keys ("unknown config key 'flavor'").
+  for (const auto& [key, value] : job.overrides)
+    TITAN_CHECK(key != "flavor" && key != "model-path" && key != "batch" && key != "seq" && key != "dtype" &&
+                    key != "activation-checkpoint",
+                "titan info: --", key,
+                " belongs to `titan info --flavor | --model-path`; with --config, change "
+                "the job's keys instead (--model.flavor=..., --training.local_batch_size=..., ...)");
   if (job.help) {
     std::printf("usage: titan info --config FILE.toml [--section.key=value ...]\n"
                 "Runs one training step of the job on the meta device (shapes and byte counts, no\n"

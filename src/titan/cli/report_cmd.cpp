@@ -5,6 +5,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/io/path_guard.h"
 #include "titan/train/report.h"
 
 namespace titan::cli {
@@ -17,6 +18,11 @@ int report_main(int argc, char** argv) {
   if (!p.parse(argc, argv)) return 0;
   TITAN_CHECK(!p.positional().empty(), "titan report: give one or more run folders (a run's job.dump_folder)");
   std::vector<std::filesystem::path> dirs(p.positional().begin(), p.positional().end());
+  // The page may go into a run folder, but never over what the report reads.
+  std::vector<std::filesystem::path> inputs;
+  for (const auto& d : dirs)
+    for (const char* f : {"metrics.jsonl", "run_info.json", "check.json"}) inputs.push_back(d / f);
+  io::check_output_path(p.get("out"), inputs, "titan report --out");
   train::write_report(dirs, p.get("out"));
   std::printf("report: wrote %s (%zu run%s)\n", p.get("out").c_str(), dirs.size(), dirs.size() == 1 ? "" : "s");
   return 0;

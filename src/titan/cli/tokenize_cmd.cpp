@@ -1,5 +1,6 @@
 // `titan tokenize`: a JSON array of strings -> a JSON array of id arrays (or back with
 // --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json.
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/tokenizer.h"
+#include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 
 namespace {
 
@@ -27,20 +30,6 @@ constexpr const char* kUsage =
     "  --output OUT.json      receives a JSON array of id arrays (with --decode: of strings)\n"
     "  --add-special-tokens   add bos/eos as tokenizer_config.json asks (none for Qwen3)\n"
     "  --decode               ids to text instead; --skip-special-tokens drops special tokens\n";
-
-// Writes next to the target and renames, so a failed run leaves no half-written file.
-void write_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    TITAN_CHECK(f, "tokenize: cannot write ", tmp);
-    f << text << '\n';
-    f.close();
-    TITAN_CHECK(f, "tokenize: writing ", tmp, " failed");
-  }
-  fs::rename(tmp, path);
-}
 
 int run(int argc, char** argv) {
   fs::path tokenizer_path, input, output;
@@ -75,7 +64,9 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "titan tokenize: --input and --output are required\n%s", kUsage);
     return 2;
   }
+  TITAN_CHECK(!skip_special || decode, "tokenize: --skip-special-tokens applies to --decode only");
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
+  titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");
   auto tokenizer = titan::data::Tokenizer::load(tokenizer_path);
 
   const json in = titan::io::read_json_file(input, "tokenize");
@@ -88,6 +79,12 @@ int run(int argc, char** argv) {
       std::vector<int32_t> ids;
       for (auto& id : item) {
         TITAN_CHECK(id.is_number_integer(), "tokenize --decode: ", input, " element ", i, " holds a non-integer");
+        // Read whole: a large id must be named as out of the vocabulary, never wrap into it.
+        const bool in_range = id.is_number_unsigned()
+                                  ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                  : id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX;
+        TITAN_CHECK(in_range, "tokenize --decode: ", input, " element ", i, ": id ", id.dump(),
+                    " is not in the vocabulary");
         ids.push_back(id.get<int32_t>());
       }
       out.push_back(tokenizer.decode(ids, skip_special));
@@ -97,7 +94,8 @@ int run(int argc, char** argv) {
       out.push_back(tokenizer.encode(item.get_ref<const std::string&>(), add_special));
     }
   }
-  write_atomically(output, out.dump(-1, ' ', false, json::error_handler_t::replace));
+  // Written to a temporary beside it and renamed: a failed run leaves no half-written file.
+  titan::io::write_file_atomic(output, out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
   return 0;
 }
 

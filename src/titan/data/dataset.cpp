@@ -1,14 +1,17 @@
 #include "titan/data/dataset.h"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <glob.h>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "titan/core/check.h"
-#include "titan/data/text_stream.h"
 #include "titan/data/text_guard.h"
+#include "titan/data/text_stream.h"
 #include "titan/data/utf8.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
@@ -86,6 +89,15 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
 namespace {
 
 enum class Format { JsonArray, JsonLines, Text };
+
+// True the first time a file is reported to hold invalid UTF-8 in this process: one warning per
+// file, however many streams (epochs, validation passes) read it.
+bool first_invalid_utf8_of(const fs::path& file) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  return warned.insert(file.string()).second;
+}
 
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
@@ -194,7 +206,6 @@ struct DocumentStream::Impl {
   int shard, num_shards;
   std::vector<fs::path> files;
   std::vector<Format> formats;
-  std::vector<bool> file_warned;  // invalid UTF-8 met in the file (one warning per file and process)
   Reader reader;
   DocPosition pos;  // of the next element
   Stats stats;
@@ -367,8 +378,7 @@ struct DocumentStream::Impl {
         ++stats.empty_skipped;
         continue;
       }
-      if (invalid > 0 && !file_warned[pos.file]) {  // at the first, not when (or each time) the file ends
-        file_warned[pos.file] = true;
+      if (invalid > 0 && first_invalid_utf8_of(files[pos.file])) {  // at the first, not when the file ends
         std::fprintf(stderr,
                      "warning: dataset %s:%llu: invalid UTF-8 replaced by U+FFFD (%llu sequence(s) in this "
                      "document; one warning per file)\n",
@@ -392,7 +402,6 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
               "dataset: text_split '", config.text_split, "' is not one of paragraph, line, file");
   impl_->files = list_dataset_files(config.paths);
   for (auto& f : impl_->files) impl_->formats.push_back(detect_format(f));
-  impl_->file_warned.assign(impl_->files.size(), false);
   impl_->config = std::move(config);
   impl_->shard = shard;
   impl_->num_shards = num_shards;

@@ -56,6 +56,13 @@ void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs,
                 "'; write the output elsewhere");
   }
   std::error_code ec;
+  // A finished checkpoint is never written into: its manifest vouches for every file it holds.
+  for (fs::path up = o.parent_path(); !up.empty(); up = up.parent_path()) {
+    TITAN_CHECK(!fs::exists(up / "COMMITTED", ec), what, ": '", out.string(),
+                "' lies inside the titan checkpoint '", up.string(),
+                "'; writing there would change a finished checkpoint");
+    if (up == up.parent_path()) break;
+  }
   if (!fs::is_directory(fs::symlink_status(o, ec))) return;
   for (auto it = fs::recursive_directory_iterator(o, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {

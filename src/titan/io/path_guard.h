@@ -14,8 +14,9 @@ namespace titan::io {
 void check_regular_file(const std::filesystem::path& path, const std::string& what);
 
 // `out` (resolved through symlinks and "..") must not be any of `inputs`, an ancestor of one, or
-// inside one; an existing folder `out` must not hold a titan checkpoint (a COMMITTED marker at any
-// depth). Errors name `what` (e.g. "--out"), both paths and the rule.
+// inside one; it must not lie inside a titan checkpoint (a folder above it holds COMMITTED), and an
+// existing folder `out` must not hold one (a COMMITTED marker at any depth). Errors name `what`
+// (e.g. "--out"), both paths and the rule.
 void check_output_path(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what);
 

@@ -200,6 +200,10 @@ LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_check
 
 LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
   TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
+  TITAN_CHECK(
+      written_by_titan(dir), "checkpoint: '", dir.string(),
+      "' is not a titan checkpoint (no manifest.json of titan's; a checkpoint is a step-N folder under "
+      "the run's checkpoint folder, a Hugging Face folder loads with checkpoint.initial_load_in_hf)");
   TITAN_CHECK(fs::exists(dir / "COMMITTED"), "checkpoint: '", dir.string(),
               "' has no COMMITTED marker (an interrupted save); it cannot be loaded");
   nlohmann::json manifest = read_json(dir / "manifest.json");

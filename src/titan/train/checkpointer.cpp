@@ -10,6 +10,7 @@
 #include "titan/train/checkpoint_blocks.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/native_model.h"
 #include "titan/train/resume_guard.h"
 #include "titan/train/versions.h"
 
@@ -208,6 +209,8 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   }
   auto t0 = Clock::now();
   const fs::path out = hf_export_dir(s.step);
+  if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
+    say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
   std::vector<fs::path> tok_files;
   fs::path tok_dir =
       fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();

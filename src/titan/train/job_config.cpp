@@ -409,8 +409,11 @@ void JobConfig::validate(int world_size) const {
   positive(training.local_batch_size, "training.local_batch_size");
   positive(training.seq_len, "training.seq_len");
   TITAN_CHECK(training.steps >= 0, "training.steps must be >= 0, got ", training.steps);
-  TITAN_CHECK(training.max_norm > 0, "training.max_norm must be positive, got ", training.max_norm);
-  TITAN_CHECK(optimizer.lr > 0, "optimizer.lr must be positive, got ", optimizer.lr);
+  TITAN_CHECK(std::isfinite(training.max_norm) && training.max_norm > 0,
+              "training.max_norm must be finite and positive (a large value such as 1e9 clips nothing), got ",
+              training.max_norm);
+  TITAN_CHECK(std::isfinite(optimizer.lr) && optimizer.lr > 0,
+              "optimizer.lr must be finite and positive, got ", optimizer.lr);
   TITAN_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1), got ", optimizer.beta1);
   TITAN_CHECK(optimizer.beta2 >= 0 && optimizer.beta2 < 1, "optimizer.beta2 must be in [0, 1), got ", optimizer.beta2);
   TITAN_CHECK(optimizer.eps > 0, "optimizer.eps must be positive, got ", optimizer.eps);

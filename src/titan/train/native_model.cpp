@@ -1,5 +1,8 @@
 #include "titan/train/native_model.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "titan/core/check.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
@@ -17,7 +20,16 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());
+  if (c.train_state.contains("expert_bias"))
+    out.expert_bias = c.train_state["expert_bias"].get<std::vector<std::vector<double>>>();
   return out;
+}
+
+double largest_expert_bias(const std::vector<std::vector<double>>& expert_bias) {
+  double largest = 0;
+  for (const auto& layer : expert_bias)
+    for (double b : layer) largest = std::max(largest, std::fabs(b));
+  return largest;
 }
 
 }  // namespace titan::train

@@ -4,6 +4,7 @@
 // (one of named parameters, or the slices of every shard: checkpoint_blocks.h).
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "titan/models/qwen3/model.h"
 
@@ -13,7 +14,14 @@ struct NativeModel {
   std::unique_ptr<qwen3::Qwen3Model> model;
   int64_t step = 0;
   std::filesystem::path tokenizer_path;  // as recorded by the trainer (may no longer exist)
+  // The MoE expert biases of a run trained with training.load_balance = "expert_bias" (per MoE layer;
+  // empty without): they steer routing, and a Hugging Face export has no place for them.
+  std::vector<std::vector<double>> expert_bias;
 };
+
+// The largest |bias| of `expert_bias` (0 when there is none): what a Hugging Face export, which
+// routes without biases, leaves out.
+double largest_expert_bias(const std::vector<std::vector<double>>& expert_bias);
 
 NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype);
 

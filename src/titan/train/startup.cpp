@@ -37,8 +37,18 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
     TITAN_CHECK(c.training.load_balance == "aux_loss", "training.load_balance = \"", c.training.load_balance,
                 "\" balances experts, but this model is dense (num_experts = 0)");
   }
-  // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says.
-  if (args.is_moe()) args.output_router_logits = c.training.load_balance == "aux_loss";
+  // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says; an
+  // explicit model.output_router_logits that says otherwise would be printed and not done.
+  if (args.is_moe()) {
+    const bool add_aux = c.training.load_balance == "aux_loss";
+    if (auto it = c.model.overrides.find("output_router_logits"); it != c.model.overrides.end())
+      TITAN_CHECK(qwen3::field_text(args, "output_router_logits") == (add_aux ? "true" : "false"),
+                  "model.output_router_logits = ", it->second, " contradicts training.load_balance = \"",
+                  c.training.load_balance,
+                  "\": titan adds the aux loss to the loss exactly when load_balance = "
+                  "\"aux_loss\" (drop model.output_router_logits)");
+    args.output_router_logits = add_aux;
+  }
   args.validate();
   return args;
 }

@@ -45,8 +45,12 @@ void ModelArgs::validate() const {
   } else {
     TITAN_CHECK(num_experts == 0, "model args: num_experts must be >= 0, got ", num_experts);
   }
-  bool any_dense = false;
-  for (int64_t i = 0; i < n_layers; ++i) any_dense |= !is_moe_layer(i);
+  bool any_dense = false, any_sparse = false;
+  for (int64_t i = 0; i < n_layers; ++i) (is_moe_layer(i) ? any_sparse : any_dense) = true;
+  TITAN_CHECK(!is_moe() || any_sparse, "model args: num_experts = ", num_experts,
+              " but no layer has experts (decoder_sparse_step = ", decoder_sparse_step,
+              ", mlp_only_layers lists ", mlp_only_layers.size(),
+              " of the layers): set num_experts = 0 for a dense model, or leave a layer sparse");
   if (any_dense) positive(hidden_dim, "hidden_dim");
   for (int64_t l : mlp_only_layers)
     TITAN_CHECK(l >= 0 && l < n_layers, "model args: mlp_only_layers entry ", l, " outside [0, ", n_layers, ")");

@@ -162,6 +162,15 @@ std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DTyp
   return model;
 }
 
+std::string expert_bias_export_warning(double largest) {
+  std::ostringstream os;
+  os << "the model was trained with expert biases (training.load_balance = \"expert_bias\", largest |bias| "
+     << largest
+     << "); Qwen3MoeForCausalLM has no place for them, so the export routes tokens by the router's "
+        "scores alone and may pick other experts than the trained model did";
+  return os.str();
+}
+
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
                      const std::vector<std::filesystem::path>& copy_files, bool overwrite) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
