@@ -12,6 +12,7 @@
 
 #include <random>
 
+#include "models/small_args.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/device_services.h"
@@ -26,23 +27,7 @@ using qwen3::Checkpointing;
 using qwen3::ModelArgs;
 using qwen3::Qwen3Model;
 
-ModelArgs small_args(int64_t n_layers, bool moe) {
-  ModelArgs a = qwen3::flavor("debugmodel");
-  a.n_layers = n_layers;
-  a.vocab_size = 1000;
-  a.dim = 64;
-  a.n_heads = 2;
-  a.n_kv_heads = 1;
-  a.head_dim = 32;
-  a.hidden_dim = 128;
-  if (moe) {
-    a.num_experts = 8;
-    a.top_k = 2;
-    a.moe_hidden_dim = 32;
-  }
-  a.validate();
-  return a;
-}
+using testing::small_args;
 
 // Host reads of one forward_loss + backward of a freshly initialized model on a random batch.
 int64_t host_reads_of_a_step(const ModelArgs& args, Checkpointing checkpointing) {

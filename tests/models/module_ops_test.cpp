@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "models/small_args.h"
 #include "titan/autograd/autograd.h"
 #include "titan/kernels/registry.h"
 #include "titan/models/qwen3/args.h"
@@ -19,22 +20,13 @@ namespace {
 
 using Calls = std::set<std::pair<std::string, std::string>>;
 
-qwen3::ModelArgs small_args(bool moe) {
-  qwen3::ModelArgs a = qwen3::flavor("debugmodel");
-  a.n_layers = 3;
-  a.vocab_size = 512;
-  a.dim = 64;
-  a.n_heads = 2;
-  a.n_kv_heads = 1;
-  a.head_dim = 32;
-  a.hidden_dim = 128;
+// Three layers; the MoE one has a dense layer among its sparse ones.
+qwen3::ModelArgs args_of(bool moe) {
+  qwen3::ModelArgs a = testing::small_args(3, moe);
   if (moe) {
-    a.num_experts = 4;
-    a.top_k = 2;
-    a.moe_hidden_dim = 32;
-    a.mlp_only_layers = {1};  // a dense layer among the MoE ones
+    a.mlp_only_layers = {1};
+    a.validate();
   }
-  a.validate();
   return a;
 }
 
@@ -71,7 +63,7 @@ Calls calls_of(const qwen3::ModelArgs& a, DType dtype, qwen3::Checkpointing chec
 TEST(ModuleOps, TheTableIsWhatTheForwardCalls) {
   for (bool moe : {false, true}) {
     SCOPED_TRACE(moe ? "MoE" : "dense");
-    const qwen3::ModelArgs a = small_args(moe);
+    const qwen3::ModelArgs a = args_of(moe);
     const Calls table = table_of(a);
     Calls any;  // over the runs: an f32 run casts nothing, a bf16 one its weights
     for (DType dtype : {DType::F32, DType::BF16})
