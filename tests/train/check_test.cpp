@@ -181,3 +181,22 @@ TEST(Check, AReusedWorkdirOrAJsonInAMissingFolderIsRefusedBeforeAnyRun) {
   EXPECT_NE(out.find("is the input"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "work" / "run" / "metrics.jsonl"));
 }
+
+// The kernels row checks a [kernels] rule as `titan train` does before its parity runs: a rule that
+// could never apply (rope in the output head) fails the row, named, and the summary still prints.
+TEST(Check, AKernelRuleThatCouldNeverApplyFailsTheKernelsRow) {
+  const fs::path dir = tt::temp_dir("check_kernels_never");
+  const fs::path toml = dir / "job.toml";
+  std::ofstream(toml) << "[training]\nseq_len = 64\nlocal_batch_size = 2\n"
+                         "[kernels]\nrope = { impl = \"gather_free\", modules = \"output\" }\n";
+  CheckRun r = titan_check("--config " + toml.string() + " --model.n_layers=1 --model.dim=64 --model.n_heads=2 "
+                           "--model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128",
+                           dir / "check.json");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  ASSERT_TRUE(r.rows.count("kernels")) << r.out;
+  EXPECT_EQ(r.rows["kernels"].at("status"), "FAIL");
+  EXPECT_NE(r.rows["kernels"].at("value").get<std::string>().find("matches no module that runs rope"),
+            std::string::npos)
+      << r.rows["kernels"];
+  EXPECT_NE(r.out.find("titan check: "), std::string::npos) << r.out;
+}

@@ -344,6 +344,18 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   }
   EXPECT_EQ(read_bytes(tokens), before);
   EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // still intact
+  // One token per row leaves nothing to predict: named, not a loss of 0.
+  const std::vector<int64_t> one = {7};
+  const std::vector<io::TensorWrite> one_token = {{"input_ids", DType::I64, {1, 1}, one.data()}};
+  io::write_safetensors(dump / "one.safetensors", one_token);
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " debug dump --model-path " + (dump / "hf").string() +
+                            " --tokens " + (dump / "one.safetensors").string() + " --out " +
+                            (dump / "one_out.safetensors").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("needs B >= 1 rows of S >= 2 tokens"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
       << out;

@@ -1,17 +1,19 @@
 // `titan report`: the page charts real runs, overlaid, with their configs; it is self-contained;
 // and a real browser (headless Chromium) renders it without console errors, its pixels showing
 // every run's curves.
+#include "titan/train/report.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include "test_util.h"
 #include "titan/core/check.h"
-#include "titan/train/report.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -206,6 +208,46 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\"\n";
   e = error_of(dir / "broken");
   EXPECT_NE(e.find("metrics.jsonl:2"), std::string::npos) << e;
+  std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 1e400}\n";  // out of range
+  e = error_of(dir / "broken");
+  EXPECT_NE(e.find("metrics.jsonl:1: not a JSON record"), std::string::npos) << e;
+  std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n";
+  std::ofstream(dir / "broken" / "run_info.json") << "[]";
+  e = error_of(dir / "broken");
+  EXPECT_NE(e.find("run_info.json is not a run's run_info.json"), std::string::npos) << e;
+}
+
+// Axes that read: a constant series sits mid-chart on its own scale (not on a +-0.05 axis through
+// 0), neighbouring y labels differ, and a 2-step run labels both steps.
+TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {
+  const fs::path dir = tt::temp_dir("report_axes");
+  fs::create_directories(dir / "short");
+  {
+    std::ofstream f(dir / "short" / "metrics.jsonl");
+    f << json{{"step", 1}, {"loss", 11.9412}, {"lr", 8e-4}}.dump() << "\n"
+      << json{{"step", 2}, {"loss", 11.9488}, {"lr", 8e-4}}.dump() << "\n";
+  }
+  const std::string html = titan::train::render_report({titan::train::read_run(dir / "short")});
+  auto labels = [&](const std::string& cls, const std::string& figure) {
+    std::vector<std::string> out;
+    const size_t from = html.find("<figcaption>" + figure), to = html.find("</figure>", from);
+    const std::string tag = "class=\"" + cls + "\">";
+    for (size_t at = html.find(tag, from); at < to; at = html.find(tag, at + 1)) {
+      const size_t b = at + tag.size();
+      out.push_back(html.substr(b, html.find('<', b) - b));
+    }
+    return out;
+  };
+  const auto loss_y = labels("ytick", "loss");
+  ASSERT_GE(loss_y.size(), 3u) << html;
+  EXPECT_EQ(std::set<std::string>(loss_y.begin(), loss_y.end()).size(), loss_y.size()) << "repeated labels";
+  auto loss_x = labels("xtick", "loss");
+  EXPECT_EQ(std::count(loss_x.begin(), loss_x.end(), "1"), 1);
+  EXPECT_EQ(std::count(loss_x.begin(), loss_x.end(), "2"), 1);
+  for (const std::string& l : labels("ytick", "learning rate")) {
+    const double v = std::stod(l);
+    EXPECT_TRUE(v > 7e-4 && v < 9e-4) << "a constant lr of 8e-4 on an axis label of " << l;
+  }
 }
 
 }  // namespace

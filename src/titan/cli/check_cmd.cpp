@@ -38,9 +38,12 @@
 #include "titan/io/hf_checkpoint.h"
 #include "titan/io/path_guard.h"
 #include "titan/kernels/parity.h"
+#include "titan/kernels/substitution.h"
+#include "titan/models/qwen3/model.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_config.h"
+#include "titan/train/startup.h"
 #include "titan/train/trainer.h"
 #include "titan/train/versions.h"
 
@@ -247,6 +250,14 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
 Row kernels_row(const train::JobConfig& c) {
   const std::string rule = "every [kernels] substitution matches the reference, forward and backward (f32, bf16)";
   if (c.kernels.empty()) return {"kernels", "SKIP", "the config substitutes no kernel", rule};
+  // First what `titan train` checks before any compute: known op and variant, a kernel for the
+  // job's device and dtype, a pattern that matches a module running the op.
+  try {
+    kernels::plan_substitutions(c.kernels, qwen3::module_ops(train::resolve_model_args(c)),
+                                train::resolve_device(c), train::resolve_compute_dtype(c));
+  } catch (const Error& e) {
+    return {"kernels", "FAIL", e.what(), rule};
+  }
   std::set<std::pair<std::string, std::string>> chosen;
   for (auto& s : c.kernels) chosen.insert({s.op, s.variant});
   int compared = 0;

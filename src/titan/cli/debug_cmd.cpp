@@ -32,6 +32,11 @@ int debug_dump(int argc, char** argv) {
   const io::TensorInfo& ids_info = tokens_file.at("input_ids");
   TITAN_CHECK(ids_info.dtype == DType::I64 && ids_info.shape.size() == 2, p.get("tokens"),
               ": input_ids must be int64 [B, S], got ", dtype_name(ids_info.dtype), shape_str(ids_info.shape));
+  // The loss is over shifted labels: a row needs a second token to have a target (transformers gives
+  // NaN for none; a loss of 0 would look like a perfect model).
+  TITAN_CHECK(ids_info.shape[0] >= 1 && ids_info.shape[1] >= 2, p.get("tokens"), ": input_ids ",
+              shape_str(ids_info.shape),
+              " needs B >= 1 rows of S >= 2 tokens (the loss predicts token t+1 from t)");
   Tensor ids = Tensor::empty(ids_info.shape, DType::I64);
   std::memcpy(ids.raw_data(), ids_info.data, ids_info.nbytes());
 

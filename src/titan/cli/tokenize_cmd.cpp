@@ -55,15 +55,11 @@ int run(int argc, char** argv) {
       decode = true;
     } else if (a == "--skip-special-tokens") {
       skip_special = true;
-    } else {
-      std::fprintf(stderr, "titan tokenize: unknown option '%s'\n%s", a.c_str(), kUsage);
-      return 2;
+    } else {  // exit status 1 like every command's bad input (2 is for an unknown command)
+      TITAN_FAIL("tokenize: unknown option '", a, "'\n", kUsage);
     }
   }
-  if (input.empty() || output.empty()) {
-    std::fprintf(stderr, "titan tokenize: --input and --output are required\n%s", kUsage);
-    return 2;
-  }
+  TITAN_CHECK(!input.empty() && !output.empty(), "tokenize: --input and --output are required\n", kUsage);
   TITAN_CHECK(!skip_special || decode, "tokenize: --skip-special-tokens applies to --decode only");
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");

@@ -41,13 +41,21 @@ std::string num(double v, int precision = 4) {
   return buf;
 }
 
-// About five round tick values covering [lo, hi].
-std::vector<double> ticks(double lo, double hi) {
-  double span = hi - lo;
-  double raw = span / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag * (raw / mag >= 5 ? 5 : raw / mag >= 2 ? 2 : 1);
-  std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+// About five round tick values covering [lo, hi], at least `min_step` apart (1 for steps), and the
+// significant digits their labels need to tell neighbours apart (11.942, 11.943, not 11.94 twice).
+struct Ticks {
+  std::vector<double> values;
+  int digits = 4;
+};
+Ticks ticks(double lo, double hi, double min_step = 0) {
+  const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = std::max(min_step, mag * (raw / mag >= 5 ? 5 : raw / mag >= 2 ? 2 : 1));
+  Ticks t;
+  // Each value from its index (no accumulated rounding: 1 + 5 x 0.2 must be 2, a whole step).
+  const double first = std::ceil(lo / step - 1e-9);
+  for (double k = first; k * step <= hi + step * 1e-9; ++k) t.values.push_back(k == 0 ? 0 : k * step);
+  const double largest = std::max(std::abs(lo), std::abs(hi));
+  t.digits = std::clamp(int(std::ceil(std::log10(largest / step + 1))) + 1, 2, 15);
   return t;
 }
 
@@ -68,7 +76,10 @@ std::string chart(const std::vector<RunRecord>& runs, const std::string& metric,
   os << "<figure><figcaption>" << escape(title) << "</figcaption>";
   if (!(xmin <= xmax)) return os.str() + "<p class=\"none\">not logged by these runs</p></figure>\n";
   if (xmax == xmin) xmin -= 1, xmax += 1;
-  if (ymax == ymin) ymin -= std::max(1.0, std::abs(ymin)) * 0.05, ymax += std::max(1.0, std::abs(ymax)) * 0.05;
+  if (ymax == ymin) {  // a constant: 5 % of its size around it (a constant lr of 8e-4 is no 0)
+    const double half = ymin != 0 ? std::abs(ymin) * 0.05 : 1;
+    ymin -= half, ymax += half;
+  }
   const double pad = (ymax - ymin) * 0.05;
   ymin -= pad, ymax += pad;
   auto X = [&](double x) { return kLeft + (x - xmin) / (xmax - xmin) * (kWidth - kLeft - kRight); };
@@ -77,14 +88,14 @@ std::string chart(const std::vector<RunRecord>& runs, const std::string& metric,
      << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\" aria-label=\"" << escape(title) << "\">";
   os << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << kWidth - kLeft - kRight << "\" height=\""
      << kHeight - kTop - kBottom << "\" class=\"plot\"/>";
-  for (double t : ticks(ymin, ymax))
+  const Ticks yt = ticks(ymin, ymax);
+  for (double t : yt.values)
     os << "<line x1=\"" << kLeft << "\" x2=\"" << kWidth - kRight << "\" y1=\"" << Y(t) << "\" y2=\"" << Y(t)
-       << "\" class=\"grid\"/><text x=\"" << kLeft - 6 << "\" y=\"" << Y(t) + 4 << "\" class=\"ytick\">" << num(t)
+       << "\" class=\"grid\"/><text x=\"" << kLeft - 6 << "\" y=\"" << Y(t) + 4 << "\" class=\"ytick\">"
+       << num(t, yt.digits) << "</text>";
+  for (double t : ticks(xmin, xmax, /*min_step=*/1).values)  // whole steps
+    os << "<text x=\"" << X(t) << "\" y=\"" << kHeight - kBottom + 16 << "\" class=\"xtick\">" << num(t, 15)
        << "</text>";
-  for (double t : ticks(xmin, xmax))
-    if (t == std::floor(t))
-      os << "<text x=\"" << X(t) << "\" y=\"" << kHeight - kBottom + 16 << "\" class=\"xtick\">" << num(t, 8)
-         << "</text>";
   os << "<text x=\"" << (kLeft + kWidth - kRight) / 2 << "\" y=\"" << kHeight - 4 << "\" class=\"xtick\">step</text>";
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string colour = run_colour(i);
@@ -166,7 +177,7 @@ RunRecord read_run(const fs::path& dir) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
       TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", e.what());
     }
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
@@ -181,12 +192,18 @@ RunRecord read_run(const fs::path& dir) {
   const fs::path info_path = dir / "run_info.json";
   if (fs::exists(info_path)) {
     json info = read_json(info_path);
-    r.description = info.value("description", "");
-    r.config_in_effect = info.value("config_in_effect", "");
-    r.device = info.value("device", "");
-    if (info.contains("config_notes")) r.config_notes = info["config_notes"].get<std::vector<std::string>>();
-    if (info.contains("versions"))
-      for (auto& [k, v] : info["versions"].items()) r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    try {
+      r.description = info.value("description", "");
+      r.config_in_effect = info.value("config_in_effect", "");
+      r.device = info.value("device", "");
+      if (info.contains("config_notes"))
+        r.config_notes = info["config_notes"].get<std::vector<std::string>>();
+      if (info.contains("versions"))
+        for (auto& [k, v] : info["versions"].items())
+          r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    } catch (const json::exception& e) {  // valid JSON of another shape ([], a number for a string)
+      TITAN_FAIL("report: ", info_path.string(), " is not a run's run_info.json: ", e.what());
+    }
   }
   // [profiling]: the traces folder named in the config in effect, its newest iteration.
   const std::string key = "  profiling.save_traces_folder = \"";

@@ -36,10 +36,9 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   "or drop the key");
     TITAN_CHECK(c.training.load_balance == "aux_loss", "training.load_balance = \"", c.training.load_balance,
                 "\" balances experts, but this model is dense (num_experts = 0)");
-  }
-  // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says; an
-  // explicit model.output_router_logits that says otherwise would be printed and not done.
-  if (args.is_moe()) {
+  } else {
+    // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says; an
+    // explicit model.output_router_logits that says otherwise would be printed and not done.
     const bool add_aux = c.training.load_balance == "aux_loss";
     if (auto it = c.model.overrides.find("output_router_logits"); it != c.model.overrides.end())
       TITAN_CHECK(qwen3::field_text(args, "output_router_logits") == (add_aux ? "true" : "false"),

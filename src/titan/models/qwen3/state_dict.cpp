@@ -70,9 +70,9 @@ std::string element_text(const io::TensorInfo& t, int64_t i) {
     float f;
     std::memcpy(&f, p, 4);
     v = f;
-  } else if (t.dtype == DType::F64)
+  } else if (t.dtype == DType::F64) {
     std::memcpy(&v, p, 8);
-  else {
+  } else {  // bf16, f16
     uint16_t h;
     std::memcpy(&h, p, 2);
     v = t.dtype == DType::BF16 ? bf16_to_f32(bf16{h}) : f16_to_f32(h);
