@@ -213,6 +213,10 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   EXPECT_NE(out.find("--op is given twice"), std::string::npos) << out;
   rc = titan::testing::run_command(titan + " kernels parity --seed 12x 2>&1", &out);
   EXPECT_NE(out.find("--seed 12x: expected an integer >= 0"), std::string::npos) << out;
+  // A command that takes no plain arguments refuses one.
+  rc = titan::testing::run_command(titan + " kernels list extra 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("titan kernels list: unexpected argument 'extra'"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -664,4 +664,10 @@ TEST(JobConfig, TheCommandLineTakesOneConfig) {
             0)
       << out;
   EXPECT_NE(out.find("--config is given twice"), std::string::npos) << out;
+  // The message is printed for the user, without its source location unless asked for.
+  EXPECT_EQ(out.find(".cpp:"), std::string::npos) << out;
+  titan::testing::run_command("TITAN_ERROR_LOCATION=1 " + titan::testing::titan_binary().string() +
+                                  " train --config " + cfg + " --config " + cfg + " 2>&1",
+                              &out);
+  EXPECT_NE(out.find("args.cpp:"), std::string::npos) << out;
 }

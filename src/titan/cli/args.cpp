@@ -30,6 +30,11 @@ ArgParser& ArgParser::flag(const std::string& name, const std::string& help) {
   return *this;
 }
 
+ArgParser& ArgParser::takes_positional() {
+  takes_positional_ = true;
+  return *this;
+}
+
 std::string ArgParser::usage() const {
   std::string u = "usage: titan " + command_ + " [options]\n" + summary_ + "\n\noptions:\n";
   for (auto& n : order_) {
@@ -51,6 +56,8 @@ bool ArgParser::parse(int argc, char** argv) {
       return false;
     }
     if (a.rfind("--", 0) != 0) {
+      TITAN_CHECK(takes_positional_, "titan ", command_, ": unexpected argument '", a,
+                  "' (options start with --; see --help)");
       positional_.push_back(a);
       continue;
     }

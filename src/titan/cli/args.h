@@ -16,6 +16,9 @@ class ArgParser {
   ArgParser& option(const std::string& name, const std::string& help, std::optional<std::string> def = std::nullopt);
   ArgParser& required(const std::string& name, const std::string& help);
   ArgParser& flag(const std::string& name, const std::string& help);
+  // The command takes arguments that are not options (report's run folders); without this call
+  // one is an error.
+  ArgParser& takes_positional();
 
   // Returns false when --help was given (usage already printed). Throws titan::Error on bad input.
   bool parse(int argc, char** argv);
@@ -39,6 +42,7 @@ class ArgParser {
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
+  bool takes_positional_ = false;
 };
 
 // The arguments of the job-config commands (train, check, info --config): `--config FILE.toml`, the command's own

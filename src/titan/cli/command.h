@@ -15,6 +15,11 @@ struct Command {
 
 std::vector<Command>& command_registry();
 
+// An error message as the command line prints it: without the source locations
+// (`src/titan/x.cpp:12: `) every titan::Error carries for developers, nested ones included;
+// TITAN_ERROR_LOCATION=1 keeps them.
+std::string error_for_the_user(const std::string& message);
+
 struct CommandRegistrar {
   CommandRegistrar(std::string name, std::string summary, std::function<int(int, char**)> run) {
     command_registry().push_back({std::move(name), std::move(summary), std::move(run)});

@@ -84,7 +84,8 @@ int verify_main(int argc, char** argv) {
   p.option("source", "native checkpoint folder the export came from (step-N)")
       .option("dataset", "text data for the loss batch (default: the built-in corpus)")
       .option("batch", "batch size of the loss batch", "2")
-      .option("seq", "sequence length of the loss batch", "128");
+      .option("seq", "sequence length of the loss batch", "128")
+      .takes_positional();
   if (!p.parse(argc, argv)) return 0;
   TITAN_CHECK(p.positional().size() == 1, "titan verify-export: give exactly one export directory (see --help)");
   const fs::path dir = p.positional()[0];

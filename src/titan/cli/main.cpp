@@ -1,8 +1,11 @@
 // `titan <command> [args]`: dispatches to the commands registered in cli/*_cmd.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <regex>
+#include <string>
 
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
@@ -11,6 +14,13 @@ namespace titan::cli {
 std::vector<Command>& command_registry() {
   static std::vector<Command> commands;
   return commands;
+}
+
+std::string error_for_the_user(const std::string& message) {
+  const char* keep = std::getenv("TITAN_ERROR_LOCATION");
+  if (keep && std::strcmp(keep, "1") == 0) return message;
+  static const std::regex location("[A-Za-z0-9_./+-]+\\.(cpp|cu|cuh|h|hpp):[0-9]+: ");
+  return std::regex_replace(message, location, "");
 }
 }  // namespace titan::cli
 
@@ -34,7 +44,8 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "titan %s: error: %s\n", argv[1], e.what());
+      std::fprintf(stderr, "titan %s: error: %s\n", argv[1],
+                   titan::cli::error_for_the_user(e.what()).c_str());
       return 1;
     }
   }

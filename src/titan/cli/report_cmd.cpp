@@ -14,7 +14,7 @@ namespace {
 int report_main(int argc, char** argv) {
   ArgParser p("report RUN_DIR [RUN_DIR ...]",
               "One self-contained HTML page charting the runs' metrics (overlaid), with their configs.");
-  p.option("out", "the page to write", "report.html");
+  p.option("out", "the page to write", "report.html").takes_positional();
   if (!p.parse(argc, argv)) return 0;
   TITAN_CHECK(!p.positional().empty(), "titan report: give one or more run folders (a run's job.dump_folder)");
   std::vector<std::filesystem::path> dirs(p.positional().begin(), p.positional().end());

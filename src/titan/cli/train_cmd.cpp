@@ -30,7 +30,8 @@ int train_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     if (world->size() == 1) throw;
     // The other ranks may be waiting for this one in a collective: end the whole job.
-    std::fprintf(stderr, "titan train: error: rank %d: %s\n", world->rank(), e.what());
+    std::fprintf(stderr, "titan train: error: rank %d: %s\n", world->rank(),
+                 error_for_the_user(e.what()).c_str());
     std::fflush(stderr);
     world->abort(1);
   }

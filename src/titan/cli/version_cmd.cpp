@@ -15,7 +15,6 @@ int version_main(int argc, char** argv) {
   p.flag("json", "print one JSON object instead of lines");
   p.flag("cuda", "load the CUDA backend first, so the CUDA runtime, driver and GPUs are listed");
   if (!p.parse(argc, argv)) return 0;
-  TITAN_CHECK(p.positional().empty(), "titan version: unexpected argument '", p.positional().front(), "'");
   if (p.has("cuda")) {
     const std::string why = load_device_backend(Device::CUDA);
     TITAN_CHECK(why.empty(), "titan version --cuda: ", why);
