@@ -587,3 +587,37 @@ TEST(OutputGuard, AnExportOfAnExpertBiasModelSaysTheBiasesAreLeftOut) {
       << out;
   EXPECT_NE(out.find(warning), std::string::npos) << out;
 }
+
+// The global batch is recorded: a resume that changes it (here global_batch_size 4 -> -1, as a
+// resume on another rank count does with -1) says so and how to keep it.
+TEST(ResumeGuard, AChangedGlobalBatchIsSaid) {
+  const fs::path dump = temp_dir("guard_global_batch");
+  run_training(tiny_config(
+      dump, with(kCheckpointEvery2, {{"training.steps", "2"}, {"training.global_batch_size", "4"}})));
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "3"}}))),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("warning: the global batch is 2 sequences, the checkpoint's was 4"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("set training.global_batch_size = 4 to keep it"), std::string::npos) << out;
+}
+
+// A dataset that ends is read again from its start, and the log says so once per epoch.
+TEST(DataEpochs, ARepeatedDatasetIsSaidInTheLog) {
+  const fs::path dump = temp_dir("guard_epochs");
+  write_corpus_prefix(dump / "small.jsonl", 2 << 10);  // ~2 KiB: a few hundred tokens, one step's worth
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump / "run",
+                                              {{"training.steps", "4"},
+                                               {"validation.enable", "false"},
+                                               {"training.dataset_path", (dump / "small.jsonl").string()}})),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("data: the dataset ended during step "), std::string::npos) << out;
+  EXPECT_NE(out.find(": epoch 1 began, the same documents again"), std::string::npos) << out;
+}
