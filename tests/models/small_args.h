@@ -1,6 +1,6 @@
 #pragma once
 // A small Qwen3 (dim 64, 2 heads over 1 KV head, vocabulary 1000) whose forward and backward take
-// milliseconds: the model tests that count or record what a step does, not its numbers.
+// milliseconds: the tests that count, record or time what a step does, not its numbers.
 #include <cstdint>
 
 #include "titan/models/qwen3/args.h"

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "models/small_args.h"
 #include "test_util.h"
 #include "train_test_util.h"
 #include "titan/autograd/autograd.h"
@@ -33,22 +34,9 @@ namespace tt = titan::testing;
 
 namespace {
 
-qwen3::ModelArgs two_layers() {
-  qwen3::ModelArgs a = qwen3::flavor("debugmodel");
-  a.n_layers = 2;
-  a.vocab_size = 1000;
-  a.dim = 64;
-  a.n_heads = 2;
-  a.n_kv_heads = 1;
-  a.head_dim = 32;
-  a.hidden_dim = 128;
-  a.validate();
-  return a;
-}
-
 // The spans of one forward + backward of a two-layer model, after a "data" phase mark.
 std::vector<Span> profile_a_step(qwen3::Checkpointing checkpointing) {
-  qwen3::Qwen3Model model(two_layers(), DType::F32);
+  qwen3::Qwen3Model model(tt::small_args(2, false), DType::F32);
   model.set_checkpointing(checkpointing);
   model.initialize(5, qwen3::InitScheme::HuggingFace);
   std::mt19937_64 rng(3);
