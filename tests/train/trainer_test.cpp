@@ -164,9 +164,10 @@ TEST(TensorBoardParser, Crc32cMatchesTheStandardCheckValue) {
 
 // ---------------------------------------------------------------- tests
 
-// The main job in miniature: loss falls, metrics.jsonl and TensorBoard hold the records, the HF
-// export passes verify-export (f32 and bf16), `debug dump` on it gives the trained model's loss,
-// and a run started from the export begins far below a random-init run.
+// The main job in miniature: loss falls, metrics.jsonl and TensorBoard hold the records,
+// checkpoints land after the first step and at the end, the HF export passes verify-export (f32
+// and bf16), `debug dump` on it gives the trained model's loss, and a run started from the export
+// begins far below a random-init run.
 TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   const fs::path dump = tt::temp_dir("trainer_main");
   const int64_t steps = 20;
@@ -175,9 +176,12 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
                                                    {"lr_scheduler.warmup_steps", "2"},
                                                    {"checkpoint.enable", "true"},
                                                    {"checkpoint.interval", "100"},
+                                                   {"checkpoint.enable_first_step_checkpoint", "true"},
                                                    {"checkpoint.last_save_in_hf", "true"},
                                                    {"metrics.enable_tensorboard", "true"}}));
   EXPECT_EQ(s.steps_run, steps);
+  // Saved after step 1 (enable_first_step_checkpoint) and at the end; the interval never came.
+  EXPECT_EQ(CheckpointManager(dump / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{1, steps}));
   EXPECT_EQ(s.last_step, steps);
   EXPECT_FALSE(s.interrupted);
   EXPECT_EQ(s.tokens, steps * 2 * 64);

@@ -88,6 +88,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, enable),
       TITAN_KEY(checkpoint, folder),
       TITAN_KEY(checkpoint, interval),
+      TITAN_KEY(checkpoint, enable_first_step_checkpoint),
       TITAN_KEY(checkpoint, keep_latest_k),
       TITAN_KEY(checkpoint, initial_load_path),
       TITAN_KEY(checkpoint, initial_load_in_hf),

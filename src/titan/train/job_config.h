@@ -64,6 +64,7 @@ struct CheckpointSection {
   bool enable = false;
   std::string folder = "checkpoint";  // under dump_folder
   int64_t interval = 500;
+  bool enable_first_step_checkpoint = false;  // also save after step 1 (a quick check that saving works)
   int64_t keep_latest_k = 3;
   std::string initial_load_path = "";
   bool initial_load_in_hf = false;

@@ -8,8 +8,8 @@ using U = TorchtitanUse;
 
 // Reasons shared by several keys.
 constexpr std::string_view kMemorySnapshot =
-    "titan writes no PyTorch memory snapshots (the [profiling] trace carries the allocated bytes at every op); "
-    "training is unchanged";
+    "titan writes no PyTorch memory snapshots (the [profiling] trace carries the allocated bytes at every "
+    "op)";
 constexpr std::string_view kPipelineOnly = "used only by pipeline parallelism, which titan does not have";
 constexpr std::string_view kContextOnly = "used only by context parallelism, which titan does not have";
 constexpr std::string_view kQuantOnly =
@@ -63,16 +63,20 @@ const std::vector<KeyGroup> kGroups = {
     alias("profiling.profile_freq", {"profiling.profile_every_x_iter"}),
     ignored("titan's op timeline needs no warm-up steps: it times the profiled steps as they run",
             {"profiling.profiler_warmup"}),
-    ignored(kMemorySnapshot, {"profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder"}),
+    off_only("false", kMemorySnapshot, {"profiling.enable_memory_snapshot"}),
+    ignored(kMemorySnapshot, {"profiling.save_memory_snapshot_folder"}),
     // [metrics]
     native({"metrics.log_freq", "metrics.enable_tensorboard"}),
     off_only("tb", "titan writes TensorBoard events to <dump_folder>/tb", {"metrics.save_tb_folder"}),
     ignored("titan's log has no colours",
             {"metrics.disable_color_printing", "metrics.enable_color_printing"}),
-    ignored("titan logs metrics from rank 0", {"metrics.rank_0_only", "metrics.save_for_all_ranks"}),
-    ignored("titan does not log to Weights & Biases; metrics.jsonl and TensorBoard hold the same scalars",
-            {"metrics.enable_wandb"}),
-    ignored("titan logs every logged step, resumed or not", {"metrics.disable_logging_from_checkpoint"}),
+    off_only("true", "titan logs metrics from rank 0 only", {"metrics.rank_0_only"}),
+    off_only("false", "titan logs metrics from rank 0 only", {"metrics.save_for_all_ranks"}),
+    off_only("false",
+             "titan does not log to Weights & Biases; metrics.jsonl and TensorBoard hold the same scalars",
+             {"metrics.enable_wandb"}),
+    off_only("false", "titan logs every logged step, resumed or not",
+             {"metrics.disable_logging_from_checkpoint"}),
     // [model]
     native({"model.name", "model.flavor", "model.hf_assets_path"}),
     alias("model.hf_assets_path", {"model.tokenizer_path"},
@@ -151,7 +155,7 @@ const std::vector<KeyGroup> kGroups = {
     // [checkpoint]
     native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
-            "checkpoint.export_dtype"}),
+            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -172,9 +176,6 @@ const std::vector<KeyGroup> kGroups = {
         "false",
         "titan has no seed-checkpoint mode (it would save the initial weights and exit instead of training)",
         {"checkpoint.create_seed_checkpoint"}),
-    ignored("titan saves every `interval` steps and at the end, not after the first step; the trained model "
-            "is the same",
-            {"checkpoint.enable_first_step_checkpoint"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
     off_only("[]|", "titan resumes the model, optimizer, schedule and data position together",
              {"checkpoint.exclude_from_loading"}),

@@ -259,7 +259,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
-    if (cfg.checkpoint.enable && (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps))
+    if (cfg.checkpoint.enable &&
+        (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps ||
+         (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
       checkpointer.save(state, job);
     profiler.end_step(state.step);
   }
