@@ -208,10 +208,33 @@ TEST(ExpertBias, MovesTowardTheMeanLoadBySignOnly) {
   ops::update_expert_bias(bias, counts, 1e-3);
   EXPECT_EQ(bias.to_vector(), (std::vector<double>{double(0.5f + 1e-3f), double(0.5f - 1e-3f), 0.25, 0}));
   std::string m = error_of([&] { ops::update_expert_bias(bias, Tensor::zeros({3}, DType::I64), 1e-3); });
-  EXPECT_NE(m.find("counts i64[3] must be i64 of the bias's shape f32[4]"), std::string::npos) << m;
+  EXPECT_NE(m.find("counts i64[3] must be i64 [E] or [micro-batches, E] for the bias f32[4]"),
+            std::string::npos)
+      << m;
   Tensor wrong = Tensor::zeros({4}, DType::F64);
   m = error_of([&] { ops::update_expert_bias(wrong, counts, 1e-3); });
   EXPECT_NE(m.find("bias f64[4] must be a contiguous f32 [E]"), std::string::npos) << m;
+}
+
+// torchtitan's rule: the deltas lose their mean, so the biases keep theirs; the loads are the rows
+// (one per micro-batch) summed, not the last row.
+TEST(ExpertBias, DeltasAreCentredAndMicroBatchRowsSummed) {
+  const double c = 3e-3;
+  // Loads 2, 2, 8 (mean 4): signs +, +, -; the deltas' mean is c / 3.
+  const Tensor rows = Tensor::from_vector(std::vector<int64_t>{2, 0, 5, 0, 2, 3}, {2, 3});
+  Tensor bias = Tensor::zeros({3}, DType::F32);
+  ops::update_expert_bias(bias, rows, c);
+  const std::vector<double> got = bias.to_vector();
+  const std::vector<double> want = {double(float(c - c / 3)), double(float(c - c / 3)),
+                                    double(float(-c - c / 3))};
+  EXPECT_EQ(got, want);
+  EXPECT_NEAR(got[0] + got[1] + got[2], 0.0, 1e-9);
+  // The same loads as one row move the biases alike; the second row alone (loads 0, 2, 3) does not.
+  Tensor one_row = Tensor::zeros({3}, DType::F32), last_row = Tensor::zeros({3}, DType::F32);
+  ops::update_expert_bias(one_row, Tensor::from_vector(std::vector<int64_t>{2, 2, 8}, {3}), c);
+  ops::update_expert_bias(last_row, rows.narrow(0, 1, 1).reshape({3}), c);
+  EXPECT_EQ(one_row.to_vector(), got);
+  EXPECT_NE(last_row.to_vector(), got);
 }
 
 TEST(MoeAuxLoss, BadArgumentsNameOpAndShapes) {

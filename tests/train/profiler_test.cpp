@@ -63,8 +63,9 @@ void expect_tiling(const std::vector<Span>& spans) {
   EXPECT_EQ(spans.front().start, 0.0);
   for (size_t i = 0; i < spans.size(); ++i) {
     EXPECT_GE(spans[i].seconds, 0.0) << spans[i].name;
-    if (i + 1 < spans.size())
+    if (i + 1 < spans.size()) {
       EXPECT_NEAR(spans[i].start + spans[i].seconds, spans[i + 1].start, 1e-9) << "gap after span " << i;
+    }
   }
 }
 

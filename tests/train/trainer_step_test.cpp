@@ -149,9 +149,13 @@ TEST(TrainerStep, ExpertBiasRisesForUnderloadedExpertsAndFallsForOverloadedOnes)
     const int64_t* c = counts[layer].data<int64_t>();
     double mean = 0;
     for (int64_t e = 0; e < E; ++e) mean += double(c[e]) / double(E);
+    // Underloaded (fewer tokens than the mean): the bias goes up, so the expert is picked more;
+    // the moves lose their mean (torchtitan's rule), so the layer's biases keep a mean of 0.
+    auto move = [&](int64_t e) { return c[e] < mean ? coeff : c[e] > mean ? -coeff : 0.0; };
+    double mean_move = 0;
+    for (int64_t e = 0; e < E; ++e) mean_move += move(e) / double(E);
     for (int64_t e = 0; e < E; ++e) {
-      // Underloaded (fewer tokens than the mean): the bias goes up, so the expert is picked more.
-      const double expected = c[e] < mean ? coeff : c[e] > mean ? -coeff : 0.0;
+      const double expected = move(e) - mean_move;
       under += c[e] < mean;
       over += c[e] > mean;
       EXPECT_NEAR(bias[layer][e].get<double>(), expected, 1e-9)
@@ -160,4 +164,32 @@ TEST(TrainerStep, ExpertBiasRisesForUnderloadedExpertsAndFallsForOverloadedOnes)
   }
   EXPECT_GT(under, 0);
   EXPECT_GT(over, 0);
+}
+
+// The bias update counts every token of the step: the same two rows as one micro-batch of two or
+// two micro-batches of one move the biases identically (torchtitan sums the counts over the
+// micro-batches; only the last one's counts would move 17 of 64 experts differently here).
+TEST(TrainerStep, ExpertBiasCountsEveryMicroBatchOfTheStep) {
+  auto bias_after_one_step = [](const std::string& name, const std::string& local_batch) {
+    const fs::path dump = temp_dir(name);
+    run_training(tiny_config(dump, {{"model.num_experts", "8"},
+                                    {"model.top_k", "2"},
+                                    {"model.moe_hidden_dim", "32"},
+                                    {"training.load_balance", "expert_bias"},
+                                    {"training.steps", "1"},
+                                    {"training.local_batch_size", local_batch},
+                                    {"training.global_batch_size", "2"},
+                                    {"training.mixed_precision_param", "float32"},
+                                    {"training.deterministic", "true"},
+                                    {"checkpoint.enable", "true"},
+                                    {"checkpoint.interval", "1"}}));
+    return load_checkpoint_dir(dump / "checkpoint" / "step-1").train_state.at("expert_bias");
+  };
+  const nlohmann::json one_batch = bias_after_one_step("bias_accumulation_1", "2");
+  const nlohmann::json two_micro_batches = bias_after_one_step("bias_accumulation_2", "1");
+  EXPECT_EQ(one_batch, two_micro_batches);
+  size_t moved = 0;
+  for (auto& layer : one_batch)
+    for (auto& b : layer) moved += b.get<double>() != 0;
+  EXPECT_GT(moved, 0u);
 }

@@ -1,5 +1,6 @@
 // titan kernels list   : every op with its registered devices, dtypes and variants.
 // titan kernels parity : every non-reference variant against the reference (docs/kernels.md).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -18,12 +19,19 @@ int kernels_list() {
   const std::string cuda_not_loaded = load_device_backend(Device::CUDA);
   // op -> variant -> (device/dtype list, description)
   std::map<std::string, std::map<std::string, std::pair<std::vector<std::string>, std::string>>> table;
+  // Why kernels cannot run here, each reason once (a missing GPU would otherwise repeat on every
+  // CUDA kernel): the table marks a kernel with its reason's number, the footer prints the reasons.
+  std::vector<std::string> reasons;
   for (const auto& e : kernels::all_kernels()) {
     auto& slot = table[e.op][e.variant];
     std::string dd = std::string(device_name(e.device)) + "/" + std::string(dtype_name(e.dtype));
     if (e.available) {
       std::string why = e.available();
-      if (!why.empty()) dd += " (unavailable here: " + why + ")";
+      if (!why.empty()) {
+        auto it = std::find(reasons.begin(), reasons.end(), why);
+        if (it == reasons.end()) it = reasons.insert(it, why);
+        dd += "(unavailable[" + std::to_string(it - reasons.begin() + 1) + "])";
+      }
     }
     slot.first.push_back(dd);
     if (slot.second.empty()) slot.second = e.description;
@@ -39,6 +47,8 @@ int kernels_list() {
       "\n%zu ops, %zu kernels. \"default\" is used unless a [kernels] substitution picks another variant;\n"
       "\"reference\" is what every other variant is tested against.\n",
       table.size(), kernels::all_kernels().size());
+  for (size_t i = 0; i < reasons.size(); ++i)
+    std::printf("[%zu] unavailable here: %s\n", i + 1, reasons[i].c_str());
   if (!cuda_not_loaded.empty()) std::printf("No cuda kernels listed: %s.\n", cuda_not_loaded.c_str());
   return 0;
 }

@@ -84,7 +84,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     const StepGradients g = compute_gradients(model, sharding, plan, shape.grad_accumulation, [&] {
       return std::pair{x, y};
     });
-    apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g.grad_norm,
+    apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
     p.comm = sharding.stats();

@@ -28,16 +28,36 @@ Tensor TrainStep::my_rows(const std::vector<int64_t>& global) const {
   return Tensor::from_vector(std::vector<int64_t>(first, first + n), {batch_, seq_len_});
 }
 
+namespace {
+
+// Keeps micro-batch `micro`'s routing counts (the model's last forward) as row `micro` of `kept`:
+// the bias update counts every token of the step, as torchtitan does. Device copies, no host read.
+void keep_expert_counts(const std::vector<Tensor>& counts, int64_t micro, int64_t accumulation,
+                        std::vector<Tensor>& kept) {
+  kept.resize(counts.size());
+  for (size_t layer = 0; layer < counts.size(); ++layer) {
+    const Tensor& c = counts[layer];
+    if (!c.defined()) continue;
+    if (micro == 0) kept[layer] = Tensor::empty({accumulation, c.numel()}, DType::I64, c.device());
+    kept[layer].narrow(0, micro, 1).reshape({c.numel()}).copy_from(c);
+  }
+}
+
+}  // namespace
+
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next) {
   profiling::mark_phase("zero grad");
   model.zero_grad();
+  StepGradients g;
   double sums[2] = {0, 0};  // loss, aux loss
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     sharding.begin_micro_batch(micro == accumulation - 1);
     profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
     const auto [ids, targets] = next();
     qwen3::LossOutput out = model.forward_loss(ids, targets);
+    if (!model.expert_bias().empty())
+      keep_expert_counts(model.last_expert_counts(), micro, accumulation, g.expert_counts);
     autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
     // Read after the backward is queued: on a GPU a read in between would hold the backward back
     // until the whole forward had run.
@@ -58,19 +78,18 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   for (auto& b : model.blocks()) grads.push_back(b.shard_grad());
   const double norm_sq = ops::grad_norm_sq(grads);  // one host read for all blocks
   if (ranks) profiling::mark_phase("grad-norm all-reduce");
-  StepGradients g;
   g.loss = sums[0] / micro_batches;
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
   g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
   return g;
 }
 
-void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr, int64_t step,
-                  double max_norm, double grad_norm, double expert_bias_coeff) {
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
+                  int64_t step, double max_norm, const StepGradients& gradients, double expert_bias_coeff) {
   // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
-  optimizer.step(model.blocks(), lr, step, ops::clip_coefficient(max_norm, grad_norm));
+  optimizer.step(model.blocks(), lr, step, ops::clip_coefficient(max_norm, gradients.grad_norm));
   if (!model.expert_bias().empty())
-    model.update_expert_bias(plan.sum_over_ranks(model.last_expert_counts()), expert_bias_coeff);
+    model.update_expert_bias(plan.sum_over_ranks(gradients.expert_counts), expert_bias_coeff);
 }
 
 StepResult TrainStep::run(TrainState& s) const {
@@ -89,7 +108,7 @@ StepResult TrainStep::run(TrainState& s) const {
               "); stopping before the optimizer step (no checkpoint written)");
   StepResult r;
   r.lr = s.schedule.lr(step - 1);
-  apply_update(s.model, s.optimizer, plan_, r.lr, step, max_norm_, g.grad_norm, expert_bias_coeff_);
+  apply_update(s.model, s.optimizer, plan_, r.lr, step, max_norm_, g, expert_bias_coeff_);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   s.tokens_seen += r.tokens;
   r.loss = g.loss;

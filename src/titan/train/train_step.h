@@ -36,14 +36,18 @@ struct StepResult {
 // Afterwards every block's shard_grad holds the mean gradient over the data-parallel ranks.
 struct StepGradients {
   double loss = 0, aux_loss = -1, grad_norm = 0;
+  // With an expert bias: each layer's routing counts, one row per micro-batch (i64 [accumulation,
+  // E] on the model's device; undefined for dense layers), this rank's only.
+  std::vector<Tensor> expert_counts;
 };
 using MicroBatchSource = std::function<std::pair<Tensor, Tensor>()>;
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
 // apply_update: AdamW on this rank's slices with the gradients clipped to `max_norm` by the global
-// norm, then the MoE expert-bias update from the expert counts summed over the ranks.
-void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr, int64_t step,
-                  double max_norm, double grad_norm, double expert_bias_coeff);
+// norm, then the MoE expert-bias update from the expert counts of every micro-batch, summed over
+// the ranks.
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
+                  int64_t step, double max_norm, const StepGradients& gradients, double expert_bias_coeff);
 
 class TrainStep {
  public:

@@ -15,6 +15,7 @@
 // staged by the driver one synchronous chunk at a time).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -379,12 +380,22 @@ class CudaDeviceServices final : public DeviceServices {
   cudaStream_t stream_handle() {
     std::call_once(stream_once_, [this] {
       require_available();
-      // The thread that first uses the device (the main thread, which issues every kernel and
-      // copy) makes this process's GPU current.
-      TITAN_CUDA_CHECK(cudaSetDevice(device_));
+      bind_this_thread();
       TITAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     });
+    bind_this_thread();
     return stream_;
+  }
+
+  // CUDA's current device is per host thread, and a new thread starts on GPU 0: every thread that
+  // reaches the device (the main thread, and the OpenMP workers that copy parameters at start-up)
+  // first makes this process's GPU current, or a rank that sees several GPUs would allocate,
+  // create events or copy on GPU 0.
+  void bind_this_thread() const {
+    thread_local int bound = -1;
+    if (bound == device_) return;
+    TITAN_CUDA_CHECK(cudaSetDevice(device_));
+    bound = device_;
   }
 
   void* workspace(size_t nbytes) {
@@ -412,7 +423,7 @@ class CudaDeviceServices final : public DeviceServices {
       }
     }
     require_available();
-    stream_handle();  // the device is initialised before the first allocation
+    stream_handle();  // the device is initialised (and current on this thread) before the first allocation
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, size);
     if (err == cudaErrorMemoryAllocation) {
@@ -452,7 +463,11 @@ class CudaDeviceServices final : public DeviceServices {
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      reason_ = std::string("no CUDA device found (") + cudaGetErrorString(err) + ")";
+      // Without an NVIDIA driver the runtime reports an "insufficient" driver version; say what
+      // is really missing.
+      const bool no_driver = err == cudaErrorInsufficientDriver && !driver_library_present();
+      reason_ = std::string("no CUDA device found (") +
+                (no_driver ? "no NVIDIA driver: libcuda.so.1 is not installed" : cudaGetErrorString(err)) + ")";
     } else if (n == 0) {
       reason_ = "no CUDA device found";
     } else if (const int local = launcher_local_rank(); n > 1 && local >= n) {
@@ -464,6 +479,11 @@ class CudaDeviceServices final : public DeviceServices {
       // CUDA_VISIBLE_DEVICES, or one process).
       device_ = n == 1 ? 0 : std::max(local, 0);
     }
+  }
+  static bool driver_library_present() {
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (lib) dlclose(lib);
+    return lib != nullptr;
   }
   // One GPU per rank: an MPI (or Slurm, torchrun) launcher's local rank on this host picks the
   // GPU among those the process sees; -1 when no launcher set one (one process: GPU 0).
@@ -499,7 +519,7 @@ class CudaDeviceServices final : public DeviceServices {
     free_blocks_.clear();
   }
 
-  void ensure_staging() {
+  void ensure_staging() {  // after stream_handle(): this thread is on the GPU
     if (staging_[0]) return;
     for (int k = 0; k < 2; ++k) {
       TITAN_CUDA_CHECK(cudaHostAlloc(&staging_[k], kStagingBytes, cudaHostAllocDefault));

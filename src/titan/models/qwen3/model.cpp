@@ -154,8 +154,8 @@ void Qwen3Model::update_expert_bias(const std::vector<Tensor>& counts, double co
   for (size_t i = 0; i < expert_bias_.size(); ++i) {
     Tensor& bias = expert_bias_[i];
     if (!bias.defined()) continue;
-    TITAN_CHECK(i < counts.size() && counts[i].defined() && counts[i].numel() == bias.numel(),
-                "qwen3: expert counts of layer ", i, " are missing or not [", bias.numel(), "]");
+    TITAN_CHECK(i < counts.size() && counts[i].defined() && counts[i].size(-1) == bias.numel(),
+                "qwen3: expert counts of layer ", i, " are missing or not [..., ", bias.numel(), "]");
     ops::update_expert_bias(bias, counts[i], coeff);  // on the bias's device: no host read
   }
 }

@@ -80,7 +80,9 @@ class Qwen3Model {
   const std::vector<Tensor>& last_expert_counts() const { return last_counts_; }
   // The balancing policy, applied once per optimizer step: every expert's bias moves by `coeff`
   // towards balance, up when the expert received fewer tokens than the mean of its layer in
-  // `counts` (per layer, i64 [E], as last_expert_counts), down when more. No-op without a bias.
+  // `counts` (per layer, i64 [E] as last_expert_counts, or [micro-batches, E]: the rows are
+  // summed), down when more; the layer's biases keep their mean (ops::update_expert_bias). No-op
+  // without a bias.
   void update_expert_bias(const std::vector<Tensor>& counts, double coeff);
   // The biases as plain numbers (one list per layer, empty for dense layers), for train state
   // files; set_expert_bias_values restores them (layers the model has no bias for are skipped).

@@ -1368,20 +1368,32 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 // Registration with the MoE ops (ops/moe.h).
 namespace {
 
-// The expert-bias update, one thread in expert order: E (<= a few hundred) adds, bit for bit the CPU
-// reference's (f64 mean, IEEE division, one f32 add per expert), with no host round trip.
-__global__ void expert_bias_kernel(int64_t E, const int64_t* counts, double coeff, float* bias) {
+// The expert-bias update, one thread in expert order: M x E (a few thousand at most) loads, bit for
+// bit the CPU reference's (i64 loads, f64 means, IEEE division, one f32 add per expert), with no
+// host round trip. Two passes over the counts instead of a buffer of deltas: the delta of an
+// expert is recomputed from its load, identically.
+__device__ int64_t expert_load(int64_t M, int64_t E, const int64_t* counts, int64_t e) {
+  int64_t load = 0;
+  for (int64_t m = 0; m < M; ++m) load += counts[m * E + e];
+  return load;
+}
+__device__ double expert_delta(double mean, int64_t load, double coeff) {
+  const double d = mean - double(load);
+  return coeff * double((d > 0) - (d < 0));
+}
+__global__ void expert_bias_kernel(int64_t M, int64_t E, const int64_t* counts, double coeff, float* bias) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double mean = 0;
-  for (int64_t e = 0; e < E; ++e) mean += double(counts[e]) / double(E);
-  for (int64_t e = 0; e < E; ++e) {
-    const double d = mean - double(counts[e]);
-    bias[e] = __fadd_rn(bias[e], float(coeff * double((d > 0) - (d < 0))));
-  }
+  for (int64_t e = 0; e < E; ++e) mean += double(expert_load(M, E, counts, e)) / double(E);
+  double delta_mean = 0;
+  for (int64_t e = 0; e < E; ++e) delta_mean += expert_delta(mean, expert_load(M, E, counts, e), coeff) / double(E);
+  for (int64_t e = 0; e < E; ++e)
+    bias[e] = __fadd_rn(bias[e], float(expert_delta(mean, expert_load(M, E, counts, e), coeff) - delta_mean));
 }
-void expert_bias_entry(const KernelContext& ctx, int64_t E, const int64_t* counts, double coeff, float* bias) {
+void expert_bias_entry(const KernelContext& ctx, int64_t M, int64_t E, const int64_t* counts, double coeff,
+                       float* bias) {
   if (E == 0) return;
-  expert_bias_kernel<<<1, 32, 0, stream_of(ctx)>>>(E, counts, coeff, bias);
+  expert_bias_kernel<<<1, 32, 0, stream_of(ctx)>>>(M, E, counts, coeff, bias);
   check_launch("moe (cuda): expert bias update");
 }
 

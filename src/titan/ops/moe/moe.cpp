@@ -79,14 +79,16 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
 void update_expert_bias(Tensor& bias, const Tensor& counts_in, double coeff) {
   TITAN_CHECK(bias.dim() == 1 && bias.dtype() == DType::F32 && bias.is_contiguous(),
               "update_expert_bias: bias ", bias.str(), " must be a contiguous f32 [E]");
-  TITAN_CHECK(counts_in.shape() == bias.shape() && counts_in.dtype() == DType::I64 &&
-                  counts_in.device() == bias.device(),
-              "update_expert_bias: counts ", counts_in.str(), " must be i64 of the bias's shape ", bias.str(),
-              " on ", device_name(bias.device()));
+  TITAN_CHECK((counts_in.dim() == 1 || counts_in.dim() == 2) && counts_in.size(-1) == bias.numel() &&
+                  counts_in.dtype() == DType::I64 && counts_in.device() == bias.device(),
+              "update_expert_bias: counts ", counts_in.str(),
+              " must be i64 [E] or [micro-batches, E] for the bias ", bias.str(), " on ",
+              device_name(bias.device()));
   TITAN_CHECK(std::isfinite(coeff), "update_expert_bias: coeff ", coeff, " must be finite");
   const Tensor counts = counts_in.contiguous();
+  const int64_t rows = counts.dim() == 2 ? counts.size(0) : 1;
   kernels::kernel_for<ExpertBiasKernel>("update_expert_bias", bias.device(), DType::F32)
-      .update(device_services(bias.device()).context(), bias.numel(), counts.data<int64_t>(), coeff,
+      .update(device_services(bias.device()).context(), rows, bias.numel(), counts.data<int64_t>(), coeff,
               bias.data<float>());
 }
 

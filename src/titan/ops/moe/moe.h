@@ -80,8 +80,11 @@ Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices
                    const Tensor& w_up, const Tensor& w_down);
 
 // torchtitan's aux-loss-free balancing, one layer, in place on the bias's device (no host read):
-// bias[e] += coeff * sign(mean(counts) - counts[e]) in f32, the mean summed as counts[e] / E in f64
-// in expert order. bias f32 [E], counts i64 [E] (the layer's assignments, summed over ranks).
+// Aux-loss-free balancing, torchtitan's rule: with load[e] the tokens expert e received (counts
+// summed over their rows), delta[e] = coeff * sign(mean(load) - load[e]) and
+// bias[e] += delta[e] - mean(delta) (the biases keep their mean), means in f64 in expert order, one
+// f32 add per expert. bias f32 [E]; counts i64 [E] or [M, E] (the layer's assignments, one row per
+// micro-batch of the step, summed over ranks).
 void update_expert_bias(Tensor& bias, const Tensor& counts, double coeff);
 
 struct MoeDims {
@@ -121,8 +124,9 @@ struct MoeAuxLossKernel {
                    const void* dloss, void* dprobs);
 };
 
-struct ExpertBiasKernel {  // registered for f32 (the bias)
-  void (*update)(const KernelContext& ctx, int64_t E, const int64_t* counts, double coeff, float* bias);
+struct ExpertBiasKernel {  // registered for f32 (the bias); counts [M, E]: M micro-batches' rows, summed
+  void (*update)(const KernelContext& ctx, int64_t M, int64_t E, const int64_t* counts, double coeff,
+                 float* bias);
 };
 
 struct MoeExpertsKernel {

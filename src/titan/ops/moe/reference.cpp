@@ -134,19 +134,31 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
      {DType::F32, "reference", "serial sums in f64, f32 probs and gradients",
       MoeAuxLossKernel{aux_accumulate_ref<float>, aux_finish_ref<float>, aux_backward_ref<float>}}});
 
-// Expert bias: the mean in f64 in expert order, one f32 add per expert.
-void expert_bias_ref(const KernelContext&, int64_t E, const int64_t* counts, double coeff, float* bias) {
+// Expert bias: each expert's tokens summed over the micro-batches (exact, i64), the mean load in
+// f64 in expert order, every step delta = coeff x sign(mean - load) less the deltas' mean (as
+// torchtitan: the biases keep their mean), one f32 add per expert.
+void expert_bias_ref(const KernelContext&, int64_t M, int64_t E, const int64_t* counts, double coeff,
+                     float* bias) {
+  std::vector<double> delta(size_t(E), 0.0);
   double mean = 0;
-  for (int64_t e = 0; e < E; ++e) mean += double(counts[e]) / double(E);
   for (int64_t e = 0; e < E; ++e) {
-    const double d = mean - double(counts[e]);
-    bias[e] = bias[e] + float(coeff * double((d > 0) - (d < 0)));
+    int64_t load = 0;
+    for (int64_t m = 0; m < M; ++m) load += counts[m * E + e];
+    delta[size_t(e)] = double(load);
+    mean += double(load) / double(E);
   }
+  double delta_mean = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double d = mean - delta[size_t(e)];
+    delta[size_t(e)] = coeff * double((d > 0) - (d < 0));
+    delta_mean += delta[size_t(e)] / double(E);
+  }
+  for (int64_t e = 0; e < E; ++e) bias[e] = bias[e] + float(delta[size_t(e)] - delta_mean);
 }
 
 const bool update_expert_bias_kernels_registered = kernels::register_kernels(
     "update_expert_bias", Device::CPU,
-    {{DType::F32, "reference", "serial: f64 mean in expert order, one f32 add per expert",
+    {{DType::F32, "reference", "serial: i64 loads, f64 means in expert order, one f32 add per expert",
       ExpertBiasKernel{expert_bias_ref}}});
 
 // ---------------------------------------------------------------------------------------------

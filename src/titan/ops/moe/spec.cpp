@@ -37,7 +37,7 @@ TITAN_REGISTER_OP_SPEC(router_topk,
                         "softmax in f32 on widened logits, as cross_entropy",
                         {{1, 1, 1}, {37, 8, 2}, {9, 64, 8}}});
 
-// One layer's bias moved by its counts (coeff 1e-3), in place.
+// One layer's bias moved by its counts (coeff 1e-3, three micro-batches' rows), in place.
 TITAN_REGISTER_OP_SPEC(update_expert_bias,
                        {"update_expert_bias",
                         {"E"},
@@ -46,7 +46,7 @@ TITAN_REGISTER_OP_SPEC(update_expert_bias,
                         {},
                         [](const Dims& s, DType, uint64_t seed, const std::string&) {
                           return ParityCase{{spec_uniform({s[0]}, DType::F32, seed, -0.01, 0.01),
-                                             spec_random_ids(s[0], 100, seed + 1)},
+                                             spec_random_ids(3 * s[0], 100, seed + 1).reshape({3, s[0]})},
                                             {"bias", "counts"},
                                             [](const std::vector<Tensor>& in) {
                                               Tensor bias = in[0];  // the case's own copy
@@ -56,7 +56,7 @@ TITAN_REGISTER_OP_SPEC(update_expert_bias,
                                             {"bias"}};
                         },
                         spec_exact_tolerance(),
-                        "the same f64 mean and one f32 add per expert",
+                        "the same i64 loads, f64 means and one f32 add per expert",
                         {{1}, {8}}});
 
 // Two layers of T and T/2 + 1 tokens (the loss runs over all MoE layers at once); probabilities
