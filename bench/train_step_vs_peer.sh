@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side training-step throughput: titan.cpp vs the PyTorch CPU peer
 # (../shared/peers/cpu/cpu_peer.py, Debian python3-torch), same machine, same run.
-# Cases: debugmodel and debugmodel_moe (untied, as the peer builds it), batch 2 x seq 512,
+# Cases: debugmodel and debugmodel_moe (untied in both), batch 2 x seq 512,
 # fp32 and bf16 mixed precision. Reports median-step tokens/s for the peer and sustained tokens/s
 # for titan (both exclude the first, warm-up step), peak resident memory of each process
 # (/usr/bin/time), the ratios, and the 1-minute load average before each case (the machine may be
@@ -36,8 +36,6 @@ for case in $CASES; do
     >"$OUT/peer.json" 2>"$OUT/peer.time"
   peer_tps=$(python3 -c "import json;print(round(json.load(open('$OUT/peer.json'))['tokens_per_s'],1))")
   mp=$([ "$prec" = bf16 ] && echo bfloat16 || echo float32)
-  extra=()
-  [ "$model" = debugmodel_moe ] && extra+=(--model.tie_embeddings=false)
   config="configs/$model.toml"
   if [ -n "${TITAN_KERNELS:-}" ]; then  # the config plus a [kernels] table (not settable with --k=v)
     config="$OUT/$model.toml"
@@ -47,7 +45,7 @@ for case in $CASES; do
   /usr/bin/time -v "$TITAN" train --config "$config" --job.dump_folder="$OUT/titan" \
     --training.steps=$((STEPS + 1)) --lr_scheduler.warmup_steps=1 --training.local_batch_size=2 \
     --training.seq_len=512 --training.mixed_precision_param=$mp --checkpoint.enable=false \
-    --checkpoint.last_save_in_hf=false --validation.enable=false --metrics.log_freq=1 "${extra[@]}" \
+    --checkpoint.last_save_in_hf=false --validation.enable=false --metrics.log_freq=1 \
     >"$OUT/titan.log" 2>"$OUT/titan.time"
   titan_tps=$(sed -n 's/.*sustained \([0-9.]*\) tokens\/s.*/\1/p' "$OUT/titan.log")
   ratio=$(python3 -c "print(f'{$titan_tps/$peer_tps:.2f}')")

@@ -1,6 +1,7 @@
 #include "titan/nn/param_block.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -16,7 +17,8 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
   for (auto& s : specs) {
     // Keep every parameter 64-byte aligned inside the buffer (vector loads, shard boundaries).
     total = (total + 15) / 16 * 16;
-    params_.push_back({s.name, s.shape, total, s.init, s.std, Tensor()});
+    Param& p = params_.emplace_back();
+    p.name = s.name, p.shape = s.shape, p.offset = total, p.init = s.init, p.std = s.std;
     total += shape_numel(s.shape);
   }
   if (shard.count <= 1) {
@@ -136,7 +138,13 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
       std::seed_seq seq{seed, h};
       std::mt19937_64 rng(seq);
       std::normal_distribution<double> normal(0.0, p.std);
-      for (int64_t j = 0; j < n; ++j) v[j] = float(normal(rng));
+      const double bound =
+          p.truncate_at * p.std;  // a truncated normal by rejection, as torch's trunc_normal_
+      for (int64_t j = 0; j < n; ++j) {
+        double x = normal(rng);
+        while (bound > 0 && std::abs(x) > bound) x = normal(rng);
+        v[j] = float(x);
+      }
     }
     if (!on_host) p.value.copy_from(host);
   }

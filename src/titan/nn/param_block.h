@@ -31,6 +31,7 @@ struct Param {
   // View into the block's compute copy when it has one (else undefined); requires grad, and its
   // gradient goes to the same f32 slice of the block's grad as value's.
   Tensor compute_value;
+  double truncate_at = 0;  // Init::Normal: values beyond +-truncate_at x std are drawn again (0: never)
 };
 
 // The points where a model uses a block's parameters, for a data-parallel plan that keeps blocks

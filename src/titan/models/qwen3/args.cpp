@@ -106,7 +106,7 @@ ModelArgs moe(ModelArgs a, int64_t experts, int64_t k, int64_t moe_hidden) {
 const std::map<std::string, ModelArgs>& flavors() {
   static const std::map<std::string, ModelArgs> table = {
       {"debugmodel", dense(256, 3072, 8, 16, 8, true)},
-      {"debugmodel_moe", moe(dense(256, 3072, 8, 16, 8, true), 64, 8, 768)},
+      {"debugmodel_moe", moe(dense(256, 3072, 8, 16, 8, false), 64, 8, 768)},  // untied, as torchtitan's
       {"0.6B", dense(1024, 3072, 28, 16, 8, true)},
       {"1.7B", dense(2048, 6144, 28, 16, 8, true)},
       {"4B", dense(2560, 9728, 36, 32, 8, true)},

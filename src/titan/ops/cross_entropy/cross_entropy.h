@@ -9,9 +9,11 @@
 // scalar (f64 for f64 logits, shape []); when every row is ignored it is 0 and the gradients are 0.
 // A label outside [0, V) that is not ignore_index is an error naming the value, its row and V.
 //
-// Gradient accumulation: the trainer wants sum-of-token-losses / tokens-in-the-whole-step, not a
-// mean of per-micro-batch means. Use Reduction::Sum and divide by the total of count_targets() over
-// the micro-batches (the count of one call is also returned through `num_targets`).
+// Gradient accumulation: sum-of-token-losses / tokens-in-the-whole-step equals the mean of the
+// micro-batches' means only while every micro-batch has as many targets. The trainer's do (packed
+// windows, no ignored labels), so it averages Reduction::Mean losses; a loss with ignored labels
+// would use Reduction::Sum and divide by the total of count_targets() over the micro-batches (the
+// count of one call is also returned through `num_targets`).
 //
 // linear_cross_entropy(hidden [N, D], weight [V, D], labels) has the value and gradients
 // (dhidden, dweight) of cross_entropy(linear(hidden, weight), labels) but only ever holds logits for
