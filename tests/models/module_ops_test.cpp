@@ -67,9 +67,9 @@ TEST(ModuleOps, TheTableIsWhatTheForwardCalls) {
     const Calls table = table_of(a);
     Calls any;  // over the runs: an f32 run casts nothing, a bf16 one its weights
     for (DType dtype : {DType::F32, DType::BF16})
-      for (auto checkpointing : {qwen3::Checkpointing::None, qwen3::Checkpointing::Full}) {
+      for (auto checkpointing : {qwen3::Checkpointing::none(), qwen3::Checkpointing::full()}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) +
-                     (checkpointing == qwen3::Checkpointing::Full ? ", full checkpointing" : ""));
+                     (checkpointing == qwen3::Checkpointing::full() ? ", full checkpointing" : ""));
         for (const auto& [module, op] : calls_of(a, dtype, checkpointing)) {
           EXPECT_TRUE(table.count({module, op})) << module << " calls " << op << ", which module_ops lacks";
           any.emplace(module, op);

@@ -106,11 +106,33 @@ TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   EXPECT_NE(e.find("available"), std::string::npos) << e;
   // The same check passes the tiny model (its exact need comes from the meta device's step profile).
   EXPECT_NO_THROW(train::check_training_fits(tiny(), shape(2, 64), Device::CPU));
-  MemoryEstimate m = estimate_training_memory(tiny(), 2, 64, DType::F32, "none");
+  MemoryEstimate m = estimate_training_memory(tiny(), 2, 64, DType::F32, Checkpointing::none());
   EXPECT_EQ(m.weights, tiny().num_params() * 4);
   // A sequence length past the bound names the config key.
   e = error_of([&] { train::check_training_fits(tiny(), shape(2, 99999999999), Device::CPU); });
   EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
+}
+
+// Selective checkpointing covers one layer in N, counted as torchtitan counts (layers N-1, 2N-1,
+// ...); the estimate keeps fewer activations the more layers it covers.
+TEST(SizeCheck, CheckpointingCoversOneLayerInNAndTheEstimateFollows) {
+  std::vector<int64_t> covered;
+  for (int64_t i = 0; i < 7; ++i)
+    if (Checkpointing::every_nth(3).covers(i)) covered.push_back(i);
+  EXPECT_EQ(covered, (std::vector<int64_t>{2, 5}));
+  EXPECT_FALSE(Checkpointing::none().covers(0));
+  EXPECT_TRUE(Checkpointing::full().covers(0));
+  ModelArgs six = tiny();
+  six.n_layers = 6;
+  auto activations = [&](Checkpointing c) {
+    return estimate_training_memory(six, 2, 64, DType::F32, c).activations;
+  };
+  EXPECT_GT(activations(Checkpointing::none()),
+            activations(Checkpointing::every_nth(3)));  // 2 layers covered
+  EXPECT_GT(activations(Checkpointing::every_nth(3)), activations(Checkpointing::every_nth(2)));  // 3
+  EXPECT_GT(activations(Checkpointing::every_nth(2)), activations(Checkpointing::full()));        // 6
+  EXPECT_EQ(activations(Checkpointing::every_nth(1)), activations(Checkpointing::full()));
+  EXPECT_EQ(activations(Checkpointing::every_nth(7)), activations(Checkpointing::none()));  // no layer 6
 }
 
 TEST(SizeCheck, AFifoNamedModelSafetensorsIsRefusedNotWaitedOn) {

@@ -11,6 +11,7 @@
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/train/startup.h"
+#include "titan/train/step_profile.h"
 #include "titan/train/torchtitan_keys.h"
 
 using namespace titan;
@@ -414,21 +415,25 @@ std::string note_of(const JobConfig& c, const std::string& key) {
 void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const JobConfig& c) {
   std::vector<std::string> keys;
   keys_of(toml::parse_file(file.string()), "", keys);
-  size_t foreign = 0;
+  // titan's own keys with a note: values titan applies otherwise than torchtitan.
+  auto noted_native = [&](const std::string& key) {
+    return (key == "checkpoint.export_dtype" && c.checkpoint.export_dtype == "float16") ||
+           (key == "activation_checkpoint.selective_ac_option" &&
+            c.activation_checkpoint.mode == "selective" &&
+            c.activation_checkpoint.selective_ac_option == "op");
+  };
+  size_t noted = 0;
   for (auto& key : keys) {
     const TorchtitanKey* k = find_torchtitan_key(key);
     ASSERT_NE(k, nullptr) << file << ": " << key << " is not a torchtitan key";
-    if (k->use == TorchtitanUse::Native) {
-      const bool float16_note = key == "checkpoint.export_dtype" && c.checkpoint.export_dtype == "float16";
-      if (!float16_note) {
-        EXPECT_EQ(note_of(c, key), "") << key;
-      }
+    if (k->use == TorchtitanUse::Native && !noted_native(key)) {
+      EXPECT_EQ(note_of(c, key), "") << key;
     } else {
-      ++foreign;
+      ++noted;
       EXPECT_NE(note_of(c, key), "") << "no start-up note for " << key;
     }
   }
-  EXPECT_EQ(c.notes.size(), foreign + (c.checkpoint.export_dtype == "float16" ? 1 : 0));
+  EXPECT_EQ(c.notes.size(), noted);
 }
 
 TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
@@ -455,6 +460,14 @@ TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
   EXPECT_NE(note_of(c, "debug.seed").find("7 applied as training.seed"), std::string::npos);
   EXPECT_NE(note_of(c, "checkpoint.export_dtype").find("float16 accepted"), std::string::npos);
   EXPECT_NE(note_of(c, "model.converters").find("= [] accepted"), std::string::npos);
+  // selective_ac_option = "op": torchtitan's per-op policy, applied as every second layer.
+  EXPECT_NE(note_of(c, "activation_checkpoint.selective_ac_option").find("op applied as \"2\""),
+            std::string::npos);
+  EXPECT_EQ(checkpointing_of(c.activation_checkpoint), qwen3::Checkpointing::every_nth(2));
+  const JobConfig every3 =
+      load_job_config(file.string(), {{"activation_checkpoint.selective_ac_option", "3"}});
+  EXPECT_EQ(note_of(every3, "activation_checkpoint.selective_ac_option"), "");
+  EXPECT_EQ(checkpointing_of(every3.activation_checkpoint), qwen3::Checkpointing::every_nth(3));
   // The notes are not part of the config in effect: that lists titan's keys only.
   EXPECT_EQ(c.describe().find("compile"), std::string::npos);
 }
@@ -550,6 +563,13 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[debug]\nmoe_force_load_balance = true\n", {}, {"debug.moe_force_load_balance"}},
       {"[metrics]\nsave_tb_folder = \"board\"\n", {}, {"metrics.save_tb_folder = board", "<dump_folder>/tb"}},
       {"[model]\nattn_mask_type = \"block_causal\"\n", {}, {"model.attn_mask_type", "per-document"}},
+      {"[activation_checkpoint]\nselective_ac_option = \"0\"\n",
+       {},
+       {"selective_ac_option = \"0\"", "layer frequency"}},
+      {"",
+       {{"activation_checkpoint.selective_ac_option", "every"}},
+       {"selective_ac_option = \"every\"", "\"op\""}},
+      {"[activation_checkpoint]\nselective_ac_option = 2\n", {}, {"selective_ac_option"}},
       // Outputs titan does not write are errors when asked for, not notes.
       {"[metrics]\nenable_wandb = true\n",
        {},

@@ -72,7 +72,7 @@ void expect_tiling(const std::vector<Span>& spans) {
 }  // namespace
 
 TEST(OpTimeline, AForwardAndBackwardTileTheTimelineOpByOp) {
-  const std::vector<Span> spans = profile_a_step(qwen3::Checkpointing::None);
+  const std::vector<Span> spans = profile_a_step(qwen3::Checkpointing::none());
   expect_tiling(spans);
   EXPECT_EQ(spans.front().name, "data");
   EXPECT_EQ(spans.front().kind, SpanKind::Phase);
@@ -108,7 +108,7 @@ TEST(OpTimeline, AForwardAndBackwardTileTheTimelineOpByOp) {
 }
 
 TEST(OpTimeline, ARecomputedLayerHoldsItsForwardAndItsNodesFollowAsSpans) {
-  const std::vector<Span> spans = profile_a_step(qwen3::Checkpointing::Full);
+  const std::vector<Span> spans = profile_a_step(qwen3::Checkpointing::full());
   expect_tiling(spans);
   // Each recompute node: one span for the forward it reruns, one after its layer's nodes.
   const auto backward = names_of(spans, SpanKind::Backward);

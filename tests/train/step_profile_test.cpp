@@ -61,7 +61,7 @@ TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("
 
 TEST(StepProfile, MetaPeakMatchesACpuStepWithCheckpointing) {
   StepShape s = small_step(DType::F32);
-  s.checkpointing = qwen3::Checkpointing::Full;
+  s.checkpointing = qwen3::Checkpointing::full();
   expect_meta_matches_cpu(small("debugmodel"), s);
 }
 

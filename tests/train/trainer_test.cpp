@@ -551,22 +551,29 @@ TEST(Trainer, GradientAccumulationMatchesADoubledBatch) {
 }
 
 // Activation checkpointing recomputes the same forward: step 1 is unchanged (bitwise here; the
-// tolerance allows 1e-6 relative).
+// tolerance allows 1e-6 relative), whichever layers it covers (3 layers: selective one in 2 covers
+// layer 1, one in 3 layer 2; full all three).
 TEST(Trainer, ActivationCheckpointingKeepsTheStep) {
+  const std::vector<std::pair<std::string, std::string>> settings = {
+      {"none", "2"}, {"selective", "2"}, {"selective", "3"}, {"full", "2"}};
   std::map<std::string, nlohmann::json> first;
-  for (const char* mode : {"none", "selective", "full"}) {
-    const fs::path dump = tt::temp_dir(std::string("trainer_ac_") + mode);
-    run_training(tiny_config(
-        dump,
-        {{"training.steps", "1"}, {"training.deterministic", "true"}, {"activation_checkpoint.mode", mode}}));
+  for (const auto& [mode, every] : settings) {
+    const std::string name = mode + "_" + every;
+    const fs::path dump = tt::temp_dir("trainer_ac_" + name);
+    run_training(tiny_config(dump, {{"model.n_layers", "3"},
+                                    {"training.steps", "1"},
+                                    {"training.deterministic", "true"},
+                                    {"activation_checkpoint.mode", mode},
+                                    {"activation_checkpoint.selective_ac_option", every}}));
     auto r = read_metrics(dump);
     ASSERT_EQ(r.size(), 1u);
-    first[mode] = r[0];
+    first[name] = r[0];
   }
-  const double loss = first["none"]["loss"].get<double>(), norm = first["none"]["grad_norm"].get<double>();
-  for (const char* mode : {"selective", "full"}) {
-    EXPECT_NEAR(first[mode]["loss"].get<double>(), loss, 1e-6 * loss) << mode;
-    EXPECT_NEAR(first[mode]["grad_norm"].get<double>(), norm, 1e-6 * norm) << mode;
+  const double loss = first["none_2"]["loss"].get<double>(),
+               norm = first["none_2"]["grad_norm"].get<double>();
+  for (const char* name : {"selective_2", "selective_3", "full_2"}) {
+    EXPECT_NEAR(first[name]["loss"].get<double>(), loss, 1e-6 * loss) << name;
+    EXPECT_NEAR(first[name]["grad_norm"].get<double>(), norm, 1e-6 * norm) << name;
   }
 }
 

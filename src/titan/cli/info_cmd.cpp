@@ -31,15 +31,15 @@ int info_for_job(int argc, char** argv) {
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   const auto [a, shape] = train::planned_step(cfg, 1, 1);  // one process: `titan plan` takes a mesh
-  const std::string& ac = cfg.activation_checkpoint.mode;
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 
   std::printf("job: %s (%s, %s parameters)\n", job.config.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               std::to_string(a.num_params()).c_str());
-  std::printf("one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "
-              "checkpointing %s, one process\n",
-              p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len),
-              std::string(dtype_name(shape.compute)).c_str(), ac.c_str());
+  std::printf(
+      "one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "
+      "checkpointing %s, one process\n",
+      p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len),
+      std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str());
   std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n", gib(p.weights).c_str(),
               gib(p.grads).c_str(), gib(p.optimizer).c_str());
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
@@ -75,12 +75,15 @@ int info_main(int argc, char** argv) {
     source = path.string();
   }
   const int64_t batch = p.get_int("batch", 1), seq = p.get_int("seq", 1);
-  std::string ac = p.get("activation-checkpoint");
+  const std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "--activation-checkpoint must be none, selective or full");
+  const qwen3::Checkpointing checkpointing = ac == "full"        ? qwen3::Checkpointing::full()
+                                             : ac == "selective" ? qwen3::Checkpointing::every_nth(2)
+                                                                 : qwen3::Checkpointing::none();
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan info: --dtype ", p.get("dtype"),
               ": training computes in float32 or bfloat16");
-  auto m = qwen3::estimate_training_memory(a, batch, seq, dtype, ac.c_str());
+  auto m = qwen3::estimate_training_memory(a, batch, seq, dtype, checkpointing);
 
   std::printf("model: %s (%s)\n", source.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense");
   std::printf("  dim %ld, layers %ld, heads %ld/%ld, head_dim %ld, vocab %ld, tied %s\n", a.dim, a.n_layers, a.n_heads,
@@ -93,8 +96,8 @@ int info_main(int argc, char** argv) {
   std::printf("FLOPs per token at seq %ld: %.4g\n", seq, a.flops_per_token(seq));
   std::printf("  = 6 * (active matmul parameters, lm_head counted, embedding lookup not) + 12 * layers * heads * "
               "head_dim * seq\n");
-  std::printf("training memory at batch %ld x seq %ld, %s compute, activation checkpointing %s:\n", batch, seq,
-              std::string(dtype_name(dtype)).c_str(), ac.c_str());
+  std::printf("training memory at batch %ld x seq %ld, %s compute, activation checkpointing %s:\n", batch,
+              seq, std::string(dtype_name(dtype)).c_str(), checkpointing.describe().c_str());
   std::printf("  weights (f32)     %s\n  gradients (f32)   %s\n  AdamW state (f32) %s\n  activations       %s\n"
               "  total             %s\n",
               gib(m.weights).c_str(), gib(m.grads).c_str(), gib(m.optimizer).c_str(), gib(m.activations).c_str(),

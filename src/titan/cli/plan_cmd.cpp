@@ -113,10 +113,11 @@ int plan_main(int argc, char** argv) {
   std::printf("job: %s (%s, %ld parameters)\n", job.config.c_str(), args.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               long(args.num_params()));
   std::printf("mesh: %s\n", plan.describe().c_str());
-  std::printf("one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "
-              "compute, activation checkpointing %s\n",
-              p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len), long(shape.grad_accumulation),
-              std::string(dtype_name(shape.compute)).c_str(), cfg.activation_checkpoint.mode.c_str());
+  std::printf(
+      "one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "
+      "compute, activation checkpointing %s\n",
+      p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len), long(shape.grad_accumulation),
+      std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str());
   std::printf("memory per rank:\n  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
               gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -96,6 +97,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
       TITAN_KEY(checkpoint, restart_data_stream),
       TITAN_KEY(activation_checkpoint, mode, "none", "selective", "full"),
+      TITAN_KEY(activation_checkpoint, selective_ac_option),
       TITAN_KEY(metrics, log_freq),
       TITAN_KEY(metrics, enable_tensorboard),
       TITAN_KEY(metrics, peak_tflops),
@@ -382,6 +384,22 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   for (auto& [k, v] : overrides) {
     TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
     apply(c, fields, k, v, "command line", nullptr);
+  }
+  // torchtitan's selective_ac_option: a layer frequency, or "op" (its per-op policy).
+  const std::string& every = c.activation_checkpoint.selective_ac_option;
+  if (every == "op") {
+    if (c.activation_checkpoint.mode == "selective")
+      add_note(
+          c, "activation_checkpoint.selective_ac_option",
+          "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
+          "recomputes the cheap ops of every layer); the step's result is the same");
+  } else {
+    TITAN_CHECK(
+        every.find_first_not_of("0123456789") == std::string::npos && every.size() <= 9 &&
+            std::atol(every.c_str()) >= 1,
+        source, ": activation_checkpoint.selective_ac_option = \"", every,
+        "\": expected a layer frequency, a positive integer as a string (\"2\" recomputes every second "
+        "layer, \"1\" every layer), or \"op\"");
   }
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {

@@ -75,6 +75,9 @@ struct CheckpointSection {
 
 struct ActivationCheckpointSection {
   std::string mode = "none";  // none | selective | full
+  // selective: recompute every n-th layer ("2", torchtitan's default); "op" (torchtitan's per-op
+  // policy, which titan does not have) recomputes every second layer, with a note.
+  std::string selective_ac_option = "2";
 };
 
 struct MetricsSection {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -94,16 +95,21 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
   return p;
 }
 
+qwen3::Checkpointing checkpointing_of(const ActivationCheckpointSection& ac) {
+  using C = qwen3::Checkpointing;
+  if (ac.mode == "full") return C::full();
+  if (ac.mode != "selective") return C::none();
+  // The config checked selective_ac_option: "op" or a positive integer (load_job_config).
+  return C::every_nth(ac.selective_ac_option == "op" ? 2 : std::stoll(ac.selective_ac_option));
+}
+
 StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   StepShape s;
   s.local_batch = job.local_batch_size;
   s.seq_len = job.seq_len;
   s.grad_accumulation = job.accumulation_steps;
   s.compute = job.compute_dtype;
-  const std::string& ac = c.activation_checkpoint.mode;
-  s.checkpointing = ac == "full"        ? qwen3::Checkpointing::Full
-                    : ac == "selective" ? qwen3::Checkpointing::Selective
-                                        : qwen3::Checkpointing::None;
+  s.checkpointing = checkpointing_of(c.activation_checkpoint);
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   s.keep_logits_bytes = loss_logits_budget(job.device);

@@ -20,7 +20,7 @@ struct StepShape {
   int64_t seq_len = 2048;
   int64_t grad_accumulation = 1;
   DType compute = DType::BF16;
-  qwen3::Checkpointing checkpointing = qwen3::Checkpointing::None;
+  qwen3::Checkpointing checkpointing;  // none
   bool expert_bias = false;  // MoE aux-loss-free balancing (one f32 bias per MoE layer)
   // The data-parallel mesh (parallelism.data_parallel_replicate_degree x _shard_degree): the step
   // is one rank's. Other than 1 x 1 on the meta device only.
@@ -57,6 +57,9 @@ struct StepProfile {
 // The step a job config describes (batch, sequence, accumulation, dtype, checkpointing, balancing).
 struct JobConfig;
 struct ResolvedJob;
+struct ActivationCheckpointSection;
+// The layers [activation_checkpoint] covers (mode none | selective | full, selective_ac_option).
+qwen3::Checkpointing checkpointing_of(const ActivationCheckpointSection& section);
 StepShape step_shape(const JobConfig& config, const ResolvedJob& job);
 
 // The step of one rank of a job on the mesh dp_replicate x dp_shard, from the config alone (no

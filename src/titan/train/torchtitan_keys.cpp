@@ -182,10 +182,7 @@ const std::vector<KeyGroup> kGroups = {
     off_only("-1", "titan resumes from the newest committed checkpoint", {"checkpoint.load_step"}),
     off_only("false", "titan always saves when checkpoint.enable is true", {"checkpoint.load_only"}),
     // [activation_checkpoint]
-    native({"activation_checkpoint.mode"}),
-    ignored(
-        "titan's selective mode recomputes every second layer; recomputation never changes the step's result",
-        {"activation_checkpoint.selective_ac_option"}),
+    native({"activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"}),
     ignored(kSacDetail, {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
                          "activation_checkpoint.early_stop", "activation_checkpoint.memory_budget",
                          "activation_checkpoint.visualize_memory_budget_pareto"}),

@@ -16,18 +16,12 @@ namespace titan::train {
 
 namespace {
 
-qwen3::Checkpointing checkpointing_mode(const std::string& mode) {
-  return mode == "full"        ? qwen3::Checkpointing::Full
-         : mode == "selective" ? qwen3::Checkpointing::Selective
-                               : qwen3::Checkpointing::None;
-}
-
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
   // A sharded rank's blocks are born as its slices: the whole model never exists on one rank.
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
                           nn::BlockShard{plan.shard_index(), plan.dp_shard()});
   plan.shard_blocks(model.blocks());
-  model.set_checkpointing(checkpointing_mode(c.activation_checkpoint.mode));
+  model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
   return model;

@@ -9,7 +9,7 @@
 namespace titan::qwen3 {
 
 MemoryEstimate estimate_training_memory(const ModelArgs& a, int64_t batch, int64_t seq, DType compute,
-                                        const char* checkpointing) {
+                                        Checkpointing checkpointing) {
   // 128-bit arithmetic: with the ModelArgs bounds and these, no product below can overflow.
   constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
   TITAN_CHECK(batch >= 1 && batch <= kMaxBatchOrSeq, "memory estimate: batch size ", batch, " outside [1, ",
@@ -34,17 +34,17 @@ MemoryEstimate estimate_training_memory(const ModelArgs& a, int64_t batch, int64
             : c * (Wide(a.dim) + 3 * Wide(a.hidden_dim));
     return T * (attn + ffn);
   };
-  std::string mode = checkpointing;
-  Wide largest = 0, all = 0, half = 0;
+  Wide layers = 0, largest_covered = 0;
   for (int64_t i = 0; i < a.n_layers; ++i) {
-    Wide b = layer_bytes(i);
-    largest = std::max(largest, b);
-    all += b;
-    half += (i % 2 == 0) ? T * c * a.dim : b;  // selective recomputes even layers
+    const Wide b = layer_bytes(i);
+    if (checkpointing.covers(i)) {
+      layers += T * c * a.dim;  // the input it recomputes from
+      largest_covered = std::max(largest_covered, b);
+    } else {
+      layers += b;
+    }
   }
-  Wide layers = mode == "full"        ? Wide(a.n_layers) * T * c * a.dim + largest
-                : mode == "selective" ? half + largest
-                                      : all;
+  layers += largest_covered;  // one covered layer's activations, live again in its backward
   m.activations = narrow_size(layers + T * (c * a.dim + 4), "activation bytes");
   return m;
 }

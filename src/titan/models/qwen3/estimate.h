@@ -4,6 +4,7 @@
 
 #include "titan/core/dtype.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/checkpointing.h"
 
 namespace titan::qwen3 {
 
@@ -20,9 +21,9 @@ struct MemoryEstimate {
 //              attention output Hq hd (+ f32 logsumexp per head), residual D
 //   MLP:       normed input D, gate and up F each, their SwiGLU F            (dense)
 //   MoE:       normed input D, router logits E (+ f32 probs E), top_k copies of (3 F + D)   (sparse)
-// plus the fused loss' hidden D per token. "full" checkpointing keeps only each layer's input
-// and one layer's worth; "selective" keeps half the layers.
+// plus the fused loss' hidden D per token. A layer that activation checkpointing covers keeps only
+// its input; then one covered layer's worth is live again while its backward recomputes it.
 MemoryEstimate estimate_training_memory(const ModelArgs& args, int64_t batch, int64_t seq, DType compute,
-                                        const char* checkpointing /* none | selective | full */);
+                                        Checkpointing checkpointing);
 
 }  // namespace titan::qwen3

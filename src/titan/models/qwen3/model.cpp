@@ -114,18 +114,20 @@ void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
   // Every scheme starts from transformers' N(0, 0.02), so re-initialising with another scheme
   // gives the same weights as a fresh model.
   for (auto* p : params())
-    if (p->init == nn::Init::Normal) p->std = 0.02;
+    if (p->init == nn::Init::Normal) p->std = 0.02, p->truncate_at = 0;
   if (scheme == InitScheme::Torchtitan) {
-    // Depth-scaled: output projections of each residual branch shrink with depth.
+    // Depth-scaled: output projections of each residual branch (and the MoE router, which
+    // torchtitan initialises with its layer's std) shrink with depth.
     for (int64_t i = 0; i < args_.n_layers; ++i) {
       double scaled = 0.02 / std::sqrt(2.0 * double(i + 1));
       std::string p = "layers." + std::to_string(i) + ".";
       for (const char* n : {"attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
-                            "moe.experts.w2", "moe.experts.w3"})
+                            "moe.router.gate.weight", "moe.experts.w2", "moe.experts.w3"})
         if (auto* prm = find_param(p + n)) prm->std = scaled;
     }
     tok_embeddings_->std = 1.0;
     output_->std = 1.0 / std::sqrt(double(args_.dim));
+    output_->truncate_at = 3;  // torchtitan's trunc_normal_ at +-3 std
   }
   // A sharded rank draws one block at a time whole and keeps its slice; the values are the same.
   if (!blocks_.empty() && blocks_[0].sharded()) {
@@ -293,8 +295,7 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
 
 Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const ops::RopePositions& positions,
                                 std::vector<RouterStats>* router) {
-  bool ckpt = checkpointing_ == Checkpointing::Full || (checkpointing_ == Checkpointing::Selective && i % 2 == 0);
-  if (!ckpt || !autograd::grad_enabled()) return layer_forward(i, h, positions, router);
+  if (!checkpointing_.covers(i) || !autograd::grad_enabled()) return layer_forward(i, h, positions, router);
   // Recompute the whole layer in backward; router statistics are block outputs so the
   // aux loss still reaches the router.
   const bool moe_layer = layers_[size_t(i)].moe && router;

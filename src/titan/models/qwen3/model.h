@@ -15,6 +15,7 @@
 #include "titan/core/tensor.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/checkpointing.h"
 #include "titan/nn/param_block.h"
 #include "titan/ops/moe/moe.h"
 #include "titan/ops/rope/rope.h"
@@ -22,7 +23,6 @@
 namespace titan::qwen3 {
 
 enum class InitScheme { HuggingFace, Torchtitan };
-enum class Checkpointing { None, Selective, Full };  // selective: every second layer
 
 struct LossOutput {
   Tensor loss;            // what backward starts from: ce (+ coef * aux when enabled)
@@ -42,7 +42,7 @@ class Qwen3Model {
   const ModelArgs& args() const { return args_; }
   DType compute_dtype() const { return compute_dtype_; }
   Device device() const { return device_; }
-  void set_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
+  void set_checkpointing(Checkpointing layers) { checkpointing_ = layers; }
   // Logits of the vocabulary are computed in chunks of this many entries by the fused loss.
   void set_loss_chunk(int64_t vocab_chunk) { loss_chunk_ = vocab_chunk; }
   // Memory the fused loss may spend keeping the [tokens, V] logits from forward to backward
@@ -118,7 +118,7 @@ class Qwen3Model {
   ModelArgs args_;
   DType compute_dtype_;
   Device device_;
-  Checkpointing checkpointing_ = Checkpointing::None;
+  Checkpointing checkpointing_;
   int64_t loss_chunk_ = 8192;
   // 1 GiB: batch 2 x 512 x 151936 logits take 311 MB in bf16, 622 MB in f32; long sequences of
   // big-vocabulary models recompute instead.
