@@ -340,25 +340,42 @@ const JobRun& two_ranks_to_step5() {
   return r;
 }
 
-// A checkpoint written by 2 ranks at step 5 resumes on 1 and on 4 ranks; steps 6..10 and the final
-// state are those of the uninterrupted run (which equals the one-rank run, checked above).
+// A checkpoint written by 2 ranks at step 5 resumes on 1 and on 4 ranks, and on the same 2 ranks as
+// DDP replicas; each run says it reshards, and steps 6..10 and the final state are those of the
+// uninterrupted run (which equals the one-rank run, checked above).
 TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
   const JobRun& first = two_ranks_to_step5();
   ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-5/COMMITTED"));
   ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-5/model-rank1.safetensors"));
-  for (int ranks : {0, 4}) {
-    // A copy of the dump folder: the job resumes from its newest checkpoint, now on `ranks` ranks.
-    JobRun run{tt::temp_dir("dist_reshard_" + std::to_string(ranks)), {}};
+  // One process, four FSDP ranks, and the same two ranks as DDP replicas (a change of mesh alone).
+  struct Resume {
+    int ranks;
+    int64_t local_batch;
+    Overrides mesh;
+    std::string what, resharding;
+  };
+  const std::vector<Resume> resumes = {
+      {0, 4, {}, "2 ranks resumed on 1", "this run has 1 (1 shards)"},
+      {4, 1, {}, "2 ranks resumed on 4", "this run has 4 (4 shards)"},
+      {2,
+       2,
+       {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.data_parallel_shard_degree", "1"}},
+       "FSDP 2 resumed as DDP 2",
+       "this run has 2 (1 shards)"}};
+  for (const Resume& r : resumes) {
+    // A copy of the dump folder: the job resumes from its newest checkpoint on the new mesh.
+    JobRun run{tt::temp_dir("dist_reshard_" + std::to_string(r.ranks) + "_" + std::to_string(r.mesh.size())),
+               {}};
     fs::copy(first.dump, run.dump, fs::copy_options::recursive);
     std::string out;
-    const int64_t local = ranks == 4 ? 1 : 4;
-    ASSERT_EQ(run_job(ranks, tiny(run.dump, local, {}), &out), 0) << out;
-    EXPECT_NE(out.find("resharding: the checkpoint was written by 2 ranks (2 shard files)"), std::string::npos)
+    ASSERT_EQ(run_job(r.ranks, tiny(run.dump, r.local_batch, r.mesh), &out), 0) << out;
+    EXPECT_NE(out.find("resharding: the checkpoint was written by 2 ranks (2 shard files), " + r.resharding),
+              std::string::npos)
+        << r.what << "\n"
         << out;
     run.steps = read_metrics(run.dump);
-    const std::string what = "2 ranks resumed on " + std::to_string(std::max(ranks, 1));
-    expect_same_steps(run, one_rank(), 1, 10, what);
-    expect_same_final_state(run, one_rank(), 10, what);
+    expect_same_steps(run, one_rank(), 1, 10, r.what);
+    expect_same_final_state(run, one_rank(), 10, r.what);
   }
 }
 
