@@ -674,11 +674,16 @@ TEST(DataParallel, FsdpWithRecomputeAccumulationAndEitherReshardPolicyMatchesOne
 }
 
 // A mixture-of-experts model: routing, the aux loss and the expert-bias update (from expert counts
-// summed over the ranks) under FSDP, against one process.
+// of both micro-batches, summed over the ranks) under FSDP with accumulation, against one process.
 TEST(DataParallel, FsdpTrainsAMixtureOfExpertsModelLikeOneRank) {
-  const Overrides moe = {{"model.flavor", "debugmodel_moe"}, {"model.num_experts", "4"}, {"model.top_k", "2"},
-                         {"model.moe_hidden_dim", "64"},     {"training.load_balance", "expert_bias"},
-                         {"training.steps", "6"},            {"checkpoint.interval", "6"}};
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                         {"model.num_experts", "4"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "64"},
+                         {"training.load_balance", "expert_bias"},
+                         {"training.steps", "6"},
+                         {"checkpoint.interval", "6"},
+                         {"training.global_batch_size", "8"}};
   JobRun one = train("dist_moe_one_" + std::to_string(getpid()), 0, 4, moe);
   JobRun two = train("dist_moe_fsdp2", 2, 2, moe);
   expect_same_steps(two, one, 1, 6, "MoE FSDP 2");

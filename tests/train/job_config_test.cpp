@@ -468,6 +468,9 @@ TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
       load_job_config(file.string(), {{"activation_checkpoint.selective_ac_option", "3"}});
   EXPECT_EQ(note_of(every3, "activation_checkpoint.selective_ac_option"), "");
   EXPECT_EQ(checkpointing_of(every3.activation_checkpoint), qwen3::Checkpointing::every_nth(3));
+  // "0", as in torchtitan (`not ac_freq`), is every layer.
+  EXPECT_EQ(checkpointing_of({.mode = "selective", .selective_ac_option = "0"}),
+            qwen3::Checkpointing::full());
   // The notes are not part of the config in effect: that lists titan's keys only.
   EXPECT_EQ(c.describe().find("compile"), std::string::npos);
 }
@@ -563,9 +566,9 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[debug]\nmoe_force_load_balance = true\n", {}, {"debug.moe_force_load_balance"}},
       {"[metrics]\nsave_tb_folder = \"board\"\n", {}, {"metrics.save_tb_folder = board", "<dump_folder>/tb"}},
       {"[model]\nattn_mask_type = \"block_causal\"\n", {}, {"model.attn_mask_type", "per-document"}},
-      {"[activation_checkpoint]\nselective_ac_option = \"0\"\n",
+      {"[activation_checkpoint]\nselective_ac_option = \"-1\"\n",
        {},
-       {"selective_ac_option = \"0\"", "layer frequency"}},
+       {"job.toml", "selective_ac_option = \"-1\"", "layer frequency"}},
       {"",
        {{"activation_checkpoint.selective_ac_option", "every"}},
        {"selective_ac_option = \"every\"", "\"op\""}},

@@ -131,6 +131,14 @@ TEST(OpTimeline, ARecomputedLayerHoldsItsForwardAndItsNodesFollowAsSpans) {
   EXPECT_EQ(names_of(spans, SpanKind::Forward).count("attention"), 2u);
 }
 
+// Selective checkpointing, one layer in 2 as torchtitan counts: of the two layers, layer 1 alone is
+// recomputed.
+TEST(OpTimeline, SelectiveCheckpointingRecomputesOneLayerInTwo) {
+  const auto backward = names_of(profile_a_step(qwen3::Checkpointing::every_nth(2)), SpanKind::Backward);
+  EXPECT_EQ(backward.count("recompute:layers.1"), 2u);
+  EXPECT_EQ(backward.count("recompute:layers.0"), 0u);
+}
+
 TEST(OpTimeline, MarksAreNoOpsUnlessRecordingAndOnlyOnTheRecordingThread) {
   EXPECT_FALSE(profiling::recording());
   profiling::mark_op("add", "");  // nothing records: no effect

@@ -168,7 +168,8 @@ TEST(TrainerStep, ExpertBiasRisesForUnderloadedExpertsAndFallsForOverloadedOnes)
 
 // The bias update counts every token of the step: the same two rows as one micro-batch of two or
 // two micro-batches of one move the biases identically (torchtitan sums the counts over the
-// micro-batches; only the last one's counts would move 17 of 64 experts differently here).
+// micro-batches; with the last micro-batch's counts alone this test fails: checked by making
+// compute_gradients keep only that row).
 TEST(TrainerStep, ExpertBiasCountsEveryMicroBatchOfTheStep) {
   auto bias_after_one_step = [](const std::string& name, const std::string& local_batch) {
     const fs::path dump = temp_dir(name);

@@ -77,9 +77,7 @@ int info_main(int argc, char** argv) {
   const int64_t batch = p.get_int("batch", 1), seq = p.get_int("seq", 1);
   const std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "--activation-checkpoint must be none, selective or full");
-  const qwen3::Checkpointing checkpointing = ac == "full"        ? qwen3::Checkpointing::full()
-                                             : ac == "selective" ? qwen3::Checkpointing::every_nth(2)
-                                                                 : qwen3::Checkpointing::none();
+  const qwen3::Checkpointing checkpointing = train::checkpointing_of({.mode = ac});
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan info: --dtype ", p.get("dtype"),
               ": training computes in float32 or bfloat16");

@@ -29,8 +29,11 @@ int kernels_list() {
       std::string why = e.available();
       if (!why.empty()) {
         auto it = std::find(reasons.begin(), reasons.end(), why);
-        if (it == reasons.end()) it = reasons.insert(it, why);
-        dd += "(unavailable[" + std::to_string(it - reasons.begin() + 1) + "])";
+        if (it == reasons.end()) {
+          reasons.push_back(why);
+          it = reasons.end() - 1;
+        }
+        dd += " (unavailable [" + std::to_string(it - reasons.begin() + 1) + "])";
       }
     }
     slot.first.push_back(dd);

@@ -139,10 +139,10 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
       std::mt19937_64 rng(seq);
       std::normal_distribution<double> normal(0.0, p.std);
       const double bound =
-          p.truncate_at * p.std;  // a truncated normal by rejection, as torch's trunc_normal_
+          p.truncate_at * p.std;  // a truncated normal by rejection (torch's trunc_normal_ distribution)
       for (int64_t j = 0; j < n; ++j) {
         double x = normal(rng);
-        while (bound > 0 && std::abs(x) > bound) x = normal(rng);
+        while (bound > 0 && std::abs(double(float(x))) > bound) x = normal(rng);  // as stored
         v[j] = float(x);
       }
     }

@@ -386,21 +386,12 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     apply(c, fields, k, v, "command line", nullptr);
   }
   // torchtitan's selective_ac_option: a layer frequency, or "op" (its per-op policy).
-  const std::string& every = c.activation_checkpoint.selective_ac_option;
-  if (every == "op") {
-    if (c.activation_checkpoint.mode == "selective")
-      add_note(
-          c, "activation_checkpoint.selective_ac_option",
-          "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
-          "recomputes the cheap ops of every layer); the step's result is the same");
-  } else {
-    TITAN_CHECK(
-        every.find_first_not_of("0123456789") == std::string::npos && every.size() <= 9 &&
-            std::atol(every.c_str()) >= 1,
-        source, ": activation_checkpoint.selective_ac_option = \"", every,
-        "\": expected a layer frequency, a positive integer as a string (\"2\" recomputes every second "
-        "layer, \"1\" every layer), or \"op\"");
-  }
+  selective_ac_every(c.activation_checkpoint.selective_ac_option, source);
+  if (c.activation_checkpoint.mode == "selective" && c.activation_checkpoint.selective_ac_option == "op")
+    add_note(
+        c, "activation_checkpoint.selective_ac_option",
+        "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
+        "recomputes the cheap ops of every layer); the step's result is the same");
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
     TITAN_CHECK(!c.checkpoint.last_save_in_hf, source, ": checkpoint.export_dtype = float16 cannot be honoured: "
@@ -409,6 +400,16 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
              "(checkpoint.last_save_in_hf = false)");
   }
   return c;
+}
+
+int64_t selective_ac_every(const std::string& option, const std::string& where) {
+  if (option == "op") return 2;
+  TITAN_CHECK(
+      !option.empty() && option.size() <= 9 && option.find_first_not_of("0123456789") == std::string::npos,
+      where, where.empty() ? "" : ": ", "activation_checkpoint.selective_ac_option = \"", option,
+      "\": expected a layer frequency, a whole number as a string (\"2\" recomputes one layer in 2, \"1\" "
+      "or \"0\" every layer), or \"op\"");
+  return std::max<int64_t>(std::atol(option.c_str()), 1);  // "0": every layer, as torchtitan
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {

@@ -75,10 +75,15 @@ struct CheckpointSection {
 
 struct ActivationCheckpointSection {
   std::string mode = "none";  // none | selective | full
-  // selective: recompute every n-th layer ("2", torchtitan's default); "op" (torchtitan's per-op
-  // policy, which titan does not have) recomputes every second layer, with a note.
+  // selective: recompute one layer in n ("2", torchtitan's default; "0", as in torchtitan, every
+  // layer); "op" (torchtitan's per-op policy, which titan does not have) recomputes one layer in
+  // 2, with a note.
   std::string selective_ac_option = "2";
 };
+
+// The n of "one layer in n" that activation_checkpoint.selective_ac_option asks for ("op" -> 2,
+// "0" -> 1); anything else is an error naming the key (after `where`, the config's name).
+int64_t selective_ac_every(const std::string& option, const std::string& where = "");
 
 struct MetricsSection {
   int64_t log_freq = 1;

@@ -99,8 +99,7 @@ qwen3::Checkpointing checkpointing_of(const ActivationCheckpointSection& ac) {
   using C = qwen3::Checkpointing;
   if (ac.mode == "full") return C::full();
   if (ac.mode != "selective") return C::none();
-  // The config checked selective_ac_option: "op" or a positive integer (load_job_config).
-  return C::every_nth(ac.selective_ac_option == "op" ? 2 : std::stoll(ac.selective_ac_option));
+  return C::every_nth(selective_ac_every(ac.selective_ac_option));
 }
 
 StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {

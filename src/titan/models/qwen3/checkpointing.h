@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "titan/core/check.h"
+
 namespace titan::qwen3 {
 
 struct Checkpointing {
@@ -14,7 +16,10 @@ struct Checkpointing {
 
   static Checkpointing none() { return {0}; }
   static Checkpointing full() { return {1}; }
-  static Checkpointing every_nth(int64_t n) { return {n}; }
+  static Checkpointing every_nth(int64_t n) {
+    TITAN_CHECK(n >= 1, "activation checkpointing: one layer in ", n, " (n must be at least 1)");
+    return {n};
+  }
 
   bool covers(int64_t layer) const { return every > 0 && (layer + 1) % every == 0; }
   bool any() const { return every > 0; }

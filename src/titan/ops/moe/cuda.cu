@@ -1368,32 +1368,36 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 // Registration with the MoE ops (ops/moe.h).
 namespace {
 
-// The expert-bias update, one thread in expert order: M x E (a few thousand at most) loads, bit for
-// bit the CPU reference's (i64 loads, f64 means, IEEE division, one f32 add per expert), with no
-// host round trip. Two passes over the counts instead of a buffer of deltas: the delta of an
-// expert is recomputed from its load, identically.
-__device__ int64_t expert_load(int64_t M, int64_t E, const int64_t* counts, int64_t e) {
-  int64_t load = 0;
-  for (int64_t m = 0; m < M; ++m) load += counts[m * E + e];
-  return load;
-}
+// The expert-bias update: the block's threads sum each expert's load over the micro-batch rows
+// into shared memory (i64: exact in any order), then one thread runs the f64 passes in expert
+// order, bit for bit the CPU reference's (f64 means, IEEE division, one f32 add per expert), with
+// no host round trip. (coeff x sign is exact, so a contraction of delta - mean into an FMA rounds
+// alike.)
 __device__ double expert_delta(double mean, int64_t load, double coeff) {
   const double d = mean - double(load);
   return coeff * double((d > 0) - (d < 0));
 }
 __global__ void expert_bias_kernel(int64_t M, int64_t E, const int64_t* counts, double coeff, float* bias) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  extern __shared__ int64_t load[];  // [E]
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int64_t sum = 0;
+    for (int64_t m = 0; m < M; ++m) sum += counts[m * E + e];
+    load[e] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   double mean = 0;
-  for (int64_t e = 0; e < E; ++e) mean += double(expert_load(M, E, counts, e)) / double(E);
+  for (int64_t e = 0; e < E; ++e) mean += double(load[e]) / double(E);
   double delta_mean = 0;
-  for (int64_t e = 0; e < E; ++e) delta_mean += expert_delta(mean, expert_load(M, E, counts, e), coeff) / double(E);
-  for (int64_t e = 0; e < E; ++e)
-    bias[e] = __fadd_rn(bias[e], float(expert_delta(mean, expert_load(M, E, counts, e), coeff) - delta_mean));
+  for (int64_t e = 0; e < E; ++e) delta_mean += expert_delta(mean, load[e], coeff) / double(E);
+  for (int64_t e = 0; e < E; ++e) bias[e] = __fadd_rn(bias[e], float(expert_delta(mean, load[e], coeff) - delta_mean));
 }
 void expert_bias_entry(const KernelContext& ctx, int64_t M, int64_t E, const int64_t* counts, double coeff,
                        float* bias) {
   if (E == 0) return;
-  expert_bias_kernel<<<1, 32, 0, stream_of(ctx)>>>(M, E, counts, coeff, bias);
+  const size_t shared = size_t(E) * sizeof(int64_t);
+  TITAN_CHECK(shared <= 48 * 1024, "moe (cuda): expert bias update of ", E, " experts: at most 6144");
+  expert_bias_kernel<<<1, 256, shared, stream_of(ctx)>>>(M, E, counts, coeff, bias);
   check_launch("moe (cuda): expert bias update");
 }
 

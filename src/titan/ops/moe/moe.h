@@ -80,7 +80,7 @@ Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices
                    const Tensor& w_up, const Tensor& w_down);
 
 // torchtitan's aux-loss-free balancing, one layer, in place on the bias's device (no host read):
-// Aux-loss-free balancing, torchtitan's rule: with load[e] the tokens expert e received (counts
+// with load[e] the tokens expert e received (counts
 // summed over their rows), delta[e] = coeff * sign(mean(load) - load[e]) and
 // bias[e] += delta[e] - mean(delta) (the biases keep their mean), means in f64 in expert order, one
 // f32 add per expert. bias f32 [E]; counts i64 [E] or [M, E] (the layer's assignments, one row per
