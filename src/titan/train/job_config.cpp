@@ -246,6 +246,11 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
       break;
     case TorchtitanUse::OffOnly: {
       auto off = torchtitan_off_values(*k);
+      // A switch (accepted only as true or only as false) takes a boolean, as titan's own keys do.
+      if (off.size() == 1 && (off[0] == "true" || off[0] == "false"))
+        TITAN_CHECK((node ? node->is_boolean() : true) && (value == "true" || value == "false"), where, ": ",
+                    note_key, " expects true or false, got ",
+                    node && node->is_string() ? "a string" : "'" + value + "'");
       if (std::find(off.begin(), off.end(), value) == off.end()) {
         std::string list;
         for (auto& v : off) list += (list.empty() ? "" : ", ") + (v.empty() ? "\"\"" : v);

@@ -110,7 +110,11 @@ void TensorBoardWriter::flush() { out_.flush(); }
 bool Progress::enabled() {
   const char* env = std::getenv("TITAN_PROGRESS");
   if (env && std::strcmp(env, "0") == 0) return false;
-  // Only the rank that prints draws (mpirun gives every rank a terminal).
+  // Only the rank that prints draws. Under an MPI launcher a rank's stdout is a terminal of the
+  // launcher's (Open MPI forwards through a pty) even when the job's output goes to a file, where
+  // the line's rewrites would land: there it draws only when TITAN_PROGRESS=1 asks for it.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  if (launched && !(env && std::strcmp(env, "1") == 0)) return false;
   return console_output() && isatty(fileno(stdout)) == 1;
 }
 

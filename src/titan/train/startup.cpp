@@ -11,6 +11,7 @@
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/log.h"
+#include "titan/train/step_profile.h"
 #include "titan/train/versions.h"
 
 namespace titan::train {
@@ -200,6 +201,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
+  if (const qwen3::Checkpointing ac = checkpointing_of(c.activation_checkpoint); ac.any()) {
+    int64_t covered = 0;
+    for (int64_t i = 0; i < a.n_layers; ++i) covered += ac.covers(i);
+    say("activation checkpointing: %s: %ld of %ld layers recompute their forward in backward%s",
+        ac.describe().c_str(), long(covered), long(a.n_layers),
+        covered == 0 ? " (selective_ac_option exceeds the layer count: nothing is saved)" : "");
+  }
   // Collective: every rank calls the report, the logging rank prints it.
   const std::vector<std::string> hosts = plan.host_names();
   std::string host_list;
