@@ -113,6 +113,18 @@ TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
   std::snprintf(flops, sizeof flops, "FLOPs per step: %.4g", p.flops);
   EXPECT_NE(out.find(flops), std::string::npos) << out;
   EXPECT_NE(out.find("batch 2 x seq 128, f32 compute"), std::string::npos) << out;
+  // A config note is said as titan train says it (here: torchtitan's per-op policy, applied as one
+  // layer in two).
+  ASSERT_EQ(testing::run_command(
+                testing::titan_binary().string() + " info --config " + config +
+                    " --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("config: activation_checkpoint.selective_ac_option = op applied as \"2\""),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("activation checkpointing selective (1 layer in 2)"), std::string::npos) << out;
 }
 
 // A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and
