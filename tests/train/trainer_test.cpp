@@ -550,6 +550,53 @@ TEST(Trainer, GradientAccumulationMatchesADoubledBatch) {
   EXPECT_EQ(accum["tps"].get<double>() > 0, true);
 }
 
+// training.document_separator picks the token that ends every packed document (the loader's
+// state in the checkpoint records the id it packed with); a value that is not one token is an
+// error naming the key before any compute, and a resume under another separator is refused unless
+// the data stream restarts.
+TEST(Trainer, DocumentSeparatorIsTheConfiguredTokenAndAResumeKeepsIt) {
+  const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  const Overrides one_step = {
+      {"training.steps", "1"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "1"}};
+  auto packed_with = [&](const fs::path& dump) {
+    std::ifstream in(dump / "checkpoint" / "step-1" / "train_state.json");
+    return nlohmann::json::parse(in).at("dataloader").at("eos_id").get<int32_t>();
+  };
+  const std::vector<std::pair<std::string, int32_t>> cases = {
+      {"", *tok.token_to_id("<|endoftext|>")},
+      {"eos_token", tok.eos_id()},
+      {"<|im_end|>", *tok.token_to_id("<|im_end|>")},
+      {"\n", tok.encode("\n").at(0)},
+  };
+  EXPECT_NE(cases[0].second, cases[1].second);  // the bundled tokenizer's eos_token is <|im_end|>
+  std::vector<fs::path> dumps;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path& dump = dumps.emplace_back(tt::temp_dir("trainer_separator_" + std::to_string(i)));
+    run_training(tiny_config(dump, tt::joined(one_step, {{"training.document_separator", cases[i].first}})));
+    EXPECT_EQ(packed_with(dump), cases[i].second) << "document_separator = '" << cases[i].first << "'";
+  }
+
+  const fs::path bad = tt::temp_dir("trainer_separator_bad");
+  std::string e = error_of([&] {
+    run_training(tiny_config(bad, tt::joined(one_step, {{"training.document_separator", "hello world"}})));
+  });
+  EXPECT_NE(e.find("training.document_separator"), std::string::npos) << e;
+  EXPECT_NE(e.find("2 tokens"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(bad / "metrics.jsonl"));
+
+  // Resume the default run's checkpoint (<|endoftext|>) to step 2 under <|im_end|>.
+  const fs::path& dump = dumps[0];
+  const Overrides resume = {{"training.steps", "2"},
+                            {"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "1"},
+                            {"training.document_separator", "<|im_end|>"}};
+  e = error_of([&] { run_training(tiny_config(dump, resume)); });
+  EXPECT_NE(e.find("training.document_separator"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
+  run_training(tiny_config(dump, tt::joined(resume, {{"checkpoint.restart_data_stream", "true"}})));
+  EXPECT_EQ(read_metrics(dump).back().at("step").get<int64_t>(), 2);
+}
+
 // Activation checkpointing recomputes the same forward: step 1 is unchanged (bitwise here; the
 // tolerance allows 1e-6 relative), whichever layers it covers (3 layers: selective one in 2 covers
 // layer 1, one in 3 layer 2; full all three).

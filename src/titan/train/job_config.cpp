@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "titan/core/check.h"
@@ -65,6 +66,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, dataset),
       TITAN_KEY(training, dataset_path),
       TITAN_KEY(training, text_field),
+      TITAN_KEY(training, document_separator),
       TITAN_KEY(training, local_batch_size),
       TITAN_KEY(training, global_batch_size),
       TITAN_KEY(training, seq_len),
@@ -517,7 +519,12 @@ std::string JobConfig::describe() const {
   for (auto& f : schema(copy)) {
     os << "  " << f.key << " = ";
     switch (f.kind) {
-      case Field::Str: os << '"' << *static_cast<std::string*>(f.ptr) << '"'; break;
+      // A JSON string is a TOML basic string (the same escapes): quotes, backslashes and newlines
+      // in a value keep the listing one key per line and valid TOML.
+      case Field::Str:
+        os << nlohmann::json(*static_cast<std::string*>(f.ptr))
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        break;
       case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
       case Field::Float: os << format_double(*static_cast<double*>(f.ptr)); break;
       case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;

@@ -32,6 +32,10 @@ struct TrainingSection {
   std::string dataset = "nlp-corpus";  // built-in dataset name
   std::string dataset_path = "";       // user data: file or folder (JSON, JSONL, text)
   std::string text_field = "text";
+  // The token that ends every document when packing: "" (the tokenizer's document separator:
+  // <|endoftext|> when the vocabulary has it, else its eos_token), "eos_token" (the tokenizer
+  // config's, as torchtitan does), or any text that is exactly one token ("<|im_end|>").
+  std::string document_separator = "";
   int64_t local_batch_size = 2;
   int64_t global_batch_size = -1;  // -1: local_batch_size * data-parallel ranks (no accumulation)
   int64_t seq_len = 512;

@@ -38,6 +38,14 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
                 " but this run has ", loader.config().seq_len,
                 ": its data position counts windows of the old length (set "
                 "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  if (saved.contains("eos_id") && saved["eos_id"].is_number_integer())
+    TITAN_CHECK(
+        saved["eos_id"].get<int32_t>() == loader.config().eos_id, "checkpoint ", checkpoint,
+        " ended its documents with token id ", saved["eos_id"].get<int32_t>(),
+        " but this run ends them with ", loader.config().eos_id,
+        " (training.document_separator): its data position counts windows of the other token stream (set "
+        "training.document_separator back, or checkpoint.restart_data_stream = true to start the data from "
+        "the beginning)");
   loader.restore(saved);
   return "";
 }

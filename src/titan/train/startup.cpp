@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <nlohmann/json.hpp>
+
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
@@ -192,7 +194,29 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool
   return job;
 }
 
-void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
+int32_t document_separator(const TrainingSection& training, const data::Tokenizer& tokenizer) {
+  const std::string& want = training.document_separator;
+  if (want.empty()) return tokenizer.document_separator_id();
+  if (want == "eos_token") {
+    TITAN_CHECK(tokenizer.eos_id() >= 0,
+                "training.document_separator = \"eos_token\": the tokenizer's "
+                "tokenizer_config.json names no eos_token; name the token itself (e.g. \"<|endoftext|>\")");
+    return tokenizer.eos_id();
+  }
+  // A token as tokenizer.json spells it (special tokens, byte-level forms such as "Ċ"), else text
+  // that encodes to exactly one token ("\n").
+  if (const std::optional<int32_t> id = tokenizer.token_to_id(want)) return *id;
+  const std::vector<int32_t> ids = tokenizer.encode(want);
+  TITAN_CHECK(
+      ids.size() == 1, "training.document_separator = ",
+      nlohmann::json(want).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), " is ", ids.size(),
+      " tokens of the run's tokenizer, not one; name a single token (\"<|endoftext|>\", \"<|im_end|>\"), "
+      "\"eos_token\" (the tokenizer config's), or \"\" (<|endoftext|> when the vocabulary has it)");
+  return ids[0];
+}
+
+void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
+                     const data::Tokenizer& tokenizer) {
   const auto& a = job.args;
   say("titan train: %s", c.job.description.c_str());
   say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
@@ -218,10 +242,12 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("communication: %s", plan.world().library().c_str());
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
-  say("data: %s, tokenizer %s, batch %ld x seq %ld, gradient accumulation %ld, global batch %ld "
-      "(local x data-parallel ranks x accumulation)",
-      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), long(job.local_batch_size),
-      long(job.seq_len), long(job.accumulation_steps),
+  const int32_t separator = document_separator(c.training, tokenizer);
+  say("data: %s, tokenizer %s, documents end with token %d %s, batch %ld x seq %ld, "
+      "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
+      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), separator,
+      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator})).dump().c_str(),
+      long(job.local_batch_size), long(job.seq_len), long(job.accumulation_steps),
       long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   install_substitutions(c, a, job.device, job.compute_dtype);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/job_config.h"
@@ -38,12 +39,18 @@ DType resolve_compute_dtype(const JobConfig& config);
 // data-parallel ranks (1 when global_batch_size = -1).
 int64_t accumulation_steps(const JobConfig& config, int64_t dp_size);
 
+// The token id that ends every document when packing (training.document_separator, resolved
+// against the run's tokenizer); errors name the key.
+int32_t document_separator(const TrainingSection& training, const data::Tokenizer& tokenizer);
+
 // `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
 // consulted. Errors name the key and the path.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);
 
-// Prints the run's description, model, ranks, device, data, kernels and the config in effect, and
-// installs the [kernels] substitutions (each checked against the model's modules first).
-void start_up_report(const JobConfig& config, const ResolvedJob& job, const dist::ParallelPlan& plan);
+// Prints the run's description, model, ranks, device, data (with the document separator), kernels and the
+// config in effect, and installs the [kernels] substitutions (each checked against the model's modules
+// first).
+void start_up_report(const JobConfig& config, const ResolvedJob& job, const dist::ParallelPlan& plan,
+                     const data::Tokenizer& tokenizer);
 
 }  // namespace titan::train

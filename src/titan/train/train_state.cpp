@@ -41,10 +41,12 @@ LrSchedule build_schedule(const JobConfig& c) {
   return schedule;
 }
 
-data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
+data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
+                                 const data::Tokenizer& tokenizer) {
   data::LoaderConfig lc;
   lc.paths = job.dataset;
   lc.text_field = c.training.text_field;
+  lc.eos_id = document_separator(c.training, tokenizer);
   lc.seq_len = job.seq_len;
   // Every rank reads the global batch and trains on its rows (TrainStep): the batches, and the
   // loader's position in a checkpoint, do not depend on the number of ranks.
@@ -67,10 +69,11 @@ std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan)
     : model(build_model(c, job, plan)),
-      sharding(plan, model.blocks(), layer_flags(model), dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
+      sharding(plan, model.blocks(), layer_flags(model),
+               dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
-      loader(loader_config(c, job, plan), tokenizer) {}
+      loader(loader_config(c, job, plan, tokenizer), tokenizer) {}
 
 void TrainState::distribute() {
   sharding.shard(model.compute_dtype());

@@ -173,7 +173,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
   if (cfg.validation.enable)
     validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
-  start_up_report(cfg, job, plan);
+  start_up_report(cfg, job, plan, tokenizer);
   if (validator) say("%s", validator->describe().c_str());
 
   // ---- the state: built, then restored from the newest checkpoint or given its first weights

@@ -7,6 +7,7 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
+#include "titan/train/startup.h"
 
 namespace titan::train {
 
@@ -41,6 +42,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
   loader_config_.paths = {resolve_held_out(v)};
   loader_config_.text_field = cfg.training.text_field;
+  loader_config_.eos_id = document_separator(cfg.training, tokenizer);
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
   rank_rows_ = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
   loader_config_.local_batch_size = rank_rows_ * plan.dp_size();
