@@ -100,7 +100,7 @@ if grep -q -- '--device' <<<"$parity_help"; then
   # every op after it.
   # (`index`, the i64 argument scans, runs under no floating dtype: cuda_ops_test checks it.) No CUDA
   # op listed means the backend did not load: a FAIL, never a pass over nothing.
-  cuda_ops=$("$root/bin/titan" kernels list 2>/dev/null | awk '/cuda\// && $1 != "index" {print $1}' | sort -u)
+  cuda_ops=$("$root/bin/titan" kernels list 2>/dev/null | awk '$3 == "cuda" && $1 != "index" {print $1}' | sort -u)
   # shellcheck disable=SC2086
   step "titan kernels parity --device cuda" 180 bash -c '
     titan=$1; shift

@@ -355,13 +355,13 @@ TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
     std::string what, resharding;
   };
   const std::vector<Resume> resumes = {
-      {0, 4, {}, "2 ranks resumed on 1", "this run has 1 (1 shards)"},
-      {4, 1, {}, "2 ranks resumed on 4", "this run has 4 (4 shards)"},
+      {0, 4, {}, "2 ranks resumed on 1", "this run has 1 rank (1 shard)"},
+      {4, 1, {}, "2 ranks resumed on 4", "this run has 4 ranks (4 shards)"},
       {2,
        2,
        {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.data_parallel_shard_degree", "1"}},
        "FSDP 2 resumed as DDP 2",
-       "this run has 2 (1 shards)"}};
+       "this run has 2 ranks (1 shard)"}};
   for (const Resume& r : resumes) {
     // A copy of the dump folder: the job resumes from its newest checkpoint on the new mesh.
     JobRun run{tt::temp_dir("dist_reshard_" + std::to_string(r.ranks) + "_" + std::to_string(r.mesh.size())),

@@ -219,5 +219,46 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   EXPECT_NE(out.find("titan kernels list: unexpected argument 'extra'"), std::string::npos) << out;
 }
 
+// `titan kernels list` has a row for every CPU and meta kernel this build registers, under its op,
+// variant and device, with that kernel's own description and its dtype (a device's kernels do not
+// borrow another device's description). The test_ ops and variants exist only in this program.
+TEST(KernelsList, EveryKernelHasARowWithItsOwnDescription) {
+  std::string out;
+  ASSERT_EQ(titan::testing::run_command(titan::testing::titan_binary().string() + " kernels list", &out), 0)
+      << out;
+  std::vector<std::vector<std::string>> rows;  // op, variant, device, the rest of the line
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string op, variant, device;
+    if (!(words >> op >> variant >> device)) continue;
+    std::string rest;
+    std::getline(words, rest);
+    rows.push_back({op, variant, device, rest});
+  }
+  size_t checked = 0;
+  for (const auto& e : all_kernels()) {
+    if (e.device == Device::CUDA || e.variant.rfind("test_", 0) == 0 || e.op.rfind("test_", 0) == 0) continue;
+    bool found = false;
+    for (const auto& r : rows) {
+      if (r[0] != e.op || r[1] != e.variant || r[2] != device_name(e.device)) continue;
+      const std::string& rest = r[3];
+      const bool ends_with_description =
+          rest.size() >= e.description.size() &&
+          rest.compare(rest.size() - e.description.size(), std::string::npos, e.description) == 0;
+      std::istringstream dtypes(rest.substr(0, rest.size() - e.description.size()));
+      bool has_dtype = false;
+      for (std::string d; dtypes >> d;)
+        has_dtype |= d == dtype_name(e.dtype) || d.rfind(std::string(dtype_name(e.dtype)) + "[", 0) == 0;
+      found |= ends_with_description && has_dtype;
+    }
+    EXPECT_TRUE(found) << e.op << " " << e.variant << " " << device_name(e.device) << " "
+                       << dtype_name(e.dtype) << " '" << e.description << "' has no row of its own in:\n"
+                       << out;
+    ++checked;
+  }
+  EXPECT_GT(checked, 50u);
+}
+
 }  // namespace
 }  // namespace titan::kernels

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
@@ -17,39 +19,34 @@ namespace {
 int kernels_list() {
   // The CUDA kernels are listed when the CUDA backend library loads (it need not find a GPU).
   const std::string cuda_not_loaded = load_device_backend(Device::CUDA);
-  // op -> variant -> (device/dtype list, description)
-  std::map<std::string, std::map<std::string, std::pair<std::vector<std::string>, std::string>>> table;
+  // One row per (op, variant, device, implementation) with its dtypes: the meta device's "default"
+  // is a shape computation, the CUDA one a kernel, and a device's bf16 kernel may not be its f32 one.
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, std::string> table;
   // Why kernels cannot run here, each reason once (a missing GPU would otherwise repeat on every
-  // CUDA kernel): the table marks a kernel with its reason's number, the footer prints the reasons.
+  // CUDA kernel): a dtype carries its reason's number, "bf16[2]", the footer prints the reasons.
   std::vector<std::string> reasons;
+  std::set<std::string> ops;
   for (const auto& e : kernels::all_kernels()) {
-    auto& slot = table[e.op][e.variant];
-    std::string dd = std::string(device_name(e.device)) + "/" + std::string(dtype_name(e.dtype));
-    if (e.available) {
-      std::string why = e.available();
-      if (!why.empty()) {
-        auto it = std::find(reasons.begin(), reasons.end(), why);
-        if (it == reasons.end()) {
-          reasons.push_back(why);
-          it = reasons.end() - 1;
-        }
-        dd += " (unavailable [" + std::to_string(it - reasons.begin() + 1) + "])";
-      }
+    ops.insert(e.op);
+    std::string& dtypes = table[{e.op, e.variant, std::string(device_name(e.device)), e.description}];
+    std::string dtype(dtype_name(e.dtype));
+    if (const std::string why = e.available ? e.available() : ""; !why.empty()) {
+      auto it = std::find(reasons.begin(), reasons.end(), why);
+      if (it == reasons.end()) it = reasons.insert(reasons.end(), why);
+      dtype += "[" + std::to_string(it - reasons.begin() + 1) + "]";
     }
-    slot.first.push_back(dd);
-    if (slot.second.empty()) slot.second = e.description;
+    dtypes += (dtypes.empty() ? "" : " ") + dtype;
   }
-  std::printf("%-22s %-14s %-34s %s\n", "op", "variant", "devices/dtypes", "implementation");
-  for (auto& [op, variants] : table)
-    for (auto& [variant, info] : variants) {
-      std::string dd;
-      for (auto& s : info.first) dd += (dd.empty() ? "" : " ") + s;
-      std::printf("%-22s %-14s %-34s %s\n", op.c_str(), variant.c_str(), dd.c_str(), info.second.c_str());
-    }
+  std::printf("%-21s %-11s %-6s %-17s %s\n", "op", "variant", "device", "dtypes", "implementation");
+  for (const auto& [key, dtypes] : table) {
+    const auto& [op, variant, device, description] = key;
+    std::printf("%-21s %-11s %-6s %-17s %s\n", op.c_str(), variant.c_str(), device.c_str(), dtypes.c_str(),
+                description.c_str());
+  }
   std::printf(
       "\n%zu ops, %zu kernels. \"default\" is used unless a [kernels] substitution picks another variant;\n"
       "\"reference\" is what every other variant is tested against.\n",
-      table.size(), kernels::all_kernels().size());
+      ops.size(), kernels::all_kernels().size());
   for (size_t i = 0; i < reasons.size(); ++i)
     std::printf("[%zu] unavailable here: %s\n", i + 1, reasons[i].c_str());
   if (!cuda_not_loaded.empty()) std::printf("No cuda kernels listed: %s.\n", cuda_not_loaded.c_str());

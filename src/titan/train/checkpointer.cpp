@@ -124,8 +124,9 @@ void Checkpointer::restore(TrainState& s) const {
         long(ts["global_batch_size"].get<int64_t>()));
   const int saved_world = ts.at("world_size").get<int>();
   if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard())
-    say("resharding: the checkpoint was written by %d ranks (%zu shard files), this run has %d (%ld shards)",
-        saved_world, c.model_files.size(), plan_.world_size(), long(plan_.dp_shard()));
+    say("resharding: the checkpoint was written by %s (%s), this run has %s (%s)",
+        counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
+        counted(plan_.world_size(), "rank").c_str(), counted(plan_.dp_shard(), "shard").c_str());
   const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());

@@ -16,6 +16,10 @@ bool console_output() {
   return g_console;
 }
 
+std::string counted(int64_t n, const std::string& noun, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
+
 void say(const char* fmt, ...) {
   if (!g_console) return;
   va_list ap;

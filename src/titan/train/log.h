@@ -1,6 +1,9 @@
 #pragma once
 // The trainer's console log: one printf-style line to stdout, flushed at once (a run's progress is
 // followed with `tail -f`), on the logging rank only.
+#include <cstdint>
+#include <string>
+
 namespace titan::train {
 
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -8,5 +11,9 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // In a job of many ranks only the logging rank prints: the others call set_console_output(false).
 void set_console_output(bool enabled);
 bool console_output();
+
+// "1 step", "3 steps", "2 batches": a count with its noun in the number the count asks for
+// (`plural` when it is not the noun + "s").
+std::string counted(int64_t n, const std::string& noun, const std::string& plural = "");
 
 }  // namespace titan::train

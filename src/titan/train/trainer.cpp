@@ -218,8 +218,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const TrainStep train_step(cfg, job, plan);
   StepProfiler profiler(cfg.profiling, cfg.job.dump_folder, plan.rank(), job.device);
   if (profiler.enabled())
-    say("profiling: the last %ld of every %ld steps, op by op; Chrome traces in %s/iteration_<step>/",
-        long(cfg.profiling.profiler_active), long(cfg.profiling.profile_freq),
+    say("profiling: the last %ld of every %s, op by op; Chrome traces in %s/iteration_<step>/",
+        long(cfg.profiling.profiler_active), counted(cfg.profiling.profile_freq, "step").c_str(),
         (std::filesystem::path(cfg.job.dump_folder) / cfg.profiling.save_traces_folder).c_str());
 
   TrainSummary summary;
@@ -283,9 +283,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   char final_loss[48] = "no final loss";
   if (summary.steps_run > 0)
     std::snprintf(final_loss, sizeof final_loss, "final loss %.4f", summary.final_loss);
-  say("summary: %ld steps (last step %ld)%s, %s, %s, %ld tokens, %.1f s%s", long(summary.steps_run),
-      long(summary.last_step), summary.interrupted ? ", interrupted" : "", final_loss, sustained,
-      long(summary.tokens), summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
+  say("summary: %s (last step %ld)%s, %s, %s, %ld tokens, %.1f s%s",
+      counted(summary.steps_run, "step").c_str(), long(summary.last_step),
+      summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens),
+      summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
   return summary;
 }
 

@@ -7,6 +7,7 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
+#include "titan/train/log.h"
 #include "titan/train/startup.h"
 
 namespace titan::train {
@@ -93,13 +94,13 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 
 std::string Validator::describe() const {
   char buf[512];
-  std::snprintf(
-      buf, sizeof buf,
-      "validation: at step 1 and every %ld steps, %s of %ld x %ld tokens per rank (global %ld x %ld) "
-      "from %s",
-      long(freq_), steps_ == -1 ? "all batches" : (std::to_string(steps_) + " batches").c_str(),
-      long(rank_rows_), long(loader_config_.seq_len), long(loader_config_.local_batch_size),
-      long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
+  std::snprintf(buf, sizeof buf,
+                "validation: at step 1 and every %s, %s of %ld x %ld tokens per rank (global %ld x %ld) "
+                "from %s",
+                counted(freq_, "step").c_str(),
+                steps_ == -1 ? "all batches" : counted(steps_, "batch", "batches").c_str(), long(rank_rows_),
+                long(loader_config_.seq_len), long(loader_config_.local_batch_size),
+                long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
   return buf;
 }
 

@@ -38,12 +38,14 @@ void linear_backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_
   if (g.dw) gemm_bf16(Trans::T, Trans::N, N, K, M, 1.0f, dy, N, x, K, g.add_dw ? 1.0f : 0.0f, static_cast<float*>(g.dw), K);
 }
 
-const bool registered = kernels::register_kernels(
-    "linear", Device::CPU,
-    {{DType::F32, "default", "GEMM backend (oneDNN sgemm / OpenBLAS), OpenMP",
-      ops::LinearKernel{linear_forward_f32, linear_backward_f32}},
-     {DType::BF16, "default", "oneDNN bf16 matmul (AMX / AVX512-BF16), f32 accumulation",
-      ops::LinearKernel{linear_forward_bf16, linear_backward_bf16}}});
+const bool registered =
+    kernels::register_kernels("linear", Device::CPU,
+                              {{DType::F32, "default", "GEMM backend (oneDNN sgemm / OpenBLAS), OpenMP",
+                                ops::LinearKernel{linear_forward_f32, linear_backward_f32}},
+                               {DType::BF16, "default",
+                                "oneDNN bf16 matmul (AMX / AVX512-BF16), f32 accumulation; on CPUs without "
+                                "them inputs widened to f32 GEMMs",
+                                ops::LinearKernel{linear_forward_bf16, linear_backward_bf16}}});
 
 }  // namespace
 }  // namespace titan::cpu
