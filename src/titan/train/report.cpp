@@ -206,10 +206,17 @@ RunRecord read_run(const fs::path& dir) {
     }
   }
   // [profiling]: the traces folder named in the config in effect, its newest iteration.
-  const std::string key = "  profiling.save_traces_folder = \"";
+  // The listing quotes strings as JSON does (JobConfig::describe): the value parses as a JSON string.
+  const std::string key = "  profiling.save_traces_folder = ";
+  std::string traces_folder;
   if (const size_t at = r.config_in_effect.find(key); at != std::string::npos) {
-    const size_t from = at + key.size(), to = r.config_in_effect.find('"', from);
-    const fs::path traces = dir / r.config_in_effect.substr(from, to - from);
+    const size_t from = at + key.size(), to = r.config_in_effect.find('\n', from);
+    const json value =
+        json::parse(r.config_in_effect.substr(from, to - from), nullptr, /*allow_exceptions=*/false);
+    if (value.is_string()) traces_folder = value.get<std::string>();
+  }
+  if (!traces_folder.empty()) {
+    const fs::path traces = dir / traces_folder;
     long newest = -1;
     std::error_code ec;
     for (auto it = fs::directory_iterator(traces, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
