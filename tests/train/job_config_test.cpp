@@ -588,7 +588,12 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
        {"profiling.enable_memory_snapshot", "memory snapshots"}},
       {"[checkpoint]\nexport_dtype = \"float16\"\nlast_save_in_hf = true\n",
        {},
-       {"export_dtype = float16", "float32 or bfloat16"}},
+       {"job.toml:2", "export_dtype = float16", "float32 or bfloat16"}},
+      // A rule between keys names where the offending value was set: here the command line.
+      {"[checkpoint]\nlast_save_in_hf = true\n",
+       {{"checkpoint.export_dtype", "float16"}},
+       {"command line: checkpoint.export_dtype = float16"}},
+      {"", {{"activation_checkpoint.selective_ac_option", "-3"}}, {"command line", "selective_ac_option"}},
       {"[checkpoint]\nenable_checkpoint = \"yes\"\n", {}, {"checkpoint.enable", "true or false"}},
       {"[lr_scheduler]\nlr_min = \"low\"\n", {}, {"lr_scheduler.min_lr_factor", "expects a number"}},
       {"[compile]\nenabel = true\n", {}, {"unknown config key 'compile.enabel'"}},

@@ -392,8 +392,16 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
     apply(c, fields, k, v, "command line", nullptr);
   }
+  // Where a key got its value ("file:line:col" or "command line"): the rules between keys below
+  // name the place to change.
+  auto set_where = [&](const std::string& key) {
+    for (const Field& f : fields)
+      if (f.key == key && !f.set_where.empty()) return f.set_where;
+    return source;
+  };
   // torchtitan's selective_ac_option: a layer frequency, or "op" (its per-op policy).
-  selective_ac_every(c.activation_checkpoint.selective_ac_option, source);
+  selective_ac_every(c.activation_checkpoint.selective_ac_option,
+                     set_where("activation_checkpoint.selective_ac_option"));
   if (c.activation_checkpoint.mode == "selective" && c.activation_checkpoint.selective_ac_option == "op")
     add_note(
         c, "activation_checkpoint.selective_ac_option",
@@ -401,7 +409,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         "recomputes the cheap ops of every layer); the step's result is the same");
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
-    TITAN_CHECK(!c.checkpoint.last_save_in_hf, source, ": checkpoint.export_dtype = float16 cannot be honoured: "
+    TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),
+                ": checkpoint.export_dtype = float16 cannot be honoured: "
                 "titan's Hugging Face export (checkpoint.last_save_in_hf) writes float32 or bfloat16");
     add_note(c, "checkpoint.export_dtype", "float16 accepted, no effect: there is no export at the end "
              "(checkpoint.last_save_in_hf = false)");
