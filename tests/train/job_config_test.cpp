@@ -386,6 +386,12 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
             "");
   EXPECT_EQ(validate_error("[training]\nlocal_batch_size = 2\nglobal_batch_size = 8\n", 2), "");
   EXPECT_EQ(validate_error("[checkpoint]\nkeep_latest_k = 0\n"), "");
+  EXPECT_EQ(validate_error("[checkpoint]\nenable = true\nload_step = 30\n"), "");
+  EXPECT_NE(validate_error("[checkpoint]\nload_step = 30\n").find("needs checkpoint.enable = true"),
+            std::string::npos);
+  EXPECT_NE(
+      validate_error("[checkpoint]\nenable = true\nload_step = 0\n").find("checkpoint.load_step must be -1"),
+      std::string::npos);
 }
 
 // ---- torchtitan's job files ----------------------------------------------------------------------
@@ -559,7 +565,6 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
-      {"[checkpoint]\nload_step = 30\n", {}, {"checkpoint.load_step = 30", "newest committed"}},
       {"[checkpoint]\ncreate_seed_checkpoint = true\n", {}, {"create_seed_checkpoint"}},
       {"[checkpoint]\nexclude_from_loading = [\"optimizer\"]\n", {}, {"exclude_from_loading"}},
       {"[experimental]\ncustom_import = \"my.module\"\n", {}, {"experimental.custom_import", "Python"}},

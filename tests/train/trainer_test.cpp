@@ -550,6 +550,54 @@ TEST(Trainer, GradientAccumulationMatchesADoubledBatch) {
   EXPECT_EQ(accum["tps"].get<double>() > 0, true);
 }
 
+// checkpoint.load_step rolls a run back: it resumes from that step (retraining the later steps
+// exactly as the first time: the resume is bitwise), and the later checkpoints and their exports are
+// renamed out of the way of the new saves, not deleted. A step with no committed checkpoint is an
+// error naming the key and the steps there are.
+TEST(Trainer, LoadStepRollsBackAndSetsTheLaterCheckpointsAside) {
+  const fs::path dump = tt::temp_dir("trainer_load_step");
+  const Overrides common = {{"training.steps", "4"},           {"training.deterministic", "true"},
+                            {"checkpoint.enable", "true"},     {"checkpoint.interval", "1"},
+                            {"checkpoint.keep_latest_k", "0"}, {"checkpoint.last_save_in_hf", "true"}};
+  run_training(tiny_config(dump, common));
+  const auto first = read_metrics(dump);
+  ASSERT_EQ(first.size(), 4u);
+  const fs::path ck = dump / "checkpoint";
+  auto text_of = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string step3_checksums = text_of(ck / "step-3" / "manifest.json");
+  ASSERT_FALSE(step3_checksums.empty());
+
+  std::string e = error_of([&] {
+    run_training(tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "7"}})));
+  });
+  EXPECT_NE(e.find("checkpoint.load_step = 7"), std::string::npos) << e;
+  EXPECT_NE(e.find("committed steps in '" + ck.string() + "': 1, 2, 3, 4"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(ck / "step-3.rolled-back")) << "an error must leave the folder as it was";
+
+  const TrainSummary again =
+      run_training(tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "2"}})));
+  EXPECT_EQ(again.steps_run, 2);
+  const auto all = read_metrics(dump);
+  ASSERT_EQ(all.size(), 6u);
+  for (int i = 0; i < 2; ++i) {  // steps 3 and 4, trained again from step 2's checkpoint
+    EXPECT_EQ(all[4 + i].at("step"), first[2 + i].at("step"));
+    EXPECT_EQ(all[4 + i].at("loss").get<double>(), first[2 + i].at("loss").get<double>());
+    EXPECT_EQ(all[4 + i].at("batch_hash"), first[2 + i].at("batch_hash"));
+  }
+  for (const char* moved : {"step-3.rolled-back", "step-4.rolled-back", "step-4-hf.rolled-back"})
+    EXPECT_TRUE(fs::exists(ck / moved)) << moved;
+  EXPECT_EQ(text_of(ck / "step-3.rolled-back" / "manifest.json"), step3_checksums);
+  EXPECT_EQ(CheckpointManager(ck, 0).committed_steps(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(fs::exists(ck / "step-4-hf" / "model.safetensors"));
+  // A second roll-back to the same step keeps the first one's folders too.
+  run_training(tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "2"}})));
+  EXPECT_TRUE(fs::exists(ck / "step-3.rolled-back-2" / "COMMITTED"));
+  EXPECT_TRUE(fs::exists(ck / "step-3.rolled-back" / "COMMITTED"));
+}
+
 // training.document_separator picks the token that ends every packed document (the loader's
 // state in the checkpoint records the id it packed with); a value that is not one token is an
 // error naming the key before any compute, and a resume under another separator is refused unless

@@ -93,6 +93,10 @@ CheckpointManager::CheckpointManager(fs::path folder, int64_t keep_latest_k)
 
 fs::path CheckpointManager::step_dir(int64_t step) const { return folder_ / ("step-" + std::to_string(step)); }
 
+fs::path CheckpointManager::hf_export_dir(int64_t step) const {
+  return folder_ / ("step-" + std::to_string(step) + "-hf");
+}
+
 fs::path CheckpointManager::begin_save(int64_t step) {
   fs::create_directories(folder_);
   // Re-saving a step (e.g. after a resume that did no step) replaces it atomically.
@@ -194,6 +198,22 @@ std::optional<int64_t> CheckpointManager::latest_step() const {
   auto s = committed_steps();
   if (s.empty()) return std::nullopt;
   return s.back();
+}
+
+std::vector<std::pair<fs::path, fs::path>> CheckpointManager::set_aside_after(int64_t step) const {
+  std::vector<std::pair<fs::path, fs::path>> moved;
+  for (const int64_t s : committed_steps()) {
+    if (s <= step) continue;
+    for (const fs::path& from : {step_dir(s), hf_export_dir(s)}) {
+      if (!fs::exists(from)) continue;
+      fs::path to = from.string() + ".rolled-back";
+      for (int n = 2; fs::exists(to); ++n) to = from.string() + ".rolled-back-" + std::to_string(n);
+      fs::rename(from, to);
+      moved.emplace_back(from, to);
+    }
+  }
+  if (!moved.empty()) io::fsync_dir(folder_);
+  return moved;
 }
 
 LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_checkpoint_dir(step_dir(step)); }

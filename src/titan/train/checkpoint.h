@@ -61,6 +61,8 @@ class CheckpointManager {
 
   const std::filesystem::path& folder() const { return folder_; }
   std::filesystem::path step_dir(int64_t step) const;
+  // Where the Hugging Face export of a step goes: step-N-hf beside step-N.
+  std::filesystem::path hf_export_dir(int64_t step) const;
 
   // A save in three parts, so that several processes can write one checkpoint: begin_save creates
   // the temporary folder of step-N (returned), the writers put their shard files there
@@ -79,6 +81,10 @@ class CheckpointManager {
   // or a prune cut short. Never loaded; the next save removes them.
   std::vector<std::filesystem::path> interrupted_step_dirs() const;
   std::optional<int64_t> latest_step() const;
+  // Rolling back to `step`: every committed step after it, and its Hugging Face export step-N-hf,
+  // is renamed <name>.rolled-back (-2, -3, ... when taken), out of the way of the saves to come
+  // and never deleted. Returns (from, to) per folder moved.
+  std::vector<std::pair<std::filesystem::path, std::filesystem::path>> set_aside_after(int64_t step) const;
 
   // Loads a committed step, verifying the manifest's sizes and checksums of every file (every
   // shard's); a shard file the layout needs and the folder lacks is an error naming it.

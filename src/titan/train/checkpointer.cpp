@@ -79,11 +79,32 @@ fs::path checkpoint_folder_of(const JobConfig& c) {
 }
 
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
-    : config_(c),
-      plan_(plan),
-      manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k),
-      resume_step_(c.checkpoint.enable ? manager_.latest_step() : std::nullopt),
-      last_saved_step_(resume_step_.value_or(-1)) {}
+    : config_(c), plan_(plan), manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k) {
+  if (c.checkpoint.enable) resume_step_ = manager_.latest_step();
+  if (c.checkpoint.enable && c.checkpoint.load_step != -1) {
+    // A roll-back (after a loss spike, say): resume from an earlier checkpoint; the later ones are
+    // another trajectory now, set aside so that this run's saves of the same steps cannot replace them.
+    const int64_t step = c.checkpoint.load_step;
+    const std::vector<int64_t> steps = manager_.committed_steps();
+    if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
+      std::string list;
+      for (const int64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
+      TITAN_FAIL("checkpoint.load_step = ", step, ": '", manager_.step_dir(step).string(),
+                 "' is not a committed checkpoint (committed steps in '", folder().string(),
+                 "': ", list.empty() ? "none" : list, ")");
+    }
+    resume_step_ = step;
+    // Every rank has listed the folder before the logging rank renames anything in it.
+    plan.barrier();
+    if (plan.is_logging_rank())
+      for (const auto& [from, to] : manager_.set_aside_after(step))
+        say("checkpoint: checkpoint.load_step = %ld: %s is set aside as %s (a later step of the run rolled "
+            "back; kept, never loaded or deleted)",
+            long(step), from.filename().c_str(), to.filename().c_str());
+    plan.barrier();
+  }
+  last_saved_step_ = resume_step_.value_or(-1);
+}
 
 Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) const {
   // A sharded plan's blocks are born as this rank's slices (TrainState); unsharded, the slice is
@@ -209,7 +230,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
     return plan_.barrier();
   }
   auto t0 = Clock::now();
-  const fs::path out = hf_export_dir(s.step);
+  const fs::path out = manager_.hf_export_dir(s.step);
   if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
     say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
   std::vector<fs::path> tok_files;
@@ -231,12 +252,8 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   plan_.barrier();
 }
 
-fs::path Checkpointer::hf_export_dir(int64_t step) const {
-  return folder() / ("step-" + std::to_string(step) + "-hf");
-}
-
 bool Checkpointer::has_hf_export(int64_t step) const {
-  return plan_.max_over_ranks(fs::is_directory(hf_export_dir(step)) ? 0 : 1) == 0;
+  return plan_.max_over_ranks(fs::is_directory(manager_.hf_export_dir(step)) ? 0 : 1) == 0;
 }
 
 }  // namespace titan::train

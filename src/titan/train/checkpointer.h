@@ -25,7 +25,9 @@ class Checkpointer {
   Checkpointer(const JobConfig& config, const dist::ParallelPlan& plan);
 
   const std::filesystem::path& folder() const { return manager_.folder(); }
-  // The newest committed step, when checkpoint.enable (the run resumes from it).
+  // The newest committed step, or checkpoint.load_step, when checkpoint.enable (the run resumes
+  // from it). With load_step the committed steps after it are set aside at construction
+  // (CheckpointManager::set_aside_after); every rank constructs the Checkpointer (collective then).
   std::optional<int64_t> resume_step() const { return resume_step_; }
 
   // step-N folders another program wrote: never resumed from, counted or pruned.
@@ -63,7 +65,6 @@ class Checkpointer {
     Tensor values, exp_avg, exp_avg_sq;
   };
   LocalSlice local_slice(TrainState& state, size_t block) const;
-  std::filesystem::path hf_export_dir(int64_t step) const;
 
   const JobConfig& config_;
   const dist::ParallelPlan& plan_;

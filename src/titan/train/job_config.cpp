@@ -93,6 +93,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, interval),
       TITAN_KEY(checkpoint, enable_first_step_checkpoint),
       TITAN_KEY(checkpoint, keep_latest_k),
+      TITAN_KEY(checkpoint, load_step),
       TITAN_KEY(checkpoint, initial_load_path),
       TITAN_KEY(checkpoint, initial_load_in_hf),
       TITAN_KEY(checkpoint, last_save_in_hf),
@@ -489,6 +490,12 @@ void JobConfig::validate(int world_size) const {
                 ": the profiled steps are the last profiler_active of every profile_freq");
     TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
   }
+  TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.load_step >= 1,
+              "checkpoint.load_step must be -1 (the newest checkpoint) or a step >= 1, got ",
+              checkpoint.load_step);
+  TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.enable,
+              "checkpoint.load_step = ", checkpoint.load_step,
+              " resumes from a checkpoint: it needs checkpoint.enable = true");
   TITAN_CHECK(checkpoint.keep_latest_k == 0 || checkpoint.keep_latest_k >= 2,
               "checkpoint.keep_latest_k must be 0 (keep all) or >= 2, got ", checkpoint.keep_latest_k);
   TITAN_CHECK(model.name != "hf" || !model.hf_assets_path.empty(),

@@ -70,6 +70,9 @@ struct CheckpointSection {
   int64_t interval = 500;
   bool enable_first_step_checkpoint = false;  // also save after step 1 (a quick check that saving works)
   int64_t keep_latest_k = 3;
+  // Resume from this committed step instead of the newest (-1); the later checkpoints are set
+  // aside (renamed step-N.rolled-back), never deleted.
+  int64_t load_step = -1;
   std::string initial_load_path = "";
   bool initial_load_in_hf = false;
   bool last_save_in_hf = false;

@@ -155,7 +155,7 @@ const std::vector<KeyGroup> kGroups = {
     // [checkpoint]
     native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
-            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint"}),
+            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -179,7 +179,6 @@ const std::vector<KeyGroup> kGroups = {
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
     off_only("[]|", "titan resumes the model, optimizer, schedule and data position together",
              {"checkpoint.exclude_from_loading"}),
-    off_only("-1", "titan resumes from the newest committed checkpoint", {"checkpoint.load_step"}),
     off_only("false", "titan always saves when checkpoint.enable is true", {"checkpoint.load_only"}),
     // [activation_checkpoint]
     native({"activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"}),
