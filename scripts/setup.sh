@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   python3 python3-torch python3-numpy
   zlib1g-dev   # gzip-compressed datasets (src/titan/data/text_stream.cpp)
+  libzstd-dev  # zstd-compressed datasets (.zst: SlimPajama, Dolma, RedPajama shards)
   chromium     # the browser check of `titan report` (tests/train/report_test.cpp)
 )
 missing=()

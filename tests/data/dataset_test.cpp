@@ -215,6 +215,98 @@ TEST(Dataset, GzipFilesReadLikeTheirPlainContent) {
   EXPECT_EQ(read_all({{dir / "multi"}}), std::vector<std::string>(plain.begin(), plain.begin() + n));
 }
 
+// zstd shards (SlimPajama's .jsonl.zst, Dolma's .json.zst) read as their plain content: one frame,
+// several frames, a skippable frame between them, and a frame written without its content size
+// (streamed, as `zstd -` from a pipe writes it); a saved position inside one resumes exactly.
+TEST(Dataset, ZstdFilesReadLikeTheirPlainContent) {
+  auto dir = temp_dir("dataset_zstd");
+  const size_t n = 30000;
+  const std::string lines = corpus_lines(n);
+  ASSERT_GT(zstd_bytes(lines).size(), size_t(512) << 10);  // many 256 KiB compressed chunks
+  json array = json::array({"first", json{{"text", "second"}}, "third"});
+  const std::string text = "para one\nline two\n\npara three\n";
+  write_file(dir / "plain" / "a.jsonl", lines);
+  write_file(dir / "plain" / "b.json", array.dump());
+  write_file(dir / "plain" / "c.txt", text);
+  write_file(dir / "zst" / "a.jsonl.zst", zstd_bytes(lines, 19));
+  write_file(dir / "zst" / "b.json.zst", zstd_bytes(array.dump()));
+  write_file(dir / "zst" / "c.txt.zst", zstd_bytes(text));
+  auto plain = read_all({{dir / "plain"}});
+  ASSERT_EQ(plain.size(), n + 3 + 2);
+  EXPECT_EQ(read_all({{dir / "zst"}}), plain);
+
+  // Two frames with a skippable frame (magic 0x184D2A50, 4 bytes of payload) between them.
+  const std::string skippable(
+      "\x50\x2a\x4d\x18\x04\x00\x00\x00"
+      "abcd",
+      12);
+  write_file(dir / "multi" / "a.jsonl.zst",
+             zstd_bytes(lines.substr(0, 100000)) + skippable + zstd_bytes(lines.substr(100000)));
+  const std::vector<std::string> docs(plain.begin(), plain.begin() + n);
+  EXPECT_EQ(read_all({{dir / "multi"}}), docs);
+
+  // Streamed: the frame header carries no content size, the decoder flushes as it goes.
+  ZSTD_CCtx* ctx = ZSTD_createCCtx();
+  std::string streamed(ZSTD_compressBound(lines.size()) + 1024, '\0');
+  ZSTD_outBuffer out{streamed.data(), streamed.size(), 0};
+  for (size_t at = 0; at < lines.size(); at += 4096) {
+    ZSTD_inBuffer in{lines.data() + at, std::min<size_t>(4096, lines.size() - at), 0};
+    while (in.pos < in.size)
+      ASSERT_FALSE(ZSTD_isError(ZSTD_compressStream2(ctx, &out, &in, ZSTD_e_continue)));
+  }
+  ZSTD_inBuffer none{nullptr, 0, 0};
+  size_t left = 1;
+  while (left != 0) {
+    left = ZSTD_compressStream2(ctx, &out, &none, ZSTD_e_end);
+    ASSERT_FALSE(ZSTD_isError(left));
+  }
+  ZSTD_freeCCtx(ctx);
+  streamed.resize(out.pos);
+  write_file(dir / "streamed" / "a.jsonl.zst", streamed);
+  EXPECT_EQ(read_all({{dir / "streamed"}}), docs);
+
+  DocumentStream s({{dir / "multi" / "a.jsonl.zst"}});
+  std::vector<DocPosition> positions;
+  ASSERT_EQ(read_all(s, &positions), docs);
+  for (size_t i : {size_t(0), size_t(1), size_t(15001), size_t(n - 1)}) {
+    s.seek(json(positions[i]).get<DocPosition>());
+    Document d;
+    ASSERT_TRUE(s.next(d));
+    EXPECT_EQ(d.text, docs[i]);
+    EXPECT_EQ(d.position, positions[i]);
+  }
+}
+
+TEST(Dataset, CorruptedTruncatedAndEmptyZstdNameTheFile) {
+  auto dir = temp_dir("dataset_zstd_bad");
+  const std::string zst = zstd_bytes(corpus_lines(2000));
+  write_file(dir / "truncated.jsonl.zst", zst.substr(0, zst.size() / 2));
+  std::string e = error_of({{dir / "truncated.jsonl.zst"}});
+  EXPECT_NE(e.find("truncated.jsonl.zst"), std::string::npos) << e;
+  EXPECT_NE(e.find("is truncated: its zstd stream ends early"), std::string::npos) << e;
+  // Only the 4-byte checksum missing: every byte decoded, the frame still incomplete.
+  write_file(dir / "no_checksum.jsonl.zst", zst.substr(0, zst.size() - 4));
+  e = error_of({{dir / "no_checksum.jsonl.zst"}});
+  EXPECT_NE(e.find("is truncated"), std::string::npos) << e;
+
+  std::string corrupted = zst;
+  for (size_t i = 1000; i < 1064; ++i) corrupted[i] = char(corrupted[i] ^ 0x5a);
+  write_file(dir / "corrupted.jsonl.zst", corrupted);
+  e = error_of({{dir / "corrupted.jsonl.zst"}});
+  EXPECT_NE(e.find("corrupted.jsonl.zst"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid zstd data at compressed byte"), std::string::npos) << e;
+
+  write_file(dir / "plain.txt.zst", "this was never compressed\n");
+  e = error_of({{dir / "plain.txt.zst"}});
+  EXPECT_NE(e.find("plain.txt.zst"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid zstd data at compressed byte 0"), std::string::npos) << e;
+
+  write_file(dir / "empty.jsonl.zst", "");
+  e = error_of({{dir / "empty.jsonl.zst"}});
+  EXPECT_NE(e.find("empty.jsonl.zst"), std::string::npos) << e;
+  EXPECT_NE(e.find("is empty: a zstd file holds at least one frame"), std::string::npos) << e;
+}
+
 TEST(Dataset, SeeksInsideACompressedShard) {
   auto dir = temp_dir("dataset_gzip_seek");
   write_file(dir / "a.jsonl.gz", gzip_bytes(corpus_lines(6000)));

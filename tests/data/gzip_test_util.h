@@ -1,10 +1,12 @@
 #pragma once
-// Writing gzip files for the compressed-dataset tests (zlib, as `gzip` writes them).
+// Writing gzip and zstd files for the compressed-dataset tests (zlib as `gzip` writes them, libzstd
+// as `zstd` does: one frame with its checksum).
 #include <gtest/gtest.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <string>
-#include <zlib.h>
 
 namespace titan::testing {
 
@@ -20,6 +22,19 @@ inline std::string gzip_bytes(const std::string& bytes) {
   EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
   out.resize(z.total_out);
   deflateEnd(&z);
+  return out;
+}
+
+// `bytes` as one zstd frame (content size and checksum recorded, as the zstd tool writes them).
+inline std::string zstd_bytes(const std::string& bytes, int level = 3) {
+  ZSTD_CCtx* ctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(ctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(ctx, ZSTD_c_checksumFlag, 1);
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  const size_t n = ZSTD_compress2(ctx, out.data(), out.size(), bytes.data(), bytes.size());
+  EXPECT_FALSE(ZSTD_isError(n)) << ZSTD_getErrorName(n);
+  ZSTD_freeCCtx(ctx);
+  out.resize(ZSTD_isError(n) ? 0 : n);
   return out;
 }
 

@@ -1,3 +1,3 @@
-# The compressed-dataset tests write their gzip shards with zlib.
-target_link_libraries(dataset_test PRIVATE ZLIB::ZLIB)
+# The compressed-dataset tests write their gzip shards with zlib and their zstd shards with libzstd.
+target_link_libraries(dataset_test PRIVATE ZLIB::ZLIB zstd::libzstd_shared)
 target_link_libraries(loader_test PRIVATE ZLIB::ZLIB)

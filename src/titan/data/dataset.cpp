@@ -78,7 +78,8 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
     } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
       TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ", e.path1());
     }
-    TITAN_CHECK(!found.empty(), "dataset: folder ", p, " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain or .gz)");
+    TITAN_CHECK(!found.empty(), "dataset: folder ", p,
+                " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain, .gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -175,10 +176,10 @@ Format detect_format(const fs::path& path) {
   // Plain text: its own names, and a name without an extension. Any other extension (.csv,
   // .parquet, ...) is a format titan does not read, not text to train on as it is.
   if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".md") return Format::Text;
-  TITAN_CHECK(
-      ext == ".json", "dataset: ", path.string(), ": '", ext,
-      "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz; a "
-      "name without an extension is plain text)");
+  TITAN_CHECK(ext == ".json", "dataset: ", path.string(), ": '", ext,
+              "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz "
+              "or .zst; a "
+              "name without an extension is plain text)");
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);

@@ -1,34 +1,136 @@
 #include "titan/data/text_stream.h"
 
-#include <vector>
 #include <zlib.h>
+#include <zstd.h>
+
+#include <vector>
 
 #include "titan/core/check.h"
 
 namespace titan::data {
 namespace fs = std::filesystem;
 
-struct TextStream::Gzip {
-  z_stream z{};
+// A decompressor reads compressed chunks from the file as it needs them.
+struct TextStream::Decompressor {
+  virtual ~Decompressor() = default;
+  // Up to `n` decompressed bytes into `out`; 0 at the end of the file's last frame or member.
+  virtual size_t read(std::FILE* file, const fs::path& path, char* out, size_t n) = 0;
+
+ protected:
+  // The next compressed chunk into `in` (its size; 0 at the end of the file).
+  size_t refill(std::FILE* file, const fs::path& path) {
+    const size_t got = std::fread(in.data(), 1, in.size(), file);
+    TITAN_CHECK(!std::ferror(file), "dataset: read error in ", path);
+    consumed += got;
+    return got;
+  }
   std::vector<unsigned char> in = std::vector<unsigned char>(1 << 18);
-  uint64_t consumed = 0;     // compressed bytes read from the file before `in`'s current chunk
-  bool member_end = false;   // the last inflate() finished a gzip member (another may follow)
+  uint64_t consumed = 0;  // compressed bytes read from the file so far (`in`'s current chunk included)
+};
+
+namespace {
+
+// gzip (RFC 1952) with zlib; several members in one file (`cat a.gz b.gz`, bgzip) read as one stream.
+struct Gzip final : TextStream::Decompressor {
+  z_stream z{};
+  bool member_end = false;  // the last inflate() finished a member (another may follow)
   bool done = false;
   Gzip() {
     // 15 + 32: a gzip (or zlib) header, detected; the largest window.
     TITAN_CHECK(inflateInit2(&z, 15 + 32) == Z_OK, "dataset: zlib cannot initialise");
   }
-  ~Gzip() { inflateEnd(&z); }
+  ~Gzip() override { inflateEnd(&z); }
   uint64_t compressed_offset() const { return consumed - z.avail_in; }
+
+  size_t read(std::FILE* file, const fs::path& path, char* out, size_t n) override {
+    z.next_out = reinterpret_cast<unsigned char*>(out);
+    z.avail_out = unsigned(n);
+    while (z.avail_out > 0 && !done) {
+      if (z.avail_in == 0) {
+        const size_t got = refill(file, path);
+        if (got == 0) {
+          TITAN_CHECK(member_end, "dataset: ", path,
+                      " is truncated: its gzip stream ends early, at compressed byte ", consumed);
+          done = true;
+          break;
+        }
+        z.next_in = in.data();
+        z.avail_in = unsigned(got);
+      }
+      if (member_end) {  // more bytes after a finished member: the next member
+        TITAN_CHECK(inflateReset(&z) == Z_OK, "dataset: zlib cannot reset for ", path);
+        member_end = false;
+      }
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        member_end = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        TITAN_FAIL("dataset: ", path, " is not valid gzip data at compressed byte ", compressed_offset(),
+                   ": ", z.msg ? z.msg : zError(rc));
+      }
+    }
+    return n - z.avail_out;
+  }
 };
+
+// zstd (RFC 8878) with libzstd's streaming decoder; several frames in one file (`cat a.zst b.zst`,
+// zstd's multi-threaded output) read as one stream, skippable frames skipped.
+struct Zstd final : TextStream::Decompressor {
+  ZSTD_DCtx* ctx = ZSTD_createDCtx();
+  ZSTD_inBuffer input{nullptr, 0, 0};
+  size_t frame_left = 0;  // ZSTD_decompressStream's last result: 0 when a frame is decoded and flushed
+  bool end_of_file = false, done = false;
+  Zstd() {
+    TITAN_CHECK(ctx, "dataset: libzstd cannot allocate a decompression context");
+    // The format's largest window (2 GiB): files written with --long=31 read too.
+    ZSTD_DCtx_setParameter(ctx, ZSTD_d_windowLogMax, 31);
+  }
+  ~Zstd() override { ZSTD_freeDCtx(ctx); }
+  uint64_t compressed_offset() const { return consumed - (input.size - input.pos); }
+
+  size_t read(std::FILE* file, const fs::path& path, char* out, size_t n) override {
+    ZSTD_outBuffer output{out, n, 0};
+    while (output.pos < n && !done) {
+      if (input.pos == input.size && !end_of_file) {
+        const size_t got = refill(file, path);
+        end_of_file = got == 0;
+        input = {in.data(), got, 0};
+      }
+      if (end_of_file && frame_left == 0) {
+        TITAN_CHECK(consumed > 0, "dataset: ", path, " is empty: a zstd file holds at least one frame");
+        done = true;
+        break;
+      }
+      // At the end of the file the decoder may still hold decoded bytes: it flushes them with no
+      // input; a frame that then still wants bytes is cut short.
+      const size_t before = output.pos;
+      const size_t rc = ZSTD_decompressStream(ctx, &output, &input);
+      if (ZSTD_isError(rc))
+        TITAN_FAIL("dataset: ", path, " is not valid zstd data at compressed byte ", compressed_offset(),
+                   ": ", ZSTD_getErrorName(rc));
+      frame_left = rc;
+      TITAN_CHECK(!end_of_file || frame_left == 0 || output.pos > before, "dataset: ", path,
+                  " is truncated: its zstd stream ends early, at compressed byte ", consumed);
+    }
+    return output.pos;
+  }
+};
+
+enum class Compression { None, Gzip, Zstd };
+
+Compression compression_of(const fs::path& path) {
+  if (path.extension() == ".gz") return Compression::Gzip;
+  if (path.extension() == ".zst") return Compression::Zstd;
+  return Compression::None;
+}
+
+}  // namespace
 
 TextStream::TextStream() = default;
 TextStream::~TextStream() { close(); }
 
-bool TextStream::is_gzip(const fs::path& path) { return path.extension() == ".gz"; }
-
 fs::path TextStream::uncompressed_name(const fs::path& path) {
-  return is_gzip(path) ? path.parent_path() / path.stem() : path;
+  return compression_of(path) == Compression::None ? path : path.parent_path() / path.stem();
 }
 
 void TextStream::open(const fs::path& path, uint64_t offset) {
@@ -36,14 +138,21 @@ void TextStream::open(const fs::path& path, uint64_t offset) {
   path_ = path;
   file_ = std::fopen(path.c_str(), "rb");
   TITAN_CHECK(file_, "dataset: cannot open ", path);
-  if (!is_gzip(path)) {
-    TITAN_CHECK(std::fseek(file_, long(offset), SEEK_SET) == 0, "dataset: cannot seek to byte ", offset, " of ", path);
-    return;
+  switch (compression_of(path)) {
+    case Compression::None:
+      TITAN_CHECK(std::fseek(file_, long(offset), SEEK_SET) == 0, "dataset: cannot seek to byte ", offset,
+                  " of ", path);
+      return;
+    case Compression::Gzip:
+      decompressor_ = std::make_unique<Gzip>();
+      break;
+    case Compression::Zstd:
+      decompressor_ = std::make_unique<Zstd>();
+      break;
   }
-  gzip_ = std::make_unique<Gzip>();
   std::vector<char> skip(1 << 16);
   for (uint64_t left = offset; left > 0;) {
-    size_t got = read(skip.data(), size_t(std::min<uint64_t>(left, skip.size())));
+    const size_t got = read(skip.data(), size_t(std::min<uint64_t>(left, skip.size())));
     TITAN_CHECK(got > 0, "dataset: ", path, " decompresses to fewer than ", offset,
                 " bytes: the saved position does not belong to this file");
     left -= got;
@@ -53,49 +162,14 @@ void TextStream::open(const fs::path& path, uint64_t offset) {
 void TextStream::close() {
   if (file_) std::fclose(file_);
   file_ = nullptr;
-  gzip_.reset();
+  decompressor_.reset();
 }
 
 size_t TextStream::read(char* out, size_t n) {
-  if (!gzip_) {
-    size_t got = std::fread(out, 1, n, file_);
-    TITAN_CHECK(!std::ferror(file_), "dataset: read error in ", path_);
-    return got;
-  }
-  return inflate_into(out, n);
-}
-
-size_t TextStream::inflate_into(char* out, size_t n) {
-  Gzip& g = *gzip_;
-  g.z.next_out = reinterpret_cast<unsigned char*>(out);
-  g.z.avail_out = unsigned(n);
-  while (g.z.avail_out > 0 && !g.done) {
-    if (g.z.avail_in == 0) {
-      size_t got = std::fread(g.in.data(), 1, g.in.size(), file_);
-      TITAN_CHECK(!std::ferror(file_), "dataset: read error in ", path_);
-      if (got == 0) {
-        TITAN_CHECK(g.member_end, "dataset: ", path_, " is truncated: its gzip stream ends early, at compressed byte ",
-                    g.consumed);
-        g.done = true;
-        break;
-      }
-      g.consumed += got;
-      g.z.next_in = g.in.data();
-      g.z.avail_in = unsigned(got);
-    }
-    if (g.member_end) {  // more bytes after a finished member: the next member (concatenated gzip)
-      TITAN_CHECK(inflateReset(&g.z) == Z_OK, "dataset: zlib cannot reset for ", path_);
-      g.member_end = false;
-    }
-    int rc = inflate(&g.z, Z_NO_FLUSH);
-    if (rc == Z_STREAM_END) {
-      g.member_end = true;
-    } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      TITAN_FAIL("dataset: ", path_, " is not valid gzip data at compressed byte ", g.compressed_offset(), ": ",
-                 g.z.msg ? g.z.msg : zError(rc));
-    }
-  }
-  return n - g.z.avail_out;
+  if (decompressor_) return decompressor_->read(file_, path_, out, n);
+  const size_t got = std::fread(out, 1, n, file_);
+  TITAN_CHECK(!std::ferror(file_), "dataset: read error in ", path_);
+  return got;
 }
 
 }  // namespace titan::data
