@@ -1,10 +1,7 @@
 #include "test_util.h"
 
-#include "titan/core/check.h"
-
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -13,6 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "titan/core/check.h"
+#include "titan/core/hash.h"
 
 extern char** environ;
 
@@ -84,12 +84,12 @@ std::string file_difference(const std::filesystem::path& a, const std::filesyste
     if (fb) std::fclose(fb);
     return std::string("cannot open ") + (fa ? b.string() : a.string());
   }
-  uint64_t ha = 1469598103934665603ull, hb = ha, size_a = 0, size_b = 0, first_diff = UINT64_MAX;
+  uint64_t ha = kFnv1aStart, hb = ha, size_a = 0, size_b = 0, first_diff = UINT64_MAX;
   std::array<unsigned char, 1 << 16> ba, bb;
   while (true) {
     size_t na = std::fread(ba.data(), 1, ba.size(), fa), nb = std::fread(bb.data(), 1, bb.size(), fb);
-    for (size_t i = 0; i < na; ++i) ha = (ha ^ ba[i]) * 1099511628211ull;
-    for (size_t i = 0; i < nb; ++i) hb = (hb ^ bb[i]) * 1099511628211ull;
+    ha = fnv1a(ba.data(), na, ha);
+    hb = fnv1a(bb.data(), nb, hb);
     if (first_diff == UINT64_MAX) {
       size_t n = std::min(na, nb), i = 0;
       while (i < n && ba[i] == bb[i]) ++i;

@@ -69,9 +69,9 @@ class DeviceServices {
   MemoryStats stats() const;
   void reset_peak();
 
-  // Copies of raw bytes. `to_host`/`from_host` move between this device and host memory;
-  // `copy` stays on this device. All are ordered on the device's stream; to_host returns when the
-  // bytes are on the host.
+  // Copies of raw bytes. copy_to_host/copy_from_host move between this device and host memory;
+  // `copy` stays on this device. All are ordered on the device's stream; copy_to_host returns when
+  // the bytes are on the host.
   virtual void copy_from_host(void* dst, const void* host_src, size_t nbytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t nbytes) = 0;
   virtual void copy(void* dst, const void* src, size_t nbytes) = 0;

@@ -9,11 +9,12 @@
 namespace titan {
 
 constexpr uint64_t kFnv1aStart = 1469598103934665603ull;
+constexpr uint64_t kFnv1aPrime = 1099511628211ull;
 
 // Continues the hash `h` over `n` bytes (start with kFnv1aStart).
 inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnv1aStart) {
   const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnv1aPrime;
   return h;
 }
 

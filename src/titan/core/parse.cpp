@@ -27,4 +27,10 @@ std::optional<double> parse_number(const std::string& text) {
   return parse_whole<double>(text, [](const std::string& s, size_t* used) { return std::stod(s, used); });
 }
 
+std::optional<bool> parse_bool(const std::string& text) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  return std::nullopt;
+}
+
 }  // namespace titan

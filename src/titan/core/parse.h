@@ -9,5 +9,6 @@ namespace titan {
 
 std::optional<int64_t> parse_int(const std::string& text);    // "42", "-7"; not "", "4x", "1e3"
 std::optional<double> parse_number(const std::string& text);  // "3e-4", "0.5", "2"
+std::optional<bool> parse_bool(const std::string& text);      // "true", "false"; not "1", "True"
 
 }  // namespace titan

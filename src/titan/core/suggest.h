@@ -1,5 +1,6 @@
 #pragma once
-// "Did you mean ...?" for unknown names (config keys, command-line options, flavors).
+// Errors about names: "did you mean ...?" for unknown ones (config keys, command-line options,
+// flavors) and the list of the known ones.
 #include <string>
 #include <vector>
 
@@ -8,5 +9,7 @@ namespace titan {
 size_t edit_distance(const std::string& a, const std::string& b);  // Levenshtein
 // The candidate closest to `word`, or "" when none is close (within max(2, |word| / 3) edits).
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+// "a, b, c" (with `separator` between the names).
+std::string join(const std::vector<std::string>& names, const std::string& separator = ", ");
 
 }  // namespace titan

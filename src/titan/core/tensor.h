@@ -29,8 +29,6 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
-  size_t nbytes() const { return nbytes_; }
-  Device device() const { return device_; }
 
   // Sharded data parallelism (ZeRO-3) keeps a block's full parameters and gradients only while a
   // layer computes with them: release() gives the bytes back to the device allocator and

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 
 namespace titan::data {
 namespace fs = std::filesystem;
@@ -18,10 +19,8 @@ std::string fingerprint(const fs::path& path, uint64_t size) {
   constexpr uint64_t kSample = uint64_t(1) << 20;
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "dataset: cannot read ", path, " to fingerprint it");
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
-  };
+  uint64_t h = kFnv1aStart;
+  auto mix = [&](const char* p, size_t n) { h = fnv1a(p, n, h); };
   mix(reinterpret_cast<const char*>(&size), sizeof size);
   std::vector<char> buf(kSample);
   auto sample = [&](uint64_t at) {

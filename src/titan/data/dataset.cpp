@@ -154,7 +154,6 @@ class Reader {
   // 1-based column (in bytes) of offset(); exact once a line start has been read past, which holds
   // for every position within a file read from its beginning or from a document start.
   uint64_t column() const { return offset() - line_start_ + 1; }
-  const fs::path& path() const { return path_; }
 
  private:
   bool fill() {

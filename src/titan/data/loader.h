@@ -1,8 +1,9 @@
 #pragma once
 // Packs tokenized documents into training batches: each document + EOS, concatenated,
 // cut into windows of seq_len + 1 (inputs = window[:-1], labels = window[1:]), no
-// padding. Data-parallel rank r of n reads documents r, r+n, r+2n, ... A background
-// thread keeps batches ready. state()/restore() resume exactly: the batches after a
+// padding. With dp_size n, rank r packs documents r, r+n, r+2n, ... (the trainer does not shard
+// this way: every rank reads the global batch, train_state.cpp). A background thread keeps
+// batches ready. state()/restore() resume exactly: the batches after a
 // restore are those an uninterrupted run would have produced.
 #include <cstdint>
 #include <filesystem>

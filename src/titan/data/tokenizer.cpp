@@ -759,7 +759,4 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return byte_level_encode(impl_->id_bytes[id]);
 }
 
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
-const std::filesystem::path& Tokenizer::source() const { return impl_->source; }
-
 }  // namespace titan::data

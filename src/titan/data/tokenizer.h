@@ -53,9 +53,7 @@ class Tokenizer {
 
   int32_t vocab_size() const;  // largest id + 1, added tokens included
   std::optional<int32_t> token_to_id(std::string_view token) const;  // vocab (byte-level form) or added
-  std::string id_to_token(int32_t id) const;  // byte-level form, as in tokenizer.json
-  const std::vector<AddedToken>& added_tokens() const;
-  const std::filesystem::path& source() const;  // the tokenizer.json read
+  std::string id_to_token(int32_t id) const;                         // byte-level form, as in tokenizer.json
 
  private:
   struct Impl;

@@ -73,8 +73,12 @@ class Communicator {
 // The context of host (CPU) buffers (no stream, no services needed).
 KernelContext host_context();
 
-// The communicator of this process: MPI when a launcher started it (mpirun / srun set
-// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one that needs no MPI at all.
+// Whether an MPI launcher started this process (mpirun / srun set OMPI_COMM_WORLD_SIZE, PMI_SIZE
+// or PMIX_RANK).
+bool started_by_launcher();
+
+// The communicator of this process: MPI when a launcher started it (started_by_launcher), else a
+// world of one that needs no MPI at all.
 // With `device` other than the CPU and more than one rank, the device's communicator built over
 // the MPI one (cuda: NCCL, one GPU per rank); an error naming the device when it has none.
 // `timeout_seconds` bounds every wait. Call once per process (MPI is initialised once).

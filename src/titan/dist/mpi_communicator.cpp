@@ -195,13 +195,13 @@ class Mpi final : public Communicator {
   MPI_Op bf16_sum_, bf16_max_;
 };
 
+}  // namespace
+
 bool started_by_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (std::getenv(v)) return true;
   return false;
 }
-
-}  // namespace
 
 std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device) {
   TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);

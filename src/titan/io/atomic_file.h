@@ -27,9 +27,6 @@ class AtomicFile {
   // fsync, close, rename over the destination, fsync the directory.
   void commit();
 
-  const std::filesystem::path& path() const { return path_; }
-  const std::filesystem::path& temp_path() const { return tmp_; }
-
  private:
   std::filesystem::path path_, tmp_;
   int fd_ = -1;

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/path_guard.h"
 
@@ -167,9 +168,7 @@ std::vector<std::string> HfCheckpoint::keys() const {
 }
 
 std::string tensor_checksum(const TensorInfo& t) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const uint8_t*>(t.data);
-  for (uint64_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  const uint64_t h = fnv1a(t.data, size_t(t.nbytes()));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;

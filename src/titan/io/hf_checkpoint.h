@@ -37,7 +37,6 @@ class HfCheckpoint {
 
   const std::vector<SafetensorsFile>& files() const { return files_; }
   bool sharded() const { return sharded_; }
-  const std::filesystem::path& dir() const { return dir_; }
   // "metadata" of the index (e.g. total_size as a string); empty for a single file.
   const std::map<std::string, std::string>& index_metadata() const { return index_metadata_; }
 

@@ -1,8 +1,10 @@
 #include "titan/io/json_error.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::io {
 
@@ -57,13 +59,12 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who) {
+  check_regular_file(path, std::string(who));
   std::ifstream f(path, std::ios::binary);
-  TITAN_CHECK(f, who, ": cannot open ", path);
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    TITAN_FAIL(who, ": ", path, " is not valid JSON: ", e.what());
-  }
+  TITAN_CHECK(f, who, ": cannot open '", path.string(), "'");
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse_json_text(text.str(), std::string(who) + ": '" + path.string() + "'");
 }
 
 }  // namespace titan::io

@@ -21,8 +21,8 @@ JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse
 // Parses `text`; a syntax error is a titan::Error "<source>: line L, column C: ...".
 nlohmann::json parse_json_text(std::string_view text, const std::string& source);
 
-// The JSON document in the file `path`; an error starts with `who`: "<who>: cannot open <path>",
-// "<who>: <path> is not valid JSON: <nlohmann's reason>".
+// The JSON document in the regular file `path`; an error starts with `who`: "<who>: '<path>' is a
+// directory ...", "<who>: cannot open '<path>'", "<who>: '<path>': invalid JSON at line L, column C: ...".
 nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who);
 
 }  // namespace titan::io

@@ -9,6 +9,7 @@
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/core/parse.h"
+#include "titan/core/suggest.h"
 #include "titan/core/tensor.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/spec.h"
@@ -16,12 +17,6 @@
 namespace titan::kernels {
 
 namespace {
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string s;
-  for (auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
 
 std::string shape_text(const OpSpec& d, const Dims& s) {
   std::string t;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::kernels {
@@ -15,12 +16,6 @@ std::vector<Substitution>& rules() {
   return r;
 }
 thread_local std::string t_module;
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 // The op and variant must be registered (on some device and dtype).
 void check_known(const Substitution& s) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "titan/autograd/autograd.h"
@@ -130,8 +129,6 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
     const int64_t n = p.value.numel();
     if (p.init == Init::Ones) {
       std::fill(v, v + n, 1.0f);
-    } else if (p.init == Init::Zeros) {
-      std::memset(v, 0, size_t(n) * 4);
     } else {
       // FNV-1a of the name: stable across standard libraries, unlike std::hash.
       const uint64_t h = fnv1a(p.name);

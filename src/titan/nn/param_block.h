@@ -12,7 +12,7 @@
 
 namespace titan::nn {
 
-enum class Init : uint8_t { Normal, Ones, Zeros };
+enum class Init : uint8_t { Normal, Ones };
 
 struct ParamSpec {
   std::string name;  // fully-qualified native name, e.g. "layers.3.attention.wq.weight"
@@ -66,7 +66,6 @@ class ParamBlock {
   Tensor& data() { return data_; }
   Tensor& grad() { return grad_; }
   const Tensor& data() const { return data_; }
-  const Tensor& grad() const { return grad_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   bool holds(const Param* p) const { return p >= params_.data() && p < params_.data() + params_.size(); }

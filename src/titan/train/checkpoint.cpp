@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
@@ -20,7 +21,8 @@ namespace fs = std::filesystem;
 uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) {
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", path.string(), "'");
-  uint64_t h = 1469598103934665603ull;
+  // FNV-1a's constants over 8-byte words (8x fewer multiplies than bytes), the tail byte-wise.
+  uint64_t h = kFnv1aStart;
   std::vector<char> buf(size_t(1) << 22);
   while (f) {
     f.read(buf.data(), std::streamsize(buf.size()));
@@ -29,9 +31,9 @@ uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) 
     for (size_t i = 0; i < words; ++i) {
       uint64_t w;
       std::memcpy(&w, p + 8 * i, 8);
-      h = (h ^ w) * 1099511628211ull;
+      h = (h ^ w) * kFnv1aPrime;
     }
-    for (size_t i = words * 8; i < n; ++i) h = (h ^ uint8_t(p[i])) * 1099511628211ull;
+    h = fnv1a(p + words * 8, n - words * 8, h);
     if (bytes_read) bytes_read->fetch_add(n);
   }
   return h;
@@ -43,12 +45,7 @@ namespace {
 constexpr const char* kManifestFormat = "titan-checkpoint";
 
 nlohmann::json read_json(const fs::path& p) {
-  io::check_regular_file(p, "checkpoint");
-  std::ifstream f(p, std::ios::binary);
-  TITAN_CHECK(f, "checkpoint: cannot read '", p.string(), "'");
-  std::stringstream text;
-  text << f.rdbuf();
-  return io::parse_json_text(text.str(), "checkpoint: '" + p.string() + "'");
+  return io::read_json_file(p, "checkpoint");
 }
 
 // A folder titan committed itself: its manifest says so. Pruning and resuming only ever touch

@@ -21,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // Every f32 master weight and optimizer moment is finite: a checkpoint must never hold NaN/Inf.
 bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
   for (auto& t : tensors) {

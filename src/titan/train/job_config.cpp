@@ -150,11 +150,12 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
       *static_cast<double*>(f.ptr) = *v;
       break;
     }
-    case Field::Bool:
-      if (value == "true") *static_cast<bool*>(f.ptr) = true;
-      else if (value == "false") *static_cast<bool*>(f.ptr) = false;
-      else fail("true or false");
+    case Field::Bool: {
+      const auto v = parse_bool(value);
+      if (!v) fail("true or false");
+      *static_cast<bool*>(f.ptr) = *v;
       break;
+    }
   }
 }
 

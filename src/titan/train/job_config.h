@@ -95,7 +95,7 @@ int64_t selective_ac_every(const std::string& option, const std::string& where =
 struct MetricsSection {
   int64_t log_freq = 1;
   bool enable_tensorboard = false;
-  double peak_tflops = 0;  // 0: detected from the CPU
+  double peak_tflops = 0;  // 0: the device's own (the CPU's measured clock x FLOP/cycle; a GPU's service)
 };
 
 // torchtitan's [validation]: the loss on held-out documents, without gradients, at step 1 and every

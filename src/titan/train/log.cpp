@@ -16,6 +16,10 @@ bool console_output() {
   return g_console;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::string counted(int64_t n, const std::string& noun, const std::string& plural) {
   return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The trainer's console log: one printf-style line to stdout, flushed at once (a run's progress is
 // followed with `tail -f`), on the logging rank only.
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -11,6 +12,9 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // In a job of many ranks only the logging rank prints: the others call set_console_output(false).
 void set_console_output(bool enabled);
 bool console_output();
+
+// Seconds from `start` to now, for the durations the log reports.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // "1 step", "3 steps", "2 batches": a count with its noun in the number the count asks for
 // (`plural` when it is not the noun + "s").

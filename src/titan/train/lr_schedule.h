@@ -48,7 +48,6 @@ class LrSchedule {
   double factor(int64_t step) const;  // multiplier on config.lr for 0-based step index `step`
   double lr(int64_t step) const;      // config.lr * factor(step)
 
-  const LrScheduleConfig& config() const { return config_; }
   int64_t warmup_steps() const { return warmup_; }
   int64_t stable_steps() const { return stable_; }  // includes the virtual step after the run
   int64_t decay_steps() const { return decay_; }

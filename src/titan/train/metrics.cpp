@@ -12,6 +12,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/dist/communicator.h"
 #include "titan/train/log.h"
 
 namespace titan::train {
@@ -113,8 +114,7 @@ bool Progress::enabled() {
   // Only the rank that prints draws. Under an MPI launcher a rank's stdout is a terminal of the
   // launcher's (Open MPI forwards through a pty) even when the job's output goes to a file, where
   // the line's rewrites would land: there it draws only when TITAN_PROGRESS=1 asks for it.
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
-  if (launched && !(env && std::strcmp(env, "1") == 0)) return false;
+  if (dist::started_by_launcher() && !(env && std::strcmp(env, "1") == 0)) return false;
   return console_output() && isatty(fileno(stdout)) == 1;
 }
 

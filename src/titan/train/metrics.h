@@ -44,7 +44,6 @@ class TensorBoardWriter {
   explicit TensorBoardWriter(const std::filesystem::path& dir);
   void scalar(const std::string& tag, double value, int64_t step);
   void flush();
-  const std::filesystem::path& path() const { return path_; }
 
  private:
   void write_record(const std::string& data);
@@ -118,7 +117,8 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  // stdout is a terminal and TITAN_PROGRESS is not "0".
+  // stdout is a terminal, TITAN_PROGRESS is not "0", this rank prints, and outside an MPI
+  // launcher (whose ranks' terminals may be a file) unless TITAN_PROGRESS is "1".
   static bool enabled();
 
  private:

@@ -58,7 +58,6 @@ class StepProfiler {
   // saying so.
   void end_run(int64_t step);
   // The trace written by the latest window ("" before the first).
-  const std::filesystem::path& last_trace() const { return last_trace_; }
 
  private:
   bool active(int64_t step) const;  // in a cycle's last profiler_active steps

@@ -11,6 +11,7 @@
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/json_error.h"
 
 namespace titan::train {
 namespace fs = std::filesystem;
@@ -125,14 +126,7 @@ std::string chart(const std::vector<RunRecord>& runs, const std::string& metric,
 
 // The JSON document of a run's file (run_info.json, check.json).
 json read_json(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    TITAN_FAIL("report: ", p.string(), ": not JSON: ", e.what());
-  }
+  return io::read_json_file(p, "report");
 }
 
 }  // namespace

@@ -21,8 +21,6 @@ class RunLock {
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
-  const std::filesystem::path& path() const { return path_; }
-
  private:
   std::filesystem::path path_;
   int fd_ = -1;

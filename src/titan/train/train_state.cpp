@@ -54,10 +54,6 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
   return lc;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 }  // namespace
 
 std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {

@@ -111,10 +111,6 @@ class StopSignals {
   std::thread receiver_;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 // Only the logging rank prints, for the duration of a run.
 class ConsoleOfRank {
  public:

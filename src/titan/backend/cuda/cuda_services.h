@@ -34,7 +34,6 @@ class Event {
   Event& operator=(const Event&) = delete;
   void record();              // on the compute stream
   void synchronize() const;   // host waits until the recorded work is done
-  void wait_on(void* stream) const;  // `stream` waits for the recorded work (no host wait)
   float elapsed_ms(const Event& since) const;  // time from `since` to this event (both recorded)
 
  private:

@@ -577,9 +577,8 @@ Event::~Event() { cudaEventDestroy(static_cast<cudaEvent_t>(event_)); }
 void Event::record() {
   TITAN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), services().stream_handle()));
 }
-void Event::synchronize() const { TITAN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_))); }
-void Event::wait_on(void* stream) const {
-  TITAN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event_), 0));
+void Event::synchronize() const {
+  TITAN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
 }
 float Event::elapsed_ms(const Event& since) const {
   float ms = 0;

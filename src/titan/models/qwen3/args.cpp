@@ -155,9 +155,9 @@ double parse_double(const std::string& key, const std::string& v) {
 
 bool parse_bool(const std::string& key, const std::string& v) {
   // As every other boolean key of the config (training.deterministic = 1 is refused too).
-  if (v == "true") return true;
-  if (v == "false") return false;
-  TITAN_FAIL("model.", key, ": expected true or false, got '", v, "'");
+  const auto b = titan::parse_bool(v);
+  TITAN_CHECK(b, "model.", key, ": expected true or false, got '", v, "'");
+  return *b;
 }
 
 // One ModelArgs field: its override key (`--model.<name>`), its type, and its key in a Hugging Face

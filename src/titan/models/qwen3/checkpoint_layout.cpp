@@ -8,12 +8,6 @@ namespace titan::qwen3 {
 
 namespace {
 
-std::vector<Tensor> parameter_buffers(const Qwen3Model& model) {
-  std::vector<Tensor> data;
-  for (auto& b : model.blocks()) data.push_back(b.data());
-  return data;
-}
-
 void check_buffers(const Qwen3Model& model, const std::vector<Tensor>& buffers) {
   TITAN_CHECK(buffers.size() == model.blocks().size(), "checkpoint layout: ", buffers.size(),
               " buffers for a model of ", model.blocks().size(), " blocks");
@@ -39,10 +33,6 @@ std::vector<io::TensorWrite> layout_tensors(const Qwen3Model& model, const std::
   return out;
 }
 
-std::vector<io::TensorWrite> parameter_tensors(const Qwen3Model& model) {
-  return layout_tensors(model, parameter_buffers(model), "");
-}
-
 void restore_layout_tensors(const io::SafetensorsFile& f, const Qwen3Model& model,
                             std::vector<Tensor>& buffers, const std::string& prefix) {
   check_buffers(model, buffers);
@@ -56,11 +46,6 @@ void restore_layout_tensors(const io::SafetensorsFile& f, const Qwen3Model& mode
                   shape_str(p.shape));
       std::memcpy(buffers[b].data<float>() + p.offset, t->data, t->nbytes());
     }
-}
-
-void restore_parameters(const io::SafetensorsFile& f, Qwen3Model& model) {
-  std::vector<Tensor> data = parameter_buffers(model);
-  restore_layout_tensors(f, model, data, "");
 }
 
 }  // namespace titan::qwen3

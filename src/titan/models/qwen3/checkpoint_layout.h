@@ -2,8 +2,8 @@
 // How a Qwen3 model lays its state out in a native checkpoint: every parameter is one f32 tensor
 // under its native name ("layers.3.attention.wq.weight"), and any buffer laid out like a block's
 // parameters (the AdamW moments) is stored as the same tensors under "<prefix><native name>"
-// ("exp_avg.layers.3.attention.wq.weight"). The trainer, `titan export` and the tests read and
-// write checkpoints only through these functions.
+// ("exp_avg.layers.3.attention.wq.weight"). The trainer's checkpoints (Checkpointer's save,
+// checkpoint_blocks' restore of one-rank files) write and read through these functions.
 #include <string>
 #include <vector>
 
@@ -16,13 +16,9 @@ namespace titan::qwen3 {
 // block) under "<prefix><parameter name>"; views, valid while the buffers live.
 std::vector<io::TensorWrite> layout_tensors(const Qwen3Model& model, const std::vector<Tensor>& block_buffers,
                                             const std::string& prefix);
-// The parameters themselves (prefix "").
-std::vector<io::TensorWrite> parameter_tensors(const Qwen3Model& model);
-
 // Fills `block_buffers` from `file`; every tensor must be there as f32 of the parameter's shape
 // (errors name the file, the tensor and the rule).
 void restore_layout_tensors(const io::SafetensorsFile& file, const Qwen3Model& model,
                             std::vector<Tensor>& block_buffers, const std::string& prefix);
-void restore_parameters(const io::SafetensorsFile& file, Qwen3Model& model);
 
 }  // namespace titan::qwen3

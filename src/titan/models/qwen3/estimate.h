@@ -1,5 +1,6 @@
 #pragma once
-// Training memory estimate for `titan info` and the trainer's start-up log.
+// Analytic training memory estimate for `titan info --flavor/--model-path` (no job config); a
+// job's own figure comes from the meta-device step profile (train/step_profile.h).
 #include <cstdint>
 
 #include "titan/core/dtype.h"

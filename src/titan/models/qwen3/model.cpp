@@ -198,8 +198,6 @@ std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a) {
   return m;
 }
 
-const nn::Param& Qwen3Model::output_weight() const { return *output_; }
-
 bool Qwen3Model::compute_copy_resident(const nn::Param* p) const {
   return p->compute_value.defined() && p->compute_value.storage()->resident() &&
          p->compute_value.dtype() == compute_dtype_;
@@ -337,7 +335,7 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
   {
     kernels::ModuleScope scope("output");
     out.ce_loss = ops::linear_cross_entropy(h.reshape({N, args_.dim}), w(output_), targets.reshape({N}), -100,
-                                            loss_chunk_, ops::Reduction::Mean, &out.num_targets, true,
+                                            kLossChunk, ops::Reduction::Mean, &out.num_targets, true,
                                             keep_logits_bytes_);
   }
   out.loss = out.ce_loss;

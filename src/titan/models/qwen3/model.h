@@ -6,7 +6,7 @@
 //                    h = h + mlp_or_moe(rms_norm(h))         (SwiGLU MLP, or routed SwiGLU experts)
 //   logits = lm_head(rms_norm(h))                             (lm_head tied to the embedding or not)
 //
-// Parameters are native names (torchtitan's spelling, see param names below) in flat
+// Parameters are native names (torchtitan's spelling, listed in state_dict.h) in flat
 // blocks: "embedding", "layers.{i}", "head". The state-dict adapter maps them to HF keys.
 #include <memory>
 #include <string>
@@ -43,8 +43,6 @@ class Qwen3Model {
   DType compute_dtype() const { return compute_dtype_; }
   Device device() const { return device_; }
   void set_checkpointing(Checkpointing layers) { checkpointing_ = layers; }
-  // Logits of the vocabulary are computed in chunks of this many entries by the fused loss.
-  void set_loss_chunk(int64_t vocab_chunk) { loss_chunk_ = vocab_chunk; }
   // Memory the fused loss may spend keeping the [tokens, V] logits from forward to backward
   // instead of recomputing them (a quarter of its FLOPs); 0 always recomputes.
   void set_keep_logits_bytes(int64_t bytes) { keep_logits_bytes_ = bytes; }
@@ -74,7 +72,6 @@ class Qwen3Model {
   // Aux-loss-free load balancing (torchtitan): a per-layer bias added to the router
   // scores for expert selection only. Enabled when non-empty.
   std::vector<Tensor>& expert_bias() { return expert_bias_; }
-  const std::vector<Tensor>& expert_bias() const { return expert_bias_; }
   void enable_expert_bias();
   // Tokens routed to each expert in the last forward, per layer (i64 [E]; undefined for dense layers).
   const std::vector<Tensor>& last_expert_counts() const { return last_counts_; }
@@ -113,13 +110,13 @@ class Qwen3Model {
   Tensor w(const nn::Param* p) const;  // parameter in the compute dtype (autograd cast)
   // Whether p's block holds a gathered compute copy (sharded bf16 training), read instead of a cast.
   bool compute_copy_resident(const nn::Param* p) const;
-  const nn::Param& output_weight() const;
 
   ModelArgs args_;
   DType compute_dtype_;
   Device device_;
   Checkpointing checkpointing_;
-  int64_t loss_chunk_ = 8192;
+  // The fused loss computes the vocabulary's logits in chunks of this many entries.
+  static constexpr int64_t kLossChunk = 8192;
   // 1 GiB: batch 2 x 512 x 151936 logits take 311 MB in bf16, 622 MB in f32; long sequences of
   // big-vocabulary models recompute instead.
   int64_t keep_logits_bytes_ = int64_t(1) << 30;

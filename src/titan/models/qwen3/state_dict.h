@@ -36,12 +36,12 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& model);
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype);
 void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir);
 
-// Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
-// F32 or BF16, plus `copy_files` (tokenizer files). Atomic: DIR appears complete or not at all.
 // What an export of a model trained with expert biases (largest |bias| `largest`) leaves out: the
 // warning titan export and the trainer's export print.
 std::string expert_bias_export_warning(double largest);
 
+// Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
+// F32 or BF16, plus `copy_files` (tokenizer files). Atomic: DIR appears complete or not at all.
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
                      const std::vector<std::filesystem::path>& copy_files = {}, bool overwrite = false);
 
