@@ -9,26 +9,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "test_util.h"
-#include "train_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_config.h"
 #include "titan/train/native_model.h"
-
+#include "train_test_util.h"
 
 using namespace titan;
 using namespace titan::train;
@@ -596,6 +598,52 @@ TEST(Trainer, LoadStepRollsBackAndSetsTheLaterCheckpointsAside) {
   run_training(tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "2"}})));
   EXPECT_TRUE(fs::exists(ck / "step-3.rolled-back-2" / "COMMITTED"));
   EXPECT_TRUE(fs::exists(ck / "step-3.rolled-back" / "COMMITTED"));
+}
+
+// training.text_split decides how plain-text files become documents (the loader's state in the
+// checkpoint records it and how far the step read): one per line reads past more documents than
+// one per paragraph, one per file stays inside the first file. A resume under another split is
+// refused naming the key.
+TEST(Trainer, TextSplitCutsPlainTextIntoLinesParagraphsOrFiles) {
+  const fs::path data = tt::temp_dir("trainer_text_split_data");
+  // Three text files of real corpus text: paragraphs of two lines, blank lines between them.
+  data::DocumentStream corpus({{data::default_dataset_path()}});
+  data::Document d;
+  for (int f = 0; f < 3; ++f) {
+    std::ofstream out(data / ("part-" + std::to_string(f) + ".txt"));
+    for (int line = 0; line < 40 && corpus.next(d); ++line) {
+      std::string text = d.text;
+      std::replace(text.begin(), text.end(), '\n', ' ');
+      out << text << (line % 2 == 1 ? "\n\n" : "\n");
+    }
+  }
+  const Overrides one_step = {{"training.steps", "1"},
+                              {"training.dataset_path", data.string()},
+                              {"checkpoint.enable", "true"},
+                              {"checkpoint.interval", "1"}};
+  std::map<std::string, nlohmann::json> state;
+  std::map<std::string, fs::path> dumps;
+  for (const char* split : {"line", "paragraph", "file"}) {
+    const fs::path& dump = dumps[split] = tt::temp_dir(std::string("trainer_text_split_") + split);
+    run_training(tiny_config(dump, tt::joined(one_step, {{"training.text_split", split}})));
+    std::ifstream in(dump / "checkpoint" / "step-1" / "train_state.json");
+    state[split] = nlohmann::json::parse(in).at("dataloader");
+    EXPECT_EQ(state[split].at("text_split"), split);
+  }
+  const auto index = [&](const char* split) { return state[split].at("doc").at("index").get<int64_t>(); };
+  EXPECT_GT(index("line"), index("paragraph"));
+  EXPECT_GT(index("paragraph"), index("file"));
+  EXPECT_EQ(state["file"].at("doc").at("file").get<int64_t>(), 0);
+
+  const fs::path& dump = dumps["line"];
+  std::string e = error_of([&] {
+    run_training(
+        tiny_config(dump, tt::joined(one_step, {{"training.steps", "2"}, {"training.text_split", "file"}})));
+  });
+  EXPECT_NE(e.find("training.text_split = file"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
+  e = error_of([&] { tiny_config(dump, {{"training.text_split", "sentence"}}); });
+  EXPECT_NE(e.find("training.text_split must be one of paragraph, line, file"), std::string::npos) << e;
 }
 
 // training.document_separator picks the token that ends every packed document (the loader's

@@ -12,10 +12,17 @@ namespace titan::data {
 using json = nlohmann::json;
 
 void to_json(json& j, const LoaderState& s) {
-  j = json{{"version", s.version},   {"doc", s.doc},         {"doc_tokens_taken", s.doc_tokens_taken},
-           {"epoch", s.epoch},       {"batches", s.batches}, {"tokens", s.tokens},
-           {"dp_rank", s.dp_rank},   {"dp_size", s.dp_size}, {"seq_len", s.seq_len},
-           {"eos_id", s.eos_id}};
+  j = json{{"version", s.version},
+           {"doc", s.doc},
+           {"doc_tokens_taken", s.doc_tokens_taken},
+           {"epoch", s.epoch},
+           {"batches", s.batches},
+           {"tokens", s.tokens},
+           {"dp_rank", s.dp_rank},
+           {"dp_size", s.dp_size},
+           {"seq_len", s.seq_len},
+           {"eos_id", s.eos_id},
+           {"text_split", s.text_split}};
 }
 
 void from_json(const json& j, LoaderState& s) {
@@ -30,6 +37,7 @@ void from_json(const json& j, LoaderState& s) {
   s.dp_size = j.at("dp_size").get<int>();
   s.seq_len = j.at("seq_len").get<int64_t>();
   s.eos_id = j.at("eos_id").get<int32_t>();
+  s.text_split = j.value("text_split", std::string("paragraph"));  // absent from states before the key
 }
 
 namespace {
@@ -76,6 +84,7 @@ class Packer {
     s.dp_size = config_.dp_size;
     s.seq_len = config_.seq_len;
     s.eos_id = eos_;
+    s.text_split = config_.text_split;
     return s;
   }
 
@@ -250,6 +259,8 @@ struct TokenLoader::Impl {
     TITAN_CHECK(s.seq_len == config.seq_len, "loader state: saved with seq_len ", s.seq_len, ", now ",
                 config.seq_len);
     TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);
+    TITAN_CHECK(s.text_split == config.text_split, "loader state: saved with text_split ", s.text_split,
+                ", now ", config.text_split);
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();

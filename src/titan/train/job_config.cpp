@@ -66,6 +66,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, dataset),
       TITAN_KEY(training, dataset_path),
       TITAN_KEY(training, text_field),
+      TITAN_KEY(training, text_split, "paragraph", "line", "file"),
       TITAN_KEY(training, document_separator),
       TITAN_KEY(training, local_batch_size),
       TITAN_KEY(training, global_batch_size),

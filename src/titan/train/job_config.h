@@ -32,6 +32,9 @@ struct TrainingSection {
   std::string dataset = "nlp-corpus";  // built-in dataset name
   std::string dataset_path = "";       // user data: file or folder (JSON, JSONL, text)
   std::string text_field = "text";
+  // Plain-text files (.txt, .md, ...): "paragraph" (documents separated by blank lines), "line"
+  // (one document per line) or "file" (one document per file).
+  std::string text_split = "paragraph";
   // The token that ends every document when packing: "" (the tokenizer's document separator:
   // <|endoftext|> when the vocabulary has it, else its eos_token), "eos_token" (the tokenizer
   // config's, as torchtitan does), or any text that is exactly one token ("<|im_end|>").

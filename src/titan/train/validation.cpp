@@ -43,6 +43,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
   loader_config_.paths = {resolve_held_out(v)};
   loader_config_.text_field = cfg.training.text_field;
+  loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
   rank_rows_ = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
