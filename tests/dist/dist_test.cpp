@@ -332,6 +332,23 @@ TEST(DataParallel, TwoRunsOfTheSameJobAreBitwiseIdentical) {
         << f;
 }
 
+// checkpoint.load_step on 2 FSDP ranks: the run rolls back from step 10 to step 5's checkpoint, the
+// logging rank sets step-10 aside (once, with every rank past the listing), and steps 6..10 and the
+// final state are those of the uninterrupted run again.
+TEST(DataParallel, TwoRanksRollBackToAnEarlierCheckpoint) {
+  JobRun run{tt::temp_dir("dist_load_step_" + std::to_string(getpid())), {}};
+  fs::copy(fsdp_two_ranks().dump, run.dump, fs::copy_options::recursive);
+  std::string out;
+  ASSERT_EQ(run_job(2, tiny(run.dump, 2, {{"checkpoint.load_step", "5"}}), &out), 0) << out;
+  EXPECT_NE(out.find("step-10 is set aside as step-10.rolled-back"), std::string::npos) << out;
+  EXPECT_NE(out.find("resumed from " + (run.dump / "checkpoint" / "step-5").string()), std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(run.dump / "checkpoint/step-10.rolled-back/COMMITTED"));
+  run.steps = read_metrics(run.dump);  // the later record of each retrained step
+  expect_same_steps(run, one_rank(), 1, 10, "FSDP 2 rolled back to step 5");
+  expect_same_final_state(run, one_rank(), 10, "FSDP 2 rolled back to step 5");
+}
+
 // 2 FSDP ranks, 5 steps: a checkpoint of two shard files at step 5 and, at the end of the run, the
 // Hugging Face export of the weights as the ranks hold them in memory (gathered).
 const JobRun& two_ranks_to_step5() {
