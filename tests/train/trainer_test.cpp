@@ -578,6 +578,13 @@ TEST(Trainer, LoadStepRollsBackAndSetsTheLaterCheckpointsAside) {
   EXPECT_NE(e.find("checkpoint.load_step = 7"), std::string::npos) << e;
   EXPECT_NE(e.find("committed steps in '" + ck.string() + "': 1, 2, 3, 4"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(ck / "step-3.rolled-back")) << "an error must leave the folder as it was";
+  // A restore that fails (another model) sets nothing aside either.
+  e = error_of([&] {
+    run_training(
+        tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "2"}, {"model.hidden_dim", "96"}})));
+  });
+  EXPECT_NE(e.find("model.hidden_dim"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(ck / "step-3.rolled-back")) << "a failed restore must leave the folder as it was";
 
   const TrainSummary again =
       run_training(tiny_config(dump, tt::joined(common, {{"checkpoint.load_step", "2"}})));
@@ -642,6 +649,15 @@ TEST(Trainer, TextSplitCutsPlainTextIntoLinesParagraphsOrFiles) {
   });
   EXPECT_NE(e.find("training.text_split = file"), std::string::npos) << e;
   EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
+  // The bundled corpus is JSON Lines: no file is cut by text_split, and a resume under another
+  // split goes on where it was.
+  const fs::path json_dump = tt::temp_dir("trainer_text_split_json");
+  const Overrides json_run = {{"checkpoint.enable", "true"}, {"checkpoint.interval", "1"}};
+  run_training(tiny_config(json_dump,
+                           tt::joined(json_run, {{"training.steps", "1"}, {"training.text_split", "file"}})));
+  run_training(tiny_config(json_dump,
+                           tt::joined(json_run, {{"training.steps", "2"}, {"training.text_split", "line"}})));
+  EXPECT_EQ(read_metrics(json_dump).back().at("step").get<int64_t>(), 2);
   e = error_of([&] { tiny_config(dump, {{"training.text_split", "sentence"}}); });
   EXPECT_NE(e.find("training.text_split must be one of paragraph, line, file"), std::string::npos) << e;
 }
@@ -663,8 +679,11 @@ TEST(Trainer, DocumentSeparatorIsTheConfiguredTokenAndAResumeKeepsIt) {
       {"eos_token", tok.eos_id()},
       {"<|im_end|>", *tok.token_to_id("<|im_end|>")},
       {"\n", tok.encode("\n").at(0)},
+      // Text, not tokenizer.json's byte-level key: "é" is one token (963) as text, byte 0xE9 as a key.
+      {"\u00e9", tok.encode("\u00e9").at(0)},
   };
   EXPECT_NE(cases[0].second, cases[1].second);  // the bundled tokenizer's eos_token is <|im_end|>
+  EXPECT_NE(cases.back().second, tok.token_to_id("\u00e9").value_or(-1));  // the key lookup would be wrong
   std::vector<fs::path> dumps;
   for (size_t i = 0; i < cases.size(); ++i) {
     const fs::path& dump = dumps.emplace_back(tt::temp_dir("trainer_separator_" + std::to_string(i)));
@@ -678,6 +697,13 @@ TEST(Trainer, DocumentSeparatorIsTheConfiguredTokenAndAResumeKeepsIt) {
   });
   EXPECT_NE(e.find("training.document_separator"), std::string::npos) << e;
   EXPECT_NE(e.find("2 tokens"), std::string::npos) << e;
+  // A long value is cut short in the message.
+  e = error_of([&] {
+    run_training(
+        tiny_config(bad, tt::joined(one_step, {{"training.document_separator", std::string(5000, 'x')}})));
+  });
+  EXPECT_NE(e.find("(5000 bytes)"), std::string::npos) << e;
+  EXPECT_LT(e.size(), 600u) << e;
   EXPECT_FALSE(fs::exists(bad / "metrics.jsonl"));
 
   // Resume the default run's checkpoint (<|endoftext|>) to step 2 under <|im_end|>.

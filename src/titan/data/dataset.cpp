@@ -87,6 +87,13 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   return files;
 }
 
+bool is_plain_text(const fs::path& file) {
+  // Plain text: its own names, and a name without an extension. Any other extension (.csv,
+  // .parquet, ...) is a format titan does not read, not text to train on as it is.
+  const std::string ext = TextStream::uncompressed_name(file).extension().string();
+  return ext.empty() || ext == ".txt" || ext == ".text" || ext == ".md";
+}
+
 namespace {
 
 enum class Format { JsonArray, JsonLines, Text };
@@ -172,9 +179,7 @@ class Reader {
 Format detect_format(const fs::path& path) {
   std::string ext = TextStream::uncompressed_name(path).extension().string();
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
-  // Plain text: its own names, and a name without an extension. Any other extension (.csv,
-  // .parquet, ...) is a format titan does not read, not text to train on as it is.
-  if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".md") return Format::Text;
+  if (is_plain_text(path)) return Format::Text;
   TITAN_CHECK(ext == ".json", "dataset: ", path.string(), ": '", ext,
               "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz "
               "or .zst; a "

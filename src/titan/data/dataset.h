@@ -41,6 +41,10 @@ struct Document {
 // recursively for .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
 std::vector<std::filesystem::path> list_dataset_files(const std::vector<std::filesystem::path>& paths);
 
+// Whether the file's name makes it plain text (.txt .text .md or none, plain or compressed):
+// the files DatasetConfig::text_split cuts into documents.
+bool is_plain_text(const std::filesystem::path& file);
+
 // One pass over the documents. With `num_shards` > 1 only documents whose index % num_shards
 // == shard are returned (the others are skipped without being parsed). Empty documents
 // are skipped; invalid UTF-8 is repaired, counted, and reported on stderr per file.

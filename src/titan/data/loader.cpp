@@ -1,5 +1,6 @@
 #include "titan/data/loader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,7 +38,7 @@ void from_json(const json& j, LoaderState& s) {
   s.dp_size = j.at("dp_size").get<int>();
   s.seq_len = j.at("seq_len").get<int64_t>();
   s.eos_id = j.at("eos_id").get<int32_t>();
-  s.text_split = j.value("text_split", std::string("paragraph"));  // absent from states before the key
+  s.text_split = j.value("text_split", std::string());  // absent from states before the key: not checked
 }
 
 namespace {
@@ -49,7 +50,15 @@ class Packer {
       : config_(config),
         tokenizer_(tokenizer),
         eos_(eos),
-        stream_(DatasetConfig{config.paths, config.text_field, config.text_split}, config.dp_rank, config.dp_size) {}
+        stream_(DatasetConfig{config.paths, config.text_field, config.text_split}, config.dp_rank,
+                config.dp_size) {
+    const auto& files = stream_.files();
+    if (std::any_of(files.begin(), files.end(), is_plain_text)) text_split_ = config.text_split;
+  }
+
+  // How plain-text files are cut into documents; "" when the dataset has none (the split then
+  // changes nothing).
+  const std::string& text_split() const { return text_split_; }
 
   void reset(const LoaderState& s) {
     stream_.seek(s.doc);
@@ -84,7 +93,7 @@ class Packer {
     s.dp_size = config_.dp_size;
     s.seq_len = config_.seq_len;
     s.eos_id = eos_;
-    s.text_split = config_.text_split;
+    s.text_split = text_split_;
     return s;
   }
 
@@ -148,6 +157,7 @@ class Packer {
   const LoaderConfig& config_;
   const Tokenizer& tokenizer_;
   int32_t eos_;
+  std::string text_split_;  // config.text_split when the dataset has plain-text files, else ""
   DocumentStream stream_;
   std::vector<int32_t> doc_;  // tokens of the current document + EOS
   size_t cursor_ = 0;         // of doc_, already in windows
@@ -259,8 +269,8 @@ struct TokenLoader::Impl {
     TITAN_CHECK(s.seq_len == config.seq_len, "loader state: saved with seq_len ", s.seq_len, ", now ",
                 config.seq_len);
     TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);
-    TITAN_CHECK(s.text_split == config.text_split, "loader state: saved with text_split ", s.text_split,
-                ", now ", config.text_split);
+    TITAN_CHECK(s.text_split.empty() || packer->text_split().empty() || s.text_split == packer->text_split(),
+                "loader state: saved with text_split ", s.text_split, ", now ", packer->text_split());
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();

@@ -51,7 +51,7 @@ struct LoaderState {
   int dp_size = 1;
   int64_t seq_len = 0;
   int32_t eos_id = -1;
-  std::string text_split = "paragraph";  // how plain-text files were cut into documents
+  std::string text_split;  // how plain-text files were cut into documents; "" when there were none
 };
 void to_json(nlohmann::json& j, const LoaderState& s);
 void from_json(const nlohmann::json& j, LoaderState& s);

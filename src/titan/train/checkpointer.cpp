@@ -78,8 +78,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c), plan_(plan), manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k) {
   if (c.checkpoint.enable) resume_step_ = manager_.latest_step();
   if (c.checkpoint.enable && c.checkpoint.load_step != -1) {
-    // A roll-back (after a loss spike, say): resume from an earlier checkpoint; the later ones are
-    // another trajectory now, set aside so that this run's saves of the same steps cannot replace them.
+    // A roll-back (after a loss spike, say): resume from an earlier checkpoint.
     const int64_t step = c.checkpoint.load_step;
     const std::vector<int64_t> steps = manager_.committed_steps();
     if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
@@ -89,15 +88,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
                  "' is not a committed checkpoint (committed steps in '", folder().string(),
                  "': ", list.empty() ? "none" : list, ")");
     }
-    resume_step_ = step;
-    // Every rank has listed the folder before the logging rank renames anything in it.
-    plan.barrier();
-    if (plan.is_logging_rank())
-      for (const auto& [from, to] : manager_.set_aside_after(step))
-        say("checkpoint: checkpoint.load_step = %ld: %s is set aside as %s (a later step of the run rolled "
-            "back; kept, never loaded or deleted)",
-            long(step), from.filename().c_str(), to.filename().c_str());
-    plan.barrier();
+    resume_step_ = step;  // restore() sets the later steps aside once it has succeeded
   }
   last_saved_step_ = resume_step_.value_or(-1);
 }
@@ -151,6 +142,17 @@ void Checkpointer::restore(TrainState& s) const {
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
   say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
       long(s.tokens_seen), seconds_since(t0));
+  if (config_.checkpoint.load_step != -1) {
+    // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
+    // this run's saves of the same steps cannot replace them. Every rank has read its files first.
+    plan_.barrier();
+    if (plan_.is_logging_rank())
+      for (const auto& [from, to] : manager_.set_aside_after(*resume_step_))
+        say("checkpoint: checkpoint.load_step = %ld: %s is set aside as %s (a later step of the run rolled "
+            "back; kept, never loaded or deleted)",
+            long(*resume_step_), from.filename().c_str(), to.filename().c_str());
+    plan_.barrier();
+  }
 }
 
 void Checkpointer::save(TrainState& s, const ResolvedJob& job) {

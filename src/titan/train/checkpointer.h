@@ -25,9 +25,8 @@ class Checkpointer {
   Checkpointer(const JobConfig& config, const dist::ParallelPlan& plan);
 
   const std::filesystem::path& folder() const { return manager_.folder(); }
-  // The newest committed step, or checkpoint.load_step, when checkpoint.enable (the run resumes
-  // from it). With load_step the committed steps after it are set aside at construction
-  // (CheckpointManager::set_aside_after); every rank constructs the Checkpointer (collective then).
+  // The newest committed step, or checkpoint.load_step (an error when it is not committed), when
+  // checkpoint.enable: the run resumes from it.
   std::optional<int64_t> resume_step() const { return resume_step_; }
 
   // step-N folders another program wrote: never resumed from, counted or pruned.
@@ -39,7 +38,9 @@ class Checkpointer {
 
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read from the shard
   // files that overlap it), step, tokens seen, data position, expert biases, whatever number of
-  // ranks wrote it. Errors name the checkpoint and what does not fit this run.
+  // ranks wrote it. Errors name the checkpoint and what does not fit this run. After a restore
+  // from checkpoint.load_step the committed steps after it are set aside
+  // (CheckpointManager::set_aside_after). Every rank calls it.
   void restore(TrainState& state) const;
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every

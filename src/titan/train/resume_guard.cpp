@@ -46,10 +46,12 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
         " (training.document_separator): its data position counts windows of the other token stream (set "
         "training.document_separator back, or checkpoint.restart_data_stream = true to start the data from "
         "the beginning)");
-  const std::string saved_split = saved.value("text_split", std::string("paragraph"));
-  TITAN_CHECK(saved_split == loader.config().text_split, "checkpoint ", checkpoint,
+  // Only a dataset with plain-text files is cut by text_split ("" in the state when it has none).
+  const std::string saved_split = saved.value("text_split", std::string());
+  const std::string split = loader.state().value("text_split", std::string());
+  TITAN_CHECK(saved_split.empty() || split.empty() || saved_split == split, "checkpoint ", checkpoint,
               " cut plain-text files into ", saved_split,
-              " documents but this run has training.text_split = ", loader.config().text_split,
+              " documents but this run has training.text_split = ", split,
               ": its data position counts other documents (set training.text_split back, or "
               "checkpoint.restart_data_stream = true to start the data from the beginning)");
   loader.restore(saved);

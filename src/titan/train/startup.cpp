@@ -203,13 +203,13 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
                 "tokenizer_config.json names no eos_token; name the token itself (e.g. \"<|endoftext|>\")");
     return tokenizer.eos_id();
   }
-  // A token as tokenizer.json spells it (special tokens, byte-level forms such as "Ċ"), else text
-  // that encodes to exactly one token ("\n").
-  if (const std::optional<int32_t> id = tokenizer.token_to_id(want)) return *id;
+  // Text that encodes to exactly one token: a special token ("<|im_end|>") or ordinary text ("\n").
+  // (Not a lookup of tokenizer.json's keys: those are byte-level spellings, "é" there is one byte.)
   const std::vector<int32_t> ids = tokenizer.encode(want);
+  std::string shown = nlohmann::json(want).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (shown.size() > 80) shown = shown.substr(0, 60) + "...\" (" + std::to_string(want.size()) + " bytes)";
   TITAN_CHECK(
-      ids.size() == 1, "training.document_separator = ",
-      nlohmann::json(want).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), " is ", ids.size(),
+      ids.size() == 1, "training.document_separator = ", shown, " is ", ids.size(),
       " tokens of the run's tokenizer, not one; name a single token (\"<|endoftext|>\", \"<|im_end|>\"), "
       "\"eos_token\" (the tokenizer config's), or \"\" (<|endoftext|> when the vocabulary has it)");
   return ids[0];
