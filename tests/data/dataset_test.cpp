@@ -294,12 +294,12 @@ TEST(Dataset, CorruptedTruncatedAndEmptyZstdNameTheFile) {
   write_file(dir / "corrupted.jsonl.zst", corrupted);
   e = error_of({{dir / "corrupted.jsonl.zst"}});
   EXPECT_NE(e.find("corrupted.jsonl.zst"), std::string::npos) << e;
-  EXPECT_NE(e.find("not valid zstd data at compressed byte"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid zstd data in the frame at compressed byte"), std::string::npos) << e;
 
   write_file(dir / "plain.txt.zst", "this was never compressed\n");
   e = error_of({{dir / "plain.txt.zst"}});
   EXPECT_NE(e.find("plain.txt.zst"), std::string::npos) << e;
-  EXPECT_NE(e.find("not valid zstd data at compressed byte 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid zstd data in the frame at compressed byte 0"), std::string::npos) << e;
 
   write_file(dir / "empty.jsonl.zst", "");
   e = error_of({{dir / "empty.jsonl.zst"}});

@@ -219,13 +219,21 @@ TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
   std::ofstream(ck / "step-0" / "weights.bin") << "precious";
   fs::create_directories(ck / "step-1");
   std::ofstream(ck / "step-1" / "model.pt") << "precious";
-  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
+  // And two in the way of this run's saves: step 2's checkpoint and step 6's export.
+  fs::create_directories(ck / "step-2");
+  std::ofstream(ck / "step-2" / "model.pt") << "precious";
+  fs::create_directories(ck / "step-6-hf");
+  std::ofstream(ck / "step-6-hf" / "config.json") << "{}";
+  TrainSummary s = run_training(tiny_config(
+      dump, with(kCheckpointEvery2, {{"training.steps", "6"}, {"checkpoint.last_save_in_hf", "true"}})));
   EXPECT_EQ(s.steps_run, 6) << "resumed from a folder titan did not write";
   // (and the run lock of the checkpoint folder, RunLock)
-  EXPECT_EQ(listing(ck),
-            (std::vector<std::string>{".titan-rank0.lock", "step-0", "step-1", "step-4", "step-6"}));
+  EXPECT_EQ(listing(ck), (std::vector<std::string>{".titan-rank0.lock", "step-0", "step-1", "step-2.foreign",
+                                                   "step-4", "step-6", "step-6-hf", "step-6-hf.previous"}));
   EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
   EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
+  EXPECT_EQ(listing(ck / "step-2.foreign"), (std::vector<std::string>{"model.pt"}));
+  EXPECT_EQ(listing(ck / "step-6-hf.previous"), (std::vector<std::string>{"config.json"}));
   // The trainer names them (they are why it started from scratch).
   EXPECT_EQ(CheckpointManager(ck, 2).foreign_step_dirs(),
             (std::vector<fs::path>{ck / "step-0", ck / "step-1"}));

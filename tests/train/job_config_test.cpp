@@ -416,6 +416,18 @@ std::string note_of(const JobConfig& c, const std::string& key) {
   return "";
 }
 
+// checkpoint.load_step in the file rolls back at every start of the job: a note says so; given on
+// the command line (one roll-back), none.
+TEST(JobConfig, LoadStepInTheFileIsNoted) {
+  EXPECT_EQ(
+      note_of(parse("[checkpoint]\nenable = true\nload_step = 3\n"), "checkpoint.load_step"),
+      "checkpoint.load_step = 3 in job.toml:3: every start of this job rolls back to it again (give it on "
+      "the command line of the one run that rolls back)");
+  EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\n", {{"checkpoint.load_step", "3"}}),
+                    "checkpoint.load_step"),
+            "");
+}
+
 // Each torchtitan key of the file that is not one of titan's own has exactly one note, and the
 // titan keys have none.
 void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const JobConfig& c) {

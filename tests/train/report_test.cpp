@@ -219,6 +219,24 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
 
 // Axes that read: a constant series sits mid-chart on its own scale (not on a +-0.05 axis through
 // 0), neighbouring y labels differ, and a 2-step run labels both steps.
+// A run resumed from an earlier checkpoint (re-logged steps, or a roll-back with
+// checkpoint.load_step) logs steps again: the report keeps the newest trajectory only, so the
+// abandoned steps past the point it went back to are not charted.
+TEST(Report, ARolledBackRunShowsItsNewestTrajectory) {
+  const fs::path dir = tt::temp_dir("report_rolled_back");
+  {
+    std::ofstream f(dir / "metrics.jsonl");
+    for (int step = 1; step <= 5; ++step)  // the first run, to step 5
+      f << json{{"step", step}, {"loss", 10.0 - step}, {"warmup", step == 1}}.dump() << "\n";
+    for (int step = 3; step <= 4; ++step)  // rolled back to step 2's checkpoint, trained to step 4
+      f << json{{"step", step}, {"loss", 20.0 + step}, {"warmup", step == 3}}.dump() << "\n";
+  }
+  const titan::train::RunRecord r = titan::train::read_run(dir);
+  const std::map<long, double> want = {{1, 9.0}, {2, 8.0}, {3, 23.0}, {4, 24.0}};
+  EXPECT_EQ(r.series.at("loss"), want);
+  EXPECT_EQ(r.warmup_steps, (std::vector<long>{1, 3}));
+}
+
 TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {
   const fs::path dir = tt::temp_dir("report_axes");
   fs::create_directories(dir / "short");

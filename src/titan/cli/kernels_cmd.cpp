@@ -10,6 +10,7 @@
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/core/suggest.h"
 #include "titan/kernels/parity.h"
 #include "titan/kernels/registry.h"
 
@@ -111,10 +112,16 @@ int kernels_main(int argc, char** argv) {
     return kernels_list();
   }
   if (sub == "parity") return kernels_parity(argc - 1, argv + 1);
+  const bool help = sub == "--help" || sub == "-h";
+  if (!help)
+    std::fprintf(stderr, "titan kernels: %s\n",
+                 sub.empty()
+                     ? "a subcommand is needed"
+                     : ("unknown subcommand '" + sub + "'" + suggestion(sub, {"list", "parity"})).c_str());
   std::fprintf(stderr,
                "usage: titan kernels list | titan kernels parity [--op NAME] [--dtype f32|bf16|f64] "
                "[--shapes SPEC] [--seed N] [--device cpu|cuda]\n");
-  return sub == "--help" || sub == "-h" ? 0 : 2;
+  return help ? 0 : 2;
 }
 
 TITAN_COMMAND("kernels", "list the registered kernels; check every variant against the reference (parity)",

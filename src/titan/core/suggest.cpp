@@ -28,6 +28,11 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
 }
 
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string best = nearest(word, candidates);
+  return best.empty() ? "" : "; did you mean '" + best + "'?";
+}
+
 std::string join(const std::vector<std::string>& names, const std::string& separator) {
   std::string s;
   for (const std::string& name : names) s += (s.empty() ? "" : separator) + name;

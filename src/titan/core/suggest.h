@@ -9,6 +9,8 @@ namespace titan {
 size_t edit_distance(const std::string& a, const std::string& b);  // Levenshtein
 // The candidate closest to `word`, or "" when none is close (within max(2, |word| / 3) edits).
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+// "; did you mean 'best'?" with the nearest candidate, or "" when none is close.
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates);
 // "a, b, c" (with `separator` between the names).
 std::string join(const std::vector<std::string>& names, const std::string& separator = ", ");
 

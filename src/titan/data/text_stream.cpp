@@ -105,9 +105,11 @@ struct Zstd final : TextStream::Decompressor {
       // input; a frame that then still wants bytes is cut short.
       const size_t before = output.pos;
       const size_t rc = ZSTD_decompressStream(ctx, &output, &input);
+      // libzstd reports from the start of the frame it was decoding (a checksum mismatch shows only
+      // at the frame's end): the fault lies at or after that byte.
       if (ZSTD_isError(rc))
-        TITAN_FAIL("dataset: ", path, " is not valid zstd data at compressed byte ", compressed_offset(),
-                   ": ", ZSTD_getErrorName(rc));
+        TITAN_FAIL("dataset: ", path, " is not valid zstd data in the frame at compressed byte ",
+                   compressed_offset(), " (or after it): ", ZSTD_getErrorName(rc));
       frame_left = rc;
       TITAN_CHECK(!end_of_file || frame_left == 0 || output.pos > before, "dataset: ", path,
                   " is truncated: its zstd stream ends early, at compressed byte ", consumed);

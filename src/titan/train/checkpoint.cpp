@@ -197,19 +197,21 @@ std::optional<int64_t> CheckpointManager::latest_step() const {
   return s.back();
 }
 
+fs::path CheckpointManager::set_aside(const fs::path& dir, const std::string& suffix) const {
+  fs::path to = dir.string() + "." + suffix;
+  for (int n = 2; fs::exists(to); ++n) to = dir.string() + "." + suffix + "-" + std::to_string(n);
+  fs::rename(dir, to);
+  io::fsync_dir(dir.parent_path());
+  return to;
+}
+
 std::vector<std::pair<fs::path, fs::path>> CheckpointManager::set_aside_after(int64_t step) const {
   std::vector<std::pair<fs::path, fs::path>> moved;
   for (const int64_t s : committed_steps()) {
     if (s <= step) continue;
-    for (const fs::path& from : {step_dir(s), hf_export_dir(s)}) {
-      if (!fs::exists(from)) continue;
-      fs::path to = from.string() + ".rolled-back";
-      for (int n = 2; fs::exists(to); ++n) to = from.string() + ".rolled-back-" + std::to_string(n);
-      fs::rename(from, to);
-      moved.emplace_back(from, to);
-    }
+    for (const fs::path& from : {step_dir(s), hf_export_dir(s)})
+      if (fs::exists(from)) moved.emplace_back(from, set_aside(from, "rolled-back"));
   }
-  if (!moved.empty()) io::fsync_dir(folder_);
   return moved;
 }
 

@@ -81,9 +81,11 @@ class CheckpointManager {
   // or a prune cut short. Never loaded; the next save removes them.
   std::vector<std::filesystem::path> interrupted_step_dirs() const;
   std::optional<int64_t> latest_step() const;
+  // Renames the folder `dir` to <dir>.<suffix> (-2, -3, ... when that is taken): out of the way of
+  // a save, kept, never loaded or deleted. Returns the new path.
+  std::filesystem::path set_aside(const std::filesystem::path& dir, const std::string& suffix) const;
   // Rolling back to `step`: every committed step after it, and its Hugging Face export step-N-hf,
-  // is renamed <name>.rolled-back (-2, -3, ... when taken), out of the way of the saves to come
-  // and never deleted. Returns (from, to) per folder moved.
+  // is set aside as <name>.rolled-back. Returns (from, to) per folder moved.
   std::vector<std::pair<std::filesystem::path, std::filesystem::path>> set_aside_after(int64_t step) const;
 
   // Loads a committed step, verifying the manifest's sizes and checksums of every file (every

@@ -210,6 +210,14 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   // Rank 0 begins the save; the writers put their fsynced shard files into its folder; once every
   // rank has reported its files (the all-gather is the synchronisation), rank 0 writes the
   // metadata and commits.
+  if (plan_.is_logging_rank()) {
+    // Another program's step-N folder in the way is kept (its promise at start-up), under another name.
+    const fs::path dir = manager_.step_dir(s.step);
+    const std::vector<fs::path> foreign = manager_.foreign_step_dirs();
+    if (std::find(foreign.begin(), foreign.end(), dir) != foreign.end())
+      say("checkpoint: %s is not a checkpoint titan wrote; set aside as %s before saving step %ld",
+          dir.c_str(), manager_.set_aside(dir, "foreign").filename().c_str(), long(s.step));
+  }
   const fs::path temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
   std::vector<CheckpointFile> mine;
   if (writes) mine = write_shard_files(temp, plan_.shard_index(), model_t, opt_t, plan_.is_logging_rank());
@@ -229,6 +237,11 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   }
   auto t0 = Clock::now();
   const fs::path out = manager_.hf_export_dir(s.step);
+  // A folder already there (another program's, or an export the run's resume did not expect) is
+  // kept under another name: an export never replaces what it did not write in this run.
+  if (fs::exists(out))
+    say("export: %s exists; set aside as %s", out.c_str(),
+        manager_.set_aside(out, "previous").filename().c_str());
   if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
     say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
   std::vector<fs::path> tok_files;
@@ -242,7 +255,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
     for (auto& r : qwen3::hf_tensors(s.model))
       total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
     Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
-    qwen3::export_hf_model(s.model, out, export_dtype, tok_files, /*overwrite=*/true);
+    qwen3::export_hf_model(s.model, out, export_dtype, tok_files, /*overwrite=*/false);
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));

@@ -27,11 +27,6 @@ std::string format_double(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::string suggestion(const std::string& key, const std::vector<std::string>& known) {
-  std::string best = nearest(key, known);
-  return best.empty() ? "" : "; did you mean '" + best + "'?";
-}
-
 // One settable key: parses a textual value (from TOML or the command line) into the field.
 struct Field {
   std::string key;  // "training.steps"
@@ -410,6 +405,22 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         c, "activation_checkpoint.selective_ac_option",
         "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
         "recomputes the cheap ops of every layer); the step's result is the same");
+  // A roll-back written into the file repeats at every start of the job (a restart after a crash
+  // would throw away what was trained since): say so.
+  if (c.checkpoint.load_step != -1 && set_where("checkpoint.load_step") != "command line")
+    add_note(
+        c, "checkpoint.load_step",
+        std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
+            ": every start of this job rolls back to it again (give it on the command line of the one run "
+            "that rolls back)");
+  // A roll-back written into the file repeats at every start of the job (a restart after a crash
+  // would throw away what was trained since): say so.
+  if (c.checkpoint.load_step != -1 && set_where("checkpoint.load_step") != "command line")
+    add_note(
+        c, "checkpoint.load_step",
+        std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
+            ": every start of this job rolls back to it again (give it on the command line of the one run "
+            "that rolls back)");
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
     TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),

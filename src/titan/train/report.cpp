@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -166,6 +167,7 @@ RunRecord read_run(const fs::path& dir) {
   TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
   std::string line;
   std::set<long> warmups;
+  long last_step = std::numeric_limits<long>::min();  // none yet
   for (long n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
@@ -177,10 +179,17 @@ RunRecord read_run(const fs::path& dir) {
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
                 n, ": a record needs an integer \"step\"");
     const long step = j["step"].get<long>();
+    // A step at or before the last one logged starts another trajectory (a resume re-logging the
+    // steps after its checkpoint, a roll-back to checkpoint.load_step): the records of the steps from
+    // there on belong to the one it replaces, and go.
+    if (step <= last_step) {
+      for (auto& [name, points] : r.series) points.erase(points.lower_bound(step), points.end());
+      warmups.erase(warmups.lower_bound(step), warmups.end());
+    }
+    last_step = step;
     for (auto& [k, v] : j.items())
       if (k != "step" && v.is_number() && std::isfinite(v.get<double>())) r.series[k][step] = v.get<double>();
     if (j.value("warmup", false)) warmups.insert(step);
-    else warmups.erase(step);  // a later record of the step (after a resume) replaces the earlier one
   }
   r.warmup_steps.assign(warmups.begin(), warmups.end());
   const fs::path info_path = dir / "run_info.json";

@@ -16,7 +16,7 @@ namespace titan::train {
 struct RunRecord {
   std::filesystem::path dir;
   std::string name;                                   // the folder's name (made unique by the caller)
-  std::map<std::string, std::map<long, double>> series;  // metric -> step -> value (last record wins)
+  std::map<std::string, std::map<long, double>> series;  // metric -> step -> value (the newest trajectory's)
   std::vector<long> warmup_steps;                     // steps logged with "warmup": true
   std::string description, config_in_effect, device;
   std::vector<std::string> config_notes;
