@@ -29,6 +29,19 @@ std::vector<std::string> read_all(DatasetConfig config) {
   return read_all(s);
 }
 
+// Seeking back to each of the documents `at` (their positions through JSON, as a checkpoint stores
+// them) reads that document again, at the same position (offsets and lines count decompressed bytes).
+void expect_seeks_back(DocumentStream& s, const std::vector<DocPosition>& positions,
+                       const std::vector<std::string>& docs, std::initializer_list<size_t> at) {
+  for (size_t i : at) {
+    s.seek(json(positions[i]).get<DocPosition>());
+    Document d;
+    ASSERT_TRUE(s.next(d)) << "document " << i;
+    EXPECT_EQ(d.text, docs[i]);
+    EXPECT_EQ(d.position, positions[i]);
+  }
+}
+
 std::string error_of(DatasetConfig config) {
   try {
     read_all(std::move(config));
@@ -154,13 +167,7 @@ TEST(Dataset, StreamsAcrossBufferBoundariesAndSeeksBack) {
     DocumentStream s({{file}});
     std::vector<DocPosition> positions;
     ASSERT_EQ(read_all(s, &positions), want) << file;
-    for (size_t i : {size_t(0), size_t(1), size_t(1234), size_t(2999)}) {
-      s.seek(json(positions[i]).get<DocPosition>());  // through JSON, as a checkpoint would
-      Document d;
-      ASSERT_TRUE(s.next(d));
-      EXPECT_EQ(d.text, want[i]);
-      EXPECT_EQ(d.position, positions[i]);
-    }
+    expect_seeks_back(s, positions, want, {0, 1, 1234, 2999});
   }
 }
 
@@ -268,13 +275,7 @@ TEST(Dataset, ZstdFilesReadLikeTheirPlainContent) {
   DocumentStream s({{dir / "multi" / "a.jsonl.zst"}});
   std::vector<DocPosition> positions;
   ASSERT_EQ(read_all(s, &positions), docs);
-  for (size_t i : {size_t(0), size_t(1), size_t(15001), size_t(n - 1)}) {
-    s.seek(json(positions[i]).get<DocPosition>());
-    Document d;
-    ASSERT_TRUE(s.next(d));
-    EXPECT_EQ(d.text, docs[i]);
-    EXPECT_EQ(d.position, positions[i]);
-  }
+  expect_seeks_back(s, positions, docs, {0, 1, 15001, n - 1});
 }
 
 TEST(Dataset, CorruptedTruncatedAndEmptyZstdNameTheFile) {
@@ -314,13 +315,7 @@ TEST(Dataset, SeeksInsideACompressedShard) {
   std::vector<DocPosition> positions;
   auto want = read_all(s, &positions);
   ASSERT_EQ(want.size(), 6000u);
-  for (size_t i : {size_t(0), size_t(1), size_t(3001), size_t(5999)}) {
-    s.seek(json(positions[i]).get<DocPosition>());
-    Document d;
-    ASSERT_TRUE(s.next(d));
-    EXPECT_EQ(d.text, want[i]);
-    EXPECT_EQ(d.position, positions[i]);  // offsets and lines count decompressed bytes
-  }
+  expect_seeks_back(s, positions, want, {0, 1, 3001, 5999});
 }
 
 TEST(Dataset, GlobsAndFoldersOfShards) {

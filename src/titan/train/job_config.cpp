@@ -413,14 +413,6 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
             ": every start of this job rolls back to it again (give it on the command line of the one run "
             "that rolls back)");
-  // A roll-back written into the file repeats at every start of the job (a restart after a crash
-  // would throw away what was trained since): say so.
-  if (c.checkpoint.load_step != -1 && set_where("checkpoint.load_step") != "command line")
-    add_note(
-        c, "checkpoint.load_step",
-        std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
-            ": every start of this job rolls back to it again (give it on the command line of the one run "
-            "that rolls back)");
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
     TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),
