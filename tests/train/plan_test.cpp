@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <regex>
 
 #include "test_util.h"
+#include "titan/data/assets.h"
+#include "titan/data/tokenizer.h"
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/models/qwen3/model.h"
@@ -217,6 +220,47 @@ TEST(Plan, AnAbsurdModelIsAnErrorBeforeAnythingIsBuilt) {
     EXPECT_NE(rc, 0) << command << "\n" << out;
     EXPECT_NE(out.find("n_layers = 100000000 exceeds the limit 16384"), std::string::npos) << command << "\n" << out;
   }
+}
+
+// plan and info check the data side as train does (tokenizer, dataset, document separator): a
+// separator train refuses is an error here too, and the data line names the token train would use.
+TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
+  const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  const std::filesystem::path text_dir = tt::temp_dir("plan_plain_text");
+  { std::ofstream(text_dir / "book.txt") << "One paragraph.\n\nAnother one.\n"; }
+  struct Case {
+    std::string flags, expected;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"", "documents end with token " + std::to_string(tok.document_separator_id()) + " \"<|endoftext|>\"",
+       true},
+      {"--training.document_separator=eos_token",
+       "documents end with token " + std::to_string(tok.eos_id()) + " ", true},
+      {"'--training.document_separator=<|im_end|>'",
+       "documents end with token " + std::to_string(tok.eos_id()) + " ", true},
+      {"'--training.document_separator=hello world'",
+       "training.document_separator = \"hello world\" is 2 tokens of the run's tokenizer", false},
+      {"--training.dataset_path=" + text_dir.string() + " --training.text_split=line",
+       "plain text: one document per line", true},
+      // A dataset that exists only on the cluster the job is planned for: said, not refused.
+      {"--training.dataset_path=/nonexistent/shards",
+       "data: not checked on this machine: training.dataset_path: dataset: \"/nonexistent/shards\" does not "
+       "exist",
+       true},
+  };
+  for (const char* command : {"plan", "info"})
+    for (const auto& c : cases) {
+      std::string out;
+      const std::string plan_flags =
+          std::string(command) == "plan" ? " --gemm-tflops 1 --memory-per-rank 64GiB" : "";
+      const int rc =
+          tt::run_command(tt::titan_binary().string() + " " + command + " --config " + debugmodel_toml() +
+                              " --training.seq_len=128" + plan_flags + " " + c.flags,
+                          &out);
+      EXPECT_EQ(rc == 0, c.ok) << command << " " << c.flags << "\n" << out;
+      EXPECT_NE(out.find(c.expected), std::string::npos) << command << " " << c.flags << "\n" << out;
+    }
 }
 
 TEST(Plan, ByteSizes) {

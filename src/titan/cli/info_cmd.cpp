@@ -35,6 +35,7 @@ int info_for_job(int argc, char** argv) {
 
   std::printf("job: %s (%s, %s parameters)\n", job.config.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               std::to_string(a.num_params()).c_str());
+  std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
   std::printf(
       "one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "

@@ -113,6 +113,7 @@ int plan_main(int argc, char** argv) {
   std::printf("job: %s (%s, %ld parameters)\n", job.config.c_str(), args.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               long(args.num_params()));
   std::printf("mesh: %s\n", plan.describe().c_str());
+  std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
   std::printf(
       "one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "titan/backend/cpu/cpu_info.h"
@@ -215,6 +216,34 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
   return ids[0];
 }
 
+std::string document_description(const JobConfig& c, const data::Tokenizer& tokenizer,
+                                 const std::vector<fs::path>& dataset) {
+  const int32_t separator = document_separator(c.training, tokenizer);
+  std::string text = "documents end with token " + std::to_string(separator) + " " +
+                     nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator}))
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const auto files = data::list_dataset_files(dataset);
+  if (std::any_of(files.begin(), files.end(), [](const fs::path& f) { return data::is_plain_text(f); }))
+    text += c.training.text_split == "file"   ? ", plain text: one document per file"
+            : c.training.text_split == "line" ? ", plain text: one document per line"
+                                              : ", plain text: one document per paragraph";
+  return text;
+}
+
+std::string data_line_for_planning(const JobConfig& c) {
+  fs::path tokenizer_path;
+  std::vector<fs::path> dataset;
+  try {
+    tokenizer_path = resolve_tokenizer(c);
+    dataset = resolve_dataset(c);
+  } catch (const Error& e) {
+    return std::string("not checked on this machine: ") + e.what();
+  }
+  const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
+  return dataset[0].string() + ", tokenizer " + tokenizer_path.string() + ", " +
+         document_description(c, tokenizer, dataset);
+}
+
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
                      const data::Tokenizer& tokenizer) {
   const auto& a = job.args;
@@ -242,13 +271,11 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("communication: %s", plan.world().library().c_str());
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
-  const int32_t separator = document_separator(c.training, tokenizer);
-  say("data: %s, tokenizer %s, documents end with token %d %s, batch %ld x seq %ld, "
+  say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
       "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
-      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(), separator,
-      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator})).dump().c_str(),
-      long(job.local_batch_size), long(job.seq_len), long(job.accumulation_steps),
-      long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
+      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(),
+      document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size), long(job.seq_len),
+      long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());

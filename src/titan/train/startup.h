@@ -44,6 +44,17 @@ int64_t accumulation_steps(const JobConfig& config, int64_t dp_size);
 // against the run's tokenizer); errors name the key.
 int32_t document_separator(const TrainingSection& training, const data::Tokenizer& tokenizer);
 
+// How the run's documents are cut and separated, for the start-up `data:` line: the separator token
+// (id and text) and, when `dataset` holds plain-text files, how training.text_split cuts them.
+std::string document_description(const JobConfig& config, const data::Tokenizer& tokenizer,
+                                 const std::vector<std::filesystem::path>& dataset);
+
+// What `titan train` would check of the data side before compute (tokenizer, dataset, document
+// separator), for `titan plan` and `titan info --config`: an error for a value train refuses, or a
+// line naming the tokenizer and the separator. A tokenizer or dataset missing on this machine (a job
+// planned for another) is not an error: the line says it was not checked.
+std::string data_line_for_planning(const JobConfig& config);
+
 // `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
 // consulted. Errors name the key and the path.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);
