@@ -416,6 +416,29 @@ std::string note_of(const JobConfig& c, const std::string& key) {
   return "";
 }
 
+// A rule between values names where each key it involves was set (file line or command line), so
+// the user knows which line to edit; keys left at their defaults are not listed.
+TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
+  std::string e =
+      error_of([&] { parse("[training]\nsteps = 5\n\n[checkpoint]\nload_step = 3\n").validate(1); });
+  EXPECT_NE(e.find("checkpoint.load_step = 3 resumes from a checkpoint: it needs checkpoint.enable = true "
+                   "(checkpoint.load_step set at job.toml:5)"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { parse("[training]\nsteps = 5\n", {{"lr_scheduler.total_steps", "3"}}).validate(1); });
+  EXPECT_NE(e.find("(lr_scheduler.total_steps set on the command line, training.steps set at job.toml:2)"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { parse("", {{"training.local_batch_size", "0"}}).validate(1); });
+  EXPECT_NE(e.find("training.local_batch_size must be positive, got 0 (training.local_batch_size set on the "
+                   "command line)"),
+            std::string::npos)
+      << e;
+  // training.steps is in the message but at its default: not listed.
+  e = error_of([&] { parse("[lr_scheduler]\ntotal_steps = 2\n").validate(1); });
+  EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2)"), std::string::npos) << e;
+}
+
 // checkpoint.load_step in the file rolls back at every start of the job: a note says so; given on
 // the command line (one roll-back), none.
 TEST(JobConfig, LoadStepInTheFileIsNoted) {

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -390,12 +391,13 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_CHECK(k.rfind("kernels.", 0) != 0, "command line: kernel substitutions are set in the config's [kernels] table");
     apply(c, fields, k, v, "command line", nullptr);
   }
+  for (const Field& f : fields)
+    if (!f.set_where.empty()) c.set_at[f.key] = f.set_where;
   // Where a key got its value ("file:line:col" or "command line"): the rules between keys below
   // name the place to change.
   auto set_where = [&](const std::string& key) {
-    for (const Field& f : fields)
-      if (f.key == key && !f.set_where.empty()) return f.set_where;
-    return source;
+    auto it = c.set_at.find(key);
+    return it == c.set_at.end() ? source : it->second;
   };
   // torchtitan's selective_ac_option: a layer frequency, or "op" (its per-op policy).
   selective_ac_every(c.activation_checkpoint.selective_ac_option,
@@ -447,6 +449,31 @@ int64_t ParallelismSection::shard_degree(int world_size) const {
 }
 
 void JobConfig::validate(int world_size) const {
+  try {
+    validate_values(world_size);
+  } catch (const Error& e) {
+    // Each key the message names that was given a value: where, so the user knows which line to edit.
+    const std::string message = e.what();
+    std::string places;
+    for (const auto& [key, where] : set_at) {
+      for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
+        const size_t end = at + key.size();
+        const bool whole =
+            (at == 0 || !(std::isalnum(uint8_t(message[at - 1])) || message[at - 1] == '_')) &&
+            (end == message.size() || !(std::isalnum(uint8_t(message[end])) || message[end] == '_'));
+        if (whole) {
+          places += (places.empty() ? "" : ", ") + key +
+                    (where == "command line" ? " set on the " : " set at ") + where;
+          break;
+        }
+      }
+    }
+    if (places.empty()) throw;
+    throw Error(message + " (" + places + ")");
+  }
+}
+
+void JobConfig::validate_values(int world_size) const {
   auto positive = [](int64_t v, const char* key) { TITAN_CHECK(v > 0, key, " must be positive, got ", v); };
   positive(training.local_batch_size, "training.local_batch_size");
   positive(training.seq_len, "training.seq_len");

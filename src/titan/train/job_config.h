@@ -154,11 +154,17 @@ struct JobConfig {
   std::vector<kernels::Substitution> kernels;
   // One line per torchtitan key accepted without effect or under an older name, for the start-up log.
   std::vector<std::string> notes;
+  // Where each key given a value got it ("file:line:col" or "command line"): a validation error
+  // names the place to change.
+  std::map<std::string, std::string> set_at;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).
   std::string describe() const;
-  // Cross-field validation (world size known): errors name the key.
+  // Cross-field validation (world size known): errors name the key, and where it was set.
   void validate(int world_size) const;
+
+ private:
+  void validate_values(int world_size) const;
 };
 
 // Parses `path` (TOML) then applies `overrides` ("--section.key=value" or "--section.key value"
