@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "titan/core/hash.h"
 #include "titan/core/tensor.h"
 #include "titan/data/assets.h"
+#include "titan/io/hf_checkpoint.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/run_lock.h"
@@ -158,6 +160,100 @@ TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   fs::rename(second, data_dir / "moved.jsonl");
   s = run_training(config(data_dir / "moved.jsonl", 6));
   EXPECT_EQ(s.steps_run, 2);
+}
+
+// FNV-1a as its authors define it (offset basis 0xcbf29ce484222325), written out here so the test
+// does not check titan's hash with itself.
+uint64_t standard_fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// The checksums an export records are FNV-1a that any tool reproduces. A checkpoint and an export
+// written before 2026-12-01, when titan's basis was a digit short of FNV's and files named no hash,
+// still verify, resume (dataset fingerprint included) and pass verify-export; a hash name titan
+// does not know is an error naming it.
+TEST(CheckpointManifest, ChecksumsAreStandardFnv1aAndOlderFilesStillVerify) {
+  EXPECT_EQ(standard_fnv1a("a", 1), 0xaf63dc4c8601ec8cull);  // FNV's published test vector
+  EXPECT_EQ(fnv1a("a"), 0xaf63dc4c8601ec8cull);
+  const fs::path dump = temp_dir("guard_hash_basis");
+  const fs::path data = temp_dir("guard_hash_basis_data") / "part.jsonl";
+  write_corpus_prefix(data, 3 << 20);  // over 2 MiB: the fingerprint samples the first and last MiB
+  auto config = [&](int steps) {
+    return tiny_config(dump, with(kCheckpointEvery2, {{"training.dataset_path", data.string()},
+                                                      {"training.steps", std::to_string(steps)},
+                                                      {"checkpoint.last_save_in_hf", "true"}}));
+  };
+  run_training(config(2));
+  const fs::path step = dump / "checkpoint" / "step-2", hf = dump / "checkpoint" / "step-2-hf";
+  auto read_json = [](const fs::path& p) { return nlohmann::json::parse(read_bytes(p)); };
+  auto write_json = [](const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(1); };
+  nlohmann::json sums = read_json(hf / "titan_checksums.json");
+  EXPECT_EQ(sums.at("hash"), "fnv1a64");
+  EXPECT_EQ(read_json(step / "manifest.json").at("hash"), "fnv1a64");
+  const io::SafetensorsFile exported = io::SafetensorsFile::open(hf / "model.safetensors");
+  for (const io::TensorInfo& t : exported.tensors()) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)standard_fnv1a(t.data, size_t(t.nbytes())));
+    EXPECT_EQ(sums["tensors"][t.name]["checksum"], hex) << t.name;
+  }
+
+  // Rewrite both as the older titan wrote them: no hash named, every hash from the older basis.
+  const uint64_t older = kFnv1aStartBefore20261201;
+  for (const io::TensorInfo& t : exported.tensors())
+    sums["tensors"][t.name]["checksum"] = io::tensor_checksum(t, older);
+  sums.erase("hash");
+  write_json(hf / "titan_checksums.json", sums);
+  nlohmann::json state = read_json(step / "train_state.json");
+  for (nlohmann::json& file : state.at("dataset_identity")) {
+    // The fingerprint: FNV-1a over the size, the first MiB and the last MiB.
+    const std::string bytes = read_bytes(file.at("path").get<std::string>());
+    const uint64_t size = bytes.size();
+    uint64_t h = standard_fnv1a(&size, sizeof size, older);
+    h = standard_fnv1a(bytes.data(), 1 << 20, h);
+    h = standard_fnv1a(bytes.data() + size - (1 << 20), 1 << 20, h);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    ASSERT_EQ(file.at("fingerprint").get<std::string>().size(), 16u);
+    file["fingerprint"] = hex;
+    file.erase("hash");
+  }
+  write_json(step / "train_state.json", state);
+  nlohmann::json manifest = read_json(step / "manifest.json");
+  manifest.erase("hash");
+  for (auto& [name, info] : manifest["files"].items()) {
+    info["checksum"] = std::to_string(file_checksum(step / name, nullptr, older));
+    info["bytes"] = fs::file_size(step / name);
+  }
+  write_json(step / "manifest.json", manifest);
+
+  std::string out;
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + hf.string(), &out), 0) << out;
+  EXPECT_NE(out.find("every tensor matches the checksums recorded at export"), std::string::npos) << out;
+  EXPECT_EQ(load_checkpoint_dir(step).step, 2);
+  // The older dataset fingerprint still identifies the same data: the resume goes on from step 2.
+  TrainSummary s = run_training(config(3));
+  EXPECT_EQ(s.steps_run, 1);
+  EXPECT_EQ(s.last_step, 3);
+  // A flipped bit is still caught under the older basis.
+  {
+    std::fstream f(step / "train_state.json", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put(' ');
+  }
+  std::string e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("train_state.json' fails its checksum"), std::string::npos) << e;
+
+  // A hash name this titan does not know: said, with the name.
+  manifest["hash"] = "xxh3";
+  write_json(step / "manifest.json", manifest);
+  e = error_of([&] { load_checkpoint_dir(step); });
+  EXPECT_NE(e.find("names the checksum hash \"xxh3\", which this titan does not know"), std::string::npos)
+      << e;
+  sums["hash"] = "xxh3";
+  write_json(hf / "titan_checksums.json", sums);
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + hf.string(), &out), 1) << out;
+  EXPECT_NE(out.find("names the hash \"xxh3\", which this titan does not know"), std::string::npos) << out;
 }
 
 // ---------------------------------------------------------------- 2. two writers, titan's own cleanup

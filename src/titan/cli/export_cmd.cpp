@@ -12,6 +12,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
 #include "titan/data/assets.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
@@ -206,8 +207,16 @@ int verify_main(int argc, char** argv) {
         ++bad;
         if (first.empty()) first = why;
       };
+      // The hash the checksums were computed with: named since 2026-12-01, the older basis before.
+      const std::optional<uint64_t> basis =
+          !sums.is_object() || !sums.contains("hash") ? fnv1a_basis_named("")
+          : sums["hash"].is_string()                  ? fnv1a_basis_named(sums["hash"].get<std::string>())
+                                                      : std::nullopt;
       if (!sums.is_object() || !sums.contains("tensors") || !sums["tensors"].is_object()) {
         fail(std::string(io::kTensorChecksumsFile) + " is malformed");
+      } else if (!basis) {
+        fail(std::string(io::kTensorChecksumsFile) + " names the hash " + sums["hash"].dump() +
+             ", which this titan does not know (only \"" + kFnv1aName + "\")");
       } else {
         const auto& listed = sums["tensors"];
         for (auto& k : ckpt.keys())
@@ -216,7 +225,7 @@ int verify_main(int argc, char** argv) {
           const io::TensorInfo* t = ckpt.find(k);
           if (!t)
             fail(k + " is listed but missing from the export");
-          else if (!v.is_object() || v.value("checksum", "") != io::tensor_checksum(*t) ||
+          else if (!v.is_object() || v.value("checksum", "") != io::tensor_checksum(*t, *basis) ||
                    v.value("dtype", "") != dtype_name(t->dtype) || v.value("shape", Shape{}) != t->shape)
             fail(k + " does not match its recorded checksum, dtype or shape");
         }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -15,11 +16,11 @@ namespace {
 
 // FNV-1a over the size, the first and the last MiB: cheap for a terabyte file, and any change of
 // length or of the bytes a resume seeks near the start or end shows up.
-std::string fingerprint(const fs::path& path, uint64_t size) {
+std::string fingerprint(const fs::path& path, uint64_t size, uint64_t basis) {
   constexpr uint64_t kSample = uint64_t(1) << 20;
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "dataset: cannot read ", path, " to fingerprint it");
-  uint64_t h = kFnv1aStart;
+  uint64_t h = basis;
   auto mix = [&](const char* p, size_t n) { h = fnv1a(p, n, h); };
   mix(reinterpret_cast<const char*>(&size), sizeof size);
   std::vector<char> buf(kSample);
@@ -46,7 +47,8 @@ json dataset_identity(const std::vector<fs::path>& files) {
     const uint64_t size = fs::file_size(p);
     id.push_back({{"path", fs::absolute(p).lexically_normal().string()},
                   {"bytes", size},
-                  {"fingerprint", fingerprint(p, size)}});
+                  {"hash", kFnv1aName},
+                  {"fingerprint", fingerprint(p, size, kFnv1aStart)}});
   }
   return id;
 }
@@ -64,9 +66,18 @@ std::string dataset_identity_mismatch(const json& saved, const json& now) {
     if (s.value("bytes", uint64_t(0)) != n["bytes"].get<uint64_t>())
       return where + ": size " + std::to_string(s.value("bytes", uint64_t(0))) +
              " bytes in the checkpoint, " + std::to_string(n["bytes"].get<uint64_t>()) + " bytes now";
-    if (s.value("fingerprint", "") != n["fingerprint"].get<std::string>())
+    // A checkpoint of before 2026-12-01 names no hash: its fingerprint started from the older basis.
+    const std::optional<uint64_t> basis =
+        fnv1a_basis_named(s.contains("hash") && s["hash"].is_string() ? s["hash"].get<std::string>()
+                          : s.contains("hash")                        ? "?"
+                                                                      : "");
+    if (!basis) return where + ": the checkpoint's fingerprint names a hash this titan does not know";
+    const std::string now_print =
+        *basis == kFnv1aStart ? n["fingerprint"].get<std::string>()
+                              : fingerprint(n["path"].get<std::string>(), n["bytes"].get<uint64_t>(), *basis);
+    if (s.value("fingerprint", "") != now_print)
       return where + ": content fingerprint " + s.value("fingerprint", "?") + " in the checkpoint, " +
-             n["fingerprint"].get<std::string>() + " now (same size, different content)";
+             now_print + " now (same size, different content)";
   }
   return "";
 }

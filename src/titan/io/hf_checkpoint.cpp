@@ -167,8 +167,8 @@ std::vector<std::string> HfCheckpoint::keys() const {
   return out;
 }
 
-std::string tensor_checksum(const TensorInfo& t) {
-  const uint64_t h = fnv1a(t.data, size_t(t.nbytes()));
+std::string tensor_checksum(const TensorInfo& t, uint64_t basis) {
+  const uint64_t h = fnv1a(t.data, size_t(t.nbytes()), basis);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
@@ -236,7 +236,8 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
                         {"shape", t.shape},
                         {"checksum", tensor_checksum(t)}};
     }
-    write_file_atomic(out.temp_path() / kTensorChecksumsFile, json{{"tensors", sums}}.dump(1) + "\n");
+    write_file_atomic(out.temp_path() / kTensorChecksumsFile,
+                      json{{"hash", kFnv1aName}, {"tensors", sums}}.dump(1) + "\n");
   }
   for (const auto& [name, contents] : opt.extra_files) write_file_atomic(out.temp_path() / name, contents);
   for (const fs::path& p : opt.copy_files)

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "titan/core/hash.h"
 #include "titan/io/safetensors.h"
 
 namespace titan::io {
@@ -57,8 +58,9 @@ class HfCheckpoint {
 // still check every tensor bit for bit.
 inline constexpr const char* kTensorChecksumsFile = "titan_checksums.json";
 
-// 64-bit FNV-1a of a tensor's bytes, as 16 hex digits.
-std::string tensor_checksum(const TensorInfo& t);
+// 64-bit FNV-1a of a tensor's bytes, as 16 hex digits (`basis`: see core/hash.h; the file records
+// its name).
+std::string tensor_checksum(const TensorInfo& t, uint64_t basis = kFnv1aStart);
 
 struct HfWriteOptions {
   // A shard is closed before it would exceed this many bytes of tensor data; a larger tensor gets a

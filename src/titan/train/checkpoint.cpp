@@ -18,11 +18,11 @@ namespace titan::train {
 
 namespace fs = std::filesystem;
 
-uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read) {
+uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read, uint64_t basis) {
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", path.string(), "'");
   // FNV-1a's constants over 8-byte words (8x fewer multiplies than bytes), the tail byte-wise.
-  uint64_t h = kFnv1aStart;
+  uint64_t h = basis;
   std::vector<char> buf(size_t(1) << 22);
   while (f) {
     f.read(buf.data(), std::streamsize(buf.size()));
@@ -109,6 +109,7 @@ void CheckpointManager::commit_save(int64_t step, const std::vector<CheckpointFi
   const fs::path tmp = pending_->temp_path();
   nlohmann::json manifest;
   manifest["format"] = kManifestFormat;
+  manifest["hash"] = kFnv1aName;
   manifest["step"] = step;
   for (const CheckpointFile& f : shard_files) {
     // Written by other processes: they must be visible here, whole, before anything is committed.
@@ -230,6 +231,12 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
               "checkpoint: '", (dir / "manifest.json").string(), "' lacks 'files' or 'step'");
   uint64_t total = 0;
   for (auto& [name, info] : manifest["files"].items()) total += info.value("bytes", uint64_t(0));
+  // The hash the checksums were computed with: named since 2026-12-01, the older basis before.
+  const nlohmann::json hash = manifest.contains("hash") ? manifest["hash"] : nlohmann::json("");
+  const std::optional<uint64_t> basis =
+      hash.is_string() ? fnv1a_basis_named(hash.get<std::string>()) : std::nullopt;
+  TITAN_CHECK(basis, "checkpoint: '", (dir / "manifest.json").string(), "' names the checksum hash ",
+              hash.dump(), ", which this titan does not know (only \"", kFnv1aName, "\")");
   std::atomic<uint64_t> checked{0};
   Progress progress("checkpoint: verifying " + dir.filename().string(), total, [&] { return checked.load(); });
   // The manifest must account for the whole folder: a file it does not list would be loaded (or
@@ -248,8 +255,8 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
     io::check_regular_file(p, "checkpoint");
     TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
                 fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
-    TITAN_CHECK(std::to_string(file_checksum(p, &checked)) == info["checksum"].get<std::string>(), "checkpoint: '",
-                p.string(), "' fails its checksum (corrupted)");
+    TITAN_CHECK(std::to_string(file_checksum(p, &checked, *basis)) == info["checksum"].get<std::string>(),
+                "checkpoint: '", p.string(), "' fails its checksum (corrupted)");
   }
   LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}};
   // The layout names the shard files; a checkpoint without one has a single pair.

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/safetensors.h"
 
@@ -103,8 +104,10 @@ class CheckpointManager {
 // Opens a checkpoint directory directly (titan export, verify-export); it must be committed.
 LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir);
 
-// 64-bit checksum of a file's bytes (FNV-1a over 8-byte words), for the manifest. `bytes_read`,
-// when given, is advanced as the file is read (progress display).
-uint64_t file_checksum(const std::filesystem::path& path, std::atomic<uint64_t>* bytes_read = nullptr);
+// 64-bit checksum of a file's bytes (FNV-1a's basis and prime over 8-byte words, the tail byte by
+// byte), for the manifest. `bytes_read`, when given, is advanced as the file is read (progress
+// display). `basis`: kFnv1aStartBefore20261201 for manifests that name no hash.
+uint64_t file_checksum(const std::filesystem::path& path, std::atomic<uint64_t>* bytes_read = nullptr,
+                       uint64_t basis = kFnv1aStart);
 
 }  // namespace titan::train
