@@ -461,6 +461,51 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
   EXPECT_NE(out.find("did you mean 'training.steps'"), std::string::npos) << out;
 }
 
+// Weights of another architecture load without a shape error and compute something else: the model
+// config that comes with checkpoint.initial_load_path (an HF folder's config.json, a native
+// checkpoint's model_config) must agree with the run's model, except in fields [model] sets.
+TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
+  const fs::path source = tt::temp_dir("trainer_initial_arch_source");
+  run_training(tiny_config(source, {{"training.steps", "1"},
+                                    {"checkpoint.enable", "true"},
+                                    {"checkpoint.last_save_in_hf", "true"},
+                                    {"checkpoint.export_dtype", "float32"}}));
+  const fs::path hf = tt::temp_dir("trainer_initial_arch_hf") / "model";
+  fs::copy(source / "checkpoint" / "step-1-hf", hf, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(hf / "config.json"));
+  config["rope_parameters"]["rope_theta"] = 10000.0;
+  std::ofstream(hf / "config.json") << config.dump(2);
+  const fs::path dump = tt::temp_dir("trainer_initial_arch");
+  const Overrides from_hf = {{"training.steps", "1"},
+                             {"checkpoint.initial_load_path", hf.string()},
+                             {"checkpoint.initial_load_in_hf", "true"}};
+  std::string e = error_of([&] { run_training(tiny_config(dump, from_hf)); });
+  EXPECT_NE(e.find("checkpoint.initial_load_path: '" + (hf / "config.json").string() +
+                   "' describes another model than this run's: rope_theta = 10000 there, 1e+06 in this run "
+                   "(flavor debugmodel)"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  // Chosen on purpose in [model]: it trains from those weights.
+  EXPECT_EQ(run_training(tiny_config(dump, tt::joined(from_hf, {{"model.rope_theta", "10000"}}))).last_step,
+            1);
+
+  // A native checkpoint's model_config: the same rule (read at start-up, before the checkpoint loads).
+  const fs::path native = source / "checkpoint" / "step-1";
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(native / "train_state.json"));
+  state["model_config"]["rms_norm_eps"] = 1e-5;
+  std::ofstream(native / "train_state.json") << state.dump(2);
+  e = error_of([&] {
+    run_training(tiny_config(tt::temp_dir("trainer_initial_arch_native"),
+                             {{"training.steps", "1"}, {"checkpoint.initial_load_path", native.string()}}));
+  });
+  EXPECT_NE(
+      e.find("train_state.json' describes another model than this run's: norm_eps = 1e-05 there, 1e-06 in "
+             "this run"),
+      std::string::npos)
+      << e;
+}
+
 // `titan train` in the background; `sig` once a step is logged: exit 0 with a committed
 // checkpoint at the step it reached.
 void stop_with_signal(int sig, const std::string& name) {

@@ -10,6 +10,7 @@
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
+#include "titan/io/json_error.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
@@ -123,6 +124,23 @@ void check_hf_weights_present(const fs::path& dir, const char* key) {
               ": '", dir.string(), "' has no model.safetensors or model.safetensors.index.json");
 }
 
+// Weights trained under another architecture (rope_theta, norm eps, ...) load without a shape error
+// and compute something else: the model config that came with them must agree with the run's
+// model, except in the fields the run sets in [model] on purpose.
+void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run,
+                                 const qwen3::ModelArgs& theirs, const std::string& where) {
+  for (const std::string& key : qwen3::override_keys()) {
+    if (c.model.overrides.count(key)) continue;
+    const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
+    TITAN_CHECK(
+        a == b, "checkpoint.initial_load_path: ", where, " describes another model than this run's: ", key,
+        " = ", a, " there, ", b, " in this run (",
+        c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
+        "); its weights would compute something else here (point the model at that config, or set model.",
+        key, " to choose the value)");
+  }
+}
+
 void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
   const auto& ck = c.checkpoint;
   if (!ck.initial_load_path.empty()) {
@@ -136,6 +154,13 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
                   "' is not a committed titan checkpoint (no COMMITTED marker; for a Hugging Face folder set "
                   "checkpoint.initial_load_in_hf = true)");
       job.initial_native = ck.initial_load_path;
+      const fs::path state = job.initial_native / "train_state.json";
+      const nlohmann::json ts = io::read_json_file(state, "checkpoint.initial_load_path");
+      TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "checkpoint.initial_load_path: '",
+                  state.string(), "' has no model_config");
+      check_initial_weights_model(
+          c, job.args, qwen3::args_from_hf_config(ts["model_config"], state.string() + " model_config"),
+          "'" + state.string() + "'");
     }
   } else if (ck.initial_load_in_hf) {
     job.initial_hf = c.model.hf_assets_path;
@@ -143,6 +168,12 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
   if (!job.initial_hf.empty())
     check_hf_weights_present(job.initial_hf, ck.initial_load_path.empty() ? "model.hf_assets_path"
                                                                           : "checkpoint.initial_load_path");
+  // A Hugging Face folder other than the model's own, with its own config.json (weights alone are
+  // checked by their shapes when they load).
+  const fs::path their_config = job.initial_hf / "config.json";
+  if (!ck.initial_load_path.empty() && !job.initial_hf.empty() && fs::exists(their_config))
+    check_initial_weights_model(c, job.args, qwen3::args_from_hf_config_file(their_config.string()),
+                                "'" + their_config.string() + "'");
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
