@@ -1,6 +1,7 @@
 // ModelArgs from flavors, overrides and Hugging Face config.json (Hub and transformers-v5 spellings).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "titan/core/check.h"
@@ -102,6 +103,52 @@ TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {
   c = hub_moe_config();
   c["num_key_value_heads"] = 5;
   expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "n_kv_heads");
+}
+
+// A config.json whose fields contradict each other, or hold the wrong JSON type, is an error naming
+// the file and the fields, never resolved by picking one.
+TEST(Qwen3Args, ContradictoryOrMistypedFieldsAreErrorsNamingThem) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](auto& c) {
+         c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}}, c["rope_theta"] = 1e4;
+       },
+       "cfg.json: rope_theta 10000.0 contradicts rope_parameters.rope_theta 1000000.0"},
+      {[](auto& c) {
+         c.erase("rope_theta"), c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+         c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}};
+       },
+       "cfg.json: rope_scaling is not supported"},
+      {[](auto& c) { c["num_local_experts"] = 64; },
+       "cfg.json: num_experts 128 contradicts num_local_experts 64"},
+      {[](auto& c) { c["model_type"] = "qwen3"; },
+       "cfg.json: model_type \"qwen3\" contradicts architectures [\"Qwen3MoeForCausalLM\"]"},
+      {[](auto& c) { c["torch_dtype"] = 5; }, "cfg.json: field 'torch_dtype' must be a dtype name"},
+      {[](auto& c) { c["architectures"] = {123}; },
+       "cfg.json: 'architectures' must list exactly one architecture"},
+      {[](auto& c) { c["mlp_only_layers"] = {"0"}; },
+       "cfg.json: field 'mlp_only_layers' must be a list of layer"},
+      {[](auto& c) { c["rope_theta"] = "1e6"; }, "cfg.json: field 'rope_theta' missing or not a number"},
+  };
+  for (const auto& k : cases) {
+    nlohmann::json c = hub_moe_config();
+    k.edit(c);
+    expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, k.message);
+  }
+  // Both spellings, equal, as titan's own export writes them: accepted.
+  nlohmann::json both = hub_moe_config();
+  both["num_local_experts"] = 128;
+  both["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  both["model_type"] = "qwen3_moe";
+  EXPECT_EQ(args_from_hf_config(both, "both").num_experts, 128);
+  const nlohmann::json exported = hf_config_from_args(args_from_hf_config(both, "both"), "bfloat16");
+  EXPECT_EQ(exported["num_local_experts"], 128);
+  EXPECT_EQ(exported["num_experts"], 128);
+  EXPECT_EQ(exported["rope_theta"], 1e6);
+  EXPECT_EQ(exported["rope_parameters"]["rope_theta"], 1e6);
 }
 
 TEST(Qwen3Args, FlavorsAndOverrides) {

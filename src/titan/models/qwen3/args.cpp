@@ -271,14 +271,24 @@ std::string field_text(const ModelArgs& args, const std::string& key) {
 
 // ---------------------------------------------------------------- Hugging Face config.json
 
-ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
+namespace {
+
+ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std::string& src) {
   TITAN_CHECK(c.is_object(), src, ": config must be a JSON object");
-  TITAN_CHECK(c.contains("architectures") && c["architectures"].is_array() && c["architectures"].size() == 1,
-              src, ": 'architectures' must list exactly one architecture");
+  TITAN_CHECK(c.contains("architectures") && c["architectures"].is_array() &&
+                  c["architectures"].size() == 1 && c["architectures"][0].is_string(),
+              src, ": 'architectures' must list exactly one architecture name");
   std::string arch = c["architectures"][0].get<std::string>();
   TITAN_CHECK(arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM", src, ": architecture '", arch,
               "' is not supported (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
   const bool is_moe = arch == "Qwen3MoeForCausalLM";
+  // transformers builds the model from model_type when it loads a config: both must say the same.
+  if (c.contains("model_type")) {
+    const std::string want = is_moe ? "qwen3_moe" : "qwen3";
+    TITAN_CHECK(c["model_type"] == want, src, ": model_type ", c["model_type"].dump(),
+                " contradicts architectures ", c["architectures"].dump(), " (which has model_type \"", want,
+                "\")");
+  }
 
   auto get_int = [&](const char* k) -> int64_t {
     TITAN_CHECK(c.contains(k) && c[k].is_number_integer(), src, ": field '", k, "' missing or not an integer");
@@ -307,35 +317,55 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
 
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {
     const auto& rp = c["rope_parameters"];
-    std::string type = rp.value("rope_type", std::string("default"));
-    TITAN_CHECK(type == "default", src, ": rope_parameters.rope_type '", type, "' is not supported (only 'default')");
+    TITAN_CHECK(!rp.contains("rope_type") || rp["rope_type"] == "default", src,
+                ": rope_parameters.rope_type ", rp["rope_type"].dump(),
+                " is not supported (only \"default\")");
     TITAN_CHECK(rp.contains("rope_theta") && rp["rope_theta"].is_number(), src,
                 ": rope_parameters.rope_theta missing or not a number");
     a.rope_theta = rp["rope_theta"].get<double>();
+    // The older top-level spelling beside it (transformers 4 reads that one): the two must agree.
+    if (c.contains("rope_theta") && !c["rope_theta"].is_null())
+      TITAN_CHECK(c["rope_theta"].is_number() && c["rope_theta"].get<double>() == a.rope_theta, src,
+                  ": rope_theta ", c["rope_theta"].dump(), " contradicts rope_parameters.rope_theta ",
+                  rp["rope_theta"].dump());
   } else {
     a.rope_theta = get_num("rope_theta");
-    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-      TITAN_FAIL(src, ": rope_scaling is not supported (got ", c["rope_scaling"].dump(), ")");
   }
+  // Scaled RoPE (yarn, linear, dynamic, ...) in either spelling: titan computes plain RoPE only.
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    TITAN_FAIL(src, ": rope_scaling is not supported (got ", c["rope_scaling"].dump(), ")");
   if (c.contains("hidden_act"))
     TITAN_CHECK(c["hidden_act"] == "silu", src, ": hidden_act '", c["hidden_act"].dump(), "' is not supported (only silu)");
   TITAN_CHECK(!opt_bool("attention_bias", false), src, ": attention_bias=true is not supported by Qwen3");
   if (opt_bool("use_sliding_window", false)) TITAN_FAIL(src, ": use_sliding_window=true is not supported");
   for (const char* k : {"torch_dtype", "dtype"}) {
     if (!c.contains(k) || c[k].is_null()) continue;
+    TITAN_CHECK(c[k].is_string(), src, ": field '", k, "' must be a dtype name such as \"bfloat16\", got ",
+                c[k].dump());
     std::string d = c[k].get<std::string>();
     TITAN_CHECK(d == "float32" || d == "bfloat16" || d == "float16", src, ": ", k, " '", d,
                 "' is not supported (float32, bfloat16, float16)");
   }
 
   if (is_moe) {
+    // The Hub's spelling (num_experts) and transformers v5's (num_local_experts): one, or both equal.
     if (c.contains("num_experts")) a.num_experts = get_int("num_experts");
     else a.num_experts = get_int("num_local_experts");
+    if (c.contains("num_experts") && c.contains("num_local_experts"))
+      TITAN_CHECK(get_int("num_local_experts") == a.num_experts, src, ": num_experts ", a.num_experts,
+                  " contradicts num_local_experts ", get_int("num_local_experts"),
+                  " (two spellings of the expert count)");
     a.top_k = get_int("num_experts_per_tok");
     a.moe_hidden_dim = get_int("moe_intermediate_size");
     a.decoder_sparse_step = c.contains("decoder_sparse_step") ? get_int("decoder_sparse_step") : 1;
-    if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null())
-      a.mlp_only_layers = c["mlp_only_layers"].get<std::vector<int64_t>>();
+    if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null()) {
+      const auto& layers = c["mlp_only_layers"];
+      TITAN_CHECK(
+          layers.is_array() && std::all_of(layers.begin(), layers.end(),
+                                           [](const nlohmann::json& l) { return l.is_number_integer(); }),
+          src, ": field 'mlp_only_layers' must be a list of layer indices, got ", layers.dump());
+      a.mlp_only_layers = layers.get<std::vector<int64_t>>();
+    }
     a.norm_topk_prob = opt_bool("norm_topk_prob", false);
     a.router_aux_loss_coef = c.contains("router_aux_loss_coef") ? get_num("router_aux_loss_coef") : 0.001;
     a.output_router_logits = opt_bool("output_router_logits", false);
@@ -354,6 +384,17 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
     TITAN_FAIL(src, ": ", e.what());
   }
   return a;
+}
+
+}  // namespace
+
+ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
+  // Every field's type is checked where it is read; a JSON type error that still escapes names the file.
+  try {
+    return args_from_hf_config_unchecked_types(c, src);
+  } catch (const nlohmann::json::exception& e) {
+    TITAN_FAIL(src, ": a field has the wrong JSON type (", e.what(), ")");
+  }
 }
 
 ModelArgs args_from_hf_config_file(const std::string& path) {
@@ -381,7 +422,10 @@ nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype)
   c["eos_token_id"] = token_id(a.eos_token_id_json, 151645);
   c["architectures"] = {a.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
   c["model_type"] = a.is_moe() ? "qwen3_moe" : "qwen3";
+  // transformers v5 reads rope_parameters, v4 the top-level rope_theta (without it, v4 would silently
+  // take 10000): both, equal.
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", a.rope_theta}};
+  c["rope_theta"] = a.rope_theta;
   c["dtype"] = dtype;
   for (const Field& f : fields()) {
     if (!f.hf_key || (f.moe_only && !a.is_moe())) continue;
@@ -393,6 +437,8 @@ nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype)
       case Field::IntList: c[f.hf_key] = *static_cast<std::vector<int64_t>*>(m); break;
     }
   }
+  // The expert count in transformers v5's spelling too (the Hub's configs say num_experts).
+  if (a.is_moe()) c["num_local_experts"] = a.num_experts;
   return c;
 }
 
