@@ -1,6 +1,7 @@
 #include "titan/train/job_config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <fstream>
@@ -414,6 +415,19 @@ std::string note_of(const JobConfig& c, const std::string& key) {
   for (auto& n : c.notes)
     if (n.rfind(key + " = ", 0) == 0) return n;
   return "";
+}
+
+// --config must name a regular file: a directory would read as an empty config and run the defaults,
+// a FIFO would block forever.
+TEST(JobConfig, TheConfigMustBeARegularFile) {
+  const std::filesystem::path dir = titan::testing::temp_dir("job_config_not_a_file");
+  const std::filesystem::path fifo = dir / "job.toml";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [path, kind] : {std::pair{dir, "is a directory"}, std::pair{fifo, "is a FIFO"},
+                                   std::pair{dir / "missing.toml", "does not exist"}}) {
+    const std::string e = error_of([&] { load_job_config(path.string(), {}); });
+    EXPECT_NE(e.find("job config: '" + path.string() + "' " + kind), std::string::npos) << e;
+  }
 }
 
 // A rule between values names where each key it involves was set (file line or command line), so

@@ -14,6 +14,7 @@
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
+#include "titan/io/path_guard.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/torchtitan_keys.h"
 
@@ -437,6 +438,8 @@ int64_t selective_ac_every(const std::string& option, const std::string& where) 
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  // A directory would read as an empty config (a run of the defaults), a FIFO would wait forever.
+  io::check_regular_file(path, "job config");
   std::ifstream f(path);
   TITAN_CHECK(f, "cannot read job config '", path, "'");
   std::stringstream ss;
