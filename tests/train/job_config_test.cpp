@@ -187,6 +187,12 @@ TEST(JobConfig, ParsesEverySection) {
   // 2 x 4 ranks, 16 = 4 x 8 / 2 -> not a multiple of 4 x 8: validate names the key.
   EXPECT_NE(error_of([&] { c.validate(8); }).find("training.global_batch_size"), std::string::npos);
   c.training.global_batch_size = 64;  // 2 micro-batches of 4 on each of 8 ranks
+  // It also sets a random-init scheme and a flavor that a job loading an HF folder does not use.
+  EXPECT_NE(error_of([&] { c.validate(8); }).find("model.init = \"torchtitan\" picks the random"),
+            std::string::npos);
+  c.set_at.erase("model.init");  // as if the file did not set it
+  EXPECT_NE(error_of([&] { c.validate(8); }).find("model.flavor = \"0.6B\" is not used"), std::string::npos);
+  c.set_at.erase("model.flavor");
   EXPECT_NO_THROW(c.validate(8));
 }
 
@@ -440,7 +446,7 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
             std::string::npos)
       << e;
   e = error_of([&] { parse("[training]\nsteps = 5\n", {{"lr_scheduler.total_steps", "3"}}).validate(1); });
-  EXPECT_NE(e.find("(lr_scheduler.total_steps set on the command line, training.steps set at job.toml:2)"),
+  EXPECT_NE(e.find("(training.steps set at job.toml:2; lr_scheduler.total_steps set on the command line)"),
             std::string::npos)
       << e;
   e = error_of([&] { parse("", {{"training.local_batch_size", "0"}}).validate(1); });
@@ -451,6 +457,43 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
   // training.steps is in the message but at its default: not listed.
   e = error_of([&] { parse("[lr_scheduler]\ntotal_steps = 2\n").validate(1); });
   EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2)"), std::string::npos) << e;
+}
+
+// A titan key set on purpose that the job's other settings leave without effect is an error naming
+// it; torchtitan's keys in that position (its job files carry them) get a note.
+TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreErrorsOrNotes) {
+  const std::pair<std::string, std::string> errors[] = {
+      {"[model]\ninit = \"torchtitan\"\n[checkpoint]\ninitial_load_path = \"/models/step-9\"\n",
+       "model.init = \"torchtitan\" picks the random initialisation, but this job starts from loaded weights "
+       "(checkpoint.initial_load_path); drop model.init (model.init set at job.toml:2; "
+       "checkpoint.initial_load_path set at job.toml:4)"},
+      {"[model]\nname = \"hf\"\nhf_assets_path = \"/m\"\nflavor = \"0.6B\"\n",
+       "model.flavor = \"0.6B\" is not used by model.name = \"hf\""},
+      {"[training]\nload_balance_coeff = 0.5\n",
+       "training.load_balance_coeff = 0.5 is the expert-bias update step: it does nothing under "
+       "training.load_balance = \"aux_loss\""},
+  };
+  for (const auto& [toml, message] : errors) {
+    const std::string e = validate_error(toml);
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  }
+  // The same keys where they take effect: accepted.
+  EXPECT_NO_THROW(parse("[model]\ninit = \"torchtitan\"\n").validate(1));
+  EXPECT_NO_THROW(
+      parse("[training]\nload_balance = \"expert_bias\"\nload_balance_coeff = 0.01\n").validate(1));
+  const JobConfig noted = parse(
+      "[training]\nseed = 7\n[checkpoint]\ninitial_load_in_hf = true\ninterval = 5\n"
+      "enable_first_step_checkpoint = true\nrestart_data_stream = true\n",
+      {{"model.hf_assets_path", "/m"}});
+  EXPECT_EQ(
+      note_of(noted, "training.seed"),
+      "training.seed = 7: no effect, the job starts from loaded weights (checkpoint.initial_load_in_hf) and "
+      "the seed only draws a random initialisation");
+  EXPECT_EQ(note_of(noted, "checkpoint.interval"),
+            "checkpoint.interval = 5: no effect, checkpoint.enable = false (no periodic saves)");
+  EXPECT_NE(note_of(noted, "checkpoint.enable_first_step_checkpoint"), "");
+  EXPECT_NE(note_of(noted, "checkpoint.restart_data_stream"), "");
+  EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
 }
 
 // checkpoint.load_step in the file rolls back at every start of the job: a note says so; given on
@@ -470,9 +513,17 @@ TEST(JobConfig, LoadStepInTheFileIsNoted) {
 void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const JobConfig& c) {
   std::vector<std::string> keys;
   keys_of(toml::parse_file(file.string()), "", keys);
-  // titan's own keys with a note: values titan applies otherwise than torchtitan.
+  // titan's own keys with a note: values titan applies otherwise than torchtitan, and settings the
+  // job's other settings leave without effect.
+  const bool loads_weights = !c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf;
   auto noted_native = [&](const std::string& key) {
     return (key == "checkpoint.export_dtype" && c.checkpoint.export_dtype == "float16") ||
+           (key == "checkpoint.interval" && !c.checkpoint.enable) ||
+           (key == "checkpoint.enable_first_step_checkpoint" && !c.checkpoint.enable &&
+            c.checkpoint.enable_first_step_checkpoint) ||
+           (key == "checkpoint.restart_data_stream" && !c.checkpoint.enable &&
+            c.checkpoint.restart_data_stream) ||
+           ((key == "training.seed" || key == "debug.seed") && loads_weights) ||
            (key == "activation_checkpoint.selective_ac_option" &&
             c.activation_checkpoint.mode == "selective" &&
             c.activation_checkpoint.selective_ac_option == "op");

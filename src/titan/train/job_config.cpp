@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
@@ -416,6 +417,27 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
             ": every start of this job rolls back to it again (give it on the command line of the one run "
             "that rolls back)");
+  // Settings this job's other settings leave without effect. torchtitan's job files carry them (an
+  // interval beside a disabled checkpoint, a seed beside loaded weights): a note says so, as for any
+  // key that cannot change the result.
+  const bool loads_weights = !c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf;
+  if (c.set_at.count("training.seed") && loads_weights)
+    add_note(c, "training.seed",
+             std::to_string(c.training.seed) +
+                 ": no effect, the job starts from loaded weights (checkpoint." +
+                 (c.checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path") +
+                 ") and the seed only draws a random initialisation");
+  if (!c.checkpoint.enable) {
+    if (c.set_at.count("checkpoint.interval"))
+      add_note(c, "checkpoint.interval",
+               std::to_string(c.checkpoint.interval) +
+                   ": no effect, checkpoint.enable = false (no periodic saves)");
+    if (c.checkpoint.enable_first_step_checkpoint)
+      add_note(c, "checkpoint.enable_first_step_checkpoint", "true: no effect, checkpoint.enable = false");
+    if (c.checkpoint.restart_data_stream)
+      add_note(c, "checkpoint.restart_data_stream",
+               "true: no effect, checkpoint.enable = false (nothing is resumed)");
+  }
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
     TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),
@@ -457,7 +479,7 @@ void JobConfig::validate(int world_size) const {
   } catch (const Error& e) {
     // Each key the message names that was given a value: where, so the user knows which line to edit.
     const std::string message = e.what();
-    std::string places;
+    std::vector<std::tuple<size_t, std::string, std::string>> named;  // (position in the message, key, where)
     for (const auto& [key, where] : set_at) {
       for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
         const size_t end = at + key.size();
@@ -465,12 +487,23 @@ void JobConfig::validate(int world_size) const {
             (at == 0 || !(std::isalnum(uint8_t(message[at - 1])) || message[at - 1] == '_')) &&
             (end == message.size() || !(std::isalnum(uint8_t(message[end])) || message[end] == '_'));
         if (whole) {
-          places += (places.empty() ? "" : ", ") + key +
-                    (where == "command line" ? " set on the " : " set at ") + where;
+          named.emplace_back(at, key, where);
           break;
         }
       }
     }
+    // In the message's order: "model.init set at job.toml:4; training.steps, optimizer.lr set on the
+    // command line".
+    std::sort(named.begin(), named.end());
+    std::string places, on_command_line;
+    for (const auto& [at, key, where] : named) {
+      if (where == "command line")
+        on_command_line += (on_command_line.empty() ? "" : ", ") + key;
+      else
+        places += (places.empty() ? "" : "; ") + key + " set at " + where;
+    }
+    if (!on_command_line.empty())
+      places += (places.empty() ? "" : "; ") + on_command_line + " set on the command line";
     if (places.empty()) throw;
     throw Error(message + " (" + places + ")");
   }
@@ -562,6 +595,20 @@ void JobConfig::validate_values(int world_size) const {
                 "training.global_batch_size (", training.global_batch_size, ") must be a positive multiple of "
                 "local_batch_size x data-parallel ranks (", per_step, ")");
   }
+  // titan's own keys set on purpose that the job's other settings would leave without effect: errors,
+  // since a silent no-op lets the user believe they took effect.
+  const bool loads_weights = !checkpoint.initial_load_path.empty() || checkpoint.initial_load_in_hf;
+  TITAN_CHECK(!set_at.count("model.init") || !loads_weights, "model.init = \"", model.init,
+              "\" picks the random initialisation, but this job starts from loaded weights (checkpoint.",
+              checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path",
+              "); drop model.init");
+  TITAN_CHECK(!set_at.count("model.flavor") || model.name != "hf", "model.flavor = \"", model.flavor,
+              "\" is not used by model.name = \"hf\" (the architecture comes from model.hf_assets_path's "
+              "config.json); drop model.flavor, or set model.name = \"qwen3\"");
+  TITAN_CHECK(!set_at.count("training.load_balance_coeff") || training.load_balance == "expert_bias",
+              "training.load_balance_coeff = ", training.load_balance_coeff,
+              " is the expert-bias update step: it does nothing under training.load_balance = \"",
+              training.load_balance, "\" (set training.load_balance = \"expert_bias\", or drop the key)");
 }
 
 std::string JobConfig::describe() const {
