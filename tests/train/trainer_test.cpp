@@ -474,6 +474,7 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
   fs::copy(source / "checkpoint" / "step-1-hf", hf, fs::copy_options::recursive);
   nlohmann::json config = nlohmann::json::parse(std::ifstream(hf / "config.json"));
   config["rope_parameters"]["rope_theta"] = 10000.0;
+  config["rope_theta"] = 10000.0;
   std::ofstream(hf / "config.json") << config.dump(2);
   const fs::path dump = tt::temp_dir("trainer_initial_arch");
   const Overrides from_hf = {{"training.steps", "1"},

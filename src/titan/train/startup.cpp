@@ -132,13 +132,13 @@ void check_hf_weights_present(const fs::path& dir, const char* key) {
 // and compute something else: the model config that came with them must agree with the run's
 // model, except in the fields the run sets in [model] on purpose.
 void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run,
-                                 const qwen3::ModelArgs& theirs, const std::string& where) {
+                                 const qwen3::ModelArgs& theirs, const fs::path& where) {
   for (const std::string& key : qwen3::override_keys()) {
     if (c.model.overrides.count(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     TITAN_CHECK(
-        a == b, "checkpoint.initial_load_path: ", where, " describes another model than this run's: ", key,
-        " = ", a, " there, ", b, " in this run (",
+        a == b, "checkpoint.initial_load_path: '", where.string(),
+        "' describes another model than this run's: ", key, " = ", a, " there, ", b, " in this run (",
         c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
         "); its weights would compute something else here (point the model at that config, or set model.",
         key, " to choose the value)");
@@ -164,7 +164,7 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
                   state.string(), "' has no model_config");
       check_initial_weights_model(
           c, job.args, qwen3::args_from_hf_config(ts["model_config"], state.string() + " model_config"),
-          "'" + state.string() + "'");
+          state);
     }
   } else if (ck.initial_load_in_hf) {
     job.initial_hf = c.model.hf_assets_path;
@@ -177,7 +177,7 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
   const fs::path their_config = job.initial_hf / "config.json";
   if (!ck.initial_load_path.empty() && !job.initial_hf.empty() && fs::exists(their_config))
     check_initial_weights_model(c, job.args, qwen3::args_from_hf_config_file(their_config.string()),
-                                "'" + their_config.string() + "'");
+                                their_config);
 }
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
