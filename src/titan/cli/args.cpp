@@ -127,7 +127,8 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
       r.help = true;
       return r;
     }
-    TITAN_CHECK(a.rfind("--", 0) == 0, "titan ", command, ": unexpected argument '", a, "' (options start with --)");
+    TITAN_CHECK(a.rfind("--", 0) == 0 && a.size() > 2, "titan ", command, ": unexpected argument '", a,
+                "' (options start with -- and name a key: --section.key=value)");
     std::string key = a.substr(2), value;
     if (auto eq = key.find('='); eq != std::string::npos) {
       value = key.substr(eq + 1);

@@ -17,8 +17,9 @@ std::vector<Command>& command_registry();
 
 // An error message as the command line prints it: without the source locations
 // (`src/titan/x.cpp:12: `) every titan::Error carries for developers, nested ones included;
-// TITAN_ERROR_LOCATION=1 keeps them.
-std::string error_for_the_user(const std::string& message);
+// TITAN_ERROR_LOCATION=1 keeps them. `command`: the message's own "titan <command>: " prefix is
+// dropped (the error line already starts with it).
+std::string error_for_the_user(const std::string& message, const std::string& command = "");
 
 struct CommandRegistrar {
   CommandRegistrar(std::string name, std::string summary, std::function<int(int, char**)> run) {

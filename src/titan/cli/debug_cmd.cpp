@@ -7,6 +7,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/io/path_guard.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/qwen3/reference_pass.h"
@@ -65,8 +66,13 @@ int debug_dump(int argc, char** argv) {
 int debug_main(int argc, char** argv) {
   std::string sub = argc >= 2 ? argv[1] : "";
   if (sub == "dump") return debug_dump(argc - 1, argv + 1);
+  const bool help = sub == "--help" || sub == "-h";
+  if (!help)
+    std::fprintf(stderr, "titan debug: %s\n",
+                 sub.empty() ? "a subcommand is needed"
+                             : ("unknown subcommand '" + sub + "'" + suggestion(sub, {"dump"})).c_str());
   std::fprintf(stderr, "usage: titan debug dump --model-path DIR --tokens IN.safetensors --out OUT.safetensors\n");
-  return sub == "--help" || sub == "-h" ? 0 : 2;
+  return help ? 0 : 2;
 }
 
 TITAN_COMMAND("debug", "debug tools: `debug dump` writes logits, loss and gradients for given tokens", debug_main);

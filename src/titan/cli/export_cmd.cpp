@@ -90,6 +90,11 @@ int verify_main(int argc, char** argv) {
   if (!p.parse(argc, argv)) return 0;
   TITAN_CHECK(p.positional().size() == 1, "titan verify-export: give exactly one export directory (see --help)");
   const fs::path dir = p.positional()[0];
+  // The options are checked before the first row prints.
+  const int64_t loss_seq = p.get_int("seq", 1), loss_batch = p.get_int("batch", 1);
+  TITAN_CHECK(loss_seq <= (int64_t(1) << 20) && loss_batch * loss_seq <= (int64_t(1) << 24),
+              "titan verify-export: the loss batch --batch ", loss_batch, " x --seq ", loss_seq,
+              " is over the bound (seq <= 1048576, batch x seq <= 16777216 tokens)");
   int failures = 0;
   auto check = [&](bool ok, const std::string& what) {
     std::printf("%s  %s\n", ok ? "PASS" : "FAIL", what.c_str());
@@ -136,8 +141,8 @@ int verify_main(int argc, char** argv) {
   if (tok) {
     data::LoaderConfig lc;
     lc.paths = {p.has("dataset") ? fs::path(p.get("dataset")) : data::default_dataset_path()};
-    lc.seq_len = p.get_int("seq", 1);
-    lc.local_batch_size = p.get_int("batch", 1);
+    lc.seq_len = loss_seq;
+    lc.local_batch_size = loss_batch;
     lc.infinite = false;
     data::TokenLoader loader(lc, *tok);
     data::Batch batch = loader.next();

@@ -5,6 +5,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/models/qwen3/estimate.h"
 #include "titan/train/job_config.h"
 #include "titan/train/startup.h"
@@ -80,9 +81,12 @@ int info_main(int argc, char** argv) {
   const std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "--activation-checkpoint must be none, selective or full");
   const qwen3::Checkpointing checkpointing = train::checkpointing_of({.mode = ac});
-  const DType dtype = dtype_from_name(p.get("dtype"));
-  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan info: --dtype ", p.get("dtype"),
-              ": training computes in float32 or bfloat16");
+  const std::string dtype_text = p.get("dtype");
+  TITAN_CHECK(
+      dtype_text == "float32" || dtype_text == "f32" || dtype_text == "bfloat16" || dtype_text == "bf16",
+      "titan info: --dtype ", dtype_text, ": training computes in float32 or bfloat16",
+      suggestion(dtype_text, {"float32", "bfloat16"}));
+  const DType dtype = dtype_from_name(dtype_text);
   auto m = qwen3::estimate_training_memory(a, batch, seq, dtype, checkpointing);
 
   std::printf("model: %s (%s)\n", source.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense");

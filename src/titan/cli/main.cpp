@@ -6,9 +6,11 @@
 #include <exception>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 
 namespace titan::cli {
 std::vector<Command>& command_registry() {
@@ -16,40 +18,51 @@ std::vector<Command>& command_registry() {
   return commands;
 }
 
-std::string error_for_the_user(const std::string& message) {
+std::string error_for_the_user(const std::string& message, const std::string& command) {
   const char* keep = std::getenv("TITAN_ERROR_LOCATION");
-  if (keep && std::strcmp(keep, "1") == 0) return message;
   static const std::regex location("[A-Za-z0-9_./+-]+\\.(cpp|cu|cuh|h|hpp):[0-9]+: ");
-  return std::regex_replace(message, location, "");
+  std::string text =
+      keep && std::strcmp(keep, "1") == 0 ? message : std::regex_replace(message, location, "");
+  const std::string prefix = "titan " + command + ": ";
+  if (!command.empty() && text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+  return text;
 }
 }  // namespace titan::cli
 
-static void print_usage() {
+static void print_usage(FILE* out) {
   auto commands = titan::cli::command_registry();
   std::sort(commands.begin(), commands.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  std::printf("usage: titan <command> [options]\n\ncommands:\n");
-  for (auto& c : commands) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
-  std::printf("\n`titan <command> --help` describes each command.\n");
+  std::fprintf(out, "usage: titan <command> [options]\n\ncommands:\n");
+  for (auto& c : commands) std::fprintf(out, "  %-14s %s\n", c.name.c_str(), c.summary.c_str());
+  std::fprintf(out, "\n`titan <command> --help` (or `titan help <command>`) describes each command.\n");
 }
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    print_usage();
-    return argc < 2 ? 2 : 0;
+  std::vector<char*> args(argv, argv + argc);
+  // `titan help <command>` is `titan <command> --help`; `titan help` alone, the usage.
+  static char help_flag[] = "--help";
+  if (argc == 3 && std::strcmp(argv[1], "help") == 0) args = {argv[0], argv[2], help_flag};
+  if (args.size() < 2 || !std::strcmp(args[1], "--help") || !std::strcmp(args[1], "-h") ||
+      !std::strcmp(args[1], "help")) {
+    print_usage(args.size() < 2 ? stderr : stdout);
+    return args.size() < 2 ? 2 : 0;
   }
   // `titan --version` is `titan version`, the spelling most tools accept.
-  const char* name = std::strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
+  const std::string name = std::strcmp(args[1], "--version") == 0 ? "version" : args[1];
+  std::vector<std::string> names;
   for (auto& c : titan::cli::command_registry()) {
+    names.push_back(c.name);
     if (c.name != name) continue;
     try {
-      return c.run(argc - 1, argv + 1);
+      return c.run(int(args.size()) - 1, args.data() + 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "titan %s: error: %s\n", argv[1],
-                   titan::cli::error_for_the_user(e.what()).c_str());
+      std::fprintf(stderr, "titan %s: error: %s\n", name.c_str(),
+                   titan::cli::error_for_the_user(e.what(), name).c_str());
       return 1;
     }
   }
-  std::fprintf(stderr, "titan: unknown command '%s'\n", argv[1]);
-  print_usage();
+  std::fprintf(stderr, "titan: unknown command '%s'%s\n\n", name.c_str(),
+               titan::suggestion(name, names).c_str());
+  print_usage(stderr);
   return 2;
 }

@@ -17,6 +17,7 @@
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/train/job_config.h"
+#include "titan/train/log.h"
 #include "titan/train/scale_planner.h"
 #include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
@@ -171,10 +172,11 @@ int plan_main(int argc, char** argv) {
     std::printf("  communication   none (one rank)\n");
   std::printf("  step            %.4g s (communication hidden) .. %.4g s (not hidden)\n", step_fast, step_slow);
   const double rank_tokens = double(shape.local_batch * shape.seq_len * shape.grad_accumulation);
-  std::printf("tokens/s estimate: %.4g per rank, %.4g for the job (%ld ranks); %.4g per rank if communication "
-              "is not hidden\n",
-              rank_tokens / step_fast, rank_tokens * double(plan.dp_size()) / step_fast, long(plan.dp_size()),
-              rank_tokens / step_slow);
+  std::printf(
+      "tokens/s estimate: %.4g per rank, %.4g for the job (%s); %.4g per rank if communication "
+      "is not hidden\n",
+      rank_tokens / step_fast, rank_tokens * double(plan.dp_size()) / step_fast,
+      train::counted(plan.dp_size(), "rank").c_str(), rank_tokens / step_slow);
   return 0;
 }
 

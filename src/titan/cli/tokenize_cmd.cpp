@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
@@ -20,45 +21,24 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr const char* kUsage =
-    "usage: titan tokenize [--tokenizer PATH] --input IN.json --output OUT.json [--add-special-tokens] [--decode]\n"
-    "\n"
-    "  --tokenizer PATH       folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json\n"
-    "                         itself (default: the Qwen3 tokenizer in assets/, from scripts/setup.sh)\n"
-    "  --input IN.json        a JSON array of strings (with --decode: a JSON array of id arrays)\n"
-    "  --output OUT.json      receives a JSON array of id arrays (with --decode: of strings)\n"
-    "  --add-special-tokens   add bos/eos as tokenizer_config.json asks (none for Qwen3)\n"
-    "  --decode               ids to text instead; --skip-special-tokens drops special tokens\n";
-
 int run(int argc, char** argv) {
-  fs::path tokenizer_path, input, output;
-  bool add_special = false, decode = false, skip_special = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      TITAN_CHECK(i + 1 < argc, "tokenize: ", a, " needs a value\n", kUsage);
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--tokenizer") {
-      tokenizer_path = value();
-    } else if (a == "--input") {
-      input = value();
-    } else if (a == "--output") {
-      output = value();
-    } else if (a == "--add-special-tokens") {
-      add_special = true;
-    } else if (a == "--decode") {
-      decode = true;
-    } else if (a == "--skip-special-tokens") {
-      skip_special = true;
-    } else {  // exit status 1 like every command's bad input (2 is for an unknown command)
-      TITAN_FAIL("tokenize: unknown option '", a, "'\n", kUsage);
-    }
-  }
-  TITAN_CHECK(!input.empty() && !output.empty(), "tokenize: --input and --output are required\n", kUsage);
+  titan::cli::ArgParser p(
+      "tokenize",
+      "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
+      "tokenizer of an HF checkpoint folder or a tokenizer.json.");
+  p.option("tokenizer",
+           "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
+           "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
+      .required("input", "a JSON array of strings (with --decode: a JSON array of id arrays)")
+      .required("output", "receives a JSON array of id arrays (with --decode: of strings)")
+      .flag("add-special-tokens", "add bos/eos as tokenizer_config.json asks (none for Qwen3)")
+      .flag("decode", "ids to text instead")
+      .flag("skip-special-tokens", "with --decode: drop special tokens");
+  if (!p.parse(argc, argv)) return 0;
+  const fs::path input = p.get("input"), output = p.get("output");
+  fs::path tokenizer_path = p.get_optional("tokenizer").value_or("");
+  const bool add_special = p.has("add-special-tokens"), decode = p.has("decode"),
+             skip_special = p.has("skip-special-tokens");
   TITAN_CHECK(!skip_special || decode, "tokenize: --skip-special-tokens applies to --decode only");
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");

@@ -31,7 +31,7 @@ int train_main(int argc, char** argv) {
     if (world->size() == 1) throw;
     // The other ranks may be waiting for this one in a collective: end the whole job.
     std::fprintf(stderr, "titan train: error: rank %d: %s\n", world->rank(),
-                 error_for_the_user(e.what()).c_str());
+                 error_for_the_user(e.what(), "train").c_str());
     std::fflush(stderr);
     world->abort(1);
   }

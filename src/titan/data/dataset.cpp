@@ -39,6 +39,19 @@ std::vector<fs::path> expand_glob(const fs::path& pattern) {
 
 }  // namespace
 
+namespace {
+// A file named explicitly must be a format titan reads: said when the dataset is listed (before any
+// compute, under the config key that named it), not when the stream reaches it.
+void check_readable_format(const fs::path& path) {
+  const std::string ext = TextStream::uncompressed_name(path).extension().string();
+  TITAN_CHECK(
+      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || is_plain_text(path),
+      "dataset: ", path.string(), ": '", ext,
+      "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz or "
+      ".zst; a name without an extension is plain text)");
+}
+}  // namespace
+
 std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".txt", ".text", ".md"};
   std::vector<fs::path> paths;
@@ -55,6 +68,7 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
     TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
     if (!fs::is_directory(p)) {
       io::check_regular_file(p, "dataset");  // a FIFO or device would hang or never end
+      check_readable_format(p);
       files.push_back(p);
       continue;
     }
@@ -180,10 +194,7 @@ Format detect_format(const fs::path& path) {
   std::string ext = TextStream::uncompressed_name(path).extension().string();
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
   if (is_plain_text(path)) return Format::Text;
-  TITAN_CHECK(ext == ".json", "dataset: ", path.string(), ": '", ext,
-              "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz "
-              "or .zst; a "
-              "name without an extension is plain text)");
+  check_readable_format(path);
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);
@@ -237,7 +248,9 @@ struct DocumentStream::Impl {
     if (j.is_string()) return j.get<std::string>();
     if (j.is_object()) {
       auto it = j.find(config.text_field);
-      if (it == j.end()) fail(line, "object has no field '" + config.text_field + "' (set the text field)");
+      if (it == j.end())
+        fail(line,
+             "object has no field '" + config.text_field + "' (training.text_field names the field to read)");
       if (!it->is_string()) fail(line, "field '" + config.text_field + "' is " + it->type_name() + ", not a string");
       return it->get<std::string>();
     }

@@ -68,6 +68,10 @@ void fsync_dir(const fs::path& dir) {
 
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
   TITAN_CHECK(!path_.filename().empty(), "AtomicFile: path ", path_, " has no file name");
+  // Checked before anything is written: the rename at the end could not put a file there.
+  std::error_code ec;
+  TITAN_CHECK(!fs::is_directory(path_, ec), "'", path_.string(),
+              "' is a directory: a file cannot be written in its place (name a file)");
   tmp_ = parent_or_dot(path_) / hidden_name(path_, ".tmp-");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   TITAN_CHECK(fd_ >= 0, "cannot create ", tmp_, " (temporary for ", path_, "): ", errno_str());

@@ -192,8 +192,9 @@ std::vector<ParityResult> run_parity(const ParityOptions& o,
   for (auto& e : all_kernels())
     if (e.device == o.device && e.variant != "reference") ops.insert(e.op);
   if (!o.op.empty()) {
-    TITAN_CHECK(ops.count(o.op), "kernels parity: unknown op '", o.op,
-                "'; known: ", join(std::vector<std::string>(ops.begin(), ops.end()), ", "));
+    const std::vector<std::string> known(ops.begin(), ops.end());
+    TITAN_CHECK(ops.count(o.op), "kernels parity: unknown op '", o.op, "'", suggestion(o.op, known),
+                " (known: ", join(known, ", "), ")");
     ops = {o.op};
   }
   for (auto& [op, shapes] : o.shapes) {

@@ -29,7 +29,11 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
     TITAN_CHECK(fs::exists(cfg), "model.hf_assets_path: '", c.model.hf_assets_path, "' has no config.json");
     args = qwen3::args_from_hf_config_file(cfg.string());
   } else {
-    args = qwen3::flavor(c.model.flavor);
+    try {
+      args = qwen3::flavor(c.model.flavor);
+    } catch (const Error& e) {
+      TITAN_FAIL("model.flavor: ", e.what());
+    }
   }
   for (auto& [k, v] : c.model.overrides) qwen3::apply_override(args, k, v);
   // An expert setting on a dense model asks for something that cannot happen (num_experts itself
@@ -57,7 +61,15 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   "\" does not add (set training.load_balance = \"aux_loss\", or drop the key)");
     args.output_router_logits = add_aux;
   }
-  args.validate();
+  try {
+    args.validate();
+  } catch (const Error& e) {
+    // Name where the model came from and the [model] keys that changed it.
+    std::string source =
+        c.model.name == "hf" ? "model.hf_assets_path's config.json" : "model.flavor " + c.model.flavor;
+    for (auto& [k, v] : c.model.overrides) source += ", model." + k + " = " + v;
+    TITAN_FAIL("the model (", source, "): ", e.what());
+  }
   return args;
 }
 

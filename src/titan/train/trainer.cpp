@@ -187,10 +187,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   }
   if (checkpointer.resume_step()) checkpointer.restore(state);
   else start_weights(state, cfg, job);
-  if (state.step >= cfg.training.steps)
-    say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
-        "training.steps to go on)",
-        long(state.step), long(cfg.training.steps));
+  if (state.step >= cfg.training.steps) {
+    if (checkpointer.resume_step())
+      say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
+          "training.steps to go on)",
+          long(state.step), long(cfg.training.steps));
+    else
+      say("training.steps = 0: nothing to train");
+  }
   state.distribute();
   say("memory per rank: %s", memory_per_rank(state).c_str());
 

@@ -51,7 +51,12 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
 
   // A held-out loss on documents the model trains on measures memorisation, not generalisation.
-  const auto held_out = data::list_dataset_files(loader_config_.paths);
+  std::vector<fs::path> held_out;
+  try {
+    held_out = data::list_dataset_files(loader_config_.paths);
+  } catch (const Error& e) {
+    TITAN_FAIL(key, ": ", e.what());
+  }
   TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
   for (auto& h : held_out)
     for (auto& t : training_files)

@@ -9,6 +9,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
+#include "titan/core/suggest.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/size_check.h"
@@ -130,9 +131,8 @@ std::vector<std::string> flavor_names() {
 ModelArgs flavor(const std::string& name) {
   auto it = flavors().find(name);
   if (it == flavors().end()) {
-    std::string list;
-    for (auto& n : flavor_names()) list += (list.empty() ? "" : ", ") + n;
-    TITAN_FAIL("unknown qwen3 flavor '", name, "'; known flavors: ", list);
+    TITAN_FAIL("unknown qwen3 flavor '", name, "'", suggestion(name, flavor_names()),
+               " (known flavors: ", join(flavor_names(), ", "), ")");
   }
   return it->second;
 }

@@ -1,0 +1,107 @@
+// The command line as a user meets it: mistyped commands, subcommands and options get a suggestion
+// and exit 2 (unknown command) or 1 (bad input); errors say "titan <command>: error:" once; options
+// are checked before any work or output; an output that is a directory is refused by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace tt = titan::testing;
+
+struct Outcome {
+  int rc = 0;
+  std::string out, err;
+};
+
+// `titan ARGS`, stdout and stderr apart.
+Outcome titan(const std::string& args) {
+  const fs::path dir = tt::temp_dir("cli_streams");
+  Outcome r;
+  std::string ignored;
+  // A group, so the helper's own 2>&1 applies to it and not to titan.
+  r.rc = tt::run_command("{ " + tt::titan_binary().string() + " " + args + " >" + (dir / "out").string() + " 2>" +
+                             (dir / "err").string() + "; }",
+                         &ignored);
+  auto read = [](const fs::path& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  r.out = read(dir / "out");
+  r.err = read(dir / "err");
+  return r;
+}
+
+TEST(CommandLine, AnUnknownCommandIsSuggestedAndTheUsageGoesToStderr) {
+  Outcome r = titan("trian");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("titan: unknown command 'trian'; did you mean 'train'?"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("usage: titan <command>"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = titan("");  // no command: the usage, on stderr, exit 2
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("usage: titan <command>"), std::string::npos) << r.err;
+}
+
+TEST(CommandLine, HelpIsACommandToo) {
+  Outcome r = titan("help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("usage: titan <command>"), std::string::npos) << r.out;
+  r = titan("help train");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("usage: titan train --config FILE.toml"), std::string::npos) << r.out;
+}
+
+TEST(CommandLine, ErrorsNameTheCommandOnce) {
+  Outcome r = titan("train");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("titan train: error: --config FILE.toml is required"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("titan train: error: titan train:"), std::string::npos) << r.err;
+  r = titan("train --config x.toml --");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("unexpected argument '--'"), std::string::npos) << r.err;
+}
+
+TEST(CommandLine, MistypedSubcommandsAndOptionsGetASuggestion) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"debug dmp", "titan debug: unknown subcommand 'dmp'; did you mean 'dump'?"},
+      {"kernels lst", "titan kernels: unknown subcommand 'lst'; did you mean 'list'?"},
+      {"kernels parity --op rop", "unknown op 'rop'; did you mean 'rope'?"},
+      {"tokenize --decod", "titan tokenize: error: unknown option '--decod'; did you mean '--decode'?"},
+      {"info --flavor debugmodel --dtype bfloat61", "--dtype bfloat61: training computes in float32 or bfloat16; "
+                                                    "did you mean 'bfloat16'?"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome r = titan(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+// verify-export checks its options before the first check row prints.
+TEST(CommandLine, OptionsAreCheckedBeforeAnyWork) {
+  const Outcome r = titan("verify-export " + tt::temp_dir("cli_no_export").string() + " --batch 0");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--batch 0: expected an integer >= 1"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "rows printed before the options were checked";
+}
+
+TEST(CommandLine, AnOutputThatIsADirectoryIsRefusedByName) {
+  const fs::path dir = tt::temp_dir("cli_output_dir");
+  fs::create_directories(dir / "out.json");
+  std::ofstream(dir / "in.json") << "[\"hello\"]";
+  const Outcome r = titan("tokenize --input " + (dir / "in.json").string() + " --output " + (dir / "out.json").string());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("'" + (dir / "out.json").string() +
+                       "' is a directory: a file cannot be written in its place (name a file)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::is_directory(dir / "out.json"));
+}
+
+}  // namespace
