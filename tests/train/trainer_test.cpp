@@ -429,6 +429,9 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
   struct Case {
     Overrides overrides;
     std::string expect;  // the path (and key) the message must name
+    // Found before the run's folders are locked (nothing written there); the weights to start from
+    // are checked after the lock, once it is known the run does not resume.
+    bool before_the_folders = true;
   };
   const std::vector<Case> cases = {
       {{{"training.dataset_path", "/nonexistent/corpus.jsonl"}}, "/nonexistent/corpus.jsonl"},
@@ -436,15 +439,20 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
       {{{"model.hf_assets_path", "/nonexistent/tokenizer"}}, "/nonexistent/tokenizer"},
       {{{"model.hf_assets_path", empty_dir.string()}}, "tokenizer.json"},
       {{{"model.name", "hf"}, {"model.hf_assets_path", empty_dir.string()}}, "config.json"},
-      {{{"checkpoint.initial_load_path", "/nonexistent/step-40"}}, "/nonexistent/step-40"},
-      {{{"checkpoint.initial_load_path", empty_dir.string()}}, "COMMITTED"},
+      {{{"checkpoint.initial_load_path", "/nonexistent/step-40"}}, "/nonexistent/step-40", false},
+      {{{"checkpoint.initial_load_path", empty_dir.string()}}, "COMMITTED", false},
       {{{"checkpoint.initial_load_path", empty_dir.string()}, {"checkpoint.initial_load_in_hf", "true"}},
-       "model.safetensors"},
+       "model.safetensors",
+       false},
   };
   for (const auto& c : cases) {
+    fs::remove_all(dump);
     std::string e = error_of([&] { run_training(tiny_config(dump, c.overrides)); });
     EXPECT_NE(e.find(c.expect), std::string::npos) << "'" << c.expect << "' not in: " << e;
     EXPECT_FALSE(fs::exists(dump / "metrics.jsonl")) << "compute started for " << c.expect;
+    if (c.before_the_folders) {
+      EXPECT_FALSE(fs::exists(dump)) << "the run wrote to its folder for " << c.expect;
+    }
   }
   // Through the binary: exit status 1 and the message on stderr.
   std::string out;

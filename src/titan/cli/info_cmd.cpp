@@ -48,8 +48,11 @@ int info_for_job(int argc, char** argv) {
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
               gib(p.peak).c_str());
-  std::printf("FLOPs per step: %.4g (%.4g per token)\n", p.flops,
-              p.flops / double(shape.local_batch * shape.seq_len));
+  std::printf(
+      "FLOPs per step: %.4g (%.4g per token, causal attention counted for the scores computed; titan "
+      "train's MFU counts torchtitan's 6 x active matmul parameters + 12 x layers x heads x head_dim x "
+      "seq: %.4g per token)\n",
+      p.flops, p.flops / double(shape.local_batch * shape.seq_len), a.flops_per_token(shape.seq_len));
   return 0;
 }
 

@@ -157,6 +157,8 @@ void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run
   }
 }
 
+}  // namespace
+
 void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
   const auto& ck = c.checkpoint;
   if (!ck.initial_load_path.empty()) {
@@ -191,6 +193,8 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
     check_initial_weights_model(c, job.args, qwen3::args_from_hf_config_file(their_config.string()),
                                 their_config);
 }
+
+namespace {
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
 std::string kernel_line(Device device, DType dtype) {
@@ -228,14 +232,13 @@ int64_t accumulation_steps(const JobConfig& c, int64_t dp_size) {
   return c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (c.training.local_batch_size * dp_size);
 }
 
-ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan, bool resuming) {
+ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
   job.device = resolve_device(c);
   job.compute_dtype = resolve_compute_dtype(c);
   job.tokenizer_path = resolve_tokenizer(c);
   job.dataset = resolve_dataset(c);
-  if (!resuming) resolve_initial_weights(c, job);
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
   job.accumulation_steps = accumulation_steps(c, plan.dp_size());

@@ -55,9 +55,12 @@ std::string document_description(const JobConfig& config, const data::Tokenizer&
 // planned for another) is not an error: the line says it was not checked.
 std::string data_line_for_planning(const JobConfig& config);
 
-// `resuming`: the run continues from its own newest checkpoint, so initial-load settings are not
-// consulted. Errors name the key and the path.
-ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan, bool resuming);
+// The model, device, tokenizer, dataset and batch shape, checked; errors name the key and the path.
+// Reads no run folder: it runs before the run's folders are locked.
+ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan);
+// Where a fresh (not resumed) run's weights come from (job.initial_hf / initial_native), checked:
+// the folder exists, holds weights, and its model config describes the run's model.
+void resolve_initial_weights(const JobConfig& config, ResolvedJob& job);
 
 // Prints the run's description, model, ranks, device, data (with the document separator), kernels and the
 // config in effect, and installs the [kernels] substitutions (each checked against the model's modules

@@ -142,6 +142,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   StopSignals signals;
 
   // ---- everything that can fail on bad input, before any compute
+  // The inputs first: a missing dataset or a bad model config stops the run before it touches its
+  // folders.
+  ResolvedJob job = resolve_job(cfg, plan);
   // Locked before anything in the folders is read or written. The checkpoint folder has a lock of its
   // own: an absolute checkpoint.folder can be another run's, whatever the dump folders.
   const RunLock run_lock(cfg.job.dump_folder, "job.dump_folder", plan.rank());
@@ -156,7 +159,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   for (const std::filesystem::path& d : checkpointer.interrupted_step_dirs())
     say("checkpoint: ignoring %s: a save that never finished (no COMMITTED marker); the next save removes it",
         d.c_str());
-  const ResolvedJob job = resolve_job(cfg, plan, checkpointer.resume_step().has_value());
+  // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
+  if (!checkpointer.resume_step()) resolve_initial_weights(cfg, job);
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
