@@ -37,6 +37,13 @@ std::string validate_error(const std::string& toml, int world_size = 1) {
   return error_of([&] { parse(toml).validate(world_size); });
 }
 
+// The start-up note of `key`, or "" when there is none.
+std::string note_of(const JobConfig& c, const std::string& key) {
+  for (auto& n : c.notes)
+    if (n.rfind(key + " = ", 0) == 0) return n;
+  return "";
+}
+
 const char* kEverySection = R"(
 [job]
 dump_folder = "/tmp/run"
@@ -187,12 +194,9 @@ TEST(JobConfig, ParsesEverySection) {
   // 2 x 4 ranks, 16 = 4 x 8 / 2 -> not a multiple of 4 x 8: validate names the key.
   EXPECT_NE(error_of([&] { c.validate(8); }).find("training.global_batch_size"), std::string::npos);
   c.training.global_batch_size = 64;  // 2 micro-batches of 4 on each of 8 ranks
-  // It also sets a random-init scheme and a flavor that a job loading an HF folder does not use.
-  EXPECT_NE(error_of([&] { c.validate(8); }).find("model.init = \"torchtitan\" picks the random"),
-            std::string::npos);
-  c.set_at.erase("model.init");  // as if the file did not set it
-  EXPECT_NE(error_of([&] { c.validate(8); }).find("model.flavor = \"0.6B\" is not used"), std::string::npos);
-  c.set_at.erase("model.flavor");
+  // It also sets a random-init scheme and a flavor that a job loading an HF folder does not use: noted.
+  EXPECT_NE(note_of(c, "model.init"), "");
+  EXPECT_NE(note_of(c, "model.flavor"), "");
   EXPECT_NO_THROW(c.validate(8));
 }
 
@@ -416,13 +420,6 @@ void keys_of(const toml::table& t, const std::string& prefix, std::vector<std::s
   }
 }
 
-// The start-up note of `key`, or "" when there is none.
-std::string note_of(const JobConfig& c, const std::string& key) {
-  for (auto& n : c.notes)
-    if (n.rfind(key + " = ", 0) == 0) return n;
-  return "";
-}
-
 // --config must name a regular file: a directory would read as an empty config and run the defaults,
 // a FIFO would block forever.
 TEST(JobConfig, TheConfigMustBeARegularFile) {
@@ -459,40 +456,65 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
   EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2)"), std::string::npos) << e;
 }
 
-// A titan key set on purpose that the job's other settings leave without effect is an error naming
-// it; torchtitan's keys in that position (its job files carry them) get a note.
-TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreErrorsOrNotes) {
-  const std::pair<std::string, std::string> errors[] = {
-      {"[model]\ninit = \"torchtitan\"\n[checkpoint]\ninitial_load_path = \"/models/step-9\"\n",
-       "model.init = \"torchtitan\" picks the random initialisation, but this job starts from loaded weights "
-       "(checkpoint.initial_load_path); drop model.init (model.init set at job.toml:2; "
-       "checkpoint.initial_load_path set at job.toml:4)"},
-      {"[model]\nname = \"hf\"\nhf_assets_path = \"/m\"\nflavor = \"0.6B\"\n",
-       "model.flavor = \"0.6B\" is not used by model.name = \"hf\""},
-      {"[training]\nload_balance_coeff = 0.5\n",
-       "training.load_balance_coeff = 0.5 is the expert-bias update step: it does nothing under "
-       "training.load_balance = \"aux_loss\""},
+// A key the job's other settings leave without effect: typed on the command line, an error naming it
+// (the user asked for something that will not happen); in a config file (a base file shared by
+// jobs, a torchtitan job file), a start-up note.
+TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreErrorsOnTheCommandLineNotesInAFile) {
+  struct Case {
+    Overrides context;  // the settings that leave the key without effect
+    std::string key, value, why;
   };
-  for (const auto& [toml, message] : errors) {
-    const std::string e = validate_error(toml);
-    EXPECT_NE(e.find(message), std::string::npos) << e;
+  const Case cases[] = {
+      {{{"checkpoint.initial_load_path", "/models/step-9"}},
+       "model.init",
+       "torchtitan",
+       "the job starts from loaded weights (checkpoint.initial_load_path) and model.init only picks the "
+       "random "
+       "initialisation"},
+      {{{"checkpoint.initial_load_in_hf", "true"}, {"model.hf_assets_path", "/m"}},
+       "training.seed",
+       "7",
+       "the job starts from loaded weights (checkpoint.initial_load_in_hf) and the seed only draws a random "
+       "initialisation"},
+      {{{"model.name", "hf"}, {"model.hf_assets_path", "/m"}},
+       "model.flavor",
+       "0.6B",
+       "model.name = \"hf\" takes the architecture from model.hf_assets_path's config.json"},
+      {{},
+       "training.load_balance_coeff",
+       "0.5",
+       "it is the expert-bias update step, and training.load_balance = \"aux_loss\" balances experts with "
+       "the "
+       "aux loss"},
+      {{{"training.load_balance", "expert_bias"}},
+       "model.router_aux_loss_coef",
+       "5",
+       "it weighs the aux loss, which training.load_balance = \"expert_bias\" does not add"},
+      {{}, "checkpoint.interval", "5", "checkpoint.enable = false (no periodic saves)"},
+      {{}, "checkpoint.enable_first_step_checkpoint", "true", "checkpoint.enable = false"},
+      {{}, "checkpoint.restart_data_stream", "true", "checkpoint.enable = false (nothing is resumed)"},
+  };
+  for (const Case& c : cases) {
+    Overrides typed = c.context;
+    typed.emplace_back(c.key, c.value);
+    const std::string e = parse_error("", typed);
+    EXPECT_NE(e.find("command line: " + c.key + " = " + c.value + " has no effect: " + c.why + " (drop it)"),
+              std::string::npos)
+        << e;
+    // The same key in the config file: a note.
+    const auto dot = c.key.find('.');
+    const bool text = c.value == "torchtitan" || c.value == "0.6B";
+    const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +
+                                (text ? "\"" + c.value + "\"" : c.value) + "\n";
+    JobConfig noted;
+    EXPECT_NO_THROW(noted = parse(in_file, c.context)) << c.key;
+    EXPECT_EQ(note_of(noted, c.key), c.key + " = " + c.value + ": no effect, " + c.why) << c.key;
   }
-  // The same keys where they take effect: accepted.
-  EXPECT_NO_THROW(parse("[model]\ninit = \"torchtitan\"\n").validate(1));
-  EXPECT_NO_THROW(
-      parse("[training]\nload_balance = \"expert_bias\"\nload_balance_coeff = 0.01\n").validate(1));
-  const JobConfig noted = parse(
-      "[training]\nseed = 7\n[checkpoint]\ninitial_load_in_hf = true\ninterval = 5\n"
-      "enable_first_step_checkpoint = true\nrestart_data_stream = true\n",
-      {{"model.hf_assets_path", "/m"}});
-  EXPECT_EQ(
-      note_of(noted, "training.seed"),
-      "training.seed = 7: no effect, the job starts from loaded weights (checkpoint.initial_load_in_hf) and "
-      "the seed only draws a random initialisation");
-  EXPECT_EQ(note_of(noted, "checkpoint.interval"),
-            "checkpoint.interval = 5: no effect, checkpoint.enable = false (no periodic saves)");
-  EXPECT_NE(note_of(noted, "checkpoint.enable_first_step_checkpoint"), "");
-  EXPECT_NE(note_of(noted, "checkpoint.restart_data_stream"), "");
+  // Where they take effect: no note.
+  EXPECT_EQ(note_of(parse("[model]\ninit = \"torchtitan\"\n"), "model.init"), "");
+  EXPECT_EQ(note_of(parse("[training]\nload_balance = \"expert_bias\"\nload_balance_coeff = 0.01\n"),
+                    "training.load_balance_coeff"),
+            "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
 }
 

@@ -296,6 +296,7 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
         TITAN_FAIL(where, ": invalid value for ", key, ": ", e.what());
       }
       c.model.overrides[name] = value;
+      c.set_at[key] = where;
       return;
     }
   }
@@ -417,26 +418,46 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         std::to_string(c.checkpoint.load_step) + " in " + set_where("checkpoint.load_step") +
             ": every start of this job rolls back to it again (give it on the command line of the one run "
             "that rolls back)");
-  // Settings this job's other settings leave without effect. torchtitan's job files carry them (an
-  // interval beside a disabled checkpoint, a seed beside loaded weights): a note says so, as for any
-  // key that cannot change the result.
-  const bool loads_weights = !c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf;
-  if (c.set_at.count("training.seed") && loads_weights)
-    add_note(c, "training.seed",
-             std::to_string(c.training.seed) +
-                 ": no effect, the job starts from loaded weights (checkpoint." +
-                 (c.checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path") +
-                 ") and the seed only draws a random initialisation");
+  // Keys this job's other settings leave without effect. Typed on the command line, such a key is
+  // an error: the user asked for something that will not happen, and can drop it at once. In a config
+  // file (a base file shared by jobs, a torchtitan job file with an interval beside a disabled
+  // checkpoint) a start-up note says so.
+  auto moot = [&](const std::string& key, const std::string& why) {
+    auto it = c.set_at.find(key);
+    if (it == c.set_at.end()) return;
+    std::string value;
+    for (const Field& f : fields)
+      if (f.key == key) value = f.set_value;
+    if (auto m = c.model.overrides.find(key.substr(6));
+        key.rfind("model.", 0) == 0 && m != c.model.overrides.end())
+      value = m->second;
+    TITAN_CHECK(it->second != "command line", "command line: ", key, " = ", value, " has no effect: ", why,
+                " (drop it)");
+    add_note(c, key, value + ": no effect, " + why);
+  };
+  const std::string loaded =
+      std::string("the job starts from loaded weights (checkpoint.") +
+      (c.checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path") + ")";
+  if (!c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf) {
+    moot("training.seed", loaded + " and the seed only draws a random initialisation");
+    moot("model.init", loaded + " and model.init only picks the random initialisation");
+  }
+  if (c.model.name == "hf")
+    moot("model.flavor",
+         "model.name = \"hf\" takes the architecture from model.hf_assets_path's config.json");
+  if (c.training.load_balance != "expert_bias")
+    moot("training.load_balance_coeff", "it is the expert-bias update step, and training.load_balance = \"" +
+                                            c.training.load_balance +
+                                            "\" balances experts with the aux loss");
+  else
+    moot("model.router_aux_loss_coef",
+         "it weighs the aux loss, which training.load_balance = \"expert_bias\" does not add");
   if (!c.checkpoint.enable) {
-    if (c.set_at.count("checkpoint.interval"))
-      add_note(c, "checkpoint.interval",
-               std::to_string(c.checkpoint.interval) +
-                   ": no effect, checkpoint.enable = false (no periodic saves)");
+    moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)
-      add_note(c, "checkpoint.enable_first_step_checkpoint", "true: no effect, checkpoint.enable = false");
+      moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
     if (c.checkpoint.restart_data_stream)
-      add_note(c, "checkpoint.restart_data_stream",
-               "true: no effect, checkpoint.enable = false (nothing is resumed)");
+      moot("checkpoint.restart_data_stream", "checkpoint.enable = false (nothing is resumed)");
   }
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
@@ -595,20 +616,6 @@ void JobConfig::validate_values(int world_size) const {
                 "training.global_batch_size (", training.global_batch_size, ") must be a positive multiple of "
                 "local_batch_size x data-parallel ranks (", per_step, ")");
   }
-  // titan's own keys set on purpose that the job's other settings would leave without effect: errors,
-  // since a silent no-op lets the user believe they took effect.
-  const bool loads_weights = !checkpoint.initial_load_path.empty() || checkpoint.initial_load_in_hf;
-  TITAN_CHECK(!set_at.count("model.init") || !loads_weights, "model.init = \"", model.init,
-              "\" picks the random initialisation, but this job starts from loaded weights (checkpoint.",
-              checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path",
-              "); drop model.init");
-  TITAN_CHECK(!set_at.count("model.flavor") || model.name != "hf", "model.flavor = \"", model.flavor,
-              "\" is not used by model.name = \"hf\" (the architecture comes from model.hf_assets_path's "
-              "config.json); drop model.flavor, or set model.name = \"qwen3\"");
-  TITAN_CHECK(!set_at.count("training.load_balance_coeff") || training.load_balance == "expert_bias",
-              "training.load_balance_coeff = ", training.load_balance_coeff,
-              " is the expert-bias update step: it does nothing under training.load_balance = \"",
-              training.load_balance, "\" (set training.load_balance = \"expert_bias\", or drop the key)");
 }
 
 std::string JobConfig::describe() const {

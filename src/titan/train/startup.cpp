@@ -55,10 +55,6 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   c.training.load_balance,
                   "\": titan adds the aux loss to the loss exactly when load_balance = "
                   "\"aux_loss\" (drop model.output_router_logits)");
-    if (auto it = c.model.overrides.find("router_aux_loss_coef"); it != c.model.overrides.end())
-      TITAN_CHECK(add_aux, "model.router_aux_loss_coef = ", it->second,
-                  " weighs the aux loss, which training.load_balance = \"", c.training.load_balance,
-                  "\" does not add (set training.load_balance = \"aux_loss\", or drop the key)");
     args.output_router_logits = add_aux;
   }
   try {
