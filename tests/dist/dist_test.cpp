@@ -475,6 +475,24 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
+// An error before the ranks connect (the config of one rank) names the rank as the launcher numbered it.
+TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
+  const fs::path dump = tt::temp_dir("dist_config_error");
+  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  std::string out;
+  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
+                               train_command(tiny(dump, 2, {})) + " : -np 1 " +
+                               train_command(tiny(dump, 2, {{"training.stesp", "3"}})),
+                           &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(
+      out.find("titan train: error: rank 1: command line: unknown config key 'training.stesp'; did you mean "
+               "'training.steps'?"),
+      std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
 TEST(DataParallel, RanksReadingDifferentDataStopNamingTheFileAndTheRank) {
   // One config (dataset_path relative), two working folders: rank 1's data.jsonl is another copy,
   // as a stale file at the same path on another host would be.
@@ -705,6 +723,46 @@ TEST(DataParallel, FsdpTrainsAMixtureOfExpertsModelLikeOneRank) {
   JobRun two = train("dist_moe_fsdp2", 2, 2, moe);
   expect_same_steps(two, one, 1, 6, "MoE FSDP 2");
   expect_same_final_state(two, one, 6, "MoE FSDP 2");
+}
+
+// The aux loss is a statistic of the tokens one forward routes (transformers computes it per
+// forward too): N ranks of local batch B train what one process trains with N micro-batches of B
+// accumulated, not what it trains with one batch of N x B.
+TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatches) {
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                         {"model.num_experts", "4"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "64"},
+                         {"training.load_balance", "aux_loss"},
+                         {"training.steps", "4"},
+                         {"checkpoint.interval", "4"},
+                         {"training.global_batch_size", "4"}};
+  JobRun one = train("dist_moe_aux_one_" + std::to_string(getpid()), 0, 2, moe);
+  JobRun two = train("dist_moe_aux_fsdp2", 2, 2, moe);
+  expect_same_steps(two, one, 1, 4, "MoE aux loss FSDP 2");
+  expect_same_final_state(two, one, 4, "MoE aux loss FSDP 2");
+}
+
+// A dump folder that is not the same folder for every rank (a per-host path on several hosts; here
+// one relative path under two working folders) is refused before any step, naming the key: the
+// ranks' checkpoint shards would otherwise be missing at the first save.
+TEST(DataParallel, ADumpFolderNotSharedByEveryRankIsRefusedBeforeAnyStep) {
+  const fs::path a = tt::temp_dir("dist_unshared_a"), b = tt::temp_dir("dist_unshared_b");
+  const Overrides o = tiny("run", 2, {{"validation.enable", "false"}});
+  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  std::string out;
+  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 -wdir " +
+                               a.string() + " " + train_command(o) + " : -np 1 -wdir " + b.string() + " " +
+                               train_command(o),
+                           &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(
+      out.find("job.dump_folder: 'run': rank 1 does not see every rank's lock file there: job.dump_folder "
+               "must be on a file system every rank sees"),
+      std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(a / "run" / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(b / "run" / "metrics.jsonl"));
 }
 
 // What each rank holds between steps: its slice of the parameters, gradients and AdamW state (the

@@ -161,7 +161,7 @@ Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
     return {"ranks", "PASS",
             world.size() == 1 ? answered : answered + "; the rows below run on rank 0 alone, as one process", rule};
   } catch (const Error& e) {
-    return {"ranks", "FAIL", e.what(), rule};
+    return {"ranks", "FAIL", error_for_the_user(e.what()), rule};
   }
 }
 
@@ -180,7 +180,7 @@ Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qw
   try {
     model = qwen3::load_hf_model(dir, DType::F32);  // names every missing, unexpected or mis-shaped key
   } catch (const Error& e) {
-    return {"model", "FAIL", e.what(), rule};
+    return {"model", "FAIL", error_for_the_user(e.what()), rule};
   }
   const auto& a = model->args();
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
@@ -243,7 +243,7 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
                               fmt("%.6f", b) + " on a fixed 2 x 32 batch";
     return {"export", a == b ? "PASS" : "FAIL", value, rule};
   } catch (const Error& e) {
-    return {"export", "FAIL", e.what(), rule};
+    return {"export", "FAIL", error_for_the_user(e.what()), rule};
   }
 }
 
@@ -256,7 +256,7 @@ Row kernels_row(const train::JobConfig& c) {
     kernels::plan_substitutions(c.kernels, qwen3::module_ops(train::resolve_model_args(c)),
                                 train::resolve_device(c), train::resolve_compute_dtype(c));
   } catch (const Error& e) {
-    return {"kernels", "FAIL", e.what(), rule};
+    return {"kernels", "FAIL", error_for_the_user(e.what()), rule};
   }
   std::set<std::pair<std::string, std::string>> chosen;
   for (auto& s : c.kernels) chosen.insert({s.op, s.variant});
@@ -364,7 +364,7 @@ int check_main(int argc, char** argv) {
   try {
     u = with_stdout_to(work / "run.log", [&] { return train::run_training(job(u_dump, {})); });
   } catch (const Error& e) {
-    u_error = std::string(e.what()) + " (log: " + (work / "run.log").string() + ")";
+    u_error = error_for_the_user(e.what()) + " (log: " + (work / "run.log").string() + ")";
   }
   const auto u_metrics = u_error.empty() ? read_metrics(u_dump) : std::vector<nlohmann::json>{};
 
@@ -387,7 +387,7 @@ int check_main(int argc, char** argv) {
         add({"loaded/random", loaded_loss < random_loss - 0.5 ? "PASS" : "FAIL",
              "loaded " + fmt("%.4f", loaded_loss) + " vs random init " + fmt("%.4f", random_loss), rule});
       } catch (const Error& e) {
-        add({"loaded/random", "FAIL", e.what(), rule});
+        add({"loaded/random", "FAIL", error_for_the_user(e.what()), rule});
       }
     }
   }
@@ -431,7 +431,7 @@ int check_main(int argc, char** argv) {
                  " resumed; weights and moments " + (same_files ? "bit-equal" : "DIFFER"),
              rule});
       } catch (const Error& e) {
-        add({"checkpoint", "FAIL", e.what(), rule});
+        add({"checkpoint", "FAIL", error_for_the_user(e.what()), rule});
       }
     }
   }

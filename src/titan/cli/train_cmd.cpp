@@ -1,9 +1,11 @@
 // titan train --config FILE.toml [--section.key=value | --section.key value ...]
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
+#include "titan/core/check.h"
 #include "titan/dist/communicator.h"
 #include "titan/train/trainer.h"
 
@@ -19,10 +21,18 @@ int train_main(int argc, char** argv) {
         "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
     return 0;
   }
-  train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
-  // MPI when started by mpirun / srun, else one process; NCCL over MPI for CUDA ranks.
-  const Device device = cfg.job.device == "cuda" ? Device::CUDA : Device::CPU;
-  std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds, device);
+  train::JobConfig cfg;
+  std::unique_ptr<dist::Communicator> world;
+  try {
+    cfg = train::load_job_config(a.config, a.overrides);
+    // MPI when started by mpirun / srun, else one process; NCCL over MPI for CUDA ranks.
+    const Device device = cfg.job.device == "cuda" ? Device::CUDA : Device::CPU;
+    world = dist::launch_communicator(cfg.comm.timeout_seconds, device);
+  } catch (const Error& e) {
+    // Under a launcher every rank prints its own error: say whose.
+    if (const std::optional<int> rank = dist::launcher_rank()) TITAN_FAIL("rank ", *rank, ": ", e.what());
+    throw;
+  }
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
   try {

@@ -18,6 +18,7 @@
 // its size and the group, so that a dead or hung rank stops the others instead of hanging them.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "titan/core/device_services.h"
@@ -76,6 +77,9 @@ KernelContext host_context();
 // Whether an MPI launcher started this process (mpirun / srun set OMPI_COMM_WORLD_SIZE, PMI_SIZE
 // or PMIX_RANK).
 bool started_by_launcher();
+// This process' rank as the launcher numbered it (from its environment), before MPI is initialised:
+// for errors that stop a rank before the communicator exists. nullopt without a launcher.
+std::optional<int> launcher_rank();
 
 // The communicator of this process: MPI when a launcher started it (started_by_launcher), else a
 // world of one that needs no MPI at all.

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "titan/core/check.h"
+#include "titan/core/parse.h"
 #include "titan/dist/communicator.h"
 
 namespace titan::dist {
@@ -201,6 +202,13 @@ bool started_by_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (std::getenv(v)) return true;
   return false;
+}
+
+std::optional<int> launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* text = std::getenv(v))
+      if (std::optional<int64_t> r = parse_int(text)) return int(*r);
+  return std::nullopt;
 }
 
 std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device) {

@@ -14,10 +14,12 @@ namespace titan::dist {
 
 namespace {
 
+// The lines of `text`, each without its indentation (the config listing indents its keys).
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
+  for (std::string line; std::getline(in, line);)
+    out.push_back(line.substr(std::min(line.find_first_not_of(' '), line.size())));
   return out;
 }
 

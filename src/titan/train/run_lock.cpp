@@ -32,13 +32,17 @@ std::string read_all(int fd) {
   return s;
 }
 
+std::string lock_file_name(int rank) {
+  return ".titan-rank" + std::to_string(rank) + ".lock";
+}
+
 }  // namespace
 
 RunLock::RunLock(const fs::path& folder, const std::string& key, int rank) {
   std::error_code ec;
   fs::create_directories(folder, ec);
   TITAN_CHECK(!ec, key, ": cannot create '", folder.string(), "': ", ec.message());
-  path_ = folder / (".titan-rank" + std::to_string(rank) + ".lock");
+  path_ = folder / lock_file_name(rank);
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   TITAN_CHECK(fd_ >= 0, key, ": cannot open the run lock '", path_.string(), "': ", std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -61,6 +65,19 @@ RunLock::RunLock(const fs::path& folder, const std::string& key, int rank) {
 
 RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+void check_every_rank_sees(const fs::path& folder, const std::string& key, const dist::ParallelPlan& plan) {
+  plan.barrier();  // every lock file is written
+  bool sees_all = true;
+  for (int r = 0; r < plan.world_size(); ++r) {
+    std::error_code ec;
+    sees_all &= fs::exists(folder / lock_file_name(r), ec);
+  }
+  const int64_t blind = plan.max_over_ranks(sees_all ? 0 : plan.rank() + 1);  // the last blind rank + 1
+  TITAN_CHECK(blind == 0, key, ": '", folder.string(), "': rank ", blind - 1,
+              " does not see every rank's lock file there: ", key,
+              " must be on a file system every rank sees (on several hosts, the same shared folder)");
 }
 
 }  // namespace titan::train

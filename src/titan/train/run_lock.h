@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <string>
 
+#include "titan/dist/parallel_plan.h"
+
 namespace titan::train {
 
 class RunLock {
@@ -25,5 +27,12 @@ class RunLock {
   std::filesystem::path path_;
   int fd_ = -1;
 };
+
+// Collective, after every rank took its RunLock on `folder`: each rank must see every rank's lock
+// file there. A rank that does not writes to another file system (a per-host folder on several
+// hosts), so its checkpoint shards would be missing at the first save, maybe hours in; the error
+// names `key` and the first rank that cannot see them, before any step.
+void check_every_rank_sees(const std::filesystem::path& folder, const std::string& key,
+                           const dist::ParallelPlan& plan);
 
 }  // namespace titan::train

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -153,6 +154,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (std::filesystem::weakly_canonical(checkpoint_folder) !=
       std::filesystem::weakly_canonical(cfg.job.dump_folder))
     checkpoint_lock.emplace(checkpoint_folder, "checkpoint.folder", plan.rank());
+  if (plan.world_size() > 1) {
+    check_every_rank_sees(cfg.job.dump_folder, "job.dump_folder", plan);
+    if (checkpoint_lock) check_every_rank_sees(checkpoint_folder, "checkpoint.folder", plan);
+  }
   Checkpointer checkpointer(cfg, plan);
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
@@ -281,9 +286,17 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step)))
     checkpointer.export_hf(state, job);
   char sustained[160] = "no step after the warm-up step to measure";
-  if (meter.measured_sustained())
-    std::snprintf(sustained, sizeof sustained, "sustained %.0f tokens/s, MFU %.2f%% (warm-up step excluded)",
-                  summary.sustained_tps, summary.sustained_mfu);
+  if (meter.measured_sustained()) {
+    // tokens/s is per rank (as in metrics.jsonl); on several ranks the job's rate is said beside it.
+    const std::string job_rate =
+        plan.dp_size() > 1
+            ? " per rank, " + std::to_string(std::lround(summary.sustained_tps * double(plan.dp_size()))) +
+                  " for the job"
+            : "";
+    std::snprintf(sustained, sizeof sustained,
+                  "sustained %.0f tokens/s%s, MFU %.2f%% (warm-up step excluded)", summary.sustained_tps,
+                  job_rate.c_str(), summary.sustained_mfu);
+  }
   char final_loss[48] = "no final loss";
   if (summary.steps_run > 0)
     std::snprintf(final_loss, sizeof final_loss, "final loss %.4f", summary.final_loss);
