@@ -4,6 +4,7 @@
 // fails the model row, naming the key.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -131,6 +132,41 @@ TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
   EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
   EXPECT_NE(r.rows["model"].at("value").get<std::string>().find(dropped), std::string::npos) << r.rows["model"];
   EXPECT_EQ(r.rows["export"].at("status"), "FAIL");
+}
+
+// One tensor stored in bf16 among f32 ones: the model row says the dtypes are mixed; the export
+// (one dtype, the embedding's) holds the same values, so the export row passes, comparing values.
+TEST(Check, AMixedDtypeCheckpointFailsTheModelRowAndExportsTheSameValues) {
+  const fs::path dir = tt::temp_dir("check_mixed_dtype");
+  const fs::path mixed = dir / "hf";
+  fs::create_directories(mixed);
+  fs::copy_file(oracle("tiny_dense") / "config.json", mixed / "config.json");
+  auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
+  const std::string narrowed = "model.norm.weight";
+  std::vector<bf16> norm;
+  std::vector<io::TensorWrite> tensors;
+  for (auto& t : src.tensors()) {
+    if (t.name != narrowed) {
+      tensors.push_back({t.name, t.dtype, t.shape, t.data});
+      continue;
+    }
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float v;
+      std::memcpy(&v, t.data + 4 * i, 4);
+      norm.push_back(f32_to_bf16(v));
+    }
+    tensors.push_back({t.name, DType::BF16, t.shape, norm.data()});
+  }
+  io::write_safetensors(mixed / "model.safetensors", tensors);
+
+  CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() +
+                               " --model.name=hf --model.hf_assets_path=" + mixed.string() +
+                               " --checkpoint.initial_load_in_hf=true",
+                           dir / "check.json");
+  EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
+  EXPECT_NE(r.rows["model"].at("value").get<std::string>().find("dtypes bf16, f32"), std::string::npos)
+      << r.rows["model"];
+  EXPECT_EQ(r.rows["export"].at("status"), "PASS") << r.rows["export"];
 }
 
 TEST(Check, TheRanksRowHearsFromEveryRankUnderMpirun) {

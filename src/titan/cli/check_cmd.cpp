@@ -32,6 +32,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/element.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
@@ -135,6 +136,15 @@ bool bytes_equal(const io::TensorInfo& a, const io::TensorInfo& b) {
          std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
 
+// A source tensor in another dtype than the export's (a checkpoint of mixed dtypes exports in one):
+// equal when every value is exactly the same number (bf16 or f16 widen to f32 exactly).
+bool values_equal(const io::TensorInfo& a, const io::TensorInfo& b) {
+  if (a.shape != b.shape || a.numel() != b.numel()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (load_element(a.data, a.dtype, i) != load_element(b.data, b.dtype, i)) return false;
+  return true;
+}
+
 Row versions_row() {
   auto v = train::collect_versions();
   return {"versions", "PASS", "titan " + std::string(train::titan_git_describe()) + "; " + std::to_string(v.size()) +
@@ -213,8 +223,9 @@ Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qw
 }
 
 Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model* model, const fs::path& work) {
-  const std::string rule = "export, reload: the same keys (tied head absent), every tensor bit-equal in the "
-                           "source dtype, the same loss";
+  const std::string rule =
+      "export, reload: the same keys (tied head absent), every tensor bit-equal in the "
+      "source dtype (value-equal where the source mixes dtypes), the same loss";
   if (dir.empty()) return {"export", "SKIP", no_hf_checkpoint(c), rule};
   if (!model) return {"export", "FAIL", "the checkpoint did not load (see the model row)", rule};
   try {
@@ -233,8 +244,17 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
       return {"export", "FAIL",
               "keys differ: source " + std::to_string(src_keys.size()) + ", export " + std::to_string(exp_keys.size()),
               rule};
-    for (auto& k : exp_keys)
-      if (!bytes_equal(src.at(k), exp.at(k))) return {"export", "FAIL", "'" + k + "' is not bit-equal", rule};
+    for (auto& k : exp_keys) {
+      const io::TensorInfo &s = src.at(k), &e = exp.at(k);
+      if (s.dtype == e.dtype ? !bytes_equal(s, e) : !values_equal(s, e))
+        return {"export", "FAIL",
+                "'" + k + "' is not " +
+                    (s.dtype == e.dtype
+                         ? std::string("bit-equal")
+                         : "value-equal (" + std::string(dtype_name(s.dtype)) + " in the source, " +
+                               std::string(dtype_name(e.dtype)) + " in the export)"),
+                rule};
+    }
     auto reloaded = qwen3::load_hf_model(out, DType::F32);
     const auto batch = fixed_batch(model->args().vocab_size);
     const double a = loss_on(*model, batch), b = loss_on(*reloaded, batch);
