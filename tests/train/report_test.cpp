@@ -106,6 +106,7 @@ TEST(Report, TwoRealRunsOverlaidAndRenderedByChromium) {
   EXPECT_NE(html.find("optimizer.lr = 0.003"), std::string::npos);
   EXPECT_NE(html.find("optimizer.lr = 8e-04"), std::string::npos);
   EXPECT_NE(html.find("<th>compiler</th>"), std::string::npos);
+  EXPECT_EQ(count(html, "<tr><th>ranks</th><td>one process</td></tr>"), 2u);
   // The profiled run's newest profile, one row per op with a bar in its colour; none for the other.
   EXPECT_EQ(count(html, "<h3>where the time went: iteration_4 (rank 0, "), 1u);
   EXPECT_EQ(count(html, "<h3>where the time went"), 1u);

@@ -199,6 +199,7 @@ RunRecord read_run(const fs::path& dir) {
       r.description = info.value("description", "");
       r.config_in_effect = info.value("config_in_effect", "");
       r.device = info.value("device", "");
+      r.ranks = info.value("ranks", "");
       if (info.contains("config_notes"))
         r.config_notes = info["config_notes"].get<std::vector<std::string>>();
       if (info.contains("versions"))
@@ -286,6 +287,7 @@ std::string render_report(const std::vector<RunRecord>& runs) {
     if (!r.device.empty() || !r.versions.empty()) {
       os << "<table>";
       if (!r.device.empty()) os << "<tr><th>device</th><td>" << escape(r.device) << "</td></tr>";
+      if (!r.ranks.empty()) os << "<tr><th>ranks</th><td>" << escape(r.ranks) << "</td></tr>";
       for (auto& [k, v] : r.versions) os << "<tr><th>" << escape(k) << "</th><td>" << escape(v) << "</td></tr>";
       os << "</table>\n";
     }

@@ -18,7 +18,7 @@ struct RunRecord {
   std::string name;                                   // the folder's name (made unique by the caller)
   std::map<std::string, std::map<long, double>> series;  // metric -> step -> value (the newest trajectory's)
   std::vector<long> warmup_steps;                     // steps logged with "warmup": true
-  std::string description, config_in_effect, device;
+  std::string description, config_in_effect, device, ranks;
   std::vector<std::string> config_notes;
   std::map<std::string, std::string> versions;
   // The rows of `titan check --json RUN_DIR/check.json` when the run folder holds one.

@@ -214,7 +214,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     nlohmann::json info = {{"description", cfg.job.description},
                            {"config_in_effect", cfg.describe()},
                            {"config_notes", cfg.notes},
-                           {"device", cpu::cpu_info().summary()},
+                           {"device", job.device == Device::CPU ? cpu::cpu_info().summary()
+                                                                : device_services(job.device).description()},
+                           {"ranks", plan.describe()},
                            {"versions", versions_json(collect_versions())}};
     io::write_file_atomic(std::filesystem::path(cfg.job.dump_folder) / "run_info.json", info.dump(2) + "\n");
   }
