@@ -597,6 +597,9 @@ void JobConfig::validate_values(int world_size) const {
   positive(p.data_parallel_replicate_degree, "parallelism.data_parallel_replicate_degree");
   positive(p.tensor_parallel_degree, "parallelism.tensor_parallel_degree");
   positive(p.expert_parallel_degree, "parallelism.expert_parallel_degree");
+  TITAN_CHECK(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
+              "parallelism.data_parallel_shard_degree must be positive, or -1 (the ranks left), got ",
+              p.data_parallel_shard_degree);
   TITAN_CHECK(p.tensor_parallel_degree == 1, "parallelism.tensor_parallel_degree = ", p.tensor_parallel_degree,
               ": tensor parallelism is not implemented (only data parallelism runs); set it to 1");
   TITAN_CHECK(p.expert_parallel_degree == 1, "parallelism.expert_parallel_degree = ", p.expert_parallel_degree,
