@@ -708,39 +708,38 @@ TEST(DataParallel, FsdpWithRecomputeAccumulationAndEitherReshardPolicyMatchesOne
   }
 }
 
-// A mixture-of-experts model: routing, the aux loss and the expert-bias update (from expert counts
-// of both micro-batches, summed over the ranks) under FSDP with accumulation, against one process.
-TEST(DataParallel, FsdpTrainsAMixtureOfExpertsModelLikeOneRank) {
+// A small MoE (4 experts, top 2) balanced by `load_balance`, trained `steps` steps on 2 FSDP ranks of
+// local batch 2 and on one process of local batch `one_rank_batch`, both at global batch `global`
+// (accumulating micro-batches): the same steps and the same final state.
+void expect_moe_on_two_ranks_like_one(const std::string& load_balance, int64_t one_rank_batch, int64_t global,
+                                      int steps) {
   const Overrides moe = {{"model.flavor", "debugmodel_moe"},
                          {"model.num_experts", "4"},
                          {"model.top_k", "2"},
                          {"model.moe_hidden_dim", "64"},
-                         {"training.load_balance", "expert_bias"},
-                         {"training.steps", "6"},
-                         {"checkpoint.interval", "6"},
-                         {"training.global_batch_size", "8"}};
-  JobRun one = train("dist_moe_one_" + std::to_string(getpid()), 0, 4, moe);
-  JobRun two = train("dist_moe_fsdp2", 2, 2, moe);
-  expect_same_steps(two, one, 1, 6, "MoE FSDP 2");
-  expect_same_final_state(two, one, 6, "MoE FSDP 2");
+                         {"training.load_balance", load_balance},
+                         {"training.steps", std::to_string(steps)},
+                         {"checkpoint.interval", std::to_string(steps)},
+                         {"training.global_batch_size", std::to_string(global)}};
+  JobRun one = train("dist_moe_one_" + load_balance + "_" + std::to_string(getpid()), 0, one_rank_batch, moe);
+  JobRun two = train("dist_moe_fsdp2_" + load_balance, 2, 2, moe);
+  const std::string what = "MoE (" + load_balance + ") FSDP 2";
+  expect_same_steps(two, one, 1, steps, what);
+  expect_same_final_state(two, one, steps, what);
+}
+
+// A mixture-of-experts model: routing and the expert-bias update (from expert counts of every
+// micro-batch, summed over the ranks) under FSDP with accumulation, against one process of twice
+// the micro-batch: the bias update counts every token of the step, whatever its micro-batches.
+TEST(DataParallel, FsdpTrainsAMixtureOfExpertsModelLikeOneRank) {
+  expect_moe_on_two_ranks_like_one("expert_bias", /*one_rank_batch=*/4, /*global=*/8, /*steps=*/6);
 }
 
 // The aux loss is a statistic of the tokens one forward routes (transformers computes it per
 // forward too): N ranks of local batch B train what one process trains with N micro-batches of B
 // accumulated, not what it trains with one batch of N x B.
 TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatches) {
-  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
-                         {"model.num_experts", "4"},
-                         {"model.top_k", "2"},
-                         {"model.moe_hidden_dim", "64"},
-                         {"training.load_balance", "aux_loss"},
-                         {"training.steps", "4"},
-                         {"checkpoint.interval", "4"},
-                         {"training.global_batch_size", "4"}};
-  JobRun one = train("dist_moe_aux_one_" + std::to_string(getpid()), 0, 2, moe);
-  JobRun two = train("dist_moe_aux_fsdp2", 2, 2, moe);
-  expect_same_steps(two, one, 1, 4, "MoE aux loss FSDP 2");
-  expect_same_final_state(two, one, 4, "MoE aux loss FSDP 2");
+  expect_moe_on_two_ranks_like_one("aux_loss", /*one_rank_batch=*/2, /*global=*/4, /*steps=*/4);
 }
 
 // A dump folder that is not the same folder for every rank (a per-host path on several hosts; here

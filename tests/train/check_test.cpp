@@ -112,22 +112,27 @@ TEST(Check, OracleCheckpointsPassTheModelRowsAndTrainingRowsFailWithTheReason) {
   }
 }
 
+// `titan check` of a copy of the tiny dense oracle (its config.json) whose tensors are `tensors`
+// (views of the oracle's, edited by the caller), in `dir`.
+CheckRun check_edited_oracle(const fs::path& dir, const std::vector<io::TensorWrite>& tensors) {
+  const fs::path hf = dir / "hf";
+  fs::create_directories(hf);
+  fs::copy_file(oracle("tiny_dense") / "config.json", hf / "config.json");
+  io::write_safetensors(hf / "model.safetensors", tensors);
+  return titan_check("--config " + tt::debugmodel_toml().string() +
+                         " --model.name=hf --model.hf_assets_path=" + hf.string() +
+                         " --checkpoint.initial_load_in_hf=true",
+                     dir / "check.json");
+}
+
 TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
-  const fs::path dir = tt::temp_dir("check_broken");
-  const fs::path broken = dir / "hf";
-  fs::create_directories(broken);
-  fs::copy_file(oracle("tiny_dense") / "config.json", broken / "config.json");
   auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
   const std::string dropped = "model.layers.1.mlp.down_proj.weight";
   std::vector<io::TensorWrite> keep;
   for (auto& t : src.tensors())
     if (t.name != dropped) keep.push_back({t.name, t.dtype, t.shape, t.data});
   ASSERT_EQ(keep.size() + 1, src.tensors().size());
-  io::write_safetensors(broken / "model.safetensors", keep);
-
-  CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() + " --model.name=hf --model.hf_assets_path=" +
-                               broken.string() + " --checkpoint.initial_load_in_hf=true",
-                           dir / "check.json");
+  CheckRun r = check_edited_oracle(tt::temp_dir("check_broken"), keep);
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
   EXPECT_NE(r.rows["model"].at("value").get<std::string>().find(dropped), std::string::npos) << r.rows["model"];
@@ -137,16 +142,11 @@ TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
 // One tensor stored in bf16 among f32 ones: the model row says the dtypes are mixed; the export
 // (one dtype, the embedding's) holds the same values, so the export row passes, comparing values.
 TEST(Check, AMixedDtypeCheckpointFailsTheModelRowAndExportsTheSameValues) {
-  const fs::path dir = tt::temp_dir("check_mixed_dtype");
-  const fs::path mixed = dir / "hf";
-  fs::create_directories(mixed);
-  fs::copy_file(oracle("tiny_dense") / "config.json", mixed / "config.json");
   auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
-  const std::string narrowed = "model.norm.weight";
   std::vector<bf16> norm;
   std::vector<io::TensorWrite> tensors;
   for (auto& t : src.tensors()) {
-    if (t.name != narrowed) {
+    if (t.name != "model.norm.weight") {
       tensors.push_back({t.name, t.dtype, t.shape, t.data});
       continue;
     }
@@ -157,12 +157,7 @@ TEST(Check, AMixedDtypeCheckpointFailsTheModelRowAndExportsTheSameValues) {
     }
     tensors.push_back({t.name, DType::BF16, t.shape, norm.data()});
   }
-  io::write_safetensors(mixed / "model.safetensors", tensors);
-
-  CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() +
-                               " --model.name=hf --model.hf_assets_path=" + mixed.string() +
-                               " --checkpoint.initial_load_in_hf=true",
-                           dir / "check.json");
+  CheckRun r = check_edited_oracle(tt::temp_dir("check_mixed_dtype"), tensors);
   EXPECT_EQ(r.rows["model"].at("status"), "FAIL");
   EXPECT_NE(r.rows["model"].at("value").get<std::string>().find("dtypes bf16, f32"), std::string::npos)
       << r.rows["model"];
