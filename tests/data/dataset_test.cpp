@@ -88,6 +88,16 @@ TEST(Dataset, PlainTextSplits) {
   write_file(dir / "rows.csv", "{\"text\": \"a\"}\n");
   const std::string e = error_of({{dir / "rows.csv"}});
   EXPECT_NE(e.find("rows.csv: '.csv' files are not a format titan reads"), std::string::npos) << e;
+  // A UTF-8 byte-order mark opening the file is not text (a character that merely starts with the
+  // same byte, U+FF01, is).
+  write_file(dir / "bom.txt",
+             "\xEF\xBB\xBF"
+             "alpha one\n\nbeta\n");
+  EXPECT_EQ(read_all({{dir / "bom.txt"}}), (std::vector<std::string>{"alpha one", "beta"}));
+  EXPECT_EQ(read_all({{dir / "bom.txt"}, "text", "line"}), (std::vector<std::string>{"alpha one", "beta"}));
+  EXPECT_EQ(read_all({{dir / "bom.txt"}, "text", "file"}), (std::vector<std::string>{"alpha one\n\nbeta\n"}));
+  write_file(dir / "bang.txt", "\xEF\xBC\x81 wow\n");
+  EXPECT_EQ(read_all({{dir / "bang.txt"}}), (std::vector<std::string>{"\xEF\xBC\x81 wow"}));
 }
 
 TEST(Dataset, FoldersAreSearchedAndSorted) {
@@ -96,8 +106,9 @@ TEST(Dataset, FoldersAreSearchedAndSorted) {
   write_file(dir / "a.txt", "a\n");
   write_file(dir / "b" / "1.json", "[\"b1\"]");
   write_file(dir / "b" / "skip.bin", "binary");
+  write_file(dir / "c" / "UPPER.JSONL", "\"c\"\n");  // extensions in any case (Windows tools)
   write_file(dir / ".hidden" / "h.txt", "hidden");
-  EXPECT_EQ(read_all({{dir}}), (std::vector<std::string>{"a", "b1", "b2"}));
+  EXPECT_EQ(read_all({{dir}}), (std::vector<std::string>{"a", "b1", "b2", "c"}));
   EXPECT_NE(error_of({{dir / "missing"}}).find("does not exist"), std::string::npos);
   // A data file's link to nothing is a missing file, named; a link loop is named too.
   fs::create_symlink(dir / "gone.jsonl", dir / "b" / "3.jsonl");
@@ -124,6 +135,13 @@ TEST(Dataset, MalformedJsonNamesFileAndLine) {
   write_file(dir / "open.json", "[\"ok\", \"never closed\"");
   e = error_of({{dir / "open.json"}});
   EXPECT_NE(e.find("open.json:1: JSON array is not closed"), std::string::npos) << e;
+  // A .json that is not an array reads one value per line: a pretty-printed object says so.
+  write_file(dir / "pretty.json", "{\n  \"text\": \"hello\"\n}\n");
+  e = error_of({{dir / "pretty.json"}});
+  EXPECT_NE(e.find("pretty.json:1: malformed JSON at column 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("(a .json file holds one JSON array, or one JSON value per line)"), std::string::npos)
+      << e;
+  EXPECT_EQ(error_of({{dir / "bad.jsonl"}}).find("one JSON value per line"), std::string::npos);
 }
 
 TEST(Dataset, InvalidUtf8IsReplacedAndCounted) {

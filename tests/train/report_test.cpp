@@ -212,6 +212,14 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 1e400}\n";  // out of range
   e = error_of(dir / "broken");
   EXPECT_NE(e.find("metrics.jsonl:1: not a JSON record"), std::string::npos) << e;
+  // A last line cut short, without its newline (a run writing it, or stopped while it did), is left
+  // out; the records before it are charted.
+  std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo";
+  EXPECT_EQ(titan::train::read_run(dir / "broken").series.at("loss").size(), 1u);
+  // A run that logged nothing yet: nothing to chart, said.
+  std::ofstream(dir / "broken" / "metrics.jsonl") << "";
+  e = error_of(dir / "broken");
+  EXPECT_NE(e.find("metrics.jsonl holds no record: the run logged no step (yet)"), std::string::npos) << e;
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n";
   std::ofstream(dir / "broken" / "run_info.json") << "[]";
   e = error_of(dir / "broken");

@@ -145,6 +145,22 @@ TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {
     EXPECT_NE(err.find("validation.dataset_path"), std::string::npos) << err;
     EXPECT_NE(err.find("also training data"), std::string::npos) << err;
   }
+  // A hard link to a training file is that file; a copy of one is the same data.
+  const fs::path linked = tt::temp_dir("validation_hard_link") / "held_out.jsonl";
+  fs::create_hard_link(train_file(), linked);
+  const fs::path copied = tt::temp_dir("validation_copy") / "held_out.jsonl";
+  fs::copy_file(train_file(), copied);
+  for (const auto& [p, message] :
+       {std::pair{linked, std::string("also training data")},
+        std::pair{copied, "holds the same bytes as the training file '" + train_file().string() + "'"}}) {
+    JobConfig c = tiny_config(tt::temp_dir("validation_overlap"),
+                              {{"validation.enable", "true"}, {"validation.dataset_path", p.string()}});
+    std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
+    EXPECT_NE(err.find("validation.dataset_path: '" + p.string() + "' " + (message[0] == 'a' ? "is " : "")),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(message), std::string::npos) << err;
+  }
   JobConfig c = tiny_config(tt::temp_dir("validation_bad_name"), {{"validation.dataset", "c4_validation"}});
   std::string err = error_of([&] { Validator(c, tok, training_files, one_process); });
   EXPECT_NE(err.find("validation.dataset"), std::string::npos) << err;
@@ -180,6 +196,35 @@ TEST(Validation, RunLogsItAndLeavesTrainingUnchanged) {
   const fs::path on = tt::temp_dir("validation_on"), off = tt::temp_dir("validation_off");
   const std::string out = with(on, "true");
   with(off, "false");
+  EXPECT_EQ(out.find("fewer than validation.steps"), std::string::npos) << out;
+
+  // A held-out set shorter than validation.steps batches: every evaluation uses what there is, and
+  // the run says so once (a figure over fewer batches is not comparable with one over more).
+  const fs::path small = tt::temp_dir("validation_short") / "held_out.jsonl";
+  {
+    std::ifstream full(val_file());
+    std::ofstream part(small);
+    std::string line;
+    for (int i = 0; i < 40 && std::getline(full, line); ++i) part << line << "\n";
+  }
+  tt::Overrides short_set = common;
+  short_set.insert(short_set.end(), {{"validation.enable", "true"},
+                                     {"validation.steps", "50"},
+                                     {"validation.dataset_path", small.string()}});
+  std::string short_out;
+  ASSERT_EQ(
+      tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                          tt::cli_args(tt::tiny_job(tt::temp_dir("validation_short_run"), short_set)),
+                      &short_out),
+      0)
+      << short_out;
+  const std::string note = "validation: '" + small.string() + "' holds ";
+  const size_t at = short_out.find(note);
+  ASSERT_NE(at, std::string::npos) << short_out;
+  EXPECT_EQ(short_out.find(note, at + 1), std::string::npos) << "said more than once";
+  EXPECT_NE(short_out.find("batches, fewer than validation.steps = 50: every evaluation uses those", at),
+            std::string::npos)
+      << short_out;
 
   // "validate step: N  loss: X  perplexity: Y" at step 1 and every freq steps, nowhere else.
   std::map<int64_t, std::string> printed;

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -21,6 +22,14 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+// The extension that names the format, lower-cased (".JSONL" from Windows tools is ".jsonl"),
+// after a compression suffix (".jsonl.gz" -> ".jsonl").
+std::string extension_of(const fs::path& path) {
+  std::string ext = TextStream::uncompressed_name(path).extension().string();
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
 
 bool has_glob_characters(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -43,7 +52,7 @@ namespace {
 // A file named explicitly must be a format titan reads: said when the dataset is listed (before any
 // compute, under the config key that named it), not when the stream reaches it.
 void check_readable_format(const fs::path& path) {
-  const std::string ext = TextStream::uncompressed_name(path).extension().string();
+  const std::string ext = extension_of(path);
   TITAN_CHECK(
       ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || is_plain_text(path),
       "dataset: ", path.string(), ": '", ext,
@@ -81,7 +90,7 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
-        const std::string ext = TextStream::uncompressed_name(it->path()).extension().string();
+        const std::string ext = extension_of(it->path());
         const bool data_name =
             std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
         // A data file's link that leads nowhere is a file of the dataset gone missing, not a skip.
@@ -104,7 +113,7 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
 bool is_plain_text(const fs::path& file) {
   // Plain text: its own names, and a name without an extension. Any other extension (.csv,
   // .parquet, ...) is a format titan does not read, not text to train on as it is.
-  const std::string ext = TextStream::uncompressed_name(file).extension().string();
+  const std::string ext = extension_of(file);
   return ext.empty() || ext == ".txt" || ext == ".text" || ext == ".md";
 }
 
@@ -191,7 +200,7 @@ class Reader {
 };
 
 Format detect_format(const fs::path& path) {
-  std::string ext = TextStream::uncompressed_name(path).extension().string();
+  std::string ext = extension_of(path);
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
   if (is_plain_text(path)) return Format::Text;
   check_readable_format(path);
@@ -264,7 +273,12 @@ struct DocumentStream::Impl {
       j = json::parse(bytes);
     } catch (const json::parse_error& e) {
       const io::JsonErrorAt at = io::locate_json_error(bytes, e, line, column);
-      fail(at.line, "malformed JSON at column " + std::to_string(at.column) + ": " + at.what);
+      // A .json that is not an array is read one value per line: a pretty-printed object is not.
+      const bool lines_of_json =
+          formats[pos.file] == Format::JsonLines && extension_of(files[pos.file]) == ".json";
+      fail(at.line,
+           "malformed JSON at column " + std::to_string(at.column) + ": " + at.what +
+               (lines_of_json ? " (a .json file holds one JSON array, or one JSON value per line)" : ""));
     }
     return element_text(j, line);
   }
@@ -386,6 +400,9 @@ struct DocumentStream::Impl {
       if (!mine(at.index)) continue;
       uint64_t invalid = 0;
       if (format == Format::Text) {
+        // The byte-order mark some editors open UTF-8 files with is not text to train on (the JSON
+        // readers skip it too).
+        if (at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0) raw.erase(0, 3);
         invalid = sanitize_utf8(raw);
         doc.text.swap(raw);
       } else {

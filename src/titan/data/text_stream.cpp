@@ -3,6 +3,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <cctype>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -121,8 +122,10 @@ struct Zstd final : TextStream::Decompressor {
 enum class Compression { None, Gzip, Zstd };
 
 Compression compression_of(const fs::path& path) {
-  if (path.extension() == ".gz") return Compression::Gzip;
-  if (path.extension() == ".zst") return Compression::Zstd;
+  std::string ext = path.extension().string();  // ".gz" or ".GZ" alike
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".gz") return Compression::Gzip;
+  if (ext == ".zst") return Compression::Zstd;
   return Compression::None;
 }
 

@@ -163,17 +163,29 @@ RunRecord read_run(const fs::path& dir) {
   r.name = fs::absolute(dir).lexically_normal().filename().string();
   if (r.name.empty()) r.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   const fs::path metrics = dir / "metrics.jsonl";
-  std::ifstream f(metrics);
+  std::ifstream f(metrics, std::ios::binary);
   TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
-  std::string line;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::set<long> warmups;
   long last_step = std::numeric_limits<long>::min();  // none yet
-  for (long n = 1; std::getline(f, line); ++n) {
+  size_t from = 0;
+  for (long n = 1; from < text.size(); ++n) {
+    const size_t end = std::min(text.find('\n', from), text.size());
+    const std::string line = text.substr(from, end - from);
+    const bool unterminated = end == text.size();  // the run is writing it, or was stopped while it did
+    from = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
     try {
       j = json::parse(line);
     } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
+      if (unterminated) {
+        std::fprintf(stderr,
+                     "report: %s:%ld: the last line is cut short (a run still writing it, or stopped while "
+                     "it did): left out\n",
+                     metrics.string().c_str(), n);
+        break;
+      }
       TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", e.what());
     }
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
@@ -191,6 +203,8 @@ RunRecord read_run(const fs::path& dir) {
       if (k != "step" && v.is_number() && std::isfinite(v.get<double>())) r.series[k][step] = v.get<double>();
     if (j.value("warmup", false)) warmups.insert(step);
   }
+  TITAN_CHECK(last_step != std::numeric_limits<long>::min(), "report: ", metrics.string(),
+              " holds no record: the run logged no step (yet)");
   r.warmup_steps.assign(warmups.begin(), warmups.end());
   const fs::path info_path = dir / "run_info.json";
   if (fs::exists(info_path)) {

@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/data_identity.h"
 #include "titan/data/dataset.h"
 #include "titan/train/log.h"
 #include "titan/train/startup.h"
@@ -58,10 +60,24 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
     TITAN_FAIL(key, ": ", e.what());
   }
   TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
-  for (auto& h : held_out)
-    for (auto& t : training_files)
-      TITAN_CHECK(canonical_or_self(h) != canonical_or_self(t), key, ": '", h.string(),
-                  "' is also training data; the validation stream must be held out of training");
+  // The same file under another name (a hard link) or the same bytes (a copy) is training data too:
+  // compared by inode, then, for files of one size, by the fingerprint a checkpoint records of a
+  // dataset file (its size, first and last MiB).
+  std::multimap<uintmax_t, fs::path> training_by_size;
+  for (const fs::path& t : training_files) training_by_size.emplace(fs::file_size(t), t);
+  auto fingerprint = [](const fs::path& f) { return data::dataset_identity({f})[0].at("fingerprint"); };
+  for (const fs::path& h : held_out) {
+    for (const fs::path& t : training_files) {
+      std::error_code ec;
+      TITAN_CHECK(canonical_or_self(h) != canonical_or_self(t) && !fs::equivalent(h, t, ec), key, ": '",
+                  h.string(), "' is also training data; the validation stream must be held out of training");
+    }
+    const auto [first, last] = training_by_size.equal_range(fs::file_size(h));
+    for (auto it = first; it != last; ++it)
+      TITAN_CHECK(fingerprint(h) != fingerprint(it->second), key, ": '", h.string(),
+                  "' holds the same bytes as the training file '", it->second.string(),
+                  "'; the validation stream must be held out of training");
+  }
 }
 
 ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const {
@@ -86,6 +102,12 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   }
   TITAN_CHECK(batches > 0, "validation: '", loader_config_.paths[0].string(),
               "' holds fewer tokens than one batch of ", loader_config_.local_batch_size, " x ", S, " (+1)");
+  // Asked for more batches than the held-out set holds: every evaluation uses them all; said once, as
+  // a figure over fewer batches than the config says is not comparable with one over more.
+  if (steps_ != -1 && batches < steps_ && !said_short_)
+    say("validation: '%s' holds %s, fewer than validation.steps = %ld: every evaluation uses those",
+        loader_config_.paths[0].string().c_str(), counted(batches, "batch", "batches").c_str(), long(steps_));
+  said_short_ = true;
   // The mean over every rank's rows: the sum of the cross-entropies over the sum of the target counts.
   sharding.release_all();
   double sums[2] = {ce_sum, double(tokens)};
@@ -103,7 +125,7 @@ std::string Validator::describe() const {
   std::snprintf(buf, sizeof buf,
                 "validation: at step 1 and every %s, %s of %ld x %ld tokens per rank (global %ld x %ld) "
                 "from %s",
-                counted(freq_, "step").c_str(),
+                freq_ == 1 ? "step" : counted(freq_, "step").c_str(),
                 steps_ == -1 ? "all batches" : counted(steps_, "batch", "batches").c_str(), long(rank_rows_),
                 long(loader_config_.seq_len), long(loader_config_.local_batch_size),
                 long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());

@@ -56,6 +56,7 @@ class Validator {
   const data::Tokenizer& tokenizer_;
   const dist::ParallelPlan& plan_;
   int64_t freq_, steps_;
+  mutable bool said_short_ = false;  // the note that the held-out set is shorter than steps_, once
 };
 
 }  // namespace titan::train
