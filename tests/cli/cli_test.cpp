@@ -2,6 +2,7 @@
 // and exit 2 (unknown command) or 1 (bad input); errors say "titan <command>: error:" once; options
 // are checked before any work or output; an output that is a directory is refused by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,10 @@ struct Outcome {
 
 // `titan ARGS`, stdout and stderr apart.
 Outcome titan(const std::string& args) {
-  const fs::path dir = tt::temp_dir("cli_streams");
+  // Its own folder per call and process: ctest runs this program's cases in parallel processes.
+  static int calls = 0;
+  const fs::path dir =
+      tt::temp_dir("cli_streams_" + std::to_string(getpid()) + "_" + std::to_string(++calls));
   Outcome r;
   std::string ignored;
   // A group, so the helper's own 2>&1 applies to it and not to titan.
