@@ -76,6 +76,24 @@ int run_job(int ranks, const Overrides& o, std::string* out) {
                          out);
 }
 
+// Two ranks launched as two programs (MPMD): rank 0 runs `rank0`'s job, rank 1 `rank1`'s, each in
+// its working folder when one is given (one relative path, two places: as two hosts would see it).
+struct RankLaunch {
+  Overrides job;
+  fs::path workdir = {};  // empty: the launcher's own
+};
+int run_two_programs(const RankLaunch& rank0, const RankLaunch& rank1, std::string* out) {
+  auto app = [](const RankLaunch& r) {
+    return "-np 1 " + (r.workdir.empty() ? std::string() : "-wdir " + r.workdir.string() + " ") +
+           train_command(r.job);
+  };
+  return tt::run_command(
+      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS " +
+          app(rank0) + " : " + app(rank1),
+      out);
+}
+
 struct JobRun {
   fs::path dump;
   std::map<int64_t, nlohmann::json> steps;  // metrics.jsonl by step
@@ -462,13 +480,9 @@ TEST(DataParallel, AMeshThatDoesNotFitTheWorldIsAnErrorBeforeCompute) {
 
 TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   const fs::path dump = tt::temp_dir("dist_config_mismatch");
-  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
-  // MPMD launch: rank 1 gets another seed.
+  // Rank 1 gets another seed.
   std::string out;
-  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
-                               train_command(tiny(dump, 2, {})) + " : -np 1 " +
-                               train_command(tiny(dump, 2, {{"training.seed", "7"}})),
-                           &out);
+  int rc = run_two_programs({tiny(dump, 2, {})}, {tiny(dump, 2, {{"training.seed", "7"}})}, &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("training.seed = 7"), std::string::npos) << out;
@@ -478,12 +492,8 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
 // An error before the ranks connect (the config of one rank) names the rank as the launcher numbered it.
 TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
   const fs::path dump = tt::temp_dir("dist_config_error");
-  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   std::string out;
-  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
-                               train_command(tiny(dump, 2, {})) + " : -np 1 " +
-                               train_command(tiny(dump, 2, {{"training.stesp", "3"}})),
-                           &out);
+  int rc = run_two_programs({tiny(dump, 2, {})}, {tiny(dump, 2, {{"training.stesp", "3"}})}, &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(
       out.find("titan train: error: rank 1: command line: unknown config key 'training.stesp'; did you mean "
@@ -507,12 +517,8 @@ TEST(DataParallel, RanksReadingDifferentDataStopNamingTheFileAndTheRank) {
   }
   const Overrides o =
       tiny(dump, 2, {{"training.dataset_path", "data.jsonl"}, {"validation.enable", "false"}});
-  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   std::string out;
-  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 -wdir " +
-                               a.string() + " " + train_command(o) + " : -np 1 -wdir " + b.string() + " " +
-                               train_command(o),
-                           &out);
+  int rc = run_two_programs({o, a}, {o, b}, &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("the ranks have different datasets: rank 1 has"), std::string::npos) << out;
   EXPECT_NE(out.find("data.jsonl"), std::string::npos) << out;
@@ -748,12 +754,8 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
 TEST(DataParallel, ADumpFolderNotSharedByEveryRankIsRefusedBeforeAnyStep) {
   const fs::path a = tt::temp_dir("dist_unshared_a"), b = tt::temp_dir("dist_unshared_b");
   const Overrides o = tiny("run", 2, {{"validation.enable", "false"}});
-  std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   std::string out;
-  int rc = tt::run_command(env + "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 -wdir " +
-                               a.string() + " " + train_command(o) + " : -np 1 -wdir " + b.string() + " " +
-                               train_command(o),
-                           &out);
+  int rc = run_two_programs({o, a}, {o, b}, &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(
       out.find("job.dump_folder: 'run': rank 1 does not see every rank's lock file there: job.dump_folder "
