@@ -15,3 +15,5 @@ add_dependencies(step_profile_test titan_cli)
 add_dependencies(plan_test titan_cli)
 # profiler_test trains through the binary (traces, the table, losses unchanged).
 add_dependencies(profiler_test titan_cli)
+# trajectory_test trains through the binary and compares every step with a PyTorch loop.
+add_dependencies(trajectory_test titan_cli)

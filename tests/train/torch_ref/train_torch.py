@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""An independent PyTorch training loop that does what `titan train` promises, for comparing the two
+step by step (tests/train/trajectory_test.cpp). Needs only torch (Debian's python3-torch 1.13).
+
+    train_torch.py SPEC.json
+
+SPEC.json:
+  model_dir       an HF folder (config.json + model.safetensors): the initial weights
+  documents       token ids of each document, in dataset order (the tokenizer is not under test here)
+  separator       the token id that ends every document
+  seq_len, local_batch_size, accumulation, steps
+  lr, warmup_steps, decay_ratio (null: decay after warmup), decay_type, min_lr_factor
+  beta1, beta2, eps, weight_decay, max_norm
+  out_json        written: {"steps": [{"step", "loss", "aux_loss", "grad_norm", "lr", "batch_hash"}]}
+  out_weights     written: the final weights, f32 safetensors under their checkpoint keys
+
+What each part follows (written from the upstream code's semantics, not from titan's):
+- data: torchtitan's packing (HuggingFaceDataset): every document's tokens then the separator, one
+  endless stream that starts over at the first document when the data ends, cut into
+  non-overlapping windows of seq_len + 1; inputs window[:-1], labels window[1:]. batch_hash is
+  64-bit FNV-1a over the little-endian int64 inputs of the step's micro-batches, in order.
+- model: tests/models/torch_ref/qwen3_torch.py (transformers' math, checked against the oracles):
+  mean cross-entropy, plus router_aux_loss_coef x aux for an MoE with output_router_logits.
+- step: torchtitan's train_step: each micro-batch's loss / accumulation back-propagated, the
+  logged loss their mean; torch.nn.utils.clip_grad_norm_'s rule (the norm before clipping is
+  logged), with the norm summed in f64 (see clip_grad_norm);
+  torch.optim.AdamW over every parameter (torchtitan decays all of them); LambdaLR with
+  torchtitan's linear_warmup_stable_decay, stepped after the optimizer.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "torch_ref"))
+import qwen3_torch  # noqa: E402
+
+FNV_OFFSET = 14695981039346656037
+FNV_PRIME = 1099511628211
+
+
+def fnv1a(data, h):
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def windows(documents, separator, length):
+    """torchtitan's packing: an endless stream of windows of `length` tokens."""
+    buffer = []
+    while True:
+        for doc in documents:
+            buffer.extend(doc)
+            buffer.append(separator)
+            while len(buffer) >= length:
+                yield buffer[:length]
+                buffer = buffer[length:]
+
+
+def lr_factor(step, warmup, stable, decay, decay_type, min_lr_factor):
+    """torchtitan's linear_warmup_stable_decay for the 0-based step (LambdaLR's last_epoch)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if step < warmup + stable:
+        return 1.0
+    progress = (step + 1 - warmup - stable) / decay
+    if decay_type == "linear":
+        f = 1 - progress
+    elif decay_type == "sqrt":
+        f = 1 - math.sqrt(progress)
+    elif decay_type == "cosine":
+        f = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ValueError(f"decay_type {decay_type}")
+    return min_lr_factor + (1 - min_lr_factor) * f
+
+
+def schedule_lengths(steps, warmup, decay_ratio):
+    """torchtitan's build_lr_schedulers: decay steps, then a stable span with one virtual step."""
+    if decay_ratio is None:
+        decay = steps - warmup
+    else:
+        decay = round(steps * decay_ratio)
+        if warmup + decay > steps:
+            decay = steps - warmup
+    return warmup, steps + 1 - warmup - decay, decay
+
+
+def clip_grad_norm(params, max_norm):
+    """torch.nn.utils.clip_grad_norm_ with the norm summed in f64. torch 1.13 sums each tensor's
+    squares in f32: over a 151936 x 32 embedding gradient that is off by up to ~3e-5 relative
+    (measured against f64 on these runs), and every clip coefficient with it."""
+    params = list(params)
+    norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params))
+    coef = min(max_norm / (norm + 1e-6), 1.0)
+    for p in params:
+        p.grad.mul_(coef)
+    return norm
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    torch.set_num_threads(2)
+    torch.manual_seed(0)  # nothing here is random; fixed anyway
+
+    with open(os.path.join(spec["model_dir"], "config.json")) as f:
+        cfg = qwen3_torch.Config(json.load(f))
+    weights = qwen3_torch.read_checkpoint(spec["model_dir"])
+    if cfg.tied:
+        weights.pop("lm_head.weight", None)
+    names = sorted(weights)
+    params = {k: torch.nn.Parameter(weights[k].float().clone()) for k in names}
+
+    def P(key):
+        return params[key]
+
+    optimizer = torch.optim.AdamW([params[k] for k in names], lr=spec["lr"], betas=(spec["beta1"], spec["beta2"]),
+                                  eps=spec["eps"], weight_decay=spec["weight_decay"], foreach=False)
+    warmup, stable, decay = schedule_lengths(spec["steps"], spec["warmup_steps"], spec["decay_ratio"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, warmup, stable, decay, spec["decay_type"], spec["min_lr_factor"]))
+
+    S, B, A = spec["seq_len"], spec["local_batch_size"], spec["accumulation"]
+    stream = windows(spec["documents"], spec["separator"], S + 1)
+    records = []
+    for step in range(1, spec["steps"] + 1):
+        optimizer.zero_grad(set_to_none=True)
+        batch_hash = FNV_OFFSET
+        loss_sum, aux_sum = 0.0, 0.0
+        for _ in range(A):
+            rows = [next(stream) for _ in range(B)]
+            window = torch.tensor(rows, dtype=torch.int64)
+            inputs, labels = window[:, :-1], window[:, 1:]
+            batch_hash = fnv1a(inputs.numpy().astype("<i8").tobytes(), batch_hash)
+            logits, _, aux = qwen3_torch.forward(cfg, P, inputs)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1))
+            if aux is not None and cfg.output_router_logits:
+                loss = loss + cfg.aux_coef * aux
+            (loss / A).backward()
+            loss_sum += float(loss)
+            aux_sum += 0.0 if aux is None else float(aux)
+        grad_norm = clip_grad_norm(params.values(), spec["max_norm"])
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        records.append({"step": step, "loss": loss_sum / A, "aux_loss": aux_sum / A if cfg.n_experts else None,
+                        "grad_norm": grad_norm, "lr": lr, "batch_hash": f"{batch_hash:016x}"})
+        print(f"step {step}: loss {loss_sum / A:.7f} grad_norm {grad_norm:.6f} lr {lr:.6g}", flush=True)
+
+    with open(spec["out_json"], "w") as f:
+        json.dump({"steps": records}, f, indent=1)
+    qwen3_torch.write_safetensors(spec["out_weights"], [(k, params[k].detach()) for k in names])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
