@@ -11,6 +11,8 @@ SPEC.json:
   seq_len, local_batch_size, accumulation, steps
   lr, warmup_steps, decay_ratio (null: decay after warmup), decay_type, min_lr_factor
   beta1, beta2, eps, weight_decay, max_norm
+  load_balance    MoE: "aux_loss" (transformers' aux loss in the loss, as config.json asks) or
+                  "expert_bias" (torchtitan's aux-loss-free balancing, load_balance_coeff per step)
   out_json        written: {"steps": [{"step", "loss", "aux_loss", "grad_norm", "lr", "batch_hash"}]}
   out_weights     written: the final weights, f32 safetensors under their checkpoint keys
 
@@ -26,6 +28,10 @@ What each part follows (written from the upstream code's semantics, not from tit
   logged), with the norm summed in f64 (see clip_grad_norm);
   torch.optim.AdamW over every parameter (torchtitan decays all of them); LambdaLR with
   torchtitan's linear_warmup_stable_decay, stepped after the optimizer.
+- expert bias: torchtitan's MoE (moe.py): the bias is added to the router's scores for choosing
+  the top-k only, the gate weights are the unbiased probabilities; its optimizer pre-step hook
+  moves each layer's bias by coeff * sign(mean load - load) over the step's tokens, less the
+  moves' mean. The aux loss is then a diagnostic of the experts actually chosen.
 """
 import json
 import math
@@ -101,6 +107,60 @@ def clip_grad_norm(params, max_norm):
     return norm
 
 
+class ExpertBias:
+    """torchtitan's aux-loss-free balancing for qwen3_torch's MoE blocks (one bias per layer)."""
+
+    def __init__(self, cfg, coeff):
+        self.cfg, self.coeff = cfg, coeff
+        self.bias, self.load = {}, {}
+        self.biased_choices = 0  # (token, slot) choices the bias changed: the case exercises it
+        self.choices = []  # this forward's (probs, chosen experts) per layer
+
+    def aux_loss(self):
+        """transformers' aux-loss formula over the experts actually chosen (the bias included),
+        as titan reports it under expert_bias: a diagnostic of the balance the run has."""
+        probs = torch.cat([p for p, _ in self.choices])
+        chosen = torch.cat([i for _, i in self.choices])
+        self.choices = []
+        mask = torch.nn.functional.one_hot(chosen, self.cfg.n_experts).float()
+        return (mask.mean(dim=0) * probs.mean(dim=0)[None, :]).sum() * self.cfg.n_experts
+
+    def moe_block(self, cfg, P, prefix, x, router_logits_out):
+        B, S, D = x.shape
+        t = x.reshape(-1, D)
+        logits = torch.nn.functional.linear(t, P(prefix + "gate.weight"))
+        router_logits_out.append(logits)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        bias = self.bias.setdefault(prefix, torch.zeros(cfg.n_experts))
+        with torch.no_grad():
+            _, top_i = torch.topk(probs + bias, cfg.top_k, dim=-1)
+            _, unbiased = torch.topk(probs, cfg.top_k, dim=-1)
+            self.biased_choices += int((top_i.sort(dim=-1).values != unbiased.sort(dim=-1).values).sum())
+            self.load[prefix] = self.load.get(prefix, 0) + torch.bincount(top_i.reshape(-1), minlength=cfg.n_experts)
+            self.choices.append((probs, top_i))
+        top_w = probs.gather(1, top_i)
+        if cfg.norm_topk:
+            top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(t)
+        for e in range(cfg.n_experts):
+            token, slot = torch.where(top_i == e)
+            if token.numel() == 0:
+                continue
+            ep = f"{prefix}experts.{e}."
+            y = qwen3_torch.swiglu_mlp(t[token], P(ep + "gate_proj.weight"), P(ep + "up_proj.weight"),
+                                       P(ep + "down_proj.weight"))
+            out = out.index_add(0, token, y * top_w[token, slot, None])
+        return out.reshape(B, S, D)
+
+    def update(self):
+        """The optimizer pre-step hook: every layer's load of the whole step, then cleared."""
+        for prefix, load in self.load.items():
+            load = load.double()
+            delta = self.coeff * torch.sign(load.mean() - load)
+            self.bias[prefix] += (delta - delta.mean()).float()
+        self.load = {}
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -124,6 +184,13 @@ def main():
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, warmup, stable, decay, spec["decay_type"], spec["min_lr_factor"]))
 
+    balance = spec.get("load_balance", "aux_loss")
+    expert_bias = None
+    if cfg.n_experts and balance == "expert_bias":
+        expert_bias = ExpertBias(cfg, spec["load_balance_coeff"])
+        qwen3_torch.moe_block = expert_bias.moe_block
+    aux_in_loss = cfg.n_experts and balance == "aux_loss" and cfg.output_router_logits
+
     S, B, A = spec["seq_len"], spec["local_batch_size"], spec["accumulation"]
     stream = windows(spec["documents"], spec["separator"], S + 1)
     records = []
@@ -137,14 +204,18 @@ def main():
             inputs, labels = window[:, :-1], window[:, 1:]
             batch_hash = fnv1a(inputs.numpy().astype("<i8").tobytes(), batch_hash)
             logits, _, aux = qwen3_torch.forward(cfg, P, inputs)
+            if expert_bias:
+                aux = expert_bias.aux_loss()
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1))
-            if aux is not None and cfg.output_router_logits:
+            if aux_in_loss:
                 loss = loss + cfg.aux_coef * aux
             (loss / A).backward()
             loss_sum += float(loss)
             aux_sum += 0.0 if aux is None else float(aux)
         grad_norm = clip_grad_norm(params.values(), spec["max_norm"])
         lr = optimizer.param_groups[0]["lr"]
+        if expert_bias:
+            expert_bias.update()
         optimizer.step()
         scheduler.step()
         records.append({"step": step, "loss": loss_sum / A, "aux_loss": aux_sum / A if cfg.n_experts else None,
@@ -152,7 +223,7 @@ def main():
         print(f"step {step}: loss {loss_sum / A:.7f} grad_norm {grad_norm:.6f} lr {lr:.6g}", flush=True)
 
     with open(spec["out_json"], "w") as f:
-        json.dump({"steps": records}, f, indent=1)
+        json.dump({"steps": records, "biased_choices": expert_bias.biased_choices if expert_bias else 0}, f, indent=1)
     qwen3_torch.write_safetensors(spec["out_weights"], [(k, params[k].detach()) for k in names])
     return 0
 
