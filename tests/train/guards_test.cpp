@@ -114,6 +114,166 @@ TEST(ResumeGuard, AChangedModelIsRefusedNamingTheFieldAndBothValues) {
   EXPECT_EQ(s.steps_run, 1);
 }
 
+// Another tokenizer turns the same text into other ids: the saved data position (tokens into a
+// document) and what the model learned belong to the old one.
+TEST(ResumeGuard, AnotherTokenizerIsRefusedUnlessTheDataStartsOver) {
+  const fs::path dump = temp_dir("guard_tokenizer_change");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  // The bundled tokenizer less its last 1000 merges: a real, loadable, different tokenizer.
+  const fs::path other = temp_dir("guard_tokenizer_change_other");
+  {
+    nlohmann::json t =
+        nlohmann::json::parse(std::ifstream(data::default_tokenizer_path() / "tokenizer.json"));
+    auto& merges = t["model"]["merges"];
+    merges.erase(merges.end() - 1000, merges.end());
+    std::ofstream(other / "tokenizer.json") << t.dump();
+    fs::copy_file(data::default_tokenizer_path() / "tokenizer_config.json", other / "tokenizer_config.json");
+  }
+  const Overrides use_other = {{"model.hf_assets_path", other.string()}, {"training.steps", "4"}};
+  const std::string e =
+      error_of([&] { run_training(tiny_config(dump, with(kCheckpointEvery2, use_other))); });
+  EXPECT_NE(e.find("is not the one the checkpoint was trained with"), std::string::npos) << e;
+  EXPECT_NE(e.find(other.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
+  EXPECT_EQ(read_metrics(dump).size(), 2u) << "the refused resume took a step";
+  // Asked for: the data starts over under the new tokenizer.
+  TrainSummary s = run_training(tiny_config(
+      dump, with(with(kCheckpointEvery2, use_other), {{"checkpoint.restart_data_stream", "true"}})));
+  EXPECT_EQ(s.steps_run, 2);
+  // The same tokenizer file in another folder is the same tokenizer.
+  const fs::path moved = temp_dir("guard_tokenizer_change_moved");
+  fs::copy_file(other / "tokenizer.json", moved / "tokenizer.json");
+  fs::copy_file(other / "tokenizer_config.json", moved / "tokenizer_config.json");
+  s = run_training(tiny_config(
+      dump, with(kCheckpointEvery2, {{"model.hf_assets_path", moved.string()}, {"training.steps", "6"}})));
+  EXPECT_EQ(s.steps_run, 2);
+}
+
+// A committed checkpoint whose manifest was damaged since: going on from an older step (or from
+// scratch) would redo its steps and later prune it, so the run stops and says which folder.
+TEST(ResumeGuard, ADamagedManifestOfTheNewestCheckpointStopsTheRun) {
+  const fs::path dump = temp_dir("guard_damaged_manifest");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+  const std::string manifest = read_bytes(ck / "step-4" / "manifest.json");
+  fs::resize_file(ck / "step-4" / "manifest.json", 200);  // cut short: not JSON any more
+  std::string e = error_of([&] {
+    run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
+  });
+  EXPECT_NE(e.find((ck / "step-4").string() + "' was committed (COMMITTED) but its manifest.json"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("resume from step 2"), std::string::npos) << e;
+  EXPECT_EQ(read_metrics(dump).size(), 4u) << "the refused run took a step";
+  // The same with the only checkpoint damaged: not a silent start from scratch either.
+  const fs::path alone = temp_dir("guard_damaged_manifest_alone");
+  run_training(tiny_config(alone, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  fs::resize_file(alone / "checkpoint" / "step-2" / "manifest.json", 0);
+  e = error_of([&] { run_training(tiny_config(alone, with(kCheckpointEvery2, {{"training.steps", "4"}}))); });
+  EXPECT_NE(e.find("resume from scratch instead"), std::string::npos) << e;
+  // An older damaged checkpoint is named and kept; the newest resumes.
+  std::ofstream(ck / "step-4" / "manifest.json") << manifest;
+  fs::resize_file(ck / "step-2" / "manifest.json", 10);
+  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "6"}})));
+  EXPECT_EQ(s.steps_run, 2);
+  EXPECT_TRUE(fs::exists(ck / "step-2" / "COMMITTED")) << "a damaged checkpoint is never deleted";
+  EXPECT_EQ(CheckpointManager(ck, 2).damaged_step_dirs(), (std::vector<fs::path>{ck / "step-2"}));
+}
+
+// A step-N folder that holds another step's checkpoint (copied or renamed by hand) would be resumed
+// on every start, each run retraining the same steps and pruning its own progress.
+TEST(ResumeGuard, AStepFolderHoldingAnotherStepIsRefused) {
+  const fs::path dump = temp_dir("guard_renamed_step");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  fs::create_directories(ck / "step-9");
+  for (auto& e : fs::directory_iterator(ck / "step-2"))
+    fs::copy_file(e.path(), ck / "step-9" / e.path().filename());
+  const std::string e = error_of([&] {
+    run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "12"}})));
+  });
+  EXPECT_NE(e.find((ck / "step-9").string() + "' holds the checkpoint of step 2, not 9"), std::string::npos)
+      << e;
+  EXPECT_EQ(error_of([&] { load_checkpoint_dir(ck / "step-9"); }),
+            e);  // titan export and verify-export alike
+}
+
+// A stop by signal saves a checkpoint even with checkpointing off, so that no work is lost. A run
+// started later in the same folder with checkpointing off would neither resume it nor keep its own
+// saves apart from it (its signal save could replace or prune it): it is refused, naming the way on.
+TEST(ResumeGuard, CheckpointsInTheFolderAreNotIgnoredWithCheckpointingOff) {
+  const fs::path dump = temp_dir("guard_checkpoints_with_checkpointing_off");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const std::string e = error_of([&] { run_training(tiny_config(dump, {{"training.steps", "4"}})); });
+  EXPECT_NE(e.find("checkpoint.enable = false, but"), std::string::npos) << e;
+  EXPECT_NE(e.find("(steps 2)"), std::string::npos) << e;
+  EXPECT_NE(e.find("set checkpoint.enable = true to resume from step 2"), std::string::npos) << e;
+  EXPECT_EQ(read_metrics(dump).size(), 2u);
+}
+
+// metrics.jsonl that stops taking records (a full disk: /dev/full fails every write with ENOSPC)
+// is said at the step it failed and again in the summary; the training itself goes on.
+TEST(RunOutputs, AMetricsFileThatStopsTakingRecordsIsSaid) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  const fs::path dump = temp_dir("guard_metrics_disk_full_" + std::to_string(getpid()));
+  fs::create_symlink("/dev/full", dump / "metrics.jsonl");
+  std::string out;
+  const int rc =
+      run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                      cli_args(tiny_job(dump, {{"training.steps", "3"}, {"validation.enable", "false"}})),
+                  &out);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string said =
+      "warning: metrics: writing '" + (dump / "metrics.jsonl").string() + "' failed at step 1 (";
+  const size_t first = out.find(said);
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_NE(out.find("No space left on device", first), std::string::npos) << out;
+  EXPECT_NE(out.find("summary: 3 steps"), std::string::npos) << out;
+  EXPECT_NE(out.find(said, first + 1), std::string::npos) << "the summary should repeat it\n" << out;
+}
+
+// Settings a resume may change on purpose apply from the next step, and the resume says which
+// changed; a seed or init scheme changed on a resume is said to have no effect.
+TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
+  const fs::path dump = temp_dir("guard_changed_settings_" + std::to_string(getpid()));
+  const Overrides first = with(kCheckpointEvery2, {{"training.steps", "2"}, {"validation.enable", "false"}});
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, first)),
+                        &out),
+            0)
+      << out;
+  const Overrides changed = with(kCheckpointEvery2, {{"training.steps", "3"},
+                                                     {"validation.enable", "false"},
+                                                     {"optimizer.weight_decay", "0.05"},
+                                                     {"training.max_norm", "0.5"},
+                                                     {"training.seed", "7"}});
+  ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, changed)),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(
+      out.find("note: changed since the checkpoint: optimizer.weight_decay 0.1 -> 0.05, training.max_norm "
+               "1.0 -> 0.5, training.seed 42 -> 7 (no effect: the weights are the checkpoint's); the "
+               "changes apply from step 3"),
+      std::string::npos)
+      << out;
+}
+
+// A file (not a folder) named step-N in the checkpoint folder is another program's: set aside before
+// the save of step N, not a failure after the step has trained.
+TEST(CheckpointPruning, AFileNamedLikeAStepIsSetAsideBeforeTheSave) {
+  const fs::path dump = temp_dir("guard_step_file");
+  const fs::path ck = dump / "checkpoint";
+  fs::create_directories(ck);
+  std::ofstream(ck / "step-2") << "precious";
+  TrainSummary s = run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  EXPECT_EQ(s.steps_run, 2);
+  EXPECT_TRUE(fs::exists(ck / "step-2" / "COMMITTED"));
+  EXPECT_EQ(read_bytes(ck / "step-2.foreign"), "precious");
+}
+
 TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   const fs::path dump = temp_dir("guard_data_change");
   const fs::path data_dir = temp_dir("guard_data_change_files");
@@ -346,7 +506,8 @@ TEST(CheckpointPruning, AnInterruptedSaveIsNamedIgnoredAndReplaced) {
                                  cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "2"}}))),
                              &out);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("checkpoint: ignoring " + (ck / "step-2").string() + ": a save that never finished"),
+  EXPECT_NE(out.find("checkpoint: ignoring " + (ck / "step-2").string() +
+                     ": a save or a deletion that never finished"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
@@ -396,7 +557,7 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   const fs::path step = ck / "step-2";
   const fs::path holder = temp_dir("guard_outputs_holder");
   fs::create_directories(holder / "old");
-  fs::copy(step, holder / "old" / "step-9", fs::copy_options::recursive);
+  fs::copy(step, holder / "old" / "step-2", fs::copy_options::recursive);
   auto exported = [&](const fs::path& out, std::string* output) {
     return run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " +
                            out.string() + " --overwrite",
@@ -409,13 +570,13 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   for (const Case& c :
        {Case{step, "is the input"}, Case{ck, "contains the input"}, Case{dump, "contains the input"},
         Case{step / "hf", "lies inside the input"}, Case{holder, "holds the titan checkpoint"},
-        Case{holder / "old" / "step-9" / "hf", "lies inside the titan checkpoint"}}) {
+        Case{holder / "old" / "step-2" / "hf", "lies inside the titan checkpoint"}}) {
     std::string out;
     EXPECT_EQ(exported(c.out, &out), 1) << c.out << ": " << out;
     EXPECT_NE(out.find(c.rule), std::string::npos) << c.out << ": " << out;
   }
   EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // intact, checksums and all
-  EXPECT_EQ(load_checkpoint_dir(holder / "old" / "step-9").step, 2);
+  EXPECT_EQ(load_checkpoint_dir(holder / "old" / "step-2").step, 2);
 
   // A killed export's temporary is cleaned by the next export to the same place; a live
   // process' temporary (this test's pid) is left alone.
@@ -548,6 +709,21 @@ TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
   fs::remove(hf / "tokenizer.json");
   fs::rename(dump / "tokenizer.json", hf / "tokenizer.json");
   EXPECT_EQ(verify(true, &out), 0) << out;
+
+  // config.json edited after the export (another rope_theta: it loads, and computes another model)
+  // fails without the source too: the export recorded the checksum of every file it wrote.
+  const std::string config = read_bytes(hf / "config.json");
+  {
+    nlohmann::json c = nlohmann::json::parse(config);
+    c["rope_theta"] = 10000.0;
+    c["rope_parameters"]["rope_theta"] = 10000.0;
+    std::ofstream(hf / "config.json") << c.dump(2);
+  }
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("config.json changed since the export"), std::string::npos) << out;
+  std::ofstream(hf / "config.json") << config;
+  EXPECT_EQ(verify(false, &out), 0) << out;
+  EXPECT_NE(out.find("and 3 other files"), std::string::npos) << out;  // config.json and the tokenizer's two
 
   // Another model's checkpoint as the source: the field that differs is named.
   const fs::path other = temp_dir("guard_verify_other");

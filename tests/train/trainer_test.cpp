@@ -845,3 +845,34 @@ TEST(Trainer, MoeTrainsWithAuxLossOrExpertBias) {
   EXPECT_NEAR(first_aux["loss"].get<double>() - first_bias["loss"].get<double>(),
               0.001 * first_aux["aux_loss"].get<double>(), 1e-5);
 }
+
+// The expert biases are part of how a trained MoE routes: starting a new run from a native
+// checkpoint (checkpoint.initial_load_path) takes them with the weights, so its first step computes
+// what a resume of the same checkpoint computes on the same batch.
+TEST(Trainer, StartingFromANativeMoeCheckpointKeepsItsExpertBiases) {
+  const Overrides moe = {{"model.num_experts", "8"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "32"},
+                         {"training.load_balance", "expert_bias"},
+                         {"training.load_balance_coeff", "0.05"}};  // biases large enough to move choices
+  const fs::path trained = tt::temp_dir("trainer_moe_bias_source_" + std::to_string(getpid()));
+  run_training(tiny_config(trained, tt::joined(moe, {{"training.steps", "4"},
+                                                     {"checkpoint.enable", "true"},
+                                                     {"checkpoint.interval", "4"}})));
+  const fs::path step4 = trained / "checkpoint" / "step-4";
+  // A resume of step 4 with the data from its start, and a new run from step 4's weights: the same
+  // weights, biases and batch.
+  run_training(tiny_config(trained, tt::joined(moe, {{"training.steps", "5"},
+                                                     {"checkpoint.enable", "true"},
+                                                     {"checkpoint.interval", "5"},
+                                                     {"checkpoint.restart_data_stream", "true"}})));
+  const fs::path fresh = tt::temp_dir("trainer_moe_bias_initial_" + std::to_string(getpid()));
+  run_training(tiny_config(
+      fresh, tt::joined(moe, {{"training.steps", "1"}, {"checkpoint.initial_load_path", step4.string()}})));
+  const nlohmann::json resumed = read_metrics(trained).back(), started = read_metrics(fresh).front();
+  ASSERT_EQ(resumed["step"].get<int64_t>(), 5);
+  EXPECT_EQ(started["batch_hash"], resumed["batch_hash"]);
+  EXPECT_EQ(started["loss"].get<double>(), resumed["loss"].get<double>());
+  EXPECT_EQ(started["aux_loss"].get<double>(), resumed["aux_loss"].get<double>())
+      << "the new run routed otherwise than the resume: its expert biases were not the checkpoint's";
+}

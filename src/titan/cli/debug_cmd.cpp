@@ -71,7 +71,9 @@ int debug_main(int argc, char** argv) {
     std::fprintf(stderr, "titan debug: %s\n",
                  sub.empty() ? "a subcommand is needed"
                              : ("unknown subcommand '" + sub + "'" + suggestion(sub, {"dump"})).c_str());
-  std::fprintf(stderr, "usage: titan debug dump --model-path DIR --tokens IN.safetensors --out OUT.safetensors\n");
+  std::fprintf(stderr,
+               "usage: titan debug dump --model-path DIR --tokens IN.safetensors --out OUT.safetensors "
+               "[--dtype float32|bfloat16]\n");
   return help ? 0 : 2;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -206,7 +207,7 @@ int verify_main(int argc, char** argv) {
     } else {
       std::ifstream sf(sums_path);
       nlohmann::json sums = nlohmann::json::parse(sf, nullptr, /*allow_exceptions=*/false);
-      int64_t bad = 0;
+      int64_t bad = 0, files_checked = 0;
       std::string first;
       auto fail = [&](const std::string& why) {
         ++bad;
@@ -234,11 +235,28 @@ int verify_main(int argc, char** argv) {
                    v.value("dtype", "") != dtype_name(t->dtype) || v.value("shape", Shape{}) != t->shape)
             fail(k + " does not match its recorded checksum, dtype or shape");
         }
+        // The files beside the tensors (listed since 2026-12-02): a config.json edited after the
+        // export (rope_theta, rms_norm_eps, ...) loads and computes another model.
+        if (sums.contains("files") && sums["files"].is_object())
+          for (auto& [name, sum] : sums["files"].items()) {
+            const fs::path f = dir / name;
+            if (!fs::is_regular_file(f))
+              fail(name + " is listed but missing from the export");
+            else if (std::ifstream in(f, std::ios::binary);
+                     !sum.is_string() ||
+                     sum.get<std::string>() !=
+                         io::bytes_checksum(std::string(std::istreambuf_iterator<char>(in), {})))
+              fail(name + " changed since the export (it does not match its recorded checksum)");
+            else
+              ++files_checked;
+          }
       }
-      check(bad == 0, bad == 0 ? "every tensor matches the checksums recorded at export (" +
-                                     std::to_string(ckpt.keys().size()) + " tensors)"
-                               : std::to_string(bad) + " problem(s) against " + io::kTensorChecksumsFile +
-                                     "; " + first);
+      check(bad == 0,
+            bad == 0
+                ? "every tensor matches the checksums recorded at export (" +
+                      std::to_string(ckpt.keys().size()) + " tensors" +
+                      (files_checked ? ", and " + std::to_string(files_checked) + " other files" : "") + ")"
+                : std::to_string(bad) + " problem(s) against " + io::kTensorChecksumsFile + "; " + first);
     }
   }
   std::printf("%s: %d check(s) failed\n", failures ? "verify-export FAILED" : "verify-export OK", failures);

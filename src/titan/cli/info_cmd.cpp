@@ -61,7 +61,11 @@ int info_main(int argc, char** argv) {
     if (std::string(argv[i]).rfind("--config", 0) == 0) return info_for_job(argc, argv);
   ArgParser p("info", "Parameters, FLOPs per token and training memory of a Qwen3 model (or, with --config "
                       "FILE.toml [--k=v], the job's exact memory per process from a meta-device step).");
-  p.option("flavor", "native flavor (debugmodel, 0.6B, 30B-A3B, ...)")
+  // --config is taken above (info_for_job); listed here so that --help shows both forms.
+  p.option("config",
+           "a job config FILE.toml (then --section.key=value overrides): the job's memory per process; "
+           "the options below do not apply")
+      .option("flavor", "native flavor (debugmodel, 0.6B, 30B-A3B, ...)")
       .option("model-path", "Hugging Face checkpoint directory or config.json")
       .option("batch", "local batch size for the activation estimate", "1")
       .option("seq", "sequence length", "2048")

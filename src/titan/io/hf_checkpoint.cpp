@@ -167,11 +167,20 @@ std::vector<std::string> HfCheckpoint::keys() const {
   return out;
 }
 
-std::string tensor_checksum(const TensorInfo& t, uint64_t basis) {
-  const uint64_t h = fnv1a(t.data, size_t(t.nbytes()), basis);
+namespace {
+std::string hex64(uint64_t h) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+}  // namespace
+
+std::string tensor_checksum(const TensorInfo& t, uint64_t basis) {
+  return hex64(fnv1a(t.data, size_t(t.nbytes()), basis));
+}
+
+std::string bytes_checksum(std::string_view bytes) {
+  return hex64(fnv1a(bytes));
 }
 
 HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWrite> tensors,
@@ -236,12 +245,20 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
                         {"shape", t.shape},
                         {"checksum", tensor_checksum(t)}};
     }
+    // The other files too: config.json decides what the tensors compute, the tokenizer what ids mean.
+    json files = json::object();
+    for (const auto& [name, contents] : opt.extra_files) {
+      write_file_atomic(out.temp_path() / name, contents);
+      files[name] = bytes_checksum(contents);
+    }
+    for (const fs::path& p : opt.copy_files) {
+      const std::string contents = read_text_file(p);
+      write_file_atomic(out.temp_path() / p.filename(), contents);
+      files[p.filename().string()] = bytes_checksum(contents);
+    }
     write_file_atomic(out.temp_path() / kTensorChecksumsFile,
-                      json{{"hash", kFnv1aName}, {"tensors", sums}}.dump(1) + "\n");
+                      json{{"hash", kFnv1aName}, {"tensors", sums}, {"files", files}}.dump(1) + "\n");
   }
-  for (const auto& [name, contents] : opt.extra_files) write_file_atomic(out.temp_path() / name, contents);
-  for (const fs::path& p : opt.copy_files)
-    write_file_atomic(out.temp_path() / p.filename(), read_text_file(p));
   out.commit();
   return result;
 }

@@ -53,14 +53,17 @@ class HfCheckpoint {
   std::map<std::string, std::string> index_metadata_;
 };
 
-// Written into every HF folder titan exports: {"tensors": {key: {"dtype", "shape", "checksum"}}}, the
-// checksum of each tensor's bytes as written, so that `titan verify-export` without the source can
-// still check every tensor bit for bit.
+// Written into every HF folder titan exports: {"hash", "tensors": {key: {"dtype", "shape", "checksum"}},
+// "files": {name: checksum}}, the checksum of each tensor's bytes as written and of every other file
+// written beside them (config.json, tokenizer files; exports before 2026-12-02 list no files), so that
+// `titan verify-export` without the source can still check the whole export bit for bit.
 inline constexpr const char* kTensorChecksumsFile = "titan_checksums.json";
 
 // 64-bit FNV-1a of a tensor's bytes, as 16 hex digits (`basis`: see core/hash.h; the file records
 // its name).
 std::string tensor_checksum(const TensorInfo& t, uint64_t basis = kFnv1aStart);
+// The same of a file's bytes (the standard basis).
+std::string bytes_checksum(std::string_view bytes);
 
 struct HfWriteOptions {
   // A shard is closed before it would exceed this many bytes of tensor data; a larger tensor gets a

@@ -58,6 +58,23 @@ bool written_by_titan(const fs::path& dir) {
   return m.is_object() && m.value("format", "") == kManifestFormat;
 }
 
+// A folder whose COMMITTED marker is titan's ("step N"): committed by titan, whatever has happened
+// to its manifest since.
+bool committed_by_titan(const fs::path& dir) {
+  std::ifstream f(dir / "COMMITTED");
+  std::string word;
+  return f && (f >> word) && word == "step";
+}
+
+// N of a folder named step-N, if it is so named.
+std::optional<int64_t> step_of_name(const fs::path& dir) {
+  static const std::regex name_re("step-([0-9]+)");
+  std::smatch m;
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, m, name_re)) return std::nullopt;
+  return std::stoll(m[1].str());
+}
+
 }  // namespace
 
 std::string shard_file_name(const std::string& kind, int64_t shard) {
@@ -165,8 +182,9 @@ std::vector<fs::path> CheckpointManager::step_dirs() const {
   std::vector<fs::path> dirs;
   if (!fs::is_directory(folder_)) return dirs;
   static const std::regex name_re("step-[0-9]+");
+  // Files named step-N too: another program's, set aside like its folders before a save of step N.
   for (auto& e : fs::directory_iterator(folder_))
-    if (e.is_directory() && std::regex_match(e.path().filename().string(), name_re)) dirs.push_back(e.path());
+    if (std::regex_match(e.path().filename().string(), name_re)) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
@@ -182,7 +200,13 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
 
 std::vector<fs::path> CheckpointManager::foreign_step_dirs() const {
   std::vector<fs::path> dirs = step_dirs();
-  std::erase_if(dirs, [](const fs::path& d) { return written_by_titan(d); });
+  std::erase_if(dirs, [](const fs::path& d) { return written_by_titan(d) || committed_by_titan(d); });
+  return dirs;
+}
+
+std::vector<fs::path> CheckpointManager::damaged_step_dirs() const {
+  std::vector<fs::path> dirs = step_dirs();
+  std::erase_if(dirs, [](const fs::path& d) { return written_by_titan(d) || !committed_by_titan(d); });
   return dirs;
 }
 
@@ -259,6 +283,16 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
                 "checkpoint: '", p.string(), "' fails its checksum (corrupted)");
   }
   LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}};
+  // A copied or renamed folder: resuming "step-9" that holds step 4 would retrain steps 5.. on every
+  // start and prune the real progress; the step must be the one the folder is named after.
+  const nlohmann::json& saved_step = c.train_state["step"];
+  TITAN_CHECK(saved_step.is_number_integer() && saved_step.get<int64_t>() == c.step, "checkpoint: '",
+              dir.string(), "': manifest.json says step ", c.step, ", train_state.json says ",
+              saved_step.dump());
+  const std::optional<int64_t> named = step_of_name(dir);
+  TITAN_CHECK(!named || *named == c.step, "checkpoint: '", dir.string(), "' holds the checkpoint of step ",
+              c.step, ", not ", *named, " (a copied or renamed folder); rename it step-", c.step,
+              " or move it out of the checkpoint folder");
   // The layout names the shard files; a checkpoint without one has a single pair.
   int64_t shards = 1;
   if (c.train_state.contains("layout")) {

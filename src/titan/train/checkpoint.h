@@ -78,6 +78,10 @@ class CheckpointManager {
   // step-N folders another program (or a titan before the format marker) wrote: ignored, never
   // deleted; the trainer names them so that a run starting fresh beside them is no surprise.
   std::vector<std::filesystem::path> foreign_step_dirs() const;
+  // step-N folders titan committed (COMMITTED says so) whose manifest is since missing, unreadable
+  // or not titan's: damaged checkpoints. Never loaded or deleted; the trainer refuses to start
+  // past one (it would resume from an older step, or from scratch, without a word otherwise).
+  std::vector<std::filesystem::path> damaged_step_dirs() const;
   // titan's step-N folders without COMMITTED: a save cut short between its rename and its marker,
   // or a prune cut short. Never loaded; the next save removes them.
   std::vector<std::filesystem::path> interrupted_step_dirs() const;

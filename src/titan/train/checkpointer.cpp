@@ -68,6 +68,13 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
   return files;
 }
 
+// The checksum of the tokenizer's tokenizer.json (job.tokenizer_path is the file or its folder): what
+// a resume compares, wherever the file now lives.
+std::string tokenizer_checksum(const fs::path& tokenizer_path) {
+  return std::to_string(
+      file_checksum(fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path));
+}
+
 }  // namespace
 
 fs::path checkpoint_folder_of(const JobConfig& c) {
@@ -76,18 +83,39 @@ fs::path checkpoint_folder_of(const JobConfig& c) {
 
 Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c), plan_(plan), manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k) {
+  const std::vector<int64_t> committed = manager_.committed_steps();
+  auto listed = [](const std::vector<int64_t>& steps) {
+    std::string list;
+    for (const int64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    return list.empty() ? std::string("none") : list;
+  };
+  // Checkpoints a run with checkpointing off would neither resume nor keep: a stop by signal saves
+  // one even then, and that save (and its pruning) would mix this run's trajectory with theirs.
+  TITAN_CHECK(c.checkpoint.enable || committed.empty(), "checkpoint.enable = false, but '", folder().string(),
+              "' holds committed checkpoints (steps ", listed(committed),
+              ") that this run would neither resume nor keep apart from its own (a stop by signal saves one "
+              "even with checkpointing off): set checkpoint.enable = true to resume from step ",
+              committed.empty() ? 0 : committed.back(),
+              ", or give the run another job.dump_folder (or checkpoint.folder)");
+  // A committed checkpoint whose manifest is damaged, newer than what would be resumed: going on would
+  // redo its steps from an older one (or from scratch) and later prune it.
+  for (const fs::path& d : manager_.damaged_step_dirs()) {
+    const int64_t step = std::stoll(d.filename().string().substr(5));
+    TITAN_CHECK(
+        !committed.empty() && step < committed.back(), "checkpoint: '", d.string(),
+        "' was committed (COMMITTED) but its manifest.json is missing, unreadable or not titan's: the "
+        "checkpoint is damaged and cannot be verified or loaded. Move it out of '",
+        folder().string(), "' to resume from ",
+        committed.empty() ? std::string("scratch") : "step " + std::to_string(committed.back()), " instead");
+  }
   if (c.checkpoint.enable) resume_step_ = manager_.latest_step();
   if (c.checkpoint.enable && c.checkpoint.load_step != -1) {
     // A roll-back (after a loss spike, say): resume from an earlier checkpoint.
     const int64_t step = c.checkpoint.load_step;
-    const std::vector<int64_t> steps = manager_.committed_steps();
-    if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
-      std::string list;
-      for (const int64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
-      TITAN_FAIL("checkpoint.load_step = ", step, ": '", manager_.step_dir(step).string(),
-                 "' is not a committed checkpoint (committed steps in '", folder().string(),
-                 "': ", list.empty() ? "none" : list, ")");
-    }
+    TITAN_CHECK(std::find(committed.begin(), committed.end(), step) != committed.end(),
+                "checkpoint.load_step = ", step, ": '", manager_.step_dir(step).string(),
+                "' is not a committed checkpoint (committed steps in '", folder().string(),
+                "': ", listed(committed), ")");
     resume_step_ = step;  // restore() sets the later steps aside once it has succeeded
   }
   last_saved_step_ = resume_step_.value_or(-1);
@@ -100,7 +128,7 @@ Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) cons
   return {block.shard_begin(), block.shard(), s.optimizer.exp_avg()[b], s.optimizer.exp_avg_sq()[b]};
 }
 
-void Checkpointer::restore(TrainState& s) const {
+void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
   LoadedCheckpoint c = manager_.load(*resume_step_);
@@ -120,6 +148,11 @@ void Checkpointer::restore(TrainState& s) const {
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   std::string diff = s.schedule.diff_state(ts.at("lr_scheduler"));
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
+  if (ts.contains("settings"))
+    if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_));
+        !changed.empty())
+      say("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
+          long(s.step + 1));
   // With global_batch_size = -1 the global batch follows the number of ranks: a resume on another
   // count changes the optimizer's step without a word unless it is said here.
   const int64_t global_batch =
@@ -135,6 +168,21 @@ void Checkpointer::restore(TrainState& s) const {
     say("resharding: the checkpoint was written by %s (%s), this run has %s (%s)",
         counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
         counted(plan_.world_size(), "rank").c_str(), counted(plan_.dp_shard(), "shard").c_str());
+  // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
+  // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
+  if (ts.contains("tokenizer_checksum") &&
+      ts["tokenizer_checksum"] != tokenizer_checksum(job.tokenizer_path)) {
+    const std::string what = "the tokenizer '" + job.tokenizer_path.string() +
+                             "' is not the one the checkpoint was trained with ('" +
+                             ts.value("tokenizer_path", std::string("?")) + "': tokenizer.json differs)";
+    TITAN_CHECK(
+        config_.checkpoint.restart_data_stream, "checkpoint: '", c.dir.string(), "': ", what,
+        ": its data position counts tokens of the other tokenizer, and the model learned the other ids. "
+        "Use the same tokenizer (model.hf_assets_path), or set checkpoint.restart_data_stream = true to "
+        "go on from the start of the data with this one");
+    say("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
+        what.c_str());
+  }
   const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
@@ -194,10 +242,12 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["model_config"] = qwen3::hf_config_from_args(job.args, "float32");
   ts["route"] = c.model.name;
   ts["tokenizer_path"] = fs::absolute(job.tokenizer_path).string();
+  ts["tokenizer_checksum"] = tokenizer_checksum(job.tokenizer_path);
   ts["lr_scheduler"] = s.schedule.state_dict();
   ts["dataloader"] = s.loader.state();
   ts["dataset_identity"] = data::dataset_identity(s.loader.files());
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
+  ts["settings"] = resumable_settings(c);
   ts["global_batch_size"] = job.local_batch_size * plan_.dp_size() * job.accumulation_steps;
   ts["world_size"] = plan_.world_size();
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
@@ -213,10 +263,15 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   if (plan_.is_logging_rank()) {
     // Another program's step-N folder in the way is kept (its promise at start-up), under another name.
     const fs::path dir = manager_.step_dir(s.step);
-    const std::vector<fs::path> foreign = manager_.foreign_step_dirs();
+    const std::vector<fs::path> foreign = manager_.foreign_step_dirs(),
+                                damaged = manager_.damaged_step_dirs();
     if (std::find(foreign.begin(), foreign.end(), dir) != foreign.end())
       say("checkpoint: %s is not a checkpoint titan wrote; set aside as %s before saving step %ld",
           dir.c_str(), manager_.set_aside(dir, "foreign").filename().c_str(), long(s.step));
+    if (std::find(damaged.begin(), damaged.end(), dir) != damaged.end())
+      say("checkpoint: %s is a damaged checkpoint (its manifest.json); set aside as %s before saving step "
+          "%ld",
+          dir.c_str(), manager_.set_aside(dir, "damaged").filename().c_str(), long(s.step));
   }
   const fs::path temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
   std::vector<CheckpointFile> mine;

@@ -31,6 +31,9 @@ class Checkpointer {
 
   // step-N folders another program wrote: never resumed from, counted or pruned.
   std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
+  // step-N folders titan committed whose manifest is damaged (older than the newest committed step:
+  // a newer one is an error at construction): never loaded or deleted.
+  std::vector<std::filesystem::path> damaged_step_dirs() const { return manager_.damaged_step_dirs(); }
   // titan's step-N folders without COMMITTED (a save cut short): ignored, removed by the next save.
   std::vector<std::filesystem::path> interrupted_step_dirs() const {
     return manager_.interrupted_step_dirs();
@@ -38,10 +41,11 @@ class Checkpointer {
 
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read from the shard
   // files that overlap it), step, tokens seen, data position, expert biases, whatever number of
-  // ranks wrote it. Errors name the checkpoint and what does not fit this run. After a restore
+  // ranks wrote it; the tokenizer must be the one it was trained with (tokenizer.json's checksum).
+  // Errors name the checkpoint and what does not fit this run. After a restore
   // from checkpoint.load_step the committed steps after it are set aside
   // (CheckpointManager::set_aside_after). Every rank calls it.
-  void restore(TrainState& state) const;
+  void restore(TrainState& state, const ResolvedJob& job) const;
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
   // rank calls it: the ranks of the first replica write their shard files (replicas hold the same

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -238,8 +239,9 @@ double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops
 MetricsLogger::MetricsLogger(const fs::path& dump, bool tensorboard, bool is_logging_rank) : enabled_(is_logging_rank) {
   if (!enabled_) return;
   fs::create_directories(dump);
-  jsonl_.open(dump / "metrics.jsonl", std::ios::app);
-  TITAN_CHECK(jsonl_, "metrics: cannot open '", (dump / "metrics.jsonl").string(), "'");
+  jsonl_path_ = dump / "metrics.jsonl";
+  jsonl_.open(jsonl_path_, std::ios::app);
+  TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(), "'");
   if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(dump / "tb");
 }
 
@@ -274,11 +276,21 @@ void MetricsLogger::log(const StepMetrics& m) {
   }
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
+  check_written(bool(jsonl_), jsonl_path_, m.step);
   if (tb_) {
     for (auto& [k, v] : j.items())
       if (v.is_number()) tb_->scalar(k, v.get<double>(), m.step);
     tb_->flush();
+    check_written(tb_->good(), tb_->path(), m.step);
   }
+}
+
+void MetricsLogger::check_written(bool ok, const fs::path& path, int64_t step) {
+  if (ok || !write_failure_.empty()) return;
+  const int error = errno;  // what the failed write left (ENOSPC on a full disk)
+  write_failure_ = "writing '" + path.string() + "' failed at step " + std::to_string(step) + " (" +
+                   std::strerror(error) + "): it holds no record from that step on";
+  say("warning: metrics: %s; training goes on", write_failure_.c_str());
 }
 
 }  // namespace titan::train

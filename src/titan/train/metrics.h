@@ -44,6 +44,8 @@ class TensorBoardWriter {
   explicit TensorBoardWriter(const std::filesystem::path& dir);
   void scalar(const std::string& tag, double value, int64_t step);
   void flush();
+  bool good() const { return bool(out_); }
+  const std::filesystem::path& path() const { return path_; }
 
  private:
   void write_record(const std::string& data);
@@ -57,11 +59,19 @@ class MetricsLogger {
  public:
   MetricsLogger(const std::filesystem::path& dump_folder, bool tensorboard, bool is_logging_rank);
   void log(const StepMetrics& m);
+  // "" while every record was written; else which file stopped taking records at which step and
+  // why (a full disk, say). The run goes on: its checkpoints are what must not be lost.
+  const std::string& write_failure() const { return write_failure_; }
 
  private:
+  // Says once, when a write to `path` failed at `step`.
+  void check_written(bool ok, const std::filesystem::path& path, int64_t step);
+
   bool enabled_;
+  std::filesystem::path jsonl_path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;
+  std::string write_failure_;
 };
 
 // The trainer's measurements of each step: the step time (from begin_step), the allocator's peak

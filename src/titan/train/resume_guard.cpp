@@ -58,4 +58,28 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
   return "";
 }
 
+json resumable_settings(const JobConfig& c) {
+  return {{"optimizer.beta1", c.optimizer.beta1},
+          {"optimizer.beta2", c.optimizer.beta2},
+          {"optimizer.eps", c.optimizer.eps},
+          {"optimizer.weight_decay", c.optimizer.weight_decay},
+          {"training.max_norm", c.training.max_norm},
+          {"training.mixed_precision_param", c.training.mixed_precision_param},
+          {"training.load_balance", c.training.load_balance},
+          {"training.load_balance_coeff", c.training.load_balance_coeff},
+          {"training.seed", c.training.seed},
+          {"model.init", c.model.init}};
+}
+
+std::string changed_settings(const json& saved, const json& now) {
+  std::string out;
+  for (auto& [key, value] : now.items()) {
+    if (!saved.is_object() || !saved.contains(key) || saved[key] == value) continue;
+    out += (out.empty() ? "" : ", ") + key + " " + saved[key].dump() + " -> " + value.dump();
+    if (key == "training.seed" || key == "model.init")
+      out += " (no effect: the weights are the checkpoint's)";
+  }
+  return out;
+}
+
 }  // namespace titan::train

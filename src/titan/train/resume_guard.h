@@ -7,6 +7,7 @@
 
 #include "titan/data/loader.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/train/job_config.h"
 
 namespace titan::train {
 
@@ -22,5 +23,14 @@ void check_same_model_config(const nlohmann::json& saved, const qwen3::ModelArgs
 std::string restore_data_position(data::TokenLoader& loader, const nlohmann::json& train_state,
                                   const nlohmann::json& identity, bool restart_data_stream,
                                   const std::string& checkpoint);
+
+// The settings a resume may change on purpose, recorded in train_state.json ("settings") so that
+// the resume can say which ones it changed: optimizer betas, eps and weight decay, max_norm, the
+// compute dtype, the MoE balancing, and the seed and init scheme (which a resume leaves without
+// effect). The LR schedule and the global batch have checks of their own.
+nlohmann::json resumable_settings(const JobConfig& config);
+// "optimizer.weight_decay 0.1 -> 0.05, ..." for every setting of `now` that differs from `saved`
+// (one recorded by an older titan lacks some: those are not compared); "" when none differs.
+std::string changed_settings(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace titan::train

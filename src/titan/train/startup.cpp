@@ -84,12 +84,7 @@ DType resolve_compute_dtype(const JobConfig& c) {
   if (c.training.mixed_precision_param == "float32") return DType::F32;
   if (c.job.device == "cuda") return DType::BF16;  // tensor cores
   // bfloat16 means bf16 numerics on every CPU, so a run's losses do not depend on the machine it
-  // lands on; without bf16 instructions the GEMMs widen their inputs to f32 (about 20% slower than
-  // float32 compute on an AVX2-only AMD Zen3, measured on debugmodel), which the user is told.
-  const auto& cpu = cpu::cpu_info();
-  if (!cpu.avx512_bf16 && !cpu.amx_usable)
-    say("mixed precision: this CPU has neither AVX512-BF16 nor AMX, so bf16 GEMMs widen their inputs to "
-        "f32 (training.mixed_precision_param = \"float32\" runs faster here)");
+  // lands on; without bf16 instructions the GEMMs widen their inputs to f32 (start_up_report says so).
   return DType::BF16;
 }
 
@@ -300,6 +295,12 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
+  // Without bf16 instructions the bf16 GEMMs widen their inputs to f32: about 20% slower than
+  // float32 compute on an AVX2-only AMD Zen3 (measured on debugmodel).
+  if (job.device == Device::CPU && job.compute_dtype == DType::BF16 && !cpu::cpu_info().avx512_bf16 &&
+      !cpu::cpu_info().amx_usable)
+    say("mixed precision: this CPU has neither AVX512-BF16 nor AMX, so bf16 GEMMs widen their inputs to "
+        "f32 (training.mixed_precision_param = \"float32\" runs faster here)");
   if (const qwen3::Checkpointing ac = checkpointing_of(c.activation_checkpoint); ac.any()) {
     int64_t covered = 0;
     for (int64_t i = 0; i < a.n_layers; ++i) covered += ac.covers(i);

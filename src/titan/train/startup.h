@@ -33,7 +33,7 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& config);
 // job.device, checked to be present in this build and on this machine.
 Device resolve_device(const JobConfig& config);
 // The compute dtype: training.mixed_precision_param (bf16 on every CPU; where it has no bf16
-// arithmetic the GEMMs widen to f32, and the run says so).
+// arithmetic the GEMMs widen to f32, and start_up_report says so).
 DType resolve_compute_dtype(const JobConfig& config);
 
 // Micro-batches per optimizer step: training.global_batch_size over local_batch_size x the

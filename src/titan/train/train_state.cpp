@@ -10,6 +10,7 @@
 #include "titan/train/checkpoint_blocks.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
+#include "titan/train/native_model.h"
 #include "titan/train/step_profile.h"
 
 namespace titan::train {
@@ -107,8 +108,22 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
   } else if (!job.initial_native.empty()) {
     LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native);
     restore_whole_parameters(ck, state.model);
-    say("loaded native weights from %s (step %ld); optimizer and step start fresh", ck.dir.string().c_str(),
-        long(ck.step));
+    // The expert biases are part of how the trained model routes: they come with its weights.
+    std::string biases;
+    if (ck.train_state.contains("expert_bias")) {
+      const auto saved = ck.train_state["expert_bias"].get<std::vector<std::vector<double>>>();
+      if (!state.model.expert_bias().empty()) {
+        state.model.set_expert_bias_values(saved);
+        biases = " and its MoE expert biases";
+      } else if (const double largest = largest_expert_bias(saved); largest > 0) {
+        say("note: %s holds MoE expert biases (largest |bias| %.3g) that this run does not use: "
+            "training.load_balance = \"%s\" routes without them, so tokens may go to other experts than "
+            "in the run that saved it",
+            ck.dir.string().c_str(), largest, c.training.load_balance.c_str());
+      }
+    }
+    say("loaded native weights%s from %s (step %ld); optimizer and step start fresh", biases.c_str(),
+        ck.dir.string().c_str(), long(ck.step));
   } else {
     state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"
                                                           ? qwen3::InitScheme::Torchtitan

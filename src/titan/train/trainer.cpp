@@ -161,8 +161,15 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   Checkpointer checkpointer(cfg, plan);
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
+  for (const std::filesystem::path& d : checkpointer.damaged_step_dirs())
+    say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
+        "deleted; "
+        "a newer checkpoint is resumed)",
+        d.c_str());
   for (const std::filesystem::path& d : checkpointer.interrupted_step_dirs())
-    say("checkpoint: ignoring %s: a save that never finished (no COMMITTED marker); the next save removes it",
+    say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
+        "save "
+        "removes it",
         d.c_str());
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
   if (!checkpointer.resume_step()) resolve_initial_weights(cfg, job);
@@ -194,7 +201,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "every rank must read the same dataset files, byte for byte: on several hosts, "
         "the same copy at the same path");
   }
-  if (checkpointer.resume_step()) checkpointer.restore(state);
+  if (checkpointer.resume_step())
+    checkpointer.restore(state, job);
   else start_weights(state, cfg, job);
   if (state.step >= cfg.training.steps) {
     if (checkpointer.resume_step())
@@ -306,6 +314,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       counted(summary.steps_run, "step").c_str(), long(summary.last_step),
       summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens),
       summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
+  if (!logger.write_failure().empty()) say("warning: metrics: %s", logger.write_failure().c_str());
   return summary;
 }
 
