@@ -457,6 +457,20 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
   // training.steps is in the message but at its default: not listed.
   e = error_of([&] { parse("[lr_scheduler]\ntotal_steps = 2\n").validate(1); });
   EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2)"), std::string::npos) << e;
+  // titan train checks the values before it starts the communicator (MPI under a launcher), so a
+  // comm.* value is named the same way.
+  std::string out;
+  EXPECT_EQ(titan::testing::run_command(
+                titan::testing::titan_binary().string() + " train --config " +
+                    (titan::testing::source_dir() / "configs" / "debugmodel.toml").string() +
+                    " --comm.timeout_seconds=0",
+                &out),
+            1)
+      << out;
+  EXPECT_NE(
+      out.find("comm.timeout_seconds must be positive, got 0 (comm.timeout_seconds set on the command line)"),
+      std::string::npos)
+      << out;
 }
 
 // A key the job's other settings leave without effect gets a start-up note naming why, whether the

@@ -164,7 +164,7 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const int64_t peak1 = profile_training_step(args, at, Device::Meta).peak;
   EXPECT_EQ(largest_fitting_batch(args, shape, peak1 - 1).largest, 0);
   const std::string none = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(peak1 - 1), &rc);
-  ASSERT_EQ(rc, 0) << none;
+  ASSERT_EQ(rc, 3) << "a job that does not fit exits 3\n" << none;
   EXPECT_NE(none.find("fits: NO"), std::string::npos) << none;
   EXPECT_NE(none.find("largest local batch that fits: none"), std::string::npos) << none;
 }

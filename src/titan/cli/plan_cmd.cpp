@@ -132,7 +132,8 @@ int plan_main(int argc, char** argv) {
       : device == Device::CPU
           ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
-  if (p.peak <= available)
+  const bool fits = p.peak <= available;
+  if (fits)
     std::printf("fits: yes, peak %s of %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
                 available_source.c_str());
   else
@@ -177,7 +178,9 @@ int plan_main(int argc, char** argv) {
       "is not hidden\n",
       rank_tokens / step_fast, rank_tokens * double(plan.dp_size()) / step_fast,
       train::counted(plan.dp_size(), "rank").c_str(), rank_tokens / step_slow);
-  return 0;
+  // A script can branch on the answer (`titan plan ... && sbatch ...`): 3 (not 1, an error) when the job
+  // does not fit; the figures print either way.
+  return fits ? 0 : 3;
 }
 
 TITAN_COMMAND("plan", "will a job fit a data-parallel mesh: memory per rank (meta device), largest batch, step time",

@@ -25,6 +25,9 @@ int train_main(int argc, char** argv) {
   std::unique_ptr<dist::Communicator> world;
   try {
     cfg = train::load_job_config(a.config, a.overrides);
+    // The config's values first, before MPI starts: an error then ends each rank on its own, naming
+    // where the key was set, instead of an MPI abort (run_training checks again on the real world).
+    if (const std::optional<int> ranks = dist::launcher_world_size()) cfg.validate(*ranks);
     // MPI when started by mpirun / srun, else one process; NCCL over MPI for CUDA ranks.
     const Device device = cfg.job.device == "cuda" ? Device::CUDA : Device::CPU;
     world = dist::launch_communicator(cfg.comm.timeout_seconds, device);

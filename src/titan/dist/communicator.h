@@ -80,6 +80,9 @@ bool started_by_launcher();
 // This process' rank as the launcher numbered it (from its environment), before MPI is initialised:
 // for errors that stop a rank before the communicator exists. nullopt without a launcher.
 std::optional<int> launcher_rank();
+// The number of ranks the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), before
+// MPI is initialised; 1 without a launcher; nullopt under a launcher that does not say.
+std::optional<int> launcher_world_size();
 
 // The communicator of this process: MPI when a launcher started it (started_by_launcher), else a
 // world of one that needs no MPI at all.

@@ -211,6 +211,14 @@ std::optional<int> launcher_rank() {
   return std::nullopt;
 }
 
+std::optional<int> launcher_world_size() {
+  if (!started_by_launcher()) return 1;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* text = std::getenv(v))
+      if (std::optional<int64_t> n = parse_int(text); n && *n >= 1) return int(*n);
+  return std::nullopt;
+}
+
 std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device) {
   TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);
   if (!started_by_launcher()) return single_process_communicator();
