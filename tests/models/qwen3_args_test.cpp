@@ -1,6 +1,7 @@
 // ModelArgs from flavors, overrides and Hugging Face config.json (Hub and transformers-v5 spellings).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,37 @@ TEST(Qwen3Args, ExportedConfigKeepsTheSourcesSpecialTokenIds) {
   out = hf_config_from_args(native, "float32");
   EXPECT_TRUE(out["bos_token_id"].is_null());
   EXPECT_TRUE(out["eos_token_id"].is_null());
+}
+
+// The source's fields titan does not model (transformers' own config of the oracles: pad_token_id,
+// sliding_window, max_window_layers, layer_types, ...) go back into the export as they were, also
+// through a checkpoint's model_config; the file's dtype spellings and writer version are the
+// export's own; a per-layer list whose length no longer fits (n_layers overridden) is left out.
+TEST(Qwen3Args, ExportedConfigKeepsTheSourcesOtherFields) {
+  for (const char* oracle : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(oracle);
+    const std::string path = std::string(TITAN_SOURCE_DIR) + "/tests/fixtures/oracles/hf-transformers-5.17/" +
+                             oracle + "/config.json";
+    const nlohmann::json source = nlohmann::json::parse(std::ifstream(path));
+    const ModelArgs a = args_from_hf_config_file(path);
+    const nlohmann::json out = hf_config_from_args(a, "bfloat16");
+    for (auto& [key, value] : source.items()) {
+      if (key == "transformers_version") {
+        EXPECT_FALSE(out.contains(key)) << "titan is not transformers " << value;
+      } else if (key == "dtype") {
+        EXPECT_EQ(out[key], "bfloat16");
+      } else {
+        ASSERT_TRUE(out.contains(key)) << key;
+        EXPECT_EQ(out[key], value) << key;
+      }
+    }
+    // Through a checkpoint's model_config (written, read back, written again) they stay.
+    EXPECT_EQ(hf_config_from_args(args_from_hf_config(out, "model_config"), "bfloat16"), out);
+    ModelArgs fewer = a;
+    fewer.n_layers = 1;
+    fewer.mlp_only_layers.clear();
+    EXPECT_FALSE(hf_config_from_args(fewer, "float32").contains("layer_types"));
+  }
 }
 
 TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {

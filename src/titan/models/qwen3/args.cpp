@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "titan/core/check.h"
@@ -383,6 +384,17 @@ ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std
   } catch (const Error& e) {
     TITAN_FAIL(src, ": ", e.what());
   }
+  // What titan does not model, kept for the export: every field its own config.json lacks, less
+  // those that describe the file rather than the model (its dtype spellings, the writer's version,
+  // where it came from) or that titan refused above when set.
+  static const std::set<std::string> not_carried = {"torch_dtype",   "dtype",       "transformers_version",
+                                                    "_name_or_path", "auto_map",    "quantization_config",
+                                                    "rope_scaling",  "num_experts", "num_local_experts"};
+  const nlohmann::json ours = hf_config_from_args(a, "float32");
+  nlohmann::json extra = nlohmann::json::object();
+  for (auto& [key, value] : c.items())
+    if (!ours.contains(key) && !not_carried.count(key)) extra[key] = value;
+  if (!extra.empty()) a.hf_extra_fields_json = extra.dump();
   return a;
 }
 
@@ -439,6 +451,14 @@ nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype)
   }
   // The expert count in transformers v5's spelling too (the Hub's configs say num_experts).
   if (a.is_moe()) c["num_local_experts"] = a.num_experts;
+  // The source's fields titan does not model, where they still describe this model: a per-layer
+  // list of another length (the layer count was overridden) is left out.
+  if (!a.hf_extra_fields_json.empty()) {
+    const nlohmann::json extra = nlohmann::json::parse(a.hf_extra_fields_json);  // outlives the loop
+    for (auto& [key, value] : extra.items())
+      if (!c.contains(key) && !(value.is_array() && key == "layer_types" && int64_t(value.size()) != a.n_layers))
+        c[key] = value;
+  }
   return c;
 }
 

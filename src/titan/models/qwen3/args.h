@@ -34,6 +34,10 @@ struct ModelArgs {
   // The source config.json's bos_token_id and eos_token_id as JSON text (a number, a list or
   // "null"); empty for a native flavor. Not the model's math: carried to the exported config.json.
   std::string bos_token_id_json = "", eos_token_id_json = "";
+  // The source config.json's other fields that titan does not model (pad_token_id, sliding_window,
+  // max_window_layers, layer_types, ...), as a JSON object's text; empty for a native flavor. Not the
+  // model's math: carried to the exported config.json so that it keeps the source's fields.
+  std::string hf_extra_fields_json = "";
 
   bool is_moe() const { return num_experts > 0; }
   // transformers: sparse when not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
