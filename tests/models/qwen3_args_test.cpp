@@ -128,7 +128,14 @@ TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {
   expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "rope_scaling");
   c = hub_moe_config();
   c["hidden_act"] = "gelu";
-  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "hidden_act");
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); },
+                        "cfg.json: hidden_act \"gelu\" is not supported (only \"silu\")");
+  // An mlp_only_layers entry past the last layer is named as such (not as a list too long).
+  c = hub_moe_config();
+  c["num_hidden_layers"] = 1;
+  c["mlp_only_layers"] = {0, 5};
+  expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); },
+                        "mlp_only_layers entry 5 outside [0, 1)");
   c = hub_moe_config();
   c.erase("hidden_size");
   expect_error_mentions([&] { args_from_hf_config(c, "cfg.json"); }, "hidden_size");

@@ -336,7 +336,8 @@ ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
     TITAN_FAIL(src, ": rope_scaling is not supported (got ", c["rope_scaling"].dump(), ")");
   if (c.contains("hidden_act"))
-    TITAN_CHECK(c["hidden_act"] == "silu", src, ": hidden_act '", c["hidden_act"].dump(), "' is not supported (only silu)");
+    TITAN_CHECK(c["hidden_act"] == "silu", src, ": hidden_act ", c["hidden_act"].dump(),
+                " is not supported (only \"silu\")");
   TITAN_CHECK(!opt_bool("attention_bias", false), src, ": attention_bias=true is not supported by Qwen3");
   if (opt_bool("use_sliding_window", false)) TITAN_FAIL(src, ": use_sliding_window=true is not supported");
   for (const char* k : {"torch_dtype", "dtype"}) {

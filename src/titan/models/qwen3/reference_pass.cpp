@@ -8,13 +8,13 @@
 namespace titan::qwen3 {
 
 ReferencePass run_reference_pass(Qwen3Model& model, const Tensor& ids) {
-  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64, "reference pass: input_ids must be i64 [B, S], got ",
-              ids.str());
+  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64, "input_ids must be i64 [B, S], got ", ids.str());
   const int64_t B = ids.size(0), S = ids.size(1), V = model.args().vocab_size;
   const Tensor host_ids = ids.to(Device::CPU);  // the checks and the shift read the ids on the host
   const int64_t* id = host_ids.data<int64_t>();
   for (int64_t i = 0; i < B * S; ++i)
-    TITAN_CHECK(id[i] >= 0 && id[i] < V, "reference pass: token id ", id[i], " at position ", i, " outside [0, ", V, ")");
+    TITAN_CHECK(id[i] >= 0 && id[i] < V, "input_ids: token id ", id[i], " at [", i / S, ", ", i % S,
+                "] is outside the model's vocabulary [0, ", V, ")");
   // targets[b, s] = input_ids[b, s + 1]; the last position has none (transformers pads with -100).
   Tensor targets = Tensor::full({B, S}, -100.0, DType::I64);
   for (int64_t b = 0; b < B; ++b)

@@ -40,8 +40,13 @@ void check_size_bounds(const ModelArgs& a) {
                   " (sizes are bounded so that nothing overflows or is allocated before it is checked)");
   }
   TITAN_CHECK(a.n_layers > 0, "model args: n_layers must be positive, got ", a.n_layers);
+  // The list is bounded by the layer count; an entry out of range is the likelier mistake, so it is
+  // named first (the same words as ModelArgs::validate).
+  for (const int64_t l : a.mlp_only_layers)
+    TITAN_CHECK(l >= 0 && l < a.n_layers, "model args: mlp_only_layers entry ", l, " outside [0, ",
+                a.n_layers, ")");
   TITAN_CHECK(int64_t(a.mlp_only_layers.size()) <= a.n_layers, "model args: mlp_only_layers lists ",
-              a.mlp_only_layers.size(), " layers but the model has ", a.n_layers);
+              a.mlp_only_layers.size(), " layers (with repeats) but the model has ", a.n_layers);
 }
 
 int64_t narrow_size(__int128 value, const char* what) {

@@ -41,10 +41,12 @@ TITAN_REGISTER_OP_SPEC(
        const bool gpu_tensor_cores = device == Device::CUDA && dt == DType::BF16 && variant != "f32_math" &&
                                      (s[4] == 64 || s[4] == 128 || cudnn);
        if (variant == "bf16_probs" || gpu_tensor_cores) return Tolerance{1e-2, 1e-2, true};
-       return dt == DType::BF16 ? Tolerance{1e-4, 4e-3, true} : Tolerance{2e-5, 2e-5, true};
+       // bf16: each side rounds its f32 result once, so two results near a rounding boundary land
+       // one bf16 step apart: up to 2^-7 of the value.
+       return dt == DType::BF16 ? Tolerance{1e-4, 8e-3, true} : Tolerance{2e-5, 2e-5, true};
      },
-     "summation order; m = max(1, max\\|reference\\|) of each tensor; bf16 outputs rounded once; bf16_probs "
-     "rounds P and dS to bf16",
+     "summation order; m = max(1, max\\|reference\\|) of each tensor; bf16 outputs rounded once on each side "
+     "(one bf16 step, 2^-7, apart); bf16_probs rounds P and dS to bf16",
      {{1, 1, 2, 1, 8}, {2, 19, 4, 2, 16}, {1, 70, 2, 1, 25}}});
 
 }  // namespace
