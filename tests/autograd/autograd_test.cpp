@@ -1,7 +1,9 @@
+#include "titan/autograd/autograd.h"
+
 #include <gtest/gtest.h>
 
 #include "ops/op_test_util.h"
-#include "titan/autograd/autograd.h"
+#include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/linear/linear.h"
@@ -39,6 +41,37 @@ TEST(Autograd, NoGradRecordsNothing) {
     Tensor y = ops::add(x, x);
     EXPECT_FALSE(y.requires_grad());
   }
+  EXPECT_EQ(autograd::current_tape().size(), before);
+}
+
+// Two graphs recorded before either is back-propagated: each backward runs its own loss's nodes and
+// leaves the other's, so the gradients add up as in torch; a second backward of a loss is an error
+// instead of silently adding nothing.
+TEST(Autograd, TwoGraphsOnOneTapeAccumulateAndASecondBackwardIsRefused) {
+  Tensor x = random_tensor({1, 5}, DType::F64, 11).set_requires_grad(true);
+  Tensor wa = random_tensor({1, 5}, DType::F64, 12), wb = random_tensor({1, 5}, DType::F64, 13);
+  Tensor a = ops::linear(x, wa), b = ops::linear(x, wb);  // [1, 1] losses: d a / d x = wa
+  autograd::backward(a);
+  autograd::backward(b);
+  const auto gx = x.grad().to_vector(), va = wa.to_vector(), vb = wb.to_vector();
+  for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(gx[k], va[k] + vb[k], 1e-12);
+  EXPECT_EQ(autograd::current_tape().size(), 0u);
+  const std::string e = error_of([&] { autograd::backward(a); });
+  EXPECT_NE(e.find("back-propagated already"), std::string::npos) << e;
+}
+
+// A forward whose result is let go without a backward (an evaluation loop outside NoGradGuard)
+// does not keep its graph: the tape drops what no gradient can reach.
+TEST(Autograd, ForwardsWithoutBackwardDoNotGrowTheTape) {
+  Tensor x = random_tensor({2, 8}, DType::F32, 21).set_requires_grad(true);
+  Tensor w = random_tensor({8, 8}, DType::F32, 22).set_requires_grad(true);
+  const size_t before = autograd::current_tape().size();
+  for (int i = 0; i < 3000; ++i) {
+    Tensor y = ops::linear(ops::linear(x, w), w);  // 2 nodes, released with y
+    (void)y;
+  }
+  EXPECT_LE(autograd::current_tape().size(), before + 4096 + 2);
+  autograd::current_tape().prune_unreachable();
   EXPECT_EQ(autograd::current_tape().size(), before);
 }
 

@@ -1,5 +1,7 @@
 #include "titan/autograd/autograd.h"
 
+#include <algorithm>
+
 #include "titan/core/check.h"
 #include "titan/core/op_timeline.h"
 
@@ -32,6 +34,35 @@ TapeScope::TapeScope(Tape* tape) : prev_(t_tape) { t_tape = tape; }
 TapeScope::~TapeScope() { t_tape = prev_; }
 
 Tape& current_tape() { return t_tape ? *t_tape : t_default_tape; }
+
+void Tape::push(Node node) {
+  if (nodes_.size() >= prune_at_) {
+    prune_unreachable();
+    prune_at_ = std::max<size_t>(4096, 2 * nodes_.size());
+  }
+  nodes_.push_back(std::move(node));
+}
+
+void Tape::prune_unreachable() {
+  std::vector<bool> dropped(nodes_.size(), false);
+  // From the end: a dropped node releases its inputs' metas, which may leave an earlier node's
+  // outputs unheld in turn.
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    Node& node = nodes_[n];
+    const bool held = std::any_of(node.outputs.begin(), node.outputs.end(),
+                                  [](const std::weak_ptr<AutogradMeta>& w) { return !w.expired(); });
+    if (held) continue;
+    node = Node{};
+    dropped[n] = true;
+  }
+  size_t kept = 0;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (dropped[n]) continue;
+    if (kept != n) nodes_[kept] = std::move(nodes_[n]);  // (a vector moved onto itself empties)
+    ++kept;
+  }
+  nodes_.resize(kept);
+}
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
@@ -118,6 +149,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
   }
   NoGradGuard no_grad;  // backward closures must not record
   auto& nodes = tape.nodes();
+  std::vector<bool> ran(nodes.size(), false);
   for (size_t n = nodes.size(); n-- > 0;) {
     Node& node = nodes[n];
     std::vector<Tensor> gouts;
@@ -139,15 +171,40 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
         if (!node.inputs[i] || !gins[i].defined()) continue;
         accumulate_grad(*node.inputs[i], node.input_shapes[i], node.input_dtypes[i], gins[i]);
       }
+      ran[n] = true;
     }
-    node.backward = nullptr;  // release saved tensors as we go
+    // Release what the closure saved as we go; the inputs' metas stay until the walk is done (an
+    // earlier node reads its gradient from them).
+    if (ran[n]) node.backward = nullptr;
   }
-  tape.clear();
+  // What no gradient reached stays only while something may still need it: another graph recorded
+  // beside this one, whose loss is yet to be back-propagated.
+  size_t kept = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (ran[n]) continue;
+    if (kept != n) nodes[kept] = std::move(nodes[n]);
+    ++kept;
+  }
+  nodes.resize(kept);
+  tape.prune_unreachable();
   profiling::resume_backward_node();  // inside a recompute node: the rest of its span is its own
 }
 
 void backward(const Tensor& loss) {
   TITAN_CHECK(loss.numel() == 1, "backward: loss must have one element, got ", loss.str());
+  // A loss whose producing node is no longer on the tape was back-propagated already (or recorded
+  // on another tape): running the tape would add nothing, silently.
+  if (loss.requires_grad() && !loss.autograd_meta()->is_leaf) {
+    const AutogradMeta* meta = loss.autograd_meta().get();
+    const auto& nodes = current_tape().nodes();
+    const bool recorded = std::any_of(nodes.begin(), nodes.end(), [&](const Node& node) {
+      return std::any_of(node.outputs.begin(), node.outputs.end(),
+                         [&](const std::weak_ptr<AutogradMeta>& w) { return w.lock().get() == meta; });
+    });
+    TITAN_CHECK(recorded,
+                "backward: the graph of this loss is not on this thread's tape: it was back-propagated "
+                "already (run the forward again for another backward)");
+  }
   Tensor one = Tensor::full(loss.shape(), 1.0, grad_dtype(loss.dtype()), loss.device());
   backward(current_tape(), {loss}, {one});
 }

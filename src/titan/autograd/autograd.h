@@ -36,13 +36,20 @@ struct Node {
 
 class Tape {
  public:
-  void push(Node node) { nodes_.push_back(std::move(node)); }
+  // Appends a node. Whenever the tape has doubled since it was last pruned, the nodes no gradient
+  // can reach any more are dropped first (prune_unreachable): a forward whose result was let go
+  // without a backward (an evaluation outside NoGradGuard) does not hold its graph forever.
+  void push(Node node);
   size_t size() const { return nodes_.size(); }
   void clear() { nodes_.clear(); }
   std::vector<Node>& nodes() { return nodes_; }
+  // Drops every node whose outputs are all released (no tensor and no later node holds them): no
+  // gradient can reach it. Dropping one releases its inputs, so earlier nodes may follow.
+  void prune_unreachable();
 
  private:
   std::vector<Node> nodes_;
+  size_t prune_at_ = 4096;
 };
 
 bool grad_enabled();
@@ -88,9 +95,13 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 void record(std::string op, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
             BackwardFn backward);
 
-// Seeds d(loss)/d(loss) = 1 and runs the current tape back to the start; clears it.
+// Seeds d(loss)/d(loss) = 1 and runs the current tape back to the start. The nodes that ran (the
+// loss's graph) leave the tape; another graph recorded beside it stays for its own backward, so
+// forward A, forward B, backward(A), backward(B) accumulates both. A second backward of the same
+// loss is an error (its graph is gone), as in torch.
 void backward(const Tensor& loss);
-// Runs `tape` in reverse seeded with the given gradients of `outputs`; clears it.
+// Runs `tape` in reverse seeded with the given gradients of `outputs`; the nodes that ran, and those
+// no gradient can reach any more, leave it.
 void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs);
 
 // A backward hook: returns x itself (same storage, no copy) as a new tensor whose backward node

@@ -20,7 +20,9 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      TITAN_FAIL("shape ", shape_str(s), " has more elements than an int64 holds");
   return n;
 }
 

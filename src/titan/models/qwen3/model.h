@@ -38,6 +38,13 @@ class Qwen3Model {
   // `shard`: every block born sharded (nn::ParamBlock), for a data-parallel rank of a sharded plan.
   explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU,
                       nn::BlockShard shard = {});
+  // The parameters point into the model's own blocks, so a copy would point into the original's.
+  // A move keeps them valid for the moved-to model (the blocks' storage moves with it); the
+  // moved-from one is left unusable.
+  Qwen3Model(const Qwen3Model&) = delete;
+  Qwen3Model& operator=(const Qwen3Model&) = delete;
+  Qwen3Model(Qwen3Model&&) = default;
+  Qwen3Model& operator=(Qwen3Model&&) = delete;
 
   const ModelArgs& args() const { return args_; }
   DType compute_dtype() const { return compute_dtype_; }
