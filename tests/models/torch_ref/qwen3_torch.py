@@ -186,6 +186,11 @@ def moe_block(cfg, P, prefix, x, router_logits_out):
     if cfg.norm_topk:
         top_w = top_w / top_w.sum(dim=-1, keepdim=True)
     top_w = top_w.to(logits.dtype)
+    return experts_output(cfg, P, prefix, t, top_i, top_w).reshape(B, S, D)
+
+
+def experts_output(cfg, P, prefix, t, top_i, top_w):
+    """sum over each token's chosen experts of weight x SwiGLU expert, accumulated in expert order."""
     out = torch.zeros_like(t)
     for e in range(cfg.n_experts):
         token, slot = torch.where(top_i == e)
@@ -195,7 +200,7 @@ def moe_block(cfg, P, prefix, x, router_logits_out):
         y = swiglu_mlp(t[token], P(ep + "gate_proj.weight"), P(ep + "up_proj.weight"),
                        P(ep + "down_proj.weight"))
         out = out.index_add(0, token, y * top_w[token, slot, None])
-    return out.reshape(B, S, D)
+    return out
 
 
 def load_balancing_loss(cfg, router_logits):

@@ -141,16 +141,7 @@ class ExpertBias:
         top_w = probs.gather(1, top_i)
         if cfg.norm_topk:
             top_w = top_w / top_w.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(t)
-        for e in range(cfg.n_experts):
-            token, slot = torch.where(top_i == e)
-            if token.numel() == 0:
-                continue
-            ep = f"{prefix}experts.{e}."
-            y = qwen3_torch.swiglu_mlp(t[token], P(ep + "gate_proj.weight"), P(ep + "up_proj.weight"),
-                                       P(ep + "down_proj.weight"))
-            out = out.index_add(0, token, y * top_w[token, slot, None])
-        return out.reshape(B, S, D)
+        return qwen3_torch.experts_output(cfg, P, prefix, t, top_i, top_w).reshape(B, S, D)
 
     def update(self):
         """The optimizer pre-step hook: every layer's load of the whole step, then cleared."""
