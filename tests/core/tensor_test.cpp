@@ -38,6 +38,32 @@ TEST(Tensor, ReshapeOfNonContiguousIsAnErrorNamingShapes) {
   EXPECT_THROW(Tensor::zeros({2, 3}, DType::F32).reshape({4, 2}), Error);
 }
 
+// Bad shapes and dims: the error names the function called and the value as the caller wrote it.
+TEST(Tensor, BadShapesAndDimsAreErrorsNamingTheCallAndValue) {
+  auto message_of = [](auto&& make) -> std::string {
+    try {
+      make();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string negative = message_of([] { Tensor::from_vector(std::vector<float>(6), {-2, -3}); });
+  EXPECT_NE(negative.find("Tensor::from_vector: dimension 0 of shape [-2, -3] is negative"),
+            std::string::npos)
+      << negative;
+  const std::string count = message_of([] { Tensor::from_vector(std::vector<float>(5), {2, 3}); });
+  EXPECT_NE(count.find("5 values for shape [2, 3] of 6 elements"), std::string::npos) << count;
+  const std::string empty = message_of([] { Tensor::zeros({4, -1}, DType::F32); });
+  EXPECT_NE(empty.find("Tensor::empty: dimension 1 of shape [4, -1] is negative"), std::string::npos)
+      << empty;
+  const Tensor t = Tensor::zeros({2, 3}, DType::F32);
+  EXPECT_EQ(t.size(-1), 3);
+  EXPECT_EQ(t.size(-2), 2);
+  const std::string range = message_of([&] { t.size(-9); });
+  EXPECT_NE(range.find("size(-9) out of range for tensor f32[2, 3] of 2 dims"), std::string::npos) << range;
+}
+
 TEST(Tensor, DtypeConversionsRoundTrip) {
   Tensor t = Tensor::from_vector(std::vector<float>{1.0f, -2.5f, 3.140625f, 65504.0f}, {4});
   for (DType d : {DType::F64, DType::BF16, DType::F16, DType::I64}) {

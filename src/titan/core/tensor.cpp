@@ -26,6 +26,13 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+// Every way a tensor is made checks its shape here, so the error names the function the caller used.
+static void check_dims(const char* who, const Shape& shape) {
+  for (size_t i = 0; i < shape.size(); ++i)
+    TITAN_CHECK(shape[i] >= 0, who, ": dimension ", i, " of shape ", shape_str(shape), " is negative (",
+                shape[i], "); sizes are >= 0");
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape st(shape.size());
   int64_t acc = 1;
@@ -64,14 +71,14 @@ void Storage::materialize() {
 // ---------------------------------------------------------------- construction
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) TITAN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
+  check_dims("Tensor::empty", shape);
   Tensor t = released(shape, dtype, device);
   t.storage_->materialize();
   return t;
 }
 
 Tensor Tensor::released(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) TITAN_CHECK(d >= 0, "Tensor::released: negative dimension in shape ", shape_str(shape));
+  check_dims("Tensor::released", shape);
   Tensor t;
   t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
   t.shape_ = shape;
@@ -94,6 +101,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner, Device device) {
+  check_dims("Tensor::from_blob", shape);
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), device, std::move(owner));
   t.shape_ = shape;
@@ -122,21 +130,27 @@ void for_each_offset(const Shape& shape, const Shape& strides, F&& f) {
 void set_view_grad_recorder(ViewGradRecorder recorder) { g_view_grad_recorder = recorder; }
 
 Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, DType dtype) {
-  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  check_dims("Tensor::from_vector", shape);
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "Tensor::from_vector: ", v.size(),
+              " values for shape ", shape_str(shape), " of ", shape_numel(shape), " elements");
   Tensor t = empty(shape, dtype);
   for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), v[i]);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& v, const Shape& shape, DType dtype) {
-  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  check_dims("Tensor::from_vector", shape);
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "Tensor::from_vector: ", v.size(),
+              " values for shape ", shape_str(shape), " of ", shape_numel(shape), " elements");
   Tensor t = empty(shape, dtype);
   for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), v[i]);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& shape, DType dtype) {
-  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "from_vector: ", v.size(), " values for shape ", shape_str(shape));
+  check_dims("Tensor::from_vector", shape);
+  TITAN_CHECK(int64_t(v.size()) == shape_numel(shape), "Tensor::from_vector: ", v.size(),
+              " values for shape ", shape_str(shape), " of ", shape_numel(shape), " elements");
   Tensor t = empty(shape, dtype);
   for (size_t i = 0; i < v.size(); ++i) store_element(t.raw_data(), dtype, int64_t(i), double(v[i]));
   if (dtype == DType::I64) std::memcpy(t.raw_data(), v.data(), v.size() * 8);  // exact beyond 2^53
@@ -146,10 +160,11 @@ Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& shape, DT
 // ---------------------------------------------------------------- accessors
 
 int64_t Tensor::size(int64_t d) const {
-  int64_t nd = dim();
-  if (d < 0) d += nd;
-  TITAN_CHECK(d >= 0 && d < nd, "size(", d, ") out of range for tensor ", str());
-  return shape_[size_t(d)];
+  const int64_t nd = dim();
+  const int64_t wrapped = d < 0 ? d + nd : d;
+  TITAN_CHECK(wrapped >= 0 && wrapped < nd, "size(", d, ") out of range for tensor ", str(), " of ", nd,
+              " dims");
+  return shape_[size_t(wrapped)];
 }
 
 bool Tensor::is_contiguous() const {
