@@ -23,7 +23,8 @@
 #                              in OUT_DIR/<job>/profile_traces); it stays in the median's sample
 #   GPU_MODELS_AC=none         activation checkpointing mode for every job (none | selective | full)
 #   GPU_MODELS_GEMM_TFLOPS=X   the measured bf16 GEMM ceiling (cuda_gemm_bench), for a second MFU
-#   GPU_MODELS_JOB_LIMIT=600   seconds each job may run (a job past it is a FAILED row)
+#   GPU_MODELS_JOB_LIMIT=600   seconds each job may run (a job past it is a FAILED row: SIGTERM,
+#                              then SIGKILL 10 s later)
 #   PEER_JSON=FILE             a torch_compile.json measured in the same run, instead of the
 #                              2026-11-29 figures below
 # Exit status: non-zero when a job failed to run (a floor that is missed is reported, not fatal:
@@ -86,7 +87,9 @@ for name in $models; do
   fi
   echo "=== titan $name: --config $config $(job_args "$m")"
   # shellcheck disable=SC2046
-  timeout "${GPU_MODELS_JOB_LIMIT:-600}" "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
+  # --foreground: the job stays in this script's process group, so a limit on the script reaches it
+  # too; -k: titan train stops only at a step boundary on SIGTERM, which a hung kernel never reaches.
+  timeout --foreground -k 10 "${GPU_MODELS_JOB_LIMIT:-600}" "$titan" train --config "$config" $(job_args "$m") --training.seq_len=2048 --training.steps="$steps" \
     --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
     --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
     --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" \

@@ -2,7 +2,7 @@
 # Builds titan with the CUDA backend here (nvcc, no GPU needed) and packs what the GPU machine needs
 # into .gpu/bundle.tar.xz (kept under 60 MiB):
 #   bin/    titan, the CUDA test programs (tests/backend/cuda*_test.cpp), the CUDA benchmarks
-#   lib/    libtitan.so, libtitan_cuda.so (the CUDA backend, loaded on first use of device cuda)
+#   lib/    libtitan.so.MAJOR.MINOR, libtitan_cuda.so (the CUDA backend, loaded on first use of device cuda)
 #           and every shared library they load that the GPU machine may lack (oneDNN,
 #           OpenBLAS, OpenMP, MPI, ICU, PCRE2, toml++, ...), found with ldd. Left out: glibc's own
 #           libraries and the C++ runtime (every Linux with Python has them), and the CUDA
@@ -34,17 +34,21 @@ mkdir -p "$root/bin" "$root/lib" "$root/scripts" "$root/tests"
 cp "$build/bin/titan" "$root/bin/"
 for t in $tests; do cp "$build/tests/$t" "$root/bin/"; done
 for b in $benches; do cp "$build/bin/$b" "$root/bin/"; done
-cp "$build/src/titan/libtitan.so" "$build/src/titan/libtitan_cuda.so" "$root/lib/"
+# libtitan under its SONAME (libtitan.so.MAJOR.MINOR), the name the programs ask the loader for.
+titan_lib=$(objdump -p "$build/src/titan/libtitan.so" | awk '$1 == "SONAME" {print $2}')
+[ -n "$titan_lib" ] || { echo "gpu_bundle: libtitan.so has no SONAME" >&2; exit 1; }
+cp -L "$build/src/titan/libtitan.so" "$root/lib/$titan_lib"
+cp "$build/src/titan/libtitan_cuda.so" "$root/lib/"
 # Debug info is most of the size; the GPU machine needs symbols only for backtraces.
-strip --strip-debug "$root"/bin/* "$root"/lib/libtitan.so "$root"/lib/libtitan_cuda.so
+strip --strip-debug "$root"/bin/* "$root/lib/$titan_lib" "$root"/lib/libtitan_cuda.so
 
 # Shared libraries: everything ldd resolves, minus glibc, the C++ runtime and the CUDA libraries.
 skip='^(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux-x86-64|linux-vdso|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libcuda|libnvidia.*)\.so'
-for f in "$root"/bin/* "$root/lib/libtitan.so" "$root/lib/libtitan_cuda.so"; do
+for f in "$root"/bin/* "$root/lib/$titan_lib" "$root/lib/libtitan_cuda.so"; do
   ldd "$f" | awk '/=> \//{print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
-  [[ $name == libtitan.so || $name == libtitan_cuda.so ]] && continue
+  [[ $name == "$titan_lib" || $name == libtitan_cuda.so ]] && continue
   cp -L "$path" "$root/lib/$name"
 done
 

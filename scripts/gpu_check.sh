@@ -10,18 +10,24 @@
 #   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
 #   GPU_CHECK_SKIP_MODELS=1 bash .../gpu_check.sh     # everything but bench/gpu_models.sh
+#   GPU_CHECK_MODELS="0.6B MoE 4B"                    # the floors' jobs with the default kernels
+#   GPU_CHECK_MODELS_VARIANTS="0.6B+cudnn ..."        # the same with other kernels (after the tests)
 #   GPU_CHECK_PEER=1 bash .../gpu_check.sh            # also the peer (transformers, eager) in the same
 #                                                     # call, GPU_CHECK_PEER_BUDGET seconds (default 60)
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
 #   GPU_CHECK_LOG_DIR=/tmp/logs GPU_CHECK_ARCHIVE=$OUT/gpu_logs.tar.gz ...
 #                                                     # pack the logs, profiles and traces into one
 #                                                     # file (the device tool returns at most 8 files)
-#   GPU_CHECK_DEADLINE=560 bash .../gpu_check.sh      # seconds for the whole script (default 560,
-#                                                     # under the device tool's 600 s per call)
+#   GPU_CHECK_DEADLINE=530 bash .../gpu_check.sh      # seconds for the whole script (default 530:
+#                                                     # the device tool's 600 s per call, less the
+#                                                     # unpacking, the archive and kill grace)
 # The steps run in the order of what a short slot must not miss: the parity command, the speed
-# floors (with the GEMM ceiling they are measured against), the CUDA test programs, the debug
-# model on both devices, the other benchmarks. Every step's time limit is cut to what is left of
-# the deadline, and a step with under 15 s left is skipped, so the summary always prints.
+# floors with the default kernels (with the GEMM ceiling they are measured against), the CUDA test
+# programs, the debug model on both devices, the floors' jobs with the other kernel variants, the
+# other benchmarks. Every step's time limit is cut to what is left of the deadline, and a step with
+# under 15 s left is skipped, so the summary always prints. A step past its limit gets SIGTERM and,
+# 10 s later, SIGKILL (titan train stops at a step boundary on SIGTERM, which a hung kernel never
+# reaches).
 # Exit status: 0 when every step passed (skips count as passes only for the benchmarks).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +50,7 @@ export TITAN_TEST_SOURCE_DIR=$root TITAN_TEST_BINARY_DIR=$root
 summary=()
 failed=0
 started=$(date +%s)
-deadline=${GPU_CHECK_DEADLINE:-560}
+deadline=${GPU_CHECK_DEADLINE:-530}
 # step NAME LIMIT_SECONDS CMD...: runs CMD, logs its output, records PASS / FAIL / SKIP and the time.
 step() {
   local name=$1 limit=$2
@@ -54,16 +60,16 @@ step() {
     summary+=("$(printf '%-34s %-22s' "$name" "SKIP (deadline: ${left}s left)")")
     return
   fi
-  [ "$limit" -gt "$left" ] && limit=$left
+  [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))  # room for the SIGKILL grace
   local log=$logs/${name//[^A-Za-z0-9_.-]/_}.log start end rc status detail
   echo "=== $name: $*"
   start=$(date +%s.%N)
-  timeout "$limit" "$@" >"$log" 2>&1
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1
   rc=$?
   end=$(date +%s.%N)
   tail -n 40 "$log"
   if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; failed=1; fi
-  [ $rc -eq 124 ] && status="FAIL (timeout ${limit}s)"
+  { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && status="FAIL (timeout ${limit}s)"
   detail=""
   if grep -q '^\[==========\] .* ran\.' "$log"; then  # a GoogleTest program: count its tests
     local ok skipped bad
@@ -86,21 +92,21 @@ step() {
 }
 
 echo "=== machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || failed=1
+timeout -k 5 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || failed=1
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-"$root/bin/titan" version --cuda || failed=1  # loads the CUDA backend: its runtime, driver and GPUs
-missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so "$root"/lib/libtitan_cuda.so 2>/dev/null | grep 'not found' | sort -u)
+timeout -k 5 60 "$root/bin/titan" version --cuda || failed=1  # loads the CUDA backend: its runtime, driver and GPUs
+missing=$(ldd "$root"/bin/* "$root"/lib/libtitan.so.* "$root"/lib/libtitan_cuda.so 2>/dev/null | grep 'not found' | sort -u)
 if [ -n "$missing" ]; then
   echo "missing libraries:"; echo "$missing"; failed=1
 fi
 
-parity_help=$("$root/bin/titan" kernels parity --help 2>&1)
+parity_help=$(timeout -k 5 60 "$root/bin/titan" kernels parity --help 2>&1)
 if grep -q -- '--device' <<<"$parity_help"; then
   # One process per op: a kernel fault (sticky for the CUDA context) then costs one op's lines, not
   # every op after it.
   # (`index`, the i64 argument scans, runs under no floating dtype: cuda_ops_test checks it.) No CUDA
   # op listed means the backend did not load: a FAIL, never a pass over nothing.
-  cuda_ops=$("$root/bin/titan" kernels list 2>/dev/null | awk '$3 == "cuda" && $1 != "index" {print $1}' | sort -u)
+  cuda_ops=$(timeout -k 5 60 "$root/bin/titan" kernels list 2>/dev/null | awk '$3 == "cuda" && $1 != "index" {print $1}' | sort -u)
   # shellcheck disable=SC2086
   step "titan kernels parity --device cuda" 180 bash -c '
     titan=$1; shift
@@ -120,18 +126,29 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -x "$root/bin/cuda_gemm_bench" ]; the
 fi
 
 # The speed floors: the peer's three jobs (0.6B, MoE, 4B) trained by titan on the GPU, with MFU also
-# against the bf16 GEMM ceiling cuda_gemm_bench just measured.
+# against the bf16 GEMM ceiling cuda_gemm_bench just measured. The default kernels first; the same
+# jobs with the other kernel variants (+cudnn, +mma) after the tests, while time is left.
+# models_step NAME JOBS LIMIT: one run of bench/gpu_models.sh; its table is added to models_table.
 models_table=""
+models_step() {
+  local name=$1 jobs=$2 limit=$3 log table
+  step "$name" "$limit" env GPU_MODELS="$jobs" GPU_MODELS_JOB_LIMIT=90 CUDNN_LOGLEVEL_DBG=1 \
+    CUDNN_LOGDEST_DBG="$logs/cudnn_${name//[^A-Za-z0-9_.-]/_}_errors.log" bash "$root/bench/gpu_models.sh" \
+    "$root/bin/titan" "$logs/gpu_models"
+  log=$logs/${name//[^A-Za-z0-9_.-]/_}.log
+  [ -f "$log" ] || return 0
+  table=$(sed -n '/^--- titan on the GPU/,$p' "$log")
+  # Cut short by its limit: the rows of the jobs it finished.
+  [ -z "$table" ] && table=$(printf -- '--- titan on the GPU (%s cut short; the jobs that ran)\n' "$name"; \
+    sed -n 's/^row: //p' "$log")
+  models_table+="$table"$'\n'
+}
+run_models=""
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; then
+  run_models=1
   gemm=$(awk '/gemm bf16 8192\^3/{print $(NF-1)}' "$logs/cuda_gemm_bench.log" 2>/dev/null | tail -1)
   export GPU_MODELS_GEMM_TFLOPS=${gemm:-0}
-  step "bench/gpu_models.sh" 400 env GPU_MODELS_JOB_LIMIT=120 CUDNN_LOGLEVEL_DBG=1 \
-    CUDNN_LOGDEST_DBG="$logs/cudnn_gpu_models_errors.log" bash "$root/bench/gpu_models.sh" \
-    "$root/bin/titan" "$logs/gpu_models"
-  models_table=$(sed -n '/^--- titan on the GPU/,$p' "$logs/bench_gpu_models.sh.log")
-  # Cut short by its limit: the rows of the jobs it finished.
-  [ -z "$models_table" ] && models_table=$(printf -- '--- titan on the GPU (cut short; the jobs that ran)\n'; \
-    sed -n 's/^row: //p' "$logs/bench_gpu_models.sh.log")
+  models_step "gpu_models default kernels" "${GPU_CHECK_MODELS:-0.6B MoE 4B}" 240
 fi
 
 # The cases of the kernels never yet run on a GPU (named *Mma*: the mma_sync kernels; *Cudnn*: cuDNN's
@@ -163,6 +180,9 @@ step "train debugmodel cpu (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" 
   --job.dump_folder="$logs/train_cpu"
 losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" | sort -k1,1) \
               <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" | sort -k1,1) 2>/dev/null | sort -n)
+
+[ -n "$run_models" ] &&
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn}" 300
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do
@@ -197,7 +217,7 @@ for f in "${bench_tables[@]}"; do
   cat "$f"
 done
 [ -n "$peer_table" ] && { echo "--- peer in this call (transformers 5.17, bf16 autocast)"; echo "$peer_table"; }
-[ -n "$models_table" ] && echo "$models_table"
+[ -n "$models_table" ] && printf '%s' "$models_table"
 if [ -n "$losses" ]; then
   echo "--- debugmodel losses (step, cpu, cuda)"
   echo "$losses"
@@ -206,6 +226,6 @@ if [ -n "${GPU_CHECK_ARCHIVE:-}" ]; then
   tar -C "$logs" -czf "$GPU_CHECK_ARCHIVE" . && echo "logs, profiles and traces: $GPU_CHECK_ARCHIVE ($(du -h "$GPU_CHECK_ARCHIVE" | cut -f1))"
 fi
 echo
-echo "=== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+echo "=== gpu_check summary ($(timeout -k 5 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 printf '%s\n' "${summary[@]}"
 exit $failed

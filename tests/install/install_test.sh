@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs titan from BUILD_DIR into a fresh prefix, builds examples/train_debugmodel against the
-# installed package only (find_package(titan), titan::titan), runs it, and checks that it trained.
+# installed package only (find_package(titan), titan::titan), runs it, and checks that it trained;
+# then builds it against the build tree's package (-Dtitan_DIR=BUILD_DIR) and checks what it loads.
 # usage: install_test.sh SOURCE_DIR BUILD_DIR WORK_DIR CXX_COMPILER
 set -euo pipefail
 src=$1 build=$2 work=$3 cxx=$4
@@ -38,6 +39,26 @@ cmake --build "$work/example" >"$work/build.log"
 libs=$(ldd "$work/example/train_debugmodel")
 grep -q "$prefix/.*libtitan.so" <<<"$libs" ||
   { echo "FAIL: the example does not load the installed libtitan.so"; echo "$libs"; exit 1; }
+
+# The consumer sees titan's dependencies only where titan's public headers need them: no OpenMP,
+# MPI, oneDNN or OpenBLAS flags or include folders (libtitan keeps them to itself).
+if grep -qE -- '-fopenmp|openmpi|dnnl|openblas' "$work/example/build.ninja"; then
+  echo "FAIL: titan::titan hands the example a private dependency:"
+  grep -oE -- '-fopenmp|[^ ]*openmpi[^ ]*|[^ ]*dnnl[^ ]*|[^ ]*openblas[^ ]*' "$work/example/build.ninja" | sort -u
+  exit 1
+fi
+# libtitan carries a versioned SONAME, and the example asks for it.
+soname=$(objdump -p "$work/example/train_debugmodel" | awk '$1 == "NEEDED" && $2 ~ /^libtitan\.so/ {print $2}')
+[[ $soname =~ ^libtitan\.so\.[0-9]+\.[0-9]+$ ]] ||
+  { echo "FAIL: the example needs '$soname', not libtitan.so.MAJOR.MINOR"; exit 1; }
+
+# The build tree is a package too (-Dtitan_DIR=BUILD_DIR), without installing.
+cmake -S "$src/examples/train_debugmodel" -B "$work/example_build_tree" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER="$cxx" -Dtitan_DIR="$build" >"$work/configure_build_tree.log"
+cmake --build "$work/example_build_tree" >"$work/build_build_tree.log"
+libs=$(ldd "$work/example_build_tree/train_debugmodel")
+grep -q "$build/.*libtitan.so" <<<"$libs" ||
+  { echo "FAIL: the build-tree example does not load the build's libtitan.so"; echo "$libs"; exit 1; }
 
 TITAN_ASSETS_DIR="$src/assets" "$work/example/train_debugmodel" 6 | tee "$work/run.log"
 steps=$(grep -c '^step ' "$work/run.log")

@@ -9,7 +9,7 @@ if(TITAN_FUZZ)
   find_program(TITAN_CLANGXX NAMES clang++ clang++-16 clang++-15 clang++-14)
   set(_fuzz_ok FALSE)
   if(TITAN_CLANGXX)
-    set(_probe_dir ${CMAKE_BINARY_DIR}/fuzz_probe)
+    set(_probe_dir ${PROJECT_BINARY_DIR}/fuzz_probe)
     file(WRITE ${_probe_dir}/probe.cpp
       "#include <cstdint>\n#include <cstddef>\n"
       "extern \"C\" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n")
@@ -23,34 +23,34 @@ if(TITAN_FUZZ)
   endif()
 
   if(_fuzz_ok)
-    set(_fuzzer ${CMAKE_BINARY_DIR}/bin/safetensors_header_fuzzer)
+    set(_fuzzer ${PROJECT_BINARY_DIR}/bin/safetensors_header_fuzzer)
     set(_fuzz_sources
-      ${CMAKE_SOURCE_DIR}/tests/fuzz/safetensors_header_fuzzer.cpp
-      ${CMAKE_SOURCE_DIR}/src/titan/io/safetensors.cpp
-      ${CMAKE_SOURCE_DIR}/src/titan/io/atomic_file.cpp
-      ${CMAKE_SOURCE_DIR}/src/titan/core/check.cpp
-      ${CMAKE_SOURCE_DIR}/src/titan/core/dtype.cpp)
+      ${PROJECT_SOURCE_DIR}/tests/fuzz/safetensors_header_fuzzer.cpp
+      ${PROJECT_SOURCE_DIR}/src/titan/io/safetensors.cpp
+      ${PROJECT_SOURCE_DIR}/src/titan/io/atomic_file.cpp
+      ${PROJECT_SOURCE_DIR}/src/titan/core/check.cpp
+      ${PROJECT_SOURCE_DIR}/src/titan/core/dtype.cpp)
     set(_fuzz_headers
-      ${CMAKE_SOURCE_DIR}/src/titan/io/safetensors.h
-      ${CMAKE_SOURCE_DIR}/src/titan/io/atomic_file.h
-      ${CMAKE_SOURCE_DIR}/src/titan/core/check.h
-      ${CMAKE_SOURCE_DIR}/src/titan/core/dtype.h)
+      ${PROJECT_SOURCE_DIR}/src/titan/io/safetensors.h
+      ${PROJECT_SOURCE_DIR}/src/titan/io/atomic_file.h
+      ${PROJECT_SOURCE_DIR}/src/titan/core/check.h
+      ${PROJECT_SOURCE_DIR}/src/titan/core/dtype.h)
     add_custom_command(
       OUTPUT ${_fuzzer}
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/bin
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/bin
       COMMAND ${TITAN_CLANGXX} -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-              -Wno-unknown-pragmas -I${CMAKE_SOURCE_DIR}/src ${_fuzz_sources} -o ${_fuzzer}
+              -Wno-unknown-pragmas -I${PROJECT_SOURCE_DIR}/src ${_fuzz_sources} -o ${_fuzzer}
       DEPENDS ${_fuzz_sources} ${_fuzz_headers}
       COMMENT "Building libFuzzer target safetensors_header_fuzzer with ${TITAN_CLANGXX}"
       VERBATIM)
     add_custom_target(safetensors_header_fuzzer ALL DEPENDS ${_fuzzer})
 
     # New corpus entries go to a scratch folder in the build tree; the committed seeds stay read-only.
-    set(_corpus ${CMAKE_BINARY_DIR}/test_tmp/safetensors_fuzz_corpus)
+    set(_corpus ${PROJECT_BINARY_DIR}/test_tmp/safetensors_fuzz_corpus)
     set(_fuzz_run "rm -rf '${_corpus}' && mkdir -p '${_corpus}' && exec '${_fuzzer}'")
     string(APPEND _fuzz_run " -max_total_time=${TITAN_FUZZ_SECONDS} -rss_limit_mb=2048 -max_len=4096")
     string(APPEND _fuzz_run " -print_final_stats=1 -artifact_prefix='${_corpus}/'")
-    string(APPEND _fuzz_run " '${_corpus}' '${CMAKE_SOURCE_DIR}/tests/fixtures/io/fuzz_seeds'")
+    string(APPEND _fuzz_run " '${_corpus}' '${PROJECT_SOURCE_DIR}/tests/fixtures/io/fuzz_seeds'")
     add_test(NAME safetensors_header_fuzz COMMAND sh -c "${_fuzz_run}")
     set_tests_properties(safetensors_header_fuzz PROPERTIES TIMEOUT 300)
   else()

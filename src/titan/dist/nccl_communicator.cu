@@ -210,7 +210,12 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);  // released once the wait is resolved
-    check_nccl(call(), what.c_str());
+    try {
+      check_nccl(call(), what.c_str());
+    } catch (...) {
+      cudaEventDestroy(done);
+      throw;
+    }
     check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
     return std::make_unique<NcclHandle>(*this, done, caller, std::move(what));
   }

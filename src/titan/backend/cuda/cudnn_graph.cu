@@ -71,9 +71,10 @@ const Api& loaded_api() {
 // A titan::Error naming the call, cuDNN's status and its last error message.
 void check(cudnnStatus_t st, const std::string& what) {
   if (st == CUDNN_STATUS_SUCCESS) return;
+  const Api& a = loaded_api();  // a status came back, so the library is there
   char message[1024] = {0};
-  api().get_last_error_string(message, sizeof(message));
-  TITAN_FAIL("cuDNN: ", what, " failed: ", api().get_error_string(st), message[0] ? " (" : "",
+  a.get_last_error_string(message, sizeof(message));
+  TITAN_FAIL("cuDNN: ", what, " failed: ", a.get_error_string(st), message[0] ? " (" : "",
              message, message[0] ? ")" : "",
              "; CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr makes cuDNN say more");
 }

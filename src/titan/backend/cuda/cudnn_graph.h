@@ -57,7 +57,8 @@ class Desc {
  public:
   Desc() = default;
   Desc(cudnnBackendDescriptorType_t type, std::string what) : what_(std::move(what)) {
-    check(api().create_descriptor(type, &d_), "creating " + what_);
+    // loaded_api: without cuDNN this is an error naming why, not a call through a null pointer.
+    check(loaded_api().create_descriptor(type, &d_), "creating " + what_);
   }
   ~Desc() {
     if (d_) api().destroy_descriptor(d_);
