@@ -503,6 +503,26 @@ TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
+// A rank that never starts titan (here `sleep`, as a host that stops answering before MPI starts):
+// the others wait in MPI_Init, where no collective's timeout reaches; after comm.timeout_seconds
+// they stop naming why, and the launcher ends the job (`timeout 300` bounds the test if not).
+TEST(DataParallelFaults, ARankThatNeverStartsMpiEndsTheJobAfterTheTimeout) {
+  const fs::path dump = tt::temp_dir("dist_init_stall_" + std::to_string(getpid()));
+  std::string out;
+  const int rc = tt::run_command(
+      "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 "
+      "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
+          train_command(tiny(dump, 2, {{"comm.timeout_seconds", "3"}})) + " : -np 1 sleep 600",
+      &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(rc, 124) << "the job outlived timeout 300: " << out;
+  EXPECT_NE(out.find("titan: error: comm: rank 0: MPI_Init over 2 ranks did not complete within 3 s "
+                     "(comm.timeout_seconds)"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
 TEST(DataParallel, RanksReadingDifferentDataStopNamingTheFileAndTheRank) {
   // One config (dataset_path relative), two working folders: rank 1's data.jsonl is another copy,
   // as a stale file at the same path on another host would be.

@@ -3,7 +3,10 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "titan/core/check.h"
@@ -196,6 +199,46 @@ class Mpi final : public Communicator {
   MPI_Op bf16_sum_, bf16_max_;
 };
 
+// MPI_Init waits for every rank of the job to start: a rank that never does (a host that stops
+// answering, a process stopped in its first second) would keep the others there forever, where no
+// collective's timeout can reach. This watchdog ends the process after comm.timeout_seconds,
+// naming why; the launcher then ends the whole job, as for a rank that died.
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(double timeout_seconds) {
+    thread_ = std::thread([this, timeout_seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [this] { return done_; }))
+        return;
+      const std::optional<int> rank = launcher_rank();
+      const std::optional<int> ranks = launcher_world_size();
+      std::fprintf(stderr,
+                   "titan: error: comm: rank %s: MPI_Init over %s ranks did not complete within %g s "
+                   "(comm.timeout_seconds): a rank did not start, or stopped answering, before MPI started\n",
+                   rank ? std::to_string(*rank).c_str() : "?", ranks ? std::to_string(*ranks).c_str() : "?",
+                   timeout_seconds);
+      std::fflush(stderr);
+      std::_Exit(1);  // the main thread is inside MPI_Init: nothing can unwind it
+    });
+  }
+  ~InitWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_one();
+    thread_.join();
+  }
+  InitWatchdog(const InitWatchdog&) = delete;
+  InitWatchdog& operator=(const InitWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 bool started_by_launcher() {
@@ -223,8 +266,11 @@ std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device
   TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);
   if (!started_by_launcher()) return single_process_communicator();
   int provided = 0;
-  // Only the main thread calls MPI (OpenMP threads compute between collectives).
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  {
+    InitWatchdog watchdog(timeout_seconds);
+    // Only the main thread calls MPI (OpenMP threads compute between collectives).
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
   TITAN_CHECK(provided >= MPI_THREAD_FUNNELED, "comm: the MPI library does not support MPI_THREAD_FUNNELED");
   // Errors come back as codes only where we check them; a failed collective must stop the job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
