@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 
 #include "test_util.h"
@@ -885,14 +887,15 @@ TEST(ResumeGuard, AChangedGlobalBatchIsSaid) {
   EXPECT_NE(out.find("set training.global_batch_size = 4 to keep it"), std::string::npos) << out;
 }
 
-// A dataset that ends is read again from its start, and the log says so once per epoch.
-TEST(DataEpochs, ARepeatedDatasetIsSaidInTheLog) {
+// A dataset that ends is read again from its start, and the log says so: the first time in full,
+// then at each doubling of the epoch, and the summary says how many epochs were read.
+TEST(DataEpochs, ARepeatedDatasetIsSaidInTheLogWithoutALinePerEpoch) {
   const fs::path dump = temp_dir("guard_epochs");
-  write_corpus_prefix(dump / "small.jsonl", 2 << 10);  // ~2 KiB: a few hundred tokens, one step's worth
+  write_corpus_prefix(dump / "small.jsonl", 1 << 9);  // ~0.5 KiB: about one step's tokens
   std::string out;
   ASSERT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
                             cli_args(tiny_job(dump / "run",
-                                              {{"training.steps", "4"},
+                                              {{"training.steps", "8"},
                                                {"validation.enable", "false"},
                                                {"training.dataset_path", (dump / "small.jsonl").string()}})),
                         &out),
@@ -900,4 +903,22 @@ TEST(DataEpochs, ARepeatedDatasetIsSaidInTheLog) {
       << out;
   EXPECT_NE(out.find("data: the dataset ended during step "), std::string::npos) << out;
   EXPECT_NE(out.find(": epoch 1 began, the same documents again"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m,
+                                std::regex("data: the stream ended in epoch ([0-9]+): the dataset was read "
+                                           "through ([0-9]+) times?")))
+      << out;
+  const int64_t last = std::stoll(m[1]);
+  EXPECT_EQ(std::stoll(m[2]), last);
+  ASSERT_GE(last, 4) << "the dataset should be read several times over in 8 steps: " << out;
+  int64_t lines = 1;  // the first, in full
+  const std::regex later("data: epoch ([0-9]+) began during step");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), later); it != std::sregex_iterator();
+       ++it, ++lines) {
+    const int64_t e = std::stoll((*it)[1]);
+    EXPECT_EQ(e & (e - 1), 0) << "epoch " << e << " said: only powers of two are";
+    EXPECT_LE(e, last);
+  }
+  // At most epochs 1, 2, 4, ... up to the last (a step that begins several says the newest power).
+  EXPECT_LE(lines, int64_t(std::bit_width(uint64_t(last)))) << out;
 }

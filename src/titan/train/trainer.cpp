@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -244,6 +245,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   TrainSummary summary;
   auto data_epoch = [&] { return state.loader.state().at("epoch").get<uint64_t>(); };
   uint64_t epoch = data_epoch();
+  bool epoch_explained = false;  // the first re-read of this invocation is said in full
   while (state.step < cfg.training.steps) {
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
     if (int sig = int(plan.max_over_ranks(signals.received()))) {
@@ -264,11 +266,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     state.sharding.reset_stats();
     const StepResult r = train_step.run(state);
     profiler.step_ran();
-    if (data_epoch() > epoch) {
-      epoch = data_epoch();
-      say("data: the dataset ended during step %ld: epoch %lu began, the same documents again (torchtitan "
-          "re-loops likewise)",
-          long(state.step), static_cast<unsigned long>(epoch));
+    if (const uint64_t now = data_epoch(); now > epoch) {
+      // The first re-read in full; after it one line at each doubling, so a dataset far smaller than
+      // the run does not fill the log (the summary says how many epochs were read in all).
+      const uint64_t said = std::bit_floor(now);
+      if (!epoch_explained)
+        say("data: the dataset ended during step %ld: epoch %lu began, the same documents again (torchtitan "
+            "re-loops likewise)",
+            long(state.step), static_cast<unsigned long>(now));
+      else if (said > epoch)
+        say("data: epoch %lu began during step %ld (said again at epoch %lu)",
+            static_cast<unsigned long>(said), long(state.step), static_cast<unsigned long>(2 * said));
+      epoch = now;
+      epoch_explained = true;
     }
     meter.set_batch_hash(r.batch_hash);
     if (state.sharding.active())
@@ -310,6 +320,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   char final_loss[48] = "no final loss";
   if (summary.steps_run > 0)
     std::snprintf(final_loss, sizeof final_loss, "final loss %.4f", summary.final_loss);
+  if (epoch > 0)
+    say("data: the stream ended in epoch %lu: the dataset was read through %s",
+        static_cast<unsigned long>(epoch), counted(int64_t(epoch), "time").c_str());
   say("summary: %s (last step %ld)%s, %s, %s, %ld tokens, %.1f s%s",
       counted(summary.steps_run, "step").c_str(), long(summary.last_step),
       summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens),
