@@ -3,6 +3,7 @@
 // and the training rows fail with the reason (they ship no tokenizer); a checkpoint missing a tensor
 // fails the model row, naming the key.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -230,4 +231,32 @@ TEST(Check, AKernelRuleThatCouldNeverApplyFailsTheKernelsRow) {
             std::string::npos)
       << r.rows["kernels"];
   EXPECT_NE(r.out.find("titan check: "), std::string::npos) << r.out;
+}
+
+// The check's runs write under its work folder, so its checkpoint row also probes the job's own
+// folders: a checkpoint.folder that `titan train` could not create (here under a regular file)
+// fails the row naming the key, and nothing is left in the job's dump folder.
+TEST(Check, ACheckpointFolderTheJobCouldNotCreateFailsTheCheckpointRow) {
+  const fs::path dir = tt::temp_dir("check_folders_" + std::to_string(getpid()));
+  std::ofstream(dir / "a_file") << "not a folder\n";
+  const fs::path toml = dir / "job.toml";
+  std::ofstream(toml) << "[training]\nseq_len = 64\nlocal_batch_size = 2\n";
+  CheckRun r =
+      titan_check("--config " + toml.string() +
+                      " --model.n_layers=1 --model.dim=64 --model.n_heads=2 "
+                      "--model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=128 --job.dump_folder=" +
+                      (dir / "dump").string() +
+                      " --checkpoint.enable=true --checkpoint.folder=" + (dir / "a_file" / "ck").string(),
+                  dir / "check.json");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  ASSERT_TRUE(r.rows.count("checkpoint")) << r.out;
+  const std::string value = r.rows["checkpoint"].at("value");
+  EXPECT_EQ(r.rows["checkpoint"].at("status"), "FAIL") << value;
+  EXPECT_NE(value.find("checkpoint.folder: '" + (dir / "a_file").string() + "' is not a folder"),
+            std::string::npos)
+      << value;
+  EXPECT_EQ(value.find("job.dump_folder"), std::string::npos) << value;  // that one can be created
+  EXPECT_FALSE(fs::exists(dir / "dump"));                                // probed, not created
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3)
+      << "a_file, job.toml, check.json";
 }

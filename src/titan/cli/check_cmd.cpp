@@ -11,7 +11,8 @@
 //   loaded/random the first-step loss with the checkpoint's weights is clearly below a random init's
 //   kernels       parity of every [kernels] substitution against the reference, forward and backward
 //   timing        warm-up step and sustained throughput, MFU
-//   checkpoint    save, reload, one more step: loss and weights equal to the uninterrupted run's
+//   checkpoint    save, reload, one more step: loss and weights equal to the uninterrupted run's;
+//                 the job's own dump and checkpoint folders can be created and written
 // The training rows run the trainer itself (train::run_training) on the config with a few overrides
 // (a few steps, deterministic, its own dump folder), so they check the job as `titan train` runs it.
 #include <fcntl.h>
@@ -43,6 +44,7 @@
 #include "titan/models/qwen3/model.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/checkpointer.h"
 #include "titan/train/job_config.h"
 #include "titan/train/startup.h"
 #include "titan/train/trainer.h"
@@ -107,6 +109,22 @@ fs::path hf_checkpoint_of(const train::JobConfig& c) {
   if (!c.checkpoint.initial_load_in_hf) return {};
   return c.checkpoint.initial_load_path.empty() ? fs::path(c.model.hf_assets_path)
                                                 : fs::path(c.checkpoint.initial_load_path);
+}
+
+// The check's runs write under its work folder, not the job's: whether the job itself could write
+// its folders is probed here, by creating a temporary folder where the job's would go (in it when
+// it exists, else in its nearest existing parent) and removing it at once. "" when it can.
+std::string unwritable_reason(const fs::path& folder) {
+  std::error_code ec;
+  fs::path at = fs::absolute(folder, ec);
+  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  if (!fs::is_directory(at, ec)) return "'" + at.string() + "' is not a folder";
+  std::string probe = (at / ".titan-check-XXXXXX").string();
+  if (!mkdtemp(probe.data()))
+    return "cannot create '" + folder.string() + "' (a folder in '" + at.string() +
+           "': " + std::strerror(errno) + ")";
+  fs::remove(probe, ec);
+  return "";
 }
 
 // A fixed batch of token ids (no tokenizer needed: the model rows work on any checkpoint).
@@ -428,7 +446,7 @@ int check_main(int argc, char** argv) {
   {
     const std::string rule = "save at step " + std::to_string(steps - 1) +
                              ", reload, one more step: loss and saved weights and moments bit-equal to the "
-                             "uninterrupted run's";
+                             "uninterrupted run's; the job's dump and checkpoint folders can be written";
     if (!u_error.empty()) {
       add({"checkpoint", "FAIL", u_error, rule});
     } else {
@@ -446,9 +464,20 @@ int check_main(int argc, char** argv) {
           same_files &= train::file_checksum(u_dump / "checkpoint" / last / f) ==
                         train::file_checksum(r_dump / "checkpoint" / last / f);
         const double lu = ru->at("loss"), lr = rr->at("loss");
-        add({"checkpoint", lu == lr && same_files ? "PASS" : "FAIL",
-             "step " + std::to_string(steps) + " loss " + fmt("%.6f", lu) + " uninterrupted vs " + fmt("%.6f", lr) +
-                 " resumed; weights and moments " + (same_files ? "bit-equal" : "DIFFER"),
+        // The job's own folders: the runs above wrote elsewhere.
+        std::string folders = "; the job's folders can be written";
+        bool folders_ok = true;
+        std::vector<std::pair<std::string, fs::path>> own = {{"job.dump_folder", cfg.job.dump_folder}};
+        if (cfg.checkpoint.enable) own.push_back({"checkpoint.folder", train::checkpoint_folder_of(cfg)});
+        for (const auto& [key, folder] : own)
+          if (const std::string why = unwritable_reason(folder); !why.empty()) {
+            folders = (folders_ok ? std::string("; ") : folders + ", ") + key + ": " + why;
+            folders_ok = false;
+          }
+        add({"checkpoint", lu == lr && same_files && folders_ok ? "PASS" : "FAIL",
+             "step " + std::to_string(steps) + " loss " + fmt("%.6f", lu) + " uninterrupted vs " +
+                 fmt("%.6f", lr) + " resumed; weights and moments " + (same_files ? "bit-equal" : "DIFFER") +
+                 folders,
              rule});
       } catch (const Error& e) {
         add({"checkpoint", "FAIL", error_for_the_user(e.what()), rule});
