@@ -220,7 +220,29 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   std::ofstream(dir / "broken" / "metrics.jsonl") << "";
   e = error_of(dir / "broken");
   EXPECT_NE(e.find("metrics.jsonl holds no record: the run logged no step (yet)"), std::string::npos) << e;
+  // A record of the wrong shape is named by line and field, never charted without it.
+  for (const auto& [record, says] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"step\": 2, \"loss\": \"abc\"}",
+            "metrics.jsonl:2: \"loss\" of step 2 is \"abc\", not a number"},
+           {"{\"step\": 2, \"grad_norm\": 1.5}", "metrics.jsonl:2: the record of step 2 has no \"loss\""},
+           {"{\"step\": -7, \"loss\": 2}", "metrics.jsonl:2: \"step\" is -7; steps count from 1"},
+           {"{\"step\": 2, \"loss\": 2, \"warmup\": 1}",
+            "metrics.jsonl:2: \"warmup\" of step 2 is 1, not true or false"}}) {
+    std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n" << record << "\n";
+    e = error_of(dir / "broken");
+    EXPECT_NE(e.find(says), std::string::npos) << record << ": " << e;
+  }
+  // A value that was not finite is logged as null: that step has no point, and the rest do.
+  std::ofstream(dir / "broken" / "metrics.jsonl")
+      << "{\"step\": 1, \"loss\": null}\n{\"step\": 2, \"loss\": 3}\n";
+  EXPECT_EQ(titan::train::read_run(dir / "broken").series.at("loss").size(), 1u);
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n";
+  std::ofstream(dir / "broken" / "check.json")
+      << json{{"rows", {{{"check", "export"}, {"status", "MAYBE"}}}}}.dump();
+  e = error_of(dir / "broken");
+  EXPECT_NE(e.find("check.json: row 'export' has status 'MAYBE', not PASS, FAIL or SKIP"), std::string::npos)
+      << e;
+  fs::remove(dir / "broken" / "check.json");
   std::ofstream(dir / "broken" / "run_info.json") << "[]";
   e = error_of(dir / "broken");
   EXPECT_NE(e.find("run_info.json is not a run's run_info.json"), std::string::npos) << e;

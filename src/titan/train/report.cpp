@@ -191,6 +191,18 @@ RunRecord read_run(const fs::path& dir) {
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
                 n, ": a record needs an integer \"step\"");
     const long step = j["step"].get<long>();
+    TITAN_CHECK(step >= 1, "report: ", metrics.string(), ":", n, ": \"step\" is ", step,
+                "; steps count from 1");
+    // The fields titan train writes: each a number (null where a value was not finite), and every
+    // record has a loss. Another program's records may hold fewer, or extra fields, charted when numeric.
+    TITAN_CHECK(j.contains("loss"), "report: ", metrics.string(), ":", n, ": the record of step ", step,
+                " has no \"loss\"");
+    for (const char* k : {"loss", "aux_loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops",
+                          "mfu", "step_seconds", "val_loss", "val_perplexity", "comm_mib", "comm_seconds"})
+      TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: ", metrics.string(), ":", n,
+                  ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
+    TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: ", metrics.string(), ":", n,
+                ": \"warmup\" of step ", step, " is ", j["warmup"].dump(), ", not true or false");
     // A step at or before the last one logged starts another trajectory (a resume re-logging the
     // steps after its checkpoint, a roll-back to checkpoint.load_step): the records of the steps from
     // there on belong to the one it replaces, and go.
@@ -257,9 +269,17 @@ RunRecord read_run(const fs::path& dir) {
     json check = read_json(check_path);
     TITAN_CHECK(check.contains("rows") && check["rows"].is_array(), "report: ", check_path.string(),
                 ": a titan check file needs a \"rows\" array (titan check --json writes one)");
-    for (auto& row : check["rows"])
-      r.check_rows.push_back({row.value("check", ""), row.value("status", ""), row.value("value", ""),
-                              row.value("rule", "")});
+    try {
+      for (auto& row : check["rows"]) {
+        const std::string status = row.value("status", "");
+        TITAN_CHECK(status == "PASS" || status == "FAIL" || status == "SKIP", "report: ", check_path.string(),
+                    ": row '", row.value("check", ""), "' has status '", status, "', not PASS, FAIL or SKIP");
+        r.check_rows.push_back(
+            {row.value("check", ""), status, row.value("value", ""), row.value("rule", "")});
+      }
+    } catch (const json::exception& e) {  // a row of another shape (a number for a string)
+      TITAN_FAIL("report: ", check_path.string(), " is not a titan check file: ", e.what());
+    }
   }
   return r;
 }
