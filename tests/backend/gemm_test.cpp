@@ -7,7 +7,10 @@
 //     bf16 inputs are exact in f32 and their products are exact too (8 x 8 significant bits), so bf16
 //     has the same bound when the truth is computed from the same rounded inputs.
 //   bf16 output: the above plus 2^-8 * |truth|, half a bf16 ulp, for the final rounding.
+#include "titan/backend/cpu/gemm.h"
+
 #include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl_types.h>
 
 #include <cmath>
 #include <cstring>
@@ -16,10 +19,10 @@
 #include <tuple>
 #include <vector>
 
-#include "titan/backend/cpu/cpu_info.h"
-#include "titan/backend/cpu/gemm.h"
-#include "titan/core/check.h"
 #include "ops/op_test_util.h"
+#include "test_util.h"
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/core/check.h"
 
 namespace titan::cpu {
 namespace {
@@ -436,4 +439,50 @@ TEST(CpuInfo, ConsistentAndPlausible) {
 }
 
 }  // namespace
+}  // namespace titan::cpu
+
+namespace titan::cpu {
+
+// Library kernels the CPU cannot run are refused by name before they run: an OPENBLAS_CORETYPE of a
+// newer CPU (SIGILL in OpenBLAS's first sgemm otherwise), and oneDNN's AVX2 code, which also uses
+// FMA, on a CPU with AVX2 and no FMA (capped at AVX there).
+TEST(Gemm, LibraryKernelsTheCpuCannotRunAreRefusedOrCapped) {
+  CpuInfo avx2_fma, avx512, avx2_no_fma, sse;
+  avx2_fma.avx2 = avx2_fma.fma = true;
+  avx512 = avx2_fma;
+  avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512dq = true;
+  avx2_no_fma.avx2 = true;
+  EXPECT_EQ(openblas_core_unrunnable("SkylakeX", avx512), "");
+  EXPECT_EQ(openblas_core_unrunnable("Cooperlake", avx512), "");
+  EXPECT_EQ(openblas_core_unrunnable("Zen", avx2_fma), "");
+  EXPECT_EQ(openblas_core_unrunnable("Prescott", sse), "");
+  EXPECT_EQ(openblas_core_unrunnable("SkylakeX", avx2_fma),
+            "its 'SkylakeX' kernels need AVX-512, which this CPU lacks");
+  EXPECT_EQ(openblas_core_unrunnable("Cooperlake", avx2_fma),
+            "its 'Cooperlake' kernels need AVX-512, which this CPU lacks");
+  EXPECT_EQ(openblas_core_unrunnable("Haswell", avx2_no_fma),
+            "its 'Haswell' kernels need AVX2 and FMA, which this CPU lacks");
+  EXPECT_TRUE(onednn_needs_avx_cap(avx2_no_fma));
+  EXPECT_FALSE(onednn_needs_avx_cap(avx2_fma));
+  EXPECT_FALSE(onednn_needs_avx_cap(sse));
+  EXPECT_EQ(onednn_isa_name(dnnl_cpu_isa_avx2), "avx2");
+  EXPECT_EQ(onednn_isa_name(dnnl_cpu_isa_avx512_core_amx), "avx512_core_amx");
+}
+
+// The real thing, through the binary: OPENBLAS_CORETYPE=SKYLAKEX on a CPU without AVX-512 fails the
+// linear parity cases naming the variable, where the process used to die of SIGILL.
+TEST(Gemm, AnOpenBlasCoreTypeOfANewerCpuIsAnErrorNotSigill) {
+  if (cpu_info().avx512_core()) GTEST_SKIP() << "this CPU runs the SkylakeX kernels (AVX-512)";
+  std::string out;
+  const int rc = titan::testing::run_command("OPENBLAS_CORETYPE=SKYLAKEX TITAN_GEMM_F32=openblas " +
+                                                 titan::testing::titan_binary().string() +
+                                                 " kernels parity --op linear --dtype f32 2>&1",
+                                             &out);
+  EXPECT_EQ(rc, 1) << out;  // failed cases, not a signal
+  EXPECT_NE(
+      out.find("its 'SkylakeX' kernels need AVX-512, which this CPU lacks (OPENBLAS_CORETYPE=SKYLAKEX)"),
+      std::string::npos)
+      << out;
+}
+
 }  // namespace titan::cpu

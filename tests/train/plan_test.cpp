@@ -183,6 +183,15 @@ TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
+  // The figure is named as what it is, and the advice leaves out what the job already does.
+  EXPECT_NE(e.find("but this rank's share of the host's MemAvailable ("), std::string::npos) << e;
+  EXPECT_NE(e.find(" over " + std::to_string(crowd) + " ranks) is "), std::string::npos) << e;
+  EXPECT_NE(e.find("set activation_checkpoint.mode = \"full\""), std::string::npos) << e;
+  StepShape full = shape;
+  full.checkpointing = qwen3::Checkpointing::full();
+  const std::string e_full = tt::error_of([&] { check_training_fits(args, full, Device::CPU, crowd * 4); });
+  EXPECT_NE(e_full.find("needs an estimated"), std::string::npos) << e_full;
+  EXPECT_EQ(e_full.find("activation_checkpoint.mode"), std::string::npos) << e_full;
 }
 
 TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/gemm.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
@@ -324,6 +325,9 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size), long(job.seq_len),
       long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
+  // Which GEMM code runs (the backend, OpenBLAS's core, oneDNN's ISA): TITAN_GEMM_F32,
+  // OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA change it without changing anything above.
+  if (job.device == Device::CPU) say("gemm: %s", cpu::gemm_describe().c_str());
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
   for (const auto& note : c.notes) say("config: %s", note.c_str());

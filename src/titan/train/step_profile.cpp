@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -150,7 +151,18 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, D
                          int64_t ranks_on_host) {
   check_step_bounds(args, shape);
   const bool shared = device == Device::CPU && ranks_on_host > 1;
-  const int64_t available = available_memory_per_rank(device) / (shared ? ranks_on_host : 1);
+  const int64_t machine = available_memory_per_rank(device);
+  const int64_t available = machine / (shared ? ranks_on_host : 1);
+  char machine_gib[32];
+  std::snprintf(machine_gib, sizeof machine_gib, "%.3g GiB", double(machine) / double(int64_t(1) << 30));
+  const std::string available_what =
+      device != Device::CPU ? "the " + std::string(device_name(device)) + " device's memory"
+      : shared ? "this rank's share of the host's MemAvailable (" + std::string(machine_gib) + " over " +
+                     std::to_string(ranks_on_host) + " ranks)"
+               : std::string("this machine's MemAvailable");
+  // What would shrink the need: the knobs this job has not already turned.
+  std::string advice = "shrink the model, training.local_batch_size or training.seq_len";
+  if (shape.checkpointing.every != 1) advice += ", or set activation_checkpoint.mode = \"full\"";
   const int64_t ranks = shape.dp_replicate * shape.dp_shard;
   const std::string what =
       "training (batch " + std::to_string(shape.local_batch) + " x seq " + std::to_string(shape.seq_len) + ", " +
@@ -162,9 +174,11 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, D
   // of meta tensors take a while to trace). A lower bound whatever the plan shards.
   const int64_t param_bytes =
       qwen3::narrow_size(__int128(args.num_params()) * 4 / shape.dp_shard, "parameter bytes per rank");
-  qwen3::check_memory_fits({param_bytes, param_bytes, 2 * param_bytes, 0}, available, what);
+  qwen3::check_memory_fits({param_bytes, param_bytes, 2 * param_bytes, 0}, available, what, available_what,
+                           advice);
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
-  qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations()}, available, what);
+  qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations()}, available, what,
+                           available_what, advice);
 }
 
 }  // namespace titan::train

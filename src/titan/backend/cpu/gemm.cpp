@@ -82,11 +82,33 @@ std::atomic<F32Backend>& f32_backend_slot() {
   return slot;
 }
 
-// OpenBLAS chose its kernels when it was loaded; all that is left to do here is to align its thread
-// count with OpenMP's and to say so when the choice is a slow generic core on an AVX-512 CPU.
+}  // namespace
+
+std::string openblas_core_unrunnable(std::string_view core, const CpuInfo& cpu) {
+  auto has = [&](const char* part) { return core.find(part) != std::string_view::npos; };
+  const bool avx512_core = has("kylakeX") || has("ooperlake") || has("apphire");
+  const bool avx2_core = has("aswell") || has("Zen") || has("kylake");
+  if (avx512_core && !cpu.avx512_core())
+    return "its '" + std::string(core) + "' kernels need AVX-512, which this CPU lacks";
+  if (avx2_core && !(cpu.avx2 && cpu.fma))
+    return "its '" + std::string(core) + "' kernels need AVX2 and FMA, which this CPU lacks";
+  return "";
+}
+
+namespace {
+
+// OpenBLAS chose its kernels when it was loaded (from OPENBLAS_CORETYPE, or its own detection): what
+// is left to do here is to align its thread count with OpenMP's, to stop before kernels this CPU
+// cannot run (an OPENBLAS_CORETYPE naming a newer CPU: the process would die of SIGILL), and to say
+// so when the choice is a slow generic core on an AVX-512 CPU.
 void prepare_openblas() {
   static std::once_flag once;
   std::call_once(once, [] {
+    const std::string why = openblas_core_unrunnable(openblas_get_corename(), cpu_info());
+    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    TITAN_CHECK(why.empty(), "gemm_f32 (OpenBLAS): ", why,
+                coretype ? " (OPENBLAS_CORETYPE=" + std::string(coretype) + ")" : std::string(),
+                "; the process would stop with SIGILL: unset OPENBLAS_CORETYPE or name a core this CPU runs");
     openblas_set_num_threads(omp_get_max_threads());
     std::string_view core = openblas_get_corename();
     bool fast_core = core.find("kylake") != std::string_view::npos || core.find("ooperlake") != std::string_view::npos ||
@@ -193,8 +215,21 @@ void gemm_at_by_panels(Trans tb, int64_t M, int64_t N, int64_t K, float alpha, c
   }
 }
 
+// oneDNN 2.6 treats AVX2 as AVX2 + FMA: on a CPU with AVX2 but no FMA (a VM that hides FMA) its
+// AVX2 code dies of SIGILL. There its ISA is capped at AVX before its first call, unless the user
+// capped it already (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA).
+void prepare_onednn() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (onednn_needs_avx_cap(cpu_info()) && !std::getenv("ONEDNN_MAX_CPU_ISA") &&
+        !std::getenv("DNNL_MAX_CPU_ISA"))
+      dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx);
+  });
+}
+
 void sgemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  prepare_onednn();
   if (ta == Trans::T && transpose_a_first(N))
     return gemm_at_by_panels(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   dnnl_status_t st = dnnl_sgemm(ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K, alpha, A, lda, B,
@@ -229,7 +264,10 @@ struct Prim {
 };
 
 dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    prepare_onednn();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 
@@ -488,18 +526,54 @@ void gemm_f32_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, flo
   reference_loops<float, double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+bool onednn_needs_avx_cap(const CpuInfo& cpu) {
+  return cpu.avx2 && !cpu.fma;
+}
+
+std::string onednn_isa_name(int isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx512_mic:
+      return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return isa == 0 ? "none (reference code only)" : "0x" + [&] {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "%x", unsigned(isa));
+        return std::string(hex);
+      }();
+  }
+}
+
 std::string gemm_describe() {
+  prepare_onednn();
   std::string f32 = gemm_f32_backend() == F32Backend::OpenBLAS
                         ? std::string("OpenBLAS cblas_sgemm (") + openblas_get_corename() + " kernels)"
                         : std::string("oneDNN dnnl_sgemm");
   auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
                       256, 0, 256, 0, 1.0f, 0.0f});
-  std::string bf16 = gemm_bf16_backend() == Bf16Backend::WidenToF32 ? "bf16 widened to f32 (chosen)"
-                     : bf->reference ? "bf16 widened to f32 (oneDNN has " +
-                                           std::string(bf->impl == "none" ? "no" : "only reference") +
-                                           " bf16 code here)"
-                                     : "oneDNN matmul " + bf->impl;
-  return "gemm f32: " + f32 + "; bf16: " + bf16 + "; " + std::to_string(omp_get_max_threads()) + " threads";
+  std::string bf16 = gemm_bf16_backend() == Bf16Backend::WidenToF32 ? "widened to f32 (chosen)"
+                     : bf->reference
+                         ? "widened to f32 (oneDNN has " +
+                               std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here)"
+                         : "oneDNN matmul " + bf->impl;
+  return "f32 " + f32 + "; bf16 " + bf16 + "; oneDNN ISA " + onednn_isa_name(dnnl_get_effective_cpu_isa());
 }
 
 }  // namespace titan::cpu

@@ -27,7 +27,9 @@
 // every thread has its own oneDNN stream and scratchpad.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/dtype.h"
 
 namespace titan::cpu {
@@ -76,7 +78,15 @@ Bf16Backend gemm_bf16_backend();
 void set_gemm_bf16_backend(Bf16Backend backend);
 
 // One line naming the code that runs for each dtype (oneDNN implementation, OpenBLAS core type,
-// thread count), for logs and benchmark context.
+// oneDNN's ISA), for the start-up log and benchmark context.
 std::string gemm_describe();
+
+// Why OpenBLAS's kernels for `core` (openblas_get_corename()) cannot run on `cpu`, or "" when they
+// can: OPENBLAS_CORETYPE=SKYLAKEX on a CPU without AVX-512 would die of SIGILL in the first sgemm.
+std::string openblas_core_unrunnable(std::string_view core, const CpuInfo& cpu);
+// oneDNN 2.6's AVX2 code also uses FMA: on a CPU with AVX2 and no FMA it must be capped at AVX.
+bool onednn_needs_avx_cap(const CpuInfo& cpu);
+// oneDNN's name of a dnnl_cpu_isa_t value ("avx2", "avx512_core_amx").
+std::string onednn_isa_name(int isa);
 
 }  // namespace titan::cpu

@@ -81,21 +81,18 @@ int64_t available_memory_bytes() {
   return available;
 }
 
-void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what) {
+void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what,
+                       const std::string& available_what, const std::string& advice) {
   auto gib = [](int64_t b) {
     char s[32];
     std::snprintf(s, sizeof s, "%.3g GiB", double(b) / double(int64_t(1) << 30));
     return std::string(s);
   };
   const __int128 total = __int128(need.weights) + need.grads + need.optimizer + need.activations;
-  TITAN_CHECK(
-      total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")), " (",
-      double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads), ", optimizer ",
-      gib(need.optimizer), ", activations ", gib(need.activations), ") but this machine has ", gib(available),
-      " (", available,
-      " bytes) available (MemAvailable); shrink the model, training.local_batch_size or training.seq_len, "
-      "or enable activation_checkpoint.mode");
+  TITAN_CHECK(total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")),
+              " (", double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads),
+              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations), ") but ",
+              available_what, " is ", gib(available), " (", available, " bytes); ", advice);
 }
-
 
 }  // namespace titan::qwen3

@@ -28,9 +28,11 @@ int64_t narrow_size(__int128 value, const char* what);
 // (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by a cgroup v2 memory.max limit.
 int64_t available_memory_bytes();
 
-// The training-memory estimate of (args, batch, seq) against available_memory_bytes(): an error
-// naming every number (weights, gradients, optimizer, activations, available) when it does not fit.
-// `what` says what the memory is for ("training", "loading <dir>").
-void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what);
+// A memory need against `available` bytes: an error naming every number (weights, gradients,
+// optimizer, activations, available) when it does not fit. `what` says what the memory is for
+// ("training ...", "loading <dir>"), `available_what` where the available figure comes from ("this
+// machine's MemAvailable"), `advice` what would shrink the need.
+void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what,
+                       const std::string& available_what, const std::string& advice);
 
 }  // namespace titan::qwen3

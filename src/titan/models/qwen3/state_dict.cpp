@@ -156,7 +156,8 @@ std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DTyp
   ModelArgs args = args_from_hf_config_file((dir / "config.json").string());
   const int64_t master_bytes = narrow_size(__int128(args.num_params()) * 4, "weight bytes");
   check_memory_fits(MemoryEstimate{master_bytes, master_bytes, 0, 0}, available_memory_bytes(),
-                    "loading " + dir.string());
+                    "loading " + dir.string(), "this machine's MemAvailable",
+                    "free memory or load a smaller model");
   auto model = std::make_unique<Qwen3Model>(args, compute_dtype);
   load_hf_weights(*model, dir);
   return model;
