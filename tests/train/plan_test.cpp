@@ -207,7 +207,11 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       {"--link-gbps fast", "--link-gbps must be a positive number, got 'fast'"},
       {"--link-latency-us 0", "--link-latency-us must be a positive number, got '0'"},
       // The mesh must fit the config: global batch = local x ranks x accumulation.
-      {"--mesh dp_shard=3 --training.global_batch_size=4", "training.global_batch_size (4) must be a positive multiple"},
+      {"--mesh dp_shard=3 --training.global_batch_size=4",
+       "training.global_batch_size (4) must be a positive multiple"},
+      // --mesh sets both degrees: a degree given as a key too is one of them left unused.
+      {"--mesh dp_shard=2 --parallelism.data_parallel_replicate_degree=2",
+       "--mesh and --parallelism.data_parallel_replicate_degree=2 both set the mesh; give one"},
   };
   for (const auto& [flags, message] : cases) {
     int rc = 0;

@@ -113,6 +113,11 @@ int info_main(int argc, char** argv) {
               "  total             %s\n",
               gib(m.weights).c_str(), gib(m.grads).c_str(), gib(m.optimizer).c_str(), gib(m.activations).c_str(),
               gib(m.total()).c_str());
+  // The closed form counts what backward keeps, not the step's temporaries: the exact peak comes
+  // from a step on the meta device (titan info --config / titan plan), 18-59% above it (docs/devices.md).
+  std::printf(
+      "  (a closed form: the tensors saved for backward, not the step's temporaries; --config or titan plan "
+      "give the step's exact peak, 18-59%% above it on the models measured)\n");
   return 0;
 }
 

@@ -91,6 +91,13 @@ int plan_main(int argc, char** argv) {
 
   train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   if (mesh) {
+    // --mesh sets both degrees: the same keys on the command line as well would leave one of the
+    // two silently unused.
+    for (const auto& [key, value] : job.overrides)
+      TITAN_CHECK(key != "parallelism.data_parallel_replicate_degree" &&
+                      key != "parallelism.data_parallel_shard_degree",
+                  "titan plan: --mesh and --", key, "=", value,
+                  " both set the mesh; give one (--mesh dp_shard=N[,dp_replicate=R] sets both degrees)");
     cfg.parallelism.data_parallel_replicate_degree = mesh->dp_replicate;
     cfg.parallelism.data_parallel_shard_degree = mesh->dp_shard;
   } else if (cfg.parallelism.data_parallel_shard_degree == -1) {
@@ -139,6 +146,13 @@ int plan_main(int argc, char** argv) {
   else
     std::printf("fits: NO, peak %s > %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
                 available_source.c_str());
+  // The figures are titan's tensors (its allocator's peak, what metrics.jsonl reports). A CPU
+  // process also holds its code, the tokenizer, the data loader and the math libraries' scratch:
+  // measured 0.15-0.65 GiB beyond the tensors on the runs in docs/planning.md.
+  if (device != Device::CUDA)
+    std::printf(
+        "  (titan's tensors: the process adds its code, tokenizer, data loader and library buffers, "
+        "0.15-0.65 GiB in the CPU runs measured (docs/planning.md); leave that beside the peak)\n");
   const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available);
   if (batch.largest == 0)
     std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_peak).c_str());
