@@ -530,6 +530,12 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
                     "training.load_balance_coeff"),
             "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
+  // An export asked for with checkpointing off is written (torchtitan would save nothing): said.
+  EXPECT_EQ(note_of(parse("[checkpoint]\nenable = false\nlast_save_in_hf = true\n"), "checkpoint.last_save_in_hf"),
+            "checkpoint.last_save_in_hf = true: the Hugging Face export is written at the end although "
+            "checkpoint.enable = false (torchtitan would save nothing; set it to false for no export)");
+  EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\nlast_save_in_hf = true\n"), "checkpoint.last_save_in_hf"),
+            "");
 }
 
 // checkpoint.load_step in the file rolls back at every start of the job: a note says so; given on
@@ -559,6 +565,7 @@ void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const
             c.checkpoint.enable_first_step_checkpoint) ||
            (key == "checkpoint.restart_data_stream" && !c.checkpoint.enable &&
             c.checkpoint.restart_data_stream) ||
+           (key == "checkpoint.last_save_in_hf" && !c.checkpoint.enable && c.checkpoint.last_save_in_hf) ||
            ((key == "training.seed" || key == "debug.seed") && loads_weights) ||
            (key == "activation_checkpoint.selective_ac_option" &&
             c.activation_checkpoint.mode == "selective" &&

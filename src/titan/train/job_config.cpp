@@ -455,6 +455,11 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
       moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
     if (c.checkpoint.restart_data_stream)
       moot("checkpoint.restart_data_stream", "checkpoint.enable = false (nothing is resumed)");
+    // torchtitan saves nothing with checkpointing off; titan still writes the export asked for.
+    if (c.checkpoint.last_save_in_hf)
+      add_note(c, "checkpoint.last_save_in_hf",
+               "true: the Hugging Face export is written at the end although checkpoint.enable = false "
+               "(torchtitan would save nothing; set it to false for no export)");
   }
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
