@@ -56,7 +56,9 @@ TEST(KernelParity, SmallShapesCoverEveryDriver) {
     for (const Dims& d : spec->small_shapes) {
       EXPECT_GE(d.size(), spec->required_dims) << op;
       EXPECT_LE(d.size(), spec->dims.size()) << op;
-      if (spec->check) EXPECT_EQ(spec->check(d), "") << op;
+      if (spec->check) {
+        EXPECT_EQ(spec->check(d), "") << op;
+      }
     }
   }
 }
