@@ -112,38 +112,17 @@ void ParamBlock::shard(int64_t index, int64_t count) {
   release_grad();
 }
 
-namespace {
-
-// Elements per random stream: a parameter is drawn in chunks of this many, each from its own
-// stream, so one large parameter (a 151936-row embedding) is drawn by every thread, not one.
-// Fixed, so the values do not depend on the thread count.
-constexpr int64_t kInitChunk = int64_t(1) << 16;
-
-// Fills v[0, n) with N(0, std) draws, redrawn beyond `bound` (as stored in f32) when bound > 0,
-// from the stream of (seed, name hash, chunk).
-void draw_normal_chunk(float* v, int64_t n, double std, double bound, uint64_t seed, uint64_t name_hash,
-                       uint64_t chunk) {
-  // seed_seq takes 32-bit words: each 64-bit value goes in as two.
-  std::seed_seq seq{uint32_t(seed),  uint32_t(seed >> 32), uint32_t(name_hash), uint32_t(name_hash >> 32),
-                    uint32_t(chunk), uint32_t(chunk >> 32)};
-  std::mt19937_64 rng(seq);
-  std::normal_distribution<double> normal(0.0, std);
-  for (int64_t j = 0; j < n; ++j) {
-    double x = normal(rng);
-    while (bound > 0 && std::abs(double(float(x))) > bound) x = normal(rng);  // as stored
-    v[j] = float(x);
-  }
-}
-
-}  // namespace
-
 void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
+  // Largest first: one normal stream per parameter is sequential, so the big ones set the pace.
+  std::vector<Param*> order(params);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Param* a, const Param* b) { return a->value.numel() > b->value.numel(); });
   // Values are drawn on the host; parameters on another device get a copy (none on meta: there
-  // is nothing to hold them). One parameter at a time, its chunks in parallel: a parameter on a
-  // GPU needs a host copy of itself only while it is drawn.
-  for (Param* param : params) {
-    Param& p = *param;
-    if (p.value.device() == Device::Meta) continue;
+  // is nothing to hold them).
+  if (!order.empty() && order[0]->value.device() == Device::Meta) return;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < order.size(); ++i) {
+    Param& p = *order[i];
     const bool on_host = p.value.device() == Device::CPU;
     Tensor host = on_host ? p.value : Tensor::empty(p.value.shape(), DType::F32);
     float* v = host.data<float>();
@@ -153,13 +132,15 @@ void initialize_params(const std::vector<Param*>& params, uint64_t seed) {
     } else {
       // FNV-1a of the name: stable across standard libraries, unlike std::hash.
       const uint64_t h = fnv1a(p.name);
-      // A truncated normal by rejection (torch's trunc_normal_ distribution).
-      const double bound = p.truncate_at * p.std;
-      const int64_t chunks = (n + kInitChunk - 1) / kInitChunk;
-#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t begin = c * kInitChunk;
-        draw_normal_chunk(v + begin, std::min(kInitChunk, n - begin), p.std, bound, seed, h, uint64_t(c));
+      std::seed_seq seq{seed, h};
+      std::mt19937_64 rng(seq);
+      std::normal_distribution<double> normal(0.0, p.std);
+      const double bound =
+          p.truncate_at * p.std;  // a truncated normal by rejection (torch's trunc_normal_ distribution)
+      for (int64_t j = 0; j < n; ++j) {
+        double x = normal(rng);
+        while (bound > 0 && std::abs(double(float(x))) > bound) x = normal(rng);  // as stored
+        v[j] = float(x);
       }
     }
     if (!on_host) p.value.copy_from(host);

@@ -130,9 +130,8 @@ class ParamBlock {
   std::vector<Param> params_;
 };
 
-// Draws each parameter from its init. A parameter is drawn in chunks of 65536 elements, each from
-// the stream seeded by (seed, parameter name, chunk index), so the values do not depend on block
-// order or threads; the chunks are drawn in parallel.
+// Draws each parameter from its init. A parameter's stream is seeded from (seed, parameter name),
+// so the values do not depend on block order or threads; parameters are drawn in parallel.
 void initialize_params(const std::vector<Param*>& params, uint64_t seed);
 
 }  // namespace titan::nn
