@@ -11,9 +11,11 @@
 
 #include <gtest/gtest.h>
 #include <oneapi/dnnl/dnnl_types.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -23,6 +25,7 @@
 #include "test_util.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
+#include "train/tiny_job.h"
 
 namespace titan::cpu {
 namespace {
@@ -483,6 +486,49 @@ TEST(Gemm, AnOpenBlasCoreTypeOfANewerCpuIsAnErrorNotSigill) {
       out.find("its 'SkylakeX' kernels need AVX-512, which this CPU lacks (OPENBLAS_CORETYPE=SKYLAKEX)"),
       std::string::npos)
       << out;
+}
+
+// TITAN_KERNEL_ISA caps the hand-vectorised kernels for a user checking a lower tier: the portable
+// tier passes parity, a run says it is capped, and a name that is no tier is an error naming it.
+TEST(Gemm, TheKernelTierCapFromTheEnvironmentIsAppliedAndNamed) {
+  const std::string titan = titan::testing::titan_binary().string();
+  std::string out;
+  EXPECT_EQ(
+      titan::testing::run_command(
+          "TITAN_KERNEL_ISA=portable " + titan + " kernels parity --op attention --dtype f32 2>&1", &out),
+      0)
+      << out;
+  EXPECT_EQ(titan::testing::run_command(
+                "TITAN_KERNEL_ISA=avx9 " + titan + " kernels parity --op attention 2>&1", &out),
+            1)
+      << out;
+  EXPECT_NE(
+      out.find("TITAN_KERNEL_ISA=avx9 is not a kernel tier (use portable, avx2, avx512 or avx512_bf16)"),
+      std::string::npos)
+      << out;
+  if (cpu_kernel_isa() == KernelIsa::kPortable) GTEST_SKIP() << "this CPU runs the portable tier anyway";
+  const std::filesystem::path dump =
+      std::filesystem::path(TITAN_BINARY_DIR) / "test_tmp" / ("kernel_isa_cap_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dump);
+  EXPECT_EQ(
+      titan::testing::run_command(
+          "TITAN_KERNEL_ISA=portable " + titan + " train --config " +
+              titan::testing::debugmodel_toml().string() +
+              " --model.n_layers=1 --model.dim=64 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=32"
+              " --model.hidden_dim=128 --training.seq_len=32 --training.steps=1 --lr_scheduler.warmup_steps=0"
+              " --validation.enable=false --checkpoint.enable=false --checkpoint.last_save_in_hf=false"
+              " --job.dump_folder=" +
+              dump.string() + " 2>&1",
+          &out),
+      0)
+      << out;
+  EXPECT_NE(
+      out.find(
+          "kernels: the hand-vectorised kernels run their portable code (TITAN_KERNEL_ISA); this CPU runs " +
+          std::string(kernel_isa_name(cpu_kernel_isa()))),
+      std::string::npos)
+      << out;
+  std::filesystem::remove_all(dump);
 }
 
 }  // namespace titan::cpu

@@ -327,7 +327,12 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   // Which GEMM code runs (the backend, OpenBLAS's core, oneDNN's ISA): TITAN_GEMM_F32,
   // OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA change it without changing anything above.
-  if (job.device == Device::CPU) say("gemm: %s", cpu::gemm_describe().c_str());
+  if (job.device == Device::CPU) {
+    say("gemm: %s", cpu::gemm_describe().c_str());
+    if (cpu::kernel_isa() < cpu::cpu_kernel_isa())
+      say("kernels: the hand-vectorised kernels run their %s code (TITAN_KERNEL_ISA); this CPU runs %s",
+          cpu::kernel_isa_name(cpu::kernel_isa()), cpu::kernel_isa_name(cpu::cpu_kernel_isa()));
+  }
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
   for (const auto& note : c.notes) say("config: %s", note.c_str());

@@ -9,19 +9,20 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
+#include "titan/core/check.h"
 #include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
 
@@ -333,7 +334,20 @@ const CpuInfo& cpu_info() {
 }
 
 namespace {
-std::atomic<KernelIsa> g_kernel_isa_cap{KernelIsa::kAvx512Bf16};
+// The cap the process starts with: TITAN_KERNEL_ISA (a user checking a lower tier, e.g.
+// `TITAN_KERNEL_ISA=portable titan kernels parity`), else none.
+KernelIsa cap_from_env() {
+  const char* env = std::getenv("TITAN_KERNEL_ISA");
+  if (!env || !*env) return KernelIsa::kAvx512Bf16;
+  for (KernelIsa isa : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16})
+    if (std::string_view(env) == kernel_isa_name(isa)) return isa;
+  TITAN_FAIL("TITAN_KERNEL_ISA=", env, " is not a kernel tier (use portable, avx2, avx512 or avx512_bf16)");
+}
+
+std::atomic<KernelIsa>& kernel_isa_cap() {
+  static std::atomic<KernelIsa> cap{cap_from_env()};
+  return cap;
+}
 }  // namespace
 
 const char* kernel_isa_name(KernelIsa isa) {
@@ -357,8 +371,12 @@ KernelIsa cpu_kernel_isa() {
   return best;
 }
 
-KernelIsa kernel_isa() { return std::min(cpu_kernel_isa(), g_kernel_isa_cap.load(std::memory_order_relaxed)); }
+KernelIsa kernel_isa() {
+  return std::min(cpu_kernel_isa(), kernel_isa_cap().load(std::memory_order_relaxed));
+}
 
-void limit_kernel_isa(KernelIsa cap) { g_kernel_isa_cap.store(cap, std::memory_order_relaxed); }
+void limit_kernel_isa(KernelIsa cap) {
+  kernel_isa_cap().store(cap, std::memory_order_relaxed);
+}
 
 }  // namespace titan::cpu

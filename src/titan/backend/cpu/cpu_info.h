@@ -68,7 +68,8 @@ CpuInfo probe_cpu();
 //   kAvx512Bf16 AVX-512 plus the AVX512-BF16 dot product (Zen4, Sapphire Rapids)
 enum class KernelIsa { kPortable, kAvx2, kAvx512, kAvx512Bf16 };
 const char* kernel_isa_name(KernelIsa isa);  // "portable", "avx2", "avx512", "avx512_bf16"
-// The best tier this CPU runs, lowered to the cap of limit_kernel_isa.
+// The best tier this CPU runs, lowered to the cap of limit_kernel_isa (at start: the environment's
+// TITAN_KERNEL_ISA, a tier name; an unknown name is an error naming the variable).
 KernelIsa kernel_isa();
 // The best tier this CPU runs, whatever the cap.
 KernelIsa cpu_kernel_isa();
