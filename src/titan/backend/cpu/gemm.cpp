@@ -82,15 +82,22 @@ std::atomic<F32Backend>& f32_backend_slot() {
   return slot;
 }
 
+// The vector ISA an OpenBLAS core's kernels need, from its name (openblas_get_corename()).
+enum class OpenBlasCoreIsa { kGeneric, kAvx2Fma, kAvx512 };
+OpenBlasCoreIsa openblas_core_isa(std::string_view core) {
+  auto has = [&](const char* part) { return core.find(part) != std::string_view::npos; };
+  if (has("kylakeX") || has("ooperlake") || has("apphire")) return OpenBlasCoreIsa::kAvx512;
+  if (has("aswell") || has("Zen") || has("kylake")) return OpenBlasCoreIsa::kAvx2Fma;
+  return OpenBlasCoreIsa::kGeneric;
+}
+
 }  // namespace
 
 std::string openblas_core_unrunnable(std::string_view core, const CpuInfo& cpu) {
-  auto has = [&](const char* part) { return core.find(part) != std::string_view::npos; };
-  const bool avx512_core = has("kylakeX") || has("ooperlake") || has("apphire");
-  const bool avx2_core = has("aswell") || has("Zen") || has("kylake");
-  if (avx512_core && !cpu.avx512_core())
+  const OpenBlasCoreIsa needs = openblas_core_isa(core);
+  if (needs == OpenBlasCoreIsa::kAvx512 && !cpu.avx512_core())
     return "its '" + std::string(core) + "' kernels need AVX-512, which this CPU lacks";
-  if (avx2_core && !(cpu.avx2 && cpu.fma))
+  if (needs == OpenBlasCoreIsa::kAvx2Fma && !(cpu.avx2 && cpu.fma))
     return "its '" + std::string(core) + "' kernels need AVX2 and FMA, which this CPU lacks";
   return "";
 }
@@ -104,17 +111,14 @@ namespace {
 void prepare_openblas() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const std::string why = openblas_core_unrunnable(openblas_get_corename(), cpu_info());
+    const std::string_view core = openblas_get_corename();
+    const std::string why = openblas_core_unrunnable(core, cpu_info());
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
     TITAN_CHECK(why.empty(), "gemm_f32 (OpenBLAS): ", why,
                 coretype ? " (OPENBLAS_CORETYPE=" + std::string(coretype) + ")" : std::string(),
                 "; the process would stop with SIGILL: unset OPENBLAS_CORETYPE or name a core this CPU runs");
     openblas_set_num_threads(omp_get_max_threads());
-    std::string_view core = openblas_get_corename();
-    bool fast_core = core.find("kylake") != std::string_view::npos || core.find("ooperlake") != std::string_view::npos ||
-                     core.find("apphire") != std::string_view::npos || core.find("Zen") != std::string_view::npos ||
-                     core.find("aswell") != std::string_view::npos;
-    if (cpu_info().avx512f && !fast_core)
+    if (cpu_info().avx512f && openblas_core_isa(core) == OpenBlasCoreIsa::kGeneric)
       std::fprintf(stderr,
                    "titan: OpenBLAS runs its '%s' kernels on an AVX-512 CPU (about 7x slower); start the "
                    "process with OPENBLAS_CORETYPE=COOPERLAKE\n",
