@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -112,4 +113,21 @@ TEST(Allocator, CountsCurrentAndPeakBytes) {
   }
   EXPECT_EQ(a.stats().current_bytes, before);
   EXPECT_GE(a.stats().peak_bytes - before, 4 << 20);
+}
+
+// Large CPU buffers start on a 2 MiB boundary (transparent huge pages) and are zeroed in parallel
+// 2 MiB chunks: every byte of a buffer that ends mid-chunk is zero, even where the heap handed back
+// bytes a freed buffer had written.
+TEST(Allocator, LargeBuffersAreHugePageAlignedAndZeroedToTheLastByte) {
+  const int64_t n = (int64_t(5) << 20) / 4 + 13;  // 5 MiB + 52 bytes of f32: two full chunks and a tail
+  { Tensor dirty = Tensor::full({n}, 7.0, DType::F32); }
+  Tensor t = Tensor::zeros({n}, DType::F32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % (uintptr_t(2) << 20), 0u);
+  const float* v = t.data<float>();
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < n; ++i) nonzero += v[i] != 0.0f;
+  EXPECT_EQ(nonzero, 0);
+  // Small buffers keep 64-byte alignment (AVX-512 loads).
+  Tensor small = Tensor::zeros({100}, DType::F32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % 64, 0u);
 }

@@ -122,7 +122,8 @@ TEST(Qwen3Init, Qwen3_0_6BDimsFirstStepLoss) {
                   "0.6B dims, HF init");
 }
 
-// Parameters are drawn in parallel; each has its own stream, so the thread count changes nothing.
+// Parameters are drawn in parallel chunks; a value is a function of (seed, name, index) only, so
+// the thread count changes nothing (tiny()'s 256k-element embedding spans 4 chunks).
 TEST(Qwen3Init, WeightsDoNotDependOnThreadCount) {
   Qwen3Model one(tiny()), many(tiny());
   const int threads = omp_get_max_threads();
@@ -133,6 +134,34 @@ TEST(Qwen3Init, WeightsDoNotDependOnThreadCount) {
   omp_set_num_threads(threads);
   std::vector<float> a = values(one), b = values(many);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// The draws are independent standard normals: torchtitan's embedding is N(0, 1), 256k values.
+// Each moment is checked at 4 standard errors of its estimate: the mean (1/sqrt(n)), the variance
+// (sqrt(2/n)), the fourth moment (3; its estimate's std is sqrt(96/n)), the share beyond 2 std
+// (4.55 %), and the correlation of neighbours, both within a polar-method pair (2i, 2i+1) and across
+// pairs (2i+1, 2i+2).
+TEST(Qwen3Init, DrawsAreIndependentStandardNormals) {
+  Qwen3Model model(tiny());
+  model.initialize(11, InitScheme::Torchtitan);
+  const nn::Param& emb = *model.find_param("tok_embeddings.weight");
+  const float* v = emb.value.data<float>();
+  const int64_t n = emb.value.numel();
+  ASSERT_EQ(emb.std, 1.0);
+  double sum = 0, sum2 = 0, sum4 = 0, beyond2 = 0, within_pair = 0, across_pairs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = v[i];
+    sum += x, sum2 += x * x, sum4 += x * x * x * x, beyond2 += std::abs(x) > 2;
+    if (i + 1 < n) (i % 2 ? across_pairs : within_pair) += x * v[i + 1];
+  }
+  const double N = double(n), se = 1 / std::sqrt(N);
+  EXPECT_NEAR(sum / N, 0, 4 * se);
+  EXPECT_NEAR(sum2 / N, 1, 4 * std::sqrt(2.0) * se);
+  EXPECT_NEAR(sum4 / N, 3, 4 * std::sqrt(96.0) * se);
+  const double p2 = 0.0455;
+  EXPECT_NEAR(beyond2 / N, p2, 4 * std::sqrt(p2 * (1 - p2)) * se);
+  EXPECT_NEAR(within_pair / (N / 2), 0, 4 * std::sqrt(2.0) * se);
+  EXPECT_NEAR(across_pairs / (N / 2), 0, 4 * std::sqrt(2.0) * se);
 }
 
 TEST(Qwen3Init, SameSeedSameWeightsOtherSeedOtherWeights) {

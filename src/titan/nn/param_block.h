@@ -4,7 +4,6 @@
 // its gradient a view into the block's `grad`, so FSDP shards, reduce-scatters,
 // optimizer updates and checkpoint shards are all slices of one buffer.
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -100,10 +99,12 @@ class ParamBlock {
   void materialize_grad() { grad_.storage()->materialize(); }  // contents undefined
   void release_grad() { grad_.storage()->release(); }
 
-  // Runs `fill`, which writes the parameters through their whole-block views (Param::value: an
-  // initialisation, a Hugging Face load). Sharded, the whole buffer exists (zeroed) only for the
-  // call and then this rank keeps its slice of it: one block at a time is ever whole.
-  void fill_whole(const std::function<void()>& fill);
+  // Draws every parameter from its init (Param::init, std, truncate_at). Value j of a parameter is
+  // a pure function of (seed, parameter name, j) (a counter-based generator: splitmix64 bits,
+  // polar-method normals), so the values depend neither on block order nor on threads, every
+  // parameter is drawn in parallel chunks, and a sharded block draws only its own slice: the same
+  // bits as that slice of an unsharded block, with no whole buffer made. On meta: nothing.
+  void initialize(uint64_t seed);
   // Writes `values` (any float dtype, any device; read as a flat run of elements) into elements
   // [begin, begin + values.numel()) of the block's parameters. Sharded, only the part inside this
   // rank's slice is written (no whole buffer is made): how a Hugging Face load fills a rank.
@@ -129,9 +130,5 @@ class ParamBlock {
   Tensor shard_, shard_grad_, compute_;
   std::vector<Param> params_;
 };
-
-// Draws each parameter from its init. A parameter's stream is seeded from (seed, parameter name),
-// so the values do not depend on block order or threads; parameters are drawn in parallel.
-void initialize_params(const std::vector<Param*>& params, uint64_t seed);
 
 }  // namespace titan::nn

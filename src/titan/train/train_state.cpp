@@ -86,8 +86,8 @@ std::string memory_per_rank(const TrainState& s) {
   }
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
     for (auto& t : *m) moments += double(t.nbytes());
-  // The allocator's peak so far: a sharded rank never held more than its slices and one whole block
-  // (a random initialisation makes one block whole at a time).
+  // The allocator's peak so far: a sharded rank holds its slices only (an initialisation draws
+  // them, a load writes into them).
   const double start_peak = double(device_services(s.model.device()).stats().peak_bytes);
   char line[200];
   std::snprintf(line, sizeof line,
@@ -125,10 +125,12 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     say("loaded native weights%s from %s (step %ld); optimizer and step start fresh", biases.c_str(),
         ck.dir.string().c_str(), long(ck.step));
   } else {
+    auto t0 = std::chrono::steady_clock::now();
     state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"
                                                           ? qwen3::InitScheme::Torchtitan
                                                           : qwen3::InitScheme::HuggingFace);
-    say("initialized weights from seed %ld (%s scheme)", long(c.training.seed), c.model.init.c_str());
+    say("initialized weights from seed %ld (%s scheme) in %.1f s", long(c.training.seed),
+        c.model.init.c_str(), seconds_since(t0));
   }
 }
 

@@ -129,17 +129,8 @@ void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
     output_->std = 1.0 / std::sqrt(double(args_.dim));
     output_->truncate_at = 3;  // torchtitan's trunc_normal_ at +-3 std
   }
-  // A sharded rank draws one block at a time whole and keeps its slice; the values are the same.
-  if (!blocks_.empty() && blocks_[0].sharded()) {
-    for (auto& b : blocks_)
-      b.fill_whole([&] {
-        std::vector<nn::Param*> ps;
-        for (auto& p : b.params()) ps.push_back(&p);
-        nn::initialize_params(ps, seed);
-      });
-    return;
-  }
-  nn::initialize_params(params(), seed);
+  // A sharded rank draws only its slices: the same values (ParamBlock::initialize).
+  for (auto& b : blocks_) b.initialize(seed);
 }
 
 void Qwen3Model::zero_grad() {
