@@ -32,7 +32,9 @@ namespace {
 // The other choice is timed beside the default for the A^T cases: F32OneDnnOwnAt (oneDNN's own A^T
 // code; on AVX2 CPUs, the kernel tier capped to portable turns the panels off) or F32OneDnnPanels
 // (on AVX-512 CPUs, the tier capped to AVX2 turns them on; oneDNN still runs its AVX-512 code).
-enum class Kind { F32OneDnn, F32OneDnnOwnAt, F32OneDnnPanels, F32OpenBlas, Bf16, Bf16Out };
+// Bf16Widened: the bf16 product through the f32 GEMM (Bf16Backend::WidenToF32), the path titan
+// takes where the CPU's bf16 dot product is no faster than its f32 FMA.
+enum class Kind { F32OneDnn, F32OneDnnOwnAt, F32OneDnnPanels, F32OpenBlas, Bf16, Bf16Widened, Bf16Out };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -41,6 +43,8 @@ const char* kind_name(Kind k) {
     case Kind::F32OneDnnPanels: return "f32_onednn_panels";
     case Kind::F32OpenBlas: return "f32_openblas";
     case Kind::Bf16: return "bf16";
+    case Kind::Bf16Widened:
+      return "bf16_widened";
     case Kind::Bf16Out: return "bf16_out";
   }
   return "";
@@ -73,6 +77,9 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
   const bool f32 = kind == Kind::F32OneDnn || kind == Kind::F32OneDnnOwnAt || kind == Kind::F32OneDnnPanels ||
                    kind == Kind::F32OpenBlas;
   set_gemm_f32_backend(kind == Kind::F32OpenBlas ? F32Backend::OpenBLAS : F32Backend::OneDNN);
+  const Bf16Backend bf16_default = gemm_bf16_backend();
+  if (kind == Kind::Bf16) set_gemm_bf16_backend(Bf16Backend::OneDNN);
+  if (kind == Kind::Bf16Widened) set_gemm_bf16_backend(Bf16Backend::WidenToF32);
   limit_kernel_isa(kind == Kind::F32OneDnnOwnAt    ? KernelIsa::kPortable
                    : kind == Kind::F32OneDnnPanels ? KernelIsa::kAvx2
                                                    : KernelIsa::kAvx512Bf16);
@@ -96,6 +103,7 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
                          0.0f, C.data(), c.N, sc);
         break;
       case Kind::Bf16:
+      case Kind::Bf16Widened:
         gemm_bf16_batched(c.ta, c.tb, c.batch, c.M, c.N, c.K, 1.0f, Ab.data(), a_cols, sa, Bb.data(), b_cols, sb,
                           0.0f, C.data(), c.N, sc);
         break;
@@ -117,6 +125,7 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
   state.counters["GFLOP/s"] = rate * 1e-9;
   state.counters["peak%"] = rate / cpu_info().peak_flops(f32 ? DType::F32 : DType::BF16) * 100;
   set_gemm_f32_backend(F32Backend::OneDNN);
+  set_gemm_bf16_backend(bf16_default);
   limit_kernel_isa(KernelIsa::kAvx512Bf16);
 }
 
@@ -148,7 +157,8 @@ const bool registered = [] {
   benchmark::AddCustomContext("gemm", gemm_describe());
   for (const Case& c : cases()) {
     const Kind other_at = cpu_kernel_isa() == KernelIsa::kAvx2 ? Kind::F32OneDnnOwnAt : Kind::F32OneDnnPanels;
-    for (Kind kind : {Kind::F32OneDnn, other_at, Kind::F32OpenBlas, Kind::Bf16, Kind::Bf16Out}) {
+    for (Kind kind :
+         {Kind::F32OneDnn, other_at, Kind::F32OpenBlas, Kind::Bf16, Kind::Bf16Widened, Kind::Bf16Out}) {
       if (kind == Kind::Bf16Out && c.batch != 1) continue;
       if (kind == other_at && (c.ta != Trans::T || c.batch != 1 || cpu_kernel_isa() < KernelIsa::kAvx2)) continue;
       std::string name = std::string(kind_name(kind)) + "/" + c.name + "/" + (c.ta == Trans::N ? "N" : "T") +

@@ -472,6 +472,80 @@ TEST(Gemm, LibraryKernelsTheCpuCannotRunAreRefusedOrCapped) {
   EXPECT_EQ(onednn_isa_name(dnnl_cpu_isa_avx512_core_amx), "avx512_core_amx");
 }
 
+// Which bf16 arithmetic is fastest, by CPU: AMX, and AMD's AVX512-BF16 (VDPBF16PS at the zmm FMA's
+// issue rate), beat f32 FMAs on widened inputs; Intel's AVX512-BF16 without AMX (VDPBF16PS every
+// other cycle) and AVX2 do not. The bf16 GEMM's default path follows it.
+TEST(Gemm, Bf16GemmsRunNativeOnlyWhereBf16ArithmeticBeatsTheF32Fma) {
+  auto cpu = [](const char* vendor, int family, bool avx512, bool bf16, bool amx) {
+    CpuInfo c;
+    c.vendor = vendor, c.family = family;
+    c.avx2 = c.fma = true;
+    c.avx512f = c.avx512bw = c.avx512vl = c.avx512dq = avx512;
+    c.avx512_bf16 = bf16;
+    c.amx_tile = c.amx_bf16 = c.amx_usable = amx;
+    assign_flop_rates(c);
+    return c;
+  };
+  const CpuInfo zen4 = cpu("AuthenticAMD", 0x19, true, true, false);
+  EXPECT_TRUE(zen4.bf16_dot_beats_fma);
+  EXPECT_EQ(zen4.f32_flops_per_cycle, 32);
+  EXPECT_EQ(zen4.bf16_flops_per_cycle, 64);
+  const CpuInfo sapphire_rapids = cpu("GenuineIntel", 6, true, true, true);
+  EXPECT_TRUE(sapphire_rapids.bf16_dot_beats_fma);
+  EXPECT_EQ(sapphire_rapids.bf16_flops_per_cycle, 1024);
+  const CpuInfo intel_without_amx = cpu("GenuineIntel", 6, true, true, false);
+  EXPECT_FALSE(intel_without_amx.bf16_dot_beats_fma);
+  EXPECT_EQ(intel_without_amx.f32_flops_per_cycle, 64);
+  EXPECT_EQ(intel_without_amx.bf16_flops_per_cycle, 64);  // the widened f32 path's rate
+  EXPECT_NE(intel_without_amx.peak_formula(DType::BF16).find("AVX-512 FMA, widened"), std::string::npos);
+  const CpuInfo zen3 = cpu("AuthenticAMD", 0x19, false, false, false);
+  EXPECT_FALSE(zen3.bf16_dot_beats_fma);
+  EXPECT_EQ(zen3.bf16_flops_per_cycle, zen3.f32_flops_per_cycle);
+  // This process, unless TITAN_GEMM_BF16 chose (ctest does not set it).
+  ASSERT_EQ(std::getenv("TITAN_GEMM_BF16"), nullptr);
+  EXPECT_EQ(gemm_bf16_backend(),
+            cpu_info().bf16_dot_beats_fma ? Bf16Backend::OneDNN : Bf16Backend::WidenToF32);
+}
+
+// TITAN_GEMM_BF16 chooses the bf16 path on any CPU, the start-up's gemm line says so, both pass the
+// linear parity cases, and a name that is no path is an error naming it.
+TEST(Gemm, TheBf16PathFromTheEnvironmentIsAppliedAndNamed) {
+  const std::string titan = titan::testing::titan_binary().string();
+  std::string out;
+  for (const char* path : {"onednn", "widen"})
+    EXPECT_EQ(titan::testing::run_command(std::string("TITAN_GEMM_BF16=") + path + " " + titan +
+                                              " kernels parity --op linear --dtype bf16 2>&1",
+                                          &out),
+              0)
+        << path << ": " << out;
+  EXPECT_EQ(
+      titan::testing::run_command("TITAN_GEMM_BF16=amx " + titan + " kernels parity --op linear 2>&1", &out),
+      1)
+      << out;
+  EXPECT_NE(out.find("TITAN_GEMM_BF16=amx is not a bf16 gemm path (use onednn or widen)"), std::string::npos)
+      << out;
+  const std::filesystem::path dump =
+      std::filesystem::path(TITAN_BINARY_DIR) / "test_tmp" / ("gemm_bf16_widen_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dump);
+  EXPECT_EQ(
+      titan::testing::run_command(
+          "TITAN_GEMM_BF16=widen " + titan + " train --config " + titan::testing::debugmodel_toml().string() +
+              " --model.n_layers=1 --model.dim=64 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=32"
+              " --model.hidden_dim=128 --training.seq_len=32 --training.steps=1 --lr_scheduler.warmup_steps=0"
+              " --training.mixed_precision_param=bfloat16 --validation.enable=false --checkpoint.enable=false"
+              " --checkpoint.last_save_in_hf=false --job.dump_folder=" +
+              dump.string() + " 2>&1",
+          &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("bf16 widened to f32 (TITAN_GEMM_BF16=widen)"), std::string::npos) << out;
+  EXPECT_NE(
+      out.find("mixed precision: bf16 GEMMs run as f32 GEMMs on widened inputs here (TITAN_GEMM_BF16=widen)"),
+      std::string::npos)
+      << out;
+  std::filesystem::remove_all(dump);
+}
+
 // The real thing, through the binary: OPENBLAS_CORETYPE=SKYLAKEX on a CPU without AVX-512 fails the
 // linear parity cases naming the variable, where the process used to die of SIGILL.
 TEST(Gemm, AnOpenBlasCoreTypeOfANewerCpuIsAnErrorNotSigill) {

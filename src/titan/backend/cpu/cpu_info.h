@@ -16,11 +16,15 @@
 //     f32 : AVX-512 with two 512-bit FMA pipes (Intel Xeon, AMD Zen5) = 64; AMD Zen4 (512-bit ops
 //           on two 256-bit pipes) = 32; AVX2+FMA = 32; otherwise SSE = 8.
 //     bf16: AMX (TDPBF16PS, 16x16x32 MACs per 16 cycles) = 1024; AVX512_BF16 (VDPBF16PS, 32 MACs
-//           per instruction) = 2 * f32 zmm FMA instructions per cycle * 64, i.e. 128 on Intel,
-//           64 on Zen4; without either, bf16 runs at the f32 rate.
+//           = 64 FLOP per instruction) on AMD, which issues one per cycle = 2 x f32 (Zen4: 64).
+//           Elsewhere the f32 rate: bf16 GEMMs run as f32 GEMMs on widened inputs (gemm.h), which
+//           is also the faster way on Intel's AVX512-BF16 without AMX (VDPBF16PS issues once per
+//           two cycles there: 32, half the zmm FMA's 64).
 //     f64 : half of f32.
 // Measured on Zen4 (EPYC, 2 cores, ~3.6 GHz): zmm FMA loop 115 GFLOP/s/core = 32 x 3.6,
-// VDPBF16PS loop 229 GFLOP/s/core = 64 x 3.6, which is where the Zen4 entries come from.
+// VDPBF16PS loop 229 GFLOP/s/core = 64 x 3.6, which is where the Zen4 entries come from. On an
+// Intel Xeon model 0xcf (2.98 GHz by the add chain): zmm FMA loop 169-171 GFLOP/s/core, VDPBF16PS
+// loop 80-84 (24 independent accumulators), half: where the Intel entry comes from.
 #include <string>
 
 #include "titan/core/dtype.h"
@@ -42,6 +46,9 @@ struct CpuInfo {
   double ghz = 0;                           // see above
   std::string ghz_source;                   // where `ghz` comes from
   double f32_flops_per_cycle = 0, bf16_flops_per_cycle = 0;
+  // bf16 products run faster on bf16 instructions (AMX, AMD's AVX512-BF16) than as f32 FMAs on
+  // widened inputs: what the bf16 GEMM's default path follows (gemm.h).
+  bool bf16_dot_beats_fma = false;
 
   bool avx512_core() const { return avx512f && avx512bw && avx512vl && avx512dq; }
   // Peak FLOP/s of the whole process for matmuls whose inputs have this dtype (F32, BF16, F64;
@@ -58,6 +65,9 @@ struct CpuInfo {
 const CpuInfo& cpu_info();
 // A fresh probe (tests: the figure must not move between probes); everything else uses cpu_info().
 CpuInfo probe_cpu();
+// The FLOP/cycle rates and bf16_dot_beats_fma from the vendor, family and ISA flags (the table
+// above): probe_cpu calls it; tests call it on made-up CPUs.
+void assign_flop_rates(CpuInfo& info);
 
 // The instruction-set tiers of the hand-vectorised kernels (attention, cross-entropy), lowest
 // first. A kernel runs the highest tier it has at or below kernel_isa(); where the compiler

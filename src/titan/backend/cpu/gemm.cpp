@@ -410,8 +410,23 @@ F32Backend gemm_f32_backend() { return f32_backend_slot().load(); }
 void set_gemm_f32_backend(F32Backend backend) { f32_backend_slot().store(backend); }
 
 namespace {
+// oneDNN's bf16 matmul where the CPU's bf16 arithmetic outruns its f32 FMA (AMX; AVX512-BF16 on
+// AMD Zen4, VDPBF16PS at twice the FMA rate), else the inputs widened to f32 for the f32 GEMM: on
+// Intel's AVX512-BF16 without AMX VDPBF16PS runs at half the FMA rate, and oneDNN's bf16 kernels
+// there (brg:avx512_core_bf16) reached 130-145 GFLOP/s on 2 cores where the widened path reached
+// 200-245 (matmul_bench, Intel Xeon model 0xcf); on AVX2-only CPUs oneDNN has no bf16 code at all.
+// TITAN_GEMM_BF16=onednn|widen overrides.
+Bf16Backend bf16_backend_from_env() {
+  const char* env = std::getenv("TITAN_GEMM_BF16");
+  if (!env || !*env) return cpu_info().bf16_dot_beats_fma ? Bf16Backend::OneDNN : Bf16Backend::WidenToF32;
+  std::string_view v(env);
+  if (v == "onednn") return Bf16Backend::OneDNN;
+  if (v == "widen") return Bf16Backend::WidenToF32;
+  TITAN_FAIL("TITAN_GEMM_BF16=", v, " is not a bf16 gemm path (use onednn or widen)");
+}
+
 std::atomic<Bf16Backend>& bf16_backend_slot() {
-  static std::atomic<Bf16Backend> slot{Bf16Backend::OneDNN};
+  static std::atomic<Bf16Backend> slot{bf16_backend_from_env()};
   return slot;
 }
 
@@ -572,11 +587,21 @@ std::string gemm_describe() {
                         : std::string("oneDNN dnnl_sgemm");
   auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
                       256, 0, 256, 0, 1.0f, 0.0f});
-  std::string bf16 = gemm_bf16_backend() == Bf16Backend::WidenToF32 ? "widened to f32 (chosen)"
-                     : bf->reference
-                         ? "widened to f32 (oneDNN has " +
-                               std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here)"
-                         : "oneDNN matmul " + bf->impl;
+  const char* env = std::getenv("TITAN_GEMM_BF16");
+  const bool chosen = env && *env;
+  std::string bf16 =
+      gemm_bf16_backend() == Bf16Backend::WidenToF32
+          ? std::string("widened to f32 (") +
+                (chosen ? "TITAN_GEMM_BF16=widen"
+                 : bf->reference
+                     ? "oneDNN has " + std::string(bf->impl == "none" ? "no" : "only reference") +
+                           " bf16 code here"
+                     : "this CPU's bf16 dot product is no faster than its f32 FMA; oneDNN's would run " +
+                           bf->impl) +
+                ")"
+      : bf->reference ? "widened to f32 (oneDNN has " +
+                            std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here)"
+                      : "oneDNN matmul " + bf->impl;
   return "f32 " + f32 + "; bf16 " + bf16 + "; oneDNN ISA " + onednn_isa_name(dnnl_get_effective_cpu_isa());
 }
 

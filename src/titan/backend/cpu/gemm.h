@@ -14,9 +14,11 @@
 //         detection, which calls Sapphire Rapids "Prescott" (7x slower): set
 //         OPENBLAS_CORETYPE=COOPERLAKE (or SKYLAKEX) in the environment before starting the process.
 //   bf16: oneDNN matmul primitive (AMX, AVX512_BF16 or AVX-512 code picked by oneDNN), primitives
-//         cached per shape/layout key; on CPUs where oneDNN has only its reference bf16 code, or
-//         none at all (AVX2-only CPUs such as AMD Zen3), the inputs are widened to f32 and the f32
-//         backend runs instead.
+//         cached per shape/layout key, where the CPU's bf16 arithmetic outruns its f32 FMA (AMX,
+//         AMD Zen4's AVX512-BF16). Elsewhere the inputs are widened to f32 and the f32 backend
+//         runs: Intel's AVX512-BF16 without AMX (VDPBF16PS at half the FMA rate: 1.3-1.7x faster
+//         widened), CPUs where oneDNN has only reference bf16 code or none (AVX2-only, AMD Zen3).
+//         TITAN_GEMM_BF16=onednn|widen overrides.
 //   A^T:  on CPUs whose best kernel tier is AVX2 (cpu::kernel_isa), a product with Trans::T on A
 //         and N <= 256 runs as Trans::N products over panels of A copied transposed (and widened
 //         from bf16): oneDNN's AVX2 sgemm is about 2x slower on A^T than on A there.
@@ -70,9 +72,12 @@ enum class F32Backend : uint8_t { OneDNN, OpenBLAS };
 F32Backend gemm_f32_backend();
 void set_gemm_f32_backend(F32Backend backend);
 
-// bf16 backend selection, for tests of the fallback on any CPU: WidenToF32 runs the path a CPU
-// without oneDNN bf16 code takes (inputs widened to f32, the f32 backend). The default is OneDNN,
-// which itself widens where oneDNN has no fast bf16 code. Not meant to be flipped while gemms run.
+// bf16 backend selection. OneDNN: oneDNN's bf16 matmul (itself widening where oneDNN has no fast
+// bf16 code); WidenToF32: inputs widened to f32 for the f32 backend. The default comes from
+// TITAN_GEMM_BF16 ("onednn" or "widen"), else from the CPU: OneDNN where its bf16 arithmetic is
+// faster than its f32 FMA (cpu_info().bf16_dot_beats_fma: AMX, AMD's AVX512-BF16), WidenToF32
+// elsewhere (Intel's AVX512-BF16 without AMX, AVX2). Tests set either on any CPU. Not meant to be
+// flipped while gemms run.
 enum class Bf16Backend : uint8_t { OneDNN, WidenToF32 };
 Bf16Backend gemm_bf16_backend();
 void set_gemm_bf16_backend(Bf16Backend backend);
