@@ -587,21 +587,21 @@ std::string gemm_describe() {
                         : std::string("oneDNN dnnl_sgemm");
   auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
                       256, 0, 256, 0, 1.0f, 0.0f});
-  const char* env = std::getenv("TITAN_GEMM_BF16");
-  const bool chosen = env && *env;
-  std::string bf16 =
-      gemm_bf16_backend() == Bf16Backend::WidenToF32
-          ? std::string("widened to f32 (") +
-                (chosen ? "TITAN_GEMM_BF16=widen"
-                 : bf->reference
-                     ? "oneDNN has " + std::string(bf->impl == "none" ? "no" : "only reference") +
-                           " bf16 code here"
-                     : "this CPU's bf16 dot product is no faster than its f32 FMA; oneDNN's would run " +
-                           bf->impl) +
-                ")"
-      : bf->reference ? "widened to f32 (oneDNN has " +
-                            std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here)"
-                      : "oneDNN matmul " + bf->impl;
+  const std::string onednn_lacks =
+      "oneDNN has " + std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here";
+  std::string bf16;
+  if (gemm_bf16_backend() == Bf16Backend::OneDNN) {
+    bf16 = bf->reference ? "widened to f32 (" + onednn_lacks + ")" : "oneDNN matmul " + bf->impl;
+  } else {
+    const char* env = std::getenv("TITAN_GEMM_BF16");
+    const std::string why = env && *env                     ? "TITAN_GEMM_BF16=" + std::string(env)
+                            : cpu_info().bf16_dot_beats_fma ? std::string("chosen by set_gemm_bf16_backend")
+                            : bf->reference                 ? onednn_lacks
+                                            : "this CPU's bf16 dot product is no faster than its f32 "
+                                              "FMA; oneDNN's would run " +
+                                                  bf->impl;
+    bf16 = "widened to f32 (" + why + ")";
+  }
   return "f32 " + f32 + "; bf16 " + bf16 + "; oneDNN ISA " + onednn_isa_name(dnnl_get_effective_cpu_isa());
 }
 
