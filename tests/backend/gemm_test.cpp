@@ -540,7 +540,7 @@ TEST(Gemm, TheBf16PathFromTheEnvironmentIsAppliedAndNamed) {
       << out;
   EXPECT_NE(out.find("bf16 widened to f32 (TITAN_GEMM_BF16=widen)"), std::string::npos) << out;
   EXPECT_NE(
-      out.find("mixed precision: bf16 GEMMs run as f32 GEMMs on widened inputs here (TITAN_GEMM_BF16=widen)"),
+      out.find("mixed precision: bf16 GEMMs run as f32 GEMMs on widened inputs (TITAN_GEMM_BF16=widen)"),
       std::string::npos)
       << out;
   std::filesystem::remove_all(dump);

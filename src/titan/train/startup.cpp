@@ -299,15 +299,12 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   // Where bf16 GEMMs widen their inputs to f32, bf16 compute saves activation memory, not GEMM time:
   // on debugmodel it ran about 20% slower than float32 on an AVX2-only AMD Zen3, and as fast
   // (252 against 245 tokens/s) on an Intel Xeon with AVX512-BF16 but no AMX.
-  if (job.device == Device::CPU && job.compute_dtype == DType::BF16 &&
-      cpu::gemm_bf16_backend() == cpu::Bf16Backend::WidenToF32)
-    say("mixed precision: bf16 GEMMs run as f32 GEMMs on widened inputs here (%s), so bf16 saves activation "
-        "memory, not GEMM time (training.mixed_precision_param = \"float32\" may run as fast or faster)",
-        std::getenv("TITAN_GEMM_BF16") ? "TITAN_GEMM_BF16=widen"
-        : cpu::cpu_info().avx512_bf16
-            ? "this CPU's AVX512-BF16 dot product runs at half its f32 FMA rate, and "
-              "there is no AMX"
-            : "this CPU has neither AVX512-BF16 nor AMX");
+  if (job.device == Device::CPU && job.compute_dtype == DType::BF16)
+    if (const std::string why = cpu::gemm_bf16_widen_reason(); !why.empty())
+      say("mixed precision: bf16 GEMMs run as f32 GEMMs on widened inputs (%s), so bf16 saves "
+          "activation memory, not GEMM time (training.mixed_precision_param = \"float32\" may run as fast "
+          "or faster)",
+          why.c_str());
   if (const qwen3::Checkpointing ac = checkpointing_of(c.activation_checkpoint); ac.any()) {
     int64_t covered = 0;
     for (int64_t i = 0; i < a.n_layers; ++i) covered += ac.covers(i);

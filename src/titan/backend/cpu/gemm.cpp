@@ -580,28 +580,35 @@ std::string onednn_isa_name(int isa) {
   }
 }
 
+namespace {
+// oneDNN's bf16 primitive for a representative shape: what it would run here.
+std::shared_ptr<const Prim> sample_bf16_prim() {
+  return get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256,
+                   0, 256, 0, 256, 0, 1.0f, 0.0f});
+}
+}  // namespace
+
+std::string gemm_bf16_widen_reason() {
+  prepare_onednn();
+  const auto bf = sample_bf16_prim();
+  const std::string onednn_lacks =
+      "oneDNN has " + std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here";
+  if (gemm_bf16_backend() == Bf16Backend::OneDNN) return bf->reference ? onednn_lacks : "";
+  const char* env = std::getenv("TITAN_GEMM_BF16");
+  if (env && *env) return "TITAN_GEMM_BF16=" + std::string(env);
+  if (cpu_info().bf16_dot_beats_fma) return "chosen by set_gemm_bf16_backend";
+  if (bf->reference) return onednn_lacks;
+  return "this CPU's bf16 dot product is no faster than its f32 FMA; oneDNN's would run " + bf->impl;
+}
+
 std::string gemm_describe() {
   prepare_onednn();
   std::string f32 = gemm_f32_backend() == F32Backend::OpenBLAS
                         ? std::string("OpenBLAS cblas_sgemm (") + openblas_get_corename() + " kernels)"
                         : std::string("oneDNN dnnl_sgemm");
-  auto bf = get_prim({memory::data_type::bf16, memory::data_type::f32, Trans::N, Trans::N, 1, 256, 256, 256, 256, 0,
-                      256, 0, 256, 0, 1.0f, 0.0f});
-  const std::string onednn_lacks =
-      "oneDNN has " + std::string(bf->impl == "none" ? "no" : "only reference") + " bf16 code here";
-  std::string bf16;
-  if (gemm_bf16_backend() == Bf16Backend::OneDNN) {
-    bf16 = bf->reference ? "widened to f32 (" + onednn_lacks + ")" : "oneDNN matmul " + bf->impl;
-  } else {
-    const char* env = std::getenv("TITAN_GEMM_BF16");
-    const std::string why = env && *env                     ? "TITAN_GEMM_BF16=" + std::string(env)
-                            : cpu_info().bf16_dot_beats_fma ? std::string("chosen by set_gemm_bf16_backend")
-                            : bf->reference                 ? onednn_lacks
-                                            : "this CPU's bf16 dot product is no faster than its f32 "
-                                              "FMA; oneDNN's would run " +
-                                                  bf->impl;
-    bf16 = "widened to f32 (" + why + ")";
-  }
+  const std::string widen = gemm_bf16_widen_reason();
+  const std::string bf16 =
+      widen.empty() ? "oneDNN matmul " + sample_bf16_prim()->impl : "widened to f32 (" + widen + ")";
   return "f32 " + f32 + "; bf16 " + bf16 + "; oneDNN ISA " + onednn_isa_name(dnnl_get_effective_cpu_isa());
 }
 

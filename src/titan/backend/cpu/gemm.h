@@ -85,6 +85,9 @@ void set_gemm_bf16_backend(Bf16Backend backend);
 // One line naming the code that runs for each dtype (oneDNN implementation, OpenBLAS core type,
 // oneDNN's ISA), for the start-up log and benchmark context.
 std::string gemm_describe();
+// Why bf16 GEMMs run as f32 GEMMs on widened inputs here (TITAN_GEMM_BF16, the CPU's bf16
+// arithmetic, oneDNN lacking bf16 code), or "" when oneDNN's bf16 matmul runs.
+std::string gemm_bf16_widen_reason();
 
 // Why OpenBLAS's kernels for `core` (openblas_get_corename()) cannot run on `cpu`, or "" when they
 // can: OPENBLAS_CORETYPE=SKYLAKEX on a CPU without AVX-512 would die of SIGILL in the first sgemm.
