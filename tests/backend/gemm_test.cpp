@@ -490,6 +490,11 @@ TEST(Gemm, Bf16GemmsRunNativeOnlyWhereBf16ArithmeticBeatsTheF32Fma) {
   EXPECT_TRUE(zen4.bf16_dot_beats_fma);
   EXPECT_EQ(zen4.f32_flops_per_cycle, 32);
   EXPECT_EQ(zen4.bf16_flops_per_cycle, 64);
+  const CpuInfo zen5 = cpu("AuthenticAMD", 0x1a, true, true, false);
+  EXPECT_TRUE(zen5.bf16_dot_beats_fma);
+  EXPECT_EQ(zen5.f32_flops_per_cycle, 64);
+  EXPECT_EQ(zen5.bf16_flops_per_cycle, 128);
+  EXPECT_NE(zen5.peak_formula(DType::BF16).find("AVX512-BF16"), std::string::npos);
   const CpuInfo sapphire_rapids = cpu("GenuineIntel", 6, true, true, true);
   EXPECT_TRUE(sapphire_rapids.bf16_dot_beats_fma);
   EXPECT_EQ(sapphire_rapids.bf16_flops_per_cycle, 1024);
