@@ -106,16 +106,29 @@ TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   EXPECT_NE(e.find("but this machine's MemAvailable is "), std::string::npos) << e;
   // The same check passes the tiny model (its exact need comes from the meta device's step profile).
   EXPECT_NO_THROW(train::check_training_fits(tiny(), shape(2, 64), Device::CPU));
-  MemoryEstimate m = estimate_training_memory(tiny(), 2, 64, DType::F32, Checkpointing::none());
+  const train::StepProfile m = train::profile_training_step(tiny(), shape(2, 64), Device::Meta);
   EXPECT_EQ(m.weights, tiny().num_params() * 4);
   // A sequence length past the bound names the config key.
   e = error_of([&] { train::check_training_fits(tiny(), shape(2, 99999999999), Device::CPU); });
   EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
 }
 
+// A step whose tensors together pass 2^63 bytes (each one within it) is an error saying so, not a
+// counter that wraps to a negative peak: the meta device counts what `titan info` prints.
+TEST(SizeCheck, AStepHoldingMoreThan2To63BytesIsAnErrorNotAWrappedCounter) {
+  ModelArgs a = tiny();
+  a.dim = 1 << 14;
+  a.hidden_dim = 1 << 14;
+  a.max_seq_len = 1 << 15;
+  a.validate();
+  const std::string e =
+      error_of([&] { train::profile_training_step(a, shape(int64_t(1) << 31, int64_t(1) << 15), Device::Meta); });
+  EXPECT_NE(e.find("meta memory: the tensors held at once exceed 2^63 bytes"), std::string::npos) << e;
+}
+
 // Selective checkpointing covers one layer in N, counted as torchtitan counts (layers N-1, 2N-1,
-// ...); the estimate keeps fewer activations the more layers it covers.
-TEST(SizeCheck, CheckpointingCoversOneLayerInNAndTheEstimateFollows) {
+// ...); the step (on the meta device) holds less at its peak the more layers it covers.
+TEST(SizeCheck, CheckpointingCoversOneLayerInNAndTheStepsPeakFollows) {
   std::vector<int64_t> covered;
   for (int64_t i = 0; i < 7; ++i)
     if (Checkpointing::every_nth(3).covers(i)) covered.push_back(i);
@@ -125,7 +138,9 @@ TEST(SizeCheck, CheckpointingCoversOneLayerInNAndTheEstimateFollows) {
   ModelArgs six = tiny();
   six.n_layers = 6;
   auto activations = [&](Checkpointing c) {
-    return estimate_training_memory(six, 2, 64, DType::F32, c).activations;
+    train::StepShape s = shape(2, 64);
+    s.checkpointing = c;
+    return train::profile_training_step(six, s, Device::Meta).activations();
   };
   EXPECT_GT(activations(Checkpointing::none()),
             activations(Checkpointing::every_nth(3)));  // 2 layers covered

@@ -127,6 +127,50 @@ TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
   EXPECT_NE(out.find("activation checkpointing selective (1 layer in 2)"), std::string::npos) << out;
 }
 
+// `titan info --flavor` runs the step its options describe on the meta device too (one way to count
+// a step's memory): its figures are the profile's, per device (the GPU's loss keeps more logits).
+TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe) {
+  const qwen3::ModelArgs args = qwen3::flavor("debugmodel_moe");
+  for (const char* device : {"cpu", "cuda"}) {
+    StepShape shape;
+    shape.local_batch = 2;
+    shape.seq_len = 2048;
+    shape.compute = DType::BF16;
+    shape.checkpointing = qwen3::Checkpointing::full();
+    shape.keep_logits_bytes = loss_logits_budget(std::string(device) == "cuda" ? Device::CUDA : Device::CPU);
+    const StepProfile p = profile_training_step(args, shape, Device::Meta);
+    std::string out;
+    ASSERT_EQ(testing::run_command(testing::titan_binary().string() +
+                                       " info --flavor debugmodel_moe --batch 2 --seq 2048 "
+                                       "--activation-checkpoint full --device " +
+                                       device,
+                                   &out),
+              0)
+        << out;
+    char line[96];
+    std::snprintf(line, sizeof line, "peak per process     %.2f GiB", double(p.peak) / double(1ll << 30));
+    EXPECT_NE(out.find(line), std::string::npos) << device << ": " << out;
+    std::snprintf(line, sizeof line, "activations + temps  %.2f GiB",
+                  double(p.activations()) / double(1ll << 30));
+    EXPECT_NE(out.find(line), std::string::npos) << device << ": " << out;
+    std::snprintf(line, sizeof line, "FLOPs per step: %.4g", p.flops);
+    EXPECT_NE(out.find(line), std::string::npos) << device << ": " << out;
+    EXPECT_NE(out.find(std::string("activation checkpointing full (every layer), one process on ") + device),
+              std::string::npos)
+        << out;
+  }
+  // Options out of their range are errors naming the option.
+  std::string out;
+  EXPECT_NE(testing::run_command(
+                testing::titan_binary().string() + " info --flavor debugmodel --seq 99999 2>&1", &out),
+            0);
+  EXPECT_NE(out.find("--seq 99999 exceeds the model's max_seq_len"), std::string::npos) << out;
+  EXPECT_NE(testing::run_command(
+                testing::titan_binary().string() + " info --flavor debugmodel --device cdua 2>&1", &out),
+            0);
+  EXPECT_NE(out.find("--device cdua: expected cpu or cuda"), std::string::npos) << out;
+}
+
 // A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and
 // the plan of a cuda job counts them, also on a machine without a GPU: 2 x 2048 tokens of f32 logits
 // over Qwen3's vocabulary (2.5 GB) are over the CPU's 1 GiB and under the GPU's 8 GiB.

@@ -23,6 +23,12 @@ namespace titan {
 void* DeviceServices::allocate(size_t nbytes) {
   void* p = raw_allocate(nbytes);
   const int64_t now = current_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+  if (now < 0) {  // wrapped past 8 EiB: only a meta device's step of an absurd size gets here
+    current_.fetch_sub(int64_t(nbytes));
+    raw_deallocate(p, nbytes);
+    TITAN_CHECK(false, device_name(device()),
+                " memory: the tensors held at once exceed 2^63 bytes (allocating ", nbytes, " bytes)");
+  }
   int64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
   }

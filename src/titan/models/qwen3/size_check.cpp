@@ -81,7 +81,7 @@ int64_t available_memory_bytes() {
   return available;
 }
 
-void check_memory_fits(const MemoryEstimate& need, int64_t available, const std::string& what,
+void check_memory_fits(const MemoryNeed& need, int64_t available, const std::string& what,
                        const std::string& available_what, const std::string& advice) {
   auto gib = [](int64_t b) {
     char s[32];

@@ -155,7 +155,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype) {
   ModelArgs args = args_from_hf_config_file((dir / "config.json").string());
   const int64_t master_bytes = narrow_size(__int128(args.num_params()) * 4, "weight bytes");
-  check_memory_fits(MemoryEstimate{master_bytes, master_bytes, 0, 0}, available_memory_bytes(),
+  check_memory_fits(MemoryNeed{master_bytes, master_bytes, 0, 0}, available_memory_bytes(),
                     "loading " + dir.string(), "this machine's MemAvailable",
                     "free memory or load a smaller model");
   auto model = std::make_unique<Qwen3Model>(args, compute_dtype);
