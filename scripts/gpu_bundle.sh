@@ -10,7 +10,8 @@
 #           PyTorch wheels so that they match its driver;
 #   scripts/gpu_check.sh, bench/gpu_models.sh (the speed floors), the peer's harness when
 #   ../shared/peers/h200 is there, configs/, the small test fixtures, and the tokenizer and corpus of assets/
-#   (a short debugmodel training run on the GPU against the CPU).
+#   (a short debugmodel training run on the GPU against the CPU), and reference/ the CPU's side of
+#   that run, trained here.
 # On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #
 #   bash scripts/gpu_bundle.sh              # build dir: build/
@@ -63,6 +64,14 @@ cp -r tests/fixtures "$root/tests/"
 [ -f assets/.complete ] || { echo "gpu_bundle: assets/ is not prepared (run scripts/setup.sh)" >&2; exit 1; }
 mkdir -p "$root/assets"
 cp -r assets/.complete assets/tokenizer assets/datasets "$root/assets/"
+
+# The CPU's side of gpu_check.sh's debugmodel comparison, run here so that no device time goes to it
+# (the same arguments as gpu_check.sh's GPU run, --job.device=cpu).
+mkdir -p "$root/reference"
+"$build/bin/titan" train --config configs/debugmodel.toml --training.steps=10 --checkpoint.enable=false \
+  --checkpoint.last_save_in_hf=false --metrics.log_freq=1 --job.device=cpu --job.dump_folder="$stage/train_cpu" \
+  >"$root/reference/train_debugmodel_cpu.log" 2>&1 ||
+  { tail -20 "$root/reference/train_debugmodel_cpu.log" >&2; echo "gpu_bundle: the CPU debugmodel run failed" >&2; exit 1; }
 
 mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz titan-gpu

@@ -3,7 +3,7 @@
 # identity, the CUDA test programs (cuda_nccl_test among them: every NCCL collective in a world of
 # one rank, and over `mpirun -np 2` when the machine has two GPUs and mpirun),
 # `titan kernels parity --device cuda` (when the binary has it),
-# 10 steps of the debug model on the GPU and on the CPU (losses side by side), the CUDA
+# 10 steps of the debug model on the GPU beside the CPU's (run when the bundle was made), the CUDA
 # benchmarks and the speed floors (bench/gpu_models.sh: the peer's 0.6B, MoE and 4B jobs), each
 # under a time limit, then prints a short summary table LAST.
 #
@@ -112,7 +112,13 @@ if grep -q -- '--device' <<<"$parity_help"; then
     titan=$1; shift
     [ $# -gt 0 ] || { echo "no cuda kernels listed: the CUDA backend did not load"; exit 1; }
     rc=0
-    for op in "$@"; do "$titan" kernels parity --device cuda --op "$op" || rc=1; done
+    # Each op under its own limit: a kernel that hangs costs 40 s and its own lines, and the ops
+    # after it still run.
+    for op in "$@"; do
+      timeout -k 5 40 "$titan" kernels parity --device cuda --op "$op"
+      r=$?
+      if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "op $op: timed out after 40 s"; rc=1; elif [ $r -ne 0 ]; then rc=1; fi
+    done
     exit $rc' parity "$root/bin/titan" $cuda_ops
 else
   summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")
@@ -129,10 +135,15 @@ fi
 # against the bf16 GEMM ceiling cuda_gemm_bench just measured. The default kernels first; the same
 # jobs with the other kernel variants (+cudnn, +mma) after the tests, while time is left.
 # models_step NAME JOBS LIMIT: one run of bench/gpu_models.sh; its table is added to models_table.
+# Each job may run 60 s (a 4B job, the longest, should take 20-30: a few seconds of start-up, a first
+# step under 5 s, ten steps of a quarter second); the step's limit is the jobs' limits added up (and a little for the table),
+# so the last job of a step is cut by its own limit (a FAILED row) rather than by the step's.
 models_table=""
 models_step() {
-  local name=$1 jobs=$2 limit=$3 log table
-  step "$name" "$limit" env GPU_MODELS="$jobs" GPU_MODELS_JOB_LIMIT=90 CUDNN_LOGLEVEL_DBG=1 \
+  local name=$1 jobs=$2 log table
+  local job_limit=60 n
+  n=$(wc -w <<<"$jobs")
+  step "$name" $((n * (job_limit + 10) + 15)) env GPU_MODELS="$jobs" GPU_MODELS_JOB_LIMIT=$job_limit CUDNN_LOGLEVEL_DBG=1 \
     CUDNN_LOGDEST_DBG="$logs/cudnn_${name//[^A-Za-z0-9_.-]/_}_errors.log" bash "$root/bench/gpu_models.sh" \
     "$root/bin/titan" "$logs/gpu_models"
   log=$logs/${name//[^A-Za-z0-9_.-]/_}.log
@@ -148,7 +159,7 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; th
   run_models=1
   gemm=$(awk '/gemm bf16 8192\^3/{print $(NF-1)}' "$logs/cuda_gemm_bench.log" 2>/dev/null | tail -1)
   export GPU_MODELS_GEMM_TFLOPS=${gemm:-0}
-  models_step "gpu_models default kernels" "${GPU_CHECK_MODELS:-0.6B MoE 4B}" 240
+  models_step "gpu_models default kernels" "${GPU_CHECK_MODELS:-0.6B MoE 4B}"
 fi
 
 # The cases of the kernels never yet run on a GPU (named *Mma*: the mma_sync kernels; *Cudnn*: cuDNN's
@@ -176,13 +187,19 @@ train_args=(train --config "$root/configs/debugmodel.toml" --training.steps=10 -
             --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
 step "train debugmodel cuda (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cuda \
   --job.dump_folder="$logs/train_cuda"
-step "train debugmodel cpu (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
-  --job.dump_folder="$logs/train_cpu"
+# The CPU's side was run by gpu_bundle.sh when it made the bundle (no device time spent on it); a
+# bundle without it runs it here.
+if [ -f "$root/reference/train_debugmodel_cpu.log" ]; then
+  cp "$root/reference/train_debugmodel_cpu.log" "$logs/train_debugmodel_cpu__10_steps_.log"
+else
+  step "train debugmodel cpu (10 steps)" 120 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
+    --job.dump_folder="$logs/train_cpu"
+fi
 losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" | sort -k1,1) \
               <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" | sort -k1,1) 2>/dev/null | sort -n)
 
 [ -n "$run_models" ] &&
-  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn}" 300
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn}"
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do

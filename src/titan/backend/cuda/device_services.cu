@@ -433,8 +433,13 @@ class CudaDeviceServices final : public DeviceServices {
     }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      TITAN_FAIL("out of CUDA memory allocating ", nbytes, " bytes (", cudaGetErrorString(err), "; ",
-                 stats().current_bytes, " bytes in tensors, ", reserved_bytes(), " reserved)");
+      // Only an allocation failure is "out of memory": another error here is a fault an earlier
+      // kernel left in the context (an illegal address), which cudaMalloc merely reports.
+      TITAN_CHECK(err != cudaErrorMemoryAllocation, "out of CUDA memory allocating ", nbytes, " bytes (",
+                  cudaGetErrorString(err), "; ", stats().current_bytes, " bytes in tensors, ",
+                  reserved_bytes(), " reserved)");
+      TITAN_FAIL("cudaMalloc of ", nbytes, " bytes failed: ", cudaGetErrorString(err),
+                 " (an error of earlier work on the device, reported by the allocation)");
     }
     std::lock_guard<std::mutex> lock(mutex_);
     block_size_[p] = size;
@@ -510,13 +515,14 @@ class CudaDeviceServices final : public DeviceServices {
   void release_cached() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (free_blocks_.empty()) return;
-    cudaStreamSynchronize(stream_);  // work may still read a freed block
-    for (auto& [size, p] : free_blocks_) {
-      cudaFree(p);
+    TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // work may still read a freed block
+    while (!free_blocks_.empty()) {
+      const auto [size, p] = *free_blocks_.begin();
+      TITAN_CUDA_CHECK(cudaFree(p));  // a block that failed to free stays counted
+      free_blocks_.erase(free_blocks_.begin());
       block_size_.erase(p);
       reserved_ -= int64_t(size);
     }
-    free_blocks_.clear();
   }
 
   void ensure_staging() {  // after stream_handle(): this thread is on the GPU
