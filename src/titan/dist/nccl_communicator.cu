@@ -5,8 +5,8 @@
 // job on device cuda with more than one rank.
 //
 // Bootstrap: rank 0 of the host (MPI) communicator makes the ncclUniqueId and broadcasts its bytes
-// over MPI; every rank then joins with ncclCommInitRank. split() splits the MPI communicator and
-// bootstraps a new NCCL communicator over each part the same way.
+// over MPI; every rank then joins with ncclCommInitRankConfig (blocking). split() splits the MPI communicator
+// and bootstraps a new NCCL communicator over each part the same way.
 //
 // Streams: collectives run on a communication stream of their own, so they overlap the compute
 // stream's work: start_* records an event on the caller's stream (ctx.stream, the compute stream)
@@ -39,9 +39,12 @@ void check_cuda(cudaError_t err, const char* what) {
   TITAN_FAIL("comm (NCCL): CUDA error in ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
 }
 
+// The communicator is blocking (made so explicitly, whatever NCCL_COMM_BLOCKING says): a call that
+// returns has finished its host side, and ncclInProgress, a non-blocking communicator's answer, is
+// never a success here.
 void check_nccl(ncclResult_t res, const char* what) {
-  TITAN_CHECK(res == ncclSuccess || res == ncclInProgress, "comm (NCCL): ", what, " failed: ",
-              ncclGetErrorString(res), " (", ncclGetLastError(nullptr), ")");
+  TITAN_CHECK(res == ncclSuccess, "comm (NCCL): ", what, " failed: ", ncclGetErrorString(res), " (",
+              ncclGetLastError(nullptr), ")");
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -102,7 +105,10 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (host_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_->broadcast(&id, int64_t(sizeof id), DType::U8, 0, host_context());
-    check_nccl(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()), "ncclCommInitRank");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    check_nccl(ncclCommInitRankConfig(&comm_, host_->size(), id, host_->rank(), &config),
+               "ncclCommInitRankConfig");
     int device = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     device_ = device;
