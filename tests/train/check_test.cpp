@@ -260,3 +260,37 @@ TEST(Check, ACheckpointFolderTheJobCouldNotCreateFailsTheCheckpointRow) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3)
       << "a_file, job.toml, check.json";
 }
+
+// A checkpoint in the job's own folder is what `titan train` resumes: the resume row fails a job
+// whose model differs from the one it was trained as (titan train would refuse it at once) and
+// passes the job it was trained by.
+TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
+  const fs::path dir = tt::temp_dir("check_resume_" + std::to_string(getpid()));
+  const fs::path toml = dir / "job.toml";
+  std::ofstream(toml) << "[training]\nseq_len = 64\nlocal_batch_size = 2\nsteps = 1\n"
+                         "[lr_scheduler]\nwarmup_steps = 1\n[validation]\nenable = false\n"
+                         "[checkpoint]\nenable = true\nlast_save_in_hf = false\n";
+  const std::string model =
+      " --model.n_layers=1 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=32 "
+      "--model.hidden_dim=128 --job.dump_folder=" +
+      (dir / "dump").string();
+  std::string out;
+  ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " train --config " + toml.string() + model +
+                                " --model.dim=64 2>&1",
+                            &out),
+            0)
+      << out;
+  CheckRun other = titan_check("--config " + toml.string() + model + " --model.dim=32", dir / "other.json");
+  EXPECT_EQ(other.rc, 1) << other.out;
+  ASSERT_TRUE(other.rows.count("resume")) << other.out;
+  EXPECT_EQ(other.rows["resume"].at("status"), "FAIL");
+  EXPECT_NE(other.rows["resume"].at("value").get<std::string>().find(
+                "was trained with model.dim = 64 but this run's model has model.dim = 32"),
+            std::string::npos)
+      << other.rows["resume"];
+  CheckRun same = titan_check("--config " + toml.string() + model + " --model.dim=64", dir / "same.json");
+  ASSERT_TRUE(same.rows.count("resume")) << same.out;
+  EXPECT_EQ(same.rows["resume"].at("status"), "PASS") << same.rows["resume"];
+  EXPECT_NE(same.rows["resume"].at("value").get<std::string>().find("step-1"), std::string::npos)
+      << same.rows["resume"];
+}

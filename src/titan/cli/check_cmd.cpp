@@ -5,6 +5,8 @@
 //   versions      what this build is (titan version)
 //   ranks         the launcher's world size fits the configured mesh and every rank answers (under
 //                 mpirun the other ranks stop after this row; the rows below run on rank 0)
+//   resume        a checkpoint in the job's own folder that titan train would resume was trained as
+//                 this job's model and sequence length (SKIP when there is none)
 //   model         the checkpoint the job loads: parameters of config.json = the file's, every tensor
 //                 present, none extra, one dtype as config.json says, tied lm_head absent or equal
 //   export        export to a temporary folder, reload: same keys, every tensor bit-equal, same loss
@@ -46,6 +48,7 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/job_config.h"
+#include "titan/train/resume_guard.h"
 #include "titan/train/startup.h"
 #include "titan/train/trainer.h"
 #include "titan/train/versions.h"
@@ -319,13 +322,62 @@ Row kernels_row(const train::JobConfig& c) {
   return {"kernels", "PASS", names + ": " + std::to_string(compared) + " comparisons pass", rule};
 }
 
+// What `titan train` would resume from in the job's own checkpoint folder, against the job: the
+// checks a resume makes before it loads anything (the model the checkpoint was trained as, the
+// window length its data position counts), from its train_state.json alone.
+Row resume_row(const train::JobConfig& c) {
+  const std::string rule =
+      "a checkpoint the job would resume was trained as this job's model and sequence length";
+  const fs::path folder = train::checkpoint_folder_of(c);
+  if (!fs::is_directory(folder))
+    return {"resume", "SKIP", "no checkpoint folder yet: the job starts fresh", rule};
+  try {
+    const train::CheckpointManager manager(folder, c.checkpoint.keep_latest_k);
+    const std::vector<int64_t> committed = manager.committed_steps();
+    if (committed.empty())
+      return {"resume", "SKIP",
+              "'" + folder.string() + "' holds no committed checkpoint: the job starts fresh", rule};
+    // titan train's own refusal (Checkpointer): checkpoints a run with checkpointing off would not keep
+    // apart.
+    if (!c.checkpoint.enable)
+      return {"resume", "FAIL",
+              "checkpoint.enable = false, but '" + folder.string() +
+                  "' holds committed checkpoints (newest step " + std::to_string(committed.back()) +
+                  "): titan train refuses to start",
+              rule};
+    const int64_t step = c.checkpoint.load_step != -1 ? c.checkpoint.load_step : committed.back();
+    TITAN_CHECK(std::find(committed.begin(), committed.end(), step) != committed.end(),
+                "checkpoint.load_step = ", step, " is not a committed checkpoint of '", folder.string(), "'");
+    const fs::path dir = manager.step_dir(step), state_file = dir / "train_state.json";
+    std::ifstream in(state_file);
+    TITAN_CHECK(in, "cannot read '", state_file.string(), "'");
+    const nlohmann::json ts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "'", state_file.string(),
+                "' is not a titan train state (no model_config)");
+    train::check_same_model_config(ts["model_config"], train::resolve_model_args(c), dir.string());
+    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader") &&
+        ts["dataloader"].contains("seq_len") && ts["dataloader"]["seq_len"].is_number_integer()) {
+      const int64_t saved = ts["dataloader"]["seq_len"].get<int64_t>();
+      TITAN_CHECK(saved == c.training.seq_len, "checkpoint ", dir.string(),
+                  " was trained with training.seq_len = ", saved, " but this job has ", c.training.seq_len,
+                  " (set checkpoint.restart_data_stream = true to start the data from the beginning)");
+    }
+    return {"resume", "PASS",
+            "titan train resumes from " + dir.string() + ": same model, same sequence length", rule};
+  } catch (const Error& e) {
+    return {"resume", "FAIL", error_for_the_user(e.what()), rule};
+  }
+}
+
 int check_main(int argc, char** argv) {
   JobArgs a = parse_job_args("check", argc, argv, {"json", "steps", "workdir"});
   if (a.help) {
     std::printf(
-        "usage: titan check --config FILE.toml [--section.key=value ...] [--json FILE] [--steps N] [--workdir DIR]\n"
+        "usage: titan check --config FILE.toml [--section.key=value ...] [--json FILE] [--steps N] "
+        "[--workdir DIR]\n"
         "Runs the pilot checklist for the job the config describes and prints one PASS/FAIL/SKIP row per\n"
-        "check (exit status 1 on any FAIL): versions, ranks, model, export, loaded vs random, kernels,\n"
+        "check (exit status 1 on any FAIL): versions, ranks, resume, model, export, loaded vs random, "
+        "kernels,\n"
         "timing, checkpoint. --steps: training steps of the timing run (default 3, at least 2);\n"
         "--json: also write the rows to FILE; --workdir: where the runs write (default: a temporary\n"
         "folder, removed unless a check fails). See docs/training.md.\n");
@@ -367,6 +419,7 @@ int check_main(int argc, char** argv) {
   };
   add(versions_row());
   add(std::move(ranks));
+  add(resume_row(cfg));
   const fs::path hf = hf_checkpoint_of(cfg);
   std::unique_ptr<qwen3::Qwen3Model> loaded;
   add(model_row(cfg, hf, loaded));
