@@ -209,6 +209,8 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       // The mesh must fit the config: global batch = local x ranks x accumulation.
       {"--mesh dp_shard=3 --training.global_batch_size=4",
        "training.global_batch_size (4) must be a positive multiple"},
+      {"--training.global_batch_size=9223372036854775806",
+       "training.global_batch_size = 9223372036854775806 exceeds the limit 2147483648"},
       // --mesh sets both degrees: a degree given as a key too is one of them left unused.
       {"--mesh dp_shard=2 --parallelism.data_parallel_replicate_degree=2",
        "--mesh and --parallelism.data_parallel_replicate_degree=2 both set the mesh; give one"},

@@ -89,6 +89,32 @@ TEST(StepProfile, MetaFlopsAreTheModelsMatmulFlops) {
 namespace titan::train {
 namespace {
 
+// The profile runs at most three micro-batches (first, middle, last) and counts the others as
+// copies of the middle one: what it reports for N equals three really run plus N - 3 times what
+// a third one really added (measured by difference of two runs), and the peak does not move. One
+// rank of an FSDP mesh of 2, so that the per-micro-batch collectives are counted too.
+TEST(StepProfile, AccumulatedMicroBatchesAreCountedAsCopiesOfAMiddleOne) {
+  const qwen3::ModelArgs args = small("debugmodel");
+  auto with = [&](int64_t accumulation) {
+    StepShape s = small_step(DType::BF16);
+    s.grad_accumulation = accumulation;
+    s.dp_shard = 2;
+    return profile_training_step(args, s, Device::Meta);
+  };
+  const StepProfile two = with(2), three = with(3), many = with(1000);
+  const double per_flops = three.flops - two.flops;
+  const int64_t per_bytes = three.comm.bytes_sent - two.comm.bytes_sent;
+  EXPECT_GT(per_flops, 0);
+  EXPECT_GT(per_bytes, 0);
+  EXPECT_DOUBLE_EQ(many.flops, three.flops + 997 * per_flops);
+  EXPECT_EQ(many.comm.bytes_sent, three.comm.bytes_sent + 997 * per_bytes);
+  EXPECT_EQ(many.comm.collectives,
+            three.comm.collectives + 997 * (three.comm.collectives - two.comm.collectives));
+  EXPECT_EQ(many.comm.ring_steps,
+            three.comm.ring_steps + 997 * (three.comm.ring_steps - two.comm.ring_steps));
+  EXPECT_EQ(many.peak, three.peak);
+}
+
 TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
   // `titan info --config` runs the job's step on the meta device: its figures are the profile's.
   const std::string config = (testing::source_dir() / "configs" / "debugmodel.toml").string();

@@ -83,15 +83,39 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     }
     dev.reset_peak();
     sharding.reset_stats();
-    const StepGradients g = compute_gradients(model, sharding, plan, shape.grad_accumulation, [&] {
+    // The gradients accumulate in place, so a few micro-batches hold what any more would, and the
+    // ones between the first and the last all do the same work (the first and the last gather or
+    // reduce what the middle ones keep): the step runs at most three and counts the others as
+    // copies of the second (a global batch of thousands of micro-batches is planned in milliseconds).
+    const int64_t run = std::min<int64_t>(shape.grad_accumulation, 3);
+    int64_t calls = 0;
+    double middle_flops = 0;
+    dist::CommStats middle_comm;
+    const StepGradients g = compute_gradients(model, sharding, plan, run, [&] {
+      // Called as each micro-batch starts: the second's work lies between the second and third calls.
+      if (calls == 1) {
+        middle_flops = -dev.flops();
+        middle_comm = sharding.stats();
+      } else if (calls == 2) {
+        middle_flops += dev.flops();
+        const dist::CommStats now = sharding.stats();
+        middle_comm = {now.bytes_sent - middle_comm.bytes_sent, now.collectives - middle_comm.collectives,
+                       now.ring_steps - middle_comm.ring_steps, now.seconds - middle_comm.seconds};
+      }
+      ++calls;
       return std::pair{x, y};
     });
     apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
     p.comm = sharding.stats();
+    const int64_t copies = shape.grad_accumulation - run;
+    p.comm.bytes_sent += copies * middle_comm.bytes_sent;
+    p.comm.collectives += copies * middle_comm.collectives;
+    p.comm.ring_steps += copies * middle_comm.ring_steps;
+    p.comm.seconds += double(copies) * middle_comm.seconds;
+    p.flops = dev.flops() + double(copies) * middle_flops;
   }
-  p.flops = dev.flops();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
 }
