@@ -4,6 +4,7 @@
 #include "titan/train/validation.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -13,7 +14,6 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "train_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
@@ -21,6 +21,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/job_config.h"
+#include "train_test_util.h"
 
 using namespace titan;
 using namespace titan::train;
@@ -177,6 +178,19 @@ TEST(Validation, BadValuesAreErrorsNamingTheKey) {
   }
   std::string err = error_of([&] { tiny_config(tt::temp_dir("validation_typo"), {{"validation.frequency", "5"}}); });
   EXPECT_NE(err.find("validation.freq"), std::string::npos) << err;
+  // A validation window longer than the model's max_seq_len is refused before any step trains.
+  std::string out;
+  EXPECT_NE(
+      tt::run_command(
+          tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+              tt::cli_args(tt::tiny_job(tt::temp_dir("validation_long_" + std::to_string(getpid())),
+                                        {{"validation.enable", "true"}, {"validation.seq_len", "50000"}})) +
+              " 2>&1",
+          &out),
+      0);
+  EXPECT_NE(out.find("validation.seq_len = 50000 exceeds the model's max_seq_len = 40960"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
 }
 
 TEST(Validation, RunLogsItAndLeavesTrainingUnchanged) {

@@ -184,8 +184,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
               tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
   std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
-  if (cfg.validation.enable)
+  if (cfg.validation.enable) {
+    // Checked before any step trains: the validation forward would otherwise refuse it after step 1.
+    const int64_t val_seq = cfg.validation.seq_len == -1 ? job.seq_len : cfg.validation.seq_len;
+    TITAN_CHECK(val_seq <= job.args.max_seq_len, "validation.seq_len = ", val_seq,
+                " exceeds the model's max_seq_len = ", job.args.max_seq_len);
     validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
+  }
   start_up_report(cfg, job, plan, tokenizer);
   if (validator) say("%s", validator->describe().c_str());
 
