@@ -53,12 +53,8 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
   std::vector<std::string> ops;  // in order of first mention
   for (auto& s : plan) {
     check_known(s);
-    TITAN_CHECK(has_kernel(s.op, device, dtype, s.variant), "kernels.", s.op, ": variant '", s.variant,
-                "' has no ", device_name(device), "/", dtype_name(dtype),
-                " kernel, and this run computes in ", dtype_name(dtype), " (see `titan kernels list`)");
-    const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
-    const std::string why = e.available ? e.available() : std::string();
-    TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
+    // Where the rule applies first (an op no module runs, the optimizer's, has no dtype to ask
+    // about), then whether the variant can run there.
     bool matched = false, matched_runner = false;
     std::vector<std::string> names, runners;  // every module; those that run the op
     for (auto& m : modules) {
@@ -79,6 +75,12 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
         s.op, ", so the rule would never apply (",
         runners.empty() ? "no module of this model runs " + s.op : s.op + " runs in: " + first_six(runners),
         ")");
+    TITAN_CHECK(has_kernel(s.op, device, dtype, s.variant), "kernels.", s.op, ": variant '", s.variant,
+                "' has no ", device_name(device), "/", dtype_name(dtype),
+                " kernel, and this run computes in ", dtype_name(dtype), " (see `titan kernels list`)");
+    const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
+    const std::string why = e.available ? e.available() : std::string();
+    TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
     if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
   }
   std::vector<std::string> lines;
