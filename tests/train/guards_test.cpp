@@ -536,6 +536,28 @@ TEST(ResumeGuard, ACheckpointAtOrPastTrainingStepsTrainsNothingAndSaysSo) {
   EXPECT_EQ(fs::last_write_time(hf / "model.safetensors"), written) << "the export was written again";
 }
 
+// An initial load is for a run with nothing to resume: a resumed run says it left it unused
+// (pointing at another run's checkpoint, it would otherwise look loaded).
+TEST(ResumeGuard, AnInitialLoadPathLeftUnusedByAResumeIsSaid) {
+  const fs::path dump = temp_dir("guard_initial_load_on_resume");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  std::string out;
+  const int rc = run_command(
+      titan_binary().string() + " train --config " + debugmodel_toml().string() +
+          cli_args(tiny_job(
+              dump, with(kCheckpointEvery2,
+                         {{"training.steps", "3"}, {"checkpoint.initial_load_path", "/elsewhere/step-9"}}))),
+      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(
+      out.find("note: checkpoint.initial_load_path = \"/elsewhere/step-9\": no effect, the run resumes from "
+               "step 2 in '" +
+               (dump / "checkpoint").string() + "'"),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+}
+
 TEST(ResumeGuard, AChangedSeqLenIsRefusedNamingTheKeyAndTheWayOut) {
   const fs::path dump = temp_dir("guard_seq_len_change");
   run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));

@@ -173,7 +173,17 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "removes it",
         d.c_str());
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
-  if (!checkpointer.resume_step()) resolve_initial_weights(cfg, job);
+  if (!checkpointer.resume_step()) {
+    resolve_initial_weights(cfg, job);
+  } else if (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf) {
+    const std::string key =
+        cfg.checkpoint.initial_load_path.empty()
+            ? std::string("checkpoint.initial_load_in_hf = true (model.hf_assets_path)")
+            : "checkpoint.initial_load_path = \"" + cfg.checkpoint.initial_load_path + "\"";
+    say("note: %s: no effect, the run resumes from step %ld in '%s' (the initial load is for a run with "
+        "nothing to resume)",
+        key.c_str(), long(*checkpointer.resume_step()), checkpointer.folder().c_str());
+  }
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
