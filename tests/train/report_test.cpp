@@ -226,6 +226,8 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
             "metrics.jsonl:2: \"loss\" of step 2 is \"abc\", not a number"},
            {"{\"step\": 2, \"grad_norm\": 1.5}", "metrics.jsonl:2: the record of step 2 has no \"loss\""},
            {"{\"step\": -7, \"loss\": 2}", "metrics.jsonl:2: \"step\" is -7; steps count from 1"},
+           {"{\"step\": 9999999999999999999, \"loss\": 2}",
+            "metrics.jsonl:2: \"step\" is 9999999999999999999, past the largest step (9223372036854775807)"},
            {"{\"step\": 2, \"loss\": 2, \"warmup\": 1}",
             "metrics.jsonl:2: \"warmup\" of step 2 is 1, not true or false"}}) {
     std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n" << record << "\n";

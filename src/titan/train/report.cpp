@@ -190,6 +190,10 @@ RunRecord read_run(const fs::path& dir) {
     }
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
                 n, ": a record needs an integer \"step\"");
+    // Past int64 the parser holds it unsigned: quoted as written, not wrapped to a negative.
+    TITAN_CHECK(!j["step"].is_number_unsigned() || j["step"].get<uint64_t>() <= uint64_t(INT64_MAX), "report: ",
+                metrics.string(), ":", n, ": \"step\" is ", j["step"].get<uint64_t>(), ", past the largest step (",
+                INT64_MAX, ")");
     const long step = j["step"].get<long>();
     TITAN_CHECK(step >= 1, "report: ", metrics.string(), ":", n, ": \"step\" is ", step,
                 "; steps count from 1");
