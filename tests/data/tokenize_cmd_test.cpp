@@ -65,6 +65,19 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
         << id;
     EXPECT_NE(out.find(std::string("id ") + id + " is not in the vocabulary"), std::string::npos) << out;
   }
+  // Each direction's flag is refused in the other, not ignored.
+  for (const auto& [flags, message] :
+       {std::pair{" --skip-special-tokens", "--skip-special-tokens applies to --decode only"},
+        std::pair{" --decode --add-special-tokens", "--add-special-tokens applies to encoding only"}}) {
+    out.clear();
+    EXPECT_NE(
+        run_command(titan_binary().string() + " tokenize" + flags + " --tokenizer " + tok + " --input " +
+                        (dir / "docs.json").string() + " --output " + (dir / "out.json").string() + " 2>&1",
+                    &out),
+        0)
+        << flags;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
+  }
 }
 
 }  // namespace

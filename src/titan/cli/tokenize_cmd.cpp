@@ -40,6 +40,8 @@ int run(int argc, char** argv) {
   const bool add_special = p.has("add-special-tokens"), decode = p.has("decode"),
              skip_special = p.has("skip-special-tokens");
   TITAN_CHECK(!skip_special || decode, "tokenize: --skip-special-tokens applies to --decode only");
+  TITAN_CHECK(!(add_special && decode),
+              "tokenize: --add-special-tokens applies to encoding only (not --decode)");
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");
   auto tokenizer = titan::data::Tokenizer::load(tokenizer_path);
