@@ -247,6 +247,19 @@ modules = "layers.3.moe"
       "[kernels]\nmoe_experts = { impl = \"default\", modules = \"layers.[4-7].moe\" }\n", "bad.toml", {});
   m = error_of([&] { plan_substitutions(no_match.kernels, kModules, Device::CPU, DType::F32); });
   EXPECT_NE(m.find("matches no module"), std::string::npos) << m;
+  // No modules key means every module; an empty or non-string one, or an empty list, is an error.
+  auto all = train::parse_job_config("[kernels]\nrope = { impl = \"gather_free\" }\n", "all.toml", {});
+  ASSERT_EQ(all.kernels.size(), 1u);
+  EXPECT_EQ(all.kernels[0].modules, "*");
+  for (const auto& [text, message] :
+       {std::pair{"rope = { impl = \"gather_free\", modules = \"\" }",
+                  "kernels.rope.modules must be a non-empty glob string"},
+        std::pair{"rope = { impl = \"gather_free\", modules = 3 }",
+                  "kernels.rope.modules must be a non-empty glob string"},
+        std::pair{"rope = []", "kernels.rope = []: an empty list substitutes nothing"}}) {
+    m = error_of([&] { train::parse_job_config(std::string("[kernels]\n") + text + "\n", "bad.toml", {}); });
+    EXPECT_NE(m.find(message), std::string::npos) << text << ": " << m;
+  }
 }
 
 // Through `titan train`: a bad [kernels] rule stops the run with the rule named, before the model

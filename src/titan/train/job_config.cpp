@@ -313,18 +313,27 @@ void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where)
     auto add = [&](const toml::table& e) {
       kernels::Substitution s;
       s.op = op;
+      s.modules = "*";  // no modules key: every module that runs the op
       for (auto& [k, v] : e) {
         std::string kk(k.str());
-        if (kk == "impl") s.variant = v.value_or(std::string());
-        else if (kk == "modules") s.modules = v.value_or(std::string());
-        else TITAN_FAIL(where, ": kernels.", op, ": unknown key '", kk, "' (expected impl, modules)", suggestion(kk, {"impl", "modules"}));
+        if (kk == "impl") {
+          s.variant = v.value_or(std::string());
+        } else if (kk == "modules") {
+          TITAN_CHECK(v.is_string() && !v.value_or(std::string()).empty(), where, ": kernels.", op,
+                      ".modules must be a non-empty glob string (\"*\" for every module, or leave it out)");
+          s.modules = v.value_or(std::string());
+        } else {
+          TITAN_FAIL(where, ": kernels.", op, ": unknown key '", kk, "' (expected impl, modules)",
+                     suggestion(kk, {"impl", "modules"}));
+        }
       }
       TITAN_CHECK(!s.variant.empty(), where, ": kernels.", op, ": 'impl' (the variant name) is required");
-      if (s.modules.empty()) s.modules = "*";
       c.kernels.push_back(s);
     };
     if (auto tab = node.as_table()) add(*tab);
     else if (auto arr = node.as_array()) {
+      TITAN_CHECK(!arr->empty(), where, ": kernels.", op,
+                  " = []: an empty list substitutes nothing (remove the key)");
       for (auto& item : *arr) {
         TITAN_CHECK(item.is_table(), where, ": kernels.", op, ": array entries must be tables {impl, modules}");
         add(*item.as_table());
