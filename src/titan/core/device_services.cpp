@@ -26,8 +26,8 @@ void* DeviceServices::allocate(size_t nbytes) {
   if (now < 0) {  // wrapped past 8 EiB: only a meta device's step of an absurd size gets here
     current_.fetch_sub(int64_t(nbytes));
     raw_deallocate(p, nbytes);
-    TITAN_CHECK(false, device_name(device()),
-                " memory: the tensors held at once exceed 2^63 bytes (allocating ", nbytes, " bytes)");
+    TITAN_FAIL(device_name(device()), " memory: the tensors held at once exceed 2^63 bytes (allocating ",
+               nbytes, " bytes)");
   }
   int64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
