@@ -72,14 +72,16 @@ TEST(Check, EveryRowPassesOnATitanExportWithAKernelSubstitution) {
 
   const fs::path dir = tt::temp_dir("check_export");
   const fs::path toml = dir / "job.toml";
-  std::ofstream(toml) << "[model]\nname = \"hf\"\nhf_assets_path = \"" << hf.string()
+  std::ofstream(toml) << "[job]\ndump_folder = \"" << (dir / "dump").string() << "\"\n"
+                      << "[model]\nname = \"hf\"\nhf_assets_path = \"" << hf.string()
                       << "\"\n[training]\nseq_len = 64\nlocal_batch_size = 2\n"
                          "[checkpoint]\ninitial_load_in_hf = true\n"
                          "[kernels]\nrope = { impl = \"gather_free\", modules = \"layers.*\" }\n";
   CheckRun r = titan_check("--config " + toml.string() + " --workdir " + (dir / "work").string(), dir / "check.json");
   EXPECT_EQ(r.rc, 0) << r.out;
-  ASSERT_EQ(r.rows.size(), 8u) << r.out;
-  for (auto& [name, row] : r.rows) EXPECT_EQ(row.at("status"), "PASS") << name << ": " << row.at("value");
+  ASSERT_EQ(r.rows.size(), 9u) << r.out;
+  for (auto& [name, row] : r.rows)  // the job's own folder holds no checkpoint: nothing to resume
+    EXPECT_EQ(row.at("status"), name == "resume" ? "SKIP" : "PASS") << name << ": " << row.at("value");
   EXPECT_EQ(r.json.at("failures"), 0);
   const std::string model = r.rows["model"].at("value");
   EXPECT_NE(model.find(std::to_string(numel_in(hf / "model.safetensors")) + " in "), std::string::npos) << model;
@@ -93,11 +95,15 @@ TEST(Check, EveryRowPassesOnATitanExportWithAKernelSubstitution) {
 TEST(Check, OracleCheckpointsPassTheModelRowsAndTrainingRowsFailWithTheReason) {
   for (const char* name : {"tiny_dense", "tiny_moe"}) {
     const fs::path dir = tt::temp_dir(std::string("check_oracle_") + name);
-    CheckRun r = titan_check("--config " + tt::debugmodel_toml().string() + " --model.name=hf --model.hf_assets_path=" +
-                                 oracle(name).string() + " --checkpoint.initial_load_in_hf=true",
-                             dir / "check.json");
+    // A dump folder of its own: the resume row reads the job's (debugmodel.toml's is relative).
+    CheckRun r =
+        titan_check("--config " + tt::debugmodel_toml().string() +
+                        " --model.name=hf --model.hf_assets_path=" + oracle(name).string() +
+                        " --checkpoint.initial_load_in_hf=true --job.dump_folder=" + (dir / "dump").string(),
+                    dir / "check.json");
     EXPECT_EQ(r.rc, 1) << r.out;
-    ASSERT_EQ(r.rows.size(), 8u) << r.out;
+    ASSERT_EQ(r.rows.size(), 9u) << r.out;
+    EXPECT_EQ(r.rows["resume"].at("status"), "SKIP") << r.rows["resume"];
     EXPECT_EQ(r.rows["model"].at("status"), "PASS") << r.rows["model"];
     EXPECT_EQ(r.rows["export"].at("status"), "PASS") << r.rows["export"];
     const std::string count = std::to_string(numel_in(oracle(name) / "model.safetensors"));
@@ -122,7 +128,7 @@ CheckRun check_edited_oracle(const fs::path& dir, const std::vector<io::TensorWr
   io::write_safetensors(hf / "model.safetensors", tensors);
   return titan_check("--config " + tt::debugmodel_toml().string() +
                          " --model.name=hf --model.hf_assets_path=" + hf.string() +
-                         " --checkpoint.initial_load_in_hf=true",
+                         " --checkpoint.initial_load_in_hf=true --job.dump_folder=" + (dir / "dump").string(),
                      dir / "check.json");
 }
 
@@ -293,4 +299,12 @@ TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
   EXPECT_EQ(same.rows["resume"].at("status"), "PASS") << same.rows["resume"];
   EXPECT_NE(same.rows["resume"].at("value").get<std::string>().find("step-1"), std::string::npos)
       << same.rows["resume"];
+  // titan train's own refusal: checkpointing off over committed checkpoints.
+  CheckRun off = titan_check(
+      "--config " + toml.string() + model + " --model.dim=64 --checkpoint.enable=false", dir / "off.json");
+  ASSERT_TRUE(off.rows.count("resume")) << off.out;
+  EXPECT_EQ(off.rows["resume"].at("status"), "FAIL");
+  EXPECT_NE(off.rows["resume"].at("value").get<std::string>().find("checkpoint.enable = false, but"),
+            std::string::npos)
+      << off.rows["resume"];
 }

@@ -328,40 +328,27 @@ Row kernels_row(const train::JobConfig& c) {
 Row resume_row(const train::JobConfig& c) {
   const std::string rule =
       "a checkpoint the job would resume was trained as this job's model and sequence length";
-  const fs::path folder = train::checkpoint_folder_of(c);
-  if (!fs::is_directory(folder))
-    return {"resume", "SKIP", "no checkpoint folder yet: the job starts fresh", rule};
   try {
-    const train::CheckpointManager manager(folder, c.checkpoint.keep_latest_k);
-    const std::vector<int64_t> committed = manager.committed_steps();
-    if (committed.empty())
+    // titan train's own Checkpointer (one process, as the rows below run): its refusals (checkpoints
+    // a run with checkpointing off would not keep apart, a damaged newest one, a load_step not
+    // committed) and the step it would resume.
+    const std::unique_ptr<dist::Communicator> one = dist::single_process_communicator();
+    const dist::ParallelPlan plan(*one, 1, 1);
+    const train::Checkpointer checkpointer(c, plan);
+    if (!checkpointer.resume_step())
       return {"resume", "SKIP",
-              "'" + folder.string() + "' holds no committed checkpoint: the job starts fresh", rule};
-    // titan train's own refusal (Checkpointer): checkpoints a run with checkpointing off would not keep
-    // apart.
-    if (!c.checkpoint.enable)
-      return {"resume", "FAIL",
-              "checkpoint.enable = false, but '" + folder.string() +
-                  "' holds committed checkpoints (newest step " + std::to_string(committed.back()) +
-                  "): titan train refuses to start",
+              "'" + checkpointer.folder().string() + "' holds no checkpoint to resume: the job starts fresh",
               rule};
-    const int64_t step = c.checkpoint.load_step != -1 ? c.checkpoint.load_step : committed.back();
-    TITAN_CHECK(std::find(committed.begin(), committed.end(), step) != committed.end(),
-                "checkpoint.load_step = ", step, " is not a committed checkpoint of '", folder.string(), "'");
-    const fs::path dir = manager.step_dir(step), state_file = dir / "train_state.json";
+    const fs::path dir = checkpointer.folder() / ("step-" + std::to_string(*checkpointer.resume_step()));
+    const fs::path state_file = dir / "train_state.json";
     std::ifstream in(state_file);
     TITAN_CHECK(in, "cannot read '", state_file.string(), "'");
     const nlohmann::json ts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "'", state_file.string(),
                 "' is not a titan train state (no model_config)");
     train::check_same_model_config(ts["model_config"], train::resolve_model_args(c), dir.string());
-    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader") &&
-        ts["dataloader"].contains("seq_len") && ts["dataloader"]["seq_len"].is_number_integer()) {
-      const int64_t saved = ts["dataloader"]["seq_len"].get<int64_t>();
-      TITAN_CHECK(saved == c.training.seq_len, "checkpoint ", dir.string(),
-                  " was trained with training.seq_len = ", saved, " but this job has ", c.training.seq_len,
-                  " (set checkpoint.restart_data_stream = true to start the data from the beginning)");
-    }
+    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
+      train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
     return {"resume", "PASS",
             "titan train resumes from " + dir.string() + ": same model, same sequence length", rule};
   } catch (const Error& e) {

@@ -18,6 +18,15 @@ void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, con
   }
 }
 
+void check_same_seq_len(const json& saved, int64_t seq_len, const std::string& checkpoint) {
+  if (saved.contains("seq_len") && saved["seq_len"].is_number_integer())
+    TITAN_CHECK(saved["seq_len"].get<int64_t>() == seq_len, "checkpoint ", checkpoint,
+                " was trained with training.seq_len = ", saved["seq_len"].get<int64_t>(),
+                " but this run has ", seq_len,
+                ": its data position counts windows of the old length (set "
+                "checkpoint.restart_data_stream = true to start the data from the beginning)");
+}
+
 std::string restore_data_position(data::TokenLoader& loader, const json& ts, const json& identity,
                                   bool restart_data_stream, const std::string& checkpoint) {
   if (restart_data_stream)
@@ -32,12 +41,7 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
       "; its data position would land in the middle of other data (set checkpoint.restart_data_stream "
       "= true to start this dataset from its beginning)");
   const json& saved = ts.at("dataloader");
-  if (saved.contains("seq_len") && saved["seq_len"].is_number_integer())
-    TITAN_CHECK(saved["seq_len"].get<int64_t>() == loader.config().seq_len, "checkpoint ", checkpoint,
-                " was trained with training.seq_len = ", saved["seq_len"].get<int64_t>(),
-                " but this run has ", loader.config().seq_len,
-                ": its data position counts windows of the old length (set "
-                "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  check_same_seq_len(saved, loader.config().seq_len, checkpoint);
   if (saved.contains("eos_id") && saved["eos_id"].is_number_integer())
     TITAN_CHECK(
         saved["eos_id"].get<int32_t>() == loader.config().eos_id, "checkpoint ", checkpoint,

@@ -16,6 +16,11 @@ namespace titan::train {
 void check_same_model_config(const nlohmann::json& saved, const qwen3::ModelArgs& now,
                              const std::string& checkpoint);
 
+// The window length the checkpoint's data position counts (train_state.json "dataloader".seq_len,
+// when recorded) must be this run's training.seq_len; the error names both and the way out.
+void check_same_seq_len(const nlohmann::json& dataloader_state, int64_t seq_len,
+                        const std::string& checkpoint);
+
 // Restores the loader position of `train_state` when the checkpoint's dataset identity matches
 // `identity` (data::dataset_identity of this run's files). A mismatch is an error naming the file
 // and what differs, unless `restart_data_stream` (checkpoint.restart_data_stream), which also
