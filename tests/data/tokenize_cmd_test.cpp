@@ -55,7 +55,7 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
             0);
   EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
   // An id beyond 32 bits is named, never wrapped into the vocabulary (4294967296 would read as 0).
-  for (const char* id : {"4294967296", "18446744073709551615", "-1"}) {
+  for (const char* id : {"4294967296", "18446744073709551615", "-1", "999999999"}) {
     write_file(dir / "ids_in.json", std::string("[[") + id + "]]");
     out.clear();
     EXPECT_NE(run_command(titan_binary().string() + " tokenize --decode --tokenizer " + tok + " --input " +
@@ -64,6 +64,7 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
               0)
         << id;
     EXPECT_NE(out.find(std::string("id ") + id + " is not in the vocabulary"), std::string::npos) << out;
+    EXPECT_NE(out.find((dir / "ids_in.json").string() + "\" element 0"), std::string::npos) << out;  // where
   }
   // Each direction's flag is refused in the other, not ignored.
   for (const auto& [flags, message] :

@@ -211,6 +211,16 @@ TEST(JobConfig, EmptyFileGivesDocumentedDefaults) {
   EXPECT_NO_THROW(c.validate(1));
 }
 
+// A float model field takes a TOML float written with or without a fraction; an integer field
+// refuses one (the error case is in the table of bad values).
+TEST(JobConfig, AFloatModelFieldTakesATomlFloat) {
+  const JobConfig c = parse("[model]\nrope_theta = 1000000.0\nnorm_eps = 1e-6\n");
+  qwen3::ModelArgs a;
+  for (const auto& [key, value] : c.model.overrides) qwen3::apply_override(a, key, value);
+  EXPECT_EQ(a.rope_theta, 1000000.0);
+  EXPECT_EQ(a.norm_eps, 1e-6);
+}
+
 TEST(JobConfig, CommandLineOverridesWinOverTheFile) {
   JobConfig c =
       parse("[training]\nsteps = 40\nseq_len = 512\n[model]\nn_layers = 8\n[optimizer]\nlr = 1e-3\n",
@@ -306,6 +316,9 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
        {"activation_checkpoint.mode", "did you mean 'full'"}},
       {"[model]\nname = \"qwen2\"\n", {}, {"model.name", "did you mean 'qwen3'"}},
       {"[model]\nn_layers = \"two\"\n", {}, {"model.n_layers"}},
+      {"[model]\nn_layers = 2.0\n",
+       {},
+       {"model.n_layers", "expected an integer, got '2.0'"}},  // as steps = 2.5
       {"", {{"model.n_layers", "two"}}, {"model.n_layers", "two"}},
       {"", {{"model.tie_embeddings", "maybe"}}, {"model.tie_embeddings"}},
       {"[model]\nmlp_only_layers = [\"a\"]\n", {}, {"model.mlp_only_layers"}},
@@ -510,6 +523,13 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
       {{}, "checkpoint.interval", "5", "checkpoint.enable = false (no periodic saves)"},
       {{}, "checkpoint.enable_first_step_checkpoint", "true", "checkpoint.enable = false"},
       {{}, "checkpoint.restart_data_stream", "true", "checkpoint.enable = false (nothing is resumed)"},
+      {{}, "validation.dataset_path", "/data/val.jsonl", "validation.enable = false"},
+      {{}, "validation.seq_len", "256", "validation.enable = false"},
+      {{}, "profiling.profile_freq", "5", "profiling.enable_profiling = false"},
+      {{{"activation_checkpoint.mode", "full"}},
+       "activation_checkpoint.selective_ac_option",
+       "2",
+       "activation_checkpoint.mode = \"full\" (it picks the layers of \"selective\")"},
   };
   for (const Case& c : cases) {
     Overrides typed = c.context;
@@ -517,7 +537,8 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
     EXPECT_EQ(note_of(parse("", typed), c.key), c.key + " = " + c.value + ": no effect, " + c.why) << c.key;
     // The same key in the config file.
     const auto dot = c.key.find('.');
-    const bool text = c.value == "torchtitan" || c.value == "0.6B";
+    const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.key == "validation.dataset_path" ||
+                      c.key == "activation_checkpoint.selective_ac_option";
     const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +
                                 (text ? "\"" + c.value + "\"" : c.value) + "\n";
     JobConfig noted;
@@ -568,8 +589,12 @@ void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const
            (key == "checkpoint.last_save_in_hf" && !c.checkpoint.enable && c.checkpoint.last_save_in_hf) ||
            ((key == "training.seed" || key == "debug.seed") && loads_weights) ||
            (key == "activation_checkpoint.selective_ac_option" &&
-            c.activation_checkpoint.mode == "selective" &&
-            c.activation_checkpoint.selective_ac_option == "op");
+            (c.activation_checkpoint.mode != "selective" ||
+             c.activation_checkpoint.selective_ac_option == "op")) ||
+           (key.rfind("validation.", 0) == 0 && key != "validation.enable" && !c.validation.enable) ||
+           ((key == "profiling.save_traces_folder" || key == "profiling.profile_freq" ||
+             key == "profiling.profiler_active") &&
+            !c.profiling.enable_profiling);
   };
   size_t noted = 0;
   for (auto& key : keys) {

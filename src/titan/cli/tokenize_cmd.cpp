@@ -64,7 +64,11 @@ int run(int argc, char** argv) {
                     " is not in the vocabulary");
         ids.push_back(id.get<int32_t>());
       }
-      out.push_back(tokenizer.decode(ids, skip_special));
+      try {
+        out.push_back(tokenizer.decode(ids, skip_special));
+      } catch (const titan::Error& e) {  // an id past the vocabulary: say where it is
+        TITAN_FAIL("tokenize --decode: ", input, " element ", i, ": ", e.what());
+      }
     } else {
       TITAN_CHECK(item.is_string(), "tokenize: ", input, " element ", i, " is ", item.type_name(),
                   ", not a string");

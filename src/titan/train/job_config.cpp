@@ -289,13 +289,16 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
       // Model fields are numbers, booleans or lists; parse now so a bad value is reported with
       // the config, not after the data and tokenizer have been loaded.
       TITAN_CHECK(!node || !node->is_string(), where, ": ", key, " expects a number, boolean or list, got a string");
+      // A TOML float stays a float (2.0, not "2"): an integer field refuses it, as training.steps does.
+      std::string text = value;
+      if (node && node->is_floating_point() && text.find_first_of(".eEn") == std::string::npos) text += ".0";
       qwen3::ModelArgs scratch;
       try {
-        qwen3::apply_override(scratch, name, value);
+        qwen3::apply_override(scratch, name, text);
       } catch (const std::exception& e) {
         TITAN_FAIL(where, ": invalid value for ", key, ": ", e.what());
       }
-      c.model.overrides[name] = value;
+      c.model.overrides[name] = text;
       c.set_at[key] = where;
       return;
     }
@@ -470,6 +473,19 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                "true: the Hugging Face export is written at the end although checkpoint.enable = false "
                "(torchtitan would save nothing; set it to false for no export)");
   }
+  // A section switched off reads none of its other keys.
+  if (!c.validation.enable)
+    for (const char* key : {"validation.dataset", "validation.dataset_path", "validation.freq",
+                            "validation.steps", "validation.local_batch_size", "validation.seq_len"})
+      moot(key, "validation.enable = false");
+  if (!c.profiling.enable_profiling)
+    for (const char* key :
+         {"profiling.save_traces_folder", "profiling.profile_freq", "profiling.profiler_active"})
+      moot(key, "profiling.enable_profiling = false");
+  if (c.activation_checkpoint.mode != "selective")
+    moot("activation_checkpoint.selective_ac_option", "activation_checkpoint.mode = \"" +
+                                                          c.activation_checkpoint.mode +
+                                                          "\" (it picks the layers of \"selective\")");
   // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
   if (c.checkpoint.export_dtype == "float16") {
     TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),
