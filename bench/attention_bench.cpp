@@ -1,4 +1,5 @@
-// Causal GQA flash attention on the CPU, shape of issue #2: B=2, Hq=16, S=2048, D=128, Hkv 16 and 8.
+// Causal GQA flash attention on the CPU, shape of issue #2: B=2, Hq=16, S=2048, D=128, Hkv 16 and 8; and
+// the README's main job (debugmodel: S=512, Hkv 8).
 // FLOPs are counted without causal halving (the convention of issue #2): forward 4*B*Hq*S*S*D,
 // backward 2.5x that. The kernels skip masked tiles, so the arithmetic actually done is about half.
 //   build/bin/attention_bench --benchmark_filter=F32   (each case takes a few seconds on 2 cores)
@@ -16,7 +17,7 @@ namespace {
 using titan::bf16;
 using titan::ops::AttentionShape;
 
-constexpr int64_t kB = 2, kS = 2048, kHq = 16, kD = 128;
+constexpr int64_t kB = 2, kHq = 16, kD = 128;
 
 template <class T>
 std::vector<T> random_tensor(size_t n, uint32_t seed) {
@@ -43,17 +44,17 @@ struct Problem {
   AttentionShape s;
   std::vector<T> q, k, v, out, dout, dq, dk, dv;
   std::vector<float> lse;
-  explicit Problem(int64_t hkv)
-      : s{kB, kS, kHq, hkv, kD, 1.f / 11.3137085f},
-        q(random_tensor<T>(kB * kS * kHq * kD, 1)),
-        k(random_tensor<T>(kB * kS * hkv * kD, 2)),
-        v(random_tensor<T>(kB * kS * hkv * kD, 3)),
+  Problem(int64_t hkv, int64_t S)
+      : s{kB, S, kHq, hkv, kD, 1.f / 11.3137085f},
+        q(random_tensor<T>(kB * S * kHq * kD, 1)),
+        k(random_tensor<T>(kB * S * hkv * kD, 2)),
+        v(random_tensor<T>(kB * S * hkv * kD, 3)),
         out(q.size()),
         dout(random_tensor<T>(q.size(), 4)),
         dq(q.size()),
         dk(k.size()),
         dv(k.size()),
-        lse(kB * kHq * kS) {}
+        lse(kB * kHq * S) {}
   void fwd() {
     if constexpr (std::is_same_v<K, Bf16Probs>)
       titan::cpu::attention_fwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data());
@@ -75,40 +76,54 @@ struct Problem {
   }
 };
 
-constexpr double kFwdFlops = 4.0 * kB * kHq * kS * kS * kD;
+double fwd_flops(int64_t S) {
+  return 4.0 * kB * kHq * S * S * kD;
+}
 
 template <class T>
 void BM_Forward(benchmark::State& state) {
-  Problem<T> p(state.range(0));
+  Problem<T> p(state.range(0), state.range(1));
   for (auto _ : state) p.fwd();
-  state.counters["FLOP/s"] = benchmark::Counter(kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(fwd_flops(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 template <class T>
 void BM_Backward(benchmark::State& state) {
-  Problem<T> p(state.range(0));
+  Problem<T> p(state.range(0), state.range(1));
   p.fwd();
   for (auto _ : state) p.bwd();
   state.counters["FLOP/s"] =
-      benchmark::Counter(2.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(2.5 * fwd_flops(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 template <class T>
 void BM_ForwardBackward(benchmark::State& state) {
-  Problem<T> p(state.range(0));
+  Problem<T> p(state.range(0), state.range(1));
   for (auto _ : state) {
     p.fwd();
     p.bwd();
   }
   state.counters["FLOP/s"] =
-      benchmark::Counter(3.5 * kFwdFlops, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(3.5 * fwd_flops(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Arg: Hkv. Wall-clock rates (the kernels are multi-threaded). Two iterations each keeps a full run under a
-// minute on 2 cores.
-#define TITAN_ATTN_BENCH(fn, T)                                                                   \
-  BENCHMARK_TEMPLATE(fn, T)->ArgName("Hkv")->Arg(16)->Arg(8)->Iterations(2)->UseRealTime()->Unit( \
-      benchmark::kMillisecond)
+// Args: Hkv, S. Wall-clock rates (the kernels are multi-threaded). Two iterations each (16 at S = 512) keep a
+// full run near a minute on 2 cores.
+#define TITAN_ATTN_BENCH(fn, T)        \
+  BENCHMARK_TEMPLATE(fn, T)            \
+      ->ArgNames({"Hkv", "S"})         \
+      ->Args({16, 2048})               \
+      ->Args({8, 2048})                \
+      ->Iterations(2)                  \
+      ->UseRealTime()                  \
+      ->Unit(benchmark::kMillisecond); \
+  BENCHMARK_TEMPLATE(fn, T)            \
+      ->ArgNames({"Hkv", "S"})         \
+      ->Args({8, 512})                 \
+      ->Iterations(16)                 \
+      ->UseRealTime()                  \
+      ->Unit(benchmark::kMillisecond)
 
 TITAN_ATTN_BENCH(BM_Forward, float);
 TITAN_ATTN_BENCH(BM_Backward, float);

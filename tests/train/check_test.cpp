@@ -217,6 +217,8 @@ TEST(Check, AReusedWorkdirOrAJsonInAMissingFolderIsRefusedBeforeAnyRun) {
       << out;
   EXPECT_EQ(tt::run_command(check + " --json " + tt::debugmodel_toml().string() + " 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("is the input"), std::string::npos) << out;
+  EXPECT_EQ(tt::run_command(check + " --json " + dir.string() + " 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("titan check --json: '" + dir.string() + "' is a folder"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "work" / "run" / "metrics.jsonl"));
 }
 

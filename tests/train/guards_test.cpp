@@ -645,9 +645,40 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
             1)
       << out;
   EXPECT_NE(out.find("needs B >= 1 rows of S >= 2 tokens"), std::string::npos) << out;
+  // An id past the vocabulary names the tokens file and the element, before any compute.
+  const std::vector<int64_t> past_vocab = {1, 2, 3, 1 << 30};
+  const std::vector<io::TensorWrite> past_vocab_tensors = {
+      {"input_ids", DType::I64, {2, 2}, past_vocab.data()}};
+  io::write_safetensors(dump / "oov.safetensors", past_vocab_tensors);
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " debug dump --model-path " + (dump / "hf").string() +
+                            " --tokens " + (dump / "oov.safetensors").string() + " --out " +
+                            (dump / "oov_out.safetensors").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find((dump / "oov.safetensors").string() +
+                     ": input_ids[1][1] = 1073741824 is outside the vocabulary"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "oov_out.safetensors"));
   out.clear();
   EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string(), &out), 0)
       << out;
+  // A dataset too small for the loss batch is a FAIL row naming the file; the rows after it still run.
+  std::ofstream(dump / "tiny.txt") << "Too short.\n";
+  out.clear();
+  EXPECT_EQ(run_command(titan_binary().string() + " verify-export " + (dump / "hf").string() + " --dataset " +
+                            (dump / "tiny.txt").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(
+      out.find("FAIL  loss on one batch: " + (dump / "tiny.txt").string() + " holds fewer than one batch"),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("checksums"), std::string::npos) << out;  // the bit-for-bit row ran
+  EXPECT_NE(out.find("verify-export FAILED: 1 check(s) failed"), std::string::npos) << out;
 
   // titan report and titan tokenize never write over what they read.
   out.clear();

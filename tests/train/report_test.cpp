@@ -229,7 +229,9 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
            {"{\"step\": 9999999999999999999, \"loss\": 2}",
             "metrics.jsonl:2: \"step\" is 9999999999999999999, past the largest step (9223372036854775807)"},
            {"{\"step\": 2, \"loss\": 2, \"warmup\": 1}",
-            "metrics.jsonl:2: \"warmup\" of step 2 is 1, not true or false"}}) {
+            "metrics.jsonl:2: \"warmup\" of step 2 is 1, not true or false"},
+           {"{\"step\": 2, \"loss\": 2, \"loss\": 3}",
+            "metrics.jsonl:2: the key \"loss\" appears twice in one record"}}) {
     std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n" << record << "\n";
     e = error_of(dir / "broken");
     EXPECT_NE(e.find(says), std::string::npos) << record << ": " << e;

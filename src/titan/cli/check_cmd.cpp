@@ -383,6 +383,8 @@ int check_main(int argc, char** argv) {
     io::check_output_path(json, {a.config}, "titan check --json");
     TITAN_CHECK(fs::is_directory(folder), "titan check --json: the folder '", folder.string(),
                 "' does not exist");
+    TITAN_CHECK(!fs::is_directory(json), "titan check --json: '", json.string(),
+                "' is a folder; give the file to write the rows to");
   }
   if (a.own.count("workdir")) {
     work = a.own["workdir"];

@@ -42,6 +42,13 @@ int debug_dump(int argc, char** argv) {
   std::memcpy(ids.raw_data(), ids_info.data, ids_info.nbytes());
 
   auto model = qwen3::load_hf_model(p.get("model-path"), dtype);
+  // An id past the vocabulary would otherwise fail deep in the embedding, naming neither file.
+  const int64_t vocab = model->args().vocab_size;
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    TITAN_CHECK(id[i] >= 0 && id[i] < vocab, p.get("tokens"), ": input_ids[", i / ids_info.shape[1], "][",
+                i % ids_info.shape[1], "] = ", id[i], " is outside the vocabulary of ", p.get("model-path"),
+                " [0, ", vocab, ")");
 
   qwen3::ReferencePass r = qwen3::run_reference_pass(*model, ids);
 

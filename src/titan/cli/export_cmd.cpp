@@ -147,10 +147,16 @@ int verify_main(int argc, char** argv) {
     lc.infinite = false;
     data::TokenLoader loader(lc, *tok);
     data::Batch batch = loader.next();
-    TITAN_CHECK(!batch.empty(), "verify-export: the dataset has fewer than one batch of tokens");
-    double loss = batch_loss(*model, batch);
-    check(std::isfinite(loss), "loss on one batch (" + std::to_string(batch.batch_size) + " x " +
-                                   std::to_string(batch.seq_len) + " tokens): " + std::to_string(loss));
+    if (batch.empty()) {
+      // A FAIL row, not a stop: the bit-for-bit row below still runs.
+      check(false, "loss on one batch: " + lc.paths[0].string() + " holds fewer than one batch of " +
+                       std::to_string(loss_batch) + " x " + std::to_string(loss_seq + 1) +
+                       " tokens (lower --batch or --seq)");
+    } else {
+      double loss = batch_loss(*model, batch);
+      check(std::isfinite(loss), "loss on one batch (" + std::to_string(batch.batch_size) + " x " +
+                                     std::to_string(batch.seq_len) + " tokens): " + std::to_string(loss));
+    }
   } else {
     std::printf("SKIP  loss on one batch: no tokenizer to tokenize it with\n");
   }

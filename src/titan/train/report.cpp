@@ -176,8 +176,18 @@ RunRecord read_run(const fs::path& dir) {
     from = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
+    std::string duplicate;  // a key written twice in one object: json keeps the last, silently
+    std::vector<std::set<std::string>> keys_of_open_objects;
+    const json::parser_callback_t note_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) keys_of_open_objects.emplace_back();
+      if (event == json::parse_event_t::object_end) keys_of_open_objects.pop_back();
+      if (event == json::parse_event_t::key &&
+          !keys_of_open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+        duplicate = parsed.get<std::string>();
+      return true;
+    };
     try {
-      j = json::parse(line);
+      j = json::parse(line, note_duplicates);
     } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
       if (unterminated) {
         std::fprintf(stderr,
@@ -188,6 +198,8 @@ RunRecord read_run(const fs::path& dir) {
       }
       TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", e.what());
     }
+    TITAN_CHECK(duplicate.empty(), "report: ", metrics.string(), ":", n, ": the key \"", duplicate,
+                "\" appears twice in one record; which one is meant?");
     TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
                 n, ": a record needs an integer \"step\"");
     // Past int64 the parser holds it unsigned: quoted as written, not wrapped to a negative.
