@@ -190,7 +190,14 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
   EXPECT_NE(testing::run_command(
                 testing::titan_binary().string() + " info --flavor debugmodel --seq 99999 2>&1", &out),
             0);
-  EXPECT_NE(out.find("--seq 99999 exceeds the model's max_seq_len"), std::string::npos) << out;
+  EXPECT_NE(out.find("titan info: error: --seq = 99999 exceeds the model's max_seq_len"), std::string::npos)
+      << out;
+  EXPECT_NE(testing::run_command(
+                testing::titan_binary().string() + " info --flavor debugmodel --batch 3000000000 2>&1", &out),
+            0);
+  EXPECT_NE(out.find("titan info: error: --batch = 3000000000 exceeds the limit 2147483648"),
+            std::string::npos)
+      << out;
   EXPECT_NE(testing::run_command(
                 testing::titan_binary().string() + " info --flavor debugmodel --device cdua 2>&1", &out),
             0);

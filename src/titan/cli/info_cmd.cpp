@@ -95,11 +95,7 @@ int info_main(int argc, char** argv) {
   train::StepShape shape;
   shape.local_batch = p.get_int("batch", 1);
   shape.seq_len = p.get_int("seq", 1);
-  constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
-  TITAN_CHECK(shape.local_batch <= kMaxBatchOrSeq, "titan info: --batch ", shape.local_batch,
-              " exceeds the limit ", kMaxBatchOrSeq);
-  TITAN_CHECK(shape.seq_len <= a.max_seq_len, "titan info: --seq ", shape.seq_len,
-              " exceeds the model's max_seq_len ", a.max_seq_len);
+  train::check_step_bounds(a, shape, "--batch", "--seq");
   const std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "titan info: --activation-checkpoint ", ac,
               ": expected none, selective or full", suggestion(ac, {"none", "selective", "full"}));

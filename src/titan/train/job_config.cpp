@@ -645,11 +645,9 @@ void JobConfig::validate_values(int world_size) const {
     TITAN_CHECK(training.global_batch_size > 0 && training.global_batch_size % per_step == 0,
                 "training.global_batch_size (", training.global_batch_size, ") must be a positive multiple of "
                 "local_batch_size x data-parallel ranks (", per_step, ")");
-    // As training.local_batch_size: a step's tokens (x seq_len <= 2^31) then fit in 64 bits.
-    constexpr int64_t kMaxGlobalBatch = int64_t(1) << 31;
-    TITAN_CHECK(training.global_batch_size <= kMaxGlobalBatch,
+    TITAN_CHECK(training.global_batch_size <= kMaxBatchOrSeq,
                 "training.global_batch_size = ", training.global_batch_size, " exceeds the limit ",
-                kMaxGlobalBatch, " (sequences per step)");
+                kMaxBatchOrSeq, " (sequences per step)");
   }
 }
 

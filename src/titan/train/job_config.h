@@ -14,6 +14,10 @@
 
 namespace titan::train {
 
+// The bound on batch sizes (local and global, in sequences) and seq_len: a step's tokens then fit in
+// 64 bits with room for the products the planner forms.
+inline constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
+
 struct JobSection {
   std::string dump_folder = "./outputs";
   std::string description = "";

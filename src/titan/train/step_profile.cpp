@@ -161,13 +161,13 @@ int64_t available_memory_per_rank(Device device) {
   return device == Device::CPU ? qwen3::available_memory_bytes() : device_services(device).capacity_bytes();
 }
 
-void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape) {
-  constexpr int64_t kMaxBatchOrSeq = int64_t(1) << 31;
-  TITAN_CHECK(shape.local_batch <= kMaxBatchOrSeq, "training.local_batch_size = ", shape.local_batch,
-              " exceeds the limit ", kMaxBatchOrSeq);
-  TITAN_CHECK(shape.seq_len <= kMaxBatchOrSeq, "training.seq_len = ", shape.seq_len, " exceeds the limit ",
+void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape, std::string_view batch_key,
+                       std::string_view seq_key) {
+  TITAN_CHECK(shape.local_batch <= kMaxBatchOrSeq, batch_key, " = ", shape.local_batch, " exceeds the limit ",
               kMaxBatchOrSeq);
-  TITAN_CHECK(shape.seq_len <= args.max_seq_len, "training.seq_len = ", shape.seq_len,
+  TITAN_CHECK(shape.seq_len <= kMaxBatchOrSeq, seq_key, " = ", shape.seq_len, " exceeds the limit ",
+              kMaxBatchOrSeq);
+  TITAN_CHECK(shape.seq_len <= args.max_seq_len, seq_key, " = ", shape.seq_len,
               " exceeds the model's max_seq_len = ", args.max_seq_len);
 }
 

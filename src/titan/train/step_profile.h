@@ -6,6 +6,7 @@
 // data-parallel mesh the step is one rank's: rank 0 of a meta world (dist/meta_world.h) through the
 // same ParallelPlan calls the trainer makes, so what the plan shards, gathers and frees is counted.
 #include <cstdint>
+#include <string_view>
 
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
@@ -76,8 +77,10 @@ PlannedStep planned_step(const JobConfig& config, int64_t dp_replicate, int64_t 
 int64_t available_memory_per_rank(Device device);
 
 // training.local_batch_size and training.seq_len within bounds (the model's max_seq_len, 2^31):
-// an error naming the key.
-void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape);
+// an error naming the key (titan info names its options instead).
+void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape,
+                       std::string_view batch_key = "training.local_batch_size",
+                       std::string_view seq_key = "training.seq_len");
 
 // Before anything is allocated for a run: check_step_bounds, a lower bound of the persistent state (16 bytes per parameter over the shard degree) and
 // then the meta device's exact profile of one rank's step against the memory `device` has
