@@ -96,6 +96,18 @@ TEST(JsonErrors, ATrailingCommaIsNamedAtTheComma) {
       << e;
 }
 
+// A JSON Lines file saved as UTF-16 (as some Windows tools write it): the error says so, and the bytes
+// the parser quotes are escaped, so the log stays text.
+TEST(JsonErrors, AUtf16FileIsNamedAndItsBytesAreEscaped) {
+  std::string utf16 = "\xFF\xFE";
+  for (char c : std::string("{\"text\": \"hi there\"}\n")) utf16 += std::string(1, c) + '\0';
+  const std::string e = read_all(write("json_err_utf16", "u16.jsonl", utf16));
+  EXPECT_NE(e.find("u16.jsonl:1: malformed JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("the text looks UTF-16; titan reads UTF-8"), std::string::npos) << e;
+  EXPECT_NE(e.find("\\xEF"), std::string::npos) << e;  // nlohmann quotes the bytes it read: escaped
+  for (unsigned char c : e) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << int(c) << " in " << e;
+}
+
 TEST(TextGuard, EveryDocumentOfTheBundledCorpusIsText) {
   // Real English text with its few damaged bytes (51 documents, at most 4 of 81 characters) must
   // pass the rule: a threshold that rejects the default dataset would stop the main job mid-run.

@@ -194,6 +194,15 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   rc = titan::testing::run_command(titan + " kernels parity --shapes rope=1x5x2x7 2>&1", &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("D must be even"), std::string::npos) << out;
+  // A shape whose tensors (4 TB) cannot be allocated fails as such, not as a kernel's mistake. (Only
+  // where the kernel refuses what memory cannot back: with overcommit_memory = 1 it would be granted.)
+  if (std::ifstream("/proc/sys/vm/overcommit_memory").get() != '1') {
+    rc = titan::testing::run_command(
+        titan + " kernels parity --op linear --dtype f32 --shapes linear=1000000x1000000x1000000 2>&1", &out);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("not run: the case's tensors do not fit in this machine's memory"), std::string::npos)
+        << out;
+  }
   rc = titan::testing::run_command(titan + " kernels parity --dtype f16 2>&1", &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("expected f32, bf16 or f64"), std::string::npos) << out;

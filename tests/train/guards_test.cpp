@@ -532,6 +532,8 @@ TEST(ResumeGuard, ACheckpointAtOrPastTrainingStepsTrainsNothingAndSaysSo) {
   EXPECT_NE(out.find("step 4 is already at or past training.steps = 2: nothing to train"), std::string::npos)
       << out;
   EXPECT_NE(out.find("summary: 0 steps (last step 4), no final loss"), std::string::npos) << out;
+  // No schedule is run, so none differs from the checkpoint's (steps 4 then 2 read as "saved 4, now 2").
+  EXPECT_EQ(out.find("LR schedule differs"), std::string::npos) << out;
   EXPECT_EQ(read_metrics(dump).size(), 4u);
   EXPECT_EQ(fs::last_write_time(hf / "model.safetensors"), written) << "the export was written again";
 }
@@ -601,6 +603,28 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
   }
   EXPECT_EQ(load_checkpoint_dir(step).step, 2);  // intact, checksums and all
   EXPECT_EQ(load_checkpoint_dir(holder / "old" / "step-2").step, 2);
+
+  // --overwrite replaces an earlier export only: not a folder of other things, not the shell's folder.
+  const fs::path notes = holder / "notes";
+  fs::create_directories(notes / "sub");
+  std::ofstream(notes / "notes.txt") << "important";
+  {
+    std::string out;
+    EXPECT_EQ(exported(notes, &out), 1) << out;
+    EXPECT_NE(out.find("is not a Hugging Face export (no config.json beside model.safetensors)"),
+              std::string::npos)
+        << out;
+    EXPECT_TRUE(fs::exists(notes / "notes.txt"));
+    ASSERT_EQ(exported(holder / "hf", &out), 0) << out;  // a first export, then its replacement
+    ASSERT_EQ(exported(holder / "hf", &out), 0) << out;
+    fs::create_directories(holder / "hf" / "shell");
+    EXPECT_EQ(run_command("cd " + (holder / "hf" / "shell").string() + " && " + titan_binary().string() +
+                              " export --checkpoint " + step.string() + " --out .. --overwrite",
+                          &out),
+              1)
+        << out;
+    EXPECT_NE(out.find("holds the working directory"), std::string::npos) << out;
+  }
 
   // A killed export's temporary is cleaned by the next export to the same place; a live
   // process' temporary (this test's pid) is left alone.

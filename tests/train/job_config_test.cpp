@@ -386,6 +386,8 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
       {"[optimizer]\nlr = inf\n", 1, {"optimizer.lr must be finite"}},
       {"[training]\nmax_norm = inf\n", 1, {"training.max_norm must be finite"}},
       {"[optimizer]\nbeta2 = 1.0\n", 1, {"optimizer.beta2"}},
+      {"[optimizer]\neps = inf\n", 1, {"optimizer.eps must be finite and positive, got inf"}},
+      {"[optimizer]\nweight_decay = inf\n", 1, {"optimizer.weight_decay must be finite and >= 0, got inf"}},
       {"[lr_scheduler]\ndecay_ratio = 1.5\n", 1, {"lr_scheduler.decay_ratio"}},
       {"[lr_scheduler]\nmin_lr_factor = 2\n", 1, {"lr_scheduler.min_lr_factor"}},
       {"[metrics]\nlog_freq = 0\n", 1, {"metrics.log_freq"}},
@@ -524,6 +526,14 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
       {{}, "checkpoint.enable_first_step_checkpoint", "true", "checkpoint.enable = false"},
       {{}, "checkpoint.restart_data_stream", "true", "checkpoint.enable = false (nothing is resumed)"},
       {{}, "validation.dataset_path", "/data/val.jsonl", "validation.enable = false"},
+      {{{"training.dataset_path", "/data/train.jsonl"}},
+       "training.dataset",
+       "c4",
+       "training.dataset_path is read"},
+      {{{"validation.enable", "true"}, {"validation.dataset_path", "/data/val.jsonl"}},
+       "validation.dataset",
+       "c4_validation",
+       "validation.dataset_path is read"},
       {{}, "validation.seq_len", "256", "validation.enable = false"},
       {{}, "profiling.profile_freq", "5", "profiling.enable_profiling = false"},
       {{{"activation_checkpoint.mode", "full"}},
@@ -538,7 +548,8 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
     // The same key in the config file.
     const auto dot = c.key.find('.');
     const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.key == "validation.dataset_path" ||
-                      c.key == "activation_checkpoint.selective_ac_option";
+                      c.key == "activation_checkpoint.selective_ac_option" || c.key == "training.dataset" ||
+                      c.key == "validation.dataset";
     const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +
                                 (text ? "\"" + c.value + "\"" : c.value) + "\n";
     JobConfig noted;
@@ -551,6 +562,7 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
                     "training.load_balance_coeff"),
             "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
+  EXPECT_EQ(note_of(parse("[training]\ndataset = \"nlp-corpus\"\n"), "training.dataset"), "");
   // An export asked for with checkpointing off is written (torchtitan would save nothing): said.
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = false\nlast_save_in_hf = true\n"), "checkpoint.last_save_in_hf"),
             "checkpoint.last_save_in_hf = true: the Hugging Face export is written at the end although "

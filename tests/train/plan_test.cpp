@@ -28,8 +28,10 @@ std::string debugmodel_toml() { return (tt::source_dir() / "configs" / "debugmod
 // `titan plan` on debugmodel at seq 128 with `flags`; its output (exit status in *rc).
 std::string run_plan(const std::string& flags, int* rc) {
   std::string out;
+  // A GEMM rate unless the flags give one (a flag given twice is an error).
+  const std::string gemm = flags.find("--gemm-tflops") == std::string::npos ? " --gemm-tflops 1 " : " ";
   *rc = tt::run_command(tt::titan_binary().string() + " plan --config " + debugmodel_toml() +
-                            " --training.seq_len=128 --gemm-tflops 1 " + flags,
+                            " --training.seq_len=128" + gemm + flags,
                         &out);
   return out;
 }
@@ -203,9 +205,14 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       {"--memory-per-rank 12XB", "--memory-per-rank '12XB' is not a positive size"},
       {"--memory-per-rank 0GiB", "--memory-per-rank '0GiB' is not a positive size"},
       {"--memory-per-rank=-3", "--memory-per-rank '-3' is not a positive size"},
-      {"--gemm-tflops -1", "--gemm-tflops must be a positive number, got '-1'"},
-      {"--link-gbps fast", "--link-gbps must be a positive number, got 'fast'"},
-      {"--link-latency-us 0", "--link-latency-us must be a positive number, got '0'"},
+      {"--gemm-tflops -1", "--gemm-tflops must be a positive finite number, got '-1'"},
+      {"--link-gbps fast", "--link-gbps must be a positive finite number, got 'fast'"},
+      {"--link-latency-us 0", "--link-latency-us must be a positive finite number, got '0'"},
+      {"--link-latency-us inf", "--link-latency-us must be a positive finite number, got 'inf'"},
+      {"--gemm-tflops inf", "--gemm-tflops must be a positive finite number, got 'inf'"},
+      // A flag given twice is named, not last-wins; so is a mesh cut short.
+      {"--mesh dp_shard=2 --mesh dp_shard=4", "--mesh is given twice ('dp_shard=2', 'dp_shard=4')"},
+      {"--mesh dp_shard=2,", "--mesh 'dp_shard=2,' ends with a comma"},
       // The mesh must fit the config: global batch = local x ranks x accumulation.
       {"--mesh dp_shard=3 --training.global_batch_size=4",
        "training.global_batch_size (4) must be a positive multiple"},
@@ -243,6 +250,7 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
   const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
   const std::filesystem::path text_dir = tt::temp_dir("plan_plain_text");
   { std::ofstream(text_dir / "book.txt") << "One paragraph.\n\nAnother one.\n"; }
+  { std::ofstream(text_dir / "table.csv") << "x,y\n"; }
   struct Case {
     std::string flags, expected;
     bool ok;
@@ -263,6 +271,9 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        "data: not checked on this machine: training.dataset_path: dataset: \"/nonexistent/shards\" does not "
        "exist",
        true},
+      // One that exists here is checked as train checks it.
+      {"--training.dataset_path=" + (text_dir / "table.csv").string(),
+       "'.csv' files are not a format titan reads", false},
   };
   for (const char* command : {"plan", "info"})
     for (const auto& c : cases) {

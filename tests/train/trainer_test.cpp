@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -517,14 +518,16 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
 
 // `titan train` in the background; `sig` once a step is logged: exit 0 with a committed
 // checkpoint at the step it reached.
-void stop_with_signal(int sig, const std::string& name) {
+// `mid_run` runs once the first step is logged, before the signal is sent.
+void stop_with_signal(
+    int sig, const std::string& name, const tt::Overrides& extra = {},
+    const std::function<void()>& mid_run = [] {}) {
   const fs::path dump = tt::temp_dir(name);
   const fs::path log = dump.parent_path() / (name + ".log");
   std::vector<std::string> argv = {titan(), "train", "--config", debugmodel_toml().string()};
-  for (auto& [k, v] :
-       tiny_job(dump,
-            {{"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}}))
-    argv.push_back("--" + k + "=" + v);
+  const tt::Overrides stop_job = {
+      {"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}};
+  for (auto& [k, v] : tiny_job(dump, tt::joined(stop_job, extra))) argv.push_back("--" + k + "=" + v);
   const pid_t pid = tt::spawn_logged(argv, log);
   ASSERT_NE(pid, 0) << argv[0] << " did not start";
 
@@ -554,6 +557,7 @@ void stop_with_signal(int sig, const std::string& name) {
     waitpid(pid, &status, 0);
     FAIL() << "no step was logged:\n" << read_file(log);
   }
+  mid_run();
   ASSERT_EQ(kill(pid, sig), 0);
   if (!wait_exit(300, &status)) {
     kill(pid, SIGKILL);
@@ -581,6 +585,22 @@ TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
 }
 TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
   stop_with_signal(SIGINT, "trainer_sigint");
+}
+
+// A dataset file moved away mid-run (a shard the loader has not reached yet) must not cost the run
+// its checkpoint: the data's fingerprint is taken at start-up, not re-read at every save.
+TEST(Trainer, ADatasetFileGoneMidRunStillLetsTheCheckpointBeSaved) {
+  const fs::path data = tt::temp_dir("trainer_data_gone_" + std::to_string(::getpid()));
+  for (const char* shard : {"a.jsonl", "b.jsonl"}) {
+    std::ofstream f(data / shard);
+    for (int i = 0; i < 200; ++i)
+      f << nlohmann::json{{"text",
+                           std::string(shard) + " document " + std::to_string(i) + " with a few words"}}
+               .dump()
+        << "\n";
+  }
+  stop_with_signal(SIGTERM, "trainer_data_gone", {{"training.dataset_path", data.string()}},
+                   [&] { fs::remove(data / "b.jsonl"); });
 }
 
 // One step with global_batch_size = 2 x local (two micro-batches) against one step with the local

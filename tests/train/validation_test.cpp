@@ -191,6 +191,50 @@ TEST(Validation, BadValuesAreErrorsNamingTheKey) {
   EXPECT_NE(out.find("validation.seq_len = 50000 exceeds the model's max_seq_len = 40960"), std::string::npos)
       << out;
   EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
+  // Held-out data with no document, or too little for one batch: named by its key and file before any step.
+  const fs::path data = tt::temp_dir("validation_small_data_" + std::to_string(getpid()));
+  std::ofstream(data / "empty.txt") << "";
+  std::ofstream(data / "short.txt") << "A few words only.\n";
+  for (const auto& [file, says] :
+       std::vector<std::pair<std::string, std::string>>{{"empty.txt", "holds no non-empty document"},
+                                                        {"short.txt", "holds fewer tokens than one batch"}}) {
+    EXPECT_NE(
+        tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                            tt::cli_args(tt::tiny_job(
+                                data / "run", {{"validation.enable", "true"},
+                                               {"validation.dataset_path", (data / file).string()}})) +
+                            " 2>&1",
+                        &out),
+        0);
+    EXPECT_NE(out.find("validation.dataset_path: "), std::string::npos) << out;
+    EXPECT_NE(out.find((data / file).string()), std::string::npos) << out;
+    EXPECT_NE(out.find(says), std::string::npos) << out;
+    EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
+  }
+}
+
+// A dump folder inside a dataset folder would make the run's own files (metrics.jsonl, checkpoints)
+// its training data: refused at start-up, naming the key, for the training and the held-out data.
+TEST(Validation, ADumpFolderInsideADatasetFolderIsRefused) {
+  const fs::path data = tt::temp_dir("dump_inside_data_" + std::to_string(getpid()));
+  {
+    std::ofstream f(data / "docs.jsonl");
+    for (int i = 0; i < 50; ++i) f << "{\"text\": \"document " << i << " of the dataset\"}\n";
+  }
+  std::string out;
+  for (const char* key : {"training.dataset_path", "validation.dataset_path"}) {
+    EXPECT_NE(tt::run_command(
+                  tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                      tt::cli_args(tt::tiny_job(data / "outputs" / "run",
+                                                {{"validation.enable", "true"}, {key, data.string()}})) +
+                      " 2>&1",
+                  &out),
+              0);
+    EXPECT_NE(out.find(std::string(key) + ": the folder '" + data.string() + "' holds job.dump_folder"),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(fs::exists(data / "outputs" / "run" / "metrics.jsonl")) << key;
+  }
 }
 
 TEST(Validation, RunLogsItAndLeavesTrainingUnchanged) {

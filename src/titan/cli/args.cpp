@@ -142,6 +142,9 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
                   value, "'): a run has one job config (change single keys with --section.key=value)");
       r.config = value;
     } else if (std::find(own.begin(), own.end(), key) != own.end()) {
+      // As ArgParser: a second value is a mistake to name, not a silent last-wins.
+      TITAN_CHECK(!r.own.count(key), "titan ", command, ": --", key, " is given twice ('", r.own[key], "', '",
+                  value, "')");
       r.own[key] = value;
     } else {
       r.overrides.emplace_back(key, value);

@@ -42,7 +42,7 @@ int export_main(int argc, char** argv) {
   p.required("checkpoint", "native checkpoint folder, e.g. outputs/debugmodel/checkpoint/step-40")
       .required("out", "output directory (must not exist unless --overwrite)")
       .option("dtype", "float32 | bfloat16", "float32")
-      .flag("overwrite", "replace an existing output directory (atomically)");
+      .flag("overwrite", "replace an earlier export (or an empty folder) at --out, atomically");
   if (!p.parse(argc, argv)) return 0;
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
@@ -52,6 +52,19 @@ int export_main(int argc, char** argv) {
   std::vector<fs::path> inputs = files;
   inputs.push_back(p.get("checkpoint"));
   io::check_output_path(out, inputs, "titan export --out");
+  if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
+    // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
+    const bool an_export =
+        fs::is_directory(out) && fs::exists(out / "config.json") &&
+        (fs::exists(out / "model.safetensors") || fs::exists(out / "model.safetensors.index.json"));
+    TITAN_CHECK(
+        an_export || (fs::is_directory(out) && fs::is_empty(out)), "titan export --out: '", out.string(),
+        "' is not a Hugging Face export (no config.json beside model.safetensors): --overwrite replaces an "
+        "earlier export only; remove the folder yourself or export elsewhere");
+    TITAN_CHECK(!io::lies_within(fs::current_path(), out), "titan export --out: '", out.string(),
+                "' holds the working directory '", fs::current_path().string(),
+                "'; replacing it would pull the folder from under the shell that runs this");
+  }
   if (files.empty())
     std::printf("warning: tokenizer files of the run ('%s') not found; exporting without them\n",
                 native.tokenizer_path.string().c_str());

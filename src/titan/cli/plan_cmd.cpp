@@ -6,6 +6,7 @@
 // estimate (FLOPs / a measured GEMM rate + the mesh's collectives on a ring bandwidth / latency
 // model). docs/planning.md explains each figure and how close it came to real runs.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -36,6 +37,8 @@ struct Mesh {
 // "dp_shard=4", "dp_shard=4,dp_replicate=2", "dp_replicate=8".
 Mesh parse_mesh(const std::string& text) {
   Mesh m;
+  TITAN_CHECK(text.empty() || text.back() != ',', "titan plan: --mesh '", text,
+              "' ends with a comma (expected dp_shard=N[,dp_replicate=R])");
   std::istringstream in(text);
   std::set<std::string> seen;
   for (std::string item; std::getline(in, item, ',');) {
@@ -57,7 +60,8 @@ double positive_number(const JobArgs& job, const std::string& flag, double def) 
   auto it = job.own.find(flag);
   if (it == job.own.end()) return def;
   const std::optional<double> v = parse_number(it->second);
-  TITAN_CHECK(v && *v > 0, "titan plan: --", flag, " must be a positive number, got '", it->second, "'");
+  TITAN_CHECK(v && std::isfinite(*v) && *v > 0, "titan plan: --", flag,
+              " must be a positive finite number, got '", it->second, "'");
   return *v;
 }
 

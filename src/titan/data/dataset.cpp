@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -82,9 +84,11 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       continue;
     }
     std::vector<fs::path> found;
+    fs::path entry = p;  // the entry the listing is at: a folder it cannot enter fails the next step
     try {
       for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
            it != fs::recursive_directory_iterator(); ++it) {
+        entry = it->path();
         std::string name = it->path().filename().string();
         if (!name.empty() && name[0] == '.') {
           if (it->is_directory()) it.disable_recursion_pending();
@@ -99,7 +103,8 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
         if (it->is_regular_file() && data_name) found.push_back(it->path());
       }
     } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
-      TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ", e.path1());
+      TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
+                 e.path1().empty() ? entry : e.path1());
     }
     TITAN_CHECK(!found.empty(), "dataset: folder ", p,
                 " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain, .gz or .zst)");
@@ -107,6 +112,13 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
     files.insert(files.end(), found.begin(), found.end());
   }
   TITAN_CHECK(!files.empty(), "dataset: no dataset paths given");
+  // Every file opens now, before any compute: not when the stream, or a checkpoint's fingerprint of
+  // the data, reaches it hours later.
+  for (const fs::path& f : files) {
+    errno = 0;
+    TITAN_CHECK(std::ifstream(f, std::ios::binary).is_open(), "dataset: cannot read ", f, ": ",
+                errno ? std::strerror(errno) : "cannot be opened");
+  }
   return files;
 }
 

@@ -136,9 +136,10 @@ class Packer {
   bool load_document() {
     Document d;
     while (!stream_.next(d)) {
-      TITAN_CHECK(epoch_docs_ > 0 || !epoch_from_start_, "loader: the dataset (", stream_.files().size(),
-                  " files) holds no non-empty document for data-parallel rank ", config_.dp_rank, " of ",
-                  config_.dp_size);
+      TITAN_CHECK(epoch_docs_ > 0 || !epoch_from_start_, "loader: the dataset '", config_.paths[0].string(),
+                  "'", config_.paths.size() > 1 ? " (and the other paths given)" : "", " (",
+                  stream_.files().size(), " files) holds no non-empty document for data-parallel rank ",
+                  config_.dp_rank, " of ", config_.dp_size);
       if (!config_.infinite) return false;
       ++epoch_;
       epoch_docs_ = 0;

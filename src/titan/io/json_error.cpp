@@ -1,5 +1,6 @@
 #include "titan/io/json_error.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -25,6 +26,30 @@ JsonErrorAt position(std::string_view text, size_t at, uint64_t first_line, uint
   return {line, column, std::move(what)};
 }
 
+// Bytes outside printable ASCII in nlohmann's message ("last read: '<two raw bytes>'") written as
+// \xNN: raw, they make the whole log read as binary to grep and less.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// UTF-16 text (a byte-order mark FF FE or FE FF, or a zero byte among the first few) parses as
+// garbage: the error says what the file is instead of pointing at a byte of it.
+bool looks_utf16(std::string_view text) {
+  const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0x100u; };
+  if ((byte(0) == 0xFF && byte(1) == 0xFE) || (byte(0) == 0xFE && byte(1) == 0xFF)) return true;
+  return text.substr(0, 8).find('\0') != std::string_view::npos;
+}
+
 }  // namespace
 
 JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse_error& e,
@@ -46,6 +71,9 @@ JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse
   // its position is relative to the parsed text, ours to the file.
   if (auto colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos)
     what = what.substr(colon + 2);
+  what = printable(what);
+  if (looks_utf16(text))
+    what += " (the text looks UTF-16; titan reads UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8)";
   return position(text, stop, first_line, first_column, what);
 }
 

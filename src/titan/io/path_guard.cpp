@@ -37,6 +37,10 @@ bool within(const fs::path& inner, const fs::path& outer) {
 
 }  // namespace
 
+bool lies_within(const fs::path& inner, const fs::path& outer) {
+  return within(resolved(inner), resolved(outer));
+}
+
 void check_regular_file(const fs::path& path, const std::string& what) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);

@@ -13,6 +13,9 @@ namespace titan::io {
 // is a regular file. A missing file is an error too.
 void check_regular_file(const std::filesystem::path& path, const std::string& what);
 
+// True when `inner` is `outer` or lies below it, both resolved through symlinks and "..".
+bool lies_within(const std::filesystem::path& inner, const std::filesystem::path& outer);
+
 // `out` (resolved through symlinks and "..") must not be any of `inputs`, an ancestor of one, or
 // inside one; it must not lie inside a titan checkpoint (a folder above it holds COMMITTED), and an
 // existing folder `out` must not hold one (a COMMITTED marker at any depth). Errors name `what`

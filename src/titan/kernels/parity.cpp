@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <set>
 
 #include "titan/autograd/autograd.h"
@@ -247,6 +248,11 @@ std::vector<ParityResult> run_parity(const ParityOptions& o,
               const Run want = run_case(op, "reference", Device::CPU, c, seed);
               const Run got = run_case(op, e.variant, o.device, c, seed);
               compare_runs(c, got, want, d->tolerance(shapes[si], dt, o.device, e.variant), r);
+            } catch (const std::bad_alloc&) {  // the shape, not the kernel: said so
+              r.status = ParityStatus::Fail;
+              r.note =
+                  "not run: the case's tensors do not fit in this machine's memory (std::bad_alloc); give a "
+                  "smaller shape";
             } catch (const std::exception& ex) {
               r.status = ParityStatus::Fail;
               r.note = ex.what();

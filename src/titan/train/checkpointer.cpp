@@ -146,7 +146,9 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
-  std::string diff = s.schedule.diff_state(ts.at("lr_scheduler"));
+  // A resume with nothing left to train (training.steps at or below the checkpoint's step, as an
+  // export-only run) has no schedule to differ: its placeholder of one step is not the user's.
+  std::string diff = s.step < config_.training.steps ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
     if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_));
@@ -183,7 +185,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     say("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
         what.c_str());
   }
-  const std::string data_note = restore_data_position(s.loader, ts, data::dataset_identity(s.loader.files()),
+  const std::string data_note = restore_data_position(s.loader, ts, s.dataset_identity,
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
   if (ts.contains("expert_bias"))
@@ -245,7 +247,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["tokenizer_checksum"] = tokenizer_checksum(job.tokenizer_path);
   ts["lr_scheduler"] = s.schedule.state_dict();
   ts["dataloader"] = s.loader.state();
-  ts["dataset_identity"] = data::dataset_identity(s.loader.files());
+  ts["dataset_identity"] = s.dataset_identity;
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
   ts["settings"] = resumable_settings(c);
   ts["global_batch_size"] = job.local_batch_size * plan_.dp_size() * job.accumulation_steps;

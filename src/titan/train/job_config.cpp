@@ -451,6 +451,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("training.seed", loaded + " and the seed only draws a random initialisation");
     moot("model.init", loaded + " and model.init only picks the random initialisation");
   }
+  // A dataset_path is read whatever dataset names (torchtitan's `dataset` picks a loader titan has one of).
+  if (!c.training.dataset_path.empty()) moot("training.dataset", "training.dataset_path is read");
+  if (!c.validation.dataset_path.empty() && c.validation.enable)
+    moot("validation.dataset", "validation.dataset_path is read");
   if (c.model.name == "hf")
     moot("model.flavor",
          "model.name = \"hf\" takes the architecture from model.hf_assets_path's config.json");
@@ -569,8 +573,10 @@ void JobConfig::validate_values(int world_size) const {
               "optimizer.lr must be finite and positive, got ", optimizer.lr);
   TITAN_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1), got ", optimizer.beta1);
   TITAN_CHECK(optimizer.beta2 >= 0 && optimizer.beta2 < 1, "optimizer.beta2 must be in [0, 1), got ", optimizer.beta2);
-  TITAN_CHECK(optimizer.eps > 0, "optimizer.eps must be positive, got ", optimizer.eps);
-  TITAN_CHECK(optimizer.weight_decay >= 0, "optimizer.weight_decay must be >= 0, got ", optimizer.weight_decay);
+  TITAN_CHECK(std::isfinite(optimizer.eps) && optimizer.eps > 0,
+              "optimizer.eps must be finite and positive, got ", optimizer.eps);
+  TITAN_CHECK(std::isfinite(optimizer.weight_decay) && optimizer.weight_decay >= 0,
+              "optimizer.weight_decay must be finite and >= 0, got ", optimizer.weight_decay);
   TITAN_CHECK(lr_scheduler.warmup_steps >= 0, "lr_scheduler.warmup_steps must be >= 0, got ", lr_scheduler.warmup_steps);
   TITAN_CHECK(lr_scheduler.decay_ratio == -1 || (lr_scheduler.decay_ratio >= 0 && lr_scheduler.decay_ratio <= 1),
               "lr_scheduler.decay_ratio must be in [0, 1] (or -1), got ", lr_scheduler.decay_ratio);

@@ -12,6 +12,7 @@
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
 #include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
@@ -89,6 +90,16 @@ DType resolve_compute_dtype(const JobConfig& c) {
   return DType::BF16;
 }
 
+void check_run_writes_outside(const JobConfig& c, const fs::path& data, const std::string& key) {
+  std::error_code ec;
+  if (!fs::is_directory(data, ec)) return;
+  const fs::path dump = c.job.dump_folder;
+  TITAN_CHECK(!io::lies_within(dump, data), key, ": the folder '", data.string(), "' holds job.dump_folder '",
+              dump.string(),
+              "': the run's own files (metrics.jsonl, checkpoints, exports) would become its data, ",
+              "and a resume would find another dataset; keep the two folders apart");
+}
+
 namespace {
 
 fs::path resolve_tokenizer(const JobConfig& c) {
@@ -109,6 +120,7 @@ fs::path resolve_tokenizer(const JobConfig& c) {
 
 std::vector<fs::path> resolve_dataset(const JobConfig& c) {
   if (!c.training.dataset_path.empty()) {
+    check_run_writes_outside(c, c.training.dataset_path, "training.dataset_path");
     // A file, a folder of shards, or a glob ("shards/part-*.jsonl.gz"): listing it now reports a
     // missing path or an empty match before anything else is loaded.
     try {
@@ -273,12 +285,16 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
 }
 
 std::string data_line_for_planning(const JobConfig& c) {
+  // A path missing here may be the cluster's the job is planned for: said, not refused. One that
+  // exists here is checked as train checks it (a .csv file passing the plan would fail the job).
+  const auto here = [](const std::string& path) { return !path.empty() && fs::exists(path); };
   fs::path tokenizer_path;
   std::vector<fs::path> dataset;
   try {
     tokenizer_path = resolve_tokenizer(c);
     dataset = resolve_dataset(c);
   } catch (const Error& e) {
+    if (here(c.model.hf_assets_path) || here(c.training.dataset_path)) throw;
     return std::string("not checked on this machine: ") + e.what();
   }
   const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);

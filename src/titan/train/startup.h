@@ -4,6 +4,7 @@
 // and the start-up report says what the run is about to do.
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "titan/core/dtype.h"
@@ -54,6 +55,11 @@ std::string document_description(const JobConfig& config, const data::Tokenizer&
 // line naming the tokenizer and the separator. A tokenizer or dataset missing on this machine (a job
 // planned for another) is not an error: the line says it was not checked.
 std::string data_line_for_planning(const JobConfig& config);
+
+// An error naming `key` when the folder `data` holds job.dump_folder: the run's metrics, checkpoints
+// and exports would be read as data.
+void check_run_writes_outside(const JobConfig& config, const std::filesystem::path& data,
+                              const std::string& key);
 
 // The model, device, tokenizer, dataset and batch shape, checked; errors name the key and the path.
 // Reads no run folder: it runs before the run's folders are locked.

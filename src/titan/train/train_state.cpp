@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "titan/core/device_services.h"
+#include "titan/data/data_identity.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
@@ -71,7 +72,8 @@ TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::T
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
-      loader(loader_config(c, job, plan, tokenizer), tokenizer) {}
+      loader(loader_config(c, job, plan, tokenizer), tokenizer),
+      dataset_identity(data::dataset_identity(loader.files())) {}
 
 void TrainState::distribute() {
   sharding.shard(model.compute_dtype());

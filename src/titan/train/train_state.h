@@ -3,6 +3,7 @@
 // model (f32 master weights in flat blocks, MoE expert biases), the optimizer's moments, the LR
 // schedule, the data loader's position, the step counter and the tokens seen.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
@@ -35,6 +36,9 @@ struct TrainState {
   AdamW optimizer;
   LrSchedule schedule;
   data::TokenLoader loader;
+  // The loader's files, fingerprinted once at start-up (data::dataset_identity): every checkpoint
+  // records it without reading the data again, so a file moved or locked mid-run cannot stop a save.
+  const nlohmann::json dataset_identity;
   int64_t step = 0;         // optimizer steps taken
   int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
 };

@@ -210,8 +210,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   // rank (a stale copy on another host would train on other data under the same batch hashes).
   if (plan.world_size() > 1) {
     std::string identity;
-    for (const nlohmann::json& file : data::dataset_identity(state.loader.files()))
-      identity += file.dump() + "\n";
+    for (const nlohmann::json& file : state.dataset_identity) identity += file.dump() + "\n";
     plan.check_same_on_every_rank(
         identity, "datasets",
         "every rank must read the same dataset files, byte for byte: on several hosts, "

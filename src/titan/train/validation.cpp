@@ -44,6 +44,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   const ValidationSection& v = cfg.validation;
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
   loader_config_.paths = {resolve_held_out(v)};
+  check_run_writes_outside(cfg, loader_config_.paths[0], key);
   loader_config_.text_field = cfg.training.text_field;
   loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
@@ -60,6 +61,15 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
     TITAN_FAIL(key, ": ", e.what());
   }
   TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
+  // One batch at least, found before any step rather than at the first evaluation (step 1, after
+  // the model is built), under the key that named the data.
+  try {
+    TITAN_CHECK(!data::TokenLoader(loader_config_, tokenizer).next().empty(), "'",
+                loader_config_.paths[0].string(), "' holds fewer tokens than one batch of ",
+                loader_config_.local_batch_size, " x ", loader_config_.seq_len, " (+1)");
+  } catch (const Error& e) {
+    TITAN_FAIL(key, ": ", e.what());
+  }
   // The same file under another name (a hard link) or the same bytes (a copy) is training data too:
   // compared by inode, then, for files of one size, by the fingerprint a checkpoint records of a
   // dataset file (its size, first and last MiB).
