@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/data/dataset.h"
+#include "titan/io/json_error.h"
 #include "titan/models/qwen3/args.h"
 
 using namespace titan;
@@ -106,6 +107,18 @@ TEST(JsonErrors, AUtf16FileIsNamedAndItsBytesAreEscaped) {
   EXPECT_NE(e.find("the text looks UTF-16; titan reads UTF-8"), std::string::npos) << e;
   EXPECT_NE(e.find("\\xEF"), std::string::npos) << e;  // nlohmann quotes the bytes it read: escaped
   for (unsigned char c : e) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << int(c) << " in " << e;
+  // Other binary data with zero bytes (a safetensors file's header length) is not called UTF-16.
+  const fs::path st =
+      write("json_err_binary", "model.safetensors", std::string("\x58\x02\0\0\0\0\0\0{\"a\":1}", 15));
+  const std::string b = error_of([&] { titan::io::read_json_file(st, "model config"); });
+  EXPECT_NE(b.find("invalid JSON at line 1, column 1"), std::string::npos) << b;
+  EXPECT_EQ(b.find("UTF-16"), std::string::npos) << b;
+  // A number past double's range names the file too (nlohmann reports it as out_of_range, not a syntax
+  // error).
+  const fs::path big = write("json_err_overflow", "config.json", "{\"vocab_size\": 1e999}");
+  const std::string o = error_of([&] { titan::io::read_json_file(big, "model config"); });
+  EXPECT_NE(o.find(big.string() + "': invalid JSON: number overflow parsing '1e999'"), std::string::npos)
+      << o;
 }
 
 TEST(TextGuard, EveryDocumentOfTheBundledCorpusIsText) {

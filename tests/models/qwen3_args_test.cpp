@@ -171,6 +171,26 @@ TEST(Qwen3Args, ContradictoryOrMistypedFieldsAreErrorsNamingThem) {
       {[](auto& c) { c["mlp_only_layers"] = {"0"}; },
        "cfg.json: field 'mlp_only_layers' must be a list of layer"},
       {[](auto& c) { c["rope_theta"] = "1e6"; }, "cfg.json: field 'rope_theta' missing or not a number"},
+      {[](auto& c) { c["dtype"] = "float32", c["torch_dtype"] = "bfloat16"; },
+       "cfg.json: dtype \"float32\" contradicts torch_dtype \"bfloat16\""},
+      // Fields that change the maths titan computes are refused, never carried along unread.
+      {[](auto& c) { c["attention_dropout"] = 0.5; }, "cfg.json: attention_dropout 0.5 is not supported"},
+      {[](auto& c) { c["partial_rotary_factor"] = 0.5; },
+       "cfg.json: partial_rotary_factor 0.5 is not supported"},
+      {[](auto& c) {
+         c.erase("rope_theta"),
+             c["rope_parameters"] = {
+                 {"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}};
+       },
+       "cfg.json: partial_rotary_factor 0.5 is not supported"},
+      {[](auto& c) {
+         c["quantization_config"] = {{"quant_method", "fp8"}};
+       },
+       "cfg.json: quantization_config is set: quantized checkpoints are not supported"},
+      // Values no model has: a negative aux-loss weight rewards imbalance; non-finite or huge eps.
+      {[](auto& c) { c["router_aux_loss_coef"] = -0.5; },
+       "model args: router_aux_loss_coef must be finite and >= 0, got -0.5"},
+      {[](auto& c) { c["rms_norm_eps"] = 1e300; }, "model args: norm_eps must be in (0, 1]"},
   };
   for (const auto& k : cases) {
     nlohmann::json c = hub_moe_config();

@@ -148,6 +148,28 @@ TEST(Check, ACheckpointMissingATensorFailsTheModelRowNamingTheKey) {
 
 // One tensor stored in bf16 among f32 ones: the model row says the dtypes are mixed; the export
 // (one dtype, the embedding's) holds the same values, so the export row passes, comparing values.
+// A float16 checkpoint (titan exports float32 or bfloat16): exported as float32, which holds every
+// float16 value exactly, and compared value for value.
+TEST(Check, AFloat16CheckpointIsExportedAsFloat32WithTheSameValues) {
+  auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
+  std::vector<std::vector<uint16_t>> halves;
+  std::vector<io::TensorWrite> tensors;
+  for (auto& t : src.tensors()) {
+    auto& h = halves.emplace_back(size_t(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float v;
+      std::memcpy(&v, t.data + 4 * i, 4);
+      h[size_t(i)] = f32_to_f16(v);
+    }
+    tensors.push_back({t.name, DType::F16, t.shape, h.data()});
+  }
+  CheckRun r = check_edited_oracle(tt::temp_dir("check_f16"), tensors);
+  EXPECT_EQ(r.rows["export"].at("status"), "PASS") << r.rows["export"];
+  EXPECT_NE(r.rows["export"].at("value").get<std::string>().find("value-equal (f16 exported as f32)"),
+            std::string::npos)
+      << r.rows["export"];
+}
+
 TEST(Check, AMixedDtypeCheckpointFailsTheModelRowAndExportsTheSameValues) {
   auto src = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
   std::vector<bf16> norm;

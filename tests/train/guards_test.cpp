@@ -234,6 +234,53 @@ TEST(RunOutputs, AMetricsFileThatStopsTakingRecordsIsSaid) {
   EXPECT_NE(out.find(said, first + 1), std::string::npos) << "the summary should repeat it\n" << out;
 }
 
+// Outputs that cannot be written, and inputs of the wrong kind, are named before any compute.
+TEST(RunOutputs, OutputsThatCannotBeWrittenAreNamedBeforeAnyCompute) {
+  const fs::path dump = temp_dir("guard_outputs_kind_" + std::to_string(getpid()));
+  std::ofstream(dump / "tb") << "a file where the TensorBoard folder goes";
+  std::string out;
+  EXPECT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, {{"metrics.enable_tensorboard", "true"}})),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("metrics.enable_tensorboard: '" + (dump / "tb").string() + "' is not a folder"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  fs::remove(dump / "tb");
+  fs::create_directories(dump / "metrics.jsonl");
+  EXPECT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump)),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("'" + (dump / "metrics.jsonl").string() + "' is a folder"), std::string::npos) << out;
+  // An empty output path, and a weights file given where a config is asked for.
+  EXPECT_EQ(run_command(titan_binary().string() + " report " + dump.string() + " --out ''", &out), 1) << out;
+  EXPECT_NE(out.find("titan report --out: the path is empty"), std::string::npos) << out;
+  std::ofstream(dump / "model.safetensors") << "not read";
+  EXPECT_EQ(
+      run_command(titan_binary().string() + " info --model-path " + (dump / "model.safetensors").string(),
+                  &out),
+      1)
+      << out;
+  EXPECT_NE(out.find("is neither a checkpoint folder nor its config.json"), std::string::npos) << out;
+  // A negative aux-loss weight would reward imbalance: named by the model field.
+  EXPECT_EQ(run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(temp_dir("guard_aux_coef_" + std::to_string(getpid())),
+                                              {{"model.flavor", "debugmodel_moe"},
+                                               {"model.num_experts", "4"},
+                                               {"model.top_k", "2"},
+                                               {"model.moe_hidden_dim", "32"},
+                                               {"model.router_aux_loss_coef", "-1"}})),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("router_aux_loss_coef must be finite and >= 0, got -1"), std::string::npos) << out;
+}
+
 // Settings a resume may change on purpose apply from the next step, and the resume says which
 // changed; a seed or init scheme changed on a resume is said to have no effect.
 TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
@@ -803,6 +850,30 @@ TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
   std::ofstream(hf / "config.json") << config;
   EXPECT_EQ(verify(false, &out), 0) << out;
   EXPECT_NE(out.find("and 3 other files"), std::string::npos) << out;  // config.json and the tokenizer's two
+  // float32 tensors labelled float16: the dtype row fails naming a tensor (compared with the source,
+  // so the edited config.json is the only fault).
+  {
+    nlohmann::json c = nlohmann::json::parse(config);
+    c["dtype"] = "float16";
+    std::ofstream(hf / "config.json") << c.dump(2);
+  }
+  EXPECT_EQ(verify(true, &out), 1) << out;
+  EXPECT_NE(out.find("FAIL  every tensor is float16 as config.json says (model."), std::string::npos) << out;
+  EXPECT_NE(out.find(" is f32)"), std::string::npos) << out;
+  std::ofstream(hf / "config.json") << config;
+
+  // A checksum entry of the wrong JSON type is a FAIL row naming the tensor, not a stop.
+  const std::string sums = read_bytes(hf / "titan_checksums.json");
+  {
+    nlohmann::json s = nlohmann::json::parse(sums);
+    s["tensors"]["model.norm.weight"]["checksum"] = 5;
+    std::ofstream(hf / "titan_checksums.json") << s.dump(2);
+  }
+  EXPECT_EQ(verify(false, &out), 1) << out;
+  EXPECT_NE(out.find("model.norm.weight's entry in titan_checksums.json is malformed"), std::string::npos)
+      << out;
+  std::ofstream(hf / "titan_checksums.json") << sums;
+  EXPECT_EQ(verify(false, &out), 0) << out;
 
   // Another model's checkpoint as the source: the field that differs is named.
   const fs::path other = temp_dir("guard_verify_other");

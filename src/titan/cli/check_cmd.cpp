@@ -251,7 +251,10 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
   if (!model) return {"export", "FAIL", "the checkpoint did not load (see the model row)", rule};
   try {
     io::HfCheckpoint src = io::HfCheckpoint::open(dir);
-    const DType dtype = src.at("model.embed_tokens.weight").dtype;
+    const DType src_dtype = src.at("model.embed_tokens.weight").dtype;
+    // titan exports float32 or bfloat16: a float16 checkpoint is exported as float32 (exact) and
+    // compared value for value.
+    const DType dtype = src_dtype == DType::F16 ? DType::F32 : src_dtype;
     TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "the checkpoint's dtype ", dtype_name(dtype),
                 " cannot be exported (float32 or bfloat16)");
     const fs::path out = work / "export";
@@ -279,9 +282,12 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
     auto reloaded = qwen3::load_hf_model(out, DType::F32);
     const auto batch = fixed_batch(model->args().vocab_size);
     const double a = loss_on(*model, batch), b = loss_on(*reloaded, batch);
-    const std::string value = std::to_string(exp_keys.size()) + " tensors bit-equal (" +
-                              std::string(dtype_name(dtype)) + "); loss " + fmt("%.6f", a) + " vs " +
-                              fmt("%.6f", b) + " on a fixed 2 x 32 batch";
+    const std::string value = std::to_string(exp_keys.size()) + " tensors " +
+                              (src_dtype == dtype ? "bit-equal (" + std::string(dtype_name(dtype))
+                                                  : "value-equal (" + std::string(dtype_name(src_dtype)) +
+                                                        " exported as " + std::string(dtype_name(dtype))) +
+                              "); loss " + fmt("%.6f", a) + " vs " + fmt("%.6f", b) +
+                              " on a fixed 2 x 32 batch";
     return {"export", a == b ? "PASS" : "FAIL", value, rule};
   } catch (const Error& e) {
     return {"export", "FAIL", error_for_the_user(e.what()), rule};

@@ -1,5 +1,6 @@
 // titan export        --checkpoint STEP_DIR --out DIR [--dtype float32|bfloat16]
 // titan verify-export DIR [--source STEP_DIR] [--dataset PATH] [--batch N --seq S]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -102,7 +103,8 @@ int verify_main(int argc, char** argv) {
       .option("seq", "sequence length of the loss batch", "128")
       .takes_positional();
   if (!p.parse(argc, argv)) return 0;
-  TITAN_CHECK(p.positional().size() == 1, "titan verify-export: give exactly one export directory (see --help)");
+  TITAN_CHECK(p.positional().size() == 1 && !p.positional()[0].empty(),
+              "titan verify-export: give exactly one export directory (see --help)");
   const fs::path dir = p.positional()[0];
   // The options are checked before the first row prints.
   const int64_t loss_seq = p.get_int("seq", 1), loss_batch = p.get_int("batch", 1);
@@ -127,11 +129,20 @@ int verify_main(int argc, char** argv) {
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
   std::ifstream cf(dir / "config.json");
   nlohmann::json config = nlohmann::json::parse(cf);
-  std::string dtype_name_cfg = config.value("dtype", config.value("torch_dtype", std::string("float32")));
-  DType want = dtype_name_cfg == "bfloat16" ? DType::BF16 : DType::F32;
-  bool dtypes_ok = true;
-  for (auto& k : ckpt.keys()) dtypes_ok &= ckpt.at(k).dtype == want;
-  check(dtypes_ok, "every tensor is " + dtype_name_cfg + " as config.json says");
+  // The weights' dtype as config.json names it (dtype, or the older torch_dtype; float32 if neither).
+  std::string dtype_name_cfg = "float32";
+  for (const char* k : {"torch_dtype", "dtype"})
+    if (config.contains(k) && config[k].is_string()) dtype_name_cfg = config[k].get<std::string>();
+  const std::optional<DType> want = dtype_name_cfg == "float32"    ? std::optional(DType::F32)
+                                    : dtype_name_cfg == "bfloat16" ? std::optional(DType::BF16)
+                                    : dtype_name_cfg == "float16"  ? std::optional(DType::F16)
+                                                                   : std::nullopt;
+  std::string other_dtype;  // the first tensor of another dtype
+  for (auto& k : ckpt.keys())
+    if (other_dtype.empty() && (!want || ckpt.at(k).dtype != *want))
+      other_dtype = k + " is " + std::string(dtype_name(ckpt.at(k).dtype));
+  check(other_dtype.empty(), "every tensor is " + dtype_name_cfg + " as config.json says" +
+                                 (other_dtype.empty() ? "" : " (" + other_dtype + ")"));
   // 2. tied lm_head: absent when tied (transformers re-ties it), present otherwise.
   bool has_head = ckpt.contains("lm_head.weight");
   check(args.tie_embeddings ? !has_head : has_head,
@@ -250,8 +261,15 @@ int verify_main(int argc, char** argv) {
           const io::TensorInfo* t = ckpt.find(k);
           if (!t)
             fail(k + " is listed but missing from the export");
-          else if (!v.is_object() || v.value("checksum", "") != io::tensor_checksum(*t, *basis) ||
-                   v.value("dtype", "") != dtype_name(t->dtype) || v.value("shape", Shape{}) != t->shape)
+          else if (!v.is_object() || !v.contains("checksum") || !v["checksum"].is_string() ||
+                   !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+                   !v["shape"].is_array() ||
+                   !std::all_of(v["shape"].begin(), v["shape"].end(),
+                                [](const nlohmann::json& d) { return d.is_number_integer(); }))
+            fail(k + "'s entry in " + io::kTensorChecksumsFile + " is malformed (" + v.dump() + ")");
+          else if (v["checksum"].get<std::string>() != io::tensor_checksum(*t, *basis) ||
+                   v["dtype"].get<std::string>() != dtype_name(t->dtype) ||
+                   v["shape"].get<Shape>() != t->shape)
             fail(k + " does not match its recorded checksum, dtype or shape");
         }
         // The files beside the tensors (listed since 2026-12-02): a config.json edited after the

@@ -89,6 +89,8 @@ int info_main(int argc, char** argv) {
   } else {
     std::filesystem::path path = p.get("model-path");
     if (std::filesystem::is_directory(path)) path /= "config.json";
+    TITAN_CHECK(path.extension() == ".json", "titan info: --model-path '", p.get("model-path"),
+                "' is neither a checkpoint folder nor its config.json");
     a = qwen3::args_from_hf_config_file(path.string());
     source = path.string();
   }

@@ -100,7 +100,12 @@ int kernels_parity(int argc, char** argv) {
   // A check that compared nothing (no kernel for the op and dtype, every case skipped: no GPU) is
   // not a pass.
   if (!failed && !passed)
-    std::fprintf(stderr, "titan kernels parity: nothing was compared (%d skipped): not a pass\n", skipped);
+    std::fprintf(stderr, "titan kernels parity: nothing was compared (%d skipped): not a pass%s\n", skipped,
+                 o.op.empty()
+                     ? ""
+                     : (" ('" + o.op + "' has no " + device +
+                        " kernel besides its reference for these dtypes: `titan kernels list` shows them)")
+                           .c_str());
   return failed || !passed ? 1 : 0;
 }
 

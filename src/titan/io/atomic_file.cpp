@@ -67,7 +67,8 @@ void fsync_dir(const fs::path& dir) {
 }
 
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
-  TITAN_CHECK(!path_.filename().empty(), "AtomicFile: path ", path_, " has no file name");
+  TITAN_CHECK(!path_.filename().empty(), "the output ", path_, " names no file",
+              path_.empty() ? " (the path is empty)" : " (it ends with '/': a folder)");
   // Checked before anything is written: the rename at the end could not put a file there.
   std::error_code ec;
   TITAN_CHECK(!fs::is_directory(path_, ec), "'", path_.string(),

@@ -42,12 +42,23 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-// UTF-16 text (a byte-order mark FF FE or FE FF, or a zero byte among the first few) parses as
-// garbage: the error says what the file is instead of pointing at a byte of it.
+// UTF-16 text (a byte-order mark FF FE or FE FF, or ASCII characters each beside a zero byte near the
+// start) parses as garbage: the error says what the file is instead of pointing at a byte of it. Other
+// binary data (a safetensors header's length) has zeros too, but not in that rhythm. (A reader that
+// repairs invalid UTF-8 may have replaced the byte-order mark already: the rhythm still shows.)
 bool looks_utf16(std::string_view text) {
   const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0x100u; };
   if ((byte(0) == 0xFF && byte(1) == 0xFE) || (byte(0) == 0xFE && byte(1) == 0xFF)) return true;
-  return text.substr(0, 8).find('\0') != std::string_view::npos;
+  const auto ascii = [&](size_t i) { return byte(i) >= 0x20 && byte(i) < 0x7f; };
+  for (size_t i = 0; i < 32 && i + 6 <= text.size(); ++i) {
+    bool little = true, big = true;  // three characters, each with its zero byte after / before it
+    for (size_t k = 0; k < 6; k += 2) {
+      little = little && ascii(i + k) && byte(i + k + 1) == 0;
+      big = big && byte(i + k) == 0 && ascii(i + k + 1);
+    }
+    if (little || big) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -83,6 +94,11 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
   } catch (const nlohmann::json::parse_error& e) {
     const JsonErrorAt at = locate_json_error(text, e);
     TITAN_FAIL(source, ": invalid JSON at line ", at.line, ", column ", at.column, ": ", at.what);
+  } catch (const nlohmann::json::exception& e) {  // a number past double's range (1e999), ...
+    std::string what = e.what();
+    if (auto colon = what.find("] "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos)
+      what = what.substr(colon + 2);
+    TITAN_FAIL(source, ": invalid JSON: ", printable(what));
   }
 }
 

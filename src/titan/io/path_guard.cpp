@@ -49,6 +49,7 @@ void check_regular_file(const fs::path& path, const std::string& what) {
 }
 
 void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs, const std::string& what) {
+  TITAN_CHECK(!out.empty(), what, ": the path is empty");
   const fs::path o = resolved(out);
   for (const fs::path& in : inputs) {
     const fs::path i = resolved(in);

@@ -236,12 +236,26 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
 
 double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_; }
 
+void MetricsLogger::check_outputs(const fs::path& dump, bool tensorboard) {
+  std::error_code ec;
+  const fs::file_type jsonl = fs::status(dump / "metrics.jsonl", ec).type();
+  TITAN_CHECK(jsonl != fs::file_type::directory, "job.dump_folder: '", (dump / "metrics.jsonl").string(),
+              "' is a folder: the run appends its metrics to a file of that name");
+  const fs::file_type tb = fs::status(dump / "tb", ec).type();
+  TITAN_CHECK(
+      !tensorboard || tb == fs::file_type::not_found || tb == fs::file_type::directory,
+      "metrics.enable_tensorboard: '", (dump / "tb").string(),
+      "' is not a folder: the TensorBoard events go there (move it, or set enable_tensorboard = false)");
+}
+
 MetricsLogger::MetricsLogger(const fs::path& dump, bool tensorboard, bool is_logging_rank) : enabled_(is_logging_rank) {
   if (!enabled_) return;
   fs::create_directories(dump);
   jsonl_path_ = dump / "metrics.jsonl";
+  errno = 0;
   jsonl_.open(jsonl_path_, std::ios::app);
-  TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(), "'");
+  TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
+              "': ", errno ? std::strerror(errno) : "?");
   if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(dump / "tb");
 }
 

@@ -184,6 +184,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "nothing to resume)",
         key.c_str(), long(*checkpointer.resume_step()), checkpointer.folder().c_str());
   }
+  MetricsLogger::check_outputs(cfg.job.dump_folder, cfg.metrics.enable_tensorboard);
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -37,8 +38,14 @@ void ModelArgs::validate() const {
   TITAN_CHECK(n_heads % n_kv_heads == 0, "model args: n_heads (", n_heads, ") must be a multiple of n_kv_heads (",
               n_kv_heads, ")");
   TITAN_CHECK(head_dim % 2 == 0, "model args: head_dim must be even for RoPE, got ", head_dim);
-  TITAN_CHECK(norm_eps > 0, "model args: norm_eps must be positive, got ", norm_eps);
-  TITAN_CHECK(rope_theta > 0, "model args: rope_theta must be positive, got ", rope_theta);
+  // An eps past 1 drowns the mean square it guards (1e300 zeroes every activation and gradient).
+  TITAN_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps <= 1,
+              "model args: norm_eps must be in (0, 1], got ", norm_eps);
+  TITAN_CHECK(std::isfinite(rope_theta) && rope_theta > 0,
+              "model args: rope_theta must be finite and positive, got ", rope_theta);
+  // A negative coefficient would reward the imbalance the aux loss exists to penalise.
+  TITAN_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0,
+              "model args: router_aux_loss_coef must be finite and >= 0, got ", router_aux_loss_coef);
   if (is_moe()) {
     TITAN_CHECK(top_k >= 1 && top_k <= num_experts, "model args: top_k must be in [1, num_experts=", num_experts,
                 "], got ", top_k);
@@ -339,6 +346,27 @@ ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std
     TITAN_CHECK(c["hidden_act"] == "silu", src, ": hidden_act ", c["hidden_act"].dump(),
                 " is not supported (only \"silu\")");
   TITAN_CHECK(!opt_bool("attention_bias", false), src, ": attention_bias=true is not supported by Qwen3");
+  // Fields that would change the maths titan computes: refused, never carried along unread.
+  if (c.contains("attention_dropout") && !c["attention_dropout"].is_null())
+    TITAN_CHECK(c["attention_dropout"].is_number() && c["attention_dropout"].get<double>() == 0, src,
+                ": attention_dropout ", c["attention_dropout"].dump(),
+                " is not supported (titan trains without dropout; set it to 0.0)");
+  for (const nlohmann::json* holder : {&c, c.contains("rope_parameters") ? &c["rope_parameters"] : nullptr})
+    if (holder && holder->is_object() && holder->contains("partial_rotary_factor"))
+      TITAN_CHECK((*holder)["partial_rotary_factor"].is_number() &&
+                      (*holder)["partial_rotary_factor"].get<double>() == 1,
+                  src, ": partial_rotary_factor ", (*holder)["partial_rotary_factor"].dump(),
+                  " is not supported (Qwen3 rotates the whole head_dim)");
+  if (c.contains("quantization_config") && !c["quantization_config"].is_null())
+    TITAN_FAIL(
+        src,
+        ": quantization_config is set: quantized checkpoints are not supported (titan trains float32 or "
+        "bfloat16 weights)");
+  if (c.contains("dtype") && c.contains("torch_dtype") && !c["dtype"].is_null() &&
+      !c["torch_dtype"].is_null())
+    TITAN_CHECK(c["dtype"] == c["torch_dtype"], src, ": dtype ", c["dtype"].dump(),
+                " contradicts torch_dtype ", c["torch_dtype"].dump(),
+                " (two spellings of the weights' dtype)");
   if (opt_bool("use_sliding_window", false)) TITAN_FAIL(src, ": use_sliding_window=true is not supported");
   for (const char* k : {"torch_dtype", "dtype"}) {
     if (!c.contains(k) || c[k].is_null()) continue;
