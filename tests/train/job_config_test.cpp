@@ -563,6 +563,16 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
             "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
   EXPECT_EQ(note_of(parse("[training]\ndataset = \"nlp-corpus\"\n"), "training.dataset"), "");
+  // Profiling asked for, but its first profiled step lies past the run's last.
+  EXPECT_EQ(
+      note_of(parse("[training]\nsteps = 2\n[profiling]\nenable_profiling = true\nprofile_freq = 100\n"),
+              "profiling.profile_freq"),
+      "profiling.profile_freq = 100: no step is profiled, the first profiled step comes after training.steps "
+      "= 2");
+  EXPECT_EQ(
+      note_of(parse("[training]\nsteps = 200\n[profiling]\nenable_profiling = true\nprofile_freq = 100\n"),
+              "profiling.profile_freq"),
+      "");
   // An export asked for with checkpointing off is written (torchtitan would save nothing): said.
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = false\nlast_save_in_hf = true\n"), "checkpoint.last_save_in_hf"),
             "checkpoint.last_save_in_hf = true: the Hugging Face export is written at the end although "

@@ -486,6 +486,12 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     for (const char* key :
          {"profiling.save_traces_folder", "profiling.profile_freq", "profiling.profiler_active"})
       moot(key, "profiling.enable_profiling = false");
+  else if (c.profiling.profile_freq > c.training.steps && c.training.steps > 0)
+    add_note(c, "profiling.profile_freq",
+             std::to_string(c.profiling.profile_freq) +
+                 ": no step is profiled, the first profiled step comes after "
+                 "training.steps = " +
+                 std::to_string(c.training.steps));
   if (c.activation_checkpoint.mode != "selective")
     moot("activation_checkpoint.selective_ac_option", "activation_checkpoint.mode = \"" +
                                                           c.activation_checkpoint.mode +
