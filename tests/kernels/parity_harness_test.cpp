@@ -211,6 +211,10 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("0 passed, 0 failed"), std::string::npos) << out;
   EXPECT_NE(out.find("nothing was compared"), std::string::npos) << out;
+  // An op whose only CPU kernel is its reference: said so.
+  rc = titan::testing::run_command(titan + " kernels parity --op sum 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("'sum' has no cpu kernel besides its reference"), std::string::npos) << out;
   // Options are strict: given once, integers whole, shapes for the op checked.
   for (const char* bad : {" kernels parity --op rope --op linear", " kernels parity --seed 12x",
                           " kernels parity --seed -5", " kernels parity --op rope --shapes linear=2x3x4"}) {
