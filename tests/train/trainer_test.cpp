@@ -779,6 +779,19 @@ TEST(Trainer, DocumentSeparatorIsTheConfiguredTokenAndAResumeKeepsIt) {
   EXPECT_NE(e.find("(5000 bytes)"), std::string::npos) << e;
   EXPECT_LT(e.size(), 600u) << e;
   EXPECT_FALSE(fs::exists(bad / "metrics.jsonl"));
+  // "eos_token" from a tokenizer with no eos_token: the message names the config that lacks it, or
+  // says there is no config at all.
+  const fs::path assets = tt::temp_dir("trainer_separator_assets_" + std::to_string(getpid()));
+  fs::copy_file(data::default_tokenizer_path() / "tokenizer.json", assets / "tokenizer.json");
+  const Overrides eos_from_assets = tt::joined(
+      one_step, {{"training.document_separator", "eos_token"}, {"model.hf_assets_path", assets.string()}});
+  e = error_of([&] { run_training(tiny_config(bad, eos_from_assets)); });
+  EXPECT_NE(e.find("no tokenizer_config.json beside its tokenizer.json"), std::string::npos) << e;
+  { std::ofstream(assets / "tokenizer_config.json") << R"({"add_eos_token": false})"; }
+  e = error_of([&] { run_training(tiny_config(bad, eos_from_assets)); });
+  EXPECT_NE(e.find((assets / "tokenizer_config.json").string() + " names no eos_token"), std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(bad / "metrics.jsonl"));
 
   // Resume the default run's checkpoint (<|endoftext|>) to step 2 under <|im_end|>.
   const fs::path& dump = dumps[0];

@@ -251,6 +251,7 @@ struct Tokenizer::Impl {
   bool cleanup_spaces = false;
   bool add_bos = false, add_eos = false;
   int32_t bos = -1, eos = -1, pad = -1;
+  std::filesystem::path config_path;  // tokenizer_config.json, when there was one
   const icu::Normalizer2* nfc_norm = nullptr;
 
   ~Impl() {
@@ -689,7 +690,10 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
     TITAN_FAIL("tokenizer: ", file, " has an unexpected structure: ", e.what());
   }
   fs::path config = file.parent_path() / "tokenizer_config.json";
-  if (fs::is_regular_file(config)) impl->parse_config(config);
+  if (fs::is_regular_file(config)) {
+    impl->parse_config(config);
+    impl->config_path = config;
+  }
   return Tokenizer(std::move(impl));
 }
 
@@ -733,6 +737,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 }
 
 int32_t Tokenizer::eos_id() const { return impl_->eos; }
+const std::filesystem::path& Tokenizer::config_path() const {
+  return impl_->config_path;
+}
 int32_t Tokenizer::bos_id() const { return impl_->bos; }
 int32_t Tokenizer::pad_id() const { return impl_->pad; }
 int32_t Tokenizer::document_separator_id() const {

@@ -50,6 +50,8 @@ class Tokenizer {
   int32_t document_separator_id() const;
   bool add_bos_token() const;
   bool add_eos_token() const;
+  // The tokenizer_config.json read beside tokenizer.json; empty when there was none.
+  const std::filesystem::path& config_path() const;
 
   int32_t vocab_size() const;  // largest id + 1, added tokens included
   std::optional<int32_t> token_to_id(std::string_view token) const;  // vocab (byte-level form) or added

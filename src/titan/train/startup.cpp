@@ -253,9 +253,11 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
   const std::string& want = training.document_separator;
   if (want.empty()) return tokenizer.document_separator_id();
   if (want == "eos_token") {
-    TITAN_CHECK(tokenizer.eos_id() >= 0,
-                "training.document_separator = \"eos_token\": the tokenizer's "
-                "tokenizer_config.json names no eos_token; name the token itself (e.g. \"<|endoftext|>\")");
+    TITAN_CHECK(tokenizer.eos_id() >= 0, "training.document_separator = \"eos_token\": ",
+                tokenizer.config_path().empty()
+                    ? std::string("the tokenizer has no tokenizer_config.json beside its tokenizer.json")
+                    : tokenizer.config_path().string() + " names no eos_token",
+                "; name the token itself (e.g. \"<|endoftext|>\")");
     return tokenizer.eos_id();
   }
   // Text that encodes to exactly one token: a special token ("<|im_end|>") or ordinary text ("\n").
