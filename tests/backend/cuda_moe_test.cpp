@@ -12,6 +12,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -101,6 +102,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaRouter,
                                            std::make_tuple(DType::BF16, 64, 128, 8, true, false),
                                            std::make_tuple(DType::BF16, 200, 64, 4, false, true),
                                            std::make_tuple(DType::F32, 5, 1000, 16, true, false)));
+
+// A NaN expert bias on some experts (a diverged bias update) makes the lanes' argmax merge
+// non-associative: every token must still get k distinct, valid experts, counted once each.
+TEST(CudaMoe, ANaNBiasStillChoosesDistinctExperts) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t T = 256, E = 64, k = 8;
+  const std::vector<float> logits = cuda_test::randn(static_cast<size_t>(T * E), 31, 2.0);
+  std::vector<float> bias = cuda_test::randn(static_cast<size_t>(E), 32, 0.05);
+  for (int64_t e = 1; e < E; e += 3) bias[size_t(e)] = std::nanf("");
+  KernelContext ctx = device_services(Device::CUDA).context();
+  DeviceBuffer logits_d(logits), bias_d(bias), w_d(static_cast<size_t>(T * k) * 4),
+      p_d(static_cast<size_t>(T * E) * 4), idx_d(static_cast<size_t>(T * k) * 8),
+      counts_d(static_cast<size_t>(E) * 8);
+  router_topk_fwd(ctx, T, E, k, true, DType::F32, logits_d.as<void>(), bias_d.as<float>(), w_d.as<float>(),
+                  idx_d.as<int64_t>(), p_d.as<float>(), counts_d.as<int64_t>());
+  const std::vector<int64_t> idx = idx_d.download<int64_t>();
+  std::vector<int64_t> counts(static_cast<size_t>(E), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int64_t> row(idx.begin() + t * k, idx.begin() + (t + 1) * k);
+    for (int64_t e : row) {
+      ASSERT_TRUE(e >= 0 && e < E) << "token " << t << " expert " << e;
+      ++counts[size_t(e)];
+    }
+    std::sort(row.begin(), row.end());
+    EXPECT_EQ(std::adjacent_find(row.begin(), row.end()), row.end())
+        << "token " << t << " has an expert twice";
+  }
+  EXPECT_EQ(counts_d.download<int64_t>(), counts);
+}
 
 TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
   TITAN_REQUIRE_CUDA();

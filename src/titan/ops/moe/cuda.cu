@@ -108,6 +108,10 @@ __global__ void router_fwd_kernel(int64_t T_, int E, int k, bool renormalize, co
                                        (!(other_score < best_score) && other < best));
       if (take) best = other, best_score = other_score, best_p = other_p;
     }
+    // With NaN among finite scores the merge is not associative, so lanes may end on different
+    // winners: lane 0's is the choice (it writes indices), and every lane must mark that one.
+    best = __shfl_sync(kFull, best, 0);
+    best_p = __shfl_sync(kFull, best_p, 0);
     if (best % 32 == lane) chosen |= 1u << (best / 32);
     if (lane == 0) {
       indices[t * k + j] = best;
