@@ -8,7 +8,10 @@
 #include <fstream>
 #include <string>
 
+#include "models/oracle_check.h"
 #include "test_util.h"
+#include "titan/data/assets.h"
+#include "titan/models/qwen3/generate.h"
 
 namespace {
 
@@ -106,6 +109,48 @@ TEST(CommandLine, AnOutputThatIsADirectoryIsRefusedByName) {
             std::string::npos)
       << r.err;
   EXPECT_TRUE(fs::is_directory(dir / "out.json"));
+}
+
+// titan generate on a transformers checkpoint without a tokenizer: ids in, ids out, the same
+// greedy tokens as the library's loop; every bad request is named before the model loads.
+TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
+  const std::string model = tt::oracle_dir("tiny_dense").string();
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  const titan::qwen3::Generation g =
+      titan::qwen3::generate(*titan::qwen3::load_hf_model(model, titan::DType::F32), prompt, 12,
+                             titan::qwen3::SamplingOptions{}, {});
+  std::string expected;
+  for (int64_t id : g.ids) expected += (expected.empty() ? "" : ",") + std::to_string(id);
+  Outcome r = titan("generate --model-path " + model + " --prompt-ids '17, 400,2048,5' --max-new-tokens 12");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, expected + "\n");
+  EXPECT_NE(r.err.find("12 new tokens after 4 prompt tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stopped at max new tokens"), std::string::npos) << r.err;
+
+  const std::string m = "generate --model-path " + model + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {m + "--prompt hello", "has no tokenizer.json to encode --prompt; name one with --tokenizer"},
+      {m + "--prompt hi --prompt-ids 1", "give either --prompt or --prompt-ids, not both"},
+      {m, "give either --prompt or --prompt-ids"},
+      {m + "--prompt-ids 1,x", "--prompt-ids element 1 'x' is not an integer"},
+      {m + "--prompt-ids 1,,2", "--prompt-ids element 1 '' is not an integer"},
+      {m + "--prompt-ids 1,4096", "prompt token 1 is id 4096, outside the vocabulary"},
+      {m + "--prompt-ids 1 --top-k 5", "with --temperature 0 (greedy) they would do nothing"},
+      {m + "--prompt-ids 1 --temperature -1", "temperature must be a finite number >= 0"},
+      {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
+      {m + "--prompt-ids 1 --max-new-tokens 0", "--max-new-tokens 0: expected an integer >= 1"},
+      {m + "--prompt-ids 1 --dtype float16", "--dtype must be float32 or bfloat16"},
+      {m + "--prompt-ids 1 --tokenizer " + titan::data::default_tokenizer_path().string(),
+       "they do not belong together"},
+      {"generate --model-path " + tt::temp_dir("cli_generate_none").string() + "/absent --prompt-ids 1",
+       "is not a folder"},
+  };
+  for (const auto& [args, message] : cases) {
+    r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
 }
 
 }  // namespace

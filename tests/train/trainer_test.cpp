@@ -242,6 +242,36 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("verify-export OK"), std::string::npos) << out;
 
+  // `titan generate` on the export: the prompt through the export's own tokenizer, the text the
+  // decoding of the new ids, only ids the tokenizer knows, and the same ids from --prompt-ids.
+  {
+    const data::Tokenizer exported = data::Tokenizer::load(hf);
+    const fs::path json_out = dump / "generate.json";
+    out.clear();
+    // A group, so the helper's 2>&1 sends the summary line to `out`, not into the JSON file.
+    rc = tt::run_command("{ " + titan() + " generate --model-path " + hf.string() +
+                             " --prompt 'The history of' --max-new-tokens 6 --json >" + json_out.string() +
+                             "; }",
+                         &out);
+    ASSERT_EQ(rc, 0) << out;
+    const nlohmann::json g = nlohmann::json::parse(std::ifstream(json_out));
+    EXPECT_EQ(g.at("prompt_ids").get<std::vector<int32_t>>(), exported.encode("The history of"));
+    const std::vector<int32_t> ids = g.at("ids").get<std::vector<int32_t>>();
+    ASSERT_FALSE(ids.empty());
+    EXPECT_LE(ids.size(), 6u);
+    for (int32_t id : ids) EXPECT_TRUE(exported.has_id(id)) << id;
+    EXPECT_EQ(g.at("text").get<std::string>(), exported.decode(ids));
+    std::string joined;
+    for (int32_t id : g.at("prompt_ids").get<std::vector<int32_t>>())
+      joined += (joined.empty() ? "" : ",") + std::to_string(id);
+    out.clear();
+    rc = tt::run_command("{ " + titan() + " generate --model-path " + hf.string() + " --prompt-ids " +
+                             joined + " --max-new-tokens 6 --json >" + json_out.string() + "; }",
+                         &out);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(json_out)).at("ids").get<std::vector<int32_t>>(), ids);
+  }
+
   const fs::path hf_bf16 = dump / "export-bf16";
   out.clear();
   rc = tt::run_command(titan() + " export --checkpoint " + step_dir.string() + " --out " + hf_bf16.string() +

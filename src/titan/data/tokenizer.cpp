@@ -708,11 +708,15 @@ void Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out, bo
   impl_->encode(text, out, add_special_tokens);
 }
 
+bool Tokenizer::has_id(int32_t id) const {
+  return id >= 0 && id < int32_t(impl_->id_kind.size()) && impl_->id_kind[size_t(id)] != 0;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string bytes;
   for (int32_t id : ids) {
-    TITAN_CHECK(id >= 0 && id < int32_t(impl_->id_kind.size()) && impl_->id_kind[id] != 0, "tokenizer decode: id ",
-                id, " is not in the vocabulary (size ", impl_->id_kind.size(), ")");
+    TITAN_CHECK(has_id(id), "tokenizer decode: id ", id, " is not in the vocabulary (size ",
+                impl_->id_kind.size(), ")");
     if (skip_special_tokens && impl_->id_kind[id] == 3) continue;
     bytes += impl_->id_bytes[id];
   }

@@ -54,6 +54,7 @@ class Tokenizer {
   const std::filesystem::path& config_path() const;
 
   int32_t vocab_size() const;  // largest id + 1, added tokens included
+  bool has_id(int32_t id) const;  // an id decode() accepts (a vocabulary or added token)
   std::optional<int32_t> token_to_id(std::string_view token) const;  // vocab (byte-level form) or added
   std::string id_to_token(int32_t id) const;                         // byte-level form, as in tokenizer.json
 

@@ -346,4 +346,15 @@ Tensor Qwen3Model::forward_logits(const Tensor& input_ids, Tensor* aux) {
   return ops::cast(logits, compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);
 }
 
+Tensor Qwen3Model::next_token_logits(const Tensor& input_ids) {
+  TITAN_CHECK(input_ids.dim() == 2 && input_ids.size(1) >= 1,
+              "next_token_logits: input_ids must be [B, S >= 1], got ", input_ids.str());
+  autograd::NoGradGuard no_grad;
+  const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  Tensor h = hidden_states(input_ids, nullptr);
+  Tensor last = h.narrow(1, S - 1, 1).contiguous().reshape({B, args_.dim});
+  kernels::ModuleScope scope("output");
+  return ops::cast(ops::linear(last, w(output_)), compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);
+}
+
 }  // namespace titan::qwen3

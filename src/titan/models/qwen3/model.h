@@ -59,6 +59,9 @@ class Qwen3Model {
   LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets);
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
+  // Inference (no gradient is recorded): f32 [B, V] logits of each row's last position only, so
+  // generation pays the output projection once per step instead of once per position.
+  Tensor next_token_logits(const Tensor& input_ids);
 
   // Sharded data parallelism gathers and frees blocks at these points (nn::BlockHooks); null (the
   // default) for a model whose blocks are always whole. `hooks` must outlive its use.

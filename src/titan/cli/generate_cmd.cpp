@@ -1,0 +1,154 @@
+// titan generate: text from a Hugging Face checkpoint (a titan export or a Hub model), greedy or
+// sampled, so a user can see what a trained model says. The loop is qwen3::generate (no KV cache,
+// as torchtitan's generate script).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/cli/args.h"
+#include "titan/cli/command.h"
+#include "titan/core/check.h"
+#include "titan/core/parse.h"
+#include "titan/data/tokenizer.h"
+#include "titan/models/qwen3/generate.h"
+#include "titan/models/qwen3/state_dict.h"
+
+namespace titan::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+double number_option(const ArgParser& p, const std::string& name) {
+  const std::string text = p.get(name);
+  const std::optional<double> v = parse_number(text);
+  TITAN_CHECK(v.has_value(), "titan generate: --", name, " ", text, ": expected a number");
+  return *v;
+}
+
+// "1,2,3" (spaces allowed after commas): every element an integer.
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    std::string item = text.substr(from, comma - from);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    const std::optional<int64_t> id = parse_int(item);
+    TITAN_CHECK(id.has_value(), "titan generate: --prompt-ids element ", ids.size(), " '", item,
+                "' is not an integer (expected ids separated by commas, e.g. 785,3974,315)");
+    ids.push_back(*id);
+    from = comma + 1;
+  }
+  return ids;
+}
+
+int generate_main(int argc, char** argv) {
+  ArgParser p("generate",
+              "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
+              "<dump>/checkpoint/step-N-hf, or a Hub model folder) and prints the new text. Greedy by default;\n"
+              "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. Every\n"
+              "new token runs the whole sequence through the model (no KV cache, as torchtitan's generate).\n"
+              "Generation stops after --max-new-tokens or at the tokenizer's eos_token or <|endoftext|>.");
+  p.required("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
+      .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
+      .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
+      .option("tokenizer", "folder holding tokenizer.json (default: --model-path's own)")
+      .option("max-new-tokens", "tokens to generate at most", "32")
+      .option("temperature", "0: greedy (the most likely token); > 0: sample from softmax(logits / T)", "0")
+      .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
+      .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
+      .option("seed", "the sampler's seed", "0")
+      .option("dtype", "compute dtype: float32 | bfloat16", "float32")
+      .flag("ignore-eos", "do not stop at the end-of-text tokens")
+      .flag("json", "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
+  if (!p.parse(argc, argv)) return 0;
+
+  const fs::path model_path = p.get("model-path");
+  TITAN_CHECK(fs::is_directory(model_path), "titan generate: --model-path '", model_path.string(),
+              "' is not a folder (a Hugging Face checkpoint folder holds config.json and the safetensors)");
+  const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids");
+  TITAN_CHECK(has_prompt != has_ids, "titan generate: give either --prompt or --prompt-ids", has_prompt ? ", not both" : "");
+  const DType dtype = dtype_from_name(p.get("dtype"));
+  TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan generate: --dtype must be float32 or bfloat16, got ",
+              p.get("dtype"));
+  const int64_t max_new = p.get_int("max-new-tokens", 1);
+  qwen3::SamplingOptions sampling;
+  sampling.temperature = number_option(p, "temperature");
+  sampling.top_k = p.get_int("top-k", 0);
+  sampling.top_p = number_option(p, "top-p");
+  sampling.seed = uint64_t(p.get_int("seed", 0));
+  sampling.validate();
+  TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
+              "titan generate: --top-k and --top-p shape sampling; with --temperature 0 (greedy) they would do nothing");
+
+  // The tokenizer: the named one, else the checkpoint's own; none is needed for --prompt-ids (the
+  // output is then ids, and only --max-new-tokens stops generation).
+  std::optional<data::Tokenizer> tokenizer;
+  if (auto named = p.get_optional("tokenizer")) {
+    tokenizer = data::Tokenizer::load(*named);
+  } else if (fs::exists(model_path / "tokenizer.json")) {
+    tokenizer = data::Tokenizer::load(model_path);
+  } else {
+    TITAN_CHECK(!has_prompt, "titan generate: '", model_path.string(),
+                "' has no tokenizer.json to encode --prompt; name one with --tokenizer, or give --prompt-ids");
+  }
+
+  auto model = qwen3::load_hf_model(model_path, dtype);
+  const int64_t vocab = model->args().vocab_size;
+  std::vector<int64_t> prompt;
+  if (has_prompt) {
+    for (int32_t id : tokenizer->encode(p.get("prompt"))) prompt.push_back(id);
+    TITAN_CHECK(!prompt.empty(), "titan generate: --prompt is empty: there is nothing to continue");
+  } else {
+    prompt = parse_ids(p.get("prompt-ids"));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i)
+    TITAN_CHECK(prompt[i] >= 0 && prompt[i] < vocab, "titan generate: prompt token ", i, " is id ", prompt[i],
+                ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
+
+  // With a tokenizer: only ids it can decode are chosen (the embedding's padding rows past the
+  // tokenizer's vocabulary are never words), and its end-of-text tokens stop generation.
+  std::vector<bool> allowed;
+  std::vector<int64_t> stop_ids;
+  if (tokenizer) {
+    TITAN_CHECK(tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ", tokenizer->vocab_size(),
+                " ids but ", model_path.string(), " only ", vocab, ": they do not belong together");
+    allowed.resize(size_t(vocab));
+    for (int64_t id = 0; id < vocab; ++id) allowed[size_t(id)] = tokenizer->has_id(int32_t(id));
+    if (!p.has("ignore-eos"))
+      for (int32_t id : {tokenizer->eos_id(), tokenizer->document_separator_id()})
+        if (id >= 0) stop_ids.push_back(id);
+  }
+
+  const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed);
+  std::string text;
+  if (tokenizer) {
+    const std::vector<int32_t> ids32(g.ids.begin(), g.ids.end());
+    text = tokenizer->decode(ids32);
+  }
+  if (p.has("json")) {
+    json out = {{"prompt_ids", prompt}, {"ids", g.ids}, {"stop_reason", g.stop_reason}, {"seconds", g.seconds}};
+    if (tokenizer) out["text"] = text;
+    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  } else if (tokenizer) {
+    std::printf("%s\n", text.c_str());
+  } else {
+    std::string line;
+    for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  }
+  std::fprintf(stderr, "generate: %zu new tokens after %zu prompt tokens in %.2f s (%.1f tokens/s, %s), stopped at %s\n",
+               g.ids.size(), prompt.size(), g.seconds, double(g.ids.size()) / std::max(g.seconds, 1e-9),
+               std::string(dtype_name(dtype)).c_str(), g.stop_reason.c_str());
+  return 0;
+}
+
+TITAN_COMMAND("generate", "continue a prompt with a Hugging Face checkpoint (greedy or sampled)", generate_main);
+
+}  // namespace
+}  // namespace titan::cli

@@ -1,0 +1,99 @@
+#include "titan/models/qwen3/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "titan/core/check.h"
+
+namespace titan::qwen3 {
+
+void SamplingOptions::validate() const {
+  TITAN_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling: the temperature must be a finite number >= 0 (0: greedy), got ",
+              temperature);
+  TITAN_CHECK(top_k >= 0, "sampling: top_k must be >= 0 (0: no limit), got ", top_k);
+  TITAN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1, "sampling: top_p must be in (0, 1], got ", top_p);
+}
+
+int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
+                        const std::vector<bool>& allowed) {
+  const int64_t V = int64_t(logits.size());
+  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
+              " allowed flags for ", V, " logits");
+  auto ok = [&](int64_t id) { return allowed.empty() || allowed[size_t(id)]; };
+  // A NaN logit is never chosen: it says the model diverged, not that the token is likely.
+  std::vector<int64_t> ids;
+  ids.reserve(size_t(V));
+  for (int64_t id = 0; id < V; ++id)
+    if (ok(id) && !std::isnan(logits[size_t(id)])) ids.push_back(id);
+  TITAN_CHECK(!ids.empty(), "generate: every logit is NaN (or no id is allowed): the model cannot pick a token");
+
+  // Most likely first; a tie keeps the lower id first (greedy = transformers' argmax).
+  auto more_likely = [&](int64_t a, int64_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
+  if (o.temperature == 0) return *std::min_element(ids.begin(), ids.end(), more_likely);
+
+  const size_t keep = o.top_k > 0 ? std::min(ids.size(), size_t(o.top_k)) : ids.size();
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), more_likely);
+  ids.resize(keep);
+  // Softmax of logits / temperature in double, from the largest (no overflow).
+  const double top = logits[size_t(ids[0])];
+  std::vector<double> p(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) p[i] = std::exp((double(logits[size_t(ids[i])]) - top) / o.temperature);
+  const double total = std::accumulate(p.begin(), p.end(), 0.0);
+  // Nucleus: the shortest most-likely prefix whose mass reaches top_p (always at least one id).
+  size_t n = p.size();
+  if (o.top_p < 1) {
+    double mass = 0;
+    for (n = 0; n < p.size();) {
+      mass += p[n++] / total;
+      if (mass >= o.top_p) break;
+    }
+  }
+  const double kept = std::accumulate(p.begin(), p.begin() + ptrdiff_t(n), 0.0);
+  // One uniform draw in [0, kept): the first id whose running mass passes it.
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * kept;
+  double run = 0;
+  for (size_t i = 0; i < n; ++i)
+    if ((run += p[i]) > u) return ids[i];
+  return ids[n - 1];  // u within rounding of `kept`
+}
+
+Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                    const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
+                    const std::vector<bool>& allowed) {
+  options.validate();
+  const ModelArgs& a = model.args();
+  TITAN_CHECK(!prompt.empty(), "generate: the prompt holds no token");
+  TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    TITAN_CHECK(prompt[i] >= 0 && prompt[i] < a.vocab_size, "generate: prompt token ", i, " is id ", prompt[i],
+                ", outside the model's vocabulary [0, ", a.vocab_size, ")");
+  TITAN_CHECK(int64_t(prompt.size()) + max_new_tokens <= a.max_seq_len, "generate: ", prompt.size(),
+              " prompt tokens + ", max_new_tokens, " new ones pass the model's max_seq_len (", a.max_seq_len, ")");
+
+  std::mt19937_64 rng(options.seed);
+  std::vector<int64_t> sequence = prompt;
+  Generation g;
+  const auto start = std::chrono::steady_clock::now();
+  g.stop_reason = "max new tokens";
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    Tensor ids = Tensor::empty({1, int64_t(sequence.size())}, DType::I64);
+    std::copy(sequence.begin(), sequence.end(), ids.data<int64_t>());
+    const Tensor logits = model.next_token_logits(ids.to(model.device())).to(Device::CPU).to(DType::F32);
+    const int64_t next =
+        pick_next_token(std::span<const float>(logits.data<float>(), size_t(a.vocab_size)), options, rng, allowed);
+    sequence.push_back(next);
+    g.ids.push_back(next);
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+      g.stop_reason = "stop token";
+      break;
+    }
+  }
+  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return g;
+}
+
+}  // namespace titan::qwen3

@@ -1,0 +1,43 @@
+#pragma once
+// Text generation from a model, as torchtitan's scripts/generate does it: every new token runs the
+// whole sequence through the one decoder (no KV cache, so no second attention path to keep in
+// step with training), and the next token comes from the last position's logits, greedy or
+// sampled with temperature, top-k and top-p. `titan generate` is the command around it.
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "titan/models/qwen3/model.h"
+
+namespace titan::qwen3 {
+
+struct SamplingOptions {
+  double temperature = 0.0;  // 0: greedy (the largest logit, the lowest id on a tie)
+  int64_t top_k = 0;         // 0: no limit; else only the k most likely ids (ties: lower ids first)
+  double top_p = 1.0;        // nucleus: the most likely ids whose probabilities reach top_p
+  uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
+
+  // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1].
+  void validate() const;
+};
+
+// The next token from one row of logits. `allowed` (empty: every id) marks the ids that may be
+// chosen; an id outside it is never picked (a tokenizer's unknown ids: the embedding's padding).
+int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& options, std::mt19937_64& rng,
+                        const std::vector<bool>& allowed = {});
+
+struct Generation {
+  std::vector<int64_t> ids;  // the new tokens only (the stop token included when one ended it)
+  std::string stop_reason;   // "stop token" or "max new tokens"
+  double seconds = 0;        // wall time of the new tokens
+};
+
+// Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
+// stops after a token in `stop_ids`. prompt + new tokens must fit the model's max_seq_len.
+Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                    const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
+                    const std::vector<bool>& allowed = {});
+
+}  // namespace titan::qwen3

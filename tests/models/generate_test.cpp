@@ -1,0 +1,194 @@
+// Generation (models/qwen3/generate): the next-token logits of the last position against
+// transformers' logits (the oracles), greedy tokens against the oracle's argmax and against a full
+// forward over the generated sequence, and the sampler's rules (ties, NaN, allowed ids, top-k,
+// top-p, temperature, seeds) on hand-made logits.
+#include "titan/models/qwen3/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "models/oracle_check.h"
+#include "test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+
+namespace titan::qwen3 {
+namespace {
+
+using titan::testing::load_tensor;
+using titan::testing::oracle_dir;
+
+std::unique_ptr<Qwen3Model> oracle_model(const std::string& name) {
+  return load_hf_model(oracle_dir(name), DType::F32);
+}
+
+int64_t argmax(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (row[i] > row[best]) best = i;
+  return best;
+}
+
+// For every prefix of the oracle's rows, the last position's logits equal transformers' logits at
+// that position (causality: a prefix sees what the full row saw there), and one greedy token is
+// their argmax.
+TEST(Generate, NextTokenLogitsAndGreedyTokensMatchTransformers) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    auto model = oracle_model(name);
+    auto ref = io::SafetensorsFile::open(oracle_dir(name) / "reference.safetensors");
+    const Tensor ids = load_tensor(ref, "input_ids"), logits = load_tensor(ref, "logits");
+    const int64_t B = ids.size(0), S = ids.size(1), V = logits.size(2);
+    int checked = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s : {int64_t(1), int64_t(2), int64_t(9), S}) {
+        std::vector<int64_t> prefix(ids.data<int64_t>() + b * S, ids.data<int64_t>() + b * S + s);
+        const float* expected = logits.data<float>() + (b * S + s - 1) * V;
+        Tensor prefix_ids = Tensor::empty({1, s}, DType::I64);
+        std::copy(prefix.begin(), prefix.end(), prefix_ids.data<int64_t>());
+        const Tensor got = model->next_token_logits(prefix_ids);
+        ASSERT_EQ(got.shape(), (Shape{1, V}));
+        double worst = 0;
+        for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(double(got.data<float>()[v] - expected[v])));
+        EXPECT_LE(worst, 1e-4) << name << " row " << b << " prefix " << s;
+
+        const Generation g = generate(*model, prefix, 1, SamplingOptions{}, {});
+        ASSERT_EQ(g.ids.size(), 1u);
+        EXPECT_EQ(g.ids[0], argmax(expected, V)) << name << " row " << b << " prefix " << s;
+        ++checked;
+      }
+    EXPECT_EQ(checked, 2 * 4) << name;
+  }
+}
+
+// Many greedy tokens: each is the argmax of a full forward's logits over prompt + generated at the
+// position before it (the loop appends what it picked, nothing else), and a stop token ends it.
+TEST(Generate, GreedyTokensAreTheFullForwardsArgmaxAndAStopTokenEndsThem) {
+  auto model = oracle_model("tiny_dense");
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  const Generation g = generate(*model, prompt, 12, SamplingOptions{}, {});
+  ASSERT_EQ(g.ids.size(), 12u);
+  EXPECT_EQ(g.stop_reason, "max new tokens");
+  std::vector<int64_t> all = prompt;
+  all.insert(all.end(), g.ids.begin(), g.ids.end());
+  Tensor ids = Tensor::empty({1, int64_t(all.size())}, DType::I64);
+  std::copy(all.begin(), all.end(), ids.data<int64_t>());
+  Tensor logits;
+  {
+    autograd::NoGradGuard no_grad;
+    logits = model->forward_logits(ids);
+  }
+  const int64_t V = model->args().vocab_size;
+  for (size_t i = 0; i < g.ids.size(); ++i)
+    EXPECT_EQ(g.ids[i], argmax(logits.data<float>() + (int64_t(prompt.size() + i) - 1) * V, V)) << "token " << i;
+
+  // Stopping at the fourth token's id ends there (at its first occurrence), the stop token kept.
+  const size_t first = size_t(std::find(g.ids.begin(), g.ids.end(), g.ids[3]) - g.ids.begin());
+  const Generation stopped = generate(*model, prompt, 12, SamplingOptions{}, {g.ids[3]});
+  EXPECT_EQ(stopped.stop_reason, "stop token");
+  EXPECT_EQ(stopped.ids, std::vector<int64_t>(g.ids.begin(), g.ids.begin() + ptrdiff_t(first) + 1));
+}
+
+TEST(Generate, BadRequestsNameTheRule) {
+  auto model = oracle_model("tiny_dense");
+  const int64_t V = model->args().vocab_size, max_seq = model->args().max_seq_len;
+  auto error = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error([&] { generate(*model, {}, 1, {}, {}); }).find("the prompt holds no token"), std::string::npos);
+  EXPECT_NE(error([&] { generate(*model, {1, V}, 1, {}, {}); }).find("prompt token 1 is id " + std::to_string(V)),
+            std::string::npos);
+  EXPECT_NE(error([&] { generate(*model, {1}, 0, {}, {}); }).find("max_new_tokens must be >= 1"), std::string::npos);
+  EXPECT_NE(error([&] { generate(*model, {1, 2}, max_seq - 1, {}, {}); }).find("max_seq_len"), std::string::npos);
+  SamplingOptions o;
+  o.temperature = -1;
+  EXPECT_NE(error([&] { o.validate(); }).find("temperature must be a finite number >= 0"), std::string::npos);
+  o.temperature = std::nan("");
+  EXPECT_NE(error([&] { o.validate(); }).find("temperature"), std::string::npos);
+  o = {};
+  o.top_k = -1;
+  EXPECT_NE(error([&] { o.validate(); }).find("top_k must be >= 0"), std::string::npos);
+  for (double p : {0.0, 1.5, double(NAN)}) {
+    o = {};
+    o.top_p = p;
+    EXPECT_NE(error([&] { o.validate(); }).find("top_p must be in (0, 1]"), std::string::npos) << p;
+  }
+}
+
+// ---- the sampler on hand-made logits
+
+std::map<int64_t, double> frequencies(const std::vector<float>& logits, const SamplingOptions& o, int draws,
+                                      const std::vector<bool>& allowed = {}) {
+  std::mt19937_64 rng(o.seed);
+  std::map<int64_t, double> f;
+  for (int i = 0; i < draws; ++i) f[pick_next_token(logits, o, rng, allowed)] += 1.0 / draws;
+  return f;
+}
+
+TEST(Sampler, GreedyTakesTheLargestLowestIdOnATieAndNeverNaNOrADisallowedId) {
+  std::mt19937_64 rng(0);
+  EXPECT_EQ(pick_next_token(std::vector<float>{1, 3, 3, 2}, {}, rng), 1);
+  EXPECT_EQ(pick_next_token(std::vector<float>{1, NAN, 3, 2}, {}, rng), 2);
+  EXPECT_EQ(pick_next_token(std::vector<float>{1, 3, 3, 2}, {}, rng, {true, false, false, true}), 3);
+  EXPECT_THROW(pick_next_token(std::vector<float>{NAN, NAN}, {}, rng), Error);
+  EXPECT_THROW(pick_next_token(std::vector<float>{1, 2}, {}, rng, {false, false}), Error);
+}
+
+// Probabilities 0.5, 0.3, 0.2 (and a disallowed id that would dominate): 40000 draws of a fixed
+// seed land within 0.015 of each rule's distribution.
+TEST(Sampler, TemperatureTopKAndTopPGiveTheirDistributions) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f), 50.0f};
+  const std::vector<bool> allowed = {true, true, true, false};
+  auto expect_distribution = [&](const SamplingOptions& o, std::vector<double> p, const char* what) {
+    const std::map<int64_t, double> f = frequencies(logits, o, 40000, allowed);
+    for (size_t id = 0; id < p.size(); ++id) {
+      const double got = f.count(int64_t(id)) ? f.at(int64_t(id)) : 0.0;
+      EXPECT_NEAR(got, p[id], 0.015) << what << ": id " << id;
+    }
+    EXPECT_EQ(f.count(3), 0u) << what << ": a disallowed id was drawn";
+  };
+  SamplingOptions o;
+  o.temperature = 1;
+  expect_distribution(o, {0.5, 0.3, 0.2}, "temperature 1");
+  o.temperature = 2;  // p^(1/2), renormalised
+  const double z = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.2);
+  expect_distribution(o, {std::sqrt(0.5) / z, std::sqrt(0.3) / z, std::sqrt(0.2) / z}, "temperature 2");
+  o.temperature = 1;
+  o.top_k = 2;
+  expect_distribution(o, {0.625, 0.375, 0}, "top_k 2");
+  o.top_k = 0;
+  o.top_p = 0.6;  // 0.5 < 0.6 <= 0.8: the first two
+  expect_distribution(o, {0.625, 0.375, 0}, "top_p 0.6");
+  o.top_p = 0.4;  // the first alone reaches it
+  expect_distribution(o, {1, 0, 0}, "top_p 0.4");
+  o.top_p = 1;
+  o.top_k = 1;
+  o.temperature = 5;
+  expect_distribution(o, {1, 0, 0}, "top_k 1");
+}
+
+TEST(Sampler, TheSameSeedGivesTheSameDrawsAndAnotherSeedOthers) {
+  std::vector<float> logits(64);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i)));
+  auto draws = [&](uint64_t seed) {
+    SamplingOptions o;
+    o.temperature = 1;
+    o.seed = seed;
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> d;
+    for (int i = 0; i < 50; ++i) d.push_back(pick_next_token(logits, o, rng));
+    return d;
+  };
+  EXPECT_EQ(draws(7), draws(7));
+  EXPECT_NE(draws(7), draws(8));
+}
+
+}  // namespace
+}  // namespace titan::qwen3
