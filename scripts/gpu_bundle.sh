@@ -12,7 +12,7 @@
 #   ../shared/peers/h200 is there, configs/, the small test fixtures, and the tokenizer and corpus of assets/
 #   (a short debugmodel training run on the GPU against the CPU), and reference/ the CPU's side of
 #   that run, trained here.
-# On the GPU machine:  tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
+# On the GPU machine:  mkdir -p /tmp/t && tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #
 #   bash scripts/gpu_bundle.sh              # build dir: build/
 #   TITAN_GPU_BUILD=build-gpu bash scripts/gpu_bundle.sh

@@ -7,7 +7,7 @@
 # benchmarks and the speed floors (bench/gpu_models.sh: the peer's 0.6B, MoE and 4B jobs), each
 # under a time limit, then prints a short summary table LAST.
 #
-#   tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
+#   mkdir -p /tmp/t && tar xf bundle.tar.xz -C /tmp/t && bash /tmp/t/titan-gpu/scripts/gpu_check.sh
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
 #   GPU_CHECK_SKIP_MODELS=1 bash .../gpu_check.sh     # everything but bench/gpu_models.sh
 #   GPU_CHECK_MODELS="0.6B MoE 4B"                    # the floors' jobs with the default kernels
@@ -21,10 +21,11 @@
 #   GPU_CHECK_DEADLINE=530 bash .../gpu_check.sh      # seconds for the whole script (default 530:
 #                                                     # the device tool's 600 s per call, less the
 #                                                     # unpacking, the archive and kill grace)
-# The steps run in the order of what a short slot must not miss: the parity command, the speed
-# floors with the default kernels (with the GEMM ceiling they are measured against), the CUDA test
-# programs, the debug model on both devices, the floors' jobs with the other kernel variants, the
-# other benchmarks. Every step's time limit is cut to what is left of the deadline, and a step with
+# The steps run in the order of what a short slot must not miss: the quick CUDA test programs (the
+# device services, the GEMMs, the basic ops: if they fail, nothing after them means much), the
+# parity command, the speed floors with the default kernels (with the GEMM ceiling they are
+# measured against), the other CUDA test programs, the debug model on both devices, the floors'
+# jobs with the other kernel variants, the other benchmarks. Every step's time limit is cut to what is left of the deadline, and a step with
 # under 15 s left is skipped, so the summary always prints. A step past its limit gets SIGTERM and,
 # 10 s later, SIGKILL (titan train stops at a step boundary on SIGTERM, which a hung kernel never
 # reaches).
@@ -100,6 +101,12 @@ if [ -n "$missing" ]; then
   echo "missing libraries:"; echo "$missing"; failed=1
 fi
 
+# The quick test programs first (each well under a minute when the kernels work).
+quick_tests="cuda_test cuda_services_test cuda_gemm_test"
+for name in $quick_tests; do
+  [ -x "$root/bin/$name" ] && step "$name" 60 "$root/bin/$name" --gtest_color=no --gtest_filter='-*Mma*:*Cudnn*'
+done
+
 parity_help=$(timeout -k 5 60 "$root/bin/titan" kernels parity --help 2>&1)
 if grep -q -- '--device' <<<"$parity_help"; then
   # One process per op: a kernel fault (sticky for the CUDA context) then costs one op's lines, not
@@ -113,9 +120,10 @@ if grep -q -- '--device' <<<"$parity_help"; then
     [ $# -gt 0 ] || { echo "no cuda kernels listed: the CUDA backend did not load"; exit 1; }
     rc=0
     # Each op under its own limit: a kernel that hangs costs 40 s and its own lines, and the ops
-    # after it still run.
+    # after it still run. (--foreground keeps it in the step'"'"'s process group, so the step'"'"'s own
+    # limit kills it too: a plain timeout would leave it running on the GPU beside the next steps.)
     for op in "$@"; do
-      timeout -k 5 40 "$titan" kernels parity --device cuda --op "$op"
+      timeout --foreground -k 5 40 "$titan" kernels parity --device cuda --op "$op"
       r=$?
       if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "op $op: timed out after 40 s"; rc=1; elif [ $r -ne 0 ]; then rc=1; fi
     done
@@ -167,6 +175,7 @@ fi
 # the default kernels' cases down with it.
 for t in "$root"/bin/cuda*_test; do
   [ -x "$t" ] || continue
+  case " $quick_tests " in *" $(basename "$t") "*) continue ;; esac  # ran first
   step "$(basename "$t")" 180 "$t" --gtest_color=no --gtest_filter='-*Mma*:*Cudnn*'
 done
 for pattern in Mma Cudnn; do
@@ -214,7 +223,9 @@ fi
 peer_table=""
 if [ -n "${GPU_CHECK_PEER:-}" ] && [ -f "$root/peers/h200/torch_baseline.py" ]; then
   mkdir -p "$logs/peer"
-  step "peer torch_baseline.py" 300 env OUT="$logs/peer" BUDGET="${GPU_CHECK_PEER_BUDGET:-60}" \
+  # (Without the bundle's Debian libraries first in the path: the peer's torch brings its own.)
+  step "peer torch_baseline.py" 300 env LD_LIBRARY_PATH="${LD_LIBRARY_PATH#"$root/lib:"}" OUT="$logs/peer" \
+    BUDGET="${GPU_CHECK_PEER_BUDGET:-60}" \
     python3 "$root/peers/h200/torch_baseline.py"
   peer_table=$(python3 - "$logs/peer/torch_baseline.json" <<'EOF'
 import json, sys

@@ -245,7 +245,13 @@ class NcclCommunicator final : public Communicator {
   bool aborted_ = false;
 };
 
-NcclHandle::~NcclHandle() { cudaEventDestroy(done_); }
+// A handle dropped without wait() (an error unwinding the step) still orders the caller's stream
+// after the collective: its buffers go back to the allocator, whose next user runs on that stream,
+// and must not be overwritten while NCCL may still write into them. (Queued, not waited on the host.)
+NcclHandle::~NcclHandle() {
+  cudaStreamWaitEvent(caller_, done_, 0);
+  cudaEventDestroy(done_);
+}
 
 void NcclHandle::wait() {
   comm_.wait_for(done_, what_);

@@ -401,10 +401,13 @@ class CudaDeviceServices final : public DeviceServices {
   void* workspace(size_t nbytes) {
     std::lock_guard<std::mutex> lock(workspace_mutex_);
     if (nbytes > workspace_bytes_) {
+      // The larger block first: when it cannot be had (out of memory) the error propagates and
+      // the old workspace stays whole, rather than a null pointer passed on with a large size.
+      const size_t grown = round_up(nbytes, 1u << 20);
+      void* larger = allocate(grown);
       if (workspace_) deallocate(workspace_, workspace_bytes_);
-      workspace_ = nullptr;
-      workspace_bytes_ = round_up(nbytes, 1u << 20);
-      workspace_ = allocate(workspace_bytes_);
+      workspace_ = larger;
+      workspace_bytes_ = grown;
     }
     return workspace_;
   }
@@ -525,12 +528,25 @@ class CudaDeviceServices final : public DeviceServices {
     }
   }
 
+  // Both pinned buffers and both events, or none: a call that fails part-way (pinned memory
+  // refused) frees what it made, so the next call starts again instead of using a null buffer.
   void ensure_staging() {  // after stream_handle(): this thread is on the GPU
-    if (staging_[0]) return;
-    for (int k = 0; k < 2; ++k) {
-      TITAN_CUDA_CHECK(cudaHostAlloc(&staging_[k], kStagingBytes, cudaHostAllocDefault));
-      TITAN_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[k], cudaEventDisableTiming));
+    if (staging_ready_) return;
+    try {
+      for (int k = 0; k < 2; ++k) {
+        TITAN_CUDA_CHECK(cudaHostAlloc(&staging_[k], kStagingBytes, cudaHostAllocDefault));
+        TITAN_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[k], cudaEventDisableTiming));
+      }
+    } catch (...) {
+      for (int k = 0; k < 2; ++k) {
+        if (staging_[k]) cudaFreeHost(staging_[k]);
+        if (staging_done_[k]) cudaEventDestroy(staging_done_[k]);
+        staging_[k] = nullptr;
+        staging_done_[k] = nullptr;
+      }
+      throw;
     }
+    staging_ready_ = true;
   }
 
   mutable std::once_flag probe_once_;
@@ -547,6 +563,7 @@ class CudaDeviceServices final : public DeviceServices {
   std::mutex staging_mutex_;
   void* staging_[2] = {nullptr, nullptr};
   cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+  bool staging_ready_ = false;  // both buffers and both events exist
 
   std::mutex workspace_mutex_;
   void* workspace_ = nullptr;
