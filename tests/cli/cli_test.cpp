@@ -129,7 +129,10 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
 
   const std::string m = "generate --model-path " + model + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {m + "--prompt hello", "has no tokenizer.json to encode --prompt; name one with --tokenizer"},
+      {m + "--prompt hello", "no tokenizer.json to encode --prompt (looked for '" + model +
+                                 "/tokenizer.json'); name one with --tokenizer"},
+      {"generate --prompt-ids 1", "give either --model-path (a Hugging Face folder) or --checkpoint"},
+      {m + "--checkpoint " + model + " --prompt-ids 1", "or --checkpoint (a native step-N folder), not both"},
       {m + "--prompt hi --prompt-ids 1", "give either --prompt or --prompt-ids, not both"},
       {m, "give either --prompt or --prompt-ids"},
       {m + "--prompt-ids 1,x", "--prompt-ids element 1 'x' is not an integer"},

@@ -270,6 +270,15 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
                          &out);
     ASSERT_EQ(rc, 0) << out;
     EXPECT_EQ(nlohmann::json::parse(std::ifstream(json_out)).at("ids").get<std::vector<int32_t>>(), ids);
+    // The native checkpoint the export came from (f32, exact): the same greedy tokens, its
+    // tokenizer found through the path the run recorded.
+    out.clear();
+    rc = tt::run_command("{ " + titan() + " generate --checkpoint " + step_dir.string() +
+                             " --prompt 'The history of' --max-new-tokens 6 --json >" + json_out.string() +
+                             "; }",
+                         &out);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(json_out)).at("ids").get<std::vector<int32_t>>(), ids);
   }
 
   const fs::path hf_bf16 = dump / "export-bf16";

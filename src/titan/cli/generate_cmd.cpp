@@ -16,6 +16,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/generate.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/native_model.h"
 
 namespace titan::cli {
 namespace {
@@ -48,16 +49,22 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 }
 
 int generate_main(int argc, char** argv) {
-  ArgParser p("generate",
-              "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
-              "<dump>/checkpoint/step-N-hf, or a Hub model folder) and prints the new text. Greedy by default;\n"
-              "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. Every\n"
-              "new token runs the whole sequence through the model (no KV cache, as torchtitan's generate).\n"
-              "Generation stops after --max-new-tokens or at the tokenizer's eos_token or <|endoftext|>.");
-  p.required("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
+  ArgParser p(
+      "generate",
+      "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
+      "<dump>/checkpoint/step-N-hf, or a Hub model folder) or a native titan checkpoint (step-N) and\n"
+      "prints the new text. Greedy by default;\n"
+      "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. Every\n"
+      "new token runs the whole sequence through the model (no KV cache, as torchtitan's generate).\n"
+      "Generation stops after --max-new-tokens or at the tokenizer's eos_token or <|endoftext|>.");
+  p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
+      .option("checkpoint",
+              "native titan checkpoint folder instead, e.g. outputs/debugmodel/checkpoint/step-40 "
+              "(its MoE expert biases route as in training)")
       .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
       .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
-      .option("tokenizer", "folder holding tokenizer.json (default: --model-path's own)")
+      .option("tokenizer",
+              "folder holding tokenizer.json (default: --model-path's own, or the run's for --checkpoint)")
       .option("max-new-tokens", "tokens to generate at most", "32")
       .option("temperature", "0: greedy (the most likely token); > 0: sample from softmax(logits / T)", "0")
       .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
@@ -65,12 +72,18 @@ int generate_main(int argc, char** argv) {
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .flag("ignore-eos", "do not stop at the end-of-text tokens")
-      .flag("json", "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
+      .flag("json",
+            "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
   if (!p.parse(argc, argv)) return 0;
 
-  const fs::path model_path = p.get("model-path");
-  TITAN_CHECK(fs::is_directory(model_path), "titan generate: --model-path '", model_path.string(),
-              "' is not a folder (a Hugging Face checkpoint folder holds config.json and the safetensors)");
+  const bool native = p.has("checkpoint");
+  TITAN_CHECK(native != p.has("model-path"),
+              "titan generate: give either --model-path (a Hugging Face folder) or "
+              "--checkpoint (a native step-N folder)",
+              native ? ", not both" : "");
+  const fs::path model_path = p.get(native ? "checkpoint" : "model-path");
+  TITAN_CHECK(fs::is_directory(model_path), "titan generate: --", native ? "checkpoint" : "model-path", " '",
+              model_path.string(), "' is not a folder");
   const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids");
   TITAN_CHECK(has_prompt != has_ids, "titan generate: give either --prompt or --prompt-ids", has_prompt ? ", not both" : "");
   const DType dtype = dtype_from_name(p.get("dtype"));
@@ -86,19 +99,32 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
               "titan generate: --top-k and --top-p shape sampling; with --temperature 0 (greedy) they would do nothing");
 
+  std::unique_ptr<qwen3::Qwen3Model> model;
+  fs::path own_tokenizer = model_path;  // where the checkpoint's tokenizer is (the run's, for a native one)
+  if (native) {
+    train::NativeModel loaded = train::load_native_model(model_path, dtype);
+    model = std::move(loaded.model);
+    own_tokenizer = loaded.tokenizer_path;
+    if (!loaded.expert_bias.empty()) {  // route as the trained model did
+      model->enable_expert_bias();
+      model->set_expert_bias_values(loaded.expert_bias);
+    }
+  } else {
+    model = qwen3::load_hf_model(model_path, dtype);
+  }
   // The tokenizer: the named one, else the checkpoint's own; none is needed for --prompt-ids (the
   // output is then ids, and only --max-new-tokens stops generation).
   std::optional<data::Tokenizer> tokenizer;
+  const fs::path own_file =
+      fs::is_directory(own_tokenizer) ? own_tokenizer / "tokenizer.json" : own_tokenizer;
   if (auto named = p.get_optional("tokenizer")) {
     tokenizer = data::Tokenizer::load(*named);
-  } else if (fs::exists(model_path / "tokenizer.json")) {
-    tokenizer = data::Tokenizer::load(model_path);
+  } else if (!own_tokenizer.empty() && fs::is_regular_file(own_file)) {
+    tokenizer = data::Tokenizer::load(own_tokenizer);
   } else {
-    TITAN_CHECK(!has_prompt, "titan generate: '", model_path.string(),
-                "' has no tokenizer.json to encode --prompt; name one with --tokenizer, or give --prompt-ids");
+    TITAN_CHECK(!has_prompt, "titan generate: no tokenizer.json to encode --prompt (looked for '",
+                own_file.string(), "'); name one with --tokenizer, or give --prompt-ids");
   }
-
-  auto model = qwen3::load_hf_model(model_path, dtype);
   const int64_t vocab = model->args().vocab_size;
   std::vector<int64_t> prompt;
   if (has_prompt) {
