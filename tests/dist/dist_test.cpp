@@ -25,6 +25,7 @@
 #include "titan/models/qwen3/args.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
+#include "titan/train/versions.h"
 #include "train/tiny_job.h"
 
 using namespace titan;
@@ -80,11 +81,13 @@ int run_job(int ranks, const Overrides& o, std::string* out) {
 // its working folder when one is given (one relative path, two places: as two hosts would see it).
 struct RankLaunch {
   Overrides job;
-  fs::path workdir = {};  // empty: the launcher's own
+  fs::path workdir = {};          // empty: the launcher's own
+  std::string library_path = {};  // LD_LIBRARY_PATH of this rank (empty: none)
 };
 int run_two_programs(const RankLaunch& rank0, const RankLaunch& rank1, std::string* out) {
   auto app = [](const RankLaunch& r) {
     return "-np 1 " + (r.workdir.empty() ? std::string() : "-wdir " + r.workdir.string() + " ") +
+           (r.library_path.empty() ? std::string() : "-x LD_LIBRARY_PATH=" + r.library_path + " ") +
            train_command(r.job);
   };
   return tt::run_command(
@@ -784,6 +787,56 @@ TEST(DataParallel, ADumpFolderNotSharedByEveryRankIsRefusedBeforeAnyStep) {
       << out;
   EXPECT_FALSE(fs::exists(a / "run" / "metrics.jsonl"));
   EXPECT_FALSE(fs::exists(b / "run" / "metrics.jsonl"));
+
+  // Lock files an earlier run left in both folders (a copied run folder, per-host scratch that
+  // held a 2-rank run) make every rank see every lock file; the holders they name still differ.
+  for (const fs::path& dir : {a, b}) {
+    fs::remove_all(dir / "run");
+    fs::create_directories(dir / "run");
+    for (int r = 0; r < 2; ++r)
+      std::ofstream(dir / "run" / (".titan-rank" + std::to_string(r) + ".lock")) << "pid 1 on host old\n";
+  }
+  out.clear();
+  rc = run_two_programs({o, a}, {o, b}, &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("the ranks have different views of job.dump_folder 'run': rank 1 has '.titan-rank"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("lock files left by an earlier run do not make separate folders one"), std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(a / "run" / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(b / "run" / "metrics.jsonl"));
+}
+
+// A rank that loads another build of libtitan (an older install on one host; here a copy of this
+// build whose commit string differs by one character) is refused before any step, naming both.
+TEST(DataParallel, RanksRunningDifferentTitanBuildsAreRefused) {
+  const fs::path lib_dir = tt::temp_dir("dist_other_build_" + std::to_string(getpid()));
+  const fs::path lib = tt::binary_dir() / "src" / "titan" / "libtitan.so.0.1";
+  std::string bytes;
+  {
+    std::ifstream in(lib, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string commit = train::titan_git_describe();
+  const size_t at = bytes.find(commit + '\0');
+  ASSERT_NE(at, std::string::npos) << "no '" << commit << "' in " << lib;
+  ASSERT_EQ(bytes.find(commit + '\0', at + 1), std::string::npos) << "'" << commit << "' twice in " << lib;
+  std::string other = commit;
+  other[0] = other[0] == 'z' ? 'y' : 'z';
+  bytes.replace(at, commit.size(), other);
+  std::ofstream(lib_dir / "libtitan.so.0.1", std::ios::binary) << bytes;
+
+  const fs::path dump = tt::temp_dir("dist_other_build_run");
+  const Overrides o = tiny(dump, 2, {{"validation.enable", "false"}});
+  std::string out;
+  const int rc = run_two_programs({o}, {o, {}, lib_dir.string()}, &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("the ranks have different titan builds: rank 1 has 'titan: " + other +
+                     "' where rank 0 has 'titan: " + commit + "'"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
 // What each rank holds between steps: its slice of the parameters, gradients and AdamW state (the

@@ -181,6 +181,11 @@ int plan_main(int argc, char** argv) {
   const double step_fast = std::max(compute_s, comm.seconds), step_slow = compute_s + comm.seconds;
   std::printf("step time estimate (every rank in parallel):\n");
   std::printf("  GEMM rate       %.3g TFLOP/s (%s)\n", gemm.tflops, gemm.source.c_str());
+  if (plan.world_size() > 1 && device == Device::CPU && gemm_tflops_flag <= 0)
+    std::printf(
+        "                  (with the cores this process may use: ranks sharing a host split its cores, so "
+        "run "
+        "plan with one rank's OMP_NUM_THREADS)\n");
   std::printf("  compute         %.4g FLOPs per rank / %.3g TFLOP/s = %.4g s\n", p.flops, gemm.tflops, compute_s);
   if (plan.world_size() > 1)
     std::printf("  communication   %.4g MB sent per rank (%s; Psi = %ld padded parameters in %ld blocks) at %g "

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "titan/core/check.h"
@@ -59,8 +60,10 @@ RunLock::RunLock(const fs::path& folder, const std::string& key, int rank) {
   }
   const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name() + "\n";
   // Only the holder writes, so the file always names the live holder.
-  TITAN_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size()), key,
-              ": cannot write the run lock '", path_.string(), "': ", std::strerror(errno));
+  // Synced: the other ranks read it (check_every_rank_sees), on a network file system from other hosts.
+  TITAN_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size()) &&
+                  ::fsync(fd_) == 0,
+              key, ": cannot write the run lock '", path_.string(), "': ", std::strerror(errno));
 }
 
 RunLock::~RunLock() {
@@ -78,6 +81,19 @@ void check_every_rank_sees(const fs::path& folder, const std::string& key, const
   TITAN_CHECK(blind == 0, key, ": '", folder.string(), "': rank ", blind - 1,
               " does not see every rank's lock file there: ", key,
               " must be on a file system every rank sees (on several hosts, the same shared folder)");
+  // Lock files outlive their runs (and travel with a copied run folder), so seeing one is not
+  // seeing the live rank's: every rank must read the same holders, each the live process.
+  std::string holders;
+  for (int r = 0; r < plan.world_size(); ++r) {
+    std::ifstream in(folder / lock_file_name(r));
+    std::string line;
+    std::getline(in, line);
+    holders += lock_file_name(r) + ": " + line + "\n";
+  }
+  plan.check_same_on_every_rank(holders, "views of " + key + " '" + folder.string() + "'",
+                                key +
+                                    " must be one folder every rank sees, on several hosts a shared one; "
+                                    "lock files left by an earlier run do not make separate folders one");
 }
 
 }  // namespace titan::train

@@ -37,10 +37,13 @@ struct BatchSearch {
 BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available);
 
 // A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
-// `device`, x [M, K], w [N, K], repeated for about `seconds` after one warm-up call.
+// `device`, x [M, K], w [N, K], repeated for about `seconds` (at least 3 calls) after one warm-up
+// call; the rate of the fastest call.
 struct GemmRate {
   double tflops = 0;
-  std::string source;  // "measured: bf16 GEMM 1024 x 4096 x 256 (M x N x K) with ops::linear on cpu, 2 threads, 0.21 s"
+  // "measured: bf16 GEMM 1024 x 4096 x 256 (M x N x K) with ops::linear on cpu, 2 threads, the
+  // fastest of 40 calls in 0.21 s"
+  std::string source;
 };
 GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int64_t K, double seconds);
 

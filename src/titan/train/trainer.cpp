@@ -139,6 +139,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                                 cfg.parallelism.shard_degree(world.size()));
   plan.check_same_on_every_rank(cfg.describe(), "configs",
                                 "every rank must get the same config file and overrides");
+  // The same code on every rank (a host with an older libtitan would compute and shard otherwise);
+  // the CPU and GPU may differ between hosts, and with them the kernels OpenBLAS picks (its entry
+  // names them after its release: only "OpenBLAS 0.3.21" is compared).
+  std::string software;
+  for (const VersionEntry& v : collect_versions()) {
+    if (v.component == "titan" || v.component == "compiler" || v.component == "oneDNN" ||
+        v.component == "MPI")
+      software += v.component + ": " + v.version + "\n";
+    if (v.component == "OpenBLAS")
+      software += "OpenBLAS: " + v.version.substr(0, v.version.find(' ', v.version.find(' ') + 1)) + "\n";
+  }
+  plan.check_same_on_every_rank(software, "titan builds",
+                                "every rank must run the same titan build with the same libraries");
   ConsoleOfRank console(plan.is_logging_rank());
   if (cfg.training.deterministic) omp_set_dynamic(0);
   StopSignals signals;
