@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "models/oracle_check.h"
@@ -145,6 +147,12 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1 --dtype float16", "--dtype must be float32 or bfloat16"},
       {m + "--prompt-ids 1 --tokenizer " + titan::data::default_tokenizer_path().string(),
        "they do not belong together"},
+      {m + "--prompt hi --tokenizer " + titan::data::default_tokenizer_path().string(),
+       "they do not belong together"},
+      {"generate --checkpoint " + model + " --prompt-ids 1",
+       "is a Hugging Face folder (config.json, no manifest.json): give it as --model-path"},
+      {m + "--prompt-ids 1 --temperature 0x10", "--temperature 0x10: expected a number"},
+      {m + "--prompt-ids 1 --temperature ' 1'", "--temperature  1: expected a number"},
       {"generate --model-path " + tt::temp_dir("cli_generate_none").string() + "/absent --prompt-ids 1",
        "is not a folder"},
   };
@@ -154,6 +162,43 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
     EXPECT_EQ(r.out, "") << args;
   }
+}
+
+// The model's own eos_token_id stops generation as transformers' generate stops: config.json's
+// (a number), or generation_config.json's (a list); --ignore-eos goes on past it.
+TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  const titan::qwen3::Generation g =
+      titan::qwen3::generate(*titan::qwen3::load_hf_model(oracle, titan::DType::F32), prompt, 8,
+                             titan::qwen3::SamplingOptions{}, {});
+  const int64_t eos = g.ids[3];
+  const size_t first = size_t(std::find(g.ids.begin(), g.ids.end(), eos) - g.ids.begin());
+  std::string until_eos;
+  for (size_t i = 0; i <= first; ++i) until_eos += (until_eos.empty() ? "" : ",") + std::to_string(g.ids[i]);
+
+  const fs::path dir = tt::temp_dir("cli_generate_eos_" + std::to_string(getpid()));
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
+  auto set_eos = [&](const fs::path& file, const nlohmann::json& value) {
+    nlohmann::json c =
+        fs::exists(file) ? nlohmann::json::parse(std::ifstream(file)) : nlohmann::json::object();
+    c["eos_token_id"] = value;
+    std::ofstream(file) << c.dump();
+  };
+  const std::string args =
+      "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5 --max-new-tokens 8";
+  set_eos(dir / "config.json", eos);
+  Outcome r = titan(args);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, until_eos + "\n");
+  EXPECT_NE(r.err.find("stopped at stop token"), std::string::npos) << r.err;
+  r = titan(args + " --ignore-eos");
+  EXPECT_NE(r.err.find("8 new tokens"), std::string::npos) << r.err;
+
+  set_eos(dir / "config.json", nullptr);
+  set_eos(dir / "generation_config.json", nlohmann::json::array({4095, eos}));
+  r = titan(args);
+  EXPECT_EQ(r.out, until_eos + "\n") << r.err;
 }
 
 }  // namespace

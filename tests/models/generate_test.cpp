@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -107,6 +108,8 @@ TEST(Generate, BadRequestsNameTheRule) {
             std::string::npos);
   EXPECT_NE(error([&] { generate(*model, {1}, 0, {}, {}); }).find("max_new_tokens must be >= 1"), std::string::npos);
   EXPECT_NE(error([&] { generate(*model, {1, 2}, max_seq - 1, {}, {}); }).find("max_seq_len"), std::string::npos);
+  // No overflow past the bound: prompt + INT64_MAX new tokens is refused, not wrapped below it.
+  EXPECT_NE(error([&] { generate(*model, {1}, INT64_MAX, {}, {}); }).find("max_seq_len"), std::string::npos);
   SamplingOptions o;
   o.temperature = -1;
   EXPECT_NE(error([&] { o.validate(); }).find("temperature must be a finite number >= 0"), std::string::npos);
@@ -120,6 +123,9 @@ TEST(Generate, BadRequestsNameTheRule) {
     o.top_p = p;
     EXPECT_NE(error([&] { o.validate(); }).find("top_p must be in (0, 1]"), std::string::npos) << p;
   }
+  o = {};
+  o.top_p = 1.0000001;  // named with the digits that tell it from 1
+  EXPECT_NE(error([&] { o.validate(); }).find("got 1.0000001"), std::string::npos);
 }
 
 // ---- the sampler on hand-made logits
@@ -172,6 +178,28 @@ TEST(Sampler, TemperatureTopKAndTopPGiveTheirDistributions) {
   o.top_k = 1;
   o.temperature = 5;
   expect_distribution(o, {1, 0, 0}, "top_k 1");
+}
+
+// An infinite logit: +inf is certain (two share the mass), every logit -inf leaves nothing to tell
+// the ids apart; inf - inf must not turn the softmax into NaN and the draw into the last id.
+TEST(Sampler, InfiniteLogitsAreCertainOrEvenNeverNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingOptions o;
+  o.temperature = 1;
+  auto f = frequencies({0.5f, inf, -1.0f, 2.0f}, o, 2000);
+  EXPECT_EQ(f.size(), 1u);
+  EXPECT_EQ(f.count(1), 1u);
+  o.top_k = 3;
+  f = frequencies({0.5f, 3.0f, -1.0f, inf}, o, 2000);
+  EXPECT_EQ(f.size(), 1u);
+  EXPECT_EQ(f.count(3), 1u);
+  o.top_k = 0;
+  f = frequencies({inf, 1.0f, inf}, o, 20000);
+  EXPECT_NEAR(f[0], 0.5, 0.015);
+  EXPECT_NEAR(f[2], 0.5, 0.015);
+  EXPECT_EQ(f.count(1), 0u);
+  f = frequencies({-inf, -inf, -inf, -inf}, o, 20000);
+  for (int64_t id = 0; id < 4; ++id) EXPECT_NEAR(f[id], 0.25, 0.015) << id;
 }
 
 TEST(Sampler, TheSameSeedGivesTheSameDrawsAndAnotherSeedOthers) {

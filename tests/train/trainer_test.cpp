@@ -775,6 +775,41 @@ TEST(Trainer, TextSplitCutsPlainTextIntoLinesParagraphsOrFiles) {
   EXPECT_NE(e.find("training.text_split must be one of paragraph, line, file"), std::string::npos) << e;
 }
 
+// titan generate --checkpoint reads only the weights (a checkpoint whose optimizer file was removed
+// to save space still generates), and finds the run's tokenizer through the path it recorded: a
+// tokenizer.json changed there since is refused (other ids, other words), and one named with
+// --tokenizer is used with a note.
+TEST(Trainer, GenerateFromACheckpointNeedsNoOptimizerStateAndRefusesAChangedTokenizer) {
+  const fs::path assets = tt::temp_dir("trainer_generate_assets_" + std::to_string(getpid()));
+  fs::copy_file(data::default_tokenizer_path() / "tokenizer.json", assets / "tokenizer.json");
+  const fs::path dump = tt::temp_dir("trainer_generate_" + std::to_string(getpid()));
+  run_training(tiny_config(dump, {{"training.steps", "1"},
+                                  {"checkpoint.enable", "true"},
+                                  {"checkpoint.interval", "1"},
+                                  {"model.hf_assets_path", assets.string()}}));
+  const fs::path step = dump / "checkpoint" / "step-1";
+  fs::remove(step / "optimizer-rank0.safetensors");
+  const std::string generate =
+      titan() + " generate --checkpoint " + step.string() + " --prompt 'The' --max-new-tokens 2";
+  std::string out;
+  EXPECT_EQ(tt::run_command(generate, &out), 0) << out;
+  EXPECT_NE(out.find("2 new tokens after 1 prompt tokens"), std::string::npos) << out;
+
+  { std::ofstream(assets / "tokenizer.json", std::ios::app) << "\n"; }  // same tokens, another file
+  out.clear();
+  EXPECT_NE(tt::run_command(generate, &out), 0) << out;
+  EXPECT_NE(out.find((assets / "tokenizer.json").string() + "' is not the tokenizer.json the checkpoint"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("name the run's tokenizer with --tokenizer"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(tt::run_command(generate + " --tokenizer " + assets.string(), &out), 0) << out;
+  EXPECT_NE(out.find("note: --tokenizer '" + assets.string() +
+                     "' is not the tokenizer the checkpoint was trained with"),
+            std::string::npos)
+      << out;
+}
+
 // training.document_separator picks the token that ends every packed document (the loader's
 // state in the checkpoint records the id it packed with); a value that is not one token is an
 // error naming the key before any compute, and a resume under another separator is refused unless

@@ -14,8 +14,10 @@
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
 #include "titan/data/tokenizer.h"
+#include "titan/io/json_error.h"
 #include "titan/models/qwen3/generate.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/native_model.h"
 
 namespace titan::cli {
@@ -56,7 +58,8 @@ int generate_main(int argc, char** argv) {
       "prints the new text. Greedy by default;\n"
       "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. Every\n"
       "new token runs the whole sequence through the model (no KV cache, as torchtitan's generate).\n"
-      "Generation stops after --max-new-tokens or at the tokenizer's eos_token or <|endoftext|>.");
+      "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
+      "model's eos_token_id (config.json, generation_config.json).");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
       .option("checkpoint",
               "native titan checkpoint folder instead, e.g. outputs/debugmodel/checkpoint/step-40 "
@@ -84,6 +87,9 @@ int generate_main(int argc, char** argv) {
   const fs::path model_path = p.get(native ? "checkpoint" : "model-path");
   TITAN_CHECK(fs::is_directory(model_path), "titan generate: --", native ? "checkpoint" : "model-path", " '",
               model_path.string(), "' is not a folder");
+  TITAN_CHECK(!native || fs::exists(model_path / "manifest.json") || !fs::exists(model_path / "config.json"),
+              "titan generate: --checkpoint '", model_path.string(),
+              "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");
   const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids");
   TITAN_CHECK(has_prompt != has_ids, "titan generate: give either --prompt or --prompt-ids", has_prompt ? ", not both" : "");
   const DType dtype = dtype_from_name(p.get("dtype"));
@@ -101,31 +107,50 @@ int generate_main(int argc, char** argv) {
 
   std::unique_ptr<qwen3::Qwen3Model> model;
   fs::path own_tokenizer = model_path;  // where the checkpoint's tokenizer is (the run's, for a native one)
+  std::string trained_tokenizer;        // the checksum of the tokenizer a native checkpoint was trained with
+  json model_config;                    // for the model's own eos_token_id
   if (native) {
     train::NativeModel loaded = train::load_native_model(model_path, dtype);
     model = std::move(loaded.model);
     own_tokenizer = loaded.tokenizer_path;
+    trained_tokenizer = loaded.tokenizer_checksum;
+    model_config = loaded.model_config;
     if (!loaded.expert_bias.empty()) {  // route as the trained model did
       model->enable_expert_bias();
       model->set_expert_bias_values(loaded.expert_bias);
     }
   } else {
     model = qwen3::load_hf_model(model_path, dtype);
+    model_config = io::read_json_file(model_path / "config.json", "titan generate");
   }
   // The tokenizer: the named one, else the checkpoint's own; none is needed for --prompt-ids (the
-  // output is then ids, and only --max-new-tokens stops generation).
+  // output is then ids).
   std::optional<data::Tokenizer> tokenizer;
   const fs::path own_file =
       fs::is_directory(own_tokenizer) ? own_tokenizer / "tokenizer.json" : own_tokenizer;
   if (auto named = p.get_optional("tokenizer")) {
     tokenizer = data::Tokenizer::load(*named);
+    if (!trained_tokenizer.empty() && train::tokenizer_checksum(*named) != trained_tokenizer)
+      std::fprintf(stderr,
+                   "note: --tokenizer '%s' is not the tokenizer the checkpoint was trained with ('%s')\n",
+                   named->c_str(), own_tokenizer.string().c_str());
   } else if (!own_tokenizer.empty() && fs::is_regular_file(own_file)) {
+    // A native checkpoint names its tokenizer by path: one replaced there since would turn the
+    // prompt into other ids and the output into other words, silently.
+    TITAN_CHECK(trained_tokenizer.empty() || train::tokenizer_checksum(own_tokenizer) == trained_tokenizer,
+                "titan generate: '", own_file.string(), "' is not the tokenizer.json the checkpoint '",
+                model_path.string(),
+                "' was trained with (its checksum differs); name the run's tokenizer with "
+                "--tokenizer");
     tokenizer = data::Tokenizer::load(own_tokenizer);
   } else {
     TITAN_CHECK(!has_prompt, "titan generate: no tokenizer.json to encode --prompt (looked for '",
                 own_file.string(), "'); name one with --tokenizer, or give --prompt-ids");
   }
   const int64_t vocab = model->args().vocab_size;
+  TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
+              tokenizer ? tokenizer->vocab_size() : 0, " ids but ", model_path.string(), " only ", vocab,
+              ": they do not belong together");
   std::vector<int64_t> prompt;
   if (has_prompt) {
     for (int32_t id : tokenizer->encode(p.get("prompt"))) prompt.push_back(id);
@@ -138,17 +163,27 @@ int generate_main(int argc, char** argv) {
                 ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
 
   // With a tokenizer: only ids it can decode are chosen (the embedding's padding rows past the
-  // tokenizer's vocabulary are never words), and its end-of-text tokens stop generation.
+  // tokenizer's vocabulary are never words). Generation stops at the end-of-text tokens: the
+  // tokenizer's eos_token and <|endoftext|>, and the model's eos_token_id (config.json, and
+  // generation_config.json beside it, as transformers' generate stops).
   std::vector<bool> allowed;
   std::vector<int64_t> stop_ids;
   if (tokenizer) {
-    TITAN_CHECK(tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ", tokenizer->vocab_size(),
-                " ids but ", model_path.string(), " only ", vocab, ": they do not belong together");
     allowed.resize(size_t(vocab));
     for (int64_t id = 0; id < vocab; ++id) allowed[size_t(id)] = tokenizer->has_id(int32_t(id));
-    if (!p.has("ignore-eos"))
-      for (int32_t id : {tokenizer->eos_id(), tokenizer->document_separator_id()})
-        if (id >= 0) stop_ids.push_back(id);
+  }
+  if (!p.has("ignore-eos")) {
+    if (tokenizer)
+      for (int32_t id : {tokenizer->eos_id(), tokenizer->document_separator_id()}) stop_ids.push_back(id);
+    std::vector<json> configs = {model_config};
+    if (!native && fs::exists(model_path / "generation_config.json"))
+      configs.push_back(io::read_json_file(model_path / "generation_config.json", "titan generate"));
+    for (const json& c : configs) {
+      const json eos = c.is_object() ? c.value("eos_token_id", json()) : json();
+      for (const json& id : eos.is_array() ? eos : json::array({eos}))
+        if (id.is_number_integer()) stop_ids.push_back(id.get<int64_t>());
+    }
+    std::erase_if(stop_ids, [&](int64_t id) { return id < 0 || id >= vocab; });
   }
 
   const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed);
@@ -174,7 +209,8 @@ int generate_main(int argc, char** argv) {
   return 0;
 }
 
-TITAN_COMMAND("generate", "continue a prompt with a Hugging Face checkpoint (greedy or sampled)", generate_main);
+TITAN_COMMAND("generate", "continue a prompt with a Hugging Face or native checkpoint (greedy or sampled)",
+              generate_main);
 
 }  // namespace
 }  // namespace titan::cli

@@ -1,13 +1,19 @@
 #include "titan/core/parse.h"
 
+#include <cctype>
+
 namespace titan {
 
 namespace {
 
 // `read` (std::stoll or std::stod) applied to the whole of `text`: nullopt when it throws (no
-// number, out of range) or stops before the end ("4x").
+// number, out of range) or stops before the end ("4x"), and for what the std functions accept
+// that nobody means as a number here: leading white space (" 1") and hexadecimal ("0x10", "0x1p3").
 template <typename T, typename Read>
 std::optional<T> parse_whole(const std::string& text, Read read) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front())) ||
+      text.find_first_of("xX") != std::string::npos)
+    return std::nullopt;
   size_t used = 0;
   try {
     const T v = read(text, &used);

@@ -240,9 +240,17 @@ std::vector<std::pair<fs::path, fs::path>> CheckpointManager::set_aside_after(in
   return moved;
 }
 
+std::string tokenizer_checksum(const fs::path& tokenizer_path) {
+  return std::to_string(
+      file_checksum(fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path));
+}
+
 LoadedCheckpoint CheckpointManager::load(int64_t step) const { return load_checkpoint_dir(step_dir(step)); }
 
-LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
+LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts) {
+  auto wanted = [&](const std::string& name) {
+    return parts == CheckpointParts::Everything || name.rfind("optimizer-rank", 0) != 0;
+  };
   TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
   TITAN_CHECK(
       written_by_titan(dir), "checkpoint: '", dir.string(),
@@ -254,7 +262,8 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
   TITAN_CHECK(manifest.contains("files") && manifest["files"].is_object() && manifest.contains("step"),
               "checkpoint: '", (dir / "manifest.json").string(), "' lacks 'files' or 'step'");
   uint64_t total = 0;
-  for (auto& [name, info] : manifest["files"].items()) total += info.value("bytes", uint64_t(0));
+  for (auto& [name, info] : manifest["files"].items())
+    if (wanted(name)) total += info.value("bytes", uint64_t(0));
   // The hash the checksums were computed with: named since 2026-12-01, the older basis before.
   const nlohmann::json hash = manifest.contains("hash") ? manifest["hash"] : nlohmann::json("");
   const std::optional<uint64_t> basis =
@@ -274,6 +283,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
   TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '", (dir / "manifest.json").string(),
               "' does not list 'train_state.json'");
   for (auto& [name, info] : manifest["files"].items()) {
+    if (!wanted(name)) continue;
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
     io::check_regular_file(p, "checkpoint");
@@ -307,6 +317,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir) {
       const std::string name = shard_file_name(kind, k);
       TITAN_CHECK(manifest["files"].contains(name), "checkpoint: '", dir.string(), "' lacks '", name, "' (",
                   shards, " shards were written; manifest.json does not list it)");
+      if (!wanted(name)) continue;
       (std::string(kind) == "model" ? c.model_files : c.optimizer_files)
           .push_back(io::SafetensorsFile::open(dir / name));
     }

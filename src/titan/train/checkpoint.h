@@ -106,12 +106,21 @@ class CheckpointManager {
 };
 
 // Opens a checkpoint directory directly (titan export, verify-export); it must be committed.
-LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir);
+// `Parts::Weights` (export, generate, an initial load) leaves the optimizer files alone: neither
+// checksummed nor opened, nor needed on disk (optimizer_files stays empty).
+enum class CheckpointParts { Everything, Weights };
+LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir,
+                                     CheckpointParts parts = CheckpointParts::Everything);
 
 // 64-bit checksum of a file's bytes (FNV-1a's basis and prime over 8-byte words, the tail byte by
 // byte), for the manifest. `bytes_read`, when given, is advanced as the file is read (progress
 // display). `basis`: kFnv1aStartBefore20261201 for manifests that name no hash.
 uint64_t file_checksum(const std::filesystem::path& path, std::atomic<uint64_t>* bytes_read = nullptr,
                        uint64_t basis = kFnv1aStart);
+
+// The checksum of a tokenizer's tokenizer.json (`tokenizer_path`: the file or its folder), as
+// train_state.json records it ("tokenizer_checksum"): what a resume and `titan generate` compare,
+// wherever the file now lives.
+std::string tokenizer_checksum(const std::filesystem::path& tokenizer_path);
 
 }  // namespace titan::train

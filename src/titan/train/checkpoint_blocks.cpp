@@ -97,7 +97,8 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
   check_no_unexpected_tensors(c.model_files, model_names);
   check_no_unexpected_tensors(c.optimizer_files, optimizer_names);
   if (named_) {
-    TITAN_CHECK(c.model_files.size() == 1 && c.optimizer_files.size() == 1, where,
+    // (No optimizer file when only the weights were loaded: CheckpointParts::Weights.)
+    TITAN_CHECK(c.model_files.size() == 1 && c.optimizer_files.size() <= 1, where,
                 ": named parameters come in one model and one optimizer file, found ", c.model_files.size());
     return;
   }
@@ -127,6 +128,8 @@ void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, 
   }
   TITAN_CHECK(out.dtype() == DType::F32 && out.is_contiguous(), "checkpoint: reading into ", out.str(),
               ": contiguous f32 memory expected");
+  TITAN_CHECK(prefix.empty() || !checkpoint_.optimizer_files.empty(), "checkpoint: '",
+              checkpoint_.dir.string(), "': the optimizer state was not loaded (CheckpointParts::Weights)");
   float* dst = out.data<float>();
   fill_from_files(b, prefix, begin, out.numel(), dst);
   // A NaN or infinity restored would surface as a non-finite loss, blamed on training.

@@ -68,13 +68,6 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
   return files;
 }
 
-// The checksum of the tokenizer's tokenizer.json (job.tokenizer_path is the file or its folder): what
-// a resume compares, wherever the file now lives.
-std::string tokenizer_checksum(const fs::path& tokenizer_path) {
-  return std::to_string(
-      file_checksum(fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path));
-}
-
 }  // namespace
 
 fs::path checkpoint_folder_of(const JobConfig& c) {

@@ -10,7 +10,7 @@
 namespace titan::train {
 
 NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype) {
-  LoadedCheckpoint c = load_checkpoint_dir(step_dir);
+  LoadedCheckpoint c = load_checkpoint_dir(step_dir, CheckpointParts::Weights);
   TITAN_CHECK(c.train_state.contains("model_config"), "checkpoint '", step_dir.string(),
               "': train_state.json has no model_config");
   qwen3::ModelArgs args =
@@ -20,6 +20,8 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());
+  out.tokenizer_checksum = c.train_state.value("tokenizer_checksum", std::string());
+  out.model_config = c.train_state["model_config"];
   if (c.train_state.contains("expert_bias"))
     out.expert_bias = c.train_state["expert_bias"].get<std::vector<std::vector<double>>>();
   return out;

@@ -108,7 +108,7 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     }
     say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
   } else if (!job.initial_native.empty()) {
-    LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native);
+    LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native, CheckpointParts::Weights);
     restore_whole_parameters(ck, state.model);
     // The expert biases are part of how the trained model routes: they come with its weights.
     std::string biases;

@@ -3,17 +3,34 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 
 #include "titan/core/check.h"
 
 namespace titan::qwen3 {
+namespace {
+
+// As many digits as the double needs to read back as itself (1.0000001 is not "1", 0.8 is "0.8").
+std::string precise(double v) {
+  char buf[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+}  // namespace
 
 void SamplingOptions::validate() const {
-  TITAN_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling: the temperature must be a finite number >= 0 (0: greedy), got ",
-              temperature);
+  TITAN_CHECK(std::isfinite(temperature) && temperature >= 0,
+              "sampling: the temperature must be a finite number >= 0 (0: greedy), got ",
+              precise(temperature));
   TITAN_CHECK(top_k >= 0, "sampling: top_k must be >= 0 (0: no limit), got ", top_k);
-  TITAN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1, "sampling: top_p must be in (0, 1], got ", top_p);
+  TITAN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1, "sampling: top_p must be in (0, 1], got ",
+              precise(top_p));
 }
 
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
@@ -38,10 +55,15 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o,
   const size_t keep = o.top_k > 0 ? std::min(ids.size(), size_t(o.top_k)) : ids.size();
   std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), more_likely);
   ids.resize(keep);
-  // Softmax of logits / temperature in double, from the largest (no overflow).
+  // Softmax of logits / temperature in double, from the largest (no overflow). An infinite largest
+  // logit (+inf: certain; every logit -inf: nothing to tell them apart) shares the mass among the
+  // ids that hold it: inf - inf would be NaN.
   const double top = logits[size_t(ids[0])];
   std::vector<double> p(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) p[i] = std::exp((double(logits[size_t(ids[i])]) - top) / o.temperature);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const double l = logits[size_t(ids[i])];
+    p[i] = std::isinf(top) ? double(l == top) : std::exp((l - top) / o.temperature);
+  }
   const double total = std::accumulate(p.begin(), p.end(), 0.0);
   // Nucleus: the shortest most-likely prefix whose mass reaches top_p (always at least one id).
   size_t n = p.size();
@@ -71,8 +93,9 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
   for (size_t i = 0; i < prompt.size(); ++i)
     TITAN_CHECK(prompt[i] >= 0 && prompt[i] < a.vocab_size, "generate: prompt token ", i, " is id ", prompt[i],
                 ", outside the model's vocabulary [0, ", a.vocab_size, ")");
-  TITAN_CHECK(int64_t(prompt.size()) + max_new_tokens <= a.max_seq_len, "generate: ", prompt.size(),
-              " prompt tokens + ", max_new_tokens, " new ones pass the model's max_seq_len (", a.max_seq_len, ")");
+  TITAN_CHECK(max_new_tokens <= a.max_seq_len - int64_t(prompt.size()), "generate: ", prompt.size(),
+              " prompt tokens + ", max_new_tokens, " new ones pass the model's max_seq_len (", a.max_seq_len,
+              ")");
 
   std::mt19937_64 rng(options.seed);
   std::vector<int64_t> sequence = prompt;
