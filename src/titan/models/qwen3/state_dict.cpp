@@ -137,7 +137,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
     const io::TensorInfo& t = ckpt.at(r.key);
     if (const int64_t i = first_non_finite(t.data, t.numel(), t.dtype); i >= 0)
       TITAN_FAIL("checkpoint '", dir.string(), "': tensor '", r.key, "' holds ", element_text(t, i),
-                 " at element ", i, "; weights must be finite to train");
+                 " at element ", i, "; a model's weights must be finite");
   }
   // Each tensor straight into the elements of its block it covers: a sharded rank writes only its
   // slice and never makes a block whole (nn::ParamBlock::write_elements).
