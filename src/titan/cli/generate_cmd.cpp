@@ -105,22 +105,21 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
               "titan generate: --top-k and --top-p shape sampling; with --temperature 0 (greedy) they would do nothing");
 
-  std::unique_ptr<qwen3::Qwen3Model> model;
-  fs::path own_tokenizer = model_path;  // where the checkpoint's tokenizer is (the run's, for a native one)
-  std::string trained_tokenizer;        // the checksum of the tokenizer a native checkpoint was trained with
-  json model_config;                    // for the model's own eos_token_id
+  // What the checkpoint says about itself, read before its weights so that a missing or changed
+  // tokenizer fails at once: where its tokenizer is (the run's, for a native checkpoint, with the
+  // checksum it was trained with) and its config (the model's own eos_token_id). The weights'
+  // load below verifies train_state.json against the manifest.
+  fs::path own_tokenizer = model_path;
+  std::string trained_tokenizer;
+  json model_config;
   if (native) {
-    train::NativeModel loaded = train::load_native_model(model_path, dtype);
-    model = std::move(loaded.model);
-    own_tokenizer = loaded.tokenizer_path;
-    trained_tokenizer = loaded.tokenizer_checksum;
-    model_config = loaded.model_config;
-    if (!loaded.expert_bias.empty()) {  // route as the trained model did
-      model->enable_expert_bias();
-      model->set_expert_bias_values(loaded.expert_bias);
-    }
+    const json state = io::read_json_file(model_path / "train_state.json", "titan generate");
+    TITAN_CHECK(state.is_object(), "titan generate: '", (model_path / "train_state.json").string(),
+                "' is not a titan train state");
+    own_tokenizer = state.value("tokenizer_path", std::string());
+    trained_tokenizer = state.value("tokenizer_checksum", std::string());
+    model_config = state.value("model_config", json::object());
   } else {
-    model = qwen3::load_hf_model(model_path, dtype);
     model_config = io::read_json_file(model_path / "config.json", "titan generate");
   }
   // The tokenizer: the named one, else the checkpoint's own; none is needed for --prompt-ids (the
@@ -146,6 +145,18 @@ int generate_main(int argc, char** argv) {
   } else {
     TITAN_CHECK(!has_prompt, "titan generate: no tokenizer.json to encode --prompt (looked for '",
                 own_file.string(), "'); name one with --tokenizer, or give --prompt-ids");
+  }
+
+  std::unique_ptr<qwen3::Qwen3Model> model;
+  if (native) {
+    train::NativeModel loaded = train::load_native_model(model_path, dtype);
+    model = std::move(loaded.model);
+    if (!loaded.expert_bias.empty()) {  // route as the trained model did
+      model->enable_expert_bias();
+      model->set_expert_bias_values(loaded.expert_bias);
+    }
+  } else {
+    model = qwen3::load_hf_model(model_path, dtype);
   }
   const int64_t vocab = model->args().vocab_size;
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",

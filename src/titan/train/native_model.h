@@ -4,7 +4,6 @@
 // (one of named parameters, or the slices of every shard: checkpoint_blocks.h).
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "titan/models/qwen3/model.h"
@@ -15,9 +14,6 @@ struct NativeModel {
   std::unique_ptr<qwen3::Qwen3Model> model;
   int64_t step = 0;
   std::filesystem::path tokenizer_path;  // as recorded by the trainer (may no longer exist)
-  std::string
-      tokenizer_checksum;       // of its tokenizer.json as trained (empty in checkpoints before 2026-12-02)
-  nlohmann::json model_config;  // the model's config.json fields, as train_state.json holds them
   // The MoE expert biases of a run trained with training.load_balance = "expert_bias" (per MoE layer;
   // empty without): they steer routing, and a Hugging Face export has no place for them.
   std::vector<std::vector<double>> expert_bias;
