@@ -289,6 +289,42 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
     }
 }
 
+// The [kernels] table as train checks it (op, variant, dtype, modules), before any figure: a plan
+// of a job that train would refuse is no plan.
+TEST(Plan, PlanAndInfoCheckTheKernelsTableAsTrainDoes) {
+  const std::filesystem::path dir = tt::temp_dir("plan_kernels_" + std::to_string(getpid()));
+  struct Case {
+    std::string table, flags, expected;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"rope = { impl = \"gather_free\" }", "", "gradients (f32)", true},
+      {"rope = { impl = \"nope\" }", "", "kernels.rope: op 'rope' has no variant 'nope'", false},
+      {"rope = { impl = \"gather_free\", modules = \"output\" }", "",
+       "kernels.rope: modules pattern 'output' matches no module that runs rope", false},
+      {"attention = { impl = \"bf16_probs\" }", "--training.mixed_precision_param=float32",
+       "kernels.attention: variant 'bf16_probs' has no cpu/f32 kernel", false},
+  };
+  std::ifstream in(debugmodel_toml());
+  const std::string base((std::istreambuf_iterator<char>(in)), {});
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    const std::filesystem::path toml = dir / ("job" + std::to_string(i) + ".toml");
+    std::ofstream(toml) << base << "\n[kernels]\n" << c.table << "\n";
+    for (const char* command : {"plan", "info"}) {
+      std::string out;
+      const std::string plan_flags =
+          std::string(command) == "plan" ? " --gemm-tflops 1 --memory-per-rank 64GiB" : "";
+      const int rc =
+          tt::run_command(tt::titan_binary().string() + " " + command + " --config " + toml.string() +
+                              " --training.seq_len=128" + plan_flags + " " + c.flags,
+                          &out);
+      EXPECT_EQ(rc == 0, c.ok) << command << " " << c.table << "\n" << out;
+      EXPECT_NE(out.find(c.expected), std::string::npos) << command << " " << c.table << "\n" << out;
+    }
+  }
+}
+
 TEST(Plan, ByteSizes) {
   EXPECT_EQ(parse_byte_size("96GiB"), int64_t(96) << 30);
   EXPECT_EQ(parse_byte_size("1.5 TiB"), int64_t(3) << 39);

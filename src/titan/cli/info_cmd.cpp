@@ -52,12 +52,14 @@ int info_for_job(int argc, char** argv) {
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   const auto [a, shape] = train::planned_step(cfg, 1, 1);  // one process: `titan plan` takes a mesh
+  const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 
   std::printf("job: %s (%s, %s parameters)\n", job.config.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense",
               std::to_string(a.num_params()).c_str());
   std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
+  if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());
   print_step(p, shape, a, cfg.job.device.c_str());
   return 0;
 }

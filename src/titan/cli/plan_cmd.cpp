@@ -114,6 +114,7 @@ int plan_main(int argc, char** argv) {
               " x parallelism.data_parallel_shard_degree ", shard, " must be 1 .. 1048576 ranks");
   cfg.validate(int(replicate * shard));
   const auto [args, shape] = train::planned_step(cfg, replicate, shard);
+  const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(int(replicate * shard));
   const dist::ParallelPlan plan(*world, replicate, shard);
   // The device is needed only for what the flags do not give (its memory, its GEMM rate).
@@ -127,6 +128,7 @@ int plan_main(int argc, char** argv) {
   std::printf("mesh: %s\n", plan.describe().c_str());
   std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
+  if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());
   std::printf(
       "one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "
       "compute, activation checkpointing %s\n",

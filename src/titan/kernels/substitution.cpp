@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/core/suggest.h"
 #include "titan/kernels/registry.h"
 
@@ -30,6 +31,10 @@ void check_known(const Substitution& s) {
               "; see `titan kernels list`)");
   TITAN_CHECK(std::find(variants.begin(), variants.end(), s.variant) != variants.end(), "kernels.", s.op,
               ": op '", s.op, "' has no variant '", s.variant, "' (variants: ", join(variants),
+              loaded_device_services(Device::CUDA)
+                  ? ""
+                  : "; those of a device whose backend this process has not loaded, such as cuda's, are not "
+                    "among them",
               "; see `titan kernels list`)");
 }
 
@@ -45,8 +50,8 @@ const std::vector<Substitution>& substitutions() {
 }
 
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& plan,
-                                            const std::vector<ModuleOps>& modules, Device device,
-                                            DType dtype) {
+                                            const std::vector<ModuleOps>& modules, Device device, DType dtype,
+                                            bool on_this_machine) {
   auto runs = [](const ModuleOps& m, const std::string& op) {
     return std::find(m.ops.begin(), m.ops.end(), op) != m.ops.end();
   };
@@ -79,7 +84,7 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
                 "' has no ", device_name(device), "/", dtype_name(dtype),
                 " kernel, and this run computes in ", dtype_name(dtype), " (see `titan kernels list`)");
     const KernelEntry& e = find_kernel(s.op, device, dtype, s.variant);
-    const std::string why = e.available ? e.available() : std::string();
+    const std::string why = on_this_machine && e.available ? e.available() : std::string();
     TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
     if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
   }

@@ -36,9 +36,11 @@ struct ModuleOps {
 // ("kernels.rope: ...") otherwise. Returns the start-up log: one line per (module, op) a rule
 // applies to, with the variant that wins there (the last matching rule), e.g.
 //   "kernels: layers.0.attention        rope -> gather_free"
+// `on_this_machine` false (planning a job for another machine: titan info, titan plan) skips only
+// the last check, whether the variant can run here (a GPU, a library).
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& rules,
-                                            const std::vector<ModuleOps>& modules, Device device,
-                                            DType dtype);
+                                            const std::vector<ModuleOps>& modules, Device device, DType dtype,
+                                            bool on_this_machine = true);
 
 // fnmatch-style glob where '*' also matches '.', so "layers.*.moe" matches "layers.12.moe".
 bool glob_match(const std::string& pattern, const std::string& name);

@@ -213,6 +213,24 @@ std::string kernel_line(Device device, DType dtype) {
   return line;
 }
 
+}  // namespace
+
+std::string check_kernels_for_planning(const JobConfig& c) {
+  if (c.kernels.empty()) return "";
+  TITAN_CHECK(c.job.device == "cpu" || c.job.device == "cuda", "job.device = \"", c.job.device,
+              "\" must be \"cpu\" or \"cuda\"");
+  const Device device = c.job.device == "cuda" ? Device::CUDA : Device::CPU;
+  // The CUDA library registers its kernels when it loads, which it does on a machine without a GPU.
+  if (device == Device::CUDA)
+    if (const std::string why = load_device_backend(device); !why.empty())
+      return "[kernels] not checked against cuda's kernels: " + why;
+  kernels::plan_substitutions(c.kernels, qwen3::module_ops(resolve_model_args(c)), device,
+                              resolve_compute_dtype(c), /*on_this_machine=*/false);
+  return "";
+}
+
+namespace {
+
 void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device device, DType dtype) {
   std::vector<kernels::Substitution> rules = c.kernels;
   // The only kernels whose results depend on timing are the GPU's tensor-core attention backward

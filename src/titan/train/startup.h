@@ -56,6 +56,13 @@ std::string document_description(const JobConfig& config, const data::Tokenizer&
 // planned for another) is not an error: the line says it was not checked.
 std::string data_line_for_planning(const JobConfig& config);
 
+// What `titan train` would check of the job's [kernels] table before compute (every rule's op,
+// variant, dtype and modules against the model and job.device's kernels; not whether the variant
+// can run on this machine), for `titan plan` and `titan info --config`: an error for a rule train
+// refuses. Returns a note when job.device's kernels cannot be listed here (a build without its
+// backend), empty otherwise.
+std::string check_kernels_for_planning(const JobConfig& config);
+
 // An error naming `key` when the folder `data` holds job.dump_folder: the run's metrics, checkpoints
 // and exports would be read as data.
 void check_run_writes_outside(const JobConfig& config, const std::filesystem::path& data,
