@@ -1,10 +1,9 @@
 #include "titan/models/qwen3/generate.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
 #include "titan/core/check.h"
@@ -12,14 +11,10 @@
 namespace titan::qwen3 {
 namespace {
 
-// As many digits as the double needs to read back as itself (1.0000001 is not "1", 0.8 is "0.8").
+// The shortest text that reads back as the same double (1.0000001 is not "1", 0.8 is "0.8").
 std::string precise(double v) {
   char buf[32];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
 }  // namespace
