@@ -29,9 +29,18 @@ struct CheckRun {
   std::map<std::string, nlohmann::json> rows;  // by check name
 };
 
+// Without --workdir, titan check runs in a folder under TMPDIR and keeps it when a row fails (the
+// logs are for the user). Tests that expect FAIL rows would leave ~450 MiB in /tmp on every run, so
+// TMPDIR points to a folder of the test's own, removed when the test ends. Under mpirun the
+// launcher keeps its own TMPDIR (its session folder's socket paths have a length limit); `-x` hands
+// the ranks this one.
 CheckRun titan_check(const std::string& args, const fs::path& json, const std::string& launcher = "") {
   CheckRun r;
-  r.rc = tt::run_command(launcher + tt::titan_binary().string() + " check " + args + " --json " + json.string(), &r.out);
+  const std::string tmpdir = tt::temp_dir("check_tmpdir_" + std::to_string(getpid())).string();
+  const std::string start =
+      launcher.empty() ? "TMPDIR=" + tmpdir + " " : launcher + "-x TMPDIR=" + tmpdir + " ";
+  r.rc = tt::run_command(start + tt::titan_binary().string() + " check " + args + " --json " + json.string(),
+                         &r.out);
   std::ifstream f(json);
   if (!f) return r;
   r.json = nlohmann::json::parse(f);
