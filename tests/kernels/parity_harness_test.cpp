@@ -13,6 +13,7 @@
 #include "titan/kernels/parity.h"
 #include "titan/kernels/registry.h"
 #include "titan/kernels/spec.h"
+#include "titan/ops/attention/attention.h"
 #include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::kernels {
@@ -57,6 +58,34 @@ TITAN_REGISTER_KERNEL(swiglu_test_unavailable,
 TITAN_REGISTER_KERNEL(
     undriven_test_op,
     {"test_undriven_op", Device::CPU, DType::F32, "fast", "test", ops::SwigluKernel{fwd_ref, bwd_ref}, {}});
+
+// bf16 attention whose forward rounds every output one bf16 step away from zero (within the forward's
+// tolerance of one step), with the reference's backward. Its backward reads its saved output
+// (D_i = dout . out), so judged on its own output, that step would reach dq and dk amplified by the
+// cancellation in dS = P (dP - D_i), though the backward kernel is the reference's.
+const ops::AttentionKernel& attention_ref() {
+  return kernel_for<ops::AttentionKernel>("attention", Device::CPU, DType::BF16, "reference");
+}
+void attention_fwd_one_step_off(const KernelContext& ctx, const ops::AttentionShape& s, const void* q,
+                                const void* k, const void* v, void* out, void* lse) {
+  attention_ref().forward(ctx, s, q, k, v, out, lse);
+  bf16* o = static_cast<bf16*>(out);
+  for (int64_t i = 0; i < s.q_numel(); ++i)
+    if (o[i].bits & 0x7fffu) ++o[i].bits;  // one step further from zero (no value here is near inf)
+}
+void attention_bwd_reference(const KernelContext& ctx, const ops::AttentionShape& s, const void* q,
+                             const void* k, const void* v, const void* out, const void* lse, const void* dout,
+                             void* dq, void* dk, void* dv) {
+  attention_ref().backward(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+TITAN_REGISTER_KERNEL(attention_test_one_step_off,
+                      {"attention",
+                       Device::CPU,
+                       DType::BF16,
+                       "test_out_one_step_off",
+                       "test",
+                       ops::AttentionKernel{attention_fwd_one_step_off, attention_bwd_reference},
+                       {}});
 
 ParityResult only(const std::vector<ParityResult>& rs, const std::string& variant) {
   const ParityResult* found = nullptr;
@@ -109,6 +138,25 @@ TEST(ParityHarness, RealVariantsStillPassBesideBrokenOnes) {
       ++real;
     }
   EXPECT_GE(real, 1);
+}
+
+// The gradients compare the backward kernels on one input: the variant's backward runs on the
+// reference's forward output, and the forward's own difference is judged once, as the output.
+TEST(ParityHarness, BackwardRunsOnTheReferenceOutputSoAForwardRoundingIsJudgedOnce) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    ParityOptions o;
+    o.op = "attention";
+    o.dtypes = {DType::BF16};
+    o.seed = seed;
+    int cases = 0;
+    for (const ParityResult& r : run_parity(o)) {
+      if (r.variant != "test_out_one_step_off") continue;
+      ++cases;
+      EXPECT_EQ(r.status, ParityStatus::Pass) << "seed " << seed << ": " << format_parity_result(r);
+      EXPECT_GT(r.max_abs, 0) << "the forward's step is measured";
+    }
+    EXPECT_EQ(cases, int(find_op_spec("attention")->default_shapes.size()));
+  }
 }
 
 TEST(ParityHarness, VariantWithoutDriverFails) {
