@@ -63,6 +63,23 @@ TEST(GlobMatch, StarsQuestionMarksAndClasses) {
             std::string::npos);
 }
 
+// Patterns that would match nothing, silently, are named before any rule is used.
+TEST(Glob, MalformedPatternsAreNamed) {
+  for (const char* good : {"*", "layers.[0-3].moe", "layers.[137].*", "layers.1[0-9].*", "norm", "a-b"})
+    EXPECT_EQ(glob_problem(good), "") << good;
+  EXPECT_EQ(glob_problem("layers.[0-3.moe"), "the '[' at character 8 is never closed by ']'");
+  EXPECT_EQ(glob_problem("layers.[3-0].moe"),
+            "the range '3-0' is reversed: it matches nothing (write '0-3')");
+  EXPECT_EQ(glob_problem("layers.[]"), "'[]' is an empty set: it matches nothing");
+  EXPECT_EQ(glob_problem("layers.[0-3].[9-1]"),
+            "the range '9-1' is reversed: it matches nothing (write '1-9')");
+  // set_substitutions (the API under the config) checks it too, naming the op's key.
+  EXPECT_NE(error_of([] {
+              set_substitutions({{"rope", "gather_free", "layers.[3-0].attention"}});
+            }).find("kernels.rope.modules = \"layers.[3-0].attention\": the range '3-0' is reversed"),
+            std::string::npos);
+}
+
 TEST(ModuleScope, NestsWithDots) {
   EXPECT_EQ(current_module(), "");
   {

@@ -325,6 +325,18 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
       {"[training\nsteps = 1\n", {}, {"job.toml:1", "invalid TOML"}},
       {"[kernels]\nrope = \"gather_free\"\n", {}, {"kernels.rope", "must be a table"}},
       {"[kernels]\nrope = { modules = \"layers.*\" }\n", {}, {"kernels.rope", "'impl'"}},
+      {"[kernels]\nrope = { impl = 3 }\n", {}, {"job.toml", "kernels.rope.impl must be a string"}},
+      {"[kernels]\nrope = { impl = \"\" }\n", {}, {"kernels.rope.impl is empty"}},
+      {"[kernels]\nrope = { impl = \"gather_free\", modules = \"layers.[0-3.attention\" }\n",
+       {},
+       {"job.toml", "kernels.rope.modules = \"layers.[0-3.attention\"",
+        "'[' at character 8 is never closed"}},
+      {"[kernels]\nrope = { impl = \"gather_free\", modules = \"layers.[3-0].attention\" }\n",
+       {},
+       {"kernels.rope.modules", "the range '3-0' is reversed", "write '0-3'"}},
+      {"[kernels]\nrope = { impl = \"gather_free\", modules = \"layers.[].attention\" }\n",
+       {},
+       {"kernels.rope.modules", "'[]' is an empty set"}},
   };
   for (const auto& c : cases) {
     std::string e = parse_error(c.toml, c.overrides);

@@ -4,6 +4,7 @@
 #include "titan/train/report.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -270,6 +271,51 @@ TEST(Report, ARolledBackRunShowsItsNewestTrajectory) {
   const std::map<long, double> want = {{1, 9.0}, {2, 8.0}, {3, 23.0}, {4, 24.0}};
   EXPECT_EQ(r.series.at("loss"), want);
   EXPECT_EQ(r.warmup_steps, (std::vector<long>{1, 3}));
+}
+
+// titan train logs a value that is not finite (a diverged loss) as null. The page says at which steps
+// (no chart can draw them) and counts every logged step, not only those a chart holds.
+TEST(Report, StepsWithANonFiniteLossAreNamedNotDroppedSilently) {
+  const fs::path dir = tt::temp_dir("report_not_finite_" + std::to_string(getpid()));
+  {
+    std::ofstream f(dir / "metrics.jsonl");
+    f << json{{"step", 1}, {"loss", 11.5}, {"grad_norm", 2.0}}.dump() << "\n"
+      << json{{"step", 2}, {"loss", nullptr}, {"grad_norm", nullptr}}.dump() << "\n"
+      << json{{"step", 3}, {"loss", nullptr}, {"grad_norm", 4.0}}.dump() << "\n";
+  }
+  const titan::train::RunRecord r = titan::train::read_run(dir);
+  EXPECT_EQ(r.steps, (std::vector<long>{1, 2, 3}));
+  EXPECT_EQ(r.not_finite.at("loss"), (std::vector<long>{2, 3}));
+  EXPECT_EQ(r.not_finite.at("grad_norm"), (std::vector<long>{2}));
+  EXPECT_EQ(r.series.at("loss").size(), 1u);
+  const std::string html = titan::train::render_report({r});
+  EXPECT_NE(html.find(", 3 logged steps</p>"), std::string::npos) << html;
+  EXPECT_NE(html.find("loss not finite (logged as null) at steps 2, 3: not drawn"), std::string::npos)
+      << html;
+  EXPECT_NE(html.find("grad_norm not finite (logged as null) at step 2: not drawn"), std::string::npos)
+      << html;
+
+  // A roll-back past them forgets them with the rest of the abandoned trajectory; one step is "step".
+  {
+    std::ofstream f(dir / "metrics.jsonl", std::ios::app);
+    f << json{{"step", 1}, {"loss", 11.4}}.dump() << "\n";
+  }
+  const titan::train::RunRecord back = titan::train::read_run(dir);
+  EXPECT_EQ(back.steps, (std::vector<long>{1}));
+  EXPECT_TRUE(back.not_finite.empty());
+  const std::string one = titan::train::render_report({back});
+  EXPECT_NE(one.find(", 1 logged step</p>"), std::string::npos) << one;
+  EXPECT_EQ(one.find("not finite"), std::string::npos);
+
+  // A long run of them is shortened to its first and last six.
+  {
+    std::ofstream f(dir / "metrics.jsonl", std::ios::app);
+    for (int step = 2; step <= 31; ++step) f << json{{"step", step}, {"loss", nullptr}}.dump() << "\n";
+  }
+  const std::string many = titan::train::render_report({titan::train::read_run(dir)});
+  EXPECT_NE(many.find("at steps 2, 3, 4, 5, 6, 7, ... (18 more), 26, 27, 28, 29, 30, 31: not drawn"),
+            std::string::npos)
+      << many;
 }
 
 TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {

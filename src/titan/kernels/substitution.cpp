@@ -18,8 +18,10 @@ std::vector<Substitution>& rules() {
 }
 thread_local std::string t_module;
 
-// The op and variant must be registered (on some device and dtype).
+// The op and variant must be registered (on some device and dtype), the modules pattern well formed.
 void check_known(const Substitution& s) {
+  const std::string bad_pattern = glob_problem(s.modules);
+  TITAN_CHECK(bad_pattern.empty(), "kernels.", s.op, ".modules = \"", s.modules, "\": ", bad_pattern);
   std::vector<std::string> ops, variants;
   for (auto& e : all_kernels()) {
     if (std::find(ops.begin(), ops.end(), e.op) == ops.end()) ops.push_back(e.op);
@@ -103,6 +105,25 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
       lines.push_back(buf);
     }
   return lines;
+}
+
+std::string glob_problem(const std::string& p) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '[') continue;
+    const size_t close = p.find(']', i);
+    if (close == std::string::npos)
+      return "the '[' at character " + std::to_string(i + 1) + " is never closed by ']'";
+    if (close == i + 1) return "'[]' is an empty set: it matches nothing";
+    for (size_t k = i + 1; k < close; ++k)
+      if (k + 2 < close && p[k + 1] == '-') {
+        if (p[k] > p[k + 2])
+          return std::string("the range '") + p[k] + "-" + p[k + 2] +
+                 "' is reversed: it matches nothing (write '" + p[k + 2] + "-" + p[k] + "')";
+        k += 2;
+      }
+    i = close;
+  }
+  return "";
 }
 
 // fnmatch-style matching with backtracking to the last '*'.

@@ -320,11 +320,16 @@ void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where)
       for (auto& [k, v] : e) {
         std::string kk(k.str());
         if (kk == "impl") {
+          TITAN_CHECK(v.is_string(), where, ": kernels.", op,
+                      ".impl must be a string, the variant's name (as `titan kernels list` prints it)");
           s.variant = v.value_or(std::string());
+          TITAN_CHECK(!s.variant.empty(), where, ": kernels.", op, ".impl is empty; give the variant's name");
         } else if (kk == "modules") {
           TITAN_CHECK(v.is_string() && !v.value_or(std::string()).empty(), where, ": kernels.", op,
                       ".modules must be a non-empty glob string (\"*\" for every module, or leave it out)");
           s.modules = v.value_or(std::string());
+          const std::string bad = kernels::glob_problem(s.modules);
+          TITAN_CHECK(bad.empty(), where, ": kernels.", op, ".modules = \"", s.modules, "\": ", bad);
         } else {
           TITAN_FAIL(where, ": kernels.", op, ": unknown key '", kk, "' (expected impl, modules)",
                      suggestion(kk, {"impl", "modules"}));

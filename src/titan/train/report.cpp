@@ -166,7 +166,8 @@ RunRecord read_run(const fs::path& dir) {
   std::ifstream f(metrics, std::ios::binary);
   TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::set<long> warmups;
+  std::set<long> warmups, steps;
+  std::map<std::string, std::set<long>> not_finite;
   long last_step = std::numeric_limits<long>::min();  // none yet
   size_t from = 0;
   for (long n = 1; from < text.size(); ++n) {
@@ -224,16 +225,27 @@ RunRecord read_run(const fs::path& dir) {
     // there on belong to the one it replaces, and go.
     if (step <= last_step) {
       for (auto& [name, points] : r.series) points.erase(points.lower_bound(step), points.end());
+      for (auto& [name, at] : not_finite) at.erase(at.lower_bound(step), at.end());
       warmups.erase(warmups.lower_bound(step), warmups.end());
+      steps.erase(steps.lower_bound(step), steps.end());
     }
     last_step = step;
-    for (auto& [k, v] : j.items())
-      if (k != "step" && v.is_number() && std::isfinite(v.get<double>())) r.series[k][step] = v.get<double>();
+    steps.insert(step);
+    for (auto& [k, v] : j.items()) {
+      if (k == "step") continue;
+      if (v.is_number() && std::isfinite(v.get<double>()))
+        r.series[k][step] = v.get<double>();
+      else if (v.is_null())
+        not_finite[k].insert(step);
+    }
     if (j.value("warmup", false)) warmups.insert(step);
   }
   TITAN_CHECK(last_step != std::numeric_limits<long>::min(), "report: ", metrics.string(),
               " holds no record: the run logged no step (yet)");
   r.warmup_steps.assign(warmups.begin(), warmups.end());
+  r.steps.assign(steps.begin(), steps.end());
+  for (auto& [k, at] : not_finite)
+    if (!at.empty()) r.not_finite[k].assign(at.begin(), at.end());
   const fs::path info_path = dir / "run_info.json";
   if (fs::exists(info_path)) {
     json info = read_json(info_path);
@@ -328,12 +340,20 @@ std::string render_report(const std::vector<RunRecord>& runs) {
     const RunRecord& r = runs[i];
     os << "<h2><i class=\"swatch\" style=\"background:" << run_colour(i) << "\"></i>" << escape(r.name) << "</h2>\n";
     os << "<p>" << escape(fs::absolute(r.dir).lexically_normal().string());
-    if (!r.series.empty()) {
-      size_t steps = 0;
-      for (auto& [k, s] : r.series) steps = std::max(steps, s.size());
-      os << ", " << steps << " logged steps";
+    os << ", " << r.steps.size() << (r.steps.size() == 1 ? " logged step" : " logged steps") << "</p>\n";
+    for (auto& [metric, at] : r.not_finite) {
+      // A long run of them reads as its first and last few steps.
+      std::string list;
+      for (size_t i = 0; i < at.size(); ++i) {
+        if (at.size() > 12 && i == 6) {
+          list += ", ... (" + std::to_string(at.size() - 12) + " more)";
+          i = at.size() - 6;
+        }
+        list += (list.empty() ? "" : ", ") + std::to_string(at[i]);
+      }
+      os << "<p class=\"fail\">" << escape(metric) << " not finite (logged as null) at step"
+         << (at.size() == 1 ? " " : "s ") << list << ": not drawn</p>\n";
     }
-    os << "</p>\n";
     if (!r.device.empty() || !r.versions.empty()) {
       os << "<table>";
       if (!r.device.empty()) os << "<tr><th>device</th><td>" << escape(r.device) << "</td></tr>";

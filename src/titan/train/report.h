@@ -18,6 +18,10 @@ struct RunRecord {
   std::string name;                                   // the folder's name (made unique by the caller)
   std::map<std::string, std::map<long, double>> series;  // metric -> step -> value (the newest trajectory's)
   std::vector<long> warmup_steps;                     // steps logged with "warmup": true
+  std::vector<long> steps;                            // every step of the newest trajectory, in order
+  // metric -> steps whose value titan train logged as null (not finite: a NaN or infinite loss),
+  // which no chart can draw: the page names them instead.
+  std::map<std::string, std::vector<long>> not_finite;
   std::string description, config_in_effect, device, ranks;
   std::vector<std::string> config_notes;
   std::map<std::string, std::string> versions;
