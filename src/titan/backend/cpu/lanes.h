@@ -55,6 +55,15 @@ inline float exp_poly(float x) {
   return e * std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
 }
 
+// The logistic sigmoid 1 / (1 + e^-g) of the SiLU kernels, which multiply by it (silu(g) = g * s).
+// Written as g / (1 + e^-g), GCC's partial-redundancy elimination copies the division into the
+// branches of exp_poly's clamp (there e^-g is a constant) and the vectorised loop then runs three
+// vdivps per vector instead of one (objdump of the AVX-512 clone): the bf16 swiglu forward loop
+// took 5.0 ms instead of 4.0 ms for 3.1M elements on one Intel Xeon (Sapphire Rapids) core.
+inline float sigmoid_poly(float g) {
+  return 1.0f / (1.0f + exp_poly(-g));
+}
+
 // 16 lanes, for the AVX-512 intrinsic kernels (attention, cross_entropy): the same steps with
 // fused multiply-adds, 2^n by scalef, so x <= -104 gives 0 (and -inf gives 0) and NaN propagates.
 __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
