@@ -6,6 +6,8 @@
 
 #include "ops/op_test_util.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"
 
 using namespace titan;
@@ -67,4 +69,39 @@ TEST(AttentionOp, BadShapesNameTheOpAndShapes) {
   EXPECT_THROW(ops::attention(Tensor::zeros({1, 4, 2, 8}, DType::F32), Tensor::zeros({1, 4, 2, 8}, DType::BF16),
                               Tensor::zeros({1, 4, 2, 8}, DType::BF16), 1.0),
                Error);
+}
+
+// The bf16 kernels' activation-sized scratch (the default backward's bf16 dout and gradients, the
+// reference's f32 copies of its inputs) comes from the allocator, so the metrics line's memory and
+// peak count it; it is all given back when the kernel returns.
+TEST(AttentionOp, Bf16ScratchIsCountedAsTheRunsMemory) {
+  const ops::AttentionShape s{2, 70, 4, 2, 64, 0.125f};
+  DeviceServices& mem = device_services(Device::CPU);
+  const KernelContext ctx = mem.context();
+  const int64_t B = s.B, S = s.S, Hq = s.Hq, Hkv = s.Hkv, D = s.D;
+  Tensor q = random_tensor({B, S, Hq, D}, DType::BF16, 1), k = random_tensor({B, S, Hkv, D}, DType::BF16, 2),
+         v = random_tensor({B, S, Hkv, D}, DType::BF16, 3),
+         dout = random_tensor({B, S, Hq, D}, DType::F32, 4);
+  Tensor out = Tensor::empty({B, S, Hq, D}, DType::BF16), lse = Tensor::empty({B, Hq, S}, DType::F32);
+  Tensor dq = Tensor::empty({B, S, Hq, D}, DType::F32), dk = Tensor::empty({B, S, Hkv, D}, DType::F32),
+         dv = Tensor::empty({B, S, Hkv, D}, DType::F32);
+  const int64_t q_n = int64_t(s.q_numel()), kv_n = int64_t(s.kv_numel());
+  // default: bf16 dout, dq, dk, dv; reference: f32 q, k, v, out (its forward: q, k, v, out too).
+  for (auto [variant, backward_scratch, forward_scratch] :
+       {std::tuple<const char*, int64_t, int64_t>{"default", 2 * (2 * q_n + 2 * kv_n), 0},
+        {"reference", 4 * (2 * q_n + 2 * kv_n), 4 * (2 * q_n + 2 * kv_n)}}) {
+    SCOPED_TRACE(variant);
+    const auto& kernel =
+        kernels::kernel_for<ops::AttentionKernel>("attention", Device::CPU, DType::BF16, variant);
+    const int64_t held = mem.stats().current_bytes;
+    mem.reset_peak();
+    kernel.forward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data());
+    EXPECT_GE(mem.stats().peak_bytes - held, forward_scratch);
+    EXPECT_EQ(mem.stats().current_bytes, held);
+    mem.reset_peak();
+    kernel.backward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
+                    dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data());
+    EXPECT_GE(mem.stats().peak_bytes - held, backward_scratch);
+    EXPECT_EQ(mem.stats().current_bytes, held) << "scratch not given back";
+  }
 }

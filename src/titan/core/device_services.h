@@ -124,6 +124,26 @@ class DeviceServices {
   std::vector<double> time_marks_;  // the host clock's marks (CPU, meta)
 };
 
+// A kernel's scratch memory from its device's allocator, so the memory figures (the metrics line's
+// memory, the peak) count it as they count tensors; given back when it goes out of scope. Its
+// contents start undefined (zero it where the kernel relies on zeros).
+template <class T>
+class ScratchBuffer {
+ public:
+  ScratchBuffer(DeviceServices& services, size_t n)
+      : services_(&services), n_(n), data_(static_cast<T*>(services.allocate(n * sizeof(T)))) {}
+  ~ScratchBuffer() { services_->deallocate(data_, n_ * sizeof(T)); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  T* data() const { return data_; }
+  size_t size() const { return n_; }
+
+ private:
+  DeviceServices* services_;
+  size_t n_;
+  T* data_;
+};
+
 // The services of a device (loading its backend library first if it has one); an error naming
 // the device and the reason when it cannot be loaded or is unavailable.
 DeviceServices& device_services(Device device);

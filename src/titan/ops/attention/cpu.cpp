@@ -15,6 +15,7 @@
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/lanes.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 
 namespace titan::cpu {
@@ -634,7 +635,10 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
                              ? 1
                              : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
   const int64_t qsize = s.B * S * ldq;
-  std::vector<float> dq_part(nsplit > 1 ? size_t(nsplit * qsize) : 0);
+  // nsplit f32 copies of dq: from the allocator, so the run's memory figures include them. Zeroed:
+  // split sp writes the query tiles from sp on, and the final sum reads every split's rows.
+  ScratchBuffer<float> dq_part(device_services(Device::CPU), nsplit > 1 ? size_t(nsplit * qsize) : 0);
+  std::fill(dq_part.data(), dq_part.data() + dq_part.size(), 0.f);
   const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
   // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
   const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
@@ -850,9 +854,12 @@ namespace {
 using Bf16Backward = void (*)(const AttentionShape&, const bf16*, const bf16*, const bf16*, const bf16*,
                               const float*, const bf16*, bf16*, bf16*, bf16*);
 template <Bf16Backward kKernel>
-void bwd_bf16_via(const KernelContext&, const AttentionShape& s, const void* q, const void* k, const void* v,
-                  const void* out, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  std::vector<bf16> dout16(s.q_numel()), dq16(s.q_numel()), dk16(s.kv_numel()), dv16(s.kv_numel());
+void bwd_bf16_via(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                  const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
+                  void* dv) {
+  // Activation-sized: from the allocator, so the run's memory figures include them.
+  ScratchBuffer<bf16> dout16(*ctx.services, size_t(s.q_numel())), dq16(*ctx.services, size_t(s.q_numel())),
+      dk16(*ctx.services, size_t(s.kv_numel())), dv16(*ctx.services, size_t(s.kv_numel()));
   convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
   kKernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
           static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"
 #include "titan/ops/attention/cpu.h"
@@ -129,22 +130,27 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 namespace titan::ops {
 namespace {
 
-std::vector<float> widen(const void* p, size_t n) {
-  std::vector<float> out(n);
-  convert_bf16_to_f32(static_cast<const bf16*>(p), out.data(), n);
-  return out;
+// Activation-sized f32 copies: from the allocator, so a run's memory figures include them.
+using F32Scratch = ScratchBuffer<float>;
+void widen(const void* p, F32Scratch& out) {
+  convert_bf16_to_f32(static_cast<const bf16*>(p), out.data(), out.size());
 }
 
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
 void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel());
-  std::vector<float> of(s.q_numel());
+  DeviceServices& mem = *ctx.services;
+  F32Scratch qf(mem, size_t(s.q_numel())), kf(mem, size_t(s.kv_numel())), vf(mem, size_t(s.kv_numel())),
+      of(mem, size_t(s.q_numel()));
+  widen(q, qf), widen(k, kf), widen(v, vf);
   cpu::attention_fwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<float*>(lse));
   convert_f32_to_bf16(of.data(), static_cast<bf16*>(out), of.size());
 }
 void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  auto qf = widen(q, s.q_numel()), kf = widen(k, s.kv_numel()), vf = widen(v, s.kv_numel()), of = widen(out, s.q_numel());
+  DeviceServices& mem = *ctx.services;
+  F32Scratch qf(mem, size_t(s.q_numel())), kf(mem, size_t(s.kv_numel())), vf(mem, size_t(s.kv_numel())),
+      of(mem, size_t(s.q_numel()));
+  widen(q, qf), widen(k, kf), widen(v, vf), widen(out, of);
   cpu::attention_bwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<const float*>(lse),
                                    static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
                                    static_cast<float*>(dv));
