@@ -344,12 +344,12 @@ std::string render_report(const std::vector<RunRecord>& runs) {
     for (auto& [metric, at] : r.not_finite) {
       // A long run of them reads as its first and last few steps.
       std::string list;
-      for (size_t i = 0; i < at.size(); ++i) {
-        if (at.size() > 12 && i == 6) {
+      for (size_t k = 0; k < at.size(); ++k) {
+        if (at.size() > 12 && k == 6) {
           list += ", ... (" + std::to_string(at.size() - 12) + " more)";
-          i = at.size() - 6;
+          k = at.size() - 6;
         }
-        list += (list.empty() ? "" : ", ") + std::to_string(at[i]);
+        list += (list.empty() ? "" : ", ") + std::to_string(at[k]);
       }
       os << "<p class=\"fail\">" << escape(metric) << " not finite (logged as null) at step"
          << (at.size() == 1 ? " " : "s ") << list << ": not drawn</p>\n";
