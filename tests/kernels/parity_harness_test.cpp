@@ -70,7 +70,7 @@ void attention_fwd_one_step_off(const KernelContext& ctx, const ops::AttentionSh
                                 const void* k, const void* v, void* out, void* lse) {
   attention_ref().forward(ctx, s, q, k, v, out, lse);
   bf16* o = static_cast<bf16*>(out);
-  for (int64_t i = 0; i < s.q_numel(); ++i)
+  for (size_t i = 0; i < s.q_numel(); ++i)
     if (o[i].bits & 0x7fffu) ++o[i].bits;  // one step further from zero (no value here is near inf)
 }
 void attention_bwd_reference(const KernelContext& ctx, const ops::AttentionShape& s, const void* q,

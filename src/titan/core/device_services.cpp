@@ -47,6 +47,12 @@ MemoryStats DeviceServices::stats() const {
 
 void DeviceServices::reset_peak() { peak_.store(current_.load()); }
 
+Scratch::Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
+  TITAN_CHECK(services_, device_name(ctx.device),
+              ": the kernel context has no device services for its scratch");
+  ptr_ = services_->allocate(bytes_);
+}
+
 // ---------------------------------------------------------------- time marks
 
 // The host clock: CPU kernels have finished when they return, so "now" is when the queued work ran.

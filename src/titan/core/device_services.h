@@ -125,23 +125,24 @@ class DeviceServices {
 };
 
 // A kernel's scratch memory from its device's allocator, so the memory figures (the metrics line's
-// memory, the peak) count it as they count tensors; given back when it goes out of scope. Its
-// contents start undefined (zero it where the kernel relies on zeros).
-template <class T>
-class ScratchBuffer {
+// memory, the peak) count it as they count tensors; given back when it goes out of scope (on a GPU
+// in stream order: the caching allocator reuses a block only for work queued after that point on
+// the same stream). Its contents start undefined: zero it where the kernel relies on zeros.
+class Scratch {
  public:
-  ScratchBuffer(DeviceServices& services, size_t n)
-      : services_(&services), n_(n), data_(static_cast<T*>(services.allocate(n * sizeof(T)))) {}
-  ~ScratchBuffer() { services_->deallocate(data_, n_ * sizeof(T)); }
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  T* data() const { return data_; }
-  size_t size() const { return n_; }
+  Scratch(const KernelContext& ctx, size_t bytes);
+  ~Scratch() { services_->deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   DeviceServices* services_;
-  size_t n_;
-  T* data_;
+  size_t bytes_;
+  void* ptr_;
 };
 
 // The services of a device (loading its backend library first if it has one); an error naming

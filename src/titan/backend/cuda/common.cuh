@@ -185,26 +185,4 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Device scratch from the device's allocator, freed in stream order (the caching allocator reuses
-// a block only for work queued after this point on the same stream).
-class Scratch {
- public:
-  Scratch(const KernelContext& ctx, size_t bytes) : services_(ctx.services), bytes_(bytes) {
-    TITAN_CHECK(services_, "cuda: the kernel context has no device services");
-    ptr_ = services_->allocate(bytes_);
-  }
-  ~Scratch() { services_->deallocate(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  DeviceServices* services_;
-  size_t bytes_;
-  void* ptr_;
-};
-
 }  // namespace titan::cuda

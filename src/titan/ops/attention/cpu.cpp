@@ -637,8 +637,10 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
   const int64_t qsize = s.B * S * ldq;
   // nsplit f32 copies of dq: from the allocator, so the run's memory figures include them. Zeroed:
   // split sp writes the query tiles from sp on, and the final sum reads every split's rows.
-  ScratchBuffer<float> dq_part(device_services(Device::CPU), nsplit > 1 ? size_t(nsplit * qsize) : 0);
-  std::fill(dq_part.data(), dq_part.data() + dq_part.size(), 0.f);
+  const size_t dq_part_n = nsplit > 1 ? size_t(nsplit * qsize) : 0;
+  const Scratch dq_part_buffer(device_services(Device::CPU).context(), dq_part_n * sizeof(float));
+  float* dq_part = dq_part_buffer.as<float>();
+  std::fill(dq_part, dq_part + dq_part_n, 0.f);
   const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
   // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
   const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
@@ -752,7 +754,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             if (nsplit == 1)
               store_row(dq + qoff + i * ldq, row.data(), D);
             else
-              std::memcpy(dq_part.data() + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
+              std::memcpy(dq_part + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
           }
         }
       if constexpr (!kF32)
@@ -767,7 +769,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
       for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
         std::fill(row.begin(), row.end(), 0.f);
         for (int64_t sp = 0; sp < nsplit; ++sp) {
-          const float* part = dq_part.data() + sp * qsize + rw * D;
+          const float* part = dq_part + sp * qsize + rw * D;
           for (int64_t d = 0; d < D; ++d) row[d] += part[d];
         }
         store_row(dq + rw * D, row.data(), D);
@@ -858,15 +860,15 @@ void bwd_bf16_via(const KernelContext& ctx, const AttentionShape& s, const void*
                   const void* v, const void* out, const void* lse, const void* dout, void* dq, void* dk,
                   void* dv) {
   // Activation-sized: from the allocator, so the run's memory figures include them.
-  ScratchBuffer<bf16> dout16(*ctx.services, size_t(s.q_numel())), dq16(*ctx.services, size_t(s.q_numel())),
-      dk16(*ctx.services, size_t(s.kv_numel())), dv16(*ctx.services, size_t(s.kv_numel()));
-  convert_f32_to_bf16(static_cast<const float*>(dout), dout16.data(), dout16.size());
+  const size_t nq = s.q_numel(), nkv = s.kv_numel();
+  const Scratch dout16(ctx, nq * 2), dq16(ctx, nq * 2), dk16(ctx, nkv * 2), dv16(ctx, nkv * 2);
+  convert_f32_to_bf16(static_cast<const float*>(dout), dout16.as<bf16>(), nq);
   kKernel(s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-          static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.data(), dq16.data(),
-          dk16.data(), dv16.data());
-  convert_bf16_to_f32(dq16.data(), static_cast<float*>(dq), dq16.size());
-  convert_bf16_to_f32(dk16.data(), static_cast<float*>(dk), dk16.size());
-  convert_bf16_to_f32(dv16.data(), static_cast<float*>(dv), dv16.size());
+          static_cast<const bf16*>(out), static_cast<const float*>(lse), dout16.as<bf16>(), dq16.as<bf16>(),
+          dk16.as<bf16>(), dv16.as<bf16>());
+  convert_bf16_to_f32(dq16.as<bf16>(), static_cast<float*>(dq), nq);
+  convert_bf16_to_f32(dk16.as<bf16>(), static_cast<float*>(dk), nkv);
+  convert_bf16_to_f32(dv16.as<bf16>(), static_cast<float*>(dv), nkv);
 }
 
 const bool registered = kernels::register_kernels(

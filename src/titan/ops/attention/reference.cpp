@@ -130,27 +130,28 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 namespace titan::ops {
 namespace {
 
-// Activation-sized f32 copies: from the allocator, so a run's memory figures include them.
-using F32Scratch = ScratchBuffer<float>;
-void widen(const void* p, F32Scratch& out) {
-  convert_bf16_to_f32(static_cast<const bf16*>(p), out.data(), out.size());
-}
+// An activation-sized f32 copy of a bf16 tensor (or room for one, without `bf16_src`): from the
+// allocator, so a run's memory figures include it.
+struct F32Copy {
+  Scratch buffer;
+  F32Copy(const KernelContext& ctx, size_t n, const void* bf16_src = nullptr)
+      : buffer(ctx, n * sizeof(float)) {
+    if (bf16_src) convert_bf16_to_f32(static_cast<const bf16*>(bf16_src), data(), n);
+  }
+  float* data() const { return buffer.as<float>(); }
+};
 
 // bf16 reference: widen to f32, run the f32 reference, round the output once.
 void fwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse) {
-  DeviceServices& mem = *ctx.services;
-  F32Scratch qf(mem, size_t(s.q_numel())), kf(mem, size_t(s.kv_numel())), vf(mem, size_t(s.kv_numel())),
-      of(mem, size_t(s.q_numel()));
-  widen(q, qf), widen(k, kf), widen(v, vf);
+  const F32Copy qf(ctx, s.q_numel(), q), kf(ctx, s.kv_numel(), k), vf(ctx, s.kv_numel(), v),
+      of(ctx, s.q_numel());
   cpu::attention_fwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<float*>(lse));
-  convert_f32_to_bf16(of.data(), static_cast<bf16*>(out), of.size());
+  convert_f32_to_bf16(of.data(), static_cast<bf16*>(out), s.q_numel());
 }
 void bwd_ref_bf16(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                   const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  DeviceServices& mem = *ctx.services;
-  F32Scratch qf(mem, size_t(s.q_numel())), kf(mem, size_t(s.kv_numel())), vf(mem, size_t(s.kv_numel())),
-      of(mem, size_t(s.q_numel()));
-  widen(q, qf), widen(k, kf), widen(v, vf), widen(out, of);
+  const F32Copy qf(ctx, s.q_numel(), q), kf(ctx, s.kv_numel(), k), vf(ctx, s.kv_numel(), v),
+      of(ctx, s.q_numel(), out);
   cpu::attention_bwd_reference_f32(s, qf.data(), kf.data(), vf.data(), of.data(), static_cast<const float*>(lse),
                                    static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
                                    static_cast<float*>(dv));
