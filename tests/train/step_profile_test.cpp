@@ -184,6 +184,11 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
     EXPECT_NE(out.find(std::string("activation checkpointing full (every layer), one process on ") + device),
               std::string::npos)
         << out;
+    // A GPU step also says what CUDA's caching allocator would reserve (meta replays its policy):
+    // at least the peak, as every byte in use sits in a segment.
+    std::snprintf(line, sizeof line, "reserved on the GPU  %.2f GiB", double(p.reserved) / double(1ll << 30));
+    EXPECT_EQ(out.find(line) != std::string::npos, std::string(device) == "cuda") << device << ": " << out;
+    EXPECT_GE(p.reserved, p.peak);
   }
   // Options out of their range are errors naming the option.
   std::string out;
@@ -202,6 +207,32 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
                 testing::titan_binary().string() + " info --flavor debugmodel --device cdua 2>&1", &out),
             0);
   EXPECT_NE(out.find("--device cdua: expected cpu or cuda"), std::string::npos) << out;
+}
+
+// The meta device hands out memory through the caching allocator CUDA uses, and each profile
+// starts from an empty cache: the reserved bytes are the step's own, the same run after run, and
+// above the peak only by the segments' rounding and what splitting could not reuse.
+TEST(StepProfile, ReservedBytesAreTheStepsOwnAndRepeatable) {
+  DeviceServices& meta = device_services(Device::Meta);
+  ASSERT_TRUE(meta.caches_memory());
+  EXPECT_FALSE(device_services(Device::CPU).caches_memory());
+  StepShape shape = small_step(DType::BF16);
+  shape.keep_logits_bytes = loss_logits_budget(Device::CUDA);
+  const int64_t before = meta.stats().current_bytes;
+  const StepProfile first = profile_training_step(small("debugmodel_moe"), shape, Device::Meta);
+  // Nothing of the step outlives it: a MoE model's logged-only aux loss left its node, and every
+  // layer's router probabilities with it, on the tape until the next backward.
+  EXPECT_EQ(meta.stats().current_bytes, before);
+  // Memory left cached by other work does not count towards the next step's figure.
+  void* p = meta.allocate(size_t(256) << 20);
+  meta.deallocate(p, size_t(256) << 20);
+  const StepProfile second = profile_training_step(small("debugmodel_moe"), shape, Device::Meta);
+  EXPECT_EQ(first.reserved, second.reserved);
+  EXPECT_EQ(first.peak, second.peak);
+  EXPECT_GE(first.reserved, first.peak);
+  EXPECT_LE(first.reserved, first.peak + first.peak / 4) << "peak " << first.peak << " B";
+  std::printf("debugmodel_moe (2 layers), bf16, 2 x 128: peak %.1f MiB, reserved %.1f MiB\n",
+              double(first.peak) / 1048576.0, double(first.reserved) / 1048576.0);
 }
 
 // A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and

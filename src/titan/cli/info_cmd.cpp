@@ -27,6 +27,11 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
               gib(p.peak).c_str());
+  // The step's allocations replayed through the CUDA allocator's policy (segments, splitting):
+  // what the GPU would hold from the system, which is what decides whether a job fits.
+  if (std::string(device) == "cuda")
+    std::printf("  reserved on the GPU  %s (the caching allocator's segments after the step)\n",
+                gib(p.reserved).c_str());
   std::printf(
       "FLOPs per step: %.4g (%.4g per token, causal attention counted for the scores computed; titan "
       "train's MFU counts torchtitan's 6 x active matmul parameters + 12 x layers x heads x head_dim x "

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "titan/core/caching_allocator.h"
 #include "titan/core/check.h"
 #include "titan/core/element.h"
 
@@ -145,7 +146,9 @@ class CpuServices final : public DeviceServices {
 
 // No data: every byte is counted, none is held. Pointers are distinct, never dereferenced
 // addresses (a kernel that touches one crashes at once, which is the point: nothing may read
-// tensor data behind the seam on this device).
+// tensor data behind the seam on this device). They come through the caching allocator CUDA uses,
+// over an address space with no bound, so a step run here leaves the reserved bytes a GPU's cache
+// would hold after the same allocations (the meta kernels allocate no scratch, the CUDA ones some).
 class MetaServices final : public DeviceServices {
  public:
   Device device() const override { return Device::Meta; }
@@ -158,16 +161,21 @@ class MetaServices final : public DeviceServices {
   void fill(void*, int64_t, DType, double) override {}
   void convert(void*, DType, const void*, DType, int64_t) override {}
   void copy_strided(void*, const int64_t*, const void*, const int64_t*, DType, int, const int64_t*) override {}
+  bool caches_memory() const override { return true; }
+  void release_cached() override { cache_.release_cached(); }
 
  protected:
-  void* raw_allocate(size_t nbytes) override {
-    // Addresses in the non-canonical x86-64 hole: unique, aligned, and faulting if ever used.
-    return reinterpret_cast<void*>(next_.fetch_add((nbytes + 63) / 64 * 64 + 64));
-  }
-  void raw_deallocate(void*, size_t) override {}
+  void* raw_allocate(size_t nbytes) override { return cache_.allocate(nbytes); }
+  void raw_deallocate(void* ptr, size_t) override { cache_.deallocate(ptr); }
+  int64_t reserved_bytes() const override { return cache_.stats().reserved_bytes; }
 
  private:
+  // Segments at addresses in the non-canonical x86-64 hole: unique, aligned, and faulting if ever
+  // used; never refused (a planned step may be larger than any machine) and never reused.
   std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
+  CachingAllocator cache_{CachingAllocator::Device{
+      [this](size_t bytes) { return reinterpret_cast<void*>(next_.fetch_add(bytes + 4096)); },
+      [](void*, size_t) {}, nullptr}};
 };
 
 // The CUDA backend's services once its library registered them (read on every CUDA allocation).

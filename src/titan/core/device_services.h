@@ -68,6 +68,12 @@ class DeviceServices {
   void deallocate(void* ptr, size_t nbytes);
   MemoryStats stats() const;
   void reset_peak();
+  // A device whose freed memory stays reserved in a cache (core/caching_allocator.h: CUDA, and
+  // meta, which replays CUDA's policy so a planned step can say what a GPU would reserve) says so
+  // here; release_cached() returns that cache to the device (PyTorch's empty_cache), the bytes in
+  // live tensors stay. Elsewhere reserved equals current and there is nothing to release.
+  virtual bool caches_memory() const { return false; }
+  virtual void release_cached() {}
 
   // Copies of raw bytes. copy_to_host/copy_from_host move between this device and host memory;
   // `copy` stays on this device. All are ordered on the device's stream; copy_to_host returns when

@@ -202,7 +202,9 @@ void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
 void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
                          const std::function<double()>& held_out_loss) {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
-  const int64_t peak = device_services(device_).stats().peak_bytes;
+  DeviceServices& services = device_services(device_);
+  const MemoryStats memory = services.stats();
+  const int64_t peak = memory.peak_bytes;
   if (!first_) {
     sustained_seconds_ += dt;
     sustained_tokens_ += tokens;
@@ -217,6 +219,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     m.lr = lr;
     m.memory_gib = double(peak) / double(1ll << 30);
     m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
+    if (services.caches_memory()) m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
     m.tps = double(tokens) / dt;
     m.tflops = m.tps * flops_per_token_ / 1e12;
     m.mfu = 100.0 * m.tflops / peak_tflops_;
@@ -267,9 +270,12 @@ void MetricsLogger::log(const StepMetrics& m) {
                 "mfu: %.2f%%%s",
                 long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
                 m.warmup ? "  (warm-up)" : "");
+  char reserved[48] = "";
+  if (m.memory_reserved_gib >= 0)
+    std::snprintf(reserved, sizeof reserved, "  reserved: %.2fGiB", m.memory_reserved_gib);
   char comm[96] = "";
   if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
-  std::printf("%s%s%s\n", line, comm,
+  std::printf("%s%s%s%s\n", line, reserved, comm,
               m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
   if (m.val_loss >= 0)
     std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
@@ -279,6 +285,7 @@ void MetricsLogger::log(const StepMetrics& m) {
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (m.memory_reserved_gib >= 0) j["memory_reserved_gib"] = m.memory_reserved_gib;
   if (!m.batch_hash.empty()) j["batch_hash"] = m.batch_hash;
   if (m.comm_mib >= 0) {
     j["comm_mib"] = m.comm_mib;

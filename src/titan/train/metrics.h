@@ -29,6 +29,9 @@ struct StepMetrics {
   double aux_loss = -1;  // MoE only (< 0: absent)
   double val_loss = -1, val_perplexity = -1;  // steps that ran [validation] only (< 0: absent)
   double memory_gib = 0, memory_pct = 0;
+  // A device with a caching allocator (CUDA) only (< 0: absent): what its segments hold at the end
+  // of the step, which is what decides whether the next allocation fits.
+  double memory_reserved_gib = -1;
   double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
   double step_seconds = 0;
   // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the

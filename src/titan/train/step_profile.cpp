@@ -42,7 +42,8 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
 
   const auto t0 = std::chrono::steady_clock::now();
   DeviceServices& dev = device_services(device);
-  const int64_t base = dev.stats().current_bytes;
+  dev.release_cached();  // the cache starts as a fresh process's: what the step reserves is its own
+  const int64_t base = dev.stats().current_bytes, base_reserved = dev.stats().reserved_bytes;
   dev.reset_flops();
   StepProfile p;
   {
@@ -108,6 +109,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
+    if (dev.caches_memory()) p.reserved = dev.stats().reserved_bytes - base_reserved;
     p.comm = sharding.stats();
     const int64_t copies = shape.grad_accumulation - run;
     p.comm.bytes_sent += copies * middle_comm.bytes_sent;

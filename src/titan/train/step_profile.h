@@ -46,6 +46,10 @@ struct StepProfile {
   // The most held at once during the step, and the part of it above the persistent state:
   // activations saved for backward, gradients in flight, kernel scratch.
   int64_t peak = 0;
+  // On a device with a caching allocator (CUDA; meta replays its policy): the segments the step's
+  // allocations left reserved, a cache that started empty (0 elsewhere). Above the peak by what
+  // splitting and rounding could not reuse.
+  int64_t reserved = 0;
   int64_t activations() const { return peak - persistent(); }
   int64_t persistent() const { return weights + grads + optimizer + other; }
   int64_t blocks = 0;          // flat parameter blocks

@@ -1,12 +1,10 @@
 // CudaDeviceServices: Device::CUDA's memory, copies, fill/convert/strided-copy kernels and stream.
 //
-// Allocation: a caching allocator. cudaMalloc and cudaFree synchronise the whole device and cost
-// tens of microseconds, and a training step frees and re-allocates the same activation sizes every
-// step, so freed blocks are kept in a free list (best fit by size) and handed out again. Sizes are
-// rounded up to 512 bytes (all pointers stay 256-byte aligned for vector loads); a cached block is
-// reused for a request up to 1/8 smaller than it (bounded waste, no splitting). When cudaMalloc
-// fails, every cached block is released and the allocation retried once; then the error names the
-// request and the current / reserved bytes.
+// Allocation: core/caching_allocator.h over cudaMalloc (cudaMalloc and cudaFree synchronise the
+// whole device and cost tens of microseconds, and a training step frees and re-allocates the same
+// activation sizes every step): segments split into blocks, freed blocks merged and reused, cached
+// segments returned only when cudaMalloc fails; then the error names the request and the current
+// / reserved bytes.
 // Every kernel and copy runs on the one compute stream, so a block freed on the host side can be
 // reused at once: the work that used it is ordered before any work that reuses it.
 //
@@ -21,15 +19,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/cuda_services.h"
 #include "titan/backend/cuda/cudnn_graph.h"
 #include "titan/backend/cuda/device.h"
+#include "titan/core/caching_allocator.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 
@@ -45,7 +42,6 @@ void check(int err, const char* what, const char* file, int line) {
 
 namespace {
 
-constexpr size_t kRound = 512;                // allocation granularity (bytes)
 constexpr size_t kStagingBytes = 8u << 20;    // one pinned staging buffer
 constexpr size_t kStagedCopyMin = 1u << 20;   // host copies at least this large go through staging
 
@@ -357,6 +353,8 @@ class CudaDeviceServices final : public DeviceServices {
     if (stream_) TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void* stream() override { return stream_handle(); }
+  bool caches_memory() const override { return true; }
+  void release_cached() override { cache_.release_cached(); }
 
   // The op profiler's clock: an event per mark on the compute stream, reused across timelines.
   void record_time_mark() override {
@@ -414,53 +412,16 @@ class CudaDeviceServices final : public DeviceServices {
 
  protected:
   void* raw_allocate(size_t nbytes) override {
-    const size_t size = round_up(std::max<size_t>(nbytes, 1), kRound);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      // Best fit: the smallest cached block that holds `size`, if it wastes at most 1/8 of it.
-      auto it = free_blocks_.lower_bound(size);
-      if (it != free_blocks_.end() && it->first - size <= it->first / 8) {
-        void* p = it->second;
-        free_blocks_.erase(it);
-        return p;
-      }
-    }
-    require_available();
-    stream_handle();  // the device is initialised (and current on this thread) before the first allocation
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, size);
-    if (err == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      release_cached();
-      err = cudaMalloc(&p, size);
-    }
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      // Only an allocation failure is "out of memory": another error here is a fault an earlier
-      // kernel left in the context (an illegal address), which cudaMalloc merely reports.
-      TITAN_CHECK(err != cudaErrorMemoryAllocation, "out of CUDA memory allocating ", nbytes, " bytes (",
-                  cudaGetErrorString(err), "; ", stats().current_bytes, " bytes in tensors, ",
-                  reserved_bytes(), " reserved)");
-      TITAN_FAIL("cudaMalloc of ", nbytes, " bytes failed: ", cudaGetErrorString(err),
-                 " (an error of earlier work on the device, reported by the allocation)");
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    block_size_[p] = size;
-    reserved_ += int64_t(size);
+    void* p = cache_.allocate(nbytes);
+    // Null only when cudaMalloc refused the segment even after every cached one went back.
+    TITAN_CHECK(p, "out of CUDA memory allocating ", nbytes, " bytes (", stats().current_bytes,
+                " bytes in tensors, ", reserved_bytes(), " reserved in segments)");
     return p;
   }
 
-  void raw_deallocate(void* ptr, size_t) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = block_size_.find(ptr);
-    TITAN_CHECK(it != block_size_.end(), "cuda deallocate: ", ptr, " was not allocated by the CUDA allocator");
-    free_blocks_.emplace(it->second, ptr);
-  }
+  void raw_deallocate(void* ptr, size_t) override { cache_.deallocate(ptr); }
 
-  int64_t reserved_bytes() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return reserved_;
-  }
+  int64_t reserved_bytes() const override { return cache_.stats().reserved_bytes; }
 
  private:
   std::vector<std::unique_ptr<Event>> mark_events_;  // the profiler's marks (record_time_mark)
@@ -514,20 +475,6 @@ class CudaDeviceServices final : public DeviceServices {
     check_launch("fill_kernel");
   }
 
-  // Returns every cached (free) block to the device.
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (free_blocks_.empty()) return;
-    TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // work may still read a freed block
-    while (!free_blocks_.empty()) {
-      const auto [size, p] = *free_blocks_.begin();
-      TITAN_CUDA_CHECK(cudaFree(p));  // a block that failed to free stays counted
-      free_blocks_.erase(free_blocks_.begin());
-      block_size_.erase(p);
-      reserved_ -= int64_t(size);
-    }
-  }
-
   // Both pinned buffers and both events, or none: a call that fails part-way (pinned memory
   // refused) frees what it made, so the next call starts again instead of using a null buffer.
   void ensure_staging() {  // after stream_handle(): this thread is on the GPU
@@ -555,10 +502,23 @@ class CudaDeviceServices final : public DeviceServices {
   std::once_flag stream_once_;
   cudaStream_t stream_ = nullptr;
 
-  mutable std::mutex mutex_;
-  std::multimap<size_t, void*> free_blocks_;       // size -> cached block
-  std::unordered_map<void*, size_t> block_size_;   // every block obtained from cudaMalloc
-  int64_t reserved_ = 0;
+  // Segments from cudaMalloc; returned only when a cudaMalloc fails (after the stream drained:
+  // queued work may still read a freed block).
+  CachingAllocator cache_{CachingAllocator::Device{
+      [this](size_t bytes) -> void* {
+        stream_handle();  // the device is initialised (and current on this thread) first
+        void* p = nullptr;
+        const cudaError_t err = cudaMalloc(&p, bytes);
+        if (err == cudaSuccess) return p;
+        cudaGetLastError();
+        // Only an allocation failure is "out of memory": another error here is a fault an earlier
+        // kernel left in the context (an illegal address), which cudaMalloc merely reports.
+        if (err == cudaErrorMemoryAllocation) return nullptr;
+        TITAN_FAIL("cudaMalloc of a ", bytes, "-byte segment failed: ", cudaGetErrorString(err),
+                   " (an error of earlier work on the device, reported by the allocation)");
+      },
+      [](void* p, size_t) { TITAN_CUDA_CHECK(cudaFree(p)); },
+      [this] { TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }}};
 
   std::mutex staging_mutex_;
   void* staging_[2] = {nullptr, nullptr};

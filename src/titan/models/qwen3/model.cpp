@@ -330,9 +330,15 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
                                             keep_logits_bytes_);
   }
   out.loss = out.ce_loss;
-  if (args_.is_moe()) {
+  if (args_.is_moe() && args_.output_router_logits) {
     out.aux_loss = aux_loss(router);
-    if (args_.output_router_logits) out.loss = ops::add(out.ce_loss, ops::scale(out.aux_loss.reshape(out.ce_loss.shape()), args_.router_aux_loss_coef));
+    out.loss = ops::add(out.ce_loss,
+                        ops::scale(out.aux_loss.reshape(out.ce_loss.shape()), args_.router_aux_loss_coef));
+  } else if (args_.is_moe()) {
+    // Logged only: recorded, its node (holding every layer's [tokens, experts] probabilities) would
+    // stay on the tape, unreached by the backward, until the next step's backward pruned it.
+    autograd::NoGradGuard logged_only;
+    out.aux_loss = aux_loss(router);
   }
   return out;
 }
