@@ -2,18 +2,19 @@
 // D=128, bf16 (ops/attention/cuda.h). FLOP/s counts the causal work only (half the S x S
 // products): forward 2*B*Hq*S*S*D, backward 2.5x that, the FlashAttention papers' convention
 // (bench/attention_bench.cpp on the CPU counts the full square: its rates read 2x these).
-//   build/bin/cuda_attention_bench                     (skips every case without a GPU)
+//   build/bin/cuda_attention_bench                     (says "skipped" and exits 0 without a GPU)
 // Arg algo: 0 = f32 math (warp-per-row f32 kernels), 1 = tensor cores through WMMA (the "default"
 // pair), 2 = tensor cores through raw mma.sync (the "mma_sync" pair), 3 = cuDNN's fused attention
 // (the "cudnn" variant; its backward includes the f32 <-> bf16 gradient conversions the op pays).
+// Built only with the CUDA backend (bench/CMakeLists.txt).
 #include <benchmark/benchmark.h>
 
-#ifdef TITAN_HAVE_CUDA
 #include <random>
 #include <vector>
 
-#include "titan/ops/attention/cuda.h"
+#include "cuda_bench_util.h"
 #include "titan/core/device_services.h"
+#include "titan/ops/attention/cuda.h"
 
 namespace {
 
@@ -114,15 +115,8 @@ Problem& problem() {
   return p;
 }
 
-bool skip_without_gpu(benchmark::State& state) {
-  if (titan::device_available(Device::CUDA)) return false;
-  state.SkipWithError("no usable CUDA device");
-  return true;
-}
-
 // Each iteration ends with a device synchronisation.
 void BM_Forward(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
   Problem& p = problem();
   const int algo = int(state.range(0));
   p.fwd(algo);  // warm-up (shared-memory opt-in, first launch)
@@ -135,7 +129,6 @@ void BM_Forward(benchmark::State& state) {
 }
 
 void BM_Backward(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
   Problem& p = problem();
   const int algo = int(state.range(0));
   p.fwd(algo);
@@ -150,7 +143,6 @@ void BM_Backward(benchmark::State& state) {
 }
 
 void BM_ForwardBackward(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
   Problem& p = problem();
   const int algo = int(state.range(0));
   p.fwd(algo);
@@ -174,15 +166,10 @@ TITAN_CUDA_ATTN_BENCH(BM_ForwardBackward);
 
 }  // namespace
 
-#else
-
-namespace {
-void BM_NeedsTheCudaBackend(benchmark::State& state) {
-  state.SkipWithError("built without the CUDA backend (TITAN_CUDA off, or no nvcc)");
-  for (auto _ : state) {
-  }
+int main(int argc, char** argv) {
+  if (!titan::bench::gpu_ready("cuda_attention_bench")) return 0;
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
-BENCHMARK(BM_NeedsTheCudaBackend);
-}  // namespace
-
-#endif
