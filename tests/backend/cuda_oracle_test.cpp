@@ -4,8 +4,15 @@
 // held to 1e-5 by qwen3_oracle_test; the GPU sums in other orders). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cuda_test_util.h"
 #include "models/oracle_check.h"
+#include "test_util.h"
+#include "titan/io/safetensors.h"
+#include "titan/models/qwen3/generate.h"
+#include "titan/models/qwen3/state_dict.h"
 
 namespace titan {
 namespace {
@@ -18,6 +25,35 @@ TEST(CudaOracle, DenseTiedMatchesTransformers) {
 TEST(CudaOracle, MoeWithAuxLossMatchesTransformers) {
   TITAN_REQUIRE_CUDA();
   testing::check_against_oracle("tiny_moe", Device::CUDA, 1e-4);
+}
+
+// `titan generate --device cuda`: a checkpoint loaded onto the GPU gives transformers' next-token
+// logits at every prefix of the oracle's first row (within 1e-4) and the greedy tokens the CPU
+// model gives.
+TEST(CudaOracle, GenerateOnTheGpuMatchesTransformersAndTheCpu) {
+  TITAN_REQUIRE_CUDA();
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    auto gpu = qwen3::load_hf_model(testing::oracle_dir(name), DType::F32, Device::CUDA);
+    auto cpu = qwen3::load_hf_model(testing::oracle_dir(name), DType::F32);
+    ASSERT_EQ(gpu->device(), Device::CUDA);
+    auto ref = io::SafetensorsFile::open(testing::oracle_dir(name) / "reference.safetensors");
+    const Tensor ids = testing::load_tensor(ref, "input_ids"), logits = testing::load_tensor(ref, "logits");
+    const int64_t S = ids.size(1), V = logits.size(2);
+    for (int64_t s : {int64_t(1), int64_t(5), S}) {
+      Tensor prefix = Tensor::empty({1, s}, DType::I64);
+      std::copy(ids.data<int64_t>(), ids.data<int64_t>() + s, prefix.data<int64_t>());
+      const Tensor got = gpu->next_token_logits(prefix.to(Device::CUDA)).to(Device::CPU).to(DType::F32);
+      const float* expected = logits.data<float>() + (s - 1) * V;
+      double worst = 0;
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, std::abs(double(got.data<float>()[v] - expected[v])));
+      EXPECT_LE(worst, 1e-4) << name << " prefix " << s;
+    }
+    const std::vector<int64_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + 4);
+    const qwen3::Generation on_gpu = qwen3::generate(*gpu, prompt, 12, qwen3::SamplingOptions{}, {});
+    const qwen3::Generation on_cpu = qwen3::generate(*cpu, prompt, 12, qwen3::SamplingOptions{}, {});
+    EXPECT_EQ(on_gpu.ids, on_cpu.ids) << name;
+  }
 }
 
 }  // namespace

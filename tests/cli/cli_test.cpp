@@ -12,6 +12,7 @@
 
 #include "models/oracle_check.h"
 #include "test_util.h"
+#include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/models/qwen3/generate.h"
 
@@ -145,6 +146,7 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
       {m + "--prompt-ids 1 --max-new-tokens 0", "--max-new-tokens 0: expected an integer >= 1"},
       {m + "--prompt-ids 1 --dtype float16", "--dtype must be float32 or bfloat16"},
+      {m + "--prompt-ids 1 --device cdua", "--device cdua: expected cpu or cuda"},
       {m + "--prompt-ids 1 --tokenizer " + titan::data::default_tokenizer_path().string(),
        "they do not belong together"},
       {m + "--prompt hi --tokenizer " + titan::data::default_tokenizer_path().string(),
@@ -161,6 +163,20 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
     EXPECT_EQ(r.rc, 1) << args;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
     EXPECT_EQ(r.out, "") << args;
+  }
+  // --device cuda on a machine without a usable GPU fails with the reason (a GPU machine runs it:
+  // tests/backend/cuda_oracle_test.cpp).
+  if (!titan::device_available(titan::Device::CUDA)) {
+    r = titan(m + "--prompt-ids 1 --device cuda");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("titan generate: error: --device cuda: device 'cuda' is unavailable"),
+              std::string::npos)
+        << r.err;
+  } else {
+    r = titan("generate --model-path " + model +
+              " --prompt-ids '17, 400,2048,5' --max-new-tokens 12 --device cuda");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, expected + "\n");
   }
 }
 

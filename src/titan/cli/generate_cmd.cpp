@@ -12,7 +12,9 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/core/parse.h"
+#include "titan/core/suggest.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/json_error.h"
 #include "titan/models/qwen3/generate.h"
@@ -74,10 +76,24 @@ int generate_main(int argc, char** argv) {
       .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
+      .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
+              "cpu")
       .flag("ignore-eos", "do not stop at the end-of-text tokens")
       .flag("json",
             "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
   if (!p.parse(argc, argv)) return 0;
+
+  const std::string device_text = p.get("device");
+  TITAN_CHECK(device_text == "cpu" || device_text == "cuda", "titan generate: --device ", device_text,
+              ": expected cpu or cuda", suggestion(device_text, {"cpu", "cuda"}));
+  const Device device = device_text == "cuda" ? Device::CUDA : Device::CPU;
+  if (device == Device::CUDA) {  // before any file is read: a machine without a GPU says so at once
+    try {
+      device_services(Device::CUDA);
+    } catch (const Error& e) {
+      TITAN_FAIL("titan generate: --device cuda: ", e.what());
+    }
+  }
 
   const bool native = p.has("checkpoint");
   TITAN_CHECK(native != p.has("model-path"),
@@ -149,14 +165,14 @@ int generate_main(int argc, char** argv) {
 
   std::unique_ptr<qwen3::Qwen3Model> model;
   if (native) {
-    train::NativeModel loaded = train::load_native_model(model_path, dtype);
+    train::NativeModel loaded = train::load_native_model(model_path, dtype, device);
     model = std::move(loaded.model);
     if (!loaded.expert_bias.empty()) {  // route as the trained model did
       model->enable_expert_bias();
       model->set_expert_bias_values(loaded.expert_bias);
     }
   } else {
-    model = qwen3::load_hf_model(model_path, dtype);
+    model = qwen3::load_hf_model(model_path, dtype, device);
   }
   const int64_t vocab = model->args().vocab_size;
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
@@ -214,9 +230,11 @@ int generate_main(int argc, char** argv) {
     for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);
     std::printf("%s\n", line.c_str());
   }
-  std::fprintf(stderr, "generate: %zu new tokens after %zu prompt tokens in %.2f s (%.1f tokens/s, %s), stopped at %s\n",
-               g.ids.size(), prompt.size(), g.seconds, double(g.ids.size()) / std::max(g.seconds, 1e-9),
-               std::string(dtype_name(dtype)).c_str(), g.stop_reason.c_str());
+  std::fprintf(
+      stderr,
+      "generate: %zu new tokens after %zu prompt tokens in %.2f s (%.1f tokens/s, %s on %s), stopped at %s\n",
+      g.ids.size(), prompt.size(), g.seconds, double(g.ids.size()) / std::max(g.seconds, 1e-9),
+      std::string(dtype_name(dtype)).c_str(), device_text.c_str(), g.stop_reason.c_str());
   return 0;
 }
 

@@ -9,14 +9,14 @@
 
 namespace titan::train {
 
-NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype) {
+NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype, Device device) {
   LoadedCheckpoint c = load_checkpoint_dir(step_dir, CheckpointParts::Weights);
   TITAN_CHECK(c.train_state.contains("model_config"), "checkpoint '", step_dir.string(),
               "': train_state.json has no model_config");
   qwen3::ModelArgs args =
       qwen3::args_from_hf_config(c.train_state["model_config"], (step_dir / "train_state.json").string());
   NativeModel out;
-  out.model = std::make_unique<qwen3::Qwen3Model>(args, compute_dtype);
+  out.model = std::make_unique<qwen3::Qwen3Model>(args, compute_dtype, device);
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());

@@ -23,6 +23,7 @@ struct NativeModel {
 // routes without biases, leaves out.
 double largest_expert_bias(const std::vector<std::vector<double>>& expert_bias);
 
-NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype);
+NativeModel load_native_model(const std::filesystem::path& step_dir, DType compute_dtype,
+                              Device device = Device::CPU);
 
 }  // namespace titan::train
