@@ -1,11 +1,13 @@
 #include "titan/ops/swiglu/swiglu.h"
 
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 
 #include <cmath>
 
 #include "ops/op_test_util.h"
 #include "ops/torch_ref/torch_ref.h"
+#include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
@@ -72,6 +74,32 @@ TEST(Swiglu, ExtremeGatesStayFinite) {
     for (size_t i = 0; i < y.size(); ++i)
       EXPECT_NEAR(y[i], 2 * silu(gv[i]), 1e-6 * std::fabs(2 * gv[i]) + 1e-30) << variant << " gate " << gv[i];
   }
+}
+
+// The SiLU loops run with denormals flushed to zero (backend/cpu/lanes.h, FlushDenormals: their
+// vectorised sigmoid multiplies by a denormal constant in every vector, a microcode assist each when
+// denormals are honoured). The flush is the kernel's own: a silu below 2^-126 is 0 (f32 and bf16,
+// forward and backward), and the caller's floating-point state, threads included, is as it was.
+TEST(Swiglu, DenormalsAreFlushedInsideTheKernelOnly) {
+  const unsigned csr = _mm_getcsr();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    // 40000 elements: more than one 16K chunk, so every OpenMP thread runs the loop.
+    auto g = Tensor::full({40000}, -100.0, DType::F32).to(dt).set_requires_grad(true);
+    auto u = Tensor::full({40000}, 2.0, DType::F32).to(dt).set_requires_grad(true);
+    kernels::ForceVariant force("swiglu", "default");
+    Tensor y = ops::swiglu(g, u);
+    for (double v : y.to_vector()) ASSERT_EQ(v, 0.0) << dtype_name(dt) << ": silu(-100) * 2 = -7e-42 exactly";
+    autograd::backward(autograd::current_tape(), {y}, {Tensor::full(y.shape(), 1.0, grad_dtype(dt))});
+    for (double v : u.grad().to_vector()) ASSERT_EQ(v, 0.0) << dtype_name(dt);
+  }
+  EXPECT_EQ(_mm_getcsr(), csr);
+  volatile float tiny = 1e-38f;
+  EXPECT_GT(tiny * 0.5f, 0.0f) << "denormals are still flushed after the kernel returned";
+  // The OpenMP threads too: a parallel region after the kernel computes denormals.
+  int flushed = 0;
+#pragma omp parallel reduction(+ : flushed)
+  flushed += (tiny * 0.5f == 0.0f) ? 1 : 0;
+  EXPECT_EQ(flushed, 0);
 }
 
 TEST(Swiglu, DefaultVariantMatchesReference) {

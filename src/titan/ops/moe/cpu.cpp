@@ -196,7 +196,10 @@ void forward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv,
     for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
     gemm_store(Trans::N, Trans::T, m, F, D, xs, D, wg + e * F * D, D, a, 2 * F);
     gemm_store(Trans::N, Trans::T, m, F, D, xs, D, wu + e * F * D, D, a + F, 2 * F);
-    for (int64_t r = 0; r < m; ++r) silu_mul_row(F, a + r * 2 * F, h + r * F);
+    {
+      const FlushDenormals ftz;  // sigmoid_poly's loops (lanes.h)
+      for (int64_t r = 0; r < m; ++r) silu_mul_row(F, a + r * 2 * F, h + r * F);
+    }
     gemm_store(Trans::N, Trans::T, m, D, F, h, F, wd + e * D * F, F, out + r0 * D, D);
   }
 #pragma omp parallel if (n * D > kParallelElems)
@@ -242,14 +245,17 @@ void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv
     const T* a = act + r0 * 2 * F;
     for (int64_t r = 0; r < m; ++r) convert_row(D, dy + rt.token(r0 + r, k) * D, dys + r * D);
     gemm_acc(Trans::N, Trans::N, m, F, D, dys, D, wd + e * D * F, F, 0.f, dh, F);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t slot = rt.order[size_t(r0 + r)];
-      const float w = rnd(T{}, weights[slot]);
-      // dot = dy . (h @ W_down^T), the unweighted expert output: the routing weight's gradient.
-      const float dot = swiglu_backward_row(F, a + r * 2 * F, dh + r * F, w, h + r * F,
-                                            dgu ? dgu + r * 2 * F : nullptr);
-      if (dw) dw[slot] = dot;
-      if (dwd) scale_row(D, w, dys + r * D);
+    {
+      const FlushDenormals ftz;  // sigmoid_poly's loops (lanes.h)
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t slot = rt.order[size_t(r0 + r)];
+        const float w = rnd(T{}, weights[slot]);
+        // dot = dy . (h @ W_down^T), the unweighted expert output: the routing weight's gradient.
+        const float dot =
+            swiglu_backward_row(F, a + r * 2 * F, dh + r * F, w, h + r * F, dgu ? dgu + r * 2 * F : nullptr);
+        if (dw) dw[slot] = dot;
+        if (dwd) scale_row(D, w, dys + r * D);
+      }
     }
     if (need_x)
       for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
