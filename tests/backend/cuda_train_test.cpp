@@ -42,8 +42,10 @@ void expect_losses_follow_the_cpu(const char* precision, double rel) {
   auto lc = by_step(read_metrics(cpu), "loss"), lg = by_step(read_metrics(gpu), "loss");
   // The GPU's records say what its caching allocator holds: every peak byte sat in a segment that
   // is still reserved (segments go back only when cudaMalloc fails). The CPU has no cache.
-  for (const auto& r : read_metrics(gpu))
+  for (const auto& r : read_metrics(gpu)) {
+    ASSERT_TRUE(r.contains("memory_reserved_gib")) << r.dump();
     EXPECT_GE(r["memory_reserved_gib"].get<double>(), r["memory_gib"].get<double>()) << r.dump();
+  }
   for (const auto& r : read_metrics(cpu)) EXPECT_FALSE(r.contains("memory_reserved_gib")) << r.dump();
   ASSERT_EQ(lc.size(), 20u);
   ASSERT_EQ(lg.size(), 20u);

@@ -164,14 +164,12 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
     EXPECT_EQ(r.out, "") << args;
   }
-  // --device cuda on a machine without a usable GPU fails with the reason (a GPU machine runs it:
-  // tests/backend/cuda_oracle_test.cpp).
+  // --device cuda on a machine without a usable GPU (or a build without the CUDA backend) fails
+  // with the reason (a GPU machine runs it: tests/backend/cuda_oracle_test.cpp).
   if (!titan::device_available(titan::Device::CUDA)) {
     r = titan(m + "--prompt-ids 1 --device cuda");
     EXPECT_EQ(r.rc, 1);
-    EXPECT_NE(r.err.find("titan generate: error: --device cuda: device 'cuda' is unavailable"),
-              std::string::npos)
-        << r.err;
+    EXPECT_NE(r.err.find("titan generate: error: --device cuda: device 'cuda'"), std::string::npos) << r.err;
   } else {
     r = titan("generate --model-path " + model +
               " --prompt-ids '17, 400,2048,5' --max-new-tokens 12 --device cuda");

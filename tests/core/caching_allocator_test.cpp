@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 using namespace titan;
@@ -90,12 +91,42 @@ TEST(CachingAllocator, ALargeFreeBlockIsSplitAndItsPiecesMergeBack) {
   std::memset(a, 1, 30 * MiB);
   std::memset(b, 2, 60 * MiB);
   // Freed in either order, the pieces become one block again: a request for the whole fits.
-  cache.deallocate(b);
-  cache.deallocate(a);
-  EXPECT_EQ(cache.stats().cached_bytes, int64_t(100 * MiB));
-  EXPECT_EQ(cache.allocate(100 * MiB), big);
+  for (bool later_first : {true, false}) {
+    cache.deallocate(later_first ? b : a);
+    cache.deallocate(later_first ? a : b);
+    EXPECT_EQ(cache.stats().cached_bytes, int64_t(100 * MiB));
+    EXPECT_EQ(cache.allocate(100 * MiB), big);  // one 100 MiB block: the merge closed both seams
+    cache.deallocate(big);
+    a = static_cast<char*>(cache.allocate(30 * MiB));
+    b = static_cast<char*>(cache.allocate(60 * MiB));
+    ASSERT_EQ(a, big);
+    ASSERT_EQ(b, big + 30 * MiB);
+  }
   EXPECT_EQ(cache.stats().device_allocations, 1);
   EXPECT_EQ(cache.stats().reserved_bytes, int64_t(100 * MiB));
+}
+
+// Sizes past 2^63 bytes (a planned step of an absurd size on the meta device) are errors naming
+// the request, never counters that wrap. The device here hands out addresses without memory.
+TEST(CachingAllocator, RequestsAndReservationsPast2To63BytesAreErrors) {
+  uint64_t next = uint64_t(1) << 40;
+  CachingAllocator cache({[&](size_t n) { return reinterpret_cast<void*>(std::exchange(next, next + n)); },
+                          [](void*, size_t) {}, nullptr});
+  auto error_of = [&](size_t n) {
+    try {
+      cache.allocate(n);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(~size_t(0)).find("a request of 18446744073709551615 bytes exceeds 2^63 bytes"),
+            std::string::npos);
+  ASSERT_NE(cache.allocate(size_t(1) << 62), nullptr);
+  ASSERT_NE(cache.allocate((size_t(1) << 62) - (size_t(4) << 20)), nullptr);
+  EXPECT_NE(error_of(size_t(16) << 20).find("would take the memory reserved at once past 2^63 bytes"),
+            std::string::npos);
+  EXPECT_EQ(cache.stats().reserved_bytes, int64_t((size_t(1) << 63) - (size_t(4) << 20)));
 }
 
 TEST(CachingAllocator, ARestUnder1MiBStaysWithTheLargeBlock) {

@@ -83,7 +83,8 @@ TEST(Swiglu, ExtremeGatesStayFinite) {
 TEST(Swiglu, DenormalsAreFlushedInsideTheKernelOnly) {
   const unsigned csr = _mm_getcsr();
   for (DType dt : {DType::F32, DType::BF16}) {
-    // 40000 elements: more than one 16K chunk, so every OpenMP thread runs the loop.
+    // 40000 elements: more than one 16K chunk, so the kernel runs its parallel region (every thread
+    // of the team takes the flush; a shorter input runs on the caller's thread, flushed the same way).
     auto g = Tensor::full({40000}, -100.0, DType::F32).to(dt).set_requires_grad(true);
     auto u = Tensor::full({40000}, 2.0, DType::F32).to(dt).set_requires_grad(true);
     kernels::ForceVariant force("swiglu", "default");

@@ -83,6 +83,9 @@ CachingAllocator::Block* CachingAllocator::take_cached(bool small, size_t size) 
 
 CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size) {
   const size_t bytes = segment_size(size);  // small requests: kSmallSegment
+  TITAN_CHECK(bytes < kMaxBytes - size_t(stats_.reserved_bytes), "caching allocator: a ", bytes,
+              "-byte segment would take the memory reserved at once past 2^63 bytes (", stats_.reserved_bytes,
+              " reserved)");
   void* base = device_.allocate_segment(bytes);
   if (!base) return nullptr;
   auto owned = std::make_unique<Block>();
@@ -100,6 +103,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size) 
 }
 
 void* CachingAllocator::allocate(size_t nbytes) {
+  TITAN_CHECK(nbytes <= kMaxBytes, "caching allocator: a request of ", nbytes, " bytes exceeds 2^63 bytes");
   const size_t size = block_size(nbytes);
   const bool small = size <= kSmallRequest;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -56,6 +56,7 @@ class CachingAllocator {
   static constexpr size_t kMediumSegment = size_t(20) << 20;
   static constexpr size_t kLargeSegmentRound = size_t(2) << 20;
   static constexpr size_t kLargeMinSplitRest = size_t(1) << 20;  // a smaller rest stays with the block
+  static constexpr size_t kMaxBytes = size_t(1) << 63;  // requests and reservations stay within (no overflow)
 
   explicit CachingAllocator(Device device);
   ~CachingAllocator();  // returns every segment (blocks still handed out are the caller's leak)
@@ -63,7 +64,8 @@ class CachingAllocator {
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   // A block of at least `nbytes` (0 gives a unique block too), or null when the device has no room
-  // even after the cached segments went back.
+  // even after the cached segments went back. A request, or a reservation, past 2^63 bytes is an
+  // error saying so.
   void* allocate(size_t nbytes);
   // `ptr` must come from allocate() and not be freed yet: anything else is an error naming it.
   void deallocate(void* ptr);

@@ -22,13 +22,20 @@ namespace titan {
 // ---------------------------------------------------------------- counters
 
 void* DeviceServices::allocate(size_t nbytes) {
-  void* p = raw_allocate(nbytes);
+  // Counted first: past 8 EiB (only a meta device's step of an absurd size gets there) the request
+  // is refused before the device, or its caching allocator, sees it.
   const int64_t now = current_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
-  if (now < 0) {  // wrapped past 8 EiB: only a meta device's step of an absurd size gets here
+  if (now < 0 || nbytes > size_t(INT64_MAX)) {
     current_.fetch_sub(int64_t(nbytes));
-    raw_deallocate(p, nbytes);
     TITAN_FAIL(device_name(device()), " memory: the tensors held at once exceed 2^63 bytes (allocating ",
                nbytes, " bytes)");
+  }
+  void* p = nullptr;
+  try {
+    p = raw_allocate(nbytes);
+  } catch (...) {
+    current_.fetch_sub(int64_t(nbytes));
+    throw;
   }
   int64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
@@ -165,7 +172,12 @@ class MetaServices final : public DeviceServices {
   void release_cached() override { cache_.release_cached(); }
 
  protected:
-  void* raw_allocate(size_t nbytes) override { return cache_.allocate(nbytes); }
+  void* raw_allocate(size_t nbytes) override {
+    void* p = cache_.allocate(nbytes);
+    TITAN_CHECK(p, "meta memory: the fake address space (2^63 bytes) is used up allocating ", nbytes,
+                " bytes");
+    return p;
+  }
   void raw_deallocate(void* ptr, size_t) override { cache_.deallocate(ptr); }
   int64_t reserved_bytes() const override { return cache_.stats().reserved_bytes; }
 
@@ -173,9 +185,14 @@ class MetaServices final : public DeviceServices {
   // Segments at addresses in the non-canonical x86-64 hole: unique, aligned, and faulting if ever
   // used; never refused (a planned step may be larger than any machine) and never reused.
   std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
-  CachingAllocator cache_{CachingAllocator::Device{
-      [this](size_t bytes) { return reinterpret_cast<void*>(next_.fetch_add(bytes + 4096)); },
-      [](void*, size_t) {}, nullptr}};
+  CachingAllocator cache_{CachingAllocator::Device{[this](size_t bytes) -> void* {
+                                                     const uint64_t p = next_.fetch_add(bytes + 4096);
+                                                     // Past the top of the hole: refused, not wrapped.
+                                                     return p >= 0x8000'0000'0000'0000ull
+                                                                ? reinterpret_cast<void*>(p)
+                                                                : nullptr;
+                                                   },
+                                                   [](void*, size_t) {}, nullptr}};
 };
 
 // The CUDA backend's services once its library registered them (read on every CUDA allocation).

@@ -37,8 +37,8 @@ inline void st(uint16_t* p, float v) { *p = round_bf16(v); }
 
 // Scalar, branch-free, so the `omp simd` / target_clones loops of the SiLU kernels (swiglu,
 // moe_experts) vectorise it. x is clamped to [-87.3, 88] so that 2^n fits the exponent bits it is
-// built from: e^-88 would be a denormal, and silu(g) = g / (1 + e^-g) stays tiny (like the exact
-// value) for g below -88.
+// built from (e^-88 would be a denormal); sigmoid_poly(g) is then a denormal below g = -87.3, which
+// the SiLU loops flush to 0 (FlushDenormals).
 inline float exp_poly(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
   // n = round(x / ln2) with the 1.5 * 2^23 trick (vectorises without a rounding instruction).
@@ -58,9 +58,8 @@ inline float exp_poly(float x) {
 // The logistic sigmoid 1 / (1 + e^-g) of the SiLU kernels, which multiply by it (silu(g) = g * s).
 // Written as g / (1 + e^-g), GCC's partial-redundancy elimination copies the division into the
 // branches of exp_poly's clamp (there e^-g is a constant) and the vectorised loop then runs three
-// vdivps per vector instead of one (objdump of the AVX-512 clone): the bf16 swiglu forward loop
-// took 5.0 ms instead of 4.0 ms for 3.1M elements on one Intel Xeon (Sapphire Rapids) core.
-// Call it under FlushDenormals (below).
+// vdivps per vector instead of one (objdump of the AVX-512 clone). Call it under FlushDenormals
+// (below).
 inline float sigmoid_poly(float g) {
   return 1.0f / (1.0f + exp_poly(-g));
 }
@@ -69,9 +68,10 @@ inline float sigmoid_poly(float g) {
 // thread while in scope. The SiLU loops need it: their vectorised sigmoid_poly evaluates the clamp
 // branch's constant 1 / (1 + e^88) = 6e-39, a denormal, times the gate for every vector and blends
 // the products away, and with denormals honoured each such multiply takes a microcode assist. The
-// bf16 swiglu forward ran 14.5 ms per 3.1M elements on one Intel Xeon (Sapphire Rapids) core, 3.2
-// ms with them flushed (swiglu's share of a debugmodel step: 134 -> 40 ms). A result below 2^-126
-// in magnitude becomes 0, in f32 as in bf16 (same exponent range): silu(-100) is 0, not -4e-42.
+// bf16 swiglu forward ran 14.5 ms per 3.1M elements on one Intel Xeon (Sapphire Rapids) core, 3.5
+// ms with them flushed (swiglu's share of a debugmodel step: 134 -> 40 ms). Under it sigmoid_poly is
+// 0 for g below -87.3, so silu is 0 there (the exact value is below 1e-36 in magnitude: silu(-90) =
+// -7e-38), and any other result below 2^-126 becomes 0, in f32 as in bf16 (same exponent range).
 // Scoped to the loops that need it: every other kernel keeps IEEE denormals.
 class FlushDenormals {
  public:

@@ -246,17 +246,17 @@ void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv
     for (int64_t r = 0; r < m; ++r) convert_row(D, dy + rt.token(r0 + r, k) * D, dys + r * D);
     gemm_acc(Trans::N, Trans::N, m, F, D, dys, D, wd + e * D * F, F, 0.f, dh, F);
     {
-      const FlushDenormals ftz;  // sigmoid_poly's loops (lanes.h)
+      const FlushDenormals ftz;  // sigmoid_poly's loop (lanes.h), and nothing else
       for (int64_t r = 0; r < m; ++r) {
         const int64_t slot = rt.order[size_t(r0 + r)];
-        const float w = rnd(T{}, weights[slot]);
         // dot = dy . (h @ W_down^T), the unweighted expert output: the routing weight's gradient.
-        const float dot =
-            swiglu_backward_row(F, a + r * 2 * F, dh + r * F, w, h + r * F, dgu ? dgu + r * 2 * F : nullptr);
+        const float dot = swiglu_backward_row(F, a + r * 2 * F, dh + r * F, rnd(T{}, weights[slot]),
+                                              h + r * F, dgu ? dgu + r * 2 * F : nullptr);
         if (dw) dw[slot] = dot;
-        if (dwd) scale_row(D, w, dys + r * D);
       }
     }
+    if (dwd)
+      for (int64_t r = 0; r < m; ++r) scale_row(D, rnd(T{}, weights[rt.order[size_t(r0 + r)]]), dys + r * D);
     if (need_x)
       for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
     if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys, D, h, F, 0.f, dwd + e * D * F, F);
