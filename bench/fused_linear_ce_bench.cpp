@@ -64,7 +64,7 @@ void BM_FusedLinearCE(benchmark::State& state, DType dtype) {
   state.counters["executed_GFLOP/s"] = benchmark::Counter(8 * ndv * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["loss"] = loss;
   state.SetLabel(std::string(cpu::kernel_isa_name(isa)) + " row loops; " + cpu::gemm_describe());
-  cpu::limit_kernel_isa(cpu::KernelIsa::kAvx512Bf16);
+  cpu::limit_kernel_isa(cpu::kHighestKernelIsa);
 }
 
 void shapes(benchmark::internal::Benchmark* b) {

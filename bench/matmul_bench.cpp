@@ -82,7 +82,7 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
   if (kind == Kind::Bf16Widened) set_gemm_bf16_backend(Bf16Backend::WidenToF32);
   limit_kernel_isa(kind == Kind::F32OneDnnOwnAt    ? KernelIsa::kPortable
                    : kind == Kind::F32OneDnnPanels ? KernelIsa::kAvx2
-                                                   : KernelIsa::kAvx512Bf16);
+                                                   : kHighestKernelIsa);
   std::vector<float> Af, Bf, C(size_t(c.batch * sc));
   std::vector<bf16> Ab, Bb, Cb;
   if (f32) {
@@ -126,7 +126,7 @@ void run_case(benchmark::State& state, Kind kind, const Case& c) {
   state.counters["peak%"] = rate / cpu_info().peak_flops(f32 ? DType::F32 : DType::BF16) * 100;
   set_gemm_f32_backend(F32Backend::OneDNN);
   set_gemm_bf16_backend(bf16_default);
-  limit_kernel_isa(KernelIsa::kAvx512Bf16);
+  limit_kernel_isa(kHighestKernelIsa);
 }
 
 std::vector<Case> cases() {

@@ -79,7 +79,7 @@ class FlashVsReference : public ::testing::TestWithParam<Param> {
                    << ", checked by the instances of that tier)";
     limit_kernel_isa(tier);
   }
-  void TearDown() override { limit_kernel_isa(KernelIsa::kAvx512Bf16); }
+  void TearDown() override { limit_kernel_isa(kHighestKernelIsa); }
   AttentionShape shape() const {
     const auto [r, D, S, portable] = GetParam();
     // Four query heads (eight at r = 8): several kv groups at small r, and the reference stays fast.
@@ -172,12 +172,17 @@ TEST_P(FlashVsReference, Bf16ProbsForwardAndBackward) {
 }
 
 // GQA ratios 1/2/4/8 x head_dim 64/128 x lengths around the 64-wide tile on the best path the CPU has
-// (AVX-512 with the bf16 dot product on Zen4, AVX2 on Zen3); the other paths on a smaller sweep (an odd
-// head_dim, 25, makes the bf16 dot kernel step aside, and exercises masked vector tails).
+// (AMX tiles on Sapphire Rapids, AVX-512 with the bf16 dot product on Zen4, AVX2 on Zen3); the other
+// paths on a smaller sweep (an odd head_dim, 25, makes the bf16 dot and AMX kernels step aside, and
+// exercises masked vector tails).
 INSTANTIATE_TEST_SUITE_P(Best, FlashVsReference,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 33, 100, 257),
                                             ::testing::Values(cpu_kernel_isa())));
+INSTANTIATE_TEST_SUITE_P(Avx512Bf16, FlashVsReference,
+                         ::testing::Combine(::testing::Values(2, 8), ::testing::Values(25, 128),
+                                            ::testing::Values(7, 100),
+                                            ::testing::Values(KernelIsa::kAvx512Bf16)));
 INSTANTIATE_TEST_SUITE_P(Avx512, FlashVsReference,
                          ::testing::Combine(::testing::Values(2, 8), ::testing::Values(25, 128),
                                             ::testing::Values(7, 100),
@@ -211,6 +216,27 @@ TEST(AttentionFlash, BackwardWithSplitKvTiles) {
     expect_close(dq_f, dq_r, 2e-5, 2e-5, "dq Hkv=" + std::to_string(hkv));
     expect_close(dk_f, dk_r, 2e-5, 2e-5, "dk Hkv=" + std::to_string(hkv));
     expect_close(dv_f, dv_r, 2e-5, 2e-5, "dv Hkv=" + std::to_string(hkv));
+
+    // The bf16 kernels (on this CPU's best tier: AMX tiles where it has them) split the same way.
+    const auto q16 = narrow(q), k16 = narrow(k), v16 = narrow(v), dout16 = narrow(dout);
+    const auto qw = widen(q16), kw = widen(k16), vw = widen(v16), doutw = widen(dout16);
+    std::vector<float> out_w(n.q), lse_w(n.lse);
+    attention_fwd_reference_f32(s, qw.data(), kw.data(), vw.data(), out_w.data(), lse_w.data());
+    const auto out16 = narrow(out_w);
+    const auto outw = widen(out16);
+    attention_bwd_reference_f32(s, qw.data(), kw.data(), vw.data(), outw.data(), lse_w.data(), doutw.data(),
+                                dq_r.data(), dk_r.data(), dv_r.data());
+    for (const bool probs : {false, true}) {
+      std::vector<bf16> dq16(n.q), dk16(n.kv), dv16(n.kv);
+      (probs ? attention_bwd_flash_bf16_probs : attention_bwd_flash_bf16)(
+          s, q16.data(), k16.data(), v16.data(), out16.data(), lse_w.data(), dout16.data(), dq16.data(),
+          dk16.data(), dv16.data());
+      const double tol = probs ? 1e-2 : 4e-3, atol = probs ? 1e-2 : 1e-4;
+      const std::string what = std::string(probs ? "bf16_probs" : "bf16") + " Hkv=" + std::to_string(hkv);
+      expect_close(widen(dq16), dq_r, tol, atol, "dq " + what);
+      expect_close(widen(dk16), dk_r, tol, atol, "dk " + what);
+      expect_close(widen(dv16), dv_r, tol, atol, "dv " + what);
+    }
   }
   omp_set_num_threads(saved);
 }

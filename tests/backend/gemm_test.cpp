@@ -582,7 +582,7 @@ TEST(Gemm, TheKernelTierCapFromTheEnvironmentIsAppliedAndNamed) {
             1)
       << out;
   EXPECT_NE(
-      out.find("TITAN_KERNEL_ISA=avx9 is not a kernel tier (use portable, avx2, avx512 or avx512_bf16)"),
+      out.find("TITAN_KERNEL_ISA=avx9 is not a kernel tier (use portable, avx2, avx512, avx512_bf16 or amx)"),
       std::string::npos)
       << out;
   if (cpu_kernel_isa() == KernelIsa::kPortable) GTEST_SKIP() << "this CPU runs the portable tier anyway";

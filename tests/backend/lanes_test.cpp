@@ -119,13 +119,14 @@ TEST(KernelIsa, TierFollowsTheCpuAndTheCap) {
   const KernelIsa best = cpu_kernel_isa();
   EXPECT_EQ(best >= KernelIsa::kAvx2, c.avx2 && c.fma);
   EXPECT_EQ(best >= KernelIsa::kAvx512, c.avx512_core());
-  EXPECT_EQ(best == KernelIsa::kAvx512Bf16, c.avx512_core() && c.avx512_bf16);
+  EXPECT_EQ(best >= KernelIsa::kAvx512Bf16, c.avx512_core() && c.avx512_bf16);
+  EXPECT_EQ(best == KernelIsa::kAmx, c.avx512_core() && c.avx512_bf16 && c.amx_usable && c.amx_bf16);
   EXPECT_EQ(kernel_isa(), best);
-  for (KernelIsa cap : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+  for (KernelIsa cap : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16}) {
     limit_kernel_isa(cap);
     EXPECT_EQ(kernel_isa(), std::min(cap, best)) << kernel_isa_name(cap);
   }
-  limit_kernel_isa(KernelIsa::kAvx512Bf16);
+  limit_kernel_isa(kHighestKernelIsa);
   EXPECT_EQ(kernel_isa(), best);
   EXPECT_STREQ(kernel_isa_name(KernelIsa::kAvx2), "avx2");
 }

@@ -72,7 +72,7 @@ std::vector<cpu::KernelIsa> cpu_kernel_tiers();
 class KernelIsaCap {
  public:
   explicit KernelIsaCap(cpu::KernelIsa cap) { cpu::limit_kernel_isa(cap); }
-  ~KernelIsaCap() { cpu::limit_kernel_isa(cpu::KernelIsa::kAvx512Bf16); }
+  ~KernelIsaCap() { cpu::limit_kernel_isa(cpu::kHighestKernelIsa); }
   KernelIsaCap(const KernelIsaCap&) = delete;
   KernelIsaCap& operator=(const KernelIsaCap&) = delete;
 };

@@ -352,10 +352,12 @@ namespace {
 // `TITAN_KERNEL_ISA=portable titan kernels parity`), else none.
 KernelIsa cap_from_env() {
   const char* env = std::getenv("TITAN_KERNEL_ISA");
-  if (!env || !*env) return KernelIsa::kAvx512Bf16;
-  for (KernelIsa isa : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16})
+  if (!env || !*env) return kHighestKernelIsa;
+  for (KernelIsa isa :
+       {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16, KernelIsa::kAmx})
     if (std::string_view(env) == kernel_isa_name(isa)) return isa;
-  TITAN_FAIL("TITAN_KERNEL_ISA=", env, " is not a kernel tier (use portable, avx2, avx512 or avx512_bf16)");
+  TITAN_FAIL("TITAN_KERNEL_ISA=", env,
+             " is not a kernel tier (use portable, avx2, avx512, avx512_bf16 or amx)");
 }
 
 std::atomic<KernelIsa>& kernel_isa_cap() {
@@ -370,6 +372,8 @@ const char* kernel_isa_name(KernelIsa isa) {
     case KernelIsa::kAvx2: return "avx2";
     case KernelIsa::kAvx512: return "avx512";
     case KernelIsa::kAvx512Bf16: return "avx512_bf16";
+    case KernelIsa::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -377,6 +381,7 @@ const char* kernel_isa_name(KernelIsa isa) {
 KernelIsa cpu_kernel_isa() {
   static const KernelIsa best = [] {
     const CpuInfo& c = cpu_info();
+    if (c.avx512_core() && c.avx512_bf16 && c.amx_usable && c.amx_bf16) return KernelIsa::kAmx;
     if (c.avx512_core() && c.avx512_bf16) return KernelIsa::kAvx512Bf16;
     if (c.avx512_core()) return KernelIsa::kAvx512;
     if (c.avx2 && c.fma) return KernelIsa::kAvx2;

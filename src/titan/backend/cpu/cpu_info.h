@@ -76,15 +76,19 @@ void assign_flop_rates(CpuInfo& info);
 //   kAvx2       AVX2 + FMA, 8 f32 lanes (Zen 1-3, Intel since Haswell)
 //   kAvx512     AVX-512 F/BW/DQ/VL, 16 f32 lanes (Zen4, Intel Xeon since Skylake)
 //   kAvx512Bf16 AVX-512 plus the AVX512-BF16 dot product (Zen4, Sapphire Rapids)
-enum class KernelIsa { kPortable, kAvx2, kAvx512, kAvx512Bf16 };
-const char* kernel_isa_name(KernelIsa isa);  // "portable", "avx2", "avx512", "avx512_bf16"
+//   kAmx        all of that plus AMX bf16 tiles that Linux lets this process use (Sapphire Rapids
+//               and later Xeons; CpuInfo::amx_usable)
+enum class KernelIsa { kPortable, kAvx2, kAvx512, kAvx512Bf16, kAmx };
+// The top tier: a cap at it is no cap.
+constexpr KernelIsa kHighestKernelIsa = KernelIsa::kAmx;
+const char* kernel_isa_name(KernelIsa isa);  // "portable", "avx2", "avx512", "avx512_bf16", "amx"
 // The best tier this CPU runs, lowered to the cap of limit_kernel_isa (at start: the environment's
 // TITAN_KERNEL_ISA, a tier name; an unknown name is an error naming the variable).
 KernelIsa kernel_isa();
 // The best tier this CPU runs, whatever the cap.
 KernelIsa cpu_kernel_isa();
 // Testing hook: caps the tier every intrinsic kernel uses, so that each tier is checked on any
-// machine that has it. kAvx512Bf16 lifts the cap. Set it while no kernel is running.
+// machine that has it. kHighestKernelIsa lifts the cap. Set it while no kernel is running.
 void limit_kernel_isa(KernelIsa cap);
 
 }  // namespace titan::cpu

@@ -42,6 +42,7 @@ constexpr int64_t kTile = 64;  // queries per tile == keys per tile; a multiple 
 struct PortableOps {
   static constexpr bool kBf16Dot = false;    // see Avx512Bf16Ops
   static constexpr bool kBf16Probs = false;  // see Avx512Bf16ProbsOps
+  static constexpr bool kAmx = false;        // see AmxDotOps
 
   static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                    int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -166,6 +167,7 @@ constexpr MicroTile8 kMicroTiles8[2][4][3] = {
 struct Avx2Ops {
   static constexpr bool kBf16Dot = false;
   static constexpr bool kBf16Probs = false;
+  static constexpr bool kAmx = false;
 
   TITAN_AVX2 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
                               const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -305,6 +307,7 @@ constexpr MicroTile kMicroTiles[6][4] = {
 struct Avx512Ops {
   static constexpr bool kBf16Dot = false;
   static constexpr bool kBf16Probs = false;
+  static constexpr bool kAmx = false;
 
   TITAN_AVX512 static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak,
                                 const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -486,6 +489,100 @@ struct Avx512Bf16ProbsOps : Avx512Bf16Ops {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// AMX (Sapphire Rapids and later Xeons). TDPBF16PS multiplies a 16 x 32 bf16 tile A by a 16 x 32 bf16
+// tile B holding 16 row pairs, B[p][2n + e] = B(2p + e, n), into a 16 x 16 f32 tile C: 16 x 16 x 32
+// multiply-adds per instruction, 16 times vdpbf16ps's. Every tile here is 16 rows of 64 bytes.
+#define TITAN_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2,avx512bf16,amx-tile,amx-bf16")))
+
+// The tile configuration register's memory image (palette 1): tiles 0-7 of 16 rows x 64 bytes.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+// A constant in memory: GCC's _tile_loadconfig tells the compiler it reads only 8 bytes of its
+// argument, so the stores that build a local copy can be dropped before ldtilecfg reads 64.
+constexpr AmxTileConfig kAmxTileConfig{};
+
+// The configuration is thread state that oneDNN's own AMX kernels also set: a thread loads ours
+// before each batch of products and releases the tiles after it.
+TITAN_AMX void amx_begin() {
+  _tile_loadconfig(&kAmxTileConfig);
+}
+TITAN_AMX void amx_end() {
+  _tile_release();
+}
+
+// C[M][N] (+)= A[M][K] B[K][N]: A bf16 row-major (lda elements per row), B pair-packed along K
+// (b[p][n] is the word (B(2p, n), B(2p + 1, n)), ldb words per row), C f32 (ldc floats per row).
+// M, N and K are multiples of 32: a 2 x 2 block of C tiles (tmm0-3) takes two A tiles (tmm4-5) and
+// two B tiles (tmm6-7) per 32-deep step, four products for four loads.
+TITAN_AMX void amx_gemm(int64_t M, int64_t N, int64_t K, const bf16* a, int64_t lda, const uint32_t* b,
+                        int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const int64_t sa = lda * int64_t(sizeof(bf16)), sb = ldb * 4, sc = ldc * 4;
+  for (int64_t m0 = 0; m0 < M; m0 += 32)
+    for (int64_t n0 = 0; n0 < N; n0 += 32) {
+      float* c0 = c + m0 * ldc + n0;
+      float* c1 = c0 + 16 * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c0, sc);
+        _tile_loadd(1, c0 + 16, sc);
+        _tile_loadd(2, c1, sc);
+        _tile_loadd(3, c1 + 16, sc);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        const bf16* a0 = a + m0 * lda + k0;
+        const uint32_t* b0 = b + k0 / 2 * ldb + n0;
+        _tile_loadd(4, a0, sa);
+        _tile_loadd(5, a0 + 16 * lda, sa);
+        _tile_loadd(6, b0, sb);
+        _tile_loadd(7, b0 + 16, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c0, sc);
+      _tile_stored(1, c0 + 16, sc);
+      _tile_stored(2, c1, sc);
+      _tile_stored(3, c1 + 16, sc);
+    }
+}
+
+// The exact bf16 kernels (f32 P and dS) with their two bf16 x bf16 products, S^T = K Q^T and
+// dP^T = V dO^T, on AMX tiles: the tile scores of a whole kv tile read K or V rows in place. A partial
+// last tile (S % 64 keys), a head_dim that is not a multiple of 32 or an operand that is not rows
+// of pairs takes vdpbf16ps. The drivers load the tile configuration per thread (kAmx).
+struct AmxDotOps : Avx512Bf16Ops {
+  static constexpr bool kAmx = true;
+
+  static void gemm_dot(int64_t M, int64_t P, const uint32_t* a, int64_t sam, int64_t sak, const uint32_t* b,
+                       int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    if (M % 32 == 0 && P % 16 == 0 && sak == 1 && ldb == kTile)
+      return amx_gemm(M, kTile, 2 * P, reinterpret_cast<const bf16*>(a), 2 * sam, b, ldb, c, ldc, accumulate);
+    Avx512Bf16Ops::gemm_dot(M, P, a, sam, sak, b, ldb, c, ldc, accumulate);
+  }
+};
+
+// t[D][kTile] *= alpha[i] along each row (the forward's rescale of O^T by the new running max).
+TITAN_AMX void scale_columns(float* t, int64_t D, const float* alpha) {
+  __m512 a[kTile / 16];
+  for (int v = 0; v < kTile / 16; ++v) a[v] = _mm512_loadu_ps(alpha + 16 * v);
+  for (int64_t d = 0; d < D; ++d)
+    for (int v = 0; v < kTile / 16; ++v)
+      _mm512_storeu_ps(t + d * kTile + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(t + d * kTile + 16 * v), a[v]));
+}
+
+#undef TITAN_AMX
+
 #undef TITAN_AVX512_BF16
 #undef TITAN_AVX512
 #pragma GCC diagnostic pop
@@ -571,7 +668,8 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
         ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
     std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), vpair(probs16 ? kTile / 2 * D : 0),
         ppair(probs16 ? kTile / 2 * kTile : 0);
-    // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
+    if constexpr (Ops::kAmx) amx_begin();
+      // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntasks; ++t) {
       const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
@@ -615,6 +713,7 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
         lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
       }
     }
+    if constexpr (Ops::kAmx) amx_end();
   }
 }
 
@@ -657,6 +756,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
     // the dot path) rows of the task's kv head are loaded once per task, not once per tile pair.
     std::vector<float> dk_scratch(kF32 ? 0 : S * D), dv_scratch(kF32 ? 0 : S * D), kf(probs16 ? 0 : S * D),
         vf(dot ? 0 : S * D);
+    if constexpr (Ops::kAmx) amx_begin();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < groups * nsplit; ++task) {
       const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
@@ -764,6 +864,190 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             store_row(dv + kvoff + j * ldk, dv_acc + j * D, D);
           }
     }
+    if constexpr (Ops::kAmx) amx_end();
+    if (nsplit > 1) {
+#pragma omp for schedule(static)
+      for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
+        std::fill(row.begin(), row.end(), 0.f);
+        for (int64_t sp = 0; sp < nsplit; ++sp) {
+          const float* part = dq_part + sp * qsize + rw * D;
+          for (int64_t d = 0; d < D; ++d) row[d] += part[d];
+        }
+        store_row(dq + rw * D, row.data(), D);
+      }
+    }
+  }
+}
+
+// The bf16_probs algorithm (fwd_flash / bwd_flash with Avx512Bf16ProbsOps) with every product on AMX
+// tiles: same orientation (score tiles S^T[key][query]), same softmax and gradient steps, same bf16
+// roundings of P and dS; only the summation order of the products differs. A tile's A operand must
+// be bf16 rows along the reduction, so K, V (and for dQ^T = K^T dS^T, K^T) are copied per kv head into
+// zero-padded whole tiles: amx_gemm then runs every product on full 64 x 64 (or 64 x D) blocks, and
+// padding keys and queries contribute zeros. Needs D % 32 == 0 (amx_attention_applies).
+bool amx_attention_applies(const AttentionShape& s) {
+  return s.D % 32 == 0;
+}
+
+// rows[n][D] (stride ld) -> out[np][D] with rows n.. zero; and the transpose out[D][np].
+void copy_rows_padded(const bf16* rows, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * D, rows + i * ld, size_t(D) * sizeof(bf16));
+  std::fill(out + n * D, out + np * D, bf16{});
+}
+void transpose_rows_padded(const bf16* rows, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
+  for (int64_t d = 0; d < D; ++d) {
+    bf16* od = out + d * np;
+    for (int64_t i = 0; i < n; ++i) od[i] = rows[i * ld + d];
+    std::fill(od + n, od + np, bf16{});
+  }
+}
+
+void fwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
+                   float* lse) {
+  using Ops = Avx512Bf16ProbsOps;
+  ops::check_attention_shape(s, "attention_fwd_flash_amx");
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t Sp = nt * kTile, groups = s.B * s.Hkv, ntasks = s.B * s.Hq * nt;
+  // K rows and V^T of every kv head, shared by its r query heads and all their query tiles. From the
+  // allocator, so the run's memory figures include them.
+  const KernelContext& ctx = device_services(Device::CPU).context();
+  const Scratch kc_buffer(ctx, size_t(groups * Sp * D) * sizeof(bf16)),
+      vt_buffer(ctx, size_t(groups * Sp * D) * sizeof(bf16));
+  bf16* kc = kc_buffer.as<bf16>();
+  bf16* vt = vt_buffer.as<bf16>();
+#pragma omp parallel if (worth_threads(s))
+  {
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t kvoff = (g / s.Hkv) * S * ldk + (g % s.Hkv) * D;
+      copy_rows_padded(k + kvoff, ldk, S, Sp, D, kc + g * Sp * D);
+      transpose_rows_padded(v + kvoff, ldk, S, Sp, D, vt + g * Sp * D);
+    }
+    std::vector<float> ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
+    std::vector<uint32_t> qp(D / 2 * kTile), ppair(kTile / 2 * kTile);
+    amx_begin();
+    // Heaviest query tiles first, as in fwd_flash.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; ++t) {
+      const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
+      const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), g = b * s.Hkv + h / r;
+      const bf16* kg = kc + g * Sp * D;
+      const bf16* vg = vt + g * Sp * D;
+      pack_pairs(q + (b * S + q0) * ldq + h * D, ldq, qn, D, qp.data());
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.f);
+      std::fill(ot.begin(), ot.end(), 0.f);
+      for (int64_t ktile = 0; ktile <= qtile; ++ktile) {
+        const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0), kp = (kn + 1) / 2;
+        amx_gemm(kTile, kTile, D, kg + k0 * D, D, qp.data(), kTile, st.data(), kTile, false);  // S^T = K Q^T
+        Ops::softmax_online(st.data(), kn, s.scale, q0 - k0, m.data(), l.data(), alpha.data());
+        scale_columns(ot.data(), D, alpha.data());
+        Ops::pair_rows(st.data(), kn, ppair.data());  // P^T rounded to bf16, key pairs; padding keys zero
+        std::fill(ppair.begin() + kp * kTile, ppair.end(), 0u);
+        amx_gemm(D, kTile, kTile, vg + k0, Sp, ppair.data(), kTile, ot.data(), kTile,
+                 true);  // O^T += V^T P^T
+      }
+      for (int64_t i = 0; i < qn; ++i) {
+        const float inv = 1.f / l[i];
+        for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
+        store_row(out + (b * S + q0 + i) * ldq + h * D, row.data(), D);
+        lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+    amx_end();
+  }
+}
+
+// Tasks, splits and the dq partials as in bwd_flash; dK and dV accumulate in f32 scratch of whole tiles.
+void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, const bf16* out,
+                   const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
+  using Ops = Avx512Bf16ProbsOps;
+  ops::check_attention_shape(s, "attention_bwd_flash_amx");
+  const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
+  const int64_t Sp = nt * kTile, groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
+  const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
+                             ? 1
+                             : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
+  const int64_t qsize = s.B * S * ldq;
+  const size_t dq_part_n = nsplit > 1 ? size_t(nsplit * qsize) : 0;
+  const Scratch dq_part_buffer(device_services(Device::CPU).context(), dq_part_n * sizeof(float));
+  float* dq_part = dq_part_buffer.as<float>();
+  std::fill(dq_part, dq_part + dq_part_n, 0.f);
+#pragma omp parallel if (worth_threads(s))
+  {
+    std::vector<bf16> kc(Sp * D), vc(Sp * D), kt(D * Sp), pb(kTile * kTile), dsb(kTile * kTile);
+    std::vector<uint32_t> qp(D / 2 * kTile), dop(D / 2 * kTile), qpair(kTile / 2 * D), dopair(kTile / 2 * D),
+        dspair(kTile / 2 * kTile);
+    std::vector<float> dk_acc(Sp * D), dv_acc(Sp * D), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile),
+        lse_t(kTile), di_t(kTile), row(D);
+    amx_begin();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < groups * nsplit; ++task) {
+      const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
+      const int64_t kvoff = b * S * ldk + g * D;
+      copy_rows_padded(k + kvoff, ldk, S, Sp, D, kc.data());
+      copy_rows_padded(v + kvoff, ldk, S, Sp, D, vc.data());
+      transpose_rows_padded(k + kvoff, ldk, S, Sp, D, kt.data());
+      for (int64_t ktile = split; ktile < nt; ktile += nsplit) {
+        std::fill(dk_acc.begin() + ktile * kTile * D, dk_acc.begin() + (ktile + 1) * kTile * D, 0.f);
+        std::fill(dv_acc.begin() + ktile * kTile * D, dv_acc.begin() + (ktile + 1) * kTile * D, 0.f);
+      }
+      for (int64_t h = g * r; h < (g + 1) * r; ++h)
+        for (int64_t qtile = split; qtile < nt; ++qtile) {
+          const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
+          // Query-side operands: pairs along D (B of S^T and dP^T), pairs along queries (B of dK and dV);
+          // padding queries are zero rows, so their P and dS meet zeros.
+          pack_pairs(q + qoff, ldq, qn, D, qp.data());
+          pack_pairs(dout + qoff, ldq, qn, D, dop.data());
+          Ops::pack_row_pairs(q + qoff, ldq, qn, kTile / 2, D, qpair.data());
+          Ops::pack_row_pairs(dout + qoff, ldq, qn, kTile / 2, D, dopair.data());
+          for (int64_t i = 0; i < kTile; ++i) {
+            lse_t[i] = 0.f;
+            di_t[i] = 0.f;
+            if (i >= qn) continue;
+            lse_t[i] = lse[(b * s.Hq + h) * S + q0 + i];
+            const bf16* doi = dout + qoff + i * ldq;
+            const bf16* oi = out + qoff + i * ldq;
+            float acc = 0.f;
+            for (int64_t d = 0; d < D; ++d) acc += bf16_to_f32(doi[d]) * bf16_to_f32(oi[d]);
+            di_t[i] = acc;
+          }
+          std::fill(dqt.begin(), dqt.end(), 0.f);
+          for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
+            const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0), kp = (kn + 1) / 2;
+            amx_gemm(kTile, kTile, D, kc.data() + k0 * D, D, qp.data(), kTile, st.data(), kTile,
+                     false);  // S^T
+            amx_gemm(kTile, kTile, D, vc.data() + k0 * D, D, dop.data(), kTile, dpt.data(), kTile,
+                     false);  // dP^T
+            Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
+            // Rows past kn (padding keys) keep stale values: they only reach dK / dV rows past S, which
+            // are never stored, and the dQ^T product meets them with zero K^T columns and zero pairs.
+            Ops::round_rows(st.data(), kn, pb.data());
+            Ops::round_rows(dpt.data(), kn, dsb.data());
+            Ops::pair_rows(dpt.data(), kn, dspair.data());
+            std::fill(dspair.begin() + kp * kTile, dspair.end(), 0u);
+            amx_gemm(kTile, D, kTile, pb.data(), kTile, dopair.data(), D, dv_acc.data() + k0 * D, D,
+                     true);  // dV += P^T dO
+            amx_gemm(kTile, D, kTile, dsb.data(), kTile, qpair.data(), D, dk_acc.data() + k0 * D, D,
+                     true);  // dK += dS^T Q
+            amx_gemm(D, kTile, kTile, kt.data() + k0, Sp, dspair.data(), kTile, dqt.data(), kTile,
+                     true);  // dQ^T += K^T dS^T
+          }
+          for (int64_t i = 0; i < qn; ++i) {
+            for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
+            if (nsplit == 1)
+              store_row(dq + qoff + i * ldq, row.data(), D);
+            else
+              std::memcpy(dq_part + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
+          }
+        }
+      for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+        for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
+          store_row(dk + kvoff + j * ldk, dk_acc.data() + j * D, D);
+          store_row(dv + kvoff + j * ldk, dv_acc.data() + j * D, D);
+        }
+    }
+    amx_end();
     if (nsplit > 1) {
 #pragma omp for schedule(static)
       for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
@@ -789,6 +1073,7 @@ void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const floa
       return fwd_flash<Avx2Ops>(s, q, k, v, out, lse);
     case KernelIsa::kAvx512:
     case KernelIsa::kAvx512Bf16:  // the bf16 dot product has nothing to do on f32 tensors
+    case KernelIsa::kAmx:
       return fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
   }
 }
@@ -802,6 +1087,7 @@ void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const floa
       return bwd_flash<Avx2Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
     case KernelIsa::kAvx512:
     case KernelIsa::kAvx512Bf16:
+    case KernelIsa::kAmx:
       return bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
   }
 }
@@ -816,6 +1102,8 @@ void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
       return fwd_flash<Avx512Ops>(s, q, k, v, out, lse);
     case KernelIsa::kAvx512Bf16:
       return fwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse);
+    case KernelIsa::kAmx:
+      return fwd_flash<AmxDotOps>(s, q, k, v, out, lse);
   }
 }
 void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
@@ -830,19 +1118,27 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
       return bwd_flash<Avx512Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
     case KernelIsa::kAvx512Bf16:
       return bwd_flash<Avx512Bf16Ops>(s, q, k, v, out, lse, dout, dq, dk, dv);
+    case KernelIsa::kAmx:
+      return bwd_flash<AmxDotOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
   }
 }
 
-bool attention_bf16_probs_available() { return cpu_kernel_isa() == KernelIsa::kAvx512Bf16; }
+bool attention_bf16_probs_available() {
+  return cpu_kernel_isa() >= KernelIsa::kAvx512Bf16;
+}
 void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                                     float* lse) {
-  if (kernel_isa() != KernelIsa::kAvx512Bf16) return attention_fwd_flash_bf16(s, q, k, v, out, lse);
+  if (kernel_isa() < KernelIsa::kAvx512Bf16) return attention_fwd_flash_bf16(s, q, k, v, out, lse);
+  if (kernel_isa() == KernelIsa::kAmx && amx_attention_applies(s)) return fwd_flash_amx(s, q, k, v, out, lse);
   fwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse);
 }
 void attention_bwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                                     const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                                     bf16* dv) {
-  if (kernel_isa() != KernelIsa::kAvx512Bf16) return attention_bwd_flash_bf16(s, q, k, v, out, lse, dout, dq, dk, dv);
+  if (kernel_isa() < KernelIsa::kAvx512Bf16)
+    return attention_bwd_flash_bf16(s, q, k, v, out, lse, dout, dq, dk, dv);
+  if (kernel_isa() == KernelIsa::kAmx && amx_attention_applies(s))
+    return bwd_flash_amx(s, q, k, v, out, lse, dout, dq, dk, dv);
   bwd_flash<Avx512Bf16ProbsOps>(s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
