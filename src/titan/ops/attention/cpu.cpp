@@ -1172,12 +1172,15 @@ const bool registered = kernels::register_kernels(
     {{DType::F32, "default", "flash tiles, online softmax, AVX-512 or AVX2 when available, OpenMP",
       AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_flash_f32>,
                       attention_backward_entry<float, float, cpu::attention_bwd_flash_f32>}},
-     {DType::BF16, "default", "flash tiles, bf16 in/out, f32 math, AVX-512 or AVX2 when available, OpenMP",
+     {DType::BF16, "default",
+      "flash tiles, bf16 in/out, f32 math, AVX-512 or AVX2 when available (q.k and dout.v on AVX512-BF16 or "
+      "AMX "
+      "tiles), OpenMP",
       AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16>,
                       bwd_bf16_via<cpu::attention_bwd_flash_bf16>}},
      {DType::BF16, "bf16_probs",
-      "flash tiles with P and dS rounded to bf16: all six products on AVX512-BF16 (backward: head_dim % 64 "
-      "== 0, else f32 products there)",
+      "flash tiles with P and dS rounded to bf16: every product on AMX tiles (head_dim % 32 == 0) or "
+      "AVX512-BF16 (backward: head_dim % 64 == 0, else f32 products there)",
       AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16_probs>,
                       bwd_bf16_via<cpu::attention_bwd_flash_bf16_probs>},
       [] { return cpu::attention_bf16_probs_available() ? std::string() : "needs AVX512-BF16"; }}});

@@ -40,7 +40,8 @@ void attention_bwd_flash_f32(const AttentionShape& s, const float* q, const floa
                              const float* out, const float* lse, const float* dout, float* dq, float* dk,
                              float* dv);
 // bf16 tensors, f32 lse, all arithmetic in f32 (inputs are widened tile by tile, results rounded once).
-// With AVX512-BF16, q.k and dout.v use vdpbf16ps: bf16 x bf16 products are exact in f32, sums are f32.
+// With AVX512-BF16, q.k and dout.v use vdpbf16ps (with AMX, TDPBF16PS tiles for whole 64-key tiles
+// when D % 32 == 0): bf16 x bf16 products are exact in f32, sums are f32.
 void attention_fwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* out,
                               float* lse);
 void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
@@ -48,7 +49,8 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
                               bf16* dv);
 
 // The same with P and dS rounded to bf16 (as GPU FlashAttention and a bf16 torch autograd do), so
-// that all six products run on vdpbf16ps: faster, but no longer "f32 math rounded once". Needs
+// that every product runs on vdpbf16ps, or on AMX tiles where the CPU has them and D % 32 == 0:
+// faster, but no longer "f32 math rounded once". Needs
 // AVX512-BF16 (attention_bf16_probs_available); where the CPU or the kernel-ISA cap (cpu_info.h) lacks
 // it, these run the exact kernels above. The forward's P V needs D % 16 == 0 and the backward's
 // products D % 64 == 0; otherwise those products stay f32.
