@@ -717,29 +717,72 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
   }
 }
 
+// dQ of the backward kernels (bwd_flash, bwd_flash_amx), whose tasks are (batch, kv head, split). Few
+// groups per thread would leave cores idle, so the kv tiles of each group are split as well; a query
+// tile's dq then gathers contributions from every split: with one split it is written once and
+// directly, with several each split writes its own f32 partial and a final pass sums them. Each split
+// costs an f32 copy of dq, hence the cap of 4.
+class DqSplits {
+ public:
+  DqSplits(const AttentionShape& s, int64_t groups, int64_t nt)
+      : count_((groups >= 4 * omp_get_max_threads() || groups % omp_get_max_threads() == 0)
+                   ? 1
+                   : std::min({nt, int64_t(4), (4 * omp_get_max_threads() + groups - 1) / groups})),
+        qsize_(s.B * s.S * s.Hq * s.D),
+        // From the allocator, so the run's memory figures include them. Zeroed: split sp writes the
+        // query tiles from sp on, and the final sum reads every split's rows.
+        parts_(device_services(Device::CPU).context(),
+               count_ > 1 ? size_t(count_ * qsize_) * sizeof(float) : 0) {
+    std::fill(parts_.as<float>(), parts_.as<float>() + (count_ > 1 ? count_ * qsize_ : 0), 0.f);
+  }
+  int64_t count() const { return count_; }
+
+  // Query rows i < qn of a tile's dQ^T (dqt[d][kTile]) from split `split`, to rows qoff + i * ldq.
+  template <class T>
+  void store_tile(const float* dqt, int64_t qn, int64_t D, int64_t ldq, int64_t qoff, int64_t split, T* dq,
+                  float* row) const {
+    for (int64_t i = 0; i < qn; ++i) {
+      for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
+      if (count_ == 1)
+        store_row(dq + qoff + i * ldq, row, D);
+      else
+        std::memcpy(parts_.as<float>() + split * qsize_ + qoff + i * ldq, row, size_t(D) * sizeof(float));
+    }
+  }
+
+  // Called by every thread of the parallel region after its tasks: dq = the sum of the partials (a
+  // work-shared loop; nothing to do with one split).
+  template <class T>
+  void sum_into(T* dq, int64_t D, float* row) const {
+    if (count_ == 1) return;
+#pragma omp for schedule(static)
+    for (int64_t rw = 0; rw < qsize_ / D; ++rw) {
+      std::fill(row, row + D, 0.f);
+      for (int64_t sp = 0; sp < count_; ++sp) {
+        const float* part = parts_.as<float>() + sp * qsize_ + rw * D;
+        for (int64_t d = 0; d < D; ++d) row[d] += part[d];
+      }
+      store_row(dq + rw * D, row, D);
+    }
+  }
+
+ private:
+  int64_t count_, qsize_;
+  Scratch parts_;
+};
+
 // FlashAttention-2 backward. A task is (batch, kv head, split): it owns the kv tiles ktile with
-// ktile % nsplit == split for all r query heads of the group, so its dk/dv rows are private. dq of a
-// query tile gathers contributions from every kv tile: with one split it is written once and directly;
-// with several, each split writes its own f32 partial and a final pass sums them.
+// ktile % nsplit == split for all r query heads of the group, so its dk/dv rows are private; dq goes
+// through DqSplits.
 template <class Ops, class T>
 void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const float* lse,
                const T* dout, T* dq, T* dk, T* dv) {
   ops::check_attention_shape(s, "attention_bwd_flash");
   constexpr bool kF32 = std::is_same_v<T, float>;
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
-  const int64_t groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
-  // Few groups per thread would leave cores idle: split the kv tiles of each group as well. Each split
-  // costs an f32 copy of dq, hence the cap of 4.
-  const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
-                             ? 1
-                             : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
-  const int64_t qsize = s.B * S * ldq;
-  // nsplit f32 copies of dq: from the allocator, so the run's memory figures include them. Zeroed:
-  // split sp writes the query tiles from sp on, and the final sum reads every split's rows.
-  const size_t dq_part_n = nsplit > 1 ? size_t(nsplit * qsize) : 0;
-  const Scratch dq_part_buffer(device_services(Device::CPU).context(), dq_part_n * sizeof(float));
-  float* dq_part = dq_part_buffer.as<float>();
-  std::fill(dq_part, dq_part + dq_part_n, 0.f);
+  const int64_t groups = s.B * s.Hkv;
+  const DqSplits dq_splits(s, groups, nt);
+  const int64_t nsplit = dq_splits.count();
   const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
   // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
   const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
@@ -849,13 +892,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             Ops::gemm(kn, D, qn, dpt.data(), kTile, 1, qrows.data(), D, dk_acc + k0 * ld_acc, ld_acc, true);
             Ops::gemm(D, kTile, kn, kr, 1, D, dpt.data(), kTile, dqt.data(), kTile, true);  // dQ^T
           }
-          for (int64_t i = 0; i < qn; ++i) {
-            for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
-            if (nsplit == 1)
-              store_row(dq + qoff + i * ldq, row.data(), D);
-            else
-              std::memcpy(dq_part + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
-          }
+          dq_splits.store_tile(dqt.data(), qn, D, ldq, qoff, split, dq, row.data());
         }
       if constexpr (!kF32)
         for (int64_t ktile = split; ktile < nt; ktile += nsplit)
@@ -865,17 +902,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
           }
     }
     if constexpr (Ops::kAmx) amx_end();
-    if (nsplit > 1) {
-#pragma omp for schedule(static)
-      for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
-        std::fill(row.begin(), row.end(), 0.f);
-        for (int64_t sp = 0; sp < nsplit; ++sp) {
-          const float* part = dq_part + sp * qsize + rw * D;
-          for (int64_t d = 0; d < D; ++d) row[d] += part[d];
-        }
-        store_row(dq + rw * D, row.data(), D);
-      }
-    }
+    dq_splits.sum_into(dq, D, row.data());
   }
 }
 
@@ -964,15 +991,9 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
   using Ops = Avx512Bf16ProbsOps;
   ops::check_attention_shape(s, "attention_bwd_flash_amx");
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
-  const int64_t Sp = nt * kTile, groups = s.B * s.Hkv, nthreads = omp_get_max_threads();
-  const int64_t nsplit = (groups >= 4 * nthreads || groups % nthreads == 0)
-                             ? 1
-                             : std::min({nt, int64_t(4), (4 * nthreads + groups - 1) / groups});
-  const int64_t qsize = s.B * S * ldq;
-  const size_t dq_part_n = nsplit > 1 ? size_t(nsplit * qsize) : 0;
-  const Scratch dq_part_buffer(device_services(Device::CPU).context(), dq_part_n * sizeof(float));
-  float* dq_part = dq_part_buffer.as<float>();
-  std::fill(dq_part, dq_part + dq_part_n, 0.f);
+  const int64_t Sp = nt * kTile, groups = s.B * s.Hkv;
+  const DqSplits dq_splits(s, groups, nt);
+  const int64_t nsplit = dq_splits.count();
 #pragma omp parallel if (worth_threads(s))
   {
     std::vector<bf16> kc(Sp * D), vc(Sp * D), kt(D * Sp), pb(kTile * kTile), dsb(kTile * kTile);
@@ -1033,13 +1054,7 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
             amx_gemm(D, kTile, kTile, kt.data() + k0, Sp, dspair.data(), kTile, dqt.data(), kTile,
                      true);  // dQ^T += K^T dS^T
           }
-          for (int64_t i = 0; i < qn; ++i) {
-            for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
-            if (nsplit == 1)
-              store_row(dq + qoff + i * ldq, row.data(), D);
-            else
-              std::memcpy(dq_part + split * qsize + qoff + i * ldq, row.data(), size_t(D) * 4);
-          }
+          dq_splits.store_tile(dqt.data(), qn, D, ldq, qoff, split, dq, row.data());
         }
       for (int64_t ktile = split; ktile < nt; ktile += nsplit)
         for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
@@ -1048,17 +1063,7 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
         }
     }
     amx_end();
-    if (nsplit > 1) {
-#pragma omp for schedule(static)
-      for (int64_t rw = 0; rw < s.B * S * s.Hq; ++rw) {
-        std::fill(row.begin(), row.end(), 0.f);
-        for (int64_t sp = 0; sp < nsplit; ++sp) {
-          const float* part = dq_part + sp * qsize + rw * D;
-          for (int64_t d = 0; d < D; ++d) row[d] += part[d];
-        }
-        store_row(dq + rw * D, row.data(), D);
-      }
-    }
+    dq_splits.sum_into(dq, D, row.data());
   }
 }
 
