@@ -650,6 +650,19 @@ void tile_scores(bool dot, int64_t kn, int64_t D, const T* raw, int64_t ld, cons
   Ops::gemm(kn, kTile, D, rows, ldr, 1, yt, kTile, c, kTile, false);
 }
 
+// The forward's last step for a query tile: rows i < qn of out (stride ldq) = O^T[.][i] / l[i] and
+// lse[i] = m[i] + log(l[i]).
+template <class T>
+void finish_query_tile(const float* ot, const float* m, const float* l, int64_t qn, int64_t D, T* out,
+                       int64_t ldq, float* lse, float* row) {
+  for (int64_t i = 0; i < qn; ++i) {
+    const float inv = 1.f / l[i];
+    for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
+    store_row(out + i * ldq, row, D);
+    lse[i] = m[i] + std::log(l[i]);
+  }
+}
+
 int64_t tiles(int64_t S) {
   return (S + kTile - 1) / kTile;
 }
@@ -706,12 +719,8 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
         Ops::gemm(D, kTile, kn, vrows.data(), 1, D, st.data(), kTile, ot.data(), kTile,
                   true);  // O^T += V^T P^T
       }
-      for (int64_t i = 0; i < qn; ++i) {
-        const float inv = 1.f / l[i];
-        for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
-        store_row(out + (b * S + q0 + i) * ldq + h * D, row.data(), D);
-        lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
-      }
+      finish_query_tile(ot.data(), m.data(), l.data(), qn, D, out + (b * S + q0) * ldq + h * D, ldq,
+                        lse + (b * s.Hq + h) * S + q0, row.data());
     }
     if constexpr (Ops::kAmx) amx_end();
   }
@@ -974,12 +983,8 @@ void fwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
         amx_gemm(D, kTile, kTile, vg + k0, Sp, ppair.data(), kTile, ot.data(), kTile,
                  true);  // O^T += V^T P^T
       }
-      for (int64_t i = 0; i < qn; ++i) {
-        const float inv = 1.f / l[i];
-        for (int64_t d = 0; d < D; ++d) row[d] = ot[d * kTile + i] * inv;
-        store_row(out + (b * S + q0 + i) * ldq + h * D, row.data(), D);
-        lse[(b * s.Hq + h) * S + q0 + i] = m[i] + std::log(l[i]);
-      }
+      finish_query_tile(ot.data(), m.data(), l.data(), qn, D, out + (b * S + q0) * ldq + h * D, ldq,
+                        lse + (b * s.Hq + h) * S + q0, row.data());
     }
     amx_end();
   }
