@@ -179,6 +179,13 @@ INSTANTIATE_TEST_SUITE_P(Best, FlashVsReference,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 33, 100, 257),
                                             ::testing::Values(cpu_kernel_isa())));
+// The AMX tier's edges (skipped without AMX): head_dim 48 (not a multiple of 32: the vdpbf16ps
+// products) and 96 (tiles, but not a multiple of 64), a last kv tile of 32 keys (S 96: AMX on a
+// 32-row block) and exactly one tile (S 64).
+INSTANTIATE_TEST_SUITE_P(Amx, FlashVsReference,
+                         ::testing::Combine(::testing::Values(1, 4), ::testing::Values(48, 96),
+                                            ::testing::Values(32, 64, 96),
+                                            ::testing::Values(KernelIsa::kAmx)));
 INSTANTIATE_TEST_SUITE_P(Avx512Bf16, FlashVsReference,
                          ::testing::Combine(::testing::Values(2, 8), ::testing::Values(25, 128),
                                             ::testing::Values(7, 100),

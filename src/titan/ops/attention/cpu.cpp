@@ -492,7 +492,9 @@ struct Avx512Bf16ProbsOps : Avx512Bf16Ops {
 // ---------------------------------------------------------------------------------------------
 // AMX (Sapphire Rapids and later Xeons). TDPBF16PS multiplies a 16 x 32 bf16 tile A by a 16 x 32 bf16
 // tile B holding 16 row pairs, B[p][2n + e] = B(2p + e, n), into a 16 x 16 f32 tile C: 16 x 16 x 32
-// multiply-adds per instruction, 16 times vdpbf16ps's. Every tile here is 16 rows of 64 bytes.
+// = 8192 multiply-adds per instruction, one instruction per 16 cycles: 512 per cycle, 16 times a
+// vdpbf16ps issued every cycle (32 times Intel's, issued every other cycle). Every tile here is 16 rows
+// of 64 bytes.
 #define TITAN_AMX \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2,avx512bf16,amx-tile,amx-bf16")))
 
@@ -522,6 +524,9 @@ TITAN_AMX void amx_end() {
 // two B tiles (tmm6-7) per 32-deep step, four products for four loads.
 TITAN_AMX void amx_gemm(int64_t M, int64_t N, int64_t K, const bf16* a, int64_t lda, const uint32_t* b,
                         int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  // GCC's tileloadd asm names no memory operand: the barrier keeps the callers' stores to the
+  // operands before the loads, should this function ever be inlined.
+  asm volatile("" ::: "memory");
   const int64_t sa = lda * int64_t(sizeof(bf16)), sb = ldb * 4, sc = ldc * 4;
   for (int64_t m0 = 0; m0 < M; m0 += 32)
     for (int64_t n0 = 0; n0 < N; n0 += 32) {
@@ -558,9 +563,9 @@ TITAN_AMX void amx_gemm(int64_t M, int64_t N, int64_t K, const bf16* a, int64_t 
 }
 
 // The exact bf16 kernels (f32 P and dS) with their two bf16 x bf16 products, S^T = K Q^T and
-// dP^T = V dO^T, on AMX tiles: the tile scores of a whole kv tile read K or V rows in place. A partial
-// last tile (S % 64 keys), a head_dim that is not a multiple of 32 or an operand that is not rows
-// of pairs takes vdpbf16ps. The drivers load the tile configuration per thread (kAmx).
+// dP^T = V dO^T, on AMX tiles: the tile scores of a kv tile read K or V rows in place. A last kv
+// tile whose key count is not a multiple of 32, a head_dim that is not a multiple of 32 or an operand
+// that is not rows of pairs takes vdpbf16ps. The drivers load the tile configuration per thread (kAmx).
 struct AmxDotOps : Avx512Bf16Ops {
   static constexpr bool kAmx = true;
 
@@ -681,8 +686,10 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
         ot(D * kTile), st(kTile * kTile), m(kTile), l(kTile), alpha(kTile), row(D);
     std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), vpair(probs16 ? kTile / 2 * D : 0),
         ppair(probs16 ? kTile / 2 * kTile : 0);
-    if constexpr (Ops::kAmx) amx_begin();
-      // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
+    if constexpr (Ops::kAmx) {
+      amx_begin();
+    }
+    // Heaviest query tiles (the last ones, which see the most keys) first, for dynamic balance.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntasks; ++t) {
       const int64_t qtile = nt - 1 - t / (s.B * s.Hq), b = (t % (s.B * s.Hq)) / s.Hq, h = t % s.Hq;
@@ -1046,8 +1053,8 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
             amx_gemm(kTile, kTile, D, vc.data() + k0 * D, D, dop.data(), kTile, dpt.data(), kTile,
                      false);  // dP^T
             Ops::probs_grad(st.data(), dpt.data(), kn, s.scale, q0 - k0, lse_t.data(), di_t.data());
-            // Rows past kn (padding keys) keep stale values: they only reach dK / dV rows past S, which
-            // are never stored, and the dQ^T product meets them with zero K^T columns and zero pairs.
+            // Rows of pb / dsb past kn (padding keys) keep an earlier tile's values: they only reach dK / dV
+            // rows past S, which are never stored; the dQ^T product reads dS in pairs, zeroed past kn.
             Ops::round_rows(st.data(), kn, pb.data());
             Ops::round_rows(dpt.data(), kn, dsb.data());
             Ops::pair_rows(dpt.data(), kn, dspair.data());
@@ -1183,9 +1190,8 @@ const bool registered = kernels::register_kernels(
       AttentionKernel{attention_forward_entry<float, float, cpu::attention_fwd_flash_f32>,
                       attention_backward_entry<float, float, cpu::attention_bwd_flash_f32>}},
      {DType::BF16, "default",
-      "flash tiles, bf16 in/out, f32 math, AVX-512 or AVX2 when available (q.k and dout.v on AVX512-BF16 or "
-      "AMX "
-      "tiles), OpenMP",
+      "flash tiles, bf16 in/out, f32 math, AVX-512 or AVX2 when available (q.k and dout.v on AVX512-BF16 "
+      "or AMX tiles), OpenMP",
       AttentionKernel{attention_forward_entry<bf16, float, cpu::attention_fwd_flash_bf16>,
                       bwd_bf16_via<cpu::attention_bwd_flash_bf16>}},
      {DType::BF16, "bf16_probs",

@@ -52,8 +52,8 @@ void attention_bwd_flash_bf16(const AttentionShape& s, const bf16* q, const bf16
 // that every product runs on vdpbf16ps, or on AMX tiles where the CPU has them and D % 32 == 0:
 // faster, but no longer "f32 math rounded once". Needs
 // AVX512-BF16 (attention_bf16_probs_available); where the CPU or the kernel-ISA cap (cpu_info.h) lacks
-// it, these run the exact kernels above. The forward's P V needs D % 16 == 0 and the backward's
-// products D % 64 == 0; otherwise those products stay f32.
+// it, these run the exact kernels above. Off AMX (or with D % 32 != 0) the forward's P V needs
+// D % 16 == 0 and the backward's products D % 64 == 0; otherwise those products stay f32.
 bool attention_bf16_probs_available();
 void attention_fwd_flash_bf16_probs(const AttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
                                     bf16* out, float* lse);
