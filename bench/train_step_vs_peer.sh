@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side training-step throughput: titan.cpp vs the PyTorch CPU peer
 # (../shared/peers/cpu/cpu_peer.py, Debian python3-torch), same machine, same run.
-# Cases: debugmodel and debugmodel_moe (untied in both), batch 2 x seq 512,
+# Cases: debugmodel, debugmodel_moe and 0.6B (configs/qwen3_0.6b.toml), batch 2 x seq 512 (one
+# micro-batch, no activation checkpointing, as the peer),
 # fp32 and bf16 mixed precision. Reports median-step tokens/s for the peer and sustained tokens/s
 # for titan (both exclude the first, warm-up step), peak resident memory of each process
 # (/usr/bin/time), the ratios, and the 1-minute load average before each case (the machine may be
@@ -37,13 +38,15 @@ for case in $CASES; do
   peer_tps=$(python3 -c "import json;print(round(json.load(open('$OUT/peer.json'))['tokens_per_s'],1))")
   mp=$([ "$prec" = bf16 ] && echo bfloat16 || echo float32)
   config="configs/$model.toml"
+  [ -f "$config" ] || config="configs/qwen3_${model,,}.toml"  # 0.6B -> configs/qwen3_0.6b.toml
   if [ -n "${TITAN_KERNELS:-}" ]; then  # the config plus a [kernels] table (not settable with --k=v)
+    { cat "$config"; printf '\n[kernels]\n%s\n' "$TITAN_KERNELS"; } >"$OUT/$model.toml"
     config="$OUT/$model.toml"
-    { cat "configs/$model.toml"; printf '\n[kernels]\n%s\n' "$TITAN_KERNELS"; } >"$config"
   fi
   lt=$(load1)
   /usr/bin/time -v "$TITAN" train --config "$config" --job.dump_folder="$OUT/titan" \
     --training.steps=$((STEPS + 1)) --lr_scheduler.warmup_steps=1 --training.local_batch_size=2 \
+    --training.global_batch_size=2 --activation_checkpoint.mode=none \
     --training.seq_len=512 --training.mixed_precision_param=$mp --checkpoint.enable=false \
     --checkpoint.last_save_in_hf=false --validation.enable=false --metrics.log_freq=1 \
     >"$OUT/titan.log" 2>"$OUT/titan.time"
