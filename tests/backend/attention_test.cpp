@@ -173,8 +173,8 @@ TEST_P(FlashVsReference, Bf16ProbsForwardAndBackward) {
 
 // GQA ratios 1/2/4/8 x head_dim 64/128 x lengths around the 64-wide tile on the best path the CPU has
 // (AMX tiles on Sapphire Rapids, AVX-512 with the bf16 dot product on Zen4, AVX2 on Zen3); the other
-// paths on a smaller sweep (an odd head_dim, 25, makes the bf16 dot and AMX kernels step aside, and
-// exercises masked vector tails).
+// paths on a smaller sweep (an odd head_dim, 25, makes the bf16 dot kernels step aside, and exercises
+// masked vector tails).
 INSTANTIATE_TEST_SUITE_P(Best, FlashVsReference,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 33, 100, 257),
