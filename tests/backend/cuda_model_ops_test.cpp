@@ -2,11 +2,13 @@
 // there, outputs and gradients checked to stay there) against the CPU "reference" variant, forward
 // and every input gradient, f32 and bf16, with the tolerances of docs/kernels.md ("CUDA kernels").
 // The kernel-level tests (cuda_attention_test, cuda_cross_entropy_test, cuda_moe_test) sweep more
-// shapes and every algorithm; these check the ops' device plumbing. Skips without a GPU.
+// shapes and every algorithm; these check the ops' device plumbing. A model initialised on the GPU
+// holds the CPU's bits. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/model.h"
 #include "titan/ops/attention/attention.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/moe/moe.h"
@@ -165,6 +169,42 @@ TEST(CudaModelOps, MoeExperts) {
            grad_input({c.E, c.F, c.D}, dt, 14, -sd, sd), grad_input({c.E, c.F, c.D}, dt, 15, -sd, sd),
            grad_input({c.E, c.D, c.F}, dt, 16, -sf, sf)},
           bf ? 1e-2 : 1e-7 * n, bf ? 1e-2 : 1e-5);
+    }
+}
+
+// ops::normal_init on the GPU runs the CPU's arithmetic, so a random init is the same bits on both:
+// whole models under both schemes (torchtitan's truncates the output at 3 std, norms are ones) and a
+// rank's slices of a born-sharded one (slices that start inside a parameter and inside a normal
+// pair). The GPU draws in place: its allocator never holds more than the model's own buffers.
+TEST(CudaModelOps, InitializeDrawsTheCpuBits) {
+  TITAN_REQUIRE_CUDA();
+  qwen3::ModelArgs args = qwen3::flavor("debugmodel");
+  args.n_layers = 2;
+  args.vocab_size = 1001;
+  auto expect_same_bits = [](const qwen3::Qwen3Model& cpu, const qwen3::Qwen3Model& gpu) {
+    ASSERT_EQ(cpu.blocks().size(), gpu.blocks().size());
+    for (size_t b = 0; b < cpu.blocks().size(); ++b) {
+      const Tensor& want = cpu.blocks()[b].shard();
+      const Tensor got = gpu.blocks()[b].shard().to(Device::CPU);
+      ASSERT_EQ(want.numel(), got.numel()) << cpu.blocks()[b].name();
+      EXPECT_EQ(0, std::memcmp(want.data<float>(), got.data<float>(), size_t(want.nbytes())))
+          << cpu.blocks()[b].name() << ": the GPU's init differs from the CPU's";
+    }
+  };
+  for (qwen3::InitScheme scheme : {qwen3::InitScheme::HuggingFace, qwen3::InitScheme::Torchtitan})
+    for (nn::BlockShard shard : {nn::BlockShard{0, 1}, nn::BlockShard{1, 3}}) {
+      SCOPED_TRACE(std::string(scheme == qwen3::InitScheme::Torchtitan ? "torchtitan" : "huggingface") +
+                   " scheme, slice " + std::to_string(shard.index) + " of " + std::to_string(shard.count));
+      qwen3::Qwen3Model cpu(args, DType::F32, Device::CPU, shard), gpu(args, DType::F32, kCuda, shard);
+      DeviceServices& cuda = device_services(kCuda);
+      cuda.synchronize();
+      const int64_t held = cuda.stats().current_bytes;
+      cuda.reset_peak();
+      cpu.initialize(17, scheme);
+      gpu.initialize(17, scheme);
+      cuda.synchronize();
+      EXPECT_EQ(cuda.stats().peak_bytes, held) << "the GPU's init allocated beside the model's buffers";
+      expect_same_bits(cpu, gpu);
     }
 }
 

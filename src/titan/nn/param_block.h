@@ -101,9 +101,10 @@ class ParamBlock {
 
   // Draws every parameter from its init (Param::init, std, truncate_at). Value j of a parameter is
   // a pure function of (seed, parameter name, j) (a counter-based generator: splitmix64 bits,
-  // polar-method normals), so the values depend neither on block order nor on threads, every
-  // parameter is drawn in parallel chunks, and a sharded block draws only its own slice: the same
-  // bits as that slice of an unsharded block, with no whole buffer made. On meta: nothing.
+  // polar-method normals; ops::normal_init), so the values depend neither on block order, threads
+  // nor device: they are drawn where the block lives (no host copy for a GPU's block), and a sharded
+  // block draws only its own slice, the same bits as that slice of an unsharded block, with no whole
+  // buffer made. On meta: nothing.
   void initialize(uint64_t seed);
   // Writes `values` (any float dtype, any device; read as a flat run of elements) into elements
   // [begin, begin + values.numel()) of the block's parameters. Sharded, only the part inside this
