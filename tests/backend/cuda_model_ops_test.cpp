@@ -196,6 +196,9 @@ TEST(CudaModelOps, InitializeDrawsTheCpuBits) {
       SCOPED_TRACE(std::string(scheme == qwen3::InitScheme::Torchtitan ? "torchtitan" : "huggingface") +
                    " scheme, slice " + std::to_string(shard.index) + " of " + std::to_string(shard.count));
       qwen3::Qwen3Model cpu(args, DType::F32, Device::CPU, shard), gpu(args, DType::F32, kCuda, shard);
+      // NaN everywhere first: the gaps and the padding must be written (zeros) too.
+      for (auto* m : {&cpu, &gpu})
+        for (auto& b : m->blocks()) b.shard().fill(NAN);
       DeviceServices& cuda = device_services(kCuda);
       cuda.synchronize();
       const int64_t held = cuda.stats().current_bytes;

@@ -187,8 +187,10 @@ class MetaServices final : public DeviceServices {
   std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
   CachingAllocator cache_{CachingAllocator::Device{[this](size_t bytes) -> void* {
                                                      const uint64_t p = next_.fetch_add(bytes + 4096);
-                                                     // Past the top of the hole: refused, not wrapped.
-                                                     return p >= 0x8000'0000'0000'0000ull
+                                                     // Past the top of the hole (where it starts or
+                                                     // ends): refused, not wrapped.
+                                                     return p >= 0x8000'0000'0000'0000ull &&
+                                                                    p <= ~uint64_t(0) - bytes
                                                                 ? reinterpret_cast<void*>(p)
                                                                 : nullptr;
                                                    },
