@@ -13,27 +13,63 @@ const CrossEntropyKernel cross_entropy_meta{
 
 // The fused loss keeps its logits for backward when they fit in keep_bytes, as the CPU kernel
 // does (bf16 when rounded to bf16, else the accumulation type): that buffer is often the largest
-// activation of a step, so the meta profile allocates it too.
-template <DType kAcc>
+// activation of a step, so the meta profile allocates it too. The vocabulary-chunk buffers the
+// kernels hold while they run are allocated for the call as the CPU kernels allocate them (every
+// row taken as a target): [N, chunk] logits when none are kept, and in backward the chunk's
+// softmax gradient (the accumulation type's logits buffer reused in place, with a bf16 copy for
+// bf16 GEMMs; bf16 throughout when the logits are rounded to bf16). The CUDA kernels hold the same
+// buffers, except one more [N, chunk] when f32 logits are recomputed rather than kept.
+template <DType kDType>
+constexpr DType kAccumulation = kDType == DType::F64 ? DType::F64 : DType::F32;
+
+template <DType kDType>
+DType chunk_logits_dtype(const LinearCrossEntropyArgs& a) {
+  return kDType == DType::BF16 && a.round_logits ? DType::BF16 : kAccumulation<kDType>;
+}
+
+int64_t chunk_elements(const LinearCrossEntropyArgs& a) {
+  return a.N * (a.chunk < a.V ? a.chunk : a.V);
+}
+
+template <DType kDType>
 void lce_meta_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void*, void*) {
   ctx.services->add_flops(2.0 * double(a.N) * double(a.V) * double(a.D));
-  const DType kept = a.round_logits ? DType::BF16 : kAcc;
-  if (a.kept && a.N * a.V * int64_t(dtype_size(kept)) <= a.keep_bytes)
-    *a.kept = Tensor::empty({a.N * a.V}, kept, ctx.device);
+  if (a.N == 0) return;
+  const DType logits = chunk_logits_dtype<kDType>(a);
+  if (a.kept && a.N * a.V * int64_t(dtype_size(logits)) <= a.keep_bytes) {
+    *a.kept = Tensor::empty({a.N * a.V}, logits, ctx.device);
+    return;
+  }
+  const Tensor chunk = Tensor::empty({chunk_elements(a)}, logits, ctx.device);
 }
+
+template <DType kDType>
 void lce_meta_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void*, double,
                        void* dh, void* dw) {
   ctx.services->add_flops(2.0 * double(a.N) * double(a.V) * double(a.D) * ((dh ? 1 : 0) + (dw ? 1 : 0)));
+  if (a.N == 0 || (!dh && !dw)) return;
+  const bool kept = a.kept && a.kept->defined();
+  const int64_t n = chunk_elements(a);
+  Tensor logits, gradient;
+  if (chunk_logits_dtype<kDType>(a) == DType::BF16) {
+    if (!kept) logits = Tensor::empty({n}, DType::BF16, ctx.device);
+    gradient = Tensor::empty({n}, DType::BF16, ctx.device);
+  } else {
+    logits = Tensor::empty({n}, kAccumulation<kDType>, ctx.device);
+    if (kDType == DType::BF16) gradient = Tensor::empty({n}, DType::BF16, ctx.device);
+  }
 }
 
 const bool cross_entropy_registered =
     kernels::register_meta_kernel("cross_entropy", {DType::F32, DType::BF16, DType::F64}, cross_entropy_meta);
-const bool linear_cross_entropy_f32_bf16_registered =
-    kernels::register_meta_kernel("linear_cross_entropy", {DType::F32, DType::BF16},
-                                  LinearCrossEntropyKernel{lce_meta_forward<DType::F32>, lce_meta_backward});
+template <DType kDType>
+const LinearCrossEntropyKernel lce_meta{lce_meta_forward<kDType>, lce_meta_backward<kDType>};
+const bool linear_cross_entropy_f32_registered =
+    kernels::register_meta_kernel("linear_cross_entropy", {DType::F32}, lce_meta<DType::F32>);
+const bool linear_cross_entropy_bf16_registered =
+    kernels::register_meta_kernel("linear_cross_entropy", {DType::BF16}, lce_meta<DType::BF16>);
 const bool linear_cross_entropy_f64_registered =
-    kernels::register_meta_kernel("linear_cross_entropy", {DType::F64},
-                                  LinearCrossEntropyKernel{lce_meta_forward<DType::F64>, lce_meta_backward});
+    kernels::register_meta_kernel("linear_cross_entropy", {DType::F64}, lce_meta<DType::F64>);
 
 }  // namespace
 }  // namespace titan::ops
