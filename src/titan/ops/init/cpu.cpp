@@ -7,29 +7,20 @@
 // A pair with a value outside a truncation bound (rare: 0.27 % of values at 3 std) is drawn again
 // by the scalar code, which owns the redraw rule. Without AVX-512 (cpu_info.h: kernel_isa) the
 // variant is the reference loop.
-#include <immintrin.h>
+#include "titan/ops/init/cpu.h"
 
-#include <algorithm>
+#include <immintrin.h>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/kernels/registry.h"
-#include "titan/ops/init/cpu.h"
 #include "titan/ops/init/init.h"
 #include "titan/ops/init/normal_draw.h"
 
 namespace titan::ops {
 namespace {
 
+using init_draw::draw_elements;
 using init_draw::draw_pair;
-
-// Elements [b, e) of the stream into out[0, e - b), one pair at a time.
-void draw_scalar(uint64_t stream, double std, double bound, int64_t b, int64_t e, float* out) {
-  for (int64_t j = b; j < e;) {  // element j is component j % 2 of pair j / 2
-    float pair[2];
-    draw_pair(stream, std, bound, uint64_t(j / 2), pair);
-    for (int64_t k = j % 2; k < 2 && j < e; ++k, ++j) out[j - b] = pair[k];
-  }
-}
 
 // GCC 12's AVX-512 headers build results from _mm512_undefined_*() (`__m512 __Y = __Y;`), which
 // trips -Wuninitialized at every inlined intrinsic; the value is never read.
@@ -147,7 +138,7 @@ TITAN_AVX512 void normal_pairs_avx512(uint64_t stream, uint64_t first_pair, int6
 // Elements [b, e) into out[0, e - b): whole pairs eight at a time, the edges one pair at a time.
 TITAN_AVX512 void draw_avx512(uint64_t stream, double std, double bound, int64_t b, int64_t e, float* out) {
   int64_t j = b;
-  if (j % 2 != 0) draw_scalar(stream, std, bound, j, j + 1, out), ++j;
+  if (j % 2 != 0) draw_elements(stream, std, bound, j, j + 1, out), ++j;
   for (; j + 16 <= e; j += 16) {
     float z0[8], z1[8];
     draw_8_pairs(stream, std, uint64_t(j / 2), z0, z1);
@@ -160,7 +151,7 @@ TITAN_AVX512 void draw_avx512(uint64_t stream, double std, double bound, int64_t
       }
     }
   }
-  draw_scalar(stream, std, bound, j, e, out + (j - b));
+  draw_elements(stream, std, bound, j, e, out + (j - b));
 }
 
 #pragma GCC diagnostic pop
@@ -168,15 +159,12 @@ TITAN_AVX512 void draw_avx512(uint64_t stream, double std, double bound, int64_t
 void normal_init_default(const KernelContext&, uint64_t stream, double std, double bound, int64_t begin, int64_t n,
                          float* out) {
   const bool avx512 = cpu::kernel_isa() >= cpu::KernelIsa::kAvx512;
-  // Chunks of 64 Ki elements over every thread, as the reference.
-  constexpr int64_t kChunk = int64_t(1) << 16;
-  const int64_t end = begin + n, first = begin / kChunk, last = (end - 1) / kChunk;
-#pragma omp parallel for schedule(dynamic, 1) if (last > first)
-  for (int64_t c = first; c <= last; ++c) {
-    const int64_t b = std::max(begin, c * kChunk), e = std::min(end, (c + 1) * kChunk);
-    if (avx512) draw_avx512(stream, std, bound, b, e, out + (b - begin));
-    else draw_scalar(stream, std, bound, b, e, out + (b - begin));
-  }
+  for_each_init_chunk(begin, n, [&](int64_t b, int64_t e) {
+    if (avx512)
+      draw_avx512(stream, std, bound, b, e, out + (b - begin));
+    else
+      draw_elements(stream, std, bound, b, e, out + (b - begin));
+  });
 }
 
 }  // namespace

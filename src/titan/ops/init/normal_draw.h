@@ -148,4 +148,15 @@ TITAN_HOST_DEVICE inline void draw_pair(uint64_t stream, double std, double boun
   }
 }
 
+// Elements [b, e) of a stream into out[0, e - b), one pair at a time (element j is component j % 2
+// of pair j / 2; a slice may start or end inside a pair).
+TITAN_HOST_DEVICE inline void draw_elements(uint64_t stream, double std, double bound, int64_t b, int64_t e,
+                                            float* out) {
+  for (int64_t j = b; j < e;) {
+    float pair[2];
+    draw_pair(stream, std, bound, uint64_t(j / 2), pair);
+    for (int64_t k = j % 2; k < 2 && j < e; ++k, ++j) out[j - b] = pair[k];
+  }
+}
+
 }  // namespace titan::ops::init_draw
