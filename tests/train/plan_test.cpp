@@ -153,8 +153,8 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const int64_t budget = peak7 + (peak8 - peak7) / 2;
   const BatchSearch s = largest_fitting_batch(args, shape, budget);
   EXPECT_EQ(s.largest, 7);
-  EXPECT_EQ(s.largest_peak, peak7);
-  EXPECT_EQ(s.next_peak, peak8);
+  EXPECT_EQ(s.largest_need, peak7);
+  EXPECT_EQ(s.next_need, peak8);
   EXPECT_FALSE(s.at_bound);
   // The command says the same for that budget in bytes.
   int rc = 0;
@@ -169,6 +169,39 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   ASSERT_EQ(rc, 3) << "a job that does not fit exits 3\n" << none;
   EXPECT_NE(none.find("fits: NO"), std::string::npos) << none;
   EXPECT_NE(none.find("largest local batch that fits: none"), std::string::npos) << none;
+}
+
+// A GPU must hold what its caching allocator reserves: a cuda job is judged by the reservation the
+// meta replay predicts, a cpu job by its tensors' peak, so a budget between the two fits the CPU
+// job only. (No GPU needed: --memory-per-rank and --gemm-tflops ask nothing of the device.)
+TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
+  const auto [args, shape] = debugmodel_step(1, 1);
+  StepShape at = shape;
+  at.local_batch = 8;
+  const StepProfile p = profile_training_step(args, at, Device::Meta);
+  ASSERT_GT(p.reserved, p.peak) << "the caching policy rounds and splits: segments exceed the tensors";
+  EXPECT_EQ(memory_need(p, MemoryNeed::kReserved), p.reserved);
+  EXPECT_EQ(memory_need(p, MemoryNeed::kPeak), p.peak);
+  const std::string budget = std::to_string(p.peak + (p.reserved - p.peak) / 2);
+  const std::string batch =
+      " --training.local_batch_size=8 --training.global_batch_size=8 --memory-per-rank " + budget;
+  int rc = 0;
+  const std::string cpu = run_plan(batch, &rc);
+  EXPECT_EQ(rc, 0) << cpu;
+  EXPECT_NE(cpu.find("fits: yes, peak"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("the process adds its code"), std::string::npos) << "the CPU process's own memory\n"
+                                                                      << cpu;
+  const std::string gpu = run_plan(batch + " --job.device=cuda", &rc);
+  EXPECT_EQ(rc, 3) << gpu;
+  EXPECT_NE(gpu.find(printed_gib("reserved on the GPU  ", p.reserved)), std::string::npos) << gpu;
+  EXPECT_NE(gpu.find("fits: NO, reserved"), std::string::npos) << gpu;
+  EXPECT_NE(gpu.find("largest local batch that fits: 7 (reserved"), std::string::npos) << gpu;
+  EXPECT_EQ(gpu.find("the process adds its code"), std::string::npos) << "a CPU note on a GPU job\n" << gpu;
+  // The search by reservation: batch 8 needs its reservation, batch 7 fits under it.
+  const BatchSearch s =
+      largest_fitting_batch(args, shape, p.peak + (p.reserved - p.peak) / 2, MemoryNeed::kReserved);
+  EXPECT_EQ(s.largest, 7);
+  EXPECT_EQ(s.next_need, p.reserved);
 }
 
 TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {

@@ -138,6 +138,16 @@ int plan_main(int argc, char** argv) {
               gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per rank        %s\n", gib(p.activations()).c_str(), gib(p.peak).c_str());
+  // A GPU must hold what its caching allocator reserves (segments, split and reused), not only the
+  // tensors' peak: a cuda job is judged by that.
+  const bool cuda_job = cfg.job.device == "cuda";
+  const train::MemoryNeed need_kind = cuda_job ? train::MemoryNeed::kReserved : train::MemoryNeed::kPeak;
+  const char* need_name = cuda_job ? "reserved" : "peak";
+  const int64_t need = train::memory_need(p, need_kind);
+  if (cuda_job)
+    std::printf(
+        "  reserved on the GPU  %s (the caching allocator's segments after the step: what must fit)\n",
+        gib(need).c_str());
 
   const int64_t available = memory_flag ? *memory_flag : train::available_memory_per_rank(device);
   const std::string available_source =
@@ -145,31 +155,33 @@ int plan_main(int argc, char** argv) {
       : device == Device::CPU
           ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
-  const bool fits = p.peak <= available;
+  const bool fits = need <= available;
   if (fits)
-    std::printf("fits: yes, peak %s of %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
-                available_source.c_str());
+    std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name, gib(need).c_str(),
+                gib(available).c_str(), available_source.c_str());
   else
-    std::printf("fits: NO, peak %s > %s per rank (%s)\n", gib(p.peak).c_str(), gib(available).c_str(),
+    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name, gib(need).c_str(), gib(available).c_str(),
                 available_source.c_str());
   // The figures are titan's tensors (its allocator's peak, what metrics.jsonl reports). A CPU
   // process also holds its code, the tokenizer, the data loader and the math libraries' scratch:
   // measured 0.15-0.65 GiB beyond the tensors on the runs in docs/planning.md.
-  if (device != Device::CUDA)
+  if (!cuda_job)
     std::printf(
         "  (titan's tensors: the process adds its code, tokenizer, data loader and library buffers, "
         "0.15-0.65 GiB in the CPU runs measured (docs/planning.md); leave that beside the peak)\n");
-  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available);
+  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, need_kind);
   if (batch.largest == 0)
-    std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_peak).c_str());
+    std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_need).c_str());
   else if (batch.at_bound)
-    std::printf("largest local batch that fits: at least %ld (the search's bound: %ld x seq %ld = 2^31 tokens; "
-                "peak %s)\n",
-                long(batch.largest), long(batch.bound), long(shape.seq_len), gib(batch.largest_peak).c_str());
+    std::printf(
+        "largest local batch that fits: at least %ld (the search's bound: %ld x seq %ld = 2^31 tokens; "
+        "%s %s)\n",
+        long(batch.largest), long(batch.bound), long(shape.seq_len), need_name,
+        gib(batch.largest_need).c_str());
   else
-    std::printf("largest local batch that fits: %ld (peak %s; batch %ld needs %s), %d meta steps\n",
-                long(batch.largest), gib(batch.largest_peak).c_str(), long(batch.largest + 1),
-                gib(batch.next_peak).c_str(), batch.profiles);
+    std::printf("largest local batch that fits: %ld (%s %s; batch %ld needs %s), %d meta steps\n",
+                long(batch.largest), need_name, gib(batch.largest_need).c_str(), long(batch.largest + 1),
+                gib(batch.next_need).c_str(), batch.profiles);
 
   // ---- time
   train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};

@@ -36,13 +36,18 @@ std::optional<int64_t> parse_byte_size(const std::string& text) {
   return int64_t(bytes);
 }
 
-BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available) {
+int64_t memory_need(const StepProfile& p, MemoryNeed need) {
+  return need == MemoryNeed::kReserved ? std::max(p.reserved, p.peak) : p.peak;
+}
+
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
+                                  MemoryNeed need) {
   BatchSearch s;
   s.bound = std::max<int64_t>(1, (int64_t(1) << 31) / shape.seq_len);
   auto peak_at = [&](int64_t batch) {
     shape.local_batch = batch;
     ++s.profiles;
-    return profile_training_step(args, shape, Device::Meta).peak;
+    return memory_need(profile_training_step(args, shape, Device::Meta), need);
   };
   int64_t fits = 0, fits_peak = 0, fails = 0, fails_peak = 0;
   // Doubling until a batch does not fit (or the bound), then bisection between the two: the peak
@@ -63,9 +68,9 @@ BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape,
     else fits = mid, fits_peak = peak;
   }
   s.largest = fits;
-  s.largest_peak = fits_peak;
+  s.largest_need = fits_peak;
   s.at_bound = fails == 0;
-  s.next_peak = fails_peak;
+  s.next_need = fails_peak;
   return s;
 }
 

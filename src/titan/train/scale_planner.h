@@ -22,19 +22,26 @@ namespace titan::train {
 // not positive.
 std::optional<int64_t> parse_byte_size(const std::string& text);
 
-// The largest local batch whose meta profile (peak per rank) is at most `available`, all else of
-// `shape` kept (the micro-batch count included). Doubling, then bisection: about 2 log2(batch)
-// profiles. `largest` is 0 when even batch 1 does not fit; batches are searched up to `bound`
-// (local_batch x seq_len <= 2^31 tokens per micro-batch), which `at_bound` says was reached.
+// What a step needs free on its device: the peak of its tensors, or on a device whose freed memory
+// stays cached (CUDA) the segments its caching allocator reserves by the end of the step (at least
+// the peak: titan info --device cuda prints both), which is what the GPU must hold.
+enum class MemoryNeed { kPeak, kReserved };
+int64_t memory_need(const StepProfile& p, MemoryNeed need);
+
+// The largest local batch whose meta profile needs at most `available` per rank (memory_need), all
+// else of `shape` kept (the micro-batch count included). Doubling, then bisection: about
+// 2 log2(batch) profiles. `largest` is 0 when even batch 1 does not fit; batches are searched up to
+// `bound` (local_batch x seq_len <= 2^31 tokens per micro-batch), which `at_bound` says was reached.
 struct BatchSearch {
   int64_t largest = 0;
-  int64_t largest_peak = 0;  // peak per rank at `largest` (0 when none fits)
-  int64_t next_peak = 0;     // peak per rank at largest + 1 (0 when at_bound)
+  int64_t largest_need = 0;  // bytes needed per rank at `largest` (0 when none fits)
+  int64_t next_need = 0;     // bytes needed per rank at largest + 1 (0 when at_bound)
   int64_t bound = 0;
   bool at_bound = false;
   int profiles = 0;  // meta steps run
 };
-BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available);
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
+                                  MemoryNeed need = MemoryNeed::kPeak);
 
 // A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
 // `device`, x [M, K], w [N, K], repeated for about `seconds` (at least 3 calls) after one warm-up
