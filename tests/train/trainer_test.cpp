@@ -623,6 +623,11 @@ void stop_with_signal(
 TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
   stop_with_signal(SIGTERM, "trainer_sigterm");
 }
+// With log_freq far beyond the steps reached, the log still ends on the step the run stopped at
+// (stop_with_signal checks that metrics.jsonl's last record is the checkpoint's step).
+TEST(Trainer, ASignalEndsTheLogOnTheStepReachedWhateverLogFreq) {
+  stop_with_signal(SIGTERM, "trainer_sigterm_log_freq", {{"metrics.log_freq", "100000"}});
+}
 TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
   stop_with_signal(SIGINT, "trainer_sigint");
 }

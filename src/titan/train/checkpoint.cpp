@@ -83,15 +83,16 @@ std::string shard_file_name(const std::string& kind, int64_t shard) {
 
 std::vector<CheckpointFile> write_shard_files(const fs::path& dir, int64_t shard,
                                               std::span<const io::TensorWrite> model,
-                                              std::span<const io::TensorWrite> optimizer, bool show_progress) {
+                                              std::span<const io::TensorWrite> optimizer,
+                                              const std::string& progress_name) {
   uint64_t tensor_bytes = 0;
   for (auto& t : model) tensor_bytes += io::tensor_write_bytes(t);
   for (auto& t : optimizer) tensor_bytes += io::tensor_write_bytes(t);
   // Writing, then reading back for the checksums: twice the bytes.
   std::atomic<uint64_t> written{0}, checksummed{0};
   std::optional<Progress> progress;
-  if (show_progress)
-    progress.emplace("checkpoint: saving " + dir.filename().string(), 2 * tensor_bytes,
+  if (!progress_name.empty())
+    progress.emplace("checkpoint: saving " + progress_name, 2 * tensor_bytes,
                      [&] { return written.load() + checksummed.load(); });
   std::vector<CheckpointFile> files;
   for (auto [kind, tensors] : {std::pair{"model", model}, {"optimizer", optimizer}}) {

@@ -51,10 +51,12 @@ struct CheckpointFile {
 };
 
 // Writes model-rank{shard} and optimizer-rank{shard} into `dir` (each fsynced) and returns them
-// with their sizes and checksums; `show_progress` draws a progress line.
+// with their sizes and checksums. A non-empty `progress_name` draws a progress line saying it (the
+// checkpoint's own name: `dir` is the temporary folder it is written in).
 std::vector<CheckpointFile> write_shard_files(const std::filesystem::path& dir, int64_t shard,
                                               std::span<const io::TensorWrite> model,
-                                              std::span<const io::TensorWrite> optimizer, bool show_progress);
+                                              std::span<const io::TensorWrite> optimizer,
+                                              const std::string& progress_name);
 
 class CheckpointManager {
  public:

@@ -270,7 +270,9 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   }
   const fs::path temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
   std::vector<CheckpointFile> mine;
-  if (writes) mine = write_shard_files(temp, plan_.shard_index(), model_t, opt_t, plan_.is_logging_rank());
+  if (writes)
+    mine = write_shard_files(temp, plan_.shard_index(), model_t, opt_t,
+                             plan_.is_logging_rank() ? manager_.step_dir(s.step).filename().string() : "");
   const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), mine);
   if (plan_.is_logging_rank()) manager_.commit_save(s.step, files, ts);
   // No rank runs ahead of (or exits before) the commit.

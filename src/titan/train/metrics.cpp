@@ -210,31 +210,39 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
     sustained_tokens_ += tokens;
   }
   const double val_loss = held_out_loss ? held_out_loss() : -1;
+  StepMetrics m;
+  m.step = step;
+  m.loss = loss;
+  m.aux_loss = aux_loss;
+  m.grad_norm = grad_norm;
+  m.lr = lr;
+  m.memory_gib = double(peak) / double(1ll << 30);
+  m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
+  if (services.caches_memory()) m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
+  m.tps = double(tokens) / dt;
+  m.tflops = m.tps * flops_per_token_ / 1e12;
+  m.mfu = 100.0 * m.tflops / peak_tflops_;
+  m.step_seconds = dt;
+  m.warmup = first_;
+  if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
+  if (batch_hash_) {
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(batch_hash_));
+    m.batch_hash = hex;
+  }
+  if (comm_bytes_ >= 0) m.comm_mib = double(comm_bytes_) / 1048576.0, m.comm_seconds = comm_seconds_;
   if (step % log_freq_ == 0 || first_ || step == last_step_ || val_loss >= 0) {
-    StepMetrics m;
-    m.step = step;
-    m.loss = loss;
-    m.aux_loss = aux_loss;
-    m.grad_norm = grad_norm;
-    m.lr = lr;
-    m.memory_gib = double(peak) / double(1ll << 30);
-    m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
-    if (services.caches_memory()) m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
-    m.tps = double(tokens) / dt;
-    m.tflops = m.tps * flops_per_token_ / 1e12;
-    m.mfu = 100.0 * m.tflops / peak_tflops_;
-    m.step_seconds = dt;
-    m.warmup = first_;
-    if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
-    if (batch_hash_) {
-      char hex[20];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(batch_hash_));
-      m.batch_hash = hex;
-    }
-    if (comm_bytes_ >= 0) m.comm_mib = double(comm_bytes_) / 1048576.0, m.comm_seconds = comm_seconds_;
     logger_.log(m);
+    unlogged_.reset();
+  } else {
+    unlogged_ = std::move(m);
   }
   first_ = false;
+}
+
+void StepMeter::log_unlogged_step() {
+  if (unlogged_) logger_.log(*unlogged_);
+  unlogged_.reset();
 }
 
 double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_; }

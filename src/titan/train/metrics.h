@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -101,6 +102,10 @@ class StepMeter {
   void end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
                 const std::function<double()>& held_out_loss = {});
 
+  // Logs the last step ended if log_freq skipped it: a run that stops before training.steps (a
+  // signal) still ends its log and metrics.jsonl on the step it reached.
+  void log_unlogged_step();
+
   double sustained_tps() const { return sustained_seconds_ > 0 ? double(sustained_tokens_) / sustained_seconds_ : 0; }
   double sustained_mfu() const;  // percent
   bool measured_sustained() const { return sustained_seconds_ > 0; }
@@ -115,6 +120,7 @@ class StepMeter {
   bool first_ = true;
   int64_t comm_bytes_ = -1;  // < 0: no communication reported for the step in hand
   uint64_t batch_hash_ = 0;  // 0: none reported
+  std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;
   int64_t sustained_tokens_ = 0;

@@ -277,6 +277,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   while (state.step < cfg.training.steps) {
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
     if (int sig = int(plan.max_over_ranks(signals.received()))) {
+      meter.log_unlogged_step();  // the log ends on the step reached, whatever log_freq
       // The step in hand is complete: save it (unless it is already saved, or nothing was
       // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
       // that no work is lost; resuming from it needs checkpoint.enable = true.
