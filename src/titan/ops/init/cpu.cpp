@@ -42,7 +42,7 @@ TITAN_AVX512 inline __m512d signed_unit(__m512i stream, __m512i counter) {
   return _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srai_epi64(bits, 10)), _mm512_set1_pd(0x1.0p-53));
 }
 
-TITAN_AVX512 inline __m512d c(double v) {
+TITAN_AVX512 inline __m512d splat(double v) {
   return _mm512_set1_pd(v);
 }
 
@@ -62,27 +62,30 @@ TITAN_AVX512 inline __m512d log_lanes(__m512d x) {
   const __m512d s = _mm512_div_pd(f, _mm512_add_pd(_mm512_set1_pd(2.0), f));
   const __m512d dk = _mm512_cvtepi64_pd(k);
   const __m512d z = _mm512_mul_pd(s, s), w = _mm512_mul_pd(z, z);
-  const __m512d t1 =
-      _mm512_mul_pd(w, _mm512_add_pd(c(3.999999999940941908e-01),
-                                     _mm512_mul_pd(w, _mm512_add_pd(c(2.222219843214978396e-01),
-                                                                    _mm512_mul_pd(w, c(1.531383769920937332e-01))))));
+  const __m512d t1 = _mm512_mul_pd(
+      w, _mm512_add_pd(splat(3.999999999940941908e-01),
+                       _mm512_mul_pd(w, _mm512_add_pd(splat(2.222219843214978396e-01),
+                                                      _mm512_mul_pd(w, splat(1.531383769920937332e-01))))));
   const __m512d t2 = _mm512_mul_pd(
-      z, _mm512_add_pd(
-             c(6.666666666666735130e-01),
-             _mm512_mul_pd(w, _mm512_add_pd(c(2.857142874366239149e-01),
-                                            _mm512_mul_pd(w, _mm512_add_pd(c(1.818357216161805012e-01),
-                                                                           _mm512_mul_pd(w, c(1.479819860511658591e-01))))))));
+      z,
+      _mm512_add_pd(
+          splat(6.666666666666735130e-01),
+          _mm512_mul_pd(
+              w, _mm512_add_pd(
+                     splat(2.857142874366239149e-01),
+                     _mm512_mul_pd(w, _mm512_add_pd(splat(1.818357216161805012e-01),
+                                                    _mm512_mul_pd(w, splat(1.479819860511658591e-01))))))));
   const __m512d r = _mm512_add_pd(t2, t1);
-  const __m512d k_lo = _mm512_mul_pd(dk, c(1.90821492927058770002e-10));
+  const __m512d k_lo = _mm512_mul_pd(dk, splat(1.90821492927058770002e-10));
   // The reference's branch, hi in [0x6147a, 0x6b851]: f - (f^2/2 - s (f^2/2 + R)).
   const __mmask8 near_sqrt2 = _mm512_cmpge_epi64_mask(hi, _mm512_set1_epi64(0x6147a)) &
                               _mm512_cmple_epi64_mask(hi, _mm512_set1_epi64(0x6b851));
-  const __m512d hfsq = _mm512_mul_pd(_mm512_mul_pd(c(0.5), f), f);
+  const __m512d hfsq = _mm512_mul_pd(_mm512_mul_pd(splat(0.5), f), f);
   const __m512d rest_near =
       _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(s, _mm512_add_pd(hfsq, r)), k_lo), hfsq);
   const __m512d rest_far = _mm512_sub_pd(k_lo, _mm512_mul_pd(s, _mm512_sub_pd(f, r)));
   const __m512d rest = _mm512_mask_blend_pd(near_sqrt2, rest_far, rest_near);
-  return _mm512_add_pd(_mm512_mul_pd(dk, c(6.93147180369123816490e-01)), _mm512_add_pd(rest, f));
+  return _mm512_add_pd(_mm512_mul_pd(dk, splat(6.93147180369123816490e-01)), _mm512_add_pd(rest, f));
 }
 
 // Normal pairs first_pair .. first_pair + 7 (init_draw::normal_pair from attempt 0), components 0 in
