@@ -1,8 +1,8 @@
 // Memory-bound CUDA kernels on Qwen3-0.6B activation shapes (8 x 2048 tokens), timed with CUDA
 // events (bench/cuda_bench_util.h) and printed as a table: rms_norm, rope, swiglu, AdamW, the f32 ->
-// bf16 cast, and a device-to-device copy as the ceiling. GB/s = the bytes a call must read and write
-// (each input once, each output once) over the time; the kernels are called through the registry
-// exactly as the ops call them.
+// bf16 cast, and a device-to-device copy as the ceiling; and the random init's draw (compute-bound). GB/s =
+// the bytes a call must read and write (each input once, each output once) over the time; the kernels are
+// called through the registry exactly as the ops call them.
 //
 //   build/bin/cuda_ops_bench           # everything (~10 s on an H200)
 //   build/bin/cuda_ops_bench swiglu    # rows whose name contains "swiglu"
@@ -11,6 +11,7 @@
 
 #include "cuda_bench_util.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/init/init.h"
 #include "titan/ops/optim/optim.h"
 #include "titan/ops/rms_norm/rms_norm.h"
 #include "titan/ops/rope/rope.h"
@@ -73,6 +74,20 @@ void run(DeviceServices& s, const char* filter) {
         m(s, size_t(n) * 4, 0, DType::F32), v(s, size_t(n) * 4, 0, DType::F32);
     ops::AdamWScalars sc{0.9999, 0.9, 0.1, 0.95, 0.05, -1e-4, 0.2, 1e-8, 1.0};
     row("adamw f32 150M params", double(n) * 4 * 7, [&] { k.step(ctx, n, p.p, g.p, m.p, v.p, sc); });
+  }
+  {
+    // The random init's draw (a quarter of Qwen3-0.6B per call; Qwen3-4B draws 27 times as many):
+    // compute-bound (hashing, a log, a division and a square root in f64 per pair), so the rate is
+    // said in values per second.
+    const auto& k =
+        kernels::kernel_for<ops::NormalInitKernel>("normal_init", Device::CUDA, DType::F32, "default");
+    const int64_t n = 600'000'000 / 4;
+    Buffer out(s, size_t(n) * 4, 0, DType::F32);
+    const std::string name = "normal_init f32 150M values";
+    if (wanted(name, filter)) {
+      const double ms = time_ms([&] { k.draw(ctx, 42, 0.02, 0, 0, n, static_cast<float*>(out.p)); });
+      print_row(name, ms, double(n) / ms * 1e-6, "Gvalue/s");
+    }
   }
 }
 
