@@ -11,15 +11,16 @@ TEST(CudaCrossEntropy, NeedsTheCudaBackend) {
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <tuple>
 #include <vector>
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
-#include "titan/ops/cross_entropy/cuda.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
+#include "titan/ops/cross_entropy/cuda.h"
 
 namespace titan::cuda {
 namespace {
@@ -90,6 +91,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaCrossEntropy,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
                                             ::testing::Values(1, 7, 33),
                                             ::testing::Values(1, 257, 1000, 5000)));
+
+// A NaN logit makes its row's lse and loss NaN, as the reference's, also where the thread that read
+// it saw nothing finite (V = 2: thread 0 reads only the NaN, and its partial must survive merging
+// with the lanes that read nothing); the other rows are untouched.
+TEST(CudaCrossEntropyNaN, ANanLogitMakesItsRowNaNAsTheReference) {
+  TITAN_REQUIRE_CUDA();
+  for (int64_t V : {2, 1000}) {
+    const int64_t N = 3;
+    std::vector<float> logits = cuda_test::randn(size_t(N * V), 11, 2.0);
+    logits[0] = NAN;  // row 0, column 0
+    const std::vector<int64_t> labels = {1, 0, 1};
+    const auto& ref =
+        kernels::kernel_for<ops::CrossEntropyKernel>("cross_entropy", Device::CPU, DType::F32, "reference");
+    std::vector<float> lse_r(static_cast<size_t>(N)), loss_r(static_cast<size_t>(N));
+    ref.forward(device_services(Device::CPU).context(), N, V, logits.data(), labels.data(), kIgnore,
+                lse_r.data(), loss_r.data());
+    KernelContext ctx = device_services(Device::CUDA).context();
+    DeviceBuffer logits_d(logits), labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4);
+    cross_entropy_fwd(ctx, N, V, DType::F32, logits_d.as<void>(), labels_d.as<int64_t>(), kIgnore,
+                      lse_d.as<float>(), loss_d.as<float>());
+    const std::vector<float> lse = lse_d.download<float>(), loss = loss_d.download<float>();
+    ASSERT_TRUE(std::isnan(lse_r[0]) && std::isnan(loss_r[0])) << "the reference propagates the NaN";
+    EXPECT_TRUE(std::isnan(lse[0])) << "V " << V << ": lse " << lse[0];
+    EXPECT_TRUE(std::isnan(loss[0])) << "V " << V << ": loss " << loss[0];
+    for (int64_t n = 1; n < N; ++n) {
+      EXPECT_NEAR(lse[size_t(n)], lse_r[size_t(n)], 2e-5 * std::abs(lse_r[size_t(n)])) << "row " << n;
+      EXPECT_NEAR(loss[size_t(n)], loss_r[size_t(n)], 2e-5 * std::abs(loss_r[size_t(n)]) + 1e-6)
+          << "row " << n;
+    }
+  }
+}
 
 // (dtype, N, V, D, chunk)
 class CudaLinearCrossEntropy

@@ -43,7 +43,7 @@ struct MaxSum {
 };
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.f};
+  if (m == -INFINITY) return {m, a.s + b.s};  // 0, or NaN when a NaN logit was seen: keep it
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 // Block-wide merge; every thread gets the result. `shared` holds 2 * 32 floats.
