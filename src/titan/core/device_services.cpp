@@ -24,7 +24,8 @@ namespace titan {
 void* DeviceServices::allocate(size_t nbytes) {
   // Counted first: past 8 EiB (only a meta device's step of an absurd size gets there) the request
   // is refused before the device, or its caching allocator, sees it.
-  const int64_t now = current_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+  // (The sum in unsigned arithmetic: a signed overflow would be undefined, UBSan says so.)
+  const int64_t now = int64_t(uint64_t(current_.fetch_add(int64_t(nbytes))) + uint64_t(nbytes));
   if (now < 0 || nbytes > size_t(INT64_MAX)) {
     current_.fetch_sub(int64_t(nbytes));
     TITAN_FAIL(device_name(device()), " memory: the tensors held at once exceed 2^63 bytes (allocating ",
