@@ -132,10 +132,11 @@ TEST_P(CudaAttentionF32Math, Bf16) {
   TITAN_REQUIRE_CUDA();
   run_case({dims_of(GetParam()), DType::BF16, Algo::kF32Math});
 }
-// Odd head_dims (8, 25, 200) use partial lanes; lengths around the 8-row block and 32-row tile.
+// Odd head_dims (8, 25, 200) use partial lanes, 512 the widest lanes (16 columns each) and the
+// largest shared-memory request (~160 KiB); lengths around the 8-row block and 32-row tile.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionF32Math,
                          ::testing::Combine(::testing::Values(1, 2, 8),
-                                            ::testing::Values(8, 25, 64, 128, 200),
+                                            ::testing::Values(8, 25, 64, 128, 200, 512),
                                             ::testing::Values(1, 7, 33, 100)));
 
 class CudaAttentionTensorCores : public ::testing::TestWithParam<Param> {};

@@ -5,18 +5,24 @@
 //     a different summation order moves bf16 roundings (2^-8 relative each);
 //   - a run checkpointed on the GPU and resumed there equals the uninterrupted run bit for bit
 //     (losses, grad norms and the checkpoint files), as on the CPU;
-//   - the Hugging Face export of a GPU run holds exactly its checkpoint's weights (verify-export).
+//   - the Hugging Face export of a GPU run holds exactly its checkpoint's weights (verify-export);
+//   - the plan of a GPU step (`titan plan` / `titan info` of a cuda job, on the meta device) holds
+//     what the step holds on the GPU.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include "backend/cuda_test_util.h"
 #include "test_util.h"
-#include "train/train_test_util.h"
+#include "titan/core/device_services.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/train/step_profile.h"
 #include "titan/train/trainer.h"
+#include "train/train_test_util.h"
 
 namespace titan {
 namespace {
@@ -104,6 +110,57 @@ TEST(CudaTrain, ResumeEqualsAnUninterruptedRunBitwise) {
                                       &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("verify-export OK"), std::string::npos) << out;
+}
+
+// The plan of a GPU step (the meta device standing in for CUDA: its kernels' scratch and cuBLASLt's
+// workspace) against the same step run on the GPU, as StepProfile checks the CPU's: the persistent
+// state to the byte, the peak and the caching allocator's reservation within 1 % (printed to the
+// byte). The plan leaves out cub's sort storage in the embedding backward, the rope tables and the
+// reductions' partial sums (KiB to a few MiB), and the cudnn variants' buffers.
+void expect_the_plan_is_the_gpus_step(const qwen3::ModelArgs& args, DType compute) {
+  train::StepShape s;
+  s.local_batch = 2;
+  s.seq_len = 128;
+  s.compute = compute;
+  s.device = Device::CUDA;
+  s.keep_logits_bytes = train::loss_logits_budget(Device::CUDA);
+  // A first step allocates what the process keeps (the GEMM workspace, the rope tables); the
+  // measured one holds only its own memory, so the plan's workspace is taken off its figures.
+  train::profile_training_step(args, s, Device::CUDA);
+  const train::StepProfile gpu = train::profile_training_step(args, s, Device::CUDA);
+  const train::StepProfile plan = train::profile_training_step(args, s, Device::Meta);
+  EXPECT_EQ(plan.weights, gpu.weights);
+  EXPECT_EQ(plan.grads, gpu.grads);
+  EXPECT_EQ(plan.optimizer, gpu.optimizer);
+  EXPECT_EQ(plan.other, gpu.other);
+  const int64_t workspace = int64_t(kCudaGemmWorkspaceBytes);
+  for (auto [what, planned, measured] : {std::tuple{"peak", plan.peak - workspace, gpu.peak},
+                                         std::tuple{"reserved", plan.reserved - workspace, gpu.reserved}}) {
+    const double rel = std::abs(double(planned - measured)) / double(measured);
+    EXPECT_LE(rel, 0.01) << what << ": planned " << planned << " B, on the GPU " << measured << " B";
+    std::printf("%s, %s, 2 x 128: %s planned %lld B, on the GPU %lld B (%+lld B)\n",
+                args.is_moe() ? "MoE" : "dense", dtype_name(compute).data(), what, (long long)planned,
+                (long long)measured, (long long)(planned - measured));
+  }
+}
+
+qwen3::ModelArgs two_layers(const char* flavor) {
+  qwen3::ModelArgs a = qwen3::flavor(flavor);
+  a.n_layers = 2;
+  return a;
+}
+
+TEST(CudaStepProfile, ThePlanOfADenseStepIsTheGpusStep) {
+  TITAN_REQUIRE_CUDA();
+  expect_the_plan_is_the_gpus_step(two_layers("debugmodel"), DType::BF16);
+  expect_the_plan_is_the_gpus_step(two_layers("debugmodel"), DType::F32);
+}
+
+TEST(CudaStepProfile, ThePlanOfAMoeStepIsTheGpusStep) {
+  TITAN_REQUIRE_CUDA();
+  qwen3::ModelArgs a = two_layers("debugmodel_moe");
+  a.output_router_logits = true;
+  expect_the_plan_is_the_gpus_step(a, DType::BF16);
 }
 
 }  // namespace

@@ -99,17 +99,17 @@ TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   a.validate();
   const int64_t available = available_memory_bytes();
   ASSERT_GT(available, 0);
-  std::string e = error_of([&] { train::check_training_fits(a, shape(2, 64), Device::CPU); });
+  std::string e = error_of([&] { train::check_training_fits(a, shape(2, 64)); });
   EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;
   EXPECT_NE(e.find("weights"), std::string::npos) << e;
   EXPECT_NE(e.find(std::to_string(available).substr(0, 3)), std::string::npos) << e;
   EXPECT_NE(e.find("but this machine's MemAvailable is "), std::string::npos) << e;
   // The same check passes the tiny model (its exact need comes from the meta device's step profile).
-  EXPECT_NO_THROW(train::check_training_fits(tiny(), shape(2, 64), Device::CPU));
+  EXPECT_NO_THROW(train::check_training_fits(tiny(), shape(2, 64)));
   const train::StepProfile m = train::profile_training_step(tiny(), shape(2, 64), Device::Meta);
   EXPECT_EQ(m.weights, tiny().num_params() * 4);
   // A sequence length past the bound names the config key.
-  e = error_of([&] { train::check_training_fits(tiny(), shape(2, 99999999999), Device::CPU); });
+  e = error_of([&] { train::check_training_fits(tiny(), shape(2, 99999999999)); });
   EXPECT_NE(e.find("training.seq_len = 99999999999 exceeds the limit"), std::string::npos) << e;
 }
 

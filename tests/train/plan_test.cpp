@@ -42,8 +42,9 @@ std::string printed_gib(const char* label, int64_t bytes) {
   return s;
 }
 
-PlannedStep debugmodel_step(int64_t replicate, int64_t shard) {
-  const JobConfig cfg = load_job_config(debugmodel_toml(), {{"training.seq_len", "128"}});
+PlannedStep debugmodel_step(int64_t replicate, int64_t shard, const char* device = "cpu") {
+  const JobConfig cfg =
+      load_job_config(debugmodel_toml(), {{"training.seq_len", "128"}, {"job.device", device}});
   return planned_step(cfg, replicate, shard);
 }
 
@@ -175,13 +176,18 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
 // meta replay predicts, a cpu job by its tensors' peak, so a budget between the two fits the CPU
 // job only. (No GPU needed: --memory-per-rank and --gemm-tflops ask nothing of the device.)
 TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
-  const auto [args, shape] = debugmodel_step(1, 1);
-  StepShape at = shape;
+  // The same job on the CPU and on a GPU (its kernels' scratch, its loss budget), batch 8.
+  const auto [args, gpu_shape] = debugmodel_step(1, 1, "cuda");
+  StepShape at = debugmodel_step(1, 1).shape;
+  at.local_batch = 8;
+  const StepProfile c = profile_training_step(args, at, Device::Meta);
+  at = gpu_shape;
   at.local_batch = 8;
   const StepProfile p = profile_training_step(args, at, Device::Meta);
   ASSERT_GT(p.reserved, p.peak) << "the caching policy rounds and splits: segments exceed the tensors";
+  ASSERT_GE(p.peak, c.peak) << "the GPU's step holds more scratch";
   EXPECT_EQ(memory_need(p, MemoryNeed::kReserved), p.reserved);
-  EXPECT_EQ(memory_need(p, MemoryNeed::kPeak), p.peak);
+  EXPECT_EQ(memory_need(c, MemoryNeed::kPeak), c.peak);
   const std::string budget = std::to_string(p.peak + (p.reserved - p.peak) / 2);
   const std::string batch =
       " --training.local_batch_size=8 --training.global_batch_size=8 --memory-per-rank " + budget;
@@ -199,7 +205,7 @@ TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
   EXPECT_EQ(gpu.find("the process adds its code"), std::string::npos) << "a CPU note on a GPU job\n" << gpu;
   // The search by reservation: batch 8 needs its reservation, batch 7 fits under it.
   const BatchSearch s =
-      largest_fitting_batch(args, shape, p.peak + (p.reserved - p.peak) / 2, MemoryNeed::kReserved);
+      largest_fitting_batch(args, gpu_shape, p.peak + (p.reserved - p.peak) / 2, MemoryNeed::kReserved);
   EXPECT_EQ(s.largest, 7);
   EXPECT_EQ(s.next_need, p.reserved);
 }
@@ -211,9 +217,9 @@ TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {
   const int64_t peak = profile_training_step(args, shape, Device::Meta).peak;
   const int64_t available = available_memory_per_rank(Device::CPU);
   ASSERT_GT(available, peak) << "this machine cannot hold one debugmodel rank";
-  EXPECT_NO_THROW(check_training_fits(args, shape, Device::CPU, 1));
+  EXPECT_NO_THROW(check_training_fits(args, shape, 1));
   const int64_t crowd = available / peak + 1;
-  const std::string e = tt::error_of([&] { check_training_fits(args, shape, Device::CPU, crowd); });
+  const std::string e = tt::error_of([&] { check_training_fits(args, shape, crowd); });
   EXPECT_NE(e.find("per rank of 2, the host's memory shared by its " + std::to_string(crowd) + " ranks"),
             std::string::npos)
       << e;
@@ -224,7 +230,7 @@ TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {
   EXPECT_NE(e.find("set activation_checkpoint.mode = \"full\""), std::string::npos) << e;
   StepShape full = shape;
   full.checkpointing = qwen3::Checkpointing::full();
-  const std::string e_full = tt::error_of([&] { check_training_fits(args, full, Device::CPU, crowd * 4); });
+  const std::string e_full = tt::error_of([&] { check_training_fits(args, full, crowd * 4); });
   EXPECT_NE(e_full.find("needs an estimated"), std::string::npos) << e_full;
   EXPECT_EQ(e_full.find("activation_checkpoint.mode"), std::string::npos) << e_full;
 }

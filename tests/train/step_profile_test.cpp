@@ -163,7 +163,8 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
     shape.seq_len = 2048;
     shape.compute = DType::BF16;
     shape.checkpointing = qwen3::Checkpointing::full();
-    shape.keep_logits_bytes = loss_logits_budget(std::string(device) == "cuda" ? Device::CUDA : Device::CPU);
+    shape.device = std::string(device) == "cuda" ? Device::CUDA : Device::CPU;
+    shape.keep_logits_bytes = loss_logits_budget(shape.device);
     const StepProfile p = profile_training_step(args, shape, Device::Meta);
     std::string out;
     ASSERT_EQ(testing::run_command(testing::titan_binary().string() +
@@ -237,7 +238,8 @@ TEST(StepProfile, ReservedBytesAreTheStepsOwnAndRepeatable) {
 
 // A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and
 // the plan of a cuda job counts them, also on a machine without a GPU: 2 x 2048 tokens of f32 logits
-// over Qwen3's vocabulary (2.5 GB) are over the CPU's 1 GiB and under the GPU's 8 GiB.
+// over Qwen3's vocabulary (2.5 GB) are over the CPU's 1 GiB and under the GPU's 8 GiB. The GPU
+// step also holds cuBLASLt's workspace.
 TEST(StepProfile, ACudaJobsPlanCountsTheLogitsItKeeps) {
   EXPECT_EQ(loss_logits_budget(Device::CPU), int64_t(1) << 30);
   EXPECT_EQ(loss_logits_budget(Device::CUDA), int64_t(8) << 30);
@@ -256,7 +258,34 @@ TEST(StepProfile, ACudaJobsPlanCountsTheLogitsItKeeps) {
   ASSERT_GT(logits, int64_t(1) << 30);
   EXPECT_EQ(cuda.weights, cpu.weights);
   EXPECT_GE(cuda.peak - cpu.peak, logits - (int64_t(64) << 20)) << "cpu " << cpu.peak << " B, cuda " << cuda.peak << " B";
-  EXPECT_LE(cuda.peak - cpu.peak, logits);
+  EXPECT_LE(cuda.peak - cpu.peak, logits + int64_t(kCudaGemmWorkspaceBytes));
+}
+
+// A step planned for a GPU holds what the CUDA kernels hold besides the tensors (MetaStandIn): the
+// cuBLASLt workspace, the bf16 copy of dy in each linear backward, the MoE routing and expert
+// buffers, the attention row terms. With the same loss budget on both, the plan of the GPU step
+// peaks above the CPU step's by at least the workspace, its persistent state is the same, and the
+// stand-in ends with the profile. (Whether the figures are the GPU's own is checked on a GPU:
+// cuda_train_test, CudaStepProfile.)
+TEST(StepProfile, AStepPlannedForAGpuHoldsTheCudaKernelsScratch) {
+  qwen3::ModelArgs a = small("debugmodel_moe");
+  StepShape shape = small_step(DType::BF16);
+  const StepProfile cpu = profile_training_step(a, shape, Device::Meta);
+  shape.device = Device::CUDA;
+  const StepProfile gpu = profile_training_step(a, shape, Device::Meta);
+  EXPECT_EQ(meta_stands_in_for(), Device::CPU);
+  EXPECT_EQ(gpu.weights, cpu.weights);
+  EXPECT_EQ(gpu.grads, cpu.grads);
+  EXPECT_EQ(gpu.optimizer, cpu.optimizer);
+  EXPECT_EQ(gpu.other, cpu.other);
+  EXPECT_GE(gpu.peak - cpu.peak, int64_t(kCudaGemmWorkspaceBytes))
+      << "cpu " << cpu.peak << " B, gpu " << gpu.peak;
+  EXPECT_EQ(gpu.flops, cpu.flops);
+  std::printf("debugmodel_moe (2 layers), bf16, 2 x 128, planned peak: cpu %lld B, cuda %lld B\n",
+              (long long)cpu.peak, (long long)gpu.peak);
+  // Only the meta device stands in for another.
+  const std::string e = testing::error_of([&] { profile_training_step(a, shape, Device::CPU); });
+  EXPECT_NE(e.find("step profile: a step for cuda profiled on cpu"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -118,7 +118,8 @@ int info_main(int argc, char** argv) {
   const std::string device = p.get("device");
   TITAN_CHECK(device == "cpu" || device == "cuda", "titan info: --device ", device, ": expected cpu or cuda",
               suggestion(device, {"cpu", "cuda"}));
-  shape.keep_logits_bytes = train::loss_logits_budget(device == "cuda" ? Device::CUDA : Device::CPU);
+  shape.device = device == "cuda" ? Device::CUDA : Device::CPU;
+  shape.keep_logits_bytes = train::loss_logits_budget(shape.device);
 
   std::printf("model: %s (%s)\n", source.c_str(), a.is_moe() ? "Qwen3-MoE" : "Qwen3 dense");
   std::printf("  dim %ld, layers %ld, heads %ld/%ld, head_dim %ld, vocab %ld, tied %s\n", a.dim, a.n_layers, a.n_heads,

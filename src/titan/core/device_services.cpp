@@ -156,7 +156,8 @@ class CpuServices final : public DeviceServices {
 // addresses (a kernel that touches one crashes at once, which is the point: nothing may read
 // tensor data behind the seam on this device). They come through the caching allocator CUDA uses,
 // over an address space with no bound, so a step run here leaves the reserved bytes a GPU's cache
-// would hold after the same allocations (the meta kernels allocate no scratch, the CUDA ones some).
+// would hold after the same allocations (the meta kernels allocate the scratch of the device they
+// stand in for: MetaStandIn).
 class MetaServices final : public DeviceServices {
  public:
   Device device() const override { return Device::Meta; }
@@ -231,6 +232,22 @@ std::string load_cuda_backend() {
 #endif
 
 }  // namespace
+
+namespace {
+std::atomic<Device> g_meta_stand_in{Device::CPU};
+}  // namespace
+
+Device meta_stands_in_for() {
+  return g_meta_stand_in.load();
+}
+
+MetaStandIn::MetaStandIn(Device device) : previous_(g_meta_stand_in.load()) {
+  TITAN_CHECK(device != Device::Meta, "the meta device cannot stand in for itself");
+  g_meta_stand_in.store(device);
+}
+MetaStandIn::~MetaStandIn() {
+  g_meta_stand_in.store(previous_);
+}
 
 void register_device_services(Device device, DeviceServices* services) {
   TITAN_CHECK(device == Device::CUDA, "register_device_services: only the CUDA backend registers itself, got '",

@@ -151,6 +151,27 @@ class Scratch {
   void* ptr_;
 };
 
+// The meta device standing in for a real one: while a MetaStandIn is alive (a step planned for
+// that device: train::profile_training_step), the meta kernels allocate the scratch that device's
+// default kernels hold while they run (CUDA's attention row terms, MoE routing and expert buffers,
+// its fused loss' chunk buffers), so the planned peak and reservation are that device's, not the
+// CPU's. The CPU when none is alive. One at a time per process (the planner is single-threaded).
+Device meta_stands_in_for();
+class MetaStandIn {
+ public:
+  explicit MetaStandIn(Device device);
+  ~MetaStandIn();
+  MetaStandIn(const MetaStandIn&) = delete;
+  MetaStandIn& operator=(const MetaStandIn&) = delete;
+
+ private:
+  Device previous_;
+};
+
+// The workspace the CUDA backend's cuBLASLt GEMMs hold from the process' first GEMM on (what
+// Hopper's split-K and stream-K plans may ask for); a planned CUDA step counts it.
+constexpr size_t kCudaGemmWorkspaceBytes = size_t(32) << 20;
+
 // The services of a device (loading its backend library first if it has one); an error naming
 // the device and the reason when it cannot be loaded or is unavailable.
 DeviceServices& device_services(Device device);

@@ -40,6 +40,10 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
       device == Device::Meta ? dist::meta_world_communicator(world_size) : dist::single_process_communicator();
   const dist::ParallelPlan plan(*world, shape.dp_replicate, shape.dp_shard);
 
+  TITAN_CHECK(device == Device::Meta || device == shape.device, "step profile: a step for ",
+              device_name(shape.device), " profiled on ", device_name(device),
+              " (only meta stands in for another device)");
+  const MetaStandIn stand_in(shape.device);
   const auto t0 = std::chrono::steady_clock::now();
   DeviceServices& dev = device_services(device);
   dev.release_cached();  // the cache starts as a fresh process's: what the step reserves is its own
@@ -82,6 +86,11 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
       x.copy_from(Tensor::from_vector(ids, {B, S}));
       y.copy_from(Tensor::from_vector(targets, {B, S}));
     }
+    // The GEMM workspace a CUDA process allocates with its first GEMM, in this step (a real CUDA
+    // step's own when it is the process' first).
+    const Tensor gemm_workspace = device == Device::Meta && shape.device == Device::CUDA
+                                      ? Tensor::empty({int64_t(kCudaGemmWorkspaceBytes)}, DType::U8, device)
+                                      : Tensor();
     dev.reset_peak();
     sharding.reset_stats();
     // The gradients accumulate in place, so a few micro-batches hold what any more would, and the
@@ -139,6 +148,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   s.keep_logits_bytes = loss_logits_budget(job.device);
+  s.device = job.device;
   return s;
 }
 
@@ -173,9 +183,9 @@ void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape, std
               " exceeds the model's max_seq_len = ", args.max_seq_len);
 }
 
-void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device,
-                         int64_t ranks_on_host) {
+void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, int64_t ranks_on_host) {
   check_step_bounds(args, shape);
+  const Device device = shape.device;
   const bool shared = device == Device::CPU && ranks_on_host > 1;
   const int64_t machine = available_memory_per_rank(device);
   const int64_t available = machine / (shared ? ranks_on_host : 1);

@@ -29,6 +29,9 @@ struct StepShape {
   dist::Reshard reshard = dist::Reshard::AfterForward;  // parallelism.fsdp_reshard_after_forward
   // Memory the fused loss may spend keeping its logits for backward (loss_logits_budget).
   int64_t keep_logits_bytes = int64_t(1) << 30;
+  // The device the step runs on (job.device). Profiled on meta, the step holds that device's
+  // kernel scratch (core/device_services.h, MetaStandIn) and, for CUDA, the GEMM workspace.
+  Device device = Device::CPU;
 };
 
 // What a training step lets the fused loss keep of its [tokens, vocabulary] logits from forward to
@@ -86,12 +89,11 @@ void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape,
                        std::string_view batch_key = "training.local_batch_size",
                        std::string_view seq_key = "training.seq_len");
 
-// Before anything is allocated for a run: check_step_bounds, a lower bound of the persistent state (16 bytes per parameter over the shard degree) and
-// then the meta device's exact profile of one rank's step against the memory `device` has
-// available; on the CPU, `ranks_on_host` ranks share the host's memory and each gets its share.
-// An error names every number when the run cannot fit.
-void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, Device device,
-                         int64_t ranks_on_host = 1);
+// Before anything is allocated for a run: check_step_bounds, a lower bound of the persistent state
+// (16 bytes per parameter over the shard degree) and then the meta device's exact profile of one
+// rank's step against the memory `shape.device` has available; on the CPU, `ranks_on_host` ranks share the
+// host's memory and each gets its share. An error names every number when the run cannot fit.
+void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, int64_t ranks_on_host = 1);
 
 // Builds the model on `device`, pads its blocks for the mesh, allocates the optimizer state, and
 // runs forward + backward over `grad_accumulation` micro-batches, the gradient reduction, the

@@ -202,7 +202,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
   const std::vector<std::string> hosts = plan.host_names();  // ranks on one host share its memory
-  check_training_fits(job.args, rank_step, job.device,
+  check_training_fits(job.args, rank_step,
                       std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
   data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",

@@ -13,12 +13,14 @@
 #include "titan/backend/cuda/cuda_services.h"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 
 namespace titan::cuda {
 namespace {
 
-// Hopper's cuBLASLt kernels want up to 32 MiB of workspace for split-K and stream-K plans.
-constexpr size_t kWorkspaceBytes = 32u << 20;
+// Hopper's cuBLASLt kernels want up to 32 MiB of workspace for split-K and stream-K plans (the
+// meta device's plan of a CUDA step counts the same constant).
+constexpr size_t kWorkspaceBytes = kCudaGemmWorkspaceBytes;
 
 void check_cublas(cublasStatus_t st, const char* what) {
   TITAN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what, " failed: ", cublasLtGetStatusName(st), " (",

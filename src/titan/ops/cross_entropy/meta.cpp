@@ -1,5 +1,6 @@
 // cross_entropy on the meta device: shapes, allocations and FLOPs only (kernels/registry.h,
 // register_meta_kernel).
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 
@@ -17,8 +18,10 @@ const CrossEntropyKernel cross_entropy_meta{
 // kernels hold while they run are allocated for the call as the CPU kernels allocate them (every
 // row taken as a target): [N, chunk] logits when none are kept, and in backward the chunk's
 // softmax gradient (the accumulation type's logits buffer reused in place, with a bf16 copy for
-// bf16 GEMMs; bf16 throughout when the logits are rounded to bf16). The CUDA kernels hold the same
-// buffers, except one more [N, chunk] when f32 logits are recomputed rather than kept.
+// bf16 GEMMs; bf16 throughout when the logits are rounded to bf16). Standing in for CUDA
+// (core/device_services.h, MetaStandIn), they are the CUDA kernels' buffers instead: forward, the
+// chunk's logits when none are kept and three f32 row statistics; backward, the chunk's logits when
+// none are kept and its softmax gradient in the compute dtype.
 template <DType kDType>
 constexpr DType kAccumulation = kDType == DType::F64 ? DType::F64 : DType::F32;
 
@@ -36,11 +39,14 @@ void lce_meta_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
   ctx.services->add_flops(2.0 * double(a.N) * double(a.V) * double(a.D));
   if (a.N == 0) return;
   const DType logits = chunk_logits_dtype<kDType>(a);
-  if (a.kept && a.N * a.V * int64_t(dtype_size(logits)) <= a.keep_bytes) {
-    *a.kept = Tensor::empty({a.N * a.V}, logits, ctx.device);
-    return;
+  const bool keep = a.kept && a.N * a.V * int64_t(dtype_size(logits)) <= a.keep_bytes;
+  if (keep) *a.kept = Tensor::empty({a.N * a.V}, logits, ctx.device);
+  if (meta_stands_in_for() == Device::CUDA) {
+    const Scratch chunk(ctx, keep ? 0 : size_t(chunk_elements(a)) * dtype_size(logits)),
+        stats(ctx, size_t(3 * a.N) * sizeof(float));
+  } else if (!keep) {
+    const Tensor chunk = Tensor::empty({chunk_elements(a)}, logits, ctx.device);
   }
-  const Tensor chunk = Tensor::empty({chunk_elements(a)}, logits, ctx.device);
 }
 
 template <DType kDType>
@@ -50,6 +56,11 @@ void lce_meta_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a
   if (a.N == 0 || (!dh && !dw)) return;
   const bool kept = a.kept && a.kept->defined();
   const int64_t n = chunk_elements(a);
+  if (meta_stands_in_for() == Device::CUDA) {
+    const Scratch logits(ctx, kept ? 0 : size_t(n) * dtype_size(chunk_logits_dtype<kDType>(a))),
+        gradient(ctx, size_t(n) * dtype_size(kDType));
+    return;
+  }
   Tensor logits, gradient;
   if (chunk_logits_dtype<kDType>(a) == DType::BF16) {
     if (!kept) logits = Tensor::empty({n}, DType::BF16, ctx.device);

@@ -1,22 +1,34 @@
 // linear on the meta device: shapes, allocations and FLOPs only (kernels/registry.h,
 // register_meta_kernel).
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/linear/linear.h"
 
 namespace titan::ops {
 namespace {
 
-const LinearKernel linear_meta{
-    [](const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*, void*) {
-      ctx.services->add_flops(2.0 * double(M) * double(N) * double(K));
-    },
-    [](const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*, const void*,
-       const LinearGradients& g) {
-      ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((g.dx ? 1 : 0) + (g.dw ? 1 : 0)));
-    }};
+void forward_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*,
+                  void*) {
+  ctx.services->add_flops(2.0 * double(M) * double(N) * double(K));
+}
 
-const bool registered =
-    kernels::register_meta_kernel("linear", {DType::F32, DType::BF16, DType::F64}, linear_meta);
+// Standing in for CUDA (core/device_services.h, MetaStandIn), a bf16 backward holds what the CUDA
+// kernel holds: dy [M, N] rounded to bf16 for the tensor-core GEMMs.
+template <DType kDType>
+void backward_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*,
+                   const void*, const LinearGradients& g) {
+  ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((g.dx ? 1 : 0) + (g.dw ? 1 : 0)));
+  if (kDType == DType::BF16 && meta_stands_in_for() == Device::CUDA && (g.dx || g.dw)) {
+    const Scratch dy16(ctx, size_t(M * N) * 2);
+  }
+}
+
+const bool f32_registered = kernels::register_meta_kernel(
+    "linear", {DType::F32}, LinearKernel{forward_meta, backward_meta<DType::F32>});
+const bool bf16_registered = kernels::register_meta_kernel(
+    "linear", {DType::BF16}, LinearKernel{forward_meta, backward_meta<DType::BF16>});
+const bool f64_registered = kernels::register_meta_kernel(
+    "linear", {DType::F64}, LinearKernel{forward_meta, backward_meta<DType::F64>});
 
 }  // namespace
 }  // namespace titan::ops

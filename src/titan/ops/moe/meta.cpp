@@ -1,5 +1,6 @@
 // moe on the meta device: shapes, allocations and FLOPs only (kernels/registry.h,
 // register_meta_kernel).
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/moe.h"
 
@@ -21,12 +22,57 @@ const MoeAuxLossKernel moe_aux_loss_meta{
 double expert_flops(const MoeDims& d) {
   return 6.0 * double(d.T) * double(d.k) * double(d.D) * double(d.F);
 }
-const MoeExpertsKernel moe_experts_meta{
-    [](const KernelContext& ctx, const MoeDims& d, const void*, const void*, const int64_t*, const void*,
-       const void*, const void*, void*, void*) { ctx.services->add_flops(expert_flops(d)); },
-    [](const KernelContext& ctx, const MoeDims& d, const void*, const void*, const int64_t*, const void*,
-       const void*, const void*, const void*, const void*, void*, void*, void*, void*,
-       void*) { ctx.services->add_flops(2.0 * expert_flops(d)); }};
+
+// Standing in for CUDA (core/device_services.h, MetaStandIn), the experts hold the buffers of the
+// default CUDA kernels (ops/moe/cuda.cu; the cudnn variant holds more), allocated in their order so
+// the caching allocator's replay reserves what theirs would. The routing: order and pos [T*k] and
+// offsets [E+1] in i64, row tiles [E+1] in i32, and an [E] histogram while it is built.
+struct CudaRouting {
+  Scratch order, pos, offsets, tiles;
+  CudaRouting(const KernelContext& ctx, const MoeDims& d)
+      : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
+        pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
+        offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
+        tiles(ctx, sizeof(int) * size_t(d.E + 1)) {
+    const Scratch histogram(ctx, sizeof(uint64_t) * size_t(d.E));
+  }
+};
+
+// Forward: the down projection's rows o [T*k, D] and the SwiGLU rows h [T*k, F], in the dtype.
+template <DType kDType>
+void experts_forward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
+                          const int64_t*, const void*, const void*, const void*, void*, void*) {
+  ctx.services->add_flops(expert_flops(d));
+  if (meta_stands_in_for() != Device::CUDA || d.T == 0) return;
+  const size_t n = size_t(d.T * d.k), element = dtype_size(kDType);
+  const CudaRouting routing(ctx, d);
+  const Scratch o(ctx, element * n * size_t(d.D)), h(ctx, element * n * size_t(d.F));
+}
+
+// Backward: the routing and h again, o again while the routing weights' gradient needs it, then in
+// f32 the weighted dy [T*k, D], the gate and up gradients [T*k, F] each and the rows of dx [T*k, D].
+template <DType kDType>
+void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
+                           const int64_t*, const void*, const void*, const void*, const void*, const void*,
+                           void* dx, void* dweights, void* dwg, void* dwu, void* dwd) {
+  ctx.services->add_flops(2.0 * expert_flops(d));
+  if (meta_stands_in_for() != Device::CUDA || d.T == 0) return;
+  const size_t n = size_t(d.T * d.k), element = dtype_size(kDType), D = size_t(d.D), F = size_t(d.F);
+  const CudaRouting routing(ctx, d);
+  const Scratch h(ctx, element * n * F);
+  if (dweights) {
+    const Scratch o(ctx, element * n * D);
+  }
+  if (!dx && !dwg && !dwu && !dwd) return;
+  const Scratch dy_weighted(ctx, sizeof(float) * n * D);
+  if (!dx && !dwg && !dwu) return;
+  const Scratch dgate(ctx, sizeof(float) * n * F), dup(ctx, sizeof(float) * n * F);
+  if (dx) {
+    const Scratch dx_rows(ctx, sizeof(float) * n * D);
+  }
+}
+template <DType kDType>
+const MoeExpertsKernel moe_experts_meta{experts_forward_meta<kDType>, experts_backward_meta<kDType>};
 
 const bool router_topk_registered =
     kernels::register_meta_kernel("router_topk", {DType::F32, DType::BF16, DType::F64}, router_meta);
@@ -36,8 +82,12 @@ const ExpertBiasKernel expert_bias_meta{
     [](const KernelContext&, int64_t, int64_t, const int64_t*, double, float*) {}};
 const bool update_expert_bias_registered =
     kernels::register_meta_kernel("update_expert_bias", {DType::F32}, expert_bias_meta);
-const bool moe_experts_registered =
-    kernels::register_meta_kernel("moe_experts", {DType::F32, DType::BF16, DType::F64}, moe_experts_meta);
+const bool moe_experts_f32_registered =
+    kernels::register_meta_kernel("moe_experts", {DType::F32}, moe_experts_meta<DType::F32>);
+const bool moe_experts_bf16_registered =
+    kernels::register_meta_kernel("moe_experts", {DType::BF16}, moe_experts_meta<DType::BF16>);
+const bool moe_experts_f64_registered =
+    kernels::register_meta_kernel("moe_experts", {DType::F64}, moe_experts_meta<DType::F64>);
 
 }  // namespace
 }  // namespace titan::ops
