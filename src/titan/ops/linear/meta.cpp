@@ -12,13 +12,13 @@ void forward_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, con
   ctx.services->add_flops(2.0 * double(M) * double(N) * double(K));
 }
 
-// Standing in for CUDA (core/device_services.h, MetaStandIn), a bf16 backward holds what the CUDA
-// kernel holds: dy [M, N] rounded to bf16 for the tensor-core GEMMs.
+// A bf16 backward holds what the CPU and CUDA kernels hold: dy [M, N] rounded to bf16 for the bf16
+// GEMMs (the CPU kernel holds it even without gradients to compute).
 template <DType kDType>
 void backward_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*, const void*,
                    const void*, const LinearGradients& g) {
   ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((g.dx ? 1 : 0) + (g.dw ? 1 : 0)));
-  if (kDType == DType::BF16 && meta_stands_in_for() == Device::CUDA && (g.dx || g.dw)) {
+  if (kDType == DType::BF16 && (meta_stands_in_for() == Device::CPU || g.dx || g.dw)) {
     const Scratch dy16(ctx, size_t(M * N) * 2);
   }
 }
