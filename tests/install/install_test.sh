@@ -60,6 +60,35 @@ libs=$(ldd "$work/example_build_tree/train_debugmodel")
 grep -q "$build/.*libtitan.so" <<<"$libs" ||
   { echo "FAIL: the build-tree example does not load the build's libtitan.so"; echo "$libs"; exit 1; }
 
+# A project that adds the source tree with add_subdirectory gets titan::titan and titan's program,
+# not its tests, benchmarks or install rules. Configured, and the example's own object compiled
+# (titan's include folders reach it through titan::titan); building libtitan again here would take
+# as long as the build itself, so the link is checked on the link command.
+super=$work/superproject
+mkdir -p "$super"
+cat >"$super/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.25)
+project(superproject LANGUAGES CXX)
+add_subdirectory("$src" titan)
+add_executable(train_debugmodel "$src/examples/train_debugmodel/main.cpp")
+target_link_libraries(train_debugmodel PRIVATE titan::titan)
+CMAKE
+cmake -S "$super" -B "$super/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
+  >"$work/configure_superproject.log"
+targets=$(ninja -C "$super/build" -t targets all)
+for t in titan_cli train_debugmodel; do
+  grep -q "^$t: " <<<"$targets" || { echo "FAIL: add_subdirectory: no target $t"; exit 1; }
+done
+extra=$(grep -E '^(install|[^:]*_test|[^:]*_bench|[^:]*gtest[^:]*): ' <<<"$targets" || true)
+[ -z "$extra" ] || { echo "FAIL: add_subdirectory brings titan's tests, benchmarks or install rules:"; head <<<"$extra"; exit 1; }
+object=$(grep -o '^CMakeFiles/train_debugmodel.dir/[^:]*main.cpp.o' <<<"$targets")
+ninja -C "$super/build" "$object" >"$work/build_superproject.log" ||
+  { echo "FAIL: add_subdirectory: the example does not compile"; tail "$work/build_superproject.log"; exit 1; }
+link=$(ninja -C "$super/build" -t commands train_debugmodel | tail -n 1)
+grep -q " titan/src/titan/libtitan.so" <<<"$link" ||
+  { echo "FAIL: add_subdirectory: the example does not link the subproject's libtitan"; echo "$link"; exit 1; }
+echo "add_subdirectory: titan::titan configured, the example compiled against it"
+
 TITAN_ASSETS_DIR="$src/assets" "$work/example/train_debugmodel" 6 | tee "$work/run.log"
 steps=$(grep -c '^step ' "$work/run.log")
 [ "$steps" -eq 6 ] || { echo "FAIL: $steps steps logged, expected 6"; exit 1; }
