@@ -1218,7 +1218,8 @@ template <auto kBwd>
 void bwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q,
                                        const void* k, const void* v, const void* out, const void* lse,
                                        const void* dout, void* dq, void* dk, void* dv) {
-  if (!use_tensor_cores(s, {q, k, v, out, dout}))
+  // (dq, dk, dv too: the mma.sync backward stores dk and dv rows as float2 pairs.)
+  if (!use_tensor_cores(s, {q, k, v, out, dout, dq, dk, dv}))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
   kBwd(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
        static_cast<const bf16*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
