@@ -149,7 +149,7 @@ TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
   const KernelContext cpu = device_services(Device::CPU).context();
   ref.forward(cpu, a, lse_r.data(), loss_r.data());
   const double scale = 0.25;
-  ref.backward(cpu, a, lse_r.data(), scale, dh_r.data(), dw_r.data());
+  ref.backward(cpu, a, lse_r.data(), scale, dh_r.data(), dw_r.data(), false);
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto hd = upload(hidden, dtype), wd = upload(weight, dtype);

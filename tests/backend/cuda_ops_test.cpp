@@ -12,6 +12,7 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/embedding/embedding.h"
 #include "titan/ops/linear/linear.h"
@@ -131,6 +132,58 @@ TEST(CudaOps, EmbeddingIsExactAndDeterministic) {
   for (DType dt : {DType::F32, DType::BF16})
     expect_device_matches_reference("embedding", kCuda, f,
                                     {Tensor::from_vector(ids, {3, 70}), grad_input({50, 32}, dt, 8)}, 0, 0);
+}
+
+// The table gradient of a parameter with a preset buffer is scattered into it on the GPU too (no
+// [V, D] gradient, autograd::GradientSink), also through the bf16 cast of an f32 parameter: each run
+// of equal ids is summed in position order from the row's held value, the CPU reference's order, so
+// the buffers are equal to the bit.
+TEST(CudaOps, EmbeddingScattersAParametersGradientIntoItsBuffer) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t V = 1013, D = 97;
+  std::vector<int64_t> id_values(2 * 333);
+  for (size_t i = 0; i < id_values.size(); ++i) id_values[i] = int64_t((i * 7919) % 61) * 13;  // long runs
+  const Tensor ids = Tensor::from_vector(id_values, {2, 333});
+  const Tensor dy = random_tensor({2, 333, D}, DType::F32, 6), held = random_tensor({V, D}, DType::F32, 7);
+  const Tensor w0 = random_tensor({V, D}, DType::F32, 8);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(compute == DType::BF16 ? "through a bf16 cast" : "f32");
+    auto scatter_on = [&](Device device) {
+      kernels::ForceVariant force("embedding", "reference");  // the CPU's; the GPU has one kernel
+      Tensor w = w0.to(device).set_requires_grad(true);
+      Tensor buffer = held.to(device);
+      w.set_grad(buffer);
+      Tensor out = ops::embedding(ids.to(device), ops::cast(w, compute));
+      autograd::backward(autograd::current_tape(), {out}, {dy.to(device)});
+      return buffer.to(Device::CPU);
+    };
+    EXPECT_EQ(testing::max_abs_diff(scatter_on(kCuda), scatter_on(Device::CPU)), 0.0);
+  }
+}
+
+// The fused loss adds the weight's gradient into its parameter's preset buffer on the GPU (the dW
+// GEMMs' beta = 1), also through the bf16 cast of an f32 parameter: the buffer ends as what it held
+// plus the CPU's dW.
+TEST(CudaOps, LinearCrossEntropyAddsTheWeightsGradientIntoItsBuffer) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t N = 65, D = 64, V = 1000, chunk = 384;
+  const Tensor h = random_tensor({N, D}, DType::F32, 5), labels = testing::make_labels(N, V, 10, {3});
+  const Tensor w0 = random_tensor({V, D}, DType::F32, 8), held = random_tensor({V, D}, DType::F32, 7);
+  for (DType compute : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(compute == DType::BF16 ? "through a bf16 cast" : "f32");
+    auto add_on = [&](Device device) {
+      Tensor w = w0.to(device).set_requires_grad(true);
+      Tensor buffer = held.to(device);
+      w.set_grad(buffer);
+      Tensor loss =
+          ops::linear_cross_entropy(h.to(compute).to(device), ops::cast(w, compute), labels.to(device), -100,
+                                    chunk, ops::Reduction::Mean, nullptr, true);
+      autograd::backward(loss);
+      return buffer.to(Device::CPU);
+    };
+    const double tol = 1e-5;  // dW entries ~1e-2 from the same operands: summation order only
+    EXPECT_LE(testing::max_abs_diff(add_on(kCuda), add_on(Device::CPU)), tol);
+  }
 }
 
 TEST(CudaOps, EmbeddingOutOfRangeIdErrorsAsOnTheCpu) {

@@ -9,9 +9,10 @@
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
-#include "titan/core/device_services.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/linear/linear.h"
 
 using namespace titan;
@@ -114,6 +115,38 @@ TEST(LinearCrossEntropy, DefaultVariantMatchesReference) {
           {h.to(DType::BF16).set_requires_grad(true), w.to(DType::BF16).set_requires_grad(true), y});
     }
   }
+}
+
+// The weight's gradient is added straight into its parameter's preset gradient buffer (the dW
+// GEMMs' beta = 1, autograd::GradientSink), also through the bf16 cast of an f32 parameter (the
+// lm_head, tied or not): the buffer ends as what it held plus dW, the same as returning a fresh dW
+// for autograd to add, and the backward allocates no [V, D] gradient of its own.
+TEST(LinearCrossEntropy, TheWeightsGradientIsAddedIntoItsBuffer) {
+  const int64_t N = 37, D = 19, V = 1000, chunk = 384;  // two whole chunks and a partial one
+  const Tensor h = random_tensor({N, D}, DType::F32, 8), held = random_tensor({V, D}, DType::F32, 11);
+  const Tensor y = make_labels(N, V, 10, {5});
+  for (const char* variant : kVariants)
+    for (DType compute : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(variant) + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
+      kernels::ForceVariant force("linear_cross_entropy", variant);
+      DeviceServices& cpu = device_services(Device::CPU);
+      auto backward_of = [&](bool preset, int64_t* allocations) {
+        Tensor w = random_tensor({V, D}, DType::F32, 9).set_requires_grad(true);
+        Tensor buffer = held.clone();
+        if (preset) w.set_grad(buffer);
+        Tensor loss = ops::linear_cross_entropy(h.to(compute).set_requires_grad(true), ops::cast(w, compute),
+                                                y, kIgnore, chunk, ops::Reduction::Mean, nullptr, true);
+        const int64_t before = cpu.stats().total_allocations;
+        autograd::backward(loss);
+        *allocations = cpu.stats().total_allocations - before;
+        return preset ? buffer : ops::add(w.grad(), held);  // the buffer, or what autograd would add to it
+      };
+      int64_t fresh_allocations = 0, added_allocations = 0;
+      const Tensor fresh = backward_of(false, &fresh_allocations),
+                   added = backward_of(true, &added_allocations);
+      EXPECT_EQ(max_abs_diff(added, fresh), 0.0);
+      EXPECT_LT(added_allocations, fresh_allocations) << "a dW tensor was still allocated";
+    }
 }
 
 // The same comparisons on every tier of the row loops this CPU runs (portable loops with std::exp,

@@ -8,6 +8,9 @@
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
+#include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -68,6 +71,53 @@ TEST(Embedding, DefaultVariantMatchesReferenceExactly) {
     expect_variant_matches_spec("embedding", "default", {2 * S, V, D}, embedding_fn,
                                 {ids, table.to(DType::BF16).set_requires_grad(true)});
   }
+}
+
+// A parameter's table gradient is scattered straight into its preset gradient buffer
+// (autograd::GradientSink), also through the bf16 cast of an f32 parameter (a tied lm_head's
+// buffer already holds the output projection's gradient then): each id's row gets its dy rows
+// added in position order, every other row keeps what it held, to the bit, and no [V, D]
+// gradient is allocated.
+TEST(Embedding, AParametersGradientIsScatteredIntoItsBuffer) {
+  const int64_t V = 1013, D = 97, S = 333;
+  const Tensor ids = random_ids({2, S}, V, 4);
+  const Tensor dy = random_tensor({2, S, D}, DType::F32, 6), held = random_tensor({V, D}, DType::F32, 7);
+  // What the buffer must end as: the reference's serial scatter-add, started from what it held.
+  std::vector<float> want(size_t(V * D));
+  {
+    const std::vector<double> h = held.to_vector(), g = dy.to_vector();
+    const std::vector<double> id = ids.to_vector();
+    for (size_t k = 0; k < want.size(); ++k) want[k] = float(h[k]);
+    for (size_t i = 0; i < id.size(); ++i)
+      for (int64_t d = 0; d < D; ++d)
+        want[size_t(id[i]) * size_t(D) + size_t(d)] += float(g[i * size_t(D) + size_t(d)]);
+  }
+  for (const std::string variant : {"reference", "default"})
+    for (DType compute : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(variant + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
+      kernels::ForceVariant force("embedding", variant);
+      DeviceServices& cpu = device_services(Device::CPU);
+      auto backward_of = [&](bool preset, int64_t* allocations) {
+        Tensor table = random_tensor({V, D}, DType::F32, 8).set_requires_grad(true);
+        Tensor buffer = held.clone();
+        if (preset) table.set_grad(buffer);
+        Tensor out = ops::embedding(ids, ops::cast(table, compute));
+        const int64_t before = cpu.stats().total_allocations;
+        autograd::backward(autograd::current_tape(), {out}, {dy});
+        *allocations = cpu.stats().total_allocations - before;
+        return preset ? buffer : ops::add(table.grad(), held);
+      };
+      int64_t fresh_allocations = 0, scattered_allocations = 0;
+      const Tensor fresh = backward_of(false, &fresh_allocations);
+      const Tensor scattered = backward_of(true, &scattered_allocations);
+      const std::vector<double> got = scattered.to_vector();
+      int64_t wrong = 0;
+      for (size_t k = 0; k < want.size(); ++k) wrong += float(got[k]) != want[k];
+      EXPECT_EQ(wrong, 0) << "of " << want.size() << " buffer entries differ from the serial scatter-add";
+      // A fresh gradient added by autograd rounds the same sums in another order: close, not equal.
+      EXPECT_LE(max_abs_diff(scattered, fresh), 1e-5);
+      EXPECT_LT(scattered_allocations, fresh_allocations) << "a [V, D] gradient was still allocated";
+    }
 }
 
 TEST(Embedding, OutOfRangeIdNamesIdPositionAndV) {

@@ -506,8 +506,8 @@ void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, i
 }
 
 void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool kept,
-                              const std::vector<float>& row_lse, float scale, float* dhp, float* dw, float* dh,
-                              const Tensor& dhp_t) {
+                              const std::vector<float>& row_lse, float scale, float* dhp, float* dw,
+                              bool add_dw, float* dh, const Tensor& dhp_t) {
   const int64_t C = std::min(a.chunk, a.V);
   Tensor logits_t = kept ? Tensor() : Tensor::empty({r.M, C}, DType::BF16);
   Tensor dl_t = Tensor::empty({r.M, C}, DType::BF16);
@@ -521,7 +521,9 @@ void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows
       row_dlogits_bf16(x + m * cc, dl + m * cc, cc, row_lse[size_t(m)], scale, r.label[size_t(m)] - c0);
     const bf16* w = static_cast<const bf16*>(a.weight) + c0 * a.D;
     if (dhp) gemm_bf16(Trans::N, Trans::N, r.M, a.D, cc, 1.f, dl, cc, w, a.D, c0 == 0 ? 0.f : 1.f, dhp, a.D);
-    if (dw) gemm_bf16(Trans::T, Trans::N, cc, a.D, r.M, 1.f, dl, cc, r.hidden, a.D, 0.f, dw + c0 * a.D, a.D);
+    if (dw)
+      gemm_bf16(Trans::T, Trans::N, cc, a.D, r.M, 1.f, dl, cc, r.hidden, a.D, add_dw ? 1.f : 0.f,
+                dw + c0 * a.D, a.D);
   }
   scatter_counted_rows(a, r, dhp_t, dh);
 }
@@ -563,17 +565,18 @@ void lce_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void
 }
 
 template <class T>
-void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v, void* dw_v) {
+void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v, double scale,
+                  void* dh_v, void* dw_v, bool add_dw) {
   using A = Acc<T>;
   const A* lse = static_cast<const A*>(lse_v);
   A *dh = static_cast<A*>(dh_v), *dw = static_cast<A*>(dw_v);
   const CountedRows<T> r = counted_rows<T>(a);
   if (dh && (r.M < a.N)) std::fill(dh, dh + a.N * a.D, A(0));
   if (r.M == 0 || (!dh && !dw)) {
-    if (dw) std::fill(dw, dw + a.V * a.D, A(0));
+    if (dw && !add_dw) std::fill(dw, dw + a.V * a.D, A(0));
     return;
   }
-  // From here every vocabulary chunk writes its rows of dw (beta = 0): no fill first.
+  // From here every vocabulary chunk writes (beta = 0) or adds to (beta = 1) its rows of dw: no fill first.
   const int64_t C = std::min(a.chunk, a.V);
   // dhidden of the counted rows: the output itself unless rows were dropped.
   Tensor dhp_t = dh && r.M < a.N ? Tensor::empty({r.M, a.D}, dtype_of<A>()) : Tensor();
@@ -586,7 +589,8 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
   TITAN_CHECK(!kept || a.kept->numel() == r.M * a.V, "linear_cross_entropy: kept logits ", a.kept->str(),
               " do not match ", r.M, " rows x V=", a.V);
   if constexpr (std::is_same_v<T, bf16>)
-    if (a.round_logits) return lce_backward_bf16_logits(a, r, kept, row_lse, float(scale), dhp, dw, dh, dhp_t);
+    if (a.round_logits)
+      return lce_backward_bf16_logits(a, r, kept, row_lse, float(scale), dhp, dw, add_dw, dh, dhp_t);
   Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
   A* buf = buf_t.data<A>();
   // bf16 (logits not rounded): dlogits is rounded to bf16 for the GEMMs (bf16 operands, f32 accumulation).
@@ -619,7 +623,7 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
       dl = buf;
     }
     if (dhp) mm(Trans::N, Trans::N, r.M, a.D, cc, dl, cc, w, a.D, c0 == 0 ? 0 : 1, dhp, a.D);
-    if (dw) mm(Trans::T, Trans::N, cc, a.D, r.M, dl, cc, r.hidden, a.D, 0, dw + c0 * a.D, a.D);
+    if (dw) mm(Trans::T, Trans::N, cc, a.D, r.M, dl, cc, r.hidden, a.D, add_dw ? 1 : 0, dw + c0 * a.D, a.D);
   }
   scatter_counted_rows(a, r, dhp_t, dh);
 }

@@ -147,15 +147,23 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
 
   if (grad) {
     const bool need_dh = hidden_in.requires_grad(), need_dw = weight_in.requires_grad();
+    const autograd::GradientSink w_sink(weight_in);
     autograd::record("linear_cross_entropy", {hidden_in, weight_in}, {&loss},
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad, hidden.device()) : Tensor();
-                       Tensor dw = need_dw ? Tensor::empty(weight.shape(), ad, hidden.device()) : Tensor();
-                       kernel.backward(ctx, args(), lse.raw_data(),
-                                       grad_scale(g[0], targets.count, reduction),
-                                       need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+                       // The weight's gradient goes into its parameter's buffer when there is one
+                       // (the lm_head, tied or not: [V, D] f32 is the largest gradient of a step),
+                       // returned undefined (already accumulated); else into a fresh tensor.
+                       Tensor dw_so_far = need_dw ? w_sink.buffer() : Tensor();
+                       const bool add_dw = dw_so_far.defined();
+                       Tensor dw = add_dw    ? dw_so_far
+                                   : need_dw ? Tensor::empty(weight.shape(), ad, hidden.device())
+                                             : Tensor();
+                       kernel.backward(
+                           ctx, args(), lse.raw_data(), grad_scale(g[0], targets.count, reduction),
+                           need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr, add_dw);
                        *kept = Tensor();  // backward runs once: free the logits before the next node
-                       return std::vector<Tensor>{dh, dw};
+                       return std::vector<Tensor>{dh, add_dw ? Tensor() : dw};
                      });
   }
   return loss;

@@ -80,10 +80,11 @@ struct LinearCrossEntropyArgs {
 struct LinearCrossEntropyKernel {
   // -> lse [N] and row_loss [N] (acc), as CrossEntropyKernel::forward on the logits hidden @ weight^T.
   void (*forward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse, void* row_loss);
-  // dhidden [N, D] and dweight [V, D] (acc; either may be null when not needed; both overwritten)
-  // for dlogits = scale * (softmax - onehot), using the lse from forward.
-  void (*backward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse, double scale, void* dhidden,
-                   void* dweight);
+  // dhidden [N, D] and dweight [V, D] (acc; either may be null when not needed) for dlogits =
+  // scale * (softmax - onehot), using the lse from forward. dhidden is overwritten; dweight too, or,
+  // add_dweight, added to (a parameter's gradient buffer: autograd::GradientSink).
+  void (*backward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse, double scale,
+                   void* dhidden, void* dweight, bool add_dweight);
 };
 
 }  // namespace titan::ops

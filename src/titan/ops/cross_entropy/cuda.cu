@@ -270,12 +270,12 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight, const void* kept_logits) {
+                              float* dweight, const void* kept_logits, bool add_dweight) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0, "linear_cross_entropy (cuda): bad chunk ", d.chunk);
   cudaStream_t stream = stream_of(ctx);
   if (d.N == 0) {  // no rows: zero gradients
-    if (dweight)
+    if (dweight && !add_dweight)
       TITAN_CHECK(cudaMemsetAsync(dweight, 0, sizeof(float) * size_t(d.V * d.D), stream) == cudaSuccess,
                   "linear_cross_entropy (cuda): clearing dweight failed");
     return;
@@ -309,9 +309,9 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
     if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
       gemm(false, false, d.N, d.D, C, 1.f, dtype, dlogits.as<void>(), C, w, d.D, c0 == 0 ? 0.f : 1.f,
            DType::F32, dhidden, d.D, {}, ctx.stream);
-    if (dweight)  // dweight[c0 : c0 + C] = dlogits^T [C, N] @ hidden [N, D]
-      gemm(true, false, C, d.D, d.N, 1.f, dtype, dlogits.as<void>(), C, hidden, d.D, 0.f, DType::F32,
-           dweight + c0 * d.D, d.D, {}, ctx.stream);
+    if (dweight)  // dweight[c0 : c0 + C] (+)= dlogits^T [C, N] @ hidden [N, D]
+      gemm(true, false, C, d.D, d.N, 1.f, dtype, dlogits.as<void>(), C, hidden, d.D, add_dweight ? 1.f : 0.f,
+           DType::F32, dweight + c0 * d.D, d.D, {}, ctx.stream);
   }
 }
 
@@ -353,11 +353,11 @@ void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyAr
 }
 template <DType kDType>
 void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, const void* lse,
-                        double scale, void* dhidden, void* dweight) {
+                        double scale, void* dhidden, void* dweight, bool add_dweight) {
   const void* kept = a.kept && a.kept->defined() ? a.kept->raw_data() : nullptr;
   linear_cross_entropy_bwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
                            static_cast<const float*>(lse), scale, static_cast<float*>(dhidden),
-                           static_cast<float*>(dweight), kept);
+                           static_cast<float*>(dweight), kept, add_dweight);
 }
 
 const bool cross_entropy_kernels_registered = cuda::register_float_kernels(

@@ -37,10 +37,10 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 // dhidden [N, D] and dweight [V, D] (either may be null; both overwritten): per chunk the logits
 // are recomputed (or read from kept_logits, the forward's keep_logits), dlogits = scale * (softmax -
 // onehot) formed (rounded to bf16 for bf16 operands) and the two GEMMs dhidden += dlogits W_chunk,
-// dweight_chunk = dlogits^T hidden run on it.
+// dweight_chunk (+)= dlogits^T hidden run on it (add_dweight: added to what dweight holds).
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight, const void* kept_logits = nullptr);
+                              float* dweight, const void* kept_logits = nullptr, bool add_dweight = false);
 
 }  // namespace titan::cuda

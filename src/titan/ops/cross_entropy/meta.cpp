@@ -51,7 +51,7 @@ void lce_meta_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
 
 template <DType kDType>
 void lce_meta_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void*, double,
-                       void* dh, void* dw) {
+                       void* dh, void* dw, bool) {
   ctx.services->add_flops(2.0 * double(a.N) * double(a.V) * double(a.D) * ((dh ? 1 : 0) + (dw ? 1 : 0)));
   if (a.N == 0 || (!dh && !dw)) return;
   const bool kept = a.kept && a.kept->defined();

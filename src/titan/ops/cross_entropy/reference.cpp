@@ -80,8 +80,8 @@ void lce_forward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a, 
 
 // dlogits is rounded to the storage type before the products: the GEMMs of a bf16 lm_head take bf16 operands.
 template <class T, class A>
-void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v, double scale, void* dh_v,
-                      void* dw_v) {
+void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a, const void* lse_v,
+                      double scale, void* dh_v, void* dw_v, bool add_dw) {
   std::vector<A> dl = lce_logits_ref<T, A>(a);
   const A* lse = static_cast<const A*>(lse_v);
   for (int64_t n = 0; n < a.N; ++n)
@@ -92,7 +92,8 @@ void lce_backward_ref(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
     }
   // The lm_head's gradients: dh = dlogits w, dw = dlogits^T h, linear's reference loops.
   linear_backward_loops<T, A>(a.N, a.V, a.D, static_cast<const T*>(a.hidden), static_cast<const T*>(a.weight),
-                              dl.data(), static_cast<A*>(dh_v), static_cast<A*>(dw_v));
+                              dl.data(), static_cast<A*>(dh_v), static_cast<A*>(dw_v), /*add_dx=*/false,
+                              add_dw);
 }
 
 const bool cross_entropy_kernels_registered = kernels::register_reference_kernels(

@@ -23,14 +23,15 @@ void embedding_forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D
                 static_cast<const char*>(table) + size_t(ids[i]) * row, row);
 }
 
-void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dyv, void* dtv) {
+void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
+                        const void* dyv, void* dtv, bool add) {
   const float* dy = static_cast<const float*>(dyv);
   float* dt = static_cast<float*>(dtv);
-#pragma omp parallel if (V * D + N * D > 65536)
+#pragma omp parallel if ((add ? 0 : V * D) + N * D > 65536)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = V * t / nt, hi = V * (t + 1) / nt;
-    std::memset(dt + lo * D, 0, size_t(hi - lo) * size_t(D) * sizeof(float));
+    if (!add) std::memset(dt + lo * D, 0, size_t(hi - lo) * size_t(D) * sizeof(float));
     for (int64_t i = 0; i < N; ++i) {
       const int64_t v = ids[i];
       if (v < lo || v >= hi) continue;

@@ -4,7 +4,9 @@
 //   backward: deterministic and bit-identical to the reference's serial scatter-add: the ids are
 //             sorted stably (CUB radix sort of (id, position)), so each distinct id's positions stay
 //             in increasing order; one block per run of equal ids adds its dy rows in that order
-//             into a zeroed dtable. No float atomics (their order would vary from run to run).
+//             into a zeroed dtable, or into the held row when adding to a gradient buffer (the
+//             reference's order either way). No float atomics (their order would vary from run to
+//             run).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "titan/backend/cuda/common.cuh"
@@ -40,24 +42,25 @@ __global__ void iota_kernel(int32_t n, int32_t* out) {
 }
 
 // Block k handles the run of equal ids that starts at sorted position k (other blocks exit):
-// dtable[id, :] = sum of dy[pos, :] over the run's positions, in increasing position order.
+// dtable[id, :] = (add ? dtable[id, :] : 0) + dy[pos, :] over the run's positions, in increasing
+// position order.
 __global__ void scatter_runs_kernel(int64_t N, int64_t D, const int64_t* sorted_ids, const int32_t* positions,
-                                    const float* dy, float* dtable) {
+                                    const float* dy, float* dtable, bool add) {
   const int64_t k = blockIdx.x;
   const int64_t id = sorted_ids[k];
   if (k > 0 && sorted_ids[k - 1] == id) return;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.f;
+    float acc = add ? dtable[id * D + d] : 0.f;
     for (int64_t r = k; r < N && sorted_ids[r] == id; ++r) acc = __fadd_rn(acc, dy[int64_t(positions[r]) * D + d]);
     dtable[id * D + d] = acc;
   }
 }
 
 void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy,
-              void* dtable) {
+              void* dtable, bool add) {
   cudaStream_t s = cuda::stream_of(ctx);
   DeviceServices& mem = *ctx.services;
-  mem.fill(dtable, V * D, DType::F32, 0.0);
+  if (!add) mem.fill(dtable, V * D, DType::F32, 0.0);
   if (N == 0 || D == 0) return;
   TITAN_CHECK(N < (int64_t(1) << 31), "embedding: CUDA backward supports fewer than 2^31 ids, got ", N);
   int end_bit = 1;
@@ -75,8 +78,8 @@ void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const i
   iota_kernel<<<cuda::grid_for(N), kThreads, 0, s>>>(n, pos_in);
   cuda::check_launch("iota_kernel");
   TITAN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, pos_in, pos_out, n, 0, end_bit, s));
-  scatter_runs_kernel<<<unsigned(N), kThreads, 0, s>>>(N, D, sorted_ids, pos_out, static_cast<const float*>(dy),
-                                                       static_cast<float*>(dtable));
+  scatter_runs_kernel<<<unsigned(N), kThreads, 0, s>>>(
+      N, D, sorted_ids, pos_out, static_cast<const float*>(dy), static_cast<float*>(dtable), add);
   cuda::check_launch("scatter_runs_kernel");
   mem.deallocate(temp, temp_bytes);  // stream-ordered frees
   mem.deallocate(pos_out, pos_bytes);

@@ -49,12 +49,20 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
     Tensor saved_ids = ids.detach();
     Shape table_shape = table.shape();
     DType gd = grad_dtype(table.dtype());
+    const autograd::GradientSink table_sink(table_in);
     autograd::record("embedding", {table_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
-      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(table_shape, gd, table.device())};
+      // Into the parameter's gradient buffer when there is one: only the rows of the N ids are
+      // touched (a fresh [V, D] gradient would be written whole, then added whole). Returned
+      // undefined then: already accumulated.
+      Tensor so_far = table_sink.buffer();
+      if (!g[0].defined())
+        return std::vector<Tensor>{so_far.defined() ? Tensor()
+                                                    : Tensor::zeros(table_shape, gd, table.device())};
       Tensor dy = g[0].contiguous();
-      Tensor dtable = Tensor::empty(table_shape, gd, table.device());
-      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data());
-      return std::vector<Tensor>{dtable};
+      const bool add = so_far.defined();
+      Tensor dtable = add ? so_far : Tensor::empty(table_shape, gd, table.device());
+      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data(), add);
+      return std::vector<Tensor>{add ? Tensor() : dtable};
     });
   }
   return out;

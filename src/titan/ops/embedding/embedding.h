@@ -15,7 +15,11 @@ Tensor embedding(const Tensor& ids, const Tensor& table);
 // dtype; backward overwrites all of dtable (rows no id selects become zero).
 struct EmbeddingKernel {
   void (*forward)(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* table, void* out);
-  void (*backward)(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy, void* dtable);
+  // dtable [V, D] (acc) = the scatter-add of dy's rows by id, in increasing position order per id;
+  // add: added to what dtable holds (a parameter's gradient buffer: autograd::GradientSink), so only
+  // the rows of ids present are touched, else every row is written.
+  void (*backward)(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
+                   const void* dy, void* dtable, bool add);
 };
 
 }  // namespace titan::ops
