@@ -34,10 +34,11 @@ struct LinearCrossEntropyDims {
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, float* lse, float* row_loss, void* keep_logits = nullptr);
-// dhidden [N, D] and dweight [V, D] (either may be null; both overwritten): per chunk the logits
-// are recomputed (or read from kept_logits, the forward's keep_logits), dlogits = scale * (softmax -
-// onehot) formed (rounded to bf16 for bf16 operands) and the two GEMMs dhidden += dlogits W_chunk,
-// dweight_chunk (+)= dlogits^T hidden run on it (add_dweight: added to what dweight holds).
+// dhidden [N, D] and dweight [V, D] (either may be null; dhidden overwritten, dweight too unless
+// add_dweight, then added to): per chunk the logits are recomputed (or read from kept_logits, the
+// forward's keep_logits), dlogits = scale * (softmax - onehot) formed (rounded to bf16 for bf16
+// operands) and the two GEMMs dhidden += dlogits W_chunk, dweight_chunk (+)= dlogits^T hidden run
+// on it.
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
