@@ -235,7 +235,7 @@ void check_experts(const ExpertShape& shape, MoeGemm algo) {
   std::vector<float> dx_r(static_cast<size_t>(T * D)), dw_r(static_cast<size_t>(T * k)),
       dwg_r(static_cast<size_t>(E * F * D)), dwu_r(dwg_r.size()), dwd_r(static_cast<size_t>(E * D * F));
   ref.backward(cpu, d, hx.data(dtype), w.data(), idx.data(), hg.data(dtype), hu.data(dtype), hd.data(dtype),
-               act_r, dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data());
+               act_r, dy.data(), dx_r.data(), dw_r.data(), dwg_r.data(), dwu_r.data(), dwd_r.data(), false);
 
   KernelContext ctx = device_services(Device::CUDA).context();
   auto x_d = upload(x, dtype), wg_d = upload(wg, dtype), wu_d = upload(wu, dtype), wd_d = upload(wd, dtype);
@@ -274,6 +274,22 @@ void check_experts(const ExpertShape& shape, MoeGemm algo) {
   expect_close(dwg_d.download<float>(), dwg_r, rtol, atol, "dw_gate");
   expect_close(dwu_d.download<float>(), dwu_r, rtol, atol, "dw_up");
   expect_close(dwd_d.download<float>(), dwd_r, rtol, atol, "dw_down");
+
+  // The weight gradients added to what the buffers hold (parameters' gradient buffers,
+  // add_dweights): held + the same gradients, an expert without rows keeping what it held.
+  const auto held_g = cuda_test::randn(dwg_r.size(), 47), held_u = cuda_test::randn(dwu_r.size(), 48),
+             held_d = cuda_test::randn(dwd_r.size(), 49);
+  DeviceBuffer add_g(held_g), add_u(held_u), add_d(held_d);
+  moe_experts_bwd(ctx, dims, dtype, x_d->as<void>(), w_d.as<float>(), idx_d.as<int64_t>(), wg_d->as<void>(),
+                  wu_d->as<void>(), wd_d->as<void>(), act_d.as<void>(), dy_d.as<float>(), nullptr, nullptr,
+                  add_g.as<float>(), add_u.as<float>(), add_d.as<float>(), algo, /*add_dweights=*/true);
+  auto plus = [](std::vector<float> held, const std::vector<float>& g) {
+    for (size_t i = 0; i < held.size(); ++i) held[i] += g[i];
+    return held;
+  };
+  expect_close(add_g.download<float>(), plus(held_g, dwg_r), rtol, atol, "dw_gate added");
+  expect_close(add_u.download<float>(), plus(held_u, dwu_r), rtol, atol, "dw_up added");
+  expect_close(add_d.download<float>(), plus(held_d, dwd_r), rtol, atol, "dw_down added");
 }
 
 TEST_P(CudaMoeExperts, ForwardAndBackward) {

@@ -12,7 +12,9 @@
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -331,6 +333,53 @@ TEST(MoeExperts, UnusedExpertGetsZeroWeightGradient) {
           << variant << " input " << i;
     }
   }
+}
+
+// The expert weights' gradients go straight into their parameters' preset gradient buffers
+// (autograd::GradientSink; the weight GEMMs' beta = 1), also through the bf16 cast of f32
+// parameters: each buffer ends as what it held plus the gradient, as when autograd adds fresh ones
+// (within one rounding of the sum: the fresh path rounds the gradient, then the add), an expert
+// without tokens keeps what it held to the bit, and no [E, F, D] gradient is allocated.
+TEST(MoeExperts, TheExpertWeightsGradientsAreAddedIntoTheirBuffers) {
+  const int64_t T = 37, D = 24, F = 20, E = 7, k = 3;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F32, 90, 0), k, true);
+  ASSERT_EQ(r.counts.to_vector()[0], 0);  // expert 0 gets no token
+  const auto w = expert_weights(E, F, D, DType::F32, 91);
+  const auto held = expert_weights(E, F, D, DType::F32, 94);
+  const Tensor x = random_tensor({T, D}, DType::F32, 97), dy = random_tensor({T, D}, DType::F32, 98);
+  for (const char* variant : {"reference", "default"})
+    for (DType compute : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(variant) + (compute == DType::BF16 ? ", through bf16 casts" : ", f32"));
+      kernels::ForceVariant force("moe_experts", variant);
+      DeviceServices& cpu = device_services(Device::CPU);
+      auto backward_of = [&](bool preset, int64_t* allocations) {
+        std::vector<Tensor> params = {w.gate.clone().set_requires_grad(true),
+                                      w.up.clone().set_requires_grad(true),
+                                      w.down.clone().set_requires_grad(true)};
+        std::vector<Tensor> buffers = {held.gate.clone(), held.up.clone(), held.down.clone()};
+        if (preset)
+          for (size_t i = 0; i < 3; ++i) params[i].set_grad(buffers[i]);
+        Tensor y = ops::moe_experts(x.to(compute), r.weights, r.indices, ops::cast(params[0], compute),
+                                    ops::cast(params[1], compute), ops::cast(params[2], compute));
+        const int64_t before = cpu.stats().total_allocations;
+        autograd::backward(autograd::current_tape(), {y}, {dy});
+        *allocations = cpu.stats().total_allocations - before;
+        if (!preset)
+          for (size_t i = 0; i < 3; ++i) buffers[i] = ops::add(params[i].grad(), buffers[i]);
+        return buffers;
+      };
+      int64_t fresh_allocations = 0, added_allocations = 0;
+      const std::vector<Tensor> fresh = backward_of(false, &fresh_allocations);
+      const std::vector<Tensor> added = backward_of(true, &added_allocations);
+      const Tensor held_of[3] = {held.gate, held.up, held.down};
+      for (size_t i = 0; i < 3; ++i) {
+        SCOPED_TRACE(::testing::Message() << "weight " << i);
+        EXPECT_LE(max_abs_diff(added[i], fresh[i]), 1e-6);
+        EXPECT_EQ(max_abs_diff(added[i].narrow(0, 0, 1), held_of[i].narrow(0, 0, 1)), 0.0)
+            << "the expert without tokens lost what its buffer held";
+      }
+      EXPECT_LT(added_allocations, fresh_allocations) << "an expert weight gradient was still allocated";
+    }
 }
 
 TEST(MoeExperts, NoTokens) {

@@ -216,9 +216,10 @@ void forward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv,
 }
 
 template <class T>
-void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
-                      const void* wgv, const void* wuv, const void* wdv, const void* actv, const void* dyv,
-                      void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
+void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv,
+                      const int64_t* indices, const void* wgv, const void* wuv, const void* wdv,
+                      const void* actv, const void* dyv, void* dxv, void* dwv, void* dwgv, void* dwuv,
+                      void* dwdv, bool add_dweights) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv), *act = static_cast<const T*>(actv);
   const float *weights = static_cast<const float*>(wv), *dy = static_cast<const float*>(dyv);
@@ -231,7 +232,8 @@ void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < d.E; ++i) {
     const int64_t e = rt.by_size[size_t(i)], r0 = rt.begin(e), m = rt.rows(e);
-    if (!m) {  // no rows: the expert's weights got no gradient
+    if (!m) {  // no rows: the expert's weights got no gradient (added: nothing to add)
+      if (add_dweights) continue;
       if (dwd) std::fill(dwd + e * D * F, dwd + (e + 1) * D * F, 0.f);
       if (dwg) std::fill(dwg + e * F * D, dwg + (e + 1) * F * D, 0.f);
       if (dwu) std::fill(dwu + e * F * D, dwu + (e + 1) * F * D, 0.f);
@@ -259,9 +261,10 @@ void backward_experts(const KernelContext& ctx, const MoeDims& d, const void* xv
       for (int64_t r = 0; r < m; ++r) scale_row(D, rnd(T{}, weights[rt.order[size_t(r0 + r)]]), dys + r * D);
     if (need_x)
       for (int64_t r = 0; r < m; ++r) convert_row(D, x + rt.token(r0 + r, k) * D, xs + r * D);
-    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys, D, h, F, 0.f, dwd + e * D * F, F);
-    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dgu, 2 * F, xs, D, 0.f, dwg + e * F * D, D);
-    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, dgu + F, 2 * F, xs, D, 0.f, dwu + e * F * D, D);
+    const float beta_w = add_dweights ? 1.f : 0.f;  // the weight gradients: added to, or written
+    if (dwd) gemm_acc(Trans::T, Trans::N, D, F, m, dys, D, h, F, beta_w, dwd + e * D * F, F);
+    if (dwg) gemm_acc(Trans::T, Trans::N, F, D, m, dgu, 2 * F, xs, D, beta_w, dwg + e * F * D, D);
+    if (dwu) gemm_acc(Trans::T, Trans::N, F, D, m, dgu + F, 2 * F, xs, D, beta_w, dwu + e * F * D, D);
     if (dx) {
       gemm_acc(Trans::N, Trans::N, m, D, F, dgu, 2 * F, wg + e * F * D, D, 0.f, dxs + r0 * D, D);
       gemm_acc(Trans::N, Trans::N, m, D, F, dgu + F, 2 * F, wu + e * F * D, D, 1.f, dxs + r0 * D, D);

@@ -390,13 +390,15 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
-// Weight gradients: C[e] [M, N] = sum over expert e's rows r of A[r, m] * B[brow(r), n],
-// brow(r) = gather ? gather[r] / gather_div : r. grid (ceil(N/64), ceil(M/64), E); experts without
-// rows get zeros.
+// Weight gradients: C[e] [M, N] (+)= sum over expert e's rows r of A[r, m] * B[brow(r), n],
+// brow(r) = gather ? gather[r] / gather_div : r, added to what C holds when `accumulate` (a
+// parameter's gradient buffer). grid (ceil(N/64), ceil(M/64), E); experts without rows get zeros
+// (or keep what they hold).
 template <class TA, class TB>
 __global__ void __launch_bounds__(kGemmThreads)
     grouped_weight_grad(int64_t M, int64_t N, const TA* A, int64_t lda, const TB* B, int64_t ldb,
-                        const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+                        const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
+                        bool accumulate) {
   __shared__ float As[kTileK][kRowTile + 4];
   __shared__ float Bs[kTileK][kTileN + 4];
   const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kTileN;
@@ -424,7 +426,7 @@ __global__ void __launch_bounds__(kGemmThreads)
     if (row >= M) continue;
     for (int j = 0; j < 4; ++j) {
       const int64_t col = n0 + tx * 4 + j;
-      if (col < N) Ce[row * N + col] = acc[i][j];
+      if (col < N) Ce[row * N + col] = accumulate ? Ce[row * N + col] + acc[i][j] : acc[i][j];
     }
   }
 }
@@ -562,7 +564,7 @@ template <class TA>
 __global__ void __launch_bounds__(kTcThreads)
     grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
-                           bool vec) {
+                           bool vec, bool accumulate) {
   __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
   __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -598,7 +600,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int idx = threadIdx.x; idx < 64 * kTileN; idx += kTcThreads) {
     const int m = idx / kTileN, nn = idx % kTileN;
     const int64_t row = m0 + m, col = n0 + nn;
-    if (row < M && col < N) Ce[row * N + col] = Cs[m * kLdC + nn];
+    if (row < M && col < N)
+      Ce[row * N + col] = accumulate ? Ce[row * N + col] + Cs[m * kLdC + nn] : Cs[m * kLdC + nn];
   }
 }
 
@@ -803,12 +806,14 @@ __global__ void __launch_bounds__(kMmaThreads)
   });
 }
 
-// Weight gradients on mma.sync: C[e] [M, N] = sum over expert e's rows r of A[r, m] * B[brow(r), n]
-// (A f32: the backward's dy * w, dg, du). grid (ceil(N/128), ceil(M/64), E); experts without rows
-// get zeros. The reduction runs over rows, so A's tile [32 r][64 m] is read transposed.
+// Weight gradients on mma.sync: C[e] [M, N] (+)= sum over expert e's rows r of A[r, m] *
+// B[brow(r), n] (A f32: the backward's dy * w, dg, du; added to C when `accumulate`). grid
+// (ceil(N/128), ceil(M/64), E); experts without rows get zeros (or keep what they hold). The
+// reduction runs over rows, so A's tile [32 r][64 m] is read transposed.
 __global__ void __launch_bounds__(kMmaThreads)
     grouped_weight_grad_mma(int64_t M, int64_t N, const float* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C) {
+                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
+                            bool accumulate) {
   __shared__ __align__(128) bf16_t At[2][kMmaK * kMmaLdM];
   __shared__ __align__(128) bf16_t Bs[2][kMmaK * kMmaLdN];
   const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kMmaN;
@@ -860,7 +865,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* Ce = C + e * M * N;
   store_mma_tile(acc, wm, wn, [&](int m, int nn, float v) {
     const int64_t row = m0 + m, col = n0 + nn;
-    if (row < M && col < N) Ce[row * N + col] = v;
+    if (row < M && col < N) Ce[row * N + col] = accumulate ? Ce[row * N + col] + v : v;
   });
 }
 
@@ -1026,7 +1031,7 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, i
 template <class TA, class TB>
 void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t M, int64_t N,
                  const TA* A, int64_t lda, const TB* B, int64_t ldb, const int64_t* gather,
-                 int64_t gather_div, const Routing& routing, float* C) {
+                 int64_t gather_div, const Routing& routing, float* C, bool accumulate) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
               "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
@@ -1036,16 +1041,16 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       if (algo == MoeGemm::kMmaSync && vec) {
         const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), grid.y, grid.z);
         grouped_weight_grad_mma<<<mma_grid, kMmaThreads, 0, stream_of(ctx)>>>(
-            M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
+            M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, accumulate);
         check_launch("moe (cuda): grouped weight gradient (mma.sync)");
         return;
       }
     }
     grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
-        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec);
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec, accumulate);
   } else
     grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
-        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C);
+        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, accumulate);
   check_launch("moe (cuda): grouped weight gradient");
 }
 
@@ -1165,7 +1170,7 @@ template <class T>
 void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, const T* x,
                  const float* weights, const int64_t* indices, const T* wg, const T* wu, const T* wd,
                  const T* act, const float* dy, float* dx, float* dweights, float* dwg, float* dwu,
-                 float* dwd) {
+                 float* dwd, bool add_dweights) {
   const int64_t n = d.T * d.k;
   cudaStream_t stream = stream_of(ctx);
   auto zero = [&](float* p, int64_t count) {
@@ -1173,7 +1178,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       TITAN_CHECK(cudaMemsetAsync(p, 0, sizeof(float) * size_t(count), stream) == cudaSuccess,
                   "moe (cuda): clearing a gradient failed");
   };
-  if (d.T == 0) {  // no tokens: zero weight gradients
+  if (d.T == 0) {  // no tokens: zero weight gradients (added: nothing to add)
+    if (add_dweights) return;
     zero(dwg, d.E * d.F * d.D);
     zero(dwu, d.E * d.F * d.D);
     zero(dwd, d.E * d.D * d.F);
@@ -1207,7 +1213,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
     weight_grad<float, T>(ctx, d, algo, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing,
-                          dwd);
+                          dwd, add_dweights);
   if (!dx && !dwg && !dwu) return;
   // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
   Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
@@ -1227,9 +1233,11 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
   check_launch("moe (cuda): swiglu backward rows");
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
-    weight_grad<float, T>(ctx, d, algo, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg);
+    weight_grad<float, T>(ctx, d, algo, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg,
+                          add_dweights);
   if (dwu)
-    weight_grad<float, T>(ctx, d, algo, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu);
+    weight_grad<float, T>(ctx, d, algo, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu,
+                          add_dweights);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
     if constexpr (std::is_same_v<T, bf16_t>) {
@@ -1354,18 +1362,18 @@ void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                      const void* w_down, const void* act, const float* dy, float* dx, float* dweights,
-                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo) {
+                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo, bool add_dweights) {
   check_dtype(dtype);
   check_expert_dims(d);
   if (dtype == DType::F32)
     return experts_bwd<float>(ctx, d, algo, static_cast<const float*>(x), weights, indices,
                               static_cast<const float*>(w_gate), static_cast<const float*>(w_up),
                               static_cast<const float*>(w_down), static_cast<const float*>(act), dy, dx,
-                              dweights, dw_gate, dw_up, dw_down);
+                              dweights, dw_gate, dw_up, dw_down, add_dweights);
   experts_bwd<bf16_t>(ctx, d, algo, static_cast<const bf16_t*>(x), weights, indices,
                       static_cast<const bf16_t*>(w_gate), static_cast<const bf16_t*>(w_up),
                       static_cast<const bf16_t*>(w_down), static_cast<const bf16_t*>(act), dy, dx, dweights,
-                      dw_gate, dw_up, dw_down);
+                      dw_gate, dw_up, dw_down, add_dweights);
 }
 
 // =============================================================================================
@@ -1447,11 +1455,11 @@ template <DType kDType, MoeGemm kAlgo = MoeGemm::kWmma>
 void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* x,
                             const void* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                             const void* w_down, const void* act, const void* dy, void* dx, void* dweights,
-                            void* dw_gate, void* dw_up, void* dw_down) {
+                            void* dw_gate, void* dw_up, void* dw_down, bool add_dweights) {
   moe_experts_bwd(ctx, expert_dims(d), kDType, x, static_cast<const float*>(weights), indices, w_gate, w_up,
                   w_down, act, static_cast<const float*>(dy), static_cast<float*>(dx),
                   static_cast<float*>(dweights), static_cast<float*>(dw_gate), static_cast<float*>(dw_up),
-                  static_cast<float*>(dw_down), kAlgo);
+                  static_cast<float*>(dw_down), kAlgo, add_dweights);
 }
 
 const bool router_topk_kernels_registered = cuda::register_float_kernels(

@@ -66,10 +66,12 @@ enum class MoeGemm { kWmma, kMmaSync, kCudnn };
 void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                      const void* w_down, void* act, void* y, MoeGemm algo = MoeGemm::kWmma);
-// dy [T, D] f32; gradients f32, null ones are skipped, all others overwritten.
+// dy [T, D] f32; gradients f32, null ones are skipped, all others overwritten, except that
+// add_dweights adds dw_gate, dw_up and dw_down to what they hold.
 void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
                      const float* weights, const int64_t* indices, const void* w_gate, const void* w_up,
                      const void* w_down, const void* act, const float* dy, float* dx, float* dweights,
-                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo = MoeGemm::kWmma);
+                     float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo = MoeGemm::kWmma,
+                     bool add_dweights = false);
 
 }  // namespace titan::cuda

@@ -54,7 +54,7 @@ void experts_forward_meta(const KernelContext& ctx, const MoeDims& d, const void
 template <DType kDType>
 void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
                            const int64_t*, const void*, const void*, const void*, const void*, const void*,
-                           void* dx, void* dweights, void* dwg, void* dwu, void* dwd) {
+                           void* dx, void* dweights, void* dwg, void* dwu, void* dwd, bool) {
   ctx.services->add_flops(2.0 * expert_flops(d));
   if (meta_stands_in_for() != Device::CUDA || d.T == 0) return;
   const size_t n = size_t(d.T * d.k), element = dtype_size(kDType), D = size_t(d.D), F = size_t(d.F);

@@ -208,18 +208,29 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertInd
   if (autograd::needs_grad({&x_in, &weights_in, &w_gate_in, &w_up_in, &w_down_in})) {
     const bool nx = x_in.requires_grad(), nw = weights_in.requires_grad(), ng = w_gate_in.requires_grad(),
                nu = w_up_in.requires_grad(), nd = w_down_in.requires_grad();
+    const autograd::GradientSink gate_sink(w_gate_in), up_sink(w_up_in), down_sink(w_down_in);
     autograd::record("moe_experts", {x_in, weights_in, w_gate_in, w_up_in, w_down_in}, {&y},
                      [=, &kernel](const std::vector<Tensor>& g) {
                        Tensor dy = g[0].contiguous();
                        auto grad = [&](bool need, const Tensor& like) {
                          return need ? Tensor::empty(like.shape(), gd, x.device()) : Tensor();
                        };
-                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = grad(ng, w_gate),
-                              du = grad(nu, w_up), dd = grad(nd, w_down);
+                       // The expert weights' gradients ([E, F, D] each, the largest of a MoE layer)
+                       // go into their parameters' buffers when every needed one has a buffer
+                       // (one ParamBlock holds all three), returned undefined then (already
+                       // accumulated); else into fresh tensors.
+                       const Tensor g_buf = ng ? gate_sink.buffer() : Tensor(),
+                                    u_buf = nu ? up_sink.buffer() : Tensor(),
+                                    d_buf = nd ? down_sink.buffer() : Tensor();
+                       const bool add = (ng || nu || nd) && (!ng || g_buf.defined()) &&
+                                        (!nu || u_buf.defined()) && (!nd || d_buf.defined());
+                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = add ? g_buf : grad(ng, w_gate),
+                              du = add ? u_buf : grad(nu, w_up), dd = add ? d_buf : grad(nd, w_down);
                        auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
                        kernel.backward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
                                        w_gate.raw_data(), w_up.raw_data(), w_down.raw_data(), act.raw_data(),
-                                       dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd));
+                                       dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd), add);
+                       if (add) return std::vector<Tensor>{dx, dw, Tensor(), Tensor(), Tensor()};
                        return std::vector<Tensor>{dx, dw, dg, du, dd};
                      });
   }

@@ -137,11 +137,12 @@ struct MoeExpertsKernel {
                   const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down, void* act,
                   void* y);
   // dy and every gradient in the grad dtype; a null gradient pointer is not computed. All outputs
-  // are overwritten.
+  // are overwritten, except that add_dweights adds the expert weights' gradients (dw_gate, dw_up,
+  // dw_down) to what they hold (the parameters' gradient buffers: autograd::GradientSink).
   void (*backward)(const KernelContext& ctx, const MoeDims& d, const void* x, const void* weights,
                    const int64_t* indices, const void* w_gate, const void* w_up, const void* w_down,
                    const void* act, const void* dy, void* dx, void* dweights, void* dw_gate, void* dw_up,
-                   void* dw_down);
+                   void* dw_down, bool add_dweights);
 };
 
 }  // namespace titan::ops

@@ -213,9 +213,10 @@ void experts_forward_ref(const KernelContext& ctx, const MoeDims& d, const void*
 }
 
 template <class T, class A>
-void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv, const int64_t* indices,
-                          const void* wgv, const void* wuv, const void* wdv, const void* actv,
-                          const void* dyv, void* dxv, void* dwv, void* dwgv, void* dwuv, void* dwdv) {
+void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void* xv, const void* wv,
+                          const int64_t* indices, const void* wgv, const void* wuv, const void* wdv,
+                          const void* actv, const void* dyv, void* dxv, void* dwv, void* dwgv, void* dwuv,
+                          void* dwdv, bool add_dweights) {
   const T *x = static_cast<const T*>(xv), *wg = static_cast<const T*>(wgv), *wu = static_cast<const T*>(wuv),
           *wd = static_cast<const T*>(wdv), *act = static_cast<const T*>(actv);
   const A *weights = static_cast<const A*>(wv), *dy = static_cast<const A*>(dyv);
@@ -223,9 +224,11 @@ void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void
     *dwu = static_cast<A*>(dwuv), *dwd = static_cast<A*>(dwdv);
   const int64_t D = d.D, F = d.F, k = d.k, E = d.E, n = d.T * d.k;
   if (dx) std::fill(dx, dx + d.T * D, A(0));
-  if (dwg) std::fill(dwg, dwg + E * F * D, A(0));
-  if (dwu) std::fill(dwu, dwu + E * F * D, A(0));
-  if (dwd) std::fill(dwd, dwd + E * D * F, A(0));
+  if (!add_dweights) {
+    if (dwg) std::fill(dwg, dwg + E * F * D, A(0));
+    if (dwu) std::fill(dwu, dwu + E * F * D, A(0));
+    if (dwd) std::fill(dwd, dwd + E * D * F, A(0));
+  }
   std::vector<int64_t> order(n), pos(n), offsets(E + 1);
   moe_routing_order(d, indices, order.data(), pos.data(), offsets.data());
   std::vector<A> h(F), s(F), dh(F), dg(F), du(F);
