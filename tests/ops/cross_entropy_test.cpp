@@ -357,6 +357,51 @@ TEST(LinearCrossEntropy, PeakMemoryIsOrderRowsTimesChunk) {
   EXPECT_LT(max_abs_diff(w.grad(), w2.grad()), 1e-6);
 }
 
+// The meta kernels allocate what the CPU kernels allocate, so a planned step's peak is the real
+// one: forward and backward peaks beyond the inputs, for f32 chunks whose rows fill whole 4 KiB pages
+// (the backward's padded dlogits rows) and for ones that do not, with and without kept logits, f32
+// and bf16. Every row is a target (meta counts them all).
+TEST(LinearCrossEntropy, MetaKernelsAllocateWhatTheCpuKernelsAllocate) {
+  const int64_t N = 96, V = 5000, D = 32;
+  const Tensor labels = make_labels(N, V, 31, {});
+  struct Peaks {
+    int64_t forward, backward;
+  };
+  auto peaks_on = [&](Device device, DType dtype, int64_t chunk, int64_t keep_bytes) {
+    DeviceServices& mem = device_services(device);
+    Tensor h = (device == Device::Meta ? Tensor::empty({N, D}, dtype, device)
+                                       : random_tensor({N, D}, DType::F32, 32, -1, 1).to(dtype))
+                   .set_requires_grad(true);
+    Tensor w = (device == Device::Meta ? Tensor::empty({V, D}, dtype, device)
+                                       : random_tensor({V, D}, DType::F32, 33, -0.5, 0.5).to(dtype))
+                   .set_requires_grad(true);
+    const Tensor y = device == Device::Meta ? Tensor::empty({N}, DType::I64, device) : labels;
+    const int64_t before = mem.stats().current_bytes;
+    mem.reset_peak();
+    Peaks p{};
+    {
+      Tensor loss =
+          ops::linear_cross_entropy(h, w, y, kIgnore, chunk, ops::Reduction::Mean, nullptr, true, keep_bytes);
+      p.forward = mem.stats().peak_bytes - before;
+      mem.reset_peak();
+      autograd::backward(loss);
+      p.backward = mem.stats().peak_bytes - before;
+    }
+    return p;
+  };
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (int64_t chunk : {1024, 1000, 8192})  // 4 KiB f32 rows, not, and the whole vocabulary (5000)
+      for (int64_t keep_bytes : {int64_t(0), int64_t(1) << 30}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk) + " keep " +
+                     std::to_string(keep_bytes));
+        const Peaks cpu = peaks_on(Device::CPU, dtype, chunk, keep_bytes),
+                    meta = peaks_on(Device::Meta, dtype, chunk, keep_bytes);
+        EXPECT_GT(cpu.backward, 0);
+        EXPECT_EQ(meta.forward, cpu.forward);
+        EXPECT_EQ(meta.backward, cpu.backward);
+      }
+}
+
 // ---------------------------------------------------------------------------------------------- PyTorch
 
 namespace {

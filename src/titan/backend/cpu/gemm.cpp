@@ -144,8 +144,10 @@ void sgemm_openblas(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
 // For those products A^T is copied into [rows, K] f32 panels (bf16 widened on the way, where the
 // bf16 GEMM widens anyway) and each panel runs as an NN product; wider ones keep oneDNN's A^T code,
 // which is 5-8 % faster there. Measurements: docs/performance.md, "Matrix multiply" (matmul_bench's
-// f32_onednn_own_at times the other choice). AVX-512 CPUs keep oneDNN's own A^T code: it was not
-// measured slow there (matmul_bench's f32_onednn_panels measures it on such a CPU).
+// f32_onednn_own_at times the other choice). AVX-512 CPUs keep oneDNN's own A^T code: on an Intel
+// Xeon (model 167) it ran narrow A^T products at half speed only when A's rows were a multiple of
+// 4 KiB apart, and rows 64 bytes longer beat the panels there (the fused loss pads its dlogits rows:
+// ops/cross_entropy/cpu.cpp); matmul_bench's f32_onednn_panels times the panels on such a CPU.
 bool transpose_a_first(int64_t N) { return N <= 256 && kernel_isa() == KernelIsa::kAvx2; }
 
 inline __attribute__((target("avx2"))) __m256 load8_f32(const float* x) { return _mm256_loadu_ps(x); }

@@ -428,16 +428,17 @@ CountedRows<T> counted_rows(const LinearCrossEntropyArgs& a) {
   return r;
 }
 
-// logits[:, c0:c0+cc] of the counted rows into buf [M, cc] (f32/f64), rounded to bf16 when asked.
+// logits[:, c0:c0+cc] of the counted rows into buf [M, cc] (f32/f64; rows ld apart, ld >= cc),
+// rounded to bf16 when asked.
 template <class T>
 void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<T>& r, int64_t c0, int64_t cc,
-                  Acc<T>* buf) {
+                  Acc<T>* buf, int64_t ld) {
   const T* w = static_cast<const T*>(a.weight) + c0 * a.D;
-  mm(Trans::N, Trans::T, r.M, cc, a.D, r.hidden, a.D, w, a.D, 0, buf, cc);
+  mm(Trans::N, Trans::T, r.M, cc, a.D, r.hidden, a.D, w, a.D, 0, buf, ld);
   if constexpr (std::is_same_v<T, bf16>)
     if (a.round_logits) {
 #pragma omp parallel for schedule(static)
-      for (int64_t m = 0; m < r.M; ++m) round_bf16(buf + m * cc, cc);
+      for (int64_t m = 0; m < r.M; ++m) round_bf16(buf + m * ld, cc);
     }
 }
 
@@ -500,9 +501,9 @@ void scatter_counted_rows(const LinearCrossEntropyArgs& a, const CountedRows<T>&
 // gives), straight into the kept logits or a bf16 chunk buffer, and the row passes read bf16 and
 // write the bf16 dlogits the backward GEMMs take: no f32 [rows, chunk] buffer is written or read.
 void chunk_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, int64_t c0, int64_t cc,
-                  bf16* out) {
-  gemm_bf16_out(Trans::N, Trans::T, r.M, cc, a.D, 1.f, r.hidden, a.D, static_cast<const bf16*>(a.weight) + c0 * a.D,
-                a.D, out, cc);
+                  bf16* out, int64_t ld) {
+  gemm_bf16_out(Trans::N, Trans::T, r.M, cc, a.D, 1.f, r.hidden, a.D,
+                static_cast<const bf16*>(a.weight) + c0 * a.D, a.D, out, ld);
 }
 
 void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows<bf16>& r, bool kept,
@@ -515,7 +516,7 @@ void lce_backward_bf16_logits(const LinearCrossEntropyArgs& a, const CountedRows
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     const bf16* x = kept ? a.kept->data<bf16>() + r.M * c0 : logits_t.data<bf16>();
-    if (!kept) chunk_logits(a, r, c0, cc, logits_t.data<bf16>());
+    if (!kept) chunk_logits(a, r, c0, cc, logits_t.data<bf16>(), cc);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m)
       row_dlogits_bf16(x + m * cc, dl + m * cc, cc, row_lse[size_t(m)], scale, r.label[size_t(m)] - c0);
@@ -541,7 +542,7 @@ void lce_forward_chunks(const LinearCrossEntropyArgs& a, const CountedRows<T>& r
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
     L* buf = keep ? a.kept->data<L>() + r.M * c0 : buf_t.data<L>();
-    chunk_logits(a, r, c0, cc, buf);
+    chunk_logits(a, r, c0, cc, buf, cc);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m) stats.add_chunk(m, buf + m * cc, c0, cc, r.label[size_t(m)]);
   }
@@ -591,16 +592,22 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
   if constexpr (std::is_same_v<T, bf16>)
     if (a.round_logits)
       return lce_backward_bf16_logits(a, r, kept, row_lse, float(scale), dhp, dw, add_dw, dh, dhp_t);
-  Tensor buf_t = Tensor::empty({r.M, C}, dtype_of<A>());
+  // f32: the dlogits rows are ld apart, padded off a multiple of 4 KiB (lce_f32_backward_row_stride).
+  // They are the A^T operand of the dweight GEMM, which reads them down their columns; at a 32 KiB
+  // row stride (the default chunk, 8192 columns) oneDNN's AVX-512 sgemm ran that product at half its
+  // speed (Intel Xeon model 167: 64-95 GFLOP/s against 114-129 with 16 floats of padding;
+  // docs/performance.md).
+  const int64_t ld = std::is_same_v<T, float> ? ops::lce_f32_backward_row_stride(C) : C;
+  Tensor buf_t = Tensor::empty({r.M, ld}, dtype_of<A>());
   A* buf = buf_t.data<A>();
   // bf16 (logits not rounded): dlogits is rounded to bf16 for the GEMMs (bf16 operands, f32 accumulation).
   Tensor dlb_t = std::is_same_v<T, bf16> ? Tensor::empty({r.M, C}, DType::BF16) : Tensor();
   for (int64_t c0 = 0; c0 < a.V; c0 += C) {
     const int64_t cc = std::min(C, a.V - c0);
-    if (!kept) chunk_logits(a, r, c0, cc, buf);
+    if (!kept) chunk_logits(a, r, c0, cc, buf, ld);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < r.M; ++m) {
-      A* x = buf + m * cc;
+      A* x = buf + m * ld;
       const A* src = x;
       if (kept) {
         if (a.kept->dtype() == DType::BF16) {
@@ -613,17 +620,22 @@ void lce_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a, con
       row_softmax_scaled(src, x, cc, row_lse[size_t(m)], A(scale));
       const int64_t y = r.label[size_t(m)];
       if (y >= c0 && y < c0 + cc) x[y - c0] -= A(scale);
+      if constexpr (std::is_same_v<T, bf16>) convert_f32_to_bf16(x, dlb_t.data<bf16>() + m * cc, size_t(cc));
     }
     const T* w = static_cast<const T*>(a.weight) + c0 * a.D;
+    // The GEMMs' dlogits: the bf16 copy ([M, cc], contiguous) or the f32 / f64 rows in place.
     const T* dl;
+    int64_t dl_ld;
     if constexpr (std::is_same_v<T, bf16>) {
-      convert_f32_to_bf16(buf, dlb_t.data<bf16>(), size_t(r.M * cc));
       dl = dlb_t.data<bf16>();
+      dl_ld = cc;
     } else {
       dl = buf;
+      dl_ld = ld;
     }
-    if (dhp) mm(Trans::N, Trans::N, r.M, a.D, cc, dl, cc, w, a.D, c0 == 0 ? 0 : 1, dhp, a.D);
-    if (dw) mm(Trans::T, Trans::N, cc, a.D, r.M, dl, cc, r.hidden, a.D, add_dw ? 1 : 0, dw + c0 * a.D, a.D);
+    if (dhp) mm(Trans::N, Trans::N, r.M, a.D, cc, dl, dl_ld, w, a.D, c0 == 0 ? 0 : 1, dhp, a.D);
+    if (dw)
+      mm(Trans::T, Trans::N, cc, a.D, r.M, dl, dl_ld, r.hidden, a.D, add_dw ? 1 : 0, dw + c0 * a.D, a.D);
   }
   scatter_counted_rows(a, r, dhp_t, dh);
 }

@@ -77,6 +77,14 @@ struct LinearCrossEntropyArgs {
   int64_t keep_bytes;
 };
 
+// Row stride, in elements, of the f32 CPU kernel's backward chunk buffer (its dlogits rows) for
+// chunks of C columns: C, one cache line (16 floats) longer when C floats fill whole 4 KiB pages.
+// At such strides a column's elements share a few L1 sets, and the dweight GEMM reads dlogits down
+// its columns (cpu.cpp). The meta kernel allocates the same buffer.
+inline int64_t lce_f32_backward_row_stride(int64_t C) {
+  return C * 4 % 4096 == 0 ? C + 16 : C;
+}
+
 struct LinearCrossEntropyKernel {
   // -> lse [N] and row_loss [N] (acc), as CrossEntropyKernel::forward on the logits hidden @ weight^T.
   void (*forward)(const KernelContext& ctx, const LinearCrossEntropyArgs& a, void* lse, void* row_loss);

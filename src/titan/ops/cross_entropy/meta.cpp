@@ -17,8 +17,9 @@ const CrossEntropyKernel cross_entropy_meta{
 // activation of a step, so the meta profile allocates it too. The vocabulary-chunk buffers the
 // kernels hold while they run are allocated for the call as the CPU kernels allocate them (every
 // row taken as a target): [N, chunk] logits when none are kept, and in backward the chunk's
-// softmax gradient (the accumulation type's logits buffer reused in place, with a bf16 copy for
-// bf16 GEMMs; bf16 throughout when the logits are rounded to bf16). Standing in for CUDA
+// softmax gradient (the accumulation type's logits buffer reused in place, its f32 rows padded as
+// lce_f32_backward_row_stride says, with a bf16 copy for bf16 GEMMs; bf16 throughout when the
+// logits are rounded to bf16). Standing in for CUDA
 // (core/device_services.h, MetaStandIn), they are the CUDA kernels' buffers instead: forward, the
 // chunk's logits when none are kept and three f32 row statistics; backward, the chunk's logits when
 // none are kept and its softmax gradient in the compute dtype.
@@ -65,6 +66,9 @@ void lce_meta_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a
   if (chunk_logits_dtype<kDType>(a) == DType::BF16) {
     if (!kept) logits = Tensor::empty({n}, DType::BF16, ctx.device);
     gradient = Tensor::empty({n}, DType::BF16, ctx.device);
+  } else if (kDType == DType::F32) {  // rows padded as the CPU kernel pads them
+    logits = Tensor::empty({a.N * lce_f32_backward_row_stride(a.chunk < a.V ? a.chunk : a.V)}, DType::F32,
+                           ctx.device);
   } else {
     logits = Tensor::empty({n}, kAccumulation<kDType>, ctx.device);
     if (kDType == DType::BF16) gradient = Tensor::empty({n}, DType::BF16, ctx.device);
