@@ -152,6 +152,11 @@ TEST_P(CudaAttentionTensorCores, Bf16Mma) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTensorCores,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(64, 128),
                                             ::testing::Values(1, 7, 64, 100, 257)));
+// The 0.6B job's GQA ratio and head_dim at a length of 18 tiles (the last partial): up to 18 blocks
+// add into each dq row, as at the job's 2048 (32).
+INSTANTIATE_TEST_SUITE_P(LongSequence, CudaAttentionTensorCores,
+                         ::testing::Combine(::testing::Values(2), ::testing::Values(128),
+                                            ::testing::Values(1100)));
 
 // cuDNN's fused attention on whole 128-row tiles (every cuDNN 9), and on the tensor-core suite's
 // ragged lengths where the loaded cuDNN takes them (9.16 and later; skipped, saying so, before).

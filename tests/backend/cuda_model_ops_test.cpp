@@ -172,6 +172,33 @@ TEST(CudaModelOps, MoeExperts) {
     }
 }
 
+// The expert-bias balancing update on the GPU is the CPU's to the bit: f64 means in expert order,
+// one f32 add per expert; counts as one row [E] or one row per micro-batch [M, E] (summed), loads
+// with ties and experts that got nothing, E from the debug model's 8 to past one block of threads.
+TEST(CudaModelOps, UpdateExpertBiasIsTheCpusBits) {
+  TITAN_REQUIRE_CUDA();
+  for (int64_t E : {8, 64, 300})
+    for (int64_t M : {0, 1, 3}) {  // 0: counts [E]
+      SCOPED_TRACE("E " + std::to_string(E) +
+                   (M ? ", " + std::to_string(M) + " micro-batches" : ", one row"));
+      std::vector<int64_t> loads(size_t(std::max<int64_t>(M, 1) * E));
+      for (size_t i = 0; i < loads.size(); ++i)
+        loads[i] = int64_t((i * 2654435761u) % 7 == 0 ? 0 : (i * 40503u) % 97);
+      const Tensor counts = M ? Tensor::from_vector(loads, {M, E}) : Tensor::from_vector(loads, {E});
+      Tensor cpu_bias = random_tensor({E}, DType::F32, uint64_t(E + M), -0.1, 0.1);
+      Tensor gpu_bias = cpu_bias.to(kCuda);
+      const Tensor gpu_counts = counts.to(kCuda);
+      for (int step = 0; step < 3; ++step) {  // a few updates in a row: the biases keep their mean
+        ops::update_expert_bias(cpu_bias, counts, 1e-3);
+        ops::update_expert_bias(gpu_bias, gpu_counts, 1e-3);
+      }
+      EXPECT_EQ(gpu_bias.device(), kCuda);
+      const Tensor got = gpu_bias.to(Device::CPU);
+      EXPECT_EQ(0, std::memcmp(got.data<float>(), cpu_bias.data<float>(), size_t(E) * sizeof(float)))
+          << "the GPU's biases differ from the CPU's";
+    }
+}
+
 // ops::normal_init on the GPU runs the CPU's arithmetic, so a random init is the same bits on both:
 // whole models under both schemes (torchtitan's truncates the output at 3 std, norms are ones) and a
 // rank's slices of a born-sharded one (slices that start inside a parameter and inside a normal

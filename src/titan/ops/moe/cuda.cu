@@ -1060,16 +1060,25 @@ void check_expert_dims(const MoeExpertDims& d) {
               " (k must be in [1, min(E, 64)])");
 }
 
+// Whether the "cudnn" variant sends a layer's row GEMMs to cuDNN at all: D and F multiples of 8 (the
+// rule its registration and docs/kernels.md state). Judged per GEMM, a gate | up product with D = 8
+// and F = 4 (K = 8, N = 8) would pass while the layer's others did not.
+bool cudnn_takes_layer(const MoeExpertDims& d) {
+  return d.D % 8 == 0 && d.F % 8 == 0;
+}
+
 // The "cudnn" variant's forward GEMMs: out [n, N] (row stride ldc, rounded to T) = tokens [n, K]
-// (expert order) @ w[e]^T through cuDNN's grouped matmul when it takes the shape, else mma_sync.
+// (expert order) @ w[e]^T through cuDNN's grouped matmul when it takes the layer and the shape, else
+// mma_sync.
 template <class T>
 void forward_rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
                        const T* tokens, const T* w, const Routing& routing, const int32_t* first, T* out,
                        int64_t ldc) {
   const GroupedMatmulShape shape{d.T * d.k, K, N, d.E, ldc, DType::BF16};
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (algo == MoeGemm::kCudnn && first && cudnn_grouped_matmul_unsupported(shape).empty() &&
-        aligned16(tokens) && aligned16(w) && aligned16(out)) {
+    if (algo == MoeGemm::kCudnn && first && cudnn_takes_layer(d) &&
+        cudnn_grouped_matmul_unsupported(shape).empty() && aligned16(tokens) && aligned16(w) &&
+        aligned16(out)) {
       cudnn_grouped_matmul(ctx.stream, shape, tokens, w, first, out);
       return;
     }
@@ -1108,7 +1117,8 @@ void transpose_experts(const KernelContext& ctx, int64_t E, int64_t R, int64_t C
 bool cudnn_takes_backward(const MoeExpertDims& d, const int32_t* first) {
   const int64_t n = d.T * d.k;
   const GroupedMatmulShape dh{n, d.D, d.F, d.E, d.F, DType::F32}, dx{n, 2 * d.F, d.D, d.E, d.D, DType::F32};
-  if (!first || !cudnn_grouped_matmul_unsupported(dh).empty() || !cudnn_grouped_matmul_unsupported(dx).empty())
+  if (!first || !cudnn_takes_layer(d) || !cudnn_grouped_matmul_unsupported(dh).empty() ||
+      !cudnn_grouped_matmul_unsupported(dx).empty())
     return false;
   for (const GroupedMatmulShape& s : {dh, dx}) {
     const std::string why = cudnn_grouped_matmul_plan_error(s);
