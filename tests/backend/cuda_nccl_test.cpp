@@ -5,7 +5,7 @@
 // (MPI under mpirun) and (b) the result computed here from every rank's inputs. The inputs are
 // multiples of 1/8 below 64, so every sum is exact in every dtype and all three agree bit for bit.
 //   - a world of one rank (any machine with a GPU; NCCL bootstrapped over the one-process
-//     communicator, no launcher needed);
+//     communicator, no launcher needed), also polling a collective still running;
 //   - two ranks under `mpirun -np 2` (this program again), one GPU each, when the machine has two
 //     GPUs and mpirun: also a rank that skips a collective makes the other fail after
 //     comm.timeout_seconds with an error naming the collective.
@@ -233,6 +233,35 @@ TEST(Nccl, EveryCollectiveInAWorldOfOneRank) {
   auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA, kTimeoutSeconds);
   ASSERT_EQ(comm->size(), 1);
   check_every_collective(*comm);
+}
+
+// A poll() that finds a collective still running must leave nothing in CUDA's last-error slot
+// (cudaEventQuery's cudaErrorNotReady): the next kernel's launch check would read it as its own
+// failure, as an FSDP step's first layer did after polling its prefetched gather. A 1 GiB fill
+// queued ahead keeps the collective pending while it is polled.
+TEST(Nccl, APollWhileTheCollectiveRunsLeavesNoErrorForTheNextKernel) {
+  REQUIRE_NCCL();
+  if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs NcclRanks.* only";
+  auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA, kTimeoutSeconds);
+  DeviceServices& gpu = device_services(Device::CUDA);
+  const int64_t n = int64_t(1) << 28, m = 1024;
+  void* big = gpu.allocate(size_t(n) * 4);
+  void* small = gpu.allocate(size_t(m) * 4);
+  gpu.fill(big, n, DType::F32, 1.0);
+  auto handle = comm->start_all_reduce(big, n, DType::F32, ReduceOp::Sum, gpu.context());
+  int pending_polls = 0;
+  for (int i = 0; i < 3; ++i) pending_polls += handle->poll() ? 0 : 1;
+  RecordProperty("pending_polls", pending_polls);
+  EXPECT_NO_THROW(gpu.fill(small, m, DType::F32, 2.0))
+      << "after " << pending_polls << " polls that found it running";
+  handle->wait();
+  float first = 0, last = 0;
+  gpu.copy_to_host(&first, big, 4);
+  gpu.copy_to_host(&last, small, 4);
+  EXPECT_EQ(first, 1.0f);  // the sum over one rank
+  EXPECT_EQ(last, 2.0f);
+  gpu.deallocate(big, size_t(n) * 4);
+  gpu.deallocate(small, size_t(m) * 4);
 }
 
 int gpu_count() {

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -81,6 +84,21 @@ TEST(Tensor, DtypeConversionsRoundTrip) {
 
 // Every floating dtype, NaN and infinities in the first chunk, past it and at the last element, with
 // the dtype's largest finite values and a subnormal that must not count.
+// A fill with -0 keeps the sign bit in every floating dtype (as torch.full does, and as the CUDA
+// fill writes it); +0 is all-zero bytes.
+TEST(Tensor, FullOfNegativeZeroKeepsTheSignBit) {
+  for (DType t : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const Tensor neg = Tensor::full({5}, -0.0, t), pos = Tensor::full({5}, 0.0, t);
+    for (double v : neg.to_vector()) {
+      EXPECT_EQ(v, 0.0);
+      EXPECT_TRUE(std::signbit(v));
+    }
+    const auto* bytes = static_cast<const unsigned char*>(pos.raw_data());
+    EXPECT_TRUE(std::all_of(bytes, bytes + pos.nbytes(), [](unsigned char b) { return b == 0; }));
+  }
+}
+
 TEST(Dtype, FirstNonFiniteFindsNanAndInfinityInEveryFloatingType) {
   const float kInf = std::numeric_limits<float>::infinity(), kNan = std::numeric_limits<float>::quiet_NaN();
   const int64_t n = 10000;

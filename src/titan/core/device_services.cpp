@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -95,7 +96,7 @@ class CpuServices final : public DeviceServices {
     if (n) std::memcpy(dst, src, n);
   }
   void fill(void* dst, int64_t n, DType dtype, double value) override {
-    if (value == 0.0) {
+    if (value == 0.0 && !std::signbit(value)) {  // -0 keeps its sign bit (the element loop below)
       // Zeroing fresh buffers (a model's parameters, gradients and AdamW moments: 9 GB for
       // Qwen3-0.6B) is page faults as much as stores: every thread takes its share of both.
       const size_t bytes = size_t(n) * dtype_size(dtype), chunk = size_t(2) << 20;

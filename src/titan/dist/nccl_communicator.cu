@@ -39,6 +39,15 @@ void check_cuda(cudaError_t err, const char* what) {
   TITAN_FAIL("comm (NCCL): CUDA error in ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
 }
 
+// cudaEventQuery on an event still pending: cudaErrorNotReady, which the runtime also leaves in the
+// thread's last-error slot; cleared here, or the next kernel's launch check (cudaGetLastError)
+// would report it as that kernel's failure.
+cudaError_t query_event(cudaEvent_t event) {
+  const cudaError_t q = cudaEventQuery(event);
+  if (q == cudaErrorNotReady) cudaGetLastError();
+  return q;
+}
+
 // The communicator is blocking (made so explicitly, whatever NCCL_COMM_BLOCKING says): a call that
 // returns has finished its host side, and ncclInProgress, a non-blocking communicator's answer, is
 // never a success here.
@@ -86,7 +95,7 @@ class NcclHandle final : public CommHandle {
   void wait() override;
   // Complete once the event recorded after the collective fired; an error also ends the polling,
   // for wait() to report.
-  bool poll() override { return cudaEventQuery(done_) != cudaErrorNotReady; }
+  bool poll() override { return query_event(done_) != cudaErrorNotReady; }
 
  private:
   NcclCommunicator& comm_;
@@ -182,7 +191,7 @@ class NcclCommunicator final : public Communicator {
     TITAN_CHECK(!aborted_, "comm: ", what, ": the NCCL communicator was aborted by an earlier failed collective");
     const auto t0 = Clock::now();
     for (int polls = 0;; ++polls) {
-      const cudaError_t q = cudaEventQuery(done);
+      const cudaError_t q = query_event(done);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) check_cuda(q, ("waiting for " + what).c_str());
       ncclResult_t async = ncclSuccess;
@@ -249,8 +258,10 @@ class NcclCommunicator final : public Communicator {
 // after the collective: its buffers go back to the allocator, whose next user runs on that stream,
 // and must not be overwritten while NCCL may still write into them. (Queued, not waited on the host.)
 NcclHandle::~NcclHandle() {
-  cudaStreamWaitEvent(caller_, done_, 0);
-  cudaEventDestroy(done_);
+  // A destructor cannot throw: a failure here (the context already broken by what is unwinding)
+  // is left for that error to report, and not in the last-error slot for the next launch check.
+  if (cudaStreamWaitEvent(caller_, done_, 0) != cudaSuccess) cudaGetLastError();
+  if (cudaEventDestroy(done_) != cudaSuccess) cudaGetLastError();
 }
 
 void NcclHandle::wait() {
