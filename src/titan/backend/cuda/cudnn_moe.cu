@@ -2,16 +2,17 @@
 // MATMUL_DESCRIPTOR in mode NONE (the tokens already in expert order), as cudnn_frontend's
 // moe_grouped_matmul node emits it: tokens [1, rows, K], weights [E, K, N] declared with K
 // contiguous (our [E, N, K] storage), first-token offsets [E, 1, 1] int32, output [1, rows, N].
-#include "titan/backend/cuda/cudnn_moe.h"
-
 #include <atomic>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "titan/backend/cuda/cuda_services.h"
 #include "titan/backend/cuda/cudnn_graph.h"
+#include "titan/backend/cuda/cudnn_moe.h"
 #include "titan/core/check.h"
 
 namespace titan::cuda {
@@ -73,18 +74,30 @@ namespace {
 std::atomic<int64_t> calls{0};
 
 // The plan of this shape, built on first use and kept (never destroyed, as cudnn_attention.cu's
-// plans: cuDNN's engine libraries may be gone at exit).
+// plans: cuDNN's engine libraries may be gone at exit). A shape whose plan did not build keeps its
+// error: asked again (every layer's backward, every step), it fails at once instead of running
+// cuDNN's heuristics and engine compiles again.
 const cudnn::Plan& plan_for(const GroupedMatmulShape& s) {
   std::string why = cudnn_grouped_matmul_unavailable();
   if (why.empty()) why = cudnn_grouped_matmul_unsupported(s);
   TITAN_CHECK(why.empty(), "moe (cudnn): ", why);
+  struct Slot {
+    std::unique_ptr<cudnn::Plan> plan;
+    std::string error;
+  };
   static std::mutex mutex;
-  static auto& plans = *new std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, DType>,
-                                     std::unique_ptr<cudnn::Plan>>;
+  static auto& plans = *new std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, DType>, Slot>;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = plans[{s.rows, s.K, s.N, s.E, s.ldc, s.out}];
-  if (!slot) slot = cudnn::finalize_plan(grouped_matmul_graph(s), describe(s));
-  return *slot;
+  Slot& slot = plans[{s.rows, s.K, s.N, s.E, s.ldc, s.out}];
+  if (!slot.plan && slot.error.empty()) {
+    try {
+      slot.plan = cudnn::finalize_plan(grouped_matmul_graph(s), describe(s));
+    } catch (const std::exception& e) {
+      slot.error = e.what();
+    }
+  }
+  if (!slot.plan) throw std::runtime_error(slot.error);
+  return *slot.plan;
 }
 
 }  // namespace
