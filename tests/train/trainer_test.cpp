@@ -28,6 +28,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/safetensors.h"
+#include "titan/kernels/substitution.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_config.h"
 #include "titan/train/native_model.h"
@@ -462,6 +463,19 @@ TEST(Trainer, NonFiniteGradNormStopsBeforeTheOptimizerStep) {
     std::memcpy(v.data(), t.data, t.nbytes());
     for (float x : v) ASSERT_TRUE(std::isfinite(x)) << t.name;
   }
+}
+
+// A run's [kernels] rules are its own: the next run in the same process (a test program's, titan
+// check's) starts from the default kernels when its config has none.
+TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {
+  const fs::path dump = tt::temp_dir("trainer_kernels_rule");
+  train::JobConfig with_rule = tiny_config(dump, {{"training.steps", "1"}});
+  with_rule.kernels.push_back({"rope", "gather_free", "layers.*"});
+  run_training(with_rule);
+  ASSERT_EQ(kernels::substitutions().size(), 1u) << "the run installed its rule";
+  fs::remove_all(dump);
+  run_training(tiny_config(dump, {{"training.steps", "1"}}));
+  EXPECT_TRUE(kernels::substitutions().empty()) << "the first run's rule still applies";
 }
 
 TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {

@@ -241,10 +241,12 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
     say("training.deterministic: attention runs its f32_math variant on cuda (the tensor-core backward adds dq "
         "with float atomics, whose order varies)");
   }
-  if (rules.empty()) return;
   // Everything is checked before anything is logged or installed.
-  for (auto& line : kernels::plan_substitutions(rules, qwen3::module_ops(a), device, dtype))
-    say("%s", line.c_str());
+  if (!rules.empty())
+    for (auto& line : kernels::plan_substitutions(rules, qwen3::module_ops(a), device, dtype))
+      say("%s", line.c_str());
+  // Installed even when empty: the rules are the process's, and an earlier run in this process (a
+  // test program's, `titan check`'s) must not leave its own behind.
   kernels::set_substitutions(rules);
 }
 
