@@ -5,6 +5,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/same_device.h"
 
 namespace titan::ops {
 
@@ -20,6 +21,7 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
               "attention: expected q [B, S, Hq, D], k and v [B, S, Hkv, D]; got q ", q_in.str(), ", k ", k_in.str(),
               ", v ", v_in.str());
   TITAN_CHECK(k_in.shape() == v_in.shape(), "attention: k ", k_in.str(), " and v ", v_in.str(), " differ");
+  check_same_device("attention", {{"q", &q_in}, {"k", &k_in}, {"v", &v_in}});
   TITAN_CHECK(q_in.size(0) == k_in.size(0) && q_in.size(1) == k_in.size(1) && q_in.size(3) == k_in.size(3),
               "attention: q ", q_in.str(), " and k ", k_in.str(), " disagree on B, S or D");
   TITAN_CHECK(k_in.size(2) > 0 && q_in.size(2) % k_in.size(2) == 0, "attention: query heads (", q_in.size(2),

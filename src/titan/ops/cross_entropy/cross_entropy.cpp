@@ -10,6 +10,7 @@
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/same_device.h"
 
 namespace titan::ops {
 
@@ -28,11 +29,12 @@ struct Targets {
   Tensor labels;
   int64_t count;  // rows whose label is not ignore_index
 };
-Targets prepare_targets(const char* op, const Tensor& labels_in, const Tensor& rows, int64_t V,
-                        int64_t ignore_index, int64_t* num_targets) {
+Targets prepare_targets(const char* op, const Tensor& labels_in, const char* rows_name, const Tensor& rows,
+                        int64_t V, int64_t ignore_index, int64_t* num_targets) {
   const int64_t N = rows.size(0);
   TITAN_CHECK(labels_in.dtype() == DType::I64 && labels_in.dim() == 1 && labels_in.size(0) == N, op,
               ": expected labels i64[", N, "] (one per row of ", rows.str(), "), got ", labels_in.str());
+  check_same_device(op, {{rows_name, &rows}, {"labels", &labels_in}});
   Tensor labels = labels_in.contiguous().detach();
   const int64_t bad = first_index_outside(labels, 0, V, ignore_index);
   if (bad >= 0) {
@@ -75,7 +77,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, int64_t i
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
   TITAN_CHECK(V > 0, "cross_entropy: logits ", logits_in.str(), " has no classes");
   const Targets targets =
-      prepare_targets("cross_entropy", labels_in, logits_in, V, ignore_index, num_targets);
+      prepare_targets("cross_entropy", labels_in, "logits", logits_in, V, ignore_index, num_targets);
   Tensor logits = logits_in.contiguous().detach();
 
   const DType ad = grad_dtype(logits.dtype());
@@ -108,12 +110,13 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
               " has D=", hidden_in.size(1), " but weight ", weight_in.str(), " has D=", weight_in.size(1));
   TITAN_CHECK(hidden_in.dtype() == weight_in.dtype(), "linear_cross_entropy: dtypes differ: hidden ",
               hidden_in.str(), ", weight ", weight_in.str());
+  check_same_device("linear_cross_entropy", {{"hidden", &hidden_in}, {"weight", &weight_in}});
   check_float("linear_cross_entropy", hidden_in, "hidden");
   const int64_t N = hidden_in.size(0), V = weight_in.size(0), D = hidden_in.size(1);
   TITAN_CHECK(V > 0, "linear_cross_entropy: weight ", weight_in.str(), " has no vocabulary rows");
   TITAN_CHECK(chunk > 0, "linear_cross_entropy: chunk must be positive, got ", chunk);
   const Targets targets =
-      prepare_targets("linear_cross_entropy", labels_in, hidden_in, V, ignore_index, num_targets);
+      prepare_targets("linear_cross_entropy", labels_in, "hidden", hidden_in, V, ignore_index, num_targets);
   Tensor hidden = hidden_in.contiguous().detach(), weight = weight_in.contiguous().detach();
 
   const DType ad = grad_dtype(hidden.dtype());

@@ -5,6 +5,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/same_device.h"
 
 namespace titan::ops {
 
@@ -14,6 +15,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   TITAN_CHECK(x_in.size(-1) == w_in.size(1), "linear: x ", x_in.str(), " has K=", x_in.size(-1), " but w ",
               w_in.str(), " has K=", w_in.size(1));
   TITAN_CHECK(x_in.dtype() == w_in.dtype(), "linear: dtypes differ: x ", x_in.str(), ", w ", w_in.str());
+  check_same_device("linear", {{"x", &x_in}, {"w", &w_in}});
   Tensor x = x_in.contiguous().detach(), w = w_in.contiguous().detach();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / (K ? K : 1);
   Shape out_shape = x.shape();

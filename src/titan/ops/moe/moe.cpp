@@ -9,6 +9,7 @@
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/same_device.h"
 
 namespace titan::ops {
 
@@ -47,6 +48,7 @@ RouterOutput router_topk(const Tensor& logits_in, int64_t k, bool renormalize, c
                 logits_in.str());
     bias = expert_bias.contiguous();
   }
+  check_same_device("router_topk", {{"logits", &logits_in}, {"expert_bias", &expert_bias}});
   Tensor logits = logits_in.contiguous().detach();
   const DType gd = grad_dtype(logits.dtype());
   const auto& kernel = kernels::kernel_for<RouterKernel>("router_topk", logits.device(), logits.dtype());
@@ -189,6 +191,11 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertInd
       "moe_experts: x and expert weights must share one of f32, bf16, f64; got ", shapes());
   TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
               "moe_experts: routing weights must have x's dtype (or f32 with bf16 x); got ", shapes());
+  check_same_device("moe_experts", {{"x", &x_in},
+                                    {"weights", &weights_in},
+                                    {"w_gate", &w_gate_in},
+                                    {"w_up", &w_up_in},
+                                    {"w_down", &w_down_in}});
   TITAN_CHECK(routed.num_experts() == E && indices_in.device() == x_in.device(), "moe_experts: indices over ",
               routed.num_experts(), " experts on ", device_name(indices_in.device()), ", expected ", E,
               " (w_gate's) on ", device_name(x_in.device()), "; got ", shapes());

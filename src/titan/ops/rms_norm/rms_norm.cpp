@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/same_device.h"
 
 namespace titan::ops {
 
@@ -15,6 +16,7 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   TITAN_CHECK(x_in.size(-1) == w_in.size(0), "rms_norm: x ", x_in.str(), " has D=", x_in.size(-1), " but w ",
               w_in.str(), " has D=", w_in.size(0));
   TITAN_CHECK(x_in.dtype() == w_in.dtype(), "rms_norm: dtypes differ: x ", x_in.str(), ", w ", w_in.str());
+  check_same_device("rms_norm", {{"x", &x_in}, {"w", &w_in}});
   TITAN_CHECK(dtype_is_float(x_in.dtype()), "rms_norm: x must be floating point, got ", x_in.str());
   TITAN_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm: eps must be finite and >= 0, got ", eps);
   Tensor x = x_in.contiguous().detach(), w = w_in.contiguous().detach();
