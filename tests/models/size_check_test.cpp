@@ -90,28 +90,6 @@ train::StepShape shape(int64_t batch, int64_t seq) {
   return s;
 }
 
-// A GPU job is judged by what its caching allocator reserves: a need that fits by its peak alone and
-// not with the reservation above it is refused, naming that part.
-TEST(SizeCheck, TheCachingAllocatorsReservationCountsAndIsNamed) {
-  const int64_t gib = int64_t(1) << 30;
-  const MemoryNeed peak_only{gib, gib, 2 * gib, 3 * gib, 0};
-  MemoryNeed reserved = peak_only;
-  reserved.cache = gib / 2;
-  const int64_t available = 7 * gib + gib / 4;  // between the peak (7 GiB) and the reservation (7.5)
-  EXPECT_NO_THROW(
-      check_memory_fits(peak_only, available, "training", "the cuda device's memory", "shrink it"));
-  const std::string e = error_of(
-      [&] { check_memory_fits(reserved, available, "training", "the cuda device's memory", "shrink it"); });
-  EXPECT_NE(e.find("needs an estimated 7.5 GiB"), std::string::npos) << e;
-  EXPECT_NE(e.find("the caching allocator's reservation above the peak 0.5 GiB"), std::string::npos) << e;
-  EXPECT_EQ(
-      error_of([&] {
-        check_memory_fits(MemoryNeed{8 * gib, 0, 0, 0, 0}, available, "training", "memory", "shrink it");
-      }).find("caching allocator"),
-      std::string::npos)
-      << "a need without a cache does not mention one";
-}
-
 TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   // 16384 layers of dim 131072: petabytes of weights, a valid shape that no machine holds.
   ModelArgs a = tiny();

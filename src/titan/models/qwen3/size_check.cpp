@@ -88,12 +88,11 @@ void check_memory_fits(const MemoryNeed& need, int64_t available, const std::str
     std::snprintf(s, sizeof s, "%.3g GiB", double(b) / double(int64_t(1) << 30));
     return std::string(s);
   };
-  const __int128 total = __int128(need.weights) + need.grads + need.optimizer + need.activations + need.cache;
+  const __int128 total = __int128(need.weights) + need.grads + need.optimizer + need.activations;
   TITAN_CHECK(total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")),
               " (", double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads),
-              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations),
-              need.cache > 0 ? ", the caching allocator's reservation above the peak " + gib(need.cache) : "",
-              ") but ", available_what, " is ", gib(available), " (", available, " bytes); ", advice);
+              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations), ") but ",
+              available_what, " is ", gib(available), " (", available, " bytes); ", advice);
 }
 
 }  // namespace titan::qwen3

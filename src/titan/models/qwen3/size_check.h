@@ -34,12 +34,10 @@ struct MemoryNeed {
   int64_t grads = 0;        // f32 gradients
   int64_t optimizer = 0;    // AdamW exp_avg + exp_avg_sq (+ other persistent state)
   int64_t activations = 0;  // what the step holds above the persistent state
-  int64_t cache = 0;        // a caching allocator's reservation above that peak (CUDA), else 0
 };
 
 // A memory need against `available` bytes: an error naming every number (weights, gradients,
-// optimizer, activations, the allocator's cache when there is one, available) when it does not fit. `what`
-// says what the memory is for
+// optimizer, activations, available) when it does not fit. `what` says what the memory is for
 // ("training ...", "loading <dir>"), `available_what` where the available figure comes from ("this
 // machine's MemAvailable"), `advice` what would shrink the need.
 void check_memory_fits(const MemoryNeed& need, int64_t available, const std::string& what,
