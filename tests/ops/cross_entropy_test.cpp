@@ -129,23 +129,15 @@ TEST(LinearCrossEntropy, TheWeightsGradientIsAddedIntoItsBuffer) {
     for (DType compute : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(std::string(variant) + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
       kernels::ForceVariant force("linear_cross_entropy", variant);
-      DeviceServices& cpu = device_services(Device::CPU);
-      auto backward_of = [&](bool preset, int64_t* allocations) {
-        Tensor w = random_tensor({V, D}, DType::F32, 9).set_requires_grad(true);
-        Tensor buffer = held.clone();
-        if (preset) w.set_grad(buffer);
-        Tensor loss = ops::linear_cross_entropy(h.to(compute).set_requires_grad(true), ops::cast(w, compute),
-                                                y, kIgnore, chunk, ops::Reduction::Mean, nullptr, true);
-        const int64_t before = cpu.stats().total_allocations;
-        autograd::backward(loss);
-        *allocations = cpu.stats().total_allocations - before;
-        return preset ? buffer : ops::add(w.grad(), held);  // the buffer, or what autograd would add to it
-      };
-      int64_t fresh_allocations = 0, added_allocations = 0;
-      const Tensor fresh = backward_of(false, &fresh_allocations),
-                   added = backward_of(true, &added_allocations);
-      EXPECT_EQ(max_abs_diff(added, fresh), 0.0);
-      EXPECT_LT(added_allocations, fresh_allocations) << "a dW tensor was still allocated";
+      const GradientIntoBuffer g = gradient_into_buffer(
+          random_tensor({V, D}, DType::F32, 9), held, [&](const Tensor& w) -> std::function<void()> {
+            Tensor loss =
+                ops::linear_cross_entropy(h.to(compute).set_requires_grad(true), ops::cast(w, compute), y,
+                                          kIgnore, chunk, ops::Reduction::Mean, nullptr, true);
+            return [loss] { autograd::backward(loss); };
+          });
+      EXPECT_EQ(max_abs_diff(g.added, g.fresh), 0.0);
+      EXPECT_LT(g.added_allocations, g.fresh_allocations) << "a dW tensor was still allocated";
     }
 }
 

@@ -96,27 +96,18 @@ TEST(Embedding, AParametersGradientIsScatteredIntoItsBuffer) {
     for (DType compute : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(variant + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
       kernels::ForceVariant force("embedding", variant);
-      DeviceServices& cpu = device_services(Device::CPU);
-      auto backward_of = [&](bool preset, int64_t* allocations) {
-        Tensor table = random_tensor({V, D}, DType::F32, 8).set_requires_grad(true);
-        Tensor buffer = held.clone();
-        if (preset) table.set_grad(buffer);
-        Tensor out = ops::embedding(ids, ops::cast(table, compute));
-        const int64_t before = cpu.stats().total_allocations;
-        autograd::backward(autograd::current_tape(), {out}, {dy});
-        *allocations = cpu.stats().total_allocations - before;
-        return preset ? buffer : ops::add(table.grad(), held);
-      };
-      int64_t fresh_allocations = 0, scattered_allocations = 0;
-      const Tensor fresh = backward_of(false, &fresh_allocations);
-      const Tensor scattered = backward_of(true, &scattered_allocations);
-      const std::vector<double> got = scattered.to_vector();
+      const GradientIntoBuffer g = gradient_into_buffer(
+          random_tensor({V, D}, DType::F32, 8), held, [&](const Tensor& table) -> std::function<void()> {
+            Tensor out = ops::embedding(ids, ops::cast(table, compute));
+            return [out, &dy] { autograd::backward(autograd::current_tape(), {out}, {dy}); };
+          });
+      const std::vector<double> got = g.added.to_vector();
       int64_t wrong = 0;
       for (size_t k = 0; k < want.size(); ++k) wrong += float(got[k]) != want[k];
       EXPECT_EQ(wrong, 0) << "of " << want.size() << " buffer entries differ from the serial scatter-add";
       // A fresh gradient added by autograd rounds the same sums in another order: close, not equal.
-      EXPECT_LE(max_abs_diff(scattered, fresh), 1e-5);
-      EXPECT_LT(scattered_allocations, fresh_allocations) << "a [V, D] gradient was still allocated";
+      EXPECT_LE(max_abs_diff(g.added, g.fresh), 1e-5);
+      EXPECT_LT(g.added_allocations, g.fresh_allocations) << "a [V, D] gradient was still allocated";
     }
 }
 

@@ -58,22 +58,12 @@ TEST(Linear, AParametersGradientIsAddedIntoItsBuffer) {
     for (DType compute : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(variant + (compute == DType::BF16 ? ", through a bf16 cast" : ", f32"));
       kernels::ForceVariant force("linear", variant);
-      // The same step twice: a plain leaf whose fresh gradient autograd keeps, and a parameter
-      // whose gradient buffer is preset (as ParamBlock does).
-      auto backward_of = [&](bool preset, int64_t* allocations) {
-        Tensor w = random_tensor({N, K}, DType::F32, 8).set_requires_grad(true);
-        Tensor buffer = held.clone();
-        if (preset) w.set_grad(buffer);
-        Tensor y = ops::linear(x.to(compute), ops::cast(w, compute));
-        DeviceServices& cpu = device_services(Device::CPU);
-        const int64_t before = cpu.stats().total_allocations;
-        autograd::backward(autograd::current_tape(), {y}, {dy});
-        *allocations = cpu.stats().total_allocations - before;
-        return preset ? buffer : ops::add(w.grad(), held);  // the buffer, or what autograd would add to it
-      };
-      int64_t fresh_allocations = 0, added_allocations = 0;
-      const Tensor fresh = backward_of(false, &fresh_allocations), added = backward_of(true, &added_allocations);
-      EXPECT_EQ(max_abs_diff(added, fresh), 0.0);
-      EXPECT_LT(added_allocations, fresh_allocations) << "a dw tensor was still allocated";
+      const GradientIntoBuffer g = gradient_into_buffer(
+          random_tensor({N, K}, DType::F32, 8), held, [&](const Tensor& w) -> std::function<void()> {
+            Tensor y = ops::linear(x.to(compute), ops::cast(w, compute));
+            return [y, &dy] { autograd::backward(autograd::current_tape(), {y}, {dy}); };
+          });
+      EXPECT_EQ(max_abs_diff(g.added, g.fresh), 0.0);
+      EXPECT_LT(g.added_allocations, g.fresh_allocations) << "a dw tensor was still allocated";
     }
 }

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "titan/autograd/autograd.h"
+#include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::testing {
 
@@ -194,6 +196,23 @@ void expect_device_matches_reference(const std::string& op, Device device, const
   for (const Tensor& t : got.input_grads)
     EXPECT_TRUE(!t.defined() || t.device() == device) << op << ": a gradient left the device";
   expect_runs_agree(got, ref, op + " on " + std::string(device_name(device)), kernels::Tolerance{atol, rtol});
+}
+
+GradientIntoBuffer gradient_into_buffer(const Tensor& start, const Tensor& held,
+                                        const std::function<std::function<void()>(const Tensor& p)>& step) {
+  GradientIntoBuffer r;
+  DeviceServices& cpu = device_services(Device::CPU);
+  for (bool preset : {false, true}) {
+    Tensor p = start.clone().set_requires_grad(true);
+    Tensor buffer = held.clone();
+    if (preset) p.set_grad(buffer);
+    const std::function<void()> backward = step(p);
+    const int64_t before = cpu.stats().total_allocations;
+    backward();
+    (preset ? r.added_allocations : r.fresh_allocations) = cpu.stats().total_allocations - before;
+    (preset ? r.added : r.fresh) = preset ? buffer : ops::add(p.grad(), held);
+  }
+  return r;
 }
 
 std::vector<cpu::KernelIsa> cpu_kernel_tiers() {

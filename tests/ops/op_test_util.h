@@ -64,6 +64,18 @@ void expect_variant_matches_spec(const std::string& op, const std::string& varia
 void expect_device_matches_reference(const std::string& op, Device device, const OpFn& f,
                                      const std::vector<Tensor>& inputs, double atol, double rtol);
 
+// A parameter's backward run twice from the same start, as a plain leaf and as a model parameter
+// whose gradient buffer is preset (as ParamBlock does), each a copy of `start`: `step(p)` runs the
+// op's forward on it and returns its backward (only the backward's CPU allocations are
+// counted). `fresh` is autograd's own gradient plus `held` (what autograd would add into a buffer);
+// `added` is the preset buffer, a copy of `held`, after the backward.
+struct GradientIntoBuffer {
+  Tensor fresh, added;
+  int64_t fresh_allocations = 0, added_allocations = 0;
+};
+GradientIntoBuffer gradient_into_buffer(const Tensor& start, const Tensor& held,
+                                        const std::function<std::function<void()>(const Tensor& p)>& step);
+
 // The tiers of the intrinsic CPU kernels this CPU runs, portable first, up to AVX-512 (the
 // AVX512-BF16 tier only adds dot products that the bf16 attention tests cover on their own).
 std::vector<cpu::KernelIsa> cpu_kernel_tiers();
