@@ -10,6 +10,7 @@ PACKAGES=(
   libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   python3 python3-torch python3-numpy
+  python3-jinja2  # the chat template rendered as transformers renders it (tests/data/chat_test.cpp)
   zlib1g-dev   # gzip-compressed datasets (src/titan/data/text_stream.cpp)
   libzstd-dev  # zstd-compressed datasets (.zst: SlimPajama, Dolma, RedPajama shards)
   chromium     # the browser check of `titan report` (tests/train/report_test.cpp)

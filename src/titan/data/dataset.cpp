@@ -278,21 +278,50 @@ struct DocumentStream::Impl {
     fail(line, std::string("expected a string or an object, got ") + j.type_name());
   }
 
-  std::string parse_element(std::string& bytes, uint64_t line, uint64_t column, uint64_t& invalid) const {
-    invalid = sanitize_utf8(bytes);
-    json j;
+  // A conversation record: its messages (and tools) rendered into `doc`.
+  void element_chat(const nlohmann::ordered_json& j, uint64_t line, Document& doc) const {
+    if (!j.is_object()) fail(line, std::string("expected a conversation object, got ") + j.type_name());
+    auto it = j.find(config.chat_field);
+    if (it == j.end())
+      fail(line, "object has no field '" + config.chat_field + "' (training.chat_field names the messages)");
+    auto tools = j.find("tools");
     try {
-      j = json::parse(bytes);
-    } catch (const json::parse_error& e) {
-      const io::JsonErrorAt at = io::locate_json_error(bytes, e, line, column);
-      // A .json that is not an array is read one value per line: a pretty-printed object is not.
-      const bool lines_of_json =
-          formats[pos.file] == Format::JsonLines && extension_of(files[pos.file]) == ".json";
-      fail(at.line,
-           "malformed JSON at column " + std::to_string(at.column) + ": " + at.what +
-               (lines_of_json ? " (a .json file holds one JSON array, or one JSON value per line)" : ""));
+      doc.chat = render_qwen3_chat(*it, tools == j.end() ? nlohmann::ordered_json() : *tools);
+    } catch (const Error& e) {
+      fail(line, "field '" + config.chat_field + "': " + e.what());
     }
-    return element_text(j, line);
+    doc.text.clear();
+    for (const ChatPiece& p : doc.chat) doc.text += p.text;
+  }
+
+  // Parses one JSON element into `doc` (its text, and a conversation's pieces).
+  void parse_element(std::string& bytes, uint64_t line, uint64_t column, uint64_t& invalid,
+                     Document& doc) const {
+    invalid = sanitize_utf8(bytes);
+    // Conversations keep their objects' key order: the chat template writes tool arguments as given.
+    auto parse = [&](auto& j) {
+      try {
+        j = std::remove_reference_t<decltype(j)>::parse(bytes);
+      } catch (const json::parse_error& e) {
+        const io::JsonErrorAt at = io::locate_json_error(bytes, e, line, column);
+        // A .json that is not an array is read one value per line: a pretty-printed object is not.
+        const bool lines_of_json =
+            formats[pos.file] == Format::JsonLines && extension_of(files[pos.file]) == ".json";
+        fail(at.line,
+             "malformed JSON at column " + std::to_string(at.column) + ": " + at.what +
+                 (lines_of_json ? " (a .json file holds one JSON array, or one JSON value per line)" : ""));
+      }
+    };
+    if (config.chat_field.empty()) {
+      json j;
+      parse(j);
+      doc.text = element_text(j, line);
+      doc.chat.clear();
+    } else {
+      nlohmann::ordered_json j;
+      parse(j);
+      element_chat(j, line, doc);
+    }
   }
 
   // Copies one JSON value (already positioned at its first byte) into `raw`.
@@ -417,8 +446,9 @@ struct DocumentStream::Impl {
         if (at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0) raw.erase(0, 3);
         invalid = sanitize_utf8(raw);
         doc.text.swap(raw);
+        doc.chat.clear();
       } else {
-        doc.text = parse_element(raw, at.line, at_column, invalid);
+        parse_element(raw, at.line, at_column, invalid, doc);
       }
       check_document_is_text(doc.text, files[pos.file], at.line);
       if (doc.text.empty()) {
@@ -448,7 +478,12 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
   TITAN_CHECK(config.text_split == "paragraph" || config.text_split == "line" || config.text_split == "file",
               "dataset: text_split '", config.text_split, "' is not one of paragraph, line, file");
   impl_->files = list_dataset_files(config.paths);
-  for (auto& f : impl_->files) impl_->formats.push_back(detect_format(f));
+  for (auto& f : impl_->files) {
+    impl_->formats.push_back(detect_format(f));
+    TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Text, "dataset: ", f.string(),
+                " is plain text, but conversations (chat_field '", config.chat_field,
+                "') are read from JSON records (.json, .jsonl, .ndjson)");
+  }
   impl_->config = std::move(config);
   impl_->shard = shard;
   impl_->num_shards = num_shards;

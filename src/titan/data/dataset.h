@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "titan/data/chat.h"
+
 namespace titan::data {
 
 struct DatasetConfig {
@@ -17,6 +19,10 @@ struct DatasetConfig {
   // Plain text files: "paragraph" (documents separated by blank lines), "line" (one
   // document per line) or "file" (the whole file is one document, held in memory).
   std::string text_split = "paragraph";
+  // Non-empty: every record is a conversation, an object whose field of this name holds its
+  // messages (and whose "tools" field, when present, the tool signatures), rendered with Qwen3's
+  // chat template (data/chat.h). Plain-text files cannot hold conversations and are an error.
+  std::string chat_field = "";
 };
 
 // Where a document starts: enough to resume reading there exactly.
@@ -32,7 +38,8 @@ struct DocPosition {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DocPosition, file, offset, line, index, in_array)
 
 struct Document {
-  std::string text;  // valid UTF-8, never empty
+  std::string text;             // valid UTF-8, never empty; a conversation's rendered text
+  std::vector<ChatPiece> chat;  // a conversation's pieces (text is their concatenation); empty for text
   DocPosition position;
   uint64_t invalid_utf8 = 0;  // sequences replaced by U+FFFD
 };

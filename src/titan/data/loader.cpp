@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -24,6 +25,7 @@ void to_json(json& j, const LoaderState& s) {
            {"seq_len", s.seq_len},
            {"eos_id", s.eos_id},
            {"text_split", s.text_split}};
+  if (!s.chat_field.empty()) j["chat_field"] = s.chat_field;
 }
 
 void from_json(const json& j, LoaderState& s) {
@@ -39,6 +41,7 @@ void from_json(const json& j, LoaderState& s) {
   s.seq_len = j.at("seq_len").get<int64_t>();
   s.eos_id = j.at("eos_id").get<int32_t>();
   s.text_split = j.value("text_split", std::string());  // absent from states before the key: not checked
+  s.chat_field = j.value("chat_field", std::string());
 }
 
 namespace {
@@ -50,8 +53,9 @@ class Packer {
       : config_(config),
         tokenizer_(tokenizer),
         eos_(eos),
-        stream_(DatasetConfig{config.paths, config.text_field, config.text_split}, config.dp_rank,
-                config.dp_size) {
+        pad_(tokenizer.pad_id() >= 0 ? tokenizer.pad_id() : eos),
+        stream_(DatasetConfig{config.paths, config.text_field, config.text_split, config.chat_field},
+                config.dp_rank, config.dp_size) {
     const auto& files = stream_.files();
     if (std::any_of(files.begin(), files.end(), is_plain_text)) text_split_ = config.text_split;
   }
@@ -94,6 +98,7 @@ class Packer {
     s.seq_len = config_.seq_len;
     s.eos_id = eos_;
     s.text_split = text_split_;
+    s.chat_field = config_.chat_field;
     return s;
   }
 
@@ -105,6 +110,11 @@ class Packer {
     b.labels.resize(B * S);
     window_.resize(S + 1);
     for (int64_t row = 0; row < B; ++row) {
+      if (!config_.chat_field.empty()) {
+        if (!load_document()) return Batch{};
+        fill_conversation_row(&b.inputs[row * S], &b.labels[row * S]);
+        continue;
+      }
       if (!fill_window()) return Batch{};
       for (int64_t t = 0; t < S; ++t) {
         b.inputs[row * S + t] = window_[t];
@@ -133,6 +143,29 @@ class Packer {
     return true;
   }
 
+  // The conversation just loaded as one row: its first seq_len + 1 tokens, the labels of untrained
+  // tokens ignored, padding after its end.
+  void fill_conversation_row(int64_t* inputs, int64_t* labels) {
+    const int64_t S = config_.seq_len, n = int64_t(doc_.size());
+    for (int64_t t = 0; t < S; ++t) {
+      inputs[t] = t < n ? doc_[size_t(t)] : pad_;
+      labels[t] = t + 1 < n && doc_trained_[size_t(t + 1)] ? doc_[size_t(t + 1)] : kIgnoreLabel;
+    }
+    if (n > S + 1 && !said_cut_) {
+      said_cut_ = true;
+      const auto cut = std::count(doc_trained_.begin() + (S + 1), doc_trained_.end(), uint8_t(1));
+      std::fprintf(
+          stderr,
+          "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
+          "its last %lld tokens (%lld of them trained on) are cut; said for the first such "
+          "conversation only\n",
+          stream_.files()[doc_pos_.file].c_str(), static_cast<unsigned long long>(doc_pos_.line),
+          static_cast<long long>(n), static_cast<long long>(S + 1), static_cast<long long>(n - S - 1),
+          static_cast<long long>(cut));
+    }
+    cursor_ = doc_.size();  // the next row starts the next conversation
+  }
+
   bool load_document() {
     Document d;
     while (!stream_.next(d)) {
@@ -148,8 +181,14 @@ class Packer {
     }
     ++epoch_docs_;
     doc_.clear();
-    tokenizer_.encode_into(d.text, doc_);
-    doc_.push_back(eos_);
+    if (!d.chat.empty()) {
+      ChatTokens t = tokenize_chat(tokenizer_, d.chat);
+      doc_ = std::move(t.ids);
+      doc_trained_ = std::move(t.trained);
+    } else {
+      tokenizer_.encode_into(d.text, doc_);
+      doc_.push_back(eos_);
+    }
     doc_pos_ = d.position;
     cursor_ = 0;
     return true;
@@ -158,9 +197,12 @@ class Packer {
   const LoaderConfig& config_;
   const Tokenizer& tokenizer_;
   int32_t eos_;
+  int32_t pad_;             // what fills a conversation's row after its end
   std::string text_split_;  // config.text_split when the dataset has plain-text files, else ""
   DocumentStream stream_;
-  std::vector<int32_t> doc_;  // tokens of the current document + EOS
+  std::vector<int32_t> doc_;          // tokens of the current document + EOS, or of the current conversation
+  std::vector<uint8_t> doc_trained_;  // per token of the current conversation: whether the loss trains on it
+  bool said_cut_ = false;
   size_t cursor_ = 0;         // of doc_, already in windows
   DocPosition doc_pos_;
   std::vector<int32_t> window_;
@@ -272,6 +314,12 @@ struct TokenLoader::Impl {
     TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);
     TITAN_CHECK(s.text_split.empty() || packer->text_split().empty() || s.text_split == packer->text_split(),
                 "loader state: saved with text_split ", s.text_split, ", now ", packer->text_split());
+    TITAN_CHECK(s.chat_field == config.chat_field, "loader state: saved ",
+                s.chat_field.empty() ? std::string("for text documents")
+                                     : "for conversations (chat_field '" + s.chat_field + "')",
+                ", now ",
+                config.chat_field.empty() ? std::string("for text documents")
+                                          : "for conversations (chat_field '" + config.chat_field + "')");
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();

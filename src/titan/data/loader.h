@@ -1,10 +1,12 @@
 #pragma once
 // Packs tokenized documents into training batches: each document + EOS, concatenated,
 // cut into windows of seq_len + 1 (inputs = window[:-1], labels = window[1:]), no
-// padding. With dp_size n, rank r packs documents r, r+n, r+2n, ... (the trainer does not shard
-// this way: every rank reads the global batch, train_state.cpp). A background thread keeps
-// batches ready. state()/restore() resume exactly: the batches after a
-// restore are those an uninterrupted run would have produced.
+// padding. Conversations (chat_field) are not packed: each fills one row, right-padded, and the
+// labels of what the loss does not train on (the prompt turns, the padding) are kIgnoreLabel; a
+// conversation longer than seq_len + 1 tokens is cut there (a warning says so once). With dp_size n, rank r
+// packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global batch,
+// train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the batches
+// after a restore are those an uninterrupted run would have produced.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -17,9 +19,13 @@
 
 namespace titan::data {
 
+// The label of a position the loss skips (the cross-entropy's ignore_index, as in PyTorch).
+inline constexpr int64_t kIgnoreLabel = -100;
+
 struct LoaderConfig {
   std::vector<std::filesystem::path> paths;  // files and folders
   std::string text_field = "text";
+  std::string chat_field = "";  // non-empty: the records are conversations (DatasetConfig::chat_field)
   std::string text_split = "paragraph";  // plain text files: paragraph | line | file
   int64_t seq_len = 2048;
   int64_t local_batch_size = 1;
@@ -32,7 +38,7 @@ struct LoaderConfig {
 
 struct Batch {
   std::vector<int64_t> inputs;  // [batch_size * seq_len], row-major
-  std::vector<int64_t> labels;  // the next token of each input
+  std::vector<int64_t> labels;  // the next token of each input, or kIgnoreLabel
   int64_t batch_size = 0;
   int64_t seq_len = 0;
   bool empty() const { return batch_size == 0; }
@@ -52,6 +58,7 @@ struct LoaderState {
   int64_t seq_len = 0;
   int32_t eos_id = -1;
   std::string text_split;  // how plain-text files were cut into documents; "" when there were none
+  std::string chat_field;  // "" for text documents
 };
 void to_json(nlohmann::json& j, const LoaderState& s);
 void from_json(const nlohmann::json& j, LoaderState& s);

@@ -609,16 +609,20 @@ struct Tokenizer::Impl {
     if (gap < text.size()) split_and_bpe(text.substr(gap), level + 1, out);
   }
 
+  // `text` through the normalizer into `normalized` when it changes it; else `text` itself.
+  std::string_view normalize(std::string_view text, std::string& normalized) const {
+    if (!nfc || !needs_nfc(text)) return text;
+    UErrorCode status = U_ZERO_ERROR;
+    icu::StringByteSink<std::string> sink(&normalized, int32_t(text.size()));
+    nfc_norm->normalizeUTF8(0, icu::StringPiece(text.data(), int32_t(text.size())), sink, nullptr, status);
+    TITAN_CHECK(U_SUCCESS(status), "tokenizer: NFC normalization failed: ", u_errorName(status));
+    return normalized;
+  }
+
   void normalized_segment(std::string_view text, std::vector<int32_t>& out) const {
     if (text.empty()) return;
     std::string normalized;
-    if (nfc && needs_nfc(text)) {
-      UErrorCode status = U_ZERO_ERROR;
-      icu::StringByteSink<std::string> sink(&normalized, int32_t(text.size()));
-      nfc_norm->normalizeUTF8(0, icu::StringPiece(text.data(), int32_t(text.size())), sink, nullptr, status);
-      TITAN_CHECK(U_SUCCESS(status), "tokenizer: NFC normalization failed: ", u_errorName(status));
-      text = normalized;
-    }
+    text = normalize(text, normalized);
     size_t pos = 0;
     while (!normalized_matcher.empty()) {
       auto [at, len, id] = normalized_matcher.find(text, pos);
@@ -738,6 +742,17 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
     }
   }
   return bytes;
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  TITAN_CHECK(has_id(id), "tokenizer: id ", id, " is not in the vocabulary (size ", impl_->id_kind.size(),
+              ")");
+  return impl_->id_bytes[size_t(id)];
+}
+
+std::string Tokenizer::normalize(std::string_view text) const {
+  std::string normalized;
+  return std::string(impl_->normalize(text, normalized));
 }
 
 int32_t Tokenizer::eos_id() const { return impl_->eos; }

@@ -39,6 +39,12 @@ class Tokenizer {
   // Appends to `out` instead of returning a new vector.
   void encode_into(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens = false) const;
 
+  // The bytes `id` stands for, as they are (a token may hold part of a multi-byte character):
+  // encode(text)'s tokens' bytes, concatenated, are normalize(text).
+  std::string_view token_bytes(int32_t id) const;
+  // `text` (valid UTF-8) as encode() tokenizes it: through tokenizer.json's normalizer (NFC for
+  // Qwen3), unchanged without one.
+  std::string normalize(std::string_view text) const;
   // Bytes of the tokens, invalid UTF-8 (a cut multi-byte character) replaced by U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 

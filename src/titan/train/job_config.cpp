@@ -64,6 +64,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, dataset),
       TITAN_KEY(training, dataset_path),
       TITAN_KEY(training, text_field),
+      TITAN_KEY(training, chat_field),
       TITAN_KEY(training, text_split, "paragraph", "line", "file"),
       TITAN_KEY(training, document_separator),
       TITAN_KEY(training, local_batch_size),
@@ -470,6 +471,13 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   else
     moot("model.router_aux_loss_coef",
          "it weighs the aux loss, which training.load_balance = \"expert_bias\" does not add");
+  if (!c.training.chat_field.empty()) {
+    const std::string chats = "training.chat_field = \"" + c.training.chat_field +
+                              "\": the records are conversations, one per row, not packed documents";
+    moot("training.text_field", chats);
+    moot("training.text_split", chats);
+    moot("training.document_separator", chats);
+  }
   if (!c.checkpoint.enable) {
     moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)

@@ -36,6 +36,10 @@ struct TrainingSection {
   std::string dataset = "nlp-corpus";  // built-in dataset name
   std::string dataset_path = "";       // user data: file or folder (JSON, JSONL, text)
   std::string text_field = "text";
+  // Non-empty: the dataset's records are conversations for supervised fine-tuning, each an object
+  // whose field of this name holds its messages ("messages"), rendered with Qwen3's chat template;
+  // the loss trains on the assistant turns only, one conversation per row (data/chat.h, docs/data.md).
+  std::string chat_field = "";
   // Plain-text files (.txt, .md, ...): "paragraph" (documents separated by blank lines), "line"
   // (one document per line) or "file" (one document per file).
   std::string text_split = "paragraph";

@@ -58,6 +58,16 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
               " documents but this run has training.text_split = ", split,
               ": its data position counts other documents (set training.text_split back, or "
               "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  // Conversations fill one row each, text documents are packed: a position counts the one or the other.
+  const auto reading = [](const std::string& chat_field) {
+    return chat_field.empty() ? std::string("packed text documents")
+                              : "conversations (training.chat_field = \"" + chat_field + "\")";
+  };
+  const std::string saved_chat = saved.value("chat_field", std::string());
+  TITAN_CHECK(saved_chat == loader.config().chat_field, "checkpoint ", checkpoint, " read its data as ",
+              reading(saved_chat), " but this run reads ", reading(loader.config().chat_field),
+              ": its data position counts other rows (set training.chat_field back, or "
+              "checkpoint.restart_data_stream = true to start the data from the beginning)");
   loader.restore(saved);
   return "";
 }

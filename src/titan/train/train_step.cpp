@@ -1,5 +1,6 @@
 #include "titan/train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -7,7 +8,6 @@
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
 #include "titan/core/op_timeline.h"
-#include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/optim/optim.h"
 
 namespace titan::train {
@@ -29,6 +29,11 @@ Tensor TrainStep::my_rows(const std::vector<int64_t>& global) const {
 }
 
 namespace {
+
+// Labels the loss trains on (not data::kIgnoreLabel).
+int64_t targets_in(std::vector<int64_t>::const_iterator first, std::vector<int64_t>::const_iterator last) {
+  return std::count_if(first, last, [](int64_t label) { return label != data::kIgnoreLabel; });
+}
 
 // Keeps micro-batch `micro`'s routing counts (the model's last forward) as row `micro` of `kept`:
 // the bias update counts every token of the step, as torchtitan does. Device copies, no host read.
@@ -54,22 +59,22 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     sharding.begin_micro_batch(micro == accumulation - 1);
     profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
-    const auto [ids, targets] = next();
-    qwen3::LossOutput out = model.forward_loss(ids, targets);
+    const MicroBatch mb = next();
+    qwen3::LossOutput out = model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation));
     if (!model.expert_bias().empty())
       keep_expert_counts(model.last_expert_counts(), micro, accumulation, g.expert_counts);
-    autograd::backward(accumulation == 1 ? out.loss : ops::scale(out.loss, 1.0 / double(accumulation)));
+    autograd::backward(out.loss);
     // Read after the backward is queued: on a GPU a read in between would hold the backward back
     // until the whole forward had run.
     profiling::mark_phase("loss read");
-    sums[0] += out.loss.item();
+    sums[0] += out.ce_loss.item() * mb.ce_weight;
     if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
     // The waits for the gradient collectives, and the accumulation of what they bring.
     if (sharding.active()) profiling::mark_phase("gradient sync", /*ops_inside=*/true);
     sharding.end_micro_batch();  // after the last one: every rank's shard_grad holds the mean gradient
   }
-  // The loss of the step over all ranks (every rank's loss is a mean over the same number of
-  // tokens, so the global mean is their mean).
+  // The loss of the step over all ranks: the weighted means add up to dp_size x the mean over every
+  // target of the step.
   const bool ranks = plan.dp_size() > 1;
   if (ranks) profiling::mark_phase("loss all-reduce");
   plan.all_reduce_sum(sums);
@@ -78,8 +83,10 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   for (auto& b : model.blocks()) grads.push_back(b.shard_grad());
   const double norm_sq = ops::grad_norm_sq(grads);  // one host read for all blocks
   if (ranks) profiling::mark_phase("grad-norm all-reduce");
-  g.loss = sums[0] / micro_batches;
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
+  g.loss = sums[0] / double(plan.dp_size());
+  if (model.args().is_moe() && model.args().output_router_logits)
+    g.loss += model.args().router_aux_loss_coef * g.aux_loss;
   g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
   return g;
 }
@@ -95,11 +102,26 @@ void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::Parall
 StepResult TrainStep::run(TrainState& s) const {
   const int64_t step = ++s.step;
   uint64_t batch_hash = kFnv1aStart;
-  const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
-    data::Batch batch = s.loader.next();  // the global micro-batch: dp_size x batch_ rows
+  // The step's global micro-batches (dp_size x batch_ rows each) are read first: each one's weight in
+  // the loss is its share of the step's targets.
+  std::vector<data::Batch> batches;
+  int64_t step_targets = 0;
+  for (int64_t micro = 0; micro < accumulation_; ++micro) {
+    batches.push_back(s.loader.next());
+    const data::Batch& batch = batches.back();
     TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
     batch_hash = fnv1a(batch.inputs.data(), batch.inputs.size() * sizeof(int64_t), batch_hash);
-    return std::pair{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device())};
+    step_targets += targets_in(batch.labels.begin(), batch.labels.end());
+  }
+  int64_t micro = 0;
+  const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
+    const data::Batch& batch = batches[size_t(micro++)];
+    const int64_t n = batch_ * seq_len_, first = plan_.dp_rank() * n;
+    const int64_t mine = targets_in(batch.labels.begin() + first, batch.labels.begin() + first + n);
+    // A step whose rows hold no target at all (conversations cut before their answers) trains nothing.
+    const double weight = step_targets ? double(mine * plan_.dp_size()) / double(step_targets) : 0.0;
+    return MicroBatch{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device()),
+                      weight};
   });
   // Every rank holds the same global figures, so every rank stops at once.
   TITAN_CHECK(std::isfinite(g.loss), "step ", step, ": the loss is not finite (", g.loss,

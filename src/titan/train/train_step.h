@@ -30,17 +30,28 @@ struct StepResult {
 // The two halves of a training step, shared by TrainStep and the planner's meta-device step (so the
 // planner measures exactly what training does).
 //
-// compute_gradients: zeroes the gradients, runs `accumulation` micro-batches (ids, targets from
-// `next`) forward and backward with the sharding's communication around each, and returns the
-// step's loss and aux loss (means over micro-batches and ranks) and the global gradient norm.
-// Afterwards every block's shard_grad holds the mean gradient over the data-parallel ranks.
+// compute_gradients: zeroes the gradients, runs `accumulation` micro-batches (from `next`) forward
+// and backward with the sharding's communication around each, and returns the step's loss (the
+// cross-entropy's mean over every target of the step, on every rank, plus coef x the aux loss's mean
+// over micro-batches and ranks when it trains), the aux loss and the global gradient norm.
+// Afterwards every block's shard_grad holds the gradient of that loss.
 struct StepGradients {
   double loss = 0, aux_loss = -1, grad_norm = 0;
   // With an expert bias: each layer's routing counts, one row per micro-batch (i64 [accumulation,
   // E] on the model's device; undefined for dense layers), this rank's only.
   std::vector<Tensor> expert_counts;
 };
-using MicroBatchSource = std::function<std::pair<Tensor, Tensor>()>;
+// One micro-batch of this rank: token ids and targets (i64 [batch, seq], on the model's device), and
+// what its cross-entropy (a mean over its own targets) weighs in the step: dp_size x its targets /
+// the step's targets on all ranks (the ranks' gradients are averaged). Every micro-batch of a
+// packed text step has as many targets, so the weight is 1 / accumulation there; conversations
+// (whose prompts and padding are not targets) differ, and a mean of the micro-batches' means would
+// weigh a target of a short answer more than one of a long answer.
+struct MicroBatch {
+  Tensor ids, targets;
+  double ce_weight = 1;
+};
+using MicroBatchSource = std::function<MicroBatch()>;
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
 // apply_update: AdamW on this rank's slices with the gradients clipped to `max_norm` by the global

@@ -46,6 +46,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   loader_config_.paths = {resolve_held_out(v)};
   check_run_writes_outside(cfg, loader_config_.paths[0], key);
   loader_config_.text_field = cfg.training.text_field;
+  loader_config_.chat_field = cfg.training.chat_field;
   loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;

@@ -316,7 +316,8 @@ Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {
   return ops::moe_aux_loss(probs, indices, args_.num_experts, args_.top_k);
 }
 
-LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets) {
+LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight,
+                                    double aux_weight) {
   TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
               "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
   std::vector<RouterStats> router;
@@ -329,11 +330,11 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
                                             kLossChunk, ops::Reduction::Mean, &out.num_targets, true,
                                             keep_logits_bytes_);
   }
-  out.loss = out.ce_loss;
+  out.loss = ce_weight == 1 ? out.ce_loss : ops::scale(out.ce_loss, ce_weight);
   if (args_.is_moe() && args_.output_router_logits) {
     out.aux_loss = aux_loss(router);
-    out.loss = ops::add(out.ce_loss,
-                        ops::scale(out.aux_loss.reshape(out.ce_loss.shape()), args_.router_aux_loss_coef));
+    out.loss = ops::add(out.loss, ops::scale(out.aux_loss.reshape(out.ce_loss.shape()),
+                                             args_.router_aux_loss_coef * aux_weight));
   } else if (args_.is_moe()) {
     // Logged only: recorded, its node (holding every layer's [tokens, experts] probabilities) would
     // stay on the tape, unreached by the backward, until the next step's backward pruned it.

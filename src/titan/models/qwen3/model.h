@@ -25,7 +25,7 @@ namespace titan::qwen3 {
 enum class InitScheme { HuggingFace, Torchtitan };
 
 struct LossOutput {
-  Tensor loss;            // what backward starts from: ce (+ coef * aux when enabled)
+  Tensor loss;            // what backward starts from: ce (+ coef * aux when enabled), weighted
   Tensor ce_loss;         // mean cross-entropy over non-ignored targets
   Tensor aux_loss;        // MoE load-balancing aux (undefined for dense models)
   int64_t num_targets = 0;  // targets that were not ignored
@@ -55,8 +55,11 @@ class Qwen3Model {
   void set_keep_logits_bytes(int64_t bytes) { keep_logits_bytes_ = bytes; }
 
   // input_ids, targets: i64 [B, S]; targets are already aligned with positions (the next
-  // token), -100 where ignored. Adds coef * aux when args.output_router_logits.
-  LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets);
+  // token), -100 where ignored. `loss` = ce_weight * ce (+ aux_weight * coef * aux when
+  // args.output_router_logits): a training step weighs each micro-batch's mean cross-entropy by its
+  // share of the step's targets, and its aux loss by 1 / micro-batches (TrainStep).
+  LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight = 1,
+                          double aux_weight = 1);
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
   // Inference (no gradient is recorded): f32 [B, V] logits of each row's last position only, so

@@ -1,0 +1,339 @@
+#include "titan/data/chat.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <string_view>
+
+#include "titan/core/check.h"
+
+namespace titan::data {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Python's repr(float), which json.dumps writes: the shortest digits that round-trip, in positional
+// notation when the decimal exponent is in [-5, 16), else as d.ddde+XX (at least two exponent digits).
+std::string python_float(double x) {
+  if (x == 0) return std::signbit(x) ? "-0.0" : "0.0";
+  TITAN_CHECK(std::isfinite(x), "tojson: ", x, " is not a JSON number");
+  char buf[64];
+  const auto end = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific).ptr;
+  std::string_view s(buf, size_t(end - buf));  // [-]d[.ddd]e(+|-)XX
+  std::string out;
+  if (s.front() == '-') {
+    out += '-';
+    s.remove_prefix(1);
+  }
+  const size_t e = s.find('e');
+  std::string digits;
+  for (char c : s.substr(0, e))
+    if (c != '.') digits += c;
+  int exponent = 0;
+  std::from_chars(s.data() + e + (s[e + 1] == '+' ? 2 : 1), s.data() + s.size(), exponent);
+  const int point = exponent + 1;  // digits before the decimal point
+  if (point <= -4 || point > 16) {
+    out += digits[0];
+    if (digits.size() > 1) out.append(".").append(digits, 1);
+    const std::string magnitude = std::to_string(std::abs(exponent));
+    return out + (exponent < 0 ? "e-" : "e+") + (magnitude.size() < 2 ? "0" : "") + magnitude;
+  }
+  if (point <= 0) {
+    out += "0.";
+    out.append(size_t(-point), '0');
+    return out + digits;
+  }
+  if (size_t(point) >= digits.size()) {
+    out += digits;
+    out.append(size_t(point) - digits.size(), '0');
+    return out + ".0";
+  }
+  out.append(digits, 0, size_t(point)).append(".").append(digits, size_t(point));
+  return out;
+}
+
+void python_string(std::string_view s, std::string& out) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char esc[8];
+          std::snprintf(esc, sizeof esc, "\\u%04x", c);
+          out += esc;
+        } else {
+          out += char(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+void python_dumps(const ojson& v, std::string& out) {
+  switch (v.type()) {
+    case ojson::value_t::null: out += "null"; break;
+    case ojson::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
+    case ojson::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
+    case ojson::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
+    case ojson::value_t::number_float: out += python_float(v.get<double>()); break;
+    case ojson::value_t::string: python_string(v.get_ref<const std::string&>(), out); break;
+    case ojson::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& e : v) {
+        if (!first) out += ", ";
+        first = false;
+        python_dumps(e, out);
+      }
+      out += ']';
+      break;
+    }
+    case ojson::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, e] : v.items()) {
+        if (!first) out += ", ";
+        first = false;
+        python_string(key, out);
+        out += ": ";
+        python_dumps(e, out);
+      }
+      out += '}';
+      break;
+    }
+    default: TITAN_FAIL("tojson: a ", v.type_name(), " value has no JSON text");
+  }
+}
+
+// Python's str.strip / lstrip / rstrip with the argument '\n'.
+std::string_view lstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+std::string_view rstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
+
+// A message checked against what the template reads from it.
+struct Message {
+  std::string_view role, content;
+  bool has_reasoning = false;  // reasoning_content present and not null
+  std::string_view reasoning;
+  struct ToolCall {
+    std::string_view name;
+    const ojson* arguments;
+  };
+  std::vector<ToolCall> tool_calls;
+};
+
+const ojson* field(const ojson& object, const char* name) {
+  auto it = object.find(name);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string_view string_field(const ojson& object, const char* name, const std::string& where) {
+  const ojson* f = field(object, name);
+  TITAN_CHECK(f, where, ": has no field '", name, "'");
+  TITAN_CHECK(f->is_string(), where, ": field '", name, "' is ", f->type_name(), ", not a string",
+              std::string_view(name) == "content" ? " (the chat template needs a string; \"\" for none)" : "");
+  return f->get_ref<const std::string&>();
+}
+
+Message check_message(const ojson& m, size_t i) {
+  const std::string where = "message " + std::to_string(i);
+  TITAN_CHECK(m.is_object(), where, ": expected an object {\"role\": ..., \"content\": ...}, got ", m.type_name());
+  Message msg;
+  msg.role = string_field(m, "role", where);
+  TITAN_CHECK(msg.role == "system" || msg.role == "user" || msg.role == "assistant" || msg.role == "tool", where,
+              ": role '", msg.role, "' is not one of system, user, assistant, tool (Qwen3's chat template renders "
+              "no other)");
+  msg.content = string_field(m, "content", where);
+  if (msg.role != "assistant") return msg;
+  if (const ojson* r = field(m, "reasoning_content"); r && !r->is_null()) {
+    TITAN_CHECK(r->is_string(), where, ": field 'reasoning_content' is ", r->type_name(), ", not a string or null");
+    msg.has_reasoning = true;
+    msg.reasoning = r->get_ref<const std::string&>();
+  }
+  if (const ojson* calls = field(m, "tool_calls"); calls && !calls->is_null()) {
+    TITAN_CHECK(calls->is_array(), where, ": field 'tool_calls' is ", calls->type_name(), ", not an array");
+    for (size_t j = 0; j < calls->size(); ++j) {
+      const std::string at = where + ": tool_calls[" + std::to_string(j) + "]";
+      const ojson& call = (*calls)[j];
+      TITAN_CHECK(call.is_object(), at, ": expected an object, got ", call.type_name());
+      // {"function": {"name", "arguments"}} (OpenAI's form) or {"name", "arguments"}, as the template reads it.
+      const ojson* fn = field(call, "function");
+      const bool nested = fn && !fn->is_null();
+      TITAN_CHECK(!nested || fn->is_object(), at, ": field 'function' is ", nested ? fn->type_name() : "",
+                  ", not an object");
+      const ojson& f = nested ? *fn : call;
+      const std::string fat = nested ? at + ".function" : at;
+      Message::ToolCall tc;
+      tc.name = string_field(f, "name", fat);
+      tc.arguments = field(f, "arguments");
+      TITAN_CHECK(tc.arguments, fat, ": has no field 'arguments'");
+      msg.tool_calls.push_back(tc);
+    }
+  }
+  return msg;
+}
+
+// Appends to the pieces, merging a stretch into the last piece when both train alike.
+struct Pieces {
+  std::vector<ChatPiece> list;
+  void add(std::string_view text, bool trained) {
+    if (text.empty()) return;
+    if (list.empty() || list.back().trained != trained) list.push_back({std::string(), trained});
+    list.back().text += text;
+  }
+};
+
+}  // namespace
+
+std::string python_json_dumps(const ojson& value) {
+  std::string out;
+  python_dumps(value, out);
+  return out;
+}
+
+std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& tools) {
+  TITAN_CHECK(messages.is_array(), "messages: expected an array of messages, got ", messages.type_name());
+  TITAN_CHECK(!messages.empty(), "messages: the conversation is empty");
+  TITAN_CHECK(tools.is_null() || tools.is_array(), "tools: expected an array of function signatures, got ",
+              tools.type_name());
+  std::vector<Message> msgs;
+  bool has_assistant = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    msgs.push_back(check_message(messages[i], i));
+    has_assistant |= msgs.back().role == "assistant";
+  }
+  TITAN_CHECK(has_assistant, "messages: the conversation has no assistant message, so nothing to train on");
+
+  Pieces out;
+  const bool system_first = msgs[0].role == "system";
+  if (tools.is_array() && !tools.empty()) {
+    out.add("<|im_start|>system\n", false);
+    if (system_first) {
+      out.add(msgs[0].content, false);
+      out.add("\n\n", false);
+    }
+    out.add(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+        "function signatures within <tools></tools> XML tags:\n<tools>",
+        false);
+    for (const ojson& t : tools) {
+      out.add("\n", false);
+      out.add(python_json_dumps(t), false);
+    }
+    out.add(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n",
+        false);
+  } else if (system_first) {
+    out.add("<|im_start|>system\n", false);
+    out.add(msgs[0].content, false);
+    out.add("<|im_end|>\n", false);
+  }
+  // The last real user query (a user turn that only wraps a tool response does not count): assistant
+  // turns after it keep their reasoning block, those before it lose it.
+  const size_t n = msgs.size();
+  size_t last_query = n - 1;
+  for (size_t k = n; k-- > 0;) {
+    const Message& m = msgs[k];
+    if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+      last_query = k;
+      break;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Message& m = msgs[i];
+    if (m.role == "user" || (m.role == "system" && i > 0)) {
+      out.add("<|im_start|>", false);
+      out.add(m.role, false);
+      out.add("\n", false);
+      out.add(m.content, false);
+      out.add("<|im_end|>\n", false);
+    } else if (m.role == "assistant") {
+      std::string_view content = m.content, reasoning;
+      if (m.has_reasoning) {
+        reasoning = m.reasoning;
+      } else if (const size_t close = content.find("</think>"); close != std::string_view::npos) {
+        // content.split('</think>')[-1].lstrip('\n'); reasoning: the text before the first </think>,
+        // after the last <think> in it, without the newlines around it.
+        std::string_view before = rstrip_newlines(content.substr(0, close));
+        if (const size_t open = before.rfind("<think>"); open != std::string_view::npos)
+          before = before.substr(open + 7);
+        reasoning = lstrip_newlines(before);
+        content = lstrip_newlines(content.substr(content.rfind("</think>") + 8));
+      }
+      out.add("<|im_start|>assistant\n", false);
+      if (i > last_query && (i == n - 1 || !reasoning.empty())) {
+        out.add("<think>\n", true);
+        out.add(rstrip_newlines(lstrip_newlines(reasoning)), true);
+        out.add("\n</think>\n\n", true);
+        out.add(lstrip_newlines(content), true);
+      } else {
+        out.add(content, true);
+      }
+      for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+        if (j > 0 || !content.empty()) out.add("\n", true);
+        const auto& tc = m.tool_calls[j];
+        out.add("<tool_call>\n{\"name\": \"", true);
+        out.add(tc.name, true);
+        out.add("\", \"arguments\": ", true);
+        out.add(tc.arguments->is_string() ? tc.arguments->get_ref<const std::string&>()
+                                          : python_json_dumps(*tc.arguments),
+                true);
+        out.add("}\n</tool_call>", true);
+      }
+      out.add("<|im_end|>", true);
+      out.add("\n", false);
+    } else if (m.role == "tool") {
+      if (i == 0 || msgs[i - 1].role != "tool") out.add("<|im_start|>user", false);
+      out.add("\n<tool_response>\n", false);
+      out.add(m.content, false);
+      out.add("\n</tool_response>", false);
+      if (i == n - 1 || msgs[i + 1].role != "tool") out.add("<|im_end|>\n", false);
+    }
+    // A system message first was rendered above.
+  }
+  return std::move(out.list);
+}
+
+ChatTokens tokenize_chat(const Tokenizer& tokenizer, const std::vector<ChatPiece>& pieces) {
+  // Normalized piece by piece: every piece boundary has template text (ASCII) on one side, which
+  // nothing composes with, so the pieces' normal forms concatenate to the whole text's.
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> trained;  // byte ranges of `text`
+  for (const ChatPiece& p : pieces) {
+    const std::string normal = tokenizer.normalize(p.text);
+    if (p.trained) trained.emplace_back(text.size(), text.size() + normal.size());
+    text += normal;
+  }
+  ChatTokens t;
+  t.ids = tokenizer.encode(text);
+  t.trained.resize(t.ids.size());
+  size_t offset = 0, span = 0;
+  for (size_t k = 0; k < t.ids.size(); ++k) {
+    while (span < trained.size() && trained[span].second <= offset) ++span;
+    t.trained[k] = span < trained.size() && trained[span].first <= offset;
+    offset += tokenizer.token_bytes(t.ids[k]).size();
+  }
+  TITAN_CHECK(offset == text.size(), "chat: the tokens of a conversation hold ", offset, " bytes, its text ",
+              text.size(), " (the tokenizer's tokens do not spell its input)");
+  return t;
+}
+
+}  // namespace titan::data

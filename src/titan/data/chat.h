@@ -1,0 +1,52 @@
+#pragma once
+// Conversations for supervised fine-tuning (`training.chat_field`).
+//
+// A record's messages (and its `tools`, when it has them) are rendered exactly as transformers'
+// apply_chat_template renders them with the chat template of Qwen3's tokenizer_config.json (no
+// generation prompt), then tokenized as one text. The loss trains on what the model is asked to
+// produce: each assistant message after its "<|im_start|>assistant\n" header, its reasoning block,
+// content and tool calls, through its <|im_end|>. Everything else (system, user and tool turns,
+// the headers, the newline after each <|im_end|>) is context only.
+//
+// Where the Jinja template would render something odd without complaint (a role it does not know,
+// which it drops; a content that is not a string; a tool call without a name), the renderer stops
+// with an error naming the message and the field instead.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "titan/data/tokenizer.h"
+
+namespace titan::data {
+
+// One stretch of the rendered conversation; the concatenation of a conversation's pieces is the
+// template's output.
+struct ChatPiece {
+  std::string text;
+  bool trained = false;  // the loss trains on the tokens that start in it
+};
+
+// `messages`: an array of objects {"role": system | user | assistant | tool, "content": string},
+// an assistant message optionally with "reasoning_content" (string or null) and "tool_calls"
+// (an array of {"name", "arguments"} or {"function": {"name", "arguments"}}, arguments a string or
+// any JSON value); `tools`: null, or an array of JSON values (the function signatures). Object keys
+// keep their order (tojson does not sort them). A conversation without an assistant message has
+// nothing to train on and is an error. Errors name the message (0-based) and the field.
+std::vector<ChatPiece> render_qwen3_chat(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools = nullptr);
+
+// Python's json.dumps(value, ensure_ascii=False): the template's `tojson` filter.
+std::string python_json_dumps(const nlohmann::ordered_json& value);
+
+// The conversation's tokens (the ids tokenizer.encode gives the whole rendered text) and, per
+// token, whether the loss trains on it: a token is trained when its first byte lies in a trained
+// piece. (A token that straddles a piece boundary, such as "\n\n" when an assistant message starts
+// with a newline, belongs to the piece it starts in.)
+struct ChatTokens {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> trained;  // 0 or 1, one per id
+};
+ChatTokens tokenize_chat(const Tokenizer& tokenizer, const std::vector<ChatPiece>& pieces);
+
+}  // namespace titan::data
