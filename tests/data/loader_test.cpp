@@ -1,4 +1,6 @@
 // Packing, sharding, prefetching and exact resume of the token loader.
+#include "titan/data/loader.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,7 +9,7 @@
 #include "gzip_test_util.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
-#include "titan/data/loader.h"
+#include "titan/data/chat.h"
 
 namespace {
 using namespace titan::testing;
@@ -212,3 +214,149 @@ TEST(Loader, ResumesExactlyInsideCompressedShards) {
 }
 
 }  // namespace
+
+namespace {
+
+// Conversations of varied length: short ones (padded), one longer than a row (cut), two rounds in some.
+std::filesystem::path write_conversations(const std::string& name, int n) {
+  auto dir = temp_dir(name);
+  std::string lines;
+  for (int i = 0; i < n; ++i) {
+    std::string answer = "Answer " + std::to_string(i) + ":";
+    for (int k = 0; k < (i * 5) % 17; ++k) answer += " word" + std::to_string(k);
+    if (i == 2)
+      for (int k = 0; k < 60; ++k) answer += " long" + std::to_string(k);
+    json messages = json::array({{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                                 {{"role", "assistant"}, {"content", answer}}});
+    if (i % 3 == 1) {
+      messages.push_back({{"role", "user"}, {"content", "More?"}});
+      messages.push_back({{"role", "assistant"}, {"content", "No more."}});
+    }
+    lines += json{{"messages", messages}}.dump() + "\n";
+  }
+  write_file(dir / "chats.jsonl", lines);
+  return dir;
+}
+
+// Conversation i of write_conversations as tokens, computed directly.
+ChatTokens conversation_tokens(const std::filesystem::path& dir, int i) {
+  std::ifstream f(dir / "chats.jsonl");
+  std::string line;
+  for (int k = 0; k <= i; ++k) std::getline(f, line);
+  return tokenize_chat(qwen3_tokenizer(),
+                       render_qwen3_chat(nlohmann::ordered_json::parse(line).at("messages")));
+}
+
+}  // namespace
+
+// One conversation per row: its first S + 1 tokens, padded with <|endoftext|> after its end; a label
+// is the next token where the loss trains on it (the assistant's answer and <|im_end|>), else -100.
+TEST(Loader, ConversationsFillOneRowEachWithTheirPromptsAndPaddingIgnored) {
+  auto dir = write_conversations("loader_chat_rows", 6);
+  const int64_t S = 40, B = 2;
+  TokenLoader loader({.paths = {dir}, .chat_field = "messages", .seq_len = S, .local_batch_size = B},
+                     qwen3_tokenizer());
+  int64_t padded = 0, cut = 0, targets = 0;
+  for (int batch = 0; batch < 5;
+       ++batch) {  // 10 rows: past the end of the 6 conversations, into the next epoch
+    Batch b = loader.next();
+    ASSERT_EQ(b.batch_size, B);
+    for (int64_t row = 0; row < B; ++row) {
+      const ChatTokens t = conversation_tokens(dir, int(batch * B + row) % 6);
+      const int64_t n = int64_t(t.ids.size());
+      padded += n < S;
+      cut += n > S + 1;
+      for (int64_t p = 0; p < S; ++p) {
+        const int64_t at = row * S + p;
+        ASSERT_EQ(b.inputs[at], p < n ? t.ids[p] : 151643)
+            << "batch " << batch << " row " << row << " position " << p;
+        const bool trained = p + 1 < n && t.trained[p + 1];
+        ASSERT_EQ(b.labels[at], trained ? t.ids[p + 1] : kIgnoreLabel)
+            << "batch " << batch << " row " << row << " position " << p;
+        targets += trained;
+      }
+    }
+  }
+  EXPECT_GT(padded, 0);
+  EXPECT_GT(cut, 0);
+  EXPECT_GT(targets, 0);
+  EXPECT_EQ(loader.state().at("epoch").get<uint64_t>(), 1u);
+}
+
+TEST(Loader, ConversationsRestoreExactlyAndOnlyIntoConversations) {
+  auto dir = write_conversations("loader_chat_restore", 7);
+  LoaderConfig config{.paths = {dir}, .chat_field = "messages", .seq_len = 24, .local_batch_size = 3};
+  TokenLoader reference(config, qwen3_tokenizer());
+  std::vector<Batch> batches;
+  std::vector<json> states = {reference.state()};
+  for (int i = 0; i < 8; ++i) {
+    batches.push_back(reference.next());
+    states.push_back(reference.state());
+  }
+  for (size_t k : {size_t(1), size_t(3), size_t(6)}) {
+    TokenLoader resumed(config, qwen3_tokenizer());
+    resumed.restore(states[k]);
+    for (size_t i = k; i < batches.size(); ++i) {
+      Batch b = resumed.next();
+      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
+    }
+  }
+  // The same files read as text documents count other rows: refused, naming both.
+  LoaderConfig as_text = config;
+  as_text.chat_field = "";
+  as_text.text_field = "messages";
+  TokenLoader text(as_text, qwen3_tokenizer());
+  try {
+    text.restore(states[2]);
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("saved for conversations (chat_field 'messages'), now for text documents"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Loader, ABadConversationNamesTheFileLineMessageAndField) {
+  auto dir = temp_dir("loader_chat_bad");
+  write_file(dir / "c.jsonl",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+             "\"content\": \"hello\"}]}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"bot\", \"content\": "
+             "\"hello\"}]}\n");
+  TokenLoader loader({.paths = {dir}, .chat_field = "messages", .seq_len = 8, .local_batch_size = 2},
+                     qwen3_tokenizer());
+  try {
+    loader.next();
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("c.jsonl:2: field 'messages': "), std::string::npos) << what;
+    EXPECT_NE(what.find("message 1: role 'bot' is not one of system, user, assistant, tool"),
+              std::string::npos)
+        << what;
+  }
+  write_file(dir / "d.jsonl", "{\"text\": \"no conversation here\"}\n");
+  TokenLoader missing({.paths = {dir / "d.jsonl"}, .chat_field = "messages", .seq_len = 8},
+                      qwen3_tokenizer());
+  try {
+    missing.next();
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("d.jsonl:1: object has no field 'messages'"), std::string::npos)
+        << e.what();
+  }
+  // Plain text cannot hold conversations: refused when the dataset is opened, naming the file.
+  write_file(dir / "notes.txt", "some text\n");
+  try {
+    TokenLoader text({.paths = {dir / "notes.txt"}, .chat_field = "messages", .seq_len = 8},
+                     qwen3_tokenizer());
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("notes.txt is plain text, but conversations (chat_field 'messages')"),
+        std::string::npos)
+        << e.what();
+  }
+}

@@ -82,3 +82,44 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
 }
 
 }  // namespace
+
+// --chat shows what fine-tuning trains on: the rendered conversation, its ids, and the ids the loss
+// trains on (the assistant's answer and its <|im_end|>), as the loader computes them; tool arguments
+// keep their key order.
+TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
+  auto dir = temp_dir("tokenize_cmd_chat");
+  write_file(dir / "chats.json", R"([
+    {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"name": "weather", "arguments": {"city": "Oslo", "at": "now"}}]}],
+     "tools": [{"name": "weather"}]},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
+  ])");
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "chats.json").string() + " --output " + (dir / "out.json").string(),
+                        &out),
+            0)
+      << out;
+  const json got = json::parse(read_file(dir / "out.json"));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].at("text").get<std::string>(),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n");
+  EXPECT_EQ(got[1].at("trained_text").get<std::string>(), "<think>\n\n</think>\n\nHello!<|im_end|>");
+  EXPECT_EQ(got[0].at("trained_text").get<std::string>(),
+            "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\", \"at\": "
+            "\"now\"}}\n</tool_call><|im_end|>");
+  for (const json& c : got) {
+    EXPECT_EQ(c.at("ids").get<std::vector<int32_t>>(), qwen3_tokenizer().encode(c.at("text").get<std::string>()));
+    EXPECT_EQ(c.at("trained").size(), c.at("ids").size());
+  }
+  // A bad conversation names the element, the message and the field; no output is written.
+  write_file(dir / "bad.json", R"([{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]}])");
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " + (dir / "bad.json").string() +
+                            " --output " + (dir / "bad_out.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("element 0: field 'messages': "), std::string::npos) << out;
+  EXPECT_NE(out.find("message 1: has no field 'content'"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
+}

@@ -771,6 +771,40 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
   expect_moe_on_two_ranks_like_one("aux_loss", /*one_rank_batch=*/2, /*global=*/4, /*steps=*/4);
 }
 
+// Conversations (training.chat_field): each rank's rows hold a different number of targets (answers of
+// different lengths, prompts and padding ignored), so the loss and gradient are the mean over every
+// target of the step only when each rank's and micro-batch's mean is weighed by its share: 2 FSDP
+// ranks of 1 row accumulating 2 micro-batches train what one process of 4 rows trains.
+TEST(DataParallel, FsdpRanksAccumulatingConversationsTrainLikeOneRank) {
+  const fs::path data = tt::temp_dir("dist_chat_data_" + std::to_string(getpid())) / "chats.jsonl";
+  {
+    std::ofstream out(data);
+    const char* answers[] = {"Yes.",
+                             "The river runs north past the old mill and on to the sea, where the town is.",
+                             "No, not on Sundays.",
+                             "Two.",
+                             "It was built in 1850, burned in 1901 and rebuilt.",
+                             "Paris",
+                             "Because the light bends as it enters the water, the stick looks broken.",
+                             "Blue and green."};
+    for (int i = 0; i < 8; ++i)
+      out << nlohmann::json{{"messages",
+                             {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                              {{"role", "assistant"}, {"content", answers[i]}}}}}
+                 .dump()
+          << "\n";
+  }
+  const Overrides chats = {{"training.dataset_path", data.string()},
+                           {"training.chat_field", "messages"},
+                           {"training.steps", "4"},
+                           {"validation.enable", "false"},
+                           {"checkpoint.enable", "false"}};
+  const JobRun one = train("dist_chat_one_" + std::to_string(getpid()), 0, 4, chats);
+  const JobRun two = train("dist_chat_two_" + std::to_string(getpid()), 2, 1,
+                           tt::joined(chats, {{"training.global_batch_size", "4"}}));
+  expect_same_steps(two, one, 1, 4, "FSDP 2, accumulation 2, conversations");
+}
+
 // A dump folder that is not the same folder for every rank (a per-host path on several hosts; here
 // one relative path under two working folders) is refused before any step, naming the key: the
 // ranks' checkpoint shards would otherwise be missing at the first save.

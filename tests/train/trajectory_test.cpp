@@ -18,10 +18,12 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/data/assets.h"
+#include "titan/data/chat.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/qwen3/model.h"
@@ -62,6 +64,7 @@ struct Case {
   double max_norm;     // small enough that clipping acts on most steps
   std::string load_balance = "aux_loss";  // MoE: training.load_balance
   double load_balance_coeff = 0;          // for "expert_bias"
+  bool chat = false;  // `documents` conversations made of them (training.chat_field) instead of text
 };
 
 qwen3::ModelArgs tiny_args(bool moe) {
@@ -100,6 +103,34 @@ std::vector<std::string> first_documents(int64_t n) {
   return texts;
 }
 
+// Conversations of real text for supervised fine-tuning: the user quotes a document's opening, the
+// assistant answers with its continuation, in turns of varied lengths (from a few tokens to past the
+// row, which cuts them), some with a system turn, some with two rounds.
+std::vector<nlohmann::ordered_json> conversations_of(const std::vector<std::string>& texts) {
+  std::vector<nlohmann::ordered_json> out;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<std::string> words;
+    std::istringstream in(texts[i]);
+    for (std::string w; in >> w;) words.push_back(w);
+    auto span = [&](size_t from, size_t n) {
+      std::string s;
+      for (size_t k = from; k < std::min(words.size(), from + n); ++k) s += (s.empty() ? "" : " ") + words[k];
+      return s.empty() ? std::string("(nothing)") : s;
+    };
+    const size_t ask = 3 + i % 5, answer = 2 + (i * 7) % 40;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (i % 3 == 0) messages.push_back({{"role", "system"}, {"content", "Continue the text."}});
+    messages.push_back({{"role", "user"}, {"content", span(0, ask)}});
+    messages.push_back({{"role", "assistant"}, {"content", span(ask, answer)}});
+    if (i % 4 == 1) {
+      messages.push_back({{"role", "user"}, {"content", "And then?"}});
+      messages.push_back({{"role", "assistant"}, {"content", span(ask + answer, 4)}});
+    }
+    out.push_back({{"messages", messages}});
+  }
+  return out;
+}
+
 Tensor load(const io::SafetensorsFile& f, const std::string& name) {
   const io::TensorInfo& t = f.at(name);
   Tensor out = Tensor::empty(t.shape, t.dtype);
@@ -131,18 +162,34 @@ void run_case(const Case& c) {
   const std::vector<std::string> texts = first_documents(c.documents);
   ASSERT_EQ(int64_t(texts.size()), c.documents) << "the built-in corpus (scripts/setup.sh) is missing";
   const data::Tokenizer tokenizer = data::Tokenizer::load(model_dir);
-  nlohmann::json documents = nlohmann::json::array();
+  nlohmann::json documents = nlohmann::json::array(), conversations = nlohmann::json::array();
   int64_t tokens = 0;
-  {
+  if (c.chat) {
+    // Token ids and trained flags from titan's tokenizer and chat renderer (chat_test checks the renderer
+    // against transformers' Jinja): rows, padding, cuts and the loss's normalisation are under test here.
+    std::ofstream out(dir / "data.jsonl");
+    int64_t cut = 0, padded = 0;
+    for (const nlohmann::ordered_json& record : conversations_of(texts)) {
+      out << record.dump() << "\n";
+      const data::ChatTokens t =
+          data::tokenize_chat(tokenizer, data::render_qwen3_chat(record.at("messages")));
+      conversations.push_back({{"ids", t.ids}, {"trained", t.trained}});
+      cut += int64_t(t.ids.size()) > c.seq_len + 1;
+      padded += int64_t(t.ids.size()) < c.seq_len;
+    }
+    ASSERT_GT(cut, 0) << "some conversation should be longer than a row";
+    ASSERT_GT(padded, 0) << "some conversation should be shorter than a row";
+    ASSERT_LT(c.documents, c.steps * c.global_batch) << "the run should loop over its conversations";
+  } else {
     std::ofstream out(dir / "data.jsonl");
     for (const std::string& t : texts) {
       out << nlohmann::json{{"text", t}}.dump() << "\n";
       documents.push_back(tokenizer.encode(t));
       tokens += int64_t(documents.back().size()) + 1;
     }
+    ASSERT_LT(tokens, c.steps * c.global_batch * (c.seq_len + 1)) << "the run should loop over its documents";
   }
   const int64_t accumulation = c.global_batch / c.local_batch;
-  ASSERT_LT(tokens, c.steps * c.global_batch * (c.seq_len + 1)) << "the run should loop over its documents";
 
   const double lr = 3e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   const int64_t warmup = 3;
@@ -156,6 +203,7 @@ void run_case(const Case& c) {
         << "\nglobal_batch_size = " << c.global_batch << "\nsteps = " << c.steps
         << "\nmax_norm = " << c.max_norm << "\nmixed_precision_param = \"float32\"\nload_balance = \""
         << c.load_balance << "\"\n";
+    if (c.chat) job << "chat_field = \"messages\"\n";
     if (c.load_balance == "expert_bias") job << "load_balance_coeff = " << c.load_balance_coeff << "\n";
     job << "[optimizer]\nname = \"AdamW\"\nlr = " << lr << "\nweight_decay = " << weight_decay
         << "\nbeta1 = " << beta1 << "\nbeta2 = " << beta2 << "\neps = " << eps << "\n"
@@ -193,6 +241,7 @@ void run_case(const Case& c) {
       {"load_balance_coeff", c.load_balance_coeff},
       {"out_json", (dir / "torch.json").string()},
       {"out_weights", (dir / "torch_final.safetensors").string()}};
+  if (c.chat) spec["chat"] = {{"conversations", conversations}, {"pad", tokenizer.pad_id()}};
   std::ofstream(dir / "spec.json") << spec.dump();
   std::string torch_log;
   const fs::path script = tt::source_dir() / "tests" / "train" / "torch_ref" / "train_torch.py";
@@ -289,6 +338,15 @@ TEST(Trajectory, MoeTrainingWithTheExpertBiasFollowsPyTorchStepByStep) {
   Case c{"moe_eb", tiny_args(true), 10, 32, 2, 4, 25, "sqrt", 0.5, 0.5};
   c.load_balance = "expert_bias";
   c.load_balance_coeff = 5e-3;  // 5x torchtitan's default, so 10 steps move the choices
+  run_case(c);
+}
+
+// Supervised fine-tuning on conversations: one per row, cut or padded, the loss on the assistant turns
+// only; 2 micro-batches per step whose targets differ in number, so the step's loss is the mean over
+// all of its targets, not the mean of the micro-batches' means.
+TEST(Trajectory, ChatFineTuningFollowsPyTorchStepByStep) {
+  Case c{"chat", tiny_args(false), 10, 64, 2, 4, 14, "linear", -1, 0.5};
+  c.chat = true;
   run_case(c);
 }
 

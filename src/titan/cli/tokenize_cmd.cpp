@@ -1,5 +1,7 @@
 // `titan tokenize`: a JSON array of strings -> a JSON array of id arrays (or back with
-// --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json.
+// --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a JSON
+// array of conversation records -> what supervised fine-tuning trains on (their text, ids, and
+// which ids the loss trains on).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/chat.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
@@ -25,12 +28,16 @@ int run(int argc, char** argv) {
   titan::cli::ArgParser p(
       "tokenize",
       "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
-      "tokenizer of an HF checkpoint folder or a tokenizer.json.");
+      "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a JSON array of\n"
+      "conversation records (as training.chat_field reads them) -> a JSON array of {\"text\": the\n"
+      "rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on, \"trained_text\": those\n"
+      "ids' text}.");
   p.option("tokenizer",
            "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
            "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
       .required("input", "a JSON array of strings (with --decode: a JSON array of id arrays)")
       .required("output", "receives a JSON array of id arrays (with --decode: of strings)")
+      .option("chat", "the records' field holding each conversation's messages (as training.chat_field)")
       .flag("add-special-tokens", "add bos/eos as tokenizer_config.json asks (none for Qwen3)")
       .flag("decode", "ids to text instead")
       .flag("skip-special-tokens", "with --decode: drop special tokens");
@@ -42,13 +49,41 @@ int run(int argc, char** argv) {
   TITAN_CHECK(!skip_special || decode, "tokenize: --skip-special-tokens applies to --decode only");
   TITAN_CHECK(!(add_special && decode),
               "tokenize: --add-special-tokens applies to encoding only (not --decode)");
+  const std::string chat_field = p.get_optional("chat").value_or("");
+  TITAN_CHECK(chat_field.empty() || !(decode || add_special),
+              "tokenize: --chat renders and tokenizes conversations; --decode and --add-special-tokens do not apply");
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");
   auto tokenizer = titan::data::Tokenizer::load(tokenizer_path);
 
+  json out = json::array();
+  if (!chat_field.empty()) {
+    // Key order kept: tool arguments are written as given.
+    const auto in = titan::io::read_ordered_json_file(input, "tokenize --chat");
+    TITAN_CHECK(in.is_array(), "tokenize --chat: ", input, " must hold a JSON array of records, got ", in.type_name());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const auto& record = in[i];
+      TITAN_CHECK(record.is_object() && record.contains(chat_field), "tokenize --chat: ", input, " element ", i,
+                  " is not an object with a field '", chat_field, "'");
+      std::vector<titan::data::ChatPiece> pieces;
+      try {
+        pieces = titan::data::render_qwen3_chat(record.at(chat_field),
+                                                record.contains("tools") ? record.at("tools") : nullptr);
+      } catch (const titan::Error& e) {
+        TITAN_FAIL("tokenize --chat: ", input, " element ", i, ": field '", chat_field, "': ", e.what());
+      }
+      const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
+      std::string text, trained_text;
+      for (const auto& piece : pieces) text += piece.text;
+      for (size_t k = 0; k < t.ids.size(); ++k)
+        if (t.trained[k]) trained_text += tokenizer.token_bytes(t.ids[k]);
+      out.push_back({{"text", text}, {"ids", t.ids}, {"trained", t.trained}, {"trained_text", trained_text}});
+    }
+    titan::io::write_file_atomic(output, out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    return 0;
+  }
   const json in = titan::io::read_json_file(input, "tokenize");
   TITAN_CHECK(in.is_array(), "tokenize: ", input, " must hold a JSON array, got ", in.type_name());
-  json out = json::array();
   for (size_t i = 0; i < in.size(); ++i) {
     const json& item = in[i];
     if (decode) {

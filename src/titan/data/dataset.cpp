@@ -122,6 +122,13 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   return files;
 }
 
+bool first_warning_of(const fs::path& file, std::string_view kind) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  return warned.insert(std::string(kind) + '\0' + file.string()).second;
+}
+
 bool is_plain_text(const fs::path& file) {
   // Plain text: its own names, and a name without an extension. Any other extension (.csv,
   // .parquet, ...) is a format titan does not read, not text to train on as it is.
@@ -135,13 +142,6 @@ enum class Format { JsonArray, JsonLines, Text };
 
 // True the first time a file is reported to hold invalid UTF-8 in this process: one warning per
 // file, however many streams (epochs, validation passes) read it.
-bool first_invalid_utf8_of(const fs::path& file) {
-  static std::mutex mutex;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mutex);
-  return warned.insert(file.string()).second;
-}
-
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
  public:
@@ -455,7 +455,8 @@ struct DocumentStream::Impl {
         ++stats.empty_skipped;
         continue;
       }
-      if (invalid > 0 && first_invalid_utf8_of(files[pos.file])) {  // at the first, not when the file ends
+      if (invalid > 0 &&
+          first_warning_of(files[pos.file], "invalid UTF-8")) {  // at the first, not when the file ends
         std::fprintf(stderr,
                      "warning: dataset %s:%llu: invalid UTF-8 replaced by U+FFFD (%llu sequence(s) in this "
                      "document; one warning per file)\n",

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "titan/data/chat.h"
@@ -47,6 +48,11 @@ struct Document {
 // The files a dataset path list stands for: files as given, folders searched
 // recursively for .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
 std::vector<std::filesystem::path> list_dataset_files(const std::vector<std::filesystem::path>& paths);
+
+// Whether this process has not yet warned of `kind` ("invalid UTF-8", ...) in `file`; records that it
+// now has. Data warnings are said once per file and process, however many loaders read it (a
+// validation pass opens its own each time).
+bool first_warning_of(const std::filesystem::path& file, std::string_view kind);
 
 // Whether the file's name makes it plain text (.txt .text .md or none, plain or compressed):
 // the files DatasetConfig::text_split cuts into documents.

@@ -151,8 +151,7 @@ class Packer {
       inputs[t] = t < n ? doc_[size_t(t)] : pad_;
       labels[t] = t + 1 < n && doc_trained_[size_t(t + 1)] ? doc_[size_t(t + 1)] : kIgnoreLabel;
     }
-    if (n > S + 1 && !said_cut_) {
-      said_cut_ = true;
+    if (n > S + 1 && first_warning_of(stream_.files()[doc_pos_.file], "conversation cut")) {
       const auto cut = std::count(doc_trained_.begin() + (S + 1), doc_trained_.end(), uint8_t(1));
       std::fprintf(
           stderr,
@@ -202,7 +201,6 @@ class Packer {
   DocumentStream stream_;
   std::vector<int32_t> doc_;          // tokens of the current document + EOS, or of the current conversation
   std::vector<uint8_t> doc_trained_;  // per token of the current conversation: whether the loss trains on it
-  bool said_cut_ = false;
   size_t cursor_ = 0;         // of doc_, already in windows
   DocPosition doc_pos_;
   std::vector<int32_t> window_;

@@ -88,9 +88,12 @@ JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse
   return position(text, stop, first_line, first_column, what);
 }
 
-nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
+namespace {
+
+template <class Json>
+Json parse_as(std::string_view text, const std::string& source) {
   try {
-    return nlohmann::json::parse(text);
+    return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     const JsonErrorAt at = locate_json_error(text, e);
     TITAN_FAIL(source, ": invalid JSON at line ", at.line, ", column ", at.column, ": ", at.what);
@@ -102,13 +105,28 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
   }
 }
 
-nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who) {
+template <class Json>
+Json read_as(const std::filesystem::path& path, std::string_view who) {
   check_regular_file(path, std::string(who));
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, who, ": cannot open '", path.string(), "'");
   std::stringstream text;
   text << f.rdbuf();
-  return parse_json_text(text.str(), std::string(who) + ": '" + path.string() + "'");
+  return parse_as<Json>(text.str(), std::string(who) + ": '" + path.string() + "'");
+}
+
+}  // namespace
+
+nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
+  return parse_as<nlohmann::json>(text, source);
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who) {
+  return read_as<nlohmann::json>(path, who);
+}
+
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path, std::string_view who) {
+  return read_as<nlohmann::ordered_json>(path, who);
 }
 
 }  // namespace titan::io

@@ -24,5 +24,7 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
 // The JSON document in the regular file `path`; an error starts with `who`: "<who>: '<path>' is a
 // directory ...", "<who>: cannot open '<path>'", "<who>: '<path>': invalid JSON at line L, column C: ...".
 nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who);
+// The same with objects' keys in the file's order (where the order is data: tool-call arguments).
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path, std::string_view who);
 
 }  // namespace titan::io

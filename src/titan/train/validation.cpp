@@ -43,6 +43,12 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
     : tokenizer_(tokenizer), plan_(plan), freq_(cfg.validation.freq), steps_(cfg.validation.steps) {
   const ValidationSection& v = cfg.validation;
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
+  // The built-in held-out sets are text; a fine-tuning job's held-out loss is one over conversations.
+  TITAN_CHECK(
+      cfg.training.chat_field.empty() || !v.dataset_path.empty(), "validation.dataset = \"", v.dataset,
+      "\" is text, but training.chat_field = \"", cfg.training.chat_field,
+      "\" trains on conversations: set validation.dataset_path to held-out conversations (read with the "
+      "same chat_field), or validation.enable = false");
   loader_config_.paths = {resolve_held_out(v)};
   check_run_writes_outside(cfg, loader_config_.paths[0], key);
   loader_config_.text_field = cfg.training.text_field;

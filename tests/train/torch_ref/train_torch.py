@@ -8,6 +8,8 @@ SPEC.json:
   model_dir       an HF folder (config.json + model.safetensors): the initial weights
   documents       token ids of each document, in dataset order (the tokenizer is not under test here)
   separator       the token id that ends every document
+  chat            optional, instead of documents: {"conversations": [{"ids", "trained"}], "pad"}: each
+                  conversation's token ids and, per token, whether the loss trains on it (1) or not (0)
   seq_len, local_batch_size, accumulation, steps
   lr, warmup_steps, decay_ratio (null: decay after warmup), decay_type, min_lr_factor
   beta1, beta2, eps, weight_decay, max_norm
@@ -21,10 +23,15 @@ What each part follows (written from the upstream code's semantics, not from tit
   endless stream that starts over at the first document when the data ends, cut into
   non-overlapping windows of seq_len + 1; inputs window[:-1], labels window[1:]. batch_hash is
   64-bit FNV-1a over the little-endian int64 inputs of the step's micro-batches, in order.
+- conversations (chat): supervised fine-tuning as transformers' Trainer does it without packing:
+  one conversation per row, its first seq_len + 1 tokens, padded after its end; a label is the next
+  token where that token is trained, else -100 (ignored).
 - model: tests/models/torch_ref/qwen3_torch.py (transformers' math, checked against the oracles):
-  mean cross-entropy, plus router_aux_loss_coef x aux for an MoE with output_router_logits.
-- step: torchtitan's train_step: each micro-batch's loss / accumulation back-propagated, the
-  logged loss their mean; torch.nn.utils.clip_grad_norm_'s rule (the norm before clipping is
+  cross-entropy, plus router_aux_loss_coef x aux for an MoE with output_router_logits.
+- step: the cross-entropy summed over each micro-batch's targets and divided by the targets of the
+  whole step (transformers' Trainer's num_items_in_batch; for packed text, where every micro-batch
+  has as many, torchtitan's mean / accumulation), plus the aux term / accumulation, back-propagated;
+  the logged loss the step's mean cross-entropy plus the aux term's mean; torch.nn.utils.clip_grad_norm_'s rule (the norm before clipping is
   logged), with the norm summed in f64 (see clip_grad_norm);
   torch.optim.AdamW over every parameter (torchtitan decays all of them); LambdaLR with
   torchtitan's linear_warmup_stable_decay, stepped after the optimizer.
@@ -64,6 +71,17 @@ def windows(documents, separator, length):
             while len(buffer) >= length:
                 yield buffer[:length]
                 buffer = buffer[length:]
+
+
+def conversation_rows(conversations, pad, length):
+    """One row per conversation, endlessly: (inputs, labels) of length - 1 positions."""
+    while True:
+        for c in conversations:
+            ids, trained = c["ids"], c["trained"]
+            n = len(ids)
+            inputs = [ids[t] if t < n else pad for t in range(length - 1)]
+            labels = [ids[t + 1] if t + 1 < n and trained[t + 1] else -100 for t in range(length - 1)]
+            yield inputs, labels
 
 
 def lr_factor(step, warmup, stable, decay, decay_type, min_lr_factor):
@@ -183,35 +201,42 @@ def main():
     aux_in_loss = cfg.n_experts and balance == "aux_loss" and cfg.output_router_logits
 
     S, B, A = spec["seq_len"], spec["local_batch_size"], spec["accumulation"]
-    stream = windows(spec["documents"], spec["separator"], S + 1)
+    if "chat" in spec:
+        stream = conversation_rows(spec["chat"]["conversations"], spec["chat"]["pad"], S + 1)
+    else:
+        stream = ((w[:-1], w[1:]) for w in windows(spec["documents"], spec["separator"], S + 1))
     records = []
     for step in range(1, spec["steps"] + 1):
         optimizer.zero_grad(set_to_none=True)
         batch_hash = FNV_OFFSET
         loss_sum, aux_sum = 0.0, 0.0
-        for _ in range(A):
-            rows = [next(stream) for _ in range(B)]
-            window = torch.tensor(rows, dtype=torch.int64)
-            inputs, labels = window[:, :-1], window[:, 1:]
+        micro_batches = [[next(stream) for _ in range(B)] for _ in range(A)]
+        targets = sum(label != -100 for rows in micro_batches for _, labels in rows for label in labels)
+        for rows in micro_batches:
+            inputs = torch.tensor([r[0] for r in rows], dtype=torch.int64)
+            labels = torch.tensor([r[1] for r in rows], dtype=torch.int64)
             batch_hash = fnv1a(inputs.numpy().astype("<i8").tobytes(), batch_hash)
             logits, _, aux = qwen3_torch.forward(cfg, P, inputs)
             if expert_bias:
                 aux = expert_bias.aux_loss()
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1))
+            ce_sum = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1),
+                                                       ignore_index=-100, reduction="sum")
+            loss = ce_sum / targets
             if aux_in_loss:
-                loss = loss + cfg.aux_coef * aux
-            (loss / A).backward()
-            loss_sum += float(loss)
+                loss = loss + cfg.aux_coef * aux / A
+            loss.backward()
+            loss_sum += float(ce_sum) / targets
             aux_sum += 0.0 if aux is None else float(aux)
+        logged = loss_sum + (cfg.aux_coef * aux_sum / A if aux_in_loss else 0.0)
         grad_norm = clip_grad_norm(params.values(), spec["max_norm"])
         lr = optimizer.param_groups[0]["lr"]
         if expert_bias:
             expert_bias.update()
         optimizer.step()
         scheduler.step()
-        records.append({"step": step, "loss": loss_sum / A, "aux_loss": aux_sum / A if cfg.n_experts else None,
+        records.append({"step": step, "loss": logged, "aux_loss": aux_sum / A if cfg.n_experts else None,
                         "grad_norm": grad_norm, "lr": lr, "batch_hash": f"{batch_hash:016x}"})
-        print(f"step {step}: loss {loss_sum / A:.7f} grad_norm {grad_norm:.6f} lr {lr:.6g}", flush=True)
+        print(f"step {step}: loss {logged:.7f} grad_norm {grad_norm:.6f} lr {lr:.6g}", flush=True)
 
     with open(spec["out_json"], "w") as f:
         json.dump({"steps": records, "biased_choices": expert_bias.biased_choices if expert_bias else 0}, f, indent=1)
