@@ -156,8 +156,7 @@ class Packer {
       std::fprintf(
           stderr,
           "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
-          "its last %lld tokens (%lld of them trained on) are cut; said for the first such "
-          "conversation only\n",
+          "its last %lld tokens (%lld of them trained on) are cut (one warning per file)\n",
           stream_.files()[doc_pos_.file].c_str(), static_cast<unsigned long long>(doc_pos_.line),
           static_cast<long long>(n), static_cast<long long>(S + 1), static_cast<long long>(n - S - 1),
           static_cast<long long>(cut));
@@ -312,12 +311,12 @@ struct TokenLoader::Impl {
     TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);
     TITAN_CHECK(s.text_split.empty() || packer->text_split().empty() || s.text_split == packer->text_split(),
                 "loader state: saved with text_split ", s.text_split, ", now ", packer->text_split());
-    TITAN_CHECK(s.chat_field == config.chat_field, "loader state: saved ",
-                s.chat_field.empty() ? std::string("for text documents")
-                                     : "for conversations (chat_field '" + s.chat_field + "')",
-                ", now ",
-                config.chat_field.empty() ? std::string("for text documents")
-                                          : "for conversations (chat_field '" + config.chat_field + "')");
+    const auto reading = [](const std::string& chat_field) {
+      return chat_field.empty() ? std::string("for text documents")
+                                : "for conversations (chat_field '" + chat_field + "')";
+    };
+    TITAN_CHECK(s.chat_field == config.chat_field, "loader state: saved ", reading(s.chat_field), ", now ",
+                reading(config.chat_field));
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();
