@@ -14,7 +14,10 @@
 #include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
+#include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/generate.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/models/qwen3/state_dict.h"
 
 namespace {
 
@@ -175,6 +178,54 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
               " --prompt-ids '17, 400,2048,5' --max-new-tokens 12 --device cuda");
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.out, expected + "\n");
+  }
+}
+
+// --chat: the prompt is a user message (after --system's) in Qwen3's chat template with the
+// assistant's turn opened, --no-think with its empty <think> block: the ids transformers'
+// apply_chat_template(..., add_generation_prompt=True, enable_thinking=False) gives (the rendering is
+// checked against the Jinja template in tests/data/chat_test.cpp).
+TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
+  const fs::path dir = tt::temp_dir("cli_generate_chat_" + std::to_string(getpid())) / "model";
+  {
+    titan::qwen3::ModelArgs a;  // tiny, with the real tokenizer's vocabulary
+    a.vocab_size = 151936;
+    a.dim = 32;
+    a.n_layers = 1;
+    a.n_heads = 2;
+    a.n_kv_heads = 1;
+    a.head_dim = 16;
+    a.hidden_dim = 64;
+    a.max_seq_len = 128;
+    titan::qwen3::Qwen3Model model(a, titan::DType::F32);
+    model.initialize(3);
+    titan::qwen3::export_hf_model(model, dir, titan::DType::F32);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(titan::data::default_tokenizer_path() / f, dir / f);
+  const auto tokenizer = titan::data::Tokenizer::load(dir);
+  const std::string m = "generate --model-path " + dir.string() + " --max-new-tokens 2 --json ";
+  Outcome r = titan(m + "--chat --system 'Be brief.' --prompt 'Hi there' --no-think");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<int64_t> want;
+  for (int32_t id :
+       tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                        "<|im_start|>assistant\n<think>\n\n</think>\n\n"))
+    want.push_back(id);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int64_t>>(), want) << r.out;
+  r = titan(m + "--chat --prompt 'Hi there'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  want.clear();
+  for (int32_t id : tokenizer.encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"))
+    want.push_back(id);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int64_t>>(), want) << r.out;
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {m + "--prompt hi --no-think", "--no-think shapes a --chat prompt; add --chat"},
+           {m + "--prompt hi --system x", "--system shapes a --chat prompt; add --chat"},
+           {m + "--chat --prompt-ids 1", "--chat renders --prompt as a user message; give --prompt"}}) {
+    r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
   }
 }
 

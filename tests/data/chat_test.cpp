@@ -241,7 +241,12 @@ const char* kCases = R"JSON([
     {"role": "assistant", "content": "<think></think>empty think"}]},
   {"messages": [
     {"role": "user", "content": "special <|im_start|>assistant\nfake<|im_end|> and <think>x</think> <|endoftext|>"},
-    {"role": "assistant", "content": "real <|im_end|> inside", "name": "ignored extra field"}]}
+    {"role": "assistant", "content": "real <|im_end|> inside", "name": "ignored extra field"}]},
+  {"messages": [{"role": "user", "content": "Prompt only"}], "add_generation_prompt": true},
+  {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "No thinking"}],
+   "add_generation_prompt": true, "enable_thinking": false},
+  {"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>r</think>A1"},
+                {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "enable_thinking": true}
 ])JSON";
 
 }  // namespace
@@ -268,8 +273,11 @@ TEST(ChatTemplate, RendersWhatTransformersJinjaRenders) {
         << "case " << i << ": the Jinja template failed: " << rendered[i].dump();
     const std::string want = rendered[i].get<std::string>();
     std::string got;
-    const std::string err =
-        error_of([&] { got = concat(render_qwen3_chat(c["messages"], c.value("tools", ojson()))); });
+    const std::string err = error_of([&] {
+      got = concat(
+          render_qwen3_chat(c["messages"], c.value("tools", ojson()),
+                            {c.value("add_generation_prompt", false), c.value("enable_thinking", true)}));
+    });
     EXPECT_EQ(err, "") << "case " << i << " throws; Jinja renders " << ojson(want).dump();
     if (!err.empty()) continue;
     EXPECT_EQ(got, want) << "case " << i << " differs from the Jinja rendering at byte "

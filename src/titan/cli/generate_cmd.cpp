@@ -15,6 +15,7 @@
 #include "titan/core/device_services.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
+#include "titan/data/chat.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/json_error.h"
 #include "titan/models/qwen3/generate.h"
@@ -68,6 +69,14 @@ int generate_main(int argc, char** argv) {
               "(its MoE expert biases route as in training)")
       .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
       .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
+      .flag(
+          "chat",
+          "--prompt is a user message: rendered with Qwen3's chat template with the assistant's turn opened, "
+          "as transformers' apply_chat_template(..., add_generation_prompt=True) (docs/data.md, "
+          "Conversations)")
+      .option("system", "with --chat: a system message before the user's")
+      .flag("no-think",
+            "with --chat: the assistant's turn opens with an empty <think> block (enable_thinking=False)")
       .option("tokenizer",
               "folder holding tokenizer.json (default: --model-path's own, or the run's for --checkpoint)")
       .option("max-new-tokens", "tokens to generate at most", "32")
@@ -108,6 +117,11 @@ int generate_main(int argc, char** argv) {
               "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");
   const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids");
   TITAN_CHECK(has_prompt != has_ids, "titan generate: give either --prompt or --prompt-ids", has_prompt ? ", not both" : "");
+  const bool chat = p.has("chat");
+  TITAN_CHECK(chat || (!p.has("system") && !p.has("no-think")), "titan generate: --",
+              p.has("system") ? "system" : "no-think", " shapes a --chat prompt; add --chat");
+  TITAN_CHECK(!chat || has_prompt,
+              "titan generate: --chat renders --prompt as a user message; give --prompt");
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan generate: --dtype must be float32 or bfloat16, got ",
               p.get("dtype"));
@@ -179,7 +193,13 @@ int generate_main(int argc, char** argv) {
               tokenizer ? tokenizer->vocab_size() : 0, " ids but ", model_path.string(), " only ", vocab,
               ": they do not belong together");
   std::vector<int64_t> prompt;
-  if (has_prompt) {
+  if (chat) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
+    messages.push_back({{"role", "user"}, {"content", p.get("prompt")}});
+    const auto pieces = data::render_qwen3_chat(messages, nullptr, {true, !p.has("no-think")});
+    for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) prompt.push_back(id);
+  } else if (has_prompt) {
     for (int32_t id : tokenizer->encode(p.get("prompt"))) prompt.push_back(id);
     TITAN_CHECK(!prompt.empty(), "titan generate: --prompt is empty: there is nothing to continue");
   } else {

@@ -207,7 +207,8 @@ std::string python_json_dumps(const ojson& value) {
   return out;
 }
 
-std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& tools) {
+std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& tools,
+                                         const ChatPrompt& prompt) {
   TITAN_CHECK(messages.is_array(), "messages: expected an array of messages, got ", messages.type_name());
   TITAN_CHECK(!messages.empty(), "messages: the conversation is empty");
   TITAN_CHECK(tools.is_null() || tools.is_array(), "tools: expected an array of function signatures, got ",
@@ -218,7 +219,8 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
     msgs.push_back(check_message(messages[i], i));
     has_assistant |= msgs.back().role == "assistant";
   }
-  TITAN_CHECK(has_assistant, "messages: the conversation has no assistant message, so nothing to train on");
+  TITAN_CHECK(has_assistant || prompt.add_generation_prompt,
+              "messages: the conversation has no assistant message, so nothing to train on");
 
   Pieces out;
   const bool system_first = msgs[0].role == "system";
@@ -308,6 +310,10 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
       if (i == n - 1 || msgs[i + 1].role != "tool") out.add("<|im_end|>\n", false);
     }
     // A system message first was rendered above.
+  }
+  if (prompt.add_generation_prompt) {
+    out.add("<|im_start|>assistant\n", false);
+    if (!prompt.enable_thinking) out.add("<think>\n\n</think>\n\n", false);
   }
   return std::move(out.list);
 }

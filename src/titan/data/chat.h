@@ -27,14 +27,22 @@ struct ChatPiece {
   bool trained = false;  // the loss trains on the tokens that start in it
 };
 
+// The template's switches for a prompt to generate from (transformers' apply_chat_template arguments).
+struct ChatPrompt {
+  bool add_generation_prompt = false;  // end with "<|im_start|>assistant\n": the turn the model writes
+  bool enable_thinking = true;         // false: that turn opens with an empty <think> block (no reasoning)
+};
+
 // `messages`: an array of objects {"role": system | user | assistant | tool, "content": string},
 // an assistant message optionally with "reasoning_content" (string or null) and "tool_calls"
 // (an array of {"name", "arguments"} or {"function": {"name", "arguments"}}, arguments a string or
 // any JSON value); `tools`: null, or an array of JSON values (the function signatures). Object keys
-// keep their order (tojson does not sort them). A conversation without an assistant message has
-// nothing to train on and is an error. Errors name the message (0-based) and the field.
+// keep their order (tojson does not sort them). Without a generation prompt a conversation without
+// an assistant message has nothing to train on and is an error. Errors name the message (0-based)
+// and the field.
 std::vector<ChatPiece> render_qwen3_chat(const nlohmann::ordered_json& messages,
-                                         const nlohmann::ordered_json& tools = nullptr);
+                                         const nlohmann::ordered_json& tools = nullptr,
+                                         const ChatPrompt& prompt = {});
 
 // Python's json.dumps(value, ensure_ascii=False): the template's `tojson` filter.
 std::string python_json_dumps(const nlohmann::ordered_json& value);

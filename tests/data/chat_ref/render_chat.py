@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Reference renderer for tests/data/chat_test.cpp: renders conversations with a tokenizer_config.json's
-chat_template exactly as transformers' apply_chat_template does (tokenize=False,
-add_generation_prompt=False).
+chat_template exactly as transformers' apply_chat_template does (tokenize=False; add_generation_prompt
+and enable_thinking as each case asks).
 
 The Jinja environment is the one transformers builds in
 src/transformers/utils/chat_template_utils.py (_compile_jinja_template):
@@ -12,7 +12,8 @@ documents=None, add_generation_prompt and the tokenizer's special tokens (as tem
 AssistantTracker only adds the {% generation %} tag, which the Qwen3 template does not use.
 
 Usage: render_chat.py CASES.json TOKENIZER_CONFIG.json [OUT.json]
-CASES.json: a list of {"messages": [...], "tools": [...] (optional)}. Writes a JSON list with, per case,
+CASES.json: a list of {"messages": [...], "tools": [...] (optional), "add_generation_prompt" (optional,
+default false), "enable_thinking" (optional, passed only when given)}. Writes a JSON list with, per case,
 the rendered string, or {"error": "..."} when the template raised. Run with Debian's /usr/bin/python3
 (python3-jinja2).
 """
@@ -73,7 +74,8 @@ def main():
                     messages=case["messages"],
                     tools=case.get("tools"),
                     documents=None,
-                    add_generation_prompt=False,
+                    add_generation_prompt=case.get("add_generation_prompt", False),
+                    **({"enable_thinking": case["enable_thinking"]} if "enable_thinking" in case else {}),
                     **kwargs,
                 )
             )
