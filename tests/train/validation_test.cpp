@@ -17,6 +17,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/chat.h"
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/model.h"
@@ -117,6 +118,74 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
 
   // Every evaluation reads the same batches: the figures of different steps compare.
   EXPECT_EQ(validator.run(model, whole).loss, r.loss);
+}
+
+// With conversations (training.chat_field) the held-out loss is the mean over the answers' tokens only:
+// rows of one conversation each, as training reads them; the built-in held-out set (text) is refused.
+TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
+  const int64_t B = 2, S = 40, steps = 2;
+  const fs::path held_out = tt::temp_dir("validation_chat_" + std::to_string(getpid())) / "held_out.jsonl";
+  std::vector<nlohmann::ordered_json> chats;
+  {
+    std::ofstream out(held_out);
+    for (int i = 0; i < 5; ++i) {
+      nlohmann::ordered_json record = {
+          {"messages",
+           {{{"role", "user"}, {"content", "Name a number near " + std::to_string(i * 13) + "."}},
+            {{"role", "assistant"},
+             {"content", std::string(i % 2 ? "Perhaps " : "") + std::to_string(i * 13 + 1)}}}}};
+      out << record.dump() << "\n";
+      chats.push_back(record);
+    }
+  }
+  JobConfig cfg = tiny_config(tt::temp_dir("validation_chat_run_" + std::to_string(getpid())),
+                              {{"training.chat_field", "messages"},
+                               {"validation.enable", "true"},
+                               {"validation.dataset_path", held_out.string()},
+                               {"validation.steps", std::to_string(steps)},
+                               {"validation.local_batch_size", std::to_string(B)},
+                               {"validation.seq_len", std::to_string(S)}});
+  data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  qwen3::Qwen3Model model(model_args(cfg), DType::F32);
+  model.initialize(7);
+  const dist::ParallelPlan one_process;
+  dist::ShardedBlocks whole(one_process, model.blocks(), std::vector<bool>(model.blocks().size(), false),
+                            dist::Reshard::AfterForward);
+  Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
+  const ValidationResult r = validator.run(model, whole);
+
+  double ce_sum = 0;
+  int64_t n = 0;
+  autograd::NoGradGuard no_grad;
+  for (int64_t row = 0; row < steps * B; ++row) {
+    const data::ChatTokens t =
+        data::tokenize_chat(tok, data::render_qwen3_chat(chats[size_t(row)].at("messages")));
+    ASSERT_LE(int64_t(t.ids.size()), S) << "each conversation fits its row here";
+    std::vector<int64_t> ids(S, tok.pad_id());
+    for (size_t k = 0; k < t.ids.size(); ++k) ids[k] = t.ids[k];
+    Tensor logits = model.forward_logits(Tensor::from_vector(ids, {1, S}));  // f32 [1, S, V]
+    const int64_t V = logits.shape().back();
+    const float* l = logits.data<float>();
+    for (size_t p = 0; p + 1 < t.ids.size(); ++p) {
+      if (!t.trained[p + 1]) continue;
+      double mx = -1e300, sum = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[p * V + v]));
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[p * V + v]) - mx);
+      ce_sum += mx + std::log(sum) - double(l[p * V + t.ids[p + 1]]);
+      ++n;
+    }
+  }
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(r.batches, steps);
+  EXPECT_EQ(r.tokens, n);
+  EXPECT_NEAR(r.loss, ce_sum / double(n), 1e-5 * ce_sum / double(n));
+
+  JobConfig builtin = tiny_config(tt::temp_dir("validation_chat_builtin_" + std::to_string(getpid())),
+                                  {{"training.chat_field", "messages"}, {"validation.enable", "true"}});
+  EXPECT_NE(error_of([&] { Validator(builtin, tok, {}, one_process); })
+                .find("validation.dataset = \"nlp-corpus-validation\" is text, but training.chat_field = "
+                      "\"messages\" trains on conversations"),
+            std::string::npos);
 }
 
 TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {
