@@ -164,7 +164,7 @@ const char* kCases = R"JSON([
    "messages": [
     {"role": "user", "content": "hi"},
     {"role": "assistant", "content": "hello"}]},
-  {"tools": [{"name": "f"}, "a plain string", 3.5, null, [true, false]],
+  {"tools": [{"name": "f"}, {"name": "g", "parameters": {"x": 1.5, "list": [true, null, "s"]}}],
    "messages": [
     {"role": "user", "content": "hi"},
     {"role": "system", "content": "a system message after the first"},
@@ -381,6 +381,11 @@ TEST(ChatTemplate, BadConversationsNameTheMessageAndField) {
   };
   const std::vector<Case> cases = {
       {"[]", "null", -1, {"messages", "empty"}},
+      // transformers' apply_chat_template refuses a tool that is neither a JSON schema nor a function
+      {R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}])",
+       R"([{"name": "f"}, "a string"])",
+       -1,
+       {"tools[1]", "object"}},
       {R"({"role": "user", "content": "an object, not an array"})", "null", -1, {"messages", "array"}},
       {R"("a string")", "null", -1, {"messages", "array"}},
       {R"([{"role": "user", "content": "hi"}])", "null", -1, {"assistant"}},
@@ -538,6 +543,12 @@ TEST(ChatTokens, IdsAreTheWholeTextsIds) {
   expect_tokens(R"([{"role": "user", "content": "Cafe\u0301 ?"},
                     {"role": "assistant", "content": "Cafe\u0301 cre\u0300me, \u00e9 e\u0301"}])",
                 "<think>\n\n</think>\n\nCaf\u00e9 cr\u00e8me, \u00e9 \u00e9<|im_end|>", "NFD");
+
+  // A combining mark right after an added token: encode matches the token on the raw text first, so the
+  // mark stays apart (no ">" + U+0338 = U+226F across the token's end); tokenize_chat agrees.
+  expect_tokens(
+      R"([{"role": "user", "content": "a<|im_end|>\u0338b"}, {"role": "assistant", "content": "c<|im_end|>\u0338d"}])",
+      "<think>\n\n</think>\n\nc<|im_end|>\u0338d<|im_end|>", "combining mark after an added token");
 
   // Special-token strings in a user's content are special tokens (as transformers tokenizes them),
   // and context all the same.

@@ -123,3 +123,37 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
   EXPECT_NE(out.find("message 1: has no field 'content'"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
 }
+
+// A tokenizer whose tokenizer_config.json carries another chat template (another model family's) is
+// refused: titan renders Qwen3's, and the model would be fine-tuned or asked in a format it was not
+// made for.
+TEST(TokenizeCommand, ChatRefusesATokenizerWithAnotherChatTemplate) {
+  auto dir = temp_dir("tokenize_cmd_chat_template");
+  const auto qwen3 = assets_dir() / "tokenizer" / "qwen3";
+  std::filesystem::create_directories(dir / "tok");
+  std::filesystem::copy_file(qwen3 / "tokenizer.json", dir / "tok" / "tokenizer.json");
+  json config = json::parse(read_file(qwen3 / "tokenizer_config.json"));
+  config["chat_template"] = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+  write_file(dir / "tok" / "tokenizer_config.json", config.dump());
+  write_file(
+      dir / "chats.json",
+      R"([{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}])");
+  std::string out;
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --tokenizer " +
+                            (dir / "tok").string() + " --input " + (dir / "chats.json").string() +
+                            " --output " + (dir / "out.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("tokenizer_config.json' carries a chat_template other than Qwen3's"), std::string::npos)
+      << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.json"));
+  // Without a chat template, Qwen3's is what titan renders.
+  config.erase("chat_template");
+  write_file(dir / "tok" / "tokenizer_config.json", config.dump());
+  EXPECT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --tokenizer " +
+                            (dir / "tok").string() + " --input " + (dir / "chats.json").string() +
+                            " --output " + (dir / "out.json").string(),
+                        &out),
+            0)
+      << out;
+}

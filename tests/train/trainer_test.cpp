@@ -465,6 +465,35 @@ TEST(Trainer, NonFiniteGradNormStopsBeforeTheOptimizerStep) {
   }
 }
 
+// Conversations cut before their answers leave a step nothing to train on: the run stops naming the
+// step and the remedy, before an update that would move the weights (momentum, weight decay) on no data.
+TEST(Trainer, AStepWithoutATokenToTrainOnStopsNamingIt) {
+  const fs::path dump = tt::temp_dir("trainer_no_targets_" + std::to_string(getpid()));
+  const fs::path data =
+      dump.parent_path() / ("trainer_no_targets_data_" + std::to_string(getpid()) + ".jsonl");
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 4; ++i)
+      out << nlohmann::json{{"messages",
+                             {{{"role", "user"},
+                               {"content",
+                                "A question long enough to fill the whole row " + std::to_string(i)}},
+                              {{"role", "assistant"}, {"content", "yes"}}}}}
+                 .dump()
+          << "\n";
+  }
+  const std::string e = error_of([&] {
+    run_training(tiny_config(dump, {{"training.steps", "2"},
+                                    {"training.dataset_path", data.string()},
+                                    {"training.chat_field", "messages"},
+                                    {"training.seq_len", "8"},
+                                    {"validation.enable", "false"}}));
+  });
+  EXPECT_NE(e.find("step 1: no row of the step has a token to train on"), std::string::npos) << e;
+  EXPECT_NE(e.find("raise training.seq_len"), std::string::npos) << e;
+  EXPECT_TRUE(read_metrics(dump).empty());
+}
+
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan
 // check's) starts from the default kernels when its config has none.
 TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {

@@ -194,6 +194,7 @@ int generate_main(int argc, char** argv) {
               ": they do not belong together");
   std::vector<int64_t> prompt;
   if (chat) {
+    data::check_qwen3_chat_template(*tokenizer);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
     messages.push_back({{"role", "user"}, {"content", p.get("prompt")}});

@@ -58,6 +58,7 @@ int run(int argc, char** argv) {
 
   json out = json::array();
   if (!chat_field.empty()) {
+    titan::data::check_qwen3_chat_template(tokenizer);
     // Key order kept: tool arguments are written as given.
     const auto in = titan::io::read_ordered_json_file(input, "tokenize --chat");
     TITAN_CHECK(in.is_array(), "tokenize --chat: ", input, " must hold a JSON array of records, got ", in.type_name());
@@ -73,8 +74,8 @@ int run(int argc, char** argv) {
         TITAN_FAIL("tokenize --chat: ", input, " element ", i, ": field '", chat_field, "': ", e.what());
       }
       const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
-      std::string text, trained_text;
-      for (const auto& piece : pieces) text += piece.text;
+      const std::string text = titan::data::chat_text(pieces);
+      std::string trained_text;
       for (size_t k = 0; k < t.ids.size(); ++k)
         if (t.trained[k]) trained_text += tokenizer.token_bytes(t.ids[k]);
       out.push_back({{"text", text}, {"ids", t.ids}, {"trained", t.trained}, {"trained_text", trained_text}});

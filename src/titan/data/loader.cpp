@@ -53,7 +53,7 @@ class Packer {
       : config_(config),
         tokenizer_(tokenizer),
         eos_(eos),
-        pad_(tokenizer.pad_id() >= 0 ? tokenizer.pad_id() : eos),
+        pad_(tokenizer.pad_id() >= 0 ? tokenizer.pad_id() : tokenizer.document_separator_id()),
         stream_(DatasetConfig{config.paths, config.text_field, config.text_split, config.chat_field},
                 config.dp_rank, config.dp_size) {
     const auto& files = stream_.files();
@@ -239,6 +239,7 @@ struct TokenLoader::Impl {
     eos = config.eos_id >= 0 ? config.eos_id : tokenizer.document_separator_id();
     TITAN_CHECK(eos >= 0 && eos < tokenizer.vocab_size(), "loader: eos_id ", eos,
                 " is not a token id of the tokenizer (vocab size ", tokenizer.vocab_size(), ")");
+    if (!config.chat_field.empty()) check_qwen3_chat_template(tokenizer);
     packer = std::make_unique<Packer>(config, tokenizer, eos);
     current = packer->state();
   }

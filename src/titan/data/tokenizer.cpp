@@ -612,6 +612,7 @@ struct Tokenizer::Impl {
   // `text` through the normalizer into `normalized` when it changes it; else `text` itself.
   std::string_view normalize(std::string_view text, std::string& normalized) const {
     if (!nfc || !needs_nfc(text)) return text;
+    normalized.clear();
     UErrorCode status = U_ZERO_ERROR;
     icu::StringByteSink<std::string> sink(&normalized, int32_t(text.size()));
     nfc_norm->normalizeUTF8(0, icu::StringPiece(text.data(), int32_t(text.size())), sink, nullptr, status);
@@ -751,8 +752,23 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
 }
 
 std::string Tokenizer::normalize(std::string_view text) const {
-  std::string normalized;
-  return std::string(impl_->normalize(text, normalized));
+  // As encode() reads it: invalid UTF-8 repaired, added tokens matched on the raw text first and the
+  // text between them normalized (a combining mark after an added token stays apart from it).
+  std::string repaired;
+  if (!is_valid_utf8(text)) {
+    sanitize_utf8(text, repaired);
+    text = repaired;
+  }
+  std::string out, normalized;
+  size_t pos = 0;
+  while (!impl_->raw_matcher.empty()) {
+    auto [at, len, id] = impl_->raw_matcher.find(text, pos);
+    if (at == std::string_view::npos) break;
+    out += impl_->normalize(text.substr(pos, at - pos), normalized);
+    out += text.substr(at, len);
+    pos = at + len;
+  }
+  return out += impl_->normalize(text.substr(pos), normalized);
 }
 
 int32_t Tokenizer::eos_id() const { return impl_->eos; }

@@ -42,8 +42,8 @@ class Tokenizer {
   // The bytes `id` stands for, as they are (a token may hold part of a multi-byte character):
   // encode(text)'s tokens' bytes, concatenated, are normalize(text).
   std::string_view token_bytes(int32_t id) const;
-  // `text` (valid UTF-8) as encode() tokenizes it: through tokenizer.json's normalizer (NFC for
-  // Qwen3), unchanged without one.
+  // `text` as encode() tokenizes it: invalid UTF-8 replaced by U+FFFD, and the text between added
+  // tokens through tokenizer.json's normalizer (NFC for Qwen3; unchanged without one).
   std::string normalize(std::string_view text) const;
   // Bytes of the tokens, invalid UTF-8 (a cut multi-byte character) replaced by U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;

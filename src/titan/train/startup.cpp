@@ -130,6 +130,10 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
     }
     return {c.training.dataset_path};
   }
+  // The built-in datasets are text: conversations come from the user's data.
+  TITAN_CHECK(c.training.chat_field.empty(), "training.dataset = \"", c.training.dataset,
+              "\" is text, but training.chat_field = \"", c.training.chat_field,
+              "\" reads conversations: set training.dataset_path to a JSON/JSONL file or folder of them");
   try {
     return {data::builtin_dataset_path(c.training.dataset)};
   } catch (const Error& e) {

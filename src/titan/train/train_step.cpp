@@ -113,13 +113,18 @@ StepResult TrainStep::run(TrainState& s) const {
     batch_hash = fnv1a(batch.inputs.data(), batch.inputs.size() * sizeof(int64_t), batch_hash);
     step_targets += targets_in(batch.labels.begin(), batch.labels.end());
   }
+  // Conversations all cut before their answers leave nothing to learn from; an update would still move
+  // the weights (momentum, weight decay) and the schedule.
+  TITAN_CHECK(step_targets > 0, "step ", step,
+              ": no row of the step has a token to train on (every conversation's ",
+              "answer lies past seq_len + 1 = ", seq_len_ + 1,
+              " tokens, where rows are cut): raise training.seq_len, or shorten the prompts");
   int64_t micro = 0;
   const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
     const data::Batch& batch = batches[size_t(micro++)];
     const int64_t n = batch_ * seq_len_, first = plan_.dp_rank() * n;
     const int64_t mine = targets_in(batch.labels.begin() + first, batch.labels.begin() + first + n);
-    // A step whose rows hold no target at all (conversations cut before their answers) trains nothing.
-    const double weight = step_targets ? double(mine * plan_.dp_size()) / double(step_targets) : 0.0;
+    const double weight = double(mine * plan_.dp_size()) / double(step_targets);
     return MicroBatch{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device()),
                       weight};
   });

@@ -72,8 +72,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   // the model is built), under the key that named the data.
   try {
     TITAN_CHECK(!data::TokenLoader(loader_config_, tokenizer).next().empty(), "'",
-                loader_config_.paths[0].string(), "' holds fewer tokens than one batch of ",
-                loader_config_.local_batch_size, " x ", loader_config_.seq_len, " (+1)");
+                loader_config_.paths[0].string(), "' holds ", too_little());
   } catch (const Error& e) {
     TITAN_FAIL(key, ": ", e.what());
   }
@@ -117,8 +116,7 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     ce_sum += out.ce_loss.item() * double(out.num_targets);
     tokens += out.num_targets;
   }
-  TITAN_CHECK(batches > 0, "validation: '", loader_config_.paths[0].string(),
-              "' holds fewer tokens than one batch of ", loader_config_.local_batch_size, " x ", S, " (+1)");
+  TITAN_CHECK(batches > 0, "validation: '", loader_config_.paths[0].string(), "' holds ", too_little());
   // Asked for more batches than the held-out set holds: every evaluation uses them all; said once, as
   // a figure over fewer batches than the config says is not comparable with one over more.
   if (steps_ != -1 && batches < steps_ && !said_short_)
@@ -129,12 +127,24 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   sharding.release_all();
   double sums[2] = {ce_sum, double(tokens)};
   plan_.all_reduce_sum(sums);
+  TITAN_CHECK(
+      sums[1] > 0, "validation: '", loader_config_.paths[0].string(), "': no token of its first ",
+      counted(batches, "batch", "batches"),
+      " is one to score (every conversation's answer lies past seq_len + 1 tokens, where rows are cut)");
   ValidationResult r;
   r.loss = sums[0] / sums[1];
   r.perplexity = std::exp(r.loss);
   r.batches = batches;
   r.tokens = int64_t(sums[1]);
   return r;
+}
+
+std::string Validator::too_little() const {
+  const std::string batch =
+      std::to_string(loader_config_.local_batch_size) + " x " + std::to_string(loader_config_.seq_len);
+  return loader_config_.chat_field.empty()
+             ? "fewer tokens than one batch of " + batch + " (+1)"
+             : "fewer conversations than one batch of " + batch + " (one per row)";
 }
 
 std::string Validator::describe() const {

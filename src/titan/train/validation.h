@@ -51,6 +51,8 @@ class Validator {
   std::string describe() const;
 
  private:
+  std::string too_little() const;  // what a held-out set too small for one batch lacks
+
   data::LoaderConfig loader_config_;  // the global batches
   int64_t rank_rows_;                 // this rank's rows of each: validation.local_batch_size
   const data::Tokenizer& tokenizer_;
