@@ -11,6 +11,7 @@
 #include <string>
 
 #include "models/oracle_check.h"
+#include "models/small_args.h"
 #include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
@@ -188,15 +189,8 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
 TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   const fs::path dir = tt::temp_dir("cli_generate_chat_" + std::to_string(getpid())) / "model";
   {
-    titan::qwen3::ModelArgs a;  // tiny, with the real tokenizer's vocabulary
-    a.vocab_size = 151936;
-    a.dim = 32;
-    a.n_layers = 1;
-    a.n_heads = 2;
-    a.n_kv_heads = 1;
-    a.head_dim = 16;
-    a.hidden_dim = 64;
-    a.max_seq_len = 128;
+    titan::qwen3::ModelArgs a = tt::small_args(1, false);
+    a.vocab_size = 151936;  // the real tokenizer's ids
     titan::qwen3::Qwen3Model model(a, titan::DType::F32);
     model.initialize(3);
     titan::qwen3::export_hf_model(model, dir, titan::DType::F32);
