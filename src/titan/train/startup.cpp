@@ -300,9 +300,8 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
                                  const std::vector<fs::path>& dataset) {
   if (!c.training.chat_field.empty())
     return "conversations from field '" + c.training.chat_field +
-           "' in Qwen3's chat template, one per row (cut at seq_len + 1 tokens, padded after), the loss on "
-           "the "
-           "assistant turns only";
+           "' in Qwen3's chat template, one per row (cut at seq_len + 1 tokens, padded after), "
+           "the loss on the assistant turns only";
   const int32_t separator = document_separator(c.training, tokenizer);
   std::string text = "documents end with token " + std::to_string(separator) + " " +
                      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator}))

@@ -16,8 +16,8 @@
 namespace titan::train {
 
 struct StepResult {
-  double loss = 0;       // mean over the micro-batches
-  double aux_loss = -1;  // MoE aux loss, mean over the micro-batches (< 0: dense model)
+  double loss = 0;       // the cross-entropy's mean over every target of the step (+ coef x aux)
+  double aux_loss = -1;  // MoE aux loss, mean over the micro-batches and ranks (< 0: dense model)
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
