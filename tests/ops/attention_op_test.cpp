@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "ops/op_test_util.h"
 #include "titan/core/check.h"
@@ -14,8 +16,48 @@ using namespace titan;
 using namespace titan::testing;
 
 namespace {
-OpFn attention_fn(double scale) {
-  return [scale](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)}; };
+OpFn attention_fn(double scale, const ops::DocumentSpans& documents = {}) {
+  return [scale, documents](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale, documents)};
+  };
+}
+
+// Block-causal attention by the textbook, in f64, with the mask written out: query i of a row sees
+// key j iff j <= i and no separator lies in [j, i) (the separator ends its own document).
+Tensor masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& ids,
+                        int64_t separator) {
+  const int64_t B = q.size(0), S = q.size(1), Hq = q.size(2), Hkv = k.size(2), D = q.size(3), r = Hq / Hkv;
+  Tensor out = Tensor::zeros(q.shape(), DType::F64);
+  const Tensor qd = q.to(DType::F64), kd = k.to(DType::F64), vd = v.to(DType::F64);
+  const double *Q = qd.data<double>(), *K = kd.data<double>(), *V = vd.data<double>();
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> w(size_t(S), 0.0);
+        double total = 0;
+        for (int64_t j = i; j >= 0; --j) {
+          if (j < i && id[b * S + j] == separator) break;  // key j ends an earlier document
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += Q[((b * S + i) * Hq + h) * D + d] * K[((b * S + j) * Hkv + h / r) * D + d];
+          w[size_t(j)] = std::exp(dot * scale);
+          total += w[size_t(j)];
+        }
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            out.data<double>()[((b * S + i) * Hq + h) * D + d] +=
+                w[size_t(j)] / total * V[((b * S + j) * Hkv + h / r) * D + d];
+      }
+  return out;
+}
+
+// Three rows of 11 tokens, separator 5: row 0 holds three documents (separators at 3 and 7), row 1
+// one, row 2 a one-token document (a separator first) and one ending at the row's last token.
+Tensor packed_ids() {
+  std::vector<int64_t> ids(33, 9);
+  for (int64_t t : {3, 7, 22, 32}) ids[size_t(t)] = 5;
+  return Tensor::from_vector(ids, {3, 11});
 }
 }  // namespace
 
@@ -38,6 +80,66 @@ TEST(AttentionOp, FlashVariantMatchesReferenceThroughAutograd) {
     // f32: same math, different summation order (the spec's tolerance, ops/attention/spec.cpp).
     expect_variant_matches_spec("attention", "default", {B, S, Hkv * r, Hkv, D}, attention_fn(1.0 / std::sqrt(double(D))),
                                 {q, k, v});
+  }
+}
+
+TEST(AttentionOp, DocumentsStartAtEveryRowAndAfterEverySeparator) {
+  EXPECT_EQ(ops::documents_ending_with(packed_ids(), 5).starts, (std::vector<int64_t>{0, 4, 8, 11, 22, 23}));
+  // No separator: one document per row.
+  EXPECT_EQ(ops::documents_ending_with(packed_ids(), 7).starts, (std::vector<int64_t>{0, 11, 22}));
+}
+
+TEST(AttentionOp, BlockCausalMatchesTheMaskedTextbookFormula) {
+  const int64_t B = 3, S = 11, Hkv = 2, r = 2, D = 8;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const Tensor ids = packed_ids();
+  const ops::DocumentSpans documents = ops::documents_ending_with(ids, 5);
+  for (DType dt : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto q = random_tensor({B, S, Hkv * r, D}, dt, 11, -2, 2),
+         k = random_tensor({B, S, Hkv, D}, dt, 12, -2, 2), v = random_tensor({B, S, Hkv, D}, dt, 13);
+    // The kernels take the scale as a float (AttentionShape).
+    const Tensor want = masked_attention(q, k, v, double(float(scale)), ids, 5);
+    const Tensor got = ops::attention(q, k, v, scale, documents).to(DType::F64);
+    EXPECT_LT(max_abs_diff(got, want), dt == DType::F64 ? 1e-12 : 2e-6);
+    // The mask matters: plain causal attention differs wherever a row holds several documents.
+    EXPECT_GT(max_abs_diff(ops::attention(q, k, v, scale).to(DType::F64), want), 1e-2);
+  }
+}
+
+TEST(AttentionOp, BlockCausalGradientMatchesFiniteDifferences) {
+  const int64_t S = 11, Hkv = 2, r = 2, D = 4;
+  expect_gradcheck(
+      attention_fn(0.5, ops::documents_ending_with(packed_ids(), 5)),
+      {random_tensor({3, S, Hkv * r, D}, DType::F64, 21), random_tensor({3, S, Hkv, D}, DType::F64, 22),
+       random_tensor({3, S, Hkv, D}, DType::F64, 23)});
+}
+
+TEST(AttentionOp, BlockCausalFlashVariantMatchesReferenceThroughAutograd) {
+  // Documents of 1 to 70 tokens at head_dim 64: whole flash tiles, partial ones and single rows.
+  const int64_t B = 2, S = 150, Hkv = 2, r = 2, D = 64;
+  std::vector<int64_t> ids(size_t(B * S), 9);
+  for (int64_t t : {0, 1, 70, 100, 230, 299}) ids[size_t(t)] = 5;
+  const ops::DocumentSpans documents = ops::documents_ending_with(Tensor::from_vector(ids, {B, S}), 5);
+  auto q = random_tensor({B, S, Hkv * r, D}, DType::F32, 31).set_requires_grad(true);
+  auto k = random_tensor({B, S, Hkv, D}, DType::F32, 32).set_requires_grad(true);
+  auto v = random_tensor({B, S, Hkv, D}, DType::F32, 33).set_requires_grad(true);
+  expect_variant_matches_spec("attention", "default", {B, S, Hkv * r, Hkv, D},
+                              attention_fn(1.0 / std::sqrt(double(D)), documents), {q, k, v});
+}
+
+TEST(AttentionOp, DocumentStartsThatDoNotCoverTheRowsAreRefused) {
+  auto q = Tensor::zeros({2, 4, 2, 8}, DType::F32);
+  for (auto [starts, expect] : {std::pair<std::vector<int64_t>, const char*>{{0, 2}, "row 1"},
+                                {{0, 2, 1, 4}, "increase"},
+                                {{0, 4, 9}, "past the 2 rows"},
+                                {{1, 4}, "row 0"}}) {
+    try {
+      ops::attention(q, q, q, 1.0, ops::DocumentSpans{starts});
+      ADD_FAILURE() << "accepted document starts " << ::testing::PrintToString(starts);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
   }
 }
 

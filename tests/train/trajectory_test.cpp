@@ -65,6 +65,7 @@ struct Case {
   std::string load_balance = "aux_loss";  // MoE: training.load_balance
   double load_balance_coeff = 0;          // for "expert_bias"
   bool chat = false;  // `documents` conversations made of them (training.chat_field) instead of text
+  bool block_causal = false;  // model.attn_mask_type = "block_causal"
 };
 
 qwen3::ModelArgs tiny_args(bool moe) {
@@ -198,6 +199,7 @@ void run_case(const Case& c) {
     std::ofstream job(dir / "job.toml");
     job << "[job]\ndump_folder = " << nlohmann::json(dump.string()).dump() << "\n"
         << "[model]\nname = \"hf\"\nhf_assets_path = " << nlohmann::json(model_dir.string()).dump() << "\n"
+        << "attn_mask_type = \"" << (c.block_causal ? "block_causal" : "causal") << "\"\n"
         << "[training]\ndataset_path = " << nlohmann::json((dir / "data.jsonl").string()).dump() << "\n"
         << "seq_len = " << c.seq_len << "\nlocal_batch_size = " << c.local_batch
         << "\nglobal_batch_size = " << c.global_batch << "\nsteps = " << c.steps
@@ -242,6 +244,7 @@ void run_case(const Case& c) {
       {"out_json", (dir / "torch.json").string()},
       {"out_weights", (dir / "torch_final.safetensors").string()}};
   if (c.chat) spec["chat"] = {{"conversations", conversations}, {"pad", tokenizer.pad_id()}};
+  if (c.block_causal) spec["attn_mask_type"] = "block_causal";
   std::ofstream(dir / "spec.json") << spec.dump();
   std::string torch_log;
   const fs::path script = tt::source_dir() / "tests" / "train" / "torch_ref" / "train_torch.py";
@@ -258,6 +261,9 @@ void run_case(const Case& c) {
   }
   const nlohmann::json torch_run = nlohmann::json::parse(std::ifstream(dir / "torch.json"));
   const nlohmann::json& torch_steps = torch_run.at("steps");
+  // Block-causal attention is only tested where rows hold several documents.
+  if (c.block_causal)
+    EXPECT_GE(torch_run.at("document_cuts").get<int64_t>(), 2 * c.steps) << torch_run.dump();
   if (c.load_balance == "expert_bias") {
     EXPECT_GT(torch_run.at("biased_choices").get<int64_t>(), 0) << "the expert bias should change some choices";
   }
@@ -347,6 +353,14 @@ TEST(Trajectory, MoeTrainingWithTheExpertBiasFollowsPyTorchStepByStep) {
 TEST(Trajectory, ChatFineTuningFollowsPyTorchStepByStep) {
   Case c{"chat", tiny_args(false), 10, 64, 2, 4, 14, "linear", -1, 0.5};
   c.chat = true;
+  run_case(c);
+}
+
+// Block-causal attention over packed documents: rows of 64 tokens hold several of the corpus's
+// documents, and a token attends to its own document only.
+TEST(Trajectory, BlockCausalTrainingFollowsPyTorchStepByStep) {
+  Case c{"block_causal", tiny_args(false), 10, 64, 2, 4, 25, "linear", -1, 0.5};
+  c.block_causal = true;
   run_case(c);
 }
 

@@ -61,6 +61,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(model, flavor),
       TITAN_KEY(model, hf_assets_path),
       TITAN_KEY(model, init, "huggingface", "torchtitan"),
+      TITAN_KEY(model, attn_mask_type, "causal", "block_causal"),
       TITAN_KEY(training, dataset),
       TITAN_KEY(training, dataset_path),
       TITAN_KEY(training, text_field),
@@ -428,6 +429,19 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         c, "activation_checkpoint.selective_ac_option",
         "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
         "recomputes the cheap ops of every layer); the step's result is the same");
+  if (c.model.attn_mask_type == "block_causal") {
+    TITAN_CHECK(c.training.chat_field.empty(), set_where("model.attn_mask_type"),
+                ": model.attn_mask_type = \"block_causal\" cuts packed text at its documents, but "
+                "training.chat_field = \"",
+                c.training.chat_field,
+                "\" puts one conversation in each row (no other document to mask); "
+                "remove one of the two");
+    // Each document is its own attention kernel call: on a GPU that is a launch per document (and
+    // a cuDNN plan per length), unmeasured there; a variable-length kernel is the way to do it.
+    TITAN_CHECK(c.job.device != "cuda", set_where("model.attn_mask_type"),
+                ": model.attn_mask_type = \"block_causal\" runs on job.device = \"cpu\" only: the CUDA "
+                "backend has no variable-length attention kernel yet");
+  }
   // A roll-back written into the file repeats at every start of the job (a restart after a crash
   // would throw away what was trained since): say so.
   if (c.checkpoint.load_step != -1 && set_where("checkpoint.load_step") != "command line")

@@ -29,6 +29,9 @@ struct ModelSection {
   std::string flavor = "debugmodel";
   std::string hf_assets_path = "";  // tokenizer files (+ config.json and weights for the hf route)
   std::string init = "huggingface";  // huggingface | torchtitan
+  // "causal": attention spans each whole packed row. "block_causal" (torchtitan's): a query attends
+  // only to its own document, the tokens since the last training.document_separator.
+  std::string attn_mask_type = "causal";
   std::map<std::string, std::string> overrides;  // ModelArgs fields: n_layers, num_experts, top_k, ...
 };
 

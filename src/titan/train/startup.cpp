@@ -311,6 +311,7 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
     text += c.training.text_split == "file"   ? ", plain text: one document per file"
             : c.training.text_split == "line" ? ", plain text: one document per line"
                                               : ", plain text: one document per paragraph";
+  if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
 }
 

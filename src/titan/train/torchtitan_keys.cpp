@@ -78,7 +78,7 @@ const std::vector<KeyGroup> kGroups = {
     off_only("false", "titan logs every logged step, resumed or not",
              {"metrics.disable_logging_from_checkpoint"}),
     // [model]
-    native({"model.name", "model.flavor", "model.hf_assets_path"}),
+    native({"model.name", "model.flavor", "model.hf_assets_path", "model.attn_mask_type"}),
     alias("model.hf_assets_path", {"model.tokenizer_path"},
           "the tokenizer's folder (a path to tokenizer.json or tokenizer.model stands for its folder)"),
     off_only("[]|", "titan has no model converters (float8 / MX quantized training changes the numerics)",
@@ -86,9 +86,9 @@ const std::vector<KeyGroup> kGroups = {
     ignored("titan has no model converters", {"model.print_after_conversion"}),
     off_only("rmsnorm|fused_rmsnorm|compiled_rmsnorm",
              "Qwen3 normalises with RMSNorm; titan has no other norm", {"model.norm_type"}),
-    ignored("titan's attention kernels compute the same causal attention", {"model.use_flex_attn"}),
-    off_only("causal", "titan's attention is causal over the packed sequence (no per-document mask)",
-             {"model.attn_mask_type"}),
+    ignored(
+        "titan's attention kernels compute the attention model.attn_mask_type names, causal or block-causal",
+        {"model.use_flex_attn"}),
     // [optimizer]
     native({"optimizer.name", "optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps",
             "optimizer.weight_decay"}),

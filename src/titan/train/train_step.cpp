@@ -17,6 +17,7 @@ TrainStep::TrainStep(const JobConfig& c, const ResolvedJob& job, const dist::Par
       batch_(job.local_batch_size),
       seq_len_(job.seq_len),
       accumulation_(job.accumulation_steps),
+      block_causal_(c.model.attn_mask_type == "block_causal"),
       max_norm_(c.training.max_norm),
       expert_bias_coeff_(c.training.load_balance_coeff) {}
 
@@ -60,7 +61,8 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     sharding.begin_micro_batch(micro == accumulation - 1);
     profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
     const MicroBatch mb = next();
-    qwen3::LossOutput out = model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation));
+    qwen3::LossOutput out =
+        model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation), mb.documents);
     if (!model.expert_bias().empty())
       keep_expert_counts(model.last_expert_counts(), micro, accumulation, g.expert_counts);
     autograd::backward(out.loss);
@@ -125,8 +127,10 @@ StepResult TrainStep::run(TrainState& s) const {
     const int64_t n = batch_ * seq_len_, first = plan_.dp_rank() * n;
     const int64_t mine = targets_in(batch.labels.begin() + first, batch.labels.begin() + first + n);
     const double weight = double(mine * plan_.dp_size()) / double(step_targets);
-    return MicroBatch{my_rows(batch.inputs).to(s.model.device()), my_rows(batch.labels).to(s.model.device()),
-                      weight};
+    const Tensor ids = my_rows(batch.inputs);
+    return MicroBatch{
+        ids.to(s.model.device()), my_rows(batch.labels).to(s.model.device()), weight,
+        block_causal_ ? ops::documents_ending_with(ids, s.loader.config().eos_id) : ops::DocumentSpans{}};
   });
   // Every rank holds the same global figures, so every rank stops at once.
   TITAN_CHECK(std::isfinite(g.loss), "step ", step, ": the loss is not finite (", g.loss,

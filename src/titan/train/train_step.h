@@ -50,6 +50,7 @@ struct StepGradients {
 struct MicroBatch {
   Tensor ids, targets;
   double ce_weight = 1;
+  ops::DocumentSpans documents;  // where attention is cut (block_causal); empty: causal rows
 };
 using MicroBatchSource = std::function<MicroBatch()>;
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
@@ -73,6 +74,7 @@ class TrainStep {
 
   const dist::ParallelPlan& plan_;
   int64_t batch_, seq_len_, accumulation_;
+  bool block_causal_;  // model.attn_mask_type: attention cut after every document separator
   double max_norm_, expert_bias_coeff_;
 };
 

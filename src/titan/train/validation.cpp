@@ -40,7 +40,11 @@ fs::path canonical_or_self(const fs::path& p) {
 
 Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
                      const std::vector<fs::path>& training_files, const dist::ParallelPlan& plan)
-    : tokenizer_(tokenizer), plan_(plan), freq_(cfg.validation.freq), steps_(cfg.validation.steps) {
+    : tokenizer_(tokenizer),
+      plan_(plan),
+      freq_(cfg.validation.freq),
+      steps_(cfg.validation.steps),
+      block_causal_(cfg.model.attn_mask_type == "block_causal") {
   const ValidationSection& v = cfg.validation;
   const char* key = v.dataset_path.empty() ? "validation.dataset" : "validation.dataset_path";
   // The built-in held-out sets are text; a fine-tuning job's held-out loss is one over conversations.
@@ -102,17 +106,21 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
   data::TokenLoader loader(loader_config_, tokenizer_);
   const int64_t B = rank_rows_, S = loader_config_.seq_len;
-  // This rank's rows of a global batch, on the model's device.
+  // This rank's rows of a global batch (on the host).
   auto my_rows = [&](const std::vector<int64_t>& global) {
     const auto first = global.begin() + plan_.dp_rank() * B * S;
-    return Tensor::from_vector(std::vector<int64_t>(first, first + B * S), {B, S}).to(model.device());
+    return Tensor::from_vector(std::vector<int64_t>(first, first + B * S), {B, S});
   };
   double ce_sum = 0;  // cross-entropy summed over target tokens
   int64_t tokens = 0, batches = 0;
   for (; steps_ == -1 || batches < steps_; ++batches) {
     data::Batch batch = loader.next();
     if (batch.empty()) break;
-    qwen3::LossOutput out = model.forward_loss(my_rows(batch.inputs), my_rows(batch.labels));
+    const Tensor ids = my_rows(batch.inputs);
+    const ops::DocumentSpans documents =
+        block_causal_ ? ops::documents_ending_with(ids, loader_config_.eos_id) : ops::DocumentSpans{};
+    qwen3::LossOutput out =
+        model.forward_loss(ids.to(model.device()), my_rows(batch.labels).to(model.device()), 1, 1, documents);
     ce_sum += out.ce_loss.item() * double(out.num_targets);
     tokens += out.num_targets;
   }

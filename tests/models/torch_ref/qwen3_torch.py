@@ -150,7 +150,7 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
-def attention(cfg, P, prefix, x, cos, sin):
+def attention(cfg, P, prefix, x, cos, sin, hidden):
     B, S, _ = x.shape
     hd, H, KV = cfg.head_dim, cfg.n_heads, cfg.n_kv
     q = F.linear(x, P(prefix + "q_proj.weight")).view(B, S, H, hd)
@@ -165,8 +165,7 @@ def attention(cfg, P, prefix, x, cos, sin):
     k = k.repeat_interleave(r, dim=1)
     v = v.repeat_interleave(r, dim=1)
     scores = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5
-    causal = torch.ones(S, S, dtype=torch.bool).triu(1)
-    scores = scores.masked_fill(causal, float("-inf"))
+    scores = scores.masked_fill(hidden, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     o = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, H * hd)
     return F.linear(o, P(prefix + "o_proj.weight"))
@@ -215,8 +214,23 @@ def load_balancing_loss(cfg, router_logits):
     return (tokens_per_expert * prob_per_expert[None, :]).sum() * cfg.n_experts
 
 
-def forward(cfg, P, ids):
+def hidden_keys(ids, separator):
+    """[B, 1, S, S] True where query i may not see key j: j > i, or (with a separator, torchtitan's
+    block_causal document mask) j in an earlier document; a document ends with its separator."""
     B, S = ids.shape
+    hidden = torch.ones(S, S, dtype=torch.bool).triu(1).expand(B, 1, S, S)
+    if separator is None:
+        return hidden
+    ends = ids == separator
+    ends[:, -1] = True
+    document = torch.zeros_like(ids)
+    document[:, 1:] = torch.cumsum(ends.long(), dim=1)[:, :-1]
+    return hidden | (document[:, None, :, None] != document[:, None, None, :])
+
+
+def forward(cfg, P, ids, separator=None):
+    B, S = ids.shape
+    hidden = hidden_keys(ids, separator)
     emb_w = P("model.embed_tokens.weight")
     h = F.embedding(ids, emb_w)
     cos, sin = rope_tables(S, cfg.head_dim, cfg.theta, h.dtype)
@@ -224,7 +238,7 @@ def forward(cfg, P, ids):
     for i in range(cfg.n_layers):
         lp = f"model.layers.{i}."
         x = rms_norm(h, P(lp + "input_layernorm.weight"), cfg.eps)
-        h = h + attention(cfg, P, lp + "self_attn.", x, cos, sin)
+        h = h + attention(cfg, P, lp + "self_attn.", x, cos, sin, hidden)
         x = rms_norm(h, P(lp + "post_attention_layernorm.weight"), cfg.eps)
         if cfg.sparse(i):
             h = h + moe_block(cfg, P, lp + "mlp.", x, router_logits)

@@ -8,6 +8,8 @@ SPEC.json:
   model_dir       an HF folder (config.json + model.safetensors): the initial weights
   documents       token ids of each document, in dataset order (the tokenizer is not under test here)
   separator       the token id that ends every document
+  attn_mask_type  optional: "block_causal" cuts attention after every separator (torchtitan's document
+                  mask; positions run on over the row), else causal over each row
   chat            optional, instead of documents: {"conversations": [{"ids", "trained"}], "pad"}: each
                   conversation's token ids and, per token, whether the loss trains on it (1) or not (0)
   seq_len, local_batch_size, accumulation, steps
@@ -15,7 +17,8 @@ SPEC.json:
   beta1, beta2, eps, weight_decay, max_norm
   load_balance    MoE: "aux_loss" (transformers' aux loss in the loss, as config.json asks) or
                   "expert_bias" (torchtitan's aux-loss-free balancing, load_balance_coeff per step)
-  out_json        written: {"steps": [{"step", "loss", "aux_loss", "grad_norm", "lr", "batch_hash"}]}
+  out_json        written: {"steps": [{"step", "loss", "aux_loss", "grad_norm", "lr", "batch_hash"}],
+                  "document_cuts": separators inside the rows with block_causal}
   out_weights     written: the final weights, f32 safetensors under their checkpoint keys
 
 What each part follows (written from the upstream code's semantics, not from titan's):
@@ -205,6 +208,9 @@ def main():
         stream = conversation_rows(spec["chat"]["conversations"], spec["chat"]["pad"], S + 1)
     else:
         stream = ((w[:-1], w[1:]) for w in windows(spec["documents"], spec["separator"], S + 1))
+    # block_causal: attention cut after every separator; `cuts` counts those inside rows.
+    separator = spec["separator"] if spec.get("attn_mask_type") == "block_causal" else None
+    cuts = 0
     records = []
     for step in range(1, spec["steps"] + 1):
         optimizer.zero_grad(set_to_none=True)
@@ -216,7 +222,9 @@ def main():
             inputs = torch.tensor([r[0] for r in rows], dtype=torch.int64)
             labels = torch.tensor([r[1] for r in rows], dtype=torch.int64)
             batch_hash = fnv1a(inputs.numpy().astype("<i8").tobytes(), batch_hash)
-            logits, _, aux = qwen3_torch.forward(cfg, P, inputs)
+            if separator is not None:
+                cuts += int((inputs[:, :-1] == separator).sum())
+            logits, _, aux = qwen3_torch.forward(cfg, P, inputs, separator)
             if expert_bias:
                 aux = expert_bias.aux_loss()
             ce_sum = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1),
@@ -239,7 +247,8 @@ def main():
         print(f"step {step}: loss {logged:.7f} grad_norm {grad_norm:.6f} lr {lr:.6g}", flush=True)
 
     with open(spec["out_json"], "w") as f:
-        json.dump({"steps": records, "biased_choices": expert_bias.biased_choices if expert_bias else 0}, f, indent=1)
+        json.dump({"steps": records, "biased_choices": expert_bias.biased_choices if expert_bias else 0,
+                   "document_cuts": cuts}, f, indent=1)
     qwen3_torch.write_safetensors(spec["out_weights"], [(k, params[k].detach()) for k in names])
     return 0
 

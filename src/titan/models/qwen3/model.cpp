@@ -201,15 +201,15 @@ Tensor Qwen3Model::w(const nn::Param* p) const {
 
 // ---------------------------------------------------------------- forward
 
-Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const ops::RopePositions& positions) {
+Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Sequence& seq) {
   kernels::ModuleScope scope("attention");
   const int64_t B = x.size(0), S = x.size(1), hd = args_.head_dim;
   Tensor q = ops::linear(x, w(L.wq)).reshape({B, S, args_.n_heads, hd});
   Tensor k = ops::linear(x, w(L.wk)).reshape({B, S, args_.n_kv_heads, hd});
   Tensor v = ops::linear(x, w(L.wv)).reshape({B, S, args_.n_kv_heads, hd});
-  q = ops::rope(ops::rms_norm(q, w(L.q_norm), args_.norm_eps), positions, args_.rope_theta);
-  k = ops::rope(ops::rms_norm(k, w(L.k_norm), args_.norm_eps), positions, args_.rope_theta);
-  Tensor o = ops::attention(q, k, v, 1.0 / std::sqrt(double(hd)));
+  q = ops::rope(ops::rms_norm(q, w(L.q_norm), args_.norm_eps), seq.positions, args_.rope_theta);
+  k = ops::rope(ops::rms_norm(k, w(L.k_norm), args_.norm_eps), seq.positions, args_.rope_theta);
+  Tensor o = ops::attention(q, k, v, 1.0 / std::sqrt(double(hd)), *seq.documents);
   return ops::linear(o.reshape({B, S, args_.n_heads * hd}), w(L.wo));
 }
 
@@ -232,22 +232,25 @@ Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, std::vect
   return y.reshape({B, S, D});
 }
 
-Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const ops::RopePositions& positions,
+Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Sequence& seq,
                                  std::vector<RouterStats>* router) {
   const Layer& L = layers_[size_t(i)];
   kernels::ModuleScope scope("layers." + std::to_string(i));
-  Tensor h = ops::add(h_in, attention(L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), positions));
+  Tensor h = ops::add(h_in, attention(L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), seq));
   Tensor x = ops::rms_norm(h, w(L.ffn_norm), args_.norm_eps);
   return ops::add(h, L.moe ? moe(i, L, x, router) : feed_forward(L, x));
 }
 
-Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router) {
+Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
+                                 const ops::DocumentSpans& documents) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
               input_ids.str());
   const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
-  const ops::RopePositions positions = ops::sequential_positions(input_ids.size(0), S, device_);
+  // Positions run on across documents, as torchtitan's block-causal training does.
+  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_),
+                     std::make_shared<const ops::DocumentSpans>(documents)};
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -269,7 +272,7 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
       h = autograd::on_backward("layers." + std::to_string(i) + ".done", h,
                                 [hooks = hooks_, block] { hooks->after_backward(block); });
     }
-    h = layer_block(i, h, positions, router);
+    h = layer_block(i, h, seq, router);
     if (hooks_) {
       hooks_->after_forward(block);
       // ... and this one before it.
@@ -282,18 +285,18 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   return ops::rms_norm(h, w(norm_), args_.norm_eps);
 }
 
-Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const ops::RopePositions& positions,
-                                std::vector<RouterStats>* router) {
-  if (!checkpointing_.covers(i) || !autograd::grad_enabled()) return layer_forward(i, h, positions, router);
+Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const Sequence& seq,
+                               std::vector<RouterStats>* router) {
+  if (!checkpointing_.covers(i) || !autograd::grad_enabled()) return layer_forward(i, h, seq, router);
   // Recompute the whole layer in backward; router statistics are block outputs so the
   // aux loss still reaches the router.
   const bool moe_layer = layers_[size_t(i)].moe && router;
   // The forward's routing, kept as the router made it (block outputs are plain tensors; the
   // indices need no gradient, only the probs do).
   auto routed = std::make_shared<ops::ExpertIndices>();
-  auto fn = [this, i, positions, moe_layer, routed](const std::vector<Tensor>& in) {
+  auto fn = [this, i, seq, moe_layer, routed](const std::vector<Tensor>& in) {
     std::vector<RouterStats> stats;
-    Tensor out = layer_forward(i, in[0], positions, moe_layer ? &stats : nullptr);
+    Tensor out = layer_forward(i, in[0], seq, moe_layer ? &stats : nullptr);
     std::vector<Tensor> outs{out};
     if (moe_layer) {
       outs.push_back(stats[0].probs);
@@ -317,11 +320,11 @@ Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {
 }
 
 LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight,
-                                    double aux_weight) {
+                                    double aux_weight, const ops::DocumentSpans& documents) {
   TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
               "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
   std::vector<RouterStats> router;
-  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr);
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, documents);
   const int64_t N = h.size(0) * h.size(1);
   LossOutput out;
   {

@@ -17,6 +17,7 @@
 #include "titan/models/qwen3/args.h"
 #include "titan/models/qwen3/checkpointing.h"
 #include "titan/nn/param_block.h"
+#include "titan/ops/attention/attention.h"
 #include "titan/ops/moe/moe.h"
 #include "titan/ops/rope/rope.h"
 
@@ -57,9 +58,11 @@ class Qwen3Model {
   // input_ids, targets: i64 [B, S]; targets are already aligned with positions (the next
   // token), -100 where ignored. `loss` = ce_weight * ce (+ aux_weight * coef * aux when
   // args.output_router_logits): a training step weighs each micro-batch's mean cross-entropy by its
-  // share of the step's targets, and its aux loss by 1 / micro-batches (TrainStep).
+  // share of the step's targets, and its aux loss by 1 / micro-batches (TrainStep). `documents`:
+  // where attention is cut inside the rows (model.attn_mask_type = "block_causal"); empty: causal
+  // over each whole row.
   LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight = 1,
-                          double aux_weight = 1);
+                          double aux_weight = 1, const ops::DocumentSpans& documents = {});
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
   // Inference (no gradient is recorded): f32 [B, V] logits of each row's last position only, so
@@ -111,12 +114,18 @@ class Qwen3Model {
     ops::ExpertIndices indices;
   };
 
-  Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router);
+  // What every layer of one forward reads besides the hidden states: the rope positions and the
+  // documents attention is cut into (shared with the recomputes of checkpointed layers).
+  struct Sequence {
+    ops::RopePositions positions;
+    std::shared_ptr<const ops::DocumentSpans> documents;
+  };
+  Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
+                       const ops::DocumentSpans& documents = {});
   // One layer, recomputed in backward when activation checkpointing covers it.
-  Tensor layer_block(int64_t i, const Tensor& h, const ops::RopePositions& positions, std::vector<RouterStats>* router);
-  Tensor layer_forward(int64_t i, const Tensor& h, const ops::RopePositions& positions,
-                       std::vector<RouterStats>* router);
-  Tensor attention(const Layer& L, const Tensor& x, const ops::RopePositions& positions);
+  Tensor layer_block(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
+  Tensor layer_forward(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
+  Tensor attention(const Layer& L, const Tensor& x, const Sequence& seq);
   Tensor feed_forward(const Layer& L, const Tensor& x);
   Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
   Tensor aux_loss(const std::vector<RouterStats>& router) const;

@@ -1,5 +1,6 @@
 #include "titan/ops/attention/attention.h"
 
+#include <string>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -16,7 +17,70 @@ void check_attention_shape(const AttentionShape& s, const char* who) {
   TITAN_CHECK(s.Hq % s.Hkv == 0, who, ": Hq=", s.Hq, " must be a multiple of Hkv=", s.Hkv);
 }
 
-Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
+DocumentSpans documents_ending_with(const Tensor& ids, int64_t end) {
+  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64 && ids.device() == Device::CPU,
+              "attention documents: token ids must be i64 [B, S] on the host, got ", ids.str());
+  const Tensor rows = ids.contiguous();
+  const int64_t B = rows.size(0), S = rows.size(1);
+  const int64_t* id = rows.data<int64_t>();
+  DocumentSpans d;
+  for (int64_t b = 0; b < B; ++b) {
+    d.starts.push_back(b * S);
+    for (int64_t t = b * S; t + 1 < (b + 1) * S; ++t)
+      if (id[t] == end) d.starts.push_back(t + 1);
+  }
+  return d;
+}
+
+namespace {
+
+// One kernel call: `rows` rows of `length` tokens from flattened token `first`.
+struct AttentionCall {
+  int64_t first, rows, length;
+};
+
+// The kernel calls that compute attention over `documents` of rows shaped as `s`: one per document,
+// except that consecutive rows holding one document each go in one call.
+std::vector<AttentionCall> attention_calls(const AttentionShape& s, const DocumentSpans& documents) {
+  if (documents.empty()) return {{0, s.B, s.S}};
+  const std::vector<int64_t>& starts = documents.starts;
+  std::vector<AttentionCall> calls;
+  size_t next = 0;  // the first document of row b
+  for (int64_t b = 0; b < s.B; ++b) {
+    const int64_t row = b * s.S, row_end = row + s.S;
+    TITAN_CHECK(next < starts.size() && starts[next] == row,
+                "attention: document starts must include every row's "
+                "first token (",
+                row, " of row ", b, ", rows of ", s.S, " tokens) and increase; got ",
+                next < starts.size() ? std::to_string(starts[next]) : std::string("none"), " there");
+    size_t last = next + 1;  // one past the row's documents
+    while (last < starts.size() && starts[last] < row_end) {
+      TITAN_CHECK(starts[last] > starts[last - 1], "attention: document starts must increase; ", starts[last],
+                  " follows ", starts[last - 1]);
+      ++last;
+    }
+    if (last == next + 1 && !calls.empty() && calls.back().length == s.S &&
+        calls.back().first + calls.back().rows * s.S == row)
+      ++calls.back().rows;
+    else
+      for (size_t d = next; d < last; ++d)
+        calls.push_back({starts[d], 1, (d + 1 < last ? starts[d + 1] : row_end) - starts[d]});
+    next = last;
+  }
+  TITAN_CHECK(next == starts.size(), "attention: ", starts.size() - next, " document starts lie past the ",
+              s.B, " rows of ", s.S, " tokens (first: ", starts[next], ")");
+  return calls;
+}
+
+// The element `offset` elements into t's data.
+void* at(const Tensor& t, int64_t offset) {
+  return static_cast<char*>(t.raw_data()) + offset * int64_t(dtype_size(t.dtype()));
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale,
+                 const DocumentSpans& documents) {
   TITAN_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4,
               "attention: expected q [B, S, Hq, D], k and v [B, S, Hkv, D]; got q ", q_in.str(), ", k ", k_in.str(),
               ", v ", v_in.str());
@@ -35,15 +99,26 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
   const KernelContext ctx = device_services(q.device()).context();
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor lse = Tensor::empty({s.B, s.Hq, s.S}, stat, q.device());
-  kernel.forward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data());
+  const std::vector<AttentionCall> calls = attention_calls(s, documents);
+  // Pointers of call c into the [B, S, H, D] tensors (query-sized or kv-sized) and the lse.
+  const int64_t q_token = s.Hq * s.D, kv_token = s.Hkv * s.D;
+  auto shape_of = [s](const AttentionCall& c) {
+    return AttentionShape{c.rows, c.length, s.Hq, s.Hkv, s.D, s.scale};
+  };
+  for (const AttentionCall& c : calls)
+    kernel.forward(ctx, shape_of(c), at(q, c.first * q_token), at(k, c.first * kv_token),
+                   at(v, c.first * kv_token), at(out, c.first * q_token), at(lse, c.first * s.Hq));
   if (autograd::needs_grad({&q_in, &k_in, &v_in})) {
     Tensor saved_out = out.detach();
     autograd::record("attention", {q_in, k_in, v_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
       DType gd = grad_dtype(q.dtype());
       Tensor dout = g[0].contiguous();
       Tensor dq = Tensor::empty(q.shape(), gd, q.device()), dk = Tensor::empty(k.shape(), gd, q.device()), dv = Tensor::empty(v.shape(), gd, q.device());
-      kernel.backward(ctx, s, q.raw_data(), k.raw_data(), v.raw_data(), saved_out.raw_data(), lse.raw_data(),
-                      dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data());
+      for (const AttentionCall& c : calls)
+        kernel.backward(ctx, shape_of(c), at(q, c.first * q_token), at(k, c.first * kv_token),
+                        at(v, c.first * kv_token), at(saved_out, c.first * q_token), at(lse, c.first * s.Hq),
+                        at(dout, c.first * q_token), at(dq, c.first * q_token), at(dk, c.first * kv_token),
+                        at(dv, c.first * kv_token));
       return std::vector<Tensor>{dq, dk, dv};
     });
   }

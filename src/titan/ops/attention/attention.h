@@ -4,6 +4,8 @@
 // q [B, S, Hq, D], k and v [B, S, Hkv, D] -> out [B, S, Hq, D]. Softmax statistics in f32
 // (f64 in f64); the forward saves the row logsumexp for the backward. No S x S matrix is
 // ever formed (flash-style tiles; the reference holds one row of scores).
+#include <vector>
+
 #include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
@@ -12,7 +14,8 @@ namespace titan::ops {
 // The problem every attention kernel solves (any device). Layout, all contiguous row-major:
 //   q, out, dq, dout: [B, S, Hq, D]     k, v, dk, dv: [B, S, Hkv, D]     lse: [B, Hq, S]
 // Hq = Hkv * r; query head h reads kv head h / r; query i attends to keys 0..i; scores are scaled
-// by `scale`. lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) is saved by the forward.
+// by `scale`. lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) is saved by the forward. A kernel
+// sees whole causal rows only: block-causal attention (DocumentSpans) calls it once per document.
 struct AttentionShape {
   int64_t B, S, Hq, Hkv, D;
   float scale;
@@ -23,7 +26,27 @@ struct AttentionShape {
 // Every dimension positive and Hq a multiple of Hkv, else an error naming `who` and the shape.
 void check_attention_shape(const AttentionShape& s, const char* who);
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// Where attention is cut inside packed rows (torchtitan's attn_mask_type = "block_causal"): a query
+// attends causally to the keys of its own document only. `starts` holds the offset, in the
+// flattened [B * S] tokens, of every document's first token, increasing from 0, with every row
+// start b * S among them. Empty: each row is one document (plain causal attention).
+struct DocumentSpans {
+  std::vector<int64_t> starts;
+  bool empty() const { return starts.empty(); }
+};
+// The documents of packed rows `ids` (i64 [B, S] on the host) that end with token `end`, the
+// separator the loader appends to every document: one starts at each row and after each `end`
+// (torchtitan's varlen and flex document masks cut there too).
+DocumentSpans documents_ending_with(const Tensor& ids, int64_t end);
+
+// out = attention of q over k and v, causal within each document of `documents` (whole rows when
+// empty). Each document is its own kernel call on a [1, length, H, D] view of the rows (rows
+// holding one document go together, as [rows, S, H, D]), so every kernel and device computes
+// block-causal attention exactly as it computes causal attention, with no mask and no FLOP spent
+// across documents. The saved lse is laid out per call ([rows, Hq, length] at the call's first
+// token x Hq); only this op reads it.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                 const DocumentSpans& documents = {});
 
 // dout, dq, dk, dv are in the grad dtype (f32, or f64 for f64); lse is f32 (f64 for f64).
 struct AttentionKernel {
