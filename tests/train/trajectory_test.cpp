@@ -66,6 +66,7 @@ struct Case {
   double load_balance_coeff = 0;          // for "expert_bias"
   bool chat = false;  // `documents` conversations made of them (training.chat_field) instead of text
   bool block_causal = false;  // model.attn_mask_type = "block_causal"
+  std::string checkpointing = "none";  // activation_checkpoint.mode
 };
 
 qwen3::ModelArgs tiny_args(bool moe) {
@@ -213,7 +214,8 @@ void run_case(const Case& c) {
         << "\"\nmin_lr_factor = 0.1\ndecay_ratio = " << c.decay_ratio << "\n"
         << "[checkpoint]\nenable = true\ninterval = " << c.steps << "\ninitial_load_in_hf = true\n"
         << "last_save_in_hf = true\nexport_dtype = \"float32\"\n"
-        << "[metrics]\nlog_freq = 1\n";
+        << "[metrics]\nlog_freq = 1\n"
+        << "[activation_checkpoint]\nmode = \"" << c.checkpointing << "\"\n";
   }
   std::string log;
   ASSERT_EQ(
@@ -357,10 +359,12 @@ TEST(Trajectory, ChatFineTuningFollowsPyTorchStepByStep) {
 }
 
 // Block-causal attention over packed documents: rows of 64 tokens hold several of the corpus's
-// documents, and a token attends to its own document only.
+// documents, and a token attends to its own document only; every layer recomputed in backward (the
+// recompute cuts attention at the same documents).
 TEST(Trajectory, BlockCausalTrainingFollowsPyTorchStepByStep) {
   Case c{"block_causal", tiny_args(false), 10, 64, 2, 4, 25, "linear", -1, 0.5};
   c.block_causal = true;
+  c.checkpointing = "full";
   run_case(c);
 }
 
