@@ -439,8 +439,9 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     // Each document is its own attention kernel call: on a GPU that is a launch per document (and
     // a cuDNN plan per length), unmeasured there; a variable-length kernel is the way to do it.
     TITAN_CHECK(c.job.device != "cuda", set_where("model.attn_mask_type"),
-                ": model.attn_mask_type = \"block_causal\" runs on job.device = \"cpu\" only: the CUDA "
-                "backend has no variable-length attention kernel yet");
+                ": model.attn_mask_type = \"block_causal\" runs on job.device = \"cpu\" only (job.device = "
+                "\"cuda\" set at ",
+                set_where("job.device"), "): the CUDA backend has no variable-length attention kernel yet");
   }
   // A roll-back written into the file repeats at every start of the job (a restart after a crash
   // would throw away what was trained since): say so.

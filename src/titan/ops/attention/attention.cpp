@@ -49,9 +49,8 @@ std::vector<AttentionCall> attention_calls(const AttentionShape& s, const Docume
   for (int64_t b = 0; b < s.B; ++b) {
     const int64_t row = b * s.S, row_end = row + s.S;
     TITAN_CHECK(next < starts.size() && starts[next] == row,
-                "attention: document starts must include every row's "
-                "first token (",
-                row, " of row ", b, ", rows of ", s.S, " tokens) and increase; got ",
+                "attention: document starts must include every row's first token (", row, " of row ", b,
+                ", rows of ", s.S, " tokens) and increase; got ",
                 next < starts.size() ? std::to_string(starts[next]) : std::string("none"), " there");
     size_t last = next + 1;  // one past the row's documents
     while (last < starts.size() && starts[last] < row_end) {
