@@ -83,6 +83,29 @@ TEST(Loader, PacksDocumentsWithEosIntoWindows) {
   EXPECT_GE(loader.state()["epoch"].get<int>(), 1);
 }
 
+// Every row starts a span, and so does every token that follows a document's EOS inside the row's
+// inputs (the last input's EOS ends the row; its next document starts the next one). No padding.
+TEST(Loader, TextDocumentsStartAtEveryRowAndAfterEveryEos) {
+  auto docs = make_docs(40);
+  auto dir = write_docs("loader_starts", docs);
+  const int64_t S = 48, B = 3;
+  auto windows = expected_windows(docs, 0, 1, S, 1);
+  TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B}, qwen3_tokenizer());
+  int64_t inside = 0;
+  for (size_t i = 0; (i + 1) * B <= windows.size(); ++i) {
+    const Batch b = loader.next();
+    std::vector<int64_t> want;
+    for (int64_t r = 0; r < B; ++r) {
+      want.push_back(r * S);
+      for (int64_t t = 1; t < S; ++t)
+        if (windows[i * B + r][size_t(t - 1)] == 151643) want.push_back(r * S + t), ++inside;
+    }
+    EXPECT_EQ(b.document_starts, want) << "batch " << i;
+    EXPECT_EQ(b.lengths, std::vector<int64_t>(B, S)) << "batch " << i;
+  }
+  EXPECT_GT(inside, 10) << "rows should hold several documents";
+}
+
 TEST(Loader, RanksGetDisjointShares) {
   auto docs = make_docs(40);
   auto dir = write_docs("loader_ranks", docs);
@@ -281,6 +304,109 @@ TEST(Loader, ConversationsFillOneRowEachWithTheirPromptsAndPaddingIgnored) {
   EXPECT_GT(cut, 0);
   EXPECT_GT(targets, 0);
   EXPECT_EQ(loader.state().at("epoch").get<uint64_t>(), 1u);
+}
+
+// pack_conversations: whole conversations in dataset order, each row taking every next one that
+// still fits after those before it, then padding; a conversation longer than a row fills one alone,
+// cut at S + 1 tokens. Each conversation and each row's padding is a document of its own.
+TEST(Loader, PackedConversationsFillRowsWholeInOrderThenPadding) {
+  const int n = 9;
+  auto dir = write_conversations("loader_chat_packed", n);
+  const int64_t S = 96, B = 2;
+  TokenLoader loader({.paths = {dir},
+                      .chat_field = "messages",
+                      .pack_conversations = true,
+                      .seq_len = S,
+                      .local_batch_size = B},
+                     qwen3_tokenizer());
+  int next = 0;  // the conversation the next row starts with
+  int64_t shared_rows = 0, cut = 0;
+  for (int batch = 0; batch < 6; ++batch) {  // past the end of the conversations, into the next epoch
+    const Batch b = loader.next();
+    ASSERT_EQ(b.batch_size, B);
+    std::vector<int64_t> starts, lengths;
+    for (int64_t row = 0; row < B; ++row) {
+      int64_t used = 0, in_row = 0;
+      while (used < S) {
+        const ChatTokens t = conversation_tokens(dir, next % n);
+        const int64_t len = int64_t(t.ids.size());
+        if (used > 0 && len > S - used) break;
+        starts.push_back(row * S + used);
+        cut += len > S + 1;
+        for (int64_t p = 0; p < std::min(len, S); ++p) {
+          const int64_t at = row * S + used + p;
+          ASSERT_EQ(b.inputs[at], t.ids[p])
+              << "batch " << batch << " row " << row << " conversation " << next;
+          const bool trained = p + 1 < len && t.trained[p + 1];
+          ASSERT_EQ(b.labels[at], trained ? t.ids[p + 1] : kIgnoreLabel)
+              << "batch " << batch << " row " << row << " conversation " << next << " position " << p;
+        }
+        used += std::min(len, S);
+        ++in_row;
+        ++next;
+      }
+      shared_rows += in_row > 1;
+      if (used < S) starts.push_back(row * S + used);
+      lengths.push_back(used);
+      for (int64_t p = used; p < S; ++p) {
+        ASSERT_EQ(b.inputs[row * S + p], 151643) << "padding, batch " << batch << " row " << row;
+        ASSERT_EQ(b.labels[row * S + p], kIgnoreLabel) << "padding, batch " << batch << " row " << row;
+      }
+    }
+    EXPECT_EQ(b.document_starts, starts) << "batch " << batch;
+    EXPECT_EQ(b.lengths, lengths) << "batch " << batch;
+  }
+  EXPECT_GT(shared_rows, 2) << "rows should hold several conversations";
+  EXPECT_GT(cut, 0) << "a conversation should be longer than a row";
+  EXPECT_GT(next, n) << "the rows should go on into the next epoch";
+}
+
+// A conversation that did not fit the last row of a batch opens the next batch, after a restore too
+// (the saved position is the next conversation to place either way).
+TEST(Loader, PackedConversationsRestoreExactly) {
+  auto dir = write_conversations("loader_chat_packed_restore", 7);
+  LoaderConfig config{.paths = {dir},
+                      .chat_field = "messages",
+                      .pack_conversations = true,
+                      .seq_len = 48,
+                      .local_batch_size = 2};
+  TokenLoader reference(config, qwen3_tokenizer());
+  std::vector<Batch> batches;
+  std::vector<json> states = {reference.state()};
+  for (int i = 0; i < 8; ++i) {
+    batches.push_back(reference.next());
+    states.push_back(reference.state());
+  }
+  for (size_t k = 1; k < batches.size(); ++k) {
+    TokenLoader resumed(config, qwen3_tokenizer());
+    resumed.restore(states[k]);
+    for (size_t i = k; i < batches.size(); ++i) {
+      Batch b = resumed.next();
+      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.document_starts, batches[i].document_starts) << "restored at " << k << ", batch " << i;
+    }
+  }
+}
+
+// Unpacked, each row is one conversation then its padding (a span of its own).
+TEST(Loader, AConversationRowReportsWhereItsPaddingStarts) {
+  auto dir = write_conversations("loader_chat_lengths", 6);
+  const int64_t S = 40, B = 3;
+  TokenLoader loader({.paths = {dir}, .chat_field = "messages", .seq_len = S, .local_batch_size = B},
+                     qwen3_tokenizer());
+  for (int batch = 0; batch < 2; ++batch) {
+    const Batch b = loader.next();
+    std::vector<int64_t> starts, lengths;
+    for (int64_t row = 0; row < B; ++row) {
+      const int64_t n = int64_t(conversation_tokens(dir, int(batch * B + row)).ids.size());
+      starts.push_back(row * S);
+      if (n < S) starts.push_back(row * S + n);
+      lengths.push_back(std::min(n, S));
+    }
+    EXPECT_EQ(b.document_starts, starts) << "batch " << batch;
+    EXPECT_EQ(b.lengths, lengths) << "batch " << batch;
+  }
 }
 
 TEST(Loader, ConversationsRestoreExactlyAndOnlyIntoConversations) {

@@ -60,6 +60,8 @@ Tensor packed_ids() {
   for (int64_t t : {3, 7, 33, 43}) ids[size_t(t)] = 5;
   return Tensor::from_vector(ids, {4, 11});
 }
+// Their documents as the loader reports them (every row, then the token after each separator).
+const ops::DocumentSpans packed_documents{{0, 4, 8, 11, 22, 33, 34}};
 }  // namespace
 
 TEST(AttentionOp, GradientMatchesFiniteDifferencesForEveryGqaRatio) {
@@ -84,18 +86,11 @@ TEST(AttentionOp, FlashVariantMatchesReferenceThroughAutograd) {
   }
 }
 
-TEST(AttentionOp, DocumentsStartAtEveryRowAndAfterEverySeparator) {
-  EXPECT_EQ(ops::documents_ending_with(packed_ids(), 5).starts,
-            (std::vector<int64_t>{0, 4, 8, 11, 22, 33, 34}));
-  // No separator: one document per row.
-  EXPECT_EQ(ops::documents_ending_with(packed_ids(), 7).starts, (std::vector<int64_t>{0, 11, 22, 33}));
-}
-
 TEST(AttentionOp, BlockCausalMatchesTheMaskedTextbookFormula) {
   const int64_t B = 4, S = 11, Hkv = 2, r = 2, D = 8;
   const double scale = 1.0 / std::sqrt(double(D));
   const Tensor ids = packed_ids();
-  const ops::DocumentSpans documents = ops::documents_ending_with(ids, 5);
+  const ops::DocumentSpans& documents = packed_documents;
   // bf16: the output is rounded once (2^-9 of |v| <= 1), the scores and softmax stay f32.
   for (auto [dt, tol] :
        {std::pair<DType, double>{DType::F64, 1e-12}, {DType::F32, 2e-6}, {DType::BF16, 4e-3}}) {
@@ -113,10 +108,9 @@ TEST(AttentionOp, BlockCausalMatchesTheMaskedTextbookFormula) {
 
 TEST(AttentionOp, BlockCausalGradientMatchesFiniteDifferences) {
   const int64_t S = 11, Hkv = 2, r = 2, D = 4;
-  expect_gradcheck(
-      attention_fn(0.5, ops::documents_ending_with(packed_ids(), 5)),
-      {random_tensor({4, S, Hkv * r, D}, DType::F64, 21), random_tensor({4, S, Hkv, D}, DType::F64, 22),
-       random_tensor({4, S, Hkv, D}, DType::F64, 23)});
+  expect_gradcheck(attention_fn(0.5, packed_documents), {random_tensor({4, S, Hkv * r, D}, DType::F64, 21),
+                                                         random_tensor({4, S, Hkv, D}, DType::F64, 22),
+                                                         random_tensor({4, S, Hkv, D}, DType::F64, 23)});
 }
 
 TEST(AttentionOp, BlockCausalFlashVariantMatchesReferenceThroughAutograd) {
@@ -125,9 +119,7 @@ TEST(AttentionOp, BlockCausalFlashVariantMatchesReferenceThroughAutograd) {
   // the tensors. f32 only: through autograd the bf16 variants are held to the textbook formula above
   // (the spec's bf16 tolerance is for kernels fed the same saved output, tests/backend/attention_test.cpp).
   const int64_t B = 4, S = 150, Hkv = 2, r = 2, D = 64;
-  std::vector<int64_t> ids(size_t(B * S), 9);
-  for (int64_t t : {0, 1, 70, 100, 230, 299}) ids[size_t(t)] = 5;
-  const ops::DocumentSpans documents = ops::documents_ending_with(Tensor::from_vector(ids, {B, S}), 5);
+  const ops::DocumentSpans documents{{0, 1, 2, 71, 101, 150, 231, 300, 450}};
   auto q = random_tensor({B, S, Hkv * r, D}, DType::F32, 31).set_requires_grad(true);
   auto k = random_tensor({B, S, Hkv, D}, DType::F32, 32).set_requires_grad(true);
   auto v = random_tensor({B, S, Hkv, D}, DType::F32, 33).set_requires_grad(true);

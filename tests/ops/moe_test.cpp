@@ -184,6 +184,48 @@ TEST(MoeAuxLoss, MatchesOneHotFormulaAndGradient) {
       {l0, l1});
 }
 
+// transformers' load_balancing_loss_func under an attention_mask: the fractions and the mean
+// probabilities are over the tokens the mask keeps (the same tokens in every layer), so padding
+// neither counts nor gets a gradient.
+TEST(MoeAuxLoss, CountedTokensFollowTheMaskedFormula) {
+  const int64_t E = 4, k = 2, T = 7;
+  const std::vector<ops::TokenRange> counted = {{1, 3}, {4, 7}};
+  const std::vector<int> kept = {0, 1, 1, 0, 1, 1, 1};  // the attention mask of those ranges
+  Tensor l0 = random_tensor({T, E}, DType::F64, 41, -2, 2), l1 = random_tensor({T, E}, DType::F64, 42, -2, 2);
+  auto r0 = ops::router_topk(l0, k, true), r1 = ops::router_topk(l1, k, true);
+  std::vector<double> frac(k * E, 0), pmean(E, 0);
+  const double N = 2 * 5;  // kept tokens of both layers
+  for (auto* r : {&r0, &r1}) {
+    auto idx = r->indices.tensor().to_vector(), p = r->probs.to_vector();
+    for (size_t i = 0; i < idx.size(); ++i) frac[(i % k) * E + size_t(idx[i])] += kept[i / k] / N;
+    for (size_t i = 0; i < p.size(); ++i) pmean[i % E] += kept[i / E] * p[i] / N;
+  }
+  double expect = 0;
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t e = 0; e < E; ++e) expect += frac[j * E + e] * pmean[e];
+  expect *= E;
+  const double all = ops::moe_aux_loss({r0.probs, r1.probs}, {r0.indices, r1.indices}, E, k).item();
+  const double masked =
+      ops::moe_aux_loss({r0.probs, r1.probs}, {r0.indices, r1.indices}, E, k, counted).item();
+  EXPECT_NEAR(masked, expect, 1e-12);
+  EXPECT_GT(std::fabs(masked - all), 1e-3) << "the mask should change the loss";
+
+  Tensor i0 = r0.indices.tensor(), i1 = r1.indices.tensor();
+  auto masked_fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::moe_aux_loss({in[0], in[1]}, {i0, i1}, E, k, counted)};
+  };
+  expect_gradcheck(masked_fn, {r0.probs.detach(), r1.probs.detach()});
+  // The tokens left out get exactly zero.
+  Tensor p0 = r0.probs.detach().set_requires_grad(true), p1 = r1.probs.detach().set_requires_grad(true);
+  autograd::backward(masked_fn({p0, p1})[0]);
+  for (const Tensor* p : {&p0, &p1}) {
+    const std::vector<double> g = p->grad().to_vector();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E && !kept[size_t(t)]; ++e)
+        EXPECT_EQ(g[size_t(t * E + e)], 0.0) << "token " << t << " expert " << e;
+  }
+}
+
 TEST(MoeAuxLoss, BalancedRouterGivesK) {
   // Uniform probabilities and every expert chosen equally often: aux = E * E * (k/E) * (1/E) = k.
   const int64_t E = 4, k = 2, T = 6;
@@ -246,6 +288,14 @@ TEST(MoeAuxLoss, BadArgumentsNameOpAndShapes) {
   EXPECT_NE(m.find("i64[3, 3]"), std::string::npos) << m;
   m = error_of([&] { ops::moe_aux_loss({p}, {Tensor::full({3, 2}, 4, DType::I64)}, 4, 2); });
   EXPECT_NE(m.find("outside [0, 4)"), std::string::npos) << m;
+  // Counted ranges out of order, overlapping, empty or past the tokens.
+  const Tensor idx = Tensor::zeros({3, 2}, DType::I64);
+  for (const std::vector<ops::TokenRange>& bad :
+       std::vector<std::vector<ops::TokenRange>>{{{1, 2}, {0, 1}}, {{0, 2}, {1, 3}}, {{1, 1}}, {{2, 4}}}) {
+    m = error_of([&] { ops::moe_aux_loss({p}, {idx}, 4, 2, bad); });
+    EXPECT_NE(m.find("moe_aux_loss: layer 0 counts tokens ["), std::string::npos) << m;
+    EXPECT_NE(m.find("ascending, disjoint and within the tokens"), std::string::npos) << m;
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -775,10 +775,17 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[model]\nattn_mask_type = \"document\"\n",
        {},
        {"model.attn_mask_type must be one of causal, block_causal"}},
-      // Block-causal attention cuts packed text; conversations fill a row each.
+      // Block-causal attention cuts rows at their documents; unpacked conversations fill a row each.
       {"[model]\nattn_mask_type = \"block_causal\"\n[training]\nchat_field = \"messages\"\n",
        {},
-       {"job.toml:2", "block_causal", "one conversation in each row"}},
+       {"job.toml:2", "block_causal", "one conversation in each row", "pack_conversations = true"}},
+      // Packed conversations attend within each one: block_causal, and conversations to pack.
+      {"[training]\nchat_field = \"messages\"\npack_conversations = true\n",
+       {},
+       {"job.toml:3", "pack_conversations", "attend to the ones before it", "block_causal"}},
+      {"[model]\nattn_mask_type = \"block_causal\"\n",
+       {{"training.pack_conversations", "true"}},
+       {"command line", "training.chat_field is not set", "text documents are always packed"}},
       {"[model]\nattn_mask_type = \"block_causal\"\n",
        {{"job.device", "cuda"}},
        {"job.toml:2", "block_causal", "job.device = \"cpu\" only", "\"cuda\" set at command line",

@@ -108,18 +108,12 @@ class Packer {
     Batch b;
     b.inputs.resize(B * S);
     b.labels.resize(B * S);
+    b.lengths.assign(B, S);
     window_.resize(S + 1);
     for (int64_t row = 0; row < B; ++row) {
-      if (!config_.chat_field.empty()) {
-        if (!load_document()) return Batch{};
-        fill_conversation_row(&b.inputs[row * S], &b.labels[row * S]);
-        continue;
-      }
-      if (!fill_window()) return Batch{};
-      for (int64_t t = 0; t < S; ++t) {
-        b.inputs[row * S + t] = window_[t];
-        b.labels[row * S + t] = window_[t + 1];
-      }
+      b.document_starts.push_back(row * S);
+      const bool filled = config_.chat_field.empty() ? fill_window(row, b) : fill_conversations(row, b);
+      if (!filled) return Batch{};
     }
     b.batch_size = B;
     b.seq_len = S;
@@ -131,37 +125,70 @@ class Packer {
   const std::vector<std::filesystem::path>& files() const { return stream_.files(); }
 
  private:
-  bool fill_window() {
+  // The next seq_len + 1 tokens of the document stream as row `row` (inputs window[:-1], labels
+  // window[1:]); a document that begins inside the row's inputs starts a span.
+  bool fill_window(int64_t row, Batch& b) {
+    const int64_t S = config_.seq_len;
     size_t filled = 0;
     while (filled < window_.size()) {
-      if (cursor_ == doc_.size() && !load_document()) return false;
+      if (cursor_ == doc_.size()) {
+        if (!load_document()) return false;
+        if (filled > 0 && filled < size_t(S)) b.document_starts.push_back(row * S + int64_t(filled));
+      }
       size_t n = std::min(window_.size() - filled, doc_.size() - cursor_);
       std::copy_n(doc_.begin() + cursor_, n, window_.begin() + filled);
       cursor_ += n;
       filled += n;
     }
+    for (int64_t t = 0; t < S; ++t) {
+      b.inputs[row * S + t] = window_[t];
+      b.labels[row * S + t] = window_[t + 1];
+    }
     return true;
   }
 
-  // The conversation just loaded as one row: its first seq_len + 1 tokens, the labels of untrained
-  // tokens ignored, padding after its end.
-  void fill_conversation_row(int64_t* inputs, int64_t* labels) {
-    const int64_t S = config_.seq_len, n = int64_t(doc_.size());
-    for (int64_t t = 0; t < S; ++t) {
-      inputs[t] = t < n ? doc_[size_t(t)] : pad_;
-      labels[t] = t + 1 < n && doc_trained_[size_t(t + 1)] ? doc_[size_t(t + 1)] : kIgnoreLabel;
+  // Row `row` of conversations: the next one alone (cut when longer than seq_len + 1 tokens), or
+  // with pack_conversations every next one that still fits whole; then padding.
+  bool fill_conversations(int64_t row, Batch& b) {
+    const int64_t S = config_.seq_len;
+    int64_t* inputs = &b.inputs[row * S];
+    int64_t* labels = &b.labels[row * S];
+    int64_t used = 0;
+    while (used < S) {
+      // A conversation that did not fit the row before is still loaded, none of it taken.
+      if (cursor_ == doc_.size() && !load_document()) return false;
+      const int64_t n = int64_t(doc_.size());
+      if (used > 0 && n > S - used) break;  // the next row starts with it
+      if (used > 0) b.document_starts.push_back(row * S + used);
+      if (n > S + 1) warn_cut(n);
+      const int64_t placed = std::min(n, S);
+      for (int64_t t = 0; t < placed; ++t) {
+        inputs[used + t] = doc_[size_t(t)];
+        labels[used + t] = t + 1 < n && doc_trained_[size_t(t + 1)] ? doc_[size_t(t + 1)] : kIgnoreLabel;
+      }
+      used += placed;
+      cursor_ = doc_.size();
+      if (!config_.pack_conversations) break;
     }
-    if (n > S + 1 && first_warning_of(stream_.files()[doc_pos_.file], "conversation cut")) {
-      const auto cut = std::count(doc_trained_.begin() + (S + 1), doc_trained_.end(), uint8_t(1));
-      std::fprintf(
-          stderr,
-          "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
-          "its last %lld tokens (%lld of them trained on) are cut (one warning per file)\n",
-          stream_.files()[doc_pos_.file].c_str(), static_cast<unsigned long long>(doc_pos_.line),
-          static_cast<long long>(n), static_cast<long long>(S + 1), static_cast<long long>(n - S - 1),
-          static_cast<long long>(cut));
+    if (used < S) {
+      b.document_starts.push_back(row * S + used);
+      b.lengths[size_t(row)] = used;
     }
-    cursor_ = doc_.size();  // the next row starts the next conversation
+    std::fill(inputs + used, inputs + S, int64_t(pad_));
+    std::fill(labels + used, labels + S, kIgnoreLabel);
+    return true;
+  }
+
+  void warn_cut(int64_t n) {
+    const int64_t S = config_.seq_len;
+    if (!first_warning_of(stream_.files()[doc_pos_.file], "conversation cut")) return;
+    const auto cut = std::count(doc_trained_.begin() + (S + 1), doc_trained_.end(), uint8_t(1));
+    std::fprintf(stderr,
+                 "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
+                 "its last %lld tokens (%lld of them trained on) are cut (one warning per file)\n",
+                 stream_.files()[doc_pos_.file].c_str(), static_cast<unsigned long long>(doc_pos_.line),
+                 static_cast<long long>(n), static_cast<long long>(S + 1), static_cast<long long>(n - S - 1),
+                 static_cast<long long>(cut));
   }
 
   bool load_document() {
@@ -239,6 +266,9 @@ struct TokenLoader::Impl {
     eos = config.eos_id >= 0 ? config.eos_id : tokenizer.document_separator_id();
     TITAN_CHECK(eos >= 0 && eos < tokenizer.vocab_size(), "loader: eos_id ", eos,
                 " is not a token id of the tokenizer (vocab size ", tokenizer.vocab_size(), ")");
+    TITAN_CHECK(
+        !config.pack_conversations || !config.chat_field.empty(),
+        "loader: pack_conversations needs conversations (a chat_field); text documents are always packed");
     if (!config.chat_field.empty()) check_qwen3_chat_template(tokenizer);
     packer = std::make_unique<Packer>(config, tokenizer, eos);
     current = packer->state();

@@ -1,9 +1,12 @@
 #pragma once
 // Packs tokenized documents into training batches: each document + EOS, concatenated,
 // cut into windows of seq_len + 1 (inputs = window[:-1], labels = window[1:]), no
-// padding. Conversations (chat_field) are not packed: each fills one row, right-padded, and the
-// labels of what the loss does not train on (the prompt turns, the padding) are kIgnoreLabel; a
-// conversation longer than seq_len + 1 tokens is cut there (a warning says so once). With dp_size n, rank r
+// padding. Conversations (chat_field) are whole: each fills one row, right-padded, or with
+// pack_conversations rows hold as many whole conversations as fit, in order, then padding; the
+// labels of what the loss does not train on (the prompt turns, a conversation's last token, the
+// padding) are kIgnoreLabel; a conversation longer than seq_len + 1 tokens takes a row of its own and is
+// cut there (a warning says so once). Every batch says where its documents start and where each row's
+// padding begins (block-causal attention, the MoE aux loss). With dp_size n, rank r
 // packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global batch,
 // train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the batches
 // after a restore are those an uninterrupted run would have produced.
@@ -26,6 +29,7 @@ struct LoaderConfig {
   std::vector<std::filesystem::path> paths;  // files and folders
   std::string text_field = "text";
   std::string chat_field = "";  // non-empty: the records are conversations (DatasetConfig::chat_field)
+  bool pack_conversations = false;  // conversations: as many whole ones per row as fit (else one per row)
   std::string text_split = "paragraph";  // plain text files: paragraph | line | file
   int64_t seq_len = 2048;
   int64_t local_batch_size = 1;
@@ -39,6 +43,11 @@ struct LoaderConfig {
 struct Batch {
   std::vector<int64_t> inputs;  // [batch_size * seq_len], row-major
   std::vector<int64_t> labels;  // the next token of each input, or kIgnoreLabel
+  // Where each document begins, as offsets into the flattened inputs, ascending: every row's first
+  // token, the token after each text document's separator, each packed conversation's first token,
+  // and a row's padding (a span of its own).
+  std::vector<int64_t> document_starts;
+  std::vector<int64_t> lengths;  // per row, its tokens before the padding (seq_len: none)
   int64_t batch_size = 0;
   int64_t seq_len = 0;
   bool empty() const { return batch_size == 0; }

@@ -66,6 +66,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, dataset_path),
       TITAN_KEY(training, text_field),
       TITAN_KEY(training, chat_field),
+      TITAN_KEY(training, pack_conversations),
       TITAN_KEY(training, text_split, "paragraph", "line", "file"),
       TITAN_KEY(training, document_separator),
       TITAN_KEY(training, local_batch_size),
@@ -429,13 +430,25 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         c, "activation_checkpoint.selective_ac_option",
         "op applied as \"2\": titan recomputes whole layers, every second one (torchtitan's per-op policy "
         "recomputes the cheap ops of every layer); the step's result is the same");
+  if (c.training.pack_conversations) {
+    TITAN_CHECK(
+        !c.training.chat_field.empty(), set_where("training.pack_conversations"),
+        ": training.pack_conversations = true packs conversations, but training.chat_field is not set "
+        "(text documents are always packed): set training.chat_field, or remove the key");
+    TITAN_CHECK(c.model.attn_mask_type == "block_causal", set_where("training.pack_conversations"),
+                ": training.pack_conversations = true puts several conversations in a row, and with "
+                "model.attn_mask_type = \"",
+                c.model.attn_mask_type, "\" (", set_where("model.attn_mask_type"),
+                ") each would attend to the ones before it: set model.attn_mask_type = \"block_causal\"");
+  }
   if (c.model.attn_mask_type == "block_causal") {
-    TITAN_CHECK(c.training.chat_field.empty(), set_where("model.attn_mask_type"),
-                ": model.attn_mask_type = \"block_causal\" cuts packed text at its documents, but "
+    TITAN_CHECK(c.training.chat_field.empty() || c.training.pack_conversations,
+                set_where("model.attn_mask_type"),
+                ": model.attn_mask_type = \"block_causal\" cuts rows at their documents, but "
                 "training.chat_field = \"",
                 c.training.chat_field,
-                "\" puts one conversation in each row (no other document to mask); "
-                "remove one of the two");
+                "\" puts one conversation in each row (no other document to mask): set "
+                "training.pack_conversations = true to pack several per row, or remove one of the two");
     // Each document is its own attention kernel call: on a GPU that is a launch per document (and
     // a cuDNN plan per length), unmeasured there; a variable-length kernel is the way to do it.
     TITAN_CHECK(c.job.device != "cuda", set_where("model.attn_mask_type"),
@@ -488,7 +501,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
          "it weighs the aux loss, which training.load_balance = \"expert_bias\" does not add");
   if (!c.training.chat_field.empty()) {
     const std::string chats = "training.chat_field = \"" + c.training.chat_field +
-                              "\": the records are conversations, one per row, not packed documents";
+                              "\": the records are conversations, not text documents";
     moot("training.text_field", chats);
     moot("training.text_split", chats);
     moot("training.document_separator", chats);

@@ -43,6 +43,9 @@ struct TrainingSection {
   // whose field of this name holds its messages ("messages"), rendered with Qwen3's chat template;
   // the loss trains on the assistant turns only, one conversation per row (data/chat.h, docs/data.md).
   std::string chat_field = "";
+  // Conversations: each row holds as many whole ones as fit, in order, then padding (needs
+  // model.attn_mask_type = "block_causal", so that each attends to itself only).
+  bool pack_conversations = false;
   // Plain-text files (.txt, .md, ...): "paragraph" (documents separated by blank lines), "line"
   // (one document per line) or "file" (one document per file).
   std::string text_split = "paragraph";

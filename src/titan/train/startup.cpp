@@ -299,9 +299,12 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
 std::string document_description(const JobConfig& c, const data::Tokenizer& tokenizer,
                                  const std::vector<fs::path>& dataset) {
   if (!c.training.chat_field.empty())
-    return "conversations from field '" + c.training.chat_field +
-           "' in Qwen3's chat template, one per row (cut at seq_len + 1 tokens, padded after), "
-           "the loss on the assistant turns only";
+    return "conversations from field '" + c.training.chat_field + "' in Qwen3's chat template, " +
+           (c.training.pack_conversations
+                ? "packed whole into rows (attention within each, block_causal; one longer than a row "
+                  "alone, cut at seq_len + 1 tokens; padded after the last that fits)"
+                : "one per row (cut at seq_len + 1 tokens, padded after)") +
+           ", the loss on the assistant turns only";
   const int32_t separator = document_separator(c.training, tokenizer);
   std::string text = "documents end with token " + std::to_string(separator) + " " +
                      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator}))

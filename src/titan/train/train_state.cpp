@@ -49,6 +49,7 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
   lc.paths = job.dataset;
   lc.text_field = c.training.text_field;
   lc.chat_field = c.training.chat_field;
+  lc.pack_conversations = c.training.pack_conversations;
   lc.text_split = c.training.text_split;
   lc.eos_id = document_separator(c.training, tokenizer);
   lc.seq_len = job.seq_len;

@@ -51,6 +51,20 @@ void keep_expert_counts(const std::vector<Tensor>& counts, int64_t micro, int64_
 
 }  // namespace
 
+qwen3::RowContents row_contents(const data::Batch& batch, int64_t first, int64_t rows, bool block_causal) {
+  const int64_t S = batch.seq_len, begin = first * S, end = (first + rows) * S;
+  TITAN_CHECK(
+      first >= 0 && first + rows <= batch.batch_size && int64_t(batch.lengths.size()) == batch.batch_size,
+      "data: rows [", first, ", ", first + rows, ") of a batch of ", batch.batch_size, " with ",
+      batch.lengths.size(), " row lengths");
+  qwen3::RowContents r;
+  if (block_causal)
+    for (int64_t start : batch.document_starts)
+      if (start >= begin && start < end) r.documents.starts.push_back(start - begin);
+  r.lengths.assign(batch.lengths.begin() + first, batch.lengths.begin() + first + rows);
+  return r;
+}
+
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next) {
   profiling::mark_phase("zero grad");
@@ -62,7 +76,7 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
     const MicroBatch mb = next();
     qwen3::LossOutput out =
-        model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation), mb.documents);
+        model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation), mb.rows);
     if (!model.expert_bias().empty())
       keep_expert_counts(model.last_expert_counts(), micro, accumulation, g.expert_counts);
     autograd::backward(out.loss);
@@ -128,9 +142,8 @@ StepResult TrainStep::run(TrainState& s) const {
     const int64_t mine = targets_in(batch.labels.begin() + first, batch.labels.begin() + first + n);
     const double weight = double(mine * plan_.dp_size()) / double(step_targets);
     const Tensor ids = my_rows(batch.inputs);
-    return MicroBatch{
-        ids.to(s.model.device()), my_rows(batch.labels).to(s.model.device()), weight,
-        block_causal_ ? ops::documents_ending_with(ids, s.loader.config().eos_id) : ops::DocumentSpans{}};
+    return MicroBatch{ids.to(s.model.device()), my_rows(batch.labels).to(s.model.device()), weight,
+                      row_contents(batch, plan_.dp_rank() * batch_, batch_, block_causal_)};
   });
   // Every rank holds the same global figures, so every rank stops at once.
   TITAN_CHECK(std::isfinite(g.loss), "step ", step, ": the loss is not finite (", g.loss,

@@ -50,8 +50,11 @@ struct StepGradients {
 struct MicroBatch {
   Tensor ids, targets;
   double ce_weight = 1;
-  ops::DocumentSpans documents;  // where attention is cut (block_causal); empty: causal rows
+  qwen3::RowContents rows;  // their documents (block_causal) and padding
 };
+// What rows [first, first + rows) of `batch` hold as the model reads them: their documents when
+// attention is block-causal (else none: causal rows), and their padding.
+qwen3::RowContents row_contents(const data::Batch& batch, int64_t first, int64_t rows, bool block_causal);
 using MicroBatchSource = std::function<MicroBatch()>;
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
@@ -74,7 +77,7 @@ class TrainStep {
 
   const dist::ParallelPlan& plan_;
   int64_t batch_, seq_len_, accumulation_;
-  bool block_causal_;  // model.attn_mask_type: attention cut after every document separator
+  bool block_causal_;  // model.attn_mask_type: attention within each document of the batch
   double max_norm_, expert_bias_coeff_;
 };
 

@@ -11,6 +11,7 @@
 #include "titan/data/dataset.h"
 #include "titan/train/log.h"
 #include "titan/train/startup.h"
+#include "titan/train/train_step.h"
 
 namespace titan::train {
 
@@ -57,6 +58,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   check_run_writes_outside(cfg, loader_config_.paths[0], key);
   loader_config_.text_field = cfg.training.text_field;
   loader_config_.chat_field = cfg.training.chat_field;
+  loader_config_.pack_conversations = cfg.training.pack_conversations;
   loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
@@ -116,11 +118,9 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   for (; steps_ == -1 || batches < steps_; ++batches) {
     data::Batch batch = loader.next();
     if (batch.empty()) break;
-    const Tensor ids = my_rows(batch.inputs);
-    const ops::DocumentSpans documents =
-        block_causal_ ? ops::documents_ending_with(ids, loader_config_.eos_id) : ops::DocumentSpans{};
     qwen3::LossOutput out =
-        model.forward_loss(ids.to(model.device()), my_rows(batch.labels).to(model.device()), 1, 1, documents);
+        model.forward_loss(my_rows(batch.inputs).to(model.device()), my_rows(batch.labels).to(model.device()),
+                           1, 1, row_contents(batch, plan_.dp_rank() * B, B, block_causal_));
     ce_sum += out.ce_loss.item() * double(out.num_targets);
     tokens += out.num_targets;
   }

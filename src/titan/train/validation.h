@@ -58,7 +58,7 @@ class Validator {
   const data::Tokenizer& tokenizer_;
   const dist::ParallelPlan& plan_;
   int64_t freq_, steps_;
-  bool block_causal_;                // model.attn_mask_type: attention cut after each loader_config_.eos_id
+  bool block_causal_;                // model.attn_mask_type: attention within each document of a batch
   mutable bool said_short_ = false;  // the note that the held-out set is shorter than steps_, once
 };
 

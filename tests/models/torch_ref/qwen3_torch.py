@@ -202,35 +202,48 @@ def experts_output(cfg, P, prefix, t, top_i, top_w):
     return out
 
 
-def load_balancing_loss(cfg, router_logits):
+def load_balancing_loss(cfg, router_logits, attention_mask=None):
     # transformers' load_balancing_loss_func: all MoE layers' tokens concatenated; softmax in the
-    # logits' dtype; aux = E * sum_e (top-k assignments to e / tokens) * mean(p_e).
+    # logits' dtype; aux = E * sum_e (top-k assignments to e / tokens) * mean(p_e); with an
+    # attention_mask [B, S], both means are over the tokens it keeps (1), in every layer.
     logits = torch.cat(router_logits, dim=0)
     probs = torch.softmax(logits, dim=-1)
     _, selected = torch.topk(probs, cfg.top_k, dim=-1)
     mask = F.one_hot(selected, cfg.n_experts).float()
-    tokens_per_expert = mask.mean(dim=0)          # [k, E]
-    prob_per_expert = probs.mean(dim=0)            # [E]
+    if attention_mask is None:
+        tokens_per_expert = mask.mean(dim=0)          # [k, E]
+        prob_per_expert = probs.mean(dim=0)            # [E]
+    else:
+        keep = attention_mask.reshape(-1).float().repeat(len(router_logits))  # layer-major, as cat
+        tokens_per_expert = (mask * keep[:, None, None]).sum(dim=0) / keep.sum()
+        prob_per_expert = (probs * keep[:, None]).sum(dim=0) / keep.sum()
     return (tokens_per_expert * prob_per_expert[None, :]).sum() * cfg.n_experts
 
 
-def hidden_keys(ids, separator):
-    """[B, 1, S, S] True where query i may not see key j: j > i, or (with a separator, torchtitan's
-    block_causal document mask) j in an earlier document; a document ends with its separator."""
-    B, S = ids.shape
-    hidden = torch.ones(S, S, dtype=torch.bool).triu(1).expand(B, 1, S, S)
-    if separator is None:
-        return hidden
+def documents_after(ids, separator):
+    """[B, S] document numbers of packed rows whose documents end with `separator` (torchtitan's
+    block_causal document mask): a new document starts after each separator."""
     ends = ids == separator
-    ends[:, -1] = True
     document = torch.zeros_like(ids)
     document[:, 1:] = torch.cumsum(ends.long(), dim=1)[:, :-1]
+    return document
+
+
+def hidden_keys(S, document=None):
+    """[B or 1, 1, S, S] True where query i may not see key j: j > i, or (with document numbers
+    [B, S]) j in another document."""
+    hidden = torch.ones(S, S, dtype=torch.bool).triu(1)[None, None]
+    if document is None:
+        return hidden
     return hidden | (document[:, None, :, None] != document[:, None, None, :])
 
 
-def forward(cfg, P, ids, separator=None):
+def forward(cfg, P, ids, document=None, attention_mask=None):
+    """document: [B, S] document numbers (attention stays within each), None: causal rows.
+    attention_mask: [B, S] 1 for tokens, 0 for padding (which only the aux loss reads: the padding
+    follows every token of its row)."""
     B, S = ids.shape
-    hidden = hidden_keys(ids, separator)
+    hidden = hidden_keys(S, document)
     emb_w = P("model.embed_tokens.weight")
     h = F.embedding(ids, emb_w)
     cos, sin = rope_tables(S, cfg.head_dim, cfg.theta, h.dtype)
@@ -250,7 +263,7 @@ def forward(cfg, P, ids, separator=None):
     # Loss: mean CE of logits[:, :-1] against labels[:, 1:], upcast to fp32.
     V = logits.shape[-1]
     loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), ids[:, 1:].reshape(-1))
-    aux = load_balancing_loss(cfg, router_logits) if router_logits else None
+    aux = load_balancing_loss(cfg, router_logits, attention_mask) if router_logits else None
     if aux is not None and cfg.output_router_logits:
         loss = loss + cfg.aux_coef * aux.to(loss.dtype)
     return logits, loss, aux

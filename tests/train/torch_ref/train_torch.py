@@ -9,16 +9,19 @@ SPEC.json:
   documents       token ids of each document, in dataset order (the tokenizer is not under test here)
   separator       the token id that ends every document
   attn_mask_type  optional: "block_causal" cuts attention after every separator (torchtitan's document
-                  mask; positions run on over the row), else causal over each row
-  chat            optional, instead of documents: {"conversations": [{"ids", "trained"}], "pad"}: each
-                  conversation's token ids and, per token, whether the loss trains on it (1) or not (0)
+                  mask; positions run on over the row) or, for packed conversations, between them;
+                  else causal over each row
+  chat            optional, instead of documents: {"conversations": [{"ids", "trained"}], "pad",
+                  "packed"}: each conversation's token ids and, per token, whether the loss trains on
+                  it (1) or not (0); packed: several whole conversations per row
   seq_len, local_batch_size, accumulation, steps
   lr, warmup_steps, decay_ratio (null: decay after warmup), decay_type, min_lr_factor
   beta1, beta2, eps, weight_decay, max_norm
   load_balance    MoE: "aux_loss" (transformers' aux loss in the loss, as config.json asks) or
                   "expert_bias" (torchtitan's aux-loss-free balancing, load_balance_coeff per step)
   out_json        written: {"steps": [{"step", "loss", "aux_loss", "grad_norm", "lr", "batch_hash"}],
-                  "document_cuts": separators inside the rows with block_causal}
+                  "document_cuts": documents starting inside a row with block_causal,
+                  "padding": padded positions of all rows}
   out_weights     written: the final weights, f32 safetensors under their checkpoint keys
 
 What each part follows (written from the upstream code's semantics, not from titan's):
@@ -28,7 +31,12 @@ What each part follows (written from the upstream code's semantics, not from tit
   64-bit FNV-1a over the little-endian int64 inputs of the step's micro-batches, in order.
 - conversations (chat): supervised fine-tuning as transformers' Trainer does it without packing:
   one conversation per row, its first seq_len + 1 tokens, padded after its end; a label is the next
-  token where that token is trained, else -100 (ignored).
+  token where that token is trained, else -100 (ignored). Packed: greedy first-fit in order, each
+  row takes whole conversations while the next one fits, then padding; one longer than a row takes
+  a row alone, cut as above; attention stays within each conversation (transformers' padding-free
+  packing; its position_ids restart per conversation where these run on over the row, which RoPE,
+  depending on position differences only, does not see but for rounding). The padding is masked
+  out of the MoE aux loss (transformers' attention_mask).
 - model: tests/models/torch_ref/qwen3_torch.py (transformers' math, checked against the oracles):
   cross-entropy, plus router_aux_loss_coef x aux for an MoE with output_router_logits.
 - step: the cross-entropy summed over each micro-batch's targets and divided by the targets of the
@@ -77,14 +85,47 @@ def windows(documents, separator, length):
 
 
 def conversation_rows(conversations, pad, length):
-    """One row per conversation, endlessly: (inputs, labels) of length - 1 positions."""
+    """One row per conversation, endlessly: (inputs, labels, None, tokens before the padding) of
+    length - 1 positions."""
     while True:
         for c in conversations:
             ids, trained = c["ids"], c["trained"]
             n = len(ids)
             inputs = [ids[t] if t < n else pad for t in range(length - 1)]
             labels = [ids[t + 1] if t + 1 < n and trained[t + 1] else -100 for t in range(length - 1)]
-            yield inputs, labels
+            yield inputs, labels, None, min(n, length - 1)
+
+
+def packed_conversation_rows(conversations, pad, length):
+    """Whole conversations packed first-fit in order, endlessly: (inputs, labels, document number
+    per position, tokens before the padding) of S = length - 1 positions."""
+    S = length - 1
+
+    def endless():
+        while True:
+            yield from conversations
+
+    stream = endless()
+    pending = next(stream)
+    while True:
+        inputs, labels, document = [], [], []
+        while len(inputs) < S:
+            ids, trained = pending["ids"], pending["trained"]
+            n = len(ids)
+            if inputs and n > S - len(inputs):
+                break
+            doc = len(set(document))
+            for t in range(min(n, S)):
+                inputs.append(ids[t])
+                labels.append(ids[t + 1] if t + 1 < n and trained[t + 1] else -100)
+                document.append(doc)
+            pending = next(stream)
+        used = len(inputs)
+        padding_document = len(set(document))
+        inputs += [pad] * (S - used)
+        labels += [-100] * (S - used)
+        document += [padding_document] * (S - used)
+        yield inputs, labels, document, used
 
 
 def lr_factor(step, warmup, stable, decay, decay_type, min_lr_factor):
@@ -137,14 +178,18 @@ class ExpertBias:
         self.biased_choices = 0  # (token, slot) choices the bias changed: the case exercises it
         self.choices = []  # this forward's (probs, chosen experts) per layer
 
-    def aux_loss(self):
+    def aux_loss(self, attention_mask=None):
         """transformers' aux-loss formula over the experts actually chosen (the bias included),
         as titan reports it under expert_bias: a diagnostic of the balance the run has."""
         probs = torch.cat([p for p, _ in self.choices])
         chosen = torch.cat([i for _, i in self.choices])
+        layers = len(self.choices)
         self.choices = []
         mask = torch.nn.functional.one_hot(chosen, self.cfg.n_experts).float()
-        return (mask.mean(dim=0) * probs.mean(dim=0)[None, :]).sum() * self.cfg.n_experts
+        keep = torch.ones(probs.shape[0]) if attention_mask is None else \
+            attention_mask.reshape(-1).float().repeat(layers)
+        tokens = (mask * keep[:, None, None]).sum(dim=0) / keep.sum()
+        return (tokens * ((probs * keep[:, None]).sum(dim=0) / keep.sum())[None, :]).sum() * self.cfg.n_experts
 
     def moe_block(self, cfg, P, prefix, x, router_logits_out):
         B, S, D = x.shape
@@ -204,29 +249,40 @@ def main():
     aux_in_loss = cfg.n_experts and balance == "aux_loss" and cfg.output_router_logits
 
     S, B, A = spec["seq_len"], spec["local_batch_size"], spec["accumulation"]
-    if "chat" in spec:
-        stream = conversation_rows(spec["chat"]["conversations"], spec["chat"]["pad"], S + 1)
+    chat = spec.get("chat")
+    if chat:
+        rows_of = packed_conversation_rows if chat.get("packed") else conversation_rows
+        stream = rows_of(chat["conversations"], chat["pad"], S + 1)
     else:
-        stream = ((w[:-1], w[1:]) for w in windows(spec["documents"], spec["separator"], S + 1))
-    # block_causal: attention cut after every separator; `cuts` counts those inside rows.
-    separator = spec["separator"] if spec.get("attn_mask_type") == "block_causal" else None
-    cuts = 0
+        stream = ((w[:-1], w[1:], None, S) for w in windows(spec["documents"], spec["separator"], S + 1))
+    block_causal = spec.get("attn_mask_type") == "block_causal"
+    cuts, padding = 0, 0  # documents starting inside a row (block_causal), padded positions
     records = []
     for step in range(1, spec["steps"] + 1):
         optimizer.zero_grad(set_to_none=True)
         batch_hash = FNV_OFFSET
         loss_sum, aux_sum = 0.0, 0.0
         micro_batches = [[next(stream) for _ in range(B)] for _ in range(A)]
-        targets = sum(label != -100 for rows in micro_batches for _, labels in rows for label in labels)
+        targets = sum(label != -100 for rows in micro_batches for row in rows for label in row[1])
         for rows in micro_batches:
             inputs = torch.tensor([r[0] for r in rows], dtype=torch.int64)
             labels = torch.tensor([r[1] for r in rows], dtype=torch.int64)
             batch_hash = fnv1a(inputs.numpy().astype("<i8").tobytes(), batch_hash)
-            if separator is not None:
-                cuts += int((inputs[:, :-1] == separator).sum())
-            logits, _, aux = qwen3_torch.forward(cfg, P, inputs, separator)
+            lengths = torch.tensor([r[3] for r in rows], dtype=torch.int64)
+            attention_mask = None
+            if bool((lengths < S).any()):
+                attention_mask = (torch.arange(S)[None, :] < lengths[:, None]).long()
+                padding += int(S * len(rows) - lengths.sum())
+            document = None
+            if block_causal:
+                document = torch.tensor([r[2] for r in rows], dtype=torch.int64) if chat else \
+                    qwen3_torch.documents_after(inputs, spec["separator"])
+                # Each row's documents but its first, padding not counted.
+                within = document * (torch.arange(S)[None, :] < lengths[:, None])
+                cuts += int(within.max(dim=1).values.sum())
+            logits, _, aux = qwen3_torch.forward(cfg, P, inputs, document, attention_mask)
             if expert_bias:
-                aux = expert_bias.aux_loss()
+                aux = expert_bias.aux_loss(attention_mask)
             ce_sum = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab), labels.reshape(-1),
                                                        ignore_index=-100, reduction="sum")
             loss = ce_sum / targets
@@ -248,7 +304,7 @@ def main():
 
     with open(spec["out_json"], "w") as f:
         json.dump({"steps": records, "biased_choices": expert_bias.biased_choices if expert_bias else 0,
-                   "document_cuts": cuts}, f, indent=1)
+                   "document_cuts": cuts, "padding": padding}, f, indent=1)
     qwen3_torch.write_safetensors(spec["out_weights"], [(k, params[k].detach()) for k in names])
     return 0
 

@@ -1,5 +1,6 @@
 #include "titan/models/qwen3/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "titan/autograd/autograd.h"
@@ -309,22 +310,43 @@ Tensor Qwen3Model::layer_block(int64_t i, const Tensor& h, const Sequence& seq,
   return outs[0];
 }
 
-Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router) const {
+Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router,
+                            const std::vector<ops::TokenRange>& counted) const {
   std::vector<Tensor> probs;
   std::vector<ops::ExpertIndices> indices;
   for (auto& r : router) {
     probs.push_back(r.probs);
     indices.push_back(r.indices);
   }
-  return ops::moe_aux_loss(probs, indices, args_.num_experts, args_.top_k);
+  return ops::moe_aux_loss(probs, indices, args_.num_experts, args_.top_k, counted);
 }
 
+namespace {
+
+// The tokens of rows of S before their padding, in the flattened [rows x S] tokens every MoE layer
+// routes; none (all of them count) when no row has padding.
+std::vector<ops::TokenRange> tokens_before_padding(const std::vector<int64_t>& lengths, int64_t S) {
+  std::vector<ops::TokenRange> counted;
+  if (std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n == S; })) return counted;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    TITAN_CHECK(lengths[r] >= 0 && lengths[r] <= S, "qwen3: row ", r, " has ", lengths[r],
+                " tokens before its padding, outside [0, ", S, "]");
+    if (lengths[r] > 0) counted.push_back({int64_t(r) * S, int64_t(r) * S + lengths[r]});
+  }
+  TITAN_CHECK(!counted.empty(), "qwen3: every row is padding: no token for the aux loss");
+  return counted;
+}
+
+}  // namespace
+
 LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight,
-                                    double aux_weight, const ops::DocumentSpans& documents) {
+                                    double aux_weight, const RowContents& rows) {
   TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
               "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
   std::vector<RouterStats> router;
-  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, documents);
+  TITAN_CHECK(rows.lengths.empty() || int64_t(rows.lengths.size()) == input_ids.size(0),
+              "qwen3: ", rows.lengths.size(), " row lengths for input_ids ", input_ids.str());
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, rows.documents);
   const int64_t N = h.size(0) * h.size(1);
   LossOutput out;
   {
@@ -335,14 +357,14 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
   }
   out.loss = ce_weight == 1 ? out.ce_loss : ops::scale(out.ce_loss, ce_weight);
   if (args_.is_moe() && args_.output_router_logits) {
-    out.aux_loss = aux_loss(router);
+    out.aux_loss = aux_loss(router, tokens_before_padding(rows.lengths, input_ids.size(1)));
     out.loss = ops::add(out.loss, ops::scale(out.aux_loss.reshape(out.ce_loss.shape()),
                                              args_.router_aux_loss_coef * aux_weight));
   } else if (args_.is_moe()) {
     // Logged only: recorded, its node (holding every layer's [tokens, experts] probabilities) would
     // stay on the tape, unreached by the backward, until the next step's backward pruned it.
     autograd::NoGradGuard logged_only;
-    out.aux_loss = aux_loss(router);
+    out.aux_loss = aux_loss(router, tokens_before_padding(rows.lengths, input_ids.size(1)));
   }
   return out;
 }

@@ -25,6 +25,16 @@ namespace titan::qwen3 {
 
 enum class InitScheme { HuggingFace, Torchtitan };
 
+// What a batch's rows hold besides their token ids (the loader says, data::Batch).
+struct RowContents {
+  // Where attention is cut inside the rows (model.attn_mask_type = "block_causal"); empty: causal
+  // over each whole row.
+  ops::DocumentSpans documents;
+  // Per row, its tokens before the padding; empty: no padding. The MoE aux loss counts these tokens
+  // only, as transformers' load_balancing_loss_func does under an attention_mask.
+  std::vector<int64_t> lengths;
+};
+
 struct LossOutput {
   Tensor loss;            // what backward starts from: ce (+ coef * aux when enabled), weighted
   Tensor ce_loss;         // mean cross-entropy over non-ignored targets
@@ -58,11 +68,10 @@ class Qwen3Model {
   // input_ids, targets: i64 [B, S]; targets are already aligned with positions (the next
   // token), -100 where ignored. `loss` = ce_weight * ce (+ aux_weight * coef * aux when
   // args.output_router_logits): a training step weighs each micro-batch's mean cross-entropy by its
-  // share of the step's targets, and its aux loss by 1 / micro-batches (TrainStep). `documents`:
-  // where attention is cut inside the rows (model.attn_mask_type = "block_causal"); empty: causal
-  // over each whole row.
+  // share of the step's targets, and its aux loss by 1 / micro-batches (TrainStep). `rows`: their
+  // documents and padding.
   LossOutput forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight = 1,
-                          double aux_weight = 1, const ops::DocumentSpans& documents = {});
+                          double aux_weight = 1, const RowContents& rows = {});
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
   // Inference (no gradient is recorded): f32 [B, V] logits of each row's last position only, so
@@ -128,7 +137,9 @@ class Qwen3Model {
   Tensor attention(const Layer& L, const Tensor& x, const Sequence& seq);
   Tensor feed_forward(const Layer& L, const Tensor& x);
   Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
-  Tensor aux_loss(const std::vector<RouterStats>& router) const;
+  // Over the `counted` tokens (ops::moe_aux_loss; empty: all of them).
+  Tensor aux_loss(const std::vector<RouterStats>& router,
+                  const std::vector<ops::TokenRange>& counted = {}) const;
   Tensor w(const nn::Param* p) const;  // parameter in the compute dtype (autograd cast)
   // Whether p's block holds a gathered compute copy (sharded bf16 training), read instead of a cast.
   bool compute_copy_resident(const nn::Param* p) const;

@@ -17,21 +17,6 @@ void check_attention_shape(const AttentionShape& s, const char* who) {
   TITAN_CHECK(s.Hq % s.Hkv == 0, who, ": Hq=", s.Hq, " must be a multiple of Hkv=", s.Hkv);
 }
 
-DocumentSpans documents_ending_with(const Tensor& ids, int64_t end) {
-  TITAN_CHECK(ids.dim() == 2 && ids.dtype() == DType::I64 && ids.device() == Device::CPU,
-              "attention documents: token ids must be i64 [B, S] on the host, got ", ids.str());
-  const Tensor rows = ids.contiguous();
-  const int64_t B = rows.size(0), S = rows.size(1);
-  const int64_t* id = rows.data<int64_t>();
-  DocumentSpans d;
-  for (int64_t b = 0; b < B; ++b) {
-    d.starts.push_back(b * S);
-    for (int64_t t = b * S; t + 1 < (b + 1) * S; ++t)
-      if (id[t] == end) d.starts.push_back(t + 1);
-  }
-  return d;
-}
-
 namespace {
 
 // One kernel call: `rows` rows of `length` tokens from flattened token `first`.

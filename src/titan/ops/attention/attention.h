@@ -34,10 +34,6 @@ struct DocumentSpans {
   std::vector<int64_t> starts;
   bool empty() const { return starts.empty(); }
 };
-// The documents of packed rows `ids` (i64 [B, S] on the host) that end with token `end`, the
-// separator the loader appends to every document: one starts at each row and after each `end`
-// (torchtitan's varlen and flex document masks cut there too).
-DocumentSpans documents_ending_with(const Tensor& ids, int64_t end);
 
 // out = attention of q over k and v, causal within each document of `documents` (whole rows when
 // empty). Each document is its own kernel call on a [1, length, H, D] view of the rows (rows

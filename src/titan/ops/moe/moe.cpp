@@ -95,17 +95,18 @@ void update_expert_bias(Tensor& bias, const Tensor& counts_in, double coeff) {
 }
 
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
-                    int64_t num_experts, int64_t k) {
+                    int64_t num_experts, int64_t k, const std::vector<TokenRange>& counted) {
   std::vector<ExpertIndices> checked;
   for (size_t l = 0; l < indices_per_layer.size(); ++l) {
     const std::string op = "moe_aux_loss: layer " + std::to_string(l);
     checked.push_back(expert_indices(indices_per_layer[l], num_experts, op.c_str()));
   }
-  return moe_aux_loss(probs_per_layer, checked, num_experts, k);
+  return moe_aux_loss(probs_per_layer, checked, num_experts, k, counted);
 }
 
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
-                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k) {
+                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k,
+                    const std::vector<TokenRange>& counted) {
   const int64_t E = num_experts;
   TITAN_CHECK(!probs_per_layer.empty() && probs_per_layer.size() == indices_per_layer.size(),
               "moe_aux_loss: need one probs and one indices tensor per layer, got ", probs_per_layer.size(),
@@ -131,24 +132,47 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
                 "] on ", device_name(device), " to match probs ", p.str());
     TITAN_CHECK(indices_per_layer[l].num_experts() == E, "moe_aux_loss: layer ", l, " indices are over ",
                 indices_per_layer[l].num_experts(), " experts, expected ", E);
+    // Each counted range is one kernel call on its rows.
+    std::vector<TokenRange> ranges = counted;
+    if (counted.empty() && p.size(0) > 0) ranges.push_back({0, p.size(0)});
+    int64_t previous_end = 0;
+    for (const TokenRange& r : ranges) {
+      TITAN_CHECK(r.begin >= previous_end && r.begin < r.end && r.end <= p.size(0), "moe_aux_loss: layer ", l,
+                  " counts tokens [", r.begin, ", ", r.end, ") of ", p.size(0),
+                  ": the ranges must be non-empty, ascending, disjoint and within the tokens");
+      previous_end = r.end;
+    }
     Tensor pc = p.contiguous().detach();
-    kernel.accumulate(ctx, p.size(0), E, k, pc.raw_data(), ix.data<int64_t>(), counts.data<int64_t>(),
-                      psum.data<double>());
-    N += p.size(0);
+    const size_t row_bytes = size_t(E) * dtype_size(dt);
+    for (const TokenRange& r : ranges) {
+      kernel.accumulate(ctx, r.end - r.begin, E, k,
+                        static_cast<const char*>(pc.raw_data()) + size_t(r.begin) * row_bytes,
+                        ix.data<int64_t>() + r.begin * k, counts.data<int64_t>(), psum.data<double>());
+      N += r.end - r.begin;
+    }
     probs.push_back(p);
   }
   TITAN_CHECK(N > 0, "moe_aux_loss: no tokens");
-  // aux = E / N^2 * sum_e count_e * psum_e; d aux / d p[t, e] = E * count_e / N^2.
+  // aux = E / N^2 * sum_e count_e * psum_e; d aux / d p[t, e] = E * count_e / N^2 (0 where not counted).
   const double scale = double(E) / (double(N) * double(N));
   Tensor loss = Tensor::empty({1}, dt, device);
   kernel.finish(ctx, E, scale, counts.data<int64_t>(), psum.data<double>(), loss.raw_data());
   if (autograd::needs_grad(probs)) {
     autograd::record("moe_aux_loss", probs, {&loss}, [=, &kernel](const std::vector<Tensor>& g) {
       Tensor dloss = g[0].to(grad_dtype(dt));
+      const size_t grad_row_bytes = size_t(E) * dtype_size(grad_dtype(dt));
       std::vector<Tensor> grads;
       for (const Tensor& p : probs) {
-        Tensor d = Tensor::empty(p.shape(), grad_dtype(dt), device);
-        kernel.backward(ctx, p.size(0), E, scale, counts.data<int64_t>(), dloss.raw_data(), d.raw_data());
+        if (counted.empty()) {
+          Tensor d = Tensor::empty(p.shape(), grad_dtype(dt), device);
+          kernel.backward(ctx, p.size(0), E, scale, counts.data<int64_t>(), dloss.raw_data(), d.raw_data());
+          grads.push_back(d);
+          continue;
+        }
+        Tensor d = Tensor::zeros(p.shape(), grad_dtype(dt), device);
+        for (const TokenRange& r : counted)
+          kernel.backward(ctx, r.end - r.begin, E, scale, counts.data<int64_t>(), dloss.raw_data(),
+                          static_cast<char*>(d.raw_data()) + size_t(r.begin) * grad_row_bytes);
         grads.push_back(d);
       }
       return grads;

@@ -57,13 +57,20 @@ RouterOutput router_topk(const Tensor& logits, int64_t k, bool renormalize,
 //   aux = E * sum_e (assignments to e / N) * (sum_t p[t, e] / N),  N = total tokens of all layers
 // (a perfectly balanced router gives k; no division by k in this version). probs_per_layer[l] is
 // [T_l, E] (f32 or f64, all the same dtype), indices_per_layer[l] is [T_l, k] over E experts.
-// Returns a scalar (shape [1]) in the probs dtype, summed in f64. Gradient flows to the probs only
-// (the counts are constants, as in transformers).
+// `counted`: the tokens of every layer that count, as ascending disjoint ranges of [0, T_l) (the
+// layers then route the same T tokens); empty: all of them. transformers counts the tokens its
+// attention_mask keeps, which leaves padding out. Returns a scalar (shape [1]) in the probs dtype,
+// summed in f64. Gradient flows to the counted probs only (the counts are constants, as in
+// transformers).
+struct TokenRange {
+  int64_t begin = 0, end = 0;  // [begin, end)
+};
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
-                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k);
+                    const std::vector<ExpertIndices>& indices_per_layer, int64_t num_experts, int64_t k,
+                    const std::vector<TokenRange>& counted = {});
 // The same with i64 [T_l, k] tensors, each checked by expert_indices().
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
-                    int64_t num_experts, int64_t k);
+                    int64_t num_experts, int64_t k, const std::vector<TokenRange>& counted = {});
 
 // x [T, D]; weights [T, k] (x's dtype, or f32 with bf16 x); indices [T, k] over E experts;
 // w_gate, w_up [E, F, D]; w_down [E, D, F] (the torchtitan / transformers-v5 stacked layout).
