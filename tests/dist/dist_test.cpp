@@ -771,30 +771,33 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
   expect_moe_on_two_ranks_like_one("aux_loss", /*one_rank_batch=*/2, /*global=*/4, /*steps=*/4);
 }
 
+// Short conversations of different lengths, as JSONL (the answers' lengths differ, so rows do).
+fs::path write_conversations(const std::string& name) {
+  const fs::path data = tt::temp_dir(name + "_" + std::to_string(getpid())) / "chats.jsonl";
+  std::ofstream out(data);
+  const char* answers[] = {"Yes.",
+                           "The river runs north past the old mill and on to the sea, where the town is.",
+                           "No, not on Sundays.",
+                           "Two.",
+                           "It was built in 1850, burned in 1901 and rebuilt.",
+                           "Paris",
+                           "Because the light bends as it enters the water, the stick looks broken.",
+                           "Blue and green."};
+  for (int i = 0; i < 8; ++i)
+    out << nlohmann::json{{"messages",
+                           {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                            {{"role", "assistant"}, {"content", answers[i]}}}}}
+               .dump()
+        << "\n";
+  return data;
+}
+
 // Conversations (training.chat_field): each rank's rows hold a different number of targets (answers of
 // different lengths, prompts and padding ignored), so the loss and gradient are the mean over every
 // target of the step only when each rank's and micro-batch's mean is weighed by its share: 2 FSDP
 // ranks of 1 row accumulating 2 micro-batches train what one process of 4 rows trains.
 TEST(DataParallel, FsdpRanksAccumulatingConversationsTrainLikeOneRank) {
-  const fs::path data = tt::temp_dir("dist_chat_data_" + std::to_string(getpid())) / "chats.jsonl";
-  {
-    std::ofstream out(data);
-    const char* answers[] = {"Yes.",
-                             "The river runs north past the old mill and on to the sea, where the town is.",
-                             "No, not on Sundays.",
-                             "Two.",
-                             "It was built in 1850, burned in 1901 and rebuilt.",
-                             "Paris",
-                             "Because the light bends as it enters the water, the stick looks broken.",
-                             "Blue and green."};
-    for (int i = 0; i < 8; ++i)
-      out << nlohmann::json{{"messages",
-                             {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
-                              {{"role", "assistant"}, {"content", answers[i]}}}}}
-                 .dump()
-          << "\n";
-  }
-  const Overrides chats = {{"training.dataset_path", data.string()},
+  const Overrides chats = {{"training.dataset_path", write_conversations("dist_chat_data").string()},
                            {"training.chat_field", "messages"},
                            {"training.steps", "4"},
                            {"validation.enable", "false"},
@@ -803,6 +806,33 @@ TEST(DataParallel, FsdpRanksAccumulatingConversationsTrainLikeOneRank) {
   const JobRun two = train("dist_chat_two_" + std::to_string(getpid()), 2, 1,
                            tt::joined(chats, {{"training.global_batch_size", "4"}}));
   expect_same_steps(two, one, 1, 4, "FSDP 2, accumulation 2, conversations");
+}
+
+// Packed conversations on an MoE with the aux loss: each rank takes its rows' documents (attention
+// within each conversation) and padding (left out of the aux loss) from the global batch, so 2 FSDP
+// ranks of 1 row accumulating 2 micro-batches train what one process accumulating the same 4 rows
+// one by one trains (the aux loss is a statistic of each forward's tokens).
+TEST(DataParallel, FsdpRanksOnPackedConversationsOfAnMoeTrainLikeOneRank) {
+  const Overrides packed = {{"training.dataset_path", write_conversations("dist_packed_data").string()},
+                            {"training.chat_field", "messages"},
+                            {"training.pack_conversations", "true"},
+                            {"model.attn_mask_type", "block_causal"},
+                            {"model.flavor", "debugmodel_moe"},
+                            {"model.num_experts", "4"},
+                            {"model.top_k", "2"},
+                            {"model.moe_hidden_dim", "64"},
+                            {"training.load_balance", "aux_loss"},
+                            {"training.global_batch_size", "4"},
+                            {"training.steps", "4"},
+                            {"validation.enable", "false"},
+                            {"checkpoint.enable", "false"}};
+  const JobRun one = train("dist_packed_one_" + std::to_string(getpid()), 0, 1, packed);
+  const JobRun two = train("dist_packed_two_" + std::to_string(getpid()), 2, 1, packed);
+  expect_same_steps(two, one, 1, 4, "FSDP 2, accumulation 2, packed conversations, MoE aux loss");
+  for (int64_t s = 1; s <= 4; ++s)
+    EXPECT_NEAR(two.steps.at(s).at("aux_loss").get<double>(), one.steps.at(s).at("aux_loss").get<double>(),
+                1e-5)
+        << "aux loss at step " << s;
 }
 
 // A dump folder that is not the same folder for every rank (a per-host path on several hosts; here
