@@ -188,6 +188,72 @@ TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
             std::string::npos);
 }
 
+// Packed held-out conversations (training.pack_conversations, block-causal attention) score as each one
+// scored alone in a row of its own: 4 conversations in 2 rows of one batch, the last row ended by the
+// end of the held-out data.
+TEST(Validation, PackedHeldOutConversationsScoreAsEachOneAlone) {
+  const int64_t B = 2, S = 64;
+  const fs::path held_out = tt::temp_dir("validation_packed_" + std::to_string(getpid())) / "held_out.jsonl";
+  std::vector<nlohmann::ordered_json> chats;
+  {
+    std::ofstream out(held_out);
+    for (int i = 0; i < 4; ++i) {
+      nlohmann::ordered_json record = {
+          {"messages",
+           {{{"role", "user"}, {"content", "Name a number near " + std::to_string(i * 13) + "."}},
+            {{"role", "assistant"},
+             {"content", std::string(i % 2 ? "Perhaps " : "") + std::to_string(i * 13 + 1)}}}}};
+      out << record.dump() << "\n";
+      chats.push_back(record);
+    }
+  }
+  JobConfig cfg = tiny_config(tt::temp_dir("validation_packed_run_" + std::to_string(getpid())),
+                              {{"training.chat_field", "messages"},
+                               {"training.pack_conversations", "true"},
+                               {"model.attn_mask_type", "block_causal"},
+                               {"validation.enable", "true"},
+                               {"validation.dataset_path", held_out.string()},
+                               {"validation.steps", "-1"},
+                               {"validation.local_batch_size", std::to_string(B)},
+                               {"validation.seq_len", std::to_string(S)}});
+  data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  qwen3::Qwen3Model model(model_args(cfg), DType::F32);
+  model.initialize(7);
+  const dist::ParallelPlan one_process;
+  dist::ShardedBlocks whole(one_process, model.blocks(), std::vector<bool>(model.blocks().size(), false),
+                            dist::Reshard::AfterForward);
+  Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
+  const ValidationResult r = validator.run(model, whole);
+
+  double ce_sum = 0;
+  int64_t n = 0, tokens = 0;
+  autograd::NoGradGuard no_grad;
+  for (const nlohmann::ordered_json& chat : chats) {
+    const data::ChatTokens t = data::tokenize_chat(tok, data::render_qwen3_chat(chat.at("messages")));
+    const int64_t len = int64_t(t.ids.size());
+    tokens += len;
+    Tensor logits = model.forward_logits(
+        Tensor::from_vector(std::vector<int64_t>(t.ids.begin(), t.ids.end()), {1, len}));  // alone
+    const int64_t V = logits.shape().back();
+    const float* l = logits.data<float>();
+    for (int64_t p = 0; p + 1 < len; ++p) {
+      if (!t.trained[size_t(p + 1)]) continue;
+      double mx = -1e300, sum = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[p * V + v]));
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[p * V + v]) - mx);
+      ce_sum += mx + std::log(sum) - double(l[p * V + t.ids[size_t(p + 1)]]);
+      ++n;
+    }
+  }
+  ASSERT_LE(tokens, B * S) << "the conversations should fit one batch";
+  ASSERT_GT(tokens, S) << "a row should hold several conversations";
+  EXPECT_EQ(r.batches, 1);
+  EXPECT_EQ(r.tokens, n);
+  // The second conversation of a row sits at positions past the first: rotary attention sees only
+  // position differences, so the two agree to rounding.
+  EXPECT_NEAR(r.loss, ce_sum / double(n), 1e-5 * ce_sum / double(n));
+}
+
 TEST(Validation, TheHeldOutStreamSharesNoDocumentWithTheTrainingStream) {
   const std::vector<std::string> val = texts_of(val_file());
   ASSERT_GE(val.size(), 500u) << val_file();

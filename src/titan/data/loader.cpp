@@ -155,8 +155,12 @@ class Packer {
     int64_t* labels = &b.labels[row * S];
     int64_t used = 0;
     while (used < S) {
-      // A conversation that did not fit the row before is still loaded, none of it taken.
-      if (cursor_ == doc_.size() && !load_document()) return false;
+      // A conversation that did not fit the row before is still loaded, none of it taken. The end of
+      // a finite stream (held-out data) ends a row that holds conversations already.
+      if (cursor_ == doc_.size() && !load_document()) {
+        if (used == 0) return false;
+        break;
+      }
       const int64_t n = int64_t(doc_.size());
       if (used > 0 && n > S - used) break;  // the next row starts with it
       if (used > 0) b.document_starts.push_back(row * S + used);
