@@ -24,6 +24,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
+#include "titan/data/chat.h"
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
@@ -492,6 +493,55 @@ TEST(Trainer, AStepWithoutATokenToTrainOnStopsNamingIt) {
   EXPECT_NE(e.find("step 1: no row of the step has a token to train on"), std::string::npos) << e;
   EXPECT_NE(e.find("raise training.seq_len"), std::string::npos) << e;
   EXPECT_TRUE(read_metrics(dump).empty());
+}
+
+// Conversation rows are padded after their last conversation: each step logs the share of its
+// positions that is padding (tokens/s counts them), here against the conversations' own lengths;
+// packed rows have less of it, and text steps none.
+TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
+  const fs::path data = tt::temp_dir("trainer_padding_data_" + std::to_string(getpid())) / "chats.jsonl";
+  const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  std::vector<int64_t> lengths;
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 8; ++i) {
+      const nlohmann::ordered_json messages = {
+          {{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+          {{"role", "assistant"}, {"content", std::string(size_t(1 + 9 * i), 'x')}}};
+      out << nlohmann::json{{"messages", messages}}.dump() << "\n";
+      lengths.push_back(int64_t(data::tokenize_chat(tok, data::render_qwen3_chat(messages)).ids.size()));
+    }
+  }
+  const int64_t S = 64, B = 2;
+  const tt::Overrides chats = {{"training.dataset_path", data.string()},
+                               {"training.chat_field", "messages"},
+                               {"training.seq_len", std::to_string(S)},
+                               {"training.local_batch_size", std::to_string(B)},
+                               {"training.steps", "3"},
+                               {"validation.enable", "false"},
+                               {"checkpoint.enable", "false"}};
+  const fs::path one_each = tt::temp_dir("trainer_padding_rows_" + std::to_string(getpid()));
+  run_training(tiny_config(one_each, chats));
+  const std::vector<nlohmann::json> rows = read_metrics(one_each);
+  ASSERT_EQ(rows.size(), 3u);
+  for (int64_t step = 0; step < 3; ++step) {
+    int64_t padding = 0;
+    for (int64_t row = 0; row < B; ++row) padding += S - std::min(S, lengths[size_t(step * B + row)]);
+    EXPECT_NEAR(rows[size_t(step)].at("padding_pct").get<double>(), 100.0 * double(padding) / double(B * S),
+                1e-9)
+        << "step " << step + 1;
+  }
+
+  const fs::path packed = tt::temp_dir("trainer_padding_packed_" + std::to_string(getpid()));
+  run_training(tiny_config(packed, tt::joined(chats, {{"training.pack_conversations", "true"},
+                                                      {"model.attn_mask_type", "block_causal"}})));
+  const std::vector<nlohmann::json> packed_rows = read_metrics(packed);
+  ASSERT_EQ(packed_rows.size(), 3u);
+  EXPECT_LT(packed_rows[0].at("padding_pct").get<double>(), rows[0].at("padding_pct").get<double>());
+
+  const fs::path text = tt::temp_dir("trainer_padding_text_" + std::to_string(getpid()));
+  run_training(tiny_config(text, {{"training.steps", "1"}, {"validation.enable", "false"}}));
+  EXPECT_FALSE(read_metrics(text).at(0).contains("padding_pct"));
 }
 
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan

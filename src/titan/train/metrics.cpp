@@ -192,6 +192,7 @@ void StepMeter::begin_step() {
   comm_bytes_ = -1;
   comm_seconds_ = 0;
   batch_hash_ = 0;
+  padding_pct_ = -1;
 }
 
 void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
@@ -223,6 +224,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.tflops = m.tps * flops_per_token_ / 1e12;
   m.mfu = 100.0 * m.tflops / peak_tflops_;
   m.step_seconds = dt;
+  m.padding_pct = padding_pct_;
   m.warmup = first_;
   if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
   if (batch_hash_) {
@@ -283,7 +285,9 @@ void MetricsLogger::log(const StepMetrics& m) {
     std::snprintf(reserved, sizeof reserved, "  reserved: %.2fGiB", m.memory_reserved_gib);
   char comm[96] = "";
   if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
-  std::printf("%s%s%s%s\n", line, reserved, comm,
+  char padding[32] = "";
+  if (m.padding_pct >= 0) std::snprintf(padding, sizeof padding, "  padding: %.1f%%", m.padding_pct);
+  std::printf("%s%s%s%s%s\n", line, reserved, comm, padding,
               m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
   if (m.val_loss >= 0)
     std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
@@ -293,6 +297,7 @@ void MetricsLogger::log(const StepMetrics& m) {
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (m.padding_pct >= 0) j["padding_pct"] = m.padding_pct;
   if (m.memory_reserved_gib >= 0) j["memory_reserved_gib"] = m.memory_reserved_gib;
   if (!m.batch_hash.empty()) j["batch_hash"] = m.batch_hash;
   if (m.comm_mib >= 0) {

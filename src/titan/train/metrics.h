@@ -9,6 +9,8 @@
 // comm     = data-parallel runs: bytes this rank sent, and seconds inside communication calls
 // memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
 //            the start of every step), and its share of the machine's physical memory
+// padding  = conversations only: the share of the step's positions that are padding (tps counts
+//            them: the work done)
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -38,6 +40,7 @@ struct StepMetrics {
   // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the
   // seconds it spent inside communication calls (what compute did not hide).
   double comm_mib = -1, comm_seconds = -1;
+  double padding_pct = -1;  // conversations only (< 0: absent)
   std::string batch_hash;  // hex FNV-1a of the step's token ids (empty: not reported)
   bool warmup = false;  // the first step of a run (includes one-time set-up costs)
 };
@@ -96,6 +99,8 @@ class StepMeter {
   void add_communication(int64_t bytes_sent, double seconds);
   // The hash of the step's token ids (StepResult::batch_hash), logged with it in metrics.jsonl.
   void set_batch_hash(uint64_t hash) { batch_hash_ = hash; }
+  // The share of the step's positions that are padding, in percent (conversations' rows).
+  void set_padding_pct(double pct) { padding_pct_ = pct; }
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
   // training step's alone); its result is logged as val_loss, and the step is logged whatever log_freq.
@@ -120,6 +125,7 @@ class StepMeter {
   bool first_ = true;
   int64_t comm_bytes_ = -1;  // < 0: no communication reported for the step in hand
   uint64_t batch_hash_ = 0;  // 0: none reported
+  double padding_pct_ = -1;  // < 0: none reported
   std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;

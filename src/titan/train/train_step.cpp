@@ -154,6 +154,8 @@ StepResult TrainStep::run(TrainState& s) const {
   r.lr = s.schedule.lr(step - 1);
   apply_update(s.model, s.optimizer, plan_, r.lr, step, max_norm_, g, expert_bias_coeff_);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
+  for (const data::Batch& batch : batches)
+    for (int64_t length : batch.lengths) r.padding += seq_len_ - length;
   s.tokens_seen += r.tokens;
   r.loss = g.loss;
   r.aux_loss = g.aux_loss;

@@ -20,7 +20,8 @@ struct StepResult {
   double aux_loss = -1;  // MoE aux loss, mean over the micro-batches and ranks (< 0: dense model)
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
-  int64_t tokens = 0;  // input tokens of the step, over all data-parallel ranks
+  int64_t tokens = 0;   // input tokens of the step, over all data-parallel ranks
+  int64_t padding = 0;  // of those, the positions after a row's last conversation
   // FNV-1a of the token ids of the step's global micro-batches (every rank reads them whole): equal
   // for the same samples in the same order whatever the number of ranks, so a resumed or resharded
   // run shows that no sample was skipped or repeated.

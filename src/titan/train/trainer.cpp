@@ -310,6 +310,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       epoch_explained = true;
     }
     meter.set_batch_hash(r.batch_hash);
+    if (!cfg.training.chat_field.empty()) meter.set_padding_pct(100.0 * double(r.padding) / double(r.tokens));
+    summary.padding += r.padding;
+    summary.step_tokens += r.tokens;
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
@@ -352,9 +355,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (epoch > 0)
     say("data: the stream ended in epoch %lu: the dataset was read through %s",
         static_cast<unsigned long>(epoch), counted(int64_t(epoch), "time").c_str());
-  say("summary: %s (last step %ld)%s, %s, %s, %ld tokens, %.1f s%s",
+  // Conversations: how much of this invocation's steps was padding (the tokens/s above count it).
+  char padding[64] = "";
+  if (!cfg.training.chat_field.empty() && summary.steps_run > 0)
+    std::snprintf(padding, sizeof padding, " (this run's steps %.1f%% padding)",
+                  100.0 * double(summary.padding) / double(summary.step_tokens));
+  say("summary: %s (last step %ld)%s, %s, %s, %ld tokens%s, %.1f s%s",
       counted(summary.steps_run, "step").c_str(), long(summary.last_step),
-      summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens),
+      summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens), padding,
       summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
   if (!logger.write_failure().empty()) say("warning: metrics: %s", logger.write_failure().c_str());
   return summary;

@@ -18,6 +18,8 @@ struct TrainSummary {
   double sustained_tps = 0;    // warm-up step excluded
   double sustained_mfu = 0;    // percent
   int64_t tokens = 0;          // tokens seen over the whole run (across resumes)
+  int64_t padding = 0;         // conversations: padding positions in this invocation's steps
+  int64_t step_tokens = 0;     // positions in this invocation's steps (padding included)
   double seconds = 0;
   bool interrupted = false;    // stopped by a signal (a checkpoint was saved)
 };
