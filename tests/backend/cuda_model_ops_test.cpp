@@ -199,6 +199,23 @@ TEST(CudaModelOps, UpdateExpertBiasIsTheCpusBits) {
     }
 }
 
+// The expert counts of the tokens before the padding (what the expert bias balances in padded
+// conversation rows) on the GPU: the CPU's, for all tokens and for ranges.
+TEST(CudaModelOps, ExpertCountsOfCountedTokensAreTheCpus) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t E = 64, k = 4, T = 1000;
+  std::vector<int64_t> v(size_t(T * k));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t((i * 2654435761u) % size_t(E));
+  const Tensor idx = Tensor::from_vector(v, {T, k});
+  const ops::ExpertIndices cpu = ops::expert_indices(idx, E), gpu = ops::expert_indices(idx.to(kCuda), E);
+  for (const std::vector<ops::TokenRange>& counted :
+       std::vector<std::vector<ops::TokenRange>>{{}, {{0, 700}}, {{3, 4}, {100, 512}, {999, 1000}}}) {
+    const Tensor got = ops::expert_counts(gpu, counted);
+    EXPECT_EQ(got.device(), kCuda);
+    EXPECT_EQ(got.to(Device::CPU).to_vector(), ops::expert_counts(cpu, counted).to_vector());
+  }
+}
+
 // ops::normal_init on the GPU runs the CPU's arithmetic, so a random init is the same bits on both:
 // whole models under both schemes (torchtitan's truncates the output at 3 std, norms are ones) and a
 // rank's slices of a born-sharded one (slices that start inside a parameter and inside a normal

@@ -226,6 +226,29 @@ TEST(MoeAuxLoss, CountedTokensFollowTheMaskedFormula) {
   }
 }
 
+// The assignments per expert of the counted tokens only (what the expert bias balances when some
+// tokens are padding), against a histogram here; all tokens without ranges.
+TEST(ExpertCounts, CountTheAssignmentsOfTheCountedTokens) {
+  const int64_t E = 5, k = 2, T = 9;
+  std::vector<int64_t> v(size_t(T * k));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t((i * 7 + i / 3) % size_t(E));
+  const ops::ExpertIndices routed = ops::expert_indices(Tensor::from_vector(v, {T, k}), E);
+  for (const std::vector<ops::TokenRange>& counted :
+       std::vector<std::vector<ops::TokenRange>>{{}, {{0, 4}}, {{2, 3}, {5, 9}}}) {
+    std::vector<int64_t> want(size_t(E), 0);
+    for (int64_t t = 0; t < T; ++t) {
+      bool in = counted.empty();
+      for (const ops::TokenRange& r : counted) in = in || (t >= r.begin && t < r.end);
+      for (int64_t j = 0; j < k && in; ++j) ++want[size_t(v[size_t(t * k + j)])];
+    }
+    std::vector<int64_t> got;
+    for (double c : ops::expert_counts(routed, counted).to_vector()) got.push_back(int64_t(c));
+    EXPECT_EQ(got, want);
+  }
+  const std::string m = error_of([&] { ops::expert_counts(routed, {{3, 10}}); });
+  EXPECT_NE(m.find("expert_counts: counts tokens [3, 10) of 9"), std::string::npos) << m;
+}
+
 TEST(MoeAuxLoss, BalancedRouterGivesK) {
   // Uniform probabilities and every expert chosen equally often: aux = E * E * (k/E) * (1/E) = k.
   const int64_t E = 4, k = 2, T = 6;

@@ -202,6 +202,24 @@ Tensor Qwen3Model::w(const nn::Param* p) const {
 
 // ---------------------------------------------------------------- forward
 
+namespace {
+
+// The tokens of rows of S before their padding, in the flattened [rows x S] tokens every MoE layer
+// routes; none (all of them count) when no row has padding.
+std::vector<ops::TokenRange> tokens_before_padding(const std::vector<int64_t>& lengths, int64_t S) {
+  std::vector<ops::TokenRange> counted;
+  if (std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n == S; })) return counted;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    TITAN_CHECK(lengths[r] >= 0 && lengths[r] <= S, "qwen3: row ", r, " has ", lengths[r],
+                " tokens before its padding, outside [0, ", S, "]");
+    if (lengths[r] > 0) counted.push_back({int64_t(r) * S, int64_t(r) * S + lengths[r]});
+  }
+  TITAN_CHECK(!counted.empty(), "qwen3: every row is padding: no token for the aux loss");
+  return counted;
+}
+
+}  // namespace
+
 Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Sequence& seq) {
   kernels::ModuleScope scope("attention");
   const int64_t B = x.size(0), S = x.size(1), hd = args_.head_dim;
@@ -219,7 +237,8 @@ Tensor Qwen3Model::feed_forward(const Layer& L, const Tensor& x) {
   return ops::linear(ops::swiglu(ops::linear(x, w(L.w1)), ops::linear(x, w(L.w3))), w(L.w2));
 }
 
-Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router) {
+Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, const Sequence& seq,
+                       std::vector<RouterStats>* router) {
   kernels::ModuleScope scope("moe");
   const int64_t B = x.size(0), S = x.size(1), D = args_.dim;
   Tensor flat = x.reshape({B * S, D});
@@ -228,7 +247,8 @@ Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, std::vect
   ops::RouterOutput r = ops::router_topk(logits, args_.top_k, args_.norm_topk_prob, bias);
   if (router) router->push_back({r.probs, r.indices});
   if (last_counts_.size() < size_t(args_.n_layers)) last_counts_.resize(size_t(args_.n_layers));
-  last_counts_[size_t(layer)] = r.counts;
+  // What the expert bias balances: the real tokens' assignments (the router counted every token).
+  last_counts_[size_t(layer)] = seq.counted->empty() ? r.counts : ops::expert_counts(r.indices, *seq.counted);
   Tensor y = ops::moe_experts(flat, r.weights, r.indices, w(L.e_w1), w(L.e_w3), w(L.e_w2));
   return y.reshape({B, S, D});
 }
@@ -239,19 +259,23 @@ Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Sequence& 
   kernels::ModuleScope scope("layers." + std::to_string(i));
   Tensor h = ops::add(h_in, attention(L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), seq));
   Tensor x = ops::rms_norm(h, w(L.ffn_norm), args_.norm_eps);
-  return ops::add(h, L.moe ? moe(i, L, x, router) : feed_forward(L, x));
+  return ops::add(h, L.moe ? moe(i, L, x, seq, router) : feed_forward(L, x));
 }
 
 Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                                 const ops::DocumentSpans& documents) {
+                                 const RowContents& rows) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
               input_ids.str());
   const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
   // Positions run on across documents, as torchtitan's block-causal training does.
-  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_),
-                     std::make_shared<const ops::DocumentSpans>(documents)};
+  TITAN_CHECK(rows.lengths.empty() || int64_t(rows.lengths.size()) == input_ids.size(0),
+              "qwen3: ", rows.lengths.size(), " row lengths for input_ids ", input_ids.str());
+  const Sequence seq{
+      ops::sequential_positions(input_ids.size(0), S, device_),
+      std::make_shared<const ops::DocumentSpans>(rows.documents),
+      std::make_shared<const std::vector<ops::TokenRange>>(tokens_before_padding(rows.lengths, S))};
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -321,32 +345,13 @@ Tensor Qwen3Model::aux_loss(const std::vector<RouterStats>& router,
   return ops::moe_aux_loss(probs, indices, args_.num_experts, args_.top_k, counted);
 }
 
-namespace {
-
-// The tokens of rows of S before their padding, in the flattened [rows x S] tokens every MoE layer
-// routes; none (all of them count) when no row has padding.
-std::vector<ops::TokenRange> tokens_before_padding(const std::vector<int64_t>& lengths, int64_t S) {
-  std::vector<ops::TokenRange> counted;
-  if (std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n == S; })) return counted;
-  for (size_t r = 0; r < lengths.size(); ++r) {
-    TITAN_CHECK(lengths[r] >= 0 && lengths[r] <= S, "qwen3: row ", r, " has ", lengths[r],
-                " tokens before its padding, outside [0, ", S, "]");
-    if (lengths[r] > 0) counted.push_back({int64_t(r) * S, int64_t(r) * S + lengths[r]});
-  }
-  TITAN_CHECK(!counted.empty(), "qwen3: every row is padding: no token for the aux loss");
-  return counted;
-}
-
-}  // namespace
-
 LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targets, double ce_weight,
                                     double aux_weight, const RowContents& rows) {
   TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
               "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
   std::vector<RouterStats> router;
-  TITAN_CHECK(rows.lengths.empty() || int64_t(rows.lengths.size()) == input_ids.size(0),
-              "qwen3: ", rows.lengths.size(), " row lengths for input_ids ", input_ids.str());
-  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, rows.documents);
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, rows);
+  const std::vector<ops::TokenRange> counted = tokens_before_padding(rows.lengths, input_ids.size(1));
   const int64_t N = h.size(0) * h.size(1);
   LossOutput out;
   {
@@ -357,14 +362,14 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
   }
   out.loss = ce_weight == 1 ? out.ce_loss : ops::scale(out.ce_loss, ce_weight);
   if (args_.is_moe() && args_.output_router_logits) {
-    out.aux_loss = aux_loss(router, tokens_before_padding(rows.lengths, input_ids.size(1)));
+    out.aux_loss = aux_loss(router, counted);
     out.loss = ops::add(out.loss, ops::scale(out.aux_loss.reshape(out.ce_loss.shape()),
                                              args_.router_aux_loss_coef * aux_weight));
   } else if (args_.is_moe()) {
     // Logged only: recorded, its node (holding every layer's [tokens, experts] probabilities) would
     // stay on the tape, unreached by the backward, until the next step's backward pruned it.
     autograd::NoGradGuard logged_only;
-    out.aux_loss = aux_loss(router, tokens_before_padding(rows.lengths, input_ids.size(1)));
+    out.aux_loss = aux_loss(router, counted);
   }
   return out;
 }

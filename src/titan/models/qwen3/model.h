@@ -98,7 +98,8 @@ class Qwen3Model {
   // scores for expert selection only. Enabled when non-empty.
   std::vector<Tensor>& expert_bias() { return expert_bias_; }
   void enable_expert_bias();
-  // Tokens routed to each expert in the last forward, per layer (i64 [E]; undefined for dense layers).
+  // Tokens routed to each expert in the last forward, per layer (i64 [E]; undefined for dense layers);
+  // padding (RowContents::lengths) not counted.
   const std::vector<Tensor>& last_expert_counts() const { return last_counts_; }
   // The balancing policy, applied once per optimizer step: every expert's bias moves by `coeff`
   // towards balance, up when the expert received fewer tokens than the mean of its layer in
@@ -123,20 +124,23 @@ class Qwen3Model {
     ops::ExpertIndices indices;
   };
 
-  // What every layer of one forward reads besides the hidden states: the rope positions and the
-  // documents attention is cut into (shared with the recomputes of checkpointed layers).
+  // What every layer of one forward reads besides the hidden states: the rope positions, the
+  // documents attention is cut into, and the tokens that are not padding (the expert counts')
+  // (shared with the recomputes of checkpointed layers).
   struct Sequence {
     ops::RopePositions positions;
     std::shared_ptr<const ops::DocumentSpans> documents;
+    std::shared_ptr<const std::vector<ops::TokenRange>> counted;  // empty: every token
   };
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                       const ops::DocumentSpans& documents = {});
+                       const RowContents& rows = {});
   // One layer, recomputed in backward when activation checkpointing covers it.
   Tensor layer_block(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
   Tensor layer_forward(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
   Tensor attention(const Layer& L, const Tensor& x, const Sequence& seq);
   Tensor feed_forward(const Layer& L, const Tensor& x);
-  Tensor moe(int64_t layer, const Layer& L, const Tensor& x, std::vector<RouterStats>* router);
+  Tensor moe(int64_t layer, const Layer& L, const Tensor& x, const Sequence& seq,
+             std::vector<RouterStats>* router);
   // Over the `counted` tokens (ops::moe_aux_loss; empty: all of them).
   Tensor aux_loss(const std::vector<RouterStats>& router,
                   const std::vector<ops::TokenRange>& counted = {}) const;

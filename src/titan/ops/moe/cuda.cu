@@ -1438,6 +1438,15 @@ void router_backward_entry(const KernelContext& ctx, int64_t T, int64_t E, int64
                   static_cast<float*>(dlogits));
 }
 
+// Adds to counts (unlike moe_count_experts, which clears them first).
+void moe_add_expert_counts(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices,
+                           int64_t* counts) {
+  if (n == 0) return;
+  count_kernel<<<grid_for(n), 256, 0, stream_of(ctx)>>>(n, E, indices, false,
+                                                        reinterpret_cast<unsigned long long*>(counts));
+  check_launch("moe (cuda): expert counts");
+}
+
 void aux_accumulate_entry(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, const void* probs,
                           const int64_t* indices, int64_t* counts, double* psum) {
   moe_aux_accumulate(ctx, T, E, k, static_cast<const float*>(probs), indices, counts, psum);
@@ -1482,6 +1491,11 @@ const bool moe_aux_loss_kernels_registered = kernels::register_kernels(
       "device counts and f64 column sums over layers; loss and gradient read no host data",
       ops::MoeAuxLossKernel{aux_accumulate_entry, aux_finish_entry, aux_backward_entry}}},
     kernel_available);
+const bool expert_counts_kernels_registered =
+    kernels::register_kernels("expert_counts", Device::CUDA,
+                              {{DType::I64, "default", "device histogram (atomic adds), no host read",
+                                ops::ExpertCountKernel{moe_add_expert_counts}}},
+                              kernel_available);
 const bool update_expert_bias_kernels_registered = kernels::register_kernels(
     "update_expert_bias", Device::CUDA,
     {{DType::F32, "default", "one thread in expert order (bit-identical to the CPU), no host read",

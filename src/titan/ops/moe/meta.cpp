@@ -78,6 +78,9 @@ const bool router_topk_registered =
     kernels::register_meta_kernel("router_topk", {DType::F32, DType::BF16, DType::F64}, router_meta);
 const bool moe_aux_loss_registered =
     kernels::register_meta_kernel("moe_aux_loss", {DType::F32, DType::F64}, moe_aux_loss_meta);
+const bool expert_counts_registered = kernels::register_meta_kernel(
+    "expert_counts", {DType::I64},
+    ExpertCountKernel{[](const KernelContext&, int64_t, int64_t, const int64_t*, int64_t*) {}});
 const ExpertBiasKernel expert_bias_meta{
     [](const KernelContext&, int64_t, int64_t, const int64_t*, double, float*) {}};
 const bool update_expert_bias_registered =

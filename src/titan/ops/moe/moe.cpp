@@ -94,6 +94,37 @@ void update_expert_bias(Tensor& bias, const Tensor& counts_in, double coeff) {
               bias.data<float>());
 }
 
+namespace {
+
+// `counted` as moe_aux_loss and expert_counts take it, checked against T tokens; empty: all of them.
+std::vector<TokenRange> counted_ranges(const std::vector<TokenRange>& counted, int64_t T,
+                                       const std::string& op) {
+  std::vector<TokenRange> ranges = counted;
+  if (counted.empty() && T > 0) ranges.push_back({0, T});
+  int64_t previous_end = 0;
+  for (const TokenRange& r : ranges) {
+    TITAN_CHECK(r.begin >= previous_end && r.begin < r.end && r.end <= T, op, " counts tokens [", r.begin,
+                ", ", r.end, ") of ", T,
+                ": the ranges must be non-empty, ascending, disjoint and within the tokens");
+    previous_end = r.end;
+  }
+  return ranges;
+}
+
+}  // namespace
+
+Tensor expert_counts(const ExpertIndices& routed, const std::vector<TokenRange>& counted) {
+  const Tensor& indices = routed.tensor();
+  TITAN_CHECK(indices.dim() == 2, "expert_counts: indices must be [T, k], got ", indices.str());
+  const int64_t k = indices.size(1), E = routed.num_experts();
+  const auto& kernel = kernels::kernel_for<ExpertCountKernel>("expert_counts", indices.device(), DType::I64);
+  const KernelContext ctx = device_services(indices.device()).context();
+  Tensor counts = Tensor::zeros({E}, DType::I64, indices.device());
+  for (const TokenRange& r : counted_ranges(counted, indices.size(0), "expert_counts:"))
+    kernel.add(ctx, (r.end - r.begin) * k, E, indices.data<int64_t>() + r.begin * k, counts.data<int64_t>());
+  return counts;
+}
+
 Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer, const std::vector<Tensor>& indices_per_layer,
                     int64_t num_experts, int64_t k, const std::vector<TokenRange>& counted) {
   std::vector<ExpertIndices> checked;
@@ -133,15 +164,8 @@ Tensor moe_aux_loss(const std::vector<Tensor>& probs_per_layer,
     TITAN_CHECK(indices_per_layer[l].num_experts() == E, "moe_aux_loss: layer ", l, " indices are over ",
                 indices_per_layer[l].num_experts(), " experts, expected ", E);
     // Each counted range is one kernel call on its rows.
-    std::vector<TokenRange> ranges = counted;
-    if (counted.empty() && p.size(0) > 0) ranges.push_back({0, p.size(0)});
-    int64_t previous_end = 0;
-    for (const TokenRange& r : ranges) {
-      TITAN_CHECK(r.begin >= previous_end && r.begin < r.end && r.end <= p.size(0), "moe_aux_loss: layer ", l,
-                  " counts tokens [", r.begin, ", ", r.end, ") of ", p.size(0),
-                  ": the ranges must be non-empty, ascending, disjoint and within the tokens");
-      previous_end = r.end;
-    }
+    const std::vector<TokenRange> ranges =
+        counted_ranges(counted, p.size(0), "moe_aux_loss: layer " + std::to_string(l));
     Tensor pc = p.contiguous().detach();
     const size_t row_bytes = size_t(E) * dtype_size(dt);
     for (const TokenRange& r : ranges) {

@@ -94,6 +94,11 @@ Tensor moe_experts(const Tensor& x, const Tensor& weights, const Tensor& indices
 // micro-batch of the step, summed over ranks).
 void update_expert_bias(Tensor& bias, const Tensor& counts, double coeff);
 
+// The assignments per expert (i64 [E], on the indices' device, no host read) of the `counted`
+// tokens of `indices` [T, k] (ascending disjoint ranges of [0, T), as moe_aux_loss takes them):
+// what the expert bias balances when some tokens are padding.
+Tensor expert_counts(const ExpertIndices& indices, const std::vector<TokenRange>& counted);
+
 struct MoeDims {
   int64_t T, D, F, E, k;
 };
@@ -115,6 +120,11 @@ struct RouterKernel {
   void (*backward)(const KernelContext& ctx, int64_t T, int64_t E, int64_t k, bool renormalize,
                    const void* probs, const int64_t* indices, const void* dweights, const void* dprobs,
                    void* dlogits);
+};
+
+// Expert counts, registered under i64 (the indices): adds the experts of n assignments to counts [E].
+struct ExpertCountKernel {
+  void (*add)(const KernelContext& ctx, int64_t n, int64_t E, const int64_t* indices, int64_t* counts);
 };
 
 // The aux loss, registered per probs dtype (f32, f64); A = that dtype.

@@ -156,6 +156,14 @@ void expert_bias_ref(const KernelContext&, int64_t M, int64_t E, const int64_t* 
   for (int64_t e = 0; e < E; ++e) bias[e] = bias[e] + float(delta[size_t(e)] - delta_mean);
 }
 
+void expert_count_ref(const KernelContext&, int64_t n, int64_t E, const int64_t* indices, int64_t* counts) {
+  for (int64_t i = 0; i < n; ++i) ++counts[indices[i]];
+}
+
+const bool expert_counts_kernels_registered = kernels::register_kernels(
+    "expert_counts", Device::CPU,
+    {{DType::I64, "reference", "serial histogram", ExpertCountKernel{expert_count_ref}}});
+
 const bool update_expert_bias_kernels_registered = kernels::register_kernels(
     "update_expert_bias", Device::CPU,
     {{DType::F32, "reference", "serial: i64 loads, f64 means in expert order, one f32 add per expert",
