@@ -106,6 +106,42 @@ TEST(Loader, TextDocumentsStartAtEveryRowAndAfterEveryEos) {
   EXPECT_GT(inside, 10) << "rows should hold several documents";
 }
 
+// A separator that also occurs inside documents ("\n" between the lines of a record) cuts there
+// too, as torchtitan's document mask cuts at every separator token.
+TEST(Loader, ASeparatorInsideADocumentStartsASpanToo) {
+  const int32_t newline = qwen3_tokenizer().encode("\n").at(0);
+  std::vector<std::string> docs;
+  for (int i = 0; i < 12; ++i)
+    docs.push_back("Line one of record " + std::to_string(i) + "\nLine two\nAnd a third line here");
+  auto dir = write_docs("loader_starts_newline", docs);
+  std::vector<int32_t> stream;
+  std::vector<bool> appended;  // per stream token: the separator the loader appends to a document
+  for (const std::string& d : docs) {
+    for (int32_t id : qwen3_tokenizer().encode(d)) stream.push_back(id), appended.push_back(false);
+    stream.push_back(newline);
+    appended.push_back(true);
+  }
+  const int64_t S = 32, B = 2;
+  TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B, .eos_id = newline},
+                     qwen3_tokenizer());
+  int64_t inside_documents = 0;
+  for (int64_t i = 0; (i + 1) * B * (S + 1) <= int64_t(stream.size()); ++i) {
+    const Batch b = loader.next();
+    std::vector<int64_t> want;
+    for (int64_t r = 0; r < B; ++r) {
+      const int64_t w = (i * B + r) * (S + 1);
+      want.push_back(r * S);
+      for (int64_t t = 1; t < S; ++t)
+        if (stream[size_t(w + t - 1)] == newline) {
+          want.push_back(r * S + t);
+          inside_documents += !appended[size_t(w + t - 1)];
+        }
+    }
+    EXPECT_EQ(b.document_starts, want) << "batch " << i;
+  }
+  EXPECT_GT(inside_documents, 6) << "the lines' newlines should cut inside the records";
+}
+
 TEST(Loader, RanksGetDisjointShares) {
   auto docs = make_docs(40);
   auto dir = write_docs("loader_ranks", docs);
@@ -377,6 +413,11 @@ TEST(Loader, PackedConversationsRestoreExactly) {
     batches.push_back(reference.next());
     states.push_back(reference.state());
   }
+  // A batch whose last row has padding closed it because the next conversation did not fit: that
+  // one waited, loaded, for the next batch.
+  int64_t waited = 0;
+  for (size_t k = 0; k + 1 < batches.size(); ++k) waited += batches[k].lengths.back() < 48;
+  EXPECT_GT(waited, 0) << "some conversation should wait for the next batch";
   for (size_t k = 1; k < batches.size(); ++k) {
     TokenLoader resumed(config, qwen3_tokenizer());
     resumed.restore(states[k]);
@@ -385,6 +426,7 @@ TEST(Loader, PackedConversationsRestoreExactly) {
       ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
       ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
       ASSERT_EQ(b.document_starts, batches[i].document_starts) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.lengths, batches[i].lengths) << "restored at " << k << ", batch " << i;
     }
   }
 }

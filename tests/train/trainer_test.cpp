@@ -520,24 +520,35 @@ TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
                                {"training.steps", "3"},
                                {"validation.enable", "false"},
                                {"checkpoint.enable", "false"}};
+  // Each row's tokens: one conversation each, or (packed) every next one that still fits whole.
+  auto expect_padding = [&](const fs::path& dump, const TrainSummary& summary, bool packed) {
+    const std::vector<nlohmann::json> steps = read_metrics(dump);
+    ASSERT_EQ(steps.size(), 3u);
+    size_t next = 0;
+    int64_t total = 0;
+    for (int64_t step = 0; step < 3; ++step) {
+      int64_t padding = 0;
+      for (int64_t row = 0; row < B; ++row) {
+        int64_t used = std::min(S, lengths[next++ % lengths.size()]);
+        while (packed && used + lengths[next % lengths.size()] <= S) used += lengths[next++ % lengths.size()];
+        padding += S - used;
+      }
+      total += padding;
+      EXPECT_NEAR(steps[size_t(step)].at("padding_pct").get<double>(),
+                  100.0 * double(padding) / double(B * S), 1e-9)
+          << (packed ? "packed" : "one per row") << ", step " << step + 1;
+    }
+    EXPECT_EQ(summary.padding, total);
+    EXPECT_EQ(summary.step_tokens, 3 * B * S);
+  };
   const fs::path one_each = tt::temp_dir("trainer_padding_rows_" + std::to_string(getpid()));
-  run_training(tiny_config(one_each, chats));
-  const std::vector<nlohmann::json> rows = read_metrics(one_each);
-  ASSERT_EQ(rows.size(), 3u);
-  for (int64_t step = 0; step < 3; ++step) {
-    int64_t padding = 0;
-    for (int64_t row = 0; row < B; ++row) padding += S - std::min(S, lengths[size_t(step * B + row)]);
-    EXPECT_NEAR(rows[size_t(step)].at("padding_pct").get<double>(), 100.0 * double(padding) / double(B * S),
-                1e-9)
-        << "step " << step + 1;
-  }
-
+  expect_padding(one_each, run_training(tiny_config(one_each, chats)), false);
   const fs::path packed = tt::temp_dir("trainer_padding_packed_" + std::to_string(getpid()));
-  run_training(tiny_config(packed, tt::joined(chats, {{"training.pack_conversations", "true"},
-                                                      {"model.attn_mask_type", "block_causal"}})));
-  const std::vector<nlohmann::json> packed_rows = read_metrics(packed);
-  ASSERT_EQ(packed_rows.size(), 3u);
-  EXPECT_LT(packed_rows[0].at("padding_pct").get<double>(), rows[0].at("padding_pct").get<double>());
+  expect_padding(
+      packed,
+      run_training(tiny_config(packed, tt::joined(chats, {{"training.pack_conversations", "true"},
+                                                          {"model.attn_mask_type", "block_causal"}}))),
+      true);
 
   const fs::path text = tt::temp_dir("trainer_padding_text_" + std::to_string(getpid()));
   run_training(tiny_config(text, {{"training.steps", "1"}, {"validation.enable", "false"}}));

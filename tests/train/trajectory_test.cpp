@@ -378,6 +378,19 @@ TEST(Trajectory, PackedChatFineTuningOfAnMoeFollowsPyTorchStepByStep) {
   run_case(c);
 }
 
+// The same packed conversations on an MoE balanced by torchtitan's expert bias: the loads that move
+// the bias count each row's conversations, not its padding.
+TEST(Trajectory, PackedChatFineTuningOfAnMoeWithTheExpertBiasFollowsPyTorchStepByStep) {
+  Case c{"packed_eb", tiny_args(true), 10, 96, 2, 4, 14, "linear", -1, 0.5};
+  c.args.max_seq_len = c.seq_len;
+  c.chat = true;
+  c.packed = true;
+  c.block_causal = true;
+  c.load_balance = "expert_bias";
+  c.load_balance_coeff = 5e-3;
+  run_case(c);
+}
+
 // Block-causal attention over packed documents: rows of 64 tokens hold several of the corpus's
 // documents, and a token attends to its own document only; every layer recomputed in backward (the
 // recompute cuts attention at the same documents).

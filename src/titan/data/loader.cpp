@@ -126,15 +126,14 @@ class Packer {
 
  private:
   // The next seq_len + 1 tokens of the document stream as row `row` (inputs window[:-1], labels
-  // window[1:]); a document that begins inside the row's inputs starts a span.
+  // window[1:]). A span starts after every separator among the row's inputs: where each document
+  // ends, and where the separator occurs inside one (a "\n" separator, a special token written in
+  // the text), as torchtitan's document mask cuts.
   bool fill_window(int64_t row, Batch& b) {
     const int64_t S = config_.seq_len;
     size_t filled = 0;
     while (filled < window_.size()) {
-      if (cursor_ == doc_.size()) {
-        if (!load_document()) return false;
-        if (filled > 0 && filled < size_t(S)) b.document_starts.push_back(row * S + int64_t(filled));
-      }
+      if (cursor_ == doc_.size() && !load_document()) return false;
       size_t n = std::min(window_.size() - filled, doc_.size() - cursor_);
       std::copy_n(doc_.begin() + cursor_, n, window_.begin() + filled);
       cursor_ += n;
@@ -143,6 +142,7 @@ class Packer {
     for (int64_t t = 0; t < S; ++t) {
       b.inputs[row * S + t] = window_[t];
       b.labels[row * S + t] = window_[t + 1];
+      if (t > 0 && window_[t - 1] == eos_) b.document_starts.push_back(row * S + t);
     }
     return true;
   }

@@ -41,7 +41,8 @@ struct TrainingSection {
   std::string text_field = "text";
   // Non-empty: the dataset's records are conversations for supervised fine-tuning, each an object
   // whose field of this name holds its messages ("messages"), rendered with Qwen3's chat template;
-  // the loss trains on the assistant turns only, one conversation per row (data/chat.h, docs/data.md).
+  // the loss trains on the assistant turns only, one conversation per row, or several with
+  // pack_conversations (data/chat.h, docs/data.md).
   std::string chat_field = "";
   // Conversations: each row holds as many whole ones as fit, in order, then padding (needs
   // model.attn_mask_type = "block_causal", so that each attends to itself only).

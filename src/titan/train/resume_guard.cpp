@@ -58,7 +58,7 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
               " documents but this run has training.text_split = ", split,
               ": its data position counts other documents (set training.text_split back, or "
               "checkpoint.restart_data_stream = true to start the data from the beginning)");
-  // Conversations fill one row each, text documents are packed: a position counts the one or the other.
+  // A data position counts conversations (one per row or packed alike) or text documents.
   const auto reading = [](const std::string& chat_field) {
     return chat_field.empty() ? std::string("packed text documents")
                               : "conversations (training.chat_field = \"" + chat_field + "\")";

@@ -150,8 +150,9 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 std::string Validator::too_little() const {
   const std::string batch =
       std::to_string(loader_config_.local_batch_size) + " x " + std::to_string(loader_config_.seq_len);
-  return loader_config_.chat_field.empty()
-             ? "fewer tokens than one batch of " + batch + " (+1)"
+  return loader_config_.chat_field.empty() ? "fewer tokens than one batch of " + batch + " (+1)"
+         : loader_config_.pack_conversations
+             ? "too few conversations to begin every row of one batch of " + batch + " (packed)"
              : "fewer conversations than one batch of " + batch + " (one per row)";
 }
 

@@ -31,7 +31,7 @@ What each part follows (written from the upstream code's semantics, not from tit
   64-bit FNV-1a over the little-endian int64 inputs of the step's micro-batches, in order.
 - conversations (chat): supervised fine-tuning as transformers' Trainer does it without packing:
   one conversation per row, its first seq_len + 1 tokens, padded after its end; a label is the next
-  token where that token is trained, else -100 (ignored). Packed: greedy first-fit in order, each
+  token where that token is trained, else -100 (ignored). Packed: next-fit in order, each
   row takes whole conversations while the next one fits, then padding; one longer than a row takes
   a row alone, cut as above; attention stays within each conversation (transformers' padding-free
   packing; its position_ids restart per conversation where these run on over the row, which RoPE,
@@ -97,7 +97,7 @@ def conversation_rows(conversations, pad, length):
 
 
 def packed_conversation_rows(conversations, pad, length):
-    """Whole conversations packed first-fit in order, endlessly: (inputs, labels, document number
+    """Whole conversations packed next-fit in order, endlessly: (inputs, labels, document number
     per position, tokens before the padding) of S = length - 1 positions."""
     S = length - 1
 
@@ -177,6 +177,7 @@ class ExpertBias:
         self.bias, self.load = {}, {}
         self.biased_choices = 0  # (token, slot) choices the bias changed: the case exercises it
         self.choices = []  # this forward's (probs, chosen experts) per layer
+        self.attention_mask = None  # this forward's [B, S] (1: token, 0: padding), None: no padding
 
     def aux_loss(self, attention_mask=None):
         """transformers' aux-loss formula over the experts actually chosen (the bias included),
@@ -202,7 +203,9 @@ class ExpertBias:
             _, top_i = torch.topk(probs + bias, cfg.top_k, dim=-1)
             _, unbiased = torch.topk(probs, cfg.top_k, dim=-1)
             self.biased_choices += int((top_i.sort(dim=-1).values != unbiased.sort(dim=-1).values).sum())
-            self.load[prefix] = self.load.get(prefix, 0) + torch.bincount(top_i.reshape(-1), minlength=cfg.n_experts)
+            # The load counts the tokens, not the padding (titan's choice: torchtitan never pads).
+            counted = top_i if self.attention_mask is None else top_i[self.attention_mask.reshape(-1) == 1]
+            self.load[prefix] = self.load.get(prefix, 0) + torch.bincount(counted.reshape(-1), minlength=cfg.n_experts)
             self.choices.append((probs, top_i))
         top_w = probs.gather(1, top_i)
         if cfg.norm_topk:
@@ -280,6 +283,8 @@ def main():
                 # Each row's documents but its first, padding not counted.
                 within = document * (torch.arange(S)[None, :] < lengths[:, None])
                 cuts += int(within.max(dim=1).values.sum())
+            if expert_bias:
+                expert_bias.attention_mask = attention_mask
             logits, _, aux = qwen3_torch.forward(cfg, P, inputs, document, attention_mask)
             if expert_bias:
                 aux = expert_bias.aux_loss(attention_mask)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -263,19 +264,16 @@ Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Sequence& 
 }
 
 Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                                 const RowContents& rows) {
+                                 const ops::DocumentSpans& documents, std::vector<ops::TokenRange> counted) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
               input_ids.str());
   const int64_t S = input_ids.size(1);
   TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
   // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
   // Positions run on across documents, as torchtitan's block-causal training does.
-  TITAN_CHECK(rows.lengths.empty() || int64_t(rows.lengths.size()) == input_ids.size(0),
-              "qwen3: ", rows.lengths.size(), " row lengths for input_ids ", input_ids.str());
-  const Sequence seq{
-      ops::sequential_positions(input_ids.size(0), S, device_),
-      std::make_shared<const ops::DocumentSpans>(rows.documents),
-      std::make_shared<const std::vector<ops::TokenRange>>(tokens_before_padding(rows.lengths, S))};
+  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_),
+                     std::make_shared<const ops::DocumentSpans>(documents),
+                     std::make_shared<const std::vector<ops::TokenRange>>(std::move(counted))};
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -349,9 +347,11 @@ LossOutput Qwen3Model::forward_loss(const Tensor& input_ids, const Tensor& targe
                                     double aux_weight, const RowContents& rows) {
   TITAN_CHECK(targets.shape() == input_ids.shape() && targets.dtype() == DType::I64,
               "qwen3: targets must be i64 with the shape of input_ids ", input_ids.str(), ", got ", targets.str());
-  std::vector<RouterStats> router;
-  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, rows);
+  TITAN_CHECK(rows.lengths.empty() || int64_t(rows.lengths.size()) == input_ids.size(0),
+              "qwen3: ", rows.lengths.size(), " row lengths for input_ids ", input_ids.str());
   const std::vector<ops::TokenRange> counted = tokens_before_padding(rows.lengths, input_ids.size(1));
+  std::vector<RouterStats> router;
+  Tensor h = hidden_states(input_ids, args_.is_moe() ? &router : nullptr, rows.documents, counted);
   const int64_t N = h.size(0) * h.size(1);
   LossOutput out;
   {

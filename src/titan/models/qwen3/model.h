@@ -132,8 +132,9 @@ class Qwen3Model {
     std::shared_ptr<const ops::DocumentSpans> documents;
     std::shared_ptr<const std::vector<ops::TokenRange>> counted;  // empty: every token
   };
+  // `counted`: the tokens that are not padding (empty: all of them).
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                       const RowContents& rows = {});
+                       const ops::DocumentSpans& documents = {}, std::vector<ops::TokenRange> counted = {});
   // One layer, recomputed in backward when activation checkpointing covers it.
   Tensor layer_block(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
   Tensor layer_forward(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
