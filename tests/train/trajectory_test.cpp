@@ -364,28 +364,31 @@ TEST(Trajectory, ChatFineTuningFollowsPyTorchStepByStep) {
   run_case(c);
 }
 
+namespace {
+// Packed conversations (rows of 96 tokens) on the tiny MoE, attention within each conversation.
+Case packed_moe_chat(const std::string& name) {
+  Case c{name, tiny_args(true), 10, 96, 2, 4, 14, "linear", -1, 0.5};
+  c.args.max_seq_len = c.seq_len;
+  c.chat = true;
+  c.packed = true;
+  c.block_causal = true;
+  return c;
+}
+}  // namespace
+
 // Supervised fine-tuning of an MoE on packed conversations: rows of 96 tokens hold several whole ones,
 // each attending to itself only, then padding, which the aux loss (part of the loss here) leaves out
 // as transformers' attention_mask does. (At 64 tokens per row, one hidden feature's mean over the
 // targets came near zero at one step, where Adam amplifies rounding: a whole column of the untied
 // lm_head, 1.5 % of the weights, ended 1e-6 to 4e-5 apart.)
 TEST(Trajectory, PackedChatFineTuningOfAnMoeFollowsPyTorchStepByStep) {
-  Case c{"packed", tiny_args(true), 10, 96, 2, 4, 14, "linear", -1, 0.5};
-  c.args.max_seq_len = c.seq_len;
-  c.chat = true;
-  c.packed = true;
-  c.block_causal = true;
-  run_case(c);
+  run_case(packed_moe_chat("packed"));
 }
 
 // The same packed conversations on an MoE balanced by torchtitan's expert bias: the loads that move
 // the bias count each row's conversations, not its padding.
 TEST(Trajectory, PackedChatFineTuningOfAnMoeWithTheExpertBiasFollowsPyTorchStepByStep) {
-  Case c{"packed_eb", tiny_args(true), 10, 96, 2, 4, 14, "linear", -1, 0.5};
-  c.args.max_seq_len = c.seq_len;
-  c.chat = true;
-  c.packed = true;
-  c.block_causal = true;
+  Case c = packed_moe_chat("packed_eb");
   c.load_balance = "expert_bias";
   c.load_balance_coeff = 5e-3;
   run_case(c);

@@ -52,6 +52,41 @@ qwen3::ModelArgs model_args(const JobConfig& c) {
   return a;
 }
 
+// `n` short held-out conversations ("Name a number near ...") written to `path` as JSONL.
+std::vector<nlohmann::ordered_json> write_number_conversations(const fs::path& path, int n) {
+  std::vector<nlohmann::ordered_json> chats;
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) {
+    nlohmann::ordered_json record = {
+        {"messages",
+         {{{"role", "user"}, {"content", "Name a number near " + std::to_string(i * 13) + "."}},
+          {{"role", "assistant"},
+           {"content", std::string(i % 2 ? "Perhaps " : "") + std::to_string(i * 13 + 1)}}}}};
+    out << record.dump() << "\n";
+    chats.push_back(record);
+  }
+  return chats;
+}
+
+// Adds the cross-entropy of the trained tokens of conversation `t`, scored alone in a row of its own
+// (f32 logits, the loss in f64 here), to `ce_sum`, and their number to `n`.
+void score_alone(qwen3::Qwen3Model& model, const data::ChatTokens& t, double& ce_sum, int64_t& n) {
+  autograd::NoGradGuard no_grad;
+  const int64_t len = int64_t(t.ids.size());
+  const Tensor logits =
+      model.forward_logits(Tensor::from_vector(std::vector<int64_t>(t.ids.begin(), t.ids.end()), {1, len}));
+  const int64_t V = logits.shape().back();
+  const float* l = logits.data<float>();
+  for (int64_t p = 0; p + 1 < len; ++p) {
+    if (!t.trained[size_t(p + 1)]) continue;
+    double mx = -1e300, sum = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[p * V + v]));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[p * V + v]) - mx);
+    ce_sum += mx + std::log(sum) - double(l[p * V + t.ids[size_t(p + 1)]]);
+    ++n;
+  }
+}
+
 }  // namespace
 
 TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
@@ -125,19 +160,7 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
 TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
   const int64_t B = 2, S = 40, steps = 2;
   const fs::path held_out = tt::temp_dir("validation_chat_" + std::to_string(getpid())) / "held_out.jsonl";
-  std::vector<nlohmann::ordered_json> chats;
-  {
-    std::ofstream out(held_out);
-    for (int i = 0; i < 5; ++i) {
-      nlohmann::ordered_json record = {
-          {"messages",
-           {{{"role", "user"}, {"content", "Name a number near " + std::to_string(i * 13) + "."}},
-            {{"role", "assistant"},
-             {"content", std::string(i % 2 ? "Perhaps " : "") + std::to_string(i * 13 + 1)}}}}};
-      out << record.dump() << "\n";
-      chats.push_back(record);
-    }
-  }
+  const std::vector<nlohmann::ordered_json> chats = write_number_conversations(held_out, 5);
   JobConfig cfg = tiny_config(tt::temp_dir("validation_chat_run_" + std::to_string(getpid())),
                               {{"training.chat_field", "messages"},
                                {"validation.enable", "true"},
@@ -154,26 +177,14 @@ TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
   Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   const ValidationResult r = validator.run(model, whole);
 
+  // Causal attention keeps a row's padding out of its conversation: each scores as it scores alone.
   double ce_sum = 0;
   int64_t n = 0;
-  autograd::NoGradGuard no_grad;
   for (int64_t row = 0; row < steps * B; ++row) {
     const data::ChatTokens t =
         data::tokenize_chat(tok, data::render_qwen3_chat(chats[size_t(row)].at("messages")));
     ASSERT_LE(int64_t(t.ids.size()), S) << "each conversation fits its row here";
-    std::vector<int64_t> ids(S, tok.pad_id());
-    for (size_t k = 0; k < t.ids.size(); ++k) ids[k] = t.ids[k];
-    Tensor logits = model.forward_logits(Tensor::from_vector(ids, {1, S}));  // f32 [1, S, V]
-    const int64_t V = logits.shape().back();
-    const float* l = logits.data<float>();
-    for (size_t p = 0; p + 1 < t.ids.size(); ++p) {
-      if (!t.trained[p + 1]) continue;
-      double mx = -1e300, sum = 0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[p * V + v]));
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[p * V + v]) - mx);
-      ce_sum += mx + std::log(sum) - double(l[p * V + t.ids[p + 1]]);
-      ++n;
-    }
+    score_alone(model, t, ce_sum, n);
   }
   ASSERT_GT(n, 0);
   EXPECT_EQ(r.batches, steps);
@@ -194,19 +205,7 @@ TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
 TEST(Validation, PackedHeldOutConversationsScoreAsEachOneAlone) {
   const int64_t B = 2, S = 64;
   const fs::path held_out = tt::temp_dir("validation_packed_" + std::to_string(getpid())) / "held_out.jsonl";
-  std::vector<nlohmann::ordered_json> chats;
-  {
-    std::ofstream out(held_out);
-    for (int i = 0; i < 4; ++i) {
-      nlohmann::ordered_json record = {
-          {"messages",
-           {{{"role", "user"}, {"content", "Name a number near " + std::to_string(i * 13) + "."}},
-            {{"role", "assistant"},
-             {"content", std::string(i % 2 ? "Perhaps " : "") + std::to_string(i * 13 + 1)}}}}};
-      out << record.dump() << "\n";
-      chats.push_back(record);
-    }
-  }
+  const std::vector<nlohmann::ordered_json> chats = write_number_conversations(held_out, 4);
   JobConfig cfg = tiny_config(tt::temp_dir("validation_packed_run_" + std::to_string(getpid())),
                               {{"training.chat_field", "messages"},
                                {"training.pack_conversations", "true"},
@@ -227,23 +226,10 @@ TEST(Validation, PackedHeldOutConversationsScoreAsEachOneAlone) {
 
   double ce_sum = 0;
   int64_t n = 0, tokens = 0;
-  autograd::NoGradGuard no_grad;
   for (const nlohmann::ordered_json& chat : chats) {
     const data::ChatTokens t = data::tokenize_chat(tok, data::render_qwen3_chat(chat.at("messages")));
-    const int64_t len = int64_t(t.ids.size());
-    tokens += len;
-    Tensor logits = model.forward_logits(
-        Tensor::from_vector(std::vector<int64_t>(t.ids.begin(), t.ids.end()), {1, len}));  // alone
-    const int64_t V = logits.shape().back();
-    const float* l = logits.data<float>();
-    for (int64_t p = 0; p + 1 < len; ++p) {
-      if (!t.trained[size_t(p + 1)]) continue;
-      double mx = -1e300, sum = 0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[p * V + v]));
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(l[p * V + v]) - mx);
-      ce_sum += mx + std::log(sum) - double(l[p * V + t.ids[size_t(p + 1)]]);
-      ++n;
-    }
+    tokens += int64_t(t.ids.size());
+    score_alone(model, t, ce_sum, n);
   }
   ASSERT_LE(tokens, B * S) << "the conversations should fit one batch";
   ASSERT_GT(tokens, S) << "a row should hold several conversations";
