@@ -44,35 +44,40 @@ struct Problem {
   AttentionShape s;
   std::vector<T> q, k, v, out, dout, dq, dk, dv;
   std::vector<float> lse;
-  Problem(int64_t hkv, int64_t S)
-      : s{kB, S, kHq, hkv, kD, 1.f / 11.3137085f},
-        q(random_tensor<T>(kB * S * kHq * kD, 1)),
-        k(random_tensor<T>(kB * S * hkv * kD, 2)),
-        v(random_tensor<T>(kB * S * hkv * kD, 3)),
+  Problem(int64_t hkv, int64_t S, int64_t B = kB)
+      : s{B, S, kHq, hkv, kD, 1.f / 11.3137085f},
+        q(random_tensor<T>(B * S * kHq * kD, 1)),
+        k(random_tensor<T>(B * S * hkv * kD, 2)),
+        v(random_tensor<T>(B * S * hkv * kD, 3)),
         out(q.size()),
         dout(random_tensor<T>(q.size(), 4)),
         dq(q.size()),
         dk(k.size()),
         dv(k.size()),
-        lse(kB * kHq * S) {}
-  void fwd() {
+        lse(B * kHq * S) {}
+  void fwd() { fwd(s, 0); }
+  void bwd() { bwd(s, 0); }
+  // The kernels on `rows` rows of `length` tokens from flattened token `first` (one document).
+  void fwd(const AttentionShape& c, int64_t first) {
+    const int64_t qo = first * c.Hq * c.D, ko = first * c.Hkv * c.D, lo = first * c.Hq;
     if constexpr (std::is_same_v<K, Bf16Probs>)
-      titan::cpu::attention_fwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+      titan::cpu::attention_fwd_flash_bf16_probs(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo]);
     else if constexpr (std::is_same_v<K, bf16>)
-      titan::cpu::attention_fwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+      titan::cpu::attention_fwd_flash_bf16(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo]);
     else
-      titan::cpu::attention_fwd_flash_f32(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+      titan::cpu::attention_fwd_flash_f32(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo]);
   }
-  void bwd() {
+  void bwd(const AttentionShape& c, int64_t first) {
+    const int64_t qo = first * c.Hq * c.D, ko = first * c.Hkv * c.D, lo = first * c.Hq;
     if constexpr (std::is_same_v<K, Bf16Probs>)
-      titan::cpu::attention_bwd_flash_bf16_probs(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                                 dout.data(), dq.data(), dk.data(), dv.data());
+      titan::cpu::attention_bwd_flash_bf16_probs(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo], &dout[qo],
+                                                 &dq[qo], &dk[ko], &dv[ko]);
     else if constexpr (std::is_same_v<K, bf16>)
-      titan::cpu::attention_bwd_flash_bf16(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                           dout.data(), dq.data(), dk.data(), dv.data());
+      titan::cpu::attention_bwd_flash_bf16(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo], &dout[qo], &dq[qo],
+                                           &dk[ko], &dv[ko]);
     else
-      titan::cpu::attention_bwd_flash_f32(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                          dout.data(), dq.data(), dk.data(), dv.data());
+      titan::cpu::attention_bwd_flash_f32(c, &q[qo], &k[ko], &v[ko], &out[qo], &lse[lo], &dout[qo], &dq[qo],
+                                          &dk[ko], &dv[ko]);
   }
 };
 
@@ -124,6 +129,41 @@ void BM_ForwardBackward(benchmark::State& state) {
       ->Iterations(16)                 \
       ->UseRealTime()                  \
       ->Unit(benchmark::kMillisecond)
+
+// Block-causal attention on packed rows (ops::attention with DocumentSpans): kB rows of S = 4096
+// tokens cut into documents of `doc` tokens. calls = 1: what the op does, one kernel call (one
+// parallel region) per document; calls = 0: the same documents as kB * S / doc rows of one call, the
+// same arithmetic in one parallel region (what a variable-length kernel would schedule). The
+// difference is the cost of a region per document. Forward + backward.
+template <class T>
+void BM_Documents(benchmark::State& state) {
+  constexpr int64_t kS = 4096;
+  const int64_t doc = state.range(0), docs = kB * kS / doc;
+  const bool per_document = state.range(1) != 0;
+  Problem<T> p(8, doc, docs);
+  AttentionShape one = p.s;
+  one.B = 1;
+  for (auto _ : state) {
+    if (per_document) {
+      for (int64_t d = 0; d < docs; ++d) p.fwd(one, d * doc);
+      for (int64_t d = 0; d < docs; ++d) p.bwd(one, d * doc);
+    } else {
+      p.fwd();
+      p.bwd();
+    }
+  }
+  state.counters["docs"] = double(docs);
+}
+#define TITAN_DOCS_BENCH(T)              \
+  BENCHMARK_TEMPLATE(BM_Documents, T)    \
+      ->ArgNames({"doc", "calls"})       \
+      ->ArgsProduct({{32, 128, 512, 4096}, {0, 1}}) \
+      ->Iterations(4)                    \
+      ->UseRealTime()                    \
+      ->Unit(benchmark::kMillisecond)
+TITAN_DOCS_BENCH(bf16);
+TITAN_DOCS_BENCH(Bf16Probs);
+TITAN_DOCS_BENCH(float);
 
 TITAN_ATTN_BENCH(BM_Forward, float);
 TITAN_ATTN_BENCH(BM_Backward, float);

@@ -11,12 +11,14 @@
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
 #   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE MoE+cudnn
-#                              4B 4B+cudnn 0.6B+mma MoE+mma"); a name ending in +mma runs that job
+#                              4B 4B+cudnn 0.6B+mma MoE+mma 0.6B+docs"); a name ending in +mma runs that job
 #                              with the mma_sync attention kernels (and, for MoE, the mma_sync grouped
 #                              expert GEMMs), one ending in +cudnn with cuDNN's fused attention (and,
 #                              for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
 #                              [kernels] rules appended to a copy of its config, instead of the
-#                              default WMMA ones, to see which the GPU prefers
+#                              default WMMA ones, to see which the GPU prefers; one ending in +docs
+#                              with model.attn_mask_type = "block_causal" (attention cut at the
+#                              corpus's documents: one launch per document), to see what those cost
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
 #                              profiled op by op, the one before the last (the last when STEPS <= 4)
 #                              ([profiling]: its table follows the job's log tail, its Chrome trace is
@@ -40,7 +42,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B 4B+cudnn 0.6B+mma MoE+mma}
+models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B 4B+cudnn 0.6B+mma MoE+mma 0.6B+docs}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -72,7 +74,10 @@ for name in $models; do
   dump=$out/$name
   rm -rf "$dump"
   config=$(job_config "$m")
-  if [ -n "$variant" ]; then  # the same job with other kernels
+  variant_args=()
+  if [ "$variant" = +docs ]; then  # the same job, attention within each document
+    variant_args=(--model.attn_mask_type=block_causal)
+  elif [ -n "$variant" ]; then  # the same job with other kernels
     cp "$config" "$out/$name.toml"
     case $variant in
       +mma)
@@ -81,11 +86,11 @@ for name in $models; do
       +cudnn)
         printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
-      *) echo "gpu_models: unknown variant $variant in job $name (+mma or +cudnn)" >&2; exit 2 ;;
+      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn or +docs)" >&2; exit 2 ;;
     esac
     config=$out/$name.toml
   fi
-  echo "=== titan $name: --config $config $(job_args "$m")"
+  echo "=== titan $name: --config $config $(job_args "$m") ${variant_args[*]}"
   # shellcheck disable=SC2046
   # --foreground: the job stays in this script's process group, so a limit on the script reaches it
   # too; -k: titan train stops only at a step boundary on SIGTERM, which a hung kernel never reaches.
@@ -93,7 +98,7 @@ for name in $models; do
     --lr_scheduler.warmup_steps=1 --activation_checkpoint.mode="$ac" --job.device=cuda \
     --checkpoint.enable=false --checkpoint.last_save_in_hf=false --validation.enable=false \
     --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.dump_folder="$dump" \
-    --profiling.enable_profiling=true --profiling.profile_freq="$profile_step" >"$out/$name.log" 2>&1
+    --profiling.enable_profiling=true --profiling.profile_freq="$profile_step" "${variant_args[@]}" >"$out/$name.log" 2>&1
   rc=$?
   tail -n 5 "$out/$name.log"
   # Where the profiled step's time went, op by op (the trace is under $dump/profile_traces).

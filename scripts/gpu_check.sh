@@ -211,7 +211,7 @@ losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_ste
               2>/dev/null | sort -n)
 
 [ -n "$run_models" ] &&
-  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn}"
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn 0.6B+docs}"
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do

@@ -60,6 +60,40 @@ TEST(CudaModelOps, Attention) {
     }
 }
 
+// Block-causal attention (packed documents, ops::DocumentSpans) on the GPU: one launch per document
+// on views at any token, rows holding one document merged into one launch; against the CPU
+// reference's per-document calls. Documents of 1 token, of a 64-key tile and a token more, views at
+// odd tokens (the lse of Hq = 2 is then off 16-byte boundaries: cuDNN's variant takes the f32-math
+// kernels there), head_dim 64 and 128 on the tensor cores, 24 on the f32-math kernels.
+TEST(CudaModelOps, BlockCausalAttention) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t B, S, Hq, Hkv, D;
+    std::vector<int64_t> starts;
+  };
+  const std::vector<Case> cases = {
+      {4, 150, 4, 2, 64, {0, 1, 66, 131, 150, 300, 450}},  // rows 1-3 whole: one launch
+      {3, 100, 2, 1, 128, {0, 37, 100, 200, 201, 202, 265}},
+      {2, 70, 4, 1, 24, {0, 5, 70, 71}},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const double scale = 1.0 / std::sqrt(double(c.D));
+      const ops::DocumentSpans documents{c.starts};
+      auto f = [scale, documents](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale, documents)};
+      };
+      SCOPED_TRACE(std::to_string(c.B) + " x " + std::to_string(c.S) + " x " + std::to_string(c.D) + " " +
+                   std::string(dtype_name(dt)));
+      const double tol = dt == DType::F32 ? 2e-5 : 1e-2;
+      expect_device_matches_reference(
+          "attention", kCuda, f,
+          {grad_input({c.B, c.S, c.Hq, c.D}, dt, 1, -2, 2), grad_input({c.B, c.S, c.Hkv, c.D}, dt, 2, -2, 2),
+           grad_input({c.B, c.S, c.Hkv, c.D}, dt, 3)},
+          tol, tol);
+    }
+}
+
 TEST(CudaModelOps, CrossEntropy) {
   TITAN_REQUIRE_CUDA();
   auto f = [](const std::vector<Tensor>& in) {

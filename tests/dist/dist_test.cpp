@@ -27,6 +27,7 @@
 #include "titan/train/checkpoint_blocks.h"
 #include "titan/train/versions.h"
 #include "train/tiny_job.h"
+#include "train/train_test_util.h"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -771,33 +772,12 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
   expect_moe_on_two_ranks_like_one("aux_loss", /*one_rank_batch=*/2, /*global=*/4, /*steps=*/4);
 }
 
-// Short conversations of different lengths, as JSONL (the answers' lengths differ, so rows do).
-fs::path write_conversations(const std::string& name) {
-  const fs::path data = tt::temp_dir(name + "_" + std::to_string(getpid())) / "chats.jsonl";
-  std::ofstream out(data);
-  const char* answers[] = {"Yes.",
-                           "The river runs north past the old mill and on to the sea, where the town is.",
-                           "No, not on Sundays.",
-                           "Two.",
-                           "It was built in 1850, burned in 1901 and rebuilt.",
-                           "Paris",
-                           "Because the light bends as it enters the water, the stick looks broken.",
-                           "Blue and green."};
-  for (int i = 0; i < 8; ++i)
-    out << nlohmann::json{{"messages",
-                           {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
-                            {{"role", "assistant"}, {"content", answers[i]}}}}}
-               .dump()
-        << "\n";
-  return data;
-}
-
 // Conversations (training.chat_field): each rank's rows hold a different number of targets (answers of
 // different lengths, prompts and padding ignored), so the loss and gradient are the mean over every
 // target of the step only when each rank's and micro-batch's mean is weighed by its share: 2 FSDP
 // ranks of 1 row accumulating 2 micro-batches train what one process of 4 rows trains.
 TEST(DataParallel, FsdpRanksAccumulatingConversationsTrainLikeOneRank) {
-  const Overrides chats = {{"training.dataset_path", write_conversations("dist_chat_data").string()},
+  const Overrides chats = {{"training.dataset_path", tt::write_conversations("dist_chat_data").string()},
                            {"training.chat_field", "messages"},
                            {"training.steps", "4"},
                            {"validation.enable", "false"},
@@ -813,7 +793,7 @@ TEST(DataParallel, FsdpRanksAccumulatingConversationsTrainLikeOneRank) {
 // ranks of 1 row accumulating 2 micro-batches train what one process accumulating the same 4 rows
 // one by one trains (the aux loss is a statistic of each forward's tokens).
 TEST(DataParallel, FsdpRanksOnPackedConversationsOfAnMoeTrainLikeOneRank) {
-  const Overrides packed = {{"training.dataset_path", write_conversations("dist_packed_data").string()},
+  const Overrides packed = {{"training.dataset_path", tt::write_conversations("dist_packed_data").string()},
                             {"training.chat_field", "messages"},
                             {"training.pack_conversations", "true"},
                             {"model.attn_mask_type", "block_causal"},

@@ -743,6 +743,19 @@ TEST(TorchtitanConfig, TwoSpellingsOfOneKeyThatDisagreeAreAnError) {
       Error);
 }
 
+// Block-causal attention runs on the GPU with titan's own kernels (one call per document); only
+// cuDNN's, which plan per sequence length, are refused there (the error case below).
+TEST(TorchtitanConfig, BlockCausalAttentionIsAcceptedOnTheGpuWithTitansKernels) {
+  for (const char* rules : {"", "[kernels]\nattention = { impl = \"mma_sync\" }\n",
+                            "[kernels]\nattention = { impl = \"f32_math\", modules = \"layers.0.*\" }\n"}) {
+    const std::string toml = std::string("[model]\nattn_mask_type = \"block_causal\"\n") + rules;
+    EXPECT_EQ(parse_error(toml, {{"job.device", "cuda"}}), "") << toml;
+  }
+  // The cuDNN rule is the GPU's concern only.
+  EXPECT_EQ(parse_error("[model]\nattn_mask_type = \"block_causal\"\n[kernels]\nattention = { impl = \"cudnn\" }\n"),
+            "");
+}
+
 TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
   std::string e = error_of([] { load_job_config(torchtitan_fixture("torchtitan_float8.toml").string(), {}); });
   EXPECT_NE(e.find("torchtitan_float8.toml:6"), std::string::npos) << e;
@@ -786,10 +799,11 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[model]\nattn_mask_type = \"block_causal\"\n",
        {{"training.pack_conversations", "true"}},
        {"command line", "training.chat_field is not set", "text documents are always packed"}},
-      {"[model]\nattn_mask_type = \"block_causal\"\n",
+      // Block-causal attention calls the kernel per document: cuDNN would plan every length.
+      {"[model]\nattn_mask_type = \"block_causal\"\n[kernels]\nattention = { impl = \"cudnn\" }\n",
        {{"job.device", "cuda"}},
-       {"job.toml:2", "block_causal", "job.device = \"cpu\" only", "\"cuda\" set at command line",
-        "variable-length"}},
+       {"job.toml", "kernels.attention = { impl = \"cudnn\" }", "block_causal\" (job.toml:2)",
+        "execution plan for every document length", "mma_sync"}},
       {"", {{"metrics.rank_0_only", "True"}}, {"metrics.rank_0_only expects true or false, got 'True'"}},
       {"[metrics]\nenable_wandb = \"false\"\n",
        {},

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -33,6 +34,27 @@ inline std::map<int64_t, double> by_step(const std::vector<nlohmann::json>& reco
   std::map<int64_t, double> m;
   for (auto& r : records) m[r.at("step").get<int64_t>()] = r.at(key).get<double>();
   return m;
+}
+
+// Short conversations of different lengths, as JSONL (the answers' lengths differ, so rows do).
+inline std::filesystem::path write_conversations(const std::string& name) {
+  const std::filesystem::path data = temp_dir(name + "_" + std::to_string(getpid())) / "chats.jsonl";
+  std::ofstream out(data);
+  const char* answers[] = {"Yes.",
+                           "The river runs north past the old mill and on to the sea, where the town is.",
+                           "No, not on Sundays.",
+                           "Two.",
+                           "It was built in 1850, burned in 1901 and rebuilt.",
+                           "Paris",
+                           "Because the light bends as it enters the water, the stick looks broken.",
+                           "Blue and green."};
+  for (int i = 0; i < 8; ++i)
+    out << nlohmann::json{{"messages",
+                           {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                            {{"role", "assistant"}, {"content", answers[i]}}}}}
+               .dump()
+        << "\n";
+  return data;
 }
 
 }  // namespace titan::testing

@@ -449,12 +449,17 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                 c.training.chat_field,
                 "\" puts one conversation in each row (no other document to mask): set "
                 "training.pack_conversations = true to pack several per row, or remove one of the two");
-    // Each document is its own attention kernel call: on a GPU that is a launch per document (and
-    // a cuDNN plan per length), unmeasured there; a variable-length kernel is the way to do it.
-    TITAN_CHECK(c.job.device != "cuda", set_where("model.attn_mask_type"),
-                ": model.attn_mask_type = \"block_causal\" runs on job.device = \"cpu\" only (job.device = "
-                "\"cuda\" set at ",
-                set_where("job.device"), "): the CUDA backend has no variable-length attention kernel yet");
+    // Each document is its own attention kernel call (ops/attention/attention.h). cuDNN builds
+    // and finalizes an execution plan per sequence length (tens of milliseconds each, kept for the
+    // process): one per document length would be built all through the run.
+    if (c.job.device == "cuda")
+      for (const kernels::Substitution& rule : c.kernels)
+        TITAN_CHECK(rule.op != "attention" || rule.variant != "cudnn", set_where("kernels.attention"),
+                    ": kernels.attention = { impl = \"cudnn\" } with model.attn_mask_type = \"block_causal\" (",
+                    set_where("model.attn_mask_type"),
+                    ") on job.device = \"cuda\": block-causal attention calls the kernel once per document, "
+                    "and cuDNN would build an execution plan for every document length; use the default "
+                    "attention kernels (remove the rule) or mma_sync");
   }
   // A roll-back written into the file repeats at every start of the job (a restart after a crash
   // would throw away what was trained since): say so.

@@ -76,11 +76,6 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
               ") must be a multiple of kv heads (", k_in.size(2), "); q ", q_in.str(), ", k ", k_in.str());
   TITAN_CHECK(q_in.dtype() == k_in.dtype() && q_in.dtype() == v_in.dtype(), "attention: dtypes differ: q ",
               q_in.str(), ", k ", k_in.str(), ", v ", v_in.str());
-  // The CUDA kernels want their tensors (lse too) on 16-byte boundaries, which a document's view need
-  // not keep; block-causal training is refused on CUDA at start-up (train/job_config.cpp) until a
-  // variable-length kernel exists.
-  TITAN_CHECK(documents.empty() || q_in.device() != Device::CUDA,
-              "attention: block-causal attention (document spans) has no CUDA kernel; q ", q_in.str());
   Tensor q = q_in.contiguous().detach(), k = k_in.contiguous().detach(), v = v_in.contiguous().detach();
   AttentionShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), float(scale)};
   const DType stat = q.dtype() == DType::F64 ? DType::F64 : DType::F32;

@@ -40,7 +40,12 @@ struct DocumentSpans {
 // holding one document go together, as [rows, S, H, D]), so every kernel and device computes
 // block-causal attention exactly as it computes causal attention, with no mask and no FLOP spent
 // across documents. The saved lse is laid out per call ([rows, Hq, length] at the call's first
-// token x Hq); only this op reads it.
+// token x Hq); only this op reads it. A document's views start at any token, so a kernel must not
+// assume its pointers aligned beyond their element type: the CUDA kernels that load 16-byte vectors
+// check their pointers and take their f32-math kernels where a view is not on a 16-byte boundary.
+// On a GPU each call is a launch (a few microseconds) whose grid covers one document's tiles only:
+// the price of reusing the causal kernels until a variable-length kernel schedules every
+// document's tiles in one launch (docs/performance.md, "Block-causal attention").
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                  const DocumentSpans& documents = {});
 

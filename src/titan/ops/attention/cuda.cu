@@ -1226,11 +1226,12 @@ void bwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const Attention
        static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
-// bf16 on cuDNN where its engines take the shape (and the library loads), else f32 math.
+// bf16 on cuDNN where its engines take the shape (and the library loads), else f32 math. cuDNN's
+// tensors are declared 16-byte aligned, which a document's view (ops::attention) need not be.
 void fwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
                                 const void* v, void* out, void* lse) {
   if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
-      !aligned16(out))
+      !aligned16(out) || !aligned16(lse))
     return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
   attention_fwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                       static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
@@ -1239,7 +1240,7 @@ void bwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& 
                                 const void* v, const void* out, const void* lse, const void* dout, void* dq,
                                 void* dk, void* dv) {
   if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
-      !aligned16(out))
+      !aligned16(out) || !aligned16(lse))
     return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
   attention_bwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                       static_cast<const bf16*>(v), static_cast<const bf16*>(out), static_cast<const float*>(lse),
