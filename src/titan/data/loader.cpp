@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <set>
+#include <tuple>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "titan/core/check.h"
@@ -26,6 +29,10 @@ void to_json(json& j, const LoaderState& s) {
            {"eos_id", s.eos_id},
            {"text_split", s.text_split}};
   if (!s.chat_field.empty()) j["chat_field"] = s.chat_field;
+  if (!s.packing.empty()) {
+    j["packing"] = s.packing;
+    j["rows_taken"] = s.rows_taken;
+  }
 }
 
 void from_json(const json& j, LoaderState& s) {
@@ -42,9 +49,50 @@ void from_json(const json& j, LoaderState& s) {
   s.eos_id = j.at("eos_id").get<int32_t>();
   s.text_split = j.value("text_split", std::string());  // absent from states before the key: not checked
   s.chat_field = j.value("chat_field", std::string());
+  s.packing = j.value("packing", std::string());  // absent: next-fit, or text
+  s.rows_taken = j.value("rows_taken", uint64_t(0));
 }
 
 namespace {
+
+// A conversation read ahead for best-fit packing.
+struct Conversation {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> trained;  // per token: whether the loss trains on it
+  DocPosition position;
+};
+
+// Best-fit decreasing over `window` (dataset order): each conversation, longest first (earlier
+// first among equals), goes into the row it leaves the least room in (the earliest opened among
+// equals), or opens a row; one of seq_len tokens or more fills a row alone. Rows go out in the
+// order of their first conversation, each holding its conversations in dataset order.
+std::vector<std::vector<Conversation>> best_fit_rows(std::vector<Conversation> window, int64_t seq_len) {
+  std::vector<size_t> order(window.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return window[a].ids.size() > window[b].ids.size(); });
+  std::vector<std::vector<size_t>> rows;
+  std::set<std::pair<int64_t, size_t>> room;  // (tokens it still takes, row) of every row not full
+  for (size_t i : order) {
+    const int64_t n = int64_t(window[i].ids.size());
+    int64_t left = seq_len;
+    size_t r = rows.size();
+    if (auto fit = room.lower_bound({n, 0}); fit != room.end()) {
+      std::tie(left, r) = *fit;
+      room.erase(fit);
+    } else {
+      rows.emplace_back();
+    }
+    rows[r].push_back(i);
+    if (left - n > 0) room.emplace(left - n, r);
+  }
+  for (auto& row : rows) std::sort(row.begin(), row.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  std::vector<std::vector<Conversation>> packed(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t i : rows[r]) packed[r].push_back(std::move(window[i]));
+  return packed;
+}
 
 // Turns this rank's documents into windows. Runs on the background thread only.
 class Packer {
@@ -58,7 +106,11 @@ class Packer {
                 config.dp_rank, config.dp_size) {
     const auto& files = stream_.files();
     if (std::any_of(files.begin(), files.end(), is_plain_text)) text_split_ = config.text_split;
+    if (best_fit()) packing_ = "best_fit " + std::to_string(config.best_fit_window);
   }
+
+  // How conversations are packed, as LoaderState::packing records it.
+  const std::string& packing() const { return packing_; }
 
   // How plain-text files are cut into documents; "" when the dataset has none (the split then
   // changes nothing).
@@ -73,6 +125,14 @@ class Packer {
     epoch_docs_ = 0;
     doc_.clear();
     cursor_ = 0;
+    rows_.clear();
+    rows_taken_ = 0;
+    if (s.rows_taken > 0) {  // re-read the window and plan it again
+      TITAN_CHECK(plan_window() && s.rows_taken < rows_.size(), "loader state: the conversations read from file ",
+                  s.doc.file, " offset ", s.doc.offset, " no longer pack into more than ", s.rows_taken,
+                  " rows: the dataset changed since the state was saved");
+      rows_taken_ = s.rows_taken;
+    }
     if (s.doc_tokens_taken > 0) {
       TITAN_CHECK(load_document(), "loader state: document at file ", s.doc.file, " offset ", s.doc.offset,
                   " no longer exists in the dataset");
@@ -84,13 +144,18 @@ class Packer {
 
   LoaderState state() const {
     LoaderState s;
-    if (cursor_ < doc_.size()) {
+    s.epoch = epoch_;
+    if (rows_taken_ < rows_.size()) {  // best-fit, inside a window
+      s.doc = window_start_;
+      s.epoch = window_epoch_;
+      s.rows_taken = rows_taken_;
+    } else if (cursor_ < doc_.size()) {
       s.doc = doc_pos_;
       s.doc_tokens_taken = cursor_;
     } else {
       s.doc = stream_.position();
     }
-    s.epoch = epoch_;
+    s.packing = packing_;
     s.batches = batches_;
     s.tokens = tokens_;
     s.dp_rank = config_.dp_rank;
@@ -112,7 +177,9 @@ class Packer {
     window_.resize(S + 1);
     for (int64_t row = 0; row < B; ++row) {
       b.document_starts.push_back(row * S);
-      const bool filled = config_.chat_field.empty() ? fill_window(row, b) : fill_conversations(row, b);
+      const bool filled = config_.chat_field.empty() ? fill_window(row, b)
+                          : best_fit()               ? fill_best_fit(row, b)
+                                                     : fill_conversations(row, b);
       if (!filled) return Batch{};
     }
     b.batch_size = B;
@@ -147,12 +214,12 @@ class Packer {
     return true;
   }
 
+  bool best_fit() const { return config_.pack_conversations && config_.best_fit_window >= 2; }
+
   // Row `row` of conversations: the next one alone (cut when longer than seq_len + 1 tokens), or
   // with pack_conversations every next one that still fits whole; then padding.
   bool fill_conversations(int64_t row, Batch& b) {
     const int64_t S = config_.seq_len;
-    int64_t* inputs = &b.inputs[row * S];
-    int64_t* labels = &b.labels[row * S];
     int64_t used = 0;
     while (used < S) {
       // A conversation that did not fit the row before is still loaded, none of it taken. The end of
@@ -161,36 +228,80 @@ class Packer {
         if (used == 0) return false;
         break;
       }
-      const int64_t n = int64_t(doc_.size());
-      if (used > 0 && n > S - used) break;  // the next row starts with it
-      if (used > 0) b.document_starts.push_back(row * S + used);
-      if (n > S + 1) warn_cut(n);
-      const int64_t placed = std::min(n, S);
-      for (int64_t t = 0; t < placed; ++t) {
-        inputs[used + t] = doc_[size_t(t)];
-        labels[used + t] = t + 1 < n && doc_trained_[size_t(t + 1)] ? doc_[size_t(t + 1)] : kIgnoreLabel;
-      }
-      used += placed;
+      if (used > 0 && int64_t(doc_.size()) > S - used) break;  // the next row starts with it
+      used += place(doc_, doc_trained_, doc_pos_, row, used, b);
       cursor_ = doc_.size();
       if (!config_.pack_conversations) break;
     }
+    pad_row(row, used, b);
+    return true;
+  }
+
+  // Row `row` of conversations packed best-fit: the next planned row of the window, a new window
+  // when this one's rows are all out.
+  bool fill_best_fit(int64_t row, Batch& b) {
+    if (rows_taken_ == rows_.size() && !plan_window()) return false;
+    int64_t used = 0;
+    for (const Conversation& c : rows_[rows_taken_]) used += place(c.ids, c.trained, c.position, row, used, b);
+    ++rows_taken_;
+    pad_row(row, used, b);
+    return true;
+  }
+
+  // Reads the next best_fit_window conversations (fewer at the end of finite data) and plans their
+  // rows; false when none is left.
+  bool plan_window() {
+    window_start_ = stream_.position();
+    window_epoch_ = epoch_;
+    std::vector<Conversation> window;
+    while (int64_t(window.size()) < config_.best_fit_window && load_document()) {
+      window.push_back({std::move(doc_), std::move(doc_trained_), doc_pos_});
+      doc_.clear();
+      doc_trained_.clear();
+      cursor_ = 0;
+    }
+    rows_ = best_fit_rows(std::move(window), config_.seq_len);
+    rows_taken_ = 0;
+    return !rows_.empty();
+  }
+
+  // Puts conversation `ids` at token `used` of row `row` (a document of its own after the row's
+  // first): its first seq_len - used tokens as inputs, each labelled with the next token where the
+  // loss trains on that one. Returns how many it placed.
+  int64_t place(const std::vector<int32_t>& ids, const std::vector<uint8_t>& trained, const DocPosition& at,
+                int64_t row, int64_t used, Batch& b) {
+    const int64_t S = config_.seq_len, n = int64_t(ids.size());
+    if (used > 0) b.document_starts.push_back(row * S + used);
+    if (n > S + 1) warn_cut(n, trained, at);
+    const int64_t placed = std::min(n, S - used);
+    int64_t* inputs = &b.inputs[row * S + used];
+    int64_t* labels = &b.labels[row * S + used];
+    for (int64_t t = 0; t < placed; ++t) {
+      inputs[t] = ids[size_t(t)];
+      labels[t] = t + 1 < n && trained[size_t(t + 1)] ? ids[size_t(t + 1)] : kIgnoreLabel;
+    }
+    return placed;
+  }
+
+  // Pads row `row` after its first `used` tokens (the padding a document span of its own).
+  void pad_row(int64_t row, int64_t used, Batch& b) {
+    const int64_t S = config_.seq_len;
     if (used < S) {
       b.document_starts.push_back(row * S + used);
       b.lengths[size_t(row)] = used;
     }
-    std::fill(inputs + used, inputs + S, int64_t(pad_));
-    std::fill(labels + used, labels + S, kIgnoreLabel);
-    return true;
+    std::fill(&b.inputs[row * S] + used, &b.inputs[row * S] + S, int64_t(pad_));
+    std::fill(&b.labels[row * S] + used, &b.labels[row * S] + S, kIgnoreLabel);
   }
 
-  void warn_cut(int64_t n) {
+  void warn_cut(int64_t n, const std::vector<uint8_t>& trained, const DocPosition& at) {
     const int64_t S = config_.seq_len;
-    if (!first_warning_of(stream_.files()[doc_pos_.file], "conversation cut")) return;
-    const auto cut = std::count(doc_trained_.begin() + (S + 1), doc_trained_.end(), uint8_t(1));
+    if (!first_warning_of(stream_.files()[at.file], "conversation cut")) return;
+    const auto cut = std::count(trained.begin() + (S + 1), trained.end(), uint8_t(1));
     std::fprintf(stderr,
                  "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
                  "its last %lld tokens (%lld of them trained on) are cut (one warning per file)\n",
-                 stream_.files()[doc_pos_.file].c_str(), static_cast<unsigned long long>(doc_pos_.line),
+                 stream_.files()[at.file].c_str(), static_cast<unsigned long long>(at.line),
                  static_cast<long long>(n), static_cast<long long>(S + 1), static_cast<long long>(n - S - 1),
                  static_cast<long long>(cut));
   }
@@ -234,6 +345,13 @@ class Packer {
   size_t cursor_ = 0;         // of doc_, already in windows
   DocPosition doc_pos_;
   std::vector<int32_t> window_;
+  // Best-fit packing: the planned rows of the conversations read at window_start_ (in epoch
+  // window_epoch_), rows_taken_ of them in batches.
+  std::string packing_;  // "best_fit <n>", or "" (LoaderState::packing)
+  std::vector<std::vector<Conversation>> rows_;
+  size_t rows_taken_ = 0;
+  DocPosition window_start_;
+  uint64_t window_epoch_ = 0;
   uint64_t epoch_ = 0, epoch_docs_ = 0, batches_ = 0, tokens_ = 0;
   bool epoch_from_start_ = true;
 };
@@ -273,6 +391,9 @@ struct TokenLoader::Impl {
     TITAN_CHECK(
         !config.pack_conversations || !config.chat_field.empty(),
         "loader: pack_conversations needs conversations (a chat_field); text documents are always packed");
+    TITAN_CHECK(config.best_fit_window == 0 || (config.pack_conversations && config.best_fit_window >= 2),
+                "loader: best_fit_window ", config.best_fit_window,
+                ": best-fit packing needs pack_conversations and a window of at least 2 conversations (0: next-fit)");
     if (!config.chat_field.empty()) check_qwen3_chat_template(tokenizer);
     packer = std::make_unique<Packer>(config, tokenizer, eos);
     current = packer->state();
@@ -352,6 +473,13 @@ struct TokenLoader::Impl {
     };
     TITAN_CHECK(s.chat_field == config.chat_field, "loader state: saved ", reading(s.chat_field), ", now ",
                 reading(config.chat_field));
+    const auto packed = [](const std::string& packing) {
+      return packing.empty() ? std::string("next-fit packing (or none)") : packing + " packing";
+    };
+    TITAN_CHECK(s.packing == packer->packing(), "loader state: saved with ", packed(s.packing), ", now ",
+                packed(packer->packing()), " (rows would not resume where they stopped)");
+    TITAN_CHECK(s.packing.empty() || s.doc_tokens_taken == 0, "loader state: malformed: a best-fit state with doc_tokens_taken ",
+                s.doc_tokens_taken);
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();

@@ -5,7 +5,9 @@
 // pack_conversations rows hold as many whole conversations as fit, in order, then padding; the
 // labels of what the loss does not train on (the prompt turns, a conversation's last token, the
 // padding) are kIgnoreLabel; a conversation longer than seq_len + 1 tokens takes a row of its own and is
-// cut there (a warning says so once). Every batch says where its documents start and where each row's
+// cut there (a warning says so once). Packing is next-fit in dataset order, or with best_fit_window n
+// best-fit decreasing over each n conversations read together (fuller rows; rows go out in the order of
+// their first conversation, each row's conversations in dataset order). Every batch says where its documents start and where each row's
 // padding begins (block-causal attention, the MoE aux loss). With dp_size n, rank r
 // packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global batch,
 // train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the batches
@@ -30,6 +32,10 @@ struct LoaderConfig {
   std::string text_field = "text";
   std::string chat_field = "";  // non-empty: the records are conversations (DatasetConfig::chat_field)
   bool pack_conversations = false;  // conversations: as many whole ones per row as fit (else one per row)
+  // pack_conversations: 0 fills each row with the next conversations that fit (next-fit); n >= 2 reads
+  // n conversations at a time and packs them best-fit decreasing (each, longest first, into the row
+  // it leaves least room in).
+  int64_t best_fit_window = 0;
   std::string text_split = "paragraph";  // plain text files: paragraph | line | file
   int64_t seq_len = 2048;
   int64_t local_batch_size = 1;
@@ -68,6 +74,10 @@ struct LoaderState {
   int32_t eos_id = -1;
   std::string text_split;  // how plain-text files were cut into documents; "" when there were none
   std::string chat_field;  // "" for text documents
+  // Best-fit packing: `doc` is where the window being emitted was read from, and `rows_taken` of its
+  // rows are in batches already. `packing` names it ("best_fit 256"; "" for next-fit and text).
+  uint64_t rows_taken = 0;
+  std::string packing;
 };
 void to_json(nlohmann::json& j, const LoaderState& s);
 void from_json(const nlohmann::json& j, LoaderState& s);

@@ -67,6 +67,8 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, text_field),
       TITAN_KEY(training, chat_field),
       TITAN_KEY(training, pack_conversations),
+      TITAN_KEY(training, pack_strategy, "next_fit", "best_fit"),
+      TITAN_KEY(training, pack_window),
       TITAN_KEY(training, text_split, "paragraph", "line", "file"),
       TITAN_KEY(training, document_separator),
       TITAN_KEY(training, local_batch_size),
@@ -441,6 +443,15 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                 c.model.attn_mask_type, "\" (", set_where("model.attn_mask_type"),
                 ") each would attend to the ones before it: set model.attn_mask_type = \"block_causal\"");
   }
+  if (c.training.pack_strategy == "best_fit") {
+    TITAN_CHECK(c.training.pack_conversations, set_where("training.pack_strategy"),
+                ": training.pack_strategy = \"best_fit\" packs conversations, but training.pack_conversations "
+                "is false: set it to true, or remove the key");
+    TITAN_CHECK(c.training.pack_window >= 2, set_where("training.pack_window"), ": training.pack_window = ",
+                c.training.pack_window,
+                ": best-fit packing needs a window of at least 2 conversations (it packs each window's "
+                "conversations together)");
+  }
   if (c.model.attn_mask_type == "block_causal") {
     TITAN_CHECK(c.training.chat_field.empty() || c.training.pack_conversations,
                 set_where("model.attn_mask_type"),
@@ -511,6 +522,11 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("training.text_split", chats);
     moot("training.document_separator", chats);
   }
+  if (c.training.pack_strategy != "best_fit")
+    moot("training.pack_window", "it is the best-fit window, and training.pack_strategy = \"" +
+                                     c.training.pack_strategy + "\"");
+  if (!c.training.pack_conversations)
+    moot("training.pack_strategy", "training.pack_conversations = false (nothing is packed)");
   if (!c.checkpoint.enable) {
     moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)

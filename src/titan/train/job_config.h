@@ -47,6 +47,10 @@ struct TrainingSection {
   // Conversations: each row holds as many whole ones as fit, in order, then padding (needs
   // model.attn_mask_type = "block_causal", so that each attends to itself only).
   bool pack_conversations = false;
+  // How conversations are packed: "next_fit" (each row takes the next ones while they fit, in dataset
+  // order) or "best_fit" (best-fit decreasing over pack_window conversations read together).
+  std::string pack_strategy = "next_fit";
+  int64_t pack_window = 256;
   // Plain-text files (.txt, .md, ...): "paragraph" (documents separated by blank lines), "line"
   // (one document per line) or "file" (one document per file).
   std::string text_split = "paragraph";

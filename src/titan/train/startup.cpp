@@ -273,6 +273,10 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan) {
   return job;
 }
 
+int64_t best_fit_window(const TrainingSection& training) {
+  return training.pack_strategy == "best_fit" ? training.pack_window : 0;
+}
+
 int32_t document_separator(const TrainingSection& training, const data::Tokenizer& tokenizer) {
   const std::string& want = training.document_separator;
   if (want.empty()) return tokenizer.document_separator_id();
@@ -300,10 +304,14 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
                                  const std::vector<fs::path>& dataset) {
   if (!c.training.chat_field.empty())
     return "conversations from field '" + c.training.chat_field + "' in Qwen3's chat template, " +
-           (c.training.pack_conversations
-                ? "packed whole into rows (attention within each, block_causal; one longer than a row "
-                  "alone, cut at seq_len + 1 tokens; padded after the last that fits)"
-                : "one per row (cut at seq_len + 1 tokens, padded after)") +
+           (!c.training.pack_conversations ? std::string("one per row (cut at seq_len + 1 tokens, padded after)")
+            : "packed whole into rows (" +
+                    (best_fit_window(c.training) > 0
+                         ? "best-fit decreasing over each " + std::to_string(c.training.pack_window) +
+                               " conversations; "
+                         : std::string("next-fit in dataset order; ")) +
+                    "attention within each, block_causal; one longer than a row alone, cut at seq_len + 1 "
+                    "tokens; padded after the last that fits)") +
            ", the loss on the assistant turns only";
   const int32_t separator = document_separator(c.training, tokenizer);
   std::string text = "documents end with token " + std::to_string(separator) + " " +

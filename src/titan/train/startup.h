@@ -45,6 +45,10 @@ int64_t accumulation_steps(const JobConfig& config, int64_t dp_size);
 // against the run's tokenizer); errors name the key.
 int32_t document_separator(const TrainingSection& training, const data::Tokenizer& tokenizer);
 
+// The loader's best_fit_window (data::LoaderConfig): training.pack_window under
+// training.pack_strategy = "best_fit", else 0 (next-fit).
+int64_t best_fit_window(const TrainingSection& training);
+
 // How the run's documents are cut and separated, for the start-up `data:` line: the separator token
 // (id and text) and, when `dataset` holds plain-text files, how training.text_split cuts them.
 std::string document_description(const JobConfig& config, const data::Tokenizer& tokenizer,

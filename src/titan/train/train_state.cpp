@@ -50,6 +50,7 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
   lc.text_field = c.training.text_field;
   lc.chat_field = c.training.chat_field;
   lc.pack_conversations = c.training.pack_conversations;
+  lc.best_fit_window = best_fit_window(c.training);
   lc.text_split = c.training.text_split;
   lc.eos_id = document_separator(c.training, tokenizer);
   lc.seq_len = job.seq_len;

@@ -59,6 +59,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   loader_config_.text_field = cfg.training.text_field;
   loader_config_.chat_field = cfg.training.chat_field;
   loader_config_.pack_conversations = cfg.training.pack_conversations;
+  loader_config_.best_fit_window = best_fit_window(cfg.training);
   loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
   loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
