@@ -552,6 +552,8 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
        "activation_checkpoint.selective_ac_option",
        "2",
        "activation_checkpoint.mode = \"full\" (it picks the layers of \"selective\")"},
+      {{}, "training.pack_window", "64", "it is the best-fit window, and training.pack_strategy = \"next_fit\""},
+      {{}, "training.pack_strategy", "next_fit", "training.pack_conversations = false (nothing is packed)"},
   };
   for (const Case& c : cases) {
     Overrides typed = c.context;
@@ -559,7 +561,8 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
     EXPECT_EQ(note_of(parse("", typed), c.key), c.key + " = " + c.value + ": no effect, " + c.why) << c.key;
     // The same key in the config file.
     const auto dot = c.key.find('.');
-    const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.key == "validation.dataset_path" ||
+    const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.value == "next_fit" ||
+                      c.key == "validation.dataset_path" ||
                       c.key == "activation_checkpoint.selective_ac_option" || c.key == "training.dataset" ||
                       c.key == "validation.dataset";
     const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +
@@ -575,6 +578,11 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
             "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
   EXPECT_EQ(note_of(parse("[training]\ndataset = \"nlp-corpus\"\n"), "training.dataset"), "");
+  const std::string best_fit =
+      "[model]\nattn_mask_type = \"block_causal\"\n[training]\nchat_field = \"messages\"\n"
+      "pack_conversations = true\npack_strategy = \"best_fit\"\npack_window = 64\n";
+  EXPECT_EQ(note_of(parse(best_fit), "training.pack_window"), "");
+  EXPECT_EQ(note_of(parse(best_fit), "training.pack_strategy"), "");
   // Profiling asked for, but its first profiled step lies past the run's last.
   EXPECT_EQ(
       note_of(parse("[training]\nsteps = 2\n[profiling]\nenable_profiling = true\nprofile_freq = 100\n"),
@@ -796,6 +804,15 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[training]\nchat_field = \"messages\"\npack_conversations = true\n",
        {},
        {"job.toml:3", "pack_conversations", "attend to the ones before it", "block_causal"}},
+      // Best-fit packs conversations, a window of several at a time.
+      {"[training]\npack_strategy = \"best_fit\"\n",
+       {},
+       {"job.toml:2", "pack_strategy = \"best_fit\"", "pack_conversations is false"}},
+      {"[model]\nattn_mask_type = \"block_causal\"\n[training]\nchat_field = \"messages\"\n"
+       "pack_conversations = true\npack_strategy = \"best_fit\"\n",
+       {{"training.pack_window", "1"}},
+       {"command line", "training.pack_window = 1", "at least 2 conversations"}},
+      {"", {{"training.pack_strategy", "first_fit"}}, {"training.pack_strategy must be one of next_fit, best_fit"}},
       {"[model]\nattn_mask_type = \"block_causal\"\n",
        {{"training.pack_conversations", "true"}},
        {"command line", "training.chat_field is not set", "text documents are always packed"}},

@@ -36,8 +36,9 @@ inline std::map<int64_t, double> by_step(const std::vector<nlohmann::json>& reco
   return m;
 }
 
-// Short conversations of different lengths, as JSONL (the answers' lengths differ, so rows do).
-inline std::filesystem::path write_conversations(const std::string& name) {
+// Short conversations of different lengths, as JSONL (the answers' lengths differ, so rows do); the
+// questions are numbered from `first` (another number: other conversations, held-out ones).
+inline std::filesystem::path write_conversations(const std::string& name, int first = 0) {
   const std::filesystem::path data = temp_dir(name + "_" + std::to_string(getpid())) / "chats.jsonl";
   std::ofstream out(data);
   const char* answers[] = {"Yes.",
@@ -50,7 +51,7 @@ inline std::filesystem::path write_conversations(const std::string& name) {
                            "Blue and green."};
   for (int i = 0; i < 8; ++i)
     out << nlohmann::json{{"messages",
-                           {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                           {{{"role", "user"}, {"content", "Question " + std::to_string(first + i) + "?"}},
                             {{"role", "assistant"}, {"content", answers[i]}}}}}
                .dump()
         << "\n";

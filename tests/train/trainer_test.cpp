@@ -555,6 +555,49 @@ TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
   EXPECT_FALSE(read_metrics(text).at(0).contains("padding_pct"));
 }
 
+// Best-fit packed conversations through the trainer: a run stopped inside a best-fit window and
+// resumed from its checkpoint trains the rows the straight run trains (losses, grad norms and padding
+// bit for bit), and validation packs its held-out conversations best-fit too (the same held-out loss).
+TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
+  const std::string data = tt::write_conversations("trainer_best_fit_data").string();
+  const Overrides common = {{"training.dataset_path", data},
+                            {"training.chat_field", "messages"},
+                            {"training.pack_conversations", "true"},
+                            {"training.pack_strategy", "best_fit"},
+                            {"training.pack_window", "5"},
+                            {"model.attn_mask_type", "block_causal"},
+                            {"training.deterministic", "true"},
+                            {"lr_scheduler.warmup_steps", "2"},  // a schedule that does not depend on training.steps
+                            {"lr_scheduler.decay_ratio", "0"},
+                            {"validation.enable", "true"},
+                            {"validation.dataset_path", tt::write_conversations("trainer_best_fit_held_out", 100).string()},
+                            {"validation.freq", "2"},
+                            {"validation.steps", "1"},
+                            {"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "2"}};
+  auto with = [&](const char* steps) { return tt::joined(common, {{"training.steps", steps}}); };
+  const fs::path a = tt::temp_dir("trainer_best_fit_a"), b = tt::temp_dir("trainer_best_fit_b");
+  run_training(tiny_config(a, with("6")));
+  run_training(tiny_config(b, with("2")));
+  // The loader's state in step 2's checkpoint sits inside a window (5 conversations fill 2-3 rows
+  // of 64 tokens; a step takes 2).
+  std::ifstream saved(b / "checkpoint" / "step-2" / "train_state.json");
+  const nlohmann::json loader = nlohmann::json::parse(saved).at("dataloader");
+  EXPECT_EQ(loader.at("packing"), "best_fit 5");
+  EXPECT_GT(loader.at("rows_taken").get<int64_t>(), 0) << loader.dump();
+  EXPECT_EQ(run_training(tiny_config(b, with("6"))).steps_run, 4);
+  const std::vector<nlohmann::json> ra = read_metrics(a), rb = read_metrics(b);
+  ASSERT_EQ(ra.size(), 6u);
+  ASSERT_EQ(rb.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    for (const char* key : {"loss", "grad_norm", "padding_pct"})
+      EXPECT_EQ(ra[i].at(key), rb[i].at(key)) << key << " at step " << i + 1;
+  for (size_t i : {1, 3, 5}) {
+    ASSERT_TRUE(ra[i].contains("val_loss")) << ra[i].dump();
+    EXPECT_EQ(ra[i].at("val_loss"), rb[i].at("val_loss")) << "step " << i + 1;
+  }
+}
+
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan
 // check's) starts from the default kernels when its config has none.
 TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {
