@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Supervised fine-tuning rows: one conversation per row (padded) against packed rows
-# (training.pack_conversations, block-causal attention), the main job's model on conversations made
-# from the built-in corpus (a question of 3-7 words, an answer of 5-154: 38 tokens on average with
-# Qwen3's template). Prints each mode's sustained tokens/s, the share of padding, and the tokens/s
-# that are not padding (what trains), then the packed / one-per-row ratio of the last.
+# (training.pack_conversations, block-causal attention), next-fit in dataset order and best-fit
+# decreasing over windows of PACK_WINDOW conversations (training.pack_strategy = "best_fit"), the main
+# job's model on conversations made from the built-in corpus (a question of 3-7 words, an answer of
+# 5-154: 38 tokens on average with Qwen3's template). Prints each mode's sustained tokens/s, the share
+# of padding, and the tokens/s that are not padding (what trains), then the ratios of the last.
+# A smaller SEQ puts fewer conversations in a row (128: about three, as 2048-token rows hold
+# conversations of a few hundred tokens), where the packing matters most.
 #
 #   bench/sft_packing.sh [STEPS] [SEQ] [PRECISION]      (default 12 steps, 512, bfloat16)
+#   PACK_WINDOW=256                                     best-fit's window (conversations)
+#   SFT_MODES="one_per_row next_fit best_fit"           which modes, in this order
 source "$(dirname "${BASH_SOURCE[0]}")/debugmodel_job.sh" "${1:-12}" "${2:-512}" "${3:-bfloat16}"
 CORPUS=assets/datasets/nlp-corpus/train.jsonl
 [ -f "$CORPUS" ] || { echo "the built-in corpus is missing: bash scripts/setup.sh" >&2; exit 1; }
@@ -27,9 +32,11 @@ EOF
 lscpu | grep -m1 "Model name" || true
 printf '%-12s %12s %10s %16s\n' rows "tokens/s" padding "non-padding/s"
 declare -A trained
-for mode in one_per_row packed; do
+for mode in ${SFT_MODES:-one_per_row next_fit best_fit}; do
   extra=()
-  [ "$mode" = packed ] && extra=(--training.pack_conversations=true --model.attn_mask_type=block_causal)
+  [ "$mode" != one_per_row ] && extra=(--training.pack_conversations=true --model.attn_mask_type=block_causal
+                                       --training.pack_strategy="$mode" --training.pack_window="${PACK_WINDOW:-256}")
+  [ "$mode" = next_fit ] && unset 'extra[-1]'  # pack_window is best-fit's
   "$TITAN" train "${common[@]}" --job.dump_folder="$OUT/$mode" --training.dataset_path="$OUT/chats.jsonl" \
     --training.chat_field=messages "${extra[@]}" > "$OUT/$mode.log" 2>&1 ||
     { cat "$OUT/$mode.log" >&2; exit 1; }
@@ -47,4 +54,8 @@ EOF
   trained[$mode]=$(python3 -c "print(f'{$tps * (1 - $pad / 100):.1f}')")
   printf '%-12s %12s %9s%% %16s\n' "$mode" "$tps" "$pad" "${trained[$mode]}"
 done
-python3 -c "print(f'packed / one per row, non-padding tokens/s: {${trained[packed]} / ${trained[one_per_row]}:.2f}x')"
+[ -n "${trained[one_per_row]:-}" ] && [ -n "${trained[next_fit]:-}" ] &&
+  python3 -c "print(f'non-padding tokens/s: next_fit / one per row {${trained[next_fit]} / ${trained[one_per_row]}:.2f}x')"
+[ -n "${trained[next_fit]:-}" ] && [ -n "${trained[best_fit]:-}" ] &&
+  python3 -c "print(f'non-padding tokens/s: best_fit / next_fit {${trained[best_fit]} / ${trained[next_fit]}:.2f}x')"
+exit 0
