@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <set>
-#include <tuple>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "titan/core/check.h"
 
@@ -125,11 +125,12 @@ class Packer {
     epoch_docs_ = 0;
     doc_.clear();
     cursor_ = 0;
-    rows_.clear();
+    planned_rows_.clear();
     rows_taken_ = 0;
     if (s.rows_taken > 0) {  // re-read the window and plan it again
-      TITAN_CHECK(plan_window() && s.rows_taken < rows_.size(), "loader state: the conversations read from file ",
-                  s.doc.file, " offset ", s.doc.offset, " no longer pack into more than ", s.rows_taken,
+      TITAN_CHECK(plan_rows() && s.rows_taken < planned_rows_.size(),
+                  "loader state: the conversations read from file ", s.doc.file, " offset ", s.doc.offset,
+                  " no longer pack into more than ", s.rows_taken,
                   " rows: the dataset changed since the state was saved");
       rows_taken_ = s.rows_taken;
     }
@@ -145,9 +146,9 @@ class Packer {
   LoaderState state() const {
     LoaderState s;
     s.epoch = epoch_;
-    if (rows_taken_ < rows_.size()) {  // best-fit, inside a window
-      s.doc = window_start_;
-      s.epoch = window_epoch_;
+    if (rows_taken_ < planned_rows_.size()) {  // best-fit, inside a window of conversations
+      s.doc = plan_start_;
+      s.epoch = plan_epoch_;
       s.rows_taken = rows_taken_;
     } else if (cursor_ < doc_.size()) {
       s.doc = doc_pos_;
@@ -237,12 +238,13 @@ class Packer {
     return true;
   }
 
-  // Row `row` of conversations packed best-fit: the next planned row of the window, a new window
-  // when this one's rows are all out.
+  // Row `row` of conversations packed best-fit: the next planned row, after planning the next
+  // best_fit_window conversations when the last plan's rows are all out.
   bool fill_best_fit(int64_t row, Batch& b) {
-    if (rows_taken_ == rows_.size() && !plan_window()) return false;
+    if (rows_taken_ == planned_rows_.size() && !plan_rows()) return false;
     int64_t used = 0;
-    for (const Conversation& c : rows_[rows_taken_]) used += place(c.ids, c.trained, c.position, row, used, b);
+    for (const Conversation& c : planned_rows_[rows_taken_])
+      used += place(c.ids, c.trained, c.position, row, used, b);
     ++rows_taken_;
     pad_row(row, used, b);
     return true;
@@ -250,9 +252,9 @@ class Packer {
 
   // Reads the next best_fit_window conversations (fewer at the end of finite data) and plans their
   // rows; false when none is left.
-  bool plan_window() {
-    window_start_ = stream_.position();
-    window_epoch_ = epoch_;
+  bool plan_rows() {
+    plan_start_ = stream_.position();
+    plan_epoch_ = epoch_;
     std::vector<Conversation> window;
     while (int64_t(window.size()) < config_.best_fit_window && load_document()) {
       window.push_back({std::move(doc_), std::move(doc_trained_), doc_pos_});
@@ -260,9 +262,9 @@ class Packer {
       doc_trained_.clear();
       cursor_ = 0;
     }
-    rows_ = best_fit_rows(std::move(window), config_.seq_len);
+    planned_rows_ = best_fit_rows(std::move(window), config_.seq_len);
     rows_taken_ = 0;
-    return !rows_.empty();
+    return !planned_rows_.empty();
   }
 
   // Puts conversation `ids` at token `used` of row `row` (a document of its own after the row's
@@ -345,13 +347,13 @@ class Packer {
   size_t cursor_ = 0;         // of doc_, already in windows
   DocPosition doc_pos_;
   std::vector<int32_t> window_;
-  // Best-fit packing: the planned rows of the conversations read at window_start_ (in epoch
-  // window_epoch_), rows_taken_ of them in batches.
+  // Best-fit packing: the rows planned for the conversations read from plan_start_ (in epoch
+  // plan_epoch_), rows_taken_ of them in batches.
   std::string packing_;  // "best_fit <n>", or "" (LoaderState::packing)
-  std::vector<std::vector<Conversation>> rows_;
+  std::vector<std::vector<Conversation>> planned_rows_;
   size_t rows_taken_ = 0;
-  DocPosition window_start_;
-  uint64_t window_epoch_ = 0;
+  DocPosition plan_start_;
+  uint64_t plan_epoch_ = 0;
   uint64_t epoch_ = 0, epoch_docs_ = 0, batches_ = 0, tokens_ = 0;
   bool epoch_from_start_ = true;
 };
