@@ -154,12 +154,12 @@ void BM_Documents(benchmark::State& state) {
   }
   state.counters["docs"] = double(docs);
 }
-#define TITAN_DOCS_BENCH(T)              \
-  BENCHMARK_TEMPLATE(BM_Documents, T)    \
-      ->ArgNames({"doc", "calls"})       \
+#define TITAN_DOCS_BENCH(T)                         \
+  BENCHMARK_TEMPLATE(BM_Documents, T)               \
+      ->ArgNames({"doc", "calls"})                  \
       ->ArgsProduct({{32, 128, 512, 4096}, {0, 1}}) \
-      ->Iterations(4)                    \
-      ->UseRealTime()                    \
+      ->Iterations(4)                               \
+      ->UseRealTime()                               \
       ->Unit(benchmark::kMillisecond)
 TITAN_DOCS_BENCH(bf16);
 TITAN_DOCS_BENCH(Bf16Probs);

@@ -39,9 +39,10 @@ train::TrainSummary train(const fs::path& dump, Overrides extra) {
 
 void expect_losses_follow_the_cpu(const char* precision, double rel, const Overrides& job = {},
                                   const std::string& what = "text") {
-  const Overrides common = testing::joined(
-      {{"training.steps", "20"}, {"training.mixed_precision_param", precision}, {"validation.enable", "false"}},
-      job);
+  const Overrides common = testing::joined({{"training.steps", "20"},
+                                            {"training.mixed_precision_param", precision},
+                                            {"validation.enable", "false"}},
+                                           job);
   auto with = [&](const char* device) { return testing::joined(common, {{"job.device", device}}); };
   const std::string tag = "cuda_follows_" + what + "_" + precision;
   const fs::path cpu = testing::temp_dir(tag + "_cpu"), gpu = testing::temp_dir(tag + "_gpu");
@@ -63,8 +64,9 @@ void expect_losses_follow_the_cpu(const char* precision, double rel, const Overr
     EXPECT_LE(d, rel) << precision << ": step " << step << " loss cpu " << loss << ", cuda " << lg[step];
     worst = std::max(worst, d);
   }
-  std::printf("%s, %s: 20 steps, worst relative loss difference cpu vs cuda %.3g (last: cpu %.6f, cuda %.6f)\n",
-              what.c_str(), precision, worst, lc[20], lg[20]);
+  std::printf(
+      "%s, %s: 20 steps, worst relative loss difference cpu vs cuda %.3g (last: cpu %.6f, cuda %.6f)\n",
+      what.c_str(), precision, worst, lc[20], lg[20]);
 }
 
 TEST(CudaTrain, FollowsTheCpuLossesInFloat32) {
@@ -84,12 +86,16 @@ TEST(CudaTrain, FollowsTheCpuLossesInBfloat16) {
 // tolerances of text.
 TEST(CudaTrain, PackedConversationsFollowTheCpu) {
   TITAN_REQUIRE_CUDA();
-  const Overrides packed = {{"training.dataset_path", testing::write_conversations("cuda_packed_data").string()},
-                            {"training.chat_field", "messages"},
-                            {"training.pack_conversations", "true"},
-                            {"model.attn_mask_type", "block_causal"}};
-  const Overrides moe = {{"model.flavor", "debugmodel_moe"}, {"model.num_experts", "4"}, {"model.top_k", "2"},
-                         {"model.moe_hidden_dim", "64"},     {"training.load_balance", "aux_loss"}};
+  const Overrides packed = {
+      {"training.dataset_path", testing::write_conversations("cuda_packed_data").string()},
+      {"training.chat_field", "messages"},
+      {"training.pack_conversations", "true"},
+      {"model.attn_mask_type", "block_causal"}};
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                         {"model.num_experts", "4"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "64"},
+                         {"training.load_balance", "aux_loss"}};
   expect_losses_follow_the_cpu("float32", 1e-3, testing::joined(packed, moe), "packed_conversations_moe");
   expect_losses_follow_the_cpu("bfloat16", 2e-2, packed, "packed_conversations");
 }

@@ -438,16 +438,19 @@ TEST(Loader, PackedConversationsRestoreExactly) {
 std::vector<std::vector<int>> best_fit_plan(const std::filesystem::path& dir, int n, int first, int count,
                                             int64_t S) {
   std::vector<int64_t> length(static_cast<size_t>(count));
-  for (int i = 0; i < count; ++i) length[size_t(i)] = int64_t(conversation_tokens(dir, (first + i) % n).ids.size());
+  for (int i = 0; i < count; ++i)
+    length[size_t(i)] = int64_t(conversation_tokens(dir, (first + i) % n).ids.size());
   std::vector<int> order(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) order[size_t(i)] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return length[size_t(a)] > length[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return length[size_t(a)] > length[size_t(b)]; });
   std::vector<std::vector<int>> rows;
   std::vector<int64_t> room;
   for (int i : order) {
     int best = -1;
     for (int r = 0; r < int(rows.size()); ++r)
-      if (room[size_t(r)] >= length[size_t(i)] && (best < 0 || room[size_t(r)] < room[size_t(best)])) best = r;
+      if (room[size_t(r)] >= length[size_t(i)] && (best < 0 || room[size_t(r)] < room[size_t(best)]))
+        best = r;
     if (best < 0) {
       rows.emplace_back();
       room.push_back(S);
@@ -516,7 +519,8 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
         window_padding = 0;
         ++whole_windows;
       }
-      for (int64_t p = used; p < S; ++p) ASSERT_EQ(b.inputs[row * S + p], 151643) << "padding, batch " << batch;
+      for (int64_t p = used; p < S; ++p)
+        ASSERT_EQ(b.inputs[row * S + p], 151643) << "padding, batch " << batch;
     }
     EXPECT_EQ(b.document_starts, starts) << "batch " << batch;
     EXPECT_EQ(b.lengths, lengths) << "batch " << batch;
@@ -586,7 +590,10 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
       EXPECT_NE(std::string(e.what()).find("saved with best_fit 4 packing"), std::string::npos) << e.what();
     }
   }
-  TokenLoader next_fit({.paths = {dir}, .chat_field = "messages", .pack_conversations = true, .seq_len = 64,
+  TokenLoader next_fit({.paths = {dir},
+                        .chat_field = "messages",
+                        .pack_conversations = true,
+                        .seq_len = 64,
                         .local_batch_size = 2},
                        qwen3_tokenizer());
   next_fit.next();

@@ -552,7 +552,10 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
        "activation_checkpoint.selective_ac_option",
        "2",
        "activation_checkpoint.mode = \"full\" (it picks the layers of \"selective\")"},
-      {{}, "training.pack_window", "64", "it is the best-fit window, and training.pack_strategy = \"next_fit\""},
+      {{},
+       "training.pack_window",
+       "64",
+       "it is the best-fit window, and training.pack_strategy = \"next_fit\""},
       {{}, "training.pack_strategy", "next_fit", "training.pack_conversations = false (nothing is packed)"},
   };
   for (const Case& c : cases) {
@@ -760,7 +763,8 @@ TEST(TorchtitanConfig, BlockCausalAttentionIsAcceptedOnTheGpuWithTitansKernels) 
     EXPECT_EQ(parse_error(toml, {{"job.device", "cuda"}}), "") << toml;
   }
   // The cuDNN rule is the GPU's concern only.
-  EXPECT_EQ(parse_error("[model]\nattn_mask_type = \"block_causal\"\n[kernels]\nattention = { impl = \"cudnn\" }\n"),
+  EXPECT_EQ(parse_error(
+                "[model]\nattn_mask_type = \"block_causal\"\n[kernels]\nattention = { impl = \"cudnn\" }\n"),
             "");
 }
 
@@ -812,7 +816,9 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
        "pack_conversations = true\npack_strategy = \"best_fit\"\n",
        {{"training.pack_window", "1"}},
        {"command line", "training.pack_window = 1", "at least 2 conversations"}},
-      {"", {{"training.pack_strategy", "first_fit"}}, {"training.pack_strategy must be one of next_fit, best_fit"}},
+      {"",
+       {{"training.pack_strategy", "first_fit"}},
+       {"training.pack_strategy must be one of next_fit, best_fit"}},
       {"[model]\nattn_mask_type = \"block_causal\"\n",
        {{"training.pack_conversations", "true"}},
        {"command line", "training.chat_field is not set", "text documents are always packed"}},

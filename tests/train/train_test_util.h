@@ -1,9 +1,10 @@
 #pragma once
 // What the trainer tests share beyond the tiny job itself (tiny_job.h): its config, metrics reads.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>

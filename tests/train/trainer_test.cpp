@@ -560,21 +560,22 @@ TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
 // bit for bit), and validation packs its held-out conversations best-fit too (the same held-out loss).
 TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
   const std::string data = tt::write_conversations("trainer_best_fit_data").string();
-  const Overrides common = {{"training.dataset_path", data},
-                            {"training.chat_field", "messages"},
-                            {"training.pack_conversations", "true"},
-                            {"training.pack_strategy", "best_fit"},
-                            {"training.pack_window", "5"},
-                            {"model.attn_mask_type", "block_causal"},
-                            {"training.deterministic", "true"},
-                            {"lr_scheduler.warmup_steps", "2"},  // a schedule that does not depend on training.steps
-                            {"lr_scheduler.decay_ratio", "0"},
-                            {"validation.enable", "true"},
-                            {"validation.dataset_path", tt::write_conversations("trainer_best_fit_held_out", 100).string()},
-                            {"validation.freq", "2"},
-                            {"validation.steps", "1"},
-                            {"checkpoint.enable", "true"},
-                            {"checkpoint.interval", "2"}};
+  const Overrides common = {
+      {"training.dataset_path", data},
+      {"training.chat_field", "messages"},
+      {"training.pack_conversations", "true"},
+      {"training.pack_strategy", "best_fit"},
+      {"training.pack_window", "5"},
+      {"model.attn_mask_type", "block_causal"},
+      {"training.deterministic", "true"},
+      {"lr_scheduler.warmup_steps", "2"},  // a schedule that does not depend on training.steps
+      {"lr_scheduler.decay_ratio", "0"},
+      {"validation.enable", "true"},
+      {"validation.dataset_path", tt::write_conversations("trainer_best_fit_held_out", 100).string()},
+      {"validation.freq", "2"},
+      {"validation.steps", "1"},
+      {"checkpoint.enable", "true"},
+      {"checkpoint.interval", "2"}};
   auto with = [&](const char* steps) { return tt::joined(common, {{"training.steps", steps}}); };
   const fs::path a = tt::temp_dir("trainer_best_fit_a"), b = tt::temp_dir("trainer_best_fit_b");
   run_training(tiny_config(a, with("6")));

@@ -393,9 +393,10 @@ struct TokenLoader::Impl {
     TITAN_CHECK(
         !config.pack_conversations || !config.chat_field.empty(),
         "loader: pack_conversations needs conversations (a chat_field); text documents are always packed");
-    TITAN_CHECK(config.best_fit_window == 0 || (config.pack_conversations && config.best_fit_window >= 2),
-                "loader: best_fit_window ", config.best_fit_window,
-                ": best-fit packing needs pack_conversations and a window of at least 2 conversations (0: next-fit)");
+    TITAN_CHECK(
+        config.best_fit_window == 0 || (config.pack_conversations && config.best_fit_window >= 2),
+        "loader: best_fit_window ", config.best_fit_window,
+        ": best-fit packing needs pack_conversations and a window of at least 2 conversations (0: next-fit)");
     if (!config.chat_field.empty()) check_qwen3_chat_template(tokenizer);
     packer = std::make_unique<Packer>(config, tokenizer, eos);
     current = packer->state();
@@ -480,8 +481,8 @@ struct TokenLoader::Impl {
     };
     TITAN_CHECK(s.packing == packer->packing(), "loader state: saved with ", packed(s.packing), ", now ",
                 packed(packer->packing()), " (rows would not resume where they stopped)");
-    TITAN_CHECK(s.packing.empty() || s.doc_tokens_taken == 0, "loader state: malformed: a best-fit state with doc_tokens_taken ",
-                s.doc_tokens_taken);
+    TITAN_CHECK(s.packing.empty() || s.doc_tokens_taken == 0,
+                "loader state: malformed: a best-fit state with doc_tokens_taken ", s.doc_tokens_taken);
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",
                 packer->files().size());
     halt();

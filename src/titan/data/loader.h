@@ -7,11 +7,11 @@
 // padding) are kIgnoreLabel; a conversation longer than seq_len + 1 tokens takes a row of its own and is
 // cut there (a warning says so once). Packing is next-fit in dataset order, or with best_fit_window n
 // best-fit decreasing over each n conversations read together (fuller rows; rows go out in the order of
-// their first conversation, each row's conversations in dataset order). Every batch says where its documents start and where each row's
-// padding begins (block-causal attention, the MoE aux loss). With dp_size n, rank r
-// packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global batch,
-// train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the batches
-// after a restore are those an uninterrupted run would have produced.
+// their first conversation, each row's conversations in dataset order). Every batch says where its documents
+// start and where each row's padding begins (block-causal attention, the MoE aux loss). With dp_size n, rank
+// r packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global
+// batch, train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the
+// batches after a restore are those an uninterrupted run would have produced.
 #include <cstdint>
 #include <filesystem>
 #include <memory>

@@ -444,11 +444,12 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                 ") each would attend to the ones before it: set model.attn_mask_type = \"block_causal\"");
   }
   if (c.training.pack_strategy == "best_fit") {
-    TITAN_CHECK(c.training.pack_conversations, set_where("training.pack_strategy"),
-                ": training.pack_strategy = \"best_fit\" packs conversations, but training.pack_conversations "
-                "is false: set it to true, or remove the key");
-    TITAN_CHECK(c.training.pack_window >= 2, set_where("training.pack_window"), ": training.pack_window = ",
-                c.training.pack_window,
+    TITAN_CHECK(
+        c.training.pack_conversations, set_where("training.pack_strategy"),
+        ": training.pack_strategy = \"best_fit\" packs conversations, but training.pack_conversations "
+        "is false: set it to true, or remove the key");
+    TITAN_CHECK(c.training.pack_window >= 2, set_where("training.pack_window"),
+                ": training.pack_window = ", c.training.pack_window,
                 ": best-fit packing needs a window of at least 2 conversations (it packs each window's "
                 "conversations together)");
   }
@@ -465,12 +466,13 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     // process): one per document length would be built all through the run.
     if (c.job.device == "cuda")
       for (const kernels::Substitution& rule : c.kernels)
-        TITAN_CHECK(rule.op != "attention" || rule.variant != "cudnn", set_where("kernels.attention"),
-                    ": kernels.attention = { impl = \"cudnn\" } with model.attn_mask_type = \"block_causal\" (",
-                    set_where("model.attn_mask_type"),
-                    ") on job.device = \"cuda\": block-causal attention calls the kernel once per document, "
-                    "and cuDNN would build an execution plan for every document length; use the default "
-                    "attention kernels (remove the rule) or mma_sync");
+        TITAN_CHECK(
+            rule.op != "attention" || rule.variant != "cudnn", set_where("kernels.attention"),
+            ": kernels.attention = { impl = \"cudnn\" } with model.attn_mask_type = \"block_causal\" (",
+            set_where("model.attn_mask_type"),
+            ") on job.device = \"cuda\": block-causal attention calls the kernel once per document, "
+            "and cuDNN would build an execution plan for every document length; use the default "
+            "attention kernels (remove the rule) or mma_sync");
   }
   // A roll-back written into the file repeats at every start of the job (a restart after a crash
   // would throw away what was trained since): say so.
@@ -523,8 +525,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("training.document_separator", chats);
   }
   if (c.training.pack_strategy != "best_fit")
-    moot("training.pack_window", "it is the best-fit window, and training.pack_strategy = \"" +
-                                     c.training.pack_strategy + "\"");
+    moot("training.pack_window",
+         "it is the best-fit window, and training.pack_strategy = \"" + c.training.pack_strategy + "\"");
   if (!c.training.pack_conversations)
     moot("training.pack_strategy", "training.pack_conversations = false (nothing is packed)");
   if (!c.checkpoint.enable) {

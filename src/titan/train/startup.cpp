@@ -304,14 +304,15 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
                                  const std::vector<fs::path>& dataset) {
   if (!c.training.chat_field.empty())
     return "conversations from field '" + c.training.chat_field + "' in Qwen3's chat template, " +
-           (!c.training.pack_conversations ? std::string("one per row (cut at seq_len + 1 tokens, padded after)")
-            : "packed whole into rows (" +
-                    (best_fit_window(c.training) > 0
-                         ? "best-fit decreasing over each " + std::to_string(c.training.pack_window) +
-                               " conversations; "
-                         : std::string("next-fit in dataset order; ")) +
-                    "attention within each, block_causal; one longer than a row alone, cut at seq_len + 1 "
-                    "tokens; padded after the last that fits)") +
+           (!c.training.pack_conversations
+                ? std::string("one per row (cut at seq_len + 1 tokens, padded after)")
+                : "packed whole into rows (" +
+                      (best_fit_window(c.training) > 0
+                           ? "best-fit decreasing over each " + std::to_string(c.training.pack_window) +
+                                 " conversations; "
+                           : std::string("next-fit in dataset order; ")) +
+                      "attention within each, block_causal; one longer than a row alone, cut at seq_len + 1 "
+                      "tokens; padded after the last that fits)") +
            ", the loss on the assistant turns only";
   const int32_t separator = document_separator(c.training, tokenizer);
   std::string text = "documents end with token " + std::to_string(separator) + " " +
