@@ -548,7 +548,7 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
 }
 
 // Best-fit resumes inside a window (its rows planned again from where the window was read) and
-// across epochs; a state saved under another packing is refused.
+// across epochs; between windows another packing may go on.
 TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
   auto dir = write_conversations("loader_chat_best_fit_restore", 7);
   LoaderConfig config{.paths = {dir},
@@ -579,26 +579,41 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
       ASSERT_EQ(b.lengths, batches[i].lengths) << "restored at " << k << ", batch " << i;
     }
   }
-  for (int64_t other : {0, 5}) {
-    LoaderConfig changed = config;
-    changed.best_fit_window = other;
-    TokenLoader loader(changed, qwen3_tokenizer());
-    try {
-      loader.restore(states[3]);
-      ADD_FAILURE() << "restored a best_fit 4 state with best_fit_window " << other;
-    } catch (const titan::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("saved with best_fit 4 packing"), std::string::npos) << e.what();
+  // Inside a window another packing is refused; between windows any packing goes on from the next
+  // conversation (a window's first), and a best-fit run can go on from next-fit's position.
+  LoaderConfig next_fit_config = config, window_5 = config;
+  next_fit_config.best_fit_window = 0;
+  window_5.best_fit_window = 5;
+  int64_t between = 0;
+  for (size_t k = 1; k < states.size(); ++k)
+    for (const LoaderConfig& other : {next_fit_config, window_5}) {
+      TokenLoader loader(other, qwen3_tokenizer());
+      if (states[k].value("rows_taken", uint64_t(0)) > 0) {
+        try {
+          loader.restore(states[k]);
+          ADD_FAILURE() << "restored state " << k << " inside a best_fit 4 window, best_fit_window "
+                        << other.best_fit_window;
+        } catch (const titan::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("saved inside a best_fit 4 window"), std::string::npos)
+              << e.what();
+        }
+        continue;
+      }
+      ++between;
+      loader.restore(states[k]);
+      const int next = int(states[k].at("doc").at("index").get<int64_t>()) % 7;
+      const int first =
+          other.best_fit_window > 0 ? best_fit_plan(dir, 7, next, 5, 64).front().front() % 7 : next;
+      EXPECT_EQ(loader.next().inputs[0], conversation_tokens(dir, first).ids[0]) << "state " << k;
     }
-  }
-  TokenLoader next_fit({.paths = {dir},
-                        .chat_field = "messages",
-                        .pack_conversations = true,
-                        .seq_len = 64,
-                        .local_batch_size = 2},
-                       qwen3_tokenizer());
-  next_fit.next();
+  EXPECT_GT(between, 0) << "some batches should end between windows";
+  TokenLoader next_fit(next_fit_config, qwen3_tokenizer());
+  for (int i = 0; i < 3; ++i) next_fit.next();
   TokenLoader best_fit(config, qwen3_tokenizer());
-  EXPECT_THROW(best_fit.restore(next_fit.state()), titan::Error);
+  best_fit.restore(next_fit.state());
+  const int next = int(next_fit.state().at("doc").at("index").get<int64_t>()) % 7;
+  EXPECT_EQ(best_fit.next().inputs[0],
+            conversation_tokens(dir, best_fit_plan(dir, 7, next, 4, 64).front().front() % 7).ids[0]);
 }
 
 // Held-out conversations (a finite loader): the last window holds what is left; then an empty batch.

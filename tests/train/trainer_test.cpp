@@ -558,6 +558,7 @@ TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
 // Best-fit packed conversations through the trainer: a run stopped inside a best-fit window and
 // resumed from its checkpoint trains the rows the straight run trains (losses, grad norms and padding
 // bit for bit), and validation packs its held-out conversations best-fit too (the same held-out loss).
+// A resume inside a window under another packing is refused; from next-fit's position it is not.
 TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
   const std::string data = tt::write_conversations("trainer_best_fit_data").string();
   const Overrides common = {
@@ -597,6 +598,20 @@ TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
     ASSERT_TRUE(ra[i].contains("val_loss")) << ra[i].dump();
     EXPECT_EQ(ra[i].at("val_loss"), rb[i].at("val_loss")) << "step " << i + 1;
   }
+
+  // Inside a window only its packing goes on (the error names the keys and the way out); from
+  // next-fit's position (the next conversation) best-fit can.
+  const fs::path c = tt::temp_dir("trainer_best_fit_c"), d = tt::temp_dir("trainer_best_fit_d");
+  run_training(tiny_config(c, with("2")));
+  const std::string e = error_of([&] {
+    run_training(tiny_config(c, tt::joined(with("4"), {{"training.pack_strategy", "next_fit"}})));
+  });
+  for (const char* part :
+       {"stopped after", "rows of a window packed best-fit over windows of 5 conversations",
+        "training.pack_strategy and training.pack_window back", "checkpoint.restart_data_stream"})
+    EXPECT_NE(e.find(part), std::string::npos) << part << " not in: " << e;
+  run_training(tiny_config(d, tt::joined(with("2"), {{"training.pack_strategy", "next_fit"}})));
+  EXPECT_EQ(run_training(tiny_config(d, with("4"))).steps_run, 2);
 }
 
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan

@@ -476,11 +476,11 @@ struct TokenLoader::Impl {
     };
     TITAN_CHECK(s.chat_field == config.chat_field, "loader state: saved ", reading(s.chat_field), ", now ",
                 reading(config.chat_field));
-    const auto packed = [](const std::string& packing) {
-      return packing.empty() ? std::string("next-fit packing (or none)") : packing + " packing";
-    };
-    TITAN_CHECK(s.packing == packer->packing(), "loader state: saved with ", packed(s.packing), ", now ",
-                packed(packer->packing()), " (rows would not resume where they stopped)");
+    // Between best-fit windows (or at next-fit's next conversation) any packing goes on exactly.
+    TITAN_CHECK(s.rows_taken == 0 || s.packing == packer->packing(), "loader state: saved inside a ",
+                s.packing, " window, now ",
+                packer->packing().empty() ? std::string("next-fit packing (or none)") : packer->packing(),
+                " (the window's remaining rows are the saved packing's)");
     TITAN_CHECK(s.packing.empty() || s.doc_tokens_taken == 0,
                 "loader state: malformed: a best-fit state with doc_tokens_taken ", s.doc_tokens_taken);
     TITAN_CHECK(s.doc.file <= packer->files().size(), "loader state: names file ", s.doc.file, " but the dataset has ",

@@ -68,7 +68,26 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
               reading(saved_chat), " but this run reads ", reading(loader.config().chat_field),
               ": its data position counts other rows (set training.chat_field back, or "
               "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  // Conversations: a position between best-fit windows, or next-fit's (the next conversation to
+  // place), is where any packing can go on; one inside a window is best-fit's of that window size.
+  const auto packing = [](const std::string& p) {
+    return p.empty() ? std::string("next-fit in dataset order (or one per row)")
+                     : "best-fit over windows of " + p.substr(p.find(' ') + 1) + " conversations";
+  };
+  const std::string saved_packing = saved.value("packing", std::string()),
+                    now_packing = loader.state().value("packing", std::string());
+  const uint64_t rows_taken = saved.value("rows_taken", uint64_t(0));
+  TITAN_CHECK(
+      rows_taken == 0 || saved_packing == now_packing, "checkpoint ", checkpoint, " stopped after ",
+      rows_taken, " rows of a window packed ", packing(saved_packing), ", but this run packs ",
+      packing(now_packing),
+      ": the window's other rows exist only in the saved packing (set training.pack_strategy and "
+      "training.pack_window back, or checkpoint.restart_data_stream = true to start the data from the "
+      "beginning)");
   loader.restore(saved);
+  if (saved_packing != now_packing && !saved_chat.empty())
+    return "data: conversations were packed " + packing(saved_packing) + " up to checkpoint " + checkpoint +
+           "; from its data position on they are packed " + packing(now_packing);
   return "";
 }
 
