@@ -2,11 +2,13 @@
 // The raw kernels have their own exhaustive tests in tests/backend/attention_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
 #include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
@@ -125,6 +127,41 @@ TEST(AttentionOp, BlockCausalFlashVariantMatchesReferenceThroughAutograd) {
   auto v = random_tensor({B, S, Hkv, D}, DType::F32, 33).set_requires_grad(true);
   expect_variant_matches_spec("attention", "default", {B, S, Hkv * r, Hkv, D},
                               attention_fn(1.0 / std::sqrt(double(D)), documents), {q, k, v});
+}
+
+// Block-causal attention is each document's causal attention alone: the op on packed rows gives,
+// bit for bit, the output and the q, k, v gradients of the op run on each document copied out as a
+// row of its own (f32 and bf16: the same kernel on the same values, only read through views at
+// other offsets; no tolerance). Documents of 1, 69, 30 and 49 tokens, then a row of two, then a
+// whole row.
+TEST(AttentionOp, BlockCausalIsEachDocumentAloneBitForBit) {
+  const int64_t B = 3, S = 150, Hkv = 2, r = 2, D = 64;
+  const std::vector<int64_t> starts = {0, 1, 2, 71, 101, 150, 231, 300};
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor q = random_tensor({B, S, Hkv * r, D}, dt, 41, -2, 2).set_requires_grad(true);
+    Tensor k = random_tensor({B, S, Hkv, D}, dt, 42, -2, 2).set_requires_grad(true);
+    Tensor v = random_tensor({B, S, Hkv, D}, dt, 43).set_requires_grad(true);
+    const Tensor dout = random_tensor({B, S, Hkv * r, D}, grad_dtype(dt), 44);
+    const Tensor out = ops::attention(q, k, v, scale, ops::DocumentSpans{starts});
+    autograd::backward(autograd::current_tape(), {out}, {dout});
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const int64_t first = starts[d], row = first / S, at = first % S;
+      const int64_t end = d + 1 < starts.size() ? std::min(starts[d + 1], (row + 1) * S) : B * S;
+      const int64_t len = std::min(end, (row + 1) * S) - first;
+      auto piece = [&](const Tensor& t) { return t.narrow(0, row, 1).narrow(1, at, len); };
+      Tensor qd = piece(q).clone().set_requires_grad(true), kd = piece(k).clone().set_requires_grad(true),
+             vd = piece(v).clone().set_requires_grad(true);
+      const Tensor alone = ops::attention(qd, kd, vd, scale);
+      autograd::backward(autograd::current_tape(), {alone}, {piece(dout).clone()});
+      SCOPED_TRACE("document at " + std::to_string(first) + ", " + std::to_string(len) + " tokens");
+      EXPECT_EQ(max_abs_diff(piece(out).to(DType::F64), alone.to(DType::F64)), 0.0);
+      EXPECT_EQ(max_abs_diff(piece(q.grad()).to(DType::F64), qd.grad().to(DType::F64)), 0.0);
+      EXPECT_EQ(max_abs_diff(piece(k.grad()).to(DType::F64), kd.grad().to(DType::F64)), 0.0);
+      EXPECT_EQ(max_abs_diff(piece(v.grad()).to(DType::F64), vd.grad().to(DType::F64)), 0.0);
+    }
+  }
 }
 
 TEST(AttentionOp, DocumentStartsThatDoNotCoverTheRowsAreRefused) {
