@@ -11,6 +11,8 @@
 #   bench/sft_packing.sh [STEPS] [SEQ] [PRECISION]      (default 12 steps, 512, bfloat16)
 #   PACK_WINDOW=256                                     best-fit's window (conversations)
 #   SFT_MODES="one_per_row next_fit best_fit"           which modes, in this order
+#   SFT_FLAVOR=debugmodel                               the model (0.6B: layers, not the lm_head, take
+#                                                       most of the step, so padding costs a full position)
 source "$(dirname "${BASH_SOURCE[0]}")/debugmodel_job.sh" "${1:-12}" "${2:-512}" "${3:-bfloat16}"
 CORPUS=assets/datasets/nlp-corpus/train.jsonl
 [ -f "$CORPUS" ] || { echo "the built-in corpus is missing: bash scripts/setup.sh" >&2; exit 1; }
@@ -37,7 +39,7 @@ for mode in ${SFT_MODES:-one_per_row next_fit best_fit}; do
   [ "$mode" != one_per_row ] && extra=(--training.pack_conversations=true --model.attn_mask_type=block_causal
                                        --training.pack_strategy="$mode" --training.pack_window="${PACK_WINDOW:-256}")
   [ "$mode" = next_fit ] && unset 'extra[-1]'  # pack_window is best-fit's
-  "$TITAN" train "${common[@]}" --job.dump_folder="$OUT/$mode" --training.dataset_path="$OUT/chats.jsonl" \
+  "$TITAN" train "${common[@]}" --model.flavor="${SFT_FLAVOR:-debugmodel}" --job.dump_folder="$OUT/$mode" --training.dataset_path="$OUT/chats.jsonl" \
     --training.chat_field=messages "${extra[@]}" > "$OUT/$mode.log" 2>&1 ||
     { cat "$OUT/$mode.log" >&2; exit 1; }
   # The steps after the warm-up step, from metrics.jsonl: tokens/s and the padding share.
