@@ -36,28 +36,37 @@ Tensor grad_input(const Shape& shape, DType dtype, uint64_t seed, double lo = -1
   return random_tensor(shape, dtype, seed, lo, hi).set_requires_grad(true);
 }
 
-// f32: the f32-math kernels, summation order only. bf16: the tensor-core kernels round P, dS and
-// dout to bf16 (head_dim 64/128; other head_dims take the f32-math kernels, well inside this).
+// Attention of q [B, S, Hq, D] over k, v [B, S, Hkv, D] on the GPU (causal within each of
+// `documents`, whole rows when empty) against the CPU reference, forward and every gradient, f32 and
+// bf16. f32: the f32-math kernels, summation order only. bf16: the tensor-core kernels round P, dS
+// and dout to bf16 (head_dim 64/128; other head_dims take the f32-math kernels, well inside this).
+struct AttentionCase {
+  int64_t B, S, Hq, Hkv, D;
+  std::vector<int64_t> starts;  // ops::DocumentSpans (none: causal rows)
+};
+void expect_attention_matches_the_cpu(const AttentionCase& c) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    const ops::DocumentSpans documents{c.starts};
+    auto f = [scale, documents](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale, documents)};
+    };
+    SCOPED_TRACE(std::to_string(c.B) + " x " + std::to_string(c.S) + " x " + std::to_string(c.D) + " " +
+                 std::string(dtype_name(dt)) + ", " + std::to_string(c.starts.size()) + " document starts");
+    const double tol = dt == DType::F32 ? 2e-5 : 1e-2;
+    expect_device_matches_reference(
+        "attention", kCuda, f,
+        {grad_input({c.B, c.S, c.Hq, c.D}, dt, 1, -2, 2), grad_input({c.B, c.S, c.Hkv, c.D}, dt, 2, -2, 2),
+         grad_input({c.B, c.S, c.Hkv, c.D}, dt, 3)},
+        tol, tol);
+  }
+}
+
 TEST(CudaModelOps, Attention) {
   TITAN_REQUIRE_CUDA();
-  struct Case {
-    int64_t B, S, Hq, Hkv, D;
-  };
-  for (const Case& c :
-       {Case{1, 1, 2, 1, 8}, Case{2, 37, 4, 2, 64}, Case{1, 70, 4, 1, 25}, Case{2, 100, 4, 2, 128}})
-    for (DType dt : {DType::F32, DType::BF16}) {
-      const double scale = 1.0 / std::sqrt(double(c.D));
-      auto f = [scale](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale)};
-      };
-      SCOPED_TRACE(std::to_string(c.S) + " x " + std::to_string(c.D) + " " + std::string(dtype_name(dt)));
-      const double tol = dt == DType::F32 ? 2e-5 : 1e-2;
-      expect_device_matches_reference(
-          "attention", kCuda, f,
-          {grad_input({c.B, c.S, c.Hq, c.D}, dt, 1, -2, 2), grad_input({c.B, c.S, c.Hkv, c.D}, dt, 2, -2, 2),
-           grad_input({c.B, c.S, c.Hkv, c.D}, dt, 3)},
-          tol, tol);
-    }
+  for (const AttentionCase& c : {AttentionCase{1, 1, 2, 1, 8, {}}, AttentionCase{2, 37, 4, 2, 64, {}},
+                                 AttentionCase{1, 70, 4, 1, 25, {}}, AttentionCase{2, 100, 4, 2, 128, {}}})
+    expect_attention_matches_the_cpu(c);
 }
 
 // Block-causal attention (packed documents, ops::DocumentSpans) on the GPU: one launch per document
@@ -67,31 +76,11 @@ TEST(CudaModelOps, Attention) {
 // kernels there), head_dim 64 and 128 on the tensor cores, 24 on the f32-math kernels.
 TEST(CudaModelOps, BlockCausalAttention) {
   TITAN_REQUIRE_CUDA();
-  struct Case {
-    int64_t B, S, Hq, Hkv, D;
-    std::vector<int64_t> starts;
-  };
-  const std::vector<Case> cases = {
-      {4, 150, 4, 2, 64, {0, 1, 66, 131, 150, 300, 450}},  // rows 1-3 whole: one launch
-      {3, 100, 2, 1, 128, {0, 37, 100, 200, 201, 202, 265}},
-      {2, 70, 4, 1, 24, {0, 5, 70, 71}},
-  };
-  for (const Case& c : cases)
-    for (DType dt : {DType::F32, DType::BF16}) {
-      const double scale = 1.0 / std::sqrt(double(c.D));
-      const ops::DocumentSpans documents{c.starts};
-      auto f = [scale, documents](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::attention(in[0], in[1], in[2], scale, documents)};
-      };
-      SCOPED_TRACE(std::to_string(c.B) + " x " + std::to_string(c.S) + " x " + std::to_string(c.D) + " " +
-                   std::string(dtype_name(dt)));
-      const double tol = dt == DType::F32 ? 2e-5 : 1e-2;
-      expect_device_matches_reference(
-          "attention", kCuda, f,
-          {grad_input({c.B, c.S, c.Hq, c.D}, dt, 1, -2, 2), grad_input({c.B, c.S, c.Hkv, c.D}, dt, 2, -2, 2),
-           grad_input({c.B, c.S, c.Hkv, c.D}, dt, 3)},
-          tol, tol);
-    }
+  for (const AttentionCase& c :
+       {AttentionCase{4, 150, 4, 2, 64, {0, 1, 66, 131, 150, 300, 450}},  // rows 1-3: one launch
+        AttentionCase{3, 100, 2, 1, 128, {0, 37, 100, 200, 201, 202, 265}},
+        AttentionCase{2, 70, 4, 1, 24, {0, 5, 70, 71}}})
+    expect_attention_matches_the_cpu(c);
 }
 
 TEST(CudaModelOps, CrossEntropy) {

@@ -306,6 +306,36 @@ ChatTokens conversation_tokens(const std::filesystem::path& dir, int i) {
                        render_qwen3_chat(nlohmann::ordered_json::parse(line).at("messages")));
 }
 
+// The first `n` batches of a loader and its state before each and after the last.
+struct Recorded {
+  std::vector<Batch> batches;
+  std::vector<json> states;
+};
+Recorded record(const LoaderConfig& config, int n) {
+  TokenLoader loader(config, qwen3_tokenizer());
+  Recorded r{{}, {loader.state()}};
+  for (int i = 0; i < n; ++i) {
+    r.batches.push_back(loader.next());
+    r.states.push_back(loader.state());
+  }
+  return r;
+}
+
+// A loader restored to each recorded state gives the batches recorded after it, field for field.
+void expect_every_restore_replays(const LoaderConfig& config, const Recorded& run) {
+  for (size_t k = 1; k < run.batches.size(); ++k) {
+    TokenLoader resumed(config, qwen3_tokenizer());
+    resumed.restore(run.states[k]);
+    for (size_t i = k; i < run.batches.size(); ++i) {
+      Batch b = resumed.next();
+      ASSERT_EQ(b.inputs, run.batches[i].inputs) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.labels, run.batches[i].labels) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.document_starts, run.batches[i].document_starts) << "restored at " << k << ", batch " << i;
+      ASSERT_EQ(b.lengths, run.batches[i].lengths) << "restored at " << k << ", batch " << i;
+    }
+  }
+}
+
 }  // namespace
 
 // One conversation per row: its first S + 1 tokens, padded with <|endoftext|> after its end; a label
@@ -406,29 +436,13 @@ TEST(Loader, PackedConversationsRestoreExactly) {
                       .pack_conversations = true,
                       .seq_len = 48,
                       .local_batch_size = 2};
-  TokenLoader reference(config, qwen3_tokenizer());
-  std::vector<Batch> batches;
-  std::vector<json> states = {reference.state()};
-  for (int i = 0; i < 8; ++i) {
-    batches.push_back(reference.next());
-    states.push_back(reference.state());
-  }
+  const Recorded run = record(config, 8);
   // A batch whose last row has padding closed it because the next conversation did not fit: that
   // one waited, loaded, for the next batch.
   int64_t waited = 0;
-  for (size_t k = 0; k + 1 < batches.size(); ++k) waited += batches[k].lengths.back() < 48;
+  for (size_t k = 0; k + 1 < run.batches.size(); ++k) waited += run.batches[k].lengths.back() < 48;
   EXPECT_GT(waited, 0) << "some conversation should wait for the next batch";
-  for (size_t k = 1; k < batches.size(); ++k) {
-    TokenLoader resumed(config, qwen3_tokenizer());
-    resumed.restore(states[k]);
-    for (size_t i = k; i < batches.size(); ++i) {
-      Batch b = resumed.next();
-      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.document_starts, batches[i].document_starts) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.lengths, batches[i].lengths) << "restored at " << k << ", batch " << i;
-    }
-  }
+  expect_every_restore_replays(config, run);
 }
 
 // The rows best-fit packing makes of conversations `first` .. `first + count - 1` (mod n) of
@@ -557,28 +571,13 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
                       .best_fit_window = 4,
                       .seq_len = 64,
                       .local_batch_size = 2};
-  TokenLoader reference(config, qwen3_tokenizer());
-  std::vector<Batch> batches;
-  std::vector<json> states = {reference.state()};
-  for (int i = 0; i < 8; ++i) {
-    batches.push_back(reference.next());
-    states.push_back(reference.state());
-  }
+  const Recorded run = record(config, 8);
+  const std::vector<json>& states = run.states;
   int64_t inside = 0;
   for (const json& st : states) inside += st.value("rows_taken", uint64_t(0)) > 0;
   EXPECT_GT(inside, 2) << "some batches should end inside a window";
   EXPECT_GT(states.back().at("epoch").get<uint64_t>(), 0u);
-  for (size_t k = 1; k < batches.size(); ++k) {
-    TokenLoader resumed(config, qwen3_tokenizer());
-    resumed.restore(states[k]);
-    for (size_t i = k; i < batches.size(); ++i) {
-      Batch b = resumed.next();
-      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.document_starts, batches[i].document_starts) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.lengths, batches[i].lengths) << "restored at " << k << ", batch " << i;
-    }
-  }
+  expect_every_restore_replays(config, run);
   // Inside a window another packing is refused; between windows any packing goes on from the next
   // conversation (a window's first), and a best-fit run can go on from next-fit's position.
   LoaderConfig next_fit_config = config, window_5 = config;
@@ -666,22 +665,9 @@ TEST(Loader, AConversationRowReportsWhereItsPaddingStarts) {
 TEST(Loader, ConversationsRestoreExactlyAndOnlyIntoConversations) {
   auto dir = write_conversations("loader_chat_restore", 7);
   LoaderConfig config{.paths = {dir}, .chat_field = "messages", .seq_len = 24, .local_batch_size = 3};
-  TokenLoader reference(config, qwen3_tokenizer());
-  std::vector<Batch> batches;
-  std::vector<json> states = {reference.state()};
-  for (int i = 0; i < 8; ++i) {
-    batches.push_back(reference.next());
-    states.push_back(reference.state());
-  }
-  for (size_t k : {size_t(1), size_t(3), size_t(6)}) {
-    TokenLoader resumed(config, qwen3_tokenizer());
-    resumed.restore(states[k]);
-    for (size_t i = k; i < batches.size(); ++i) {
-      Batch b = resumed.next();
-      ASSERT_EQ(b.inputs, batches[i].inputs) << "restored at " << k << ", batch " << i;
-      ASSERT_EQ(b.labels, batches[i].labels) << "restored at " << k << ", batch " << i;
-    }
-  }
+  const Recorded run = record(config, 8);
+  const std::vector<json>& states = run.states;
+  expect_every_restore_replays(config, run);
   // The same files read as text documents count other rows: refused, naming both.
   LoaderConfig as_text = config;
   as_text.chat_field = "";
