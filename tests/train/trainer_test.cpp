@@ -614,6 +614,58 @@ TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
   EXPECT_EQ(run_training(tiny_config(d, with("4"))).steps_run, 2);
 }
 
+// The generation_config.json of the Hugging Face model a run starts from (its stop tokens and
+// sampling defaults, what transformers' generate reads) travels with the weights: into every
+// checkpoint, through a resume after the source folder lost it, into the run's exports and `titan
+// export`'s. A run from random weights exports none; a file that is not a JSON object stops the
+// run naming it.
+TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
+  const fs::path a = tt::temp_dir("trainer_generation_a"), b = tt::temp_dir("trainer_generation_b");
+  const Overrides saving = {{"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "1"},
+                            {"checkpoint.last_save_in_hf", "true"},
+                            {"lr_scheduler.warmup_steps", "1"},
+                            {"validation.enable", "false"}};
+  run_training(tiny_config(a, tt::joined(saving, {{"training.steps", "1"}})));
+  const fs::path source = a / "checkpoint" / "step-1-hf";
+  EXPECT_FALSE(fs::exists(source / "generation_config.json"));  // random init: none
+  const nlohmann::json generation = {
+      {"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
+      {"temperature", 0.6},     {"top_k", 20},       {"top_p", 0.95}};
+  std::ofstream(source / "generation_config.json") << generation.dump();
+  auto from_source = [&](const char* steps) {
+    return tt::joined(saving, {{"training.steps", steps},
+                               {"checkpoint.initial_load_path", source.string()},
+                               {"checkpoint.initial_load_in_hf", "true"}});
+  };
+  auto read = [](const fs::path& file) { return nlohmann::json::parse(std::ifstream(file)); };
+  run_training(tiny_config(b, from_source("2")));
+  EXPECT_EQ(read(b / "checkpoint" / "step-2-hf" / "generation_config.json"), generation);
+  EXPECT_EQ(read(b / "checkpoint" / "step-1" / "train_state.json").at("generation_config"), generation);
+
+  // The resume takes it from the checkpoint: the source folder no longer has it.
+  fs::remove(source / "generation_config.json");
+  EXPECT_EQ(run_training(tiny_config(b, from_source("3"))).steps_run, 1);
+  EXPECT_EQ(read(b / "checkpoint" / "step-3-hf" / "generation_config.json"), generation);
+  const fs::path exported = b / "export";
+  std::string out;
+  int rc = tt::run_command(titan() + " export --checkpoint " + (b / "checkpoint" / "step-3").string() +
+                               " --out " + exported.string(),
+                           &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(read(exported / "generation_config.json"), generation);
+  rc = tt::run_command(
+      titan() + " verify-export " + exported.string() + " --source " + (b / "checkpoint" / "step-3").string(),
+      &out);
+  EXPECT_EQ(rc, 0) << out;
+
+  std::ofstream(source / "generation_config.json") << "[151645]";
+  const std::string e =
+      error_of([&] { run_training(tiny_config(tt::temp_dir("trainer_generation_c"), from_source("1"))); });
+  EXPECT_NE(e.find((source / "generation_config.json").string()), std::string::npos) << e;
+  EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
+}
+
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan
 // check's) starts from the default kernels when its config has none.
 TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {

@@ -77,10 +77,11 @@ int export_main(int argc, char** argv) {
     for (auto& r : qwen3::hf_tensors(*native.model)) total += uint64_t(shape_numel(r.shape)) * dtype_size(dtype);
     train::Progress progress("export: writing " + out.string(), total,
                              [&] { return train::bytes_in_temporaries_of(out); });
-    qwen3::export_hf_model(*native.model, out, dtype, files, p.has("overwrite"));
+    qwen3::export_hf_model(*native.model, out, dtype, {files, native.generation_config}, p.has("overwrite"));
   }
-  std::printf("exported step %ld to %s (%s, %zu tokenizer files)\n", long(native.step), p.get("out").c_str(),
-              d.c_str(), files.size());
+  std::printf("exported step %ld to %s (%s, %zu tokenizer files%s)\n", long(native.step),
+              p.get("out").c_str(), d.c_str(), files.size(),
+              native.generation_config.is_null() ? "" : ", generation_config.json");
   return 0;
 }
 

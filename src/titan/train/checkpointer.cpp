@@ -183,6 +183,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   if (!data_note.empty()) say("%s", data_note.c_str());
   if (ts.contains("expert_bias"))
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
+  s.generation_config = ts.value("generation_config", nlohmann::json());
   say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
       long(s.tokens_seen), seconds_since(t0));
   if (config_.checkpoint.load_step != -1) {
@@ -240,6 +241,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["tokenizer_checksum"] = tokenizer_checksum(job.tokenizer_path);
   ts["lr_scheduler"] = s.schedule.state_dict();
   ts["dataloader"] = s.loader.state();
+  if (!s.generation_config.is_null()) ts["generation_config"] = s.generation_config;
   ts["dataset_identity"] = s.dataset_identity;
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
   ts["settings"] = resumable_settings(c);
@@ -307,7 +309,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
     for (auto& r : qwen3::hf_tensors(s.model))
       total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
     Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
-    qwen3::export_hf_model(s.model, out, export_dtype, tok_files, /*overwrite=*/false);
+    qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config}, /*overwrite=*/false);
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));

@@ -4,6 +4,7 @@
 // (one of named parameters, or the slices of every shard: checkpoint_blocks.h).
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "titan/models/qwen3/model.h"
@@ -14,6 +15,7 @@ struct NativeModel {
   std::unique_ptr<qwen3::Qwen3Model> model;
   int64_t step = 0;
   std::filesystem::path tokenizer_path;  // as recorded by the trainer (may no longer exist)
+  nlohmann::json generation_config;      // of the model the run started from (null: none)
   // The MoE expert biases of a run trained with training.load_balance = "expert_bias" (per MoE layer;
   // empty without): they steer routing, and a Hugging Face export has no place for them.
   std::vector<std::vector<double>> expert_bias;

@@ -6,6 +6,7 @@
 
 #include "titan/core/device_services.h"
 #include "titan/data/data_identity.h"
+#include "titan/io/json_error.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
@@ -101,6 +102,14 @@ std::string memory_per_rank(const TrainState& s) {
   return line;
 }
 
+nlohmann::json read_generation_config(const std::filesystem::path& hf_dir) {
+  const std::filesystem::path file = hf_dir / "generation_config.json";
+  if (!std::filesystem::exists(file)) return nullptr;
+  nlohmann::json g = io::read_json_file(file, "generation_config.json");
+  TITAN_CHECK(g.is_object(), file.string(), ": a generation config is a JSON object, got ", g.type_name());
+  return g;
+}
+
 void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
   if (!job.initial_hf.empty()) {
     auto t0 = std::chrono::steady_clock::now();
@@ -110,6 +119,10 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
       qwen3::load_hf_weights(state.model, job.initial_hf);
     }
     say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
+    state.generation_config = read_generation_config(job.initial_hf);
+    if (!state.generation_config.is_null())
+      say("its generation_config.json (stop tokens, sampling defaults) goes into every checkpoint and "
+          "export");
   } else if (!job.initial_native.empty()) {
     LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native, CheckpointParts::Weights);
     restore_whole_parameters(ck, state.model);
@@ -127,6 +140,8 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
             ck.dir.string().c_str(), largest, c.training.load_balance.c_str());
       }
     }
+    // The model's generation defaults come with its weights too.
+    state.generation_config = ck.train_state.value("generation_config", nlohmann::json());
     say("loaded native weights%s from %s (step %ld); optimizer and step start fresh", biases.c_str(),
         ck.dir.string().c_str(), long(ck.step));
   } else {

@@ -41,6 +41,9 @@ struct TrainState {
   const nlohmann::json dataset_identity;
   int64_t step = 0;         // optimizer steps taken
   int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
+  // The generation_config.json of the Hugging Face model the run started from (null: it had none,
+  // or the run started from random weights): every checkpoint records it and every export writes it.
+  nlohmann::json generation_config;
 };
 
 // Which of the model's blocks are layers (Qwen3Model::is_layer_block): what dist::ShardedBlocks
@@ -55,5 +58,9 @@ std::string memory_per_rank(const TrainState& state);
 // The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;
 // optimizer and step start fresh) or the seeded initialisation. Logs which.
 void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job);
+
+// The generation_config.json of a Hugging Face model folder, null when it has none; a file that is
+// not a JSON object is an error naming it.
+nlohmann::json read_generation_config(const std::filesystem::path& hf_dir);
 
 }  // namespace titan::train

@@ -176,7 +176,7 @@ std::string expert_bias_export_warning(double largest) {
 }
 
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const std::vector<std::filesystem::path>& copy_files, bool overwrite) {
+                     const ExportFiles& files, bool overwrite) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
               dtype_name(dtype));
   auto refs = hf_tensors(model);
@@ -191,7 +191,9 @@ void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType 
   io::HfWriteOptions opts;
   opts.extra_files["config.json"] =
       hf_config_from_args(model.args(), dtype == DType::F32 ? "float32" : "bfloat16").dump(2) + "\n";
-  opts.copy_files = copy_files;
+  if (!files.generation_config.is_null())
+    opts.extra_files["generation_config.json"] = files.generation_config.dump(2) + "\n";
+  opts.copy_files = files.copies;
   opts.overwrite = overwrite;
   io::write_hf_checkpoint(dir, writes, opts);
 }

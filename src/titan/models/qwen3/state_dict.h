@@ -11,6 +11,7 @@
 //   norm.weight                         <-> model.norm.weight
 //   output.weight                       <-> lm_head.weight (absent when tied; a tied checkpoint may still carry it)
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,17 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir);
 // warning titan export and the trainer's export print.
 std::string expert_bias_export_warning(double largest);
 
+// What an export holds beside config.json and the weights.
+struct ExportFiles {
+  std::vector<std::filesystem::path> copies;  // copied as they are: the tokenizer's files
+  // Written as generation_config.json unless null: the generation defaults of the model the run
+  // started from (its stop tokens, sampling settings), which transformers' generate reads.
+  nlohmann::json generation_config;
+};
+
 // Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
-// F32 or BF16, plus `copy_files` (tokenizer files). Atomic: DIR appears complete or not at all.
+// F32 or BF16, plus `files`. Atomic: DIR appears complete or not at all.
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const std::vector<std::filesystem::path>& copy_files = {}, bool overwrite = false);
+                     const ExportFiles& files = {}, bool overwrite = false);
 
 }  // namespace titan::qwen3
