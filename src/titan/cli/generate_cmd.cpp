@@ -178,15 +178,21 @@ int generate_main(int argc, char** argv) {
   }
 
   std::unique_ptr<qwen3::Qwen3Model> model;
+  // The generation defaults of the model: generation_config.json beside an export, or the one a
+  // native checkpoint recorded from the model its run started from (null: none).
+  nlohmann::json generation_config;
   if (native) {
     train::NativeModel loaded = train::load_native_model(model_path, dtype, device);
     model = std::move(loaded.model);
+    generation_config = loaded.generation_config;
     if (!loaded.expert_bias.empty()) {  // route as the trained model did
       model->enable_expert_bias();
       model->set_expert_bias_values(loaded.expert_bias);
     }
   } else {
     model = qwen3::load_hf_model(model_path, dtype, device);
+    if (fs::exists(model_path / "generation_config.json"))
+      generation_config = io::read_json_file(model_path / "generation_config.json", "titan generate");
   }
   const int64_t vocab = model->args().vocab_size;
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
@@ -223,9 +229,7 @@ int generate_main(int argc, char** argv) {
   if (!p.has("ignore-eos")) {
     if (tokenizer)
       for (int32_t id : {tokenizer->eos_id(), tokenizer->document_separator_id()}) stop_ids.push_back(id);
-    std::vector<json> configs = {model_config};
-    if (!native && fs::exists(model_path / "generation_config.json"))
-      configs.push_back(io::read_json_file(model_path / "generation_config.json", "titan generate"));
+    const std::vector<json> configs = {model_config, generation_config};
     for (const json& c : configs) {
       const json eos = c.is_object() ? c.value("eos_token_id", json()) : json();
       for (const json& id : eos.is_array() ? eos : json::array({eos}))
