@@ -606,6 +606,47 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
 
 // checkpoint.load_step in the file rolls back at every start of the job: a note says so; given on
 // the command line (one roll-back), none.
+TEST(JobConfig, ExcludeFromLoadingTakesTorchtitansPartsInEitherSpelling) {
+  // A TOML array, or torchtitan's comma-separated command line; each part once, in the order given.
+  EXPECT_EQ(parse("[checkpoint]\nexclude_from_loading = [\"optimizer\", \"lr_scheduler\", \"optimizer\"]\n")
+                .checkpoint.exclude_from_loading,
+            (std::vector<std::string>{"optimizer", "lr_scheduler"}));
+  const JobConfig c = parse("[checkpoint]\nexclude_from_loading = [\"optimizer\"]\nenable = true\n",
+                            {{"checkpoint.exclude_from_loading", " lr_scheduler , dataloader"}});
+  EXPECT_EQ(c.checkpoint.exclude_from_loading, (std::vector<std::string>{"lr_scheduler", "dataloader"}));
+  EXPECT_TRUE(c.checkpoint.excludes("dataloader"));
+  EXPECT_FALSE(c.checkpoint.excludes("optimizer"));
+  // "dataloader" is titan's restart_data_stream, said at start-up.
+  EXPECT_TRUE(c.checkpoint.restart_data_stream);
+  EXPECT_NE(note_of(c, "checkpoint.exclude_from_loading").find("applied as checkpoint.restart_data_stream = true"),
+            std::string::npos);
+  EXPECT_NE(c.describe().find("checkpoint.exclude_from_loading = [\"lr_scheduler\",\"dataloader\"]"),
+            std::string::npos)
+      << c.describe();
+  EXPECT_TRUE(parse("[checkpoint]\nexclude_from_loading = []\n").checkpoint.exclude_from_loading.empty());
+  EXPECT_TRUE(parse("", {{"checkpoint.exclude_from_loading", ""}}).checkpoint.exclude_from_loading.empty());
+
+  // Without checkpointing nothing is resumed: a note, and the data flag stays as set.
+  const JobConfig off = parse("[checkpoint]\nexclude_from_loading = [\"dataloader\"]\n");
+  EXPECT_FALSE(off.checkpoint.restart_data_stream);
+  EXPECT_EQ(note_of(off, "checkpoint.exclude_from_loading"),
+            "checkpoint.exclude_from_loading = [dataloader]: no effect, checkpoint.enable = false (nothing is "
+            "resumed)");
+
+  // A part torchtitan does not have (its docs once spelled it data_loader), a wrong type, an empty entry.
+  std::string e = parse_error("[checkpoint]\nexclude_from_loading = [\"data_loader\"]\n");
+  EXPECT_NE(e.find("job.toml:2: checkpoint.exclude_from_loading = '[data_loader]': 'data_loader' is not one of "
+                   "model, optimizer, lr_scheduler, dataloader, train_state"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("dataloader"), std::string::npos) << e;
+  e = parse_error("[checkpoint]\nexclude_from_loading = [1]\n");
+  EXPECT_NE(e.find("checkpoint.exclude_from_loading expects an array of strings, got an array"), std::string::npos)
+      << e;
+  e = parse_error("", {{"checkpoint.exclude_from_loading", "optimizer,,dataloader"}});
+  EXPECT_NE(e.find("has an empty entry"), std::string::npos) << e;
+}
+
 TEST(JobConfig, LoadStepInTheFileIsNoted) {
   EXPECT_EQ(
       note_of(parse("[checkpoint]\nenable = true\nload_step = 3\n"), "checkpoint.load_step"),
@@ -793,7 +834,12 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
       {"[checkpoint]\ncreate_seed_checkpoint = true\n", {}, {"create_seed_checkpoint"}},
-      {"[checkpoint]\nexclude_from_loading = [\"optimizer\"]\n", {}, {"exclude_from_loading"}},
+      {"[checkpoint]\nexclude_from_loading = [\"optimizer\", \"model\"]\n",
+       {},
+       {"job.toml:2", "exclude_from_loading names \"model\"", "start a new run"}},
+      {"",
+       {{"checkpoint.exclude_from_loading", "dataloader,train_state"}},
+       {"command line", "exclude_from_loading names \"train_state\"", "checkpoint.initial_load_path"}},
       {"[experimental]\ncustom_import = \"my.module\"\n", {}, {"experimental.custom_import", "Python"}},
       {"[debug]\nmoe_force_load_balance = true\n", {}, {"debug.moe_force_load_balance"}},
       {"[metrics]\nsave_tb_folder = \"board\"\n", {}, {"metrics.save_tb_folder = board", "<dump_folder>/tb"}},

@@ -614,6 +614,56 @@ TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
   EXPECT_EQ(run_training(tiny_config(d, with("4"))).steps_run, 2);
 }
 
+// torchtitan's checkpoint.exclude_from_loading = ["optimizer", "lr_scheduler", "dataloader"] resumes
+// the weights and the step count alone: from there the run trains as a new run started from those
+// weights does (fresh moments, the schedule from its start, the data from its beginning), and a
+// later resume without the key keeps both the weights and those fresh starts.
+TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
+  const Overrides common = {{"training.deterministic", "true"}, {"optimizer.lr", "3e-3"},
+                            {"lr_scheduler.warmup_steps", "2"}, {"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "3"}};
+  auto with = [&](const Overrides& extra) { return tt::joined(common, extra); };
+  const fs::path a = tt::temp_dir("trainer_exclude_a"), b = tt::temp_dir("trainer_exclude_b");
+  run_training(tiny_config(a, with({{"training.steps", "3"}})));
+  // What steps 4 to 7 below must be: a new run from step 3's weights (before later saves prune them).
+  run_training(tiny_config(b, {{"training.deterministic", "true"},
+                               {"optimizer.lr", "3e-3"},
+                               {"lr_scheduler.warmup_steps", "2"},
+                               {"training.steps", "4"},
+                               {"lr_scheduler.total_steps", "7"},
+                               {"checkpoint.initial_load_path", (a / "checkpoint" / "step-3").string()}}));
+  // Steps 4 and 5 of a schedule of 7 (a run stopped early), resumed with the three parts left out.
+  const Overrides excluded = with({{"training.steps", "5"},
+                                   {"lr_scheduler.total_steps", "7"},
+                                   {"checkpoint.exclude_from_loading", "optimizer,lr_scheduler,dataloader"}});
+  std::string out;
+  const int rc = tt::run_command(
+      titan() + " train --config " + debugmodel_toml().string() + tt::cli_args(tt::tiny_job(a, excluded)), &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* said :
+       {"checkpoint.exclude_from_loading = \"dataloader\" applied as checkpoint.restart_data_stream = true",
+        "checkpoint.exclude_from_loading: from step 4 on, AdamW's moments and step count start from zero and "
+        "the LR schedule starts over (warmup included)",
+        "remove it once this run has saved a checkpoint"})
+    EXPECT_NE(out.find(said), std::string::npos) << said << " not in:\n" << out;
+  std::ifstream saved(a / "checkpoint" / "step-5" / "train_state.json");
+  const nlohmann::json ts = nlohmann::json::parse(saved);
+  EXPECT_EQ(ts.at("optimizer_start_step"), 3);
+  EXPECT_EQ(ts.at("lr_scheduler_start_step"), 3);
+  // Steps 6 and 7 resume without the key: the fresh starts of step 4 hold.
+  EXPECT_EQ(run_training(tiny_config(a, with({{"training.steps", "7"}}))).steps_run, 2);
+
+  const std::vector<nlohmann::json> ra = read_metrics(a), rb = read_metrics(b);
+  ASSERT_EQ(ra.size(), 7u);
+  ASSERT_EQ(rb.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    for (const char* key : {"loss", "grad_norm", "lr"})
+      EXPECT_EQ(ra[3 + i].at(key), rb[i].at(key)) << key << " at step " << 4 + i;
+  // Step 4 warmed up again: its lr is step 1's (half the peak, with 2 warmup steps).
+  EXPECT_EQ(ra[3].at("lr"), ra[0].at("lr"));
+  EXPECT_EQ(ra[3].at("lr").get<double>(), 1.5e-3);
+}
+
 // The generation_config.json of the Hugging Face model a run starts from (its stop tokens and
 // sampling defaults, what transformers' generate reads) travels with the weights: into every
 // checkpoint, through a resume after the source folder lost it, into the run's exports and `titan

@@ -129,19 +129,34 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // Each rank reads its slice of every block from the shard files that overlap it (the whole
   // block when this run does not shard): the restore comes before TrainState::distribute, which
   // keeps exactly that slice.
+  // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
+  const bool fresh_optimizer = config_.checkpoint.excludes("optimizer"),
+             fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
   const CheckpointBlocks saved(c, s.model);
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
     LocalSlice mine = local_slice(s, b);
     saved.read(b, "", mine.begin, mine.values);
+    if (fresh_optimizer) continue;
     saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
     saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
   }
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
+  s.optimizer_start = fresh_optimizer ? s.step : ts.value("optimizer_start_step", int64_t(0));
+  s.schedule_start = fresh_schedule ? s.step : ts.value("lr_scheduler_start_step", int64_t(0));
+  if (fresh_optimizer || fresh_schedule)
+    say("checkpoint.exclude_from_loading: from step %ld on, %s%s%s (every resume with this key starts %s "
+        "over again: remove it once this run has saved a checkpoint)",
+        long(s.step + 1), fresh_optimizer ? "AdamW's moments and step count start from zero" : "",
+        fresh_optimizer && fresh_schedule ? " and " : "",
+        fresh_schedule ? "the LR schedule starts over (warmup included)" : "",
+        fresh_optimizer && fresh_schedule ? "them" : "it");
   // A resume with nothing left to train (training.steps at or below the checkpoint's step, as an
   // export-only run) has no schedule to differ: its placeholder of one step is not the user's.
-  std::string diff = s.step < config_.training.steps ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
+  std::string diff = s.step < config_.training.steps && !fresh_schedule
+                         ? s.schedule.diff_state(ts.at("lr_scheduler"))
+                         : "";
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
     if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_));
@@ -240,6 +255,8 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
   ts["tokenizer_path"] = fs::absolute(job.tokenizer_path).string();
   ts["tokenizer_checksum"] = tokenizer_checksum(job.tokenizer_path);
   ts["lr_scheduler"] = s.schedule.state_dict();
+  ts["optimizer_start_step"] = s.optimizer_start;
+  ts["lr_scheduler_start_step"] = s.schedule_start;
   ts["dataloader"] = s.loader.state();
   if (!s.generation_config.is_null()) ts["generation_config"] = s.generation_config;
   ts["dataset_identity"] = s.dataset_identity;

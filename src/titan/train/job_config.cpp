@@ -33,7 +33,7 @@ std::string format_double(double v) {
 // One settable key: parses a textual value (from TOML or the command line) into the field.
 struct Field {
   std::string key;  // "training.steps"
-  enum Kind { Str, Int, Float, Bool } kind;
+  enum Kind { Str, Int, Float, Bool, List } kind;  // List: strings (a TOML array, or "a,b")
   void* ptr;
   std::vector<std::string> choices;  // allowed values for Str (empty: any)
   // Who set it in the current pass (the file, then the command line): the spelling used, the value
@@ -42,6 +42,12 @@ struct Field {
   std::string set_as = "", set_value = "", set_where = "";
 };
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
 // A Field whose kind follows the member's type, so the two cannot disagree.
 Field field(std::string key, std::string* member, std::vector<std::string> choices = {}) {
   return {std::move(key), Field::Str, member, std::move(choices)};
@@ -49,6 +55,9 @@ Field field(std::string key, std::string* member, std::vector<std::string> choic
 Field field(std::string key, int64_t* member) { return {std::move(key), Field::Int, member, {}}; }
 Field field(std::string key, double* member) { return {std::move(key), Field::Float, member, {}}; }
 Field field(std::string key, bool* member) { return {std::move(key), Field::Bool, member, {}}; }
+Field field(std::string key, std::vector<std::string>* member, std::vector<std::string> choices) {
+  return {std::move(key), Field::List, member, std::move(choices)};
+}
 
 std::vector<Field> schema(JobConfig& c) {
   // "section.name" and c.section.name from one spelling; for a string, the values it may take.
@@ -103,6 +112,8 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, last_save_in_hf),
       TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
       TITAN_KEY(checkpoint, restart_data_stream),
+      TITAN_KEY(checkpoint, exclude_from_loading, "model", "optimizer", "lr_scheduler", "dataloader",
+                "train_state"),
       TITAN_KEY(activation_checkpoint, mode, "none", "selective", "full"),
       TITAN_KEY(activation_checkpoint, selective_ac_option),
       TITAN_KEY(metrics, log_freq),
@@ -136,9 +147,8 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
   switch (f.kind) {
     case Field::Str:
       if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
-        std::string list;
-        for (auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
-        TITAN_FAIL(where, ": ", f.key, " must be one of ", list, "; got '", value, "'", suggestion(value, f.choices));
+        TITAN_FAIL(where, ": ", f.key, " must be one of ", join(f.choices), "; got '", value, "'",
+                   suggestion(value, f.choices));
       }
       *static_cast<std::string*>(f.ptr) = value;
       break;
@@ -158,6 +168,26 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
       const auto v = parse_bool(value);
       if (!v) fail("true or false");
       *static_cast<bool*>(f.ptr) = *v;
+      break;
+    }
+    case Field::List: {
+      // "[a,b]" (a TOML array, as node_to_string writes it) or torchtitan's command-line "a,b";
+      // each entry once, in the order given.
+      std::string_view text = value;
+      if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+      auto& list = *static_cast<std::vector<std::string>*>(f.ptr);
+      list.clear();
+      for (std::string_view rest = text; !rest.empty();) {
+        const size_t comma = rest.find(',');
+        std::string item(trim(rest.substr(0, comma)));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
+          item = item.substr(1, item.size() - 2);
+        TITAN_CHECK(!item.empty(), where, ": ", f.key, " = '", value, "' has an empty entry");
+        TITAN_CHECK(std::find(f.choices.begin(), f.choices.end(), item) != f.choices.end(), where, ": ", f.key,
+                    " = '", value, "': '", item, "' is not one of ", join(f.choices), suggestion(item, f.choices));
+        if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+      }
       break;
     }
   }
@@ -201,6 +231,11 @@ void check_toml_type(const Field& f, const toml::node& n, const std::string& whe
     case Field::Int: ok = n.is_integer(), expected = "an integer"; break;
     case Field::Float: ok = n.is_number(), expected = "a number"; break;
     case Field::Bool: ok = n.is_boolean(), expected = "true or false"; break;
+    case Field::List:
+      ok = n.is_string() || (n.is_array() && n.as_array()->is_homogeneous(toml::node_type::string)) ||
+           (n.is_array() && n.as_array()->empty());
+      expected = "an array of strings";
+      break;
   }
   TITAN_CHECK(ok, where, ": ", f.key, " expects ", expected, ", got ", toml_type_name(n));
 }
@@ -453,6 +488,24 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                 ": best-fit packing needs a window of at least 2 conversations (it packs each window's "
                 "conversations together)");
   }
+  // torchtitan's exclude_from_loading leaves parts of a resumed checkpoint fresh; two of its parts
+  // would make the resume another run under this one's name.
+  const std::string excluded_at = set_where("checkpoint.exclude_from_loading");
+  TITAN_CHECK(!c.checkpoint.excludes("model"), excluded_at,
+              ": checkpoint.exclude_from_loading names \"model\": a resume that leaves the weights fresh "
+              "trains a new model under the checkpoint's step count, moments and data position; start a new "
+              "run instead (another job.dump_folder or checkpoint.folder)");
+  TITAN_CHECK(!c.checkpoint.excludes("train_state"), excluded_at,
+              ": checkpoint.exclude_from_loading names \"train_state\": the step count numbers the run's "
+              "checkpoints, and starting it over would save step folders below the resumed one, which the next "
+              "start would resume again. To train on from a checkpoint's weights from step 0, start a new run "
+              "(another job.dump_folder) with checkpoint.initial_load_path = '<checkpoint folder>/step-N'");
+  if (c.checkpoint.excludes("dataloader") && c.checkpoint.enable) {
+    c.checkpoint.restart_data_stream = true;
+    add_note(c, "checkpoint.exclude_from_loading",
+             "\"dataloader\" applied as checkpoint.restart_data_stream = true (a resume starts the data from "
+             "its beginning)");
+  }
   if (c.model.attn_mask_type == "block_causal") {
     TITAN_CHECK(c.training.chat_field.empty() || c.training.pack_conversations,
                 set_where("model.attn_mask_type"),
@@ -535,6 +588,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
       moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
     if (c.checkpoint.restart_data_stream)
       moot("checkpoint.restart_data_stream", "checkpoint.enable = false (nothing is resumed)");
+    if (!c.checkpoint.exclude_from_loading.empty())
+      moot("checkpoint.exclude_from_loading", "checkpoint.enable = false (nothing is resumed)");
     // torchtitan saves nothing with checkpointing off; titan still writes the export asked for.
     if (c.checkpoint.last_save_in_hf)
       add_note(c, "checkpoint.last_save_in_hf",
@@ -727,6 +782,10 @@ void JobConfig::validate_values(int world_size) const {
   }
 }
 
+bool CheckpointSection::excludes(std::string_view part) const {
+  return std::find(exclude_from_loading.begin(), exclude_from_loading.end(), part) != exclude_from_loading.end();
+}
+
 std::string JobConfig::describe() const {
   JobConfig copy = *this;
   std::ostringstream os;
@@ -742,6 +801,7 @@ std::string JobConfig::describe() const {
       case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
       case Field::Float: os << format_double(*static_cast<double*>(f.ptr)); break;
       case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
+      case Field::List: os << nlohmann::json(*static_cast<std::vector<std::string>*>(f.ptr)).dump(); break;
     }
     os << "\n";
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "titan/kernels/substitution.h"
@@ -100,6 +101,11 @@ struct CheckpointSection {
   bool last_save_in_hf = false;
   std::string export_dtype = "float32";  // float32 | bfloat16 (float16: accepted only without an export)
   bool restart_data_stream = false;      // on resume, start the data from its beginning (e.g. a new dataset)
+  // torchtitan's parts of a checkpoint a resume leaves fresh: "optimizer" (AdamW's moments and step
+  // count start over), "lr_scheduler" (the schedule starts over at the resumed step), "dataloader"
+  // (applied as restart_data_stream = true). "model" and "train_state" are errors.
+  std::vector<std::string> exclude_from_loading;
+  bool excludes(std::string_view part) const;
 };
 
 struct ActivationCheckpointSection {

@@ -155,7 +155,8 @@ const std::vector<KeyGroup> kGroups = {
     // [checkpoint]
     native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
-            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step"}),
+            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
+            "checkpoint.exclude_from_loading"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -177,8 +178,6 @@ const std::vector<KeyGroup> kGroups = {
         "titan has no seed-checkpoint mode (it would save the initial weights and exit instead of training)",
         {"checkpoint.create_seed_checkpoint"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
-    off_only("[]|", "titan resumes the model, optimizer, schedule and data position together",
-             {"checkpoint.exclude_from_loading"}),
     off_only("false", "titan always saves when checkpoint.enable is true", {"checkpoint.load_only"}),
     // [activation_checkpoint]
     native({"activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"}),

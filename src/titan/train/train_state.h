@@ -41,6 +41,11 @@ struct TrainState {
   const nlohmann::json dataset_identity;
   int64_t step = 0;         // optimizer steps taken
   int64_t tokens_seen = 0;  // input tokens trained on, over all ranks
+  // The step after which AdamW's state and the LR schedule started: 0, or the step of a resume that
+  // left them fresh (checkpoint.exclude_from_loading). Step s runs AdamW's step s - optimizer_start
+  // and the schedule's index s - 1 - schedule_start.
+  int64_t optimizer_start = 0;
+  int64_t schedule_start = 0;
   // The generation_config.json of the Hugging Face model the run started from (null: it had none,
   // or the run started from random weights): every checkpoint records it and every export writes it.
   nlohmann::json generation_config;

@@ -108,9 +108,9 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 }
 
 void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t step, double max_norm, const StepGradients& gradients, double expert_bias_coeff) {
+                  int64_t adam_step, double max_norm, const StepGradients& gradients, double expert_bias_coeff) {
   // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
-  optimizer.step(model.blocks(), lr, step, ops::clip_coefficient(max_norm, gradients.grad_norm));
+  optimizer.step(model.blocks(), lr, adam_step, ops::clip_coefficient(max_norm, gradients.grad_norm));
   if (!model.expert_bias().empty())
     model.update_expert_bias(plan.sum_over_ranks(gradients.expert_counts), expert_bias_coeff);
 }
@@ -151,8 +151,8 @@ StepResult TrainStep::run(TrainState& s) const {
   TITAN_CHECK(std::isfinite(g.grad_norm), "step ", step, ": the gradient norm is not finite (", g.grad_norm,
               "); stopping before the optimizer step (no checkpoint written)");
   StepResult r;
-  r.lr = s.schedule.lr(step - 1);
-  apply_update(s.model, s.optimizer, plan_, r.lr, step, max_norm_, g, expert_bias_coeff_);
+  r.lr = s.schedule.lr(step - 1 - s.schedule_start);
+  apply_update(s.model, s.optimizer, plan_, r.lr, step - s.optimizer_start, max_norm_, g, expert_bias_coeff_);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   for (const data::Batch& batch : batches)
     for (int64_t length : batch.lengths) r.padding += seq_len_ - length;

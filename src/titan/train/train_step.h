@@ -61,9 +61,9 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
 // apply_update: AdamW on this rank's slices with the gradients clipped to `max_norm` by the global
 // norm, then the MoE expert-bias update from the expert counts of every micro-batch, summed over
-// the ranks.
+// the ranks. `adam_step` (1-based) is AdamW's own step count, for its bias corrections.
 void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t step, double max_norm, const StepGradients& gradients, double expert_bias_coeff);
+                  int64_t adam_step, double max_norm, const StepGradients& gradients, double expert_bias_coeff);
 
 class TrainStep {
  public:
