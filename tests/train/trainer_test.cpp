@@ -716,6 +716,49 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
 }
 
+// `titan generate --checkpoint` stops at the eos_token_id of the generation config the run recorded,
+// as it stops at an export's generation_config.json. The run's one step has an lr of 1e-12, far below
+// half an f32 ulp of its weights, so the checkpoint generates what the starting weights generate.
+TEST(Trainer, GenerateFromACheckpointStopsAtTheRecordedEosIds) {
+  const fs::path a = tt::temp_dir("trainer_generate_eos_a"), b = tt::temp_dir("trainer_generate_eos_b");
+  run_training(tiny_config(a, {{"training.steps", "1"}, {"checkpoint.last_save_in_hf", "true"}}));
+  const fs::path source = a / "checkpoint" / "step-1-hf";
+  const std::string args = " --prompt-ids 17,400,2048,5 --max-new-tokens 6 --json --ignore-eos";
+  // The ids of --json's line (the output also holds the command's closing line).
+  auto ids_in = [](const std::string& out) {
+    const size_t line = out.find("{\"");
+    if (line == std::string::npos) return std::vector<int64_t>();
+    return nlohmann::json::parse(out.substr(line, out.find('\n', line) - line)).at("ids").get<std::vector<int64_t>>();
+  };
+  auto generated = [&](const std::string& what) {
+    std::string out;
+    const int rc = tt::run_command(titan() + " generate " + what + args, &out);
+    EXPECT_EQ(rc, 0) << out;
+    return ids_in(out);
+  };
+  const std::vector<int64_t> ids = generated("--model-path " + source.string());
+  ASSERT_EQ(ids.size(), 6u);
+  const int64_t eos = ids[2];
+  const std::vector<int64_t> until_eos(ids.begin(), std::find(ids.begin(), ids.end(), eos) + 1);
+  std::ofstream(source / "generation_config.json") << nlohmann::json({{"eos_token_id", {eos}}}).dump();
+
+  run_training(tiny_config(b, {{"training.steps", "1"},
+                               {"optimizer.lr", "1e-12"},
+                               {"checkpoint.enable", "true"},
+                               {"checkpoint.initial_load_path", source.string()},
+                               {"checkpoint.initial_load_in_hf", "true"}}));
+  fs::remove(source / "generation_config.json");  // the checkpoint's record is what counts
+  const std::string checkpoint = "--checkpoint " + (b / "checkpoint" / "step-1").string();
+  EXPECT_EQ(generated(checkpoint), ids);  // --ignore-eos: the same six tokens
+  std::string out;
+  const int rc = tt::run_command(titan() + " generate " + checkpoint + " --prompt-ids 17,400,2048,5 "
+                                 "--max-new-tokens 6 --json",
+                                 &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("stopped at stop token"), std::string::npos) << out;
+  EXPECT_EQ(ids_in(out), until_eos) << out;
+}
+
 // A run's [kernels] rules are its own: the next run in the same process (a test program's, titan
 // check's) starts from the default kernels when its config has none.
 TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {
