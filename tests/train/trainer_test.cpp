@@ -716,6 +716,43 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
 }
 
+// torchtitan's seed checkpoint: checkpoint.create_seed_checkpoint writes the starting weights as step
+// 0 and trains nothing; the job's later runs start from those weights (a step-0 checkpoint loads as
+// weights only), whatever their own seed would draw. A folder that already holds checkpoints gets no
+// seed.
+TEST(Trainer, ASeedCheckpointHoldsTheWeightsTheJobStartsFrom) {
+  const fs::path a = tt::temp_dir("trainer_seed_a"), b = tt::temp_dir("trainer_seed_b");
+  const Overrides saving = {{"checkpoint.enable", "true"}, {"training.steps", "3"},
+                            {"training.deterministic", "true"}};
+  std::string out;
+  const std::string seed_run = titan() + " train --config " + debugmodel_toml().string() +
+                               tt::cli_args(tt::tiny_job(a, tt::joined(saving, {{"training.seed", "7"},
+                                                                                {"checkpoint.create_seed_checkpoint", "true"}})));
+  ASSERT_EQ(tt::run_command(seed_run, &out), 0) << out;
+  EXPECT_NE(out.find("checkpoint.create_seed_checkpoint: step 0 holds the starting weights; nothing trained"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(CheckpointManager(a / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{0}));
+  EXPECT_FALSE(fs::exists(a / "metrics.jsonl"));
+
+  // Seed 8 would draw other weights: the run starts from the seed's (seed 7), as a fresh run of seed 7.
+  const TrainSummary trained = run_training(tiny_config(a, tt::joined(saving, {{"training.seed", "8"}})));
+  EXPECT_EQ(trained.steps_run, 3);
+  run_training(tiny_config(b, tt::joined(saving, {{"training.seed", "7"}})));
+  const std::vector<nlohmann::json> ra = read_metrics(a), rb = read_metrics(b);
+  ASSERT_EQ(ra.size(), 3u);
+  ASSERT_EQ(rb.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (const char* key : {"loss", "grad_norm"}) EXPECT_EQ(ra[i].at(key), rb[i].at(key)) << key << " at step " << i + 1;
+
+  out.clear();
+  EXPECT_NE(tt::run_command(seed_run, &out), 0) << out;
+  EXPECT_NE(out.find("checkpoint.create_seed_checkpoint = true: '" + (a / "checkpoint").string() +
+                     "' already holds checkpoints (the newest: step 3)"),
+            std::string::npos)
+      << out;
+}
+
 // `titan generate --checkpoint` stops at the eos_token_id of the generation config the run recorded,
 // as it stops at an export's generation_config.json. The run's one step has an lr of 1e-12, far below
 // half an f32 ulp of its weights, so the checkpoint generates what the starting weights generate.

@@ -353,7 +353,8 @@ Row resume_row(const train::JobConfig& c) {
     TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "'", state_file.string(),
                 "' is not a titan train state (no model_config)");
     train::check_same_model_config(ts["model_config"], train::resolve_model_args(c), dir.string());
-    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
+    // A seed (step 0) resumes as weights only: its data position is not read.
+    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader") && ts.value("step", int64_t(-1)) != 0)
       train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
     return {"resume", "PASS",
             "titan train resumes from " + dir.string() + ": same model, same sequence length", rule};

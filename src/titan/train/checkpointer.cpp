@@ -121,25 +121,8 @@ Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) cons
   return {block.shard_begin(), block.shard(), s.optimizer.exp_avg()[b], s.optimizer.exp_avg_sq()[b]};
 }
 
-void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
-  TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
-  auto t0 = Clock::now();
-  LoadedCheckpoint c = manager_.load(*resume_step_);
-  check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
-  // Each rank reads its slice of every block from the shard files that overlap it (the whole
-  // block when this run does not shard): the restore comes before TrainState::distribute, which
-  // keeps exactly that slice.
-  // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
-  const bool fresh_optimizer = config_.checkpoint.excludes("optimizer"),
-             fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-  const CheckpointBlocks saved(c, s.model);
-  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-    LocalSlice mine = local_slice(s, b);
-    saved.read(b, "", mine.begin, mine.values);
-    if (fresh_optimizer) continue;
-    saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
-    saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
-  }
+void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const LoadedCheckpoint& c,
+                                    bool fresh_optimizer, bool fresh_schedule) const {
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
@@ -196,11 +179,43 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   const std::string data_note = restore_data_position(s.loader, ts, s.dataset_identity,
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
   if (!data_note.empty()) say("%s", data_note.c_str());
+}
+
+void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
+  TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
+  auto t0 = Clock::now();
+  LoadedCheckpoint c = manager_.load(*resume_step_);
+  check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
+  const auto& ts = c.train_state;
+  // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
+  // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
+  const bool seed = ts.at("step").get<int64_t>() == 0;
+  // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
+  const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
+             fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
+  // Each rank reads its slice of every block from the shard files that overlap it (the whole
+  // block when this run does not shard): the restore comes before TrainState::distribute, which
+  // keeps exactly that slice.
+  const CheckpointBlocks saved(c, s.model);
+  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+    LocalSlice mine = local_slice(s, b);
+    saved.read(b, "", mine.begin, mine.values);
+    if (fresh_optimizer) continue;
+    saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
+    saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
+  }
   if (ts.contains("expert_bias"))
     s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
   s.generation_config = ts.value("generation_config", nlohmann::json());
-  say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
-      long(s.tokens_seen), seconds_since(t0));
+  if (seed) {
+    say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "
+        "%.1f s",
+        c.dir.string().c_str(), seconds_since(t0));
+  } else {
+    restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
+    say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
+        long(s.tokens_seen), seconds_since(t0));
+  }
   if (config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
     // this run's saves of the same steps cannot replace them. Every rank has read its files first.

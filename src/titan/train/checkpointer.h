@@ -44,7 +44,8 @@ class Checkpointer {
   // ranks wrote it; the tokenizer must be the one it was trained with (tokenizer.json's checksum).
   // Errors name the checkpoint and what does not fit this run. After a restore
   // from checkpoint.load_step the committed steps after it are set aside
-  // (CheckpointManager::set_aside_after). Every rank calls it.
+  // (CheckpointManager::set_aside_after). A step-0 checkpoint (a seed) restores the weights alone.
+  // Every rank calls it.
   void restore(TrainState& state, const ResolvedJob& job) const;
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
@@ -70,6 +71,10 @@ class Checkpointer {
     Tensor values, exp_avg, exp_avg_sq;
   };
   LocalSlice local_slice(TrainState& state, size_t block) const;
+  // Everything of a restore past the weights: the step, the optimizer's and schedule's starts, the data
+  // position, and the warnings about what changed since the checkpoint.
+  void restore_progress(TrainState& state, const ResolvedJob& job, const LoadedCheckpoint& checkpoint,
+                        bool fresh_optimizer, bool fresh_schedule) const;
 
   const JobConfig& config_;
   const dist::ParallelPlan& plan_;

@@ -112,6 +112,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, last_save_in_hf),
       TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
       TITAN_KEY(checkpoint, restart_data_stream),
+      TITAN_KEY(checkpoint, create_seed_checkpoint),
       TITAN_KEY(checkpoint, exclude_from_loading, "model", "optimizer", "lr_scheduler", "dataloader",
                 "train_state"),
       TITAN_KEY(activation_checkpoint, mode, "none", "selective", "full"),
@@ -500,6 +501,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
               "checkpoints, and starting it over would save step folders below the resumed one, which the next "
               "start would resume again. To train on from a checkpoint's weights from step 0, start a new run "
               "(another job.dump_folder) with checkpoint.initial_load_path = '<checkpoint folder>/step-N'");
+  TITAN_CHECK(!c.checkpoint.create_seed_checkpoint || c.checkpoint.enable,
+              set_where("checkpoint.create_seed_checkpoint"),
+              ": checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false (",
+              set_where("checkpoint.enable"), "): set checkpoint.enable = true");
   if (c.checkpoint.excludes("dataloader") && c.checkpoint.enable) {
     c.checkpoint.restart_data_stream = true;
     add_note(c, "checkpoint.exclude_from_loading",

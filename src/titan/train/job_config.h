@@ -105,6 +105,9 @@ struct CheckpointSection {
   // count start over), "lr_scheduler" (the schedule starts over at the resumed step), "dataloader"
   // (applied as restart_data_stream = true). "model" and "train_state" are errors.
   std::vector<std::string> exclude_from_loading;
+  // Write the starting weights as the checkpoint of step 0 and exit without training: every later run
+  // of the job starts from them (a step-0 checkpoint resumes as weights only, as in torchtitan).
+  bool create_seed_checkpoint = false;
   bool excludes(std::string_view part) const;
 };
 

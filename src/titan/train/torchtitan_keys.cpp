@@ -156,7 +156,7 @@ const std::vector<KeyGroup> kGroups = {
     native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
             "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
-            "checkpoint.exclude_from_loading"}),
+            "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -173,10 +173,6 @@ const std::vector<KeyGroup> kGroups = {
              {"checkpoint.initial_load_in_hf_quantized"}),
     ignored("titan saves synchronously; the checkpoint written is the same", {"checkpoint.async_mode"}),
     off_only("steps", "titan saves every `interval` steps", {"checkpoint.interval_type"}),
-    off_only(
-        "false",
-        "titan has no seed-checkpoint mode (it would save the initial weights and exit instead of training)",
-        {"checkpoint.create_seed_checkpoint"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
     off_only("false", "titan always saves when checkpoint.enable is true", {"checkpoint.load_only"}),
     // [activation_checkpoint]

@@ -185,6 +185,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "save "
         "removes it",
         d.c_str());
+  TITAN_CHECK(!cfg.checkpoint.create_seed_checkpoint || !checkpointer.resume_step(),
+              "checkpoint.create_seed_checkpoint = true: '", checkpointer.folder().string(),
+              "' already holds checkpoints (the newest: step ", checkpointer.resume_step().value_or(-1),
+              "); a seed is the checkpoint a job starts from: write it into an empty checkpoint folder "
+              "(another job.dump_folder or checkpoint.folder)");
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
   if (!checkpointer.resume_step()) {
     resolve_initial_weights(cfg, job);
@@ -243,6 +248,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   }
   state.distribute();
   say("memory per rank: %s", memory_per_rank(state).c_str());
+  if (cfg.checkpoint.create_seed_checkpoint) {
+    checkpointer.save(state, job);
+    say("checkpoint.create_seed_checkpoint: step 0 holds the starting weights; nothing trained. The job's "
+        "next run starts from them (without this key)");
+    TrainSummary seeded;
+    seeded.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    return seeded;
+  }
 
   // ---- the loop
   MetricsLogger logger(cfg.job.dump_folder, cfg.metrics.enable_tensorboard, plan.is_logging_rank());
