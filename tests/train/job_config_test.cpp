@@ -833,6 +833,10 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
+      {"[checkpoint]\nenable = true\ncreate_seed_checkpoint = true\n",
+       {{"checkpoint.load_only", "true"}},
+       {"command line: checkpoint.load_only = true saves no checkpoint, and "
+        "checkpoint.create_seed_checkpoint = true (job.toml:3) asks for one"}},
       {"[checkpoint]\ncreate_seed_checkpoint = true\n",
        {},
        {"job.toml:2: checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false",

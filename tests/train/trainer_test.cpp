@@ -716,6 +716,27 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
 }
 
+// checkpoint.load_only resumes as usual and saves nothing (not every interval, not at the end): the
+// folder is left as it was, and the steps it trains are the ones a saving run trains from there.
+TEST(Trainer, LoadOnlyResumesAndLeavesTheCheckpointFolderAsItWas) {
+  const fs::path a = tt::temp_dir("trainer_load_only");
+  const Overrides common = {{"checkpoint.enable", "true"}, {"checkpoint.interval", "1"},
+                            {"training.deterministic", "true"}, {"lr_scheduler.warmup_steps", "2"},
+                            {"lr_scheduler.decay_ratio", "0"}};
+  run_training(tiny_config(a, tt::joined(common, {{"training.steps", "2"}})));
+  const JobConfig load_only = tiny_config(a, tt::joined(common, {{"training.steps", "4"}, {"checkpoint.load_only", "true"}}));
+  EXPECT_EQ(run_training(load_only).steps_run, 2);
+  EXPECT_EQ(CheckpointManager(a / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{1, 2}));
+  // A saving run from the same checkpoint trains the same two steps.
+  EXPECT_EQ(run_training(tiny_config(a, tt::joined(common, {{"training.steps", "4"}}))).steps_run, 2);
+  EXPECT_EQ(CheckpointManager(a / "checkpoint", 3).latest_step(), 4);
+  const std::vector<nlohmann::json> records = read_metrics(a);
+  ASSERT_EQ(records.size(), 6u);  // steps 1, 2, then 3, 4 twice
+  for (size_t i : {2, 3})
+    for (const char* key : {"loss", "grad_norm"})
+      EXPECT_EQ(records[i].at(key), records[i + 2].at(key)) << key << " at step " << i + 1;
+}
+
 // torchtitan's seed checkpoint: checkpoint.create_seed_checkpoint writes the starting weights as step
 // 0 and trains nothing; the job's later runs start from those weights (a step-0 checkpoint loads as
 // weights only), whatever their own seed would draw. A folder that already holds checkpoints gets no

@@ -113,6 +113,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
       TITAN_KEY(checkpoint, restart_data_stream),
       TITAN_KEY(checkpoint, create_seed_checkpoint),
+      TITAN_KEY(checkpoint, load_only),
       TITAN_KEY(checkpoint, exclude_from_loading, "model", "optimizer", "lr_scheduler", "dataloader",
                 "train_state"),
       TITAN_KEY(activation_checkpoint, mode, "none", "selective", "full"),
@@ -505,6 +506,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
               set_where("checkpoint.create_seed_checkpoint"),
               ": checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false (",
               set_where("checkpoint.enable"), "): set checkpoint.enable = true");
+  TITAN_CHECK(!c.checkpoint.create_seed_checkpoint || !c.checkpoint.load_only,
+              set_where("checkpoint.load_only"),
+              ": checkpoint.load_only = true saves no checkpoint, and checkpoint.create_seed_checkpoint = true (",
+              set_where("checkpoint.create_seed_checkpoint"), ") asks for one: keep one of the two");
   if (c.checkpoint.excludes("dataloader") && c.checkpoint.enable) {
     c.checkpoint.restart_data_stream = true;
     add_note(c, "checkpoint.exclude_from_loading",
@@ -587,6 +592,11 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
          "it is the best-fit window, and training.pack_strategy = \"" + c.training.pack_strategy + "\"");
   if (!c.training.pack_conversations)
     moot("training.pack_strategy", "training.pack_conversations = false (nothing is packed)");
+  if (c.checkpoint.load_only) {
+    moot("checkpoint.interval", "checkpoint.load_only = true (no saves)");
+    moot("checkpoint.enable_first_step_checkpoint", "checkpoint.load_only = true (no saves)");
+    moot("checkpoint.keep_latest_k", "checkpoint.load_only = true (no saves, so none pruned)");
+  }
   if (!c.checkpoint.enable) {
     moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)

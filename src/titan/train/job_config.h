@@ -108,6 +108,9 @@ struct CheckpointSection {
   // Write the starting weights as the checkpoint of step 0 and exit without training: every later run
   // of the job starts from them (a step-0 checkpoint resumes as weights only, as in torchtitan).
   bool create_seed_checkpoint = false;
+  // Resume (or load) as usual but save no checkpoint: not every `interval` steps, not at the end, not
+  // at a stop by signal (verification and debugging runs that must leave the folder as it is).
+  bool load_only = false;
   bool excludes(std::string_view part) const;
 };
 

@@ -156,7 +156,8 @@ const std::vector<KeyGroup> kGroups = {
     native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
             "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
-            "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint"}),
+            "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint",
+            "checkpoint.load_only"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -174,7 +175,6 @@ const std::vector<KeyGroup> kGroups = {
     ignored("titan saves synchronously; the checkpoint written is the same", {"checkpoint.async_mode"}),
     off_only("steps", "titan saves every `interval` steps", {"checkpoint.interval_type"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
-    off_only("false", "titan always saves when checkpoint.enable is true", {"checkpoint.load_only"}),
     // [activation_checkpoint]
     native({"activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"}),
     ignored(kSacDetail, {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",

@@ -293,9 +293,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       meter.log_unlogged_step();  // the log ends on the step reached, whatever log_freq
       // The step in hand is complete: save it (unless it is already saved, or nothing was
       // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
-      // that no work is lost; resuming from it needs checkpoint.enable = true.
+      // that no work is lost (resuming from it needs checkpoint.enable = true); never with
+      // checkpoint.load_only = true, which asked for no saves.
       if (state.step == checkpointer.last_saved_step() || state.step == 0) {
         say("received signal %d at step %ld: nothing new to save; stopping", sig, long(state.step));
+      } else if (cfg.checkpoint.load_only) {
+        say("received signal %d at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping", sig,
+            long(state.step));
       } else {
         say("received signal %d: saving a checkpoint at step %ld and stopping", sig, long(state.step));
         checkpointer.save(state, job);
@@ -333,7 +337,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
-    if (cfg.checkpoint.enable &&
+    if (cfg.checkpoint.enable && !cfg.checkpoint.load_only &&
         (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps ||
          (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
       checkpointer.save(state, job);
