@@ -833,6 +833,15 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
+      {"[checkpoint]\ninitial_load_in_hf = true\ninitial_load_model_only = false\n",
+       {},
+       {"job.toml:3: checkpoint.initial_load_model_only = false loads a whole training state, and "
+        "checkpoint.initial_load_in_hf = true (job.toml:2) names a Hugging Face folder, which holds weights "
+        "only"}},
+      {"[checkpoint]\nenable = true\ncreate_seed_checkpoint = true\ninitial_load_path = \"/runs/a/step-9\"\n",
+       {{"checkpoint.initial_load_model_only", "false"}},
+       {"job.toml:3: checkpoint.create_seed_checkpoint = true writes starting weights as step 0",
+        "checkpoint.initial_load_model_only = false (command line)"}},
       {"[checkpoint]\nenable = true\ncreate_seed_checkpoint = true\n",
        {{"checkpoint.load_only", "true"}},
        {"command line: checkpoint.load_only = true saves no checkpoint, and "

@@ -716,6 +716,39 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
 }
 
+// checkpoint.initial_load_model_only = false forks a run: a new job folder goes on from another run's
+// checkpoint with its whole training state (step, moments, schedule, data position) and trains what
+// that run trains from there, bit for bit; the fork's own checkpoints then resume as usual.
+TEST(Trainer, AWholeInitialLoadForksTheRunBitwise) {
+  const Overrides common = {{"checkpoint.enable", "true"}, {"checkpoint.interval", "2"},
+                            {"checkpoint.keep_latest_k", "0"}, {"training.deterministic", "true"},
+                            {"training.steps", "5"}};
+  const fs::path a = tt::temp_dir("trainer_fork_a"), b = tt::temp_dir("trainer_fork_b");
+  run_training(tiny_config(a, common));
+  const Overrides fork = tt::joined(common, {{"checkpoint.initial_load_path", (a / "checkpoint" / "step-2").string()},
+                                             {"checkpoint.initial_load_model_only", "false"}});
+  const TrainSummary forked = run_training(
+      tiny_config(b, tt::joined(fork, {{"training.steps", "4"}, {"lr_scheduler.total_steps", "5"}})));
+  EXPECT_EQ(forked.steps_run, 2);
+  EXPECT_EQ(forked.last_step, 4);
+  EXPECT_EQ(CheckpointManager(b / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{4}));
+  // Its own checkpoint goes on (the initial load is for a folder with nothing to resume).
+  EXPECT_EQ(run_training(tiny_config(b, fork)).steps_run, 1);
+  const std::vector<nlohmann::json> ra = read_metrics(a), rb = read_metrics(b);
+  ASSERT_EQ(ra.size(), 5u);
+  ASSERT_EQ(rb.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (const char* key : {"loss", "grad_norm", "lr"})
+      EXPECT_EQ(ra[2 + i].at(key), rb[i].at(key)) << key << " at step " << 3 + i;
+
+  // Model only (the default), the same folder gives step 1 of a fresh optimizer and schedule instead.
+  const fs::path c = tt::temp_dir("trainer_fork_c");
+  EXPECT_EQ(run_training(tiny_config(c, tt::joined(common, {{"checkpoint.initial_load_path",
+                                                              (a / "checkpoint" / "step-2").string()}})))
+                .steps_run,
+            5);
+}
+
 // checkpoint.load_only resumes as usual and saves nothing (not every interval, not at the end): the
 // folder is left as it was, and the steps it trains are the ones a saving run trains from there.
 TEST(Trainer, LoadOnlyResumesAndLeavesTheCheckpointFolderAsItWas) {

@@ -341,11 +341,11 @@ Row resume_row(const train::JobConfig& c) {
     const std::unique_ptr<dist::Communicator> one = dist::single_process_communicator();
     const dist::ParallelPlan plan(*one, 1, 1);
     const train::Checkpointer checkpointer(c, plan);
-    if (!checkpointer.resume_step())
+    if (!checkpointer.resume_dir())
       return {"resume", "SKIP",
               "'" + checkpointer.folder().string() + "' holds no checkpoint to resume: the job starts fresh",
               rule};
-    const fs::path dir = checkpointer.folder() / ("step-" + std::to_string(*checkpointer.resume_step()));
+    const fs::path dir = *checkpointer.resume_dir();
     const fs::path state_file = dir / "train_state.json";
     std::ifstream in(state_file);
     TITAN_CHECK(in, "cannot read '", state_file.string(), "'");

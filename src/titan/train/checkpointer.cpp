@@ -112,6 +112,17 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     resume_step_ = step;  // restore() sets the later steps aside once it has succeeded
   }
   last_saved_step_ = resume_step_.value_or(-1);
+  if (!resume_step_ && !c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_model_only) {
+    fork_dir_ = c.checkpoint.initial_load_path;
+    TITAN_CHECK(fs::exists(*fork_dir_ / "COMMITTED"), "checkpoint.initial_load_path: '", fork_dir_->string(),
+                "' is not a committed titan checkpoint (no COMMITTED marker), and "
+                "checkpoint.initial_load_model_only = false loads a whole training state from it");
+  }
+}
+
+std::optional<fs::path> Checkpointer::resume_dir() const {
+  if (resume_step_) return manager_.step_dir(*resume_step_);
+  return fork_dir_;
 }
 
 Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) const {
@@ -182,9 +193,9 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
 }
 
 void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
-  TITAN_CHECK(resume_step_, "checkpoint: nothing to resume from in '", folder().string(), "'");
+  TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
-  LoadedCheckpoint c = manager_.load(*resume_step_);
+  LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_) : load_checkpoint_dir(*fork_dir_);
   check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
   const auto& ts = c.train_state;
   // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
@@ -213,10 +224,11 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
         c.dir.string().c_str(), seconds_since(t0));
   } else {
     restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
-    say("resumed from %s (step %ld, %ld tokens seen) in %.1f s", c.dir.string().c_str(), long(s.step),
-        long(s.tokens_seen), seconds_since(t0));
+    say("%s %s (step %ld, %ld tokens seen) in %.1f s",
+        resume_step_ ? "resumed from" : "continuing the training state of (checkpoint.initial_load_model_only = false)",
+        c.dir.string().c_str(), long(s.step), long(s.tokens_seen), seconds_since(t0));
   }
-  if (config_.checkpoint.load_step != -1) {
+  if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
     // this run's saves of the same steps cannot replace them. Every rank has read its files first.
     plan_.barrier();

@@ -28,6 +28,10 @@ class Checkpointer {
   // The newest committed step, or checkpoint.load_step (an error when it is not committed), when
   // checkpoint.enable: the run resumes from it.
   std::optional<int64_t> resume_step() const { return resume_step_; }
+  // The checkpoint the run goes on from: resume_step()'s folder or, when the job's folder has none
+  // and checkpoint.initial_load_model_only = false, initial_load_path's whole training state (a
+  // fork: its step, moments, schedule and data position, continued in this job's folder).
+  std::optional<std::filesystem::path> resume_dir() const;
 
   // step-N folders another program wrote: never resumed from, counted or pruned.
   std::vector<std::filesystem::path> foreign_step_dirs() const { return manager_.foreign_step_dirs(); }
@@ -80,6 +84,7 @@ class Checkpointer {
   const dist::ParallelPlan& plan_;
   CheckpointManager manager_;
   std::optional<int64_t> resume_step_;
+  std::optional<std::filesystem::path> fork_dir_;  // initial_load_path, loaded whole
   int64_t last_saved_step_ = -1;
 };
 

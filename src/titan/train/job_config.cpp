@@ -108,6 +108,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, keep_latest_k),
       TITAN_KEY(checkpoint, load_step),
       TITAN_KEY(checkpoint, initial_load_path),
+      TITAN_KEY(checkpoint, initial_load_model_only),
       TITAN_KEY(checkpoint, initial_load_in_hf),
       TITAN_KEY(checkpoint, last_save_in_hf),
       TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
@@ -506,6 +507,18 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
               set_where("checkpoint.create_seed_checkpoint"),
               ": checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false (",
               set_where("checkpoint.enable"), "): set checkpoint.enable = true");
+  if (!c.checkpoint.initial_load_model_only) {
+    TITAN_CHECK(!c.checkpoint.initial_load_in_hf, set_where("checkpoint.initial_load_model_only"),
+                ": checkpoint.initial_load_model_only = false loads a whole training state, and "
+                "checkpoint.initial_load_in_hf = true (",
+                set_where("checkpoint.initial_load_in_hf"),
+                ") names a Hugging Face folder, which holds weights only: remove one of the two");
+    TITAN_CHECK(!c.checkpoint.create_seed_checkpoint, set_where("checkpoint.create_seed_checkpoint"),
+                ": checkpoint.create_seed_checkpoint = true writes starting weights as step 0, and "
+                "checkpoint.initial_load_model_only = false (",
+                set_where("checkpoint.initial_load_model_only"),
+                ") continues a whole training state at its step: remove one of the two");
+  }
   TITAN_CHECK(!c.checkpoint.create_seed_checkpoint || !c.checkpoint.load_only,
               set_where("checkpoint.load_only"),
               ": checkpoint.load_only = true saves no checkpoint, and checkpoint.create_seed_checkpoint = true (",
@@ -559,6 +572,8 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
       value = m->second;
     add_note(c, key, value + ": no effect, " + why);
   };
+  if (c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_model_only)
+    moot("checkpoint.initial_load_model_only", "checkpoint.initial_load_path is not set");
   const std::string loaded =
       std::string("the job starts from loaded weights (checkpoint.") +
       (c.checkpoint.initial_load_path.empty() ? "initial_load_in_hf" : "initial_load_path") + ")";

@@ -97,6 +97,9 @@ struct CheckpointSection {
   // aside (renamed step-N.rolled-back), never deleted.
   int64_t load_step = -1;
   std::string initial_load_path = "";
+  // false: initial_load_path (a native step-N folder) is a whole training state to go on from (step,
+  // moments, schedule, data position), torchtitan's fork of a run into this job's folder.
+  bool initial_load_model_only = true;
   bool initial_load_in_hf = false;
   bool last_save_in_hf = false;
   std::string export_dtype = "float32";  // float32 | bfloat16 (float16: accepted only without an export)

@@ -157,7 +157,7 @@ const std::vector<KeyGroup> kGroups = {
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
             "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
             "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint",
-            "checkpoint.load_only"}),
+            "checkpoint.load_only", "checkpoint.initial_load_model_only"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -166,10 +166,6 @@ const std::vector<KeyGroup> kGroups = {
     ignored("titan's last save is always a full, resumable checkpoint; last_save_in_hf adds a weights-only "
             "export",
             {"checkpoint.last_save_model_only"}),
-    off_only("true",
-             "titan loads only weights from initial_load_path (a full training state resumes from "
-             "checkpoint.folder)",
-             {"checkpoint.initial_load_model_only"}),
     off_only("false", "titan cannot load quantized HF checkpoints",
              {"checkpoint.initial_load_in_hf_quantized"}),
     ignored("titan saves synchronously; the checkpoint written is the same", {"checkpoint.async_mode"}),

@@ -191,9 +191,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
               "); a seed is the checkpoint a job starts from: write it into an empty checkpoint folder "
               "(another job.dump_folder or checkpoint.folder)");
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
-  if (!checkpointer.resume_step()) {
+  if (!checkpointer.resume_dir()) {
     resolve_initial_weights(cfg, job);
-  } else if (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf) {
+  } else if (checkpointer.resume_step() &&
+             (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf)) {
     const std::string key =
         cfg.checkpoint.initial_load_path.empty()
             ? std::string("checkpoint.initial_load_in_hf = true (model.hf_assets_path)")
@@ -235,11 +236,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "every rank must read the same dataset files, byte for byte: on several hosts, "
         "the same copy at the same path");
   }
-  if (checkpointer.resume_step())
+  if (checkpointer.resume_dir())
     checkpointer.restore(state, job);
   else start_weights(state, cfg, job);
   if (state.step >= cfg.training.steps) {
-    if (checkpointer.resume_step())
+    if (checkpointer.resume_dir())
       say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
           "training.steps to go on)",
           long(state.step), long(cfg.training.steps));
