@@ -224,9 +224,10 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
         c.dir.string().c_str(), seconds_since(t0));
   } else {
     restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
-    say("%s %s (step %ld, %ld tokens seen) in %.1f s",
-        resume_step_ ? "resumed from" : "continuing the training state of (checkpoint.initial_load_model_only = false)",
-        c.dir.string().c_str(), long(s.step), long(s.tokens_seen), seconds_since(t0));
+    say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
+        c.dir.string().c_str(), long(s.step), long(s.tokens_seen),
+        resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
+        seconds_since(t0));
   }
   if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that

@@ -35,7 +35,7 @@ struct Field {
   std::string key;  // "training.steps"
   enum Kind { Str, Int, Float, Bool, List } kind;  // List: strings (a TOML array, or "a,b")
   void* ptr;
-  std::vector<std::string> choices;  // allowed values for Str (empty: any)
+  std::vector<std::string> choices;  // allowed values for Str (empty: any) and for each List entry
   // Who set it in the current pass (the file, then the command line): the spelling used, the value
   // and where. Two spellings of one key (torchtitan's older name and the new one) with different
   // values in one pass are an error, never a silent pick.
