@@ -418,6 +418,35 @@ TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
   }
 }
 
+// A seed checkpoint written by 2 FSDP ranks (two shard files at step 0) is the weights a one-process
+// run starts from: the same 10 steps as the one-rank run from the same seeded initialisation. And 2
+// ranks that fork the 2-rank step-5 checkpoint into a new folder (initial_load_model_only = false)
+// train steps 6..10 as the uninterrupted run does.
+TEST(DataParallel, SeedsAndForksCrossRankCounts) {
+  JobRun seeded{tt::temp_dir("dist_seed_" + std::to_string(getpid())), {}};
+  std::string out;
+  ASSERT_EQ(run_job(2, tiny(seeded.dump, 2, {{"checkpoint.create_seed_checkpoint", "true"}}), &out), 0) << out;
+  ASSERT_TRUE(fs::exists(seeded.dump / "checkpoint/step-0/model-rank1.safetensors")) << out;
+  ASSERT_EQ(run_job(0, tiny(seeded.dump, 4, {{"training.seed", "5"}}), &out), 0) << out;
+  EXPECT_NE(out.find("started from the seed checkpoint " + (seeded.dump / "checkpoint/step-0").string()),
+            std::string::npos)
+      << out;
+  seeded.steps = read_metrics(seeded.dump);
+  expect_same_steps(seeded, one_rank(), 1, 10, "a 2-rank seed trained by 1 process");
+
+  const JobRun& first = two_ranks_to_step5();
+  JobRun forked{tt::temp_dir("dist_fork_" + std::to_string(getpid())), {}};
+  ASSERT_EQ(run_job(2, tiny(forked.dump, 2, {{"checkpoint.initial_load_path", (first.dump / "checkpoint/step-5").string()},
+                                             {"checkpoint.initial_load_model_only", "false"}}),
+                    &out),
+            0)
+      << out;
+  forked.steps = read_metrics(forked.dump);
+  EXPECT_EQ(forked.steps.begin()->first, 6);
+  expect_same_steps(forked, one_rank(), 6, 10, "2 ranks forking a 2-rank checkpoint");
+  expect_same_final_state(forked, one_rank(), 10, "2 ranks forking a 2-rank checkpoint");
+}
+
 // `titan export` of the 2-rank checkpoint (two shard files) writes the same files, bit for bit, as
 // the export the 2 ranks wrote from their gathered weights at the end of the run.
 TEST(DataParallel, ExportOfAShardedCheckpointEqualsTheExportOfTheGatheredWeights) {
