@@ -807,6 +807,43 @@ TEST(Trainer, ASeedCheckpointHoldsTheWeightsTheJobStartsFrom) {
       << out;
 }
 
+// `titan eval` evaluates the job's [validation] data as the run's validation does: on a checkpoint
+// (given, or the job's newest) and on that step's Hugging Face export it gives the val_loss the run
+// logged at that step, bit for bit; with nothing to load, the seeded initialisation, whose loss is
+// about ln(vocab) (a random model spreads its guesses over the vocabulary).
+TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
+  const fs::path a = tt::temp_dir("trainer_eval_a"), fresh = tt::temp_dir("trainer_eval_fresh");
+  const Overrides job = {{"training.steps", "2"},        {"checkpoint.enable", "true"},
+                         {"checkpoint.interval", "2"},   {"checkpoint.last_save_in_hf", "true"},
+                         {"validation.enable", "true"},  {"validation.freq", "2"},
+                         {"validation.steps", "2"}};
+  run_training(tiny_config(a, job));
+  const std::map<int64_t, double> logged = by_step(read_metrics(a), "val_loss");
+  ASSERT_TRUE(logged.count(2));
+  const fs::path json = a / "eval.json";
+  auto eval = [&](const fs::path& dump, const std::string& extra) {
+    std::string out;
+    const int rc = tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                       tt::cli_args(tt::tiny_job(dump, job)) + " --json " + json.string() + extra,
+                                   &out);
+    EXPECT_EQ(rc, 0) << out;
+    return nlohmann::json::parse(std::ifstream(json));
+  };
+  const fs::path step2 = a / "checkpoint" / "step-2";
+  for (const std::string& given : {" --checkpoint " + step2.string(), std::string(),
+                                   " --checkpoint " + (a / "checkpoint" / "step-2-hf").string()}) {
+    const nlohmann::json r = eval(a, given);
+    EXPECT_EQ(r.at("loss").get<double>(), logged.at(2)) << given;
+    EXPECT_EQ(r.at("tokens"), 2 * 2 * 64) << given;  // 2 batches of 2 x 64
+  }
+  EXPECT_EQ(eval(a, "").at("weights"), step2.string());
+
+  const nlohmann::json initial = eval(fresh, "");
+  EXPECT_EQ(initial.at("weights"), "initialized from seed 42");  // configs/debugmodel.toml's
+  EXPECT_NEAR(initial.at("loss").get<double>(), std::log(151936.0), 0.2);
+  EXPECT_FALSE(fs::exists(fresh / "checkpoint"));  // nothing written
+}
+
 // `titan generate --checkpoint` stops at the eos_token_id of the generation config the run recorded,
 // as it stops at an export's generation_config.json. The run's one step has an lr of 1e-12, far below
 // half an f32 ulp of its weights, so the checkpoint generates what the starting weights generate.

@@ -13,6 +13,18 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void set_console_output(bool enabled);
 bool console_output();
 
+// Only the logging rank prints while it lives (a run, an evaluation); the setting before comes back.
+class ConsoleOfRank {
+ public:
+  explicit ConsoleOfRank(bool logging_rank) : before_(console_output()) { set_console_output(logging_rank && before_); }
+  ~ConsoleOfRank() { set_console_output(before_); }
+  ConsoleOfRank(const ConsoleOfRank&) = delete;
+  ConsoleOfRank& operator=(const ConsoleOfRank&) = delete;
+
+ private:
+  bool before_;
+};
+
 // Seconds from `start` to now, for the durations the log reports.
 double seconds_since(std::chrono::steady_clock::time_point start);
 

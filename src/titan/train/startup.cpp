@@ -346,9 +346,9 @@ std::string data_line_for_planning(const JobConfig& c) {
 }
 
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
-                     const data::Tokenizer& tokenizer) {
+                     const data::Tokenizer& tokenizer, const char* command) {
   const auto& a = job.args;
-  say("titan train: %s", c.job.description.c_str());
+  say("%s: %s", command, c.job.description.c_str());
   say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
       c.model.name == "hf" ? "hf" : "native",

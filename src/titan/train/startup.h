@@ -82,7 +82,8 @@ void resolve_initial_weights(const JobConfig& config, ResolvedJob& job);
 // Prints the run's description, model, ranks, device, data (with the document separator), kernels and the
 // config in effect, and installs the [kernels] substitutions (each checked against the model's modules
 // first).
+// `command` opens the report ("titan train", "titan eval").
 void start_up_report(const JobConfig& config, const ResolvedJob& job, const dist::ParallelPlan& plan,
-                     const data::Tokenizer& tokenizer);
+                     const data::Tokenizer& tokenizer, const char* command = "titan train");
 
 }  // namespace titan::train

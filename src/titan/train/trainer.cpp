@@ -113,18 +113,6 @@ class StopSignals {
   std::thread receiver_;
 };
 
-// Only the logging rank prints, for the duration of a run.
-class ConsoleOfRank {
- public:
-  explicit ConsoleOfRank(bool logging_rank) : before_(console_output()) { set_console_output(logging_rank && before_); }
-  ~ConsoleOfRank() { set_console_output(before_); }
-  ConsoleOfRank(const ConsoleOfRank&) = delete;
-  ConsoleOfRank& operator=(const ConsoleOfRank&) = delete;
-
- private:
-  bool before_;
-};
-
 }  // namespace
 
 TrainSummary run_training(const JobConfig& cfg) {

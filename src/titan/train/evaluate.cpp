@@ -1,0 +1,59 @@
+#include "titan/train/evaluate.h"
+
+#include "titan/core/check.h"
+#include "titan/data/dataset.h"
+#include "titan/data/tokenizer.h"
+#include "titan/dist/parallel_plan.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/checkpointer.h"
+#include "titan/train/log.h"
+#include "titan/train/startup.h"
+#include "titan/train/train_state.h"
+
+namespace titan::train {
+
+namespace fs = std::filesystem;
+
+EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::path& checkpoint) {
+  cfg.validate(world.size());
+  const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
+                                cfg.parallelism.shard_degree(world.size()));
+  plan.check_same_on_every_rank(cfg.describe(), "configs", "every rank must get the same config file and overrides");
+  ConsoleOfRank console(plan.is_logging_rank());
+  // The weights are loaded as a fresh run loads its initial weights (the same checks: the folder is
+  // a committed checkpoint or holds Hugging Face weights, of this job's model).
+  JobConfig source = cfg;
+  std::string weights;
+  fs::path folder = checkpoint;
+  const CheckpointManager own(checkpoint_folder_of(cfg), cfg.checkpoint.keep_latest_k);
+  if (folder.empty() && cfg.checkpoint.enable)
+    if (const std::optional<int64_t> step = own.latest_step()) folder = own.step_dir(*step);
+  if (!folder.empty()) {
+    TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
+    source.checkpoint.initial_load_path = folder.string();
+    // A Hugging Face folder has a config.json and no manifest; a native checkpoint the reverse.
+    source.checkpoint.initial_load_in_hf = !fs::exists(folder / "manifest.json");
+    weights = folder.string() + (source.checkpoint.initial_load_in_hf ? " (Hugging Face weights)" : "");
+  } else {
+    weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
+              : cfg.checkpoint.initial_load_in_hf       ? cfg.model.hf_assets_path
+                                                        : "initialized from seed " + std::to_string(cfg.training.seed);
+  }
+  ResolvedJob job = resolve_job(source, plan);
+  resolve_initial_weights(source, job);
+  const data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
+  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
+              tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
+  const Validator validator(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
+  start_up_report(cfg, job, plan, tokenizer, "titan eval");
+  TrainState state(cfg, job, tokenizer, plan);
+  start_weights(state, source, job);
+  state.distribute();
+  EvalSummary summary{validator.run(state.model, state.sharding), weights};
+  say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss, summary.result.perplexity,
+      counted(summary.result.tokens, "token").c_str(), counted(summary.result.batches, "batch", "batches").c_str(),
+      weights.c_str());
+  return summary;
+}
+
+}  // namespace titan::train
