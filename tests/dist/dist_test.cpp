@@ -425,7 +425,8 @@ TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
 TEST(DataParallel, SeedsAndForksCrossRankCounts) {
   JobRun seeded{tt::temp_dir("dist_seed_" + std::to_string(getpid())), {}};
   std::string out;
-  ASSERT_EQ(run_job(2, tiny(seeded.dump, 2, {{"checkpoint.create_seed_checkpoint", "true"}}), &out), 0) << out;
+  ASSERT_EQ(run_job(2, tiny(seeded.dump, 2, {{"checkpoint.create_seed_checkpoint", "true"}}), &out), 0)
+      << out;
   ASSERT_TRUE(fs::exists(seeded.dump / "checkpoint/step-0/model-rank1.safetensors")) << out;
   ASSERT_EQ(run_job(0, tiny(seeded.dump, 4, {{"training.seed", "5"}}), &out), 0) << out;
   EXPECT_NE(out.find("started from the seed checkpoint " + (seeded.dump / "checkpoint/step-0").string()),
@@ -436,8 +437,10 @@ TEST(DataParallel, SeedsAndForksCrossRankCounts) {
 
   const JobRun& first = two_ranks_to_step5();
   JobRun forked{tt::temp_dir("dist_fork_" + std::to_string(getpid())), {}};
-  ASSERT_EQ(run_job(2, tiny(forked.dump, 2, {{"checkpoint.initial_load_path", (first.dump / "checkpoint/step-5").string()},
-                                             {"checkpoint.initial_load_model_only", "false"}}),
+  ASSERT_EQ(run_job(2,
+                    tiny(forked.dump, 2,
+                         {{"checkpoint.initial_load_path", (first.dump / "checkpoint/step-5").string()},
+                          {"checkpoint.initial_load_model_only", "false"}}),
                     &out),
             0)
       << out;

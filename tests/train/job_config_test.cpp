@@ -618,8 +618,9 @@ TEST(JobConfig, ExcludeFromLoadingTakesTorchtitansPartsInEitherSpelling) {
   EXPECT_FALSE(c.checkpoint.excludes("optimizer"));
   // "dataloader" is titan's restart_data_stream, said at start-up.
   EXPECT_TRUE(c.checkpoint.restart_data_stream);
-  EXPECT_NE(note_of(c, "checkpoint.exclude_from_loading").find("applied as checkpoint.restart_data_stream = true"),
-            std::string::npos);
+  EXPECT_NE(
+      note_of(c, "checkpoint.exclude_from_loading").find("applied as checkpoint.restart_data_stream = true"),
+      std::string::npos);
   EXPECT_NE(c.describe().find("checkpoint.exclude_from_loading = [\"lr_scheduler\",\"dataloader\"]"),
             std::string::npos)
       << c.describe();
@@ -629,19 +630,22 @@ TEST(JobConfig, ExcludeFromLoadingTakesTorchtitansPartsInEitherSpelling) {
   // Without checkpointing nothing is resumed: a note, and the data flag stays as set.
   const JobConfig off = parse("[checkpoint]\nexclude_from_loading = [\"dataloader\"]\n");
   EXPECT_FALSE(off.checkpoint.restart_data_stream);
-  EXPECT_EQ(note_of(off, "checkpoint.exclude_from_loading"),
-            "checkpoint.exclude_from_loading = [dataloader]: no effect, checkpoint.enable = false (nothing is "
-            "resumed)");
+  EXPECT_EQ(
+      note_of(off, "checkpoint.exclude_from_loading"),
+      "checkpoint.exclude_from_loading = [dataloader]: no effect, checkpoint.enable = false (nothing is "
+      "resumed)");
 
   // A part torchtitan does not have (its docs once spelled it data_loader), a wrong type, an empty entry.
   std::string e = parse_error("[checkpoint]\nexclude_from_loading = [\"data_loader\"]\n");
-  EXPECT_NE(e.find("job.toml:2: checkpoint.exclude_from_loading = '[data_loader]': 'data_loader' is not one of "
-                   "model, optimizer, lr_scheduler, dataloader, train_state"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("job.toml:2: checkpoint.exclude_from_loading = '[data_loader]': 'data_loader' is not one of "
+             "model, optimizer, lr_scheduler, dataloader, train_state"),
+      std::string::npos)
       << e;
   EXPECT_NE(e.find("dataloader"), std::string::npos) << e;
   e = parse_error("[checkpoint]\nexclude_from_loading = [1]\n");
-  EXPECT_NE(e.find("checkpoint.exclude_from_loading expects an array of strings, got an array"), std::string::npos)
+  EXPECT_NE(e.find("checkpoint.exclude_from_loading expects an array of strings, got an array"),
+            std::string::npos)
       << e;
   e = parse_error("", {{"checkpoint.exclude_from_loading", "optimizer,,dataloader"}});
   EXPECT_NE(e.find("has an empty entry"), std::string::npos) << e;
@@ -848,7 +852,8 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
         "checkpoint.create_seed_checkpoint = true (job.toml:3) asks for one"}},
       {"[checkpoint]\ncreate_seed_checkpoint = true\n",
        {},
-       {"job.toml:2: checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false",
+       {"job.toml:2: checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = "
+        "false",
         "set checkpoint.enable = true"}},
       {"[checkpoint]\nexclude_from_loading = [\"optimizer\", \"model\"]\n",
        {},

@@ -619,8 +619,10 @@ TEST(Trainer, BestFitPackedConversationsResumeBitwise) {
 // weights does (fresh moments, the schedule from its start, the data from its beginning), and a
 // later resume without the key keeps both the weights and those fresh starts.
 TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
-  const Overrides common = {{"training.deterministic", "true"}, {"optimizer.lr", "3e-3"},
-                            {"lr_scheduler.warmup_steps", "2"}, {"checkpoint.enable", "true"},
+  const Overrides common = {{"training.deterministic", "true"},
+                            {"optimizer.lr", "3e-3"},
+                            {"lr_scheduler.warmup_steps", "2"},
+                            {"checkpoint.enable", "true"},
                             {"checkpoint.interval", "3"}};
   auto with = [&](const Overrides& extra) { return tt::joined(common, extra); };
   const fs::path a = tt::temp_dir("trainer_exclude_a"), b = tt::temp_dir("trainer_exclude_b");
@@ -638,7 +640,8 @@ TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
                                    {"checkpoint.exclude_from_loading", "optimizer,lr_scheduler,dataloader"}});
   std::string out;
   const int rc = tt::run_command(
-      titan() + " train --config " + debugmodel_toml().string() + tt::cli_args(tt::tiny_job(a, excluded)), &out);
+      titan() + " train --config " + debugmodel_toml().string() + tt::cli_args(tt::tiny_job(a, excluded)),
+      &out);
   ASSERT_EQ(rc, 0) << out;
   for (const char* said :
        {"checkpoint.exclude_from_loading = \"dataloader\" applied as checkpoint.restart_data_stream = true",
@@ -720,13 +723,16 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
 // checkpoint with its whole training state (step, moments, schedule, data position) and trains what
 // that run trains from there, bit for bit; the fork's own checkpoints then resume as usual.
 TEST(Trainer, AWholeInitialLoadForksTheRunBitwise) {
-  const Overrides common = {{"checkpoint.enable", "true"}, {"checkpoint.interval", "2"},
-                            {"checkpoint.keep_latest_k", "0"}, {"training.deterministic", "true"},
+  const Overrides common = {{"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "2"},
+                            {"checkpoint.keep_latest_k", "0"},
+                            {"training.deterministic", "true"},
                             {"training.steps", "5"}};
   const fs::path a = tt::temp_dir("trainer_fork_a"), b = tt::temp_dir("trainer_fork_b");
   run_training(tiny_config(a, common));
-  const Overrides fork = tt::joined(common, {{"checkpoint.initial_load_path", (a / "checkpoint" / "step-2").string()},
-                                             {"checkpoint.initial_load_model_only", "false"}});
+  const Overrides fork =
+      tt::joined(common, {{"checkpoint.initial_load_path", (a / "checkpoint" / "step-2").string()},
+                          {"checkpoint.initial_load_model_only", "false"}});
   const TrainSummary forked = run_training(
       tiny_config(b, tt::joined(fork, {{"training.steps", "4"}, {"lr_scheduler.total_steps", "5"}})));
   EXPECT_EQ(forked.steps_run, 2);
@@ -744,7 +750,7 @@ TEST(Trainer, AWholeInitialLoadForksTheRunBitwise) {
   // Model only (the default), the same folder gives step 1 of a fresh optimizer and schedule instead.
   const fs::path c = tt::temp_dir("trainer_fork_c");
   EXPECT_EQ(run_training(tiny_config(c, tt::joined(common, {{"checkpoint.initial_load_path",
-                                                              (a / "checkpoint" / "step-2").string()}})))
+                                                             (a / "checkpoint" / "step-2").string()}})))
                 .steps_run,
             5);
 }
@@ -753,11 +759,14 @@ TEST(Trainer, AWholeInitialLoadForksTheRunBitwise) {
 // folder is left as it was, and the steps it trains are the ones a saving run trains from there.
 TEST(Trainer, LoadOnlyResumesAndLeavesTheCheckpointFolderAsItWas) {
   const fs::path a = tt::temp_dir("trainer_load_only");
-  const Overrides common = {{"checkpoint.enable", "true"}, {"checkpoint.interval", "1"},
-                            {"training.deterministic", "true"}, {"lr_scheduler.warmup_steps", "2"},
+  const Overrides common = {{"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "1"},
+                            {"training.deterministic", "true"},
+                            {"lr_scheduler.warmup_steps", "2"},
                             {"lr_scheduler.decay_ratio", "0"}};
   run_training(tiny_config(a, tt::joined(common, {{"training.steps", "2"}})));
-  const JobConfig load_only = tiny_config(a, tt::joined(common, {{"training.steps", "4"}, {"checkpoint.load_only", "true"}}));
+  const JobConfig load_only =
+      tiny_config(a, tt::joined(common, {{"training.steps", "4"}, {"checkpoint.load_only", "true"}}));
   EXPECT_EQ(run_training(load_only).steps_run, 2);
   EXPECT_EQ(CheckpointManager(a / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{1, 2}));
   // A saving run from the same checkpoint trains the same two steps.
@@ -776,12 +785,13 @@ TEST(Trainer, LoadOnlyResumesAndLeavesTheCheckpointFolderAsItWas) {
 // seed.
 TEST(Trainer, ASeedCheckpointHoldsTheWeightsTheJobStartsFrom) {
   const fs::path a = tt::temp_dir("trainer_seed_a"), b = tt::temp_dir("trainer_seed_b");
-  const Overrides saving = {{"checkpoint.enable", "true"}, {"training.steps", "3"},
-                            {"training.deterministic", "true"}};
+  const Overrides saving = {
+      {"checkpoint.enable", "true"}, {"training.steps", "3"}, {"training.deterministic", "true"}};
   std::string out;
-  const std::string seed_run = titan() + " train --config " + debugmodel_toml().string() +
-                               tt::cli_args(tt::tiny_job(a, tt::joined(saving, {{"training.seed", "7"},
-                                                                                {"checkpoint.create_seed_checkpoint", "true"}})));
+  const std::string seed_run =
+      titan() + " train --config " + debugmodel_toml().string() +
+      tt::cli_args(tt::tiny_job(
+          a, tt::joined(saving, {{"training.seed", "7"}, {"checkpoint.create_seed_checkpoint", "true"}})));
   ASSERT_EQ(tt::run_command(seed_run, &out), 0) << out;
   EXPECT_NE(out.find("checkpoint.create_seed_checkpoint: step 0 holds the starting weights; nothing trained"),
             std::string::npos)
@@ -797,7 +807,8 @@ TEST(Trainer, ASeedCheckpointHoldsTheWeightsTheJobStartsFrom) {
   ASSERT_EQ(ra.size(), 3u);
   ASSERT_EQ(rb.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
-    for (const char* key : {"loss", "grad_norm"}) EXPECT_EQ(ra[i].at(key), rb[i].at(key)) << key << " at step " << i + 1;
+    for (const char* key : {"loss", "grad_norm"})
+      EXPECT_EQ(ra[i].at(key), rb[i].at(key)) << key << " at step " << i + 1;
 
   out.clear();
   EXPECT_NE(tt::run_command(seed_run, &out), 0) << out;
@@ -813,9 +824,9 @@ TEST(Trainer, ASeedCheckpointHoldsTheWeightsTheJobStartsFrom) {
 // about ln(vocab) (a random model spreads its guesses over the vocabulary).
 TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
   const fs::path a = tt::temp_dir("trainer_eval_a"), fresh = tt::temp_dir("trainer_eval_fresh");
-  const Overrides job = {{"training.steps", "2"},        {"checkpoint.enable", "true"},
-                         {"checkpoint.interval", "2"},   {"checkpoint.last_save_in_hf", "true"},
-                         {"validation.enable", "true"},  {"validation.freq", "2"},
+  const Overrides job = {{"training.steps", "2"},       {"checkpoint.enable", "true"},
+                         {"checkpoint.interval", "2"},  {"checkpoint.last_save_in_hf", "true"},
+                         {"validation.enable", "true"}, {"validation.freq", "2"},
                          {"validation.steps", "2"}};
   run_training(tiny_config(a, job));
   const std::map<int64_t, double> logged = by_step(read_metrics(a), "val_loss");
@@ -823,9 +834,10 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
   const fs::path json = a / "eval.json";
   auto eval = [&](const fs::path& dump, const std::string& extra) {
     std::string out;
-    const int rc = tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
-                                       tt::cli_args(tt::tiny_job(dump, job)) + " --json " + json.string() + extra,
-                                   &out);
+    const int rc =
+        tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                            tt::cli_args(tt::tiny_job(dump, job)) + " --json " + json.string() + extra,
+                        &out);
     EXPECT_EQ(rc, 0) << out;
     return nlohmann::json::parse(std::ifstream(json));
   };
@@ -856,7 +868,9 @@ TEST(Trainer, GenerateFromACheckpointStopsAtTheRecordedEosIds) {
   auto ids_in = [](const std::string& out) {
     const size_t line = out.find("{\"");
     if (line == std::string::npos) return std::vector<int64_t>();
-    return nlohmann::json::parse(out.substr(line, out.find('\n', line) - line)).at("ids").get<std::vector<int64_t>>();
+    return nlohmann::json::parse(out.substr(line, out.find('\n', line) - line))
+        .at("ids")
+        .get<std::vector<int64_t>>();
   };
   auto generated = [&](const std::string& what) {
     std::string out;
@@ -879,8 +893,9 @@ TEST(Trainer, GenerateFromACheckpointStopsAtTheRecordedEosIds) {
   const std::string checkpoint = "--checkpoint " + (b / "checkpoint" / "step-1").string();
   EXPECT_EQ(generated(checkpoint), ids);  // --ignore-eos: the same six tokens
   std::string out;
-  const int rc = tt::run_command(titan() + " generate " + checkpoint + " --prompt-ids 17,400,2048,5 "
-                                 "--max-new-tokens 6 --json",
+  const int rc = tt::run_command(titan() + " generate " + checkpoint +
+                                     " --prompt-ids 17,400,2048,5 "
+                                     "--max-new-tokens 6 --json",
                                  &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("stopped at stop token"), std::string::npos) << out;

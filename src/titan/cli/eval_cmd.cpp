@@ -33,7 +33,8 @@ int eval_main(int argc, char** argv) {
   try {
     cfg = train::load_job_config(a.config, a.overrides);
     if (const std::optional<int> ranks = dist::launcher_world_size()) cfg.validate(*ranks);
-    world = dist::launch_communicator(cfg.comm.timeout_seconds, cfg.job.device == "cuda" ? Device::CUDA : Device::CPU);
+    world = dist::launch_communicator(cfg.comm.timeout_seconds,
+                                      cfg.job.device == "cuda" ? Device::CUDA : Device::CPU);
   } catch (const Error& e) {
     if (const std::optional<int> rank = dist::launcher_rank()) TITAN_FAIL("rank ", *rank, ": ", e.what());
     throw;
@@ -43,20 +44,24 @@ int eval_main(int argc, char** argv) {
     s = train::evaluate(cfg, *world, a.own.count("checkpoint") ? a.own["checkpoint"] : std::string());
   } catch (const std::exception& e) {
     if (world->size() == 1) throw;
-    std::fprintf(stderr, "titan eval: error: rank %d: %s\n", world->rank(), error_for_the_user(e.what(), "eval").c_str());
+    std::fprintf(stderr, "titan eval: error: rank %d: %s\n", world->rank(),
+                 error_for_the_user(e.what(), "eval").c_str());
     std::fflush(stderr);
     world->abort(1);
   }
   if (a.own.count("json") && world->rank() == 0) {
-    const nlohmann::json out = {{"loss", s.result.loss},       {"perplexity", s.result.perplexity},
-                                {"tokens", s.result.tokens},   {"batches", s.result.batches},
+    const nlohmann::json out = {{"loss", s.result.loss},
+                                {"perplexity", s.result.perplexity},
+                                {"tokens", s.result.tokens},
+                                {"batches", s.result.batches},
                                 {"weights", s.weights}};
     io::write_file_atomic(a.own["json"], out.dump(2) + "\n");
   }
   return 0;
 }
 
-TITAN_COMMAND("eval", "the held-out loss of a job's model (a checkpoint, or its starting weights), no training",
+TITAN_COMMAND("eval",
+              "the held-out loss of a job's model (a checkpoint, or its starting weights), no training",
               eval_main);
 
 }  // namespace

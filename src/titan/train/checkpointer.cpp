@@ -148,9 +148,8 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
         fresh_optimizer && fresh_schedule ? "them" : "it");
   // A resume with nothing left to train (training.steps at or below the checkpoint's step, as an
   // export-only run) has no schedule to differ: its placeholder of one step is not the user's.
-  std::string diff = s.step < config_.training.steps && !fresh_schedule
-                         ? s.schedule.diff_state(ts.at("lr_scheduler"))
-                         : "";
+  std::string diff =
+      s.step < config_.training.steps && !fresh_schedule ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
     if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_));

@@ -18,7 +18,8 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   cfg.validate(world.size());
   const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
                                 cfg.parallelism.shard_degree(world.size()));
-  plan.check_same_on_every_rank(cfg.describe(), "configs", "every rank must get the same config file and overrides");
+  plan.check_same_on_every_rank(cfg.describe(), "configs",
+                                "every rank must get the same config file and overrides");
   ConsoleOfRank console(plan.is_logging_rank());
   // The weights are loaded as a fresh run loads its initial weights (the same checks: the folder is
   // a committed checkpoint or holds Hugging Face weights, of this job's model).
@@ -36,23 +37,24 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     weights = folder.string() + (source.checkpoint.initial_load_in_hf ? " (Hugging Face weights)" : "");
   } else {
     weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
-              : cfg.checkpoint.initial_load_in_hf       ? cfg.model.hf_assets_path
-                                                        : "initialized from seed " + std::to_string(cfg.training.seed);
+              : cfg.checkpoint.initial_load_in_hf
+                  ? cfg.model.hf_assets_path
+                  : "initialized from seed " + std::to_string(cfg.training.seed);
   }
   ResolvedJob job = resolve_job(source, plan);
   resolve_initial_weights(source, job);
   const data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
-  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
-              tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
+  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
+              "' has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
   const Validator validator(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
   start_up_report(cfg, job, plan, tokenizer, "titan eval");
   TrainState state(cfg, job, tokenizer, plan);
   start_weights(state, source, job);
   state.distribute();
   EvalSummary summary{validator.run(state.model, state.sharding), weights};
-  say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss, summary.result.perplexity,
-      counted(summary.result.tokens, "token").c_str(), counted(summary.result.batches, "batch", "batches").c_str(),
-      weights.c_str());
+  say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,
+      summary.result.perplexity, counted(summary.result.tokens, "token").c_str(),
+      counted(summary.result.batches, "batch", "batches").c_str(), weights.c_str());
   return summary;
 }
 

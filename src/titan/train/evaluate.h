@@ -20,6 +20,7 @@ struct EvalSummary {
 };
 
 // Every rank of `world` calls it; `checkpoint` empty: the job's own weights as above.
-EvalSummary evaluate(const JobConfig& config, dist::Communicator& world, const std::filesystem::path& checkpoint);
+EvalSummary evaluate(const JobConfig& config, dist::Communicator& world,
+                     const std::filesystem::path& checkpoint);
 
 }  // namespace titan::train

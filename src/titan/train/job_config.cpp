@@ -177,7 +177,8 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
       // "[a,b]" (a TOML array, as node_to_string writes it) or torchtitan's command-line "a,b";
       // each entry once, in the order given.
       std::string_view text = value;
-      if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+      if (text.size() >= 2 && text.front() == '[' && text.back() == ']')
+        text = text.substr(1, text.size() - 2);
       auto& list = *static_cast<std::vector<std::string>*>(f.ptr);
       list.clear();
       for (std::string_view rest = text; !rest.empty();) {
@@ -187,8 +188,9 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
         if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
           item = item.substr(1, item.size() - 2);
         TITAN_CHECK(!item.empty(), where, ": ", f.key, " = '", value, "' has an empty entry");
-        TITAN_CHECK(std::find(f.choices.begin(), f.choices.end(), item) != f.choices.end(), where, ": ", f.key,
-                    " = '", value, "': '", item, "' is not one of ", join(f.choices), suggestion(item, f.choices));
+        TITAN_CHECK(std::find(f.choices.begin(), f.choices.end(), item) != f.choices.end(), where, ": ",
+                    f.key, " = '", value, "': '", item, "' is not one of ", join(f.choices),
+                    suggestion(item, f.choices));
         if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
       }
       break;
@@ -498,15 +500,17 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
               ": checkpoint.exclude_from_loading names \"model\": a resume that leaves the weights fresh "
               "trains a new model under the checkpoint's step count, moments and data position; start a new "
               "run instead (another job.dump_folder or checkpoint.folder)");
-  TITAN_CHECK(!c.checkpoint.excludes("train_state"), excluded_at,
-              ": checkpoint.exclude_from_loading names \"train_state\": the step count numbers the run's "
-              "checkpoints, and starting it over would save step folders below the resumed one, which the next "
-              "start would resume again. To train on from a checkpoint's weights from step 0, start a new run "
-              "(another job.dump_folder) with checkpoint.initial_load_path = '<checkpoint folder>/step-N'");
-  TITAN_CHECK(!c.checkpoint.create_seed_checkpoint || c.checkpoint.enable,
-              set_where("checkpoint.create_seed_checkpoint"),
-              ": checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false (",
-              set_where("checkpoint.enable"), "): set checkpoint.enable = true");
+  TITAN_CHECK(
+      !c.checkpoint.excludes("train_state"), excluded_at,
+      ": checkpoint.exclude_from_loading names \"train_state\": the step count numbers the run's "
+      "checkpoints, and starting it over would save step folders below the resumed one, which the next "
+      "start would resume again. To train on from a checkpoint's weights from step 0, start a new run "
+      "(another job.dump_folder) with checkpoint.initial_load_path = '<checkpoint folder>/step-N'");
+  TITAN_CHECK(
+      !c.checkpoint.create_seed_checkpoint || c.checkpoint.enable,
+      set_where("checkpoint.create_seed_checkpoint"),
+      ": checkpoint.create_seed_checkpoint = true writes a checkpoint, and checkpoint.enable = false (",
+      set_where("checkpoint.enable"), "): set checkpoint.enable = true");
   if (!c.checkpoint.initial_load_model_only) {
     TITAN_CHECK(!c.checkpoint.initial_load_in_hf, set_where("checkpoint.initial_load_model_only"),
                 ": checkpoint.initial_load_model_only = false loads a whole training state, and "
@@ -519,10 +523,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
                 set_where("checkpoint.initial_load_model_only"),
                 ") continues a whole training state at its step: remove one of the two");
   }
-  TITAN_CHECK(!c.checkpoint.create_seed_checkpoint || !c.checkpoint.load_only,
-              set_where("checkpoint.load_only"),
-              ": checkpoint.load_only = true saves no checkpoint, and checkpoint.create_seed_checkpoint = true (",
-              set_where("checkpoint.create_seed_checkpoint"), ") asks for one: keep one of the two");
+  TITAN_CHECK(
+      !c.checkpoint.create_seed_checkpoint || !c.checkpoint.load_only, set_where("checkpoint.load_only"),
+      ": checkpoint.load_only = true saves no checkpoint, and checkpoint.create_seed_checkpoint = true (",
+      set_where("checkpoint.create_seed_checkpoint"), ") asks for one: keep one of the two");
   if (c.checkpoint.excludes("dataloader") && c.checkpoint.enable) {
     c.checkpoint.restart_data_stream = true;
     add_note(c, "checkpoint.exclude_from_loading",
@@ -813,7 +817,8 @@ void JobConfig::validate_values(int world_size) const {
 }
 
 bool CheckpointSection::excludes(std::string_view part) const {
-  return std::find(exclude_from_loading.begin(), exclude_from_loading.end(), part) != exclude_from_loading.end();
+  return std::find(exclude_from_loading.begin(), exclude_from_loading.end(), part) !=
+         exclude_from_loading.end();
 }
 
 std::string JobConfig::describe() const {
@@ -831,7 +836,9 @@ std::string JobConfig::describe() const {
       case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
       case Field::Float: os << format_double(*static_cast<double*>(f.ptr)); break;
       case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
-      case Field::List: os << nlohmann::json(*static_cast<std::vector<std::string>*>(f.ptr)).dump(); break;
+      case Field::List:
+        os << nlohmann::json(*static_cast<std::vector<std::string>*>(f.ptr)).dump();
+        break;
     }
     os << "\n";
   }

@@ -16,7 +16,9 @@ bool console_output();
 // Only the logging rank prints while it lives (a run, an evaluation); the setting before comes back.
 class ConsoleOfRank {
  public:
-  explicit ConsoleOfRank(bool logging_rank) : before_(console_output()) { set_console_output(logging_rank && before_); }
+  explicit ConsoleOfRank(bool logging_rank) : before_(console_output()) {
+    set_console_output(logging_rank && before_);
+  }
   ~ConsoleOfRank() { set_console_output(before_); }
   ConsoleOfRank(const ConsoleOfRank&) = delete;
   ConsoleOfRank& operator=(const ConsoleOfRank&) = delete;

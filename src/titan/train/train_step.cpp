@@ -108,7 +108,8 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 }
 
 void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t adam_step, double max_norm, const StepGradients& gradients, double expert_bias_coeff) {
+                  int64_t adam_step, double max_norm, const StepGradients& gradients,
+                  double expert_bias_coeff) {
   // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
   optimizer.step(model.blocks(), lr, adam_step, ops::clip_coefficient(max_norm, gradients.grad_norm));
   if (!model.expert_bias().empty())

@@ -63,7 +63,8 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 // norm, then the MoE expert-bias update from the expert counts of every micro-batch, summed over
 // the ranks. `adam_step` (1-based) is AdamW's own step count, for its bias corrections.
 void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t adam_step, double max_norm, const StepGradients& gradients, double expert_bias_coeff);
+                  int64_t adam_step, double max_norm, const StepGradients& gradients,
+                  double expert_bias_coeff);
 
 class TrainStep {
  public:

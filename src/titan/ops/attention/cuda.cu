@@ -293,8 +293,8 @@ void allow_smem(Kernel kernel, size_t bytes) {
   size_t& have = reserved[reinterpret_cast<const void*>(kernel)];
   if (have >= bytes) return;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  TITAN_CHECK(e == cudaSuccess, "attention (cuda): cannot reserve ", bytes, " bytes of shared memory: ",
-              cudaGetErrorString(e));
+  TITAN_CHECK(e == cudaSuccess, "attention (cuda): cannot reserve ", bytes,
+              " bytes of shared memory: ", cudaGetErrorString(e));
   have = bytes;
 }
 
