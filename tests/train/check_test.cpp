@@ -341,3 +341,38 @@ TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
             std::string::npos)
       << off.rows["resume"];
 }
+
+// A job's one-off checkpoint modes are not what the pilot's runs test: with
+// checkpoint.create_seed_checkpoint and checkpoint.exclude_from_loading set, the timing and
+// checkpoint rows still train, save and resume (a seed run would train nothing), and the resume
+// row reads the job's seed as a weights-only start.
+TEST(Check, TheTrainingRowsTrainWhateverTheJobsCheckpointModes) {
+  const fs::path dir = tt::temp_dir("check_modes_" + std::to_string(getpid()));
+  const fs::path toml = dir / "job.toml";
+  std::ofstream(toml) << "[training]\nseq_len = 64\nlocal_batch_size = 2\nsteps = 1\n"
+                         "[lr_scheduler]\nwarmup_steps = 1\n[validation]\nenable = false\n"
+                         "[checkpoint]\nenable = true\nlast_save_in_hf = false\n"
+                         "exclude_from_loading = [\"optimizer\"]\n";
+  const std::string model =
+      " --model.n_layers=1 --model.dim=64 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=32 "
+      "--model.hidden_dim=128 --job.dump_folder=" +
+      (dir / "dump").string();
+  std::string out;
+  ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " train --config " + toml.string() + model +
+                                " --checkpoint.create_seed_checkpoint=true 2>&1",
+                            &out),
+            0)
+      << out;
+  CheckRun r = titan_check("--config " + toml.string() + model + " --checkpoint.create_seed_checkpoint=true",
+                           dir / "check.json");
+  for (const char* row : {"timing", "checkpoint"}) {
+    ASSERT_TRUE(r.rows.count(row)) << r.out;
+    EXPECT_EQ(r.rows[row].at("status"), "PASS") << row << ": " << r.rows[row];
+  }
+  ASSERT_TRUE(r.rows.count("resume")) << r.out;
+  EXPECT_EQ(r.rows["resume"].at("status"), "PASS") << r.rows["resume"];
+  EXPECT_NE(r.rows["resume"].at("value").get<std::string>().find(
+                "titan train starts from the seed checkpoint " + (dir / "dump" / "checkpoint" / "step-0").string()),
+            std::string::npos)
+      << r.rows["resume"];
+}

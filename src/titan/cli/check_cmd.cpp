@@ -354,7 +354,10 @@ Row resume_row(const train::JobConfig& c) {
                 "' is not a titan train state (no model_config)");
     train::check_same_model_config(ts["model_config"], train::resolve_model_args(c), dir.string());
     // A seed (step 0) resumes as weights only: its data position is not read.
-    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader") && ts.value("step", int64_t(-1)) != 0)
+    if (ts.value("step", int64_t(-1)) == 0)
+      return {"resume", "PASS", "titan train starts from the seed checkpoint " + dir.string() + ": same model",
+              rule};
+    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
       train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
     return {"resume", "PASS",
             "titan train resumes from " + dir.string() + ": same model, same sequence length", rule};
@@ -438,7 +441,13 @@ int check_main(int argc, char** argv) {
                               {"checkpoint.folder", "checkpoint"},
                               {"checkpoint.interval", std::to_string(steps - 1)},
                               {"checkpoint.keep_latest_k", "0"},
-                              {"checkpoint.last_save_in_hf", "false"}})
+                              {"checkpoint.last_save_in_hf", "false"},
+                              // The runs train and save from the job's starting weights, whatever
+                              // its one-off checkpoint modes (a seed, no saves, a fork, exclusions).
+                              {"checkpoint.create_seed_checkpoint", "false"},
+                              {"checkpoint.load_only", "false"},
+                              {"checkpoint.initial_load_model_only", "true"},
+                              {"checkpoint.exclude_from_loading", ""}})
       o.push_back(kv);
     if (world->size() > 1)  // the ranks row checked the mesh; the runs below are rank 0's alone
       o.insert(o.end(), {{"parallelism.data_parallel_replicate_degree", "1"}, {"parallelism.data_parallel_shard_degree", "-1"}});
