@@ -84,5 +84,6 @@ tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 limit=$((64 * 1024 * 1024 - tracked - 1024 * 1024))
 [ "$size" -lt "$limit" ] ||
   { echo "gpu_bundle: bundle $((size / 1024 / 1024)) MiB + tracked files $((tracked / 1024 / 1024)) MiB is over the 64 MiB the device tool carries" >&2; exit 1; }
-echo "gpu_bundle: on the GPU machine (python3's tarfile where there is no xz):"
+# .gpu/ is git-ignored: the device tool copies it only when the call names it in `carry`.
+echo "gpu_bundle: run on the GPU machine with carry [\".gpu\"] (python3's tarfile where there is no xz):"
 echo "  mkdir -p /tmp/t && { tar xf .gpu/bundle.tar.xz -C /tmp/t || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz /tmp/t; } && bash /tmp/t/titan-gpu/scripts/gpu_check.sh"

@@ -24,8 +24,8 @@
 # The steps run in the order of what a short slot must not miss: the quick CUDA test programs (the
 # device services, the GEMMs, the basic ops: if they fail, nothing after them means much), the
 # parity command, the speed floors with the default kernels (with the GEMM ceiling they are
-# measured against), the other CUDA test programs, the debug model on both devices, the floors'
-# jobs with the other kernel variants, the other benchmarks. Every step's time limit is cut to what is left of the deadline, and a step with
+# measured against), the debug model on both devices (end to end, a few seconds), the other CUDA
+# test programs, the floors' jobs with the other kernel variants, the other benchmarks. Every step's time limit is cut to what is left of the deadline, and a step with
 # under 15 s left is skipped, so the summary always prints. A step past its limit gets SIGTERM and,
 # 10 s later, SIGKILL (titan train stops at a step boundary on SIGTERM, which a hung kernel never
 # reaches).
@@ -33,6 +33,11 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${GPU_CHECK_LOG_DIR:-$root/logs}
+# Every figure comes from this run: the logs of an earlier run (a rerun on a machine still warm) are
+# moved aside, so that a step this run skips cannot show the earlier run's table as its own.
+if [ -d "$logs" ] && [ -n "$(ls -A "$logs")" ]; then
+  mv "$logs" "$logs.before-$(date +%s)" && echo "gpu_check: the previous logs in $logs moved aside"
+fi
 mkdir -p "$logs"
 
 # The bundle's libraries first, then the CUDA libraries of the machine's PyTorch wheels
@@ -171,6 +176,25 @@ if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -z "${GPU_CHECK_SKIP_MODELS:-}" ]; th
   models_step "gpu_models default kernels" "${GPU_CHECK_MODELS:-0.6B MoE 4B}"
 fi
 
+# The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the
+# CPU's within bf16 tolerance (compared by eye here; the table below shows both).
+train_args=(train --config "$root/configs/debugmodel.toml" --training.steps=10 --checkpoint.enable=false
+            --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
+step "train debugmodel cuda (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cuda \
+  --job.dump_folder="$logs/train_cuda"
+# The CPU's side was run by gpu_bundle.sh when it made the bundle (no device time spent on it); a
+# bundle without it runs it here.
+if [ -f "$root/reference/train_debugmodel_cpu.log" ]; then
+  cp "$root/reference/train_debugmodel_cpu.log" "$logs/train_debugmodel_cpu__10_steps_.log"
+else
+  step "train debugmodel cpu (10 steps)" 120 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
+    --job.dump_folder="$logs/train_cpu"
+fi
+# (a run skipped by the deadline has no log: no table, and no awk error in the output's tail)
+losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" 2>/dev/null | sort -k1,1) \
+              <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" 2>/dev/null | sort -k1,1) \
+              2>/dev/null | sort -n)
+
 # The cases of the kernels never yet run on a GPU (named *Mma*: the mma_sync kernels; *Cudnn*: cuDNN's
 # fused attention) run in processes of their own, after the rest: a fault in one of them cannot take
 # the default kernels' cases down with it.
@@ -190,25 +214,6 @@ for pattern in Mma Cudnn; do
       CUDNN_LOGDEST_DBG="$logs/cudnn_$(basename "$t")_$pattern.log" "$t" --gtest_color=no --gtest_filter="*$pattern*"
   done
 done
-
-# The debug model, 10 steps on each device from the same seed: the GPU's losses must follow the
-# CPU's within bf16 tolerance (compared by eye here; the table below shows both).
-train_args=(train --config "$root/configs/debugmodel.toml" --training.steps=10 --checkpoint.enable=false
-            --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
-step "train debugmodel cuda (10 steps)" 240 "$root/bin/titan" "${train_args[@]}" --job.device=cuda \
-  --job.dump_folder="$logs/train_cuda"
-# The CPU's side was run by gpu_bundle.sh when it made the bundle (no device time spent on it); a
-# bundle without it runs it here.
-if [ -f "$root/reference/train_debugmodel_cpu.log" ]; then
-  cp "$root/reference/train_debugmodel_cpu.log" "$logs/train_debugmodel_cpu__10_steps_.log"
-else
-  step "train debugmodel cpu (10 steps)" 120 "$root/bin/titan" "${train_args[@]}" --job.device=cpu \
-    --job.dump_folder="$logs/train_cpu"
-fi
-# (a run skipped by the deadline has no log: no table, and no awk error in the output's tail)
-losses=$(join <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cpu__10_steps_.log" 2>/dev/null | sort -k1,1) \
-              <(awk '/^step:/{print $2, $4}' "$logs/train_debugmodel_cuda__10_steps_.log" 2>/dev/null | sort -k1,1) \
-              2>/dev/null | sort -n)
 
 [ -n "$run_models" ] &&
   models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn 0.6B+docs}"
@@ -230,7 +235,7 @@ if [ -n "${GPU_CHECK_PEER:-}" ] && [ -f "$root/peers/h200/torch_baseline.py" ]; 
   step "peer torch_baseline.py" 300 env LD_LIBRARY_PATH="${LD_LIBRARY_PATH#"$root/lib:"}" OUT="$logs/peer" \
     BUDGET="${GPU_CHECK_PEER_BUDGET:-60}" \
     python3 "$root/peers/h200/torch_baseline.py"
-  peer_table=$(python3 - "$logs/peer/torch_baseline.json" <<'EOF'
+  [ -f "$logs/peer/torch_baseline.json" ] && peer_table=$(python3 - "$logs/peer/torch_baseline.json" <<'EOF'
 import json, sys
 for r in json.load(open(sys.argv[1])).get("runs", []):
     if "tokens_per_s" in r:
