@@ -1,14 +1,10 @@
 // titan eval --config FILE.toml [--checkpoint DIR] [--json FILE] [--section.key=value ...]
 #include <cstdio>
-#include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
-#include "titan/core/check.h"
-#include "titan/dist/communicator.h"
+#include "titan/cli/job_launch.h"
 #include "titan/io/atomic_file.h"
 #include "titan/train/evaluate.h"
 
@@ -28,28 +24,13 @@ int eval_main(int argc, char** argv) {
         "--json: also write {loss, perplexity, tokens, batches, weights} to FILE. See docs/training.md.\n");
     return 0;
   }
-  train::JobConfig cfg;
-  std::unique_ptr<dist::Communicator> world;
-  try {
-    cfg = train::load_job_config(a.config, a.overrides);
-    if (const std::optional<int> ranks = dist::launcher_world_size()) cfg.validate(*ranks);
-    world = dist::launch_communicator(cfg.comm.timeout_seconds,
-                                      cfg.job.device == "cuda" ? Device::CUDA : Device::CPU);
-  } catch (const Error& e) {
-    if (const std::optional<int> rank = dist::launcher_rank()) TITAN_FAIL("rank ", *rank, ": ", e.what());
-    throw;
-  }
+  LaunchedJob job = launch_job(a);
   train::EvalSummary s;
-  try {
-    s = train::evaluate(cfg, *world, a.own.count("checkpoint") ? a.own["checkpoint"] : std::string());
-  } catch (const std::exception& e) {
-    if (world->size() == 1) throw;
-    std::fprintf(stderr, "titan eval: error: rank %d: %s\n", world->rank(),
-                 error_for_the_user(e.what(), "eval").c_str());
-    std::fflush(stderr);
-    world->abort(1);
-  }
-  if (a.own.count("json") && world->rank() == 0) {
+  run_on_every_rank("eval", *job.world, [&] {
+    s = train::evaluate(job.config, *job.world,
+                        a.own.count("checkpoint") ? a.own["checkpoint"] : std::string());
+  });
+  if (a.own.count("json") && job.world->rank() == 0) {
     const nlohmann::json out = {{"loss", s.result.loss},
                                 {"perplexity", s.result.perplexity},
                                 {"tokens", s.result.tokens},

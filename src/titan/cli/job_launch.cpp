@@ -1,0 +1,38 @@
+#include "titan/cli/job_launch.h"
+
+#include <cstdio>
+#include <optional>
+
+#include "titan/cli/command.h"
+#include "titan/core/check.h"
+
+namespace titan::cli {
+
+LaunchedJob launch_job(const JobArgs& a) {
+  LaunchedJob job;
+  try {
+    job.config = train::load_job_config(a.config, a.overrides);
+    if (const std::optional<int> ranks = dist::launcher_world_size()) job.config.validate(*ranks);
+    job.world = dist::launch_communicator(job.config.comm.timeout_seconds,
+                                          job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
+  } catch (const Error& e) {
+    // Under a launcher every rank prints its own error: say whose.
+    if (const std::optional<int> rank = dist::launcher_rank()) TITAN_FAIL("rank ", *rank, ": ", e.what());
+    throw;
+  }
+  return job;
+}
+
+void run_on_every_rank(const std::string& command, dist::Communicator& world, const std::function<void()>& job) {
+  try {
+    job();
+  } catch (const std::exception& e) {
+    if (world.size() == 1) throw;
+    std::fprintf(stderr, "titan %s: error: rank %d: %s\n", command.c_str(), world.rank(),
+                 error_for_the_user(e.what(), command).c_str());
+    std::fflush(stderr);
+    world.abort(1);
+  }
+}
+
+}  // namespace titan::cli

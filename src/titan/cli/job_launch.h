@@ -1,0 +1,27 @@
+#pragma once
+// What `titan train` and `titan eval` share around a job: its config and its ranks, and how an error
+// on one rank of many ends the whole job.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "titan/cli/args.h"
+#include "titan/dist/communicator.h"
+#include "titan/train/job_config.h"
+
+namespace titan::cli {
+
+struct LaunchedJob {
+  train::JobConfig config;
+  std::unique_ptr<dist::Communicator> world;  // MPI under a launcher, NCCL over it for CUDA ranks; else one process
+};
+
+// The job's config, checked against the launcher's world size before MPI starts (an error then ends
+// each rank on its own, naming where the key was set, and under a launcher the rank), then its world.
+LaunchedJob launch_job(const JobArgs& args);
+
+// Runs `job` on this rank. An error on one rank of many is printed with the rank and ends every rank
+// (the others may be waiting for this one in a collective); one process rethrows it for main().
+void run_on_every_rank(const std::string& command, dist::Communicator& world, const std::function<void()>& job);
+
+}  // namespace titan::cli
