@@ -28,8 +28,8 @@ TEST(CudaOracle, MoeWithAuxLossMatchesTransformers) {
 }
 
 // `titan generate --device cuda`: a checkpoint loaded onto the GPU gives transformers' next-token
-// logits at every prefix of the oracle's first row (within 1e-4) and the greedy tokens the CPU
-// model gives.
+// logits at every position of the oracle's first row fed through the KV cache (within 1e-4) and the greedy
+// tokens the CPU model gives.
 TEST(CudaOracle, GenerateOnTheGpuMatchesTransformersAndTheCpu) {
   TITAN_REQUIRE_CUDA();
   for (const std::string name : {"tiny_dense", "tiny_moe"}) {
@@ -39,15 +39,19 @@ TEST(CudaOracle, GenerateOnTheGpuMatchesTransformersAndTheCpu) {
     auto ref = io::SafetensorsFile::open(testing::oracle_dir(name) / "reference.safetensors");
     const Tensor ids = testing::load_tensor(ref, "input_ids"), logits = testing::load_tensor(ref, "logits");
     const int64_t S = ids.size(1), V = logits.size(2);
-    for (int64_t s : {int64_t(1), int64_t(5), S}) {
-      Tensor prefix = Tensor::empty({1, s}, DType::I64);
-      std::copy(ids.data<int64_t>(), ids.data<int64_t>() + s, prefix.data<int64_t>());
-      const Tensor got = gpu->next_token_logits(prefix.to(Device::CUDA)).to(Device::CPU).to(DType::F32);
-      const float* expected = logits.data<float>() + (s - 1) * V;
+    // A prompt of 5 tokens, then one at a time over the KV cache (ops::cached_attention on the GPU).
+    qwen3::KVCache cache = gpu->kv_cache(1, S);
+    for (int64_t at = 0; at < S;) {
+      const int64_t n = at == 0 ? 5 : 1;
+      Tensor piece = Tensor::empty({1, n}, DType::I64);
+      std::copy(ids.data<int64_t>() + at, ids.data<int64_t>() + at + n, piece.data<int64_t>());
+      const Tensor got = gpu->next_token_logits(piece.to(Device::CUDA), cache).to(Device::CPU).to(DType::F32);
+      at += n;
+      const float* expected = logits.data<float>() + (at - 1) * V;
       double worst = 0;
       for (int64_t v = 0; v < V; ++v)
         worst = std::max(worst, std::abs(double(got.data<float>()[v] - expected[v])));
-      EXPECT_LE(worst, 1e-4) << name << " prefix " << s;
+      EXPECT_LE(worst, 1e-4) << name << " position " << at - 1;
     }
     const std::vector<int64_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + 4);
     const qwen3::Generation on_gpu = qwen3::generate(*gpu, prompt, 12, qwen3::SamplingOptions{}, {});

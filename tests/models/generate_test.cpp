@@ -1,6 +1,6 @@
-// Generation (models/qwen3/generate): the next-token logits of the last position against
-// transformers' logits (the oracles), greedy tokens against the oracle's argmax and against a full
-// forward over the generated sequence, and the sampler's rules (ties, NaN, allowed ids, top-k,
+// Generation (models/qwen3/generate): the next-token logits of the cached steps against
+// transformers' logits (the oracles) and a full forward, greedy tokens against the oracle's argmax and
+// against a full forward over the generated sequence, and the sampler's rules (ties, NaN, allowed ids, top-k,
 // top-p, temperature, seeds) on hand-made logits.
 #include "titan/models/qwen3/generate.h"
 
@@ -33,35 +33,127 @@ int64_t argmax(const float* row, int64_t n) {
   return best;
 }
 
-// For every prefix of the oracle's rows, the last position's logits equal transformers' logits at
-// that position (causality: a prefix sees what the full row saw there), and one greedy token is
-// their argmax.
-TEST(Generate, NextTokenLogitsAndGreedyTokensMatchTransformers) {
+// Every row of the oracle's input fed as a prompt of 3 tokens, then 4 at once, then one at a time
+// over the KV cache: each call's logits (its last position's) equal transformers' logits at that
+// position, within 1e-4; and one greedy token after a prefix is their argmax.
+TEST(Generate, CachedStepsGiveTransformersLogitsAndGreedyTokens) {
   for (const std::string name : {"tiny_dense", "tiny_moe"}) {
     auto model = oracle_model(name);
     auto ref = io::SafetensorsFile::open(oracle_dir(name) / "reference.safetensors");
     const Tensor ids = load_tensor(ref, "input_ids"), logits = load_tensor(ref, "logits");
     const int64_t B = ids.size(0), S = ids.size(1), V = logits.size(2);
+    ASSERT_GT(S, 8) << name;
     int checked = 0;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s : {int64_t(1), int64_t(2), int64_t(9), S}) {
-        std::vector<int64_t> prefix(ids.data<int64_t>() + b * S, ids.data<int64_t>() + b * S + s);
-        const float* expected = logits.data<float>() + (b * S + s - 1) * V;
-        Tensor prefix_ids = Tensor::empty({1, s}, DType::I64);
-        std::copy(prefix.begin(), prefix.end(), prefix_ids.data<int64_t>());
-        const Tensor got = model->next_token_logits(prefix_ids);
+    for (int64_t b = 0; b < B; ++b) {
+      KVCache cache = model->kv_cache(1, S);
+      for (int64_t at = 0; at < S;) {
+        const int64_t n = at == 0 ? 3 : at == 3 ? 4 : 1;
+        Tensor piece = Tensor::empty({1, n}, DType::I64);
+        std::copy(ids.data<int64_t>() + b * S + at, ids.data<int64_t>() + b * S + at + n,
+                  piece.data<int64_t>());
+        const Tensor got = model->next_token_logits(piece, cache);
+        at += n;
         ASSERT_EQ(got.shape(), (Shape{1, V}));
+        ASSERT_EQ(cache.length(), at);
+        const float* expected = logits.data<float>() + (b * S + at - 1) * V;
         double worst = 0;
         for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(double(got.data<float>()[v] - expected[v])));
-        EXPECT_LE(worst, 1e-4) << name << " row " << b << " prefix " << s;
-
-        const Generation g = generate(*model, prefix, 1, SamplingOptions{}, {});
-        ASSERT_EQ(g.ids.size(), 1u);
-        EXPECT_EQ(g.ids[0], argmax(expected, V)) << name << " row " << b << " prefix " << s;
+        EXPECT_LE(worst, 1e-4) << name << " row " << b << " position " << at - 1;
         ++checked;
       }
-    EXPECT_EQ(checked, 2 * 4) << name;
+      for (int64_t s : {int64_t(1), int64_t(2), int64_t(9), S}) {
+        const std::vector<int64_t> prefix(ids.data<int64_t>() + b * S, ids.data<int64_t>() + b * S + s);
+        const Generation g = generate(*model, prefix, 1, SamplingOptions{}, {});
+        ASSERT_EQ(g.ids.size(), 1u);
+        EXPECT_EQ(g.ids[0], argmax(logits.data<float>() + (b * S + s - 1) * V, V))
+            << name << " row " << b << " prefix " << s;
+      }
+    }
+    EXPECT_EQ(checked, B * (S - 5)) << name;
   }
+}
+
+// In f64 the cached steps are the full forward's rows to rounding: a prompt of 5, then 2, then
+// single tokens, against forward_logits over the whole sequence (dense and MoE, whose router sees
+// one token at a time).
+TEST(Generate, CachedStepsAreTheFullForwardsRowsInF64) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    const std::vector<int64_t> tokens = {17, 400, 2048, 5, 99, 1000, 3, 3, 71, 600, 12, 8};
+    const int64_t S = int64_t(tokens.size()), V = model->args().vocab_size;
+    Tensor all = Tensor::empty({1, S}, DType::I64);
+    std::copy(tokens.begin(), tokens.end(), all.data<int64_t>());
+    Tensor full;
+    {
+      autograd::NoGradGuard no_grad;
+      full = model->forward_logits(all);
+    }
+    KVCache cache = model->kv_cache(1, S);
+    for (int64_t at = 0; at < S;) {
+      const int64_t n = at == 0 ? 5 : at == 5 ? 2 : 1;
+      const Tensor got = model->next_token_logits(all.narrow(1, at, n).contiguous(), cache);
+      at += n;
+      ASSERT_EQ(got.dtype(), DType::F64);
+      const double* row = full.data<double>() + (at - 1) * V;
+      double worst = 0;
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(got.data<double>()[v] - row[v]));
+      EXPECT_LE(worst, 1e-10) << name << " position " << at - 1;
+    }
+  }
+}
+
+// In bf16, generate reads weights cast once (its ComputeCopies) where next_token_logits alone casts
+// them at each call: the same values, so the same greedy tokens, step by step; the copies are gone
+// after it.
+TEST(Generate, Bf16GenerationCastsTheWeightsOnceToTheSameTokens) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    auto model = load_hf_model(oracle_dir(name), DType::BF16);
+    const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+    const Generation g = generate(*model, prompt, 10, SamplingOptions{}, {});
+    for (const nn::ParamBlock& b : model->blocks())
+      EXPECT_FALSE(b.compute_resident()) << name << " " << b.name();
+    KVCache cache = model->kv_cache(1, int64_t(prompt.size()) + 10);
+    Tensor next = Tensor::empty({1, int64_t(prompt.size())}, DType::I64);
+    std::copy(prompt.begin(), prompt.end(), next.data<int64_t>());
+    std::vector<int64_t> expected;
+    for (int step = 0; step < 10; ++step) {
+      const Tensor logits = model->next_token_logits(next, cache);
+      expected.push_back(argmax(logits.data<float>(), model->args().vocab_size));
+      next = Tensor::full({1, 1}, double(expected.back()), DType::I64);
+    }
+    EXPECT_EQ(g.ids, expected) << name;
+  }
+}
+
+TEST(Generate, AKvCacheNamesWhatItCannotTake) {
+  auto model = oracle_model("tiny_dense");
+  auto other = oracle_model("tiny_dense");
+  auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto ids = [](int64_t B, int64_t S) {
+    Tensor t = Tensor::empty({B, S}, DType::I64);
+    for (int64_t i = 0; i < B * S; ++i) t.data<int64_t>()[i] = 7 + i;
+    return t;
+  };
+  KVCache cache = model->kv_cache(1, 4);
+  EXPECT_NE(error([&] { other->next_token_logits(ids(1, 2), cache); }).find("made by another model"),
+            std::string::npos);
+  EXPECT_NE(error([&] { model->next_token_logits(ids(2, 2), cache); }).find("2 rows for a KV cache of 1"),
+            std::string::npos);
+  model->next_token_logits(ids(1, 3), cache);
+  EXPECT_NE(error([&] {
+              model->next_token_logits(ids(1, 2), cache);
+            }).find("3 cached + 2 new tokens pass the KV cache's capacity (4)"),
+            std::string::npos);
+  EXPECT_EQ(cache.length(), 3) << "a refused call leaves the cache as it was";
+  EXPECT_NE(error([&] { model->kv_cache(1, model->args().max_seq_len + 1); }).find("capacity <= max_seq_len"),
+            std::string::npos);
 }
 
 // Many greedy tokens: each is the argmax of a full forward's logits over prompt + generated at the

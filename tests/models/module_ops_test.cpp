@@ -1,7 +1,7 @@
 // qwen3::module_ops, the table [kernels] rules are checked against (a rule for an op its modules
 // never run is an error), is what the forward really calls: the (module, op) pairs a recorder sees
-// during forward_loss, forward_logits and a backward, in f32 and bf16, with and without activation
-// checkpointing, are all in the table, and together they are the table (dense and MoE).
+// during forward_loss, forward_logits, a backward and generation's cached steps, in f32 and bf16, with and
+// without activation checkpointing, are all in the table, and together they are the table (dense and MoE).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -37,7 +37,8 @@ Calls table_of(const qwen3::ModelArgs& a) {
   return c;
 }
 
-// The (module, op) pairs inside modules that a forward_loss + backward and a forward_logits call.
+// The (module, op) pairs inside modules that a forward_loss + backward, a forward_logits and two
+// cached generation steps call.
 Calls calls_of(const qwen3::ModelArgs& a, DType dtype, qwen3::Checkpointing checkpointing) {
   qwen3::Qwen3Model model(a, dtype);
   model.set_checkpointing(checkpointing);
@@ -54,6 +55,11 @@ Calls calls_of(const qwen3::ModelArgs& a, DType dtype, qwen3::Checkpointing chec
     autograd::NoGradGuard no_grad;
     model.forward_logits(ids_t);
   }
+  // Generation: a prompt, then one token over the KV cache.
+  qwen3::KVCache cache = model.kv_cache(1, 8);
+  model.next_token_logits(Tensor::from_vector(std::vector<int64_t>(ids.begin(), ids.begin() + 5), {1, 5}),
+                          cache);
+  model.next_token_logits(Tensor::from_vector(std::vector<int64_t>{ids[5]}, {1, 1}), cache);
   Calls in_modules;
   for (const auto& call : recorder.calls())
     if (!call.first.empty()) in_modules.insert(call);  // the loss's sum and the aux loss run outside

@@ -161,6 +161,14 @@ TEST(Rope, SequentialPositionsAreCheckedPositionsZeroToSWithoutAHostRead) {
   const ops::RopePositions meta = ops::sequential_positions(2, 1 << 20, Device::Meta);
   EXPECT_EQ(meta.tensor().shape(), Shape({2, 1 << 20}));
   EXPECT_EQ(meta.max(), (1 << 20) - 1);
+
+  // A generation step's new tokens: positions 4 .. 9 in every row, as the checked positions say.
+  const ops::RopePositions later = ops::sequential_positions(3, 6, Device::CPU, 4);
+  Tensor from_four = Tensor::empty({6}, DType::I64);
+  for (int64_t i = 0; i < 6; ++i) from_four.data<int64_t>()[i] = 4 + i;
+  EXPECT_EQ(later.max(), 9);
+  EXPECT_EQ(later.tensor().to_vector(), ops::rope_positions(from_four, 3, 6).tensor().to_vector());
+  EXPECT_EQ(ops::rope(x, later, 1e4).to_vector(), ops::rope(x, from_four, 1e4).to_vector());
 }
 
 // Cross-check with PyTorch running transformers' Qwen3RotaryEmbedding + apply_rotary_pos_emb.

@@ -1,6 +1,6 @@
 // titan generate: text from a Hugging Face checkpoint (a titan export or a Hub model), greedy or
-// sampled, so a user can see what a trained model says. The loop is qwen3::generate (no KV cache,
-// as torchtitan's generate script).
+// sampled, so a user can see what a trained model says. The loop is qwen3::generate (the prompt
+// once, then each new token over a KV cache).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -59,8 +59,8 @@ int generate_main(int argc, char** argv) {
       "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
       "<dump>/checkpoint/step-N-hf, or a Hub model folder) or a native titan checkpoint (step-N) and\n"
       "prints the new text. Greedy by default;\n"
-      "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. Every\n"
-      "new token runs the whole sequence through the model (no KV cache, as torchtitan's generate).\n"
+      "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. The\n"
+      "prompt runs through the model once, then each new token alone over a KV cache.\n"
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
       "model's eos_token_id (config.json, generation_config.json).");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")

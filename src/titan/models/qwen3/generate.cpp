@@ -17,6 +17,32 @@ std::string precise(double v) {
   return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
+// In a compute dtype other than the f32 of the weights, every forward casts every weight it reads:
+// for generation, a cast of the whole model per token (the bf16 debug model ran at half its f32
+// speed). While it lives, each whole block keeps its compute-dtype copy (nn::ParamBlock::compute,
+// which Qwen3Model reads instead of casting), cast once; the copies go when it ends, since the
+// weights may train on afterwards. The values are the casts' values, so nothing else changes.
+class ComputeCopies {
+ public:
+  explicit ComputeCopies(Qwen3Model& model) {
+    for (nn::ParamBlock& b : model.blocks()) {
+      if (b.data().dtype() == model.compute_dtype() || b.sharded() || b.compute_resident()) continue;
+      if (!b.has_compute_copy()) b.add_compute_copy(model.compute_dtype());
+      b.materialize_compute();
+      b.compute().copy_from(b.data());
+      kept_.push_back(&b);
+    }
+  }
+  ~ComputeCopies() {
+    for (nn::ParamBlock* b : kept_) b->release_compute();
+  }
+  ComputeCopies(const ComputeCopies&) = delete;
+  ComputeCopies& operator=(const ComputeCopies&) = delete;
+
+ private:
+  std::vector<nn::ParamBlock*> kept_;
+};
+
 }  // namespace
 
 void SamplingOptions::validate() const {
@@ -93,17 +119,21 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
               ")");
 
   std::mt19937_64 rng(options.seed);
-  std::vector<int64_t> sequence = prompt;
   Generation g;
   const auto start = std::chrono::steady_clock::now();
   g.stop_reason = "max new tokens";
+  const ComputeCopies weights(model);
+  // Room for the prompt and every new token but the last, which is never run through the model.
+  KVCache cache = model.kv_cache(1, int64_t(prompt.size()) + max_new_tokens - 1);
+  std::vector<int64_t> next_input = prompt;  // the prompt first, then one token at a time
   for (int64_t step = 0; step < max_new_tokens; ++step) {
-    Tensor ids = Tensor::empty({1, int64_t(sequence.size())}, DType::I64);
-    std::copy(sequence.begin(), sequence.end(), ids.data<int64_t>());
-    const Tensor logits = model.next_token_logits(ids.to(model.device())).to(Device::CPU).to(DType::F32);
+    Tensor ids = Tensor::empty({1, int64_t(next_input.size())}, DType::I64);
+    std::copy(next_input.begin(), next_input.end(), ids.data<int64_t>());
+    const Tensor logits =
+        model.next_token_logits(ids.to(model.device()), cache).to(Device::CPU).to(DType::F32);
     const int64_t next =
         pick_next_token(std::span<const float>(logits.data<float>(), size_t(a.vocab_size)), options, rng, allowed);
-    sequence.push_back(next);
+    next_input = {next};
     g.ids.push_back(next);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       g.stop_reason = "stop token";

@@ -1,8 +1,10 @@
 #pragma once
-// Text generation from a model, as torchtitan's scripts/generate does it: every new token runs the
-// whole sequence through the one decoder (no KV cache, so no second attention path to keep in
-// step with training), and the next token comes from the last position's logits, greedy or
-// sampled with temperature, top-k and top-p. `titan generate` is the command around it.
+// Text generation from a model: the prompt runs through the decoder once, then each new token
+// alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
+// ops::cached_attention); the next token comes from the last position's logits, greedy or sampled
+// with temperature, top-k and top-p. (torchtitan's scripts/generate reruns the whole sequence for
+// every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is
+// the command around it.
 #include <cstdint>
 #include <random>
 #include <span>

@@ -8,6 +8,7 @@
 #include "titan/core/check.h"
 #include "titan/kernels/substitution.h"
 #include "titan/ops/attention/attention.h"
+#include "titan/ops/cached_attention/cached_attention.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/embedding/embedding.h"
@@ -182,7 +183,7 @@ std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a) {
   for (int64_t i = 0; i < a.n_layers; ++i) {
     const std::string l = "layers." + std::to_string(i);
     m.push_back({l, {"rms_norm", "add", "cast"}});
-    m.push_back({l + ".attention", {"linear", "rms_norm", "rope", "attention", "cast"}});
+    m.push_back({l + ".attention", {"linear", "rms_norm", "rope", "attention", "cached_attention", "cast"}});
     if (a.is_moe_layer(i))
       m.push_back({l + ".moe", {"linear", "router_topk", "moe_experts", "cast"}});
     else
@@ -221,7 +222,7 @@ std::vector<ops::TokenRange> tokens_before_padding(const std::vector<int64_t>& l
 
 }  // namespace
 
-Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Sequence& seq) {
+Tensor Qwen3Model::attention(int64_t layer, const Layer& L, const Tensor& x, const Sequence& seq) {
   kernels::ModuleScope scope("attention");
   const int64_t B = x.size(0), S = x.size(1), hd = args_.head_dim;
   Tensor q = ops::linear(x, w(L.wq)).reshape({B, S, args_.n_heads, hd});
@@ -229,7 +230,9 @@ Tensor Qwen3Model::attention(const Layer& L, const Tensor& x, const Sequence& se
   Tensor v = ops::linear(x, w(L.wv)).reshape({B, S, args_.n_kv_heads, hd});
   q = ops::rope(ops::rms_norm(q, w(L.q_norm), args_.norm_eps), seq.positions, args_.rope_theta);
   k = ops::rope(ops::rms_norm(k, w(L.k_norm), args_.norm_eps), seq.positions, args_.rope_theta);
-  Tensor o = ops::attention(q, k, v, 1.0 / std::sqrt(double(hd)), *seq.documents);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  Tensor o =
+      seq.cache ? seq.cache->attend(layer, q, k, v, scale) : ops::attention(q, k, v, scale, *seq.documents);
   return ops::linear(o.reshape({B, S, args_.n_heads * hd}), w(L.wo));
 }
 
@@ -258,22 +261,25 @@ Tensor Qwen3Model::layer_forward(int64_t i, const Tensor& h_in, const Sequence& 
                                  std::vector<RouterStats>* router) {
   const Layer& L = layers_[size_t(i)];
   kernels::ModuleScope scope("layers." + std::to_string(i));
-  Tensor h = ops::add(h_in, attention(L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), seq));
+  Tensor h = ops::add(h_in, attention(i, L, ops::rms_norm(h_in, w(L.attention_norm), args_.norm_eps), seq));
   Tensor x = ops::rms_norm(h, w(L.ffn_norm), args_.norm_eps);
   return ops::add(h, L.moe ? moe(i, L, x, seq, router) : feed_forward(L, x));
 }
 
 Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                                 const ops::DocumentSpans& documents, std::vector<ops::TokenRange> counted) {
+                                 const ops::DocumentSpans& documents, std::vector<ops::TokenRange> counted,
+                                 KVCache* cache) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "qwen3: input_ids must be i64 [B, S], got ",
               input_ids.str());
-  const int64_t S = input_ids.size(1);
-  TITAN_CHECK(S <= args_.max_seq_len, "qwen3: sequence length ", S, " exceeds max_seq_len ", args_.max_seq_len);
+  const int64_t S = input_ids.size(1), first = cache ? cache->length() : 0;
+  TITAN_CHECK(first + S <= args_.max_seq_len, "qwen3: sequence length ", first + S, " exceeds max_seq_len ",
+              args_.max_seq_len);
   // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
-  // Positions run on across documents, as torchtitan's block-causal training does.
-  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_),
+  // Positions run on across documents, as torchtitan's block-causal training does, and after the
+  // cached tokens in generation.
+  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_, first),
                      std::make_shared<const ops::DocumentSpans>(documents),
-                     std::make_shared<const std::vector<ops::TokenRange>>(std::move(counted))};
+                     std::make_shared<const std::vector<ops::TokenRange>>(std::move(counted)), cache};
 
   // Block numbers as in blocks(): the embedding, the layers, the head.
   const size_t embedding_block = 0, head_block = size_t(args_.n_layers) + 1;
@@ -383,12 +389,45 @@ Tensor Qwen3Model::forward_logits(const Tensor& input_ids, Tensor* aux) {
   return ops::cast(logits, compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);
 }
 
-Tensor Qwen3Model::next_token_logits(const Tensor& input_ids) {
+// ---------------------------------------------------------------- generation
+
+KVCache Qwen3Model::kv_cache(int64_t batch, int64_t capacity) const {
+  TITAN_CHECK(batch >= 1 && capacity >= 1 && capacity <= args_.max_seq_len,
+              "kv_cache: need batch >= 1 and 1 <= ", "capacity <= max_seq_len (", args_.max_seq_len,
+              "), got batch ", batch, ", capacity ", capacity);
+  KVCache cache;
+  for (int64_t i = 0; i < args_.n_layers; ++i)
+    for (auto* side : {&cache.k_, &cache.v_})
+      side->push_back(
+          Tensor::empty({batch, capacity, args_.n_kv_heads, args_.head_dim}, compute_dtype_, device_));
+  cache.capacity_ = capacity;
+  cache.batch_ = batch;
+  cache.owner_ = this;
+  return cache;
+}
+
+Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  const int64_t S = k.size(1);
+  Tensor& k_cache = k_[size_t(layer)];
+  Tensor& v_cache = v_[size_t(layer)];
+  k_cache.narrow(1, length_, S).copy_from(k);
+  v_cache.narrow(1, length_, S).copy_from(v);
+  // The prompt attends over its own keys only: the training kernels, the fastest for many queries.
+  if (length_ == 0) return ops::attention(q, k, v, scale);
+  return ops::cached_attention(q, k_cache, v_cache, length_ + S, scale);
+}
+
+Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.size(1) >= 1,
               "next_token_logits: input_ids must be [B, S >= 1], got ", input_ids.str());
-  autograd::NoGradGuard no_grad;
+  TITAN_CHECK(cache.owner_ == this, "next_token_logits: the KV cache was made by another model (kv_cache)");
   const int64_t B = input_ids.size(0), S = input_ids.size(1);
-  Tensor h = hidden_states(input_ids, nullptr);
+  TITAN_CHECK(B == cache.batch(), "next_token_logits: ", B, " rows for a KV cache of ", cache.batch());
+  TITAN_CHECK(S <= cache.capacity() - cache.length(), "next_token_logits: ", cache.length(), " cached + ", S,
+              " new tokens pass the KV cache's capacity (", cache.capacity(), ")");
+  autograd::NoGradGuard no_grad;
+  Tensor h = hidden_states(input_ids, nullptr, {}, {}, &cache);
+  cache.length_ += S;  // only once every layer holds the new tokens (an error above leaves it as it was)
   Tensor last = h.narrow(1, S - 1, 1).contiguous().reshape({B, args_.dim});
   kernels::ModuleScope scope("output");
   return ops::cast(ops::linear(last, w(output_)), compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);

@@ -42,6 +42,28 @@ struct LossOutput {
   int64_t num_targets = 0;  // targets that were not ignored
 };
 
+class Qwen3Model;
+
+// The keys and values every layer's attention computed for the tokens so far (a KV cache), so that
+// generation runs each new token through the model once instead of the whole sequence again. Made
+// empty by Qwen3Model::kv_cache, filled by Qwen3Model::next_token_logits; usable with that model only.
+class KVCache {
+ public:
+  int64_t length() const { return length_; }  // tokens cached: the position the next token takes
+  int64_t capacity() const { return capacity_; }
+  int64_t batch() const { return batch_; }
+
+ private:
+  friend class Qwen3Model;
+  // Writes the new tokens' keys and values [B, S, Hkv, head_dim] at positions length() .. +S-1 of
+  // `layer` and returns the new queries' attention over every cached position (ops::cached_attention);
+  // into an empty cache (the prompt), the causal attention of ops::attention, the training kernels.
+  Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+  std::vector<Tensor> k_, v_;  // per layer [B, capacity, Hkv, head_dim] in the compute dtype
+  int64_t length_ = 0, capacity_ = 0, batch_ = 0;
+  const Qwen3Model* owner_ = nullptr;
+};
+
 class Qwen3Model {
  public:
   // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
@@ -74,9 +96,15 @@ class Qwen3Model {
                           double aux_weight = 1, const RowContents& rows = {});
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
-  // Inference (no gradient is recorded): f32 [B, V] logits of each row's last position only, so
-  // generation pays the output projection once per step instead of once per position.
-  Tensor next_token_logits(const Tensor& input_ids);
+  // An empty KV cache for `batch` rows of up to `capacity` tokens (at most max_seq_len), on the
+  // model's device in its compute dtype: 2 x layers x batch x capacity x kv_heads x head_dim values.
+  KVCache kv_cache(int64_t batch, int64_t capacity) const;
+  // Inference (no gradient is recorded): runs input_ids [B, S] at positions cache.length() ..
+  // cache.length() + S - 1, attending over the cached tokens too, adds their keys and values to
+  // `cache`, and returns the f32 [B, V] logits of each row's last new position only (generation pays
+  // the output projection once per step, not once per position). A prompt goes in as one call, each
+  // new token as the next.
+  Tensor next_token_logits(const Tensor& input_ids, KVCache& cache);
 
   // Sharded data parallelism gathers and frees blocks at these points (nn::BlockHooks); null (the
   // default) for a model whose blocks are always whole. `hooks` must outlive its use.
@@ -131,14 +159,17 @@ class Qwen3Model {
     ops::RopePositions positions;
     std::shared_ptr<const ops::DocumentSpans> documents;
     std::shared_ptr<const std::vector<ops::TokenRange>> counted;  // empty: every token
+    KVCache* cache = nullptr;  // generation: the earlier tokens' keys and values (next_token_logits)
   };
   // `counted`: the tokens that are not padding (empty: all of them).
+  // `cache`: the tokens are the next ones of a generation (next_token_logits).
   Tensor hidden_states(const Tensor& input_ids, std::vector<RouterStats>* router,
-                       const ops::DocumentSpans& documents = {}, std::vector<ops::TokenRange> counted = {});
+                       const ops::DocumentSpans& documents = {}, std::vector<ops::TokenRange> counted = {},
+                       KVCache* cache = nullptr);
   // One layer, recomputed in backward when activation checkpointing covers it.
   Tensor layer_block(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
   Tensor layer_forward(int64_t i, const Tensor& h, const Sequence& seq, std::vector<RouterStats>* router);
-  Tensor attention(const Layer& L, const Tensor& x, const Sequence& seq);
+  Tensor attention(int64_t layer, const Layer& L, const Tensor& x, const Sequence& seq);
   Tensor feed_forward(const Layer& L, const Tensor& x);
   Tensor moe(int64_t layer, const Layer& L, const Tensor& x, const Sequence& seq,
              std::vector<RouterStats>* router);

@@ -89,16 +89,18 @@ RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
   return RopePositions::checked(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
 }
 
-RopePositions sequential_positions(int64_t B, int64_t S, Device device) {
-  TITAN_CHECK(B >= 0 && S >= 0, "rope: sequential positions need B >= 0 and S >= 0, got B=", B, ", S=", S);
+RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first) {
+  TITAN_CHECK(B >= 0 && S >= 0 && first >= 0,
+              "rope: sequential positions need B >= 0, S >= 0 and first >= 0, got B=", B, ", S=", S,
+              ", first=", first);
   Tensor pos = Tensor::empty({B, S}, DType::I64, device);
   if (device != Device::Meta && B * S > 0) {
     Tensor host = device == Device::CPU ? pos : Tensor::empty({B, S}, DType::I64);
     int64_t* p = host.data<int64_t>();
-    for (int64_t i = 0; i < B * S; ++i) p[i] = i % S;
+    for (int64_t i = 0; i < B * S; ++i) p[i] = first + i % S;
     if (device != Device::CPU) pos.copy_from(host);
   }
-  return RopePositions(pos, S > 0 ? S - 1 : 0);
+  return RopePositions(pos, S > 0 ? first + S - 1 : 0);
 }
 
 Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {

@@ -42,7 +42,7 @@ class RopePositions {
 
  private:
   friend RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
-  friend RopePositions sequential_positions(int64_t B, int64_t S, Device device);
+  friend RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first);
   friend Tensor rope(const Tensor& x, const Tensor& positions, double theta);
   RopePositions(Tensor pos, int64_t max) : pos_(std::move(pos)), max_(max) {}
   // The check of rope_positions, naming in its errors what the positions are for.
@@ -53,9 +53,10 @@ class RopePositions {
 // positions i64 [S] (shared by the batch) or [B, S]; a negative position is an error naming it.
 RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
 
-// Positions 0 .. S-1 in each of B rows, written on the host and copied to `device` (a meta tensor
+// Positions first .. first+S-1 in each of B rows (0 .. S-1 in training; a generation step's new
+// tokens start after the cached ones), written on the host and copied to `device` (a meta tensor
 // holds no values): in range by construction, so unlike rope_positions no device value is read.
-RopePositions sequential_positions(int64_t B, int64_t S, Device device);
+RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first = 0);
 
 // x [B, S, H, D] with positions made for the same B and S.
 Tensor rope(const Tensor& x, const RopePositions& positions, double theta);
