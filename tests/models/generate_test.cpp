@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/oracle_check.h"
+#include "models/small_args.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -111,7 +112,7 @@ TEST(Generate, Bf16GenerationCastsTheWeightsOnceToTheSameTokens) {
     const std::vector<int64_t> prompt = {17, 400, 2048, 5};
     const Generation g = generate(*model, prompt, 10, SamplingOptions{}, {});
     for (const nn::ParamBlock& b : model->blocks())
-      EXPECT_FALSE(b.compute_resident()) << name << " " << b.name();
+      EXPECT_FALSE(b.has_compute_copy()) << name << " " << b.name();
     KVCache cache = model->kv_cache(1, int64_t(prompt.size()) + 10);
     Tensor next = Tensor::empty({1, int64_t(prompt.size())}, DType::I64);
     std::copy(prompt.begin(), prompt.end(), next.data<int64_t>());
@@ -123,6 +124,38 @@ TEST(Generate, Bf16GenerationCastsTheWeightsOnceToTheSameTokens) {
     }
     EXPECT_EQ(g.ids, expected) << name;
   }
+}
+
+// The cache grows as it fills (64 tokens, then doubling, up to its capacity), copying what it
+// holds: 150 tokens one at a time (a prompt of 3 first) through two growths and up to the capacity
+// of 150 give the full forward's rows in f64.
+TEST(Generate, AGrowingKvCacheKeepsWhatItHolds) {
+  const ModelArgs args = testing::small_args(2, false);
+  Qwen3Model model(args, DType::F64, Device::CPU, {}, Purpose::Inference);
+  model.initialize(9);
+  const int64_t S = 150, V = args.vocab_size;
+  std::vector<int64_t> tokens(size_t(S), 0);
+  for (int64_t i = 0; i < S; ++i) tokens[size_t(i)] = (i * 37 + 11) % V;
+  const Tensor all = Tensor::from_vector(tokens, {1, S});
+  Tensor full;
+  {
+    autograd::NoGradGuard no_grad;
+    full = model.forward_logits(all);
+  }
+  KVCache cache = model.kv_cache(1, S);
+  EXPECT_EQ(cache.allocated(), 0);
+  std::vector<int64_t> sizes;
+  for (int64_t at = 0; at < S;) {
+    const int64_t n = at == 0 ? 3 : 1;
+    const Tensor got = model.next_token_logits(all.narrow(1, at, n).contiguous(), cache);
+    at += n;
+    if (sizes.empty() || sizes.back() != cache.allocated()) sizes.push_back(cache.allocated());
+    double worst = 0;
+    for (int64_t v = 0; v < V; ++v)
+      worst = std::max(worst, std::abs(got.data<double>()[v] - full.data<double>()[(at - 1) * V + v]));
+    ASSERT_LE(worst, 1e-10) << "position " << at - 1 << ", room for " << cache.allocated();
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{64, 128, 150}));
 }
 
 TEST(Generate, AKvCacheNamesWhatItCannotTake) {

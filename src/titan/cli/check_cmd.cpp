@@ -209,7 +209,8 @@ Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qw
                            "dtype, config.json's";
   if (dir.empty()) return {"model", "SKIP", no_hf_checkpoint(c), rule};
   try {
-    model = qwen3::load_hf_model(dir, DType::F32);  // names every missing, unexpected or mis-shaped key
+    // Names every missing, unexpected or mis-shaped key.
+    model = qwen3::load_hf_model(dir, DType::F32, Device::CPU, qwen3::Purpose::Inference);
   } catch (const Error& e) {
     return {"model", "FAIL", error_for_the_user(e.what()), rule};
   }
@@ -279,7 +280,7 @@ Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model
                                std::string(dtype_name(e.dtype)) + " in the export)"),
                 rule};
     }
-    auto reloaded = qwen3::load_hf_model(out, DType::F32);
+    auto reloaded = qwen3::load_hf_model(out, DType::F32, Device::CPU, qwen3::Purpose::Inference);
     const auto batch = fixed_batch(model->args().vocab_size);
     const double a = loss_on(*model, batch), b = loss_on(*reloaded, batch);
     const std::string value = std::to_string(exp_keys.size()) + " tensors " +

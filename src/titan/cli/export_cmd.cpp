@@ -122,7 +122,7 @@ int verify_main(int argc, char** argv) {
   std::unique_ptr<qwen3::Qwen3Model> model;
   {
     train::Progress progress("loading " + dir.string(), train::bytes_under(dir));
-    model = qwen3::load_hf_model(dir, DType::F32);
+    model = qwen3::load_hf_model(dir, DType::F32, Device::CPU, qwen3::Purpose::Inference);
   }
   const auto& args = model->args();
   check(true, "keys and shapes match " + std::string(args.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") +

@@ -190,7 +190,7 @@ int generate_main(int argc, char** argv) {
       model->set_expert_bias_values(loaded.expert_bias);
     }
   } else {
-    model = qwen3::load_hf_model(model_path, dtype, device);
+    model = qwen3::load_hf_model(model_path, dtype, device, qwen3::Purpose::Inference);
     if (fs::exists(model_path / "generation_config.json"))
       generation_config = io::read_json_file(model_path / "generation_config.json", "titan generate");
   }

@@ -12,8 +12,9 @@
 
 namespace titan::nn {
 
-ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device, BlockShard shard)
-    : name_(std::move(name)) {
+ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device, BlockShard shard,
+                       bool trainable)
+    : name_(std::move(name)), trainable_(trainable) {
   int64_t total = 0;
   for (auto& s : specs) {
     // Keep every parameter 64-byte aligned inside the buffer (vector loads, shard boundaries).
@@ -24,7 +25,8 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
   }
   if (shard.count <= 1) {
     data_ = Tensor::zeros({total}, DType::F32, device);
-    grad_ = Tensor::zeros({total}, DType::F32, device);
+    grad_ = trainable ? Tensor::zeros({total}, DType::F32, device)
+                      : Tensor::released({total}, DType::F32, device);
     bind_views();
     return;
   }
@@ -35,7 +37,8 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
   grad_ = Tensor::released({padded}, DType::F32, device);
   bind_views();
   shard_ = Tensor::zeros({padded / shard.count}, DType::F32, device);
-  shard_grad_ = Tensor::zeros({padded / shard.count}, DType::F32, device);
+  shard_grad_ = trainable ? Tensor::zeros({padded / shard.count}, DType::F32, device)
+                          : Tensor::released({padded / shard.count}, DType::F32, device);
   shard_index_ = shard.index;
   sharded_ = true;
 }
@@ -54,6 +57,7 @@ void ParamBlock::bind_views() {
   for (auto& p : params_) {
     int64_t n = shape_numel(p.shape);
     p.value = data_.narrow(0, p.offset, n).reshape(p.shape);
+    if (!trainable_) continue;
     p.value.set_requires_grad(true);
     p.value.autograd_meta()->name = p.name;
     p.value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
@@ -66,15 +70,17 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
   if (padded == n) return;  // e.g. a block born sharded over `multiple` ranks
   TITAN_CHECK(!sharded_, "ParamBlock '", name_, "': cannot pad a sharded block");
   Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
-  Tensor grad = Tensor::zeros({padded}, DType::F32, grad_.device());
+  Tensor grad = trainable_ ? Tensor::zeros({padded}, DType::F32, grad_.device())
+                           : Tensor::released({padded}, DType::F32, grad_.device());
   data.narrow(0, 0, n).copy_from(data_);
-  grad.narrow(0, 0, n).copy_from(grad_);
+  if (trainable_) grad.narrow(0, 0, n).copy_from(grad_);
   data_ = data;
   grad_ = grad;
   bind_views();
 }
 
 void ParamBlock::zero_grad() {
+  if (!trainable_) return;
   if (sharded_) shard_grad_.fill(0.0);
   if (grad_resident()) grad_.fill(0.0);
 }
@@ -85,11 +91,17 @@ void ParamBlock::add_compute_copy(DType dtype) {
   for (auto& p : params_) {
     const int64_t n = shape_numel(p.shape);
     p.compute_value = compute_.narrow(0, p.offset, n).reshape(p.shape);
+    if (!trainable_) continue;
     p.compute_value.set_requires_grad(true);
     p.compute_value.autograd_meta()->name = p.name;
     p.compute_value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
   }
   release_compute();
+}
+
+void ParamBlock::remove_compute_copy() {
+  compute_ = Tensor();
+  for (auto& p : params_) p.compute_value = Tensor();
 }
 
 void ParamBlock::shard(int64_t index, int64_t count) {
@@ -98,7 +110,8 @@ void ParamBlock::shard(int64_t index, int64_t count) {
               numel(), " elements cannot be cut into ", count, " equal slices (slice ", index, ")");
   const int64_t n = numel() / count;
   shard_ = data_.narrow(0, index * n, n).clone();
-  shard_grad_ = grad_.narrow(0, index * n, n).clone();
+  shard_grad_ =
+      trainable_ ? grad_.narrow(0, index * n, n).clone() : Tensor::released({n}, DType::F32, grad_.device());
   shard_index_ = index;
   sharded_ = true;
   release_data();

@@ -58,10 +58,15 @@ class ParamBlock {
   // With shard.count > 1 the block is born sharded: padded to a multiple of count, holding only its
   // zeroed slice (shard(), shard_grad()); the whole buffers never exist until materialized, so a
   // rank of a large model never holds the whole model, not even at start-up.
+  //
+  // An untrainable block (inference: generation, evaluation, export) holds no gradient: its
+  // parameters do not require one, so autograd records nothing against them, and its gradient
+  // buffers never take memory (they stay released).
   ParamBlock(std::string name, const std::vector<ParamSpec>& specs, Device device = Device::CPU,
-             BlockShard shard = {});
+             BlockShard shard = {}, bool trainable = true);
 
   const std::string& name() const { return name_; }
+  bool trainable() const { return trainable_; }
   Tensor& data() { return data_; }
   Tensor& grad() { return grad_; }
   const Tensor& data() const { return data_; }
@@ -76,7 +81,8 @@ class ParamBlock {
   // are kept.
   void pad_to_multiple(int64_t multiple);
 
-  // Zeroes the gradient this process accumulates into: shard_grad(), and grad() while resident.
+  // Zeroes the gradient this process accumulates into: shard_grad(), and grad() while resident
+  // (nothing for an untrainable block).
   void zero_grad();
 
   // Sharded data parallelism. shard(index, count) keeps slice `index` of `count` equal slices
@@ -116,6 +122,7 @@ class ParamBlock {
   // backward read Param::compute_value while it is resident, and its gradients land in grad()
   // in f32. Not resident until materialize_compute().
   void add_compute_copy(DType dtype);
+  void remove_compute_copy();  // undoes add_compute_copy: no copy, no compute_value
   bool has_compute_copy() const { return compute_.defined(); }
   Tensor& compute() { return compute_; }
   bool compute_resident() const { return compute_.defined() && compute_.storage()->resident(); }
@@ -126,6 +133,7 @@ class ParamBlock {
   void bind_views();  // points every parameter's value and gradient into the buffers
   std::string name_;
   Tensor data_, grad_;
+  bool trainable_ = true;
   bool sharded_ = false;
   int64_t shard_index_ = 0;
   Tensor shard_, shard_grad_, compute_;

@@ -48,7 +48,9 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
               "' has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
   const Validator validator(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
   start_up_report(cfg, job, plan, tokenizer, "titan eval");
-  TrainState state(cfg, job, tokenizer, plan);
+  // No gradients and no optimizer moments: the weights' memory alone (a 4B model's eval needs its
+  // 16 GB of f32 weights, where its training state needs 64 GB).
+  TrainState state(cfg, job, tokenizer, plan, qwen3::Purpose::Inference);
   start_weights(state, source, job);
   state.distribute();
   EvalSummary summary{validator.run(state.model, state.sharding), weights};

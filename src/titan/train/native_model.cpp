@@ -16,7 +16,8 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
   qwen3::ModelArgs args =
       qwen3::args_from_hf_config(c.train_state["model_config"], (step_dir / "train_state.json").string());
   NativeModel out;
-  out.model = std::make_unique<qwen3::Qwen3Model>(args, compute_dtype, device);
+  out.model = std::make_unique<qwen3::Qwen3Model>(args, compute_dtype, device, nn::BlockShard{},
+                                                  qwen3::Purpose::Inference);
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());

@@ -1,5 +1,6 @@
 #pragma once
-// A model rebuilt from a native checkpoint (titan export, titan verify-export, tests):
+// A model rebuilt from a native checkpoint for inference (titan export, generate, tests; no
+// gradients, qwen3::Purpose::Inference):
 // the architecture comes from train_state.json's model_config, the weights from its model files
 // (one of named parameters, or the slices of every shard: checkpoint_blocks.h).
 #include <filesystem>

@@ -1,5 +1,7 @@
 #include "titan/train/optimizer.h"
 
+#include "titan/core/check.h"
+
 namespace titan::train {
 
 AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks,
@@ -7,6 +9,11 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
     : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
   ops::validate(config_);
   for (auto& b : blocks) {
+    if (!b.trainable()) {  // an inference model's block: nothing to update, no moments
+      exp_avg_.emplace_back();
+      exp_avg_sq_.emplace_back();
+      continue;
+    }
     const int64_t n = plan.local(b.data()).numel();
     exp_avg_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
     exp_avg_sq_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
@@ -16,6 +23,7 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
 void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale) {
   config_.lr = lr;
   for (size_t b = 0; b < blocks.size(); ++b) {
+    TITAN_CHECK(blocks[b].trainable(), "AdamW: block '", blocks[b].name(), "' belongs to an inference model");
     ops::adamw_step(blocks[b].shard(), blocks[b].shard_grad(), exp_avg_[b], exp_avg_sq_[b], config_, step,
                     grad_scale);
   }

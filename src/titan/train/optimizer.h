@@ -1,7 +1,8 @@
 #pragma once
 // AdamW over the model's flat parameter blocks: one exp_avg and one exp_avg_sq buffer per block
 // (f32, zero at start) covering this rank's slice of the block (ParamBlock::shard: the whole
-// block unless sharded), updated by ops::adamw_step one block at a time.
+// block unless sharded), updated by ops::adamw_step one block at a time. An untrainable block (an
+// inference model's) gets no buffers (undefined tensors) and cannot be stepped.
 #include <cstdint>
 #include <vector>
 

@@ -19,10 +19,11 @@ namespace titan::train {
 
 namespace {
 
-qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan) {
+qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
+                              qwen3::Purpose purpose) {
   // A sharded rank's blocks are born as its slices: the whole model never exists on one rank.
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
-                          nn::BlockShard{plan.shard_index(), plan.dp_shard()});
+                          nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose);
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
@@ -70,8 +71,8 @@ std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
 }
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
-                       const dist::ParallelPlan& plan)
-    : model(build_model(c, job, plan)),
+                       const dist::ParallelPlan& plan, qwen3::Purpose purpose)
+    : model(build_model(c, job, plan, purpose)),
       sharding(plan, model.blocks(), layer_flags(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
       optimizer(c.optimizer, model.blocks(), plan),

@@ -20,9 +20,10 @@ namespace titan::train {
 struct TrainState {
   // A fresh state: zero moments, step 0, the loader at the start of the data; the weights are
   // not initialised yet (start_weights or a checkpoint restore does that). `tokenizer` must
-  // outlive the state.
+  // outlive the state. Purpose::Inference (titan eval): a model without gradients and an optimizer
+  // without moments, the weights' memory alone; such a state is evaluated, never stepped or saved.
   TrainState(const JobConfig& config, const ResolvedJob& job, const data::Tokenizer& tokenizer,
-             const dist::ParallelPlan& plan);
+             const dist::ParallelPlan& plan, qwen3::Purpose purpose = qwen3::Purpose::Training);
   TrainState(const TrainState&) = delete;
   // Once the weights are in place (start_weights or a restore, into the slices the blocks were born
   // as): the blocks get their compute copies, and the model reports its block uses to `sharding`.

@@ -22,25 +22,27 @@ std::string precise(double v) {
 // speed). While it lives, each whole block keeps its compute-dtype copy (nn::ParamBlock::compute,
 // which Qwen3Model reads instead of casting), cast once; the copies go when it ends, since the
 // weights may train on afterwards. The values are the casts' values, so nothing else changes.
+// (Only whole blocks without a copy of their own: a sharded block's copy is its data-parallel
+// gathers'.)
 class ComputeCopies {
  public:
   explicit ComputeCopies(Qwen3Model& model) {
     for (nn::ParamBlock& b : model.blocks()) {
-      if (b.data().dtype() == model.compute_dtype() || b.sharded() || b.compute_resident()) continue;
-      if (!b.has_compute_copy()) b.add_compute_copy(model.compute_dtype());
+      if (b.data().dtype() == model.compute_dtype() || b.sharded() || b.has_compute_copy()) continue;
+      b.add_compute_copy(model.compute_dtype());
       b.materialize_compute();
       b.compute().copy_from(b.data());
-      kept_.push_back(&b);
+      added_.push_back(&b);
     }
   }
   ~ComputeCopies() {
-    for (nn::ParamBlock* b : kept_) b->release_compute();
+    for (nn::ParamBlock* b : added_) b->remove_compute_copy();
   }
   ComputeCopies(const ComputeCopies&) = delete;
   ComputeCopies& operator=(const ComputeCopies&) = delete;
 
  private:
-  std::vector<nn::ParamBlock*> kept_;
+  std::vector<nn::ParamBlock*> added_;
 };
 
 }  // namespace

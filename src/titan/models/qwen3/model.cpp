@@ -23,16 +23,18 @@ namespace titan::qwen3 {
 using nn::Init;
 using nn::ParamSpec;
 
-Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device, nn::BlockShard shard)
+Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device, nn::BlockShard shard,
+                       Purpose purpose)
     : args_(args), compute_dtype_(compute_dtype), device_(device) {
+  const bool trainable = purpose == Purpose::Training;
   args_.validate();
   TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
               "Qwen3Model: compute dtype must be f32, bf16 or f64, got ", dtype_name(compute_dtype));
   const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
 
   blocks_.reserve(size_t(args_.n_layers + 2));
-  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}}, device_,
-                       shard);
+  blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}},
+                       device_, shard, trainable);
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     std::vector<ParamSpec> specs = {
@@ -57,11 +59,11 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
       specs.push_back({p + "feed_forward.w2.weight", {D, F}});
       specs.push_back({p + "feed_forward.w3.weight", {F, D}});
     }
-    blocks_.emplace_back("layers." + std::to_string(i), specs, device_, shard);
+    blocks_.emplace_back("layers." + std::to_string(i), specs, device_, shard, trainable);
   }
   std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
   if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
-  blocks_.emplace_back("head", head, device_, shard);
+  blocks_.emplace_back("head", head, device_, shard, trainable);
 
   tok_embeddings_ = find_param("tok_embeddings.weight");
   norm_ = find_param("norm.weight");
@@ -393,17 +395,29 @@ Tensor Qwen3Model::forward_logits(const Tensor& input_ids, Tensor* aux) {
 
 KVCache Qwen3Model::kv_cache(int64_t batch, int64_t capacity) const {
   TITAN_CHECK(batch >= 1 && capacity >= 1 && capacity <= args_.max_seq_len,
-              "kv_cache: need batch >= 1 and 1 <= ", "capacity <= max_seq_len (", args_.max_seq_len,
+              "kv_cache: need batch >= 1 and 1 <= capacity <= max_seq_len (", args_.max_seq_len,
               "), got batch ", batch, ", capacity ", capacity);
   KVCache cache;
   for (int64_t i = 0; i < args_.n_layers; ++i)
     for (auto* side : {&cache.k_, &cache.v_})
-      side->push_back(
-          Tensor::empty({batch, capacity, args_.n_kv_heads, args_.head_dim}, compute_dtype_, device_));
+      side->push_back(Tensor::empty({batch, 0, args_.n_kv_heads, args_.head_dim}, compute_dtype_, device_));
   cache.capacity_ = capacity;
   cache.batch_ = batch;
   cache.owner_ = this;
   return cache;
+}
+
+void KVCache::make_room(int64_t tokens) {
+  if (tokens <= allocated_) return;
+  // Doubling keeps the copies to about one per cached token over a whole generation.
+  const int64_t grown = std::min(capacity_, std::max({tokens, 2 * allocated_, int64_t(64)}));
+  for (auto* side : {&k_, &v_})
+    for (Tensor& t : *side) {
+      Tensor bigger = Tensor::empty({batch_, grown, t.size(2), t.size(3)}, t.dtype(), t.device());
+      if (length_ > 0) bigger.narrow(1, 0, length_).copy_from(t.narrow(1, 0, length_));
+      t = bigger;
+    }
+  allocated_ = grown;
 }
 
 Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
@@ -426,6 +440,7 @@ Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {
   TITAN_CHECK(S <= cache.capacity() - cache.length(), "next_token_logits: ", cache.length(), " cached + ", S,
               " new tokens pass the KV cache's capacity (", cache.capacity(), ")");
   autograd::NoGradGuard no_grad;
+  cache.make_room(cache.length() + S);
   Tensor h = hidden_states(input_ids, nullptr, {}, {}, &cache);
   cache.length_ += S;  // only once every layer holds the new tokens (an error above leaves it as it was)
   Tensor last = h.narrow(1, S - 1, 1).contiguous().reshape({B, args_.dim});

@@ -25,6 +25,10 @@ namespace titan::qwen3 {
 
 enum class InitScheme { HuggingFace, Torchtitan };
 
+// What a model is built for: training keeps a gradient buffer beside every weight; inference
+// (generation, evaluation, export) keeps none.
+enum class Purpose { Training, Inference };
+
 // What a batch's rows hold besides their token ids (the loader says, data::Batch).
 struct RowContents {
   // Where attention is cut inside the rows (model.attn_mask_type = "block_causal"); empty: causal
@@ -47,20 +51,25 @@ class Qwen3Model;
 // The keys and values every layer's attention computed for the tokens so far (a KV cache), so that
 // generation runs each new token through the model once instead of the whole sequence again. Made
 // empty by Qwen3Model::kv_cache, filled by Qwen3Model::next_token_logits; usable with that model only.
+// Its buffers hold room for the tokens so far, doubling as they fill (never past capacity()), so a
+// generation that stops early never holds its whole allowance.
 class KVCache {
  public:
-  int64_t length() const { return length_; }  // tokens cached: the position the next token takes
-  int64_t capacity() const { return capacity_; }
+  int64_t length() const { return length_; }        // tokens cached: the position the next token takes
+  int64_t capacity() const { return capacity_; }    // the most tokens it may hold
+  int64_t allocated() const { return allocated_; }  // the tokens its buffers have room for now
   int64_t batch() const { return batch_; }
 
  private:
   friend class Qwen3Model;
+  // Grows the buffers (copying the cached tokens) to hold at least `tokens`.
+  void make_room(int64_t tokens);
   // Writes the new tokens' keys and values [B, S, Hkv, head_dim] at positions length() .. +S-1 of
   // `layer` and returns the new queries' attention over every cached position (ops::cached_attention);
   // into an empty cache (the prompt), the causal attention of ops::attention, the training kernels.
   Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale);
-  std::vector<Tensor> k_, v_;  // per layer [B, capacity, Hkv, head_dim] in the compute dtype
-  int64_t length_ = 0, capacity_ = 0, batch_ = 0;
+  std::vector<Tensor> k_, v_;  // per layer [B, allocated, Hkv, head_dim] in the compute dtype
+  int64_t length_ = 0, capacity_ = 0, allocated_ = 0, batch_ = 0;
   const Qwen3Model* owner_ = nullptr;
 };
 
@@ -69,8 +78,10 @@ class Qwen3Model {
   // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
   // Parameters, gradients and activations live on `device` (cpu, cuda, or meta for planning).
   // `shard`: every block born sharded (nn::ParamBlock), for a data-parallel rank of a sharded plan.
+  // Purpose::Inference: a model that is never trained (generation, evaluation, export), whose
+  // blocks hold no gradients (an untrainable nn::ParamBlock): the weights' memory alone.
   explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU,
-                      nn::BlockShard shard = {});
+                      nn::BlockShard shard = {}, Purpose purpose = Purpose::Training);
   // The parameters point into the model's own blocks, so a copy would point into the original's.
   // A move keeps them valid for the moved-to model (the blocks' storage moves with it); the
   // moved-from one is left unusable.
@@ -97,7 +108,7 @@ class Qwen3Model {
   // Full logits [B, S, V] in f32 (debug dump, evaluation). Also returns the aux loss for MoE.
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
   // An empty KV cache for `batch` rows of up to `capacity` tokens (at most max_seq_len), on the
-  // model's device in its compute dtype: 2 x layers x batch x capacity x kv_heads x head_dim values.
+  // model's device in its compute dtype: 2 x layers x batch x kv_heads x head_dim values per token.
   KVCache kv_cache(int64_t batch, int64_t capacity) const;
   // Inference (no gradient is recorded): runs input_ids [B, S] at positions cache.length() ..
   // cache.length() + S - 1, attending over the cached tokens too, adds their keys and values to

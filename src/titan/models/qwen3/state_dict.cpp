@@ -153,15 +153,15 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
 }
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype,
-                                          Device device) {
+                                          Device device, Purpose purpose) {
   ModelArgs args = args_from_hf_config_file((dir / "config.json").string());
   const int64_t master_bytes = narrow_size(__int128(args.num_params()) * 4, "weight bytes");
   // On the host the whole model is allocated here; a GPU's allocator names its own shortfall.
   if (device == Device::CPU)
-    check_memory_fits(MemoryNeed{master_bytes, master_bytes, 0, 0}, available_memory_bytes(),
-                      "loading " + dir.string(), "this machine's MemAvailable",
+    check_memory_fits(MemoryNeed{master_bytes, purpose == Purpose::Training ? master_bytes : 0, 0, 0},
+                      available_memory_bytes(), "loading " + dir.string(), "this machine's MemAvailable",
                       "free memory or load a smaller model");
-  auto model = std::make_unique<Qwen3Model>(args, compute_dtype, device);
+  auto model = std::make_unique<Qwen3Model>(args, compute_dtype, device, nn::BlockShard{}, purpose);
   load_hf_weights(*model, dir);
   return model;
 }

@@ -35,7 +35,7 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& model);
 // Builds the model described by DIR/config.json and loads DIR's safetensors into it. Missing
 // keys, unexpected keys, and shape or dtype mismatches are reported together, by name.
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype,
-                                          Device device = Device::CPU);
+                                          Device device = Device::CPU, Purpose purpose = Purpose::Training);
 void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir);
 
 // What an export of a model trained with expert biases (largest |bias| `largest`) leaves out: the
