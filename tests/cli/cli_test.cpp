@@ -260,4 +260,47 @@ TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
   EXPECT_EQ(r.out, until_eos + "\n") << r.err;
 }
 
+// Without a sampling flag, generation samples as the model's generation_config.json says (Qwen3's
+// own: do_sample, temperature 0.6, top_k 20, top_p 0.95), as transformers' generate does: the ids
+// are the library's sampler's with those options and the seed; a flag overrides it all
+// (--temperature 0: greedy); a key titan's sampler lacks is named.
+TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  const fs::path dir = tt::temp_dir("cli_generate_sampling_" + std::to_string(getpid()));
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
+  std::ofstream(dir / "generation_config.json")
+      << R"({"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "repetition_penalty": 1.1})";
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  auto ids_of = [&](const titan::qwen3::SamplingOptions& o) {
+    const titan::qwen3::Generation g =
+        titan::qwen3::generate(*titan::qwen3::load_hf_model(oracle, titan::DType::F32), prompt, 10, o, {});
+    std::string line;
+    for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+    return line + "\n";
+  };
+  titan::qwen3::SamplingOptions qwen3_defaults;
+  qwen3_defaults.temperature = 0.6, qwen3_defaults.top_k = 20, qwen3_defaults.top_p = 0.95,
+  qwen3_defaults.seed = 3;
+  const std::string args =
+      "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5 --max-new-tokens 10";
+  Outcome r = titan(args + " --seed 3");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, ids_of(qwen3_defaults)) << r.err;
+  EXPECT_NE(r.err.find("sampling as " + (dir / "generation_config.json").string() +
+                       " says: temperature 0.6, top_k 20, top_p 0.95 (seed 3"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("sets repetition_penalty 1.1, which titan's sampler does not apply"),
+            std::string::npos)
+      << r.err;
+  r = titan(args + " --temperature 0");
+  EXPECT_EQ(r.out, ids_of({})) << r.err;
+  EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "top_k": "twenty"})";
+  r = titan(args);
+  EXPECT_NE(r.err.find("generation_config.json: 'top_k' must be a number or null, got \"twenty\""),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace

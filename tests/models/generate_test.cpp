@@ -217,6 +217,48 @@ TEST(Generate, GreedyTokensAreTheFullForwardsArgmaxAndAStopTokenEndsThem) {
   EXPECT_EQ(stopped.ids, std::vector<int64_t>(g.ids.begin(), g.ids.begin() + ptrdiff_t(first) + 1));
 }
 
+// transformers' reading of a generation_config.json: greedy unless do_sample; its defaults for the
+// keys left out (temperature 1, top_k 50, top_p 1), null as no limit; the keys titan does not apply
+// named; bad values named with the file and key.
+TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
+  using nlohmann::json;
+  EXPECT_FALSE(generation_defaults(json(), "g").sampling);
+  EXPECT_FALSE(generation_defaults(json{{"temperature", 0.6}}, "g").sampling) << "no do_sample: greedy";
+  const GenerationDefaults qwen3 = generation_defaults(
+      json{{"do_sample", true}, {"temperature", 0.6}, {"top_k", 20}, {"top_p", 0.95}}, "g");
+  ASSERT_TRUE(qwen3.sampling);
+  EXPECT_EQ(qwen3.sampling->temperature, 0.6);
+  EXPECT_EQ(qwen3.sampling->top_k, 20);
+  EXPECT_EQ(qwen3.sampling->top_p, 0.95);
+  EXPECT_TRUE(qwen3.not_applied.empty());
+  const GenerationDefaults bare = generation_defaults(json{{"do_sample", true}, {"top_p", nullptr}}, "g");
+  ASSERT_TRUE(bare.sampling);
+  EXPECT_EQ(bare.sampling->temperature, 1.0);
+  EXPECT_EQ(bare.sampling->top_k, 50);
+  EXPECT_EQ(bare.sampling->top_p, 1.0);
+  EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling->top_k, 0);
+  const GenerationDefaults extras = generation_defaults(
+      json{{"repetition_penalty", 1.05}, {"num_beams", 1}, {"min_p", 0.1}, {"typical_p", 1.0}}, "g");
+  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"repetition_penalty 1.05", "min_p 0.1"}));
+  auto error = [](const json& c) {
+    try {
+      generation_defaults(c, "m/generation_config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      error(json{{"do_sample", "yes"}}).find("m/generation_config.json: 'do_sample' must be true or false"),
+      std::string::npos);
+  EXPECT_NE(
+      error(json{{"do_sample", true}, {"top_k", 2.5}}).find("'top_k' must be a whole number >= 0, got 2.5"),
+      std::string::npos);
+  EXPECT_NE(error(json{{"do_sample", true}, {"top_p", 0}})
+                .find("m/generation_config.json: 'top_p' must be in (0, 1], got 0"),
+            std::string::npos);
+}
+
 TEST(Generate, BadRequestsNameTheRule) {
   auto model = oracle_model("tiny_dense");
   const int64_t V = model->args().vocab_size, max_seq = model->args().max_seq_len;

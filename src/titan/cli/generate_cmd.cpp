@@ -58,8 +58,9 @@ int generate_main(int argc, char** argv) {
       "generate",
       "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
       "<dump>/checkpoint/step-N-hf, or a Hub model folder) or a native titan checkpoint (step-N) and\n"
-      "prints the new text. Greedy by default;\n"
-      "--temperature > 0 samples (with --top-k / --top-p), the same --seed giving the same text. The\n"
+      "prints the new text. Greedy, or as the model's generation_config.json says (do_sample,\n"
+      "temperature, top_k, top_p), as transformers' generate; --temperature > 0 samples (with --top-k /\n"
+      "--top-p), --temperature 0 is greedy, the same --seed giving the same text. The\n"
       "prompt runs through the model once, then each new token alone over a KV cache.\n"
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
       "model's eos_token_id (config.json, generation_config.json).");
@@ -80,7 +81,10 @@ int generate_main(int argc, char** argv) {
       .option("tokenizer",
               "folder holding tokenizer.json (default: --model-path's own, or the run's for --checkpoint)")
       .option("max-new-tokens", "tokens to generate at most", "32")
-      .option("temperature", "0: greedy (the most likely token); > 0: sample from softmax(logits / T)", "0")
+      .option("temperature",
+              "0: greedy (the most likely token); > 0: sample from softmax(logits / T); without any of "
+              "--temperature, --top-k, --top-p: as the model's generation_config.json says, else greedy",
+              "0")
       .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
       .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
       .option("seed", "the sampler's seed", "0")
@@ -134,6 +138,7 @@ int generate_main(int argc, char** argv) {
   sampling.validate();
   TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
               "titan generate: --top-k and --top-p shape sampling; with --temperature 0 (greedy) they would do nothing");
+  const bool sampling_given = p.has("temperature") || p.has("top-k") || p.has("top-p");
 
   // What the checkpoint says about itself, read before its weights so that a missing or changed
   // tokenizer fails at once: where its tokenizer is (the run's, for a native checkpoint, with the
@@ -238,6 +243,25 @@ int generate_main(int argc, char** argv) {
     std::erase_if(stop_ids, [&](int64_t id) { return id < 0 || id >= vocab; });
   }
 
+  // No sampling flag: the model's own generation defaults, as transformers' generate applies them.
+  if (!sampling_given) {
+    const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
+                                     : (model_path / "generation_config.json").string();
+    const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
+    if (defaults.sampling) {
+      const uint64_t seed = sampling.seed;
+      sampling = *defaults.sampling;
+      sampling.seed = seed;
+      std::fprintf(stderr,
+                   "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g (seed %llu; "
+                   "--temperature 0 for greedy)\n",
+                   where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p,
+                   (unsigned long long)seed);
+    }
+    for (const std::string& key : defaults.not_applied)
+      std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n",
+                   where.c_str(), key.c_str());
+  }
   const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed);
   std::string text;
   if (tokenizer) {

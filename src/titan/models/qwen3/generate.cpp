@@ -56,6 +56,49 @@ void SamplingOptions::validate() const {
               precise(top_p));
 }
 
+GenerationDefaults generation_defaults(const nlohmann::json& c, const std::string& where) {
+  GenerationDefaults out;
+  if (!c.is_object()) return out;
+  // A number or null (null: `if_null`); anything else names the key.
+  auto number = [&](const char* key, double absent, double if_null) {
+    const nlohmann::json v = c.value(key, nlohmann::json(absent));
+    TITAN_CHECK(v.is_number() || v.is_null(), where, ": '", key, "' must be a number or null, got ",
+                v.dump());
+    return v.is_null() ? if_null : v.get<double>();
+  };
+  // Keys that change the choice of tokens beyond temperature, top_k and top_p, with the value that
+  // leaves it unchanged.
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"repetition_penalty", 1.0},
+                                                                         {"min_p", nullptr},
+                                                                         {"typical_p", 1.0},
+                                                                         {"epsilon_cutoff", 0.0},
+                                                                         {"eta_cutoff", 0.0},
+                                                                         {"no_repeat_ngram_size", 0},
+                                                                         {"num_beams", 1},
+                                                                         {"encoder_repetition_penalty", 1.0},
+                                                                         {"top_h", nullptr}};
+  for (const auto& [key, neutral] : unchanged)
+    if (c.contains(key) && c[key] != neutral)
+      out.not_applied.push_back(std::string(key) + " " + c[key].dump());
+  const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
+  TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
+  if (!do_sample.get<bool>()) return out;
+  SamplingOptions o;
+  o.temperature = number("temperature", 1.0, 1.0);
+  const double top_k = number("top_k", 50, 0);
+  TITAN_CHECK(top_k >= 0 && top_k == std::floor(top_k), where, ": 'top_k' must be a whole number >= 0, got ",
+              precise(top_k));
+  o.top_k = int64_t(top_k);
+  o.top_p = number("top_p", 1.0, 1.0);
+  TITAN_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, where,
+              ": 'temperature' must be a finite number >= 0, got ", precise(o.temperature));
+  TITAN_CHECK(std::isfinite(o.top_p) && o.top_p > 0 && o.top_p <= 1, where,
+              ": 'top_p' must be in (0, 1], got ", precise(o.top_p));
+  // (temperature 0: greedy, as titan's sampler takes it.)
+  out.sampling = o;
+  return out;
+}
+
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
                         const std::vector<bool>& allowed) {
   const int64_t V = int64_t(logits.size());

@@ -6,6 +6,8 @@
 // every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is
 // the command around it.
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -24,6 +26,18 @@ struct SamplingOptions {
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1].
   void validate() const;
 };
+
+// The sampling a transformers generation_config.json asks for when generate is given none, as
+// transformers' generate applies it: none (greedy) unless do_sample is true; then its temperature,
+// top_k and top_p, with transformers' defaults (1.0, 50, 1.0) for those absent and null as "no
+// limit". `not_applied` names the keys it sets that titan's sampler has no counterpart for
+// (repetition_penalty, min_p, num_beams, ...), for the caller to say. An ill-typed value is an error
+// naming `where` and the key.
+struct GenerationDefaults {
+  std::optional<SamplingOptions> sampling;
+  std::vector<std::string> not_applied;
+};
+GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
 
 // The next token from one row of logits. `allowed` (empty: every id) marks the ids that may be
 // chosen; an id outside it is never picked (a tokenizer's unknown ids: the embedding's padding).
