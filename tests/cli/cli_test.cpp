@@ -261,15 +261,16 @@ TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
 }
 
 // Without a sampling flag, generation samples as the model's generation_config.json says (Qwen3's
-// own: do_sample, temperature 0.6, top_k 20, top_p 0.95), as transformers' generate does: the ids
-// are the library's sampler's with those options and the seed; a flag overrides it all
-// (--temperature 0: greedy); a key titan's sampler lacks is named.
+// own: do_sample, temperature 0.6, top_k 20, top_p 0.95) and with its repetition_penalty, as
+// transformers' generate does: the ids are the library's sampler's with those options and the seed;
+// a sampling flag overrides the sampling (--temperature 0: greedy), --repetition-penalty the
+// penalty; a key titan's sampler lacks is named.
 TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   const fs::path oracle = tt::oracle_dir("tiny_dense");
   const fs::path dir = tt::temp_dir("cli_generate_sampling_" + std::to_string(getpid()));
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
-  std::ofstream(dir / "generation_config.json")
-      << R"({"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "repetition_penalty": 1.1})";
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "temperature": 0.6, "top_k": 20,
+      "top_p": 0.95, "repetition_penalty": 3, "min_p": 0.05})";
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};
   auto ids_of = [&](const titan::qwen3::SamplingOptions& o) {
     const titan::qwen3::Generation g =
@@ -279,23 +280,33 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
     return line + "\n";
   };
   titan::qwen3::SamplingOptions qwen3_defaults;
-  qwen3_defaults.temperature = 0.6, qwen3_defaults.top_k = 20, qwen3_defaults.top_p = 0.95,
+  qwen3_defaults.temperature = 0.6;
+  qwen3_defaults.top_k = 20;
+  qwen3_defaults.top_p = 0.95;
+  qwen3_defaults.repetition_penalty = 3;
   qwen3_defaults.seed = 3;
+  const std::string file = (dir / "generation_config.json").string();
   const std::string args =
       "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5 --max-new-tokens 10";
   Outcome r = titan(args + " --seed 3");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ids_of(qwen3_defaults)) << r.err;
-  EXPECT_NE(r.err.find("sampling as " + (dir / "generation_config.json").string() +
-                       " says: temperature 0.6, top_k 20, top_p 0.95 (seed 3"),
+  EXPECT_NE(r.err.find("sampling as " + file + " says: temperature 0.6, top_k 20, top_p 0.95 (seed 3"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("sets repetition_penalty 1.1, which titan's sampler does not apply"),
-            std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("repetition_penalty 3, as " + file + " says"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sets min_p 0.05, which titan's sampler does not apply"), std::string::npos) << r.err;
+  // --temperature 0: greedy, still with the file's repetition penalty (transformers applies it to
+  // greedy search too) unless --repetition-penalty says otherwise.
+  titan::qwen3::SamplingOptions greedy;
+  greedy.repetition_penalty = 3;
   r = titan(args + " --temperature 0");
-  EXPECT_EQ(r.out, ids_of({})) << r.err;
+  EXPECT_EQ(r.out, ids_of(greedy)) << r.err;
   EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;
+  r = titan(args + " --temperature 0 --repetition-penalty 1");
+  EXPECT_EQ(r.out, ids_of({})) << r.err;
+  EXPECT_NE(ids_of(greedy), ids_of({}))
+      << "the penalty changes these ten tokens, so the runs above tell them apart";
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "top_k": "twenty"})";
   r = titan(args);
   EXPECT_NE(r.err.find("generation_config.json: 'top_k' must be a number or null, got \"twenty\""),

@@ -218,28 +218,33 @@ TEST(Generate, GreedyTokensAreTheFullForwardsArgmaxAndAStopTokenEndsThem) {
 }
 
 // transformers' reading of a generation_config.json: greedy unless do_sample; its defaults for the
-// keys left out (temperature 1, top_k 50, top_p 1), null as no limit; the keys titan does not apply
-// named; bad values named with the file and key.
+// keys left out (temperature 1, top_k 50, top_p 1), null as no limit; the repetition penalty either
+// way; the keys titan does not apply named; bad values named with the file and key.
 TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   using nlohmann::json;
-  EXPECT_FALSE(generation_defaults(json(), "g").sampling);
-  EXPECT_FALSE(generation_defaults(json{{"temperature", 0.6}}, "g").sampling) << "no do_sample: greedy";
+  EXPECT_FALSE(generation_defaults(json(), "g").samples);
+  const GenerationDefaults greedy =
+      generation_defaults(json{{"temperature", 0.6}, {"repetition_penalty", 1.1}}, "g");
+  EXPECT_FALSE(greedy.samples) << "no do_sample: greedy";
+  EXPECT_EQ(greedy.sampling.temperature, 0.0);
+  EXPECT_EQ(greedy.sampling.repetition_penalty, 1.1) << "a logits processor: applied greedy too";
   const GenerationDefaults qwen3 = generation_defaults(
       json{{"do_sample", true}, {"temperature", 0.6}, {"top_k", 20}, {"top_p", 0.95}}, "g");
-  ASSERT_TRUE(qwen3.sampling);
-  EXPECT_EQ(qwen3.sampling->temperature, 0.6);
-  EXPECT_EQ(qwen3.sampling->top_k, 20);
-  EXPECT_EQ(qwen3.sampling->top_p, 0.95);
+  ASSERT_TRUE(qwen3.samples);
+  EXPECT_EQ(qwen3.sampling.temperature, 0.6);
+  EXPECT_EQ(qwen3.sampling.top_k, 20);
+  EXPECT_EQ(qwen3.sampling.top_p, 0.95);
+  EXPECT_EQ(qwen3.sampling.repetition_penalty, 1.0);
   EXPECT_TRUE(qwen3.not_applied.empty());
   const GenerationDefaults bare = generation_defaults(json{{"do_sample", true}, {"top_p", nullptr}}, "g");
-  ASSERT_TRUE(bare.sampling);
-  EXPECT_EQ(bare.sampling->temperature, 1.0);
-  EXPECT_EQ(bare.sampling->top_k, 50);
-  EXPECT_EQ(bare.sampling->top_p, 1.0);
-  EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling->top_k, 0);
-  const GenerationDefaults extras = generation_defaults(
-      json{{"repetition_penalty", 1.05}, {"num_beams", 1}, {"min_p", 0.1}, {"typical_p", 1.0}}, "g");
-  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"repetition_penalty 1.05", "min_p 0.1"}));
+  ASSERT_TRUE(bare.samples);
+  EXPECT_EQ(bare.sampling.temperature, 1.0);
+  EXPECT_EQ(bare.sampling.top_k, 50);
+  EXPECT_EQ(bare.sampling.top_p, 1.0);
+  EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling.top_k, 0);
+  const GenerationDefaults extras =
+      generation_defaults(json{{"min_p", 0.1}, {"typical_p", 1.0}, {"num_beams", 4}}, "g");
+  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"min_p 0.1", "num_beams 4"}));
   auto error = [](const json& c) {
     try {
       generation_defaults(c, "m/generation_config.json");
@@ -257,6 +262,37 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_NE(error(json{{"do_sample", true}, {"top_p", 0}})
                 .find("m/generation_config.json: 'top_p' must be in (0, 1], got 0"),
             std::string::npos);
+  EXPECT_NE(
+      error(json{{"repetition_penalty", 0}}).find("'repetition_penalty' must be a finite number > 0, got 0"),
+      std::string::npos);
+}
+
+// transformers' RepetitionPenaltyLogitsProcessor: an id in the sequence has its logit divided by the
+// penalty when positive, multiplied when negative, each id once however often it repeats; ids not in
+// the sequence keep theirs; greedy and sampled alike.
+TEST(Sampler, TheRepetitionPenaltyScalesTheLogitsOfIdsSeen) {
+  std::mt19937_64 rng(1);
+  SamplingOptions o;
+  o.repetition_penalty = 2.0;
+  // id 1 (3.0 -> 1.5) falls below id 3 (2.0); without the sequence nothing changes.
+  EXPECT_EQ(pick_next_token(std::vector<float>{1, 3, 0, 2}, o, rng, {}, std::vector<int64_t>{1, 1, 1}), 3);
+  EXPECT_EQ(pick_next_token(std::vector<float>{1, 3, 0, 2}, o, rng), 1);
+  // A negative logit is multiplied: -0.5 -> -1.0 falls below -0.75.
+  EXPECT_EQ(pick_next_token(std::vector<float>{-0.5, -0.75}, o, rng, {}, std::vector<int64_t>{0}), 1);
+  // Below 1 it favours repeats: 1.0 / 0.5 = 2.0 passes 1.5.
+  o.repetition_penalty = 0.5;
+  EXPECT_EQ(pick_next_token(std::vector<float>{1.0, 1.5}, o, rng, {}, std::vector<int64_t>{0}), 0);
+  // Sampled: with the penalty the draws follow softmax of the penalised logits.
+  o.repetition_penalty = 2.0;
+  o.temperature = 1.0;
+  const std::vector<float> logits = {0.0, 2.0f * std::log(3.0f)};  // seen id 1: log 3 -> p = (1/4, 3/4)
+  std::mt19937_64 draws(7);
+  double ones = 0;
+  for (int i = 0; i < 20000; ++i) ones += pick_next_token(logits, o, draws, {}, std::vector<int64_t>{1}) == 1;
+  EXPECT_NEAR(ones / 20000, 0.75, 0.015);
+  o = {};
+  o.repetition_penalty = 0;
+  EXPECT_THROW(o.validate(), Error);
 }
 
 TEST(Generate, BadRequestsNameTheRule) {

@@ -87,6 +87,10 @@ int generate_main(int argc, char** argv) {
               "0")
       .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
       .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
+      .option("repetition-penalty",
+              "divide the logit of every id already in the sequence by it (multiply when negative), greedy "
+              "or sampled, as transformers (1: none; default: the model's generation_config.json's)",
+              "1")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -134,6 +138,7 @@ int generate_main(int argc, char** argv) {
   sampling.temperature = number_option(p, "temperature");
   sampling.top_k = p.get_int("top-k", 0);
   sampling.top_p = number_option(p, "top-p");
+  sampling.repetition_penalty = number_option(p, "repetition-penalty");
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
   TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
@@ -243,25 +248,29 @@ int generate_main(int argc, char** argv) {
     std::erase_if(stop_ids, [&](int64_t id) { return id < 0 || id >= vocab; });
   }
 
-  // No sampling flag: the model's own generation defaults, as transformers' generate applies them.
-  if (!sampling_given) {
-    const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
-                                     : (model_path / "generation_config.json").string();
-    const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
-    if (defaults.sampling) {
-      const uint64_t seed = sampling.seed;
-      sampling = *defaults.sampling;
-      sampling.seed = seed;
-      std::fprintf(stderr,
-                   "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g (seed %llu; "
-                   "--temperature 0 for greedy)\n",
-                   where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p,
-                   (unsigned long long)seed);
-    }
-    for (const std::string& key : defaults.not_applied)
-      std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n",
-                   where.c_str(), key.c_str());
+  // The model's own generation defaults, applied as transformers' generate applies them: its
+  // sampling unless a sampling flag is given, its repetition penalty unless the flag is.
+  const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
+                                   : (model_path / "generation_config.json").string();
+  const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
+  if (!sampling_given && defaults.samples) {
+    sampling.temperature = defaults.sampling.temperature;
+    sampling.top_k = defaults.sampling.top_k;
+    sampling.top_p = defaults.sampling.top_p;
+    std::fprintf(stderr,
+                 "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g (seed %llu; "
+                 "--temperature 0 for greedy)\n",
+                 where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p,
+                 (unsigned long long)sampling.seed);
   }
+  if (!p.has("repetition-penalty") && defaults.sampling.repetition_penalty != 1) {
+    sampling.repetition_penalty = defaults.sampling.repetition_penalty;
+    std::fprintf(stderr, "generate: repetition_penalty %g, as %s says\n", sampling.repetition_penalty,
+                 where.c_str());
+  }
+  for (const std::string& key : defaults.not_applied)
+    std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n", where.c_str(),
+                 key.c_str());
   const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed);
   std::string text;
   if (tokenizer) {

@@ -54,6 +54,9 @@ void SamplingOptions::validate() const {
   TITAN_CHECK(top_k >= 0, "sampling: top_k must be >= 0 (0: no limit), got ", top_k);
   TITAN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1, "sampling: top_p must be in (0, 1], got ",
               precise(top_p));
+  TITAN_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0,
+              "sampling: repetition_penalty must be a finite number > 0 (1: none), got ",
+              precise(repetition_penalty));
 }
 
 GenerationDefaults generation_defaults(const nlohmann::json& c, const std::string& where) {
@@ -68,8 +71,7 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   };
   // Keys that change the choice of tokens beyond temperature, top_k and top_p, with the value that
   // leaves it unchanged.
-  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"repetition_penalty", 1.0},
-                                                                         {"min_p", nullptr},
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"min_p", nullptr},
                                                                          {"typical_p", 1.0},
                                                                          {"epsilon_cutoff", 0.0},
                                                                          {"eta_cutoff", 0.0},
@@ -80,10 +82,14 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   for (const auto& [key, neutral] : unchanged)
     if (c.contains(key) && c[key] != neutral)
       out.not_applied.push_back(std::string(key) + " " + c[key].dump());
+  SamplingOptions& o = out.sampling;
+  o.repetition_penalty = number("repetition_penalty", 1.0, 1.0);
+  TITAN_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0, where,
+              ": 'repetition_penalty' must be a finite number > 0, got ", precise(o.repetition_penalty));
   const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
   TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
-  if (!do_sample.get<bool>()) return out;
-  SamplingOptions o;
+  out.samples = do_sample.get<bool>();
+  if (!out.samples) return out;
   o.temperature = number("temperature", 1.0, 1.0);
   const double top_k = number("top_k", 50, 0);
   TITAN_CHECK(top_k >= 0 && top_k == std::floor(top_k), where, ": 'top_k' must be a whole number >= 0, got ",
@@ -95,13 +101,25 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   TITAN_CHECK(std::isfinite(o.top_p) && o.top_p > 0 && o.top_p <= 1, where,
               ": 'top_p' must be in (0, 1], got ", precise(o.top_p));
   // (temperature 0: greedy, as titan's sampler takes it.)
-  out.sampling = o;
   return out;
 }
 
-int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
-                        const std::vector<bool>& allowed) {
-  const int64_t V = int64_t(logits.size());
+int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions& o, std::mt19937_64& rng,
+                        const std::vector<bool>& allowed, std::span<const int64_t> sequence) {
+  const int64_t V = int64_t(logits_in.size());
+  // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
+  // its logit divided by the penalty when positive, multiplied when not (a repeated id once).
+  std::vector<float> penalized;
+  if (o.repetition_penalty != 1 && !sequence.empty()) {
+    penalized.assign(logits_in.begin(), logits_in.end());
+    const float penalty = float(o.repetition_penalty);
+    for (int64_t id : sequence) {
+      TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
+      const float l = logits_in[size_t(id)];
+      penalized[size_t(id)] = l < 0 ? l * penalty : l / penalty;
+    }
+  }
+  const std::span<const float> logits = penalized.empty() ? logits_in : std::span<const float>(penalized);
   TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
               " allowed flags for ", V, " logits");
   auto ok = [&](int64_t id) { return allowed.empty() || allowed[size_t(id)]; };
@@ -171,14 +189,16 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
   // Room for the prompt and every new token but the last, which is never run through the model.
   KVCache cache = model.kv_cache(1, int64_t(prompt.size()) + max_new_tokens - 1);
   std::vector<int64_t> next_input = prompt;  // the prompt first, then one token at a time
+  std::vector<int64_t> sequence = prompt;    // what the repetition penalty sees
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     Tensor ids = Tensor::empty({1, int64_t(next_input.size())}, DType::I64);
     std::copy(next_input.begin(), next_input.end(), ids.data<int64_t>());
     const Tensor logits =
         model.next_token_logits(ids.to(model.device()), cache).to(Device::CPU).to(DType::F32);
-    const int64_t next =
-        pick_next_token(std::span<const float>(logits.data<float>(), size_t(a.vocab_size)), options, rng, allowed);
+    const int64_t next = pick_next_token(std::span<const float>(logits.data<float>(), size_t(a.vocab_size)),
+                                         options, rng, allowed, sequence);
     next_input = {next};
+    sequence.push_back(next);
     g.ids.push_back(next);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       g.stop_reason = "stop token";
