@@ -185,7 +185,7 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
 // --chat: the prompt is a user message (after --system's) in Qwen3's chat template with the
 // assistant's turn opened, --no-think with its empty <think> block: the ids transformers'
 // apply_chat_template(..., add_generation_prompt=True, enable_thinking=False) gives (the rendering is
-// checked against the Jinja template in tests/data/chat_test.cpp).
+// checked against the Jinja template in tests/data/chat_test.cpp); the streamed text is the whole.
 TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   const fs::path dir = tt::temp_dir("cli_generate_chat_" + std::to_string(getpid())) / "model";
   {
@@ -213,6 +213,18 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   for (int32_t id : tokenizer.encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"))
     want.push_back(id);
   EXPECT_EQ(nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int64_t>>(), want) << r.out;
+  // The text streams out token by token (a character cut between tokens waits for its end): what
+  // is printed in all is the --json text, here over 48 tokens of a random model, many of them
+  // pieces of multi-byte characters.
+  const std::string sampled =
+      "generate --model-path " + dir.string() +
+      " --max-new-tokens 48 --ignore-eos --temperature 1 --seed 5 --prompt 'Hi there' ";
+  r = titan(sampled + "--json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string text = nlohmann::json::parse(r.out).at("text").get<std::string>();
+  r = titan(sampled);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, text + "\n");
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {m + "--prompt hi --no-think", "--no-think shapes a --chat prompt; add --chat"},
            {m + "--prompt hi --system x", "--system shapes a --chat prompt; add --chat"},

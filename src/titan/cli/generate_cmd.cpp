@@ -271,18 +271,39 @@ int generate_main(int argc, char** argv) {
   for (const std::string& key : defaults.not_applied)
     std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n", where.c_str(),
                  key.c_str());
-  const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed);
+  // Text goes out as it is generated: after each token, what the new ids decode to beyond what is
+  // already printed. A decode ending in U+FFFD may be a character cut between tokens, which the next
+  // token completes: it waits. What is printed in all is the decode of all the ids.
+  std::vector<int32_t> ids32;
+  std::string printed;
+  auto decoded = [&] { return tokenizer->decode(ids32); };
+  auto stream = [&](int64_t id) {
+    ids32.push_back(int32_t(id));
+    const std::string text = decoded();
+    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    if (text.size() >= kReplacement.size() && text.ends_with(kReplacement)) return;
+    if (text.size() > printed.size() && text.starts_with(printed)) {
+      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+      std::fflush(stdout);
+      printed = text;
+    }
+  };
+  const bool streaming = tokenizer && !p.has("json");
+  const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed,
+                                              streaming ? std::function<void(int64_t)>(stream) : nullptr);
   std::string text;
   if (tokenizer) {
-    const std::vector<int32_t> ids32(g.ids.begin(), g.ids.end());
-    text = tokenizer->decode(ids32);
+    ids32.assign(g.ids.begin(), g.ids.end());
+    text = decoded();
   }
   if (p.has("json")) {
     json out = {{"prompt_ids", prompt}, {"ids", g.ids}, {"stop_reason", g.stop_reason}, {"seconds", g.seconds}};
     if (tokenizer) out["text"] = text;
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   } else if (tokenizer) {
-    std::printf("%s\n", text.c_str());
+    // The rest (a held-back ending), then the line's end.
+    TITAN_CHECK(text.starts_with(printed), "titan generate: the streamed text is not a prefix of the whole");
+    std::printf("%s\n", text.substr(printed.size()).c_str());
   } else {
     std::string line;
     for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);

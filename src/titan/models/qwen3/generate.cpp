@@ -169,7 +169,7 @@ int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions&
 
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
-                    const std::vector<bool>& allowed) {
+                    const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token) {
   options.validate();
   const ModelArgs& a = model.args();
   TITAN_CHECK(!prompt.empty(), "generate: the prompt holds no token");
@@ -200,6 +200,7 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
     next_input = {next};
     sequence.push_back(next);
     g.ids.push_back(next);
+    if (on_token) on_token(next);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       g.stop_reason = "stop token";
       break;

@@ -6,6 +6,7 @@
 // every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is
 // the command around it.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -59,8 +60,9 @@ struct Generation {
 
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
 // stops after a token in `stop_ids`. prompt + new tokens must fit the model's max_seq_len.
+// `on_token` (if set) is called with each new token as soon as it is chosen (streaming output).
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
-                    const std::vector<bool>& allowed = {});
+                    const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {});
 
 }  // namespace titan::qwen3
