@@ -5,6 +5,7 @@
 // errors on the device equal the CPU's, the optimizer kernels, sums and casts. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/cached_attention/cached_attention.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/elementwise/elementwise.h"
 #include "titan/ops/embedding/embedding.h"
@@ -77,6 +79,35 @@ TEST(CudaOps, LinearAddsAParametersGradientIntoItsBuffer) {
     const double tol = 1e-5 * double(M);  // dw is f32 from the same operands: summation order only
     EXPECT_LE(testing::max_abs_diff(buffer.to(Device::CPU), want), tol);
   }
+}
+
+// Generation's attention over a KV cache (forward only): each query row of the cache's first
+// `length` positions, whatever the rest holds (NaN here), in f32 and bf16, GQA groups of 1, 2 and 4,
+// head_dim 8 to 256 (the kernel's limit), one query (a decode step) to a whole prompt.
+TEST(CudaOps, CachedAttentionReadsTheCachedPositionsOnly) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t B, Sq, length, Hq, Hkv, D;
+  };
+  for (const Case& c : {Case{1, 1, 1, 2, 1, 8}, Case{1, 1, 300, 16, 8, 128}, Case{2, 5, 37, 4, 2, 64},
+                        Case{1, 3, 77, 4, 4, 256}, Case{1, 70, 70, 4, 1, 25}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " length " + std::to_string(c.length) + " D " +
+                   std::to_string(c.D));
+      auto cache = [&](uint64_t seed) {
+        Tensor t = Tensor::full({c.B, c.length + 3, c.Hkv, c.D}, std::nan(""), dt);
+        t.narrow(1, 0, c.length).copy_from(random_tensor({c.B, c.length, c.Hkv, c.D}, dt, seed, -2, 2));
+        return t;
+      };
+      const double scale = 1.0 / std::sqrt(double(c.D));
+      auto f = [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::cached_attention(in[0], in[1], in[2], c.length, scale)};
+      };
+      expect_device_matches_reference(
+          "cached_attention", kCuda, f,
+          {random_tensor({c.B, c.Sq, c.Hq, c.D}, dt, 1, -2, 2), cache(2), cache(3)},
+          dt == DType::F32 ? 2e-5 : 1e-4, dt == DType::F32 ? 2e-5 : 8e-3);
+    }
 }
 
 TEST(CudaOps, RmsNorm) {
