@@ -450,6 +450,47 @@ TEST(DataParallel, SeedsAndForksCrossRankCounts) {
   expect_same_final_state(forked, one_rank(), 10, "2 ranks forking a 2-rank checkpoint");
 }
 
+// `titan eval` on 2 FSDP ranks (each holding its slices of an inference model: no gradients, no
+// moments) of the 2-rank step-5 checkpoint, in f32 and in bf16 (the ranks gather bf16 copies), gives
+// the loss one process gives on the same global validation batches (to the order of the sums).
+TEST(DataParallel, EvalOnTwoShardedRanksIsOneProcesssEvalOfTheGlobalBatch) {
+  const JobRun& first = two_ranks_to_step5();
+  const std::string checkpoint = (first.dump / "checkpoint/step-5").string();
+  for (const char* precision : {"float32", "bfloat16"}) {
+    SCOPED_TRACE(precision);
+    auto eval = [&](int ranks, int64_t local_batch) {
+      const fs::path json = tt::temp_dir("dist_eval_" + std::to_string(getpid())) /
+                            ("eval-" + std::to_string(ranks) + "-" + precision + ".json");
+      Overrides o = tiny(tt::temp_dir("dist_eval_dump_" + std::to_string(getpid())), local_batch,
+                         {{"training.mixed_precision_param", precision},
+                          {"validation.local_batch_size", std::to_string(local_batch)},
+                          {"validation.seq_len", "32"},
+                          {"validation.steps", "2"}});
+      const std::string command = tt::titan_binary().string() + " eval --config " +
+                                  tt::debugmodel_toml().string() + tt::cli_args(o) + " --checkpoint " +
+                                  checkpoint + " --json " + json.string();
+      std::string out;
+      const std::string env = "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+      EXPECT_EQ(tt::run_command(
+                    env + (ranks == 0 ? command
+                                      : "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np " +
+                                            std::to_string(ranks) + " " + command),
+                    &out),
+                0)
+          << out;
+      return nlohmann::json::parse(std::ifstream(json));
+    };
+    const nlohmann::json one = eval(0, 4), two = eval(2, 2);
+    EXPECT_EQ(one.at("tokens"), 2 * 4 * 32) << "2 batches of 4 rows of 32 targets";
+    EXPECT_EQ(two.at("tokens"), one.at("tokens"));
+    // The ranks' sums of their rows' losses add up in another order than one process's.
+    const double a = one.at("loss").get<double>(), b = two.at("loss").get<double>();
+    EXPECT_NEAR(b, a, 1e-6 * a);
+    std::printf("%s: one process %.9f, two ranks %.9f (relative difference %.2e)\n", precision, a, b,
+                std::abs(b - a) / a);
+  }
+}
+
 // `titan export` of the 2-rank checkpoint (two shard files) writes the same files, bit for bit, as
 // the export the 2 ranks wrote from their gathered weights at the end of the run.
 TEST(DataParallel, ExportOfAShardedCheckpointEqualsTheExportOfTheGatheredWeights) {
