@@ -1,6 +1,7 @@
-// cached_attention on the CPU: one thread per query row (batch, query, head) of scores, each dot
-// product and weighted sum of values a vector loop compiled per ISA (backend/cpu/lanes.h). A decode
-// step reads every cached key and value once per query head: memory-bound, so no tiling.
+// cached_attention on the CPU: one thread per (batch, query, kv head), the query heads of the kv
+// head's group together, so a decode step reads every cached key and value once; each dot product
+// and weighted sum of values a vector loop compiled per ISA (backend/cpu/lanes.h). Memory-bound, so
+// no tiling.
 #include <omp.h>
 
 #include <algorithm>
@@ -42,45 +43,59 @@ TITAN_CLONES void axpy(float* acc, float p, const uint16_t* v, int64_t D) {
   axpy_impl(acc, p, v, D);
 }
 
-// T: float, or uint16_t for bf16 bits; f32 math, the output rounded once.
+// T: float, or uint16_t for bf16 bits; f32 math, the output rounded once. One thread per query
+// position and kv head: the r query heads that share the kv head go together, so each cached key
+// and value is read once for all of them (a decode step is bound by those reads).
 template <class T>
 void forward(const KernelContext&, const CachedAttentionShape& s, const void* qv, const void* kv,
              const void* vv, void* outv) {
   check_cached_attention_shape(s, "cached_attention");
   const T *q = static_cast<const T*>(qv), *k = static_cast<const T*>(kv), *v = static_cast<const T*>(vv);
   T* out = static_cast<T*>(outv);
-  const int64_t D = s.D, r = s.Hq / s.Hkv, ldk = s.Hkv * D, rows = s.B * s.Sq * s.Hq;
+  const int64_t D = s.D, r = s.Hq / s.Hkv, ldk = s.Hkv * D, groups = s.B * s.Sq * s.Hkv;
   // Below this many multiply-adds a parallel region costs more than it saves.
-  const bool threads = rows * s.length * D > (int64_t(1) << 16);
+  const bool threads = groups * r * s.length * D > (int64_t(1) << 16);
 #pragma omp parallel if (threads)
   {
-    std::vector<float> p(static_cast<size_t>(s.length)), qf(static_cast<size_t>(D)),
-        acc(static_cast<size_t>(D));
+    // Per query head of the group: its scores over the keys, its query in f32, its output sums.
+    std::vector<float> p(static_cast<size_t>(r * s.length)), qf(static_cast<size_t>(r * D)),
+        acc(static_cast<size_t>(r * D)), total(static_cast<size_t>(r));
 #pragma omp for schedule(static)
-    for (int64_t row = 0; row < rows; ++row) {  // q's rows in order: ((b * Sq + i) * Hq + h)
-      const int64_t h = row % s.Hq, i = (row / s.Hq) % s.Sq, b = row / (s.Hq * s.Sq);
-      const T* kb = k + b * s.capacity * ldk + (h / r) * D;
-      const T* vb = v + b * s.capacity * ldk + (h / r) * D;
-      const int64_t last = s.length - s.Sq + i;  // the query's own position
-      for (int64_t d = 0; d < D; ++d) qf[size_t(d)] = ld(q[row * D + d]);
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j <= last; ++j)
-        m = std::max(m, p[size_t(j)] = dot(qf.data(), kb + j * ldk, D) * s.scale);
-      float l = 0;
-      for (int64_t j = 0; j <= last; ++j) l += p[size_t(j)] = std::exp(p[size_t(j)] - m);
+    for (int64_t group = 0; group < groups; ++group) {  // ((b * Sq + i) * Hkv + g)
+      const int64_t g = group % s.Hkv, i = (group / s.Hkv) % s.Sq, b = group / (s.Hkv * s.Sq);
+      const T* kb = k + b * s.capacity * ldk + g * D;
+      const T* vb = v + b * s.capacity * ldk + g * D;
+      const int64_t last = s.length - s.Sq + i, keys = last + 1;  // up to the query's own position
+      const int64_t first_row = (b * s.Sq + i) * s.Hq + g * r;    // q's row of the group's first head
+      for (int64_t e = 0; e < r * D; ++e) qf[size_t(e)] = ld(q[first_row * D + e]);
+      for (int64_t j = 0; j < keys; ++j)
+        for (int64_t t = 0; t < r; ++t)
+          p[size_t(t * keys + j)] = dot(qf.data() + t * D, kb + j * ldk, D) * s.scale;
+      for (int64_t t = 0; t < r; ++t) {
+        float* pt = p.data() + t * keys;
+        const float m = *std::max_element(pt, pt + keys);
+        float l = 0;
+        for (int64_t j = 0; j < keys; ++j) l += pt[j] = std::exp(pt[j] - m);
+        total[size_t(t)] = l;
+      }
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j <= last; ++j) axpy(acc.data(), p[size_t(j)], vb + j * ldk, D);
-      for (int64_t d = 0; d < D; ++d) st(out + row * D + d, acc[size_t(d)] / l);
+      for (int64_t j = 0; j < keys; ++j)
+        for (int64_t t = 0; t < r; ++t) axpy(acc.data() + t * D, p[size_t(t * keys + j)], vb + j * ldk, D);
+      for (int64_t t = 0; t < r; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          st(out + (first_row + t) * D + d, acc[size_t(t * D + d)] / total[size_t(t)]);
     }
   }
 }
 
 const bool registered = kernels::register_kernels(
     "cached_attention", Device::CPU,
-    {{DType::F32, "default", "thread per query row, SIMD dot products and value sums, f32",
+    {{DType::F32, "default",
+      "thread per query position and kv head (its query heads together), SIMD dots and value sums, f32",
       CachedAttentionKernel{forward<float>}},
      {DType::BF16, "default",
-      "thread per query row, SIMD dot products and value sums, f32 math, rounded once",
+      "thread per query position and kv head (its query heads together), SIMD dots and value sums, "
+      "f32 math, rounded once",
       CachedAttentionKernel{forward<uint16_t>}}});
 
 }  // namespace
