@@ -319,6 +319,11 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";
+  std::ofstream(dir / "generation_config.json") << R"([0.6, 20])";
+  r = titan(args);
+  EXPECT_NE(r.err.find("generation_config.json: a generation config is a JSON object, got array"),
+            std::string::npos)
+      << r.err;
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "top_k": "twenty"})";
   r = titan(args);
   EXPECT_NE(r.err.find("generation_config.json: 'top_k' must be a number or null, got \"twenty\""),

@@ -22,6 +22,7 @@
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/native_model.h"
+#include "titan/train/train_state.h"
 
 namespace titan::cli {
 namespace {
@@ -201,8 +202,7 @@ int generate_main(int argc, char** argv) {
     }
   } else {
     model = qwen3::load_hf_model(model_path, dtype, device, qwen3::Purpose::Inference);
-    if (fs::exists(model_path / "generation_config.json"))
-      generation_config = io::read_json_file(model_path / "generation_config.json", "titan generate");
+    generation_config = train::read_generation_config(model_path);  // null without one
   }
   const int64_t vocab = model->args().vocab_size;
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
