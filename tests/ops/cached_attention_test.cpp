@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ops/op_test_util.h"
+#include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/ops/attention/attention.h"
@@ -26,15 +27,6 @@ Tensor cache_of(const Tensor& t) {
       Tensor::full({B, S + 4, t.size(2), t.size(3)}, std::numeric_limits<double>::quiet_NaN(), t.dtype());
   cache.narrow(1, 0, S).copy_from(t);
   return cache;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // The last Sq queries over a cache of S positions are the last Sq rows of causal attention over the
