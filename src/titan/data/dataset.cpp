@@ -13,6 +13,7 @@
 #include <set>
 
 #include "titan/core/check.h"
+#include "titan/data/parquet.h"
 #include "titan/data/text_guard.h"
 #include "titan/data/text_stream.h"
 #include "titan/data/utf8.h"
@@ -56,15 +57,22 @@ namespace {
 void check_readable_format(const fs::path& path) {
   const std::string ext = extension_of(path);
   TITAN_CHECK(
-      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || is_plain_text(path),
+      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || ext == ".parquet" || is_plain_text(path),
       "dataset: ", path.string(), ": '", ext,
-      "' files are not a format titan reads (.json, .jsonl, .ndjson, .txt, .text, .md, each also .gz or "
+      "' files are not a format titan reads (.parquet; .json, .jsonl, .ndjson, .txt, .text, .md, each also "
+      ".gz or "
       ".zst; a name without an extension is plain text)");
+  // Parquet compresses its pages itself; a compressed copy of the whole file has no random access to its
+  // footer.
+  TITAN_CHECK(
+      ext != ".parquet" || TextStream::uncompressed_name(path) == path, "dataset: ", path.string(),
+      ": a compressed Parquet file is not read (Parquet compresses its pages itself): decompress it to ",
+      TextStream::uncompressed_name(path).filename().string());
 }
 }  // namespace
 
 std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
-  static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".txt", ".text", ".md"};
+  static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".parquet", ".txt", ".text", ".md"};
   std::vector<fs::path> paths;
   for (auto& p : given) {
     if (!fs::exists(p) && has_glob_characters(p.string())) {
@@ -106,8 +114,9 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
                  e.path1().empty() ? entry : e.path1());
     }
-    TITAN_CHECK(!found.empty(), "dataset: folder ", p,
-                " holds no .json/.jsonl/.ndjson/.txt/.text/.md files (plain, .gz or .zst)");
+    TITAN_CHECK(
+        !found.empty(), "dataset: folder ", p,
+        " holds no .parquet files, nor .json/.jsonl/.ndjson/.txt/.text/.md files (plain, .gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -138,7 +147,7 @@ bool is_plain_text(const fs::path& file) {
 
 namespace {
 
-enum class Format { JsonArray, JsonLines, Text };
+enum class Format { JsonArray, JsonLines, Text, Parquet };
 
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
@@ -214,6 +223,7 @@ Format detect_format(const fs::path& path) {
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
   if (is_plain_text(path)) return Format::Text;
   check_readable_format(path);
+  if (ext == ".parquet") return Format::Parquet;
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);
@@ -242,6 +252,7 @@ struct DocumentStream::Impl {
   std::vector<fs::path> files;
   std::vector<Format> formats;
   Reader reader;
+  std::unique_ptr<ParquetColumn> parquet;  // the open file's text column, when it is Parquet
   DocPosition pos;  // of the next element
   Stats stats;
   std::string raw;
@@ -254,11 +265,20 @@ struct DocumentStream::Impl {
   }
 
   void open_current() {
-    if (!reader.is_open() && pos.file < files.size()) reader.open(files[pos.file], pos.offset, pos.line);
+    if (pos.file >= files.size()) return;
+    if (formats[pos.file] == Format::Parquet) {
+      if (!parquet) {
+        parquet = std::make_unique<ParquetColumn>(files[pos.file], config.text_field);
+        parquet->seek(pos.offset);
+      }
+    } else if (!reader.is_open()) {
+      reader.open(files[pos.file], pos.offset, pos.line);
+    }
   }
 
   void finish_file() {
     reader.close();
+    parquet.reset();
     pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
   }
 
@@ -365,6 +385,15 @@ struct DocumentStream::Impl {
   // Next element of the current file, or false at its end. `raw` holds its bytes;
   // `at` its position.
   bool next_raw(DocPosition& at, Format format) {
+    if (format == Format::Parquet) {  // a row's text column; the position counts rows
+      at = DocPosition{pos.file, parquet->row(), parquet->row() + 1, pos.index, false};
+      bool null = false;
+      if (!parquet->next(raw, null)) return false;
+      if (null)
+        fail(at.line, "row " + std::to_string(at.line) + "'s column '" + config.text_field +
+                          "' is null, not a string");
+      return true;
+    }
     if (format == Format::JsonArray) {
       if (!pos.in_array) {
         if (reader.peek() == 0xEF)
@@ -438,15 +467,21 @@ struct DocumentStream::Impl {
         finish_file();
         continue;
       }
-      pos.offset = reader.offset();
-      pos.line = reader.line();
+      if (format == Format::Parquet) {
+        pos.offset = parquet->row();
+        pos.line = pos.offset + 1;
+      } else {
+        pos.offset = reader.offset();
+        pos.line = reader.line();
+      }
       ++pos.index;
       if (!mine(at.index)) continue;
       uint64_t invalid = 0;
-      if (format == Format::Text) {
+      if (format == Format::Text || format == Format::Parquet) {
         // The byte-order mark some editors open UTF-8 files with is not text to train on (the JSON
         // readers skip it too).
-        if (at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0) raw.erase(0, 3);
+        if (format == Format::Text && at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0)
+          raw.erase(0, 3);
         invalid = sanitize_utf8(raw);
         doc.text.swap(raw);
         doc.chat.clear();
@@ -487,6 +522,12 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Text, "dataset: ", f.string(),
                 " is plain text, but conversations (chat_field '", config.chat_field,
                 "') are read from JSON records (.json, .jsonl, .ndjson)");
+    TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Parquet,
+                "dataset: ", f.string(),
+                " is Parquet, whose text column titan reads, but conversations (chat_field '",
+                config.chat_field, "') are read from JSON records (.json, .jsonl, .ndjson)");
+    // Opened now, so that a missing column or an unreadable codec is said before any compute.
+    if (impl_->formats.back() == Format::Parquet) ParquetColumn(f, config.text_field);
   }
   impl_->config = std::move(config);
   impl_->shard = shard;
@@ -502,6 +543,7 @@ void DocumentStream::seek(const DocPosition& position) {
   TITAN_CHECK(position.file <= impl_->files.size(), "dataset: position names file ", position.file, " but only ",
               impl_->files.size(), " files are listed");
   impl_->reader.close();
+  impl_->parquet.reset();
   impl_->pos = position;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Documents from files and folders: JSON arrays (of strings, or of objects with a text
-// field), JSON Lines, and plain text. Read as a stream, so a file larger than memory
-// works, with a position that can be saved and sought back to exactly.
+// field), JSON Lines, plain text, and Parquet files' text column (data/parquet.h). Read as a stream, so a
+// file larger than memory works, with a position that can be saved and sought back to exactly.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -16,7 +16,7 @@ namespace titan::data {
 
 struct DatasetConfig {
   std::vector<std::filesystem::path> paths;  // files and folders (searched recursively)
-  std::string text_field = "text";           // for JSON objects
+  std::string text_field = "text";           // for JSON objects, and the column of a Parquet file
   // Plain text files: "paragraph" (documents separated by blank lines), "line" (one
   // document per line) or "file" (the whole file is one document, held in memory).
   std::string text_split = "paragraph";
@@ -29,8 +29,8 @@ struct DatasetConfig {
 // Where a document starts: enough to resume reading there exactly.
 struct DocPosition {
   uint64_t file = 0;     // index into DocumentStream::files()
-  uint64_t offset = 0;   // byte offset in that file
-  uint64_t line = 1;     // 1-based line number at `offset`, for error messages
+  uint64_t offset = 0;   // byte offset in that file (a Parquet file: its row, from 0)
+  uint64_t line = 1;     // 1-based line number at `offset`, for error messages (Parquet: row + 1)
   uint64_t index = 0;    // documents before this one in the whole dataset: the sharding key
   bool in_array = false;  // a JSON array file whose '[' lies before `offset`
   bool operator==(const DocPosition&) const = default;
@@ -46,7 +46,7 @@ struct Document {
 };
 
 // The files a dataset path list stands for: files as given, folders searched
-// recursively for .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
+// recursively for .parquet .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
 std::vector<std::filesystem::path> list_dataset_files(const std::vector<std::filesystem::path>& paths);
 
 // Whether this process has not yet warned of `kind` ("invalid UTF-8", ...) in `file`; records that it

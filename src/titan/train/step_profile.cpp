@@ -113,7 +113,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
                        now.ring_steps - middle_comm.ring_steps, now.seconds - middle_comm.seconds};
       }
       ++calls;
-      return MicroBatch{x, y, 1.0 / double(run)};
+      return MicroBatch{x, y, 1.0 / double(run), {}};  // causal rows, no padding
     });
     apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);

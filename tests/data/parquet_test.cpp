@@ -1,0 +1,523 @@
+// Parquet datasets: files written by arrow-rs (parquet-wasm, run with node: tests/data/write_parquet.js)
+// from the real corpus, in every codec, value encoding and page version titan reads, read back row
+// by row, sought into, sharded, refused where they break a rule, and trained on.
+#include "titan/data/parquet.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "../train/train_test_util.h"
+#include "data_test_util.h"
+#include "titan/core/check.h"
+#include "titan/data/dataset.h"
+
+namespace {
+using namespace titan::testing;
+using namespace titan::data;
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;  // columns are written in the order given
+
+// Writes the files `spec` lists (write_parquet.js's format) with arrow-rs's writer.
+void write_parquet(const fs::path& dir, const json& spec) {
+  const fs::path spec_file = dir / "spec.json";
+  write_file(spec_file, spec.dump());
+  const fs::path modules = assets_dir() / "packages" / "parquet-writer" / "node_modules";
+  ASSERT_TRUE(fs::exists(modules / "parquet-wasm")) << modules << " is missing: run scripts/setup.sh";
+  const std::string cmd = "node " + (source_dir() / "tests" / "data" / "write_parquet.js").string() + " " +
+                          modules.string() + " " + spec_file.string();
+  std::string out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
+}
+
+// The first `n` documents of the bundled corpus (real English text, some of it non-ASCII).
+std::vector<std::string> corpus(size_t n) {
+  std::ifstream f(assets_dir() / "datasets" / "nlp-corpus" / "train.jsonl");
+  std::vector<std::string> docs;
+  std::string line;
+  while (docs.size() < n && std::getline(f, line))
+    docs.push_back(json::parse(line).at("text").get<std::string>());
+  EXPECT_EQ(docs.size(), n) << "the corpus is missing: run scripts/setup.sh";
+  return docs;
+}
+
+// A text column that exercises the reader: corpus documents, repeats (dictionary hits), a document
+// larger than a page, an empty one, and nulls (std::nullopt) every 17th row when `nulls`.
+std::vector<std::optional<std::string>> text_column(size_t n, bool nulls) {
+  const std::vector<std::string> docs = corpus(n);
+  std::vector<std::optional<std::string>> rows;
+  std::string long_doc;
+  for (size_t i = 0; i < 400; ++i) long_doc += docs[i % docs.size()] + " ";
+  for (size_t i = 0; i < n; ++i) {
+    if (nulls && i % 17 == 5)
+      rows.emplace_back(std::nullopt);
+    else if (i % 9 == 2)
+      rows.emplace_back(docs[i % 40]);  // repeats
+    else if (i == n / 2)
+      rows.emplace_back(long_doc);
+    else if (i == n / 3)
+      rows.emplace_back("");
+    else
+      rows.emplace_back(docs[i]);
+  }
+  return rows;
+}
+
+json column_json(const std::vector<std::optional<std::string>>& rows) {
+  json values = json::array();
+  for (auto& r : rows) values.push_back(r ? json(*r) : json(nullptr));
+  return {{"type", "utf8"}, {"values", values}};
+}
+
+// An int64 column before the text and a string column after it, so the text is neither the first
+// leaf nor the last, and a list column.
+json table_json(const std::vector<std::optional<std::string>>& text) {
+  json ids = json::array(), other = json::array(), tags = json::array();
+  for (size_t i = 0; i < text.size(); ++i) {
+    ids.push_back(int64_t(i) * 3);
+    other.push_back("row " + std::to_string(i));
+    tags.push_back(i % 4 ? json::array({"a", "b"}) : json::array());
+  }
+  return {{"id", {{"type", "int64"}, {"values", ids}}},
+          {"text", column_json(text)},
+          {"tags", {{"type", "list_utf8"}, {"values", tags}}},
+          {"other", {{"type", "utf8"}, {"values", other}}}};
+}
+
+std::vector<std::optional<std::string>> read_column(ParquetColumn& c) {
+  std::vector<std::optional<std::string>> rows;
+  std::string value;
+  bool null = false;
+  while (c.next(value, null)) rows.emplace_back(null ? std::nullopt : std::optional<std::string>(value));
+  return rows;
+}
+
+const char* kCodecs[] = {"UNCOMPRESSED", "SNAPPY", "GZIP", "ZSTD", "BROTLI", "LZ4_RAW"};
+
+// The parts of a matrix file's name, CODEC_vVERSION_ENCODING.parquet.
+std::string codec_of(const std::string& name) {
+  return name.substr(0, name.find("_v"));
+}
+std::string version_of(const std::string& name) {
+  return name.substr(name.find("_v") + 2, 1);
+}
+std::string encoding_of(const std::string& name) {
+  const size_t start = name.find("_v") + 4;
+  return name.substr(start, name.size() - start - std::string(".parquet").size());
+}
+
+// Every codec x page version x value encoding: each row reads back as written, nulls as nulls, over
+// pages of 8 KiB and row groups of 700 rows.
+TEST(Parquet, ArrowRsFilesOfEveryCodecEncodingAndPageVersionReadAsWritten) {
+  const fs::path dir = temp_dir("parquet_matrix");
+  const auto text = text_column(2000, true);
+  const json table = table_json(text);
+  json spec = json::array();
+  std::vector<std::string> names;
+  for (const char* codec : kCodecs)
+    for (const char* version : {"1", "2"})
+      for (const char* encoding : {"dictionary", "PLAIN", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"}) {
+        const std::string name = std::string(codec) + "_v" + version + "_" + encoding + ".parquet";
+        json file = {{"out", (dir / name).string()}, {"columns", table},   {"compression", codec},
+                     {"version", version},           {"page_bytes", 8192}, {"row_group_rows", 700}};
+        if (std::string(encoding) == "dictionary") {
+          // Dictionary indices take a byte or two a row: small pages make several per row group, and
+          // a small dictionary overflows in each row group, whose later pages fall back to PLAIN.
+          file["dictionary"] = true;
+          file["page_bytes"] = 256;
+          file["dictionary_page_bytes"] = 16384;
+        } else {
+          file["dictionary"] = false;
+          file["encoding"] = encoding;
+        }
+        spec.push_back(file);
+        names.push_back(name);
+      }
+  write_parquet(dir, spec);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    ParquetColumn c(dir / name, "text");
+    EXPECT_EQ(c.rows(), text.size());
+    const auto rows = read_column(c);
+    ASSERT_EQ(rows.size(), text.size());
+    for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], text[i]) << "row " << i;
+    // The file is what its name says: the writer honoured the options, over several pages per row group.
+    const ParquetColumn::Layout& layout = c.layout();
+    EXPECT_EQ(layout.codecs, std::set<std::string>{codec_of(name)});
+    EXPECT_EQ(layout.row_groups, 3u);
+    EXPECT_GT(version_of(name) == "1" ? layout.v1_pages : layout.v2_pages, 3 * layout.row_groups);
+    EXPECT_EQ(version_of(name) == "1" ? layout.v2_pages : layout.v1_pages, 0u);
+    const std::string encoding = encoding_of(name);
+    if (encoding == "dictionary") {
+      // arrow-rs spells dictionary indices RLE_DICTIONARY in v1 pages too (older writers' v1 pages
+      // say PLAIN_DICTIONARY, the same bytes, read by the same code); past the dictionary's limit it
+      // falls back to PLAIN in v1 files and DELTA_BYTE_ARRAY in v2 files.
+      EXPECT_EQ(layout.dictionary_pages, layout.row_groups);
+      EXPECT_EQ(
+          layout.encodings,
+          (std::set<std::string>{"RLE_DICTIONARY", version_of(name) == "1" ? "PLAIN" : "DELTA_BYTE_ARRAY"}));
+    } else {
+      EXPECT_EQ(layout.dictionary_pages, 0u);
+      EXPECT_EQ(layout.encodings, std::set<std::string>{encoding});
+    }
+    ParquetColumn other(dir / name, "other");
+    std::string value;
+    bool null = true;
+    other.seek(1234);
+    ASSERT_TRUE(other.next(value, null));
+    EXPECT_FALSE(null);
+    EXPECT_EQ(value, "row 1234");
+  }
+}
+
+// seek(row) lands on that row wherever it lies (first, inside and last pages of each row group, the
+// end), forwards and backwards, and reading goes on from there.
+TEST(Parquet, SeekLandsOnEveryRowAcrossPagesAndRowGroups) {
+  const fs::path dir = temp_dir("parquet_seek");
+  const auto text = text_column(1500, true);
+  write_parquet(dir, json::array({{{"out", (dir / "s.parquet").string()},
+                                   {"columns", table_json(text)},
+                                   {"compression", "SNAPPY"},
+                                   {"version", "2"},
+                                   {"dictionary", false},
+                                   {"page_bytes", 4096},
+                                   {"row_group_rows", 333}}}));
+  ParquetColumn c(dir / "s.parquet", "text");
+  ASSERT_EQ(read_column(c), text);
+  EXPECT_EQ(c.layout().row_groups, 5u);
+  EXPECT_GE(c.layout().v2_pages, 20u);  // seeks land in the middle of row groups' pages
+  std::string value;
+  bool null = false;
+  for (uint64_t row : {uint64_t(1499), uint64_t(0), uint64_t(332), uint64_t(333), uint64_t(334),
+                       uint64_t(700), uint64_t(5), uint64_t(999), uint64_t(1000)}) {
+    c.seek(row);
+    EXPECT_EQ(c.row(), row);
+    for (uint64_t r = row; r < std::min<uint64_t>(row + 40, text.size()); ++r) {
+      ASSERT_TRUE(c.next(value, null)) << "row " << r;
+      ASSERT_EQ(null ? std::nullopt : std::optional<std::string>(value), text[r])
+          << "row " << r << " after seek " << row;
+    }
+  }
+  for (uint64_t row = 0; row < text.size(); row += 37) {
+    c.seek(row);
+    ASSERT_TRUE(c.next(value, null));
+    ASSERT_EQ(null ? std::nullopt : std::optional<std::string>(value), text[row]) << "row " << row;
+  }
+  c.seek(text.size());
+  EXPECT_FALSE(c.next(value, null));
+  EXPECT_NE(error_of([&] { c.seek(text.size() + 1); }).find("row 1501 is past its 1500 rows"),
+            std::string::npos);
+}
+
+// A dataset of Parquet files reads the same documents as the JSON Lines file of the same texts (an
+// empty text skipped in both); positions count rows and resume exactly through JSON, as a checkpoint
+// stores them; shards partition the rows; a folder mixes Parquet and JSON Lines files, sorted.
+TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
+  const fs::path dir = temp_dir("parquet_documents");
+  const auto text = text_column(1200, false);
+  write_parquet(dir, json::array({{{"out", (dir / "data" / "a.parquet").string()},
+                                   {"columns", table_json(text)},
+                                   {"compression", "ZSTD"},
+                                   {"version", "1"},
+                                   {"page_bytes", 4096},
+                                   {"row_group_rows", 500}}}));
+  {
+    std::ofstream jsonl(dir / "a.jsonl");
+    for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
+  }
+  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
+    std::vector<std::string> docs;
+    Document d;
+    while (s.next(d)) {
+      docs.push_back(d.text);
+      if (positions) positions->push_back(d.position);
+    }
+    return docs;
+  };
+  DocumentStream from_jsonl({{dir / "a.jsonl"}});
+  std::vector<DocPosition> positions;
+  DocumentStream from_parquet({{dir / "data" / "a.parquet"}});
+  const auto docs = read_all(from_parquet, &positions);
+  EXPECT_EQ(docs, read_all(from_jsonl));
+  EXPECT_EQ(docs.size(), text.size() - 1);  // the empty one
+  EXPECT_EQ(from_parquet.stats().empty_skipped, 1u);
+  EXPECT_EQ(positions[7].offset, 7u);  // the row
+  EXPECT_EQ(positions[7].line, 8u);
+  for (size_t i : {size_t(0), size_t(499), size_t(500), size_t(1001), docs.size() - 1}) {
+    from_parquet.seek(nlohmann::json(positions[i]).get<DocPosition>());
+    Document d;
+    ASSERT_TRUE(from_parquet.next(d)) << "document " << i;
+    EXPECT_EQ(d.text, docs[i]);
+    EXPECT_EQ(d.position, positions[i]);
+  }
+  // The stream's own position after a document resumes at the next one.
+  DocumentStream partway({{dir / "data" / "a.parquet"}});
+  Document d;
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(partway.next(d));
+  DocumentStream resumed({{dir / "data" / "a.parquet"}});
+  resumed.seek(nlohmann::json(partway.position()).get<DocPosition>());
+  EXPECT_EQ(read_all(resumed), std::vector<std::string>(docs.begin() + 600, docs.end()));
+
+  std::vector<std::string> merged(docs.size());
+  for (int shard = 0; shard < 3; ++shard) {
+    DocumentStream s({{dir / "data" / "a.parquet"}}, shard, 3);
+    std::vector<DocPosition> at;
+    const auto part = read_all(s, &at);
+    for (size_t k = 0; k < part.size(); ++k) {
+      ASSERT_EQ(at[k].index % 3, uint64_t(shard));
+      merged[at[k].index - (at[k].index > text.size() / 3 ? 1 : 0)] = part[k];  // the empty row has an index
+    }
+  }
+  EXPECT_EQ(merged, docs);
+
+  fs::copy_file(dir / "a.jsonl", dir / "data" / "b.jsonl");
+  DocumentStream folder({{dir / "data"}});
+  auto both = docs;
+  both.insert(both.end(), docs.begin(), docs.end());
+  EXPECT_EQ(read_all(folder), both);
+  EXPECT_EQ(folder.files(), (std::vector<fs::path>{dir / "data" / "a.parquet", dir / "data" / "b.jsonl"}));
+  // training.text_field names the column.
+  DocumentStream other({{dir / "data" / "a.parquet"}, "other"});
+  EXPECT_EQ(read_all(other).at(3), "row 3");
+}
+
+std::string dataset_error(const fs::path& file, const std::string& field = "text",
+                          const std::string& chat = "") {
+  return error_of([&] {
+    DatasetConfig config{{file}, field};
+    config.chat_field = chat;
+    DocumentStream s(config);
+    Document d;
+    while (s.next(d)) {
+    }
+  });
+}
+
+// What titan cannot read is an error naming the file and the rule, said when the dataset is opened
+// (before any compute) where the footer shows it, and at the row where a value shows it.
+TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
+  const fs::path dir = temp_dir("parquet_errors");
+  auto text = text_column(300, false);
+  write_parquet(dir, json::array({{{"out", (dir / "ok.parquet").string()},
+                                   {"columns", table_json(text)},
+                                   {"compression", "SNAPPY"},
+                                   {"page_bytes", 2048}},
+                                  {{"out", (dir / "nulls.parquet").string()},
+                                   {"columns", table_json(text_column(300, true))},
+                                   {"compression", "SNAPPY"}},
+                                  {{"out", (dir / "only_text.parquet").string()},
+                                   {"columns", {{"text", column_json(text)}}},
+                                   {"compression", "SNAPPY"}}}));
+  const fs::path ok = dir / "ok.parquet";
+  auto expect = [](const std::string& e, const std::string& part) {
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect(
+      dataset_error(ok, "body"),
+      "ok.parquet: has no column 'body' (training.text_field names the column to read; its columns are 'id', "
+      "'text', 'tags', 'other')");
+  expect(dataset_error(ok, "id"), "ok.parquet: column 'id' holds INT64 values, not strings");
+  expect(dataset_error(ok, "tags"), "ok.parquet: column 'tags' is a nested group (a list, map or struct)");
+  expect(dataset_error(ok, "text", "messages"),
+         "ok.parquet is Parquet, whose text column titan reads, but conversations");
+  expect(dataset_error(dir / "nulls.parquet"),
+         "nulls.parquet:6: row 6's column 'text' is null, not a string");
+
+  const std::string bytes = read_file(ok);
+  write_file(dir / "cut.parquet", bytes.substr(0, bytes.size() - 100));
+  expect(dataset_error(dir / "cut.parquet"),
+         "cut.parquet: is not a Parquet file: it does not end with the magic bytes PAR1");
+  std::string lying = bytes;
+  lying[lying.size() - 5] = '\x7f';  // the footer's length: 2 GiB
+  write_file(dir / "lying.parquet", lying);
+  expect(dataset_error(dir / "lying.parquet"), "lying.parquet: its footer claims");
+  write_file(dir / "text.parquet", "{\"text\": \"a JSON line named .parquet\"}\n");
+  expect(dataset_error(dir / "text.parquet"), "text.parquet: is not a Parquet file: it does not start with");
+  write_file(dir / "short.parquet", "PAR1");
+  expect(dataset_error(dir / "short.parquet"), "short.parquet: is 4 bytes, too short to be Parquet");
+  write_file(dir / "packed.parquet.gz", bytes);
+  expect(dataset_error(dir / "packed.parquet.gz"),
+         "packed.parquet.gz: a compressed Parquet file is not read (Parquet compresses its pages itself): "
+         "decompress it to packed.parquet");
+  // A page's bytes damaged: the text column's first page header (after the 4-byte magic) is overwritten.
+  std::string damaged = read_file(dir / "only_text.parquet");
+  for (size_t i = 4; i < 40; ++i) damaged[i] = char(0xff);
+  write_file(dir / "damaged.parquet", damaged);
+  expect(dataset_error(dir / "damaged.parquet"),
+         "damaged.parquet: column 'text', row group 0, page at byte ");
+  expect(dataset_error(dir / "damaged.parquet"), "(the file is corrupt or truncated)");
+}
+
+// Thrift's compact protocol, written: enough of it to build the file of the checksum test below.
+struct ThriftWriter {
+  std::string out;
+  std::vector<int> last_id = {0};
+  void varint(uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out += char(v | 0x80);
+    out += char(v);
+  }
+  void field(int id, int type) {  // ids ascend, each less than 16 past the one before
+    out += char(((id - last_id.back()) << 4) | type);
+    last_id.back() = id;
+  }
+  void i32(int id, int64_t v) {
+    field(id, 5);
+    varint(uint64_t((v << 1) ^ (v >> 63)));
+  }
+  void i64(int id, int64_t v) {
+    field(id, 6);
+    varint(uint64_t((v << 1) ^ (v >> 63)));
+  }
+  void binary(const std::string& s) {
+    varint(s.size());
+    out += s;
+  }
+  void string(int id, const std::string& s) {
+    field(id, 8);
+    binary(s);
+  }
+  void begin_struct() { last_id.push_back(0); }
+  void begin_struct(int id) {
+    field(id, 12);
+    begin_struct();
+  }
+  void end_struct() {
+    out += char(0);
+    last_id.pop_back();
+  }
+  void list(int id, int element_type, size_t n) {
+    field(id, 9);
+    out += char((n << 4) | size_t(element_type));  // n < 15
+  }
+};
+
+// A one-column file (required strings, one PLAIN v1 page, uncompressed) whose page header carries
+// the CRC-32 of the page's bytes, as parquet-mr writes by default since 1.12 (arrow-rs does not).
+std::string file_with_page_crc(const std::vector<std::string>& values, uint32_t crc_xor = 0) {
+  std::string page;
+  for (const std::string& v : values) {
+    const uint32_t n = uint32_t(v.size());
+    page.append(reinterpret_cast<const char*>(&n), 4);
+    page += v;
+  }
+  ThriftWriter header;
+  header.begin_struct();
+  header.i32(1, 0);  // DATA_PAGE
+  header.i32(2, int64_t(page.size()));
+  header.i32(3, int64_t(page.size()));
+  header.i32(4, int32_t(uint32_t(crc32(0, reinterpret_cast<const Bytef*>(page.data()), uInt(page.size()))) ^
+                        crc_xor));
+  header.begin_struct(5);  // DataPageHeader
+  header.i32(1, int64_t(values.size()));
+  header.i32(2, 0);  // PLAIN
+  header.i32(3, 3);  // RLE levels
+  header.i32(4, 3);
+  header.end_struct();
+  header.end_struct();
+  const int64_t chunk = int64_t(header.out.size() + page.size());
+  ThriftWriter footer;
+  footer.begin_struct();
+  footer.i32(1, 1);
+  footer.list(2, 12, 2);  // schema: the root and its one leaf
+  footer.begin_struct();
+  footer.string(4, "schema");
+  footer.i32(5, 1);
+  footer.end_struct();
+  footer.begin_struct();
+  footer.i32(1, 6);  // BYTE_ARRAY
+  footer.i32(3, 0);  // REQUIRED
+  footer.string(4, "text");
+  footer.i32(6, 0);  // UTF8
+  footer.end_struct();
+  footer.i64(3, int64_t(values.size()));
+  footer.list(4, 12, 1);  // row groups
+  footer.begin_struct();
+  footer.list(1, 12, 1);  // column chunks
+  footer.begin_struct();
+  footer.i64(2, 4);
+  footer.begin_struct(3);  // ColumnMetaData
+  footer.i32(1, 6);
+  footer.list(2, 5, 1);
+  footer.varint(0);  // PLAIN, as a zigzag i32
+  footer.list(3, 8, 1);
+  footer.binary("text");
+  footer.i32(4, 0);  // UNCOMPRESSED
+  footer.i64(5, int64_t(values.size()));
+  footer.i64(6, chunk);
+  footer.i64(7, chunk);
+  footer.i64(9, 4);
+  footer.end_struct();
+  footer.end_struct();
+  footer.i64(2, chunk);
+  footer.i64(3, int64_t(values.size()));
+  footer.end_struct();
+  footer.end_struct();
+  const uint32_t footer_size = uint32_t(footer.out.size());
+  return "PAR1" + header.out + page + footer.out +
+         std::string(reinterpret_cast<const char*>(&footer_size), 4) + "PAR1";
+}
+
+// A page whose header carries a CRC is checked against it: intact, it reads; with a byte of its
+// values changed (or a CRC that does not match), it is an error naming the page, never other text.
+TEST(Parquet, PageChecksumsAreVerified) {
+  const fs::path dir = temp_dir("parquet_crc");
+  const std::vector<std::string> values = {"first document", "second, \u00e9", "third"};
+  write_file(dir / "crc.parquet", file_with_page_crc(values));
+  ParquetColumn c(dir / "crc.parquet", "text");
+  std::vector<std::optional<std::string>> expected(values.begin(), values.end());
+  EXPECT_EQ(read_column(c), expected);
+  EXPECT_EQ(c.layout().v1_pages, 1u);
+
+  std::string flipped = file_with_page_crc(values);
+  flipped[flipped.find("second")] = 'S';
+  write_file(dir / "flipped.parquet", flipped);
+  const std::string e = dataset_error(dir / "flipped.parquet");
+  EXPECT_NE(
+      e.find("flipped.parquet: column 'text', row group 0, page at byte 4: its CRC does not match its bytes"),
+      std::string::npos)
+      << e;
+  write_file(dir / "wrong_crc.parquet", file_with_page_crc(values, 1));
+  EXPECT_NE(dataset_error(dir / "wrong_crc.parquet").find("its CRC does not match"), std::string::npos);
+}
+
+// `titan train` on a Parquet file trains on the same batches as on the JSON Lines file of the same
+// texts (the same losses, bit for bit), and a run resumed from a checkpoint on the Parquet file
+// continues where it stopped (its losses are the uninterrupted run's).
+TEST(Parquet, TrainingOnAParquetFileIsTrainingOnItsTexts) {
+  const fs::path dir = temp_dir("parquet_train");
+  const std::vector<std::string> docs = corpus(400);
+  json values = json::array();
+  for (auto& d : docs) values.push_back(d);
+  write_parquet(dir, json::array({{{"out", (dir / "train.parquet").string()},
+                                   {"columns", {{"text", {{"type", "utf8"}, {"values", values}}}}},
+                                   {"compression", "ZSTD"},
+                                   {"page_bytes", 4096},
+                                   {"row_group_rows", 100}}}));
+  {
+    std::ofstream jsonl(dir / "train.jsonl");
+    for (auto& d : docs) jsonl << json{{"text", d}}.dump() << "\n";
+  }
+  auto train = [&](const std::string& name, const fs::path& data, int steps, bool checkpoint) {
+    const Overrides o = tiny_job(dir / name, {{"training.dataset_path", data.string()},
+                                              {"training.steps", std::to_string(steps)},
+                                              {"validation.enable", "false"},
+                                              {"checkpoint.enable", checkpoint ? "true" : "false"},
+                                              {"checkpoint.interval", "2"}});
+    std::string out;
+    const std::string cmd =
+        titan_binary().string() + " train --config " + debugmodel_toml().string() + cli_args(o);
+    EXPECT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
+    return by_step(read_metrics(dir / name), "loss");
+  };
+  const auto parquet = train("parquet", dir / "train.parquet", 4, false);
+  ASSERT_EQ(parquet.size(), 4u);
+  EXPECT_EQ(parquet, train("jsonl", dir / "train.jsonl", 4, false));
+  train("resumed", dir / "train.parquet", 2, true);
+  EXPECT_EQ(train("resumed", dir / "train.parquet", 4, true), parquet);
+}
+
+}  // namespace
