@@ -84,7 +84,7 @@ json table_json(const std::vector<std::optional<std::string>>& text) {
   }
   return {{"id", {{"type", "int64"}, {"values", ids}}},
           {"text", column_json(text)},
-          {"tags", {{"type", "list_utf8"}, {"values", tags}}},
+          {"tags", {{"type", {{"list", "utf8"}}}, {"values", tags}}},
           {"other", {{"type", "utf8"}, {"values", other}}}};
 }
 
@@ -323,7 +323,9 @@ TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
   expect(dataset_error(ok, "id"), "ok.parquet: column 'id' holds INT64 values, not strings");
   expect(dataset_error(ok, "tags"), "ok.parquet: column 'tags' is a nested group (a list, map or struct)");
   expect(dataset_error(ok, "text", "messages"),
-         "ok.parquet is Parquet, whose text column titan reads, but conversations");
+         "ok.parquet: has no column 'messages' (training.chat_field names the messages; its columns are");
+  expect(dataset_error(ok, "text", "id"),
+         "ok.parquet: column 'id' holds INT64 values in 'id'; titan reads strings");
   expect(dataset_error(dir / "nulls.parquet"),
          "nulls.parquet:6: row 6's column 'text' is null, not a string");
 
@@ -350,6 +352,139 @@ TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
   expect(dataset_error(dir / "damaged.parquet"),
          "damaged.parquet: column 'text', row group 0, page at byte ");
   expect(dataset_error(dir / "damaged.parquet"), "(the file is corrupt or truncated)");
+}
+
+// Conversations as Hugging Face chat datasets store them: a list of message structs per row (every
+// message with every field of the struct, null where it has none), tool calls nested in them, and a
+// tools column of signatures (null for a row without tools).
+json conversations(size_t n) {
+  const std::vector<std::string> docs = corpus(3 * n + 4);
+  json rows = json::array(), tools = json::array();
+  auto message = [](const std::string& role, const std::string& content) {
+    return json{
+        {"role", role}, {"content", content}, {"reasoning_content", nullptr}, {"tool_calls", nullptr}};
+  };
+  for (size_t i = 0; i < n; ++i) {
+    json messages = json::array();
+    if (i % 3 == 0) messages.push_back(message("system", "You are terse."));
+    messages.push_back(message("user", docs[3 * i]));
+    json answer = message("assistant", docs[3 * i + 1]);
+    if (i % 4 == 1) answer["reasoning_content"] = "Think: " + docs[3 * i + 2];
+    if (i % 5 == 2) {  // a tool call, its result and the answer after it
+      json call = message("assistant", "");
+      call["tool_calls"] = json::array(
+          {{{"type", "function"},
+            {"function", {{"name", "lookup"}, {"arguments", "{\"q\": \"" + std::to_string(i) + "\"}"}}}}});
+      messages.push_back(call);
+      messages.push_back(message("tool", "result " + std::to_string(i)));
+    }
+    if (i % 7 == 3) answer["tool_calls"] = json::array();  // an empty list, not null
+    messages.push_back(answer);
+    if (i % 6 == 4) {  // a second turn
+      messages.push_back(message("user", "And then?"));
+      messages.push_back(message("assistant", docs[3 * i + 3]));
+    }
+    rows.push_back(messages);
+    tools.push_back(i % 5 == 2
+                        ? json::array({{{"type", "function"},
+                                        {"function", {{"name", "lookup"}, {"description", "Looks it up."}}}}})
+                        : json(nullptr));
+  }
+  return {{"messages", rows}, {"tools", tools}};
+}
+
+// A Parquet file of conversations reads as the JSON Lines file of the same records: each row's
+// messages and tools assemble into the JSON written (nulls, empty lists and nested tool calls
+// included), render into the same pieces, resume at a saved position and shard alike, in v1 pages
+// (rows spread over pages, sought by decoding) and v2 pages (sought by their headers).
+TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
+  const fs::path dir = temp_dir("parquet_chat");
+  const json chats = conversations(160);
+  const json call_type = {
+      {"struct", {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"arguments", "utf8"}}}}}}}};
+  const json message_type = {{"struct",
+                              {{"role", "utf8"},
+                               {"content", "utf8"},
+                               {"reasoning_content", "utf8"},
+                               {"tool_calls", {{"list", call_type}}}}}};
+  const json tool_type = {
+      {"struct",
+       {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"description", "utf8"}}}}}}}};
+  json ids = json::array();
+  for (size_t i = 0; i < chats["messages"].size(); ++i) ids.push_back(int64_t(i));
+  const json columns = {{"id", {{"type", "int64"}, {"values", ids}}},
+                        {"messages", {{"type", {{"list", message_type}}}, {"values", chats["messages"]}}},
+                        {"tools", {{"type", {{"list", tool_type}}}, {"values", chats["tools"]}}}};
+  json spec = json::array();
+  for (const char* version : {"1", "2"})
+    spec.push_back({{"out", (dir / ("chats_v" + std::string(version) + ".parquet")).string()},
+                    {"columns", columns},
+                    {"compression", "ZSTD"},
+                    {"version", version},
+                    {"dictionary", false},
+                    {"page_bytes", 256},
+                    {"row_group_rows", 40}});
+  write_parquet(dir, spec);
+  {
+    std::ofstream jsonl(dir / "chats.jsonl");
+    for (size_t i = 0; i < chats["messages"].size(); ++i) {
+      json record = {{"messages", chats["messages"][i]}};
+      if (!chats["tools"][i].is_null()) record["tools"] = chats["tools"][i];
+      jsonl << record.dump() << "\n";
+    }
+  }
+  using Pieces = std::vector<std::pair<std::string, bool>>;
+  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
+    std::vector<Pieces> docs;
+    Document d;
+    while (s.next(d)) {
+      Pieces pieces;
+      for (const ChatPiece& p : d.chat) pieces.emplace_back(p.text, p.trained);
+      docs.push_back(pieces);
+      if (positions) positions->push_back(d.position);
+    }
+    return docs;
+  };
+  auto chat_config = [](const fs::path& file) {
+    DatasetConfig config{{file}};
+    config.chat_field = "messages";
+    return config;
+  };
+  DocumentStream from_jsonl(chat_config(dir / "chats.jsonl"));
+  const auto expected = read_all(from_jsonl);
+  ASSERT_EQ(expected.size(), chats["messages"].size());
+  for (const std::string version : {"1", "2"}) {
+    SCOPED_TRACE("v" + version);
+    const fs::path file = dir / ("chats_v" + version + ".parquet");
+    ParquetColumn messages(file, "messages", ParquetColumn::Shape::Json);
+    ParquetColumn tools(file, "tools", ParquetColumn::Shape::Json);
+    json row;
+    for (size_t i = 0; i < chats["messages"].size(); ++i) {
+      ASSERT_TRUE(messages.next_json(row));
+      ASSERT_EQ(row, chats["messages"][i]) << "row " << i;
+      ASSERT_TRUE(tools.next_json(row));
+      ASSERT_EQ(row, chats["tools"][i]) << "row " << i;
+    }
+    EXPECT_FALSE(messages.next_json(row));
+    const auto& layout = messages.layout();
+    // layout counts the row groups of each of the 6 leaves: several pages per leaf's chunk.
+    EXPECT_EQ(layout.row_groups, 6u * 4u);
+    EXPECT_GT(version == "1" ? layout.v1_pages : layout.v2_pages, 2 * layout.row_groups);
+
+    DocumentStream stream(chat_config(file));
+    std::vector<DocPosition> positions;
+    EXPECT_EQ(read_all(stream, &positions), expected);
+    for (size_t i : {size_t(1), size_t(39), size_t(40), size_t(77), size_t(159)}) {
+      DocumentStream resumed(chat_config(file));
+      resumed.seek(nlohmann::json(positions[i]).get<DocPosition>());
+      ASSERT_EQ(read_all(resumed), std::vector<Pieces>(expected.begin() + ptrdiff_t(i), expected.end()))
+          << "from document " << i;
+    }
+    DocumentStream odd(chat_config(file), 1, 2);
+    const auto half = read_all(odd);
+    ASSERT_EQ(half.size(), expected.size() / 2);
+    for (size_t k = 0; k < half.size(); ++k) ASSERT_EQ(half[k], expected[2 * k + 1]);
+  }
 }
 
 // Thrift's compact protocol, written: enough of it to build the file of the checksum test below.

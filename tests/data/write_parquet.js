@@ -6,22 +6,27 @@
 //
 // SPEC.json is an array of files: {"out": path, "columns": {name: column}, "compression", "version"
 // ("1" or "2"), "dictionary" (bool), "encoding" (a parquet-wasm Encoding name, applied to the string
-// columns when dictionary is off), "page_bytes", "row_group_rows", "dictionary_page_bytes"}. A column is {"type": "utf8" |
-// "int64" | "list_utf8", "values": [...]} (null is a missing value).
+// columns when dictionary is off), "page_bytes", "row_group_rows", "dictionary_page_bytes"}. A
+// column is {"type": T, "values": [...]} with T "utf8", "int64", {"list": T} or {"struct": {field:
+// T, ...}} (lists and structs nest; null is a missing value).
 const path = require("path");
 const fs = require("fs");
 const [modules, specPath] = process.argv.slice(2);
 const arrow = require(path.join(modules, "apache-arrow"));
 const pw = require(path.join(modules, "parquet-wasm", "node", "parquet_wasm.js"));
 
+// A column's Arrow type from its descriptor: "utf8", "int64", {"list": T} or {"struct": {field: T}}.
+function arrowType(t) {
+  if (t === "utf8") return new arrow.Utf8();
+  if (t === "int64") return new arrow.Int64();
+  if (t.list) return new arrow.List(new arrow.Field("item", arrowType(t.list), true));
+  if (t.struct) return new arrow.Struct(Object.entries(t.struct).map(([n, c]) => new arrow.Field(n, arrowType(c), true)));
+  throw new Error(`unknown column type ${JSON.stringify(t)}`);
+}
+
 function vector(column) {
-  switch (column.type) {
-    case "utf8": return arrow.vectorFromArray(column.values, new arrow.Utf8());
-    case "int64": return arrow.vectorFromArray(column.values.map((v) => (v === null ? null : BigInt(v))), new arrow.Int64());
-    case "list_utf8":
-      return arrow.vectorFromArray(column.values, new arrow.List(new arrow.Field("item", new arrow.Utf8(), true)));
-    default: throw new Error(`unknown column type ${column.type}`);
-  }
+  const values = column.type === "int64" ? column.values.map((v) => (v === null ? null : BigInt(v))) : column.values;
+  return arrow.vectorFromArray(values, arrowType(column.type));
 }
 
 for (const file of JSON.parse(fs.readFileSync(specPath, "utf8"))) {

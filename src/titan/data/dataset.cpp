@@ -252,7 +252,10 @@ struct DocumentStream::Impl {
   std::vector<fs::path> files;
   std::vector<Format> formats;
   Reader reader;
-  std::unique_ptr<ParquetColumn> parquet;  // the open file's text column, when it is Parquet
+  // The open file's text column, when it is Parquet, or its conversations (chat_field) and their
+  // tool signatures (a "tools" column, when it has one) as JSON.
+  std::unique_ptr<ParquetColumn> parquet, parquet_tools;
+  nlohmann::ordered_json record;  // a Parquet conversation: {chat_field: messages, "tools": ...}
   DocPosition pos;  // of the next element
   Stats stats;
   std::string raw;
@@ -268,8 +271,17 @@ struct DocumentStream::Impl {
     if (pos.file >= files.size()) return;
     if (formats[pos.file] == Format::Parquet) {
       if (!parquet) {
-        parquet = std::make_unique<ParquetColumn>(files[pos.file], config.text_field);
+        const bool chat = !config.chat_field.empty();
+        parquet =
+            std::make_unique<ParquetColumn>(files[pos.file], chat ? config.chat_field : config.text_field,
+                                            chat ? ParquetColumn::Shape::Json : ParquetColumn::Shape::Text);
         parquet->seek(pos.offset);
+        const auto& columns = parquet->columns();
+        if (chat && std::find(columns.begin(), columns.end(), "tools") != columns.end()) {
+          parquet_tools =
+              std::make_unique<ParquetColumn>(files[pos.file], "tools", ParquetColumn::Shape::Json);
+          parquet_tools->seek(pos.offset);
+        }
       }
     } else if (!reader.is_open()) {
       reader.open(files[pos.file], pos.offset, pos.line);
@@ -279,6 +291,7 @@ struct DocumentStream::Impl {
   void finish_file() {
     reader.close();
     parquet.reset();
+    parquet_tools.reset();
     pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
   }
 
@@ -309,6 +322,18 @@ struct DocumentStream::Impl {
       fail(line, "field '" + config.chat_field + "': " + e.what());
     }
     doc.text = chat_text(doc.chat);
+  }
+
+  // Invalid UTF-8 in the strings of a record assembled from Parquet (whose bytes no JSON parser
+  // checked) replaced by U+FFFD; returns the replacements.
+  static uint64_t sanitize_strings(nlohmann::ordered_json& j) {
+    uint64_t invalid = 0;
+    if (j.is_string()) {
+      invalid += sanitize_utf8(j.get_ref<std::string&>());
+    } else if (j.is_structured()) {
+      for (auto& child : j) invalid += sanitize_strings(child);
+    }
+    return invalid;
   }
 
   // Parses one JSON element into `doc` (its text, and a conversation's pieces).
@@ -387,6 +412,18 @@ struct DocumentStream::Impl {
   bool next_raw(DocPosition& at, Format format) {
     if (format == Format::Parquet) {  // a row's text column; the position counts rows
       at = DocPosition{pos.file, parquet->row(), parquet->row() + 1, pos.index, false};
+      if (!config.chat_field.empty()) {  // a row's conversation, into `record`
+        nlohmann::ordered_json messages, tools;
+        if (!parquet->next_json(messages)) return false;
+        record = nlohmann::ordered_json::object();
+        record[config.chat_field] = std::move(messages);
+        if (parquet_tools) {
+          TITAN_CHECK(parquet_tools->next_json(tools), "dataset: ", files[pos.file].string(),
+                      ": its tools column ends before its rows");
+          if (!tools.is_null()) record["tools"] = std::move(tools);  // a row without tools has none
+        }
+        return true;
+      }
       bool null = false;
       if (!parquet->next(raw, null)) return false;
       if (null)
@@ -477,7 +514,10 @@ struct DocumentStream::Impl {
       ++pos.index;
       if (!mine(at.index)) continue;
       uint64_t invalid = 0;
-      if (format == Format::Text || format == Format::Parquet) {
+      if (format == Format::Parquet && !config.chat_field.empty()) {
+        invalid = sanitize_strings(record);
+        element_chat(record, at.line, doc);
+      } else if (format == Format::Text || format == Format::Parquet) {
         // The byte-order mark some editors open UTF-8 files with is not text to train on (the JSON
         // readers skip it too).
         if (format == Format::Text && at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0)
@@ -522,12 +562,17 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Text, "dataset: ", f.string(),
                 " is plain text, but conversations (chat_field '", config.chat_field,
                 "') are read from JSON records (.json, .jsonl, .ndjson)");
-    TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Parquet,
-                "dataset: ", f.string(),
-                " is Parquet, whose text column titan reads, but conversations (chat_field '",
-                config.chat_field, "') are read from JSON records (.json, .jsonl, .ndjson)");
     // Opened now, so that a missing column or an unreadable codec is said before any compute.
-    if (impl_->formats.back() == Format::Parquet) ParquetColumn(f, config.text_field);
+    if (impl_->formats.back() == Format::Parquet) {
+      if (config.chat_field.empty()) {
+        ParquetColumn(f, config.text_field);
+      } else {
+        const ParquetColumn messages(f, config.chat_field, ParquetColumn::Shape::Json);
+        const auto& columns = messages.columns();
+        if (std::find(columns.begin(), columns.end(), "tools") != columns.end())
+          ParquetColumn(f, "tools", ParquetColumn::Shape::Json);
+      }
+    }
   }
   impl_->config = std::move(config);
   impl_->shard = shard;
@@ -544,6 +589,7 @@ void DocumentStream::seek(const DocPosition& position) {
               impl_->files.size(), " files are listed");
   impl_->reader.close();
   impl_->parquet.reset();
+  impl_->parquet_tools.reset();
   impl_->pos = position;
 }
 

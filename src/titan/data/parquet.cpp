@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -640,19 +641,88 @@ bool codec_supported(int codec) {
          codec == kLz4Raw;
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
+// The file, and one leaf column's pages.
 
-struct ParquetColumn::Impl {
+// The open file and its footer, shared by the leaves read from it.
+struct ParquetFile {
   fs::path path;
-  std::string column;
   std::FILE* file = nullptr;
-  uint64_t file_size = 0;
+  uint64_t size = 0;
   FileMeta meta;
-  size_t leaf = 0;                        // the column's index among the leaves: its chunk in every row group
-  bool optional = false;                  // definition levels 0 (null) / 1 (value)
-  std::vector<uint64_t> group_first_row;  // row of the file each row group starts at
+
+  ~ParquetFile() {
+    if (file) std::fclose(file);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    TITAN_FAIL("dataset: ", path.string(), ": ", what);
+  }
+
+  void read_at(uint64_t offset, void* out, size_t n) const {
+    if (offset > size || n > size - offset)
+      fail("a read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
+           " runs past the end of the " + std::to_string(size) + "-byte file (truncated?)");
+    if (n == 0) return;
+    errno = 0;
+    if (fseeko(file, off_t(offset), SEEK_SET) != 0 || std::fread(out, 1, n, file) != n)
+      fail(std::string("read error at byte ") + std::to_string(offset) + ": " +
+           (errno ? std::strerror(errno) : "short read"));
+  }
+
+  void open(const fs::path& p) {
+    path = p;
+    errno = 0;
+    file = std::fopen(path.c_str(), "rb");
+    if (!file) fail(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "unknown error"));
+    std::error_code ec;
+    size = fs::file_size(path, ec);
+    if (ec) fail("cannot be sized: " + ec.message());
+    if (size < 12)
+      fail("is " + std::to_string(size) + " bytes, too short to be Parquet (it needs 12 at least)");
+    char head[4], tail[8];
+    read_at(0, head, 4);
+    read_at(size - 8, tail, 8);
+    if (std::memcmp(tail + 4, "PARE", 4) == 0)
+      fail("is an encrypted Parquet file; titan reads unencrypted files only");
+    if (std::memcmp(head, "PAR1", 4) != 0 || std::memcmp(tail + 4, "PAR1", 4) != 0)
+      fail(std::string("is not a Parquet file: it does not ") +
+           (std::memcmp(head, "PAR1", 4) != 0 ? "start" : "end") +
+           " with the magic bytes PAR1 (a truncated copy, or another format named .parquet)");
+    uint32_t footer_size;
+    std::memcpy(&footer_size, tail, 4);
+    if (uint64_t(footer_size) + 12 > size)
+      fail("its footer claims " + std::to_string(footer_size) + " bytes of a " + std::to_string(size) +
+           "-byte file (truncated or corrupt)");
+    std::vector<uint8_t> footer(footer_size);
+    read_at(size - 8 - footer_size, footer.data(), footer_size);
+    try {
+      Thrift t(footer.data(), footer.size());
+      meta = read_file_meta(t);
+    } catch (const Corrupt& c) {
+      fail("its footer is corrupt: " + c.what);
+    } catch (const NeedMore&) {
+      fail("its footer is corrupt: it ends inside a value");
+    }
+    if (meta.schema.empty() || meta.schema[0].num_children < 0) fail("its footer holds no schema");
+  }
+};
+
+// Where a chunk's pages start: its dictionary page when it has one. (Some writers set
+// dictionary_page_offset to 0 when there is none.)
+int64_t chunk_start(const ChunkMeta& c) {
+  if (c.dictionary_page_offset > 0 && c.dictionary_page_offset < c.data_page_offset)
+    return c.dictionary_page_offset;
+  return c.data_page_offset;
+}
+
+// One leaf column's values with their repetition and definition levels (Dremel's triplets), read
+// page by page through the chunks of successive row groups.
+struct LeafReader {
+  const ParquetFile* file = nullptr;
+  size_t leaf = 0;   // index among the schema's leaves: the leaf's chunk in every row group
+  std::string name;  // its path, dotted, for messages
+  int max_def = 0, max_rep = 0;
+  ParquetColumn::Layout* layout = nullptr;
 
   // The row group being read.
   size_t group = 0;
@@ -661,183 +731,33 @@ struct ParquetColumn::Impl {
   std::vector<uint8_t> dictionary_bytes;
   std::vector<std::string_view> dictionary;
   bool has_dictionary = false;
+  uint64_t skip = 0;  // rows still to skip after a seek
 
-  // The page being read: per row, whether it holds a value; the values; where the row stands.
+  // The page being read.
   std::vector<uint8_t> page_bytes;       // the decompressed page
   std::vector<uint8_t> rebuilt;          // DELTA_BYTE_ARRAY's values, rebuilt from prefixes
-  std::vector<uint32_t> defs;            // definition level of each row (optional columns)
+  std::vector<uint32_t> defs, reps;      // levels of each entry (empty where the maximum is 0)
   std::vector<std::string_view> values;  // the page's values, in order
-  size_t page_rows = 0, page_row = 0, page_value = 0;
+  size_t entries = 0, entry = 0, value = 0;
   uint64_t page_offset = 0;  // of the page's header, for errors
 
-  Layout layout;
-  uint64_t row = 0;        // of the file, the next next() returns
-  uint64_t skip_rows = 0;  // rows still to skip after a seek, before the next value returned
-
-  ~Impl() {
-    if (file) std::fclose(file);
-  }
-
-  [[noreturn]] void fail_at(const std::string& what) const {
-    TITAN_FAIL("dataset: ", path.string(), ": ", what);
-  }
   [[noreturn]] void fail_page(const std::string& what) const {
-    TITAN_FAIL("dataset: ", path.string(), ": column '", column, "', row group ", group, ", page at byte ",
-               page_offset, ": ", what, " (the file is corrupt or truncated)");
+    file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
+               std::to_string(page_offset) + ": " + what + " (the file is corrupt or truncated)");
   }
+  const ChunkMeta& chunk() const { return file->meta.row_groups[group].columns[leaf]; }
 
-  void read_at(uint64_t offset, void* out, size_t n) {
-    if (offset > file_size || n > file_size - offset)
-      fail_at("a read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
-              " runs past the end of the " + std::to_string(file_size) + "-byte file (truncated?)");
-    if (n == 0) return;
-    errno = 0;
-    if (fseeko(file, off_t(offset), SEEK_SET) != 0 || std::fread(out, 1, n, file) != n)
-      fail_at(std::string("read error at byte ") + std::to_string(offset) + ": " +
-              (errno ? std::strerror(errno) : "short read"));
-  }
-
-  void open() {
-    errno = 0;
-    file = std::fopen(path.c_str(), "rb");
-    if (!file) fail_at(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "unknown error"));
-    std::error_code ec;
-    file_size = fs::file_size(path, ec);
-    if (ec) fail_at("cannot be sized: " + ec.message());
-    if (file_size < 12)
-      fail_at("is " + std::to_string(file_size) + " bytes, too short to be Parquet (it needs 12 at least)");
-    char head[4], tail[8];
-    read_at(0, head, 4);
-    read_at(file_size - 8, tail, 8);
-    if (std::memcmp(tail + 4, "PARE", 4) == 0)
-      fail_at("is an encrypted Parquet file; titan reads unencrypted files only");
-    if (std::memcmp(head, "PAR1", 4) != 0 || std::memcmp(tail + 4, "PAR1", 4) != 0)
-      fail_at(std::string("is not a Parquet file: it does not ") +
-              (std::memcmp(head, "PAR1", 4) != 0 ? "start" : "end") +
-              " with the magic bytes PAR1 (a truncated copy, or another format named .parquet)");
-    uint32_t footer_size;
-    std::memcpy(&footer_size, tail, 4);
-    if (uint64_t(footer_size) + 12 > file_size)
-      fail_at("its footer claims " + std::to_string(footer_size) + " bytes of a " +
-              std::to_string(file_size) + "-byte file (truncated or corrupt)");
-    std::vector<uint8_t> footer(footer_size);
-    read_at(file_size - 8 - footer_size, footer.data(), footer_size);
-    try {
-      Thrift t(footer.data(), footer.size());
-      meta = read_file_meta(t);
-    } catch (const Corrupt& c) {
-      fail_at("its footer is corrupt: " + c.what);
-    } catch (const NeedMore&) {
-      fail_at("its footer is corrupt: it ends inside a value");
-    }
-    find_column();
-    check_row_groups();
-  }
-
-  // The top-level field named `column`, and its index among the schema's leaves.
-  void find_column() {
-    const auto& schema = meta.schema;
-    if (schema.empty() || schema[0].num_children < 0) fail_at("its footer holds no schema");
-    std::vector<std::string> names;
-    size_t leaves = 0, i = 1;
-    // The end of the subtree at `at` (the schema lists the tree depth first), counting its leaves.
-    auto subtree_end = [&](auto&& self, size_t at) -> size_t {
-      if (at >= schema.size()) fail_at("its schema is corrupt: a group names more children than it lists");
-      size_t next = at + 1;
-      if (schema[at].num_children == 0) {
-        ++leaves;
-        return next;
-      }
-      for (int c = 0; c < schema[at].num_children; ++c) next = self(self, next);
-      return next;
-    };
-    std::optional<size_t> found;
-    size_t found_leaf = 0;
-    for (int c = 0; c < schema[0].num_children; ++c) {
-      names.push_back(schema[i].name);
-      if (schema[i].name == column && !found) {
-        found = i;
-        found_leaf = leaves;
-      }
-      i = subtree_end(subtree_end, i);
-    }
-    if (!found) {
-      std::string list;
-      for (size_t n = 0; n < names.size() && n < 20; ++n) list += (n ? ", '" : "'") + names[n] + "'";
-      if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
-      fail_at("has no column '" + column +
-              "' (training.text_field names the column to read; its columns are " +
-              (names.empty() ? std::string("none") : list) + ")");
-    }
-    const SchemaElement& e = schema[*found];
-    if (e.num_children > 0)
-      fail_at(
-          "column '" + column +
-          "' is a nested group (a list, map or struct), not a string per row; titan reads a string column");
-    if (e.type != kByteArray)
-      fail_at("column '" + column + "' holds " + physical_type_name(e.type) + " values, not strings");
-    if (e.repetition == kRepeated)
-      fail_at("column '" + column + "' is repeated (a list of strings per row), not one string per row");
-    if (const std::string other = non_text_annotation(e); !other.empty())
-      fail_at("column '" + column + "' is annotated " + other + ", not text");
-    leaf = found_leaf;
-    optional = e.repetition == kOptional;
-  }
-
-  void check_row_groups() {
-    uint64_t rows = 0;
-    for (size_t g = 0; g < meta.row_groups.size(); ++g) {
-      const RowGroup& rg = meta.row_groups[g];
-      auto bad = [&](const std::string& what) { fail_at("row group " + std::to_string(g) + ": " + what); };
-      if (rg.num_rows < 0) bad("a negative row count");
-      if (leaf >= rg.columns.size()) bad("lists fewer column chunks than the schema has leaves");
-      const ChunkMeta& c = rg.columns[leaf];
-      if (c.encrypted) fail_at("column '" + column + "' is encrypted; titan reads unencrypted files only");
-      if (c.external)
-        bad("column '" + column + "' is stored in another file; titan reads self-contained files");
-      if (c.path != std::vector<std::string>{column})
-        bad("its column chunk " + std::to_string(leaf) + " is not column '" + column + "'");
-      if (!codec_supported(c.codec))
-        fail_at("column '" + column + "' is compressed with " + codec_name(c.codec) +
-                ", which titan does not read (it reads UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI and LZ4_RAW; "
-                "rewrite the file with one of them)");
-      if (c.num_values != rg.num_rows)
-        bad("column '" + column + "' holds " + std::to_string(c.num_values) + " values for " +
-            std::to_string(rg.num_rows) + " rows");
-      const int64_t start = chunk_start(c);
-      if (start < 4 || c.total_compressed_size < 0 || uint64_t(start) > file_size ||
-          uint64_t(c.total_compressed_size) > file_size - uint64_t(start))
-        bad("column '" + column + "' lies outside the file (bytes " + std::to_string(start) + " + " +
-            std::to_string(c.total_compressed_size) + " of " + std::to_string(file_size) + ")");
-      group_first_row.push_back(rows);
-      rows += uint64_t(rg.num_rows);
-    }
-    if (rows != uint64_t(meta.num_rows))
-      fail_at("its row groups hold " + std::to_string(rows) + " rows, its footer says " +
-              std::to_string(meta.num_rows));
-    group_first_row.push_back(rows);
-  }
-
-  // Where a chunk's pages start: its dictionary page when it has one. (Some writers set
-  // dictionary_page_offset to 0 when there is none.)
-  static int64_t chunk_start(const ChunkMeta& c) {
-    if (c.dictionary_page_offset > 0 && c.dictionary_page_offset < c.data_page_offset)
-      return c.dictionary_page_offset;
-    return c.data_page_offset;
-  }
-
-  void start_group(size_t g) {
+  void start_group(size_t g, uint64_t rows_to_skip) {
     group = g;
-    page_rows = page_row = 0;
-    values.clear();
+    entries = entry = value = 0;
     has_dictionary = false;
-    if (g >= meta.row_groups.size()) return;
-    const ChunkMeta& c = meta.row_groups[g].columns[leaf];
-    chunk_pos = uint64_t(chunk_start(c));
-    chunk_end = chunk_pos + uint64_t(c.total_compressed_size);
-    chunk_values_left = c.num_values;
-    ++layout.row_groups;
-    layout.codecs.insert(codec_name(c.codec));
+    skip = rows_to_skip;
+    if (g >= file->meta.row_groups.size()) return;
+    chunk_pos = uint64_t(chunk_start(chunk()));
+    chunk_end = chunk_pos + uint64_t(chunk().total_compressed_size);
+    chunk_values_left = chunk().num_values;
+    ++layout->row_groups;
+    layout->codecs.insert(codec_name(chunk().codec));
   }
 
   // The header of the page at chunk_pos, and its size in bytes.
@@ -846,7 +766,7 @@ struct ParquetColumn::Impl {
     for (size_t want = 256;; want *= 4) {
       const size_t n = size_t(std::min<uint64_t>(want, chunk_end - chunk_pos));
       buf.resize(n);
-      read_at(chunk_pos, buf.data(), n);
+      file->read_at(chunk_pos, buf.data(), n);
       try {
         Thrift t(buf.data(), n);
         PageHeader h = read_page_header(t);
@@ -863,7 +783,7 @@ struct ParquetColumn::Impl {
   // The page's stored bytes, CRC-checked where the writer stored a CRC.
   std::vector<uint8_t> read_page_body(const PageHeader& h, uint64_t body_at) {
     std::vector<uint8_t> stored(size_t(h.compressed_size));
-    read_at(body_at, stored.data(), stored.size());
+    file->read_at(body_at, stored.data(), stored.size());
     if (h.has_crc) {
       const uint32_t crc = uint32_t(crc32(0, stored.data(), uInt(stored.size())));
       if (crc != h.crc) fail_page("its CRC does not match its bytes");
@@ -876,7 +796,7 @@ struct ParquetColumn::Impl {
     page_bytes.resize(size_t(size));
     if (from > stored.size() || from > page_bytes.size()) fail_page("its level bytes run past the page");
     std::memcpy(page_bytes.data(), stored.data(), from);
-    const int codec = meta.row_groups[group].columns[leaf].codec;
+    const int codec = chunk().codec;
     if (!compressed || codec == kUncompressed) {
       if (stored.size() != page_bytes.size())
         fail_page("it stores " + std::to_string(stored.size()) + " bytes uncompressed but its header says " +
@@ -924,9 +844,6 @@ struct ParquetColumn::Impl {
       case kDeltaLengthByteArray: {
         std::vector<int64_t> lengths;
         decode_delta_binary_packed(in, count, lengths, "the DELTA_LENGTH_BYTE_ARRAY lengths");
-        if (lengths.size() != count)
-          throw Corrupt{"it holds " + std::to_string(lengths.size()) + " lengths for " +
-                        std::to_string(count) + " values"};
         for (int64_t n : lengths) {
           if (n < 0) throw Corrupt{"a negative value length"};
           in.need(size_t(n), "a DELTA_LENGTH_BYTE_ARRAY value");
@@ -939,10 +856,6 @@ struct ParquetColumn::Impl {
         std::vector<int64_t> prefixes, suffixes;
         decode_delta_binary_packed(in, count, prefixes, "the DELTA_BYTE_ARRAY prefix lengths");
         decode_delta_binary_packed(in, count, suffixes, "the DELTA_BYTE_ARRAY suffix lengths");
-        if (prefixes.size() != count || suffixes.size() != count)
-          throw Corrupt{"it holds " + std::to_string(prefixes.size()) + " prefixes and " +
-                        std::to_string(suffixes.size()) + " suffixes for " + std::to_string(count) +
-                        " values"};
         // Each value is the previous one's first `prefix` bytes and its own suffix.
         std::vector<size_t> ends(count);
         rebuilt.clear();
@@ -971,16 +884,16 @@ struct ParquetColumn::Impl {
     }
   }
 
-  // Reads the next data page of the group into `values` (a dictionary page before it into the
-  // dictionary). Whole pages of rows still to skip are passed over by their headers. False when
-  // the chunk has no page left.
+  // Reads the next data page of the chunk (a dictionary page before it into the dictionary). While
+  // rows are to be skipped, a page whose row count its header gives (a flat column's, or any v2
+  // page, which starts at a row) and that lies wholly before the row sought is passed over unread.
+  // False when the chunk has no page left.
   bool load_page() {
     while (chunk_values_left > 0) {
       if (chunk_pos >= chunk_end)
-        fail_at("column '" + column + "', row group " + std::to_string(group) + ": its pages end " +
-                std::to_string(chunk_values_left) + " values short of the chunk's " +
-                std::to_string(meta.row_groups[group].columns[leaf].num_values) +
-                " (the file is corrupt or truncated)");
+        file->fail("column '" + name + "', row group " + std::to_string(group) + ": its pages end " +
+                   std::to_string(chunk_values_left) + " values short of the chunk's " +
+                   std::to_string(chunk().num_values) + " (the file is corrupt or truncated)");
       page_offset = chunk_pos;
       size_t header_bytes = 0;
       const PageHeader h = read_header(header_bytes);
@@ -1000,11 +913,17 @@ struct ParquetColumn::Impl {
         fail_page("it holds " + std::to_string(h.num_values) + " values, more than the " +
                   std::to_string(chunk_values_left) + " its column chunk has left");
       chunk_values_left -= h.num_values;
-      if (h.type == kDataPageV2 && h.num_rows >= 0 && h.num_rows != h.num_values)
-        fail_page("a flat column's page holds " + std::to_string(h.num_values) + " values in " +
-                  std::to_string(h.num_rows) + " rows");
-      if (skip_rows >= uint64_t(h.num_values)) {  // the whole page lies before the row sought
-        skip_rows -= uint64_t(h.num_values);
+      int64_t rows = -1;  // known from the header alone
+      if (max_rep == 0) {
+        rows = h.num_values;
+        if (h.type == kDataPageV2 && h.num_rows >= 0 && h.num_rows != h.num_values)
+          fail_page("a flat column's page holds " + std::to_string(h.num_values) + " values in " +
+                    std::to_string(h.num_rows) + " rows");
+      } else if (h.type == kDataPageV2 && h.num_rows >= 0) {
+        rows = h.num_rows;
+      }
+      if (rows >= 0 && skip >= uint64_t(rows)) {
+        skip -= uint64_t(rows);
         continue;
       }
       try {
@@ -1012,16 +931,10 @@ struct ParquetColumn::Impl {
       } catch (const Corrupt& c) {
         fail_page(c.what);
       }
-      page_row = size_t(skip_rows);
-      page_value = 0;
-      for (size_t r = 0; r < page_row; ++r) page_value += row_has_value(r);
-      skip_rows = 0;
       return true;
     }
     return false;
   }
-
-  bool row_has_value(size_t r) const { return !optional || defs[r] == 1; }
 
   void load_dictionary(const PageHeader& h, uint64_t body_at) {
     if (h.encoding != kPlain && h.encoding != kPlainDictionary)
@@ -1037,97 +950,405 @@ struct ParquetColumn::Impl {
       fail_page("its dictionary: " + c.what);
     }
     has_dictionary = true;
-    ++layout.dictionary_pages;
+    ++layout->dictionary_pages;
+  }
+
+  static int bit_width(int max_level) {
+    int w = 0;
+    while ((1 << w) <= max_level) ++w;
+    return w;
   }
 
   void load_data_page(const PageHeader& h, uint64_t body_at) {
     const std::vector<uint8_t> stored = read_page_body(h, body_at);
-    const size_t rows = size_t(h.num_values);
+    const size_t n = size_t(h.num_values);
     Bytes in{nullptr, nullptr};
+    // Levels: v2 stores them uncompressed before the values, with their sizes in the header; v1
+    // inside the compressed page, each after its 4-byte size.
+    auto levels = [&](Bytes& bytes, int max_level, std::vector<uint32_t>& out, const char* what) {
+      out.clear();
+      if (max_level == 0) return;
+      decode_hybrid(bytes, bit_width(max_level), n, out, what);
+      for (uint32_t l : out)
+        if (l > uint32_t(max_level))
+          throw Corrupt{std::string(what) + " hold " + std::to_string(l) + " where the maximum is " +
+                        std::to_string(max_level)};
+    };
     if (h.type == kDataPageV2) {
-      if (h.rep_bytes != 0) throw Corrupt{"a flat column's page has repetition levels"};
-      if (h.def_bytes < 0) throw Corrupt{"a negative definition-level size"};
-      decompress_into_page(stored, size_t(h.def_bytes), h.values_compressed, h.uncompressed_size);
+      if (h.def_bytes < 0 || h.rep_bytes < 0) throw Corrupt{"a negative level size"};
+      if ((max_rep == 0 && h.rep_bytes != 0) || (max_def == 0 && h.def_bytes != 0))
+        throw Corrupt{"levels where the column has none"};
+      const size_t level_bytes = size_t(h.rep_bytes) + size_t(h.def_bytes);
+      decompress_into_page(stored, level_bytes, h.values_compressed, h.uncompressed_size);
       in = Bytes{page_bytes.data(), page_bytes.data() + page_bytes.size()};
-      if (optional) {
-        Bytes levels{in.p, in.p + h.def_bytes};
-        decode_hybrid(levels, 1, rows, defs, "the definition levels");
-      } else if (h.def_bytes != 0) {
-        throw Corrupt{"a required column's page has definition levels"};
-      }
-      in.p += h.def_bytes;
+      Bytes rep_in{in.p, in.p + h.rep_bytes}, def_in{in.p + h.rep_bytes, in.p + level_bytes};
+      levels(rep_in, max_rep, reps, "the repetition levels");
+      levels(def_in, max_def, defs, "the definition levels");
+      in.p += level_bytes;
     } else {
       decompress_into_page(stored, 0, true, h.uncompressed_size);
       in = Bytes{page_bytes.data(), page_bytes.data() + page_bytes.size()};
-      if (optional) {
+      if (max_rep > 0 || max_def > 0)
         if (h.level_encoding != kRle)
-          throw Corrupt{"its definition levels are " + encoding_name(h.level_encoding) +
-                        "-encoded (titan reads RLE)"};
-        const uint32_t n = in.u32le("the definition levels' length");
-        in.need(n, "the definition levels");
-        Bytes levels{in.p, in.p + n};
-        decode_hybrid(levels, 1, rows, defs, "the definition levels");
-        in.p += n;
+          throw Corrupt{"its levels are " + encoding_name(h.level_encoding) + "-encoded (titan reads RLE)"};
+      for (auto [max_level, out, what] : {std::tuple{max_rep, &reps, "the repetition levels"},
+                                          std::tuple{max_def, &defs, "the definition levels"}}) {
+        if (max_level == 0) {
+          out->clear();
+          continue;
+        }
+        const uint32_t size = in.u32le(what);
+        in.need(size, what);
+        Bytes level_in{in.p, in.p + size};
+        levels(level_in, max_level, *out, what);
+        in.p += size;
       }
     }
-    size_t present = rows;
-    if (optional) {
-      present = 0;
-      for (uint32_t d : defs) {
-        if (d > 1)
-          throw Corrupt{"a definition level of " + std::to_string(d) + " in a column whose maximum is 1"};
-        present += d;
-      }
-    }
+    size_t present = n;
+    if (max_def > 0) present = size_t(std::count(defs.begin(), defs.end(), uint32_t(max_def)));
+    if (max_rep > 0 && n > 0 && reps[0] != 0 && chunk_values_left + h.num_values == chunk().num_values)
+      throw Corrupt{"the column chunk's first value continues a row"};
     decode_values(in, h.encoding, present, values);
-    page_rows = rows;
-    ++(h.type == kDataPageV2 ? layout.v2_pages : layout.v1_pages);
-    layout.encodings.insert(encoding_name(h.encoding));
+    entries = n;
+    entry = value = 0;
+    ++(h.type == kDataPageV2 ? layout->v2_pages : layout->v1_pages);
+    layout->encodings.insert(encoding_name(h.encoding));
+  }
+
+  // Whether an entry is at hand (a page loaded as needed); false at the end of the chunk.
+  bool ready() {
+    while (entry >= entries)
+      if (!load_page()) return false;
+    return true;
+  }
+  // The repetition level of the next entry; -1 at the end of the chunk (a row never spans chunks).
+  int peek_rep() {
+    if (!ready()) return -1;
+    return max_rep == 0 ? 0 : int(reps[entry]);
+  }
+  struct Entry {
+    int rep, def;
+    std::string_view value;  // valid until the next page loads; empty where def < max_def
+  };
+  Entry take() {
+    Entry e{max_rep == 0 ? 0 : int(reps[entry]), max_def == 0 ? 0 : int(defs[entry]), {}};
+    if (e.def == max_def) {
+      if (value >= values.size()) fail_page("it holds fewer values than its definition levels say");
+      e.value = values[value++];
+    }
+    ++entry;
+    return e;
+  }
+
+  // One row's entries (copied: a row may span pages); false at the end of the chunk.
+  struct Owned {
+    int rep, def;
+    std::string value;
+  };
+  bool read_row(std::vector<Owned>& row) {
+    row.clear();
+    if (peek_rep() < 0) return false;
+    if (peek_rep() != 0) fail_page("a row starts with repetition level " + std::to_string(peek_rep()));
+    do {
+      const Entry e = take();
+      row.push_back({e.rep, e.def, std::string(e.value)});
+    } while (peek_rep() > 0);
+    return true;
+  }
+
+  // Passes over the `skip` rows start_group asked for: whole pages by their headers where they can
+  // be (load_page), the rest entry by entry.
+  void skip_rows() {
+    while (skip > 0) {
+      if (peek_rep() < 0)
+        file->fail("column '" + name + "' has fewer rows in row group " + std::to_string(group) +
+                   " than the row group");
+      if (skip == 0) break;  // load_page passed over the rest
+      take();
+      --skip;  // before the row's further entries: a page after them starts a row
+      while (peek_rep() > 0) take();
+    }
+  }
+};
+
+// The schema below a top-level field, as the JSON a row of it becomes. Each leaf's path is a list
+// of steps from the field's slot to the leaf's value.
+struct Step {
+  enum Kind { kNullable, kRepeated, kKey, kValue } kind;
+  int def = 0;      // kNullable / kRepeated: the definition level at which the node is present
+  int rep = 0;      // kRepeated: the node's repetition level
+  std::string key;  // kKey
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct ParquetColumn::Impl {
+  ParquetFile file;
+  std::string column;
+  bool as_text = true;  // the field is one string per row (next()); else any shape (next_json())
+  std::vector<std::string> top_level;     // the file's columns
+  std::vector<LeafReader> leaves;         // the field's leaves, in schema order
+  std::vector<std::vector<Step>> paths;   // each leaf's steps
+  std::vector<uint64_t> group_first_row;  // row of the file each row group starts at
+  size_t group = 0;
+  uint64_t group_rows_left = 0;
+  uint64_t row = 0;  // of the file, the next next() returns
+  Layout layout;
+  std::vector<std::vector<LeafReader::Owned>> row_entries;  // per leaf, for the row being read
+
+  [[noreturn]] void fail(const std::string& what) const { file.fail(what); }
+
+  // Builds the steps of the leaves under schema element `at` (whose slot the steps so far reach);
+  // returns the index after its subtree. `leaf` counts the schema's leaves before `at`.
+  size_t walk(size_t at, std::vector<Step> steps, int def, int rep, size_t& leaf, const std::string& dotted,
+              bool repetition_done = false) {
+    const auto& schema = file.meta.schema;
+    if (at >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
+    const SchemaElement& e = schema[at];
+    const std::string name = dotted.empty() ? e.name : dotted + "." + e.name;
+    if (!repetition_done) {
+      if (e.repetition == kOptional) {
+        steps.push_back({Step::kNullable, ++def, 0, ""});
+      } else if (e.repetition == kRepeated) {  // a bare repeated field: a list of its values
+        steps.push_back({Step::kRepeated, ++def, ++rep, ""});
+      }
+    }
+    if (e.num_children == 0) {  // a leaf
+      if (e.type != kByteArray)
+        fail("column '" + column + "' holds " + physical_type_name(e.type) + " values in '" + name +
+             "'; titan reads strings" + (as_text ? "" : " in a conversation's fields"));
+      if (const std::string other = non_text_annotation(e); !other.empty())
+        fail("column '" + name + "' is annotated " + other + ", not text");
+      steps.push_back({Step::kValue, 0, 0, ""});
+      LeafReader r;
+      r.file = &file;
+      r.leaf = leaf++;
+      r.name = name;
+      r.max_def = def;
+      r.max_rep = rep;
+      r.layout = &layout;
+      leaves.push_back(std::move(r));
+      paths.push_back(std::move(steps));
+      return at + 1;
+    }
+    const bool is_list = e.converted_type == 3 || e.logical_type == 3;
+    const bool is_map = e.converted_type == 1 || e.converted_type == 2 || e.logical_type == 2;
+    if (is_map) fail("column '" + name + "' is a map; titan reads strings, lists and structs of them");
+    if (is_list) {
+      // LIST: one repeated child; its one child is the element (three levels), or it is the element
+      // itself (the older two-level lists: several fields, or named "array" or "<list>_tuple").
+      if (e.num_children != 1 || at + 1 >= schema.size() || schema[at + 1].repetition != kRepeated)
+        fail("column '" + name + "' is a LIST whose child is not one repeated field");
+      const SchemaElement& r = schema[at + 1];
+      steps.push_back({Step::kRepeated, ++def, ++rep, ""});
+      const bool three_level = r.num_children == 1 && r.name != "array" && r.name != e.name + "_tuple";
+      if (three_level) {
+        if (at + 2 < schema.size() && schema[at + 2].repetition == kRepeated)
+          fail("column '" + name + "' is a LIST whose element is repeated");
+        return walk(at + 2, steps, def, rep, leaf, name + "." + r.name);
+      }
+      return walk(at + 1, steps, def, rep, leaf, name, /*repetition_done=*/true);
+    }
+    size_t next = at + 1;
+    for (int c = 0; c < e.num_children; ++c) {
+      if (next >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
+      std::vector<Step> child = steps;
+      child.push_back({Step::kKey, 0, 0, schema[next].name});
+      next = walk(next, child, def, rep, leaf, name);
+    }
+    return next;
+  }
+
+  // The end of the subtree at `at`, counting its leaves into `leaves_before`.
+  size_t skip_subtree(size_t at, size_t& leaves_before) const {
+    const auto& schema = file.meta.schema;
+    if (at >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
+    if (schema[at].num_children == 0) {
+      ++leaves_before;
+      return at + 1;
+    }
+    size_t next = at + 1;
+    for (int c = 0; c < schema[at].num_children; ++c) next = skip_subtree(next, leaves_before);
+    return next;
+  }
+
+  void find_column() {
+    const auto& schema = file.meta.schema;
+    size_t leaves_before = 0, i = 1;
+    std::optional<size_t> found;
+    size_t found_leaf = 0;
+    for (int c = 0; c < schema[0].num_children; ++c) {
+      if (i >= schema.size()) fail("its schema is corrupt: the root names more children than it lists");
+      top_level.push_back(schema[i].name);
+      if (schema[i].name == column && !found) {
+        found = i;
+        found_leaf = leaves_before;
+      }
+      i = skip_subtree(i, leaves_before);
+    }
+    if (!found) {
+      std::string list;
+      for (size_t n = 0; n < top_level.size() && n < 20; ++n) list += (n ? ", '" : "'") + top_level[n] + "'";
+      if (top_level.size() > 20) list += ", ... (" + std::to_string(top_level.size()) + " in all)";
+      fail("has no column '" + column + "' (" +
+           (as_text ? "training.text_field names the column to read"
+                    : "training.chat_field names the messages") +
+           "; its columns are " + (top_level.empty() ? std::string("none") : list) + ")");
+    }
+    const SchemaElement& e = schema[*found];
+    if (as_text) {
+      if (e.num_children > 0)
+        fail(
+            "column '" + column +
+            "' is a nested group (a list, map or struct), not a string per row; titan reads a string column");
+      if (e.type != kByteArray)
+        fail("column '" + column + "' holds " + physical_type_name(e.type) + " values, not strings");
+      if (e.repetition == kRepeated)
+        fail("column '" + column + "' is repeated (a list of strings per row), not one string per row");
+    }
+    size_t leaf = found_leaf;
+    walk(*found, {}, 0, 0, leaf, "");
+    row_entries.resize(leaves.size());
+  }
+
+  void check_row_groups() {
+    uint64_t rows = 0;
+    const auto& meta = file.meta;
+    for (size_t g = 0; g < meta.row_groups.size(); ++g) {
+      const RowGroup& rg = meta.row_groups[g];
+      auto bad = [&](const std::string& what) { fail("row group " + std::to_string(g) + ": " + what); };
+      if (rg.num_rows < 0) bad("a negative row count");
+      for (const LeafReader& l : leaves) {
+        if (l.leaf >= rg.columns.size()) bad("lists fewer column chunks than the schema has leaves");
+        const ChunkMeta& c = rg.columns[l.leaf];
+        if (c.encrypted) fail("column '" + l.name + "' is encrypted; titan reads unencrypted files only");
+        if (c.external)
+          bad("column '" + l.name + "' is stored in another file; titan reads self-contained files");
+        std::string dotted;
+        for (const std::string& part : c.path) dotted += (dotted.empty() ? "" : ".") + part;
+        if (dotted != l.name)
+          bad("its column chunk " + std::to_string(l.leaf) + " is '" + dotted + "', not '" + l.name + "'");
+        if (!codec_supported(c.codec))
+          fail("column '" + l.name + "' is compressed with " + codec_name(c.codec) +
+               ", which titan does not read (it reads UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI and LZ4_RAW; "
+               "rewrite the file with one of them)");
+        if (l.max_rep == 0 ? c.num_values != rg.num_rows : c.num_values < rg.num_rows)
+          bad("column '" + l.name + "' holds " + std::to_string(c.num_values) + " values for " +
+              std::to_string(rg.num_rows) + " rows");
+        const int64_t start = chunk_start(c);
+        if (start < 4 || c.total_compressed_size < 0 || uint64_t(start) > file.size ||
+            uint64_t(c.total_compressed_size) > file.size - uint64_t(start))
+          bad("column '" + l.name + "' lies outside the file (bytes " + std::to_string(start) + " + " +
+              std::to_string(c.total_compressed_size) + " of " + std::to_string(file.size) + ")");
+      }
+      group_first_row.push_back(rows);
+      rows += uint64_t(rg.num_rows);
+    }
+    if (rows != uint64_t(meta.num_rows))
+      fail("its row groups hold " + std::to_string(rows) + " rows, its footer says " +
+           std::to_string(meta.num_rows));
+    group_first_row.push_back(rows);
+  }
+
+  uint64_t rows() const { return uint64_t(file.meta.num_rows); }
+
+  void start_group(size_t g, uint64_t skip) {
+    group = g;
+    group_rows_left = g < file.meta.row_groups.size() ? uint64_t(file.meta.row_groups[g].num_rows) - skip : 0;
+    for (LeafReader& l : leaves) {
+      l.start_group(g, skip);
+      if (g < file.meta.row_groups.size()) l.skip_rows();
+    }
   }
 
   void seek(uint64_t target) {
-    if (target > meta_rows())
-      fail_at("row " + std::to_string(target) + " is past its " + std::to_string(meta_rows()) + " rows");
-    const size_t g = size_t(std::upper_bound(group_first_row.begin(), group_first_row.end(), target) -
-                            group_first_row.begin()) -
-                     1;
-    start_group(std::min(g, meta.row_groups.size()));
-    skip_rows = target - group_first_row[std::min(g, meta.row_groups.size())];
+    if (target > rows())
+      fail("row " + std::to_string(target) + " is past its " + std::to_string(rows()) + " rows");
+    const size_t groups = file.meta.row_groups.size();
+    const size_t g =
+        std::min(size_t(std::upper_bound(group_first_row.begin(), group_first_row.end(), target) -
+                        group_first_row.begin()) -
+                     1,
+                 groups);
+    start_group(g, target - group_first_row[g]);
     row = target;
   }
 
-  uint64_t meta_rows() const { return uint64_t(meta.num_rows); }
-
-  bool next(std::string& value, bool& null) {
-    while (page_row >= page_rows) {
-      if (group >= meta.row_groups.size()) return false;
-      if (!load_page()) start_group(group + 1);
+  // The next row's entries of every leaf into row_entries; false at the end of the file.
+  bool next_row() {
+    while (group_rows_left == 0) {
+      if (group >= file.meta.row_groups.size()) return false;
+      start_group(group + 1, 0);
+      if (group >= file.meta.row_groups.size()) return false;
     }
-    null = !row_has_value(page_row);
-    if (!null) {
-      if (page_value >= values.size()) fail_page("it holds fewer values than its definition levels say");
-      value.assign(values[page_value].data(), values[page_value].size());
-      ++page_value;
-    } else {
-      value.clear();
-    }
-    ++page_row;
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (!leaves[i].read_row(row_entries[i]))
+        fail("column '" + leaves[i].name + "' has fewer rows in row group " + std::to_string(group) +
+             " than the row group");
+    --group_rows_left;
     ++row;
+    return true;
+  }
+
+  bool next_text(std::string& value, bool& null) {
+    if (!next_row()) return false;
+    const LeafReader::Owned& e = row_entries[0].front();
+    null = e.def < leaves[0].max_def;
+    value = e.value;
+    return true;
+  }
+
+  // Dremel's record assembly: each leaf's entries placed along its steps. A repeated node's
+  // element is chosen by a counter per repetition level, which an entry's repetition level
+  // advances (and resets below it), so the leaves of one struct land in the same elements.
+  bool next_json(nlohmann::ordered_json& out) {
+    if (!next_row()) return false;
+    out = nullptr;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      std::vector<size_t> index(size_t(leaves[i].max_rep) + 1, 0);
+      for (const LeafReader::Owned& e : row_entries[i]) {
+        if (e.rep > 0) {
+          ++index[size_t(e.rep)];
+          std::fill(index.begin() + e.rep + 1, index.end(), 0);
+        }
+        nlohmann::ordered_json* slot = &out;
+        for (const Step& s : paths[i]) {
+          if (s.kind == Step::kNullable) {
+            if (e.def < s.def) break;  // null here (and so below)
+          } else if (s.kind == Step::kRepeated) {
+            if (!slot->is_array()) *slot = nlohmann::ordered_json::array();
+            if (e.def < s.def) break;  // an empty list
+            const size_t k = index[size_t(s.rep)];
+            while (slot->size() <= k) slot->push_back(nullptr);
+            slot = &(*slot)[k];
+          } else if (s.kind == Step::kKey) {
+            if (!slot->is_object()) *slot = nlohmann::ordered_json::object();
+            slot = &(*slot)[s.key];
+          } else {
+            *slot = e.value;
+          }
+        }
+      }
+    }
     return true;
   }
 };
 
-ParquetColumn::ParquetColumn(const fs::path& file, const std::string& column)
+ParquetColumn::ParquetColumn(const fs::path& file, const std::string& column, Shape shape)
     : impl_(std::make_unique<Impl>()) {
-  impl_->path = file;
+  impl_->file.open(file);
   impl_->column = column;
-  impl_->open();
+  impl_->as_text = shape == Shape::Text;
+  impl_->find_column();
+  impl_->check_row_groups();
   impl_->seek(0);
 }
 
 ParquetColumn::~ParquetColumn() = default;
 uint64_t ParquetColumn::rows() const {
-  return impl_->meta_rows();
+  return impl_->rows();
 }
 uint64_t ParquetColumn::row() const {
   return impl_->row;
@@ -1136,7 +1357,14 @@ void ParquetColumn::seek(uint64_t row) {
   impl_->seek(row);
 }
 bool ParquetColumn::next(std::string& value, bool& null) {
-  return impl_->next(value, null);
+  TITAN_CHECK(impl_->as_text, "ParquetColumn::next: column '", impl_->column, "' was opened as JSON");
+  return impl_->next_text(value, null);
+}
+bool ParquetColumn::next_json(nlohmann::ordered_json& value) {
+  return impl_->next_json(value);
+}
+const std::vector<std::string>& ParquetColumn::columns() const {
+  return impl_->top_level;
 }
 const ParquetColumn::Layout& ParquetColumn::layout() const {
   return impl_->layout;

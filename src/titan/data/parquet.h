@@ -1,27 +1,34 @@
 #pragma once
-// One text column of an Apache Parquet file (the format Hugging Face datasets are stored in), read
-// row by row. The footer's schema finds the column; its column chunk in each row group is then read
-// page by page, so only that column's bytes are read and only one decompressed page (and the row
-// group's dictionary) is in memory: a file larger than memory works. What is read is what the
-// Parquet format allows for a string column (docs/data.md, "Parquet"): data pages v1 and v2; PLAIN,
-// dictionary, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY values; uncompressed, Snappy, gzip,
-// zstd, Brotli and LZ4_RAW pages; page CRCs are checked where the writer stored them. Anything else
-// (an encrypted file, a nested or non-string column, another codec) is an error naming the file and
-// the rule, said when the file is opened.
+// One column of an Apache Parquet file (the format Hugging Face datasets are stored in), read row by
+// row: a text column as strings, or a nested one (a conversation's list of message structs) as the
+// JSON each row holds. The footer's schema finds the column; its leaves' column chunks in each row
+// group are then read page by page, so only that column's bytes are read and only one decompressed
+// page per leaf (and the row group's dictionary) is in memory: a file larger than memory works. What is read
+// is what the Parquet format allows for a string column (docs/data.md, "Parquet"): data pages v1 and v2;
+// PLAIN, dictionary, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY values; uncompressed, Snappy, gzip, zstd,
+// Brotli and LZ4_RAW pages; page CRCs are checked where the writer stored them. Anything else (an encrypted
+// file, a nested or non-string column, another codec) is an error naming the file and the rule, said when the
+// file is opened.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace titan::data {
 
 class ParquetColumn {
  public:
+  // Text: one string per row (next()). Json: any nesting of lists and structs of strings, each row
+  // as JSON (next_json()): a LIST is an array, a struct an object keyed by its fields, a null null.
+  enum class Shape { Text, Json };
   // Opens `file` and finds its top-level column `column`. A file that is not Parquet, a truncated
-  // footer, a missing column (the error lists the columns there are), a nested, repeated or
-  // non-string column, or a codec titan cannot decompress is an error naming the file.
-  ParquetColumn(const std::filesystem::path& file, const std::string& column);
+  // footer, a missing column (the error lists the columns there are), a column not of `shape` (a
+  // nested, repeated or non-string one for Text; a map or a non-string leaf for Json), or a codec
+  // titan cannot decompress is an error naming the file.
+  ParquetColumn(const std::filesystem::path& file, const std::string& column, Shape shape = Shape::Text);
   ~ParquetColumn();
   ParquetColumn(const ParquetColumn&) = delete;
   ParquetColumn& operator=(const ParquetColumn&) = delete;
@@ -34,6 +41,10 @@ class ParquetColumn {
   // False at the end of the file. A corrupted page is an error naming the file, the row group and
   // the page's byte offset.
   bool next(std::string& value, bool& null);
+  // A Json column's next row; false at the end of the file.
+  bool next_json(nlohmann::ordered_json& value);
+  // The file's top-level columns, in schema order.
+  const std::vector<std::string>& columns() const;
 
   // What the pages read so far were (those a seek passed over by their headers are not counted):
   // which of the format's options a writer used, for tests and diagnostics.
