@@ -82,12 +82,12 @@ TEST(Dataset, PlainTextSplits) {
   EXPECT_EQ(read_all({{dir / "t.txt"}, "text", "file"}), (std::vector<std::string>{text}));
   EXPECT_NE(error_of({{dir / "t.txt"}, "text", "sentence"}).find("text_split 'sentence'"), std::string::npos);
   // A name without an extension is plain text; another extension is a format titan does not read
-  // (a .csv of JSON lines would otherwise train on the raw JSON).
+  // (a .xml of JSON lines would otherwise train on the raw JSON).
   write_file(dir / "corpus", "para\n\nother\n");
   EXPECT_EQ(read_all({{dir / "corpus"}}), (std::vector<std::string>{"para", "other"}));
-  write_file(dir / "rows.csv", "{\"text\": \"a\"}\n");
-  const std::string e = error_of({{dir / "rows.csv"}});
-  EXPECT_NE(e.find("rows.csv: '.csv' files are not a format titan reads"), std::string::npos) << e;
+  write_file(dir / "rows.xml", "{\"text\": \"a\"}\n");
+  const std::string e = error_of({{dir / "rows.xml"}});
+  EXPECT_NE(e.find("rows.xml: '.xml' files are not a format titan reads"), std::string::npos) << e;
   // A UTF-8 byte-order mark opening the file is not text (a character that merely starts with the
   // same byte, U+FF01, is).
   write_file(dir / "bom.txt",
@@ -396,6 +396,90 @@ TEST(Dataset, CorruptedAndTruncatedGzipNameTheFile) {
   e = error_of({{dir / "plain.txt.gz"}});
   EXPECT_NE(e.find("plain.txt.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("not valid gzip data at compressed byte"), std::string::npos) << e;
+}
+
+// CSV and TSV: a header naming the columns, the text column's field per record; quoted fields
+// holding delimiters, newlines and doubled quotes; CRLF; blank lines and empty texts skipped; a
+// byte-order mark; compressed; positions that resume at a record (its first line).
+TEST(Dataset, CsvAndTsvRecordsReadTheirTextColumn) {
+  auto dir = temp_dir("dataset_csv");
+  const std::string csv =
+      "\xEF\xBB\xBFid,text,label\r\n"
+      "1,plain words,a\r\n"
+      "2,\"with, a comma\",b\r\n"
+      "\r\n"
+      "3,\"two\r\nlines and \"\"quotes\"\"\",c\r\n"
+      "4,,d\r\n"
+      "5,\"\",e\r\n"
+      "6,last,f";
+  write_file(dir / "a.csv", csv);
+  const std::vector<std::string> texts = {"plain words", "with, a comma", "two\r\nlines and \"quotes\"",
+                                          "last"};
+  DocumentStream s({{dir / "a.csv"}});
+  std::vector<DocPosition> positions;
+  EXPECT_EQ(read_all(s, &positions), texts);
+  EXPECT_EQ(s.stats().empty_skipped, 2u);
+  EXPECT_EQ(positions[2].line, 5u);  // the record's first line
+  EXPECT_EQ(positions[3].line, 9u);
+  expect_seeks_back(s, positions, texts, {0, 2, 3, 1});
+  EXPECT_EQ(read_all({{dir / "a.csv"}, "label"}), (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
+  write_file(dir / "a.tsv", "text\tid\nfirst, with a comma\t1\n\"quoted\ttab\"\t2\n");
+  EXPECT_EQ(read_all({{dir / "a.tsv"}}), (std::vector<std::string>{"first, with a comma", "quoted\ttab"}));
+  write_file(dir / "z" / "a.csv.gz", gzip_bytes(csv));
+  write_file(dir / "z" / "b.csv.zst", zstd_bytes(csv));
+  auto twice = texts;
+  twice.insert(twice.end(), texts.begin(), texts.end());
+  EXPECT_EQ(read_all({{dir / "z"}}), twice);
+
+  auto expect_error = [&](const std::string& name, const std::string& bytes, const std::string& part,
+                          const std::string& field = "text") {
+    write_file(dir / "bad" / name, bytes);
+    const std::string e = error_of({{dir / "bad" / name}, field});
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect_error(
+      "cols.csv", "id,body\n1,x\n",
+      "cols.csv: its header has no column 'text' (training.text_field names the column to read; its columns "
+      "are 'id', 'body')");
+  expect_error("width.csv", "id,text\n1,fine\n2,a, b\n",
+               "width.csv:3: the record has 3 fields, the header 2");
+  expect_error("open.csv", "id,text\n1,\"never\nclosed\n",
+               "open.csv:2: the quoted field opened at column 3 is never closed");
+  expect_error("after.csv", "id,text\n1,\"quoted\"x\n",
+               "after.csv:2: 'x' after a closing quote at column 11");
+  expect_error("empty.csv", "\n\n", "empty.csv has no header row");
+  DatasetConfig chats{{dir / "a.csv"}};
+  chats.chat_field = "messages";
+  EXPECT_NE(error_of(chats).find("a.csv is CSV, but conversations"), std::string::npos) << error_of(chats);
+}
+
+// CSV and TSV written by Python's csv module (its default dialect: minimal quoting, CRLF) from the
+// bundled corpus read back as the corpus's documents.
+TEST(Dataset, CsvWrittenByPythonReadsAsTheCorpus) {
+  auto dir = temp_dir("dataset_csv_python");
+  const size_t n = 3000;
+  write_file(dir / "corpus.jsonl",
+             corpus_lines(n) + "{\"text\": \"a, \\\"quoted\\\" one\\nwith a newline\\tand a tab\"}\n");
+  const std::string script =
+      "import csv, json, sys\n"
+      "rows = [json.loads(l)['text'] for l in open(sys.argv[1], encoding='utf-8')]\n"
+      "for path, delimiter in ((sys.argv[2], ','), (sys.argv[3], '\\t')):\n"
+      "    with open(path, 'w', newline='', encoding='utf-8') as f:\n"
+      "        w = csv.writer(f, delimiter=delimiter)\n"
+      "        w.writerow(['id', 'text', 'source'])\n"
+      "        for i, t in enumerate(rows): w.writerow([i, t, 'corpus'])\n";
+  write_file(dir / "write.py", script);
+  std::string out;
+  ASSERT_EQ(run_command("python3 " + (dir / "write.py").string() + " " + (dir / "corpus.jsonl").string() +
+                            " " + (dir / "corpus.csv").string() + " " + (dir / "corpus.tsv").string(),
+                        &out),
+            0)
+      << out;
+  const auto expected = read_all({{dir / "corpus.jsonl"}});
+  ASSERT_EQ(expected.size(), n + 1);
+  EXPECT_EQ(read_all({{dir / "corpus.csv"}}), expected);
+  EXPECT_EQ(read_all({{dir / "corpus.tsv"}}), expected);
+  EXPECT_EQ(expected.back(), "a, \"quoted\" one\nwith a newline\tand a tab");
 }
 
 }  // namespace

@@ -289,7 +289,7 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
   const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
   const std::filesystem::path text_dir = tt::temp_dir("plan_plain_text");
   { std::ofstream(text_dir / "book.txt") << "One paragraph.\n\nAnother one.\n"; }
-  { std::ofstream(text_dir / "table.csv") << "x,y\n"; }
+  { std::ofstream(text_dir / "table.xml") << "<x/>\n"; }
   struct Case {
     std::string flags, expected;
     bool ok;
@@ -311,8 +311,8 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        "exist",
        true},
       // One that exists here is checked as train checks it.
-      {"--training.dataset_path=" + (text_dir / "table.csv").string(),
-       "'.csv' files are not a format titan reads", false},
+      {"--training.dataset_path=" + (text_dir / "table.xml").string(),
+       "'.xml' files are not a format titan reads", false},
   };
   for (const char* command : {"plan", "info"})
     for (const auto& c : cases) {

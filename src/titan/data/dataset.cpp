@@ -57,11 +57,11 @@ namespace {
 void check_readable_format(const fs::path& path) {
   const std::string ext = extension_of(path);
   TITAN_CHECK(
-      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || ext == ".parquet" || is_plain_text(path),
+      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || ext == ".csv" || ext == ".tsv" ||
+          ext == ".parquet" || is_plain_text(path),
       "dataset: ", path.string(), ": '", ext,
-      "' files are not a format titan reads (.parquet; .json, .jsonl, .ndjson, .txt, .text, .md, each also "
-      ".gz or "
-      ".zst; a name without an extension is plain text)");
+      "' files are not a format titan reads (.parquet; .json, .jsonl, .ndjson, .csv, .tsv, .txt, .text, "
+      ".md, each also .gz or .zst; a name without an extension is plain text)");
   // Parquet compresses its pages itself; a compressed copy of the whole file has no random access to its
   // footer.
   TITAN_CHECK(
@@ -72,7 +72,8 @@ void check_readable_format(const fs::path& path) {
 }  // namespace
 
 std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
-  static const char* kExtensions[] = {".json", ".jsonl", ".ndjson", ".parquet", ".txt", ".text", ".md"};
+  static const char* kExtensions[] = {".json",    ".jsonl", ".ndjson", ".csv", ".tsv",
+                                      ".parquet", ".txt",   ".text",   ".md"};
   std::vector<fs::path> paths;
   for (auto& p : given) {
     if (!fs::exists(p) && has_glob_characters(p.string())) {
@@ -114,9 +115,9 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
                  e.path1().empty() ? entry : e.path1());
     }
-    TITAN_CHECK(
-        !found.empty(), "dataset: folder ", p,
-        " holds no .parquet files, nor .json/.jsonl/.ndjson/.txt/.text/.md files (plain, .gz or .zst)");
+    TITAN_CHECK(!found.empty(), "dataset: folder ", p,
+                " holds no .parquet files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files (plain, "
+                ".gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -147,7 +148,7 @@ bool is_plain_text(const fs::path& file) {
 
 namespace {
 
-enum class Format { JsonArray, JsonLines, Text, Parquet };
+enum class Format { JsonArray, JsonLines, Csv, Text, Parquet };
 
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
@@ -221,6 +222,7 @@ class Reader {
 Format detect_format(const fs::path& path) {
   std::string ext = extension_of(path);
   if (ext == ".jsonl" || ext == ".ndjson") return Format::JsonLines;
+  if (ext == ".csv" || ext == ".tsv") return Format::Csv;
   if (is_plain_text(path)) return Format::Text;
   check_readable_format(path);
   if (ext == ".parquet") return Format::Parquet;
@@ -244,6 +246,66 @@ std::string_view chomp(std::string_view s) {
   return s;
 }
 
+// One record of a CSV (RFC 4180) or TSV file into `fields`, from the reader's position: fields split
+// at `delimiter`; a field opening with '"' is quoted, holds delimiters, newlines and '""' (one '"'),
+// and ends at its closing quote; the record ends at a newline outside quotes (CRLF too). False at
+// the end of the file. `fail(line, what)` reports a malformed record.
+template <class Fail>
+bool read_csv_record(Reader& r, char delimiter, std::vector<std::string>& fields, const Fail& fail) {
+  fields.clear();
+  if (r.peek() == EOF) return false;
+  fields.emplace_back();
+  while (true) {
+    int c = r.get();
+    std::string& field = fields.back();
+    if (c == '"' && field.empty()) {  // a quoted field
+      const uint64_t open_line = r.line(), open_column = r.column() - 1;
+      while (true) {
+        c = r.get();
+        if (c == EOF)
+          fail(open_line,
+               "the quoted field opened at column " + std::to_string(open_column) + " is never closed");
+        if (c == '"') {
+          if (r.peek() != '"') break;
+          r.get();  // "" is one quote
+        }
+        field += char(c);
+      }
+      c = r.get();
+      if (c == '\r' && r.peek() == '\n') c = r.get();
+      if (c != delimiter && c != '\n' && c != EOF)
+        fail(r.line(), "'" + std::string(1, char(c)) + "' after a closing quote at column " +
+                           std::to_string(r.column() - 1) +
+                           " (a quoted field ends at a delimiter or the line's end)");
+    } else {
+      while (c != delimiter && c != '\n' && c != EOF) {
+        field += char(c);
+        c = r.get();
+      }
+      if (c == '\n' && !field.empty() && field.back() == '\r') field.pop_back();
+    }
+    if (c != delimiter) return true;  // a newline or the end of the file ends the record
+    fields.emplace_back();
+  }
+}
+
+bool blank_record(const std::vector<std::string>& fields) {
+  return fields.size() == 1 && fields[0].empty();
+}
+
+char csv_delimiter(const fs::path& path) {
+  return extension_of(path) == ".tsv" ? '\t' : ',';
+}
+
+// Reads past a CSV/TSV file's byte-order mark and header (its first non-blank record) into `header`.
+template <class Fail>
+void read_csv_header(Reader& r, char delimiter, std::vector<std::string>& header, const Fail& fail) {
+  if (r.peek() == 0xEF)  // a UTF-8 byte-order mark
+    for (int i = 0; i < 3; ++i) r.get();
+  while (read_csv_record(r, delimiter, header, fail) && blank_record(header)) {
+  }
+}
+
 }  // namespace
 
 struct DocumentStream::Impl {
@@ -252,6 +314,9 @@ struct DocumentStream::Impl {
   std::vector<fs::path> files;
   std::vector<Format> formats;
   Reader reader;
+  std::vector<size_t> csv_columns;  // per file: the index of a CSV/TSV file's text column in its header
+  std::vector<size_t> csv_widths;   // per file: the header's field count
+  std::vector<std::string> fields;  // the CSV record being read
   // The open file's text column, when it is Parquet, or its conversations (chat_field) and their
   // tool signatures (a "tools" column, when it has one) as JSON.
   std::unique_ptr<ParquetColumn> parquet, parquet_tools;
@@ -431,6 +496,22 @@ struct DocumentStream::Impl {
                           "' is null, not a string");
       return true;
     }
+    if (format == Format::Csv) {  // a record's text field; the header is read past at the file's start
+      const char delimiter = csv_delimiter(files[pos.file]);
+      auto fail_at = [&](uint64_t line, const std::string& what) { fail(line, what); };
+      if (reader.offset() == 0) read_csv_header(reader, delimiter, fields, fail_at);
+      while (true) {
+        at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, false};
+        if (!read_csv_record(reader, delimiter, fields, fail_at)) return false;
+        if (blank_record(fields)) continue;
+        if (fields.size() != csv_widths[pos.file])
+          fail(at.line, "the record has " + std::to_string(fields.size()) + " fields, the header " +
+                            std::to_string(csv_widths[pos.file]) +
+                            " (a field holding the delimiter or a newline must be quoted)");
+        raw.swap(fields[csv_columns[pos.file]]);
+        return true;
+      }
+    }
     if (format == Format::JsonArray) {
       if (!pos.in_array) {
         if (reader.peek() == 0xEF)
@@ -517,7 +598,7 @@ struct DocumentStream::Impl {
       if (format == Format::Parquet && !config.chat_field.empty()) {
         invalid = sanitize_strings(record);
         element_chat(record, at.line, doc);
-      } else if (format == Format::Text || format == Format::Parquet) {
+      } else if (format == Format::Text || format == Format::Parquet || format == Format::Csv) {
         // The byte-order mark some editors open UTF-8 files with is not text to train on (the JSON
         // readers skip it too).
         if (format == Format::Text && at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0)
@@ -562,6 +643,33 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Text, "dataset: ", f.string(),
                 " is plain text, but conversations (chat_field '", config.chat_field,
                 "') are read from JSON records (.json, .jsonl, .ndjson)");
+    TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Csv, "dataset: ", f.string(),
+                " is CSV, but conversations (chat_field '", config.chat_field,
+                "') are read from JSON records (.json, .jsonl, .ndjson) and Parquet files");
+    // A CSV file's header names its columns: the text column is found now, before any compute.
+    size_t csv_column = 0, csv_width = 0;
+    if (impl_->formats.back() == Format::Csv) {
+      Reader r;
+      r.open(f, 0, 1);
+      std::vector<std::string> header;
+      read_csv_header(r, csv_delimiter(f), header, [&](uint64_t line, const std::string& what) {
+        TITAN_FAIL("dataset: ", f.string(), ":", line, ": ", what);
+      });
+      TITAN_CHECK(!header.empty() && !blank_record(header), "dataset: ", f.string(),
+                  " has no header row (a CSV file's first row names its columns)");
+      const auto it = std::find(header.begin(), header.end(), config.text_field);
+      if (it == header.end()) {
+        std::string list;
+        for (size_t n = 0; n < header.size() && n < 20; ++n) list += (n ? ", '" : "'") + header[n] + "'";
+        if (header.size() > 20) list += ", ... (" + std::to_string(header.size()) + " in all)";
+        TITAN_FAIL("dataset: ", f.string(), ": its header has no column '", config.text_field,
+                   "' (training.text_field names the column to read; its columns are ", list, ")");
+      }
+      csv_column = size_t(it - header.begin());
+      csv_width = header.size();
+    }
+    impl_->csv_columns.push_back(csv_column);
+    impl_->csv_widths.push_back(csv_width);
     // Opened now, so that a missing column or an unreadable codec is said before any compute.
     if (impl_->formats.back() == Format::Parquet) {
       if (config.chat_field.empty()) {
