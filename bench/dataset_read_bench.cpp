@@ -1,6 +1,6 @@
 // Document read throughput of the dataset formats on the default corpus (99,000 documents, 9.9 MB
 // of text): its JSON Lines file as fetched, and the same texts as Parquet written by arrow-rs
-// (tests/data/write_parquet.js, run with node once per program into build/bench_tmp) in the
+// (tests/data/write_table.js, run with node once per program into build/bench_tmp) in the
 // codecs Hugging Face datasets use. Bytes/s counts the documents' text. For comparison, the
 // tokenizer encodes some MB/s per core (tokenizer_bench): reading is never the loader's limit.
 //   build/bin/dataset_read_bench
@@ -43,7 +43,8 @@ fs::path parquet(const std::string& codec) {
     std::ofstream(out / "spec.json") << spec.dump();
     const fs::path modules = titan::data::default_dataset_path().parent_path().parent_path() / "packages" /
                              "parquet-writer" / "node_modules";
-    const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "tests" / "data" / "write_parquet.js";
+    const fs::path script =
+        fs::path(__FILE__).parent_path().parent_path() / "tests" / "data" / "write_table.js";
     const std::string cmd = "node " + script.string() + " " + modules.string() + " " + (out / "spec.json").string();
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("dataset_read_bench: " + cmd + " failed");
     return out;

@@ -13,7 +13,7 @@
 #   assets/packages/parquet-writer/node_modules/
 #                                           arrow-rs's Parquet writer (parquet-wasm) and apache-arrow
 #                                           with its dependencies: the writer of the Parquet files
-#                                           tests/data/parquet_test.cpp reads
+#                                           tests/data/table_files_test.cpp reads
 #   assets/.complete                        written last: the assets are usable
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,4 +2,4 @@
 target_link_libraries(dataset_test PRIVATE ZLIB::ZLIB zstd::libzstd_shared)
 target_link_libraries(loader_test PRIVATE ZLIB::ZLIB)
 # The checksum test computes its pages' CRC-32 with zlib.
-target_link_libraries(parquet_test PRIVATE ZLIB::ZLIB)
+target_link_libraries(table_files_test PRIVATE ZLIB::ZLIB)

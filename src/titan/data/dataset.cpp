@@ -13,7 +13,7 @@
 #include <set>
 
 #include "titan/core/check.h"
-#include "titan/data/parquet.h"
+#include "titan/data/column_reader.h"
 #include "titan/data/text_guard.h"
 #include "titan/data/text_stream.h"
 #include "titan/data/utf8.h"
@@ -56,24 +56,25 @@ namespace {
 // compute, under the config key that named it), not when the stream reaches it.
 void check_readable_format(const fs::path& path) {
   const std::string ext = extension_of(path);
+  TITAN_CHECK(ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || ext == ".csv" || ext == ".tsv" ||
+                  is_table_file(TextStream::uncompressed_name(path)) || is_plain_text(path),
+              "dataset: ", path.string(), ": '", ext,
+              "' files are not a format titan reads (.parquet, .arrow; .json, .jsonl, .ndjson, .csv, .tsv, "
+              ".txt, .text, "
+              ".md, each also .gz or .zst; a name without an extension is plain text)");
+  // A table file is read by its footer and offsets (Parquet compresses its pages itself): a compressed copy
+  // of the whole file has no random access.
   TITAN_CHECK(
-      ext == ".json" || ext == ".jsonl" || ext == ".ndjson" || ext == ".csv" || ext == ".tsv" ||
-          ext == ".parquet" || is_plain_text(path),
-      "dataset: ", path.string(), ": '", ext,
-      "' files are not a format titan reads (.parquet; .json, .jsonl, .ndjson, .csv, .tsv, .txt, .text, "
-      ".md, each also .gz or .zst; a name without an extension is plain text)");
-  // Parquet compresses its pages itself; a compressed copy of the whole file has no random access to its
-  // footer.
-  TITAN_CHECK(
-      ext != ".parquet" || TextStream::uncompressed_name(path) == path, "dataset: ", path.string(),
-      ": a compressed Parquet file is not read (Parquet compresses its pages itself): decompress it to ",
+      !is_table_file(TextStream::uncompressed_name(path)) || TextStream::uncompressed_name(path) == path,
+      "dataset: ", path.string(), ": a compressed ", ext == ".parquet" ? "Parquet" : "Arrow",
+      " file is not read (it is read by its offsets; Parquet compresses its pages itself): decompress it to ",
       TextStream::uncompressed_name(path).filename().string());
 }
 }  // namespace
 
 std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
-  static const char* kExtensions[] = {".json",    ".jsonl", ".ndjson", ".csv", ".tsv",
-                                      ".parquet", ".txt",   ".text",   ".md"};
+  static const char* kExtensions[] = {".json",    ".jsonl", ".ndjson", ".csv",  ".tsv",
+                                      ".parquet", ".arrow", ".txt",    ".text", ".md"};
   std::vector<fs::path> paths;
   for (auto& p : given) {
     if (!fs::exists(p) && has_glob_characters(p.string())) {
@@ -109,15 +110,19 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
         // A data file's link that leads nowhere is a file of the dataset gone missing, not a skip.
         TITAN_CHECK(!(data_name && it->is_symlink() && !fs::exists(it->path())), "dataset: ", it->path(),
                     " in folder ", p, " is a symbolic link to nothing (", fs::read_symlink(it->path()), ")");
-        if (it->is_regular_file() && data_name) found.push_back(it->path());
+        // Hugging Face `datasets`' own files beside its .arrow shards (save_to_disk) are not documents.
+        const bool datasets_metadata =
+            name == "dataset_info.json" || name == "state.json" || name == "dataset_dict.json";
+        if (it->is_regular_file() && data_name && !datasets_metadata) found.push_back(it->path());
       }
     } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
       TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
                  e.path1().empty() ? entry : e.path1());
     }
-    TITAN_CHECK(!found.empty(), "dataset: folder ", p,
-                " holds no .parquet files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files (plain, "
-                ".gz or .zst)");
+    TITAN_CHECK(
+        !found.empty(), "dataset: folder ", p,
+        " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files (plain, "
+        ".gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -148,7 +153,7 @@ bool is_plain_text(const fs::path& file) {
 
 namespace {
 
-enum class Format { JsonArray, JsonLines, Csv, Text, Parquet };
+enum class Format { JsonArray, JsonLines, Csv, Text, Table };  // Table: Parquet, Arrow IPC
 
 // Buffered reader that knows its byte offset (in the decompressed bytes of a .gz file) and line number.
 class Reader {
@@ -225,7 +230,7 @@ Format detect_format(const fs::path& path) {
   if (ext == ".csv" || ext == ".tsv") return Format::Csv;
   if (is_plain_text(path)) return Format::Text;
   check_readable_format(path);
-  if (ext == ".parquet") return Format::Parquet;
+  if (is_table_file(path)) return Format::Table;
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);
@@ -317,10 +322,10 @@ struct DocumentStream::Impl {
   std::vector<size_t> csv_columns;  // per file: the index of a CSV/TSV file's text column in its header
   std::vector<size_t> csv_widths;   // per file: the header's field count
   std::vector<std::string> fields;  // the CSV record being read
-  // The open file's text column, when it is Parquet, or its conversations (chat_field) and their
-  // tool signatures (a "tools" column, when it has one) as JSON.
-  std::unique_ptr<ParquetColumn> parquet, parquet_tools;
-  nlohmann::ordered_json record;  // a Parquet conversation: {chat_field: messages, "tools": ...}
+  // The open file's text column, when it is a table file (Parquet, Arrow), or its conversations (chat_field)
+  // and their tool signatures (a "tools" column, when it has one) as JSON.
+  std::unique_ptr<ColumnReader> table, table_tools;
+  nlohmann::ordered_json record;  // a table file's conversation: {chat_field: messages, "tools": ...}
   DocPosition pos;  // of the next element
   Stats stats;
   std::string raw;
@@ -334,18 +339,16 @@ struct DocumentStream::Impl {
 
   void open_current() {
     if (pos.file >= files.size()) return;
-    if (formats[pos.file] == Format::Parquet) {
-      if (!parquet) {
+    if (formats[pos.file] == Format::Table) {
+      if (!table) {
         const bool chat = !config.chat_field.empty();
-        parquet =
-            std::make_unique<ParquetColumn>(files[pos.file], chat ? config.chat_field : config.text_field,
-                                            chat ? ParquetColumn::Shape::Json : ParquetColumn::Shape::Text);
-        parquet->seek(pos.offset);
-        const auto& columns = parquet->columns();
+        table = open_column(files[pos.file], chat ? config.chat_field : config.text_field,
+                            chat ? ColumnReader::Shape::Json : ColumnReader::Shape::Text);
+        table->seek(pos.offset);
+        const auto& columns = table->columns();
         if (chat && std::find(columns.begin(), columns.end(), "tools") != columns.end()) {
-          parquet_tools =
-              std::make_unique<ParquetColumn>(files[pos.file], "tools", ParquetColumn::Shape::Json);
-          parquet_tools->seek(pos.offset);
+          table_tools = open_column(files[pos.file], "tools", ColumnReader::Shape::Json);
+          table_tools->seek(pos.offset);
         }
       }
     } else if (!reader.is_open()) {
@@ -355,8 +358,8 @@ struct DocumentStream::Impl {
 
   void finish_file() {
     reader.close();
-    parquet.reset();
-    parquet_tools.reset();
+    table.reset();
+    table_tools.reset();
     pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
   }
 
@@ -389,7 +392,7 @@ struct DocumentStream::Impl {
     doc.text = chat_text(doc.chat);
   }
 
-  // Invalid UTF-8 in the strings of a record assembled from Parquet (whose bytes no JSON parser
+  // Invalid UTF-8 in the strings of a record assembled from a table file (whose bytes no JSON parser
   // checked) replaced by U+FFFD; returns the replacements.
   static uint64_t sanitize_strings(nlohmann::ordered_json& j) {
     uint64_t invalid = 0;
@@ -475,22 +478,22 @@ struct DocumentStream::Impl {
   // Next element of the current file, or false at its end. `raw` holds its bytes;
   // `at` its position.
   bool next_raw(DocPosition& at, Format format) {
-    if (format == Format::Parquet) {  // a row's text column; the position counts rows
-      at = DocPosition{pos.file, parquet->row(), parquet->row() + 1, pos.index, false};
+    if (format == Format::Table) {  // a row's text column; the position counts rows
+      at = DocPosition{pos.file, table->row(), table->row() + 1, pos.index, false};
       if (!config.chat_field.empty()) {  // a row's conversation, into `record`
         nlohmann::ordered_json messages, tools;
-        if (!parquet->next_json(messages)) return false;
+        if (!table->next_json(messages)) return false;
         record = nlohmann::ordered_json::object();
         record[config.chat_field] = std::move(messages);
-        if (parquet_tools) {
-          TITAN_CHECK(parquet_tools->next_json(tools), "dataset: ", files[pos.file].string(),
+        if (table_tools) {
+          TITAN_CHECK(table_tools->next_json(tools), "dataset: ", files[pos.file].string(),
                       ": its tools column ends before its rows");
           if (!tools.is_null()) record["tools"] = std::move(tools);  // a row without tools has none
         }
         return true;
       }
       bool null = false;
-      if (!parquet->next(raw, null)) return false;
+      if (!table->next(raw, null)) return false;
       if (null)
         fail(at.line, "row " + std::to_string(at.line) + "'s column '" + config.text_field +
                           "' is null, not a string");
@@ -585,8 +588,8 @@ struct DocumentStream::Impl {
         finish_file();
         continue;
       }
-      if (format == Format::Parquet) {
-        pos.offset = parquet->row();
+      if (format == Format::Table) {
+        pos.offset = table->row();
         pos.line = pos.offset + 1;
       } else {
         pos.offset = reader.offset();
@@ -595,10 +598,10 @@ struct DocumentStream::Impl {
       ++pos.index;
       if (!mine(at.index)) continue;
       uint64_t invalid = 0;
-      if (format == Format::Parquet && !config.chat_field.empty()) {
+      if (format == Format::Table && !config.chat_field.empty()) {
         invalid = sanitize_strings(record);
         element_chat(record, at.line, doc);
-      } else if (format == Format::Text || format == Format::Parquet || format == Format::Csv) {
+      } else if (format == Format::Text || format == Format::Table || format == Format::Csv) {
         // The byte-order mark some editors open UTF-8 files with is not text to train on (the JSON
         // readers skip it too).
         if (format == Format::Text && at.offset == 0 && raw.compare(0, 3, "\xEF\xBB\xBF") == 0)
@@ -642,10 +645,10 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     impl_->formats.push_back(detect_format(f));
     TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Text, "dataset: ", f.string(),
                 " is plain text, but conversations (chat_field '", config.chat_field,
-                "') are read from JSON records (.json, .jsonl, .ndjson)");
+                "') are read from JSON records (.json, .jsonl, .ndjson), Parquet and Arrow files");
     TITAN_CHECK(config.chat_field.empty() || impl_->formats.back() != Format::Csv, "dataset: ", f.string(),
                 " is CSV, but conversations (chat_field '", config.chat_field,
-                "') are read from JSON records (.json, .jsonl, .ndjson) and Parquet files");
+                "') are read from JSON records (.json, .jsonl, .ndjson), Parquet and Arrow files");
     // A CSV file's header names its columns: the text column is found now, before any compute.
     size_t csv_column = 0, csv_width = 0;
     if (impl_->formats.back() == Format::Csv) {
@@ -671,14 +674,14 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     impl_->csv_columns.push_back(csv_column);
     impl_->csv_widths.push_back(csv_width);
     // Opened now, so that a missing column or an unreadable codec is said before any compute.
-    if (impl_->formats.back() == Format::Parquet) {
+    if (impl_->formats.back() == Format::Table) {
       if (config.chat_field.empty()) {
-        ParquetColumn(f, config.text_field);
+        open_column(f, config.text_field, ColumnReader::Shape::Text);
       } else {
-        const ParquetColumn messages(f, config.chat_field, ParquetColumn::Shape::Json);
-        const auto& columns = messages.columns();
+        const auto messages = open_column(f, config.chat_field, ColumnReader::Shape::Json);
+        const auto& columns = messages->columns();
         if (std::find(columns.begin(), columns.end(), "tools") != columns.end())
-          ParquetColumn(f, "tools", ParquetColumn::Shape::Json);
+          open_column(f, "tools", ColumnReader::Shape::Json);
       }
     }
   }
@@ -696,8 +699,8 @@ void DocumentStream::seek(const DocPosition& position) {
   TITAN_CHECK(position.file <= impl_->files.size(), "dataset: position names file ", position.file, " but only ",
               impl_->files.size(), " files are listed");
   impl_->reader.close();
-  impl_->parquet.reset();
-  impl_->parquet_tools.reset();
+  impl_->table.reset();
+  impl_->table_tools.reset();
   impl_->pos = position;
 }
 

@@ -12,39 +12,33 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "titan/data/column_reader.h"
+
 namespace titan::data {
 
-class ParquetColumn {
+class ParquetColumn final : public ColumnReader {
  public:
-  // Text: one string per row (next()). Json: any nesting of lists and structs of strings, each row
-  // as JSON (next_json()): a LIST is an array, a struct an object keyed by its fields, a null null.
-  enum class Shape { Text, Json };
   // Opens `file` and finds its top-level column `column`. A file that is not Parquet, a truncated
   // footer, a missing column (the error lists the columns there are), a column not of `shape` (a
   // nested, repeated or non-string one for Text; a map or a non-string leaf for Json), or a codec
   // titan cannot decompress is an error naming the file.
   ParquetColumn(const std::filesystem::path& file, const std::string& column, Shape shape = Shape::Text);
-  ~ParquetColumn();
+  ~ParquetColumn() override;
   ParquetColumn(const ParquetColumn&) = delete;
   ParquetColumn& operator=(const ParquetColumn&) = delete;
 
-  uint64_t rows() const;  // in the whole file
-  uint64_t row() const;   // the row the next call to next() reads (0-based)
-  // Positions at `row` (at most rows()): pages before it are skipped by their headers, unread.
-  void seek(uint64_t row);
-  // The next row's value into `value` (its bytes as stored); `null` says the row holds no value.
-  // False at the end of the file. A corrupted page is an error naming the file, the row group and
-  // the page's byte offset.
-  bool next(std::string& value, bool& null);
-  // A Json column's next row; false at the end of the file.
-  bool next_json(nlohmann::ordered_json& value);
-  // The file's top-level columns, in schema order.
-  const std::vector<std::string>& columns() const;
+  uint64_t rows() const override;
+  uint64_t row() const override;
+  // Pages before the row are passed over by their headers where they give their row count, unread.
+  void seek(uint64_t row) override;
+  // A corrupted page is an error naming the file, the column, the row group and the page's offset.
+  bool next(std::string& value, bool& null) override;
+  bool next_json(nlohmann::ordered_json& value) override;
+  const std::vector<std::string>& columns() const override;
 
   // What the pages read so far were (those a seek passed over by their headers are not counted):
   // which of the format's options a writer used, for tests and diagnostics.

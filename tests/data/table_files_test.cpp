@@ -1,8 +1,7 @@
-// Parquet datasets: files written by arrow-rs (parquet-wasm, run with node: tests/data/write_parquet.js)
-// from the real corpus, in every codec, value encoding and page version titan reads, read back row
-// by row, sought into, sharded, refused where they break a rule, and trained on.
-#include "titan/data/parquet.h"
-
+// Table files from the real corpus: Parquet written by arrow-rs (parquet-wasm) in every codec, value
+// encoding and page version titan reads, and Arrow IPC written by Apache Arrow's JavaScript
+// implementation (both run with node: tests/data/write_table.js); read back row by row, sought
+// into, sharded, refused where they break a rule, and trained on.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -14,7 +13,9 @@
 #include "../train/train_test_util.h"
 #include "data_test_util.h"
 #include "titan/core/check.h"
+#include "titan/data/arrow_ipc.h"
 #include "titan/data/dataset.h"
+#include "titan/data/parquet.h"
 
 namespace {
 using namespace titan::testing;
@@ -22,13 +23,13 @@ using namespace titan::data;
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;  // columns are written in the order given
 
-// Writes the files `spec` lists (write_parquet.js's format) with arrow-rs's writer.
-void write_parquet(const fs::path& dir, const json& spec) {
+// Writes the files `spec` lists (write_table.js's format) with arrow-rs's or Apache Arrow's writer.
+void write_tables(const fs::path& dir, const json& spec) {
   const fs::path spec_file = dir / "spec.json";
   write_file(spec_file, spec.dump());
   const fs::path modules = assets_dir() / "packages" / "parquet-writer" / "node_modules";
   ASSERT_TRUE(fs::exists(modules / "parquet-wasm")) << modules << " is missing: run scripts/setup.sh";
-  const std::string cmd = "node " + (source_dir() / "tests" / "data" / "write_parquet.js").string() + " " +
+  const std::string cmd = "node " + (source_dir() / "tests" / "data" / "write_table.js").string() + " " +
                           modules.string() + " " + spec_file.string();
   std::string out;
   ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
@@ -88,7 +89,7 @@ json table_json(const std::vector<std::optional<std::string>>& text) {
           {"other", {{"type", "utf8"}, {"values", other}}}};
 }
 
-std::vector<std::optional<std::string>> read_column(ParquetColumn& c) {
+std::vector<std::optional<std::string>> read_column(ColumnReader& c) {
   std::vector<std::optional<std::string>> rows;
   std::string value;
   bool null = false;
@@ -137,7 +138,7 @@ TEST(Parquet, ArrowRsFilesOfEveryCodecEncodingAndPageVersionReadAsWritten) {
         spec.push_back(file);
         names.push_back(name);
       }
-  write_parquet(dir, spec);
+  write_tables(dir, spec);
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     ParquetColumn c(dir / name, "text");
@@ -179,13 +180,13 @@ TEST(Parquet, ArrowRsFilesOfEveryCodecEncodingAndPageVersionReadAsWritten) {
 TEST(Parquet, SeekLandsOnEveryRowAcrossPagesAndRowGroups) {
   const fs::path dir = temp_dir("parquet_seek");
   const auto text = text_column(1500, true);
-  write_parquet(dir, json::array({{{"out", (dir / "s.parquet").string()},
-                                   {"columns", table_json(text)},
-                                   {"compression", "SNAPPY"},
-                                   {"version", "2"},
-                                   {"dictionary", false},
-                                   {"page_bytes", 4096},
-                                   {"row_group_rows", 333}}}));
+  write_tables(dir, json::array({{{"out", (dir / "s.parquet").string()},
+                                  {"columns", table_json(text)},
+                                  {"compression", "SNAPPY"},
+                                  {"version", "2"},
+                                  {"dictionary", false},
+                                  {"page_bytes", 4096},
+                                  {"row_group_rows", 333}}}));
   ParquetColumn c(dir / "s.parquet", "text");
   ASSERT_EQ(read_column(c), text);
   EXPECT_EQ(c.layout().row_groups, 5u);
@@ -219,12 +220,12 @@ TEST(Parquet, SeekLandsOnEveryRowAcrossPagesAndRowGroups) {
 TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
   const fs::path dir = temp_dir("parquet_documents");
   const auto text = text_column(1200, false);
-  write_parquet(dir, json::array({{{"out", (dir / "data" / "a.parquet").string()},
-                                   {"columns", table_json(text)},
-                                   {"compression", "ZSTD"},
-                                   {"version", "1"},
-                                   {"page_bytes", 4096},
-                                   {"row_group_rows", 500}}}));
+  write_tables(dir, json::array({{{"out", (dir / "data" / "a.parquet").string()},
+                                  {"columns", table_json(text)},
+                                  {"compression", "ZSTD"},
+                                  {"version", "1"},
+                                  {"page_bytes", 4096},
+                                  {"row_group_rows", 500}}}));
   {
     std::ofstream jsonl(dir / "a.jsonl");
     for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
@@ -302,16 +303,16 @@ std::string dataset_error(const fs::path& file, const std::string& field = "text
 TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
   const fs::path dir = temp_dir("parquet_errors");
   auto text = text_column(300, false);
-  write_parquet(dir, json::array({{{"out", (dir / "ok.parquet").string()},
-                                   {"columns", table_json(text)},
-                                   {"compression", "SNAPPY"},
-                                   {"page_bytes", 2048}},
-                                  {{"out", (dir / "nulls.parquet").string()},
-                                   {"columns", table_json(text_column(300, true))},
-                                   {"compression", "SNAPPY"}},
-                                  {{"out", (dir / "only_text.parquet").string()},
-                                   {"columns", {{"text", column_json(text)}}},
-                                   {"compression", "SNAPPY"}}}));
+  write_tables(dir, json::array({{{"out", (dir / "ok.parquet").string()},
+                                  {"columns", table_json(text)},
+                                  {"compression", "SNAPPY"},
+                                  {"page_bytes", 2048}},
+                                 {{"out", (dir / "nulls.parquet").string()},
+                                  {"columns", table_json(text_column(300, true))},
+                                  {"compression", "SNAPPY"}},
+                                 {{"out", (dir / "only_text.parquet").string()},
+                                  {"columns", {{"text", column_json(text)}}},
+                                  {"compression", "SNAPPY"}}}));
   const fs::path ok = dir / "ok.parquet";
   auto expect = [](const std::string& e, const std::string& part) {
     EXPECT_NE(e.find(part), std::string::npos) << e;
@@ -343,8 +344,9 @@ TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
   expect(dataset_error(dir / "short.parquet"), "short.parquet: is 4 bytes, too short to be Parquet");
   write_file(dir / "packed.parquet.gz", bytes);
   expect(dataset_error(dir / "packed.parquet.gz"),
-         "packed.parquet.gz: a compressed Parquet file is not read (Parquet compresses its pages itself): "
-         "decompress it to packed.parquet");
+         "packed.parquet.gz: a compressed Parquet file is not read (it is read by its offsets; Parquet "
+         "compresses "
+         "its pages itself): decompress it to packed.parquet");
   // A page's bytes damaged: the text column's first page header (after the 4-byte magic) is overwritten.
   std::string damaged = read_file(dir / "only_text.parquet");
   for (size_t i = 4; i < 40; ++i) damaged[i] = char(0xff);
@@ -393,13 +395,8 @@ json conversations(size_t n) {
   return {{"messages", rows}, {"tools", tools}};
 }
 
-// A Parquet file of conversations reads as the JSON Lines file of the same records: each row's
-// messages and tools assemble into the JSON written (nulls, empty lists and nested tool calls
-// included), render into the same pieces, resume at a saved position and shard alike, in v1 pages
-// (rows spread over pages, sought by decoding) and v2 pages (sought by their headers).
-TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
-  const fs::path dir = temp_dir("parquet_chat");
-  const json chats = conversations(160);
+// The id, messages and tools columns of `chats` (conversations()), with their Arrow types.
+json chat_columns(const json& chats) {
   const json call_type = {
       {"struct", {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"arguments", "utf8"}}}}}}}};
   const json message_type = {{"struct",
@@ -412,46 +409,67 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
        {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"description", "utf8"}}}}}}}};
   json ids = json::array();
   for (size_t i = 0; i < chats["messages"].size(); ++i) ids.push_back(int64_t(i));
-  const json columns = {{"id", {{"type", "int64"}, {"values", ids}}},
-                        {"messages", {{"type", {{"list", message_type}}}, {"values", chats["messages"]}}},
-                        {"tools", {{"type", {{"list", tool_type}}}, {"values", chats["tools"]}}}};
+  return {{"id", {{"type", "int64"}, {"values", ids}}},
+          {"messages", {{"type", {{"list", message_type}}}, {"values", chats["messages"]}}},
+          {"tools", {{"type", {{"list", tool_type}}}, {"values", chats["tools"]}}}};
+}
+
+// The JSON Lines file of the same records (a row without tools has no "tools" field).
+fs::path write_chat_jsonl(const fs::path& dir, const json& chats) {
+  const fs::path path = dir / "chats.jsonl";
+  std::ofstream jsonl(path);
+  for (size_t i = 0; i < chats["messages"].size(); ++i) {
+    json record = {{"messages", chats["messages"][i]}};
+    if (!chats["tools"][i].is_null()) record["tools"] = chats["tools"][i];
+    jsonl << record.dump() << "\n";
+  }
+  return path;
+}
+
+using Pieces = std::vector<std::pair<std::string, bool>>;
+
+DatasetConfig chat_config(const fs::path& file) {
+  DatasetConfig config{{file}};
+  config.chat_field = "messages";
+  return config;
+}
+
+// Each conversation's rendered pieces, as the stream gives them.
+std::vector<Pieces> read_chats(DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
+  std::vector<Pieces> docs;
+  Document d;
+  while (s.next(d)) {
+    Pieces pieces;
+    for (const ChatPiece& p : d.chat) pieces.emplace_back(p.text, p.trained);
+    docs.push_back(pieces);
+    if (positions) positions->push_back(d.position);
+  }
+  return docs;
+}
+
+std::vector<Pieces> chat_documents(const fs::path& file) {
+  DocumentStream s(chat_config(file));
+  return read_chats(s);
+}
+
+// A Parquet file of conversations reads as the JSON Lines file of the same records: each row's
+// messages and tools assemble into the JSON written (nulls, empty lists and nested tool calls
+// included), render into the same pieces, resume at a saved position and shard alike, in v1 pages
+// (rows spread over pages, sought by decoding) and v2 pages (sought by their headers).
+TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
+  const fs::path dir = temp_dir("parquet_chat");
+  const json chats = conversations(160);
   json spec = json::array();
   for (const char* version : {"1", "2"})
     spec.push_back({{"out", (dir / ("chats_v" + std::string(version) + ".parquet")).string()},
-                    {"columns", columns},
+                    {"columns", chat_columns(chats)},
                     {"compression", "ZSTD"},
                     {"version", version},
                     {"dictionary", false},
                     {"page_bytes", 256},
                     {"row_group_rows", 40}});
-  write_parquet(dir, spec);
-  {
-    std::ofstream jsonl(dir / "chats.jsonl");
-    for (size_t i = 0; i < chats["messages"].size(); ++i) {
-      json record = {{"messages", chats["messages"][i]}};
-      if (!chats["tools"][i].is_null()) record["tools"] = chats["tools"][i];
-      jsonl << record.dump() << "\n";
-    }
-  }
-  using Pieces = std::vector<std::pair<std::string, bool>>;
-  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
-    std::vector<Pieces> docs;
-    Document d;
-    while (s.next(d)) {
-      Pieces pieces;
-      for (const ChatPiece& p : d.chat) pieces.emplace_back(p.text, p.trained);
-      docs.push_back(pieces);
-      if (positions) positions->push_back(d.position);
-    }
-    return docs;
-  };
-  auto chat_config = [](const fs::path& file) {
-    DatasetConfig config{{file}};
-    config.chat_field = "messages";
-    return config;
-  };
-  DocumentStream from_jsonl(chat_config(dir / "chats.jsonl"));
-  const auto expected = read_all(from_jsonl);
+  write_tables(dir, spec);
+  const auto expected = chat_documents(write_chat_jsonl(dir, chats));
   ASSERT_EQ(expected.size(), chats["messages"].size());
   for (const std::string version : {"1", "2"}) {
     SCOPED_TRACE("v" + version);
@@ -473,15 +491,15 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
 
     DocumentStream stream(chat_config(file));
     std::vector<DocPosition> positions;
-    EXPECT_EQ(read_all(stream, &positions), expected);
+    EXPECT_EQ(read_chats(stream, &positions), expected);
     for (size_t i : {size_t(1), size_t(39), size_t(40), size_t(77), size_t(159)}) {
       DocumentStream resumed(chat_config(file));
       resumed.seek(nlohmann::json(positions[i]).get<DocPosition>());
-      ASSERT_EQ(read_all(resumed), std::vector<Pieces>(expected.begin() + ptrdiff_t(i), expected.end()))
+      ASSERT_EQ(read_chats(resumed), std::vector<Pieces>(expected.begin() + ptrdiff_t(i), expected.end()))
           << "from document " << i;
     }
     DocumentStream odd(chat_config(file), 1, 2);
-    const auto half = read_all(odd);
+    const auto half = read_chats(odd);
     ASSERT_EQ(half.size(), expected.size() / 2);
     for (size_t k = 0; k < half.size(); ++k) ASSERT_EQ(half[k], expected[2 * k + 1]);
   }
@@ -627,11 +645,11 @@ TEST(Parquet, TrainingOnAParquetFileIsTrainingOnItsTexts) {
   const std::vector<std::string> docs = corpus(400);
   json values = json::array();
   for (auto& d : docs) values.push_back(d);
-  write_parquet(dir, json::array({{{"out", (dir / "train.parquet").string()},
-                                   {"columns", {{"text", {{"type", "utf8"}, {"values", values}}}}},
-                                   {"compression", "ZSTD"},
-                                   {"page_bytes", 4096},
-                                   {"row_group_rows", 100}}}));
+  write_tables(dir, json::array({{{"out", (dir / "train.parquet").string()},
+                                  {"columns", {{"text", {{"type", "utf8"}, {"values", values}}}}},
+                                  {"compression", "ZSTD"},
+                                  {"page_bytes", 4096},
+                                  {"row_group_rows", 100}}}));
   {
     std::ofstream jsonl(dir / "train.jsonl");
     for (auto& d : docs) jsonl << json{{"text", d}}.dump() << "\n";
@@ -653,6 +671,165 @@ TEST(Parquet, TrainingOnAParquetFileIsTrainingOnItsTexts) {
   EXPECT_EQ(parquet, train("jsonl", dir / "train.jsonl", 4, false));
   train("resumed", dir / "train.parquet", 2, true);
   EXPECT_EQ(train("resumed", dir / "train.parquet", 4, true), parquet);
+}
+
+// ---- Arrow IPC --------------------------------------------------------------------------------
+
+// Arrow IPC as `datasets` writes it (save_to_disk: the streaming format) and the file format
+// ("Feather v2"), Utf8 and LargeUtf8: each row reads as written, nulls as nulls, across record
+// batches of 400 rows, from any row sought.
+TEST(Arrow, StreamAndFileFormatsReadAsWritten) {
+  const fs::path dir = temp_dir("arrow_formats");
+  const auto text = text_column(1500, true);
+  json spec = json::array();
+  std::vector<std::string> names;
+  for (const std::string format : {"arrow_stream", "arrow_file"})
+    for (const std::string type : {"utf8", "large_utf8"}) {
+      json columns = table_json(text);
+      columns["text"]["type"] = type;
+      columns.erase("tags");
+      names.push_back(format + "_" + type + ".arrow");
+      spec.push_back({{"out", (dir / names.back()).string()},
+                      {"columns", columns},
+                      {"format", format},
+                      {"batch_rows", 400}});
+    }
+  write_tables(dir, spec);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    ArrowColumn c(dir / name, "text");
+    EXPECT_EQ(c.rows(), text.size());
+    EXPECT_EQ(c.batches(), 4u);
+    EXPECT_EQ(read_column(c), text);
+    std::string value;
+    bool null = false;
+    for (uint64_t row :
+         {uint64_t(1499), uint64_t(0), uint64_t(399), uint64_t(400), uint64_t(777), uint64_t(5)}) {
+      c.seek(row);
+      for (uint64_t r = row; r < std::min<uint64_t>(row + 30, text.size()); ++r) {
+        ASSERT_TRUE(c.next(value, null));
+        ASSERT_EQ(null ? std::nullopt : std::optional<std::string>(value), text[r])
+            << "row " << r << " after " << row;
+      }
+    }
+    c.seek(text.size());
+    EXPECT_FALSE(c.next(value, null));
+    ArrowColumn other(dir / name, "other");
+    other.seek(1234);
+    ASSERT_TRUE(other.next(value, null));
+    EXPECT_EQ(value, "row 1234");
+  }
+}
+
+// A `save_to_disk` folder (its .arrow shards beside dataset_info.json and state.json) reads as the
+// JSON Lines file of its texts: the metadata files are not documents; positions resume; shards
+// partition the rows.
+TEST(Arrow, ASaveToDiskFolderReadsAsItsTexts) {
+  const fs::path dir = temp_dir("arrow_save_to_disk");
+  const auto text = text_column(1000, false);
+  const std::vector<std::optional<std::string>> first(text.begin(), text.begin() + 600),
+      second(text.begin() + 600, text.end());
+  write_tables(dir, json::array({{{"out", (dir / "saved" / "data-00000-of-00002.arrow").string()},
+                                  {"columns", {{"text", column_json(first)}}},
+                                  {"format", "arrow_stream"},
+                                  {"batch_rows", 250}},
+                                 {{"out", (dir / "saved" / "data-00001-of-00002.arrow").string()},
+                                  {"columns", {{"text", column_json(second)}}},
+                                  {"format", "arrow_stream"},
+                                  {"batch_rows", 250}}}));
+  write_file(dir / "saved" / "dataset_info.json",
+             R"({"citation": "", "features": {"text": {"dtype": "string"}}})");
+  write_file(dir / "saved" / "state.json", R"({"_data_files": [{"filename": "data-00000-of-00002.arrow"}]})");
+  {
+    std::ofstream jsonl(dir / "texts.jsonl");
+    for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
+  }
+  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
+    std::vector<std::string> docs;
+    Document d;
+    while (s.next(d)) {
+      docs.push_back(d.text);
+      if (positions) positions->push_back(d.position);
+    }
+    return docs;
+  };
+  DocumentStream saved({{dir / "saved"}});
+  std::vector<DocPosition> positions;
+  DocumentStream from_jsonl({{dir / "texts.jsonl"}});
+  const auto docs = read_all(saved, &positions);
+  EXPECT_EQ(docs, read_all(from_jsonl));
+  EXPECT_EQ(saved.files().size(), 2u);
+  for (size_t i : {size_t(0), size_t(249), size_t(250), size_t(598), size_t(599), docs.size() - 1}) {
+    DocumentStream resumed({{dir / "saved"}});
+    resumed.seek(nlohmann::json(positions[i]).get<DocPosition>());
+    Document d;
+    ASSERT_TRUE(resumed.next(d)) << "document " << i;
+    EXPECT_EQ(d.text, docs[i]);
+    EXPECT_EQ(d.position, positions[i]);
+  }
+  DocumentStream shard({{dir / "saved"}}, 1, 2);
+  const auto got = read_all(shard);
+  // Shards split rows, the empty one (333) included: shard 1 has the odd rows but that one.
+  std::vector<std::string> want;
+  for (size_t row = 1; row < text.size(); row += 2)
+    if (!text[row]->empty()) want.push_back(*text[row]);
+  EXPECT_EQ(got, want);
+}
+
+// Conversations stored in an Arrow file (a list of message structs, a tools column) read as the
+// JSON Lines records of the same content, as from Parquet.
+TEST(Arrow, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
+  const fs::path dir = temp_dir("arrow_chat");
+  const json chats = conversations(120);
+  write_tables(dir, json::array({{{"out", (dir / "chats.arrow").string()},
+                                  {"columns", chat_columns(chats)},
+                                  {"format", "arrow_stream"},
+                                  {"batch_rows", 50}}}));
+  ArrowColumn messages(dir / "chats.arrow", "messages", ColumnReader::Shape::Json);
+  ArrowColumn tools(dir / "chats.arrow", "tools", ColumnReader::Shape::Json);
+  json row;
+  for (size_t i = 0; i < chats["messages"].size(); ++i) {
+    ASSERT_TRUE(messages.next_json(row));
+    ASSERT_EQ(row, chats["messages"][i]) << "row " << i;
+    ASSERT_TRUE(tools.next_json(row));
+    ASSERT_EQ(row, chats["tools"][i]) << "row " << i;
+  }
+  EXPECT_FALSE(messages.next_json(row));
+  EXPECT_EQ(chat_documents(dir / "chats.arrow"), chat_documents(write_chat_jsonl(dir, chats)));
+}
+
+// What titan cannot read is an error naming the file and the rule.
+TEST(Arrow, FilesTitanCannotReadNameTheFileAndTheRule) {
+  const fs::path dir = temp_dir("arrow_errors");
+  const auto text = text_column(200, true);
+  json columns = table_json(text);
+  columns.erase("tags");
+  json dictionary = columns;
+  dictionary["text"]["type"] = "dictionary_utf8";
+  write_tables(
+      dir, json::array(
+               {{{"out", (dir / "ok.arrow").string()}, {"columns", columns}, {"format", "arrow_stream"}},
+                {{"out", (dir / "dict.arrow").string()}, {"columns", dictionary}, {"format", "arrow_stream"}},
+                {{"out", (dir / "real.parquet").string()}, {"columns", columns}}}));
+  auto expect = [](const std::string& e, const std::string& part) {
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  const fs::path ok = dir / "ok.arrow";
+  expect(
+      dataset_error(ok, "body"),
+      "ok.arrow: has no column 'body' (training.text_field names the column to read; its columns are 'id', "
+      "'text', 'other')");
+  expect(dataset_error(ok, "id"), "ok.arrow: column 'id' holds Int values, not strings (Utf8 or LargeUtf8)");
+  expect(dataset_error(dir / "dict.arrow"), "dict.arrow: column 'text' is dictionary-encoded");
+  expect(dataset_error(ok), "ok.arrow:6: row 6's column 'text' is null, not a string");
+  const std::string bytes = read_file(ok);
+  write_file(dir / "cut.arrow", bytes.substr(0, bytes.size() / 2));
+  expect(dataset_error(dir / "cut.arrow"), "cut.arrow: ");
+  expect(dataset_error(dir / "cut.arrow"), "(truncated?)");
+  fs::copy_file(dir / "real.parquet", dir / "renamed.arrow");
+  expect(dataset_error(dir / "renamed.arrow"), "renamed.arrow: is not an Arrow IPC file");
+  write_file(dir / "packed.arrow.gz", bytes);
+  expect(dataset_error(dir / "packed.arrow.gz"), "packed.arrow.gz: a compressed Arrow file is not read");
 }
 
 }  // namespace

@@ -1,0 +1,734 @@
+#include "titan/data/arrow_ipc.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "titan/core/check.h"
+
+// The layout read here is the Arrow columnar format specification's (arrow.apache.org, "Arrow
+// Columnar Format": "Serialization and Interprocess Communication") with the flatbuffer schemas of
+// format/Message.fbs and format/Schema.fbs, whose field slots the readers below name.
+namespace titan::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Something in the file breaks the format; the reader adds the file and where.
+struct Corrupt {
+  std::string what;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Flatbuffers (the encoding of every message's metadata), read with bounds checks.
+
+class FlatBuffer {
+ public:
+  FlatBuffer(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+
+  template <class T>
+  T scalar(size_t at) const {
+    if (at > size_ || sizeof(T) > size_ - at) throw Corrupt{"a flatbuffer read runs past its end"};
+    T v;
+    std::memcpy(&v, data_ + at, sizeof(T));
+    return v;
+  }
+
+  class Table {
+   public:
+    Table(const FlatBuffer& fb, size_t pos) : fb_(&fb), pos_(pos) {
+      const int64_t vtable = int64_t(pos) - int64_t(fb.scalar<int32_t>(pos));
+      if (vtable < 0 || size_t(vtable) + 4 > fb.size_)
+        throw Corrupt{"a flatbuffer table's vtable lies outside it"};
+      vtable_ = size_t(vtable);
+      vsize_ = fb.scalar<uint16_t>(vtable_);
+    }
+    // Where field `slot` is stored; 0 when the table leaves it out (its default).
+    size_t field(int slot) const {
+      const size_t entry = 4 + 2 * size_t(slot);
+      if (entry + 2 > vsize_) return 0;
+      const uint16_t offset = fb_->scalar<uint16_t>(vtable_ + entry);
+      return offset ? pos_ + offset : 0;
+    }
+    template <class T>
+    T get(int slot, T fallback = T()) const {
+      const size_t at = field(slot);
+      return at ? fb_->scalar<T>(at) : fallback;
+    }
+    // The object an offset field points at (a table, vector or string), or nullopt when absent.
+    std::optional<size_t> target(int slot) const {
+      const size_t at = field(slot);
+      if (!at) return std::nullopt;
+      return at + fb_->scalar<uint32_t>(at);
+    }
+    std::optional<Table> table(int slot) const {
+      const auto at = target(slot);
+      if (!at) return std::nullopt;
+      return Table(*fb_, *at);
+    }
+    // A vector's element count and the position of its first element.
+    std::pair<size_t, size_t> vector(int slot) const {
+      const auto at = target(slot);
+      if (!at) return {0, 0};
+      const uint32_t n = fb_->scalar<uint32_t>(*at);
+      return {n, *at + 4};
+    }
+    std::string string(int slot) const {
+      const auto [n, start] = vector(slot);
+      if (start > fb_->size_ || n > fb_->size_ - start)
+        throw Corrupt{"a flatbuffer string runs past its end"};
+      return n ? std::string(reinterpret_cast<const char*>(fb_->data_ + start), n) : std::string();
+    }
+    // Element `i` of a vector of tables.
+    Table table_at(size_t vector_start, size_t i) const {
+      const size_t at = vector_start + 4 * i;
+      return Table(*fb_, at + fb_->scalar<uint32_t>(at));
+    }
+    const FlatBuffer& buffer() const { return *fb_; }
+
+   private:
+    const FlatBuffer* fb_;
+    size_t pos_, vtable_ = 0;
+    uint16_t vsize_ = 0;
+  };
+
+  Table root() const { return Table(*this, scalar<uint32_t>(0)); }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+};
+using Table = FlatBuffer::Table;
+
+// ---------------------------------------------------------------------------------------------
+// The schema.
+
+enum TypeId {
+  kNull = 1,
+  kInt = 2,
+  kFloatingPoint = 3,
+  kBinary = 4,
+  kUtf8 = 5,
+  kBool = 6,
+  kDecimal = 7,
+  kDate = 8,
+  kTime = 9,
+  kTimestamp = 10,
+  kInterval = 11,
+  kList = 12,
+  kStruct = 13,
+  kUnion = 14,
+  kFixedSizeBinary = 15,
+  kFixedSizeList = 16,
+  kMap = 17,
+  kDuration = 18,
+  kLargeBinary = 19,
+  kLargeUtf8 = 20,
+  kLargeList = 21,
+  kRunEndEncoded = 22,
+  kBinaryView = 23,
+  kUtf8View = 24,
+  kListView = 25,
+  kLargeListView = 26
+};
+
+std::string type_name(int type) {
+  static const char* names[] = {"NONE",          "Null",      "Int",           "FloatingPoint",
+                                "Binary",        "Utf8",      "Bool",          "Decimal",
+                                "Date",          "Time",      "Timestamp",     "Interval",
+                                "List",          "Struct",    "Union",         "FixedSizeBinary",
+                                "FixedSizeList", "Map",       "Duration",      "LargeBinary",
+                                "LargeUtf8",     "LargeList", "RunEndEncoded", "BinaryView",
+                                "Utf8View",      "ListView",  "LargeListView"};
+  return type >= 0 && type < 27 ? names[type] : "type " + std::to_string(type);
+}
+
+struct FieldInfo {
+  std::string name;
+  int type = 0;
+  int bit_width = 0;  // Int
+  bool is_signed = false;
+  bool dense_union = false;
+  bool dictionary = false;  // dictionary-encoded: its buffers are the indices'
+  std::vector<FieldInfo> children;
+};
+
+// Schema.fbs's Field: name 0, nullable 1, type_type 2, type 3, dictionary 4, children 5.
+FieldInfo read_field(const Table& t, int depth = 0) {
+  if (depth > 64) throw Corrupt{"fields nested more than 64 deep"};
+  FieldInfo f;
+  f.name = t.string(0);
+  f.type = t.get<uint8_t>(2);
+  if (const auto type = t.table(3)) {
+    if (f.type == kInt) {
+      f.bit_width = type->get<int32_t>(0);
+      f.is_signed = type->get<uint8_t>(1) != 0;
+    } else if (f.type == kUnion) {
+      f.dense_union = type->get<int16_t>(0) == 1;
+    }
+  }
+  f.dictionary = t.field(4) != 0;
+  const auto [n, start] = t.vector(5);
+  for (size_t i = 0; i < n; ++i) f.children.push_back(read_field(t.table_at(start, i), depth + 1));
+  return f;
+}
+
+// The buffers a field's own array has in a record batch (its children's follow); -1 for a type
+// whose layout is not known here. `variadic` counts the view types' data buffers (one per such field).
+int own_buffers(const FieldInfo& f, const std::vector<int64_t>& variadic, size_t& next_variadic) {
+  if (f.dictionary) return 2;  // validity and indices
+  switch (f.type) {
+    case kNull:
+    case kRunEndEncoded:
+      return 0;
+    case kInt:
+    case kFloatingPoint:
+    case kBool:
+    case kDecimal:
+    case kDate:
+    case kTime:
+    case kTimestamp:
+    case kInterval:
+    case kDuration:
+    case kFixedSizeBinary:
+    case kList:
+    case kLargeList:
+    case kMap:
+      return 2;
+    case kBinary:
+    case kUtf8:
+    case kLargeBinary:
+    case kLargeUtf8:
+    case kListView:
+    case kLargeListView:
+      return 3;
+    case kStruct:
+    case kFixedSizeList:
+      return 1;
+    case kUnion:
+      return f.dense_union ? 2 : 1;
+    case kBinaryView:
+    case kUtf8View:
+      if (next_variadic >= variadic.size()) throw Corrupt{"a view field has no variadic buffer count"};
+      return 2 + int(variadic[next_variadic++]);
+    default:
+      return -1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One record batch's arrays of the column read.
+
+struct Span {
+  int64_t offset = 0, length = 0;
+};
+
+// A column's array in one batch: its node (length, nulls), its buffers' bytes, its children.
+struct Array {
+  const FieldInfo* field = nullptr;
+  int64_t length = 0, null_count = 0;
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<Array> children;
+
+  bool valid(int64_t i) const {
+    if (null_count == 0 || buffers.empty() || buffers[0].empty()) return true;
+    return (buffers[0][size_t(i / 8)] >> (i % 8)) & 1;
+  }
+  template <class T>
+  T at(size_t buffer, int64_t i) const {
+    T v;
+    std::memcpy(&v, buffers[buffer].data() + size_t(i) * sizeof(T), sizeof(T));
+    return v;
+  }
+  // [begin, end) of element i in the offsets buffer (32- or 64-bit offsets).
+  std::pair<int64_t, int64_t> range(int64_t i, bool large) const {
+    return large ? std::pair{at<int64_t>(1, i), at<int64_t>(1, i + 1)}
+                 : std::pair{int64_t(at<int32_t>(1, i)), int64_t(at<int32_t>(1, i + 1))};
+  }
+  // Checks that the buffers hold what `length` elements need, and each offset lies in its target,
+  // so that reading never leaves them.
+  void check() const {
+    const auto need = [&](size_t buffer, uint64_t bytes, const char* what) {
+      if (buffers.size() <= buffer || buffers[buffer].size() < bytes)
+        throw Corrupt{"its " + std::string(what) + " buffer holds " +
+                      std::to_string(buffers.size() <= buffer ? 0 : buffers[buffer].size()) +
+                      " bytes where " + std::to_string(length) + " values need " + std::to_string(bytes)};
+    };
+    if (length < 0 || null_count < 0 || null_count > length) throw Corrupt{"a negative length or null count"};
+    if (null_count > 0 && field->type != kNull && !buffers.empty() && !buffers[0].empty())
+      need(0, uint64_t(length + 7) / 8, "validity");
+    const bool large = field->type == kLargeUtf8 || field->type == kLargeList;
+    switch (field->type) {
+      case kUtf8:
+      case kLargeUtf8:
+      case kList:
+      case kLargeList: {
+        need(1, uint64_t(length + 1) * (large ? 8 : 4), "offsets");
+        const int64_t limit = field->type == kUtf8 || field->type == kLargeUtf8
+                                  ? int64_t(buffers.size() > 2 ? buffers[2].size() : 0)
+                                  : (children.empty() ? 0 : children[0].length);
+        for (int64_t i = 0; i < length; ++i) {
+          const auto [b, e] = range(i, large);
+          if (b < 0 || b > e || e > limit)
+            throw Corrupt{"element " + std::to_string(i) + "'s offsets [" + std::to_string(b) + ", " +
+                          std::to_string(e) + ") leave the " + std::to_string(limit) + " it indexes"};
+        }
+        break;
+      }
+      case kInt:
+        need(1, uint64_t(length) * uint64_t(field->bit_width / 8), "values");
+        break;
+      case kBool:
+        need(1, uint64_t(length + 7) / 8, "values");
+        break;
+      case kStruct:
+        for (const Array& c : children)
+          if (c.length < length) throw Corrupt{"a struct's field holds fewer values than the struct"};
+        break;
+      default:
+        break;
+    }
+    for (const Array& c : children) c.check();
+  }
+
+  std::string_view string(int64_t i) const {
+    const auto [b, e] = range(i, field->type == kLargeUtf8);
+    return {reinterpret_cast<const char*>(buffers[2].data()) + b, size_t(e - b)};
+  }
+
+  nlohmann::ordered_json json(int64_t i) const {
+    if (field->type == kNull || !valid(i)) return nullptr;
+    switch (field->type) {
+      case kUtf8:
+      case kLargeUtf8:
+        return std::string(string(i));
+      case kList:
+      case kLargeList: {
+        auto out = nlohmann::ordered_json::array();
+        const auto [b, e] = range(i, field->type == kLargeList);
+        for (int64_t k = b; k < e; ++k) out.push_back(children[0].json(k));
+        return out;
+      }
+      case kStruct: {
+        auto out = nlohmann::ordered_json::object();
+        for (const Array& c : children) out[c.field->name] = c.json(i);
+        return out;
+      }
+      case kBool:
+        return bool((buffers[1][size_t(i / 8)] >> (i % 8)) & 1);
+      case kInt:
+        switch (field->bit_width) {
+          case 8:
+            return field->is_signed ? int64_t(at<int8_t>(1, i)) : int64_t(at<uint8_t>(1, i));
+          case 16:
+            return field->is_signed ? int64_t(at<int16_t>(1, i)) : int64_t(at<uint16_t>(1, i));
+          case 32:
+            return field->is_signed ? int64_t(at<int32_t>(1, i)) : int64_t(at<uint32_t>(1, i));
+          default:
+            if (field->is_signed) return at<int64_t>(1, i);
+            return at<uint64_t>(1, i);
+        }
+      default:
+        return nullptr;  // refused when the file opens
+    }
+  }
+};
+
+// The field path of a type Json reads (strings, lists, structs, integers, booleans, nulls).
+void check_json_types(const FieldInfo& f, const std::string& path, const fs::path& file) {
+  const bool readable =
+      !f.dictionary &&
+      (f.type == kUtf8 || f.type == kLargeUtf8 || f.type == kList || f.type == kLargeList ||
+       f.type == kStruct || f.type == kBool || f.type == kNull ||
+       (f.type == kInt && (f.bit_width == 8 || f.bit_width == 16 || f.bit_width == 32 || f.bit_width == 64)));
+  TITAN_CHECK(readable, "dataset: ", file.string(), ": '", path, "' is ",
+              f.dictionary ? "dictionary-encoded " : "", type_name(f.type),
+              "; titan reads strings, lists, structs, integers and booleans of a column (Arrow IPC)");
+  for (const FieldInfo& c : f.children) check_json_types(c, path + "." + c.name, file);
+}
+
+// What one record batch message says of the column: its rows and where its arrays' buffers are.
+struct Batch {
+  uint64_t body = 0;  // file offset of the message body
+  int64_t rows = 0;
+  std::vector<std::pair<int64_t, int64_t>> nodes;  // the column's subtree, depth first: length, nulls
+  std::vector<std::vector<Span>> buffers;          // per node, its buffers
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct ArrowColumn::Impl {
+  fs::path path;
+  std::string column;
+  Shape shape = Shape::Text;
+  std::FILE* file = nullptr;
+  uint64_t size = 0;
+  std::vector<FieldInfo> fields;
+  std::vector<std::string> names;
+  size_t field_index = 0;  // of the column among the top-level fields
+  std::vector<Batch> batches;
+  std::vector<uint64_t> first_row;  // of each batch, and the total last
+
+  size_t batch = 0;  // loaded
+  bool loaded = false;
+  Array array;            // the loaded batch's column
+  int64_t batch_row = 0;  // in it, the next row
+  uint64_t row = 0;
+
+  ~Impl() {
+    if (file) std::fclose(file);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    TITAN_FAIL("dataset: ", path.string(), ": ", what);
+  }
+
+  void read_at(uint64_t offset, void* out, size_t n) const {
+    if (offset > size || n > size - offset)
+      fail("a read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
+           " runs past the end of the " + std::to_string(size) + "-byte file (truncated?)");
+    if (n == 0) return;
+    errno = 0;
+    if (fseeko(file, off_t(offset), SEEK_SET) != 0 || std::fread(out, 1, n, file) != n)
+      fail(std::string("read error at byte ") + std::to_string(offset) + ": " +
+           (errno ? std::strerror(errno) : "short read"));
+  }
+
+  void open() {
+    errno = 0;
+    file = std::fopen(path.c_str(), "rb");
+    if (!file) fail(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "unknown error"));
+    std::error_code ec;
+    size = fs::file_size(path, ec);
+    if (ec) fail("cannot be sized: " + ec.message());
+    // The file format opens and ends with "ARROW1"; its footer holds the schema and where each record
+    // batch is (writers need not repeat the schema in the stream between). The streaming format is a
+    // stream of messages alone.
+    if (size >= 14) {
+      char head[6], tail[6];
+      read_at(0, head, 6);
+      read_at(size - 6, tail, 6);
+      if (std::memcmp(head, "ARROW1", 6) == 0 && std::memcmp(tail, "ARROW1", 6) == 0) {
+        read_file_footer();
+        count_rows();
+        return;
+      }
+    }
+    uint64_t pos = 0;
+    bool schema_read = false;
+    while (true) {
+      if (pos == size) break;  // a stream may end without its end-of-stream marker
+      if (size - pos < 4)
+        fail("it ends inside a message header at byte " + std::to_string(pos) + " (truncated?)");
+      uint32_t word;
+      read_at(pos, &word, 4);
+      pos += 4;
+      uint32_t metadata_size = word;
+      if (word == 0xFFFFFFFFu) {  // the continuation marker of the format since Arrow 0.15
+        if (size - pos < 4)
+          fail("it ends inside a message header at byte " + std::to_string(pos) + " (truncated?)");
+        read_at(pos, &metadata_size, 4);
+        pos += 4;
+      }
+      if (metadata_size == 0) break;  // end of stream
+      if (!schema_read && pos == 4 + (word == 0xFFFFFFFFu ? 4 : 0) && metadata_size > size)
+        fail(
+            "is not an Arrow IPC file: it does not start with an Arrow message (a Parquet or JSON file named "
+            ".arrow?)");
+      if (metadata_size > size - pos)
+        fail("its message at byte " + std::to_string(pos) + " claims " + std::to_string(metadata_size) +
+             " bytes of metadata, past the end of the file (truncated?)");
+      std::vector<uint8_t> metadata(metadata_size);
+      read_at(pos, metadata.data(), metadata.size());
+      const uint64_t body = pos + metadata_size;
+      int64_t body_length = 0;
+      try {
+        const FlatBuffer fb(metadata.data(), metadata.size());
+        const Table message = fb.root();  // Message.fbs: version 0, header_type 1, header 2, bodyLength 3
+        const int header_type = message.get<uint8_t>(1);
+        body_length = message.get<int64_t>(3);
+        const auto header = message.table(2);
+        if (!header) throw Corrupt{"a message without its header"};
+        if (header_type == 1) {
+          if (schema_read) throw Corrupt{"a second schema message"};
+          read_schema(*header);
+          schema_read = true;
+        } else if (header_type == 3) {
+          if (!schema_read) throw Corrupt{"a record batch before the schema"};
+          read_batch_header(*header, body);
+        } else if (header_type != 2) {  // dictionary batches belong to other (dictionary) columns
+          throw Corrupt{"a message of type " + std::to_string(header_type) +
+                        " (a tensor?) in a table's stream"};
+        }
+      } catch (const Corrupt& c) {
+        if (!schema_read)
+          fail("is not an Arrow IPC file, or its schema is corrupt (at byte " + std::to_string(pos) + ": " +
+               c.what + ")");
+        fail("its message at byte " + std::to_string(pos) + " is corrupt: " + c.what);
+      }
+      if (body_length < 0 || uint64_t(body_length) > size - body)
+        fail("its message at byte " + std::to_string(pos) + " has a body of " + std::to_string(body_length) +
+             " bytes, past the end of the file (truncated?)");
+      pos = body + uint64_t(body_length);
+    }
+    if (!schema_read) fail("holds no Arrow schema (an empty file, or not Arrow IPC)");
+    count_rows();
+  }
+
+  void count_rows() {
+    uint64_t rows = 0;
+    for (const Batch& b : batches) {
+      first_row.push_back(rows);
+      rows += uint64_t(b.rows);
+    }
+    first_row.push_back(rows);
+  }
+
+  // File.fbs's Footer: version 0, schema 1, dictionaries 2, recordBatches 3 (Block structs: offset,
+  // metaDataLength, padding, bodyLength; 24 bytes), before the footer's int32 size and "ARROW1".
+  void read_file_footer() {
+    int32_t footer_size;
+    read_at(size - 10, &footer_size, 4);
+    if (footer_size <= 0 || uint64_t(footer_size) > size - 18)
+      fail("its footer claims " + std::to_string(footer_size) + " bytes of a " + std::to_string(size) +
+           "-byte file (truncated or corrupt)");
+    std::vector<uint8_t> footer(static_cast<size_t>(footer_size));
+    read_at(size - 10 - uint64_t(footer_size), footer.data(), footer.size());
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // message start, metadata length
+    try {
+      const FlatBuffer fb(footer.data(), footer.size());
+      const Table f = fb.root();
+      const auto schema = f.table(1);
+      if (!schema) throw Corrupt{"no schema"};
+      read_schema(*schema);
+      const auto [n, start] = f.vector(3);
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t offset = fb.scalar<int64_t>(start + 24 * i);
+        const int32_t metadata = fb.scalar<int32_t>(start + 24 * i + 8);
+        if (offset < 8 || metadata < 8 || uint64_t(offset) > size ||
+            uint64_t(metadata) > size - uint64_t(offset))
+          throw Corrupt{"record batch " + std::to_string(i) + " lies outside the file"};
+        blocks.emplace_back(uint64_t(offset), uint64_t(metadata));
+      }
+    } catch (const Corrupt& c) {
+      fail("its footer is corrupt: " + c.what);
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      auto [pos, length] = blocks[i];
+      uint32_t word;
+      read_at(pos, &word, 4);
+      const uint64_t prefix = word == 0xFFFFFFFFu ? 8 : 4;  // continuation marker (since 0.15) and size
+      if (length < prefix) fail("record batch " + std::to_string(i) + "'s block is shorter than its prefix");
+      std::vector<uint8_t> metadata(size_t(length - prefix));
+      read_at(pos + prefix, metadata.data(), metadata.size());
+      try {
+        const FlatBuffer fb(metadata.data(), metadata.size());
+        const Table message = fb.root();
+        const auto header = message.table(2);
+        if (message.get<uint8_t>(1) != 3 || !header) throw Corrupt{"it is not a record batch"};
+        const uint64_t body = pos + length;
+        const int64_t body_length = message.get<int64_t>(3);
+        if (body_length < 0 || uint64_t(body_length) > size - body)
+          throw Corrupt{"its body runs past the file"};
+        read_batch_header(*header, body);
+      } catch (const Corrupt& c) {
+        fail("record batch " + std::to_string(i) + " at byte " + std::to_string(pos) +
+             " is corrupt: " + c.what);
+      }
+    }
+  }
+
+  // Schema.fbs's Schema: endianness 0, fields 1.
+  void read_schema(const Table& schema) {
+    if (schema.get<int16_t>(0) != 0) fail("is big-endian; titan reads little-endian Arrow files");
+    const auto [n, start] = schema.vector(1);
+    for (size_t i = 0; i < n; ++i) {
+      fields.push_back(read_field(schema.table_at(start, i)));
+      names.push_back(fields.back().name);
+    }
+    const auto it = std::find(names.begin(), names.end(), column);
+    if (it == names.end()) {
+      std::string list;
+      for (size_t k = 0; k < names.size() && k < 20; ++k) list += (k ? ", '" : "'") + names[k] + "'";
+      if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
+      fail("has no column '" + column + "' (" +
+           (shape == Shape::Text ? "training.text_field names the column to read"
+                                 : "training.chat_field names the messages") +
+           "; its columns are " + (names.empty() ? std::string("none") : list) + ")");
+    }
+    field_index = size_t(it - names.begin());
+    const FieldInfo& f = fields[field_index];
+    if (shape == Shape::Text) {
+      if (f.dictionary)
+        fail("column '" + column + "' is dictionary-encoded; titan reads plain string columns");
+      if (f.type != kUtf8 && f.type != kLargeUtf8)
+        fail("column '" + column + "' holds " + type_name(f.type) +
+             " values, not strings (Utf8 or LargeUtf8)");
+    } else {
+      check_json_types(f, column, path);
+    }
+  }
+
+  // Message.fbs's RecordBatch: length 0, nodes 1 (FieldNode structs: length, null_count), buffers 2
+  // (Buffer structs: offset, length), compression 3, variadicBufferCounts 4.
+  void read_batch_header(const Table& rb, uint64_t body) {
+    if (rb.field(3))
+      fail("its record batches are compressed; titan reads uncompressed Arrow IPC (as `datasets` writes it)");
+    Batch b;
+    b.body = body;
+    b.rows = rb.get<int64_t>(0);
+    if (b.rows < 0) throw Corrupt{"a negative row count"};
+    const auto [node_count, nodes] = rb.vector(1);
+    const auto [buffer_count, buffers] = rb.vector(2);
+    const auto [variadic_count, variadic_start] = rb.vector(4);
+    std::vector<int64_t> variadic;
+    const FlatBuffer& fb = rb.buffer();
+    for (size_t i = 0; i < variadic_count; ++i)
+      variadic.push_back(fb.scalar<int64_t>(variadic_start + 8 * i));
+    size_t node = 0, buffer = 0, next_variadic = 0;
+    // Walks the fields depth first, taking each one's node and buffers; keeps the column's.
+    auto walk = [&](auto&& self, const FieldInfo& f, bool keep, int depth) -> void {
+      if (depth > 64) throw Corrupt{"fields nested more than 64 deep"};
+      const int own = own_buffers(f, variadic, next_variadic);
+      if (own < 0)
+        throw Corrupt{"field '" + f.name + "' is of type " + type_name(f.type) +
+                      ", whose layout titan does not know, before the column"};
+      if (node >= node_count || buffer + size_t(own) > buffer_count)
+        throw Corrupt{"its record batch lists fewer arrays than the schema has fields"};
+      if (keep) {
+        b.nodes.emplace_back(fb.scalar<int64_t>(nodes + 16 * node),
+                             fb.scalar<int64_t>(nodes + 16 * node + 8));
+        std::vector<Span> spans;
+        for (int k = 0; k < own; ++k) {
+          const size_t at = buffers + 16 * (buffer + size_t(k));
+          spans.push_back({fb.scalar<int64_t>(at), fb.scalar<int64_t>(at + 8)});
+        }
+        b.buffers.push_back(std::move(spans));
+      }
+      ++node;
+      buffer += size_t(own);
+      if (!f.dictionary)
+        for (const FieldInfo& c : f.children) self(self, c, keep, depth + 1);
+    };
+    for (size_t i = 0; i <= field_index; ++i) walk(walk, fields[i], i == field_index, 0);
+    batches.push_back(std::move(b));
+  }
+
+  // The column's arrays of batch `k`, read from the file.
+  void load(size_t k) {
+    const Batch& b = batches[k];
+    size_t node = 0;
+    auto build = [&](auto&& self, const FieldInfo& f) -> Array {
+      Array a;
+      a.field = &f;
+      a.length = b.nodes[node].first;
+      a.null_count = b.nodes[node].second;
+      for (const Span& s : b.buffers[node]) {
+        if (s.offset < 0 || s.length < 0 || uint64_t(s.offset) > size - b.body ||
+            uint64_t(s.length) > size - b.body - uint64_t(s.offset))
+          fail("record batch " + std::to_string(k) + ": column '" + column +
+               "' has a buffer outside the file " + "(the file is corrupt or truncated)");
+        std::vector<uint8_t> bytes(size_t(s.length));
+        read_at(b.body + uint64_t(s.offset), bytes.data(), bytes.size());
+        a.buffers.push_back(std::move(bytes));
+      }
+      ++node;
+      for (const FieldInfo& c : f.children) a.children.push_back(self(self, c));
+      return a;
+    };
+    array = build(build, fields[field_index]);
+    try {
+      if (array.length < b.rows) throw Corrupt{"the column holds fewer values than the batch has rows"};
+      array.check();
+    } catch (const Corrupt& c) {
+      fail("record batch " + std::to_string(k) + ": column '" + column + "': " + c.what +
+           " (the file is corrupt or truncated)");
+    }
+    batch = k;
+    loaded = true;
+  }
+
+  uint64_t rows() const { return first_row.back(); }
+
+  void seek(uint64_t target) {
+    if (target > rows())
+      fail("row " + std::to_string(target) + " is past its " + std::to_string(rows()) + " rows");
+    const size_t k =
+        size_t(std::upper_bound(first_row.begin(), first_row.end(), target) - first_row.begin()) - 1;
+    batch = std::min(k, batches.size());
+    loaded = false;
+    batch_row = int64_t(target - first_row[batch]);
+    row = target;
+  }
+
+  // Positions at the next row (loading its batch); false at the end of the file.
+  bool advance() {
+    while (batch < batches.size() && batch_row >= batches[batch].rows) {
+      ++batch;
+      batch_row = 0;
+      loaded = false;
+    }
+    if (batch >= batches.size()) return false;
+    if (!loaded) load(batch);
+    return true;
+  }
+
+  bool next_text(std::string& value, bool& null) {
+    if (!advance()) return false;
+    null = !array.valid(batch_row);
+    if (null)
+      value.clear();
+    else
+      value.assign(array.string(batch_row));
+    ++batch_row;
+    ++row;
+    return true;
+  }
+
+  bool next_json(nlohmann::ordered_json& value) {
+    if (!advance()) return false;
+    value = array.json(batch_row);
+    ++batch_row;
+    ++row;
+    return true;
+  }
+};
+
+ArrowColumn::ArrowColumn(const fs::path& file, const std::string& column, Shape shape)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = file;
+  impl_->column = column;
+  impl_->shape = shape;
+  impl_->open();
+  impl_->seek(0);
+}
+
+ArrowColumn::~ArrowColumn() = default;
+uint64_t ArrowColumn::rows() const {
+  return impl_->rows();
+}
+uint64_t ArrowColumn::row() const {
+  return impl_->row;
+}
+void ArrowColumn::seek(uint64_t row) {
+  impl_->seek(row);
+}
+bool ArrowColumn::next(std::string& value, bool& null) {
+  TITAN_CHECK(impl_->shape == Shape::Text, "ArrowColumn::next: column '", impl_->column,
+              "' was opened as JSON");
+  return impl_->next_text(value, null);
+}
+bool ArrowColumn::next_json(nlohmann::ordered_json& value) {
+  return impl_->next_json(value);
+}
+const std::vector<std::string>& ArrowColumn::columns() const {
+  return impl_->names;
+}
+uint64_t ArrowColumn::batches() const {
+  return impl_->batches.size();
+}
+
+}  // namespace titan::data
