@@ -325,8 +325,9 @@ TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
   expect(dataset_error(ok, "tags"), "ok.parquet: column 'tags' is a nested group (a list, map or struct)");
   expect(dataset_error(ok, "text", "messages"),
          "ok.parquet: has no column 'messages' (training.chat_field names the messages; its columns are");
-  expect(dataset_error(ok, "text", "id"),
-         "ok.parquet: column 'id' holds INT64 values in 'id'; titan reads strings");
+  // A column of numbers is read as JSON, which a conversation is not.
+  expect(dataset_error(ok, "text", "id"), "ok.parquet:1: field 'id': ");
+  expect(dataset_error(ok, "text", "id"), "messages: expected an array of messages, got number");
   expect(dataset_error(dir / "nulls.parquet"),
          "nulls.parquet:6: row 6's column 'text' is null, not a string");
 
@@ -362,9 +363,19 @@ TEST(Parquet, FilesTitanCannotReadNameTheFileAndTheRule) {
 json conversations(size_t n) {
   const std::vector<std::string> docs = corpus(3 * n + 4);
   json rows = json::array(), tools = json::array();
-  auto message = [](const std::string& role, const std::string& content) {
-    return json{
-        {"role", role}, {"content", content}, {"reasoning_content", nullptr}, {"tool_calls", nullptr}};
+  // Fields the template does not read ride along, as in real datasets: a number, a float, a boolean,
+  // and a field null in every row (written as Arrow's Null type; Parquet's INT32 of logical type UNKNOWN).
+  size_t k = 0;
+  auto message = [&](const std::string& role, const std::string& content) {
+    ++k;
+    return json{{"role", role},
+                {"content", content},
+                {"reasoning_content", nullptr},
+                {"tool_calls", nullptr},
+                {"weight", k % 4 == 0 ? json(nullptr) : json(int64_t(k % 3) - 1)},
+                {"score", double(k % 8) / 4},
+                {"flagged", k % 5 == 1},
+                {"extra", nullptr}};
   };
   for (size_t i = 0; i < n; ++i) {
     json messages = json::array();
@@ -395,15 +406,22 @@ json conversations(size_t n) {
   return {{"messages", rows}, {"tools", tools}};
 }
 
-// The id, messages and tools columns of `chats` (conversations()), with their Arrow types.
-json chat_columns(const json& chats) {
+// The id, messages and tools columns of `chats` (conversations()), with their Arrow types. The field
+// null in every row is of `null_type`: Arrow's Null where the writer can ("null"; pyarrow writes it
+// to Parquet as INT32 of logical type UNKNOWN); parquet-wasm refuses the Null arrays apache-arrow
+// makes, so its files have an all-null int64 instead (read by the same code).
+json chat_columns(const json& chats, const std::string& null_type) {
   const json call_type = {
       {"struct", {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"arguments", "utf8"}}}}}}}};
   const json message_type = {{"struct",
                               {{"role", "utf8"},
                                {"content", "utf8"},
                                {"reasoning_content", "utf8"},
-                               {"tool_calls", {{"list", call_type}}}}}};
+                               {"tool_calls", {{"list", call_type}}},
+                               {"weight", "int64"},
+                               {"score", "float64"},
+                               {"flagged", "bool"},
+                               {"extra", null_type}}}};
   const json tool_type = {
       {"struct",
        {{"type", "utf8"}, {"function", {{"struct", {{"name", "utf8"}, {"description", "utf8"}}}}}}}};
@@ -462,7 +480,7 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
   json spec = json::array();
   for (const char* version : {"1", "2"})
     spec.push_back({{"out", (dir / ("chats_v" + std::string(version) + ".parquet")).string()},
-                    {"columns", chat_columns(chats)},
+                    {"columns", chat_columns(chats, "int64")},
                     {"compression", "ZSTD"},
                     {"version", version},
                     {"dictionary", false},
@@ -485,8 +503,8 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
     }
     EXPECT_FALSE(messages.next_json(row));
     const auto& layout = messages.layout();
-    // layout counts the row groups of each of the 6 leaves: several pages per leaf's chunk.
-    EXPECT_EQ(layout.row_groups, 6u * 4u);
+    // layout counts the row groups of each of the 10 leaves: several pages per leaf's chunk.
+    EXPECT_EQ(layout.row_groups, 10u * 4u);
     EXPECT_GT(version == "1" ? layout.v1_pages : layout.v2_pages, 2 * layout.row_groups);
 
     DocumentStream stream(chat_config(file));
@@ -782,7 +800,7 @@ TEST(Arrow, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
   const fs::path dir = temp_dir("arrow_chat");
   const json chats = conversations(120);
   write_tables(dir, json::array({{{"out", (dir / "chats.arrow").string()},
-                                  {"columns", chat_columns(chats)},
+                                  {"columns", chat_columns(chats, "null")},
                                   {"format", "arrow_stream"},
                                   {"batch_rows", 50}}}));
   ArrowColumn messages(dir / "chats.arrow", "messages", ColumnReader::Shape::Json);
@@ -830,6 +848,73 @@ TEST(Arrow, FilesTitanCannotReadNameTheFileAndTheRule) {
   expect(dataset_error(dir / "renamed.arrow"), "renamed.arrow: is not an Arrow IPC file");
   write_file(dir / "packed.arrow.gz", bytes);
   expect(dataset_error(dir / "packed.arrow.gz"), "packed.arrow.gz: a compressed Arrow file is not read");
+}
+
+}  // namespace
+
+namespace {
+
+// ---- hand-crafted Parquet files (tests/fixtures/parquet_crafted/README.md) -----------------------
+
+fs::path crafted(const std::string& name) {
+  const fs::path src = fixtures_dir() / "parquet_crafted" / name;
+  if (src.extension() != ".gz") return src;
+  const fs::path out = temp_dir("parquet_crafted_" + src.stem().stem().string()) / src.stem();
+  gzFile in = gzopen(src.c_str(), "rb");
+  std::string bytes;
+  char buf[1 << 16];
+  for (int n; (n = gzread(in, buf, sizeof buf)) > 0;) bytes.append(buf, size_t(n));
+  gzclose(in);
+  write_file(out, bytes);
+  return out;
+}
+
+std::vector<json> json_rows(const fs::path& file, const std::string& column, uint64_t from = 0) {
+  ParquetColumn c(file, column, ColumnReader::Shape::Json);
+  c.seek(from);
+  std::vector<json> rows;
+  json row;
+  while (c.next_json(row)) rows.push_back(row);
+  return rows;
+}
+
+// Layouts that real writers produce and arrow-rs does not: each reads as the rows it holds.
+TEST(Parquet, LayoutsOfOtherWritersRead) {
+  // A dictionary-encoded page of nulls only, with no value bytes (Arrow C++ accepts it).
+  EXPECT_EQ(json_rows(crafted("dict_allnull_empty.parquet"), "text"), (std::vector<json>{nullptr, nullptr}));
+  // A v2 page of nulls whose empty value section is flagged compressed (parquet-mr, Spark).
+  for (const char* name : {"v2_empty_snappy.parquet", "v2_empty_zstd.parquet"})
+    EXPECT_EQ(json_rows(crafted(name), "text"), (std::vector<json>{nullptr, nullptr})) << name;
+  // An empty row group whose chunk has no page and data_page_offset 0 (pyarrow's empty tables).
+  EXPECT_EQ(json_rows(crafted("empty_rg.parquet"), "text"), std::vector<json>{"a"});
+  // A two-level list by LogicalTypes.md's rule 3: a repeated group whose one field is repeated.
+  EXPECT_EQ(json_rows(crafted("rule3.parquet"), "my_list"),
+            std::vector<json>{json::array({json::array({"a"})})});
+  // v2 pages whose num_rows says the value count (Arrow C++ before 12.0): a seek counts the rows
+  // by decoding, so it lands on row 3, not past it.
+  const std::vector<json> lists = {json::array({"a", "b"}), json::array({"c"}), json::array({"d"}),
+                                   json::array({"e"}), json::array({"f"})};
+  EXPECT_EQ(json_rows(crafted("v2_badrows.parquet"), "l"), lists);
+  EXPECT_EQ(json_rows(crafted("v2_badrows.parquet"), "l", 3),
+            std::vector<json>(lists.begin() + 3, lists.end()));
+}
+
+// Files built to break the reader (sizes that overflow, counts that would allocate gigabytes,
+// nesting that would exhaust the stack) are errors naming the file and the fault, never a crash.
+TEST(Parquet, MaliciousFilesAreErrorsNotCrashes) {
+  auto expect = [](const fs::path& file, const std::string& column, const std::string& part) {
+    const std::string e = error_of([&] { json_rows(file, column); });
+    SCOPED_TRACE(file.filename().string());
+    EXPECT_NE(e.find(file.filename().string() + ": "), std::string::npos) << e;
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect(crafted("negchildren.parquet"), "text", "a schema element with -1 children");
+  expect(crafted("dbp_overflow.parquet"), "text", "has blocks of 4611686018427387904 values");
+  expect(crafted("deeplist.parquet.gz"), "text",
+         "its footer is corrupt: Thrift values nested more than 64 deep");
+  expect(crafted("deepschema.parquet"), "text", "nests more than 64 levels deep");
+  expect(crafted("dict_huge.parquet"), "text", "it claims more PLAIN values than its bytes can hold");
+  expect(crafted("dba_bomb.parquet.gz"), "text", "its DELTA_BYTE_ARRAY values rebuild to more than 64 MiB");
 }
 
 }  // namespace

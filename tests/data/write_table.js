@@ -10,7 +10,8 @@
 // record batches of "batch_rows"), and for Parquet "compression", "version"
 // ("1" or "2"), "dictionary" (bool), "encoding" (a parquet-wasm Encoding name, applied to the string
 // columns when dictionary is off), "page_bytes", "row_group_rows", "dictionary_page_bytes"}. A
-// column is {"type": T, "values": [...]} with T "utf8", "large_utf8", "int64", "dictionary_utf8",
+// column is {"type": T, "values": [...]} with T "utf8", "large_utf8", "int64", "float64", "bool",
+// "null", "dictionary_utf8",
 // {"list": T} or {"struct": {field: T, ...}} (lists and structs nest; null is a missing value).
 const path = require("path");
 const fs = require("fs");
@@ -24,13 +25,24 @@ function arrowType(t) {
   if (t === "large_utf8") return new arrow.LargeUtf8();
   if (t === "dictionary_utf8") return new arrow.Dictionary(new arrow.Utf8(), new arrow.Int32());
   if (t === "int64") return new arrow.Int64();
+  if (t === "float64") return new arrow.Float64();
+  if (t === "bool") return new arrow.Bool();
+  if (t === "null") return new arrow.Null();
   if (t.list) return new arrow.List(new arrow.Field("item", arrowType(t.list), true));
   if (t.struct) return new arrow.Struct(Object.entries(t.struct).map(([n, c]) => new arrow.Field(n, arrowType(c), true)));
   throw new Error(`unknown column type ${JSON.stringify(t)}`);
 }
 
 function vector(column) {
-  const values = column.type === "int64" ? column.values.map((v) => (v === null ? null : BigInt(v))) : column.values;
+  // Int64 values are BigInts, nested ones too.
+  const big = (t, v) => {
+    if (v === null || v === undefined) return v;
+    if (t === "int64") return BigInt(v);
+    if (t.list) return v.map((x) => big(t.list, x));
+    if (t.struct) return Object.fromEntries(Object.entries(t.struct).map(([n, c]) => [n, big(c, v[n])]));
+    return v;
+  };
+  const values = column.values.map((v) => big(column.type, v));
   return arrow.vectorFromArray(values, arrowType(column.type));
 }
 

@@ -148,7 +148,7 @@ std::string type_name(int type) {
 struct FieldInfo {
   std::string name;
   int type = 0;
-  int bit_width = 0;  // Int
+  int bit_width = 0;  // Int; FloatingPoint: 32 or 64 (16, half precision, is not read)
   bool is_signed = false;
   bool dense_union = false;
   bool dictionary = false;  // dictionary-encoded: its buffers are the indices'
@@ -165,6 +165,9 @@ FieldInfo read_field(const Table& t, int depth = 0) {
     if (f.type == kInt) {
       f.bit_width = type->get<int32_t>(0);
       f.is_signed = type->get<uint8_t>(1) != 0;
+    } else if (f.type == kFloatingPoint) {  // precision: HALF 0, SINGLE 1, DOUBLE 2
+      const int16_t precision = type->get<int16_t>(0);
+      f.bit_width = precision == 1 ? 32 : precision == 2 ? 64 : 16;
     } else if (f.type == kUnion) {
       f.dense_union = type->get<int16_t>(0) == 1;
     }
@@ -256,7 +259,9 @@ struct Array {
                       std::to_string(buffers.size() <= buffer ? 0 : buffers[buffer].size()) +
                       " bytes where " + std::to_string(length) + " values need " + std::to_string(bytes)};
     };
-    if (length < 0 || null_count < 0 || null_count > length) throw Corrupt{"a negative length or null count"};
+    // A Null array has no buffers to check; its null count is its length (apache-arrow writes -1).
+    if (length < 0 || (field->type != kNull && (null_count < 0 || null_count > length)))
+      throw Corrupt{"a negative length or null count"};
     if (null_count > 0 && field->type != kNull && !buffers.empty() && !buffers[0].empty())
       need(0, uint64_t(length + 7) / 8, "validity");
     const bool large = field->type == kLargeUtf8 || field->type == kLargeList;
@@ -277,6 +282,7 @@ struct Array {
         }
         break;
       }
+      case kFloatingPoint:
       case kInt:
         need(1, uint64_t(length) * uint64_t(field->bit_width / 8), "values");
         break;
@@ -318,6 +324,8 @@ struct Array {
       }
       case kBool:
         return bool((buffers[1][size_t(i / 8)] >> (i % 8)) & 1);
+      case kFloatingPoint:
+        return field->bit_width == 32 ? double(at<float>(1, i)) : at<double>(1, i);
       case kInt:
         switch (field->bit_width) {
           case 8:
@@ -341,11 +349,12 @@ void check_json_types(const FieldInfo& f, const std::string& path, const fs::pat
   const bool readable =
       !f.dictionary &&
       (f.type == kUtf8 || f.type == kLargeUtf8 || f.type == kList || f.type == kLargeList ||
-       f.type == kStruct || f.type == kBool || f.type == kNull ||
+       f.type == kStruct || f.type == kBool || (f.type == kFloatingPoint && f.bit_width >= 32) ||
+       f.type == kNull ||
        (f.type == kInt && (f.bit_width == 8 || f.bit_width == 16 || f.bit_width == 32 || f.bit_width == 64)));
   TITAN_CHECK(readable, "dataset: ", file.string(), ": '", path, "' is ",
               f.dictionary ? "dictionary-encoded " : "", type_name(f.type),
-              "; titan reads strings, lists, structs, integers and booleans of a column (Arrow IPC)");
+              "; titan reads strings, lists, structs, integers, floats and booleans of a column (Arrow IPC)");
   for (const FieldInfo& c : f.children) check_json_types(c, path + "." + c.name, file);
 }
 

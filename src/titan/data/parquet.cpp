@@ -42,7 +42,7 @@ enum ThriftType : int {
   kI16 = 4,
   kI32 = 5,
   kI64 = 6,
-  kDouble = 7,
+  kF64 = 7,  // a double
   kBinary = 8,
   kList = 9,
   kSet = 10,
@@ -139,7 +139,7 @@ class Thrift {
       case kI64:
         varint();
         return;
-      case kDouble:
+      case kF64:
         for (int i = 0; i < 8; ++i) byte();
         return;
       case kBinary: {
@@ -151,17 +151,21 @@ class Thrift {
       case kList:
       case kSet: {
         const ListHeader h = list();
+        if (++depth_ > 64) throw Corrupt{"Thrift values nested more than 64 deep"};
         for (uint64_t i = 0; i < h.size; ++i) skip(h.type, true);
+        --depth_;
         return;
       }
       case kMap: {
         const uint64_t n = varint();
         if (n == 0) return;
         const uint8_t kv = byte();
+        if (++depth_ > 64) throw Corrupt{"Thrift values nested more than 64 deep"};
         for (uint64_t i = 0; i < n; ++i) {
           skip(kv >> 4, true);
           skip(kv & 0x0f, true);
         }
+        --depth_;
         return;
       }
       case kStruct:
@@ -182,7 +186,7 @@ class Thrift {
 // ---------------------------------------------------------------------------------------------
 // The footer (parquet.thrift's FileMetaData), the parts a string column needs.
 
-enum PhysicalType { kByteArray = 6 };
+enum PhysicalType { kBoolean = 0, kInt32 = 1, kInt64 = 2, kFloat = 4, kDouble = 5, kByteArray = 6 };
 enum Repetition { kRequired = 0, kOptional = 1, kRepeated = 2 };
 enum Codec {
   kUncompressed = 0,
@@ -301,9 +305,11 @@ SchemaElement read_schema_element(Thrift& t) {
       e.repetition = t.i32();
     else if (id == 4 && type == kBinary)
       e.name = t.binary();
-    else if (id == 5 && type == kI32)
+    else if (id == 5 && type == kI32) {
       e.num_children = t.i32();
-    else if (id == 6 && type == kI32)
+      if (e.num_children < 0)
+        throw Corrupt{"a schema element with " + std::to_string(e.num_children) + " children"};
+    } else if (id == 6 && type == kI32)
       e.converted_type = t.i32();
     else if (id == 10 && type == kStruct)
       t.read_struct([&](int kind, int kind_type) {  // a union: the one field set names the type
@@ -389,6 +395,7 @@ struct PageHeader {
   int32_t num_rows = -1;   // v2
   int encoding = kPlain;
   int level_encoding = kRle;             // v1's definition levels
+  int rep_level_encoding = kRle;         // v1's repetition levels
   int32_t def_bytes = 0, rep_bytes = 0;  // v2
   bool values_compressed = true;         // v2
 };
@@ -413,6 +420,8 @@ PageHeader read_page_header(Thrift& t) {
           h.encoding = t.i32();
         else if (f == 3 && ft == kI32)
           h.level_encoding = t.i32();
+        else if (f == 4 && ft == kI32)
+          h.rep_level_encoding = t.i32();
         else
           t.skip(ft);
       });
@@ -502,7 +511,7 @@ void decode_hybrid(Bytes& in, int width, size_t count, std::vector<uint32_t>& ou
   if (width < 0 || width > 32)
     throw Corrupt{std::string(what) + " has a bit width of " + std::to_string(width)};
   out.clear();
-  out.reserve(count);
+  out.reserve(std::min<size_t>(count, 1u << 16));  // a corrupt count must not allocate ahead
   const size_t value_bytes = size_t(width + 7) / 8;
   while (out.size() < count) {
     const uint64_t header = in.uleb(what);
@@ -533,8 +542,9 @@ void decode_hybrid(Bytes& in, int width, size_t count, std::vector<uint32_t>& ou
 void decode_delta_binary_packed(Bytes& in, size_t expected, std::vector<int64_t>& out, const char* what) {
   const uint64_t block_size = in.uleb(what), miniblocks = in.uleb(what), total = in.uleb(what);
   int64_t value = in.zigzag(what);
-  if (block_size == 0 || block_size % 128 != 0 || miniblocks == 0 || block_size % miniblocks != 0 ||
-      (block_size / miniblocks) % 32 != 0)
+  // Writers use blocks of 128 to 1024 values; a cap keeps the sizes below from overflowing.
+  if (block_size == 0 || block_size > (1u << 16) || block_size % 128 != 0 || miniblocks == 0 ||
+      block_size % miniblocks != 0 || (block_size / miniblocks) % 32 != 0)
     throw Corrupt{std::string(what) + " has blocks of " + std::to_string(block_size) + " values in " +
                   std::to_string(miniblocks) +
                   " miniblocks (the format needs a multiple of 128 in miniblocks of "
@@ -543,7 +553,7 @@ void decode_delta_binary_packed(Bytes& in, size_t expected, std::vector<int64_t>
     throw Corrupt{std::string(what) + " hold " + std::to_string(total) + " values where the page has " +
                   std::to_string(expected)};
   out.clear();
-  out.reserve(size_t(total));
+  out.reserve(size_t(std::min<uint64_t>(total, 1u << 16)));
   if (total == 0) return;
   out.push_back(value);
   const uint64_t per_miniblock = block_size / miniblocks;
@@ -722,6 +732,7 @@ struct LeafReader {
   size_t leaf = 0;   // index among the schema's leaves: the leaf's chunk in every row group
   std::string name;  // its path, dotted, for messages
   int max_def = 0, max_rep = 0;
+  int type = kByteArray;  // physical type: strings, or (Json columns) integers, floats and booleans
   ParquetColumn::Layout* layout = nullptr;
 
   // The row group being read.
@@ -730,6 +741,7 @@ struct LeafReader {
   int64_t chunk_values_left = 0;          // values (nulls included) of the chunk in pages not yet read
   std::vector<uint8_t> dictionary_bytes;
   std::vector<std::string_view> dictionary;
+  std::vector<nlohmann::ordered_json> dictionary_scalars;  // a non-string leaf's dictionary
   bool has_dictionary = false;
   uint64_t skip = 0;  // rows still to skip after a seek
 
@@ -738,6 +750,7 @@ struct LeafReader {
   std::vector<uint8_t> rebuilt;          // DELTA_BYTE_ARRAY's values, rebuilt from prefixes
   std::vector<uint32_t> defs, reps;      // levels of each entry (empty where the maximum is 0)
   std::vector<std::string_view> values;  // the page's values, in order
+  std::vector<nlohmann::ordered_json> scalars;  // a non-string leaf's
   size_t entries = 0, entry = 0, value = 0;
   uint64_t page_offset = 0;  // of the page's header, for errors
 
@@ -753,6 +766,8 @@ struct LeafReader {
     has_dictionary = false;
     skip = rows_to_skip;
     if (g >= file->meta.row_groups.size()) return;
+    chunk_values_left = chunk().num_values;
+    if (chunk_values_left == 0) return;  // an empty row group's chunk may hold no page, nor an offset
     chunk_pos = uint64_t(chunk_start(chunk()));
     chunk_end = chunk_pos + uint64_t(chunk().total_compressed_size);
     chunk_values_left = chunk().num_values;
@@ -795,15 +810,18 @@ struct LeafReader {
   void decompress_into_page(const std::vector<uint8_t>& stored, size_t from, bool compressed, int32_t size) {
     page_bytes.resize(size_t(size));
     if (from > stored.size() || from > page_bytes.size()) fail_page("its level bytes run past the page");
-    std::memcpy(page_bytes.data(), stored.data(), from);
+    if (from) std::memcpy(page_bytes.data(), stored.data(), from);
     const int codec = chunk().codec;
     if (!compressed || codec == kUncompressed) {
       if (stored.size() != page_bytes.size())
         fail_page("it stores " + std::to_string(stored.size()) + " bytes uncompressed but its header says " +
                   std::to_string(size));
-      std::memcpy(page_bytes.data() + from, stored.data() + from, stored.size() - from);
+      if (stored.size() > from)
+        std::memcpy(page_bytes.data() + from, stored.data() + from, stored.size() - from);
       return;
     }
+    // A page of nulls may store no value bytes at all, though "compressed" (parquet-mr's v2 pages).
+    if (stored.size() == from && page_bytes.size() == from) return;
     try {
       decompress(codec, stored.data() + from, stored.size() - from, page_bytes.data() + from,
                  page_bytes.size() - from);
@@ -816,9 +834,11 @@ struct LeafReader {
   // the dictionary or `rebuilt`).
   void decode_values(Bytes in, int encoding, size_t count, std::vector<std::string_view>& out) {
     out.clear();
-    out.reserve(count);
+    if (count == 0) return;  // a page of nulls may hold no value bytes at all
+    out.reserve(std::min<size_t>(count, 1u << 16));
     switch (encoding) {
       case kPlain:
+        if (count > in.left() / 4) throw Corrupt{"it claims more PLAIN values than its bytes can hold"};
         for (size_t i = 0; i < count; ++i) {
           const uint32_t n = in.u32le("a PLAIN value's length");
           in.need(n, "a PLAIN value");
@@ -866,8 +886,14 @@ struct LeafReader {
                           " bytes of a previous value of " + std::to_string(previous_size)};
           in.need(size_t(suffixes[i]), "a DELTA_BYTE_ARRAY suffix");
           const size_t start = rebuilt.size(), prefix = size_t(prefixes[i]);
+          // Shared prefixes expand a page some times over; a file built to expand it by orders of
+          // magnitude (20,000 copies of one 1 MB value) must not allocate gigabytes.
+          const size_t limit = std::max<size_t>(size_t(64) << 20, 64 * page_bytes.size());
+          if (start + prefix + size_t(suffixes[i]) > limit)
+            throw Corrupt{"its DELTA_BYTE_ARRAY values rebuild to more than " + std::to_string(limit >> 20) +
+                          " MiB, 64 times its page"};
           rebuilt.resize(start + prefix);  // may move the bytes: copy from data() after it
-          std::memcpy(rebuilt.data() + start, rebuilt.data() + previous_start, prefix);
+          if (prefix) std::memcpy(rebuilt.data() + start, rebuilt.data() + previous_start, prefix);
           rebuilt.insert(rebuilt.end(), in.p, in.p + suffixes[i]);
           in.p += suffixes[i];
           previous_start = start;
@@ -882,6 +908,92 @@ struct LeafReader {
         throw Corrupt{"its values are " + encoding_name(encoding) +
                       "-encoded, which a string column cannot be"};
     }
+  }
+
+  // Values of a non-string leaf (a Json column's numbers and booleans) of `encoding` from `in`:
+  // `count` of them into `out`.
+  void decode_scalars(Bytes in, int encoding, size_t count, std::vector<nlohmann::ordered_json>& out) {
+    out.clear();
+    if (count == 0) return;
+    const size_t width = type == kInt32 || type == kFloat ? 4 : 8;
+    auto fixed = [&](const uint8_t* bytes) -> nlohmann::ordered_json {
+      if (type == kInt32) {
+        int32_t v;
+        std::memcpy(&v, bytes, 4);
+        return v;
+      }
+      if (type == kInt64) {
+        int64_t v;
+        std::memcpy(&v, bytes, 8);
+        return v;
+      }
+      if (type == kFloat) {
+        float v;
+        std::memcpy(&v, bytes, 4);
+        return double(v);
+      }
+      double v;
+      std::memcpy(&v, bytes, 8);
+      return v;
+    };
+    switch (encoding) {
+      case kPlain:
+        if (type == kBoolean) {  // one bit each, least significant first
+          in.need((count + 7) / 8, "PLAIN booleans");
+          for (size_t i = 0; i < count; ++i) out.push_back(bool((in.p[i / 8] >> (i % 8)) & 1));
+          return;
+        }
+        if (count > in.left() / width) throw Corrupt{"it claims more PLAIN values than its bytes can hold"};
+        for (size_t i = 0; i < count; ++i) out.push_back(fixed(in.p + i * width));
+        return;
+      case kPlainDictionary:
+      case kRleDictionary: {
+        if (!has_dictionary) throw Corrupt{"a dictionary-encoded page without a dictionary page before it"};
+        in.need(1, "the dictionary indices' bit width");
+        const int bits = *in.p++;
+        std::vector<uint32_t> indices;
+        decode_hybrid(in, bits, count, indices, "the dictionary indices");
+        for (uint32_t i : indices) {
+          if (i >= dictionary_scalars.size())
+            throw Corrupt{"dictionary index " + std::to_string(i) + " of a dictionary of " +
+                          std::to_string(dictionary_scalars.size())};
+          out.push_back(dictionary_scalars[i]);
+        }
+        return;
+      }
+      case kRle: {  // booleans, after their 4-byte size
+        if (type != kBoolean) break;
+        const uint32_t n = in.u32le("the RLE booleans' size");
+        in.need(n, "the RLE booleans");
+        Bytes bits{in.p, in.p + n};
+        std::vector<uint32_t> flags;
+        decode_hybrid(bits, 1, count, flags, "the RLE booleans");
+        for (uint32_t f : flags) out.push_back(f != 0);
+        return;
+      }
+      case kDeltaBinaryPacked: {
+        if (type != kInt32 && type != kInt64) break;
+        std::vector<int64_t> ints;
+        decode_delta_binary_packed(in, count, ints, "the DELTA_BINARY_PACKED integers");
+        for (int64_t v : ints)
+          out.push_back(type == kInt32 ? nlohmann::ordered_json(int32_t(v)) : nlohmann::ordered_json(v));
+        return;
+      }
+      case kByteStreamSplit: {  // byte k of every value, then byte k + 1, ...
+        if (type == kBoolean) break;
+        if (count > in.left() / width) throw Corrupt{"it claims more values than its bytes can hold"};
+        uint8_t bytes[8];
+        for (size_t i = 0; i < count; ++i) {
+          for (size_t k = 0; k < width; ++k) bytes[k] = in.p[k * count + i];
+          out.push_back(fixed(bytes));
+        }
+        return;
+      }
+      default:
+        break;
+    }
+    throw Corrupt{"its " + std::string(physical_type_name(type)) + " values are " + encoding_name(encoding) +
+                  "-encoded, which titan does not read"};
   }
 
   // Reads the next data page of the chunk (a dictionary page before it into the dictionary). While
@@ -913,16 +1025,17 @@ struct LeafReader {
         fail_page("it holds " + std::to_string(h.num_values) + " values, more than the " +
                   std::to_string(chunk_values_left) + " its column chunk has left");
       chunk_values_left -= h.num_values;
-      int64_t rows = -1;  // known from the header alone
+      if (h.num_values > (1 << 28)) fail_page("it claims " + std::to_string(h.num_values) + " values");
+      // A flat column's page holds a row per value: passed over by its header while rows are skipped. A
+      // nested column's is decoded to count its rows (a v2 header's num_rows would tell, but Arrow C++
+      // before 12.0 wrote the value count there, apache/arrow#34086).
       if (max_rep == 0) {
-        rows = h.num_values;
         if (h.type == kDataPageV2 && h.num_rows >= 0 && h.num_rows != h.num_values)
           fail_page("a flat column's page holds " + std::to_string(h.num_values) + " values in " +
                     std::to_string(h.num_rows) + " rows");
-      } else if (h.type == kDataPageV2 && h.num_rows >= 0) {
-        rows = h.num_rows;
       }
-      if (rows >= 0 && skip >= uint64_t(rows)) {
+      const int64_t rows = max_rep == 0 ? h.num_values : -1;
+      if (rows > 0 && skip >= uint64_t(rows)) {
         skip -= uint64_t(rows);
         continue;
       }
@@ -944,8 +1057,11 @@ struct LeafReader {
     decompress_into_page(stored, 0, true, h.uncompressed_size);
     dictionary_bytes.swap(page_bytes);
     try {
-      decode_values(Bytes{dictionary_bytes.data(), dictionary_bytes.data() + dictionary_bytes.size()}, kPlain,
-                    size_t(h.num_values), dictionary);
+      const Bytes in{dictionary_bytes.data(), dictionary_bytes.data() + dictionary_bytes.size()};
+      if (type == kByteArray)
+        decode_values(in, kPlain, size_t(h.num_values), dictionary);
+      else
+        decode_scalars(in, kPlain, size_t(h.num_values), dictionary_scalars);
     } catch (const Corrupt& c) {
       fail_page("its dictionary: " + c.what);
     }
@@ -988,9 +1104,11 @@ struct LeafReader {
     } else {
       decompress_into_page(stored, 0, true, h.uncompressed_size);
       in = Bytes{page_bytes.data(), page_bytes.data() + page_bytes.size()};
-      if (max_rep > 0 || max_def > 0)
-        if (h.level_encoding != kRle)
-          throw Corrupt{"its levels are " + encoding_name(h.level_encoding) + "-encoded (titan reads RLE)"};
+      if ((max_def > 0 && h.level_encoding != kRle) || (max_rep > 0 && h.rep_level_encoding != kRle))
+        throw Corrupt{
+            "its levels are " +
+            encoding_name(max_def > 0 && h.level_encoding != kRle ? h.level_encoding : h.rep_level_encoding) +
+            "-encoded (titan reads RLE)"};
       for (auto [max_level, out, what] : {std::tuple{max_rep, &reps, "the repetition levels"},
                                           std::tuple{max_def, &defs, "the definition levels"}}) {
         if (max_level == 0) {
@@ -1008,7 +1126,10 @@ struct LeafReader {
     if (max_def > 0) present = size_t(std::count(defs.begin(), defs.end(), uint32_t(max_def)));
     if (max_rep > 0 && n > 0 && reps[0] != 0 && chunk_values_left + h.num_values == chunk().num_values)
       throw Corrupt{"the column chunk's first value continues a row"};
-    decode_values(in, h.encoding, present, values);
+    if (type == kByteArray)
+      decode_values(in, h.encoding, present, values);
+    else
+      decode_scalars(in, h.encoding, present, scalars);
     entries = n;
     entry = value = 0;
     ++(h.type == kDataPageV2 ? layout->v2_pages : layout->v1_pages);
@@ -1028,13 +1149,18 @@ struct LeafReader {
   }
   struct Entry {
     int rep, def;
-    std::string_view value;  // valid until the next page loads; empty where def < max_def
+    std::string_view value;  // a string leaf's; valid until the next page loads; empty where def < max_def
+    const nlohmann::ordered_json* scalar = nullptr;  // another leaf's, where def == max_def
   };
   Entry take() {
     Entry e{max_rep == 0 ? 0 : int(reps[entry]), max_def == 0 ? 0 : int(defs[entry]), {}};
     if (e.def == max_def) {
-      if (value >= values.size()) fail_page("it holds fewer values than its definition levels say");
-      e.value = values[value++];
+      if (value >= (type == kByteArray ? values.size() : scalars.size()))
+        fail_page("it holds fewer values than its definition levels say");
+      if (type == kByteArray)
+        e.value = values[value++];
+      else
+        e.scalar = &scalars[value++];
     }
     ++entry;
     return e;
@@ -1044,6 +1170,7 @@ struct LeafReader {
   struct Owned {
     int rep, def;
     std::string value;
+    nlohmann::ordered_json scalar;  // a non-string leaf's value
   };
   bool read_row(std::vector<Owned>& row) {
     row.clear();
@@ -1051,7 +1178,7 @@ struct LeafReader {
     if (peek_rep() != 0) fail_page("a row starts with repetition level " + std::to_string(peek_rep()));
     do {
       const Entry e = take();
-      row.push_back({e.rep, e.def, std::string(e.value)});
+      row.push_back({e.rep, e.def, std::string(e.value), e.scalar ? *e.scalar : nlohmann::ordered_json()});
     } while (peek_rep() > 0);
     return true;
   }
@@ -1103,9 +1230,10 @@ struct ParquetColumn::Impl {
   // Builds the steps of the leaves under schema element `at` (whose slot the steps so far reach);
   // returns the index after its subtree. `leaf` counts the schema's leaves before `at`.
   size_t walk(size_t at, std::vector<Step> steps, int def, int rep, size_t& leaf, const std::string& dotted,
-              bool repetition_done = false) {
+              bool repetition_done = false, int depth = 0) {
     const auto& schema = file.meta.schema;
     if (at >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
+    if (depth > 64) fail("column '" + column + "' nests more than 64 levels deep");
     const SchemaElement& e = schema[at];
     const std::string name = dotted.empty() ? e.name : dotted + "." + e.name;
     if (!repetition_done) {
@@ -1116,11 +1244,17 @@ struct ParquetColumn::Impl {
       }
     }
     if (e.num_children == 0) {  // a leaf
-      if (e.type != kByteArray)
+      // Strings; a Json column's numbers and booleans too (a field null in every row is written as
+      // INT32 of logical type UNKNOWN: its values are all null).
+      const bool scalar =
+          e.type == kBoolean || e.type == kInt32 || e.type == kInt64 || e.type == kFloat || e.type == kDouble;
+      if (e.type != kByteArray && (as_text || !scalar))
         fail("column '" + column + "' holds " + physical_type_name(e.type) + " values in '" + name +
-             "'; titan reads strings" + (as_text ? "" : " in a conversation's fields"));
-      if (const std::string other = non_text_annotation(e); !other.empty())
-        fail("column '" + name + "' is annotated " + other + ", not text");
+             "'; titan reads " +
+             (as_text ? "strings" : "strings, integers, floats and booleans in a conversation's fields"));
+      if (e.type == kByteArray)
+        if (const std::string other = non_text_annotation(e); !other.empty())
+          fail("column '" + name + "' is annotated " + other + ", not text");
       steps.push_back({Step::kValue, 0, 0, ""});
       LeafReader r;
       r.file = &file;
@@ -1128,6 +1262,7 @@ struct ParquetColumn::Impl {
       r.name = name;
       r.max_def = def;
       r.max_rep = rep;
+      r.type = e.type;
       r.layout = &layout;
       leaves.push_back(std::move(r));
       paths.push_back(std::move(steps));
@@ -1143,34 +1278,34 @@ struct ParquetColumn::Impl {
         fail("column '" + name + "' is a LIST whose child is not one repeated field");
       const SchemaElement& r = schema[at + 1];
       steps.push_back({Step::kRepeated, ++def, ++rep, ""});
-      const bool three_level = r.num_children == 1 && r.name != "array" && r.name != e.name + "_tuple";
-      if (three_level) {
-        if (at + 2 < schema.size() && schema[at + 2].repetition == kRepeated)
-          fail("column '" + name + "' is a LIST whose element is repeated");
-        return walk(at + 2, steps, def, rep, leaf, name + "." + r.name);
-      }
-      return walk(at + 1, steps, def, rep, leaf, name, /*repetition_done=*/true);
+      // LogicalTypes.md's backward-compatibility rules: a repeated group of one field is the element
+      // itself when it is named "array" or "<list>_tuple", or when that field is repeated.
+      const bool three_level = r.num_children == 1 && r.name != "array" && r.name != e.name + "_tuple" &&
+                               !(at + 2 < schema.size() && schema[at + 2].repetition == kRepeated);
+      if (three_level) return walk(at + 2, steps, def, rep, leaf, name + "." + r.name, false, depth + 1);
+      return walk(at + 1, steps, def, rep, leaf, name, /*repetition_done=*/true, depth + 1);
     }
     size_t next = at + 1;
     for (int c = 0; c < e.num_children; ++c) {
       if (next >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
       std::vector<Step> child = steps;
       child.push_back({Step::kKey, 0, 0, schema[next].name});
-      next = walk(next, child, def, rep, leaf, name);
+      next = walk(next, child, def, rep, leaf, name, false, depth + 1);
     }
     return next;
   }
 
   // The end of the subtree at `at`, counting its leaves into `leaves_before`.
-  size_t skip_subtree(size_t at, size_t& leaves_before) const {
+  size_t skip_subtree(size_t at, size_t& leaves_before, int depth = 0) const {
     const auto& schema = file.meta.schema;
     if (at >= schema.size()) fail("its schema is corrupt: a group names more children than it lists");
+    if (depth > 64) fail("its schema nests more than 64 levels deep");
     if (schema[at].num_children == 0) {
       ++leaves_before;
       return at + 1;
     }
     size_t next = at + 1;
-    for (int c = 0; c < schema[at].num_children; ++c) next = skip_subtree(next, leaves_before);
+    for (int c = 0; c < schema[at].num_children; ++c) next = skip_subtree(next, leaves_before, depth + 1);
     return next;
   }
 
@@ -1210,6 +1345,7 @@ struct ParquetColumn::Impl {
     }
     size_t leaf = found_leaf;
     walk(*found, {}, 0, 0, leaf, "");
+    if (leaves.empty()) fail("column '" + column + "' is a group without a field");
     row_entries.resize(leaves.size());
   }
 
@@ -1238,6 +1374,7 @@ struct ParquetColumn::Impl {
           bad("column '" + l.name + "' holds " + std::to_string(c.num_values) + " values for " +
               std::to_string(rg.num_rows) + " rows");
         const int64_t start = chunk_start(c);
+        if (c.num_values == 0) continue;  // an empty row group's chunk may hold no page, nor an offset
         if (start < 4 || c.total_compressed_size < 0 || uint64_t(start) > file.size ||
             uint64_t(c.total_compressed_size) > file.size - uint64_t(start))
           bad("column '" + l.name + "' lies outside the file (bytes " + std::to_string(start) + " + " +
@@ -1326,8 +1463,10 @@ struct ParquetColumn::Impl {
           } else if (s.kind == Step::kKey) {
             if (!slot->is_object()) *slot = nlohmann::ordered_json::object();
             slot = &(*slot)[s.key];
-          } else {
+          } else if (leaves[i].type == kByteArray) {
             *slot = e.value;
+          } else {
+            *slot = e.scalar;
           }
         }
       }
