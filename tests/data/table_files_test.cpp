@@ -918,3 +918,64 @@ TEST(Parquet, MaliciousFilesAreErrorsNotCrashes) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- hand-crafted Arrow files (tests/fixtures/arrow_crafted/README.md) -------------------------
+
+std::vector<json> arrow_rows(const fs::path& file, const std::string& column) {
+  ArrowColumn c(file, column, ColumnReader::Shape::Json);
+  std::vector<json> rows;
+  json row;
+  while (c.next_json(row)) rows.push_back(row);
+  return rows;
+}
+
+// Layouts of other writers and versions read as the rows they hold; a dictionary-encoded column and
+// a list of structs before the text column (written by apache-arrow) are stepped over.
+TEST(Arrow, LayoutsOfOtherWritersRead) {
+  const fs::path crafted = fixtures_dir() / "arrow_crafted";
+  EXPECT_EQ(arrow_rows(crafted / "legacy.arrow", "text"), (std::vector<json>{"hi", "you"}));
+  EXPECT_EQ(arrow_rows(crafted / "sliced.arrow", "text"), (std::vector<json>{"lo", "you"}));
+  EXPECT_EQ(arrow_rows(crafted / "empty_child_offsets.arrow", "messages"), std::vector<json>{json::array()});
+
+  const fs::path dir = temp_dir("arrow_layouts");
+  const json lists = json::array({json::array({{{"a", "1"}, {"b", 1}}}), json::array(), nullptr,
+                                  json::array({{{"a", nullptr}, {"b", 2}}}), json::array()});
+  const json columns = {
+      {"d", {{"type", "dictionary_utf8"}, {"values", {"x", "y", "x", nullptr, "z"}}}},
+      {"n", {{"type", {{"list", {{"struct", {{"a", "utf8"}, {"b", "int64"}}}}}}}, {"values", lists}}},
+      {"text", {{"type", "utf8"}, {"values", {"r0", "r1", "r2", "r3", "r4"}}}}};
+  write_tables(
+      dir,
+      json::array({{{"out", (dir / "s.arrow").string()},
+                    {"columns", columns},
+                    {"format", "arrow_stream"},
+                    {"batch_rows", 2}},
+                   {{"out", (dir / "f.arrow").string()}, {"columns", columns}, {"format", "arrow_file"}}}));
+  for (const char* name : {"s.arrow", "f.arrow"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(arrow_rows(dir / name, "text"), (std::vector<json>{"r0", "r1", "r2", "r3", "r4"}));
+    EXPECT_EQ(arrow_rows(dir / name, "n"), std::vector<json>(lists.begin(), lists.end()));
+  }
+}
+
+// Files built to break the reader (sizes that wrap, arrays that need no bytes, schemas that share
+// fields exponentially) are errors naming the file and the fault, never a crash or a runaway.
+TEST(Arrow, MaliciousFilesAreErrorsNotCrashes) {
+  const fs::path crafted = fixtures_dir() / "arrow_crafted";
+  auto expect = [&](const std::string& name, const std::string& column, const std::string& part) {
+    SCOPED_TRACE(name);
+    const std::string e = error_of([&] { arrow_rows(crafted / name, column); });
+    EXPECT_NE(e.find(name + ": "), std::string::npos) << e;
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect("wrap_int64_child.arrow", "messages", "an array of 2305843009213693952 values");
+  expect("wrap_int64_overread.arrow", "messages", "an array of 2305843009213693952 values");
+  expect("wrap_large_utf8.arrow", "text", "an array of 2305843009213693952 values");
+  expect("null_bomb.arrow", "messages", "an array of 1099511627776 values");
+  expect("schema_dag_40.arrow", "text", "more than 65536 fields");
+  expect("truncated_fileformat.arrow", "text", "does not end with its footer and ARROW1 (truncated?)");
+}
+
+}  // namespace

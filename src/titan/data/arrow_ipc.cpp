@@ -156,8 +156,11 @@ struct FieldInfo {
 };
 
 // Schema.fbs's Field: name 0, nullable 1, type_type 2, type 3, dictionary 4, children 5.
-FieldInfo read_field(const Table& t, int depth = 0) {
+// `budget` counts the fields read: flatbuffer offsets may be shared, so a small schema could name
+// exponentially many.
+FieldInfo read_field(const Table& t, size_t& budget, int depth = 0) {
   if (depth > 64) throw Corrupt{"fields nested more than 64 deep"};
+  if (++budget > 65536) throw Corrupt{"more than 65536 fields"};
   FieldInfo f;
   f.name = t.string(0);
   f.type = t.get<uint8_t>(2);
@@ -174,13 +177,14 @@ FieldInfo read_field(const Table& t, int depth = 0) {
   }
   f.dictionary = t.field(4) != 0;
   const auto [n, start] = t.vector(5);
-  for (size_t i = 0; i < n; ++i) f.children.push_back(read_field(t.table_at(start, i), depth + 1));
+  for (size_t i = 0; i < n; ++i) f.children.push_back(read_field(t.table_at(start, i), budget, depth + 1));
   return f;
 }
 
 // The buffers a field's own array has in a record batch (its children's follow); -1 for a type
 // whose layout is not known here. `variadic` counts the view types' data buffers (one per such field).
-int own_buffers(const FieldInfo& f, const std::vector<int64_t>& variadic, size_t& next_variadic) {
+int own_buffers(const FieldInfo& f, const std::vector<int64_t>& variadic, size_t& next_variadic,
+                bool before_v5) {
   if (f.dictionary) return 2;  // validity and indices
   switch (f.type) {
     case kNull:
@@ -210,11 +214,13 @@ int own_buffers(const FieldInfo& f, const std::vector<int64_t>& variadic, size_t
     case kStruct:
     case kFixedSizeList:
       return 1;
-    case kUnion:
-      return f.dense_union ? 2 : 1;
+    case kUnion:  // before MetadataVersion V5 (Arrow 1.0) a union had a validity buffer too
+      return (f.dense_union ? 2 : 1) + (before_v5 ? 1 : 0);
     case kBinaryView:
     case kUtf8View:
       if (next_variadic >= variadic.size()) throw Corrupt{"a view field has no variadic buffer count"};
+      if (variadic[next_variadic] < 0 || variadic[next_variadic] > (1 << 20))
+        throw Corrupt{"a view field has " + std::to_string(variadic[next_variadic]) + " variadic buffers"};
       return 2 + int(variadic[next_variadic++]);
     default:
       return -1;
@@ -260,6 +266,8 @@ struct Array {
                       " bytes where " + std::to_string(length) + " values need " + std::to_string(bytes)};
     };
     // A Null array has no buffers to check; its null count is its length (apache-arrow writes -1).
+    // 2^32 values per array and batch bounds every size below far from overflow.
+    if (length > (int64_t(1) << 32)) throw Corrupt{"an array of " + std::to_string(length) + " values"};
     if (length < 0 || (field->type != kNull && (null_count < 0 || null_count > length)))
       throw Corrupt{"a negative length or null count"};
     if (null_count > 0 && field->type != kNull && !buffers.empty() && !buffers[0].empty())
@@ -270,6 +278,7 @@ struct Array {
       case kLargeUtf8:
       case kList:
       case kLargeList: {
+        if (length == 0) break;  // an empty array may have no offsets at all (older arrow-rs and Java)
         need(1, uint64_t(length + 1) * (large ? 8 : 4), "offsets");
         const int64_t limit = field->type == kUtf8 || field->type == kLargeUtf8
                                   ? int64_t(buffers.size() > 2 ? buffers[2].size() : 0)
@@ -304,7 +313,10 @@ struct Array {
     return {reinterpret_cast<const char*>(buffers[2].data()) + b, size_t(e - b)};
   }
 
-  nlohmann::ordered_json json(int64_t i) const {
+  // Row i as JSON; `budget` counts the values built, which lengths that need no buffer (a Null
+  // array's, a struct's without fields) could otherwise make any number of.
+  nlohmann::ordered_json json(int64_t i, size_t& budget) const {
+    if (++budget > (size_t(1) << 24)) throw Corrupt{"a row holds more than 2^24 values"};
     if (field->type == kNull || !valid(i)) return nullptr;
     switch (field->type) {
       case kUtf8:
@@ -314,12 +326,12 @@ struct Array {
       case kLargeList: {
         auto out = nlohmann::ordered_json::array();
         const auto [b, e] = range(i, field->type == kLargeList);
-        for (int64_t k = b; k < e; ++k) out.push_back(children[0].json(k));
+        for (int64_t k = b; k < e; ++k) out.push_back(children[0].json(k, budget));
         return out;
       }
       case kStruct: {
         auto out = nlohmann::ordered_json::object();
-        for (const Array& c : children) out[c.field->name] = c.json(i);
+        for (const Array& c : children) out[c.field->name] = c.json(i, budget);
         return out;
       }
       case kBool:
@@ -377,6 +389,8 @@ struct ArrowColumn::Impl {
   std::FILE* file = nullptr;
   uint64_t size = 0;
   std::vector<FieldInfo> fields;
+  size_t field_budget = 0;   // fields read (read_field)
+  int metadata_version = 4;  // MetadataVersion: V5 is 4 (Arrow 1.0 and later)
   std::vector<std::string> names;
   size_t field_index = 0;  // of the column among the top-level fields
   std::vector<Batch> batches;
@@ -420,7 +434,9 @@ struct ArrowColumn::Impl {
       char head[6], tail[6];
       read_at(0, head, 6);
       read_at(size - 6, tail, 6);
-      if (std::memcmp(head, "ARROW1", 6) == 0 && std::memcmp(tail, "ARROW1", 6) == 0) {
+      if (std::memcmp(head, "ARROW1", 6) == 0) {
+        if (std::memcmp(tail, "ARROW1", 6) != 0)
+          fail("opens as an Arrow file (ARROW1) but does not end with its footer and ARROW1 (truncated?)");
         read_file_footer();
         count_rows();
         return;
@@ -463,6 +479,7 @@ struct ArrowColumn::Impl {
         if (!header) throw Corrupt{"a message without its header"};
         if (header_type == 1) {
           if (schema_read) throw Corrupt{"a second schema message"};
+          metadata_version = message.get<int16_t>(0);
           read_schema(*header);
           schema_read = true;
         } else if (header_type == 3) {
@@ -512,6 +529,7 @@ struct ArrowColumn::Impl {
       const Table f = fb.root();
       const auto schema = f.table(1);
       if (!schema) throw Corrupt{"no schema"};
+      metadata_version = f.get<int16_t>(0);
       read_schema(*schema);
       const auto [n, start] = f.vector(3);
       for (size_t i = 0; i < n; ++i) {
@@ -555,7 +573,7 @@ struct ArrowColumn::Impl {
     if (schema.get<int16_t>(0) != 0) fail("is big-endian; titan reads little-endian Arrow files");
     const auto [n, start] = schema.vector(1);
     for (size_t i = 0; i < n; ++i) {
-      fields.push_back(read_field(schema.table_at(start, i)));
+      fields.push_back(read_field(schema.table_at(start, i), field_budget));
       names.push_back(fields.back().name);
     }
     const auto it = std::find(names.begin(), names.end(), column);
@@ -601,7 +619,7 @@ struct ArrowColumn::Impl {
     // Walks the fields depth first, taking each one's node and buffers; keeps the column's.
     auto walk = [&](auto&& self, const FieldInfo& f, bool keep, int depth) -> void {
       if (depth > 64) throw Corrupt{"fields nested more than 64 deep"};
-      const int own = own_buffers(f, variadic, next_variadic);
+      const int own = own_buffers(f, variadic, next_variadic, metadata_version < 4);
       if (own < 0)
         throw Corrupt{"field '" + f.name + "' is of type " + type_name(f.type) +
                       ", whose layout titan does not know, before the column"};
@@ -699,7 +717,12 @@ struct ArrowColumn::Impl {
 
   bool next_json(nlohmann::ordered_json& value) {
     if (!advance()) return false;
-    value = array.json(batch_row);
+    size_t budget = 0;
+    try {
+      value = array.json(batch_row, budget);
+    } catch (const Corrupt& c) {
+      fail("row " + std::to_string(row + 1) + ": column '" + column + "': " + c.what);
+    }
     ++batch_row;
     ++row;
     return true;

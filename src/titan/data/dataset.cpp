@@ -172,6 +172,12 @@ class Reader {
     if (pos_ == len_ && !fill()) return EOF;
     return static_cast<unsigned char>(buf_[pos_]);
   }
+  // Reads past a UTF-8 byte-order mark (EF BB BF) at the reader's position, where a file opens: its
+  // first read holds the three bytes whenever the file does.
+  void skip_bom() {
+    if (peek() == 0xEF && len_ - pos_ >= 3 && std::memcmp(buf_.data() + pos_, "\xEF\xBB\xBF", 3) == 0)
+      for (int i = 0; i < 3; ++i) get();
+  }
   int get() {
     int c = peek();
     if (c != EOF) {
@@ -234,9 +240,7 @@ Format detect_format(const fs::path& path) {
   // A .json file holding an array is one; otherwise it is read as JSON Lines (HF style).
   Reader r;
   r.open(path, 0, 1);
-  if (r.peek() == 0xEF) {  // UTF-8 byte order mark
-    for (int i = 0; i < 3; ++i) r.get();
-  }
+  r.skip_bom();
   r.skip_whitespace();
   return r.peek() == '[' ? Format::JsonArray : Format::JsonLines;
 }
@@ -251,51 +255,55 @@ std::string_view chomp(std::string_view s) {
   return s;
 }
 
-// One record of a CSV (RFC 4180) or TSV file into `fields`, from the reader's position: fields split
-// at `delimiter`; a field opening with '"' is quoted, holds delimiters, newlines and '""' (one '"'),
-// and ends at its closing quote; the record ends at a newline outside quotes (CRLF too). False at
-// the end of the file. `fail(line, what)` reports a malformed record.
+// One record of a CSV (RFC 4180) or TSV file into `fields`, from the reader's position, read as
+// Python's csv module (and so pandas and Hugging Face `datasets`) reads it: fields split at
+// `delimiter`; a field opening with '"' is quoted, holds delimiters, newlines and '""' (one '"'),
+// and ends at its closing quote, characters after which join the field as they are ("a"b is ab);
+// the record ends at a newline outside quotes: LF, CRLF or a lone CR. False at the end of the file.
+// `fail(line, what)` reports a malformed record: a quote never closed, a field over 64 MiB.
 template <class Fail>
 bool read_csv_record(Reader& r, char delimiter, std::vector<std::string>& fields, const Fail& fail) {
+  constexpr size_t kMaxField = size_t(64) << 20;
   fields.clear();
   if (r.peek() == EOF) return false;
   fields.emplace_back();
+  auto too_long = [&](uint64_t line, uint64_t column) {
+    fail(line, "the field starting at column " + std::to_string(column) +
+                   " runs past 64 MiB (a quote never closed, or not CSV)");
+  };
   while (true) {
-    int c = r.get();
     std::string& field = fields.back();
-    if (c == '"' && field.empty()) {  // a quoted field
-      const uint64_t open_line = r.line(), open_column = r.column() - 1;
+    const uint64_t field_line = r.line(), field_column = r.column();
+    int c = r.get();
+    if (c == '"') {  // a quoted field
       while (true) {
         c = r.get();
         if (c == EOF)
-          fail(open_line,
-               "the quoted field opened at column " + std::to_string(open_column) + " is never closed");
+          fail(field_line,
+               "the quoted field opened at column " + std::to_string(field_column) + " is never closed");
         if (c == '"') {
           if (r.peek() != '"') break;
           r.get();  // "" is one quote
         }
         field += char(c);
+        if (field.size() > kMaxField) too_long(field_line, field_column);
       }
       c = r.get();
-      if (c == '\r' && r.peek() == '\n') c = r.get();
-      if (c != delimiter && c != '\n' && c != EOF)
-        fail(r.line(), "'" + std::string(1, char(c)) + "' after a closing quote at column " +
-                           std::to_string(r.column() - 1) +
-                           " (a quoted field ends at a delimiter or the line's end)");
-    } else {
-      while (c != delimiter && c != '\n' && c != EOF) {
-        field += char(c);
-        c = r.get();
-      }
-      if (c == '\n' && !field.empty() && field.back() == '\r') field.pop_back();
     }
+    while (c != delimiter && c != '\n' && c != '\r' && c != EOF) {
+      field += char(c);
+      if (field.size() > kMaxField) too_long(field_line, field_column);
+      c = r.get();
+    }
+    if (c == '\r' && r.peek() == '\n') c = r.get();
     if (c != delimiter) return true;  // a newline or the end of the file ends the record
     fields.emplace_back();
   }
 }
 
+// A line with nothing but spaces and tabs is blank, as an empty one is (pandas skips both).
 bool blank_record(const std::vector<std::string>& fields) {
-  return fields.size() == 1 && fields[0].empty();
+  return fields.size() == 1 && fields[0].find_first_not_of(" \t") == std::string::npos;
 }
 
 char csv_delimiter(const fs::path& path) {
@@ -305,8 +313,7 @@ char csv_delimiter(const fs::path& path) {
 // Reads past a CSV/TSV file's byte-order mark and header (its first non-blank record) into `header`.
 template <class Fail>
 void read_csv_header(Reader& r, char delimiter, std::vector<std::string>& header, const Fail& fail) {
-  if (r.peek() == 0xEF)  // a UTF-8 byte-order mark
-    for (int i = 0; i < 3; ++i) r.get();
+  r.skip_bom();
   while (read_csv_record(r, delimiter, header, fail) && blank_record(header)) {
   }
 }
@@ -517,8 +524,7 @@ struct DocumentStream::Impl {
     }
     if (format == Format::JsonArray) {
       if (!pos.in_array) {
-        if (reader.peek() == 0xEF)
-          for (int i = 0; i < 3; ++i) reader.get();
+        reader.skip_bom();
         reader.skip_whitespace();
         if (reader.get() != '[') fail(reader.line(), "expected a JSON array");
         pos.in_array = true;
