@@ -1,12 +1,11 @@
 #include "titan/data/arrow_ipc.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 
 #include "titan/core/check.h"
+#include "titan/data/table_file.h"
 
 // The layout read here is the Arrow columnar format specification's (arrow.apache.org, "Arrow
 // Columnar Format": "Serialization and Interprocess Communication") with the flatbuffer schemas of
@@ -386,7 +385,7 @@ struct ArrowColumn::Impl {
   fs::path path;
   std::string column;
   Shape shape = Shape::Text;
-  std::FILE* file = nullptr;
+  std::unique_ptr<TableFile> io;
   uint64_t size = 0;
   std::vector<FieldInfo> fields;
   size_t field_budget = 0;   // fields read (read_field)
@@ -402,31 +401,12 @@ struct ArrowColumn::Impl {
   int64_t batch_row = 0;  // in it, the next row
   uint64_t row = 0;
 
-  ~Impl() {
-    if (file) std::fclose(file);
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    TITAN_FAIL("dataset: ", path.string(), ": ", what);
-  }
-
-  void read_at(uint64_t offset, void* out, size_t n) const {
-    if (offset > size || n > size - offset)
-      fail("a read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
-           " runs past the end of the " + std::to_string(size) + "-byte file (truncated?)");
-    if (n == 0) return;
-    errno = 0;
-    if (fseeko(file, off_t(offset), SEEK_SET) != 0 || std::fread(out, 1, n, file) != n)
-      fail(std::string("read error at byte ") + std::to_string(offset) + ": " +
-           (errno ? std::strerror(errno) : "short read"));
-  }
+  [[noreturn]] void fail(const std::string& what) const { io->fail(what); }
+  void read_at(uint64_t offset, void* out, size_t n) const { io->read_at(offset, out, n); }
 
   void open() {
-    errno = 0;
-    file = std::fopen(path.c_str(), "rb");
-    if (!file) fail(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "unknown error"));
-    std::error_code ec;
-    size = fs::file_size(path, ec);
-    if (ec) fail("cannot be sized: " + ec.message());
+    io = std::make_unique<TableFile>(path);
+    size = io->size();
     // The file format opens and ends with "ARROW1"; its footer holds the schema and where each record
     // batch is (writers need not repeat the schema in the stream between). The streaming format is a
     // stream of messages alone.

@@ -7,8 +7,6 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/data/table_file.h"
 
 // The layout read here is the Parquet format specification's (github.com/apache/parquet-format:
 // Encodings.md, Compression.md and the Thrift definitions in parquet.thrift, whose field ids the
@@ -656,37 +655,16 @@ bool codec_supported(int codec) {
 
 // The open file and its footer, shared by the leaves read from it.
 struct ParquetFile {
-  fs::path path;
-  std::FILE* file = nullptr;
+  std::unique_ptr<TableFile> io;
   uint64_t size = 0;
   FileMeta meta;
 
-  ~ParquetFile() {
-    if (file) std::fclose(file);
-  }
-  [[noreturn]] void fail(const std::string& what) const {
-    TITAN_FAIL("dataset: ", path.string(), ": ", what);
-  }
-
-  void read_at(uint64_t offset, void* out, size_t n) const {
-    if (offset > size || n > size - offset)
-      fail("a read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
-           " runs past the end of the " + std::to_string(size) + "-byte file (truncated?)");
-    if (n == 0) return;
-    errno = 0;
-    if (fseeko(file, off_t(offset), SEEK_SET) != 0 || std::fread(out, 1, n, file) != n)
-      fail(std::string("read error at byte ") + std::to_string(offset) + ": " +
-           (errno ? std::strerror(errno) : "short read"));
-  }
+  [[noreturn]] void fail(const std::string& what) const { io->fail(what); }
+  void read_at(uint64_t offset, void* out, size_t n) const { io->read_at(offset, out, n); }
 
   void open(const fs::path& p) {
-    path = p;
-    errno = 0;
-    file = std::fopen(path.c_str(), "rb");
-    if (!file) fail(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "unknown error"));
-    std::error_code ec;
-    size = fs::file_size(path, ec);
-    if (ec) fail("cannot be sized: " + ec.message());
+    io = std::make_unique<TableFile>(p);
+    size = io->size();
     if (size < 12)
       fail("is " + std::to_string(size) + " bytes, too short to be Parquet (it needs 12 at least)");
     char head[4], tail[8];
