@@ -8,6 +8,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
 
 namespace titan::testing {
@@ -40,6 +41,18 @@ inline std::string read_file(const std::filesystem::path& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// Every document's text the stream gives, and their positions into `positions` when given.
+inline std::vector<std::string> read_texts(titan::data::DocumentStream& s,
+                                           std::vector<titan::data::DocPosition>* positions = nullptr) {
+  std::vector<std::string> docs;
+  titan::data::Document d;
+  while (s.next(d)) {
+    docs.push_back(d.text);
+    if (positions) positions->push_back(d.position);
+  }
+  return docs;
 }
 
 }  // namespace titan::testing

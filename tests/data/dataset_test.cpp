@@ -15,13 +15,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::vector<std::string> read_all(DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
-  std::vector<std::string> docs;
-  Document d;
-  while (s.next(d)) {
-    docs.push_back(d.text);
-    if (positions) positions->push_back(d.position);
-  }
-  return docs;
+  return read_texts(s, positions);
 }
 
 std::vector<std::string> read_all(DatasetConfig config) {

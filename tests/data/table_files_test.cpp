@@ -68,6 +68,12 @@ std::vector<std::optional<std::string>> text_column(size_t n, bool nulls) {
   return rows;
 }
 
+// The JSON Lines file of the same texts (none null).
+void write_texts_jsonl(const fs::path& path, const std::vector<std::optional<std::string>>& text) {
+  std::ofstream jsonl(path);
+  for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
+}
+
 json column_json(const std::vector<std::optional<std::string>>& rows) {
   json values = json::array();
   for (auto& r : rows) values.push_back(r ? json(*r) : json(nullptr));
@@ -226,24 +232,12 @@ TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
                                   {"version", "1"},
                                   {"page_bytes", 4096},
                                   {"row_group_rows", 500}}}));
-  {
-    std::ofstream jsonl(dir / "a.jsonl");
-    for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
-  }
-  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
-    std::vector<std::string> docs;
-    Document d;
-    while (s.next(d)) {
-      docs.push_back(d.text);
-      if (positions) positions->push_back(d.position);
-    }
-    return docs;
-  };
+  write_texts_jsonl(dir / "a.jsonl", text);
   DocumentStream from_jsonl({{dir / "a.jsonl"}});
   std::vector<DocPosition> positions;
   DocumentStream from_parquet({{dir / "data" / "a.parquet"}});
-  const auto docs = read_all(from_parquet, &positions);
-  EXPECT_EQ(docs, read_all(from_jsonl));
+  const auto docs = read_texts(from_parquet, &positions);
+  EXPECT_EQ(docs, read_texts(from_jsonl));
   EXPECT_EQ(docs.size(), text.size() - 1);  // the empty one
   EXPECT_EQ(from_parquet.stats().empty_skipped, 1u);
   EXPECT_EQ(positions[7].offset, 7u);  // the row
@@ -261,13 +255,13 @@ TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
   for (int i = 0; i < 600; ++i) ASSERT_TRUE(partway.next(d));
   DocumentStream resumed({{dir / "data" / "a.parquet"}});
   resumed.seek(nlohmann::json(partway.position()).get<DocPosition>());
-  EXPECT_EQ(read_all(resumed), std::vector<std::string>(docs.begin() + 600, docs.end()));
+  EXPECT_EQ(read_texts(resumed), std::vector<std::string>(docs.begin() + 600, docs.end()));
 
   std::vector<std::string> merged(docs.size());
   for (int shard = 0; shard < 3; ++shard) {
     DocumentStream s({{dir / "data" / "a.parquet"}}, shard, 3);
     std::vector<DocPosition> at;
-    const auto part = read_all(s, &at);
+    const auto part = read_texts(s, &at);
     for (size_t k = 0; k < part.size(); ++k) {
       ASSERT_EQ(at[k].index % 3, uint64_t(shard));
       merged[at[k].index - (at[k].index > text.size() / 3 ? 1 : 0)] = part[k];  // the empty row has an index
@@ -279,11 +273,11 @@ TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
   DocumentStream folder({{dir / "data"}});
   auto both = docs;
   both.insert(both.end(), docs.begin(), docs.end());
-  EXPECT_EQ(read_all(folder), both);
+  EXPECT_EQ(read_texts(folder), both);
   EXPECT_EQ(folder.files(), (std::vector<fs::path>{dir / "data" / "a.parquet", dir / "data" / "b.jsonl"}));
   // training.text_field names the column.
   DocumentStream other({{dir / "data" / "a.parquet"}, "other"});
-  EXPECT_EQ(read_all(other).at(3), "row 3");
+  EXPECT_EQ(read_texts(other).at(3), "row 3");
 }
 
 std::string dataset_error(const fs::path& file, const std::string& field = "text",
@@ -758,24 +752,12 @@ TEST(Arrow, ASaveToDiskFolderReadsAsItsTexts) {
   write_file(dir / "saved" / "dataset_info.json",
              R"({"citation": "", "features": {"text": {"dtype": "string"}}})");
   write_file(dir / "saved" / "state.json", R"({"_data_files": [{"filename": "data-00000-of-00002.arrow"}]})");
-  {
-    std::ofstream jsonl(dir / "texts.jsonl");
-    for (auto& t : text) jsonl << json{{"text", *t}}.dump() << "\n";
-  }
-  auto read_all = [](DocumentStream& s, std::vector<DocPosition>* positions = nullptr) {
-    std::vector<std::string> docs;
-    Document d;
-    while (s.next(d)) {
-      docs.push_back(d.text);
-      if (positions) positions->push_back(d.position);
-    }
-    return docs;
-  };
+  write_texts_jsonl(dir / "texts.jsonl", text);
   DocumentStream saved({{dir / "saved"}});
   std::vector<DocPosition> positions;
   DocumentStream from_jsonl({{dir / "texts.jsonl"}});
-  const auto docs = read_all(saved, &positions);
-  EXPECT_EQ(docs, read_all(from_jsonl));
+  const auto docs = read_texts(saved, &positions);
+  EXPECT_EQ(docs, read_texts(from_jsonl));
   EXPECT_EQ(saved.files().size(), 2u);
   for (size_t i : {size_t(0), size_t(249), size_t(250), size_t(598), size_t(599), docs.size() - 1}) {
     DocumentStream resumed({{dir / "saved"}});
@@ -786,7 +768,7 @@ TEST(Arrow, ASaveToDiskFolderReadsAsItsTexts) {
     EXPECT_EQ(d.position, positions[i]);
   }
   DocumentStream shard({{dir / "saved"}}, 1, 2);
-  const auto got = read_all(shard);
+  const auto got = read_texts(shard);
   // Shards split rows, the empty one (333) included: shard 1 has the odd rows but that one.
   std::vector<std::string> want;
   for (size_t row = 1; row < text.size(); row += 2)
