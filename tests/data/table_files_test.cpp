@@ -459,6 +459,18 @@ std::vector<Pieces> read_chats(DocumentStream& s, std::vector<DocPosition>* posi
   return docs;
 }
 
+// The messages and tools columns read as JSON hold exactly what `chats` wrote, row by row.
+void expect_rows_are(ColumnReader& messages, ColumnReader& tools, const json& chats) {
+  json row;
+  for (size_t i = 0; i < chats["messages"].size(); ++i) {
+    ASSERT_TRUE(messages.next_json(row));
+    ASSERT_EQ(row, chats["messages"][i]) << "row " << i;
+    ASSERT_TRUE(tools.next_json(row));
+    ASSERT_EQ(row, chats["tools"][i]) << "row " << i;
+  }
+  EXPECT_FALSE(messages.next_json(row));
+}
+
 std::vector<Pieces> chat_documents(const fs::path& file) {
   DocumentStream s(chat_config(file));
   return read_chats(s);
@@ -488,14 +500,7 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
     const fs::path file = dir / ("chats_v" + version + ".parquet");
     ParquetColumn messages(file, "messages", ParquetColumn::Shape::Json);
     ParquetColumn tools(file, "tools", ParquetColumn::Shape::Json);
-    json row;
-    for (size_t i = 0; i < chats["messages"].size(); ++i) {
-      ASSERT_TRUE(messages.next_json(row));
-      ASSERT_EQ(row, chats["messages"][i]) << "row " << i;
-      ASSERT_TRUE(tools.next_json(row));
-      ASSERT_EQ(row, chats["tools"][i]) << "row " << i;
-    }
-    EXPECT_FALSE(messages.next_json(row));
+    expect_rows_are(messages, tools, chats);
     const auto& layout = messages.layout();
     // layout counts the row groups of each of the 10 leaves: several pages per leaf's chunk.
     EXPECT_EQ(layout.row_groups, 10u * 4u);
@@ -787,14 +792,7 @@ TEST(Arrow, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
                                   {"batch_rows", 50}}}));
   ArrowColumn messages(dir / "chats.arrow", "messages", ColumnReader::Shape::Json);
   ArrowColumn tools(dir / "chats.arrow", "tools", ColumnReader::Shape::Json);
-  json row;
-  for (size_t i = 0; i < chats["messages"].size(); ++i) {
-    ASSERT_TRUE(messages.next_json(row));
-    ASSERT_EQ(row, chats["messages"][i]) << "row " << i;
-    ASSERT_TRUE(tools.next_json(row));
-    ASSERT_EQ(row, chats["tools"][i]) << "row " << i;
-  }
-  EXPECT_FALSE(messages.next_json(row));
+  expect_rows_are(messages, tools, chats);
   EXPECT_EQ(chat_documents(dir / "chats.arrow"), chat_documents(write_chat_jsonl(dir, chats)));
 }
 
