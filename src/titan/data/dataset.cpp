@@ -60,8 +60,7 @@ void check_readable_format(const fs::path& path) {
                   is_table_file(TextStream::uncompressed_name(path)) || is_plain_text(path),
               "dataset: ", path.string(), ": '", ext,
               "' files are not a format titan reads (.parquet, .arrow; .json, .jsonl, .ndjson, .csv, .tsv, "
-              ".txt, .text, "
-              ".md, each also .gz or .zst; a name without an extension is plain text)");
+              ".txt, .text, .md, each also .gz or .zst; a name without an extension is plain text)");
   // A table file is read by its footer and offsets (Parquet compresses its pages itself): a compressed copy
   // of the whole file has no random access.
   TITAN_CHECK(
@@ -121,8 +120,8 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
     }
     TITAN_CHECK(
         !found.empty(), "dataset: folder ", p,
-        " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files (plain, "
-        ".gz or .zst)");
+        " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files "
+        "(plain, .gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
