@@ -118,10 +118,9 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
                  e.path1().empty() ? entry : e.path1());
     }
-    TITAN_CHECK(
-        !found.empty(), "dataset: folder ", p,
-        " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files "
-        "(plain, .gz or .zst)");
+    TITAN_CHECK(!found.empty(), "dataset: folder ", p,
+                " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files "
+                "(plain, .gz or .zst)");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }

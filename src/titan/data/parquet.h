@@ -3,12 +3,13 @@
 // row: a text column as strings, or a nested one (a conversation's list of message structs) as the
 // JSON each row holds. The footer's schema finds the column; its leaves' column chunks in each row
 // group are then read page by page, so only that column's bytes are read and only one decompressed
-// page per leaf (and the row group's dictionary) is in memory: a file larger than memory works. What is read
-// is what the Parquet format allows for a string column (docs/data.md, "Parquet"): data pages v1 and v2;
-// PLAIN, dictionary, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY values; uncompressed, Snappy, gzip, zstd,
-// Brotli and LZ4_RAW pages; page CRCs are checked where the writer stored them. Anything else (an encrypted
-// file, a nested or non-string column, another codec) is an error naming the file and the rule, said when the
-// file is opened.
+// page per leaf (and the row group's dictionary) is in memory: a file larger than memory works.
+// Read (docs/data.md, "Parquet"): data pages v1 and v2; strings PLAIN, dictionary-encoded,
+// DELTA_LENGTH_BYTE_ARRAY or DELTA_BYTE_ARRAY, and in nested columns integers, floats and booleans
+// too; uncompressed, Snappy, gzip, zstd, Brotli and LZ4_RAW pages; page CRCs are checked where the
+// writer stored them. Anything else (an encrypted file, a map, a text column that is not strings,
+// another codec) is an error naming the file and the rule, said when the file is opened; a file
+// built to exhaust memory or the stack is an error too (caps on counts, sizes and nesting).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
