@@ -450,6 +450,10 @@ TEST(Dataset, CsvAndTsvRecordsReadTheirTextColumn) {
   expect_error("open.csv", "id,text\n1,\"never\nclosed\n",
                "open.csv:2: the quoted field opened at column 3 is never closed");
   expect_error("empty.csv", "\n\n", "empty.csv has no header row");
+  // A quote never closed would read the rest of a large file into one field: it stops at 64 MiB.
+  expect_error(
+      "runaway.csv", "id,text\n1,\"" + std::string((size_t(64) << 20) + 16, 'a'),
+      "runaway.csv:2: the field starting at column 3 runs past 64 MiB (a quote never closed, or not CSV)");
   DatasetConfig chats{{dir / "a.csv"}};
   chats.chat_field = "messages";
   EXPECT_NE(error_of(chats).find("a.csv is CSV, but conversations"), std::string::npos) << error_of(chats);

@@ -895,6 +895,7 @@ TEST(Parquet, MaliciousFilesAreErrorsNotCrashes) {
   expect(crafted("deepschema.parquet"), "text", "nests more than 64 levels deep");
   expect(crafted("dict_huge.parquet"), "text", "it claims more PLAIN values than its bytes can hold");
   expect(crafted("dba_bomb.parquet.gz"), "text", "its DELTA_BYTE_ARRAY values rebuild to more than 64 MiB");
+  expect(crafted("huge_page.parquet"), "text", "it claims 268435457 values");
 }
 
 }  // namespace
@@ -954,6 +955,7 @@ TEST(Arrow, MaliciousFilesAreErrorsNotCrashes) {
   expect("wrap_int64_overread.arrow", "messages", "an array of 2305843009213693952 values");
   expect("wrap_large_utf8.arrow", "text", "an array of 2305843009213693952 values");
   expect("null_bomb.arrow", "messages", "an array of 1099511627776 values");
+  expect("null_row_bomb.arrow", "messages", "row 1: column 'messages': a row holds more than 2^24 values");
   expect("schema_dag_40.arrow", "text", "more than 65536 fields");
   expect("truncated_fileformat.arrow", "text", "does not end with its footer and ARROW1 (truncated?)");
 }
