@@ -558,13 +558,10 @@ struct ArrowColumn::Impl {
     }
     const auto it = std::find(names.begin(), names.end(), column);
     if (it == names.end()) {
-      std::string list;
-      for (size_t k = 0; k < names.size() && k < 20; ++k) list += (k ? ", '" : "'") + names[k] + "'";
-      if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
       fail("has no column '" + column + "' (" +
            (shape == Shape::Text ? "training.text_field names the column to read"
                                  : "training.chat_field names the messages") +
-           "; its columns are " + (names.empty() ? std::string("none") : list) + ")");
+           "; its columns are " + quoted_names(names) + ")");
     }
     field_index = size_t(it - names.begin());
     const FieldInfo& f = fields[field_index];

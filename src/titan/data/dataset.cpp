@@ -666,11 +666,9 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
                   " has no header row (a CSV file's first row names its columns)");
       const auto it = std::find(header.begin(), header.end(), config.text_field);
       if (it == header.end()) {
-        std::string list;
-        for (size_t n = 0; n < header.size() && n < 20; ++n) list += (n ? ", '" : "'") + header[n] + "'";
-        if (header.size() > 20) list += ", ... (" + std::to_string(header.size()) + " in all)";
         TITAN_FAIL("dataset: ", f.string(), ": its header has no column '", config.text_field,
-                   "' (training.text_field names the column to read; its columns are ", list, ")");
+                   "' (training.text_field names the column to read; its columns are ", quoted_names(header),
+                   ")");
       }
       csv_column = size_t(it - header.begin());
       csv_width = header.size();

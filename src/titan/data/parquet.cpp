@@ -808,6 +808,23 @@ struct LeafReader {
     }
   }
 
+  // `count` dictionary-encoded values from `in` (a bit width, then RLE / bit-packed indices), each
+  // the `dictionary` entry it indexes, appended to `out`.
+  template <class T>
+  void look_up(Bytes& in, size_t count, const std::vector<T>& dictionary, std::vector<T>& out) const {
+    if (!has_dictionary) throw Corrupt{"a dictionary-encoded page without a dictionary page before it"};
+    in.need(1, "the dictionary indices' bit width");
+    const int width = *in.p++;
+    std::vector<uint32_t> indices;
+    decode_hybrid(in, width, count, indices, "the dictionary indices");
+    for (uint32_t i : indices) {
+      if (i >= dictionary.size())
+        throw Corrupt{"dictionary index " + std::to_string(i) + " of a dictionary of " +
+                      std::to_string(dictionary.size())};
+      out.push_back(dictionary[i]);
+    }
+  }
+
   // Byte-array values of `encoding` from `in`: `count` of them into `out` (views into page_bytes,
   // the dictionary or `rebuilt`).
   void decode_values(Bytes in, int encoding, size_t count, std::vector<std::string_view>& out) {
@@ -826,17 +843,7 @@ struct LeafReader {
         return;
       case kPlainDictionary:
       case kRleDictionary: {
-        if (!has_dictionary) throw Corrupt{"a dictionary-encoded page without a dictionary page before it"};
-        in.need(1, "the dictionary indices' bit width");
-        const int width = *in.p++;
-        std::vector<uint32_t> indices;
-        decode_hybrid(in, width, count, indices, "the dictionary indices");
-        for (uint32_t i : indices) {
-          if (i >= dictionary.size())
-            throw Corrupt{"dictionary index " + std::to_string(i) + " of a dictionary of " +
-                          std::to_string(dictionary.size())};
-          out.push_back(dictionary[i]);
-        }
+        look_up(in, count, dictionary, out);
         return;
       }
       case kDeltaLengthByteArray: {
@@ -926,17 +933,7 @@ struct LeafReader {
         return;
       case kPlainDictionary:
       case kRleDictionary: {
-        if (!has_dictionary) throw Corrupt{"a dictionary-encoded page without a dictionary page before it"};
-        in.need(1, "the dictionary indices' bit width");
-        const int bits = *in.p++;
-        std::vector<uint32_t> indices;
-        decode_hybrid(in, bits, count, indices, "the dictionary indices");
-        for (uint32_t i : indices) {
-          if (i >= dictionary_scalars.size())
-            throw Corrupt{"dictionary index " + std::to_string(i) + " of a dictionary of " +
-                          std::to_string(dictionary_scalars.size())};
-          out.push_back(dictionary_scalars[i]);
-        }
+        look_up(in, count, dictionary_scalars, out);
         return;
       }
       case kRle: {  // booleans, after their 4-byte size
@@ -1302,13 +1299,10 @@ struct ParquetColumn::Impl {
       i = skip_subtree(i, leaves_before);
     }
     if (!found) {
-      std::string list;
-      for (size_t n = 0; n < top_level.size() && n < 20; ++n) list += (n ? ", '" : "'") + top_level[n] + "'";
-      if (top_level.size() > 20) list += ", ... (" + std::to_string(top_level.size()) + " in all)";
       fail("has no column '" + column + "' (" +
            (as_text ? "training.text_field names the column to read"
                     : "training.chat_field names the messages") +
-           "; its columns are " + (top_level.empty() ? std::string("none") : list) + ")");
+           "; its columns are " + quoted_names(top_level) + ")");
     }
     const SchemaElement& e = schema[*found];
     if (as_text) {
