@@ -277,6 +277,22 @@ TEST(DataParallel, EachRankWritesItsShardFiles) {
   }
 }
 
+// checkpoint.async_mode = "async" on two FSDP ranks: each rank's shard files are written by its own
+// background thread and the checkpoint is committed once both have finished; the checkpoints are the
+// synchronous run's byte for byte (shard files, layout, manifest), and so are the steps.
+TEST(DataParallel, BackgroundSavesOfFsdpRanksWriteTheSynchronousCheckpoints) {
+  const JobRun background =
+      train("dist_fsdp2_async_" + std::to_string(getpid()), 2, 2, {{"checkpoint.async_mode", "async"}});
+  expect_same_steps(background, fsdp_two_ranks(), 1, 10, "FSDP 2, saving in the background");
+  for (const char* step : {"step-5", "step-10"}) {
+    const fs::path a = fsdp_two_ranks().dump / "checkpoint" / step, b = background.dump / "checkpoint" / step;
+    ASSERT_EQ(files_in(a), files_in(b)) << step;
+    EXPECT_EQ(files_in(a).size(), 7u) << step;
+    for (const std::string& f : files_in(a))
+      EXPECT_EQ(tt::file_difference(a / f, b / f), "") << step << "/" << f;
+  }
+}
+
 // [profiling] under FSDP: every rank writes its own trace, the collectives' waits are phases of
 // their own (the gathers before each block's forward and backward, the gradient reductions after
 // each block's backward), and only the logging rank prints the table.
@@ -671,7 +687,8 @@ struct BackgroundJob {
   pid_t mpirun = 0;
   fs::path dump, log;
 
-  explicit BackgroundJob(const std::string& name, const std::string& timeout_seconds = "30")
+  explicit BackgroundJob(const std::string& name, const std::string& timeout_seconds = "30",
+                         const Overrides& extra = {})
       : dump(tt::temp_dir(name)), log(dump.parent_path() / (name + ".log")) {
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -689,10 +706,11 @@ struct BackgroundJob {
                                      "--config",
                                      tt::debugmodel_toml().string()};
     for (auto& [k, v] : tiny(dump, 2,
-                             {{"training.steps", "100000"},
-                              {"checkpoint.interval", "3"},
-                              {"checkpoint.keep_latest_k", "2"},
-                              {"comm.timeout_seconds", timeout_seconds}}))
+                             tt::joined({{"training.steps", "100000"},
+                                         {"checkpoint.interval", "3"},
+                                         {"checkpoint.keep_latest_k", "2"},
+                                         {"comm.timeout_seconds", timeout_seconds}},
+                                        extra)))
       argv.push_back("--" + k + "=" + v);
     mpirun = tt::spawn_logged(argv, log);
     EXPECT_NE(mpirun, 0) << "mpirun did not start";
@@ -770,8 +788,7 @@ TEST(DataParallelFaults, AHungRankTimesOutNamingTheCollective) {
 // SIGTERM to the ranks (as `scancel --signal=TERM` or a forwarding launcher delivers it): they agree
 // on one step, save one checkpoint there and exit 0. (A signal taken by a computing thread used to
 // corrupt the heap inside oneDNN's JIT GEMM in ~4 runs of 10: see StopSignals in trainer.cpp.)
-TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
-  BackgroundJob job("dist_sigterm");
+void sigterm_saves_the_step_reached(BackgroundJob& job) {
   ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
   std::vector<pid_t> ranks = children_of(job.mpirun);
   ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
@@ -789,6 +806,19 @@ TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
   train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
   ASSERT_EQ(ckpt.latest_step(), reached) << out;
   EXPECT_EQ(ckpt.load(reached).train_state["step"].get<int64_t>(), reached);
+}
+
+TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
+  BackgroundJob job("dist_sigterm");
+  sigterm_saves_the_step_reached(job);
+}
+
+// The same with every step saved in the background: the ranks stop with a save of the step reached
+// still being written on one or both, and commit it together before they exit.
+TEST(DataParallelFaults, SigtermDuringBackgroundSavesCommitsTheStepReached) {
+  BackgroundJob job("dist_sigterm_async", "30",
+                    {{"checkpoint.async_mode", "async"}, {"checkpoint.interval", "1"}});
+  sigterm_saves_the_step_reached(job);
 }
 
 }  // namespace

@@ -311,6 +311,7 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
       {"", {{"optimizer.lr", "1e-3e"}}, {"optimizer.lr", "a number"}},
       {"[job]\ndump_folder = 5\n", {}, {"job.dump_folder", "expects a string", "integer"}},
       {"[checkpoint]\nexport_dtype = \"fp16\"\n", {}, {"checkpoint.export_dtype", "float32, bfloat16"}},
+      {"", {{"checkpoint.async_mode", "background"}}, {"checkpoint.async_mode", "disabled, async"}},
       {"[activation_checkpoint]\nmode = \"ful\"\n",
        {},
        {"activation_checkpoint.mode", "did you mean 'full'"}},
@@ -557,6 +558,14 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
        "64",
        "it is the best-fit window, and training.pack_strategy = \"next_fit\""},
       {{}, "training.pack_strategy", "next_fit", "training.pack_conversations = false (nothing is packed)"},
+      {{},
+       "checkpoint.async_mode",
+       "async",
+       "checkpoint.enable = false (the one save, at a stop by signal, is complete before the run ends)"},
+      {{{"checkpoint.enable", "true"}, {"checkpoint.load_only", "true"}},
+       "checkpoint.async_mode",
+       "async",
+       "checkpoint.load_only = true (no saves)"},
   };
   for (const Case& c : cases) {
     Overrides typed = c.context;
@@ -565,7 +574,7 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
     // The same key in the config file.
     const auto dot = c.key.find('.');
     const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.value == "next_fit" ||
-                      c.key == "validation.dataset_path" ||
+                      c.value == "async" || c.key == "validation.dataset_path" ||
                       c.key == "activation_checkpoint.selective_ac_option" || c.key == "training.dataset" ||
                       c.key == "validation.dataset";
     const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +
@@ -580,6 +589,14 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
                     "training.load_balance_coeff"),
             "");
   EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\ninterval = 5\n"), "checkpoint.interval"), "");
+  EXPECT_EQ(note_of(parse("[checkpoint]\nenable = true\nasync_mode = \"async\"\n"), "checkpoint.async_mode"),
+            "");
+  // torchtitan's pinned variant: titan's copy of a GPU job's state crosses pinned staging buffers anyway.
+  const JobConfig pinned = parse("[checkpoint]\nenable = true\nasync_mode = \"async_with_pinned_mem\"\n");
+  EXPECT_TRUE(pinned.checkpoint.async());
+  EXPECT_NE(note_of(pinned, "checkpoint.async_mode").find("async_with_pinned_mem applied as \"async\""),
+            std::string::npos)
+      << note_of(pinned, "checkpoint.async_mode");
   EXPECT_EQ(note_of(parse("[training]\ndataset = \"nlp-corpus\"\n"), "training.dataset"), "");
   const std::string best_fit =
       "[model]\nattn_mask_type = \"block_causal\"\n[training]\nchat_field = \"messages\"\n"
@@ -744,6 +761,7 @@ TEST(TorchtitanConfig, OlderSpellingsMapToTheKeysTheyBecame) {
   JobConfig c = load_job_config(file.string(), {});
   EXPECT_NO_THROW(c.validate(1));
   EXPECT_TRUE(c.checkpoint.enable);                      // checkpoint.enable_checkpoint
+  EXPECT_EQ(c.checkpoint.async_mode, "async");           // saved in the background, as torchtitan would
   EXPECT_EQ(c.lr_scheduler.min_lr_factor, 0.2);          // lr_scheduler.lr_min
   EXPECT_EQ(c.model.hf_assets_path, "./assets/tokenizer/qwen3/");  // tokenizer_path: the file's folder
   EXPECT_EQ(c.training.local_batch_size, 2);             // training.batch_size

@@ -1082,6 +1082,80 @@ TEST(Trainer, ASignalEndsTheLogOnTheStepReachedWhateverLogFreq) {
 TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
   stop_with_signal(SIGINT, "trainer_sigint");
 }
+// Saving every step in the background: the signal finds a save of the step reached still being
+// written (or just committed), and the run commits it before it exits.
+TEST(Trainer, ASignalDuringABackgroundSaveCommitsItBeforeExiting) {
+  stop_with_signal(SIGTERM, "trainer_sigterm_async",
+                   {{"checkpoint.async_mode", "async"}, {"checkpoint.interval", "1"}});
+}
+
+// checkpoint.async_mode = "async": a save copies the state aside and returns; a background thread
+// writes the files while the next steps train (updating the weights and moments the files are
+// written from, were they not copied), and a later step boundary commits them. The last step's save
+// is waited for (nothing is left to overlap). What lands on disk is a synchronous save's, byte for
+// byte: every file of every step, train_state.json and the manifest included. The run's steps are
+// unchanged.
+TEST(Trainer, BackgroundSavesWriteTheSynchronousCheckpointsByteForByte) {
+  const Overrides common = {{"training.deterministic", "true"},
+                            {"training.steps", "7"},
+                            {"checkpoint.enable", "true"},
+                            {"checkpoint.interval", "2"},
+                            {"checkpoint.keep_latest_k", "0"}};
+  const fs::path sync = tt::temp_dir("trainer_save_sync"), background = tt::temp_dir("trainer_save_async");
+  run_training(tiny_config(sync, common));
+  ::testing::internal::CaptureStdout();
+  run_training(tiny_config(background, tt::joined(common, {{"checkpoint.async_mode", "async"}})));
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  for (const int64_t step : {2, 4, 6, 7}) {
+    const std::string name = "step-" + std::to_string(step);
+    const bool overlapped = step < 7;
+    EXPECT_EQ(log.find("checkpoint: step " + std::to_string(step) + " copied aside") != std::string::npos,
+              overlapped)
+        << log;
+    EXPECT_NE(log.find(name + (overlapped ? " in the background, committed" : " in ")), std::string::npos)
+        << log;
+    const fs::path a = sync / "checkpoint" / name, b = background / "checkpoint" / name;
+    std::vector<std::string> files_a, files_b;
+    for (auto& e : fs::directory_iterator(a)) files_a.push_back(e.path().filename().string());
+    for (auto& e : fs::directory_iterator(b)) files_b.push_back(e.path().filename().string());
+    std::sort(files_a.begin(), files_a.end());
+    std::sort(files_b.begin(), files_b.end());
+    ASSERT_EQ(files_a, files_b) << name;
+    EXPECT_EQ(files_a.size(), 5u) << name;  // model, optimizer, train_state.json, manifest.json, COMMITTED
+    for (const std::string& f : files_a) EXPECT_EQ(tt::file_difference(a / f, b / f), "") << name << "/" << f;
+  }
+  const auto la = by_step(read_metrics(sync), "loss"), lb = by_step(read_metrics(background), "loss");
+  EXPECT_EQ(la.size(), 7u);
+  EXPECT_EQ(la, lb);
+}
+
+// A checkpoint whose files cannot be written (the file size limit here, `ulimit -f` with SIGXFSZ
+// ignored, so that write() fails with EFBIG as it fails with ENOSPC on a full disk) stops the run,
+// naming the file and the reason, and leaves neither a checkpoint nor a temporary folder behind:
+// in the foreground, and in the background, where the failure surfaces at a later step boundary.
+TEST(Trainer, ACheckpointThatCannotBeWrittenStopsTheRunNamingTheFile) {
+  for (const std::string mode : {"disabled", "async"}) {
+    const fs::path dump = tt::temp_dir("trainer_save_fails_" + mode);
+    const Overrides job = tiny_job(dump, {{"training.steps", "6"},
+                                          {"checkpoint.enable", "true"},
+                                          {"checkpoint.interval", "2"},
+                                          {"checkpoint.async_mode", mode}});
+    std::string out;
+    // 8000 blocks (512 bytes in sh, 1 KiB in bash): the tiny model's checkpoint files (its 151936 x 64
+    // embedding alone is 39 MB) cross it, the run's other files do not.
+    const int rc = tt::run_command("trap '' XFSZ; ulimit -f 8000; " + titan() + " train --config " +
+                                       debugmodel_toml().string() + cli_args(job),
+                                   &out);
+    EXPECT_NE(rc, 0) << mode << ":\n" << out;
+    EXPECT_NE(out.find("step 2: no checkpoint written: write"), std::string::npos) << mode << ":\n" << out;
+    EXPECT_NE(out.find("model-rank0.safetensors\") failed after "), std::string::npos) << mode << ":\n"
+                                                                                       << out;
+    EXPECT_NE(out.find(" bytes: File too large"), std::string::npos) << mode << ":\n" << out;
+    std::vector<std::string> left;
+    for (auto& e : fs::directory_iterator(dump / "checkpoint")) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{".titan-rank0.lock"}) << mode;
+  }
+}
 
 // A dataset file moved away mid-run (a shard the loader has not reached yet) must not cost the run
 // its checkpoint: the data's fingerprint is taken at start-up, not re-read at every save.

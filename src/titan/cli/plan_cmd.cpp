@@ -138,11 +138,17 @@ int plan_main(int argc, char** argv) {
               gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per rank        %s\n", gib(p.activations()).c_str(), gib(p.peak).c_str());
+  if (p.checkpoint_copy)
+    std::printf(
+        "  checkpoint copy      %s (checkpoint.async_mode: the weights and moments a save in the background "
+        "writes from, held beside the steps after it)\n",
+        gib(p.checkpoint_copy).c_str());
   // A GPU must hold what its caching allocator reserves (segments, split and reused), not only the
   // tensors' peak: a cuda job is judged by that.
   const bool cuda_job = cfg.job.device == "cuda";
   const train::MemoryNeed need_kind = cuda_job ? train::MemoryNeed::kReserved : train::MemoryNeed::kPeak;
-  const char* need_name = cuda_job ? "reserved" : "peak";
+  const std::string need_name =
+      std::string(cuda_job ? "reserved" : "peak") + (p.checkpoint_copy ? " + checkpoint copy" : "");
   const int64_t need = train::memory_need(p, need_kind);
   if (cuda_job)
     std::printf(
@@ -157,11 +163,11 @@ int plan_main(int argc, char** argv) {
           : "the " + std::string(device_name(device)) + " device's memory";
   const bool fits = need <= available;
   if (fits)
-    std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name, gib(need).c_str(),
+    std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
                 gib(available).c_str(), available_source.c_str());
   else
-    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name, gib(need).c_str(), gib(available).c_str(),
-                available_source.c_str());
+    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
+                gib(available).c_str(), available_source.c_str());
   // The figures are titan's tensors (its allocator's peak, what metrics.jsonl reports). A CPU
   // process also holds its code, the tokenizer, the data loader and the math libraries' scratch:
   // measured 0.15-0.65 GiB beyond the tensors on the runs in docs/planning.md.
@@ -176,12 +182,12 @@ int plan_main(int argc, char** argv) {
     std::printf(
         "largest local batch that fits: at least %ld (the search's bound: %ld x seq %ld = 2^31 tokens; "
         "%s %s)\n",
-        long(batch.largest), long(batch.bound), long(shape.seq_len), need_name,
+        long(batch.largest), long(batch.bound), long(shape.seq_len), need_name.c_str(),
         gib(batch.largest_need).c_str());
   else
     std::printf("largest local batch that fits: %ld (%s %s; batch %ld needs %s), %d meta steps\n",
-                long(batch.largest), need_name, gib(batch.largest_need).c_str(), long(batch.largest + 1),
-                gib(batch.next_need).c_str(), batch.profiles);
+                long(batch.largest), need_name.c_str(), gib(batch.largest_need).c_str(),
+                long(batch.largest + 1), gib(batch.next_need).c_str(), batch.profiles);
 
   // ---- time
   train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};

@@ -4,6 +4,7 @@
 // machine fingerprints, the batch hash of a step.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -35,5 +36,44 @@ inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnv1aStart) {
 }
 
 inline uint64_t fnv1a(std::string_view s, uint64_t h = kFnv1aStart) { return fnv1a(s.data(), s.size(), h); }
+
+// The checksum of a run of bytes fed in pieces of any size: FNV-1a's basis and prime over its
+// 8-byte little-endian words (8x fewer multiplies than bytes), its last (length % 8) bytes byte by
+// byte. What checkpoint manifests record of each file (train::file_checksum), computable as the
+// file is written (io::AtomicFile) instead of reading it back.
+class WordChecksum {
+ public:
+  explicit WordChecksum(uint64_t basis = kFnv1aStart) : h_(basis) {}
+  void update(const void* data, size_t n);
+  uint64_t value() const { return fnv1a(tail_, tail_bytes_, h_); }  // of the bytes so far
+
+ private:
+  uint64_t h_;
+  unsigned char tail_[8] = {};  // bytes of the word not yet complete
+  size_t tail_bytes_ = 0;
+};
+
+inline void WordChecksum::update(const void* data, size_t n) {
+  if (n == 0) return;  // data may be null
+  const auto* p = static_cast<const unsigned char*>(data);
+  auto word = [this](const unsigned char* w) {
+    uint64_t x;
+    std::memcpy(&x, w, 8);
+    h_ = (h_ ^ x) * kFnv1aPrime;
+  };
+  if (tail_bytes_ > 0) {  // complete the word begun by the last piece
+    const size_t k = n < 8 - tail_bytes_ ? n : 8 - tail_bytes_;
+    std::memcpy(tail_ + tail_bytes_, p, k);
+    tail_bytes_ += k;
+    p += k;
+    n -= k;
+    if (tail_bytes_ < 8) return;
+    word(tail_);
+    tail_bytes_ = 0;
+  }
+  for (; n >= 8; p += 8, n -= 8) word(p);
+  std::memcpy(tail_, p, n);
+  tail_bytes_ = n;
+}
 
 }  // namespace titan

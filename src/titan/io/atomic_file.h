@@ -3,18 +3,40 @@
 // content, never a prefix: data goes to a temporary name in the destination's own directory (so
 // the final rename stays on one file system), is fsynced, renamed over the destination, and the
 // directory is fsynced so the rename itself survives a power cut.
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "titan/core/hash.h"
+
 namespace titan::io {
+
+// PageCache::Bypass: the bytes go to the file around the kernel's page cache (O_DIRECT, through an
+// aligned buffer of the writer's), so that writing gigabytes costs the kernel no copy into fresh
+// cache pages: what makes a checkpoint cheap for the cores training beside it. Where the file
+// system refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE file systems), or a write is refused
+// or comes back short, the rest is written through the cache; the file's bytes are the same.
+enum class PageCache : uint8_t { Use, Bypass };
+
+// How an AtomicFile writes, and what it reports while it does.
+struct FileWriting {
+  PageCache cache = PageCache::Use;
+  // Receives every byte as it is written: the file's checksum without reading it back.
+  WordChecksum* checksum = nullptr;
+  // Advanced by the bytes handed to the file as they are written (a progress line's count).
+  std::atomic<uint64_t>* progress = nullptr;
+};
 
 // One file written atomically. Nothing is visible at `path` until commit(); destroying an
 // uncommitted AtomicFile (an exception on the way) removes the temporary file.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::filesystem::path path);
+  explicit AtomicFile(std::filesystem::path path, const FileWriting& how = {});
   ~AtomicFile();
   AtomicFile(AtomicFile&& other) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
@@ -23,15 +45,27 @@ class AtomicFile {
 
   void write(const void* data, size_t n);  // all n bytes (retries short writes and EINTR)
   void write(std::string_view s) { write(s.data(), s.size()); }
-  uint64_t bytes_written() const { return written_; }
+  uint64_t bytes_written() const { return written_ + direct_fill_; }
   // fsync, close, rename over the destination, fsync the directory.
   void commit();
 
  private:
   std::filesystem::path path_, tmp_;
   int fd_ = -1;
+  void write_out(const char* p, size_t n);  // to the file descriptor
+  void leave_direct();                      // O_DIRECT off: the rest goes through the page cache
   uint64_t written_ = 0;
   bool committed_ = false;
+  WordChecksum* checksum_ = nullptr;
+  std::atomic<uint64_t>* progress_ = nullptr;
+  // PageCache::Bypass: while O_DIRECT is on (direct_), bytes gather in this aligned buffer and go
+  // out a full buffer at a time.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, FreeDeleter> direct_buffer_;
+  size_t direct_fill_ = 0;
+  bool direct_ = false;
 };
 
 // Whole file in one call.

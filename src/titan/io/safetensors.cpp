@@ -350,7 +350,7 @@ void convert_chunk(const std::byte* src, DType from, std::byte* dst, DType to, s
 }  // namespace
 
 uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> tensors,
-                           const Metadata& metadata) {
+                           const Metadata& metadata, const FileWriting& how) {
   // The header is built as text rather than through an ordered_json DOM, whose key lookup is linear
   // (quadratic for checkpoints with tens of thousands of tensors); json::dump() does the escaping.
   Metadata meta = metadata;
@@ -387,7 +387,7 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
   }
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  AtomicFile f(path);
+  AtomicFile f(path, how);
   uint64_t n = header.size();
   f.write(&n, 8);
   f.write(header);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/io/atomic_file.h"
 
 namespace titan::io {
 
@@ -101,9 +102,10 @@ struct TensorWrite {
 
 // Writes tensors in the given order, header space-padded to a multiple of 8 bytes and
 // "__metadata__" = `metadata` plus {"format": "pt"} (unless the caller sets "format"). Atomic: the
-// file appears complete or not at all. Returns the file size.
+// file appears complete or not at all. Returns the file size. `how`: around the page cache or
+// through it, and who sees the bytes as they are written (a checkpoint's checksum and progress line).
 uint64_t write_safetensors(const std::filesystem::path& path, std::span<const TensorWrite> tensors,
-                           const Metadata& metadata = {});
+                           const Metadata& metadata = {}, const FileWriting& how = {});
 
 // Byte size a TensorWrite occupies in the file (numel x dtype_size(dtype)); throws on overflow.
 uint64_t tensor_write_bytes(const TensorWrite& t);

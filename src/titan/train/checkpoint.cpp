@@ -21,22 +21,15 @@ namespace fs = std::filesystem;
 uint64_t file_checksum(const fs::path& path, std::atomic<uint64_t>* bytes_read, uint64_t basis) {
   std::ifstream f(path, std::ios::binary);
   TITAN_CHECK(f, "checkpoint: cannot read '", path.string(), "'");
-  // FNV-1a's constants over 8-byte words (8x fewer multiplies than bytes), the tail byte-wise.
-  uint64_t h = basis;
+  WordChecksum h(basis);
   std::vector<char> buf(size_t(1) << 22);
   while (f) {
     f.read(buf.data(), std::streamsize(buf.size()));
-    size_t n = size_t(f.gcount()), words = n / 8;
-    const char* p = buf.data();
-    for (size_t i = 0; i < words; ++i) {
-      uint64_t w;
-      std::memcpy(&w, p + 8 * i, 8);
-      h = (h ^ w) * kFnv1aPrime;
-    }
-    h = fnv1a(p + words * 8, n - words * 8, h);
+    const size_t n = size_t(f.gcount());
+    h.update(buf.data(), n);
     if (bytes_read) bytes_read->fetch_add(n);
   }
-  return h;
+  return h.value();
 }
 
 namespace {
@@ -88,17 +81,20 @@ std::vector<CheckpointFile> write_shard_files(const fs::path& dir, int64_t shard
   uint64_t tensor_bytes = 0;
   for (auto& t : model) tensor_bytes += io::tensor_write_bytes(t);
   for (auto& t : optimizer) tensor_bytes += io::tensor_write_bytes(t);
-  // Writing, then reading back for the checksums: twice the bytes.
-  std::atomic<uint64_t> written{0}, checksummed{0};
+  std::atomic<uint64_t> written{0};
   std::optional<Progress> progress;
   if (!progress_name.empty())
-    progress.emplace("checkpoint: saving " + progress_name, 2 * tensor_bytes,
-                     [&] { return written.load() + checksummed.load(); });
+    progress.emplace("checkpoint: saving " + progress_name, tensor_bytes, [&] { return written.load(); });
   std::vector<CheckpointFile> files;
   for (auto [kind, tensors] : {std::pair{"model", model}, {"optimizer", optimizer}}) {
     const fs::path path = dir / shard_file_name(kind, shard);
-    written += io::write_safetensors(path, tensors, {{"titan", kind}, {"shard", std::to_string(shard)}});
-    files.push_back({path.filename().string(), fs::file_size(path), file_checksum(path, &checksummed)});
+    // The checksum of the bytes as they are written: what reading the file back would give, without
+    // the second pass over it. The gigabytes of a checkpoint go around the page cache: the kernel's
+    // copies into fresh cache pages would otherwise take the cores the training steps use.
+    WordChecksum checksum;
+    io::write_safetensors(path, tensors, {{"titan", kind}, {"shard", std::to_string(shard)}},
+                          {io::PageCache::Bypass, &checksum, &written});
+    files.push_back({path.filename().string(), fs::file_size(path), checksum.value()});
   }
   return files;
 }

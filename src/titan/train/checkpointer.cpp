@@ -1,7 +1,10 @@
 #include "titan/train/checkpointer.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <system_error>
+#include <thread>
 
 #include "titan/core/check.h"
 #include "titan/data/data_identity.h"
@@ -241,40 +244,98 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   }
 }
 
-void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
-  auto t0 = Clock::now();
+struct Checkpointer::PendingSave {
+  int64_t step = 0;
+  nlohmann::json train_state;  // what the logging rank commits beside the files
+  fs::path temp;               // rank 0's temporary folder of the step
+  bool writes = false;         // this rank writes shard files (the first replica's ranks)
+  bool background = false;
+  // The host memory the files are written from: the blocks' own buffers for a synchronous save on
+  // the CPU, copies otherwise; `model` and `optimizer` point into them.
+  std::vector<Tensor> values, exp_avg, exp_avg_sq;
+  std::vector<io::TensorWrite> model, optimizer;
+  Clock::time_point began;
+  std::thread writer;
+  std::atomic<bool> done{false};
+  // Set by the writer before `done`: the first non-finite tensor, or why writing failed, and the
+  // files written. Until a writer has run, the save has failed.
+  std::string non_finite, failure = "its files were never written";
+  std::vector<CheckpointFile> files;
+};
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+void Checkpointer::write_files(PendingSave& p) const {
+  p.failure.clear();
+  try {
+    // A synchronous save checked the live tensors before it began.
+    const bool finite =
+        !p.background || (all_finite(p.model, &p.non_finite) && all_finite(p.optimizer, &p.non_finite));
+    if (p.writes && finite) {
+      // A progress line only in the foreground: in the background it would cut into the step lines.
+      const std::string progress =
+          plan_.is_logging_rank() && !p.background ? manager_.step_dir(p.step).filename().string() : "";
+      p.files = write_shard_files(p.temp, plan_.shard_index(), p.model, p.optimizer, progress);
+    }
+  } catch (const std::exception& e) {
+    p.failure = e.what();
+  } catch (...) {
+    p.failure = "an unknown error";
+  }
+  p.done = true;
+}
+
+void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
+  finish_save();  // one save at a time: the one in the background commits first
+  auto p = std::make_unique<PendingSave>();
+  p->began = Clock::now();
+  p->step = s.step;
+  p->background = when == When::InBackground && config_.checkpoint.async();
   // Replicas hold identical shards: the ranks of the first replica write them. Without sharding
   // that is rank 0 alone, writing whole parameters under their names (the single-process format).
-  const bool writes = plan_.replicate_index() == 0;
+  p->writes = plan_.replicate_index() == 0;
   const int64_t shards = plan_.dp_shard();
-  std::vector<Tensor> values, exp_avg, exp_avg_sq;
-  // Files are written from host memory: a device run copies its slices over first.
-  auto on_host = [](const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); };
-  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-    LocalSlice mine = local_slice(s, b);
-    values.push_back(on_host(mine.values));
-    exp_avg.push_back(on_host(mine.exp_avg));
-    exp_avg_sq.push_back(on_host(mine.exp_avg_sq));
-  }
-  std::vector<io::TensorWrite> model_t, opt_t;
-  if (writes) {
+  // Files are written from host memory: a device run copies its slices over first, and a save in
+  // the background writes from a copy (the steps after it update the blocks in place), made once and
+  // reused by every later save (no fresh pages to fault in at each save).
+  auto aside = [&](std::vector<Tensor>& kept, size_t b, const Tensor& t) {
+    if (!p->background) return t.device() == Device::CPU ? t : t.to(Device::CPU);
+    if (kept.size() <= b) kept.push_back(Tensor::empty(t.shape(), t.dtype(), Device::CPU));
+    kept[b].copy_from(t);
+    return kept[b];
+  };
+  if (p->writes)
+    for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+      LocalSlice mine = local_slice(s, b);
+      p->values.push_back(aside(copy_.values, b, mine.values));
+      p->exp_avg.push_back(aside(copy_.exp_avg, b, mine.exp_avg));
+      p->exp_avg_sq.push_back(aside(copy_.exp_avg_sq, b, mine.exp_avg_sq));
+    }
+  if (p->writes) {
     auto tensors = [&](const std::vector<Tensor>& slices, const std::string& prefix) {
       return shards > 1 ? block_slice_tensors(s.model, slices, prefix)
                         : qwen3::layout_tensors(s.model, slices, prefix);
     };
-    model_t = tensors(values, "");
-    opt_t = tensors(exp_avg, "exp_avg.");
-    for (auto& t : tensors(exp_avg_sq, "exp_avg_sq.")) opt_t.push_back(t);
+    p->model = tensors(p->values, "");
+    p->optimizer = tensors(p->exp_avg, "exp_avg.");
+    for (auto& t : tensors(p->exp_avg_sq, "exp_avg_sq.")) p->optimizer.push_back(t);
   }
-  std::string bad;
-  const bool finite = all_finite(model_t, &bad) && all_finite(opt_t, &bad);
-  // Every rank stops alike (no rank left waiting in the save's collectives).
-  if (plan_.max_over_ranks(finite ? 0 : 1) != 0) {
-    TITAN_CHECK(finite, "step ", s.step, ": '", bad, "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
-    TITAN_FAIL("step ", s.step, ": another rank's shard holds non-finite values; no checkpoint written");
+  if (!p->background) {
+    // Before anything touches the folder: a rank's non-finite tensor stops every rank alike (no rank
+    // left waiting in the save's collectives), and no rank writes the files of a failed save. (In the
+    // background the writer checks its copy, and the commit agrees.)
+    std::string bad;
+    const bool finite = !p->writes || (all_finite(p->model, &bad) && all_finite(p->optimizer, &bad));
+    if (plan_.max_over_ranks(finite ? 0 : 1) != 0) {
+      TITAN_CHECK(finite, "step ", s.step, ": '", bad,
+                  "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
+      TITAN_FAIL("step ", s.step, ": another rank's shard holds non-finite values; no checkpoint written");
+    }
   }
   const auto& c = config_;
-  nlohmann::json ts;
+  nlohmann::json& ts = p->train_state;
   ts["step"] = s.step;
   ts["tokens_seen"] = s.tokens_seen;
   ts["model_config"] = qwen3::hf_config_from_args(job.args, "float32");
@@ -314,17 +375,59 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job) {
           "%ld",
           dir.c_str(), manager_.set_aside(dir, "damaged").filename().c_str(), long(s.step));
   }
-  const fs::path temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
-  std::vector<CheckpointFile> mine;
-  if (writes)
-    mine = write_shard_files(temp, plan_.shard_index(), model_t, opt_t,
-                             plan_.is_logging_rank() ? manager_.step_dir(s.step).filename().string() : "");
-  const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), mine);
-  if (plan_.is_logging_rank()) manager_.commit_save(s.step, files, ts);
+  p->temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
+  last_saved_step_ = s.step;
+  pending_ = std::move(p);
+  PendingSave& pending = *pending_;
+  if (!pending.background) {
+    write_files(pending);
+    return finish_save();
+  }
+  say("checkpoint: step %ld copied aside in %.1f s; its files are written in the background", long(s.step),
+      seconds_since(pending.began));
+  // The writer takes no signals (the mask it inherits) and makes no MPI call. It keeps the default
+  // priority: lowered, it starved behind the step's threads on two cores and the next save waited
+  // for it (bench/checkpoint_saves.sh).
+  try {
+    pending.writer = std::thread([this, &pending] { write_files(pending); });
+  } catch (const std::system_error&) {
+    write_files(pending);  // no thread to be had: written here, committed at the next boundary as planned
+  }
+}
+
+void Checkpointer::poll_save() {
+  if (!pending_) return;
+  // Every rank asks at the same step boundary; the commit waits for the slowest writer.
+  if (plan_.max_over_ranks(pending_->done ? 0 : 1) != 0) return;
+  finish_save();
+}
+
+void Checkpointer::finish_save() {
+  if (!pending_) return;
+  std::unique_ptr<PendingSave> p = std::move(pending_);
+  if (p->writer.joinable()) p->writer.join();
+  commit(*p);
+}
+
+void Checkpointer::commit(PendingSave& p) {
+  // Every rank stops alike (no rank left waiting in the save's collectives).
+  const int64_t mine = !p.non_finite.empty() ? 1 : !p.failure.empty() ? 2 : 0;
+  if (const int64_t worst = plan_.max_over_ranks(mine); worst != 0) {
+    TITAN_CHECK(p.non_finite.empty(), "step ", p.step, ": '", p.non_finite,
+                "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
+    TITAN_CHECK(p.failure.empty(), "step ", p.step, ": no checkpoint written: ", p.failure);
+    TITAN_FAIL("step ", p.step, ": another rank's shard ",
+               worst == 1 ? "holds non-finite values" : "could not be written", "; no checkpoint written");
+  }
+  const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), p.files);
+  if (plan_.is_logging_rank()) manager_.commit_save(p.step, files, p.train_state);
   // No rank runs ahead of (or exits before) the commit.
   plan_.barrier();
-  last_saved_step_ = s.step;
-  say("checkpoint: saved %s in %.1f s", manager_.step_dir(s.step).string().c_str(), seconds_since(t0));
+  if (p.background)
+    say("checkpoint: saved %s in the background, committed %.1f s after its step",
+        manager_.step_dir(p.step).string().c_str(), seconds_since(p.began));
+  else
+    say("checkpoint: saved %s in %.1f s", manager_.step_dir(p.step).string().c_str(), seconds_since(p.began));
 }
 
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {

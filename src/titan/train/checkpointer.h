@@ -5,6 +5,7 @@
 // Hugging Face export at the end of a run. Files and atomicity: CheckpointManager.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -56,9 +57,30 @@ class Checkpointer {
   // rank calls it: the ranks of the first replica write their shard files (replicas hold the same
   // shards), then the logging rank writes train_state.json with the layout, the manifest and
   // COMMITTED, and all ranks return after the commit.
-  void save(TrainState& state, const ResolvedJob& job);
-  // The step saved last (or resumed from): a stop by signal does not save it twice.
+  //
+  // With checkpoint.async_mode = "async" and `when` = InBackground, the save returns once this rank's
+  // slices of the weights and moments are copied aside (host memory as large as what it writes, kept
+  // from the first such save on and reused) and the train state is recorded; a background thread
+  // checks and writes the files while training goes on, and poll_save() commits the checkpoint at
+  // the first step boundary where every rank's writer is done. A save still in the background is
+  // completed before the next one begins. The files are the same bytes as a synchronous save's.
+  // Saves the run waits for anyway (its last step, a stop by signal, a seed) are Now.
+  enum class When { Now, InBackground };
+  void save(TrainState& state, const ResolvedJob& job, When when = When::Now);
+  // Commits the save in the background if every rank's writer has finished (a collective while one
+  // is pending; nothing otherwise); a writer's failure (a non-finite tensor, a full disk) is thrown
+  // here on every rank. Every rank calls it at the same points.
+  void poll_save();
+  // Waits for the save in the background, if any, and commits it (or throws its failure).
+  void finish_save();
+  // Whether a save is in the background (begun, not yet committed).
+  bool saving() const { return pending_ != nullptr; }
+  // The step saved last (or resumed from; a save in the background counts): a stop by signal does
+  // not save it twice.
   int64_t last_saved_step() const { return last_saved_step_; }
+  // A save still in the background is abandoned (its writer joined, nothing committed, its
+  // temporary folder removed): an error is unwinding the run.
+  ~Checkpointer();
 
   // Writes <folder>/step-N-hf in checkpoint.export_dtype with the tokenizer files (every rank
   // calls it; the logging rank writes).
@@ -80,8 +102,22 @@ class Checkpointer {
   void restore_progress(TrainState& state, const ResolvedJob& job, const LoadedCheckpoint& checkpoint,
                         bool fresh_optimizer, bool fresh_schedule) const;
 
+  // A save whose files are written (or being written) and not yet committed. It owns everything
+  // its writer reads: the host copies of the slices and the train state.
+  struct PendingSave;
+  // Runs the writer's part of `p` (the finiteness check, then the shard files) on this thread.
+  void write_files(PendingSave& p) const;
+  // Every rank's writer has finished: agree on failure, then commit (the logging rank) and wait.
+  void commit(PendingSave& p);
+
   const JobConfig& config_;
   const dist::ParallelPlan& plan_;
+  std::unique_ptr<PendingSave> pending_;
+  // The host copy background saves write from, per block: made by the first, reused by the next
+  // (each waits for the one before it), held from the first background save on.
+  struct StateCopy {
+    std::vector<Tensor> values, exp_avg, exp_avg_sq;
+  } copy_;
   CheckpointManager manager_;
   std::optional<int64_t> resume_step_;
   std::optional<std::filesystem::path> fork_dir_;  // initial_load_path, loaded whole

@@ -115,6 +115,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, restart_data_stream),
       TITAN_KEY(checkpoint, create_seed_checkpoint),
       TITAN_KEY(checkpoint, load_only),
+      TITAN_KEY(checkpoint, async_mode, "disabled", "async", "async_with_pinned_mem"),
       TITAN_KEY(checkpoint, exclude_from_loading, "model", "optimizer", "lr_scheduler", "dataloader",
                 "train_state"),
       TITAN_KEY(activation_checkpoint, mode, "none", "selective", "full"),
@@ -615,13 +616,21 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("checkpoint.interval", "checkpoint.load_only = true (no saves)");
     moot("checkpoint.enable_first_step_checkpoint", "checkpoint.load_only = true (no saves)");
     moot("checkpoint.keep_latest_k", "checkpoint.load_only = true (no saves, so none pruned)");
+    moot("checkpoint.async_mode", "checkpoint.load_only = true (no saves)");
   }
+  if (c.checkpoint.async_mode == "async_with_pinned_mem" && c.checkpoint.enable && !c.checkpoint.load_only)
+    add_note(c, "checkpoint.async_mode",
+             "async_with_pinned_mem applied as \"async\": the state is copied aside, then written by a "
+             "background thread; a GPU job's copy crosses through titan's pinned staging buffers either way");
   if (!c.checkpoint.enable) {
     moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)
       moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
     if (c.checkpoint.restart_data_stream)
       moot("checkpoint.restart_data_stream", "checkpoint.enable = false (nothing is resumed)");
+    if (c.checkpoint.async())
+      moot("checkpoint.async_mode",
+           "checkpoint.enable = false (the one save, at a stop by signal, is complete before the run ends)");
     if (!c.checkpoint.exclude_from_loading.empty())
       moot("checkpoint.exclude_from_loading", "checkpoint.enable = false (nothing is resumed)");
     // torchtitan saves nothing with checkpointing off; titan still writes the export asked for.

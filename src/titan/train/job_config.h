@@ -114,6 +114,13 @@ struct CheckpointSection {
   // Resume (or load) as usual but save no checkpoint: not every `interval` steps, not at the end, not
   // at a stop by signal (verification and debugging runs that must leave the folder as it is).
   bool load_only = false;
+  // "disabled": a save returns once its files are written and committed. "async": it returns once
+  // this rank's weights and moments are copied aside in host memory; a background thread writes the
+  // files while training goes on, and the checkpoint is committed at the first step boundary where
+  // every rank's writer has finished (Checkpointer). "async_with_pinned_mem" (torchtitan's) is
+  // applied as "async": a GPU job's state always crosses through pinned staging buffers.
+  std::string async_mode = "disabled";
+  bool async() const { return async_mode != "disabled"; }
   bool excludes(std::string_view part) const;
 };
 

@@ -37,7 +37,7 @@ std::optional<int64_t> parse_byte_size(const std::string& text) {
 }
 
 int64_t memory_need(const StepProfile& p, MemoryNeed need) {
-  return need == MemoryNeed::kReserved ? std::max(p.reserved, p.peak) : p.peak;
+  return (need == MemoryNeed::kReserved ? std::max(p.reserved, p.peak) : p.peak) + p.checkpoint_copy;
 }
 
 BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,

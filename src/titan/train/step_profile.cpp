@@ -72,6 +72,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     for (size_t b = 0; b < model.blocks().size(); ++b)
       p.optimizer += int64_t(optimizer.exp_avg()[b].nbytes() + optimizer.exp_avg_sq()[b].nbytes());
     p.other = dev.stats().current_bytes - base - p.weights - p.grads - p.optimizer;
+    if (shape.async_checkpoint && shape.device == Device::CPU) p.checkpoint_copy = p.weights + p.optimizer;
 
     // Token ids: a fixed pattern on real devices (the values do not change what is allocated);
     // none on meta, where a planned batch may be larger than host memory.
@@ -149,6 +150,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   s.keep_logits_bytes = loss_logits_budget(job.device);
   s.device = job.device;
+  s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();
   return s;
 }
 
@@ -216,8 +218,8 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, i
   // reserve above it): when cudaMalloc fails, the allocator returns its cached segments and retries,
   // so a run can squeeze in between the two (docs/planning.md).
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
-  qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations()}, available, what,
-                           available_what, advice);
+  qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations(), p.checkpoint_copy},
+                           available, what, available_what, advice);
 }
 
 }  // namespace titan::train

@@ -32,6 +32,9 @@ struct StepShape {
   // The device the step runs on (job.device). Profiled on meta, the step holds that device's
   // kernel scratch (core/device_services.h, MetaStandIn) and, for CUDA, the GEMM workspace.
   Device device = Device::CPU;
+  // checkpoint.async_mode: a save in the background writes from a host copy of this rank's weights
+  // and moments, held beside the steps that follow it (on a CPU job, the same memory as the step's).
+  bool async_checkpoint = false;
 };
 
 // What a training step lets the fused loss keep of its [tokens, vocabulary] logits from forward to
@@ -53,6 +56,9 @@ struct StepProfile {
   // allocations left reserved, a cache that started empty (0 elsewhere). Above the peak by what
   // splitting and rounding could not reuse.
   int64_t reserved = 0;
+  // StepShape::async_checkpoint on a CPU job: the copy of the weights and AdamW moments a save in the
+  // background writes from, held beside the step (0 otherwise: a GPU job's copy is in host memory).
+  int64_t checkpoint_copy = 0;
   int64_t activations() const { return peak - persistent(); }
   int64_t persistent() const { return weights + grads + optimizer + other; }
   int64_t blocks = 0;          // flat parameter blocks

@@ -157,7 +157,7 @@ const std::vector<KeyGroup> kGroups = {
             "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
             "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
             "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint", "checkpoint.load_only",
-            "checkpoint.initial_load_model_only"}),
+            "checkpoint.initial_load_model_only", "checkpoint.async_mode"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
     alias("checkpoint.last_save_in_hf", {"checkpoint.last_save_in_safetensors_format"}),
     alias("checkpoint.last_save_model_only",
@@ -168,7 +168,6 @@ const std::vector<KeyGroup> kGroups = {
             {"checkpoint.last_save_model_only"}),
     off_only("false", "titan cannot load quantized HF checkpoints",
              {"checkpoint.initial_load_in_hf_quantized"}),
-    ignored("titan saves synchronously; the checkpoint written is the same", {"checkpoint.async_mode"}),
     off_only("steps", "titan saves every `interval` steps", {"checkpoint.interval_type"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
     // [activation_checkpoint]

@@ -239,6 +239,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   say("memory per rank: %s", memory_per_rank(state).c_str());
   if (cfg.checkpoint.create_seed_checkpoint) {
     checkpointer.save(state, job);
+    checkpointer.finish_save();
     say("checkpoint.create_seed_checkpoint: step 0 holds the starting weights; nothing trained. The job's "
         "next run starts from them (without this key)");
     TrainSummary seeded;
@@ -277,6 +278,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   uint64_t epoch = data_epoch();
   bool epoch_explained = false;  // the first re-read of this invocation is said in full
   while (state.step < cfg.training.steps) {
+    // checkpoint.async_mode: a save whose files every rank has written commits here.
+    checkpointer.poll_save();
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
     if (int sig = int(plan.max_over_ranks(signals.received()))) {
       meter.log_unlogged_step();  // the log ends on the step reached, whatever log_freq
@@ -284,7 +287,12 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
       // that no work is lost (resuming from it needs checkpoint.enable = true); never with
       // checkpoint.load_only = true, which asked for no saves.
-      if (state.step == checkpointer.last_saved_step() || state.step == 0) {
+      if (state.step == checkpointer.last_saved_step() && checkpointer.saving()) {
+        say("received signal %d at step %ld: its checkpoint is being written in the background; stopping "
+            "once "
+            "it is committed",
+            sig, long(state.step));
+      } else if (state.step == checkpointer.last_saved_step() || state.step == 0) {
         say("received signal %d at step %ld: nothing new to save; stopping", sig, long(state.step));
       } else if (cfg.checkpoint.load_only) {
         say("received signal %d at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping", sig,
@@ -329,10 +337,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     if (cfg.checkpoint.enable && !cfg.checkpoint.load_only &&
         (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps ||
          (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
-      checkpointer.save(state, job);
+      // checkpoint.async_mode: in the background while steps remain (the last one is waited for).
+      checkpointer.save(
+          state, job,
+          state.step < cfg.training.steps ? Checkpointer::When::InBackground : Checkpointer::When::Now);
     profiler.end_step(state.step);
   }
 
+  checkpointer.finish_save();  // the last save, or one still in the background, is committed
   profiler.end_run(state.step);
   summary.last_step = state.step;
   summary.tokens = state.tokens_seen;

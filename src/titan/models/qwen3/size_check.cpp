@@ -88,10 +88,14 @@ void check_memory_fits(const MemoryNeed& need, int64_t available, const std::str
     std::snprintf(s, sizeof s, "%.3g GiB", double(b) / double(int64_t(1) << 30));
     return std::string(s);
   };
-  const __int128 total = __int128(need.weights) + need.grads + need.optimizer + need.activations;
+  const __int128 total =
+      __int128(need.weights) + need.grads + need.optimizer + need.activations + need.checkpoint_copy;
+  const std::string copy =
+      need.checkpoint_copy ? ", the copy a save in the background writes from " + gib(need.checkpoint_copy)
+                           : "";
   TITAN_CHECK(total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")),
               " (", double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads),
-              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations), ") but ",
+              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations), copy, ") but ",
               available_what, " is ", gib(available), " (", available, " bytes); ", advice);
 }
 

@@ -34,6 +34,7 @@ struct MemoryNeed {
   int64_t grads = 0;        // f32 gradients
   int64_t optimizer = 0;    // AdamW exp_avg + exp_avg_sq (+ other persistent state)
   int64_t activations = 0;  // what the step holds above the persistent state
+  int64_t checkpoint_copy = 0;  // checkpoint.async_mode: the state a save in the background writes from
 };
 
 // A memory need against `available` bytes: an error naming every number (weights, gradients,
