@@ -2,10 +2,12 @@
 # What checkpointing costs a run, saved in the foreground and in the background
 # (checkpoint.async_mode): the same job three times, with no checkpoints, with synchronous saves and
 # with saves in the background, every INTERVAL steps. Reports the run's wall time, what the saves
-# added to it (wall time less the run without checkpoints), titan's own figure for the saves (the
-# sum of "saved ... in X s" for synchronous saves; for background saves the time the training
-# thread spent copying the state aside) and the sustained tokens/s (steps only: a synchronous save
-# lies between steps, a background one overlaps them and slows them where it shares their cores).
+# added to it (wall time less the run without checkpoints), titan's own figure for the time the
+# training thread spent saving (the sum of "saved ... in X s" of the saves made in the foreground,
+# the last step's always is, and of "copied aside in X s" of those in the background) and the
+# sustained tokens/s (steps only: a synchronous save lies between steps, a background one overlaps
+# them and slows them where it shares their cores). OMP_NUM_THREADS=1 leaves a core to the writer,
+# as a GPU job leaves the host's cores.
 # No peer figure: the PyTorch CPU peer harness does not checkpoint.
 #
 #   bash bench/checkpoint_saves.sh [STEPS] [INTERVAL] [CONFIGS]
