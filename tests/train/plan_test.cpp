@@ -210,6 +210,48 @@ TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
   EXPECT_EQ(s.next_need, p.reserved);
 }
 
+// checkpoint.async_mode = "async" on a CPU job: saves in the background write from a copy of this
+// rank's weights and moments held beside every step, which plan, info, the batch search and titan
+// train's check add to the peak. A GPU job's copy is host memory: the device's figures leave it out.
+TEST(Plan, ACheckpointCopyForBackgroundSavesCountsBesideTheStepOnTheCpu) {
+  const std::string async = " --checkpoint.enable=true --checkpoint.async_mode=async";
+  const JobConfig cfg = load_job_config(
+      debugmodel_toml(),
+      {{"training.seq_len", "128"}, {"checkpoint.enable", "true"}, {"checkpoint.async_mode", "async"}});
+  const auto [args, shape] = planned_step(cfg, 1, 2);
+  ASSERT_TRUE(shape.async_checkpoint);
+  const StepProfile p = profile_training_step(args, shape, Device::Meta);
+  EXPECT_EQ(p.checkpoint_copy, p.weights + p.optimizer);  // this rank's slice: half of each block
+  EXPECT_EQ(memory_need(p, MemoryNeed::kPeak), p.peak + p.checkpoint_copy);
+  int rc = 0;
+  const std::string out = run_plan("--memory-per-rank 64GiB --mesh dp_shard=2" + async, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(printed_gib("checkpoint copy      ", p.checkpoint_copy)), std::string::npos) << out;
+  EXPECT_NE(out.find(printed_gib("fits: yes, peak + checkpoint copy ", p.peak + p.checkpoint_copy)),
+            std::string::npos)
+      << out;
+  // A budget between the peak and the peak with the copy: the step alone would fit, the job does not.
+  const std::string between = std::to_string(p.peak + p.checkpoint_copy / 2);
+  const std::string tight = run_plan("--memory-per-rank " + between + " --mesh dp_shard=2" + async, &rc);
+  EXPECT_EQ(rc, 3) << tight;
+  EXPECT_NE(tight.find("fits: NO, peak + checkpoint copy"), std::string::npos) << tight;
+  const std::string without = run_plan("--memory-per-rank " + between + " --mesh dp_shard=2", &rc);
+  EXPECT_EQ(rc, 0) << without;
+  EXPECT_EQ(without.find("checkpoint copy"), std::string::npos) << without;
+  // titan info --config prints the same line.
+  std::string info;
+  EXPECT_EQ(tt::run_command(tt::titan_binary().string() + " info --config " + debugmodel_toml() +
+                                " --training.seq_len=128" + async,
+                            &info),
+            0)
+      << info;
+  EXPECT_NE(info.find("checkpoint copy"), std::string::npos) << info;
+  // On a GPU job the copy is in host memory, not the device's.
+  StepShape gpu = shape;
+  gpu.device = Device::CUDA;
+  EXPECT_EQ(profile_training_step(args, gpu, Device::Meta).checkpoint_copy, 0);
+}
+
 TEST(Plan, TheTrainersCheckGivesEachRankOnAHostItsShareOfTheMemory) {
   // titan train's check before allocation profiles the run's own mesh; ranks on one host share
   // its MemAvailable. Enough ranks on this host that a share is below the step's peak: refused.

@@ -27,6 +27,11 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
               gib(p.peak).c_str());
+  if (p.checkpoint_copy)
+    std::printf(
+        "  checkpoint copy      %s (checkpoint.async_mode: what saves in the background write from, "
+        "beside the peak)\n",
+        gib(p.checkpoint_copy).c_str());
   // The step's allocations replayed through the CUDA allocator's policy (segments, splitting):
   // what the GPU would hold from the system, which is what decides whether a job fits.
   if (std::string(device) == "cuda")
