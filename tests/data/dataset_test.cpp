@@ -447,6 +447,10 @@ TEST(Dataset, CsvAndTsvRecordsReadTheirTextColumn) {
       "are 'id', 'body')");
   expect_error("width.csv", "id,text\n1,fine\n2,a, b\n",
                "width.csv:3: the record has 3 fields, the header 2");
+  // Lines end at a lone CR too (as an editor numbers them), and at CRLF once.
+  expect_error("width_cr.csv", "id,text\r1,fine\r2,a, b\r", "width_cr.csv:3: the record has 3 fields");
+  expect_error("width_crlf.csv", "id,text\r\n1,\"two\rlines\"\r\n2,a, b\r\n",
+               "width_crlf.csv:4: the record has 3 fields");
   expect_error("open.csv", "id,text\n1,\"never\nclosed\n",
                "open.csv:2: the quoted field opened at column 3 is never closed");
   expect_error("empty.csv", "\n\n", "empty.csv has no header row");

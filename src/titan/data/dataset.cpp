@@ -176,11 +176,13 @@ class Reader {
     if (peek() == 0xEF && len_ - pos_ >= 3 && std::memcmp(buf_.data() + pos_, "\xEF\xBB\xBF", 3) == 0)
       for (int i = 0; i < 3; ++i) get();
   }
+  // A line ends at LF, CRLF or a lone CR (old Mac files, which CSV readers take): line() counts them
+  // so, as an editor would number the lines.
   int get() {
     int c = peek();
     if (c != EOF) {
       ++pos_;
-      if (c == '\n') {
+      if (c == '\n' || (c == '\r' && peek() != '\n')) {
         ++line_;
         line_start_ = offset();
       }
