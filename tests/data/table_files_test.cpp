@@ -919,6 +919,10 @@ TEST(Arrow, LayoutsOfOtherWritersRead) {
   EXPECT_EQ(arrow_rows(crafted / "legacy.arrow", "text"), (std::vector<json>{"hi", "you"}));
   EXPECT_EQ(arrow_rows(crafted / "sliced.arrow", "text"), (std::vector<json>{"lo", "you"}));
   EXPECT_EQ(arrow_rows(crafted / "empty_child_offsets.arrow", "messages"), std::vector<json>{json::array()});
+  // Columns stepped over by their buffer counts: a union of a V4 stream (a validity buffer of its
+  // own), a Utf8View with its variadic data buffer. One buffer miscounted and the text reads wrong.
+  EXPECT_EQ(arrow_rows(crafted / "union_before_v5.arrow", "text"), (std::vector<json>{"hi", "you"}));
+  EXPECT_EQ(arrow_rows(crafted / "view_beside_text.arrow", "text"), (std::vector<json>{"hi", "you"}));
 
   const fs::path dir = temp_dir("arrow_layouts");
   const json lists = json::array({json::array({{{"a", "1"}, {"b", 1}}}), json::array(), nullptr,
@@ -958,6 +962,8 @@ TEST(Arrow, MaliciousFilesAreErrorsNotCrashes) {
   expect("null_row_bomb.arrow", "messages", "row 1: column 'messages': a row holds more than 2^24 values");
   expect("schema_dag_40.arrow", "text", "more than 65536 fields");
   expect("truncated_fileformat.arrow", "text", "does not end with its footer and ARROW1 (truncated?)");
+  expect("view_without_count.arrow", "text", "a view field has no variadic buffer count");
+  expect("view_count_2_21.arrow", "text", "a view field has 2097152 variadic buffers");
 }
 
 }  // namespace
