@@ -343,10 +343,15 @@ TEST(DataParallel, DdpOnTwoRanksWithAccumulationMatchesOneRank) {
   expect_same_final_state(ddp, one_rank(), 10, "DDP 2, accumulation 2");
 }
 
+// Saving in the background (checkpoint.async_mode): the second replica's ranks copy and write nothing
+// but take part in every boundary's agreement and in the commit (step 5's save; step 10's, the last,
+// is synchronous).
 TEST(DataParallel, HsdpTwoByTwoMatchesOneRank) {
-  JobRun hsdp = train(
-      "dist_hsdp4", 4, 1,
-      {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.data_parallel_shard_degree", "2"}});
+  JobRun hsdp = train("dist_hsdp4", 4, 1,
+                      {{"parallelism.data_parallel_replicate_degree", "2"},
+                       {"parallelism.data_parallel_shard_degree", "2"},
+                       {"checkpoint.async_mode", "async"}});
+  EXPECT_EQ(train::load_checkpoint_dir(hsdp.dump / "checkpoint/step-5").step, 5);
   expect_same_steps(hsdp, one_rank(), 1, 10, "HSDP 2x2");
   expect_same_final_state(hsdp, one_rank(), 10, "HSDP 2x2");
   // The two replicas hold the same 2 shards: only the first replica wrote them.
