@@ -148,6 +148,10 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1 --top-k 5", "with --temperature 0 (greedy) they would do nothing"},
       {m + "--prompt-ids 1 --temperature -1", "temperature must be a finite number >= 0"},
       {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
+      {m + "--prompt-ids 1 --min-p 0.1", "with --temperature 0 (greedy) they would do nothing"},
+      {m + "--prompt-ids 1 --temperature 1 --min-p 1.5", "min_p must be in [0, 1]"},
+      {m + "--prompt-ids 1 --temperature 1 --typical-p 0", "typical_p must be in (0, 1]"},
+      {m + "--prompt-ids 1 --no-repeat-ngram-size -1", "no-repeat-ngram-size"},
       {m + "--prompt-ids 1 --max-new-tokens 0", "--max-new-tokens 0: expected an integer >= 1"},
       {m + "--prompt-ids 1 --dtype float16", "--dtype must be float32 or bfloat16"},
       {m + "--prompt-ids 1 --device cdua", "--device cdua: expected cpu or cuda"},
@@ -273,16 +277,17 @@ TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
 }
 
 // Without a sampling flag, generation samples as the model's generation_config.json says (Qwen3's
-// own: do_sample, temperature 0.6, top_k 20, top_p 0.95) and with its repetition_penalty, as
-// transformers' generate does: the ids are the library's sampler's with those options and the seed;
-// a sampling flag overrides the sampling (--temperature 0: greedy), --repetition-penalty the
-// penalty; a key titan's sampler lacks is named.
+// own: do_sample, temperature 0.6, top_k 20, top_p 0.95; here with a min_p too) and with its
+// repetition_penalty and no_repeat_ngram_size, as transformers' generate does: the ids are the
+// library's sampler's with those options and the seed; a sampling flag overrides the sampling
+// (--temperature 0: greedy), --repetition-penalty and --no-repeat-ngram-size the processors; a key
+// titan's sampler lacks is named.
 TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   const fs::path oracle = tt::oracle_dir("tiny_dense");
   const fs::path dir = tt::temp_dir("cli_generate_sampling_" + std::to_string(getpid()));
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "temperature": 0.6, "top_k": 20,
-      "top_p": 0.95, "repetition_penalty": 3, "min_p": 0.05})";
+      "top_p": 0.95, "repetition_penalty": 3, "min_p": 0.05, "no_repeat_ngram_size": 2, "num_beams": 2})";
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};
   auto ids_of = [&](const titan::qwen3::SamplingOptions& o) {
     const titan::qwen3::Generation g =
@@ -295,7 +300,9 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   qwen3_defaults.temperature = 0.6;
   qwen3_defaults.top_k = 20;
   qwen3_defaults.top_p = 0.95;
+  qwen3_defaults.min_p = 0.05;
   qwen3_defaults.repetition_penalty = 3;
+  qwen3_defaults.no_repeat_ngram_size = 2;
   qwen3_defaults.seed = 3;
   const std::string file = (dir / "generation_config.json").string();
   const std::string args =
@@ -303,19 +310,22 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   Outcome r = titan(args + " --seed 3");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ids_of(qwen3_defaults)) << r.err;
-  EXPECT_NE(r.err.find("sampling as " + file + " says: temperature 0.6, top_k 20, top_p 0.95 (seed 3"),
+  EXPECT_NE(r.err.find("sampling as " + file +
+                       " says: temperature 0.6, top_k 20, top_p 0.95, min_p 0.05, typical_p 1 (seed 3"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("repetition_penalty 3, as " + file + " says"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("sets min_p 0.05, which titan's sampler does not apply"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no_repeat_ngram_size 2, as " + file + " says"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sets num_beams 2, which titan's sampler does not apply"), std::string::npos) << r.err;
   // --temperature 0: greedy, still with the file's repetition penalty (transformers applies it to
   // greedy search too) unless --repetition-penalty says otherwise.
   titan::qwen3::SamplingOptions greedy;
   greedy.repetition_penalty = 3;
+  greedy.no_repeat_ngram_size = 2;
   r = titan(args + " --temperature 0");
   EXPECT_EQ(r.out, ids_of(greedy)) << r.err;
   EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;
-  r = titan(args + " --temperature 0 --repetition-penalty 1");
+  r = titan(args + " --temperature 0 --repetition-penalty 1 --no-repeat-ngram-size 0");
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";

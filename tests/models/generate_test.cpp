@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "models/oracle_check.h"
 #include "models/small_args.h"
+#include "ops/torch_ref/torch_ref.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -242,9 +245,19 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_EQ(bare.sampling.top_k, 50);
   EXPECT_EQ(bare.sampling.top_p, 1.0);
   EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling.top_k, 0);
-  const GenerationDefaults extras =
-      generation_defaults(json{{"min_p", 0.1}, {"typical_p", 1.0}, {"num_beams", 4}}, "g");
-  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"min_p 0.1", "num_beams 4"}));
+  // min_p and typical_p are sampling settings (greedy without do_sample), no_repeat_ngram_size a
+  // processor (applied either way); beams and the cutoffs titan does not have are named.
+  const GenerationDefaults extras = generation_defaults(
+      json{{"min_p", 0.1}, {"typical_p", 1.0}, {"num_beams", 4}, {"no_repeat_ngram_size", 3}}, "g");
+  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"num_beams 4"}));
+  EXPECT_EQ(extras.sampling.min_p, 0.0);
+  EXPECT_EQ(extras.sampling.no_repeat_ngram_size, 3);
+  const GenerationDefaults sampled = generation_defaults(
+      json{{"do_sample", true}, {"min_p", 0.1}, {"typical_p", 0.9}, {"epsilon_cutoff", 3e-4}}, "g");
+  EXPECT_EQ(sampled.sampling.min_p, 0.1);
+  EXPECT_EQ(sampled.sampling.typical_p, 0.9);
+  EXPECT_EQ(sampled.not_applied, (std::vector<std::string>{"epsilon_cutoff 0.0003"}));
+  EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"min_p", nullptr}}, "g").sampling.min_p, 0.0);
   auto error = [](const json& c) {
     try {
       generation_defaults(c, "m/generation_config.json");
@@ -293,6 +306,106 @@ TEST(Sampler, TheRepetitionPenaltyScalesTheLogitsOfIdsSeen) {
   o = {};
   o.repetition_penalty = 0;
   EXPECT_THROW(o.validate(), Error);
+}
+
+// no_repeat_ngram_size n: an id that would complete an n-gram already in the sequence (prompt and
+// new tokens) is never chosen, greedy or sampled; n = 1 bans every id seen; a sequence shorter than
+// n - 1 bans nothing.
+TEST(Sampler, NoRepeatedNgramBansTheIdsThatWouldRepeatOne) {
+  std::mt19937_64 rng(1);
+  SamplingOptions o;
+  o.no_repeat_ngram_size = 2;
+  const std::vector<float> logits = {0, 3, 2, 1};
+  // The sequence ends in 0, and "0 1" occurred: 1 would repeat it, 2 is the best left.
+  EXPECT_EQ(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{0, 1, 3, 0}), 2);
+  EXPECT_EQ(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{0, 2, 3, 1}),
+            1);                // "1 ?" never occurred
+  o.no_repeat_ngram_size = 3;  // "3 0 1" and "3 0 2" occurred: after "3 0", ids 1 and 2 are banned
+  EXPECT_EQ(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{3, 0, 1, 3, 0, 2, 3, 0}), 3);
+  EXPECT_EQ(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{3}), 1);  // too short to repeat a 3-gram
+  o.no_repeat_ngram_size = 1;
+  EXPECT_EQ(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{1, 2}), 3);
+  o.temperature = 1;  // sampled: the banned ids are never drawn
+  for (int i = 0; i < 4000; ++i) {
+    const int64_t id = pick_next_token(logits, o, rng, {}, std::vector<int64_t>{1, 2});
+    ASSERT_TRUE(id == 0 || id == 3) << "drew the banned id " << id;
+  }
+  EXPECT_THROW(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{0, 1, 2, 3}), Error);  // all banned
+}
+
+// The distribution the sampler draws from against transformers' processors and warpers (repetition
+// penalty, no repeated n-gram, temperature, top-k, top-p, min-p, typical-p, in transformers' order)
+// written in PyTorch by tests/models/torch_ref/logits_processors.py: fresh random logits and
+// sequences, each combination giving the same ids with the same probabilities (1e-9).
+TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
+  if (const std::string why = titan::testing::torch_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  using nlohmann::json;
+  std::mt19937_64 gen(std::random_device{}());
+  struct Case {
+    double temperature;
+    int64_t top_k;
+    double top_p, min_p, typical_p, repetition_penalty;
+    int64_t no_repeat_ngram_size;
+  };
+  const std::vector<Case> combos = {
+      {0, 0, 1, 0, 1, 1.3, 2},        {1, 0, 1, 0, 1, 1, 0},     {0.7, 10, 0.9, 0.05, 1, 1, 0},
+      {1.3, 0, 1, 0, 0.6, 1, 0},      {0.5, 0, 1, 0, 0.3, 1, 0}, {1, 0, 0.95, 0.2, 0.9, 1.2, 3},
+      {2, 25, 1, 0.01, 0.95, 0.8, 1}, {1, 0, 1, 0.5, 1, 1, 2},   {0.9, 5, 0.8, 0, 0.5, 1.5, 0},
+  };
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int64_t>> sequences;
+  json cases = json::array();
+  for (const Case& c : combos)
+    for (int rep = 0; rep < 4; ++rep) {
+      const int64_t V = 40;
+      std::normal_distribution<float> scale(0.f, 2.f);
+      std::vector<float> row(V);
+      for (float& x : row) x = scale(gen);
+      std::uniform_int_distribution<int64_t> small(0, 7);  // a few ids, so that n-grams repeat
+      std::vector<int64_t> seq(size_t(std::uniform_int_distribution<int>(0, 12)(gen)));
+      for (int64_t& id : seq) id = small(gen);
+      cases.push_back({{"logits", row},
+                       {"sequence", seq},
+                       {"temperature", c.temperature},
+                       {"top_k", c.top_k},
+                       {"top_p", c.top_p},
+                       {"min_p", c.min_p},
+                       {"typical_p", c.typical_p},
+                       {"repetition_penalty", c.repetition_penalty},
+                       {"no_repeat_ngram_size", c.no_repeat_ngram_size}});
+      logits.push_back(row);
+      sequences.push_back(seq);
+    }
+  const std::filesystem::path dir = titan::testing::temp_dir("sampler_vs_torch");
+  std::ofstream(dir / "in.json") << json{{"cases", cases}}.dump();
+  const std::filesystem::path script =
+      titan::testing::source_dir() / "tests" / "models" / "torch_ref" / "logits_processors.py";
+  std::string out;
+  ASSERT_EQ(titan::testing::run_command(titan::testing::torch_python() + " " + script.string() + " " +
+                                            (dir / "in.json").string() + " " + (dir / "out.json").string(),
+                                        &out),
+            0)
+      << out;
+  const json expected = json::parse(std::ifstream(dir / "out.json"))["cases"];
+  ASSERT_EQ(expected.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SamplingOptions o;
+    o.temperature = cases[i]["temperature"];
+    o.top_k = cases[i]["top_k"];
+    o.top_p = cases[i]["top_p"];
+    o.min_p = cases[i]["min_p"];
+    o.typical_p = cases[i]["typical_p"];
+    o.repetition_penalty = cases[i]["repetition_penalty"];
+    o.no_repeat_ngram_size = cases[i]["no_repeat_ngram_size"];
+    std::vector<std::pair<int64_t, double>> got = next_token_distribution(logits[i], o, {}, sequences[i]);
+    std::sort(got.begin(), got.end());
+    const std::string what = "case " + std::to_string(i) + ": " + cases[i].dump();
+    ASSERT_EQ(got.size(), expected[i].size()) << what;
+    for (size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(got[j].first, expected[i][j][0].get<int64_t>()) << what;
+      EXPECT_NEAR(got[j].second, expected[i][j][1].get<double>(), 1e-9) << what;
+    }
+  }
 }
 
 TEST(Generate, BadRequestsNameTheRule) {

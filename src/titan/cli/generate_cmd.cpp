@@ -60,8 +60,9 @@ int generate_main(int argc, char** argv) {
       "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
       "<dump>/checkpoint/step-N-hf, or a Hub model folder) or a native titan checkpoint (step-N) and\n"
       "prints the new text. Greedy, or as the model's generation_config.json says (do_sample,\n"
-      "temperature, top_k, top_p), as transformers' generate; --temperature > 0 samples (with --top-k /\n"
-      "--top-p), --temperature 0 is greedy, the same --seed giving the same text. The\n"
+      "temperature, top_k, top_p, min_p, typical_p), as transformers' generate; --temperature > 0\n"
+      "samples (with --top-k / --top-p / --min-p / --typical-p), --temperature 0 is greedy, the same\n"
+      "--seed giving the same text. The\n"
       "prompt runs through the model once, then each new token alone over a KV cache.\n"
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
       "model's eos_token_id (config.json, generation_config.json).");
@@ -84,14 +85,25 @@ int generate_main(int argc, char** argv) {
       .option("max-new-tokens", "tokens to generate at most", "32")
       .option("temperature",
               "0: greedy (the most likely token); > 0: sample from softmax(logits / T); without any of "
-              "--temperature, --top-k, --top-p: as the model's generation_config.json says, else greedy",
+              "--temperature, --top-k, --top-p, --min-p, --typical-p: as the model's generation_config.json "
+              "says, else greedy",
               "0")
       .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
       .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
+      .option("min-p", "sample among the tokens at least p times as likely as the most likely (0: all)", "0")
+      .option("typical-p",
+              "locally typical sampling: the tokens whose surprise is closest to the entropy, until their "
+              "probabilities reach p (1: all)",
+              "1")
       .option("repetition-penalty",
               "divide the logit of every id already in the sequence by it (multiply when negative), greedy "
               "or sampled, as transformers (1: none; default: the model's generation_config.json's)",
               "1")
+      .option(
+          "no-repeat-ngram-size",
+          "never choose a token that repeats an n-gram of the sequence, greedy or sampled, as transformers "
+          "(0: none; default: the model's generation_config.json's)",
+          "0")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -139,12 +151,19 @@ int generate_main(int argc, char** argv) {
   sampling.temperature = number_option(p, "temperature");
   sampling.top_k = p.get_int("top-k", 0);
   sampling.top_p = number_option(p, "top-p");
+  sampling.min_p = number_option(p, "min-p");
+  sampling.typical_p = number_option(p, "typical-p");
   sampling.repetition_penalty = number_option(p, "repetition-penalty");
+  sampling.no_repeat_ngram_size = p.get_int("no-repeat-ngram-size", 0);
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
-  TITAN_CHECK(sampling.temperature > 0 || (sampling.top_k == 0 && sampling.top_p == 1),
-              "titan generate: --top-k and --top-p shape sampling; with --temperature 0 (greedy) they would do nothing");
-  const bool sampling_given = p.has("temperature") || p.has("top-k") || p.has("top-p");
+  TITAN_CHECK(
+      sampling.temperature > 0 ||
+          (sampling.top_k == 0 && sampling.top_p == 1 && sampling.min_p == 0 && sampling.typical_p == 1),
+      "titan generate: --top-k, --top-p, --min-p and --typical-p shape sampling; with --temperature 0 "
+      "(greedy) they would do nothing");
+  const bool sampling_given =
+      p.has("temperature") || p.has("top-k") || p.has("top-p") || p.has("min-p") || p.has("typical-p");
 
   // What the checkpoint says about itself, read before its weights so that a missing or changed
   // tokenizer fails at once: where its tokenizer is (the run's, for a native checkpoint, with the
@@ -257,16 +276,26 @@ int generate_main(int argc, char** argv) {
     sampling.temperature = defaults.sampling.temperature;
     sampling.top_k = defaults.sampling.top_k;
     sampling.top_p = defaults.sampling.top_p;
+    sampling.min_p = defaults.sampling.min_p;
+    sampling.typical_p = defaults.sampling.typical_p;
+    char more[96] = "";
+    if (sampling.min_p > 0 || sampling.typical_p < 1)
+      std::snprintf(more, sizeof more, ", min_p %g, typical_p %g", sampling.min_p, sampling.typical_p);
     std::fprintf(stderr,
-                 "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g (seed %llu; "
+                 "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g%s (seed %llu; "
                  "--temperature 0 for greedy)\n",
-                 where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p,
+                 where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p, more,
                  (unsigned long long)sampling.seed);
   }
   if (!p.has("repetition-penalty") && defaults.sampling.repetition_penalty != 1) {
     sampling.repetition_penalty = defaults.sampling.repetition_penalty;
     std::fprintf(stderr, "generate: repetition_penalty %g, as %s says\n", sampling.repetition_penalty,
                  where.c_str());
+  }
+  if (!p.has("no-repeat-ngram-size") && defaults.sampling.no_repeat_ngram_size != 0) {
+    sampling.no_repeat_ngram_size = defaults.sampling.no_repeat_ngram_size;
+    std::fprintf(stderr, "generate: no_repeat_ngram_size %lld, as %s says\n",
+                 (long long)sampling.no_repeat_ngram_size, where.c_str());
   }
   for (const std::string& key : defaults.not_applied)
     std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n", where.c_str(),

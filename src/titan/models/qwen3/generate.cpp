@@ -57,6 +57,12 @@ void SamplingOptions::validate() const {
   TITAN_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0,
               "sampling: repetition_penalty must be a finite number > 0 (1: none), got ",
               precise(repetition_penalty));
+  TITAN_CHECK(std::isfinite(min_p) && min_p >= 0 && min_p <= 1,
+              "sampling: min_p must be in [0, 1] (0: none), got ", precise(min_p));
+  TITAN_CHECK(std::isfinite(typical_p) && typical_p > 0 && typical_p <= 1,
+              "sampling: typical_p must be in (0, 1] (1: none), got ", precise(typical_p));
+  TITAN_CHECK(no_repeat_ngram_size >= 0, "sampling: no_repeat_ngram_size must be >= 0 (0: none), got ",
+              no_repeat_ngram_size);
 }
 
 GenerationDefaults generation_defaults(const nlohmann::json& c, const std::string& where) {
@@ -69,13 +75,10 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
                 v.dump());
     return v.is_null() ? if_null : v.get<double>();
   };
-  // Keys that change the choice of tokens beyond temperature, top_k and top_p, with the value that
+  // Keys that change the choice of tokens beyond what titan's sampler does, with the value that
   // leaves it unchanged.
-  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"min_p", nullptr},
-                                                                         {"typical_p", 1.0},
-                                                                         {"epsilon_cutoff", 0.0},
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"epsilon_cutoff", 0.0},
                                                                          {"eta_cutoff", 0.0},
-                                                                         {"no_repeat_ngram_size", 0},
                                                                          {"num_beams", 1},
                                                                          {"encoder_repetition_penalty", 1.0},
                                                                          {"top_h", nullptr}};
@@ -86,6 +89,10 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   o.repetition_penalty = number("repetition_penalty", 1.0, 1.0);
   TITAN_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0, where,
               ": 'repetition_penalty' must be a finite number > 0, got ", precise(o.repetition_penalty));
+  const double ngram = number("no_repeat_ngram_size", 0, 0);
+  TITAN_CHECK(ngram >= 0 && ngram == std::floor(ngram) && ngram <= double(int64_t(1) << 31), where,
+              ": 'no_repeat_ngram_size' must be a whole number >= 0, got ", precise(ngram));
+  o.no_repeat_ngram_size = int64_t(ngram);
   const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
   TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
   out.samples = do_sample.get<bool>();
@@ -96,17 +103,27 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
               precise(top_k));
   o.top_k = int64_t(top_k);
   o.top_p = number("top_p", 1.0, 1.0);
+  o.min_p = number("min_p", 0.0, 0.0);
+  o.typical_p = number("typical_p", 1.0, 1.0);
   TITAN_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, where,
               ": 'temperature' must be a finite number >= 0, got ", precise(o.temperature));
   TITAN_CHECK(std::isfinite(o.top_p) && o.top_p > 0 && o.top_p <= 1, where,
               ": 'top_p' must be in (0, 1], got ", precise(o.top_p));
+  TITAN_CHECK(std::isfinite(o.min_p) && o.min_p >= 0 && o.min_p <= 1, where,
+              ": 'min_p' must be in [0, 1], got ", precise(o.min_p));
+  TITAN_CHECK(std::isfinite(o.typical_p) && o.typical_p > 0 && o.typical_p <= 1, where,
+              ": 'typical_p' must be in (0, 1], got ", precise(o.typical_p));
   // (temperature 0: greedy, as titan's sampler takes it.)
   return out;
 }
 
-int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions& o, std::mt19937_64& rng,
-                        const std::vector<bool>& allowed, std::span<const int64_t> sequence) {
+std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits_in,
+                                                                const SamplingOptions& o,
+                                                                const std::vector<bool>& allowed,
+                                                                std::span<const int64_t> sequence) {
   const int64_t V = int64_t(logits_in.size());
+  for (int64_t id : sequence)
+    TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
   // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
   // its logit divided by the penalty when positive, multiplied when not (a repeated id once).
   std::vector<float> penalized;
@@ -114,7 +131,6 @@ int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions&
     penalized.assign(logits_in.begin(), logits_in.end());
     const float penalty = float(o.repetition_penalty);
     for (int64_t id : sequence) {
-      TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
       const float l = logits_in[size_t(id)];
       penalized[size_t(id)] = l < 0 ? l * penalty : l / penalty;
     }
@@ -122,26 +138,42 @@ int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions&
   const std::span<const float> logits = penalized.empty() ? logits_in : std::span<const float>(penalized);
   TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
               " allowed flags for ", V, " logits");
-  auto ok = [&](int64_t id) { return allowed.empty() || allowed[size_t(id)]; };
+  // NoRepeatNGramLogitsProcessor: the ids that followed the sequence's last n-1 ids wherever those
+  // n-1 ids occurred before (with n = 1, every id of the sequence) would repeat an n-gram.
+  std::vector<bool> banned;
+  const auto n_gram = size_t(o.no_repeat_ngram_size);
+  if (n_gram > 0 && sequence.size() + 1 >= n_gram) {
+    banned.assign(size_t(V), false);
+    const std::span<const int64_t> tail = sequence.last(n_gram - 1);
+    for (size_t start = 0; start + n_gram <= sequence.size(); ++start)
+      if (std::equal(tail.begin(), tail.end(), sequence.begin() + ptrdiff_t(start)))
+        banned[size_t(sequence[start + n_gram - 1])] = true;
+  }
+  auto ok = [&](int64_t id) {
+    return (allowed.empty() || allowed[size_t(id)]) && (banned.empty() || !banned[size_t(id)]);
+  };
   // A NaN logit is never chosen: it says the model diverged, not that the token is likely.
   std::vector<int64_t> ids;
   ids.reserve(size_t(V));
   for (int64_t id = 0; id < V; ++id)
     if (ok(id) && !std::isnan(logits[size_t(id)])) ids.push_back(id);
-  TITAN_CHECK(!ids.empty(), "generate: every logit is NaN (or no id is allowed): the model cannot pick a token");
+  TITAN_CHECK(!ids.empty(),
+              "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, "
+              "no_repeat_ngram_size): the model cannot pick a token");
 
   // Most likely first; a tie keeps the lower id first (greedy = transformers' argmax).
   auto more_likely = [&](int64_t a, int64_t b) {
     return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   };
-  if (o.temperature == 0) return *std::min_element(ids.begin(), ids.end(), more_likely);
+  if (o.temperature == 0) return {{*std::min_element(ids.begin(), ids.end(), more_likely), 1.0}};
 
   const size_t keep = o.top_k > 0 ? std::min(ids.size(), size_t(o.top_k)) : ids.size();
   std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), more_likely);
   ids.resize(keep);
-  // Softmax of logits / temperature in double, from the largest (no overflow). An infinite largest
-  // logit (+inf: certain; every logit -inf: nothing to tell them apart) shares the mass among the
-  // ids that hold it: inf - inf would be NaN.
+  // Softmax of logits / temperature in double, from the largest (no overflow): p[i] is id i's
+  // probability relative to the most likely id's. An infinite largest logit (+inf: certain; every
+  // logit -inf: nothing to tell them apart) shares the mass among the ids that hold it: inf - inf
+  // would be NaN.
   const double top = logits[size_t(ids[0])];
   std::vector<double> p(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -158,13 +190,59 @@ int64_t pick_next_token(std::span<const float> logits_in, const SamplingOptions&
       if (mass >= o.top_p) break;
     }
   }
-  const double kept = std::accumulate(p.begin(), p.begin() + ptrdiff_t(n), 0.0);
-  // One uniform draw in [0, kept): the first id whose running mass passes it.
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * kept;
+  // min-p: the ids at least min_p times as likely as the most likely (p[0] = 1), a prefix again.
+  if (o.min_p > 0)
+    while (n > 1 && p[n - 1] < o.min_p) --n;
+  p.resize(n);
+  ids.resize(n);
+  // Typical: over what is left, the ids whose surprise |-log q - H| is smallest, in that order, until
+  // their mass reaches typical_p; every id no more surprising than the last of them stays.
+  if (o.typical_p < 1 && n > 1) {
+    const double kept = std::accumulate(p.begin(), p.end(), 0.0);
+    double entropy = 0;
+    std::vector<double> surprise(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double q = p[i] / kept, log_q = std::log(q);
+      if (q > 0) entropy -= q * log_q;
+      surprise[i] = log_q;  // finished below, once the entropy is known
+    }
+    for (size_t i = 0; i < n; ++i) surprise[i] = std::abs(-surprise[i] - entropy);
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return surprise[a] < surprise[b]; });
+    double mass = 0;
+    size_t last = 0;  // transformers: the count of the order's prefix masses below typical_p
+    for (; last + 1 < n; ++last) {
+      mass += p[order[last]] / kept;
+      if (!(mass < o.typical_p)) break;
+    }
+    const double bound = surprise[order[last]];
+    size_t w = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (surprise[i] <= bound) {
+        ids[w] = ids[i];
+        p[w++] = p[i];
+      }
+    ids.resize(w);
+    p.resize(w);
+  }
+  const double kept = std::accumulate(p.begin(), p.end(), 0.0);
+  std::vector<std::pair<int64_t, double>> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = {ids[i], p[i] / kept};
+  return out;
+}
+
+int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
+                        const std::vector<bool>& allowed, std::span<const int64_t> sequence) {
+  const std::vector<std::pair<int64_t, double>> d = next_token_distribution(logits, o, allowed, sequence);
+  if (o.temperature == 0) return d[0].first;
+  // One uniform draw in [0, 1): the first id whose running probability passes it.
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   double run = 0;
-  for (size_t i = 0; i < n; ++i)
-    if ((run += p[i]) > u) return ids[i];
-  return ids[n - 1];  // u within rounding of `kept`
+  for (const auto& [id, prob] : d)
+    if ((run += prob) > u) return id;
+  return d.back().first;  // u within rounding of 1
 }
 
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,

@@ -1,10 +1,11 @@
 #pragma once
 // Text generation from a model: the prompt runs through the decoder once, then each new token
 // alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
-// ops::cached_attention); the next token comes from the last position's logits, greedy or sampled
-// with temperature, top-k and top-p. (torchtitan's scripts/generate reruns the whole sequence for
-// every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is
-// the command around it.
+// ops::cached_attention); the next token comes from the last position's logits, greedy or sampled,
+// shaped as transformers' logits processors shape them (repetition penalty, no repeated n-grams;
+// then temperature, top-k, top-p, min-p, typical-p when sampling). (torchtitan's scripts/generate reruns the
+// whole sequence for every token; the tests hold the cached steps to that full forward's logits.) `titan
+// generate` is the command around it.
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -22,23 +23,32 @@ struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (the largest logit, the lowest id on a tie)
   int64_t top_k = 0;         // 0: no limit; else only the k most likely ids (ties: lower ids first)
   double top_p = 1.0;        // nucleus: the most likely ids whose probabilities reach top_p
+  // min-p: only ids at least min_p times as likely as the most likely one (0: no limit).
+  double min_p = 0.0;
+  // Locally typical sampling (Meister et al.): the ids whose surprise -log p is closest to the
+  // distribution's entropy, as many as reach mass typical_p (1: no limit).
+  double typical_p = 1.0;
   // transformers' repetition_penalty, applied first, greedy or sampled: every id already in the
   // sequence (prompt and new tokens) has its logit divided by it when positive, multiplied when
   // negative (1: none; above 1 discourages repeats).
   double repetition_penalty = 1.0;
+  // transformers' no_repeat_ngram_size n, greedy or sampled: an id that would complete an n-gram
+  // already in the sequence is never chosen (0: no limit).
+  int64_t no_repeat_ngram_size = 0;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
-  // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1],
-  // repetition_penalty finite and > 0.
+  // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
+  // in [0, 1], typical_p in (0, 1], repetition_penalty finite and > 0, no_repeat_ngram_size >= 0.
   void validate() const;
 };
 
 // The sampling a transformers generation_config.json asks for when generate is given none, as
-// transformers' generate applies it: greedy unless do_sample is true, then its temperature, top_k
-// and top_p, with transformers' defaults (1.0, 50, 1.0) for those absent and null as "no limit";
-// and its repetition_penalty either way (a logits processor, not a sampling setting). `not_applied`
-// names the keys it sets that titan's sampler has no counterpart for (min_p, num_beams, ...), for
-// the caller to say. An ill-typed value is an error naming `where` and the key.
+// transformers' generate applies it: greedy unless do_sample is true, then its temperature, top_k,
+// top_p, min_p and typical_p, with transformers' defaults (1.0, 50, 1.0, none, 1.0) for those absent
+// and null as "no limit"; and its repetition_penalty and no_repeat_ngram_size either way (logits
+// processors, not sampling settings). `not_applied` names the keys it sets that titan's sampler has
+// no counterpart for (num_beams, epsilon_cutoff, ...), for the caller to say. An ill-typed value is
+// an error naming `where` and the key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
@@ -46,9 +56,19 @@ struct GenerationDefaults {
 };
 GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
 
-// The next token from one row of logits. `allowed` (empty: every id) marks the ids that may be
-// chosen; an id outside it is never picked (a tokenizer's unknown ids: the embedding's padding).
-// `sequence`: the ids so far, which options.repetition_penalty penalises.
+// The ids the next token may be and their probabilities (summing to 1, most likely first, a tie
+// lower id first), from one row of logits as transformers' processors and warpers shape them, in
+// its order: repetition penalty, no repeated n-gram, then (sampling) temperature, top-k, top-p,
+// min-p, typical-p. Greedy (temperature 0): the one most likely id. `allowed` (empty: every id)
+// marks the ids that may be chosen; an id outside it is never a candidate (a tokenizer's unknown
+// ids: the embedding's padding), nor is a NaN logit. `sequence`: the ids so far (prompt and new
+// tokens), which the repetition penalty and the n-gram rule read.
+std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits,
+                                                                const SamplingOptions& options,
+                                                                const std::vector<bool>& allowed = {},
+                                                                std::span<const int64_t> sequence = {});
+
+// The next token: a draw from next_token_distribution (one uniform number of `rng`).
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& options, std::mt19937_64& rng,
                         const std::vector<bool>& allowed = {}, std::span<const int64_t> sequence = {});
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The next-token distribution as transformers' generate shapes it, in PyTorch (no transformers on
+this machine): the logits processors that apply to greedy and sampled search alike
+(RepetitionPenaltyLogitsProcessor, then NoRepeatNGramLogitsProcessor) and, when sampling, the
+warpers in the order `_get_logits_processor` appends them (Temperature, TopK, TopP, MinP, Typical),
+each written from its documented rule on whole score rows with -inf for removed ids, as transformers
+computes them (min_tokens_to_keep 1). Then softmax, or the argmax for greedy.
+
+    logits_processors.py IN.json OUT.json
+IN: {"cases": [{"logits": [...], "sequence": [...], "temperature", "top_k", "top_p", "min_p",
+    "typical_p", "repetition_penalty", "no_repeat_ngram_size"}]}
+OUT: {"cases": [[[id, probability], ...] (ids with a probability above 0, ascending)]}
+
+The repetition penalty is applied in float32 as transformers does; the warpers run in float64 here
+so that a cut exactly at a boundary is not decided by float32 rounding (titan's sampler computes its
+probabilities in double).
+"""
+import json
+import sys
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def banned_by_ngrams(sequence, n):
+    """Ids that would complete an n-gram already in `sequence` (NoRepeatNGramLogitsProcessor)."""
+    if n <= 0 or len(sequence) + 1 < n:
+        return []
+    followers = {}
+    for start in range(len(sequence) - n + 1):
+        followers.setdefault(tuple(sequence[start:start + n - 1]), []).append(sequence[start + n - 1])
+    prefix = tuple(sequence[len(sequence) - (n - 1):]) if n > 1 else ()
+    return followers.get(prefix, [])
+
+
+def distribution(case):
+    scores = torch.tensor(case["logits"], dtype=torch.float32)[None, :]
+    sequence = case["sequence"]
+    penalty = case["repetition_penalty"]
+    if penalty != 1 and sequence:
+        ids = torch.tensor(sequence, dtype=torch.long)[None, :]
+        seen = torch.gather(scores, 1, ids)
+        seen = torch.where(seen < 0, seen * penalty, seen / penalty)
+        scores = scores.scatter(1, ids, seen)
+    scores = scores.double()
+    for banned in banned_by_ngrams(sequence, case["no_repeat_ngram_size"]):
+        scores[0, banned] = NEG_INF
+    if case["temperature"] == 0:
+        return [[int(torch.argmax(scores[0])), 1.0]]
+
+    scores = scores / case["temperature"]
+    if case["top_k"] > 0:
+        k = min(case["top_k"], scores.shape[-1])
+        kth = torch.topk(scores, k)[0][..., -1, None]
+        scores = scores.masked_fill(scores < kth, NEG_INF)
+    if case["top_p"] < 1:
+        ascending, order = torch.sort(scores, descending=False)
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= (1 - case["top_p"])
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)
+    if case["min_p"] > 0:
+        probs = torch.softmax(scores, dim=-1)
+        remove = probs < case["min_p"] * probs.amax(dim=-1, keepdim=True)
+        descending = torch.argsort(scores, descending=True, dim=-1)
+        remove_sorted = torch.gather(remove, 1, descending)
+        remove_sorted[..., :1] = False
+        scores = scores.masked_fill(remove_sorted.scatter(1, descending, remove_sorted), NEG_INF)
+    if case["typical_p"] < 1:
+        log_q = torch.nn.functional.log_softmax(scores, dim=-1)
+        q = torch.exp(log_q)
+        entropy = -(log_q * q).nansum(-1, keepdim=True)
+        surprise = torch.abs(-log_q - entropy)
+        by_surprise, order = torch.sort(surprise, descending=False)
+        cumulative = scores.gather(-1, order).softmax(dim=-1).cumsum(dim=-1)
+        last = (cumulative < case["typical_p"]).sum(dim=1).clamp(max=by_surprise.shape[-1] - 1)
+        remove = by_surprise > by_surprise.gather(1, last.view(-1, 1))
+        remove[..., :1] = False
+        scores = scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)
+    probs = torch.softmax(scores, dim=-1)[0]
+    return [[i, float(p)] for i, p in enumerate(probs.tolist()) if p > 0]
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cases = json.load(f)["cases"]
+    with open(sys.argv[2], "w") as f:
+        json.dump({"cases": [distribution(c) for c in cases]}, f)
+
+
+if __name__ == "__main__":
+    main()
