@@ -238,8 +238,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   state.distribute();
   say("memory per rank: %s", memory_per_rank(state).c_str());
   if (cfg.checkpoint.create_seed_checkpoint) {
-    checkpointer.save(state, job);
-    checkpointer.finish_save();
+    checkpointer.save(state, job);  // written at once: nothing is left to overlap
     say("checkpoint.create_seed_checkpoint: step 0 holds the starting weights; nothing trained. The job's "
         "next run starts from them (without this key)");
     TrainSummary seeded;
