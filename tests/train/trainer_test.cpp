@@ -1115,12 +1115,14 @@ TEST(Trainer, BackgroundSavesWriteTheSynchronousCheckpointsByteForByte) {
     EXPECT_NE(log.find(name + (overlapped ? " in the background, committed" : " in ")), std::string::npos)
         << log;
     const fs::path a = sync / "checkpoint" / name, b = background / "checkpoint" / name;
-    std::vector<std::string> files_a, files_b;
-    for (auto& e : fs::directory_iterator(a)) files_a.push_back(e.path().filename().string());
-    for (auto& e : fs::directory_iterator(b)) files_b.push_back(e.path().filename().string());
-    std::sort(files_a.begin(), files_a.end());
-    std::sort(files_b.begin(), files_b.end());
-    ASSERT_EQ(files_a, files_b) << name;
+    auto files_in = [](const fs::path& dir) {
+      std::vector<std::string> names;
+      for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+      std::sort(names.begin(), names.end());
+      return names;
+    };
+    const std::vector<std::string> files_a = files_in(a);
+    ASSERT_EQ(files_a, files_in(b)) << name;
     EXPECT_EQ(files_a.size(), 5u) << name;  // model, optimizer, train_state.json, manifest.json, COMMITTED
     for (const std::string& f : files_a) EXPECT_EQ(tt::file_difference(a / f, b / f), "") << name << "/" << f;
   }

@@ -244,6 +244,22 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   }
 }
 
+namespace {
+
+// A save that some rank refused, on every rank: this rank's own reason when it has one (a non-finite
+// tensor, or why its files could not be written), else the worst of the others' (1: non-finite, 2:
+// not written).
+[[noreturn]] void refuse_save(int64_t step, const std::string& non_finite, const std::string& failure,
+                              int64_t worst) {
+  TITAN_CHECK(non_finite.empty(), "step ", step, ": '", non_finite,
+              "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
+  TITAN_CHECK(failure.empty(), "step ", step, ": no checkpoint written: ", failure);
+  TITAN_FAIL("step ", step, ": another rank's shard ",
+             worst == 1 ? "holds non-finite values" : "could not be written", "; no checkpoint written");
+}
+
+}  // namespace
+
 struct Checkpointer::PendingSave {
   int64_t step = 0;
   nlohmann::json train_state;  // what the logging rank commits beside the files
@@ -306,14 +322,13 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
     kept[b].copy_from(t);
     return kept[b];
   };
-  if (p->writes)
+  if (p->writes) {
     for (size_t b = 0; b < s.model.blocks().size(); ++b) {
       LocalSlice mine = local_slice(s, b);
       p->values.push_back(aside(copy_.values, b, mine.values));
       p->exp_avg.push_back(aside(copy_.exp_avg, b, mine.exp_avg));
       p->exp_avg_sq.push_back(aside(copy_.exp_avg_sq, b, mine.exp_avg_sq));
     }
-  if (p->writes) {
     auto tensors = [&](const std::vector<Tensor>& slices, const std::string& prefix) {
       return shards > 1 ? block_slice_tensors(s.model, slices, prefix)
                         : qwen3::layout_tensors(s.model, slices, prefix);
@@ -328,11 +343,8 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
     // background the writer checks its copy, and the commit agrees.)
     std::string bad;
     const bool finite = !p->writes || (all_finite(p->model, &bad) && all_finite(p->optimizer, &bad));
-    if (plan_.max_over_ranks(finite ? 0 : 1) != 0) {
-      TITAN_CHECK(finite, "step ", s.step, ": '", bad,
-                  "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
-      TITAN_FAIL("step ", s.step, ": another rank's shard holds non-finite values; no checkpoint written");
-    }
+    if (const int64_t worst = plan_.max_over_ranks(finite ? 0 : 1); worst != 0)
+      refuse_save(s.step, bad, "", worst);
   }
   const auto& c = config_;
   nlohmann::json& ts = p->train_state;
@@ -412,13 +424,8 @@ void Checkpointer::finish_save() {
 void Checkpointer::commit(PendingSave& p) {
   // Every rank stops alike (no rank left waiting in the save's collectives).
   const int64_t mine = !p.non_finite.empty() ? 1 : !p.failure.empty() ? 2 : 0;
-  if (const int64_t worst = plan_.max_over_ranks(mine); worst != 0) {
-    TITAN_CHECK(p.non_finite.empty(), "step ", p.step, ": '", p.non_finite,
-                "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
-    TITAN_CHECK(p.failure.empty(), "step ", p.step, ": no checkpoint written: ", p.failure);
-    TITAN_FAIL("step ", p.step, ": another rank's shard ",
-               worst == 1 ? "holds non-finite values" : "could not be written", "; no checkpoint written");
-  }
+  if (const int64_t worst = plan_.max_over_ranks(mine); worst != 0)
+    refuse_save(p.step, p.non_finite, p.failure, worst);
   const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), p.files);
   if (plan_.is_logging_rank()) manager_.commit_save(p.step, files, p.train_state);
   // No rank runs ahead of (or exits before) the commit.
