@@ -83,7 +83,8 @@ TEST(CudaOps, LinearAddsAParametersGradientIntoItsBuffer) {
 
 // Generation's attention over a KV cache (forward only): each query row of the cache's first
 // `length` positions, whatever the rest holds (NaN here), in f32 and bf16, GQA groups of 1, 2 and 4,
-// head_dim 8 to 256 (the kernel's limit), one query (a decode step) to a whole prompt.
+// head_dim 8 to 256 (the kernel's limit), one query (a decode step) to a whole prompt; and with each
+// row's first key after its left padding.
 TEST(CudaOps, CachedAttentionReadsTheCachedPositionsOnly) {
   TITAN_REQUIRE_CUDA();
   struct Case {
@@ -101,12 +102,21 @@ TEST(CudaOps, CachedAttentionReadsTheCachedPositionsOnly) {
       };
       const double scale = 1.0 / std::sqrt(double(c.D));
       auto f = [&](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{ops::cached_attention(in[0], in[1], in[2], c.length, scale)};
+        return std::vector<Tensor>{
+            ops::cached_attention(in[0], in[1], in[2], c.length, scale, in.size() > 3 ? in[3] : Tensor())};
       };
       expect_device_matches_reference(
           "cached_attention", kCuda, f,
           {random_tensor({c.B, c.Sq, c.Hq, c.D}, dt, 1, -2, 2), cache(2), cache(3)},
           dt == DType::F32 ? 2e-5 : 1e-4, dt == DType::F32 ? 2e-5 : 8e-3);
+      // Left-padded rows (batched generation): row b reads from key (b + 1) * length / 3 on; queries
+      // before it read nothing and give zeros.
+      std::vector<int64_t> first;
+      for (int64_t b = 0; b < c.B; ++b) first.push_back((b + 1) * c.length / 3);
+      expect_device_matches_reference("cached_attention", kCuda, f,
+                                      {random_tensor({c.B, c.Sq, c.Hq, c.D}, dt, 4, -2, 2), cache(5),
+                                       cache(6), Tensor::from_vector(first, {c.B})},
+                                      dt == DType::F32 ? 2e-5 : 1e-4, dt == DType::F32 ? 2e-5 : 8e-3);
     }
 }
 

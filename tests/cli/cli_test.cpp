@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "models/oracle_check.h"
@@ -140,8 +141,10 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
                                  "/tokenizer.json'); name one with --tokenizer"},
       {"generate --prompt-ids 1", "give either --model-path (a Hugging Face folder) or --checkpoint"},
       {m + "--checkpoint " + model + " --prompt-ids 1", "or --checkpoint (a native step-N folder), not both"},
-      {m + "--prompt hi --prompt-ids 1", "give either --prompt or --prompt-ids, not both"},
-      {m, "give either --prompt or --prompt-ids"},
+      {m + "--prompt hi --prompt-ids 1", "give one of --prompt, --prompt-ids and --prompts-file, not more"},
+      {m, "give one of --prompt, --prompt-ids and --prompts-file"},
+      {m + "--prompt-ids 1 --batch-size 2",
+       "--batch-size sets how many prompts of --prompts-file run together"},
       {m + "--prompt-ids 1,x", "--prompt-ids element 1 'x' is not an integer"},
       {m + "--prompt-ids 1,,2", "--prompt-ids element 1 '' is not an integer"},
       {m + "--prompt-ids 1,4096", "prompt token 1 is id 4096, outside the vocabulary"},
@@ -183,6 +186,84 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
               " --prompt-ids '17, 400,2048,5' --max-new-tokens 12 --device cuda");
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.out, expected + "\n");
+  }
+}
+
+// --prompts-file: every prompt of a JSON Lines file, --batch-size at a time as the rows of one batch,
+// each one's line printed in the file's order: the tokens of the library's generate_batch over the
+// same batches (prompt i sampling with --seed + i); every bad line is named with its file, line and
+// rule before the model loads.
+TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
+  const std::string model = tt::oracle_dir("tiny_dense").string();
+  const fs::path dir = tt::temp_dir("cli_generate_file_" + std::to_string(getpid()));
+  const std::vector<std::vector<int64_t>> prompts = {{17, 400, 2048, 5}, {9}, {3, 3, 8}};
+  {
+    std::ofstream f(dir / "prompts.jsonl");
+    f << "{\"prompt_ids\": [17, 400, 2048, 5]}\n\n{\"prompt_ids\": [9]}\r\n  {\"prompt_ids\":[3,3,8]}\n";
+  }
+  auto loaded = titan::qwen3::load_hf_model(model, titan::DType::F32);
+  for (const bool sampled : {false, true}) {
+    titan::qwen3::SamplingOptions o;
+    if (sampled) o.temperature = 1.5, o.seed = 5;
+    std::vector<titan::qwen3::Generation> want =
+        titan::qwen3::generate_batch(*loaded, {prompts[0], prompts[1]}, 6, o, {}, {}, {o.seed, o.seed + 1});
+    want.push_back(titan::qwen3::generate_batch(*loaded, {prompts[2]}, 6, o, {}, {}, {o.seed + 2})[0]);
+    const Outcome r =
+        titan("generate --model-path " + model + " --prompts-file " + (dir / "prompts.jsonl").string() +
+              " --batch-size 2 --max-new-tokens 6" + (sampled ? " --temperature 1.5 --seed 5" : ""));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(std::getline(lines, line)) << r.out;
+      const nlohmann::json row = nlohmann::json::parse(line);
+      EXPECT_EQ(row.at("index").get<size_t>(), i);
+      EXPECT_EQ(row.at("prompt_ids").get<std::vector<int64_t>>(), prompts[i]);
+      EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), want[i].ids)
+          << "prompt " << i << " sampled " << sampled;
+      EXPECT_EQ(row.at("stop_reason"), "max new tokens");
+      EXPECT_FALSE(row.contains("text")) << "no tokenizer, no text";
+    }
+    EXPECT_FALSE(std::getline(lines, line)) << r.out;
+    EXPECT_NE(r.err.find("3 prompts, 18 new tokens in "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("batches of 2, f32 on cpu)"), std::string::npos) << r.err;
+  }
+
+  const std::string file = (dir / "bad.jsonl").string();
+  const std::string m = "generate --model-path " + model + " --prompts-file " + file;
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1,]}\n", file + ": line 2, column 18: "},
+           {"{\"prompt_ids\": [1]}\n[1, 2]\n",
+            file + " line 2: expected an object such as {\"prompt\": \"...\"}"},
+           {"{\"promt\": \"hi\"}\n", file + " line 1: unknown key \"promt\" (a line holds \"prompt\" or "
+                                            "\"prompt_ids\"); did you mean 'prompt'?"},
+           {"{\"prompt\": \"hi\", \"prompt_ids\": [1]}\n",
+            "line 1: give \"prompt\" or \"prompt_ids\", not both"},
+           {"{\"prompt\": 5}\n", "line 1: \"prompt\" must be a string"},
+           {"{\"prompt_ids\": []}\n", "line 1: \"prompt_ids\" must be a non-empty array of ids"},
+           {"{\"prompt_ids\": [1, \"2\"]}\n", "line 1: \"prompt_ids\" element 1 is not an integer"},
+           {"{\"prompt_ids\": [1]}\n\n{\"prompt_ids\": [1, 4096]}\n",
+            file + " line 3: prompt token 1 is id 4096, outside the vocabulary"},
+           {"{\"prompt_ids\": [1]}\n{\"prompt\": \"hi\"}\n",
+            "no tokenizer.json to encode the \"prompt\" of " + file + " line 2"},
+           {"\n  \n", "--prompts-file '" + file + "' holds no prompt"}}) {
+    std::ofstream(file, std::ios::trunc) << text;
+    const Outcome r = titan(m);
+    EXPECT_EQ(r.rc, 1) << text;
+    EXPECT_NE(r.err.find(message), std::string::npos) << text << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << text;
+  }
+  std::ofstream(file, std::ios::trunc) << "{\"prompt_ids\": [1]}\n";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {m + " --prompt-ids 1", "give one of --prompt, --prompt-ids and --prompts-file, not more"},
+           {m + " --batch-size 0", "--batch-size 0: expected an integer >= 1"},
+           {m + " --chat",
+            file + " line 1: --chat renders a \"prompt\" as a user message; \"prompt_ids\" are already ids"},
+           {"generate --model-path " + model + " --prompts-file " + (dir / "absent.jsonl").string(),
+            "--prompts-file: cannot read '" + (dir / "absent.jsonl").string() + "'"}}) {
+    const Outcome r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
   }
 }
 
@@ -229,6 +310,20 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   r = titan(sampled);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, text + "\n");
+  // A file's "prompt" lines under --chat are user messages as --prompt is, and come back as text.
+  {
+    std::ofstream(dir.parent_path() / "chat.jsonl") << "{\"prompt\": \"Hi there\"}\n{\"prompt\": \"Bye\"}\n";
+    r = titan("generate --model-path " + dir.string() + " --max-new-tokens 2 --chat --prompts-file " +
+              (dir.parent_path() / "chat.jsonl").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_EQ(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<int64_t>>(), want) << line;
+    EXPECT_TRUE(nlohmann::json::parse(line).at("text").is_string()) << line;
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_EQ(nlohmann::json::parse(line).at("index"), 1) << line;
+  }
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {m + "--prompt hi --no-think", "--no-think shapes a --chat prompt; add --chat"},
            {m + "--prompt hi --system x", "--system shapes a --chat prompt; add --chat"},

@@ -15,6 +15,7 @@
 
 #include "models/oracle_check.h"
 #include "models/small_args.h"
+#include "ops/op_test_util.h"
 #include "ops/torch_ref/torch_ref.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
@@ -24,6 +25,7 @@ namespace titan::qwen3 {
 namespace {
 
 using titan::testing::load_tensor;
+using titan::testing::max_abs_diff;
 using titan::testing::oracle_dir;
 
 std::unique_ptr<Qwen3Model> oracle_model(const std::string& name) {
@@ -190,6 +192,37 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
   EXPECT_EQ(cache.length(), 3) << "a refused call leaves the cache as it was";
   EXPECT_NE(error([&] { model->kv_cache(1, model->args().max_seq_len + 1); }).find("capacity <= max_seq_len"),
             std::string::npos);
+  EXPECT_NE(error([&] { model->kv_cache(2, 4, {1}); }).find("1 left-padding counts for 2 rows"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              model->kv_cache(2, 4, {0, 4});
+            }).find("row 1's left padding 4 must be in [0, capacity 4)"),
+            std::string::npos);
+  KVCache two = model->kv_cache(3, 4, {0, 2, 1});
+  EXPECT_NE(error([&] { two.keep_rows({}); }).find("keep at least one row"), std::string::npos);
+  EXPECT_NE(error([&] {
+              two.keep_rows({2, 1});
+            }).find("rows must be increasing indices below 3, got 1 at 1"),
+            std::string::npos);
+  EXPECT_NE(error([&] { two.keep_rows({0, 3}); }).find("got 3 at 1"), std::string::npos);
+  two.keep_rows({0, 2});
+  EXPECT_EQ(two.batch(), 2);
+  EXPECT_EQ(two.left_padding(), (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(error([&] { generate_batch(*model, {}, 1, {}, {}); }).find("no prompt to continue"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              generate_batch(*model, {{1}, {}}, 1, {}, {});
+            }).find("prompt 1: the prompt holds no token"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              generate_batch(*model, {{1}, {2}}, 1, {}, {}, {}, {5});
+            }).find("1 seeds for 2 prompts"),
+            std::string::npos);
+  const int64_t max_seq = model->args().max_seq_len;
+  EXPECT_NE(error([&] {
+              generate_batch(*model, {{1}, {1, 2, 3}}, max_seq - 2, {}, {});
+            }).find("3 prompt tokens (the longest prompt) + "),
+            std::string::npos);
 }
 
 // Many greedy tokens: each is the argmax of a full forward's logits over prompt + generated at the
@@ -218,6 +251,86 @@ TEST(Generate, GreedyTokensAreTheFullForwardsArgmaxAndAStopTokenEndsThem) {
   const Generation stopped = generate(*model, prompt, 12, SamplingOptions{}, {g.ids[3]});
   EXPECT_EQ(stopped.stop_reason, "stop token");
   EXPECT_EQ(stopped.ids, std::vector<int64_t>(g.ids.begin(), g.ids.begin() + ptrdiff_t(first) + 1));
+}
+
+// Prompts of different lengths continued together (generate_batch): the shorter are left-padded and
+// each prompt samples from its own stream. In f64, where batching changes no rounding that matters:
+// the padded prompt's and the next step's logits are each prompt's own (run alone) to 1e-10, and
+// every prompt's tokens are those generate() gives it alone, greedy and sampled (with a repetition
+// penalty, and with explicit seeds). A prompt that reaches a stop token leaves the batch
+// (KVCache::keep_rows) while the others go on as they would alone; on_token sees every token.
+TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
+  const std::vector<std::vector<int64_t>> prompts = {
+      {17, 400, 2048, 5, 99, 1000, 3}, {5}, {71, 600, 12}, {3, 3, 8, 17, 400}};
+  const size_t n = prompts.size();
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    const int64_t V = model->args().vocab_size, longest = 7;
+    {
+      std::vector<int64_t> padding;
+      Tensor ids = Tensor::empty({int64_t(n), longest}, DType::I64);
+      for (size_t r = 0; r < n; ++r) {
+        padding.push_back(longest - int64_t(prompts[r].size()));
+        int64_t* row = ids.data<int64_t>() + int64_t(r) * longest;
+        std::fill(row, row + padding.back(), 1);  // the padding's ids do not matter
+        std::copy(prompts[r].begin(), prompts[r].end(), row + padding.back());
+      }
+      KVCache batch = model->kv_cache(int64_t(n), longest + 1, padding);
+      const Tensor first = model->next_token_logits(ids, batch);
+      Tensor next = Tensor::empty({int64_t(n), 1}, DType::I64);
+      for (size_t r = 0; r < n; ++r) next.data<int64_t>()[r] = int64_t(40 + r);
+      const Tensor second = model->next_token_logits(next, batch);
+      for (size_t r = 0; r < n; ++r) {
+        KVCache alone = model->kv_cache(1, int64_t(prompts[r].size()) + 1);
+        Tensor own = Tensor::empty({1, int64_t(prompts[r].size())}, DType::I64);
+        std::copy(prompts[r].begin(), prompts[r].end(), own.data<int64_t>());
+        const Tensor want_first = model->next_token_logits(own, alone);
+        const Tensor want_second =
+            model->next_token_logits(next.narrow(0, int64_t(r), 1).contiguous(), alone);
+        EXPECT_LE(max_abs_diff(first.narrow(0, int64_t(r), 1).contiguous(), want_first), 1e-10)
+            << "prompt " << r;
+        EXPECT_LE(max_abs_diff(second.narrow(0, int64_t(r), 1).contiguous(), want_second), 1e-10)
+            << "prompt " << r;
+      }
+      EXPECT_EQ(first.shape(), (Shape{int64_t(n), V}));
+    }
+    SamplingOptions greedy, sampled;
+    sampled.temperature = 1.3;
+    sampled.top_k = 40;
+    sampled.repetition_penalty = 1.2;
+    sampled.seed = 11;
+    const std::vector<uint64_t> seeds = {100, 7, 7, 3};
+    for (const auto& [options, explicit_seeds] :
+         std::vector<std::pair<SamplingOptions, bool>>{{greedy, false}, {sampled, false}, {sampled, true}}) {
+      std::vector<std::vector<int64_t>> streamed(n);
+      const std::vector<Generation> batch = generate_batch(
+          *model, prompts, 10, options, {}, {}, explicit_seeds ? seeds : std::vector<uint64_t>(),
+          [&](size_t r, int64_t id) { streamed[r].push_back(id); });
+      ASSERT_EQ(batch.size(), n);
+      for (size_t r = 0; r < n; ++r) {
+        SamplingOptions own = options;
+        own.seed = explicit_seeds ? seeds[r] : options.seed + r;
+        EXPECT_EQ(batch[r].ids, generate(*model, prompts[r], 10, own, {}).ids)
+            << "prompt " << r << " temperature " << options.temperature << (explicit_seeds ? " seeds" : "");
+        EXPECT_EQ(streamed[r], batch[r].ids);
+        EXPECT_EQ(batch[r].stop_reason, "max new tokens");
+      }
+    }
+    // A stop token that ends some prompts early and not others: the same tokens as alone.
+    const std::vector<Generation> free_run = generate_batch(*model, prompts, 10, greedy, {});
+    const std::vector<int64_t> stop = {free_run[1].ids[2]};
+    const std::vector<Generation> stopped = generate_batch(*model, prompts, 10, greedy, stop);
+    size_t early = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const Generation want = generate(*model, prompts[r], 10, greedy, stop);
+      EXPECT_EQ(stopped[r].ids, want.ids) << "prompt " << r;
+      EXPECT_EQ(stopped[r].stop_reason, want.stop_reason) << "prompt " << r;
+      early += want.stop_reason == "stop token";
+    }
+    EXPECT_GE(early, 1u);
+    EXPECT_LT(early, n) << "every prompt stopped: no row went on after the others left";
+  }
 }
 
 // transformers' reading of a generation_config.json: greedy unless do_sample; its defaults for the

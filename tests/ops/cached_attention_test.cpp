@@ -5,14 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
+#include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"
 
 using namespace titan;
@@ -60,6 +63,59 @@ TEST(CachedAttention, ReadsTheFirstLengthPositionsOnly) {
       q.narrow(1, 0, L).contiguous(), k.narrow(1, 0, L).contiguous(), v.narrow(1, 0, L).contiguous(), 0.3);
   const Tensor got = ops::cached_attention(q.narrow(1, L - 2, 2), cache_of(k), cache_of(v), L, 0.3);
   EXPECT_LE(max_abs_diff(got, short_attention.narrow(1, L - 2, 2).contiguous()), 1e-12);
+}
+
+// A left-padded row (batched generation): with first_key[b] = f, row b's queries attend over the
+// keys from position f on only, as if the row began there, whatever the padding holds (NaN here);
+// every dtype and both CPU variants (default and reference) agree; a query before its row's first key
+// has nothing to attend to and gets zeros; negative values count as 0.
+TEST(CachedAttention, EachRowReadsFromItsFirstKey) {
+  const int64_t S = 19, Hq = 4, Hkv = 2, D = 8;
+  const std::vector<int64_t> first = {0, 5, 18, -3};
+  const int64_t B = int64_t(first.size());
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    const Tensor q = random_tensor({B, S, Hq, D}, dt, 7, -2, 2);
+    Tensor k_cache = cache_of(random_tensor({B, S, Hkv, D}, dt, 8, -2, 2)),
+           v_cache = cache_of(random_tensor({B, S, Hkv, D}, dt, 9));
+    for (int64_t b = 1; b < B; ++b)  // the padding is never read
+      for (Tensor* cache : {&k_cache, &v_cache})
+        if (first[size_t(b)] > 0)
+          cache->narrow(0, b, 1)
+              .narrow(1, 0, first[size_t(b)])
+              .fill(std::numeric_limits<double>::quiet_NaN());
+    const Tensor first_key = Tensor::from_vector(first, {B});
+    for (int64_t Sq : {int64_t(1), int64_t(3), S}) {
+      const Tensor got = ops::cached_attention(q.narrow(1, S - Sq, Sq), k_cache, v_cache, S, 0.3, first_key);
+      kernels::ForceVariant reference("cached_attention", "reference");
+      const Tensor expected =
+          ops::cached_attention(q.narrow(1, S - Sq, Sq), k_cache, v_cache, S, 0.3, first_key);
+      const double tol = dt == DType::F64 ? 1e-12 : dt == DType::F32 ? 2e-5 : 2 * 8e-3;
+      EXPECT_LE(max_abs_diff(got, expected), tol) << dtype_name(dt) << " Sq=" << Sq;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t f = std::max<int64_t>(first[size_t(b)], 0), keys = S - f;
+        // The row alone from its first key: causal attention over its last `keys` tokens.
+        auto tail = [&](const Tensor& t) { return t.narrow(0, b, 1).narrow(1, f, keys).contiguous(); };
+        const Tensor alone = ops::attention(tail(q), tail(k_cache), tail(v_cache), 0.3);
+        for (int64_t i = 0; i < Sq; ++i) {
+          const int64_t position = S - Sq + i;
+          const Tensor row = got.narrow(0, b, 1).narrow(1, i, 1).contiguous();
+          if (position < f) {
+            EXPECT_EQ(max_abs_diff(row, Tensor::zeros(row.shape(), dt)), 0) << "b=" << b << " i=" << i;
+          } else {
+            EXPECT_LE(max_abs_diff(row, alone.narrow(1, position - f, 1).contiguous()), tol)
+                << dtype_name(dt) << " b=" << b << " position " << position;
+          }
+        }
+      }
+    }
+  }
+  const Tensor q = random_tensor({2, 1, 2, 8}, DType::F32, 1), k = random_tensor({2, 4, 1, 8}, DType::F32, 2);
+  for (const Tensor& bad : {Tensor::from_vector(std::vector<int64_t>{0, 1, 2}, {3}),
+                            Tensor::from_vector(std::vector<float>{0, 1}, {2})})
+    EXPECT_NE(error_of([&] {
+                ops::cached_attention(q, k, k, 4, 0.3, bad);
+              }).find("first_key must be a contiguous i64 [2] (one per row), got"),
+              std::string::npos);
 }
 
 TEST(CachedAttention, RecordsNoGradientAndSaysSo) {

@@ -169,6 +169,17 @@ TEST(Rope, SequentialPositionsAreCheckedPositionsZeroToSWithoutAHostRead) {
   EXPECT_EQ(later.max(), 9);
   EXPECT_EQ(later.tensor().to_vector(), ops::rope_positions(from_four, 3, 6).tensor().to_vector());
   EXPECT_EQ(ops::rope(x, later, 1e4).to_vector(), ops::rope(x, from_four, 1e4).to_vector());
+
+  // Left-padded rows (batched generation) count from their first token after the padding, as
+  // transformers numbers them; the padding's positions are 0. Rows padded by 0, 2 and 6, from 1.
+  const std::vector<int64_t> padding = {0, 2, 6};
+  const ops::RopePositions padded = ops::sequential_positions(3, 4, Device::CPU, 1, padding);
+  EXPECT_EQ(padded.tensor().to_vector(), (std::vector<double>{1, 2, 3, 4, 0, 0, 1, 2, 0, 0, 0, 0}));
+  EXPECT_EQ(padded.max(), 4);
+  EXPECT_NE(error_of([&] {
+              ops::sequential_positions(2, 4, Device::CPU, 0, padding);
+            }).find("3 left-padding counts for 2 rows"),
+            std::string::npos);
 }
 
 // Cross-check with PyTorch running transformers' Qwen3RotaryEmbedding + apply_rotary_pos_emb.

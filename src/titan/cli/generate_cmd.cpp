@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -54,6 +55,94 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+// One prompt of a --prompts-file: its text, or its ids when the line gave "prompt_ids" (the text's
+// once encoded).
+struct PromptLine {
+  int64_t line = 0;  // 1-based, in the file
+  std::string text;
+  std::vector<int64_t> ids;
+};
+
+// The prompts of a JSON Lines file: one object per non-blank line holding "prompt" (text) or
+// "prompt_ids" (ids); anything else is an error naming the file, the line and the rule.
+std::vector<PromptLine> read_prompts_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(!fs::is_directory(path) && in, "titan generate: --prompts-file: cannot read '", path, "'");
+  std::vector<PromptLine> prompts;
+  std::string text;
+  for (int64_t number = 1; std::getline(in, text); ++number) {
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = "titan generate: " + path + " line " + std::to_string(number);
+    json row;
+    try {
+      row = json::parse(text);
+    } catch (const json::parse_error& e) {
+      const io::JsonErrorAt at = io::locate_json_error(text, e, uint64_t(number));
+      TITAN_FAIL("titan generate: ", path, ": line ", at.line, ", column ", at.column, ": ", at.what);
+    }
+    TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
+                row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
+    for (const auto& [key, value] : row.items())
+      TITAN_CHECK(key == "prompt" || key == "prompt_ids", where, ": unknown key \"", key,
+                  "\" (a line holds \"prompt\" or \"prompt_ids\")",
+                  suggestion(key, {"prompt", "prompt_ids"}));
+    TITAN_CHECK(row.size() == 1, where, ": give \"prompt\" or \"prompt_ids\", not both");
+    PromptLine prompt{number, {}, {}};
+    if (row.contains("prompt")) {
+      TITAN_CHECK(row["prompt"].is_string(), where, ": \"prompt\" must be a string");
+      prompt.text = row["prompt"].get<std::string>();
+    } else {
+      const json& ids = row["prompt_ids"];
+      TITAN_CHECK(ids.is_array() && !ids.empty(), where, ": \"prompt_ids\" must be a non-empty array of ids");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        TITAN_CHECK(ids[i].is_number_integer(), where, ": \"prompt_ids\" element ", i, " is not an integer");
+        prompt.ids.push_back(ids[i].get<int64_t>());
+      }
+    }
+    prompts.push_back(std::move(prompt));
+  }
+  TITAN_CHECK(!prompts.empty(), "titan generate: --prompts-file '", path, "' holds no prompt");
+  return prompts;
+}
+
+// Continues every prompt of a --prompts-file, batch_size at a time (qwen3::generate_batch), and
+// prints each one's JSON line in the file's order as its batch ends; prompt i samples with seed + i.
+// Returns the new tokens and the seconds they took.
+std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
+                                        const data::Tokenizer* tokenizer, int64_t batch_size, int64_t max_new,
+                                        const qwen3::SamplingOptions& sampling,
+                                        const std::vector<int64_t>& stop_ids,
+                                        const std::vector<bool>& allowed) {
+  size_t new_tokens = 0;
+  double seconds = 0;
+  for (size_t first = 0; first < prompts.size(); first += size_t(batch_size)) {
+    const size_t end = std::min(prompts.size(), first + size_t(batch_size));
+    std::vector<std::vector<int64_t>> batch;
+    std::vector<uint64_t> seeds;
+    for (size_t i = first; i < end; ++i) {
+      batch.push_back(prompts[i].ids);
+      seeds.push_back(sampling.seed + i);
+    }
+    const std::vector<qwen3::Generation> done =
+        qwen3::generate_batch(model, batch, max_new, sampling, stop_ids, allowed, seeds);
+    double batch_seconds = 0;
+    for (size_t i = first; i < end; ++i) {
+      const qwen3::Generation& g = done[i - first];
+      nlohmann::ordered_json out = {{"index", i}, {"prompt_ids", prompts[i].ids}, {"ids", g.ids}};
+      if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+      out["stop_reason"] = g.stop_reason;
+      out["seconds"] = g.seconds;
+      std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      new_tokens += g.ids.size();
+      batch_seconds = std::max(batch_seconds, g.seconds);
+    }
+    std::fflush(stdout);
+    seconds += batch_seconds;
+  }
+  return {new_tokens, seconds};
+}
+
 int generate_main(int argc, char** argv) {
   ArgParser p(
       "generate",
@@ -65,13 +154,20 @@ int generate_main(int argc, char** argv) {
       "--seed giving the same text. The\n"
       "prompt runs through the model once, then each new token alone over a KV cache.\n"
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
-      "model's eos_token_id (config.json, generation_config.json).");
+      "model's eos_token_id (config.json, generation_config.json).\n"
+      "--prompts-file continues many prompts, --batch-size of them at a time as the rows of one batch,\n"
+      "and prints one JSON line per prompt in the file's order.");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
       .option("checkpoint",
               "native titan checkpoint folder instead, e.g. outputs/debugmodel/checkpoint/step-40 "
               "(its MoE expert biases route as in training)")
       .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
       .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
+      .option("prompts-file",
+              "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"} or "
+              "{\"prompt_ids\": [785, 3974]}; prints {\"index\", \"prompt_ids\", \"ids\", \"text\", "
+              "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i")
+      .option("batch-size", "with --prompts-file: prompts generated together, as the rows of one batch", "8")
       .flag(
           "chat",
           "--prompt is a user message: rendered with Qwen3's chat template with the assistant's turn opened, "
@@ -136,13 +232,24 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(!native || fs::exists(model_path / "manifest.json") || !fs::exists(model_path / "config.json"),
               "titan generate: --checkpoint '", model_path.string(),
               "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");
-  const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids");
-  TITAN_CHECK(has_prompt != has_ids, "titan generate: give either --prompt or --prompt-ids", has_prompt ? ", not both" : "");
+  const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids"), has_file = p.has("prompts-file");
+  TITAN_CHECK(int(has_prompt) + int(has_ids) + int(has_file) == 1,
+              "titan generate: give one of --prompt, --prompt-ids and --prompts-file",
+              has_prompt || has_ids || has_file ? ", not more" : "");
+  TITAN_CHECK(has_file || !p.has("batch-size"),
+              "titan generate: --batch-size sets how many prompts of "
+              "--prompts-file run together; add --prompts-file");
+  const int64_t batch_size = p.get_int("batch-size", 1);
   const bool chat = p.has("chat");
   TITAN_CHECK(chat || (!p.has("system") && !p.has("no-think")), "titan generate: --",
               p.has("system") ? "system" : "no-think", " shapes a --chat prompt; add --chat");
-  TITAN_CHECK(!chat || has_prompt,
-              "titan generate: --chat renders --prompt as a user message; give --prompt");
+  TITAN_CHECK(!chat || !has_ids, "titan generate: --chat renders --prompt as a user message; give --prompt");
+  // The prompts file is read before the model, so that a bad line fails at once.
+  std::vector<PromptLine> file_prompts;
+  if (has_file) file_prompts = read_prompts_file(p.get("prompts-file"));
+  for (const PromptLine& line : file_prompts)
+    TITAN_CHECK(!chat || line.ids.empty(), "titan generate: ", p.get("prompts-file"), " line ", line.line,
+                ": --chat renders a \"prompt\" as a user message; \"prompt_ids\" are already ids");
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan generate: --dtype must be float32 or bfloat16, got ",
               p.get("dtype"));
@@ -203,8 +310,15 @@ int generate_main(int argc, char** argv) {
                 "--tokenizer");
     tokenizer = data::Tokenizer::load(own_tokenizer);
   } else {
-    TITAN_CHECK(!has_prompt, "titan generate: no tokenizer.json to encode --prompt (looked for '",
-                own_file.string(), "'); name one with --tokenizer, or give --prompt-ids");
+    const PromptLine* text_line = nullptr;
+    for (const PromptLine& line : file_prompts)
+      if (!text_line && line.ids.empty()) text_line = &line;
+    TITAN_CHECK(
+        !has_prompt && !text_line, "titan generate: no tokenizer.json to encode ",
+        text_line ? "the \"prompt\" of " + p.get("prompts-file") + " line " + std::to_string(text_line->line)
+                  : std::string("--prompt"),
+        " (looked for '", own_file.string(), "'); name one with --tokenizer, or give ",
+        text_line ? "\"prompt_ids\"" : "--prompt-ids");
   }
 
   std::unique_ptr<qwen3::Qwen3Model> model;
@@ -227,23 +341,40 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
               tokenizer ? tokenizer->vocab_size() : 0, " ids but ", model_path.string(), " only ", vocab,
               ": they do not belong together");
+  // A prompt's text as ids: a user message in Qwen3's chat template with --chat, else the text.
+  // `what` names it in errors.
+  if (chat) data::check_qwen3_chat_template(*tokenizer);
+  auto encode = [&](const std::string& text, const std::string& what) {
+    std::vector<int64_t> ids;
+    if (chat) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
+      messages.push_back({{"role", "user"}, {"content", text}});
+      const auto pieces = data::render_qwen3_chat(messages, nullptr, {true, !p.has("no-think")});
+      for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) ids.push_back(id);
+    } else {
+      for (int32_t id : tokenizer->encode(text)) ids.push_back(id);
+      TITAN_CHECK(!ids.empty(), "titan generate: ", what, " is empty: there is nothing to continue");
+    }
+    return ids;
+  };
+  auto check_in_vocabulary = [&](const std::vector<int64_t>& ids, const std::string& what) {
+    for (size_t i = 0; i < ids.size(); ++i)
+      TITAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "titan generate: ", what, "prompt token ", i, " is id ",
+                  ids[i], ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
+  };
   std::vector<int64_t> prompt;
-  if (chat) {
-    data::check_qwen3_chat_template(*tokenizer);
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
-    messages.push_back({{"role", "user"}, {"content", p.get("prompt")}});
-    const auto pieces = data::render_qwen3_chat(messages, nullptr, {true, !p.has("no-think")});
-    for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) prompt.push_back(id);
-  } else if (has_prompt) {
-    for (int32_t id : tokenizer->encode(p.get("prompt"))) prompt.push_back(id);
-    TITAN_CHECK(!prompt.empty(), "titan generate: --prompt is empty: there is nothing to continue");
-  } else {
+  if (has_prompt) {
+    prompt = encode(p.get("prompt"), "--prompt");
+  } else if (has_ids) {
     prompt = parse_ids(p.get("prompt-ids"));
   }
-  for (size_t i = 0; i < prompt.size(); ++i)
-    TITAN_CHECK(prompt[i] >= 0 && prompt[i] < vocab, "titan generate: prompt token ", i, " is id ", prompt[i],
-                ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
+  check_in_vocabulary(prompt, "");
+  for (PromptLine& line : file_prompts) {
+    const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
+    if (line.ids.empty()) line.ids = encode(line.text, where + "'s \"prompt\"");
+    check_in_vocabulary(line.ids, where + ": ");
+  }
 
   // With a tokenizer: only ids it can decode are chosen (the embedding's padding rows past the
   // tokenizer's vocabulary are never words). Generation stops at the end-of-text tokens: the
@@ -317,6 +448,16 @@ int generate_main(int argc, char** argv) {
       printed = text;
     }
   };
+  if (has_file) {
+    const auto [new_tokens, seconds] = generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
+                                                     batch_size, max_new, sampling, stop_ids, allowed);
+    std::fprintf(
+        stderr,
+        "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
+        file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
+        (long long)batch_size, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
+  }
   const bool streaming = tokenizer && !p.has("json");
   const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed,
                                               streaming ? std::function<void(int64_t)>(stream) : nullptr);

@@ -245,47 +245,95 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o,
   return d.back().first;  // u within rounding of 1
 }
 
+std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       int64_t max_new_tokens, const SamplingOptions& options,
+                                       const std::vector<int64_t>& stop_ids, const std::vector<bool>& allowed,
+                                       const std::vector<uint64_t>& seeds,
+                                       const std::function<void(size_t, int64_t)>& on_token) {
+  options.validate();
+  const ModelArgs& a = model.args();
+  TITAN_CHECK(!prompts.empty(), "generate: no prompt to continue");
+  TITAN_CHECK(seeds.empty() || seeds.size() == prompts.size(), "generate: ", seeds.size(), " seeds for ",
+              prompts.size(), " prompts");
+  TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
+  int64_t longest = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(r) + ": " : "";
+    TITAN_CHECK(!prompts[r].empty(), "generate: ", which, "the prompt holds no token");
+    for (size_t i = 0; i < prompts[r].size(); ++i)
+      TITAN_CHECK(prompts[r][i] >= 0 && prompts[r][i] < a.vocab_size, "generate: ", which, "prompt token ", i,
+                  " is id ", prompts[r][i], ", outside the model's vocabulary [0, ", a.vocab_size, ")");
+    longest = std::max(longest, int64_t(prompts[r].size()));
+  }
+  TITAN_CHECK(max_new_tokens <= a.max_seq_len - longest, "generate: ", longest, " prompt tokens",
+              prompts.size() > 1 ? " (the longest prompt)" : "", " + ", max_new_tokens,
+              " new ones pass the model's max_seq_len (", a.max_seq_len, ")");
+
+  const auto start = std::chrono::steady_clock::now();
+  const ComputeCopies weights(model);
+  // Every row of one step ends at the same cache position, so a shorter prompt is left-padded to
+  // the longest (with its own first token; the padding is never attended to). Room for the prompts
+  // and every new token but the last, which is never run through the model.
+  const size_t n = prompts.size();
+  std::vector<int64_t> padding(n);
+  for (size_t r = 0; r < n; ++r) padding[r] = longest - int64_t(prompts[r].size());
+  const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
+  KVCache cache =
+      model.kv_cache(int64_t(n), longest + max_new_tokens - 1, padded ? padding : std::vector<int64_t>());
+
+  std::vector<Generation> out(n);
+  std::vector<std::mt19937_64> rng;
+  std::vector<std::vector<int64_t>> sequence(prompts);  // what the repetition penalty and n-grams see
+  for (size_t r = 0; r < n; ++r) {
+    rng.emplace_back(seeds.empty() ? options.seed + r : seeds[r]);
+    out[r].stop_reason = "max new tokens";
+  }
+  std::vector<int64_t> live(n);  // the prompts still generating: the cache's rows, in order
+  std::iota(live.begin(), live.end(), int64_t(0));
+  Tensor ids = Tensor::empty({int64_t(n), longest}, DType::I64);  // the prompts first
+  for (size_t r = 0; r < n; ++r) {
+    int64_t* row = ids.data<int64_t>() + int64_t(r) * longest;
+    std::fill(row, row + padding[r], prompts[r][0]);
+    std::copy(prompts[r].begin(), prompts[r].end(), row + padding[r]);
+  }
+  for (int64_t step = 0; step < max_new_tokens && !live.empty(); ++step) {
+    const Tensor logits =
+        model.next_token_logits(ids.to(model.device()), cache).to(Device::CPU).to(DType::F32);
+    std::vector<int64_t> still, kept_rows;
+    std::vector<int64_t> next_ids;
+    for (size_t row = 0; row < live.size(); ++row) {
+      const size_t r = size_t(live[row]);
+      const std::span<const float> row_logits(logits.data<float>() + int64_t(row) * a.vocab_size,
+                                              size_t(a.vocab_size));
+      const int64_t next = pick_next_token(row_logits, options, rng[r], allowed, sequence[r]);
+      sequence[r].push_back(next);
+      out[r].ids.push_back(next);
+      if (on_token) on_token(r, next);
+      const bool stopped = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
+      if (stopped) out[r].stop_reason = "stop token";
+      if (stopped || step + 1 == max_new_tokens) {
+        out[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        continue;
+      }
+      still.push_back(int64_t(r));
+      kept_rows.push_back(int64_t(row));
+      next_ids.push_back(next);
+    }
+    // A prompt that stopped leaves the batch: the next steps run the others alone.
+    if (!still.empty() && still.size() < live.size()) cache.keep_rows(kept_rows);
+    live = std::move(still);
+    ids = Tensor::from_vector(next_ids, {int64_t(next_ids.size()), 1});
+  }
+  return out;
+}
+
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
                     const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token) {
-  options.validate();
-  const ModelArgs& a = model.args();
-  TITAN_CHECK(!prompt.empty(), "generate: the prompt holds no token");
-  TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    TITAN_CHECK(prompt[i] >= 0 && prompt[i] < a.vocab_size, "generate: prompt token ", i, " is id ", prompt[i],
-                ", outside the model's vocabulary [0, ", a.vocab_size, ")");
-  TITAN_CHECK(max_new_tokens <= a.max_seq_len - int64_t(prompt.size()), "generate: ", prompt.size(),
-              " prompt tokens + ", max_new_tokens, " new ones pass the model's max_seq_len (", a.max_seq_len,
-              ")");
-
-  std::mt19937_64 rng(options.seed);
-  Generation g;
-  const auto start = std::chrono::steady_clock::now();
-  g.stop_reason = "max new tokens";
-  const ComputeCopies weights(model);
-  // Room for the prompt and every new token but the last, which is never run through the model.
-  KVCache cache = model.kv_cache(1, int64_t(prompt.size()) + max_new_tokens - 1);
-  std::vector<int64_t> next_input = prompt;  // the prompt first, then one token at a time
-  std::vector<int64_t> sequence = prompt;    // what the repetition penalty sees
-  for (int64_t step = 0; step < max_new_tokens; ++step) {
-    Tensor ids = Tensor::empty({1, int64_t(next_input.size())}, DType::I64);
-    std::copy(next_input.begin(), next_input.end(), ids.data<int64_t>());
-    const Tensor logits =
-        model.next_token_logits(ids.to(model.device()), cache).to(Device::CPU).to(DType::F32);
-    const int64_t next = pick_next_token(std::span<const float>(logits.data<float>(), size_t(a.vocab_size)),
-                                         options, rng, allowed, sequence);
-    next_input = {next};
-    sequence.push_back(next);
-    g.ids.push_back(next);
-    if (on_token) on_token(next);
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-      g.stop_reason = "stop token";
-      break;
-    }
-  }
-  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return g;
+  return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, {},
+                        on_token
+                            ? std::function<void(size_t, int64_t)>([&](size_t, int64_t id) { on_token(id); })
+                            : std::function<void(size_t, int64_t)>())[0];
 }
 
 }  // namespace titan::qwen3

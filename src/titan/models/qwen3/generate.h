@@ -81,8 +81,24 @@ struct Generation {
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
 // stops after a token in `stop_ids`. prompt + new tokens must fit the model's max_seq_len.
 // `on_token` (if set) is called with each new token as soon as it is chosen (streaming output).
+// Sampling draws from a stream seeded options.seed.
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
                     const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {});
+
+// generate() for several prompts at once: each step runs every prompt still generating as one row
+// of one batch through the model (the prompts' lengths differ: the shorter are left-padded, as
+// transformers pads a batch, and the padding is never attended to, KVCache). Each prompt stops on
+// its own and then leaves the batch. Prompt i samples from its own stream, seeded seeds[i] (empty:
+// options.seed + i), so its tokens are those generate() gives it alone with that seed, up to the
+// rounding of batched matrix products (exact in f64). The longest prompt + max_new_tokens must fit
+// max_seq_len. `on_token(i, id)`: prompt i's new token, as it is chosen. Each Generation's seconds
+// run from the call's start to that prompt's last token.
+std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       int64_t max_new_tokens, const SamplingOptions& options,
+                                       const std::vector<int64_t>& stop_ids,
+                                       const std::vector<bool>& allowed = {},
+                                       const std::vector<uint64_t>& seeds = {},
+                                       const std::function<void(size_t, int64_t)>& on_token = {});
 
 }  // namespace titan::qwen3

@@ -279,7 +279,8 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
   // One set of positions for the 2 x n_layers rope calls (and their recomputes) of this forward.
   // Positions run on across documents, as torchtitan's block-causal training does, and after the
   // cached tokens in generation.
-  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_, first),
+  const Sequence seq{ops::sequential_positions(input_ids.size(0), S, device_, first,
+                                               cache ? cache->left_padding() : std::vector<int64_t>()),
                      std::make_shared<const ops::DocumentSpans>(documents),
                      std::make_shared<const std::vector<ops::TokenRange>>(std::move(counted)), cache};
 
@@ -393,11 +394,20 @@ Tensor Qwen3Model::forward_logits(const Tensor& input_ids, Tensor* aux) {
 
 // ---------------------------------------------------------------- generation
 
-KVCache Qwen3Model::kv_cache(int64_t batch, int64_t capacity) const {
+KVCache Qwen3Model::kv_cache(int64_t batch, int64_t capacity, std::vector<int64_t> left_padding) const {
   TITAN_CHECK(batch >= 1 && capacity >= 1 && capacity <= args_.max_seq_len,
               "kv_cache: need batch >= 1 and 1 <= capacity <= max_seq_len (", args_.max_seq_len,
               "), got batch ", batch, ", capacity ", capacity);
+  TITAN_CHECK(left_padding.empty() || int64_t(left_padding.size()) == batch,
+              "kv_cache: ", left_padding.size(), " left-padding counts for ", batch, " rows");
   KVCache cache;
+  for (size_t b = 0; b < left_padding.size(); ++b)
+    TITAN_CHECK(left_padding[b] >= 0 && left_padding[b] < capacity, "kv_cache: row ", b, "'s left padding ",
+                left_padding[b], " must be in [0, capacity ", capacity, ")");
+  if (!left_padding.empty()) {
+    cache.first_key_ = Tensor::from_vector(left_padding, {batch}).to(device_);
+    cache.padding_ = std::move(left_padding);
+  }
   for (int64_t i = 0; i < args_.n_layers; ++i)
     for (auto* side : {&cache.k_, &cache.v_})
       side->push_back(Tensor::empty({batch, 0, args_.n_kv_heads, args_.head_dim}, compute_dtype_, device_));
@@ -426,9 +436,48 @@ Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Te
   Tensor& v_cache = v_[size_t(layer)];
   k_cache.narrow(1, length_, S).copy_from(k);
   v_cache.narrow(1, length_, S).copy_from(v);
-  // The prompt attends over its own keys only: the training kernels, the fastest for many queries.
-  if (length_ == 0) return ops::attention(q, k, v, scale);
-  return ops::cached_attention(q, k_cache, v_cache, length_ + S, scale);
+  // The prompt attends over its own keys only: the training kernels, the fastest for many queries,
+  // with a row's padding cut off as a document of its own (its rows are never read).
+  if (length_ == 0) {
+    ops::DocumentSpans documents;
+    const int64_t B = q.size(0);
+    for (int64_t b = 0; b < B && !padding_.empty(); ++b) {
+      documents.starts.push_back(b * S);
+      if (padding_[size_t(b)] > 0 && padding_[size_t(b)] < S)
+        documents.starts.push_back(b * S + padding_[size_t(b)]);
+    }
+    return ops::attention(q, k, v, scale, documents);
+  }
+  return ops::cached_attention(q, k_cache, v_cache, length_ + S, scale, first_key_);
+}
+
+void KVCache::keep_rows(const std::vector<int64_t>& rows) {
+  TITAN_CHECK(!rows.empty(), "KVCache::keep_rows: keep at least one row");
+  for (size_t i = 0; i < rows.size(); ++i)
+    TITAN_CHECK(rows[i] >= (i == 0 ? 0 : rows[i - 1] + 1) && rows[i] < batch_,
+                "KVCache::keep_rows: rows must "
+                "be increasing indices below ",
+                batch_, ", got ", rows[i], " at ", i);
+  const int64_t kept = int64_t(rows.size());
+  if (kept == batch_) return;
+  // Row rows[i] moves down to i: every source lies at or after its destination and after every
+  // earlier destination, so copying in order never overwrites a row still to be read.
+  for (auto* side : {&k_, &v_})
+    for (Tensor& t : *side) {
+      for (int64_t i = 0; i < kept && length_ > 0; ++i)
+        if (rows[size_t(i)] != i)
+          t.narrow(0, i, 1)
+              .narrow(1, 0, length_)
+              .copy_from(t.narrow(0, rows[size_t(i)], 1).narrow(1, 0, length_));
+      t = t.narrow(0, 0, kept);
+    }
+  if (!padding_.empty()) {
+    std::vector<int64_t> padding;
+    for (int64_t r : rows) padding.push_back(padding_[size_t(r)]);
+    first_key_ = Tensor::from_vector(padding, {kept}).to(first_key_.device());
+    padding_ = std::move(padding);
+  }
+  batch_ = kept;
 }
 
 Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {

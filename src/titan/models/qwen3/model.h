@@ -53,23 +53,35 @@ class Qwen3Model;
 // empty by Qwen3Model::kv_cache, filled by Qwen3Model::next_token_logits; usable with that model only.
 // Its buffers hold room for the tokens so far, doubling as they fill (never past capacity()), so a
 // generation that stops early never holds its whole allowance.
+//
+// Rows hold prompts of different lengths left-padded (batched generation), as transformers pads
+// them: row b's first left_padding()[b] positions are padding, never attended to, and its first
+// token after them is rope position 0. Its keys and values still take those positions, so every row
+// has length() positions and each new token takes the same position in every row.
 class KVCache {
  public:
-  int64_t length() const { return length_; }        // tokens cached: the position the next token takes
-  int64_t capacity() const { return capacity_; }    // the most tokens it may hold
-  int64_t allocated() const { return allocated_; }  // the tokens its buffers have room for now
+  int64_t length() const { return length_; }        // positions cached: where the next token goes
+  int64_t capacity() const { return capacity_; }    // the most positions it may hold
+  int64_t allocated() const { return allocated_; }  // the positions its buffers have room for now
   int64_t batch() const { return batch_; }
+  const std::vector<int64_t>& left_padding() const { return padding_; }  // empty: no row padded
+  // Keeps the rows `rows` (increasing indices) only, in that order: a batched generation drops the
+  // rows that have stopped, so the steps after run the others alone.
+  void keep_rows(const std::vector<int64_t>& rows);
 
  private:
   friend class Qwen3Model;
   // Grows the buffers (copying the cached tokens) to hold at least `tokens`.
   void make_room(int64_t tokens);
   // Writes the new tokens' keys and values [B, S, Hkv, head_dim] at positions length() .. +S-1 of
-  // `layer` and returns the new queries' attention over every cached position (ops::cached_attention);
-  // into an empty cache (the prompt), the causal attention of ops::attention, the training kernels.
+  // `layer` and returns the new queries' attention over every cached position after each row's
+  // padding (ops::cached_attention); into an empty cache (the prompt), the causal attention of
+  // ops::attention, the training kernels, with each row's padding a document of its own.
   Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale);
   std::vector<Tensor> k_, v_;  // per layer [B, allocated, Hkv, head_dim] in the compute dtype
   int64_t length_ = 0, capacity_ = 0, allocated_ = 0, batch_ = 0;
+  std::vector<int64_t> padding_;  // per row, or empty
+  Tensor first_key_;              // padding_ as i64 [B] on the model's device (cached_attention)
   const Qwen3Model* owner_ = nullptr;
 };
 
@@ -109,7 +121,8 @@ class Qwen3Model {
   Tensor forward_logits(const Tensor& input_ids, Tensor* aux_loss = nullptr);
   // An empty KV cache for `batch` rows of up to `capacity` tokens (at most max_seq_len), on the
   // model's device in its compute dtype: 2 x layers x batch x kv_heads x head_dim values per token.
-  KVCache kv_cache(int64_t batch, int64_t capacity) const;
+  // `left_padding`: empty, or per row the padding positions its prompt starts with (KVCache).
+  KVCache kv_cache(int64_t batch, int64_t capacity, std::vector<int64_t> left_padding = {}) const;
   // Inference (no gradient is recorded): runs input_ids [B, S] at positions cache.length() ..
   // cache.length() + S - 1, attending over the cached tokens too, adds their keys and values to
   // `cache`, and returns the f32 [B, V] logits of each row's last new position only (generation pays

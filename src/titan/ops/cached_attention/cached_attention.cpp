@@ -18,7 +18,7 @@ void check_cached_attention_shape(const CachedAttentionShape& s, const char* who
 }
 
 Tensor cached_attention(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache, int64_t length,
-                        double scale) {
+                        double scale, const Tensor& first_key) {
   TITAN_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4,
               "cached_attention: expected q [B, Sq, Hq, D], k and v caches [B, capacity, Hkv, D]; got q ",
               q_in.str(), ", k ", k_cache.str(), ", v ", v_cache.str());
@@ -37,11 +37,19 @@ Tensor cached_attention(const Tensor& q_in, const Tensor& k_cache, const Tensor&
   const CachedAttentionShape s{q_in.size(0), q_in.size(1),    length,       k_cache.size(1),
                                q_in.size(2), k_cache.size(2), q_in.size(3), float(scale)};
   check_cached_attention_shape(s, "cached_attention");
+  if (first_key.defined()) {
+    check_same_device("cached_attention", {{"q", &q_in}, {"first_key", &first_key}});
+    TITAN_CHECK(first_key.dtype() == DType::I64 && first_key.dim() == 1 && first_key.size(0) == s.B &&
+                    first_key.is_contiguous(),
+                "cached_attention: first_key must be a contiguous i64 [", s.B, "] (one per row), got ",
+                first_key.str());
+  }
   const Tensor q = q_in.contiguous();
   const auto& kernel = kernels::kernel_for<CachedAttentionKernel>("cached_attention", q.device(), q.dtype());
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   kernel.forward(device_services(q.device()).context(), s, q.raw_data(), k_cache.raw_data(),
-                 v_cache.raw_data(), out.raw_data());
+                 v_cache.raw_data(), first_key.defined() ? first_key.data<int64_t>() : nullptr,
+                 out.raw_data());
   return out;
 }
 

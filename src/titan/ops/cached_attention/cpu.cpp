@@ -48,7 +48,7 @@ TITAN_CLONES void axpy(float* acc, float p, const uint16_t* v, int64_t D) {
 // and value is read once for all of them (a decode step is bound by those reads).
 template <class T>
 void forward(const KernelContext&, const CachedAttentionShape& s, const void* qv, const void* kv,
-             const void* vv, void* outv) {
+             const void* vv, const int64_t* first_key, void* outv) {
   check_cached_attention_shape(s, "cached_attention");
   const T *q = static_cast<const T*>(qv), *k = static_cast<const T*>(kv), *v = static_cast<const T*>(vv);
   T* out = static_cast<T*>(outv);
@@ -65,8 +65,16 @@ void forward(const KernelContext&, const CachedAttentionShape& s, const void* qv
       const int64_t g = group % s.Hkv, i = (group / s.Hkv) % s.Sq, b = group / (s.Hkv * s.Sq);
       const T* kb = k + b * s.capacity * ldk + g * D;
       const T* vb = v + b * s.capacity * ldk + g * D;
-      const int64_t last = s.length - s.Sq + i, keys = last + 1;  // up to the query's own position
-      const int64_t first_row = (b * s.Sq + i) * s.Hq + g * r;    // q's row of the group's first head
+      // Keys first .. last: after the row's padding, up to the query's own position.
+      const int64_t first = first_key ? std::max<int64_t>(first_key[b], 0) : 0;
+      const int64_t last = s.length - s.Sq + i, keys = last + 1 - first;
+      const int64_t first_row = (b * s.Sq + i) * s.Hq + g * r;  // q's row of the group's first head
+      if (keys <= 0) {                                          // no key to attend to
+        for (int64_t e = 0; e < r * D; ++e) st(out + first_row * D + e, 0.f);
+        continue;
+      }
+      kb += first * ldk;
+      vb += first * ldk;
       for (int64_t e = 0; e < r * D; ++e) qf[size_t(e)] = ld(q[first_row * D + e]);
       for (int64_t j = 0; j < keys; ++j)
         for (int64_t t = 0; t < r; ++t)

@@ -20,10 +20,13 @@ constexpr int kMaxPerLane = 8;  // head_dim up to 256
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32)
-    cached_attention_kernel(CachedAttentionShape s, const T* q, const T* k, const T* v, T* out) {
+    cached_attention_kernel(CachedAttentionShape s, const T* q, const T* k, const T* v,
+                            const int64_t* first_key, T* out) {
   const int64_t row = blockIdx.x;  // q's rows in order: ((b * Sq + i) * Hq + h)
   const int64_t h = row % s.Hq, i = (row / s.Hq) % s.Sq, b = row / (s.Hq * s.Sq);
   const int64_t ldk = s.Hkv * s.D, last = s.length - s.Sq + i;  // the query's own position
+  // The first key after the row's padding (batched generation's left-padded prompts).
+  const int64_t first = first_key ? max(first_key[b], int64_t(0)) : 0;
   const T* kb = k + b * s.capacity * ldk + (h / (s.Hq / s.Hkv)) * s.D;
   const T* vb = v + b * s.capacity * ldk + (h / (s.Hq / s.Hkv)) * s.D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[e] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  for (int64_t j = warp; j <= last; j += kWarps) {
+  for (int64_t j = first + warp; j <= last; j += kWarps) {
     float dot = 0.f;
 #pragma unroll
     for (int e = 0; e < kMaxPerLane; ++e) {
@@ -63,7 +66,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   if (warp != 0) return;
   float top = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w]);  // finite: warp 0 read key 0
+  for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w]);  // finite unless no key was read
+  if (first > last) {  // no key to attend to: a zero output, as the reference's
+#pragma unroll
+    for (int e = 0; e < kMaxPerLane; ++e)
+      if (lane + 32 * e < s.D) store_f32(out + row * s.D, lane + 32 * e, 0.f);
+    return;
+  }
   float weight[kWarps], total = 0.f;
   for (int w = 0; w < kWarps; ++w) total += warp_l[w] * (weight[w] = expf(warp_m[w] - top));
 #pragma unroll
@@ -78,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <class T>
 void forward(const KernelContext& ctx, const CachedAttentionShape& s, const void* q, const void* k,
-             const void* v, void* out) {
+             const void* v, const int64_t* first_key, void* out) {
   check_cached_attention_shape(s, "cached_attention");
   TITAN_CHECK(s.D <= 32 * kMaxPerLane, "cached_attention on cuda: head_dim ", s.D, " is above the kernel's ",
               32 * kMaxPerLane);
@@ -86,7 +95,8 @@ void forward(const KernelContext& ctx, const CachedAttentionShape& s, const void
   TITAN_CHECK(rows <= int64_t(INT32_MAX), "cached_attention on cuda: ", rows,
               " query rows pass the grid's limit");
   cached_attention_kernel<T><<<unsigned(rows), kWarps * 32, 0, stream_of(ctx)>>>(
-      s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out));
+      s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), first_key,
+      static_cast<T*>(out));
   check_launch("cached_attention_kernel");
 }
 

@@ -6,9 +6,11 @@
 namespace titan::ops {
 namespace {
 
-// Query i reads length - Sq + i + 1 keys: q.k and p v, 2 FLOPs per multiply-add each.
+// Query i reads length - Sq + i + 1 keys (fewer after a row's padding, which the meta device cannot
+// see: counted as read): q.k and p v, 2 FLOPs per multiply-add each.
 const CachedAttentionKernel cached_attention_meta{[](const KernelContext& ctx, const CachedAttentionShape& s,
-                                                     const void*, const void*, const void*, void*) {
+                                                     const void*, const void*, const void*, const int64_t*,
+                                                     void*) {
   const double keys = double(s.Sq) * double(s.length - s.Sq) + double(s.Sq) * double(s.Sq + 1) / 2.0;
   ctx.services->add_flops(4.0 * double(s.B) * double(s.Hq) * keys * double(s.D));
 }};

@@ -14,7 +14,7 @@ namespace {
 // T: the element type, A: the accumulator (f64 for f64, else f32); the output is rounded to T once.
 template <class T, class A>
 void forward_ref(const KernelContext&, const CachedAttentionShape& s, const void* qv, const void* kv,
-                 const void* vv, void* outv) {
+                 const void* vv, const int64_t* first_key, void* outv) {
   check_cached_attention_shape(s, "cached_attention_reference");
   const T *q = static_cast<const T*>(qv), *k = static_cast<const T*>(kv), *v = static_cast<const T*>(vv);
   T* out = static_cast<T*>(outv);
@@ -27,19 +27,24 @@ void forward_ref(const KernelContext&, const CachedAttentionShape& s, const void
         const T* kb = k + b * s.capacity * ldk + (h / r) * D;
         const T* vb = v + b * s.capacity * ldk + (h / r) * D;
         const int64_t last = s.length - s.Sq + i;  // the query's own position
+        const int64_t first = first_key ? std::max<int64_t>(first_key[b], 0) : 0;  // after the padding
+        T* oi = out + (b * s.Sq + i) * ldq + h * D;
+        if (first > last) {  // no key to attend to
+          for (int64_t d = 0; d < D; ++d) oi[d] = T(0);
+          continue;
+        }
         A m = -std::numeric_limits<A>::infinity();
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           A dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += A(qi[d]) * A(kb[j * ldk + d]);
           p[size_t(j)] = dot * A(s.scale);
           m = std::max(m, p[size_t(j)]);
         }
         A l = 0;
-        for (int64_t j = 0; j <= last; ++j) l += p[size_t(j)] = std::exp(p[size_t(j)] - m);
+        for (int64_t j = first; j <= last; ++j) l += p[size_t(j)] = std::exp(p[size_t(j)] - m);
         std::fill(o.begin(), o.end(), A(0));
-        for (int64_t j = 0; j <= last; ++j)
+        for (int64_t j = first; j <= last; ++j)
           for (int64_t d = 0; d < D; ++d) o[size_t(d)] += p[size_t(j)] / l * A(vb[j * ldk + d]);
-        T* oi = out + (b * s.Sq + i) * ldq + h * D;
         for (int64_t d = 0; d < D; ++d) oi[d] = T(o[size_t(d)]);
       }
 }

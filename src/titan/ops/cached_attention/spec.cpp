@@ -37,12 +37,15 @@ TITAN_REGISTER_OP_SPEC(
      [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
        const double scale = 1.0 / std::sqrt(double(s[5]));
        const int64_t length = s[2];
+       // Each row's first key (left padding, batched generation) anywhere up to the first query's
+       // own position, 0 included.
        return ParityCase{
            {spec_uniform({s[0], s[1], s[3], s[5]}, dt, seed, -2, 2),
-            cache_with_nan_tail(s, dt, seed + 1, -2, 2), cache_with_nan_tail(s, dt, seed + 2, -1, 1)},
-           {"q", "k_cache", "v_cache"},
+            cache_with_nan_tail(s, dt, seed + 1, -2, 2), cache_with_nan_tail(s, dt, seed + 2, -1, 1),
+            spec_random_ids(s[0], length - s[1] + 1, seed + 3)},
+           {"q", "k_cache", "v_cache", "first_key"},
            [scale, length](const std::vector<Tensor>& in) {
-             return std::vector<Tensor>{ops::cached_attention(in[0], in[1], in[2], length, scale)};
+             return std::vector<Tensor>{ops::cached_attention(in[0], in[1], in[2], length, scale, in[3])};
            },
            {"out"}};
      },

@@ -1,5 +1,6 @@
 #include "titan/ops/rope/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -89,18 +90,27 @@ RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S) {
   return RopePositions::checked(positions, B, S, "B=" + std::to_string(B) + ", S=" + std::to_string(S));
 }
 
-RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first) {
+RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first,
+                                   std::span<const int64_t> left_padding) {
   TITAN_CHECK(B >= 0 && S >= 0 && first >= 0,
               "rope: sequential positions need B >= 0, S >= 0 and first >= 0, got B=", B, ", S=", S,
               ", first=", first);
+  TITAN_CHECK(left_padding.empty() || int64_t(left_padding.size()) == B, "rope: ", left_padding.size(),
+              " left-padding counts for ", B, " rows");
+  auto pad = [&](int64_t b) { return left_padding.empty() ? 0 : left_padding[size_t(b)]; };
+  int64_t max = 0;
+  for (int64_t b = 0; b < B && S > 0; ++b) {
+    TITAN_CHECK(pad(b) >= 0, "rope: row ", b, "'s left padding ", pad(b), " is negative");
+    max = std::max(max, first + S - 1 - pad(b));
+  }
   Tensor pos = Tensor::empty({B, S}, DType::I64, device);
   if (device != Device::Meta && B * S > 0) {
     Tensor host = device == Device::CPU ? pos : Tensor::empty({B, S}, DType::I64);
     int64_t* p = host.data<int64_t>();
-    for (int64_t i = 0; i < B * S; ++i) p[i] = first + i % S;
+    for (int64_t i = 0; i < B * S; ++i) p[i] = std::max<int64_t>(first + i % S - pad(i / S), 0);
     if (device != Device::CPU) pos.copy_from(host);
   }
-  return RopePositions(pos, S > 0 ? first + S - 1 : 0);
+  return RopePositions(pos, max);
 }
 
 Tensor rope(const Tensor& x_in, const Tensor& positions, double theta) {

@@ -22,6 +22,7 @@
 // by that kernel on every call; the default and reference kernels read positions as they are). All three give bit-identical results where they run.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +43,8 @@ class RopePositions {
 
  private:
   friend RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
-  friend RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first);
+  friend RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first,
+                                            std::span<const int64_t> left_padding);
   friend Tensor rope(const Tensor& x, const Tensor& positions, double theta);
   RopePositions(Tensor pos, int64_t max) : pos_(std::move(pos)), max_(max) {}
   // The check of rope_positions, naming in its errors what the positions are for.
@@ -56,7 +58,11 @@ RopePositions rope_positions(const Tensor& positions, int64_t B, int64_t S);
 // Positions first .. first+S-1 in each of B rows (0 .. S-1 in training; a generation step's new
 // tokens start after the cached ones), written on the host and copied to `device` (a meta tensor
 // holds no values): in range by construction, so unlike rope_positions no device value is read.
-RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first = 0);
+// `left_padding` (empty, or one count per row: batched generation's left-padded prompts) shifts row
+// b back by left_padding[b], so its first token after the padding is position 0, as transformers
+// numbers a left-padded row; the padding's own positions are 0.
+RopePositions sequential_positions(int64_t B, int64_t S, Device device, int64_t first = 0,
+                                   std::span<const int64_t> left_padding = {});
 
 // x [B, S, H, D] with positions made for the same B and S.
 Tensor rope(const Tensor& x, const RopePositions& positions, double theta);
