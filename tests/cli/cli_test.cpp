@@ -152,6 +152,8 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1 --temperature -1", "temperature must be a finite number >= 0"},
       {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
       {m + "--prompt-ids 1 --min-p 0.1", "with --temperature 0 (greedy) they would do nothing"},
+      {m + "--prompt-ids 1 --eta-cutoff 0.1", "--epsilon-cutoff and --eta-cutoff shape sampling"},
+      {m + "--prompt-ids 1 --temperature 1 --epsilon-cutoff 1", "epsilon_cutoff must be in [0, 1)"},
       {m + "--prompt-ids 1 --temperature 1 --min-p 1.5", "min_p must be in [0, 1]"},
       {m + "--prompt-ids 1 --temperature 1 --typical-p 0", "typical_p must be in (0, 1]"},
       {m + "--prompt-ids 1 --no-repeat-ngram-size -1", "no-repeat-ngram-size"},
@@ -382,7 +384,8 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   const fs::path dir = tt::temp_dir("cli_generate_sampling_" + std::to_string(getpid()));
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": true, "temperature": 0.6, "top_k": 20,
-      "top_p": 0.95, "repetition_penalty": 3, "min_p": 0.05, "no_repeat_ngram_size": 2, "num_beams": 2})";
+      "top_p": 0.95, "repetition_penalty": 3, "min_p": 0.05, "no_repeat_ngram_size": 2, "num_beams": 2,
+      "eta_cutoff": 0.05})";
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};
   auto ids_of = [&](const titan::qwen3::SamplingOptions& o) {
     const titan::qwen3::Generation g =
@@ -396,6 +399,7 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   qwen3_defaults.top_k = 20;
   qwen3_defaults.top_p = 0.95;
   qwen3_defaults.min_p = 0.05;
+  qwen3_defaults.eta_cutoff = 0.05;
   qwen3_defaults.repetition_penalty = 3;
   qwen3_defaults.no_repeat_ngram_size = 2;
   qwen3_defaults.seed = 3;
@@ -405,9 +409,11 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   Outcome r = titan(args + " --seed 3");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ids_of(qwen3_defaults)) << r.err;
-  EXPECT_NE(r.err.find("sampling as " + file +
-                       " says: temperature 0.6, top_k 20, top_p 0.95, min_p 0.05, typical_p 1 (seed 3"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("sampling as " + file +
+                 " says: temperature 0.6, top_k 20, top_p 0.95, min_p 0.05, typical_p 1, epsilon_cutoff 0, "
+                 "eta_cutoff 0.05 (seed 3"),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("repetition_penalty 3, as " + file + " says"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no_repeat_ngram_size 2, as " + file + " says"), std::string::npos) << r.err;
@@ -424,6 +430,15 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";
+  // The flags replace the file's sampling.
+  titan::qwen3::SamplingOptions flags;
+  flags.temperature = 1.4;
+  flags.epsilon_cutoff = 0.02;
+  flags.eta_cutoff = 0.1;
+  flags.repetition_penalty = 3;
+  flags.no_repeat_ngram_size = 2;
+  r = titan(args + " --temperature 1.4 --epsilon-cutoff 0.02 --eta-cutoff 0.1");
+  EXPECT_EQ(r.out, ids_of(flags)) << r.err;
   std::ofstream(dir / "generation_config.json") << R"([0.6, 20])";
   r = titan(args);
   EXPECT_NE(r.err.find("generation_config.json: a generation config is a JSON object, got array"),

@@ -365,11 +365,20 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"num_beams 4"}));
   EXPECT_EQ(extras.sampling.min_p, 0.0);
   EXPECT_EQ(extras.sampling.no_repeat_ngram_size, 3);
-  const GenerationDefaults sampled = generation_defaults(
-      json{{"do_sample", true}, {"min_p", 0.1}, {"typical_p", 0.9}, {"epsilon_cutoff", 3e-4}}, "g");
+  const GenerationDefaults sampled = generation_defaults(json{{"do_sample", true},
+                                                              {"min_p", 0.1},
+                                                              {"typical_p", 0.9},
+                                                              {"epsilon_cutoff", 3e-4},
+                                                              {"eta_cutoff", nullptr},
+                                                              {"top_h", 0.4}},
+                                                         "g");
   EXPECT_EQ(sampled.sampling.min_p, 0.1);
   EXPECT_EQ(sampled.sampling.typical_p, 0.9);
-  EXPECT_EQ(sampled.not_applied, (std::vector<std::string>{"epsilon_cutoff 0.0003"}));
+  EXPECT_EQ(sampled.sampling.epsilon_cutoff, 3e-4);
+  EXPECT_EQ(sampled.sampling.eta_cutoff, 0.0) << "null: none";
+  EXPECT_EQ(sampled.not_applied, (std::vector<std::string>{"top_h 0.4"}));
+  EXPECT_EQ(generation_defaults(json{{"eta_cutoff", 0.1}}, "g").sampling.eta_cutoff, 0.0)
+      << "a sampling setting: greedy without do_sample";
   EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"min_p", nullptr}}, "g").sampling.min_p, 0.0);
   auto error = [](const json& c) {
     try {
@@ -388,6 +397,12 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_NE(error(json{{"do_sample", true}, {"top_p", 0}})
                 .find("m/generation_config.json: 'top_p' must be in (0, 1], got 0"),
             std::string::npos);
+  EXPECT_NE(error(json{{"do_sample", true}, {"eta_cutoff", 1}})
+                .find("m/generation_config.json: 'eta_cutoff' must be in [0, 1) (0: none), got 1"),
+            std::string::npos);
+  EXPECT_NE(
+      error(json{{"do_sample", true}, {"epsilon_cutoff", "0.1"}}).find("'epsilon_cutoff' must be a number"),
+      std::string::npos);
   EXPECT_NE(
       error(json{{"repetition_penalty", 0}}).find("'repetition_penalty' must be a finite number > 0, got 0"),
       std::string::npos);
@@ -459,11 +474,15 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
     int64_t top_k;
     double top_p, min_p, typical_p, repetition_penalty;
     int64_t no_repeat_ngram_size;
+    double epsilon_cutoff = 0, eta_cutoff = 0;
   };
   const std::vector<Case> combos = {
-      {0, 0, 1, 0, 1, 1.3, 2},        {1, 0, 1, 0, 1, 1, 0},     {0.7, 10, 0.9, 0.05, 1, 1, 0},
-      {1.3, 0, 1, 0, 0.6, 1, 0},      {0.5, 0, 1, 0, 0.3, 1, 0}, {1, 0, 0.95, 0.2, 0.9, 1.2, 3},
-      {2, 25, 1, 0.01, 0.95, 0.8, 1}, {1, 0, 1, 0.5, 1, 1, 2},   {0.9, 5, 0.8, 0, 0.5, 1.5, 0},
+      {0, 0, 1, 0, 1, 1.3, 2},         {1, 0, 1, 0, 1, 1, 0},
+      {0.7, 10, 0.9, 0.05, 1, 1, 0},   {1.3, 0, 1, 0, 0.6, 1, 0},
+      {0.5, 0, 1, 0, 0.3, 1, 0},       {1, 0, 0.95, 0.2, 0.9, 1.2, 3},
+      {2, 25, 1, 0.01, 0.95, 0.8, 1},  {1, 0, 1, 0.5, 1, 1, 2},
+      {0.9, 5, 0.8, 0, 0.5, 1.5, 0},   {1, 0, 1, 0, 1, 1, 0, 0.02},
+      {1.5, 0, 1, 0, 1, 1, 0, 0, 0.1}, {0.8, 30, 0.95, 0.02, 0.7, 1.1, 0, 0.03, 0.2},
   };
   std::vector<std::vector<float>> logits;
   std::vector<std::vector<int64_t>> sequences;
@@ -484,6 +503,8 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
                        {"top_p", c.top_p},
                        {"min_p", c.min_p},
                        {"typical_p", c.typical_p},
+                       {"epsilon_cutoff", c.epsilon_cutoff},
+                       {"eta_cutoff", c.eta_cutoff},
                        {"repetition_penalty", c.repetition_penalty},
                        {"no_repeat_ngram_size", c.no_repeat_ngram_size}});
       logits.push_back(row);
@@ -508,6 +529,8 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
     o.top_p = cases[i]["top_p"];
     o.min_p = cases[i]["min_p"];
     o.typical_p = cases[i]["typical_p"];
+    o.epsilon_cutoff = cases[i]["epsilon_cutoff"];
+    o.eta_cutoff = cases[i]["eta_cutoff"];
     o.repetition_penalty = cases[i]["repetition_penalty"];
     o.no_repeat_ngram_size = cases[i]["no_repeat_ngram_size"];
     std::vector<std::pair<int64_t, double>> got = next_token_distribution(logits[i], o, {}, sequences[i]);
@@ -551,6 +574,15 @@ TEST(Generate, BadRequestsNameTheRule) {
     o = {};
     o.top_p = p;
     EXPECT_NE(error([&] { o.validate(); }).find("top_p must be in (0, 1]"), std::string::npos) << p;
+  }
+  for (double cut : {-0.1, 1.0, double(NAN)}) {
+    o = {};
+    o.epsilon_cutoff = cut;
+    EXPECT_NE(error([&] { o.validate(); }).find("epsilon_cutoff must be in [0, 1)"), std::string::npos)
+        << cut;
+    o = {};
+    o.eta_cutoff = cut;
+    EXPECT_NE(error([&] { o.validate(); }).find("eta_cutoff must be in [0, 1)"), std::string::npos) << cut;
   }
   o = {};
   o.top_p = 1.0000001;  // named with the digits that tell it from 1

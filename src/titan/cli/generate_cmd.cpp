@@ -149,9 +149,10 @@ int generate_main(int argc, char** argv) {
       "Continues a prompt with a Hugging Face checkpoint (a titan export such as\n"
       "<dump>/checkpoint/step-N-hf, or a Hub model folder) or a native titan checkpoint (step-N) and\n"
       "prints the new text. Greedy, or as the model's generation_config.json says (do_sample,\n"
-      "temperature, top_k, top_p, min_p, typical_p), as transformers' generate; --temperature > 0\n"
-      "samples (with --top-k / --top-p / --min-p / --typical-p), --temperature 0 is greedy, the same\n"
-      "--seed giving the same text. The\n"
+      "temperature, top_k, top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff), as transformers'\n"
+      "generate; --temperature > 0 samples (with --top-k / --top-p / --min-p / --typical-p /\n"
+      "--epsilon-cutoff / --eta-cutoff), --temperature 0 is greedy, the same --seed giving the same text. "
+      "The\n"
       "prompt runs through the model once, then each new token alone over a KV cache.\n"
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
       "model's eos_token_id (config.json, generation_config.json).\n"
@@ -191,6 +192,10 @@ int generate_main(int argc, char** argv) {
               "locally typical sampling: the tokens whose surprise is closest to the entropy, until their "
               "probabilities reach p (1: all)",
               "1")
+      .option("epsilon-cutoff",
+              "sample among the tokens at least this likely, the most likely always (0: all)", "0")
+      .option("eta-cutoff", "as --epsilon-cutoff with the cut min(eta, sqrt(eta) * exp(-entropy)) (0: all)",
+              "0")
       .option("repetition-penalty",
               "divide the logit of every id already in the sequence by it (multiply when negative), greedy "
               "or sampled, as transformers (1: none; default: the model's generation_config.json's)",
@@ -260,17 +265,22 @@ int generate_main(int argc, char** argv) {
   sampling.top_p = number_option(p, "top-p");
   sampling.min_p = number_option(p, "min-p");
   sampling.typical_p = number_option(p, "typical-p");
+  sampling.epsilon_cutoff = number_option(p, "epsilon-cutoff");
+  sampling.eta_cutoff = number_option(p, "eta-cutoff");
   sampling.repetition_penalty = number_option(p, "repetition-penalty");
   sampling.no_repeat_ngram_size = p.get_int("no-repeat-ngram-size", 0);
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
   TITAN_CHECK(
       sampling.temperature > 0 ||
-          (sampling.top_k == 0 && sampling.top_p == 1 && sampling.min_p == 0 && sampling.typical_p == 1),
-      "titan generate: --top-k, --top-p, --min-p and --typical-p shape sampling; with --temperature 0 "
-      "(greedy) they would do nothing");
-  const bool sampling_given =
-      p.has("temperature") || p.has("top-k") || p.has("top-p") || p.has("min-p") || p.has("typical-p");
+          (sampling.top_k == 0 && sampling.top_p == 1 && sampling.min_p == 0 && sampling.typical_p == 1 &&
+           sampling.epsilon_cutoff == 0 && sampling.eta_cutoff == 0),
+      "titan generate: --top-k, --top-p, --min-p, --typical-p, --epsilon-cutoff and --eta-cutoff shape "
+      "sampling; with --temperature 0 (greedy) they would do nothing");
+  bool sampling_given = false;
+  for (const char* flag :
+       {"temperature", "top-k", "top-p", "min-p", "typical-p", "epsilon-cutoff", "eta-cutoff"})
+    sampling_given = sampling_given || p.has(flag);
 
   // What the checkpoint says about itself, read before its weights so that a missing or changed
   // tokenizer fails at once: where its tokenizer is (the run's, for a native checkpoint, with the
@@ -409,9 +419,13 @@ int generate_main(int argc, char** argv) {
     sampling.top_p = defaults.sampling.top_p;
     sampling.min_p = defaults.sampling.min_p;
     sampling.typical_p = defaults.sampling.typical_p;
-    char more[96] = "";
-    if (sampling.min_p > 0 || sampling.typical_p < 1)
-      std::snprintf(more, sizeof more, ", min_p %g, typical_p %g", sampling.min_p, sampling.typical_p);
+    sampling.epsilon_cutoff = defaults.sampling.epsilon_cutoff;
+    sampling.eta_cutoff = defaults.sampling.eta_cutoff;
+    char more[160] = "";
+    if (sampling.min_p > 0 || sampling.typical_p < 1 || sampling.epsilon_cutoff > 0 ||
+        sampling.eta_cutoff > 0)
+      std::snprintf(more, sizeof more, ", min_p %g, typical_p %g, epsilon_cutoff %g, eta_cutoff %g",
+                    sampling.min_p, sampling.typical_p, sampling.epsilon_cutoff, sampling.eta_cutoff);
     std::fprintf(stderr,
                  "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g%s (seed %llu; "
                  "--temperature 0 for greedy)\n",

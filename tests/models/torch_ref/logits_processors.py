@@ -2,13 +2,14 @@
 """The next-token distribution as transformers' generate shapes it, in PyTorch (no transformers on
 this machine): the logits processors that apply to greedy and sampled search alike
 (RepetitionPenaltyLogitsProcessor, then NoRepeatNGramLogitsProcessor) and, when sampling, the
-warpers in the order `_get_logits_processor` appends them (Temperature, TopK, TopP, MinP, Typical),
+warpers in the order `_get_logits_processor` appends them (Temperature, TopK, TopP, MinP, Typical,
+Epsilon, Eta),
 each written from its documented rule on whole score rows with -inf for removed ids, as transformers
 computes them (min_tokens_to_keep 1). Then softmax, or the argmax for greedy.
 
     logits_processors.py IN.json OUT.json
 IN: {"cases": [{"logits": [...], "sequence": [...], "temperature", "top_k", "top_p", "min_p",
-    "typical_p", "repetition_penalty", "no_repeat_ngram_size"}]}
+    "typical_p", "epsilon_cutoff", "eta_cutoff", "repetition_penalty", "no_repeat_ngram_size"}]}
 OUT: {"cases": [[[id, probability], ...] (ids with a probability above 0, ascending)]}
 
 The repetition penalty is applied in float32 as transformers does; the warpers run in float64 here
@@ -78,6 +79,18 @@ def distribution(case):
         remove = by_surprise > by_surprise.gather(1, last.view(-1, 1))
         remove[..., :1] = False
         scores = scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)
+    # Epsilon and eta: an id below the cut leaves unless its score is the top one (min_tokens_to_keep 1).
+    if 0 < case["epsilon_cutoff"] < 1:
+        probs = torch.softmax(scores, dim=-1)
+        remove = (probs < case["epsilon_cutoff"]) & (scores < torch.topk(scores, 1)[0][..., -1, None])
+        scores = scores.masked_fill(remove, NEG_INF)
+    if 0 < case["eta_cutoff"] < 1:
+        probs = torch.softmax(scores, dim=-1)
+        entropy = torch.distributions.Categorical(logits=scores).entropy()
+        epsilon = torch.tensor(case["eta_cutoff"], dtype=torch.float64)
+        eta = torch.min(epsilon, torch.sqrt(epsilon) * torch.exp(-entropy))[..., None]
+        remove = (probs < eta) & (scores < torch.topk(scores, 1)[0][..., -1, None])
+        scores = scores.masked_fill(remove, NEG_INF)
     probs = torch.softmax(scores, dim=-1)[0]
     return [[i, float(p)] for i, p in enumerate(probs.tolist()) if p > 0]
 

@@ -63,6 +63,10 @@ void SamplingOptions::validate() const {
               "sampling: typical_p must be in (0, 1] (1: none), got ", precise(typical_p));
   TITAN_CHECK(no_repeat_ngram_size >= 0, "sampling: no_repeat_ngram_size must be >= 0 (0: none), got ",
               no_repeat_ngram_size);
+  TITAN_CHECK(std::isfinite(epsilon_cutoff) && epsilon_cutoff >= 0 && epsilon_cutoff < 1,
+              "sampling: epsilon_cutoff must be in [0, 1) (0: none), got ", precise(epsilon_cutoff));
+  TITAN_CHECK(std::isfinite(eta_cutoff) && eta_cutoff >= 0 && eta_cutoff < 1,
+              "sampling: eta_cutoff must be in [0, 1) (0: none), got ", precise(eta_cutoff));
 }
 
 GenerationDefaults generation_defaults(const nlohmann::json& c, const std::string& where) {
@@ -77,11 +81,8 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   };
   // Keys that change the choice of tokens beyond what titan's sampler does, with the value that
   // leaves it unchanged.
-  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"epsilon_cutoff", 0.0},
-                                                                         {"eta_cutoff", 0.0},
-                                                                         {"num_beams", 1},
-                                                                         {"encoder_repetition_penalty", 1.0},
-                                                                         {"top_h", nullptr}};
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {
+      {"num_beams", 1}, {"encoder_repetition_penalty", 1.0}, {"top_h", nullptr}};
   for (const auto& [key, neutral] : unchanged)
     if (c.contains(key) && c[key] != neutral)
       out.not_applied.push_back(std::string(key) + " " + c[key].dump());
@@ -113,6 +114,12 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
               ": 'min_p' must be in [0, 1], got ", precise(o.min_p));
   TITAN_CHECK(std::isfinite(o.typical_p) && o.typical_p > 0 && o.typical_p <= 1, where,
               ": 'typical_p' must be in (0, 1], got ", precise(o.typical_p));
+  o.epsilon_cutoff = number("epsilon_cutoff", 0.0, 0.0);
+  o.eta_cutoff = number("eta_cutoff", 0.0, 0.0);
+  for (const auto& [key, value] :
+       {std::pair{"epsilon_cutoff", o.epsilon_cutoff}, std::pair{"eta_cutoff", o.eta_cutoff}})
+    TITAN_CHECK(std::isfinite(value) && value >= 0 && value < 1, where, ": '", key,
+                "' must be in [0, 1) (0: none), got ", precise(value));
   // (temperature 0: greedy, as titan's sampler takes it.)
   return out;
 }
@@ -226,6 +233,27 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
       }
     ids.resize(w);
     p.resize(w);
+  }
+  // Epsilon, then eta: the ids whose probability (among those left) is below the cut leave, except
+  // those as likely as the most likely (transformers keeps the top score's ids).
+  auto cut_below = [&](double cut) {
+    const double kept = std::accumulate(p.begin(), p.end(), 0.0), top_logit = logits[size_t(ids[0])];
+    size_t w = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (p[i] / kept >= cut || logits[size_t(ids[i])] == top_logit) {
+        ids[w] = ids[i];
+        p[w++] = p[i];
+      }
+    ids.resize(w);
+    p.resize(w);
+  };
+  if (o.epsilon_cutoff > 0) cut_below(o.epsilon_cutoff);
+  if (o.eta_cutoff > 0) {
+    const double kept = std::accumulate(p.begin(), p.end(), 0.0);
+    double entropy = 0;
+    for (double w : p)
+      if (w > 0) entropy -= w / kept * std::log(w / kept);
+    cut_below(std::min(o.eta_cutoff, std::sqrt(o.eta_cutoff) * std::exp(-entropy)));
   }
   const double kept = std::accumulate(p.begin(), p.end(), 0.0);
   std::vector<std::pair<int64_t, double>> out(ids.size());

@@ -3,9 +3,9 @@
 // alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
 // ops::cached_attention); the next token comes from the last position's logits, greedy or sampled,
 // shaped as transformers' logits processors shape them (repetition penalty, no repeated n-grams;
-// then temperature, top-k, top-p, min-p, typical-p when sampling). (torchtitan's scripts/generate reruns the
-// whole sequence for every token; the tests hold the cached steps to that full forward's logits.) `titan
-// generate` is the command around it.
+// then temperature, top-k, top-p, min-p, typical-p, epsilon, eta when sampling). (torchtitan's
+// scripts/generate reruns the whole sequence for every token; the tests hold the cached steps to that full
+// forward's logits.) `titan generate` is the command around it.
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -28,6 +28,12 @@ struct SamplingOptions {
   // Locally typical sampling (Meister et al.): the ids whose surprise -log p is closest to the
   // distribution's entropy, as many as reach mass typical_p (1: no limit).
   double typical_p = 1.0;
+  // Epsilon sampling (Hewitt et al.): only ids at least this likely, the most likely always kept
+  // (0: no limit).
+  double epsilon_cutoff = 0.0;
+  // Eta sampling: as epsilon, with the cut min(eta, sqrt(eta) * exp(-H)) for H the entropy of the
+  // distribution (0: no limit).
+  double eta_cutoff = 0.0;
   // transformers' repetition_penalty, applied first, greedy or sampled: every id already in the
   // sequence (prompt and new tokens) has its logit divided by it when positive, multiplied when
   // negative (1: none; above 1 discourages repeats).
@@ -38,17 +44,18 @@ struct SamplingOptions {
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
-  // in [0, 1], typical_p in (0, 1], repetition_penalty finite and > 0, no_repeat_ngram_size >= 0.
+  // in [0, 1], typical_p in (0, 1], epsilon_cutoff and eta_cutoff in [0, 1), repetition_penalty
+  // finite and > 0, no_repeat_ngram_size >= 0.
   void validate() const;
 };
 
 // The sampling a transformers generation_config.json asks for when generate is given none, as
 // transformers' generate applies it: greedy unless do_sample is true, then its temperature, top_k,
-// top_p, min_p and typical_p, with transformers' defaults (1.0, 50, 1.0, none, 1.0) for those absent
-// and null as "no limit"; and its repetition_penalty and no_repeat_ngram_size either way (logits
-// processors, not sampling settings). `not_applied` names the keys it sets that titan's sampler has
-// no counterpart for (num_beams, epsilon_cutoff, ...), for the caller to say. An ill-typed value is
-// an error naming `where` and the key.
+// top_p, min_p, typical_p, epsilon_cutoff and eta_cutoff, with transformers' defaults (1.0, 50, 1.0,
+// none, 1.0, 0, 0) for those absent and null as "no limit"; and its repetition_penalty and
+// no_repeat_ngram_size either way (logits processors, not sampling settings). `not_applied` names the keys it
+// sets that titan's sampler has no counterpart for (num_beams, ...), for the caller to say. An ill-typed
+// value is an error naming `where` and the key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
@@ -59,7 +66,7 @@ GenerationDefaults generation_defaults(const nlohmann::json& generation_config, 
 // The ids the next token may be and their probabilities (summing to 1, most likely first, a tie
 // lower id first), from one row of logits as transformers' processors and warpers shape them, in
 // its order: repetition penalty, no repeated n-gram, then (sampling) temperature, top-k, top-p,
-// min-p, typical-p. Greedy (temperature 0): the one most likely id. `allowed` (empty: every id)
+// min-p, typical-p, epsilon, eta. Greedy (temperature 0): the one most likely id. `allowed` (empty: every id)
 // marks the ids that may be chosen; an id outside it is never a candidate (a tokenizer's unknown
 // ids: the embedding's padding), nor is a NaN logit. `sequence`: the ids so far (prompt and new
 // tokens), which the repetition penalty and the n-gram rule read.
