@@ -120,12 +120,21 @@ class CpuServices final : public DeviceServices {
   }
   void copy_strided(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
                     DType dtype, int rank, const int64_t* shape) override {
+    // The trailing dimensions both sides hold densely (each stride the product of the sizes after
+    // it) move as one block per memcpy: a KV cache's new positions in every row of a batch, a slice
+    // of whole rows. The dimensions before them are walked element offset by element offset.
+    int outer = rank;
+    int64_t block = 1;
+    while (outer > 0 && src_strides[outer - 1] == block && dst_strides[outer - 1] == block)
+      block *= shape[--outer];
+    const size_t block_bytes = size_t(block * int64_t(dtype_size(dtype)));
     const int64_t es = int64_t(dtype_size(dtype));
-    std::vector<int64_t> src_off(size_t(numel_of(rank, shape)));
-    for_each_strided_offset(rank, shape, src_strides, [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
-    for_each_strided_offset(rank, shape, dst_strides, [&](int64_t lin, int64_t off) {
-      std::memcpy(static_cast<char*>(dst) + off * es, static_cast<const char*>(src) + src_off[size_t(lin)] * es,
-                  size_t(es));
+    std::vector<int64_t> src_off(size_t(numel_of(outer, shape)));
+    for_each_strided_offset(outer, shape, src_strides,
+                            [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
+    for_each_strided_offset(outer, shape, dst_strides, [&](int64_t lin, int64_t off) {
+      std::memcpy(static_cast<char*>(dst) + off * es,
+                  static_cast<const char*>(src) + src_off[size_t(lin)] * es, block_bytes);
     });
   }
 

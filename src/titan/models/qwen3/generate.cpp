@@ -160,19 +160,25 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
     return (allowed.empty() || allowed[size_t(id)]) && (banned.empty() || !banned[size_t(id)]);
   };
   // A NaN logit is never chosen: it says the model diverged, not that the token is likely.
-  std::vector<int64_t> ids;
-  ids.reserve(size_t(V));
-  for (int64_t id = 0; id < V; ++id)
-    if (ok(id) && !std::isnan(logits[size_t(id)])) ids.push_back(id);
-  TITAN_CHECK(!ids.empty(),
-              "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, "
-              "no_repeat_ngram_size): the model cannot pick a token");
-
+  const char* const none_left =
+      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size): the "
+      "model cannot pick a token";
   // Most likely first; a tie keeps the lower id first (greedy = transformers' argmax).
   auto more_likely = [&](int64_t a, int64_t b) {
     return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   };
-  if (o.temperature == 0) return {{*std::min_element(ids.begin(), ids.end(), more_likely), 1.0}};
+  if (o.temperature == 0) {  // one pass, no list of candidates: a batch's rows each scan V logits per step
+    int64_t best = -1;
+    for (int64_t id = 0; id < V; ++id)
+      if (ok(id) && !std::isnan(logits[size_t(id)]) && (best < 0 || more_likely(id, best))) best = id;
+    TITAN_CHECK(best >= 0, none_left);
+    return {{best, 1.0}};
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(size_t(V));
+  for (int64_t id = 0; id < V; ++id)
+    if (ok(id) && !std::isnan(logits[size_t(id)])) ids.push_back(id);
+  TITAN_CHECK(!ids.empty(), none_left);
 
   const size_t keep = o.top_k > 0 ? std::min(ids.size(), size_t(o.top_k)) : ids.size();
   std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), more_likely);
