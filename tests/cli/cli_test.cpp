@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "models/oracle_check.h"
 #include "models/small_args.h"
@@ -237,10 +238,12 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
            {"{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1,]}\n", file + ": line 2, column 18: "},
            {"{\"prompt_ids\": [1]}\n[1, 2]\n",
             file + " line 2: expected an object such as {\"prompt\": \"...\"}"},
-           {"{\"promt\": \"hi\"}\n", file + " line 1: unknown key \"promt\" (a line holds \"prompt\" or "
-                                            "\"prompt_ids\"); did you mean 'prompt'?"},
+           {"{\"promt\": \"hi\"}\n",
+            file + " line 1: unknown key \"promt\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", "
+                   "and \"tools\" beside them); did you mean 'prompt'?"},
            {"{\"prompt\": \"hi\", \"prompt_ids\": [1]}\n",
-            "line 1: give \"prompt\" or \"prompt_ids\", not both"},
+            "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
+           {"{\"tools\": []}\n", "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
            {"{\"prompt\": 5}\n", "line 1: \"prompt\" must be a string"},
            {"{\"prompt_ids\": []}\n", "line 1: \"prompt_ids\" must be a non-empty array of ids"},
            {"{\"prompt_ids\": [1, \"2\"]}\n", "line 1: \"prompt_ids\" element 1 is not an integer"},
@@ -312,11 +315,15 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   r = titan(sampled);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, text + "\n");
-  // A file's "prompt" lines under --chat are user messages as --prompt is, and come back as text.
+  // A file's "prompt" lines under --chat are user messages as --prompt is, and come back as text; a
+  // "messages" line is a whole conversation, rendered with the assistant's turn opened.
   {
-    std::ofstream(dir.parent_path() / "chat.jsonl") << "{\"prompt\": \"Hi there\"}\n{\"prompt\": \"Bye\"}\n";
+    const fs::path file = dir.parent_path() / "chat.jsonl";
+    std::ofstream(file) << "{\"prompt\": \"Hi there\"}\n"
+                           "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                           "{\"role\": \"user\", \"content\": \"Hi there\"}]}\n";
     r = titan("generate --model-path " + dir.string() + " --max-new-tokens 2 --chat --prompts-file " +
-              (dir.parent_path() / "chat.jsonl").string());
+              file.string());
     ASSERT_EQ(r.rc, 0) << r.err;
     std::istringstream lines(r.out);
     std::string line;
@@ -325,6 +332,32 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
     EXPECT_TRUE(nlohmann::json::parse(line).at("text").is_string()) << line;
     ASSERT_TRUE(std::getline(lines, line));
     EXPECT_EQ(nlohmann::json::parse(line).at("index"), 1) << line;
+    std::vector<int64_t> conversation;
+    for (int32_t id :
+         tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\n"))
+      conversation.push_back(id);
+    EXPECT_EQ(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<int64_t>>(), conversation) << line;
+    const std::string base =
+        "generate --model-path " + dir.string() + " --max-new-tokens 2 --prompts-file " + file.string();
+    const std::string user = "{\"role\": \"user\", \"content\": \"x\"}";
+    for (const auto& [text, args, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"{\"messages\": [" + user + "]}\n", "",
+              file.string() +
+                  " line 1: \"messages\" is a conversation, rendered with the chat template: add --chat"},
+             {"\n{\"messages\": [" + user + "]}\n", " --chat --system hi",
+              file.string() + " line 2: --system goes before each \"prompt\""},
+             {"{\"prompt\": \"x\", \"tools\": []}\n", " --chat",
+              "line 1: \"tools\" go with a conversation's \"messages\""},
+             {"{\"messages\": []}\n", " --chat", "line 1: \"messages\" must be a non-empty array"},
+             {"{\"messages\": [" + user + ", {\"role\": \"narrator\", \"content\": \"y\"}]}\n", " --chat",
+              file.string() +
+                  " line 1: message 1: role 'narrator' is not one of system, user, assistant, tool"}}) {
+      std::ofstream(file, std::ios::trunc) << text;
+      r = titan(base + args);
+      EXPECT_EQ(r.rc, 1) << text;
+      EXPECT_NE(r.err.find(message), std::string::npos) << text << "\n" << r.err;
+    }
   }
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {m + "--prompt hi --no-think", "--no-think shapes a --chat prompt; add --chat"},

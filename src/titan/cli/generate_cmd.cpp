@@ -55,16 +55,18 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-// One prompt of a --prompts-file: its text, or its ids when the line gave "prompt_ids" (the text's
-// once encoded).
+// One prompt of a --prompts-file: its text, a conversation (its messages and tools), or its ids when
+// the line gave "prompt_ids" (the others' once encoded).
 struct PromptLine {
   int64_t line = 0;  // 1-based, in the file
   std::string text;
+  nlohmann::ordered_json messages, tools;  // null unless the line is a conversation
   std::vector<int64_t> ids;
 };
 
-// The prompts of a JSON Lines file: one object per non-blank line holding "prompt" (text) or
-// "prompt_ids" (ids); anything else is an error naming the file, the line and the rule.
+// The prompts of a JSON Lines file: one object per non-blank line holding "prompt" (text),
+// "prompt_ids" (ids) or "messages" (a conversation, with "tools" beside it when it has them);
+// anything else is an error naming the file, the line and the rule.
 std::vector<PromptLine> read_prompts_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(!fs::is_directory(path) && in, "titan generate: --prompts-file: cannot read '", path, "'");
@@ -74,26 +76,36 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "titan generate: " + path + " line " + std::to_string(number);
-    json row;
+    nlohmann::ordered_json row;  // keys in the file's order: a tool call's arguments render in it
     try {
-      row = json::parse(text);
+      row = nlohmann::ordered_json::parse(text);
     } catch (const json::parse_error& e) {
       const io::JsonErrorAt at = io::locate_json_error(text, e, uint64_t(number));
       TITAN_FAIL("titan generate: ", path, ": line ", at.line, ", column ", at.column, ": ", at.what);
     }
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
                 row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
+    static const std::vector<std::string> kKeys = {"prompt", "prompt_ids", "messages", "tools"};
     for (const auto& [key, value] : row.items())
-      TITAN_CHECK(key == "prompt" || key == "prompt_ids", where, ": unknown key \"", key,
-                  "\" (a line holds \"prompt\" or \"prompt_ids\")",
-                  suggestion(key, {"prompt", "prompt_ids"}));
-    TITAN_CHECK(row.size() == 1, where, ": give \"prompt\" or \"prompt_ids\", not both");
-    PromptLine prompt{number, {}, {}};
-    if (row.contains("prompt")) {
+      TITAN_CHECK(std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end(), where, ": unknown key \"", key,
+                  "\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", and \"tools\" beside them)",
+                  suggestion(key, kKeys));
+    TITAN_CHECK(
+        int(row.contains("prompt")) + int(row.contains("prompt_ids")) + int(row.contains("messages")) == 1,
+        where, ": give one of \"prompt\", \"prompt_ids\" and \"messages\"");
+    TITAN_CHECK(!row.contains("tools") || row.contains("messages"), where,
+                ": \"tools\" go with a conversation's \"messages\"");
+    PromptLine prompt{number, {}, nullptr, nullptr, {}};
+    if (row.contains("messages")) {
+      TITAN_CHECK(row["messages"].is_array() && !row["messages"].empty(), where,
+                  ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
+      prompt.messages = row["messages"];
+      prompt.tools = row.value("tools", nlohmann::ordered_json());
+    } else if (row.contains("prompt")) {
       TITAN_CHECK(row["prompt"].is_string(), where, ": \"prompt\" must be a string");
       prompt.text = row["prompt"].get<std::string>();
     } else {
-      const json& ids = row["prompt_ids"];
+      const nlohmann::ordered_json& ids = row["prompt_ids"];
       TITAN_CHECK(ids.is_array() && !ids.empty(), where, ": \"prompt_ids\" must be a non-empty array of ids");
       for (size_t i = 0; i < ids.size(); ++i) {
         TITAN_CHECK(ids[i].is_number_integer(), where, ": \"prompt_ids\" element ", i, " is not an integer");
@@ -165,8 +177,9 @@ int generate_main(int argc, char** argv) {
       .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
       .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
       .option("prompts-file",
-              "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"} or "
-              "{\"prompt_ids\": [785, 3974]}; prints {\"index\", \"prompt_ids\", \"ids\", \"text\", "
+              "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"}, "
+              "{\"prompt_ids\": [785, 3974]} or, with --chat, {\"messages\": [...], \"tools\": [...]}; "
+              "prints {\"index\", \"prompt_ids\", \"ids\", \"text\", "
               "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i")
       .option("batch-size", "with --prompts-file: prompts generated together, as the rows of one batch", "8")
       .flag(
@@ -252,9 +265,16 @@ int generate_main(int argc, char** argv) {
   // The prompts file is read before the model, so that a bad line fails at once.
   std::vector<PromptLine> file_prompts;
   if (has_file) file_prompts = read_prompts_file(p.get("prompts-file"));
-  for (const PromptLine& line : file_prompts)
-    TITAN_CHECK(!chat || line.ids.empty(), "titan generate: ", p.get("prompts-file"), " line ", line.line,
+  for (const PromptLine& line : file_prompts) {
+    const std::string where =
+        "titan generate: " + p.get("prompts-file") + " line " + std::to_string(line.line);
+    TITAN_CHECK(!chat || line.ids.empty(), where,
                 ": --chat renders a \"prompt\" as a user message; \"prompt_ids\" are already ids");
+    TITAN_CHECK(chat || line.messages.is_null(), where,
+                ": \"messages\" is a conversation, rendered with the chat template: add --chat");
+    TITAN_CHECK(line.messages.is_null() || !p.has("system"), where,
+                ": --system goes before each \"prompt\"; a conversation's \"messages\" hold their own");
+  }
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan generate: --dtype must be float32 or bfloat16, got ",
               p.get("dtype"));
@@ -323,12 +343,13 @@ int generate_main(int argc, char** argv) {
     const PromptLine* text_line = nullptr;
     for (const PromptLine& line : file_prompts)
       if (!text_line && line.ids.empty()) text_line = &line;
-    TITAN_CHECK(
-        !has_prompt && !text_line, "titan generate: no tokenizer.json to encode ",
-        text_line ? "the \"prompt\" of " + p.get("prompts-file") + " line " + std::to_string(text_line->line)
-                  : std::string("--prompt"),
-        " (looked for '", own_file.string(), "'); name one with --tokenizer, or give ",
-        text_line ? "\"prompt_ids\"" : "--prompt-ids");
+    TITAN_CHECK(!has_prompt && !text_line, "titan generate: no tokenizer.json to encode ",
+                text_line
+                    ? std::string(text_line->messages.is_null() ? "the \"prompt\"" : "the \"messages\"") +
+                          " of " + p.get("prompts-file") + " line " + std::to_string(text_line->line)
+                    : std::string("--prompt"),
+                " (looked for '", own_file.string(), "'); name one with --tokenizer, or give ",
+                text_line ? "\"prompt_ids\"" : "--prompt-ids");
   }
 
   std::unique_ptr<qwen3::Qwen3Model> model;
@@ -382,7 +403,16 @@ int generate_main(int argc, char** argv) {
   check_in_vocabulary(prompt, "");
   for (PromptLine& line : file_prompts) {
     const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
-    if (line.ids.empty()) line.ids = encode(line.text, where + "'s \"prompt\"");
+    if (!line.messages.is_null()) {  // the conversation, the assistant's turn opened
+      try {
+        const auto pieces = data::render_qwen3_chat(line.messages, line.tools, {true, !p.has("no-think")});
+        for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) line.ids.push_back(id);
+      } catch (const Error& e) {
+        TITAN_FAIL("titan generate: ", where, ": ", e.what());
+      }
+    } else if (line.ids.empty()) {
+      line.ids = encode(line.text, where + "'s \"prompt\"");
+    }
     check_in_vocabulary(line.ids, where + ": ");
   }
 
