@@ -312,6 +312,7 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
       {"[job]\ndump_folder = 5\n", {}, {"job.dump_folder", "expects a string", "integer"}},
       {"[checkpoint]\nexport_dtype = \"fp16\"\n", {}, {"checkpoint.export_dtype", "float32, bfloat16"}},
       {"", {{"checkpoint.async_mode", "background"}}, {"checkpoint.async_mode", "disabled, async"}},
+      {"", {{"checkpoint.interval_type", "second"}}, {"checkpoint.interval_type", "did you mean 'seconds'"}},
       {"[activation_checkpoint]\nmode = \"ful\"\n",
        {},
        {"activation_checkpoint.mode", "did you mean 'full'"}},
@@ -566,6 +567,7 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
        "checkpoint.async_mode",
        "async",
        "checkpoint.load_only = true (no saves)"},
+      {{}, "checkpoint.interval_type", "seconds", "checkpoint.enable = false (no periodic saves)"},
   };
   for (const Case& c : cases) {
     Overrides typed = c.context;
@@ -574,7 +576,7 @@ TEST(JobConfig, KeysTheJobLeavesWithoutEffectAreNoted) {
     // The same key in the config file.
     const auto dot = c.key.find('.');
     const bool text = c.value == "torchtitan" || c.value == "0.6B" || c.value == "next_fit" ||
-                      c.value == "async" || c.key == "validation.dataset_path" ||
+                      c.value == "async" || c.value == "seconds" || c.key == "validation.dataset_path" ||
                       c.key == "activation_checkpoint.selective_ac_option" || c.key == "training.dataset" ||
                       c.key == "validation.dataset";
     const std::string in_file = "[" + c.key.substr(0, dot) + "]\n" + c.key.substr(dot + 1) + " = " +

@@ -31,6 +31,7 @@
 #include "titan/io/safetensors.h"
 #include "titan/kernels/substitution.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/checkpointer.h"
 #include "titan/train/job_config.h"
 #include "titan/train/native_model.h"
 #include "train_test_util.h"
@@ -1129,6 +1130,29 @@ TEST(Trainer, BackgroundSavesWriteTheSynchronousCheckpointsByteForByte) {
   const auto la = by_step(read_metrics(sync), "loss"), lb = by_step(read_metrics(background), "loss");
   EXPECT_EQ(la.size(), 7u);
   EXPECT_EQ(la, lb);
+}
+
+// checkpoint.interval_type: "steps" saves after every interval-th step; "seconds" once interval
+// seconds have passed since the run or the previous save began, whatever the step. A run with an
+// hour's interval in seconds saves its last step only (the ranks agree on the step through one max
+// over ranks per step).
+TEST(Trainer, AnIntervalInSecondsSavesByTheClock) {
+  CheckpointSection steps, seconds;
+  steps.interval = seconds.interval = 2;
+  seconds.interval_type = "seconds";
+  EXPECT_TRUE(periodic_save_due(steps, 4, 0.0));
+  EXPECT_FALSE(periodic_save_due(steps, 3, 100.0));
+  EXPECT_FALSE(periodic_save_due(seconds, 4, 1.99));
+  EXPECT_TRUE(periodic_save_due(seconds, 3, 2.0));
+  EXPECT_TRUE(periodic_save_due(seconds, 1, 7.5));
+
+  const fs::path dump = tt::temp_dir("trainer_interval_seconds");
+  const TrainSummary s = run_training(tiny_config(dump, {{"training.steps", "3"},
+                                                         {"checkpoint.enable", "true"},
+                                                         {"checkpoint.interval", "3600"},
+                                                         {"checkpoint.interval_type", "seconds"}}));
+  EXPECT_EQ(s.steps_run, 3);
+  EXPECT_EQ(CheckpointManager(dump / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{3}));
 }
 
 // A checkpoint whose files cannot be written (the file size limit here, `ulimit -f` with SIGXFSZ

@@ -303,8 +303,17 @@ void Checkpointer::write_files(PendingSave& p) const {
   p.done = true;
 }
 
+bool periodic_save_due(const CheckpointSection& c, int64_t step, double seconds) {
+  return c.interval_type == "seconds" ? seconds >= double(c.interval) : step % c.interval == 0;
+}
+
+double Checkpointer::seconds_since_last_save() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_began_).count();
+}
+
 void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   finish_save();  // one save at a time: the one in the background commits first
+  last_save_began_ = std::chrono::steady_clock::now();
   auto p = std::make_unique<PendingSave>();
   p->began = Clock::now();
   p->step = s.step;

@@ -3,6 +3,7 @@
 // checkpoint layout, and train_state.json: step, tokens seen, model config, LR schedule, data
 // position, seed, world size and mesh, MoE expert biases), restoring it on resume, and the
 // Hugging Face export at the end of a run. Files and atomicity: CheckpointManager.
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -20,6 +21,11 @@ namespace titan::train {
 // Where a job's checkpoints go: checkpoint.folder under job.dump_folder (an absolute
 // checkpoint.folder stands alone).
 std::filesystem::path checkpoint_folder_of(const JobConfig& config);
+
+// Whether the periodic save is due after `step` (checkpoint.interval, counted as
+// checkpoint.interval_type says), `seconds` after the run began or the previous save began. (With
+// "seconds" each rank asks its own clock: the trainer saves where any rank says so.)
+bool periodic_save_due(const CheckpointSection& c, int64_t step, double seconds);
 
 class Checkpointer {
  public:
@@ -78,6 +84,9 @@ class Checkpointer {
   // The step saved last (or resumed from; a save in the background counts): a stop by signal does
   // not save it twice.
   int64_t last_saved_step() const { return last_saved_step_; }
+  // Seconds since the last save began (or, before any, since this checkpointer was made: the run's
+  // start): checkpoint.interval_type = "seconds" counts from it.
+  double seconds_since_last_save() const;
   // A save still in the background is abandoned (its writer joined, nothing committed, its
   // temporary folder removed): an error is unwinding the run.
   ~Checkpointer();
@@ -122,6 +131,7 @@ class Checkpointer {
   std::optional<int64_t> resume_step_;
   std::optional<std::filesystem::path> fork_dir_;  // initial_load_path, loaded whole
   int64_t last_saved_step_ = -1;
+  std::chrono::steady_clock::time_point last_save_began_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace titan::train

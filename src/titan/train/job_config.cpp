@@ -104,6 +104,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, enable),
       TITAN_KEY(checkpoint, folder),
       TITAN_KEY(checkpoint, interval),
+      TITAN_KEY(checkpoint, interval_type, "steps", "seconds"),
       TITAN_KEY(checkpoint, enable_first_step_checkpoint),
       TITAN_KEY(checkpoint, keep_latest_k),
       TITAN_KEY(checkpoint, load_step),
@@ -614,6 +615,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("training.pack_strategy", "training.pack_conversations = false (nothing is packed)");
   if (c.checkpoint.load_only) {
     moot("checkpoint.interval", "checkpoint.load_only = true (no saves)");
+    moot("checkpoint.interval_type", "checkpoint.load_only = true (no saves)");
     moot("checkpoint.enable_first_step_checkpoint", "checkpoint.load_only = true (no saves)");
     moot("checkpoint.keep_latest_k", "checkpoint.load_only = true (no saves, so none pruned)");
     moot("checkpoint.async_mode", "checkpoint.load_only = true (no saves)");
@@ -624,6 +626,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
              "background thread; a GPU job's copy crosses through titan's pinned staging buffers either way");
   if (!c.checkpoint.enable) {
     moot("checkpoint.interval", "checkpoint.enable = false (no periodic saves)");
+    moot("checkpoint.interval_type", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)
       moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
     if (c.checkpoint.restart_data_stream)

@@ -153,9 +153,10 @@ const std::vector<KeyGroup> kGroups = {
     ignored(kContextOnly,
             {"parallelism.context_parallel_rotate_method", "parallelism.context_parallel_load_balancer"}),
     // [checkpoint]
-    native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
-            "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf", "checkpoint.last_save_in_hf",
-            "checkpoint.export_dtype", "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
+    native({"checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.interval_type",
+            "checkpoint.keep_latest_k", "checkpoint.initial_load_path", "checkpoint.initial_load_in_hf",
+            "checkpoint.last_save_in_hf", "checkpoint.export_dtype",
+            "checkpoint.enable_first_step_checkpoint", "checkpoint.load_step",
             "checkpoint.exclude_from_loading", "checkpoint.create_seed_checkpoint", "checkpoint.load_only",
             "checkpoint.initial_load_model_only", "checkpoint.async_mode"}),
     alias("checkpoint.enable", {"checkpoint.enable_checkpoint"}),
@@ -168,7 +169,6 @@ const std::vector<KeyGroup> kGroups = {
             {"checkpoint.last_save_model_only"}),
     off_only("false", "titan cannot load quantized HF checkpoints",
              {"checkpoint.initial_load_in_hf_quantized"}),
-    off_only("steps", "titan saves every `interval` steps", {"checkpoint.interval_type"}),
     ignored(kFaultOnly, {"checkpoint.enable_ft_dataloader_checkpoints"}),
     // [activation_checkpoint]
     native({"activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"}),

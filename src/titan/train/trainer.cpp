@@ -333,8 +333,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
+    bool periodic = false;
+    if (cfg.checkpoint.enable && !cfg.checkpoint.load_only) {
+      periodic = periodic_save_due(cfg.checkpoint, state.step, checkpointer.seconds_since_last_save());
+      // checkpoint.interval_type = "seconds": every rank's clock says its own; they save at one step.
+      if (cfg.checkpoint.interval_type == "seconds") periodic = plan.max_over_ranks(periodic) != 0;
+    }
     if (cfg.checkpoint.enable && !cfg.checkpoint.load_only &&
-        (state.step % cfg.checkpoint.interval == 0 || state.step == cfg.training.steps ||
+        (periodic || state.step == cfg.training.steps ||
          (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
       // checkpoint.async_mode: in the background while steps remain (the last one is waited for).
       checkpointer.save(
