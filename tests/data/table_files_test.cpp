@@ -817,7 +817,8 @@ TEST(Arrow, FilesTitanCannotReadNameTheFileAndTheRule) {
       dataset_error(ok, "body"),
       "ok.arrow: has no column 'body' (training.text_field names the column to read; its columns are 'id', "
       "'text', 'other')");
-  expect(dataset_error(ok, "id"), "ok.arrow: column 'id' holds Int values, not strings (Utf8 or LargeUtf8)");
+  expect(dataset_error(ok, "id"),
+         "ok.arrow: column 'id' holds Int values, not strings (Utf8, LargeUtf8 or Utf8View)");
   expect(dataset_error(dir / "dict.arrow"), "dict.arrow: column 'text' is dictionary-encoded");
   expect(dataset_error(ok), "ok.arrow:6: row 6's column 'text' is null, not a string");
   const std::string bytes = read_file(ok);
@@ -943,6 +944,88 @@ TEST(Arrow, LayoutsOfOtherWritersRead) {
     EXPECT_EQ(arrow_rows(dir / name, "text"), (std::vector<json>{"r0", "r1", "r2", "r3", "r4"}));
     EXPECT_EQ(arrow_rows(dir / name, "n"), std::vector<json>(lists.begin(), lists.end()));
   }
+}
+
+// Arrow IPC files Polars wrote (tests/fixtures/arrow_compressed/README.md): record batches compressed
+// in LZ4 frames and zstd, strings as views (Polars' newest layout: inline up to 12 bytes, else in a
+// data buffer) and as LargeUtf8 (its oldest), file and stream formats. Every row reads as the JSON
+// Lines file the same script wrote, nulls as nulls, in three record batches and from any row sought;
+// a list of {role, content} structs of views reads as the conversations.
+TEST(Arrow, CompressedFilesAndStringViewsPolarsWroteRead) {
+  const fs::path dir = fixtures_dir() / "arrow_compressed";
+  std::vector<std::optional<std::string>> want;
+  {
+    std::ifstream f(dir / "rows.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const json text = json::parse(line).at("text");
+      want.push_back(text.is_null() ? std::nullopt : std::optional<std::string>(text.get<std::string>()));
+    }
+  }
+  ASSERT_EQ(want.size(), 700u);
+  // (Polars' streaming writers, the stream format's and sinkIpc's, gather the three chunks into one batch.)
+  for (const auto& [name, batches] :
+       std::vector<std::pair<std::string, size_t>>{{"view.arrow", 3},
+                                                   {"view_lz4.arrow", 3},
+                                                   {"view_zstd.arrow", 3},
+                                                   {"view_zstd_stream.arrow", 1},
+                                                   {"large_lz4.arrow", 1},
+                                                   {"large_zstd.arrow", 1}}) {
+    SCOPED_TRACE(name);
+    ArrowColumn c(dir / name, "text");
+    EXPECT_EQ(c.batches(), batches);
+    EXPECT_EQ(read_column(c), want);
+    std::string value;
+    bool null = false;
+    for (const uint64_t row : {uint64_t(499), uint64_t(250), uint64_t(3), uint64_t(699)}) {
+      c.seek(row);
+      ASSERT_TRUE(c.next(value, null));
+      EXPECT_EQ(null ? std::nullopt : std::optional<std::string>(value), want[row]) << "row " << row;
+    }
+  }
+  std::vector<json> chats;
+  {
+    std::ifstream f(dir / "chats.jsonl");
+    for (std::string line; std::getline(f, line);) chats.push_back(json::parse(line).at("messages"));
+  }
+  ASSERT_EQ(chats.size(), 60u);
+  EXPECT_EQ(arrow_rows(dir / "chats_view_zstd.arrow", "messages"), chats);
+}
+
+// Compressed buffers whose data or stored length is wrong are errors naming the file, the batch,
+// the column and the fault, before a byte is trusted: a forged length of 2^40 claims nothing, a
+// frame cut or damaged is named, and a file of apache-arrow's JavaScript writer (whose stored length
+// is the compressed size) is told apart. (The first frame of Polars' files is column 'id''s values.)
+TEST(Arrow, CompressedBuffersThatLieAreErrors) {
+  const fs::path dir = fixtures_dir() / "arrow_compressed", out = temp_dir("arrow_compressed_lies");
+  // The file with the 8 bytes before the first frame (its stored length) or the frame's bytes changed.
+  auto altered = [&](const std::string& name, const std::string& magic, int64_t at,
+                     const std::string& bytes) {
+    std::string data = read_file(dir / name);
+    const size_t frame = data.find(magic);
+    EXPECT_NE(frame, std::string::npos) << name;
+    data.replace(size_t(int64_t(frame) + at), bytes.size(), bytes);
+    const fs::path file = out / ("altered_" + std::to_string(at) + "_" + name);
+    write_file(file, data);
+    return file;
+  };
+  auto length = [](int64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  const std::string zstd_magic("\x28\xb5\x2f\xfd", 4), lz4_magic("\x04\x22\x4d\x18", 4);
+  auto expect = [](const fs::path& file, const std::vector<std::string>& parts,
+                   const std::string& column = "id") {
+    const std::string e = error_of([&] { arrow_rows(file, column); });
+    EXPECT_NE(e.find(file.filename().string() + ": record batch 0: column '" + column + "': "),
+              std::string::npos)
+        << e;
+    for (const std::string& part : parts) EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect(altered("view_zstd.arrow", zstd_magic, -8, length(int64_t(1) << 40)),
+         {"declares 1099511627776 bytes uncompressed (at most"});
+  expect(altered("view_zstd.arrow", zstd_magic, 6, std::string(8, '\xff')), {"zstd"});
+  expect(altered("view_lz4.arrow", lz4_magic, 4, std::string(4, '\x7f')), {"its LZ4 frame is corrupt: "});
+  expect(altered("view_lz4.arrow", lz4_magic, -8, length(3)),
+         {"an LZ4 buffer does not hold one whole frame of the 3"});
+  expect(dir / "arrowjs_lz4.arrow",
+         {"not the uncompressed size the Arrow format asks for: apache-arrow's JavaScript writer"}, "text");
 }
 
 // Files built to break the reader (sizes that wrap, arrays that need no bytes, schemas that share

@@ -1,5 +1,8 @@
 #include "titan/data/arrow_ipc.h"
 
+#include <lz4frame.h>
+#include <zstd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -301,6 +304,25 @@ struct Array {
         for (const Array& c : children)
           if (c.length < length) throw Corrupt{"a struct's field holds fewer values than the struct"};
         break;
+      case kUtf8View: {
+        // 16-byte views: a length, then up to 12 bytes inline, or a 4-byte prefix, the index of a
+        // variadic data buffer (buffers 2, 3, ...) and the offset of the bytes in it. (A null
+        // value's view may hold anything: it is never read.)
+        need(1, uint64_t(length) * 16, "views");
+        for (int64_t i = 0; i < length; ++i) {
+          if (!valid(i)) continue;
+          const int32_t size = at<int32_t>(1, 4 * i), index = at<int32_t>(1, 4 * i + 2),
+                        offset = at<int32_t>(1, 4 * i + 3);
+          if (size < 0) throw Corrupt{"element " + std::to_string(i) + "'s view has a negative length"};
+          if (size <= 12) continue;
+          if (index < 0 || size_t(index) + 2 >= buffers.size() || offset < 0 ||
+              uint64_t(offset) + uint64_t(size) > buffers[size_t(index) + 2].size())
+            throw Corrupt{"element " + std::to_string(i) + "'s view (" + std::to_string(size) + " bytes at " +
+                          std::to_string(offset) + " of data buffer " + std::to_string(index) +
+                          ") leaves the " + std::to_string(buffers.size() - 2) + " data buffers"};
+        }
+        break;
+      }
       default:
         break;
     }
@@ -308,6 +330,13 @@ struct Array {
   }
 
   std::string_view string(int64_t i) const {
+    if (field->type == kUtf8View) {
+      const char* view = reinterpret_cast<const char*>(buffers[1].data()) + 16 * i;
+      const int32_t size = at<int32_t>(1, 4 * i);
+      if (size <= 12) return {view + 4, size_t(size)};
+      const int32_t index = at<int32_t>(1, 4 * i + 2), offset = at<int32_t>(1, 4 * i + 3);
+      return {reinterpret_cast<const char*>(buffers[size_t(index) + 2].data()) + offset, size_t(size)};
+    }
     const auto [b, e] = range(i, field->type == kLargeUtf8);
     return {reinterpret_cast<const char*>(buffers[2].data()) + b, size_t(e - b)};
   }
@@ -320,6 +349,7 @@ struct Array {
     switch (field->type) {
       case kUtf8:
       case kLargeUtf8:
+      case kUtf8View:
         return std::string(string(i));
       case kList:
       case kLargeList: {
@@ -359,9 +389,9 @@ struct Array {
 void check_json_types(const FieldInfo& f, const std::string& path, const fs::path& file) {
   const bool readable =
       !f.dictionary &&
-      (f.type == kUtf8 || f.type == kLargeUtf8 || f.type == kList || f.type == kLargeList ||
-       f.type == kStruct || f.type == kBool || (f.type == kFloatingPoint && f.bit_width >= 32) ||
-       f.type == kNull ||
+      (f.type == kUtf8 || f.type == kLargeUtf8 || f.type == kUtf8View || f.type == kList ||
+       f.type == kLargeList || f.type == kStruct || f.type == kBool ||
+       (f.type == kFloatingPoint && f.bit_width >= 32) || f.type == kNull ||
        (f.type == kInt && (f.bit_width == 8 || f.bit_width == 16 || f.bit_width == 32 || f.bit_width == 64)));
   TITAN_CHECK(readable, "dataset: ", file.string(), ": '", path, "' is ",
               f.dictionary ? "dictionary-encoded " : "", type_name(f.type),
@@ -370,9 +400,70 @@ void check_json_types(const FieldInfo& f, const std::string& path, const fs::pat
 }
 
 // What one record batch message says of the column: its rows and where its arrays' buffers are.
+// Message.fbs's CompressionType, and none.
+enum class BodyCodec { kNone = -1, kLz4Frame = 0, kZstd = 1 };
+
+// A buffer of a compressed record batch: an int64 (little-endian) uncompressed length, then the
+// data compressed with `codec`, or as it is where the length is -1 (a writer stores a buffer that
+// would not shrink uncompressed). A declared length past 1024 times the compressed size plus 1 MiB
+// is refused before anything is allocated: no real buffer compresses that far, and a forged
+// length would otherwise claim the memory. The data must decompress to exactly the declared length.
+std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored) {
+  if (stored.empty()) return {};
+  if (stored.size() < 8) throw Corrupt{"a compressed buffer shorter than its 8-byte length"};
+  int64_t declared;
+  std::memcpy(&declared, stored.data(), 8);
+  const uint8_t* src = stored.data() + 8;
+  const size_t n = stored.size() - 8;
+  if (declared == -1) return std::vector<uint8_t>(src, src + n);
+  const uint64_t limit = 1024 * uint64_t(n) + (uint64_t(1) << 20);
+  if (declared < 0 || uint64_t(declared) > limit)
+    throw Corrupt{"a compressed buffer of " + std::to_string(n) + " bytes declares " +
+                  std::to_string(declared) + " bytes uncompressed (at most " + std::to_string(limit) +
+                  " are believed)"};
+  std::vector<uint8_t> out(static_cast<size_t>(declared));
+  // A length equal to the compressed size is the mark of a writer that stores the wrong one.
+  const std::string wrong_length =
+      uint64_t(declared) == n ? " (the length stored before the data equals its compressed size, not the "
+                                "uncompressed size the Arrow format asks for: apache-arrow's JavaScript "
+                                "writer, 21.2.0 and before, writes such files)"
+                              : "";
+  if (codec == BodyCodec::kZstd) {
+    const size_t got = ZSTD_decompress(out.data(), out.size(), src, n);
+    if (ZSTD_isError(got))
+      throw Corrupt{std::string("its zstd data is corrupt: ") + ZSTD_getErrorName(got) + wrong_length};
+    if (got != out.size())
+      throw Corrupt{"a zstd buffer holds " + std::to_string(got) + " bytes, not the " +
+                    std::to_string(declared) + " it declares" + wrong_length};
+    return out;
+  }
+  LZ4F_dctx* ctx = nullptr;
+  if (LZ4F_isError(LZ4F_createDecompressionContext(&ctx, LZ4F_VERSION)))
+    throw Corrupt{"no LZ4 decompression context"};
+  size_t written = 0, read = 0, hint = 1;
+  while (hint != 0 && read < n) {
+    size_t dst = out.size() - written, chunk = n - read;
+    hint = LZ4F_decompress(ctx, out.data() + written, &dst, src + read, &chunk, nullptr);
+    if (LZ4F_isError(hint)) {
+      const std::string why = LZ4F_getErrorName(hint);
+      LZ4F_freeDecompressionContext(ctx);
+      throw Corrupt{"its LZ4 frame is corrupt: " + why + wrong_length};
+    }
+    written += dst;
+    read += chunk;
+    if (dst == 0 && chunk == 0) break;  // no progress: the output is full
+  }
+  LZ4F_freeDecompressionContext(ctx);
+  if (hint != 0 || read != n || written != out.size())
+    throw Corrupt{"an LZ4 buffer does not hold one whole frame of the " + std::to_string(declared) +
+                  " bytes it declares" + wrong_length};
+  return out;
+}
+
 struct Batch {
   uint64_t body = 0;  // file offset of the message body
   int64_t rows = 0;
+  BodyCodec codec = BodyCodec::kNone;
   std::vector<std::pair<int64_t, int64_t>> nodes;  // the column's subtree, depth first: length, nulls
   std::vector<std::vector<Span>> buffers;          // per node, its buffers
 };
@@ -568,21 +659,30 @@ struct ArrowColumn::Impl {
     if (shape == Shape::Text) {
       if (f.dictionary)
         fail("column '" + column + "' is dictionary-encoded; titan reads plain string columns");
-      if (f.type != kUtf8 && f.type != kLargeUtf8)
+      if (f.type != kUtf8 && f.type != kLargeUtf8 && f.type != kUtf8View)
         fail("column '" + column + "' holds " + type_name(f.type) +
-             " values, not strings (Utf8 or LargeUtf8)");
+             " values, not strings (Utf8, LargeUtf8 or Utf8View)");
     } else {
       check_json_types(f, column, path);
     }
   }
 
   // Message.fbs's RecordBatch: length 0, nodes 1 (FieldNode structs: length, null_count), buffers 2
-  // (Buffer structs: offset, length), compression 3, variadicBufferCounts 4.
+  // (Buffer structs: offset, length), compression 3 (BodyCompression: codec 0, method 1),
+  // variadicBufferCounts 4.
   void read_batch_header(const Table& rb, uint64_t body) {
-    if (rb.field(3))
-      fail("its record batches are compressed; titan reads uncompressed Arrow IPC (as `datasets` writes it)");
     Batch b;
     b.body = body;
+    if (const std::optional<Table> compression = rb.table(3)) {
+      const int8_t codec = compression->get<int8_t>(0), method = compression->get<int8_t>(1);
+      if (codec != 0 && codec != 1)
+        fail("its record batches are compressed with codec " + std::to_string(codec) +
+             ", which titan does not read (LZ4_FRAME and ZSTD)");
+      if (method != 0)
+        fail("its record batches are compressed by method " + std::to_string(method) +
+             ", which titan does not read (BUFFER, each buffer on its own)");
+      b.codec = BodyCodec(codec);
+    }
     b.rows = rb.get<int64_t>(0);
     if (b.rows < 0) throw Corrupt{"a negative row count"};
     const auto [node_count, nodes] = rb.vector(1);
@@ -637,6 +737,14 @@ struct ArrowColumn::Impl {
                "' has a buffer outside the file " + "(the file is corrupt or truncated)");
         std::vector<uint8_t> bytes(size_t(s.length));
         read_at(b.body + uint64_t(s.offset), bytes.data(), bytes.size());
+        if (b.codec != BodyCodec::kNone) {
+          try {
+            bytes = decompress_buffer(b.codec, bytes);
+          } catch (const Corrupt& c) {
+            fail("record batch " + std::to_string(k) + ": column '" + column + "': " + c.what +
+                 " (the file is corrupt or truncated)");
+          }
+        }
         a.buffers.push_back(std::move(bytes));
       }
       ++node;
