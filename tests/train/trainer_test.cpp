@@ -436,34 +436,41 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
   EXPECT_EQ(read_metrics(b).size(), 7u);  // no step was taken
 }
 
+// An absurd learning rate: step 1 is finite, the weights it produces overflow the next forward. The
+// run stops before the optimizer step, naming it; the step before is the last checkpoint, committed
+// even when its save was still in the background at the failure (every rank stops at that step, so
+// the save commits first).
 TEST(Trainer, NonFiniteGradNormStopsBeforeTheOptimizerStep) {
-  // An absurd learning rate: step 1 is finite, the weights it produces overflow the next forward.
-  const fs::path dump = tt::temp_dir("trainer_nonfinite");
-  std::string e = error_of([&] {
-    run_training(tiny_config(dump, {{"training.steps", "5"},
-                                    {"optimizer.lr", "1e30"},
-                                    {"lr_scheduler.warmup_steps", "0"},
-                                    {"checkpoint.enable", "true"},
-                                    {"checkpoint.interval", "1"},
-                                    {"checkpoint.keep_latest_k", "0"}}));
-  });
-  ASSERT_FALSE(e.empty()) << "training with lr = 1e30 did not stop";
-  auto records = read_metrics(dump);
-  const int64_t bad_step = int64_t(records.size()) + 1;  // the first step that was not logged
-  EXPECT_NE(e.find("step " + std::to_string(bad_step) + ":"), std::string::npos) << e;
-  EXPECT_NE(e.find("not finite"), std::string::npos) << e;
-  EXPECT_NE(e.find("before the optimizer step"), std::string::npos) << e;
-  CheckpointManager ckpt(dump / "checkpoint", 0);
-  auto steps = ckpt.committed_steps();
-  ASSERT_FALSE(steps.empty());
-  EXPECT_LT(steps.back(), bad_step);
-  EXPECT_FALSE(fs::exists(ckpt.step_dir(bad_step)));
-  // What was written is finite.
-  LoadedCheckpoint c = ckpt.load(steps.back());
-  for (auto& t : c.model_files[0].tensors()) {
-    std::vector<float> v(size_t(t.numel()));
-    std::memcpy(v.data(), t.data, t.nbytes());
-    for (float x : v) ASSERT_TRUE(std::isfinite(x)) << t.name;
+  for (const std::string mode : {"disabled", "async"}) {
+    SCOPED_TRACE(mode);
+    const fs::path dump = tt::temp_dir("trainer_nonfinite_" + mode);
+    std::string e = error_of([&] {
+      run_training(tiny_config(dump, {{"training.steps", "5"},
+                                      {"optimizer.lr", "1e30"},
+                                      {"lr_scheduler.warmup_steps", "0"},
+                                      {"checkpoint.enable", "true"},
+                                      {"checkpoint.interval", "1"},
+                                      {"checkpoint.async_mode", mode},
+                                      {"checkpoint.keep_latest_k", "0"}}));
+    });
+    ASSERT_FALSE(e.empty()) << "training with lr = 1e30 did not stop";
+    auto records = read_metrics(dump);
+    const int64_t bad_step = int64_t(records.size()) + 1;  // the first step that was not logged
+    EXPECT_NE(e.find("step " + std::to_string(bad_step) + ":"), std::string::npos) << e;
+    EXPECT_NE(e.find("not finite"), std::string::npos) << e;
+    EXPECT_NE(e.find("before the optimizer step"), std::string::npos) << e;
+    CheckpointManager ckpt(dump / "checkpoint", 0);
+    auto steps = ckpt.committed_steps();
+    ASSERT_FALSE(steps.empty());
+    EXPECT_EQ(steps.back(), bad_step - 1);
+    EXPECT_FALSE(fs::exists(ckpt.step_dir(bad_step)));
+    // What was written is finite.
+    LoadedCheckpoint c = ckpt.load(steps.back());
+    for (auto& t : c.model_files[0].tensors()) {
+      std::vector<float> v(size_t(t.numel()));
+      std::memcpy(v.data(), t.data, t.nbytes());
+      for (float x : v) ASSERT_TRUE(std::isfinite(x)) << t.name;
+    }
   }
 }
 

@@ -126,16 +126,19 @@ StepResult TrainStep::run(TrainState& s) const {
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
     batches.push_back(s.loader.next());
     const data::Batch& batch = batches.back();
-    TITAN_CHECK(!batch.empty(), "data: the dataset ran out at step ", step);
+    if (batch.empty()) throw StepRefused("data: the dataset ran out at step " + std::to_string(step));
     batch_hash = fnv1a(batch.inputs.data(), batch.inputs.size() * sizeof(int64_t), batch_hash);
     step_targets += targets_in(batch.labels.begin(), batch.labels.end());
   }
   // Conversations all cut before their answers leave nothing to learn from; an update would still move
   // the weights (momentum, weight decay) and the schedule.
-  TITAN_CHECK(step_targets > 0, "step ", step,
-              ": no row of the step has a token to train on (every conversation's ",
-              "answer lies past seq_len + 1 = ", seq_len_ + 1,
-              " tokens, where rows are cut): raise training.seq_len, or shorten the prompts");
+  if (step_targets == 0)
+    throw StepRefused("step " + std::to_string(step) +
+                      ": no row of the step has a token to train on (every conversation's answer lies past "
+                      "seq_len + 1 = " +
+                      std::to_string(seq_len_ + 1) +
+                      " tokens, where rows are cut): raise training.seq_len, or "
+                      "shorten the prompts");
   int64_t micro = 0;
   const StepGradients g = compute_gradients(s.model, s.sharding, plan_, accumulation_, [&] {
     const data::Batch& batch = batches[size_t(micro++)];
@@ -147,10 +150,11 @@ StepResult TrainStep::run(TrainState& s) const {
                       row_contents(batch, plan_.dp_rank() * batch_, batch_, block_causal_)};
   });
   // Every rank holds the same global figures, so every rank stops at once.
-  TITAN_CHECK(std::isfinite(g.loss), "step ", step, ": the loss is not finite (", g.loss,
-              "); stopping before the optimizer step (no checkpoint written)");
-  TITAN_CHECK(std::isfinite(g.grad_norm), "step ", step, ": the gradient norm is not finite (", g.grad_norm,
-              "); stopping before the optimizer step (no checkpoint written)");
+  for (const auto& [what, value] : {std::pair{"loss", g.loss}, std::pair{"gradient norm", g.grad_norm}})
+    if (!std::isfinite(value))
+      throw StepRefused(
+          detail::concat("step ", step, ": the ", what, " is not finite (", value,
+                         "); stopping before the optimizer step (no checkpoint of it written)"));
   StepResult r;
   r.lr = s.schedule.lr(step - 1 - s.schedule_start);
   apply_update(s.model, s.optimizer, plan_, r.lr, step - s.optimizer_start, max_norm_, g, expert_bias_coeff_);

@@ -66,12 +66,22 @@ void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::Parall
                   int64_t adam_step, double max_norm, const StepGradients& gradients,
                   double expert_bias_coeff);
 
+// A step every rank refuses at the same point, judged on figures every rank holds alike (the global
+// loss and gradient norm, the global batch): a non-finite loss or gradient norm, data that ran out,
+// a step with no token to train on. The run stops on every rank at once, so the trainer can still
+// do collective work before it ends (commit a checkpoint saved in the background).
+class StepRefused : public Error {
+ public:
+  using Error::Error;
+};
+
 class TrainStep {
  public:
   TrainStep(const JobConfig& config, const ResolvedJob& job, const dist::ParallelPlan& plan);
 
-  // Advances state.step by one. A non-finite loss or gradient norm, or data that ran out, is an
-  // error naming the step, raised before the optimizer touches the weights.
+  // Advances state.step by one. A non-finite loss or gradient norm, data that ran out, or a step
+  // with nothing to train on is a StepRefused naming the step, raised before the optimizer touches
+  // the weights.
   StepResult run(TrainState& state) const;
 
  private:

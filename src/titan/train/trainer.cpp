@@ -306,7 +306,20 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     meter.begin_step();
     profiler.begin_step(state.step + 1);
     state.sharding.reset_stats();
-    const StepResult r = train_step.run(state);
+    const StepResult r = [&] {
+      try {
+        return train_step.run(state);
+      } catch (const StepRefused&) {
+        // Every rank refuses this step at once: a save of an earlier step still in the background is
+        // committed before the run stops (a resume starts from it), or its failure said beside.
+        try {
+          checkpointer.finish_save();
+        } catch (const Error& e) {
+          say("checkpoint: the save in the background failed too: %s", e.what());
+        }
+        throw;
+      }
+    }();
     profiler.step_ran();
     if (const uint64_t now = data_epoch(); now > epoch) {
       // The first re-read in full; after it one line at each doubling, so a dataset far smaller than
