@@ -193,8 +193,8 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
 }
 
 // --prompts-file: every prompt of a JSON Lines file, --batch-size at a time as the rows of one batch,
-// each one's line printed in the file's order: the tokens of the library's generate_batch over the
-// same batches (prompt i sampling with --seed + i); every bad line is named with its file, line and
+// each one's line printed in the file's order: the tokens of the library's generate_batch with the
+// same batch size (prompt i sampling with --seed + i); every bad line is named with its file, line and
 // rule before the model loads.
 TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
   const std::string model = tt::oracle_dir("tiny_dense").string();
@@ -208,9 +208,11 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
   for (const bool sampled : {false, true}) {
     titan::qwen3::SamplingOptions o;
     if (sampled) o.temperature = 1.5, o.seed = 5;
-    std::vector<titan::qwen3::Generation> want =
-        titan::qwen3::generate_batch(*loaded, {prompts[0], prompts[1]}, 6, o, {}, {}, {o.seed, o.seed + 1});
-    want.push_back(titan::qwen3::generate_batch(*loaded, {prompts[2]}, 6, o, {}, {}, {o.seed + 2})[0]);
+    titan::qwen3::BatchOptions how;
+    how.batch_size = 2;
+    how.seeds = {o.seed, o.seed + 1, o.seed + 2};
+    const std::vector<titan::qwen3::Generation> want =
+        titan::qwen3::generate_batch(*loaded, prompts, 6, o, {}, {}, how);
     const Outcome r =
         titan("generate --model-path " + model + " --prompts-file " + (dir / "prompts.jsonl").string() +
               " --batch-size 2 --max-new-tokens 6" + (sampled ? " --temperature 1.5 --seed 5" : ""));
@@ -221,6 +223,7 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
       ASSERT_TRUE(std::getline(lines, line)) << r.out;
       const nlohmann::json row = nlohmann::json::parse(line);
       EXPECT_EQ(row.at("index").get<size_t>(), i);
+      EXPECT_EQ(row.at("line").get<int64_t>(), (std::vector<int64_t>{1, 3, 4}[i])) << "blank line 2 skipped";
       EXPECT_EQ(row.at("prompt_ids").get<std::vector<int64_t>>(), prompts[i]);
       EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), want[i].ids)
           << "prompt " << i << " sampled " << sampled;
@@ -262,6 +265,9 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {m + " --prompt-ids 1", "give one of --prompt, --prompt-ids and --prompts-file, not more"},
            {m + " --batch-size 0", "--batch-size 0: expected an integer >= 1"},
+           {m + " --json", "--prompts-file prints JSON lines already; --json is for one prompt"},
+           {m + " --max-new-tokens 4096",
+            file + " line 1: 1 prompt tokens + 4096 new ones pass the model's max_seq_len"},
            {m + " --chat",
             file + " line 1: --chat renders a \"prompt\" as a user message; \"prompt_ids\" are already ids"},
            {"generate --model-path " + model + " --prompts-file " + (dir / "absent.jsonl").string(),

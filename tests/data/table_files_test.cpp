@@ -924,6 +924,7 @@ TEST(Arrow, LayoutsOfOtherWritersRead) {
   // own), a Utf8View with its variadic data buffer. One buffer miscounted and the text reads wrong.
   EXPECT_EQ(arrow_rows(crafted / "union_before_v5.arrow", "text"), (std::vector<json>{"hi", "you"}));
   EXPECT_EQ(arrow_rows(crafted / "view_beside_text.arrow", "text"), (std::vector<json>{"hi", "you"}));
+  EXPECT_EQ(arrow_rows(crafted / "lz4_empty_buffer.arrow", "text"), (std::vector<json>{"", ""}));
 
   const fs::path dir = temp_dir("arrow_layouts");
   const json lists = json::array({json::array({{{"a", "1"}, {"b", 1}}}), json::array(), nullptr,
@@ -1047,6 +1048,9 @@ TEST(Arrow, MaliciousFilesAreErrorsNotCrashes) {
   expect("truncated_fileformat.arrow", "text", "does not end with its footer and ARROW1 (truncated?)");
   expect("view_without_count.arrow", "text", "a view field has no variadic buffer count");
   expect("view_count_2_21.arrow", "text", "a view field has 2097152 variadic buffers");
+  expect("view_shared_buffers.arrow", "text",
+         "column 'text' has buffers of 2080 bytes or more in a body of 1056 (they overlap: the file is "
+         "corrupt)");
 }
 
 }  // namespace

@@ -215,7 +215,7 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
             }).find("prompt 1: the prompt holds no token"),
             std::string::npos);
   EXPECT_NE(error([&] {
-              generate_batch(*model, {{1}, {2}}, 1, {}, {}, {}, {5});
+              generate_batch(*model, {{1}, {2}}, 1, {}, {}, {}, BatchOptions{0, {5}, {}, {}});
             }).find("1 seeds for 2 prompts"),
             std::string::npos);
   const int64_t max_seq = model->args().max_seq_len;
@@ -304,9 +304,10 @@ TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
     for (const auto& [options, explicit_seeds] :
          std::vector<std::pair<SamplingOptions, bool>>{{greedy, false}, {sampled, false}, {sampled, true}}) {
       std::vector<std::vector<int64_t>> streamed(n);
-      const std::vector<Generation> batch = generate_batch(
-          *model, prompts, 10, options, {}, {}, explicit_seeds ? seeds : std::vector<uint64_t>(),
-          [&](size_t r, int64_t id) { streamed[r].push_back(id); });
+      BatchOptions how;
+      if (explicit_seeds) how.seeds = seeds;
+      how.on_token = [&](size_t r, int64_t id) { streamed[r].push_back(id); };
+      const std::vector<Generation> batch = generate_batch(*model, prompts, 10, options, {}, {}, how);
       ASSERT_EQ(batch.size(), n);
       for (size_t r = 0; r < n; ++r) {
         SamplingOptions own = options;
@@ -330,6 +331,66 @@ TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
     }
     EXPECT_GE(early, 1u);
     EXPECT_LT(early, n) << "every prompt stopped: no row went on after the others left";
+  }
+}
+
+// Continuous batching: eight prompts, three rows at a time. A prompt that stops frees its row, and
+// the next prompt waiting takes it at the next step (its prompt run alone, its keys and values
+// joining the batch right-aligned): its tokens come while the other rows are still generating. In
+// f64 every prompt's tokens, greedy and sampled, are those it gets alone; on_done reports each one
+// once, with what the call returns.
+TEST(Generate, APromptWaitingTakesTheRowOfOneThatStopped) {
+  const std::vector<std::vector<int64_t>> prompts = {{17, 400, 2048, 5, 99, 1000, 3},
+                                                     {5},
+                                                     {71, 600, 12},
+                                                     {3, 3, 8, 17, 400},
+                                                     {9, 9},
+                                                     {1000, 3, 3, 8, 17, 400, 2048, 5, 99},
+                                                     {12, 8, 71, 600},
+                                                     {2048, 5, 99, 1000, 3, 3}};
+  const size_t n = prompts.size();
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    SamplingOptions greedy, sampled;
+    sampled.temperature = 1.1;
+    sampled.seed = 4;
+    for (const SamplingOptions& options : {greedy, sampled}) {
+      // A stop token that some prompts meet early: the one the second prompt says third, alone.
+      SamplingOptions second = options;
+      second.seed = options.seed + 1;
+      const std::vector<int64_t> stop = {generate(*model, prompts[1], 12, second, {}).ids[2]};
+      std::vector<std::pair<size_t, int64_t>> events;  // (prompt, token) in the order chosen
+      std::vector<int> done(n, 0);
+      BatchOptions how;
+      how.batch_size = 3;
+      how.on_token = [&](size_t r, int64_t id) { events.emplace_back(r, id); };
+      std::vector<Generation> reported(n);
+      how.on_done = [&](size_t r, const Generation& g) {
+        ++done[r];
+        reported[r] = g;
+      };
+      const std::vector<Generation> got = generate_batch(*model, prompts, 12, options, stop, {}, how);
+      size_t early = 0;
+      for (size_t r = 0; r < n; ++r) {
+        SamplingOptions own = options;
+        own.seed = options.seed + r;
+        const Generation want = generate(*model, prompts[r], 12, own, stop);
+        EXPECT_EQ(got[r].ids, want.ids) << "prompt " << r << " temperature " << options.temperature;
+        EXPECT_EQ(got[r].stop_reason, want.stop_reason) << "prompt " << r;
+        EXPECT_EQ(done[r], 1) << "prompt " << r;
+        EXPECT_EQ(reported[r].ids, got[r].ids) << "prompt " << r;
+        early += want.stop_reason == "stop token" && r < 3;
+      }
+      ASSERT_GE(early, 1u) << "no prompt of the first three stopped early: no row was freed";
+      // A waiting prompt's first token comes before the last token of a prompt that began with it.
+      size_t first_joined = events.size(), last_of_first_rows = 0;
+      for (size_t e = 0; e < events.size(); ++e) {
+        if (events[e].first >= 3) first_joined = std::min(first_joined, e);
+        if (events[e].first < 3) last_of_first_rows = e;
+      }
+      EXPECT_LT(first_joined, last_of_first_rows) << "the fourth prompt waited for the whole first batch";
+    }
   }
 }
 

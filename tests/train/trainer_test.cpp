@@ -1140,7 +1140,7 @@ TEST(Trainer, BackgroundSavesWriteTheSynchronousCheckpointsByteForByte) {
 }
 
 // checkpoint.interval_type: "steps" saves after every interval-th step; "seconds" once interval
-// seconds have passed since the run or the previous save began, whatever the step. A run with an
+// seconds have passed since the run began or the previous save returned, whatever the step. A run with an
 // hour's interval in seconds saves its last step only (the ranks agree on the step through one max
 // over ranks per step).
 TEST(Trainer, AnIntervalInSecondsSavesByTheClock) {

@@ -441,6 +441,7 @@ int check_main(int argc, char** argv) {
                               {"checkpoint.enable", "true"},
                               {"checkpoint.folder", "checkpoint"},
                               {"checkpoint.interval", std::to_string(steps - 1)},
+                              {"checkpoint.interval_type", "steps"},
                               {"checkpoint.keep_latest_k", "0"},
                               {"checkpoint.last_save_in_hf", "false"},
                               // The runs train and save from the job's starting weights, whatever

@@ -118,40 +118,38 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
   return prompts;
 }
 
-// Continues every prompt of a --prompts-file, batch_size at a time (qwen3::generate_batch), and
-// prints each one's JSON line in the file's order as its batch ends; prompt i samples with seed + i.
+// Continues every prompt of a --prompts-file, batch_size at a time as the rows of one batch that a
+// waiting prompt joins as another stops (qwen3::generate_batch), and prints each one's JSON line in
+// the file's order as soon as it and every one before it are done; prompt i samples with seed + i.
 // Returns the new tokens and the seconds they took.
 std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
                                         const data::Tokenizer* tokenizer, int64_t batch_size, int64_t max_new,
                                         const qwen3::SamplingOptions& sampling,
                                         const std::vector<int64_t>& stop_ids,
                                         const std::vector<bool>& allowed) {
-  size_t new_tokens = 0;
-  double seconds = 0;
-  for (size_t first = 0; first < prompts.size(); first += size_t(batch_size)) {
-    const size_t end = std::min(prompts.size(), first + size_t(batch_size));
-    std::vector<std::vector<int64_t>> batch;
-    std::vector<uint64_t> seeds;
-    for (size_t i = first; i < end; ++i) {
-      batch.push_back(prompts[i].ids);
-      seeds.push_back(sampling.seed + i);
-    }
-    const std::vector<qwen3::Generation> done =
-        qwen3::generate_batch(model, batch, max_new, sampling, stop_ids, allowed, seeds);
-    double batch_seconds = 0;
-    for (size_t i = first; i < end; ++i) {
-      const qwen3::Generation& g = done[i - first];
-      nlohmann::ordered_json out = {{"index", i}, {"prompt_ids", prompts[i].ids}, {"ids", g.ids}};
-      if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
-      out["stop_reason"] = g.stop_reason;
-      out["seconds"] = g.seconds;
-      std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
-      new_tokens += g.ids.size();
-      batch_seconds = std::max(batch_seconds, g.seconds);
-    }
-    std::fflush(stdout);
-    seconds += batch_seconds;
+  std::vector<std::vector<int64_t>> ids;
+  qwen3::BatchOptions batch;
+  batch.batch_size = batch_size;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(prompts[i].ids);
+    batch.seeds.push_back(sampling.seed + i);
   }
+  std::vector<std::optional<std::string>> lines(prompts.size());
+  size_t printed = 0, new_tokens = 0;
+  double seconds = 0;
+  batch.on_done = [&](size_t i, const qwen3::Generation& g) {
+    nlohmann::ordered_json out = {
+        {"index", i}, {"line", prompts[i].line}, {"prompt_ids", prompts[i].ids}, {"ids", g.ids}};
+    if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+    out["stop_reason"] = g.stop_reason;
+    out["seconds"] = g.seconds;
+    lines[i] = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    new_tokens += g.ids.size();
+    seconds = std::max(seconds, g.seconds);
+    for (; printed < lines.size() && lines[printed]; ++printed) std::printf("%s\n", lines[printed]->c_str());
+    std::fflush(stdout);
+  };
+  qwen3::generate_batch(model, ids, max_new, sampling, stop_ids, allowed, batch);
   return {new_tokens, seconds};
 }
 
@@ -179,9 +177,12 @@ int generate_main(int argc, char** argv) {
       .option("prompts-file",
               "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"}, "
               "{\"prompt_ids\": [785, 3974]} or, with --chat, {\"messages\": [...], \"tools\": [...]}; "
-              "prints {\"index\", \"prompt_ids\", \"ids\", \"text\", "
+              "prints {\"index\", \"line\", \"prompt_ids\", \"ids\", \"text\", "
               "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i")
-      .option("batch-size", "with --prompts-file: prompts generated together, as the rows of one batch", "8")
+      .option("batch-size",
+              "with --prompts-file: prompts generated together, as the rows of one batch (a prompt waiting "
+              "takes the row of one that stops)",
+              "8")
       .flag(
           "chat",
           "--prompt is a user message: rendered with Qwen3's chat template with the assistant's turn opened, "
@@ -258,6 +259,8 @@ int generate_main(int argc, char** argv) {
               "titan generate: --batch-size sets how many prompts of "
               "--prompts-file run together; add --prompts-file");
   const int64_t batch_size = p.get_int("batch-size", 1);
+  TITAN_CHECK(!has_file || !p.has("json"),
+              "titan generate: --prompts-file prints JSON lines already; --json is for one prompt");
   const bool chat = p.has("chat");
   TITAN_CHECK(chat || (!p.has("system") && !p.has("no-think")), "titan generate: --",
               p.has("system") ? "system" : "no-think", " shapes a --chat prompt; add --chat");
@@ -414,6 +417,10 @@ int generate_main(int argc, char** argv) {
       line.ids = encode(line.text, where + "'s \"prompt\"");
     }
     check_in_vocabulary(line.ids, where + ": ");
+    // Every line fits before any is generated (the output of the earlier ones is not cut short).
+    TITAN_CHECK(int64_t(line.ids.size()) <= model->args().max_seq_len - max_new, "titan generate: ", where,
+                ": ", line.ids.size(), " prompt tokens + ", max_new,
+                " new ones pass the model's max_seq_len (", model->args().max_seq_len, ")");
   }
 
   // With a tokenizer: only ids it can decode are chosen (the embedding's padding rows past the

@@ -133,8 +133,9 @@ class CpuServices final : public DeviceServices {
     for_each_strided_offset(outer, shape, src_strides,
                             [&](int64_t lin, int64_t off) { src_off[size_t(lin)] = off; });
     for_each_strided_offset(outer, shape, dst_strides, [&](int64_t lin, int64_t off) {
-      std::memcpy(static_cast<char*>(dst) + off * es,
-                  static_cast<const char*>(src) + src_off[size_t(lin)] * es, block_bytes);
+      // memmove: two views of one buffer may overlap (a row copied onto its neighbour).
+      std::memmove(static_cast<char*>(dst) + off * es,
+                   static_cast<const char*>(src) + src_off[size_t(lin)] * es, block_bytes);
     });
   }
 

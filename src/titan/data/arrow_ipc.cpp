@@ -399,16 +399,17 @@ void check_json_types(const FieldInfo& f, const std::string& path, const fs::pat
   for (const FieldInfo& c : f.children) check_json_types(c, path + "." + c.name, file);
 }
 
-// What one record batch message says of the column: its rows and where its arrays' buffers are.
 // Message.fbs's CompressionType, and none.
 enum class BodyCodec { kNone = -1, kLz4Frame = 0, kZstd = 1 };
 
 // A buffer of a compressed record batch: an int64 (little-endian) uncompressed length, then the
 // data compressed with `codec`, or as it is where the length is -1 (a writer stores a buffer that
-// would not shrink uncompressed). A declared length past 1024 times the compressed size plus 1 MiB
-// is refused before anything is allocated: no real buffer compresses that far, and a forged
-// length would otherwise claim the memory. The data must decompress to exactly the declared length.
-std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored) {
+// would not shrink uncompressed). `budget` is what the batch's buffers may still unpack to (the
+// caller's: 1024 times its body plus 1 MiB, which buffers sharing their bytes cannot multiply); a
+// declared length past it is refused before anything is allocated, so a forged one claims no
+// memory. The data must decompress to exactly the declared length.
+std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored,
+                                       uint64_t& budget) {
   if (stored.empty()) return {};
   if (stored.size() < 8) throw Corrupt{"a compressed buffer shorter than its 8-byte length"};
   int64_t declared;
@@ -416,11 +417,12 @@ std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_
   const uint8_t* src = stored.data() + 8;
   const size_t n = stored.size() - 8;
   if (declared == -1) return std::vector<uint8_t>(src, src + n);
-  const uint64_t limit = 1024 * uint64_t(n) + (uint64_t(1) << 20);
-  if (declared < 0 || uint64_t(declared) > limit)
+  if (declared < 0 || uint64_t(declared) > budget)
     throw Corrupt{"a compressed buffer of " + std::to_string(n) + " bytes declares " +
-                  std::to_string(declared) + " bytes uncompressed (at most " + std::to_string(limit) +
-                  " are believed)"};
+                  std::to_string(declared) + " bytes uncompressed (at most " + std::to_string(budget) +
+                  " more are believed of a batch: 1024 times its body plus 1 MiB)"};
+  budget -= uint64_t(declared);
+  if (declared == 0) return {};  // an empty buffer: its length alone (arrow-java writes no frame)
   std::vector<uint8_t> out(static_cast<size_t>(declared));
   // A length equal to the compressed size is the mark of a writer that stores the wrong one.
   const std::string wrong_length =
@@ -460,8 +462,10 @@ std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_
   return out;
 }
 
+// What one record batch message says of the column: its rows and where its arrays' buffers are.
 struct Batch {
-  uint64_t body = 0;  // file offset of the message body
+  uint64_t body = 0;        // file offset of the message body
+  int64_t body_length = 0;  // its bytes
   int64_t rows = 0;
   BodyCodec codec = BodyCodec::kNone;
   std::vector<std::pair<int64_t, int64_t>> nodes;  // the column's subtree, depth first: length, nulls
@@ -555,7 +559,7 @@ struct ArrowColumn::Impl {
           schema_read = true;
         } else if (header_type == 3) {
           if (!schema_read) throw Corrupt{"a record batch before the schema"};
-          read_batch_header(*header, body);
+          read_batch_header(*header, body, body_length);
         } else if (header_type != 2) {  // dictionary batches belong to other (dictionary) columns
           throw Corrupt{"a message of type " + std::to_string(header_type) +
                         " (a tensor?) in a table's stream"};
@@ -631,7 +635,7 @@ struct ArrowColumn::Impl {
         const int64_t body_length = message.get<int64_t>(3);
         if (body_length < 0 || uint64_t(body_length) > size - body)
           throw Corrupt{"its body runs past the file"};
-        read_batch_header(*header, body);
+        read_batch_header(*header, body, body_length);
       } catch (const Corrupt& c) {
         fail("record batch " + std::to_string(i) + " at byte " + std::to_string(pos) +
              " is corrupt: " + c.what);
@@ -670,9 +674,10 @@ struct ArrowColumn::Impl {
   // Message.fbs's RecordBatch: length 0, nodes 1 (FieldNode structs: length, null_count), buffers 2
   // (Buffer structs: offset, length), compression 3 (BodyCompression: codec 0, method 1),
   // variadicBufferCounts 4.
-  void read_batch_header(const Table& rb, uint64_t body) {
+  void read_batch_header(const Table& rb, uint64_t body, int64_t body_length) {
     Batch b;
     b.body = body;
+    b.body_length = std::max<int64_t>(body_length, 0);
     if (const std::optional<Table> compression = rb.table(3)) {
       const int8_t codec = compression->get<int8_t>(0), method = compression->get<int8_t>(1);
       if (codec != 0 && codec != 1)
@@ -725,6 +730,9 @@ struct ArrowColumn::Impl {
   void load(size_t k) {
     const Batch& b = batches[k];
     size_t node = 0;
+    // What the column's buffers may take: their stored bytes, at most the batch's body (buffers that
+    // share their bytes cannot multiply it), and unpacked, 1024 times that plus 1 MiB.
+    uint64_t stored = 0, unpack_budget = 1024 * uint64_t(b.body_length) + (uint64_t(1) << 20);
     auto build = [&](auto&& self, const FieldInfo& f) -> Array {
       Array a;
       a.field = &f;
@@ -735,11 +743,16 @@ struct ArrowColumn::Impl {
             uint64_t(s.length) > size - b.body - uint64_t(s.offset))
           fail("record batch " + std::to_string(k) + ": column '" + column +
                "' has a buffer outside the file " + "(the file is corrupt or truncated)");
+        stored += uint64_t(s.length);
+        if (stored > uint64_t(b.body_length))
+          fail("record batch " + std::to_string(k) + ": column '" + column + "' has buffers of " +
+               std::to_string(stored) + " bytes or more in a body of " + std::to_string(b.body_length) +
+               " (they overlap: the file is corrupt)");
         std::vector<uint8_t> bytes(size_t(s.length));
         read_at(b.body + uint64_t(s.offset), bytes.data(), bytes.size());
         if (b.codec != BodyCodec::kNone) {
           try {
-            bytes = decompress_buffer(b.codec, bytes);
+            bytes = decompress_buffer(b.codec, bytes, unpack_budget);
           } catch (const Corrupt& c) {
             fail("record batch " + std::to_string(k) + ": column '" + column + "': " + c.what +
                  " (the file is corrupt or truncated)");

@@ -197,6 +197,11 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
 void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
+  // checkpoint.interval_type = "seconds" counts from the end of the restore, not from before it.
+  struct Stamp {
+    Clock::time_point& at;
+    ~Stamp() { at = Clock::now(); }
+  } stamp{last_save_returned_};
   LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_) : load_checkpoint_dir(*fork_dir_);
   check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
   const auto& ts = c.train_state;
@@ -308,12 +313,16 @@ bool periodic_save_due(const CheckpointSection& c, int64_t step, double seconds)
 }
 
 double Checkpointer::seconds_since_last_save() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_began_).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_returned_).count();
 }
 
 void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   finish_save();  // one save at a time: the one in the background commits first
-  last_save_began_ = std::chrono::steady_clock::now();
+  // checkpoint.interval_type = "seconds" counts from when this returns to training.
+  struct Stamp {
+    Clock::time_point& at;
+    ~Stamp() { at = Clock::now(); }
+  } stamp{last_save_returned_};
   auto p = std::make_unique<PendingSave>();
   p->began = Clock::now();
   p->step = s.step;

@@ -23,7 +23,7 @@ namespace titan::train {
 std::filesystem::path checkpoint_folder_of(const JobConfig& config);
 
 // Whether the periodic save is due after `step` (checkpoint.interval, counted as
-// checkpoint.interval_type says), `seconds` after the run began or the previous save began. (With
+// checkpoint.interval_type says), `seconds` after the run began or the previous save returned. (With
 // "seconds" each rank asks its own clock: the trainer saves where any rank says so.)
 bool periodic_save_due(const CheckpointSection& c, int64_t step, double seconds);
 
@@ -84,8 +84,9 @@ class Checkpointer {
   // The step saved last (or resumed from; a save in the background counts): a stop by signal does
   // not save it twice.
   int64_t last_saved_step() const { return last_saved_step_; }
-  // Seconds since the last save began (or, before any, since this checkpointer was made: the run's
-  // start): checkpoint.interval_type = "seconds" counts from it.
+  // Seconds since the last save returned to training (or, before any, since the run's state was
+  // restored or the checkpointer made): checkpoint.interval_type = "seconds" counts from it, as
+  // torchtitan does, so a save slower than the interval does not make every step save.
   double seconds_since_last_save() const;
   // A save still in the background is abandoned (its writer joined, nothing committed, its
   // temporary folder removed): an error is unwinding the run.
@@ -131,7 +132,7 @@ class Checkpointer {
   std::optional<int64_t> resume_step_;
   std::optional<std::filesystem::path> fork_dir_;  // initial_load_path, loaded whole
   int64_t last_saved_step_ = -1;
-  std::chrono::steady_clock::time_point last_save_began_ = std::chrono::steady_clock::now();
+  mutable std::chrono::steady_clock::time_point last_save_returned_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace titan::train

@@ -92,8 +92,9 @@ struct CheckpointSection {
   std::string folder = "checkpoint";  // under dump_folder
   int64_t interval = 500;
   // What `interval` counts: "steps" (a save after every interval-th step) or "seconds" (a save at the
-  // first step boundary at least interval seconds after the run began or the previous save began;
-  // the ranks agree on the step, each by its own clock: torchtitan's early interval_type).
+  // first step boundary at least interval seconds after the run's start or the previous save
+  // returned to training; the ranks agree on the step, each by its own clock: torchtitan's early
+  // interval_type).
   std::string interval_type = "steps";
   bool enable_first_step_checkpoint = false;  // also save after step 1 (a quick check that saving works)
   int64_t keep_latest_k = 3;

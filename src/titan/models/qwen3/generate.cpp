@@ -282,14 +282,17 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o,
 std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                        int64_t max_new_tokens, const SamplingOptions& options,
                                        const std::vector<int64_t>& stop_ids, const std::vector<bool>& allowed,
-                                       const std::vector<uint64_t>& seeds,
-                                       const std::function<void(size_t, int64_t)>& on_token) {
+                                       const BatchOptions& batch) {
+  const std::vector<uint64_t>& seeds = batch.seeds;
+  const int64_t batch_size = batch.batch_size;
   options.validate();
   const ModelArgs& a = model.args();
   TITAN_CHECK(!prompts.empty(), "generate: no prompt to continue");
   TITAN_CHECK(seeds.empty() || seeds.size() == prompts.size(), "generate: ", seeds.size(), " seeds for ",
               prompts.size(), " prompts");
   TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
+  TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
+              batch_size);
   int64_t longest = 0;
   for (size_t r = 0; r < prompts.size(); ++r) {
     const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(r) + ": " : "";
@@ -305,16 +308,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
-  // Every row of one step ends at the same cache position, so a shorter prompt is left-padded to
-  // the longest (with its own first token; the padding is never attended to). Room for the prompts
-  // and every new token but the last, which is never run through the model.
-  const size_t n = prompts.size();
-  std::vector<int64_t> padding(n);
-  for (size_t r = 0; r < n; ++r) padding[r] = longest - int64_t(prompts[r].size());
-  const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
-  KVCache cache =
-      model.kv_cache(int64_t(n), longest + max_new_tokens - 1, padded ? padding : std::vector<int64_t>());
-
+  const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
   std::vector<Generation> out(n);
   std::vector<std::mt19937_64> rng;
   std::vector<std::vector<int64_t>> sequence(prompts);  // what the repetition penalty and n-grams see
@@ -322,41 +316,74 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
     rng.emplace_back(seeds.empty() ? options.seed + r : seeds[r]);
     out[r].stop_reason = "max new tokens";
   }
-  std::vector<int64_t> live(n);  // the prompts still generating: the cache's rows, in order
-  std::iota(live.begin(), live.end(), int64_t(0));
-  Tensor ids = Tensor::empty({int64_t(n), longest}, DType::I64);  // the prompts first
-  for (size_t r = 0; r < n; ++r) {
-    int64_t* row = ids.data<int64_t>() + int64_t(r) * longest;
-    std::fill(row, row + padding[r], prompts[r][0]);
-    std::copy(prompts[r].begin(), prompts[r].end(), row + padding[r]);
-  }
-  for (int64_t step = 0; step < max_new_tokens && !live.empty(); ++step) {
-    const Tensor logits =
-        model.next_token_logits(ids.to(model.device()), cache).to(Device::CPU).to(DType::F32);
-    std::vector<int64_t> still, kept_rows;
-    std::vector<int64_t> next_ids;
-    for (size_t row = 0; row < live.size(); ++row) {
-      const size_t r = size_t(live[row]);
-      const std::span<const float> row_logits(logits.data<float>() + int64_t(row) * a.vocab_size,
-                                              size_t(a.vocab_size));
-      const int64_t next = pick_next_token(row_logits, options, rng[r], allowed, sequence[r]);
-      sequence[r].push_back(next);
-      out[r].ids.push_back(next);
-      if (on_token) on_token(r, next);
-      const bool stopped = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
-      if (stopped) out[r].stop_reason = "stop token";
-      if (stopped || step + 1 == max_new_tokens) {
-        out[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        continue;
-      }
-      still.push_back(int64_t(r));
-      kept_rows.push_back(int64_t(row));
-      next_ids.push_back(next);
+  // Prompt r's next token from its row of `logits`; whether it goes on after it.
+  auto pick = [&](size_t r, const Tensor& logits, int64_t row) {
+    const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
+    const int64_t next = pick_next_token(row_logits, options, rng[r], allowed, sequence[r]);
+    sequence[r].push_back(next);
+    out[r].ids.push_back(next);
+    if (batch.on_token) batch.on_token(r, next);
+    const bool stopped = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
+    if (stopped) out[r].stop_reason = "stop token";
+    if (stopped || int64_t(out[r].ids.size()) == max_new_tokens) {
+      out[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (batch.on_done) batch.on_done(r, out[r]);
+      return false;
     }
-    // A prompt that stopped leaves the batch: the next steps run the others alone.
-    if (!still.empty() && still.size() < live.size()) cache.keep_rows(kept_rows);
-    live = std::move(still);
-    ids = Tensor::from_vector(next_ids, {int64_t(next_ids.size()), 1});
+    return true;
+  };
+  auto to_ids = [&](const std::vector<int64_t>& values, int64_t rows) {
+    return Tensor::from_vector(values, {rows, int64_t(values.size()) / rows}).to(model.device());
+  };
+  size_t next_prompt = 0;  // the first prompt not begun
+  while (next_prompt < n) {
+    // A fresh batch: the next `width` prompts, the shorter left-padded to the longest (with their own
+    // first token; the padding is never attended to). Its positions may run to max_seq_len.
+    std::vector<size_t> live;  // the prompts of the cache's rows, in order
+    while (live.size() < width && next_prompt < n) live.push_back(next_prompt++);
+    int64_t batch_longest = 0;
+    for (size_t r : live) batch_longest = std::max(batch_longest, int64_t(prompts[r].size()));
+    std::vector<int64_t> padding, first_ids;
+    for (size_t r : live) {
+      padding.push_back(batch_longest - int64_t(prompts[r].size()));
+      first_ids.insert(first_ids.end(), size_t(padding.back()), prompts[r][0]);
+      first_ids.insert(first_ids.end(), prompts[r].begin(), prompts[r].end());
+    }
+    const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
+    KVCache cache =
+        model.kv_cache(int64_t(live.size()), a.max_seq_len, padded ? padding : std::vector<int64_t>());
+    Tensor ids = to_ids(first_ids, int64_t(live.size()));
+    while (!live.empty()) {
+      const Tensor logits = model.next_token_logits(ids, cache).to(Device::CPU).to(DType::F32);
+      std::vector<size_t> still;
+      std::vector<int64_t> kept_rows, next_ids;
+      for (size_t row = 0; row < live.size(); ++row)
+        if (pick(live[row], logits, int64_t(row))) {
+          still.push_back(live[row]);
+          kept_rows.push_back(int64_t(row));
+          next_ids.push_back(out[live[row]].ids.back());
+        }
+      if (still.empty()) break;  // the batch is done: the next one starts afresh
+      // A prompt that stopped leaves the batch: the next steps run the others alone.
+      if (still.size() < live.size()) cache.keep_rows(kept_rows);
+      live = std::move(still);
+      // A free row takes the next prompt, once the batch's position has reached its length (its keys
+      // go right-aligned, after padding) and the batch has room for its new tokens: its prompt runs
+      // alone, then its row joins the batch for its second token on.
+      while (live.size() < width && next_prompt < n &&
+             int64_t(prompts[next_prompt].size()) <= cache.length() &&
+             cache.length() + max_new_tokens - 1 <= cache.capacity()) {
+        const size_t r = next_prompt++;
+        KVCache alone = model.kv_cache(1, int64_t(prompts[r].size()));
+        const Tensor first =
+            model.next_token_logits(to_ids(prompts[r], 1), alone).to(Device::CPU).to(DType::F32);
+        if (!pick(r, first, 0)) continue;
+        cache.add_row(alone);
+        live.push_back(r);
+        next_ids.push_back(out[r].ids.back());
+      }
+      ids = to_ids(next_ids, int64_t(live.size()));
+    }
   }
   return out;
 }
@@ -364,10 +391,9 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
                     const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token) {
-  return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, {},
-                        on_token
-                            ? std::function<void(size_t, int64_t)>([&](size_t, int64_t id) { on_token(id); })
-                            : std::function<void(size_t, int64_t)>())[0];
+  BatchOptions one;
+  if (on_token) one.on_token = [&](size_t, int64_t id) { on_token(id); };
+  return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, one)[0];
 }
 
 }  // namespace titan::qwen3

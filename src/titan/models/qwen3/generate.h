@@ -93,19 +93,30 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
                     const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {});
 
-// generate() for several prompts at once: each step runs every prompt still generating as one row
-// of one batch through the model (the prompts' lengths differ: the shorter are left-padded, as
-// transformers pads a batch, and the padding is never attended to, KVCache). Each prompt stops on
-// its own and then leaves the batch. Prompt i samples from its own stream, seeded seeds[i] (empty:
-// options.seed + i), so its tokens are those generate() gives it alone with that seed, up to the
-// rounding of batched matrix products (exact in f64). The longest prompt + max_new_tokens must fit
-// max_seq_len. `on_token(i, id)`: prompt i's new token, as it is chosen. Each Generation's seconds
-// run from the call's start to that prompt's last token.
+// How generate_batch runs its prompts and reports them.
+struct BatchOptions {
+  // Prompts generating at once, as the rows of one batch (0: all of them).
+  int64_t batch_size = 0;
+  // Prompt i samples from a stream seeded seeds[i] (empty: SamplingOptions::seed + i).
+  std::vector<uint64_t> seeds;
+  std::function<void(size_t, int64_t)> on_token;           // prompt i's new token, as it is chosen
+  std::function<void(size_t, const Generation&)> on_done;  // prompt i has stopped
+};
+
+// generate() for several prompts: each step runs the prompts generating as the rows of one batch
+// through the model, at most batch_size of them (the prompts' lengths differ: the shorter are
+// left-padded, as transformers pads a batch, and the padding is never attended to, KVCache). Each
+// prompt stops on its own and leaves the batch; the next prompt waiting takes its row at the next
+// step (continuous batching: its prompt runs alone, then its keys and values join the batch
+// right-aligned), once the batch's position has reached the prompt's length and the batch has room
+// for its new tokens before max_seq_len; otherwise it waits for the batch to finish and starts the
+// next one. Prompt i samples from its own stream, so its tokens are those generate() gives it alone
+// with that seed, up to the rounding of batched matrix products (exact in f64). The longest prompt +
+// max_new_tokens must fit max_seq_len. Each Generation's seconds run from the call's start to that
+// prompt's last token.
 std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                        int64_t max_new_tokens, const SamplingOptions& options,
                                        const std::vector<int64_t>& stop_ids,
-                                       const std::vector<bool>& allowed = {},
-                                       const std::vector<uint64_t>& seeds = {},
-                                       const std::function<void(size_t, int64_t)>& on_token = {});
+                                       const std::vector<bool>& allowed = {}, const BatchOptions& batch = {});
 
 }  // namespace titan::qwen3

@@ -451,6 +451,29 @@ Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Te
   return ops::cached_attention(q, k_cache, v_cache, length_ + S, scale, first_key_);
 }
 
+void KVCache::add_row(const KVCache& alone) {
+  TITAN_CHECK(alone.owner_ == owner_, "KVCache::add_row: the row's cache was made by another model");
+  TITAN_CHECK(alone.batch_ == 1 && alone.length_ >= 1 && alone.length_ <= length_,
+              "KVCache::add_row: need one row of 1 .. ", length_, " cached positions, got ", alone.batch_,
+              " rows of ", alone.length_);
+  const int64_t L = alone.length_, pad = length_ - L + (alone.padding_.empty() ? 0 : alone.padding_[0]);
+  for (size_t side = 0; side < 2; ++side)
+    for (size_t layer = 0; layer < k_.size(); ++layer) {
+      Tensor& t = side == 0 ? k_[layer] : v_[layer];
+      const Tensor& row = side == 0 ? alone.k_[layer] : alone.v_[layer];
+      Tensor bigger = Tensor::empty({batch_ + 1, allocated_, t.size(2), t.size(3)}, t.dtype(), t.device());
+      bigger.narrow(0, 0, batch_).narrow(1, 0, length_).copy_from(t.narrow(1, 0, length_));
+      Tensor last = bigger.narrow(0, batch_, 1);
+      if (length_ > L) last.narrow(1, 0, length_ - L).fill(0);  // padding: never read, not left uninitialised
+      last.narrow(1, length_ - L, L).copy_from(row.narrow(1, 0, L));
+      t = bigger;
+    }
+  if (padding_.empty()) padding_.assign(size_t(batch_), 0);
+  padding_.push_back(pad);
+  first_key_ = Tensor::from_vector(padding_, {batch_ + 1}).to(owner_->device());
+  ++batch_;
+}
+
 void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   TITAN_CHECK(!rows.empty(), "KVCache::keep_rows: keep at least one row");
   for (size_t i = 0; i < rows.size(); ++i)

@@ -68,6 +68,10 @@ class KVCache {
   // Keeps the rows `rows` (increasing indices) only, in that order: a batched generation drops the
   // rows that have stopped, so the steps after run the others alone.
   void keep_rows(const std::vector<int64_t>& rows);
+  // Appends the one row of `alone` (a prompt run by itself, at most length() positions) as a last
+  // row, its positions right-aligned with the others' (the ones before them are its padding), so that
+  // its next token takes the batch's next position as every row's does (continuous batching).
+  void add_row(const KVCache& alone);
 
  private:
   friend class Qwen3Model;
