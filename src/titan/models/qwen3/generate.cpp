@@ -338,9 +338,9 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
     rng.emplace_back(seeds.empty() ? options.seed + r : seeds[r]);
     out[r].stop_reason = "max new tokens";
   }
-  // Prompt r's next token from its row of `logits`; whether it goes on after it.
   // Prompt r's next token from row `row` of `logits` (touching prompt r's stream alone: rows run in
-  // parallel), then what it means for prompt r (serially: the callbacks run in row order).
+  // parallel); then what it means for prompt r, serially (the callbacks run in row order): whether it
+  // goes on after it.
   auto choose = [&](size_t r, const Tensor& logits, int64_t row) {
     const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
     return pick_next_token(row_logits, options, rng[r], allowed, sequence[r]);
