@@ -378,14 +378,20 @@ int generate_main(int argc, char** argv) {
   // A prompt's text as ids: a user message in Qwen3's chat template with --chat, else the text.
   // `what` names it in errors.
   if (chat) data::check_qwen3_chat_template(*tokenizer);
+  // A conversation's ids with the assistant's turn opened (--no-think: its empty <think> block).
+  auto render = [&](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
+    std::vector<int64_t> ids;
+    const auto pieces = data::render_qwen3_chat(messages, tools, {true, !p.has("no-think")});
+    for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) ids.push_back(id);
+    return ids;
+  };
   auto encode = [&](const std::string& text, const std::string& what) {
     std::vector<int64_t> ids;
     if (chat) {
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
       messages.push_back({{"role", "user"}, {"content", text}});
-      const auto pieces = data::render_qwen3_chat(messages, nullptr, {true, !p.has("no-think")});
-      for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) ids.push_back(id);
+      ids = render(messages, nullptr);
     } else {
       for (int32_t id : tokenizer->encode(text)) ids.push_back(id);
       TITAN_CHECK(!ids.empty(), "titan generate: ", what, " is empty: there is nothing to continue");
@@ -408,8 +414,7 @@ int generate_main(int argc, char** argv) {
     const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
     if (!line.messages.is_null()) {  // the conversation, the assistant's turn opened
       try {
-        const auto pieces = data::render_qwen3_chat(line.messages, line.tools, {true, !p.has("no-think")});
-        for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) line.ids.push_back(id);
+        line.ids = render(line.messages, line.tools);
       } catch (const Error& e) {
         TITAN_FAIL("titan generate: ", where, ": ", e.what());
       }
