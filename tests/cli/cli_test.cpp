@@ -248,6 +248,8 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
             "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
            {"{\"tools\": []}\n", "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
            {"{\"prompt\": 5}\n", "line 1: \"prompt\" must be a string"},
+           {"{\"prompt\": \"a\", \"prompt\": \"b\"}\n",
+            "line 1: \"prompt\" is given twice (which one is meant?)"},
            {"{\"prompt_ids\": []}\n", "line 1: \"prompt_ids\" must be a non-empty array of ids"},
            {"{\"prompt_ids\": [1, \"2\"]}\n", "line 1: \"prompt_ids\" element 1 is not an integer"},
            {"{\"prompt_ids\": [1]}\n\n{\"prompt_ids\": [1, 4096]}\n",

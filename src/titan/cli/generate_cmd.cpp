@@ -77,12 +77,26 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "titan generate: " + path + " line " + std::to_string(number);
     nlohmann::ordered_json row;  // keys in the file's order: a tool call's arguments render in it
+    // A key given twice on the line: JSON parsers keep one of the two silently.
+    std::vector<std::string> line_keys;
+    std::string repeated;
+    const auto note_keys = [&](int depth, nlohmann::ordered_json::parse_event_t event,
+                               nlohmann::ordered_json& parsed) {
+      if (depth == 1 && event == nlohmann::ordered_json::parse_event_t::key) {
+        const std::string key = parsed.get<std::string>();
+        if (repeated.empty() && std::find(line_keys.begin(), line_keys.end(), key) != line_keys.end())
+          repeated = key;
+        line_keys.push_back(key);
+      }
+      return true;
+    };
     try {
-      row = nlohmann::ordered_json::parse(text);
+      row = nlohmann::ordered_json::parse(text, note_keys);
     } catch (const json::parse_error& e) {
       const io::JsonErrorAt at = io::locate_json_error(text, e, uint64_t(number));
       TITAN_FAIL("titan generate: ", path, ": line ", at.line, ", column ", at.column, ": ", at.what);
     }
+    TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
                 row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
     static const std::vector<std::string> kKeys = {"prompt", "prompt_ids", "messages", "tools"};
