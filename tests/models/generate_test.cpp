@@ -335,8 +335,9 @@ TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
 }
 
 // Continuous batching: eight prompts, three rows at a time. A prompt that stops frees its row, and
-// the next prompt waiting takes it at the next step (its prompt run alone, its keys and values
-// joining the batch right-aligned): its tokens come while the other rows are still generating. In
+// the first prompt waiting that the batch's position has reached takes it at the next step (its
+// prompt run alone, its keys and values joining the batch right-aligned): its tokens come while the
+// other rows are still generating, and a longer prompt waiting does not hold up the shorter ones. In
 // f64 every prompt's tokens, greedy and sampled, are those it gets alone; on_done reports each one
 // once, with what the call returns.
 TEST(Generate, APromptWaitingTakesTheRowOfOneThatStopped) {
@@ -390,6 +391,28 @@ TEST(Generate, APromptWaitingTakesTheRowOfOneThatStopped) {
         if (events[e].first < 3) last_of_first_rows = e;
       }
       EXPECT_LT(first_joined, last_of_first_rows) << "the fourth prompt waited for the whole first batch";
+      // Three 2-token prompts, the first stopping at its first token: the row it frees goes to the
+      // 1-token prompt after the 9-token one, which the batch's position (2) has not reached.
+      const std::vector<std::vector<int64_t>> mixed = {{5, 9}, {3, 3}, {71, 12}, prompts[5], {17}};
+      const std::vector<int64_t> first_stop = {generate(*model, mixed[0], 1, options, {}).ids[0]};
+      std::vector<size_t> order;  // prompts in the order of their first token
+      BatchOptions three;
+      three.batch_size = 3;
+      three.on_token = [&](size_t r, int64_t) {
+        if (std::find(order.begin(), order.end(), r) == order.end()) order.push_back(r);
+      };
+      const std::vector<Generation> mixed_got =
+          generate_batch(*model, mixed, 12, options, first_stop, {}, three);
+      for (size_t r = 0; r < mixed.size(); ++r) {
+        SamplingOptions own = options;
+        own.seed = options.seed + r;
+        EXPECT_EQ(mixed_got[r].ids, generate(*model, mixed[r], 12, own, first_stop).ids)
+            << "mixed prompt " << r;
+      }
+      ASSERT_EQ(order.size(), mixed.size());
+      EXPECT_LT(std::find(order.begin(), order.end(), size_t(4)) - order.begin(),
+                std::find(order.begin(), order.end(), size_t(3)) - order.begin())
+          << "the 9-token prompt held up the shorter one after it";
     }
   }
 }

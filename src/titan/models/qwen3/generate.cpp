@@ -361,12 +361,15 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   auto to_ids = [&](const std::vector<int64_t>& values, int64_t rows) {
     return Tensor::from_vector(values, {rows, int64_t(values.size()) / rows}).to(model.device());
   };
-  size_t next_prompt = 0;  // the first prompt not begun
-  while (next_prompt < n) {
+  std::vector<size_t> waiting(n);  // the prompts not begun, in order
+  std::iota(waiting.begin(), waiting.end(), size_t(0));
+  while (!waiting.empty()) {
     // A fresh batch: the next `width` prompts, the shorter left-padded to the longest (with their own
     // first token; the padding is never attended to). Its positions may run to max_seq_len.
     std::vector<size_t> live;  // the prompts of the cache's rows, in order
-    while (live.size() < width && next_prompt < n) live.push_back(next_prompt++);
+    const size_t begin = std::min(width, waiting.size());
+    live.assign(waiting.begin(), waiting.begin() + ptrdiff_t(begin));
+    waiting.erase(waiting.begin(), waiting.begin() + ptrdiff_t(begin));
     int64_t batch_longest = 0;
     for (size_t r : live) batch_longest = std::max(batch_longest, int64_t(prompts[r].size()));
     std::vector<int64_t> padding, first_ids;
@@ -407,13 +410,18 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
       // A prompt that stopped leaves the batch: the next steps run the others alone.
       if (still.size() < live.size()) cache.keep_rows(kept_rows);
       live = std::move(still);
-      // A free row takes the next prompt, once the batch's position has reached its length (its keys
-      // go right-aligned, after padding) and the batch has room for its new tokens: its prompt runs
-      // alone, then its row joins the batch for its second token on.
-      while (live.size() < width && next_prompt < n &&
-             int64_t(prompts[next_prompt].size()) <= cache.length() &&
-             cache.length() + max_new_tokens - 1 <= cache.capacity()) {
-        const size_t r = next_prompt++;
+      // A free row takes the first prompt waiting that the batch's position has reached (its keys go
+      // right-aligned, after padding; a longer one waits for a later step or the next batch), while
+      // the batch has room for its new tokens: its prompt runs alone, then its row joins the batch for
+      // its second token on.
+      for (auto w = waiting.begin(); live.size() < width && w != waiting.end() &&
+                                     cache.length() + max_new_tokens - 1 <= cache.capacity();) {
+        if (int64_t(prompts[*w].size()) > cache.length()) {
+          ++w;
+          continue;
+        }
+        const size_t r = *w;
+        w = waiting.erase(w);
         KVCache alone = model.kv_cache(1, int64_t(prompts[r].size()));
         const Tensor first =
             model.next_token_logits(to_ids(prompts[r], 1), alone).to(Device::CPU).to(DType::F32);

@@ -106,14 +106,13 @@ struct BatchOptions {
 // generate() for several prompts: each step runs the prompts generating as the rows of one batch
 // through the model, at most batch_size of them (the prompts' lengths differ: the shorter are
 // left-padded, as transformers pads a batch, and the padding is never attended to, KVCache). Each
-// prompt stops on its own and leaves the batch; the next prompt waiting takes its row at the next
-// step (continuous batching: its prompt runs alone, then its keys and values join the batch
-// right-aligned), once the batch's position has reached the prompt's length and the batch has room
-// for its new tokens before max_seq_len; otherwise it waits for the batch to finish and starts the
-// next one. Prompt i samples from its own stream, so its tokens are those generate() gives it alone
-// with that seed, up to the rounding of batched matrix products (exact in f64). The longest prompt +
-// max_new_tokens must fit max_seq_len. Each Generation's seconds run from the call's start to that
-// prompt's last token.
+// prompt stops on its own and leaves the batch; at the next step its row goes to the first prompt
+// waiting whose length the batch's position has reached (continuous batching: its prompt runs
+// alone, then its keys and values join the batch right-aligned), while the batch has room for its
+// new tokens before max_seq_len; a prompt no row takes waits for a later step or the next batch. Prompt i
+// samples from its own stream, so its tokens are those generate() gives it alone with that seed, up to the
+// rounding of batched matrix products (exact in f64). The longest prompt + max_new_tokens must fit
+// max_seq_len. Each Generation's seconds run from the call's start to that prompt's last token.
 std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                        int64_t max_new_tokens, const SamplingOptions& options,
                                        const std::vector<int64_t>& stop_ids,
