@@ -404,16 +404,13 @@ KVCache Qwen3Model::kv_cache(int64_t batch, int64_t capacity, std::vector<int64_
   for (size_t b = 0; b < left_padding.size(); ++b)
     TITAN_CHECK(left_padding[b] >= 0 && left_padding[b] < capacity, "kv_cache: row ", b, "'s left padding ",
                 left_padding[b], " must be in [0, capacity ", capacity, ")");
-  if (!left_padding.empty()) {
-    cache.first_key_ = Tensor::from_vector(left_padding, {batch}).to(device_);
-    cache.padding_ = std::move(left_padding);
-  }
   for (int64_t i = 0; i < args_.n_layers; ++i)
     for (auto* side : {&cache.k_, &cache.v_})
       side->push_back(Tensor::empty({batch, 0, args_.n_kv_heads, args_.head_dim}, compute_dtype_, device_));
   cache.capacity_ = capacity;
   cache.batch_ = batch;
   cache.owner_ = this;
+  cache.set_padding(std::move(left_padding));
   return cache;
 }
 
@@ -451,6 +448,12 @@ Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Te
   return ops::cached_attention(q, k_cache, v_cache, length_ + S, scale, first_key_);
 }
 
+void KVCache::set_padding(std::vector<int64_t> padding) {
+  first_key_ = padding.empty() ? Tensor()
+                               : Tensor::from_vector(padding, {int64_t(padding.size())}).to(owner_->device());
+  padding_ = std::move(padding);
+}
+
 void KVCache::add_row(const KVCache& alone) {
   TITAN_CHECK(alone.owner_ == owner_, "KVCache::add_row: the row's cache was made by another model");
   TITAN_CHECK(alone.batch_ == 1 && alone.length_ >= 1 && alone.length_ <= length_,
@@ -468,9 +471,9 @@ void KVCache::add_row(const KVCache& alone) {
       last.narrow(1, length_ - L, L).copy_from(row.narrow(1, 0, L));
       t = bigger;
     }
-  if (padding_.empty()) padding_.assign(size_t(batch_), 0);
-  padding_.push_back(pad);
-  first_key_ = Tensor::from_vector(padding_, {batch_ + 1}).to(owner_->device());
+  std::vector<int64_t> padding = padding_.empty() ? std::vector<int64_t>(size_t(batch_), 0) : padding_;
+  padding.push_back(pad);
+  set_padding(std::move(padding));
   ++batch_;
 }
 
@@ -478,9 +481,8 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   TITAN_CHECK(!rows.empty(), "KVCache::keep_rows: keep at least one row");
   for (size_t i = 0; i < rows.size(); ++i)
     TITAN_CHECK(rows[i] >= (i == 0 ? 0 : rows[i - 1] + 1) && rows[i] < batch_,
-                "KVCache::keep_rows: rows must "
-                "be increasing indices below ",
-                batch_, ", got ", rows[i], " at ", i);
+                "KVCache::keep_rows: rows must be increasing indices below ", batch_, ", got ", rows[i],
+                " at ", i);
   const int64_t kept = int64_t(rows.size());
   if (kept == batch_) return;
   // Row rows[i] moves down to i: every source lies at or after its destination and after every
@@ -497,8 +499,7 @@ void KVCache::keep_rows(const std::vector<int64_t>& rows) {
   if (!padding_.empty()) {
     std::vector<int64_t> padding;
     for (int64_t r : rows) padding.push_back(padding_[size_t(r)]);
-    first_key_ = Tensor::from_vector(padding, {kept}).to(first_key_.device());
-    padding_ = std::move(padding);
+    set_padding(std::move(padding));
   }
   batch_ = kept;
 }

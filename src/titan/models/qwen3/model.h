@@ -82,6 +82,8 @@ class KVCache {
   // padding (ops::cached_attention); into an empty cache (the prompt), the causal attention of
   // ops::attention, the training kernels, with each row's padding a document of its own.
   Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+  // Sets padding_ (one count per row, or empty) and first_key_, its copy on the model's device.
+  void set_padding(std::vector<int64_t> padding);
   std::vector<Tensor> k_, v_;  // per layer [B, allocated, Hkv, head_dim] in the compute dtype
   int64_t length_ = 0, capacity_ = 0, allocated_ = 0, batch_ = 0;
   std::vector<int64_t> padding_;  // per row, or empty
