@@ -280,6 +280,115 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
   }
 }
 
+// --num-beams: transformers' beam search, the sequences and scores of the library's beam_search
+// (best first, --num-return-sequences of them) as JSON, as text, and per line of a --prompts-file;
+// a generation_config.json's num_beams without do_sample searches too; what beam search cannot do
+// is named.
+TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  auto loaded = titan::qwen3::load_hf_model(oracle, titan::DType::F32);
+  titan::qwen3::BeamSearchOptions beams;
+  beams.num_beams = 3;
+  beams.length_penalty = 0.5;
+  beams.early_stopping = titan::qwen3::EarlyStopping::Never;
+  beams.num_return_sequences = 2;
+  const std::vector<titan::qwen3::Generation> want =
+      titan::qwen3::beam_search(*loaded, prompt, 6, beams, titan::qwen3::SamplingOptions{}, {});
+  ASSERT_EQ(want.size(), 2u);
+  const std::string m = "generate --model-path " + oracle.string() + " --max-new-tokens 6 ";
+  const std::string search =
+      "--num-beams 3 --num-return-sequences 2 --length-penalty 0.5 --early-stopping never";
+  Outcome r = titan(m + "--prompt-ids 17,400,2048,5 --json " + search);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  for (size_t s = 0; s < want.size(); ++s) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.at("sequence").get<size_t>(), s);
+    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), want[s].ids);
+    EXPECT_NEAR(row.at("score").get<double>(), *want[s].score, 1e-12);
+    EXPECT_EQ(row.at("stop_reason"), "max new tokens");
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << r.out;
+  EXPECT_NE(r.err.find("beam search: 3 beams, length_penalty 0.5, early_stopping never, 2 sequences each"),
+            std::string::npos)
+      << r.err;
+  auto joined = [](const std::vector<int64_t>& ids) {
+    std::string text;
+    for (int64_t id : ids) text += (text.empty() ? "" : ",") + std::to_string(id);
+    return text;
+  };
+  r = titan(m + "--prompt-ids 17,400,2048,5 " + search);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("--- sequence 1 of 2: score "), 0u) << r.out;
+  EXPECT_NE(r.out.find(", max new tokens ---\n" + joined(want[0].ids) + "\n--- sequence 2 of 2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(r.out.ends_with("---\n" + joined(want[1].ids) + "\n")) << r.out;
+
+  const fs::path dir = tt::temp_dir("cli_generate_beams_" + std::to_string(getpid()));
+  std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [9, 8]}\n{\"prompt_ids\": [17, 400, 2048, 5]}\n";
+  r = titan(m + "--prompts-file " + (dir / "prompts.jsonl").string() + " " + search);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::vector<titan::qwen3::Generation> first =
+      titan::qwen3::beam_search(*loaded, {9, 8}, 6, beams, titan::qwen3::SamplingOptions{}, {});
+  lines = std::istringstream(r.out);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.at("index").get<size_t>(), i / 2);
+    EXPECT_EQ(row.at("line").get<int64_t>(), int64_t(i / 2 + 1));
+    EXPECT_EQ(row.at("sequence").get<size_t>(), i % 2);
+    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), (i < 2 ? first : want)[i % 2].ids) << "line " << i;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << r.out;
+
+  // The model's generation_config.json: num_beams without do_sample is beam search, its other keys
+  // with it; with do_sample, --num-beams is an error (beam sampling).
+  const fs::path model = dir / "model";
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, model / f);
+  std::ofstream(model / "generation_config.json")
+      << R"({"num_beams": 3, "length_penalty": 0.5, "early_stopping": "never", "num_return_sequences": 2})";
+  const std::string local =
+      "generate --model-path " + model.string() + " --max-new-tokens 6 --prompt-ids 17,400,2048,5 ";
+  r = titan(local + "--json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n'))).at("ids").get<std::vector<int64_t>>(),
+            want[0].ids);
+  EXPECT_NE(r.err.find("beam search as " + (model / "generation_config.json").string() + " says: 3 beams"),
+            std::string::npos)
+      << r.err;
+  r = titan(local + "--temperature 0.8");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("sets num_beams 3, not applied: the sampling flags sample"), std::string::npos)
+      << r.err;
+  std::ofstream(model / "generation_config.json", std::ios::trunc)
+      << R"({"do_sample": true, "temperature": 0.7})";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {local + "--num-beams 2", "--num-beams 2: " + (model / "generation_config.json").string() +
+                                         " samples (do_sample true), and titan has no beam sampling; add "
+                                         "--temperature 0 for beam search"},
+           {m + "--prompt-ids 1 --num-beams 2 --temperature 1",
+            "--num-beams 2 searches greedily; --temperature 1 samples"},
+           {m + "--prompt-ids 1 --length-penalty 2",
+            "--length-penalty shapes beam search; add --num-beams N"},
+           {m + "--prompt-ids 1 --num-return-sequences 2", "--num-return-sequences shapes beam search"},
+           {m + "--prompt-ids 1 --num-beams 2 --num-return-sequences 3",
+            "num_return_sequences must be in [1, num_beams = 2], got 3"},
+           {m + "--prompt-ids 1 --num-beams 2 --early-stopping soon",
+            "--early-stopping soon: expected false, true or never"},
+           {m + "--prompts-file " + (dir / "prompts.jsonl").string() + " --num-beams 2 --batch-size 2",
+            "--batch-size: with --num-beams, the 2 beams of each prompt are the rows of its batch"}}) {
+    r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
 // --chat: the prompt is a user message (after --system's) in Qwen3's chat template with the
 // assistant's turn opened, --no-think with its empty <think> block: the ids transformers'
 // apply_chat_template(..., add_generation_prompt=True, enable_thinking=False) gives (the rendering is
@@ -458,7 +567,10 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
       << r.err;
   EXPECT_NE(r.err.find("repetition_penalty 3, as " + file + " says"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no_repeat_ngram_size 2, as " + file + " says"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("sets num_beams 2, which titan's sampler does not apply"), std::string::npos) << r.err;
+  EXPECT_NE(
+      r.err.find("sets num_beams 2 with do_sample (beam sampling), which titan's sampler does not apply"),
+      std::string::npos)
+      << r.err;
   // --temperature 0: greedy, still with the file's repetition penalty (transformers applies it to
   // greedy search too) unless --repetition-penalty says otherwise.
   titan::qwen3::SamplingOptions greedy;

@@ -199,13 +199,13 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
             }).find("row 1's left padding 4 must be in [0, capacity 4)"),
             std::string::npos);
   KVCache two = model->kv_cache(3, 4, {0, 2, 1});
-  EXPECT_NE(error([&] { two.keep_rows({}); }).find("keep at least one row"), std::string::npos);
+  EXPECT_NE(error([&] { two.select_rows({}); }).find("select at least one row"), std::string::npos);
   EXPECT_NE(error([&] {
-              two.keep_rows({2, 1});
-            }).find("rows must be increasing indices below 3, got 1 at 1"),
+              two.select_rows({0, 3});
+            }).find("row 3 at 1 is not one of the cache's 3"),
             std::string::npos);
-  EXPECT_NE(error([&] { two.keep_rows({0, 3}); }).find("got 3 at 1"), std::string::npos);
-  two.keep_rows({0, 2});
+  EXPECT_NE(error([&] { two.select_rows({-1}); }).find("row -1 at 0"), std::string::npos);
+  two.select_rows({0, 2});
   EXPECT_EQ(two.batch(), 2);
   EXPECT_EQ(two.left_padding(), (std::vector<int64_t>{0, 1}));
   EXPECT_NE(error([&] { generate_batch(*model, {}, 1, {}, {}); }).find("no prompt to continue"),
@@ -258,7 +258,7 @@ TEST(Generate, GreedyTokensAreTheFullForwardsArgmaxAndAStopTokenEndsThem) {
 // the padded prompt's and the next step's logits are each prompt's own (run alone) to 1e-10, and
 // every prompt's tokens are those generate() gives it alone, greedy and sampled (with a repetition
 // penalty, and with explicit seeds). A prompt that reaches a stop token leaves the batch
-// (KVCache::keep_rows) while the others go on as they would alone; on_token sees every token.
+// (KVCache::select_rows) while the others go on as they would alone; on_token sees every token.
 TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
   const std::vector<std::vector<int64_t>> prompts = {
       {17, 400, 2048, 5, 99, 1000, 3}, {5}, {71, 600, 12}, {3, 3, 8, 17, 400}};
@@ -443,12 +443,33 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_EQ(bare.sampling.top_p, 1.0);
   EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling.top_k, 0);
   // min_p and typical_p are sampling settings (greedy without do_sample), no_repeat_ngram_size a
-  // processor (applied either way); beams and the cutoffs titan does not have are named.
+  // processor (applied either way); beams without do_sample are beam search, with transformers'
+  // defaults for the rest; with do_sample (beam sampling, which titan does not have) they are named.
   const GenerationDefaults extras = generation_defaults(
       json{{"min_p", 0.1}, {"typical_p", 1.0}, {"num_beams", 4}, {"no_repeat_ngram_size", 3}}, "g");
-  EXPECT_EQ(extras.not_applied, (std::vector<std::string>{"num_beams 4"}));
+  EXPECT_TRUE(extras.not_applied.empty());
   EXPECT_EQ(extras.sampling.min_p, 0.0);
   EXPECT_EQ(extras.sampling.no_repeat_ngram_size, 3);
+  EXPECT_EQ(extras.beams.num_beams, 4);
+  EXPECT_EQ(extras.beams.length_penalty, 1.0);
+  EXPECT_EQ(extras.beams.early_stopping, EarlyStopping::Heuristic);
+  EXPECT_EQ(extras.beams.num_return_sequences, 1);
+  EXPECT_EQ(generation_defaults(json(), "g").beams.num_beams, 1) << "no beam search";
+  const GenerationDefaults beams = generation_defaults(json{{"num_beams", 5},
+                                                            {"length_penalty", 0.6},
+                                                            {"early_stopping", "never"},
+                                                            {"num_return_sequences", 2}},
+                                                       "g");
+  EXPECT_EQ(beams.beams.length_penalty, 0.6);
+  EXPECT_EQ(beams.beams.early_stopping, EarlyStopping::Never);
+  EXPECT_EQ(beams.beams.num_return_sequences, 2);
+  EXPECT_EQ(generation_defaults(json{{"num_beams", 2}, {"early_stopping", true}}, "g").beams.early_stopping,
+            EarlyStopping::Always);
+  const GenerationDefaults beam_sampling =
+      generation_defaults(json{{"do_sample", true}, {"num_beams", 4}}, "g");
+  EXPECT_EQ(beam_sampling.beams.num_beams, 1);
+  EXPECT_EQ(beam_sampling.not_applied,
+            (std::vector<std::string>{"num_beams 4 with do_sample (beam sampling)"}));
   const GenerationDefaults sampled = generation_defaults(json{{"do_sample", true},
                                                               {"min_p", 0.1},
                                                               {"typical_p", 0.9},
@@ -490,6 +511,14 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_NE(
       error(json{{"repetition_penalty", 0}}).find("'repetition_penalty' must be a finite number > 0, got 0"),
       std::string::npos);
+  EXPECT_NE(error(json{{"num_beams", 0}}).find("'num_beams' must be a whole number >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"num_beams", 2}, {"early_stopping", "soon"}})
+                .find("'early_stopping' must be true, false or \"never\", got \"soon\""),
+            std::string::npos);
+  EXPECT_NE(error(json{{"num_beams", 2}, {"num_return_sequences", 3}})
+                .find("'num_return_sequences' 3 asks for more sequences than its num_beams 2 can give"),
+            std::string::npos);
 }
 
 // transformers' RepetitionPenaltyLogitsProcessor: an id in the sequence has its logit divided by the
@@ -626,6 +655,157 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       EXPECT_NEAR(got[j].second, expected[i][j][1].get<double>(), 1e-9) << what;
     }
   }
+}
+
+// Beam search against transformers' algorithm run in PyTorch (tests/models/torch_ref/beam_search.py:
+// its _beam_search over the reference model, in f64, each step a full forward of every beam with no
+// cache): both oracles, prompts of 1-5 tokens, every early_stopping mode, length penalties of both
+// signs, stop ids that end some beams (two tokens of the greedy continuation), the repetition
+// penalty and the n-gram rule. The same sequences, best first, with the same scores (1e-9).
+TEST(Generate, BeamSearchIsTransformersBeamSearch) {
+  if (const std::string why = titan::testing::torch_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  using nlohmann::json;
+  struct Case {
+    std::vector<int64_t> prompt;
+    int64_t max_new;
+    BeamSearchOptions beams;
+    bool stops;
+    double repetition_penalty = 1;
+    int64_t no_repeat_ngram_size = 0;
+  };
+  const std::vector<Case> cases = {
+      {{17, 400, 2048, 5, 99}, 6, {2, 1.0, EarlyStopping::Heuristic, 1}, false},
+      {{5}, 8, {4, 0.5, EarlyStopping::Always, 3}, true},
+      {{71, 600, 12}, 7, {3, 2.0, EarlyStopping::Never, 2}, true, 1.3, 2},
+      {{3, 3, 8}, 9, {5, -0.5, EarlyStopping::Heuristic, 5}, true},
+      {{17, 400}, 9, {4, 1.0, EarlyStopping::Heuristic, 4}, true, 1.0, 1},
+      {{99, 1000, 3}, 6, {3, 0.0, EarlyStopping::Never, 3}, true, 0.7},
+  };
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    json spec = {{"model_dir", oracle_dir(name).string()}, {"cases", json::array()}};
+    std::vector<std::vector<int64_t>> stops;
+    for (const Case& c : cases) {
+      std::vector<int64_t> stop;
+      if (c.stops) {
+        const Generation greedy = generate(*model, c.prompt, c.max_new, SamplingOptions{}, {});
+        stop = {greedy.ids[2], greedy.ids[4]};
+      }
+      stops.push_back(stop);
+      const char* early = c.beams.early_stopping == EarlyStopping::Heuristic ? "false"
+                          : c.beams.early_stopping == EarlyStopping::Always  ? "true"
+                                                                             : "\"never\"";
+      spec["cases"].push_back({{"prompt", c.prompt},
+                               {"max_new_tokens", c.max_new},
+                               {"num_beams", c.beams.num_beams},
+                               {"length_penalty", c.beams.length_penalty},
+                               {"early_stopping", json::parse(early)},
+                               {"num_return_sequences", c.beams.num_return_sequences},
+                               {"stop_ids", stop},
+                               {"repetition_penalty", c.repetition_penalty},
+                               {"no_repeat_ngram_size", c.no_repeat_ngram_size}});
+    }
+    const std::filesystem::path dir = titan::testing::temp_dir("beam_search_vs_torch_" + name);
+    std::ofstream(dir / "in.json") << spec.dump();
+    const std::filesystem::path script =
+        titan::testing::source_dir() / "tests" / "models" / "torch_ref" / "beam_search.py";
+    std::string out;
+    ASSERT_EQ(titan::testing::run_command(titan::testing::torch_python() + " " + script.string() + " " +
+                                              (dir / "in.json").string() + " " + (dir / "out.json").string(),
+                                          &out),
+              0)
+        << out;
+    const json expected = json::parse(std::ifstream(dir / "out.json"))["cases"];
+    ASSERT_EQ(expected.size(), cases.size());
+    size_t stopped = 0, beam_not_greedy = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      SCOPED_TRACE("case " + std::to_string(i) + ": " + spec["cases"][i].dump());
+      SamplingOptions processors;
+      processors.repetition_penalty = c.repetition_penalty;
+      processors.no_repeat_ngram_size = c.no_repeat_ngram_size;
+      const std::vector<Generation> got =
+          beam_search(*model, c.prompt, c.max_new, c.beams, processors, stops[i]);
+      ASSERT_EQ(got.size(), expected[i].size());
+      for (size_t r = 0; r < got.size(); ++r) {
+        ASSERT_TRUE(expected[i][r]["finished"].get<bool>()) << "sequence " << r;
+        EXPECT_EQ(got[r].ids, expected[i][r]["ids"].get<std::vector<int64_t>>()) << "sequence " << r;
+        ASSERT_TRUE(got[r].score.has_value());
+        EXPECT_NEAR(*got[r].score, expected[i][r]["score"].get<double>(), 1e-9) << "sequence " << r;
+        stopped += got[r].stop_reason == "stop token";
+      }
+      beam_not_greedy += got[0].ids != generate(*model, c.prompt, c.max_new, processors, stops[i]).ids;
+    }
+    EXPECT_GE(stopped, 3u) << "too few sequences ended at a stop id to test finishing early";
+    EXPECT_GE(beam_not_greedy, 1u) << "every best beam was the greedy sequence: the cases test little";
+  }
+}
+
+// Without PyTorch: every sequence beam search returns has the score a full forward over it gives
+// (its tokens' log-softmax summed, / new tokens^length_penalty), best first, and the cache's rows
+// followed their beams (a wrong row would change the scores); stop ids end sequences with their
+// reason; the options are checked.
+TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    const int64_t V = model->args().vocab_size;
+    const std::vector<int64_t> prompt = {71, 600, 12, 5};
+    const Generation greedy = generate(*model, prompt, 8, SamplingOptions{}, {});
+    for (const auto& [length_penalty, stop] : std::vector<std::pair<double, std::vector<int64_t>>>{
+             {1.0, {}}, {0.7, {greedy.ids[3]}}, {-1.0, {greedy.ids[1]}}}) {
+      const BeamSearchOptions beams{4, length_penalty, EarlyStopping::Never, 4};
+      const std::vector<Generation> got = beam_search(*model, prompt, 8, beams, SamplingOptions{}, stop);
+      ASSERT_EQ(got.size(), 4u);
+      for (size_t r = 0; r < got.size(); ++r) {
+        std::vector<int64_t> all = prompt;
+        all.insert(all.end(), got[r].ids.begin(), got[r].ids.end());
+        Tensor logits;
+        {
+          autograd::NoGradGuard no_grad;
+          logits = model->forward_logits(Tensor::from_vector(all, {1, int64_t(all.size())}));
+        }
+        double sum = 0;
+        for (size_t k = 0; k < got[r].ids.size(); ++k) {
+          const double* row = logits.data<double>() + int64_t(prompt.size() - 1 + k) * V;
+          double top = row[0], z = 0;
+          for (int64_t v = 0; v < V; ++v) top = std::max(top, row[v]);
+          for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+          sum += row[got[r].ids[k]] - top - std::log(z);
+        }
+        const double want = sum / std::pow(double(got[r].ids.size()), length_penalty);
+        EXPECT_NEAR(*got[r].score, want, 1e-9) << "sequence " << r << " length penalty " << length_penalty;
+        if (r > 0) EXPECT_GE(*got[r - 1].score, *got[r].score) << "best first";
+        const bool ends_at_stop = !stop.empty() && got[r].ids.back() == stop[0];
+        EXPECT_EQ(got[r].stop_reason, ends_at_stop ? "stop token" : "max new tokens");
+        if (!ends_at_stop) EXPECT_EQ(got[r].ids.size(), 8u);
+        for (size_t k = 0; k + 1 < got[r].ids.size(); ++k)
+          EXPECT_TRUE(stop.empty() || got[r].ids[k] != stop[0]) << "a sequence went on after its stop id";
+      }
+    }
+  }
+  auto model = oracle_model("tiny_dense");
+  auto error = [&](const BeamSearchOptions& beams, const SamplingOptions& processors) {
+    try {
+      beam_search(*model, {5, 6}, 4, beams, processors, {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      error({1, 1.0, EarlyStopping::Heuristic, 1}, {}).find("num_beams must be >= 2 (one beam is greedy"),
+      std::string::npos);
+  EXPECT_NE(error({3, 1.0, EarlyStopping::Heuristic, 4}, {})
+                .find("num_return_sequences must be in [1, num_beams = 3], got 4"),
+            std::string::npos);
+  EXPECT_NE(error({3, std::nan(""), EarlyStopping::Heuristic, 1}, {}).find("length_penalty must be finite"),
+            std::string::npos);
+  SamplingOptions sampled;
+  sampled.temperature = 0.8;
+  EXPECT_NE(error({3, 1.0, EarlyStopping::Heuristic, 1}, sampled).find("titan has no beam sampling"),
+            std::string::npos);
 }
 
 TEST(Generate, BadRequestsNameTheRule) {

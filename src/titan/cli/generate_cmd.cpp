@@ -167,6 +167,39 @@ std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vec
   return {new_tokens, seconds};
 }
 
+// Beam search over every prompt of a --prompts-file, one prompt at a time (its beams are the rows of
+// the batch), printing one JSON line per returned sequence in the file's order, with its "sequence"
+// (0: the best) and "score". Returns the new tokens and the seconds they took.
+std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
+                                      const data::Tokenizer* tokenizer, const qwen3::BeamSearchOptions& beams,
+                                      int64_t max_new, const qwen3::SamplingOptions& processors,
+                                      const std::vector<int64_t>& stop_ids,
+                                      const std::vector<bool>& allowed) {
+  size_t new_tokens = 0;
+  double seconds = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<qwen3::Generation> found =
+        qwen3::beam_search(model, prompts[i].ids, max_new, beams, processors, stop_ids, allowed);
+    seconds += found.empty() ? 0.0 : found[0].seconds;
+    for (size_t r = 0; r < found.size(); ++r) {
+      const qwen3::Generation& g = found[r];
+      nlohmann::ordered_json out = {{"index", i},
+                                    {"line", prompts[i].line},
+                                    {"sequence", r},
+                                    {"prompt_ids", prompts[i].ids},
+                                    {"ids", g.ids}};
+      if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+      out["stop_reason"] = g.stop_reason;
+      out["score"] = *g.score;
+      out["seconds"] = seconds;
+      std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      new_tokens += g.ids.size();
+    }
+    std::fflush(stdout);
+  }
+  return {new_tokens, seconds};
+}
+
 int generate_main(int argc, char** argv) {
   ArgParser p(
       "generate",
@@ -181,7 +214,8 @@ int generate_main(int argc, char** argv) {
       "Generation stops after --max-new-tokens, or at the tokenizer's eos_token or <|endoftext|> or the\n"
       "model's eos_token_id (config.json, generation_config.json).\n"
       "--prompts-file continues many prompts, --batch-size of them at a time as the rows of one batch,\n"
-      "and prints one JSON line per prompt in the file's order.");
+      "and prints one JSON line per prompt in the file's order. --num-beams N runs transformers' beam\n"
+      "search instead (greedy; --length-penalty, --early-stopping, --num-return-sequences).");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
       .option("checkpoint",
               "native titan checkpoint folder instead, e.g. outputs/debugmodel/checkpoint/step-40 "
@@ -233,6 +267,19 @@ int generate_main(int argc, char** argv) {
           "never choose a token that repeats an n-gram of the sequence, greedy or sampled, as transformers "
           "(0: none; default: the model's generation_config.json's)",
           "0")
+      .option("num-beams",
+              "beam search with this many beams, as transformers' (greedy only; default: the model's "
+              "generation_config.json's num_beams without do_sample, else 1: no beam search)",
+              "1")
+      .option("length-penalty",
+              "beam search: finished sequences rank by score / new tokens^x (> 0 favours longer ones)", "1")
+      .option(
+          "early-stopping",
+          "beam search: false (stop once no running beam would beat the finished ones at its length now), "
+          "true (once --num-beams have finished), never (once none could at any length)",
+          "false")
+      .option("num-return-sequences", "beam search: print the best this many sequences (at most --num-beams)",
+              "1")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -469,6 +516,54 @@ int generate_main(int argc, char** argv) {
   const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
                                    : (model_path / "generation_config.json").string();
   const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
+  // Beam search: --num-beams, else the model's num_beams without do_sample, as transformers'. It is
+  // greedy: with sampling (titan has no beam sampling) it is an error when asked for by a flag, and
+  // not applied when the config's is overridden by sampling flags.
+  qwen3::BeamSearchOptions beams = defaults.beams;
+  if (p.has("num-beams")) {
+    beams.num_beams = p.get_int("num-beams", 1);
+    TITAN_CHECK(
+        beams.num_beams == 1 || sampling_given || !defaults.samples, "titan generate: --num-beams ",
+        beams.num_beams, ": ", where,
+        " samples (do_sample true), and titan has no beam sampling; add --temperature 0 for beam search");
+  } else if (beams.num_beams > 1 && sampling.temperature > 0) {
+    std::fprintf(stderr, "generate: note: %s sets num_beams %lld, not applied: the sampling flags sample\n",
+                 where.c_str(), (long long)beams.num_beams);
+    beams.num_beams = 1;
+  }
+  if (p.has("length-penalty")) beams.length_penalty = number_option(p, "length-penalty");
+  if (p.has("num-return-sequences")) beams.num_return_sequences = p.get_int("num-return-sequences", 1);
+  if (p.has("early-stopping")) {
+    const std::string early = p.get("early-stopping");
+    TITAN_CHECK(early == "false" || early == "true" || early == "never", "titan generate: --early-stopping ",
+                early, ": expected false, true or never", suggestion(early, {"false", "true", "never"}));
+    beams.early_stopping = early == "never"  ? qwen3::EarlyStopping::Never
+                           : early == "true" ? qwen3::EarlyStopping::Always
+                                             : qwen3::EarlyStopping::Heuristic;
+  }
+  if (beams.num_beams > 1) {
+    TITAN_CHECK(sampling.temperature == 0, "titan generate: --num-beams ", beams.num_beams,
+                " searches greedily; --temperature ", sampling.temperature,
+                " samples, and titan has no beam sampling");
+    TITAN_CHECK(!p.has("batch-size"), "titan generate: --batch-size: with --num-beams, the ", beams.num_beams,
+                " beams of each prompt are the rows of its batch");
+    try {
+      beams.validate();
+    } catch (const Error& e) {
+      TITAN_FAIL("titan generate: ", e.what());
+    }
+    static const char* const kEarly[] = {"false", "true", "never"};
+    std::fprintf(stderr,
+                 "generate: beam search%s: %lld beams, length_penalty %g, early_stopping %s, "
+                 "%lld sequence%s\n",
+                 p.has("num-beams") ? "" : (" as " + where + " says").c_str(), (long long)beams.num_beams,
+                 beams.length_penalty, kEarly[int(beams.early_stopping)],
+                 (long long)beams.num_return_sequences, beams.num_return_sequences == 1 ? "" : "s each");
+  } else {
+    for (const char* flag : {"length-penalty", "early-stopping", "num-return-sequences"})
+      TITAN_CHECK(!p.has(flag), "titan generate: --", flag,
+                  " shapes beam search; add --num-beams N (N >= 2)");
+  }
   if (!sampling_given && defaults.samples) {
     sampling.temperature = defaults.sampling.temperature;
     sampling.top_k = defaults.sampling.top_k;
@@ -518,6 +613,15 @@ int generate_main(int argc, char** argv) {
       printed = text;
     }
   };
+  if (has_file && beams.num_beams > 1) {
+    const auto [new_tokens, seconds] = search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
+                                                   beams, max_new, sampling, stop_ids, allowed);
+    std::fprintf(stderr,
+                 "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, beam search, %s on %s)\n",
+                 file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
+                 std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
+  }
   if (has_file) {
     const auto [new_tokens, seconds] = generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
                                                      batch_size, max_new, sampling, stop_ids, allowed);
@@ -526,6 +630,38 @@ int generate_main(int argc, char** argv) {
         "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
         file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
         (long long)batch_size, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
+  }
+  if (beams.num_beams > 1) {  // no streaming: a beam's tokens are final only when the search ends
+    const std::vector<qwen3::Generation> found =
+        qwen3::beam_search(*model, prompt, max_new, beams, sampling, stop_ids, allowed);
+    size_t new_tokens = 0;
+    for (size_t r = 0; r < found.size(); ++r) {
+      const qwen3::Generation& g = found[r];
+      new_tokens += g.ids.size();
+      std::string text;
+      if (tokenizer) text = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+      if (p.has("json")) {
+        json out = {{"sequence", r},     {"prompt_ids", prompt},
+                    {"ids", g.ids},      {"stop_reason", g.stop_reason},
+                    {"score", *g.score}, {"seconds", g.seconds}};
+        if (tokenizer) out["text"] = text;
+        std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        continue;
+      }
+      if (found.size() > 1)
+        std::printf("--- sequence %zu of %zu: score %.6g, %s ---\n", r + 1, found.size(), *g.score,
+                    g.stop_reason.c_str());
+      if (!tokenizer)
+        for (int64_t id : g.ids) text += (text.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%s\n", text.c_str());
+    }
+    std::fprintf(
+        stderr,
+        "generate: beam search over %lld beams: %zu sequence%s (%zu new tokens) after %zu prompt tokens "
+        "in %.2f s (%s on %s)\n",
+        (long long)beams.num_beams, found.size(), found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
+        found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
   const bool streaming = tokenizer && !p.has("json");

@@ -127,17 +127,22 @@ class Config:
 # ------------------------------------------------------------------ the model, as functions
 
 
+# Where transformers upcasts (RMSNorm statistics, rope tables, the softmaxes): fp32 as it does; a
+# float64 check (beam_search.py) sets float64, so that nothing in its model rounds to fp32.
+UPCAST = torch.float32
+
+
 def rms_norm(x, weight, eps):
     # Statistics in fp32; normalized value cast back to the input dtype before the weight multiply.
-    x32 = x.float()
+    x32 = x.to(UPCAST)
     y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * y.to(x.dtype)
 
 
 def rope_tables(seq, head_dim, theta, dtype):
     # inv_freq[j] = theta^(-2j/hd) in fp32; emb = cat(freqs, freqs); cos/sin cast to the compute dtype.
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    pos = torch.arange(seq, dtype=torch.int64).float()
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(UPCAST) / head_dim))
+    pos = torch.arange(seq, dtype=torch.int64).to(UPCAST)
     freqs = pos[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -166,7 +171,7 @@ def attention(cfg, P, prefix, x, cos, sin, hidden):
     v = v.repeat_interleave(r, dim=1)
     scores = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5
     scores = scores.masked_fill(hidden, float("-inf"))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    probs = torch.softmax(scores, dim=-1, dtype=UPCAST).to(q.dtype)
     o = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, H * hd)
     return F.linear(o, P(prefix + "o_proj.weight"))
 
@@ -180,7 +185,7 @@ def moe_block(cfg, P, prefix, x, router_logits_out):
     t = x.reshape(-1, D)
     logits = F.linear(t, P(prefix + "gate.weight"))
     router_logits_out.append(logits)
-    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    probs = torch.softmax(logits, dim=-1, dtype=UPCAST)
     top_w, top_i = torch.topk(probs, cfg.top_k, dim=-1)
     if cfg.norm_topk:
         top_w = top_w / top_w.sum(dim=-1, keepdim=True)

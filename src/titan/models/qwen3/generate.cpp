@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <numeric>
 
 #include "titan/core/check.h"
@@ -47,6 +48,26 @@ class ComputeCopies {
   std::vector<nn::ParamBlock*> added_;
 };
 
+// The prompts are ids of the model's vocabulary, at least one each, and the longest + max_new_tokens
+// fits max_seq_len.
+void check_prompts(const ModelArgs& a, const std::vector<std::vector<int64_t>>& prompts,
+                   int64_t max_new_tokens) {
+  TITAN_CHECK(!prompts.empty(), "generate: no prompt to continue");
+  TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
+  int64_t longest = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(r) + ": " : "";
+    TITAN_CHECK(!prompts[r].empty(), "generate: ", which, "the prompt holds no token");
+    for (size_t i = 0; i < prompts[r].size(); ++i)
+      TITAN_CHECK(prompts[r][i] >= 0 && prompts[r][i] < a.vocab_size, "generate: ", which, "prompt token ", i,
+                  " is id ", prompts[r][i], ", outside the model's vocabulary [0, ", a.vocab_size, ")");
+    longest = std::max(longest, int64_t(prompts[r].size()));
+  }
+  TITAN_CHECK(max_new_tokens <= a.max_seq_len - longest, "generate: ", longest, " prompt tokens",
+              prompts.size() > 1 ? " (the longest prompt)" : "", " + ", max_new_tokens,
+              " new ones pass the model's max_seq_len (", a.max_seq_len, ")");
+}
+
 }  // namespace
 
 void SamplingOptions::validate() const {
@@ -83,8 +104,8 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   };
   // Keys that change the choice of tokens beyond what titan's sampler does, with the value that
   // leaves it unchanged.
-  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {
-      {"num_beams", 1}, {"encoder_repetition_penalty", 1.0}, {"top_h", nullptr}};
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"encoder_repetition_penalty", 1.0},
+                                                                         {"top_h", nullptr}};
   for (const auto& [key, neutral] : unchanged)
     if (c.contains(key) && c[key] != neutral)
       out.not_applied.push_back(std::string(key) + " " + c[key].dump());
@@ -99,6 +120,33 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
   TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
   out.samples = do_sample.get<bool>();
+  // A whole number >= 1 (null: 1).
+  auto count = [&](const char* key) {
+    const double v = number(key, 1, 1);
+    TITAN_CHECK(v >= 1 && v == std::floor(v) && v <= double(int64_t(1) << 31), where, ": '", key,
+                "' must be a whole number >= 1, got ", precise(v));
+    return int64_t(v);
+  };
+  const int64_t num_beams = count("num_beams");
+  if (out.samples && num_beams > 1) {
+    out.not_applied.push_back("num_beams " + std::to_string(num_beams) + " with do_sample (beam sampling)");
+  } else if (!out.samples) {  // beam search, when num_beams > 1
+    BeamSearchOptions& b = out.beams;
+    b.num_beams = num_beams;
+    b.length_penalty = number("length_penalty", 1.0, 1.0);
+    TITAN_CHECK(std::isfinite(b.length_penalty), where, ": 'length_penalty' must be a finite number, got ",
+                precise(b.length_penalty));
+    const nlohmann::json early = c.value("early_stopping", nlohmann::json(false));
+    TITAN_CHECK(early.is_boolean() || early == "never", where,
+                ": 'early_stopping' must be true, false or \"never\", got ", early.dump());
+    b.early_stopping = early == "never" ? EarlyStopping::Never
+                       : early == true  ? EarlyStopping::Always
+                                        : EarlyStopping::Heuristic;
+    b.num_return_sequences = count("num_return_sequences");
+    TITAN_CHECK(b.num_return_sequences <= b.num_beams, where, ": 'num_return_sequences' ",
+                b.num_return_sequences, " asks for more sequences than its num_beams ", b.num_beams,
+                b.num_beams == 1 ? " (greedy search returns one)" : "", " can give");
+  }
   if (!out.samples) return out;
   o.temperature = number("temperature", 1.0, 1.0);
   const double top_k = number("top_k", 50, 0);
@@ -126,6 +174,20 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   return out;
 }
 
+std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t n, int64_t vocab) {
+  // transformers' NoRepeatNGramLogitsProcessor: the ids that followed the sequence's last n-1 ids
+  // wherever those n-1 ids occurred before (with n = 1, every id of the sequence).
+  std::vector<bool> banned;
+  const auto n_gram = size_t(n);
+  if (n_gram == 0 || sequence.size() + 1 < n_gram) return banned;
+  banned.assign(size_t(vocab), false);
+  const std::span<const int64_t> tail = sequence.last(n_gram - 1);
+  for (size_t start = 0; start + n_gram <= sequence.size(); ++start)
+    if (std::equal(tail.begin(), tail.end(), sequence.begin() + ptrdiff_t(start)))
+      banned[size_t(sequence[start + n_gram - 1])] = true;
+  return banned;
+}
+
 std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits_in,
                                                                 const SamplingOptions& o,
                                                                 const std::vector<bool>& allowed,
@@ -147,17 +209,7 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
   const std::span<const float> logits = penalized.empty() ? logits_in : std::span<const float>(penalized);
   TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
               " allowed flags for ", V, " logits");
-  // NoRepeatNGramLogitsProcessor: the ids that followed the sequence's last n-1 ids wherever those
-  // n-1 ids occurred before (with n = 1, every id of the sequence) would repeat an n-gram.
-  std::vector<bool> banned;
-  const auto n_gram = size_t(o.no_repeat_ngram_size);
-  if (n_gram > 0 && sequence.size() + 1 >= n_gram) {
-    banned.assign(size_t(V), false);
-    const std::span<const int64_t> tail = sequence.last(n_gram - 1);
-    for (size_t start = 0; start + n_gram <= sequence.size(); ++start)
-      if (std::equal(tail.begin(), tail.end(), sequence.begin() + ptrdiff_t(start)))
-        banned[size_t(sequence[start + n_gram - 1])] = true;
-  }
+  const std::vector<bool> banned = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, V);
   auto ok = [&](int64_t id) {
     return (allowed.empty() || allowed[size_t(id)]) && (banned.empty() || !banned[size_t(id)]);
   };
@@ -309,24 +361,11 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   const int64_t batch_size = batch.batch_size;
   options.validate();
   const ModelArgs& a = model.args();
-  TITAN_CHECK(!prompts.empty(), "generate: no prompt to continue");
   TITAN_CHECK(seeds.empty() || seeds.size() == prompts.size(), "generate: ", seeds.size(), " seeds for ",
               prompts.size(), " prompts");
-  TITAN_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
   TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
-  int64_t longest = 0;
-  for (size_t r = 0; r < prompts.size(); ++r) {
-    const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(r) + ": " : "";
-    TITAN_CHECK(!prompts[r].empty(), "generate: ", which, "the prompt holds no token");
-    for (size_t i = 0; i < prompts[r].size(); ++i)
-      TITAN_CHECK(prompts[r][i] >= 0 && prompts[r][i] < a.vocab_size, "generate: ", which, "prompt token ", i,
-                  " is id ", prompts[r][i], ", outside the model's vocabulary [0, ", a.vocab_size, ")");
-    longest = std::max(longest, int64_t(prompts[r].size()));
-  }
-  TITAN_CHECK(max_new_tokens <= a.max_seq_len - longest, "generate: ", longest, " prompt tokens",
-              prompts.size() > 1 ? " (the longest prompt)" : "", " + ", max_new_tokens,
-              " new ones pass the model's max_seq_len (", a.max_seq_len, ")");
+  check_prompts(a, prompts, max_new_tokens);
 
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
@@ -408,7 +447,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
         }
       if (still.empty()) break;  // the batch is done: the next one starts afresh
       // A prompt that stopped leaves the batch: the next steps run the others alone.
-      if (still.size() < live.size()) cache.keep_rows(kept_rows);
+      if (still.size() < live.size()) cache.select_rows(kept_rows);
       live = std::move(still);
       // A free row takes the first prompt waiting that the batch's position has reached (its keys go
       // right-aligned, after padding; a longer one waits for a later step or the next batch), while
@@ -442,6 +481,188 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
   BatchOptions one;
   if (on_token) one.on_token = [&](size_t, int64_t id) { on_token(id); };
   return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, one)[0];
+}
+
+void BeamSearchOptions::validate() const {
+  TITAN_CHECK(num_beams >= 2, "beam search: num_beams must be >= 2 (one beam is greedy search), got ",
+              num_beams);
+  TITAN_CHECK(num_return_sequences >= 1 && num_return_sequences <= num_beams,
+              "beam search: num_return_sequences must be in [1, num_beams = ", num_beams, "], got ",
+              num_return_sequences);
+  TITAN_CHECK(std::isfinite(length_penalty), "beam search: length_penalty must be finite, got ",
+              precise(length_penalty));
+}
+
+std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                    int64_t max_new_tokens, const BeamSearchOptions& o,
+                                    const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+                                    const std::vector<bool>& allowed) {
+  o.validate();
+  processors.validate();
+  TITAN_CHECK(processors.temperature == 0 && processors.top_k == 0 && processors.top_p == 1 &&
+                  processors.min_p == 0 && processors.typical_p == 1 && processors.epsilon_cutoff == 0 &&
+                  processors.eta_cutoff == 0,
+              "beam search: the sampling options must be greedy's (temperature 0, no top-k, top-p, min-p, "
+              "typical-p, epsilon or eta cutoff): titan has no beam sampling");
+  const ModelArgs& a = model.args();
+  const int64_t V = a.vocab_size, nb = o.num_beams;
+  check_prompts(a, {prompt}, max_new_tokens);
+  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "beam search: ", allowed.size(),
+              " allowed flags for a vocabulary of ", V);
+  const auto start = std::chrono::steady_clock::now();
+  const ComputeCopies weights(model);
+
+  // transformers' bookkeeping, kept literally (its -1e9 marks included, in double): a flag added as
+  // -1e9 to a score puts it behind every real one (a sum of log-probabilities is far above -1e9).
+  constexpr double kMark = -1.0e9;
+  // K candidates per step: enough that num_beams of them go on even when every beam's best
+  // continuations are stop ids.
+  const int64_t K = std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb;
+  struct Beam {
+    std::vector<int64_t> ids;  // new tokens
+    double score = 0;          // running: summed log-probabilities; finished: length-penalised
+    bool finished = false;
+  };
+  std::vector<Beam> running(static_cast<size_t>(nb)), finished(static_cast<size_t>(nb));
+  for (int64_t b = 1; b < nb; ++b) running[size_t(b)].score = kMark;  // only beam 0 begins: no copies
+  for (Beam& f : finished) f.score = kMark;
+  bool may_improve = true;  // transformers' is_early_stop_heuristic_unsatisfied
+  auto penalised = [&](double score, int64_t length) {
+    return score / std::pow(double(length), o.length_penalty);
+  };
+
+  KVCache cache = model.kv_cache(1, int64_t(prompt.size()) + max_new_tokens);
+  Tensor logits = model
+                      .next_token_logits(
+                          Tensor::from_vector(prompt, {1, int64_t(prompt.size())}).to(model.device()), cache)
+                      .to(Device::CPU)
+                      .to(DType::F64);
+  cache.select_rows(std::vector<int64_t>(size_t(nb), 0));  // every beam holds the prompt
+  std::vector<double> total(size_t(nb * V));
+  for (int64_t t = 0; t < max_new_tokens; ++t) {
+    // Each beam's log-probabilities, processed, plus its score: the candidates' scores.
+#pragma omp parallel for if (nb > 1)
+    for (int64_t b = 0; b < nb; ++b) {
+      const double* row = logits.data<double>() + (logits.size(0) == 1 ? 0 : b) * V;
+      double* out = total.data() + b * V;
+      double top = -std::numeric_limits<double>::infinity();
+      for (int64_t v = 0; v < V; ++v)
+        if (!std::isnan(row[v])) top = std::max(top, row[v]);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v)
+        if (!std::isnan(row[v])) sum += std::exp(row[v] - top);
+      const double log_z = top + std::log(sum);
+      for (int64_t v = 0; v < V; ++v)  // a NaN logit is never chosen (the model diverged)
+        out[v] = std::isnan(row[v]) ? -std::numeric_limits<double>::infinity() : row[v] - log_z;
+      // transformers' processors on log-probabilities: the repetition penalty multiplies those of the
+      // ids seen (all <= 0), the n-gram rule bans; then the ids `allowed` leaves out.
+      std::vector<int64_t> sequence(prompt);
+      sequence.insert(sequence.end(), running[size_t(b)].ids.begin(), running[size_t(b)].ids.end());
+      if (processors.repetition_penalty != 1) {
+        std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
+        for (int64_t id : sequence)
+          if (!seen[size_t(id)]) {
+            seen[size_t(id)] = true;
+            const double l = out[id];
+            out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
+          }
+      }
+      const std::vector<bool> banned = repeated_ngram_ids(sequence, processors.no_repeat_ngram_size, V);
+      for (int64_t v = 0; v < V; ++v)
+        if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
+          out[v] = -std::numeric_limits<double>::infinity();
+      for (int64_t v = 0; v < V; ++v) out[v] += running[size_t(b)].score;
+    }
+    // The K best (a tie: the lower beam, then the lower id, first).
+    std::vector<int64_t> best(size_t(nb * V));
+    std::iota(best.begin(), best.end(), int64_t(0));
+    const auto higher = [&](int64_t x, int64_t y) {
+      return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
+    };
+    std::partial_sort(best.begin(), best.begin() + K, best.end(), higher);
+    best.resize(size_t(K));
+    std::vector<Beam> candidates(static_cast<size_t>(K));
+    std::vector<int64_t> source(static_cast<size_t>(K));
+    std::vector<bool> hits(static_cast<size_t>(K));
+    bool all_hit = true;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t b = best[size_t(j)] / V, id = best[size_t(j)] % V;
+      Beam& c = candidates[size_t(j)];
+      c.ids = running[size_t(b)].ids;
+      c.ids.push_back(id);
+      c.score = total[size_t(best[size_t(j)])];
+      source[size_t(j)] = b;
+      hits[size_t(j)] =
+          t + 1 == max_new_tokens || std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+      all_hit = all_hit && hits[size_t(j)];
+    }
+    // The num_beams best candidates that did not stop run on.
+    std::vector<double> go_on(static_cast<size_t>(K));
+    for (int64_t j = 0; j < K; ++j)
+      go_on[size_t(j)] = candidates[size_t(j)].score + (hits[size_t(j)] ? kMark : 0);
+    std::vector<int64_t> next(static_cast<size_t>(K));
+    std::iota(next.begin(), next.end(), int64_t(0));
+    std::stable_sort(next.begin(), next.end(),
+                     [&](int64_t x, int64_t y) { return go_on[size_t(x)] > go_on[size_t(y)]; });
+    // Finished: those among the num_beams best that stopped, length-penalised, unless the search has
+    // no room left (early_stopping true with num_beams finished) or cannot improve; the best
+    // num_beams of the finished so far and these are kept.
+    const bool full = std::all_of(finished.begin(), finished.end(), [](const Beam& f) { return f.finished; });
+    std::vector<Beam> merged = finished;
+    for (int64_t j = 0; j < K; ++j) {
+      Beam f = candidates[size_t(j)];
+      f.finished = hits[size_t(j)] && j < nb;
+      f.score = penalised(f.score, t + 1) + (full && o.early_stopping == EarlyStopping::Always ? kMark : 0) +
+                (may_improve ? 0 : kMark) + (f.finished ? 0 : kMark);
+      merged.push_back(std::move(f));
+    }
+    std::stable_sort(merged.begin(), merged.end(),
+                     [](const Beam& x, const Beam& y) { return x.score > y.score; });
+    merged.resize(size_t(nb));
+    finished = std::move(merged);
+    std::vector<Beam> now(static_cast<size_t>(nb));
+    std::vector<int64_t> rows(static_cast<size_t>(nb)), next_ids(static_cast<size_t>(nb));
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t j = next[size_t(b)];
+      now[size_t(b)] = candidates[size_t(j)];
+      now[size_t(b)].score = go_on[size_t(j)];
+      rows[size_t(b)] = source[size_t(j)];
+      next_ids[size_t(b)] = now[size_t(b)].ids.back();
+    }
+    running = std::move(now);
+    // Whether the running beams could still beat the worst finished one: scored at their length now
+    // (early_stopping false) or, for "never" with a positive length penalty, at the longest they may
+    // grow; once not, never again.
+    const int64_t length =
+        o.early_stopping == EarlyStopping::Never && o.length_penalty > 0 ? max_new_tokens : t + 1;
+    const double best_possible = penalised(running[0].score, length);
+    double worst = std::numeric_limits<double>::infinity();
+    for (const Beam& f : finished) worst = std::min(worst, f.score);
+    bool beats_one = false;
+    for (const Beam& f : finished) beats_one = beats_one || best_possible > (f.finished ? worst : kMark);
+    may_improve = may_improve && beats_one;
+    const bool all_finished =
+        std::all_of(finished.begin(), finished.end(), [](const Beam& f) { return f.finished; });
+    if (!may_improve || (all_finished && o.early_stopping == EarlyStopping::Always) || all_hit) break;
+    cache.select_rows(rows);
+    logits = model.next_token_logits(Tensor::from_vector(next_ids, {nb, 1}).to(model.device()), cache)
+                 .to(Device::CPU)
+                 .to(DType::F64);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<Generation> out;
+  for (int64_t r = 0; r < o.num_return_sequences && finished[size_t(r)].finished; ++r) {
+    const Beam& f = finished[size_t(r)];
+    Generation g;
+    g.ids = f.ids;
+    g.stop_reason = std::find(stop_ids.begin(), stop_ids.end(), f.ids.back()) != stop_ids.end()
+                        ? "stop token"
+                        : "max new tokens";
+    g.seconds = seconds;
+    g.score = f.score;
+    out.push_back(std::move(g));
+  }
+  return out;
 }
 
 }  // namespace titan::qwen3

@@ -49,16 +49,39 @@ struct SamplingOptions {
   void validate() const;
 };
 
+// transformers' early_stopping for beam search: when the search may stop before max_new_tokens.
+enum class EarlyStopping {
+  Heuristic,  // false (transformers' default): once no running beam, scored at its current length,
+              // would beat the worst of num_beams finished sequences
+  Always,     // true: as soon as num_beams sequences have finished
+  Never,      // "never": once none could, at the best length it may reach (the canonical search)
+};
+
+struct BeamSearchOptions {
+  int64_t num_beams = 1;  // 1: no beam search (greedy or sampled generation)
+  // Finished sequences are ranked by score / (new tokens)^length_penalty: > 0 favours longer ones.
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::Heuristic;
+  int64_t num_return_sequences = 1;  // the best this many, at most num_beams
+
+  // For beam_search. Names the field and the rule: num_beams >= 2 (one beam is greedy search),
+  // num_return_sequences in [1, num_beams], length_penalty finite.
+  void validate() const;
+};
+
 // The sampling a transformers generation_config.json asks for when generate is given none, as
 // transformers' generate applies it: greedy unless do_sample is true, then its temperature, top_k,
 // top_p, min_p, typical_p, epsilon_cutoff and eta_cutoff, with transformers' defaults (1.0, 50, 1.0,
-// none, 1.0, 0, 0) for those absent and null as "no limit"; and its repetition_penalty and
-// no_repeat_ngram_size either way (logits processors, not sampling settings). `not_applied` names the keys it
-// sets that titan's sampler has no counterpart for (num_beams, ...), for the caller to say. An ill-typed
-// value is an error naming `where` and the key.
+// none, 1.0, 0, 0) for those absent and null as "no limit"; its repetition_penalty and
+// no_repeat_ngram_size either way (logits processors, not sampling settings); and without do_sample, its
+// beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
+// false, 1). `not_applied` names the keys it sets that titan has no counterpart for
+// (encoder_repetition_penalty, top_h, num_beams with do_sample: beam sampling), for the caller to say.
+// An ill-typed value is an error naming `where` and the key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
+  BeamSearchOptions beams;   // num_beams 1: none
   std::vector<std::string> not_applied;
 };
 GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
@@ -75,6 +98,10 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
                                                                 const std::vector<bool>& allowed = {},
                                                                 std::span<const int64_t> sequence = {});
 
+// transformers' no_repeat_ngram_size rule: flags over the vocabulary for the ids that would complete
+// an n-gram already in `sequence` (empty when none can: n = 0, or a sequence shorter than n - 1).
+std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t n, int64_t vocab);
+
 // The next token: a draw from next_token_distribution (one uniform number of `rng`).
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& options, std::mt19937_64& rng,
                         const std::vector<bool>& allowed = {}, std::span<const int64_t> sequence = {});
@@ -83,6 +110,9 @@ struct Generation {
   std::vector<int64_t> ids;  // the new tokens only (the stop token included when one ended it)
   std::string stop_reason;   // "stop token" or "max new tokens"
   double seconds = 0;        // wall time of the new tokens
+  // Beam search only: the sequence's score, the sum of its tokens' log-probabilities (as the
+  // processors left them) divided by (new tokens)^length_penalty.
+  std::optional<double> score;
 };
 
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
@@ -117,5 +147,21 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
                                        int64_t max_new_tokens, const SamplingOptions& options,
                                        const std::vector<int64_t>& stop_ids,
                                        const std::vector<bool>& allowed = {}, const BatchOptions& batch = {});
+
+// transformers' beam search (its generate with num_beams > 1 and do_sample false): num_beams
+// sequences grow together as the rows of one batch over a KV cache (whose rows follow the beams they
+// extend, KVCache::select_rows). Each step scores every continuation of every beam by its sequence's
+// summed log-probabilities, the logits' log-softmax shaped by `processors`' repetition penalty and
+// no repeated n-grams (as transformers applies its processors to log-probabilities; its sampling
+// fields must be greedy's); keeps the best max(2, 1 + stop ids) x num_beams; a continuation among the
+// best num_beams that ends with a stop id or reaches max_new_tokens is a finished sequence, ranked by
+// its length-penalised score, and the best num_beams of the rest run on. It stops as early_stopping
+// says, or at max_new_tokens. Returns the best num_return_sequences finished sequences, best first,
+// each with its score; `allowed` (empty: every id) as for generate. The prompt + max_new_tokens must
+// fit max_seq_len.
+std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                    int64_t max_new_tokens, const BeamSearchOptions& beams,
+                                    const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+                                    const std::vector<bool>& allowed = {});
 
 }  // namespace titan::qwen3

@@ -477,31 +477,44 @@ void KVCache::add_row(const KVCache& alone) {
   ++batch_;
 }
 
-void KVCache::keep_rows(const std::vector<int64_t>& rows) {
-  TITAN_CHECK(!rows.empty(), "KVCache::keep_rows: keep at least one row");
-  for (size_t i = 0; i < rows.size(); ++i)
-    TITAN_CHECK(rows[i] >= (i == 0 ? 0 : rows[i - 1] + 1) && rows[i] < batch_,
-                "KVCache::keep_rows: rows must be increasing indices below ", batch_, ", got ", rows[i],
-                " at ", i);
-  const int64_t kept = int64_t(rows.size());
-  if (kept == batch_) return;
-  // Row rows[i] moves down to i: every source lies at or after its destination and after every
-  // earlier destination, so copying in order never overwrites a row still to be read.
+void KVCache::select_rows(const std::vector<int64_t>& rows) {
+  TITAN_CHECK(!rows.empty(), "KVCache::select_rows: select at least one row");
+  bool increasing = true;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    TITAN_CHECK(rows[i] >= 0 && rows[i] < batch_, "KVCache::select_rows: row ", rows[i], " at ", i,
+                " is not one of the cache's ", batch_);
+    increasing = increasing && rows[i] >= int64_t(i) && (i == 0 || rows[i] > rows[i - 1]);
+  }
+  const int64_t selected = int64_t(rows.size());
+  bool identity = selected == batch_;
+  for (int64_t i = 0; i < selected && identity; ++i) identity = rows[size_t(i)] == i;
+  if (identity) return;
   for (auto* side : {&k_, &v_})
     for (Tensor& t : *side) {
-      for (int64_t i = 0; i < kept && length_ > 0; ++i)
-        if (rows[size_t(i)] != i)
-          t.narrow(0, i, 1)
+      if (increasing) {
+        // Row rows[i] moves down to i in place: every source lies at or after its destination and
+        // after every earlier destination, so copying in order never overwrites a row still to be read.
+        for (int64_t i = 0; i < selected && length_ > 0; ++i)
+          if (rows[size_t(i)] != i)
+            t.narrow(0, i, 1)
+                .narrow(1, 0, length_)
+                .copy_from(t.narrow(0, rows[size_t(i)], 1).narrow(1, 0, length_));
+        t = t.narrow(0, 0, selected);
+      } else {  // a row taken twice or moved up: new buffers
+        Tensor chosen = Tensor::empty({selected, allocated_, t.size(2), t.size(3)}, t.dtype(), t.device());
+        for (int64_t i = 0; i < selected && length_ > 0; ++i)
+          chosen.narrow(0, i, 1)
               .narrow(1, 0, length_)
               .copy_from(t.narrow(0, rows[size_t(i)], 1).narrow(1, 0, length_));
-      t = t.narrow(0, 0, kept);
+        t = chosen;
+      }
     }
   if (!padding_.empty()) {
     std::vector<int64_t> padding;
     for (int64_t r : rows) padding.push_back(padding_[size_t(r)]);
     set_padding(std::move(padding));
   }
-  batch_ = kept;
+  batch_ = selected;
 }
 
 Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {

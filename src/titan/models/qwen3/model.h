@@ -65,9 +65,10 @@ class KVCache {
   int64_t allocated() const { return allocated_; }  // the positions its buffers have room for now
   int64_t batch() const { return batch_; }
   const std::vector<int64_t>& left_padding() const { return padding_; }  // empty: no row padded
-  // Keeps the rows `rows` (increasing indices) only, in that order: a batched generation drops the
-  // rows that have stopped, so the steps after run the others alone.
-  void keep_rows(const std::vector<int64_t>& rows);
+  // Row i becomes the old row rows[i] (at least one; any order, a row may be taken twice or not at
+  // all): a batched generation drops the rows that have stopped, so the steps after run the others
+  // alone, and beam search continues each chosen beam from the row of the beam it extends.
+  void select_rows(const std::vector<int64_t>& rows);
   // Appends the one row of `alone` (a prompt run by itself, at most length() positions) as a last
   // row, its positions right-aligned with the others' (the ones before them are its padding), so that
   // its next token takes the batch's next position as every row's does (continuous batching).
