@@ -330,7 +330,7 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
 
   const fs::path dir = tt::temp_dir("cli_generate_beams_" + std::to_string(getpid()));
   std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [9, 8]}\n{\"prompt_ids\": [17, 400, 2048, 5]}\n";
-  r = titan(m + "--prompts-file " + (dir / "prompts.jsonl").string() + " " + search);
+  r = titan(m + "--prompts-file " + (dir / "prompts.jsonl").string() + " --batch-size 2 " + search);
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::vector<titan::qwen3::Generation> first =
       titan::qwen3::beam_search(*loaded, {9, 8}, 6, beams, titan::qwen3::SamplingOptions{}, {});
@@ -380,8 +380,8 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
             "num_return_sequences must be in [1, num_beams = 2], got 3"},
            {m + "--prompt-ids 1 --num-beams 2 --early-stopping soon",
             "--early-stopping soon: expected false, true or never"},
-           {m + "--prompts-file " + (dir / "prompts.jsonl").string() + " --num-beams 2 --batch-size 2",
-            "--batch-size: with --num-beams, the 2 beams of each prompt are the rows of its batch"}}) {
+           {m + "--prompts-file " + (dir / "prompts.jsonl").string() + " --num-beams 0",
+            "--num-beams 0: expected an integer >= 1"}}) {
     r = titan(args);
     EXPECT_EQ(r.rc, 1) << args;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;

@@ -742,6 +742,53 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
   }
 }
 
+// Several prompts searched together, three at a time (their beams the rows of one batch, the shorter
+// prompts left-padded), a prompt whose search ends leaving the batch while the others go on: in f64
+// each prompt's sequences and scores are those it gets alone, and on_done reports each prompt once,
+// with what the call returns.
+TEST(Generate, ABatchOfPromptsSearchesEachAsAlone) {
+  const std::vector<std::vector<int64_t>> prompts = {
+      {17, 400, 2048, 5, 99, 1000, 3}, {5}, {71, 600, 12}, {3, 3, 8, 17, 400}, {9, 8}};
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    // A repetition penalty below 1 makes the ids seen the most likely, and prompt 2's are stop ids:
+    // its search ends at once, while prompt 0 (none of them in it) goes on.
+    const std::vector<int64_t> stop = prompts[2];
+    SamplingOptions processors;
+    processors.repetition_penalty = 0.5;
+    // early_stopping true: a search ends once its three beams have finished, at the step of the
+    // longest of them (all three returned).
+    const BeamSearchOptions beams{3, 1.0, EarlyStopping::Always, 3};
+    std::vector<int> reported(prompts.size(), 0);
+    std::vector<std::vector<Generation>> seen(prompts.size());
+    const std::vector<std::vector<Generation>> batch = beam_search_batch(
+        *model, prompts, 8, beams, processors, stop, {}, 3, [&](size_t r, const std::vector<Generation>& g) {
+          ++reported[r];
+          seen[r] = g;
+        });
+    ASSERT_EQ(batch.size(), prompts.size());
+    std::vector<size_t> ended_at(prompts.size(), 0);
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      const std::vector<Generation> alone = beam_search(*model, prompts[r], 8, beams, processors, stop);
+      ASSERT_EQ(batch[r].size(), alone.size()) << "prompt " << r;
+      EXPECT_EQ(reported[r], 1) << "prompt " << r;
+      ASSERT_EQ(seen[r].size(), alone.size()) << "prompt " << r;
+      for (size_t s = 0; s < alone.size(); ++s) {
+        EXPECT_EQ(batch[r][s].ids, alone[s].ids) << "prompt " << r << " sequence " << s;
+        EXPECT_NEAR(*batch[r][s].score, *alone[s].score, 1e-10) << "prompt " << r << " sequence " << s;
+        EXPECT_EQ(batch[r][s].stop_reason, alone[s].stop_reason);
+        EXPECT_EQ(seen[r][s].ids, alone[s].ids);
+        ended_at[r] = std::max(ended_at[r], alone[s].ids.size());
+      }
+    }
+    // In the first batch (prompts 0-2), a search ended before another went on to the last step.
+    const auto [shortest, longest] = std::minmax_element(ended_at.begin(), ended_at.begin() + 3);
+    EXPECT_LT(*shortest, *longest) << "no prompt left its batch before the others: " << ended_at[0] << " "
+                                   << ended_at[1] << " " << ended_at[2];
+  }
+}
+
 // Without PyTorch: every sequence beam search returns has the score a full forward over it gives
 // (its tokens' log-softmax summed, / new tokens^length_penalty), best first, and the cache's rows
 // followed their beams (a wrong row would change the scores); stop ids end sequences with their

@@ -167,20 +167,23 @@ std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vec
   return {new_tokens, seconds};
 }
 
-// Beam search over every prompt of a --prompts-file, one prompt at a time (its beams are the rows of
-// the batch), printing one JSON line per returned sequence in the file's order, with its "sequence"
-// (0: the best) and "score". Returns the new tokens and the seconds they took.
+// Beam search over every prompt of a --prompts-file, batch_size prompts at a time (their beams the
+// rows of one batch, qwen3::beam_search_batch), printing one JSON line per returned sequence, with its
+// "sequence" (0: the best) and "score", in the file's order as soon as the prompt and every one
+// before it are done. Returns the new tokens and the seconds they took.
 std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
                                       const data::Tokenizer* tokenizer, const qwen3::BeamSearchOptions& beams,
-                                      int64_t max_new, const qwen3::SamplingOptions& processors,
+                                      int64_t batch_size, int64_t max_new,
+                                      const qwen3::SamplingOptions& processors,
                                       const std::vector<int64_t>& stop_ids,
                                       const std::vector<bool>& allowed) {
-  size_t new_tokens = 0;
+  std::vector<std::vector<int64_t>> ids;
+  for (const PromptLine& line : prompts) ids.push_back(line.ids);
+  std::vector<std::optional<std::string>> lines(prompts.size());
+  size_t printed = 0, new_tokens = 0;
   double seconds = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<qwen3::Generation> found =
-        qwen3::beam_search(model, prompts[i].ids, max_new, beams, processors, stop_ids, allowed);
-    seconds += found.empty() ? 0.0 : found[0].seconds;
+  auto on_done = [&](size_t i, const std::vector<qwen3::Generation>& found) {
+    std::string text;
     for (size_t r = 0; r < found.size(); ++r) {
       const qwen3::Generation& g = found[r];
       nlohmann::ordered_json out = {{"index", i},
@@ -191,12 +194,16 @@ std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vecto
       if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
       out["stop_reason"] = g.stop_reason;
       out["score"] = *g.score;
-      out["seconds"] = seconds;
-      std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      out["seconds"] = g.seconds;
+      text += out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
       new_tokens += g.ids.size();
+      seconds = std::max(seconds, g.seconds);
     }
+    lines[i] = std::move(text);
+    for (; printed < lines.size() && lines[printed]; ++printed) std::fputs(lines[printed]->c_str(), stdout);
     std::fflush(stdout);
-  }
+  };
+  qwen3::beam_search_batch(model, ids, max_new, beams, processors, stop_ids, allowed, batch_size, on_done);
   return {new_tokens, seconds};
 }
 
@@ -229,7 +236,7 @@ int generate_main(int argc, char** argv) {
               "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i")
       .option("batch-size",
               "with --prompts-file: prompts generated together, as the rows of one batch (a prompt waiting "
-              "takes the row of one that stops)",
+              "takes the row of one that stops; with --num-beams, their beams are the rows)",
               "8")
       .flag(
           "chat",
@@ -545,8 +552,6 @@ int generate_main(int argc, char** argv) {
     TITAN_CHECK(sampling.temperature == 0, "titan generate: --num-beams ", beams.num_beams,
                 " searches greedily; --temperature ", sampling.temperature,
                 " samples, and titan has no beam sampling");
-    TITAN_CHECK(!p.has("batch-size"), "titan generate: --batch-size: with --num-beams, the ", beams.num_beams,
-                " beams of each prompt are the rows of its batch");
     try {
       beams.validate();
     } catch (const Error& e) {
@@ -615,11 +620,13 @@ int generate_main(int argc, char** argv) {
   };
   if (has_file && beams.num_beams > 1) {
     const auto [new_tokens, seconds] = search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
-                                                   beams, max_new, sampling, stop_ids, allowed);
+                                                   beams, batch_size, max_new, sampling, stop_ids, allowed);
     std::fprintf(stderr,
-                 "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, beam search, %s on %s)\n",
+                 "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s returned, beam search, %lld "
+                 "prompts x %lld beams a batch, %s on %s)\n",
                  file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
-                 std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+                 (long long)batch_size, (long long)beams.num_beams, std::string(dtype_name(dtype)).c_str(),
+                 device_text.c_str());
     return 0;
   }
   if (has_file) {

@@ -493,94 +493,72 @@ void BeamSearchOptions::validate() const {
               precise(length_penalty));
 }
 
-std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
-                                    int64_t max_new_tokens, const BeamSearchOptions& o,
-                                    const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
-                                    const std::vector<bool>& allowed) {
-  o.validate();
-  processors.validate();
-  TITAN_CHECK(processors.temperature == 0 && processors.top_k == 0 && processors.top_p == 1 &&
-                  processors.min_p == 0 && processors.typical_p == 1 && processors.epsilon_cutoff == 0 &&
-                  processors.eta_cutoff == 0,
-              "beam search: the sampling options must be greedy's (temperature 0, no top-k, top-p, min-p, "
-              "typical-p, epsilon or eta cutoff): titan has no beam sampling");
-  const ModelArgs& a = model.args();
-  const int64_t V = a.vocab_size, nb = o.num_beams;
-  check_prompts(a, {prompt}, max_new_tokens);
-  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "beam search: ", allowed.size(),
-              " allowed flags for a vocabulary of ", V);
-  const auto start = std::chrono::steady_clock::now();
-  const ComputeCopies weights(model);
+namespace {
 
-  // transformers' bookkeeping, kept literally (its -1e9 marks included, in double): a flag added as
-  // -1e9 to a score puts it behind every real one (a sum of log-probabilities is far above -1e9).
-  constexpr double kMark = -1.0e9;
-  // K candidates per step: enough that num_beams of them go on even when every beam's best
-  // continuations are stop ids.
-  const int64_t K = std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb;
-  struct Beam {
-    std::vector<int64_t> ids;  // new tokens
-    double score = 0;          // running: summed log-probabilities; finished: length-penalised
-    bool finished = false;
-  };
-  std::vector<Beam> running(static_cast<size_t>(nb)), finished(static_cast<size_t>(nb));
-  for (int64_t b = 1; b < nb; ++b) running[size_t(b)].score = kMark;  // only beam 0 begins: no copies
-  for (Beam& f : finished) f.score = kMark;
-  bool may_improve = true;  // transformers' is_early_stop_heuristic_unsatisfied
-  auto penalised = [&](double score, int64_t length) {
-    return score / std::pow(double(length), o.length_penalty);
-  };
+// One prompt's beam search as transformers keeps it (its -1e9 marks included, in double: a mark
+// added to a score puts it behind every real one, a sum of log-probabilities being far above -1e9).
+constexpr double kMark = -1.0e9;
 
-  KVCache cache = model.kv_cache(1, int64_t(prompt.size()) + max_new_tokens);
-  Tensor logits = model
-                      .next_token_logits(
-                          Tensor::from_vector(prompt, {1, int64_t(prompt.size())}).to(model.device()), cache)
-                      .to(Device::CPU)
-                      .to(DType::F64);
-  cache.select_rows(std::vector<int64_t>(size_t(nb), 0));  // every beam holds the prompt
-  std::vector<double> total(size_t(nb * V));
-  for (int64_t t = 0; t < max_new_tokens; ++t) {
-    // Each beam's log-probabilities, processed, plus its score: the candidates' scores.
-#pragma omp parallel for if (nb > 1)
-    for (int64_t b = 0; b < nb; ++b) {
-      const double* row = logits.data<double>() + (logits.size(0) == 1 ? 0 : b) * V;
-      double* out = total.data() + b * V;
-      double top = -std::numeric_limits<double>::infinity();
-      for (int64_t v = 0; v < V; ++v)
-        if (!std::isnan(row[v])) top = std::max(top, row[v]);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v)
-        if (!std::isnan(row[v])) sum += std::exp(row[v] - top);
-      const double log_z = top + std::log(sum);
-      for (int64_t v = 0; v < V; ++v)  // a NaN logit is never chosen (the model diverged)
-        out[v] = std::isnan(row[v]) ? -std::numeric_limits<double>::infinity() : row[v] - log_z;
-      // transformers' processors on log-probabilities: the repetition penalty multiplies those of the
-      // ids seen (all <= 0), the n-gram rule bans; then the ids `allowed` leaves out.
-      std::vector<int64_t> sequence(prompt);
-      sequence.insert(sequence.end(), running[size_t(b)].ids.begin(), running[size_t(b)].ids.end());
-      if (processors.repetition_penalty != 1) {
-        std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
-        for (int64_t id : sequence)
-          if (!seen[size_t(id)]) {
-            seen[size_t(id)] = true;
-            const double l = out[id];
-            out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
-          }
-      }
-      const std::vector<bool> banned = repeated_ngram_ids(sequence, processors.no_repeat_ngram_size, V);
-      for (int64_t v = 0; v < V; ++v)
-        if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
-          out[v] = -std::numeric_limits<double>::infinity();
-      for (int64_t v = 0; v < V; ++v) out[v] += running[size_t(b)].score;
+struct Beam {
+  std::vector<int64_t> ids;  // new tokens
+  double score = 0;          // running: summed log-probabilities; finished: length-penalised
+  bool finished = false;
+};
+
+class PromptSearch {
+ public:
+  PromptSearch(const std::vector<int64_t>& prompt, const BeamSearchOptions& o)
+      : prompt_(prompt), o_(o), running_(size_t(o.num_beams)), finished_(size_t(o.num_beams)) {
+    for (size_t b = 1; b < running_.size(); ++b) running_[b].score = kMark;  // only beam 0 begins: no copies
+    for (Beam& f : finished_) f.score = kMark;
+  }
+
+  // Beam b's candidates' scores into out[0, V): its log-probabilities from `logits` (its row), shaped
+  // by the processors (the repetition penalty multiplies those of the ids seen, all <= 0; the n-gram
+  // rule bans, as transformers applies its processors to log-probabilities), the ids `allowed` leaves
+  // out banned, plus the beam's score. A NaN logit is never chosen (the model diverged).
+  void score_beam(int64_t b, const double* logits, int64_t V, const SamplingOptions& processors,
+                  const std::vector<bool>& allowed, double* out) const {
+    constexpr double kNever = -std::numeric_limits<double>::infinity();
+    double top = kNever, sum = 0;
+    for (int64_t v = 0; v < V; ++v)
+      if (!std::isnan(logits[v])) top = std::max(top, logits[v]);
+    for (int64_t v = 0; v < V; ++v)
+      if (!std::isnan(logits[v])) sum += std::exp(logits[v] - top);
+    const double log_z = top + std::log(sum);
+    for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : logits[v] - log_z;
+    std::vector<int64_t> sequence(prompt_);
+    sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
+    if (processors.repetition_penalty != 1) {
+      std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
+      for (int64_t id : sequence)
+        if (!seen[size_t(id)]) {
+          seen[size_t(id)] = true;
+          const double l = out[id];
+          out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
+        }
     }
-    // The K best (a tie: the lower beam, then the lower id, first).
+    const std::vector<bool> banned = repeated_ngram_ids(sequence, processors.no_repeat_ngram_size, V);
+    for (int64_t v = 0; v < V; ++v)
+      if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
+        out[v] = kNever;
+    for (int64_t v = 0; v < V; ++v) out[v] += running_[size_t(b)].score;
+  }
+
+  // One step from the candidates' scores [num_beams x V] after `t` new tokens. Returns whether the
+  // search goes on; then `sources` (the beam each running beam extends) and `next_ids` (its new token).
+  bool advance(const std::vector<double>& total, int64_t V, int64_t t, int64_t max_new_tokens,
+               const std::vector<int64_t>& stop_ids, std::vector<int64_t>& sources,
+               std::vector<int64_t>& next_ids) {
+    const int64_t nb = o_.num_beams;
+    // The K best continuations, K enough that num_beams of them go on even when every beam's best are
+    // stop ids (a tie: the lower beam, then the lower id, first).
+    const int64_t K = std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb;
     std::vector<int64_t> best(size_t(nb * V));
     std::iota(best.begin(), best.end(), int64_t(0));
-    const auto higher = [&](int64_t x, int64_t y) {
+    std::partial_sort(best.begin(), best.begin() + K, best.end(), [&](int64_t x, int64_t y) {
       return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
-    };
-    std::partial_sort(best.begin(), best.begin() + K, best.end(), higher);
-    best.resize(size_t(K));
+    });
     std::vector<Beam> candidates(static_cast<size_t>(K));
     std::vector<int64_t> source(static_cast<size_t>(K));
     std::vector<bool> hits(static_cast<size_t>(K));
@@ -588,7 +566,7 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
     for (int64_t j = 0; j < K; ++j) {
       const int64_t b = best[size_t(j)] / V, id = best[size_t(j)] % V;
       Beam& c = candidates[size_t(j)];
-      c.ids = running[size_t(b)].ids;
+      c.ids = running_[size_t(b)].ids;
       c.ids.push_back(id);
       c.score = total[size_t(best[size_t(j)])];
       source[size_t(j)] = b;
@@ -607,62 +585,175 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
     // Finished: those among the num_beams best that stopped, length-penalised, unless the search has
     // no room left (early_stopping true with num_beams finished) or cannot improve; the best
     // num_beams of the finished so far and these are kept.
-    const bool full = std::all_of(finished.begin(), finished.end(), [](const Beam& f) { return f.finished; });
-    std::vector<Beam> merged = finished;
+    const bool full = all_finished();
+    std::vector<Beam> merged = finished_;
     for (int64_t j = 0; j < K; ++j) {
       Beam f = candidates[size_t(j)];
       f.finished = hits[size_t(j)] && j < nb;
-      f.score = penalised(f.score, t + 1) + (full && o.early_stopping == EarlyStopping::Always ? kMark : 0) +
-                (may_improve ? 0 : kMark) + (f.finished ? 0 : kMark);
+      f.score = penalised(f.score, t + 1) + (full && o_.early_stopping == EarlyStopping::Always ? kMark : 0) +
+                (may_improve_ ? 0 : kMark) + (f.finished ? 0 : kMark);
       merged.push_back(std::move(f));
     }
     std::stable_sort(merged.begin(), merged.end(),
                      [](const Beam& x, const Beam& y) { return x.score > y.score; });
     merged.resize(size_t(nb));
-    finished = std::move(merged);
-    std::vector<Beam> now(static_cast<size_t>(nb));
-    std::vector<int64_t> rows(static_cast<size_t>(nb)), next_ids(static_cast<size_t>(nb));
+    finished_ = std::move(merged);
+    sources.assign(size_t(nb), 0);
+    next_ids.assign(size_t(nb), 0);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t j = next[size_t(b)];
-      now[size_t(b)] = candidates[size_t(j)];
-      now[size_t(b)].score = go_on[size_t(j)];
-      rows[size_t(b)] = source[size_t(j)];
-      next_ids[size_t(b)] = now[size_t(b)].ids.back();
+      running_[size_t(b)] = candidates[size_t(j)];
+      running_[size_t(b)].score = go_on[size_t(j)];
+      sources[size_t(b)] = source[size_t(j)];
+      next_ids[size_t(b)] = running_[size_t(b)].ids.back();
     }
-    running = std::move(now);
     // Whether the running beams could still beat the worst finished one: scored at their length now
     // (early_stopping false) or, for "never" with a positive length penalty, at the longest they may
     // grow; once not, never again.
     const int64_t length =
-        o.early_stopping == EarlyStopping::Never && o.length_penalty > 0 ? max_new_tokens : t + 1;
-    const double best_possible = penalised(running[0].score, length);
+        o_.early_stopping == EarlyStopping::Never && o_.length_penalty > 0 ? max_new_tokens : t + 1;
+    const double best_possible = penalised(running_[0].score, length);
     double worst = std::numeric_limits<double>::infinity();
-    for (const Beam& f : finished) worst = std::min(worst, f.score);
+    for (const Beam& f : finished_) worst = std::min(worst, f.score);
     bool beats_one = false;
-    for (const Beam& f : finished) beats_one = beats_one || best_possible > (f.finished ? worst : kMark);
-    may_improve = may_improve && beats_one;
-    const bool all_finished =
-        std::all_of(finished.begin(), finished.end(), [](const Beam& f) { return f.finished; });
-    if (!may_improve || (all_finished && o.early_stopping == EarlyStopping::Always) || all_hit) break;
-    cache.select_rows(rows);
-    logits = model.next_token_logits(Tensor::from_vector(next_ids, {nb, 1}).to(model.device()), cache)
-                 .to(Device::CPU)
-                 .to(DType::F64);
+    for (const Beam& f : finished_) beats_one = beats_one || best_possible > (f.finished ? worst : kMark);
+    may_improve_ = may_improve_ && beats_one;
+    return may_improve_ && !(all_finished() && o_.early_stopping == EarlyStopping::Always) && !all_hit;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::vector<Generation> out;
-  for (int64_t r = 0; r < o.num_return_sequences && finished[size_t(r)].finished; ++r) {
-    const Beam& f = finished[size_t(r)];
-    Generation g;
-    g.ids = f.ids;
-    g.stop_reason = std::find(stop_ids.begin(), stop_ids.end(), f.ids.back()) != stop_ids.end()
-                        ? "stop token"
-                        : "max new tokens";
-    g.seconds = seconds;
-    g.score = f.score;
-    out.push_back(std::move(g));
+
+  // The best num_return_sequences finished sequences, best first, each with its score.
+  std::vector<Generation> result(const std::vector<int64_t>& stop_ids, double seconds) const {
+    std::vector<Generation> out;
+    for (int64_t r = 0; r < o_.num_return_sequences && finished_[size_t(r)].finished; ++r) {
+      const Beam& f = finished_[size_t(r)];
+      Generation g;
+      g.ids = f.ids;
+      g.stop_reason = std::find(stop_ids.begin(), stop_ids.end(), f.ids.back()) != stop_ids.end()
+                          ? "stop token"
+                          : "max new tokens";
+      g.seconds = seconds;
+      g.score = f.score;
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
+ private:
+  double penalised(double score, int64_t length) const {
+    return score / std::pow(double(length), o_.length_penalty);
+  }
+  bool all_finished() const {
+    return std::all_of(finished_.begin(), finished_.end(), [](const Beam& f) { return f.finished; });
+  }
+
+  const std::vector<int64_t>& prompt_;
+  const BeamSearchOptions& o_;
+  std::vector<Beam> running_, finished_;
+  bool may_improve_ = true;  // transformers' is_early_stop_heuristic_unsatisfied
+};
+
+}  // namespace
+
+std::vector<std::vector<Generation>> beam_search_batch(
+    Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+    const BeamSearchOptions& o, const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+    const std::vector<bool>& allowed, int64_t batch_size,
+    const std::function<void(size_t, const std::vector<Generation>&)>& on_done) {
+  o.validate();
+  processors.validate();
+  TITAN_CHECK(processors.temperature == 0 && processors.top_k == 0 && processors.top_p == 1 &&
+                  processors.min_p == 0 && processors.typical_p == 1 && processors.epsilon_cutoff == 0 &&
+                  processors.eta_cutoff == 0,
+              "beam search: the sampling options must be greedy's (temperature 0, no top-k, top-p, min-p, "
+              "typical-p, epsilon or eta cutoff): titan has no beam sampling");
+  TITAN_CHECK(batch_size >= 0, "beam search: batch_size must be >= 0 (0: every prompt at once), got ",
+              batch_size);
+  const ModelArgs& a = model.args();
+  const int64_t V = a.vocab_size, nb = o.num_beams;
+  check_prompts(a, prompts, max_new_tokens);
+  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "beam search: ", allowed.size(),
+              " allowed flags for a vocabulary of ", V);
+  const auto start = std::chrono::steady_clock::now();
+  const ComputeCopies weights(model);
+  const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
+  std::vector<std::vector<Generation>> out(n);
+  for (size_t first = 0; first < n; first += width) {
+    // The batch's prompts, the shorter left-padded as generate_batch pads them; each prompt's row
+    // becomes its num_beams beams' rows once the prompts have run.
+    std::vector<size_t> live;  // the prompts still searching, in row-block order
+    for (size_t r = first; r < std::min(n, first + width); ++r) live.push_back(r);
+    int64_t longest = 0;
+    for (size_t r : live) longest = std::max(longest, int64_t(prompts[r].size()));
+    std::vector<int64_t> padding, first_ids, expand;
+    for (size_t k = 0; k < live.size(); ++k) {
+      const std::vector<int64_t>& prompt = prompts[live[k]];
+      padding.push_back(longest - int64_t(prompt.size()));
+      first_ids.insert(first_ids.end(), size_t(padding.back()), prompt[0]);
+      first_ids.insert(first_ids.end(), prompt.begin(), prompt.end());
+      expand.insert(expand.end(), size_t(nb), int64_t(k));
+    }
+    const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
+    KVCache cache = model.kv_cache(int64_t(live.size()), longest + max_new_tokens,
+                                   padded ? padding : std::vector<int64_t>());
+    Tensor logits =
+        model
+            .next_token_logits(
+                Tensor::from_vector(first_ids, {int64_t(live.size()), longest}).to(model.device()), cache)
+            .to(Device::CPU)
+            .to(DType::F64);
+    cache.select_rows(expand);  // every beam holds its prompt
+    std::vector<PromptSearch> searches;
+    searches.reserve(live.size());
+    for (size_t r : live) searches.emplace_back(prompts[r], o);
+    // Row of beam b of the k-th live prompt in `logits`: one per prompt after the prompts' pass.
+    int64_t rows_per_prompt = 1;
+    for (int64_t t = 0; !live.empty(); ++t) {
+      const int64_t L = int64_t(live.size());
+      std::vector<std::vector<double>> totals(live.size(), std::vector<double>(size_t(nb * V)));
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t k = 0; k < L; ++k)
+        for (int64_t b = 0; b < nb; ++b) {
+          const double* row =
+              logits.data<double>() + (k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b)) * V;
+          searches[size_t(k)].score_beam(b, row, V, processors, allowed, totals[size_t(k)].data() + b * V);
+        }
+      std::vector<int64_t> rows, next_ids;
+      std::vector<size_t> still;
+      std::vector<PromptSearch> going;
+      for (int64_t k = 0; k < L; ++k) {
+        std::vector<int64_t> sources, ids;
+        if (searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids, sources, ids)) {
+          for (int64_t s : sources) rows.push_back(k * nb + s);
+          next_ids.insert(next_ids.end(), ids.begin(), ids.end());
+          still.push_back(live[size_t(k)]);
+          going.push_back(std::move(searches[size_t(k)]));
+          continue;
+        }
+        const size_t r = live[size_t(k)];
+        out[r] = searches[size_t(k)].result(
+            stop_ids, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        if (on_done) on_done(r, out[r]);
+      }
+      live = std::move(still);
+      searches = std::move(going);
+      if (live.empty()) break;
+      cache.select_rows(rows);  // each running beam's row: the one of the beam it extends
+      logits = model
+                   .next_token_logits(
+                       Tensor::from_vector(next_ids, {int64_t(next_ids.size()), 1}).to(model.device()), cache)
+                   .to(Device::CPU)
+                   .to(DType::F64);
+      rows_per_prompt = nb;
+    }
   }
   return out;
+}
+
+std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                    int64_t max_new_tokens, const BeamSearchOptions& beams,
+                                    const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+                                    const std::vector<bool>& allowed) {
+  return beam_search_batch(model, {prompt}, max_new_tokens, beams, processors, stop_ids, allowed)[0];
 }
 
 }  // namespace titan::qwen3

@@ -149,7 +149,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
                                        const std::vector<bool>& allowed = {}, const BatchOptions& batch = {});
 
 // transformers' beam search (its generate with num_beams > 1 and do_sample false): num_beams
-// sequences grow together as the rows of one batch over a KV cache (whose rows follow the beams they
+// sequences grow together as rows of one batch over a KV cache (whose rows follow the beams they
 // extend, KVCache::select_rows). Each step scores every continuation of every beam by its sequence's
 // summed log-probabilities, the logits' log-softmax shaped by `processors`' repetition penalty and
 // no repeated n-grams (as transformers applies its processors to log-probabilities; its sampling
@@ -163,5 +163,16 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
                                     int64_t max_new_tokens, const BeamSearchOptions& beams,
                                     const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
                                     const std::vector<bool>& allowed = {});
+
+// beam_search for several prompts: batch_size of them at a time (0: all), their num_beams beams each
+// the rows of one batch (the prompts left-padded as generate_batch pads them); a prompt whose search
+// has ended leaves the batch, and `on_done` (if set) gets its sequences then. Each prompt's sequences
+// are those beam_search gives it alone, up to the rounding of batched matrix products (exact in f64);
+// seconds run from the call's start to the end of that prompt's search.
+std::vector<std::vector<Generation>> beam_search_batch(
+    Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+    const BeamSearchOptions& beams, const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+    const std::vector<bool>& allowed = {}, int64_t batch_size = 0,
+    const std::function<void(size_t, const std::vector<Generation>&)>& on_done = {});
 
 }  // namespace titan::qwen3
