@@ -10,6 +10,8 @@
 #   bash bench/generate_batches.sh HF_DIR [PROMPTS] [NEW_TOKENS] [BATCH_SIZES...]
 #   bash bench/generate_batches.sh outputs/debugmodel/checkpoint/step-40-hf 16 64 1 4 16
 #   TITAN_DTYPE=bfloat16 bash bench/generate_batches.sh outputs/debugmodel/checkpoint/step-40-hf
+#   TITAN_GENERATE_ARGS="--num-beams 4" bash bench/generate_batches.sh outputs/debugmodel/checkpoint/step-40-hf 16 32 1 4
+#     (beam search: tokens/s counts the returned sequences' tokens, one per prompt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HF=${1:?usage: bench/generate_batches.sh HF_DIR [PROMPTS] [NEW_TOKENS] [BATCH_SIZES...]}
@@ -19,6 +21,7 @@ shift $(($# < 3 ? $# : 3))
 SIZES=${*:-"1 4 16"}
 TITAN=${TITAN_BIN:-./build/bin/titan}
 DTYPE=${TITAN_DTYPE:-float32}
+EXTRA=${TITAN_GENERATE_ARGS:-}
 VAL=${TITAN_ASSETS_DIR:-assets}/datasets/nlp-corpus-validation/val.jsonl
 [ -x "$TITAN" ] || { echo "build first: bash scripts/build.sh (or set TITAN_BIN)" >&2; exit 1; }
 [ -f "$VAL" ] || { echo "no $VAL: run bash scripts/setup.sh" >&2; exit 1; }
@@ -31,12 +34,12 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for i, doc in enumerate(lines[: int(sys.argv[2])]):
     print(json.dumps({"prompt": " ".join(doc["text"].split()[: 4 + 3 * (i % 5)])}))
 PY
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), $HF, $DTYPE, $PROMPTS prompts, $NEW new tokens each"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), $HF, $DTYPE, $PROMPTS prompts, $NEW new tokens each${EXTRA:+, $EXTRA}"
 printf "%10s %12s %8s %9s %6s\n" "batch size" "tokens/s" "vs 1" "same ids" load
 for b in $SIZES; do
   load=$(cut -d' ' -f1 /proc/loadavg)
   "$TITAN" generate --model-path "$HF" --prompts-file "$OUT/prompts.jsonl" --batch-size "$b" --max-new-tokens "$NEW" \
-    --ignore-eos --dtype "$DTYPE" >"$OUT/b$b.jsonl" 2>"$OUT/b$b.err"
+    --ignore-eos --dtype "$DTYPE" $EXTRA >"$OUT/b$b.jsonl" 2>"$OUT/b$b.err"
   python3 - "$OUT" "$b" "$load" "$(echo "$SIZES" | awk '{print $1}')" <<'PY'
 import json, re, sys
 out, b, load, first = sys.argv[1:5]

@@ -517,16 +517,17 @@ class PromptSearch {
   // by the processors (the repetition penalty multiplies those of the ids seen, all <= 0; the n-gram
   // rule bans, as transformers applies its processors to log-probabilities), the ids `allowed` leaves
   // out banned, plus the beam's score. A NaN logit is never chosen (the model diverged).
-  void score_beam(int64_t b, const double* logits, int64_t V, const SamplingOptions& processors,
+  template <typename T>
+  void score_beam(int64_t b, const T* logits, int64_t V, const SamplingOptions& processors,
                   const std::vector<bool>& allowed, double* out) const {
     constexpr double kNever = -std::numeric_limits<double>::infinity();
     double top = kNever, sum = 0;
     for (int64_t v = 0; v < V; ++v)
-      if (!std::isnan(logits[v])) top = std::max(top, logits[v]);
+      if (!std::isnan(logits[v])) top = std::max(top, double(logits[v]));
     for (int64_t v = 0; v < V; ++v)
-      if (!std::isnan(logits[v])) sum += std::exp(logits[v] - top);
+      if (!std::isnan(logits[v])) sum += std::exp(double(logits[v]) - top);
     const double log_z = top + std::log(sum);
-    for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : logits[v] - log_z;
+    for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
     sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
     if (processors.repetition_penalty != 1) {
@@ -554,11 +555,22 @@ class PromptSearch {
     // The K best continuations, K enough that num_beams of them go on even when every beam's best are
     // stop ids (a tie: the lower beam, then the lower id, first).
     const int64_t K = std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb;
-    std::vector<int64_t> best(size_t(nb * V));
-    std::iota(best.begin(), best.end(), int64_t(0));
-    std::partial_sort(best.begin(), best.begin() + K, best.end(), [&](int64_t x, int64_t y) {
+    // One pass keeping the K best seen in a heap whose top is the worst of them.
+    const auto higher = [&](int64_t x, int64_t y) {
       return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
-    });
+    };
+    std::vector<int64_t> best;
+    best.reserve(size_t(K) + 1);
+    for (int64_t i = 0; i < nb * V; ++i) {
+      if (int64_t(best.size()) == K) {
+        if (!higher(i, best.front())) continue;
+        std::pop_heap(best.begin(), best.end(), higher);
+        best.pop_back();
+      }
+      best.push_back(i);
+      std::push_heap(best.begin(), best.end(), higher);
+    }
+    std::sort_heap(best.begin(), best.end(), higher);  // best first
     std::vector<Beam> candidates(static_cast<size_t>(K));
     std::vector<int64_t> source(static_cast<size_t>(K));
     std::vector<bool> hits(static_cast<size_t>(K));
@@ -699,32 +711,41 @@ std::vector<std::vector<Generation>> beam_search_batch(
         model
             .next_token_logits(
                 Tensor::from_vector(first_ids, {int64_t(live.size()), longest}).to(model.device()), cache)
-            .to(Device::CPU)
-            .to(DType::F64);
+            .to(Device::CPU);   // f64 for an f64 model, else f32: read as they are
     cache.select_rows(expand);  // every beam holds its prompt
     std::vector<PromptSearch> searches;
     searches.reserve(live.size());
     for (size_t r : live) searches.emplace_back(prompts[r], o);
     // Row of beam b of the k-th live prompt in `logits`: one per prompt after the prompts' pass.
     int64_t rows_per_prompt = 1;
+    // The candidates' scores of the k-th live prompt: num_beams x V (allocated once: a page-faulting
+    // fresh buffer per step cost more than the scoring).
+    std::vector<std::vector<double>> totals(live.size(), std::vector<double>(size_t(nb * V)));
     for (int64_t t = 0; !live.empty(); ++t) {
       const int64_t L = int64_t(live.size());
-      std::vector<std::vector<double>> totals(live.size(), std::vector<double>(size_t(nb * V)));
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t k = 0; k < L; ++k)
         for (int64_t b = 0; b < nb; ++b) {
-          const double* row =
-              logits.data<double>() + (k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b)) * V;
-          searches[size_t(k)].score_beam(b, row, V, processors, allowed, totals[size_t(k)].data() + b * V);
+          const int64_t row = k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b);
+          double* out = totals[size_t(k)].data() + b * V;
+          if (logits.dtype() == DType::F64)
+            searches[size_t(k)].score_beam(b, logits.data<double>() + row * V, V, processors, allowed, out);
+          else
+            searches[size_t(k)].score_beam(b, logits.data<float>() + row * V, V, processors, allowed, out);
         }
+      std::vector<std::vector<int64_t>> sources(static_cast<size_t>(L)), ids(static_cast<size_t>(L));
+      std::vector<char> going_on(static_cast<size_t>(L));
+#pragma omp parallel for schedule(dynamic, 1) if (L > 1)
+      for (int64_t k = 0; k < L; ++k)
+        going_on[size_t(k)] = searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids,
+                                                          sources[size_t(k)], ids[size_t(k)]);
       std::vector<int64_t> rows, next_ids;
       std::vector<size_t> still;
       std::vector<PromptSearch> going;
       for (int64_t k = 0; k < L; ++k) {
-        std::vector<int64_t> sources, ids;
-        if (searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids, sources, ids)) {
-          for (int64_t s : sources) rows.push_back(k * nb + s);
-          next_ids.insert(next_ids.end(), ids.begin(), ids.end());
+        if (going_on[size_t(k)]) {
+          for (int64_t s : sources[size_t(k)]) rows.push_back(k * nb + s);
+          next_ids.insert(next_ids.end(), ids[size_t(k)].begin(), ids[size_t(k)].end());
           still.push_back(live[size_t(k)]);
           going.push_back(std::move(searches[size_t(k)]));
           continue;
@@ -741,8 +762,7 @@ std::vector<std::vector<Generation>> beam_search_batch(
       logits = model
                    .next_token_logits(
                        Tensor::from_vector(next_ids, {int64_t(next_ids.size()), 1}).to(model.device()), cache)
-                   .to(Device::CPU)
-                   .to(DType::F64);
+                   .to(Device::CPU);
       rows_per_prompt = nb;
     }
   }
