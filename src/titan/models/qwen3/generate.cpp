@@ -188,85 +188,112 @@ std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t 
   return banned;
 }
 
+namespace {
+
+// One row's logits as the processors leave them (transformers' order: the repetition penalty, then
+// the n-gram rule) and the ids that may be chosen: allowed, not banned, and not NaN (a NaN logit
+// says the model diverged, not that the token is likely).
+class Candidates {
+ public:
+  Candidates(std::span<const float> logits_in, const SamplingOptions& o, const std::vector<bool>& allowed,
+             std::span<const int64_t> sequence)
+      : allowed_(allowed) {
+    const int64_t V = int64_t(logits_in.size());
+    for (int64_t id : sequence)
+      TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
+    // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
+    // its logit divided by the penalty when positive, multiplied when not (a repeated id once).
+    if (o.repetition_penalty != 1 && !sequence.empty()) {
+      penalized_.assign(logits_in.begin(), logits_in.end());
+      const float penalty = float(o.repetition_penalty);
+      for (int64_t id : sequence) {
+        const float l = logits_in[size_t(id)];
+        penalized_[size_t(id)] = l < 0 ? l * penalty : l / penalty;
+      }
+    }
+    logits = penalized_.empty() ? logits_in : std::span<const float>(penalized_);
+    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
+                " allowed flags for ", V, " logits");
+    banned_ = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, V);
+  }
+
+  std::span<const float> logits;
+
+  bool ok(int64_t id) const {
+    return (allowed_.empty() || allowed_[size_t(id)]) && (banned_.empty() || !banned_[size_t(id)]) &&
+           !std::isnan(logits[size_t(id)]);
+  }
+
+  // The most likely (the lowest id on a tie: transformers' argmax), in one pass: a batch's rows each
+  // scan V logits per step.
+  int64_t most_likely() const {
+    int64_t best = -1;
+    for (int64_t id = 0; id < int64_t(logits.size()); ++id)
+      if (ok(id) && (best < 0 || logits[size_t(id)] > logits[size_t(best)])) best = id;
+    TITAN_CHECK(best >= 0, kNoneLeft);
+    return best;
+  }
+
+  // One key per candidate whose unsigned order is the sampler's: descending logits, then ascending
+  // ids (sorting keys, where comparisons through the logits took ~10 ms for Qwen3's 151936 ids).
+  std::vector<uint64_t> keys() const {
+    std::vector<uint64_t> out;
+    out.reserve(logits.size());
+    for (int64_t id = 0; id < int64_t(logits.size()); ++id)
+      if (ok(id)) {
+        uint32_t bits;
+        std::memcpy(&bits, &logits[size_t(id)], 4);
+        // IEEE order as unsigned (negatives flipped whole, positives with the sign bit set), then
+        // inverted for descending; -0 and +0 compare equal as floats, so both take +0's key.
+        if ((bits << 1) == 0) bits = 0;
+        const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+        out.push_back((uint64_t(~ascending) << 32) | uint64_t(uint32_t(id)));
+      }
+    TITAN_CHECK(!out.empty(), kNoneLeft);
+    return out;
+  }
+  static int64_t id_of(uint64_t key) { return int64_t(key & 0xFFFFFFFFu); }
+
+ private:
+  static constexpr const char* kNoneLeft =
+      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size): the "
+      "model cannot pick a token";
+  const std::vector<bool>& allowed_;
+  std::vector<float> penalized_;
+  std::vector<bool> banned_;
+};
+
+// id's probability relative to the most likely one's (logit `top`) at temperature T, in double:
+// exp((l - top) / T) from the largest (no overflow). An infinite largest logit (+inf: certain;
+// every logit -inf: nothing to tell them apart) shares the mass among the ids that hold it: inf -
+// inf would be NaN.
+double relative_probability(double l, double top, double T) {
+  return std::isinf(top) ? double(l == top) : std::exp((l - top) / T);
+}
+
+}  // namespace
+
 std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits_in,
                                                                 const SamplingOptions& o,
                                                                 const std::vector<bool>& allowed,
                                                                 std::span<const int64_t> sequence) {
-  const int64_t V = int64_t(logits_in.size());
-  for (int64_t id : sequence)
-    TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
-  // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
-  // its logit divided by the penalty when positive, multiplied when not (a repeated id once).
-  std::vector<float> penalized;
-  if (o.repetition_penalty != 1 && !sequence.empty()) {
-    penalized.assign(logits_in.begin(), logits_in.end());
-    const float penalty = float(o.repetition_penalty);
-    for (int64_t id : sequence) {
-      const float l = logits_in[size_t(id)];
-      penalized[size_t(id)] = l < 0 ? l * penalty : l / penalty;
-    }
+  const Candidates candidates(logits_in, o, allowed, sequence);
+  if (o.temperature == 0) return {{candidates.most_likely(), 1.0}};
+  const std::span<const float> logits = candidates.logits;
+  std::vector<uint64_t> keys = candidates.keys();
+  const size_t keep = o.top_k > 0 ? std::min(keys.size(), size_t(o.top_k)) : keys.size();
+  if (keep < keys.size()) {
+    std::nth_element(keys.begin(), keys.begin() + ptrdiff_t(keep), keys.end());
+    keys.resize(keep);
   }
-  const std::span<const float> logits = penalized.empty() ? logits_in : std::span<const float>(penalized);
-  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
-              " allowed flags for ", V, " logits");
-  const std::vector<bool> banned = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, V);
-  auto ok = [&](int64_t id) {
-    return (allowed.empty() || allowed[size_t(id)]) && (banned.empty() || !banned[size_t(id)]);
-  };
-  // A NaN logit is never chosen: it says the model diverged, not that the token is likely.
-  const char* const none_left =
-      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size): the "
-      "model cannot pick a token";
-  // Most likely first; a tie keeps the lower id first (greedy = transformers' argmax).
-  auto more_likely = [&](int64_t a, int64_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-  };
-  if (o.temperature == 0) {  // one pass, no list of candidates: a batch's rows each scan V logits per step
-    int64_t best = -1;
-    for (int64_t id = 0; id < V; ++id)
-      if (ok(id) && !std::isnan(logits[size_t(id)]) && (best < 0 || more_likely(id, best))) best = id;
-    TITAN_CHECK(best >= 0, none_left);
-    return {{best, 1.0}};
-  }
-  std::vector<int64_t> ids;
-  ids.reserve(size_t(V));
-  for (int64_t id = 0; id < V; ++id)
-    if (ok(id) && !std::isnan(logits[size_t(id)])) ids.push_back(id);
-  TITAN_CHECK(!ids.empty(), none_left);
-
-  // The order `more_likely` gives, sorted as one 64-bit key per id (the logit's bits turned so that
-  // unsigned order is descending logits, then the id): a whole vocabulary per token and row, where
-  // comparisons through the logits took ~10 ms for Qwen3's 151936.
-  const size_t keep = o.top_k > 0 ? std::min(ids.size(), size_t(o.top_k)) : ids.size();
-  {
-    std::vector<uint64_t> keys(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &logits[size_t(ids[i])], 4);
-      // IEEE order as unsigned (negatives flipped whole, positives with the sign bit set), then
-      // inverted for descending; -0 and +0 compare equal as floats, so both take +0's key.
-      if ((bits << 1) == 0) bits = 0;
-      const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-      keys[i] = (uint64_t(~ascending) << 32) | uint64_t(uint32_t(ids[i]));
-    }
-    if (keep < keys.size()) {
-      std::nth_element(keys.begin(), keys.begin() + ptrdiff_t(keep), keys.end());
-      keys.resize(keep);
-    }
-    std::sort(keys.begin(), keys.end());
-    ids.resize(keep);
-    for (size_t i = 0; i < keep; ++i) ids[i] = int64_t(keys[i] & 0xFFFFFFFFu);
-  }
-  // Softmax of logits / temperature in double, from the largest (no overflow): p[i] is id i's
-  // probability relative to the most likely id's. An infinite largest logit (+inf: certain; every
-  // logit -inf: nothing to tell them apart) shares the mass among the ids that hold it: inf - inf
-  // would be NaN.
+  std::sort(keys.begin(), keys.end());
+  std::vector<int64_t> ids(keep);
+  for (size_t i = 0; i < keep; ++i) ids[i] = Candidates::id_of(keys[i]);
+  // Softmax of logits / temperature: p[i] is id i's probability relative to the most likely id's.
   const double top = logits[size_t(ids[0])];
   std::vector<double> p(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const double l = logits[size_t(ids[i])];
-    p[i] = std::isinf(top) ? double(l == top) : std::exp((l - top) / o.temperature);
-  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    p[i] = relative_probability(logits[size_t(ids[i])], top, o.temperature);
   const double total = std::accumulate(p.begin(), p.end(), 0.0);
   // Nucleus: the shortest most-likely prefix whose mass reaches top_p (always at least one id).
   size_t n = p.size();
@@ -343,14 +370,76 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
 
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
                         const std::vector<bool>& allowed, std::span<const int64_t> sequence) {
-  const std::vector<std::pair<int64_t, double>> d = next_token_distribution(logits, o, allowed, sequence);
-  if (o.temperature == 0) return d[0].first;
-  // One uniform draw in [0, 1): the first id whose running probability passes it.
+  if (o.temperature == 0) return Candidates(logits, o, allowed, sequence).most_likely();
+  // One uniform draw in [0, 1): the first id, most likely first, whose running probability passes it.
+  if (o.typical_p < 1 || o.epsilon_cutoff > 0 || o.eta_cutoff > 0) {  // these read the whole set
+    const std::vector<std::pair<int64_t, double>> d = next_token_distribution(logits, o, allowed, sequence);
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    double run = 0;
+    for (const auto& [id, prob] : d)
+      if ((run += prob) > u) return id;
+    return d.back().first;  // u within rounding of 1
+  }
+  // Temperature, top-k, top-p and min-p keep a most-likely prefix, and the draw walks it from the
+  // top: only as much of the order as the walks reach is sorted, in chunks growing fourfold (a
+  // peaked distribution sorts a few hundred ids, not the vocabulary). The same draw as from
+  // next_token_distribution, up to the order in which the total is summed.
+  const Candidates candidates(logits, o, allowed, sequence);
+  std::vector<uint64_t> keys = candidates.keys();
+  if (o.top_k > 0 && size_t(o.top_k) < keys.size()) {
+    std::nth_element(keys.begin(), keys.begin() + o.top_k, keys.end());
+    keys.resize(size_t(o.top_k));
+  }
+  const size_t count = keys.size();
+  const double top =
+      candidates.logits[size_t(Candidates::id_of(*std::min_element(keys.begin(), keys.end())))];
+  auto probability = [&](uint64_t key) {
+    return relative_probability(candidates.logits[size_t(Candidates::id_of(key))], top, o.temperature);
+  };
+  double total = 0;
+  size_t at_least_min_p = 0;  // the min-p prefix: the ids at least min_p times as likely as the top one
+  for (uint64_t key : keys) {
+    const double q = probability(key);
+    total += q;
+    at_least_min_p += q >= o.min_p;
+  }
+  std::vector<double> p;  // of the sorted prefix keys[0, sorted)
+  size_t sorted = 0, chunk = 256;
+  auto sort_to = [&](size_t i) {  // keys[0, i] sorted (i < count)
+    while (sorted <= i) {
+      const size_t to = std::min(count, sorted + chunk);
+      if (to < count)
+        std::nth_element(keys.begin() + ptrdiff_t(sorted), keys.begin() + ptrdiff_t(to), keys.end());
+      std::sort(keys.begin() + ptrdiff_t(sorted), keys.begin() + ptrdiff_t(to));
+      for (size_t k = sorted; k < to; ++k) p.push_back(probability(keys[k]));
+      sorted = to;
+      chunk *= 4;
+    }
+  };
+  // Nucleus: the shortest prefix whose mass reaches top_p; then min-p; at least one id.
+  size_t n = count;
+  if (o.top_p < 1) {
+    double mass = 0;
+    for (n = 0; n < count;) {
+      sort_to(n);
+      mass += p[n++] / total;
+      if (mass >= o.top_p) break;
+    }
+  }
+  if (o.min_p > 0) n = std::max<size_t>(1, std::min(n, at_least_min_p));
+  double kept = total;
+  if (n < count) {
+    sort_to(n - 1);
+    kept = std::accumulate(p.begin(), p.begin() + ptrdiff_t(n), 0.0);
+  }
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   double run = 0;
-  for (const auto& [id, prob] : d)
-    if ((run += prob) > u) return id;
-  return d.back().first;  // u within rounding of 1
+  for (size_t i = 0; i < n; ++i) {
+    sort_to(i);
+    if ((run += p[i] / kept) > u) return Candidates::id_of(keys[i]);
+  }
+  sort_to(n - 1);
+  return Candidates::id_of(keys[n - 1]);  // u within rounding of 1
 }
 
 std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
