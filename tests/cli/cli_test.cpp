@@ -592,7 +592,22 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   flags.no_repeat_ngram_size = 2;
   r = titan(args + " --temperature 1.4 --epsilon-cutoff 0.02 --eta-cutoff 0.1");
   EXPECT_EQ(r.out, ids_of(flags)) << r.err;
-  std::ofstream(dir / "generation_config.json") << R"([0.6, 20])";
+  // Its max_new_tokens and min_new_tokens, unless the flags say otherwise.
+  std::ofstream(dir / "generation_config.json", std::ios::trunc)
+      << R"({"max_new_tokens": 3, "min_new_tokens": 2, "eos_token_id": )"
+      << ids_of({}).substr(0, ids_of({}).find(',')) << "}";
+  const std::string bare = "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5";
+  r = titan(bare);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("max_new_tokens 3, as " + file + " says"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("min_new_tokens 2, as " + file + " says"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), ','), 2)
+      << "three new tokens, the first not the stop id: " << r.out;
+  r = titan(bare + " --max-new-tokens 5 --min-new-tokens 0");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, ids_of({}).substr(0, ids_of({}).find(',')) + "\n")
+      << "the greedy first token is the config's eos_token_id: it stops there";
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"([0.6, 20])";
   r = titan(args);
   EXPECT_NE(r.err.find("generation_config.json: a generation config is a JSON object, got array"),
             std::string::npos)

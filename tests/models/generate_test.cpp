@@ -482,6 +482,20 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_EQ(sampled.sampling.epsilon_cutoff, 3e-4);
   EXPECT_EQ(sampled.sampling.eta_cutoff, 0.0) << "null: none";
   EXPECT_EQ(sampled.not_applied, (std::vector<std::string>{"top_h 0.4"}));
+  // min_new_tokens is a processor (either way); max_new_tokens is read; the processors titan does
+  // not have are named, their neutral values not.
+  const GenerationDefaults lengths =
+      generation_defaults(json{{"min_new_tokens", 3},
+                               {"max_new_tokens", 100},
+                               {"bad_words_ids", json::array({json::array({5})})},
+                               {"suppress_tokens", nullptr},
+                               {"min_length", 0},
+                               {"max_length", 20}},
+                          "g");
+  EXPECT_EQ(lengths.sampling.min_new_tokens, 3);
+  EXPECT_EQ(lengths.max_new_tokens, 100);
+  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"bad_words_ids [[5]]", "max_length 20"}));
+  EXPECT_EQ(generation_defaults(json(), "g").max_new_tokens, 0) << "not set";
   EXPECT_EQ(generation_defaults(json{{"eta_cutoff", 0.1}}, "g").sampling.eta_cutoff, 0.0)
       << "a sampling setting: greedy without do_sample";
   EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"min_p", nullptr}}, "g").sampling.min_p, 0.0);
@@ -512,6 +526,10 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
       error(json{{"repetition_penalty", 0}}).find("'repetition_penalty' must be a finite number > 0, got 0"),
       std::string::npos);
   EXPECT_NE(error(json{{"num_beams", 0}}).find("'num_beams' must be a whole number >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"min_new_tokens", -2}}).find("'min_new_tokens' must be a whole number >= 0, got -2"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"max_new_tokens", 0}}).find("'max_new_tokens' must be a whole number >= 1, got 0"),
             std::string::npos);
   EXPECT_NE(error(json{{"num_beams", 2}, {"early_stopping", "soon"}})
                 .find("'early_stopping' must be true, false or \"never\", got \"soon\""),
@@ -672,6 +690,7 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
     bool stops;
     double repetition_penalty = 1;
     int64_t no_repeat_ngram_size = 0;
+    int64_t min_new_tokens = 0;
   };
   const std::vector<Case> cases = {
       {{17, 400, 2048, 5, 99}, 6, {2, 1.0, EarlyStopping::Heuristic, 1}, false},
@@ -680,6 +699,7 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
       {{3, 3, 8}, 9, {5, -0.5, EarlyStopping::Heuristic, 5}, true},
       {{17, 400}, 9, {4, 1.0, EarlyStopping::Heuristic, 4}, true, 1.0, 1},
       {{99, 1000, 3}, 6, {3, 0.0, EarlyStopping::Never, 3}, true, 0.7},
+      {{5}, 8, {4, 0.5, EarlyStopping::Always, 3}, true, 1.0, 0, 4},
   };
   for (const std::string name : {"tiny_dense", "tiny_moe"}) {
     SCOPED_TRACE(name);
@@ -704,7 +724,8 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
                                {"num_return_sequences", c.beams.num_return_sequences},
                                {"stop_ids", stop},
                                {"repetition_penalty", c.repetition_penalty},
-                               {"no_repeat_ngram_size", c.no_repeat_ngram_size}});
+                               {"no_repeat_ngram_size", c.no_repeat_ngram_size},
+                               {"min_new_tokens", c.min_new_tokens}});
     }
     const std::filesystem::path dir = titan::testing::temp_dir("beam_search_vs_torch_" + name);
     std::ofstream(dir / "in.json") << spec.dump();
@@ -725,6 +746,7 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
       SamplingOptions processors;
       processors.repetition_penalty = c.repetition_penalty;
       processors.no_repeat_ngram_size = c.no_repeat_ngram_size;
+      processors.min_new_tokens = c.min_new_tokens;
       const std::vector<Generation> got =
           beam_search(*model, c.prompt, c.max_new, c.beams, processors, stops[i]);
       ASSERT_EQ(got.size(), expected[i].size());
@@ -734,6 +756,7 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
         ASSERT_TRUE(got[r].score.has_value());
         EXPECT_NEAR(*got[r].score, expected[i][r]["score"].get<double>(), 1e-9) << "sequence " << r;
         stopped += got[r].stop_reason == "stop token";
+        EXPECT_GE(int64_t(got[r].ids.size()), std::max<int64_t>(1, c.min_new_tokens)) << "sequence " << r;
       }
       beam_not_greedy += got[0].ids != generate(*model, c.prompt, c.max_new, processors, stops[i]).ids;
     }
@@ -787,6 +810,45 @@ TEST(Generate, ABatchOfPromptsSearchesEachAsAlone) {
     EXPECT_LT(*shortest, *longest) << "no prompt left its batch before the others: " << ended_at[0] << " "
                                    << ended_at[1] << " " << ended_at[2];
   }
+}
+
+// min_new_tokens (transformers' MinNewTokensLengthLogitsProcessor): before that many new tokens the
+// stop ids are never chosen, greedy and sampled, in a batch as alone; after it they stop as usual.
+TEST(Generate, MinNewTokensHoldsTheStopIdsBack) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const int64_t V = model->args().vocab_size;
+  const std::vector<int64_t> prompt = {71, 600, 12};
+  const Generation free_run = generate(*model, prompt, 10, SamplingOptions{}, {});
+  const std::vector<int64_t> stop = {free_run.ids[1]};
+  const size_t first =
+      size_t(std::find(free_run.ids.begin(), free_run.ids.end(), stop[0]) - free_run.ids.begin());
+  ASSERT_LT(first, 4u);
+  EXPECT_EQ(generate(*model, prompt, 10, SamplingOptions{}, stop).ids.size(), first + 1)
+      << "the stop id ends it";
+  SamplingOptions held;
+  held.min_new_tokens = 4;
+  const Generation g = generate(*model, prompt, 10, held, stop);
+  std::vector<bool> no_stop(static_cast<size_t>(V), true);
+  no_stop[size_t(stop[0])] = false;
+  const Generation masked = generate(*model, prompt, 4, SamplingOptions{}, {}, no_stop);
+  ASSERT_GE(g.ids.size(), 4u);
+  EXPECT_EQ(std::vector<int64_t>(g.ids.begin(), g.ids.begin() + 4), masked.ids)
+      << "the first four: greedy with the stop id left out";
+  for (size_t k = 4; k + 1 < g.ids.size(); ++k) EXPECT_NE(g.ids[k], stop[0]) << "went on after the stop id";
+  EXPECT_EQ(g.stop_reason == "stop token", g.ids.back() == stop[0]);
+  // Sampled hot, in batches of three with rows joining as others stop: never among the first four.
+  SamplingOptions sampled = held;
+  sampled.temperature = 2;
+  const std::vector<std::vector<int64_t>> prompts(8, prompt);
+  BatchOptions how;
+  how.batch_size = 3;
+  for (const Generation& s : generate_batch(*model, prompts, 6, sampled, stop, {}, how)) {
+    ASSERT_GE(s.ids.size(), 4u);
+    for (size_t k = 0; k < 4; ++k) EXPECT_NE(s.ids[k], stop[0]);
+  }
+  SamplingOptions bad;
+  bad.min_new_tokens = -1;
+  EXPECT_THROW(bad.validate(), Error);
 }
 
 // Without PyTorch: every sequence beam search returns has the score a full forward over it gives

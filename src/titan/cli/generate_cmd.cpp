@@ -287,6 +287,11 @@ int generate_main(int argc, char** argv) {
           "false")
       .option("num-return-sequences", "beam search: print the best this many sequences (at most --num-beams)",
               "1")
+      .option(
+          "min-new-tokens",
+          "never stop before this many new tokens: the stop ids are not chosen until then, greedy, sampled "
+          "or in beam search, as transformers (0: none; default: the model's generation_config.json's)",
+          "0")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -349,7 +354,7 @@ int generate_main(int argc, char** argv) {
   const DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "titan generate: --dtype must be float32 or bfloat16, got ",
               p.get("dtype"));
-  const int64_t max_new = p.get_int("max-new-tokens", 1);
+  int64_t max_new = p.get_int("max-new-tokens", 1);
   qwen3::SamplingOptions sampling;
   sampling.temperature = number_option(p, "temperature");
   sampling.top_k = p.get_int("top-k", 0);
@@ -360,6 +365,7 @@ int generate_main(int argc, char** argv) {
   sampling.eta_cutoff = number_option(p, "eta-cutoff");
   sampling.repetition_penalty = number_option(p, "repetition-penalty");
   sampling.no_repeat_ngram_size = p.get_int("no-repeat-ngram-size", 0);
+  sampling.min_new_tokens = p.get_int("min-new-tokens", 0);
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
   TITAN_CHECK(
@@ -438,6 +444,15 @@ int generate_main(int argc, char** argv) {
   } else {
     model = qwen3::load_hf_model(model_path, dtype, device, qwen3::Purpose::Inference);
     generation_config = train::read_generation_config(model_path);  // null without one
+  }
+  const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
+                                   : (model_path / "generation_config.json").string();
+  const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
+  // Its max_new_tokens stands for --max-new-tokens when that is not given (transformers' generate
+  // reads it); before the prompts are checked against max_seq_len with it.
+  if (!p.has("max-new-tokens") && defaults.max_new_tokens > 0) {
+    max_new = defaults.max_new_tokens;
+    std::fprintf(stderr, "generate: max_new_tokens %lld, as %s says\n", (long long)max_new, where.c_str());
   }
   const int64_t vocab = model->args().vocab_size;
   TITAN_CHECK(!tokenizer || tokenizer->vocab_size() <= vocab, "titan generate: the tokenizer has ",
@@ -520,9 +535,6 @@ int generate_main(int argc, char** argv) {
 
   // The model's own generation defaults, applied as transformers' generate applies them: its
   // sampling unless a sampling flag is given, its repetition penalty unless the flag is.
-  const std::string where = native ? (model_path / "train_state.json").string() + " (generation_config)"
-                                   : (model_path / "generation_config.json").string();
-  const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
   // Beam search: --num-beams, else the model's num_beams without do_sample, as transformers'. It is
   // greedy: with sampling (titan has no beam sampling) it is an error when asked for by a flag, and
   // not applied when the config's is overridden by sampling flags.
@@ -591,6 +603,11 @@ int generate_main(int argc, char** argv) {
   if (!p.has("repetition-penalty") && defaults.sampling.repetition_penalty != 1) {
     sampling.repetition_penalty = defaults.sampling.repetition_penalty;
     std::fprintf(stderr, "generate: repetition_penalty %g, as %s says\n", sampling.repetition_penalty,
+                 where.c_str());
+  }
+  if (!p.has("min-new-tokens") && defaults.sampling.min_new_tokens != 0) {
+    sampling.min_new_tokens = defaults.sampling.min_new_tokens;
+    std::fprintf(stderr, "generate: min_new_tokens %lld, as %s says\n", (long long)sampling.min_new_tokens,
                  where.c_str());
   }
   if (!p.has("no-repeat-ngram-size") && defaults.sampling.no_repeat_ngram_size != 0) {

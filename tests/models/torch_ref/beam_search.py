@@ -8,7 +8,7 @@ for titan's qwen3::beam_search. Each step runs the whole sequence of every beam 
 
 IN:  {"model_dir": DIR, "cases": [{"prompt": [ids], "max_new_tokens": N, "num_beams": B,
       "length_penalty": x, "early_stopping": false | true | "never", "num_return_sequences": R,
-      "stop_ids": [ids], "repetition_penalty": x, "no_repeat_ngram_size": n}, ...]}
+      "stop_ids": [ids], "repetition_penalty": x, "no_repeat_ngram_size": n, "min_new_tokens": m}, ...]}
 OUT: {"cases": [[{"ids": [new ids], "score": s}, ...best first...], ...]}
 """
 import json
@@ -78,6 +78,8 @@ def beam_search(cfg, P, case):
             log_probs = repetition_penalty(flat, log_probs, case["repetition_penalty"])
         if case["no_repeat_ngram_size"] > 0:
             log_probs = no_repeat_ngram(flat, log_probs, case["no_repeat_ngram_size"])
+        if cur_len - decoder_prompt_len < case.get("min_new_tokens", 0):  # MinNewTokensLengthLogitsProcessor
+            log_probs[:, eos] = -float("inf")
         log_probs = (log_probs + running_beam_scores[:, None]).reshape(num_beams * vocab_size)
 
         # _get_top_k_continuations

@@ -48,6 +48,16 @@ class ComputeCopies {
   std::vector<nn::ParamBlock*> added_;
 };
 
+// `allowed` (empty: every id of `vocab`) less the stop ids: the ids a sequence may take before
+// min_new_tokens (transformers' MinNewTokensLengthLogitsProcessor sets the stop ids' scores to -inf).
+std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
+                                   int64_t vocab) {
+  std::vector<bool> out = allowed.empty() ? std::vector<bool>(size_t(vocab), true) : allowed;
+  for (int64_t id : stop_ids)
+    if (id >= 0 && id < vocab) out[size_t(id)] = false;
+  return out;
+}
+
 // The prompts are ids of the model's vocabulary, at least one each, and the longest + max_new_tokens
 // fits max_seq_len.
 void check_prompts(const ModelArgs& a, const std::vector<std::vector<int64_t>>& prompts,
@@ -86,6 +96,7 @@ void SamplingOptions::validate() const {
               "sampling: typical_p must be in (0, 1] (1: none), got ", precise(typical_p));
   TITAN_CHECK(no_repeat_ngram_size >= 0, "sampling: no_repeat_ngram_size must be >= 0 (0: none), got ",
               no_repeat_ngram_size);
+  TITAN_CHECK(min_new_tokens >= 0, "sampling: min_new_tokens must be >= 0 (0: none), got ", min_new_tokens);
   TITAN_CHECK(std::isfinite(epsilon_cutoff) && epsilon_cutoff >= 0 && epsilon_cutoff < 1,
               "sampling: epsilon_cutoff must be in [0, 1) (0: none), got ", precise(epsilon_cutoff));
   TITAN_CHECK(std::isfinite(eta_cutoff) && eta_cutoff >= 0 && eta_cutoff < 1,
@@ -104,8 +115,25 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   };
   // Keys that change the choice of tokens beyond what titan's sampler does, with the value that
   // leaves it unchanged.
-  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {{"encoder_repetition_penalty", 1.0},
-                                                                         {"top_h", nullptr}};
+  const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {
+      {"encoder_repetition_penalty", 1.0},
+      {"top_h", nullptr},
+      {"min_length", 0},
+      {"bad_words_ids", nullptr},
+      {"suppress_tokens", nullptr},
+      {"begin_suppress_tokens", nullptr},
+      {"forced_bos_token_id", nullptr},
+      {"forced_eos_token_id", nullptr},
+      {"sequence_bias", nullptr},
+      {"exponential_decay_length_penalty", nullptr},
+      {"num_beam_groups", 1},
+      {"diversity_penalty", 0.0},
+      {"penalty_alpha", nullptr},
+      {"renormalize_logits", false},
+      {"guidance_scale", nullptr},
+      {"force_words_ids", nullptr},
+      {"constraints", nullptr},
+      {"max_length", nullptr}};
   for (const auto& [key, neutral] : unchanged)
     if (c.contains(key) && c[key] != neutral)
       out.not_applied.push_back(std::string(key) + " " + c[key].dump());
@@ -113,21 +141,21 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   o.repetition_penalty = number("repetition_penalty", 1.0, 1.0);
   TITAN_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0, where,
               ": 'repetition_penalty' must be a finite number > 0, got ", precise(o.repetition_penalty));
-  const double ngram = number("no_repeat_ngram_size", 0, 0);
-  TITAN_CHECK(ngram >= 0 && ngram == std::floor(ngram) && ngram <= double(int64_t(1) << 31), where,
-              ": 'no_repeat_ngram_size' must be a whole number >= 0, got ", precise(ngram));
-  o.no_repeat_ngram_size = int64_t(ngram);
+  // A whole number >= `least` (absent or null: `otherwise`).
+  auto whole = [&](const char* key, double least, double otherwise) {
+    const double v = number(key, otherwise, otherwise);
+    TITAN_CHECK(v >= least && v == std::floor(v) && v <= double(int64_t(1) << 31), where, ": '", key,
+                "' must be a whole number >= ", precise(least), ", got ", precise(v));
+    return int64_t(v);
+  };
+  o.no_repeat_ngram_size = whole("no_repeat_ngram_size", 0, 0);
+  o.min_new_tokens = whole("min_new_tokens", 0, 0);
+  out.max_new_tokens =
+      c.contains("max_new_tokens") && !c["max_new_tokens"].is_null() ? whole("max_new_tokens", 1, 1) : 0;
   const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
   TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
   out.samples = do_sample.get<bool>();
-  // A whole number >= 1 (null: 1).
-  auto count = [&](const char* key) {
-    const double v = number(key, 1, 1);
-    TITAN_CHECK(v >= 1 && v == std::floor(v) && v <= double(int64_t(1) << 31), where, ": '", key,
-                "' must be a whole number >= 1, got ", precise(v));
-    return int64_t(v);
-  };
-  const int64_t num_beams = count("num_beams");
+  const int64_t num_beams = whole("num_beams", 1, 1);
   if (out.samples && num_beams > 1) {
     out.not_applied.push_back("num_beams " + std::to_string(num_beams) + " with do_sample (beam sampling)");
   } else if (!out.samples) {  // beam search, when num_beams > 1
@@ -142,7 +170,7 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
     b.early_stopping = early == "never" ? EarlyStopping::Never
                        : early == true  ? EarlyStopping::Always
                                         : EarlyStopping::Heuristic;
-    b.num_return_sequences = count("num_return_sequences");
+    b.num_return_sequences = whole("num_return_sequences", 1, 1);
     TITAN_CHECK(b.num_return_sequences <= b.num_beams, where, ": 'num_return_sequences' ",
                 b.num_return_sequences, " asks for more sequences than its num_beams ", b.num_beams,
                 b.num_beams == 1 ? " (greedy search returns one)" : "", " can give");
@@ -469,9 +497,12 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   // Prompt r's next token from row `row` of `logits` (touching prompt r's stream alone: rows run in
   // parallel); then what it means for prompt r, serially (the callbacks run in row order): whether it
   // goes on after it.
+  const std::vector<bool> early =
+      options.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, a.vocab_size) : std::vector<bool>();
   auto choose = [&](size_t r, const Tensor& logits, int64_t row) {
     const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
-    return pick_next_token(row_logits, options, rng[r], allowed, sequence[r]);
+    const bool too_early = int64_t(out[r].ids.size()) < options.min_new_tokens;
+    return pick_next_token(row_logits, options, rng[r], too_early ? early : allowed, sequence[r]);
   };
   auto take = [&](size_t r, int64_t next) {
     sequence[r].push_back(next);
@@ -774,6 +805,8 @@ std::vector<std::vector<Generation>> beam_search_batch(
   check_prompts(a, prompts, max_new_tokens);
   TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "beam search: ", allowed.size(),
               " allowed flags for a vocabulary of ", V);
+  const std::vector<bool> early =
+      processors.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, V) : std::vector<bool>();
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
   const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
@@ -817,10 +850,11 @@ std::vector<std::vector<Generation>> beam_search_batch(
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t row = k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b);
           double* out = totals[size_t(k)].data() + b * V;
+          const std::vector<bool>& ids = t < processors.min_new_tokens ? early : allowed;
           if (logits.dtype() == DType::F64)
-            searches[size_t(k)].score_beam(b, logits.data<double>() + row * V, V, processors, allowed, out);
+            searches[size_t(k)].score_beam(b, logits.data<double>() + row * V, V, processors, ids, out);
           else
-            searches[size_t(k)].score_beam(b, logits.data<float>() + row * V, V, processors, allowed, out);
+            searches[size_t(k)].score_beam(b, logits.data<float>() + row * V, V, processors, ids, out);
         }
       std::vector<std::vector<int64_t>> sources(static_cast<size_t>(L)), ids(static_cast<size_t>(L));
       std::vector<char> going_on(static_cast<size_t>(L));

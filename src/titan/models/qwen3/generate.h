@@ -41,11 +41,14 @@ struct SamplingOptions {
   // transformers' no_repeat_ngram_size n, greedy or sampled: an id that would complete an n-gram
   // already in the sequence is never chosen (0: no limit).
   int64_t no_repeat_ngram_size = 0;
+  // transformers' min_new_tokens, greedy, sampled or in beam search: before this many new tokens the
+  // stop ids are never chosen (0: none).
+  int64_t min_new_tokens = 0;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
   // in [0, 1], typical_p in (0, 1], epsilon_cutoff and eta_cutoff in [0, 1), repetition_penalty
-  // finite and > 0, no_repeat_ngram_size >= 0.
+  // finite and > 0, no_repeat_ngram_size >= 0, min_new_tokens >= 0.
   void validate() const;
 };
 
@@ -72,16 +75,19 @@ struct BeamSearchOptions {
 // The sampling a transformers generation_config.json asks for when generate is given none, as
 // transformers' generate applies it: greedy unless do_sample is true, then its temperature, top_k,
 // top_p, min_p, typical_p, epsilon_cutoff and eta_cutoff, with transformers' defaults (1.0, 50, 1.0,
-// none, 1.0, 0, 0) for those absent and null as "no limit"; its repetition_penalty and
-// no_repeat_ngram_size either way (logits processors, not sampling settings); and without do_sample, its
+// none, 1.0, 0, 0) for those absent and null as "no limit"; its repetition_penalty,
+// no_repeat_ngram_size and min_new_tokens either way (logits processors, not sampling settings), and
+// its max_new_tokens (0 when absent: the caller's); and without do_sample, its
 // beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
 // false, 1). `not_applied` names the keys it sets that titan has no counterpart for
-// (encoder_repetition_penalty, top_h, num_beams with do_sample: beam sampling), for the caller to say.
+// (num_beams with do_sample: beam sampling; min_length, bad_words_ids, suppress_tokens and the other
+// processors titan does not have), for the caller to say.
 // An ill-typed value is an error naming `where` and the key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
   BeamSearchOptions beams;   // num_beams 1: none
+  int64_t max_new_tokens = 0;  // 0: not set
   std::vector<std::string> not_applied;
 };
 GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
