@@ -33,6 +33,13 @@ struct Outcome {
 };
 
 // `titan ARGS`, stdout and stderr apart.
+// `text` as one word of a POSIX shell command line.
+std::string shell_word(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 Outcome titan(const std::string& args) {
   // Its own folder per call and process: ctest runs this program's cases in parallel processes.
   static int calls = 0;
@@ -332,8 +339,9 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
   std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [9, 8]}\n{\"prompt_ids\": [17, 400, 2048, 5]}\n";
   r = titan(m + "--prompts-file " + (dir / "prompts.jsonl").string() + " --batch-size 2 " + search);
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::vector<titan::qwen3::Generation> first =
-      titan::qwen3::beam_search(*loaded, {9, 8}, 6, beams, titan::qwen3::SamplingOptions{}, {});
+  // The library's search of the same batch (f32 rounding depends on the batch's shape).
+  const std::vector<std::vector<titan::qwen3::Generation>> batch = titan::qwen3::beam_search_batch(
+      *loaded, {{9, 8}, {17, 400, 2048, 5}}, 6, beams, titan::qwen3::SamplingOptions{}, {}, {}, 2);
   lines = std::istringstream(r.out);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(std::getline(lines, line)) << r.out;
@@ -341,7 +349,7 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
     EXPECT_EQ(row.at("index").get<size_t>(), i / 2);
     EXPECT_EQ(row.at("line").get<int64_t>(), int64_t(i / 2 + 1));
     EXPECT_EQ(row.at("sequence").get<size_t>(), i % 2);
-    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), (i < 2 ? first : want)[i % 2].ids) << "line " << i;
+    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), batch[i / 2][i % 2].ids) << "line " << i;
   }
   EXPECT_FALSE(std::getline(lines, line)) << r.out;
 
@@ -432,6 +440,47 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   r = titan(sampled);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, text + "\n");
+  // --stop: the text stops once it holds the string (kept), greedy and in beam search; a JSON array
+  // gives several; without a tokenizer it is an error.
+  const std::string greedy = "generate --model-path " + dir.string() +
+                             " --max-new-tokens 12 --ignore-eos --prompt 'Hi there' --json ";
+  r = titan(greedy);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json whole = nlohmann::json::parse(r.out);
+  const std::vector<int64_t> whole_ids = whole.at("ids").get<std::vector<int64_t>>();
+  std::string third;  // the text of the third token, if it decodes to something to look for
+  for (size_t k = 2; k < whole_ids.size() && third.empty(); ++k) {
+    const std::string before =
+        tokenizer.decode(std::vector<int32_t>(whole_ids.begin(), whole_ids.begin() + ptrdiff_t(k)));
+    const std::string after =
+        tokenizer.decode(std::vector<int32_t>(whole_ids.begin(), whole_ids.begin() + ptrdiff_t(k) + 1));
+    if (after.starts_with(before) && after.size() > before.size() &&
+        before.find(after.substr(before.size())) == std::string::npos &&
+        after.substr(before.size()).find("\xEF\xBF\xBD") == std::string::npos)
+      third = after.substr(before.size());
+  }
+  ASSERT_FALSE(third.empty()) << "no token of " << r.out << " adds text seen for the first time";
+  const nlohmann::json stop_json = third;
+  for (const std::string& flag :
+       {"--stop " + shell_word(third),
+        "--stop " + shell_word("[\"never seen here\", " + stop_json.dump() + "]")}) {
+    r = titan(greedy + flag);
+    ASSERT_EQ(r.rc, 0) << flag << "\n" << r.err;
+    const nlohmann::json cut = nlohmann::json::parse(r.out);
+    EXPECT_EQ(cut.at("stop_reason"), "stop string") << flag;
+    const std::string text = cut.at("text").get<std::string>();
+    EXPECT_TRUE(text.find(third) != std::string::npos &&
+                whole.at("text").get<std::string>().starts_with(text))
+        << flag << ": " << text;
+    EXPECT_LT(cut.at("ids").size(), whole_ids.size()) << flag;
+  }
+  r = titan(greedy + "--num-beams 2 --stop " + shell_word(third));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* bad : {"--stop ''", "--stop '[1, 2]'"}) {
+    r = titan(greedy + bad);
+    EXPECT_EQ(r.rc, 1) << bad;
+    EXPECT_NE(r.err.find("error: --stop"), std::string::npos) << r.err;
+  }
   // A file's "prompt" lines under --chat are user messages as --prompt is, and come back as text; a
   // "messages" line is a whole conversation, rendered with the assistant's turn opened.
   {
@@ -571,15 +620,19 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
       r.err.find("sets num_beams 2 with do_sample (beam sampling), which titan's sampler does not apply"),
       std::string::npos)
       << r.err;
-  // --temperature 0: greedy, still with the file's repetition penalty (transformers applies it to
-  // greedy search too) unless --repetition-penalty says otherwise.
+  // --temperature 0 turns sampling off: the file's num_beams then searches, as transformers'
+  // generate(do_sample=False) would; --num-beams 1 is greedy, still with the file's repetition penalty
+  // (transformers applies it to greedy search too) unless --repetition-penalty says otherwise.
   titan::qwen3::SamplingOptions greedy;
   greedy.repetition_penalty = 3;
   greedy.no_repeat_ngram_size = 2;
   r = titan(args + " --temperature 0");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("beam search as " + file + " says: 2 beams"), std::string::npos) << r.err;
+  r = titan(args + " --temperature 0 --num-beams 1");
   EXPECT_EQ(r.out, ids_of(greedy)) << r.err;
   EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;
-  r = titan(args + " --temperature 0 --repetition-penalty 1 --no-repeat-ngram-size 0");
+  r = titan(args + " --temperature 0 --num-beams 1 --repetition-penalty 1 --no-repeat-ngram-size 0");
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";

@@ -467,7 +467,7 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
             EarlyStopping::Always);
   const GenerationDefaults beam_sampling =
       generation_defaults(json{{"do_sample", true}, {"num_beams", 4}}, "g");
-  EXPECT_EQ(beam_sampling.beams.num_beams, 1);
+  EXPECT_EQ(beam_sampling.beams.num_beams, 4) << "kept for a caller that turns sampling off";
   EXPECT_EQ(beam_sampling.not_applied,
             (std::vector<std::string>{"num_beams 4 with do_sample (beam sampling)"}));
   const GenerationDefaults sampled = generation_defaults(json{{"do_sample", true},
@@ -765,6 +765,75 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
   }
 }
 
+// KVCache::select_rows with rows taken twice and out of order (new buffers), then a subset in
+// order (in place): each row then continues as a cache of its own prompt alone would (f64, 1e-10).
+TEST(Generate, SelectedRowsCarryTheirPromptsKeysAndValues) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const std::vector<std::vector<int64_t>> prompts = {{17, 400, 2048}, {5, 99, 1000}, {3, 3, 8}};
+  KVCache cache = model->kv_cache(3, 6);
+  std::vector<int64_t> all;
+  for (const auto& p : prompts) all.insert(all.end(), p.begin(), p.end());
+  model->next_token_logits(Tensor::from_vector(all, {3, 3}), cache);
+  auto continue_alone = [&](const std::vector<int64_t>& prompt, const std::vector<int64_t>& more) {
+    KVCache alone = model->kv_cache(1, 6);
+    model->next_token_logits(Tensor::from_vector(prompt, {1, 3}), alone);
+    Tensor last;
+    for (int64_t id : more)
+      last = model->next_token_logits(Tensor::from_vector(std::vector<int64_t>{id}, {1, 1}), alone);
+    return last;
+  };
+  const std::vector<int64_t> chosen = {2, 0, 2, 1};
+  cache.select_rows(chosen);
+  ASSERT_EQ(cache.batch(), 4);
+  const std::vector<int64_t> next = {40, 41, 42, 43};
+  const Tensor logits = model->next_token_logits(Tensor::from_vector(next, {4, 1}), cache);
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_LE(max_abs_diff(logits.narrow(0, r, 1).contiguous(),
+                           continue_alone(prompts[size_t(chosen[size_t(r)])], {next[size_t(r)]})),
+              1e-10)
+        << "row " << r;
+  cache.select_rows({1, 3});  // prompt 0 after 41, prompt 1 after 43
+  const Tensor after =
+      model->next_token_logits(Tensor::from_vector(std::vector<int64_t>{50, 51}, {2, 1}), cache);
+  EXPECT_LE(max_abs_diff(after.narrow(0, 0, 1).contiguous(), continue_alone(prompts[0], {41, 50})), 1e-10);
+  EXPECT_LE(max_abs_diff(after.narrow(0, 1, 1).contiguous(), continue_alone(prompts[1], {43, 51})), 1e-10);
+}
+
+// A StopCheck (titan generate's stop strings) ends a sequence as a stop id would, with its own
+// reason: greedy and sampled in a batch, and in beam search the same sequences and scores as the
+// stop id it mirrors.
+TEST(Generate, AStopCheckEndsASequenceAsAStopIdWould) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const std::vector<std::vector<int64_t>> prompts = {{71, 600, 12}, {5}, {17, 400, 2048, 5}};
+  BatchOptions how;
+  how.batch_size = 2;
+  how.stop_check = [](const std::vector<int64_t>& ids) { return ids.size() == 3; };
+  for (const Generation& g : generate_batch(*model, prompts, 8, SamplingOptions{}, {}, {}, how)) {
+    EXPECT_EQ(g.ids.size(), 3u);
+    EXPECT_EQ(g.stop_reason, "stop string");
+  }
+  const Generation free_run = generate(*model, prompts[0], 8, SamplingOptions{}, {});
+  const int64_t token = free_run.ids[0];  // the most likely first token: some beams end on it
+  const StopCheck ends_with_token = [token](const std::vector<int64_t>& ids) { return ids.back() == token; };
+  const BeamSearchOptions beams{3, 0.0, EarlyStopping::Heuristic, 3};  // no length penalty: short ones win
+  const std::vector<std::vector<Generation>> by_check =
+      beam_search_batch(*model, prompts, 8, beams, {}, {}, {}, 2, {}, ends_with_token);
+  const std::vector<std::vector<Generation>> by_id =
+      beam_search_batch(*model, prompts, 8, beams, {}, {token}, {}, 2);
+  size_t stopped = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    ASSERT_EQ(by_check[r].size(), by_id[r].size());
+    for (size_t k = 0; k < by_id[r].size(); ++k) {
+      EXPECT_EQ(by_check[r][k].ids, by_id[r][k].ids) << "prompt " << r << " sequence " << k;
+      EXPECT_EQ(*by_check[r][k].score, *by_id[r][k].score);
+      EXPECT_EQ(by_check[r][k].stop_reason,
+                by_id[r][k].stop_reason == "stop token" ? "stop string" : by_id[r][k].stop_reason);
+      stopped += by_id[r][k].stop_reason == "stop token";
+    }
+  }
+  EXPECT_GE(stopped, 1u) << "no sequence ended at the token: the check was never taken";
+}
+
 // Several prompts searched together, three at a time (their beams the rows of one batch, the shorter
 // prompts left-padded), a prompt whose search ends leaving the batch while the others go on: in f64
 // each prompt's sequences and scores are those it gets alone, and on_done reports each prompt once,
@@ -862,9 +931,16 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
     const int64_t V = model->args().vocab_size;
     const std::vector<int64_t> prompt = {71, 600, 12, 5};
     const Generation greedy = generate(*model, prompt, 8, SamplingOptions{}, {});
-    for (const auto& [length_penalty, stop] : std::vector<std::pair<double, std::vector<int64_t>>>{
-             {1.0, {}}, {0.7, {greedy.ids[3]}}, {-1.0, {greedy.ids[1]}}}) {
-      const BeamSearchOptions beams{4, length_penalty, EarlyStopping::Never, 4};
+    // (-12: the finished scores fall far below -1e9, where transformers' bookkeeping would rank them
+    // under its empty slots and return none; every early_stopping mode returns four.)
+    for (const auto& [length_penalty, stop, early] :
+         std::vector<std::tuple<double, std::vector<int64_t>, EarlyStopping>>{
+             {1.0, {}, EarlyStopping::Never},
+             {0.7, {greedy.ids[3]}, EarlyStopping::Never},
+             {-1.0, {greedy.ids[1]}, EarlyStopping::Never},
+             {-12.0, {greedy.ids[1]}, EarlyStopping::Heuristic},
+             {-12.0, {greedy.ids[1]}, EarlyStopping::Always}}) {
+      const BeamSearchOptions beams{4, length_penalty, early, 4};
       const std::vector<Generation> got = beam_search(*model, prompt, 8, beams, SamplingOptions{}, stop);
       ASSERT_EQ(got.size(), 4u);
       for (size_t r = 0; r < got.size(); ++r) {
@@ -885,13 +961,40 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
         }
         const double want = sum / std::pow(double(got[r].ids.size()), length_penalty);
         EXPECT_NEAR(*got[r].score, want, 1e-9) << "sequence " << r << " length penalty " << length_penalty;
-        if (r > 0) EXPECT_GE(*got[r - 1].score, *got[r].score) << "best first";
+        if (r > 0) {
+          EXPECT_GE(*got[r - 1].score, *got[r].score) << "best first";
+        }
         const bool ends_at_stop = !stop.empty() && got[r].ids.back() == stop[0];
         EXPECT_EQ(got[r].stop_reason, ends_at_stop ? "stop token" : "max new tokens");
-        if (!ends_at_stop) EXPECT_EQ(got[r].ids.size(), 8u);
+        if (!ends_at_stop) {
+          EXPECT_EQ(got[r].ids.size(), 8u);
+        }
         for (size_t k = 0; k + 1 < got[r].ids.size(); ++k)
           EXPECT_TRUE(stop.empty() || got[r].ids[k] != stop[0]) << "a sequence went on after its stop id";
       }
+    }
+  }
+  // One new token: the num_beams most likely ids, each its log-probability.
+  {
+    auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+    const std::vector<int64_t> prompt = {71, 600, 12, 5};
+    const std::vector<Generation> one =
+        beam_search(*model, prompt, 1, {3, 1.0, EarlyStopping::Heuristic, 3}, {}, {});
+    ASSERT_EQ(one.size(), 3u);
+    std::vector<int64_t> most_likely;
+    const std::vector<std::pair<int64_t, double>> d = [&] {
+      SamplingOptions o;
+      o.temperature = 1;
+      KVCache cache = model->kv_cache(1, 4);
+      const Tensor logits =
+          model->next_token_logits(Tensor::from_vector(prompt, {1, 4}), cache).to(DType::F32);
+      return next_token_distribution(std::span<const float>(logits.data<float>(), size_t(logits.numel())), o);
+    }();
+    for (size_t r = 0; r < 3; ++r) {
+      ASSERT_EQ(one[r].ids.size(), 1u);
+      EXPECT_EQ(one[r].ids[0], d[r].first) << "sequence " << r;
+      EXPECT_NEAR(*one[r].score, std::log(d[r].second), 1e-5) << "sequence " << r;
+      EXPECT_EQ(one[r].stop_reason, "max new tokens");
     }
   }
   auto model = oracle_model("tiny_dense");

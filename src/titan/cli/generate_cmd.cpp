@@ -140,10 +140,12 @@ std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vec
                                         const data::Tokenizer* tokenizer, int64_t batch_size, int64_t max_new,
                                         const qwen3::SamplingOptions& sampling,
                                         const std::vector<int64_t>& stop_ids,
+                                        const qwen3::StopCheck& stop_check,
                                         const std::vector<bool>& allowed) {
   std::vector<std::vector<int64_t>> ids;
   qwen3::BatchOptions batch;
   batch.batch_size = batch_size;
+  batch.stop_check = stop_check;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ids.push_back(prompts[i].ids);
     batch.seeds.push_back(sampling.seed + i);
@@ -176,7 +178,7 @@ std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vecto
                                       int64_t batch_size, int64_t max_new,
                                       const qwen3::SamplingOptions& processors,
                                       const std::vector<int64_t>& stop_ids,
-                                      const std::vector<bool>& allowed) {
+                                      const qwen3::StopCheck& stop_check, const std::vector<bool>& allowed) {
   std::vector<std::vector<int64_t>> ids;
   for (const PromptLine& line : prompts) ids.push_back(line.ids);
   std::vector<std::optional<std::string>> lines(prompts.size());
@@ -203,7 +205,8 @@ std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vecto
     for (; printed < lines.size() && lines[printed]; ++printed) std::fputs(lines[printed]->c_str(), stdout);
     std::fflush(stdout);
   };
-  qwen3::beam_search_batch(model, ids, max_new, beams, processors, stop_ids, allowed, batch_size, on_done);
+  qwen3::beam_search_batch(model, ids, max_new, beams, processors, stop_ids, allowed, batch_size, on_done,
+                           stop_check);
   return {new_tokens, seconds};
 }
 
@@ -292,6 +295,10 @@ int generate_main(int argc, char** argv) {
           "never stop before this many new tokens: the stop ids are not chosen until then, greedy, sampled "
           "or in beam search, as transformers (0: none; default: the model's generation_config.json's)",
           "0")
+      .option("stop",
+              "stop once the new text holds this string (it stays in the output), greedy, sampled or in beam "
+              "search; a JSON array of strings for several, e.g. '[\"\\n\\n\", \"User:\"]' (default: the "
+              "model's generation_config.json's stop_strings)")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -535,9 +542,10 @@ int generate_main(int argc, char** argv) {
 
   // The model's own generation defaults, applied as transformers' generate applies them: its
   // sampling unless a sampling flag is given, its repetition penalty unless the flag is.
-  // Beam search: --num-beams, else the model's num_beams without do_sample, as transformers'. It is
-  // greedy: with sampling (titan has no beam sampling) it is an error when asked for by a flag, and
-  // not applied when the config's is overridden by sampling flags.
+  // Beam search: --num-beams, else the model's num_beams once the search is greedy (its do_sample
+  // false, or a flag's temperature 0), as transformers'. It is greedy: with sampling (titan has no
+  // beam sampling) it is an error when asked for by a flag, and not applied when the config's is
+  // overridden by sampling flags.
   qwen3::BeamSearchOptions beams = defaults.beams;
   if (p.has("num-beams")) {
     beams.num_beams = p.get_int("num-beams", 1);
@@ -545,9 +553,10 @@ int generate_main(int argc, char** argv) {
         beams.num_beams == 1 || sampling_given || !defaults.samples, "titan generate: --num-beams ",
         beams.num_beams, ": ", where,
         " samples (do_sample true), and titan has no beam sampling; add --temperature 0 for beam search");
-  } else if (beams.num_beams > 1 && sampling.temperature > 0) {
-    std::fprintf(stderr, "generate: note: %s sets num_beams %lld, not applied: the sampling flags sample\n",
-                 where.c_str(), (long long)beams.num_beams);
+  } else if (beams.num_beams > 1 && (sampling_given ? sampling.temperature > 0 : defaults.samples)) {
+    if (sampling_given)  // (with do_sample, not_applied names it below)
+      std::fprintf(stderr, "generate: note: %s sets num_beams %lld, not applied: the sampling flags sample\n",
+                   where.c_str(), (long long)beams.num_beams);
     beams.num_beams = 1;
   }
   if (p.has("length-penalty")) beams.length_penalty = number_option(p, "length-penalty");
@@ -610,6 +619,41 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "generate: min_new_tokens %lld, as %s says\n", (long long)sampling.min_new_tokens,
                  where.c_str());
   }
+  // Stop strings: --stop (a string, or a JSON array of strings), else the model's stop_strings. A
+  // sequence stops once its new text holds one; only the last tokens are decoded, as many as the
+  // longest string has bytes and one more (each token is at least one byte of the text).
+  std::vector<std::string> stop_strings = defaults.stop_strings;
+  if (p.has("stop")) {
+    const std::string text = p.get("stop");
+    stop_strings = {text};
+    if (!text.empty() && text.front() == '[') {
+      const json list = json::parse(text, nullptr, false);
+      TITAN_CHECK(list.is_array() && !list.empty() &&
+                      std::all_of(list.begin(), list.end(), [](const json& v) { return v.is_string(); }),
+                  "titan generate: --stop ", text, ": a value starting with '[' is a JSON array of strings");
+      stop_strings = list.get<std::vector<std::string>>();
+    }
+    for (const std::string& stop : stop_strings)
+      TITAN_CHECK(!stop.empty(), "titan generate: --stop: an empty string would stop at once");
+  } else if (!stop_strings.empty()) {
+    std::fprintf(stderr, "generate: stop_strings %s, as %s says\n", json(stop_strings).dump().c_str(),
+                 where.c_str());
+  }
+  TITAN_CHECK(stop_strings.empty() || tokenizer,
+              "titan generate: ", p.has("stop") ? "--stop" : where + "'s stop_strings",
+              " reads the new text, which needs a tokenizer; name one with --tokenizer");
+  qwen3::StopCheck stop_check;
+  if (!stop_strings.empty()) {
+    size_t window = 0;
+    for (const std::string& stop : stop_strings) window = std::max(window, stop.size() + 1);
+    stop_check = [&tokenizer, &stop_strings, window](const std::vector<int64_t>& ids) {
+      const size_t from = ids.size() > window ? ids.size() - window : 0;
+      const std::string text =
+          tokenizer->decode(std::vector<int32_t>(ids.begin() + ptrdiff_t(from), ids.end()));
+      return std::any_of(stop_strings.begin(), stop_strings.end(),
+                         [&](const std::string& stop) { return text.find(stop) != std::string::npos; });
+    };
+  }
   if (!p.has("no-repeat-ngram-size") && defaults.sampling.no_repeat_ngram_size != 0) {
     sampling.no_repeat_ngram_size = defaults.sampling.no_repeat_ngram_size;
     std::fprintf(stderr, "generate: no_repeat_ngram_size %lld, as %s says\n",
@@ -636,8 +680,9 @@ int generate_main(int argc, char** argv) {
     }
   };
   if (has_file && beams.num_beams > 1) {
-    const auto [new_tokens, seconds] = search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
-                                                   beams, batch_size, max_new, sampling, stop_ids, allowed);
+    const auto [new_tokens, seconds] =
+        search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, beams, batch_size, max_new,
+                    sampling, stop_ids, stop_check, allowed);
     std::fprintf(stderr,
                  "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s returned, beam search, %lld "
                  "prompts x %lld beams a batch, %s on %s)\n",
@@ -647,8 +692,9 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   if (has_file) {
-    const auto [new_tokens, seconds] = generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr,
-                                                     batch_size, max_new, sampling, stop_ids, allowed);
+    const auto [new_tokens, seconds] =
+        generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, batch_size, max_new, sampling,
+                      stop_ids, stop_check, allowed);
     std::fprintf(
         stderr,
         "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
@@ -657,8 +703,8 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   if (beams.num_beams > 1) {  // no streaming: a beam's tokens are final only when the search ends
-    const std::vector<qwen3::Generation> found =
-        qwen3::beam_search(*model, prompt, max_new, beams, sampling, stop_ids, allowed);
+    const std::vector<qwen3::Generation> found = qwen3::beam_search_batch(
+        *model, {prompt}, max_new, beams, sampling, stop_ids, allowed, 1, {}, stop_check)[0];
     size_t new_tokens = 0;
     for (size_t r = 0; r < found.size(); ++r) {
       const qwen3::Generation& g = found[r];
@@ -689,8 +735,9 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   const bool streaming = tokenizer && !p.has("json");
-  const qwen3::Generation g = qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed,
-                                              streaming ? std::function<void(int64_t)>(stream) : nullptr);
+  const qwen3::Generation g =
+      qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed,
+                      streaming ? std::function<void(int64_t)>(stream) : nullptr, stop_check);
   std::string text;
   if (tokenizer) {
     ids32.assign(g.ids.begin(), g.ids.end());

@@ -152,25 +152,38 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   o.min_new_tokens = whole("min_new_tokens", 0, 0);
   out.max_new_tokens =
       c.contains("max_new_tokens") && !c["max_new_tokens"].is_null() ? whole("max_new_tokens", 1, 1) : 0;
+  const nlohmann::json stops = c.value("stop_strings", nlohmann::json());
+  if (!stops.is_null())
+    for (const nlohmann::json& text : stops.is_array() ? stops : nlohmann::json::array({stops})) {
+      TITAN_CHECK(text.is_string() && !text.get<std::string>().empty(), where,
+                  ": 'stop_strings' must be a non-empty string or a list of them, got ", stops.dump());
+      out.stop_strings.push_back(text.get<std::string>());
+    }
   const nlohmann::json do_sample = c.value("do_sample", nlohmann::json(false));
   TITAN_CHECK(do_sample.is_boolean(), where, ": 'do_sample' must be true or false, got ", do_sample.dump());
   out.samples = do_sample.get<bool>();
-  const int64_t num_beams = whole("num_beams", 1, 1);
-  if (out.samples && num_beams > 1) {
-    out.not_applied.push_back("num_beams " + std::to_string(num_beams) + " with do_sample (beam sampling)");
-  } else if (!out.samples) {  // beam search, when num_beams > 1
-    BeamSearchOptions& b = out.beams;
-    b.num_beams = num_beams;
-    b.length_penalty = number("length_penalty", 1.0, 1.0);
-    TITAN_CHECK(std::isfinite(b.length_penalty), where, ": 'length_penalty' must be a finite number, got ",
-                precise(b.length_penalty));
-    const nlohmann::json early = c.value("early_stopping", nlohmann::json(false));
-    TITAN_CHECK(early.is_boolean() || early == "never", where,
-                ": 'early_stopping' must be true, false or \"never\", got ", early.dump());
-    b.early_stopping = early == "never" ? EarlyStopping::Never
-                       : early == true  ? EarlyStopping::Always
-                                        : EarlyStopping::Heuristic;
-    b.num_return_sequences = whole("num_return_sequences", 1, 1);
+  // Beam search, read either way: a caller that turns sampling off (transformers' generate with
+  // do_sample=False) searches with them.
+  BeamSearchOptions& b = out.beams;
+  b.num_beams = whole("num_beams", 1, 1);
+  b.length_penalty = number("length_penalty", 1.0, 1.0);
+  TITAN_CHECK(std::isfinite(b.length_penalty), where, ": 'length_penalty' must be a finite number, got ",
+              precise(b.length_penalty));
+  const nlohmann::json early = c.value("early_stopping", nlohmann::json(false));
+  TITAN_CHECK(early.is_boolean() || early == "never", where,
+              ": 'early_stopping' must be true, false or \"never\", got ", early.dump());
+  b.early_stopping = early == "never" ? EarlyStopping::Never
+                     : early == true  ? EarlyStopping::Always
+                                      : EarlyStopping::Heuristic;
+  b.num_return_sequences = whole("num_return_sequences", 1, 1);
+  if (out.samples) {
+    if (b.num_beams > 1)
+      out.not_applied.push_back("num_beams " + std::to_string(b.num_beams) +
+                                " with do_sample (beam sampling)");
+    if (b.num_return_sequences > 1)
+      out.not_applied.push_back("num_return_sequences " + std::to_string(b.num_return_sequences) +
+                                " with do_sample (several samples of a prompt)");
+  } else {
     TITAN_CHECK(b.num_return_sequences <= b.num_beams, where, ": 'num_return_sequences' ",
                 b.num_return_sequences, " asks for more sequences than its num_beams ", b.num_beams,
                 b.num_beams == 1 ? " (greedy search returns one)" : "", " can give");
@@ -508,8 +521,9 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
     sequence[r].push_back(next);
     out[r].ids.push_back(next);
     if (batch.on_token) batch.on_token(r, next);
-    const bool stopped = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
-    if (stopped) out[r].stop_reason = "stop token";
+    const bool by_id = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
+    const bool stopped = by_id || (batch.stop_check && batch.stop_check(out[r].ids));
+    if (stopped) out[r].stop_reason = by_id ? "stop token" : "stop string";
     if (stopped || int64_t(out[r].ids.size()) == max_new_tokens) {
       out[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (batch.on_done) batch.on_done(r, out[r]);
@@ -597,8 +611,10 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
-                    const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token) {
+                    const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token,
+                    const StopCheck& stop_check) {
   BatchOptions one;
+  one.stop_check = stop_check;
   if (on_token) one.on_token = [&](size_t, int64_t id) { on_token(id); };
   return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, one)[0];
 }
@@ -669,12 +685,12 @@ class PromptSearch {
   // One step from the candidates' scores [num_beams x V] after `t` new tokens. Returns whether the
   // search goes on; then `sources` (the beam each running beam extends) and `next_ids` (its new token).
   bool advance(const std::vector<double>& total, int64_t V, int64_t t, int64_t max_new_tokens,
-               const std::vector<int64_t>& stop_ids, std::vector<int64_t>& sources,
-               std::vector<int64_t>& next_ids) {
+               const std::vector<int64_t>& stop_ids, const StopCheck& stop_check,
+               std::vector<int64_t>& sources, std::vector<int64_t>& next_ids) {
     const int64_t nb = o_.num_beams;
     // The K best continuations, K enough that num_beams of them go on even when every beam's best are
     // stop ids (a tie: the lower beam, then the lower id, first).
-    const int64_t K = std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb;
+    const int64_t K = std::min(nb * V, std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb);
     // One pass keeping the K best seen in a heap whose top is the worst of them.
     const auto higher = [&](int64_t x, int64_t y) {
       return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
@@ -702,8 +718,9 @@ class PromptSearch {
       c.ids.push_back(id);
       c.score = total[size_t(best[size_t(j)])];
       source[size_t(j)] = b;
-      hits[size_t(j)] =
-          t + 1 == max_new_tokens || std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+      hits[size_t(j)] = t + 1 == max_new_tokens ||
+                        std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end() ||
+                        (stop_check && stop_check(c.ids));
       all_hit = all_hit && hits[size_t(j)];
     }
     // The num_beams best candidates that did not stop run on.
@@ -717,17 +734,20 @@ class PromptSearch {
     // Finished: those among the num_beams best that stopped, length-penalised, unless the search has
     // no room left (early_stopping true with num_beams finished) or cannot improve; the best
     // num_beams of the finished so far and these are kept.
-    const bool full = all_finished();
+    // A finished sequence ranks by its score among the finished, and every finished one above every
+    // empty slot: transformers ranks them by score alone, against empty slots scored -1e9, so a
+    // score below -1e9 (a length penalty of -6 over 24 tokens) lost its place to an empty slot.
+    const bool take = !(all_finished() && o_.early_stopping == EarlyStopping::Always) && may_improve_;
     std::vector<Beam> merged = finished_;
     for (int64_t j = 0; j < K; ++j) {
       Beam f = candidates[size_t(j)];
-      f.finished = hits[size_t(j)] && j < nb;
-      f.score = penalised(f.score, t + 1) + (full && o_.early_stopping == EarlyStopping::Always ? kMark : 0) +
-                (may_improve_ ? 0 : kMark) + (f.finished ? 0 : kMark);
+      f.finished = take && hits[size_t(j)] && j < nb;
+      f.score = penalised(f.score, t + 1) + (f.finished ? 0 : kMark);
       merged.push_back(std::move(f));
     }
-    std::stable_sort(merged.begin(), merged.end(),
-                     [](const Beam& x, const Beam& y) { return x.score > y.score; });
+    std::stable_sort(merged.begin(), merged.end(), [](const Beam& x, const Beam& y) {
+      return x.finished != y.finished ? x.finished : x.score > y.score;
+    });
     merged.resize(size_t(nb));
     finished_ = std::move(merged);
     sources.assign(size_t(nb), 0);
@@ -739,22 +759,22 @@ class PromptSearch {
       sources[size_t(b)] = source[size_t(j)];
       next_ids[size_t(b)] = running_[size_t(b)].ids.back();
     }
-    // Whether the running beams could still beat the worst finished one: scored at their length now
-    // (early_stopping false) or, for "never" with a positive length penalty, at the longest they may
-    // grow; once not, never again.
+    // Whether the running beams could still make the finished ones better: while a slot is empty, or
+    // while the best running one, scored at its length now (early_stopping false) or, for "never"
+    // with a positive length penalty, at the longest it may grow, beats the worst finished one; once
+    // not, never again.
     const int64_t length =
         o_.early_stopping == EarlyStopping::Never && o_.length_penalty > 0 ? max_new_tokens : t + 1;
     const double best_possible = penalised(running_[0].score, length);
     double worst = std::numeric_limits<double>::infinity();
     for (const Beam& f : finished_) worst = std::min(worst, f.score);
-    bool beats_one = false;
-    for (const Beam& f : finished_) beats_one = beats_one || best_possible > (f.finished ? worst : kMark);
-    may_improve_ = may_improve_ && beats_one;
+    may_improve_ = may_improve_ && (!all_finished() || best_possible > worst);
     return may_improve_ && !(all_finished() && o_.early_stopping == EarlyStopping::Always) && !all_hit;
   }
 
   // The best num_return_sequences finished sequences, best first, each with its score.
-  std::vector<Generation> result(const std::vector<int64_t>& stop_ids, double seconds) const {
+  std::vector<Generation> result(const std::vector<int64_t>& stop_ids, const StopCheck& stop_check,
+                                 double seconds) const {
     std::vector<Generation> out;
     for (int64_t r = 0; r < o_.num_return_sequences && finished_[size_t(r)].finished; ++r) {
       const Beam& f = finished_[size_t(r)];
@@ -762,7 +782,8 @@ class PromptSearch {
       g.ids = f.ids;
       g.stop_reason = std::find(stop_ids.begin(), stop_ids.end(), f.ids.back()) != stop_ids.end()
                           ? "stop token"
-                          : "max new tokens";
+                      : stop_check && stop_check(f.ids) ? "stop string"
+                                                        : "max new tokens";
       g.seconds = seconds;
       g.score = f.score;
       out.push_back(std::move(g));
@@ -788,11 +809,16 @@ class PromptSearch {
 
 std::vector<std::vector<Generation>> beam_search_batch(
     Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
-    const BeamSearchOptions& o, const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
+    const BeamSearchOptions& o, const SamplingOptions& processors, const std::vector<int64_t>& stop_ids_given,
     const std::vector<bool>& allowed, int64_t batch_size,
-    const std::function<void(size_t, const std::vector<Generation>&)>& on_done) {
+    const std::function<void(size_t, const std::vector<Generation>&)>& on_done, const StopCheck& stop_check) {
   o.validate();
   processors.validate();
+  // Each stop id once: their count sets how many candidates a step keeps (a caller may list an id
+  // twice, as the tokenizer's eos and the config's eos_token_id).
+  std::vector<int64_t> stop_ids = stop_ids_given;
+  std::sort(stop_ids.begin(), stop_ids.end());
+  stop_ids.erase(std::unique(stop_ids.begin(), stop_ids.end()), stop_ids.end());
   TITAN_CHECK(processors.temperature == 0 && processors.top_k == 0 && processors.top_p == 1 &&
                   processors.min_p == 0 && processors.typical_p == 1 && processors.epsilon_cutoff == 0 &&
                   processors.eta_cutoff == 0,
@@ -845,23 +871,41 @@ std::vector<std::vector<Generation>> beam_search_batch(
     std::vector<std::vector<double>> totals(live.size(), std::vector<double>(size_t(nb * V)));
     for (int64_t t = 0; !live.empty(); ++t) {
       const int64_t L = int64_t(live.size());
+      // (An error cannot leave an OpenMP region: it is carried out and raised after it.)
+      const double* f64 = logits.dtype() == DType::F64 ? logits.data<double>() : nullptr;
+      const float* f32 = f64 ? nullptr : logits.data<float>();
+      const std::vector<bool>& may_take = t < processors.min_new_tokens ? early : allowed;
+      std::vector<std::exception_ptr> failed(static_cast<size_t>(L * nb));
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t k = 0; k < L; ++k)
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t row = k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b);
           double* out = totals[size_t(k)].data() + b * V;
-          const std::vector<bool>& ids = t < processors.min_new_tokens ? early : allowed;
-          if (logits.dtype() == DType::F64)
-            searches[size_t(k)].score_beam(b, logits.data<double>() + row * V, V, processors, ids, out);
-          else
-            searches[size_t(k)].score_beam(b, logits.data<float>() + row * V, V, processors, ids, out);
+          try {
+            if (f64)
+              searches[size_t(k)].score_beam(b, f64 + row * V, V, processors, may_take, out);
+            else
+              searches[size_t(k)].score_beam(b, f32 + row * V, V, processors, may_take, out);
+          } catch (...) {
+            failed[size_t(k * nb + b)] = std::current_exception();
+          }
         }
+      for (const std::exception_ptr& e : failed)
+        if (e) std::rethrow_exception(e);
       std::vector<std::vector<int64_t>> sources(static_cast<size_t>(L)), ids(static_cast<size_t>(L));
       std::vector<char> going_on(static_cast<size_t>(L));
+      std::vector<std::exception_ptr> stuck(static_cast<size_t>(L));
 #pragma omp parallel for schedule(dynamic, 1) if (L > 1)
-      for (int64_t k = 0; k < L; ++k)
-        going_on[size_t(k)] = searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids,
-                                                          sources[size_t(k)], ids[size_t(k)]);
+      for (int64_t k = 0; k < L; ++k) {
+        try {
+          going_on[size_t(k)] = searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids,
+                                                            stop_check, sources[size_t(k)], ids[size_t(k)]);
+        } catch (...) {  // a stop check's decode, say
+          stuck[size_t(k)] = std::current_exception();
+        }
+      }
+      for (const std::exception_ptr& e : stuck)
+        if (e) std::rethrow_exception(e);
       std::vector<int64_t> rows, next_ids;
       std::vector<size_t> still;
       std::vector<PromptSearch> going;
@@ -875,7 +919,8 @@ std::vector<std::vector<Generation>> beam_search_batch(
         }
         const size_t r = live[size_t(k)];
         out[r] = searches[size_t(k)].result(
-            stop_ids, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            stop_ids, stop_check,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         if (on_done) on_done(r, out[r]);
       }
       live = std::move(still);

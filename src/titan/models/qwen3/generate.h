@@ -77,7 +77,7 @@ struct BeamSearchOptions {
 // top_p, min_p, typical_p, epsilon_cutoff and eta_cutoff, with transformers' defaults (1.0, 50, 1.0,
 // none, 1.0, 0, 0) for those absent and null as "no limit"; its repetition_penalty,
 // no_repeat_ngram_size and min_new_tokens either way (logits processors, not sampling settings), and
-// its max_new_tokens (0 when absent: the caller's); and without do_sample, its
+// its max_new_tokens (0 when absent: the caller's) and stop_strings; and without do_sample, its
 // beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
 // false, 1). `not_applied` names the keys it sets that titan has no counterpart for
 // (num_beams with do_sample: beam sampling; min_length, bad_words_ids, suppress_tokens and the other
@@ -88,6 +88,7 @@ struct GenerationDefaults {
   bool samples = false;      // do_sample
   BeamSearchOptions beams;   // num_beams 1: none
   int64_t max_new_tokens = 0;  // 0: not set
+  std::vector<std::string> stop_strings;  // stop_strings (a string or a list of them)
   std::vector<std::string> not_applied;
 };
 GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
@@ -114,7 +115,7 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& op
 
 struct Generation {
   std::vector<int64_t> ids;  // the new tokens only (the stop token included when one ended it)
-  std::string stop_reason;   // "stop token" or "max new tokens"
+  std::string stop_reason;   // "stop token", "stop string" (a StopCheck) or "max new tokens"
   double seconds = 0;        // wall time of the new tokens
   // Beam search only: the sequence's score, the sum of its tokens' log-probabilities (as the
   // processors left them) divided by (new tokens)^length_penalty.
@@ -122,12 +123,18 @@ struct Generation {
 };
 
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
-// stops after a token in `stop_ids`. prompt + new tokens must fit the model's max_seq_len.
+// stops after a token in `stop_ids` (or one `stop_check` accepts). prompt + new tokens must fit the
+// model's max_seq_len.
 // `on_token` (if set) is called with each new token as soon as it is chosen (streaming output).
 // Sampling draws from a stream seeded options.seed.
+// Whether a sequence's new tokens so far end it, besides its stop ids (e.g. a stop string in their
+// text); called after every new token, from several threads at once in beam search.
+using StopCheck = std::function<bool(const std::vector<int64_t>& new_ids)>;
+
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
-                    const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {});
+                    const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {},
+                    const StopCheck& stop_check = {});
 
 // How generate_batch runs its prompts and reports them.
 struct BatchOptions {
@@ -137,6 +144,7 @@ struct BatchOptions {
   std::vector<uint64_t> seeds;
   std::function<void(size_t, int64_t)> on_token;           // prompt i's new token, as it is chosen
   std::function<void(size_t, const Generation&)> on_done;  // prompt i has stopped
+  StopCheck stop_check;  // (if set) a prompt whose new tokens it accepts stops, with reason "stop string"
 };
 
 // generate() for several prompts: each step runs the prompts generating as the rows of one batch
@@ -160,7 +168,8 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 // summed log-probabilities, the logits' log-softmax shaped by `processors`' repetition penalty and
 // no repeated n-grams (as transformers applies its processors to log-probabilities; its sampling
 // fields must be greedy's); keeps the best max(2, 1 + stop ids) x num_beams; a continuation among the
-// best num_beams that ends with a stop id or reaches max_new_tokens is a finished sequence, ranked by
+// best num_beams that ends with a stop id (or that stop_check accepts, beam_search_batch) or reaches
+// max_new_tokens is a finished sequence, ranked by
 // its length-penalised score, and the best num_beams of the rest run on. It stops as early_stopping
 // says, or at max_new_tokens. Returns the best num_return_sequences finished sequences, best first,
 // each with its score; `allowed` (empty: every id) as for generate. The prompt + max_new_tokens must
@@ -179,6 +188,7 @@ std::vector<std::vector<Generation>> beam_search_batch(
     Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
     const BeamSearchOptions& beams, const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
     const std::vector<bool>& allowed = {}, int64_t batch_size = 0,
-    const std::function<void(size_t, const std::vector<Generation>&)>& on_done = {});
+    const std::function<void(size_t, const std::vector<Generation>&)>& on_done = {},
+    const StopCheck& stop_check = {});
 
 }  // namespace titan::qwen3

@@ -500,12 +500,14 @@ void KVCache::select_rows(const std::vector<int64_t>& rows) {
                 .narrow(1, 0, length_)
                 .copy_from(t.narrow(0, rows[size_t(i)], 1).narrow(1, 0, length_));
         t = t.narrow(0, 0, selected);
-      } else {  // a row taken twice or moved up: new buffers
+      } else {  // a row taken twice or moved up: new buffers, one copy per run of consecutive rows
         Tensor chosen = Tensor::empty({selected, allocated_, t.size(2), t.size(3)}, t.dtype(), t.device());
-        for (int64_t i = 0; i < selected && length_ > 0; ++i)
-          chosen.narrow(0, i, 1)
+        for (int64_t i = 0, run = 1; i < selected && length_ > 0; i += run) {
+          for (run = 1; i + run < selected && rows[size_t(i + run)] == rows[size_t(i)] + run;) ++run;
+          chosen.narrow(0, i, run)
               .narrow(1, 0, length_)
-              .copy_from(t.narrow(0, rows[size_t(i)], 1).narrow(1, 0, length_));
+              .copy_from(t.narrow(0, rows[size_t(i)], run).narrow(1, 0, length_));
+        }
         t = chosen;
       }
     }
