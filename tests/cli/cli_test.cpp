@@ -383,7 +383,9 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
             "--num-beams 2 searches greedily; --temperature 1 samples"},
            {m + "--prompt-ids 1 --length-penalty 2",
             "--length-penalty shapes beam search; add --num-beams N"},
-           {m + "--prompt-ids 1 --num-return-sequences 2", "--num-return-sequences shapes beam search"},
+           {m + "--prompt-ids 1 --num-return-sequences 2",
+            "--num-return-sequences 2: greedy search gives one sequence; sample (--temperature T > 0) or "
+            "search beams"},
            {m + "--prompt-ids 1 --num-beams 2 --num-return-sequences 3",
             "num_return_sequences must be in [1, num_beams = 2], got 3"},
            {m + "--prompt-ids 1 --num-beams 2 --early-stopping soon",
@@ -395,6 +397,59 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
     EXPECT_EQ(r.out, "") << args;
   }
+}
+
+// --num-return-sequences with sampling: that many samples of each prompt, sample j of prompt i
+// seeded --seed + i * N + j: the library's generate_batch over the prompts repeated, as one JSON line
+// (or one text block) each.
+TEST(CommandLine, GenerateSamplesAPromptSeveralTimes) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  auto loaded = titan::qwen3::load_hf_model(oracle, titan::DType::F32);
+  titan::qwen3::SamplingOptions o;
+  o.temperature = 1.2;
+  o.seed = 7;
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5};
+  titan::qwen3::BatchOptions how;
+  how.seeds = {7, 8, 9};
+  const std::vector<titan::qwen3::Generation> want =
+      titan::qwen3::generate_batch(*loaded, std::vector<std::vector<int64_t>>(3, prompt), 5, o, {}, {}, how);
+  const std::string m =
+      "generate --model-path " + oracle.string() + " --max-new-tokens 5 --temperature 1.2 --seed 7 ";
+  Outcome r = titan(m + "--prompt-ids 17,400,2048,5 --num-return-sequences 3 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  for (size_t j = 0; j < 3; ++j) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.at("sequence").get<size_t>(), j);
+    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), want[j].ids) << "sample " << j;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << r.out;
+  EXPECT_NE(want[0].ids, want[1].ids) << "two samples alike: the seeds did not differ";
+  r = titan(m + "--prompt-ids 17,400,2048,5 --num-return-sequences 3");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("--- sample 1 of 3 (seed 7), max new tokens ---\n"), 0u) << r.out;
+  EXPECT_NE(r.out.find("--- sample 3 of 3 (seed 9)"), std::string::npos) << r.out;
+
+  const fs::path dir = tt::temp_dir("cli_generate_samples_" + std::to_string(getpid()));
+  std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [9, 8]}\n{\"prompt_ids\": [17, 400, 2048, 5]}\n";
+  how.seeds = {7, 8, 9, 10};
+  how.batch_size = 4;
+  const std::vector<titan::qwen3::Generation> file_want =
+      titan::qwen3::generate_batch(*loaded, {{9, 8}, {9, 8}, prompt, prompt}, 5, o, {}, {}, how);
+  r = titan(m + "--prompts-file " + (dir / "prompts.jsonl").string() +
+            " --batch-size 4 --num-return-sequences 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  lines = std::istringstream(r.out);
+  for (size_t k = 0; k < 4; ++k) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.at("index").get<size_t>(), k / 2);
+    EXPECT_EQ(row.at("sequence").get<size_t>(), k % 2);
+    EXPECT_EQ(row.at("ids").get<std::vector<int64_t>>(), file_want[k].ids) << "line " << k;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << r.out;
 }
 
 // --chat: the prompt is a user message (after --system's) in Qwen3's chat template with the

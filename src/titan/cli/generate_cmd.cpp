@@ -137,8 +137,8 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
 // the file's order as soon as it and every one before it are done; prompt i samples with seed + i.
 // Returns the new tokens and the seconds they took.
 std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
-                                        const data::Tokenizer* tokenizer, int64_t batch_size, int64_t max_new,
-                                        const qwen3::SamplingOptions& sampling,
+                                        const data::Tokenizer* tokenizer, int64_t batch_size, int64_t samples,
+                                        int64_t max_new, const qwen3::SamplingOptions& sampling,
                                         const std::vector<int64_t>& stop_ids,
                                         const qwen3::StopCheck& stop_check,
                                         const std::vector<bool>& allowed) {
@@ -146,20 +146,26 @@ std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vec
   qwen3::BatchOptions batch;
   batch.batch_size = batch_size;
   batch.stop_check = stop_check;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ids.push_back(prompts[i].ids);
-    batch.seeds.push_back(sampling.seed + i);
-  }
-  std::vector<std::optional<std::string>> lines(prompts.size());
+  // Sample j of prompt i is row i * samples + j of the call, seeded seed + i * samples + j.
+  const auto n = size_t(samples);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (size_t j = 0; j < n; ++j) {
+      ids.push_back(prompts[i].ids);
+      batch.seeds.push_back(sampling.seed + i * n + j);
+    }
+  std::vector<std::optional<std::string>> lines(ids.size());
   size_t printed = 0, new_tokens = 0;
   double seconds = 0;
-  batch.on_done = [&](size_t i, const qwen3::Generation& g) {
-    nlohmann::ordered_json out = {
-        {"index", i}, {"line", prompts[i].line}, {"prompt_ids", prompts[i].ids}, {"ids", g.ids}};
+  batch.on_done = [&](size_t row, const qwen3::Generation& g) {
+    const size_t i = row / n;
+    nlohmann::ordered_json out = {{"index", i}, {"line", prompts[i].line}};
+    if (n > 1) out["sequence"] = row % n;
+    out["prompt_ids"] = prompts[i].ids;
+    out["ids"] = g.ids;
     if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
     out["stop_reason"] = g.stop_reason;
     out["seconds"] = g.seconds;
-    lines[i] = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    lines[row] = out.dump(-1, ' ', false, json::error_handler_t::replace);
     new_tokens += g.ids.size();
     seconds = std::max(seconds, g.seconds);
     for (; printed < lines.size() && lines[printed]; ++printed) std::printf("%s\n", lines[printed]->c_str());
@@ -288,7 +294,10 @@ int generate_main(int argc, char** argv) {
           "beam search: false (stop once no running beam would beat the finished ones at its length now), "
           "true (once --num-beams have finished), never (once none could at any length)",
           "false")
-      .option("num-return-sequences", "beam search: print the best this many sequences (at most --num-beams)",
+      .option("num-return-sequences",
+              "beam search: print the best this many sequences (at most --num-beams); sampling: this many "
+              "samples of each prompt, sample j of prompt i seeded --seed + i * N + j (default: the model's "
+              "generation_config.json's)",
               "1")
       .option(
           "min-new-tokens",
@@ -560,7 +569,8 @@ int generate_main(int argc, char** argv) {
     beams.num_beams = 1;
   }
   if (p.has("length-penalty")) beams.length_penalty = number_option(p, "length-penalty");
-  if (p.has("num-return-sequences")) beams.num_return_sequences = p.get_int("num-return-sequences", 1);
+  if (p.has("num-return-sequences") && beams.num_beams > 1)
+    beams.num_return_sequences = p.get_int("num-return-sequences", 1);
   if (p.has("early-stopping")) {
     const std::string early = p.get("early-stopping");
     TITAN_CHECK(early == "false" || early == "true" || early == "never", "titan generate: --early-stopping ",
@@ -586,7 +596,7 @@ int generate_main(int argc, char** argv) {
                  beams.length_penalty, kEarly[int(beams.early_stopping)],
                  (long long)beams.num_return_sequences, beams.num_return_sequences == 1 ? "" : "s each");
   } else {
-    for (const char* flag : {"length-penalty", "early-stopping", "num-return-sequences"})
+    for (const char* flag : {"length-penalty", "early-stopping"})
       TITAN_CHECK(!p.has(flag), "titan generate: --", flag,
                   " shapes beam search; add --num-beams N (N >= 2)");
   }
@@ -608,6 +618,23 @@ int generate_main(int argc, char** argv) {
                  "--temperature 0 for greedy)\n",
                  where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p, more,
                  (unsigned long long)sampling.seed);
+  }
+  // Several samples of a prompt (num_return_sequences without beams): only when sampling.
+  int64_t samples = 1;
+  if (beams.num_beams == 1) {
+    const int64_t asked = p.has("num-return-sequences") ? p.get_int("num-return-sequences", 1)
+                                                        : defaults.beams.num_return_sequences;
+    if (asked > 1 && sampling.temperature > 0) {
+      samples = asked;
+    } else if (asked > 1) {
+      TITAN_CHECK(!p.has("num-return-sequences"), "titan generate: --num-return-sequences ", asked,
+                  ": greedy search gives one sequence; sample (--temperature T > 0) or search beams "
+                  "(--num-beams N >= ",
+                  asked, ")");
+      std::fprintf(
+          stderr, "generate: note: %s sets num_return_sequences %lld, not applied: greedy search gives one\n",
+          where.c_str(), (long long)asked);
+    }
   }
   if (!p.has("repetition-penalty") && defaults.sampling.repetition_penalty != 1) {
     sampling.repetition_penalty = defaults.sampling.repetition_penalty;
@@ -693,8 +720,8 @@ int generate_main(int argc, char** argv) {
   }
   if (has_file) {
     const auto [new_tokens, seconds] =
-        generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, batch_size, max_new, sampling,
-                      stop_ids, stop_check, allowed);
+        generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, batch_size, samples, max_new,
+                      sampling, stop_ids, stop_check, allowed);
     std::fprintf(
         stderr,
         "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
@@ -732,6 +759,43 @@ int generate_main(int argc, char** argv) {
         "in %.2f s (%s on %s)\n",
         (long long)beams.num_beams, found.size(), found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
         found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
+  }
+  if (samples > 1) {  // several samples of the prompt, the rows of one batch; no streaming
+    qwen3::BatchOptions batch;
+    batch.stop_check = stop_check;
+    for (int64_t j = 0; j < samples; ++j) batch.seeds.push_back(sampling.seed + uint64_t(j));
+    const std::vector<qwen3::Generation> found =
+        qwen3::generate_batch(*model, std::vector<std::vector<int64_t>>(size_t(samples), prompt), max_new,
+                              sampling, stop_ids, allowed, batch);
+    size_t new_tokens = 0;
+    double seconds = 0;
+    for (size_t r = 0; r < found.size(); ++r) {
+      const qwen3::Generation& g = found[r];
+      new_tokens += g.ids.size();
+      seconds = std::max(seconds, g.seconds);
+      std::string text;
+      if (tokenizer) text = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+      if (p.has("json")) {
+        json out = {{"sequence", r},
+                    {"prompt_ids", prompt},
+                    {"ids", g.ids},
+                    {"stop_reason", g.stop_reason},
+                    {"seconds", g.seconds}};
+        if (tokenizer) out["text"] = text;
+        std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        continue;
+      }
+      std::printf("--- sample %zu of %zu (seed %llu), %s ---\n", r + 1, found.size(),
+                  (unsigned long long)(sampling.seed + r), g.stop_reason.c_str());
+      if (!tokenizer)
+        for (int64_t id : g.ids) text += (text.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%s\n", text.c_str());
+    }
+    std::fprintf(stderr,
+                 "generate: %lld samples (%zu new tokens) after %zu prompt tokens in %.2f s (%s on %s)\n",
+                 (long long)samples, new_tokens, prompt.size(), seconds,
+                 std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
   const bool streaming = tokenizer && !p.has("json");

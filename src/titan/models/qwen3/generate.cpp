@@ -180,9 +180,6 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
     if (b.num_beams > 1)
       out.not_applied.push_back("num_beams " + std::to_string(b.num_beams) +
                                 " with do_sample (beam sampling)");
-    if (b.num_return_sequences > 1)
-      out.not_applied.push_back("num_return_sequences " + std::to_string(b.num_return_sequences) +
-                                " with do_sample (several samples of a prompt)");
   } else {
     TITAN_CHECK(b.num_return_sequences <= b.num_beams, where, ": 'num_return_sequences' ",
                 b.num_return_sequences, " asks for more sequences than its num_beams ", b.num_beams,

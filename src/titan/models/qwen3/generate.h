@@ -79,10 +79,10 @@ struct BeamSearchOptions {
 // no_repeat_ngram_size and min_new_tokens either way (logits processors, not sampling settings), and
 // its max_new_tokens (0 when absent: the caller's) and stop_strings; and without do_sample, its
 // beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
-// false, 1). `not_applied` names the keys it sets that titan has no counterpart for
-// (num_beams with do_sample: beam sampling; min_length, bad_words_ids, suppress_tokens and the other
-// processors titan does not have), for the caller to say.
-// An ill-typed value is an error naming `where` and the key.
+// false, 1; with do_sample, num_return_sequences is the samples of a prompt). `not_applied` names the keys it
+// sets that titan has no counterpart for (num_beams with do_sample: beam sampling; min_length, bad_words_ids,
+// suppress_tokens and the other processors titan does not have), for the caller to say. An ill-typed value is
+// an error naming `where` and the key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
