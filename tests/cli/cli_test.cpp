@@ -427,6 +427,28 @@ TEST(CommandLine, GenerateSamplesAPromptSeveralTimes) {
   }
   EXPECT_FALSE(std::getline(lines, line)) << r.out;
   EXPECT_NE(want[0].ids, want[1].ids) << "two samples alike: the seeds did not differ";
+  // --logprobs: each sample's tokens' log-probabilities, as the library gives them.
+  how.logprobs = true;
+  const std::vector<titan::qwen3::Generation> with_logprobs =
+      titan::qwen3::generate_batch(*loaded, std::vector<std::vector<int64_t>>(3, prompt), 5, o, {}, {}, how);
+  r = titan(m + "--prompt-ids 17,400,2048,5 --num-return-sequences 3 --json --logprobs");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  lines = std::istringstream(r.out);
+  for (size_t j = 0; j < 3; ++j) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const std::vector<double> got = nlohmann::json::parse(line).at("logprobs").get<std::vector<double>>();
+    ASSERT_EQ(got.size(), with_logprobs[j].logprobs.size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], with_logprobs[j].logprobs[k], 1e-12);
+  }
+  how.logprobs = false;
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {m + "--prompt-ids 1 --logprobs", "--logprobs are printed in JSON: add --json"},
+           {"generate --model-path " + oracle.string() + " --prompt-ids 1 --num-beams 2 --json --logprobs",
+            "--logprobs: beam search gives each sequence's score instead"}}) {
+    r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
   r = titan(m + "--prompt-ids 17,400,2048,5 --num-return-sequences 3");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.find("--- sample 1 of 3 (seed 7), max new tokens ---\n"), 0u) << r.out;

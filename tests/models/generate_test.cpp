@@ -799,6 +799,41 @@ TEST(Generate, SelectedRowsCarryTheirPromptsKeysAndValues) {
   EXPECT_LE(max_abs_diff(after.narrow(0, 1, 1).contiguous(), continue_alone(prompts[1], {43, 51})), 1e-10);
 }
 
+// BatchOptions::logprobs: each new token's log-probability under the model, the log-softmax of a full
+// forward's logits at its position, whatever the sampling and processors that chose it (an f64 model;
+// 1e-6: the sampler reads the logits rounded to f32).
+TEST(Generate, LogprobsAreTheModelsLogSoftmax) {
+  auto model = load_hf_model(oracle_dir("tiny_moe"), DType::F64);
+  const int64_t V = model->args().vocab_size;
+  const std::vector<std::vector<int64_t>> prompts = {{71, 600, 12}, {5, 9}};
+  SamplingOptions o;
+  o.temperature = 1.5;
+  o.top_k = 30;
+  o.repetition_penalty = 1.4;
+  BatchOptions how;
+  how.logprobs = true;
+  const std::vector<Generation> got = generate_batch(*model, prompts, 6, o, {}, {}, how);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    ASSERT_EQ(got[r].logprobs.size(), got[r].ids.size());
+    std::vector<int64_t> all = prompts[r];
+    all.insert(all.end(), got[r].ids.begin(), got[r].ids.end());
+    Tensor logits;
+    {
+      autograd::NoGradGuard no_grad;
+      logits = model->forward_logits(Tensor::from_vector(all, {1, int64_t(all.size())}));
+    }
+    for (size_t k = 0; k < got[r].ids.size(); ++k) {
+      const double* row = logits.data<double>() + int64_t(prompts[r].size() - 1 + k) * V;
+      double top = row[0], z = 0;
+      for (int64_t v = 0; v < V; ++v) top = std::max(top, row[v]);
+      for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+      EXPECT_NEAR(got[r].logprobs[k], row[got[r].ids[k]] - top - std::log(z), 1e-6)
+          << "prompt " << r << " token " << k;
+    }
+  }
+  EXPECT_TRUE(generate(*model, prompts[0], 3, o, {}).logprobs.empty()) << "only when asked for";
+}
+
 // A StopCheck (titan generate's stop strings) ends a sequence as a stop id would, with its own
 // reason: greedy and sampled in a batch, and in beam search the same sequences and scores as the
 // stop id it mirrors.

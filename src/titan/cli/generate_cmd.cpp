@@ -137,15 +137,12 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
 // the file's order as soon as it and every one before it are done; prompt i samples with seed + i.
 // Returns the new tokens and the seconds they took.
 std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
-                                        const data::Tokenizer* tokenizer, int64_t batch_size, int64_t samples,
-                                        int64_t max_new, const qwen3::SamplingOptions& sampling,
+                                        const data::Tokenizer* tokenizer, qwen3::BatchOptions batch,
+                                        int64_t samples, int64_t max_new,
+                                        const qwen3::SamplingOptions& sampling,
                                         const std::vector<int64_t>& stop_ids,
-                                        const qwen3::StopCheck& stop_check,
                                         const std::vector<bool>& allowed) {
   std::vector<std::vector<int64_t>> ids;
-  qwen3::BatchOptions batch;
-  batch.batch_size = batch_size;
-  batch.stop_check = stop_check;
   // Sample j of prompt i is row i * samples + j of the call, seeded seed + i * samples + j.
   const auto n = size_t(samples);
   for (size_t i = 0; i < prompts.size(); ++i)
@@ -164,6 +161,7 @@ std::pair<size_t, double> generate_file(qwen3::Qwen3Model& model, const std::vec
     out["ids"] = g.ids;
     if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
     out["stop_reason"] = g.stop_reason;
+    if (batch.logprobs) out["logprobs"] = g.logprobs;
     out["seconds"] = g.seconds;
     lines[row] = out.dump(-1, ' ', false, json::error_handler_t::replace);
     new_tokens += g.ids.size();
@@ -313,6 +311,10 @@ int generate_main(int argc, char** argv) {
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
               "cpu")
       .flag("ignore-eos", "do not stop at the end-of-text tokens")
+      .flag(
+          "logprobs",
+          "with --json or --prompts-file: each new token's log-probability under the model (the log-softmax "
+          "of its logits, before any processor or sampling setting), as \"logprobs\"")
       .flag("json",
             "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
   if (!p.parse(argc, argv)) return 0;
@@ -348,6 +350,8 @@ int generate_main(int argc, char** argv) {
               "titan generate: --batch-size sets how many prompts of "
               "--prompts-file run together; add --prompts-file");
   const int64_t batch_size = p.get_int("batch-size", 1);
+  TITAN_CHECK(!p.has("logprobs") || p.has("json") || has_file,
+              "titan generate: --logprobs are printed in JSON: add --json (or give --prompts-file)");
   TITAN_CHECK(!has_file || !p.has("json"),
               "titan generate: --prompts-file prints JSON lines already; --json is for one prompt");
   const bool chat = p.has("chat");
@@ -580,6 +584,8 @@ int generate_main(int argc, char** argv) {
                                              : qwen3::EarlyStopping::Heuristic;
   }
   if (beams.num_beams > 1) {
+    TITAN_CHECK(!p.has("logprobs"),
+                "titan generate: --logprobs: beam search gives each sequence's score instead");
     TITAN_CHECK(sampling.temperature == 0, "titan generate: --num-beams ", beams.num_beams,
                 " searches greedily; --temperature ", sampling.temperature,
                 " samples, and titan has no beam sampling");
@@ -706,6 +712,9 @@ int generate_main(int argc, char** argv) {
       printed = text;
     }
   };
+  qwen3::BatchOptions how;  // for generate_batch
+  how.stop_check = stop_check;
+  how.logprobs = p.has("logprobs");
   if (has_file && beams.num_beams > 1) {
     const auto [new_tokens, seconds] =
         search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, beams, batch_size, max_new,
@@ -719,9 +728,11 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   if (has_file) {
+    qwen3::BatchOptions file_batch = how;
+    file_batch.batch_size = batch_size;
     const auto [new_tokens, seconds] =
-        generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, batch_size, samples, max_new,
-                      sampling, stop_ids, stop_check, allowed);
+        generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, file_batch, samples, max_new,
+                      sampling, stop_ids, allowed);
     std::fprintf(
         stderr,
         "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
@@ -762,8 +773,7 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   if (samples > 1) {  // several samples of the prompt, the rows of one batch; no streaming
-    qwen3::BatchOptions batch;
-    batch.stop_check = stop_check;
+    qwen3::BatchOptions batch = how;
     for (int64_t j = 0; j < samples; ++j) batch.seeds.push_back(sampling.seed + uint64_t(j));
     const std::vector<qwen3::Generation> found =
         qwen3::generate_batch(*model, std::vector<std::vector<int64_t>>(size_t(samples), prompt), max_new,
@@ -783,6 +793,7 @@ int generate_main(int argc, char** argv) {
                     {"stop_reason", g.stop_reason},
                     {"seconds", g.seconds}};
         if (tokenizer) out["text"] = text;
+        if (how.logprobs) out["logprobs"] = g.logprobs;
         std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         continue;
       }
@@ -799,9 +810,9 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   const bool streaming = tokenizer && !p.has("json");
+  if (streaming) how.on_token = [&](size_t, int64_t id) { stream(id); };
   const qwen3::Generation g =
-      qwen3::generate(*model, prompt, max_new, sampling, stop_ids, allowed,
-                      streaming ? std::function<void(int64_t)>(stream) : nullptr, stop_check);
+      qwen3::generate_batch(*model, {prompt}, max_new, sampling, stop_ids, allowed, how)[0];
   std::string text;
   if (tokenizer) {
     ids32.assign(g.ids.begin(), g.ids.end());
@@ -810,6 +821,7 @@ int generate_main(int argc, char** argv) {
   if (p.has("json")) {
     json out = {{"prompt_ids", prompt}, {"ids", g.ids}, {"stop_reason", g.stop_reason}, {"seconds", g.seconds}};
     if (tokenizer) out["text"] = text;
+    if (how.logprobs) out["logprobs"] = g.logprobs;
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   } else if (tokenizer) {
     // The rest (a held-back ending), then the line's end.

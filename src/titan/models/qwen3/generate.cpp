@@ -58,6 +58,16 @@ std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::
   return out;
 }
 
+// log softmax(logits)[id], in double: the model's own log-probability of `id` (no processor).
+double log_probability(std::span<const float> logits, int64_t id) {
+  double top = -std::numeric_limits<double>::infinity(), sum = 0;
+  for (float l : logits)
+    if (!std::isnan(l)) top = std::max(top, double(l));
+  for (float l : logits)
+    if (!std::isnan(l)) sum += std::exp(double(l) - top);
+  return double(logits[size_t(id)]) - top - std::log(sum);
+}
+
 // The prompts are ids of the model's vocabulary, at least one each, and the longest + max_new_tokens
 // fits max_seq_len.
 void check_prompts(const ModelArgs& a, const std::vector<std::vector<int64_t>>& prompts,
@@ -512,7 +522,9 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   auto choose = [&](size_t r, const Tensor& logits, int64_t row) {
     const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
     const bool too_early = int64_t(out[r].ids.size()) < options.min_new_tokens;
-    return pick_next_token(row_logits, options, rng[r], too_early ? early : allowed, sequence[r]);
+    const int64_t id = pick_next_token(row_logits, options, rng[r], too_early ? early : allowed, sequence[r]);
+    if (batch.logprobs) out[r].logprobs.push_back(log_probability(row_logits, id));
+    return id;
   };
   auto take = [&](size_t r, int64_t next) {
     sequence[r].push_back(next);

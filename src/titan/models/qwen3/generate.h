@@ -120,6 +120,9 @@ struct Generation {
   // Beam search only: the sequence's score, the sum of its tokens' log-probabilities (as the
   // processors left them) divided by (new tokens)^length_penalty.
   std::optional<double> score;
+  // BatchOptions::logprobs: each new token's log-probability under the model (the log-softmax of
+  // its logits, before any processor or sampling setting shaped them).
+  std::vector<double> logprobs;
 };
 
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
@@ -145,6 +148,7 @@ struct BatchOptions {
   std::function<void(size_t, int64_t)> on_token;           // prompt i's new token, as it is chosen
   std::function<void(size_t, const Generation&)> on_done;  // prompt i has stopped
   StopCheck stop_check;  // (if set) a prompt whose new tokens it accepts stops, with reason "stop string"
+  bool logprobs = false;  // fill each Generation's logprobs
 };
 
 // generate() for several prompts: each step runs the prompts generating as the rows of one batch
