@@ -250,7 +250,7 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
             file + " line 2: expected an object such as {\"prompt\": \"...\"}"},
            {"{\"promt\": \"hi\"}\n",
             file + " line 1: unknown key \"promt\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", "
-                   "and \"tools\" beside them); did you mean 'prompt'?"},
+                   "and \"tools\" or a \"completion\" beside them); did you mean 'prompt'?"},
            {"{\"prompt\": \"hi\", \"prompt_ids\": [1]}\n",
             "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
            {"{\"tools\": []}\n", "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
@@ -474,6 +474,78 @@ TEST(CommandLine, GenerateSamplesAPromptSeveralTimes) {
   EXPECT_FALSE(std::getline(lines, line)) << r.out;
 }
 
+// A --prompts-file whose lines hold completions scores them instead of generating: each
+// completion token's log-probability (qwen3::score_continuation), their sum and whether all were
+// greedy, one JSON line each; every bad line or generation flag is named.
+TEST(CommandLine, GenerateScoresTheCompletionsOfAFile) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  auto loaded = titan::qwen3::load_hf_model(oracle, titan::DType::F32);
+  const fs::path dir = tt::temp_dir("cli_generate_score_" + std::to_string(getpid()));
+  const std::vector<int64_t> greedy_tail =
+      titan::qwen3::generate(*loaded, {17, 400}, 3, titan::qwen3::SamplingOptions{}, {}).ids;
+  std::ofstream(dir / "scores.jsonl")
+      << "{\"prompt_ids\": [17, 400], \"completion_ids\": " << nlohmann::json(greedy_tail).dump()
+      << "}\n{\"prompt_ids\": [9, 8, 7], \"completion_ids\": [5, 1000]}\n";
+  const std::string m = "generate --model-path " + oracle.string() + " --prompts-file ";
+  Outcome r = titan(m + (dir / "scores.jsonl").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> pairs = {{{17, 400}, greedy_tail},
+                                                                                    {{9, 8, 7}, {5, 1000}}};
+  double total = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.out;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    const titan::qwen3::ContinuationScore want =
+        titan::qwen3::score_continuation(*loaded, pairs[i].first, pairs[i].second);
+    EXPECT_EQ(row.at("completion_ids").get<std::vector<int64_t>>(), pairs[i].second);
+    const std::vector<double> got = row.at("logprobs").get<std::vector<double>>();
+    ASSERT_EQ(got.size(), want.logprobs.size());
+    double sum = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_NEAR(got[k], want.logprobs[k], 1e-12);
+      sum += want.logprobs[k];
+    }
+    EXPECT_NEAR(row.at("logprob").get<double>(), sum, 1e-9);
+    EXPECT_EQ(row.at("greedy").get<bool>(), want.greedy);
+    EXPECT_EQ(row.at("greedy").get<bool>(), i == 0) << "line 1 holds the greedy tokens";
+    total += sum;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << r.out;
+  EXPECT_NE(r.err.find("scored 2 completions, 5 tokens in "), std::string::npos) << r.err;
+  char perplexity[64];
+  std::snprintf(perplexity, sizeof perplexity, "perplexity %.6g", std::exp(-total / 5));
+  EXPECT_NE(r.err.find(perplexity), std::string::npos) << r.err;
+
+  const std::string file = (dir / "bad.jsonl").string();
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"prompt_ids\": [1], \"completion_ids\": [2]}\n{\"prompt_ids\": [1]}\n",
+            file + " line 2: no completion to score, where line 1 has one"},
+           {"{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1], \"completion\": \"x\"}\n",
+            file + " line 2: a completion to score, where line 1 is a prompt to continue"},
+           {"{\"prompt_ids\": [1], \"completion\": \"x\", \"completion_ids\": [2]}\n",
+            "line 1: give one of \"completion\" and \"completion_ids\""},
+           {"{\"prompt_ids\": [1], \"completion\": \"\"}\n",
+            "line 1: \"completion\" must be a non-empty string"},
+           {"{\"prompt_ids\": [1], \"completion_ids\": [4096]}\n",
+            file + " line 1: completion token 0 is id 4096, outside the vocabulary"},
+           {"{\"prompt_ids\": [1], \"completion\": \"x\"}\n",
+            "no tokenizer.json to encode the \"completion\" of " + file + " line 1"}}) {
+    std::ofstream(file, std::ios::trunc) << text;
+    r = titan(m + file);
+    EXPECT_EQ(r.rc, 1) << text;
+    EXPECT_NE(r.err.find(message), std::string::npos) << text << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << text;
+  }
+  r = titan(m + (dir / "scores.jsonl").string() + " --temperature 1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--temperature shapes generation, and the lines of " +
+                       (dir / "scores.jsonl").string() + " hold completions to score"),
+            std::string::npos)
+      << r.err;
+}
+
 // --chat: the prompt is a user message (after --system's) in Qwen3's chat template with the
 // assistant's turn opened, --no-think with its empty <think> block: the ids transformers'
 // apply_chat_template(..., add_generation_prompt=True, enable_thinking=False) gives (the rendering is
@@ -517,6 +589,24 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   r = titan(sampled);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, text + "\n");
+  // A text prompt and completion to score are encoded as lm-eval-harness encodes a pair: the prompt's
+  // trailing space moves to the completion, and the completion's ids are what follows the prompt's.
+  {
+    std::ofstream(dir.parent_path() / "pair.jsonl")
+        << R"({"prompt": "The capital of France is ", "completion": "Paris"})"
+        << "\n";
+    r = titan("generate --model-path " + dir.string() + " --prompts-file " +
+              (dir.parent_path() / "pair.jsonl").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json row = nlohmann::json::parse(r.out);
+    std::vector<int64_t> context, whole;
+    for (int32_t id : tokenizer.encode("The capital of France is")) context.push_back(id);
+    for (int32_t id : tokenizer.encode("The capital of France is Paris")) whole.push_back(id);
+    EXPECT_EQ(row.at("prompt_ids").get<std::vector<int64_t>>(), context);
+    EXPECT_EQ(row.at("completion_ids").get<std::vector<int64_t>>(),
+              std::vector<int64_t>(whole.begin() + ptrdiff_t(context.size()), whole.end()));
+    EXPECT_EQ(row.at("completion").get<std::string>(), " Paris");
+  }
   // --stop: the text stops once it holds the string (kept), greedy and in beam search; a JSON array
   // gives several; without a tokenizer it is an error.
   const std::string greedy = "generate --model-path " + dir.string() +

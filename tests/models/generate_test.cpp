@@ -834,6 +834,44 @@ TEST(Generate, LogprobsAreTheModelsLogSoftmax) {
   EXPECT_TRUE(generate(*model, prompts[0], 3, o, {}).logprobs.empty()) << "only when asked for";
 }
 
+// score_continuation against transformers' logits (the oracles): every row of the oracle's input,
+// its first three tokens the prompt and the rest the continuation: each continuation token's
+// log-probability is the log-softmax of transformers' logits at its position (1e-4), and `greedy`
+// says whether each was their argmax; a continuation of the argmax tokens is greedy.
+TEST(Generate, ScoredContinuationsAreTransformersLogProbabilities) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = oracle_model(name);
+    auto ref = io::SafetensorsFile::open(oracle_dir(name) / "reference.safetensors");
+    const Tensor ids = load_tensor(ref, "input_ids"), logits = load_tensor(ref, "logits");
+    const int64_t B = ids.size(0), S = ids.size(1), V = logits.size(2);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t* row = ids.data<int64_t>() + b * S;
+      const std::vector<int64_t> prompt(row, row + 3), continuation(row + 3, row + S);
+      const ContinuationScore got = score_continuation(*model, prompt, continuation);
+      ASSERT_EQ(got.logprobs.size(), continuation.size());
+      bool greedy = true;
+      for (size_t k = 0; k < continuation.size(); ++k) {
+        const float* at = logits.data<float>() + (b * S + 2 + int64_t(k)) * V;
+        double top = at[0], z = 0;
+        for (int64_t v = 0; v < V; ++v) top = std::max(top, double(at[v]));
+        for (int64_t v = 0; v < V; ++v) z += std::exp(double(at[v]) - top);
+        EXPECT_NEAR(got.logprobs[k], double(at[continuation[k]]) - top - std::log(z), 1e-4)
+            << "row " << b << " token " << k;
+        greedy = greedy && argmax(at, V) == continuation[k];
+      }
+      EXPECT_EQ(got.greedy, greedy) << "row " << b;
+    }
+    const std::vector<int64_t> prompt = {17, 400, 2048};
+    const Generation g = generate(*model, prompt, 5, SamplingOptions{}, {});
+    EXPECT_TRUE(score_continuation(*model, prompt, g.ids).greedy) << "its own greedy tokens";
+  }
+  auto model = oracle_model("tiny_dense");
+  EXPECT_THROW(score_continuation(*model, {1}, {}), Error);
+  EXPECT_THROW(score_continuation(*model, {}, {1}), Error);
+  EXPECT_THROW(score_continuation(*model, {1}, {4096}), Error);
+}
+
 // A StopCheck (titan generate's stop strings) ends a sequence as a stop id would, with its own
 // reason: greedy and sampled in a batch, and in beam search the same sequences and scores as the
 // stop id it mirrors.

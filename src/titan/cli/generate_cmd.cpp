@@ -1,13 +1,16 @@
 // titan generate: text from a Hugging Face checkpoint (a titan export or a Hub model), greedy or
 // sampled, so a user can see what a trained model says. The loop is qwen3::generate (the prompt
 // once, then each new token over a KV cache).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "titan/cli/args.h"
@@ -62,6 +65,11 @@ struct PromptLine {
   std::string text;
   nlohmann::ordered_json messages, tools;  // null unless the line is a conversation
   std::vector<int64_t> ids;
+  // A completion to score instead of continuing the prompt: its text ("completion") or its ids
+  // ("completion_ids", or the text's once encoded).
+  bool scores = false;
+  std::string completion;
+  std::vector<int64_t> completion_ids;
 };
 
 // The prompts of a JSON Lines file: one object per non-blank line holding "prompt" (text),
@@ -99,17 +107,44 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
                 row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
-    static const std::vector<std::string> kKeys = {"prompt", "prompt_ids", "messages", "tools"};
+    static const std::vector<std::string> kKeys = {"prompt", "prompt_ids", "messages",
+                                                   "tools",  "completion", "completion_ids"};
     for (const auto& [key, value] : row.items())
-      TITAN_CHECK(std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end(), where, ": unknown key \"", key,
-                  "\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", and \"tools\" beside them)",
-                  suggestion(key, kKeys));
+      TITAN_CHECK(
+          std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end(), where, ": unknown key \"", key,
+          "\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", and \"tools\" or a \"completion\" "
+          "beside them)",
+          suggestion(key, kKeys));
     TITAN_CHECK(
         int(row.contains("prompt")) + int(row.contains("prompt_ids")) + int(row.contains("messages")) == 1,
         where, ": give one of \"prompt\", \"prompt_ids\" and \"messages\"");
     TITAN_CHECK(!row.contains("tools") || row.contains("messages"), where,
                 ": \"tools\" go with a conversation's \"messages\"");
-    PromptLine prompt{number, {}, nullptr, nullptr, {}};
+    TITAN_CHECK(!(row.contains("completion") && row.contains("completion_ids")), where,
+                ": give one of \"completion\" and \"completion_ids\"");
+    PromptLine prompt{number, {}, nullptr, nullptr, {}, false, {}, {}};
+    if (row.contains("completion")) {
+      TITAN_CHECK(row["completion"].is_string() && !row["completion"].get<std::string>().empty(), where,
+                  ": \"completion\" must be a non-empty string");
+      prompt.scores = true;
+      prompt.completion = row["completion"].get<std::string>();
+    } else if (row.contains("completion_ids")) {
+      const nlohmann::ordered_json& ids = row["completion_ids"];
+      TITAN_CHECK(ids.is_array() && !ids.empty(), where,
+                  ": \"completion_ids\" must be a non-empty array of ids");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        TITAN_CHECK(ids[i].is_number_integer(), where, ": \"completion_ids\" element ", i,
+                    " is not an integer");
+        prompt.completion_ids.push_back(ids[i].get<int64_t>());
+      }
+      prompt.scores = true;
+    }
+    TITAN_CHECK(prompts.empty() || prompts.front().scores == prompt.scores, where,
+                prompt.scores ? ": a completion to score, where line " +
+                                    std::to_string(prompts.front().line) + " is a prompt to continue"
+                              : ": no completion to score, where line " +
+                                    std::to_string(prompts.front().line) + " has one",
+                " (a file either continues its prompts or scores their completions)");
     if (row.contains("messages")) {
       TITAN_CHECK(row["messages"].is_array() && !row["messages"].empty(), where,
                   ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
@@ -130,6 +165,38 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
   }
   TITAN_CHECK(!prompts.empty(), "titan generate: --prompts-file '", path, "' holds no prompt");
   return prompts;
+}
+
+// Scores the completion of every line of a --prompts-file (qwen3::score_continuation), printing one
+// JSON line each, in order: its prompt and completion ids, each completion token's log-probability,
+// their sum and whether every one was the most likely token. Returns the completions, their tokens,
+// the summed log-probability and the seconds taken.
+std::tuple<size_t, size_t, double, double> score_file(qwen3::Qwen3Model& model,
+                                                      const std::vector<PromptLine>& prompts,
+                                                      const data::Tokenizer* tokenizer) {
+  const auto start = std::chrono::steady_clock::now();
+  size_t tokens = 0;
+  double total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const PromptLine& line = prompts[i];
+    const qwen3::ContinuationScore score = qwen3::score_continuation(model, line.ids, line.completion_ids);
+    const double sum = std::accumulate(score.logprobs.begin(), score.logprobs.end(), 0.0);
+    nlohmann::ordered_json out = {
+        {"index", i}, {"line", line.line}, {"prompt_ids", line.ids}, {"completion_ids", line.completion_ids}};
+    if (tokenizer)
+      out["completion"] =
+          tokenizer->decode(std::vector<int32_t>(line.completion_ids.begin(), line.completion_ids.end()));
+    out["logprobs"] = score.logprobs;
+    out["logprob"] = sum;
+    out["greedy"] = score.greedy;
+    out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    std::fflush(stdout);
+    tokens += score.logprobs.size();
+    total += sum;
+  }
+  return {prompts.size(), tokens, total,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
 // Continues every prompt of a --prompts-file, batch_size at a time as the rows of one batch that a
@@ -361,6 +428,31 @@ int generate_main(int argc, char** argv) {
   // The prompts file is read before the model, so that a bad line fails at once.
   std::vector<PromptLine> file_prompts;
   if (has_file) file_prompts = read_prompts_file(p.get("prompts-file"));
+  // A file of completions to score generates nothing: a flag that shapes generation would do nothing.
+  const bool scoring = !file_prompts.empty() && file_prompts.front().scores;
+  if (scoring)
+    for (const char* flag : {"max-new-tokens",
+                             "min-new-tokens",
+                             "temperature",
+                             "top-k",
+                             "top-p",
+                             "min-p",
+                             "typical-p",
+                             "epsilon-cutoff",
+                             "eta-cutoff",
+                             "repetition-penalty",
+                             "no-repeat-ngram-size",
+                             "num-beams",
+                             "length-penalty",
+                             "early-stopping",
+                             "num-return-sequences",
+                             "stop",
+                             "seed",
+                             "ignore-eos",
+                             "logprobs",
+                             "batch-size"})
+      TITAN_CHECK(!p.has(flag), "titan generate: --", flag, " shapes generation, and the lines of ",
+                  p.get("prompts-file"), " hold completions to score, not prompts to continue");
   for (const PromptLine& line : file_prompts) {
     const std::string where =
         "titan generate: " + p.get("prompts-file") + " line " + std::to_string(line.line);
@@ -470,7 +562,7 @@ int generate_main(int argc, char** argv) {
   const qwen3::GenerationDefaults defaults = qwen3::generation_defaults(generation_config, where);
   // Its max_new_tokens stands for --max-new-tokens when that is not given (transformers' generate
   // reads it); before the prompts are checked against max_seq_len with it.
-  if (!p.has("max-new-tokens") && defaults.max_new_tokens > 0) {
+  if (!p.has("max-new-tokens") && defaults.max_new_tokens > 0 && !scoring) {
     max_new = defaults.max_new_tokens;
     std::fprintf(stderr, "generate: max_new_tokens %lld, as %s says\n", (long long)max_new, where.c_str());
   }
@@ -521,14 +613,56 @@ int generate_main(int argc, char** argv) {
       } catch (const Error& e) {
         TITAN_FAIL("titan generate: ", where, ": ", e.what());
       }
+    } else if (line.ids.empty() && line.scores && !chat && line.completion_ids.empty()) {
+      // A text prompt and a text completion, encoded as lm-eval-harness encodes a pair: the prompt's
+      // trailing whitespace moves to the completion, the two are encoded together, and the
+      // completion is what follows the prompt's own ids (each alone when those do not lead).
+      std::string context = line.text, rest = line.completion;
+      const size_t end = context.find_last_not_of(" \t\n\r");
+      rest = context.substr(end == std::string::npos ? 0 : end + 1) + rest;
+      context.erase(end == std::string::npos ? 0 : end + 1);
+      line.ids = encode(context, where + "'s \"prompt\"");
+      std::vector<int64_t> whole;
+      for (int32_t id : tokenizer->encode(context + rest)) whole.push_back(id);
+      if (whole.size() > line.ids.size() && std::equal(line.ids.begin(), line.ids.end(), whole.begin()))
+        line.completion_ids.assign(whole.begin() + ptrdiff_t(line.ids.size()), whole.end());
+      else
+        for (int32_t id : tokenizer->encode(rest)) line.completion_ids.push_back(id);
     } else if (line.ids.empty()) {
       line.ids = encode(line.text, where + "'s \"prompt\"");
     }
     check_in_vocabulary(line.ids, where + ": ");
+    if (line.scores) {
+      if (line.completion_ids.empty()) {  // a completion's text after a rendered or given prompt
+        TITAN_CHECK(tokenizer, "titan generate: no tokenizer.json to encode the \"completion\" of ", where,
+                    "; name one with --tokenizer, or give \"completion_ids\"");
+        for (int32_t id : tokenizer->encode(line.completion)) line.completion_ids.push_back(id);
+      }
+      for (size_t i = 0; i < line.completion_ids.size(); ++i)
+        TITAN_CHECK(line.completion_ids[i] >= 0 && line.completion_ids[i] < vocab, "titan generate: ", where,
+                    ": completion token ", i, " is id ", line.completion_ids[i],
+                    ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
+      TITAN_CHECK(int64_t(line.ids.size() + line.completion_ids.size()) <= model->args().max_seq_len,
+                  "titan generate: ", where, ": ", line.ids.size(), " prompt tokens + ",
+                  line.completion_ids.size(), " completion tokens pass the model's max_seq_len (",
+                  model->args().max_seq_len, ")");
+      continue;
+    }
     // Every line fits before any is generated (the output of the earlier ones is not cut short).
     TITAN_CHECK(int64_t(line.ids.size()) <= model->args().max_seq_len - max_new, "titan generate: ", where,
                 ": ", line.ids.size(), " prompt tokens + ", max_new,
                 " new ones pass the model's max_seq_len (", model->args().max_seq_len, ")");
+  }
+  if (scoring) {
+    const auto [completions, tokens, logprob, seconds] =
+        score_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr);
+    std::fprintf(
+        stderr,
+        "generate: scored %zu completions, %zu tokens in %.2f s: mean log-probability %.6g per token, "
+        "perplexity %.6g (%s on %s)\n",
+        completions, tokens, seconds, logprob / double(tokens), std::exp(-logprob / double(tokens)),
+        std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
   }
 
   // With a tokenizer: only ids it can decode are chosen (the embedding's padding rows past the

@@ -59,11 +59,12 @@ std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::
 }
 
 // log softmax(logits)[id], in double: the model's own log-probability of `id` (no processor).
-double log_probability(std::span<const float> logits, int64_t id) {
+template <typename T>
+double log_probability(std::span<const T> logits, int64_t id) {
   double top = -std::numeric_limits<double>::infinity(), sum = 0;
-  for (float l : logits)
+  for (T l : logits)
     if (!std::isnan(l)) top = std::max(top, double(l));
-  for (float l : logits)
+  for (T l : logits)
     if (!std::isnan(l)) sum += std::exp(double(l) - top);
   return double(logits[size_t(id)]) - top - std::log(sum);
 }
@@ -523,7 +524,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
     const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
     const bool too_early = int64_t(out[r].ids.size()) < options.min_new_tokens;
     const int64_t id = pick_next_token(row_logits, options, rng[r], too_early ? early : allowed, sequence[r]);
-    if (batch.logprobs) out[r].logprobs.push_back(log_probability(row_logits, id));
+    if (batch.logprobs) out[r].logprobs.push_back(log_probability<float>(row_logits, id));
     return id;
   };
   auto take = [&](size_t r, int64_t next) {
@@ -951,6 +952,39 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
                                     const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
                                     const std::vector<bool>& allowed) {
   return beam_search_batch(model, {prompt}, max_new_tokens, beams, processors, stop_ids, allowed)[0];
+}
+
+ContinuationScore score_continuation(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                     const std::vector<int64_t>& continuation) {
+  TITAN_CHECK(!continuation.empty(), "score_continuation: the continuation holds no token");
+  std::vector<int64_t> whole = prompt;
+  whole.insert(whole.end(), continuation.begin(), continuation.end());
+  check_prompts(model.args(), {whole}, 1);  // ids of the vocabulary; prompt + continuation fit max_seq_len
+  TITAN_CHECK(!prompt.empty(),
+              "score_continuation: the prompt holds no token (the first token has no context)");
+  const ComputeCopies weights(model);
+  const int64_t V = model.args().vocab_size;
+  KVCache cache = model.kv_cache(1, int64_t(whole.size()) - 1);
+  ContinuationScore out;
+  std::vector<int64_t> feed = prompt;
+  for (int64_t id : continuation) {
+    const Tensor logits =
+        model
+            .next_token_logits(Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(model.device()), cache)
+            .to(Device::CPU);  // f64 for an f64 model, else f32
+    const bool f64 = logits.dtype() == DType::F64;
+    if (f64) {
+      const std::span<const double> row(logits.data<double>(), size_t(V));
+      out.logprobs.push_back(log_probability<double>(row, id));
+      out.greedy = out.greedy && std::max_element(row.begin(), row.end()) - row.begin() == id;
+    } else {
+      const std::span<const float> row(logits.data<float>(), size_t(V));
+      out.logprobs.push_back(log_probability<float>(row, id));
+      out.greedy = out.greedy && std::max_element(row.begin(), row.end()) - row.begin() == id;
+    }
+    feed = {id};
+  }
+  return out;
 }
 
 }  // namespace titan::qwen3

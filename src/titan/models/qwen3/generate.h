@@ -52,6 +52,18 @@ struct SamplingOptions {
   void validate() const;
 };
 
+// How likely the model finds `continuation` after `prompt` (lm-eval-harness' loglikelihood request):
+// each continuation token's log-probability (the log-softmax of the logits at its position, before
+// any processor), teacher-forced (the prompt once, then each continuation token over the KV cache),
+// and whether every one was the most likely id there (is_greedy; the lowest id on a tie). Both hold at
+// least one id of the vocabulary, and together fit max_seq_len.
+struct ContinuationScore {
+  std::vector<double> logprobs;
+  bool greedy = true;
+};
+ContinuationScore score_continuation(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                     const std::vector<int64_t>& continuation);
+
 // transformers' early_stopping for beam search: when the search may stop before max_new_tokens.
 enum class EarlyStopping {
   Heuristic,  // false (transformers' default): once no running beam, scored at its current length,
