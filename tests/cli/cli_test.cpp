@@ -643,6 +643,16 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   }
   r = titan(greedy + "--num-beams 2 --stop " + shell_word(third));
   ASSERT_EQ(r.rc, 0) << r.err;
+  {
+    const nlohmann::json best = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+    if (best.at("stop_reason") == "stop string")
+      EXPECT_NE(best.at("text").get<std::string>().find(third), std::string::npos) << r.out;
+    else
+      EXPECT_EQ(best.at("text").get<std::string>().find(third), std::string::npos)
+          << "ran on past it: " << r.out;
+  }
+  r = titan(greedy + "--stop '[INST]'");  // not JSON: a string of its own
+  EXPECT_EQ(r.rc, 0) << r.err;
   for (const char* bad : {"--stop ''", "--stop '[1, 2]'"}) {
     r = titan(greedy + bad);
     EXPECT_EQ(r.rc, 1) << bad;
@@ -796,6 +806,8 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   r = titan(args + " --temperature 0");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("beam search as " + file + " says: 2 beams"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("(beam sampling)"), std::string::npos)
+      << "named as not applied, yet applied: " << r.err;
   r = titan(args + " --temperature 0 --num-beams 1");
   EXPECT_EQ(r.out, ids_of(greedy)) << r.err;
   EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;
@@ -814,13 +826,18 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.out, ids_of(flags)) << r.err;
   // Its max_new_tokens and min_new_tokens, unless the flags say otherwise.
   std::ofstream(dir / "generation_config.json", std::ios::trunc)
-      << R"({"max_new_tokens": 3, "min_new_tokens": 2, "eos_token_id": )"
+      << R"({"max_new_tokens": 3, "min_new_tokens": 2, "stop_strings": ["x"], "suppress_tokens": [], "eos_token_id": )"
       << ids_of({}).substr(0, ids_of({}).find(',')) << "}";
   const std::string bare = "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5";
   r = titan(bare);
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("max_new_tokens 3, as " + file + " says"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("min_new_tokens 2, as " + file + " says"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(file + "'s stop_strings not applied: there is no tokenizer to read the text"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("suppress_tokens"), std::string::npos)
+      << "an empty list suppresses nothing: " << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), ','), 2)
       << "three new tokens, the first not the stop id: " << r.out;
   r = titan(bare + " --max-new-tokens 5 --min-new-tokens 0");

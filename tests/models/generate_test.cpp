@@ -494,7 +494,10 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
                           "g");
   EXPECT_EQ(lengths.sampling.min_new_tokens, 3);
   EXPECT_EQ(lengths.max_new_tokens, 100);
-  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"bad_words_ids [[5]]", "max_length 20"}));
+  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"bad_words_ids [[5]]"}))
+      << "max_length is read only without max_new_tokens; null and empty lists change nothing";
+  EXPECT_EQ(generation_defaults(json{{"max_length", 20}, {"bad_words_ids", json::array()}}, "g").not_applied,
+            (std::vector<std::string>{"max_length 20"}));
   EXPECT_EQ(generation_defaults(json(), "g").max_new_tokens, 0) << "not set";
   EXPECT_EQ(generation_defaults(json{{"eta_cutoff", 0.1}}, "g").sampling.eta_cutoff, 0.0)
       << "a sampling setting: greedy without do_sample";
@@ -905,6 +908,24 @@ TEST(Generate, AStopCheckEndsASequenceAsAStopIdWould) {
     }
   }
   EXPECT_GE(stopped, 1u) << "no sequence ended at the token: the check was never taken";
+  // A check that ends most continuations (three ids in four): the search takes candidates past its
+  // usual count until num_beams go on, so the same sequences as those ids given as stop ids.
+  std::vector<int64_t> most;
+  for (int64_t id = 0; id < model->args().vocab_size; ++id)
+    if (id % 4 != 0) most.push_back(id);
+  const StopCheck ends_most = [](const std::vector<int64_t>& ids) { return ids.back() % 4 != 0; };
+  const BeamSearchOptions two{2, 1.0, EarlyStopping::Heuristic, 2};
+  const std::vector<std::vector<Generation>> checked =
+      beam_search_batch(*model, prompts, 8, two, {}, {}, {}, 3, {}, ends_most);
+  const std::vector<std::vector<Generation>> listed =
+      beam_search_batch(*model, prompts, 8, two, {}, most, {}, 3);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    ASSERT_EQ(checked[r].size(), listed[r].size()) << "prompt " << r;
+    for (size_t k = 0; k < listed[r].size(); ++k) {
+      EXPECT_EQ(checked[r][k].ids, listed[r][k].ids) << "prompt " << r << " sequence " << k;
+      EXPECT_NEAR(*checked[r][k].score, *listed[r][k].score, 1e-12);
+    }
+  }
 }
 
 // Several prompts searched together, three at a time (their beams the rows of one batch, the shorter
@@ -978,13 +999,21 @@ TEST(Generate, MinNewTokensHoldsTheStopIdsBack) {
       << "the first four: greedy with the stop id left out";
   for (size_t k = 4; k + 1 < g.ids.size(); ++k) EXPECT_NE(g.ids[k], stop[0]) << "went on after the stop id";
   EXPECT_EQ(g.stop_reason == "stop token", g.ids.back() == stop[0]);
-  // Sampled hot, in batches of three with rows joining as others stop: never among the first four.
-  SamplingOptions sampled = held;
-  sampled.temperature = 2;
+  // Sampled among three ids (one the stop id), in batches of three with rows joining as others stop:
+  // never among the first four, where without min_new_tokens most samples stop sooner.
+  std::vector<bool> few(static_cast<size_t>(V), false);
+  for (int64_t id : {stop[0], int64_t(7), int64_t(8)}) few[size_t(id)] = true;
+  SamplingOptions sampled;
+  sampled.temperature = 50;  // about uniform over the three
   const std::vector<std::vector<int64_t>> prompts(8, prompt);
   BatchOptions how;
   how.batch_size = 3;
-  for (const Generation& s : generate_batch(*model, prompts, 6, sampled, stop, {}, how)) {
+  size_t early = 0;
+  for (const Generation& s : generate_batch(*model, prompts, 6, sampled, stop, few, how))
+    early += s.ids.size() < 4;
+  EXPECT_GE(early, 4u) << "the control: without min_new_tokens most samples stop within four tokens";
+  sampled.min_new_tokens = 4;
+  for (const Generation& s : generate_batch(*model, prompts, 6, sampled, stop, few, how)) {
     ASSERT_GE(s.ids.size(), 4u);
     for (size_t k = 0; k < 4; ++k) EXPECT_NE(s.ids[k], stop[0]);
   }
@@ -1233,7 +1262,9 @@ TEST(Sampler, TheSameSeedGivesTheSameDrawsAndAnotherSeedOthers) {
 // over vocabularies of 40 to 50000 ids, peaked and flat (the walk then reaches deep: several chunks),
 // with ties, -inf logits, disallowed ids and a repetition penalty.
 TEST(Sampler, TheDrawIsTheDistributionsForTheSameNumber) {
-  std::mt19937_64 gen(std::random_device{}());
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));  // a failure can be replayed
+  std::mt19937_64 gen(seed);
   struct Case {
     double temperature;
     int64_t top_k;

@@ -366,8 +366,8 @@ int generate_main(int argc, char** argv) {
               "1")
       .option(
           "min-new-tokens",
-          "never stop before this many new tokens: the stop ids are not chosen until then, greedy, sampled "
-          "or in beam search, as transformers (0: none; default: the model's generation_config.json's)",
+          "hold the stop ids back until this many new tokens, greedy, sampled or in beam search, as "
+          "transformers (--stop strings still stop; 0: none; default: the model's generation_config.json's)",
           "0")
       .option("stop",
               "stop once the new text holds this string (it stays in the output), greedy, sampled or in beam "
@@ -726,7 +726,8 @@ int generate_main(int argc, char** argv) {
     try {
       beams.validate();
     } catch (const Error& e) {
-      TITAN_FAIL("titan generate: ", e.what());
+      TITAN_FAIL("titan generate: ", e.what(),
+                 p.has("num-beams") && p.has("num-return-sequences") ? "" : " (with " + where + "'s values)");
     }
     static const char* const kEarly[] = {"false", "true", "never"};
     std::fprintf(stderr,
@@ -793,11 +794,12 @@ int generate_main(int argc, char** argv) {
   if (p.has("stop")) {
     const std::string text = p.get("stop");
     stop_strings = {text};
-    if (!text.empty() && text.front() == '[') {
-      const json list = json::parse(text, nullptr, false);
-      TITAN_CHECK(list.is_array() && !list.empty() &&
-                      std::all_of(list.begin(), list.end(), [](const json& v) { return v.is_string(); }),
-                  "titan generate: --stop ", text, ": a value starting with '[' is a JSON array of strings");
+    // A JSON array is a list of strings ("[INST]" is not JSON: a string of its own).
+    if (const json list = json::parse(text, nullptr, false); list.is_array()) {
+      TITAN_CHECK(
+          !list.empty() && std::all_of(list.begin(), list.end(), [](const json& v) { return v.is_string(); }),
+          "titan generate: --stop ", text,
+          ": a JSON array gives several strings; this one holds something else");
       stop_strings = list.get<std::vector<std::string>>();
     }
     for (const std::string& stop : stop_strings)
@@ -806,9 +808,15 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "generate: stop_strings %s, as %s says\n", json(stop_strings).dump().c_str(),
                  where.c_str());
   }
-  TITAN_CHECK(stop_strings.empty() || tokenizer,
-              "titan generate: ", p.has("stop") ? "--stop" : where + "'s stop_strings",
-              " reads the new text, which needs a tokenizer; name one with --tokenizer");
+  TITAN_CHECK(
+      stop_strings.empty() || tokenizer || !p.has("stop"),
+      "titan generate: --stop reads the new text, which needs a tokenizer; name one with --tokenizer");
+  if (!stop_strings.empty() && !tokenizer) {  // the model's own, with ids in and out: nothing to read
+    std::fprintf(stderr,
+                 "generate: note: %s's stop_strings not applied: there is no tokenizer to read the text\n",
+                 where.c_str());
+    stop_strings.clear();
+  }
   qwen3::StopCheck stop_check;
   if (!stop_strings.empty()) {
     size_t window = 0;
@@ -827,8 +835,9 @@ int generate_main(int argc, char** argv) {
                  (long long)sampling.no_repeat_ngram_size, where.c_str());
   }
   for (const std::string& key : defaults.not_applied)
-    std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n", where.c_str(),
-                 key.c_str());
+    if (!(beams.num_beams > 1 && key.starts_with("num_beams ")))  // (applied: sampling was turned off)
+      std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n",
+                   where.c_str(), key.c_str());
   // Text goes out as it is generated: after each token, what the new ids decode to beyond what is
   // already printed. A decode ending in U+FFFD may be a character cut between tokens, which the next
   // token completes: it waits. What is printed in all is the decode of all the ids.

@@ -59,11 +59,18 @@ std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::
 }
 
 // log softmax(logits)[id], in double: the model's own log-probability of `id` (no processor).
+// An infinite largest logit (+inf: certain; every logit -inf: nothing to tell them apart) shares
+// the mass among the ids that hold it, as the sampler does.
 template <typename T>
 double log_probability(std::span<const T> logits, int64_t id) {
   double top = -std::numeric_limits<double>::infinity(), sum = 0;
   for (T l : logits)
     if (!std::isnan(l)) top = std::max(top, double(l));
+  if (std::isinf(top)) {
+    const auto sharing = std::count_if(logits.begin(), logits.end(), [&](T l) { return double(l) == top; });
+    return double(logits[size_t(id)]) == top ? -std::log(double(sharing))
+                                             : -std::numeric_limits<double>::infinity();
+  }
   for (T l : logits)
     if (!std::isnan(l)) sum += std::exp(double(l) - top);
   return double(logits[size_t(id)]) - top - std::log(sum);
@@ -145,9 +152,14 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
       {"force_words_ids", nullptr},
       {"constraints", nullptr},
       {"max_length", nullptr}};
-  for (const auto& [key, neutral] : unchanged)
-    if (c.contains(key) && c[key] != neutral)
-      out.not_applied.push_back(std::string(key) + " " + c[key].dump());
+  for (const auto& [key, neutral] : unchanged) {
+    if (!c.contains(key) || c[key] == neutral || (c[key].is_array() && c[key].empty())) continue;
+    // (transformers reads max_length only without max_new_tokens)
+    if (std::string_view(key) == "max_length" && c.contains("max_new_tokens") &&
+        !c["max_new_tokens"].is_null())
+      continue;
+    out.not_applied.push_back(std::string(key) + " " + c[key].dump());
+  }
   SamplingOptions& o = out.sampling;
   o.repetition_penalty = number("repetition_penalty", 1.0, 1.0);
   TITAN_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0, where,
@@ -504,6 +516,8 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
   check_prompts(a, prompts, max_new_tokens);
+  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
+              " allowed flags for a vocabulary of ", a.vocab_size);
 
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
@@ -699,40 +713,51 @@ class PromptSearch {
                std::vector<int64_t>& sources, std::vector<int64_t>& next_ids) {
     const int64_t nb = o_.num_beams;
     // The K best continuations, K enough that num_beams of them go on even when every beam's best are
-    // stop ids (a tie: the lower beam, then the lower id, first).
-    const int64_t K = std::min(nb * V, std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb);
-    // One pass keeping the K best seen in a heap whose top is the worst of them.
+    // stop ids (a tie: the lower beam, then the lower id, first). A stop check may end any of them:
+    // then K doubles until num_beams go on (or every continuation is a candidate), so that a stopped
+    // sequence never runs on in a beam's place.
+    int64_t K = std::min(nb * V, std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb);
     const auto higher = [&](int64_t x, int64_t y) {
       return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
     };
     std::vector<int64_t> best;
-    best.reserve(size_t(K) + 1);
-    for (int64_t i = 0; i < nb * V; ++i) {
-      if (int64_t(best.size()) == K) {
-        if (!higher(i, best.front())) continue;
-        std::pop_heap(best.begin(), best.end(), higher);
-        best.pop_back();
+    std::vector<Beam> candidates;
+    std::vector<int64_t> source;
+    std::vector<bool> hits;
+    int64_t going = 0;  // candidates that did not stop
+    for (;;) {
+      best.clear();  // one pass keeping the K best seen in a heap whose top is the worst of them
+      best.reserve(size_t(K) + 1);
+      for (int64_t i = 0; i < nb * V; ++i) {
+        if (int64_t(best.size()) == K) {
+          if (!higher(i, best.front())) continue;
+          std::pop_heap(best.begin(), best.end(), higher);
+          best.pop_back();
+        }
+        best.push_back(i);
+        std::push_heap(best.begin(), best.end(), higher);
       }
-      best.push_back(i);
-      std::push_heap(best.begin(), best.end(), higher);
+      std::sort_heap(best.begin(), best.end(), higher);  // best first
+      candidates.assign(size_t(K), Beam{});
+      source.assign(size_t(K), 0);
+      hits.assign(size_t(K), false);
+      going = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t b = best[size_t(j)] / V, id = best[size_t(j)] % V;
+        Beam& c = candidates[size_t(j)];
+        c.ids = running_[size_t(b)].ids;
+        c.ids.push_back(id);
+        c.score = total[size_t(best[size_t(j)])];
+        source[size_t(j)] = b;
+        hits[size_t(j)] = t + 1 == max_new_tokens ||
+                          std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end() ||
+                          (stop_check && stop_check(c.ids));
+        going += !hits[size_t(j)];
+      }
+      if (going >= nb || K == nb * V || t + 1 == max_new_tokens) break;
+      K = std::min(nb * V, 2 * K);
     }
-    std::sort_heap(best.begin(), best.end(), higher);  // best first
-    std::vector<Beam> candidates(static_cast<size_t>(K));
-    std::vector<int64_t> source(static_cast<size_t>(K));
-    std::vector<bool> hits(static_cast<size_t>(K));
-    bool all_hit = true;
-    for (int64_t j = 0; j < K; ++j) {
-      const int64_t b = best[size_t(j)] / V, id = best[size_t(j)] % V;
-      Beam& c = candidates[size_t(j)];
-      c.ids = running_[size_t(b)].ids;
-      c.ids.push_back(id);
-      c.score = total[size_t(best[size_t(j)])];
-      source[size_t(j)] = b;
-      hits[size_t(j)] = t + 1 == max_new_tokens ||
-                        std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end() ||
-                        (stop_check && stop_check(c.ids));
-      all_hit = all_hit && hits[size_t(j)];
-    }
+    const bool all_hit = going == 0;
     // The num_beams best candidates that did not stop run on.
     std::vector<double> go_on(static_cast<size_t>(K));
     for (int64_t j = 0; j < K; ++j)
