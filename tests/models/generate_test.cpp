@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "models/oracle_check.h"
@@ -37,6 +39,21 @@ int64_t argmax(const float* row, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (row[i] > row[best]) best = i;
   return best;
+}
+
+// Runs tests/models/torch_ref/<script> on `input` (written as in.json in a folder named `tag`) and
+// returns the "cases" of the out.json it writes; a failing run throws with its output.
+nlohmann::json torch_reference(const std::string& script, const nlohmann::json& input,
+                               const std::string& tag) {
+  const std::filesystem::path dir = titan::testing::temp_dir(tag);
+  std::ofstream(dir / "in.json") << input.dump();
+  const std::filesystem::path path = titan::testing::source_dir() / "tests" / "models" / "torch_ref" / script;
+  std::string out;
+  if (titan::testing::run_command(titan::testing::torch_python() + " " + path.string() + " " +
+                                      (dir / "in.json").string() + " " + (dir / "out.json").string(),
+                                  &out) != 0)
+    throw std::runtime_error(script + " failed:\n" + out);
+  return nlohmann::json::parse(std::ifstream(dir / "out.json"))["cases"];
 }
 
 // Every row of the oracle's input fed as a prompt of 3 tokens, then 4 at once, then one at a time
@@ -644,17 +661,7 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       logits.push_back(row);
       sequences.push_back(seq);
     }
-  const std::filesystem::path dir = titan::testing::temp_dir("sampler_vs_torch");
-  std::ofstream(dir / "in.json") << json{{"cases", cases}}.dump();
-  const std::filesystem::path script =
-      titan::testing::source_dir() / "tests" / "models" / "torch_ref" / "logits_processors.py";
-  std::string out;
-  ASSERT_EQ(titan::testing::run_command(titan::testing::torch_python() + " " + script.string() + " " +
-                                            (dir / "in.json").string() + " " + (dir / "out.json").string(),
-                                        &out),
-            0)
-      << out;
-  const json expected = json::parse(std::ifstream(dir / "out.json"))["cases"];
+  const json expected = torch_reference("logits_processors.py", json{{"cases", cases}}, "sampler_vs_torch");
   ASSERT_EQ(expected.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     SamplingOptions o;
@@ -730,17 +737,7 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
                                {"no_repeat_ngram_size", c.no_repeat_ngram_size},
                                {"min_new_tokens", c.min_new_tokens}});
     }
-    const std::filesystem::path dir = titan::testing::temp_dir("beam_search_vs_torch_" + name);
-    std::ofstream(dir / "in.json") << spec.dump();
-    const std::filesystem::path script =
-        titan::testing::source_dir() / "tests" / "models" / "torch_ref" / "beam_search.py";
-    std::string out;
-    ASSERT_EQ(titan::testing::run_command(titan::testing::torch_python() + " " + script.string() + " " +
-                                              (dir / "in.json").string() + " " + (dir / "out.json").string(),
-                                          &out),
-              0)
-        << out;
-    const json expected = json::parse(std::ifstream(dir / "out.json"))["cases"];
+    const json expected = torch_reference("beam_search.py", spec, "beam_search_vs_torch_" + name);
     ASSERT_EQ(expected.size(), cases.size());
     size_t stopped = 0, beam_not_greedy = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
