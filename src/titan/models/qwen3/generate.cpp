@@ -58,22 +58,31 @@ std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::
   return out;
 }
 
-// log softmax(logits)[id], in double: the model's own log-probability of `id` (no processor).
-// An infinite largest logit (+inf: certain; every logit -inf: nothing to tell them apart) shares
-// the mass among the ids that hold it, as the sampler does.
+// log sum exp(logits) over the logits that are not NaN, in double, from the largest (no overflow);
+// the largest itself when it is infinite. The log-softmax of a logit l is l - this.
 template <typename T>
-double log_probability(std::span<const T> logits, int64_t id) {
+double log_sum_exp(std::span<const T> logits) {
   double top = -std::numeric_limits<double>::infinity(), sum = 0;
   for (T l : logits)
     if (!std::isnan(l)) top = std::max(top, double(l));
-  if (std::isinf(top)) {
-    const auto sharing = std::count_if(logits.begin(), logits.end(), [&](T l) { return double(l) == top; });
-    return double(logits[size_t(id)]) == top ? -std::log(double(sharing))
-                                             : -std::numeric_limits<double>::infinity();
-  }
+  if (std::isinf(top)) return top;
   for (T l : logits)
     if (!std::isnan(l)) sum += std::exp(double(l) - top);
-  return double(logits[size_t(id)]) - top - std::log(sum);
+  return top + std::log(sum);
+}
+
+// log softmax(logits)[id], in double: the model's own log-probability of `id` (no processor). An
+// infinite largest logit (+inf: certain; every logit -inf: nothing to tell them apart) shares the
+// mass among the ids that hold it, as the sampler does.
+template <typename T>
+double log_probability(std::span<const T> logits, int64_t id) {
+  const double z = log_sum_exp(logits);
+  if (std::isinf(z)) {
+    const auto sharing = std::count_if(logits.begin(), logits.end(), [&](T l) { return double(l) == z; });
+    return double(logits[size_t(id)]) == z ? -std::log(double(sharing))
+                                           : -std::numeric_limits<double>::infinity();
+  }
+  return double(logits[size_t(id)]) - z;
 }
 
 // The prompts are ids of the model's vocabulary, at least one each, and the longest + max_new_tokens
@@ -681,12 +690,7 @@ class PromptSearch {
   void score_beam(int64_t b, const T* logits, int64_t V, const SamplingOptions& processors,
                   const std::vector<bool>& allowed, double* out) const {
     constexpr double kNever = -std::numeric_limits<double>::infinity();
-    double top = kNever, sum = 0;
-    for (int64_t v = 0; v < V; ++v)
-      if (!std::isnan(logits[v])) top = std::max(top, double(logits[v]));
-    for (int64_t v = 0; v < V; ++v)
-      if (!std::isnan(logits[v])) sum += std::exp(double(logits[v]) - top);
-    const double log_z = top + std::log(sum);
+    const double log_z = log_sum_exp(std::span<const T>(logits, size_t(V)));
     for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
     sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
