@@ -351,6 +351,30 @@ TEST(Generate, ABatchOfPromptsGivesEachPromptItsOwnTokens) {
   }
 }
 
+// A prompt the batch holds several times (several samples of one prompt) runs through the model once
+// and its rows are copied: every copy's tokens, sampled with its own seed, are those it gets alone (f64),
+// with other prompts and rows joining as copies stop.
+TEST(Generate, CopiesOfAPromptInOneBatchSampleAsAlone) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const std::vector<int64_t> p = {71, 600, 12}, q = {5, 9};
+  const std::vector<std::vector<int64_t>> prompts = {p, p, q, p, q, p, p};
+  SamplingOptions o;
+  o.temperature = 1.3;
+  BatchOptions how;
+  how.batch_size = 5;
+  how.seeds = {3, 4, 5, 6, 7, 8, 9};
+  const Generation first = generate(*model, p, 1, SamplingOptions{}, {});
+  const std::vector<int64_t> stop = {first.ids[0]};  // likely early for some copies of p
+  const std::vector<Generation> batch = generate_batch(*model, prompts, 6, o, stop, {}, how);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    SamplingOptions own = o;
+    own.seed = how.seeds[r];
+    const Generation alone = generate(*model, prompts[r], 6, own, stop);
+    EXPECT_EQ(batch[r].ids, alone.ids) << "prompt " << r;
+    EXPECT_EQ(batch[r].stop_reason, alone.stop_reason) << "prompt " << r;
+  }
+}
+
 // Continuous batching: eight prompts, three rows at a time. A prompt that stops frees its row, and
 // the first prompt waiting that the batch's position has reached takes it at the next step (its
 // prompt run alone, its keys and values joining the batch right-aligned): its tokens come while the

@@ -576,18 +576,30 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
     const size_t begin = std::min(width, waiting.size());
     live.assign(waiting.begin(), waiting.begin() + ptrdiff_t(begin));
     waiting.erase(waiting.begin(), waiting.begin() + ptrdiff_t(begin));
+    // A prompt the batch holds more than once (several samples of one prompt) runs through the model
+    // once: cache_row[k], the row of the cache (and of the logits) that live prompt k reads, is its
+    // first copy's until the rows are copied out after the first token.
+    std::vector<size_t> distinct;  // live indexes of the first copy of each prompt
+    std::vector<int64_t> cache_row(live.size());
+    for (size_t k = 0; k < live.size(); ++k) {
+      size_t u = 0;
+      while (u < distinct.size() && prompts[live[distinct[u]]] != prompts[live[k]]) ++u;
+      if (u == distinct.size()) distinct.push_back(k);
+      cache_row[k] = int64_t(u);
+    }
     int64_t batch_longest = 0;
     for (size_t r : live) batch_longest = std::max(batch_longest, int64_t(prompts[r].size()));
     std::vector<int64_t> padding, first_ids;
-    for (size_t r : live) {
-      padding.push_back(batch_longest - int64_t(prompts[r].size()));
-      first_ids.insert(first_ids.end(), size_t(padding.back()), prompts[r][0]);
-      first_ids.insert(first_ids.end(), prompts[r].begin(), prompts[r].end());
+    for (size_t k : distinct) {
+      const std::vector<int64_t>& prompt = prompts[live[k]];
+      padding.push_back(batch_longest - int64_t(prompt.size()));
+      first_ids.insert(first_ids.end(), size_t(padding.back()), prompt[0]);
+      first_ids.insert(first_ids.end(), prompt.begin(), prompt.end());
     }
     const bool padded = std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p > 0; });
     KVCache cache =
-        model.kv_cache(int64_t(live.size()), a.max_seq_len, padded ? padding : std::vector<int64_t>());
-    Tensor ids = to_ids(first_ids, int64_t(live.size()));
+        model.kv_cache(int64_t(distinct.size()), a.max_seq_len, padded ? padding : std::vector<int64_t>());
+    Tensor ids = to_ids(first_ids, int64_t(distinct.size()));
     while (!live.empty()) {
       const Tensor logits = model.next_token_logits(ids, cache).to(Device::CPU).to(DType::F32);
       // Sampling sorts a vocabulary per row: the rows share the threads. (An error cannot leave an
@@ -597,7 +609,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 #pragma omp parallel for schedule(dynamic, 1) if (live.size() > 1 && options.temperature > 0)
       for (size_t row = 0; row < live.size(); ++row) {
         try {
-          chosen[row] = choose(live[row], logits, int64_t(row));
+          chosen[row] = choose(live[row], logits, cache_row[row]);
         } catch (...) {
           failed[row] = std::current_exception();
         }
@@ -609,13 +621,16 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
       for (size_t row = 0; row < live.size(); ++row)
         if (take(live[row], chosen[row])) {
           still.push_back(live[row]);
-          kept_rows.push_back(int64_t(row));
+          kept_rows.push_back(cache_row[row]);
           next_ids.push_back(out[live[row]].ids.back());
         }
       if (still.empty()) break;  // the batch is done: the next one starts afresh
-      // A prompt that stopped leaves the batch: the next steps run the others alone.
-      if (still.size() < live.size()) cache.select_rows(kept_rows);
+      // A prompt that stopped leaves the batch: the next steps run the others alone (and a prompt's
+      // copies get rows of their own).
+      cache.select_rows(kept_rows);
       live = std::move(still);
+      cache_row.resize(live.size());
+      std::iota(cache_row.begin(), cache_row.end(), int64_t(0));
       // A free row takes the first prompt waiting that the batch's position has reached (its keys go
       // right-aligned, after padding; a longer one waits for a later step or the next batch), while
       // the batch has room for its new tokens: its prompt runs alone, then its row joins the batch for
@@ -634,6 +649,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
         if (!take(r, choose(r, first, 0))) continue;
         cache.add_row(alone);
         live.push_back(r);
+        cache_row.push_back(int64_t(live.size()) - 1);
         next_ids.push_back(out[r].ids.back());
       }
       ids = to_ids(next_ids, int64_t(live.size()));
