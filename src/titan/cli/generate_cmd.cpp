@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -883,50 +884,15 @@ int generate_main(int argc, char** argv) {
         (long long)batch_size, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
-  if (beams.num_beams > 1) {  // no streaming: a beam's tokens are final only when the search ends
-    const std::vector<qwen3::Generation> found = qwen3::beam_search_batch(
-        *model, {prompt}, max_new, beams, sampling, stop_ids, allowed, 1, {}, stop_check)[0];
+  // One prompt's several sequences (beams or samples), none streamed: with --json one object each,
+  // else each text (its ids without a tokenizer) under the line `header` gives it (none when empty).
+  // Returns their new tokens.
+  auto print_sequences = [&](const std::vector<qwen3::Generation>& found,
+                             const std::function<std::string(size_t, const qwen3::Generation&)>& header) {
     size_t new_tokens = 0;
     for (size_t r = 0; r < found.size(); ++r) {
       const qwen3::Generation& g = found[r];
       new_tokens += g.ids.size();
-      std::string text;
-      if (tokenizer) text = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
-      if (p.has("json")) {
-        json out = {{"sequence", r},     {"prompt_ids", prompt},
-                    {"ids", g.ids},      {"stop_reason", g.stop_reason},
-                    {"score", *g.score}, {"seconds", g.seconds}};
-        if (tokenizer) out["text"] = text;
-        std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
-        continue;
-      }
-      if (found.size() > 1)
-        std::printf("--- sequence %zu of %zu: score %.6g, %s ---\n", r + 1, found.size(), *g.score,
-                    g.stop_reason.c_str());
-      if (!tokenizer)
-        for (int64_t id : g.ids) text += (text.empty() ? "" : ",") + std::to_string(id);
-      std::printf("%s\n", text.c_str());
-    }
-    std::fprintf(
-        stderr,
-        "generate: beam search over %lld beams: %zu sequence%s (%zu new tokens) after %zu prompt tokens "
-        "in %.2f s (%s on %s)\n",
-        (long long)beams.num_beams, found.size(), found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
-        found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
-    return 0;
-  }
-  if (samples > 1) {  // several samples of the prompt, the rows of one batch; no streaming
-    qwen3::BatchOptions batch = how;
-    for (int64_t j = 0; j < samples; ++j) batch.seeds.push_back(sampling.seed + uint64_t(j));
-    const std::vector<qwen3::Generation> found =
-        qwen3::generate_batch(*model, std::vector<std::vector<int64_t>>(size_t(samples), prompt), max_new,
-                              sampling, stop_ids, allowed, batch);
-    size_t new_tokens = 0;
-    double seconds = 0;
-    for (size_t r = 0; r < found.size(); ++r) {
-      const qwen3::Generation& g = found[r];
-      new_tokens += g.ids.size();
-      seconds = std::max(seconds, g.seconds);
       std::string text;
       if (tokenizer) text = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
       if (p.has("json")) {
@@ -935,17 +901,51 @@ int generate_main(int argc, char** argv) {
                     {"ids", g.ids},
                     {"stop_reason", g.stop_reason},
                     {"seconds", g.seconds}};
+        if (g.score) out["score"] = *g.score;
         if (tokenizer) out["text"] = text;
         if (how.logprobs) out["logprobs"] = g.logprobs;
         std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         continue;
       }
-      std::printf("--- sample %zu of %zu (seed %llu), %s ---\n", r + 1, found.size(),
-                  (unsigned long long)(sampling.seed + r), g.stop_reason.c_str());
+      if (const std::string line = header(r, g); !line.empty()) std::printf("%s\n", line.c_str());
       if (!tokenizer)
         for (int64_t id : g.ids) text += (text.empty() ? "" : ",") + std::to_string(id);
       std::printf("%s\n", text.c_str());
     }
+    return new_tokens;
+  };
+  if (beams.num_beams > 1) {  // a beam's tokens are final only when the search ends
+    const std::vector<qwen3::Generation> found = qwen3::beam_search_batch(
+        *model, {prompt}, max_new, beams, sampling, stop_ids, allowed, 1, {}, stop_check)[0];
+    const size_t new_tokens = print_sequences(found, [&](size_t r, const qwen3::Generation& g) {
+      char line[160] = "";
+      if (found.size() > 1)
+        std::snprintf(line, sizeof line, "--- sequence %zu of %zu: score %.6g, %s ---", r + 1, found.size(),
+                      *g.score, g.stop_reason.c_str());
+      return std::string(line);
+    });
+    std::fprintf(
+        stderr,
+        "generate: beam search over %lld beams: %zu sequence%s (%zu new tokens) after %zu prompt tokens "
+        "in %.2f s (%s on %s)\n",
+        (long long)beams.num_beams, found.size(), found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
+        found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    return 0;
+  }
+  if (samples > 1) {  // several samples of the prompt, the rows of one batch
+    qwen3::BatchOptions batch = how;
+    for (int64_t j = 0; j < samples; ++j) batch.seeds.push_back(sampling.seed + uint64_t(j));
+    const std::vector<qwen3::Generation> found =
+        qwen3::generate_batch(*model, std::vector<std::vector<int64_t>>(size_t(samples), prompt), max_new,
+                              sampling, stop_ids, allowed, batch);
+    double seconds = 0;
+    for (const qwen3::Generation& g : found) seconds = std::max(seconds, g.seconds);
+    const size_t new_tokens = print_sequences(found, [&](size_t r, const qwen3::Generation& g) {
+      char line[160];
+      std::snprintf(line, sizeof line, "--- sample %zu of %zu (seed %llu), %s ---", r + 1, found.size(),
+                    (unsigned long long)(sampling.seed + r), g.stop_reason.c_str());
+      return std::string(line);
+    });
     std::fprintf(stderr,
                  "generate: %lld samples (%zu new tokens) after %zu prompt tokens in %.2f s (%s on %s)\n",
                  (long long)samples, new_tokens, prompt.size(), seconds,
