@@ -149,8 +149,9 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
                                  "/tokenizer.json'); name one with --tokenizer"},
       {"generate --prompt-ids 1", "give either --model-path (a Hugging Face folder) or --checkpoint"},
       {m + "--checkpoint " + model + " --prompt-ids 1", "or --checkpoint (a native step-N folder), not both"},
-      {m + "--prompt hi --prompt-ids 1", "give one of --prompt, --prompt-ids and --prompts-file, not more"},
-      {m, "give one of --prompt, --prompt-ids and --prompts-file"},
+      {m + "--prompt hi --prompt-ids 1",
+       "give one of --prompt, --prompt-ids, --prompts-file and --interactive, not more"},
+      {m, "give one of --prompt, --prompt-ids, --prompts-file and --interactive"},
       {m + "--prompt-ids 1 --batch-size 2",
        "--batch-size sets how many prompts of --prompts-file run together"},
       {m + "--prompt-ids 1,x", "--prompt-ids element 1 'x' is not an integer"},
@@ -272,7 +273,8 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
   }
   std::ofstream(file, std::ios::trunc) << "{\"prompt_ids\": [1]}\n";
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {m + " --prompt-ids 1", "give one of --prompt, --prompt-ids and --prompts-file, not more"},
+           {m + " --prompt-ids 1",
+            "give one of --prompt, --prompt-ids, --prompts-file and --interactive, not more"},
            {m + " --batch-size 0", "--batch-size 0: expected an integer >= 1"},
            {m + " --json", "--prompts-file prints JSON lines already; --json is for one prompt"},
            {m + " --max-new-tokens 4096",
@@ -709,6 +711,118 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
     r = titan(args);
     EXPECT_EQ(r.rc, 1) << args;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+// --interactive: a conversation on stdin, one message a line. Each turn's reply is what a fresh
+// --chat run gives the whole conversation so far (the earlier replies as assistant messages, the
+// stop token dropped, as a --prompts-file "messages" line renders it) with the turn's seed, and only
+// the positions after those the conversation shares with the KV cache run again: "cached_tokens" is
+// that shared start. /reset forgets the conversation but the system message; a line ending in a
+// backslash goes on to the next; the streamed text is the JSON text. A turn that would pass
+// max_seq_len is refused, the others answered, and the run exits 1.
+TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
+  const fs::path dir = tt::temp_dir("cli_generate_interactive_" + std::to_string(getpid())) / "model";
+  titan::qwen3::ModelArgs a = tt::small_args(1, false);
+  a.vocab_size = 151936;  // the real tokenizer's ids
+  a.max_seq_len = 128;
+  {
+    titan::qwen3::Qwen3Model model(a, titan::DType::F32);
+    model.initialize(4);
+    titan::qwen3::export_hf_model(model, dir, titan::DType::F32);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(titan::data::default_tokenizer_path() / f, dir / f);
+  const auto tokenizer = titan::data::Tokenizer::load(dir);
+  const fs::path input = dir.parent_path() / "input.txt";
+  std::ofstream(input) << "Hi there\nTell me \\\nmore\n/reset\nAgain\n";
+  // Sampled among the 5 most likely ids: a random model's logits are all but even, and a draw from
+  // all of them would follow the rounding of a prompt run in pieces or whole.
+  const std::string model =
+      "generate --model-path " + dir.string() + " --max-new-tokens 6 --system 'Be brief.' ";
+  const std::string sampled = " --temperature 1 --top-k 5 --seed 5 ";
+  Outcome r = titan(model + sampled + "--interactive --no-think --json < " + input.string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<nlohmann::json> turns;
+  {
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) turns.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(turns.size(), 3u) << r.out;
+  // The conversation of each turn, as a fresh run gets it: a --prompts-file line.
+  auto message = [](const std::string& role, const std::string& content) {
+    return nlohmann::ordered_json{{"role", role}, {"content", content}};
+  };
+  auto reply = [&](const nlohmann::json& turn) {
+    std::vector<int32_t> ids = turn.at("ids").get<std::vector<int32_t>>();
+    if (turn.at("stop_reason") == "stop token") ids.pop_back();
+    return tokenizer.decode(ids);
+  };
+  const auto system = message("system", "Be brief.");
+  const std::vector<nlohmann::ordered_json> conversations = {
+      {system, message("user", "Hi there")},
+      {system, message("user", "Hi there"), message("assistant", reply(turns[0])),
+       message("user", "Tell me \nmore")},
+      {system, message("user", "Again")}};
+  std::vector<int64_t>
+      cached;  // what the KV cache holds after each turn: prompt and reply but its last token
+  for (size_t t = 0; t < turns.size(); ++t) {
+    SCOPED_TRACE("turn " + std::to_string(t + 1));
+    const fs::path file = dir.parent_path() / "turn.jsonl";
+    std::ofstream(file, std::ios::trunc)
+        << nlohmann::ordered_json{{"messages", conversations[t]}}.dump() << "\n";
+    const Outcome fresh = titan("generate --model-path " + dir.string() +
+                                " --max-new-tokens 6 --temperature 1 --top-k 5 --chat --no-think --seed " +
+                                std::to_string(5 + t) + " --prompts-file " + file.string());
+    ASSERT_EQ(fresh.rc, 0) << fresh.err;
+    const nlohmann::json want = nlohmann::json::parse(fresh.out);
+    EXPECT_EQ(turns[t].at("turn"), t + 1);
+    EXPECT_EQ(turns[t].at("ids"), want.at("ids"));
+    EXPECT_EQ(turns[t].at("text"), want.at("text"));
+    EXPECT_EQ(turns[t].at("stop_reason"), want.at("stop_reason"));
+    const std::vector<int64_t> prompt = want.at("prompt_ids").get<std::vector<int64_t>>();
+    EXPECT_EQ(turns[t].at("prompt_tokens"), prompt.size());
+    size_t shared = 0;
+    while (shared + 1 < prompt.size() && shared < cached.size() && cached[shared] == prompt[shared]) ++shared;
+    EXPECT_EQ(turns[t].at("cached_tokens"), shared);
+    if (t > 0) EXPECT_GT(shared, 0u) << "the system message at least is cached";
+    cached = prompt;
+    const std::vector<int64_t> ids = want.at("ids").get<std::vector<int64_t>>();
+    cached.insert(cached.end(), ids.begin(), ids.end() - 1);
+  }
+  // Streamed, the replies are the JSON texts, a line each.
+  r = titan(model + sampled + "--interactive --no-think < " + input.string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string texts;
+  for (const nlohmann::json& turn : turns) texts += turn.at("text").get<std::string>() + "\n";
+  EXPECT_EQ(r.out, texts);
+  EXPECT_NE(r.err.find("generate: turn 2: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the conversation is forgotten"), std::string::npos) << r.err;
+  // A turn past max_seq_len is refused and left out; the next is answered; the status says so.
+  {
+    std::ofstream long_input(dir.parent_path() / "long.txt");
+    for (int i = 0; i < 40; ++i) long_input << "word" << i << ' ';
+    long_input << "\nHi\n";
+  }
+  r = titan("generate --model-path " + dir.string() + " --max-new-tokens 8 --interactive --json < " +
+            (dir.parent_path() / "long.txt").string());
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("they pass the model's max_seq_len (" + std::to_string(a.max_seq_len) +
+                       "); the message is left out"),
+            std::string::npos)
+      << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("cached_tokens"), 0) << "the refused turn ran nothing";
+  for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
+           {"--interactive --prompt hi",
+            "give one of --prompt, --prompt-ids, --prompts-file and --interactive, not more"},
+           {"--interactive --num-beams 2 --temperature 0", "--num-beams 2: --interactive streams each reply"},
+           {"--interactive --num-return-sequences 2 --temperature 1",
+            "--num-return-sequences 2: --interactive gives one reply a turn"}}) {
+    r = titan(model + args + " < " + input.string());
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(error), std::string::npos) << args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
   }
 }
 

@@ -225,6 +225,12 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
   two.select_rows({0, 2});
   EXPECT_EQ(two.batch(), 2);
   EXPECT_EQ(two.left_padding(), (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(error([&] { cache.truncate(4); }).find("KVCache::truncate: keep 4 positions of 3"),
+            std::string::npos);
+  EXPECT_NE(error([&] { cache.truncate(-1); }).find("keep -1 positions of 3"), std::string::npos);
+  EXPECT_NE(error([&] { two.truncate(0); }).find("at least the rows' padding, 1"), std::string::npos);
+  cache.truncate(1);
+  EXPECT_EQ(cache.length(), 1);
   EXPECT_NE(error([&] { generate_batch(*model, {}, 1, {}, {}); }).find("no prompt to continue"),
             std::string::npos);
   EXPECT_NE(error([&] {
@@ -372,6 +378,55 @@ TEST(Generate, CopiesOfAPromptInOneBatchSampleAsAlone) {
     const Generation alone = generate(*model, prompts[r], 6, own, stop);
     EXPECT_EQ(batch[r].ids, alone.ids) << "prompt " << r;
     EXPECT_EQ(batch[r].stop_reason, alone.stop_reason) << "prompt " << r;
+  }
+}
+
+// A GenerationSession continues one sequence over one cache across calls (an interactive chat's
+// turns): each call's tokens and log-probabilities are those generate() gives its prompt afresh (f64,
+// sampled with the repetition penalty, which reads the whole sequence), and it runs only the prompt's
+// positions after those it shares with what the cache holds: all of the last call's but its last new
+// token when the prompt goes on from there, the shared start when it differs earlier (the cache
+// dropping what follows), and at least the prompt's last token when the cache holds all of it.
+TEST(Generate, ASessionRunsOnlyWhatItsPromptChanged) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    GenerationSession session(*model);
+    EXPECT_EQ(session.reused(), 0);
+    SamplingOptions o;
+    o.temperature = 1.3;
+    o.repetition_penalty = 1.3;
+    auto turn = [&](const std::vector<int64_t>& prompt, uint64_t seed, int64_t reused) {
+      SCOPED_TRACE("seed " + std::to_string(seed));
+      o.seed = seed;
+      std::vector<int64_t> streamed;
+      const Generation got = session.generate(
+          prompt, 6, o, {}, {}, [&](int64_t id) { streamed.push_back(id); }, {}, true);
+      EXPECT_EQ(session.reused(), reused);
+      EXPECT_EQ(streamed, got.ids);
+      BatchOptions fresh;
+      fresh.logprobs = true;
+      fresh.seeds = {seed};
+      const Generation want = generate_batch(*model, {prompt}, 6, o, {}, {}, fresh)[0];
+      EXPECT_EQ(got.ids, want.ids);
+      EXPECT_EQ(got.stop_reason, want.stop_reason);
+      EXPECT_EQ(got.logprobs.size(), want.logprobs.size());
+      for (size_t k = 0; k < got.logprobs.size() && k < want.logprobs.size(); ++k)
+        EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 1e-10) << "token " << k;
+      return got.ids;
+    };
+    const std::vector<int64_t> first = {17, 400, 2048, 5, 99};
+    const std::vector<int64_t> reply = turn(first, 5, 0);
+    ASSERT_EQ(reply.size(), 6u);
+    std::vector<int64_t> second = first;  // the conversation goes on after the reply
+    second.insert(second.end(), reply.begin(), reply.end());
+    second.insert(second.end(), {71, 600, 12});
+    turn(second, 6, int64_t(first.size() + reply.size()) - 1);           // the reply's last token never ran
+    const std::vector<int64_t> third = {17, 400, 2048, 8, 8, 3000, 12};  // differs from position 3
+    turn(third, 7, 3);
+    turn({17, 400, 2048, 8}, 8, 3);  // all cached: its last token runs again
+    turn({17, 400, 2048, 8}, 8, 3);
+    turn({9}, 9, 0);
   }
 }
 

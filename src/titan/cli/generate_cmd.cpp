@@ -1,12 +1,15 @@
 // titan generate: text from a Hugging Face checkpoint (a titan export or a Hub model), greedy or
 // sampled, so a user can see what a trained model says. The loop is qwen3::generate (the prompt
 // once, then each new token over a KV cache).
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -282,6 +285,143 @@ std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vecto
   return {new_tokens, seconds};
 }
 
+// Text out as it is generated: after each token, what the ids so far decode to beyond what is
+// already printed. A decode ending in U+FFFD may be a character cut between tokens, which the next
+// token completes: it waits. What is printed in all is the decode of all the ids.
+class TextStream {
+ public:
+  explicit TextStream(const data::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+
+  void add(int64_t id) {
+    ids_.push_back(int32_t(id));
+    const std::string text = tokenizer_.decode(ids_);
+    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    if (text.ends_with(kReplacement)) return;
+    if (text.size() > printed_.size() && text.starts_with(printed_)) {
+      std::fwrite(text.data() + printed_.size(), 1, text.size() - printed_.size(), stdout);
+      std::fflush(stdout);
+      printed_ = text;
+    }
+  }
+
+  // Prints what is held back and the line's end; returns the whole text.
+  std::string finish() {
+    const std::string text = tokenizer_.decode(ids_);
+    TITAN_CHECK(text.starts_with(printed_), "titan generate: the streamed text is not a prefix of the whole");
+    std::printf("%s\n", text.substr(printed_.size()).c_str());
+    std::fflush(stdout);
+    return text;
+  }
+
+ private:
+  const data::Tokenizer& tokenizer_;
+  std::vector<int32_t> ids_;
+  std::string printed_;
+};
+
+// What --interactive needs of the command's set-up: how a turn is generated, rendered and reported.
+struct ChatSetup {
+  // The conversation's ids, the assistant's turn opened (Qwen3's chat template, --no-think).
+  std::function<std::vector<int64_t>(const nlohmann::ordered_json& messages)> render;
+  int64_t max_new = 0;
+  qwen3::SamplingOptions sampling;  // turn t (1-based) samples with seed + t - 1
+  std::vector<int64_t> stop_ids;
+  std::vector<bool> allowed;
+  qwen3::StopCheck stop_check;
+  bool json = false, logprobs = false;
+  std::string system;   // --system ("": none)
+  std::string runs_on;  // "float32 on cpu"
+};
+
+// --interactive: a conversation read from stdin, one user message a line (a line ending in a
+// backslash goes on to the next), each reply streamed as it is generated (one JSON line per turn
+// with --json). Every turn renders the whole conversation again, as transformers' chat renders it
+// (earlier replies lose their <think> block), and runs only the positions after those it shares
+// with the KV cache (qwen3::GenerationSession). "/reset" forgets the conversation (the system
+// message stays), "/exit" or the end of input ends it. A turn that would pass max_seq_len is
+// refused with the reason and left out of the conversation; the status is then 1 at the end.
+int chat_on_stdin(qwen3::Qwen3Model& model, const data::Tokenizer& tokenizer, const ChatSetup& setup) {
+  const bool terminal = isatty(STDIN_FILENO) != 0;
+  std::fprintf(stderr,
+               "generate: interactive chat (%s): one message a line (end a line with \\ to go on to the "
+               "next); /reset forgets the conversation, /exit or end of input ends it\n",
+               setup.runs_on.c_str());
+  const nlohmann::ordered_json start =
+      setup.system.empty() ? nlohmann::ordered_json::array()
+                           : nlohmann::ordered_json::array({{{"role", "system"}, {"content", setup.system}}});
+  nlohmann::ordered_json messages = start;
+  qwen3::GenerationSession session(model);
+  const int64_t max_seq = model.args().max_seq_len;
+  int status = 0;
+  int64_t turn = 0;
+  for (;;) {
+    if (terminal) std::fputs("> ", stderr);
+    std::string message, line;
+    bool more = true;
+    while (more && std::getline(std::cin, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      more = !line.empty() && line.back() == '\\';
+      if (more) line.back() = '\n';
+      message += line;
+    }
+    if (message.empty() && !std::cin) break;
+    if (message == "/exit") break;
+    if (message == "/reset") {
+      messages = start;
+      std::fprintf(stderr, "generate: the conversation is forgotten\n");
+      continue;
+    }
+    if (message.find_first_not_of(" \t\n") == std::string::npos) continue;
+    messages.push_back({{"role", "user"}, {"content", message}});
+    const std::vector<int64_t> prompt = setup.render(messages);
+    if (int64_t(prompt.size()) > max_seq - setup.max_new) {
+      std::fprintf(stderr,
+                   "generate: error: the conversation would hold %zu tokens, and with --max-new-tokens %lld "
+                   "they pass the model's max_seq_len (%lld); the message is left out (/reset to start "
+                   "afresh)\n",
+                   prompt.size(), (long long)setup.max_new, (long long)max_seq);
+      messages.erase(messages.size() - 1);
+      status = 1;
+      continue;
+    }
+    ++turn;
+    qwen3::SamplingOptions sampling = setup.sampling;
+    sampling.seed += uint64_t(turn - 1);
+    std::optional<TextStream> stream;
+    if (!setup.json) stream.emplace(tokenizer);
+    const qwen3::Generation g =
+        session.generate(prompt, setup.max_new, sampling, setup.stop_ids, setup.allowed,
+                         stream ? std::function<void(int64_t)>([&](int64_t id) { stream->add(id); })
+                                : std::function<void(int64_t)>(),
+                         setup.stop_check, setup.logprobs);
+    const std::string text = tokenizer.decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
+    if (stream) stream->finish();
+    // The reply as the conversation keeps it: without the stop token that ended it (the template
+    // closes the turn itself).
+    std::vector<int32_t> reply(g.ids.begin(), g.ids.end());
+    if (g.stop_reason == "stop token") reply.pop_back();
+    messages.push_back({{"role", "assistant"}, {"content", tokenizer.decode(reply)}});
+    if (setup.json) {
+      nlohmann::ordered_json out = {{"turn", turn},
+                                    {"prompt_tokens", prompt.size()},
+                                    {"cached_tokens", session.reused()},
+                                    {"ids", g.ids},
+                                    {"text", text},
+                                    {"stop_reason", g.stop_reason},
+                                    {"seconds", g.seconds}};
+      if (setup.logprobs) out["logprobs"] = g.logprobs;
+      std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
+    }
+    std::fprintf(stderr,
+                 "generate: turn %lld: %zu new tokens in %.2f s (%.1f tokens/s), stopped at %s; the "
+                 "conversation's %zu tokens, %lld of them from the KV cache\n",
+                 (long long)turn, g.ids.size(), g.seconds, double(g.ids.size()) / std::max(g.seconds, 1e-9),
+                 g.stop_reason.c_str(), prompt.size(), (long long)session.reused());
+  }
+  return status;
+}
+
 int generate_main(int argc, char** argv) {
   ArgParser p(
       "generate",
@@ -318,7 +458,12 @@ int generate_main(int argc, char** argv) {
           "--prompt is a user message: rendered with Qwen3's chat template with the assistant's turn opened, "
           "as transformers' apply_chat_template(..., add_generation_prompt=True) (docs/data.md, "
           "Conversations)")
-      .option("system", "with --chat: a system message before the user's")
+      .flag("interactive",
+            "chat on stdin: one user message a line (a line ending in \\ goes on), each reply streamed; the "
+            "whole conversation is rendered again each turn (as --chat renders it) and only what changed "
+            "runs (the KV cache is kept); /reset forgets the conversation, /exit or end of input ends it; "
+            "turn t samples with --seed + t - 1")
+      .option("system", "with --chat or --interactive: a system message before the user's")
       .flag("no-think",
             "with --chat: the assistant's turn opens with an empty <think> block (enable_thinking=False)")
       .option("tokenizer",
@@ -411,8 +556,9 @@ int generate_main(int argc, char** argv) {
               "titan generate: --checkpoint '", model_path.string(),
               "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");
   const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids"), has_file = p.has("prompts-file");
-  TITAN_CHECK(int(has_prompt) + int(has_ids) + int(has_file) == 1,
-              "titan generate: give one of --prompt, --prompt-ids and --prompts-file",
+  const bool interactive = p.has("interactive");
+  TITAN_CHECK(int(has_prompt) + int(has_ids) + int(has_file) + int(interactive) == 1,
+              "titan generate: give one of --prompt, --prompt-ids, --prompts-file and --interactive",
               has_prompt || has_ids || has_file ? ", not more" : "");
   TITAN_CHECK(has_file || !p.has("batch-size"),
               "titan generate: --batch-size sets how many prompts of "
@@ -422,7 +568,7 @@ int generate_main(int argc, char** argv) {
               "titan generate: --logprobs are printed in JSON: add --json (or give --prompts-file)");
   TITAN_CHECK(!has_file || !p.has("json"),
               "titan generate: --prompts-file prints JSON lines already; --json is for one prompt");
-  const bool chat = p.has("chat");
+  const bool chat = p.has("chat") || interactive;  // an interactive session is a chat
   TITAN_CHECK(chat || (!p.has("system") && !p.has("no-think")), "titan generate: --",
               p.has("system") ? "system" : "no-think", " shapes a --chat prompt; add --chat");
   TITAN_CHECK(!chat || !has_ids, "titan generate: --chat renders --prompt as a user message; give --prompt");
@@ -533,11 +679,11 @@ int generate_main(int argc, char** argv) {
     const PromptLine* text_line = nullptr;
     for (const PromptLine& line : file_prompts)
       if (!text_line && line.ids.empty()) text_line = &line;
-    TITAN_CHECK(!has_prompt && !text_line, "titan generate: no tokenizer.json to encode ",
+    TITAN_CHECK(!has_prompt && !text_line && !interactive, "titan generate: no tokenizer.json to encode ",
                 text_line
                     ? std::string(text_line->messages.is_null() ? "the \"prompt\"" : "the \"messages\"") +
                           " of " + p.get("prompts-file") + " line " + std::to_string(text_line->line)
-                    : std::string("--prompt"),
+                    : std::string(interactive ? "--interactive's messages" : "--prompt"),
                 " (looked for '", own_file.string(), "'); name one with --tokenizer, or give ",
                 text_line ? "\"prompt_ids\"" : "--prompt-ids");
   }
@@ -707,6 +853,15 @@ int generate_main(int argc, char** argv) {
                    where.c_str(), (long long)beams.num_beams);
     beams.num_beams = 1;
   }
+  if (interactive && beams.num_beams > 1) {  // a beam's tokens are final only when the search ends
+    TITAN_CHECK(!p.has("num-beams"), "titan generate: --num-beams ", beams.num_beams,
+                ": --interactive streams each reply as it is generated, and a beam search's tokens are final "
+                "only at its end");
+    std::fprintf(stderr,
+                 "generate: note: %s sets num_beams %lld, not applied: --interactive streams its replies\n",
+                 where.c_str(), (long long)beams.num_beams);
+    beams.num_beams = 1;
+  }
   if (p.has("length-penalty")) beams.length_penalty = number_option(p, "length-penalty");
   if (p.has("num-return-sequences") && beams.num_beams > 1)
     beams.num_return_sequences = p.get_int("num-return-sequences", 1);
@@ -766,7 +921,14 @@ int generate_main(int argc, char** argv) {
   if (beams.num_beams == 1) {
     const int64_t asked = p.has("num-return-sequences") ? p.get_int("num-return-sequences", 1)
                                                         : defaults.beams.num_return_sequences;
-    if (asked > 1 && sampling.temperature > 0) {
+    if (asked > 1 && interactive) {
+      TITAN_CHECK(!p.has("num-return-sequences"), "titan generate: --num-return-sequences ", asked,
+                  ": --interactive gives one reply a turn");
+      std::fprintf(stderr,
+                   "generate: note: %s sets num_return_sequences %lld, not applied: --interactive gives one "
+                   "reply a turn\n",
+                   where.c_str(), (long long)asked);
+    } else if (asked > 1 && sampling.temperature > 0) {
       samples = asked;
     } else if (asked > 1) {
       TITAN_CHECK(!p.has("num-return-sequences"), "titan generate: --num-return-sequences ", asked,
@@ -839,23 +1001,20 @@ int generate_main(int argc, char** argv) {
     if (!(beams.num_beams > 1 && key.starts_with("num_beams ")))  // (applied: sampling was turned off)
       std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n",
                    where.c_str(), key.c_str());
-  // Text goes out as it is generated: after each token, what the new ids decode to beyond what is
-  // already printed. A decode ending in U+FFFD may be a character cut between tokens, which the next
-  // token completes: it waits. What is printed in all is the decode of all the ids.
-  std::vector<int32_t> ids32;
-  std::string printed;
-  auto decoded = [&] { return tokenizer->decode(ids32); };
-  auto stream = [&](int64_t id) {
-    ids32.push_back(int32_t(id));
-    const std::string text = decoded();
-    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-    if (text.size() >= kReplacement.size() && text.ends_with(kReplacement)) return;
-    if (text.size() > printed.size() && text.starts_with(printed)) {
-      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
-      std::fflush(stdout);
-      printed = text;
-    }
-  };
+  if (interactive) {
+    ChatSetup setup;
+    setup.render = [&](const nlohmann::ordered_json& messages) { return render(messages, nullptr); };
+    setup.max_new = max_new;
+    setup.sampling = sampling;
+    setup.stop_ids = stop_ids;
+    setup.allowed = allowed;
+    setup.stop_check = stop_check;
+    setup.json = p.has("json");
+    setup.logprobs = p.has("logprobs");
+    setup.system = p.has("system") ? p.get("system") : "";
+    setup.runs_on = std::string(dtype_name(dtype)) + " on " + device_text;
+    return chat_on_stdin(*model, *tokenizer, setup);
+  }
   qwen3::BatchOptions how;  // for generate_batch
   how.stop_check = stop_check;
   how.logprobs = p.has("logprobs");
@@ -952,24 +1111,20 @@ int generate_main(int argc, char** argv) {
                  std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
-  const bool streaming = tokenizer && !p.has("json");
-  if (streaming) how.on_token = [&](size_t, int64_t id) { stream(id); };
+  std::optional<TextStream> stream;  // text out as it is generated
+  if (tokenizer && !p.has("json")) {
+    stream.emplace(*tokenizer);
+    how.on_token = [&](size_t, int64_t id) { stream->add(id); };
+  }
   const qwen3::Generation g =
       qwen3::generate_batch(*model, {prompt}, max_new, sampling, stop_ids, allowed, how)[0];
-  std::string text;
-  if (tokenizer) {
-    ids32.assign(g.ids.begin(), g.ids.end());
-    text = decoded();
-  }
   if (p.has("json")) {
     json out = {{"prompt_ids", prompt}, {"ids", g.ids}, {"stop_reason", g.stop_reason}, {"seconds", g.seconds}};
-    if (tokenizer) out["text"] = text;
+    if (tokenizer) out["text"] = tokenizer->decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
     if (how.logprobs) out["logprobs"] = g.logprobs;
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
-  } else if (tokenizer) {
-    // The rest (a held-back ending), then the line's end.
-    TITAN_CHECK(text.starts_with(printed), "titan generate: the streamed text is not a prefix of the whole");
-    std::printf("%s\n", text.substr(printed.size()).c_str());
+  } else if (stream) {
+    stream->finish();  // the rest (a held-back ending), then the line's end
   } else {
     std::string line;
     for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);

@@ -512,57 +512,102 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o,
   return Candidates::id_of(keys[n - 1]);  // u within rounding of 1
 }
 
+namespace {
+
+// One prompt's generation as it grows: its sampler's stream, the ids the processors read (prompt and
+// new tokens), and what it returns.
+struct Growing {
+  Growing(const std::vector<int64_t>& prompt, uint64_t seed) : rng(seed), sequence(prompt) {
+    out.stop_reason = "max new tokens";
+  }
+  std::mt19937_64 rng;
+  std::vector<int64_t> sequence;
+  Generation out;
+};
+
+// What every step of a generation follows, generate_batch's rows and a GenerationSession's turns
+// alike: how the next token is chosen, and when a sequence ends.
+class StepRules {
+ public:
+  StepRules(const ModelArgs& a, int64_t max_new_tokens, const SamplingOptions& options,
+            const std::vector<int64_t>& stop_ids, const std::vector<bool>& allowed,
+            const StopCheck& stop_check, bool logprobs)
+      : max_new_tokens_(max_new_tokens),
+        options_(options),
+        stop_ids_(stop_ids),
+        allowed_(allowed),
+        stop_check_(stop_check),
+        logprobs_(logprobs),
+        early_(options.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, a.vocab_size)
+                                          : std::vector<bool>()),
+        start_(std::chrono::steady_clock::now()) {
+    options.validate();
+    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
+                " allowed flags for a vocabulary of ", a.vocab_size);
+  }
+
+  // The next token of `g` from its row of logits (touching `g` alone: rows run in parallel).
+  int64_t choose(Growing& g, std::span<const float> logits) const {
+    const bool too_early = int64_t(g.out.ids.size()) < options_.min_new_tokens;
+    const int64_t id = pick_next_token(logits, options_, g.rng, too_early ? early_ : allowed_, g.sequence);
+    if (logprobs_) g.out.logprobs.push_back(log_probability<float>(logits, id));
+    return id;
+  }
+
+  // Appends `id` to `g`; whether `g` goes on after it (else its stop reason and seconds are set).
+  bool take(Growing& g, int64_t id) const {
+    g.sequence.push_back(id);
+    g.out.ids.push_back(id);
+    const bool by_id = std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+    const bool stopped = by_id || (stop_check_ && stop_check_(g.out.ids));
+    if (stopped) g.out.stop_reason = by_id ? "stop token" : "stop string";
+    if (!stopped && int64_t(g.out.ids.size()) < max_new_tokens_) return true;
+    g.out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return false;
+  }
+
+ private:
+  int64_t max_new_tokens_;
+  const SamplingOptions& options_;
+  const std::vector<int64_t>& stop_ids_;
+  const std::vector<bool>& allowed_;
+  const StopCheck& stop_check_;
+  bool logprobs_;
+  std::vector<bool> early_;  // the ids a sequence may take before min_new_tokens
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
 std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                        int64_t max_new_tokens, const SamplingOptions& options,
                                        const std::vector<int64_t>& stop_ids, const std::vector<bool>& allowed,
                                        const BatchOptions& batch) {
   const std::vector<uint64_t>& seeds = batch.seeds;
   const int64_t batch_size = batch.batch_size;
-  options.validate();
   const ModelArgs& a = model.args();
+  const StepRules rules(a, max_new_tokens, options, stop_ids, allowed, batch.stop_check, batch.logprobs);
   TITAN_CHECK(seeds.empty() || seeds.size() == prompts.size(), "generate: ", seeds.size(), " seeds for ",
               prompts.size(), " prompts");
   TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
   check_prompts(a, prompts, max_new_tokens);
-  TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
-              " allowed flags for a vocabulary of ", a.vocab_size);
 
-  const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
   const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
-  std::vector<Generation> out(n);
-  std::vector<std::mt19937_64> rng;
-  std::vector<std::vector<int64_t>> sequence(prompts);  // what the repetition penalty and n-grams see
-  for (size_t r = 0; r < n; ++r) {
-    rng.emplace_back(seeds.empty() ? options.seed + r : seeds[r]);
-    out[r].stop_reason = "max new tokens";
-  }
-  // Prompt r's next token from row `row` of `logits` (touching prompt r's stream alone: rows run in
-  // parallel); then what it means for prompt r, serially (the callbacks run in row order): whether it
-  // goes on after it.
-  const std::vector<bool> early =
-      options.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, a.vocab_size) : std::vector<bool>();
+  std::vector<Growing> grow;
+  for (size_t r = 0; r < n; ++r) grow.emplace_back(prompts[r], seeds.empty() ? options.seed + r : seeds[r]);
+  // Prompt r's next token from row `row` of `logits` (touching prompt r alone: rows run in parallel);
+  // then what it means for prompt r, serially (the callbacks run in row order): whether it goes on.
   auto choose = [&](size_t r, const Tensor& logits, int64_t row) {
-    const std::span<const float> row_logits(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size));
-    const bool too_early = int64_t(out[r].ids.size()) < options.min_new_tokens;
-    const int64_t id = pick_next_token(row_logits, options, rng[r], too_early ? early : allowed, sequence[r]);
-    if (batch.logprobs) out[r].logprobs.push_back(log_probability<float>(row_logits, id));
-    return id;
+    return rules.choose(
+        grow[r], std::span<const float>(logits.data<float>() + row * a.vocab_size, size_t(a.vocab_size)));
   };
   auto take = [&](size_t r, int64_t next) {
-    sequence[r].push_back(next);
-    out[r].ids.push_back(next);
+    const bool goes_on = rules.take(grow[r], next);
     if (batch.on_token) batch.on_token(r, next);
-    const bool by_id = std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end();
-    const bool stopped = by_id || (batch.stop_check && batch.stop_check(out[r].ids));
-    if (stopped) out[r].stop_reason = by_id ? "stop token" : "stop string";
-    if (stopped || int64_t(out[r].ids.size()) == max_new_tokens) {
-      out[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (batch.on_done) batch.on_done(r, out[r]);
-      return false;
-    }
-    return true;
+    if (!goes_on && batch.on_done) batch.on_done(r, grow[r].out);
+    return goes_on;
   };
   auto to_ids = [&](const std::vector<int64_t>& values, int64_t rows) {
     return Tensor::from_vector(values, {rows, int64_t(values.size()) / rows}).to(model.device());
@@ -622,7 +667,7 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
         if (take(live[row], chosen[row])) {
           still.push_back(live[row]);
           kept_rows.push_back(cache_row[row]);
-          next_ids.push_back(out[live[row]].ids.back());
+          next_ids.push_back(chosen[row]);
         }
       if (still.empty()) break;  // the batch is done: the next one starts afresh
       // A prompt that stopped leaves the batch: the next steps run the others alone (and a prompt's
@@ -650,22 +695,60 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
         cache.add_row(alone);
         live.push_back(r);
         cache_row.push_back(int64_t(live.size()) - 1);
-        next_ids.push_back(out[r].ids.back());
+        next_ids.push_back(grow[r].out.ids.back());
       }
       ids = to_ids(next_ids, int64_t(live.size()));
     }
   }
+  std::vector<Generation> out;
+  for (Growing& g : grow) out.push_back(std::move(g.out));
   return out;
+}
+
+GenerationSession::GenerationSession(Qwen3Model& model)
+    : model_(model), cache_(model.kv_cache(1, model.args().max_seq_len)) {}
+
+Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                                       const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
+                                       const std::vector<bool>& allowed,
+                                       const std::function<void(int64_t)>& on_token,
+                                       const StopCheck& stop_check, bool logprobs) {
+  const ModelArgs& a = model_.args();
+  const StepRules rules(a, max_new_tokens, options, stop_ids, allowed, stop_check, logprobs);
+  check_prompts(a, {prompt}, max_new_tokens);
+  // The positions the prompt shares at its start with the cache's stay; the prompt's last token runs
+  // whatever the cache holds, for the logits of the first new one.
+  size_t shared = 0;
+  while (shared + 1 < prompt.size() && shared < cached_.size() && cached_[shared] == prompt[shared]) ++shared;
+  cache_.truncate(int64_t(shared));
+  cached_.resize(shared);
+  reused_ = int64_t(shared);
+
+  const ComputeCopies weights(model_);
+  Growing g(prompt, options.seed);
+  std::vector<int64_t> feed(prompt.begin() + ptrdiff_t(shared), prompt.end());
+  for (;;) {
+    const Tensor logits =
+        model_
+            .next_token_logits(Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(model_.device()),
+                               cache_)
+            .to(Device::CPU)
+            .to(DType::F32);
+    cached_.insert(cached_.end(), feed.begin(), feed.end());
+    const int64_t id = rules.choose(g, std::span<const float>(logits.data<float>(), size_t(a.vocab_size)));
+    const bool goes_on = rules.take(g, id);
+    if (on_token) on_token(id);
+    if (!goes_on) return std::move(g.out);
+    feed = {id};
+  }
 }
 
 Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                     const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
                     const std::vector<bool>& allowed, const std::function<void(int64_t)>& on_token,
                     const StopCheck& stop_check) {
-  BatchOptions one;
-  one.stop_check = stop_check;
-  if (on_token) one.on_token = [&](size_t, int64_t id) { on_token(id); };
-  return generate_batch(model, {prompt}, max_new_tokens, options, stop_ids, allowed, one)[0];
+  return GenerationSession(model).generate(prompt, max_new_tokens, options, stop_ids, allowed, on_token,
+                                           stop_check);
 }
 
 void BeamSearchOptions::validate() const {

@@ -151,6 +151,32 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
                     const std::vector<bool>& allowed = {}, const std::function<void(int64_t)>& on_token = {},
                     const StopCheck& stop_check = {});
 
+// Generations that continue one sequence across calls over one KV cache (batch 1): an interactive
+// chat, each turn's prompt the whole conversation so far. A call's prompt is compared with the ids
+// the cache holds (the previous call's prompt and the tokens generated after it, all but the last):
+// the positions they share at the start are not run again, the cache drops those after them
+// (KVCache::truncate), and the rest of the prompt runs over it. Each call gives what generate()
+// gives the same prompt with the same arguments, up to the rounding of a prompt fed in pieces (exact
+// in f64). The cache grows to the model's max_seq_len at most.
+class GenerationSession {
+ public:
+  explicit GenerationSession(Qwen3Model& model);
+  // As generate(); `logprobs` fills the Generation's logprobs.
+  Generation generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                      const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
+                      const std::vector<bool>& allowed = {},
+                      const std::function<void(int64_t)>& on_token = {}, const StopCheck& stop_check = {},
+                      bool logprobs = false);
+  // The last call's prompt positions taken from the cache (0 before the first call).
+  int64_t reused() const { return reused_; }
+
+ private:
+  Qwen3Model& model_;
+  KVCache cache_;
+  std::vector<int64_t> cached_;  // the ids whose keys and values the cache holds
+  int64_t reused_ = 0;
+};
+
 // How generate_batch runs its prompts and reports them.
 struct BatchOptions {
   // Prompts generating at once, as the rows of one batch (0: all of them).

@@ -477,6 +477,13 @@ void KVCache::add_row(const KVCache& alone) {
   ++batch_;
 }
 
+void KVCache::truncate(int64_t length) {
+  const int64_t padded = padding_.empty() ? 0 : *std::max_element(padding_.begin(), padding_.end());
+  TITAN_CHECK(length >= padded && length <= length_, "KVCache::truncate: keep ", length, " positions of ",
+              length_, padded > 0 ? " (at least the rows' padding, " + std::to_string(padded) + ")" : "");
+  length_ = length;
+}
+
 void KVCache::select_rows(const std::vector<int64_t>& rows) {
   TITAN_CHECK(!rows.empty(), "KVCache::select_rows: select at least one row");
   bool increasing = true;

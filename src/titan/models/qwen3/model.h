@@ -73,6 +73,10 @@ class KVCache {
   // row, its positions right-aligned with the others' (the ones before them are its padding), so that
   // its next token takes the batch's next position as every row's does (continuous batching).
   void add_row(const KVCache& alone);
+  // Keeps the first `length` positions only (at most length(), and no fewer than any row's padding):
+  // a generation that continues an earlier one whose tokens changed after them (an interactive
+  // chat's history rendered again) runs only the tokens from there.
+  void truncate(int64_t length);
 
  private:
   friend class Qwen3Model;
