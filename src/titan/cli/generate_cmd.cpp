@@ -437,7 +437,8 @@ int generate_main(int argc, char** argv) {
       "model's eos_token_id (config.json, generation_config.json).\n"
       "--prompts-file continues many prompts, --batch-size of them at a time as the rows of one batch,\n"
       "and prints one JSON line per prompt in the file's order. --num-beams N runs transformers' beam\n"
-      "search instead (greedy; --length-penalty, --early-stopping, --num-return-sequences).");
+      "search instead (greedy; --length-penalty, --early-stopping, --num-return-sequences).\n"
+      "--interactive chats on stdin, one message a line, keeping the KV cache from turn to turn.");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
       .option("checkpoint",
               "native titan checkpoint folder instead, e.g. outputs/debugmodel/checkpoint/step-40 "
