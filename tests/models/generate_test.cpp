@@ -231,6 +231,9 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
   EXPECT_NE(error([&] { two.truncate(0); }).find("at least the rows' padding, 1"), std::string::npos);
   cache.truncate(1);
   EXPECT_EQ(cache.length(), 1);
+  EXPECT_NE(
+      error([&] { model->cached_logits(ids(1, 1), cache, 2); }).find("the logits of the last 2 of 1 new"),
+      std::string::npos);
   EXPECT_NE(error([&] { generate_batch(*model, {}, 1, {}, {}); }).find("no prompt to continue"),
             std::string::npos);
   EXPECT_NE(error([&] {
@@ -428,6 +431,60 @@ TEST(Generate, ASessionRunsOnlyWhatItsPromptChanged) {
     turn({17, 400, 2048, 8}, 8, 3);
     turn({9}, 9, 0);
   }
+}
+
+// Scoring in one session (a multiple-choice question's choices, one after another): each choice's
+// log-probabilities are the log-softmax of a full forward's logits over question + choice (f64), and
+// every choice after the first runs only the question's last token and its own; a continuation past
+// 256 tokens is scored in several passes with the same result.
+TEST(Generate, ScoringInOneSessionRunsTheQuestionOnce) {
+  ModelArgs args = testing::small_args(2, false);
+  args.max_seq_len = 600;
+  Qwen3Model model(args, DType::F64, Device::CPU, {}, Purpose::Inference);
+  model.initialize(12);
+  const int64_t V = args.vocab_size;
+  auto want = [&](const std::vector<int64_t>& prompt, const std::vector<int64_t>& continuation) {
+    std::vector<int64_t> whole = prompt;
+    whole.insert(whole.end(), continuation.begin(), continuation.end());
+    Tensor logits;
+    {
+      autograd::NoGradGuard no_grad;
+      logits = model.forward_logits(Tensor::from_vector(whole, {1, int64_t(whole.size())}));
+    }
+    ContinuationScore out;
+    for (size_t j = 0; j < continuation.size(); ++j) {
+      const double* row = logits.data<double>() + int64_t(prompt.size() - 1 + j) * V;
+      double top = row[0], z = 0;
+      for (int64_t v = 0; v < V; ++v) top = std::max(top, row[v]);
+      for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+      out.logprobs.push_back(row[continuation[j]] - top - std::log(z));
+      out.greedy = out.greedy && std::max_element(row, row + V) - row == continuation[j];
+    }
+    return out;
+  };
+  auto expect_same = [](const ContinuationScore& got, const ContinuationScore& want) {
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t j = 0; j < got.logprobs.size(); ++j)
+      EXPECT_NEAR(got.logprobs[j], want.logprobs[j], 1e-10) << j;
+    EXPECT_EQ(got.greedy, want.greedy);
+  };
+  const std::vector<int64_t> question = {17, 400, 20, 5, 99, 123, 7};
+  const std::vector<std::vector<int64_t>> choices = {{4, 8}, {4}, {300, 301, 302}, {9}};
+  GenerationSession session(model);
+  for (size_t c = 0; c < choices.size(); ++c) {
+    SCOPED_TRACE("choice " + std::to_string(c));
+    expect_same(session.score(question, choices[c]), want(question, choices[c]));
+    EXPECT_EQ(session.reused(), c == 0 ? 0 : int64_t(question.size()) - 1);
+  }
+  // The greedy continuation is greedy.
+  const Generation greedy = generate(model, question, 3, SamplingOptions{}, {});
+  const ContinuationScore greedy_score = session.score(question, greedy.ids);
+  EXPECT_TRUE(greedy_score.greedy);
+  expect_same(greedy_score, want(question, greedy.ids));
+  std::vector<int64_t> long_text(300);
+  for (size_t i = 0; i < long_text.size(); ++i) long_text[i] = int64_t(i * 37 + 11) % V;
+  expect_same(session.score({5, 6}, long_text), want({5, 6}, long_text));
+  expect_same(score_continuation(model, question, long_text), want(question, long_text));
 }
 
 // Continuous batching: eight prompts, three rows at a time. A prompt that stops frees its row, and

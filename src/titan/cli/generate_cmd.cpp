@@ -171,19 +171,30 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
   return prompts;
 }
 
-// Scores the completion of every line of a --prompts-file (qwen3::score_continuation), printing one
-// JSON line each, in order: its prompt and completion ids, each completion token's log-probability,
-// their sum and whether every one was the most likely token. Returns the completions, their tokens,
-// the summed log-probability and the seconds taken.
-std::tuple<size_t, size_t, double, double> score_file(qwen3::Qwen3Model& model,
-                                                      const std::vector<PromptLine>& prompts,
-                                                      const data::Tokenizer* tokenizer) {
+// What score_file scored: completions, their tokens, the summed log-probability, the positions run
+// and those taken from the KV cache, and the seconds taken.
+struct FileScore {
+  size_t completions = 0, tokens = 0;
+  double logprob = 0;
+  int64_t positions = 0, cached = 0;
+  double seconds = 0;
+};
+
+// Scores the completion of every line of a --prompts-file in one qwen3::GenerationSession (a line
+// whose prompt starts as the line before's does runs only what follows: the choices of a
+// multiple-choice question run the question once), printing one JSON line each, in order: its prompt
+// and completion ids, each completion token's log-probability, their sum and whether every one was
+// the most likely token.
+FileScore score_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
+                     const data::Tokenizer* tokenizer) {
   const auto start = std::chrono::steady_clock::now();
-  size_t tokens = 0;
-  double total = 0;
+  FileScore all;
+  qwen3::GenerationSession session(model);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const PromptLine& line = prompts[i];
-    const qwen3::ContinuationScore score = qwen3::score_continuation(model, line.ids, line.completion_ids);
+    const qwen3::ContinuationScore score = session.score(line.ids, line.completion_ids);
+    all.positions += int64_t(line.ids.size() + line.completion_ids.size()) - 1;
+    all.cached += session.reused();
     const double sum = std::accumulate(score.logprobs.begin(), score.logprobs.end(), 0.0);
     nlohmann::ordered_json out = {
         {"index", i}, {"line", line.line}, {"prompt_ids", line.ids}, {"completion_ids", line.completion_ids}};
@@ -196,11 +207,12 @@ std::tuple<size_t, size_t, double, double> score_file(qwen3::Qwen3Model& model,
     out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     std::fflush(stdout);
-    tokens += score.logprobs.size();
-    total += sum;
+    all.tokens += score.logprobs.size();
+    all.logprob += sum;
   }
-  return {prompts.size(), tokens, total,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  all.completions = prompts.size();
+  all.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return all;
 }
 
 // Continues every prompt of a --prompts-file, batch_size at a time as the rows of one batch that a
@@ -802,14 +814,14 @@ int generate_main(int argc, char** argv) {
                 " new ones pass the model's max_seq_len (", model->args().max_seq_len, ")");
   }
   if (scoring) {
-    const auto [completions, tokens, logprob, seconds] =
-        score_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr);
+    const FileScore s = score_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr);
     std::fprintf(
         stderr,
         "generate: scored %zu completions, %zu tokens in %.2f s: mean log-probability %.6g per token, "
-        "perplexity %.6g (%s on %s)\n",
-        completions, tokens, seconds, logprob / double(tokens), std::exp(-logprob / double(tokens)),
-        std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+        "perplexity %.6g (%s on %s; %lld of %lld positions from the KV cache)\n",
+        s.completions, s.tokens, s.seconds, s.logprob / double(s.tokens),
+        std::exp(-s.logprob / double(s.tokens)), std::string(dtype_name(dtype)).c_str(), device_text.c_str(),
+        (long long)s.cached, (long long)s.positions);
     return 0;
   }
 

@@ -716,13 +716,8 @@ Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64
   const ModelArgs& a = model_.args();
   const StepRules rules(a, max_new_tokens, options, stop_ids, allowed, stop_check, logprobs);
   check_prompts(a, {prompt}, max_new_tokens);
-  // The positions the prompt shares at its start with the cache's stay; the prompt's last token runs
-  // whatever the cache holds, for the logits of the first new one.
-  size_t shared = 0;
-  while (shared + 1 < prompt.size() && shared < cached_.size() && cached_[shared] == prompt[shared]) ++shared;
-  cache_.truncate(int64_t(shared));
-  cached_.resize(shared);
-  reused_ = int64_t(shared);
+  // The prompt's last token runs whatever the cache holds, for the logits of the first new one.
+  const size_t shared = keep_shared(prompt, prompt.size() - 1);
 
   const ComputeCopies weights(model_);
   Growing g(prompt, options.seed);
@@ -1082,37 +1077,63 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
   return beam_search_batch(model, {prompt}, max_new_tokens, beams, processors, stop_ids, allowed)[0];
 }
 
-ContinuationScore score_continuation(Qwen3Model& model, const std::vector<int64_t>& prompt,
-                                     const std::vector<int64_t>& continuation) {
+ContinuationScore GenerationSession::score(const std::vector<int64_t>& prompt,
+                                           const std::vector<int64_t>& continuation) {
   TITAN_CHECK(!continuation.empty(), "score_continuation: the continuation holds no token");
   std::vector<int64_t> whole = prompt;
   whole.insert(whole.end(), continuation.begin(), continuation.end());
-  check_prompts(model.args(), {whole}, 1);  // ids of the vocabulary; prompt + continuation fit max_seq_len
+  check_prompts(model_.args(), {whole}, 1);  // ids of the vocabulary; prompt + continuation fit max_seq_len
   TITAN_CHECK(!prompt.empty(),
               "score_continuation: the prompt holds no token (the first token has no context)");
-  const ComputeCopies weights(model);
-  const int64_t V = model.args().vocab_size;
-  KVCache cache = model.kv_cache(1, int64_t(whole.size()) - 1);
+  // Continuation token j's logits are those after prompt + its first j tokens: positions P - 1 ..
+  // P + k - 2 of `whole`, run from the first position the cache does not share (at most P - 1).
+  const size_t P = prompt.size(), k = continuation.size();
+  const size_t shared = keep_shared(whole, P - 1);
+  const ComputeCopies weights(model_);
+  const int64_t V = model_.args().vocab_size;
+  // At most 256 positions' logits at a time: a long continuation's [k, V] would be gigabytes.
+  constexpr size_t kLogitRows = 256;
   ContinuationScore out;
-  std::vector<int64_t> feed = prompt;
-  for (int64_t id : continuation) {
+  for (size_t from = shared; from < P + k - 1;) {
+    const size_t to = std::min(P + k - 1, std::max(from + 1, P - 1 + out.logprobs.size() + kLogitRows));
+    const int64_t last = int64_t(to - std::max(from, P - 1));
+    const std::vector<int64_t> feed(whole.begin() + ptrdiff_t(from), whole.begin() + ptrdiff_t(to));
     const Tensor logits =
-        model
-            .next_token_logits(Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(model.device()), cache)
+        model_
+            .cached_logits(Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(model_.device()), cache_,
+                           last)
             .to(Device::CPU);  // f64 for an f64 model, else f32
-    const bool f64 = logits.dtype() == DType::F64;
-    if (f64) {
-      const std::span<const double> row(logits.data<double>(), size_t(V));
-      out.logprobs.push_back(log_probability<double>(row, id));
-      out.greedy = out.greedy && std::max_element(row.begin(), row.end()) - row.begin() == id;
-    } else {
-      const std::span<const float> row(logits.data<float>(), size_t(V));
-      out.logprobs.push_back(log_probability<float>(row, id));
-      out.greedy = out.greedy && std::max_element(row.begin(), row.end()) - row.begin() == id;
+    cached_.insert(cached_.end(), feed.begin(), feed.end());
+    for (int64_t r = 0; r < last; ++r) {
+      const int64_t id = continuation[out.logprobs.size()];
+      auto read = [&](const auto* values) {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(values)>>;
+        const std::span<const T> row(values + r * V, size_t(V));
+        out.logprobs.push_back(log_probability<T>(row, id));
+        out.greedy = out.greedy && std::max_element(row.begin(), row.end()) - row.begin() == id;
+      };
+      if (logits.dtype() == DType::F64)
+        read(logits.data<double>());
+      else
+        read(logits.data<float>());
     }
-    feed = {id};
+    from = to;
   }
   return out;
+}
+
+size_t GenerationSession::keep_shared(const std::vector<int64_t>& ids, size_t most) {
+  size_t shared = 0;
+  while (shared < most && shared < cached_.size() && cached_[shared] == ids[shared]) ++shared;
+  cache_.truncate(int64_t(shared));
+  cached_.resize(shared);
+  reused_ = int64_t(shared);
+  return shared;
+}
+
+ContinuationScore score_continuation(Qwen3Model& model, const std::vector<int64_t>& prompt,
+                                     const std::vector<int64_t>& continuation) {
+  return GenerationSession(model).score(prompt, continuation);
 }
 
 }  // namespace titan::qwen3

@@ -54,7 +54,7 @@ struct SamplingOptions {
 
 // How likely the model finds `continuation` after `prompt` (lm-eval-harness' loglikelihood request):
 // each continuation token's log-probability (the log-softmax of the logits at its position, before
-// any processor), teacher-forced (the prompt once, then each continuation token over the KV cache),
+// any processor), teacher-forced (prompt and continuation in one pass over a KV cache, GenerationSession),
 // and whether every one was the most likely id there (is_greedy; the lowest id on a tie). Both hold at
 // least one id of the vocabulary, and together fit max_seq_len.
 struct ContinuationScore {
@@ -167,10 +167,18 @@ class GenerationSession {
                       const std::vector<bool>& allowed = {},
                       const std::function<void(int64_t)>& on_token = {}, const StopCheck& stop_check = {},
                       bool logprobs = false);
-  // The last call's prompt positions taken from the cache (0 before the first call).
+  // score_continuation over the session's cache: the positions prompt + continuation share at the
+  // start with what the cache holds are not run again (the choices of a multiple-choice question
+  // share the question), and the rest runs in passes of up to 256 scored positions.
+  ContinuationScore score(const std::vector<int64_t>& prompt, const std::vector<int64_t>& continuation);
+  // The last call's positions taken from the cache (0 before the first call).
   int64_t reused() const { return reused_; }
 
  private:
+  // Keeps the cached positions `ids` starts with, at most `most` of them, and drops the rest; returns
+  // how many.
+  size_t keep_shared(const std::vector<int64_t>& ids, size_t most);
+
   Qwen3Model& model_;
   KVCache cache_;
   std::vector<int64_t> cached_;  // the ids whose keys and values the cache holds

@@ -527,10 +527,17 @@ void KVCache::select_rows(const std::vector<int64_t>& rows) {
 }
 
 Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {
+  const Tensor logits = cached_logits(input_ids, cache, 1);
+  return logits.reshape({logits.size(0), logits.size(2)});
+}
+
+Tensor Qwen3Model::cached_logits(const Tensor& input_ids, KVCache& cache, int64_t last) {
   TITAN_CHECK(input_ids.dim() == 2 && input_ids.size(1) >= 1,
               "next_token_logits: input_ids must be [B, S >= 1], got ", input_ids.str());
   TITAN_CHECK(cache.owner_ == this, "next_token_logits: the KV cache was made by another model (kv_cache)");
   const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  TITAN_CHECK(last >= 1 && last <= S, "cached_logits: the logits of the last ", last, " of ", S,
+              " new positions (1 .. ", S, ")");
   TITAN_CHECK(B == cache.batch(), "next_token_logits: ", B, " rows for a KV cache of ", cache.batch());
   TITAN_CHECK(S <= cache.capacity() - cache.length(), "next_token_logits: ", cache.length(), " cached + ", S,
               " new tokens pass the KV cache's capacity (", cache.capacity(), ")");
@@ -538,9 +545,10 @@ Tensor Qwen3Model::next_token_logits(const Tensor& input_ids, KVCache& cache) {
   cache.make_room(cache.length() + S);
   Tensor h = hidden_states(input_ids, nullptr, {}, {}, &cache);
   cache.length_ += S;  // only once every layer holds the new tokens (an error above leaves it as it was)
-  Tensor last = h.narrow(1, S - 1, 1).contiguous().reshape({B, args_.dim});
+  Tensor tail = h.narrow(1, S - last, last).contiguous().reshape({B * last, args_.dim});
   kernels::ModuleScope scope("output");
-  return ops::cast(ops::linear(last, w(output_)), compute_dtype_ == DType::F64 ? DType::F64 : DType::F32);
+  return ops::cast(ops::linear(tail, w(output_)), compute_dtype_ == DType::F64 ? DType::F64 : DType::F32)
+      .reshape({B, last, args_.vocab_size});
 }
 
 }  // namespace titan::qwen3

@@ -140,6 +140,9 @@ class Qwen3Model {
   // the output projection once per step, not once per position). A prompt goes in as one call, each
   // new token as the next.
   Tensor next_token_logits(const Tensor& input_ids, KVCache& cache);
+  // As next_token_logits, the logits [B, last, V] of each row's last `last` new positions (1 <= last
+  // <= S): teacher-forced scoring reads a continuation's every position from one call.
+  Tensor cached_logits(const Tensor& input_ids, KVCache& cache, int64_t last);
 
   // Sharded data parallelism gathers and frees blocks at these points (nn::BlockHooks); null (the
   // default) for a model whose blocks are always whole. `hooks` must outlive its use.
