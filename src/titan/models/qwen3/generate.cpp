@@ -12,13 +12,6 @@
 #include "titan/core/check.h"
 
 namespace titan::qwen3 {
-namespace {
-
-// The shortest text that reads back as the same double (1.0000001 is not "1", 0.8 is "0.8").
-std::string precise(double v) {
-  char buf[32];
-  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-}
 
 // In a compute dtype other than the f32 of the weights, every forward casts every weight it reads:
 // for generation, a cast of the whole model per token (the bf16 debug model ran at half its f32
@@ -47,6 +40,14 @@ class ComputeCopies {
  private:
   std::vector<nn::ParamBlock*> added_;
 };
+
+namespace {
+
+// The shortest text that reads back as the same double (1.0000001 is not "1", 0.8 is "0.8").
+std::string precise(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
 
 // `allowed` (empty: every id of `vocab`) less the stop ids: the ids a sequence may take before
 // min_new_tokens (transformers' MinNewTokensLengthLogitsProcessor sets the stop ids' scores to -inf).
@@ -706,7 +707,11 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 }
 
 GenerationSession::GenerationSession(Qwen3Model& model)
-    : model_(model), cache_(model.kv_cache(1, model.args().max_seq_len)) {}
+    : model_(model),
+      cache_(model.kv_cache(1, model.args().max_seq_len)),
+      weights_(std::make_unique<ComputeCopies>(model)) {}
+
+GenerationSession::~GenerationSession() = default;
 
 Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                                        const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
@@ -719,7 +724,6 @@ Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64
   // The prompt's last token runs whatever the cache holds, for the logits of the first new one.
   const size_t shared = keep_shared(prompt, prompt.size() - 1);
 
-  const ComputeCopies weights(model_);
   Growing g(prompt, options.seed);
   std::vector<int64_t> feed(prompt.begin() + ptrdiff_t(shared), prompt.end());
   for (;;) {
@@ -1089,7 +1093,6 @@ ContinuationScore GenerationSession::score(const std::vector<int64_t>& prompt,
   // P + k - 2 of `whole`, run from the first position the cache does not share (at most P - 1).
   const size_t P = prompt.size(), k = continuation.size();
   const size_t shared = keep_shared(whole, P - 1);
-  const ComputeCopies weights(model_);
   const int64_t V = model_.args().vocab_size;
   // At most 256 positions' logits at a time: a long continuation's [k, V] would be gigabytes.
   constexpr size_t kLogitRows = 256;

@@ -8,6 +8,7 @@
 // forward's logits.) `titan generate` is the command around it.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -158,9 +159,16 @@ Generation generate(Qwen3Model& model, const std::vector<int64_t>& prompt, int64
 // (KVCache::truncate), and the rest of the prompt runs over it. Each call gives what generate()
 // gives the same prompt with the same arguments, up to the rounding of a prompt fed in pieces (exact
 // in f64). The cache grows to the model's max_seq_len at most.
+class ComputeCopies;
+
 class GenerationSession {
  public:
+  // While the session lives, the model's weights are read as they were at its start (a compute dtype
+  // other than theirs reads copies cast once, ComputeCopies): no training in between.
   explicit GenerationSession(Qwen3Model& model);
+  ~GenerationSession();
+  GenerationSession(const GenerationSession&) = delete;
+  GenerationSession& operator=(const GenerationSession&) = delete;
   // As generate(); `logprobs` fills the Generation's logprobs.
   Generation generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens,
                       const SamplingOptions& options, const std::vector<int64_t>& stop_ids,
@@ -183,6 +191,7 @@ class GenerationSession {
   KVCache cache_;
   std::vector<int64_t> cached_;  // the ids whose keys and values the cache holds
   int64_t reused_ = 0;
+  std::unique_ptr<ComputeCopies> weights_;
 };
 
 // How generate_batch runs its prompts and reports them.
