@@ -527,7 +527,7 @@ TEST(CommandLine, GenerateScoresTheCompletionsOfAFile) {
            {"{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1], \"completion\": \"x\"}\n",
             file + " line 2: a completion to score, where line 1 is a prompt to continue"},
            {"{\"prompt_ids\": [1], \"completion\": \"x\", \"completion_ids\": [2]}\n",
-            "line 1: give one of \"completion\" and \"completion_ids\""},
+            "line 1: give one of \"completion\", \"completion_ids\" and \"choices\""},
            {"{\"prompt_ids\": [1], \"completion\": \"\"}\n",
             "line 1: \"completion\" must be a non-empty string"},
            {"{\"prompt_ids\": [1], \"completion_ids\": [4096]}\n",
@@ -608,6 +608,83 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
     EXPECT_EQ(row.at("completion_ids").get<std::vector<int64_t>>(),
               std::vector<int64_t>(whole.begin() + ptrdiff_t(context.size()), whole.end()));
     EXPECT_EQ(row.at("completion").get<std::string>(), " Paris");
+  }
+  // A multiple-choice line scores each choice as a "completion" line of the same prompt would be
+  // scored, and ranks them: "pred" by summed log-probability, "pred_norm" per character (lm-eval's
+  // acc and acc_norm), against its "answer" when it has one; stderr gives the accuracies.
+  {
+    const fs::path mc = dir.parent_path() / "mc.jsonl", each = dir.parent_path() / "each.jsonl";
+    const std::vector<std::pair<std::string, std::vector<std::string>>> questions = {
+        {"The capital of France is ", {"Paris", "Berlin", " a town of many bridges"}},
+        {"Water boils at", {" 100 degrees", " ten", " the top of the mountain"}}};
+    {
+      std::ofstream mc_file(mc), each_file(each);
+      for (size_t q = 0; q < questions.size(); ++q) {
+        nlohmann::json line = {{"prompt", questions[q].first}, {"choices", questions[q].second}};
+        if (q == 0) line["answer"] = 2;
+        mc_file << line.dump() << "\n";
+        for (const std::string& choice : questions[q].second)
+          each_file << nlohmann::json{{"prompt", questions[q].first}, {"completion", choice}}.dump() << "\n";
+      }
+    }
+    const std::string scoring = "generate --model-path " + dir.string() + " --prompts-file ";
+    r = titan(scoring + mc.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const Outcome singles = titan(scoring + each.string());
+    ASSERT_EQ(singles.rc, 0) << singles.err;
+    std::istringstream mc_lines(r.out), single_lines(singles.out);
+    std::string mc_line, single_line;
+    size_t right = 0, right_norm = 0;
+    for (size_t q = 0; q < questions.size(); ++q) {
+      ASSERT_TRUE(std::getline(mc_lines, mc_line)) << r.out;
+      const nlohmann::json row = nlohmann::json::parse(mc_line);
+      const nlohmann::json& choices = row.at("choices");
+      ASSERT_EQ(choices.size(), questions[q].second.size()) << mc_line;
+      std::vector<double> sums, per_character;
+      for (size_t c = 0; c < choices.size(); ++c) {
+        ASSERT_TRUE(std::getline(single_lines, single_line)) << singles.out;
+        const nlohmann::json single = nlohmann::json::parse(single_line);
+        EXPECT_EQ(row.at("prompt_ids"), single.at("prompt_ids"));
+        EXPECT_EQ(choices[c].at("completion_ids"), single.at("completion_ids")) << c;
+        EXPECT_NEAR(choices[c].at("logprob").get<double>(), single.at("logprob").get<double>(), 1e-9) << c;
+        EXPECT_EQ(choices[c].at("greedy"), single.at("greedy")) << c;
+        sums.push_back(single.at("logprob").get<double>());
+        per_character.push_back(sums.back() / double(questions[q].second[c].size()));  // ASCII
+      }
+      const int64_t pred = std::max_element(sums.begin(), sums.end()) - sums.begin();
+      const int64_t pred_norm =
+          std::max_element(per_character.begin(), per_character.end()) - per_character.begin();
+      EXPECT_EQ(row.at("pred"), pred) << mc_line;
+      EXPECT_EQ(row.at("pred_norm"), pred_norm) << mc_line;
+      if (q == 0) {
+        EXPECT_EQ(row.at("acc"), int(pred == 2)) << mc_line;
+        EXPECT_EQ(row.at("acc_norm"), int(pred_norm == 2)) << mc_line;
+        right += pred == 2;
+        right_norm += pred_norm == 2;
+      } else {
+        EXPECT_FALSE(row.contains("answer") || row.contains("acc")) << mc_line;
+      }
+    }
+    char accuracy[128];
+    std::snprintf(accuracy, sizeof accuracy,
+                  "1 multiple-choice questions with an answer: acc %.4f (%zu right), acc_norm %.4f",
+                  double(right), right, double(right_norm));
+    EXPECT_NE(r.err.find(accuracy), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("scored 6 completions"), std::string::npos) << r.err;
+    for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"prompt": "x", "completion": "y", "answer": 0})",
+              "\"answer\" is the index of the right one of \"choices\""},
+             {R"({"prompt": "x", "choices": ["a", "b"], "answer": 2})",
+              "\"answer\" must be the index of one of the 2 choices (0 .. 1)"},
+             {R"({"prompt": "x", "choices": ["a"]})", "\"choices\" must be an array of at least two strings"},
+             {R"({"prompt": "x", "choices": ["a", 3]})", "\"choices\" element 1 must be a non-empty string"},
+             {R"({"prompt": "x", "choices": ["a", "b"], "completion": "c"})",
+              "give one of \"completion\", \"completion_ids\" and \"choices\""}}) {
+      std::ofstream(mc, std::ios::trunc) << text << "\n";
+      r = titan(scoring + mc.string());
+      EXPECT_EQ(r.rc, 1) << text;
+      EXPECT_NE(r.err.find(mc.string() + " line 1: " + message), std::string::npos) << text << "\n" << r.err;
+    }
   }
   // --stop: the text stops once it holds the string (kept), greedy and in beam search; a JSON array
   // gives several; without a tokenizer it is an error.

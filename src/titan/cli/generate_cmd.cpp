@@ -69,11 +69,14 @@ struct PromptLine {
   std::string text;
   nlohmann::ordered_json messages, tools;  // null unless the line is a conversation
   std::vector<int64_t> ids;
-  // A completion to score instead of continuing the prompt: its text ("completion") or its ids
-  // ("completion_ids", or the text's once encoded).
+  // Completions to score instead of continuing the prompt: their texts ("completion", or the
+  // "choices" of a multiple-choice question) or their ids ("completion_ids", or the texts' once
+  // encoded), one each.
   bool scores = false;
-  std::string completion;
-  std::vector<int64_t> completion_ids;
+  std::vector<std::string> completions;
+  std::vector<std::vector<int64_t>> completion_ids;
+  bool choices = false;           // a multiple-choice question: its choices' scores rank them
+  std::optional<int64_t> answer;  // the index of its right choice ("answer"), when given
 };
 
 // The prompts of a JSON Lines file: one object per non-blank line holding "prompt" (text),
@@ -111,37 +114,59 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
                 row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
-    static const std::vector<std::string> kKeys = {"prompt", "prompt_ids", "messages",
-                                                   "tools",  "completion", "completion_ids"};
+    static const std::vector<std::string> kKeys = {"prompt",     "prompt_ids",     "messages", "tools",
+                                                   "completion", "completion_ids", "choices",  "answer"};
     for (const auto& [key, value] : row.items())
       TITAN_CHECK(
           std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end(), where, ": unknown key \"", key,
-          "\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", and \"tools\" or a \"completion\" "
-          "beside them)",
+          "\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", and \"tools\", a \"completion\" or "
+          "\"choices\" beside them)",
           suggestion(key, kKeys));
     TITAN_CHECK(
         int(row.contains("prompt")) + int(row.contains("prompt_ids")) + int(row.contains("messages")) == 1,
         where, ": give one of \"prompt\", \"prompt_ids\" and \"messages\"");
     TITAN_CHECK(!row.contains("tools") || row.contains("messages"), where,
                 ": \"tools\" go with a conversation's \"messages\"");
-    TITAN_CHECK(!(row.contains("completion") && row.contains("completion_ids")), where,
-                ": give one of \"completion\" and \"completion_ids\"");
+    TITAN_CHECK(int(row.contains("completion")) + int(row.contains("completion_ids")) +
+                        int(row.contains("choices")) <=
+                    1,
+                where, ": give one of \"completion\", \"completion_ids\" and \"choices\"");
+    TITAN_CHECK(!row.contains("answer") || row.contains("choices"), where,
+                ": \"answer\" is the index of the right one of \"choices\"; the line has none");
     PromptLine prompt{number, {}, nullptr, nullptr, {}, false, {}, {}};
     if (row.contains("completion")) {
       TITAN_CHECK(row["completion"].is_string() && !row["completion"].get<std::string>().empty(), where,
                   ": \"completion\" must be a non-empty string");
       prompt.scores = true;
-      prompt.completion = row["completion"].get<std::string>();
+      prompt.completions = {row["completion"].get<std::string>()};
     } else if (row.contains("completion_ids")) {
       const nlohmann::ordered_json& ids = row["completion_ids"];
       TITAN_CHECK(ids.is_array() && !ids.empty(), where,
                   ": \"completion_ids\" must be a non-empty array of ids");
+      prompt.completion_ids.emplace_back();
       for (size_t i = 0; i < ids.size(); ++i) {
         TITAN_CHECK(ids[i].is_number_integer(), where, ": \"completion_ids\" element ", i,
                     " is not an integer");
-        prompt.completion_ids.push_back(ids[i].get<int64_t>());
+        prompt.completion_ids.back().push_back(ids[i].get<int64_t>());
       }
       prompt.scores = true;
+    } else if (row.contains("choices")) {
+      const nlohmann::ordered_json& choices = row["choices"];
+      TITAN_CHECK(choices.is_array() && choices.size() >= 2, where,
+                  ": \"choices\" must be an array of at least two strings (the answers to rank)");
+      for (size_t i = 0; i < choices.size(); ++i) {
+        TITAN_CHECK(choices[i].is_string() && !choices[i].get<std::string>().empty(), where,
+                    ": \"choices\" element ", i, " must be a non-empty string");
+        prompt.completions.push_back(choices[i].get<std::string>());
+      }
+      if (row.contains("answer")) {
+        TITAN_CHECK(row["answer"].is_number_integer() && row["answer"].get<int64_t>() >= 0 &&
+                        row["answer"].get<int64_t>() < int64_t(choices.size()),
+                    where, ": \"answer\" must be the index of one of the ", choices.size(), " choices (0 .. ",
+                    choices.size() - 1, ")");
+        prompt.answer = row["answer"].get<int64_t>();
+      }
+      prompt.scores = prompt.choices = true;
     }
     TITAN_CHECK(prompts.empty() || prompts.front().scores == prompt.scores, where,
                 prompt.scores ? ": a completion to score, where line " +
@@ -172,19 +197,28 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
 }
 
 // What score_file scored: completions, their tokens, the summed log-probability, the positions run
-// and those taken from the KV cache, and the seconds taken.
+// and those taken from the KV cache, the multiple-choice questions with an answer and those whose
+// best choice was it (lm-eval's acc and acc_norm), and the seconds taken.
 struct FileScore {
   size_t completions = 0, tokens = 0;
   double logprob = 0;
   int64_t positions = 0, cached = 0;
+  size_t answered = 0, correct = 0, correct_norm = 0;
   double seconds = 0;
 };
 
-// Scores the completion of every line of a --prompts-file in one qwen3::GenerationSession (a line
-// whose prompt starts as the line before's does runs only what follows: the choices of a
+// Unicode code points in UTF-8 text (Python's len of a str): lm-eval's acc_norm divides by it.
+size_t code_points(const std::string& text) {
+  return size_t(std::count_if(text.begin(), text.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+}
+
+// Scores the completions of every line of a --prompts-file in one qwen3::GenerationSession (a
+// completion whose prompt starts as the one before's does runs only what follows: the choices of a
 // multiple-choice question run the question once), printing one JSON line each, in order: its prompt
 // and completion ids, each completion token's log-probability, their sum and whether every one was
-// the most likely token.
+// the most likely token; for a multiple-choice line, those of every choice, the best choice by summed
+// log-probability ("pred", lm-eval's acc) and by log-probability per character ("pred_norm",
+// acc_norm), and against its "answer" when it has one.
 FileScore score_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& prompts,
                      const data::Tokenizer* tokenizer) {
   const auto start = std::chrono::steady_clock::now();
@@ -192,25 +226,50 @@ FileScore score_file(qwen3::Qwen3Model& model, const std::vector<PromptLine>& pr
   qwen3::GenerationSession session(model);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const PromptLine& line = prompts[i];
-    const qwen3::ContinuationScore score = session.score(line.ids, line.completion_ids);
-    all.positions += int64_t(line.ids.size() + line.completion_ids.size()) - 1;
-    all.cached += session.reused();
-    const double sum = std::accumulate(score.logprobs.begin(), score.logprobs.end(), 0.0);
-    nlohmann::ordered_json out = {
-        {"index", i}, {"line", line.line}, {"prompt_ids", line.ids}, {"completion_ids", line.completion_ids}};
-    if (tokenizer)
-      out["completion"] =
-          tokenizer->decode(std::vector<int32_t>(line.completion_ids.begin(), line.completion_ids.end()));
-    out["logprobs"] = score.logprobs;
-    out["logprob"] = sum;
-    out["greedy"] = score.greedy;
+    nlohmann::ordered_json out = {{"index", i}, {"line", line.line}, {"prompt_ids", line.ids}};
+    nlohmann::ordered_json choices = nlohmann::ordered_json::array();
+    std::vector<double> sums;
+    for (const std::vector<int64_t>& completion : line.completion_ids) {
+      const qwen3::ContinuationScore score = session.score(line.ids, completion);
+      all.positions += int64_t(line.ids.size() + completion.size()) - 1;
+      all.cached += session.reused();
+      const double sum = std::accumulate(score.logprobs.begin(), score.logprobs.end(), 0.0);
+      nlohmann::ordered_json one = {{"completion_ids", completion}};
+      if (tokenizer)
+        one["completion"] = tokenizer->decode(std::vector<int32_t>(completion.begin(), completion.end()));
+      one["logprobs"] = score.logprobs;
+      one["logprob"] = sum;
+      one["greedy"] = score.greedy;
+      choices.push_back(std::move(one));
+      sums.push_back(sum);
+      all.tokens += score.logprobs.size();
+      all.logprob += sum;
+      ++all.completions;
+    }
+    if (line.choices) {
+      out["choices"] = std::move(choices);
+      std::vector<double> normalised;
+      for (size_t c = 0; c < sums.size(); ++c)
+        normalised.push_back(sums[c] / double(std::max<size_t>(1, code_points(line.completions[c]))));
+      const auto pred = std::max_element(sums.begin(), sums.end()) - sums.begin();  // the first best
+      const auto pred_norm = std::max_element(normalised.begin(), normalised.end()) - normalised.begin();
+      out["pred"] = pred;
+      out["pred_norm"] = pred_norm;
+      if (line.answer) {
+        out["answer"] = *line.answer;
+        out["acc"] = int(pred == *line.answer);
+        out["acc_norm"] = int(pred_norm == *line.answer);
+        ++all.answered;
+        all.correct += pred == *line.answer;
+        all.correct_norm += pred_norm == *line.answer;
+      }
+    } else {
+      out.update(choices[0]);
+    }
     out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     std::fflush(stdout);
-    all.tokens += score.logprobs.size();
-    all.logprob += sum;
   }
-  all.completions = prompts.size();
   all.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return all;
 }
@@ -457,11 +516,14 @@ int generate_main(int argc, char** argv) {
               "(its MoE expert biases route as in training)")
       .option("prompt", "the text to continue (tokenized with the checkpoint's tokenizer)")
       .option("prompt-ids", "the prompt as token ids instead, e.g. 785,3974,315")
-      .option("prompts-file",
-              "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"}, "
-              "{\"prompt_ids\": [785, 3974]} or, with --chat, {\"messages\": [...], \"tools\": [...]}; "
-              "prints {\"index\", \"line\", \"prompt_ids\", \"ids\", \"text\", "
-              "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i")
+      .option(
+          "prompts-file",
+          "a JSON Lines file of prompts instead, one object per line: {\"prompt\": \"text\"}, "
+          "{\"prompt_ids\": [785, 3974]} or, with --chat, {\"messages\": [...], \"tools\": [...]}; "
+          "prints {\"index\", \"line\", \"prompt_ids\", \"ids\", \"text\", "
+          "\"stop_reason\", \"seconds\"} per prompt, in order; prompt i samples with --seed + i; lines with "
+          "a \"completion\" (or \"completion_ids\") are scored instead, lines with \"choices\" (and "
+          "\"answer\") ranked as multiple-choice questions")
       .option("batch-size",
               "with --prompts-file: prompts generated together, as the rows of one batch (a prompt waiting "
               "takes the row of one that stops; with --num-beams, their beams are the rows)",
@@ -774,38 +836,50 @@ int generate_main(int argc, char** argv) {
         TITAN_FAIL("titan generate: ", where, ": ", e.what());
       }
     } else if (line.ids.empty() && line.scores && !chat && line.completion_ids.empty()) {
-      // A text prompt and a text completion, encoded as lm-eval-harness encodes a pair: the prompt's
+      // A text prompt and text completions, encoded as lm-eval-harness encodes a pair: the prompt's
       // trailing whitespace moves to the completion, the two are encoded together, and the
       // completion is what follows the prompt's own ids (each alone when those do not lead).
-      std::string context = line.text, rest = line.completion;
+      std::string context = line.text;
       const size_t end = context.find_last_not_of(" \t\n\r");
-      rest = context.substr(end == std::string::npos ? 0 : end + 1) + rest;
+      const std::string trailing = context.substr(end == std::string::npos ? 0 : end + 1);
       context.erase(end == std::string::npos ? 0 : end + 1);
       line.ids = encode(context, where + "'s \"prompt\"");
-      std::vector<int64_t> whole;
-      for (int32_t id : tokenizer->encode(context + rest)) whole.push_back(id);
-      if (whole.size() > line.ids.size() && std::equal(line.ids.begin(), line.ids.end(), whole.begin()))
-        line.completion_ids.assign(whole.begin() + ptrdiff_t(line.ids.size()), whole.end());
-      else
-        for (int32_t id : tokenizer->encode(rest)) line.completion_ids.push_back(id);
+      for (const std::string& completion : line.completions) {
+        const std::string rest = trailing + completion;
+        std::vector<int64_t> whole, ids;
+        for (int32_t id : tokenizer->encode(context + rest)) whole.push_back(id);
+        if (whole.size() > line.ids.size() && std::equal(line.ids.begin(), line.ids.end(), whole.begin()))
+          ids.assign(whole.begin() + ptrdiff_t(line.ids.size()), whole.end());
+        else
+          for (int32_t id : tokenizer->encode(rest)) ids.push_back(id);
+        line.completion_ids.push_back(std::move(ids));
+      }
     } else if (line.ids.empty()) {
       line.ids = encode(line.text, where + "'s \"prompt\"");
     }
     check_in_vocabulary(line.ids, where + ": ");
     if (line.scores) {
-      if (line.completion_ids.empty()) {  // a completion's text after a rendered or given prompt
-        TITAN_CHECK(tokenizer, "titan generate: no tokenizer.json to encode the \"completion\" of ", where,
-                    "; name one with --tokenizer, or give \"completion_ids\"");
-        for (int32_t id : tokenizer->encode(line.completion)) line.completion_ids.push_back(id);
+      const char* what = line.choices ? "choice" : "completion";
+      if (line.completion_ids.empty()) {  // texts after a rendered or given prompt
+        TITAN_CHECK(tokenizer, "titan generate: no tokenizer.json to encode the \"", what, "\" of ", where,
+                    "; name one with --tokenizer", line.choices ? "" : ", or give \"completion_ids\"");
+        for (const std::string& completion : line.completions) {
+          line.completion_ids.emplace_back();
+          for (int32_t id : tokenizer->encode(completion)) line.completion_ids.back().push_back(id);
+        }
       }
-      for (size_t i = 0; i < line.completion_ids.size(); ++i)
-        TITAN_CHECK(line.completion_ids[i] >= 0 && line.completion_ids[i] < vocab, "titan generate: ", where,
-                    ": completion token ", i, " is id ", line.completion_ids[i],
-                    ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
-      TITAN_CHECK(int64_t(line.ids.size() + line.completion_ids.size()) <= model->args().max_seq_len,
-                  "titan generate: ", where, ": ", line.ids.size(), " prompt tokens + ",
-                  line.completion_ids.size(), " completion tokens pass the model's max_seq_len (",
-                  model->args().max_seq_len, ")");
+      for (size_t c = 0; c < line.completion_ids.size(); ++c) {
+        const std::vector<int64_t>& ids = line.completion_ids[c];
+        const std::string which = line.choices ? " of choice " + std::to_string(c) : "";
+        for (size_t i = 0; i < ids.size(); ++i)
+          TITAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "titan generate: ", where, ": completion token ", i,
+                      which, " is id ", ids[i], ", outside the vocabulary of ", model_path.string(), " [0, ",
+                      vocab, ")");
+        TITAN_CHECK(int64_t(line.ids.size() + ids.size()) <= model->args().max_seq_len,
+                    "titan generate: ", where, ": ", line.ids.size(), " prompt tokens + ", ids.size(), " ",
+                    what, " tokens", which, " pass the model's max_seq_len (", model->args().max_seq_len,
+                    ")");
+      }
       continue;
     }
     // Every line fits before any is generated (the output of the earlier ones is not cut short).
@@ -822,6 +896,13 @@ int generate_main(int argc, char** argv) {
         s.completions, s.tokens, s.seconds, s.logprob / double(s.tokens),
         std::exp(-s.logprob / double(s.tokens)), std::string(dtype_name(dtype)).c_str(), device_text.c_str(),
         (long long)s.cached, (long long)s.positions);
+    if (s.answered > 0)
+      std::fprintf(
+          stderr,
+          "generate: %zu multiple-choice questions with an answer: acc %.4f (%zu right), acc_norm %.4f "
+          "(%zu right; log-probability per character)\n",
+          s.answered, double(s.correct) / double(s.answered), s.correct,
+          double(s.correct_norm) / double(s.answered), s.correct_norm);
     return 0;
   }
 
