@@ -60,5 +60,52 @@ TEST(CudaOracle, GenerateOnTheGpuMatchesTransformersAndTheCpu) {
   }
 }
 
+// A GenerationSession on the GPU (`titan generate --interactive` and scoring with --device cuda):
+// teacher-forced scores of the oracle's first row after prompts of 3 and then 5 of its tokens (the
+// second keeping 4 cached positions and running the rest as one piece: ops::cached_attention with
+// several queries over a non-empty cache) are the log-softmax of transformers' logits (1e-4); a
+// session's generation and a beam search (the KV cache's rows reordered on the device) give the CPU's
+// tokens.
+TEST(CudaOracle, ASessionAndABeamSearchOnTheGpuAgreeWithTransformersAndTheCpu) {
+  TITAN_REQUIRE_CUDA();
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    auto gpu = qwen3::load_hf_model(testing::oracle_dir(name), DType::F32, Device::CUDA);
+    auto cpu = qwen3::load_hf_model(testing::oracle_dir(name), DType::F32);
+    auto ref = io::SafetensorsFile::open(testing::oracle_dir(name) / "reference.safetensors");
+    const Tensor ids = testing::load_tensor(ref, "input_ids"), logits = testing::load_tensor(ref, "logits");
+    const int64_t S = ids.size(1), V = logits.size(2);
+    const std::vector<int64_t> row(ids.data<int64_t>(), ids.data<int64_t>() + S);
+    qwen3::GenerationSession session(*gpu);
+    for (const int64_t P : {int64_t(3), int64_t(5)}) {
+      const std::vector<int64_t> prompt(row.begin(), row.begin() + P), rest(row.begin() + P, row.end());
+      const qwen3::ContinuationScore got = session.score(prompt, rest);
+      EXPECT_EQ(session.reused(), P == 3 ? 0 : 4) << name;
+      ASSERT_EQ(got.logprobs.size(), rest.size());
+      for (size_t j = 0; j < rest.size(); ++j) {
+        const float* l = logits.data<float>() + (P - 1 + int64_t(j)) * V;
+        double top = l[0], z = 0;
+        for (int64_t v = 0; v < V; ++v) top = std::max(top, double(l[v]));
+        for (int64_t v = 0; v < V; ++v) z += std::exp(double(l[v]) - top);
+        EXPECT_NEAR(got.logprobs[j], double(l[rest[j]]) - top - std::log(z), 1e-4)
+            << name << " P " << P << " j " << j;
+      }
+    }
+    const std::vector<int64_t> prompt(row.begin(), row.begin() + 4);
+    EXPECT_EQ(session.generate(prompt, 8, qwen3::SamplingOptions{}, {}).ids,
+              qwen3::generate(*cpu, prompt, 8, qwen3::SamplingOptions{}, {}).ids)
+        << name;
+    qwen3::BeamSearchOptions beams;
+    beams.num_beams = 3;
+    beams.num_return_sequences = 3;
+    const auto on_gpu = qwen3::beam_search(*gpu, prompt, 6, beams, qwen3::SamplingOptions{}, {});
+    const auto on_cpu = qwen3::beam_search(*cpu, prompt, 6, beams, qwen3::SamplingOptions{}, {});
+    ASSERT_EQ(on_gpu.size(), on_cpu.size());
+    for (size_t k = 0; k < on_gpu.size(); ++k) {
+      EXPECT_EQ(on_gpu[k].ids, on_cpu[k].ids) << name << " sequence " << k;
+      EXPECT_NEAR(*on_gpu[k].score, *on_cpu[k].score, 1e-4) << name << " sequence " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace titan

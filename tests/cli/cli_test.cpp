@@ -855,7 +855,7 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
     const nlohmann::json want = nlohmann::json::parse(fresh.out);
     EXPECT_EQ(turns[t].at("turn"), t + 1);
     EXPECT_EQ(turns[t].at("ids"), want.at("ids"));
-    EXPECT_EQ(turns[t].at("text"), want.at("text"));
+    EXPECT_EQ(turns[t].at("text"), reply(want)) << "the reply, without the stop token that ended it";
     EXPECT_EQ(turns[t].at("stop_reason"), want.at("stop_reason"));
     const std::vector<int64_t> prompt = want.at("prompt_ids").get<std::vector<int64_t>>();
     EXPECT_EQ(turns[t].at("prompt_tokens"), prompt.size());
@@ -875,10 +875,11 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
   EXPECT_EQ(r.out, texts);
   EXPECT_NE(r.err.find("generate: turn 2: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("the conversation is forgotten"), std::string::npos) << r.err;
-  // A turn past max_seq_len is refused and left out; the next is answered; the status says so.
+  // A turn past max_seq_len is refused and left out of the conversation: the next is answered as a
+  // first turn; the status says so.
   {
     std::ofstream long_input(dir.parent_path() / "long.txt");
-    for (int i = 0; i < 40; ++i) long_input << "word" << i << ' ';
+    for (int i = 0; i < 120; ++i) long_input << "word" << i << ' ';
     long_input << "\nHi\n";
   }
   r = titan("generate --model-path " + dir.string() + " --max-new-tokens 8 --interactive --json < " +
@@ -889,7 +890,24 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
             std::string::npos)
       << r.err;
   ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
-  EXPECT_EQ(nlohmann::json::parse(r.out).at("cached_tokens"), 0) << "the refused turn ran nothing";
+  {
+    const nlohmann::json answered = nlohmann::json::parse(r.out);
+    EXPECT_EQ(answered.at("turn"), 1) << r.out;
+    std::vector<int64_t> hi;
+    for (int32_t id : tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"))
+      hi.push_back(id);
+    EXPECT_EQ(answered.at("prompt_tokens"), hi.size()) << "the refused message is not in the conversation";
+  }
+  // An answer that could never fit is an error before any turn.
+  r = titan("generate --model-path " + dir.string() + " --max-new-tokens 125 --interactive < " +
+            input.string());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(
+      r.err.find("--interactive: 9 tokens of the shortest first turn + --max-new-tokens 125 pass the model's "
+                 "max_seq_len (128)"),
+      std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
   for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
            {"--interactive --prompt hi",
             "give one of --prompt, --prompt-ids, --prompts-file and --interactive, not more"},

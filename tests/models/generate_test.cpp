@@ -485,6 +485,11 @@ TEST(Generate, ScoringInOneSessionRunsTheQuestionOnce) {
   for (size_t i = 0; i < long_text.size(); ++i) long_text[i] = int64_t(i * 37 + 11) % V;
   expect_same(session.score({5, 6}, long_text), want({5, 6}, long_text));
   expect_same(score_continuation(model, question, long_text), want(question, long_text));
+  // Prompt and continuation may fill max_seq_len: the continuation's last token is never run.
+  std::vector<int64_t> filling(size_t(args.max_seq_len) - 1);
+  for (size_t i = 0; i < filling.size(); ++i) filling[i] = int64_t(i * 53 + 7) % V;
+  expect_same(session.score({5}, filling), want({5}, filling));
+  EXPECT_THROW(session.score({5, 6}, filling), Error);
 }
 
 // Continuous batching: eight prompts, three rows at a time. A prompt that stops frees its row, and

@@ -435,9 +435,14 @@ int chat_on_stdin(qwen3::Qwen3Model& model, const data::Tokenizer& tokenizer, co
       if (more) line.back() = '\n';
       message += line;
     }
+    if (more && !message.empty() && message.back() == '\n') message.pop_back();  // input ended after a '\\'
     if (message.empty() && !std::cin) break;
-    if (message == "/exit") break;
-    if (message == "/reset") {
+    const size_t first = message.find_first_not_of(" \t\n");
+    const std::string command = first == std::string::npos
+                                    ? ""
+                                    : message.substr(first, message.find_last_not_of(" \t\n") + 1 - first);
+    if (command == "/exit") break;
+    if (command == "/reset") {
       messages = start;
       std::fprintf(stderr, "generate: the conversation is forgotten\n");
       continue;
@@ -458,20 +463,24 @@ int chat_on_stdin(qwen3::Qwen3Model& model, const data::Tokenizer& tokenizer, co
     ++turn;
     qwen3::SamplingOptions sampling = setup.sampling;
     sampling.seed += uint64_t(turn - 1);
+    // The reply as shown and as the conversation keeps it: without the stop token that ended it (the
+    // template closes the turn itself); a stop string stays, as in every other output.
+    auto is_stop = [&](int64_t id) {
+      return std::find(setup.stop_ids.begin(), setup.stop_ids.end(), id) != setup.stop_ids.end();
+    };
     std::optional<TextStream> stream;
     if (!setup.json) stream.emplace(tokenizer);
-    const qwen3::Generation g =
-        session.generate(prompt, setup.max_new, sampling, setup.stop_ids, setup.allowed,
-                         stream ? std::function<void(int64_t)>([&](int64_t id) { stream->add(id); })
-                                : std::function<void(int64_t)>(),
-                         setup.stop_check, setup.logprobs);
-    const std::string text = tokenizer.decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()));
-    if (stream) stream->finish();
-    // The reply as the conversation keeps it: without the stop token that ended it (the template
-    // closes the turn itself).
+    const qwen3::Generation g = session.generate(
+        prompt, setup.max_new, sampling, setup.stop_ids, setup.allowed,
+        [&](int64_t id) {
+          if (stream && !is_stop(id)) stream->add(id);
+        },
+        setup.stop_check, setup.logprobs);
     std::vector<int32_t> reply(g.ids.begin(), g.ids.end());
     if (g.stop_reason == "stop token") reply.pop_back();
-    messages.push_back({{"role", "assistant"}, {"content", tokenizer.decode(reply)}});
+    const std::string text = tokenizer.decode(reply);
+    if (stream) stream->finish();
+    messages.push_back({{"role", "assistant"}, {"content", text}});
     if (setup.json) {
       nlohmann::ordered_json out = {{"turn", turn},
                                     {"prompt_tokens", prompt.size()},
@@ -1107,6 +1116,15 @@ int generate_main(int argc, char** argv) {
     setup.logprobs = p.has("logprobs");
     setup.system = p.has("system") ? p.get("system") : "";
     setup.runs_on = std::string(dtype_name(dtype)) + " on " + device_text;
+    // A first message of one token must fit with its reply, or every turn would be refused.
+    nlohmann::ordered_json first = nlohmann::ordered_json::array();
+    if (!setup.system.empty()) first.push_back({{"role", "system"}, {"content", setup.system}});
+    first.push_back({{"role", "user"}, {"content", "x"}});
+    const size_t least = setup.render(first).size();
+    TITAN_CHECK(int64_t(least) <= model->args().max_seq_len - max_new,
+                "titan generate: --interactive: ", least,
+                " tokens of the shortest first turn + --max-new-tokens ", max_new,
+                " pass the model's max_seq_len (", model->args().max_seq_len, "): no turn could be answered");
     return chat_on_stdin(*model, *tokenizer, setup);
   }
   qwen3::BatchOptions how;  // for generate_batch

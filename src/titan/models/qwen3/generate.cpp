@@ -539,12 +539,11 @@ class StepRules {
         allowed_(allowed),
         stop_check_(stop_check),
         logprobs_(logprobs),
-        early_(options.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, a.vocab_size)
-                                          : std::vector<bool>()),
         start_(std::chrono::steady_clock::now()) {
     options.validate();
     TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
                 " allowed flags for a vocabulary of ", a.vocab_size);
+    if (options.min_new_tokens > 0) early_ = without_stop_ids(allowed, stop_ids, a.vocab_size);
   }
 
   // The next token of `g` from its row of logits (touching `g` alone: rows run in parallel).
@@ -574,8 +573,8 @@ class StepRules {
   const std::vector<bool>& allowed_;
   const StopCheck& stop_check_;
   bool logprobs_;
-  std::vector<bool> early_;  // the ids a sequence may take before min_new_tokens
   std::chrono::steady_clock::time_point start_;
+  std::vector<bool> early_;  // the ids a sequence may take before min_new_tokens (once `allowed` is checked)
 };
 
 }  // namespace
@@ -1084,16 +1083,21 @@ std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t
 ContinuationScore GenerationSession::score(const std::vector<int64_t>& prompt,
                                            const std::vector<int64_t>& continuation) {
   TITAN_CHECK(!continuation.empty(), "score_continuation: the continuation holds no token");
-  std::vector<int64_t> whole = prompt;
-  whole.insert(whole.end(), continuation.begin(), continuation.end());
-  check_prompts(model_.args(), {whole}, 1);  // ids of the vocabulary; prompt + continuation fit max_seq_len
   TITAN_CHECK(!prompt.empty(),
               "score_continuation: the prompt holds no token (the first token has no context)");
+  // Prompt ids of the vocabulary, and prompt + continuation within max_seq_len (the continuation's
+  // last token is read, never run).
+  check_prompts(model_.args(), {prompt}, int64_t(continuation.size()));
+  const int64_t V = model_.args().vocab_size;
+  for (size_t j = 0; j < continuation.size(); ++j)
+    TITAN_CHECK(continuation[j] >= 0 && continuation[j] < V, "score_continuation: continuation token ", j,
+                " is id ", continuation[j], ", outside the model's vocabulary [0, ", V, ")");
+  std::vector<int64_t> whole = prompt;
+  whole.insert(whole.end(), continuation.begin(), continuation.end());
   // Continuation token j's logits are those after prompt + its first j tokens: positions P - 1 ..
   // P + k - 2 of `whole`, run from the first position the cache does not share (at most P - 1).
   const size_t P = prompt.size(), k = continuation.size();
   const size_t shared = keep_shared(whole, P - 1);
-  const int64_t V = model_.args().vocab_size;
   // At most 256 positions' logits at a time: a long continuation's [k, V] would be gigabytes.
   constexpr size_t kLogitRows = 256;
   ContinuationScore out;
