@@ -88,14 +88,16 @@ void expect_close_ulps(const Tensor& got, const Tensor& want, double ulps, const
 TEST(AdamW, VariantsAreBitIdenticalToReference) {
   // Odd sizes: below one vector, across the masked tail, and above the threading threshold.
   for (int64_t n : {1, 15, 17, 4099, 300007})
-    for (double wd : {0.0, 0.1}) {
-      ops::AdamWConfig c{.lr = 3e-3, .weight_decay = wd};
+    for (const auto& [wd, decoupled] :
+         std::vector<std::pair<double, bool>>{{0.0, true}, {0.1, true}, {0.1, false}}) {
+      ops::AdamWConfig c{.lr = 3e-3, .weight_decay = wd, .decoupled_weight_decay = decoupled};  // false: Adam
       AdamState ref = run_adamw("reference", n, c, 4);
       for (const char* variant : {"default", "portable"})
         for (cpu::KernelIsa tier : cpu_kernel_tiers()) {  // every tier the "default" variant has
           KernelIsaCap cap(tier);
-          const std::string what = std::string(variant) + " (" + cpu::kernel_isa_name(tier) + " cap) n=" +
-                                   std::to_string(n) + " wd=" + std::to_string(wd);
+          const std::string what = std::string(variant) + " (" + cpu::kernel_isa_name(tier) +
+                                   " cap) n=" + std::to_string(n) + " wd=" + std::to_string(wd) +
+                                   (decoupled ? "" : " Adam");
           AdamState got = run_adamw(variant, n, c, 4);
           EXPECT_TRUE(bitwise_equal(got.p, ref.p)) << what << " param";
           EXPECT_TRUE(bitwise_equal(got.m, ref.m)) << what << " exp_avg";
@@ -197,17 +199,22 @@ TEST(AdamW, MatchesTorchOverSeveralSteps) {
       {{.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.0}, 1.0},
       // Huge gradients: (1 - beta2) * g * g overflows f32 for the largest, so v = inf and the update is -0.
       {{.lr = 1e-3, .weight_decay = 0.1}, 1e20},
+      // torch.optim.Adam: weight decay added to the gradient (L2), small and large against it.
+      {{.lr = 1e-3, .weight_decay = 0.1, .decoupled_weight_decay = false}, 1e-2},
+      {{.lr = 3e-2, .beta1 = 0.8, .weight_decay = 30.0, .decoupled_weight_decay = false}, 1.0},
   };
   auto dir = temp_dir("optim_adamw_torch");
-  // One line per case: lr beta1 beta2 eps weight_decay; case k reads p0_k.bin and g_k.bin ([steps, n]).
+  // One line per case: lr beta1 beta2 eps weight_decay decoupled (1: AdamW, 0: Adam); case k reads
+  // p0_k.bin and g_k.bin ([steps, n]).
   const char* script = R"PY(
 import sys, numpy as np, torch
 d, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for k, line in enumerate(open(d + "/cases.txt")):
-    lr, b1, b2, eps, wd = map(float, line.split())
+    lr, b1, b2, eps, wd, decoupled = map(float, line.split())
     p = torch.nn.Parameter(torch.from_numpy(np.fromfile(d + f"/p0_{k}.bin", dtype=np.float32)))
     g = torch.from_numpy(np.fromfile(d + f"/g_{k}.bin", dtype=np.float32)).reshape(steps, n)
-    opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    kind = torch.optim.AdamW if decoupled else torch.optim.Adam
+    opt = kind([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
     for t in range(steps):
         p.grad = g[t].clone()
         opt.step()
@@ -222,7 +229,8 @@ for k, line in enumerate(open(d + "/cases.txt")):
   std::vector<std::vector<Tensor>> grads(cases.size());
   for (size_t k = 0; k < cases.size(); ++k) {
     const ops::AdamWConfig& c = cases[k].c;
-    cases_txt << c.lr << " " << c.beta1 << " " << c.beta2 << " " << c.eps << " " << c.weight_decay << "\n";
+    cases_txt << c.lr << " " << c.beta1 << " " << c.beta2 << " " << c.eps << " " << c.weight_decay << " "
+              << int(c.decoupled_weight_decay) << "\n";
     states.push_back(adam_state(n, 21 + k));
     write_f32(dir / ("p0_" + std::to_string(k) + ".bin"), {states[k].p});
     for (int t = 0; t < steps; ++t) {

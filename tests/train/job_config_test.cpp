@@ -1066,3 +1066,12 @@ TEST(JobConfig, TheCommandLineTakesOneConfig) {
                               &out);
   EXPECT_NE(out.find("args.cpp:"), std::string::npos) << out;
 }
+
+// optimizer.name: torchtitan's two, AdamW and Adam (torch.optim.Adam's L2 weight decay).
+TEST(JobConfig, OptimizerNameIsAdamWOrAdam) {
+  EXPECT_EQ(parse("", {{"optimizer.name", "Adam"}}).optimizer.name, "Adam");
+  EXPECT_EQ(parse("[optimizer]\nname = \"AdamW\"\n", {}).optimizer.name, "AdamW");
+  EXPECT_NE(parse_error("", {{"optimizer.name", "SGD"}})
+                .find("optimizer.name must be one of AdamW, Adam; got 'SGD'"),
+            std::string::npos);
+}

@@ -68,6 +68,7 @@ struct Case {
   bool block_causal = false;  // model.attn_mask_type = "block_causal"
   bool packed = false;        // chat: training.pack_conversations (with block_causal)
   std::string checkpointing = "none";  // activation_checkpoint.mode
+  std::string optimizer = "AdamW";     // optimizer.name: AdamW | Adam (torch.optim.Adam's L2 decay)
 };
 
 qwen3::ModelArgs tiny_args(bool moe) {
@@ -210,7 +211,7 @@ void run_case(const Case& c) {
     if (c.chat) job << "chat_field = \"messages\"\n";
     if (c.packed) job << "pack_conversations = true\n";
     if (c.load_balance == "expert_bias") job << "load_balance_coeff = " << c.load_balance_coeff << "\n";
-    job << "[optimizer]\nname = \"AdamW\"\nlr = " << lr << "\nweight_decay = " << weight_decay
+    job << "[optimizer]\nname = \"" << c.optimizer << "\"\nlr = " << lr << "\nweight_decay = " << weight_decay
         << "\nbeta1 = " << beta1 << "\nbeta2 = " << beta2 << "\neps = " << eps << "\n"
         << "[lr_scheduler]\nwarmup_steps = " << warmup << "\ndecay_type = \"" << c.decay_type
         << "\"\nmin_lr_factor = 0.1\ndecay_ratio = " << c.decay_ratio << "\n"
@@ -242,6 +243,7 @@ void run_case(const Case& c) {
       {"beta2", beta2},
       {"eps", eps},
       {"weight_decay", weight_decay},
+      {"optimizer", c.optimizer},
       {"max_norm", c.max_norm},
       {"load_balance", c.load_balance},
       {"load_balance_coeff", c.load_balance_coeff},
@@ -341,9 +343,12 @@ void run_case(const Case& c) {
 
 }  // namespace
 
-// Dense, tied embedding, 2 micro-batches per step, linear decay after warmup.
-TEST(Trajectory, DenseTrainingFollowsPyTorchStepByStep) {
-  run_case({"dense", tiny_args(false), 10, 32, 2, 4, 25, "linear", -1, 0.5});
+// Dense, tied embedding, 2 micro-batches per step, linear decay after warmup; torch.optim.Adam
+// (optimizer.name = "Adam": the weight decay an L2 term of the gradient; the other cases run AdamW).
+TEST(Trajectory, DenseTrainingWithAdamFollowsPyTorchStepByStep) {
+  Case c{"dense", tiny_args(false), 10, 32, 2, 4, 25, "linear", -1, 0.5};
+  c.optimizer = "Adam";
+  run_case(c);
 }
 
 // MoE balanced by torchtitan's expert bias (the aux loss a diagnostic), 2 micro-batches whose loads

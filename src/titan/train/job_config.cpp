@@ -90,7 +90,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, deterministic),
       TITAN_KEY(training, load_balance, "aux_loss", "expert_bias"),
       TITAN_KEY(training, load_balance_coeff),
-      TITAN_KEY(optimizer, name, "AdamW"),
+      TITAN_KEY(optimizer, name, "AdamW", "Adam"),
       TITAN_KEY(optimizer, lr),
       TITAN_KEY(optimizer, beta1),
       TITAN_KEY(optimizer, beta2),

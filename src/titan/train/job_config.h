@@ -72,7 +72,7 @@ struct TrainingSection {
 };
 
 struct OptimizerSection {
-  std::string name = "AdamW";
+  std::string name = "AdamW";  // AdamW (decoupled weight decay) | Adam (weight decay as an L2 term)
   double lr = 8e-4;
   double beta1 = 0.9, beta2 = 0.95;
   double eps = 1e-8;

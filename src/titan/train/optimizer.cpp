@@ -6,7 +6,9 @@ namespace titan::train {
 
 AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks,
              const dist::ParallelPlan& plan)
-    : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay} {
+    : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.name == "AdamW"} {
+  TITAN_CHECK(c.name == "AdamW" || c.name == "Adam", "optimizer.name = ", c.name,
+              ": titan has AdamW and Adam");
   ops::validate(config_);
   for (auto& b : blocks) {
     if (!b.trainable()) {  // an inference model's block: nothing to update, no moments

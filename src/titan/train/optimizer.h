@@ -14,6 +14,8 @@
 
 namespace titan::train {
 
+// torch.optim.AdamW over the blocks' flat buffers, or torch.optim.Adam (optimizer.name = "Adam": the
+// same moments, weight decay added to the gradient as an L2 term instead of decoupled).
 class AdamW {
  public:
   // Errors name the optimizer field that breaks torch.optim.AdamW's rules.

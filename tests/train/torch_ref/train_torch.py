@@ -44,7 +44,8 @@ What each part follows (written from the upstream code's semantics, not from tit
   has as many, torchtitan's mean / accumulation), plus the aux term / accumulation, back-propagated;
   the logged loss the step's mean cross-entropy plus the aux term's mean; torch.nn.utils.clip_grad_norm_'s rule (the norm before clipping is
   logged), with the norm summed in f64 (see clip_grad_norm);
-  torch.optim.AdamW over every parameter (torchtitan decays all of them); LambdaLR with
+  torch.optim.AdamW (or Adam, spec "optimizer") over every parameter (torchtitan decays all of
+  them); LambdaLR with
   torchtitan's linear_warmup_stable_decay, stepped after the optimizer.
 - expert bias: torchtitan's MoE (moe.py): the bias is added to the router's scores for choosing
   the top-k only, the gate weights are the unbiased probabilities; its optimizer pre-step hook
@@ -238,8 +239,9 @@ def main():
     def P(key):
         return params[key]
 
-    optimizer = torch.optim.AdamW([params[k] for k in names], lr=spec["lr"], betas=(spec["beta1"], spec["beta2"]),
-                                  eps=spec["eps"], weight_decay=spec["weight_decay"], foreach=False)
+    kind = {"AdamW": torch.optim.AdamW, "Adam": torch.optim.Adam}[spec.get("optimizer", "AdamW")]
+    optimizer = kind([params[k] for k in names], lr=spec["lr"], betas=(spec["beta1"], spec["beta2"]),
+                     eps=spec["eps"], weight_decay=spec["weight_decay"], foreach=False)
     warmup, stable, decay = schedule_lengths(spec["steps"], spec["warmup_steps"], spec["decay_ratio"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, warmup, stable, decay, spec["decay_type"], spec["min_lr_factor"]))

@@ -45,7 +45,7 @@ void parallel_chunks(int64_t n, F&& body) {
 }
 
 struct AdamWConsts {
-  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
+  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale, l2;
   explicit AdamWConsts(const AdamWScalars& s)
       : decay(float(s.decay)),
         b1(float(s.beta1)),
@@ -55,13 +55,15 @@ struct AdamWConsts {
         neg_lr(float(s.neg_step_size)),
         bc2(float(s.bias_correction2_sqrt)),
         eps(float(s.eps)),
-        scale(float(s.grad_scale)) {}
+        scale(float(s.grad_scale)),
+        l2(float(s.l2)) {}
 };
 
 void adamw_portable_range(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
                           const AdamWConsts& c) {
   for (int64_t i = begin; i < end; ++i) {
-    const float gi = g[i] * c.scale;
+    float gi = g[i] * c.scale;
+    if (c.l2 != 0) gi = std::fma(p[i], c.l2, gi);  // Adam's L2 term (a uniform branch)
     float pi = p[i] * c.decay;
     float mi = std::fma(gi, c.omb1, m[i] * c.b1);
     float vi = std::fma(c.omb2 * gi, gi, v[i] * c.b2);
@@ -92,9 +94,10 @@ double norm_portable_block(const float* g, int64_t n) {
 TITAN_AVX512 inline void adamw16(float* p, const float* g, float* m, float* v, __mmask16 k,
                                  const AdamWConsts& c) {
   // The clip factor, rounded on its own like the separate in-place scaling it replaces.
-  const __m512 gv = _mm512_mul_round_ps(_mm512_maskz_loadu_ps(k, g), _mm512_set1_ps(c.scale),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 gv = _mm512_mul_round_ps(_mm512_maskz_loadu_ps(k, g), _mm512_set1_ps(c.scale),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 pv = _mm512_maskz_loadu_ps(k, p), mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v);
+  if (c.l2 != 0) gv = _mm512_fmadd_ps(pv, _mm512_set1_ps(c.l2), gv);  // Adam's L2 term
   // Rounded on its own, as torch's separate mul_: GCC would fuse a plain mul with the final add.
   pv = _mm512_mul_round_ps(pv, _mm512_set1_ps(c.decay), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   mv = _mm512_fmadd_ps(gv, _mm512_set1_ps(c.omb1), _mm512_mul_ps(mv, _mm512_set1_ps(c.b1)));
@@ -157,8 +160,9 @@ TITAN_AVX2 inline void adamw8(float* p, const float* g, float* m, float* v, __m2
     else
       _mm256_storeu_ps(x, y);
   };
-  const __m256 gv = _mm256_mul_ps(load(g), _mm256_set1_ps(c.scale));
+  __m256 gv = _mm256_mul_ps(load(g), _mm256_set1_ps(c.scale));
   __m256 pv = load(p), mv = load(m), vv = load(v);
+  if (c.l2 != 0) gv = _mm256_fmadd_ps(pv, _mm256_set1_ps(c.l2), gv);  // Adam's L2 term
   pv = _mm256_mul_ps(pv, _mm256_set1_ps(c.decay));
   mv = _mm256_fmadd_ps(gv, _mm256_set1_ps(c.omb1), _mm256_mul_ps(mv, _mm256_set1_ps(c.b1)));
   vv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(c.omb2), gv), gv, _mm256_mul_ps(vv, _mm256_set1_ps(c.b2)));

@@ -1,5 +1,6 @@
 // The optimizer kernels on CUDA (f32 flat buffers):
-//   adamw:     one grid-stride pass over param, grad, exp_avg, exp_avg_sq with the reference's exact
+//   adamw:     (and Adam's L2 decay) one grid-stride pass over param, grad, exp_avg, exp_avg_sq with the
+//   reference's exact
 //              f32 operations (optim.h): fused multiply-adds exactly where the reference has
 //              std::fma, every other product and sum rounded on its own (__fmul_rn / __fadd_rn keep
 //              the compiler from contracting them), IEEE sqrt and division. The result is
@@ -19,14 +20,15 @@ namespace {
 using namespace cuda;  // the CUDA backend's shared helpers (backend/cuda/common.cuh)
 
 struct AdamWF32 {
-  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale;
+  float decay, b1, omb1, b2, omb2, neg_lr, bc2, eps, scale, l2;
 };
 
 __global__ void adamw_kernel(int64_t n, float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, AdamWF32 s) {
 #pragma unroll 4
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = __fmul_rn(g[i], s.scale);
+    float gi = __fmul_rn(g[i], s.scale);
+    if (s.l2 != 0.f) gi = fmaf(p[i], s.l2, gi);  // Adam's L2 term, from p before the step
     const float pi = __fmul_rn(p[i], s.decay);
     const float mi = fmaf(gi, s.omb1, __fmul_rn(m[i], s.b1));
     const float vi = fmaf(__fmul_rn(s.omb2, gi), gi, __fmul_rn(v[i], s.b2));
@@ -40,8 +42,16 @@ __global__ void adamw_kernel(int64_t n, float* __restrict__ p, const float* __re
 void adamw_step(const KernelContext& ctx, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                 const AdamWScalars& s) {
   if (n == 0) return;
-  const AdamWF32 f{float(s.decay), float(s.beta1), float(s.one_minus_beta1), float(s.beta2), float(s.one_minus_beta2),
-                   float(s.neg_step_size), float(s.bias_correction2_sqrt), float(s.eps), float(s.grad_scale)};
+  const AdamWF32 f{float(s.decay),
+                   float(s.beta1),
+                   float(s.one_minus_beta1),
+                   float(s.beta2),
+                   float(s.one_minus_beta2),
+                   float(s.neg_step_size),
+                   float(s.bias_correction2_sqrt),
+                   float(s.eps),
+                   float(s.grad_scale),
+                   float(s.l2)};
   launch_grid_stride(ctx, "adamw_kernel", n, adamw_kernel, n, static_cast<float*>(param),
                      static_cast<const float*>(grad), static_cast<float*>(exp_avg), static_cast<float*>(exp_avg_sq),
                      f);

@@ -52,7 +52,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   check_buffer("exp_avg_sq", exp_avg_sq, param);
 
   AdamWScalars s;
-  s.decay = 1.0 - c.lr * c.weight_decay;
+  s.decay = c.decoupled_weight_decay ? 1.0 - c.lr * c.weight_decay : 1.0;
+  s.l2 = c.decoupled_weight_decay ? 0.0 : c.weight_decay;
   s.beta1 = c.beta1;
   s.one_minus_beta1 = 1.0 - c.beta1;
   s.beta2 = c.beta2;

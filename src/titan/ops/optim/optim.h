@@ -8,6 +8,9 @@
 //   m  = fma(g, 1 - beta1, m * beta1)
 //   v  = fma((1 - beta2) * g, g, v * beta2)
 //   p  = p + (-lr / (1 - beta1^t) * m) / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// or, with decoupled_weight_decay false, torch.optim.Adam, whose weight decay is an L2 term added to
+// the gradient before the moments instead (p is not scaled):
+//   g  = fma(p, weight_decay, g)                          (torch's grad.add(param, alpha=weight_decay))
 // with the scalars computed in f64 and rounded to f32 once, as PyTorch does with Python floats. The
 // fused multiply-adds are where PyTorch's vectorised CPU kernels fuse, so the f32 result is
 // bit-identical to torch 1.13 on AVX2/AVX-512 hosts (tests/ops/optim_test.cpp checks).
@@ -35,6 +38,8 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // true: AdamW's decoupled decay; false: Adam's L2 term (torchtitan's optimizer.name = "Adam").
+  bool decoupled_weight_decay = true;
 };
 
 // Throws titan::Error naming the field when lr < 0, eps < 0, weight_decay < 0, a beta outside
@@ -78,6 +83,7 @@ struct AdamWScalars {
   double bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   double eps;
   double grad_scale = 1.0;  // each gradient element is multiplied by this (in its type) when read
+  double l2 = 0;            // Adam: then g = fma(p, l2, g) (decay is 1); 0 for AdamW
 };
 
 // Kernels over n contiguous elements of the op's dtype (f32 or f64).

@@ -20,9 +20,10 @@ void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* g
   T *m = static_cast<T*>(mv), *v = static_cast<T*>(vv);
   const T decay = T(s.decay), b1 = T(s.beta1), omb1 = T(s.one_minus_beta1), b2 = T(s.beta2),
           omb2 = T(s.one_minus_beta2), neg_lr = T(s.neg_step_size), bc2 = T(s.bias_correction2_sqrt),
-          eps = T(s.eps), scale = T(s.grad_scale);
+          eps = T(s.eps), scale = T(s.grad_scale), l2 = T(s.l2);
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = g[i] * scale;
+    T gi = g[i] * scale;
+    if (l2 != 0) gi = std::fma(p[i], l2, gi);  // Adam: the L2 term, from p before the step
     T pi = p[i] * decay;
     T mi = std::fma(gi, omb1, m[i] * b1);
     T vi = std::fma(omb2 * gi, gi, v[i] * b2);

@@ -20,7 +20,8 @@ TITAN_REGISTER_OP_SPEC(adamw,
                         {},
                         [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                           const int64_t n = s[0];
-                          // Three steps from non-zero moments, each with its own gradient.
+                          // Three AdamW steps from non-zero moments, each with its own gradient, then
+                          // an Adam step (weight decay as an L2 term) with the last one.
                           return ParityCase{
                               {spec_uniform({n}, dt, seed), spec_uniform({n}, dt, seed + 1, -1e-2, 1e-2),
                                spec_uniform({n}, dt, seed + 2, 0, 1e-4), spec_uniform({n}, dt, seed + 3),
@@ -31,6 +32,9 @@ TITAN_REGISTER_OP_SPEC(adamw,
                                 Tensor p = in[0], m = in[1], v = in[2];
                                 for (int64_t t = 1; t <= 3; ++t)
                                   ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t);
+                                ops::AdamWConfig adam;
+                                adam.decoupled_weight_decay = false;
+                                ops::adamw_step(p, in[5], m, v, adam, 4);
                                 return std::vector<Tensor>{p, m, v};
                               },
                               {"param", "exp_avg", "exp_avg_sq"}};
