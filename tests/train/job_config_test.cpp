@@ -703,7 +703,8 @@ void expect_one_note_per_torchtitan_key(const std::filesystem::path& file, const
            (key.rfind("validation.", 0) == 0 && key != "validation.enable" && !c.validation.enable) ||
            ((key == "profiling.save_traces_folder" || key == "profiling.profile_freq" ||
              key == "profiling.profiler_active") &&
-            !c.profiling.enable_profiling);
+            !c.profiling.enable_profiling) ||
+           (key == "metrics.save_tb_folder" && !c.metrics.enable_tensorboard);
   };
   size_t noted = 0;
   for (auto& key : keys) {
@@ -883,7 +884,6 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
        {"command line", "exclude_from_loading names \"train_state\"", "checkpoint.initial_load_path"}},
       {"[experimental]\ncustom_import = \"my.module\"\n", {}, {"experimental.custom_import", "Python"}},
       {"[debug]\nmoe_force_load_balance = true\n", {}, {"debug.moe_force_load_balance"}},
-      {"[metrics]\nsave_tb_folder = \"board\"\n", {}, {"metrics.save_tb_folder = board", "<dump_folder>/tb"}},
       {"[model]\nattn_mask_type = \"document\"\n",
        {},
        {"model.attn_mask_type must be one of causal, block_causal"}},
@@ -1074,4 +1074,22 @@ TEST(JobConfig, OptimizerNameIsAdamWOrAdam) {
   EXPECT_NE(parse_error("", {{"optimizer.name", "SGD"}})
                 .find("optimizer.name must be one of AdamW, Adam; got 'SGD'"),
             std::string::npos);
+}
+
+// metrics.save_tb_folder: the TensorBoard folder under job.dump_folder (torchtitan's key), a folder of
+// its own; without TensorBoard it has no effect, and a note says so.
+TEST(JobConfig, SaveTbFolderIsAFolderOfItsOwnUnderTheDumpFolder) {
+  EXPECT_EQ(validate_error("[metrics]\nenable_tensorboard = true\nsave_tb_folder = \"tb/run2\"\n"), "");
+  EXPECT_NE(validate_error("[metrics]\nenable_tensorboard = true\nsave_tb_folder = \"\"\n")
+                .find("metrics.save_tb_folder must not be empty"),
+            std::string::npos);
+  EXPECT_NE(validate_error("[metrics]\nenable_tensorboard = true\nsave_tb_folder = \"./\"\n")
+                .find("metrics.save_tb_folder = ./: the events need a folder of their own"),
+            std::string::npos);
+  const JobConfig off = parse("[metrics]\nsave_tb_folder = \"board\"\n", {});
+  ASSERT_EQ(off.notes.size(), 1u);
+  EXPECT_NE(
+      off.notes[0].find("metrics.save_tb_folder = board: no effect, metrics.enable_tensorboard = false"),
+      std::string::npos)
+      << off.notes[0];
 }

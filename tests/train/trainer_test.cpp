@@ -184,7 +184,8 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
                                                    {"checkpoint.interval", "100"},
                                                    {"checkpoint.enable_first_step_checkpoint", "true"},
                                                    {"checkpoint.last_save_in_hf", "true"},
-                                                   {"metrics.enable_tensorboard", "true"}}));
+                                                   {"metrics.enable_tensorboard", "true"},
+                                                   {"metrics.save_tb_folder", "tb/run1"}}));
   EXPECT_EQ(s.steps_run, steps);
   // Saved after step 1 (enable_first_step_checkpoint) and at the end; the interval never came.
   EXPECT_EQ(CheckpointManager(dump / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{1, steps}));
@@ -217,10 +218,11 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   EXPECT_LT(last_loss, first_loss - 0.5) << "loss did not fall: " << first_loss << " -> " << last_loss;
   EXPECT_EQ(s.final_loss, last_loss);
 
-  // TensorBoard: every record's masked CRC32C is valid and the scalars are the logged values.
-  ASSERT_TRUE(fs::is_directory(dump / "tb"));
+  // TensorBoard, in metrics.save_tb_folder under the dump folder: every record's masked CRC32C is
+  // valid and the scalars are the logged values.
+  ASSERT_TRUE(fs::is_directory(dump / "tb" / "run1"));
   std::vector<fs::path> events;
-  for (auto& e : fs::directory_iterator(dump / "tb"))
+  for (auto& e : fs::directory_iterator(dump / "tb" / "run1"))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events.push_back(e.path());
   ASSERT_EQ(events.size(), 1u);
   int n_records = 0;

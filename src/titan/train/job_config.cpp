@@ -123,6 +123,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(activation_checkpoint, selective_ac_option),
       TITAN_KEY(metrics, log_freq),
       TITAN_KEY(metrics, enable_tensorboard),
+      TITAN_KEY(metrics, save_tb_folder),
       TITAN_KEY(metrics, peak_tflops),
       TITAN_KEY(validation, enable),
       TITAN_KEY(validation, dataset),
@@ -647,6 +648,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     for (const char* key : {"validation.dataset", "validation.dataset_path", "validation.freq",
                             "validation.steps", "validation.local_batch_size", "validation.seq_len"})
       moot(key, "validation.enable = false");
+  if (!c.metrics.enable_tensorboard) moot("metrics.save_tb_folder", "metrics.enable_tensorboard = false");
   if (!c.profiling.enable_profiling)
     for (const char* key :
          {"profiling.save_traces_folder", "profiling.profile_freq", "profiling.profiler_active"})
@@ -783,6 +785,12 @@ void JobConfig::validate_values(int world_size) const {
                 ": the profiled steps are the last profiler_active of every profile_freq");
     TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
   }
+  TITAN_CHECK(!metrics.save_tb_folder.empty(), "metrics.save_tb_folder must not be empty");
+  TITAN_CHECK(
+      std::filesystem::path(metrics.save_tb_folder).lexically_normal() != ".",
+      "metrics.save_tb_folder = ", metrics.save_tb_folder,
+      ": the events need a folder of their own under job.dump_folder (metrics.jsonl and the checkpoints are "
+      "there)");
   TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.load_step >= 1,
               "checkpoint.load_step must be -1 (the newest checkpoint) or a step >= 1, got ",
               checkpoint.load_step);

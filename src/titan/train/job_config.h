@@ -144,6 +144,7 @@ int64_t selective_ac_every(const std::string& option, const std::string& where =
 struct MetricsSection {
   int64_t log_freq = 1;
   bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";  // the TensorBoard events' folder, under job.dump_folder (torchtitan's)
   double peak_tflops = 0;  // 0: the device's own (the CPU's measured clock x FLOP/cycle; a GPU's service)
 };
 

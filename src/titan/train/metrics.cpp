@@ -249,19 +249,21 @@ void StepMeter::log_unlogged_step() {
 
 double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_; }
 
-void MetricsLogger::check_outputs(const fs::path& dump, bool tensorboard) {
+void MetricsLogger::check_outputs(const fs::path& dump, const fs::path& tensorboard) {
   std::error_code ec;
   const fs::file_type jsonl = fs::status(dump / "metrics.jsonl", ec).type();
   TITAN_CHECK(jsonl != fs::file_type::directory, "job.dump_folder: '", (dump / "metrics.jsonl").string(),
               "' is a folder: the run appends its metrics to a file of that name");
-  const fs::file_type tb = fs::status(dump / "tb", ec).type();
+  const fs::file_type tb = fs::status(tensorboard, ec).type();
   TITAN_CHECK(
-      !tensorboard || tb == fs::file_type::not_found || tb == fs::file_type::directory,
-      "metrics.enable_tensorboard: '", (dump / "tb").string(),
-      "' is not a folder: the TensorBoard events go there (move it, or set enable_tensorboard = false)");
+      tensorboard.empty() || tb == fs::file_type::not_found || tb == fs::file_type::directory,
+      "metrics.enable_tensorboard: '", tensorboard.string(),
+      "' is not a folder: the TensorBoard events go there (move it, set metrics.save_tb_folder, or set "
+      "enable_tensorboard = false)");
 }
 
-MetricsLogger::MetricsLogger(const fs::path& dump, bool tensorboard, bool is_logging_rank) : enabled_(is_logging_rank) {
+MetricsLogger::MetricsLogger(const fs::path& dump, const fs::path& tensorboard, bool is_logging_rank)
+    : enabled_(is_logging_rank) {
   if (!enabled_) return;
   fs::create_directories(dump);
   jsonl_path_ = dump / "metrics.jsonl";
@@ -269,7 +271,7 @@ MetricsLogger::MetricsLogger(const fs::path& dump, bool tensorboard, bool is_log
   jsonl_.open(jsonl_path_, std::ios::app);
   TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
               "': ", errno ? std::strerror(errno) : "?");
-  if (tensorboard) tb_ = std::make_unique<TensorBoardWriter>(dump / "tb");
+  if (!tensorboard.empty()) tb_ = std::make_unique<TensorBoardWriter>(tensorboard);
 }
 
 void MetricsLogger::log(const StepMetrics& m) {

@@ -64,10 +64,13 @@ uint32_t crc32c(const void* data, size_t n);
 
 class MetricsLogger {
  public:
-  // Before anything is built: a metrics.jsonl that is a folder, or a tb that is not one, in
-  // the dump folder is an error naming the key (the logger opens them only after the weights).
-  static void check_outputs(const std::filesystem::path& dump_folder, bool tensorboard);
-  MetricsLogger(const std::filesystem::path& dump_folder, bool tensorboard, bool is_logging_rank);
+  // Before anything is built: a metrics.jsonl that is a folder in the dump folder, or a TensorBoard
+  // folder (`tensorboard`, empty: none) that is not one, is an error naming the key (the logger opens
+  // them only after the weights).
+  static void check_outputs(const std::filesystem::path& dump_folder,
+                            const std::filesystem::path& tensorboard);
+  MetricsLogger(const std::filesystem::path& dump_folder, const std::filesystem::path& tensorboard,
+                bool is_logging_rank);
   void log(const StepMetrics& m);
   // "" while every record was written; else which file stopped taking records at which step and
   // why (a full disk, say). The run goes on: its checkpoints are what must not be lost.

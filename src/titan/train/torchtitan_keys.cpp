@@ -66,8 +66,7 @@ const std::vector<KeyGroup> kGroups = {
     off_only("false", kMemorySnapshot, {"profiling.enable_memory_snapshot"}),
     ignored(kMemorySnapshot, {"profiling.save_memory_snapshot_folder"}),
     // [metrics]
-    native({"metrics.log_freq", "metrics.enable_tensorboard"}),
-    off_only("tb", "titan writes TensorBoard events to <dump_folder>/tb", {"metrics.save_tb_folder"}),
+    native({"metrics.log_freq", "metrics.enable_tensorboard", "metrics.save_tb_folder"}),
     ignored("titan's log has no colours",
             {"metrics.disable_color_printing", "metrics.enable_color_printing"}),
     off_only("true", "titan logs metrics from rank 0 only", {"metrics.rank_0_only"}),

@@ -191,7 +191,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "nothing to resume)",
         key.c_str(), long(*checkpointer.resume_step()), checkpointer.folder().c_str());
   }
-  MetricsLogger::check_outputs(cfg.job.dump_folder, cfg.metrics.enable_tensorboard);
+  // TensorBoard's events: <dump_folder>/<save_tb_folder> (torchtitan's layout), or none.
+  const std::filesystem::path tensorboard =
+      cfg.metrics.enable_tensorboard ? std::filesystem::path(cfg.job.dump_folder) / cfg.metrics.save_tb_folder
+                                     : std::filesystem::path();
+  MetricsLogger::check_outputs(cfg.job.dump_folder, tensorboard);
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
@@ -247,7 +251,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   }
 
   // ---- the loop
-  MetricsLogger logger(cfg.job.dump_folder, cfg.metrics.enable_tensorboard, plan.is_logging_rank());
+  MetricsLogger logger(cfg.job.dump_folder, tensorboard, plan.is_logging_rank());
   if (plan.is_logging_rank()) {
     // What `titan report` shows beside the curves: the run's config in effect and where it ran.
     nlohmann::json info = {{"description", cfg.job.description},
