@@ -1379,6 +1379,42 @@ TEST(Sampler, InfiniteLogitsAreCertainOrEvenNeverNaN) {
   for (int64_t id = 0; id < 4; ++id) EXPECT_NEAR(f[id], 0.25, 0.015) << id;
 }
 
+// The log-probability --logprobs and scoring report: the f64 log-softmax of the logits within 1e-6
+// (f32 exponentials on vectors), over a vocabulary of every size the vector loops cut differently,
+// with NaN logits left out (their own -inf) and -inf ones; a +inf logit takes the mass.
+TEST(Sampler, TokenLogProbabilityIsTheLogSoftmax) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.f, 4.f);
+  for (const size_t V : {size_t(1), size_t(7), size_t(255), size_t(256), size_t(257), size_t(151936)}) {
+    std::vector<float> logits(V);
+    for (float& l : logits) l = normal(rng);
+    if (V > 10) {
+      logits[3] = nan;
+      logits[5] = -inf;
+    }
+    double top = -std::numeric_limits<double>::infinity(), z = 0;
+    for (float l : logits)
+      if (!std::isnan(l)) top = std::max(top, double(l));
+    for (float l : logits)
+      if (!std::isnan(l)) z += std::exp(double(l) - top);
+    for (size_t id = 0; id < V; id += std::max<size_t>(1, V / 50)) {
+      const double want = std::isnan(logits[id]) ? -std::numeric_limits<double>::infinity()
+                                                 : double(logits[id]) - top - std::log(z);
+      const double got = token_log_probability(logits, int64_t(id));
+      if (std::isinf(want))
+        EXPECT_EQ(got, want) << "V " << V << " id " << id;
+      else
+        EXPECT_NEAR(got, want, 1e-6) << "V " << V << " id " << id;
+    }
+  }
+  EXPECT_EQ(token_log_probability(std::vector<float>{0.5f, inf, -1.f}, 1), 0.0);
+  EXPECT_EQ(token_log_probability(std::vector<float>{0.5f, inf, -1.f}, 0), -inf);
+  EXPECT_NEAR(token_log_probability(std::vector<float>{inf, 1.f, inf}, 2), -std::log(2.0), 1e-15);
+  EXPECT_NEAR(token_log_probability(std::vector<float>{-inf, -inf, -inf, -inf}, 1), -std::log(4.0), 1e-15);
+  EXPECT_THROW(token_log_probability(std::vector<float>{1.f}, 1), Error);
+}
+
 TEST(Sampler, TheSameSeedGivesTheSameDrawsAndAnotherSeedOthers) {
   std::vector<float> logits(64);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i)));

@@ -278,6 +278,12 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   return out;
 }
 
+double token_log_probability(std::span<const float> logits, int64_t id) {
+  TITAN_CHECK(id >= 0 && size_t(id) < logits.size(), "token_log_probability: id ", id, " outside [0, ",
+              logits.size(), ")");
+  return log_probability<float>(logits, id);
+}
+
 std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t n, int64_t vocab) {
   // transformers' NoRepeatNGramLogitsProcessor: the ids that followed the sequence's last n-1 ids
   // wherever those n-1 ids occurred before (with n = 1, every id of the sequence).
@@ -583,7 +589,7 @@ class StepRules {
   int64_t choose(Growing& g, std::span<const float> logits) const {
     const bool too_early = int64_t(g.out.ids.size()) < options_.min_new_tokens;
     const int64_t id = pick_next_token(logits, options_, g.rng, too_early ? early_ : allowed_, g.sequence);
-    if (logprobs_) g.out.logprobs.push_back(log_probability<float>(logits, id));
+    if (logprobs_) g.out.logprobs.push_back(token_log_probability(logits, id));
     return id;
   }
 

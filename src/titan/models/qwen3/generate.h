@@ -118,6 +118,12 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
                                                                 const std::vector<bool>& allowed = {},
                                                                 std::span<const int64_t> sequence = {});
 
+// log softmax(logits)[id] over the logits that are not NaN (a NaN one's is -inf; a +inf logit takes
+// the mass, shared among those that hold it; every logit -inf shares it evenly): the model's own
+// log-probability of `id` before any processor, as --logprobs and scoring report it. f32 exponentials
+// on vectors, about 1e-7 relative of the f64 value.
+double token_log_probability(std::span<const float> logits, int64_t id);
+
 // transformers' no_repeat_ngram_size rule: flags over the vocabulary for the ids that would complete
 // an n-gram already in `sequence` (empty when none can: n = 0, or a sequence shorter than n - 1).
 std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t n, int64_t vocab);
