@@ -912,6 +912,8 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
            {"--interactive --prompt hi",
             "give one of --prompt, --prompt-ids, --prompts-file and --interactive, not more"},
            {"--interactive --num-beams 2 --temperature 0", "--num-beams 2: --interactive streams each reply"},
+           {"--interactive --length-penalty 2",
+            "--length-penalty shapes beam search; --interactive streams its replies"},
            {"--interactive --num-return-sequences 2 --temperature 1",
             "--num-return-sequences 2: --interactive gives one reply a turn"}}) {
     r = titan(model + args + " < " + input.string());

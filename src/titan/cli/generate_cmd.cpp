@@ -997,8 +997,9 @@ int generate_main(int argc, char** argv) {
                  (long long)beams.num_return_sequences, beams.num_return_sequences == 1 ? "" : "s each");
   } else {
     for (const char* flag : {"length-penalty", "early-stopping"})
-      TITAN_CHECK(!p.has(flag), "titan generate: --", flag,
-                  " shapes beam search; add --num-beams N (N >= 2)");
+      TITAN_CHECK(!p.has(flag), "titan generate: --", flag, " shapes beam search; ",
+                  interactive ? "--interactive streams its replies and searches no beams"
+                              : "add --num-beams N (N >= 2)");
   }
   if (!sampling_given && defaults.samples) {
     sampling.temperature = defaults.sampling.temperature;
