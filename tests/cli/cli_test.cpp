@@ -760,6 +760,22 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
                           "<|im_start|>assistant\n"))
       conversation.push_back(id);
     EXPECT_EQ(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<int64_t>>(), conversation) << line;
+    // "continue_final_message": the final assistant message is left open for the model to go on
+    // with (transformers' continue_final_message: cut after its content, stripped), not a new turn.
+    {
+      std::ofstream(file, std::ios::trunc)
+          << "{\"messages\": [{\"role\": \"user\", \"content\": \"Name a colour.\"}, {\"role\": "
+             "\"assistant\", \"content\": \"The colour is \"}], \"continue_final_message\": true}\n";
+      const Outcome open = titan("generate --model-path " + dir.string() +
+                                 " --max-new-tokens 2 --chat --prompts-file " + file.string());
+      ASSERT_EQ(open.rc, 0) << open.err;
+      std::vector<int64_t> continued;
+      for (int32_t id : tokenizer.encode("<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
+                                         "<think>\n\n</think>\n\nThe colour is"))
+        continued.push_back(id);
+      EXPECT_EQ(nlohmann::json::parse(open.out).at("prompt_ids").get<std::vector<int64_t>>(), continued)
+          << open.out;
+    }
     const std::string base =
         "generate --model-path " + dir.string() + " --max-new-tokens 2 --prompts-file " + file.string();
     const std::string user = "{\"role\": \"user\", \"content\": \"x\"}";
@@ -774,7 +790,14 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
              {"{\"messages\": []}\n", " --chat", "line 1: \"messages\" must be a non-empty array"},
              {"{\"messages\": [" + user + ", {\"role\": \"narrator\", \"content\": \"y\"}]}\n", " --chat",
               file.string() +
-                  " line 1: message 1: role 'narrator' is not one of system, user, assistant, tool"}}) {
+                  " line 1: message 1: role 'narrator' is not one of system, user, assistant, tool"},
+             {"{\"prompt\": \"x\", \"continue_final_message\": true}\n", " --chat",
+              "line 1: \"continue_final_message\" goes with a conversation's \"messages\""},
+             {"{\"messages\": [" + user + "], \"continue_final_message\": 1}\n", " --chat",
+              "line 1: \"continue_final_message\" must be true or false"},
+             {"{\"messages\": [" + user + ", {\"role\": \"assistant\", \"content\": \"y\"}, " + user +
+                  "], \"continue_final_message\": true}\n",
+              " --chat", "line 1: message 2: continue_final_message continues the assistant's message"}}) {
       std::ofstream(file, std::ios::trunc) << text;
       r = titan(base + args);
       EXPECT_EQ(r.rc, 1) << text;

@@ -246,7 +246,13 @@ const char* kCases = R"JSON([
   {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "No thinking"}],
    "add_generation_prompt": true, "enable_thinking": false},
   {"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>r</think>A1"},
-                {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "enable_thinking": true}
+                {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "enable_thinking": true},
+  {"messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is "}],
+   "continue_final_message": true},
+  {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q1"},
+                {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"},
+                {"role": "assistant", "content": "\n{\"answer\": ", "reasoning_content": "think first"}],
+   "continue_final_message": true}
 ])JSON";
 
 }  // namespace
@@ -274,9 +280,10 @@ TEST(ChatTemplate, RendersWhatTransformersJinjaRenders) {
     const std::string want = rendered[i].get<std::string>();
     std::string got;
     const std::string err = error_of([&] {
-      got = concat(
-          render_qwen3_chat(c["messages"], c.value("tools", ojson()),
-                            {c.value("add_generation_prompt", false), c.value("enable_thinking", true)}));
+      got =
+          concat(render_qwen3_chat(c["messages"], c.value("tools", ojson()),
+                                   {c.value("add_generation_prompt", false), c.value("enable_thinking", true),
+                                    c.value("continue_final_message", false)}));
     });
     EXPECT_EQ(err, "") << "case " << i << " throws; Jinja renders " << ojson(want).dump();
     if (!err.empty()) continue;
@@ -481,6 +488,30 @@ TEST(ChatTemplate, BadConversationsNameTheMessageAndField) {
     for (const auto& w : c.words)
       EXPECT_NE(err.find(w), std::string::npos) << "case " << i << " (" << w << "): " << err;
   }
+  // continue_final_message: the final message must be the assistant's text, found in the rendering
+  // (transformers raises a ValueError for a content the template rewrote, as here its <think> part).
+  const titan::data::ChatPrompt open{false, true, true};
+  for (
+      const auto& [messages, words] : std::vector<std::pair<const char*, std::vector<std::string>>>{
+          {R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, {"role": "user", "content": "z"}])",
+           {"message 2", "the final one is the user's"}},
+          {R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": " \n"}])",
+           {"message 1", "the content is empty"}},
+          {R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>hidden</think>\n\nshown"}])",
+           {"message 1", "not in the rendered conversation"}},
+          {R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "tool_calls": [{"name": "f", "arguments": {}}]}])",
+           {"message 1", "tool calls"}}}) {
+    const std::string err = error_of([&] { render_qwen3_chat(ojson::parse(messages), nullptr, open); });
+    for (const auto& w : words)
+      EXPECT_NE(err.find(w), std::string::npos) << messages << " (" << w << "): " << err;
+  }
+  EXPECT_NE(
+      error_of([&] {
+        render_qwen3_chat(
+            ojson::parse(R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}])"),
+            nullptr, {true, true, true});
+      }).find("add_generation_prompt would open another"),
+      std::string::npos);
 }
 
 namespace {

@@ -68,6 +68,7 @@ struct PromptLine {
   int64_t line = 0;  // 1-based, in the file
   std::string text;
   nlohmann::ordered_json messages, tools;  // null unless the line is a conversation
+  bool continue_final_message = false;     // its final (assistant) message left open, not a new turn
   std::vector<int64_t> ids;
   // Completions to score instead of continuing the prompt: their texts ("completion", or the
   // "choices" of a multiple-choice question) or their ids ("completion_ids", or the texts' once
@@ -114,8 +115,9 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
                 row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
-    static const std::vector<std::string> kKeys = {"prompt",     "prompt_ids",     "messages", "tools",
-                                                   "completion", "completion_ids", "choices",  "answer"};
+    static const std::vector<std::string> kKeys = {
+        "prompt",     "prompt_ids",     "messages", "tools", "continue_final_message",
+        "completion", "completion_ids", "choices",  "answer"};
     for (const auto& [key, value] : row.items())
       TITAN_CHECK(
           std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end(), where, ": unknown key \"", key,
@@ -127,13 +129,18 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
         where, ": give one of \"prompt\", \"prompt_ids\" and \"messages\"");
     TITAN_CHECK(!row.contains("tools") || row.contains("messages"), where,
                 ": \"tools\" go with a conversation's \"messages\"");
+    TITAN_CHECK(!row.contains("continue_final_message") || row.contains("messages"), where,
+                ": \"continue_final_message\" goes with a conversation's \"messages\"");
+    TITAN_CHECK(!row.contains("continue_final_message") || row["continue_final_message"].is_boolean(), where,
+                ": \"continue_final_message\" must be true or false");
     TITAN_CHECK(int(row.contains("completion")) + int(row.contains("completion_ids")) +
                         int(row.contains("choices")) <=
                     1,
                 where, ": give one of \"completion\", \"completion_ids\" and \"choices\"");
     TITAN_CHECK(!row.contains("answer") || row.contains("choices"), where,
                 ": \"answer\" is the index of the right one of \"choices\"; the line has none");
-    PromptLine prompt{number, {}, nullptr, nullptr, {}, false, {}, {}};
+    PromptLine prompt;
+    prompt.line = number;
     if (row.contains("completion")) {
       TITAN_CHECK(row["completion"].is_string() && !row["completion"].get<std::string>().empty(), where,
                   ": \"completion\" must be a non-empty string");
@@ -179,6 +186,7 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
                   ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
       prompt.messages = row["messages"];
       prompt.tools = row.value("tools", nlohmann::ordered_json());
+      prompt.continue_final_message = row.value("continue_final_message", false);
     } else if (row.contains("prompt")) {
       TITAN_CHECK(row["prompt"].is_string(), where, ": \"prompt\" must be a string");
       prompt.text = row["prompt"].get<std::string>();
@@ -805,9 +813,13 @@ int generate_main(int argc, char** argv) {
   // `what` names it in errors.
   if (chat) data::check_qwen3_chat_template(*tokenizer);
   // A conversation's ids with the assistant's turn opened (--no-think: its empty <think> block).
-  auto render = [&](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
+  // continue_final: the final (assistant) message left open instead (transformers'
+  // continue_final_message).
+  auto render = [&](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                    bool continue_final = false) {
     std::vector<int64_t> ids;
-    const auto pieces = data::render_qwen3_chat(messages, tools, {true, !p.has("no-think")});
+    const auto pieces =
+        data::render_qwen3_chat(messages, tools, {!continue_final, !p.has("no-think"), continue_final});
     for (int32_t id : data::tokenize_chat(*tokenizer, pieces).ids) ids.push_back(id);
     return ids;
   };
@@ -840,7 +852,7 @@ int generate_main(int argc, char** argv) {
     const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
     if (!line.messages.is_null()) {  // the conversation, the assistant's turn opened
       try {
-        line.ids = render(line.messages, line.tools);
+        line.ids = render(line.messages, line.tools, line.continue_final_message);
       } catch (const Error& e) {
         TITAN_FAIL("titan generate: ", where, ": ", e.what());
       }

@@ -1,5 +1,6 @@
 #include "titan/data/chat.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -319,6 +320,36 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
   if (prompt.add_generation_prompt) {
     out.add("<|im_start|>assistant\n", false);
     if (!prompt.enable_thinking) out.add("<think>\n\n</think>\n\n", false);
+  }
+  if (prompt.continue_final_message) {
+    const std::string where = "message " + std::to_string(n - 1);
+    TITAN_CHECK(
+        !prompt.add_generation_prompt,
+        "continue_final_message continues the final message; add_generation_prompt would open another");
+    TITAN_CHECK(msgs.back().role == "assistant", where, ": continue_final_message continues the assistant's ",
+                "message, and the final one is the ", msgs.back().role, "'s");
+    TITAN_CHECK(msgs.back().tool_calls.empty(), where,
+                ": continue_final_message continues text; this message ends in tool calls");
+    std::string_view final_text = msgs.back().content;  // Python's str.strip() (ASCII whitespace)
+    while (!final_text.empty() && std::isspace(static_cast<unsigned char>(final_text.front())))
+      final_text.remove_prefix(1);
+    while (!final_text.empty() && std::isspace(static_cast<unsigned char>(final_text.back())))
+      final_text.remove_suffix(1);
+    TITAN_CHECK(!final_text.empty(), where,
+                ": continue_final_message needs text to continue; the content is empty");
+    const std::string text = chat_text(out.list);
+    size_t keep = text.rfind(final_text);
+    TITAN_CHECK(keep != std::string::npos, where, ": its content is not in the rendered conversation");
+    keep += final_text.size();
+    // Cut the pieces after `keep` bytes.
+    std::vector<ChatPiece> cut;
+    for (ChatPiece& piece : out.list) {
+      if (keep == 0) break;
+      if (piece.text.size() > keep) piece.text.resize(keep);
+      keep -= piece.text.size();
+      cut.push_back(std::move(piece));
+    }
+    return cut;
   }
   return std::move(out.list);
 }

@@ -13,7 +13,9 @@ AssistantTracker only adds the {% generation %} tag, which the Qwen3 template do
 
 Usage: render_chat.py CASES.json TOKENIZER_CONFIG.json [OUT.json]
 CASES.json: a list of {"messages": [...], "tools": [...] (optional), "add_generation_prompt" (optional,
-default false), "enable_thinking" (optional, passed only when given)}. Writes a JSON list with, per case,
+default false), "enable_thinking" (optional, passed only when given), "continue_final_message" (optional:
+the rendering cut after the last occurrence of the final message's stripped content, as
+apply_chat_template(continue_final_message=True) cuts it)}. Writes a JSON list with, per case,
 the rendered string, or {"error": "..."} when the template raised. Run with Debian's /usr/bin/python3
 (python3-jinja2).
 """
@@ -69,16 +71,20 @@ def main():
     rendered = []
     for case in cases:
         try:
-            rendered.append(
-                template.render(
+            text = template.render(
                     messages=case["messages"],
                     tools=case.get("tools"),
                     documents=None,
                     add_generation_prompt=case.get("add_generation_prompt", False),
                     **({"enable_thinking": case["enable_thinking"]} if "enable_thinking" in case else {}),
                     **kwargs,
-                )
             )
+            if case.get("continue_final_message"):
+                final = case["messages"][-1]["content"].strip()
+                if final not in text:
+                    raise ValueError("the final message's content is not in the rendering")
+                text = text[: text.rindex(final) + len(final)]
+            rendered.append(text)
         except Exception as e:  # reported per case; the test names the case
             rendered.append({"error": f"{type(e).__name__}: {e}"})
     text = json.dumps(rendered)  # ensure_ascii=True: plain ASCII, any reader round-trips it
