@@ -761,7 +761,8 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
       conversation.push_back(id);
     EXPECT_EQ(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<int64_t>>(), conversation) << line;
     // "continue_final_message": the final assistant message is left open for the model to go on
-    // with (transformers' continue_final_message: cut after its content, stripped), not a new turn.
+    // with (transformers' continue_final_message: cut after its content, here with its trailing
+    // space, which the template keeps), not a new turn.
     {
       std::ofstream(file, std::ios::trunc)
           << "{\"messages\": [{\"role\": \"user\", \"content\": \"Name a colour.\"}, {\"role\": "
@@ -771,7 +772,7 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
       ASSERT_EQ(open.rc, 0) << open.err;
       std::vector<int64_t> continued;
       for (int32_t id : tokenizer.encode("<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
-                                         "<think>\n\n</think>\n\nThe colour is"))
+                                         "<think>\n\n</think>\n\nThe colour is "))
         continued.push_back(id);
       EXPECT_EQ(nlohmann::json::parse(open.out).at("prompt_ids").get<std::vector<int64_t>>(), continued)
           << open.out;

@@ -249,6 +249,8 @@ const char* kCases = R"JSON([
                 {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "enable_thinking": true},
   {"messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is "}],
    "continue_final_message": true},
+  {"messages": [{"role": "user", "content": "Again."}, {"role": "assistant", "content": " The colour is\u3000"}],
+   "continue_final_message": true},
   {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q1"},
                 {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"},
                 {"role": "assistant", "content": "\n{\"answer\": ", "reasoning_content": "think first"}],

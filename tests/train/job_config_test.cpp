@@ -1086,6 +1086,11 @@ TEST(JobConfig, SaveTbFolderIsAFolderOfItsOwnUnderTheDumpFolder) {
   EXPECT_NE(validate_error("[metrics]\nenable_tensorboard = true\nsave_tb_folder = \"./\"\n")
                 .find("metrics.save_tb_folder = ./: the events need a folder of their own"),
             std::string::npos);
+  EXPECT_NE(validate_error("[job]\ndump_folder = \"/tmp/run\"\n[metrics]\nenable_tensorboard = true\n"
+                           "save_tb_folder = \"/tmp/run/\"\n")
+                .find("the events need a folder of their own"),
+            std::string::npos);
+  EXPECT_EQ(validate_error("[metrics]\nsave_tb_folder = \"\"\n"), "") << "no effect without TensorBoard";
   const JobConfig off = parse("[metrics]\nsave_tb_folder = \"board\"\n", {});
   ASSERT_EQ(off.notes.size(), 1u);
   EXPECT_NE(

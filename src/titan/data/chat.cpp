@@ -1,6 +1,5 @@
 #include "titan/data/chat.h"
 
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -127,6 +126,44 @@ std::string_view rstrip_newlines(std::string_view s) {
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// Whether the code point is whitespace to Python's str.isspace (what str.strip() removes).
+bool python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// The UTF-8 code point that starts at s[i] (an invalid byte reads as itself) and its length.
+std::pair<uint32_t, size_t> code_point_at(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return uint32_t(static_cast<unsigned char>(s[k])); };
+  const uint32_t c = b(i);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  if (n == 1 || i + n > s.size()) return {c, 1};
+  uint32_t v = c & (0xFFu >> (n + 1));
+  for (size_t k = 1; k < n; ++k) v = (v << 6) | (b(i + k) & 0x3F);
+  return {v, n};
+}
+
+// Python's str.lstrip() / str.strip() (no argument).
+std::string_view python_lstrip(std::string_view s) {
+  while (!s.empty()) {
+    const auto [c, n] = code_point_at(s, 0);
+    if (!python_space(c)) break;
+    s.remove_prefix(n);
+  }
+  return s;
+}
+std::string_view python_strip(std::string_view s) {
+  s = python_lstrip(s);
+  while (!s.empty()) {
+    size_t start = s.size() - 1;  // the last code point's first byte
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    if (!python_space(code_point_at(s, start).first)) break;
+    s.remove_suffix(s.size() - start);
+  }
+  return s;
+}
 bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
 
 // A message checked against what the template reads from it.
@@ -330,17 +367,17 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
                 "message, and the final one is the ", msgs.back().role, "'s");
     TITAN_CHECK(msgs.back().tool_calls.empty(), where,
                 ": continue_final_message continues text; this message ends in tool calls");
-    std::string_view final_text = msgs.back().content;  // Python's str.strip() (ASCII whitespace)
-    while (!final_text.empty() && std::isspace(static_cast<unsigned char>(final_text.front())))
-      final_text.remove_prefix(1);
-    while (!final_text.empty() && std::isspace(static_cast<unsigned char>(final_text.back())))
-      final_text.remove_suffix(1);
-    TITAN_CHECK(!final_text.empty(), where,
+    // transformers' cut: after the last occurrence of the stripped content, or of the whole content
+    // when the message starts with no whitespace and the rendering keeps its trailing whitespace.
+    const std::string_view content = msgs.back().content, stripped = python_strip(content);
+    TITAN_CHECK(!stripped.empty(), where,
                 ": continue_final_message needs text to continue; the content is empty");
     const std::string text = chat_text(out.list);
-    size_t keep = text.rfind(final_text);
+    size_t keep = text.rfind(stripped);
     TITAN_CHECK(keep != std::string::npos, where, ": its content is not in the rendered conversation");
-    keep += final_text.size();
+    const bool whole = python_lstrip(content).size() == content.size() &&
+                       std::string_view(text).substr(keep, content.size()) == content;
+    keep += whole ? content.size() : stripped.size();
     // Cut the pieces after `keep` bytes.
     std::vector<ChatPiece> cut;
     for (ChatPiece& piece : out.list) {

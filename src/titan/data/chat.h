@@ -32,8 +32,10 @@ struct ChatPrompt {
   bool add_generation_prompt = false;  // end with "<|im_start|>assistant\n": the turn the model writes
   bool enable_thinking = true;         // false: that turn opens with an empty <think> block (no reasoning)
   // The final message (the assistant's, without tool calls) left open for the model to go on with:
-  // the rendered text cut after the last occurrence of its content stripped of surrounding whitespace,
-  // as transformers' continue_final_message cuts it. Not with add_generation_prompt.
+  // the rendered text cut after the last occurrence of its content, as transformers'
+  // continue_final_message cuts it (trailing whitespace kept when the message starts with none and
+  // the rendering keeps it, else the content stripped as Python strips it). Not with
+  // add_generation_prompt.
   bool continue_final_message = false;
 };
 

@@ -785,12 +785,15 @@ void JobConfig::validate_values(int world_size) const {
                 ": the profiled steps are the last profiler_active of every profile_freq");
     TITAN_CHECK(!profiling.save_traces_folder.empty(), "profiling.save_traces_folder must not be empty");
   }
-  TITAN_CHECK(!metrics.save_tb_folder.empty(), "metrics.save_tb_folder must not be empty");
-  TITAN_CHECK(
-      std::filesystem::path(metrics.save_tb_folder).lexically_normal() != ".",
-      "metrics.save_tb_folder = ", metrics.save_tb_folder,
-      ": the events need a folder of their own under job.dump_folder (metrics.jsonl and the checkpoints are "
-      "there)");
+  if (metrics.enable_tensorboard) {  // (without TensorBoard the key has no effect: a note says so)
+    TITAN_CHECK(!metrics.save_tb_folder.empty(), "metrics.save_tb_folder must not be empty");
+    const std::filesystem::path dump = std::filesystem::path(job.dump_folder).lexically_normal();
+    const std::filesystem::path tb = (dump / metrics.save_tb_folder).lexically_normal();
+    TITAN_CHECK(tb.lexically_relative(dump) != "." && tb != dump && tb.string() + "/" != dump.string(),
+                "metrics.save_tb_folder = ", metrics.save_tb_folder,
+                ": the events need a folder of their own, not job.dump_folder itself (metrics.jsonl and the "
+                "checkpoints are there)");
+  }
   TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.load_step >= 1,
               "checkpoint.load_step must be -1 (the newest checkpoint) or a step >= 1, got ",
               checkpoint.load_step);

@@ -92,7 +92,8 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
 }
 
 json resumable_settings(const JobConfig& c) {
-  return {{"optimizer.beta1", c.optimizer.beta1},
+  return {{"optimizer.name", c.optimizer.name},
+          {"optimizer.beta1", c.optimizer.beta1},
           {"optimizer.beta2", c.optimizer.beta2},
           {"optimizer.eps", c.optimizer.eps},
           {"optimizer.weight_decay", c.optimizer.weight_decay},

@@ -14,8 +14,9 @@ AssistantTracker only adds the {% generation %} tag, which the Qwen3 template do
 Usage: render_chat.py CASES.json TOKENIZER_CONFIG.json [OUT.json]
 CASES.json: a list of {"messages": [...], "tools": [...] (optional), "add_generation_prompt" (optional,
 default false), "enable_thinking" (optional, passed only when given), "continue_final_message" (optional:
-the rendering cut after the last occurrence of the final message's stripped content, as
-apply_chat_template(continue_final_message=True) cuts it)}. Writes a JSON list with, per case,
+the rendering cut as apply_chat_template(continue_final_message=True) cuts it: after the last
+occurrence of the final message's content, its trailing whitespace kept when the message starts with
+none and the rendering keeps it, else stripped)}. Writes a JSON list with, per case,
 the rendered string, or {"error": "..."} when the template raised. Run with Debian's /usr/bin/python3
 (python3-jinja2).
 """
@@ -79,11 +80,15 @@ def main():
                     **({"enable_thinking": case["enable_thinking"]} if "enable_thinking" in case else {}),
                     **kwargs,
             )
-            if case.get("continue_final_message"):
-                final = case["messages"][-1]["content"].strip()
-                if final not in text:
+            if case.get("continue_final_message"):  # transformers' apply_chat_template cut
+                final = case["messages"][-1]["content"]
+                if final.strip() not in text:
                     raise ValueError("the final message's content is not in the rendering")
-                text = text[: text.rindex(final) + len(final)]
+                loc = text.rindex(final.strip())
+                if text[loc : loc + len(final.lstrip())] == final:
+                    text = text[: loc + len(final.lstrip())]
+                else:
+                    text = text[: loc + len(final.strip())]
             rendered.append(text)
         except Exception as e:  # reported per case; the test names the case
             rendered.append({"error": f"{type(e).__name__}: {e}"})

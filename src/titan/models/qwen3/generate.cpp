@@ -78,8 +78,11 @@ TITAN_CLONES double sum_exp_f32(const float* logits, int64_t n, float top) {
     const int64_t end = std::min(n, begin + 256);
     float run = 0;
 #pragma omp simd reduction(+ : run)
-    for (int64_t i = begin; i < end; ++i)
-      run += logits[i] == logits[i] ? cpu::lanes::exp_poly(logits[i] - top) : 0.f;
+    for (int64_t i = begin; i < end; ++i) {
+      const bool number = logits[i] == logits[i];  // not NaN (whose exp_poly would convert NaN to int)
+      const float e = cpu::lanes::exp_poly(number ? logits[i] - top : -100.f);
+      run += number ? e : 0.f;
+    }
     total += double(run);
   }
   return total;
@@ -110,6 +113,7 @@ double log_sum_exp(std::span<const T> logits) {
 // mass among the ids that hold it, as the sampler does.
 template <typename T>
 double log_probability(std::span<const T> logits, int64_t id) {
+  if (std::isnan(logits[size_t(id)])) return -std::numeric_limits<double>::infinity();  // never a candidate
   const double z = log_sum_exp(logits);
   if (std::isinf(z)) {
     const auto sharing = std::count_if(logits.begin(), logits.end(), [&](T l) { return double(l) == z; });
