@@ -251,7 +251,7 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
             file + " line 2: expected an object such as {\"prompt\": \"...\"}"},
            {"{\"promt\": \"hi\"}\n",
             file + " line 1: unknown key \"promt\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", "
-                   "and \"tools\" or a \"completion\" beside them); did you mean 'prompt'?"},
+                   "and \"tools\", a \"completion\" or \"choices\" beside them); did you mean 'prompt'?"},
            {"{\"prompt\": \"hi\", \"prompt_ids\": [1]}\n",
             "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},
            {"{\"tools\": []}\n", "line 1: give one of \"prompt\", \"prompt_ids\" and \"messages\""},

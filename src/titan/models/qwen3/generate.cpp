@@ -10,8 +10,8 @@
 #include <numeric>
 #include <type_traits>
 
-#include "titan/backend/cpu/lanes.h"
 #include "titan/core/check.h"
+#include "titan/ops/log_sum_exp.h"
 
 namespace titan::qwen3 {
 
@@ -61,42 +61,13 @@ std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::
   return out;
 }
 
-// The largest of the f32 logits that are not NaN (-inf when none is), and the sum of e^(l - top)
-// over them for a finite top: f32 exponentials (the CPU kernels' exp_poly, ~1 ulp) summed in f32
-// within runs of 256 and in f64 across runs, about 1e-7 relative. Compiled per ISA so that the loops
-// run on vectors: beam search takes a log-softmax of every row's 151936 logits at every step, and
-// with one f64 std::exp per logit that was a third of a 64-row step.
-TITAN_CLONES float largest_f32(const float* logits, int64_t n) {
-  float top = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : top)
-  for (int64_t i = 0; i < n; ++i) top = logits[i] > top ? logits[i] : top;  // NaN compares false: skipped
-  return top;
-}
-TITAN_CLONES double sum_exp_f32(const float* logits, int64_t n, float top) {
-  double total = 0;
-  for (int64_t begin = 0; begin < n; begin += 256) {
-    const int64_t end = std::min(n, begin + 256);
-    float run = 0;
-#pragma omp simd reduction(+ : run)
-    for (int64_t i = begin; i < end; ++i) {
-      const bool number = logits[i] == logits[i];  // not NaN (whose exp_poly would convert NaN to int)
-      const float e = cpu::lanes::exp_poly(number ? logits[i] - top : -100.f);
-      run += number ? e : 0.f;
-    }
-    total += double(run);
-  }
-  return total;
-}
-
 // log sum exp(logits) over the logits that are not NaN, from the largest (no overflow); the largest
 // itself when it is infinite. The log-softmax of a logit l is l - this. In double for f64 logits (the
-// f64 checks), through the vector loops above for f32 ones.
+// f64 checks), on vectors for f32 ones (ops::log_sum_exp_f32).
 template <typename T>
 double log_sum_exp(std::span<const T> logits) {
   if constexpr (std::is_same_v<T, float>) {
-    const float top = largest_f32(logits.data(), int64_t(logits.size()));
-    if (std::isinf(top)) return top;
-    return double(top) + std::log(sum_exp_f32(logits.data(), int64_t(logits.size()), top));
+    return ops::log_sum_exp_f32(logits);
   } else {
     double top = -std::numeric_limits<double>::infinity(), sum = 0;
     for (T l : logits)
