@@ -361,6 +361,45 @@ TEST(DataParallel, HsdpTwoByTwoMatchesOneRank) {
                                       "optimizer-rank1.safetensors", "train_state.json"}));
 }
 
+// training.mixed_precision_reduce = "bfloat16" (sharded_blocks_test checks its arithmetic bit for
+// bit): the same first loss (computed before any reduction), a first gradient norm that bf16
+// rounding moves by under a bf16 ulp, a run that trains like the f32 one, and half the bytes for the
+// reduce-scatters. Unsharded blocks (DDP) ignore it, as torchtitan does, and the run says so.
+TEST(DataParallel, FsdpReducesGradientsInBf16WhenAsked) {
+  JobRun bf16 = train("dist_fsdp2_reduce_bf16", 2, 2, {{"training.mixed_precision_reduce", "bfloat16"}});
+  const JobRun& f32 = fsdp_two_ranks();
+  ASSERT_TRUE(bf16.steps.count(1) && f32.steps.count(1));
+  EXPECT_EQ(bf16.steps.at(1)["loss"].get<double>(), f32.steps.at(1)["loss"].get<double>());
+  const double norm = bf16.steps.at(1)["grad_norm"].get<double>(),
+               norm_f32 = f32.steps.at(1)["grad_norm"].get<double>();
+  EXPECT_NE(norm, norm_f32) << "the gradients were not rounded to bf16";
+  EXPECT_NEAR(norm, norm_f32, norm_f32 / 256);
+  for (int64_t s = 1; s <= 10; ++s) {
+    ASSERT_TRUE(bf16.steps.count(s) && f32.steps.count(s)) << "step " << s;
+    const double a = bf16.steps.at(s)["loss"].get<double>(), b = f32.steps.at(s)["loss"].get<double>();
+    EXPECT_NEAR(a, b, 2e-3 * std::fabs(b)) << "loss at step " << s;
+    EXPECT_LT(bf16.steps.at(s)["comm_mib"].get<double>(), f32.steps.at(s)["comm_mib"].get<double>()) << s;
+  }
+
+  std::string out;
+  const fs::path dump = tt::temp_dir("dist_ddp2_reduce_bf16");
+  EXPECT_EQ(run_job(2,
+                    tiny(dump, 2,
+                         {{"training.steps", "1"},
+                          {"lr_scheduler.warmup_steps", "0"},
+                          {"checkpoint.enable", "false"},
+                          {"training.mixed_precision_reduce", "bfloat16"},
+                          {"parallelism.data_parallel_replicate_degree", "2"},
+                          {"parallelism.data_parallel_shard_degree", "1"}}),
+                    &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("config: training.mixed_precision_reduce = bfloat16: no effect, only sharded blocks "
+                     "(parallelism.data_parallel_shard_degree > 1) reduce their gradients in it"),
+            std::string::npos)
+      << out;
+}
+
 TEST(DataParallel, TwoRunsOfTheSameJobAreBitwiseIdentical) {
   const JobRun& a = fsdp_two_ranks();
   JobRun b = train("dist_fsdp2_again", 2, 2);

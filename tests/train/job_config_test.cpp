@@ -1076,6 +1076,20 @@ TEST(JobConfig, OptimizerNameIsAdamWOrAdam) {
             std::string::npos);
 }
 
+// training.mixed_precision_reduce: float32 or bfloat16 (torchtitan's key); bf16 only where the
+// blocks are sharded, as FSDP2's reduce_dtype.
+TEST(JobConfig, MixedPrecisionReduceIsFloat32OrBfloat16ForShardedBlocks) {
+  const JobConfig bf16 = parse("[training]\nmixed_precision_reduce = \"bfloat16\"\n", {});
+  EXPECT_EQ(bf16.training.mixed_precision_reduce, "bfloat16");
+  EXPECT_EQ(parse("", {}).training.mixed_precision_reduce, "float32");
+  EXPECT_NE(parse_error("", {{"training.mixed_precision_reduce", "float16"}})
+                .find("training.mixed_precision_reduce must be one of float32, bfloat16; got 'float16'"),
+            std::string::npos);
+  EXPECT_EQ(resolve_reduce_dtype(bf16, 2), DType::BF16);
+  EXPECT_EQ(resolve_reduce_dtype(bf16, 1), DType::F32) << "whole blocks (DDP, one process) reduce in f32";
+  EXPECT_EQ(resolve_reduce_dtype(parse("", {}), 4), DType::F32);
+}
+
 // metrics.save_tb_folder: the TensorBoard folder under job.dump_folder (torchtitan's key), a folder of
 // its own; without TensorBoard it has no effect, and a note says so.
 TEST(JobConfig, SaveTbFolderIsAFolderOfItsOwnUnderTheDumpFolder) {

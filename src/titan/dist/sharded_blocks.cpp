@@ -37,14 +37,22 @@ struct ShardedBlocks::Pending {
   enum Kind { Gather, ReduceScatter, AllReduce } kind;
   size_t block;
   std::unique_ptr<CommHandle> handle;
-  Tensor received;  // a reduce-scatter's slice of the summed gradient
+  Tensor sent;      // a bf16 reduction's input: this rank's gradient rounded to bf16
+  Tensor received;  // a reduce-scatter's slice of the summed gradient, in the reduce dtype
 };
 
-ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<bool> layer,
-                             Reshard reshard)
-    : plan_(plan), blocks_(blocks), layer_(std::move(layer)), reshard_(reshard), gathers_(blocks.size()) {
+ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks,
+                             std::vector<bool> layer, Reshard reshard, DType reduce)
+    : plan_(plan),
+      blocks_(blocks),
+      layer_(std::move(layer)),
+      reshard_(reshard),
+      reduce_(reduce),
+      gathers_(blocks.size()) {
   TITAN_CHECK(layer_.size() == blocks_.size(), "sharded blocks: ", layer_.size(), " layer flags for ",
               blocks_.size(), " blocks");
+  TITAN_CHECK(reduce_ == DType::F32 || reduce_ == DType::BF16,
+              "sharded blocks: gradients reduce in f32 or bf16, not ", dtype_name(reduce_));
 }
 
 // A job stopping on an error may leave collectives in flight: their handles are dropped without a
@@ -118,11 +126,18 @@ void ShardedBlocks::start_gradient_reduction(size_t b) {
   p->block = b;
   if (sharded()) {
     p->kind = Pending::ReduceScatter;
-    p->received = Tensor::empty({B.shard_grad().numel()}, DType::F32, B.grad().device());
-    p->handle = plan_.shard_group().start_reduce_scatter(B.grad().raw_data(), p->received.raw_data(),
-                                                         p->received.numel(), DType::F32, ReduceOp::Sum,
-                                                         context_of(B.grad()));
-    count(int64_t(B.grad().nbytes()), int(plan_.dp_shard()), false);
+    const Tensor* send = &B.grad();
+    if (reduce_ == DType::BF16) {
+      // Rounded once here; the whole f32 gradient is not needed past this point.
+      p->sent = B.grad().to(DType::BF16);
+      send = &p->sent;
+      B.release_grad();
+    }
+    p->received = Tensor::empty({B.shard_grad().numel()}, reduce_, send->device());
+    p->handle = plan_.shard_group().start_reduce_scatter(send->raw_data(), p->received.raw_data(),
+                                                         p->received.numel(), reduce_, ReduceOp::Sum,
+                                                         context_of(*send));
+    count(int64_t(send->nbytes()), int(plan_.dp_shard()), false);
   } else {
     p->kind = Pending::AllReduce;
     p->handle = plan_.world().start_all_reduce(B.grad().raw_data(), B.grad().numel(), DType::F32, ReduceOp::Sum,
@@ -137,8 +152,9 @@ void ShardedBlocks::start_gradient_reduction(size_t b) {
 void ShardedBlocks::finish(Pending& p) {
   if (p.kind != Pending::ReduceScatter) return;
   nn::ParamBlock& B = blocks_[p.block];
-  ops::add_inplace(B.shard_grad(), p.received);
+  ops::add_inplace(B.shard_grad(), p.received);  // a bf16 slice widens exactly into the f32 sum
   p.received = Tensor();
+  p.sent = Tensor();
   B.release_grad();
 }
 
@@ -225,15 +241,24 @@ void ShardedBlocks::end_micro_batch() {
     for (size_t b = 0; b < blocks_.size(); ++b)
       if (!layer_[b]) release(b);
     if (Communicator* replicas = plan_.replicate_group()) {
-      // HSDP: the shard groups of the replicas hold the same slices; sum them.
+      // HSDP: the shard groups of the replicas hold the same slices; sum them (in the reduce dtype:
+      // a bf16 job rounds each slice once more and widens the sum back into it).
       std::vector<std::unique_ptr<CommHandle>> pending;
-      for (auto& B : blocks_) {
-        pending.push_back(replicas->start_all_reduce(B.shard_grad().raw_data(), B.shard_grad().numel(), DType::F32,
-                                                     ReduceOp::Sum, context_of(B.shard_grad())));
-        count(int64_t(B.shard_grad().nbytes()), int(plan_.dp_replicate()), true);
+      std::vector<Tensor> rounded(blocks_.size());
+      for (size_t b = 0; b < blocks_.size(); ++b) {
+        Tensor& slice = blocks_[b].shard_grad();
+        Tensor& buf = reduce_ == DType::BF16 ? (rounded[b] = slice.to(DType::BF16)) : slice;
+        pending.push_back(
+            replicas->start_all_reduce(buf.raw_data(), buf.numel(), reduce_, ReduceOp::Sum, context_of(buf)));
+        count(int64_t(buf.nbytes()), int(plan_.dp_replicate()), true);
       }
       Timed timed(stats_.seconds);
       for (auto& h : pending) h->wait();
+      for (size_t b = 0; b < blocks_.size(); ++b)
+        if (rounded[b].defined()) {
+          blocks_[b].shard_grad().fill(0.0);
+          ops::add_inplace(blocks_[b].shard_grad(), rounded[b]);
+        }
     }
   }
   for (auto& B : blocks_) ops::scale_inplace(B.shard_grad(), 1.0 / double(plan_.dp_size()));

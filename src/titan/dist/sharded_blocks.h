@@ -8,16 +8,20 @@
 //       (fsdp_reshard_after_forward "default"/"always"; "never" keeps them until the layer's backward:
 //       ZeRO-2). Before a layer's backward they are gathered again (prefetching the layer below) and
 //       its whole gradient buffer exists; right after its backward the gradient is reduce-scattered
-//       (f32, non-blocking, overlapping the backward of the layers below) into this rank's slice and
+//       (non-blocking, overlapping the backward of the layers below) into this rank's slice and
 //       the whole buffers are released. The embedding and head blocks, used at both ends of the
 //       step, stay gathered through a micro-batch and are reduce-scattered after its backward.
-//       HSDP then all-reduces the slices across replicas.
+//       HSDP then all-reduces the slices across replicas, once, after the last micro-batch.
+//       The reductions run in the reduce dtype (training.mixed_precision_reduce, FSDP2's
+//       reduce_dtype): f32, or bf16, where each rank's f32 gradient is rounded to bf16 once, the
+//       collective sums in f32 and rounds to bf16 at each of its steps (half the bytes travel), and
+//       the result joins the f32 slice (shard_grad), which accumulates the micro-batches in f32.
 //   DDP (dp_shard = 1, dp_replicate > 1)  Blocks stay whole; in the last micro-batch each layer's
 //       gradient all-reduce starts as soon as its backward is over.
 //   One process: nothing happens; the model gets no hooks.
 //
-// Gradients end as the mean over the data-parallel ranks in ParamBlock::shard_grad, which the
-// optimizer updates with ParamBlock::shard. All of this runs on the thread that calls MPI.
+// Gradients end as the mean over the data-parallel ranks (the sum, scaled in f32) in ParamBlock::shard_grad,
+// which the optimizer updates with ParamBlock::shard. All of this runs on the thread that calls MPI.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,10 +51,12 @@ struct CommStats {
 class ShardedBlocks final : public nn::BlockHooks {
  public:
   // `layer[b]` says whether block b has backward points (Qwen3Model::is_layer_block). The blocks
-  // stay whole until shard() (they are padded by ParallelPlan::shard_blocks). `plan` and `blocks`
-  // must outlive this object.
+  // stay whole until shard() (they are padded by ParallelPlan::shard_blocks). `reduce` is the dtype
+  // of the gradient reductions of sharded blocks (f32 or bf16; DDP's all-reduce of whole blocks is
+  // always f32, as torchtitan's reduce_dtype applies to FSDP only). `plan` and `blocks` must
+  // outlive this object.
   ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<bool> layer,
-                Reshard reshard);
+                Reshard reshard, DType reduce = DType::F32);
   ShardedBlocks(const ShardedBlocks&) = delete;
   ShardedBlocks& operator=(const ShardedBlocks&) = delete;
   ~ShardedBlocks() override;
@@ -98,6 +104,7 @@ class ShardedBlocks final : public nn::BlockHooks {
   std::vector<nn::ParamBlock>& blocks_;
   std::vector<bool> layer_;
   Reshard reshard_;
+  DType reduce_;
   bool pinned_ = false, last_micro_batch_ = true;
   std::vector<std::unique_ptr<Pending>> gathers_;  // per block: its gather in flight, or null
   std::vector<std::unique_ptr<Pending>> reductions_;  // in start order

@@ -65,6 +65,9 @@ struct TrainingSection {
   int64_t steps = 10;
   double max_norm = 1.0;
   std::string mixed_precision_param = "bfloat16";  // bfloat16 | float32: the compute dtype
+  // float32 | bfloat16: the dtype sharded gradients are reduced in (FSDP2's reduce_dtype; as in
+  // torchtitan, it takes effect only when parallelism.data_parallel_shard_degree > 1)
+  std::string mixed_precision_reduce = "float32";
   int64_t seed = 42;
   bool deterministic = false;
   std::string load_balance = "aux_loss";  // aux_loss | expert_bias (MoE)

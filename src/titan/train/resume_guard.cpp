@@ -99,6 +99,7 @@ json resumable_settings(const JobConfig& c) {
           {"optimizer.weight_decay", c.optimizer.weight_decay},
           {"training.max_norm", c.training.max_norm},
           {"training.mixed_precision_param", c.training.mixed_precision_param},
+          {"training.mixed_precision_reduce", c.training.mixed_precision_reduce},
           {"training.load_balance", c.training.load_balance},
           {"training.load_balance_coeff", c.training.load_balance_coeff},
           {"training.seed", c.training.seed},

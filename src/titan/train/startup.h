@@ -19,6 +19,9 @@ struct ResolvedJob {
   qwen3::ModelArgs args;
   Device device = Device::CPU;  // job.device, checked to be usable
   DType compute_dtype = DType::F32;
+  // The dtype sharded gradients are reduced in: bf16 when training.mixed_precision_reduce asks for
+  // it and the blocks are sharded (parallelism.data_parallel_shard_degree > 1), else f32.
+  DType reduce_dtype = DType::F32;
   std::filesystem::path tokenizer_path;        // folder holding tokenizer.json
   std::vector<std::filesystem::path> dataset;  // files and folders the loader reads
   // Where the weights of a fresh (not resumed) run come from: a Hugging Face folder, else a
@@ -36,6 +39,10 @@ Device resolve_device(const JobConfig& config);
 // The compute dtype: training.mixed_precision_param (bf16 on every CPU; where it has no bf16
 // arithmetic the GEMMs widen to f32, and start_up_report says so).
 DType resolve_compute_dtype(const JobConfig& config);
+
+// The dtype of the sharded gradients' reductions (ResolvedJob::reduce_dtype) on a mesh with
+// `dp_shard` shards.
+DType resolve_reduce_dtype(const JobConfig& config, int64_t dp_shard);
 
 // Micro-batches per optimizer step: training.global_batch_size over local_batch_size x the
 // data-parallel ranks (1 when global_batch_size = -1).

@@ -59,7 +59,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
-    dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard);
+    dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard, shape.reduce);
     AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
     sharding.shard(model.compute_dtype());
     if (sharding.active()) model.set_block_hooks(&sharding);
@@ -148,6 +148,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.checkpointing = checkpointing_of(c.activation_checkpoint);
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
+  s.reduce = job.reduce_dtype;
   s.keep_logits_bytes = loss_logits_budget(job.device);
   s.device = job.device;
   s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();
@@ -165,6 +166,7 @@ PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_sh
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
   job.accumulation_steps = accumulation_steps(c, dp_replicate * dp_shard);
+  job.reduce_dtype = resolve_reduce_dtype(c, dp_shard);
   PlannedStep planned{job.args, step_shape(c, job)};
   planned.shape.dp_replicate = dp_replicate;
   planned.shape.dp_shard = dp_shard;

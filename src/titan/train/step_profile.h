@@ -27,6 +27,7 @@ struct StepShape {
   // is one rank's. Other than 1 x 1 on the meta device only.
   int64_t dp_replicate = 1, dp_shard = 1;
   dist::Reshard reshard = dist::Reshard::AfterForward;  // parallelism.fsdp_reshard_after_forward
+  DType reduce = DType::F32;  // the sharded gradients' reductions (ResolvedJob::reduce_dtype)
   // Memory the fused loss may spend keeping its logits for backward (loss_logits_budget).
   int64_t keep_logits_bytes = int64_t(1) << 30;
   // The device the step runs on (job.device). Profiled on meta, the step holds that device's

@@ -104,7 +104,8 @@ const std::vector<KeyGroup> kGroups = {
     // [training]
     native({"training.dataset", "training.dataset_path", "training.local_batch_size",
             "training.global_batch_size", "training.seq_len", "training.max_norm", "training.steps",
-            "training.mixed_precision_param", "training.seed", "training.deterministic"}),
+            "training.mixed_precision_param", "training.mixed_precision_reduce", "training.seed",
+            "training.deterministic"}),
     alias("training.local_batch_size", {"training.batch_size"}),
     alias("lr_scheduler.warmup_steps", {"training.warmup_steps"}),
     alias("parallelism.data_parallel_shard_degree", {"training.data_parallel_degree"}),
@@ -121,7 +122,6 @@ const std::vector<KeyGroup> kGroups = {
                         "training.enable_cpu_offload"}),
     off_only("float32", "titan keeps float32 master weights; full bfloat16 training changes the result",
              {"training.dtype"}),
-    off_only("float32", "titan reduces gradients in float32", {"training.mixed_precision_reduce"}),
     ignored(kGc, {"training.gc_freq", "training.gc_debug"}),
     ignored(kLoader, {"training.dataloader.num_workers", "training.dataloader.persistent_workers",
                       "training.dataloader.pin_memory", "training.dataloader.prefetch_factor"}),

@@ -74,7 +74,7 @@ TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::T
                        const dist::ParallelPlan& plan, qwen3::Purpose purpose)
     : model(build_model(c, job, plan, purpose)),
       sharding(plan, model.blocks(), layer_flags(model),
-               dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward)),
+               dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan, tokenizer), tokenizer),
