@@ -175,6 +175,44 @@ TEST(CudaAttentionGraph, ABadDeviceDescriptionIsAnErrorNamingIt) {
   EXPECT_NE(error.find("device properties"), std::string::npos) << error;
 }
 
+// The cache of execution plans both cuDNN users share: the most recently used `capacity` plans
+// stay, a plan handed out outlives its eviction, and a failed build keeps its error. (Empty plans:
+// the cache's bookkeeping needs neither cuDNN nor a GPU.)
+TEST(CudnnPlanCache, KeepsTheMostRecentPlansAndTheErrorsOfFailedBuilds) {
+  cudnn::PlanCache cache(2);
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return std::make_unique<cudnn::Plan>();
+  };
+  const auto a = cache.get("S=128", build);
+  const auto b = cache.get("S=256", build);
+  EXPECT_EQ(cache.get("S=128", build), a) << "a cached shape is not built again";
+  EXPECT_EQ(built, 2);
+  // A third shape evicts the least recently used (S=256: S=128 was used last).
+  const auto c = cache.get("S=384", build);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.get("S=128", build), a);
+  EXPECT_EQ(built, 3);
+  EXPECT_NE(cache.get("S=256", build), b) << "S=256 was evicted and built again";
+  EXPECT_EQ(built, 4);
+  EXPECT_NE(b.get(), nullptr) << "a plan held by its caller outlives the eviction";
+
+  int failed = 0;
+  auto refuse = [&]() -> std::unique_ptr<cudnn::Plan> {
+    ++failed;
+    TITAN_FAIL("attention (cudnn): no engine finalizes backward B=1 S=77");
+  };
+  for (int call = 0; call < 3; ++call) {
+    const std::string err = testing::error_of([&] { cache.get("backward S=77", refuse); });
+    EXPECT_NE(err.find("no engine finalizes backward B=1 S=77"), std::string::npos) << err;
+  }
+  EXPECT_EQ(failed, 1) << "a shape whose build failed fails at once when asked again";
+  EXPECT_EQ(cache.builds(), 5);
+  EXPECT_NE(testing::error_of([] { cudnn::PlanCache none(0); }).find("capacity must be at least 1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace titan::cuda
 

@@ -3,16 +3,13 @@
 // cuDNN has no single "attention" call in every 9.x: its fused flash-attention engines recognise
 // a graph of primitive operations (matmul, pointwise, reduction) in the shape cudnn_frontend's SDPA
 // node emits, and this file emits that graph itself (cudnn_graph.h builds and runs it).
-#include "titan/backend/cuda/cudnn_attention.h"
-
 #include <cuda_runtime.h>
 
 #include <limits>
-#include <map>
-#include <mutex>
-#include <tuple>
+#include <memory>
 
 #include "titan/backend/cuda/cuda_services.h"
+#include "titan/backend/cuda/cudnn_attention.h"
 #include "titan/backend/cuda/cudnn_graph.h"
 #include "titan/core/check.h"
 
@@ -188,23 +185,19 @@ GraphBuilder backward_graph(const SdpaShape& s) {
 }
 
 // Plans per shape (the scale is passed by value at each call, so it is not part of the key).
-using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
-ShapeKey key_of(const SdpaShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D}; }
+// A training step needs two plans per layer shape; block-causal attention two per document
+// length, which a long run of packed documents keeps changing: the cache keeps the most recent.
+constexpr size_t kCachedPlans = 128;
 
-const Plan& cached_plan(bool backward, const SdpaShape& s) {
-  static std::mutex mutex;
-  // Never destroyed, as the handle: at exit cuDNN's engine libraries (loaded after this map was
+std::shared_ptr<const Plan> cached_plan(bool backward, const SdpaShape& s) {
+  // Never destroyed, as the handle: at exit cuDNN's engine libraries (loaded after this cache was
   // made) may be gone before a destructor running here could release their plans.
-  static auto& plans = *new std::map<std::pair<bool, ShapeKey>, std::unique_ptr<Plan>>;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = plans[{backward, key_of(s)}];
-  if (!slot) {
-    const std::string what = std::string(backward ? "backward" : "forward") + " B=" + std::to_string(s.B) +
-                             " S=" + std::to_string(s.S) + " Hq=" + std::to_string(s.Hq) +
-                             " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D);
-    slot = cudnn::finalize_plan(backward ? backward_graph(s) : forward_graph(s), what);
-  }
-  return *slot;
+  static auto& plans = *new cudnn::PlanCache(kCachedPlans);
+  const std::string what = std::string(backward ? "backward" : "forward") + " B=" + std::to_string(s.B) +
+                           " S=" + std::to_string(s.S) + " Hq=" + std::to_string(s.Hq) +
+                           " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D);
+  return plans.get(
+      what, [&] { return cudnn::finalize_plan(backward ? backward_graph(s) : forward_graph(s), what); });
 }
 
 // cuDNN loaded and not a release its frontend refuses; the shape within the engines' rules.
@@ -244,7 +237,8 @@ namespace titan::cuda {
 void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,
                              void* out, float* lse) {
   check_usable(s, false);
-  const Plan& plan = cached_plan(false, s);
+  const std::shared_ptr<const Plan> held = cached_plan(false, s);
+  const Plan& plan = *held;
   float scale = s.scale, masked = mask_value();
   cudnn::execute(plan, stream,
           {{kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)}, {kO, out},
@@ -255,7 +249,8 @@ void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, co
 void cudnn_attention_backward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,
                               const void* out, const float* lse, const void* dout, void* dq, void* dk, void* dv) {
   check_usable(s, true);
-  const Plan& plan = cached_plan(true, s);
+  const std::shared_ptr<const Plan> held = cached_plan(true, s);
+  const Plan& plan = *held;
   // One workspace: [dq accumulator, f32 B*Hq*S*D][row sums dO.O, f32 B*Hq*S][cuDNN's own].
   const size_t accum_bytes = round_up_256(size_t(s.B * s.Hq * s.S * s.D) * 4),
                sums_bytes = round_up_256(size_t(s.B * s.Hq * s.S) * 4);

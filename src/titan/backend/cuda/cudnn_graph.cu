@@ -231,5 +231,44 @@ std::string device_properties_json() {
   return json;
 }
 
+PlanCache::PlanCache(size_t capacity) : capacity_(capacity) {
+  TITAN_CHECK(capacity_ >= 1, "cuDNN plan cache: capacity must be at least 1");
+}
+
+std::shared_ptr<const Plan> PlanCache::get(const std::string& key,
+                                           const std::function<std::unique_ptr<Plan>()>& build) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = index_.find(key); it != index_.end()) {
+    recent_.splice(recent_.begin(), recent_, it->second);
+  } else {
+    Entry e{key, nullptr, ""};
+    ++builds_;
+    try {
+      e.plan = build();
+    } catch (const std::exception& err) {
+      e.error = err.what();
+    }
+    recent_.push_front(std::move(e));
+    index_[key] = recent_.begin();
+    while (recent_.size() > capacity_) {
+      index_.erase(recent_.back().key);
+      recent_.pop_back();
+    }
+  }
+  const Entry& e = recent_.front();
+  if (!e.plan) throw Error(e.error);  // the message as first thrown (it names the shape)
+  return e.plan;
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return recent_.size();
+}
+
+int64_t PlanCache::builds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return builds_;
+}
+
 }  // namespace cudnn
 }  // namespace titan::cuda

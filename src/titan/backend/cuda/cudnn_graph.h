@@ -11,8 +11,12 @@
 #include <cudnn_graph.h>
 
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -226,6 +230,36 @@ struct Plan {
 // The graph -> an operation graph -> cuDNN's heuristics (mode A) -> the first engine configuration
 // that finalizes into an execution plan; an error listing each configuration's status when none does.
 std::unique_ptr<Plan> finalize_plan(GraphBuilder graph, const std::string& what);
+
+// Execution plans by shape, built on first use, the `capacity` most recently used kept. Each plan
+// holds host and device memory (and its build runs heuristics, maybe an engine compile): a job whose
+// shapes keep changing (block-causal attention, one call per document length; MoE token counts)
+// must not keep one per shape for its whole life. A shape whose build failed keeps its error, so
+// that asking again (every layer, every step) fails at once instead of building again. An evicted
+// plan lives on while a caller holds it; destroying one does not wait for work it launched (cuDNN's
+// launches do not refer to the plan's descriptors once enqueued). Thread-safe.
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity);
+  // The plan under `key`, built by `build` unless cached; the cached error (a titan::Error naming
+  // it) for a key whose build threw.
+  std::shared_ptr<const Plan> get(const std::string& key,
+                                  const std::function<std::unique_ptr<Plan>()>& build);
+  size_t size() const;
+  int64_t builds() const;  // calls of `build` so far
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const Plan> plan;
+    std::string error;
+  };
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<Entry> recent_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  int64_t builds_ = 0;
+};
 
 // Runs a plan on `stream` with the (uid, pointer) bindings (host pointers for by-value scalars);
 // `workspace` holds at least the plan's workspace_bytes (null when it needs none).

@@ -4,11 +4,7 @@
 // contiguous (our [E, N, K] storage), first-token offsets [E, 1, 1] int32, output [1, rows, N].
 #include <atomic>
 #include <exception>
-#include <map>
-#include <mutex>
-#include <stdexcept>
 #include <string>
-#include <tuple>
 
 #include "titan/backend/cuda/cuda_services.h"
 #include "titan/backend/cuda/cudnn_graph.h"
@@ -73,31 +69,17 @@ namespace {
 
 std::atomic<int64_t> calls{0};
 
-// The plan of this shape, built on first use and kept (never destroyed, as cudnn_attention.cu's
-// plans: cuDNN's engine libraries may be gone at exit). A shape whose plan did not build keeps its
-// error: asked again (every layer's backward, every step), it fails at once instead of running
-// cuDNN's heuristics and engine compiles again.
-const cudnn::Plan& plan_for(const GroupedMatmulShape& s) {
+// The plan of this shape (its rows change with the token count of a micro-batch: a short last one,
+// evaluation), from a cache of the most recent (cudnn::PlanCache; never destroyed, as
+// cudnn_attention.cu's: cuDNN's engine libraries may be gone at exit). A shape whose plan did not
+// build keeps its error: asked again (every layer's backward, every step), it fails at once.
+std::shared_ptr<const cudnn::Plan> plan_for(const GroupedMatmulShape& s) {
   std::string why = cudnn_grouped_matmul_unavailable();
   if (why.empty()) why = cudnn_grouped_matmul_unsupported(s);
   TITAN_CHECK(why.empty(), "moe (cudnn): ", why);
-  struct Slot {
-    std::unique_ptr<cudnn::Plan> plan;
-    std::string error;
-  };
-  static std::mutex mutex;
-  static auto& plans = *new std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, DType>, Slot>;
-  std::lock_guard<std::mutex> lock(mutex);
-  Slot& slot = plans[{s.rows, s.K, s.N, s.E, s.ldc, s.out}];
-  if (!slot.plan && slot.error.empty()) {
-    try {
-      slot.plan = cudnn::finalize_plan(grouped_matmul_graph(s), describe(s));
-    } catch (const std::exception& e) {
-      slot.error = e.what();
-    }
-  }
-  if (!slot.plan) throw std::runtime_error(slot.error);
-  return *slot.plan;
+  static auto& plans = *new cudnn::PlanCache(128);
+  const std::string what = describe(s);
+  return plans.get(what, [&] { return cudnn::finalize_plan(grouped_matmul_graph(s), what); });
 }
 
 }  // namespace
@@ -116,7 +98,7 @@ int64_t cudnn_grouped_matmul_calls() { return calls.load(); }
 void cudnn_grouped_matmul(void* stream, const GroupedMatmulShape& s, const void* tokens, const void* weights,
                           const int32_t* first, void* out) {
   if (s.rows == 0) return;
-  const cudnn::Plan* plan = &plan_for(s);
+  const std::shared_ptr<const cudnn::Plan> plan = plan_for(s);
   calls.fetch_add(1);
   cudnn::execute(*plan, stream,
                  {{kTokens, const_cast<void*>(tokens)}, {kWeights, const_cast<void*>(weights)},
