@@ -103,15 +103,20 @@ struct JobRun {
   std::map<int64_t, nlohmann::json> steps;  // metrics.jsonl by step
 };
 
-std::map<int64_t, nlohmann::json> read_metrics(const fs::path& dump) {
+// A metrics file's records by step (metrics.jsonl, or a rank's metrics-rank<r>.jsonl).
+std::map<int64_t, nlohmann::json> read_records(const fs::path& file) {
   std::map<int64_t, nlohmann::json> steps;
-  std::ifstream f(dump / "metrics.jsonl");
+  std::ifstream f(file);
   for (std::string line; std::getline(f, line);)
     if (!line.empty()) {
       auto j = nlohmann::json::parse(line);
       steps[j.at("step").get<int64_t>()] = j;
     }
   return steps;
+}
+
+std::map<int64_t, nlohmann::json> read_metrics(const fs::path& dump) {
+  return read_records(dump / "metrics.jsonl");
 }
 
 JobRun train(const std::string& name, int ranks, int64_t local_batch, const Overrides& extra = {}) {
@@ -398,6 +403,45 @@ TEST(DataParallel, FsdpReducesGradientsInBf16WhenAsked) {
                      "(parallelism.data_parallel_shard_degree > 1) reduce their gradients in it"),
             std::string::npos)
       << out;
+}
+
+// metrics.save_for_all_ranks: rank 1 writes its own records beside rank 0's metrics.jsonl (the job's
+// loss and grad norm, its own memory, throughput and communication), and each rank's TensorBoard
+// events go to a folder of its own. Without it rank 1 writes nothing.
+TEST(DataParallel, EveryRankWritesItsOwnMetricsWhenAsked) {
+  const Overrides all = {{"metrics.save_for_all_ranks", "true"},
+                         {"metrics.enable_tensorboard", "true"},
+                         {"training.steps", "3"},
+                         {"lr_scheduler.warmup_steps", "0"},
+                         {"checkpoint.enable", "false"}};
+  JobRun run = train("dist_metrics_all_ranks", 2, 2, all);
+  const std::map<int64_t, nlohmann::json> own = read_records(run.dump / "metrics-rank1.jsonl");
+  ASSERT_EQ(own.size(), 3u) << "rank 1's records";
+  for (int64_t s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(run.steps.count(s) && own.count(s)) << "step " << s;
+    const nlohmann::json &r0 = run.steps.at(s), &r1 = own.at(s);
+    EXPECT_EQ(r1["rank"], 1);
+    EXPECT_FALSE(r0.contains("rank")) << "metrics.jsonl keeps its records as they were";
+    EXPECT_EQ(r1["loss"], r0["loss"]) << "the job's loss, the same on every rank";
+    EXPECT_EQ(r1["grad_norm"], r0["grad_norm"]);
+    EXPECT_EQ(r1["batch_hash"], r0["batch_hash"]);
+    for (const char* own_figure : {"memory_gib", "tps", "step_seconds", "comm_mib"})
+      EXPECT_GT(r1[own_figure].get<double>(), 0) << own_figure << " at step " << s;
+  }
+  for (const char* rank_dir : {"tb/rank_0", "tb/rank_1"}) {
+    bool events = false;
+    if (fs::is_directory(run.dump / rank_dir))
+      for (auto& e : fs::directory_iterator(run.dump / rank_dir))
+        events |=
+            e.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::file_size(e.path()) > 0;
+    EXPECT_TRUE(events) << "no TensorBoard events in " << rank_dir;
+  }
+
+  JobRun one_file =
+      train("dist_metrics_rank0_only", 2, 2,
+            {{"training.steps", "1"}, {"lr_scheduler.warmup_steps", "0"}, {"checkpoint.enable", "false"}});
+  EXPECT_EQ(one_file.steps.size(), 1u);
+  EXPECT_FALSE(fs::exists(one_file.dump / "metrics-rank1.jsonl"));
 }
 
 TEST(DataParallel, TwoRunsOfTheSameJobAreBitwiseIdentical) {

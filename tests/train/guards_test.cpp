@@ -18,6 +18,7 @@
 #include "titan/io/hf_checkpoint.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/resume_guard.h"
 #include "titan/train/run_lock.h"
 #include "titan/train/trainer.h"
 #include "train_test_util.h"
@@ -310,6 +311,20 @@ TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
                      "changes apply from step 3"),
             std::string::npos)
       << out;
+}
+
+// A checkpoint written before a setting joined the resumable settings had its default: a resume
+// that changes it says so; one that keeps the default says nothing.
+TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {
+  const nlohmann::json saved = {{"optimizer.name", "AdamW"}};
+  EXPECT_EQ(train::changed_settings(
+                saved, {{"optimizer.name", "AdamW"}, {"training.mixed_precision_reduce", "bfloat16"}}),
+            "training.mixed_precision_reduce \"float32\" -> \"bfloat16\"");
+  EXPECT_EQ(train::changed_settings(
+                saved, {{"optimizer.name", "AdamW"}, {"training.mixed_precision_reduce", "float32"}}),
+            "");
+  EXPECT_EQ(train::changed_settings(saved, {{"optimizer.name", "AdamW"}, {"training.seed", 7}}), "")
+      << "a key without a known default is not compared";
 }
 
 // A file (not a folder) named step-N in the checkpoint folder is another program's: set aside before

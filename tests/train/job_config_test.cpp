@@ -11,6 +11,7 @@
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/train/metrics.h"
 #include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
 #include "titan/train/torchtitan_keys.h"
@@ -929,8 +930,6 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[metrics]\nenable_wandb = true\n",
        {},
        {"metrics.enable_wandb = true", "Weights & Biases", "accepted: false"}},
-      {"[metrics]\nsave_for_all_ranks = true\n", {}, {"metrics.save_for_all_ranks", "rank 0 only"}},
-      {"[metrics]\nrank_0_only = false\n", {}, {"metrics.rank_0_only = false", "accepted: true"}},
       {"[profiling]\nenable_memory_snapshot = true\n",
        {},
        {"profiling.enable_memory_snapshot", "memory snapshots"}},
@@ -1088,6 +1087,45 @@ TEST(JobConfig, MixedPrecisionReduceIsFloat32OrBfloat16ForShardedBlocks) {
   EXPECT_EQ(resolve_reduce_dtype(bf16, 2), DType::BF16);
   EXPECT_EQ(resolve_reduce_dtype(bf16, 1), DType::F32) << "whole blocks (DDP, one process) reduce in f32";
   EXPECT_EQ(resolve_reduce_dtype(parse("", {}), 4), DType::F32);
+}
+
+// metrics.save_for_all_ranks (torchtitan's key; rank_0_only its older, inverted name): where each
+// rank's records and TensorBoard events go.
+TEST(JobConfig, SaveForAllRanksGivesEveryRankItsOwnRecords) {
+  EXPECT_FALSE(parse("", {}).metrics.save_for_all_ranks);
+  EXPECT_TRUE(parse("[metrics]\nsave_for_all_ranks = true\n", {}).metrics.save_for_all_ranks);
+  const JobConfig older = parse("[metrics]\nrank_0_only = false\n", {});
+  EXPECT_TRUE(older.metrics.save_for_all_ranks);
+  ASSERT_EQ(older.notes.size(), 1u);
+  EXPECT_NE(older.notes[0].find("metrics.rank_0_only = false applied as metrics.save_for_all_ranks = true "
+                                "(torchtitan's older, inverted name for it)"),
+            std::string::npos)
+      << older.notes[0];
+  EXPECT_FALSE(parse("[metrics]\nrank_0_only = true\n", {}).metrics.save_for_all_ranks);
+  EXPECT_NE(
+      parse_error("[metrics]\nrank_0_only = \"no\"\n", {}).find("metrics.rank_0_only expects true or false"),
+      std::string::npos);
+  EXPECT_NE(parse_error("[metrics]\nrank_0_only = false\nsave_for_all_ranks = false\n", {})
+                .find("both set metrics.save_for_all_ranks"),
+            std::string::npos);
+
+  const std::filesystem::path dump = "/runs/a", tb = "/runs/a/tb";
+  const MetricsOutputs rank0 = metrics_outputs(dump, tb, 0, true, false);
+  EXPECT_TRUE(rank0.console);
+  EXPECT_EQ(rank0.jsonl, dump / "metrics.jsonl");
+  EXPECT_EQ(rank0.tensorboard, tb);
+  EXPECT_EQ(rank0.rank, -1);
+  const MetricsOutputs rank1 = metrics_outputs(dump, tb, 1, false, false);
+  EXPECT_TRUE(rank1.jsonl.empty() && rank1.tensorboard.empty() && !rank1.console) << "rank 1 writes nothing";
+  const MetricsOutputs all0 = metrics_outputs(dump, tb, 0, true, true),
+                       all1 = metrics_outputs(dump, tb, 1, false, true);
+  EXPECT_EQ(all0.jsonl, dump / "metrics.jsonl");
+  EXPECT_EQ(all0.tensorboard, tb / "rank_0");
+  EXPECT_EQ(all1.jsonl, dump / "metrics-rank1.jsonl");
+  EXPECT_EQ(all1.tensorboard, tb / "rank_1");
+  EXPECT_EQ(all1.rank, 1);
+  EXPECT_FALSE(all1.console);
+  EXPECT_TRUE(metrics_outputs(dump, "", 1, false, true).tensorboard.empty()) << "no TensorBoard asked for";
 }
 
 // metrics.save_tb_folder: the TensorBoard folder under job.dump_folder (torchtitan's key), a folder of

@@ -128,13 +128,11 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   f32_shape.compute = DType::F32;  // every block gathered in f32: g = 4
   EXPECT_DOUBLE_EQ(double(profile_training_step(args, f32_shape, Device::Meta).comm.bytes_sent),
                    (2 * 4 * psi_layers + 4 * psi_root + 4 * psi) / 2);
-  // training.mixed_precision_reduce = "bfloat16": the reduce-scatters send 2 bytes an element; the
-  // f32 gradient is freed as soon as its bf16 copy exists, so the peak does not grow.
+  // training.mixed_precision_reduce = "bfloat16": the reduce-scatters send 2 bytes an element.
   StepShape bf16_reduce = fsdp_shape;
   bf16_reduce.reduce = DType::BF16;
   const StepProfile rs16 = profile_training_step(args, bf16_reduce, Device::Meta);
   EXPECT_DOUBLE_EQ(double(rs16.comm.bytes_sent), (2 * g * psi_layers + g * psi_root + 2 * psi) / 2);
-  EXPECT_LE(rs16.peak, fsdp.peak);
   // fsdp_reshard_after_forward = "never" keeps the layers until their backward: one gather fewer
   // per layer, more memory.
   fsdp_shape.reshard = dist::Reshard::Never;

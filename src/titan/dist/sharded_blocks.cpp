@@ -36,9 +36,11 @@ Reshard reshard_from_name(const std::string& name) {
 struct ShardedBlocks::Pending {
   enum Kind { Gather, ReduceScatter, AllReduce } kind;
   size_t block;
-  std::unique_ptr<CommHandle> handle;
   Tensor sent;      // a bf16 reduction's input: this rank's gradient rounded to bf16
   Tensor received;  // a reduce-scatter's slice of the summed gradient, in the reduce dtype
+  // Declared last, destroyed first: a handle dropped in flight (a job unwinding) goes before the
+  // buffers its collective reads and writes.
+  std::unique_ptr<CommHandle> handle;
 };
 
 ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks,
@@ -255,10 +257,7 @@ void ShardedBlocks::end_micro_batch() {
       Timed timed(stats_.seconds);
       for (auto& h : pending) h->wait();
       for (size_t b = 0; b < blocks_.size(); ++b)
-        if (rounded[b].defined()) {
-          blocks_[b].shard_grad().fill(0.0);
-          ops::add_inplace(blocks_[b].shard_grad(), rounded[b]);
-        }
+        if (rounded[b].defined()) blocks_[b].shard_grad().copy_from(rounded[b]);
     }
   }
   for (auto& B : blocks_) ops::scale_inplace(B.shard_grad(), 1.0 / double(plan_.dp_size()));

@@ -125,6 +125,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(metrics, log_freq),
       TITAN_KEY(metrics, enable_tensorboard),
       TITAN_KEY(metrics, save_tb_folder),
+      TITAN_KEY(metrics, save_for_all_ranks),
       TITAN_KEY(metrics, peak_tflops),
       TITAN_KEY(validation, enable),
       TITAN_KEY(validation, dataset),
@@ -286,10 +287,21 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
   switch (k->use) {
     case TorchtitanUse::Alias: {
       const std::string target(k->target);
-      const std::string v = key == "model.tokenizer_path" ? tokenizer_folder(value) : value;
+      std::string v = key == "model.tokenizer_path" ? tokenizer_folder(value) : value;
+      const bool inverted = key == "metrics.rank_0_only";  // the opposite of save_for_all_ranks
+      if (inverted) {
+        TITAN_CHECK((node ? node->is_boolean() : true) && (value == "true" || value == "false"), where, ": ",
+                    note_key, " expects true or false, got ",
+                    node && node->is_string() ? "a string" : "'" + value + "'");
+        v = value == "true" ? "false" : "true";
+        node = nullptr;  // (the TOML value is the inverse of the one applied)
+      }
       if (!apply_torchtitan_key(c, fields, target, v, where, node, note_key)) {
         apply(c, fields, target, v, where, node, note_key);
-        add_note(c, note_key, shown + " applied as " + target + " (torchtitan's older name for it)");
+        add_note(c, note_key,
+                 shown + " applied as " + target +
+                     (inverted ? " = " + v + " (torchtitan's older, inverted name for it)"
+                               : " (torchtitan's older name for it)"));
       }
       break;
     }

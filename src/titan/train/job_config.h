@@ -148,6 +148,9 @@ struct MetricsSection {
   int64_t log_freq = 1;
   bool enable_tensorboard = false;
   std::string save_tb_folder = "tb";  // the TensorBoard events' folder, under job.dump_folder (torchtitan's)
+  // Every rank writes its own metrics (metrics-rank<r>.jsonl; TensorBoard under <tb>/rank_<r>), not
+  // only the logging rank (train/metrics.h, MetricsOutputs)
+  bool save_for_all_ranks = false;
   double peak_tflops = 0;  // 0: the device's own (the CPU's measured clock x FLOP/cycle; a GPU's service)
 };
 

@@ -249,33 +249,38 @@ void StepMeter::log_unlogged_step() {
 
 double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_; }
 
-void MetricsLogger::check_outputs(const fs::path& dump, const fs::path& tensorboard) {
+MetricsOutputs metrics_outputs(const fs::path& dump, const fs::path& tensorboard, int rank, bool logging_rank,
+                               bool all_ranks) {
+  MetricsOutputs o;
+  o.console = logging_rank;
+  if (logging_rank) {
+    o.jsonl = dump / "metrics.jsonl";
+  } else if (all_ranks) {
+    o.jsonl = dump / ("metrics-rank" + std::to_string(rank) + ".jsonl");
+    o.rank = rank;
+  }
+  if (!tensorboard.empty() && (logging_rank || all_ranks))
+    o.tensorboard = all_ranks ? tensorboard / ("rank_" + std::to_string(rank)) : tensorboard;
+  return o;
+}
+
+void MetricsLogger::check_outputs(const MetricsOutputs& o) {
   std::error_code ec;
-  const fs::file_type jsonl = fs::status(dump / "metrics.jsonl", ec).type();
-  TITAN_CHECK(jsonl != fs::file_type::directory, "job.dump_folder: '", (dump / "metrics.jsonl").string(),
+  const fs::file_type jsonl = fs::status(o.jsonl, ec).type();
+  TITAN_CHECK(o.jsonl.empty() || jsonl != fs::file_type::directory, "job.dump_folder: '", o.jsonl.string(),
               "' is a folder: the run appends its metrics to a file of that name");
-  const fs::file_type tb = fs::status(tensorboard, ec).type();
+  const fs::file_type tb = fs::status(o.tensorboard, ec).type();
   TITAN_CHECK(
-      tensorboard.empty() || tb == fs::file_type::not_found || tb == fs::file_type::directory,
-      "metrics.enable_tensorboard: '", tensorboard.string(),
+      o.tensorboard.empty() || tb == fs::file_type::not_found || tb == fs::file_type::directory,
+      "metrics.enable_tensorboard: '", o.tensorboard.string(),
       "' is not a folder: the TensorBoard events go there (move it, set metrics.save_tb_folder, or set "
       "enable_tensorboard = false)");
 }
 
-MetricsLogger::MetricsLogger(const fs::path& dump, const fs::path& tensorboard, bool is_logging_rank)
-    : enabled_(is_logging_rank) {
-  if (!enabled_) return;
-  fs::create_directories(dump);
-  jsonl_path_ = dump / "metrics.jsonl";
-  errno = 0;
-  jsonl_.open(jsonl_path_, std::ios::app);
-  TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
-              "': ", errno ? std::strerror(errno) : "?");
-  if (!tensorboard.empty()) tb_ = std::make_unique<TensorBoardWriter>(tensorboard);
-}
+namespace {
 
-void MetricsLogger::log(const StepMetrics& m) {
-  if (!enabled_) return;
+// The console's line of a logged step.
+void print_step(const StepMetrics& m) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "step: %ld  loss: %.4f  grad_norm: %.4f  lr: %.3e  memory: %.2fGiB(%.2f%%)  tps: %.0f  tflops: %.3f  "
@@ -294,6 +299,10 @@ void MetricsLogger::log(const StepMetrics& m) {
   if (m.val_loss >= 0)
     std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
   std::fflush(stdout);
+}
+
+// Its metrics.jsonl record; `rank` >= 0 adds the rank (a per-rank file's records).
+nlohmann::json step_record(const StepMetrics& m, int rank) {
   nlohmann::json j = {{"step", m.step},         {"loss", m.loss},       {"grad_norm", m.grad_norm},
                       {"lr", m.lr},             {"memory_gib", m.memory_gib}, {"memory_pct", m.memory_pct},
                       {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
@@ -310,12 +319,35 @@ void MetricsLogger::log(const StepMetrics& m) {
     j["val_loss"] = m.val_loss;
     j["val_perplexity"] = m.val_perplexity;
   }
-  jsonl_ << j.dump() << "\n";
-  jsonl_.flush();
-  check_written(bool(jsonl_), jsonl_path_, m.step);
+  if (rank >= 0) j["rank"] = rank;
+  return j;
+}
+
+}  // namespace
+
+MetricsLogger::MetricsLogger(const MetricsOutputs& outputs) : outputs_(outputs), jsonl_path_(outputs.jsonl) {
+  if (!jsonl_path_.empty()) {
+    fs::create_directories(jsonl_path_.parent_path());
+    errno = 0;
+    jsonl_.open(jsonl_path_, std::ios::app);
+    TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
+                "': ", errno ? std::strerror(errno) : "?");
+  }
+  if (!outputs_.tensorboard.empty()) tb_ = std::make_unique<TensorBoardWriter>(outputs_.tensorboard);
+}
+
+void MetricsLogger::log(const StepMetrics& m) {
+  if (outputs_.console) print_step(m);
+  if (jsonl_path_.empty() && !tb_) return;
+  const nlohmann::json j = step_record(m, outputs_.rank);
+  if (!jsonl_path_.empty()) {
+    jsonl_ << j.dump() << "\n";
+    jsonl_.flush();
+    check_written(bool(jsonl_), jsonl_path_, m.step);
+  }
   if (tb_) {
     for (auto& [k, v] : j.items())
-      if (v.is_number()) tb_->scalar(k, v.get<double>(), m.step);
+      if (v.is_number() && k != "rank") tb_->scalar(k, v.get<double>(), m.step);
     tb_->flush();
     check_written(tb_->good(), tb_->path(), m.step);
   }

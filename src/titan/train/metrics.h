@@ -1,6 +1,7 @@
 #pragma once
 // Training metrics: one log line per logged step, the same record as a JSON object
-// in <dump_folder>/metrics.jsonl, and TensorBoard scalars when enabled.
+// in <dump_folder>/metrics.jsonl, and TensorBoard scalars when enabled (per rank with
+// metrics.save_for_all_ranks: MetricsOutputs).
 //
 // tps      = tokens this rank processed in the step / step seconds
 // tflops   = tps * flops_per_token(seq) / 1e12, flops_per_token = 6 * active matmul params
@@ -62,15 +63,28 @@ class TensorBoardWriter {
 
 uint32_t crc32c(const void* data, size_t n);
 
+// Where one rank's metrics go. The logging rank prints each logged step and appends its record to
+// <dump_folder>/metrics.jsonl; with metrics.save_for_all_ranks every other rank appends its own
+// record (its memory, throughput, step time and communication, beside the job's loss and grad norm)
+// to <dump_folder>/metrics-rank<r>.jsonl, with "rank": r. TensorBoard's events go to
+// <dump_folder>/<save_tb_folder>, or, with save_for_all_ranks, to a folder per rank under it,
+// rank_<r> (torchtitan's layout).
+struct MetricsOutputs {
+  bool console = false;               // prints the step lines
+  std::filesystem::path jsonl;        // empty: no records
+  std::filesystem::path tensorboard;  // empty: no events
+  int rank = -1;                      // >= 0: written into each record (a per-rank file)
+};
+MetricsOutputs metrics_outputs(const std::filesystem::path& dump_folder,
+                               const std::filesystem::path& tensorboard, int rank, bool logging_rank,
+                               bool all_ranks);
+
 class MetricsLogger {
  public:
-  // Before anything is built: a metrics.jsonl that is a folder in the dump folder, or a TensorBoard
-  // folder (`tensorboard`, empty: none) that is not one, is an error naming the key (the logger opens
-  // them only after the weights).
-  static void check_outputs(const std::filesystem::path& dump_folder,
-                            const std::filesystem::path& tensorboard);
-  MetricsLogger(const std::filesystem::path& dump_folder, const std::filesystem::path& tensorboard,
-                bool is_logging_rank);
+  // Before anything is built: a records file that is a folder, or a TensorBoard folder that is not
+  // one, is an error naming the key (the logger opens them only after the weights).
+  static void check_outputs(const MetricsOutputs& outputs);
+  explicit MetricsLogger(const MetricsOutputs& outputs);
   void log(const StepMetrics& m);
   // "" while every record was written; else which file stopped taking records at which step and
   // why (a full disk, say). The run goes on: its checkpoints are what must not be lost.
@@ -80,7 +94,7 @@ class MetricsLogger {
   // Says once, when a write to `path` failed at `step`.
   void check_written(bool ok, const std::filesystem::path& path, int64_t step);
 
-  bool enabled_;
+  MetricsOutputs outputs_;
   std::filesystem::path jsonl_path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;

@@ -108,9 +108,13 @@ json resumable_settings(const JobConfig& c) {
 
 std::string changed_settings(const json& saved, const json& now) {
   std::string out;
+  // Keys that joined the settings after a checkpoint was written: its run had their default.
+  const json defaults = {{"training.mixed_precision_reduce", "float32"}};
   for (auto& [key, value] : now.items()) {
-    if (!saved.is_object() || !saved.contains(key) || saved[key] == value) continue;
-    out += (out.empty() ? "" : ", ") + key + " " + saved[key].dump() + " -> " + value.dump();
+    if (!saved.is_object()) continue;
+    const json before = saved.contains(key) ? saved[key] : defaults.value(key, json());
+    if (before.is_null() || before == value) continue;
+    out += (out.empty() ? "" : ", ") + key + " " + before.dump() + " -> " + value.dump();
     if (key == "training.seed" || key == "model.init")
       out += " (no effect: the weights are the checkpoint's)";
   }

@@ -195,7 +195,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const std::filesystem::path tensorboard =
       cfg.metrics.enable_tensorboard ? std::filesystem::path(cfg.job.dump_folder) / cfg.metrics.save_tb_folder
                                      : std::filesystem::path();
-  MetricsLogger::check_outputs(cfg.job.dump_folder, tensorboard);
+  const MetricsOutputs metrics_out = metrics_outputs(cfg.job.dump_folder, tensorboard, plan.rank(),
+                                                     plan.is_logging_rank(), cfg.metrics.save_for_all_ranks);
+  MetricsLogger::check_outputs(metrics_out);
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
@@ -251,7 +253,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   }
 
   // ---- the loop
-  MetricsLogger logger(cfg.job.dump_folder, tensorboard, plan.is_logging_rank());
+  MetricsLogger logger(metrics_out);
   if (plan.is_logging_rank()) {
     // What `titan report` shows beside the curves: the run's config in effect and where it ran.
     nlohmann::json info = {{"description", cfg.job.description},

@@ -186,8 +186,10 @@ GraphBuilder backward_graph(const SdpaShape& s) {
 
 // Plans per shape (the scale is passed by value at each call, so it is not part of the key).
 // A training step needs two plans per layer shape; block-causal attention two per document
-// length, which a long run of packed documents keeps changing: the cache keeps the most recent.
-constexpr size_t kCachedPlans = 128;
+// length, up to two per length a sequence can hold. The cache must hold a step's working set (a
+// smaller one would evict each plan just before the next layer asks for it again): PyTorch's
+// cuDNN plan cache holds 10000.
+constexpr size_t kCachedPlans = 10000;
 
 std::shared_ptr<const Plan> cached_plan(bool backward, const SdpaShape& s) {
   // Never destroyed, as the handle: at exit cuDNN's engine libraries (loaded after this cache was

@@ -249,7 +249,12 @@ std::shared_ptr<const Plan> PlanCache::get(const std::string& key,
       e.error = err.what();
     }
     recent_.push_front(std::move(e));
-    index_[key] = recent_.begin();
+    try {
+      index_[key] = recent_.begin();
+    } catch (...) {  // (out of memory) the list holds only entries the index knows
+      recent_.pop_front();
+      throw;
+    }
     while (recent_.size() > capacity_) {
       index_.erase(recent_.back().key);
       recent_.pop_back();

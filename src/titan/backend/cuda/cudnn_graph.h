@@ -235,9 +235,11 @@ std::unique_ptr<Plan> finalize_plan(GraphBuilder graph, const std::string& what)
 // holds host and device memory (and its build runs heuristics, maybe an engine compile): a job whose
 // shapes keep changing (block-causal attention, one call per document length; MoE token counts)
 // must not keep one per shape for its whole life. A shape whose build failed keeps its error, so
-// that asking again (every layer, every step) fails at once instead of building again. An evicted
-// plan lives on while a caller holds it; destroying one does not wait for work it launched (cuDNN's
-// launches do not refer to the plan's descriptors once enqueued). Thread-safe.
+// that asking again (every layer, every step) fails at once instead of building again (an error
+// that might pass, out of memory during a build, stays too until evicted). An evicted plan lives on
+// while a caller holds it; destroying one does not wait for work it launched (cuDNN's launches do
+// not refer to the plan's descriptors once enqueued, as PyTorch's plan cache also assumes).
+// Thread-safe; builds run one at a time, and `build` must not call the same cache.
 class PlanCache {
  public:
   explicit PlanCache(size_t capacity);

@@ -77,7 +77,7 @@ std::shared_ptr<const cudnn::Plan> plan_for(const GroupedMatmulShape& s) {
   std::string why = cudnn_grouped_matmul_unavailable();
   if (why.empty()) why = cudnn_grouped_matmul_unsupported(s);
   TITAN_CHECK(why.empty(), "moe (cudnn): ", why);
-  static auto& plans = *new cudnn::PlanCache(128);
+  static auto& plans = *new cudnn::PlanCache(10000);  // (as cudnn_attention.cu's)
   const std::string what = describe(s);
   return plans.get(what, [&] { return cudnn::finalize_plan(grouped_matmul_graph(s), what); });
 }
