@@ -732,6 +732,25 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   }
   r = titan(greedy + "--stop '[INST]'");  // not JSON: a string of its own
   EXPECT_EQ(r.rc, 0) << r.err;
+  // --bad-words: the text's tokens (as the tokenizer splits it alone) are never generated; a JSON
+  // array gives several.
+  {
+    std::vector<int64_t> banned;
+    for (int32_t id : tokenizer.encode(third)) banned.push_back(id);
+    for (const std::string& flag : {"--bad-words " + shell_word(third),
+                                    "--bad-words " + shell_word("[\"zzqx\", " + stop_json.dump() + "]")}) {
+      r = titan(greedy + flag);
+      ASSERT_EQ(r.rc, 0) << flag << "\n" << r.err;
+      const std::vector<int64_t> ids = nlohmann::json::parse(r.out).at("ids").get<std::vector<int64_t>>();
+      EXPECT_NE(ids, whole_ids) << flag;
+      for (size_t k = 0; k + banned.size() <= ids.size(); ++k)
+        EXPECT_FALSE(std::equal(banned.begin(), banned.end(), ids.begin() + ptrdiff_t(k)))
+            << flag << " at " << k;
+    }
+    r = titan(greedy + "--bad-words ''");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("--bad-words: an empty string names no token"), std::string::npos) << r.err;
+  }
   for (const char* bad : {"--stop ''", "--stop '[1, 2]'"}) {
     r = titan(greedy + bad);
     EXPECT_EQ(r.rc, 1) << bad;
@@ -1079,6 +1098,36 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ids_of({}).substr(0, ids_of({}).find(',')) + "\n")
       << "the greedy first token is the config's eos_token_id: it stops there";
+  // Its processors beyond the sampler's, greedy here: applied as the library applies them, and said.
+  {
+    const int64_t first = std::stoll(ids_of({}).substr(0, ids_of({}).find(',')));
+    std::ofstream(dir / "generation_config.json", std::ios::trunc)
+        << R"({"suppress_tokens": [)" << first
+        << R"(], "bad_words_ids": [[5, 6]], "sequence_bias": [[[7], 1.5], [[7, 8], -2]], "begin_suppress_tokens": [9],
+            "min_length": 6})";
+    titan::qwen3::SamplingOptions shaped;
+    shaped.suppress_tokens = {first};
+    shaped.bad_words_ids = {{5, 6}};
+    shaped.sequence_bias = {{{7}, 1.5}, {{7, 8}, -2}};
+    shaped.begin_suppress_tokens = {9};
+    shaped.min_length = 6;
+    r = titan(args);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, ids_of(shaped)) << r.err;
+    EXPECT_NE(ids_of(shaped), ids_of({})) << "the suppressed first token changes the run";
+    for (const char* key :
+         {"min_length", "bad_words_ids", "sequence_bias", "suppress_tokens", "begin_suppress_tokens"})
+      EXPECT_NE(r.err.find(std::string("generate: ") + key + " applied, as " + file + " says"),
+                std::string::npos)
+          << key << "\n"
+          << r.err;
+    std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"bad_words_ids": [[5, 99999999]]})";
+    r = titan(args);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("bad_words_ids[0][1] is id 99999999, outside the model's vocabulary"),
+              std::string::npos)
+        << r.err;
+  }
   std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"([0.6, 20])";
   r = titan(args);
   EXPECT_NE(r.err.find("generation_config.json: a generation config is a JSON object, got array"),

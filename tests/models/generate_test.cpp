@@ -645,16 +645,26 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   const GenerationDefaults lengths =
       generation_defaults(json{{"min_new_tokens", 3},
                                {"max_new_tokens", 100},
-                               {"bad_words_ids", json::array({json::array({5})})},
+                               {"bad_words_ids", json::array({json::array({5}), json::array({7, 8})})},
                                {"suppress_tokens", nullptr},
-                               {"min_length", 0},
+                               {"begin_suppress_tokens", json::array({2, 9})},
+                               {"sequence_bias", json::array({json::array({json::array({4, 1}), -2.5})})},
+                               {"min_length", 6},
+                               {"forced_eos_token_id", 2},
                                {"max_length", 20}},
                           "g");
   EXPECT_EQ(lengths.sampling.min_new_tokens, 3);
+  EXPECT_EQ(lengths.sampling.min_length, 6);
+  EXPECT_EQ(lengths.sampling.bad_words_ids, (std::vector<std::vector<int64_t>>{{5}, {7, 8}}));
+  EXPECT_TRUE(lengths.sampling.suppress_tokens.empty()) << "null: none";
+  EXPECT_EQ(lengths.sampling.begin_suppress_tokens, (std::vector<int64_t>{2, 9}));
+  ASSERT_EQ(lengths.sampling.sequence_bias.size(), 1u);
+  EXPECT_EQ(lengths.sampling.sequence_bias[0].first, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(lengths.sampling.sequence_bias[0].second, -2.5);
   EXPECT_EQ(lengths.max_new_tokens, 100);
-  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"bad_words_ids [[5]]"}))
+  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"forced_eos_token_id 2"}))
       << "max_length is read only without max_new_tokens; null and empty lists change nothing";
-  EXPECT_EQ(generation_defaults(json{{"max_length", 20}, {"bad_words_ids", json::array()}}, "g").not_applied,
+  EXPECT_EQ(generation_defaults(json{{"max_length", 20}, {"forced_bos_token_id", nullptr}}, "g").not_applied,
             (std::vector<std::string>{"max_length 20"}));
   EXPECT_EQ(generation_defaults(json(), "g").max_new_tokens, 0) << "not set";
   EXPECT_EQ(generation_defaults(json{{"eta_cutoff", 0.1}}, "g").sampling.eta_cutoff, 0.0)
@@ -689,6 +699,20 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_NE(error(json{{"num_beams", 0}}).find("'num_beams' must be a whole number >= 1, got 0"),
             std::string::npos);
   EXPECT_NE(error(json{{"min_new_tokens", -2}}).find("'min_new_tokens' must be a whole number >= 0, got -2"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"min_length", 1.5}}).find("'min_length' must be a whole number >= 0, got 1.5"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"bad_words_ids", json::array({5, 6})}})
+                .find("'bad_words_ids' must be a list of token ids, got 5"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"bad_words_ids", json::array({json::array()})}})
+                .find("'bad_words_ids' holds an empty list"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"suppress_tokens", json::array({-1})}})
+                .find("'suppress_tokens' must hold token ids (whole numbers >= 0), got -1"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"sequence_bias", json::array({json::array({json::array({3}), "big"})})}})
+                .find("'sequence_bias' must be a list of [[token ids], bias] pairs, got [[3],\"big\"]"),
             std::string::npos);
   EXPECT_NE(error(json{{"max_new_tokens", 0}}).find("'max_new_tokens' must be a whole number >= 1, got 0"),
             std::string::npos);
@@ -753,8 +777,9 @@ TEST(Sampler, NoRepeatedNgramBansTheIdsThatWouldRepeatOne) {
   EXPECT_THROW(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{0, 1, 2, 3}), Error);  // all banned
 }
 
-// The distribution the sampler draws from against transformers' processors and warpers (repetition
-// penalty, no repeated n-gram, temperature, top-k, top-p, min-p, typical-p, in transformers' order)
+// The distribution the sampler draws from against transformers' processors and warpers (sequence
+// bias, repetition penalty, no repeated n-gram, bad words, suppressed tokens, temperature, top-k,
+// top-p, min-p, typical-p, in transformers' order)
 // written in PyTorch by tests/models/torch_ref/logits_processors.py: fresh random logits and
 // sequences, each combination giving the same ids with the same probabilities (1e-9).
 TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
@@ -788,7 +813,28 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       std::uniform_int_distribution<int64_t> small(0, 7);  // a few ids, so that n-grams repeat
       std::vector<int64_t> seq(size_t(std::uniform_int_distribution<int>(0, 12)(gen)));
       for (int64_t& id : seq) id = small(gen);
+      // Every other case: biased sequences and bad words of 1-3 of those few ids (so that some
+      // match the sequence's end), suppressed ids.
+      json biases = json::array(), bad = json::array(), suppressed = json::array();
+      if (rep % 2 == 1) {
+        std::uniform_int_distribution<int> length(1, 3);
+        std::normal_distribution<double> bias(0.0, 3.0);
+        for (int e = 0; e < 5; ++e) {
+          std::vector<int64_t> ids(size_t(length(gen)));
+          for (int64_t& id : ids) id = small(gen);
+          biases.push_back(json::array({ids, bias(gen)}));
+        }
+        for (int e = 0; e < 3; ++e) {
+          std::vector<int64_t> ids(size_t(length(gen)));
+          for (int64_t& id : ids) id = small(gen);
+          bad.push_back(ids);
+        }
+        suppressed.push_back(std::uniform_int_distribution<int64_t>(8, V - 1)(gen));
+      }
       cases.push_back({{"logits", row},
+                       {"sequence_bias", biases},
+                       {"bad_words_ids", bad},
+                       {"suppress_tokens", suppressed},
                        {"sequence", seq},
                        {"temperature", c.temperature},
                        {"top_k", c.top_k},
@@ -815,6 +861,10 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
     o.eta_cutoff = cases[i]["eta_cutoff"];
     o.repetition_penalty = cases[i]["repetition_penalty"];
     o.no_repeat_ngram_size = cases[i]["no_repeat_ngram_size"];
+    for (const json& b : cases[i]["sequence_bias"])
+      o.sequence_bias.emplace_back(b[0].get<std::vector<int64_t>>(), b[1].get<double>());
+    o.bad_words_ids = cases[i]["bad_words_ids"].get<std::vector<std::vector<int64_t>>>();
+    o.suppress_tokens = cases[i]["suppress_tokens"].get<std::vector<int64_t>>();
     std::vector<std::pair<int64_t, double>> got = next_token_distribution(logits[i], o, {}, sequences[i]);
     std::sort(got.begin(), got.end());
     const std::string what = "case " + std::to_string(i) + ": " + cases[i].dump();
@@ -1158,6 +1208,155 @@ TEST(Generate, MinNewTokensHoldsTheStopIdsBack) {
   SamplingOptions bad;
   bad.min_new_tokens = -1;
   EXPECT_THROW(bad.validate(), Error);
+}
+
+// transformers' bad_words_ids, sequence_bias and suppress_tokens on one row of logits: a one-id bad
+// word or suppressed id is never chosen; a longer bad word's last id only after its other ids, and
+// not at all while the sequence is shorter than the word (transformers skips it); biases add up, a
+// longer sequence's where its other ids end the sequence. Their ids are checked.
+TEST(Sampler, BadWordsSequenceBiasAndSuppressedTokensShapeTheLogits) {
+  std::mt19937_64 rng(1);
+  const std::vector<float> logits = {0, 3, 2, 1};
+  auto greedy = [&](const SamplingOptions& o, std::vector<int64_t> sequence) {
+    return pick_next_token(logits, o, rng, {}, sequence);
+  };
+  SamplingOptions o;
+  EXPECT_EQ(greedy(o, {}), 1) << "the control";
+  o.bad_words_ids = {{1}};
+  EXPECT_EQ(greedy(o, {}), 2);
+  o.bad_words_ids = {{0, 1}};
+  EXPECT_EQ(greedy(o, {2, 0}), 2) << "after 0, 1 is banned";
+  EXPECT_EQ(greedy(o, {0, 2}), 1);
+  EXPECT_EQ(greedy(o, {0}), 1) << "a word longer than the sequence is skipped, as transformers skips it";
+  o.bad_words_ids = {{0, 3, 1}};
+  EXPECT_EQ(greedy(o, {0, 3}), 1) << "longer than the sequence: skipped";
+  EXPECT_EQ(greedy(o, {2, 0, 3}), 2) << "as long as the sequence: applies";
+  EXPECT_EQ(greedy(o, {2, 1, 3}), 1);
+  o = {};
+  o.suppress_tokens = {1, 2};
+  EXPECT_EQ(greedy(o, {}), 3);
+  o = {};
+  o.sequence_bias = {{{2}, 1.5}};
+  EXPECT_EQ(greedy(o, {}), 2) << "2 + 1.5 passes 3";
+  o.sequence_bias = {{{0, 3}, 5.0}};
+  EXPECT_EQ(greedy(o, {0}), 1) << "longer than the sequence: skipped";
+  EXPECT_EQ(greedy(o, {2, 0}), 3);
+  EXPECT_EQ(greedy(o, {0, 2}), 1);
+  o.sequence_bias = {{{2}, 0.6}, {{0, 2}, 0.6}};
+  EXPECT_EQ(greedy(o, {1, 1}), 1) << "2.6 stays below 3";
+  EXPECT_EQ(greedy(o, {1, 0}), 2) << "both apply: 3.2";
+  const std::vector<std::pair<int64_t, float>> biases = sequence_biases(std::vector<int64_t>{1, 0}, o);
+  ASSERT_EQ(biases.size(), 1u);
+  EXPECT_EQ(biases[0].second, 0.6f + 0.6f);
+  // Sampled: the bad and suppressed ids are never drawn.
+  o = {};
+  o.temperature = 1;
+  o.bad_words_ids = {{1}};
+  o.suppress_tokens = {3};
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t id = greedy(o, {});
+    ASSERT_TRUE(id == 0 || id == 2) << id;
+  }
+  // A bad word that is a stop id alone is dropped where the stop ids are known.
+  o.bad_words_ids = {{2}, {1}, {2, 2}};
+  EXPECT_EQ(without_stop_words(o, {2}).bad_words_ids, (std::vector<std::vector<int64_t>>{{1}, {2, 2}}));
+  auto error = [](const SamplingOptions& bad) {
+    try {
+      bad.validate(4);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  SamplingOptions bad;
+  bad.bad_words_ids = {{1}, {2, 7}};
+  EXPECT_NE(error(bad).find("sampling: bad_words_ids[1][1] is id 7, outside the model's vocabulary [0, 4)"),
+            std::string::npos)
+      << error(bad);
+  bad = {};
+  bad.bad_words_ids = {{}};
+  EXPECT_NE(error(bad).find("bad_words_ids[0] holds no id"), std::string::npos);
+  bad = {};
+  bad.sequence_bias = {{{1}, std::numeric_limits<double>::infinity()}};
+  EXPECT_NE(error(bad).find("sequence_bias[0]'s bias must be finite"), std::string::npos);
+  bad = {};
+  bad.suppress_tokens = {-1};
+  EXPECT_NE(error(bad).find("suppress_tokens[0] is id -1"), std::string::npos);
+  bad = {};
+  bad.min_length = -1;
+  EXPECT_NE(error(bad).find("min_length must be >= 0"), std::string::npos);
+}
+
+// The ids each step may take: begin_suppress_tokens leave the first new token alone; min_length, as
+// min_new_tokens, holds the stop ids back until the prompt and the new tokens reach it.
+TEST(Sampler, StepMasksFollowTheStep) {
+  SamplingOptions o;
+  o.begin_suppress_tokens = {1};
+  o.min_length = 5;
+  const StepMasks masks({}, {3}, o, 4);
+  const std::vector<bool> first = masks.at(3, 0), second = masks.at(3, 1), third = masks.at(3, 2);
+  EXPECT_EQ(first, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(second, (std::vector<bool>{true, true, true, false})) << "3 + 1 < 5: the stop id still held back";
+  EXPECT_TRUE(third.empty()) << "3 + 2 reaches 5: every id";
+  EXPECT_TRUE(masks.at(9, 1).empty()) << "a longer prompt reaches min_length at once";
+  EXPECT_EQ(masks.at(9, 0), (std::vector<bool>{true, false, true, true}));
+  const std::vector<bool> allowed = {true, true, false, true};
+  EXPECT_EQ(StepMasks(allowed, {3}, SamplingOptions{}, 4).at(1, 0), allowed)
+      << "none of them: `allowed` as it is";
+}
+
+// On the f64 oracle model: begin_suppress_tokens changes the first token only (then greedy goes on
+// from it); min_length holds the stop ids back as min_new_tokens does when it counts the prompt; a
+// bad word of two new ids is never generated; beam search applies them too.
+TEST(Generate, ProcessorsOfTheGenerationConfigShapeGreedyAndBeamSearch) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const int64_t V = model->args().vocab_size;
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5, 99};
+  const Generation free_run = generate(*model, prompt, 6, SamplingOptions{}, {});
+  ASSERT_EQ(free_run.ids.size(), 6u);
+  // begin_suppress_tokens: the first token the best other than the free run's; from there, greedy.
+  SamplingOptions begin;
+  begin.begin_suppress_tokens = {free_run.ids[0]};
+  const Generation g = generate(*model, prompt, 6, begin, {});
+  std::vector<bool> not_first(size_t(V), true);
+  not_first[size_t(free_run.ids[0])] = false;
+  const Generation first = generate(*model, prompt, 1, SamplingOptions{}, {}, not_first);
+  ASSERT_EQ(g.ids.size(), 6u);
+  EXPECT_EQ(g.ids[0], first.ids[0]);
+  std::vector<int64_t> after(prompt);
+  after.push_back(first.ids[0]);
+  const Generation rest = generate(*model, after, 5, SamplingOptions{}, {});
+  EXPECT_EQ(std::vector<int64_t>(g.ids.begin() + 1, g.ids.end()), rest.ids);
+  // min_length = prompt + 3 is min_new_tokens = 3 for this prompt.
+  const std::vector<int64_t> stop = {free_run.ids[1]};
+  SamplingOptions by_length, by_new;
+  by_length.min_length = int64_t(prompt.size()) + 3;
+  by_new.min_new_tokens = 3;
+  const Generation held = generate(*model, prompt, 6, by_length, stop);
+  EXPECT_EQ(held.ids, generate(*model, prompt, 6, by_new, stop).ids);
+  ASSERT_GE(held.ids.size(), 3u);
+  EXPECT_NE(held.ids[1], stop[0]) << "the control: without it the stop id ends the run at the second token";
+  // A bad word of the prompt's last id and the free run's first token (the prompt counts): that
+  // first token is another, and the pair never appears in the sequence.
+  SamplingOptions bad;
+  bad.bad_words_ids = {{prompt.back(), free_run.ids[0]}};
+  const Generation b = generate(*model, prompt, 6, bad, {});
+  EXPECT_NE(b.ids[0], free_run.ids[0]);
+  std::vector<int64_t> whole(prompt);
+  whole.insert(whole.end(), b.ids.begin(), b.ids.end());
+  for (size_t k = prompt.size(); k < whole.size(); ++k)
+    EXPECT_FALSE(whole[k - 1] == prompt.back() && whole[k] == free_run.ids[0]) << "the bad word at " << k;
+  // Beam search: no returned sequence starts with a suppressed id, nor takes one later.
+  const BeamSearchOptions beams{3, 1.0, EarlyStopping::Heuristic, 3};
+  const std::vector<Generation> free_beams = beam_search(*model, prompt, 4, beams, {}, {});
+  SamplingOptions suppress;
+  suppress.suppress_tokens = {free_beams[0].ids[0]};
+  for (const Generation& s : beam_search(*model, prompt, 4, beams, suppress, {}))
+    for (int64_t id : s.ids) EXPECT_NE(id, suppress.suppress_tokens[0]);
+  SamplingOptions out_of_range;
+  out_of_range.suppress_tokens = {V};
+  EXPECT_THROW(generate(*model, prompt, 2, out_of_range, {}), Error);
+  EXPECT_THROW(beam_search(*model, prompt, 2, beams, out_of_range, {}), Error);
 }
 
 // Without PyTorch: every sequence beam search returns has the score a full forward over it gives

@@ -220,6 +220,19 @@ size_t code_points(const std::string& text) {
   return size_t(std::count_if(text.begin(), text.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
 }
 
+// The strings of a flag that takes one string or a JSON array of them ("[INST]" is not JSON: a
+// string of its own).
+std::vector<std::string> string_list(const ArgParser& p, const std::string& flag) {
+  const std::string text = p.get(flag);
+  const nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
+  if (!list.is_array()) return {text};
+  TITAN_CHECK(!list.empty() && std::all_of(list.begin(), list.end(),
+                                           [](const nlohmann::json& v) { return v.is_string(); }),
+              "titan generate: --", flag, " ", text,
+              ": a JSON array gives several strings; this one holds something else");
+  return list.get<std::vector<std::string>>();
+}
+
 // Scores the completions of every line of a --prompts-file in one qwen3::GenerationSession (a
 // completion whose prompt starts as the one before's does runs only what follows: the choices of a
 // multiple-choice question run the question once), printing one JSON line each, in order: its prompt
@@ -611,6 +624,11 @@ int generate_main(int argc, char** argv) {
               "stop once the new text holds this string (it stays in the output), greedy, sampled or in beam "
               "search; a JSON array of strings for several, e.g. '[\"\\n\\n\", \"User:\"]' (default: the "
               "model's generation_config.json's stop_strings)")
+      .option(
+          "bad-words",
+          "never generate this text (its tokens, as the tokenizer splits it without special tokens: mind a "
+          "leading space), greedy, sampled or in beam search, as transformers' bad_words_ids; a JSON array "
+          "of strings for several (added to the model's generation_config.json bad_words_ids)")
       .option("seed", "the sampler's seed", "0")
       .option("dtype", "compute dtype: float32 | bfloat16", "float32")
       .option("device", "cpu | cuda: where the model runs (the logits come back to the host for sampling)",
@@ -686,6 +704,7 @@ int generate_main(int argc, char** argv) {
                              "early-stopping",
                              "num-return-sequences",
                              "stop",
+                             "bad-words",
                              "seed",
                              "ignore-eos",
                              "logprobs",
@@ -1066,21 +1085,40 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "generate: min_new_tokens %lld, as %s says\n", (long long)sampling.min_new_tokens,
                  where.c_str());
   }
+  // The processors only the model's generation config sets, greedy, sampled or in beam search; and
+  // --bad-words, texts added to its bad_words_ids.
+  {
+    const qwen3::SamplingOptions& d = defaults.sampling;
+    sampling.min_length = d.min_length;
+    sampling.bad_words_ids = d.bad_words_ids;
+    sampling.sequence_bias = d.sequence_bias;
+    sampling.suppress_tokens = d.suppress_tokens;
+    sampling.begin_suppress_tokens = d.begin_suppress_tokens;
+    const std::vector<std::pair<const char*, bool>> set = {
+        {"min_length", d.min_length > 0},
+        {"bad_words_ids", !d.bad_words_ids.empty()},
+        {"sequence_bias", !d.sequence_bias.empty()},
+        {"suppress_tokens", !d.suppress_tokens.empty()},
+        {"begin_suppress_tokens", !d.begin_suppress_tokens.empty()}};
+    for (const auto& [key, applies] : set)
+      if (applies) std::fprintf(stderr, "generate: %s applied, as %s says\n", key, where.c_str());
+  }
+  if (p.has("bad-words")) {
+    TITAN_CHECK(tokenizer,
+                "titan generate: --bad-words are texts, which need a tokenizer; name one with --tokenizer");
+    for (const std::string& text : string_list(p, "bad-words")) {
+      std::vector<int64_t> ids;
+      for (int32_t id : tokenizer->encode(text)) ids.push_back(id);
+      TITAN_CHECK(!ids.empty(), "titan generate: --bad-words: an empty string names no token");
+      sampling.bad_words_ids.push_back(std::move(ids));
+    }
+  }
   // Stop strings: --stop (a string, or a JSON array of strings), else the model's stop_strings. A
   // sequence stops once its new text holds one; only the last tokens are decoded, as many as the
   // longest string has bytes and one more (each token is at least one byte of the text).
   std::vector<std::string> stop_strings = defaults.stop_strings;
   if (p.has("stop")) {
-    const std::string text = p.get("stop");
-    stop_strings = {text};
-    // A JSON array is a list of strings ("[INST]" is not JSON: a string of its own).
-    if (const json list = json::parse(text, nullptr, false); list.is_array()) {
-      TITAN_CHECK(
-          !list.empty() && std::all_of(list.begin(), list.end(), [](const json& v) { return v.is_string(); }),
-          "titan generate: --stop ", text,
-          ": a JSON array gives several strings; this one holds something else");
-      stop_strings = list.get<std::vector<std::string>>();
-    }
+    stop_strings = string_list(p, "stop");
     for (const std::string& stop : stop_strings)
       TITAN_CHECK(!stop.empty(), "titan generate: --stop: an empty string would stop at once");
   } else if (!stop_strings.empty()) {

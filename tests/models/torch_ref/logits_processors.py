@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The next-token distribution as transformers' generate shapes it, in PyTorch (no transformers on
-this machine): the logits processors that apply to greedy and sampled search alike
-(RepetitionPenaltyLogitsProcessor, then NoRepeatNGramLogitsProcessor) and, when sampling, the
+this machine): the logits processors that apply to greedy and sampled search alike, in the order
+`_get_logits_processor` appends them (SequenceBiasLogitsProcessor, RepetitionPenaltyLogitsProcessor,
+NoRepeatNGramLogitsProcessor, NoBadWordsLogitsProcessor, SuppressTokensLogitsProcessor) and, when sampling, the
 warpers in the order `_get_logits_processor` appends them (Temperature, TopK, TopP, MinP, Typical,
 Epsilon, Eta),
 each written from its documented rule on whole score rows with -inf for removed ids, as transformers
@@ -9,7 +10,9 @@ computes them (min_tokens_to_keep 1). Then softmax, or the argmax for greedy.
 
     logits_processors.py IN.json OUT.json
 IN: {"cases": [{"logits": [...], "sequence": [...], "temperature", "top_k", "top_p", "min_p",
-    "typical_p", "epsilon_cutoff", "eta_cutoff", "repetition_penalty", "no_repeat_ngram_size"}]}
+    "typical_p", "epsilon_cutoff", "eta_cutoff", "repetition_penalty", "no_repeat_ngram_size",
+    "sequence_bias": [[[ids], bias], ...], "bad_words_ids": [[ids], ...], "suppress_tokens": [ids]}]}
+    (the last three optional)
 OUT: {"cases": [[[id, probability], ...] (ids with a probability above 0, ascending)]}
 
 The repetition penalty is applied in float32 as transformers does; the warpers run in float64 here
@@ -35,9 +38,27 @@ def banned_by_ngrams(sequence, n):
     return followers.get(prefix, [])
 
 
+def sequence_bias(scores, sequence, biases):
+    """SequenceBiasLogitsProcessor: a float32 bias row, the one-id entries' biases first, then each
+    longer entry's bias on its last id where its other ids end the sequence (an entry longer than
+    the sequence is skipped); added to the scores."""
+    bias = torch.zeros_like(scores)
+    for ids, value in biases:
+        if len(ids) == 1:
+            bias[0, ids[0]] += value
+    for ids, value in biases:
+        if len(ids) == 1 or len(ids) > len(sequence):
+            continue
+        if sequence[len(sequence) - (len(ids) - 1):] == ids[:-1]:
+            bias[0, ids[-1]] += value
+    return scores + bias
+
+
 def distribution(case):
     scores = torch.tensor(case["logits"], dtype=torch.float32)[None, :]
     sequence = case["sequence"]
+    if case.get("sequence_bias"):
+        scores = sequence_bias(scores, sequence, case["sequence_bias"])
     penalty = case["repetition_penalty"]
     if penalty != 1 and sequence:
         ids = torch.tensor(sequence, dtype=torch.long)[None, :]
@@ -47,6 +68,10 @@ def distribution(case):
     scores = scores.double()
     for banned in banned_by_ngrams(sequence, case["no_repeat_ngram_size"]):
         scores[0, banned] = NEG_INF
+    if case.get("bad_words_ids"):  # NoBadWordsLogitsProcessor: a sequence bias of -inf
+        scores = sequence_bias(scores, sequence, [[ids, NEG_INF] for ids in case["bad_words_ids"]])
+    for suppressed in case.get("suppress_tokens", []):
+        scores[0, suppressed] = NEG_INF
     if case["temperature"] == 0:
         return [[int(torch.argmax(scores[0])), 1.0]]
 

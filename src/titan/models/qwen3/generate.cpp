@@ -51,16 +51,6 @@ std::string precise(double v) {
   return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
-// `allowed` (empty: every id of `vocab`) less the stop ids: the ids a sequence may take before
-// min_new_tokens (transformers' MinNewTokensLengthLogitsProcessor sets the stop ids' scores to -inf).
-std::vector<bool> without_stop_ids(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
-                                   int64_t vocab) {
-  std::vector<bool> out = allowed.empty() ? std::vector<bool>(size_t(vocab), true) : allowed;
-  for (int64_t id : stop_ids)
-    if (id >= 0 && id < vocab) out[size_t(id)] = false;
-  return out;
-}
-
 // log sum exp(logits) over the logits that are not NaN, from the largest (no overflow); the largest
 // itself when it is infinite. The log-softmax of a logit l is l - this. In double for f64 logits (the
 // f64 checks), on vectors for f32 ones (ops::log_sum_exp_f32).
@@ -116,7 +106,7 @@ void check_prompts(const ModelArgs& a, const std::vector<std::vector<int64_t>>& 
 
 }  // namespace
 
-void SamplingOptions::validate() const {
+void SamplingOptions::validate(int64_t vocab) const {
   TITAN_CHECK(std::isfinite(temperature) && temperature >= 0,
               "sampling: the temperature must be a finite number >= 0 (0: greedy), got ",
               precise(temperature));
@@ -133,6 +123,29 @@ void SamplingOptions::validate() const {
   TITAN_CHECK(no_repeat_ngram_size >= 0, "sampling: no_repeat_ngram_size must be >= 0 (0: none), got ",
               no_repeat_ngram_size);
   TITAN_CHECK(min_new_tokens >= 0, "sampling: min_new_tokens must be >= 0 (0: none), got ", min_new_tokens);
+  TITAN_CHECK(min_length >= 0, "sampling: min_length must be >= 0 (0: none), got ", min_length);
+  // Every id of an id list inside the vocabulary (when it is known).
+  auto ids_in_vocab = [&](const std::vector<int64_t>& ids, const std::string& what) {
+    for (size_t i = 0; i < ids.size(); ++i)
+      TITAN_CHECK(ids[i] >= 0 && (vocab <= 0 || ids[i] < vocab), "sampling: ", what, "[", i, "] is id ",
+                  ids[i],
+                  vocab > 0 ? ", outside the model's vocabulary [0, " + std::to_string(vocab) + ")"
+                            : std::string(", a negative id"));
+  };
+  for (size_t w = 0; w < bad_words_ids.size(); ++w) {
+    const std::string what = "bad_words_ids[" + std::to_string(w) + "]";
+    TITAN_CHECK(!bad_words_ids[w].empty(), "sampling: ", what, " holds no id");
+    ids_in_vocab(bad_words_ids[w], what);
+  }
+  for (size_t s = 0; s < sequence_bias.size(); ++s) {
+    const std::string what = "sequence_bias[" + std::to_string(s) + "]";
+    TITAN_CHECK(!sequence_bias[s].first.empty(), "sampling: ", what, " holds no id");
+    TITAN_CHECK(std::isfinite(sequence_bias[s].second), "sampling: ", what, "'s bias must be finite, got ",
+                precise(sequence_bias[s].second));
+    ids_in_vocab(sequence_bias[s].first, what);
+  }
+  ids_in_vocab(suppress_tokens, "suppress_tokens");
+  ids_in_vocab(begin_suppress_tokens, "begin_suppress_tokens");
   TITAN_CHECK(std::isfinite(epsilon_cutoff) && epsilon_cutoff >= 0 && epsilon_cutoff < 1,
               "sampling: epsilon_cutoff must be in [0, 1) (0: none), got ", precise(epsilon_cutoff));
   TITAN_CHECK(std::isfinite(eta_cutoff) && eta_cutoff >= 0 && eta_cutoff < 1,
@@ -154,13 +167,8 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {
       {"encoder_repetition_penalty", 1.0},
       {"top_h", nullptr},
-      {"min_length", 0},
-      {"bad_words_ids", nullptr},
-      {"suppress_tokens", nullptr},
-      {"begin_suppress_tokens", nullptr},
       {"forced_bos_token_id", nullptr},
       {"forced_eos_token_id", nullptr},
-      {"sequence_bias", nullptr},
       {"exponential_decay_length_penalty", nullptr},
       {"num_beam_groups", 1},
       {"diversity_penalty", 0.0},
@@ -191,6 +199,46 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   };
   o.no_repeat_ngram_size = whole("no_repeat_ngram_size", 0, 0);
   o.min_new_tokens = whole("min_new_tokens", 0, 0);
+  o.min_length = whole("min_length", 0, 0);
+  // Ids: a list of whole numbers >= 0 (their range is checked against the model's vocabulary when
+  // they are used).
+  auto ids_of = [&](const nlohmann::json& v, const std::string& what) {
+    TITAN_CHECK(v.is_array(), where, ": '", what, "' must be a list of token ids, got ", v.dump());
+    std::vector<int64_t> ids;
+    for (const nlohmann::json& id : v) {
+      TITAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, where, ": '", what,
+                  "' must hold token ids (whole numbers >= 0), got ", id.dump());
+      ids.push_back(id.get<int64_t>());
+    }
+    return ids;
+  };
+  // Absent or null: none.
+  auto listed = [&](const char* key) { return c.contains(key) && !c[key].is_null(); };
+  if (listed("suppress_tokens")) o.suppress_tokens = ids_of(c["suppress_tokens"], "suppress_tokens");
+  if (listed("begin_suppress_tokens"))
+    o.begin_suppress_tokens = ids_of(c["begin_suppress_tokens"], "begin_suppress_tokens");
+  if (listed("bad_words_ids")) {
+    TITAN_CHECK(c["bad_words_ids"].is_array(), where,
+                ": 'bad_words_ids' must be a list of lists of token ids, got ", c["bad_words_ids"].dump());
+    for (const nlohmann::json& word : c["bad_words_ids"]) {
+      o.bad_words_ids.push_back(ids_of(word, "bad_words_ids"));
+      TITAN_CHECK(!o.bad_words_ids.back().empty(), where, ": 'bad_words_ids' holds an empty list");
+    }
+  }
+  if (listed("sequence_bias")) {
+    // transformers writes its {(ids): bias} dict as [[ids, bias], ...] (JSON has no tuple keys).
+    const nlohmann::json& biases = c["sequence_bias"];
+    const std::string form = "'sequence_bias' must be a list of [[token ids], bias] pairs";
+    TITAN_CHECK(biases.is_array(), where, ": ", form, ", got ", biases.dump());
+    for (const nlohmann::json& pair : biases) {
+      TITAN_CHECK(pair.is_array() && pair.size() == 2 && pair[1].is_number(), where, ": ", form, ", got ",
+                  pair.dump());
+      std::vector<int64_t> ids = ids_of(pair[0], "sequence_bias");
+      TITAN_CHECK(!ids.empty() && std::isfinite(pair[1].get<double>()), where, ": ", form,
+                  " (ids not empty, a finite bias), got ", pair.dump());
+      o.sequence_bias.emplace_back(std::move(ids), pair[1].get<double>());
+    }
+  }
   out.max_new_tokens =
       c.contains("max_new_tokens") && !c["max_new_tokens"].is_null() ? whole("max_new_tokens", 1, 1) : 0;
   const nlohmann::json stops = c.value("stop_strings", nlohmann::json());
@@ -273,11 +321,88 @@ std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t 
   return banned;
 }
 
+// Whether `sequence` ends with `prefix` (an entry's ids before its last).
+static bool ends_with(std::span<const int64_t> sequence, std::span<const int64_t> prefix) {
+  return prefix.size() <= sequence.size() &&
+         std::equal(prefix.begin(), prefix.end(), sequence.end() - ptrdiff_t(prefix.size()));
+}
+
+std::vector<bool> banned_ids(std::span<const int64_t> sequence, const SamplingOptions& o, int64_t vocab) {
+  std::vector<bool> banned = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, vocab);
+  auto ban = [&](int64_t id) {
+    if (banned.empty()) banned.assign(size_t(vocab), false);
+    if (id < vocab) banned[size_t(id)] = true;
+  };
+  // transformers' NoBadWordsLogitsProcessor (a sequence bias of -inf): a one-id entry always, a
+  // longer one's last id after its other ids; an entry longer than the sequence so far is skipped,
+  // as there.
+  for (const std::vector<int64_t>& word : o.bad_words_ids)
+    if (word.size() == 1 || (word.size() <= sequence.size() &&
+                             ends_with(sequence, std::span<const int64_t>(word).first(word.size() - 1))))
+      ban(word.back());
+  for (int64_t id : o.suppress_tokens) ban(id);  // SuppressTokensLogitsProcessor
+  return banned;
+}
+
+SamplingOptions without_stop_words(const SamplingOptions& o, const std::vector<int64_t>& stop_ids) {
+  SamplingOptions out = o;
+  std::erase_if(out.bad_words_ids, [&](const std::vector<int64_t>& word) {
+    return word.size() == 1 && std::find(stop_ids.begin(), stop_ids.end(), word[0]) != stop_ids.end();
+  });
+  return out;
+}
+
+std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> sequence,
+                                                       const SamplingOptions& o) {
+  // transformers' SequenceBiasLogitsProcessor: the one-id entries' biases, then each longer entry's
+  // where its other ids end the sequence (skipped when longer than the sequence), summed in f32.
+  std::vector<std::pair<int64_t, float>> out;
+  auto add = [&](int64_t id, double bias) {
+    for (auto& [have, sum] : out)
+      if (have == id) {
+        sum += float(bias);
+        return;
+      }
+    out.emplace_back(id, float(bias));
+  };
+  for (const auto& [ids, bias] : o.sequence_bias)
+    if (ids.size() == 1) add(ids[0], bias);
+  for (const auto& [ids, bias] : o.sequence_bias)
+    if (ids.size() >= 2 && ids.size() <= sequence.size() &&
+        ends_with(sequence, std::span<const int64_t>(ids).first(ids.size() - 1)))
+      add(ids.back(), bias);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
+                     const SamplingOptions& o, int64_t vocab)
+    : options_(o), begin_(!o.begin_suppress_tokens.empty()) {
+  // Flags over the vocabulary from `from` (empty: every id) less `ids` (empty stays empty when no id
+  // leaves).
+  auto less = [vocab](const std::vector<bool>& from, const std::vector<int64_t>& ids) {
+    if (ids.empty()) return from;
+    std::vector<bool> out = from.empty() ? std::vector<bool>(size_t(vocab), true) : from;
+    for (int64_t id : ids)
+      if (id >= 0 && id < vocab) out[size_t(id)] = false;
+    return out;
+  };
+  masks_[0][0] = allowed;
+  if (o.min_new_tokens > 0 || o.min_length > 0) masks_[1][0] = less(allowed, stop_ids);
+  if (begin_)
+    for (int held = 0; held < 2; ++held) masks_[held][1] = less(masks_[held][0], o.begin_suppress_tokens);
+}
+
+const std::vector<bool>& StepMasks::at(int64_t prompt_length, int64_t t) const {
+  const bool held = t < options_.min_new_tokens || prompt_length + t < options_.min_length;
+  return masks_[held ? 1 : 0][begin_ && t == 0 ? 1 : 0];
+}
+
 namespace {
 
-// One row's logits as the processors leave them (transformers' order: the repetition penalty, then
-// the n-gram rule) and the ids that may be chosen: allowed, not banned, and not NaN (a NaN logit
-// says the model diverged, not that the token is likely).
+// One row's logits as the processors leave them (transformers' order: the sequence bias, the
+// repetition penalty, then the n-gram rule and the bad words) and the ids that may be chosen: allowed, not
+// banned, and not NaN (a NaN logit says the model diverged, not that the token is likely).
 class Candidates {
  public:
   Candidates(std::span<const float> logits_in, const SamplingOptions& o, const std::vector<bool>& allowed,
@@ -286,20 +411,29 @@ class Candidates {
     const int64_t V = int64_t(logits_in.size());
     for (int64_t id : sequence)
       TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
+    // transformers' SequenceBiasLogitsProcessor, first: the biases added in f32.
+    std::span<const float> base = logits_in;
+    const std::vector<std::pair<int64_t, float>> biases = sequence_biases(sequence, o);
+    if (!biases.empty()) {
+      biased_.assign(logits_in.begin(), logits_in.end());
+      for (const auto& [id, bias] : biases)
+        if (id < V) biased_[size_t(id)] += bias;
+      base = biased_;
+    }
     // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
     // its logit divided by the penalty when positive, multiplied when not (a repeated id once).
     if (o.repetition_penalty != 1 && !sequence.empty()) {
-      penalized_.assign(logits_in.begin(), logits_in.end());
+      penalized_.assign(base.begin(), base.end());
       const float penalty = float(o.repetition_penalty);
       for (int64_t id : sequence) {
-        const float l = logits_in[size_t(id)];
+        const float l = base[size_t(id)];
         penalized_[size_t(id)] = l < 0 ? l * penalty : l / penalty;
       }
     }
-    logits = penalized_.empty() ? logits_in : std::span<const float>(penalized_);
+    logits = penalized_.empty() ? base : std::span<const float>(penalized_);
     TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
                 " allowed flags for ", V, " logits");
-    banned_ = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, V);
+    banned_ = banned_ids(sequence, o, V);
   }
 
   std::span<const float> logits;
@@ -344,7 +478,7 @@ class Candidates {
       "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size): the "
       "model cannot pick a token";
   const std::vector<bool>& allowed_;
-  std::vector<float> penalized_;
+  std::vector<float> biased_, penalized_;
   std::vector<bool> banned_;
 };
 
@@ -548,22 +682,18 @@ class StepRules {
             const std::vector<int64_t>& stop_ids, const std::vector<bool>& allowed,
             const StopCheck& stop_check, bool logprobs)
       : max_new_tokens_(max_new_tokens),
-        options_(options),
+        options_(without_stop_words(options, stop_ids)),
         stop_ids_(stop_ids),
-        allowed_(allowed),
         stop_check_(stop_check),
         logprobs_(logprobs),
-        start_(std::chrono::steady_clock::now()) {
-    options.validate();
-    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
-                " allowed flags for a vocabulary of ", a.vocab_size);
-    if (options.min_new_tokens > 0) early_ = without_stop_ids(allowed, stop_ids, a.vocab_size);
-  }
+        start_(std::chrono::steady_clock::now()),
+        masks_(checked(allowed, options_, a), stop_ids, options_, a.vocab_size) {}
 
   // The next token of `g` from its row of logits (touching `g` alone: rows run in parallel).
   int64_t choose(Growing& g, std::span<const float> logits) const {
-    const bool too_early = int64_t(g.out.ids.size()) < options_.min_new_tokens;
-    const int64_t id = pick_next_token(logits, options_, g.rng, too_early ? early_ : allowed_, g.sequence);
+    const int64_t t = int64_t(g.out.ids.size());
+    const int64_t id =
+        pick_next_token(logits, options_, g.rng, masks_.at(int64_t(g.sequence.size()) - t, t), g.sequence);
     if (logprobs_) g.out.logprobs.push_back(token_log_probability(logits, id));
     return id;
   }
@@ -581,14 +711,22 @@ class StepRules {
   }
 
  private:
+  // `allowed`, once it and the options are checked against the vocabulary.
+  static const std::vector<bool>& checked(const std::vector<bool>& allowed, const SamplingOptions& options,
+                                          const ModelArgs& a) {
+    options.validate(a.vocab_size);
+    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == a.vocab_size, "generate: ", allowed.size(),
+                " allowed flags for a vocabulary of ", a.vocab_size);
+    return allowed;
+  }
+
   int64_t max_new_tokens_;
-  const SamplingOptions& options_;
+  const SamplingOptions options_;  // as given, less the bad words that are a stop id alone
   const std::vector<int64_t>& stop_ids_;
-  const std::vector<bool>& allowed_;
   const StopCheck& stop_check_;
   bool logprobs_;
   std::chrono::steady_clock::time_point start_;
-  std::vector<bool> early_;  // the ids a sequence may take before min_new_tokens (once `allowed` is checked)
+  StepMasks masks_;  // the ids each step may take
 };
 
 }  // namespace
@@ -805,6 +943,8 @@ class PromptSearch {
     for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
     sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
+    for (const auto& [id, bias] : sequence_biases(sequence, processors))  // (first, as transformers)
+      if (id < V) out[id] += double(bias);
     if (processors.repetition_penalty != 1) {
       std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
       for (int64_t id : sequence)
@@ -814,7 +954,7 @@ class PromptSearch {
           out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
         }
     }
-    const std::vector<bool> banned = repeated_ngram_ids(sequence, processors.no_repeat_ngram_size, V);
+    const std::vector<bool> banned = banned_ids(sequence, processors, V);
     for (int64_t v = 0; v < V; ++v)
       if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
         out[v] = kNever;
@@ -981,8 +1121,9 @@ std::vector<std::vector<Generation>> beam_search_batch(
   check_prompts(a, prompts, max_new_tokens);
   TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "beam search: ", allowed.size(),
               " allowed flags for a vocabulary of ", V);
-  const std::vector<bool> early =
-      processors.min_new_tokens > 0 ? without_stop_ids(allowed, stop_ids, V) : std::vector<bool>();
+  const SamplingOptions applied = without_stop_words(processors, stop_ids);
+  applied.validate(V);
+  const StepMasks masks(allowed, stop_ids, applied, V);
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
   const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
@@ -1024,18 +1165,18 @@ std::vector<std::vector<Generation>> beam_search_batch(
       // (An error cannot leave an OpenMP region: it is carried out and raised after it.)
       const double* f64 = logits.dtype() == DType::F64 ? logits.data<double>() : nullptr;
       const float* f32 = f64 ? nullptr : logits.data<float>();
-      const std::vector<bool>& may_take = t < processors.min_new_tokens ? early : allowed;
       std::vector<std::exception_ptr> failed(static_cast<size_t>(L * nb));
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t k = 0; k < L; ++k)
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t row = k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b);
           double* out = totals[size_t(k)].data() + b * V;
+          const std::vector<bool>& may_take = masks.at(int64_t(prompts[live[size_t(k)]].size()), t);
           try {
             if (f64)
-              searches[size_t(k)].score_beam(b, f64 + row * V, V, processors, may_take, out);
+              searches[size_t(k)].score_beam(b, f64 + row * V, V, applied, may_take, out);
             else
-              searches[size_t(k)].score_beam(b, f32 + row * V, V, processors, may_take, out);
+              searches[size_t(k)].score_beam(b, f32 + row * V, V, applied, may_take, out);
           } catch (...) {
             failed[size_t(k * nb + b)] = std::current_exception();
           }

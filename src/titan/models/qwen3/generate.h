@@ -2,10 +2,11 @@
 // Text generation from a model: the prompt runs through the decoder once, then each new token
 // alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
 // ops::cached_attention); the next token comes from the last position's logits, greedy or sampled,
-// shaped as transformers' logits processors shape them (repetition penalty, no repeated n-grams;
-// then temperature, top-k, top-p, min-p, typical-p, epsilon, eta when sampling). (torchtitan's
-// scripts/generate reruns the whole sequence for every token; the tests hold the cached steps to that full
-// forward's logits.) `titan generate` is the command around it.
+// shaped as transformers' logits processors shape them (sequence bias, repetition penalty, no
+// repeated n-grams, bad words, suppressed ids, min new tokens / min length; then temperature, top-k, top-p,
+// min-p, typical-p, epsilon, eta when sampling). (torchtitan's scripts/generate reruns the whole sequence for
+// every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is the
+// command around it.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,12 +46,28 @@ struct SamplingOptions {
   // transformers' min_new_tokens, greedy, sampled or in beam search: before this many new tokens the
   // stop ids are never chosen (0: none).
   int64_t min_new_tokens = 0;
+  // transformers' min_length, greedy, sampled or in beam search: the stop ids held back until the
+  // prompt and the new tokens together reach it (0: none). (transformers counts a batch's left
+  // padding too; titan counts each prompt's own ids, so a prompt's text does not depend on its batch.)
+  int64_t min_length = 0;
+  // transformers' bad_words_ids, greedy, sampled or in beam search: a one-id entry is never chosen; a
+  // longer entry's last id is never chosen right after its other ids (the prompt counts). An entry
+  // that is a stop id alone is dropped, as transformers drops the eos ids.
+  std::vector<std::vector<int64_t>> bad_words_ids;
+  // transformers' sequence_bias: each entry's bias is added to its last id's logit (a log-probability
+  // in beam search) where its other ids end the sequence so far (a one-id entry: always), first of the
+  // processors (before the repetition penalty); entries ending in one id add up.
+  std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
+  // transformers' suppress_tokens (never chosen) and begin_suppress_tokens (never the first new token).
+  std::vector<int64_t> suppress_tokens, begin_suppress_tokens;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
   // in [0, 1], typical_p in (0, 1], epsilon_cutoff and eta_cutoff in [0, 1), repetition_penalty
-  // finite and > 0, no_repeat_ngram_size >= 0, min_new_tokens >= 0.
-  void validate() const;
+  // finite and > 0, no_repeat_ngram_size >= 0, min_new_tokens >= 0, min_length >= 0; bad words and
+  // biased sequences not empty, biases finite; with `vocab` > 0 every id of the id lists inside
+  // [0, vocab).
+  void validate(int64_t vocab = 0) const;
 };
 
 // How likely the model finds `continuation` after `prompt` (lm-eval-harness' loglikelihood request):
@@ -108,7 +125,8 @@ GenerationDefaults generation_defaults(const nlohmann::json& generation_config, 
 
 // The ids the next token may be and their probabilities (summing to 1, most likely first, a tie
 // lower id first), from one row of logits as transformers' processors and warpers shape them, in
-// its order: repetition penalty, no repeated n-gram, then (sampling) temperature, top-k, top-p,
+// its order: sequence bias, repetition penalty, no repeated n-gram, bad words, suppressed ids, then
+// (sampling) temperature, top-k, top-p,
 // min-p, typical-p, epsilon, eta. Greedy (temperature 0): the one most likely id. `allowed` (empty: every id)
 // marks the ids that may be chosen; an id outside it is never a candidate (a tokenizer's unknown
 // ids: the embedding's padding), nor is a NaN logit. `sequence`: the ids so far (prompt and new
@@ -127,6 +145,37 @@ double token_log_probability(std::span<const float> logits, int64_t id);
 // transformers' no_repeat_ngram_size rule: flags over the vocabulary for the ids that would complete
 // an n-gram already in `sequence` (empty when none can: n = 0, or a sequence shorter than n - 1).
 std::vector<bool> repeated_ngram_ids(std::span<const int64_t> sequence, int64_t n, int64_t vocab);
+
+// The ids the next token may not be after `sequence` (prompt and new tokens), whatever the step: the
+// n-gram rule, the bad words (SamplingOptions::bad_words_ids) and suppress_tokens. Flags over the
+// vocabulary; empty when none is banned.
+std::vector<bool> banned_ids(std::span<const int64_t> sequence, const SamplingOptions& options,
+                             int64_t vocab);
+
+// `options` less the bad words that are one stop id alone (transformers drops its eos ids from
+// bad_words_ids): what a generation with these stop ids applies.
+SamplingOptions without_stop_words(const SamplingOptions& options, const std::vector<int64_t>& stop_ids);
+
+// SamplingOptions::sequence_bias after `sequence`: (id, bias) for each id with a bias, the biases of
+// the entries ending in it summed in f32 as transformers sums them (one-id entries first), in id order.
+std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> sequence,
+                                                       const SamplingOptions& options);
+
+// The ids a step may choose among, by what kind of step it is: `allowed` (empty: every id); less the
+// stop ids while min_new_tokens or min_length hold them back; less begin_suppress_tokens at the first
+// new token. Built once per generation.
+class StepMasks {
+ public:
+  StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
+            const SamplingOptions& options, int64_t vocab);
+  // The mask of step t (t new tokens so far) after a prompt of `prompt_length` ids (empty: every id).
+  const std::vector<bool>& at(int64_t prompt_length, int64_t t) const;
+
+ private:
+  const SamplingOptions& options_;
+  bool begin_ = false;             // begin_suppress_tokens has ids
+  std::vector<bool> masks_[2][2];  // [stop ids held back][first new token]
+};
 
 // The next token: a draw from next_token_distribution (one uniform number of `rng`).
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& options, std::mt19937_64& rng,
