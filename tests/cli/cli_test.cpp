@@ -1098,29 +1098,54 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, ids_of({}).substr(0, ids_of({}).find(',')) + "\n")
       << "the greedy first token is the config's eos_token_id: it stops there";
-  // Its processors beyond the sampler's, greedy here: applied as the library applies them, and said.
+  // Its processors beyond the sampler's, greedy here, each alone: applied as the library applies them
+  // (the same tokens), each changing the free run's tokens, and said.
   {
-    const int64_t first = std::stoll(ids_of({}).substr(0, ids_of({}).find(',')));
-    std::ofstream(dir / "generation_config.json", std::ios::trunc)
-        << R"({"suppress_tokens": [)" << first
-        << R"(], "bad_words_ids": [[5, 6]], "sequence_bias": [[[7], 1.5], [[7, 8], -2]], "begin_suppress_tokens": [9],
-            "min_length": 6})";
-    titan::qwen3::SamplingOptions shaped;
-    shaped.suppress_tokens = {first};
-    shaped.bad_words_ids = {{5, 6}};
-    shaped.sequence_bias = {{{7}, 1.5}, {{7, 8}, -2}};
-    shaped.begin_suppress_tokens = {9};
-    shaped.min_length = 6;
-    r = titan(args);
-    EXPECT_EQ(r.rc, 0) << r.err;
-    EXPECT_EQ(r.out, ids_of(shaped)) << r.err;
-    EXPECT_NE(ids_of(shaped), ids_of({})) << "the suppressed first token changes the run";
-    for (const char* key :
-         {"min_length", "bad_words_ids", "sequence_bias", "suppress_tokens", "begin_suppress_tokens"})
-      EXPECT_NE(r.err.find(std::string("generate: ") + key + " applied, as " + file + " says"),
+    auto run_of = [&](const titan::qwen3::SamplingOptions& o, const std::vector<int64_t>& stop) {
+      const titan::qwen3::Generation g = titan::qwen3::generate(
+          *titan::qwen3::load_hf_model(oracle, titan::DType::F32), prompt, 10, o, stop);
+      std::string line;
+      for (int64_t id : g.ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+      return line + "\n";
+    };
+    std::vector<int64_t> f;
+    for (std::stringstream free_ids(ids_of({})); free_ids.good();) {
+      std::string id;
+      if (std::getline(free_ids, id, ',') && !id.empty() && id != "\n") f.push_back(std::stoll(id));
+    }
+    ASSERT_EQ(f.size(), 10u);
+    const std::string f0 = std::to_string(f[0]), f1 = std::to_string(f[1]);
+    struct Case {
+      const char* key;
+      std::string config;
+      titan::qwen3::SamplingOptions options;
+      std::vector<int64_t> stop;
+    };
+    std::vector<Case> cases(5);
+    cases[0] = {"begin_suppress_tokens", R"({"begin_suppress_tokens": [)" + f0 + "]}", {}, {}};
+    cases[0].options.begin_suppress_tokens = {f[0]};
+    cases[1] = {"suppress_tokens", R"({"suppress_tokens": [)" + f1 + "]}", {}, {}};
+    cases[1].options.suppress_tokens = {f[1]};
+    cases[2] = {"bad_words_ids", R"({"bad_words_ids": [[)" + f0 + ", " + f1 + "]]}", {}, {}};
+    cases[2].options.bad_words_ids = {{f[0], f[1]}};
+    cases[3] = {
+        "sequence_bias", R"({"sequence_bias": [[[)" + f0 + "], -100], [[" + f0 + ", 7], 1.5]]}", {}, {}};
+    cases[3].options.sequence_bias = {{{f[0]}, -100}, {{f[0], 7}, 1.5}};
+    const std::string eos_at = std::to_string(prompt.size() + 4);
+    cases[4] = {"min_length", R"({"eos_token_id": )" + f1 + R"(, "min_length": )" + eos_at + "}", {}, {f[1]}};
+    cases[4].options.min_length = int64_t(prompt.size()) + 4;
+    for (const Case& c : cases) {
+      std::ofstream(dir / "generation_config.json", std::ios::trunc) << c.config;
+      r = titan(args);
+      EXPECT_EQ(r.rc, 0) << c.key << "\n" << r.err;
+      EXPECT_EQ(r.out, run_of(c.options, c.stop)) << c.key << "\n" << r.err;
+      EXPECT_NE(run_of(c.options, c.stop), run_of({}, c.stop))
+          << c.key << " changes nothing here: the case proves nothing";
+      EXPECT_NE(r.err.find(std::string("generate: ") + c.key + " applied, as " + file + " says"),
                 std::string::npos)
-          << key << "\n"
+          << c.key << "\n"
           << r.err;
+    }
     std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"bad_words_ids": [[5, 99999999]]})";
     r = titan(args);
     EXPECT_EQ(r.rc, 1);

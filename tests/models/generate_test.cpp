@@ -1238,6 +1238,8 @@ TEST(Sampler, BadWordsSequenceBiasAndSuppressedTokensShapeTheLogits) {
   o = {};
   o.sequence_bias = {{{2}, 1.5}};
   EXPECT_EQ(greedy(o, {}), 2) << "2 + 1.5 passes 3";
+  o.sequence_bias = {{{2}, 1.5}, {{3}, 0.1}, {{2}, 0.5}};
+  EXPECT_EQ(greedy(o, {}), 1) << "ids that come again: the last bias, once (2.5 stays below 3)";
   o.sequence_bias = {{{0, 3}, 5.0}};
   EXPECT_EQ(greedy(o, {0}), 1) << "longer than the sequence: skipped";
   EXPECT_EQ(greedy(o, {2, 0}), 3);
@@ -1353,6 +1355,39 @@ TEST(Generate, ProcessorsOfTheGenerationConfigShapeGreedyAndBeamSearch) {
   suppress.suppress_tokens = {free_beams[0].ids[0]};
   for (const Generation& s : beam_search(*model, prompt, 4, beams, suppress, {}))
     for (int64_t id : s.ids) EXPECT_NE(id, suppress.suppress_tokens[0]);
+  // ... nor starts with a begin-suppressed id, nor with the end of a bad word the prompt begins;
+  // min_length keeps the stop id out of the first two tokens of every sequence; a large bias on an
+  // id puts it first in the best sequence (added to the log-probabilities).
+  const int64_t best_first = free_beams[0].ids[0];
+  SamplingOptions begin_beam, bad_beam, held_beam, favour;
+  begin_beam.begin_suppress_tokens = {best_first};
+  bad_beam.bad_words_ids = {{prompt.back(), best_first}};
+  held_beam.min_length = int64_t(prompt.size()) + 2;
+  for (const SamplingOptions& o : {begin_beam, bad_beam, held_beam}) {
+    const std::vector<Generation> found = beam_search(*model, prompt, 4, beams, o, {best_first});
+    ASSERT_EQ(found.size(), 3u);
+    for (const Generation& s : found) {
+      EXPECT_NE(s.ids[0], best_first);
+      if (o.min_length > 0) EXPECT_NE(s.ids.at(1), best_first);
+    }
+  }
+  // min_length counts each row's own prompt in a batch: a prompt as long as min_length is not held
+  // back (it stops at once on its greedy first token), a prompt of one id is held back two tokens,
+  // as min_new_tokens = 2 holds it.
+  SamplingOptions length3, two_new;
+  length3.min_length = 3;
+  two_new.min_new_tokens = 2;
+  const std::vector<int64_t> one_id = {5}, stop_first = {free_run.ids[0]};
+  const std::vector<Generation> rows = generate_batch(*model, {prompt, one_id}, 6, length3, stop_first);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].ids, std::vector<int64_t>{free_run.ids[0]}) << "not held back: stops at once";
+  EXPECT_EQ(rows[1].ids, generate(*model, one_id, 6, two_new, stop_first).ids);
+  int64_t favoured = 7;
+  while (std::any_of(free_beams.begin(), free_beams.end(),
+                     [&](const Generation& s) { return s.ids[0] == favoured; }))
+    ++favoured;
+  favour.sequence_bias = {{{favoured}, 50.0}};
+  EXPECT_EQ(beam_search(*model, prompt, 4, beams, favour, {})[0].ids[0], favoured);
   SamplingOptions out_of_range;
   out_of_range.suppress_tokens = {V};
   EXPECT_THROW(generate(*model, prompt, 2, out_of_range, {}), Error);

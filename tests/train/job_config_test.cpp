@@ -11,6 +11,7 @@
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/dist/meta_world.h"
 #include "titan/train/metrics.h"
 #include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
@@ -1087,6 +1088,16 @@ TEST(JobConfig, MixedPrecisionReduceIsFloat32OrBfloat16ForShardedBlocks) {
   EXPECT_EQ(resolve_reduce_dtype(bf16, 2), DType::BF16);
   EXPECT_EQ(resolve_reduce_dtype(bf16, 1), DType::F32) << "whole blocks (DDP, one process) reduce in f32";
   EXPECT_EQ(resolve_reduce_dtype(parse("", {}), 4), DType::F32);
+  // The note titan train and titan plan give a mesh that leaves it without effect.
+  const auto world = dist::meta_world_communicator(2);
+  const dist::ParallelPlan ddp(*world, 2, 1), fsdp(*world, 1, 2);
+  EXPECT_NE(
+      reduce_dtype_note(bf16, ddp).find("training.mixed_precision_reduce = bfloat16: no effect, only sharded "
+                                        "blocks (parallelism.data_parallel_shard_degree > 1)"),
+      std::string::npos)
+      << reduce_dtype_note(bf16, ddp);
+  EXPECT_EQ(reduce_dtype_note(bf16, fsdp), "");
+  EXPECT_EQ(reduce_dtype_note(parse("", {}), ddp), "");
 }
 
 // metrics.save_for_all_ranks (torchtitan's key; rank_0_only its older, inverted name): where each

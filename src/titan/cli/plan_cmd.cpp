@@ -128,6 +128,8 @@ int plan_main(int argc, char** argv) {
   std::printf("mesh: %s\n", plan.describe().c_str());
   std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
+  if (const std::string note = train::reduce_dtype_note(cfg, plan); !note.empty())
+    std::printf("config: %s\n", note.c_str());
   if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());
   std::printf(
       "one rank's training step on the meta device (%.0f ms): batch %ld x seq %ld x %ld micro-batches, %s "

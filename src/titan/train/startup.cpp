@@ -260,6 +260,18 @@ DType resolve_reduce_dtype(const JobConfig& c, int64_t dp_shard) {
   return c.training.mixed_precision_reduce == "bfloat16" && dp_shard > 1 ? DType::BF16 : DType::F32;
 }
 
+std::string reduce_dtype_note(const JobConfig& c, const dist::ParallelPlan& plan) {
+  // torchtitan's reduce dtype is FSDP's: whole blocks (DDP, one process) reduce in f32 whatever it says.
+  if (c.training.mixed_precision_reduce == "float32" ||
+      resolve_reduce_dtype(c, plan.dp_shard()) != DType::F32)
+    return "";
+  return "training.mixed_precision_reduce = " + c.training.mixed_precision_reduce +
+         ": no effect, only sharded blocks (parallelism.data_parallel_shard_degree > 1) reduce their "
+         "gradients in "
+         "it, as in torchtitan; this job (" +
+         plan.describe() + ") reduces in float32";
+}
+
 int64_t accumulation_steps(const JobConfig& c, int64_t dp_size) {
   return c.training.global_batch_size == -1 ? 1 : c.training.global_batch_size / (c.training.local_batch_size * dp_size);
 }
@@ -403,13 +415,7 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
   for (const auto& note : c.notes) say("config: %s", note.c_str());
-  // torchtitan's reduce dtype is FSDP's: whole blocks (DDP, one process) reduce in f32 whatever it says.
-  if (c.training.mixed_precision_reduce != "float32" && job.reduce_dtype == DType::F32)
-    say("config: training.mixed_precision_reduce = %s: no effect, only sharded blocks "
-        "(parallelism.data_parallel_shard_degree > 1) reduce their gradients in it, as in torchtitan; this "
-        "job "
-        "(%s) reduces in float32",
-        c.training.mixed_precision_reduce.c_str(), plan.describe().c_str());
+  if (const std::string note = reduce_dtype_note(c, plan); !note.empty()) say("config: %s", note.c_str());
 }
 
 }  // namespace titan::train

@@ -43,6 +43,9 @@ DType resolve_compute_dtype(const JobConfig& config);
 // The dtype of the sharded gradients' reductions (ResolvedJob::reduce_dtype) on a mesh with
 // `dp_shard` shards.
 DType resolve_reduce_dtype(const JobConfig& config, int64_t dp_shard);
+// The start-up note of a reduce dtype the mesh leaves without effect (bfloat16 with whole blocks:
+// DDP, one process); empty otherwise. `titan train` and `titan plan` say it.
+std::string reduce_dtype_note(const JobConfig& config, const dist::ParallelPlan& plan);
 
 // Micro-batches per optimizer step: training.global_batch_size over local_batch_size x the
 // data-parallel ranks (1 when global_batch_size = -1).

@@ -42,14 +42,15 @@ def sequence_bias(scores, sequence, biases):
     """SequenceBiasLogitsProcessor: a float32 bias row, the one-id entries' biases first, then each
     longer entry's bias on its last id where its other ids end the sequence (an entry longer than
     the sequence is skipped); added to the scores."""
+    biases = {tuple(ids): value for ids, value in biases}  # transformers' dict: the last value of a key
     bias = torch.zeros_like(scores)
-    for ids, value in biases:
+    for ids, value in biases.items():
         if len(ids) == 1:
-            bias[0, ids[0]] += value
-    for ids, value in biases:
+            bias[0, ids[0]] = value
+    for ids, value in biases.items():
         if len(ids) == 1 or len(ids) > len(sequence):
             continue
-        if sequence[len(sequence) - (len(ids) - 1):] == ids[:-1]:
+        if tuple(sequence[len(sequence) - (len(ids) - 1):]) == ids[:-1]:
             bias[0, ids[-1]] += value
     return scores + bias
 

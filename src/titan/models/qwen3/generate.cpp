@@ -226,7 +226,8 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
     }
   }
   if (listed("sequence_bias")) {
-    // transformers writes its {(ids): bias} dict as [[ids, bias], ...] (JSON has no tuple keys).
+    // transformers takes sequence_bias as a {(ids): bias} dict or as a list of [[ids], bias] pairs, the
+    // form JSON can hold (it has no tuple keys).
     const nlohmann::json& biases = c["sequence_bias"];
     const std::string form = "'sequence_bias' must be a list of [[token ids], bias] pairs";
     TITAN_CHECK(biases.is_array(), where, ": ", form, ", got ", biases.dump());
@@ -330,8 +331,10 @@ static bool ends_with(std::span<const int64_t> sequence, std::span<const int64_t
 std::vector<bool> banned_ids(std::span<const int64_t> sequence, const SamplingOptions& o, int64_t vocab) {
   std::vector<bool> banned = repeated_ngram_ids(sequence, o.no_repeat_ngram_size, vocab);
   auto ban = [&](int64_t id) {
+    TITAN_CHECK(id >= 0 && id < vocab, "sampling: a bad word or suppressed id ", id,
+                " is outside the vocabulary [0, ", vocab, ")");
     if (banned.empty()) banned.assign(size_t(vocab), false);
-    if (id < vocab) banned[size_t(id)] = true;
+    banned[size_t(id)] = true;
   };
   // transformers' NoBadWordsLogitsProcessor (a sequence bias of -inf): a one-id entry always, a
   // longer one's last id after its other ids; an entry longer than the sequence so far is skipped,
@@ -356,6 +359,17 @@ std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> 
                                                        const SamplingOptions& o) {
   // transformers' SequenceBiasLogitsProcessor: the one-id entries' biases, then each longer entry's
   // where its other ids end the sequence (skipped when longer than the sequence), summed in f32.
+  // Its entries are a dict: an entry whose ids come again counts once, at its first place, with the
+  // last one's bias.
+  const auto& entries = o.sequence_bias;
+  auto bias_of = [&](size_t e) {  // the last bias given for entry e's ids; NaN at a repeat (skipped)
+    for (size_t before = 0; before < e; ++before)
+      if (entries[before].first == entries[e].first) return std::numeric_limits<double>::quiet_NaN();
+    double bias = entries[e].second;
+    for (size_t after = e + 1; after < entries.size(); ++after)
+      if (entries[after].first == entries[e].first) bias = entries[after].second;
+    return bias;
+  };
   std::vector<std::pair<int64_t, float>> out;
   auto add = [&](int64_t id, double bias) {
     for (auto& [have, sum] : out)
@@ -365,19 +379,21 @@ std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> 
       }
     out.emplace_back(id, float(bias));
   };
-  for (const auto& [ids, bias] : o.sequence_bias)
-    if (ids.size() == 1) add(ids[0], bias);
-  for (const auto& [ids, bias] : o.sequence_bias)
-    if (ids.size() >= 2 && ids.size() <= sequence.size() &&
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (const std::vector<int64_t>& ids = entries[e].first; ids.size() == 1)
+      if (const double bias = bias_of(e); !std::isnan(bias)) add(ids[0], bias);
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (const std::vector<int64_t>& ids = entries[e].first;
+        ids.size() >= 2 && ids.size() <= sequence.size() &&
         ends_with(sequence, std::span<const int64_t>(ids).first(ids.size() - 1)))
-      add(ids.back(), bias);
+      if (const double bias = bias_of(e); !std::isnan(bias)) add(ids.back(), bias);
   std::sort(out.begin(), out.end());
   return out;
 }
 
 StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
                      const SamplingOptions& o, int64_t vocab)
-    : options_(o), begin_(!o.begin_suppress_tokens.empty()) {
+    : min_new_tokens_(o.min_new_tokens), min_length_(o.min_length), begin_(!o.begin_suppress_tokens.empty()) {
   // Flags over the vocabulary from `from` (empty: every id) less `ids` (empty stays empty when no id
   // leaves).
   auto less = [vocab](const std::vector<bool>& from, const std::vector<int64_t>& ids) {
@@ -394,7 +410,7 @@ StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t
 }
 
 const std::vector<bool>& StepMasks::at(int64_t prompt_length, int64_t t) const {
-  const bool held = t < options_.min_new_tokens || prompt_length + t < options_.min_length;
+  const bool held = t < min_new_tokens_ || prompt_length + t < min_length_;
   return masks_[held ? 1 : 0][begin_ && t == 0 ? 1 : 0];
 }
 
@@ -416,8 +432,11 @@ class Candidates {
     const std::vector<std::pair<int64_t, float>> biases = sequence_biases(sequence, o);
     if (!biases.empty()) {
       biased_.assign(logits_in.begin(), logits_in.end());
-      for (const auto& [id, bias] : biases)
-        if (id < V) biased_[size_t(id)] += bias;
+      for (const auto& [id, bias] : biases) {
+        TITAN_CHECK(id >= 0 && id < V, "sampling: sequence_bias names id ", id,
+                    ", outside the vocabulary [0, ", V, ")");
+        biased_[size_t(id)] += bias;
+      }
       base = biased_;
     }
     // transformers' RepetitionPenaltyLogitsProcessor, in f32 as it computes: each id of the sequence,
@@ -475,8 +494,9 @@ class Candidates {
 
  private:
   static constexpr const char* kNoneLeft =
-      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size): the "
-      "model cannot pick a token";
+      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size, bad "
+      "words, "
+      "suppressed ids, min_new_tokens / min_length holding the stop ids back): the model cannot pick a token";
   const std::vector<bool>& allowed_;
   std::vector<float> biased_, penalized_;
   std::vector<bool> banned_;
@@ -942,9 +962,10 @@ class PromptSearch {
     const double log_z = log_sum_exp(std::span<const T>(logits, size_t(V)));
     for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
-    sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
-    for (const auto& [id, bias] : sequence_biases(sequence, processors))  // (first, as transformers)
-      if (id < V) out[id] += double(bias);
+    sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(),
+                    running_[size_t(b)]
+                        .ids.end());  // (first, as transformers; the ids were checked against the vocabulary)
+    for (const auto& [id, bias] : sequence_biases(sequence, processors)) out[id] += double(bias);
     if (processors.repetition_penalty != 1) {
       std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
       for (int64_t id : sequence)

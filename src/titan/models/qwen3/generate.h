@@ -55,8 +55,9 @@ struct SamplingOptions {
   // that is a stop id alone is dropped, as transformers drops the eos ids.
   std::vector<std::vector<int64_t>> bad_words_ids;
   // transformers' sequence_bias: each entry's bias is added to its last id's logit (a log-probability
-  // in beam search) where its other ids end the sequence so far (a one-id entry: always), first of the
-  // processors (before the repetition penalty); entries ending in one id add up.
+  // in beam search) where its other ids end the sequence so far (a one-id entry: always), first of the  //
+  // processors (before the repetition penalty); entries of other ids ending in one id add up, and an entry
+  // whose ids come again counts once with the last bias (transformers keeps them in a dict).
   std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
   // transformers' suppress_tokens (never chosen) and begin_suppress_tokens (never the first new token).
   std::vector<int64_t> suppress_tokens, begin_suppress_tokens;
@@ -172,7 +173,7 @@ class StepMasks {
   const std::vector<bool>& at(int64_t prompt_length, int64_t t) const;
 
  private:
-  const SamplingOptions& options_;
+  int64_t min_new_tokens_, min_length_;
   bool begin_ = false;             // begin_suppress_tokens has ids
   std::vector<bool> masks_[2][2];  // [stop ids held back][first new token]
 };
