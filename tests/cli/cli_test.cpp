@@ -579,6 +579,56 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
   for (int32_t id : tokenizer.encode("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"))
     want.push_back(id);
   EXPECT_EQ(nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int64_t>>(), want) << r.out;
+  // --tools: the chat template shows them to the model, as a conversation's own "tools" in a prompts
+  // file show them (the file's line keeps its own; a line without takes --tools).
+  {
+    const std::string tool_list =
+        R"([{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+    const fs::path tools_file = dir.parent_path() / "tools.json";
+    std::ofstream(tools_file) << tool_list;
+    r = titan(m + "--chat --prompt 'Hi there' --tools " + tools_file.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const std::vector<int64_t> with_tools =
+        nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int64_t>>();
+    EXPECT_NE(with_tools, want);
+    const std::string shown = tokenizer.decode(std::vector<int32_t>(with_tools.begin(), with_tools.end()));
+    EXPECT_NE(shown.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
+              std::string::npos)
+        << shown;
+    const fs::path lines = dir.parent_path() / "tools_lines.jsonl";
+    std::ofstream(lines) << R"({"messages": [{"role": "user", "content": "Hi there"}], "tools": )"
+                         << nlohmann::ordered_json::parse(tool_list).dump() << "}\n"
+                         << R"({"messages": [{"role": "user", "content": "Hi there"}]})"
+                         << "\n"
+                         << R"({"prompt": "Hi there"})"
+                         << "\n";
+    for (const std::string& extra : {std::string(), " --tools " + tools_file.string()}) {
+      r = titan("generate --model-path " + dir.string() + " --max-new-tokens 2 --chat --prompts-file " +
+                lines.string() + extra);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      std::istringstream out(r.out);
+      std::vector<std::vector<int64_t>> ids;
+      for (std::string line; std::getline(out, line);)
+        ids.push_back(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<int64_t>>());
+      ASSERT_EQ(ids.size(), 3u) << r.out;
+      EXPECT_EQ(ids[0], with_tools) << "a line's own tools" << extra;
+      EXPECT_EQ(ids[1], extra.empty() ? want : with_tools) << "a line without tools" << extra;
+      EXPECT_EQ(ids[2], extra.empty() ? want : with_tools) << "a prompt line" << extra;
+    }
+    r = titan(m + "--prompt 'Hi there' --tools " + tools_file.string());
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("--tools are shown to the model by the chat template; add --chat"),
+              std::string::npos)
+        << r.err;
+    std::ofstream(tools_file, std::ios::trunc) << R"({"name": "get_weather"})";
+    r = titan(m + "--chat --prompt 'Hi there' --tools " + tools_file.string());
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(
+        r.err.find(tools_file.string() + ": must hold a JSON list of tools (function schemas), got object"),
+        std::string::npos)
+        << r.err;
+  }
   // The text streams out token by token (a character cut between tokens waits for its end): what
   // is printed in all is the --json text, here over 48 tokens of a random model, many of them
   // pieces of multi-byte characters.

@@ -569,6 +569,10 @@ int generate_main(int argc, char** argv) {
             "runs (the KV cache is kept); /reset forgets the conversation, /exit or end of input ends it; "
             "turn t samples with --seed + t - 1")
       .option("system", "with --chat or --interactive: a system message before the user's")
+      .option("tools",
+              "with --chat or --interactive: a JSON file holding a list of tools (function schemas) the chat "
+              "template shows the model, as transformers' apply_chat_template(tools=...); a --prompts-file "
+              "conversation with its own \"tools\" keeps those")
       .flag("no-think",
             "with --chat: the assistant's turn opens with an empty <think> block (enable_thinking=False)")
       .option("tokenizer",
@@ -682,6 +686,19 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(chat || (!p.has("system") && !p.has("no-think")), "titan generate: --",
               p.has("system") ? "system" : "no-think", " shapes a --chat prompt; add --chat");
   TITAN_CHECK(!chat || !has_ids, "titan generate: --chat renders --prompt as a user message; give --prompt");
+  // --tools: read before the model, so that a bad file fails at once.
+  nlohmann::ordered_json tools = nullptr;
+  if (p.has("tools")) {
+    const std::string file = p.get("tools");
+    TITAN_CHECK(chat, "titan generate: --tools are shown to the model by the chat template; add --chat");
+    std::ifstream in(file);
+    TITAN_CHECK(in, "titan generate: --tools ", file, ": cannot be read");
+    tools = nlohmann::ordered_json::parse(in, nullptr, false);
+    TITAN_CHECK(!tools.is_discarded(), "titan generate: --tools ", file, ": not JSON");
+    TITAN_CHECK(tools.is_array() && !tools.empty(), "titan generate: --tools ", file,
+                ": must hold a JSON list of tools (function schemas), got ",
+                tools.is_array() ? std::string("an empty list") : std::string(tools.type_name()));
+  }
   // The prompts file is read before the model, so that a bad line fails at once.
   std::vector<PromptLine> file_prompts;
   if (has_file) file_prompts = read_prompts_file(p.get("prompts-file"));
@@ -848,7 +865,7 @@ int generate_main(int argc, char** argv) {
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       if (p.has("system")) messages.push_back({{"role", "system"}, {"content", p.get("system")}});
       messages.push_back({{"role", "user"}, {"content", text}});
-      ids = render(messages, nullptr);
+      ids = render(messages, tools);
     } else {
       for (int32_t id : tokenizer->encode(text)) ids.push_back(id);
       TITAN_CHECK(!ids.empty(), "titan generate: ", what, " is empty: there is nothing to continue");
@@ -871,7 +888,8 @@ int generate_main(int argc, char** argv) {
     const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
     if (!line.messages.is_null()) {  // the conversation, the assistant's turn opened
       try {
-        line.ids = render(line.messages, line.tools, line.continue_final_message);
+        line.ids =
+            render(line.messages, line.tools.is_null() ? tools : line.tools, line.continue_final_message);
       } catch (const Error& e) {
         TITAN_FAIL("titan generate: ", where, ": ", e.what());
       }
@@ -1157,7 +1175,7 @@ int generate_main(int argc, char** argv) {
                    where.c_str(), key.c_str());
   if (interactive) {
     ChatSetup setup;
-    setup.render = [&](const nlohmann::ordered_json& messages) { return render(messages, nullptr); };
+    setup.render = [&](const nlohmann::ordered_json& messages) { return render(messages, tools); };
     setup.max_new = max_new;
     setup.sampling = sampling;
     setup.stop_ids = stop_ids;
