@@ -1,5 +1,5 @@
 // libFuzzer target for the safetensors parser (header length, UTF-8, JSON, entries, offsets).
-// Built with clang -fsanitize=fuzzer,address,undefined by tests/io/tests.cmake and run for a few
+// Built with clang -fsanitize=fuzzer,address,undefined by tests/fuzz/tests.cmake and run for a few
 // seconds by ctest (safetensors_header_fuzz). Run longer by hand:
 //   build/bin/safetensors_header_fuzzer -max_total_time=600 CORPUS_DIR tests/fixtures/io/fuzz_seeds
 // Any input must either parse into a self-consistent file or throw titan::Error; anything else

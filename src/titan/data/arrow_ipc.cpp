@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "titan/core/check.h"
 #include "titan/data/table_file.h"
@@ -690,9 +691,12 @@ struct ArrowColumn::Impl {
     }
     b.rows = rb.get<int64_t>(0);
     if (b.rows < 0) throw Corrupt{"a negative row count"};
-    const auto [node_count, nodes] = rb.vector(1);
-    const auto [buffer_count, buffers] = rb.vector(2);
-    const auto [variadic_count, variadic_start] = rb.vector(4);
+    // (Plain variables, not structured bindings: the lambda below captures them, which clang before
+    // 16, the fuzzer's compiler, refuses for bindings.)
+    size_t node_count, nodes, buffer_count, buffers, variadic_count, variadic_start;
+    std::tie(node_count, nodes) = rb.vector(1);
+    std::tie(buffer_count, buffers) = rb.vector(2);
+    std::tie(variadic_count, variadic_start) = rb.vector(4);
     std::vector<int64_t> variadic;
     const FlatBuffer& fb = rb.buffer();
     for (size_t i = 0; i < variadic_count; ++i)
