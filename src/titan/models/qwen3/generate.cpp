@@ -494,8 +494,7 @@ class Candidates {
 
  private:
   static constexpr const char* kNoneLeft =
-      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size, bad "
-      "words, "
+      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size, bad words, "
       "suppressed ids, min_new_tokens / min_length holding the stop ids back): the model cannot pick a token";
   const std::vector<bool>& allowed_;
   std::vector<float> biased_, penalized_;
@@ -962,9 +961,8 @@ class PromptSearch {
     const double log_z = log_sum_exp(std::span<const T>(logits, size_t(V)));
     for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
-    sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(),
-                    running_[size_t(b)]
-                        .ids.end());  // (first, as transformers; the ids were checked against the vocabulary)
+    sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
+    // The sequence bias first, as transformers (its ids were checked against the vocabulary).
     for (const auto& [id, bias] : sequence_biases(sequence, processors)) out[id] += double(bias);
     if (processors.repetition_penalty != 1) {
       std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
