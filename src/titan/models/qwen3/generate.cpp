@@ -494,8 +494,9 @@ class Candidates {
 
  private:
   static constexpr const char* kNoneLeft =
-      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size, bad words, "
-      "suppressed ids, min_new_tokens / min_length holding the stop ids back): the model cannot pick a token";
+      "generate: every logit is NaN, or no id is allowed (the tokenizer's ids, no_repeat_ngram_size, "
+      "bad words, suppressed ids, min_new_tokens / min_length holding the stop ids back): the model "
+      "cannot pick a token";
   const std::vector<bool>& allowed_;
   std::vector<float> biased_, penalized_;
   std::vector<bool> banned_;
