@@ -1108,18 +1108,40 @@ namespace {
 // Under bf16 mixed precision every block is all-gathered in bf16 (the values the one-process run
 // computes with: the f32 master rounded once), so the two runs compute alike up to the order of
 // the f32 gradient sums, which bf16 rounding of the updated weights can amplify to a few bf16 ulps.
+// With training.mixed_precision_reduce = "bfloat16" too (torchtitan's FSDP2 recipe: bf16 compute,
+// bf16 reduce-scatters), the first loss is the same (computed before any reduction) and the run
+// trains like the others, for half the f32 run's bytes (every collective is bf16).
 TEST(DataParallel, FsdpGathersLayersInBf16UnderBf16MixedPrecision) {
   const Overrides bf16 = {{"training.mixed_precision_param", "bfloat16"}, {"checkpoint.enable", "false"}};
+  Overrides bf16_reduce = bf16;
+  bf16_reduce.emplace_back("training.mixed_precision_reduce", "bfloat16");
   JobRun one = train("dist_bf16_one_" + std::to_string(getpid()), 0, 4, bf16);
   JobRun two = train("dist_bf16_fsdp2", 2, 2, bf16);
+  JobRun two_reduce = train("dist_bf16_fsdp2_reduce_bf16", 2, 2, bf16_reduce);
   JobRun two_f32 = train("dist_f32_fsdp2_comm", 2, 2, {{"checkpoint.enable", "false"}});
   for (int64_t s = 1; s <= 10; ++s) {
-    ASSERT_TRUE(one.steps.count(s) && two.steps.count(s) && two_f32.steps.count(s)) << "step " << s;
-    const double a = two.steps.at(s)["loss"].get<double>(), b = one.steps.at(s)["loss"].get<double>();
-    EXPECT_NEAR(a, b, 2e-3 * std::fabs(b)) << "loss at step " << s;
-    // The gathers move half the bytes of the f32 run's; the reduce-scatters (f32) do not change.
-    EXPECT_LT(two.steps.at(s)["comm_mib"].get<double>(), two_f32.steps.at(s)["comm_mib"].get<double>()) << s;
+    ASSERT_TRUE(one.steps.count(s) && two.steps.count(s) && two_reduce.steps.count(s) &&
+                two_f32.steps.count(s))
+        << "step " << s;
+    const double b = one.steps.at(s)["loss"].get<double>();
+    EXPECT_NEAR(two.steps.at(s)["loss"].get<double>(), b, 2e-3 * std::fabs(b)) << "loss at step " << s;
+    EXPECT_NEAR(two_reduce.steps.at(s)["loss"].get<double>(), b, 2e-3 * std::fabs(b))
+        << "loss at step " << s << " with bf16 reduce-scatters";
+    // The gathers move half the bytes of the f32 run's; the reduce-scatters (f32) do not change,
+    // until they are bf16 too.
+    const double comm = two.steps.at(s)["comm_mib"].get<double>();
+    EXPECT_LT(comm, two_f32.steps.at(s)["comm_mib"].get<double>()) << s;
+    EXPECT_LT(two_reduce.steps.at(s)["comm_mib"].get<double>(), comm) << s;
   }
+  EXPECT_EQ(two_reduce.steps.at(1)["loss"].get<double>(), two.steps.at(1)["loss"].get<double>());
+  const double norm = two_reduce.steps.at(1)["grad_norm"].get<double>(),
+               norm_f32 = two.steps.at(1)["grad_norm"].get<double>();
+  EXPECT_NE(norm, norm_f32) << "the gradients were not rounded to bf16";
+  EXPECT_NEAR(norm, norm_f32, norm_f32 / 256);
+  std::printf(
+      "comm per step: f32 %.2f MiB, bf16 gathers %.2f MiB, bf16 gathers and reduce-scatters %.2f MiB\n",
+      two_f32.steps.at(1)["comm_mib"].get<double>(), two.steps.at(1)["comm_mib"].get<double>(),
+      two_reduce.steps.at(1)["comm_mib"].get<double>());
 }
 
 }  // namespace
