@@ -955,7 +955,9 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
     size_t shared = 0;
     while (shared + 1 < prompt.size() && shared < cached.size() && cached[shared] == prompt[shared]) ++shared;
     EXPECT_EQ(turns[t].at("cached_tokens"), shared);
-    if (t > 0) EXPECT_GT(shared, 0u) << "the system message at least is cached";
+    if (t > 0) {
+      EXPECT_GT(shared, 0u) << "the system message at least is cached";
+    }
     cached = prompt;
     const std::vector<int64_t> ids = want.at("ids").get<std::vector<int64_t>>();
     cached.insert(cached.end(), ids.begin(), ids.end() - 1);
@@ -1171,7 +1173,7 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
       titan::qwen3::SamplingOptions options;
       std::vector<int64_t> stop;
     };
-    std::vector<Case> cases(5);
+    std::vector<Case> cases(7);
     cases[0] = {"begin_suppress_tokens", R"({"begin_suppress_tokens": [)" + f0 + "]}", {}, {}};
     cases[0].options.begin_suppress_tokens = {f[0]};
     cases[1] = {"suppress_tokens", R"({"suppress_tokens": [)" + f1 + "]}", {}, {}};
@@ -1184,6 +1186,17 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
     const std::string eos_at = std::to_string(prompt.size() + 4);
     cases[4] = {"min_length", R"({"eos_token_id": )" + f1 + R"(, "min_length": )" + eos_at + "}", {}, {f[1]}};
     cases[4].options.min_length = int64_t(prompt.size()) + 4;
+    int64_t other = 7;  // an id the free run does not take
+    while (std::find(f.begin(), f.end(), other) != f.end()) ++other;
+    const std::string o = std::to_string(other);
+    cases[5] = {"forced_eos_token_id", R"({"forced_eos_token_id": )" + o + "}", {}, {}};
+    cases[5].options.forced_eos_token_ids = {other};
+    cases[6] = {"exponential_decay_length_penalty",
+                R"({"eos_token_id": )" + o + R"(, "exponential_decay_length_penalty": [3, 100.0]})",
+                {},
+                {other}};
+    cases[6].options.length_decay_start = 3;
+    cases[6].options.length_decay_factor = 100;
     for (const Case& c : cases) {
       std::ofstream(dir / "generation_config.json", std::ios::trunc) << c.config;
       r = titan(args);

@@ -241,7 +241,9 @@ TEST(Generate, AKvCacheNamesWhatItCannotTake) {
             }).find("prompt 1: the prompt holds no token"),
             std::string::npos);
   EXPECT_NE(error([&] {
-              generate_batch(*model, {{1}, {2}}, 1, {}, {}, {}, BatchOptions{0, {5}, {}, {}});
+              BatchOptions one_seed;
+              one_seed.seeds = {5};
+              generate_batch(*model, {{1}, {2}}, 1, {}, {}, {}, one_seed);
             }).find("1 seeds for 2 prompts"),
             std::string::npos);
   const int64_t max_seq = model->args().max_seq_len;
@@ -651,6 +653,9 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
                                {"sequence_bias", json::array({json::array({json::array({4, 1}), -2.5})})},
                                {"min_length", 6},
                                {"forced_eos_token_id", 2},
+                               {"exponential_decay_length_penalty", json::array({10, 1.5})},
+                               {"renormalize_logits", true},
+                               {"penalty_alpha", 0.6},
                                {"max_length", 20}},
                           "g");
   EXPECT_EQ(lengths.sampling.min_new_tokens, 3);
@@ -661,11 +666,22 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   ASSERT_EQ(lengths.sampling.sequence_bias.size(), 1u);
   EXPECT_EQ(lengths.sampling.sequence_bias[0].first, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(lengths.sampling.sequence_bias[0].second, -2.5);
+  EXPECT_EQ(lengths.sampling.forced_eos_token_ids, (std::vector<int64_t>{2}));
+  EXPECT_EQ(lengths.sampling.forced_bos_token_id, -1) << "absent: none";
+  EXPECT_EQ(lengths.sampling.length_decay_start, 10);
+  EXPECT_EQ(lengths.sampling.length_decay_factor, 1.5);
+  EXPECT_TRUE(lengths.sampling.renormalize_logits);
   EXPECT_EQ(lengths.max_new_tokens, 100);
-  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"forced_eos_token_id 2"}))
+  EXPECT_EQ(lengths.not_applied, (std::vector<std::string>{"penalty_alpha 0.6"}))
       << "max_length is read only without max_new_tokens; null and empty lists change nothing";
-  EXPECT_EQ(generation_defaults(json{{"max_length", 20}, {"forced_bos_token_id", nullptr}}, "g").not_applied,
-            (std::vector<std::string>{"max_length 20"}));
+  const GenerationDefaults forced = generation_defaults(
+      json{{"max_length", 20}, {"forced_bos_token_id", 7}, {"forced_eos_token_id", json::array({3, 4})}},
+      "g");
+  EXPECT_EQ(forced.not_applied, (std::vector<std::string>{"max_length 20"}));
+  EXPECT_EQ(forced.sampling.forced_bos_token_id, 7);
+  EXPECT_EQ(forced.sampling.forced_eos_token_ids, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(generation_defaults(json{{"forced_bos_token_id", nullptr}}, "g").sampling.forced_bos_token_id,
+            -1);
   EXPECT_EQ(generation_defaults(json(), "g").max_new_tokens, 0) << "not set";
   EXPECT_EQ(generation_defaults(json{{"eta_cutoff", 0.1}}, "g").sampling.eta_cutoff, 0.0)
       << "a sampling setting: greedy without do_sample";
@@ -715,6 +731,18 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
                 .find("'sequence_bias' must be a list of [[token ids], bias] pairs, got [[3],\"big\"]"),
             std::string::npos);
   EXPECT_NE(error(json{{"max_new_tokens", 0}}).find("'max_new_tokens' must be a whole number >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"forced_bos_token_id", -3}})
+                .find("'forced_bos_token_id' must be a token id (a whole number >= 0) or null, got -3"),
+            std::string::npos);
+  EXPECT_NE(
+      error(json{{"forced_eos_token_id", json::array()}}).find("'forced_eos_token_id' is an empty list"),
+      std::string::npos);
+  EXPECT_NE(error(json{{"exponential_decay_length_penalty", json::array({5})}})
+                .find("'exponential_decay_length_penalty' must be [start, factor]: a whole number of new "
+                      "tokens >= 0 and a finite factor > 0, got [5]"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"renormalize_logits", 1}}).find("'renormalize_logits' must be true or false, got 1"),
             std::string::npos);
   EXPECT_NE(error(json{{"num_beams", 2}, {"early_stopping", "soon"}})
                 .find("'early_stopping' must be true, false or \"never\", got \"soon\""),
@@ -778,10 +806,11 @@ TEST(Sampler, NoRepeatedNgramBansTheIdsThatWouldRepeatOne) {
 }
 
 // The distribution the sampler draws from against transformers' processors and warpers (sequence
-// bias, repetition penalty, no repeated n-gram, bad words, suppressed tokens, temperature, top-k,
-// top-p, min-p, typical-p, in transformers' order)
-// written in PyTorch by tests/models/torch_ref/logits_processors.py: fresh random logits and
-// sequences, each combination giving the same ids with the same probabilities (1e-9).
+// bias, repetition penalty, no repeated n-gram, bad words, forced bos / eos ids, the exponential
+// length decay, suppressed tokens, temperature, top-k, top-p, min-p, typical-p, in transformers'
+// order) written in PyTorch by tests/models/torch_ref/logits_processors.py: fresh random logits and
+// sequences (a prompt and new tokens), each combination giving the same ids with the same
+// probabilities (1e-9).
 TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
   if (const std::string why = titan::testing::torch_unavailable(); !why.empty()) GTEST_SKIP() << why;
   using nlohmann::json;
@@ -816,6 +845,23 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       // Every other case: biased sequences and bad words of 1-3 of those few ids (so that some
       // match the sequence's end), suppressed ids.
       json biases = json::array(), bad = json::array(), suppressed = json::array();
+      // Cases 2 and 3 of each: a prompt and new tokens, with forced ids (the first new token after a
+      // one-id prompt, the last one max_new_tokens allows: each about half the time) and the stop ids'
+      // length decay (a factor below or above 1), stop ids of those few ids (banned, penalised or not).
+      json forcing = json::object();
+      if (rep >= 2) {
+        if (seq.empty()) seq.push_back(small(gen));
+        if (rep == 3 && gen() % 2) seq.resize(1);  // a one-id prompt, whose first new token is forced
+        const int64_t P = std::uniform_int_distribution<int64_t>(1, int64_t(seq.size()))(gen);
+        const int64_t t = int64_t(seq.size()) - P;
+        const int64_t eos = small(gen);
+        forcing = {{"prompt_length", P},
+                   {"max_new_tokens", t + 1 + int64_t(gen() % 2)},
+                   {"eos", {eos, (eos + 3) % 8}},
+                   {"forced_bos", small(gen)},
+                   {"forced_eos", {small(gen), small(gen)}},
+                   {"decay", {std::uniform_int_distribution<int64_t>(0, t)(gen), gen() % 2 ? 0.7 : 2.5}}};
+      }
       if (rep % 2 == 1) {
         std::uniform_int_distribution<int> length(1, 3);
         std::normal_distribution<double> bias(0.0, 3.0);
@@ -831,25 +877,28 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
         }
         suppressed.push_back(std::uniform_int_distribution<int64_t>(8, V - 1)(gen));
       }
-      cases.push_back({{"logits", row},
-                       {"sequence_bias", biases},
-                       {"bad_words_ids", bad},
-                       {"suppress_tokens", suppressed},
-                       {"sequence", seq},
-                       {"temperature", c.temperature},
-                       {"top_k", c.top_k},
-                       {"top_p", c.top_p},
-                       {"min_p", c.min_p},
-                       {"typical_p", c.typical_p},
-                       {"epsilon_cutoff", c.epsilon_cutoff},
-                       {"eta_cutoff", c.eta_cutoff},
-                       {"repetition_penalty", c.repetition_penalty},
-                       {"no_repeat_ngram_size", c.no_repeat_ngram_size}});
+      json one = {{"logits", row},
+                  {"sequence_bias", biases},
+                  {"bad_words_ids", bad},
+                  {"suppress_tokens", suppressed},
+                  {"sequence", seq},
+                  {"temperature", c.temperature},
+                  {"top_k", c.top_k},
+                  {"top_p", c.top_p},
+                  {"min_p", c.min_p},
+                  {"typical_p", c.typical_p},
+                  {"epsilon_cutoff", c.epsilon_cutoff},
+                  {"eta_cutoff", c.eta_cutoff},
+                  {"repetition_penalty", c.repetition_penalty},
+                  {"no_repeat_ngram_size", c.no_repeat_ngram_size}};
+      one.update(forcing);
+      cases.push_back(one);
       logits.push_back(row);
       sequences.push_back(seq);
     }
   const json expected = torch_reference("logits_processors.py", json{{"cases", cases}}, "sampler_vs_torch");
   ASSERT_EQ(expected.size(), cases.size());
+  int forced = 0, boosted = 0;  // cases of a forced step, of a stop id boosted by the length decay
   for (size_t i = 0; i < cases.size(); ++i) {
     SamplingOptions o;
     o.temperature = cases[i]["temperature"];
@@ -865,7 +914,22 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       o.sequence_bias.emplace_back(b[0].get<std::vector<int64_t>>(), b[1].get<double>());
     o.bad_words_ids = cases[i]["bad_words_ids"].get<std::vector<std::vector<int64_t>>>();
     o.suppress_tokens = cases[i]["suppress_tokens"].get<std::vector<int64_t>>();
-    std::vector<std::pair<int64_t, double>> got = next_token_distribution(logits[i], o, {}, sequences[i]);
+    std::vector<std::pair<int64_t, double>> got;
+    if (cases[i].contains("prompt_length")) {
+      o.forced_bos_token_id = cases[i]["forced_bos"];
+      o.forced_eos_token_ids = cases[i]["forced_eos"].get<std::vector<int64_t>>();
+      o.length_decay_start = cases[i]["decay"][0];
+      o.length_decay_factor = cases[i]["decay"][1];
+      const StepMasks steps({}, cases[i]["eos"].get<std::vector<int64_t>>(), o, int64_t(logits[i].size()),
+                            cases[i]["max_new_tokens"].get<int64_t>());
+      const int64_t P = cases[i]["prompt_length"], t = int64_t(sequences[i].size()) - P;
+      const StepForcing forcing = steps.forcing(P, t);
+      forced += !forcing.forced.empty();
+      boosted += forcing.boost != 0;
+      got = next_token_distribution(logits[i], o, steps.at(P, t), sequences[i], forcing);
+    } else {
+      got = next_token_distribution(logits[i], o, {}, sequences[i]);
+    }
     std::sort(got.begin(), got.end());
     const std::string what = "case " + std::to_string(i) + ": " + cases[i].dump();
     ASSERT_EQ(got.size(), expected[i].size()) << what;
@@ -874,6 +938,8 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       EXPECT_NEAR(got[j].second, expected[i][j][1].get<double>(), 1e-9) << what;
     }
   }
+  EXPECT_GE(forced, 2) << "too few forced steps to test them";
+  EXPECT_GE(boosted, 2) << "too few steps with the length decay to test it";
 }
 
 // Beam search against transformers' algorithm run in PyTorch (tests/models/torch_ref/beam_search.py:
@@ -892,6 +958,10 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
     double repetition_penalty = 1;
     int64_t no_repeat_ngram_size = 0;
     int64_t min_new_tokens = 0;
+    int64_t forced_bos = -1;
+    std::vector<int64_t> forced_eos = {};
+    std::pair<int64_t, double> decay = {0, 1.0};
+    bool renormalize = false;
   };
   const std::vector<Case> cases = {
       {{17, 400, 2048, 5, 99}, 6, {2, 1.0, EarlyStopping::Heuristic, 1}, false},
@@ -901,6 +971,11 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
       {{17, 400}, 9, {4, 1.0, EarlyStopping::Heuristic, 4}, true, 1.0, 1},
       {{99, 1000, 3}, 6, {3, 0.0, EarlyStopping::Never, 3}, true, 0.7},
       {{5}, 8, {4, 0.5, EarlyStopping::Always, 3}, true, 1.0, 0, 4},
+      // forced_bos_token_id after a one-id prompt, forced_eos_token_id, the exponential length decay
+      // (growing, then shrinking the stop ids' log-probabilities), renormalize_logits.
+      {{5}, 6, {3, 1.0, EarlyStopping::Heuristic, 3}, true, 1.0, 0, 0, 40, {300}, {1, 1.8}, true},
+      {{17, 400, 2048}, 7, {4, 0.5, EarlyStopping::Never, 4}, true, 1.2, 0, 2, 40, {99}, {2, 0.6}, true},
+      {{71, 600, 12}, 6, {3, 1.0, EarlyStopping::Heuristic, 2}, true, 1.0, 2, 0, -1, {}, {0, 1.5}, false},
   };
   for (const std::string name : {"tiny_dense", "tiny_moe"}) {
     SCOPED_TRACE(name);
@@ -926,7 +1001,11 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
                                {"stop_ids", stop},
                                {"repetition_penalty", c.repetition_penalty},
                                {"no_repeat_ngram_size", c.no_repeat_ngram_size},
-                               {"min_new_tokens", c.min_new_tokens}});
+                               {"min_new_tokens", c.min_new_tokens},
+                               {"forced_bos", c.forced_bos < 0 ? json() : json(c.forced_bos)},
+                               {"forced_eos", c.forced_eos},
+                               {"decay", {c.decay.first, c.decay.second}},
+                               {"renormalize", c.renormalize}});
     }
     const json expected = torch_reference("beam_search.py", spec, "beam_search_vs_torch_" + name);
     ASSERT_EQ(expected.size(), cases.size());
@@ -938,6 +1017,11 @@ TEST(Generate, BeamSearchIsTransformersBeamSearch) {
       processors.repetition_penalty = c.repetition_penalty;
       processors.no_repeat_ngram_size = c.no_repeat_ngram_size;
       processors.min_new_tokens = c.min_new_tokens;
+      processors.forced_bos_token_id = c.forced_bos;
+      processors.forced_eos_token_ids = c.forced_eos;
+      processors.length_decay_start = c.decay.first;
+      processors.length_decay_factor = c.decay.second;
+      processors.renormalize_logits = c.renormalize;
       const std::vector<Generation> got =
           beam_search(*model, c.prompt, c.max_new, c.beams, processors, stops[i]);
       ASSERT_EQ(got.size(), expected[i].size());
@@ -1368,7 +1452,9 @@ TEST(Generate, ProcessorsOfTheGenerationConfigShapeGreedyAndBeamSearch) {
     ASSERT_EQ(found.size(), 3u);
     for (const Generation& s : found) {
       EXPECT_NE(s.ids[0], best_first);
-      if (o.min_length > 0) EXPECT_NE(s.ids.at(1), best_first);
+      if (o.min_length > 0) {
+        EXPECT_NE(s.ids.at(1), best_first);
+      }
     }
   }
   // min_length counts each row's own prompt in a batch: a prompt as long as min_length is not held
@@ -1388,6 +1474,35 @@ TEST(Generate, ProcessorsOfTheGenerationConfigShapeGreedyAndBeamSearch) {
     ++favoured;
   favour.sequence_bias = {{{favoured}, 50.0}};
   EXPECT_EQ(beam_search(*model, prompt, 4, beams, favour, {})[0].ids[0], favoured);
+  // forced_eos_token_id: the last token max_new_tokens allows, in a batch and in every beam, over
+  // min_new_tokens (transformers' order: the forced id replaces the logits it held back), the
+  // tokens before it greedy's; forced_bos_token_id: the first new token after a one-id prompt only.
+  SamplingOptions ends;
+  ends.forced_eos_token_ids = {favoured};
+  ends.forced_bos_token_id = favoured + 1;
+  ends.min_new_tokens = 10;
+  const std::vector<Generation> forced = generate_batch(*model, {prompt, one_id}, 4, ends, {favoured});
+  ASSERT_EQ(forced.size(), 2u);
+  EXPECT_EQ(forced[0].ids,
+            (std::vector<int64_t>{free_run.ids[0], free_run.ids[1], free_run.ids[2], favoured}));
+  EXPECT_EQ(forced[0].stop_reason, "stop token");
+  ASSERT_EQ(forced[1].ids.size(), 4u);
+  EXPECT_EQ(forced[1].ids.front(), favoured + 1) << "forced after a one-id prompt";
+  EXPECT_EQ(forced[1].ids.back(), favoured);
+  for (const Generation& s : beam_search(*model, prompt, 4, beams, ends, {})) {
+    ASSERT_EQ(s.ids.size(), 4u);
+    EXPECT_EQ(s.ids.back(), favoured);
+    EXPECT_NE(s.ids.front(), favoured + 1) << "not after a prompt of five ids";
+  }
+  // exponential_decay_length_penalty (2, 100): from the fourth new token the stop id's logit l
+  // becomes l + 99 |l|, which ends the run there; the tokens before it are greedy's.
+  SamplingOptions decay;
+  decay.length_decay_start = 2;
+  decay.length_decay_factor = 100;
+  const Generation shortened = generate(*model, prompt, 6, decay, {favoured});
+  EXPECT_EQ(shortened.ids,
+            (std::vector<int64_t>{free_run.ids[0], free_run.ids[1], free_run.ids[2], favoured}));
+  EXPECT_EQ(generate(*model, prompt, 6, SamplingOptions{}, {favoured}).ids, free_run.ids) << "the control";
   SamplingOptions out_of_range;
   out_of_range.suppress_tokens = {V};
   EXPECT_THROW(generate(*model, prompt, 2, out_of_range, {}), Error);

@@ -1112,12 +1112,21 @@ int generate_main(int argc, char** argv) {
     sampling.sequence_bias = d.sequence_bias;
     sampling.suppress_tokens = d.suppress_tokens;
     sampling.begin_suppress_tokens = d.begin_suppress_tokens;
+    sampling.forced_bos_token_id = d.forced_bos_token_id;
+    sampling.forced_eos_token_ids = d.forced_eos_token_ids;
+    sampling.length_decay_start = d.length_decay_start;
+    sampling.length_decay_factor = d.length_decay_factor;
+    sampling.renormalize_logits = d.renormalize_logits;
     const std::vector<std::pair<const char*, bool>> set = {
         {"min_length", d.min_length > 0},
         {"bad_words_ids", !d.bad_words_ids.empty()},
         {"sequence_bias", !d.sequence_bias.empty()},
         {"suppress_tokens", !d.suppress_tokens.empty()},
-        {"begin_suppress_tokens", !d.begin_suppress_tokens.empty()}};
+        {"begin_suppress_tokens", !d.begin_suppress_tokens.empty()},
+        {"forced_bos_token_id", d.forced_bos_token_id >= 0},
+        {"forced_eos_token_id", !d.forced_eos_token_ids.empty()},
+        {"exponential_decay_length_penalty", d.length_decay_factor != 1},
+        {"renormalize_logits", d.renormalize_logits}};
     for (const auto& [key, applies] : set)
       if (applies) std::fprintf(stderr, "generate: %s applied, as %s says\n", key, where.c_str());
   }

@@ -8,8 +8,15 @@ for titan's qwen3::beam_search. Each step runs the whole sequence of every beam 
 
 IN:  {"model_dir": DIR, "cases": [{"prompt": [ids], "max_new_tokens": N, "num_beams": B,
       "length_penalty": x, "early_stopping": false | true | "never", "num_return_sequences": R,
-      "stop_ids": [ids], "repetition_penalty": x, "no_repeat_ngram_size": n, "min_new_tokens": m}, ...]}
+      "stop_ids": [ids], "repetition_penalty": x, "no_repeat_ngram_size": n, "min_new_tokens": m,
+      "forced_bos": id, "forced_eos": [ids], "decay": [start, factor], "renormalize": bool}, ...]}
+      (the last four optional)
 OUT: {"cases": [[{"ids": [new ids], "score": s}, ...best first...], ...]}
+
+The processors run in _get_logits_processor's order: repetition penalty, no repeated n-gram, min new
+tokens, forced bos, forced eos, exponential decay length penalty, then LogitNormalization
+(renormalize_logits). One departure, titan's: the decay leaves an eos log-probability that min new
+tokens set to -inf as it is, where transformers' abs(-inf) * (factor^k - 1) makes it NaN.
 """
 import json
 import os
@@ -80,6 +87,21 @@ def beam_search(cfg, P, case):
             log_probs = no_repeat_ngram(flat, log_probs, case["no_repeat_ngram_size"])
         if cur_len - decoder_prompt_len < case.get("min_new_tokens", 0):  # MinNewTokensLengthLogitsProcessor
             log_probs[:, eos] = -float("inf")
+        if case.get("forced_bos") is not None and cur_len == 1:  # ForcedBOSTokenLogitsProcessor
+            log_probs = torch.full_like(log_probs, -float("inf"))
+            log_probs[:, case["forced_bos"]] = 0
+        if case.get("forced_eos") and cur_len == max_length - 1:  # ForcedEOSTokenLogitsProcessor
+            log_probs = torch.full_like(log_probs, -float("inf"))
+            log_probs[:, case["forced_eos"]] = 0
+        if case.get("decay"):  # ExponentialDecayLengthPenalty
+            start, factor = case["decay"]
+            regulation_start = start + decoder_prompt_len
+            if cur_len > regulation_start:
+                held = log_probs[:, eos]
+                boosted = held + torch.abs(held) * (pow(factor, cur_len - regulation_start) - 1)
+                log_probs[:, eos] = torch.where(torch.isfinite(held), boosted, held)
+        if case.get("renormalize"):  # LogitNormalization
+            log_probs = torch.nn.functional.log_softmax(log_probs, dim=-1)
         log_probs = (log_probs + running_beam_scores[:, None]).reshape(num_beams * vocab_size)
 
         # _get_top_k_continuations

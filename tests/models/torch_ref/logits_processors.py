@@ -2,7 +2,8 @@
 """The next-token distribution as transformers' generate shapes it, in PyTorch (no transformers on
 this machine): the logits processors that apply to greedy and sampled search alike, in the order
 `_get_logits_processor` appends them (SequenceBiasLogitsProcessor, RepetitionPenaltyLogitsProcessor,
-NoRepeatNGramLogitsProcessor, NoBadWordsLogitsProcessor, SuppressTokensLogitsProcessor) and, when sampling, the
+NoRepeatNGramLogitsProcessor, NoBadWordsLogitsProcessor, ForcedBOSTokenLogitsProcessor,
+ForcedEOSTokenLogitsProcessor, ExponentialDecayLengthPenalty, SuppressTokensLogitsProcessor) and, when sampling, the
 warpers in the order `_get_logits_processor` appends them (Temperature, TopK, TopP, MinP, Typical,
 Epsilon, Eta),
 each written from its documented rule on whole score rows with -inf for removed ids, as transformers
@@ -11,13 +12,16 @@ computes them (min_tokens_to_keep 1). Then softmax, or the argmax for greedy.
     logits_processors.py IN.json OUT.json
 IN: {"cases": [{"logits": [...], "sequence": [...], "temperature", "top_k", "top_p", "min_p",
     "typical_p", "epsilon_cutoff", "eta_cutoff", "repetition_penalty", "no_repeat_ngram_size",
-    "sequence_bias": [[[ids], bias], ...], "bad_words_ids": [[ids], ...], "suppress_tokens": [ids]}]}
-    (the last three optional)
+    "sequence_bias": [[[ids], bias], ...], "bad_words_ids": [[ids], ...], "suppress_tokens": [ids],
+    "prompt_length": P, "max_new_tokens": M, "eos": [ids], "forced_bos": id, "forced_eos": [ids],
+    "decay": [start, factor]}]}
+    (the last nine optional; `sequence` is the prompt's P ids and the new tokens so far)
 OUT: {"cases": [[[id, probability], ...] (ids with a probability above 0, ascending)]}
 
-The repetition penalty is applied in float32 as transformers does; the warpers run in float64 here
-so that a cut exactly at a boundary is not decided by float32 rounding (titan's sampler computes its
-probabilities in double).
+The repetition penalty and the length decay are applied in float32 as transformers does; the
+warpers run in float64 here so that a cut exactly at a boundary is not decided by float32 rounding
+(titan's sampler computes its probabilities in double). One departure, titan's: the length decay
+leaves a banned eos logit -inf, where transformers' abs(-inf) * (factor^k - 1) makes it NaN.
 """
 import json
 import sys
@@ -66,11 +70,29 @@ def distribution(case):
         seen = torch.gather(scores, 1, ids)
         seen = torch.where(seen < 0, seen * penalty, seen / penalty)
         scores = scores.scatter(1, ids, seen)
+    # ExponentialDecayLengthPenalty, in float32 (moved before the bans, which leave -inf either way; a
+    # forced step below replaces it).
+    cur_len = len(sequence)
+    prompt_length = case.get("prompt_length", cur_len)
+    if case.get("decay"):
+        start, factor = case["decay"]
+        regulation_start = start + prompt_length
+        if cur_len > regulation_start:
+            eos = torch.tensor(case["eos"], dtype=torch.long)
+            penalties = torch.zeros_like(scores)
+            penalties[:, eos] = torch.abs(scores[:, eos]) * (pow(factor, cur_len - regulation_start) - 1)
+            scores = scores + penalties
     scores = scores.double()
     for banned in banned_by_ngrams(sequence, case["no_repeat_ngram_size"]):
         scores[0, banned] = NEG_INF
     if case.get("bad_words_ids"):  # NoBadWordsLogitsProcessor: a sequence bias of -inf
         scores = sequence_bias(scores, sequence, [[ids, NEG_INF] for ids in case["bad_words_ids"]])
+    if case.get("forced_bos") is not None and cur_len == 1:  # ForcedBOSTokenLogitsProcessor
+        scores = torch.full_like(scores, NEG_INF)
+        scores[0, case["forced_bos"]] = 0
+    if case.get("forced_eos") and cur_len == prompt_length + case["max_new_tokens"] - 1:  # ForcedEOS...
+        scores = torch.full_like(scores, NEG_INF)
+        scores[0, case["forced_eos"]] = 0
     for suppressed in case.get("suppress_tokens", []):
         scores[0, suppressed] = NEG_INF
     if case["temperature"] == 0:

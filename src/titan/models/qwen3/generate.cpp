@@ -146,6 +146,15 @@ void SamplingOptions::validate(int64_t vocab) const {
   }
   ids_in_vocab(suppress_tokens, "suppress_tokens");
   ids_in_vocab(begin_suppress_tokens, "begin_suppress_tokens");
+  ids_in_vocab(forced_eos_token_ids, "forced_eos_token_id");
+  if (forced_bos_token_id != -1) ids_in_vocab({forced_bos_token_id}, "forced_bos_token_id");
+  TITAN_CHECK(length_decay_start >= 0,
+              "sampling: exponential_decay_length_penalty's start must be >= 0 new tokens, got ",
+              length_decay_start);
+  TITAN_CHECK(
+      std::isfinite(length_decay_factor) && length_decay_factor > 0,
+      "sampling: exponential_decay_length_penalty's factor must be a finite number > 0 (1: none), got ",
+      precise(length_decay_factor));
   TITAN_CHECK(std::isfinite(epsilon_cutoff) && epsilon_cutoff >= 0 && epsilon_cutoff < 1,
               "sampling: epsilon_cutoff must be in [0, 1) (0: none), got ", precise(epsilon_cutoff));
   TITAN_CHECK(std::isfinite(eta_cutoff) && eta_cutoff >= 0 && eta_cutoff < 1,
@@ -165,19 +174,9 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   // Keys that change the choice of tokens beyond what titan's sampler does, with the value that
   // leaves it unchanged.
   const std::vector<std::pair<const char*, nlohmann::json>> unchanged = {
-      {"encoder_repetition_penalty", 1.0},
-      {"top_h", nullptr},
-      {"forced_bos_token_id", nullptr},
-      {"forced_eos_token_id", nullptr},
-      {"exponential_decay_length_penalty", nullptr},
-      {"num_beam_groups", 1},
-      {"diversity_penalty", 0.0},
-      {"penalty_alpha", nullptr},
-      {"renormalize_logits", false},
-      {"guidance_scale", nullptr},
-      {"force_words_ids", nullptr},
-      {"constraints", nullptr},
-      {"max_length", nullptr}};
+      {"encoder_repetition_penalty", 1.0}, {"top_h", nullptr},         {"num_beam_groups", 1},
+      {"diversity_penalty", 0.0},          {"penalty_alpha", nullptr}, {"guidance_scale", nullptr},
+      {"force_words_ids", nullptr},        {"constraints", nullptr},   {"max_length", nullptr}};
   for (const auto& [key, neutral] : unchanged) {
     if (!c.contains(key) || c[key] == neutral || (c[key].is_array() && c[key].empty())) continue;
     // (transformers reads max_length only without max_new_tokens)
@@ -240,6 +239,36 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
       o.sequence_bias.emplace_back(std::move(ids), pair[1].get<double>());
     }
   }
+  // transformers' forced_bos_token_id: an id; forced_eos_token_id: an id or a list of them (null: none).
+  if (listed("forced_bos_token_id")) {
+    const nlohmann::json& id = c["forced_bos_token_id"];
+    TITAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, where,
+                ": 'forced_bos_token_id' must be a token id (a whole number >= 0) or null, got ", id.dump());
+    o.forced_bos_token_id = id.get<int64_t>();
+  }
+  if (listed("forced_eos_token_id")) {
+    const nlohmann::json& ids = c["forced_eos_token_id"];
+    o.forced_eos_token_ids =
+        ids_of(ids.is_array() ? ids : nlohmann::json::array({ids}), "forced_eos_token_id");
+    TITAN_CHECK(!o.forced_eos_token_ids.empty(), where, ": 'forced_eos_token_id' is an empty list");
+  }
+  // exponential_decay_length_penalty: [start index, decay factor] (a tuple in Python; null: none).
+  if (listed("exponential_decay_length_penalty")) {
+    const nlohmann::json& decay = c["exponential_decay_length_penalty"];
+    TITAN_CHECK(decay.is_array() && decay.size() == 2 && decay[0].is_number_integer() &&
+                    decay[0].get<int64_t>() >= 0 && decay[1].is_number() &&
+                    std::isfinite(decay[1].get<double>()) && decay[1].get<double>() > 0,
+                where,
+                ": 'exponential_decay_length_penalty' must be [start, factor]: a whole number of new tokens "
+                ">= 0 and a finite factor > 0, got ",
+                decay.dump());
+    o.length_decay_start = decay[0].get<int64_t>();
+    o.length_decay_factor = decay[1].get<double>();
+  }
+  const nlohmann::json renormalize = c.value("renormalize_logits", nlohmann::json(false));
+  TITAN_CHECK(renormalize.is_boolean(), where, ": 'renormalize_logits' must be true or false, got ",
+              renormalize.dump());
+  o.renormalize_logits = renormalize.get<bool>();
   out.max_new_tokens =
       c.contains("max_new_tokens") && !c["max_new_tokens"].is_null() ? whole("max_new_tokens", 1, 1) : 0;
   const nlohmann::json stops = c.value("stop_strings", nlohmann::json());
@@ -392,8 +421,16 @@ std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> 
 }
 
 StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
-                     const SamplingOptions& o, int64_t vocab)
-    : min_new_tokens_(o.min_new_tokens), min_length_(o.min_length), begin_(!o.begin_suppress_tokens.empty()) {
+                     const SamplingOptions& o, int64_t vocab, int64_t max_new_tokens)
+    : min_new_tokens_(o.min_new_tokens),
+      min_length_(o.min_length),
+      max_new_tokens_(max_new_tokens),
+      decay_start_(o.length_decay_start),
+      decay_factor_(o.length_decay_factor),
+      stop_ids_(stop_ids),
+      forced_eos_(o.forced_eos_token_ids),
+      begin_(!o.begin_suppress_tokens.empty()) {
+  if (o.forced_bos_token_id >= 0) forced_bos_ = {o.forced_bos_token_id};
   // Flags over the vocabulary from `from` (empty: every id) less `ids` (empty stays empty when no id
   // leaves).
   auto less = [vocab](const std::vector<bool>& from, const std::vector<int64_t>& ids) {
@@ -410,8 +447,20 @@ StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t
 }
 
 const std::vector<bool>& StepMasks::at(int64_t prompt_length, int64_t t) const {
-  const bool held = t < min_new_tokens_ || prompt_length + t < min_length_;
+  // (A forced step's ids replace the logits min_new_tokens / min_length would hold back, as there.)
+  const bool forced = forced_eos(t) || forced_bos(prompt_length, t);
+  const bool held = !forced && (t < min_new_tokens_ || prompt_length + t < min_length_);
   return masks_[held ? 1 : 0][begin_ && t == 0 ? 1 : 0];
+}
+
+StepForcing StepMasks::forcing(int64_t prompt_length, int64_t t) const {
+  // transformers applies ForcedBOSTokenLogitsProcessor, then ForcedEOSTokenLogitsProcessor: the eos
+  // ids win a step that is both.
+  if (forced_eos(t)) return {forced_eos_, {}, 0};
+  if (forced_bos(prompt_length, t)) return {forced_bos_, {}, 0};
+  // ExponentialDecayLengthPenalty: its cur_len (prompt + t) past start + the prompt's length.
+  if (decay_factor_ == 1 || t <= decay_start_) return {};
+  return {{}, stop_ids_, std::pow(decay_factor_, double(t - decay_start_)) - 1};
 }
 
 namespace {
@@ -422,11 +471,28 @@ namespace {
 class Candidates {
  public:
   Candidates(std::span<const float> logits_in, const SamplingOptions& o, const std::vector<bool>& allowed,
-             std::span<const int64_t> sequence)
+             std::span<const int64_t> sequence, const StepForcing& forcing)
       : allowed_(allowed) {
     const int64_t V = int64_t(logits_in.size());
     for (int64_t id : sequence)
       TITAN_CHECK(id >= 0 && id < V, "pick_next_token: sequence id ", id, " is outside the ", V, " logits");
+    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
+                " allowed flags for ", V, " logits");
+    if (!forcing.forced.empty()) {
+      // transformers' ForcedBOS/ForcedEOSTokenLogitsProcessor: every logit -inf but the forced ids'
+      // 0, whatever the processors before made of them; suppress_tokens applies after it.
+      penalized_.assign(size_t(V), -std::numeric_limits<float>::infinity());
+      banned_.assign(size_t(V), true);
+      for (int64_t id : forcing.forced) {
+        TITAN_CHECK(id >= 0 && id < V, "sampling: forced id ", id, " is outside the vocabulary [0, ", V, ")");
+        penalized_[size_t(id)] = 0;
+        banned_[size_t(id)] = false;
+      }
+      for (int64_t id : o.suppress_tokens)
+        if (id >= 0 && id < V) banned_[size_t(id)] = true;
+      logits = penalized_;
+      return;
+    }
     // transformers' SequenceBiasLogitsProcessor, first: the biases added in f32.
     std::span<const float> base = logits_in;
     const std::vector<std::pair<int64_t, float>> biases = sequence_biases(sequence, o);
@@ -449,9 +515,15 @@ class Candidates {
         penalized_[size_t(id)] = l < 0 ? l * penalty : l / penalty;
       }
     }
+    // transformers' ExponentialDecayLengthPenalty: the stop ids' logits l + |l| * boost, in f32.
+    if (forcing.boost != 0 && !forcing.boosted.empty()) {
+      if (penalized_.empty()) penalized_.assign(base.begin(), base.end());
+      const float boost = float(forcing.boost);
+      for (int64_t id : forcing.boosted)
+        if (id >= 0 && id < V && std::isfinite(penalized_[size_t(id)]))
+          penalized_[size_t(id)] += std::fabs(penalized_[size_t(id)]) * boost;
+    }
     logits = penalized_.empty() ? base : std::span<const float>(penalized_);
-    TITAN_CHECK(allowed.empty() || int64_t(allowed.size()) == V, "pick_next_token: ", allowed.size(),
-                " allowed flags for ", V, " logits");
     banned_ = banned_ids(sequence, o, V);
   }
 
@@ -515,8 +587,9 @@ double relative_probability(double l, double top, double T) {
 std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits_in,
                                                                 const SamplingOptions& o,
                                                                 const std::vector<bool>& allowed,
-                                                                std::span<const int64_t> sequence) {
-  const Candidates candidates(logits_in, o, allowed, sequence);
+                                                                std::span<const int64_t> sequence,
+                                                                const StepForcing& forcing) {
+  const Candidates candidates(logits_in, o, allowed, sequence, forcing);
   if (o.temperature == 0) return {{candidates.most_likely(), 1.0}};
   const std::span<const float> logits = candidates.logits;
   std::vector<uint64_t> keys = candidates.keys();
@@ -608,11 +681,13 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
 }
 
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
-                        const std::vector<bool>& allowed, std::span<const int64_t> sequence) {
-  if (o.temperature == 0) return Candidates(logits, o, allowed, sequence).most_likely();
+                        const std::vector<bool>& allowed, std::span<const int64_t> sequence,
+                        const StepForcing& forcing) {
+  if (o.temperature == 0) return Candidates(logits, o, allowed, sequence, forcing).most_likely();
   // One uniform draw in [0, 1): the first id, most likely first, whose running probability passes it.
   if (o.typical_p < 1 || o.epsilon_cutoff > 0 || o.eta_cutoff > 0) {  // these read the whole set
-    const std::vector<std::pair<int64_t, double>> d = next_token_distribution(logits, o, allowed, sequence);
+    const std::vector<std::pair<int64_t, double>> d =
+        next_token_distribution(logits, o, allowed, sequence, forcing);
     const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
     double run = 0;
     for (const auto& [id, prob] : d)
@@ -623,7 +698,7 @@ int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o,
   // top: only as much of the order as the walks reach is sorted, in chunks growing fourfold (a
   // peaked distribution sorts a few hundred ids, not the vocabulary). The same draw as from
   // next_token_distribution, up to the order in which the total is summed.
-  const Candidates candidates(logits, o, allowed, sequence);
+  const Candidates candidates(logits, o, allowed, sequence, forcing);
   std::vector<uint64_t> keys = candidates.keys();
   if (o.top_k > 0 && size_t(o.top_k) < keys.size()) {
     std::nth_element(keys.begin(), keys.begin() + o.top_k, keys.end());
@@ -707,13 +782,13 @@ class StepRules {
         stop_check_(stop_check),
         logprobs_(logprobs),
         start_(std::chrono::steady_clock::now()),
-        masks_(checked(allowed, options_, a), stop_ids, options_, a.vocab_size) {}
+        masks_(checked(allowed, options_, a), stop_ids, options_, a.vocab_size, max_new_tokens) {}
 
   // The next token of `g` from its row of logits (touching `g` alone: rows run in parallel).
   int64_t choose(Growing& g, std::span<const float> logits) const {
-    const int64_t t = int64_t(g.out.ids.size());
-    const int64_t id =
-        pick_next_token(logits, options_, g.rng, masks_.at(int64_t(g.sequence.size()) - t, t), g.sequence);
+    const int64_t t = int64_t(g.out.ids.size()), prompt_length = int64_t(g.sequence.size()) - t;
+    const int64_t id = pick_next_token(logits, options_, g.rng, masks_.at(prompt_length, t), g.sequence,
+                                       masks_.forcing(prompt_length, t));
     if (logprobs_) g.out.logprobs.push_back(token_log_probability(logits, id));
     return id;
   }
@@ -953,31 +1028,47 @@ class PromptSearch {
 
   // Beam b's candidates' scores into out[0, V): its log-probabilities from `logits` (its row), shaped
   // by the processors (the repetition penalty multiplies those of the ids seen, all <= 0; the n-gram
-  // rule bans, as transformers applies its processors to log-probabilities), the ids `allowed` leaves
-  // out banned, plus the beam's score. A NaN logit is never chosen (the model diverged).
+  // rule bans, as transformers applies its processors to log-probabilities) and the step's `forcing`,
+  // the ids `allowed` leaves out banned, log-softmaxed again with renormalize_logits, plus the beam's
+  // score. A NaN logit is never chosen (the model diverged).
   template <typename T>
   void score_beam(int64_t b, const T* logits, int64_t V, const SamplingOptions& processors,
-                  const std::vector<bool>& allowed, double* out) const {
+                  const std::vector<bool>& allowed, const StepForcing& forcing, double* out) const {
     constexpr double kNever = -std::numeric_limits<double>::infinity();
-    const double log_z = log_sum_exp(std::span<const T>(logits, size_t(V)));
-    for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
     std::vector<int64_t> sequence(prompt_);
     sequence.insert(sequence.end(), running_[size_t(b)].ids.begin(), running_[size_t(b)].ids.end());
-    // The sequence bias first, as transformers (its ids were checked against the vocabulary).
-    for (const auto& [id, bias] : sequence_biases(sequence, processors)) out[id] += double(bias);
-    if (processors.repetition_penalty != 1) {
-      std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
-      for (int64_t id : sequence)
-        if (!seen[size_t(id)]) {
-          seen[size_t(id)] = true;
-          const double l = out[id];
-          out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
-        }
+    std::vector<bool> banned;
+    if (!forcing.forced.empty()) {
+      // A forced step: 0 for the forced ids, -inf for the others (as Candidates), suppress_tokens after.
+      std::fill(out, out + V, kNever);
+      for (int64_t id : forcing.forced) out[id] = 0;
+      for (int64_t id : processors.suppress_tokens) out[id] = kNever;
+    } else {
+      const double log_z = log_sum_exp(std::span<const T>(logits, size_t(V)));
+      for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNever : double(logits[v]) - log_z;
+      // The sequence bias first, as transformers (its ids were checked against the vocabulary).
+      for (const auto& [id, bias] : sequence_biases(sequence, processors)) out[id] += double(bias);
+      if (processors.repetition_penalty != 1) {
+        std::vector<bool> seen(size_t(V), false);  // an id seen twice is penalised once
+        for (int64_t id : sequence)
+          if (!seen[size_t(id)]) {
+            seen[size_t(id)] = true;
+            const double l = out[id];
+            out[id] = l < 0 ? l * processors.repetition_penalty : l / processors.repetition_penalty;
+          }
+      }
+      for (int64_t id : forcing.boosted)  // exponential_decay_length_penalty (an id held back stays so)
+        if (std::isfinite(out[id])) out[id] += std::fabs(out[id]) * forcing.boost;
+      banned = banned_ids(sequence, processors, V);
     }
-    const std::vector<bool> banned = banned_ids(sequence, processors, V);
     for (int64_t v = 0; v < V; ++v)
       if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
         out[v] = kNever;
+    if (processors.renormalize_logits) {  // transformers' LogitNormalization, the last processor
+      const double log_z = log_sum_exp(std::span<const double>(out, size_t(V)));
+      if (std::isfinite(log_z))
+        for (int64_t v = 0; v < V; ++v) out[v] -= log_z;
+    }
     for (int64_t v = 0; v < V; ++v) out[v] += running_[size_t(b)].score;
   }
 
@@ -1143,7 +1234,7 @@ std::vector<std::vector<Generation>> beam_search_batch(
               " allowed flags for a vocabulary of ", V);
   const SamplingOptions applied = without_stop_words(processors, stop_ids);
   applied.validate(V);
-  const StepMasks masks(allowed, stop_ids, applied, V);
+  const StepMasks masks(allowed, stop_ids, applied, V, max_new_tokens);
   const auto start = std::chrono::steady_clock::now();
   const ComputeCopies weights(model);
   const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
@@ -1191,12 +1282,14 @@ std::vector<std::vector<Generation>> beam_search_batch(
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t row = k * rows_per_prompt + (rows_per_prompt == 1 ? 0 : b);
           double* out = totals[size_t(k)].data() + b * V;
-          const std::vector<bool>& may_take = masks.at(int64_t(prompts[live[size_t(k)]].size()), t);
+          const int64_t prompt_length = int64_t(prompts[live[size_t(k)]].size());
+          const std::vector<bool>& may_take = masks.at(prompt_length, t);
+          const StepForcing forcing = masks.forcing(prompt_length, t);
           try {
             if (f64)
-              searches[size_t(k)].score_beam(b, f64 + row * V, V, applied, may_take, out);
+              searches[size_t(k)].score_beam(b, f64 + row * V, V, applied, may_take, forcing, out);
             else
-              searches[size_t(k)].score_beam(b, f32 + row * V, V, applied, may_take, out);
+              searches[size_t(k)].score_beam(b, f32 + row * V, V, applied, may_take, forcing, out);
           } catch (...) {
             failed[size_t(k * nb + b)] = std::current_exception();
           }

@@ -3,8 +3,9 @@
 // alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
 // ops::cached_attention); the next token comes from the last position's logits, greedy or sampled,
 // shaped as transformers' logits processors shape them (sequence bias, repetition penalty, no
-// repeated n-grams, bad words, suppressed ids, min new tokens / min length; then temperature, top-k, top-p,
-// min-p, typical-p, epsilon, eta when sampling). (torchtitan's scripts/generate reruns the whole sequence for
+// repeated n-grams, bad words, min new tokens / min length, forced bos / eos ids, the exponential
+// length decay, suppressed ids; then temperature, top-k, top-p, min-p, typical-p, epsilon, eta when
+// sampling). (torchtitan's scripts/generate reruns the whole sequence for
 // every token; the tests hold the cached steps to that full forward's logits.) `titan generate` is the
 // command around it.
 #include <cstdint>
@@ -61,12 +62,30 @@ struct SamplingOptions {
   std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
   // transformers' suppress_tokens (never chosen) and begin_suppress_tokens (never the first new token).
   std::vector<int64_t> suppress_tokens, begin_suppress_tokens;
+  // transformers' forced_bos_token_id (-1: none) and forced_eos_token_id (empty: none), greedy,
+  // sampled or in beam search: the first new token after a one-id prompt (transformers forces it at
+  // sequence length 1) is forced_bos_token_id, and the last new token max_new_tokens allows is one
+  // of forced_eos_token_ids: their logits 0, every other id's -inf, in place of the processors
+  // before them (the bias, the penalty, the bad words, the n-gram rule, min_new_tokens /
+  // min_length); suppress_tokens, begin_suppress_tokens and the tokenizer's ids still apply.
+  int64_t forced_bos_token_id = -1;
+  std::vector<int64_t> forced_eos_token_ids;
+  // transformers' exponential_decay_length_penalty (start, factor): after t > start new tokens, each
+  // stop id's logit l (as the processors before leave it) becomes l + |l| * (factor^(t - start) - 1),
+  // in f32 as transformers computes it (factor 1: none). A stop id banned or held back stays so
+  // (transformers would make it NaN: -inf + inf).
+  int64_t length_decay_start = 0;
+  double length_decay_factor = 1.0;
+  // transformers' renormalize_logits: beam search's processed log-probabilities are log-softmaxed
+  // again before they add to the beams' scores. (Greedy and sampled choices do not change with it.)
+  bool renormalize_logits = false;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
   // in [0, 1], typical_p in (0, 1], epsilon_cutoff and eta_cutoff in [0, 1), repetition_penalty
   // finite and > 0, no_repeat_ngram_size >= 0, min_new_tokens >= 0, min_length >= 0; bad words and
-  // biased sequences not empty, biases finite; with `vocab` > 0 every id of the id lists inside
+  // biased sequences not empty, biases finite; length_decay_start >= 0, length_decay_factor finite
+  // and > 0; with `vocab` > 0 every id of the id lists (and forced_bos_token_id, unless -1) inside
   // [0, vocab).
   void validate(int64_t vocab = 0) const;
 };
@@ -110,10 +129,13 @@ struct BeamSearchOptions {
 // no_repeat_ngram_size and min_new_tokens either way (logits processors, not sampling settings), and
 // its max_new_tokens (0 when absent: the caller's) and stop_strings; and without do_sample, its
 // beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
-// false, 1; with do_sample, num_return_sequences is the samples of a prompt). `not_applied` names the keys it
-// sets that titan has no counterpart for (num_beams with do_sample: beam sampling; min_length, bad_words_ids,
-// suppress_tokens and the other processors titan does not have), for the caller to say. An ill-typed value is
-// an error naming `where` and the key.
+// false, 1; with do_sample, num_return_sequences is the samples of a prompt). The other processors
+// (sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, min_length,
+// forced_bos_token_id, forced_eos_token_id, exponential_decay_length_penalty, renormalize_logits)
+// go to `sampling` either way. `not_applied` names the keys it sets that titan has no counterpart for
+// (num_beams with do_sample: beam sampling; num_beam_groups, penalty_alpha and the other processors
+// titan does not have), for the caller to say. An ill-typed value is an error naming `where` and the
+// key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
   bool samples = false;      // do_sample
@@ -124,18 +146,28 @@ struct GenerationDefaults {
 };
 GenerationDefaults generation_defaults(const nlohmann::json& generation_config, const std::string& where);
 
+// What a step's place in the generation adds to the processors (StepMasks::forcing): the ids it is
+// forced to (forced_bos_token_id, forced_eos_token_ids: their logits 0, every other id banned) and
+// the boost of the stop ids' logits (exponential_decay_length_penalty: l + |l| * boost).
+struct StepForcing {
+  std::span<const int64_t> forced;   // empty: none
+  std::span<const int64_t> boosted;  // the stop ids
+  double boost = 0;                  // 0: none
+};
+
 // The ids the next token may be and their probabilities (summing to 1, most likely first, a tie
 // lower id first), from one row of logits as transformers' processors and warpers shape them, in
-// its order: sequence bias, repetition penalty, no repeated n-gram, bad words, suppressed ids, then
-// (sampling) temperature, top-k, top-p,
-// min-p, typical-p, epsilon, eta. Greedy (temperature 0): the one most likely id. `allowed` (empty: every id)
-// marks the ids that may be chosen; an id outside it is never a candidate (a tokenizer's unknown
-// ids: the embedding's padding), nor is a NaN logit. `sequence`: the ids so far (prompt and new
-// tokens), which the repetition penalty and the n-gram rule read.
+// its order: sequence bias, repetition penalty, no repeated n-gram, bad words, forced ids, the
+// stop ids' length boost, suppressed ids, then (sampling) temperature, top-k, top-p, min-p,
+// typical-p, epsilon, eta. Greedy (temperature 0): the one most likely id. `allowed` (empty: every
+// id) marks the ids that may be chosen; an id outside it is never a candidate (a tokenizer's
+// unknown ids: the embedding's padding), nor is a NaN logit. `sequence`: the ids so far (prompt and
+// new tokens), which the repetition penalty and the n-gram rule read. `forcing`: the step's.
 std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits,
                                                                 const SamplingOptions& options,
                                                                 const std::vector<bool>& allowed = {},
-                                                                std::span<const int64_t> sequence = {});
+                                                                std::span<const int64_t> sequence = {},
+                                                                const StepForcing& forcing = {});
 
 // log softmax(logits)[id] over the logits that are not NaN (a NaN one's is -inf; a +inf logit takes
 // the mass, shared among those that hold it; every logit -inf shares it evenly): the model's own
@@ -163,24 +195,36 @@ std::vector<std::pair<int64_t, float>> sequence_biases(std::span<const int64_t> 
                                                        const SamplingOptions& options);
 
 // The ids a step may choose among, by what kind of step it is: `allowed` (empty: every id); less the
-// stop ids while min_new_tokens or min_length hold them back; less begin_suppress_tokens at the first
-// new token. Built once per generation.
+// stop ids while min_new_tokens or min_length hold them back (unless the step is forced); less
+// begin_suppress_tokens at the first new token. And what the step's place forces (forced_bos_token_id,
+// forced_eos_token_ids at new token max_new_tokens) or boosts (exponential_decay_length_penalty).
+// Built once per generation.
 class StepMasks {
  public:
   StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t>& stop_ids,
-            const SamplingOptions& options, int64_t vocab);
+            const SamplingOptions& options, int64_t vocab, int64_t max_new_tokens = 0);
   // The mask of step t (t new tokens so far) after a prompt of `prompt_length` ids (empty: every id).
   const std::vector<bool>& at(int64_t prompt_length, int64_t t) const;
+  // The forced ids and the stop ids' boost of that step (views of this object's lists).
+  StepForcing forcing(int64_t prompt_length, int64_t t) const;
 
  private:
-  int64_t min_new_tokens_, min_length_;
+  bool forced_eos(int64_t t) const { return !forced_eos_.empty() && t + 1 == max_new_tokens_; }
+  bool forced_bos(int64_t prompt_length, int64_t t) const {
+    return !forced_bos_.empty() && prompt_length == 1 && t == 0;
+  }
+
+  int64_t min_new_tokens_, min_length_, max_new_tokens_, decay_start_;
+  double decay_factor_;
+  std::vector<int64_t> stop_ids_, forced_eos_, forced_bos_;  // forced_bos_: none or the one id
   bool begin_ = false;             // begin_suppress_tokens has ids
   std::vector<bool> masks_[2][2];  // [stop ids held back][first new token]
 };
 
 // The next token: a draw from next_token_distribution (one uniform number of `rng`).
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& options, std::mt19937_64& rng,
-                        const std::vector<bool>& allowed = {}, std::span<const int64_t> sequence = {});
+                        const std::vector<bool>& allowed = {}, std::span<const int64_t> sequence = {},
+                        const StepForcing& forcing = {});
 
 struct Generation {
   std::vector<int64_t> ids;  // the new tokens only (the stop token included when one ended it)
@@ -280,15 +324,14 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 // transformers' beam search (its generate with num_beams > 1 and do_sample false): num_beams
 // sequences grow together as rows of one batch over a KV cache (whose rows follow the beams they
 // extend, KVCache::select_rows). Each step scores every continuation of every beam by its sequence's
-// summed log-probabilities, the logits' log-softmax shaped by `processors`' repetition penalty and
-// no repeated n-grams (as transformers applies its processors to log-probabilities; its sampling
-// fields must be greedy's); keeps the best max(2, 1 + stop ids) x num_beams; a continuation among the
-// best num_beams that ends with a stop id (or that stop_check accepts, beam_search_batch) or reaches
-// max_new_tokens is a finished sequence, ranked by
-// its length-penalised score, and the best num_beams of the rest run on. It stops as early_stopping
-// says, or at max_new_tokens. Returns the best num_return_sequences finished sequences, best first,
-// each with its score; `allowed` (empty: every id) as for generate. The prompt + max_new_tokens must
-// fit max_seq_len.
+// summed log-probabilities, the logits' log-softmax shaped by `processors` (every processor of
+// SamplingOptions, as transformers applies its processors to log-probabilities, renormalize_logits
+// last; its sampling fields must be greedy's); keeps the best max(2, 1 + stop ids) x num_beams; a
+// continuation among the best num_beams that ends with a stop id (or that stop_check accepts,
+// beam_search_batch) or reaches max_new_tokens is a finished sequence, ranked by its length-penalised score,
+// and the best num_beams of the rest run on. It stops as early_stopping says, or at max_new_tokens. Returns
+// the best num_return_sequences finished sequences, best first, each with its score; `allowed` (empty: every
+// id) as for generate. The prompt + max_new_tokens must fit max_seq_len.
 std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
                                     int64_t max_new_tokens, const BeamSearchOptions& beams,
                                     const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
