@@ -356,7 +356,7 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
   EXPECT_FALSE(std::getline(lines, line)) << r.out;
 
   // The model's generation_config.json: num_beams without do_sample is beam search, its other keys
-  // with it; with do_sample, --num-beams is an error (beam sampling).
+  // with it; with sampling (a flag's temperature, or the config's do_sample) it is beam sampling.
   const fs::path model = dir / "model";
   fs::create_directories(model);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, model / f);
@@ -371,18 +371,25 @@ TEST(CommandLine, GenerateSearchesBeamsAsTheLibrary) {
   EXPECT_NE(r.err.find("beam search as " + (model / "generation_config.json").string() + " says: 3 beams"),
             std::string::npos)
       << r.err;
-  r = titan(local + "--temperature 0.8");
+  r = titan(local + "--temperature 0.8 --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("sets num_beams 3, not applied: the sampling flags sample"), std::string::npos)
+  EXPECT_NE(r.err.find("beam sampling as " + (model / "generation_config.json").string() + " says: 3 beams"),
+            std::string::npos)
+      << r.err;
+  titan::qwen3::SamplingOptions at_08;
+  at_08.temperature = 0.8;
+  EXPECT_EQ(
+      nlohmann::json::parse(r.out.substr(0, r.out.find('\n'))).at("ids").get<std::vector<int64_t>>(),
+      titan::qwen3::beam_search(*titan::qwen3::load_hf_model(oracle, titan::DType::F32), {17, 400, 2048, 5},
+                                6, {3, 0.5, titan::qwen3::EarlyStopping::Never, 2}, at_08, {})[0]
+          .ids)
       << r.err;
   std::ofstream(model / "generation_config.json", std::ios::trunc)
       << R"({"do_sample": true, "temperature": 0.7})";
+  r = titan(local + "--num-beams 2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("beam sampling: 2 beams"), std::string::npos) << r.err;
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
-           {local + "--num-beams 2", "--num-beams 2: " + (model / "generation_config.json").string() +
-                                         " samples (do_sample true), and titan has no beam sampling; add "
-                                         "--temperature 0 for beam search"},
-           {m + "--prompt-ids 1 --num-beams 2 --temperature 1",
-            "--num-beams 2 searches greedily; --temperature 1 samples"},
            {m + "--prompt-ids 1 --length-penalty 2",
             "--length-penalty shapes beam search; add --num-beams N"},
            {m + "--prompt-ids 1 --num-return-sequences 2",
@@ -1090,7 +1097,14 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
       "generate --model-path " + dir.string() + " --prompt-ids 17,400,2048,5 --max-new-tokens 10";
   Outcome r = titan(args + " --seed 3");
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, ids_of(qwen3_defaults)) << r.err;
+  {  // num_beams 2 with do_sample: beam sampling, the library's
+    const titan::qwen3::Generation best =
+        titan::qwen3::beam_search(*titan::qwen3::load_hf_model(oracle, titan::DType::F32), prompt, 10,
+                                  {2, 1.0, titan::qwen3::EarlyStopping::Heuristic, 1}, qwen3_defaults, {})[0];
+    std::string line;
+    for (int64_t id : best.ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+    EXPECT_EQ(r.out, line + "\n") << r.err;
+  }
   EXPECT_NE(
       r.err.find("sampling as " + file +
                  " says: temperature 0.6, top_k 20, top_p 0.95, min_p 0.05, typical_p 1, epsilon_cutoff 0, "
@@ -1099,10 +1113,7 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
       << r.err;
   EXPECT_NE(r.err.find("repetition_penalty 3, as " + file + " says"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no_repeat_ngram_size 2, as " + file + " says"), std::string::npos) << r.err;
-  EXPECT_NE(
-      r.err.find("sets num_beams 2 with do_sample (beam sampling), which titan's sampler does not apply"),
-      std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("beam sampling as " + file + " says: 2 beams"), std::string::npos) << r.err;
   // --temperature 0 turns sampling off: the file's num_beams then searches, as transformers'
   // generate(do_sample=False) would; --num-beams 1 is greedy, still with the file's repetition penalty
   // (transformers applies it to greedy search too) unless --repetition-penalty says otherwise.
@@ -1112,8 +1123,6 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   r = titan(args + " --temperature 0");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("beam search as " + file + " says: 2 beams"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("(beam sampling)"), std::string::npos)
-      << "named as not applied, yet applied: " << r.err;
   r = titan(args + " --temperature 0 --num-beams 1");
   EXPECT_EQ(r.out, ids_of(greedy)) << r.err;
   EXPECT_EQ(r.err.find("sampling as"), std::string::npos) << r.err;

@@ -604,7 +604,7 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_EQ(generation_defaults(json{{"do_sample", true}, {"top_k", nullptr}}, "g").sampling.top_k, 0);
   // min_p and typical_p are sampling settings (greedy without do_sample), no_repeat_ngram_size a
   // processor (applied either way); beams without do_sample are beam search, with transformers'
-  // defaults for the rest; with do_sample (beam sampling, which titan does not have) they are named.
+  // defaults for the rest; with do_sample they are beam sampling's.
   const GenerationDefaults extras = generation_defaults(
       json{{"min_p", 0.1}, {"typical_p", 1.0}, {"num_beams", 4}, {"no_repeat_ngram_size", 3}}, "g");
   EXPECT_TRUE(extras.not_applied.empty());
@@ -627,9 +627,9 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
             EarlyStopping::Always);
   const GenerationDefaults beam_sampling =
       generation_defaults(json{{"do_sample", true}, {"num_beams", 4}}, "g");
-  EXPECT_EQ(beam_sampling.beams.num_beams, 4) << "kept for a caller that turns sampling off";
-  EXPECT_EQ(beam_sampling.not_applied,
-            (std::vector<std::string>{"num_beams 4 with do_sample (beam sampling)"}));
+  EXPECT_EQ(beam_sampling.beams.num_beams, 4);
+  EXPECT_TRUE(beam_sampling.samples);
+  EXPECT_TRUE(beam_sampling.not_applied.empty());
   const GenerationDefaults sampled = generation_defaults(json{{"do_sample", true},
                                                               {"min_p", 0.1},
                                                               {"typical_p", 0.9},
@@ -735,15 +735,17 @@ TEST(Generate, GenerationDefaultsReadAGenerationConfigAsTransformersDoes) {
   EXPECT_NE(error(json{{"forced_bos_token_id", -3}})
                 .find("'forced_bos_token_id' must be a token id (a whole number >= 0) or null, got -3"),
             std::string::npos);
-  EXPECT_NE(
-      error(json{{"forced_eos_token_id", json::array()}}).find("'forced_eos_token_id' is an empty list"),
-      std::string::npos);
+  const GenerationDefaults neutral =
+      generation_defaults(json{{"forced_eos_token_id", json::array()}, {"renormalize_logits", nullptr}}, "g");
+  EXPECT_TRUE(neutral.sampling.forced_eos_token_ids.empty() && !neutral.sampling.renormalize_logits)
+      << "an empty list and null: none";
   EXPECT_NE(error(json{{"exponential_decay_length_penalty", json::array({5})}})
                 .find("'exponential_decay_length_penalty' must be [start, factor]: a whole number of new "
                       "tokens >= 0 and a finite factor > 0, got [5]"),
             std::string::npos);
-  EXPECT_NE(error(json{{"renormalize_logits", 1}}).find("'renormalize_logits' must be true or false, got 1"),
-            std::string::npos);
+  EXPECT_NE(
+      error(json{{"renormalize_logits", 1}}).find("'renormalize_logits' must be true, false or null, got 1"),
+      std::string::npos);
   EXPECT_NE(error(json{{"num_beams", 2}, {"early_stopping", "soon"}})
                 .find("'early_stopping' must be true, false or \"never\", got \"soon\""),
             std::string::npos);
@@ -857,7 +859,7 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
         const int64_t eos = small(gen);
         forcing = {{"prompt_length", P},
                    {"max_new_tokens", t + 1 + int64_t(gen() % 2)},
-                   {"eos", {eos, (eos + 3) % 8}},
+                   {"eos", {eos, (eos + 3) % 8, eos}},  // (an id listed twice is boosted once)
                    {"forced_bos", small(gen)},
                    {"forced_eos", {small(gen), small(gen)}},
                    {"decay", {std::uniform_int_distribution<int64_t>(0, t)(gen), gen() % 2 ? 0.7 : 2.5}}};
@@ -1389,6 +1391,29 @@ TEST(Sampler, StepMasksFollowTheStep) {
   const std::vector<bool> allowed = {true, true, false, true};
   EXPECT_EQ(StepMasks(allowed, {3}, SamplingOptions{}, 4).at(1, 0), allowed)
       << "none of them: `allowed` as it is";
+  // forced_bos_token_id after a one-id prompt: begin_suppress_tokens moves to the token after it (as
+  // transformers' begin_index); forced_eos_token_id at the last token (max_new_tokens 4) lifts the
+  // stop ids' hold; the length decay boosts each stop id once, however often listed, and only those
+  // of the vocabulary.
+  SamplingOptions forced = o;
+  forced.forced_bos_token_id = 2;
+  forced.forced_eos_token_ids = {0};
+  forced.length_decay_start = 1;
+  forced.length_decay_factor = 2;
+  const StepMasks steps({}, {3, 3, 7, -1}, forced, 4, 4);
+  EXPECT_TRUE(steps.at(1, 0).empty()) << "the forced step: neither the hold nor begin_suppress_tokens";
+  EXPECT_EQ(steps.forcing(1, 0).forced.size(), 1u);
+  EXPECT_EQ(steps.at(1, 1), (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(steps.at(3, 0), first) << "a longer prompt: no forced bos";
+  EXPECT_TRUE(steps.forcing(3, 0).forced.empty());
+  EXPECT_TRUE(steps.at(1, 3).empty()) << "the forced eos step lifts the hold of 1 + 3 < 5";
+  ASSERT_EQ(steps.forcing(1, 3).forced.size(), 1u);
+  EXPECT_EQ(steps.forcing(1, 3).forced[0], 0);
+  const StepForcing decay = steps.forcing(1, 2);
+  EXPECT_TRUE(decay.forced.empty());
+  EXPECT_EQ(decay.boost, 1.0) << "2^(2 - 1) - 1";
+  EXPECT_EQ(std::vector<int64_t>(decay.boosted.begin(), decay.boosted.end()), std::vector<int64_t>{3});
+  EXPECT_EQ(steps.forcing(1, 1).boost, 0.0) << "not past start";
 }
 
 // On the f64 oracle model: begin_suppress_tokens changes the first token only (then greedy goes on
@@ -1503,6 +1528,9 @@ TEST(Generate, ProcessorsOfTheGenerationConfigShapeGreedyAndBeamSearch) {
   EXPECT_EQ(shortened.ids,
             (std::vector<int64_t>{free_run.ids[0], free_run.ids[1], free_run.ids[2], favoured}));
   EXPECT_EQ(generate(*model, prompt, 6, SamplingOptions{}, {favoured}).ids, free_run.ids) << "the control";
+  // Stop ids outside the vocabulary are never boosted (nor written to: beam search scores in place).
+  const std::vector<Generation> outside = beam_search(*model, prompt, 4, beams, decay, {V, -1});
+  EXPECT_EQ(outside.size(), 3u);
   SamplingOptions out_of_range;
   out_of_range.suppress_tokens = {V};
   EXPECT_THROW(generate(*model, prompt, 2, out_of_range, {}), Error);
@@ -1605,8 +1633,72 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
             std::string::npos);
   SamplingOptions sampled;
   sampled.temperature = 0.8;
-  EXPECT_NE(error({3, 1.0, EarlyStopping::Heuristic, 1}, sampled).find("titan has no beam sampling"),
-            std::string::npos);
+  sampled.top_p = 0;
+  EXPECT_NE(error({3, 1.0, EarlyStopping::Heuristic, 1}, sampled).find("top_p must be in (0, 1]"),
+            std::string::npos)
+      << "beam sampling's warpers are checked";
+}
+
+// Beam sampling (transformers' beam search with do_sample): with one new token, two beams and top-k
+// 3, the best sequence returned is the likelier of the first two of the 3 ids drawn without
+// replacement from softmax(log p / T) over the 3: id a (the likeliest) unless the draws were b, c
+// (p_b p_c / (1 - p_b) + p_c p_b / (1 - p_c)), b exactly then. Over 3000 seeds each frequency is
+// within 4.5 standard deviations of that. The same seed repeats its sequences; with top-k 1 every
+// beam's only candidate is its greedy one, and the best sequence is greedy search's.
+TEST(Generate, BeamSamplingDrawsTheCandidatesAsTransformersMultinomial) {
+  auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
+  const std::vector<int64_t> prompt = {17, 400, 2048, 5, 99};
+  KVCache cache = model->kv_cache(1, 8);
+  const Tensor logits =
+      model->next_token_logits(Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), cache);
+  const double* l = logits.data<double>();
+  const int64_t V = model->args().vocab_size;
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                    [&](int64_t x, int64_t y) { return l[x] > l[y]; });
+  const double T = 2.0;
+  double w[3], sum = 0;
+  for (int i = 0; i < 3; ++i) sum += w[i] = std::exp((l[order[size_t(i)]] - l[order[0]]) / T);
+  for (double& x : w) x /= sum;
+  const double p_b = w[1] * w[2] / (1 - w[1]) + w[2] * w[1] / (1 - w[2]);  // first two drawn: b and c
+  SamplingOptions o;
+  o.temperature = T;
+  o.top_k = 3;
+  const BeamSearchOptions two{2, 1.0, EarlyStopping::Heuristic, 1};
+  const int draws = 3000;
+  int a = 0, b = 0;
+  for (int seed = 0; seed < draws; ++seed) {
+    o.seed = uint64_t(seed);
+    const int64_t id = beam_search(*model, prompt, 1, two, o, {})[0].ids.at(0);
+    a += id == order[0];
+    b += id == order[1];
+    ASSERT_TRUE(id == order[0] || id == order[1]) << "id " << id << " at seed " << seed;
+  }
+  const double sd = std::sqrt(p_b * (1 - p_b) / draws);
+  EXPECT_NEAR(double(b) / draws, p_b, 4.5 * sd) << "p = " << w[0] << ", " << w[1] << ", " << w[2];
+  EXPECT_EQ(a + b, draws);
+  EXPECT_GT(b, 0) << "the case never draws the second id: it tests little";
+
+  o.seed = 11;
+  o.top_k = 50;
+  const BeamSearchOptions three{3, 1.0, EarlyStopping::Heuristic, 3};
+  const std::vector<Generation> once = beam_search(*model, prompt, 6, three, o, {}),
+                                again = beam_search(*model, prompt, 6, three, o, {});
+  ASSERT_EQ(once.size(), 3u);
+  for (size_t r = 0; r < once.size(); ++r) {
+    EXPECT_EQ(once[r].ids, again[r].ids);
+    EXPECT_EQ(once[r].score, again[r].score);
+  }
+  bool differs = false;
+  for (uint64_t seed = 12; seed < 20 && !differs; ++seed) {
+    o.seed = seed;
+    differs = beam_search(*model, prompt, 6, three, o, {})[0].ids != once[0].ids;
+  }
+  EXPECT_TRUE(differs) << "eight other seeds drew the same best sequence";
+  o.top_k = 1;
+  EXPECT_EQ(beam_search(*model, prompt, 6, three, o, {})[0].ids,
+            generate(*model, prompt, 6, SamplingOptions{}, {}).ids);
 }
 
 TEST(Generate, BadRequestsNameTheRule) {

@@ -988,23 +988,10 @@ int generate_main(int argc, char** argv) {
 
   // The model's own generation defaults, applied as transformers' generate applies them: its
   // sampling unless a sampling flag is given, its repetition penalty unless the flag is.
-  // Beam search: --num-beams, else the model's num_beams once the search is greedy (its do_sample
-  // false, or a flag's temperature 0), as transformers'. It is greedy: with sampling (titan has no
-  // beam sampling) it is an error when asked for by a flag, and not applied when the config's is
-  // overridden by sampling flags.
+  // Beam search: --num-beams, else the model's num_beams, as transformers'; with sampling (the
+  // config's do_sample, or a flag's temperature > 0) it is beam sampling.
   qwen3::BeamSearchOptions beams = defaults.beams;
-  if (p.has("num-beams")) {
-    beams.num_beams = p.get_int("num-beams", 1);
-    TITAN_CHECK(
-        beams.num_beams == 1 || sampling_given || !defaults.samples, "titan generate: --num-beams ",
-        beams.num_beams, ": ", where,
-        " samples (do_sample true), and titan has no beam sampling; add --temperature 0 for beam search");
-  } else if (beams.num_beams > 1 && (sampling_given ? sampling.temperature > 0 : defaults.samples)) {
-    if (sampling_given)  // (with do_sample, not_applied names it below)
-      std::fprintf(stderr, "generate: note: %s sets num_beams %lld, not applied: the sampling flags sample\n",
-                   where.c_str(), (long long)beams.num_beams);
-    beams.num_beams = 1;
-  }
+  if (p.has("num-beams")) beams.num_beams = p.get_int("num-beams", 1);
   if (interactive && beams.num_beams > 1) {  // a beam's tokens are final only when the search ends
     TITAN_CHECK(!p.has("num-beams"), "titan generate: --num-beams ", beams.num_beams,
                 ": --interactive streams each reply as it is generated, and a beam search's tokens are final "
@@ -1028,9 +1015,6 @@ int generate_main(int argc, char** argv) {
   if (beams.num_beams > 1) {
     TITAN_CHECK(!p.has("logprobs"),
                 "titan generate: --logprobs: beam search gives each sequence's score instead");
-    TITAN_CHECK(sampling.temperature == 0, "titan generate: --num-beams ", beams.num_beams,
-                " searches greedily; --temperature ", sampling.temperature,
-                " samples, and titan has no beam sampling");
     try {
       beams.validate();
     } catch (const Error& e) {
@@ -1038,9 +1022,11 @@ int generate_main(int argc, char** argv) {
                  p.has("num-beams") && p.has("num-return-sequences") ? "" : " (with " + where + "'s values)");
     }
     static const char* const kEarly[] = {"false", "true", "never"};
+    const bool beam_sampling = sampling_given ? sampling.temperature > 0 : defaults.samples;
     std::fprintf(stderr,
-                 "generate: beam search%s: %lld beams, length_penalty %g, early_stopping %s, "
+                 "generate: beam %s%s: %lld beams, length_penalty %g, early_stopping %s, "
                  "%lld sequence%s\n",
+                 beam_sampling ? "sampling" : "search",
                  p.has("num-beams") ? "" : (" as " + where + " says").c_str(), (long long)beams.num_beams,
                  beams.length_penalty, kEarly[int(beams.early_stopping)],
                  (long long)beams.num_return_sequences, beams.num_return_sequences == 1 ? "" : "s each");

@@ -21,7 +21,7 @@ OUT: {"cases": [[[id, probability], ...] (ids with a probability above 0, ascend
 The repetition penalty and the length decay are applied in float32 as transformers does; the
 warpers run in float64 here so that a cut exactly at a boundary is not decided by float32 rounding
 (titan's sampler computes its probabilities in double). One departure, titan's: the length decay
-leaves a banned eos logit -inf, where transformers' abs(-inf) * (factor^k - 1) makes it NaN.
+leaves a banned eos logit -inf, where transformers' abs(-inf) * (factor^k - 1) makes it NaN (factor > 1).
 """
 import json
 import sys

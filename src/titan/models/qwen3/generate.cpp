@@ -246,11 +246,10 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
                 ": 'forced_bos_token_id' must be a token id (a whole number >= 0) or null, got ", id.dump());
     o.forced_bos_token_id = id.get<int64_t>();
   }
-  if (listed("forced_eos_token_id")) {
+  if (listed("forced_eos_token_id")) {  // (an empty list: none)
     const nlohmann::json& ids = c["forced_eos_token_id"];
     o.forced_eos_token_ids =
         ids_of(ids.is_array() ? ids : nlohmann::json::array({ids}), "forced_eos_token_id");
-    TITAN_CHECK(!o.forced_eos_token_ids.empty(), where, ": 'forced_eos_token_id' is an empty list");
   }
   // exponential_decay_length_penalty: [start index, decay factor] (a tuple in Python; null: none).
   if (listed("exponential_decay_length_penalty")) {
@@ -266,9 +265,9 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
     o.length_decay_factor = decay[1].get<double>();
   }
   const nlohmann::json renormalize = c.value("renormalize_logits", nlohmann::json(false));
-  TITAN_CHECK(renormalize.is_boolean(), where, ": 'renormalize_logits' must be true or false, got ",
-              renormalize.dump());
-  o.renormalize_logits = renormalize.get<bool>();
+  TITAN_CHECK(renormalize.is_boolean() || renormalize.is_null(), where,
+              ": 'renormalize_logits' must be true, false or null, got ", renormalize.dump());
+  o.renormalize_logits = renormalize == true;
   out.max_new_tokens =
       c.contains("max_new_tokens") && !c["max_new_tokens"].is_null() ? whole("max_new_tokens", 1, 1) : 0;
   const nlohmann::json stops = c.value("stop_strings", nlohmann::json());
@@ -295,11 +294,9 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
                      : early == true  ? EarlyStopping::Always
                                       : EarlyStopping::Heuristic;
   b.num_return_sequences = whole("num_return_sequences", 1, 1);
-  if (out.samples) {
-    if (b.num_beams > 1)
-      out.not_applied.push_back("num_beams " + std::to_string(b.num_beams) +
-                                " with do_sample (beam sampling)");
-  } else {
+  // (With do_sample and one beam, num_return_sequences is the samples of a prompt; with several,
+  // beam sampling's sequences, as without.)
+  if (!out.samples || b.num_beams > 1) {
     TITAN_CHECK(b.num_return_sequences <= b.num_beams, where, ": 'num_return_sequences' ",
                 b.num_return_sequences, " asks for more sequences than its num_beams ", b.num_beams,
                 b.num_beams == 1 ? " (greedy search returns one)" : "", " can give");
@@ -427,10 +424,14 @@ StepMasks::StepMasks(const std::vector<bool>& allowed, const std::vector<int64_t
       max_new_tokens_(max_new_tokens),
       decay_start_(o.length_decay_start),
       decay_factor_(o.length_decay_factor),
-      stop_ids_(stop_ids),
       forced_eos_(o.forced_eos_token_ids),
       begin_(!o.begin_suppress_tokens.empty()) {
   if (o.forced_bos_token_id >= 0) forced_bos_ = {o.forced_bos_token_id};
+  // The stop ids the length decay boosts: each once (a caller may list an id twice, as the
+  // tokenizer's eos and the config's eos_token_id; transformers boosts it once) and of the vocabulary.
+  for (int64_t id : stop_ids)
+    if (id >= 0 && id < vocab && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
+      stop_ids_.push_back(id);
   // Flags over the vocabulary from `from` (empty: every id) less `ids` (empty stays empty when no id
   // leaves).
   auto less = [vocab](const std::vector<bool>& from, const std::vector<int64_t>& ids) {
@@ -450,7 +451,10 @@ const std::vector<bool>& StepMasks::at(int64_t prompt_length, int64_t t) const {
   // (A forced step's ids replace the logits min_new_tokens / min_length would hold back, as there.)
   const bool forced = forced_eos(t) || forced_bos(prompt_length, t);
   const bool held = !forced && (t < min_new_tokens_ || prompt_length + t < min_length_);
-  return masks_[held ? 1 : 0][begin_ && t == 0 ? 1 : 0];
+  // begin_suppress_tokens: the first new token, or the one after a forced bos token (transformers
+  // starts SuppressTokensAtBegin one later when forced_bos_token_id is set and the prompt is one id).
+  const int64_t begin = !forced_bos_.empty() && prompt_length == 1 ? 1 : 0;
+  return masks_[held ? 1 : 0][begin_ && t == begin ? 1 : 0];
 }
 
 StepForcing StepMasks::forcing(int64_t prompt_length, int64_t t) const {
@@ -1020,8 +1024,9 @@ struct Beam {
 
 class PromptSearch {
  public:
-  PromptSearch(const std::vector<int64_t>& prompt, const BeamSearchOptions& o)
-      : prompt_(prompt), o_(o), running_(size_t(o.num_beams)), finished_(size_t(o.num_beams)) {
+  // `seed`: the stream of beam sampling's draws (processors with a temperature > 0).
+  PromptSearch(const std::vector<int64_t>& prompt, const BeamSearchOptions& o, uint64_t seed)
+      : prompt_(prompt), o_(o), running_(size_t(o.num_beams)), finished_(size_t(o.num_beams)), rng_(seed) {
     for (size_t b = 1; b < running_.size(); ++b) running_[b].score = kMark;  // only beam 0 begins: no copies
     for (Beam& f : finished_) f.score = kMark;
   }
@@ -1064,6 +1069,7 @@ class PromptSearch {
     for (int64_t v = 0; v < V; ++v)
       if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
         out[v] = kNever;
+    if (processors.temperature > 0) warp(processors, out, V);
     if (processors.renormalize_logits) {  // transformers' LogitNormalization, the last processor
       const double log_z = log_sum_exp(std::span<const double>(out, size_t(V)));
       if (std::isfinite(log_z))
@@ -1074,18 +1080,31 @@ class PromptSearch {
 
   // One step from the candidates' scores [num_beams x V] after `t` new tokens. Returns whether the
   // search goes on; then `sources` (the beam each running beam extends) and `next_ids` (its new token).
+  // `sampled`: beam sampling, whose K candidates are drawn instead of taken best first.
   bool advance(const std::vector<double>& total, int64_t V, int64_t t, int64_t max_new_tokens,
-               const std::vector<int64_t>& stop_ids, const StopCheck& stop_check,
+               const std::vector<int64_t>& stop_ids, const StopCheck& stop_check, bool sampled,
                std::vector<int64_t>& sources, std::vector<int64_t>& next_ids) {
     const int64_t nb = o_.num_beams;
     // The K best continuations, K enough that num_beams of them go on even when every beam's best are
     // stop ids (a tie: the lower beam, then the lower id, first). A stop check may end any of them:
     // then K doubles until num_beams go on (or every continuation is a candidate), so that a stopped
     // sequence never runs on in a beam's place.
-    int64_t K = std::min(nb * V, std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb);
+    // Beam sampling (transformers' torch.multinomial over softmax(total) without replacement, K
+    // draws in the order drawn): the K largest of total + Gumbel noise, whose order is that of
+    // draws without replacement (the Gumbel-top-k trick), so K can grow by taking more of them.
+    std::vector<double> noisy;
+    if (sampled) {
+      noisy.resize(total.size());
+      for (size_t i = 0; i < total.size(); ++i) {
+        const double u = (double(rng_() >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
+        noisy[i] = std::isinf(total[i]) ? total[i] : total[i] - std::log(-std::log(u));
+      }
+    }
+    const std::vector<double>& key = sampled ? noisy : total;
     const auto higher = [&](int64_t x, int64_t y) {
-      return total[size_t(x)] > total[size_t(y)] || (total[size_t(x)] == total[size_t(y)] && x < y);
+      return key[size_t(x)] > key[size_t(y)] || (key[size_t(x)] == key[size_t(y)] && x < y);
     };
+    int64_t K = std::min(nb * V, std::max<int64_t>(2, 1 + int64_t(stop_ids.size())) * nb);
     std::vector<int64_t> best;
     std::vector<Beam> candidates;
     std::vector<int64_t> source;
@@ -1200,10 +1219,31 @@ class PromptSearch {
     return std::all_of(finished_.begin(), finished_.end(), [](const Beam& f) { return f.finished; });
   }
 
+  // Beam sampling's warpers on one beam's processed log-probabilities out[0, V), as transformers
+  // applies them there: divided by the temperature, -inf for the ids that top-k, top-p, min-p,
+  // typical-p, epsilon or eta cut (the sampler's own rules, next_token_distribution, on an f32 copy).
+  static void warp(const SamplingOptions& processors, double* out, int64_t V) {
+    if (std::none_of(out, out + V, [](double x) { return std::isfinite(x); })) return;  // nothing to keep
+    SamplingOptions warpers;
+    warpers.temperature = processors.temperature;
+    warpers.top_k = processors.top_k;
+    warpers.top_p = processors.top_p;
+    warpers.min_p = processors.min_p;
+    warpers.typical_p = processors.typical_p;
+    warpers.epsilon_cutoff = processors.epsilon_cutoff;
+    warpers.eta_cutoff = processors.eta_cutoff;
+    const std::vector<float> row(out, out + V);
+    std::vector<bool> kept(size_t(V), false);
+    for (const auto& [id, p] : next_token_distribution(row, warpers)) kept[size_t(id)] = true;
+    for (int64_t v = 0; v < V; ++v)
+      out[v] = kept[size_t(v)] ? out[v] / processors.temperature : -std::numeric_limits<double>::infinity();
+  }
+
   const std::vector<int64_t>& prompt_;
   const BeamSearchOptions& o_;
   std::vector<Beam> running_, finished_;
   bool may_improve_ = true;  // transformers' is_early_stop_heuristic_unsatisfied
+  std::mt19937_64 rng_;      // beam sampling's draws
 };
 
 }  // namespace
@@ -1220,11 +1260,7 @@ std::vector<std::vector<Generation>> beam_search_batch(
   std::vector<int64_t> stop_ids = stop_ids_given;
   std::sort(stop_ids.begin(), stop_ids.end());
   stop_ids.erase(std::unique(stop_ids.begin(), stop_ids.end()), stop_ids.end());
-  TITAN_CHECK(processors.temperature == 0 && processors.top_k == 0 && processors.top_p == 1 &&
-                  processors.min_p == 0 && processors.typical_p == 1 && processors.epsilon_cutoff == 0 &&
-                  processors.eta_cutoff == 0,
-              "beam search: the sampling options must be greedy's (temperature 0, no top-k, top-p, min-p, "
-              "typical-p, epsilon or eta cutoff): titan has no beam sampling");
+  const bool sampled = processors.temperature > 0;  // beam sampling
   TITAN_CHECK(batch_size >= 0, "beam search: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
   const ModelArgs& a = model.args();
@@ -1265,7 +1301,7 @@ std::vector<std::vector<Generation>> beam_search_batch(
     cache.select_rows(expand);  // every beam holds its prompt
     std::vector<PromptSearch> searches;
     searches.reserve(live.size());
-    for (size_t r : live) searches.emplace_back(prompts[r], o);
+    for (size_t r : live) searches.emplace_back(prompts[r], o, processors.seed + r);
     // Row of beam b of the k-th live prompt in `logits`: one per prompt after the prompts' pass.
     int64_t rows_per_prompt = 1;
     // The candidates' scores of the k-th live prompt: num_beams x V (allocated once: a page-faulting
@@ -1302,8 +1338,9 @@ std::vector<std::vector<Generation>> beam_search_batch(
 #pragma omp parallel for schedule(dynamic, 1) if (L > 1)
       for (int64_t k = 0; k < L; ++k) {
         try {
-          going_on[size_t(k)] = searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids,
-                                                            stop_check, sources[size_t(k)], ids[size_t(k)]);
+          going_on[size_t(k)] =
+              searches[size_t(k)].advance(totals[size_t(k)], V, t, max_new_tokens, stop_ids, stop_check,
+                                          sampled, sources[size_t(k)], ids[size_t(k)]);
         } catch (...) {  // a stop check's decode, say
           stuck[size_t(k)] = std::current_exception();
         }

@@ -67,13 +67,14 @@ struct SamplingOptions {
   // sequence length 1) is forced_bos_token_id, and the last new token max_new_tokens allows is one
   // of forced_eos_token_ids: their logits 0, every other id's -inf, in place of the processors
   // before them (the bias, the penalty, the bad words, the n-gram rule, min_new_tokens /
-  // min_length); suppress_tokens, begin_suppress_tokens and the tokenizer's ids still apply.
+  // min_length); suppress_tokens, begin_suppress_tokens and the tokenizer's ids still apply (a
+  // forced bos token moves begin_suppress_tokens to the token after it, as transformers does).
   int64_t forced_bos_token_id = -1;
   std::vector<int64_t> forced_eos_token_ids;
   // transformers' exponential_decay_length_penalty (start, factor): after t > start new tokens, each
   // stop id's logit l (as the processors before leave it) becomes l + |l| * (factor^(t - start) - 1),
   // in f32 as transformers computes it (factor 1: none). A stop id banned or held back stays so
-  // (transformers would make it NaN: -inf + inf).
+  // (transformers' -inf + |-inf| (factor^k - 1) is NaN for a factor above 1).
   int64_t length_decay_start = 0;
   double length_decay_factor = 1.0;
   // transformers' renormalize_logits: beam search's processed log-probabilities are log-softmaxed
@@ -129,12 +130,13 @@ struct BeamSearchOptions {
 // no_repeat_ngram_size and min_new_tokens either way (logits processors, not sampling settings), and
 // its max_new_tokens (0 when absent: the caller's) and stop_strings; and without do_sample, its
 // beam search: num_beams, length_penalty, early_stopping, num_return_sequences (defaults 1, 1.0,
-// false, 1; with do_sample, num_return_sequences is the samples of a prompt). The other processors
+// false, 1; with do_sample and one beam, num_return_sequences is the samples of a prompt; with
+// several, beam sampling). The other processors
 // (sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, min_length,
 // forced_bos_token_id, forced_eos_token_id, exponential_decay_length_penalty, renormalize_logits)
 // go to `sampling` either way. `not_applied` names the keys it sets that titan has no counterpart for
-// (num_beams with do_sample: beam sampling; num_beam_groups, penalty_alpha and the other processors
-// titan does not have), for the caller to say. An ill-typed value is an error naming `where` and the
+// (num_beam_groups, penalty_alpha and the other processors titan does not have), for the caller to
+// say. An ill-typed value is an error naming `where` and the
 // key.
 struct GenerationDefaults {
   SamplingOptions sampling;  // seed 0
@@ -321,17 +323,23 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
                                        const std::vector<int64_t>& stop_ids,
                                        const std::vector<bool>& allowed = {}, const BatchOptions& batch = {});
 
-// transformers' beam search (its generate with num_beams > 1 and do_sample false): num_beams
+// transformers' beam search (its generate with num_beams > 1): num_beams
 // sequences grow together as rows of one batch over a KV cache (whose rows follow the beams they
 // extend, KVCache::select_rows). Each step scores every continuation of every beam by its sequence's
 // summed log-probabilities, the logits' log-softmax shaped by `processors` (every processor of
 // SamplingOptions, as transformers applies its processors to log-probabilities, renormalize_logits
-// last; its sampling fields must be greedy's); keeps the best max(2, 1 + stop ids) x num_beams; a
+// last); keeps the best max(2, 1 + stop ids) x num_beams; a
 // continuation among the best num_beams that ends with a stop id (or that stop_check accepts,
 // beam_search_batch) or reaches max_new_tokens is a finished sequence, ranked by its length-penalised score,
 // and the best num_beams of the rest run on. It stops as early_stopping says, or at max_new_tokens. Returns
 // the best num_return_sequences finished sequences, best first, each with its score; `allowed` (empty: every
 // id) as for generate. The prompt + max_new_tokens must fit max_seq_len.
+// With processors.temperature > 0 it is transformers' beam sampling (num_beams > 1 and do_sample
+// true): each beam's log-probabilities are warped as the sampler warps logits (divided by the
+// temperature; top-k, top-p, min-p, typical-p, epsilon, eta), and the max(2, 1 + stop ids) x
+// num_beams candidates are drawn without replacement in proportion to the softmax of every beam's
+// summed scores (transformers' torch.multinomial), in the order drawn, instead of taken best first.
+// The draws come from a stream seeded processors.seed + the prompt's index.
 std::vector<Generation> beam_search(Qwen3Model& model, const std::vector<int64_t>& prompt,
                                     int64_t max_new_tokens, const BeamSearchOptions& beams,
                                     const SamplingOptions& processors, const std::vector<int64_t>& stop_ids,
