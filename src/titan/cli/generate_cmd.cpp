@@ -604,8 +604,8 @@ int generate_main(int argc, char** argv) {
           "(0: none; default: the model's generation_config.json's)",
           "0")
       .option("num-beams",
-              "beam search with this many beams, as transformers' (greedy only; default: the model's "
-              "generation_config.json's num_beams without do_sample, else 1: no beam search)",
+              "beam search with this many beams, as transformers' (beam sampling when sampling; default: "
+              "the model's generation_config.json's num_beams, else 1: no beam search)",
               "1")
       .option("length-penalty",
               "beam search: finished sequences rank by score / new tokens^x (> 0 favours longer ones)", "1")
