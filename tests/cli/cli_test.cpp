@@ -1130,14 +1130,14 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";
-  // The flags replace the file's sampling.
+  // The flags replace the file's sampling (--num-beams 1: without the file's beams).
   titan::qwen3::SamplingOptions flags;
   flags.temperature = 1.4;
   flags.epsilon_cutoff = 0.02;
   flags.eta_cutoff = 0.1;
   flags.repetition_penalty = 3;
   flags.no_repeat_ngram_size = 2;
-  r = titan(args + " --temperature 1.4 --epsilon-cutoff 0.02 --eta-cutoff 0.1");
+  r = titan(args + " --temperature 1.4 --epsilon-cutoff 0.02 --eta-cutoff 0.1 --num-beams 1");
   EXPECT_EQ(r.out, ids_of(flags)) << r.err;
   // Its max_new_tokens and min_new_tokens, unless the flags say otherwise.
   std::ofstream(dir / "generation_config.json", std::ios::trunc)

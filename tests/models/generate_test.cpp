@@ -847,22 +847,27 @@ TEST(Sampler, TheDistributionIsTransformersProcessorsAndWarpers) {
       // Every other case: biased sequences and bad words of 1-3 of those few ids (so that some
       // match the sequence's end), suppressed ids.
       json biases = json::array(), bad = json::array(), suppressed = json::array();
-      // Cases 2 and 3 of each: a prompt and new tokens, with forced ids (the first new token after a
-      // one-id prompt, the last one max_new_tokens allows: each about half the time) and the stop ids'
-      // length decay (a factor below or above 1), stop ids of those few ids (banned, penalised or not).
+      // Cases 2 and 3 of each: a prompt and new tokens. Case 2: past the start of the stop ids'
+      // length decay (a factor below or above 1; stop ids of those few ids, banned, penalised or
+      // not), no forced step. Case 3: a forced step, the first new token after a one-id prompt or
+      // the last one max_new_tokens allows (half the time each).
       json forcing = json::object();
       if (rep >= 2) {
-        if (seq.empty()) seq.push_back(small(gen));
-        if (rep == 3 && gen() % 2) seq.resize(1);  // a one-id prompt, whose first new token is forced
-        const int64_t P = std::uniform_int_distribution<int64_t>(1, int64_t(seq.size()))(gen);
-        const int64_t t = int64_t(seq.size()) - P;
+        while (seq.size() < 3) seq.push_back(small(gen));
+        const bool bos_step = rep == 3 && gen() % 2;
+        if (bos_step) seq = {seq.front()};  // a one-id prompt, whose first new token is forced
+        const int64_t P =
+            bos_step ? 1 : std::uniform_int_distribution<int64_t>(1, int64_t(seq.size()) - 2)(gen);
+        const int64_t t = int64_t(seq.size()) - P;  // >= 2 unless the bos step
         const int64_t eos = small(gen);
-        forcing = {{"prompt_length", P},
-                   {"max_new_tokens", t + 1 + int64_t(gen() % 2)},
-                   {"eos", {eos, (eos + 3) % 8, eos}},  // (an id listed twice is boosted once)
-                   {"forced_bos", small(gen)},
-                   {"forced_eos", {small(gen), small(gen)}},
-                   {"decay", {std::uniform_int_distribution<int64_t>(0, t)(gen), gen() % 2 ? 0.7 : 2.5}}};
+        forcing = {
+            {"prompt_length", P},
+            {"max_new_tokens", rep == 3 && !bos_step ? t + 1 : t + 2},
+            {"eos", {eos, (eos + 3) % 8, eos}},  // (an id listed twice is boosted once)
+            {"forced_bos", small(gen)},
+            {"forced_eos", {small(gen), small(gen)}},
+            {"decay",
+             {bos_step ? 0 : std::uniform_int_distribution<int64_t>(0, t - 1)(gen), gen() % 2 ? 0.7 : 2.5}}};
       }
       if (rep % 2 == 1) {
         std::uniform_int_distribution<int> length(1, 3);
@@ -1643,8 +1648,8 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
 // 3, the best sequence returned is the likelier of the first two of the 3 ids drawn without
 // replacement from softmax(log p / T) over the 3: id a (the likeliest) unless the draws were b, c
 // (p_b p_c / (1 - p_b) + p_c p_b / (1 - p_c)), b exactly then. Over 3000 seeds each frequency is
-// within 4.5 standard deviations of that. The same seed repeats its sequences; with top-k 1 every
-// beam's only candidate is its greedy one, and the best sequence is greedy search's.
+// within 4.5 standard deviations of that. The same seed repeats its sequences, and each warper keeps
+// at least two ids of a beam.
 TEST(Generate, BeamSamplingDrawsTheCandidatesAsTransformersMultinomial) {
   auto model = load_hf_model(oracle_dir("tiny_dense"), DType::F64);
   const std::vector<int64_t> prompt = {17, 400, 2048, 5, 99};
@@ -1696,9 +1701,20 @@ TEST(Generate, BeamSamplingDrawsTheCandidatesAsTransformersMultinomial) {
     differs = beam_search(*model, prompt, 6, three, o, {})[0].ids != once[0].ids;
   }
   EXPECT_TRUE(differs) << "eight other seeds drew the same best sequence";
+  // Each warper keeps at least max(2, 1 + stop ids) ids of a beam (transformers' min_tokens_to_keep
+  // in beam sampling): top-k 1 draws as top-k 2 does (no stop ids), top-k 2 not as top-k 3.
+  o.seed = 5;
   o.top_k = 1;
-  EXPECT_EQ(beam_search(*model, prompt, 6, three, o, {})[0].ids,
-            generate(*model, prompt, 6, SamplingOptions{}, {}).ids);
+  const std::vector<Generation> k1 = beam_search(*model, prompt, 6, three, o, {});
+  o.top_k = 2;
+  const std::vector<Generation> k2 = beam_search(*model, prompt, 6, three, o, {});
+  o.top_k = 3;
+  const std::vector<Generation> k3 = beam_search(*model, prompt, 6, three, o, {});
+  ASSERT_EQ(k1.size(), 3u);
+  for (size_t r = 0; r < k1.size(); ++r) EXPECT_EQ(k1[r].ids, k2[r].ids) << "sequence " << r;
+  bool three_differ = false;
+  for (size_t r = 0; r < k1.size(); ++r) three_differ |= k3[r].ids != k2[r].ids;
+  EXPECT_TRUE(three_differ) << "top-k 3 drew as top-k 2: the comparison tests nothing";
 }
 
 TEST(Generate, BadRequestsNameTheRule) {

@@ -270,10 +270,12 @@ void run_case(const Case& c) {
   const nlohmann::json& torch_steps = torch_run.at("steps");
   // Block-causal attention is only tested where rows hold several documents, the padding's place in
   // the MoE aux loss only where rows have some.
-  if (c.block_causal)
+  if (c.block_causal) {
     EXPECT_GE(torch_run.at("document_cuts").get<int64_t>(), 2 * c.steps) << torch_run.dump();
-  if (c.chat && c.args.num_experts > 0)
+  }
+  if (c.chat && c.args.num_experts > 0) {
     EXPECT_GT(torch_run.at("padding").get<int64_t>(), 0) << torch_run.dump();
+  }
   if (c.load_balance == "expert_bias") {
     EXPECT_GT(torch_run.at("biased_choices").get<int64_t>(), 0) << "the expert bias should change some choices";
   }

@@ -538,7 +538,8 @@ int generate_main(int argc, char** argv) {
       "model's eos_token_id (config.json, generation_config.json).\n"
       "--prompts-file continues many prompts, --batch-size of them at a time as the rows of one batch,\n"
       "and prints one JSON line per prompt in the file's order. --num-beams N runs transformers' beam\n"
-      "search instead (greedy; --length-penalty, --early-stopping, --num-return-sequences).\n"
+      "search instead (beam sampling when sampling; --length-penalty, --early-stopping,\n"
+      "--num-return-sequences).\n"
       "--interactive chats on stdin, one message a line, keeping the KV cache from turn to turn.");
   p.option("model-path", "Hugging Face checkpoint folder (config.json + safetensors)")
       .option("checkpoint",
@@ -1022,7 +1023,8 @@ int generate_main(int argc, char** argv) {
                  p.has("num-beams") && p.has("num-return-sequences") ? "" : " (with " + where + "'s values)");
     }
     static const char* const kEarly[] = {"false", "true", "never"};
-    const bool beam_sampling = sampling_given ? sampling.temperature > 0 : defaults.samples;
+    const bool beam_sampling =
+        sampling_given ? sampling.temperature > 0 : defaults.samples && defaults.sampling.temperature > 0;
     std::fprintf(stderr,
                  "generate: beam %s%s: %lld beams, length_penalty %g, early_stopping %s, "
                  "%lld sequence%s\n",
@@ -1165,9 +1167,8 @@ int generate_main(int argc, char** argv) {
                  (long long)sampling.no_repeat_ngram_size, where.c_str());
   }
   for (const std::string& key : defaults.not_applied)
-    if (!(beams.num_beams > 1 && key.starts_with("num_beams ")))  // (applied: sampling was turned off)
-      std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n",
-                   where.c_str(), key.c_str());
+    std::fprintf(stderr, "generate: note: %s sets %s, which titan's sampler does not apply\n", where.c_str(),
+                 key.c_str());
   if (interactive) {
     ChatSetup setup;
     setup.render = [&](const nlohmann::ordered_json& messages) { return render(messages, tools); };
@@ -1199,11 +1200,11 @@ int generate_main(int argc, char** argv) {
         search_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, beams, batch_size, max_new,
                     sampling, stop_ids, stop_check, allowed);
     std::fprintf(stderr,
-                 "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s returned, beam search, %lld "
+                 "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s returned, beam %s, %lld "
                  "prompts x %lld beams a batch, %s on %s)\n",
                  file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
-                 (long long)batch_size, (long long)beams.num_beams, std::string(dtype_name(dtype)).c_str(),
-                 device_text.c_str());
+                 sampling.temperature > 0 ? "sampling" : "search", (long long)batch_size,
+                 (long long)beams.num_beams, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
   if (has_file) {
@@ -1259,12 +1260,13 @@ int generate_main(int argc, char** argv) {
                       *g.score, g.stop_reason.c_str());
       return std::string(line);
     });
-    std::fprintf(
-        stderr,
-        "generate: beam search over %lld beams: %zu sequence%s (%zu new tokens) after %zu prompt tokens "
-        "in %.2f s (%s on %s)\n",
-        (long long)beams.num_beams, found.size(), found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
-        found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    std::fprintf(stderr,
+                 "generate: beam %s over %lld beams: %zu sequence%s (%zu new tokens) after %zu prompt tokens "
+                 "in %.2f s (%s on %s)\n",
+                 sampling.temperature > 0 ? "sampling" : "search", (long long)beams.num_beams, found.size(),
+                 found.size() == 1 ? "" : "s", new_tokens, prompt.size(),
+                 found.empty() ? 0.0 : found[0].seconds, std::string(dtype_name(dtype)).c_str(),
+                 device_text.c_str());
     return 0;
   }
   if (samples > 1) {  // several samples of the prompt, the rows of one batch

@@ -588,16 +588,16 @@ double relative_probability(double l, double top, double T) {
 
 }  // namespace
 
-std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits_in,
-                                                                const SamplingOptions& o,
-                                                                const std::vector<bool>& allowed,
-                                                                std::span<const int64_t> sequence,
-                                                                const StepForcing& forcing) {
-  const Candidates candidates(logits_in, o, allowed, sequence, forcing);
-  if (o.temperature == 0) return {{candidates.most_likely(), 1.0}};
+namespace {
+
+// The sampling distribution of `candidates` (temperature > 0): the warpers in transformers' order,
+// each keeping at least `min_keep` ids (transformers' min_tokens_to_keep: 1 when sampling, more in
+// beam sampling).
+std::vector<std::pair<int64_t, double>> warped_distribution(const Candidates& candidates,
+                                                            const SamplingOptions& o, size_t min_keep) {
   const std::span<const float> logits = candidates.logits;
   std::vector<uint64_t> keys = candidates.keys();
-  const size_t keep = o.top_k > 0 ? std::min(keys.size(), size_t(o.top_k)) : keys.size();
+  const size_t keep = o.top_k > 0 ? std::min(keys.size(), std::max(size_t(o.top_k), min_keep)) : keys.size();
   if (keep < keys.size()) {
     std::nth_element(keys.begin(), keys.begin() + ptrdiff_t(keep), keys.end());
     keys.resize(keep);
@@ -619,10 +619,11 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
       mass += p[n++] / total;
       if (mass >= o.top_p) break;
     }
+    n = std::max(n, std::min(min_keep, p.size()));
   }
   // min-p: the ids at least min_p times as likely as the most likely (p[0] = 1), a prefix again.
   if (o.min_p > 0)
-    while (n > 1 && p[n - 1] < o.min_p) --n;
+    while (n > std::max<size_t>(1, min_keep) && p[n - 1] < o.min_p) --n;
   p.resize(n);
   ids.resize(n);
   // Typical: over what is left, the ids whose surprise |-log q - H| is smallest, in that order, until
@@ -648,9 +649,11 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
       if (!(mass < o.typical_p)) break;
     }
     const double bound = surprise[order[last]];
+    std::vector<bool> least_surprising(n, false);  // the min_keep first of the order stay too
+    for (size_t j = 0; j < std::min(min_keep, n); ++j) least_surprising[order[j]] = true;
     size_t w = 0;
     for (size_t i = 0; i < n; ++i)
-      if (surprise[i] <= bound) {
+      if (surprise[i] <= bound || least_surprising[i]) {
         ids[w] = ids[i];
         p[w++] = p[i];
       }
@@ -658,12 +661,13 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
     p.resize(w);
   }
   // Epsilon, then eta: the ids whose probability (among those left) is below the cut leave, except
-  // those as likely as the most likely (transformers keeps the top score's ids).
+  // those as likely as the min_keep-th most likely (transformers keeps the top scores' ids).
   auto cut_below = [&](double cut) {
-    const double kept = std::accumulate(p.begin(), p.end(), 0.0), top_logit = logits[size_t(ids[0])];
+    const double kept = std::accumulate(p.begin(), p.end(), 0.0),
+                 kept_logit = logits[size_t(ids[std::min(min_keep, ids.size()) - 1])];
     size_t w = 0;
     for (size_t i = 0; i < ids.size(); ++i)
-      if (p[i] / kept >= cut || logits[size_t(ids[i])] == top_logit) {
+      if (p[i] / kept >= cut || logits[size_t(ids[i])] >= kept_logit) {
         ids[w] = ids[i];
         p[w++] = p[i];
       }
@@ -682,6 +686,18 @@ std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const 
   std::vector<std::pair<int64_t, double>> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) out[i] = {ids[i], p[i] / kept};
   return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, double>> next_token_distribution(std::span<const float> logits,
+                                                                const SamplingOptions& o,
+                                                                const std::vector<bool>& allowed,
+                                                                std::span<const int64_t> sequence,
+                                                                const StepForcing& forcing) {
+  const Candidates candidates(logits, o, allowed, sequence, forcing);
+  if (o.temperature == 0) return {{candidates.most_likely(), 1.0}};
+  return warped_distribution(candidates, o, 1);
 }
 
 int64_t pick_next_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng,
@@ -1024,9 +1040,16 @@ struct Beam {
 
 class PromptSearch {
  public:
-  // `seed`: the stream of beam sampling's draws (processors with a temperature > 0).
-  PromptSearch(const std::vector<int64_t>& prompt, const BeamSearchOptions& o, uint64_t seed)
-      : prompt_(prompt), o_(o), running_(size_t(o.num_beams)), finished_(size_t(o.num_beams)), rng_(seed) {
+  // `seed`: the stream of beam sampling's draws (processors with a temperature > 0); its warpers keep
+  // at least `min_tokens_to_keep` ids of each beam.
+  PromptSearch(const std::vector<int64_t>& prompt, const BeamSearchOptions& o, uint64_t seed,
+               size_t min_tokens_to_keep)
+      : prompt_(prompt),
+        o_(o),
+        running_(size_t(o.num_beams)),
+        finished_(size_t(o.num_beams)),
+        rng_(seed),
+        min_tokens_to_keep_(min_tokens_to_keep) {
     for (size_t b = 1; b < running_.size(); ++b) running_[b].score = kMark;  // only beam 0 begins: no copies
     for (Beam& f : finished_) f.score = kMark;
   }
@@ -1069,7 +1092,7 @@ class PromptSearch {
     for (int64_t v = 0; v < V; ++v)
       if ((!banned.empty() && banned[size_t(v)]) || (!allowed.empty() && !allowed[size_t(v)]))
         out[v] = kNever;
-    if (processors.temperature > 0) warp(processors, out, V);
+    if (processors.temperature > 0) warp(processors, min_tokens_to_keep_, out, V);
     if (processors.renormalize_logits) {  // transformers' LogitNormalization, the last processor
       const double log_z = log_sum_exp(std::span<const double>(out, size_t(V)));
       if (std::isfinite(log_z))
@@ -1096,7 +1119,7 @@ class PromptSearch {
     if (sampled) {
       noisy.resize(total.size());
       for (size_t i = 0; i < total.size(); ++i) {
-        const double u = (double(rng_() >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
+        const double u = (double(rng_() >> 12) + 0.5) * 0x1.0p-52;  // in (0, 1): 1 - 2^-53 at most
         noisy[i] = std::isinf(total[i]) ? total[i] : total[i] - std::log(-std::log(u));
       }
     }
@@ -1221,8 +1244,9 @@ class PromptSearch {
 
   // Beam sampling's warpers on one beam's processed log-probabilities out[0, V), as transformers
   // applies them there: divided by the temperature, -inf for the ids that top-k, top-p, min-p,
-  // typical-p, epsilon or eta cut (the sampler's own rules, next_token_distribution, on an f32 copy).
-  static void warp(const SamplingOptions& processors, double* out, int64_t V) {
+  // typical-p, epsilon or eta cut (the sampler's own rules on an f32 copy), each keeping at least
+  // `min_keep` ids (transformers' min_tokens_to_keep in beam sampling: max(2, 1 + stop ids)).
+  static void warp(const SamplingOptions& processors, size_t min_keep, double* out, int64_t V) {
     if (std::none_of(out, out + V, [](double x) { return std::isfinite(x); })) return;  // nothing to keep
     SamplingOptions warpers;
     warpers.temperature = processors.temperature;
@@ -1234,7 +1258,8 @@ class PromptSearch {
     warpers.eta_cutoff = processors.eta_cutoff;
     const std::vector<float> row(out, out + V);
     std::vector<bool> kept(size_t(V), false);
-    for (const auto& [id, p] : next_token_distribution(row, warpers)) kept[size_t(id)] = true;
+    const Candidates candidates(row, warpers, {}, {}, {});
+    for (const auto& [id, p] : warped_distribution(candidates, warpers, min_keep)) kept[size_t(id)] = true;
     for (int64_t v = 0; v < V; ++v)
       out[v] = kept[size_t(v)] ? out[v] / processors.temperature : -std::numeric_limits<double>::infinity();
   }
@@ -1244,6 +1269,7 @@ class PromptSearch {
   std::vector<Beam> running_, finished_;
   bool may_improve_ = true;  // transformers' is_early_stop_heuristic_unsatisfied
   std::mt19937_64 rng_;      // beam sampling's draws
+  size_t min_tokens_to_keep_;
 };
 
 }  // namespace
@@ -1301,7 +1327,8 @@ std::vector<std::vector<Generation>> beam_search_batch(
     cache.select_rows(expand);  // every beam holds its prompt
     std::vector<PromptSearch> searches;
     searches.reserve(live.size());
-    for (size_t r : live) searches.emplace_back(prompts[r], o, processors.seed + r);
+    for (size_t r : live)
+      searches.emplace_back(prompts[r], o, processors.seed + r, std::max<size_t>(2, 1 + stop_ids.size()));
     // Row of beam b of the k-th live prompt in `logits`: one per prompt after the prompts' pass.
     int64_t rows_per_prompt = 1;
     // The candidates' scores of the k-th live prompt: num_beams x V (allocated once: a page-faulting

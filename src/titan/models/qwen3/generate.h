@@ -336,7 +336,8 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
 // id) as for generate. The prompt + max_new_tokens must fit max_seq_len.
 // With processors.temperature > 0 it is transformers' beam sampling (num_beams > 1 and do_sample
 // true): each beam's log-probabilities are warped as the sampler warps logits (divided by the
-// temperature; top-k, top-p, min-p, typical-p, epsilon, eta), and the max(2, 1 + stop ids) x
+// temperature; top-k, top-p, min-p, typical-p, epsilon, eta, each keeping at least max(2, 1 + stop
+// ids) ids: transformers' min_tokens_to_keep there), and the max(2, 1 + stop ids) x
 // num_beams candidates are drawn without replacement in proportion to the softmax of every beam's
 // summed scores (transformers' torch.multinomial), in the order drawn, instead of taken best first.
 // The draws come from a stream seeded processors.seed + the prompt's index.
