@@ -1,5 +1,6 @@
 # libFuzzer targets for the parsers of untrusted files (tests/fuzz/), each run briefly as a CTest
-# case: the safetensors header parser, and the dataset table readers (Parquet, Arrow IPC). They need
+# case: the safetensors header parser, the dataset table readers (Parquet, Arrow IPC) and the config
+# parsers (job TOML, overrides, config.json). They need
 # clang with libFuzzer (Debian: clang + libclang-rt-14-dev); without them the targets are skipped
 # with a message, and the deterministic tests of those parsers still run. Built by custom commands
 # because the rest of the project may use g++.
@@ -23,12 +24,13 @@ if(TITAN_FUZZ)
     endif()
   endif()
 
-  # titan_fuzzer(NAME TEST SOURCES ... HEADERS ... LIBS ... SEEDS ... MAX_LEN N): the libFuzzer
-  # program bin/NAME from tests/fuzz/NAME.cpp and the titan SOURCES it parses with (HEADERS: what
-  # else rebuilds it), linked with LIBS, and the CTest case TEST fuzzing it for TITAN_FUZZ_SECONDS
-  # from the committed SEEDS folders (read-only: new corpus entries go to a scratch folder).
+  # titan_fuzzer(NAME TEST SOURCES ... HEADERS ... DEFINES ... LIBS ... SEEDS ... MAX_LEN N): the
+  # libFuzzer program bin/NAME from tests/fuzz/NAME.cpp and the titan SOURCES it parses with
+  # (HEADERS: what else rebuilds it), compiled with DEFINES, linked with LIBS, and the CTest case
+  # TEST fuzzing it for TITAN_FUZZ_SECONDS from the committed SEEDS folders (read-only: new corpus
+  # entries go to a scratch folder).
   function(titan_fuzzer name)
-    cmake_parse_arguments(F "" "TEST;MAX_LEN" "SOURCES;HEADERS;LIBS;SEEDS" ${ARGN})
+    cmake_parse_arguments(F "" "TEST;MAX_LEN" "SOURCES;HEADERS;DEFINES;LIBS;SEEDS" ${ARGN})
     set(_fuzzer ${PROJECT_BINARY_DIR}/bin/${name})
     set(_sources ${PROJECT_SOURCE_DIR}/tests/fuzz/${name}.cpp)
     foreach(s ${F_SOURCES})
@@ -42,11 +44,15 @@ if(TITAN_FUZZ)
     foreach(l ${F_LIBS})
       list(APPEND _libs -l${l})
     endforeach()
+    set(_defines)
+    foreach(d ${F_DEFINES})
+      list(APPEND _defines -D${d})
+    endforeach()
     add_custom_command(
       OUTPUT ${_fuzzer}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/bin
       COMMAND ${TITAN_CLANGXX} -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-              -Wno-unknown-pragmas -I${PROJECT_SOURCE_DIR}/src ${_sources} ${_libs} -o ${_fuzzer}
+              -Wno-unknown-pragmas ${_defines} -I${PROJECT_SOURCE_DIR}/src ${_sources} ${_libs} -o ${_fuzzer}
       DEPENDS ${_sources} ${_headers}
       COMMENT "Building libFuzzer target ${name} with ${TITAN_CLANGXX}"
       VERBATIM)
@@ -72,6 +78,18 @@ if(TITAN_FUZZ)
       HEADERS data/parquet.h data/arrow_ipc.h data/table_file.h data/column_reader.h core/check.h
       LIBS brotlidec lz4 snappy z zstd
       SEEDS tests/fixtures/parquet_crafted tests/fixtures/arrow_crafted tests/fixtures/arrow_compressed)
+    titan_fuzzer(config_fuzzer TEST config_fuzz MAX_LEN 8192
+      SOURCES train/job_config.cpp train/torchtitan_keys.cpp models/qwen3/args.cpp models/qwen3/size_check.cpp
+              io/json_error.cpp io/path_guard.cpp core/check.cpp core/glob.cpp core/parse.cpp core/suggest.cpp
+      HEADERS train/job_config.h train/torchtitan_keys.h models/qwen3/args.h models/qwen3/size_check.h
+              io/json_error.h io/path_guard.h core/check.h core/glob.h core/parse.h core/suggest.h
+              kernels/substitution.h
+      # toml++ as titan links it (Debian's release build of the library, not compiled in here): its
+      # header-only debug build asserts on malformed table headers such as "[[[1]]]" (a precondition
+      # the release build only assumes and reports as a parse error; toml++ pull request 301).
+      DEFINES TOML_HEADER_ONLY=0 TOML_SHARED_LIB=1
+      LIBS tomlplusplus
+      SEEDS tests/fixtures/config_fuzz_seeds)
   else()
     message(STATUS "libFuzzer targets skipped: no clang++ with -fsanitize=fuzzer "
                    "(install Debian packages clang and libclang-rt-14-dev)")

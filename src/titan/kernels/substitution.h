@@ -9,6 +9,7 @@
 
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
+#include "titan/core/glob.h"
 
 namespace titan::kernels {
 
@@ -41,13 +42,6 @@ struct ModuleOps {
 std::vector<std::string> plan_substitutions(const std::vector<Substitution>& rules,
                                             const std::vector<ModuleOps>& modules, Device device, DType dtype,
                                             bool on_this_machine = true);
-
-// fnmatch-style glob where '*' also matches '.', so "layers.*.moe" matches "layers.12.moe".
-// '?' is one character, "[0-3]" / "[13]" one of a set.
-bool glob_match(const std::string& pattern, const std::string& name);
-// "" when `pattern` is a glob glob_match reads as meant, else why not (an unterminated '[', an
-// empty "[]", a reversed range "[3-0]": each would match nothing, silently).
-std::string glob_problem(const std::string& pattern);
 
 // The module currently running on this thread ("layers.3.attention"), "" outside any.
 const std::string& current_module();

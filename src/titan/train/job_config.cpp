@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "titan/core/check.h"
+#include "titan/core/glob.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
 #include "titan/io/path_guard.h"
@@ -389,7 +390,7 @@ void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where)
           TITAN_CHECK(v.is_string() && !v.value_or(std::string()).empty(), where, ": kernels.", op,
                       ".modules must be a non-empty glob string (\"*\" for every module, or leave it out)");
           s.modules = v.value_or(std::string());
-          const std::string bad = kernels::glob_problem(s.modules);
+          const std::string bad = glob_problem(s.modules);
           TITAN_CHECK(bad.empty(), where, ": kernels.", op, ".modules = \"", s.modules, "\": ", bad);
         } else {
           TITAN_FAIL(where, ": kernels.", op, ": unknown key '", kk, "' (expected impl, modules)",
