@@ -1,6 +1,6 @@
 # libFuzzer targets for the parsers of untrusted files (tests/fuzz/), each run briefly as a CTest
-# case: the safetensors header parser, the dataset table readers (Parquet, Arrow IPC) and the config
-# parsers (job TOML, overrides, config.json). They need
+# case: the safetensors header parser, the dataset table readers (Parquet, Arrow IPC), the config
+# parsers (job TOML, overrides, config.json) and the tokenizer (encode / decode). They need
 # clang with libFuzzer (Debian: clang + libclang-rt-14-dev); without them the targets are skipped
 # with a message, and the deterministic tests of those parsers still run. Built by custom commands
 # because the rest of the project may use g++.
@@ -90,6 +90,11 @@ if(TITAN_FUZZ)
       DEFINES TOML_HEADER_ONLY=0 TOML_SHARED_LIB=1
       LIBS tomlplusplus
       SEEDS tests/fixtures/config_fuzz_seeds)
+    titan_fuzzer(tokenizer_fuzzer TEST tokenizer_fuzz MAX_LEN 4096
+      SOURCES data/tokenizer.cpp data/utf8.cpp data/assets.cpp io/json_error.cpp io/path_guard.cpp core/check.cpp
+      HEADERS data/tokenizer.h data/utf8.h data/assets.h io/json_error.h io/path_guard.h core/check.h
+      LIBS pcre2-8 icuuc
+      SEEDS tests/fixtures/tokenizer_fuzz_seeds)
   else()
     message(STATUS "libFuzzer targets skipped: no clang++ with -fsanitize=fuzzer "
                    "(install Debian packages clang and libclang-rt-14-dev)")
