@@ -249,6 +249,7 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
            {"{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1,]}\n", file + ": line 2, column 18: "},
            {"{\"prompt_ids\": [1]}\n[1, 2]\n",
             file + " line 2: expected an object such as {\"prompt\": \"...\"}"},
+           {"{\"prompt_ids\": [1], \"seed\": 1e400}\n", file + " line 1: number overflow parsing '1e400'"},
            {"{\"promt\": \"hi\"}\n",
             file + " line 1: unknown key \"promt\" (a line holds \"prompt\", \"prompt_ids\" or \"messages\", "
                    "and \"tools\", a \"completion\" or \"choices\" beside them); did you mean 'prompt'?"},

@@ -1,6 +1,7 @@
 # libFuzzer targets for the parsers of untrusted files (tests/fuzz/), each run briefly as a CTest
 # case: the safetensors header parser, the dataset table readers (Parquet, Arrow IPC), the config
-# parsers (job TOML, overrides, config.json) and the tokenizer (encode / decode). They need
+# parsers (job TOML, overrides, config.json), the tokenizer (encode / decode) and the chat renderer.
+# They need
 # clang with libFuzzer (Debian: clang + libclang-rt-14-dev); without them the targets are skipped
 # with a message, and the deterministic tests of those parsers still run. Built by custom commands
 # because the rest of the project may use g++.
@@ -95,6 +96,12 @@ if(TITAN_FUZZ)
       HEADERS data/tokenizer.h data/utf8.h data/assets.h io/json_error.h io/path_guard.h core/check.h
       LIBS pcre2-8 icuuc
       SEEDS tests/fixtures/tokenizer_fuzz_seeds)
+    titan_fuzzer(chat_fuzzer TEST chat_fuzz MAX_LEN 4096
+      SOURCES data/chat.cpp data/tokenizer.cpp data/utf8.cpp data/assets.cpp io/json_error.cpp io/path_guard.cpp
+              core/check.cpp
+      HEADERS data/chat.h data/tokenizer.h data/utf8.h data/assets.h io/json_error.h io/path_guard.h core/check.h
+      LIBS pcre2-8 icuuc
+      SEEDS tests/fixtures/chat_fuzz_seeds)
   else()
     message(STATUS "libFuzzer targets skipped: no clang++ with -fsanitize=fuzzer "
                    "(install Debian packages clang and libclang-rt-14-dev)")

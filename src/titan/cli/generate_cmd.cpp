@@ -111,6 +111,11 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     } catch (const json::parse_error& e) {
       const io::JsonErrorAt at = io::locate_json_error(text, e, uint64_t(number));
       TITAN_FAIL("titan generate: ", path, ": line ", at.line, ", column ", at.column, ": ", at.what);
+    } catch (const json::exception& e) {  // valid syntax, a number past double's range (1e400)
+      std::string what = e.what();
+      if (const size_t at = what.find("] "); what.rfind("[json.exception", 0) == 0 && at != std::string::npos)
+        what = what.substr(at + 2);
+      TITAN_FAIL(where, ": ", what);
     }
     TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
