@@ -1028,6 +1028,55 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
 
 // The model's own eos_token_id stops generation as transformers' generate stops: config.json's
 // (a number), or generation_config.json's (a list); --ignore-eos goes on past it.
+// --prompt-lookup (and generation_config.json's prompt_lookup_num_tokens): the tokens of greedy
+// search, in fewer passes on a prompt that repeats itself, said on stderr; beside sampling the flag is
+// an error and the file's key a note.
+TEST(CommandLine, GeneratePromptLookupGivesGreedysTokens) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  const fs::path dir = tt::temp_dir("cli_generate_lookup_" + std::to_string(getpid()));
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
+  const std::string args =
+      "generate --model-path " + dir.string() +
+      " --prompt-ids 17,400,2048,5,99,17,400,2048,5,99,17,400,2048,5,99 --max-new-tokens 24";
+  const Outcome greedy = titan(args);
+  ASSERT_EQ(greedy.rc, 0) << greedy.err;
+  Outcome r = titan(args + " --prompt-lookup 5");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, greedy.out);
+  EXPECT_NE(r.err.find("prompt lookup decoding: up to 5 draft tokens a step (n-grams of 2)"),
+            std::string::npos)
+      << r.err;
+  const size_t at = r.err.find("generate: prompt lookup: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  long long kept = 0, drafted = 0, passes = 0;
+  ASSERT_EQ(std::sscanf(r.err.c_str() + at,
+                        "generate: prompt lookup: %lld of %lld drafted tokens kept, %lld passes", &kept,
+                        &drafted, &passes),
+            3)
+      << r.err;
+  EXPECT_GT(kept, 0) << r.err;
+  EXPECT_EQ(passes + kept, 24) << r.err;
+  r = titan(args + " --prompt-lookup 5 --temperature 0.7");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--prompt-lookup 5: it drafts for greedy search, and this run samples"),
+            std::string::npos)
+      << r.err;
+  const std::string file = (dir / "generation_config.json").string();
+  std::ofstream(file) << R"({"prompt_lookup_num_tokens": 4})";
+  r = titan(args);
+  EXPECT_EQ(r.out, greedy.out);
+  EXPECT_NE(r.err.find("up to 4 draft tokens a step (n-grams of 2), as " + file + " says"), std::string::npos)
+      << r.err;
+  std::ofstream(file, std::ios::trunc) << R"({"prompt_lookup_num_tokens": 4, "do_sample": true})";
+  r = titan(args);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(
+      r.err.find("sets prompt_lookup_num_tokens 4, not applied: it drafts for greedy search, and this run "
+                 "samples"),
+      std::string::npos)
+      << r.err;
+}
+
 TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
   const fs::path oracle = tt::oracle_dir("tiny_dense");
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};

@@ -1644,6 +1644,53 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
       << "beam sampling's warpers are checked";
 }
 
+// Prompt lookup decoding on the f64 oracle models: the same tokens as greedy search, with the
+// processors too and in a batch (its prompts then run one at a time), in fewer passes through the
+// model where the text repeats: the prompt is a phrase said three times, and the tiny models go on
+// repeating. A stop id the draft holds ends it there; a draft never runs past max_new_tokens.
+TEST(Generate, PromptLookupDecodingGivesGreedysTokensInFewerPasses) {
+  for (const std::string name : {"tiny_dense", "tiny_moe"}) {
+    SCOPED_TRACE(name);
+    auto model = load_hf_model(oracle_dir(name), DType::F64);
+    std::vector<int64_t> prompt;
+    for (int rep = 0; rep < 3; ++rep)
+      for (int64_t id : {17, 400, 2048, 5, 99, 1000, 12}) prompt.push_back(id);
+    SamplingOptions plain, lookup;
+    lookup.prompt_lookup_num_tokens = 6;
+    const Generation want = generate(*model, prompt, 40, plain, {});
+    const Generation got = generate(*model, prompt, 40, lookup, {});
+    EXPECT_EQ(got.ids, want.ids);
+    EXPECT_EQ(got.stop_reason, want.stop_reason);
+    EXPECT_GT(got.drafted, 0);
+    EXPECT_GT(got.accepted, 0) << "no draft token was kept: the case tests little";
+    EXPECT_EQ(got.passes + got.accepted, int64_t(got.ids.size()))
+        << "one new token a pass, and each kept one";
+    EXPECT_EQ(want.passes, int64_t(want.ids.size()));
+    std::printf("%s: %zu tokens in %lld passes (%lld of %lld drafted tokens kept)\n", name.c_str(),
+                got.ids.size(), (long long)got.passes, (long long)got.accepted, (long long)got.drafted);
+    // With processors (the penalty and the n-gram rule read the sequence the kept drafts extend).
+    plain.repetition_penalty = lookup.repetition_penalty = 1.3;
+    plain.no_repeat_ngram_size = lookup.no_repeat_ngram_size = 4;
+    EXPECT_EQ(generate(*model, prompt, 30, lookup, {}).ids, generate(*model, prompt, 30, plain, {}).ids);
+    // A stop id: the run ends at it, as greedy's does.
+    const std::vector<int64_t> stop = {want.ids[12]};
+    plain = lookup = SamplingOptions{};
+    lookup.prompt_lookup_num_tokens = 6;
+    const Generation stopped = generate(*model, prompt, 40, lookup, stop);
+    EXPECT_EQ(stopped.ids, generate(*model, prompt, 40, plain, stop).ids);
+    EXPECT_EQ(stopped.stop_reason, "stop token");
+    // max_new_tokens reached inside a draft's reach: exactly that many.
+    EXPECT_EQ(generate(*model, prompt, 9, lookup, {}).ids,
+              std::vector<int64_t>(want.ids.begin(), want.ids.begin() + 9));
+    // A batch: each prompt's tokens as alone.
+    const std::vector<std::vector<int64_t>> prompts = {prompt, {5, 99, 1000, 5, 99, 1000, 5}};
+    const std::vector<Generation> rows = generate_batch(*model, prompts, 20, lookup, {});
+    ASSERT_EQ(rows.size(), 2u);
+    for (size_t r = 0; r < 2; ++r)
+      EXPECT_EQ(rows[r].ids, generate(*model, prompts[r], 20, plain, {}).ids) << r;
+  }
+}
+
 // Beam sampling (transformers' beam search with do_sample): with one new token, two beams and top-k
 // 3, the best sequence returned is the likelier of the first two of the 3 ids drawn without
 // replacement from softmax(log p / T) over the 3: id a (the likeliest) unless the draws were b, c

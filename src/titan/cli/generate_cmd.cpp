@@ -625,6 +625,11 @@ int generate_main(int argc, char** argv) {
               "samples of each prompt, sample j of prompt i seeded --seed + i * N + j (default: the model's "
               "generation_config.json's)",
               "1")
+      .option("prompt-lookup",
+              "prompt lookup decoding, greedy: draft up to this many tokens a step from an earlier "
+              "occurrence of the text's last 2 tokens, kept where greedy search agrees (the same text, "
+              "fewer passes; default: the model's generation_config.json's prompt_lookup_num_tokens)",
+              "0")
       .option(
           "min-new-tokens",
           "hold the stop ids back until this many new tokens, greedy, sampled or in beam search, as "
@@ -713,6 +718,7 @@ int generate_main(int argc, char** argv) {
   if (scoring)
     for (const char* flag : {"max-new-tokens",
                              "min-new-tokens",
+                             "prompt-lookup",
                              "temperature",
                              "top-k",
                              "top-p",
@@ -759,6 +765,7 @@ int generate_main(int argc, char** argv) {
   sampling.repetition_penalty = number_option(p, "repetition-penalty");
   sampling.no_repeat_ngram_size = p.get_int("no-repeat-ngram-size", 0);
   sampling.min_new_tokens = p.get_int("min-new-tokens", 0);
+  sampling.prompt_lookup_num_tokens = p.get_int("prompt-lookup", 0);
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
   TITAN_CHECK(
@@ -1096,6 +1103,29 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "generate: min_new_tokens %lld, as %s says\n", (long long)sampling.min_new_tokens,
                  where.c_str());
   }
+  // Prompt lookup decoding: greedy search only (transformers' sampled variant, speculative
+  // sampling, and its refusal beside beams are not titan's: asked by the flag, an error; by the
+  // file, a note).
+  sampling.max_matching_ngram_size = defaults.sampling.max_matching_ngram_size;
+  const bool lookup_flag = p.has("prompt-lookup");
+  if (!lookup_flag) sampling.prompt_lookup_num_tokens = defaults.sampling.prompt_lookup_num_tokens;
+  if (sampling.prompt_lookup_num_tokens > 0) {
+    const char* why = beams.num_beams > 1        ? "beam search runs its beams as one batch"
+                      : sampling.temperature > 0 ? "it drafts for greedy search, and this run samples"
+                                                 : nullptr;
+    TITAN_CHECK(!(why && lookup_flag), "titan generate: --prompt-lookup ", sampling.prompt_lookup_num_tokens,
+                ": ", why ? why : "");
+    if (why) {
+      std::fprintf(stderr, "generate: note: %s sets prompt_lookup_num_tokens %lld, not applied: %s\n",
+                   where.c_str(), (long long)sampling.prompt_lookup_num_tokens, why);
+      sampling.prompt_lookup_num_tokens = 0;
+    } else {
+      std::fprintf(stderr,
+                   "generate: prompt lookup decoding: up to %lld draft tokens a step (n-grams of %lld)%s\n",
+                   (long long)sampling.prompt_lookup_num_tokens, (long long)sampling.max_matching_ngram_size,
+                   lookup_flag ? "" : (", as " + where + " says").c_str());
+    }
+  }
   // The processors only the model's generation config sets, greedy, sampled or in beam search; and
   // --bad-words, texts added to its bad_words_ids.
   {
@@ -1318,6 +1348,10 @@ int generate_main(int argc, char** argv) {
       "generate: %zu new tokens after %zu prompt tokens in %.2f s (%.1f tokens/s, %s on %s), stopped at %s\n",
       g.ids.size(), prompt.size(), g.seconds, double(g.ids.size()) / std::max(g.seconds, 1e-9),
       std::string(dtype_name(dtype)).c_str(), device_text.c_str(), g.stop_reason.c_str());
+  if (sampling.prompt_lookup_num_tokens > 0)
+    std::fprintf(stderr,
+                 "generate: prompt lookup: %lld of %lld drafted tokens kept, %lld passes for %zu tokens\n",
+                 (long long)g.accepted, (long long)g.drafted, (long long)g.passes, g.ids.size());
   return 0;
 }
 

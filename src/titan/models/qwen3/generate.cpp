@@ -151,6 +151,10 @@ void SamplingOptions::validate(int64_t vocab) const {
   TITAN_CHECK(length_decay_start >= 0,
               "sampling: exponential_decay_length_penalty's start must be >= 0 new tokens, got ",
               length_decay_start);
+  TITAN_CHECK(prompt_lookup_num_tokens >= 0,
+              "sampling: prompt_lookup_num_tokens must be >= 0 (0: none), got ", prompt_lookup_num_tokens);
+  TITAN_CHECK(max_matching_ngram_size >= 1, "sampling: max_matching_ngram_size must be >= 1, got ",
+              max_matching_ngram_size);
   TITAN_CHECK(
       std::isfinite(length_decay_factor) && length_decay_factor > 0,
       "sampling: exponential_decay_length_penalty's factor must be a finite number > 0 (1: none), got ",
@@ -199,6 +203,9 @@ GenerationDefaults generation_defaults(const nlohmann::json& c, const std::strin
   o.no_repeat_ngram_size = whole("no_repeat_ngram_size", 0, 0);
   o.min_new_tokens = whole("min_new_tokens", 0, 0);
   o.min_length = whole("min_length", 0, 0);
+  // Prompt lookup decoding (transformers' assisted generation without an assistant model).
+  o.prompt_lookup_num_tokens = whole("prompt_lookup_num_tokens", 0, 0);
+  o.max_matching_ngram_size = whole("max_matching_ngram_size", 1, 2);
   // Ids: a list of whole numbers >= 0 (their range is checked against the model's vocabulary when
   // they are used).
   auto ids_of = [&](const nlohmann::json& v, const std::string& what) {
@@ -859,6 +866,23 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
   check_prompts(a, prompts, max_new_tokens);
+  if (options.prompt_lookup_num_tokens > 0 && options.temperature == 0) {
+    // Prompt lookup decoding drafts each sequence's own tokens: the prompts run one at a time, over
+    // one session (a prompt sharing the previous one's start runs only the rest).
+    const auto start = std::chrono::steady_clock::now();
+    GenerationSession session(model);
+    std::vector<Generation> out;
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      const std::function<void(int64_t)> on_token = [&](int64_t id) {
+        if (batch.on_token) batch.on_token(r, id);
+      };
+      out.push_back(session.generate(prompts[r], max_new_tokens, options, stop_ids, allowed, on_token,
+                                     batch.stop_check, batch.logprobs));
+      out.back().seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (batch.on_done) batch.on_done(r, out.back());
+    }
+    return out;
+  }
 
   const ComputeCopies weights(model);
   const size_t n = prompts.size(), width = batch_size > 0 ? std::min(n, size_t(batch_size)) : n;
@@ -972,6 +996,34 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   return out;
 }
 
+namespace {
+
+// transformers' PromptLookupCandidateGenerator: the tokens after the earliest earlier occurrence of
+// the sequence's last n ids (n from max_matching_ngram_size down to 1, the first n with one), at most
+// prompt_lookup_num_tokens and `most` of them, cut before the first stop id.
+std::vector<int64_t> prompt_lookup_draft(const std::vector<int64_t>& sequence, const SamplingOptions& o,
+                                         const std::vector<int64_t>& stop_ids, int64_t most) {
+  const int64_t L = int64_t(sequence.size()), count = std::min(o.prompt_lookup_num_tokens, most);
+  if (count <= 0) return {};
+  for (int64_t n = std::min(o.max_matching_ngram_size, L - 1); n >= 1; --n) {
+    const auto tail = sequence.end() - n;
+    for (int64_t start = 0; start + n < L; ++start) {
+      if (!std::equal(tail, sequence.end(), sequence.begin() + start)) continue;
+      std::vector<int64_t> draft(sequence.begin() + start + n,
+                                 sequence.begin() + std::min(L, start + n + count));
+      for (size_t k = 0; k < draft.size(); ++k)
+        if (std::find(stop_ids.begin(), stop_ids.end(), draft[k]) != stop_ids.end()) {
+          draft.resize(k);
+          break;
+        }
+      return draft;  // (cut to nothing by a stop id: no draft, as transformers)
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 GenerationSession::GenerationSession(Qwen3Model& model)
     : model_(model),
       cache_(model.kv_cache(1, model.args().max_seq_len)),
@@ -992,17 +1044,41 @@ Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64
 
   Growing g(prompt, options.seed);
   std::vector<int64_t> feed(prompt.begin() + ptrdiff_t(shared), prompt.end());
+  const bool lookup = options.prompt_lookup_num_tokens > 0 && options.temperature == 0;
   for (;;) {
+    // Prompt lookup: the draft runs after `feed` in the same pass; logits row j follows draft[0, j).
+    const int64_t left = max_new_tokens - int64_t(g.out.ids.size());
+    const std::vector<int64_t> draft =
+        lookup ? prompt_lookup_draft(g.sequence, options, stop_ids, left - 1) : std::vector<int64_t>();
+    std::vector<int64_t> run = feed;
+    run.insert(run.end(), draft.begin(), draft.end());
+    const int64_t rows = 1 + int64_t(draft.size());
+    const Tensor ids = Tensor::from_vector(run, {1, int64_t(run.size())}).to(model_.device());
     const Tensor logits =
-        model_
-            .next_token_logits(Tensor::from_vector(feed, {1, int64_t(feed.size())}).to(model_.device()),
-                               cache_)
+        (draft.empty() ? model_.next_token_logits(ids, cache_) : model_.cached_logits(ids, cache_, rows))
             .to(Device::CPU)
             .to(DType::F32);
-    cached_.insert(cached_.end(), feed.begin(), feed.end());
-    const int64_t id = rules.choose(g, std::span<const float>(logits.data<float>(), size_t(a.vocab_size)));
-    const bool goes_on = rules.take(g, id);
-    if (on_token) on_token(id);
+    cached_.insert(cached_.end(), run.begin(), run.end());
+    ++g.out.passes;
+    g.out.drafted += int64_t(draft.size());
+    // Greedy's token after each accepted draft token, until one differs from the draft (or ends).
+    bool goes_on = true;
+    int64_t id = -1;
+    for (int64_t j = 0; j < rows; ++j) {
+      id = rules.choose(
+          g, std::span<const float>(logits.data<float>() + j * a.vocab_size, size_t(a.vocab_size)));
+      goes_on = rules.take(g, id);
+      if (on_token) on_token(id);
+      const bool drafted = j < rows - 1 && id == draft[size_t(j)];
+      g.out.accepted += drafted;
+      if (!goes_on || !drafted) break;
+    }
+    // The cache keeps the sequence but its last token (the draft tokens taken are the ones it ran).
+    const size_t keep = g.sequence.size() - 1;
+    if (cached_.size() > keep) {
+      cache_.truncate(int64_t(keep));
+      cached_.resize(keep);
+    }
     if (!goes_on) return std::move(g.out);
     feed = {id};
   }

@@ -80,6 +80,15 @@ struct SamplingOptions {
   // transformers' renormalize_logits: beam search's processed log-probabilities are log-softmaxed
   // again before they add to the beams' scores. (Greedy and sampled choices do not change with it.)
   bool renormalize_logits = false;
+  // transformers' prompt lookup decoding (prompt_lookup_num_tokens, max_matching_ngram_size), greedy
+  // search (generate_batch then runs its prompts one at a time): each step drafts up to this many
+  // tokens, those that followed the earliest earlier occurrence of the sequence's last n-gram (n from
+  // max_matching_ngram_size down to 1; cut before a stop id), runs them through the model in one pass
+  // with the step's token, and keeps those greedy search would have chosen, and the model's next
+  // token after them. The same tokens as without (up to the rounding of a pass over several
+  // positions; exact in f64), in fewer passes where the text repeats itself. 0: none.
+  int64_t prompt_lookup_num_tokens = 0;
+  int64_t max_matching_ngram_size = 2;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
 
   // Names the field and the rule: temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p
@@ -238,6 +247,9 @@ struct Generation {
   // BatchOptions::logprobs: each new token's log-probability under the model (the log-softmax of
   // its logits, before any processor or sampling setting shaped them).
   std::vector<double> logprobs;
+  // Prompt lookup decoding (SamplingOptions::prompt_lookup_num_tokens): tokens drafted, and those of
+  // them kept; passes through the model.
+  int64_t drafted = 0, accepted = 0, passes = 0;
 };
 
 // Up to `max_new_tokens` tokens after `prompt` (ids in the model's vocabulary, at least one);
