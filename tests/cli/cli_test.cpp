@@ -1026,8 +1026,6 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
   }
 }
 
-// The model's own eos_token_id stops generation as transformers' generate stops: config.json's
-// (a number), or generation_config.json's (a list); --ignore-eos goes on past it.
 // --prompt-lookup (and generation_config.json's prompt_lookup_num_tokens): the tokens of greedy
 // search, in fewer passes on a prompt that repeats itself, said on stderr; beside sampling the flag is
 // an error and the file's key a note.
@@ -1077,6 +1075,8 @@ TEST(CommandLine, GeneratePromptLookupGivesGreedysTokens) {
       << r.err;
 }
 
+// The model's own eos_token_id stops generation as transformers' generate stops: config.json's
+// (a number), or generation_config.json's (a list); --ignore-eos goes on past it.
 TEST(CommandLine, GenerateStopsAtTheModelsEosTokenId) {
   const fs::path oracle = tt::oracle_dir("tiny_dense");
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};

@@ -627,8 +627,10 @@ int generate_main(int argc, char** argv) {
               "1")
       .option("prompt-lookup",
               "prompt lookup decoding, greedy: draft up to this many tokens a step from an earlier "
-              "occurrence of the text's last 2 tokens, kept where greedy search agrees (the same text, "
-              "fewer passes; default: the model's generation_config.json's prompt_lookup_num_tokens)",
+              "occurrence of the text's last max_matching_ngram_size (2) tokens, kept where greedy search "
+              "agrees (greedy's text barring near-ties, in fewer passes; default: the model's "
+              "generation_config.json's prompt_lookup_num_tokens; --prompts-file then runs one prompt at a "
+              "time)",
               "0")
       .option(
           "min-new-tokens",
@@ -1248,11 +1250,11 @@ int generate_main(int argc, char** argv) {
     const auto [new_tokens, seconds] =
         generate_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr, file_batch, samples, max_new,
                       sampling, stop_ids, allowed);
-    std::fprintf(
-        stderr,
-        "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, batches of %lld, %s on %s)\n",
-        file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
-        (long long)batch_size, std::string(dtype_name(dtype)).c_str(), device_text.c_str());
+    std::fprintf(stderr, "generate: %zu prompts, %zu new tokens in %.2f s (%.1f tokens/s, %s, %s on %s)\n",
+                 file_prompts.size(), new_tokens, seconds, double(new_tokens) / std::max(seconds, 1e-9),
+                 sampling.prompt_lookup_num_tokens > 0 ? "one at a time (prompt lookup)"
+                                                       : ("batches of " + std::to_string(batch_size)).c_str(),
+                 std::string(dtype_name(dtype)).c_str(), device_text.c_str());
     return 0;
   }
   // One prompt's several sequences (beams or samples), none streamed: with --json one object each,

@@ -1,6 +1,7 @@
 #pragma once
 // Text generation from a model: the prompt runs through the decoder once, then each new token
-// alone, attending over the keys and values cached for the tokens before it (Qwen3Model's KVCache,
+// alone (with prompt lookup decoding, with the tokens drafted after it), attending over the keys and
+// values cached for the tokens before it (Qwen3Model's KVCache,
 // ops::cached_attention); the next token comes from the last position's logits, greedy or sampled,
 // shaped as transformers' logits processors shape them (sequence bias, repetition penalty, no
 // repeated n-grams, bad words, min new tokens / min length, forced bos / eos ids, the exponential
@@ -86,7 +87,9 @@ struct SamplingOptions {
   // max_matching_ngram_size down to 1; cut before a stop id), runs them through the model in one pass
   // with the step's token, and keeps those greedy search would have chosen, and the model's next
   // token after them. The same tokens as without (up to the rounding of a pass over several
-  // positions; exact in f64), in fewer passes where the text repeats itself. 0: none.
+  // positions barring near-ties: the f64 checks give the same tokens), in fewer passes where the
+  // text repeats itself. 0: none. A temperature > 0 or beam search drafts nothing (the command
+  // refuses the flag there).
   int64_t prompt_lookup_num_tokens = 0;
   int64_t max_matching_ngram_size = 2;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
@@ -247,8 +250,8 @@ struct Generation {
   // BatchOptions::logprobs: each new token's log-probability under the model (the log-softmax of
   // its logits, before any processor or sampling setting shaped them).
   std::vector<double> logprobs;
-  // Prompt lookup decoding (SamplingOptions::prompt_lookup_num_tokens): tokens drafted, and those of
-  // them kept; passes through the model.
+  // Prompt lookup decoding only (SamplingOptions::prompt_lookup_num_tokens): tokens drafted, and
+  // those of them kept; passes through the model.
   int64_t drafted = 0, accepted = 0, passes = 0;
 };
 
@@ -310,7 +313,8 @@ class GenerationSession {
 
 // How generate_batch runs its prompts and reports them.
 struct BatchOptions {
-  // Prompts generating at once, as the rows of one batch (0: all of them).
+  // Prompts generating at once, as the rows of one batch (0: all of them). (Prompt lookup decoding
+  // runs them one at a time.)
   int64_t batch_size = 0;
   // Prompt i samples from a stream seeded seeds[i] (empty: SamplingOptions::seed + i).
   std::vector<uint64_t> seeds;
