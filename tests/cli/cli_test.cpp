@@ -1027,8 +1027,8 @@ TEST(CommandLine, GenerateChatsOnStdinAsAFreshRunWouldAnswerTheConversation) {
 }
 
 // --prompt-lookup (and generation_config.json's prompt_lookup_num_tokens): the tokens of greedy
-// search, in fewer passes on a prompt that repeats itself, said on stderr; beside sampling the flag is
-// an error and the file's key a note.
+// search (and sampling's, for the same seed), in fewer passes on a prompt that repeats itself, said on
+// stderr; beside beams the flag is an error and the file's key a note.
 TEST(CommandLine, GeneratePromptLookupGivesGreedysTokens) {
   const fs::path oracle = tt::oracle_dir("tiny_dense");
   const fs::path dir = tt::temp_dir("cli_generate_lookup_" + std::to_string(getpid()));
@@ -1054,10 +1054,14 @@ TEST(CommandLine, GeneratePromptLookupGivesGreedysTokens) {
       << r.err;
   EXPECT_GT(kept, 0) << r.err;
   EXPECT_EQ(passes + kept, 24) << r.err;
-  r = titan(args + " --prompt-lookup 5 --temperature 0.7");
+  // Sampled: the same text for the same seed.
+  const Outcome sampled = titan(args + " --temperature 0.8 --seed 7");
+  r = titan(args + " --temperature 0.8 --seed 7 --prompt-lookup 5");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, sampled.out) << r.err;
+  r = titan(args + " --prompt-lookup 5 --num-beams 2");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("--prompt-lookup 5: it drafts for greedy search, and this run samples"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("--prompt-lookup 5: beam search runs its beams as one batch"), std::string::npos)
       << r.err;
   const std::string file = (dir / "generation_config.json").string();
   std::ofstream(file) << R"({"prompt_lookup_num_tokens": 4})";
@@ -1065,12 +1069,11 @@ TEST(CommandLine, GeneratePromptLookupGivesGreedysTokens) {
   EXPECT_EQ(r.out, greedy.out);
   EXPECT_NE(r.err.find("up to 4 draft tokens a step (n-grams of 2), as " + file + " says"), std::string::npos)
       << r.err;
-  std::ofstream(file, std::ios::trunc) << R"({"prompt_lookup_num_tokens": 4, "do_sample": true})";
+  std::ofstream(file, std::ios::trunc) << R"({"prompt_lookup_num_tokens": 4, "num_beams": 2})";
   r = titan(args);
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(
-      r.err.find("sets prompt_lookup_num_tokens 4, not applied: it drafts for greedy search, and this run "
-                 "samples"),
+      r.err.find("sets prompt_lookup_num_tokens 4, not applied: beam search runs its beams as one batch"),
       std::string::npos)
       << r.err;
 }

@@ -1644,11 +1644,13 @@ TEST(Generate, BeamScoresAreTheFullForwardsLogProbabilities) {
       << "beam sampling's warpers are checked";
 }
 
-// Prompt lookup decoding on the f64 oracle models: the same tokens as greedy search, with the
-// processors too and in a batch (its prompts then run one at a time), in fewer passes through the
+// Prompt lookup decoding on the f64 oracle models: the same tokens as greedy search (and as sampling
+// with the same seed), with the processors too and in a batch (its prompts then run one at a time),
+// in fewer passes through the
 // model where the text repeats: the prompt is a phrase said three times, and the tiny models go on
 // repeating. A stop id the draft holds ends it there; a draft never runs past max_new_tokens.
 TEST(Generate, PromptLookupDecodingGivesGreedysTokensInFewerPasses) {
+  int64_t sampled_kept = 0;  // sampled draft tokens kept, over both models
   for (const std::string name : {"tiny_dense", "tiny_moe"}) {
     SCOPED_TRACE(name);
     auto model = load_hf_model(oracle_dir(name), DType::F64);
@@ -1688,7 +1690,18 @@ TEST(Generate, PromptLookupDecodingGivesGreedysTokensInFewerPasses) {
     ASSERT_EQ(rows.size(), 2u);
     for (size_t r = 0; r < 2; ++r)
       EXPECT_EQ(rows[r].ids, generate(*model, prompts[r], 20, plain, {}).ids) << r;
+    // Sampled: each position's draw takes the stream's next number, so the same seed gives the same
+    // tokens, in a batch too (prompt r seeded seed + r, as without drafts); some drafts are kept.
+    plain.temperature = lookup.temperature = 0.05;  // (the tiny models' logits are flat: peaked)
+    plain.seed = lookup.seed = 21;
+    const Generation sampled = generate(*model, prompt, 40, lookup, {});
+    EXPECT_EQ(sampled.ids, generate(*model, prompt, 40, plain, {}).ids);
+    sampled_kept += sampled.accepted;
+    const std::vector<Generation> sampled_rows = generate_batch(*model, prompts, 20, lookup, {});
+    const std::vector<Generation> plain_rows = generate_batch(*model, prompts, 20, plain, {});
+    for (size_t r = 0; r < 2; ++r) EXPECT_EQ(sampled_rows[r].ids, plain_rows[r].ids) << r;
   }
+  EXPECT_GT(sampled_kept, 0) << "no sampled draft token was kept: the sampled case tests little";
 }
 
 // Beam sampling (transformers' beam search with do_sample): with one new token, two beams and top-k

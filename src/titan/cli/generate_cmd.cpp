@@ -626,9 +626,9 @@ int generate_main(int argc, char** argv) {
               "generation_config.json's)",
               "1")
       .option("prompt-lookup",
-              "prompt lookup decoding, greedy: draft up to this many tokens a step from an earlier "
-              "occurrence of the text's last max_matching_ngram_size (2) tokens, kept where greedy search "
-              "agrees (greedy's text barring near-ties, in fewer passes; default: the model's "
+              "prompt lookup decoding: draft up to this many tokens a step from an earlier occurrence of "
+              "the text's last max_matching_ngram_size (2) tokens, kept where the search agrees (the same "
+              "text for the same seed barring near-ties, in fewer passes; default: the model's "
               "generation_config.json's prompt_lookup_num_tokens; --prompts-file then runs one prompt at a "
               "time)",
               "0")
@@ -1105,16 +1105,13 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "generate: min_new_tokens %lld, as %s says\n", (long long)sampling.min_new_tokens,
                  where.c_str());
   }
-  // Prompt lookup decoding: greedy search only (transformers' sampled variant, speculative
-  // sampling, and its refusal beside beams are not titan's: asked by the flag, an error; by the
-  // file, a note).
+  // Prompt lookup decoding: greedy or sampled, not beside beams (as transformers: asked by the flag,
+  // an error; by the file, a note).
   sampling.max_matching_ngram_size = defaults.sampling.max_matching_ngram_size;
   const bool lookup_flag = p.has("prompt-lookup");
   if (!lookup_flag) sampling.prompt_lookup_num_tokens = defaults.sampling.prompt_lookup_num_tokens;
   if (sampling.prompt_lookup_num_tokens > 0) {
-    const char* why = beams.num_beams > 1        ? "beam search runs its beams as one batch"
-                      : sampling.temperature > 0 ? "it drafts for greedy search, and this run samples"
-                                                 : nullptr;
+    const char* why = beams.num_beams > 1 ? "beam search runs its beams as one batch" : nullptr;
     TITAN_CHECK(!(why && lookup_flag), "titan generate: --prompt-lookup ", sampling.prompt_lookup_num_tokens,
                 ": ", why ? why : "");
     if (why) {

@@ -866,9 +866,10 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
   TITAN_CHECK(batch_size >= 0, "generate: batch_size must be >= 0 (0: every prompt at once), got ",
               batch_size);
   check_prompts(a, prompts, max_new_tokens);
-  if (options.prompt_lookup_num_tokens > 0 && options.temperature == 0) {
+  if (options.prompt_lookup_num_tokens > 0) {
     // Prompt lookup decoding drafts each sequence's own tokens: the prompts run one at a time, over
-    // one session (a prompt sharing the previous one's start runs only the rest).
+    // one session (a prompt sharing the previous one's start runs only the rest), each sampling from
+    // its own stream as in a batch.
     const auto start = std::chrono::steady_clock::now();
     GenerationSession session(model);
     std::vector<Generation> out;
@@ -876,7 +877,9 @@ std::vector<Generation> generate_batch(Qwen3Model& model, const std::vector<std:
       const std::function<void(int64_t)> on_token = [&](int64_t id) {
         if (batch.on_token) batch.on_token(r, id);
       };
-      out.push_back(session.generate(prompts[r], max_new_tokens, options, stop_ids, allowed, on_token,
+      SamplingOptions own = options;
+      own.seed = seeds.empty() ? options.seed + r : seeds[r];
+      out.push_back(session.generate(prompts[r], max_new_tokens, own, stop_ids, allowed, on_token,
                                      batch.stop_check, batch.logprobs));
       out.back().seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (batch.on_done) batch.on_done(r, out.back());
@@ -1044,7 +1047,9 @@ Generation GenerationSession::generate(const std::vector<int64_t>& prompt, int64
 
   Growing g(prompt, options.seed);
   std::vector<int64_t> feed(prompt.begin() + ptrdiff_t(shared), prompt.end());
-  const bool lookup = options.prompt_lookup_num_tokens > 0 && options.temperature == 0;
+  // (Sampled, each row's token takes the stream's next number, as without drafts: a draft token is
+  // kept when the draw gives it, and the first that differs is what the draw gave there.)
+  const bool lookup = options.prompt_lookup_num_tokens > 0;
   for (;;) {
     // Prompt lookup: the draft runs after `feed` in the same pass; logits row j follows draft[0, j).
     const int64_t left = max_new_tokens - int64_t(g.out.ids.size());

@@ -82,14 +82,14 @@ struct SamplingOptions {
   // again before they add to the beams' scores. (Greedy and sampled choices do not change with it.)
   bool renormalize_logits = false;
   // transformers' prompt lookup decoding (prompt_lookup_num_tokens, max_matching_ngram_size), greedy
-  // search (generate_batch then runs its prompts one at a time): each step drafts up to this many
+  // or sampled (generate_batch then runs its prompts one at a time): each step drafts up to this many
   // tokens, those that followed the earliest earlier occurrence of the sequence's last n-gram (n from
   // max_matching_ngram_size down to 1; cut before a stop id), runs them through the model in one pass
-  // with the step's token, and keeps those greedy search would have chosen, and the model's next
-  // token after them. The same tokens as without (up to the rounding of a pass over several
+  // with the step's token, and keeps those the search would have chosen (sampled: each position's
+  // draw takes the stream's next number, as without drafts), and the search's next token after them.
+  // The same tokens as without, for the same seed (up to the rounding of a pass over several
   // positions barring near-ties: the f64 checks give the same tokens), in fewer passes where the
-  // text repeats itself. 0: none. A temperature > 0 or beam search drafts nothing (the command
-  // refuses the flag there).
+  // text repeats itself. 0: none. Beam search drafts nothing (the command refuses the flag there).
   int64_t prompt_lookup_num_tokens = 0;
   int64_t max_matching_ngram_size = 2;
   uint64_t seed = 0;         // the sampler's random stream (the same seed gives the same text)
