@@ -1,9 +1,10 @@
 // The NCCL communicator (dist/nccl_communicator.cu) on real GPUs: every collective (all_reduce
 // sum/max in f32, bf16, f64 and i64; all_gather out of place and in place; reduce_scatter;
-// broadcast), blocking and with several start_* handles in flight, and split groups, on CUDA
-// buffers against (a) the same collective on host buffers through the host communicator it wraps
-// (MPI under mpirun) and (b) the result computed here from every rank's inputs. The inputs are
-// multiples of 1/8 below 64, so every sum is exact in every dtype and all three agree bit for bit.
+// broadcast; all_to_all with uneven counts), blocking and with several start_* handles in flight,
+// and split groups, on CUDA buffers against (a) the same collective on host buffers through the
+// host communicator it wraps (MPI under mpirun) and (b) the result computed here from every
+// rank's inputs. The inputs are multiples of 1/8 below 64, so every sum is exact in every dtype and
+// all three agree bit for bit.
 //   - a world of one rank (any machine with a GPU; NCCL bootstrapped over the one-process
 //     communicator, no launcher needed), also polling a collective still running;
 //   - two ranks under `mpirun -np 2` (this program again), one GPU each, when the machine has two
@@ -175,6 +176,30 @@ void check_every_collective(Communicator& comm) {
     expect_equal(device, inputs(root, 4, n), DType::F32, what);
   }
 
+  for (DType dt : {DType::F32, DType::BF16, DType::I64}) {
+    // Rank s sends rank d count(s, d) elements: uneven, and zero for some pairs of two ranks
+    // (rank 0 sends rank 1 nothing). Element i of that segment is input(s, 7 + d, i).
+    auto count = [](int s, int d) { return int64_t((s * 2 + d * 3 + 1) % 4) * 97; };
+    auto element = [&](int s, int d, int64_t i) {
+      return dt == DType::I64 ? double(int64_t(input(s, 7 + d, i))) : input(s, 7 + d, i);
+    };
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<double> mine, want;
+    for (int p = 0; p < size; ++p) {
+      send_counts.push_back(count(rank, p));
+      recv_counts.push_back(count(p, rank));
+      for (int64_t i = 0; i < count(rank, p); ++i) mine.push_back(element(rank, p, i));
+      for (int64_t i = 0; i < count(p, rank); ++i) want.push_back(element(p, rank, i));
+    }
+    const std::string what = "all_to_all " + std::string(dtype_name(dt));
+    auto [host, device] = run_both(bytes_of(mine, dt), std::vector<uint8_t>(want.size() * dtype_size(dt)),
+                                   [&](const KernelContext& ctx, void* in, void* out) {
+                                     return comm.start_all_to_all(in, send_counts, out, recv_counts, dt, ctx);
+                                   });
+    EXPECT_EQ(device, host) << what << ": NCCL differs from the host communicator";
+    expect_equal(device, want, dt, what);
+  }
+
   {  // Several collectives in flight on the communication stream, waited on in reverse order.
     DeviceServices& gpu = device_services(Device::CUDA);
     const int64_t n = 1 << 16;
@@ -223,6 +248,12 @@ void check_every_collective(Communicator& comm) {
   void* b = gpu.allocate(16);
   EXPECT_NE(tt::error_of([&] { comm.all_reduce(b, 16, DType::U8, ReduceOp::Sum, gpu.context()); })
                 .find("reductions support f32, f64, i64 and bf16, got u8"),
+            std::string::npos);
+  // An all_to_all's counts are checked before NCCL sees them, as by every communicator.
+  const std::vector<int64_t> too_many(size_t(size) + 1, 0), counts(size_t(size), 0);
+  EXPECT_NE(tt::error_of([&] {
+              comm.all_to_all(b, too_many, b, counts, DType::F32, gpu.context());
+            }).find("comm: all_to_all: send_counts has " + std::to_string(size + 1) + " entries"),
             std::string::npos);
   gpu.deallocate(b, 16);
 }

@@ -23,6 +23,40 @@ void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root, co
   start_broadcast(buf, count, dtype, root, ctx)->wait();
 }
 
+void Communicator::all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
+                              std::span<const int64_t> recv_counts, DType dtype, const KernelContext& ctx) {
+  start_all_to_all(send, send_counts, recv, recv_counts, dtype, ctx)->wait();
+}
+
+AllToAllTotals check_all_to_all(const void* send, std::span<const int64_t> send_counts, const void* recv,
+                                std::span<const int64_t> recv_counts, DType dtype, int size) {
+  auto total = [size](const char* name, std::span<const int64_t> counts) {
+    TITAN_CHECK(counts.size() == size_t(size), "comm: all_to_all: ", name, " has ", counts.size(),
+                " entries, expected one per rank of the group (", size, ")");
+    int64_t sum = 0;
+    for (size_t p = 0; p < counts.size(); ++p) {
+      TITAN_CHECK(counts[p] >= 0, "comm: all_to_all: ", name, "[", p, "] is ", counts[p],
+                  ", counts must be >= 0");
+      sum += counts[p];
+    }
+    return sum;
+  };
+  const AllToAllTotals totals{total("send_counts", send_counts), total("recv_counts", recv_counts)};
+  // MPI and NCCL read send while they write recv: an exchange in place would read what it wrote.
+  const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const uintptr_t elem = dtype_size(dtype);
+  TITAN_CHECK(totals.send == 0 || totals.recv == 0 || s + uintptr_t(totals.send) * elem <= r ||
+                  r + uintptr_t(totals.recv) * elem <= s,
+              "comm: all_to_all: send (", totals.send, " elements) and recv (", totals.recv,
+              " elements) overlap; they must be separate buffers");
+  return totals;
+}
+
+std::string AllToAllTotals::describe(DType dtype) const {
+  return "all_to_all(" + std::string(dtype_name(dtype)) + " x " + std::to_string(send) + " sent, " +
+         std::to_string(recv) + " received)";
+}
+
 // Host memory needs no services: the communicators copy it themselves.
 KernelContext host_context() {
   return KernelContext{Device::CPU, nullptr, nullptr};
@@ -59,6 +93,17 @@ class SingleProcess final : public Communicator {
   std::unique_ptr<CommHandle> start_broadcast(void*, int64_t, DType, int root,
                                               const KernelContext&) override {
     TITAN_CHECK(root == 0, "comm: broadcast from root ", root, " in a world of one rank");
+    return std::make_unique<Done>();
+  }
+  // This rank's only segment goes to itself.
+  std::unique_ptr<CommHandle> start_all_to_all(const void* send, std::span<const int64_t> send_counts,
+                                               void* recv, std::span<const int64_t> recv_counts, DType dtype,
+                                               const KernelContext& ctx) override {
+    check_all_to_all(send, send_counts, recv, recv_counts, dtype, 1);
+    TITAN_CHECK(recv_counts[0] == send_counts[0], "comm: all_to_all: recv_counts[0] is ", recv_counts[0],
+                " but this rank's send_counts[0] is ", send_counts[0],
+                ": a rank receives what its peer sends it (one rank: itself)");
+    if (send_counts[0] > 0) copy(send, recv, send_counts[0], dtype, ctx);
     return std::make_unique<Done>();
   }
   void barrier() override {}

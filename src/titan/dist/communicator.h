@@ -11,14 +11,21 @@
 //   all_gather      recv[r * count + i] = rank r's send[i]; in place when send == recv + rank * count
 //   reduce_scatter  recv[i] = op over ranks of send[rank * count + i]       (send holds size * count)
 //   broadcast       buf = root's buf
+//   all_to_all      (MPI_Alltoallv) send holds size segments packed in rank order, segment p
+//                   (send_counts[p] elements) going to rank p; recv receives size segments packed
+//                   in rank order, segment p (recv_counts[p] elements) from rank p. recv_counts[p]
+//                   must equal rank p's send_counts[rank] (exchange the counts first: an
+//                   all_to_all of I64 with every count 1). send and recv must not overlap.
 // Reductions support F32, F64, I64 and BF16 (summed in f32, rounded once per step of the
-// reduction); gathers and broadcasts move any dtype. Ranks must call collectives in the same order.
+// reduction); gathers, broadcasts and all_to_all move any dtype. Ranks must call collectives in
+// the same order.
 //
 // A handle's wait() gives up after the communicator's timeout with an error naming the collective,
 // its size and the group, so that a dead or hung rank stops the others instead of hanging them.
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "titan/core/device_services.h"
@@ -54,6 +61,11 @@ class Communicator {
                                                            const KernelContext& ctx) = 0;
   virtual std::unique_ptr<CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
                                                       const KernelContext& ctx) = 0;
+  // Both spans hold size() counts, each >= 0 (check_all_to_all); they are read before it returns
+  // (the handle keeps what the library needs until the exchange completes).
+  virtual std::unique_ptr<CommHandle> start_all_to_all(const void* send, std::span<const int64_t> send_counts,
+                                                       void* recv, std::span<const int64_t> recv_counts,
+                                                       DType dtype, const KernelContext& ctx) = 0;
   virtual void barrier() = 0;
 
   // Ends every rank of the job with exit status `code`: a rank that failed alone must not leave
@@ -69,7 +81,20 @@ class Communicator {
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                       const KernelContext& ctx);
   void broadcast(void* buf, int64_t count, DType dtype, int root, const KernelContext& ctx);
+  void all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
+                  std::span<const int64_t> recv_counts, DType dtype, const KernelContext& ctx);
 };
+
+// The elements an all_to_all sends and receives in all, after checking its arguments for a group
+// of `size` ranks: one count per rank in each span, none negative, send and recv not overlapping;
+// an error naming the entry and the rule otherwise. Every communicator's start_all_to_all calls it.
+struct AllToAllTotals {
+  int64_t send = 0, recv = 0;
+  // "all_to_all(f32 x 12 sent, 9 received)": the collective in errors and timeouts.
+  std::string describe(DType dtype) const;
+};
+AllToAllTotals check_all_to_all(const void* send, std::span<const int64_t> send_counts, const void* recv,
+                                std::span<const int64_t> recv_counts, DType dtype, int size);
 
 // The context of host (CPU) buffers (no stream, no services needed).
 KernelContext host_context();

@@ -10,7 +10,9 @@
 //   host buffers (host_context():   the step's scalars (loss sums, the squared grad norm, flags,
 //   no device services)             counts) keep this rank's values, as if the imagined ranks
 //                                   contributed nothing: an all-reduce leaves them, an all-gather
-//                                   fills this rank's slot, a reduce-scatter keeps this rank's part;
+//                                   fills this rank's slot, a reduce-scatter keeps this rank's part,
+//                                   an all-to-all copies the segment this rank sends itself (segment
+//                                   0 of send into segment 0 of recv) and leaves the others;
 //   tensors on a real device        are refused with an error: a real step over imagined ranks
 //                                   would silently train on one rank's data.
 // A group split from it keeps this process as its rank 0; its size is unknown (it depends on the

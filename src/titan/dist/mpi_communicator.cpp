@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
@@ -67,11 +68,18 @@ void check_host(const KernelContext& ctx, const char* what) {
 
 class MpiHandle final : public CommHandle {
  public:
-  MpiHandle(MPI_Request req, std::string what, double timeout, int rank, int size)
-      : req_(req), what_(std::move(what)), timeout_(timeout), rank_(rank), size_(size) {}
+  // `args`: what MPI reads until the collective completes (all_to_all's counts and displacements).
+  MpiHandle(MPI_Request req, std::string what, double timeout, int rank, int size, std::vector<int> args = {})
+      : req_(req),
+        what_(std::move(what)),
+        timeout_(timeout),
+        rank_(rank),
+        size_(size),
+        args_(std::move(args)) {}
   // A handle dropped before its wait() completed belongs to a job on its way to MPI_Abort (a
   // timeout, or an error while other collectives were in flight): waiting here could hang, and
-  // MPI forbids freeing a collective's request, so it is left to the abort.
+  // MPI forbids freeing a collective's request, so it is left to the abort (an all_to_all's
+  // counts go with the handle: the abort makes no progress that would read them).
   ~MpiHandle() override = default;
   void wait() override {
     using Clock = std::chrono::steady_clock;
@@ -101,6 +109,7 @@ class MpiHandle final : public CommHandle {
   std::string what_;
   double timeout_;
   int rank_, size_;
+  std::vector<int> args_;
 };
 
 class Mpi final : public Communicator {
@@ -162,6 +171,42 @@ class Mpi final : public Communicator {
     MPI_Request req;
     MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(dtype), root, comm_, &req);
     return handle(req, "broadcast", count, dtype, nullptr);
+  }
+  std::unique_ptr<CommHandle> start_all_to_all(const void* send, std::span<const int64_t> send_counts,
+                                               void* recv, std::span<const int64_t> recv_counts, DType dtype,
+                                               const KernelContext& ctx) override {
+    const AllToAllTotals totals = check_all_to_all(send, send_counts, recv, recv_counts, dtype, size_);
+    check_host(ctx, "all_to_all");
+    // MPI-3's counts and displacements are int: past INT_MAX elements is an error, as for the
+    // other collectives (a contiguous derived datatype would stretch it only for counts sharing a
+    // divisor).
+    auto check_int = [](const char* side, int p, int64_t count, int64_t offset) {
+      TITAN_CHECK(count <= INT32_MAX, "comm: all_to_all: ", side, "_counts[", p, "] is ", count,
+                  " elements, past MPI's int counts (split the exchange)");
+      TITAN_CHECK(offset <= INT32_MAX, "comm: all_to_all: ", side, " segment ", p, " starts at element ",
+                  offset, ", past MPI's int displacements (split the exchange)");
+    };
+    std::vector<int> args(4 * size_t(size_));  // counts, displacements of send; the same of recv
+    int *scounts = args.data(), *sdispls = scounts + size_, *rcounts = sdispls + size_,
+        *rdispls = rcounts + size_;
+    int64_t soffset = 0, roffset = 0;
+    for (int p = 0; p < size_; ++p) {
+      const int64_t scount = send_counts[size_t(p)], rcount = recv_counts[size_t(p)];
+      check_int("send", p, scount, soffset);
+      check_int("recv", p, rcount, roffset);
+      scounts[p] = int(scount);
+      sdispls[p] = int(soffset);
+      rcounts[p] = int(rcount);
+      rdispls[p] = int(roffset);
+      soffset += scount;
+      roffset += rcount;
+    }
+    // MPI reads them until the exchange completes: the handle owns them (the caller's spans may be
+    // gone by then).
+    MPI_Request req;
+    MPI_Ialltoallv(send, scounts, sdispls, mpi_type(dtype), recv, rcounts, rdispls, mpi_type(dtype), comm_,
+                   &req);
+    return std::make_unique<MpiHandle>(req, totals.describe(dtype), timeout_, rank_, size_, std::move(args));
   }
   void barrier() override {
     MPI_Request req;

@@ -15,6 +15,7 @@
 // caller's stream wait for it too (later kernels see the result). A collective that does not
 // finish within the timeout (a rank died or hangs) aborts the NCCL communicator (ncclCommAbort: the
 // stuck kernels return) and throws an error naming the collective, its size and the group.
+// all_to_all is a group of ncclSend/ncclRecv, one pair per peer (NCCL has no all-to-all call).
 // Host buffers (ctx.device == CPU: losses, norms, config hashes) go to the MPI communicator.
 #ifdef TITAN_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -172,6 +173,36 @@ class NcclCommunicator final : public Communicator {
     TITAN_CHECK(root >= 0 && root < size(), "comm: broadcast from root ", root, " in a group of ", size(), " ranks");
     return launch(ctx, describe("broadcast", count, dtype, nullptr), [&] {
       return ncclBroadcast(buf, buf, size_t(count), nccl_type(dtype), root, comm_, stream_);
+    });
+  }
+  // One ncclSend and one ncclRecv per peer with a non-empty segment (both sides skip the empty
+  // ones alike: recv_counts[p] is rank p's send_counts[rank]), fused by ncclGroupStart/End into one
+  // operation on the communication stream. NCCL reads the counts while enqueuing (the communicator
+  // is blocking), so the handle needs no copy of them.
+  std::unique_ptr<CommHandle> start_all_to_all(const void* send, std::span<const int64_t> send_counts,
+                                               void* recv, std::span<const int64_t> recv_counts, DType dtype,
+                                               const KernelContext& ctx) override {
+    if (ctx.device == Device::CPU)
+      return host_->start_all_to_all(send, send_counts, recv, recv_counts, dtype, ctx);
+    const AllToAllTotals totals = check_all_to_all(send, send_counts, recv, recv_counts, dtype, size());
+    const ncclDataType_t type = nccl_type(dtype);
+    const size_t elem = dtype_size(dtype);
+    return launch(ctx, totals.describe(dtype), [&] {
+      ncclResult_t res = ncclGroupStart();
+      if (res != ncclSuccess) return res;
+      size_t soffset = 0, roffset = 0;
+      for (int p = 0; p < size() && res == ncclSuccess; ++p) {
+        const size_t scount = size_t(send_counts[size_t(p)]), rcount = size_t(recv_counts[size_t(p)]);
+        if (scount > 0)
+          res = ncclSend(static_cast<const char*>(send) + soffset * elem, scount, type, p, comm_, stream_);
+        if (rcount > 0 && res == ncclSuccess)
+          res = ncclRecv(static_cast<char*>(recv) + roffset * elem, rcount, type, p, comm_, stream_);
+        soffset += scount;
+        roffset += rcount;
+      }
+      // The group is closed even after a failed call (NCCL keeps a group open until its end).
+      const ncclResult_t end = ncclGroupEnd();
+      return res != ncclSuccess ? res : end;
     });
   }
   void barrier() override { host_->barrier(); }
