@@ -15,6 +15,7 @@
 #include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/elementwise/elementwise.h"
+#include "titan/ops/embedding/embedding.h"
 
 using namespace titan;
 using namespace titan::testing;
@@ -557,4 +558,104 @@ TEST(MoeTorch, RouterExpertsAndAuxMatchPyTorch) {
     expect_close(wu.grad(), "d_w_up", 1e-5);
     expect_close(wd.grad(), "d_w_down", 1e-5);
   }
+}
+
+// ------------------------------------------------------------------------------------------------
+// moe_combine: the experts' weighted sum apart from the experts (expert parallelism)
+
+namespace {
+
+// moe_experts(x, weights, indices, ...) done in three steps, as an expert-parallel layer does them
+// around its exchanges: the (token, slot) rows of x in routing order (an embedding lookup by
+// token), each through its expert alone (k = 1, weight 1), then moe_combine.
+Tensor experts_in_three_steps(const Tensor& x, const Tensor& weights, const ops::ExpertIndices& routed,
+                              const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down) {
+  const Tensor& indices = routed.tensor();
+  const int64_t T = indices.size(0), k = indices.size(1), n = T * k;
+  std::vector<int64_t> order(n), pos(n), offsets(routed.num_experts() + 1);
+  std::vector<int64_t> expert(n);
+  std::copy_n(indices.contiguous().data<int64_t>(), n, expert.begin());
+  ops::moe_routing_order({T, x.size(1), 0, routed.num_experts(), k}, expert.data(), order.data(), pos.data(),
+                         offsets.data());
+  std::vector<int64_t> token_of_row(n), expert_of_row(n);
+  for (int64_t r = 0; r < n; ++r) {
+    token_of_row[size_t(r)] = order[size_t(r)] / k;
+    expert_of_row[size_t(r)] = expert[size_t(order[size_t(r)])];
+  }
+  const Tensor rows = ops::embedding(Tensor::from_vector(token_of_row, {n}), x);
+  const Tensor ones = Tensor::full({n, 1}, 1.0, weights.dtype());
+  const Tensor h =
+      ops::moe_experts(rows, ones, Tensor::from_vector(expert_of_row, {n, 1}), w_gate, w_up, w_down);
+  return ops::moe_combine(h, weights, routed);
+}
+
+}  // namespace
+
+TEST(MoeCombine, GradientMatchesFiniteDifferences) {
+  const int64_t T = 5, D = 6, E = 4, k = 2;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F64, 141, 2), k, true);
+  expect_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::moe_combine(in[0], in[1], r.indices)};
+      },
+      {random_tensor({T * k, D}, DType::F64, 142), r.weights.detach()});
+}
+
+TEST(MoeCombine, TheExpertsInThreeStepsAreMoeExperts) {
+  const int64_t T = 37, D = 24, F = 20, E = 7, k = 3;
+  auto r = ops::router_topk(biased_logits(T, E, DType::F32, 150, 0), k, true);
+  ASSERT_EQ(r.counts.to_vector()[0], 0);  // an expert without tokens too
+  for (const char* variant : {"reference", "default"})
+    for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+      if (dt == DType::F64 && std::string(variant) == "default") continue;  // f64 runs the reference
+      SCOPED_TRACE(std::string(variant) + " " + std::string(dtype_name(dt)));
+      kernels::ForceVariant force("moe_experts", variant);
+      const auto w = expert_weights(E, F, D, dt, 151);
+      const Tensor x = random_tensor({T, D}, dt, 154), dy = random_tensor({T, D}, grad_dtype(dt), 155);
+      const Tensor weights = r.weights.detach().to(grad_dtype(dt));
+      auto run = [&](bool three_steps) {
+        std::vector<Tensor> in = {x.clone().set_requires_grad(true), weights.clone().set_requires_grad(true),
+                                  w.gate.clone().set_requires_grad(true),
+                                  w.up.clone().set_requires_grad(true),
+                                  w.down.clone().set_requires_grad(true)};
+        Tensor y = three_steps ? experts_in_three_steps(in[0], in[1], r.indices, in[2], in[3], in[4])
+                               : ops::moe_experts(in[0], in[1], r.indices, in[2], in[3], in[4]);
+        autograd::backward(autograd::current_tape(), {y}, {dy});
+        std::vector<Tensor> out = {y};
+        for (const Tensor& t : in) out.push_back(t.grad());
+        return out;
+      };
+      const std::vector<Tensor> one = run(false), three = run(true);
+      // The reference: the same dot products, roundings and order of the sum, so the same bits.
+      // The default kernel may contract its un-permute's multiply-add (f32) where moe_combine's
+      // rounds the product: an ulp.
+      if (std::string(variant) == "reference" || dt == DType::BF16)
+        EXPECT_EQ(max_abs_diff(three[0], one[0]), 0.0) << "y";
+      else
+        EXPECT_LE(max_abs_diff(three[0], one[0]), 1e-6) << "y";
+      // Backward: w * (dy . w_down) in one, (w * dy) . w_down in the other, so the products
+      // reassociate; and dx sums its k rows in another order.
+      // Within a few roundings of the largest element.
+      const double tol = dt == DType::F64 ? 1e-13 : dt == DType::F32 ? 1e-5 : 1e-2;
+      const char* names[] = {"dx", "dweights", "dw_gate", "dw_up", "dw_down"};
+      for (size_t i = 1; i < one.size(); ++i) {
+        const auto v = one[i].to_vector();
+        double largest = 0;
+        for (double e : v) largest = std::max(largest, std::abs(e));
+        EXPECT_LE(max_abs_diff(three[i], one[i]), tol * largest) << names[i - 1];
+      }
+    }
+}
+
+TEST(MoeCombine, BadArgumentsNameOpAndShapes) {
+  auto r = ops::router_topk(random_tensor({5, 4}, DType::F32, 160), 2, true);
+  std::string m = error_of([&] {
+    ops::moe_combine(random_tensor({9, 6}, DType::F32, 161), r.weights, r.indices);
+  });
+  EXPECT_NE(m.find("moe_combine"), std::string::npos) << m;
+  EXPECT_NE(m.find("rows f32[9, 6]"), std::string::npos) << m;
+  m = error_of([&] {
+    ops::moe_combine(random_tensor({10, 6}, DType::F32, 161), r.weights.to(DType::F64), r.indices);
+  });
+  EXPECT_NE(m.find("routing weights must have the rows' dtype"), std::string::npos) << m;
 }

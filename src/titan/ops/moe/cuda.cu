@@ -1386,6 +1386,61 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
                       dw_gate, dw_up, dw_down, add_dweights);
 }
 
+// moe_combine (expert parallelism): the experts' weighted sum over rows computed elsewhere, with
+// the forward's own combine kernel (the same rounding points), and for the backward its scaled dy
+// (the rows' gradient, in routing order) and routing-weight gradient kernels.
+template <class T>
+void combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows, const float* weights,
+                 const int64_t* indices, T* y) {
+  if (d.T == 0) return;
+  Routing routing(ctx, d);
+  build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream_of(ctx)>>>(d.T, d.D, int(d.k), weights,
+                                                                     routing.pos.as<int64_t>(), rows, y);
+  check_launch("moe_combine (cuda): combine");
+}
+
+template <class T>
+void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows, const float* weights,
+                 const int64_t* indices, const float* dy, float* drows, float* dweights) {
+  const int64_t n = d.T * d.k;
+  if (d.T == 0 || (!drows && !dweights)) return;
+  cudaStream_t stream = stream_of(ctx);
+  Routing routing(ctx, d);
+  build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+  const int64_t* order = routing.order.as<int64_t>();
+  if (drows) {
+    scaled_dy_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
+    check_launch("moe_combine (cuda): rows' gradient");
+  }
+  if (dweights) {
+    dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, rows, dweights);
+    check_launch("moe_combine (cuda): routing weights' gradient");
+  }
+}
+
+void moe_combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* rows,
+                     const float* weights, const int64_t* indices, void* y) {
+  check_dtype(dtype);
+  check_expert_dims({d.T, d.D, 1, d.E, d.k});  // F unused
+  if (dtype == DType::F32)
+    return combine_fwd<float>(ctx, d, static_cast<const float*>(rows), weights, indices,
+                              static_cast<float*>(y));
+  combine_fwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(rows), weights, indices, static_cast<bf16_t*>(y));
+}
+
+void moe_combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* rows,
+                     const float* weights, const int64_t* indices, const float* dy, float* drows,
+                     float* dweights) {
+  check_dtype(dtype);
+  check_expert_dims({d.T, d.D, 1, d.E, d.k});
+  if (dtype == DType::F32)
+    return combine_bwd<float>(ctx, d, static_cast<const float*>(rows), weights, indices, dy, drows, dweights);
+  combine_bwd<bf16_t>(ctx, d, static_cast<const bf16_t*>(rows), weights, indices, dy, drows, dweights);
+}
+
 // =============================================================================================
 // Registration with the MoE ops (ops/moe.h).
 namespace {
@@ -1481,6 +1536,19 @@ void experts_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, con
                   static_cast<float*>(dw_down), kAlgo, add_dweights);
 }
 
+template <DType kDType>
+void combine_forward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* rows,
+                           const void* weights, const int64_t* indices, void* y) {
+  moe_combine_fwd(ctx, expert_dims(d), kDType, rows, static_cast<const float*>(weights), indices, y);
+}
+template <DType kDType>
+void combine_backward_entry(const KernelContext& ctx, const ops::MoeDims& d, const void* rows,
+                            const void* weights, const int64_t* indices, const void* dy, void* drows,
+                            void* dweights) {
+  moe_combine_bwd(ctx, expert_dims(d), kDType, rows, static_cast<const float*>(weights), indices,
+                  static_cast<const float*>(dy), static_cast<float*>(drows), static_cast<float*>(dweights));
+}
+
 const bool router_topk_kernels_registered = cuda::register_float_kernels(
     "router_topk", "warp per token: f32 softmax in registers, k warp argmax passes, device expert counts",
     "warp per token: bf16 logits widened, f32 softmax, k warp argmax passes, device expert counts",
@@ -1506,6 +1574,12 @@ const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
     "rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
+const bool moe_combine_kernels_registered = cuda::register_float_kernels(
+    "moe_combine",
+    "device routing order, thread per element in ascending expert order; warp dot products backward",
+    "device routing order, thread per element in ascending expert order with reference rounding points; warp "
+    "dot products backward",
+    TITAN_FLOAT_KERNEL(ops::MoeCombineKernel, combine_forward_entry<kDType>, combine_backward_entry<kDType>));
 // Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
 // cuDNN's MoE grouped matmul for the row GEMMs (cuDNN 9.18 or later), mma_sync for the weight gradients.
 const bool moe_experts_cudnn_registered = kernels::register_kernels(

@@ -74,4 +74,12 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
                      float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo = MoeGemm::kWmma,
                      bool add_dweights = false);
 
+// moe_combine (ops/moe.h): rows [T*k, D] in routing order (dtype), weights [T, k] f32, y [T, D]
+// (dtype); backward: dy [T, D] f32, drows [T*k, D] and dweights [T, k] f32, null ones skipped. F unused.
+void moe_combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* rows,
+                     const float* weights, const int64_t* indices, void* y);
+void moe_combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* rows,
+                     const float* weights, const int64_t* indices, const float* dy, float* drows,
+                     float* dweights);
+
 }  // namespace titan::cuda

@@ -74,6 +74,23 @@ void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const voi
 template <DType kDType>
 const MoeExpertsKernel moe_experts_meta{experts_forward_meta<kDType>, experts_backward_meta<kDType>};
 
+// Combine: one multiply-add per element of each (token, slot) row, twice that backward; standing
+// in for CUDA, the routing its kernels build each way.
+const MoeCombineKernel moe_combine_meta{
+    [](const KernelContext& ctx, const MoeDims& d, const void*, const void*, const int64_t*, void*) {
+      ctx.services->add_flops(2.0 * double(d.T) * double(d.k) * double(d.D));
+      if (meta_stands_in_for() == Device::CUDA && d.T > 0) {
+        const CudaRouting routing(ctx, d);
+      }
+    },
+    [](const KernelContext& ctx, const MoeDims& d, const void*, const void*, const int64_t*, const void*,
+       void* drows, void* dweights) {
+      ctx.services->add_flops(4.0 * double(d.T) * double(d.k) * double(d.D));
+      if (meta_stands_in_for() == Device::CUDA && d.T > 0 && (drows || dweights)) {
+        const CudaRouting routing(ctx, d);
+      }
+    }};
+
 const bool router_topk_registered =
     kernels::register_meta_kernel("router_topk", {DType::F32, DType::BF16, DType::F64}, router_meta);
 const bool moe_aux_loss_registered =
@@ -89,6 +106,8 @@ const bool moe_experts_f32_registered =
     kernels::register_meta_kernel("moe_experts", {DType::F32}, moe_experts_meta<DType::F32>);
 const bool moe_experts_bf16_registered =
     kernels::register_meta_kernel("moe_experts", {DType::BF16}, moe_experts_meta<DType::BF16>);
+const bool moe_combine_registered =
+    kernels::register_meta_kernel("moe_combine", {DType::F32, DType::BF16, DType::F64}, moe_combine_meta);
 const bool moe_experts_f64_registered =
     kernels::register_meta_kernel("moe_experts", {DType::F64}, moe_experts_meta<DType::F64>);
 

@@ -293,3 +293,47 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertInd
 }
 
 }  // namespace titan::ops
+
+namespace titan::ops {
+
+Tensor moe_combine(const Tensor& rows_in, const Tensor& weights_in, const ExpertIndices& routed) {
+  const Tensor& indices = routed.tensor();
+  auto shapes = [&] {
+    return detail::concat("rows ", rows_in.str(), ", weights ", weights_in.str(), ", indices ",
+                          indices.str());
+  };
+  TITAN_CHECK(rows_in.dim() == 2 && weights_in.dim() == 2 && indices.dim() == 2,
+              "moe_combine: expected rows [T*k, D], weights and indices [T, k]; got ", shapes());
+  const int64_t T = weights_in.size(0), k = weights_in.size(1), D = rows_in.size(1), E = routed.num_experts();
+  TITAN_CHECK(indices.shape() == weights_in.shape() && k >= 1 && rows_in.size(0) == T * k,
+              "moe_combine: weights and indices must both be [T, k>=1] with rows [T*k, D]; got ", shapes());
+  const DType dt = rows_in.dtype();
+  TITAN_CHECK(is_compute_float(dt), "moe_combine: rows must be f32, bf16 or f64; got ", shapes());
+  TITAN_CHECK(weights_in.dtype() == dt || (dt == DType::BF16 && weights_in.dtype() == DType::F32),
+              "moe_combine: routing weights must have the rows' dtype (or f32 with bf16 rows); got ",
+              shapes());
+  check_same_device("moe_combine", {{"rows", &rows_in}, {"weights", &weights_in}, {"indices", &indices}});
+
+  const DType gd = grad_dtype(dt);
+  Tensor rows = rows_in.contiguous().detach();
+  Tensor weights = weights_in.detach().to(gd);  // bf16 -> f32 is exact; the kernel rounds back for bf16 rows
+  const MoeDims d{T, D, 0, E, k};
+  const auto& kernel = kernels::kernel_for<MoeCombineKernel>("moe_combine", rows.device(), dt);
+  const KernelContext ctx = device_services(rows.device()).context();
+  Tensor y = Tensor::empty({T, D}, dt, rows.device());
+  kernel.forward(ctx, d, rows.raw_data(), weights.raw_data(), indices.data<int64_t>(), y.raw_data());
+  if (autograd::needs_grad({&rows_in, &weights_in})) {
+    const bool nr = rows_in.requires_grad(), nw = weights_in.requires_grad();
+    autograd::record("moe_combine", {rows_in, weights_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
+      Tensor dy = g[0].contiguous();
+      Tensor drows = nr ? Tensor::empty({T * k, D}, gd, rows.device()) : Tensor();
+      Tensor dweights = nw ? Tensor::empty({T, k}, gd, rows.device()) : Tensor();
+      kernel.backward(ctx, d, rows.raw_data(), weights.raw_data(), indices.data<int64_t>(), dy.raw_data(),
+                      nr ? drows.raw_data() : nullptr, nw ? dweights.raw_data() : nullptr);
+      return std::vector<Tensor>{drows, dweights};
+    });
+  }
+  return y;
+}
+
+}  // namespace titan::ops

@@ -99,6 +99,21 @@ void update_expert_bias(Tensor& bias, const Tensor& counts, double coeff);
 // what the expert bias balances when some tokens are padding.
 Tensor expert_counts(const ExpertIndices& indices, const std::vector<TokenRange>& counted);
 
+// The weighted sum of moe_experts done apart from the experts, for expert parallelism (the rows come
+// back from the ranks holding the experts): rows [T*k, D] holds expert e's output for each (token,
+// slot) pair, in routing order (moe_routing_order: sorted by expert, stably), in x's dtype (f32, bf16
+// or f64); weights [T, k] as moe_experts takes them (x's dtype, or f32 for bf16 rows).
+//   y_t = sum_j w[t, j] * rows[pos[t*k + j]]
+// with moe_experts' rounding points and order: w rounded to the rows' dtype, each product rounded,
+// the k products added in ascending expert order, rounding after every add. So
+//   moe_combine(moe_experts(rows of x in routing order, 1, their experts, w_gate, w_up, w_down),
+//               weights, indices)
+// is moe_experts(x, weights, indices, w_gate, w_up, w_down): bit for bit in the forward against its
+// reference kernels (and in bf16 against the default ones; their f32 un-permute may fuse a
+// multiply-add: an ulp).
+// Gradients for rows (w[t, j] * dy_t) and weights (dy_t . row).
+Tensor moe_combine(const Tensor& rows, const Tensor& weights, const ExpertIndices& indices);
+
 struct MoeDims {
   int64_t T, D, F, E, k;
 };
@@ -144,6 +159,16 @@ struct MoeAuxLossKernel {
 struct ExpertBiasKernel {  // registered for f32 (the bias); counts [M, E]: M micro-batches' rows, summed
   void (*update)(const KernelContext& ctx, int64_t M, int64_t E, const int64_t* counts, double coeff,
                  float* bias);
+};
+
+struct MoeCombineKernel {  // MoeDims::F is unused
+  // rows [T*k, D] in routing order in the dtype; weights [T, k] in the grad dtype; y [T, D] in the dtype.
+  void (*forward)(const KernelContext& ctx, const MoeDims& d, const void* rows, const void* weights,
+                  const int64_t* indices, void* y);
+  // dy [T, D], drows [T*k, D] (routing order) and dweights [T, k] in the grad dtype; a null output
+  // is not computed; the others are overwritten.
+  void (*backward)(const KernelContext& ctx, const MoeDims& d, const void* rows, const void* weights,
+                   const int64_t* indices, const void* dy, void* drows, void* dweights);
 };
 
 struct MoeExpertsKernel {

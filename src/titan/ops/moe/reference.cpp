@@ -284,6 +284,63 @@ void experts_backward_ref(const KernelContext& ctx, const MoeDims& d, const void
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Combine: moe_experts' weighted un-permute on rows computed elsewhere (expert parallelism), with
+// its rounding points: T(A(acc) + A(T(A(row) * w))) in ascending expert order.
+template <class T, class A>
+void combine_forward_ref(const KernelContext&, const MoeDims& d, const void* rv, const void* wv,
+                         const int64_t* indices, void* yv) {
+  const T* rows = static_cast<const T*>(rv);
+  const A* weights = static_cast<const A*>(wv);
+  T* y = static_cast<T*>(yv);
+  const int64_t D = d.D, k = d.k, n = d.T * d.k;
+  std::vector<int64_t> order(n), pos(n), offsets(d.E + 1);
+  moe_routing_order(d, indices, order.data(), pos.data(), offsets.data());
+  // Tokens are independent: threaded over them (the layer's own path under expert parallelism).
+#pragma omp parallel for schedule(static) if (n * D > 65536)
+  for (int64_t t = 0; t < d.T; ++t) {
+    std::vector<T> acc(D, T(A(0)));
+    std::vector<int64_t> slots(pos.begin() + t * k, pos.begin() + t * k + k);
+    std::sort(slots.begin(), slots.end());  // routing order is expert order
+    for (int64_t r : slots) {
+      const A w = A(T(weights[order[size_t(r)]]));
+      const T* row = rows + r * D;
+      for (int64_t c = 0; c < D; ++c) acc[size_t(c)] = T(A(acc[size_t(c)]) + A(T(A(row[c]) * w)));
+    }
+    for (int64_t c = 0; c < D; ++c) y[t * D + c] = acc[size_t(c)];
+  }
+}
+
+template <class T, class A>
+void combine_backward_ref(const KernelContext&, const MoeDims& d, const void* rv, const void* wv,
+                          const int64_t* indices, const void* dyv, void* drv, void* dwv) {
+  const T* rows = static_cast<const T*>(rv);
+  const A *weights = static_cast<const A*>(wv), *dy = static_cast<const A*>(dyv);
+  A *drows = static_cast<A*>(drv), *dweights = static_cast<A*>(dwv);
+  const int64_t D = d.D, k = d.k, n = d.T * d.k;
+  std::vector<int64_t> order(n), pos(n), offsets(d.E + 1);
+  moe_routing_order(d, indices, order.data(), pos.data(), offsets.data());
+#pragma omp parallel for schedule(static) if (n * D > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = i / k, r = pos[size_t(i)];
+    const A* dyt = dy + t * D;
+    const T* row = rows + r * D;
+    if (dweights) {  // d(row . w)/dw with the row as it is stored, as torch's mul backward
+      A acc = 0;
+      for (int64_t c = 0; c < D; ++c) acc += dyt[c] * A(row[c]);
+      dweights[i] = acc;
+    }
+    if (drows) {
+      const A w = A(T(weights[i]));
+      for (int64_t c = 0; c < D; ++c) drows[r * D + c] = w * dyt[c];
+    }
+  }
+}
+
+const bool moe_combine_kernels_registered = kernels::register_reference_kernels(
+    "moe_combine", "per token loops, threaded over tokens", "f32 math, transformers' bf16 rounding points",
+    TITAN_REFERENCE_KERNEL(MoeCombineKernel, combine_forward_ref<T, Acc>, combine_backward_ref<T, Acc>));
+
 const bool moe_experts_kernels_registered = kernels::register_reference_kernels(
     "moe_experts", "per (token, slot) dot-product loops", "f32 math, transformers' bf16 rounding points",
     TITAN_REFERENCE_KERNEL(MoeExpertsKernel, experts_forward_ref<T, Acc>, experts_backward_ref<T, Acc>));

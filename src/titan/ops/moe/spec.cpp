@@ -86,6 +86,40 @@ TITAN_REGISTER_OP_SPEC(moe_aux_loss,
                         "f64 sums in another order, rounded once",
                         {{1, 1, 1}, {37, 8, 2}}});
 
+// The experts' output rows of T*k (token, slot) pairs and their routing weights, routed by the
+// reference router.
+TITAN_REGISTER_OP_SPEC(moe_combine,
+                       {"moe_combine",
+                        {"T", "D", "E", "k"},
+                        4,
+                        {{1, 8, 3, 1}, {5, 6, 4, 2}, {37, 24, 7, 3}, {131, 72, 8, 2}},
+                        [](const Dims& s) { return s[3] <= s[2] ? std::string() : "k must be <= E"; },
+                        [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
+                          const int64_t T = s[0], D = s[1], E = s[2], k = s[3];
+                          ops::RouterOutput r;
+                          {
+                            autograd::NoGradGuard no_grad;
+                            ForceVariant ref("router_topk", "reference");
+                            r = ops::router_topk(spec_uniform({T, E}, DType::F32, seed, -2, 2), k, true);
+                          }
+                          const DType wdt = dt == DType::F64 ? DType::F64 : DType::F32;
+                          return ParityCase{
+                              {spec_grad_input(spec_uniform({T * k, D}, dt, seed + 1)),
+                               spec_grad_input(r.weights.to(wdt)), r.indices.tensor()},
+                              {"rows", "weights", "indices"},
+                              [E](const std::vector<Tensor>& in) {
+                                return std::vector<Tensor>{ops::moe_combine(
+                                    in[0], in[1], ops::expert_indices(in[2], E, "moe_combine"))};
+                              },
+                              {"y"}};
+                        },
+                        [](const Dims& s, DType dt, Device, const std::string&) -> Tolerance {
+                          if (dt == DType::F64) return spec_f64_tolerance(double(s[1]));
+                          return dt == DType::BF16 ? Tolerance{1e-2, 1e-2} : Tolerance{1e-6, 1e-5};
+                        },
+                        "k products per element in one order; the weights' gradient is a D-long dot product",
+                        {{1, 8, 3, 1}, {5, 6, 4, 2}, {37, 24, 7, 3}}});
+
 TITAN_REGISTER_OP_SPEC(moe_experts,
                        {"moe_experts",
                         {"T", "D", "F", "E", "k"},

@@ -1,0 +1,86 @@
+#include "titan/dist/expert_exchange.h"
+
+#include <numeric>
+#include <vector>
+
+#include "titan/autograd/autograd.h"
+#include "titan/core/check.h"
+
+namespace titan::dist {
+namespace {
+
+// Elements per rank of rows of `row_elements` elements each.
+std::vector<int64_t> elements(std::span<const int64_t> rows, int64_t row_elements) {
+  std::vector<int64_t> out(rows.begin(), rows.end());
+  for (int64_t& c : out) c *= row_elements;
+  return out;
+}
+
+int64_t total(std::span<const int64_t> rows) {
+  return std::accumulate(rows.begin(), rows.end(), int64_t(0));
+}
+
+// rows [sum(send), ...] -> [sum(recv), ...]: one all_to_all, no autograd.
+Tensor move_rows(Communicator& group, const Tensor& rows_in, std::span<const int64_t> send,
+                 std::span<const int64_t> recv) {
+  const Tensor rows = rows_in.contiguous();
+  Shape shape = rows.shape();
+  const int64_t row_elements = shape.size() > 1 ? rows.numel() / std::max<int64_t>(shape[0], 1) : 1;
+  shape[0] = total(recv);
+  Tensor out = Tensor::empty(shape, rows.dtype(), rows.device());
+  const std::vector<int64_t> send_elements = elements(send, row_elements),
+                             recv_elements = elements(recv, row_elements);
+  group.all_to_all(rows.raw_data(), send_elements, out.raw_data(), recv_elements, rows.dtype(),
+                   device_services(rows.device()).context());
+  return out;
+}
+
+class CommunicatorExchange final : public nn::ExpertExchange {
+ public:
+  explicit CommunicatorExchange(Communicator& group) : group_(group) {}
+  int size() const override { return group_.size(); }
+  int rank() const override { return group_.rank(); }
+
+  std::vector<int64_t> exchange_counts(std::span<const int64_t> send_rows) override {
+    TITAN_CHECK(int64_t(send_rows.size()) == group_.size(), "expert exchange: ", send_rows.size(),
+                " row counts for a group of ", group_.size(), " ranks");
+    std::vector<int64_t> recv(send_rows.size());
+    const std::vector<int64_t> ones(send_rows.size(), 1);
+    group_.all_to_all(send_rows.data(), ones, recv.data(), ones, DType::I64, host_context());
+    return recv;
+  }
+
+  Tensor exchange(const Tensor& rows, std::span<const int64_t> send_rows,
+                  std::span<const int64_t> recv_rows) override {
+    TITAN_CHECK(rows.dim() >= 1 && rows.size(0) == total(send_rows), "expert exchange: rows ", rows.str(),
+                " do not match the ", total(send_rows), " rows the counts send");
+    Tensor out = move_rows(group_, rows.detach(), send_rows, recv_rows);
+    if (autograd::needs_grad({&rows})) {
+      // The gradient rows go back the way the rows came. The spans die with this call: copies.
+      const std::vector<int64_t> send(send_rows.begin(), send_rows.end()),
+          recv(recv_rows.begin(), recv_rows.end());
+      // Every rank must take part, so a missing gradient travels as zeros.
+      Communicator& group = group_;
+      const Shape shape = out.shape();
+      const DType gd = grad_dtype(out.dtype());
+      const Device device = out.device();
+      autograd::record("expert_exchange", {rows}, {&out},
+                       [&group, send, recv, shape, gd, device](const std::vector<Tensor>& g) {
+                         const Tensor dout = g[0].defined() ? g[0] : Tensor::zeros(shape, gd, device);
+                         return std::vector<Tensor>{move_rows(group, dout, recv, send)};
+                       });
+    }
+    return out;
+  }
+
+ private:
+  Communicator& group_;
+};
+
+}  // namespace
+
+std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group) {
+  return std::make_unique<CommunicatorExchange>(group);
+}
+
+}  // namespace titan::dist

@@ -1,0 +1,14 @@
+#pragma once
+// nn::ExpertExchange over a communicator: the rows of expert-parallel MoE layers (nn/expert_parallel.h)
+// travel in all_to_all collectives of the group's communicator, on the rows' device.
+#include <memory>
+
+#include "titan/dist/communicator.h"
+#include "titan/nn/expert_parallel.h"
+
+namespace titan::dist {
+
+// `group` (the ranks sharing the experts) must outlive the exchange.
+std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group);
+
+}  // namespace titan::dist

@@ -1,0 +1,51 @@
+#include "titan/nn/expert_parallel.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "titan/core/check.h"
+#include "titan/ops/embedding/embedding.h"
+
+namespace titan::nn {
+
+Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops::ExpertIndices& routed,
+                               const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
+                               ExpertExchange& group) {
+  const Tensor& indices_on_device = routed.tensor();
+  const int64_t P = group.size(), E = routed.num_experts();
+  TITAN_CHECK(x.dim() == 2 && indices_on_device.dim() == 2 && indices_on_device.size(0) == x.size(0),
+              "expert_parallel_experts: expected x [T, D] and indices [T, k]; got x ", x.str(), ", indices ",
+              indices_on_device.str());
+  TITAN_CHECK(w_gate.dim() == 3 && w_gate.size(0) * P == E, "expert_parallel_experts: ", E, " experts over ",
+              P, " ranks: each holds ", E % P == 0 ? E / P : -1,
+              (E % P == 0 ? "" : " (E must be a multiple of the ranks)"), "; this rank's w_gate is ",
+              w_gate.str());
+  const int64_t T = x.size(0), D = x.size(1), k = indices_on_device.size(1), n = T * k, local = E / P;
+
+  // The routing order on the host: rows sorted by expert are rows grouped by destination rank.
+  const Tensor indices = indices_on_device.to(Device::CPU);
+  std::vector<int64_t> order(n), pos(n), offsets(E + 1);
+  ops::moe_routing_order({T, D, 0, E, k}, indices.data<int64_t>(), order.data(), pos.data(), offsets.data());
+  std::vector<int64_t> token_of_row(n), local_expert(n), send_rows(P);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t expert = indices.data<int64_t>()[order[r]];
+    token_of_row[r] = order[r] / k;
+    local_expert[r] = expert % local;
+  }
+  for (int64_t p = 0; p < P; ++p) send_rows[p] = offsets[(p + 1) * local] - offsets[p * local];
+  const std::vector<int64_t> recv_rows = group.exchange_counts(send_rows);
+  const int64_t received = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t(0));
+
+  // Out: each row of x once per slot, to the rank of its expert, with that expert's local index.
+  const Tensor rows = ops::embedding(Tensor::from_vector(token_of_row, {n}).to(x.device()), x);
+  const Tensor mine = group.exchange(rows, send_rows, recv_rows);
+  const Tensor my_experts =
+      group.exchange(Tensor::from_vector(local_expert, {n, 1}).to(x.device()), send_rows, recv_rows);
+  // Each received row through its expert alone: weight 1, exact in every dtype.
+  const Tensor ones = Tensor::full({received, 1}, 1.0, grad_dtype(x.dtype()), x.device());
+  const Tensor outputs = ops::moe_experts(mine, ones, my_experts, w_gate, w_up, w_down);
+  // Back: the outputs to the ranks of their tokens, in the order they were sent (routing order).
+  return ops::moe_combine(group.exchange(outputs, recv_rows, send_rows), weights, routed);
+}
+
+}  // namespace titan::nn

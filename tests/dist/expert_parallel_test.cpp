@@ -1,0 +1,179 @@
+// Expert parallelism (nn::expert_parallel_experts over dist::expert_exchange) on real MPI ranks
+// (`mpirun -np 2` and `-np 4`, this program again): every rank routes its own tokens (an uneven
+// share of one global batch) and holds E/P of the experts; its output and the gradients of its
+// tokens, its routing weights and its experts must be those of ops::moe_experts over the whole batch
+// with every expert in one process: the same bits in the forward (the same rows reach the same
+// expert GEMMs in the same order), and the backward within the reassociation of its sums.
+#include "titan/nn/expert_parallel.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/op_test_util.h"
+#include "test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/dist/communicator.h"
+#include "titan/dist/expert_exchange.h"
+#include "titan/kernels/registry.h"
+
+namespace titan {
+namespace {
+
+namespace tt = titan::testing;
+
+// Set by the parent test for the ranks it starts under mpirun.
+constexpr const char* kRankEnv = "TITAN_EXPERT_PARALLEL_TEST_RANKS";
+constexpr int kRankTests = 4;
+
+// The global problem: rank r routes 9 + 4r tokens (uneven shares), E = 8 experts of which each
+// token takes k = 2; D = 24, F = 20.
+constexpr int64_t kExperts = 8, kTopK = 2, kDim = 24, kHidden = 20;
+int64_t tokens_of(int rank) {
+  return 9 + 4 * rank;
+}
+int64_t first_token_of(int rank) {
+  int64_t t = 0;
+  for (int r = 0; r < rank; ++r) t += tokens_of(r);
+  return t;
+}
+
+double largest_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// Runs the layer for this rank's tokens and experts over `group`, and the whole batch with every
+// expert in this process, and compares them.
+void check_expert_parallel(dist::Communicator& world, DType dt, const char* variant) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + ", moe_experts " + variant + ", rank " +
+               std::to_string(world.rank()) + " of " + std::to_string(world.size()));
+  kernels::ForceVariant force("moe_experts", variant);
+  const int P = world.size(), rank = world.rank();
+  const int64_t T = first_token_of(P), mine = tokens_of(rank), first = first_token_of(rank),
+                local = kExperts / P;
+  // The same global data on every rank (fixed seeds).
+  ops::RouterOutput routed;
+  {
+    autograd::NoGradGuard no_grad;
+    routed = ops::router_topk(tt::random_tensor({T, kExperts}, DType::F32, 11, -2, 2), kTopK, true);
+  }
+  const DType gd = grad_dtype(dt);
+  const double sd = 1.7 / std::sqrt(double(kDim)), sf = 1.7 / std::sqrt(double(kHidden));
+  const Tensor x = tt::random_tensor({T, kDim}, dt, 12), weights = routed.weights.detach().to(gd),
+               w_gate = tt::random_tensor({kExperts, kHidden, kDim}, dt, 13, -sd, sd),
+               w_up = tt::random_tensor({kExperts, kHidden, kDim}, dt, 14, -sd, sd),
+               w_down = tt::random_tensor({kExperts, kDim, kHidden}, dt, 15, -sf, sf),
+               dy = tt::random_tensor({T, kDim}, gd, 16);
+  auto leaf = [](const Tensor& t) { return t.contiguous().clone().set_requires_grad(true); };
+
+  // One process, every expert.
+  std::vector<Tensor> all = {leaf(x), leaf(weights), leaf(w_gate), leaf(w_up), leaf(w_down)};
+  const Tensor y_all = ops::moe_experts(all[0], all[1], routed.indices, all[2], all[3], all[4]);
+  autograd::backward(autograd::current_tape(), {y_all}, {dy});
+
+  // This rank: its tokens, its experts.
+  std::vector<Tensor> ep = {leaf(x.narrow(0, first, mine)), leaf(weights.narrow(0, first, mine)),
+                            leaf(w_gate.narrow(0, rank * local, local)),
+                            leaf(w_up.narrow(0, rank * local, local)),
+                            leaf(w_down.narrow(0, rank * local, local))};
+  const ops::ExpertIndices my_routing =
+      ops::expert_indices(routed.indices.tensor().narrow(0, first, mine), kExperts, "test");
+  const std::unique_ptr<nn::ExpertExchange> group = dist::expert_exchange(world);
+  const Tensor y = nn::expert_parallel_experts(ep[0], ep[1], my_routing, ep[2], ep[3], ep[4], *group);
+  autograd::backward(autograd::current_tape(), {y}, {dy.narrow(0, first, mine).contiguous()});
+
+  const Tensor y_want = y_all.narrow(0, first, mine);
+  // f32's default kernel may fuse its un-permute's multiply-add where moe_combine rounds (an ulp).
+  if (dt == DType::F32 && std::string(variant) == "default")
+    EXPECT_LE(tt::max_abs_diff(y, y_want), 1e-6 * largest_abs(y_want));
+  else
+    EXPECT_EQ(tt::max_abs_diff(y, y_want), 0.0) << "the forward must be moe_experts' bits";
+
+  const double tol = dt == DType::F64 ? 1e-13 : dt == DType::F32 ? 1e-5 : 1e-2;
+  const Tensor want[] = {all[0].grad().narrow(0, first, mine), all[1].grad().narrow(0, first, mine),
+                         all[2].grad().narrow(0, rank * local, local),
+                         all[3].grad().narrow(0, rank * local, local),
+                         all[4].grad().narrow(0, rank * local, local)};
+  const char* names[] = {"dx", "dweights", "dw_gate", "dw_up", "dw_down"};
+  for (size_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(ep[i].grad().defined()) << names[i];
+    EXPECT_LE(tt::max_abs_diff(ep[i].grad(), want[i]), tol * largest_abs(want[i])) << names[i];
+  }
+  // The experts' gradients came from other ranks' tokens too (not only from this rank's).
+  if (P > 1) {
+    EXPECT_GT(largest_abs(want[2]), 0.0);
+  }
+}
+
+TEST(ExpertParallel, OneRankIsMoeExperts) {
+  if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
+  const std::unique_ptr<dist::Communicator> one = dist::single_process_communicator();
+  check_expert_parallel(*one, DType::F64, "reference");
+  check_expert_parallel(*one, DType::F32, "default");
+  check_expert_parallel(*one, DType::BF16, "default");
+}
+
+TEST(ExpertParallel, OverTwoAndFourRanksIsMoeExperts) {
+  if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
+  std::string found;
+  if (tt::run_command("command -v mpirun", &found) != 0) GTEST_SKIP() << "mpirun not found on PATH";
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    std::string out;
+    const int rc = tt::run_command(
+        std::string("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+            kRankEnv + "=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x " + kRankEnv +
+            " -np " + std::to_string(ranks) + " " + self +
+            " --gtest_color=no --gtest_filter='ExpertParallelRanks.*'",
+        &out);
+    EXPECT_EQ(rc, 0) << out;
+    const std::string passed_line = "[  PASSED  ] " + std::to_string(kRankTests) + " tests";
+    int passed = 0;
+    for (size_t at = out.find(passed_line); at != std::string::npos; at = out.find(passed_line, at + 1))
+      ++passed;
+    EXPECT_EQ(passed, ranks) << "every rank must pass the ExpertParallelRanks tests:\n" << out;
+  }
+}
+
+// The rank side (skipped when run directly).
+#define REQUIRE_RANK()                                                                                \
+  do {                                                                                                \
+    if (!std::getenv(kRankEnv))                                                                       \
+      GTEST_SKIP() << "runs under mpirun, started by ExpertParallel.OverTwoAndFourRanksIsMoeExperts"; \
+  } while (0)
+
+// The ranks' world: MPI, made once per process (MPI is initialised once).
+dist::Communicator& rank_world() {
+  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(60);
+  return *world;
+}
+
+TEST(ExpertParallelRanks, F64ReferenceKernels) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::F64, "reference");
+}
+TEST(ExpertParallelRanks, F32ReferenceKernels) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::F32, "reference");
+}
+TEST(ExpertParallelRanks, F32DefaultKernels) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::F32, "default");
+}
+TEST(ExpertParallelRanks, Bf16DefaultKernels) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::BF16, "default");
+}
+
+}  // namespace
+}  // namespace titan
