@@ -1,6 +1,7 @@
 // CUDA MoE kernels (ops/moe/cuda.h) against the CPU "reference" kernels of ops/moe: router
 // forward/backward (with and without expert bias and renormalisation), expert counts, the routing
-// order, the aux loss, and the experts forward/backward in f32 and bf16. Skips without a GPU.
+// order, the aux loss, the experts forward/backward in f32 and bf16, and moe_combine. Skips without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,6 +22,7 @@ TEST(CudaMoe, NeedsTheCudaBackend) {
 
 #include "backend/cuda_kernel_test_util.h"
 #include "backend/cuda_test_util.h"
+#include "ops/op_test_util.h"
 #include "titan/backend/cuda/cudnn_moe.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/cuda.h"
@@ -149,6 +151,27 @@ TEST(CudaMoe, RoutingOrderMatchesTheHostOrder) {
   EXPECT_EQ(order_d.download<int64_t>(), order_r);
   EXPECT_EQ(pos_d.download<int64_t>(), pos_r);
   EXPECT_EQ(off_d.download<int64_t>(), off_r);
+}
+
+// moe_combine (expert parallelism's weighted sum) on the GPU against the CPU reference: y with the
+// same rounding points and order, the rows' and routing weights' gradients (a D-long f32 sum), on
+// rows whose expert order differs from their slot order.
+TEST(CudaMoe, CombineMatchesTheReference) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t T = 131, D = 72, E = 8, k = 3;
+  const ops::RouterOutput r =
+      ops::router_topk(testing::random_tensor({T, E}, DType::F32, 7, -2, 2), k, /*renormalize=*/true);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    testing::expect_device_matches_reference(
+        "moe_combine", Device::CUDA,
+        [E](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{ops::moe_combine(in[0], in[1], ops::expert_indices(in[2], E))};
+        },
+        {testing::random_tensor({T * k, D}, dt, 8).set_requires_grad(true),
+         r.weights.detach().clone().set_requires_grad(true), r.indices.tensor()},
+        1e-7 * double(D), 1e-5);
+  }
 }
 
 // Three layers of statistics (the last over several 64-row chunks of the column sums, the final

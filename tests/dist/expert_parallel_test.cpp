@@ -1,6 +1,7 @@
 // Expert parallelism (nn::expert_parallel_experts over dist::expert_exchange) on real MPI ranks
 // (`mpirun -np 2` and `-np 4`, this program again): every rank routes its own tokens (an uneven
-// share of one global batch) and holds E/P of the experts; its output and the gradients of its
+// share of one global batch; in two cases none for rank 1, and no row for the last rank's experts)
+// and holds E/P of the experts; its output and the gradients of its
 // tokens, its routing weights and its experts must be those of ops::moe_experts over the whole batch
 // with every expert in one process: the same bits in the forward (the same rows reach the same
 // expert GEMMs in the same order), and the backward within the reassociation of its sums.
@@ -30,17 +31,18 @@ namespace tt = titan::testing;
 
 // Set by the parent test for the ranks it starts under mpirun.
 constexpr const char* kRankEnv = "TITAN_EXPERT_PARALLEL_TEST_RANKS";
-constexpr int kRankTests = 4;
+constexpr int kRankTests = 6;
 
 // The global problem: rank r routes 9 + 4r tokens (uneven shares), E = 8 experts of which each
-// token takes k = 2; D = 24, F = 20.
+// token takes k = 2; D = 24, F = 20. With `empties`, rank 1 routes no token and no token picks the
+// last rank's experts (their router logits sit 8 below the others'), so that rank receives no row.
 constexpr int64_t kExperts = 8, kTopK = 2, kDim = 24, kHidden = 20;
-int64_t tokens_of(int rank) {
-  return 9 + 4 * rank;
+int64_t tokens_of(int rank, bool empties) {
+  return empties && rank == 1 ? 0 : 9 + 4 * rank;
 }
-int64_t first_token_of(int rank) {
+int64_t first_token_of(int rank, bool empties) {
   int64_t t = 0;
-  for (int r = 0; r < rank; ++r) t += tokens_of(r);
+  for (int r = 0; r < rank; ++r) t += tokens_of(r, empties);
   return t;
 }
 
@@ -52,18 +54,23 @@ double largest_abs(const Tensor& t) {
 
 // Runs the layer for this rank's tokens and experts over `group`, and the whole batch with every
 // expert in this process, and compares them.
-void check_expert_parallel(dist::Communicator& world, DType dt, const char* variant) {
+void check_expert_parallel(dist::Communicator& world, DType dt, const char* variant, bool empties = false) {
   SCOPED_TRACE(std::string(dtype_name(dt)) + ", moe_experts " + variant + ", rank " +
-               std::to_string(world.rank()) + " of " + std::to_string(world.size()));
+               std::to_string(world.rank()) + " of " + std::to_string(world.size()) +
+               (empties ? ", a rank without tokens and one whose experts get no row" : ""));
   kernels::ForceVariant force("moe_experts", variant);
   const int P = world.size(), rank = world.rank();
-  const int64_t T = first_token_of(P), mine = tokens_of(rank), first = first_token_of(rank),
-                local = kExperts / P;
+  const int64_t T = first_token_of(P, empties), mine = tokens_of(rank, empties),
+                first = first_token_of(rank, empties), local = kExperts / P;
   // The same global data on every rank (fixed seeds).
   ops::RouterOutput routed;
   {
     autograd::NoGradGuard no_grad;
-    routed = ops::router_topk(tt::random_tensor({T, kExperts}, DType::F32, 11, -2, 2), kTopK, true);
+    std::vector<double> logits = tt::random_tensor({T, kExperts}, DType::F64, 11, -2, 2).to_vector();
+    if (empties && P > 1)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t e = kExperts - local; e < kExperts; ++e) logits[size_t(t * kExperts + e)] -= 8;
+    routed = ops::router_topk(Tensor::from_vector(logits, {T, kExperts}, DType::F32), kTopK, true);
   }
   const DType gd = grad_dtype(dt);
   const double sd = 1.7 / std::sqrt(double(kDim)), sf = 1.7 / std::sqrt(double(kHidden));
@@ -104,12 +111,24 @@ void check_expert_parallel(dist::Communicator& world, DType dt, const char* vari
                          all[4].grad().narrow(0, rank * local, local)};
   const char* names[] = {"dx", "dweights", "dw_gate", "dw_up", "dw_down"};
   for (size_t i = 0; i < 5; ++i) {
+    if (want[i].numel() == 0) continue;  // a rank without tokens
     ASSERT_TRUE(ep[i].grad().defined()) << names[i];
     EXPECT_LE(tt::max_abs_diff(ep[i].grad(), want[i]), tol * largest_abs(want[i])) << names[i];
   }
-  // The experts' gradients came from other ranks' tokens too (not only from this rank's).
-  if (P > 1) {
-    EXPECT_GT(largest_abs(want[2]), 0.0);
+  // Where other ranks' tokens reach this rank's experts (every rank has tokens for every rank's
+  // experts without `empties`), their gradients are not what this rank's own tokens give them:
+  // the rows really travelled.
+  if (!empties && P > 1) {
+    std::vector<Tensor> own = {leaf(x.narrow(0, first, mine)), leaf(weights.narrow(0, first, mine)),
+                               leaf(w_gate), leaf(w_up), leaf(w_down)};
+    const Tensor y_own = ops::moe_experts(own[0], own[1], my_routing, own[2], own[3], own[4]);
+    autograd::backward(autograd::current_tape(), {y_own}, {dy.narrow(0, first, mine).contiguous()});
+    const Tensor own_gate = own[2].grad().defined() ? own[2].grad().narrow(0, rank * local, local)
+                                                    : Tensor::zeros(want[2].shape(), want[2].dtype());
+    EXPECT_GT(tt::max_abs_diff(ep[2].grad(), own_gate), 1e-3 * largest_abs(want[2]));
+  }
+  if (empties && P > 1 && rank == P - 1) {
+    EXPECT_EQ(largest_abs(ep[2].grad()), 0.0) << "no row reached the last rank's experts";
   }
 }
 
@@ -173,6 +192,14 @@ TEST(ExpertParallelRanks, F32DefaultKernels) {
 TEST(ExpertParallelRanks, Bf16DefaultKernels) {
   REQUIRE_RANK();
   check_expert_parallel(rank_world(), DType::BF16, "default");
+}
+TEST(ExpertParallelRanks, F64ARankWithoutTokensAndExpertsWithoutRows) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::F64, "reference", /*empties=*/true);
+}
+TEST(ExpertParallelRanks, F32ARankWithoutTokensAndExpertsWithoutRows) {
+  REQUIRE_RANK();
+  check_expert_parallel(rank_world(), DType::F32, "default", /*empties=*/true);
 }
 
 }  // namespace

@@ -25,7 +25,9 @@ Tensor move_rows(Communicator& group, const Tensor& rows_in, std::span<const int
                  std::span<const int64_t> recv) {
   const Tensor rows = rows_in.contiguous();
   Shape shape = rows.shape();
-  const int64_t row_elements = shape.size() > 1 ? rows.numel() / std::max<int64_t>(shape[0], 1) : 1;
+  // From the shape, not numel: a rank sending no rows still receives whole rows.
+  int64_t row_elements = 1;
+  for (size_t d = 1; d < shape.size(); ++d) row_elements *= shape[d];
   shape[0] = total(recv);
   Tensor out = Tensor::empty(shape, rows.dtype(), rows.device());
   const std::vector<int64_t> send_elements = elements(send, row_elements),
@@ -59,16 +61,13 @@ class CommunicatorExchange final : public nn::ExpertExchange {
       // The gradient rows go back the way the rows came. The spans die with this call: copies.
       const std::vector<int64_t> send(send_rows.begin(), send_rows.end()),
           recv(recv_rows.begin(), recv_rows.end());
-      // Every rank must take part, so a missing gradient travels as zeros.
+      // A collective in the backward: every rank of the group must back-propagate through the
+      // layer's output (autograd runs a node only when a gradient reaches it), as every rank of a
+      // data-parallel step does through its loss.
       Communicator& group = group_;
-      const Shape shape = out.shape();
-      const DType gd = grad_dtype(out.dtype());
-      const Device device = out.device();
-      autograd::record("expert_exchange", {rows}, {&out},
-                       [&group, send, recv, shape, gd, device](const std::vector<Tensor>& g) {
-                         const Tensor dout = g[0].defined() ? g[0] : Tensor::zeros(shape, gd, device);
-                         return std::vector<Tensor>{move_rows(group, dout, recv, send)};
-                       });
+      autograd::record("expert_exchange", {rows}, {&out}, [&group, send, recv](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{move_rows(group, g[0], recv, send)};
+      });
     }
     return out;
   }

@@ -8,7 +8,8 @@
 
 namespace titan::dist {
 
-// `group` (the ranks sharing the experts) must outlive the exchange.
+// `group` (the ranks sharing the experts) must outlive the exchange and every backward of a graph
+// recorded through it (the backward's exchanges run over it).
 std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group);
 
 }  // namespace titan::dist

@@ -3,7 +3,8 @@
 // layer are split over a group of P ranks, rank p holding experts [p * E/P, (p+1) * E/P) whole, and
 // every rank routing its own tokens. A token's (token, slot) rows travel to the ranks holding their
 // experts, which run them, and the outputs travel back to be weighted and summed where the token
-// lives: two exchanges (all-to-all) forward, two backward, instead of gathering every expert's
+// lives: forward, one all-to-all of counts and three of rows (the rows, their experts' local
+// numbers, the outputs back), backward two of gradient rows, instead of gathering every expert's
 // weights on every rank as FSDP does.
 #include <cstdint>
 #include <span>
@@ -27,7 +28,7 @@ class ExpertExchange {
   virtual std::vector<int64_t> exchange_counts(std::span<const int64_t> send_rows) = 0;
   // rows [sum(send_rows), ...] packed by destination rank -> [sum(recv_rows), ...] packed by
   // source rank, on rows' device in rows' dtype. Differentiable: the backward sends the gradient
-  // rows back the way they came.
+  // rows back the way they came, so every rank of the group must back-propagate through it.
   virtual Tensor exchange(const Tensor& rows, std::span<const int64_t> send_rows,
                           std::span<const int64_t> recv_rows) = 0;
 };
