@@ -23,6 +23,7 @@
 #include "titan/dist/communicator.h"
 #include "titan/dist/expert_exchange.h"
 #include "titan/kernels/registry.h"
+#include "titan/models/qwen3/model.h"
 
 namespace titan {
 namespace {
@@ -31,7 +32,7 @@ namespace tt = titan::testing;
 
 // Set by the parent test for the ranks it starts under mpirun.
 constexpr const char* kRankEnv = "TITAN_EXPERT_PARALLEL_TEST_RANKS";
-constexpr int kRankTests = 6;
+constexpr int kRankTests = 7;
 
 // The global problem: rank r routes 9 + 4r tokens (uneven shares), E = 8 experts of which each
 // token takes k = 2; D = 24, F = 20. With `empties`, rank 1 routes no token and no token picks the
@@ -132,6 +133,61 @@ void check_expert_parallel(dist::Communicator& world, DType dt, const char* vari
   }
 }
 
+// A Qwen3-MoE model whose experts are split over the ranks (each holding E/P of every layer's, with
+// the values a one-process model of the same seed draws for them), each rank training on its own
+// rows: its loss is the one-process model's on those rows, its experts' gradients are the
+// one-process gradients of every rank's loss summed, and its other gradients summed over the ranks
+// are those too. f64 compute (reference kernels), f32 masters and gradients.
+void check_split_model(dist::Communicator& world) {
+  const int P = world.size(), rank = world.rank();
+  SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(P));
+  kernels::ForceVariant force("moe_experts", "reference");
+  qwen3::ModelArgs a;
+  a.vocab_size = 256, a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8;
+  a.hidden_dim = 64, a.max_seq_len = 32, a.num_experts = 8, a.top_k = 2, a.moe_hidden_dim = 16;
+  const int64_t S = 16, rows = 2, local = a.num_experts / P;
+  std::vector<int64_t> ids(size_t(rows * P * (S + 1)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 2654435761u + 17) % uint64_t(a.vocab_size));
+  const Tensor all = Tensor::from_vector(ids, {rows * P, S + 1});
+  auto inputs_of = [&](int r) { return all.narrow(0, r * rows, rows).narrow(1, 0, S).contiguous(); };
+  auto targets_of = [&](int r) { return all.narrow(0, r * rows, rows).narrow(1, 1, S).contiguous(); };
+
+  qwen3::Qwen3Model one(a, DType::F64);
+  one.initialize(5, qwen3::InitScheme::Torchtitan);
+  std::vector<double> one_loss;
+  for (int r = 0; r < P; ++r) {  // every rank's rows, their gradients summed
+    const qwen3::LossOutput out = one.forward_loss(inputs_of(r), targets_of(r));
+    one_loss.push_back(out.loss.item());
+    autograd::backward(out.loss);
+  }
+
+  qwen3::Qwen3Model split(a, DType::F64, Device::CPU, {}, qwen3::Purpose::Training, {rank, P});
+  split.initialize(5, qwen3::InitScheme::Torchtitan);
+  const std::unique_ptr<nn::ExpertExchange> group = dist::expert_exchange(world);
+  split.set_expert_exchange(group.get());
+  ASSERT_EQ(split.blocks().size(), size_t(a.n_layers + 2 + a.n_layers)) << "one block of experts per layer";
+  const qwen3::LossOutput out = split.forward_loss(inputs_of(rank), targets_of(rank));
+  EXPECT_NEAR(out.loss.item(), one_loss[size_t(rank)], 1e-12 * std::abs(one_loss[size_t(rank)]));
+  autograd::backward(out.loss);
+
+  int experts_checked = 0;
+  for (nn::Param* p : split.params()) {
+    SCOPED_TRACE(p->name);
+    const nn::Param* whole = one.find_param(p->name);
+    ASSERT_TRUE(whole);
+    const bool expert = p->name.find(".moe.experts.") != std::string::npos;
+    const Tensor want_value = expert ? whole->value.narrow(0, rank * local, local) : whole->value;
+    EXPECT_EQ(tt::max_abs_diff(p->value, want_value), 0.0) << "initialised as the one-process model";
+    const Tensor want = expert ? whole->value.grad().narrow(0, rank * local, local) : whole->value.grad();
+    Tensor got = p->value.grad().contiguous().clone();
+    if (!expert)  // every rank's share of the dense gradients, summed
+      world.all_reduce(got.raw_data(), got.numel(), DType::F32, dist::ReduceOp::Sum, dist::host_context());
+    EXPECT_LE(tt::max_abs_diff(got, want), 1e-5 * std::max(1e-6, largest_abs(want)));
+    experts_checked += expert;
+  }
+  EXPECT_EQ(experts_checked, 3 * a.n_layers);
+}
+
 TEST(ExpertParallel, OneRankIsMoeExperts) {
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
   const std::unique_ptr<dist::Communicator> one = dist::single_process_communicator();
@@ -177,6 +233,10 @@ dist::Communicator& rank_world() {
   return *world;
 }
 
+TEST(ExpertParallelRanks, AQwen3MoeWithSplitExpertsIsTheOneProcessModel) {
+  REQUIRE_RANK();
+  check_split_model(rank_world());
+}
 TEST(ExpertParallelRanks, F64ReferenceKernels) {
   REQUIRE_RANK();
   check_expert_parallel(rank_world(), DType::F64, "reference");

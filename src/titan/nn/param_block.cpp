@@ -21,6 +21,7 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
     total = (total + 15) / 16 * 16;
     Param& p = params_.emplace_back();
     p.name = s.name, p.shape = s.shape, p.offset = total, p.init = s.init, p.std = s.std;
+    p.first_element = s.first_element;
     total += shape_numel(s.shape);
   }
   if (shard.count <= 1) {
@@ -144,7 +145,7 @@ void ParamBlock::initialize(uint64_t seed) {
     // libraries, unlike std::hash).
     const uint64_t stream = ops::init_draw::mix64(seed ^ ops::init_draw::mix64(fnv1a(p.name)));
     Tensor slice = target.narrow(0, begin - lo, end - begin);
-    ops::normal_init(slice, stream, p.std, p.truncate_at * p.std, begin - p.offset);
+    ops::normal_init(slice, stream, p.std, p.truncate_at * p.std, begin - p.offset + p.first_element);
   }
   fill(done, hi, 0.0);
 }

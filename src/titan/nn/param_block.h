@@ -18,6 +18,9 @@ struct ParamSpec {
   Shape shape;
   Init init = Init::Normal;
   double std = 0.02;  // for Init::Normal
+  // Element 0 of this parameter is element `first_element` of the whole parameter it is a part of
+  // (a rank's share of experts split over ranks): initialisation draws the whole one's values there.
+  int64_t first_element = 0;
 };
 
 struct Param {
@@ -31,6 +34,7 @@ struct Param {
   // gradient goes to the same f32 slice of the block's grad as value's.
   Tensor compute_value;
   double truncate_at = 0;  // Init::Normal: values beyond +-truncate_at x std are drawn again (0: never)
+  int64_t first_element = 0;  // ParamSpec::first_element
 };
 
 // The points where a model uses a block's parameters, for a data-parallel plan that keeps blocks

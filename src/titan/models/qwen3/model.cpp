@@ -24,15 +24,22 @@ using nn::Init;
 using nn::ParamSpec;
 
 Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device, nn::BlockShard shard,
-                       Purpose purpose)
-    : args_(args), compute_dtype_(compute_dtype), device_(device) {
+                       Purpose purpose, ExpertSplit experts)
+    : args_(args), compute_dtype_(compute_dtype), device_(device), experts_(experts) {
   const bool trainable = purpose == Purpose::Training;
   args_.validate();
   TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
               "Qwen3Model: compute dtype must be f32, bf16 or f64, got ", dtype_name(compute_dtype));
   const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
+  const bool split = experts_.count > 1;
+  if (split)
+    TITAN_CHECK(args_.is_moe() && args_.num_experts % experts_.count == 0 && experts_.index >= 0 &&
+                    experts_.index < experts_.count,
+                "Qwen3Model: experts split in ", experts_.count, " runs (run ", experts_.index,
+                "): the model must be a MoE whose num_experts (", args_.num_experts, ") the runs divide");
+  std::vector<std::pair<std::string, std::vector<ParamSpec>>> expert_blocks;  // split experts, after the head
 
-  blocks_.reserve(size_t(args_.n_layers + 2));
+  blocks_.reserve(size_t(2 * args_.n_layers + 2));
   blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}},
                        device_, shard, trainable);
   for (int64_t i = 0; i < args_.n_layers; ++i) {
@@ -48,11 +55,17 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
         {p + "ffn_norm.weight", {D}, Init::Ones},
     };
     if (args_.is_moe_layer(i)) {
-      const int64_t E = args_.num_experts, F = args_.moe_hidden_dim;
+      const int64_t E = args_.num_experts, F = args_.moe_hidden_dim, local = E / experts_.count;
       specs.push_back({p + "moe.router.gate.weight", {E, D}});
-      specs.push_back({p + "moe.experts.w1", {E, F, D}});
-      specs.push_back({p + "moe.experts.w2", {E, D, F}});
-      specs.push_back({p + "moe.experts.w3", {E, F, D}});
+      // This model's run of experts: element 0 is expert index * local's first element.
+      const int64_t first = experts_.index * local * F * D;
+      std::vector<ParamSpec> experts = {{p + "moe.experts.w1", {local, F, D}, Init::Normal, 0.02, first},
+                                        {p + "moe.experts.w2", {local, D, F}, Init::Normal, 0.02, first},
+                                        {p + "moe.experts.w3", {local, F, D}, Init::Normal, 0.02, first}};
+      if (split)
+        expert_blocks.emplace_back("layers." + std::to_string(i) + ".experts", std::move(experts));
+      else
+        specs.insert(specs.end(), experts.begin(), experts.end());
     } else {
       const int64_t F = args_.hidden_dim;
       specs.push_back({p + "feed_forward.w1.weight", {F, D}});
@@ -64,6 +77,8 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
   std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
   if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
   blocks_.emplace_back("head", head, device_, shard, trainable);
+  for (auto& [name, specs] : expert_blocks)
+    blocks_.emplace_back(name, specs, device_, nn::BlockShard{}, trainable);
 
   tok_embeddings_ = find_param("tok_embeddings.weight");
   norm_ = find_param("norm.weight");
@@ -255,7 +270,16 @@ Tensor Qwen3Model::moe(int64_t layer, const Layer& L, const Tensor& x, const Seq
   if (last_counts_.size() < size_t(args_.n_layers)) last_counts_.resize(size_t(args_.n_layers));
   // What the expert bias balances: the real tokens' assignments (the router counted every token).
   last_counts_[size_t(layer)] = seq.counted->empty() ? r.counts : ops::expert_counts(r.indices, *seq.counted);
-  Tensor y = ops::moe_experts(flat, r.weights, r.indices, w(L.e_w1), w(L.e_w3), w(L.e_w2));
+  Tensor y;
+  if (experts_.count > 1) {
+    TITAN_CHECK(exchange_ && exchange_->size() == experts_.count && exchange_->rank() == experts_.index,
+                "qwen3: layer ", layer, " holds expert run ", experts_.index, " of ", experts_.count,
+                " and needs the group of ranks holding the others (set_expert_exchange), got ",
+                exchange_ ? std::to_string(exchange_->size()) + " ranks" : std::string("none"));
+    y = nn::expert_parallel_experts(flat, r.weights, r.indices, w(L.e_w1), w(L.e_w3), w(L.e_w2), *exchange_);
+  } else {
+    y = ops::moe_experts(flat, r.weights, r.indices, w(L.e_w1), w(L.e_w3), w(L.e_w2));
+  }
   return y.reshape({B, S, D});
 }
 

@@ -16,6 +16,7 @@
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/models/qwen3/checkpointing.h"
+#include "titan/nn/expert_parallel.h"
 #include "titan/nn/param_block.h"
 #include "titan/ops/attention/attention.h"
 #include "titan/ops/moe/moe.h"
@@ -96,6 +97,12 @@ class KVCache {
   const Qwen3Model* owner_ = nullptr;
 };
 
+// Expert parallelism: the experts of every MoE layer split into `count` equal runs, of which this
+// model holds run `index` (nn/expert_parallel.h).
+struct ExpertSplit {
+  int64_t index = 0, count = 1;
+};
+
 class Qwen3Model {
  public:
   // compute_dtype: F32, or BF16 (weights cast from the f32 masters on use), or F64 (tests).
@@ -103,8 +110,12 @@ class Qwen3Model {
   // `shard`: every block born sharded (nn::ParamBlock), for a data-parallel rank of a sharded plan.
   // Purpose::Inference: a model that is never trained (generation, evaluation, export), whose
   // blocks hold no gradients (an untrainable nn::ParamBlock): the weights' memory alone.
+  // `experts`: with count > 1, every MoE layer holds only its run of experts (E / count of them),
+  // whole, in a block of its own ("layers.{i}.experts", after the head block, never sharded), and
+  // its forward exchanges tokens with the models holding the others (set_expert_exchange).
   explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU,
-                      nn::BlockShard shard = {}, Purpose purpose = Purpose::Training);
+                      nn::BlockShard shard = {}, Purpose purpose = Purpose::Training,
+                      ExpertSplit experts = {});
   // The parameters point into the model's own blocks, so a copy would point into the original's.
   // A move keeps them valid for the moved-to model (the blocks' storage moves with it); the
   // moved-from one is left unusable.
@@ -147,6 +158,13 @@ class Qwen3Model {
   // Sharded data parallelism gathers and frees blocks at these points (nn::BlockHooks); null (the
   // default) for a model whose blocks are always whole. `hooks` must outlive its use.
   void set_block_hooks(nn::BlockHooks* hooks) { hooks_ = hooks; }
+  // The group holding the other runs of experts, for a model built with an ExpertSplit: each rank
+  // of it runs this model's forward and backward alongside (their exchanges are collectives).
+  // `exchange` must outlive its use.
+  void set_expert_exchange(nn::ExpertExchange* exchange) { exchange_ = exchange; }
+  const ExpertSplit& expert_split() const { return experts_; }
+  // The blocks of split experts (after the head block).
+  bool is_expert_block(size_t block) const { return block > size_t(args_.n_layers) + 1; }
   // The blocks with backward points (the layers: blocks()[1..n_layers]); the embedding and head
   // blocks serve both ends of the step.
   bool is_layer_block(size_t block) const { return block >= 1 && block <= size_t(args_.n_layers); }
@@ -229,6 +247,8 @@ class Qwen3Model {
   int64_t keep_logits_bytes_ = int64_t(1) << 30;
   std::vector<nn::ParamBlock> blocks_;
   nn::BlockHooks* hooks_ = nullptr;
+  ExpertSplit experts_;
+  nn::ExpertExchange* exchange_ = nullptr;
   nn::Param *tok_embeddings_ = nullptr, *norm_ = nullptr, *output_ = nullptr;
   std::vector<Layer> layers_;
   std::vector<Tensor> expert_bias_, last_counts_;
