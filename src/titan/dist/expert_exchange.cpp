@@ -43,12 +43,13 @@ class CommunicatorExchange final : public nn::ExpertExchange {
   int size() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
 
-  std::vector<int64_t> exchange_counts(std::span<const int64_t> send_rows) override {
-    TITAN_CHECK(int64_t(send_rows.size()) == group_.size(), "expert exchange: ", send_rows.size(),
-                " row counts for a group of ", group_.size(), " ranks");
-    std::vector<int64_t> recv(send_rows.size());
-    const std::vector<int64_t> ones(send_rows.size(), 1);
-    group_.all_to_all(send_rows.data(), ones, recv.data(), ones, DType::I64, host_context());
+  std::vector<int64_t> exchange_counts(std::span<const int64_t> send_counts) override {
+    const size_t P = size_t(group_.size());
+    TITAN_CHECK(!send_counts.empty() && send_counts.size() % P == 0, "expert exchange: ", send_counts.size(),
+                " counts for a group of ", P, " ranks: the same number for every rank");
+    std::vector<int64_t> recv(send_counts.size());
+    const std::vector<int64_t> per_rank(P, int64_t(send_counts.size() / P));
+    group_.all_to_all(send_counts.data(), per_rank, recv.data(), per_rank, DType::I64, host_context());
     return recv;
   }
 

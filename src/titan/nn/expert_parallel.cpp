@@ -1,7 +1,6 @@
 #include "titan/nn/expert_parallel.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "titan/core/check.h"
 #include "titan/ops/embedding/embedding.h"
@@ -26,21 +25,25 @@ Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops
   const Tensor indices = indices_on_device.to(Device::CPU);
   std::vector<int64_t> order(n), pos(n), offsets(E + 1);
   ops::moe_routing_order({T, D, 0, E, k}, indices.data<int64_t>(), order.data(), pos.data(), offsets.data());
-  std::vector<int64_t> token_of_row(n), local_expert(n), send_rows(P);
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t expert = indices.data<int64_t>()[order[r]];
-    token_of_row[r] = order[r] / k;
-    local_expert[r] = expert % local;
-  }
+  std::vector<int64_t> token_of_row(n), per_expert(E), send_rows(P);
+  for (int64_t r = 0; r < n; ++r) token_of_row[r] = order[r] / k;
+  for (int64_t e = 0; e < E; ++e) per_expert[e] = offsets[e + 1] - offsets[e];
   for (int64_t p = 0; p < P; ++p) send_rows[p] = offsets[(p + 1) * local] - offsets[p * local];
-  const std::vector<int64_t> recv_rows = group.exchange_counts(send_rows);
-  const int64_t received = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t(0));
+  // What each rank sends this one for each of its experts: the rows arrive from each source in
+  // expert order, so these counts say every received row's expert.
+  const std::vector<int64_t> recv_per_expert = group.exchange_counts(per_expert);
+  std::vector<int64_t> recv_rows(P, 0), my_expert_of_row;
+  for (int64_t s = 0; s < P; ++s)
+    for (int64_t j = 0; j < local; ++j) {
+      recv_rows[s] += recv_per_expert[s * local + j];
+      my_expert_of_row.insert(my_expert_of_row.end(), recv_per_expert[s * local + j], j);
+    }
+  const int64_t received = int64_t(my_expert_of_row.size());
 
-  // Out: each row of x once per slot, to the rank of its expert, with that expert's local index.
+  // Out: each row of x once per slot, to the rank of its expert.
   const Tensor rows = ops::embedding(Tensor::from_vector(token_of_row, {n}).to(x.device()), x);
   const Tensor mine = group.exchange(rows, send_rows, recv_rows);
-  const Tensor my_experts =
-      group.exchange(Tensor::from_vector(local_expert, {n, 1}).to(x.device()), send_rows, recv_rows);
+  const Tensor my_experts = Tensor::from_vector(my_expert_of_row, {received, 1}).to(x.device());
   // Each received row through its expert alone: weight 1, exact in every dtype.
   const Tensor ones = Tensor::full({received, 1}, 1.0, grad_dtype(x.dtype()), x.device());
   const Tensor outputs = ops::moe_experts(mine, ones, my_experts, w_gate, w_up, w_down);

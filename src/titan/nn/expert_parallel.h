@@ -3,9 +3,9 @@
 // layer are split over a group of P ranks, rank p holding experts [p * E/P, (p+1) * E/P) whole, and
 // every rank routing its own tokens. A token's (token, slot) rows travel to the ranks holding their
 // experts, which run them, and the outputs travel back to be weighted and summed where the token
-// lives: forward, one all-to-all of counts and three of rows (the rows, their experts' local
-// numbers, the outputs back), backward two of gradient rows, instead of gathering every expert's
-// weights on every rank as FSDP does.
+// lives: forward, one all-to-all of counts (per expert) and two of rows (the rows, the outputs
+// back), backward two of gradient rows, instead of gathering every expert's weights on every rank
+// as FSDP does.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -23,9 +23,10 @@ class ExpertExchange {
   virtual int size() const = 0;  // P
   virtual int rank() const = 0;  // this rank's place in the group
 
-  // How many rows each rank of the group sends this one, given how many this one sends each
-  // (send_rows[p] to rank p).
-  virtual std::vector<int64_t> exchange_counts(std::span<const int64_t> send_rows) = 0;
+  // Counts of rows, m per rank (m = send_counts.size() / size()): send_counts[p * m + j] is what this
+  // rank sends rank p under heading j; returns what each rank sends this one, m per source rank,
+  // packed by source.
+  virtual std::vector<int64_t> exchange_counts(std::span<const int64_t> send_counts) = 0;
   // rows [sum(send_rows), ...] packed by destination rank -> [sum(recv_rows), ...] packed by
   // source rank, on rows' device in rows' dtype. Differentiable: the backward sends the gradient
   // rows back the way they came, so every rank of the group must back-propagate through it.
@@ -36,8 +37,9 @@ class ExpertExchange {
 // ops::moe_experts(x, weights, indices, all experts) for this rank's tokens, when the experts are
 // split over `group`: w_gate, w_up [E/P, F, D] and w_down [E/P, D, F] are this rank's experts (E =
 // indices.num_experts(), a multiple of P); x [T, D], weights and indices [T, k] this rank's tokens.
-// The rows of x go to their experts' ranks in routing order (sorted by expert), each rank runs what
-// it received through its experts (ops::moe_experts with one expert per row), and the outputs come
+// The rows of x go to their experts' ranks in routing order (sorted by expert) after the rows per
+// expert (so a receiver knows each row's expert without being sent it), each rank runs what it
+// received through its experts (ops::moe_experts with one expert per row), and the outputs come
 // back to be combined (ops::moe_combine). The forward is moe_experts' exactly (with its reference
 // kernels); the expert weights' gradients are this rank's experts' over every rank's tokens.
 // The routing is read on the host (the exchange sizes are counts of it).
