@@ -42,11 +42,13 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
     whole(hf + "post_attention_layernorm.weight", nat + "ffn_norm.weight");
     if (a.is_moe_layer(i)) {
       whole(hf + "mlp.gate.weight", nat + "moe.router.gate.weight");
-      for (int64_t e = 0; e < a.num_experts; ++e) {
+      // This model's run of experts (all of them unless split over ranks).
+      const int64_t run = a.num_experts / m.expert_split().count, first = m.expert_split().index * run;
+      for (int64_t e = first; e < first + run; ++e) {
         std::string ex = hf + "mlp.experts." + std::to_string(e) + ".";
         for (auto [proj, w] : {std::pair{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}}) {
           nn::Param* p = m.find_param(nat + "moe.experts." + w);
-          out.push_back({ex + proj + ".weight", p, e, Shape(p->shape.begin() + 1, p->shape.end())});
+          out.push_back({ex + proj + ".weight", p, e - first, Shape(p->shape.begin() + 1, p->shape.end())});
         }
       }
     } else {
@@ -101,8 +103,20 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
                            ", model f32" + shape_str(r.shape) + ")");
     }
   }
+  // A model holding one run of the experts (ExpertSplit) reads its experts' tensors only; the
+  // others' are not unexpected.
+  std::set<std::string> other_runs;
+  if (model.expert_split().count > 1) {
+    const ModelArgs& a = model.args();
+    for (int64_t i = 0; i < a.n_layers; ++i)
+      if (a.is_moe_layer(i))
+        for (int64_t e = 0; e < a.num_experts; ++e)
+          for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+            other_runs.insert("model.layers." + std::to_string(i) + ".mlp.experts." + std::to_string(e) +
+                              "." + proj + ".weight");
+  }
   for (auto& k : ckpt.keys()) {
-    if (expected.count(k)) continue;
+    if (expected.count(k) || other_runs.count(k)) continue;
     // A tied model ignores a stored lm_head (the Hub's Qwen3-0.6B carries one, equal to the
     // embedding). One that differs is a trained head the tied model would silently drop.
     if (k == "lm_head.weight" && model.args().tie_embeddings) {
@@ -179,6 +193,9 @@ void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType 
                      const ExportFiles& files, bool overwrite) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
               dtype_name(dtype));
+  TITAN_CHECK(model.expert_split().count == 1, "export: this model holds run ", model.expert_split().index,
+              " of its experts split over ", model.expert_split().count,
+              " ranks; a Hugging Face checkpoint needs every expert (gathering them is not implemented)");
   auto refs = hf_tensors(model);
   std::vector<Tensor> keep;  // contiguous sources outlive the write
   std::vector<io::TensorWrite> writes;

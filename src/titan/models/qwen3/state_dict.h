@@ -29,7 +29,9 @@ struct HfTensorRef {
   Tensor grad() const;   // view of its gradient
 };
 
-// Every HF key of the model in checkpoint order (tied models have no lm_head.weight).
+// Every HF key of the model in checkpoint order (tied models have no lm_head.weight). A model whose
+// experts are split over ranks (ExpertSplit) has the keys of its own run of experts only, each
+// ref's `expert` its place in the run.
 std::vector<HfTensorRef> hf_tensors(Qwen3Model& model);
 
 // Builds the model described by DIR/config.json and loads DIR's safetensors into it. Missing

@@ -1,0 +1,84 @@
+// A Qwen3-MoE whose experts are split over ranks (qwen3::ExpertSplit) and Hugging Face checkpoints:
+// each run loads its own experts (and the dense weights) from a whole checkpoint, the others' expert
+// tensors being neither read nor unexpected; a missing tensor of its own run is an error naming it;
+// an export, which needs every expert, is refused naming the split. (The split model's forward and
+// backward over real ranks: tests/dist/expert_parallel_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/oracle_check.h"
+#include "ops/op_test_util.h"
+#include "test_util.h"
+#include "titan/io/hf_checkpoint.h"
+#include "titan/io/safetensors.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/model.h"
+#include "titan/models/qwen3/state_dict.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+TEST(ExpertSplit, EachRunLoadsItsExpertsFromAWholeCheckpoint) {
+  const auto dir = oracle_dir("tiny_moe");
+  const auto whole = qwen3::load_hf_model(dir, DType::F32);
+  const qwen3::ModelArgs& a = whole->args();
+  ASSERT_EQ(a.num_experts, 8);
+  for (int64_t runs : {2, 4})
+    for (int64_t index = 0; index < runs; ++index) {
+      SCOPED_TRACE("run " + std::to_string(index) + " of " + std::to_string(runs));
+      qwen3::Qwen3Model split(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {index, runs});
+      qwen3::load_hf_weights(split, dir);
+      const int64_t local = a.num_experts / runs;
+      int experts = 0;
+      for (nn::Param* p : split.params()) {
+        const nn::Param* w = whole->find_param(p->name);
+        ASSERT_TRUE(w) << p->name;
+        const bool expert = p->name.find(".moe.experts.") != std::string::npos;
+        EXPECT_EQ(max_abs_diff(p->value, expert ? w->value.narrow(0, index * local, local) : w->value), 0.0)
+            << p->name;
+        experts += expert;
+      }
+      EXPECT_EQ(experts, 3 * a.n_layers);
+      EXPECT_EQ(qwen3::hf_tensors(split).size() + size_t(3 * a.n_layers * (a.num_experts - local)),
+                qwen3::hf_tensors(*whole).size());
+    }
+}
+
+TEST(ExpertSplit, AMissingTensorOfItsOwnRunIsAnErrorAndTheOthersAreNotRead) {
+  const auto dir = oracle_dir("tiny_moe");
+  const auto whole = qwen3::load_hf_model(dir, DType::F32);
+  const qwen3::ModelArgs a = whole->args();
+  // A checkpoint holding only the first run's experts (of two): run 0 loads it, run 1 names what it lacks.
+  qwen3::Qwen3Model first(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {0, 2});
+  qwen3::load_hf_weights(first, dir);
+  const auto half = temp_dir("expert_split_half") / "ckpt";
+  std::vector<io::TensorWrite> writes;
+  for (const qwen3::HfTensorRef& r : qwen3::hf_tensors(first))
+    writes.push_back(
+        {r.key, DType::F32, r.shape, r.value().raw_data(), DType::F32});  // views of `first`'s blocks
+  io::HfWriteOptions opts;
+  opts.extra_files["config.json"] = qwen3::hf_config_from_args(a, "float32").dump(2) + "\n";
+  io::write_hf_checkpoint(half, writes, opts);
+
+  qwen3::Qwen3Model again(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {0, 2});
+  qwen3::load_hf_weights(again, half);
+  for (nn::Param* p : again.params())
+    EXPECT_EQ(max_abs_diff(p->value, first.find_param(p->name)->value), 0.0);
+
+  qwen3::Qwen3Model second(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {1, 2});
+  const std::string m = error_of([&] { qwen3::load_hf_weights(second, half); });
+  EXPECT_NE(m.find("missing keys"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.layers.0.mlp.experts.4.gate_proj.weight"), std::string::npos) << m;
+  EXPECT_EQ(m.find("experts.3."), std::string::npos) << "run 1 does not hold expert 3: " << m;
+}
+
+TEST(ExpertSplit, AnExportNeedsEveryExpert) {
+  const auto dir = oracle_dir("tiny_moe");
+  const qwen3::ModelArgs a = qwen3::load_hf_model(dir, DType::F32)->args();
+  qwen3::Qwen3Model split(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {1, 2});
+  const auto out = temp_dir("expert_split_export") / "ckpt";
+  const std::string m = error_of([&] { qwen3::export_hf_model(split, out, DType::F32); });
+  EXPECT_NE(m.find("run 1 of its experts split over 2 ranks"), std::string::npos) << m;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing written";
+}
