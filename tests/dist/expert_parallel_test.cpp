@@ -20,8 +20,10 @@
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
+#include "titan/core/device_services.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/expert_exchange.h"
+#include "titan/dist/meta_world.h"
 #include "titan/kernels/registry.h"
 #include "titan/models/qwen3/model.h"
 
@@ -138,13 +140,18 @@ void check_expert_parallel(dist::Communicator& world, DType dt, const char* vari
 // rows: its loss is the one-process model's on those rows, its experts' gradients are the
 // one-process gradients of every rank's loss summed, and its other gradients summed over the ranks
 // are those too. f64 compute (reference kernels), f32 masters and gradients.
+qwen3::ModelArgs small_moe() {
+  qwen3::ModelArgs a;
+  a.vocab_size = 256, a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8;
+  a.hidden_dim = 64, a.max_seq_len = 32, a.num_experts = 8, a.top_k = 2, a.moe_hidden_dim = 16;
+  return a;
+}
+
 void check_split_model(dist::Communicator& world) {
   const int P = world.size(), rank = world.rank();
   SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(P));
   kernels::ForceVariant force("moe_experts", "reference");
-  qwen3::ModelArgs a;
-  a.vocab_size = 256, a.dim = 32, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 8;
-  a.hidden_dim = 64, a.max_seq_len = 32, a.num_experts = 8, a.top_k = 2, a.moe_hidden_dim = 16;
+  const qwen3::ModelArgs a = small_moe();
   const int64_t S = 16, rows = 2, local = a.num_experts / P;
   std::vector<int64_t> ids(size_t(rows * P * (S + 1)));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 2654435761u + 17) % uint64_t(a.vocab_size));
@@ -186,6 +193,31 @@ void check_split_model(dist::Communicator& world) {
     experts_checked += expert;
   }
   EXPECT_EQ(experts_checked, 3 * a.n_layers);
+}
+
+// A plan: on the meta device over a meta world of 4 ranks, a split model's step assumes a balanced
+// routing, so rank 0's experts receive as many rows as a whole model's experts run for its own
+// tokens: the same expert FLOPs, plus moe_combine's (2 per element of each (token, slot) row
+// forward, 4 backward).
+TEST(ExpertParallel, APlanOnTheMetaDeviceAssumesABalancedRouting) {
+  if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
+  const qwen3::ModelArgs a = small_moe();
+  const int64_t B = 2, S = 16;
+  DeviceServices& meta = device_services(Device::Meta);
+  auto step_flops = [&](qwen3::Qwen3Model& m) {
+    meta.reset_flops();
+    const Tensor ids = Tensor::zeros({B, S}, DType::I64, Device::Meta);
+    autograd::backward(m.forward_loss(ids, ids).loss);
+    return meta.flops();
+  };
+  const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(4);
+  const std::unique_ptr<nn::ExpertExchange> group = dist::expert_exchange(*world);
+  qwen3::Qwen3Model whole(a, DType::F32, Device::Meta);
+  qwen3::Qwen3Model split(a, DType::F32, Device::Meta, {}, qwen3::Purpose::Training, {0, 4});
+  split.set_expert_exchange(group.get());
+  const double whole_flops = step_flops(whole), split_flops = step_flops(split);
+  EXPECT_GT(whole_flops, 0.0);
+  EXPECT_EQ(split_flops - whole_flops, 6.0 * double(B * S * a.top_k * a.dim * a.n_layers));
 }
 
 TEST(ExpertParallel, OneRankIsMoeExperts) {

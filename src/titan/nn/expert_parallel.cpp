@@ -1,6 +1,7 @@
 #include "titan/nn/expert_parallel.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "titan/core/check.h"
 #include "titan/ops/embedding/embedding.h"
@@ -21,17 +22,30 @@ Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops
               w_gate.str());
   const int64_t T = x.size(0), D = x.size(1), k = indices_on_device.size(1), n = T * k, local = E / P;
 
-  // The routing order on the host: rows sorted by expert are rows grouped by destination rank.
-  const Tensor indices = indices_on_device.to(Device::CPU);
-  std::vector<int64_t> order(n), pos(n), offsets(E + 1);
-  ops::moe_routing_order({T, D, 0, E, k}, indices.data<int64_t>(), order.data(), pos.data(), offsets.data());
-  std::vector<int64_t> token_of_row(n), per_expert(E), send_rows(P);
-  for (int64_t r = 0; r < n; ++r) token_of_row[r] = order[r] / k;
-  for (int64_t e = 0; e < E; ++e) per_expert[e] = offsets[e + 1] - offsets[e];
-  for (int64_t p = 0; p < P; ++p) send_rows[p] = offsets[(p + 1) * local] - offsets[p * local];
-  // What each rank sends this one for each of its experts: the rows arrive from each source in
-  // expert order, so these counts say every received row's expert.
-  const std::vector<int64_t> recv_per_expert = group.exchange_counts(per_expert);
+  std::vector<int64_t> token_of_row(n), per_expert(E), send_rows(P), recv_per_expert;
+  if (x.device() == Device::Meta) {
+    // A plan (the meta device, dist/meta_world.h) has no routing to read, and its other ranks are
+    // imagined: it assumes a balanced one, n / E rows per expert from every rank alike.
+    for (int64_t e = 0; e < E; ++e) per_expert[e] = n / E + (e < n % E ? 1 : 0);
+    recv_per_expert.resize(size_t(P * local));
+    for (int64_t s = 0; s < P; ++s)
+      for (int64_t j = 0; j < local; ++j)
+        recv_per_expert[s * local + j] = per_expert[group.rank() * local + j];
+  } else {
+    // The routing order on the host: rows sorted by expert are rows grouped by destination rank.
+    const Tensor indices = indices_on_device.to(Device::CPU);
+    std::vector<int64_t> order(n), pos(n), offsets(E + 1);
+    ops::moe_routing_order({T, D, 0, E, k}, indices.data<int64_t>(), order.data(), pos.data(),
+                           offsets.data());
+    for (int64_t r = 0; r < n; ++r) token_of_row[r] = order[r] / k;
+    for (int64_t e = 0; e < E; ++e) per_expert[e] = offsets[e + 1] - offsets[e];
+    // What each rank sends this one for each of its experts: the rows arrive from each source in
+    // expert order, so these counts say every received row's expert.
+    recv_per_expert = group.exchange_counts(per_expert);
+  }
+  for (int64_t p = 0; p < P; ++p)
+    send_rows[p] =
+        std::accumulate(per_expert.begin() + p * local, per_expert.begin() + (p + 1) * local, int64_t(0));
   std::vector<int64_t> recv_rows(P, 0), my_expert_of_row;
   for (int64_t s = 0; s < P; ++s)
     for (int64_t j = 0; j < local; ++j) {

@@ -42,7 +42,9 @@ class ExpertExchange {
 // received through its experts (ops::moe_experts with one expert per row), and the outputs come
 // back to be combined (ops::moe_combine). The forward is moe_experts' exactly (with its reference
 // kernels); the expert weights' gradients are this rank's experts' over every rank's tokens.
-// The routing is read on the host (the exchange sizes are counts of it).
+// The routing is read on the host (the exchange sizes are counts of it). On the meta device (a
+// plan over dist/meta_world.h) there is no routing to read: a balanced one is assumed, every expert
+// getting the same share of every rank's rows.
 Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops::ExpertIndices& indices,
                                const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
                                ExpertExchange& group);
