@@ -34,7 +34,7 @@ namespace tt = titan::testing;
 
 // Set by the parent test for the ranks it starts under mpirun.
 constexpr const char* kRankEnv = "TITAN_EXPERT_PARALLEL_TEST_RANKS";
-constexpr int kRankTests = 7;
+constexpr int kRankTests = 8;
 
 // The global problem: rank r routes 9 + 4r tokens (uneven shares), E = 8 experts of which each
 // token takes k = 2; D = 24, F = 20. With `empties`, rank 1 routes no token and no token picks the
@@ -147,9 +147,10 @@ qwen3::ModelArgs small_moe() {
   return a;
 }
 
-void check_split_model(dist::Communicator& world) {
+void check_split_model(dist::Communicator& world, bool recomputed) {
   const int P = world.size(), rank = world.rank();
-  SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(P));
+  SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(P) +
+               (recomputed ? ", every layer recomputed in backward (its exchanges too)" : ""));
   kernels::ForceVariant force("moe_experts", "reference");
   const qwen3::ModelArgs a = small_moe();
   const int64_t S = 16, rows = 2, local = a.num_experts / P;
@@ -172,6 +173,7 @@ void check_split_model(dist::Communicator& world) {
   split.initialize(5, qwen3::InitScheme::Torchtitan);
   const std::unique_ptr<nn::ExpertExchange> group = dist::expert_exchange(world);
   split.set_expert_exchange(group.get());
+  if (recomputed) split.set_checkpointing(qwen3::Checkpointing::full());
   ASSERT_EQ(split.blocks().size(), size_t(a.n_layers + 2 + a.n_layers)) << "one block of experts per layer";
   const qwen3::LossOutput out = split.forward_loss(inputs_of(rank), targets_of(rank));
   EXPECT_NEAR(out.loss.item(), one_loss[size_t(rank)], 1e-12 * std::abs(one_loss[size_t(rank)]));
@@ -267,7 +269,11 @@ dist::Communicator& rank_world() {
 
 TEST(ExpertParallelRanks, AQwen3MoeWithSplitExpertsIsTheOneProcessModel) {
   REQUIRE_RANK();
-  check_split_model(rank_world());
+  check_split_model(rank_world(), /*recomputed=*/false);
+}
+TEST(ExpertParallelRanks, AQwen3MoeWithSplitExpertsRecomputedInBackward) {
+  REQUIRE_RANK();
+  check_split_model(rank_world(), /*recomputed=*/true);
 }
 TEST(ExpertParallelRanks, F64ReferenceKernels) {
   REQUIRE_RANK();

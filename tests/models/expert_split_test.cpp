@@ -5,6 +5,7 @@
 // backward over real ranks: tests/dist/expert_parallel_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "models/oracle_check.h"
@@ -45,7 +46,7 @@ TEST(ExpertSplit, EachRunLoadsItsExpertsFromAWholeCheckpoint) {
     }
 }
 
-TEST(ExpertSplit, AMissingTensorOfItsOwnRunIsAnErrorAndTheOthersAreNotRead) {
+TEST(ExpertSplit, AMissingTensorOfItsOwnRunIsAnError) {
   const auto dir = oracle_dir("tiny_moe");
   const auto whole = qwen3::load_hf_model(dir, DType::F32);
   const qwen3::ModelArgs a = whole->args();
@@ -70,7 +71,36 @@ TEST(ExpertSplit, AMissingTensorOfItsOwnRunIsAnErrorAndTheOthersAreNotRead) {
   const std::string m = error_of([&] { qwen3::load_hf_weights(second, half); });
   EXPECT_NE(m.find("missing keys"), std::string::npos) << m;
   EXPECT_NE(m.find("model.layers.0.mlp.experts.4.gate_proj.weight"), std::string::npos) << m;
-  EXPECT_EQ(m.find("experts.3."), std::string::npos) << "run 1 does not hold expert 3: " << m;
+}
+
+TEST(ExpertSplit, ARunReadsNothingOfTheOtherRunsExperts) {
+  // A checkpoint whose expert 5 (run 1 of 2) holds a NaN: run 0 loads, run 1 names it.
+  const auto dir = oracle_dir("tiny_moe");
+  const auto whole = qwen3::load_hf_model(dir, DType::F32);
+  const qwen3::ModelArgs a = whole->args();
+  whole->find_param("layers.1.moe.experts.w1")->value.narrow(0, 5, 1).fill(std::nan(""));
+  const auto bad = temp_dir("expert_split_nan") / "ckpt";
+  std::vector<io::TensorWrite> writes;
+  for (const qwen3::HfTensorRef& r : qwen3::hf_tensors(*whole))
+    writes.push_back({r.key, DType::F32, r.shape, r.value().raw_data(), DType::F32});
+  io::HfWriteOptions opts;
+  opts.extra_files["config.json"] = qwen3::hf_config_from_args(a, "float32").dump(2) + "\n";
+  io::write_hf_checkpoint(bad, writes, opts);
+  qwen3::Qwen3Model run0(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {0, 2});
+  qwen3::load_hf_weights(run0, bad);
+  qwen3::Qwen3Model run1(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {1, 2});
+  const std::string m = error_of([&] { qwen3::load_hf_weights(run1, bad); });
+  EXPECT_NE(m.find("model.layers.1.mlp.experts.5.gate_proj.weight' holds nan"), std::string::npos) << m;
+}
+
+TEST(ExpertSplit, ARunThatDoesNotExistIsAnError) {
+  const qwen3::ModelArgs a = qwen3::load_hf_model(oracle_dir("tiny_moe"), DType::F32)->args();
+  for (qwen3::ExpertSplit s :
+       {qwen3::ExpertSplit{0, 0}, qwen3::ExpertSplit{2, 2}, qwen3::ExpertSplit{0, 3}}) {
+    const std::string m =
+        error_of([&] { qwen3::Qwen3Model m(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, s); });
+    EXPECT_NE(m.find("Qwen3Model"), std::string::npos) << s.index << " of " << s.count << ": " << m;
+  }
 }
 
 TEST(ExpertSplit, AnExportNeedsEveryExpert) {

@@ -31,11 +31,12 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
   TITAN_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F64,
               "Qwen3Model: compute dtype must be f32, bf16 or f64, got ", dtype_name(compute_dtype));
   const int64_t D = args_.dim, hd = args_.head_dim, q_dim = args_.n_heads * hd, kv_dim = args_.n_kv_heads * hd;
+  TITAN_CHECK(experts_.count >= 1 && experts_.index >= 0 && experts_.index < experts_.count,
+              "Qwen3Model: expert run ", experts_.index, " of ", experts_.count, " does not exist");
   const bool split = experts_.count > 1;
   if (split)
-    TITAN_CHECK(args_.is_moe() && args_.num_experts % experts_.count == 0 && experts_.index >= 0 &&
-                    experts_.index < experts_.count,
-                "Qwen3Model: experts split in ", experts_.count, " runs (run ", experts_.index,
+    TITAN_CHECK(args_.is_moe() && args_.num_experts % experts_.count == 0, "Qwen3Model: experts split in ",
+                experts_.count, " runs (run ", experts_.index,
                 "): the model must be a MoE whose num_experts (", args_.num_experts, ") the runs divide");
   std::vector<std::pair<std::string, std::vector<ParamSpec>>> expert_blocks;  // split experts, after the head
 

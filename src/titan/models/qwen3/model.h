@@ -7,7 +7,8 @@
 //   logits = lm_head(rms_norm(h))                             (lm_head tied to the embedding or not)
 //
 // Parameters are native names (torchtitan's spelling, listed in state_dict.h) in flat
-// blocks: "embedding", "layers.{i}", "head". The state-dict adapter maps them to HF keys.
+// blocks: "embedding", "layers.{i}", "head", and, when the experts are split over ranks
+// (ExpertSplit), "layers.{i}.experts" after them. The state-dict adapter maps them to HF keys.
 #include <memory>
 #include <string>
 #include <vector>
