@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdint>
@@ -123,6 +124,27 @@ int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::pa
   const int rc = posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? int(pid) : 0;
+}
+
+RanksRun run_this_program_on_ranks(int ranks, const std::string& rank_env, const std::string& filter,
+                                   int tests) {
+  RanksRun run;
+  std::string found;
+  if (run_command("command -v mpirun", &found) != 0) {
+    run.skipped = "mpirun not found on PATH";
+    return run;
+  }
+  std::array<char, 4096> self{};
+  TITAN_CHECK(readlink("/proc/self/exe", self.data(), self.size() - 1) > 0, "cannot read /proc/self/exe");
+  run.rc = run_command("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+                           rank_env + "=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x " +
+                           rank_env + " -np " + std::to_string(ranks) + " " + self.data() +
+                           " --gtest_color=no --gtest_filter='" + filter + "'",
+                       &run.output);
+  const std::string passed = "[  PASSED  ] " + std::to_string(tests) + " test" + (tests == 1 ? "" : "s");
+  for (size_t at = run.output.find(passed); at != std::string::npos; at = run.output.find(passed, at + 1))
+    ++run.ranks_passed;
+  return run;
 }
 
 int run_command(const std::string& cmd, std::string* output) {

@@ -26,4 +26,17 @@ int run_command(const std::string& cmd, std::string* output);  // shell command,
 // returns its pid (0 when it could not start). For tests that signal or kill a running job.
 int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log);
 
+// This test program run again as `ranks` real MPI ranks (mpirun --oversubscribe --bind-to none, one
+// OpenMP thread each, allowed as root), with `rank_env`=1 in their environment and only the tests
+// of `filter`: mpirun's exit status, its output, and how many ranks printed "[  PASSED  ] <tests>
+// tests". `skipped` says why it could not run (no mpirun on PATH); the caller then skips.
+struct RanksRun {
+  int rc = -1;
+  std::string output;
+  int ranks_passed = 0;
+  std::string skipped;
+};
+RanksRun run_this_program_on_ranks(int ranks, const std::string& rank_env, const std::string& filter,
+                                   int tests);
+
 }  // namespace titan::testing

@@ -6,7 +6,6 @@
 // The counts are uneven, with zeros: a rank that sends a peer nothing, a rank that receives
 // nothing at all, a rank that sends nothing at all.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -122,21 +121,12 @@ const std::vector<DType> kDtypes = {DType::F32, DType::BF16, DType::I64, DType::
 
 TEST(AllToAll, OverThreeRealRanks) {
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs AllToAllRanks.* only";
-  std::string found;
-  if (tt::run_command("command -v mpirun", &found) != 0) GTEST_SKIP() << "mpirun not found on PATH";
-  char self[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  std::string out;
-  const int rc = tt::run_command(
-      std::string("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + kRankEnv +
-          "=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x " + kRankEnv + " -np " +
-          std::to_string(kRanks) + " " + self + " --gtest_color=no --gtest_filter='AllToAllRanks.*'",
-      &out);
-  EXPECT_EQ(rc, 0) << out;
-  const std::string all_passed = "[  PASSED  ] " + std::to_string(kRankTests) + " tests";
-  int passed = 0;
-  for (size_t at = out.find(all_passed); at != std::string::npos; at = out.find(all_passed, at + 1)) ++passed;
-  EXPECT_EQ(passed, kRanks) << "every rank must pass the " << kRankTests << " AllToAllRanks tests:\n" << out;
+  const tt::RanksRun run = tt::run_this_program_on_ranks(kRanks, kRankEnv, "AllToAllRanks.*", kRankTests);
+  if (!run.skipped.empty()) GTEST_SKIP() << run.skipped;
+  EXPECT_EQ(run.rc, 0) << run.output;
+  EXPECT_EQ(run.ranks_passed, kRanks)
+      << "every rank must pass the " << kRankTests << " AllToAllRanks tests:\n"
+      << run.output;
 }
 
 // The rank side (skipped when run directly).

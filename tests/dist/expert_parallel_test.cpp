@@ -8,7 +8,6 @@
 #include "titan/nn/expert_parallel.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -232,25 +231,14 @@ TEST(ExpertParallel, OneRankIsMoeExperts) {
 
 TEST(ExpertParallel, OverTwoAndFourRanksIsMoeExperts) {
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
-  std::string found;
-  if (tt::run_command("command -v mpirun", &found) != 0) GTEST_SKIP() << "mpirun not found on PATH";
-  char self[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
   for (int ranks : {2, 4}) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
-    std::string out;
-    const int rc = tt::run_command(
-        std::string("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-            kRankEnv + "=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x " + kRankEnv +
-            " -np " + std::to_string(ranks) + " " + self +
-            " --gtest_color=no --gtest_filter='ExpertParallelRanks.*'",
-        &out);
-    EXPECT_EQ(rc, 0) << out;
-    const std::string passed_line = "[  PASSED  ] " + std::to_string(kRankTests) + " tests";
-    int passed = 0;
-    for (size_t at = out.find(passed_line); at != std::string::npos; at = out.find(passed_line, at + 1))
-      ++passed;
-    EXPECT_EQ(passed, ranks) << "every rank must pass the ExpertParallelRanks tests:\n" << out;
+    const tt::RanksRun run =
+        tt::run_this_program_on_ranks(ranks, kRankEnv, "ExpertParallelRanks.*", kRankTests);
+    if (!run.skipped.empty()) GTEST_SKIP() << run.skipped;
+    EXPECT_EQ(run.rc, 0) << run.output;
+    EXPECT_EQ(run.ranks_passed, ranks) << "every rank must pass the ExpertParallelRanks tests:\n"
+                                       << run.output;
   }
 }
 

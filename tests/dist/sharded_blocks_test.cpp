@@ -14,7 +14,6 @@
 #include "titan/dist/sharded_blocks.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -136,22 +135,11 @@ void check_reduction(int64_t replicate, int64_t shard, DType reduce, const Gradi
 
 TEST(ShardedBlocks, ReduceGradientsInTheReduceDtypeOverFourRanks) {
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ShardedBlocksRanks.* only";
-  std::string found;
-  if (tt::run_command("command -v mpirun", &found) != 0) GTEST_SKIP() << "mpirun not found on PATH";
-  char self[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  std::string out;
-  const int rc = tt::run_command(
-      std::string("OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + kRankEnv +
-          "=1 mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -x " + kRankEnv + " -np " +
-          std::to_string(kRanks) + " " + self + " --gtest_color=no --gtest_filter='ShardedBlocksRanks.*'",
-      &out);
-  EXPECT_EQ(rc, 0) << out;
-  int passed = 0;
-  for (size_t at = out.find("[  PASSED  ] 5 tests"); at != std::string::npos;
-       at = out.find("[  PASSED  ] 5 tests", at + 1))
-    ++passed;
-  EXPECT_EQ(passed, kRanks) << "every rank must pass the 5 ShardedBlocksRanks tests:\n" << out;
+  const tt::RanksRun run = tt::run_this_program_on_ranks(kRanks, kRankEnv, "ShardedBlocksRanks.*", 5);
+  if (!run.skipped.empty()) GTEST_SKIP() << run.skipped;
+  EXPECT_EQ(run.rc, 0) << run.output;
+  EXPECT_EQ(run.ranks_passed, kRanks) << "every rank must pass the 5 ShardedBlocksRanks tests:\n"
+                                      << run.output;
 }
 
 // The rank side (skipped when run directly).
