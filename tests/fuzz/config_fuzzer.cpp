@@ -5,16 +5,16 @@
 // the text. Built with clang -fsanitize=fuzzer,address,undefined by tests/fuzz/tests.cmake and run
 // for a few seconds by ctest (config_fuzz) from tests/fixtures/config_fuzz_seeds. Run longer by hand:
 //   build/bin/config_fuzzer -max_total_time=600 CORPUS_DIR tests/fixtures/config_fuzz_seeds
-// Any input must parse or throw titan::Error (a JSON syntax error is nlohmann's parse_error, as
-// args_from_hf_config_file reports it); anything else (a crash, a sanitizer report, another
+// Any input must parse or throw titan::Error (invalid JSON too, read through io::parse_json_text as
+// args_from_hf_config_file reads it); anything else (a crash, a sanitizer report, another
 // exception) is a finding.
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/io/json_error.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/job_config.h"
 
@@ -30,13 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 1: {
-        nlohmann::json config;
-        try {
-          config = nlohmann::json::parse(text);
-        } catch (const nlohmann::json::parse_error&) {
-          return 0;
-        }
-        titan::qwen3::args_from_hf_config(config, "config.json");
+        // As args_from_hf_config_file reads it: invalid JSON (a syntax error, a number past double's
+        // range) is a titan::Error naming the file.
+        titan::qwen3::args_from_hf_config(titan::io::parse_json_text(text, "config.json"), "config.json");
         break;
       }
       case 2: {
