@@ -86,7 +86,8 @@ void check_reduction(int64_t replicate, int64_t shard, DType reduce, const Gradi
   blocks.emplace_back("layer", std::vector<nn::ParamSpec>{{"layer.weight", {2, 13}}});
   plan.shard_blocks(blocks);
   for (auto& b : blocks) b.initialize(7);
-  dist::ShardedBlocks sharding(plan, blocks, {false, true}, dist::Reshard::AfterForward, reduce);
+  dist::ShardedBlocks sharding(plan, blocks, {dist::BlockKind::Ends, dist::BlockKind::Layer},
+                               dist::Reshard::AfterForward, reduce);
   sharding.shard(DType::F32);
   for (auto& b : blocks) b.zero_grad();
   auto write = [&](int mb, int block) {

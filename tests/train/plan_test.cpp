@@ -107,11 +107,11 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   const dist::ParallelPlan plan(*world, 1, 2);
   qwen3::Qwen3Model model(args, shape.compute, Device::Meta);
   plan.shard_blocks(model.blocks());
-  const std::vector<bool> layer = layer_flags(model);
+  const std::vector<dist::BlockKind> kinds = block_kinds(model);
   double psi = 0, psi_layers = 0;
   for (size_t b = 0; b < model.blocks().size(); ++b) {
     psi += double(model.blocks()[b].numel());
-    if (layer[b]) psi_layers += double(model.blocks()[b].numel());
+    if (kinds[b] == dist::BlockKind::Layer) psi_layers += double(model.blocks()[b].numel());
   }
   // DDP on 2 ranks: one f32 all-reduce of every gradient, 2 x 4 x Psi x 1/2 bytes sent.
   const StepProfile ddp = profile_training_step(args, debugmodel_step(2, 1).shape, Device::Meta);

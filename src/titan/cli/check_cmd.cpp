@@ -181,7 +181,8 @@ Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
   try {
     c.validate(world.size());
     const dist::ParallelPlan plan(world, c.parallelism.data_parallel_replicate_degree,
-                                  c.parallelism.shard_degree(world.size()));
+                                  c.parallelism.shard_degree(world.size()),
+                                  c.parallelism.expert_parallel_degree);
     const std::vector<std::string> hosts = plan.host_names();
     std::map<std::string, int> per_host;
     for (const std::string& h : hosts) ++per_host[h];

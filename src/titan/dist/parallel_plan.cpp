@@ -41,11 +41,19 @@ KernelContext context_of(const Tensor& t) { return device_services(t.device()).c
 
 ParallelPlan::ParallelPlan() : own_world_(single_process_communicator()), world_(own_world_.get()) {}
 
-ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard)
-    : world_(&world), dp_replicate_(dp_replicate), dp_shard_(dp_shard) {
+ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard, int64_t ep)
+    : world_(&world), dp_replicate_(dp_replicate), dp_shard_(dp_shard), ep_(ep) {
   TITAN_CHECK(dp_replicate >= 1 && dp_shard >= 1 && dp_replicate * dp_shard == world.size(),
               "parallelism: data_parallel_replicate_degree ", dp_replicate, " x data_parallel_shard_degree ",
               dp_shard, " != world size ", world.size());
+  TITAN_CHECK(ep >= 1 && dp_shard % ep == 0, "parallelism: expert_parallel_degree ", ep,
+              " must divide data_parallel_shard_degree ", dp_shard,
+              " (expert parallelism borrows its ranks from the shard dimension)");
+  if (ep_ > 1 && ep_ < world.size()) {
+    // Colors: the expert group's first rank; the run of experts.
+    expert_group_ = world.split(int(rank() - expert_index()), rank());
+    expert_replicas_ = world.split(int(expert_index()), rank());
+  }
   // A group spanning the whole world is the world itself, not a split of it: under NCCL every
   // communicator costs an initialisation and its own buffers.
   if (dp_shard_ > 1 && dp_replicate_ > 1) {
@@ -57,8 +65,9 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
 std::string ParallelPlan::describe() const {
   if (world_size() == 1) return "one process";
   const char* mode = dp_shard_ == 1 ? "DDP" : dp_replicate_ == 1 ? "FSDP" : "HSDP";
-  return std::string(mode) + ", " + std::to_string(world_size()) + " ranks (dp_replicate " +
-         std::to_string(dp_replicate_) + " x dp_shard " + std::to_string(dp_shard_) + ")";
+  return std::string(mode) + (ep_ > 1 ? " + EP" : "") + ", " + std::to_string(world_size()) +
+         " ranks (dp_replicate " + std::to_string(dp_replicate_) + " x dp_shard " +
+         std::to_string(dp_shard_) + (ep_ > 1 ? ", experts split over " + std::to_string(ep_) : "") + ")";
 }
 
 void ParallelPlan::shard_blocks(std::vector<nn::ParamBlock>& blocks) const {
@@ -73,10 +82,12 @@ Tensor ParallelPlan::local(const Tensor& buffer) const {
   return buffer.narrow(0, shard_index() * n, n);
 }
 
-double ParallelPlan::all_reduce_grad_norm_sq(double local_sum_sq) const {
-  // Replicas hold the same shards: the norm is summed over one shard group.
-  if (dp_shard_ > 1) shard_group().all_reduce(&local_sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());
-  return local_sum_sq;
+double ParallelPlan::all_reduce_grad_norm_sq(double sharded_sum_sq, double expert_sum_sq) const {
+  // Replicas hold the same shards: the norm is summed over one shard group, which holds every run of
+  // experts dp_shard / ep times.
+  double sums[2] = {sharded_sum_sq, expert_sum_sq};
+  if (dp_shard_ > 1) shard_group().all_reduce(sums, 2, DType::F64, ReduceOp::Sum, host_context());
+  return sums[0] + sums[1] * double(ep_) / double(dp_shard_);
 }
 
 void ParallelPlan::all_reduce_sum(std::span<double> values) const {

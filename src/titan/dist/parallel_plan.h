@@ -12,6 +12,14 @@
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
 // padded with zeros to a multiple of dp_shard); this rank keeps its slice (ParamBlock::shard) and
 // the optimizer state of that slice only. With one rank every point is the identity.
+//
+// Expert parallelism (ep > 1, torchtitan's expert_parallel_degree) borrows its ranks from the shard
+// dimension, innermost, as torchtitan's mesh does: ep divides dp_shard, and the ranks of a shard group
+// fall into dp_shard / ep expert groups of ep consecutive ranks. Within one, the rank with
+// expert_index() j holds run j of every MoE layer's experts (qwen3::ExpertSplit), whole, in blocks
+// of their own that are never sharded; the tokens travel to their experts (nn/expert_parallel.h).
+// The ranks holding the same run (one in each expert group, world / ep of them: expert_replicas())
+// sum those blocks' gradients.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -30,7 +38,8 @@ class ParallelPlan {
   ParallelPlan();
   // The mesh over `world`: replicate x shard must equal the world size (JobConfig::validate has
   // checked the keys). `world` must outlive the plan.
-  ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard);
+  // `ep` (expert parallelism) divides dp_shard.
+  ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp_shard, int64_t ep = 1);
   ParallelPlan(const ParallelPlan&) = delete;
   ParallelPlan& operator=(const ParallelPlan&) = delete;
 
@@ -43,6 +52,8 @@ class ParallelPlan {
   int64_t dp_rank() const { return rank(); }
   int64_t shard_index() const { return rank() % dp_shard_; }
   int64_t replicate_index() const { return rank() / dp_shard_; }
+  int64_t ep() const { return ep_; }
+  int64_t expert_index() const { return shard_index() % ep_; }  // the run of experts this rank holds
   // Logs, metrics, TensorBoard and checkpoint files are written by this rank only.
   bool is_logging_rank() const { return rank() == 0; }
   // "FSDP 2 ranks (dp_replicate 1 x dp_shard 2)", "one process", ...
@@ -53,7 +64,10 @@ class ParallelPlan {
   // This rank's slice of a whole block-sized buffer (the whole buffer when not sharded).
   Tensor local(const Tensor& block_buffer) const;
 
-  double all_reduce_grad_norm_sq(double local_sum_sq) const;
+  // The squared norm of the whole gradient from this rank's parts: `sharded_sum_sq` over its slices
+  // of the sharded (or whole, unsharded) blocks, `expert_sum_sq` over its run of experts' blocks
+  // (each run counted once, though every expert group holds one).
+  double all_reduce_grad_norm_sq(double sharded_sum_sq, double expert_sum_sq = 0) const;
   void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
 
   // i64 tensors (MoE expert counts) summed over the data-parallel ranks into new tensors (the
@@ -78,13 +92,22 @@ class ParallelPlan {
     if (dp_replicate_ == 1) return nullptr;
     return replicate_group_ ? replicate_group_.get() : world_;
   }
+  // The ranks sharing the experts (ep of them; the world when they are all of it), and the ranks
+  // holding the same run of experts (null when this rank is the only one).
+  Communicator& expert_group() const { return expert_group_ ? *expert_group_ : *world_; }
+  Communicator* expert_replicas() const {
+    if (world_size() == ep_) return nullptr;
+    return expert_replicas_ ? expert_replicas_.get() : world_;
+  }
 
  private:
   std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan
   Communicator* world_;
-  int64_t dp_replicate_ = 1, dp_shard_ = 1;
+  int64_t dp_replicate_ = 1, dp_shard_ = 1, ep_ = 1;
   // Split from the world only under HSDP; FSDP's shard group and DDP's replicate group are the world.
   std::unique_ptr<Communicator> shard_group_, replicate_group_;
+  // Split from the world only when they are not all of it (ep > 1).
+  std::unique_ptr<Communicator> expert_group_, expert_replicas_;
 };
 
 }  // namespace titan::dist

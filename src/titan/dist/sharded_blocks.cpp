@@ -44,15 +44,18 @@ struct ShardedBlocks::Pending {
 };
 
 ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks,
-                             std::vector<bool> layer, Reshard reshard, DType reduce)
+                             std::vector<BlockKind> kinds, Reshard reshard, DType reduce)
     : plan_(plan),
       blocks_(blocks),
-      layer_(std::move(layer)),
+      kinds_(std::move(kinds)),
       reshard_(reshard),
       reduce_(reduce),
       gathers_(blocks.size()) {
-  TITAN_CHECK(layer_.size() == blocks_.size(), "sharded blocks: ", layer_.size(), " layer flags for ",
+  TITAN_CHECK(kinds_.size() == blocks_.size(), "sharded blocks: ", kinds_.size(), " block kinds for ",
               blocks_.size(), " blocks");
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    TITAN_CHECK(!is(b, BlockKind::Experts) || plan_.ep() > 1, "sharded blocks: block '", blocks_[b].name(),
+                "' holds a run of experts, but the plan does not split experts (ep 1)");
   TITAN_CHECK(reduce_ == DType::F32 || reduce_ == DType::BF16,
               "sharded blocks: gradients reduce in f32 or bf16, not ", dtype_name(reduce_));
 }
@@ -64,6 +67,7 @@ ShardedBlocks::~ShardedBlocks() = default;
 void ShardedBlocks::shard(DType compute) {
   if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (is(b, BlockKind::Experts)) continue;  // whole on the ranks holding the run
     if (!blocks_[b].sharded()) blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
     // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
     // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
@@ -149,6 +153,18 @@ void ShardedBlocks::start_gradient_reduction(size_t b) {
   reductions_.push_back(std::move(p));
 }
 
+void ShardedBlocks::start_expert_reduction(size_t b, Communicator& replicas) {
+  Timed timed(stats_.seconds);
+  Tensor& grad = blocks_[b].grad();
+  auto p = std::make_unique<Pending>();
+  p->kind = Pending::AllReduce;
+  p->block = b;
+  p->handle =
+      replicas.start_all_reduce(grad.raw_data(), grad.numel(), DType::F32, ReduceOp::Sum, context_of(grad));
+  count(int64_t(grad.nbytes()), replicas.size(), true);
+  reductions_.push_back(std::move(p));
+}
+
 // A completed gradient reduction: a reduce-scatter's slice joins the micro-batches before it, and
 // the whole gradient buffer is no longer needed.
 void ShardedBlocks::finish(Pending& p) {
@@ -195,7 +211,7 @@ void ShardedBlocks::before_forward(size_t b) {
 }
 
 void ShardedBlocks::after_forward(size_t b) {
-  if (!sharded() || !layer_[b] || reshard_ == Reshard::Never) return;
+  if (!sharded() || !is(b, BlockKind::Layer) || reshard_ == Reshard::Never) return;
   release(b);
 }
 
@@ -208,7 +224,7 @@ void ShardedBlocks::before_backward(size_t b) {
   B.materialize_grad();
   B.grad().fill(0.0);
   // Backward runs the layers in reverse: prefetch the one below.
-  if (b >= 1 && layer_[b - 1] && !gathers_[b - 1] && !gathered(b - 1)) start_gather(b - 1);
+  if (b >= 1 && is(b - 1, BlockKind::Layer) && !gathers_[b - 1] && !gathered(b - 1)) start_gather(b - 1);
 }
 
 void ShardedBlocks::after_backward(size_t b) {
@@ -226,7 +242,7 @@ void ShardedBlocks::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
   if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b)
-    if (!layer_[b]) {
+    if (is(b, BlockKind::Ends)) {
       blocks_[b].materialize_grad();
       blocks_[b].grad().fill(0.0);
     }
@@ -236,18 +252,23 @@ void ShardedBlocks::end_micro_batch() {
   if (!active()) return;
   if (sharded() || last_micro_batch_)
     for (size_t b = 0; b < blocks_.size(); ++b)
-      if (!layer_[b]) start_gradient_reduction(b);
+      if (is(b, BlockKind::Ends)) start_gradient_reduction(b);
+  // A run of experts accumulates its micro-batches whole, as DDP does.
+  if (Communicator* replicas = plan_.expert_replicas(); replicas && last_micro_batch_)
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      if (is(b, BlockKind::Experts)) start_expert_reduction(b, *replicas);
   wait_all();
   if (!last_micro_batch_) return;
   if (sharded()) {
     for (size_t b = 0; b < blocks_.size(); ++b)
-      if (!layer_[b]) release(b);
+      if (is(b, BlockKind::Ends)) release(b);
     if (Communicator* replicas = plan_.replicate_group()) {
       // HSDP: the shard groups of the replicas hold the same slices; sum them (in the reduce dtype:
       // a bf16 job rounds each slice once more and widens the sum back into it).
       std::vector<std::unique_ptr<CommHandle>> pending;
       std::vector<Tensor> rounded(blocks_.size());
       for (size_t b = 0; b < blocks_.size(); ++b) {
+        if (is(b, BlockKind::Experts)) continue;  // summed over every replica already
         Tensor& slice = blocks_[b].shard_grad();
         Tensor& buf = reduce_ == DType::BF16 ? (rounded[b] = slice.to(DType::BF16)) : slice;
         pending.push_back(
@@ -274,7 +295,8 @@ void ShardedBlocks::gather_all() {
 void ShardedBlocks::release_all() {
   if (!sharded()) return;
   pinned_ = false;
-  for (auto& B : blocks_) B.release_data();
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (!is(b, BlockKind::Experts)) blocks_[b].release_data();
 }
 
 }  // namespace titan::dist

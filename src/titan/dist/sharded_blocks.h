@@ -20,6 +20,10 @@
 //       gradient all-reduce starts as soon as its backward is over.
 //   One process: nothing happens; the model gets no hooks.
 //
+//   Expert parallelism (ParallelPlan::ep() > 1)  The blocks of a rank's run of experts stay whole
+//       and are never gathered; after the last micro-batch their gradients (every expert group's
+//       tokens through this run) are all-reduced in f32 over the ranks holding the same run.
+//
 // Gradients end as the mean over the data-parallel ranks (the sum, scaled in f32) in ParamBlock::shard_grad,
 // which the optimizer updates with ParamBlock::shard. All of this runs on the thread that calls MPI.
 #include <cstdint>
@@ -48,14 +52,19 @@ struct CommStats {
   double seconds = 0;
 };
 
+// What a block is to the step: the embedding or head (used at both ends of it), a layer (with
+// backward points: Qwen3Model::is_layer_block), or a run of experts split over ranks
+// (Qwen3Model::is_expert_block).
+enum class BlockKind : uint8_t { Ends, Layer, Experts };
+
 class ShardedBlocks final : public nn::BlockHooks {
  public:
-  // `layer[b]` says whether block b has backward points (Qwen3Model::is_layer_block). The blocks
+  // `kinds[b]` says what block b is. The blocks
   // stay whole until shard() (they are padded by ParallelPlan::shard_blocks). `reduce` is the dtype
   // of the gradient reductions of sharded blocks (f32 or bf16; DDP's all-reduce of whole blocks is
   // always f32, as torchtitan's reduce_dtype applies to FSDP only). `plan` and `blocks` must
   // outlive this object.
-  ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<bool> layer,
+  ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<BlockKind> kinds,
                 Reshard reshard, DType reduce = DType::F32);
   ShardedBlocks(const ShardedBlocks&) = delete;
   ShardedBlocks& operator=(const ShardedBlocks&) = delete;
@@ -89,12 +98,14 @@ class ShardedBlocks final : public nn::BlockHooks {
  private:
   struct Pending;  // a collective in flight and what to do when it completes
   bool sharded() const { return plan_.dp_shard() > 1; }
+  bool is(size_t block, BlockKind kind) const { return kinds_[block] == kind; }
   bool in_compute_dtype(size_t block) const;  // gathered into the block's compute copy
   bool gathered(size_t block) const;
   void start_gather(size_t block);
   void ensure_gathered(size_t block);
   void release(size_t block);
   void start_gradient_reduction(size_t block);
+  void start_expert_reduction(size_t block, Communicator& replicas);
   void finish(Pending& p);
   void poll();
   void wait_all();
@@ -102,7 +113,7 @@ class ShardedBlocks final : public nn::BlockHooks {
 
   const ParallelPlan& plan_;
   std::vector<nn::ParamBlock>& blocks_;
-  std::vector<bool> layer_;
+  std::vector<BlockKind> kinds_;
   Reshard reshard_;
   DType reduce_;
   bool pinned_ = false, last_micro_batch_ = true;

@@ -820,8 +820,8 @@ void JobConfig::validate_values(int world_size) const {
               "model.hf_assets_path is required when model.name = \"hf\"");
   TITAN_CHECK(!checkpoint.initial_load_in_hf || !checkpoint.initial_load_path.empty() || !model.hf_assets_path.empty(),
               "checkpoint.initial_load_in_hf needs checkpoint.initial_load_path (or model.hf_assets_path)");
-  // Parallel degrees multiply to the world size. Only data parallelism runs: a tensor or expert
-  // parallel degree would otherwise be silently ignored.
+  // Parallel degrees multiply to the world size. Data and expert parallelism run: a tensor parallel
+  // degree would otherwise be silently ignored.
   const auto& p = parallelism;
   positive(p.data_parallel_replicate_degree, "parallelism.data_parallel_replicate_degree");
   positive(p.tensor_parallel_degree, "parallelism.tensor_parallel_degree");
@@ -829,10 +829,9 @@ void JobConfig::validate_values(int world_size) const {
   TITAN_CHECK(p.data_parallel_shard_degree == -1 || p.data_parallel_shard_degree >= 1,
               "parallelism.data_parallel_shard_degree must be positive, or -1 (the ranks left), got ",
               p.data_parallel_shard_degree);
-  TITAN_CHECK(p.tensor_parallel_degree == 1, "parallelism.tensor_parallel_degree = ", p.tensor_parallel_degree,
+  TITAN_CHECK(p.tensor_parallel_degree == 1,
+              "parallelism.tensor_parallel_degree = ", p.tensor_parallel_degree,
               ": tensor parallelism is not implemented (only data parallelism runs); set it to 1");
-  TITAN_CHECK(p.expert_parallel_degree == 1, "parallelism.expert_parallel_degree = ", p.expert_parallel_degree,
-              ": expert parallelism is not implemented (only data parallelism runs); set it to 1");
   const int64_t replicate = p.data_parallel_replicate_degree;
   TITAN_CHECK(p.data_parallel_shard_degree != -1 || world_size % replicate == 0,
               "parallelism.data_parallel_replicate_degree = ", replicate, " does not divide the world size ",
@@ -841,6 +840,11 @@ void JobConfig::validate_values(int world_size) const {
   TITAN_CHECK(shard >= 1 && shard * replicate == world_size, "parallelism.data_parallel_replicate_degree (",
               replicate, ") x parallelism.data_parallel_shard_degree (", shard, ") = ", shard * replicate,
               " != world size ", world_size);
+  // torchtitan's mesh: the expert-parallel ranks are a part of the shard dimension.
+  TITAN_CHECK(shard % p.expert_parallel_degree == 0,
+              "parallelism.expert_parallel_degree = ", p.expert_parallel_degree,
+              " must divide parallelism.data_parallel_shard_degree (", shard,
+              " here): expert parallelism splits the experts over ranks of the shard dimension");
   int64_t dp = shard * p.data_parallel_replicate_degree;
   if (training.global_batch_size != -1) {
     int64_t per_step = training.local_batch_size * dp;

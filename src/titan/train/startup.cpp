@@ -47,6 +47,9 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   "or drop the key");
     TITAN_CHECK(c.training.load_balance == "aux_loss", "training.load_balance = \"", c.training.load_balance,
                 "\" balances experts, but this model is dense (num_experts = 0)");
+    TITAN_CHECK(c.parallelism.expert_parallel_degree == 1,
+                "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
+                " splits experts over ranks, but this model is dense (num_experts = 0): set it to 1");
   } else {
     // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says; an
     // explicit model.output_router_logits that says otherwise would be printed and not done.
@@ -58,6 +61,10 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   "\": titan adds the aux loss to the loss exactly when load_balance = "
                   "\"aux_loss\" (drop model.output_router_logits)");
     args.output_router_logits = add_aux;
+    TITAN_CHECK(args.num_experts % c.parallelism.expert_parallel_degree == 0,
+                "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
+                " must divide the model's num_experts (", args.num_experts,
+                "): every rank holds as many experts");
   }
   try {
     args.validate();

@@ -59,7 +59,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
-    dist::ShardedBlocks sharding(plan, model.blocks(), layer_flags(model), shape.reshard, shape.reduce);
+    dist::ShardedBlocks sharding(plan, model.blocks(), block_kinds(model), shape.reshard, shape.reduce);
     AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
     sharding.shard(model.compute_dtype());
     if (sharding.active()) model.set_block_hooks(&sharding);

@@ -6,6 +6,7 @@
 
 #include "titan/core/device_services.h"
 #include "titan/data/data_identity.h"
+#include "titan/dist/expert_exchange.h"
 #include "titan/io/json_error.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
@@ -20,10 +21,13 @@ namespace titan::train {
 namespace {
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
-                              qwen3::Purpose purpose) {
-  // A sharded rank's blocks are born as its slices: the whole model never exists on one rank.
+                              qwen3::Purpose purpose, nn::ExpertExchange* exchange) {
+  // A sharded rank's blocks are born as its slices: the whole model never exists on one rank. With
+  // expert parallelism it holds its run of experts, whole.
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
-                          nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose);
+                          nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose,
+                          qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
+  model.set_expert_exchange(exchange);
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
@@ -64,16 +68,20 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
 
 }  // namespace
 
-std::vector<bool> layer_flags(const qwen3::Qwen3Model& model) {
-  std::vector<bool> layer;
-  for (size_t b = 0; b < model.blocks().size(); ++b) layer.push_back(model.is_layer_block(b));
-  return layer;
+std::vector<dist::BlockKind> block_kinds(const qwen3::Qwen3Model& model) {
+  std::vector<dist::BlockKind> kinds;
+  for (size_t b = 0; b < model.blocks().size(); ++b)
+    kinds.push_back(model.is_layer_block(b)    ? dist::BlockKind::Layer
+                    : model.is_expert_block(b) ? dist::BlockKind::Experts
+                                               : dist::BlockKind::Ends);
+  return kinds;
 }
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan, qwen3::Purpose purpose)
-    : model(build_model(c, job, plan, purpose)),
-      sharding(plan, model.blocks(), layer_flags(model),
+    : expert_exchange(plan.ep() > 1 ? dist::expert_exchange(plan.expert_group()) : nullptr),
+      model(build_model(c, job, plan, purpose, expert_exchange.get())),
+      sharding(plan, model.blocks(), block_kinds(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
       optimizer(c.optimizer, model.blocks(), plan),
       schedule(build_schedule(c)),

@@ -3,6 +3,7 @@
 // model (f32 master weights in flat blocks, MoE expert biases), the optimizer's moments, the LR
 // schedule, the data loader's position, the step counter and the tokens seen.
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "titan/data/loader.h"
@@ -30,6 +31,9 @@ struct TrainState {
   void distribute();
   TrainState& operator=(const TrainState&) = delete;
 
+  // Expert parallelism: the tokens' way to the ranks holding their experts (null without it).
+  // Declared before the model, which points to it.
+  std::unique_ptr<nn::ExpertExchange> expert_exchange;
   qwen3::Qwen3Model model;
   // The blocks as this rank holds them (whole until sharding.shard(), called once the weights are
   // in place), and the data-parallel communication of their parameters and gradients.
@@ -52,9 +56,9 @@ struct TrainState {
   nlohmann::json generation_config;
 };
 
-// Which of the model's blocks are layers (Qwen3Model::is_layer_block): what dist::ShardedBlocks
-// gathers and reduces per use.
-std::vector<bool> layer_flags(const qwen3::Qwen3Model& model);
+// What each of the model's blocks is to dist::ShardedBlocks: the embedding and head, a layer
+// (gathered and reduced per use), or a run of split experts.
+std::vector<dist::BlockKind> block_kinds(const qwen3::Qwen3Model& model);
 
 // "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB (start-up peak 120.0 MiB)": what
 // this rank holds of each (its slice of the f32 master weights, gradients and moments; all of them

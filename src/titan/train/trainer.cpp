@@ -124,7 +124,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const auto t_start = std::chrono::steady_clock::now();
   cfg.validate(world.size());
   const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
-                                cfg.parallelism.shard_degree(world.size()));
+                                cfg.parallelism.shard_degree(world.size()),
+                                cfg.parallelism.expert_parallel_degree);
   plan.check_same_on_every_rank(cfg.describe(), "configs",
                                 "every rank must get the same config file and overrides");
   // The same code on every rank (a host with an older libtitan would compute and shard otherwise);
