@@ -224,8 +224,8 @@ void check_every_collective(Communicator& comm) {
   }
 
   {  // Split groups are NCCL communicators too: all ranks together, and each rank alone.
-    auto all = comm.split(0, rank);
-    auto alone = comm.split(rank, 0);
+    auto all = comm.split(0, rank, comm.size());
+    auto alone = comm.split(rank, 0, 1);
     ASSERT_EQ(all->size(), size);
     ASSERT_EQ(alone->size(), 1);
     const int64_t n = 301;

@@ -257,7 +257,7 @@ TEST(AllToAllRanks, WrongCountsAreErrorsNamingTheEntry) {
 TEST(AllToAllRanks, SplitGroupsExchangeAmongThemselves) {
   REQUIRE_RANK();
   Communicator& world = rank_world();
-  auto group = world.split(world.rank() == 1 ? 1 : 0, world.rank());
+  auto group = world.split(world.rank() == 1 ? 1 : 0, world.rank(), world.rank() == 1 ? 1 : world.size() - 1);
   ASSERT_EQ(group->size(), world.rank() == 1 ? 1 : 2);
   const Counts counts = [](int s, int d) { return int64_t(3 + 5 * s + 2 * d); };
   for (DType dt : {DType::F32, DType::I64}) {

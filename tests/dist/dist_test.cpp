@@ -963,6 +963,48 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
   expect_moe_on_two_ranks_like_one("aux_loss", /*one_rank_batch=*/2, /*global=*/4, /*steps=*/4);
 }
 
+// Expert parallelism (parallelism.expert_parallel_degree): each MoE layer's experts split over `ep`
+// ranks of the shard dimension, the tokens travelling to their experts (all-to-all) instead of the
+// experts' weights to the tokens. The small MoE of the tests above, balanced by expert biases, on 4
+// ranks of local batch 2 (`mesh`: the replicate and shard degrees) and on one process of local batch
+// 4, both at global batch 8: the same losses and grad norms (each run of experts counted once), the
+// same final weights and moments (a run's gradient summed over every expert group's tokens), and
+// the same data position.
+void expect_expert_parallel_like_one_rank(const Overrides& mesh, int ranks, const std::string& what) {
+  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                         {"model.num_experts", "4"},
+                         {"model.top_k", "2"},
+                         {"model.moe_hidden_dim", "64"},
+                         {"training.load_balance", "expert_bias"},
+                         {"training.steps", "6"},
+                         {"checkpoint.interval", "6"},
+                         {"validation.enable", "false"},
+                         {"training.global_batch_size", "8"}};
+  const JobRun one = train("dist_ep_one_" + std::to_string(getpid()), 0, 4, moe);
+  const JobRun split = train("dist_ep_" + std::to_string(getpid()), ranks, 8 / ranks, tt::joined(moe, mesh));
+  expect_same_steps(split, one, 1, 6, what);
+  expect_same_final_state(split, one, 6, what);
+}
+
+// Every rank holds half of the experts; the expert group is the whole world.
+TEST(ExpertParallel, TwoRanksEachHoldingHalfOfTheExpertsTrainLikeOneRank) {
+  expect_expert_parallel_like_one_rank({{"parallelism.expert_parallel_degree", "2"}}, 2, "FSDP 2 + EP 2");
+}
+
+// Two expert groups of two in a shard group of four: each run of experts is held by two ranks, whose
+// gradients (each from its own group's tokens) are summed.
+TEST(ExpertParallel, TwoExpertGroupsInsideFourShardRanksTrainLikeOneRank) {
+  expect_expert_parallel_like_one_rank({{"parallelism.expert_parallel_degree", "2"}}, 4, "FSDP 4 + EP 2");
+}
+
+// HSDP 2 x 2 with the experts split over each replica's shard group: a run's gradient is summed
+// across the replicas with the experts' own reduction, not the replicas' all-reduce of the slices.
+TEST(ExpertParallel, HsdpWithTheExpertsSplitOverEachShardGroupTrainsLikeOneRank) {
+  expect_expert_parallel_like_one_rank(
+      {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.expert_parallel_degree", "2"}}, 4,
+      "HSDP 2 x 2 + EP 2");
+}
+
 // Conversations (training.chat_field): each rank's rows hold a different number of targets (answers of
 // different lengths, prompts and padding ignored), so the loss and gradient are the mean over every
 // target of the step only when each rank's and micro-batch's mean is weighed by its share: 2 FSDP

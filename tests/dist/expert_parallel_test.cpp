@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,31 @@ TEST(ExpertParallel, APlanOnTheMetaDeviceAssumesABalancedRouting) {
   const double whole_flops = step_flops(whole), split_flops = step_flops(split);
   EXPECT_GT(whole_flops, 0.0);
   EXPECT_EQ(split_flops - whole_flops, 6.0 * double(B * S * a.top_k * a.dim * a.n_layers));
+}
+
+// A split model's MoE layers also gather rows (embedding) and combine the outputs (moe_combine):
+// qwen3::module_ops lists them for it, so [kernels] rules may name them there and only there.
+TEST(ExpertParallel, TheKernelsTableOfASplitModelIsWhatItsForwardCalls) {
+  if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs ExpertParallelRanks.* only";
+  const qwen3::ModelArgs a = small_moe();
+  const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(2);
+  const std::unique_ptr<nn::ExpertExchange> group = dist::expert_exchange(*world);
+  qwen3::Qwen3Model split(a, DType::BF16, Device::Meta, {}, qwen3::Purpose::Training, {0, 2});
+  split.set_expert_exchange(group.get());
+  std::set<std::pair<std::string, std::string>> table, unsplit;
+  for (const kernels::ModuleOps& m : qwen3::module_ops(a, /*experts_split=*/true))
+    for (const std::string& op : m.ops) table.emplace(m.module, op);
+  for (const kernels::ModuleOps& m : qwen3::module_ops(a))
+    for (const std::string& op : m.ops) unsplit.emplace(m.module, op);
+  kernels::OpCallRecorder recorder;
+  const Tensor ids = Tensor::zeros({2, 16}, DType::I64, Device::Meta);
+  autograd::backward(split.forward_loss(ids, ids).loss);
+  for (const auto& [module, op] : recorder.calls())
+    if (!module.empty()) EXPECT_TRUE(table.count({module, op})) << module << " calls " << op;
+  for (const char* op : {"embedding", "moe_combine"}) {
+    EXPECT_TRUE(recorder.calls().count({"layers.0.moe", op})) << op;
+    EXPECT_FALSE(unsplit.count({"layers.0.moe", op})) << op << " is in the table of an unsplit model";
+  }
 }
 
 TEST(ExpertParallel, OneRankIsMoeExperts) {

@@ -69,22 +69,26 @@ TEST(MetaWorld, AllToAllChecksItsCountsAndRefusesRealTensors) {
                       device_services(Device::CPU).context());
   });
   EXPECT_NE(e.find("meta world: all_to_all(f32 x 3) of a tensor on cpu"), std::string::npos) << e;
-  // A split group's size is unknown: so is the number of counts it needs.
-  auto group = world->split(0, 0);
+  // A split group takes the number of counts of its size.
+  auto group = world->split(0, 0, 2);
   e = testing::error_of([&] { group->all_to_all(send, three, recv, three, DType::F32, host_context()); });
-  EXPECT_NE(e.find("size of a group split from it is unknown"), std::string::npos) << e;
+  EXPECT_NE(e.find("comm: all_to_all: send_counts has 3 entries, expected one per rank of the group (2)"),
+            std::string::npos)
+      << e;
 }
 
-TEST(MetaWorld, RefusesRealTensorsAndTheSizeOfASplit) {
+TEST(MetaWorld, RefusesRealTensorsAndSplitsOfTheSizeTheMeshGives) {
   auto world = meta_world_communicator(2);
   Tensor t = Tensor::zeros({4}, DType::F32);
   const std::string e = testing::error_of(
       [&] { world->all_reduce(t.raw_data(), 4, DType::F32, ReduceOp::Sum, device_services(Device::CPU).context()); });
   EXPECT_NE(e.find("meta world: all_reduce(f32 x 4) of a tensor on cpu"), std::string::npos) << e;
-  auto group = world->split(0, 0);
+  auto group = world->split(0, 0, 1);
   EXPECT_EQ(group->rank(), 0);
-  EXPECT_NE(testing::error_of([&] { (void)group->size(); }).find("size of a group split from it is unknown"),
-            std::string::npos);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_NE(
+      testing::error_of([&] { world->split(0, 0, 3); }).find("a group of 3 ranks split from a world of 2"),
+      std::string::npos);
   EXPECT_NE(testing::error_of([&] { meta_world_communicator(0); }).find("size must be >= 1"), std::string::npos);
 }
 

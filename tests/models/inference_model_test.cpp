@@ -69,8 +69,7 @@ TEST(InferenceModel, BornShardedHoldsItsWeightSlicesAlone) {
 TEST(InferenceModel, AnOptimizerHasNoMomentsForItAndRefusesToStepIt) {
   const qwen3::ModelArgs args = testing::small_args(1, false);
   Qwen3Model model(args, DType::F32, Device::CPU, {}, Purpose::Inference);
-  const dist::ParallelPlan plan;  // one process
-  train::AdamW adamw(train::OptimizerSection{}, model.blocks(), plan);
+  train::AdamW adamw(train::OptimizerSection{}, model.blocks());
   for (const Tensor& m : adamw.exp_avg()) EXPECT_FALSE(m.defined());
   for (const Tensor& m : adamw.exp_avg_sq()) EXPECT_FALSE(m.defined());
   try {

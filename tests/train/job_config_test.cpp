@@ -190,9 +190,11 @@ TEST(JobConfig, ParsesEverySection) {
   EXPECT_EQ(linear[1].variant, "blocked");
   EXPECT_EQ(linear[1].modules, "*");  // no modules: every module
 
-  // The file asks for expert parallelism, which the engine does not run: validate names the key.
-  EXPECT_NE(error_of([&] { c.validate(8); }).find("parallelism.expert_parallel_degree"), std::string::npos);
-  c.parallelism.expert_parallel_degree = 1;
+  // Expert parallelism borrows its ranks from the shard dimension: 3 does not divide 4.
+  c.parallelism.expert_parallel_degree = 3;
+  EXPECT_NE(error_of([&] { c.validate(8); }).find("parallelism.expert_parallel_degree = 3 must divide"),
+            std::string::npos);
+  c.parallelism.expert_parallel_degree = 2;  // as the file says: 2 of the 4 shard ranks
   // 2 x 4 ranks, 16 = 4 x 8 / 2 -> not a multiple of 4 x 8: validate names the key.
   EXPECT_NE(error_of([&] { c.validate(8); }).find("training.global_batch_size"), std::string::npos);
   c.training.global_batch_size = 64;  // 2 micro-batches of 4 on each of 8 ranks
@@ -384,13 +386,14 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
       {"[parallelism]\ndata_parallel_replicate_degree = 3\n",
        4,
        {"parallelism.data_parallel_replicate_degree", "world size 4"}},
-      // Only data parallelism runs: other degrees are refused by key, never ignored.
+      // Tensor parallelism does not run: its degree is refused by key, never ignored.
       {"[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n",
        4,
        {"parallelism.tensor_parallel_degree", "not implemented"}},
       {"[parallelism]\nexpert_parallel_degree = 2\n",
        1,
-       {"parallelism.expert_parallel_degree", "not implemented"}},
+       {"parallelism.expert_parallel_degree = 2 must divide parallelism.data_parallel_shard_degree (1 "
+        "here)"}},
       {"[parallelism]\ntensor_parallel_degree = 0\n", 1, {"parallelism.tensor_parallel_degree"}},
       {"[parallelism]\ndata_parallel_shard_degree = 0\n",
        2,
@@ -1029,6 +1032,24 @@ TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
   EXPECT_NE(e.find("training.load_balance = \"expert_bias\" balances experts, but this model is dense"),
             std::string::npos)
       << e;
+  // Expert parallelism needs experts, and as many on every rank.
+  e = error_of([&] { resolve_model_args(parse("[parallelism]\nexpert_parallel_degree = 2\n")); });
+  EXPECT_NE(
+      e.find("parallelism.expert_parallel_degree = 2 splits experts over ranks, but this model is dense"),
+      std::string::npos)
+      << e;
+  e = error_of([&] {
+    resolve_model_args(
+        parse("[model]\nflavor = \"debugmodel_moe\"\nnum_experts = 12\n[parallelism]\n"
+              "expert_parallel_degree = 8\n"));
+  });
+  EXPECT_NE(e.find("parallelism.expert_parallel_degree = 8 must divide the model's num_experts (12)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\nnum_experts = 12\n[parallelism]\n"
+                                     "expert_parallel_degree = 3\n"))
+                .num_experts,
+            12);
   EXPECT_EQ(resolve_model_args(parse("[model]\nnum_experts = 0\n")).num_experts, 0);
   const auto moe = resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\ntop_k = 2\n"));
   EXPECT_EQ(moe.top_k, 2);

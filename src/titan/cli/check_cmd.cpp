@@ -302,8 +302,9 @@ Row kernels_row(const train::JobConfig& c) {
   // First what `titan train` checks before any compute: known op and variant, a kernel for the
   // job's device and dtype, a pattern that matches a module running the op.
   try {
-    kernels::plan_substitutions(c.kernels, qwen3::module_ops(train::resolve_model_args(c)),
-                                train::resolve_device(c), train::resolve_compute_dtype(c));
+    kernels::plan_substitutions(
+        c.kernels, qwen3::module_ops(train::resolve_model_args(c), c.parallelism.expert_parallel_degree > 1),
+        train::resolve_device(c), train::resolve_compute_dtype(c));
   } catch (const Error& e) {
     return {"kernels", "FAIL", error_for_the_user(e.what()), rule};
   }

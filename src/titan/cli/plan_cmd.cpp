@@ -116,7 +116,7 @@ int plan_main(int argc, char** argv) {
   const auto [args, shape] = train::planned_step(cfg, replicate, shard);
   const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(int(replicate * shard));
-  const dist::ParallelPlan plan(*world, replicate, shard);
+  const dist::ParallelPlan plan(*world, replicate, shard, cfg.parallelism.expert_parallel_degree);
   // The device is needed only for what the flags do not give (its memory, its GEMM rate).
   const Device device = memory_flag && gemm_tflops_flag > 0 ? Device::Meta : train::resolve_device(cfg);
 

@@ -108,7 +108,10 @@ class SingleProcess final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
+  std::unique_ptr<Communicator> split(int, int, int size) override {
+    TITAN_CHECK(size == 1, "comm: a group of one process split into a group of ", size, " ranks");
+    return std::make_unique<SingleProcess>();
+  }
 
  private:
   static void copy(const void* send, void* recv, int64_t count, DType dtype, const KernelContext& ctx) {

@@ -72,8 +72,10 @@ class Communicator {
   // the others waiting in a collective.
   [[noreturn]] virtual void abort(int code) = 0;
 
-  // The ranks passing the same `color` form a new communicator, ranked by `key`.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The ranks passing the same `color` form a new communicator of `size` ranks, ranked by `key`. Every
+  // rank of a group passes its size, which the caller's mesh knows: a real communicator checks it,
+  // and a planning one (dist/meta_world.h), whose other ranks are imagined, takes it as given.
+  virtual std::unique_ptr<Communicator> split(int color, int key, int size) = 0;
 
   // Blocking forms.
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, const KernelContext& ctx);

@@ -16,15 +16,10 @@ class Done final : public CommHandle {
 
 class MetaWorld final : public Communicator {
  public:
-  // size < 0: a split group, whose size is unknown.
   explicit MetaWorld(int size) : size_(size) {}
 
   int rank() const override { return 0; }
-  int size() const override {
-    TITAN_CHECK(size_ >= 1, "meta world: the size of a group split from it is unknown (its other ranks are "
-                            "imagined, so are the colors they would pass to split)");
-    return size_;
-  }
+  int size() const override { return size_; }
   std::string library() const override { return "meta world (planning: this process is rank 0 of the mesh)"; }
 
   std::unique_ptr<CommHandle> start_all_reduce(void*, int64_t count, DType dtype, ReduceOp,
@@ -65,7 +60,11 @@ class MetaWorld final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<MetaWorld>(-1); }
+  std::unique_ptr<Communicator> split(int, int, int size) override {
+    TITAN_CHECK(size >= 1 && size <= size_, "meta world: a group of ", size, " ranks split from a world of ",
+                size_);
+    return std::make_unique<MetaWorld>(size);
+  }
 
  private:
   static std::unique_ptr<CommHandle> done() { return std::make_unique<Done>(); }

@@ -15,8 +15,8 @@
 //                                   0 of send into segment 0 of recv) and leaves the others;
 //   tensors on a real device        are refused with an error: a real step over imagined ranks
 //                                   would silently train on one rank's data.
-// A group split from it keeps this process as its rank 0; its size is unknown (it depends on the
-// colors the imagined ranks would pass), and asking for it is an error.
+// A group split from it keeps this process as its rank 0, of the size the caller's mesh gives it
+// (Communicator::split: the imagined ranks' colors are not known, the mesh's group sizes are).
 #include <memory>
 
 #include "titan/dist/communicator.h"

@@ -217,10 +217,13 @@ class Mpi final : public Communicator {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; this tells the compiler so
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, int size) override {
     MPI_Comm sub;
     MPI_Comm_split(comm_, color, key, &sub);
-    return std::make_unique<Mpi>(sub, timeout_, false);
+    auto group = std::make_unique<Mpi>(sub, timeout_, false);
+    TITAN_CHECK(group->size() == size, "comm: split(color ", color, ") made a group of ", group->size(),
+                " ranks where ", size, " were expected (the ranks disagree on the mesh)");
+    return group;
   }
 
  private:

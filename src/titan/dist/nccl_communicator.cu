@@ -211,8 +211,8 @@ class NcclCommunicator final : public Communicator {
     host_->abort(code);
     std::_Exit(code);  // host_->abort does not return; this tells the compiler so
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    return std::make_unique<NcclCommunicator>(host_->split(color, key), timeout_);
+  std::unique_ptr<Communicator> split(int color, int key, int size) override {
+    return std::make_unique<NcclCommunicator>(host_->split(color, key, size), timeout_);
   }
 
   // Polls `done` until it completes; after the timeout, or when NCCL reports an asynchronous error

@@ -51,14 +51,14 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
               " (expert parallelism borrows its ranks from the shard dimension)");
   if (ep_ > 1 && ep_ < world.size()) {
     // Colors: the expert group's first rank; the run of experts.
-    expert_group_ = world.split(int(rank() - expert_index()), rank());
-    expert_replicas_ = world.split(int(expert_index()), rank());
+    expert_group_ = world.split(int(rank() - expert_index()), rank(), int(ep_));
+    expert_replicas_ = world.split(int(expert_index()), rank(), int(world.size() / ep_));
   }
   // A group spanning the whole world is the world itself, not a split of it: under NCCL every
   // communicator costs an initialisation and its own buffers.
   if (dp_shard_ > 1 && dp_replicate_ > 1) {
-    shard_group_ = world.split(int(rank() / dp_shard_), rank());
-    replicate_group_ = world.split(int(rank() % dp_shard_), rank());
+    shard_group_ = world.split(int(rank() / dp_shard_), rank(), int(dp_shard_));
+    replicate_group_ = world.split(int(rank() % dp_shard_), rank(), int(dp_replicate_));
   }
 }
 
@@ -72,14 +72,6 @@ std::string ParallelPlan::describe() const {
 
 void ParallelPlan::shard_blocks(std::vector<nn::ParamBlock>& blocks) const {
   for (auto& b : blocks) b.pad_to_multiple(dp_shard_);
-}
-
-Tensor ParallelPlan::local(const Tensor& buffer) const {
-  if (dp_shard_ == 1) return buffer;
-  TITAN_CHECK(buffer.numel() % dp_shard_ == 0, "parallel plan: buffer ", buffer.str(),
-              " is not padded to a multiple of dp_shard ", dp_shard_);
-  const int64_t n = buffer.numel() / dp_shard_;
-  return buffer.narrow(0, shard_index() * n, n);
 }
 
 double ParallelPlan::all_reduce_grad_norm_sq(double sharded_sum_sq, double expert_sum_sq) const {

@@ -61,8 +61,6 @@ class ParallelPlan {
 
   // Pads each block to a multiple of dp_shard (before weights are loaded).
   void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
-  // This rank's slice of a whole block-sized buffer (the whole buffer when not sharded).
-  Tensor local(const Tensor& block_buffer) const;
 
   // The squared norm of the whole gradient from this rank's parts: `sharded_sum_sq` over its slices
   // of the sharded (or whole, unsharded) blocks, `expert_sum_sq` over its run of experts' blocks

@@ -4,9 +4,8 @@
 
 namespace titan::train {
 
-AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks,
-             const dist::ParallelPlan& plan)
-    : plan_(plan), config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.name == "AdamW"} {
+AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& blocks)
+    : config_{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.name == "AdamW"} {
   TITAN_CHECK(c.name == "AdamW" || c.name == "Adam", "optimizer.name = ", c.name,
               ": titan has AdamW and Adam");
   ops::validate(config_);
@@ -16,7 +15,7 @@ AdamW::AdamW(const OptimizerSection& c, const std::vector<nn::ParamBlock>& block
       exp_avg_sq_.emplace_back();
       continue;
     }
-    const int64_t n = plan.local(b.data()).numel();
+    const int64_t n = b.shard().numel();  // this rank's slice (the whole block when it is not sharded)
     exp_avg_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
     exp_avg_sq_.push_back(Tensor::zeros({n}, DType::F32, b.data().device()));
   }

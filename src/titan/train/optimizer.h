@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "titan/core/tensor.h"
-#include "titan/dist/parallel_plan.h"
 #include "titan/nn/param_block.h"
 #include "titan/ops/optim/optim.h"
 #include "titan/train/job_config.h"
@@ -19,8 +18,8 @@ namespace titan::train {
 class AdamW {
  public:
   // Errors name the optimizer field that breaks torch.optim.AdamW's rules.
-  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks,
-        const dist::ParallelPlan& plan);
+  // Moments for each block as this rank holds it (ParamBlock::shard: its slice of a sharded block).
+  AdamW(const OptimizerSection& config, const std::vector<nn::ParamBlock>& blocks);
 
   // One step of this rank's slice of every block at learning rate `lr`; `step` is 1-based; each gradient
   // element is multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
@@ -33,7 +32,6 @@ class AdamW {
   const std::vector<Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
 
  private:
-  const dist::ParallelPlan& plan_;
   ops::AdamWConfig config_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };

@@ -235,8 +235,9 @@ std::string check_kernels_for_planning(const JobConfig& c) {
   if (device == Device::CUDA)
     if (const std::string why = load_device_backend(device); !why.empty())
       return "[kernels] not checked against cuda's kernels: " + why;
-  kernels::plan_substitutions(c.kernels, qwen3::module_ops(resolve_model_args(c)), device,
-                              resolve_compute_dtype(c), /*on_this_machine=*/false);
+  kernels::plan_substitutions(
+      c.kernels, qwen3::module_ops(resolve_model_args(c), c.parallelism.expert_parallel_degree > 1), device,
+      resolve_compute_dtype(c), /*on_this_machine=*/false);
   return "";
 }
 
@@ -254,7 +255,8 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
   }
   // Everything is checked before anything is logged or installed.
   if (!rules.empty())
-    for (auto& line : kernels::plan_substitutions(rules, qwen3::module_ops(a), device, dtype))
+    for (auto& line : kernels::plan_substitutions(
+             rules, qwen3::module_ops(a, c.parallelism.expert_parallel_degree > 1), device, dtype))
       say("%s", line.c_str());
   // Installed even when empty: the rules are the process's, and an earlier run in this process (a
   // test program's, `titan check`'s) must not leave its own behind.

@@ -10,6 +10,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/dist/expert_exchange.h"
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/dist/sharded_blocks.h"
@@ -38,7 +39,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
               " ranks is profiled on the meta device only (got ", device_name(device), ")");
   const std::unique_ptr<dist::Communicator> world =
       device == Device::Meta ? dist::meta_world_communicator(world_size) : dist::single_process_communicator();
-  const dist::ParallelPlan plan(*world, shape.dp_replicate, shape.dp_shard);
+  const dist::ParallelPlan plan(*world, shape.dp_replicate, shape.dp_shard, shape.ep);
 
   TITAN_CHECK(device == Device::Meta || device == shape.device, "step profile: a step for ",
               device_name(shape.device), " profiled on ", device_name(device),
@@ -54,14 +55,18 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     // The state as TrainState builds it, then distributes it: the model's blocks padded for the
     // plan, AdamW's moments for this rank's slice, each rank keeping only its slice of the blocks
     // (ZeRO-3) and the model reporting its block uses to the sharding.
-    qwen3::Qwen3Model model(args, shape.compute, device);
+    const std::unique_ptr<nn::ExpertExchange> exchange =
+        plan.ep() > 1 ? dist::expert_exchange(plan.expert_group()) : nullptr;
+    qwen3::Qwen3Model model(args, shape.compute, device, {}, qwen3::Purpose::Training,
+                            qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
+    model.set_expert_exchange(exchange.get());
     plan.shard_blocks(model.blocks());
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
     dist::ShardedBlocks sharding(plan, model.blocks(), block_kinds(model), shape.reshard, shape.reduce);
-    AdamW optimizer(OptimizerSection{}, model.blocks(), plan);
     sharding.shard(model.compute_dtype());
+    AdamW optimizer(OptimizerSection{}, model.blocks());
     if (sharding.active()) model.set_block_hooks(&sharding);
     for (const auto& b : model.blocks()) {
       p.weights += int64_t(b.shard().nbytes());
@@ -149,6 +154,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   s.reduce = job.reduce_dtype;
+  s.ep = c.parallelism.expert_parallel_degree;
   s.keep_logits_bytes = loss_logits_budget(job.device);
   s.device = job.device;
   s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();

@@ -83,7 +83,7 @@ TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::T
       model(build_model(c, job, plan, purpose, expert_exchange.get())),
       sharding(plan, model.blocks(), block_kinds(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
-      optimizer(c.optimizer, model.blocks(), plan),
+      optimizer(c.optimizer, model.blocks()),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan, tokenizer), tokenizer),
       dataset_identity(data::dataset_identity(loader.files())) {}

@@ -191,7 +191,7 @@ void Qwen3Model::set_expert_bias_values(const std::vector<std::vector<double>>& 
   }
 }
 
-std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a) {
+std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a, bool experts_split) {
   // As the forward below calls them; `cast` makes the compute-dtype copies of the weights, `index`
   // and `sum` are the range checks of the token ids and labels and the loss's target count.
   std::vector<kernels::ModuleOps> m = {
@@ -202,7 +202,10 @@ std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a) {
     const std::string l = "layers." + std::to_string(i);
     m.push_back({l, {"rms_norm", "add", "cast"}});
     m.push_back({l + ".attention", {"linear", "rms_norm", "rope", "attention", "cached_attention", "cast"}});
-    if (a.is_moe_layer(i))
+    if (a.is_moe_layer(i) && experts_split)  // rows gathered (and their indices checked) for the exchange
+      m.push_back({l + ".moe",
+                   {"linear", "router_topk", "embedding", "index", "moe_experts", "moe_combine", "cast"}});
+    else if (a.is_moe_layer(i))
       m.push_back({l + ".moe", {"linear", "router_topk", "moe_experts", "cast"}});
     else
       m.push_back({l + ".feed_forward", {"linear", "swiglu", "cast"}});

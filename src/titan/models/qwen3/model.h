@@ -259,6 +259,7 @@ class Qwen3Model {
 // are matched against (tok_embeddings, layers.{i}(.attention|.feed_forward|.moe), norm, output),
 // each with the ops its forward calls: a rule for an op its modules never run is an error.
 // tests/models/module_ops_test.cpp checks the table against the ops a forward really calls.
-std::vector<kernels::ModuleOps> module_ops(const ModelArgs& args);
+// `experts_split`: of a model whose experts are split over ranks (ExpertSplit count > 1).
+std::vector<kernels::ModuleOps> module_ops(const ModelArgs& args, bool experts_split = false);
 
 }  // namespace titan::qwen3
