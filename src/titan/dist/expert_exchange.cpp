@@ -1,5 +1,6 @@
 #include "titan/dist/expert_exchange.h"
 
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -20,8 +21,32 @@ int64_t total(std::span<const int64_t> rows) {
   return std::accumulate(rows.begin(), rows.end(), int64_t(0));
 }
 
+// Counts one all_to_all of `send_elements` (per destination rank) of `dtype` into `stats` (if any):
+// the bytes to the other ranks, and the time from construction to destruction.
+class Counted {
+ public:
+  Counted(CommStats* stats, const Communicator& group, std::span<const int64_t> send_elements, DType dtype)
+      : stats_(stats), t0_(std::chrono::steady_clock::now()) {
+    if (!stats_) return;
+    int64_t elements = 0;
+    for (size_t r = 0; r < send_elements.size(); ++r)
+      if (int(r) != group.rank()) elements += send_elements[r];
+    stats_->bytes_sent += elements * int64_t(dtype_size(dtype));
+    ++stats_->collectives;
+    stats_->ring_steps += group.size() - 1;
+  }
+  ~Counted() {
+    if (stats_)
+      stats_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  CommStats* stats_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // rows [sum(send), ...] -> [sum(recv), ...]: one all_to_all, no autograd.
-Tensor move_rows(Communicator& group, const Tensor& rows_in, std::span<const int64_t> send,
+Tensor move_rows(Communicator& group, CommStats* stats, const Tensor& rows_in, std::span<const int64_t> send,
                  std::span<const int64_t> recv) {
   const Tensor rows = rows_in.contiguous();
   Shape shape = rows.shape();
@@ -32,6 +57,7 @@ Tensor move_rows(Communicator& group, const Tensor& rows_in, std::span<const int
   Tensor out = Tensor::empty(shape, rows.dtype(), rows.device());
   const std::vector<int64_t> send_elements = elements(send, row_elements),
                              recv_elements = elements(recv, row_elements);
+  const Counted counted(stats, group, send_elements, rows.dtype());
   group.all_to_all(rows.raw_data(), send_elements, out.raw_data(), recv_elements, rows.dtype(),
                    device_services(rows.device()).context());
   return out;
@@ -39,7 +65,7 @@ Tensor move_rows(Communicator& group, const Tensor& rows_in, std::span<const int
 
 class CommunicatorExchange final : public nn::ExpertExchange {
  public:
-  explicit CommunicatorExchange(Communicator& group) : group_(group) {}
+  CommunicatorExchange(Communicator& group, CommStats* stats) : group_(group), stats_(stats) {}
   int size() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
 
@@ -49,6 +75,7 @@ class CommunicatorExchange final : public nn::ExpertExchange {
                 " counts for a group of ", P, " ranks: the same number for every rank");
     std::vector<int64_t> recv(send_counts.size());
     const std::vector<int64_t> per_rank(P, int64_t(send_counts.size() / P));
+    const Counted counted(stats_, group_, per_rank, DType::I64);
     group_.all_to_all(send_counts.data(), per_rank, recv.data(), per_rank, DType::I64, host_context());
     return recv;
   }
@@ -57,7 +84,7 @@ class CommunicatorExchange final : public nn::ExpertExchange {
                   std::span<const int64_t> recv_rows) override {
     TITAN_CHECK(rows.dim() >= 1 && rows.size(0) == total(send_rows), "expert exchange: rows ", rows.str(),
                 " do not match the ", total(send_rows), " rows the counts send");
-    Tensor out = move_rows(group_, rows.detach(), send_rows, recv_rows);
+    Tensor out = move_rows(group_, stats_, rows.detach(), send_rows, recv_rows);
     if (autograd::needs_grad({&rows})) {
       // The gradient rows go back the way the rows came. The spans die with this call: copies.
       const std::vector<int64_t> send(send_rows.begin(), send_rows.end()),
@@ -66,21 +93,24 @@ class CommunicatorExchange final : public nn::ExpertExchange {
       // layer's output (autograd runs a node only when a gradient reaches it), as every rank of a
       // data-parallel step does through its loss.
       Communicator& group = group_;
-      autograd::record("expert_exchange", {rows}, {&out}, [&group, send, recv](const std::vector<Tensor>& g) {
-        return std::vector<Tensor>{move_rows(group, g[0], recv, send)};
-      });
+      CommStats* stats = stats_;
+      autograd::record("expert_exchange", {rows}, {&out},
+                       [&group, stats, send, recv](const std::vector<Tensor>& g) {
+                         return std::vector<Tensor>{move_rows(group, stats, g[0], recv, send)};
+                       });
     }
     return out;
   }
 
  private:
   Communicator& group_;
+  CommStats* stats_;
 };
 
 }  // namespace
 
-std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group) {
-  return std::make_unique<CommunicatorExchange>(group);
+std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group, CommStats* stats) {
+  return std::make_unique<CommunicatorExchange>(group, stats);
 }
 
 }  // namespace titan::dist

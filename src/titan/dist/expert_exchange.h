@@ -4,12 +4,15 @@
 #include <memory>
 
 #include "titan/dist/communicator.h"
+#include "titan/dist/sharded_blocks.h"
 #include "titan/nn/expert_parallel.h"
 
 namespace titan::dist {
 
 // `group` (the ranks sharing the experts) must outlive the exchange and every backward of a graph
-// recorded through it (the backward's exchanges run over it).
-std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group);
+// recorded through it (the backward's exchanges run over it). `stats`, when given (a step's
+// communication, ShardedBlocks::stats), counts every exchange's bytes sent to other ranks and the
+// time spent in it; it must outlive the exchange too.
+std::unique_ptr<nn::ExpertExchange> expert_exchange(Communicator& group, CommStats* stats = nullptr);
 
 }  // namespace titan::dist

@@ -93,6 +93,8 @@ class ShardedBlocks final : public nn::BlockHooks {
   void after_backward(size_t block) override;
 
   const CommStats& stats() const { return stats_; }
+  // Where the step's other communication adds itself (the experts' exchanges: dist::expert_exchange).
+  CommStats* stats_to_count() { return &stats_; }
   void reset_stats() { stats_ = {}; }
 
  private:

@@ -55,16 +55,16 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     // The state as TrainState builds it, then distributes it: the model's blocks padded for the
     // plan, AdamW's moments for this rank's slice, each rank keeping only its slice of the blocks
     // (ZeRO-3) and the model reporting its block uses to the sharding.
-    const std::unique_ptr<nn::ExpertExchange> exchange =
-        plan.ep() > 1 ? dist::expert_exchange(plan.expert_group()) : nullptr;
     qwen3::Qwen3Model model(args, shape.compute, device, {}, qwen3::Purpose::Training,
                             qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
-    model.set_expert_exchange(exchange.get());
     plan.shard_blocks(model.blocks());
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
     dist::ShardedBlocks sharding(plan, model.blocks(), block_kinds(model), shape.reshard, shape.reduce);
+    const std::unique_ptr<nn::ExpertExchange> exchange =
+        plan.ep() > 1 ? dist::expert_exchange(plan.expert_group(), sharding.stats_to_count()) : nullptr;
+    model.set_expert_exchange(exchange.get());
     sharding.shard(model.compute_dtype());
     AdamW optimizer(OptimizerSection{}, model.blocks());
     if (sharding.active()) model.set_block_hooks(&sharding);

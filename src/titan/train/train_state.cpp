@@ -21,13 +21,12 @@ namespace titan::train {
 namespace {
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
-                              qwen3::Purpose purpose, nn::ExpertExchange* exchange) {
+                              qwen3::Purpose purpose) {
   // A sharded rank's blocks are born as its slices: the whole model never exists on one rank. With
   // expert parallelism it holds its run of experts, whole.
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
                           nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose,
                           qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
-  model.set_expert_exchange(exchange);
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
@@ -79,14 +78,18 @@ std::vector<dist::BlockKind> block_kinds(const qwen3::Qwen3Model& model) {
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan, qwen3::Purpose purpose)
-    : expert_exchange(plan.ep() > 1 ? dist::expert_exchange(plan.expert_group()) : nullptr),
-      model(build_model(c, job, plan, purpose, expert_exchange.get())),
+    : model(build_model(c, job, plan, purpose)),
       sharding(plan, model.blocks(), block_kinds(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
       optimizer(c.optimizer, model.blocks()),
       schedule(build_schedule(c)),
       loader(loader_config(c, job, plan, tokenizer), tokenizer),
-      dataset_identity(data::dataset_identity(loader.files())) {}
+      dataset_identity(data::dataset_identity(loader.files())) {
+  if (plan.ep() > 1) {
+    expert_exchange = dist::expert_exchange(plan.expert_group(), sharding.stats_to_count());
+    model.set_expert_exchange(expert_exchange.get());
+  }
+}
 
 void TrainState::distribute() {
   sharding.shard(model.compute_dtype());

@@ -31,13 +31,13 @@ struct TrainState {
   void distribute();
   TrainState& operator=(const TrainState&) = delete;
 
-  // Expert parallelism: the tokens' way to the ranks holding their experts (null without it).
-  // Declared before the model, which points to it.
-  std::unique_ptr<nn::ExpertExchange> expert_exchange;
   qwen3::Qwen3Model model;
   // The blocks as this rank holds them (whole until sharding.shard(), called once the weights are
   // in place), and the data-parallel communication of their parameters and gradients.
   dist::ShardedBlocks sharding;
+  // Expert parallelism: the tokens' way to the ranks holding their experts (null without it); its
+  // bytes count in the sharding's communication.
+  std::unique_ptr<nn::ExpertExchange> expert_exchange;
   AdamW optimizer;
   LrSchedule schedule;
   data::TokenLoader loader;
