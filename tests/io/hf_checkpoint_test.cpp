@@ -117,6 +117,40 @@ TEST(HfCheckpoint, ShardsAboveTheLimitWithIndex) {
   expect_no_leftovers(parent, 2);  // ck and tokenizer.json
 }
 
+// Tensors whose bytes come from `fetch` as the writer reaches them (each once, in order, across the
+// shards), one buffer reused for all of them: the checkpoint given every tensor's data up front,
+// byte for byte; a fetch that gives nothing is an error naming the tensor.
+TEST(HfCheckpoint, FetchedTensorsAreWrittenAsGiven) {
+  fs::path parent = titan::testing::temp_dir("hf_fetched");
+  Model m(6);
+  HfWriteOptions opt;
+  opt.max_shard_bytes = 200;
+  write_hf_checkpoint(parent / "given", m.writes, opt);
+  std::vector<size_t> fetched;
+  std::vector<float> buffer;  // a tensor's bytes live only until the next one's are asked for
+  std::vector<TensorWrite> lazy = m.writes;
+  for (size_t i = 0; i < lazy.size(); ++i) {
+    lazy[i].data = nullptr;
+    lazy[i].fetch = [&, i]() -> const void* {
+      fetched.push_back(i);
+      buffer = m.data[i];
+      return buffer.data();
+    };
+  }
+  write_hf_checkpoint(parent / "fetched", lazy, opt);
+  EXPECT_EQ(fetched, (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(parent / "given"))
+    files.push_back(e.path().filename().string());
+  EXPECT_EQ(files.size(), 7u) << "5 shards, the index and the checksums";
+  for (const std::string& f : files)
+    EXPECT_EQ(titan::testing::file_difference(parent / "given" / f, parent / "fetched" / f), "") << f;
+  lazy[2].fetch = [] { return static_cast<const void*>(nullptr); };
+  expect_error([&] { write_hf_checkpoint(parent / "empty", lazy, opt); },
+               {"model.layers.2.weight", "its fetch gave no data"});
+  EXPECT_FALSE(fs::exists(parent / "empty"));
+}
+
 TEST(HfCheckpoint, WriteIsAtomic) {
   fs::path parent = titan::testing::temp_dir("hf_atomic");
   Model m(2), m2(3);

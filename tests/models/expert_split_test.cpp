@@ -1,12 +1,16 @@
 // A Qwen3-MoE whose experts are split over ranks (qwen3::ExpertSplit) and Hugging Face checkpoints:
 // each run loads its own experts (and the dense weights) from a whole checkpoint, the others' expert
 // tensors being neither read nor unexpected; a missing tensor of its own run is an error naming it;
-// an export, which needs every expert, is refused naming the split. (The split model's forward and
-// backward over real ranks: tests/dist/expert_parallel_test.cpp.)
+// an export, which needs every expert, is refused naming the split without a WholeExperts, and given
+// one writes the whole model's export, asking for each expert parameter once, in expert_params'
+// order. (The split model's forward and backward over real ranks: tests/dist/expert_parallel_test.cpp;
+// its export over real ranks: tests/dist/expert_export_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "models/oracle_check.h"
 #include "ops/op_test_util.h"
@@ -111,4 +115,40 @@ TEST(ExpertSplit, AnExportNeedsEveryExpert) {
   const std::string m = error_of([&] { qwen3::export_hf_model(split, out, DType::F32); });
   EXPECT_NE(m.find("run 1 of its experts split over 2 ranks"), std::string::npos) << m;
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing written";
+}
+
+TEST(ExpertSplit, AnExportGivenEveryRunIsTheWholeModelsExport) {
+  namespace fs = std::filesystem;
+  const auto dir = oracle_dir("tiny_moe");
+  const auto whole = qwen3::load_hf_model(dir, DType::F32);
+  const qwen3::ModelArgs& a = whole->args();
+  const auto out = temp_dir("expert_split_export_whole");
+  qwen3::export_hf_model(*whole, out / "whole", DType::BF16);
+  qwen3::Qwen3Model split(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {1, 4});
+  qwen3::load_hf_weights(split, dir);
+  std::vector<std::string> asked;
+  const qwen3::WholeExperts every_run = [&](nn::Param& run) {
+    asked.push_back(run.name);
+    return whole->find_param(run.name)->value.detach();  // the runs of every rank, as one tensor
+  };
+  qwen3::export_hf_model(split, out / "split", DType::BF16, {}, false, every_run);
+  std::vector<std::string> expected;
+  for (const nn::Param* p : qwen3::expert_params(split)) expected.push_back(p->name);
+  EXPECT_EQ(expected.size(), size_t(3 * a.n_layers));
+  EXPECT_EQ(asked, expected) << "each expert parameter asked for once, in expert_params' order";
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(out / "whole")) {
+    EXPECT_EQ(file_difference(e.path(), out / "split" / e.path().filename()), "") << e.path().filename();
+    ++files;
+  }
+  EXPECT_EQ(files, 3u) << "model.safetensors, config.json, titan_checksums.json";
+  EXPECT_TRUE(
+      io::HfCheckpoint::open(out / "split").contains("model.layers.1.mlp.experts.7.down_proj.weight"));
+
+  // What it is handed must be every run's experts: one run's alone is an error naming the parameter.
+  const qwen3::WholeExperts own_run = [](nn::Param& run) { return run.value.detach(); };
+  const std::string m =
+      error_of([&] { qwen3::export_hf_model(split, out / "bad", DType::F32, {}, false, own_run); });
+  EXPECT_NE(m.find("layers.0.moe.experts.w1 made whole is f32[2, "), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(out / "bad")) << "nothing written";
 }

@@ -374,7 +374,8 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
       DType src = t.source_dtype.value_or(t.dtype);
       TITAN_CHECK(conversion_supported(src, t.dtype), "write_safetensors ", path, ": tensor '", t.name,
                   "': cannot convert ", dtype_name(src), " to ", dtype_name(t.dtype));
-      TITAN_CHECK(t.data || bytes == 0, "write_safetensors ", path, ": tensor '", t.name, "' has no data");
+      TITAN_CHECK(t.data || t.fetch || bytes == 0, "write_safetensors ", path, ": tensor '", t.name,
+                  "' has no data");
       header.append(",").append(json(t.name).dump()).append(":{\"dtype\":\"");
       header.append(dtype_safetensors_name(t.dtype)).append("\",\"shape\":").append(json(t.shape).dump());
       header.append(",\"data_offsets\":[").append(std::to_string(off)).append(",");
@@ -395,15 +396,18 @@ uint64_t write_safetensors(const fs::path& path, std::span<const TensorWrite> te
   for (const TensorWrite& t : tensors) {
     uint64_t bytes = tensor_write_bytes(t);
     DType src = t.source_dtype.value_or(t.dtype);
+    const void* data = t.data || !t.fetch ? t.data : t.fetch();
+    TITAN_CHECK(data || bytes == 0, "write_safetensors ", path, ": tensor '", t.name,
+                "': its fetch gave no data");
     if (src == t.dtype) {
-      f.write(t.data, bytes);
+      f.write(data, bytes);
       continue;
     }
     // Convert through a bounded buffer so exporting a large model never holds a second copy.
     constexpr size_t kChunk = size_t(1) << 20;  // elements
     size_t numel = bytes / dtype_size(t.dtype);
     buf.resize(kChunk * dtype_size(t.dtype));
-    const auto* s = static_cast<const std::byte*>(t.data);
+    const auto* s = static_cast<const std::byte*>(data);
     for (size_t i = 0; i < numel; i += kChunk) {
       size_t m = std::min(kChunk, numel - i);
       convert_chunk(s + i * dtype_size(src), src, buf.data(), t.dtype, m);

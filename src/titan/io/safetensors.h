@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +99,11 @@ struct TensorWrite {
   std::vector<int64_t> shape;
   const void* data;
   std::optional<DType> source_dtype = std::nullopt;
+  // With `data` null: called once, when the writer reaches this tensor (tensors are written in
+  // order), for the bytes `data` would hold; they need stay valid only until the next tensor's are
+  // asked for. Tensors that are never in memory all at once stream this way (an export of experts
+  // split over ranks receives them a layer at a time).
+  std::function<const void*()> fetch = nullptr;
 };
 
 // Writes tensors in the given order, header space-padded to a multiple of 8 bytes and

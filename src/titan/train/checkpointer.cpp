@@ -11,6 +11,7 @@
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint_blocks.h"
+#include "titan/train/hf_export.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
@@ -458,6 +459,7 @@ void Checkpointer::commit(PendingSave& p) {
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   s.sharding.gather_all();
   if (!plan_.is_logging_rank()) {
+    send_experts_for_export(plan_, s.model);  // to the logging rank, as its export asks for them
     s.sharding.release_all();
     return plan_.barrier();
   }
@@ -478,10 +480,13 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
   {
     uint64_t total = 0;
+    // A split model lists its own run of experts; the export writes every run's, as many.
     for (auto& r : qwen3::hf_tensors(s.model))
-      total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype);
+      total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype) *
+               uint64_t(r.expert >= 0 ? s.model.expert_split().count : 1);
     Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
-    qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config}, /*overwrite=*/false);
+    qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config}, /*overwrite=*/false,
+                           experts_from_expert_group(plan_));
   }
   say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
       config_.checkpoint.export_dtype.c_str(), seconds_since(t0));

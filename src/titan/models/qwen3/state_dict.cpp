@@ -1,7 +1,9 @@
 #include "titan/models/qwen3/state_dict.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -21,13 +23,33 @@ Tensor HfTensorRef::grad() const {
   return expert < 0 ? g : g.narrow(0, expert, 1).reshape(shape);
 }
 
-std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
+namespace {
+
+// Each stacked expert weight's HF projection, in checkpoint order.
+constexpr std::array<std::pair<const char*, const char*>, 3> kExpertWeights = {
+    {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}}};
+
+std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + "." + proj +
+         ".weight";
+}
+
+nn::Param* expert_param(Qwen3Model& m, int64_t layer, const char* w) {
+  const std::string name = "layers." + std::to_string(layer) + ".moe.experts." + w;
+  nn::Param* p = m.find_param(name);
+  TITAN_CHECK(p, "state dict: model has no parameter '", name, "'");
+  return p;
+}
+
+// The HF keys in checkpoint order: `whole` gets the ref of every whole parameter, and `experts` is
+// called with the layer where a MoE layer's experts go.
+void walk_hf_keys(Qwen3Model& m, const std::function<void(const HfTensorRef&)>& whole_ref,
+                  const std::function<void(int64_t layer)>& experts) {
   const ModelArgs& a = m.args();
-  std::vector<HfTensorRef> out;
   auto whole = [&](const std::string& hf, const std::string& native) {
     nn::Param* p = m.find_param(native);
     TITAN_CHECK(p, "state dict: model has no parameter '", native, "'");
-    out.push_back({hf, p, -1, p->shape});
+    whole_ref({hf, p, -1, p->shape});
   };
   whole("model.embed_tokens.weight", "tok_embeddings.weight");
   for (int64_t i = 0; i < a.n_layers; ++i) {
@@ -42,15 +64,7 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
     whole(hf + "post_attention_layernorm.weight", nat + "ffn_norm.weight");
     if (a.is_moe_layer(i)) {
       whole(hf + "mlp.gate.weight", nat + "moe.router.gate.weight");
-      // This model's run of experts (all of them unless split over ranks).
-      const int64_t run = a.num_experts / m.expert_split().count, first = m.expert_split().index * run;
-      for (int64_t e = first; e < first + run; ++e) {
-        std::string ex = hf + "mlp.experts." + std::to_string(e) + ".";
-        for (auto [proj, w] : {std::pair{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}}) {
-          nn::Param* p = m.find_param(nat + "moe.experts." + w);
-          out.push_back({ex + proj + ".weight", p, e - first, Shape(p->shape.begin() + 1, p->shape.end())});
-        }
-      }
+      experts(i);
     } else {
       whole(hf + "mlp.gate_proj.weight", nat + "feed_forward.w1.weight");
       whole(hf + "mlp.up_proj.weight", nat + "feed_forward.w3.weight");
@@ -59,6 +73,37 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
   }
   whole("model.norm.weight", "norm.weight");
   if (!a.tie_embeddings) whole("lm_head.weight", "output.weight");
+}
+
+// The refs of the model's run of MoE layer `layer`'s experts (all of them unless split over ranks).
+std::vector<HfTensorRef> run_refs(Qwen3Model& m, int64_t layer) {
+  const int64_t run = m.args().num_experts / m.expert_split().count, first = m.expert_split().index * run;
+  std::vector<HfTensorRef> out;
+  for (int64_t e = first; e < first + run; ++e)
+    for (auto [proj, w] : kExpertWeights) {
+      nn::Param* p = expert_param(m, layer, w);
+      out.push_back({expert_key(layer, e, proj), p, e - first, Shape(p->shape.begin() + 1, p->shape.end())});
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
+  std::vector<HfTensorRef> out;
+  walk_hf_keys(
+      m, [&](const HfTensorRef& r) { out.push_back(r); },
+      [&](int64_t layer) {
+        for (HfTensorRef& r : run_refs(m, layer)) out.push_back(std::move(r));
+      });
+  return out;
+}
+
+std::vector<nn::Param*> expert_params(Qwen3Model& m) {
+  std::vector<nn::Param*> out;
+  for (int64_t i = 0; i < m.args().n_layers; ++i)
+    if (m.args().is_moe_layer(i))
+      for (const auto& weight : kExpertWeights) out.push_back(expert_param(m, i, weight.second));
   return out;
 }
 
@@ -111,9 +156,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
     for (int64_t i = 0; i < a.n_layers; ++i)
       if (a.is_moe_layer(i))
         for (int64_t e = 0; e < a.num_experts; ++e)
-          for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
-            other_runs.insert("model.layers." + std::to_string(i) + ".mlp.experts." + std::to_string(e) +
-                              "." + proj + ".weight");
+          for (const auto& weight : kExpertWeights) other_runs.insert(expert_key(i, e, weight.first));
   }
   for (auto& k : ckpt.keys()) {
     if (expected.count(k) || other_runs.count(k)) continue;
@@ -190,21 +233,56 @@ std::string expert_bias_export_warning(double largest) {
 }
 
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const ExportFiles& files, bool overwrite) {
+                     const ExportFiles& files, bool overwrite, const WholeExperts& whole_experts) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
               dtype_name(dtype));
-  TITAN_CHECK(model.expert_split().count == 1, "export: this model holds run ", model.expert_split().index,
-              " of its experts split over ", model.expert_split().count,
-              " ranks; a Hugging Face checkpoint needs every expert (gathering them is not implemented)");
-  auto refs = hf_tensors(model);
+  const ExpertSplit split = model.expert_split();
+  TITAN_CHECK(split.count == 1 || whole_experts, "export: this model holds run ", split.index,
+              " of its experts split over ", split.count,
+              " ranks; a Hugging Face checkpoint needs every expert, and no WholeExperts was given to "
+              "bring the other runs");
   std::vector<Tensor> keep;  // contiguous sources outlive the write
   std::vector<io::TensorWrite> writes;
-  for (auto& r : refs) {
+  auto add = [&](const HfTensorRef& r) {
     Tensor v = r.value();  // expert slices of [E, F, D] are contiguous
     if (v.device() != Device::CPU) v = v.to(Device::CPU);  // the writer reads host memory
     keep.push_back(v);
     writes.push_back({r.key, dtype, r.shape, v.raw_data(), DType::F32});
-  }
+  };
+  // A split model's experts of the layer being written, whole (w1, w3, w2 on the host): asked for
+  // when the writer reaches the layer's first expert, dropped when it reaches the next layer's.
+  int64_t whole_layer = -1;
+  std::array<Tensor, 3> whole;
+  auto bring_layer = [&](int64_t layer) {
+    whole = {};  // before the next layer's arrive
+    for (size_t w = 0; w < kExpertWeights.size(); ++w) {
+      nn::Param* run = expert_param(model, layer, kExpertWeights[w].second);
+      Shape want = run->shape;
+      want[0] = model.args().num_experts;
+      Tensor t = whole_experts(*run);
+      TITAN_CHECK(t.defined() && t.shape() == want && t.dtype() == DType::F32 && t.is_contiguous(),
+                  "export: ", run->name, " made whole is ", t.str(), ", expected contiguous f32",
+                  shape_str(want), ": every run's experts, in run order");
+      whole[w] = t.device() == Device::CPU ? t : t.to(Device::CPU);
+    }
+    whole_layer = layer;
+  };
+  walk_hf_keys(model, add, [&](int64_t layer) {
+    if (split.count == 1) {
+      for (const HfTensorRef& r : run_refs(model, layer)) add(r);
+      return;
+    }
+    for (int64_t e = 0; e < model.args().num_experts; ++e)
+      for (size_t w = 0; w < kExpertWeights.size(); ++w) {
+        const nn::Param* run = expert_param(model, layer, kExpertWeights[w].second);
+        writes.push_back({expert_key(layer, e, kExpertWeights[w].first), dtype,
+                          Shape(run->shape.begin() + 1, run->shape.end()), nullptr, DType::F32,
+                          [&bring_layer, &whole_layer, &whole, layer, e, w]() -> const void* {
+                            if (whole_layer != layer) bring_layer(layer);
+                            return whole[w].narrow(0, e, 1).raw_data();
+                          }});
+      }
+  });
   io::HfWriteOptions opts;
   opts.extra_files["config.json"] =
       hf_config_from_args(model.args(), dtype == DType::F32 ? "float32" : "bfloat16").dump(2) + "\n";

@@ -11,6 +11,7 @@
 //   norm.weight                         <-> model.norm.weight
 //   output.weight                       <-> lm_head.weight (absent when tied; a tied checkpoint may still carry it)
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -52,9 +53,24 @@ struct ExportFiles {
   nlohmann::json generation_config;
 };
 
+// A split model's expert parameter made whole: given this model's run of it (layers.{i}.moe.experts.w1,
+// w3 or w2: [E / count, ...]), every run's experts in run order, [E, ...] in f32, contiguous, on the
+// host or the model's device. The models holding the other runs hand theirs over as it asks (the
+// trainer's: train/hf_export.h).
+using WholeExperts = std::function<Tensor(nn::Param& run)>;
+
+// The expert parameters of a model in the order an export of it split over ranks asks WholeExperts
+// for them, each once: w1, w3, w2 of each MoE layer, layers ascending.
+std::vector<nn::Param*> expert_params(Qwen3Model& model);
+
 // Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
-// F32 or BF16, plus `files`. Atomic: DIR appears complete or not at all.
+// F32 or BF16, plus `files`. Atomic: DIR appears complete or not at all. A model whose experts are
+// split over ranks (ExpertSplit) writes every expert, the file an unsplit model with the same weights
+// writes, through `whole_experts` (an error without it): it asks for a MoE layer's experts as the
+// writing reaches the layer and drops them after it, so the export holds one layer's whole experts
+// at a time beyond the model.
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const ExportFiles& files = {}, bool overwrite = false);
+                     const ExportFiles& files = {}, bool overwrite = false,
+                     const WholeExperts& whole_experts = {});
 
 }  // namespace titan::qwen3
