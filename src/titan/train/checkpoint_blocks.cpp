@@ -5,7 +5,6 @@
 #include <set>
 
 #include "titan/core/check.h"
-#include "titan/models/qwen3/checkpoint_layout.h"
 
 namespace titan::train {
 
@@ -24,28 +23,76 @@ nlohmann::json params_json(const nn::ParamBlock& block) {
   return params;
 }
 
-// Every tensor of `files` is one `expected` names: another one means the files hold something
-// other than this model's state (edited, or from another program), so none of it is trusted.
-void check_no_unexpected_tensors(const std::vector<io::SafetensorsFile>& files,
-                                 const std::set<std::string>& expected) {
-  for (const io::SafetensorsFile& f : files) {
-    std::vector<std::string> unexpected;
-    for (const io::TensorInfo& t : f.tensors())
-      if (!expected.count(t.name)) unexpected.push_back(t.name);
-    if (unexpected.empty()) continue;
-    std::string names;
-    for (size_t i = 0; i < unexpected.size() && i < 10; ++i) names += (i ? ", '" : "'") + unexpected[i] + "'";
-    if (unexpected.size() > 10) names += " and " + std::to_string(unexpected.size() - 10) + " more";
-    TITAN_FAIL("checkpoint '", f.path().string(), "' holds ", unexpected.size(),
-               " tensor(s) this model's checkpoint does not have: ", names);
+// The shape of the whole parameter `p` of block `b` is a part of: a run of experts holds E/P of
+// them, the others hold it whole.
+Shape whole_shape(const qwen3::Qwen3Model& model, size_t b, const nn::Param& p) {
+  Shape shape = p.shape;
+  if (model.is_expert_block(b)) shape[0] *= model.expert_split().count;
+  return shape;
+}
+
+// A block of split experts as the layout records it: run j (elements [j n, (j + 1) n) of each
+// whole parameter of n elements a run) is written by shard file j.
+nlohmann::json expert_block_json(const qwen3::Qwen3Model& model, size_t b) {
+  const nn::ParamBlock& block = model.blocks()[b];
+  const qwen3::ExpertSplit& split = model.expert_split();
+  nlohmann::json params = nlohmann::json::array(), files = nlohmann::json::array();
+  for (int64_t j = 0; j < split.count; ++j) files.push_back(j);
+  for (auto& p : block.params()) {
+    const int64_t n = shape_numel(p.shape);
+    TITAN_CHECK(p.first_element == split.index * n, "checkpoint layout: '", p.name, "' of run ", split.index,
+                " starts at element ", p.first_element, " of the whole parameter, not at run x ", n,
+                " (its runs must be equal and in order)");
+    nlohmann::json elements = nlohmann::json::array();
+    for (int64_t j = 0; j < split.count; ++j) elements.push_back({j * n, (j + 1) * n});
+    params.push_back({{"name", p.name},
+                      {"shape", whole_shape(model, b, p)},
+                      {"offset", p.offset},
+                      {"elements", elements}});
   }
+  return {{"name", block.name()}, {"padded", block.numel()}, {"files", files}, {"params", params}};
+}
+
+std::set<std::string> with_moment_prefixes(const std::set<std::string>& names) {
+  std::set<std::string> out;
+  for (const std::string& n : names) {
+    out.insert("exp_avg." + n);
+    out.insert("exp_avg_sq." + n);
+  }
+  return out;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 10; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > 10) list += " and " + std::to_string(names.size() - 10) + " more";
+  return list;
+}
+
+// Every tensor of `f` is one `expected` names: another one means the file holds something other
+// than this model's state (edited, or from another program), so none of it is trusted.
+void check_no_unexpected_tensors(const io::SafetensorsFile& f, const std::set<std::string>& expected) {
+  std::vector<std::string> unexpected;
+  for (const io::TensorInfo& t : f.tensors())
+    if (!expected.count(t.name)) unexpected.push_back(t.name);
+  TITAN_CHECK(unexpected.empty(), "checkpoint '", f.path().string(), "' holds ", unexpected.size(),
+              " tensor(s) this model's checkpoint does not have: ", quoted_list(unexpected));
 }
 
 }  // namespace
 
 nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards) {
-  nlohmann::json blocks = nlohmann::json::array();
-  for (auto& b : model.blocks()) {
+  const int64_t runs = model.expert_split().count;
+  TITAN_CHECK(runs == 1 || (shards > 1 && runs <= shards), "checkpoint layout: experts split in ", runs,
+              " runs need a file of their own per run (block slices of at least ", runs, " shards), not ",
+              shards, " shard(s)");
+  nlohmann::json blocks = nlohmann::json::array(), expert_blocks = nlohmann::json::array();
+  for (size_t i = 0; i < model.blocks().size(); ++i) {
+    const nn::ParamBlock& b = model.blocks()[i];
+    if (model.is_expert_block(i)) {
+      expert_blocks.push_back(expert_block_json(model, i));
+      continue;
+    }
     TITAN_CHECK(b.numel() % shards == 0, "checkpoint layout: block '", b.name(), "' of ", b.numel(),
                 " elements is not padded to a multiple of ", shards, " shards");
     const int64_t slice = b.numel() / shards;
@@ -57,19 +104,37 @@ nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards)
                       {"ranges", ranges},
                       {"params", params_json(b)}});
   }
-  return {{"format", shards > 1 ? "block-slices" : "named-parameters"}, {"shards", shards}, {"blocks", blocks}};
+  nlohmann::json layout = {
+      {"format", shards > 1 ? "block-slices" : "named-parameters"}, {"shards", shards}, {"blocks", blocks}};
+  if (!expert_blocks.empty()) layout["expert_blocks"] = expert_blocks;
+  return layout;
 }
 
-std::vector<io::TensorWrite> block_slice_tensors(const qwen3::Qwen3Model& model, const std::vector<Tensor>& slices,
+bool shard_file_holds(const qwen3::Qwen3Model& model, size_t block, int64_t shard) {
+  return !model.is_expert_block(block) || shard < model.expert_split().count;
+}
+
+std::vector<io::TensorWrite> block_slice_tensors(const qwen3::Qwen3Model& model, int64_t shard,
+                                                 const std::vector<Tensor>& slices,
                                                  const std::string& prefix) {
   TITAN_CHECK(slices.size() == model.blocks().size(), "checkpoint layout: ", slices.size(),
               " slices for a model of ", model.blocks().size(), " blocks");
   std::vector<io::TensorWrite> out;
   for (size_t b = 0; b < slices.size(); ++b) {
-    TITAN_CHECK(slices[b].dtype() == DType::F32 && slices[b].is_contiguous() && slices[b].device() == Device::CPU,
-                "checkpoint layout: the slice of block '", model.blocks()[b].name(), "' is ", slices[b].str(),
-                "; shard files are written from contiguous f32 host memory");
-    out.push_back({prefix + model.blocks()[b].name(), DType::F32, {slices[b].numel()}, slices[b].data<float>()});
+    const std::string& name = model.blocks()[b].name();
+    const bool holds = shard_file_holds(model, b, shard);
+    TITAN_CHECK(slices[b].defined() == holds, "checkpoint layout: shard file ", shard,
+                holds ? " holds block '" : " holds nothing of block '", name, "', but its slice is ",
+                slices[b].defined() ? slices[b].str() : std::string("missing"));
+    if (!holds) continue;
+    TITAN_CHECK(!model.is_expert_block(b) || model.expert_split().index == shard,
+                "checkpoint layout: shard file ", shard, " holds run ", shard, " of '", name,
+                "', but this model holds run ", model.expert_split().index);
+    TITAN_CHECK(
+        slices[b].dtype() == DType::F32 && slices[b].is_contiguous() && slices[b].device() == Device::CPU,
+        "checkpoint layout: the slice of block '", name, "' is ", slices[b].str(),
+        "; shard files are written from contiguous f32 host memory");
+    out.push_back({prefix + name, DType::F32, {slices[b].numel()}, slices[b].data<float>()});
   }
   return out;
 }
@@ -78,44 +143,120 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
     : checkpoint_(c), model_(model) {
   const std::string where = "checkpoint '" + c.dir.string() + "'";
   const nlohmann::json* layout = c.train_state.contains("layout") ? &c.train_state["layout"] : nullptr;
-  named_ = !layout || layout->value("format", "") == "named-parameters";
-  // The names the files must hold: each parameter (named layout) or each block's slice, and the
-  // AdamW moments of each under their prefixes. Missing ones are named as they are read.
-  std::set<std::string> model_names, optimizer_names;
-  for (const nn::ParamBlock& block : model.blocks()) {
-    std::vector<std::string> names;
-    if (named_)
-      for (auto& p : block.params()) names.push_back(p.name);
-    else
-      names.push_back(block.name());
-    for (const std::string& n : names) {
-      model_names.insert(n);
-      optimizer_names.insert("exp_avg." + n);
-      optimizer_names.insert("exp_avg_sq." + n);
-    }
-  }
-  check_no_unexpected_tensors(c.model_files, model_names);
-  check_no_unexpected_tensors(c.optimizer_files, optimizer_names);
-  if (named_) {
+  const bool named = !layout || layout->value("format", "") == "named-parameters";
+  if (named) {
     // (No optimizer file when only the weights were loaded: CheckpointParts::Weights.)
     TITAN_CHECK(c.model_files.size() == 1 && c.optimizer_files.size() <= 1, where,
                 ": named parameters come in one model and one optimizer file, found ", c.model_files.size());
-    return;
+    std::set<std::string> names;
+    for (const nn::ParamBlock& block : model.blocks())
+      for (auto& p : block.params()) names.insert(p.name);
+    check_no_unexpected_tensors(c.model_files[0], names);
+    for (const io::SafetensorsFile& f : c.optimizer_files)
+      check_no_unexpected_tensors(f, with_moment_prefixes(names));
+    for (const io::TensorInfo& t : c.model_files[0].tensors())
+      saved_[t.name] = {t.shape, {{0, t.name, t.shape, 0, shape_numel(t.shape), 0}}};
+  } else {
+    TITAN_CHECK(layout->value("format", "") == "block-slices", where, ": train_state.json's layout.format '",
+                layout->value("format", ""), "' is neither 'block-slices' nor 'named-parameters'");
+    const size_t files = c.model_files.size();
+    std::vector<std::set<std::string>> held(files);  // the tensors each file holds, without prefixes
+    auto add = [&](const std::string& name, const Shape& shape, Piece piece) {
+      SavedParam& s = saved_[name];
+      TITAN_CHECK(s.pieces.empty() || s.shape == shape, where, ": train_state.json's layout gives '", name,
+                  "' the shapes ", shape_str(s.shape), " and ", shape_str(shape));
+      s.shape = shape;
+      s.pieces.push_back(std::move(piece));
+    };
+    try {
+      for (const nlohmann::json& block : layout->at("blocks")) {
+        const std::string name = block.at("name").get<std::string>();
+        const nlohmann::json& ranges = block.at("ranges");
+        TITAN_CHECK(ranges.size() == files, where, ": block '", name, "' has ", ranges.size(),
+                    " shard ranges for ", files, " shard files");
+        for (std::set<std::string>& h : held) h.insert(name);
+        for (const nlohmann::json& p : block.at("params")) {
+          const Shape shape = p.at("shape").get<Shape>();
+          const int64_t offset = p.at("offset").get<int64_t>(), n = shape_numel(shape);
+          for (size_t k = 0; k < files; ++k) {
+            const int64_t lo = ranges[k].at(0).get<int64_t>(), hi = ranges[k].at(1).get<int64_t>();
+            TITAN_CHECK(0 <= lo && lo <= hi, where, ": block '", name, "' gives shard file ", k,
+                        " the range [", lo, ", ", hi, ")");
+            // The part of the parameter inside this file's range of the block.
+            const int64_t from = std::max(offset, lo), to = std::min(offset + n, hi);
+            if (to > from)
+              add(p.at("name").get<std::string>(), shape,
+                  {k, name, {hi - lo}, from - offset, to - offset, from - lo});
+          }
+        }
+      }
+      for (const nlohmann::json& block : layout->value("expert_blocks", nlohmann::json::array())) {
+        const std::string name = block.at("name").get<std::string>();
+        const int64_t padded = block.at("padded").get<int64_t>();
+        const std::vector<int64_t> run_files = block.at("files").get<std::vector<int64_t>>();
+        for (const int64_t k : run_files) {
+          TITAN_CHECK(k >= 0 && size_t(k) < files, where, ": a run of '", name, "' is in shard file ", k,
+                      ", but the checkpoint has ", files);
+          held[size_t(k)].insert(name);
+        }
+        for (const nlohmann::json& p : block.at("params")) {
+          const std::string param = p.at("name").get<std::string>();
+          const int64_t offset = p.at("offset").get<int64_t>();
+          const nlohmann::json& elements = p.at("elements");
+          TITAN_CHECK(elements.size() == run_files.size(), where, ": '", param, "' gives ", elements.size(),
+                      " runs' elements for the ", run_files.size(), " runs of '", name, "'");
+          for (size_t r = 0; r < run_files.size(); ++r) {
+            const int64_t first = elements[r].at(0).get<int64_t>(), last = elements[r].at(1).get<int64_t>();
+            TITAN_CHECK(0 <= first && first <= last && offset >= 0 && offset + (last - first) <= padded,
+                        where, ": run ", r, " of '", param, "' (elements [", first, ", ", last,
+                        ") from offset ", offset, ") does not fit its tensor of ", padded, " elements");
+            add(param, p.at("shape").get<Shape>(),
+                {size_t(run_files[r]), name, {padded}, first, last, offset});
+          }
+        }
+      }
+    } catch (const nlohmann::json::exception& e) {
+      TITAN_FAIL(where, ": train_state.json's layout cannot be read (", e.what(), ")");
+    }
+    for (size_t k = 0; k < files; ++k) {
+      check_no_unexpected_tensors(c.model_files[k], held[k]);
+      if (k < c.optimizer_files.size())
+        check_no_unexpected_tensors(c.optimizer_files[k], with_moment_prefixes(held[k]));
+    }
   }
-  TITAN_CHECK(layout->value("format", "") == "block-slices", where, ": train_state.json's layout.format '",
-              layout->value("format", ""), "' is neither 'block-slices' nor 'named-parameters'");
-  const nlohmann::json& blocks = layout->at("blocks");
-  TITAN_CHECK(blocks.is_array() && blocks.size() == model.blocks().size(), where, " has ", blocks.size(),
-              " parameter blocks, this model ", model.blocks().size());
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const nn::ParamBlock& mine = model.blocks()[b];
-    const nlohmann::json& saved = blocks[b];
-    TITAN_CHECK(saved.at("name").get<std::string>() == mine.name() && saved.at("params") == params_json(mine) &&
-                    saved.at("numel").get<int64_t>() == parameter_extent(mine),
-                where, ": block ", b, " ('", saved.at("name").get<std::string>(),
-                "') lays out its parameters unlike this model's block '", mine.name(), "'");
-    TITAN_CHECK(saved.at("ranges").size() == c.model_files.size(), where, ": block '", mine.name(), "' has ",
-                saved.at("ranges").size(), " shard ranges for ", c.model_files.size(), " shard files");
+  // By parameter: the model's are all there, whole, and the checkpoint holds no other.
+  std::set<std::string> mine;
+  for (size_t b = 0; b < model.blocks().size(); ++b)
+    for (const nn::Param& p : model.blocks()[b].params()) {
+      mine.insert(p.name);
+      const auto it = saved_.find(p.name);
+      TITAN_CHECK(it != saved_.end(), where, " lacks parameter '", p.name,
+                  "' of this model (a checkpoint holds every parameter of the model it loads into)");
+      const Shape whole = whole_shape(model, b, p);
+      TITAN_CHECK(it->second.shape == whole, where, ": parameter '", p.name, "' is ",
+                  shape_str(it->second.shape), " there, ", shape_str(whole), " in this model",
+                  model.is_expert_block(b) ? " (the whole parameter: every run of its experts)" : "",
+                  "; a checkpoint loads into a model whose parameters have its shapes");
+    }
+  std::vector<std::string> extra;
+  for (const auto& [name, s] : saved_)
+    if (!mine.count(name)) extra.push_back(name);
+  TITAN_CHECK(extra.empty(), where, " holds ", extra.size(),
+              " parameter(s) this model does not have: ", quoted_list(extra));
+  // Every element of every parameter is in exactly one file: none is left zero, none read twice.
+  for (auto& [name, s] : saved_) {
+    std::sort(s.pieces.begin(), s.pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    int64_t covered = 0;
+    for (const Piece& piece : s.pieces) {
+      TITAN_CHECK(piece.begin == covered, where, ": train_state.json's layout holds element ",
+                  std::min(piece.begin, covered), " of '", name,
+                  piece.begin > covered ? "' in no file" : "' twice", " (each element is held once)");
+      covered = piece.end;
+    }
+    TITAN_CHECK(covered == shape_numel(s.shape), where, ": train_state.json's layout holds elements [",
+                covered, ", ", shape_numel(s.shape), ") of '", name,
+                "' in no file (each element is held once)");
   }
 }
 
@@ -131,50 +272,37 @@ void CheckpointBlocks::read(size_t b, const std::string& prefix, int64_t begin, 
   TITAN_CHECK(prefix.empty() || !checkpoint_.optimizer_files.empty(), "checkpoint: '",
               checkpoint_.dir.string(), "': the optimizer state was not loaded (CheckpointParts::Weights)");
   float* dst = out.data<float>();
-  fill_from_files(b, prefix, begin, out.numel(), dst);
-  // A NaN or infinity restored would surface as a non-finite loss, blamed on training.
-  if (const int64_t i = first_non_finite(dst, out.numel(), DType::F32); i >= 0) {
-    const int64_t at = begin + i;  // the element of the block
-    std::string name = model_.blocks()[b].name();
-    for (auto& p : model_.blocks()[b].params())
-      if (at >= p.offset && at < p.offset + shape_numel(p.shape)) name = p.name;
-    TITAN_FAIL("checkpoint '", checkpoint_.dir.string(), "': '", prefix, name, "' holds a non-finite value (",
-               dst[i], "); a checkpoint must hold finite weights and moments");
+  const int64_t end = begin + out.numel();
+  std::fill(dst, dst + out.numel(), 0.0f);
+  for (const nn::Param& p : model_.blocks()[b].params()) {
+    // The part of the parameter in [begin, end), as elements of the whole parameter.
+    const int64_t from = std::max(begin, p.offset), to = std::min(end, p.offset + shape_numel(p.shape));
+    if (to > from)
+      read_param(p.name, prefix, p.first_element + (from - p.offset), to - from, dst + (from - begin));
   }
 }
 
-void CheckpointBlocks::fill_from_files(size_t b, const std::string& prefix, int64_t begin, int64_t n,
-                                       float* dst) const {
-  const int64_t end = begin + n;
-  std::fill(dst, dst + n, 0.0f);
-  if (named_) {
-    std::vector<Tensor>& whole = whole_[prefix];
-    if (whole.empty()) {
-      for (auto& block : model_.blocks()) whole.push_back(Tensor::zeros({block.numel()}, DType::F32));
-      qwen3::restore_layout_tensors(prefix.empty() ? checkpoint_.model_files[0] : checkpoint_.optimizer_files[0],
-                                    model_, whole, prefix);
-    }
-    const int64_t stop = std::min(end, whole[b].numel());
-    if (stop > begin) std::memcpy(dst, whole[b].data<float>() + begin, size_t(stop - begin) * sizeof(float));
-    return;
-  }
-  const nlohmann::json& saved = checkpoint_.train_state["layout"]["blocks"][b];
-  const int64_t extent = saved.at("numel").get<int64_t>();
+void CheckpointBlocks::read_param(const std::string& name, const std::string& prefix, int64_t begin,
+                                  int64_t n, float* dst) const {
   const auto& files = prefix.empty() ? checkpoint_.model_files : checkpoint_.optimizer_files;
-  const std::string name = prefix + saved.at("name").get<std::string>();
-  for (size_t k = 0; k < files.size(); ++k) {
-    const int64_t lo = saved["ranges"][k][0].get<int64_t>(), hi = saved["ranges"][k][1].get<int64_t>();
-    const io::TensorInfo* t = files[k].find(name);
-    TITAN_CHECK(t, "checkpoint '", files[k].path().string(), "' lacks tensor '", name, "'");
-    TITAN_CHECK(t->dtype == DType::F32 && t->shape == Shape{hi - lo}, "checkpoint '", files[k].path().string(),
-                "': tensor '", name, "' is ", dtype_name(t->dtype), shape_str(t->shape), ", the layout says f32[",
-                hi - lo, "]");
-    // The overlap of this file's range with the one asked for, within the parameters.
-    const int64_t from = std::max(begin, lo), to = std::min({end, hi, extent});
-    if (to > from)
-      std::memcpy(dst + (from - begin), reinterpret_cast<const float*>(t->data) + (from - lo),
-                  size_t(to - from) * sizeof(float));
+  const int64_t end = begin + n;
+  for (const Piece& piece : saved_.at(name).pieces) {
+    const int64_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
+    if (to <= from) continue;
+    const io::SafetensorsFile& f = files[piece.file];
+    const std::string tensor = prefix + piece.tensor;
+    const io::TensorInfo* t = f.find(tensor);
+    TITAN_CHECK(t, "checkpoint '", f.path().string(), "' lacks tensor '", tensor, "'");
+    TITAN_CHECK(t->dtype == DType::F32 && t->shape == piece.tensor_shape, "checkpoint '", f.path().string(),
+                "': tensor '", tensor, "' is ", dtype_name(t->dtype), shape_str(t->shape), ", expected f32",
+                shape_str(piece.tensor_shape));
+    std::memcpy(dst + (from - begin), t->data + size_t(piece.at + (from - piece.begin)) * sizeof(float),
+                size_t(to - from) * sizeof(float));
   }
+  // A NaN or infinity restored would surface as a non-finite loss, blamed on training.
+  if (const int64_t i = first_non_finite(dst, n, DType::F32); i >= 0)
+    TITAN_FAIL("checkpoint '", checkpoint_.dir.string(), "': '", prefix, name, "' holds a non-finite value (",
+               dst[i], "); a checkpoint must hold finite weights and moments");
 }
 
 void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& model) {

@@ -171,10 +171,17 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
         long(global_batch), long(ts["global_batch_size"].get<int64_t>()),
         long(ts["global_batch_size"].get<int64_t>()));
   const int saved_world = ts.at("world_size").get<int>();
-  if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard())
-    say("resharding: the checkpoint was written by %s (%s), this run has %s (%s)",
+  // (Checkpoints before expert parallelism record no "ep": their experts were whole.)
+  const int64_t saved_ep = ts.contains("mesh") ? ts["mesh"].value("ep", int64_t(1)) : 1;
+  auto split = [](int64_t ep) {
+    return ep > 1 ? ", experts split over " + std::to_string(ep) : std::string();
+  };
+  if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard() ||
+      saved_ep != plan_.ep())
+    say("resharding: the checkpoint was written by %s (%s%s), this run has %s (%s%s)",
         counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
-        counted(plan_.world_size(), "rank").c_str(), counted(plan_.dp_shard(), "shard").c_str());
+        split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
+        counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str());
   // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
   // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
   if (ts.contains("tokenizer_checksum") &&
@@ -212,9 +219,10 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
   const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
              fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-  // Each rank reads its slice of every block from the shard files that overlap it (the whole
-  // block when this run does not shard): the restore comes before TrainState::distribute, which
-  // keeps exactly that slice.
+  // Each rank reads its slice of every block (the whole block when this run does not shard, its
+  // run of experts whole), parameter by parameter, from the files that hold those elements,
+  // whatever the sharding and expert split that wrote them: the restore comes before
+  // TrainState::distribute, which keeps exactly that slice.
   const CheckpointBlocks saved(c, s.model);
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
     LocalSlice mine = local_slice(s, b);
@@ -337,19 +345,26 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   // reused by every later save (no fresh pages to fault in at each save).
   auto aside = [&](std::vector<Tensor>& kept, size_t b, const Tensor& t) {
     if (!p->background) return t.device() == Device::CPU ? t : t.to(Device::CPU);
-    if (kept.size() <= b) kept.push_back(Tensor::empty(t.shape(), t.dtype(), Device::CPU));
+    if (kept.size() <= b) kept.resize(b + 1);
+    if (!kept[b].defined()) kept[b] = Tensor::empty(t.shape(), t.dtype(), Device::CPU);
     kept[b].copy_from(t);
     return kept[b];
   };
   if (p->writes) {
     for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+      // A run of experts is written once, by the rank whose shard index is the run's: the ranks of
+      // the other expert groups hold copies of it, and their files hold their slices alone.
+      if (!shard_file_holds(s.model, b, plan_.shard_index())) {
+        for (auto* kept : {&p->values, &p->exp_avg, &p->exp_avg_sq}) kept->emplace_back();
+        continue;
+      }
       LocalSlice mine = local_slice(s, b);
       p->values.push_back(aside(copy_.values, b, mine.values));
       p->exp_avg.push_back(aside(copy_.exp_avg, b, mine.exp_avg));
       p->exp_avg_sq.push_back(aside(copy_.exp_avg_sq, b, mine.exp_avg_sq));
     }
     auto tensors = [&](const std::vector<Tensor>& slices, const std::string& prefix) {
-      return shards > 1 ? block_slice_tensors(s.model, slices, prefix)
+      return shards > 1 ? block_slice_tensors(s.model, plan_.shard_index(), slices, prefix)
                         : qwen3::layout_tensors(s.model, slices, prefix);
     };
     p->model = tensors(p->values, "");

@@ -50,10 +50,10 @@ class Checkpointer {
     return manager_.interrupted_step_dirs();
   }
 
-  // Restores `state` from resume_step(): weights, moments (this rank's slice, read from the shard
-  // files that overlap it), step, tokens seen, data position, expert biases, whatever number of
-  // ranks wrote it; the tokenizer must be the one it was trained with (tokenizer.json's checksum).
-  // Errors name the checkpoint and what does not fit this run. After a restore
+  // Restores `state` from resume_step(): weights, moments (this rank's slice, read parameter by
+  // parameter from the files that hold it), step, tokens seen, data position, expert biases,
+  // whatever number of ranks and expert split wrote it; the tokenizer must be the one it was trained with
+  // (tokenizer.json's checksum). Errors name the checkpoint and what does not fit this run. After a restore
   // from checkpoint.load_step the committed steps after it are set aside
   // (CheckpointManager::set_aside_after). A step-0 checkpoint (a seed) restores the weights alone.
   // Every rank calls it.
@@ -61,8 +61,9 @@ class Checkpointer {
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
   // rank calls it: the ranks of the first replica write their shard files (replicas hold the same
-  // shards), then the logging rank writes train_state.json with the layout, the manifest and
-  // COMMITTED, and all ranks return after the commit.
+  // shards; each run of split experts goes into the file of the shard index equal to the run),
+  // then the logging rank writes train_state.json with the layout, the manifest and COMMITTED, and
+  // all ranks return after the commit.
   //
   // With checkpoint.async_mode = "async" and `when` = InBackground, the save returns once this rank's
   // slices of the weights and moments are copied aside (host memory as large as what it writes, kept

@@ -1,7 +1,5 @@
 #include "titan/models/qwen3/checkpoint_layout.h"
 
-#include <cstring>
-
 #include "titan/core/check.h"
 
 namespace titan::qwen3 {
@@ -26,26 +24,16 @@ void check_buffers(const Qwen3Model& model, const std::vector<Tensor>& buffers) 
 std::vector<io::TensorWrite> layout_tensors(const Qwen3Model& model, const std::vector<Tensor>& buffers,
                                             const std::string& prefix) {
   check_buffers(model, buffers);
+  // A name stands for the whole parameter, and a run holds part of every expert's.
+  TITAN_CHECK(model.expert_split().count == 1, "checkpoint layout: a model holding run ",
+              model.expert_split().index, " of its experts split over ", model.expert_split().count,
+              " ranks has no whole expert parameters to write under their names (its checkpoints are "
+              "block slices)");
   std::vector<io::TensorWrite> out;
   for (size_t b = 0; b < buffers.size(); ++b)
     for (auto& p : model.blocks()[b].params())
       out.push_back({prefix + p.name, DType::F32, p.shape, buffers[b].data<float>() + p.offset});
   return out;
-}
-
-void restore_layout_tensors(const io::SafetensorsFile& f, const Qwen3Model& model,
-                            std::vector<Tensor>& buffers, const std::string& prefix) {
-  check_buffers(model, buffers);
-  for (size_t b = 0; b < buffers.size(); ++b)
-    for (auto& p : model.blocks()[b].params()) {
-      const std::string name = prefix + p.name;
-      const io::TensorInfo* t = f.find(name);
-      TITAN_CHECK(t, "checkpoint '", f.path().string(), "' lacks tensor '", name, "'");
-      TITAN_CHECK(t->dtype == DType::F32 && t->shape == p.shape, "checkpoint '", f.path().string(),
-                  "': tensor '", name, "' is ", dtype_name(t->dtype), shape_str(t->shape), ", expected f32",
-                  shape_str(p.shape));
-      std::memcpy(buffers[b].data<float>() + p.offset, t->data, t->nbytes());
-    }
 }
 
 }  // namespace titan::qwen3

@@ -2,8 +2,9 @@
 // How a Qwen3 model lays its state out in a native checkpoint: every parameter is one f32 tensor
 // under its native name ("layers.3.attention.wq.weight"), and any buffer laid out like a block's
 // parameters (the AdamW moments) is stored as the same tensors under "<prefix><native name>"
-// ("exp_avg.layers.3.attention.wq.weight"). The trainer's checkpoints (Checkpointer's save,
-// checkpoint_blocks' restore of one-rank files) write and read through these functions.
+// ("exp_avg.layers.3.attention.wq.weight"). The trainer's single-process checkpoints
+// (Checkpointer's save) are written through this function; train/checkpoint_blocks reads them by
+// those names.
 #include <string>
 #include <vector>
 
@@ -16,9 +17,5 @@ namespace titan::qwen3 {
 // block) under "<prefix><parameter name>"; views, valid while the buffers live.
 std::vector<io::TensorWrite> layout_tensors(const Qwen3Model& model, const std::vector<Tensor>& block_buffers,
                                             const std::string& prefix);
-// Fills `block_buffers` from `file`; every tensor must be there as f32 of the parameter's shape
-// (errors name the file, the tensor and the rule).
-void restore_layout_tensors(const io::SafetensorsFile& file, const Qwen3Model& model,
-                            std::vector<Tensor>& block_buffers, const std::string& prefix);
 
 }  // namespace titan::qwen3
