@@ -970,20 +970,29 @@ TEST(DataParallel, FsdpWithTheAuxLossMatchesOneRankAccumulatingTheSameMicroBatch
 // 4, both at global batch 8: the same losses and grad norms (each run of experts counted once), the
 // same final weights and moments (a run's gradient summed over every expert group's tokens), and
 // the same data position.
+const Overrides& small_moe_job() {
+  static const Overrides moe = {{"model.flavor", "debugmodel_moe"},
+                                {"model.num_experts", "4"},
+                                {"model.top_k", "2"},
+                                {"model.moe_hidden_dim", "64"},
+                                {"training.load_balance", "expert_bias"},
+                                {"training.steps", "6"},
+                                {"checkpoint.interval", "3"},
+                                {"validation.enable", "false"},
+                                {"training.global_batch_size", "8"}};
+  return moe;
+}
+
+const JobRun& moe_one_rank() {
+  static const JobRun r = train("dist_ep_one_" + std::to_string(getpid()), 0, 4, small_moe_job());
+  return r;
+}
+
 void expect_expert_parallel_like_one_rank(const Overrides& mesh, int ranks, const std::string& what) {
-  const Overrides moe = {{"model.flavor", "debugmodel_moe"},
-                         {"model.num_experts", "4"},
-                         {"model.top_k", "2"},
-                         {"model.moe_hidden_dim", "64"},
-                         {"training.load_balance", "expert_bias"},
-                         {"training.steps", "6"},
-                         {"checkpoint.interval", "6"},
-                         {"validation.enable", "false"},
-                         {"training.global_batch_size", "8"}};
-  const JobRun one = train("dist_ep_one_" + std::to_string(getpid()), 0, 4, moe);
-  const JobRun split = train("dist_ep_" + std::to_string(getpid()), ranks, 8 / ranks, tt::joined(moe, mesh));
-  expect_same_steps(split, one, 1, 6, what);
-  expect_same_final_state(split, one, 6, what);
+  const JobRun split =
+      train("dist_ep_" + std::to_string(getpid()), ranks, 8 / ranks, tt::joined(small_moe_job(), mesh));
+  expect_same_steps(split, moe_one_rank(), 1, 6, what);
+  expect_same_final_state(split, moe_one_rank(), 6, what);
 }
 
 // Every rank holds half of the experts; the expert group is the whole world.
@@ -1003,6 +1012,38 @@ TEST(ExpertParallel, HsdpWithTheExpertsSplitOverEachShardGroupTrainsLikeOneRank)
   expect_expert_parallel_like_one_rank(
       {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.expert_parallel_degree", "2"}}, 4,
       "HSDP 2 x 2 + EP 2");
+}
+
+// A checkpoint of 2 ranks holding half of the experts each (each run written once, by the shard file
+// of its index) resumes on one process, on 4 ranks holding a quarter each, and on 2 FSDP ranks that
+// gather every expert: steps 4..6 and the final state are the uninterrupted one-process run's.
+TEST(ExpertParallel, ACheckpointOfSplitExpertsResumesOnAnyExpertSplit) {
+  const Overrides ep2 = {{"parallelism.expert_parallel_degree", "2"}};
+  const JobRun first = train("dist_ep_first_" + std::to_string(getpid()), 2, 4,
+                             tt::joined(tt::joined(small_moe_job(), ep2), {{"training.steps", "3"}}));
+  ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-3/COMMITTED"));
+  struct Resume {
+    int ranks;
+    Overrides mesh;
+    std::string what;
+  };
+  const std::vector<Resume> resumes = {
+      {0, {}, "EP 2 resumed on one process"},
+      {4, {{"parallelism.expert_parallel_degree", "4"}}, "EP 2 resumed as EP 4"},
+      {2, {}, "EP 2 resumed as FSDP 2"}};
+  for (const Resume& r : resumes) {
+    JobRun run{
+        tt::temp_dir("dist_ep_resume_" + std::to_string(r.ranks) + "_" + std::to_string(r.mesh.size())), {}};
+    fs::copy(first.dump, run.dump, fs::copy_options::recursive);
+    std::string out;
+    const int64_t local_batch = r.ranks == 0 ? 4 : 8 / r.ranks;
+    ASSERT_EQ(run_job(r.ranks, tiny(run.dump, local_batch, tt::joined(small_moe_job(), r.mesh)), &out), 0)
+        << out;
+    EXPECT_NE(out.find("resumed from"), std::string::npos) << r.what << "\n" << out;
+    run.steps = read_metrics(run.dump);
+    expect_same_steps(run, moe_one_rank(), 1, 6, r.what);
+    expect_same_final_state(run, moe_one_rank(), 6, r.what);
+  }
 }
 
 // Conversations (training.chat_field): each rank's rows hold a different number of targets (answers of
