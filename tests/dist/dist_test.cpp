@@ -1014,6 +1014,37 @@ TEST(ExpertParallel, HsdpWithTheExpertsSplitOverEachShardGroupTrainsLikeOneRank)
       "HSDP 2 x 2 + EP 2");
 }
 
+// The paths a split layer runs more than once per step: 2 ranks of local batch 2 accumulating 2
+// micro-batches (a run's gradient accumulates whole over them before its reduction), every layer
+// recomputed in backward (its exchanges run again, in the same order on every rank), and the
+// held-out loss of [validation] through the exchanges: the steps, final state and held-out losses
+// of one process of local batch 4.
+TEST(ExpertParallel, AccumulatingRecomputingAndValidatingRanksTrainLikeOneRank) {
+  const Overrides more = {{"activation_checkpoint.mode", "full"},
+                          {"validation.enable", "true"},
+                          {"validation.freq", "3"},
+                          {"validation.steps", "2"}};
+  const std::string pid = std::to_string(getpid());
+  // The same held-out rows: 4 per validation step, on one process or 2 on each rank.
+  const JobRun one =
+      train("dist_ep_more_one_" + pid, 0, 4,
+            tt::joined(tt::joined(small_moe_job(), more), {{"validation.local_batch_size", "4"}}));
+  const JobRun two =
+      train("dist_ep_more_two_" + pid, 2, 2,
+            tt::joined(tt::joined(small_moe_job(), more),
+                       {{"parallelism.expert_parallel_degree", "2"}, {"validation.local_batch_size", "2"}}));
+  const std::string what = "EP 2, accumulation 2, full recompute, validation";
+  expect_same_steps(two, one, 1, 6, what);
+  expect_same_final_state(two, one, 6, what);
+  for (int64_t step : {3, 6}) {
+    ASSERT_TRUE(one.steps.at(step).contains("val_loss") && two.steps.at(step).contains("val_loss"))
+        << "step " << step << " not validated";
+    const double a = one.steps.at(step)["val_loss"].get<double>(),
+                 b = two.steps.at(step)["val_loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-5 * a) << "held-out loss at step " << step;
+  }
+}
+
 // A checkpoint of 2 ranks holding half of the experts each (each run written once, by the shard file
 // of its index) resumes on one process, on 4 ranks holding a quarter each, and on 2 FSDP ranks that
 // gather every expert: steps 4..6 and the final state are the uninterrupted one-process run's.

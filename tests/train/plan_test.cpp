@@ -147,6 +147,45 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   EXPECT_EQ(fsdp.comm.ring_steps, fsdp.comm.collectives);  // n - 1 = 1 step per gather / scatter
 }
 
+// Expert parallelism on 4 shard ranks: a rank's step holds its slice of every ordinary block and its
+// run of experts whole (E/ep of them), sends the exchanges' rows besides the FSDP collectives, and
+// `titan plan` prints that profile; `titan info` (one process) profiles the experts whole.
+TEST(Plan, ExpertParallelRanksHoldTheirRunOfExpertsWhole) {
+  const JobConfig cfg = load_job_config(debugmodel_toml(), {{"training.seq_len", "128"},
+                                                            {"model.flavor", "debugmodel_moe"},
+                                                            {"parallelism.expert_parallel_degree", "2"}});
+  const auto [args, shape] = planned_step(cfg, 1, 4, 2);
+  const StepProfile ep = profile_training_step(args, shape, Device::Meta);
+  const StepProfile fsdp = profile_training_step(args, planned_step(cfg, 1, 4).shape, Device::Meta);
+  const auto world = dist::meta_world_communicator(4);
+  const dist::ParallelPlan plan(*world, 1, 4, 2);
+  qwen3::Qwen3Model model(args, shape.compute, Device::Meta, {}, qwen3::Purpose::Training, {0, 2});
+  plan.shard_blocks(model.blocks());
+  int64_t held = 0;
+  for (size_t b = 0; b < model.blocks().size(); ++b)
+    held += int64_t(model.blocks()[b].data().nbytes()) / (model.is_expert_block(b) ? 1 : 4);
+  EXPECT_EQ(ep.weights, held);
+  EXPECT_EQ(ep.grads, held);
+  EXPECT_EQ(ep.optimizer, 2 * held);
+  EXPECT_GT(ep.weights, fsdp.weights);  // half of the experts instead of a quarter
+  EXPECT_GT(ep.comm.collectives, 0);
+  int rc = 0;
+  std::string out = run_plan(
+      "--model.flavor=debugmodel_moe --parallelism.expert_parallel_degree=2 "
+      "--memory-per-rank 64GiB --mesh dp_shard=4",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("mesh: FSDP + EP, 4 ranks (dp_replicate 1 x dp_shard 4, experts split over 2)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(printed_gib("weights (f32)        ", ep.weights)), std::string::npos) << out;
+  out.clear();
+  rc = tt::run_command(tt::titan_binary().string() + " info --config " + debugmodel_toml() +
+                           " --model.flavor=debugmodel_moe --parallelism.expert_parallel_degree=2",
+                       &out);
+  EXPECT_EQ(rc, 0) << out;
+}
+
 TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const auto [args, shape] = debugmodel_step(1, 2);
   StepShape at = shape;

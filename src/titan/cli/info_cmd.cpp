@@ -61,7 +61,8 @@ int info_for_job(int argc, char** argv) {
     return 0;
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
-  const auto [a, shape] = train::planned_step(cfg, 1, 1);  // one process: `titan plan` takes a mesh
+  // One process (its experts whole): `titan plan` takes a mesh.
+  const auto [a, shape] = train::planned_step(cfg, 1, 1);
   const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const train::StepProfile p = train::profile_training_step(a, shape, Device::Meta);
 

@@ -113,7 +113,8 @@ int plan_main(int argc, char** argv) {
               "titan plan: the mesh parallelism.data_parallel_replicate_degree ", replicate,
               " x parallelism.data_parallel_shard_degree ", shard, " must be 1 .. 1048576 ranks");
   cfg.validate(int(replicate * shard));
-  const auto [args, shape] = train::planned_step(cfg, replicate, shard);
+  const auto [args, shape] =
+      train::planned_step(cfg, replicate, shard, cfg.parallelism.expert_parallel_degree);
   const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(int(replicate * shard));
   const dist::ParallelPlan plan(*world, replicate, shard, cfg.parallelism.expert_parallel_degree);

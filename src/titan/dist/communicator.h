@@ -35,6 +35,20 @@ namespace titan::dist {
 
 enum class ReduceOp : uint8_t { Sum, Max };
 
+// Communication of training steps (dist::ShardedBlocks counts it, since its reset_stats()): what
+// this rank sent (a ring collective over n ranks of B bytes sends (n-1)/n B for a gather or
+// reduce-scatter, twice that for an all-reduce; an all-to-all what goes to the other ranks) and the
+// time it spent inside communication calls (starting, polling and waiting for collectives): the
+// communication compute did not hide. On CPU ranks MPI moves shared-memory data only inside such
+// calls, so this includes the copies themselves.
+struct CommStats {
+  int64_t bytes_sent = 0;
+  int64_t collectives = 0;
+  int64_t ring_steps = 0;  // (n-1) per gather, reduce-scatter or all-to-all, 2(n-1) per
+                           // all-reduce: one latency each
+  double seconds = 0;
+};
+
 class CommHandle {
  public:
   virtual ~CommHandle() = default;

@@ -4,7 +4,6 @@
 #include <memory>
 
 #include "titan/dist/communicator.h"
-#include "titan/dist/sharded_blocks.h"
 #include "titan/nn/expert_parallel.h"
 
 namespace titan::dist {

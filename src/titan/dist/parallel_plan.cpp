@@ -49,7 +49,9 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
   TITAN_CHECK(ep >= 1 && dp_shard % ep == 0, "parallelism: expert_parallel_degree ", ep,
               " must divide data_parallel_shard_degree ", dp_shard,
               " (expert parallelism borrows its ranks from the shard dimension)");
-  if (ep_ > 1 && ep_ < world.size()) {
+  // With ep = dp_shard the expert groups are the shard groups, and their replicas the replicate
+  // groups: no communicators of their own (under NCCL each costs an initialisation and buffers).
+  if (ep_ > 1 && ep_ < dp_shard_) {
     // Colors: the expert group's first rank; the run of experts.
     expert_group_ = world.split(int(rank() - expert_index()), rank(), int(ep_));
     expert_replicas_ = world.split(int(expert_index()), rank(), int(world.size() / ep_));
@@ -108,21 +110,21 @@ int64_t ParallelPlan::max_over_ranks(int64_t value) const {
   return value;
 }
 
-void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,
-                                            const std::string& rule) const {
-  if (world_size() == 1) return;
+void check_same_on_every_rank(Communicator& world, const std::string& text, const std::string& what,
+                              const std::string& rule) {
+  if (world.size() == 1) return;
   int64_t mine = int64_t(fnv1a(text));
-  std::vector<int64_t> all(static_cast<size_t>(world_size()));
-  world_->all_gather(&mine, all.data(), 1, DType::I64, host_context());
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::I64, host_context());
   bool same = true;
   for (int64_t h : all) same = same && h == all[0];
   if (same) return;
   // Rank 0's text goes to everyone; each rank reports its first line that differs from it.
   int64_t len = int64_t(text.size());
-  world_->broadcast(&len, 1, DType::I64, 0, host_context());
+  world.broadcast(&len, 1, DType::I64, 0, host_context());
   std::string reference(size_t(len), '\0');
-  if (rank() == 0) reference = text;
-  world_->broadcast(reference.data(), len, DType::U8, 0, host_context());
+  if (world.rank() == 0) reference = text;
+  world.broadcast(reference.data(), len, DType::U8, 0, host_context());
   const auto ref_lines = lines_of(reference), my_lines = lines_of(text);
   std::string difference;
   for (size_t i = 0; i < std::max(ref_lines.size(), my_lines.size()) && difference.empty(); ++i) {
@@ -130,12 +132,17 @@ void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::
     const std::string b = i < my_lines.size() ? my_lines[i] : "(nothing)";
     if (a != b) difference = "'" + b + "' where rank 0 has '" + a + "'";
   }
-  const auto reports = gather_text(*world_, difference, 512);
-  for (int r = 1; r < world_size(); ++r)
+  const auto reports = gather_text(world, difference, 512);
+  for (int r = 1; r < world.size(); ++r)
     if (!reports[size_t(r)].empty())
       TITAN_FAIL("the ranks have different ", what, ": rank ", r, " has ", reports[size_t(r)], " (", rule,
                  ")");
   TITAN_FAIL("the ranks' ", what, " hash differently but read the same");
+}
+
+void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,
+                                            const std::string& rule) const {
+  dist::check_same_on_every_rank(*world_, text, what, rule);
 }
 
 std::vector<std::string> ParallelPlan::host_names() const {

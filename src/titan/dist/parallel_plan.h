@@ -32,6 +32,13 @@
 
 namespace titan::dist {
 
+// Every rank of `world` passes its lines of `what` (its effective config as "key = value" lines, the
+// files it reads): all equal, or an error on every rank naming the first line that differs and the
+// rank it differs on, and `rule`. Callable before a plan exists (a plan's groups are collectives
+// that ranks of different configs would not all join).
+void check_same_on_every_rank(Communicator& world, const std::string& lines, const std::string& what,
+                              const std::string& rule);
+
 class ParallelPlan {
  public:
   // The plan of a one-process job (no MPI).
@@ -74,9 +81,7 @@ class ParallelPlan {
   // The largest value any rank passed: a stop signal received by one rank stops all at one step.
   int64_t max_over_ranks(int64_t value) const;
 
-  // Every rank passes its lines of `what` (its effective config as "key = value" lines, the files
-  // it reads): all equal, or an error on every rank naming the first line that differs and the
-  // rank it differs on, and `rule`.
+  // dist::check_same_on_every_rank over the world.
   void check_same_on_every_rank(const std::string& lines, const std::string& what,
                                 const std::string& rule) const;
   // The host name of every rank, by rank.
@@ -90,12 +95,16 @@ class ParallelPlan {
     if (dp_replicate_ == 1) return nullptr;
     return replicate_group_ ? replicate_group_.get() : world_;
   }
-  // The ranks sharing the experts (ep of them; the world when they are all of it), and the ranks
+  // With ep > 1: the ranks sharing the experts (ep of them; the world when they are all of it), and the ranks
   // holding the same run of experts (null when this rank is the only one).
-  Communicator& expert_group() const { return expert_group_ ? *expert_group_ : *world_; }
+  Communicator& expert_group() const {
+    if (ep_ == dp_shard_) return shard_group();
+    return expert_group_ ? *expert_group_ : *world_;
+  }
   Communicator* expert_replicas() const {
     if (world_size() == ep_) return nullptr;
-    return expert_replicas_ ? expert_replicas_.get() : world_;
+    if (ep_ == dp_shard_) return replicate_group();
+    return expert_replicas_.get();
   }
 
  private:
@@ -104,7 +113,7 @@ class ParallelPlan {
   int64_t dp_replicate_ = 1, dp_shard_ = 1, ep_ = 1;
   // Split from the world only under HSDP; FSDP's shard group and DDP's replicate group are the world.
   std::unique_ptr<Communicator> shard_group_, replicate_group_;
-  // Split from the world only when they are not all of it (ep > 1).
+  // Split from the world only when they are not groups the plan has already (1 < ep < dp_shard).
   std::unique_ptr<Communicator> expert_group_, expert_replicas_;
 };
 

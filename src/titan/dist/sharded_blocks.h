@@ -40,18 +40,6 @@ enum class Reshard : uint8_t { AfterForward, Never };
 // "default" and "always" -> AfterForward, "never" -> Never (parallelism.fsdp_reshard_after_forward).
 Reshard reshard_from_name(const std::string& name);
 
-// Communication of the steps since reset_stats(): what this rank sent (a ring collective over n
-// ranks of B bytes sends (n-1)/n B for a gather or reduce-scatter, twice that for an all-reduce) and
-// the time it spent inside communication calls (starting, polling and waiting for collectives):
-// the communication compute did not hide. On CPU ranks MPI moves shared-memory data only inside
-// such calls, so this includes the copies themselves.
-struct CommStats {
-  int64_t bytes_sent = 0;
-  int64_t collectives = 0;
-  int64_t ring_steps = 0;  // (n-1) per gather or reduce-scatter, 2(n-1) per all-reduce: one latency each
-  double seconds = 0;
-};
-
 // What a block is to the step: the embedding or head (used at both ends of it), a layer (with
 // backward points: Qwen3Model::is_layer_block), or a run of experts split over ranks
 // (Qwen3Model::is_expert_block).

@@ -16,11 +16,11 @@ namespace fs = std::filesystem;
 
 EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::path& checkpoint) {
   cfg.validate(world.size());
+  dist::check_same_on_every_rank(world, cfg.describe(), "configs",
+                                 "every rank must get the same config file and overrides");
   const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
                                 cfg.parallelism.shard_degree(world.size()),
                                 cfg.parallelism.expert_parallel_degree);
-  plan.check_same_on_every_rank(cfg.describe(), "configs",
-                                "every rank must get the same config file and overrides");
   ConsoleOfRank console(plan.is_logging_rank());
   // The weights are loaded as a fresh run loads its initial weights (the same checks: the folder is
   // a committed checkpoint or holds Hugging Face weights, of this job's model).

@@ -154,7 +154,6 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.expert_bias = job.args.is_moe() && c.training.load_balance == "expert_bias";
   s.reshard = dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward);
   s.reduce = job.reduce_dtype;
-  s.ep = c.parallelism.expert_parallel_degree;
   s.keep_logits_bytes = loss_logits_budget(job.device);
   s.device = job.device;
   s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();
@@ -163,7 +162,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
 
 int64_t loss_logits_budget(Device device) { return int64_t(device == Device::CUDA ? 8 : 1) << 30; }
 
-PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_shard) {
+PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_shard, int64_t ep) {
   ResolvedJob job;
   job.args = resolve_model_args(c);
   job.compute_dtype = resolve_compute_dtype(c);
@@ -176,6 +175,7 @@ PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_sh
   PlannedStep planned{job.args, step_shape(c, job)};
   planned.shape.dp_replicate = dp_replicate;
   planned.shape.dp_shard = dp_shard;
+  planned.shape.ep = ep;
   return planned;
 }
 

@@ -78,14 +78,15 @@ struct ActivationCheckpointSection;
 qwen3::Checkpointing checkpointing_of(const ActivationCheckpointSection& section);
 StepShape step_shape(const JobConfig& config, const ResolvedJob& job);
 
-// The step of one rank of a job on the mesh dp_replicate x dp_shard, from the config alone (no
+// The step of one rank of a job on the mesh dp_replicate x dp_shard with its experts split over ep
+// ranks (expert parallelism: ep divides dp_shard), from the config alone (no
 // dataset or weights needed): what `titan info --config` and `titan plan` profile. The config must
 // have been validated for that world size (JobConfig::validate).
 struct PlannedStep {
   qwen3::ModelArgs args;
   StepShape shape;
 };
-PlannedStep planned_step(const JobConfig& config, int64_t dp_replicate, int64_t dp_shard);
+PlannedStep planned_step(const JobConfig& config, int64_t dp_replicate, int64_t dp_shard, int64_t ep = 1);
 
 // The memory one rank of a job may use on `device` (the CPU: MemAvailable capped by a cgroup
 // limit; a GPU: its capacity).

@@ -123,11 +123,12 @@ TrainSummary run_training(const JobConfig& cfg) {
 TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const auto t_start = std::chrono::steady_clock::now();
   cfg.validate(world.size());
+  // Before the plan splits the world into its groups, which ranks of other meshes would not join.
+  dist::check_same_on_every_rank(world, cfg.describe(), "configs",
+                                 "every rank must get the same config file and overrides");
   const dist::ParallelPlan plan(world, cfg.parallelism.data_parallel_replicate_degree,
                                 cfg.parallelism.shard_degree(world.size()),
                                 cfg.parallelism.expert_parallel_degree);
-  plan.check_same_on_every_rank(cfg.describe(), "configs",
-                                "every rank must get the same config file and overrides");
   // The same code on every rank (a host with an older libtitan would compute and shard otherwise);
   // the CPU and GPU may differ between hosts, and with them the kernels OpenBLAS picks (its entry
   // names them after its release: only "OpenBLAS 0.3.21" is compared).
@@ -202,6 +203,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   StepShape rank_step = step_shape(cfg, job);  // one rank's step: the memory check is per rank
   rank_step.dp_replicate = plan.dp_replicate();
   rank_step.dp_shard = plan.dp_shard();
+  rank_step.ep = plan.ep();
   const std::vector<std::string> hosts = plan.host_names();  // ranks on one host share its memory
   check_training_fits(job.args, rank_step,
                       std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
