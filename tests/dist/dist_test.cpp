@@ -1000,25 +1000,27 @@ TEST(ExpertParallel, TwoRanksEachHoldingHalfOfTheExpertsTrainLikeOneRank) {
   expect_expert_parallel_like_one_rank({{"parallelism.expert_parallel_degree", "2"}}, 2, "FSDP 2 + EP 2");
 }
 
-// Two expert groups of two in a shard group of four: each run of experts is held by two ranks, whose
-// gradients (each from its own group's tokens) are summed.
+// Two expert groups of two in a shard group of four: each run of experts is sharded over the two
+// ranks holding it (one in each group), gathered for its layer's forward and backward, its gradient
+// (each rank's from its own group's tokens) reduce-scattered between them.
 TEST(ExpertParallel, TwoExpertGroupsInsideFourShardRanksTrainLikeOneRank) {
   expect_expert_parallel_like_one_rank({{"parallelism.expert_parallel_degree", "2"}}, 4, "FSDP 4 + EP 2");
 }
 
-// HSDP 2 x 2 with the experts split over each replica's shard group: a run's gradient is summed
-// across the replicas with the experts' own reduction, not the replicas' all-reduce of the slices.
+// HSDP 2 x 2 with the experts split over each replica's shard group: each rank holds its run whole,
+// and the replicas sum its gradient as they sum every block's slices.
 TEST(ExpertParallel, HsdpWithTheExpertsSplitOverEachShardGroupTrainsLikeOneRank) {
   expect_expert_parallel_like_one_rank(
       {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.expert_parallel_degree", "2"}}, 4,
       "HSDP 2 x 2 + EP 2");
 }
 
-// The paths a split layer runs more than once per step: 2 ranks of local batch 2 accumulating 2
-// micro-batches (a run's gradient accumulates whole over them before its reduction), every layer
-// recomputed in backward (its exchanges run again, in the same order on every rank), and the
-// held-out loss of [validation] through the exchanges: the steps, final state and held-out losses
-// of one process of local batch 4.
+// The paths a split layer runs more than once per step: ranks accumulating 2 micro-batches (2 ranks
+// of local batch 2, each holding its run whole, whose gradient accumulates over them; 4 ranks of
+// local batch 1, each holding half a run, whose gradient is reduce-scattered after each), every
+// layer recomputed in backward (its exchanges run again, in the same order on every rank, and a
+// sharded run is gathered again), and the held-out loss of [validation] through the exchanges: the
+// steps, final state and held-out losses of one process of local batch 4.
 TEST(ExpertParallel, AccumulatingRecomputingAndValidatingRanksTrainLikeOneRank) {
   const Overrides more = {{"activation_checkpoint.mode", "full"},
                           {"validation.enable", "true"},
@@ -1029,28 +1031,33 @@ TEST(ExpertParallel, AccumulatingRecomputingAndValidatingRanksTrainLikeOneRank) 
   const JobRun one =
       train("dist_ep_more_one_" + pid, 0, 4,
             tt::joined(tt::joined(small_moe_job(), more), {{"validation.local_batch_size", "4"}}));
-  const JobRun two =
-      train("dist_ep_more_two_" + pid, 2, 2,
-            tt::joined(tt::joined(small_moe_job(), more),
-                       {{"parallelism.expert_parallel_degree", "2"}, {"validation.local_batch_size", "2"}}));
-  const std::string what = "EP 2, accumulation 2, full recompute, validation";
-  expect_same_steps(two, one, 1, 6, what);
-  expect_same_final_state(two, one, 6, what);
-  for (int64_t step : {3, 6}) {
-    ASSERT_TRUE(one.steps.at(step).contains("val_loss") && two.steps.at(step).contains("val_loss"))
-        << "step " << step << " not validated";
-    const double a = one.steps.at(step)["val_loss"].get<double>(),
-                 b = two.steps.at(step)["val_loss"].get<double>();
-    EXPECT_NEAR(a, b, 1e-5 * a) << "held-out loss at step " << step;
+  for (const int ranks : {2, 4}) {
+    const std::string batch = std::to_string(4 / ranks);
+    const JobRun split = train(
+        "dist_ep_more_" + std::to_string(ranks) + "_" + pid, ranks, 4 / ranks,
+        tt::joined(tt::joined(small_moe_job(), more),
+                   {{"parallelism.expert_parallel_degree", "2"}, {"validation.local_batch_size", batch}}));
+    const std::string what =
+        "FSDP " + std::to_string(ranks) + " + EP 2, accumulation 2, full recompute, validation";
+    expect_same_steps(split, one, 1, 6, what);
+    expect_same_final_state(split, one, 6, what);
+    for (int64_t step : {3, 6}) {
+      ASSERT_TRUE(one.steps.at(step).contains("val_loss") && split.steps.at(step).contains("val_loss"))
+          << what << ": step " << step << " not validated";
+      const double a = one.steps.at(step)["val_loss"].get<double>(),
+                   b = split.steps.at(step)["val_loss"].get<double>();
+      EXPECT_NEAR(a, b, 1e-5 * a) << what << ": held-out loss at step " << step;
+    }
   }
 }
 
-// A checkpoint of 2 ranks holding half of the experts each (each run written once, by the shard file
-// of its index) resumes on one process, on 4 ranks holding a quarter each, and on 2 FSDP ranks that
-// gather every expert: steps 4..6 and the final state are the uninterrupted one-process run's.
+// A checkpoint of 4 ranks, each holding half of a run of half of the experts (each shard file
+// holding its slice of a run), resumes on one process, on 4 ranks holding a quarter of the experts
+// each, on 2 ranks holding half each, whole, and on 2 FSDP ranks that gather every expert: steps
+// 4..6 and the final state are the uninterrupted one-process run's.
 TEST(ExpertParallel, ACheckpointOfSplitExpertsResumesOnAnyExpertSplit) {
   const Overrides ep2 = {{"parallelism.expert_parallel_degree", "2"}};
-  const JobRun first = train("dist_ep_first_" + std::to_string(getpid()), 2, 4,
+  const JobRun first = train("dist_ep_first_" + std::to_string(getpid()), 4, 2,
                              tt::joined(tt::joined(small_moe_job(), ep2), {{"training.steps", "3"}}));
   ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-3/COMMITTED"));
   struct Resume {
@@ -1059,9 +1066,10 @@ TEST(ExpertParallel, ACheckpointOfSplitExpertsResumesOnAnyExpertSplit) {
     std::string what;
   };
   const std::vector<Resume> resumes = {
-      {0, {}, "EP 2 resumed on one process"},
-      {4, {{"parallelism.expert_parallel_degree", "4"}}, "EP 2 resumed as EP 4"},
-      {2, {}, "EP 2 resumed as FSDP 2"}};
+      {0, {}, "FSDP 4 + EP 2 resumed on one process"},
+      {4, {{"parallelism.expert_parallel_degree", "4"}}, "FSDP 4 + EP 2 resumed as EP 4"},
+      {2, ep2, "FSDP 4 + EP 2 resumed as FSDP 2 + EP 2"},
+      {2, {}, "FSDP 4 + EP 2 resumed as FSDP 2"}};
   for (const Resume& r : resumes) {
     JobRun run{
         tt::temp_dir("dist_ep_resume_" + std::to_string(r.ranks) + "_" + std::to_string(r.mesh.size())), {}};

@@ -1,7 +1,7 @@
 // The trainer's Hugging Face export of a Qwen3-MoE whose experts are split over ranks
 // (train/hf_export.h, the collectives of Checkpointer::export_hf) on real MPI ranks (`mpirun -np 2`
 // and `-np 4`, this program again). Every rank holds its part of the model as a training rank does
-// (its slices of the sharded blocks, its run of experts whole, initialised from one seed: each run
+// (its slices of the sharded blocks and of its run of experts, initialised from one seed: each run
 // the one-process model's values of those experts); the blocks are gathered, rank 0 writes while the
 // other ranks of its expert group send their runs, and its folder must be the one-process export of
 // the unsplit model of the same seed: the same files (safetensors, config.json, checksums), byte for
@@ -70,12 +70,13 @@ void check_export(int64_t replicate, int64_t shard, int64_t ep, DType dtype) {
   SCOPED_TRACE(plan.describe() + ", ep " + std::to_string(ep) + ", " + std::string(dtype_name(dtype)) +
                ", rank " + std::to_string(plan.rank()));
   const qwen3::ModelArgs a = moe_args();
-  // As train::TrainState builds it: born as its slices, its run of experts whole.
+  // As train::TrainState builds it: born as its slices, of its run of experts too.
   qwen3::Qwen3Model model(a, DType::F32, Device::CPU, nn::BlockShard{plan.shard_index(), plan.dp_shard()},
-                          qwen3::Purpose::Training, qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
+                          qwen3::Purpose::Training,
+                          qwen3::ExpertSplit{plan.expert_index(), plan.ep(), plan.expert_shard()});
   plan.shard_blocks(model.blocks());
   model.initialize(kSeed, qwen3::InitScheme::Torchtitan);
-  dist::ShardedBlocks sharding(plan, model.blocks(), train::block_kinds(model), dist::Reshard::AfterForward);
+  dist::ShardedBlocks sharding(plan, model.blocks(), train::block_roles(model), dist::Reshard::AfterForward);
   sharding.shard(DType::F32);
 
   // Checkpointer::export_hf's collectives.

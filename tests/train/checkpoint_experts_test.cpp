@@ -1,12 +1,13 @@
 // Native checkpoints of a Qwen3-MoE whose experts are split over ranks (qwen3::ExpertSplit). Each
-// simulated rank of a run (shard k of dp_shard, run k % ep of the experts) is a model built as the
-// trainer builds it, initialised from a seed (a value is a pure function of the seed, the parameter
-// and the element, so every rank holds the values a one-process model of that seed holds there),
+// simulated rank of a run (shard k of dp_shard, slice k / ep of run k % ep of the experts) is a model
+// built as the trainer builds it, initialised from a seed (a value is a pure function of the seed, the
+// parameter and the element, so every rank holds the values a one-process model of that seed holds there),
 // its moments the values of two other seeds; its shard files are written through the functions
 // Checkpointer::save uses and committed by CheckpointManager. Read back by parameter, every reading
 // model (unsplit in one process, another split, another sharding) holds bit for bit what a model of
 // its own split and sharding initialised from those seeds holds: values and both moments, padding
-// zero. A checkpoint holds every expert once; the errors of the reader name the parameter and rule.
+// zero. A checkpoint holds every expert once, in equal slices over the shard files; the errors of
+// the reader name the parameter and rule.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -47,13 +48,17 @@ qwen3::ModelArgs moe_args() {
 }
 
 // Rank `shard` of a run of `dp_shard` sharded ranks whose experts are split over `ep`, as the trainer
-// builds it (train_state.cpp: born sharded, its run of experts, every block padded to a multiple of
-// dp_shard as ParallelPlan::shard_blocks pads it), initialised from `seed` (0: left zero).
+// builds it (train_state.cpp: born sharded, its slice of its run of experts, the blocks not born
+// sharded padded to a multiple of dp_shard as ParallelPlan::shard_blocks pads them), initialised
+// from `seed` (0: left zero).
 std::unique_ptr<qwen3::Qwen3Model> rank_model(const qwen3::ModelArgs& a, int64_t shard, int64_t dp_shard,
                                               int64_t ep, uint64_t seed) {
-  auto m = std::make_unique<qwen3::Qwen3Model>(a, DType::F32, Device::CPU, nn::BlockShard{shard, dp_shard},
-                                               qwen3::Purpose::Training, qwen3::ExpertSplit{shard % ep, ep});
-  for (nn::ParamBlock& b : m->blocks()) b.pad_to_multiple(dp_shard);
+  auto m = std::make_unique<qwen3::Qwen3Model>(
+      a, DType::F32, Device::CPU, nn::BlockShard{shard, dp_shard}, qwen3::Purpose::Training,
+      qwen3::ExpertSplit{shard % ep, ep,
+                         ep > 1 ? nn::BlockShard{shard / ep, dp_shard / ep} : nn::BlockShard{}});
+  for (nn::ParamBlock& b : m->blocks())
+    if (!b.sharded()) b.pad_to_multiple(dp_shard);
   if (seed) m->initialize(seed);
   return m;
 }
@@ -79,8 +84,7 @@ fs::path save(const std::string& name, const qwen3::ModelArgs& a, int64_t dp_sha
     for (int i = 0; i < 3; ++i) state[i] = rank_model(a, k, dp_shard, ep, kSeed + uint64_t(i));
     if (tampering.values) tampering.values(k, *state[0]);
     for (size_t b = 0; b < state[0]->blocks().size(); ++b)
-      for (int i = 0; i < 3; ++i)
-        slices[i].push_back(shard_file_holds(*state[0], b, k) ? state[i]->blocks()[b].shard() : Tensor());
+      for (int i = 0; i < 3; ++i) slices[i].push_back(state[i]->blocks()[b].shard());
     std::vector<io::TensorWrite> writes[3];
     for (int i = 0; i < 3; ++i)
       writes[i] = dp_shard > 1 ? block_slice_tensors(*state[0], k, slices[i], kPrefixes[i])
@@ -113,7 +117,7 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
 }
 
 // Every rank of a run of dp_shard ranks with experts split over ep reads `step`: its slice of every
-// block (its run of experts whole), values through restore_whole_parameters and the moments
+// block (its slice of its run of experts), values through restore_whole_parameters and the moments
 // through CheckpointBlocks, as the seeds' models of the same split and sharding hold them.
 void expect_every_rank_reads(const fs::path& step, const qwen3::ModelArgs& a, int64_t dp_shard, int64_t ep) {
   const LoadedCheckpoint c = load_checkpoint_dir(step);
@@ -151,18 +155,31 @@ void expect_one_process_reads(const fs::path& step, const qwen3::ModelArgs& a) {
 TEST(CheckpointExperts, ASplitSaveHoldsEveryExpertOnceAndLoadsIntoAnySplitAndSharding) {
   const qwen3::ModelArgs a = moe_args();
   const fs::path step = save("ckpt_experts_ep2_dp4", a, /*dp_shard=*/4, /*ep=*/2);
-  // Runs 0 and 1 of each MoE layer (0 and 2) are in the files of shards 0 and 1, and nowhere else;
-  // every file holds its slice of the other blocks.
+  const nlohmann::json layout = load_checkpoint_dir(step).train_state.at("layout");
+  ASSERT_EQ(layout.at("expert_blocks").size(), 2u);
+  // Each run of each MoE layer (0 and 2) is cut in two slices, held by the ranks of shard index
+  // k = run + 2 x slice: every file holds as much of the experts as any other, and its slice of the
+  // other blocks.
+  const int64_t padded = layout["expert_blocks"][0].at("padded").get<int64_t>();
+  EXPECT_EQ(
+      layout["expert_blocks"][0].at("runs"),
+      nlohmann::json(
+          {{{{"file", 0}, {"range", {0, padded / 2}}}, {{"file", 2}, {"range", {padded / 2, padded}}}},
+           {{{"file", 1}, {"range", {0, padded / 2}}}, {{"file", 3}, {"range", {padded / 2, padded}}}}}));
+  std::vector<uintmax_t> sizes;
   for (int64_t k = 0; k < 4; ++k)
     for (const char* kind : {"model", "optimizer"}) {
       const io::SafetensorsFile f = io::SafetensorsFile::open(step / shard_file_name(kind, k));
       const std::string prefix = std::string(kind) == "model" ? "" : "exp_avg.";
-      for (const char* block : {"layers.0.experts", "layers.2.experts"})
-        EXPECT_EQ(f.find(prefix + block) != nullptr, k < 2) << f.path() << ": " << block;
+      for (const char* block : {"layers.0.experts", "layers.2.experts"}) {
+        const io::TensorInfo* t = f.find(prefix + block);
+        ASSERT_NE(t, nullptr) << f.path() << ": " << block;
+        EXPECT_EQ(t->shape, Shape({padded / 2})) << f.path() << ": " << block;
+      }
       EXPECT_NE(f.find(prefix + "layers.1"), nullptr) << f.path();
+      if (std::string(kind) == "model") sizes.push_back(fs::file_size(f.path()));
     }
-  const nlohmann::json layout = load_checkpoint_dir(step).train_state.at("layout");
-  ASSERT_EQ(layout.at("expert_blocks").size(), 2u);
+  for (uintmax_t size : sizes) EXPECT_EQ(size, sizes[0]) << "the shard files hold equal parts";
   const nlohmann::json& w1 = layout["expert_blocks"][0]["params"][0];
   EXPECT_EQ(w1.at("name"), "layers.0.moe.experts.w1");
   EXPECT_EQ(w1.at("shape"), nlohmann::json({8, 6, 30})) << "the whole parameter's shape";
@@ -175,6 +192,23 @@ TEST(CheckpointExperts, ASplitSaveHoldsEveryExpertOnceAndLoadsIntoAnySplitAndSha
   expect_every_rank_reads(step, a, 4, 4);
   expect_every_rank_reads(step, a, 4, 2);
   expect_every_rank_reads(step, a, 8, 8);  // one expert a rank, more ranks than files
+}
+
+TEST(CheckpointExperts, ACheckpointOfWholeRunsInTheEarlierLayoutLoadsIntoAnySplit) {
+  const qwen3::ModelArgs a = moe_args();
+  // With ep = dp_shard each rank holds its run whole: the earlier layout listed one file per run
+  // ("files") where this one gives each run its one slice ("runs").
+  const fs::path step = save("ckpt_experts_files_layout", a, 2, 2, {.layout = [](nlohmann::json& layout) {
+                               for (nlohmann::json& block : layout["expert_blocks"]) {
+                                 ASSERT_EQ(block["runs"].size(), 2u);
+                                 block.erase("runs");
+                                 block["files"] = {0, 1};
+                               }
+                             }});
+  expect_one_process_reads(step, a);
+  expect_every_rank_reads(step, a, 2, 2);
+  expect_every_rank_reads(step, a, 4, 2);
+  expect_every_rank_reads(step, a, 8, 4);
 }
 
 TEST(CheckpointExperts, AnUnsplitSaveLoadsIntoSplitModels) {

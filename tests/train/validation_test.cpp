@@ -101,7 +101,7 @@ TEST(Validation, HeldOutLossEqualsAnIndependentNoGradForwardOnTheSameBatches) {
   qwen3::Qwen3Model model(model_args(cfg), DType::F32);
   model.initialize(7);
   const dist::ParallelPlan one_process;
-  dist::ShardedBlocks whole(one_process, model.blocks(), block_kinds(model), dist::Reshard::AfterForward);
+  dist::ShardedBlocks whole(one_process, model.blocks(), block_roles(model), dist::Reshard::AfterForward);
   Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   EXPECT_TRUE(validator.due(1));
   EXPECT_FALSE(validator.due(2));
@@ -172,7 +172,7 @@ TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
   qwen3::Qwen3Model model(model_args(cfg), DType::F32);
   model.initialize(7);
   const dist::ParallelPlan one_process;
-  dist::ShardedBlocks whole(one_process, model.blocks(), block_kinds(model), dist::Reshard::AfterForward);
+  dist::ShardedBlocks whole(one_process, model.blocks(), block_roles(model), dist::Reshard::AfterForward);
   Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   const ValidationResult r = validator.run(model, whole);
 
@@ -218,7 +218,7 @@ TEST(Validation, PackedHeldOutConversationsScoreAsEachOneAlone) {
   qwen3::Qwen3Model model(model_args(cfg), DType::F32);
   model.initialize(7);
   const dist::ParallelPlan one_process;
-  dist::ShardedBlocks whole(one_process, model.blocks(), block_kinds(model), dist::Reshard::AfterForward);
+  dist::ShardedBlocks whole(one_process, model.blocks(), block_roles(model), dist::Reshard::AfterForward);
   Validator validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process);
   const ValidationResult r = validator.run(model, whole);
 

@@ -52,9 +52,10 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
   // With ep = dp_shard the expert groups are the shard groups, and their replicas the replicate
   // groups: no communicators of their own (under NCCL each costs an initialisation and buffers).
   if (ep_ > 1 && ep_ < dp_shard_) {
-    // Colors: the expert group's first rank; the run of experts.
+    // Colors: the expert group's first rank; the shard group and the run of experts.
     expert_group_ = world.split(int(rank() - expert_index()), rank(), int(ep_));
-    expert_replicas_ = world.split(int(expert_index()), rank(), int(world.size() / ep_));
+    expert_shard_group_ =
+        world.split(int(replicate_index() * ep_ + expert_index()), rank(), int(dp_shard_ / ep_));
   }
   // A group spanning the whole world is the world itself, not a split of it: under NCCL every
   // communicator costs an initialisation and its own buffers.
@@ -73,15 +74,15 @@ std::string ParallelPlan::describe() const {
 }
 
 void ParallelPlan::shard_blocks(std::vector<nn::ParamBlock>& blocks) const {
-  for (auto& b : blocks) b.pad_to_multiple(dp_shard_);
+  for (auto& b : blocks)
+    if (!b.sharded()) b.pad_to_multiple(dp_shard_);
 }
 
-double ParallelPlan::all_reduce_grad_norm_sq(double sharded_sum_sq, double expert_sum_sq) const {
-  // Replicas hold the same shards: the norm is summed over one shard group, which holds every run of
-  // experts dp_shard / ep times.
-  double sums[2] = {sharded_sum_sq, expert_sum_sq};
-  if (dp_shard_ > 1) shard_group().all_reduce(sums, 2, DType::F64, ReduceOp::Sum, host_context());
-  return sums[0] + sums[1] * double(ep_) / double(dp_shard_);
+double ParallelPlan::all_reduce_grad_norm_sq(double sum_sq) const {
+  // Replicas hold the same shards: the norm is summed over one shard group, which holds every slice
+  // of every block once (each run of experts in slices over its dp_shard / ep ranks).
+  if (dp_shard_ > 1) shard_group().all_reduce(&sum_sq, 1, DType::F64, ReduceOp::Sum, host_context());
+  return sum_sq;
 }
 
 void ParallelPlan::all_reduce_sum(std::span<double> values) const {

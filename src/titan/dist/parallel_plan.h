@@ -16,10 +16,12 @@
 // Expert parallelism (ep > 1, torchtitan's expert_parallel_degree) borrows its ranks from the shard
 // dimension, innermost, as torchtitan's mesh does: ep divides dp_shard, and the ranks of a shard group
 // fall into dp_shard / ep expert groups of ep consecutive ranks. Within one, the rank with
-// expert_index() j holds run j of every MoE layer's experts (qwen3::ExpertSplit), whole, in blocks
-// of their own that are never sharded; the tokens travel to their experts (nn/expert_parallel.h).
-// The ranks holding the same run (one in each expert group, world / ep of them: expert_replicas())
-// sum those blocks' gradients.
+// expert_index() j holds run j of every MoE layer's experts (qwen3::ExpertSplit) in blocks of their
+// own; the tokens travel to their experts (nn/expert_parallel.h). The dp_shard / ep ranks of a
+// shard group holding the same run (one in each expert group: expert_shard_group()) shard its
+// blocks between them as FSDP shards every block (torchtitan's dp_shard_mod_ep mesh), so a rank
+// keeps 1 / dp_shard of the experts' weights, gradients and moments whatever ep is; replicas hold
+// the same slices, as they do of every block.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -61,18 +63,24 @@ class ParallelPlan {
   int64_t replicate_index() const { return rank() / dp_shard_; }
   int64_t ep() const { return ep_; }
   int64_t expert_index() const { return shard_index() % ep_; }  // the run of experts this rank holds
+  // The slice of its run's blocks this rank keeps: slice shard_index / ep of dp_shard / ep (none
+  // without a split: no such blocks).
+  nn::BlockShard expert_shard() const {
+    if (ep_ == 1) return {};
+    return {shard_index() / ep_, dp_shard_ / ep_};
+  }
   // Logs, metrics, TensorBoard and checkpoint files are written by this rank only.
   bool is_logging_rank() const { return rank() == 0; }
   // "FSDP 2 ranks (dp_replicate 1 x dp_shard 2)", "one process", ...
   std::string describe() const;
 
-  // Pads each block to a multiple of dp_shard (before weights are loaded).
+  // Pads each block not yet sharded to a multiple of dp_shard (before weights are loaded; blocks
+  // born sharded are padded to their own slice count).
   void shard_blocks(std::vector<nn::ParamBlock>& blocks) const;
 
-  // The squared norm of the whole gradient from this rank's parts: `sharded_sum_sq` over its slices
-  // of the sharded (or whole, unsharded) blocks, `expert_sum_sq` over its run of experts' blocks
-  // (each run counted once, though every expert group holds one).
-  double all_reduce_grad_norm_sq(double sharded_sum_sq, double expert_sum_sq = 0) const;
+  // The squared norm of the whole gradient from this rank's part: `sum_sq` over its slices of the
+  // sharded (or whole, unsharded) blocks and of its run of experts.
+  double all_reduce_grad_norm_sq(double sum_sq) const;
   void all_reduce_sum(std::span<double> values) const;  // in place, over the data-parallel ranks
 
   // i64 tensors (MoE expert counts) summed over the data-parallel ranks into new tensors (the
@@ -95,17 +103,14 @@ class ParallelPlan {
     if (dp_replicate_ == 1) return nullptr;
     return replicate_group_ ? replicate_group_.get() : world_;
   }
-  // With ep > 1: the ranks sharing the experts (ep of them; the world when they are all of it), and the ranks
-  // holding the same run of experts (null when this rank is the only one).
+  // With ep > 1: the ranks sharing the experts (ep of them; the world when they are all of it), and
+  // the ranks of this shard group holding the same run of experts, between which its blocks are
+  // sharded (expert_shard(); null when this rank holds it alone: ep = dp_shard, or no split).
   Communicator& expert_group() const {
     if (ep_ == dp_shard_) return shard_group();
     return expert_group_ ? *expert_group_ : *world_;
   }
-  Communicator* expert_replicas() const {
-    if (world_size() == ep_) return nullptr;
-    if (ep_ == dp_shard_) return replicate_group();
-    return expert_replicas_.get();
-  }
+  Communicator* expert_shard_group() const { return expert_shard_group_.get(); }
 
  private:
   std::unique_ptr<Communicator> own_world_;  // the one-process communicator of the default plan
@@ -114,7 +119,7 @@ class ParallelPlan {
   // Split from the world only under HSDP; FSDP's shard group and DDP's replicate group are the world.
   std::unique_ptr<Communicator> shard_group_, replicate_group_;
   // Split from the world only when they are not groups the plan has already (1 < ep < dp_shard).
-  std::unique_ptr<Communicator> expert_group_, expert_replicas_;
+  std::unique_ptr<Communicator> expert_group_, expert_shard_group_;
 };
 
 }  // namespace titan::dist

@@ -44,18 +44,26 @@ struct ShardedBlocks::Pending {
 };
 
 ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks,
-                             std::vector<BlockKind> kinds, Reshard reshard, DType reduce)
+                             std::vector<BlockRole> roles, Reshard reshard, DType reduce)
     : plan_(plan),
       blocks_(blocks),
-      kinds_(std::move(kinds)),
+      roles_(std::move(roles)),
+      experts_of_(blocks.size(), kNone),
       reshard_(reshard),
       reduce_(reduce),
       gathers_(blocks.size()) {
-  TITAN_CHECK(kinds_.size() == blocks_.size(), "sharded blocks: ", kinds_.size(), " block kinds for ",
+  TITAN_CHECK(roles_.size() == blocks_.size(), "sharded blocks: ", roles_.size(), " block roles for ",
               blocks_.size(), " blocks");
-  for (size_t b = 0; b < blocks_.size(); ++b)
-    TITAN_CHECK(!is(b, BlockKind::Experts) || plan_.ep() > 1, "sharded blocks: block '", blocks_[b].name(),
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (!is(b, BlockKind::Experts)) continue;
+    TITAN_CHECK(plan_.ep() > 1, "sharded blocks: block '", blocks_[b].name(),
                 "' holds a run of experts, but the plan does not split experts (ep 1)");
+    const size_t layer = roles_[b].layer;
+    TITAN_CHECK(layer < blocks_.size() && is(layer, BlockKind::Layer) && experts_of_[layer] == kNone,
+                "sharded blocks: the experts of block '", blocks_[b].name(), "' belong to block ", layer,
+                ", which is not a layer or has experts already");
+    experts_of_[layer] = b;
+  }
   TITAN_CHECK(reduce_ == DType::F32 || reduce_ == DType::BF16,
               "sharded blocks: gradients reduce in f32 or bf16, not ", dtype_name(reduce_));
 }
@@ -64,11 +72,27 @@ ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBloc
 // wait (the job is on its way to MPI_Abort), see MpiHandle.
 ShardedBlocks::~ShardedBlocks() = default;
 
+bool ShardedBlocks::sharded(size_t b) const {
+  return is(b, BlockKind::Experts) ? plan_.expert_shard_group() != nullptr : sharded();
+}
+
+Communicator& ShardedBlocks::group(size_t b) const {
+  return is(b, BlockKind::Experts) ? *plan_.expert_shard_group() : plan_.shard_group();
+}
+
+std::vector<size_t> ShardedBlocks::with_experts(size_t b) const {
+  if (experts_of_[b] == kNone) return {b};
+  return {b, experts_of_[b]};
+}
+
 void ShardedBlocks::shard(DType compute) {
   if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    if (is(b, BlockKind::Experts)) continue;  // whole on the ranks holding the run
-    if (!blocks_[b].sharded()) blocks_[b].shard(plan_.shard_index(), plan_.dp_shard());
+    if (!sharded(b)) continue;  // a run of experts its rank holds alone
+    const nn::BlockShard slice = is(b, BlockKind::Experts)
+                                     ? plan_.expert_shard()
+                                     : nn::BlockShard{plan_.shard_index(), plan_.dp_shard()};
+    if (!blocks_[b].sharded()) blocks_[b].shard(slice.index, slice.count);
     // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
     // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
     if (compute == DType::BF16) blocks_[b].add_compute_copy(compute);
@@ -104,9 +128,10 @@ void ShardedBlocks::start_gather(size_t b) {
   } else {
     B.materialize_data();
   }
-  p->handle = plan_.shard_group().start_all_gather(send->raw_data(), into->raw_data(), send->numel(), into->dtype(),
-                                                   context_of(*send));
-  count(int64_t(into->nbytes()), int(plan_.dp_shard()), false);
+  Communicator& ranks = group(b);
+  p->handle = ranks.start_all_gather(send->raw_data(), into->raw_data(), send->numel(), into->dtype(),
+                                     context_of(*send));
+  count(int64_t(into->nbytes()), ranks.size(), false);
   gathers_[b] = std::move(p);
 }
 
@@ -130,7 +155,7 @@ void ShardedBlocks::start_gradient_reduction(size_t b) {
   nn::ParamBlock& B = blocks_[b];
   auto p = std::make_unique<Pending>();
   p->block = b;
-  if (sharded()) {
+  if (sharded(b)) {
     p->kind = Pending::ReduceScatter;
     const Tensor* send = &B.grad();
     if (reduce_ == DType::BF16) {
@@ -140,28 +165,16 @@ void ShardedBlocks::start_gradient_reduction(size_t b) {
       B.release_grad();
     }
     p->received = Tensor::empty({B.shard_grad().numel()}, reduce_, send->device());
-    p->handle = plan_.shard_group().start_reduce_scatter(send->raw_data(), p->received.raw_data(),
-                                                         p->received.numel(), reduce_, ReduceOp::Sum,
-                                                         context_of(*send));
-    count(int64_t(send->nbytes()), int(plan_.dp_shard()), false);
+    Communicator& ranks = group(b);
+    p->handle = ranks.start_reduce_scatter(send->raw_data(), p->received.raw_data(), p->received.numel(),
+                                           reduce_, ReduceOp::Sum, context_of(*send));
+    count(int64_t(send->nbytes()), ranks.size(), false);
   } else {
     p->kind = Pending::AllReduce;
     p->handle = plan_.world().start_all_reduce(B.grad().raw_data(), B.grad().numel(), DType::F32, ReduceOp::Sum,
                                                context_of(B.grad()));
     count(int64_t(B.grad().nbytes()), plan_.world_size(), true);
   }
-  reductions_.push_back(std::move(p));
-}
-
-void ShardedBlocks::start_expert_reduction(size_t b, Communicator& replicas) {
-  Timed timed(stats_.seconds);
-  Tensor& grad = blocks_[b].grad();
-  auto p = std::make_unique<Pending>();
-  p->kind = Pending::AllReduce;
-  p->block = b;
-  p->handle =
-      replicas.start_all_reduce(grad.raw_data(), grad.numel(), DType::F32, ReduceOp::Sum, context_of(grad));
-  count(int64_t(grad.nbytes()), replicas.size(), true);
   reductions_.push_back(std::move(p));
 }
 
@@ -202,36 +215,48 @@ void ShardedBlocks::before_forward(size_t b) {
   if (!sharded()) return;
   profiling::mark_wait("parameter gather");  // the op profiler's phase: waiting for this block's gather
   poll();
-  if (!gathers_[b] && !gathered(b)) start_gather(b);
+  for (size_t x : with_experts(b))
+    if (!gathers_[x] && !gathered(x)) start_gather(x);
   // Prefetch: the next block's gather runs while this one computes. Started before the wait on
   // this one, so that a step's first two gathers (the embedding and the first layer) travel
   // together, and the head's gather runs during the last layer.
-  if (b + 1 < blocks_.size() && !gathers_[b + 1] && !gathered(b + 1)) start_gather(b + 1);
-  ensure_gathered(b);
+  if (b + 1 < blocks_.size() && !is(b + 1, BlockKind::Experts))
+    for (size_t x : with_experts(b + 1))
+      if (!gathers_[x] && !gathered(x)) start_gather(x);
+  for (size_t x : with_experts(b)) ensure_gathered(x);
 }
 
 void ShardedBlocks::after_forward(size_t b) {
   if (!sharded() || !is(b, BlockKind::Layer) || reshard_ == Reshard::Never) return;
-  release(b);
+  for (size_t x : with_experts(b))
+    if (sharded(x)) release(x);
 }
 
 void ShardedBlocks::before_backward(size_t b) {
   if (!sharded()) return;
   profiling::mark_wait("parameter gather");
   poll();
-  ensure_gathered(b);
-  nn::ParamBlock& B = blocks_[b];
-  B.materialize_grad();
-  B.grad().fill(0.0);
+  // (A run of experts held whole accumulates its micro-batches in its gradient, as DDP does.)
+  for (size_t x : with_experts(b)) {
+    if (!sharded(x)) continue;
+    ensure_gathered(x);
+    blocks_[x].materialize_grad();
+    blocks_[x].grad().fill(0.0);
+  }
   // Backward runs the layers in reverse: prefetch the one below.
-  if (b >= 1 && is(b - 1, BlockKind::Layer) && !gathers_[b - 1] && !gathered(b - 1)) start_gather(b - 1);
+  if (b >= 1 && is(b - 1, BlockKind::Layer))
+    for (size_t x : with_experts(b - 1))
+      if (sharded(x) && !gathers_[x] && !gathered(x)) start_gather(x);
 }
 
 void ShardedBlocks::after_backward(size_t b) {
   if (sharded() || last_micro_batch_) profiling::mark_wait("gradient reduction");
   if (sharded()) {
-    start_gradient_reduction(b);
-    release(b);
+    for (size_t x : with_experts(b))
+      if (sharded(x)) {
+        start_gradient_reduction(x);
+        release(x);
+      }
   } else if (last_micro_batch_) {
     start_gradient_reduction(b);  // DDP: this layer's all-reduce overlaps the backward below
   }
@@ -253,10 +278,6 @@ void ShardedBlocks::end_micro_batch() {
   if (sharded() || last_micro_batch_)
     for (size_t b = 0; b < blocks_.size(); ++b)
       if (is(b, BlockKind::Ends)) start_gradient_reduction(b);
-  // A run of experts accumulates its micro-batches whole, as DDP does.
-  if (Communicator* replicas = plan_.expert_replicas(); replicas && last_micro_batch_)
-    for (size_t b = 0; b < blocks_.size(); ++b)
-      if (is(b, BlockKind::Experts)) start_expert_reduction(b, *replicas);
   wait_all();
   if (!last_micro_batch_) return;
   if (sharded()) {
@@ -268,7 +289,6 @@ void ShardedBlocks::end_micro_batch() {
       std::vector<std::unique_ptr<CommHandle>> pending;
       std::vector<Tensor> rounded(blocks_.size());
       for (size_t b = 0; b < blocks_.size(); ++b) {
-        if (is(b, BlockKind::Experts)) continue;  // summed over every replica already
         Tensor& slice = blocks_[b].shard_grad();
         Tensor& buf = reduce_ == DType::BF16 ? (rounded[b] = slice.to(DType::BF16)) : slice;
         pending.push_back(
@@ -296,7 +316,7 @@ void ShardedBlocks::release_all() {
   if (!sharded()) return;
   pinned_ = false;
   for (size_t b = 0; b < blocks_.size(); ++b)
-    if (!is(b, BlockKind::Experts)) blocks_[b].release_data();
+    if (sharded(b)) blocks_[b].release_data();
 }
 
 }  // namespace titan::dist

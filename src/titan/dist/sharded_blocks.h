@@ -20,9 +20,13 @@
 //       gradient all-reduce starts as soon as its backward is over.
 //   One process: nothing happens; the model gets no hooks.
 //
-//   Expert parallelism (ParallelPlan::ep() > 1)  The blocks of a rank's run of experts stay whole
-//       and are never gathered; after the last micro-batch their gradients (every expert group's
-//       tokens through this run) are all-reduced in f32 over the ranks holding the same run.
+//   Expert parallelism (ParallelPlan::ep() > 1)  The blocks of a rank's run of experts are sharded
+//       over the ranks of its shard group holding the same run (ParallelPlan::expert_shard_group,
+//       dp_shard / ep of them) and go with their layer: gathered, prefetched, released and
+//       reduce-scattered with it, over that group. The gradient reduce-scattered there sums every
+//       expert group's tokens through the run. With ep = dp_shard a rank holds its run alone: the
+//       blocks stay whole and accumulate their micro-batches as DDP does. HSDP sums their slices
+//       across replicas as it sums every block's.
 //
 // Gradients end as the mean over the data-parallel ranks (the sum, scaled in f32) in ParamBlock::shard_grad,
 // which the optimizer updates with ParamBlock::shard. All of this runs on the thread that calls MPI.
@@ -42,17 +46,23 @@ Reshard reshard_from_name(const std::string& name);
 
 // What a block is to the step: the embedding or head (used at both ends of it), a layer (with
 // backward points: Qwen3Model::is_layer_block), or a run of experts split over ranks
-// (Qwen3Model::is_expert_block).
+// (Qwen3Model::is_expert_block), used by the forward and backward of `layer`, the block of its layer
+// (Qwen3Model::layer_block_of_experts).
 enum class BlockKind : uint8_t { Ends, Layer, Experts };
+struct BlockRole {
+  BlockRole(BlockKind kind, size_t layer = 0) : kind(kind), layer(layer) {}  // NOLINT: a kind is a role
+  BlockKind kind;
+  size_t layer;
+};
 
 class ShardedBlocks final : public nn::BlockHooks {
  public:
-  // `kinds[b]` says what block b is. The blocks
-  // stay whole until shard() (they are padded by ParallelPlan::shard_blocks). `reduce` is the dtype
+  // `roles[b]` says what block b is. The blocks not born sharded stay whole until shard() (they
+  // are padded by ParallelPlan::shard_blocks). `reduce` is the dtype
   // of the gradient reductions of sharded blocks (f32 or bf16; DDP's all-reduce of whole blocks is
   // always f32, as torchtitan's reduce_dtype applies to FSDP only). `plan` and `blocks` must
   // outlive this object.
-  ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<BlockKind> kinds,
+  ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<BlockRole> roles,
                 Reshard reshard, DType reduce = DType::F32);
   ShardedBlocks(const ShardedBlocks&) = delete;
   ShardedBlocks& operator=(const ShardedBlocks&) = delete;
@@ -87,15 +97,19 @@ class ShardedBlocks final : public nn::BlockHooks {
 
  private:
   struct Pending;  // a collective in flight and what to do when it completes
-  bool sharded() const { return plan_.dp_shard() > 1; }
-  bool is(size_t block, BlockKind kind) const { return kinds_[block] == kind; }
+  static constexpr size_t kNone = ~size_t(0);
+  bool sharded() const { return plan_.dp_shard() > 1; }  // FSDP or HSDP
+  bool sharded(size_t block) const;                      // kept in slices between uses
+  Communicator& group(size_t block) const;               // the ranks holding its other slices
+  bool is(size_t block, BlockKind kind) const { return roles_[block].kind == kind; }
+  // Block `b` and, for a layer, its block of experts (if any): what its hooks gather and reduce.
+  std::vector<size_t> with_experts(size_t b) const;
   bool in_compute_dtype(size_t block) const;  // gathered into the block's compute copy
   bool gathered(size_t block) const;
   void start_gather(size_t block);
   void ensure_gathered(size_t block);
   void release(size_t block);
   void start_gradient_reduction(size_t block);
-  void start_expert_reduction(size_t block, Communicator& replicas);
   void finish(Pending& p);
   void poll();
   void wait_all();
@@ -103,7 +117,8 @@ class ShardedBlocks final : public nn::BlockHooks {
 
   const ParallelPlan& plan_;
   std::vector<nn::ParamBlock>& blocks_;
-  std::vector<BlockKind> kinds_;
+  std::vector<BlockRole> roles_;
+  std::vector<size_t> experts_of_;  // per block: the block of its layer's experts, or kNone
   Reshard reshard_;
   DType reduce_;
   bool pinned_ = false, last_micro_batch_ = true;

@@ -32,12 +32,22 @@ Shape whole_shape(const qwen3::Qwen3Model& model, size_t b, const nn::Param& p) 
 }
 
 // A block of split experts as the layout records it: run j (elements [j n, (j + 1) n) of each
-// whole parameter of n elements a run) is written by shard file j.
-nlohmann::json expert_block_json(const qwen3::Qwen3Model& model, size_t b) {
+// whole parameter of n elements a run) is cut into shards / runs equal slices of its padded buffer,
+// slice t written by shard file j + t x runs (the rank of that shard index holds it).
+nlohmann::json expert_block_json(const qwen3::Qwen3Model& model, size_t b, int64_t shards) {
   const nn::ParamBlock& block = model.blocks()[b];
   const qwen3::ExpertSplit& split = model.expert_split();
-  nlohmann::json params = nlohmann::json::array(), files = nlohmann::json::array();
-  for (int64_t j = 0; j < split.count; ++j) files.push_back(j);
+  const int64_t slices = shards / split.count, padded = block.numel(), slice = block.shard().numel();
+  TITAN_CHECK(slice * slices == padded, "checkpoint layout: block '", block.name(), "' of ", padded,
+              " elements is kept in slices of ", slice, ", not in the ", slices,
+              " slices of the ranks holding its run");
+  nlohmann::json params = nlohmann::json::array(), runs = nlohmann::json::array();
+  for (int64_t j = 0; j < split.count; ++j) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int64_t t = 0; t < slices; ++t)
+      pieces.push_back({{"file", j + t * split.count}, {"range", {t * slice, (t + 1) * slice}}});
+    runs.push_back(pieces);
+  }
   for (auto& p : block.params()) {
     const int64_t n = shape_numel(p.shape);
     TITAN_CHECK(p.first_element == split.index * n, "checkpoint layout: '", p.name, "' of run ", split.index,
@@ -50,7 +60,7 @@ nlohmann::json expert_block_json(const qwen3::Qwen3Model& model, size_t b) {
                       {"offset", p.offset},
                       {"elements", elements}});
   }
-  return {{"name", block.name()}, {"padded", block.numel()}, {"files", files}, {"params", params}};
+  return {{"name", block.name()}, {"padded", padded}, {"runs", runs}, {"params", params}};
 }
 
 std::set<std::string> with_moment_prefixes(const std::set<std::string>& names) {
@@ -83,14 +93,14 @@ void check_no_unexpected_tensors(const io::SafetensorsFile& f, const std::set<st
 
 nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards) {
   const int64_t runs = model.expert_split().count;
-  TITAN_CHECK(runs == 1 || (shards > 1 && runs <= shards), "checkpoint layout: experts split in ", runs,
-              " runs need a file of their own per run (block slices of at least ", runs, " shards), not ",
-              shards, " shard(s)");
+  TITAN_CHECK(runs == 1 || (shards > 1 && shards % runs == 0), "checkpoint layout: experts split in ", runs,
+              " runs are written in slices by the shard files (block slices of a multiple of ", runs,
+              " shards), not ", shards, " shard(s)");
   nlohmann::json blocks = nlohmann::json::array(), expert_blocks = nlohmann::json::array();
   for (size_t i = 0; i < model.blocks().size(); ++i) {
     const nn::ParamBlock& b = model.blocks()[i];
     if (model.is_expert_block(i)) {
-      expert_blocks.push_back(expert_block_json(model, i));
+      expert_blocks.push_back(expert_block_json(model, i, shards));
       continue;
     }
     TITAN_CHECK(b.numel() % shards == 0, "checkpoint layout: block '", b.name(), "' of ", b.numel(),
@@ -110,26 +120,24 @@ nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards)
   return layout;
 }
 
-bool shard_file_holds(const qwen3::Qwen3Model& model, size_t block, int64_t shard) {
-  return !model.is_expert_block(block) || shard < model.expert_split().count;
-}
-
 std::vector<io::TensorWrite> block_slice_tensors(const qwen3::Qwen3Model& model, int64_t shard,
                                                  const std::vector<Tensor>& slices,
                                                  const std::string& prefix) {
   TITAN_CHECK(slices.size() == model.blocks().size(), "checkpoint layout: ", slices.size(),
               " slices for a model of ", model.blocks().size(), " blocks");
   std::vector<io::TensorWrite> out;
+  const int64_t runs = model.expert_split().count;
   for (size_t b = 0; b < slices.size(); ++b) {
-    const std::string& name = model.blocks()[b].name();
-    const bool holds = shard_file_holds(model, b, shard);
-    TITAN_CHECK(slices[b].defined() == holds, "checkpoint layout: shard file ", shard,
-                holds ? " holds block '" : " holds nothing of block '", name, "', but its slice is ",
-                slices[b].defined() ? slices[b].str() : std::string("missing"));
-    if (!holds) continue;
-    TITAN_CHECK(!model.is_expert_block(b) || model.expert_split().index == shard,
-                "checkpoint layout: shard file ", shard, " holds run ", shard, " of '", name,
-                "', but this model holds run ", model.expert_split().index);
+    const nn::ParamBlock& block = model.blocks()[b];
+    const std::string& name = block.name();
+    TITAN_CHECK(slices[b].defined(), "checkpoint layout: shard file ", shard, " lacks its slice of block '",
+                name, "'");
+    // Shard file k holds slice k / runs of run k % runs (checkpoint_layout).
+    TITAN_CHECK(!model.is_expert_block(b) || (model.expert_split().index == shard % runs &&
+                                              block.shard_begin() == shard / runs * block.shard().numel()),
+                "checkpoint layout: shard file ", shard, " holds slice ", shard / runs, " of run ",
+                shard % runs, " of '", name, "', but this model holds run ", model.expert_split().index,
+                " from element ", block.shard_begin());
     TITAN_CHECK(
         slices[b].dtype() == DType::F32 && slices[b].is_contiguous() && slices[b].device() == Device::CPU,
         "checkpoint layout: the slice of block '", name, "' is ", slices[b].str(),
@@ -193,25 +201,58 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
       for (const nlohmann::json& block : layout->value("expert_blocks", nlohmann::json::array())) {
         const std::string name = block.at("name").get<std::string>();
         const int64_t padded = block.at("padded").get<int64_t>();
-        const std::vector<int64_t> run_files = block.at("files").get<std::vector<int64_t>>();
-        for (const int64_t k : run_files) {
-          TITAN_CHECK(k >= 0 && size_t(k) < files, where, ": a run of '", name, "' is in shard file ", k,
-                      ", but the checkpoint has ", files);
-          held[size_t(k)].insert(name);
+        // Per run, the slices of its buffer and their files: "runs" [[{file, range}, ...], ...]; the
+        // checkpoints of 2026-12-05 and before give one file per run ("files"), holding it whole.
+        struct Slice {
+          size_t file;
+          int64_t lo, hi;
+        };
+        std::vector<std::vector<Slice>> runs;
+        if (block.contains("runs")) {
+          for (const nlohmann::json& run : block.at("runs")) {
+            runs.emplace_back();
+            for (const nlohmann::json& s : run)
+              runs.back().push_back({s.at("file").get<size_t>(), s.at("range").at(0).get<int64_t>(),
+                                     s.at("range").at(1).get<int64_t>()});
+          }
+        } else {
+          for (const int64_t k : block.at("files").get<std::vector<int64_t>>()) {
+            TITAN_CHECK(k >= 0, where, ": a run of '", name, "' is in shard file ", k);
+            runs.push_back({{size_t(k), 0, padded}});
+          }
         }
+        for (size_t r = 0; r < runs.size(); ++r)
+          for (const Slice& s : runs[r]) {
+            TITAN_CHECK(s.file < files, where, ": run ", r, " of '", name, "' is in shard file ", s.file,
+                        ", but the checkpoint has ", files);
+            TITAN_CHECK(0 <= s.lo && s.lo <= s.hi && s.hi <= padded, where, ": run ", r, " of '", name,
+                        "' gives shard file ", s.file, " the range [", s.lo, ", ", s.hi, ") of its ", padded,
+                        " elements");
+            held[s.file].insert(name);
+          }
         for (const nlohmann::json& p : block.at("params")) {
           const std::string param = p.at("name").get<std::string>();
           const int64_t offset = p.at("offset").get<int64_t>();
           const nlohmann::json& elements = p.at("elements");
-          TITAN_CHECK(elements.size() == run_files.size(), where, ": '", param, "' gives ", elements.size(),
-                      " runs' elements for the ", run_files.size(), " runs of '", name, "'");
-          for (size_t r = 0; r < run_files.size(); ++r) {
+          TITAN_CHECK(elements.size() == runs.size(), where, ": '", param, "' gives ", elements.size(),
+                      " runs' elements for the ", runs.size(), " runs of '", name, "'");
+          for (size_t r = 0; r < runs.size(); ++r) {
             const int64_t first = elements[r].at(0).get<int64_t>(), last = elements[r].at(1).get<int64_t>();
             TITAN_CHECK(0 <= first && first <= last && offset >= 0 && offset + (last - first) <= padded,
                         where, ": run ", r, " of '", param, "' (elements [", first, ", ", last,
                         ") from offset ", offset, ") does not fit its tensor of ", padded, " elements");
-            add(param, p.at("shape").get<Shape>(),
-                {size_t(run_files[r]), name, {padded}, first, last, offset});
+            // The part of the parameter in each slice of the run's buffer.
+            for (const Slice& s : runs[r]) {
+              const int64_t from = std::max(offset, s.lo), to = std::min(offset + (last - first), s.hi);
+              if (to > from)
+                add(param, p.at("shape").get<Shape>(),
+                    {s.file,
+                     name,
+                     {s.hi - s.lo},
+                     first + (from - offset),
+                     first + (to - offset),
+                     from - s.lo});
+            }
           }
         }
       }

@@ -4,8 +4,8 @@
 // slices of its padded buffer; model-rank{k} holds slice k of every block ("<block name>", f32
 // [slice length]) and optimizer-rank{k} the moments' slices ("exp_avg.<block name>",
 // "exp_avg_sq.<block name>"). A model whose experts are split over ranks (qwen3::ExpertSplit, P
-// runs) has a block per MoE layer holding its run ("layers.{i}.experts"): run j is written whole,
-// once, by the file of shard j (j < P <= shards; the files of the other shards hold none of it).
+// runs) has a block per MoE layer holding its run ("layers.{i}.experts"), cut into shards / P
+// slices: shard file k holds slice k / P of run k % P, the slice the rank of shard index k keeps.
 // train_state.json's "layout" records what the files hold:
 //   "format": "block-slices" (shards > 1) or "named-parameters" (one file pair holding whole
 //             parameters under their native names, as single-process checkpoints always did)
@@ -14,10 +14,12 @@
 //             "padded" (its buffer's size), "ranges" (element range [begin, end) of each shard file)
 //             and "params" (name, shape, offset of every parameter inside the block)
 //   "expert_blocks" (split models only): per block of experts its name, "padded" (the length of
-//             each run's tensor), "files" (the shard file holding each run, in run order) and
-//             "params": name, WHOLE shape (every expert), offset inside a run's tensor, and
-//             "elements": per run, the range [begin, end) of the whole parameter that run holds
-//             from that offset on
+//             each run's buffer), "runs" (per run, in run order, its slices: the shard "file"
+//             holding each and its "range" [begin, end) of the run's buffer) and "params": name,
+//             WHOLE shape (every expert), offset inside a run's buffer, and "elements": per run,
+//             the range [begin, end) of the whole parameter that run holds from that offset on.
+//             (Checkpoints of 2026-12-05 and before give "files" instead of "runs": one shard file
+//             per run, holding it whole.)
 // The reader goes by parameter: for each parameter of the reading model it finds the elements it
 // needs ([first_element, first_element + numel) of the whole parameter) wherever the checkpoint
 // holds them (a slice of a block, a run, or a named tensor), so any layout loads into any model
@@ -36,17 +38,12 @@
 namespace titan::train {
 
 // The layout of `model`'s blocks cut into `shards` slices, for train_state.json (a split model's
-// runs of experts as "expert_blocks": each run in the file of the shard equal to its index).
+// runs of experts as "expert_blocks": each run in shards / runs slices).
 nlohmann::json checkpoint_layout(const qwen3::Qwen3Model& model, int64_t shards);
 
-// Whether shard file `shard` holds block `block` of `model`: every file holds its slice of each
-// sliced block, and a run of experts is held by the file of its run only, so that a checkpoint
-// holds every expert once (the ranks of shard index >= the split count write no experts).
-bool shard_file_holds(const qwen3::Qwen3Model& model, size_t block, int64_t shard);
-
 // The tensors of shard file `shard`: `slices[b]` is the writing rank's slice of block b's buffer
-// (values or a moment; its whole run for a block of experts), undefined for a block the file does
-// not hold (shard_file_holds), written as "<prefix><block name>"; views, valid while they live.
+// (values or a moment; for a block of experts, its slice of its run), written as
+// "<prefix><block name>"; views, valid while they live.
 std::vector<io::TensorWrite> block_slice_tensors(const qwen3::Qwen3Model& model, int64_t shard,
                                                  const std::vector<Tensor>& slices,
                                                  const std::string& prefix);

@@ -219,9 +219,9 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
   const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
              fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-  // Each rank reads its slice of every block (the whole block when this run does not shard, its
-  // run of experts whole), parameter by parameter, from the files that hold those elements,
-  // whatever the sharding and expert split that wrote them: the restore comes before
+  // Each rank reads its slice of every block (the whole block when this run does not shard; of
+  // its run of experts for a block of experts), parameter by parameter, from the files that hold those
+  // elements, whatever the sharding and expert split that wrote them: the restore comes before
   // TrainState::distribute, which keeps exactly that slice.
   const CheckpointBlocks saved(c, s.model);
   for (size_t b = 0; b < s.model.blocks().size(); ++b) {
@@ -352,12 +352,6 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   };
   if (p->writes) {
     for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-      // A run of experts is written once, by the rank whose shard index is the run's: the ranks of
-      // the other expert groups hold copies of it, and their files hold their slices alone.
-      if (!shard_file_holds(s.model, b, plan_.shard_index())) {
-        for (auto* kept : {&p->values, &p->exp_avg, &p->exp_avg_sq}) kept->emplace_back();
-        continue;
-      }
       LocalSlice mine = local_slice(s, b);
       p->values.push_back(aside(copy_.values, b, mine.values));
       p->exp_avg.push_back(aside(copy_.exp_avg, b, mine.exp_avg));

@@ -61,7 +61,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
-    dist::ShardedBlocks sharding(plan, model.blocks(), block_kinds(model), shape.reshard, shape.reduce);
+    dist::ShardedBlocks sharding(plan, model.blocks(), block_roles(model), shape.reshard, shape.reduce);
     const std::unique_ptr<nn::ExpertExchange> exchange =
         plan.ep() > 1 ? dist::expert_exchange(plan.expert_group(), sharding.stats_to_count()) : nullptr;
     model.set_expert_exchange(exchange.get());

@@ -23,10 +23,10 @@ namespace {
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
                               qwen3::Purpose purpose) {
   // A sharded rank's blocks are born as its slices: the whole model never exists on one rank. With
-  // expert parallelism it holds its run of experts, whole.
+  // expert parallelism it holds its slice of its run of experts.
   qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
                           nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose,
-                          qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
+                          qwen3::ExpertSplit{plan.expert_index(), plan.ep(), plan.expert_shard()});
   plan.shard_blocks(model.blocks());
   model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
@@ -67,19 +67,20 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
 
 }  // namespace
 
-std::vector<dist::BlockKind> block_kinds(const qwen3::Qwen3Model& model) {
-  std::vector<dist::BlockKind> kinds;
+std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model) {
+  std::vector<dist::BlockRole> roles;
   for (size_t b = 0; b < model.blocks().size(); ++b)
-    kinds.push_back(model.is_layer_block(b)    ? dist::BlockKind::Layer
-                    : model.is_expert_block(b) ? dist::BlockKind::Experts
-                                               : dist::BlockKind::Ends);
-  return kinds;
+    roles.push_back(model.is_layer_block(b) ? dist::BlockRole(dist::BlockKind::Layer)
+                    : model.is_expert_block(b)
+                        ? dist::BlockRole(dist::BlockKind::Experts, model.layer_block_of_experts(b))
+                        : dist::BlockRole(dist::BlockKind::Ends));
+  return roles;
 }
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan, qwen3::Purpose purpose)
     : model(build_model(c, job, plan, purpose)),
-      sharding(plan, model.blocks(), block_kinds(model),
+      sharding(plan, model.blocks(), block_roles(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
       optimizer(c.optimizer, model.blocks()),
       schedule(build_schedule(c)),

@@ -57,8 +57,8 @@ struct TrainState {
 };
 
 // What each of the model's blocks is to dist::ShardedBlocks: the embedding and head, a layer
-// (gathered and reduced per use), or a run of split experts.
-std::vector<dist::BlockKind> block_kinds(const qwen3::Qwen3Model& model);
+// (gathered and reduced per use), or a run of split experts (with its layer).
+std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model);
 
 // "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB (start-up peak 120.0 MiB)": what
 // this rank holds of each (its slice of the f32 master weights, gradients and moments; all of them

@@ -95,18 +95,16 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   if (ranks) profiling::mark_phase("loss all-reduce");
   plan.all_reduce_sum(sums);
   const double micro_batches = double(accumulation * plan.dp_size());
-  // One host read for all blocks (two with split experts, each run counted once over the ranks).
-  std::vector<Tensor> grads, expert_grads;
-  for (size_t b = 0; b < model.blocks().size(); ++b)
-    (model.is_expert_block(b) ? expert_grads : grads).push_back(model.blocks()[b].shard_grad());
+  // One host read for all blocks.
+  std::vector<Tensor> grads;
+  for (const nn::ParamBlock& b : model.blocks()) grads.push_back(b.shard_grad());
   const double norm_sq = ops::grad_norm_sq(grads);
-  const double expert_norm_sq = expert_grads.empty() ? 0 : ops::grad_norm_sq(expert_grads);
   if (ranks) profiling::mark_phase("grad-norm all-reduce");
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
   g.loss = sums[0] / double(plan.dp_size());
   if (model.args().is_moe() && model.args().output_router_logits)
     g.loss += model.args().router_aux_loss_coef * g.aux_loss;
-  g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq, expert_norm_sq));
+  g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
   return g;
 }
 

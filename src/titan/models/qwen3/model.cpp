@@ -38,7 +38,12 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
     TITAN_CHECK(args_.is_moe() && args_.num_experts % experts_.count == 0, "Qwen3Model: experts split in ",
                 experts_.count, " runs (run ", experts_.index,
                 "): the model must be a MoE whose num_experts (", args_.num_experts, ") the runs divide");
-  std::vector<std::pair<std::string, std::vector<ParamSpec>>> expert_blocks;  // split experts, after the head
+  TITAN_CHECK(split || experts_.shard.count == 1,
+              "Qwen3Model: a model whose experts are not split has no "
+              "block of experts to shard (ExpertSplit shard count ",
+              experts_.shard.count, ")");
+  std::vector<std::pair<int64_t, std::vector<ParamSpec>>>
+      expert_blocks;  // split experts (by layer), after the head
 
   blocks_.reserve(size_t(2 * args_.n_layers + 2));
   blocks_.emplace_back("embedding", std::vector<ParamSpec>{{"tok_embeddings.weight", {args_.vocab_size, D}}},
@@ -64,7 +69,7 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
                                         {p + "moe.experts.w2", {local, D, F}, Init::Normal, 0.02, first},
                                         {p + "moe.experts.w3", {local, F, D}, Init::Normal, 0.02, first}};
       if (split)
-        expert_blocks.emplace_back("layers." + std::to_string(i) + ".experts", std::move(experts));
+        expert_blocks.emplace_back(i, std::move(experts));
       else
         specs.insert(specs.end(), experts.begin(), experts.end());
     } else {
@@ -78,8 +83,11 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
   std::vector<ParamSpec> head = {{"norm.weight", {D}, Init::Ones}};
   if (!args_.tie_embeddings) head.push_back({"output.weight", {args_.vocab_size, D}});
   blocks_.emplace_back("head", head, device_, shard, trainable);
-  for (auto& [name, specs] : expert_blocks)
-    blocks_.emplace_back(name, specs, device_, nn::BlockShard{}, trainable);
+  for (auto& [layer, specs] : expert_blocks) {
+    blocks_.emplace_back("layers." + std::to_string(layer) + ".experts", specs, device_, experts_.shard,
+                         trainable);
+    expert_block_layers_.push_back(size_t(layer) + 1);
+  }
 
   tok_embeddings_ = find_param("tok_embeddings.weight");
   norm_ = find_param("norm.weight");
@@ -108,6 +116,12 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, DType compute_dtype, Device device
     }
     layers_.push_back(L);
   }
+}
+
+size_t Qwen3Model::layer_block_of_experts(size_t block) const {
+  TITAN_CHECK(is_expert_block(block) && block < blocks_.size(), "qwen3: block ", block,
+              " is not a block of split experts");
+  return expert_block_layers_[block - size_t(args_.n_layers) - 2];
 }
 
 nn::Param* Qwen3Model::find_param(const std::string& name) {

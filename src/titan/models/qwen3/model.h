@@ -99,9 +99,11 @@ class KVCache {
 };
 
 // Expert parallelism: the experts of every MoE layer split into `count` equal runs, of which this
-// model holds run `index` (nn/expert_parallel.h).
+// model holds run `index` (nn/expert_parallel.h). The ranks holding the same run shard its block as
+// FSDP shards every block (torchtitan's dp_shard_mod_ep): this model keeps slice `shard` of it.
 struct ExpertSplit {
   int64_t index = 0, count = 1;
+  nn::BlockShard shard = {};
 };
 
 class Qwen3Model {
@@ -111,9 +113,9 @@ class Qwen3Model {
   // `shard`: every block born sharded (nn::ParamBlock), for a data-parallel rank of a sharded plan.
   // Purpose::Inference: a model that is never trained (generation, evaluation, export), whose
   // blocks hold no gradients (an untrainable nn::ParamBlock): the weights' memory alone.
-  // `experts`: with count > 1, every MoE layer holds only its run of experts (E / count of them),
-  // whole, in a block of its own ("layers.{i}.experts", after the head block, never sharded), and
-  // its forward exchanges tokens with the models holding the others (set_expert_exchange).
+  // `experts`: with count > 1, every MoE layer holds only its run of experts (E / count of them) in
+  // a block of its own ("layers.{i}.experts", after the head block, born sharded by experts.shard),
+  // and its forward exchanges tokens with the models holding the others (set_expert_exchange).
   explicit Qwen3Model(const ModelArgs& args, DType compute_dtype = DType::F32, Device device = Device::CPU,
                       nn::BlockShard shard = {}, Purpose purpose = Purpose::Training,
                       ExpertSplit experts = {});
@@ -166,6 +168,8 @@ class Qwen3Model {
   const ExpertSplit& expert_split() const { return experts_; }
   // The blocks of split experts (after the head block).
   bool is_expert_block(size_t block) const { return block > size_t(args_.n_layers) + 1; }
+  // The block of the layer whose forward and backward use the experts of `block` (an expert block).
+  size_t layer_block_of_experts(size_t block) const;
   // The blocks with backward points (the layers: blocks()[1..n_layers]); the embedding and head
   // blocks serve both ends of the step.
   bool is_layer_block(size_t block) const { return block >= 1 && block <= size_t(args_.n_layers); }
@@ -249,6 +253,7 @@ class Qwen3Model {
   std::vector<nn::ParamBlock> blocks_;
   nn::BlockHooks* hooks_ = nullptr;
   ExpertSplit experts_;
+  std::vector<size_t> expert_block_layers_;  // per block of split experts, its layer's block
   nn::ExpertExchange* exchange_ = nullptr;
   nn::Param *tok_embeddings_ = nullptr, *norm_ = nullptr, *output_ = nullptr;
   std::vector<Layer> layers_;
