@@ -1,15 +1,17 @@
 // The meta device's profile of a training step against the same step run for real on the CPU:
 // the peak bytes the allocator counts must agree within 5 %, and the persistent state exactly.
+#include "titan/train/step_profile.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/models/qwen3/args.h"
-#include "test_util.h"
 #include "titan/train/job_config.h"
+#include "titan/train/scale_planner.h"
 #include "titan/train/startup.h"
-#include "titan/train/step_profile.h"
 
 namespace titan::train {
 namespace {
@@ -234,6 +236,65 @@ TEST(StepProfile, ReservedBytesAreTheStepsOwnAndRepeatable) {
   EXPECT_LE(first.reserved, first.peak + first.peak / 4) << "peak " << first.peak << " B";
   std::printf("debugmodel_moe (2 layers), bf16, 2 x 128: peak %.1f MiB, reserved %.1f MiB\n",
               double(first.peak) / 1048576.0, double(first.reserved) / 1048576.0);
+}
+
+// The meta device bounded as a GPU's memory bounds CUDA's caching allocator (MetaMemoryBound): a
+// segment past the bound is refused, the cache returns its wholly free segments and tries again,
+// and a request refused even then throws MetaOutOfMemory; unbounded again, the same request is
+// served.
+TEST(StepProfile, TheMetaCacheWithinABoundReturnsItsFreeSegmentsBeforeRefusing) {
+  constexpr size_t MiB = size_t(1) << 20;
+  DeviceServices& meta = device_services(Device::Meta);
+  meta.release_cached();
+  const int64_t base = meta.stats().reserved_bytes;
+  {
+    const MetaMemoryBound bound(base + int64_t(64 * MiB));
+    void* a = meta.allocate(40 * MiB);
+    meta.deallocate(a, 40 * MiB);       // its segment stays cached
+    void* b = meta.allocate(50 * MiB);  // 40 + 50 > 64: the cached segment goes back first
+    EXPECT_EQ(meta.stats().reserved_bytes - base, int64_t(50 * MiB));
+    try {
+      meta.allocate(20 * MiB);  // 50 + 20 > 64 with nothing cached
+      ADD_FAILURE() << "a request past the bound was served";
+    } catch (const MetaOutOfMemory& e) {
+      EXPECT_NE(std::string(e.what()).find("20971520 bytes requested"), std::string::npos) << e.what();
+    }
+    meta.deallocate(b, 50 * MiB);
+  }
+  void* c = meta.allocate(80 * MiB);  // no bound: as large as asked
+  meta.deallocate(c, 80 * MiB);
+  meta.release_cached();
+  EXPECT_EQ(meta.stats().reserved_bytes, base);
+}
+
+// titan plan's verdict for a cuda job (fit_step by the reservation): within the unbounded
+// reservation it fits as is; below the peak nothing fits; in between it fits exactly when the step
+// replayed within the bound completes, and then needs no more than the bound.
+TEST(StepProfile, ACudaStepFitsWhenItsReplayWithinTheBoundCompletes) {
+  StepShape shape = small_step(DType::BF16);
+  shape.device = Device::CUDA;
+  shape.keep_logits_bytes = loss_logits_budget(Device::CUDA);
+  const qwen3::ModelArgs args = small("debugmodel_moe");
+  const StepProfile p = profile_training_step(args, shape, Device::Meta);
+  ASSERT_GT(p.reserved, p.peak);
+  const MemoryFit roomy = fit_step(args, shape, p.reserved, MemoryNeed::kReserved);
+  EXPECT_TRUE(roomy.fits && !roomy.by_returning_cache);
+  EXPECT_EQ(roomy.need, p.reserved);
+  EXPECT_FALSE(fit_step(args, shape, p.peak - 1, MemoryNeed::kReserved).fits);
+  for (const int64_t available : {p.peak, p.peak + (p.reserved - p.peak) / 2, p.reserved - 1}) {
+    const MemoryFit f = fit_step(args, shape, available, MemoryNeed::kReserved);
+    bool completes = true;
+    try {
+      const MetaMemoryBound bound(available);
+      profile_training_step(args, shape, Device::Meta);
+    } catch (const MetaOutOfMemory&) {
+      completes = false;
+    }
+    EXPECT_EQ(f.fits, completes) << available << " bytes";
+    EXPECT_EQ(f.by_returning_cache, completes) << available << " bytes";
+    EXPECT_EQ(f.unbounded_need, p.reserved);
+    if (f.fits) EXPECT_LE(f.need, available);
+  }
 }
 
 // A GPU step lets the fused loss keep more of its logits than a CPU step (loss_logits_budget), and

@@ -147,16 +147,15 @@ int plan_main(int argc, char** argv) {
         "writes from, held beside the steps after it)\n",
         gib(p.checkpoint_copy).c_str());
   // A GPU must hold what its caching allocator reserves (segments, split and reused), not only the
-  // tensors' peak: a cuda job is judged by that.
+  // tensors' peak: a cuda job is judged by that, within the GPU's memory.
   const bool cuda_job = cfg.job.device == "cuda";
   const train::MemoryNeed need_kind = cuda_job ? train::MemoryNeed::kReserved : train::MemoryNeed::kPeak;
   const std::string need_name =
       std::string(cuda_job ? "reserved" : "peak") + (p.checkpoint_copy ? " + checkpoint copy" : "");
   const int64_t need = train::memory_need(p, need_kind);
   if (cuda_job)
-    std::printf(
-        "  reserved on the GPU  %s (the caching allocator's segments after the step: what must fit)\n",
-        gib(need).c_str());
+    std::printf("  reserved on the GPU  %s (the caching allocator's segments after the step, unbounded)\n",
+                gib(need).c_str());
 
   const int64_t available = memory_flag ? *memory_flag : train::available_memory_per_rank(device);
   const std::string available_source =
@@ -164,10 +163,25 @@ int plan_main(int argc, char** argv) {
       : device == Device::CPU
           ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
-  const bool fits = need <= available;
-  if (fits)
+  // Past the bound the GPU's allocator returns its cached segments and retries: the step is
+  // replayed within it (train::fit_step) before it is judged too large.
+  const train::MemoryFit fit = need <= available ? train::MemoryFit{true, need, false, need}
+                                                 : train::fit_step(args, shape, available, need_kind);
+  const bool fits = fit.fits;
+  if (fit.by_returning_cache)
+    std::printf(
+        "fits: yes, %s %s of %s per rank (%s), the caching allocator returning its free segments when "
+        "the GPU refuses one, as CUDA's does (it would reserve %s unbounded)\n",
+        need_name.c_str(), gib(fit.need).c_str(), gib(available).c_str(), available_source.c_str(),
+        gib(need).c_str());
+  else if (fits)
     std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
                 gib(available).c_str(), available_source.c_str());
+  else if (cuda_job)
+    std::printf(
+        "fits: NO, %s %s > %s per rank (%s), and within it some request is refused even after the caching "
+        "allocator returned its free segments\n",
+        need_name.c_str(), gib(need).c_str(), gib(available).c_str(), available_source.c_str());
   else
     std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
                 gib(available).c_str(), available_source.c_str());

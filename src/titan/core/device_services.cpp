@@ -163,6 +163,9 @@ class CpuServices final : public DeviceServices {
 
 // ---------------------------------------------------------------- meta
 
+// The bound of the meta device's reservation (MetaMemoryBound; 0: none).
+std::atomic<int64_t> g_meta_bound{0};
+
 // No data: every byte is counted, none is held. Pointers are distinct, never dereferenced
 // addresses (a kernel that touches one crashes at once, which is the point: nothing may read
 // tensor data behind the seam on this device). They come through the caching allocator CUDA uses,
@@ -187,6 +190,10 @@ class MetaServices final : public DeviceServices {
  protected:
   void* raw_allocate(size_t nbytes) override {
     void* p = cache_.allocate(nbytes);
+    if (!p && g_meta_bound.load() > 0)
+      throw MetaOutOfMemory(detail::concat(
+          "meta memory: ", nbytes, " bytes requested with ", cache_.stats().reserved_bytes,
+          " of the bound's ", g_meta_bound.load(), " bytes reserved (every free cached segment returned)"));
     TITAN_CHECK(p, "meta memory: the fake address space (2^63 bytes) is used up allocating ", nbytes,
                 " bytes");
     return p;
@@ -196,18 +203,22 @@ class MetaServices final : public DeviceServices {
 
  private:
   // Segments at addresses in the non-canonical x86-64 hole: unique, aligned, and faulting if ever
-  // used; never refused (a planned step may be larger than any machine) and never reused.
+  // used; refused only past a MetaMemoryBound (a planned step may be larger than any machine), and
+  // never reused.
+  void* allocate_segment(size_t bytes) {
+    const int64_t bound = g_meta_bound.load();
+    if (bound > 0 && uint64_t(segments_bytes_) + bytes > uint64_t(bound)) return nullptr;
+    const uint64_t p = next_.fetch_add(bytes + 4096);
+    // Past the top of the hole (where it starts or ends): refused, not wrapped.
+    if (p < 0x8000'0000'0000'0000ull || p > ~uint64_t(0) - bytes) return nullptr;
+    segments_bytes_ += int64_t(bytes);
+    return reinterpret_cast<void*>(p);
+  }
   std::atomic<uint64_t> next_{0x8000'0000'0000'0000ull};
-  CachingAllocator cache_{CachingAllocator::Device{[this](size_t bytes) -> void* {
-                                                     const uint64_t p = next_.fetch_add(bytes + 4096);
-                                                     // Past the top of the hole (where it starts or
-                                                     // ends): refused, not wrapped.
-                                                     return p >= 0x8000'0000'0000'0000ull &&
-                                                                    p <= ~uint64_t(0) - bytes
-                                                                ? reinterpret_cast<void*>(p)
-                                                                : nullptr;
-                                                   },
-                                                   [](void*, size_t) {}, nullptr}};
+  std::atomic<int64_t> segments_bytes_{0};  // held by the cache's segments
+  CachingAllocator cache_{
+      CachingAllocator::Device{[this](size_t bytes) { return allocate_segment(bytes); },
+                               [this](void*, size_t bytes) { segments_bytes_ -= int64_t(bytes); }, nullptr}};
 };
 
 // The CUDA backend's services once its library registered them (read on every CUDA allocation).
@@ -258,6 +269,14 @@ MetaStandIn::MetaStandIn(Device device) : previous_(g_meta_stand_in.load()) {
 }
 MetaStandIn::~MetaStandIn() {
   g_meta_stand_in.store(previous_);
+}
+
+MetaMemoryBound::MetaMemoryBound(int64_t bytes) : previous_(g_meta_bound.load()) {
+  TITAN_CHECK(bytes > 0, "meta memory bound: ", bytes, " bytes (a bound is positive)");
+  g_meta_bound.store(bytes);
+}
+MetaMemoryBound::~MetaMemoryBound() {
+  g_meta_bound.store(previous_);
 }
 
 void register_device_services(Device device, DeviceServices* services) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "titan/core/check.h"
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
 
@@ -166,6 +167,27 @@ class MetaStandIn {
 
  private:
   Device previous_;
+};
+
+// The meta device's memory bounded as a GPU's is: while a MetaMemoryBound is alive, the meta
+// device's caching allocator is refused any segment that would take its reservation past `bytes`,
+// and then, as on the GPU, returns its wholly free cached segments and tries once more; a request
+// refused even then throws MetaOutOfMemory (the step would fail with CUDA's out-of-memory error).
+// So a planned step fits a GPU exactly when its replay under the bound completes. One at a time
+// per process (the planner is single-threaded).
+class MetaOutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+class MetaMemoryBound {
+ public:
+  explicit MetaMemoryBound(int64_t bytes);
+  ~MetaMemoryBound();
+  MetaMemoryBound(const MetaMemoryBound&) = delete;
+  MetaMemoryBound& operator=(const MetaMemoryBound&) = delete;
+
+ private:
+  int64_t previous_;
 };
 
 // The workspace the CUDA backend's cuBLASLt GEMMs hold from the process' first GEMM on (what

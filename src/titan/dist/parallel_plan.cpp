@@ -49,8 +49,8 @@ ParallelPlan::ParallelPlan(Communicator& world, int64_t dp_replicate, int64_t dp
   TITAN_CHECK(ep >= 1 && dp_shard % ep == 0, "parallelism: expert_parallel_degree ", ep,
               " must divide data_parallel_shard_degree ", dp_shard,
               " (expert parallelism borrows its ranks from the shard dimension)");
-  // With ep = dp_shard the expert groups are the shard groups, and their replicas the replicate
-  // groups: no communicators of their own (under NCCL each costs an initialisation and buffers).
+  // With ep = dp_shard the expert groups are the shard groups and every rank holds its run alone:
+  // no communicators of their own (under NCCL each costs an initialisation and buffers).
   if (ep_ > 1 && ep_ < dp_shard_) {
     // Colors: the expert group's first rank; the shard group and the run of experts.
     expert_group_ = world.split(int(rank() - expert_index()), rank(), int(ep_));

@@ -10,8 +10,9 @@
 //                            ranks (the step's losses; the held-out loss of [validation]);
 //   sum_over_ranks, max_over_ranks, check_same_on_every_rank, host_names.
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
-// padded with zeros to a multiple of dp_shard); this rank keeps its slice (ParamBlock::shard) and
-// the optimizer state of that slice only. With one rank every point is the identity.
+// padded with zeros to a multiple of dp_shard; a block of experts into dp_shard / ep, below); this
+// rank keeps its slice (ParamBlock::shard) and the optimizer state of that slice only. With one rank every
+// point is the identity.
 //
 // Expert parallelism (ep > 1, torchtitan's expert_parallel_degree) borrows its ranks from the shard
 // dimension, innermost, as torchtitan's mesh does: ep divides dp_shard, and the ranks of a shard group

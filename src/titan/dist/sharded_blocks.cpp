@@ -93,6 +93,10 @@ void ShardedBlocks::shard(DType compute) {
                                      ? plan_.expert_shard()
                                      : nn::BlockShard{plan_.shard_index(), plan_.dp_shard()};
     if (!blocks_[b].sharded()) blocks_[b].shard(slice.index, slice.count);
+    TITAN_CHECK(blocks_[b].shard_begin() == slice.index * blocks_[b].shard().numel() &&
+                    blocks_[b].shard().numel() * slice.count == blocks_[b].numel(),
+                "sharded blocks: block '", blocks_[b].name(), "' was born as another slice than slice ",
+                slice.index, " of ", slice.count, " the plan gives this rank");
     // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
     // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
     if (compute == DType::BF16) blocks_[b].add_compute_copy(compute);

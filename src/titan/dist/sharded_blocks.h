@@ -25,7 +25,7 @@
 //       dp_shard / ep of them) and go with their layer: gathered, prefetched, released and
 //       reduce-scattered with it, over that group. The gradient reduce-scattered there sums every
 //       expert group's tokens through the run. With ep = dp_shard a rank holds its run alone: the
-//       blocks stay whole and accumulate their micro-batches as DDP does. HSDP sums their slices
+//       blocks stay whole and their gradients sum the micro-batches in place. HSDP sums their slices
 //       across replicas as it sums every block's.
 //
 // Gradients end as the mean over the data-parallel ranks (the sum, scaled in f32) in ParamBlock::shard_grad,
@@ -59,8 +59,9 @@ class ShardedBlocks final : public nn::BlockHooks {
  public:
   // `roles[b]` says what block b is. The blocks not born sharded stay whole until shard() (they
   // are padded by ParallelPlan::shard_blocks). `reduce` is the dtype
-  // of the gradient reductions of sharded blocks (f32 or bf16; DDP's all-reduce of whole blocks is
-  // always f32, as torchtitan's reduce_dtype applies to FSDP only). `plan` and `blocks` must
+  // of the gradient reductions of sharded blocks and of HSDP's sums across replicas, runs of
+  // experts included (f32 or bf16; DDP's all-reduce of whole blocks is always f32, as torchtitan's
+  // reduce_dtype applies to FSDP only). `plan` and `blocks` must
   // outlive this object.
   ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBlock>& blocks, std::vector<BlockRole> roles,
                 Reshard reshard, DType reduce = DType::F32);

@@ -41,7 +41,8 @@ struct Param {
 // sharded between uses (ZeRO-3). Blocks are numbered as the model's blocks(). The model calls
 // before_forward for every block it is about to compute with, after_forward when a block's forward
 // is over, and, through autograd hooks, before_backward / after_backward around the backward of
-// each block it reports as a layer (the embedding and head blocks are used at both ends of the
+// each block it reports as a layer (a layer's block of split experts has no points of its own: the
+// hooks handle it with its layer's; the embedding and head blocks are used at both ends of the
 // step and have no such points: their gradients are complete when the whole backward is).
 class BlockHooks {
  public:

@@ -61,7 +61,7 @@ class Checkpointer {
 
   // Saves `state` at its step (atomically; refuses non-finite weights or moments by name). Every
   // rank calls it: the ranks of the first replica write their shard files (replicas hold the same
-  // shards; each run of split experts goes into the file of the shard index equal to the run),
+  // shards; shard file k holds slice k / ep of run k % ep of the split experts),
   // then the logging rank writes train_state.json with the layout, the manifest and COMMITTED, and
   // all ranks return after the commit.
   //

@@ -40,32 +40,51 @@ int64_t memory_need(const StepProfile& p, MemoryNeed need) {
   return (need == MemoryNeed::kReserved ? std::max(p.reserved, p.peak) : p.peak) + p.checkpoint_copy;
 }
 
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available, MemoryNeed need) {
+  MemoryFit f;
+  f.need = f.unbounded_need = memory_need(profile_training_step(args, shape, Device::Meta), need);
+  f.fits = f.need <= available;
+  if (f.fits || need != MemoryNeed::kReserved) return f;
+  // The replay within the bound takes the unbounded one's path until the cache would pass it; from
+  // there the GPU's allocator returns its free segments and retries.
+  try {
+    const MetaMemoryBound bound(available);
+    f.need = memory_need(profile_training_step(args, shape, Device::Meta), need);
+    f.fits = f.by_returning_cache = f.need <= available;
+  } catch (const MetaOutOfMemory&) {
+    f.need = f.unbounded_need;
+  }
+  return f;
+}
+
 BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
                                   MemoryNeed need) {
   BatchSearch s;
   s.bound = std::max<int64_t>(1, (int64_t(1) << 31) / shape.seq_len);
-  auto peak_at = [&](int64_t batch) {
+  auto fit_at = [&](int64_t batch) {
     shape.local_batch = batch;
     ++s.profiles;
-    return memory_need(profile_training_step(args, shape, Device::Meta), need);
+    return fit_step(args, shape, available, need);
   };
   int64_t fits = 0, fits_peak = 0, fails = 0, fails_peak = 0;
   // Doubling until a batch does not fit (or the bound), then bisection between the two: the peak
   // grows with the batch (every activation does).
   for (int64_t b = 1;; b = std::min(2 * b, s.bound)) {
-    const int64_t peak = peak_at(b);
-    if (peak > available) {
-      fails = b, fails_peak = peak;
+    const MemoryFit f = fit_at(b);
+    if (!f.fits) {
+      fails = b, fails_peak = f.need;
       break;
     }
-    fits = b, fits_peak = peak;
+    fits = b, fits_peak = f.need;
     if (b == s.bound) break;
   }
   while (fails && fails - fits > 1) {
     const int64_t mid = fits + (fails - fits) / 2;
-    const int64_t peak = peak_at(mid);
-    if (peak > available) fails = mid, fails_peak = peak;
-    else fits = mid, fits_peak = peak;
+    const MemoryFit f = fit_at(mid);
+    if (!f.fits)
+      fails = mid, fails_peak = f.need;
+    else
+      fits = mid, fits_peak = f.need;
   }
   s.largest = fits;
   s.largest_need = fits_peak;

@@ -28,7 +28,20 @@ std::optional<int64_t> parse_byte_size(const std::string& text);
 enum class MemoryNeed { kPeak, kReserved };
 int64_t memory_need(const StepProfile& p, MemoryNeed need);
 
-// The largest local batch whose meta profile needs at most `available` per rank (memory_need), all
+// Whether the step of `shape` fits `available` per rank. By the peak: its need. By the
+// reservation: its need, or, when the cache would outgrow `available`, what a GPU's allocator does
+// when refused (return its cached segments, retry): the step is replayed within `available`
+// (MetaMemoryBound) and fits if every request is served; `need` is then that replay's reservation
+// (or peak), and `unbounded_need` what the unbounded cache would have held.
+struct MemoryFit {
+  bool fits = false;
+  int64_t need = 0;
+  bool by_returning_cache = false;  // fits only because the bounded cache returned segments
+  int64_t unbounded_need = 0;
+};
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available, MemoryNeed need);
+
+// The largest local batch whose step fits `available` per rank (fit_step), all
 // else of `shape` kept (the micro-batch count included). Doubling, then bisection: about
 // 2 log2(batch) profiles. `largest` is 0 when even batch 1 does not fit; batches are searched up to
 // `bound` (local_batch x seq_len <= 2^31 tokens per micro-batch), which `at_bound` says was reached.

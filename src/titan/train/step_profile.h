@@ -26,7 +26,7 @@ struct StepShape {
   // The data-parallel mesh (parallelism.data_parallel_replicate_degree x _shard_degree): the step
   // is one rank's. Other than 1 x 1 on the meta device only.
   int64_t dp_replicate = 1, dp_shard = 1;
-  int64_t ep = 1;  // parallelism.expert_parallel_degree: this rank holds 1/ep of every MoE layer's experts
+  int64_t ep = 1;  // parallelism.expert_parallel_degree: this rank runs 1/ep of every MoE layer's experts
   dist::Reshard reshard = dist::Reshard::AfterForward;  // parallelism.fsdp_reshard_after_forward
   DType reduce = DType::F32;  // the sharded gradients' reductions (ResolvedJob::reduce_dtype)
   // Memory the fused loss may spend keeping its logits for backward (loss_logits_budget).
