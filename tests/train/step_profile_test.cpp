@@ -215,6 +215,30 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
 // The meta device hands out memory through the caching allocator CUDA uses, and each profile
 // starts from an empty cache: the reserved bytes are the step's own, the same run after run, and
 // above the peak only by the segments' rounding and what splitting could not reuse.
+// The plan builds a rank's state as the trainer does (train::rank_model): its blocks born as its
+// slices. Were they born whole and sliced afterwards, the start-up would hold whole layers, and the
+// segments they took would stay reserved through the step (a 30B-A3B plan on 8 ranks once showed
+// 228 GiB reserved for an 80 GiB peak).
+TEST(StepProfile, AShardedRanksPlannedStartUpHoldsItsSlicesOnly) {
+  for (const int64_t ep : {1, 2}) {
+    StepShape shape = small_step(DType::BF16);
+    shape.device = Device::CUDA;
+    shape.dp_shard = 4;
+    shape.ep = ep;
+    const StepProfile sharded = profile_training_step(small("debugmodel_moe"), shape, Device::Meta);
+    EXPECT_EQ(sharded.startup_peak, sharded.persistent()) << "ep " << ep;
+    shape.dp_shard = 1;
+    shape.ep = 1;
+    const StepProfile whole = profile_training_step(small("debugmodel_moe"), shape, Device::Meta);
+    EXPECT_EQ(whole.startup_peak, whole.persistent());
+    // A quarter of the state, up to the padding of each block to a multiple of 4 elements.
+    EXPECT_LE(sharded.persistent() * 4, whole.persistent() + 4 * 16 * int64_t(sizeof(float)) * sharded.blocks)
+        << "ep " << ep;
+    // The step's reservation is its peak's, up to what rounding and splitting cannot reuse.
+    EXPECT_LE(sharded.reserved, sharded.peak + sharded.peak / 10) << "ep " << ep;
+  }
+}
+
 TEST(StepProfile, ReservedBytesAreTheStepsOwnAndRepeatable) {
   DeviceServices& meta = device_services(Device::Meta);
   ASSERT_TRUE(meta.caches_memory());

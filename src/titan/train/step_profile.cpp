@@ -49,15 +49,14 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
   DeviceServices& dev = device_services(device);
   dev.release_cached();  // the cache starts as a fresh process's: what the step reserves is its own
   const int64_t base = dev.stats().current_bytes, base_reserved = dev.stats().reserved_bytes;
+  dev.reset_peak();
   dev.reset_flops();
   StepProfile p;
   {
-    // The state as TrainState builds it, then distributes it: the model's blocks padded for the
-    // plan, AdamW's moments for this rank's slice, each rank keeping only its slice of the blocks
-    // (ZeRO-3) and the model reporting its block uses to the sharding.
-    qwen3::Qwen3Model model(args, shape.compute, device, {}, qwen3::Purpose::Training,
-                            qwen3::ExpertSplit{plan.expert_index(), plan.ep()});
-    plan.shard_blocks(model.blocks());
+    // The state as TrainState builds it, then distributes it: the model's blocks born as this
+    // rank's slices, padded for the plan, AdamW's moments for the slice, and the model reporting
+    // its block uses to the sharding (ZeRO-3).
+    qwen3::Qwen3Model model = rank_model(args, shape.compute, device, plan, qwen3::Purpose::Training);
     model.set_checkpointing(shape.checkpointing);
     model.set_keep_logits_bytes(shape.keep_logits_bytes);
     if (shape.expert_bias && args.is_moe()) model.enable_expert_bias();
@@ -77,6 +76,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     for (size_t b = 0; b < model.blocks().size(); ++b)
       p.optimizer += int64_t(optimizer.exp_avg()[b].nbytes() + optimizer.exp_avg_sq()[b].nbytes());
     p.other = dev.stats().current_bytes - base - p.weights - p.grads - p.optimizer;
+    p.startup_peak = dev.stats().peak_bytes - base;
     if (shape.async_checkpoint && shape.device == Device::CPU) p.checkpoint_copy = p.weights + p.optimizer;
 
     // Token ids: a fixed pattern on real devices (the values do not change what is allocated);

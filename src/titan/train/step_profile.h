@@ -54,6 +54,9 @@ struct StepProfile {
   // The most held at once during the step, and the part of it above the persistent state:
   // activations saved for backward, gradients in flight, kernel scratch.
   int64_t peak = 0;
+  // The most held at once while the state was built, before the step: a rank's blocks are born as
+  // its slices (train::rank_model), so a sharded rank never holds a whole block at start-up.
+  int64_t startup_peak = 0;
   // On a device with a caching allocator (CUDA; meta replays its policy): the segments the step's
   // allocations left reserved, a cache that started empty (0 elsewhere). Above the peak by what
   // splitting and rounding could not reuse.

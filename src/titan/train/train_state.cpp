@@ -22,12 +22,7 @@ namespace {
 
 qwen3::Qwen3Model build_model(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
                               qwen3::Purpose purpose) {
-  // A sharded rank's blocks are born as its slices: the whole model never exists on one rank. With
-  // expert parallelism it holds its slice of its run of experts.
-  qwen3::Qwen3Model model(job.args, job.compute_dtype, job.device,
-                          nn::BlockShard{plan.shard_index(), plan.dp_shard()}, purpose,
-                          qwen3::ExpertSplit{plan.expert_index(), plan.ep(), plan.expert_shard()});
-  plan.shard_blocks(model.blocks());
+  qwen3::Qwen3Model model = rank_model(job.args, job.compute_dtype, job.device, plan, purpose);
   model.set_checkpointing(checkpointing_of(c.activation_checkpoint));
   model.set_keep_logits_bytes(loss_logits_budget(job.device));  // as the memory check's step profile
   if (job.args.is_moe() && c.training.load_balance == "expert_bias") model.enable_expert_bias();
@@ -66,6 +61,14 @@ data::LoaderConfig loader_config(const JobConfig& c, const ResolvedJob& job, con
 }
 
 }  // namespace
+
+qwen3::Qwen3Model rank_model(const qwen3::ModelArgs& args, DType compute_dtype, Device device,
+                             const dist::ParallelPlan& plan, qwen3::Purpose purpose) {
+  qwen3::Qwen3Model model(args, compute_dtype, device, nn::BlockShard{plan.shard_index(), plan.dp_shard()},
+                          purpose, qwen3::ExpertSplit{plan.expert_index(), plan.ep(), plan.expert_shard()});
+  plan.shard_blocks(model.blocks());
+  return model;
+}
 
 std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model) {
   std::vector<dist::BlockRole> roles;

@@ -56,6 +56,13 @@ struct TrainState {
   nlohmann::json generation_config;
 };
 
+// The model as a rank of `plan` builds it: its blocks born as its slices (the whole model never
+// exists on one rank, not even at start-up), with expert parallelism its slice of its run of
+// experts, and padded for the plan. The trainer and the planner's meta step (step_profile.h) both
+// build it here, so what the plan replays is what the rank allocates.
+qwen3::Qwen3Model rank_model(const qwen3::ModelArgs& args, DType compute_dtype, Device device,
+                             const dist::ParallelPlan& plan, qwen3::Purpose purpose);
+
 // What each of the model's blocks is to dist::ShardedBlocks: the embedding and head, a layer
 // (gathered and reduced per use), or a run of split experts (with its layer).
 std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model);
