@@ -135,12 +135,14 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-void expect_same_steps(const JobRun& a, const JobRun& b, int64_t from, int64_t to, const std::string& what) {
+// Loss and grad norm within `rel` (f32: what summing in another order leaves).
+void expect_same_steps(const JobRun& a, const JobRun& b, int64_t from, int64_t to, const std::string& what,
+                       double rel = 1e-5) {
   for (int64_t s = from; s <= to; ++s) {
     ASSERT_TRUE(a.steps.count(s) && b.steps.count(s)) << what << ": step " << s << " not logged";
     for (const char* k : {"loss", "grad_norm"}) {
       const double x = a.steps.at(s)[k].get<double>(), y = b.steps.at(s)[k].get<double>();
-      EXPECT_NEAR(x, y, 1e-5 * std::fabs(y)) << what << ": " << k << " at step " << s;
+      EXPECT_NEAR(x, y, rel * std::fabs(y)) << what << ": " << k << " at step " << s;
     }
     // The same samples in the same order: none lost or repeated, whatever the ranks or resumes.
     EXPECT_EQ(a.steps.at(s).value("batch_hash", "a"), b.steps.at(s).value("batch_hash", "b"))
@@ -1013,6 +1015,55 @@ TEST(ExpertParallel, HsdpWithTheExpertsSplitOverEachShardGroupTrainsLikeOneRank)
   expect_expert_parallel_like_one_rank(
       {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.expert_parallel_degree", "2"}}, 4,
       "HSDP 2 x 2 + EP 2");
+}
+
+// HSDP 2 x 4 with two expert groups in each replica's shard group of four: each run of experts is
+// sharded over the two ranks of a replica holding it, and the replicas sum every slice.
+TEST(ExpertParallel, HsdpWithEachRunShardedInsideItsReplicaTrainsLikeOneRank) {
+  expect_expert_parallel_like_one_rank(
+      {{"parallelism.data_parallel_replicate_degree", "2"}, {"parallelism.expert_parallel_degree", "2"}}, 8,
+      "HSDP 2 x 4 + EP 2");
+}
+
+// fsdp_reshard_after_forward = "never": a layer and its run of experts stay gathered from their
+// forward to their backward (one gather each per step) while the tokens still travel to the experts.
+TEST(ExpertParallel, RanksKeepingTheirLayersGatheredTrainLikeOneRank) {
+  expect_expert_parallel_like_one_rank(
+      {{"parallelism.expert_parallel_degree", "2"}, {"parallelism.fsdp_reshard_after_forward", "never"}}, 4,
+      "FSDP 4 + EP 2, reshard never");
+}
+
+// bf16 compute: every rank gathers the bf16 compute copies of its layers' slices and of its run's
+// slices (rounded once from the f32 masters, as one process rounds the whole blocks) and reduces
+// f32 gradients: one bf16 process's training, up to where bf16 rounds. The first step starts from
+// the same weights: its loss is the same (2e-8 apart on Zen5), its grad norm differs only where the
+// backward's bf16 rounding points see other sums (1.8e-5 apart: each rank's expert gradient is
+// summed over its group's rows, and the outputs' gradients travel as bf16 rows). From then on a
+// token whose top-2 experts were nearly tied may route differently, and AdamW moves an expert that
+// one run updates and the other does not by about lr per step (AdamW's normalised step is ~1 where
+// a gradient appears or vanishes), so two runs can part by up to 2 lr per step: losses stay within
+// 2.3e-5 and grad norms within 1.5e-3 over 6 steps, weights within 1.1e-2 (the bound, 12 lr, is
+// 3.6e-2). A wrong slice gathered or reduced moves the losses by far more.
+TEST(ExpertParallel, Bf16RanksWithShardedRunsTrainLikeOneBf16Process) {
+  const Overrides bf16 = {{"training.mixed_precision_param", "bfloat16"}};
+  const std::string pid = std::to_string(getpid());
+  const JobRun one = train("dist_ep_bf16_one_" + pid, 0, 4, tt::joined(small_moe_job(), bf16));
+  const JobRun split =
+      train("dist_ep_bf16_" + pid, 4, 2,
+            tt::joined(tt::joined(small_moe_job(), bf16), {{"parallelism.expert_parallel_degree", "2"}}));
+  const std::string what = "FSDP 4 + EP 2 in bf16";
+  expect_same_steps(split, one, 1, 1, what, 1e-4);
+  for (int64_t step = 2; step <= 6; ++step) {
+    const double a = split.steps.at(step)["loss"].get<double>(), b = one.steps.at(step)["loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-4 * b) << what << ": loss at step " << step;
+    const double na = split.steps.at(step)["grad_norm"].get<double>(),
+                 nb = one.steps.at(step)["grad_norm"].get<double>();
+    EXPECT_NEAR(na, nb, 1e-2 * nb) << what << ": grad norm at step " << step;
+  }
+  const double lr = 3e-3;  // tiny()'s optimizer.lr
+  expect_close_states(whole_state(split.dump / "checkpoint" / "step-6"),
+                      whole_state(one.dump / "checkpoint" / "step-6"), false, 2 * 6 * lr, 0,
+                      what + " weights");
 }
 
 // The paths a split layer runs more than once per step: ranks accumulating 2 micro-batches (2 ranks
