@@ -651,6 +651,36 @@ TEST(DataParallel, AMissingShardFileFailsTheLoadNamingIt) {
   EXPECT_NE(e.find("lacks 'optimizer-rank1.safetensors' (2 shards were written"), std::string::npos) << e;
 }
 
+// A shard file damaged where it stores its tensors' bytes: the ranks of a resume checksum a share of
+// the files each (file k of the manifest's name order on rank k % 2: model-rank1.safetensors on rank
+// 1), so rank 1 alone finds it, and the resume stops on both before any step with rank 1's reason,
+// said once, every rank exiting 1 on its own (no MPI_Abort: rank 0 did not run into a collective
+// rank 1 never joined), the checkpoint untouched.
+TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
+  const fs::path dump = tt::temp_dir("dist_damaged_shard");
+  fs::copy(two_ranks_to_step5().dump, dump, fs::copy_options::recursive);
+  const fs::path file = dump / "checkpoint/step-5/model-rank1.safetensors";
+  const std::string before = read_file(file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(before.size() - 64));
+    f << std::string(64, '\xff');
+  }
+  const std::string damaged = read_file(file);
+  std::string out;
+  EXPECT_NE(run_job(2, tiny(dump, 2, {}), &out), 0) << out;
+  const std::string said = "titan train: error: rank 1: ";
+  const size_t at = out.find(said);
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(out.find(said, at + 1), std::string::npos) << "said more than once: " << out;
+  EXPECT_NE(out.find("model-rank1.safetensors' fails its checksum (corrupted)", at), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("failed too"), std::string::npos) << "rank 0 checksums other files: " << out;
+  EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
+  EXPECT_EQ(read_file(file), damaged);
+  EXPECT_FALSE(fs::exists(dump / "checkpoint/step-6"));
+}
+
 TEST(DataParallel, AMeshThatDoesNotFitTheWorldIsAnErrorBeforeCompute) {
   const fs::path dump = tt::temp_dir("dist_bad_mesh");
   std::string out;

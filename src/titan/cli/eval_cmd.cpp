@@ -26,10 +26,11 @@ int eval_main(int argc, char** argv) {
   }
   LaunchedJob job = launch_job(a);
   train::EvalSummary s;
-  run_on_every_rank("eval", *job.world, [&] {
+  const bool evaluated = run_on_every_rank("eval", *job.world, [&] {
     s = train::evaluate(job.config, *job.world,
                         a.own.count("checkpoint") ? a.own["checkpoint"] : std::string());
   });
+  if (!evaluated) return 1;
   if (a.own.count("json") && job.world->rank() == 0) {
     const nlohmann::json out = {{"loss", s.result.loss},
                                 {"perplexity", s.result.perplexity},

@@ -5,6 +5,7 @@
 
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
+#include "titan/dist/parallel_plan.h"
 
 namespace titan::cli {
 
@@ -23,9 +24,18 @@ LaunchedJob launch_job(const JobArgs& a) {
   return job;
 }
 
-void run_on_every_rank(const std::string& command, dist::Communicator& world, const std::function<void()>& job) {
+bool run_on_every_rank(const std::string& command, dist::Communicator& world,
+                       const std::function<void()>& job) {
   try {
     job();
+  } catch (const dist::RanksAgreedError& e) {
+    if (world.size() == 1) throw;
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "titan %s: error: %s\n", command.c_str(),
+                   error_for_the_user(e.what(), command).c_str());
+      std::fflush(stderr);
+    }
+    return false;
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;
     std::fprintf(stderr, "titan %s: error: rank %d: %s\n", command.c_str(), world.rank(),
@@ -33,6 +43,7 @@ void run_on_every_rank(const std::string& command, dist::Communicator& world, co
     std::fflush(stderr);
     world.abort(1);
   }
+  return true;
 }
 
 }  // namespace titan::cli

@@ -21,7 +21,11 @@ struct LaunchedJob {
 LaunchedJob launch_job(const JobArgs& args);
 
 // Runs `job` on this rank. An error on one rank of many is printed with the rank and ends every rank
-// (the others may be waiting for this one in a collective); one process rethrows it for main().
-void run_on_every_rank(const std::string& command, dist::Communicator& world, const std::function<void()>& job);
+// (the others may be waiting for this one in a collective); one process rethrows it for main(). An
+// error every rank threw alike (dist::RanksAgreedError: a failed load, ranks that differ) is printed
+// once, by rank 0, and every rank returns false: the command exits 1 on each, MPI finalized, nothing
+// aborted.
+bool run_on_every_rank(const std::string& command, dist::Communicator& world,
+                       const std::function<void()>& job);
 
 }  // namespace titan::cli

@@ -21,8 +21,7 @@ int train_main(int argc, char** argv) {
   LaunchedJob job = launch_job(a);
   // Errors (bad config, missing inputs, non-finite loss) throw: main() prints them and exits 1.
   // A stop by SIGINT/SIGTERM is a success: the checkpoint is saved.
-  run_on_every_rank("train", *job.world, [&] { train::run_training(job.config, *job.world); });
-  return 0;
+  return run_on_every_rank("train", *job.world, [&] { train::run_training(job.config, *job.world); }) ? 0 : 1;
 }
 
 TITAN_COMMAND("train", "train a Qwen3 model from a TOML job config", train_main);

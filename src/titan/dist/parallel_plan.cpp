@@ -136,14 +136,50 @@ void check_same_on_every_rank(Communicator& world, const std::string& text, cons
   const auto reports = gather_text(world, difference, 512);
   for (int r = 1; r < world.size(); ++r)
     if (!reports[size_t(r)].empty())
-      TITAN_FAIL("the ranks have different ", what, ": rank ", r, " has ", reports[size_t(r)], " (", rule,
-                 ")");
-  TITAN_FAIL("the ranks' ", what, " hash differently but read the same");
+      throw RanksAgreedError(detail::concat("the ranks have different ", what, ": rank ", r, " has ",
+                                            reports[size_t(r)], " (", rule, ")"));
+  throw RanksAgreedError(detail::concat("the ranks' ", what, " hash differently but read the same"));
+}
+
+void agree_on_success(Communicator& world, const std::function<void()>& work) {
+  if (world.size() == 1) return work();
+  std::string failure;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "failed (an error without a message)";
+  }
+  int64_t failed = failure.empty() ? 0 : 1;
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&failed, all.data(), 1, DType::I64, host_context());
+  std::vector<int> failing;
+  for (int r = 0; r < world.size(); ++r)
+    if (all[size_t(r)]) failing.push_back(r);
+  if (failing.empty()) return;
+  // The lowest failing rank's message goes to every rank whole (an error names a file and a rule:
+  // cut short it would lose the rule).
+  const int first = failing[0];
+  int64_t len = int64_t(failure.size());
+  world.broadcast(&len, 1, DType::I64, first, host_context());
+  std::string reason(size_t(len), '\0');
+  if (world.rank() == first) reason = failure;
+  world.broadcast(reason.data(), len, DType::U8, first, host_context());
+  std::string others;
+  for (size_t i = 1; i < failing.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(failing[i]);
+  throw RanksAgreedError(detail::concat(
+      "rank ", first, ": ", reason,
+      others.empty() ? ""
+                     : " (rank" + std::string(failing.size() > 2 ? "s " : " ") + others + " failed too)"));
 }
 
 void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,
                                             const std::string& rule) const {
   dist::check_same_on_every_rank(*world_, text, what, rule);
+}
+
+void ParallelPlan::agree_on_success(const std::function<void()>& work) const {
+  dist::agree_on_success(*world_, work);
 }
 
 std::vector<std::string> ParallelPlan::host_names() const {

@@ -8,7 +8,7 @@
 //                            every rank clips by the same coefficient;
 //   all_reduce_sum           sums of this rank's share of the data -> their sums over the data-parallel
 //                            ranks (the step's losses; the held-out loss of [validation]);
-//   sum_over_ranks, max_over_ranks, check_same_on_every_rank, host_names.
+//   sum_over_ranks, max_over_ranks, check_same_on_every_rank, agree_on_success, host_names.
 // Sharding (dp_shard > 1) cuts every flat parameter block into dp_shard equal slices (the block is
 // padded with zeros to a multiple of dp_shard; a block of experts into dp_shard / ep, below); this
 // rank keeps its slice (ParamBlock::shard) and the optimizer state of that slice only. With one rank every
@@ -24,6 +24,7 @@
 // keeps 1 / dp_shard of the experts' weights, gradients and moments whatever ep is; replicas hold
 // the same slices, as they do of every block.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +42,21 @@ namespace titan::dist {
 // that ranks of different configs would not all join).
 void check_same_on_every_rank(Communicator& world, const std::string& lines, const std::string& what,
                               const std::string& rule);
+
+// An error every rank of the job throws alike (check_same_on_every_rank, agree_on_success): it needs
+// saying once, and every rank can end normally, none waiting for another in a collective.
+class RanksAgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Runs `work` on every rank of `world` (which must contain no collective: a rank that fails part-way
+// would leave the others waiting in it), then agrees on the outcome with one all-gather: when it
+// threw on any rank, every rank throws a RanksAgreedError with the message of the lowest failing rank
+// ("rank 1: <its error>"), and the other failing ranks named. So a load that one rank cannot finish
+// (its shard file damaged, a path missing on its host) stops the job with that rank's reason instead
+// of the others running into their next collective until the launcher aborts them.
+void agree_on_success(Communicator& world, const std::function<void()>& work);
 
 class ParallelPlan {
  public:
@@ -90,9 +106,10 @@ class ParallelPlan {
   // The largest value any rank passed: a stop signal received by one rank stops all at one step.
   int64_t max_over_ranks(int64_t value) const;
 
-  // dist::check_same_on_every_rank over the world.
+  // dist::check_same_on_every_rank and dist::agree_on_success over the world.
   void check_same_on_every_rank(const std::string& lines, const std::string& what,
                                 const std::string& rule) const;
+  void agree_on_success(const std::function<void()>& work) const;
   // The host name of every rank, by rank.
   std::vector<std::string> host_names() const;
   void barrier() const { world_->barrier(); }

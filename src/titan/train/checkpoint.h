@@ -58,6 +58,14 @@ std::vector<CheckpointFile> write_shard_files(const std::filesystem::path& dir, 
                                               std::span<const io::TensorWrite> optimizer,
                                               const std::string& progress_name);
 
+// Which of the files the caller checksums: file k of the manifest (in name order) when k % count ==
+// index. Every file's presence and size are checked whatever the share; the ranks of a resume each
+// take a share (Checkpointer::restore, agreeing on the outcome), so each file is read through
+// once in all, not once per rank.
+struct ChecksumShare {
+  int64_t index = 0, count = 1;
+};
+
 class CheckpointManager {
  public:
   CheckpointManager(std::filesystem::path folder, int64_t keep_latest_k);
@@ -97,7 +105,7 @@ class CheckpointManager {
 
   // Loads a committed step, verifying the manifest's sizes and checksums of every file (every
   // shard's); a shard file the layout needs and the folder lacks is an error naming it.
-  LoadedCheckpoint load(int64_t step) const;
+  LoadedCheckpoint load(int64_t step, ChecksumShare share = {}) const;
 
  private:
   void prune(int64_t just_saved) const;
@@ -112,7 +120,8 @@ class CheckpointManager {
 // checksummed nor opened, nor needed on disk (optimizer_files stays empty).
 enum class CheckpointParts { Everything, Weights };
 LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir,
-                                     CheckpointParts parts = CheckpointParts::Everything);
+                                     CheckpointParts parts = CheckpointParts::Everything,
+                                     ChecksumShare share = {});
 
 // 64-bit checksum of a file's bytes (FNV-1a's basis and prime over 8-byte words, the tail byte by
 // byte), for the manifest. `bytes_read`, when given, is advanced as the file is read (progress

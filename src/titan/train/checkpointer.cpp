@@ -210,41 +210,50 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     Clock::time_point& at;
     ~Stamp() { at = Clock::now(); }
   } stamp{last_save_returned_};
-  LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_) : load_checkpoint_dir(*fork_dir_);
-  check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
-  const auto& ts = c.train_state;
-  // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
-  // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
-  const bool seed = ts.at("step").get<int64_t>() == 0;
-  // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
-  const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
-             fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-  // Each rank reads its slice of every block (the whole block when this run does not shard; of
-  // its run of experts for a block of experts), parameter by parameter, from the files that hold those
-  // elements, whatever the sharding and expert split that wrote them: the restore comes before
-  // TrainState::distribute, which keeps exactly that slice.
-  const CheckpointBlocks saved(c, s.model);
-  for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-    LocalSlice mine = local_slice(s, b);
-    saved.read(b, "", mine.begin, mine.values);
-    if (fresh_optimizer) continue;
-    saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
-    saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
-  }
-  if (ts.contains("expert_bias"))
-    s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
-  s.generation_config = ts.value("generation_config", nlohmann::json());
-  if (seed) {
-    say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "
-        "%.1f s",
-        c.dir.string().c_str(), seconds_since(t0));
-  } else {
-    restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
-    say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
-        c.dir.string().c_str(), long(s.step), long(s.tokens_seen),
-        resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
-        seconds_since(t0));
-  }
+  // Every rank reads its own files: a rank that cannot (a damaged or missing shard, a path its host
+  // lacks, a file of its share that fails its checksum) stops every rank with its reason, agreed
+  // before any collective of the job.
+  plan_.agree_on_success([&] {
+    // Each rank checksums a share of the files: every file is read through once in all.
+    const ChecksumShare share{plan_.rank(), plan_.world_size()};
+    LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_, share)
+                                      : load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
+    check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
+    const auto& ts = c.train_state;
+    // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
+    // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
+    const bool seed = ts.at("step").get<int64_t>() == 0;
+    // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
+    const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
+               fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
+    // Each rank reads its slice of every block (the whole block when this run does not shard; of
+    // its run of experts for a block of experts), parameter by parameter, from the files that hold those
+    // elements, whatever the sharding and expert split that wrote them: the restore comes before
+    // TrainState::distribute, which keeps exactly that slice.
+    const CheckpointBlocks saved(c, s.model);
+    for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+      LocalSlice mine = local_slice(s, b);
+      saved.read(b, "", mine.begin, mine.values);
+      if (fresh_optimizer) continue;
+      saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
+      saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
+    }
+    if (ts.contains("expert_bias"))
+      s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
+    s.generation_config = ts.value("generation_config", nlohmann::json());
+    if (seed) {
+      say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) "
+          "in "
+          "%.1f s",
+          c.dir.string().c_str(), seconds_since(t0));
+    } else {
+      restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
+      say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
+          c.dir.string().c_str(), long(s.step), long(s.tokens_seen),
+          resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
+          seconds_since(t0));
+    }
+  });
   if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
     // this run's saves of the same steps cannot replace them. Every rank has read its files first.

@@ -52,7 +52,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   // No gradients and no optimizer moments: the weights' memory alone (a 4B model's eval needs its
   // 16 GB of f32 weights, where its training state needs 64 GB).
   TrainState state(cfg, job, tokenizer, plan, qwen3::Purpose::Inference);
-  start_weights(state, source, job);
+  plan.agree_on_success([&] { start_weights(state, source, job); });  // each rank reads its own files
   state.distribute();
   EvalSummary summary{validator.run(state.model, state.sharding), weights};
   say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,

@@ -235,7 +235,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   }
   if (checkpointer.resume_dir())
     checkpointer.restore(state, job);
-  else start_weights(state, cfg, job);
+  else
+    plan.agree_on_success([&] { start_weights(state, cfg, job); });  // each rank reads its own files
   if (state.step >= cfg.training.steps) {
     if (checkpointer.resume_dir())
       say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
