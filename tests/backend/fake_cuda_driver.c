@@ -21,7 +21,15 @@ CUresult cuDeviceGetAttribute(int* v, int a, int d) {
     case 1: r = 1024; break; case 2: r = 1024; break; case 3: r = 64; break; case 4: r = 2147483647; break;
     case 5: case 6: r = 65535; break; case 8: r = 49152; break; case 10: r = 32; break; case 12: r = 65536; break;
     case 81: r = 233472; break; case 82: r = 65536; break; case 39: r = 2048; break; case 106: r = 32; break;
-    case 13: r = 1980000; break; case 36: r = 3201000; break; case 38: r = 52428800; break;
+    case 13:
+      r = 1980000;
+      break;
+    case 36:
+      r = 3201000;
+      break;
+    case 38:
+      r = 62914560;
+      break;
     default: r = 1;
   }
   if (getenv("STUB_LOG")) fprintf(stderr, "[stub] cuDeviceGetAttribute(%d) -> %d\n", a, r);
