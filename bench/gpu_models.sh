@@ -10,13 +10,15 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+cudnn MoE MoE+cudnn
-#                              4B 4B+cudnn 0.6B+mma MoE+mma 0.6B+docs"); a name ending in +mma runs that job
-#                              with the mma_sync attention kernels (and, for MoE, the mma_sync grouped
-#                              expert GEMMs), one ending in +cudnn with cuDNN's fused attention (and,
-#                              for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
-#                              [kernels] rules appended to a copy of its config, instead of the
-#                              default WMMA ones, to see which the GPU prefers; one ending in +docs
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+wmma MoE MoE+cudnn
+#                              4B 4B+wmma 0.6B+mma MoE+mma 0.6B+docs"); the plain name runs the job's
+#                              defaults (on cuda: cuDNN's fused attention, the mma_sync expert GEMMs);
+#                              a name ending in +mma runs it with the mma_sync attention kernels (and,
+#                              for MoE, the mma_sync grouped expert GEMMs), +wmma with titan's WMMA
+#                              attention (and WMMA expert GEMMs), +cudnn with cuDNN's fused attention
+#                              (and, for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
+#                              [kernels] rules appended to a copy of its config, to see which the GPU
+#                              prefers; one ending in +docs
 #                              with model.attn_mask_type = "block_causal" (attention cut at the
 #                              corpus's documents: one launch per document), to see what those cost
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
@@ -42,7 +44,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+cudnn MoE MoE+cudnn 4B 4B+cudnn 0.6B+mma MoE+mma 0.6B+docs}
+models=${GPU_MODELS:-0.6B 0.6B+wmma MoE MoE+cudnn 4B 4B+wmma 0.6B+mma MoE+mma 0.6B+docs}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -86,7 +88,10 @@ for name in $models; do
       +cudnn)
         printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
-      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn or +docs)" >&2; exit 2 ;;
+      +wmma)
+        printf '\n[kernels]\nattention = { impl = "default", modules = "*" }\n' >>"$out/$name.toml"
+        [ "$m" = MoE ] && printf 'moe_experts = { impl = "default", modules = "*" }\n' >>"$out/$name.toml" ;;
+      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn, +wmma or +docs)" >&2; exit 2 ;;
     esac
     config=$out/$name.toml
   fi

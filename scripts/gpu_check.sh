@@ -11,7 +11,7 @@
 #   GPU_CHECK_SKIP_BENCH=1 bash .../gpu_check.sh      # tests and parity only
 #   GPU_CHECK_SKIP_MODELS=1 bash .../gpu_check.sh     # everything but bench/gpu_models.sh
 #   GPU_CHECK_MODELS="0.6B MoE 4B"                    # the floors' jobs with the default kernels
-#   GPU_CHECK_MODELS_VARIANTS="0.6B+cudnn ..."        # the same with other kernels (after the tests)
+#   GPU_CHECK_MODELS_VARIANTS="0.6B+wmma ..."         # the same with other kernels (after the tests)
 #   GPU_CHECK_PEER=1 bash .../gpu_check.sh            # also the peer (transformers, eager) in the same
 #                                                     # call, GPU_CHECK_PEER_BUDGET seconds (default 60)
 #   GPU_CHECK_LOG_DIR=$OUT bash .../gpu_check.sh      # keep each step's full log there
@@ -148,7 +148,7 @@ fi
 
 # The speed floors: the peer's three jobs (0.6B, MoE, 4B) trained by titan on the GPU, with MFU also
 # against the bf16 GEMM ceiling cuda_gemm_bench just measured. The default kernels first; the same
-# jobs with the other kernel variants (+cudnn, +mma) after the tests, while time is left.
+# jobs with the other kernel variants (+cudnn, +wmma, +mma) after the tests, while time is left.
 # models_step NAME JOBS LIMIT: one run of bench/gpu_models.sh; its table is added to models_table.
 # Each job may run 60 s (a 4B job, the longest, should take 20-30: a few seconds of start-up, a first
 # step under 5 s, ten steps of a quarter second); the step's limit is the jobs' limits added up (and a little for the table),
@@ -217,7 +217,7 @@ for pattern in Mma Cudnn; do
 done
 
 [ -n "$run_models" ] &&
-  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+cudnn MoE+cudnn 0.6B+mma MoE+mma 4B+cudnn 0.6B+docs}"
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-MoE+cudnn 0.6B+wmma MoE+wmma 0.6B+mma MoE+mma 4B+wmma 0.6B+docs}"
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do

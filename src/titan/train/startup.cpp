@@ -243,6 +243,14 @@ std::string check_kernels_for_planning(const JobConfig& c) {
 
 namespace {
 
+// Why a registered variant cannot run here ("" when it can).
+std::string why_variant_cannot_run(const std::string& op, const std::string& variant, Device device,
+                                   DType dtype) {
+  if (!kernels::has_kernel(op, device, dtype, variant)) return "this build has no " + variant + " " + op;
+  const kernels::KernelEntry& entry = kernels::find_kernel(op, device, dtype, variant);
+  return entry.available ? entry.available() : "";
+}
+
 void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device device, DType dtype) {
   std::vector<kernels::Substitution> rules = c.kernels;
   // The only kernels whose results depend on timing are the GPU's tensor-core attention backward
@@ -258,18 +266,25 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
     // tokens/s; docs/kernels.md), so a causal bf16 job takes it unless a [kernels] rule (applied
     // after this one) says otherwise. Block-causal attention calls the kernel once per document,
     // for which cuDNN would build a plan per length: it keeps titan's own kernels.
-    const kernels::KernelEntry* cudnn = kernels::has_kernel("attention", device, dtype, "cudnn")
-                                            ? &kernels::find_kernel("attention", device, dtype, "cudnn")
-                                            : nullptr;
-    const std::string why_not = !cudnn             ? "this build has no cudnn attention"
-                                : cudnn->available ? cudnn->available()
-                                                   : "";
-    if (why_not.empty()) {
+    if (const std::string why_not = why_variant_cannot_run("attention", "cudnn", device, dtype);
+        why_not.empty()) {
       rules.insert(rules.begin(), kernels::Substitution{"attention", "cudnn", "*"});
       say("attention: cuDNN's fused flash attention (the cudnn variant) on cuda; a [kernels] attention rule "
           "picks another");
     } else {
       say("attention: titan's own tensor-core kernels on cuda, not cuDNN's: %s", why_not.c_str());
+    }
+  }
+  // The MoE experts' grouped GEMMs on raw mma.sync ran 1.8x (forward) and 1.5x (backward) the WMMA
+  // ones at the MoE job's shapes on the H200 (138 and 113 TFLOP/s; cuDNN's grouped matmul 75 and
+  // 86), with the same results (docs/kernels.md).
+  if (device == Device::CUDA && dtype == DType::BF16 && a.is_moe()) {
+    if (const std::string why_not = why_variant_cannot_run("moe_experts", "mma_sync", device, dtype);
+        why_not.empty()) {
+      rules.insert(rules.begin(), kernels::Substitution{"moe_experts", "mma_sync", "*"});
+      say("moe_experts: the mma_sync grouped GEMMs on cuda; a [kernels] moe_experts rule picks another");
+    } else {
+      say("moe_experts: the WMMA grouped GEMMs on cuda, not mma_sync: %s", why_not.c_str());
     }
   }
   // Everything is checked before anything is logged or installed.
