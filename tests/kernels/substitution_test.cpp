@@ -187,6 +187,18 @@ TEST(PlanSubstitutions, LogsOneLinePerSubstitutedModule) {
   EXPECT_TRUE(substitutions().empty()) << "planning installs nothing";
 }
 
+// A rule every module that runs the op follows (a cuda job's default attention rule over "*") is
+// one line, whatever the depth; the ops substituted in some modules only keep their lines.
+TEST(PlanSubstitutions, AnOpSubstitutedEverywhereIsOneLine) {
+  const auto lines =
+      plan_substitutions({{"attention", "reference", "*"}, {"rope", "gather_free", "layers.0.attention"}},
+                         kModules, Device::CPU, DType::BF16);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "kernels: attention -> reference in all 4 modules that run it");
+  EXPECT_NE(lines[1].find("layers.0.attention"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("rope -> gather_free"), std::string::npos) << lines[1];
+}
+
 TEST(PlanSubstitutions, ErrorsBeforeAnyCompute) {
   auto plan = [](Substitution s, DType dt = DType::F32) {
     return error_of([&] { plan_substitutions({s}, kModules, Device::CPU, dt); });
@@ -252,8 +264,9 @@ modules = "layers.3.moe"
   EXPECT_TRUE(has("rope", "gather_free", "layers.*.attention"));
   EXPECT_TRUE(has("moe_experts", "reference", "layers.[0-2].moe"));
   EXPECT_TRUE(has("moe_experts", "default", "layers.3.moe"));
-  // rope on the four attention modules, moe_experts on layers.2.moe and layers.3.moe.
-  EXPECT_EQ(plan_substitutions(cfg.kernels, kModules, Device::CPU, DType::F32).size(), 4u + 2u);
+  // rope on every attention module (one line for the four), moe_experts on layers.2.moe and
+  // layers.3.moe (a line each: two variants).
+  EXPECT_EQ(plan_substitutions(cfg.kernels, kModules, Device::CPU, DType::F32).size(), 1u + 2u);
 
   auto bad_variant = train::parse_job_config(
       "[kernels]\nrope = { impl = \"gather_freee\", modules = \"*\" }\n", "bad.toml", {});

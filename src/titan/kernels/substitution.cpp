@@ -90,16 +90,46 @@ std::vector<std::string> plan_substitutions(const std::vector<Substitution>& pla
     TITAN_CHECK(why.empty(), "kernels.", s.op, ": variant '", s.variant, "' cannot run here: ", why);
     if (std::find(ops.begin(), ops.end(), s.op) == ops.end()) ops.push_back(s.op);
   }
+  // As select_variant: the last matching rule wins.
+  auto winner = [&](const ModuleOps& m, const std::string& op) -> const Substitution* {
+    const Substitution* win = nullptr;
+    for (auto& s : plan)
+      if (s.op == op && glob_match(s.modules, m.module)) win = &s;
+    return win;
+  };
+  // An op that runs one variant in every module that runs it (a rule over "*", say) is one line,
+  // not one per layer.
+  std::vector<std::string> everywhere;
+  for (auto& op : ops) {
+    std::string variant;
+    int64_t runners = 0;
+    bool uniform = true;
+    for (auto& m : modules) {
+      if (!runs(m, op)) continue;
+      const Substitution* win = winner(m, op);
+      uniform = uniform && win && (runners == 0 || win->variant == variant);
+      if (win) variant = win->variant;
+      ++runners;
+    }
+    if (uniform && runners > 1) everywhere.push_back(op);
+  }
   std::vector<std::string> lines;
+  char buf[256];
+  for (auto& op : everywhere) {
+    int64_t runners = 0;
+    for (auto& m : modules) runners += runs(m, op);
+    std::snprintf(
+        buf, sizeof buf, "kernels: %s -> %s in all %lld modules that run it", op.c_str(),
+        winner(*std::find_if(modules.begin(), modules.end(), [&](auto& m) { return runs(m, op); }), op)
+            ->variant.c_str(),
+        (long long)runners);
+    lines.push_back(buf);
+  }
   for (auto& m : modules)
     for (auto& op : ops) {
-      if (!runs(m, op)) continue;
-      // As select_variant: the last matching rule wins.
-      const Substitution* win = nullptr;
-      for (auto& s : plan)
-        if (s.op == op && glob_match(s.modules, m.module)) win = &s;
+      if (!runs(m, op) || std::find(everywhere.begin(), everywhere.end(), op) != everywhere.end()) continue;
+      const Substitution* win = winner(m, op);
       if (!win) continue;
-      char buf[256];
       std::snprintf(buf, sizeof buf, "kernels: %-24s %s -> %s", m.module.c_str(), op.c_str(),
                     win->variant.c_str());
       lines.push_back(buf);
