@@ -73,15 +73,19 @@ inline std::vector<float> round_bf16(const std::vector<float>& x) {
   return to_f32(to_bf16(x));
 }
 
+// Every element within rtol |want| + atol max(1, max|want|), plus `extra[i]` where given (a bound the
+// test derived for that element).
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
-                         double atol, const std::string& what) {
+                         double atol, const std::string& what, const std::vector<float>& extra = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_TRUE(extra.empty() || extra.size() == want.size()) << what;
   double scale = 1;
   for (float w : want) scale = std::max(scale, double(std::abs(w)));
   size_t bad = 0, worst = 0;
   double worst_excess = -INFINITY;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(double(got[i]) - want[i]), lim = rtol * std::abs(want[i]) + atol * scale;
+    const double err = std::abs(double(got[i]) - want[i]),
+                 lim = rtol * std::abs(want[i]) + atol * scale + (extra.empty() ? 0.0 : double(extra[i]));
     if (!(err <= lim)) ++bad;
     if (!(err - lim <= worst_excess)) worst_excess = err - lim, worst = i;
   }
