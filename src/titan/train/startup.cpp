@@ -260,19 +260,21 @@ void install_substitutions(const JobConfig& c, const qwen3::ModelArgs& a, Device
     rules.insert(rules.begin(), kernels::Substitution{"attention", "f32_math", "*"});
     say("training.deterministic: attention runs its f32_math variant on cuda (the tensor-core backward adds dq "
         "with float atomics, whose order varies)");
-  } else if (device == Device::CUDA && dtype == DType::BF16 && c.model.attn_mask_type == "causal") {
-    // cuDNN's fused attention ran 7.6x faster than titan's own tensor-core kernels on the H200
-    // (forward 468 vs 61 TFLOP/s, backward 331 vs 47; Qwen3-0.6B at 8 x 2048: 75.9k vs 29.1k
-    // tokens/s; docs/kernels.md), so a causal bf16 job takes it unless a [kernels] rule (applied
-    // after this one) says otherwise. Block-causal attention calls the kernel once per document,
-    // for which cuDNN would build a plan per length: it keeps titan's own kernels.
-    if (const std::string why_not = why_variant_cannot_run("attention", "cudnn", device, dtype);
+  } else if (device == Device::CUDA && dtype == DType::BF16) {
+    // On the H200 cuDNN's fused attention ran 7.6x titan's WMMA kernels (forward 468 vs 61 TFLOP/s
+    // for mma_sync, 45 for WMMA; backward 331 vs 47 and 31; Qwen3-0.6B at 8 x 2048: 75.9k vs 29.1k
+    // tokens/s; docs/kernels.md), so a causal bf16 job takes it unless a [kernels] rule (applied after
+    // this one) says otherwise. Block-causal attention calls the kernel once per document, for which
+    // cuDNN would build a plan per length: it takes titan's mma_sync kernels, the faster of its own.
+    const bool causal = c.model.attn_mask_type == "causal";
+    const char* variant = causal ? "cudnn" : "mma_sync";
+    if (const std::string why_not = why_variant_cannot_run("attention", variant, device, dtype);
         why_not.empty()) {
-      rules.insert(rules.begin(), kernels::Substitution{"attention", "cudnn", "*"});
-      say("attention: cuDNN's fused flash attention (the cudnn variant) on cuda; a [kernels] attention rule "
-          "picks another");
+      rules.insert(rules.begin(), kernels::Substitution{"attention", variant, "*"});
+      say("attention: %s on cuda; a [kernels] attention rule picks another",
+          causal ? "cuDNN's fused flash attention (the cudnn variant)" : "titan's mma_sync flash attention");
     } else {
-      say("attention: titan's own tensor-core kernels on cuda, not cuDNN's: %s", why_not.c_str());
+      say("attention: titan's WMMA kernels on cuda, not the %s variant: %s", variant, why_not.c_str());
     }
   }
   // The MoE experts' grouped GEMMs on raw mma.sync ran 1.8x (forward) and 1.5x (backward) the WMMA
