@@ -1066,7 +1066,7 @@ TEST(ExpertParallel, RanksKeepingTheirLayersGatheredTrainLikeOneRank) {
 // bf16 compute: every rank gathers the bf16 compute copies of its layers' slices and of its run's
 // slices (rounded once from the f32 masters, as one process rounds the whole blocks) and reduces
 // f32 gradients: one bf16 process's training, up to where bf16 rounds. The first step starts from
-// the same weights: its loss is the same (2e-8 apart on Zen5), its grad norm differs only where the
+// the same weights: its loss is the same (2e-8 apart on an AMD Zen4), its grad norm differs only where the
 // backward's bf16 rounding points see other sums (1.8e-5 apart: each rank's expert gradient is
 // summed over its group's rows, and the outputs' gradients travel as bf16 rows). From then on a
 // token whose top-2 experts were nearly tied may route differently, and AdamW moves an expert that
