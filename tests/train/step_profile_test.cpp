@@ -212,9 +212,6 @@ TEST(StepProfile, InfoForAFlavorPrintsTheMetaProfileOfTheStepItsOptionsDescribe)
   EXPECT_NE(out.find("--device cdua: expected cpu or cuda"), std::string::npos) << out;
 }
 
-// The meta device hands out memory through the caching allocator CUDA uses, and each profile
-// starts from an empty cache: the reserved bytes are the step's own, the same run after run, and
-// above the peak only by the segments' rounding and what splitting could not reuse.
 // The plan builds a rank's state as the trainer does (train::rank_model): its blocks born as its
 // slices. Were they born whole and sliced afterwards, the start-up would hold whole layers, and the
 // segments they took would stay reserved through the step (a 30B-A3B plan on 8 ranks once showed
@@ -239,6 +236,9 @@ TEST(StepProfile, AShardedRanksPlannedStartUpHoldsItsSlicesOnly) {
   }
 }
 
+// The meta device hands out memory through the caching allocator CUDA uses, and each profile
+// starts from an empty cache: the reserved bytes are the step's own, the same run after run, and
+// above the peak only by the segments' rounding and what splitting could not reuse.
 TEST(StepProfile, ReservedBytesAreTheStepsOwnAndRepeatable) {
   DeviceServices& meta = device_services(Device::Meta);
   ASSERT_TRUE(meta.caches_memory());

@@ -121,11 +121,7 @@ void check_same_on_every_rank(Communicator& world, const std::string& text, cons
   for (int64_t h : all) same = same && h == all[0];
   if (same) return;
   // Rank 0's text goes to everyone; each rank reports its first line that differs from it.
-  int64_t len = int64_t(text.size());
-  world.broadcast(&len, 1, DType::I64, 0, host_context());
-  std::string reference(size_t(len), '\0');
-  if (world.rank() == 0) reference = text;
-  world.broadcast(reference.data(), len, DType::U8, 0, host_context());
+  const std::string reference = broadcast_text(world, text, 0);
   const auto ref_lines = lines_of(reference), my_lines = lines_of(text);
   std::string difference;
   for (size_t i = 0; i < std::max(ref_lines.size(), my_lines.size()) && difference.empty(); ++i) {
@@ -139,6 +135,14 @@ void check_same_on_every_rank(Communicator& world, const std::string& text, cons
       throw RanksAgreedError(detail::concat("the ranks have different ", what, ": rank ", r, " has ",
                                             reports[size_t(r)], " (", rule, ")"));
   throw RanksAgreedError(detail::concat("the ranks' ", what, " hash differently but read the same"));
+}
+
+std::string broadcast_text(Communicator& world, const std::string& text, int root) {
+  int64_t len = int64_t(text.size());
+  world.broadcast(&len, 1, DType::I64, root, host_context());
+  std::string out = world.rank() == root ? text : std::string(size_t(len), '\0');
+  world.broadcast(out.data(), len, DType::U8, root, host_context());
+  return out;
 }
 
 void agree_on_success(Communicator& world, const std::function<void()>& work) {
@@ -160,11 +164,7 @@ void agree_on_success(Communicator& world, const std::function<void()>& work) {
   // The lowest failing rank's message goes to every rank whole (an error names a file and a rule:
   // cut short it would lose the rule).
   const int first = failing[0];
-  int64_t len = int64_t(failure.size());
-  world.broadcast(&len, 1, DType::I64, first, host_context());
-  std::string reason(size_t(len), '\0');
-  if (world.rank() == first) reason = failure;
-  world.broadcast(reason.data(), len, DType::U8, first, host_context());
+  const std::string reason = broadcast_text(world, failure, first);
   std::string others;
   for (size_t i = 1; i < failing.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(failing[i]);
   throw RanksAgreedError(detail::concat(

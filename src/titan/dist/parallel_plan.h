@@ -43,6 +43,9 @@ namespace titan::dist {
 void check_same_on_every_rank(Communicator& world, const std::string& lines, const std::string& what,
                               const std::string& rule);
 
+// `text` as rank `root` holds it, on every rank of `world` (whole: its length goes first).
+std::string broadcast_text(Communicator& world, const std::string& text, int root);
+
 // An error every rank of the job throws alike (check_same_on_every_rank, agree_on_success): it needs
 // saying once, and every rank can end normally, none waiting for another in a collective.
 class RanksAgreedError : public Error {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "titan/core/check.h"
@@ -252,8 +253,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
   auto wanted = [&](const std::string& name) {
     return parts == CheckpointParts::Everything || name.rfind("optimizer-rank", 0) != 0;
   };
-  // nlohmann's objects iterate in key order: file k of the manifest is the same file on every rank.
-  auto mine = [&](int64_t k) { return k % share.count == share.index; };
+
   TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
   TITAN_CHECK(
       written_by_titan(dir), "checkpoint: '", dir.string(),
@@ -264,10 +264,20 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
   nlohmann::json manifest = read_json(dir / "manifest.json");
   TITAN_CHECK(manifest.contains("files") && manifest["files"].is_object() && manifest.contains("step"),
               "checkpoint: '", (dir / "manifest.json").string(), "' lacks 'files' or 'step'");
-  uint64_t total = 0;
-  int64_t k = 0;
+  // The share's files: the wanted ones, largest first (by name among equals: nlohmann's objects
+  // iterate in key order, the same on every rank), each to the share holding the fewest bytes.
+  std::vector<std::pair<uint64_t, std::string>> by_size;
   for (auto& [name, info] : manifest["files"].items())
-    if (mine(k++) && wanted(name)) total += info.value("bytes", uint64_t(0));
+    if (wanted(name)) by_size.emplace_back(info.value("bytes", uint64_t(0)), name);
+  std::stable_sort(by_size.begin(), by_size.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<uint64_t> load(size_t(share.count), 0);
+  std::set<std::string> mine;
+  uint64_t total = 0;
+  for (auto& [bytes, name] : by_size) {
+    const size_t least = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    load[least] += bytes;
+    if (int64_t(least) == share.index) mine.insert(name), total += bytes;
+  }
   // The hash the checksums were computed with: named since 2026-12-01, the older basis before.
   const nlohmann::json hash = manifest.contains("hash") ? manifest["hash"] : nlohmann::json("");
   const std::optional<uint64_t> basis =
@@ -284,12 +294,11 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
                 "checkpoint: '", dir.string(), "' holds '", name,
                 "' which manifest.json does not list (files are never loaded unchecked)");
   }
-  TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '", (dir / "manifest.json").string(),
-              "' does not list 'train_state.json'");
-  k = 0;
+  TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '",
+              (dir / "manifest.json").string(), "' does not list 'train_state.json'");
   for (auto& [name, info] : manifest["files"].items()) {
-    const bool checksummed = mine(k++);
     if (!wanted(name)) continue;
+    const bool checksummed = mine.count(name) > 0;
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
     io::check_regular_file(p, "checkpoint");

@@ -58,10 +58,12 @@ std::vector<CheckpointFile> write_shard_files(const std::filesystem::path& dir, 
                                               std::span<const io::TensorWrite> optimizer,
                                               const std::string& progress_name);
 
-// Which of the files the caller checksums: file k of the manifest (in name order) when k % count ==
-// index. Every file's presence and size are checked whatever the share; the ranks of a resume each
-// take a share (Checkpointer::restore, agreeing on the outcome), so each file is read through
-// once in all, not once per rank.
+// Which of the files the caller checksums: share `index` of `count` shares balanced by bytes (the
+// manifest's files, largest first, each to the share with the fewest bytes so far, ties to the
+// lowest: the same split on every rank, which all read the same manifest). Every file's presence
+// and size are checked whatever the share. The ranks of a resume from the run's own checkpoint
+// folder (one folder every rank sees) each take a share (Checkpointer::restore, agreeing on the
+// outcome), so each file is read through once in all, not once per rank.
 struct ChecksumShare {
   int64_t index = 0, count = 1;
 };
@@ -103,8 +105,9 @@ class CheckpointManager {
   // is set aside as <name>.rolled-back. Returns (from, to) per folder moved.
   std::vector<std::pair<std::filesystem::path, std::filesystem::path>> set_aside_after(int64_t step) const;
 
-  // Loads a committed step, verifying the manifest's sizes and checksums of every file (every
-  // shard's); a shard file the layout needs and the folder lacks is an error naming it.
+  // Loads a committed step, verifying the manifest's sizes of every file (every shard's) and the
+  // checksums of `share`'s (all of them by default); a shard file the layout needs and the folder
+  // lacks is an error naming it.
   LoadedCheckpoint load(int64_t step, ChecksumShare share = {}) const;
 
  private:

@@ -41,12 +41,7 @@ bool all_finite(const std::vector<io::TensorWrite>& tensors, std::string* bad) {
 
 // The temporary folder rank 0 began the save in, on every rank.
 fs::path folder_of_rank0(const dist::ParallelPlan& plan, const fs::path& on_rank0) {
-  std::string path = on_rank0.string();
-  int64_t length = int64_t(path.size());
-  plan.world().broadcast(&length, 1, DType::I64, 0, dist::host_context());
-  path.resize(size_t(length));
-  plan.world().broadcast(path.data(), length, DType::U8, 0, dist::host_context());
-  return path;
+  return dist::broadcast_text(plan.world(), on_rank0.string(), 0);
 }
 
 // The shard files every rank wrote (none for the ranks of other replicas), on every rank.
@@ -210,14 +205,15 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     Clock::time_point& at;
     ~Stamp() { at = Clock::now(); }
   } stamp{last_save_returned_};
-  // Every rank reads its own files: a rank that cannot (a damaged or missing shard, a path its host
-  // lacks, a file of its share that fails its checksum) stops every rank with its reason, agreed
-  // before any collective of the job.
+  // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
+  // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
+  // the job.
   plan_.agree_on_success([&] {
-    // Each rank checksums a share of the files: every file is read through once in all.
-    const ChecksumShare share{plan_.rank(), plan_.world_size()};
-    LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_, share)
-                                      : load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
+    // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
+    // checksums a share of its files, every file read through once in all. A folder the run goes on
+    // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
+    LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_, {plan_.rank(), plan_.world_size()})
+                                      : load_checkpoint_dir(*fork_dir_);
     check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
     const auto& ts = c.train_state;
     // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and

@@ -69,10 +69,11 @@ void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::Parall
 // A step every rank refuses at the same point, judged on figures every rank holds alike (the global
 // loss and gradient norm, the global batch): a non-finite loss or gradient norm, data that ran out,
 // a step with no token to train on. The run stops on every rank at once, so the trainer can still
-// do collective work before it ends (commit a checkpoint saved in the background).
-class StepRefused : public Error {
+// do collective work before it ends (commit a checkpoint saved in the background), and each rank
+// ends on its own with the error said once (dist::RanksAgreedError).
+class StepRefused : public dist::RanksAgreedError {
  public:
-  using Error::Error;
+  using dist::RanksAgreedError::RanksAgreedError;
 };
 
 class TrainStep {

@@ -205,9 +205,8 @@ std::shared_ptr<const Plan> cached_plan(bool backward, const SdpaShape& s) {
 // cuDNN loaded and not a release its frontend refuses; the shape within the engines' rules.
 void check_usable(const SdpaShape& s, bool backward) {
   cudnn::loaded_api();
-  const int v = runtime_version();
-  TITAN_CHECK(v < 91000 || v >= 91002, "attention (cudnn): cuDNN ", cudnn_version_text(),
-              " has known bugs in its fused attention (cudnn_frontend refuses 9.10.0 and 9.10.1); use 9.10.2 or later");
+  if (const std::string why = cudnn_attention_unavailable(); !why.empty())
+    TITAN_FAIL("attention (cudnn): ", why);
   const std::string why = cudnn_attention_unsupported(s);
   TITAN_CHECK(why.empty(), "attention (cudnn): ", why);
   TITAN_CHECK(!backward || s.S > 1, "attention (cudnn): the backward needs a sequence longer than 1");
@@ -216,6 +215,17 @@ void check_usable(const SdpaShape& s, bool backward) {
 size_t round_up_256(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
+
+std::string cudnn_attention_unavailable() {
+  const cudnn::Api& a = cudnn::api();
+  if (!a.error.empty()) return a.error;
+  const int v = runtime_version();
+  if (v >= 91000 && v < 91002)
+    return "cuDNN " + cudnn_version_text() +
+           " has known bugs in its fused attention (cudnn_frontend refuses 9.10.0 and 9.10.1); use 9.10.2 or "
+           "later";
+  return "";
+}
 
 std::string cudnn_attention_unsupported(const SdpaShape& s) {
   if (s.D % 8 != 0 || s.D > 128)

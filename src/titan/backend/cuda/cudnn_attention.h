@@ -29,6 +29,10 @@ struct SdpaShape {
 // Hq a multiple of Hkv), else why not. Whether cuDNN itself loads is the calls' business: they
 // throw naming the missing library, never fall back silently.
 std::string cudnn_attention_unsupported(const SdpaShape& s);
+// Empty when cuDNN loads and is not a release its fused attention is known to be broken in (9.10.0,
+// 9.10.1, which cudnn_frontend refuses), else why not: what a job that would take the "cudnn"
+// attention by default checks first.
+std::string cudnn_attention_unavailable();
 
 // Writes out and lse.
 void cudnn_attention_forward(void* stream, const SdpaShape& s, const void* q, const void* k, const void* v,

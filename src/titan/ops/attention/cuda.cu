@@ -1234,22 +1234,24 @@ void bwd_bf16_tensor_cores_or_f32_math(const KernelContext& ctx, const Attention
        static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
 }
 
-// bf16 on cuDNN where its engines take the shape (and the library loads), else f32 math. cuDNN's
+// bf16 on cuDNN where its engines take the shape (and the library loads), else the WMMA pair (itself
+// f32 math where it does not apply: the same rounding of P and dS as cuDNN's, ~10x f32 math). cuDNN's
 // tensors are declared 16-byte aligned, which a document's view (ops::attention) need not be.
-void fwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                                const void* v, void* out, void* lse) {
+void fwd_bf16_cudnn_or_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const void* q,
+                                    const void* k, const void* v, void* out, void* lse) {
   if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
       !aligned16(out) || !aligned16(lse))
-    return fwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse);
+    return fwd_bf16_tensor_cores_or_f32_math<attention_fwd_tensor_cores>(ctx, s, q, k, v, out, lse);
   attention_fwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                       static_cast<const bf16*>(v), static_cast<bf16*>(out), static_cast<float*>(lse));
 }
-void bwd_bf16_cudnn_or_f32_math(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
-                                const void* v, const void* out, const void* lse, const void* dout, void* dq,
-                                void* dk, void* dv) {
+void bwd_bf16_cudnn_or_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const void* q,
+                                    const void* k, const void* v, const void* out, const void* lse,
+                                    const void* dout, void* dq, void* dk, void* dv) {
   if (!attention_cudnn_unsupported(s).empty() || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
       !aligned16(out) || !aligned16(lse))
-    return bwd_f32_math_entry<DType::BF16>(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
+    return bwd_bf16_tensor_cores_or_f32_math<attention_bwd_tensor_cores>(ctx, s, q, k, v, out, lse, dout, dq,
+                                                                         dk, dv);
   attention_bwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                       static_cast<const bf16*>(v), static_cast<const bf16*>(out), static_cast<const float*>(lse),
                       static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
@@ -1269,13 +1271,22 @@ const bool registered = kernels::register_kernels(
       "FlashAttention-2 on raw mma.sync/ldmatrix, scores in registers (head_dim 64/128, else f32 math)",
       ops::AttentionKernel{fwd_bf16_tensor_cores_or_f32_math<attention_fwd_mma>,
                            bwd_bf16_tensor_cores_or_f32_math<attention_bwd_mma>}},
-     {DType::BF16, "cudnn",
-      "cuDNN 9's fused flash attention through its backend graph API (head_dim a multiple of 8 up to 128, "
-      "else f32 math)",
-      ops::AttentionKernel{fwd_bf16_cudnn_or_f32_math, bwd_bf16_cudnn_or_f32_math}},
      {DType::BF16, "f32_math", "warp-per-row tiles, f32 math, bf16 output rounded once",
       ops::AttentionKernel{fwd_f32_math_entry<DType::BF16>, bwd_f32_math_entry<DType::BF16>}}},
     kernel_available);
+// Available only where cuDNN loads (and is not a release with known fused-attention bugs): a job
+// that takes it by default (train/startup.cpp) then keeps titan's own kernels instead of failing
+// at its first attention call.
+const bool cudnn_registered = kernels::register_kernels(
+    "attention", Device::CUDA,
+    {{DType::BF16, "cudnn",
+      "cuDNN 9's fused flash attention through its backend graph API (head_dim a multiple of 8 up to 128, "
+      "else the WMMA tensor-core kernels)",
+      ops::AttentionKernel{fwd_bf16_cudnn_or_tensor_cores, bwd_bf16_cudnn_or_tensor_cores}}},
+    [] {
+      const std::string why = kernel_available();
+      return why.empty() ? cudnn_attention_unavailable() : why;
+    });
 
 }  // namespace
 
