@@ -126,15 +126,40 @@ TEST(CudaOps, RmsNorm) {
   auto f = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{ops::rms_norm(in[0], in[1], 1e-6)};
   };
-  // Block norms (D = hidden) and per-head q/k norms (D = head_dim); 300 rows span several dw chunks.
-  for (const Shape& s : {Shape{4, 7, 64}, Shape{2, 5, 4, 128}, Shape{300, 40}, Shape{3, 1030}}) {
+  // Block norms (D = hidden) and per-head q/k norms (D = head_dim), through every path of the
+  // kernels: rows in vectors of 4 and one at a time (D 1030), groups within a warp (D 40, 64, 128),
+  // across warps (2560) and of the largest block (5120), backward blocks that loop over their rows
+  // (2500 x 1030: 834 blocks of 3 rows, 2 row groups, one idle on the second pass), a forward grid
+  // that loops (4200 x 2560: more rows than 4096 blocks of one group), and rows wider than the
+  // row-group kernels take (9000).
+  struct Case {
+    Shape shape;
+    // 1e-5, except where the reference's own serial f32 sum of R dw terms errs more: its rounding
+    // errors add up to about 3.4e-8 * 0.41 R (one standard deviation; 1.4e-4 for R = 4200).
+    double f32_atol;
+  };
+  for (const Case& c :
+       {Case{{4, 7, 64}, 1e-5}, Case{{2, 5, 4, 128}, 1e-5}, Case{{300, 40}, 1e-5}, Case{{2500, 1030}, 3e-4},
+        Case{{70, 2560}, 1e-5}, Case{{3, 5120}, 1e-5}, Case{{4200, 2560}, 6e-4}, Case{{2, 9000}, 1e-5}}) {
+    const Shape& s = c.shape;
     const int64_t D = s.back();
+    SCOPED_TRACE(Tensor::empty(s, DType::F32).str());
     expect_device_matches_reference(
         "rms_norm", kCuda, f, {grad_input(s, DType::F32, 3, -2, 2), grad_input({D}, DType::F32, 4, 0.5, 1.5)},
-        1e-5, 1e-5);
+        c.f32_atol, 1e-5);
     expect_device_matches_reference(
         "rms_norm", kCuda, f,
         {grad_input(s, DType::BF16, 3, -2, 2), grad_input({D}, DType::BF16, 4, 0.5, 1.5)}, 2e-2, 8e-3);
+  }
+  // Only dx (a frozen weight) and only dw (an input that needs no gradient).
+  for (const Shape& s : {Shape{33, 128}, Shape{5, 1030}}) {
+    const int64_t D = s.back();
+    expect_device_matches_reference(
+        "rms_norm", kCuda, f,
+        {grad_input(s, DType::BF16, 3, -2, 2), random_tensor({D}, DType::BF16, 4, 0.5, 1.5)}, 2e-2, 8e-3);
+    expect_device_matches_reference(
+        "rms_norm", kCuda, f,
+        {random_tensor(s, DType::BF16, 3, -2, 2), grad_input({D}, DType::BF16, 4, 0.5, 1.5)}, 2e-2, 8e-3);
   }
 }
 
@@ -145,8 +170,9 @@ TEST(CudaOps, RopeIsBitIdentical) {
   std::vector<int64_t> shared(S), per_row(B * S);
   for (int64_t s = 0; s < S; ++s) shared[size_t(s)] = s;
   for (int64_t i = 0; i < B * S; ++i) per_row[size_t(i)] = (i * 37) % 4000;  // out of order, large
-  // Pairs per row below a warp, Qwen3's 64 (two warps, four rows a block), and above a block (640).
-  for (int64_t D : {16, 128, 640})
+  // Pairs per row in vectors of 4 (D 16, Qwen3's 128, 640: more vectors than a warp), of 2 (12) and
+  // one at a time (10).
+  for (int64_t D : {10, 12, 16, 128, 640})
     for (const Tensor& pos : {Tensor::from_vector(shared, {S}), Tensor::from_vector(per_row, {B, S})})
       for (DType dt : {DType::F32, DType::BF16})
         expect_device_matches_reference("rope", kCuda, f, {grad_input({B, S, H, D}, dt, 5), pos}, 0, 0);
@@ -155,7 +181,8 @@ TEST(CudaOps, RopeIsBitIdentical) {
 TEST(CudaOps, Swiglu) {
   TITAN_REQUIRE_CUDA();
   auto f = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; };
-  for (const Shape& s : {Shape{5, 96}, Shape{3, 7, 1000}}) {
+  for (const Shape& s :
+       {Shape{5, 96}, Shape{3, 7, 1000}, Shape{3, 5, 7}}) {  // the last one element at a time
     expect_device_matches_reference(
         "swiglu", kCuda, f, {grad_input(s, DType::F32, 6, -6, 6), grad_input(s, DType::F32, 7)}, 1e-6, 2e-6);
     expect_device_matches_reference("swiglu", kCuda, f,

@@ -677,6 +677,7 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
       std::distance(std::sregex_iterator(out.begin(), out.end(), said), std::sregex_iterator());
   EXPECT_EQ(found, 1) << "said once, by rank 0, naming the rank that found it: " << out;
   EXPECT_EQ(out.find("failed too"), std::string::npos) << "one rank checksums each file: " << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << "no line claims the restore worked: " << out;
   EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
   EXPECT_EQ(read_file(file), damaged);
   EXPECT_FALSE(fs::exists(dump / "checkpoint/step-6"));

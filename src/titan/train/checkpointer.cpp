@@ -205,6 +205,10 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     Clock::time_point& at;
     ~Stamp() { at = Clock::now(); }
   } stamp{last_save_returned_};
+  // Said once every rank has read its files: a rank that fails stops all of them, and no line before
+  // that error may claim the restore worked.
+  std::string restored_dir;
+  bool restored_seed = false;
   // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
   // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
   // the job.
@@ -237,19 +241,19 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     if (ts.contains("expert_bias"))
       s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
     s.generation_config = ts.value("generation_config", nlohmann::json());
-    if (seed) {
-      say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) "
-          "in "
-          "%.1f s",
-          c.dir.string().c_str(), seconds_since(t0));
-    } else {
-      restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
-      say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
-          c.dir.string().c_str(), long(s.step), long(s.tokens_seen),
-          resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
-          seconds_since(t0));
-    }
+    if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
+    restored_dir = c.dir.string();
+    restored_seed = seed;
   });
+  if (restored_seed)
+    say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "
+        "%.1f s",
+        restored_dir.c_str(), seconds_since(t0));
+  else
+    say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
+        restored_dir.c_str(), long(s.step), long(s.tokens_seen),
+        resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
+        seconds_since(t0));
   if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
     // this run's saves of the same steps cannot replace them. Every rank has read its files first.

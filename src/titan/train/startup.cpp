@@ -212,14 +212,27 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
 namespace {
 
 // The variant each op runs by default for this compute dtype ("linear=onednn, attention=flash, ...").
+// The variant each op runs with, after the installed rules: a rule over every module ("*", the
+// last one wins) replaces the registry's default; rules over some modules are listed by
+// install_substitutions, and the line says that they exist.
 std::string kernel_line(Device device, DType dtype) {
   std::string line;
   for (const char* op : {"linear", "attention", "rms_norm", "rope", "swiglu", "embedding",
                          "linear_cross_entropy", "router_topk", "moe_experts", "adamw"}) {
     // The optimizer runs on the f32 master weights whatever the compute dtype.
     const DType op_dtype = op == std::string("adamw") ? DType::F32 : dtype;
-    if (kernels::has_kernel(op, Device::CPU, op_dtype, "reference"))
-      line += std::string(line.empty() ? "" : ", ") + op + "=" + kernels::select_variant(op, device, op_dtype);
+    if (!kernels::has_kernel(op, Device::CPU, op_dtype, "reference")) continue;
+    std::string variant = kernels::select_variant(op, device, op_dtype);
+    bool some_modules = false;
+    for (const kernels::Substitution& rule : kernels::substitutions()) {
+      if (rule.op != op) continue;
+      if (rule.modules == "*")
+        variant = rule.variant, some_modules = false;
+      else
+        some_modules = true;
+    }
+    line += std::string(line.empty() ? "" : ", ") + op + "=" + variant +
+            (some_modules ? " (some modules: the rules above)" : "");
   }
   return line;
 }
@@ -448,6 +461,7 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(),
       document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size), long(job.seq_len),
       long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
+  install_substitutions(c, a, job.device, job.compute_dtype);
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   // Which GEMM code runs (the backend, OpenBLAS's core, oneDNN's ISA): TITAN_GEMM_F32,
   // OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA change it without changing anything above.
@@ -457,7 +471,6 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       say("kernels: the hand-vectorised kernels run their %s code (TITAN_KERNEL_ISA); this CPU runs %s",
           cpu::kernel_isa_name(cpu::kernel_isa()), cpu::kernel_isa_name(cpu::cpu_kernel_isa()));
   }
-  install_substitutions(c, a, job.device, job.compute_dtype);
   say("config in effect:\n%s", c.describe().c_str());
   for (const auto& note : c.notes) say("config: %s", note.c_str());
   if (const std::string note = reduce_dtype_note(c, plan); !note.empty()) say("config: %s", note.c_str());

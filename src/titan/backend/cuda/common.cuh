@@ -43,6 +43,59 @@ __device__ inline float load_f32(const float* p, int64_t i) { return p[i]; }
 __device__ inline float load_f32(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
 __device__ inline void store_f32(float* p, int64_t i, float v) { p[i] = v; }
 __device__ inline void store_f32(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+// Vector loads and stores of kVec consecutive elements (1, 2 or 4) through f32: element index
+// v * kVec .. v * kVec + kVec - 1, one 4-, 8- or 16-byte access. The address must be aligned to
+// kVec elements (callers check with vector_aligned). bf16 pairs are little-endian: the element at
+// the lower address is the low half of the word.
+template <int kVec>
+__device__ inline void load_vec(const float* p, int64_t v, float (&out)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 q = reinterpret_cast<const float4*>(p)[v];
+    out[0] = q.x, out[1] = q.y, out[2] = q.z, out[3] = q.w;
+  } else if constexpr (kVec == 2) {
+    const float2 q = reinterpret_cast<const float2*>(p)[v];
+    out[0] = q.x, out[1] = q.y;
+  } else {
+    out[0] = p[v];
+  }
+}
+template <int kVec>
+__device__ inline void load_vec(const uint16_t* p, int64_t v, float (&out)[kVec]) {
+  if constexpr (kVec == 4) {
+    const uint2 q = reinterpret_cast<const uint2*>(p)[v];
+    out[0] = bf16_to_f32(uint16_t(q.x)), out[1] = bf16_to_f32(uint16_t(q.x >> 16));
+    out[2] = bf16_to_f32(uint16_t(q.y)), out[3] = bf16_to_f32(uint16_t(q.y >> 16));
+  } else if constexpr (kVec == 2) {
+    const uint32_t q = reinterpret_cast<const uint32_t*>(p)[v];
+    out[0] = bf16_to_f32(uint16_t(q)), out[1] = bf16_to_f32(uint16_t(q >> 16));
+  } else {
+    out[0] = bf16_to_f32(p[v]);
+  }
+}
+template <int kVec>
+__device__ inline void store_vec(float* p, int64_t v, const float (&in)[kVec]) {
+  if constexpr (kVec == 4)
+    reinterpret_cast<float4*>(p)[v] = make_float4(in[0], in[1], in[2], in[3]);
+  else if constexpr (kVec == 2)
+    reinterpret_cast<float2*>(p)[v] = make_float2(in[0], in[1]);
+  else
+    p[v] = in[0];
+}
+template <int kVec>
+__device__ inline void store_vec(uint16_t* p, int64_t v, const float (&in)[kVec]) {
+  auto pair = [&](int i) { return uint32_t(f32_to_bf16(in[i])) | (uint32_t(f32_to_bf16(in[i + 1])) << 16); };
+  if constexpr (kVec == 4)
+    reinterpret_cast<uint2*>(p)[v] = make_uint2(pair(0), pair(2));
+  else if constexpr (kVec == 2)
+    reinterpret_cast<uint32_t*>(p)[v] = pair(0);
+  else
+    p[v] = f32_to_bf16(in[0]);
+}
+// Whether `p` (or null) may be read kVec elements of `elem_bytes` at a time.
+inline bool vector_aligned(const void* p, int vec, size_t elem_bytes) {
+  return reinterpret_cast<uintptr_t>(p) % (size_t(vec) * elem_bytes) == 0;
+}
+
 // Rounds v to the element type T and widens it back (the T(...) of the CPU reference kernels).
 template <class T>
 __device__ inline float round_to(float v) {

@@ -1,6 +1,7 @@
-// rope on CUDA (f32 and bf16): one thread per rotated pair (token, head, j < D/2), reading cos/sin
-// from a device copy of the op's shared table (rope_table), so results are bit-identical to the
-// CPU "default" and "reference" kernels (same f32 cos/sin, same roundings, no fused multiply-add).
+// rope on CUDA (f32 and bf16): one thread per run of up to 4 rotated pairs of a token, across all
+// of the token's heads, reading cos/sin once per token from a device copy of the op's shared table
+// (rope_table), so results are bit-identical to the CPU "default" and "reference" kernels (same f32
+// cos/sin, same roundings, no fused multiply-add).
 // The device copy is made once per (theta, D) and replaced only when a longer table arrives (rows
 // of a longer table equal the shorter table's rows).
 #include <algorithm>
@@ -52,25 +53,58 @@ DeviceTable device_table(const KernelContext& ctx, const RopeTable& table) {
 // Elem as torch does. The backward (kTranspose) is the transpose rotation, s -> -s, of f32 gradients
 // (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s come out as if
 // written directly.
-// Threads: x over the pairs j of a row (a token's head), y over rows, so the row's token and its
-// table row are found once per row, not by 64-bit divisions per pair.
-template <class T, class Elem, bool kTranspose>
-__global__ void rope_rotate_kernel(int64_t rows, int64_t H, int64_t D, const int64_t* pos, const float* cos_t,
-                                   const float* sin_t, const Elem* x, Elem* y) {
-  const int64_t half = D / 2;
-  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
-       row += int64_t(gridDim.x) * blockDim.y) {
-    const int64_t table_row = pos[row / H] * half;
-    const Elem* xr = x + row * D;
-    Elem* yr = y + row * D;
-    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-      const float c = round_to<T>(cos_t[table_row + j]), s0 = round_to<T>(sin_t[table_row + j]);
-      const float s = kTranspose ? -s0 : s0;
-      const float x1 = load_f32(xr, j), x2 = load_f32(xr, j + half);
-      store_f32(yr, j, __fadd_rn(round_to<Elem>(__fmul_rn(x1, c)), round_to<Elem>(-__fmul_rn(x2, s))));
-      store_f32(yr, j + half, __fadd_rn(round_to<Elem>(__fmul_rn(x2, c)), round_to<Elem>(__fmul_rn(x1, s))));
+// Threads: x over the pair vectors j (kVec consecutive pairs, one 4-, 8- or 16-byte access), y over
+// tokens; each thread reads its cos/sin once per token and rotates that vector in every head, so
+// the table is read once per token instead of once per head, with no 64-bit divisions.
+template <class T, class Elem, bool kTranspose, int kVec>
+__global__ void rope_rotate_kernel(int64_t tokens, int64_t H, int64_t D, const int64_t* __restrict__ pos,
+                                   const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                                   const Elem* __restrict__ x, Elem* __restrict__ y) {
+  const int64_t half = D / 2, vectors = half / kVec;
+  for (int64_t token = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; token < tokens;
+       token += int64_t(gridDim.x) * blockDim.y) {
+    const float* cos_row = cos_t + pos[token] * half;
+    const float* sin_row = sin_t + pos[token] * half;
+    for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
+      float c[kVec], s[kVec];
+      load_vec<kVec>(cos_row, j, c);
+      load_vec<kVec>(sin_row, j, s);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        c[e] = round_to<T>(c[e]);
+        s[e] = kTranspose ? -round_to<T>(s[e]) : round_to<T>(s[e]);
+      }
+#pragma unroll 4
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t row = (token * H + h) * D;
+        float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+        load_vec<kVec>(x + row, j, x1);
+        load_vec<kVec>(x + row + half, j, x2);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          y1[e] = __fadd_rn(round_to<Elem>(__fmul_rn(x1[e], c[e])), round_to<Elem>(-__fmul_rn(x2[e], s[e])));
+          y2[e] = __fadd_rn(round_to<Elem>(__fmul_rn(x2[e], c[e])), round_to<Elem>(__fmul_rn(x1[e], s[e])));
+        }
+        store_vec<kVec>(y + row, j, y1);
+        store_vec<kVec>(y + row + half, j, y2);
+      }
     }
   }
+}
+
+template <class T, class Elem, bool kTranspose, int kVec>
+void launch_rotate(const KernelContext& ctx, int64_t tokens, int64_t H, int64_t D, const int64_t* pos,
+                   const DeviceTable& t, const Elem* x, Elem* y) {
+  // A token's pair vectors on a power-of-two run of threads (head_dim 128 in vectors of 4: 16
+  // threads, 16 tokens a block of 256).
+  const int64_t vectors = D / 2 / kVec;
+  unsigned pair_threads = 1;
+  while (pair_threads < unsigned(kThreads) && pair_threads < vectors) pair_threads *= 2;
+  const dim3 block(pair_threads, unsigned(kThreads) / pair_threads);
+  const unsigned blocks = unsigned(std::min<int64_t>((tokens + block.y - 1) / block.y, 65536));
+  rope_rotate_kernel<T, Elem, kTranspose, kVec>
+      <<<blocks, block, 0, stream_of(ctx)>>>(tokens, H, D, pos, t.cos, t.sin, x, y);
+  check_launch(kTranspose ? "rope_backward_kernel" : "rope_forward_kernel");
 }
 
 // The forward (x, y of T) or the backward (dy, dx in f32).
@@ -78,21 +112,28 @@ template <class T, bool kBackward>
 void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
             const RopeTable& table, const void* x, void* y) {
   using Elem = std::conditional_t<kBackward, float, T>;
-  const int64_t rows = B * S * H, half = D / 2;
-  if (rows == 0 || half == 0) return;
+  const int64_t tokens = B * S, half = D / 2;
+  if (tokens == 0 || H == 0 || half == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  // A row's pairs on whole warps (head_dim 128: 64 threads, 4 rows a block of 256).
-  const unsigned pair_threads = unsigned(std::min<int64_t>(kThreads, (half + 31) / 32 * 32));
-  const dim3 block(pair_threads, unsigned(kThreads) / pair_threads);
-  const unsigned blocks = unsigned(std::min<int64_t>((rows + block.y - 1) / block.y, 65536));
-  rope_rotate_kernel<T, Elem, kBackward><<<blocks, block, 0, stream_of(ctx)>>>(
-      rows, H, D, pos, t.cos, t.sin, static_cast<const Elem*>(x), static_cast<Elem*>(y));
-  check_launch(kBackward ? "rope_backward_kernel" : "rope_forward_kernel");
+  const Elem* xe = static_cast<const Elem*>(x);
+  Elem* ye = static_cast<Elem*>(y);
+  // Vectors of 4 or 2 pairs where half divides and every row start is aligned (the table's rows
+  // start at multiples of half; its buffers come from the allocator, aligned).
+  auto fits = [&](int vec) {
+    return half % vec == 0 && vector_aligned(x, vec, sizeof(Elem)) && vector_aligned(y, vec, sizeof(Elem)) &&
+           vector_aligned(t.cos, vec, sizeof(float)) && vector_aligned(t.sin, vec, sizeof(float));
+  };
+  if (fits(4))
+    launch_rotate<T, Elem, kBackward, 4>(ctx, tokens, H, D, pos, t, xe, ye);
+  else if (fits(2))
+    launch_rotate<T, Elem, kBackward, 2>(ctx, tokens, H, D, pos, t, xe, ye);
+  else
+    launch_rotate<T, Elem, kBackward, 1>(ctx, tokens, H, D, pos, t, xe, ye);
 }
 
 const bool registered = cuda::register_float_kernels(
-    "rope", "CUDA: thread per rotated pair, device copy of the shared cos/sin table",
-    "CUDA: thread per rotated pair, device cos/sin table, bf16 arithmetic as torch",
+    "rope", "CUDA: thread per pair vector across a token's heads, device copy of the shared cos/sin table",
+    "CUDA: thread per pair vector across a token's heads, device cos/sin table, bf16 arithmetic as torch",
     TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true));
 
 }  // namespace
