@@ -118,3 +118,62 @@ TEST(Autograd, RecomputeGivesIdenticalGradientsAndLowerPeakMemory) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(max_abs_diff(plain[i], ckpt[i]), 0.0) << "gradient " << i;
   EXPECT_LT(ckpt_peak, plain_peak) << "checkpointed peak " << ckpt_peak << " vs plain " << plain_peak;
 }
+
+// bf16 activation gradients in autograd: a node that takes bf16 gradients gets them as they were
+// given; one that does not gets them widened to f32; two bf16 gradients of one tensor sum in bf16,
+// and an f32 one joining them widens the sum to f32. A leaf's gradient is f32 whatever arrives.
+TEST(Autograd, Bf16GradientsReachOnlyTheNodesThatTakeThem) {
+  const Tensor x =
+      Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}).to(DType::BF16).set_requires_grad(true);
+  // x -> z (takes bf16) -> three consumers u0, u1, u2 of z.
+  DType z_got = DType::F64, u0_got = DType::F64;
+  Tensor z = x.detach();
+  autograd::record(
+      "z", {x}, {&z},
+      [&](const std::vector<Tensor>& g) {
+        z_got = g[0].dtype();
+        return std::vector<Tensor>{g[0]};
+      },
+      /*takes_bf16_grads=*/true);
+  auto consumer = [&](const char* name, bool takes_bf16, DType gives, DType* got) {
+    Tensor u = z.detach();
+    autograd::record(
+        name, {z}, {&u},
+        [gives, got](const std::vector<Tensor>& g) {
+          if (got) *got = g[0].dtype();
+          return std::vector<Tensor>{g[0].to(gives)};
+        },
+        takes_bf16);
+    return u;
+  };
+  const Tensor seed = Tensor::from_vector(std::vector<float>{0.5f, 1.f / 3, 3, -1}, {4}).to(DType::BF16);
+  {
+    // Two bf16 gradients: z's sum stays bf16 (each 1/3 rounded to bf16, then the sum rounded).
+    Tensor u0 = consumer("u0", false, DType::BF16, &u0_got), u1 = consumer("u1", true, DType::BF16, nullptr);
+    autograd::backward(autograd::current_tape(), {u0, u1}, {seed, seed});
+    EXPECT_EQ(u0_got, DType::F32) << "widened for a node that does not take bf16";
+    EXPECT_EQ(z_got, DType::BF16);
+    const Tensor want = ops::add(seed, seed);  // a bf16 add, rounded once
+    EXPECT_EQ(x.grad().dtype(), DType::F32);
+    EXPECT_EQ(x.grad().to_vector(), want.to_vector());
+  }
+  {
+    // An f32 gradient joins: the sum goes on in f32.
+    x.autograd_meta()->grad = Tensor();
+    Tensor z2 = x.detach();
+    autograd::record(
+        "z2", {x}, {&z2},
+        [&](const std::vector<Tensor>& g) {
+          z_got = g[0].dtype();
+          return std::vector<Tensor>{g[0]};
+        },
+        true);
+    z = z2;
+    Tensor u1 = consumer("u1", true, DType::BF16, nullptr), u2 = consumer("u2", true, DType::F32, nullptr);
+    const Tensor seed32 = Tensor::from_vector(std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}, {4});
+    autograd::backward(autograd::current_tape(), {u1, u2}, {seed, seed32});
+    EXPECT_EQ(z_got, DType::F32);
+    const auto s = seed.to_vector(), t = seed32.to_vector(), got = x.grad().to_vector();
+    for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(got[i], double(float(s[i]) + float(t[i]))) << i;
+  }
+}

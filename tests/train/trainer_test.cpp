@@ -925,6 +925,40 @@ TEST(Trainer, AKernelsRuleDoesNotOutliveItsRun) {
   EXPECT_TRUE(kernels::substitutions().empty()) << "the first run's rule still applies";
 }
 
+// training.activation_grad_dtype = "bfloat16": the same run as with f32 activation gradients up to
+// their rounding to bf16 (losses within 1e-3, grad norms within 1e-2 relative over 4 steps of the
+// tiny model), the setting ends with the run, and it is refused with f32 activations.
+TEST(Trainer, Bf16ActivationGradientsFollowTheF32RunAndEndWithIt) {
+  const fs::path f32_dump = tt::temp_dir("trainer_act_grads_f32"),
+                 bf16_dump = tt::temp_dir("trainer_act_grads_bf16");
+  run_training(tiny_config(f32_dump, {{"training.steps", "4"}}));
+  run_training(
+      tiny_config(bf16_dump, {{"training.steps", "4"}, {"training.activation_grad_dtype", "bfloat16"}}));
+  EXPECT_TRUE(autograd::bf16_activation_gradients()) << "set for the run";
+  const auto f32 = read_metrics(f32_dump), bf16 = read_metrics(bf16_dump);
+  const auto f32_loss = by_step(f32, "loss"), bf16_loss = by_step(bf16, "loss");
+  const auto f32_norm = by_step(f32, "grad_norm"), bf16_norm = by_step(bf16, "grad_norm");
+  ASSERT_EQ(f32_loss.size(), 4u);
+  ASSERT_EQ(bf16_loss.size(), 4u);
+  bool any_differs = false;
+  for (const auto& [step, loss] : f32_loss) {
+    EXPECT_NEAR(bf16_loss.at(step), loss, 1e-3) << "step " << step;
+    EXPECT_NEAR(bf16_norm.at(step), f32_norm.at(step), 1e-2 * f32_norm.at(step)) << "step " << step;
+    any_differs |= bf16_norm.at(step) != f32_norm.at(step);
+  }
+  EXPECT_TRUE(any_differs) << "the gradients were rounded to bf16 somewhere";
+  fs::remove_all(f32_dump);
+  run_training(tiny_config(f32_dump, {{"training.steps", "1"}}));
+  EXPECT_FALSE(autograd::bf16_activation_gradients()) << "the next run's default applies";
+  const std::string err = error_of([&] {
+    run_training(tiny_config(
+        tt::temp_dir("trainer_act_grads_f32_compute"),
+        {{"training.activation_grad_dtype", "bfloat16"}, {"training.mixed_precision_param", "float32"}}));
+  });
+  EXPECT_NE(err.find("training.activation_grad_dtype"), std::string::npos) << err;
+  EXPECT_NE(err.find("training.mixed_precision_param"), std::string::npos) << err;
+}
+
 TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
   const fs::path dump = tt::temp_dir("trainer_missing");
   const fs::path empty_dir = tt::temp_dir("trainer_missing_empty");

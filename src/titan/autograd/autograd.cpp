@@ -12,13 +12,18 @@ thread_local bool t_grad_enabled = true;
 thread_local Tape t_default_tape;
 thread_local Tape* t_tape = nullptr;
 GradAccumulator g_accumulate = nullptr;
+bool g_bf16_activation_gradients = false;
 
 // The view ops of core/tensor record their nodes through this (core may not include autograd).
 void record_view(const char* op, const Tensor& input, Tensor& out, ViewBackward backward) {
   if (!needs_grad({&input})) return;
-  record(op, {input}, {&out}, [backward = std::move(backward)](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{backward(g[0])};
-  });
+  // Views move gradients of any dtype (their backward only reshapes, transposes or pads).
+  record(
+      op, {input}, {&out},
+      [backward = std::move(backward)](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{backward(g[0])};
+      },
+      /*takes_bf16_grads=*/true);
 }
 const bool view_recorder_installed = (set_view_grad_recorder(&record_view), true);
 }  // namespace
@@ -26,6 +31,13 @@ const bool view_recorder_installed = (set_view_grad_recorder(&record_view), true
 void set_grad_accumulator(GradAccumulator accumulate) { g_accumulate = accumulate; }
 
 bool grad_enabled() { return t_grad_enabled; }
+
+void set_bf16_activation_gradients(bool on) {
+  g_bf16_activation_gradients = on;
+}
+bool bf16_activation_gradients() {
+  return g_bf16_activation_gradients;
+}
 
 GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
 GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
@@ -79,9 +91,10 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
 }
 
 void record(std::string op, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
-            BackwardFn backward) {
+            BackwardFn backward, bool takes_bf16_grads) {
   Node node;
   node.op = std::move(op);
+  node.takes_bf16_grads = takes_bf16_grads;
   if (profiling::recording()) node.module = profiling::last_op_module();
   for (const Tensor& t : inputs) {
     bool wants = t.defined() && t.requires_grad();
@@ -102,13 +115,17 @@ void record(std::string op, const std::vector<Tensor>& inputs, const std::vector
 void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g) {
   TITAN_CHECK(g.shape() == shape, "autograd: gradient ", g.str(), " does not match tensor shape ", shape_str(shape),
               meta.name.empty() ? "" : " (" + meta.name + ")");
-  DType gd = grad_dtype(dtype);
+  const DType gd = grad_dtype(dtype);
+  // An intermediate bf16 activation may hold a bf16 gradient (bf16 activation gradients).
+  const bool bf16 = !meta.is_leaf && dtype == DType::BF16 && g.dtype() == DType::BF16;
   if (!meta.grad.defined()) {
-    if (!meta.is_leaf && g.dtype() == gd && g.is_contiguous()) {
+    if (!meta.is_leaf && (g.dtype() == gd || bf16) && g.is_contiguous()) {
       meta.grad = g;  // adopt: no copy
       return;
     }
-    meta.grad = Tensor::zeros(shape, gd, g.device());
+    meta.grad = Tensor::zeros(shape, bf16 ? DType::BF16 : gd, g.device());
+  } else if (meta.grad.dtype() != g.dtype() && meta.grad.dtype() == DType::BF16) {
+    meta.grad = meta.grad.to(gd);  // an f32 gradient joins a bf16 sum: the sum goes on in f32
   } else if (meta.grad.storage().use_count() > 1 && !meta.is_leaf) {
     // The adopted buffer is shared (an op returned one gradient for two inputs): copy before mutating.
     meta.grad = meta.grad.clone();
@@ -159,6 +176,7 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
       auto meta = w.lock();
       Tensor g = meta ? meta->grad : Tensor();
       if (meta && !meta->is_leaf) meta->grad = Tensor();  // free intermediate gradients early
+      if (g.defined() && g.dtype() == DType::BF16 && !node.takes_bf16_grads) g = g.to(DType::F32);
       any |= g.defined();
       gouts.push_back(std::move(g));
     }
@@ -212,10 +230,13 @@ void backward(const Tensor& loss) {
 Tensor on_backward(const std::string& name, const Tensor& x, std::function<void()> fn) {
   if (!needs_grad({&x})) return x;
   Tensor out = x.detach();
-  record("hook:" + name, {x}, {&out}, [fn = std::move(fn)](const std::vector<Tensor>& g) {
-    fn();
-    return std::vector<Tensor>{g[0]};
-  });
+  record(
+      "hook:" + name, {x}, {&out},
+      [fn = std::move(fn)](const std::vector<Tensor>& g) {
+        fn();
+        return std::vector<Tensor>{g[0]};
+      },
+      /*takes_bf16_grads=*/true);
   return out;
 }
 
@@ -237,33 +258,35 @@ std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const 
   std::vector<bool> input_requires;
   for (const Tensor& t : inputs) input_requires.push_back(t.requires_grad());
   BlockFn block = fn;
-  record("recompute:" + name, inputs, out_ptrs,
-         [block, saved_inputs, input_requires](const std::vector<Tensor>& gouts) {
-           // Rerun the block with grad on, recording into a private tape.
-           std::vector<Tensor> local_inputs;
-           for (size_t i = 0; i < saved_inputs.size(); ++i) {
-             Tensor t = saved_inputs[i].detach();
-             t.set_requires_grad(input_requires[i]);
-             local_inputs.push_back(t);
-           }
-           Tape local;
-           std::vector<Tensor> local_outputs;
-           {
-             TapeScope scope(&local);
-             GradModeGuard on(true);
-             local_outputs = block(local_inputs);
-           }
-           std::vector<Tensor> outs, grads;
-           for (size_t i = 0; i < local_outputs.size(); ++i) {
-             if (!gouts[i].defined() || !local_outputs[i].requires_grad()) continue;
-             outs.push_back(local_outputs[i]);
-             grads.push_back(gouts[i]);
-           }
-           backward(local, outs, grads);
-           std::vector<Tensor> gins;
-           for (auto& t : local_inputs) gins.push_back(t.requires_grad() ? t.grad() : Tensor());
-           return gins;
-         });
+  record(
+      "recompute:" + name, inputs, out_ptrs,
+      [block, saved_inputs, input_requires](const std::vector<Tensor>& gouts) {
+        // Rerun the block with grad on, recording into a private tape.
+        std::vector<Tensor> local_inputs;
+        for (size_t i = 0; i < saved_inputs.size(); ++i) {
+          Tensor t = saved_inputs[i].detach();
+          t.set_requires_grad(input_requires[i]);
+          local_inputs.push_back(t);
+        }
+        Tape local;
+        std::vector<Tensor> local_outputs;
+        {
+          TapeScope scope(&local);
+          GradModeGuard on(true);
+          local_outputs = block(local_inputs);
+        }
+        std::vector<Tensor> outs, grads;
+        for (size_t i = 0; i < local_outputs.size(); ++i) {
+          if (!gouts[i].defined() || !local_outputs[i].requires_grad()) continue;
+          outs.push_back(local_outputs[i]);
+          grads.push_back(gouts[i]);
+        }
+        backward(local, outs, grads);
+        std::vector<Tensor> gins;
+        for (auto& t : local_inputs) gins.push_back(t.requires_grad() ? t.grad() : Tensor());
+        return gins;
+      },
+      /*takes_bf16_grads=*/true);  // handed on to the block's own nodes, which say what they take
   return outputs;
 }
 

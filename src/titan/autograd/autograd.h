@@ -8,6 +8,13 @@
 // accumulates the returned input gradients (f32, f64 for f64 tensors) into the
 // inputs' metas. Leaves (parameters) keep their gradient; intermediates' gradients
 // are freed as soon as their producer has run.
+//
+// bf16 activation gradients (set_bf16_activation_gradients, the trainer's
+// training.activation_grad_dtype = "bfloat16"): the ops that support it return the gradient of a
+// bf16 activation in bf16 and record that they take bf16 gradients of their outputs (Node::
+// takes_bf16_grads); every other node is handed its gradients widened to f32, as without the
+// setting. A bf16 tensor's gradient is then held in bf16, or in f32 once an f32 gradient is added
+// to it. Parameters' gradients stay f32.
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +39,7 @@ struct Node {
   std::vector<DType> input_dtypes;
   std::vector<std::weak_ptr<AutogradMeta>> outputs;
   BackwardFn backward;
+  bool takes_bf16_grads = false;  // else a bf16 gradient of an output reaches backward as f32
 };
 
 class Tape {
@@ -53,6 +61,11 @@ class Tape {
 };
 
 bool grad_enabled();
+
+// Whether ops return bf16 gradients for bf16 activations (see the top of this file). Process-wide;
+// set once before a job's first forward (ops read it when they record).
+void set_bf16_activation_gradients(bool on);
+bool bf16_activation_gradients();
 
 // Sets grad mode for its scope.
 class GradModeGuard {
@@ -92,8 +105,10 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
 
 // Marks outputs as requiring grad and pushes a node; call only when needs_grad() was true.
+// takes_bf16_grads: the backward accepts bf16 gradients of its outputs (an op that also accepts f32
+// ones: from a node that gave f32).
 void record(std::string op, const std::vector<Tensor>& inputs, const std::vector<Tensor*>& outputs,
-            BackwardFn backward);
+            BackwardFn backward, bool takes_bf16_grads = false);
 
 // Seeds d(loss)/d(loss) = 1 and runs the current tape back to the start. The nodes that ran (the
 // loss's graph) leave the tape; another graph recorded beside it stays for its own backward, so
@@ -118,7 +133,9 @@ using BlockFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const std::vector<Tensor>& inputs);
 
 // Adds g into the gradient held by meta (of a tensor with this shape and dtype);
-// the first gradient of an intermediate is adopted without a copy.
+// the first gradient of an intermediate is adopted without a copy. A bf16 gradient of a bf16
+// intermediate stays bf16 (sums rounded to bf16 once per add) until an f32 one joins it, which
+// widens the sum to f32.
 void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g);
 
 // Where an op input's gradient is accumulated, kept by a backward closure in place of the input

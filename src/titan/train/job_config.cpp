@@ -88,6 +88,7 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(training, max_norm),
       TITAN_KEY(training, mixed_precision_param, "bfloat16", "float32"),
       TITAN_KEY(training, mixed_precision_reduce, "float32", "bfloat16"),
+      TITAN_KEY(training, activation_grad_dtype, "float32", "bfloat16"),
       TITAN_KEY(training, seed),
       TITAN_KEY(training, deterministic),
       TITAN_KEY(training, load_balance, "aux_loss", "expert_bias"),

@@ -68,6 +68,9 @@ struct TrainingSection {
   // float32 | bfloat16: the dtype sharded gradients are reduced in (FSDP2's reduce_dtype; as in
   // torchtitan, it takes effect only when parallelism.data_parallel_shard_degree > 1)
   std::string mixed_precision_reduce = "float32";
+  // float32 | bfloat16: the dtype of the gradients of bf16 activations (a bf16 autograd's, as torch
+  // autocast's; ops/activation_grads.h). Parameters' gradients are f32 either way.
+  std::string activation_grad_dtype = "float32";
   int64_t seed = 42;
   bool deterministic = false;
   std::string load_balance = "aux_loss";  // aux_loss | expert_bias (MoE)

@@ -100,6 +100,7 @@ json resumable_settings(const JobConfig& c) {
           {"training.max_norm", c.training.max_norm},
           {"training.mixed_precision_param", c.training.mixed_precision_param},
           {"training.mixed_precision_reduce", c.training.mixed_precision_reduce},
+          {"training.activation_grad_dtype", c.training.activation_grad_dtype},
           {"training.load_balance", c.training.load_balance},
           {"training.load_balance_coeff", c.training.load_balance_coeff},
           {"training.seed", c.training.seed},
@@ -109,7 +110,8 @@ json resumable_settings(const JobConfig& c) {
 std::string changed_settings(const json& saved, const json& now) {
   std::string out;
   // Keys that joined the settings after a checkpoint was written: its run had their default.
-  const json defaults = {{"training.mixed_precision_reduce", "float32"}};
+  const json defaults = {{"training.mixed_precision_reduce", "float32"},
+                         {"training.activation_grad_dtype", "float32"}};
   for (auto& [key, value] : now.items()) {
     if (!saved.is_object()) continue;
     const json before = saved.contains(key) ? saved[key] : defaults.value(key, json());

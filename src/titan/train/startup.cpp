@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/check.h"
@@ -340,6 +341,11 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan) {
   job.device = resolve_device(c);
   job.compute_dtype = resolve_compute_dtype(c);
   job.reduce_dtype = resolve_reduce_dtype(c, plan.dp_shard());
+  job.bf16_activation_grads = c.training.activation_grad_dtype == "bfloat16";
+  TITAN_CHECK(!job.bf16_activation_grads || job.compute_dtype == DType::BF16,
+              "training.activation_grad_dtype = \"bfloat16\" needs bf16 activations, but "
+              "training.mixed_precision_param = \"",
+              c.training.mixed_precision_param, "\" computes in f32: set one of them to the other's dtype");
   job.tokenizer_path = resolve_tokenizer(c);
   job.dataset = resolve_dataset(c);
   job.local_batch_size = c.training.local_batch_size;
@@ -463,6 +469,16 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
+  // Process-wide, like the kernel rules: set by every job's start-up, on or off.
+  autograd::set_bf16_activation_gradients(job.bf16_activation_grads);
+  if (job.bf16_activation_grads)
+    say("training.activation_grad_dtype = \"bfloat16\": the gradients of bf16 activations are bf16 (rounded "
+        "where "
+        "an op writes them, summed in bf16), parameters' gradients f32%s",
+        job.device == Device::CPU
+            ? "; the CPU kernels compute them in f32 and round them, so this saves memory, "
+              "not time"
+            : "");
   // Which GEMM code runs (the backend, OpenBLAS's core, oneDNN's ISA): TITAN_GEMM_F32,
   // OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA change it without changing anything above.
   if (job.device == Device::CPU) {

@@ -22,6 +22,8 @@ struct ResolvedJob {
   // The dtype sharded gradients are reduced in: bf16 when training.mixed_precision_reduce asks for
   // it and the blocks are sharded (parallelism.data_parallel_shard_degree > 1), else f32.
   DType reduce_dtype = DType::F32;
+  // training.activation_grad_dtype = "bfloat16" (checked to go with bf16 compute).
+  bool bf16_activation_grads = false;
   std::filesystem::path tokenizer_path;        // folder holding tokenizer.json
   std::vector<std::filesystem::path> dataset;  // files and folders the loader reads
   // Where the weights of a fresh (not resumed) run come from: a Hugging Face folder, else a

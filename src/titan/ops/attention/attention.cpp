@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/activation_grads.h"
 #include "titan/ops/same_device.h"
 
 namespace titan::ops {
@@ -94,17 +95,23 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
                    at(v, c.first * kv_token), at(out, c.first * q_token), at(lse, c.first * s.Hq));
   if (autograd::needs_grad({&q_in, &k_in, &v_in})) {
     Tensor saved_out = out.detach();
-    autograd::record("attention", {q_in, k_in, v_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
-      DType gd = grad_dtype(q.dtype());
-      Tensor dout = g[0].contiguous();
-      Tensor dq = Tensor::empty(q.shape(), gd, q.device()), dk = Tensor::empty(k.shape(), gd, q.device()), dv = Tensor::empty(v.shape(), gd, q.device());
-      for (const AttentionCall& c : calls)
-        kernel.backward(ctx, shape_of(c), at(q, c.first * q_token), at(k, c.first * kv_token),
-                        at(v, c.first * kv_token), at(saved_out, c.first * q_token), at(lse, c.first * s.Hq),
-                        at(dout, c.first * q_token), at(dq, c.first * q_token), at(dk, c.first * kv_token),
-                        at(dv, c.first * kv_token));
-      return std::vector<Tensor>{dq, dk, dv};
-    });
+    const ActivationGrads act(q.dtype(), kernel.backward_bf16_grads != nullptr);
+    autograd::record(
+        "attention", {q_in, k_in, v_in}, {&out},
+        [=, &kernel](const std::vector<Tensor>& g) {
+          const DType gd = act.kernel_dtype();
+          Tensor dout = act.upstream(g[0]);
+          Tensor dq = Tensor::empty(q.shape(), gd, q.device()), dk = Tensor::empty(k.shape(), gd, q.device()),
+                 dv = Tensor::empty(v.shape(), gd, q.device());
+          const auto backward = act.native() ? kernel.backward_bf16_grads : kernel.backward;
+          for (const AttentionCall& c : calls)
+            backward(ctx, shape_of(c), at(q, c.first * q_token), at(k, c.first * kv_token),
+                     at(v, c.first * kv_token), at(saved_out, c.first * q_token), at(lse, c.first * s.Hq),
+                     at(dout, c.first * q_token), at(dq, c.first * q_token), at(dk, c.first * kv_token),
+                     at(dv, c.first * kv_token));
+          return std::vector<Tensor>{act.returned(dq), act.returned(dk), act.returned(dv)};
+        },
+        act.bf16());
   }
   return out;
 }

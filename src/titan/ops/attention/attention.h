@@ -54,6 +54,11 @@ struct AttentionKernel {
   void (*forward)(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, void* out, void* lse);
   void (*backward)(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
                    const void* lse, const void* dout, void* dq, void* dk, void* dv);
+  // bf16 activation gradients (ops/activation_grads.h), bf16 kernels only, null where the kernel
+  // has none: the backward with dout, dq, dk and dv in bf16.
+  void (*backward_bf16_grads)(const KernelContext& ctx, const AttentionShape& s, const void* q, const void* k,
+                              const void* v, const void* out, const void* lse, const void* dout, void* dq,
+                              void* dk, void* dv) = nullptr;
 };
 
 // AttentionKernel entry points around kernels on typed pointers (cpu.h): T is the element type of

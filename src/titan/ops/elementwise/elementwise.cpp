@@ -26,8 +26,13 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   kernels::kernel_for<AddKernel>("add", a.device(), a.dtype())
       .forward(device_services(a.device()).context(), a.numel(), a.raw_data(), b.raw_data(), out.raw_data());
   if (autograd::needs_grad({&a_in, &b_in})) {
-    autograd::record("add", {a_in, b_in}, {&out},
-                     [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
+    // The gradient passes to both inputs unchanged, in whatever dtype it comes.
+    autograd::record(
+        "add", {a_in, b_in}, {&out},
+        [](const std::vector<Tensor>& g) {
+          return std::vector<Tensor>{g[0], g[0]};
+        },
+        /*takes_bf16_grads=*/true);
   }
   return out;
 }
@@ -62,8 +67,17 @@ Tensor scale(const Tensor& x, double s) {
 }
 
 namespace {
-// Autograd sums the gradients of a tensor used twice with this op.
-const bool grad_accumulator_installed = (autograd::set_grad_accumulator(&add_inplace), true);
+// Autograd sums the gradients of a tensor used twice: in place in the grad dtype, or, for the bf16
+// gradient of a bf16 activation (autograd::bf16_activation_gradients), as a bf16 add rounded once
+// per element into a new tensor that replaces the sum.
+void accumulate_gradient(Tensor& grad, const Tensor& g) {
+  if (grad.dtype() == DType::BF16) {
+    grad = add(grad, g);
+    return;
+  }
+  add_inplace(grad, g);
+}
+const bool grad_accumulator_installed = (autograd::set_grad_accumulator(&accumulate_gradient), true);
 }  // namespace
 
 void add_inplace(Tensor& dst, const Tensor& src_in) {

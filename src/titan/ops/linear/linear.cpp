@@ -5,6 +5,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/activation_grads.h"
 #include "titan/ops/same_device.h"
 
 namespace titan::ops {
@@ -27,24 +28,33 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   if (autograd::needs_grad({&x_in, &w_in})) {
     const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
     const autograd::GradientSink x_sink(x_in), w_sink(w_in);
-    autograd::record("linear", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
-      const DType gd = grad_dtype(x.dtype());
-      const Tensor dy = g[0].contiguous();
-      // Each gradient goes into the input's gradient so far when there is one (returned undefined:
-      // already accumulated), else into a fresh tensor returned to autograd.
-      auto place = [&](bool needed, const autograd::GradientSink& sink, const Tensor& like, bool* add) {
-        if (!needed) return Tensor();
-        Tensor so_far = sink.buffer();
-        *add = so_far.defined();
-        return *add ? so_far : Tensor::empty(like.shape(), gd, like.device());
-      };
-      LinearGradients grads;
-      const Tensor dx = place(need_dx, x_sink, x, &grads.add_dx), dw = place(need_dw, w_sink, w, &grads.add_dw);
-      grads.dx = dx.defined() ? dx.raw_data() : nullptr;
-      grads.dw = dw.defined() ? dw.raw_data() : nullptr;
-      kernel.backward(ctx, M, N, K, x.raw_data(), w.raw_data(), dy.raw_data(), grads);
-      return std::vector<Tensor>{grads.add_dx ? Tensor() : dx, grads.add_dw ? Tensor() : dw};
-    });
+    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    autograd::record(
+        "linear", {x_in, w_in}, {&y},
+        [=, &kernel](const std::vector<Tensor>& g) {
+          const DType gd = grad_dtype(x.dtype());
+          const Tensor dy = act.upstream(g[0]);
+          // Each gradient goes into the input's gradient so far when there is one (returned undefined:
+          // already accumulated, always f32: a parameter's), else into a fresh tensor returned to
+          // autograd (dx in the kernel's gradient dtype, dw in f32).
+          auto place = [&](bool needed, const autograd::GradientSink& sink, const Tensor& like, DType fresh,
+                           bool* add) {
+            if (!needed) return Tensor();
+            Tensor so_far = sink.buffer();
+            *add = so_far.defined();
+            return *add ? so_far : Tensor::empty(like.shape(), fresh, like.device());
+          };
+          LinearGradients grads;
+          const Tensor dx = place(need_dx, x_sink, x, act.kernel_dtype(), &grads.add_dx),
+                       dw = place(need_dw, w_sink, w, gd, &grads.add_dw);
+          grads.dx = dx.defined() ? dx.raw_data() : nullptr;
+          grads.dw = dw.defined() ? dw.raw_data() : nullptr;
+          (act.native() ? kernel.backward_bf16_grads : kernel.backward)(ctx, M, N, K, x.raw_data(),
+                                                                        w.raw_data(), dy.raw_data(), grads);
+          return std::vector<Tensor>{grads.add_dx ? Tensor() : act.returned(dx),
+                                     grads.add_dw ? Tensor() : dw};
+        },
+        act.bf16());
   }
   return y;
 }

@@ -26,6 +26,11 @@ struct LinearKernel {
   void (*forward)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* y);
   void (*backward)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x, const void* w,
                    const void* dy, const LinearGradients& grads);
+  // bf16 activation gradients (ops/activation_grads.h), bf16 kernels only, null where the kernel
+  // has none: the same with dy in bf16 and dx in bf16 (f32 when add_dx: a parameter's buffer);
+  // dw stays f32.
+  void (*backward_bf16_grads)(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x,
+                              const void* w, const void* dy, const LinearGradients& grads) = nullptr;
 };
 
 }  // namespace titan::ops

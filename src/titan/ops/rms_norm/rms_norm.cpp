@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/activation_grads.h"
 #include "titan/ops/same_device.h"
 
 namespace titan::ops {
@@ -29,17 +30,22 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   kernel.forward(ctx, R, D, eps, x.raw_data(), w.raw_data(), y.raw_data(), rstd.raw_data());
   if (autograd::needs_grad({&x_in, &w_in})) {
     const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
-    autograd::record("rms_norm", {x_in, w_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
-      if (!g[0].defined())
-        return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd, x.device()) : Tensor(),
-                                   need_dw ? Tensor::zeros(w.shape(), gd, x.device()) : Tensor()};
-      Tensor dy = g[0].contiguous();
-      Tensor dx = need_dx ? Tensor::empty(x.shape(), gd, x.device()) : Tensor();
-      Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
-      kernel.backward(ctx, R, D, x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
-                      need_dx ? dx.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
-      return std::vector<Tensor>{dx, dw};
-    });
+    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    autograd::record(
+        "rms_norm", {x_in, w_in}, {&y},
+        [=, &kernel](const std::vector<Tensor>& g) {
+          if (!g[0].defined())
+            return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd, x.device()) : Tensor(),
+                                       need_dw ? Tensor::zeros(w.shape(), gd, x.device()) : Tensor()};
+          Tensor dy = act.upstream(g[0]);
+          Tensor dx = need_dx ? Tensor::empty(x.shape(), act.kernel_dtype(), x.device()) : Tensor();
+          Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();
+          (act.native() ? kernel.backward_bf16_grads : kernel.backward)(
+              ctx, R, D, x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
+              need_dx ? dx.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr);
+          return std::vector<Tensor>{act.returned(dx), dw};
+        },
+        act.bf16());
   }
   return y;
 }

@@ -23,6 +23,10 @@ struct RmsNormKernel {
   void (*forward)(const KernelContext& ctx, int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd);
   void (*backward)(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
                    void* dx, void* dw);
+  // bf16 activation gradients (ops/activation_grads.h), bf16 kernels only, null where the kernel
+  // has none: the same with dy and dx in bf16 (dw stays f32).
+  void (*backward_bf16_grads)(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w,
+                              const void* rstd, const void* dy, void* dx, void* dw) = nullptr;
 };
 
 }  // namespace titan::ops

@@ -10,6 +10,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/activation_grads.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::ops {
@@ -144,13 +145,18 @@ Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
   if (autograd::needs_grad({&x_in})) {
     const DType gd = grad_dtype(x.dtype());
     const Shape shape = x.shape();
-    autograd::record("rope", {x_in}, {&y}, [=, &kernel](const std::vector<Tensor>& g) {
-      if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd, x.device())};
-      Tensor dy = g[0].contiguous();
-      Tensor dx = Tensor::empty(shape, gd, x.device());
-      kernel.backward(ctx, B, S, H, D, pos.data<int64_t>(), *table, dy.raw_data(), dx.raw_data());
-      return std::vector<Tensor>{dx};
-    });
+    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    autograd::record(
+        "rope", {x_in}, {&y},
+        [=, &kernel](const std::vector<Tensor>& g) {
+          if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd, x.device())};
+          Tensor dy = act.upstream(g[0]);
+          Tensor dx = Tensor::empty(shape, act.kernel_dtype(), x.device());
+          (act.native() ? kernel.backward_bf16_grads : kernel.backward)(ctx, B, S, H, D, pos.data<int64_t>(),
+                                                                        *table, dy.raw_data(), dx.raw_data());
+          return std::vector<Tensor>{act.returned(dx)};
+        },
+        act.bf16());
   }
   return y;
 }

@@ -6,6 +6,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/activation_grads.h"
 
 namespace titan::ops {
 
@@ -26,18 +27,23 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   if (autograd::needs_grad({&gate_in, &up_in})) {
     const bool need_dg = gate_in.requires_grad(), need_du = up_in.requires_grad();
     const DType gd = grad_dtype(gate.dtype());
-    autograd::record("swiglu", {gate_in, up_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
-      const Shape& shape = gate.shape();
-      if (!g[0].defined())
-        return std::vector<Tensor>{need_dg ? Tensor::zeros(shape, gd, gate.device()) : Tensor(),
-                                   need_du ? Tensor::zeros(shape, gd, gate.device()) : Tensor()};
-      Tensor dy = g[0].contiguous();
-      Tensor dg = need_dg ? Tensor::empty(shape, gd, gate.device()) : Tensor();
-      Tensor du = need_du ? Tensor::empty(shape, gd, gate.device()) : Tensor();
-      kernel.backward(ctx, n, gate.raw_data(), up.raw_data(), dy.raw_data(), need_dg ? dg.raw_data() : nullptr,
-                      need_du ? du.raw_data() : nullptr);
-      return std::vector<Tensor>{dg, du};
-    });
+    const ActivationGrads act(gate.dtype(), kernel.backward_bf16_grads != nullptr);
+    autograd::record(
+        "swiglu", {gate_in, up_in}, {&out},
+        [=, &kernel](const std::vector<Tensor>& g) {
+          const Shape& shape = gate.shape();
+          if (!g[0].defined())
+            return std::vector<Tensor>{need_dg ? Tensor::zeros(shape, gd, gate.device()) : Tensor(),
+                                       need_du ? Tensor::zeros(shape, gd, gate.device()) : Tensor()};
+          Tensor dy = act.upstream(g[0]);
+          Tensor dg = need_dg ? Tensor::empty(shape, act.kernel_dtype(), gate.device()) : Tensor();
+          Tensor du = need_du ? Tensor::empty(shape, act.kernel_dtype(), gate.device()) : Tensor();
+          (act.native() ? kernel.backward_bf16_grads : kernel.backward)(
+              ctx, n, gate.raw_data(), up.raw_data(), dy.raw_data(), need_dg ? dg.raw_data() : nullptr,
+              need_du ? du.raw_data() : nullptr);
+          return std::vector<Tensor>{act.returned(dg), act.returned(du)};
+        },
+        act.bf16());
   }
   return out;
 }

@@ -18,6 +18,10 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 struct SwigluKernel {
   void (*forward)(const KernelContext& ctx, int64_t n, const void* gate, const void* up, void* out);
   void (*backward)(const KernelContext& ctx, int64_t n, const void* gate, const void* up, const void* dy, void* dgate, void* dup);
+  // bf16 activation gradients (ops/activation_grads.h), bf16 kernels only, null where the kernel
+  // has none: the same with dy, dgate and dup in bf16.
+  void (*backward_bf16_grads)(const KernelContext& ctx, int64_t n, const void* gate, const void* up,
+                              const void* dy, void* dgate, void* dup) = nullptr;
 };
 
 }  // namespace titan::ops

@@ -1,0 +1,129 @@
+// bf16 activation gradients (ops/activation_grads.h) on the CPU: with the setting on, rms_norm, rope,
+// swiglu, linear and attention hand bf16 gradients to their bf16 activations, equal bit for bit to
+// their f32 gradients rounded to bf16 (the CPU kernels compute in f32 and the op rounds once), and
+// leave the weights' f32 gradients exactly as they were. The CUDA kernels that write bf16
+// gradients themselves are checked against these in tests/backend/cuda_ops_test.cpp.
+#include "titan/ops/activation_grads.h"
+
+#include <gtest/gtest.h>
+
+#include "ops/op_test_util.h"
+#include "titan/autograd/autograd.h"
+#include "titan/ops/attention/attention.h"
+#include "titan/ops/linear/linear.h"
+#include "titan/ops/rms_norm/rms_norm.h"
+#include "titan/ops/rope/rope.h"
+#include "titan/ops/swiglu/swiglu.h"
+
+using namespace titan;
+using namespace titan::testing;
+
+namespace {
+
+// Sets the process-wide setting for its scope.
+class Bf16ActivationGradients {
+ public:
+  explicit Bf16ActivationGradients(bool on) : before_(autograd::bf16_activation_gradients()) {
+    autograd::set_bf16_activation_gradients(on);
+  }
+  ~Bf16ActivationGradients() { autograd::set_bf16_activation_gradients(before_); }
+
+ private:
+  bool before_;
+};
+
+// x passed on unchanged through a node that takes bf16 gradients and records the dtype of the
+// gradient that reaches it: what the op after it returned for its input.
+Tensor probe(const Tensor& x, DType* seen) {
+  Tensor out = x.detach();
+  autograd::record(
+      "probe", {x}, {&out},
+      [seen](const std::vector<Tensor>& g) {
+        *seen = g[0].dtype();
+        return std::vector<Tensor>{g[0]};
+      },
+      /*takes_bf16_grads=*/true);
+  return out;
+}
+
+struct GradRun {
+  std::vector<Tensor> grads;  // of every input, as accumulated into the leaves (f32)
+  std::vector<DType> seen;    // the dtype of each activation's gradient as the op returned it
+};
+
+// f(activations, weights) once, backward with seeded f32 upstream gradients.
+GradRun run(const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
+            const std::vector<Tensor>& activations, const std::vector<Tensor>& weights, bool bf16_grads) {
+  Bf16ActivationGradients setting(bf16_grads);
+  GradRun r;
+  r.seen.assign(activations.size(), DType::F64);
+  std::vector<Tensor> leaves, probed, w;
+  for (size_t i = 0; i < activations.size(); ++i) {
+    leaves.push_back(activations[i].clone().set_requires_grad(true));
+    probed.push_back(probe(leaves.back(), &r.seen[i]));
+  }
+  for (const Tensor& t : weights) w.push_back(t.clone().set_requires_grad(true));
+  const Tensor y = f(probed, w);
+  autograd::backward(autograd::current_tape(), {y}, {random_tensor(y.shape(), DType::F32, 99)});
+  for (const Tensor& t : leaves) r.grads.push_back(t.grad());
+  for (const Tensor& t : w) r.grads.push_back(t.grad());
+  return r;
+}
+
+void expect_bf16_activation_grads(
+    const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
+    const std::vector<Tensor>& activations, const std::vector<Tensor>& weights) {
+  const GradRun f32 = run(f, activations, weights, false), bf16 = run(f, activations, weights, true);
+  for (size_t i = 0; i < activations.size(); ++i) {
+    SCOPED_TRACE("activation " + std::to_string(i));
+    EXPECT_EQ(f32.seen[i], DType::F32);
+    EXPECT_EQ(bf16.seen[i], DType::BF16);
+    EXPECT_EQ(bf16.grads[i].to_vector(), f32.grads[i].to(DType::BF16).to_vector())
+        << "the f32 gradient, rounded once";
+  }
+  for (size_t i = activations.size(); i < f32.grads.size(); ++i) {
+    SCOPED_TRACE("weight " + std::to_string(i - activations.size()));
+    EXPECT_EQ(bf16.grads[i].dtype(), DType::F32);
+    EXPECT_EQ(bf16.grads[i].to_vector(), f32.grads[i].to_vector()) << "weights' gradients do not change";
+  }
+}
+
+}  // namespace
+
+TEST(ActivationGrads, RmsNormRoundsTheInputsGradientOnly) {
+  expect_bf16_activation_grads([](const std::vector<Tensor>& a,
+                                  const std::vector<Tensor>& w) { return ops::rms_norm(a[0], w[0], 1e-6); },
+                               {random_tensor({6, 40}, DType::BF16, 1, -2, 2)},
+                               {random_tensor({40}, DType::BF16, 2, 0.5, 1.5)});
+}
+
+TEST(ActivationGrads, LinearRoundsTheInputsGradientOnly) {
+  expect_bf16_activation_grads(
+      [](const std::vector<Tensor>& a, const std::vector<Tensor>& w) { return ops::linear(a[0], w[0]); },
+      {random_tensor({9, 32}, DType::BF16, 3)}, {random_tensor({16, 32}, DType::BF16, 4)});
+}
+
+TEST(ActivationGrads, RopeSwigluAndAttentionRoundTheirInputsGradients) {
+  const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4}, {5});
+  expect_bf16_activation_grads(
+      [&](const std::vector<Tensor>& a, const std::vector<Tensor>&) { return ops::rope(a[0], pos, 1e6); },
+      {random_tensor({2, 5, 3, 16}, DType::BF16, 5)}, {});
+  expect_bf16_activation_grads(
+      [](const std::vector<Tensor>& a, const std::vector<Tensor>&) { return ops::swiglu(a[0], a[1]); },
+      {random_tensor({7, 24}, DType::BF16, 6, -4, 4), random_tensor({7, 24}, DType::BF16, 7)}, {});
+  expect_bf16_activation_grads(
+      [](const std::vector<Tensor>& a, const std::vector<Tensor>&) {
+        return ops::attention(a[0], a[1], a[2], 0.25);
+      },
+      {random_tensor({2, 8, 4, 16}, DType::BF16, 8), random_tensor({2, 8, 2, 16}, DType::BF16, 9),
+       random_tensor({2, 8, 2, 16}, DType::BF16, 10)},
+      {});
+}
+
+// f32 activations never get bf16 gradients, whatever the setting.
+TEST(ActivationGrads, F32ActivationsKeepF32Gradients) {
+  const GradRun r = run([](const std::vector<Tensor>& a,
+                           const std::vector<Tensor>& w) { return ops::rms_norm(a[0], w[0], 1e-6); },
+                        {random_tensor({3, 8}, DType::F32, 1)}, {random_tensor({8}, DType::F32, 2)}, true);
+  EXPECT_EQ(r.seen[0], DType::F32);
+}
