@@ -10,15 +10,18 @@
 #   bash bench/gpu_models.sh [TITAN] [OUT_DIR]
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
-#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+wmma MoE MoE+cudnn
-#                              4B 4B+wmma 0.6B+mma MoE+mma 0.6B+docs"); the plain name runs the job's
+#   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+bf16grads 0.6B+wmma MoE
+#                              MoE+bf16grads MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma MoE+mma
+#                              0.6B+docs"); the plain name runs the job's
 #                              defaults (on cuda: cuDNN's fused attention, the mma_sync expert GEMMs);
 #                              a name ending in +mma runs it with the mma_sync attention kernels (and,
 #                              for MoE, the mma_sync grouped expert GEMMs), +wmma with titan's WMMA
 #                              attention (and WMMA expert GEMMs), +cudnn with cuDNN's fused attention
 #                              (and, for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
 #                              [kernels] rules appended to a copy of its config, to see which the GPU
-#                              prefers; one ending in +docs
+#                              prefers; one ending in +bf16grads with
+#                              training.activation_grad_dtype = "bfloat16" (bf16 activation
+#                              gradients, as torch autocast's); one ending in +docs
 #                              with model.attn_mask_type = "block_causal" (attention cut at the
 #                              corpus's documents: one launch per document), to see what those cost
 #   GPU_MODELS_STEPS=10        steps per job (the first 3 are warm-up, as the peer's); one step is
@@ -44,7 +47,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+wmma MoE MoE+cudnn 4B 4B+wmma 0.6B+mma MoE+mma 0.6B+docs}
+models=${GPU_MODELS:-0.6B 0.6B+bf16grads 0.6B+wmma MoE MoE+bf16grads MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma MoE+mma 0.6B+docs}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -79,6 +82,8 @@ for name in $models; do
   variant_args=()
   if [ "$variant" = +docs ]; then  # the same job, attention within each document
     variant_args=(--model.attn_mask_type=block_causal)
+  elif [ "$variant" = +bf16grads ]; then  # the same job, bf16 activation gradients
+    variant_args=(--training.activation_grad_dtype=bfloat16)
   elif [ -n "$variant" ]; then  # the same job with other kernels
     cp "$config" "$out/$name.toml"
     case $variant in
@@ -91,7 +96,7 @@ for name in $models; do
       +wmma)
         printf '\n[kernels]\nattention = { impl = "default", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "default", modules = "*" }\n' >>"$out/$name.toml" ;;
-      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn, +wmma or +docs)" >&2; exit 2 ;;
+      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn, +wmma, +bf16grads or +docs)" >&2; exit 2 ;;
     esac
     config=$out/$name.toml
   fi

@@ -217,7 +217,7 @@ for pattern in Mma Cudnn; do
 done
 
 [ -n "$run_models" ] &&
-  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-MoE+cudnn 0.6B+wmma MoE+wmma 0.6B+mma MoE+mma 4B+wmma 0.6B+docs}"
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+bf16grads MoE+bf16grads 4B+bf16grads MoE+cudnn 0.6B+wmma MoE+wmma 0.6B+mma MoE+mma 4B+wmma 0.6B+docs}"
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do

@@ -157,8 +157,10 @@ TEST(Autograd, Bf16GradientsReachOnlyTheNodesThatTakeThem) {
     EXPECT_EQ(x.grad().dtype(), DType::F32);
     EXPECT_EQ(x.grad().to_vector(), want.to_vector());
   }
-  {
-    // An f32 gradient joins: the sum goes on in f32.
+  // An f32 gradient joins a bf16 one, in either order (the nodes run last-recorded first): the sum
+  // is f32 (a bf16 sum so far is widened first).
+  for (const bool f32_first : {true, false}) {
+    SCOPED_TRACE(f32_first ? "the f32 gradient first" : "the bf16 gradient first");
     x.autograd_meta()->grad = Tensor();
     Tensor z2 = x.detach();
     autograd::record(
@@ -169,9 +171,16 @@ TEST(Autograd, Bf16GradientsReachOnlyTheNodesThatTakeThem) {
         },
         true);
     z = z2;
-    Tensor u1 = consumer("u1", true, DType::BF16, nullptr), u2 = consumer("u2", true, DType::F32, nullptr);
     const Tensor seed32 = Tensor::from_vector(std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}, {4});
-    autograd::backward(autograd::current_tape(), {u1, u2}, {seed, seed32});
+    Tensor u_bf16, u_f32;
+    if (f32_first) {
+      u_bf16 = consumer("u_bf16", true, DType::BF16, nullptr);
+      u_f32 = consumer("u_f32", true, DType::F32, nullptr);
+    } else {
+      u_f32 = consumer("u_f32", true, DType::F32, nullptr);
+      u_bf16 = consumer("u_bf16", true, DType::BF16, nullptr);
+    }
+    autograd::backward(autograd::current_tape(), {u_bf16, u_f32}, {seed, seed32});
     EXPECT_EQ(z_got, DType::F32);
     const auto s = seed.to_vector(), t = seed32.to_vector(), got = x.grad().to_vector();
     for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(got[i], double(float(s[i]) + float(t[i]))) << i;

@@ -14,6 +14,7 @@
 #include "ops/op_test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/attention/attention.h"
 #include "titan/ops/cached_attention/cached_attention.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 #include "titan/ops/elementwise/elementwise.h"
@@ -27,8 +28,10 @@
 namespace titan {
 namespace {
 
+using testing::ActivationGradsRun;
 using testing::expect_device_matches_reference;
 using testing::random_tensor;
+using testing::run_activation_grads;
 
 constexpr Device kCuda = Device::CUDA;
 
@@ -350,6 +353,119 @@ TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
   const int64_t before = gpu.host_reads();
   EXPECT_NEAR(ops::grad_norm_sq({gd, pd, gd}), want, want * 3 * double(n) * 0x1p-52);
   EXPECT_EQ(gpu.host_reads() - before, 1);
+}
+
+// bf16 activation gradients on the GPU (ops/activation_grads.h): the kernels that read and write
+// bf16 gradients themselves (rms_norm, rope, swiglu: f32 arithmetic, rounded once as stored) give
+// exactly the f32-gradient kernels' results rounded to bf16, and linear's GEMMs writing bf16 within
+// one bf16 ulp of them (cuBLASLt may pick another algorithm for a bf16 output), as do cuDNN's and
+// titan's tensor-core attention backwards (dq by float atomics, in another order each run);
+// the weights' f32 gradients do not change. The upstream gradients hold bf16 values, so both runs
+// start from the same numbers. The f32-gradient kernels are checked against the CPU above.
+using ActivationOp = std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>;
+void expect_bf16_grads_round_the_f32_ones(const ActivationOp& f, const std::vector<Tensor>& activations,
+                                          const std::vector<Tensor>& weights, double rtol) {
+  const ActivationGradsRun f32 = run_activation_grads(f, activations, weights, false, kCuda),
+                           bf16 = run_activation_grads(f, activations, weights, true, kCuda);
+  for (size_t i = 0; i < activations.size(); ++i) {
+    SCOPED_TRACE("activation " + std::to_string(i));
+    EXPECT_EQ(bf16.seen[i], DType::BF16);
+    const auto got = bf16.grads[i].to_vector(), want = f32.grads[i].to(DType::BF16).to_vector();
+    if (rtol == 0) {
+      EXPECT_EQ(got, want);
+      continue;
+    }
+    double max_want = 0;
+    for (double v : want) max_want = std::max(max_want, std::fabs(v));
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_LE(std::fabs(got[k] - want[k]), rtol * std::fabs(want[k]) + 1e-3 * max_want) << "element " << k;
+  }
+  for (size_t i = activations.size(); i < f32.grads.size(); ++i)
+    EXPECT_EQ(bf16.grads[i].to_vector(), f32.grads[i].to_vector()) << "weight " << i - activations.size();
+}
+
+TEST(CudaOps, Bf16ActivationGradientsAreTheF32OnesRounded) {
+  TITAN_REQUIRE_CUDA();
+  const double one_ulp = std::ldexp(1.0, -7);  // of a bf16 value in [1, 2): 2^-7 relative at most
+  for (const Shape& s : {Shape{33, 128}, Shape{70, 2560}, Shape{5, 1030}, Shape{2, 9000}}) {
+    SCOPED_TRACE("rms_norm " + Tensor::empty(s, DType::BF16).str());
+    expect_bf16_grads_round_the_f32_ones(
+        [](const std::vector<Tensor>& a, const std::vector<Tensor>& w) {
+          return ops::rms_norm(a[0], w[0], 1e-6);
+        },
+        {random_tensor(s, DType::BF16, 1, -2, 2)}, {random_tensor({s.back()}, DType::BF16, 2, 0.5, 1.5)}, 0);
+  }
+  for (int64_t D : {10, 12, 128}) {
+    SCOPED_TRACE("rope D " + std::to_string(D));
+    const Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 5, 2, 9, 4}, {5});
+    expect_bf16_grads_round_the_f32_ones(
+        [&](const std::vector<Tensor>& a, const std::vector<Tensor>&) {
+          return ops::rope(a[0], pos.to(kCuda), 1e6);
+        },
+        {random_tensor({2, 5, 3, D}, DType::BF16, 3)}, {}, 0);
+  }
+  for (const Shape& s : {Shape{7, 96}, Shape{3, 5, 7}}) {
+    SCOPED_TRACE("swiglu " + Tensor::empty(s, DType::BF16).str());
+    expect_bf16_grads_round_the_f32_ones(
+        [](const std::vector<Tensor>& a, const std::vector<Tensor>&) { return ops::swiglu(a[0], a[1]); },
+        {random_tensor(s, DType::BF16, 4, -4, 4), random_tensor(s, DType::BF16, 5)}, {}, 0);
+  }
+  SCOPED_TRACE("linear");
+  expect_bf16_grads_round_the_f32_ones(
+      [](const std::vector<Tensor>& a, const std::vector<Tensor>& w) { return ops::linear(a[0], w[0]); },
+      {random_tensor({65, 96}, DType::BF16, 6)}, {random_tensor({48, 96}, DType::BF16, 7)}, one_ulp);
+  // An input whose gradient is a parameter's preset f32 buffer: the bf16-gradient GEMM adds into it
+  // in f32 (beta = 1), from the same bf16 dy as the f32-gradient kernel's copy: the same sums.
+  const Tensor x0 = random_tensor({65, 96}, DType::BF16, 6), w0 = random_tensor({48, 96}, DType::BF16, 7);
+  const Tensor held = random_tensor({65, 96}, DType::F32, 8), dy = random_tensor({65, 48}, DType::BF16, 9);
+  std::vector<Tensor> added;
+  for (bool bf16_grads : {false, true}) {
+    autograd::Bf16ActivationGradientsScope setting(bf16_grads);
+    Tensor x = x0.to(kCuda).set_requires_grad(true);
+    Tensor buffer = held.to(kCuda);
+    x.set_grad(buffer);
+    Tensor y = ops::linear(x, w0.to(kCuda));
+    autograd::backward(autograd::current_tape(), {y}, {dy.to(kCuda)});
+    added.push_back(buffer.to(Device::CPU));
+  }
+  EXPECT_EQ(added[1].to_vector(), added[0].to_vector()) << "into a parameter's buffer";
+}
+
+TEST(CudaOps, Bf16ActivationGradientsOfEveryAttentionVariantAreTheF32OnesRounded) {
+  TITAN_REQUIRE_CUDA();
+  for (const char* variant : {"default", "mma_sync", "f32_math", "cudnn"}) {
+    const kernels::KernelEntry& entry = kernels::find_kernel("attention", kCuda, DType::BF16, variant);
+    if (const std::string why = entry.available ? entry.available() : ""; !why.empty()) {
+      std::printf("[ SKIPPED  ] attention %s: %s\n", variant, why.c_str());
+      continue;
+    }
+    SCOPED_TRACE(variant);
+    kernels::ForceVariant force("attention", variant);
+    expect_bf16_grads_round_the_f32_ones(
+        [](const std::vector<Tensor>& a, const std::vector<Tensor>&) {
+          return ops::attention(a[0], a[1], a[2], 1.0 / std::sqrt(128.0));
+        },
+        {random_tensor({2, 256, 4, 128}, DType::BF16, 8), random_tensor({2, 256, 2, 128}, DType::BF16, 9),
+         random_tensor({2, 256, 2, 128}, DType::BF16, 10)},
+        {}, variant == std::string("f32_math") ? 0 : std::ldexp(1.0, -7));  // dq by float atomics: any order
+    // A head_dim no tensor-core kernel takes (cuDNN's variant falls back to f32 copies there), and
+    // block-causal attention: one call per document, on views at the documents' offsets.
+    expect_bf16_grads_round_the_f32_ones(
+        [](const std::vector<Tensor>& a, const std::vector<Tensor>&) {
+          return ops::attention(a[0], a[1], a[2], 0.3);
+        },
+        {random_tensor({1, 40, 2, 12}, DType::BF16, 11), random_tensor({1, 40, 1, 12}, DType::BF16, 12),
+         random_tensor({1, 40, 1, 12}, DType::BF16, 13)},
+        {}, 0);
+    const ops::DocumentSpans documents{{0, 37, 100, 128, 192}};  // rows of 128: 128 starts the second
+    expect_bf16_grads_round_the_f32_ones(
+        [&](const std::vector<Tensor>& a, const std::vector<Tensor>&) {
+          return ops::attention(a[0], a[1], a[2], 1.0 / std::sqrt(128.0), documents);
+        },
+        {random_tensor({2, 128, 4, 128}, DType::BF16, 14), random_tensor({2, 128, 2, 128}, DType::BF16, 15),
+         random_tensor({2, 128, 2, 128}, DType::BF16, 16)},
+        {}, variant == std::string("f32_math") ? 0 : std::ldexp(1.0, -7));
+  }
 }
 
 }  // namespace

@@ -37,8 +37,10 @@ train::TrainSummary train(const fs::path& dump, Overrides extra) {
   return train::run_training(tiny_config(dump, extra));
 }
 
+// gpu_losses: where the GPU run's losses by step go, if wanted.
 void expect_losses_follow_the_cpu(const char* precision, double rel, const Overrides& job = {},
-                                  const std::string& what = "text") {
+                                  const std::string& what = "text",
+                                  std::map<int64_t, double>* gpu_losses = nullptr) {
   const Overrides common = testing::joined({{"training.steps", "20"},
                                             {"training.mixed_precision_param", precision},
                                             {"validation.enable", "false"}},
@@ -49,6 +51,7 @@ void expect_losses_follow_the_cpu(const char* precision, double rel, const Overr
   train(cpu, with("cpu"));
   train(gpu, with("cuda"));
   auto lc = by_step(read_metrics(cpu), "loss"), lg = by_step(read_metrics(gpu), "loss");
+  if (gpu_losses) *gpu_losses = lg;
   // The GPU's records say what its caching allocator holds: every peak byte sat in a segment that
   // is still reserved (segments go back only when cudaMalloc fails). The CPU has no cache.
   for (const auto& r : read_metrics(gpu)) {
@@ -77,6 +80,19 @@ TEST(CudaTrain, FollowsTheCpuLossesInFloat32) {
 TEST(CudaTrain, FollowsTheCpuLossesInBfloat16) {
   TITAN_REQUIRE_CUDA();
   expect_losses_follow_the_cpu("bfloat16", 2e-2);
+}
+
+// training.activation_grad_dtype = "bfloat16" on both devices: the GPU's kernels that write bf16
+// gradients themselves against the CPU's, which round their f32 ones.
+TEST(CudaTrain, FollowsTheCpuLossesWithBf16ActivationGradients) {
+  TITAN_REQUIRE_CUDA();
+  std::map<int64_t, double> bf16_grads, f32_grads;
+  expect_losses_follow_the_cpu("bfloat16", 2e-2, {{"training.activation_grad_dtype", "bfloat16"}},
+                               "bf16_activation_gradients", &bf16_grads);
+  expect_losses_follow_the_cpu("bfloat16", 2e-2, {}, "f32_activation_gradients", &f32_grads);
+  bool differs = false;
+  for (const auto& [step, loss] : f32_grads) differs |= bf16_grads.at(step) != loss;
+  EXPECT_TRUE(differs) << "the GPU run with bf16 activation gradients rounded some of them";
 }
 
 // Supervised fine-tuning on the GPU: conversations packed into rows (block-causal attention, one

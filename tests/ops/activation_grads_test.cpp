@@ -20,60 +20,12 @@ using namespace titan::testing;
 
 namespace {
 
-// Sets the process-wide setting for its scope.
-class Bf16ActivationGradients {
- public:
-  explicit Bf16ActivationGradients(bool on) : before_(autograd::bf16_activation_gradients()) {
-    autograd::set_bf16_activation_gradients(on);
-  }
-  ~Bf16ActivationGradients() { autograd::set_bf16_activation_gradients(before_); }
+using Op = std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>;
 
- private:
-  bool before_;
-};
-
-// x passed on unchanged through a node that takes bf16 gradients and records the dtype of the
-// gradient that reaches it: what the op after it returned for its input.
-Tensor probe(const Tensor& x, DType* seen) {
-  Tensor out = x.detach();
-  autograd::record(
-      "probe", {x}, {&out},
-      [seen](const std::vector<Tensor>& g) {
-        *seen = g[0].dtype();
-        return std::vector<Tensor>{g[0]};
-      },
-      /*takes_bf16_grads=*/true);
-  return out;
-}
-
-struct GradRun {
-  std::vector<Tensor> grads;  // of every input, as accumulated into the leaves (f32)
-  std::vector<DType> seen;    // the dtype of each activation's gradient as the op returned it
-};
-
-// f(activations, weights) once, backward with seeded f32 upstream gradients.
-GradRun run(const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
-            const std::vector<Tensor>& activations, const std::vector<Tensor>& weights, bool bf16_grads) {
-  Bf16ActivationGradients setting(bf16_grads);
-  GradRun r;
-  r.seen.assign(activations.size(), DType::F64);
-  std::vector<Tensor> leaves, probed, w;
-  for (size_t i = 0; i < activations.size(); ++i) {
-    leaves.push_back(activations[i].clone().set_requires_grad(true));
-    probed.push_back(probe(leaves.back(), &r.seen[i]));
-  }
-  for (const Tensor& t : weights) w.push_back(t.clone().set_requires_grad(true));
-  const Tensor y = f(probed, w);
-  autograd::backward(autograd::current_tape(), {y}, {random_tensor(y.shape(), DType::F32, 99)});
-  for (const Tensor& t : leaves) r.grads.push_back(t.grad());
-  for (const Tensor& t : w) r.grads.push_back(t.grad());
-  return r;
-}
-
-void expect_bf16_activation_grads(
-    const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
-    const std::vector<Tensor>& activations, const std::vector<Tensor>& weights) {
-  const GradRun f32 = run(f, activations, weights, false), bf16 = run(f, activations, weights, true);
+void expect_bf16_activation_grads(const Op& f, const std::vector<Tensor>& activations,
+                                  const std::vector<Tensor>& weights) {
+  const ActivationGradsRun f32 = run_activation_grads(f, activations, weights, false, Device::CPU),
+                           bf16 = run_activation_grads(f, activations, weights, true, Device::CPU);
   for (size_t i = 0; i < activations.size(); ++i) {
     SCOPED_TRACE("activation " + std::to_string(i));
     EXPECT_EQ(f32.seen[i], DType::F32);
@@ -122,8 +74,10 @@ TEST(ActivationGrads, RopeSwigluAndAttentionRoundTheirInputsGradients) {
 
 // f32 activations never get bf16 gradients, whatever the setting.
 TEST(ActivationGrads, F32ActivationsKeepF32Gradients) {
-  const GradRun r = run([](const std::vector<Tensor>& a,
-                           const std::vector<Tensor>& w) { return ops::rms_norm(a[0], w[0], 1e-6); },
-                        {random_tensor({3, 8}, DType::F32, 1)}, {random_tensor({8}, DType::F32, 2)}, true);
+  const ActivationGradsRun r = run_activation_grads(
+      [](const std::vector<Tensor>& a, const std::vector<Tensor>& w) {
+        return ops::rms_norm(a[0], w[0], 1e-6);
+      },
+      {random_tensor({3, 8}, DType::F32, 1)}, {random_tensor({8}, DType::F32, 2)}, true, Device::CPU);
   EXPECT_EQ(r.seen[0], DType::F32);
 }

@@ -224,6 +224,44 @@ GradientIntoBuffer gradient_into_buffer(const Tensor& start, const Tensor& held,
   return r;
 }
 
+namespace {
+// A copy with its own storage and no autograd state (to() may hand back t itself on its device).
+Tensor fresh_copy(const Tensor& t, Device device) {
+  return t.device() == device ? t.clone() : t.to(device);
+}
+}  // namespace
+
+ActivationGradsRun run_activation_grads(
+    const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
+    const std::vector<Tensor>& activations, const std::vector<Tensor>& weights, bool bf16_grads,
+    Device device) {
+  autograd::Bf16ActivationGradientsScope setting(bf16_grads);
+  ActivationGradsRun r;
+  r.seen.assign(activations.size(), DType::F64);
+  std::vector<Tensor> leaves, probed, w;
+  for (size_t i = 0; i < activations.size(); ++i) {
+    leaves.push_back(fresh_copy(activations[i], device).set_requires_grad(true));
+    Tensor out = leaves.back().detach();
+    DType* seen = &r.seen[i];
+    autograd::record(
+        "probe", {leaves.back()}, {&out},
+        [seen](const std::vector<Tensor>& g) {
+          *seen = g[0].dtype();
+          return std::vector<Tensor>{g[0]};
+        },
+        /*takes_bf16_grads=*/true);
+    probed.push_back(out);
+  }
+  for (const Tensor& t : weights) w.push_back(fresh_copy(t, device).set_requires_grad(true));
+  const Tensor y = f(probed, w);
+  Tensor seed = seeds_for({y}, 99)[0];
+  if (device != Device::CPU) seed = seed.to(device);
+  autograd::backward(autograd::current_tape(), {y}, {seed});
+  for (const Tensor& t : leaves) r.grads.push_back(t.grad().to(Device::CPU));
+  for (const Tensor& t : w) r.grads.push_back(t.grad().to(Device::CPU));
+  return r;
+}
+
 std::vector<cpu::KernelIsa> cpu_kernel_tiers() {
   std::vector<cpu::KernelIsa> tiers;
   for (auto t : {cpu::KernelIsa::kPortable, cpu::KernelIsa::kAvx2, cpu::KernelIsa::kAvx512})

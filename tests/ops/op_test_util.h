@@ -76,6 +76,19 @@ struct GradientIntoBuffer {
 GradientIntoBuffer gradient_into_buffer(const Tensor& start, const Tensor& held,
                                         const std::function<std::function<void()>(const Tensor& p)>& step);
 
+// f(activations, weights) on `device` with bf16 activation gradients on or off, then backward
+// with seeded upstream gradients (bf16 values in f32, as seeds_for gives a bf16 output). Each
+// activation passes through a probe node that takes bf16 gradients and records the dtype of the
+// gradient the op returned for it.
+struct ActivationGradsRun {
+  std::vector<Tensor> grads;  // of every activation, then every weight, on the CPU (leaves: f32)
+  std::vector<DType> seen;    // per activation: the dtype of the gradient the op returned
+};
+ActivationGradsRun run_activation_grads(
+    const std::function<Tensor(const std::vector<Tensor>&, const std::vector<Tensor>&)>& f,
+    const std::vector<Tensor>& activations, const std::vector<Tensor>& weights, bool bf16_grads,
+    Device device);
+
 // The tiers of the intrinsic CPU kernels this CPU runs, portable first, up to AVX-512 (the
 // AVX512-BF16 tier only adds dot products that the bf16 attention tests cover on their own).
 std::vector<cpu::KernelIsa> cpu_kernel_tiers();

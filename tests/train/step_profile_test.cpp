@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "test_util.h"
+#include "titan/autograd/autograd.h"
 #include "titan/core/device_services.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/job_config.h"
@@ -60,6 +61,32 @@ TEST(StepProfile, MetaPeakMatchesACpuStepMoe) {
 }
 
 TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16)); }
+
+// bf16 activation gradients: on the CPU the ops round f32 gradients (more buffers, briefly), which
+// the meta device plans as well; planned for cuda, whose kernels write bf16 gradients themselves,
+// the step's peak is lower than with f32 activation gradients.
+TEST(StepProfile, Bf16ActivationGradientsArePlannedForEachDevice) {
+  {
+    autograd::Bf16ActivationGradientsScope on(true);
+    expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16));
+  }
+  // (A small vocabulary and a longer sequence: the activations and their gradients, not the
+  // parameters, the optimizer or the loss, set the peak.)
+  StepShape shape = small_step(DType::BF16);
+  shape.device = Device::CUDA;
+  shape.seq_len = 1024;
+  qwen3::ModelArgs args = small("debugmodel");
+  args.vocab_size = 2048;
+  const StepProfile f32_grads = profile_training_step(args, shape, Device::Meta);
+  autograd::Bf16ActivationGradientsScope on(true);
+  const StepProfile bf16_grads = profile_training_step(args, shape, Device::Meta);
+  EXPECT_LT(bf16_grads.peak, f32_grads.peak);
+  EXPECT_EQ(bf16_grads.flops, f32_grads.flops);
+  std::printf(
+      "cuda plan, debugmodel 2 layers, vocabulary 2048, 2 x 1024: peak %lld B with f32 activation gradients, "
+      "%lld B with bf16\n",
+      (long long)f32_grads.peak, (long long)bf16_grads.peak);
+}
 
 TEST(StepProfile, MetaPeakMatchesACpuStepWithCheckpointing) {
   StepShape s = small_step(DType::F32);

@@ -266,6 +266,9 @@ std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const 
         for (size_t i = 0; i < saved_inputs.size(); ++i) {
           Tensor t = saved_inputs[i].detach();
           t.set_requires_grad(input_requires[i]);
+          // Intermediates of the whole graph, not leaves: their gradients sum as the plain
+          // graph's would (in bf16 under bf16 activation gradients; a leaf's sum is f32).
+          if (input_requires[i]) t.autograd_meta()->is_leaf = false;
           local_inputs.push_back(t);
         }
         Tape local;

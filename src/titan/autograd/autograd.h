@@ -66,6 +66,19 @@ bool grad_enabled();
 // set once before a job's first forward (ops read it when they record).
 void set_bf16_activation_gradients(bool on);
 bool bf16_activation_gradients();
+// The setting for its scope (a training run's, a test's), the previous one after.
+class Bf16ActivationGradientsScope {
+ public:
+  explicit Bf16ActivationGradientsScope(bool on) : before_(bf16_activation_gradients()) {
+    set_bf16_activation_gradients(on);
+  }
+  ~Bf16ActivationGradientsScope() { set_bf16_activation_gradients(before_); }
+  Bf16ActivationGradientsScope(const Bf16ActivationGradientsScope&) = delete;
+  Bf16ActivationGradientsScope& operator=(const Bf16ActivationGradientsScope&) = delete;
+
+ private:
+  bool before_;
+};
 
 // Sets grad mode for its scope.
 class GradModeGuard {

@@ -12,9 +12,9 @@ namespace titan::ops {
 
 class ActivationGrads {
  public:
-  // For activations of `dtype`, under the current setting; `has_bf16_kernel`: the op's kernel has a
-  // bf16-gradient backward.
-  ActivationGrads(DType dtype, bool has_bf16_kernel);
+  // For the activation x, under the current setting; `has_bf16_kernel`: the op's kernel has a
+  // bf16-gradient backward (on the meta device: when it stands in for a device whose kernels do).
+  ActivationGrads(const Tensor& x, bool has_bf16_kernel);
   bool bf16() const { return bf16_; }             // what autograd::record's takes_bf16_grads says
   bool native() const { return native_; }         // the kernel's bf16-gradient backward runs
   DType kernel_dtype() const { return kernel_; }  // what the kernel reads dy in and writes dx in

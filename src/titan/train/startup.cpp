@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/check.h"
@@ -469,15 +468,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
-  // Process-wide, like the kernel rules: set by every job's start-up, on or off.
-  autograd::set_bf16_activation_gradients(job.bf16_activation_grads);
   if (job.bf16_activation_grads)
     say("training.activation_grad_dtype = \"bfloat16\": the gradients of bf16 activations are bf16 (rounded "
         "where "
         "an op writes them, summed in bf16), parameters' gradients f32%s",
         job.device == Device::CPU
-            ? "; the CPU kernels compute them in f32 and round them, so this saves memory, "
-              "not time"
+            ? "; the CPU kernels compute them in f32 and the ops round them: this saves "
+              "memory, and costs a conversion each way"
             : "");
   // Which GEMM code runs (the backend, OpenBLAS's core, oneDNN's ISA): TITAN_GEMM_F32,
   // OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA change it without changing anything above.

@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
 #include "titan/data/data_identity.h"
@@ -150,6 +151,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   // The inputs first: a missing dataset or a bad model config stops the run before it touches its
   // folders.
   ResolvedJob job = resolve_job(cfg, plan);
+  // Process-wide (ops read it as they record): this run's setting from here on, its memory check
+  // included, and the previous one once the run ends.
+  const autograd::Bf16ActivationGradientsScope activation_grads(job.bf16_activation_grads);
+
   // Locked before anything in the folders is read or written. The checkpoint folder has a lock of its
   // own: an absolute checkpoint.folder can be another run's, whatever the dump folders.
   const RunLock run_lock(cfg.job.dump_folder, "job.dump_folder", plan.rank());

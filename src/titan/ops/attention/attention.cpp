@@ -95,7 +95,7 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
                    at(v, c.first * kv_token), at(out, c.first * q_token), at(lse, c.first * s.Hq));
   if (autograd::needs_grad({&q_in, &k_in, &v_in})) {
     Tensor saved_out = out.detach();
-    const ActivationGrads act(q.dtype(), kernel.backward_bf16_grads != nullptr);
+    const ActivationGrads act(q, kernel.backward_bf16_grads != nullptr);
     autograd::record(
         "attention", {q_in, k_in, v_in}, {&out},
         [=, &kernel](const std::vector<Tensor>& g) {

@@ -1150,9 +1150,10 @@ void attention_bwd_tensor_cores(const KernelContext& ctx, const AttentionShape& 
 
 // =============================================================================================
 // cuDNN's fused attention (backend/cuda/cudnn_attention.h). cuDNN's backward reads dout and writes
-// dq, dk, dv in the dtype of q (bf16); the op's gradients are f32, so dout is rounded into a bf16
-// scratch copy and the three gradients widened back. The extra passes move 12 bytes per gradient
-// element, small next to the attention's S^2 work at training lengths.
+// dq, dk, dv in the dtype of q (bf16); the op's gradients are f32 unless the job has bf16 activation
+// gradients, so dout is rounded into a bf16 scratch copy and the three gradients widened back. The
+// extra passes move 12 bytes per gradient element, small next to the attention's S^2 work at
+// training lengths; with bf16 activation gradients they go (bwd_bf16_grads_cudnn_or_tensor_cores).
 namespace {
 SdpaShape sdpa_shape(const AttentionShape& s) { return {s.B, s.S, s.Hq, s.Hkv, s.D, s.scale}; }
 }  // namespace
@@ -1253,9 +1254,37 @@ void bwd_bf16_cudnn_or_tensor_cores(const KernelContext& ctx, const AttentionSha
     return bwd_bf16_tensor_cores_or_f32_math<attention_bwd_tensor_cores>(ctx, s, q, k, v, out, lse, dout, dq,
                                                                          dk, dv);
   attention_bwd_cudnn(ctx, s, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-                      static_cast<const bf16*>(v), static_cast<const bf16*>(out), static_cast<const float*>(lse),
-                      static_cast<const float*>(dout), static_cast<float*>(dq), static_cast<float*>(dk),
-                      static_cast<float*>(dv));
+                      static_cast<const bf16*>(v), static_cast<const bf16*>(out),
+                      static_cast<const float*>(lse), static_cast<const float*>(dout),
+                      static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+}
+// bf16 activation gradients: dout, dq, dk and dv in bf16, which is what cuDNN reads and writes (no
+// copies). Where cuDNN does not take the call, the WMMA pair runs on f32 copies and its gradients
+// are rounded once.
+void bwd_bf16_grads_cudnn_or_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const void* q,
+                                          const void* k, const void* v, const void* out, const void* lse,
+                                          const void* dout, void* dq, void* dk, void* dv) {
+  if (attention_cudnn_unsupported(s).empty()) {
+    bool aligned = true;
+    for (const void* p : {q, k, v, out, lse, dout, static_cast<const void*>(dq), static_cast<const void*>(dk),
+                          static_cast<const void*>(dv)})
+      aligned = aligned && aligned16(p);
+    if (aligned) {
+      check_dims(s, "backward");
+      return cudnn_attention_backward(ctx.stream, sdpa_shape(s), q, k, v, out, static_cast<const float*>(lse),
+                                      dout, dq, dk, dv);
+    }
+  }
+  const int64_t nq = int64_t(s.q_numel()), nkv = int64_t(s.kv_numel());
+  Scratch dout32(ctx, size_t(nq) * 4), dq32(ctx, size_t(nq) * 4), dk32(ctx, size_t(nkv) * 4),
+      dv32(ctx, size_t(nkv) * 4);
+  DeviceServices& dev = *ctx.services;
+  dev.convert(dout32.as<void>(), DType::F32, dout, DType::BF16, nq);
+  bwd_bf16_tensor_cores_or_f32_math<attention_bwd_tensor_cores>(
+      ctx, s, q, k, v, out, lse, dout32.as<void>(), dq32.as<void>(), dk32.as<void>(), dv32.as<void>());
+  dev.convert(dq, DType::BF16, dq32.as<void>(), DType::F32, nq);
+  dev.convert(dk, DType::BF16, dk32.as<void>(), DType::F32, nkv);
+  dev.convert(dv, DType::BF16, dv32.as<void>(), DType::F32, nkv);
 }
 
 const bool registered = kernels::register_kernels(
@@ -1282,7 +1311,8 @@ const bool cudnn_registered = kernels::register_kernels(
     {{DType::BF16, "cudnn",
       "cuDNN 9's fused flash attention through its backend graph API (head_dim a multiple of 8 up to 128, "
       "else the WMMA tensor-core kernels)",
-      ops::AttentionKernel{fwd_bf16_cudnn_or_tensor_cores, bwd_bf16_cudnn_or_tensor_cores}}},
+      ops::AttentionKernel{fwd_bf16_cudnn_or_tensor_cores, bwd_bf16_cudnn_or_tensor_cores,
+                           bwd_bf16_grads_cudnn_or_tensor_cores}}},
     [] {
       const std::string why = kernel_available();
       return why.empty() ? cudnn_attention_unavailable() : why;

@@ -14,16 +14,18 @@ double attention_pair_flops(const AttentionShape& s) {
 }
 // Standing in for CUDA (core/device_services.h, MetaStandIn), the backward holds what the default
 // CUDA kernels hold: the f32 row terms delta = rowsum(dO * O) [B, Hq, S].
+void backward_meta(const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*,
+                   const void*, const void*, const void*, void*, void*, void*) {
+  ctx.services->add_flops(4.0 * attention_pair_flops(s));
+  if (meta_stands_in_for() == Device::CUDA) {
+    const Scratch delta(ctx, sizeof(float) * size_t(s.B * s.Hq * s.S));
+  }
+}
+// (The bf16-gradient backward too: standing in for CUDA, whose kernels write bf16 gradients.)
 const AttentionKernel attention_meta{
     [](const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*, void*,
        void*) { ctx.services->add_flops(2.0 * attention_pair_flops(s)); },
-    [](const KernelContext& ctx, const AttentionShape& s, const void*, const void*, const void*, const void*,
-       const void*, const void*, void*, void*, void*) {
-      ctx.services->add_flops(4.0 * attention_pair_flops(s));
-      if (meta_stands_in_for() == Device::CUDA) {
-        const Scratch delta(ctx, sizeof(float) * size_t(s.B * s.Hq * s.S));
-      }
-    }};
+    backward_meta, backward_meta};
 
 const bool registered =
     kernels::register_meta_kernel("attention", {DType::F32, DType::BF16, DType::F64}, attention_meta);

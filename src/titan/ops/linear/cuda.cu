@@ -2,7 +2,8 @@
 //   forward  Y[M,N]  = X[M,K] W[N,K]^T
 //   backward dX[M,K] = dY[M,N] W[N,K]      dW[N,K] = dY^T[N,M] X[M,K]
 // f32: exact f32 GEMMs (TF32 off). bf16: bf16 tensor cores, Y rounded to bf16 once; the f32 upstream
-// gradient is rounded to bf16 once (as the CPU kernel and a bf16 autograd do), dX and dW are f32.
+// gradient is rounded to bf16 once (as the CPU kernel and a bf16 autograd do), dX and dW are f32;
+// with bf16 activation gradients dy comes in bf16 and dX goes out in bf16.
 #include "titan/backend/cuda/common.cuh"
 #include "titan/backend/cuda/gemm.h"
 #include "titan/kernels/registry.h"
@@ -44,11 +45,23 @@ void backward_bf16(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, co
   ctx.services->deallocate(dy16, bytes);  // stream-ordered: the GEMMs above run first
 }
 
+// bf16 activation gradients: dy is bf16 already (no copy), dx is written in bf16 by the GEMM (one
+// rounding of its f32 sum; in f32 when it adds into a parameter's buffer), dW in f32 as above.
+void backward_bf16_grads(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void* x,
+                         const void* w, const void* dy, const LinearGradients& g) {
+  if (g.dx && !(g.add_dx && N == 0))
+    cuda::gemm(false, false, M, K, N, 1.f, DType::BF16, dy, N, w, K, g.add_dx ? 1.f : 0.f,
+               g.add_dx ? DType::F32 : DType::BF16, g.dx, K, {}, ctx.stream);
+  if (g.dw && !(g.add_dw && M == 0))
+    cuda::gemm(true, false, N, K, M, 1.f, DType::BF16, dy, N, x, K, g.add_dw ? 1.f : 0.f, DType::F32, g.dw, K,
+               {}, ctx.stream);
+}
+
 const bool registered = kernels::register_kernels(
     "linear", Device::CUDA,
     {{DType::F32, "default", "CUDA: cuBLASLt f32 GEMM (TF32 off)", LinearKernel{forward_f32, backward_f32}},
      {DType::BF16, "default", "CUDA: cuBLASLt bf16 GEMM, f32 accumulation",
-      LinearKernel{forward_bf16, backward_bf16}}},
+      LinearKernel{forward_bf16, backward_bf16, backward_bf16_grads}}},
     cuda::kernel_available);
 
 }  // namespace

@@ -28,7 +28,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   if (autograd::needs_grad({&x_in, &w_in})) {
     const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
     const autograd::GradientSink x_sink(x_in), w_sink(w_in);
-    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    const ActivationGrads act(x, kernel.backward_bf16_grads != nullptr);
     autograd::record(
         "linear", {x_in, w_in}, {&y},
         [=, &kernel](const std::vector<Tensor>& g) {

@@ -23,10 +23,17 @@ void backward_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, co
   }
 }
 
+// bf16 activation gradients (CUDA's kernel): dy is bf16 already, no copy.
+void backward_bf16_grads_meta(const KernelContext& ctx, int64_t M, int64_t N, int64_t K, const void*,
+                              const void*, const void*, const LinearGradients& g) {
+  ctx.services->add_flops(2.0 * double(M) * double(N) * double(K) * ((g.dx ? 1 : 0) + (g.dw ? 1 : 0)));
+}
+
 const bool f32_registered = kernels::register_meta_kernel(
     "linear", {DType::F32}, LinearKernel{forward_meta, backward_meta<DType::F32>});
 const bool bf16_registered = kernels::register_meta_kernel(
-    "linear", {DType::BF16}, LinearKernel{forward_meta, backward_meta<DType::BF16>});
+    "linear", {DType::BF16},
+    LinearKernel{forward_meta, backward_meta<DType::BF16>, backward_bf16_grads_meta});
 const bool f64_registered = kernels::register_meta_kernel(
     "linear", {DType::F64}, LinearKernel{forward_meta, backward_meta<DType::F64>});
 

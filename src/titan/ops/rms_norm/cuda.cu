@@ -108,12 +108,13 @@ __global__ void __launch_bounds__(kMaxGroup)
 
 // Rows [blockIdx.x * rows_per_block, + rows_per_block): dx for each (when dx is not null) and, when
 // dw_partial is not null, the sum over these rows of dy * T(x * rstd) into dw_partial[blockIdx.x].
-template <class T, int kVec>
+// dy and dx are of the gradient element type Gr: float, or bf16 bits (bf16 activation gradients:
+// dy widened exactly, dx rounded once as it is stored).
+template <class T, class Gr, int kVec>
 __global__ void __launch_bounds__(kMaxGroup)
     rms_norm_backward_rows(int64_t R, int64_t D, int G, int64_t rows_per_block, const T* __restrict__ x,
-                           const T* __restrict__ w, const float* __restrict__ rstd,
-                           const float* __restrict__ dy, float* __restrict__ dx,
-                           float* __restrict__ dw_partial) {
+                           const T* __restrict__ w, const float* __restrict__ rstd, const Gr* __restrict__ dy,
+                           Gr* __restrict__ dx, float* __restrict__ dw_partial) {
   constexpr int kItems = kColumnsPerThread / kVec;
   __shared__ float scratch[32];
   __shared__ float group_dw[kMaxGroup * kColumnsPerThread];  // [groups, D]: groups * D <= block * 16
@@ -206,37 +207,38 @@ __global__ void rms_norm_forward_wide(int64_t R, int64_t D, float eps, const T* 
     store_f32(yr, d, __fmul_rn(load_f32(w, d), round_to<T>(__fmul_rn(load_f32(xr, d), rs))));
 }
 
-template <class T>
+template <class T, class Gr>
 __global__ void rms_norm_dx_wide(int64_t R, int64_t D, const T* x, const T* w, const float* rstd,
-                                 const float* dy, float* dx) {
+                                 const Gr* dy, Gr* dx) {
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= R) return;
   const T* xr = x + r * D;
-  const float* g = dy + r * D;
+  const Gr* g = dy + r * D;
   const float rs = rstd[r];
   float dot = 0.f;
-  for (int64_t d = lane; d < D; d += 32) dot += g[d] * load_f32(w, d) * (load_f32(xr, d) * rs);
+  for (int64_t d = lane; d < D; d += 32) dot += load_f32(g, d) * load_f32(w, d) * (load_f32(xr, d) * rs);
   const float mean = cuda::warp_sum(dot) / float(D);
   for (int64_t d = lane; d < D; d += 32) {
-    const float gw = __fmul_rn(g[d], load_f32(w, d));
+    const float gw = __fmul_rn(load_f32(g, d), load_f32(w, d));
     const float xm = __fmul_rn(__fmul_rn(load_f32(xr, d), rs), mean);
-    dx[r * D + d] = __fmul_rn(rs, __fsub_rn(gw, xm));
+    store_f32(dx, r * D + d, __fmul_rn(rs, __fsub_rn(gw, xm)));
   }
 }
 
 // partial[c, d] = sum over the rows of chunk c (rows_per_chunk consecutive rows) of
 // dy[r, d] * T(x[r, d] * rstd[r]); one thread per column, coalesced across the row.
-template <class T>
+template <class T, class Gr>
 __global__ void rms_norm_dw_partial_wide(int64_t R, int64_t D, int64_t rows_per_chunk, const T* x,
-                                         const float* rstd, const float* dy, float* partial) {
+                                         const float* rstd, const Gr* dy, float* partial) {
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t c = blockIdx.y;
   if (d >= D) return;
   const int64_t r0 = c * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
   float acc = 0.f;
   for (int64_t r = r0; r < r1; ++r)
-    acc = __fadd_rn(acc, __fmul_rn(dy[r * D + d], round_to<T>(__fmul_rn(load_f32(x + r * D, d), rstd[r]))));
+    acc = __fadd_rn(
+        acc, __fmul_rn(load_f32(dy, r * D + d), round_to<T>(__fmul_rn(load_f32(x + r * D, d), rstd[r]))));
   partial[c * D + d] = acc;
 }
 
@@ -300,35 +302,38 @@ void forward(const KernelContext& ctx, int64_t R, int64_t D, double eps, const v
   check_launch("rms_norm_forward_rows");
 }
 
-template <class T>
+// Gr: the gradient element type of dy and dx (float, or bf16 bits for bf16 activation gradients).
+template <class T, class Gr>
 void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w, const void* rstd,
               const void* dy, void* dx, void* dw) {
   if (!dx && !dw) return;
   if (R == 0) return dw ? ctx.services->fill(dw, D, DType::F32, 0.0) : void();
   cudaStream_t s = stream_of(ctx);
   const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w);
-  const float *rs = static_cast<const float*>(rstd), *g = static_cast<const float*>(dy);
+  const float* rs = static_cast<const float*>(rstd);
+  const Gr* g = static_cast<const Gr*>(dy);
+  Gr* dxg = static_cast<Gr*>(dx);
   if (D <= kMaxRowWidth) {
-    const RowGroups rg = row_groups(
-        D, vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {dy, sizeof(float)}, {dx, sizeof(float)}}));
+    const RowGroups rg =
+        row_groups(D, vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {dy, sizeof(Gr)}, {dx, sizeof(Gr)}}));
     const int64_t blocks_wanted = std::min<int64_t>((R + rg.groups() - 1) / rg.groups(), kBackwardBlocks);
     const int64_t rows_per_block = (R + blocks_wanted - 1) / blocks_wanted;
     const int64_t blocks = (R + rows_per_block - 1) / rows_per_block;
     const size_t bytes = dw ? size_t(blocks * D) * sizeof(float) : 0;
     float* partial = dw ? static_cast<float*>(ctx.services->allocate(bytes)) : nullptr;
     if (rg.vec == 4)
-      rms_norm_backward_rows<T, 4><<<unsigned(blocks), rg.block, 0, s>>>(
-          R, D, rg.G, rows_per_block, xt, wt, rs, g, static_cast<float*>(dx), partial);
+      rms_norm_backward_rows<T, Gr, 4>
+          <<<unsigned(blocks), rg.block, 0, s>>>(R, D, rg.G, rows_per_block, xt, wt, rs, g, dxg, partial);
     else
-      rms_norm_backward_rows<T, 1><<<unsigned(blocks), rg.block, 0, s>>>(
-          R, D, rg.G, rows_per_block, xt, wt, rs, g, static_cast<float*>(dx), partial);
+      rms_norm_backward_rows<T, Gr, 1>
+          <<<unsigned(blocks), rg.block, 0, s>>>(R, D, rg.G, rows_per_block, xt, wt, rs, g, dxg, partial);
     check_launch("rms_norm_backward_rows");
     if (dw) sum_partial_rows(ctx, blocks, D, partial, bytes, dw);
     return;
   }
   if (dx) {
-    rms_norm_dx_wide<T><<<unsigned((R + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0, s>>>(
-        R, D, xt, wt, rs, g, static_cast<float*>(dx));
+    rms_norm_dx_wide<T, Gr>
+        <<<unsigned((R + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0, s>>>(R, D, xt, wt, rs, g, dxg);
     check_launch("rms_norm_dx_wide");
   }
   if (dw) {
@@ -338,17 +343,26 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
     const int64_t rows_per_chunk = (R + chunks - 1) / chunks;
     const size_t bytes = size_t(chunks * D) * sizeof(float);
     float* partial = static_cast<float*>(ctx.services->allocate(bytes));
-    rms_norm_dw_partial_wide<T><<<dim3(unsigned(col_blocks), unsigned(chunks)), kThreads, 0, s>>>(
+    rms_norm_dw_partial_wide<T, Gr><<<dim3(unsigned(col_blocks), unsigned(chunks)), kThreads, 0, s>>>(
         R, D, rows_per_chunk, xt, rs, g, partial);
     check_launch("rms_norm_dw_partial_wide");
     sum_partial_rows(ctx, chunks, D, partial, bytes, dw);
   }
 }
 
+// The bf16-gradient backward of the bf16 kernel (none for f32).
+template <class T>
+constexpr decltype(RmsNormKernel::backward_bf16_grads) bf16_grads_backward() {
+  if constexpr (sizeof(T) == 2)
+    return &backward<T, uint16_t>;
+  else
+    return nullptr;
+}
+
 const bool registered = cuda::register_float_kernels(
     "rms_norm", "CUDA: a row per thread group in registers, f32 statistics; dx and dw in one pass",
     "CUDA: a row per thread group in registers, f32 statistics, bf16 rounding as transformers",
-    TITAN_FLOAT_KERNEL(RmsNormKernel, forward<T>, backward<T>));
+    TITAN_FLOAT_KERNEL(RmsNormKernel, forward<T>, backward<T, float>, bf16_grads_backward<T>()));
 
 }  // namespace
 }  // namespace titan::ops

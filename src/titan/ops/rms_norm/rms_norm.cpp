@@ -30,13 +30,14 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double eps) {
   kernel.forward(ctx, R, D, eps, x.raw_data(), w.raw_data(), y.raw_data(), rstd.raw_data());
   if (autograd::needs_grad({&x_in, &w_in})) {
     const bool need_dx = x_in.requires_grad(), need_dw = w_in.requires_grad();
-    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    const ActivationGrads act(x, kernel.backward_bf16_grads != nullptr);
     autograd::record(
         "rms_norm", {x_in, w_in}, {&y},
         [=, &kernel](const std::vector<Tensor>& g) {
           if (!g[0].defined())
-            return std::vector<Tensor>{need_dx ? Tensor::zeros(x.shape(), gd, x.device()) : Tensor(),
-                                       need_dw ? Tensor::zeros(w.shape(), gd, x.device()) : Tensor()};
+            return std::vector<Tensor>{
+                need_dx ? act.returned(Tensor::zeros(x.shape(), gd, x.device())) : Tensor(),
+                need_dw ? Tensor::zeros(w.shape(), gd, x.device()) : Tensor()};
           Tensor dy = act.upstream(g[0]);
           Tensor dx = need_dx ? Tensor::empty(x.shape(), act.kernel_dtype(), x.device()) : Tensor();
           Tensor dw = need_dw ? Tensor::empty(w.shape(), gd, x.device()) : Tensor();

@@ -50,16 +50,18 @@ DeviceTable device_table(const KernelContext& ctx, const RopeTable& table) {
 }
 
 // Each pair (x1, x2) = (x[j], x[j + D/2]) becomes (x1 c - x2 s, x2 c + x1 s), each product rounded to
-// Elem as torch does. The backward (kTranspose) is the transpose rotation, s -> -s, of f32 gradients
-// (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s come out as if
-// written directly.
+// Elem as torch does. The backward (kTranspose) is the transpose rotation, s -> -s, of the gradients
+// in f32 (Elem = float: no rounding); negating s is exact, so x1 c + x2 s and x2 c - x1 s come out as
+// if written directly. x and y are stored as Store: Elem, or bf16 bits for bf16 activation
+// gradients (dy widened exactly, dx rounded once as it is stored: bit for bit the f32 gradient
+// rounded, as the CPU's).
 // Threads: x over the pair vectors j (kVec consecutive pairs, one 4-, 8- or 16-byte access), y over
 // tokens; each thread reads its cos/sin once per token and rotates that vector in every head, so
 // the table is read once per token instead of once per head, with no 64-bit divisions.
-template <class T, class Elem, bool kTranspose, int kVec>
+template <class T, class Elem, class Store, bool kTranspose, int kVec>
 __global__ void rope_rotate_kernel(int64_t tokens, int64_t H, int64_t D, const int64_t* __restrict__ pos,
                                    const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-                                   const Elem* __restrict__ x, Elem* __restrict__ y) {
+                                   const Store* __restrict__ x, Store* __restrict__ y) {
   const int64_t half = D / 2, vectors = half / kVec;
   for (int64_t token = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; token < tokens;
        token += int64_t(gridDim.x) * blockDim.y) {
@@ -92,9 +94,9 @@ __global__ void rope_rotate_kernel(int64_t tokens, int64_t H, int64_t D, const i
   }
 }
 
-template <class T, class Elem, bool kTranspose, int kVec>
+template <class T, class Elem, class Store, bool kTranspose, int kVec>
 void launch_rotate(const KernelContext& ctx, int64_t tokens, int64_t H, int64_t D, const int64_t* pos,
-                   const DeviceTable& t, const Elem* x, Elem* y) {
+                   const DeviceTable& t, const Store* x, Store* y) {
   // A token's pair vectors on a power-of-two run of threads (head_dim 128 in vectors of 4: 16
   // threads, 16 tokens a block of 256).
   const int64_t vectors = D / 2 / kVec;
@@ -102,39 +104,49 @@ void launch_rotate(const KernelContext& ctx, int64_t tokens, int64_t H, int64_t 
   while (pair_threads < unsigned(kThreads) && pair_threads < vectors) pair_threads *= 2;
   const dim3 block(pair_threads, unsigned(kThreads) / pair_threads);
   const unsigned blocks = unsigned(std::min<int64_t>((tokens + block.y - 1) / block.y, 65536));
-  rope_rotate_kernel<T, Elem, kTranspose, kVec>
+  rope_rotate_kernel<T, Elem, Store, kTranspose, kVec>
       <<<blocks, block, 0, stream_of(ctx)>>>(tokens, H, D, pos, t.cos, t.sin, x, y);
   check_launch(kTranspose ? "rope_backward_kernel" : "rope_forward_kernel");
 }
 
-// The forward (x, y of T) or the backward (dy, dx in f32).
-template <class T, bool kBackward>
+// The forward (x, y of T) or the backward (dy, dx in f32, or stored as Store).
+template <class T, bool kBackward, class Store = std::conditional_t<kBackward, float, T>>
 void rotate(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D, const int64_t* pos,
             const RopeTable& table, const void* x, void* y) {
   using Elem = std::conditional_t<kBackward, float, T>;
   const int64_t tokens = B * S, half = D / 2;
   if (tokens == 0 || H == 0 || half == 0) return;
   const DeviceTable t = device_table(ctx, table);
-  const Elem* xe = static_cast<const Elem*>(x);
-  Elem* ye = static_cast<Elem*>(y);
+  const Store* xe = static_cast<const Store*>(x);
+  Store* ye = static_cast<Store*>(y);
   // Vectors of 4 or 2 pairs where half divides and every row start is aligned (the table's rows
   // start at multiples of half; its buffers come from the allocator, aligned).
   auto fits = [&](int vec) {
-    return half % vec == 0 && vector_aligned(x, vec, sizeof(Elem)) && vector_aligned(y, vec, sizeof(Elem)) &&
-           vector_aligned(t.cos, vec, sizeof(float)) && vector_aligned(t.sin, vec, sizeof(float));
+    return half % vec == 0 && vector_aligned(x, vec, sizeof(Store)) &&
+           vector_aligned(y, vec, sizeof(Store)) && vector_aligned(t.cos, vec, sizeof(float)) &&
+           vector_aligned(t.sin, vec, sizeof(float));
   };
   if (fits(4))
-    launch_rotate<T, Elem, kBackward, 4>(ctx, tokens, H, D, pos, t, xe, ye);
+    launch_rotate<T, Elem, Store, kBackward, 4>(ctx, tokens, H, D, pos, t, xe, ye);
   else if (fits(2))
-    launch_rotate<T, Elem, kBackward, 2>(ctx, tokens, H, D, pos, t, xe, ye);
+    launch_rotate<T, Elem, Store, kBackward, 2>(ctx, tokens, H, D, pos, t, xe, ye);
   else
-    launch_rotate<T, Elem, kBackward, 1>(ctx, tokens, H, D, pos, t, xe, ye);
+    launch_rotate<T, Elem, Store, kBackward, 1>(ctx, tokens, H, D, pos, t, xe, ye);
+}
+
+// The bf16-gradient backward of the bf16 kernel (none for f32).
+template <class T>
+constexpr decltype(RopeKernel::backward_bf16_grads) bf16_grads_backward() {
+  if constexpr (sizeof(T) == 2)
+    return &rotate<T, true, uint16_t>;
+  else
+    return nullptr;
 }
 
 const bool registered = cuda::register_float_kernels(
     "rope", "CUDA: thread per pair vector across a token's heads, device copy of the shared cos/sin table",
     "CUDA: thread per pair vector across a token's heads, device cos/sin table, bf16 arithmetic as torch",
-    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true));
+    TITAN_FLOAT_KERNEL(RopeKernel, rotate<T, false>, rotate<T, true>, true, bf16_grads_backward<T>()));
 
 }  // namespace
 }  // namespace titan::ops

@@ -145,11 +145,11 @@ Tensor rope(const Tensor& x_in, const RopePositions& positions, double theta) {
   if (autograd::needs_grad({&x_in})) {
     const DType gd = grad_dtype(x.dtype());
     const Shape shape = x.shape();
-    const ActivationGrads act(x.dtype(), kernel.backward_bf16_grads != nullptr);
+    const ActivationGrads act(x, kernel.backward_bf16_grads != nullptr);
     autograd::record(
         "rope", {x_in}, {&y},
         [=, &kernel](const std::vector<Tensor>& g) {
-          if (!g[0].defined()) return std::vector<Tensor>{Tensor::zeros(shape, gd, x.device())};
+          if (!g[0].defined()) return std::vector<Tensor>{act.returned(Tensor::zeros(shape, gd, x.device()))};
           Tensor dy = act.upstream(g[0]);
           Tensor dx = Tensor::empty(shape, act.kernel_dtype(), x.device());
           (act.native() ? kernel.backward_bf16_grads : kernel.backward)(ctx, B, S, H, D, pos.data<int64_t>(),

@@ -97,7 +97,7 @@ struct RopeKernel {
                    const void* dy, void* dx);
   bool needs_table = true;
   // bf16 activation gradients (ops/activation_grads.h), bf16 kernels only, null where the kernel
-  // has none: the backward with dy and dx in bf16 (each product rounded to bf16, as the forward).
+  // has none: the backward with dy and dx in bf16 (computed in f32, dx rounded once as stored).
   void (*backward_bf16_grads)(const KernelContext& ctx, int64_t B, int64_t S, int64_t H, int64_t D,
                               const int64_t* pos, const RopeTable& table, const void* dy, void* dx) = nullptr;
 };

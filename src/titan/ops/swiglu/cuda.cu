@@ -31,10 +31,12 @@ __global__ void swiglu_forward_kernel(int64_t vectors, const T* __restrict__ gat
   }
 }
 
-template <class T, int kVec>
+// Gr: the gradient element type of dy, dgate and dup (float, or bf16 bits for bf16 activation
+// gradients: dy widened exactly, dgate and dup rounded once as they are stored).
+template <class T, class Gr, int kVec>
 __global__ void swiglu_backward_kernel(int64_t vectors, const T* __restrict__ gate, const T* __restrict__ up,
-                                       const float* __restrict__ dy, float* __restrict__ dgate,
-                                       float* __restrict__ dup) {
+                                       const Gr* __restrict__ dy, Gr* __restrict__ dgate,
+                                       Gr* __restrict__ dup) {
 #pragma unroll 2
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < vectors;
        v += int64_t(gridDim.x) * blockDim.x) {
@@ -77,24 +79,35 @@ void forward(const KernelContext& ctx, int64_t n, const void* gate, const void* 
                        static_cast<T*>(out));
 }
 
-template <class T>
-void backward(const KernelContext& ctx, int64_t n, const void* gate, const void* up, const void* dy, void* dgate,
-              void* dup) {
+template <class T, class Gr>
+void backward(const KernelContext& ctx, int64_t n, const void* gate, const void* up, const void* dy,
+              void* dgate, void* dup) {
   if (n == 0 || (!dgate && !dup)) return;
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
-  const float* d = static_cast<const float*>(dy);
-  float *dg = static_cast<float*>(dgate), *du = static_cast<float*>(dup);
-  if (vectors_of_4(n, {{gate, sizeof(T)}, {up, sizeof(T)}, {dy, 4}, {dgate, 4}, {dup, 4}}))
-    launch_grid_stride(ctx, "swiglu_backward_kernel", n / 4, swiglu_backward_kernel<T, 4>, n / 4, g, u, d, dg,
-                       du);
+  const Gr* d = static_cast<const Gr*>(dy);
+  Gr *dg = static_cast<Gr*>(dgate), *du = static_cast<Gr*>(dup);
+  constexpr size_t kGr = sizeof(Gr);
+  if (vectors_of_4(n, {{gate, sizeof(T)}, {up, sizeof(T)}, {dy, kGr}, {dgate, kGr}, {dup, kGr}}))
+    launch_grid_stride(ctx, "swiglu_backward_kernel", n / 4, swiglu_backward_kernel<T, Gr, 4>, n / 4, g, u, d,
+                       dg, du);
   else
-    launch_grid_stride(ctx, "swiglu_backward_kernel", n, swiglu_backward_kernel<T, 1>, n, g, u, d, dg, du);
+    launch_grid_stride(ctx, "swiglu_backward_kernel", n, swiglu_backward_kernel<T, Gr, 1>, n, g, u, d, dg,
+                       du);
+}
+
+// The bf16-gradient backward of the bf16 kernel (none for f32).
+template <class T>
+constexpr decltype(SwigluKernel::backward_bf16_grads) bf16_grads_backward() {
+  if constexpr (sizeof(T) == 2)
+    return &backward<T, uint16_t>;
+  else
+    return nullptr;
 }
 
 const bool registered = cuda::register_float_kernels(
     "swiglu", "CUDA: elementwise grid-stride loop over 4-element vectors, f32 expf",
     "CUDA: elementwise loop in f32, rounded after silu and after the product",
-    TITAN_FLOAT_KERNEL(SwigluKernel, forward<T>, backward<T>));
+    TITAN_FLOAT_KERNEL(SwigluKernel, forward<T>, backward<T, float>, bf16_grads_backward<T>()));
 
 }  // namespace
 }  // namespace titan::ops

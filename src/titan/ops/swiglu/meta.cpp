@@ -6,9 +6,11 @@
 namespace titan::ops {
 namespace {
 
-const SwigluKernel swiglu_meta{
-    [](const KernelContext&, int64_t, const void*, const void*, void*) {},
-    [](const KernelContext&, int64_t, const void*, const void*, const void*, void*, void*) {}};
+void backward_meta(const KernelContext&, int64_t, const void*, const void*, const void*, void*, void*) {}
+
+// (The bf16-gradient backward too: standing in for CUDA, whose kernels write bf16 gradients.)
+const SwigluKernel swiglu_meta{[](const KernelContext&, int64_t, const void*, const void*, void*) {},
+                               backward_meta, backward_meta};
 
 const bool registered =
     kernels::register_meta_kernel("swiglu", {DType::F32, DType::BF16, DType::F64}, swiglu_meta);

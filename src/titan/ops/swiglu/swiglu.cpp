@@ -27,14 +27,15 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   if (autograd::needs_grad({&gate_in, &up_in})) {
     const bool need_dg = gate_in.requires_grad(), need_du = up_in.requires_grad();
     const DType gd = grad_dtype(gate.dtype());
-    const ActivationGrads act(gate.dtype(), kernel.backward_bf16_grads != nullptr);
+    const ActivationGrads act(gate, kernel.backward_bf16_grads != nullptr);
     autograd::record(
         "swiglu", {gate_in, up_in}, {&out},
         [=, &kernel](const std::vector<Tensor>& g) {
           const Shape& shape = gate.shape();
           if (!g[0].defined())
-            return std::vector<Tensor>{need_dg ? Tensor::zeros(shape, gd, gate.device()) : Tensor(),
-                                       need_du ? Tensor::zeros(shape, gd, gate.device()) : Tensor()};
+            return std::vector<Tensor>{
+                need_dg ? act.returned(Tensor::zeros(shape, gd, gate.device())) : Tensor(),
+                need_du ? act.returned(Tensor::zeros(shape, gd, gate.device())) : Tensor()};
           Tensor dy = act.upstream(g[0]);
           Tensor dg = need_dg ? Tensor::empty(shape, act.kernel_dtype(), gate.device()) : Tensor();
           Tensor du = need_du ? Tensor::empty(shape, act.kernel_dtype(), gate.device()) : Tensor();
