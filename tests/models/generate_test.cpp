@@ -807,6 +807,27 @@ TEST(Sampler, NoRepeatedNgramBansTheIdsThatWouldRepeatOne) {
   EXPECT_THROW(pick_next_token(logits, o, rng, {}, std::vector<int64_t>{0, 1, 2, 3}), Error);  // all banned
 }
 
+// A length boost so large that every other id's probability underflows to 0 (2.5^9 times the stop
+// id's logit, far above the rest): the distribution is that id alone, as transformers' softmax leaves
+// it (a case the random comparison below met once in some fifty runs, listing the zeros).
+TEST(Sampler, IdsWhoseProbabilityUnderflowsAreNotCandidates) {
+  std::vector<float> logits(40, 0.f);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(int(i % 9) - 4) * 0.5f;
+  logits[0] = 1.7f;
+  SamplingOptions o;
+  o.temperature = 1;
+  o.length_decay_start = 2;
+  o.length_decay_factor = 2.5;
+  const StepMasks steps({}, {0}, o, int64_t(logits.size()), 13);
+  const std::vector<int64_t> sequence = {1, 1, 5, 7, 0, 5, 1, 1, 6, 5, 7, 5};
+  const StepForcing forcing = steps.forcing(1, 11);
+  ASSERT_GT(forcing.boost, 3000);
+  const auto got = next_token_distribution(logits, o, steps.at(1, 11), sequence, forcing);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, 0);
+  EXPECT_EQ(got[0].second, 1.0);
+}
+
 // The distribution the sampler draws from against transformers' processors and warpers (sequence
 // bias, repetition penalty, no repeated n-gram, bad words, forced bos / eos ids, the exponential
 // length decay, suppressed tokens, temperature, top-k, top-p, min-p, typical-p, in transformers'

@@ -690,8 +690,11 @@ std::vector<std::pair<int64_t, double>> warped_distribution(const Candidates& ca
     cut_below(std::min(o.eta_cutoff, std::sqrt(o.eta_cutoff) * std::exp(-entropy)));
   }
   const double kept = std::accumulate(p.begin(), p.end(), 0.0);
-  std::vector<std::pair<int64_t, double>> out(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = {ids[i], p[i] / kept};
+  // (An id whose probability underflows to 0, far below the top one, cannot be drawn: left out.)
+  std::vector<std::pair<int64_t, double>> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (p[i] > 0) out.emplace_back(ids[i], p[i] / kept);
   return out;
 }
 

@@ -169,8 +169,8 @@ struct StepForcing {
   double boost = 0;                  // 0: none
 };
 
-// The ids the next token may be and their probabilities (summing to 1, most likely first, a tie
-// lower id first), from one row of logits as transformers' processors and warpers shape them, in
+// The ids the next token may be and their probabilities (above 0, summing to 1, most likely first, a
+// tie lower id first), from one row of logits as transformers' processors and warpers shape them, in
 // its order: sequence bias, repetition penalty, no repeated n-gram, bad words, forced ids, the
 // stop ids' length boost, suppressed ids, then (sampling) temperature, top-k, top-p, min-p,
 // typical-p, epsilon, eta. Greedy (temperature 0): the one most likely id. `allowed` (empty: every
