@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "titan/backend/cuda/cuda_services.h"
 #include "titan/core/check.h"
@@ -94,6 +96,14 @@ __device__ inline void store_vec(uint16_t* p, int64_t v, const float (&in)[kVec]
 // Whether `p` (or null) may be read kVec elements of `elem_bytes` at a time.
 inline bool vector_aligned(const void* p, int vec, size_t elem_bytes) {
   return reinterpret_cast<uintptr_t>(p) % (size_t(vec) * elem_bytes) == 0;
+}
+// Whether runs of n elements (n a multiple of 4) at every pointer (with its element size) may be
+// read and written 4 elements at a time.
+inline bool vectors_of_4(int64_t n, std::initializer_list<std::pair<const void*, size_t>> pointers) {
+  if (n % 4 != 0) return false;
+  for (const auto& [p, elem_bytes] : pointers)
+    if (!vector_aligned(p, 4, elem_bytes)) return false;
+  return true;
 }
 
 // Rounds v to the element type T and widens it back (the T(...) of the CPU reference kernels).

@@ -55,8 +55,8 @@ struct RowGroups {
   int groups() const { return block / G; }
 };
 
-RowGroups row_groups(int64_t D, bool vectors_of_4) {
-  const int vec = vectors_of_4 ? 4 : 1;
+RowGroups row_groups(int64_t D, bool by_4) {
+  const int vec = by_4 ? 4 : 1;
   const int64_t vectors = D / vec, per_thread = kColumnsPerThread / vec;
   int G = 1;
   while (int64_t(G) * per_thread < vectors) G *= 2;
@@ -270,14 +270,6 @@ void sum_partial_rows(const KernelContext& ctx, int64_t chunks, int64_t D, float
                                                                                      static_cast<float*>(dw));
   check_launch("sum_columns_kernel");
   ctx.services->deallocate(partial, bytes);  // stream-ordered: reused only by later work
-}
-
-// Whether the row-group kernels may read every pointer 4 elements at a time.
-bool vectors_of_4(int64_t D, std::initializer_list<std::pair<const void*, size_t>> pointers) {
-  if (D % 4 != 0) return false;
-  for (const auto& [p, elem_bytes] : pointers)
-    if (!vector_aligned(p, 4, elem_bytes)) return false;
-  return true;
 }
 
 template <class T>

@@ -60,13 +60,6 @@ __global__ void swiglu_backward_kernel(int64_t vectors, const T* __restrict__ ga
   }
 }
 
-bool vectors_of_4(int64_t n, std::initializer_list<std::pair<const void*, size_t>> pointers) {
-  if (n % 4 != 0) return false;
-  for (const auto& [p, elem_bytes] : pointers)
-    if (!vector_aligned(p, 4, elem_bytes)) return false;
-  return true;
-}
-
 template <class T>
 void forward(const KernelContext& ctx, int64_t n, const void* gate, const void* up, void* out) {
   if (n == 0) return;
