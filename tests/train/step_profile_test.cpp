@@ -66,10 +66,9 @@ TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("
 // the meta device plans as well; planned for cuda, whose kernels write bf16 gradients themselves,
 // the step's peak is lower than with f32 activation gradients.
 TEST(StepProfile, Bf16ActivationGradientsArePlannedForEachDevice) {
-  {
-    autograd::Bf16ActivationGradientsScope on(true);
-    expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16));
-  }
+  StepShape cpu_shape = small_step(DType::BF16);
+  cpu_shape.bf16_activation_grads = true;
+  expect_meta_matches_cpu(small("debugmodel"), cpu_shape);
   // (A small vocabulary and a longer sequence: the activations and their gradients, not the
   // parameters, the optimizer or the loss, set the peak.)
   StepShape shape = small_step(DType::BF16);
@@ -78,8 +77,9 @@ TEST(StepProfile, Bf16ActivationGradientsArePlannedForEachDevice) {
   qwen3::ModelArgs args = small("debugmodel");
   args.vocab_size = 2048;
   const StepProfile f32_grads = profile_training_step(args, shape, Device::Meta);
-  autograd::Bf16ActivationGradientsScope on(true);
+  shape.bf16_activation_grads = true;
   const StepProfile bf16_grads = profile_training_step(args, shape, Device::Meta);
+  EXPECT_FALSE(autograd::bf16_activation_gradients()) << "the setting ended with the profile";
   EXPECT_LT(bf16_grads.peak, f32_grads.peak);
   EXPECT_EQ(bf16_grads.flops, f32_grads.flops);
   std::printf(

@@ -26,6 +26,7 @@
 namespace titan::train {
 
 StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape& shape, Device device) {
+  const autograd::Bf16ActivationGradientsScope activation_grads(shape.bf16_activation_grads);
   TITAN_CHECK(shape.local_batch >= 1 && shape.seq_len >= 1 && shape.grad_accumulation >= 1,
               "step profile: batch, seq_len and gradient accumulation must be >= 1, got ", shape.local_batch, ", ",
               shape.seq_len, ", ", shape.grad_accumulation);
@@ -157,6 +158,7 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.keep_logits_bytes = loss_logits_budget(job.device);
   s.device = job.device;
   s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();
+  s.bf16_activation_grads = job.bf16_activation_grads;
   return s;
 }
 
@@ -172,6 +174,8 @@ PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_sh
   job.seq_len = c.training.seq_len;
   job.accumulation_steps = accumulation_steps(c, dp_replicate * dp_shard);
   job.reduce_dtype = resolve_reduce_dtype(c, dp_shard);
+  job.bf16_activation_grads =
+      c.training.activation_grad_dtype == "bfloat16" && job.compute_dtype == DType::BF16;
   PlannedStep planned{job.args, step_shape(c, job)};
   planned.shape.dp_replicate = dp_replicate;
   planned.shape.dp_shard = dp_shard;

@@ -37,6 +37,8 @@ struct StepShape {
   // checkpoint.async_mode: a save in the background writes from a host copy of this rank's weights
   // and moments, held beside the steps that follow it (on a CPU job, the same memory as the step's).
   bool async_checkpoint = false;
+  // training.activation_grad_dtype = "bfloat16": the step runs with bf16 activation gradients.
+  bool bf16_activation_grads = false;
 };
 
 // What a training step lets the fused loss keep of its [tokens, vocabulary] logits from forward to
