@@ -390,13 +390,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExpertsMma,
                                             ::testing::Values(8, 72), ::testing::Values(4, 40),
                                             ::testing::Values(3, 8, 40), ::testing::Values(1, 2)));
 // bf16 GEMMs spanning several 128-column tiles and 32-deep K steps (D and F multiples of 8, not of
-// the tile sizes), experts holding several 64-row tiles.
+// the tile sizes; more K steps than mma_sync's four pipeline stages), experts holding several
+// 64-row tiles, and at T 1000 several 128-row tiles (and weight-gradient reductions of 20+ steps).
 INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExperts,
                          ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300),
                                             ::testing::Values(264), ::testing::Values(136),
                                             ::testing::Values(3, 8), ::testing::Values(2)));
 INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMma,
-                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300),
+                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300, 1000),
                                             ::testing::Values(264), ::testing::Values(136),
                                             ::testing::Values(3, 8), ::testing::Values(2)));
 

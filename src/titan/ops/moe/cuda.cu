@@ -7,11 +7,12 @@
 // per-expert row offsets (and per-expert GEMM tile offsets), and a stable rank (one block per
 // expert walks the indices in order with ballots) give the routing order. The expert GEMMs are
 // grouped GEMMs that read those device offsets: each block of the "rows" kernel maps its blockIdx
-// to (expert, 64-row tile) through the tile offsets and gathers its A rows through the routing
+// to (expert, row tile) through the tile offsets and gathers its A rows through the routing
 // order; the weight-gradient kernel runs one block column per expert over that expert's rows.
-// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation; the backward's f32 operands
-// rounded to bf16 as they are staged; or, in the "mma_sync" variant, raw mma.sync with cp.async
-// double buffering); f32 models on f32-FMA tiles (exact f32 products). The
+// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation, or in the "mma_sync" variant
+// raw mma.sync on 128 x 128 tiles with a four-stage cp.async pipeline), every operand bf16: the
+// backward stores dy * w, dg and du rounded, as a bf16 autograd holds them; f32 models on f32-FMA
+// tiles (exact f32 products). The
 // elementwise steps round to the storage type exactly where the reference kernels in ops/moe.cpp do.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -218,16 +219,21 @@ __global__ void aux_bwd_kernel(int64_t T_, int64_t E, double scale, const int64_
 
 // =============================================================================================
 // Routing order.
-constexpr int kRowTile = 64;  // rows per grouped-GEMM tile
+constexpr int kRowTile = 64;       // rows per tile of the f32 and WMMA grouped GEMMs
+constexpr int kWideRowTile = 128;  // of the mma.sync ones
 
-// One thread: offsets[e+1] = offsets[e] + counts[e]; tiles[e+1] = tiles[e] + ceil(counts[e] / 64).
-__global__ void scan_kernel(int64_t E, const unsigned long long* counts, int64_t* offsets, int* tiles) {
+// One thread: offsets[e+1] = offsets[e] + counts[e]; tiles[e+1] = tiles[e] + ceil(counts[e] / 64)
+// and wide_tiles the same with 128-row tiles.
+__global__ void scan_kernel(int64_t E, const unsigned long long* counts, int64_t* offsets, int* tiles,
+                            int* wide_tiles) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   offsets[0] = 0;
   tiles[0] = 0;
+  wide_tiles[0] = 0;
   for (int64_t e = 0; e < E; ++e) {
     offsets[e + 1] = offsets[e] + int64_t(counts[e]);
     tiles[e + 1] = tiles[e] + int((counts[e] + kRowTile - 1) / kRowTile);
+    wide_tiles[e + 1] = wide_tiles[e] + int((counts[e] + kWideRowTile - 1) / kWideRowTile);
   }
 }
 
@@ -260,18 +266,25 @@ __global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const 
   }
 }
 
-// Everything the expert kernels need to know about the routing, on the device.
+// Everything the expert kernels need to know about the routing, on the device. tiles holds the
+// prefix sums of the experts' row tiles of 64 rows (E + 1 ints), then of 128 rows (E + 1 more).
 struct Routing {
   Scratch order, pos, offsets, tiles;
   Routing(const KernelContext& ctx, const MoeExpertDims& d)
       : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
-        tiles(ctx, sizeof(int) * size_t(d.E + 1)) {}
+        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))) {}
+  const int* row_tiles(int rows_per_tile, int64_t E) const {
+    return tiles.as<int>() + (rows_per_tile == kRowTile ? 0 : E + 1);
+  }
   // Upper bound of the row tiles over all experts (grid size of the rows GEMM).
-  static int64_t max_tiles(const MoeExpertDims& d) { return (d.T * d.k + kRowTile - 1) / kRowTile + d.E; }
+  static int64_t max_tiles(const MoeExpertDims& d, int rows_per_tile) {
+    return (d.T * d.k + rows_per_tile - 1) / rows_per_tile + d.E;
+  }
 };
 
+// tiles: 2 (E + 1) ints, as Routing::tiles.
 void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices, int64_t* order,
                    int64_t* pos, int64_t* offsets, int* tiles) {
   const int64_t n = d.T * d.k;
@@ -285,7 +298,7 @@ void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64
     count_kernel<<<grid_for(n), 256, 0, stream>>>(n, d.E, indices, true, counts.as<unsigned long long>());
     check_launch("moe (cuda): expert histogram");
   }
-  scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles);
+  scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles, tiles + d.E + 1);
   check_launch("moe (cuda): routing scan");
   if (n > 0) {
     rank_kernel<<<unsigned(d.E), 1024, 0, stream>>>(n, d.E, indices, offsets, order, pos);
@@ -300,12 +313,14 @@ constexpr int kTileN = 64, kTileK = 16, kGemmThreads = 256;
 enum class Epilogue { kStoreRounded, kAdd };
 
 // Block `tile` of a grouped row GEMM: the expert e whose row tiles hold it, tiles[e] <= tile <
-// tiles[e + 1] (tiles[] is the exclusive prefix sum of the experts' row-tile counts; found by
-// binary search), and the tile's rows [r0, r_end) (r_end: the end of expert e's rows).
+// tiles[e + 1] (tiles[] is the exclusive prefix sum of the experts' counts of row tiles of
+// rows_per_tile rows; found by binary search), and the tile's rows [r0, r_end) (r_end: the end of
+// expert e's rows).
 struct RowTile {
   int64_t e, r0, r_end;
 };
-__device__ inline RowTile row_tile_of(const int* tiles, const int64_t* offsets, int64_t E, int tile) {
+__device__ inline RowTile row_tile_of(const int* tiles, const int64_t* offsets, int64_t E, int tile,
+                                      int rows_per_tile) {
   int64_t lo = 0, hi = E;
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
@@ -314,7 +329,7 @@ __device__ inline RowTile row_tile_of(const int* tiles, const int64_t* offsets, 
     else
       hi = mid;
   }
-  return {lo, offsets[lo] + int64_t(tile - tiles[lo]) * kRowTile, offsets[lo + 1]};
+  return {lo, offsets[lo] + int64_t(tile - tiles[lo]) * rows_per_tile, offsets[lo + 1]};
 }
 
 // For each expert e and its rows r in [offsets[e], offsets[e+1]):
@@ -345,18 +360,18 @@ __device__ __forceinline__ void stage_f32_tile(float (&S)[kTileK][kCols + 4], Lo
   }
 }
 
-template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
+template <class T, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_rows_gemm(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
-                      int64_t gather_div, const TB* B, int64_t stride_b, const int64_t* offsets,
+    grouped_rows_gemm(int64_t N, int64_t K, const T* A, int64_t lda, const int64_t* gather,
+                      int64_t gather_div, const T* B, int64_t stride_b, const int64_t* offsets,
                       const int* tiles, int64_t E, TC* C, int64_t ldc) {
   __shared__ float As[kTileK][kRowTile + 4];
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile, kRowTile);
   const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kTileN;
-  const TB* Be = B + e * stride_b;
+  const T* Be = B + e * stride_b;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
@@ -394,9 +409,9 @@ __global__ void __launch_bounds__(kGemmThreads)
 // brow(r) = gather ? gather[r] / gather_div : r, added to what C holds when `accumulate` (a
 // parameter's gradient buffer). grid (ceil(N/64), ceil(M/64), E); experts without rows get zeros
 // (or keep what they hold).
-template <class TA, class TB>
+template <class T>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_weight_grad(int64_t M, int64_t N, const TA* A, int64_t lda, const TB* B, int64_t ldb,
+    grouped_weight_grad(int64_t M, int64_t N, const T* A, int64_t lda, const T* B, int64_t ldb,
                         const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
                         bool accumulate) {
   __shared__ float As[kTileK][kRowTile + 4];
@@ -432,8 +447,8 @@ __global__ void __launch_bounds__(kGemmThreads)
 }
 
 // ---- the same two grouped GEMMs on bf16 tensor cores (WMMA 16x16x16, f32 accumulators) ---------
-// Used when B is bf16 (bf16 models). A operands in f32 (the backward's dy * w, dg, du) are rounded
-// to bf16 as they are staged, as a bf16 autograd would hold them. 64 x 64 tiles, 4 warps of 32 x 32,
+// Used for bf16 models (every operand bf16: the backward's dy * w, dg and du are stored rounded, as a
+// bf16 autograd holds them). 64 x 64 tiles, 4 warps of 32 x 32,
 // K steps of 32, the accumulators leave through a shared f32 tile for the bounds-checked epilogue.
 namespace wmma = nvcuda::wmma;
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major>;
@@ -447,46 +462,27 @@ constexpr int kLdN = kTileN + 8;  // bf16 tiles [32][72] (row-major, N or M cont
 constexpr int kLdC = kTileN + 4;  // f32 [64][68]
 constexpr int kStage = 64 * kLdK > kTcK* kLdN ? 64 * kLdK : kTcK* kLdN;
 
-__device__ __forceinline__ bf16_t as_bf16(float x) {
-  return __float2bfloat16_rn(x);
-}
-__device__ __forceinline__ bf16_t as_bf16(bf16_t x) {
-  return x;
-}
-
-// 8 consecutive elements as 8 bf16 into 16-byte aligned shared memory: one 16-byte load for bf16,
-// two for f32 (rounded), or zeros when `inside` is false. src must be 16-byte aligned.
+// 8 consecutive bf16 into 16-byte aligned shared memory: one 16-byte load, or zeros when `inside`
+// is false. src must be 16-byte aligned.
 __device__ __forceinline__ void load8(bf16_t* dst, const bf16_t* src, bool inside) {
   *reinterpret_cast<uint4*>(dst) = inside ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-}
-__device__ __forceinline__ void load8(bf16_t* dst, const float* src, bool inside) {
-  if (!inside) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    return;
-  }
-  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-  __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(dst);
-  d[0] = __floats2bfloat162_rn(a.x, a.y);
-  d[1] = __floats2bfloat162_rn(a.z, a.w);
-  d[2] = __floats2bfloat162_rn(b.x, b.y);
-  d[3] = __floats2bfloat162_rn(b.z, b.w);
 }
 
 // Stages rows x cols (cols a multiple of 8) of a row-major source into dst[rows][ld] as bf16;
 // element (i, j) is src_row(i)[j] when inside(i, j) (checked per 8-element chunk when `vec`, i.e.
 // when every row start is 16-byte aligned and the column bound is a multiple of 8), else 0.
-template <int kRows, int kCols, class T, class RowPtr, class Inside>
+template <int kRows, int kCols, class RowPtr, class Inside>
 __device__ __forceinline__ void stage_tile(bf16_t* dst, int ld, bool vec, RowPtr row_ptr, Inside inside) {
   if (vec) {
     for (int idx = threadIdx.x; idx < kRows * kCols / 8; idx += blockDim.x) {
       const int i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
       const bool in = inside(i, j);
-      load8(dst + i * ld + j, in ? row_ptr(i) + j : static_cast<const T*>(nullptr), in);
+      load8(dst + i * ld + j, in ? row_ptr(i) + j : static_cast<const bf16_t*>(nullptr), in);
     }
   } else {
     for (int idx = threadIdx.x; idx < kRows * kCols; idx += blockDim.x) {
       const int i = idx / kCols, j = idx % kCols;
-      dst[i * ld + j] = inside(i, j) ? as_bf16(row_ptr(i)[j]) : __float2bfloat16_rn(0.f);
+      dst[i * ld + j] = inside(i, j) ? row_ptr(i)[j] : __float2bfloat16_rn(0.f);
     }
   }
 }
@@ -499,9 +495,9 @@ __device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], i
                               wmma::mem_row_major);
 }
 
-template <class TA, bool kTransB, class TC, Epilogue kEpi>
+template <bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kTcThreads)
-    grouped_rows_gemm_tc(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+    grouped_rows_gemm_tc(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
                          int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
                          const int* tiles, int64_t E, TC* C, int64_t ldc, bool vec) {
   __shared__ __align__(128) bf16_t As[64 * kLdK];
@@ -509,7 +505,7 @@ __global__ void __launch_bounds__(kTcThreads)
   __shared__ __align__(128) float Cs[64 * kLdC];
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;  // block-uniform
-  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile, kRowTile);
   const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kTileN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
@@ -518,15 +514,15 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
   for (int64_t k0 = 0; k0 < K; k0 += kTcK) {
     __syncthreads();  // the previous tiles are consumed
-    stage_tile<64, kTcK, TA>(
+    stage_tile<64, kTcK>(
         As, kLdK, vec, [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
         [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
     if (kTransB)  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
-      stage_tile<kTileN, kTcK, bf16_t>(
+      stage_tile<kTileN, kTcK>(
           Bs, kLdK, vec, [&](int nn) { return Be + (c0 + nn) * K + k0; },
           [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
     else  // B tile [32 k][64 n]
-      stage_tile<kTcK, kTileN, bf16_t>(
+      stage_tile<kTcK, kTileN>(
           Bs, kLdN, vec, [&](int kk) { return Be + (k0 + kk) * N + c0; },
           [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
     __syncthreads();
@@ -560,9 +556,8 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 }
 
-template <class TA>
 __global__ void __launch_bounds__(kTcThreads)
-    grouped_weight_grad_tc(int64_t M, int64_t N, const TA* A, int64_t lda, const bf16_t* B, int64_t ldb,
+    grouped_weight_grad_tc(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
                            bool vec, bool accumulate) {
   __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
@@ -576,10 +571,10 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
   for (int64_t rs = r_begin; rs < r_end; rs += kTcK) {
     __syncthreads();
-    stage_tile<kTcK, 64, TA>(
+    stage_tile<kTcK, 64>(
         At, kLdN, vec, [&](int kk) { return A + (rs + kk) * lda + m0; },
         [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
-    stage_tile<kTcK, kTileN, bf16_t>(
+    stage_tile<kTcK, kTileN>(
         Bs, kLdN, vec,
         [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
         [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
@@ -605,79 +600,100 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 }
 
-// ---- the same two grouped GEMMs on raw mma.sync with a two-stage cp.async pipeline -------------
-// The "mma_sync" variant (bf16 B, 16-byte aligned rows whose loaded extents are multiples of 8; the
-// launchers fall back to WMMA otherwise). Block tile 64 rows x 128 columns, 4 warps of 32 x 64
-// (2 x 8 accumulator tiles of 16 x 8 in registers), K steps of 32 in two shared-memory stages:
-// the next step's tiles load while the current one multiplies. bf16 operands travel by cp.async;
-// f32 operands (the backward's dy * w, dg, du) are read into registers before the multiply and
-// rounded into the other stage after it, as the WMMA kernels round them. Fragments come through
-// ldmatrix (transposed where the operand's contiguous dimension is not K), the results leave
-// straight from the accumulators. Same products, f32 accumulation and rounding points as WMMA.
-constexpr int kMmaN = 128, kMmaK = 32, kMmaThreads = 128;
-constexpr int kMmaLdK = kMmaK + 8;     // [rows][32 k] tiles, K contiguous (80-byte rows)
-constexpr int kMmaLdN = kMmaN + 8;     // [32 k][128 n] tiles, N contiguous
-constexpr int kMmaLdM = kRowTile + 8;  // [32 k][64 m] tiles, M contiguous (weight-gradient A^T)
+// ---- the same two grouped GEMMs on raw mma.sync with a multi-stage cp.async pipeline ----------
+// The "mma_sync" variant (bf16 operands, 16-byte aligned rows whose loaded extents are multiples of
+// 8; the launchers fall back to WMMA otherwise). Block tile 128 rows x 128 columns, 4 warps of
+// 64 x 64 (4 x 8 accumulator tiles of 16 x 8 in registers: 32 mma per 8 ldmatrix), K steps of 32 in
+// kMmaStages shared-memory stages (dynamic shared memory): the tiles of the next kMmaStages - 1
+// steps travel by cp.async while the current one multiplies. Fragments come through ldmatrix
+// (transposed where the operand's contiguous dimension is not K: the plain-B GEMMs of the backward
+// and the transposed A of the weight gradients); the results leave straight from the accumulators,
+// two adjacent columns per store where C's rows allow it. Same products, f32 accumulation and
+// rounding points as WMMA.
+constexpr int kMmaM = 128, kMmaN = 128, kMmaK = 32, kMmaThreads = 128, kMmaStages = 4;
+constexpr int kMmaLdK = kMmaK + 8;  // [rows][32 k] tiles, K contiguous (80-byte rows)
+constexpr int kMmaLdN = kMmaN + 8;  // [32 k][128 n] tiles, N contiguous
+constexpr int kMmaLdM = kMmaM + 8;  // [32 k][128 m] tiles, M contiguous (weight-gradient A^T)
+static_assert(kMmaM == kWideRowTile, "the mma.sync row tiles are the routing's wide tiles");
 
-// One stage's share of a [kRows][kCols] bf16 tile for this thread: chunk c (8 elements) of the
-// tile goes to dst[i * ld + j] from src_row(i) + j when inside(i, j), else zeros. bf16 sources are
-// copied by cp.async at issue(); f32 sources are read into registers at issue() and rounded into
-// shared memory at store() (a no-op for bf16). `base` is any valid address of the operand: a
-// zero-filled cp.async reads nothing but still names a global source.
-template <int kRows, int kCols, class T>
-struct StageLoader {
-  static constexpr int kChunks = kRows * kCols / 8 / kMmaThreads;  // per thread
+// One stage of a [kRows][kCols] bf16 tile by cp.async: this thread's 16-byte chunks c of the tile
+// go to dst[i * ld + j] from row_ptr(i) + j when inside(i, j), else zeros. `base` is any valid
+// address of the operand: a zero-filled cp.async reads nothing but still names a global source.
+template <int kRows, int kCols, class RowPtr, class Inside>
+__device__ __forceinline__ void load_stage(bf16_t* dst, int ld, const bf16_t* base, RowPtr row_ptr,
+                                           Inside inside) {
+  constexpr int kChunks = kRows * kCols / 8 / kMmaThreads;  // per thread
   static_assert(kRows * kCols % (8 * kMmaThreads) == 0, "whole chunks per thread");
-  float4 regs[std::is_same_v<T, float> ? 2 * kChunks : 1];
-  bool in[std::is_same_v<T, float> ? kChunks : 1];
-
-  template <class RowPtr, class Inside>
-  __device__ __forceinline__ void issue(bf16_t* dst, int ld, const T* base, RowPtr row_ptr, Inside inside) {
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
-      const bool inside_ij = inside(i, j);
-      if constexpr (std::is_same_v<T, float>) {
-        in[c] = inside_ij;
-        if (inside_ij) {
-          const float4* src = reinterpret_cast<const float4*>(row_ptr(i) + j);
-          regs[2 * c] = src[0];
-          regs[2 * c + 1] = src[1];
-        }
-      } else {
-        cp_async16(dst + i * ld + j, inside_ij ? row_ptr(i) + j : base, inside_ij);
-      }
-    }
+  for (int c = 0; c < kChunks; ++c) {
+    const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+    const bool in = inside(i, j);
+    cp_async16(dst + i * ld + j, in ? row_ptr(i) + j : base, in);
   }
-  __device__ __forceinline__ void store(bf16_t* dst, int ld) {
-    if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (in[c]) {
-          const float4 a = regs[2 * c], b = regs[2 * c + 1];
-          v = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-        }
-        *reinterpret_cast<uint4*>(dst + i * ld + j) = v;
-      }
-    }
-  }
-};
+}
 
-// This warp's 32 x 64 share of a 64 x 128 result: acc[i][j] is rows wm*32 + i*16 (+ g, + g + 8),
-// columns wn*64 + j*8 (+ 2t, + 2t + 1). Hands every element to put(row, col, value), row and col
+// The pipeline of a block: issue(step) queues step's tiles into stage step % kMmaStages, and
+// multiply(stage) consumes one. One group is committed per step (empty past the end) so that
+// waiting for all but the newest kMmaStages - 2 groups always means "this step's tiles landed". The
+// barrier at the top of a step also says every warp is done with the stage the step then refills
+// (the one the previous step multiplied).
+template <class Issue, class Multiply>
+__device__ __forceinline__ void run_mma_pipeline(int64_t steps, Issue issue, Multiply multiply) {
+#pragma unroll
+  for (int s = 0; s < kMmaStages - 1; ++s) {
+    if (s < steps) issue(s);
+    cp_async_commit();
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    cp_async_wait<kMmaStages - 2>();
+    __syncthreads();
+    if (step + kMmaStages - 1 < steps) issue(step + kMmaStages - 1);
+    cp_async_commit();
+    multiply(int(step % kMmaStages));
+  }
+  cp_async_wait<0>();
+}
+
+// This warp's 64 x 64 share of a 128 x 128 result: acc[i][j] holds rows wm*64 + i*16 (+ g, + g + 8)
+// at columns wn*64 + j*8 + 2t (and + 1). Hands each pair to put(row, col, v0, v1), row and col (even)
 // within the block's tile (put checks the bounds).
 template <class Put>
-__device__ __forceinline__ void store_mma_tile(const float (&acc)[2][8][4], int wm, int wn, Put put) {
+__device__ __forceinline__ void store_mma_tile(const float (&acc)[4][8][4], int wm, int wn, Put put) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 4; ++h)
-        put(wm * 32 + i * 16 + g + (h / 2) * 8, wn * 64 + j * 8 + 2 * t + h % 2, acc[i][j][h]);
+      for (int h = 0; h < 2; ++h)
+        put(wm * 64 + i * 16 + g + h * 8, wn * 64 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+}
+
+// Writes (or adds) v0, v1 at C[row * ldc + col] and C[row * ldc + col + 1], the columns below n;
+// as one 2-element store when `pairs` (C's rows start at even elements of a suitably aligned C).
+template <class TC, Epilogue kEpi>
+__device__ __forceinline__ void put_pair(TC* C, int64_t ldc, int64_t row, int64_t col, int64_t n, bool pairs,
+                                         float v0, float v1) {
+  TC* p = C + row * ldc + col;
+  if (pairs && col + 1 < n) {
+    if constexpr (kEpi == Epilogue::kAdd) {
+      static_assert(std::is_same_v<TC, float>, "added results are f32");
+      float2 old = *reinterpret_cast<float2*>(p);
+      *reinterpret_cast<float2*>(p) = make_float2(old.x + v0, old.y + v1);
+    } else if constexpr (std::is_same_v<TC, float>) {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+    }
+    return;
+  }
+  for (int h = 0; h < 2 && col + h < n; ++h) {
+    const float v = h ? v1 : v0;
+    if constexpr (kEpi == Epilogue::kAdd)
+      p[h] += v;
+    else
+      p[h] = from_f32<TC>(v);
+  }
 }
 
 // The shared-memory address this lane passes to ldmatrix_x4 for one 16 x 16 operand fragment at
@@ -706,166 +722,146 @@ __device__ __forceinline__ const bf16_t* frag_b_kn(const bf16_t* tile, int ld, i
   return tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + n0 + (lane / 16) * 8;
 }
 
-// One 32-deep K step of a warp: acc += A (32 rows of the warp, from a_frag) x B (64 columns).
+// One 32-deep K step of a warp: acc += A (64 rows of the warp, from a_frag) x B (64 columns).
 // a_frag(i, ks, frag) loads the A fragment of rows i*16.., k ks*16..; b_frag(j2, ks, frag) the B
 // fragments of columns j2*16 .. j2*16+15 (two 16 x 8 halves), k ks*16...
 template <class AFrag, class BFrag>
-__device__ __forceinline__ void mma_k_step(float (&acc)[2][8][4], AFrag a_frag, BFrag b_frag) {
+__device__ __forceinline__ void mma_k_step(float (&acc)[4][8][4], AFrag a_frag, BFrag b_frag) {
 #pragma unroll
   for (int ks = 0; ks < kMmaK / 16; ++ks) {
-    uint32_t a[2][4];
+    uint32_t a[4][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) a_frag(i, ks, a[i]);
+    for (int i = 0; i < 4; ++i) a_frag(i, ks, a[i]);
 #pragma unroll
     for (int j2 = 0; j2 < 4; ++j2) {
       uint32_t b[4];
       b_frag(j2, ks, b);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) mma_16x16x16(acc[i][2 * j2], acc[i][2 * j2 + 1], a[i], b);
+      for (int i = 0; i < 4; ++i) mma_16x16x16(acc[i][2 * j2], acc[i][2 * j2 + 1], a[i], b);
     }
   }
 }
 
-template <class TA, bool kTransB, class TC, Epilogue kEpi>
+// Shared memory of the rows GEMM: kMmaStages stages of A [128 rows][32 k] and of B (B^T [128 n][32 k]
+// or B [32 k][128 n]).
+constexpr size_t mma_rows_smem(bool trans_b) {
+  return sizeof(bf16_t) * kMmaStages * (kMmaM * kMmaLdK + (trans_b ? kMmaN * kMmaLdK : kMmaK * kMmaLdN));
+}
+// Of the weight-gradient GEMM: stages of A^T [32 r][128 m] and B [32 r][128 n].
+constexpr size_t kMmaWeightGradSmem = sizeof(bf16_t) * kMmaStages * (kMmaK * kMmaLdM + kMmaK * kMmaLdN);
+
+// grid (column tiles, row tiles): the column tiles of one row tile are neighbours in launch order, so
+// they run together and read the tile's (gathered) A rows from L2, not from memory, one after the other.
+template <bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kMmaThreads)
-    grouped_rows_gemm_mma(int64_t N, int64_t K, const TA* A, int64_t lda, const int64_t* gather,
+    grouped_rows_gemm_mma(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
                           int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
-                          const int* tiles, int64_t E, TC* C, int64_t ldc) {
-  constexpr int kBStage = kTransB ? kMmaN * kMmaLdK : kMmaK * kMmaLdN;
-  __shared__ __align__(128) bf16_t As[2][kRowTile * kMmaLdK];
-  __shared__ __align__(128) bf16_t Bs[2][kBStage];
-  const int tile = blockIdx.x;
+                          const int* tiles, int64_t E, TC* C, int64_t ldc, bool pairs) {
+  constexpr int kAStage = kMmaM * kMmaLdK, kBStage = kTransB ? kMmaN * kMmaLdK : kMmaK * kMmaLdN;
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  bf16_t* As = reinterpret_cast<bf16_t*>(mma_smem);
+  bf16_t* Bs = As + kMmaStages * kAStage;
+  __shared__ int64_t a_row[kMmaM];
+  const int tile = blockIdx.y;
   if (tile >= tiles[E]) return;  // block-uniform
-  const RowTile rows = row_tile_of(tiles, offsets, E, tile);
-  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.y) * kMmaN;
+  const RowTile rows = row_tile_of(tiles, offsets, E, tile, kMmaM);
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x) * kMmaN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
   // The tile's A rows are the same at every K step: their offsets (through the routing order when
   // gathered) are looked up once.
-  __shared__ int64_t a_row[kRowTile];
-  for (int m = threadIdx.x; m < kRowTile; m += kMmaThreads)
+  for (int m = threadIdx.x; m < kMmaM; m += kMmaThreads)
     a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] / gather_div : r0 + m) * lda : 0;
   __syncthreads();
 
-  StageLoader<kRowTile, kMmaK, TA> a_load;
-  StageLoader<kTransB ? kMmaN : kMmaK, kTransB ? kMmaK : kMmaN, bf16_t> b_load;
-  auto issue = [&](int stage, int64_t k0) {
-    a_load.issue(
-        As[stage], kMmaLdK, A, [&](int m) { return A + a_row[m] + k0; },
-        [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
-    if constexpr (kTransB)  // B^T tile [128 n][32 k]
-      b_load.issue(
-          Bs[stage], kMmaLdK, Be, [&](int nn) { return Be + (c0 + nn) * K + k0; },
-          [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
-    else  // B tile [32 k][128 n]
-      b_load.issue(
-          Bs[stage], kMmaLdN, Be, [&](int kk) { return Be + (k0 + kk) * N + c0; },
-          [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
-    cp_async_commit();
-  };
-
-  float acc[2][8][4] = {};
-  const int64_t steps = (K + kMmaK - 1) / kMmaK;
-  if (steps > 0) {
-    issue(0, 0);
-    a_load.store(As[0], kMmaLdK);
-  }
-  for (int64_t step = 0; step < steps; ++step) {
-    const int cur = int(step % 2);
-    const bool more = step + 1 < steps;
-    if (more) {
-      issue(cur ^ 1, (step + 1) * kMmaK);
-      cp_async_wait<1>();  // this step's group has landed; the next one may still be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // every thread's share of stage `cur` is in shared memory
-    const bf16_t* as = As[cur];
-    const bf16_t* bs = Bs[cur];
-    mma_k_step(
-        acc,
-        [&](int i, int ks, uint32_t(&f)[4]) {
-          ldmatrix_x4(f, frag_a_rk(as, kMmaLdK, wm * 32 + i * 16, ks * 16));
-        },
-        [&](int j2, int ks, uint32_t(&f)[4]) {
-          if constexpr (kTransB)
-            ldmatrix_x4(f, frag_b_nk(bs, kMmaLdK, wn * 64 + j2 * 16, ks * 16));
-          else
-            ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
-        });
-    if (more) a_load.store(As[cur ^ 1], kMmaLdK);  // stage cur ^ 1 was last read before the previous sync
-    __syncthreads();  // stage `cur` is consumed before the next step's issue overwrites it
-  }
-  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v) {
+  float acc[4][8][4] = {};
+  run_mma_pipeline((K + kMmaK - 1) / kMmaK,
+                   [&](int64_t step) {
+                     const int stage = int(step % kMmaStages);
+                     const int64_t k0 = step * kMmaK;
+                     load_stage<kMmaM, kMmaK>(
+                         As + stage * kAStage, kMmaLdK, A, [&](int m) { return A + a_row[m] + k0; },
+                         [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
+                     if constexpr (kTransB)  // B^T tile [128 n][32 k]
+                       load_stage<kMmaN, kMmaK>(
+                           Bs + stage * kBStage, kMmaLdK, Be, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+                           [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
+                     else  // B tile [32 k][128 n]
+                       load_stage<kMmaK, kMmaN>(
+                           Bs + stage * kBStage, kMmaLdN, Be, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+                           [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
+                   },
+                   [&](int stage) {
+                     const bf16_t* as = As + stage * kAStage;
+                     const bf16_t* bs = Bs + stage * kBStage;
+                     mma_k_step(
+                         acc,
+                         [&](int i, int ks, uint32_t(&f)[4]) {
+                           ldmatrix_x4(f, frag_a_rk(as, kMmaLdK, wm * 64 + i * 16, ks * 16));
+                         },
+                         [&](int j2, int ks, uint32_t(&f)[4]) {
+                           if constexpr (kTransB)
+                             ldmatrix_x4(f, frag_b_nk(bs, kMmaLdK, wn * 64 + j2 * 16, ks * 16));
+                           else
+                             ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+                         });
+                   });
+  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v0, float v1) {
     const int64_t r = r0 + m, col = c0 + nn;
-    if (r >= r_end || col >= N) return;
-    if constexpr (kEpi == Epilogue::kAdd)
-      C[r * ldc + col] += v;
-    else
-      C[r * ldc + col] = from_f32<TC>(v);
+    if (r < r_end && col < N) put_pair<TC, kEpi>(C, ldc, r, col, N, pairs, v0, v1);
   });
 }
 
 // Weight gradients on mma.sync: C[e] [M, N] (+)= sum over expert e's rows r of A[r, m] *
-// B[brow(r), n] (A f32: the backward's dy * w, dg, du; added to C when `accumulate`). grid
-// (ceil(N/128), ceil(M/64), E); experts without rows get zeros (or keep what they hold). The
-// reduction runs over rows, so A's tile [32 r][64 m] is read transposed.
+// B[brow(r), n] (added to C when `accumulate`). grid (ceil(N/128), ceil(M/128), E); experts without
+// rows get zeros (or keep what they hold). The reduction runs over rows, so A's tile [32 r][128 m]
+// is read transposed.
 __global__ void __launch_bounds__(kMmaThreads)
-    grouped_weight_grad_mma(int64_t M, int64_t N, const float* A, int64_t lda, const bf16_t* B, int64_t ldb,
+    grouped_weight_grad_mma(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                             const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
-                            bool accumulate) {
-  __shared__ __align__(128) bf16_t At[2][kMmaK * kMmaLdM];
-  __shared__ __align__(128) bf16_t Bs[2][kMmaK * kMmaLdN];
-  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kMmaN;
+                            bool accumulate, bool pairs) {
+  constexpr int kAStage = kMmaK * kMmaLdM, kBStage = kMmaK * kMmaLdN;
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  bf16_t* At = reinterpret_cast<bf16_t*>(mma_smem);
+  bf16_t* Bs = At + kMmaStages * kAStage;
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kMmaM, n0 = int64_t(blockIdx.x) * kMmaN;
   const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
 
-  StageLoader<kMmaK, kRowTile, float> a_load;
-  StageLoader<kMmaK, kMmaN, bf16_t> b_load;
-  auto issue = [&](int stage, int64_t rs) {
-    a_load.issue(
-        At[stage], kMmaLdM, A, [&](int kk) { return A + (rs + kk) * lda + m0; },
-        [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
-    b_load.issue(
-        Bs[stage], kMmaLdN, B,
-        [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
-        [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
-    cp_async_commit();
-  };
-
-  float acc[2][8][4] = {};
-  const int64_t steps = (r_end - r_begin + kMmaK - 1) / kMmaK;  // block-uniform
-  if (steps > 0) {
-    issue(0, r_begin);
-    a_load.store(At[0], kMmaLdM);
-  }
-  for (int64_t step = 0; step < steps; ++step) {
-    const int cur = int(step % 2);
-    const bool more = step + 1 < steps;
-    if (more) {
-      issue(cur ^ 1, r_begin + (step + 1) * kMmaK);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const bf16_t* at = At[cur];
-    const bf16_t* bs = Bs[cur];
-    mma_k_step(
-        acc,
-        [&](int i, int ks, uint32_t(&f)[4]) {
-          ldmatrix_x4_trans(f, frag_a_kr(at, kMmaLdM, ks * 16, wm * 32 + i * 16));
-        },
-        [&](int j2, int ks, uint32_t(&f)[4]) {
-          ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
-        });
-    if (more) a_load.store(At[cur ^ 1], kMmaLdM);
-    __syncthreads();
-  }
+  float acc[4][8][4] = {};
+  run_mma_pipeline(
+      (r_end - r_begin + kMmaK - 1) / kMmaK,  // block-uniform
+      [&](int64_t step) {
+        const int stage = int(step % kMmaStages);
+        const int64_t rs = r_begin + step * kMmaK;
+        load_stage<kMmaK, kMmaM>(
+            At + stage * kAStage, kMmaLdM, A, [&](int kk) { return A + (rs + kk) * lda + m0; },
+            [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
+        load_stage<kMmaK, kMmaN>(
+            Bs + stage * kBStage, kMmaLdN, B,
+            [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+            [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
+      },
+      [&](int stage) {
+        const bf16_t* at = At + stage * kAStage;
+        const bf16_t* bs = Bs + stage * kBStage;
+        mma_k_step(
+            acc,
+            [&](int i, int ks, uint32_t(&f)[4]) {
+              ldmatrix_x4_trans(f, frag_a_kr(at, kMmaLdM, ks * 16, wm * 64 + i * 16));
+            },
+            [&](int j2, int ks, uint32_t(&f)[4]) {
+              ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+            });
+      });
   float* Ce = C + e * M * N;
-  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v) {
+  store_mma_tile(acc, wm, wn, [&](int m, int nn, float v0, float v1) {
     const int64_t row = m0 + m, col = n0 + nn;
-    if (row < M && col < N) Ce[row * N + col] = accumulate ? Ce[row * N + col] + v : v;
+    if (row >= M || col >= N) return;
+    if (accumulate)
+      put_pair<float, Epilogue::kAdd>(Ce, N, row, col, N, pairs, v0, v1);
+    else
+      put_pair<float, Epilogue::kStoreRounded>(Ce, N, row, col, N, pairs, v0, v1);
   });
 }
 
@@ -908,27 +904,29 @@ __global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weight
   }
 }
 
-// dyw[r, c] = T(w_i) * dy[t, c] for routing row r = pos[i], i = t * k + j.
-template <class T>
+// dyw[r, c] = T(w_i) * dy[t, c] for routing row r = pos[i], i = t * k + j, stored as Out: f32
+// (moe_combine's rows' gradient) or T (the expert GEMMs' operand, which a bf16 GEMM takes rounded).
+template <class T, class Out>
 __global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* weights,
-                                 const float* dy, float* dyw) {
+                                 const float* dy, Out* dyw) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * D;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / D, c = idx % D, i = order[r];
-    dyw[idx] = rnd<T>(weights[i]) * dy[(i / k) * D + c];
+    dyw[idx] = from_f32<Out>(rnd<T>(weights[i]) * dy[(i / k) * D + c]);
   }
 }
 
-// From dh (overwritten by dg) and act: dg = dh * u * sg * (1 + g (1 - sg)), du = dh * T(silu(g)).
+// From dh (f32) and act: dg = dh * u * sg * (1 + g (1 - sg)) and du = dh * T(silu(g)), stored as T
+// side by side, gu[r] = [dg | du]: the GEMMs that read them take bf16 operands rounded.
 template <class T>
-__global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const T* act, float* dh_dg, float* du) {
+__global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const T* act, const float* dh, T* gu) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * F;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / F, f = idx % F;
     const float g = to_f32(act[r * 2 * F + f]), u = to_f32(act[r * 2 * F + F + f]);
-    const float sg = sigmoid(g), dh = dh_dg[idx];
-    dh_dg[idx] = dh * u * sg * (1.f + g * (1.f - sg));
-    du[idx] = dh * rnd<T>(g * sg);
+    const float sg = sigmoid(g), dhv = dh[idx];
+    gu[r * 2 * F + f] = from_f32<T>(dhv * u * sg * (1.f + g * (1.f - sg)));
+    gu[r * 2 * F + F + f] = from_f32<T>(dhv * rnd<T>(g * sg));
   }
 }
 
@@ -987,70 +985,75 @@ __global__ void transpose_experts_kernel(int64_t R, int64_t C, const bf16_t* in,
     if (r < R && c < C) dst[c * ldo + r] = tile[threadIdx.x][i];
   }
 }
-// out [n, 2F] bf16 = [a | b] with a, b [n, F] f32 rounded to bf16 (as the tensor-core GEMMs stage them).
-__global__ void pack_rows_kernel(int64_t n, int64_t F, const float* a, const float* b, bf16_t* out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * 2 * F;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (2 * F), j = i % (2 * F);
-    out[i] = from_f32<bf16_t>(j < F ? a[r * F + j] : b[r * F + j - F]);
-  }
-}
-
 // ---- launchers --------------------------------------------------------------------------------
 
-template <class TA, class TB, bool kTransB, class TC, Epilogue kEpi>
+// Lets a kernel take `bytes` of dynamic shared memory (past the default 48 KiB).
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, size_t bytes) {
+  TITAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <class T, bool kTransB, class TC, Epilogue kEpi>
 void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
-               const TA* A, int64_t lda, const int64_t* gather, int64_t gather_div, const TB* B,
+               const T* A, int64_t lda, const int64_t* gather, int64_t gather_div, const T* B,
                int64_t stride_b, const Routing& routing, TC* C, int64_t ldc) {
-  const int64_t tiles = Routing::max_tiles(d);
+  const int64_t tiles = Routing::max_tiles(d, kRowTile);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
-  if constexpr (std::is_same_v<TB, bf16_t>) {
+  const int64_t* offsets = routing.offsets.as<int64_t>();
+  if constexpr (std::is_same_v<T, bf16_t>) {
     // 8-element loads: every A and B row start 16-byte aligned, and the loaded extent of a row a
     // multiple of 8 (K for A and a transposed B, N for a plain B).
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
                      (kTransB || N % 8 == 0);
     if (algo == MoeGemm::kMmaSync && vec) {
-      const dim3 mma_grid(unsigned(tiles), unsigned((N + kMmaN - 1) / kMmaN));
-      grouped_rows_gemm_mma<TA, kTransB, TC, kEpi><<<mma_grid, kMmaThreads, 0, stream_of(ctx)>>>(
-          N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(),
-          routing.tiles.as<int>(), d.E, C, ldc);
+      const int64_t wide = Routing::max_tiles(d, kWideRowTile);
+      TITAN_CHECK(wide <= 65535, "moe (cuda): ", d.T * d.k, " routed rows: the mma.sync grid takes at most ",
+                  (65535 - d.E) * kWideRowTile);
+      const size_t smem = mma_rows_smem(kTransB);
+      allow_shared_memory(grouped_rows_gemm_mma<kTransB, TC, kEpi>, smem);
+      const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0 && ldc % 2 == 0;
+      grouped_rows_gemm_mma<kTransB, TC, kEpi>
+          <<<dim3(unsigned((N + kMmaN - 1) / kMmaN), unsigned(wide)), kMmaThreads, smem, stream_of(ctx)>>>(
+              N, K, A, lda, gather, gather_div, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E),
+              d.E, C, ldc, pairs);
       check_launch("moe (cuda): grouped GEMM (mma.sync)");
       return;
     }
-    grouped_rows_gemm_tc<TA, kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
-        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
-        d.E, C, ldc, vec);
+    grouped_rows_gemm_tc<kTransB, TC, kEpi>
+        <<<grid, kTcThreads, 0, stream_of(ctx)>>>(N, K, A, lda, gather, gather_div, B, stride_b, offsets,
+                                                  routing.row_tiles(kRowTile, d.E), d.E, C, ldc, vec);
   } else
-    grouped_rows_gemm<TA, TB, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
-        N, K, A, lda, gather, gather_div, B, stride_b, routing.offsets.as<int64_t>(), routing.tiles.as<int>(),
-        d.E, C, ldc);
+    grouped_rows_gemm<T, kTransB, TC, kEpi>
+        <<<grid, kGemmThreads, 0, stream_of(ctx)>>>(N, K, A, lda, gather, gather_div, B, stride_b, offsets,
+                                                    routing.row_tiles(kRowTile, d.E), d.E, C, ldc);
   check_launch("moe (cuda): grouped GEMM");
 }
 
-template <class TA, class TB>
+template <class T>
 void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t M, int64_t N,
-                 const TA* A, int64_t lda, const TB* B, int64_t ldb, const int64_t* gather,
-                 int64_t gather_div, const Routing& routing, float* C, bool accumulate) {
+                 const T* A, int64_t lda, const T* B, int64_t ldb, const int64_t* gather, int64_t gather_div,
+                 const Routing& routing, float* C, bool accumulate) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
               "moe (cuda): weight-gradient grid too large");
   dim3 grid(unsigned((N + kTileN - 1) / kTileN), unsigned((M + kRowTile - 1) / kRowTile), unsigned(d.E));
-  if constexpr (std::is_same_v<TB, bf16_t>) {
+  const int64_t* offsets = routing.offsets.as<int64_t>();
+  if constexpr (std::is_same_v<T, bf16_t>) {
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
-    if constexpr (std::is_same_v<TA, float>) {
-      if (algo == MoeGemm::kMmaSync && vec) {
-        const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), grid.y, grid.z);
-        grouped_weight_grad_mma<<<mma_grid, kMmaThreads, 0, stream_of(ctx)>>>(
-            M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, accumulate);
-        check_launch("moe (cuda): grouped weight gradient (mma.sync)");
-        return;
-      }
+    if (algo == MoeGemm::kMmaSync && vec) {
+      allow_shared_memory(grouped_weight_grad_mma, kMmaWeightGradSmem);
+      const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), unsigned((M + kMmaM - 1) / kMmaM), grid.z);
+      const bool pairs = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even: every row alike
+      grouped_weight_grad_mma<<<mma_grid, kMmaThreads, kMmaWeightGradSmem, stream_of(ctx)>>>(
+          M, N, A, lda, B, ldb, gather, gather_div, offsets, C, accumulate, pairs);
+      check_launch("moe (cuda): grouped weight gradient (mma.sync)");
+      return;
     }
-    grouped_weight_grad_tc<TA><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
-        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, vec, accumulate);
+    grouped_weight_grad_tc<<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
+                                                                    offsets, C, vec, accumulate);
   } else
-    grouped_weight_grad<TA, TB><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
-        M, N, A, lda, B, ldb, gather, gather_div, routing.offsets.as<int64_t>(), C, accumulate);
+    grouped_weight_grad<T><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather,
+                                                                      gather_div, offsets, C, accumulate);
   check_launch("moe (cuda): grouped weight gradient");
 }
 
@@ -1083,8 +1086,8 @@ void forward_rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm
       return;
     }
   }
-  rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo == MoeGemm::kCudnn ? MoeGemm::kMmaSync : algo,
-                                                    N, K, tokens, K, nullptr, 1, w, N * K, routing, out, ldc);
+  rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo == MoeGemm::kCudnn ? MoeGemm::kMmaSync : algo,
+                                                 N, K, tokens, K, nullptr, 1, w, N * K, routing, out, ldc);
 }
 
 // For the "cudnn" variant: each expert's first row as int32 (null for the other variants). A
@@ -1162,10 +1165,10 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
                                          size_t(d.E), cudaMemcpyDeviceToDevice, stream));
     forward_rows_gemm<T>(ctx, d, algo, 2 * d.F, d.D, xr, wgu.as<T>(), routing, as_first(first), act, 2 * d.F);
   } else {
-    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg,
-                                                      d.F * d.D, routing, act, 2 * d.F);
-    rows_gemm<T, T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu,
-                                                      d.F * d.D, routing, act + d.F, 2 * d.F);
+    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
+                                                   routing, act, 2 * d.F);
+    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
+                                                   routing, act + d.F, 2 * d.F);
   }
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
@@ -1217,45 +1220,45 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   if constexpr (std::is_same_v<T, bf16_t>) cudnn_rows = algo == MoeGemm::kCudnn && cudnn_takes_backward(d, as_first(first));
   if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
   if (!dx && !dwg && !dwu && !dwd) return;
-  Scratch dyw(ctx, sizeof(float) * size_t(n * d.D));
-  scaled_dy_kernel<T>
-      <<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<float>());
+  // The GEMMs' operands dyw, dg and du are stored as T: the tensor-core GEMMs take them rounded to
+  // bf16 (as a bf16 autograd holds them) and f32 models keep them exact. dh stays f32 until the
+  // swiglu backward has used it.
+  Scratch dyw(ctx, sizeof(T) * size_t(n * d.D));
+  scaled_dy_kernel<T, T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
   check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
-    weight_grad<float, T>(ctx, d, algo, d.D, d.F, dyw.as<float>(), d.D, h.as<T>(), d.F, nullptr, 1, routing,
-                          dwd, add_dweights);
+    weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd,
+                   add_dweights);
   if (!dx && !dwg && !dwu) return;
-  // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then dg (in place) and du.
-  Scratch dg(ctx, sizeof(float) * size_t(n * d.F)), du(ctx, sizeof(float) * size_t(n * d.F));
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    if (cudnn_rows) {  // dyw rounded to bf16 (as the tensor-core GEMMs stage it), wd[e] [D, F] -> [F, D]
-      Scratch dyw16(ctx, sizeof(bf16_t) * size_t(n * d.D)), wdt(ctx, sizeof(bf16_t) * size_t(d.E * d.F * d.D));
-      ctx.services->convert(dyw16.as<void>(), DType::BF16, dyw.as<float>(), DType::F32, n * d.D);
-      transpose_experts(ctx, d.E, d.D, d.F, wd, wdt.as<bf16_t>(), d.D);
-      cudnn_grouped_matmul(ctx.stream, {n, d.D, d.F, d.E, d.F, DType::F32}, dyw16.as<void>(), wdt.as<void>(),
-                           as_first(first), dg.as<float>());
+  // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then gu = [dg | du] [n, 2F].
+  Scratch gu(ctx, sizeof(T) * size_t(n * 2 * d.F));
+  {
+    Scratch dh(ctx, sizeof(float) * size_t(n * d.F));
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      if (cudnn_rows) {  // wd[e] [D, F] -> [F, D]
+        Scratch wdt(ctx, sizeof(bf16_t) * size_t(d.E * d.F * d.D));
+        transpose_experts(ctx, d.E, d.D, d.F, wd, wdt.as<bf16_t>(), d.D);
+        cudnn_grouped_matmul(ctx.stream, {n, d.D, d.F, d.E, d.F, DType::F32}, dyw.as<void>(), wdt.as<void>(),
+                             as_first(first), dh.as<float>());
+      }
     }
+    if (!cudnn_rows)
+      rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dyw.as<T>(), d.D, nullptr,
+                                                          1, wd, d.D * d.F, routing, dh.as<float>(), d.F);
+    swiglu_bwd_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dh.as<float>(), gu.as<T>());
+    check_launch("moe (cuda): swiglu backward rows");
   }
-  if (!cudnn_rows)
-    rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
-        ctx, d, algo, d.F, d.D, dyw.as<float>(), d.D, nullptr, 1, wd, d.D * d.F, routing, dg.as<float>(), d.F);
-  swiglu_bwd_rows_kernel<T>
-      <<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dg.as<float>(), du.as<float>());
-  check_launch("moe (cuda): swiglu backward rows");
+  const T* dg = gu.as<T>();
+  const T* du = dg + d.F;
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
-    weight_grad<float, T>(ctx, d, algo, d.F, d.D, dg.as<float>(), d.F, x, d.D, order, d.k, routing, dwg,
-                          add_dweights);
+    weight_grad<T>(ctx, d, algo, d.F, d.D, dg, 2 * d.F, x, d.D, order, d.k, routing, dwg, add_dweights);
   if (dwu)
-    weight_grad<float, T>(ctx, d, algo, d.F, d.D, du.as<float>(), d.F, x, d.D, order, d.k, routing, dwu,
-                          add_dweights);
+    weight_grad<T>(ctx, d, algo, d.F, d.D, du, 2 * d.F, x, d.D, order, d.k, routing, dwu, add_dweights);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
     if constexpr (std::is_same_v<T, bf16_t>) {
-      if (cudnn_rows) {  // one GEMM over K = 2F: [dg | du] (bf16) @ per expert [wg^T | wu^T] [D, 2F]
-        Scratch gu(ctx, sizeof(bf16_t) * size_t(n * 2 * d.F)), wgut(ctx, sizeof(bf16_t) * size_t(d.E * d.D * 2 * d.F));
-        pack_rows_kernel<<<grid_for(n * 2 * d.F), 256, 0, stream>>>(n, d.F, dg.as<float>(), du.as<float>(),
-                                                                    gu.as<bf16_t>());
-        check_launch("moe (cuda): pack dg | du");
+      if (cudnn_rows) {  // one GEMM over K = 2F: [dg | du] @ per expert [wg^T | wu^T] [D, 2F]
+        Scratch wgut(ctx, sizeof(bf16_t) * size_t(d.E * d.D * 2 * d.F));
         transpose_experts(ctx, d.E, d.F, d.D, wg, wgut.as<bf16_t>(), 2 * d.F);
         transpose_experts(ctx, d.E, d.F, d.D, wu, wgut.as<bf16_t>() + d.F, 2 * d.F);
         cudnn_grouped_matmul(ctx.stream, {n, 2 * d.F, d.D, d.E, d.D, DType::F32}, gu.as<void>(), wgut.as<void>(),
@@ -1263,11 +1266,10 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       }
     }
     if (!cudnn_rows) {
-      rows_gemm<float, T, false, float, Epilogue::kStoreRounded>(
-          ctx, d, algo, d.D, d.F, dg.as<float>(), d.F, nullptr, 1, wg, d.F * d.D, routing, dxr.as<float>(),
-          d.D);
-      rows_gemm<float, T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du.as<float>(), d.F, nullptr, 1,
-                                                        wu, d.F * d.D, routing, dxr.as<float>(), d.D);
+      rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, dg, 2 * d.F, nullptr, 1, wg,
+                                                          d.F * d.D, routing, dxr.as<float>(), d.D);
+      rows_gemm<T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du, 2 * d.F, nullptr, 1, wu,
+                                                 d.F * d.D, routing, dxr.as<float>(), d.D);
     }
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
                                                                dxr.as<float>(), dx);
@@ -1350,7 +1352,7 @@ void moe_aux_bwd(const KernelContext& ctx, int64_t T, int64_t E, double scale, c
 void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
                             int64_t* order, int64_t* pos, int64_t* offsets) {
   check_expert_dims(d);
-  Scratch tiles(ctx, sizeof(int) * size_t(d.E + 1));
+  Scratch tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1)));
   build_routing(ctx, d, indices, order, pos, offsets, tiles.as<int>());
 }
 
@@ -1412,7 +1414,7 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>());
   const int64_t* order = routing.order.as<int64_t>();
   if (drows) {
-    scaled_dy_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
+    scaled_dy_kernel<T, float><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
     check_launch("moe_combine (cuda): rows' gradient");
   }
   if (dweights) {
@@ -1593,7 +1595,7 @@ const bool moe_experts_cudnn_registered = kernels::register_kernels(
 const bool moe_experts_mma_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "mma_sync",
-      "device routing order, grouped GEMMs on raw mma.sync with a two-stage cp.async pipeline (64 x 128 "
+      "device routing order, grouped GEMMs on raw mma.sync with a four-stage cp.async pipeline (128 x 128 "
       "tiles; WMMA where rows are not 16-byte aligned), reference rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSync>,
                             experts_backward_entry<DType::BF16, MoeGemm::kMmaSync>}}},

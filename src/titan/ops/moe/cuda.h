@@ -52,8 +52,8 @@ struct MoeExpertDims {
 void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
                             int64_t* order, int64_t* pos, int64_t* offsets);
 
-// The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 64 x 128
-// tiles with a two-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
+// The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 128 x 128
+// tiles with a four-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
 // rows are not 16-byte aligned), or cuDNN's MoE grouped matmul for every row GEMM (the forward's
 // gate, up and down, the down output the backward recomputes, and the backward's dh and dx over
 // transposed copies of the weights) with mma_sync for the weight gradients (the "cudnn" variant:

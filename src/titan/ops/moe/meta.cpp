@@ -26,14 +26,15 @@ double expert_flops(const MoeDims& d) {
 // Standing in for CUDA (core/device_services.h, MetaStandIn), the experts hold the buffers of the
 // default CUDA kernels (ops/moe/cuda.cu; the cudnn variant holds more), allocated in their order so
 // the caching allocator's replay reserves what theirs would. The routing: order and pos [T*k] and
-// offsets [E+1] in i64, row tiles [E+1] in i32, and an [E] histogram while it is built.
+// offsets [E+1] in i64, the prefix sums of 64- and 128-row tiles [2 (E+1)] in i32, and an [E]
+// histogram while it is built.
 struct CudaRouting {
   Scratch order, pos, offsets, tiles;
   CudaRouting(const KernelContext& ctx, const MoeDims& d)
       : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
-        tiles(ctx, sizeof(int) * size_t(d.E + 1)) {
+        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))) {
     const Scratch histogram(ctx, sizeof(uint64_t) * size_t(d.E));
   }
 };
@@ -50,7 +51,8 @@ void experts_forward_meta(const KernelContext& ctx, const MoeDims& d, const void
 }
 
 // Backward: the routing and h again, o again while the routing weights' gradient needs it, then in
-// f32 the weighted dy [T*k, D], the gate and up gradients [T*k, F] each and the rows of dx [T*k, D].
+// the dtype the weighted dy [T*k, D] and the gate | up gradients [T*k, 2F], f32 dh [T*k, F] while
+// the latter are computed, and the f32 rows of dx [T*k, D].
 template <DType kDType>
 void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
                            const int64_t*, const void*, const void*, const void*, const void*, const void*,
@@ -64,9 +66,10 @@ void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const voi
     const Scratch o(ctx, element * n * D);
   }
   if (!dx && !dwg && !dwu && !dwd) return;
-  const Scratch dy_weighted(ctx, sizeof(float) * n * D);
+  const Scratch dy_weighted(ctx, element * n * D);
   if (!dx && !dwg && !dwu) return;
-  const Scratch dgate(ctx, sizeof(float) * n * F), dup(ctx, sizeof(float) * n * F);
+  const Scratch gate_up_grads(ctx, element * n * 2 * F);
+  { const Scratch dh(ctx, sizeof(float) * n * F); }
   if (dx) {
     const Scratch dx_rows(ctx, sizeof(float) * n * D);
   }
