@@ -238,9 +238,10 @@ __global__ void scan_kernel(int64_t E, const unsigned long long* counts, int64_t
 }
 
 // One block (1024 threads) per expert: walks the indices in order; ballots give each match its
-// rank among the earlier matches, so the order is stable.
-__global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const int64_t* offsets,
-                            int64_t* order, int64_t* pos) {
+// rank among the earlier matches, so the order is stable. token (when not null) gets each routing
+// row's token, order / k: the row the expert GEMMs gather, with no division in their inner loops.
+__global__ void rank_kernel(int64_t n, int64_t E, int64_t k, const int64_t* indices, const int64_t* offsets,
+                            int64_t* order, int64_t* pos, int64_t* token) {
   __shared__ int warp_counts[32];
   const int64_t e = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -260,6 +261,7 @@ __global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const 
       const int64_t r = running + before + __popc(ballot & ((1u << lane) - 1u));
       order[r] = i;
       pos[i] = r;
+      if (token) token[r] = i / k;
     }
     running += total;
     __syncthreads();  // warp_counts is rewritten next round
@@ -267,14 +269,16 @@ __global__ void rank_kernel(int64_t n, int64_t E, const int64_t* indices, const 
 }
 
 // Everything the expert kernels need to know about the routing, on the device. tiles holds the
-// prefix sums of the experts' row tiles of 64 rows (E + 1 ints), then of 128 rows (E + 1 more).
+// prefix sums of the experts' row tiles of 64 rows (E + 1 ints), then of 128 rows (E + 1 more);
+// token [T*k] each routing row's token.
 struct Routing {
-  Scratch order, pos, offsets, tiles;
+  Scratch order, pos, offsets, tiles, token;
   Routing(const KernelContext& ctx, const MoeExpertDims& d)
       : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
-        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))) {}
+        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))),
+        token(ctx, sizeof(int64_t) * size_t(d.T * d.k)) {}
   const int* row_tiles(int rows_per_tile, int64_t E) const {
     return tiles.as<int>() + (rows_per_tile == kRowTile ? 0 : E + 1);
   }
@@ -284,9 +288,9 @@ struct Routing {
   }
 };
 
-// tiles: 2 (E + 1) ints, as Routing::tiles.
+// tiles: 2 (E + 1) ints, as Routing::tiles; token may be null.
 void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices, int64_t* order,
-                   int64_t* pos, int64_t* offsets, int* tiles) {
+                   int64_t* pos, int64_t* offsets, int* tiles, int64_t* token) {
   const int64_t n = d.T * d.k;
   cudaStream_t stream = stream_of(ctx);
   Scratch counts(ctx, sizeof(unsigned long long) * size_t(d.E));
@@ -301,7 +305,7 @@ void build_routing(const KernelContext& ctx, const MoeExpertDims& d, const int64
   scan_kernel<<<1, 32, 0, stream>>>(d.E, counts.as<unsigned long long>(), offsets, tiles, tiles + d.E + 1);
   check_launch("moe (cuda): routing scan");
   if (n > 0) {
-    rank_kernel<<<unsigned(d.E), 1024, 0, stream>>>(n, d.E, indices, offsets, order, pos);
+    rank_kernel<<<unsigned(d.E), 1024, 0, stream>>>(n, d.E, d.k, indices, offsets, order, pos, token);
     check_launch("moe (cuda): routing rank");
   }
 }
@@ -333,7 +337,8 @@ __device__ inline RowTile row_tile_of(const int* tiles, const int64_t* offsets, 
 }
 
 // For each expert e and its rows r in [offsets[e], offsets[e+1]):
-//   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] / gather_div : r
+//   C[r, col] (=|+=) sum_kk A[arow(r), kk] * B_e(kk, col),   arow(r) = gather ? gather[r] : r
+// (gather: the routing rows' tokens, to read x in routing order)
 // B_e = B + e * stride_b is stored [N, K] (kTransB: C = A B_e^T) or [K, N]. blockIdx.x enumerates
 // (expert, row tile) through tiles[]; blockIdx.y the column tile.
 // acc (the thread's 4 x 4 outputs at rows ty*4.., columns tx*4..) += As^T Bs over the staged K tile.
@@ -362,9 +367,9 @@ __device__ __forceinline__ void stage_f32_tile(float (&S)[kTileK][kCols + 4], Lo
 
 template <class T, bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_rows_gemm(int64_t N, int64_t K, const T* A, int64_t lda, const int64_t* gather,
-                      int64_t gather_div, const T* B, int64_t stride_b, const int64_t* offsets,
-                      const int* tiles, int64_t E, TC* C, int64_t ldc) {
+    grouped_rows_gemm(int64_t N, int64_t K, const T* A, int64_t lda, const int64_t* gather, const T* B,
+                      int64_t stride_b, const int64_t* offsets, const int* tiles, int64_t E, TC* C,
+                      int64_t ldc) {
   __shared__ float As[kTileK][kRowTile + 4];
   __shared__ float Bs[kTileK][kTileN + 4];
   const int tile = blockIdx.x;
@@ -378,7 +383,7 @@ __global__ void __launch_bounds__(kGemmThreads)
     stage_f32_tile<kRowTile, true>(As, [&](int kk, int m) {
       const int64_t r = r0 + m, kcol = k0 + kk;
       if (r >= r_end || kcol >= K) return 0.f;
-      const int64_t arow = gather ? gather[r] / gather_div : r;
+      const int64_t arow = gather ? gather[r] : r;
       return to_f32(A[arow * lda + kcol]);
     });
     // Consecutive threads walk B's contiguous dimension: K when B is transposed, else N.
@@ -406,14 +411,13 @@ __global__ void __launch_bounds__(kGemmThreads)
 }
 
 // Weight gradients: C[e] [M, N] (+)= sum over expert e's rows r of A[r, m] * B[brow(r), n],
-// brow(r) = gather ? gather[r] / gather_div : r, added to what C holds when `accumulate` (a
+// brow(r) = gather ? gather[r] : r, added to what C holds when `accumulate` (a
 // parameter's gradient buffer). grid (ceil(N/64), ceil(M/64), E); experts without rows get zeros
 // (or keep what they hold).
 template <class T>
 __global__ void __launch_bounds__(kGemmThreads)
     grouped_weight_grad(int64_t M, int64_t N, const T* A, int64_t lda, const T* B, int64_t ldb,
-                        const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
-                        bool accumulate) {
+                        const int64_t* gather, const int64_t* offsets, float* C, bool accumulate) {
   __shared__ float As[kTileK][kRowTile + 4];
   __shared__ float Bs[kTileK][kTileN + 4];
   const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kRowTile, n0 = int64_t(blockIdx.x) * kTileN;
@@ -428,7 +432,7 @@ __global__ void __launch_bounds__(kGemmThreads)
     stage_f32_tile<kTileN, false>(Bs, [&](int kk, int nn) {
       const int64_t r = rs + kk, col = n0 + nn;
       if (r >= r_end || col >= N) return 0.f;
-      const int64_t brow = gather ? gather[r] / gather_div : r;
+      const int64_t brow = gather ? gather[r] : r;
       return to_f32(B[brow * ldb + col]);
     });
     __syncthreads();
@@ -498,8 +502,8 @@ __device__ __forceinline__ void store_warp_tile(float* Cs, FragC (&acc)[2][2], i
 template <bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kTcThreads)
     grouped_rows_gemm_tc(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
-                         int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
-                         const int* tiles, int64_t E, TC* C, int64_t ldc, bool vec) {
+                         const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles,
+                         int64_t E, TC* C, int64_t ldc, bool vec) {
   __shared__ __align__(128) bf16_t As[64 * kLdK];
   __shared__ __align__(128) bf16_t Bs[kStage];
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -515,7 +519,7 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int64_t k0 = 0; k0 < K; k0 += kTcK) {
     __syncthreads();  // the previous tiles are consumed
     stage_tile<64, kTcK>(
-        As, kLdK, vec, [&](int m) { return A + (gather ? gather[r0 + m] / gather_div : r0 + m) * lda + k0; },
+        As, kLdK, vec, [&](int m) { return A + (gather ? gather[r0 + m] : r0 + m) * lda + k0; },
         [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
     if (kTransB)  // B^T tile [64 n][32 k]: element (k, n) of B at Bs[n * kLdK + k]
       stage_tile<kTileN, kTcK>(
@@ -558,8 +562,8 @@ __global__ void __launch_bounds__(kTcThreads)
 
 __global__ void __launch_bounds__(kTcThreads)
     grouped_weight_grad_tc(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                           const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
-                           bool vec, bool accumulate) {
+                           const int64_t* gather, const int64_t* offsets, float* C, bool vec,
+                           bool accumulate) {
   __shared__ __align__(128) bf16_t At[kTcK * kLdN];  // [32 r][64 m]: A^T read column-major
   __shared__ __align__(128) bf16_t Bs[kTcK * kLdN];  // [32 r][64 n]
   __shared__ __align__(128) float Cs[64 * kLdC];
@@ -575,8 +579,7 @@ __global__ void __launch_bounds__(kTcThreads)
         At, kLdN, vec, [&](int kk) { return A + (rs + kk) * lda + m0; },
         [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
     stage_tile<kTcK, kTileN>(
-        Bs, kLdN, vec,
-        [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+        Bs, kLdN, vec, [&](int kk) { return B + (gather ? gather[rs + kk] : rs + kk) * ldb + n0; },
         [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
     __syncthreads();
     for (int kk = 0; kk < kTcK; kk += 16) {
@@ -755,8 +758,8 @@ constexpr size_t kMmaWeightGradSmem = sizeof(bf16_t) * kMmaStages * (kMmaK * kMm
 template <bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kMmaThreads)
     grouped_rows_gemm_mma(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
-                          int64_t gather_div, const bf16_t* B, int64_t stride_b, const int64_t* offsets,
-                          const int* tiles, int64_t E, TC* C, int64_t ldc, bool pairs) {
+                          const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles,
+                          int64_t E, TC* C, int64_t ldc, bool pairs) {
   constexpr int kAStage = kMmaM * kMmaLdK, kBStage = kTransB ? kMmaN * kMmaLdK : kMmaK * kMmaLdN;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   bf16_t* As = reinterpret_cast<bf16_t*>(mma_smem);
@@ -771,7 +774,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   // The tile's A rows are the same at every K step: their offsets (through the routing order when
   // gathered) are looked up once.
   for (int m = threadIdx.x; m < kMmaM; m += kMmaThreads)
-    a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] / gather_div : r0 + m) * lda : 0;
+    a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] : r0 + m) * lda : 0;
   __syncthreads();
 
   float acc[4][8][4] = {};
@@ -818,8 +821,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 // is read transposed.
 __global__ void __launch_bounds__(kMmaThreads)
     grouped_weight_grad_mma(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                            const int64_t* gather, int64_t gather_div, const int64_t* offsets, float* C,
-                            bool accumulate, bool pairs) {
+                            const int64_t* gather, const int64_t* offsets, float* C, bool accumulate,
+                            bool pairs) {
   constexpr int kAStage = kMmaK * kMmaLdM, kBStage = kMmaK * kMmaLdN;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   bf16_t* At = reinterpret_cast<bf16_t*>(mma_smem);
@@ -839,7 +842,7 @@ __global__ void __launch_bounds__(kMmaThreads)
             [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
         load_stage<kMmaK, kMmaN>(
             Bs + stage * kBStage, kMmaLdN, B,
-            [&](int kk) { return B + (gather ? gather[rs + kk] / gather_div : rs + kk) * ldb + n0; },
+            [&](int kk) { return B + (gather ? gather[rs + kk] : rs + kk) * ldb + n0; },
             [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
       },
       [&](int stage) {
@@ -963,9 +966,9 @@ __global__ void first_rows_kernel(int64_t E, const int64_t* offsets, int32_t* fi
     first[e] = int32_t(offsets[e]);
 }
 template <class T>
-__global__ void gather_rows_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const T* x, T* xr) {
+__global__ void gather_rows_kernel(int64_t n, int64_t D, const int64_t* token, const T* x, T* xr) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * D; i += int64_t(gridDim.x) * blockDim.x)
-    xr[i] = x[order[i / D] / k * D + i % D];
+    xr[i] = x[token[i / D] * D + i % D];
 }
 
 // The backward's GEMMs on cuDNN need each expert's weight with K contiguous: out[e][c][r] (row stride
@@ -995,8 +998,8 @@ void allow_shared_memory(Kernel kernel, size_t bytes) {
 
 template <class T, bool kTransB, class TC, Epilogue kEpi>
 void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
-               const T* A, int64_t lda, const int64_t* gather, int64_t gather_div, const T* B,
-               int64_t stride_b, const Routing& routing, TC* C, int64_t ldc) {
+               const T* A, int64_t lda, const int64_t* gather, const T* B, int64_t stride_b,
+               const Routing& routing, TC* C, int64_t ldc) {
   const int64_t tiles = Routing::max_tiles(d, kRowTile);
   TITAN_CHECK(tiles <= 0x7fffffff && (N + kTileN - 1) / kTileN <= 65535, "moe (cuda): GEMM grid too large");
   dim3 grid(unsigned(tiles), unsigned((N + kTileN - 1) / kTileN));
@@ -1015,24 +1018,22 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, i
       const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0 && ldc % 2 == 0;
       grouped_rows_gemm_mma<kTransB, TC, kEpi>
           <<<dim3(unsigned((N + kMmaN - 1) / kMmaN), unsigned(wide)), kMmaThreads, smem, stream_of(ctx)>>>(
-              N, K, A, lda, gather, gather_div, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E),
-              d.E, C, ldc, pairs);
+              N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E), d.E, C, ldc,
+              pairs);
       check_launch("moe (cuda): grouped GEMM (mma.sync)");
       return;
     }
-    grouped_rows_gemm_tc<kTransB, TC, kEpi>
-        <<<grid, kTcThreads, 0, stream_of(ctx)>>>(N, K, A, lda, gather, gather_div, B, stride_b, offsets,
-                                                  routing.row_tiles(kRowTile, d.E), d.E, C, ldc, vec);
+    grouped_rows_gemm_tc<kTransB, TC, kEpi><<<grid, kTcThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kRowTile, d.E), d.E, C, ldc, vec);
   } else
-    grouped_rows_gemm<T, kTransB, TC, kEpi>
-        <<<grid, kGemmThreads, 0, stream_of(ctx)>>>(N, K, A, lda, gather, gather_div, B, stride_b, offsets,
-                                                    routing.row_tiles(kRowTile, d.E), d.E, C, ldc);
+    grouped_rows_gemm<T, kTransB, TC, kEpi><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(
+        N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kRowTile, d.E), d.E, C, ldc);
   check_launch("moe (cuda): grouped GEMM");
 }
 
 template <class T>
 void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t M, int64_t N,
-                 const T* A, int64_t lda, const T* B, int64_t ldb, const int64_t* gather, int64_t gather_div,
+                 const T* A, int64_t lda, const T* B, int64_t ldb, const int64_t* gather,
                  const Routing& routing, float* C, bool accumulate) {
   TITAN_CHECK((M + kRowTile - 1) / kRowTile <= 65535 && d.E <= 65535,
               "moe (cuda): weight-gradient grid too large");
@@ -1045,15 +1046,15 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), unsigned((M + kMmaM - 1) / kMmaM), grid.z);
       const bool pairs = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even: every row alike
       grouped_weight_grad_mma<<<mma_grid, kMmaThreads, kMmaWeightGradSmem, stream_of(ctx)>>>(
-          M, N, A, lda, B, ldb, gather, gather_div, offsets, C, accumulate, pairs);
+          M, N, A, lda, B, ldb, gather, offsets, C, accumulate, pairs);
       check_launch("moe (cuda): grouped weight gradient (mma.sync)");
       return;
     }
-    grouped_weight_grad_tc<<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, gather_div,
-                                                                    offsets, C, vec, accumulate);
+    grouped_weight_grad_tc<<<grid, kTcThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, offsets, C,
+                                                                    vec, accumulate);
   } else
-    grouped_weight_grad<T><<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather,
-                                                                      gather_div, offsets, C, accumulate);
+    grouped_weight_grad<T>
+        <<<grid, kGemmThreads, 0, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather, offsets, C, accumulate);
   check_launch("moe (cuda): grouped weight gradient");
 }
 
@@ -1087,7 +1088,7 @@ void forward_rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm
     }
   }
   rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo == MoeGemm::kCudnn ? MoeGemm::kMmaSync : algo,
-                                                 N, K, tokens, K, nullptr, 1, w, N * K, routing, out, ldc);
+                                                 N, K, tokens, K, nullptr, w, N * K, routing, out, ldc);
 }
 
 // For the "cudnn" variant: each expert's first row as int32 (null for the other variants). A
@@ -1147,8 +1148,8 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   cudaStream_t stream = stream_of(ctx);
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
-  const int64_t* order = routing.order.as<int64_t>();
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
+  const int64_t* token = routing.token.as<int64_t>();
   const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
   Scratch o(ctx, sizeof(T) * size_t(n * d.D));
   // act = [x wg^T | x wu^T] per routing row (rounded to T).
@@ -1156,7 +1157,7 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     // cuDNN reads the tokens in expert order (gathered once, into o) and writes a contiguous output:
     // one GEMM over each expert's gate and up rows stacked, [wg[e]; wu[e]] [2F, D], fills act.
     T* xr = o.as<T>();
-    gather_rows_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, x, xr);
+    gather_rows_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, token, x, xr);
     check_launch("moe (cuda): gather rows");
     Scratch wgu(ctx, sizeof(T) * size_t(d.E * 2 * d.F * d.D));
     const size_t expert_bytes = sizeof(T) * size_t(d.F * d.D);
@@ -1165,9 +1166,9 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
                                          size_t(d.E), cudaMemcpyDeviceToDevice, stream));
     forward_rows_gemm<T>(ctx, d, algo, 2 * d.F, d.D, xr, wgu.as<T>(), routing, as_first(first), act, 2 * d.F);
   } else {
-    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wg, d.F * d.D,
+    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, token, wg, d.F * d.D,
                                                    routing, act, 2 * d.F);
-    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, order, d.k, wu, d.F * d.D,
+    rows_gemm<T, true, T, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, x, d.D, token, wu, d.F * d.D,
                                                    routing, act + d.F, 2 * d.F);
   }
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
@@ -1202,8 +1203,9 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
   const int64_t* order = routing.order.as<int64_t>();
+  const int64_t* token = routing.token.as<int64_t>();
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
   swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
@@ -1227,7 +1229,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   scaled_dy_kernel<T, T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
   check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
-    weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, 1, routing, dwd,
+    weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, routing, dwd,
                    add_dweights);
   if (!dx && !dwg && !dwu) return;
   // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then gu = [dg | du] [n, 2F].
@@ -1244,16 +1246,15 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     }
     if (!cudnn_rows)
       rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dyw.as<T>(), d.D, nullptr,
-                                                          1, wd, d.D * d.F, routing, dh.as<float>(), d.F);
+                                                          wd, d.D * d.F, routing, dh.as<float>(), d.F);
     swiglu_bwd_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dh.as<float>(), gu.as<T>());
     check_launch("moe (cuda): swiglu backward rows");
   }
   const T* dg = gu.as<T>();
   const T* du = dg + d.F;
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
-    weight_grad<T>(ctx, d, algo, d.F, d.D, dg, 2 * d.F, x, d.D, order, d.k, routing, dwg, add_dweights);
-  if (dwu)
-    weight_grad<T>(ctx, d, algo, d.F, d.D, du, 2 * d.F, x, d.D, order, d.k, routing, dwu, add_dweights);
+    weight_grad<T>(ctx, d, algo, d.F, d.D, dg, 2 * d.F, x, d.D, token, routing, dwg, add_dweights);
+  if (dwu) weight_grad<T>(ctx, d, algo, d.F, d.D, du, 2 * d.F, x, d.D, token, routing, dwu, add_dweights);
   if (dx) {  // dxr [n, D] = dg wg[e] + du wu[e]; dx[t] = sum of its k rows
     Scratch dxr(ctx, sizeof(float) * size_t(n * d.D));
     if constexpr (std::is_same_v<T, bf16_t>) {
@@ -1266,10 +1267,10 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       }
     }
     if (!cudnn_rows) {
-      rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, dg, 2 * d.F, nullptr, 1, wg,
+      rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.D, d.F, dg, 2 * d.F, nullptr, wg,
                                                           d.F * d.D, routing, dxr.as<float>(), d.D);
-      rows_gemm<T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du, 2 * d.F, nullptr, 1, wu,
-                                                 d.F * d.D, routing, dxr.as<float>(), d.D);
+      rows_gemm<T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du, 2 * d.F, nullptr, wu, d.F * d.D,
+                                                 routing, dxr.as<float>(), d.D);
     }
     gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
                                                                dxr.as<float>(), dx);
@@ -1353,7 +1354,7 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
                             int64_t* order, int64_t* pos, int64_t* offsets) {
   check_expert_dims(d);
   Scratch tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1)));
-  build_routing(ctx, d, indices, order, pos, offsets, tiles.as<int>());
+  build_routing(ctx, d, indices, order, pos, offsets, tiles.as<int>(), nullptr);
 }
 
 void moe_experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* x,
@@ -1397,7 +1398,7 @@ void combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
   if (d.T == 0) return;
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
   combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream_of(ctx)>>>(d.T, d.D, int(d.k), weights,
                                                                      routing.pos.as<int64_t>(), rows, y);
   check_launch("moe_combine (cuda): combine");
@@ -1411,7 +1412,7 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
   cudaStream_t stream = stream_of(ctx);
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>());
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
   const int64_t* order = routing.order.as<int64_t>();
   if (drows) {
     scaled_dy_kernel<T, float><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);

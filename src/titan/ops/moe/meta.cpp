@@ -26,15 +26,16 @@ double expert_flops(const MoeDims& d) {
 // Standing in for CUDA (core/device_services.h, MetaStandIn), the experts hold the buffers of the
 // default CUDA kernels (ops/moe/cuda.cu; the cudnn variant holds more), allocated in their order so
 // the caching allocator's replay reserves what theirs would. The routing: order and pos [T*k] and
-// offsets [E+1] in i64, the prefix sums of 64- and 128-row tiles [2 (E+1)] in i32, and an [E]
-// histogram while it is built.
+// offsets [E+1] in i64, the prefix sums of 64- and 128-row tiles [2 (E+1)] in i32, each row's token
+// [T*k] in i64, and an [E] histogram while it is built.
 struct CudaRouting {
-  Scratch order, pos, offsets, tiles;
+  Scratch order, pos, offsets, tiles, token;
   CudaRouting(const KernelContext& ctx, const MoeDims& d)
       : order(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         pos(ctx, sizeof(int64_t) * size_t(d.T * d.k)),
         offsets(ctx, sizeof(int64_t) * size_t(d.E + 1)),
-        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))) {
+        tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))),
+        token(ctx, sizeof(int64_t) * size_t(d.T * d.k)) {
     const Scratch histogram(ctx, sizeof(uint64_t) * size_t(d.E));
   }
 };
