@@ -18,11 +18,12 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -871,14 +872,28 @@ __global__ void __launch_bounds__(kMmaThreads)
 // =============================================================================================
 // Elementwise steps of the experts.
 
+// The row-wise steps run on a (column blocks, rows) grid, striding over both: a block's threads
+// share one row (its routing values read once per thread) and walk its columns, with no 64-bit
+// division per element.
+constexpr int kRowThreads = 256;
+dim3 row_grid(int64_t rows, int64_t cols) {
+  return dim3(unsigned(std::clamp<int64_t>((cols + kRowThreads - 1) / kRowThreads, 1, 65535)),
+              unsigned(std::clamp<int64_t>(rows, 1, 65535)));
+}
+#define TITAN_FOR_ROWS(r, rows) for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)
+#define TITAN_FOR_COLUMNS(c, cols)                                             \
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (cols); \
+       c += int64_t(gridDim.x) * blockDim.x)
+
 // h[r, f] = T(T(silu(g)) * u) from act = [gate | up] (the reference's rounding points).
 template <class T>
 __global__ void swiglu_rows_kernel(int64_t n, int64_t F, const T* act, T* h) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * F;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / F, f = idx % F;
-    const float g = to_f32(act[r * 2 * F + f]), u = to_f32(act[r * 2 * F + F + f]);
-    h[idx] = from_f32<T>(rnd<T>(g * sigmoid(g)) * u);
+  TITAN_FOR_ROWS(r, n) {
+    const T* gate = act + r * 2 * F;
+    TITAN_FOR_COLUMNS(f, F) {
+      const float g = to_f32(gate[f]), u = to_f32(gate[F + f]);
+      h[r * F + f] = from_f32<T>(rnd<T>(g * sigmoid(g)) * u);
+    }
   }
 }
 
@@ -887,23 +902,23 @@ __global__ void swiglu_rows_kernel(int64_t n, int64_t F, const T* act, T* h) {
 template <class T>
 __global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weights, const int64_t* pos,
                                const T* o, T* y) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T_ * D;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = idx / D, c = idx % D;
-    int64_t done = -1;  // rows visited in increasing order without sorting: k is small
-    float acc = 0.f;
-    for (int step = 0; step < k; ++step) {
-      int64_t best = -1;
-      int best_j = 0;
-      for (int j = 0; j < k; ++j) {
-        const int64_t r = pos[t * k + j];
-        if (r > done && (best < 0 || r < best)) best = r, best_j = j;
+  TITAN_FOR_ROWS(t, T_) {
+    TITAN_FOR_COLUMNS(c, D) {
+      int64_t done = -1;  // rows visited in increasing order without sorting: k is small
+      float acc = 0.f;
+      for (int step = 0; step < k; ++step) {
+        int64_t best = -1;
+        int best_j = 0;
+        for (int j = 0; j < k; ++j) {
+          const int64_t r = pos[t * k + j];
+          if (r > done && (best < 0 || r < best)) best = r, best_j = j;
+        }
+        done = best;
+        const float w = rnd<T>(weights[t * k + best_j]);
+        acc = rnd<T>(acc + rnd<T>(to_f32(o[best * D + c]) * w));
       }
-      done = best;
-      const float w = rnd<T>(weights[t * k + best_j]);
-      acc = rnd<T>(acc + rnd<T>(to_f32(o[best * D + c]) * w));
+      y[t * D + c] = from_f32<T>(acc);
     }
-    y[idx] = from_f32<T>(acc);
   }
 }
 
@@ -912,10 +927,11 @@ __global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weight
 template <class T, class Out>
 __global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* weights,
                                  const float* dy, Out* dyw) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * D;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / D, c = idx % D, i = order[r];
-    dyw[idx] = from_f32<Out>(rnd<T>(weights[i]) * dy[(i / k) * D + c]);
+  TITAN_FOR_ROWS(r, n) {
+    const int64_t i = order[r];
+    const float w = rnd<T>(weights[i]);
+    const float* dy_row = dy + (i / k) * D;
+    TITAN_FOR_COLUMNS(c, D) dyw[r * D + c] = from_f32<Out>(w * dy_row[c]);
   }
 }
 
@@ -923,27 +939,31 @@ __global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t*
 // side by side, gu[r] = [dg | du]: the GEMMs that read them take bf16 operands rounded.
 template <class T>
 __global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const T* act, const float* dh, T* gu) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n * F;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / F, f = idx % F;
-    const float g = to_f32(act[r * 2 * F + f]), u = to_f32(act[r * 2 * F + F + f]);
-    const float sg = sigmoid(g), dhv = dh[idx];
-    gu[r * 2 * F + f] = from_f32<T>(dhv * u * sg * (1.f + g * (1.f - sg)));
-    gu[r * 2 * F + F + f] = from_f32<T>(dhv * rnd<T>(g * sg));
+  TITAN_FOR_ROWS(r, n) {
+    const T* gate = act + r * 2 * F;
+    T* out = gu + r * 2 * F;
+    TITAN_FOR_COLUMNS(f, F) {
+      const float g = to_f32(gate[f]), u = to_f32(gate[F + f]);
+      const float sg = sigmoid(g), dhv = dh[r * F + f];
+      out[f] = from_f32<T>(dhv * u * sg * (1.f + g * (1.f - sg)));
+      out[F + f] = from_f32<T>(dhv * rnd<T>(g * sg));
+    }
   }
 }
 
 // dx[t, c] = sum_j dxr[pos[t*k + j], c].
 __global__ void gather_sum_kernel(int64_t T_, int64_t D, int64_t k, const int64_t* pos, const float* dxr,
                                   float* dx) {
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < T_ * D;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = idx / D, c = idx % D;
-    float acc = 0.f;
-    for (int64_t j = 0; j < k; ++j) acc += dxr[pos[t * k + j] * D + c];
-    dx[idx] = acc;
+  TITAN_FOR_ROWS(t, T_) {
+    TITAN_FOR_COLUMNS(c, D) {
+      float acc = 0.f;
+      for (int64_t j = 0; j < k; ++j) acc += dxr[pos[t * k + j] * D + c];
+      dx[t * D + c] = acc;
+    }
   }
 }
+#undef TITAN_FOR_ROWS
+#undef TITAN_FOR_COLUMNS
 
 // dweights[i] = sum_c dy[t, c] * o[r, c] (o the rounded down-projection output), one warp per row.
 template <class T>
@@ -967,8 +987,12 @@ __global__ void first_rows_kernel(int64_t E, const int64_t* offsets, int32_t* fi
 }
 template <class T>
 __global__ void gather_rows_kernel(int64_t n, int64_t D, const int64_t* token, const T* x, T* xr) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * D; i += int64_t(gridDim.x) * blockDim.x)
-    xr[i] = x[token[i / D] * D + i % D];
+  for (int64_t r = blockIdx.y; r < n; r += gridDim.y) {
+    const T* src = x + token[r] * D;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < D;
+         c += int64_t(gridDim.x) * blockDim.x)
+      xr[r * D + c] = src[c];
+  }
 }
 
 // The backward's GEMMs on cuDNN need each expert's weight with K contiguous: out[e][c][r] (row stride
@@ -1157,7 +1181,7 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     // cuDNN reads the tokens in expert order (gathered once, into o) and writes a contiguous output:
     // one GEMM over each expert's gate and up rows stacked, [wg[e]; wu[e]] [2F, D], fills act.
     T* xr = o.as<T>();
-    gather_rows_kernel<T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, token, x, xr);
+    gather_rows_kernel<T><<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, token, x, xr);
     check_launch("moe (cuda): gather rows");
     Scratch wgu(ctx, sizeof(T) * size_t(d.E * 2 * d.F * d.D));
     const size_t expert_bytes = sizeof(T) * size_t(d.F * d.D);
@@ -1172,11 +1196,11 @@ void experts_fwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
                                                    routing, act + d.F, 2 * d.F);
   }
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
-  swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
+  swiglu_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
   forward_rows_gemm<T>(ctx, d, algo, d.D, d.F, h.as<T>(), wd, routing, as_first(first), o.as<T>(), d.D);
-  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, int(d.k), weights,
-                                                             routing.pos.as<int64_t>(), o.as<T>(), y);
+  combine_kernel<T><<<row_grid(d.T, d.D), kRowThreads, 0, stream>>>(d.T, d.D, int(d.k), weights,
+                                                                    routing.pos.as<int64_t>(), o.as<T>(), y);
   check_launch("moe (cuda): combine");
 }
 
@@ -1207,7 +1231,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   const int64_t* order = routing.order.as<int64_t>();
   const int64_t* token = routing.token.as<int64_t>();
   Scratch h(ctx, sizeof(T) * size_t(n * d.F));
-  swiglu_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, h.as<T>());
+  swiglu_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
   const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
   if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
@@ -1226,7 +1250,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   // bf16 (as a bf16 autograd holds them) and f32 models keep them exact. dh stays f32 until the
   // swiglu backward has used it.
   Scratch dyw(ctx, sizeof(T) * size_t(n * d.D));
-  scaled_dy_kernel<T, T><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
+  scaled_dy_kernel<T, T>
+      <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
   check_launch("moe (cuda): scaled dy");
   if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
     weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, routing, dwd,
@@ -1247,7 +1272,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     if (!cudnn_rows)
       rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dyw.as<T>(), d.D, nullptr,
                                                           wd, d.D * d.F, routing, dh.as<float>(), d.F);
-    swiglu_bwd_rows_kernel<T><<<grid_for(n * d.F), 256, 0, stream>>>(n, d.F, act, dh.as<float>(), gu.as<T>());
+    swiglu_bwd_rows_kernel<T>
+        <<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, dh.as<float>(), gu.as<T>());
     check_launch("moe (cuda): swiglu backward rows");
   }
   const T* dg = gu.as<T>();
@@ -1272,8 +1298,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       rows_gemm<T, false, float, Epilogue::kAdd>(ctx, d, algo, d.D, d.F, du, 2 * d.F, nullptr, wu, d.F * d.D,
                                                  routing, dxr.as<float>(), d.D);
     }
-    gather_sum_kernel<<<grid_for(d.T * d.D), 256, 0, stream>>>(d.T, d.D, d.k, routing.pos.as<int64_t>(),
-                                                               dxr.as<float>(), dx);
+    gather_sum_kernel<<<row_grid(d.T, d.D), kRowThreads, 0, stream>>>(
+        d.T, d.D, d.k, routing.pos.as<int64_t>(), dxr.as<float>(), dx);
     check_launch("moe (cuda): dx gather");
   }
 }
@@ -1399,8 +1425,8 @@ void combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
-  combine_kernel<T><<<grid_for(d.T * d.D), 256, 0, stream_of(ctx)>>>(d.T, d.D, int(d.k), weights,
-                                                                     routing.pos.as<int64_t>(), rows, y);
+  combine_kernel<T><<<row_grid(d.T, d.D), kRowThreads, 0, stream_of(ctx)>>>(
+      d.T, d.D, int(d.k), weights, routing.pos.as<int64_t>(), rows, y);
   check_launch("moe_combine (cuda): combine");
 }
 
@@ -1415,7 +1441,8 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
   const int64_t* order = routing.order.as<int64_t>();
   if (drows) {
-    scaled_dy_kernel<T, float><<<grid_for(n * d.D), 256, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
+    scaled_dy_kernel<T, float>
+        <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
     check_launch("moe_combine (cuda): rows' gradient");
   }
   if (dweights) {
