@@ -131,6 +131,11 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 // Call after each kernel launch: turns a bad launch configuration into a titan::Error naming it.
 inline void check_launch(const char* kernel) { check(int(cudaGetLastError()), kernel, __FILE__, __LINE__); }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory (past the default 48 KiB: an opt-in per
+// kernel and device, made once each, since a driver call per launch would add up); `what` names it
+// in the error.
+void allow_dynamic_shared_memory(const void* kernel, size_t bytes, const char* what);
+
 // Launches kernel(args...) on the grid-stride grid for n elements (grid_for(n) blocks of kThreads)
 // on ctx's stream and checks the launch; `name` names the kernel in the error.
 template <class Kernel, class... Args>

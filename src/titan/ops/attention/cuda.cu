@@ -21,8 +21,6 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <type_traits>
 
 #include "titan/backend/cuda/common.cuh"
@@ -282,20 +280,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Dynamic shared memory above 48 KiB needs an opt-in per kernel. Made once per kernel and size: block-
-// causal attention launches the kernels once per document, and a driver call per launch would add up.
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mutex;
-  static std::map<const void*, size_t> reserved;  // per kernel: the most it may take already
-  std::lock_guard lock(mutex);
-  size_t& have = reserved[reinterpret_cast<const void*>(kernel)];
-  if (have >= bytes) return;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  TITAN_CHECK(e == cudaSuccess, "attention (cuda): cannot reserve ", bytes,
-              " bytes of shared memory: ", cudaGetErrorString(e));
-  have = bytes;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, "attention (cuda)");
 }
 
 void check_dims(const AttentionShape& s, const char* what) {

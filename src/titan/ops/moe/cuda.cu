@@ -281,6 +281,8 @@ struct Routing {
         tiles(ctx, sizeof(int) * size_t(2 * (d.E + 1))),
         token(ctx, sizeof(int64_t) * size_t(d.T * d.k)) {}
   const int* row_tiles(int rows_per_tile, int64_t E) const {
+    TITAN_CHECK(rows_per_tile == kRowTile || rows_per_tile == kWideRowTile, "moe (cuda): no prefix sums of ",
+                rows_per_tile, "-row tiles");
     return tiles.as<int>() + (rows_per_tile == kRowTile ? 0 : E + 1);
   }
   // Upper bound of the row tiles over all experts (grid size of the rows GEMM).
@@ -754,8 +756,9 @@ constexpr size_t mma_rows_smem(bool trans_b) {
 // Of the weight-gradient GEMM: stages of A^T [32 r][128 m] and B [32 r][128 n].
 constexpr size_t kMmaWeightGradSmem = sizeof(bf16_t) * kMmaStages * (kMmaK * kMmaLdM + kMmaK * kMmaLdN);
 
-// grid (column tiles, row tiles): the column tiles of one row tile are neighbours in launch order, so
-// they run together and read the tile's (gathered) A rows from L2, not from memory, one after the other.
+// One block per (row tile, column tile), blockIdx.x = row tile * column tiles + column tile: the
+// column tiles of one row tile are neighbours in launch order, so they run together and read the
+// tile's (gathered) A rows from L2, not from memory, one after the other.
 template <bool kTransB, class TC, Epilogue kEpi>
 __global__ void __launch_bounds__(kMmaThreads)
     grouped_rows_gemm_mma(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
@@ -766,10 +769,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   bf16_t* As = reinterpret_cast<bf16_t*>(mma_smem);
   bf16_t* Bs = As + kMmaStages * kAStage;
   __shared__ int64_t a_row[kMmaM];
-  const int tile = blockIdx.y;
+  const unsigned column_tiles = unsigned((N + kMmaN - 1) / kMmaN);
+  const int tile = int(blockIdx.x / column_tiles);
   if (tile >= tiles[E]) return;  // block-uniform
   const RowTile rows = row_tile_of(tiles, offsets, E, tile, kMmaM);
-  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x) * kMmaN;
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x % column_tiles) * kMmaN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
   // The tile's A rows are the same at every K step: their offsets (through the routing order when
@@ -1014,12 +1018,6 @@ __global__ void transpose_experts_kernel(int64_t R, int64_t C, const bf16_t* in,
 }
 // ---- launchers --------------------------------------------------------------------------------
 
-// Lets a kernel take `bytes` of dynamic shared memory (past the default 48 KiB).
-template <class Kernel>
-void allow_shared_memory(Kernel kernel, size_t bytes) {
-  TITAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <class T, bool kTransB, class TC, Epilogue kEpi>
 void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
                const T* A, int64_t lda, const int64_t* gather, const T* B, int64_t stride_b,
@@ -1034,16 +1032,16 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, i
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
                      (kTransB || N % 8 == 0);
     if (algo == MoeGemm::kMmaSync && vec) {
-      const int64_t wide = Routing::max_tiles(d, kWideRowTile);
-      TITAN_CHECK(wide <= 65535, "moe (cuda): ", d.T * d.k, " routed rows: the mma.sync grid takes at most ",
-                  (65535 - d.E) * kWideRowTile);
+      const int64_t column_tiles = (N + kMmaN - 1) / kMmaN,
+                    blocks = Routing::max_tiles(d, kWideRowTile) * column_tiles;
+      TITAN_CHECK(blocks <= 0x7fffffff, "moe (cuda): GEMM grid too large");
       const size_t smem = mma_rows_smem(kTransB);
-      allow_shared_memory(grouped_rows_gemm_mma<kTransB, TC, kEpi>, smem);
+      allow_dynamic_shared_memory(reinterpret_cast<const void*>(grouped_rows_gemm_mma<kTransB, TC, kEpi>),
+                                  smem, "moe (cuda): grouped GEMM (mma.sync)");
       const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0 && ldc % 2 == 0;
-      grouped_rows_gemm_mma<kTransB, TC, kEpi>
-          <<<dim3(unsigned((N + kMmaN - 1) / kMmaN), unsigned(wide)), kMmaThreads, smem, stream_of(ctx)>>>(
-              N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E), d.E, C, ldc,
-              pairs);
+      grouped_rows_gemm_mma<kTransB, TC, kEpi><<<unsigned(blocks), kMmaThreads, smem, stream_of(ctx)>>>(
+          N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E), d.E, C, ldc,
+          pairs);
       check_launch("moe (cuda): grouped GEMM (mma.sync)");
       return;
     }
@@ -1066,7 +1064,8 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   if constexpr (std::is_same_v<T, bf16_t>) {
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
     if (algo == MoeGemm::kMmaSync && vec) {
-      allow_shared_memory(grouped_weight_grad_mma, kMmaWeightGradSmem);
+      allow_dynamic_shared_memory(reinterpret_cast<const void*>(grouped_weight_grad_mma), kMmaWeightGradSmem,
+                                  "moe (cuda): grouped weight gradient (mma.sync)");
       const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), unsigned((M + kMmaM - 1) / kMmaM), grid.z);
       const bool pairs = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even: every row alike
       grouped_weight_grad_mma<<<mma_grid, kMmaThreads, kMmaWeightGradSmem, stream_of(ctx)>>>(
