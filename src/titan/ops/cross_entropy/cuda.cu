@@ -25,13 +25,6 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-__device__ __forceinline__ void store(float* p, int64_t i, float v) {
-  p[i] = v;
-}
-__device__ __forceinline__ void store(bf16_t* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-
 // Whether row n takes part; labels outside [0, V) (rejected by the op before) are skipped, never read.
 __device__ __forceinline__ bool counted(int64_t label, int64_t V, int64_t ignore_index) {
   return label != ignore_index && label >= 0 && label < V;
@@ -60,24 +53,50 @@ __device__ MaxSum block_merge(MaxSum v, float* shared) {
   return v;
 }
 
-// (max, sum) over x[0..C) of one row.
-template <class T>
+// The element bits load_vec / store_vec (common.cuh) take: f32 as it is, bf16 as its 16 bits.
+__device__ __forceinline__ const float* bits(const float* p) {
+  return p;
+}
+__device__ __forceinline__ const uint16_t* bits(const bf16_t* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+__device__ __forceinline__ float* bits(float* p) {
+  return p;
+}
+__device__ __forceinline__ uint16_t* bits(bf16_t* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
+// Whether rows of C elements, `ld` apart from `p`, may be read kVec = 4 at a time.
+inline bool rows_of_4(const void* p, size_t elem_bytes, int64_t C, int64_t ld) {
+  return C % 4 == 0 && ld % 4 == 0 && vector_aligned(p, 4, elem_bytes);
+}
+
+// Folds one logit into a thread's online (max, sum).
+__device__ __forceinline__ void fold(MaxSum& local, float v) {
+  if (v == -INFINITY) return;  // contributes exp(-inf) = 0 (and would make -inf - -inf = NaN below)
+  if (v > local.m) {
+    local.s = local.s * expf(local.m - v) + 1.f;
+    local.m = v;
+  } else {
+    local.s += expf(v - local.m);
+  }
+}
+
+// (max, sum) over x[0..C) of one row, read kVec elements at a time (kVec 4: C a multiple of 4 and x
+// aligned to it).
+template <int kVec, class T>
 __device__ MaxSum row_max_sum(const T* x, int64_t C, float* shared) {
   MaxSum local{-INFINITY, 0.f};
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(x[c]);
-    if (v == -INFINITY) continue;  // contributes exp(-inf) = 0 (and would make -inf - -inf = NaN below)
-    if (v > local.m) {
-      local.s = local.s * expf(local.m - v) + 1.f;
-      local.m = v;
-    } else {
-      local.s += expf(v - local.m);
-    }
+  for (int64_t v = threadIdx.x; v < C / kVec; v += blockDim.x) {
+    float e[kVec];
+    load_vec<kVec>(bits(x), v, e);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) fold(local, e[i]);
   }
   return block_merge(local, shared);
 }
 
-template <class T>
+template <int kVec, class T>
 __global__ void ce_forward_kernel(int64_t V, const T* logits, const int64_t* labels, int64_t ignore_index,
                                   float* lse, float* row_loss) {
   __shared__ float shared[64];
@@ -88,7 +107,7 @@ __global__ void ce_forward_kernel(int64_t V, const T* logits, const int64_t* lab
     return;
   }
   const T* x = logits + n * V;
-  const MaxSum r = row_max_sum(x, V, shared);
+  const MaxSum r = row_max_sum<kVec>(x, V, shared);
   if (threadIdx.x == 0) {
     const float l = r.m + logf(r.s);
     lse[n] = l;
@@ -109,7 +128,7 @@ __global__ void lce_init_kernel(int64_t N, float* run_max, float* run_sum, float
 
 // One block per row: folds chunk columns [c0, c0 + C) (row n's at logits + n * ld) into the row's
 // running stats.
-template <class TL>
+template <int kVec, class TL>
 __global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const TL* logits, int64_t ld,
                                        const int64_t* labels, int64_t ignore_index, float* run_max,
                                        float* run_sum, float* label_logit) {
@@ -117,7 +136,7 @@ __global__ void lce_chunk_stats_kernel(int64_t V, int64_t C, int64_t c0, const T
   const int64_t n = blockIdx.x, y = labels[n];
   if (!counted(y, V, ignore_index)) return;  // block-uniform
   const TL* x = logits + n * ld;
-  const MaxSum r = row_max_sum(x, C, shared);
+  const MaxSum r = row_max_sum<kVec>(x, C, shared);
   if (threadIdx.x == 0) {
     const MaxSum total = merge({run_max[n], run_sum[n]}, r);
     run_max[n] = total.m;
@@ -142,28 +161,64 @@ __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, i
 }
 
 // dlogits of one chunk, in the GEMM operand type TD (bf16 rounds once, as the reference does).
-// Rows on grid y (the label and lse read once per block), columns on grid x: no 64-bit division
-// per element (the chunk is N x 8192 elements per call, 19 calls per step at Qwen3's vocabulary).
-template <class TL, class TD>
-__global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits, int64_t ld,
-                                      const int64_t* labels, int64_t ignore_index, const float* lse,
-                                      float scale, TD* dlogits) {
+// Rows on grid y (the label and lse read once per row), columns on grid x, kVec elements per access
+// (kVec 4: C and ld multiples of 4, both buffers aligned to it): no 64-bit division per element
+// (the chunk is N x 8192 elements per call, 19 calls per step at Qwen3's vocabulary).
+template <int kVec, class TL, class TD>
+__global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
+                                      int64_t ld, const int64_t* labels, int64_t ignore_index,
+                                      const float* lse, float scale, TD* dlogits) {
   for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     const int64_t y = labels[n];
     const bool row_counts = counted(y, V, ignore_index);
     const float row_lse = row_counts ? lse[n] : 0.f;
     const TL* row = logits + n * ld;
     TD* out = dlogits + n * C;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
-      float g = 0.f;
-      if (row_counts) g = scale * (expf(to_f32(row[c]) - row_lse) - (c0 + c == y ? 1.f : 0.f));
-      store(out, c, g);
+    for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < C / kVec;
+         v += int64_t(gridDim.x) * blockDim.x) {
+      float g[kVec] = {};  // rows that do not count get zeros, their logits unread
+      if (row_counts) {
+        load_vec<kVec>(bits(row), v, g);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          g[i] = scale * (expf(g[i] - row_lse) - (c0 + v * kVec + i == y ? 1.f : 0.f));
+      }
+      store_vec<kVec>(bits(out), v, g);
     }
   }
 }
 
-dim3 chunk_grad_grid(int64_t N, int64_t C) {
-  return dim3(unsigned(std::min<int64_t>((C + 255) / 256, 65535)), unsigned(std::min<int64_t>(N, 65535)));
+// Columns in blocks of 256 threads of kVec elements; rows at most 8192 blocks high (a block then
+// walks several rows: a chunk's rows are many and short).
+dim3 chunk_grad_grid(int64_t N, int64_t C, int vec) {
+  return dim3(unsigned(std::clamp<int64_t>((C / vec + 255) / 256, 1, 65535)),
+              unsigned(std::clamp<int64_t>(N, 1, 8192)));
+}
+
+// Launches the chunk gradient kernel with 4-element accesses where the rows allow them.
+template <class TL, class TD>
+void launch_chunk_grad(cudaStream_t stream, int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
+                       int64_t ld, const int64_t* labels, int64_t ignore_index, const float* lse, float scale,
+                       TD* dlogits) {
+  if (rows_of_4(logits, sizeof(TL), C, ld) && rows_of_4(dlogits, sizeof(TD), C, C))
+    lce_chunk_grad_kernel<4, TL, TD><<<chunk_grad_grid(N, C, 4), 256, 0, stream>>>(
+        N, V, C, c0, logits, ld, labels, ignore_index, lse, scale, dlogits);
+  else
+    lce_chunk_grad_kernel<1, TL, TD><<<chunk_grad_grid(N, C, 1), 256, 0, stream>>>(
+        N, V, C, c0, logits, ld, labels, ignore_index, lse, scale, dlogits);
+}
+
+// Launches the chunk statistics kernel (one block per row), 4 elements per access where it can.
+template <class TL>
+void launch_chunk_stats(cudaStream_t stream, int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
+                        int64_t ld, const int64_t* labels, int64_t ignore_index, float* run_max,
+                        float* run_sum, float* label_logit) {
+  if (rows_of_4(logits, sizeof(TL), C, ld))
+    lce_chunk_stats_kernel<4, TL><<<unsigned(N), kRowThreads, 0, stream>>>(
+        V, C, c0, logits, ld, labels, ignore_index, run_max, run_sum, label_logit);
+  else
+    lce_chunk_stats_kernel<1, TL><<<unsigned(N), kRowThreads, 0, stream>>>(
+        V, C, c0, logits, ld, labels, ignore_index, run_max, run_sum, label_logit);
 }
 
 void check_dtype(DType dtype) {
@@ -207,12 +262,24 @@ void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   check_dtype(dtype);
   if (N == 0) return;
   TITAN_CHECK(N <= 0x7fffffff, "cross_entropy (cuda): ", N, " rows exceed the grid");
-  if (dtype == DType::F32)
-    ce_forward_kernel<float><<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(
-        V, static_cast<const float*>(logits), labels, ignore_index, lse, row_loss);
-  else
-    ce_forward_kernel<bf16_t><<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(
-        V, static_cast<const bf16_t*>(logits), labels, ignore_index, lse, row_loss);
+  const bool vec = rows_of_4(logits, dtype == DType::F32 ? 4 : 2, V, V);
+  if (dtype == DType::F32) {
+    const float* x = static_cast<const float*>(logits);
+    if (vec)
+      ce_forward_kernel<4>
+          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
+    else
+      ce_forward_kernel<1>
+          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
+  } else {
+    const bf16_t* x = static_cast<const bf16_t*>(logits);
+    if (vec)
+      ce_forward_kernel<4>
+          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
+    else
+      ce_forward_kernel<1>
+          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
+  }
   check_launch("cross_entropy (cuda): forward");
 }
 
@@ -223,13 +290,12 @@ void cross_entropy_bwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   if (N == 0) return;
   // The whole vocabulary as one chunk of the fused loss's gradient kernel: rows on the grid's y
   // (labels and lse read once per row), columns on x, no 64-bit division per element.
-  const dim3 grid = chunk_grad_grid(N, V);
   if (dtype == DType::F32)
-    lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream_of(ctx)>>>(
-        N, V, V, 0, static_cast<const float*>(logits), V, labels, ignore_index, lse, float(scale), dlogits);
+    launch_chunk_grad(stream_of(ctx), N, V, V, 0, static_cast<const float*>(logits), V, labels, ignore_index,
+                      lse, float(scale), dlogits);
   else
-    lce_chunk_grad_kernel<bf16_t, float><<<grid, 256, 0, stream_of(ctx)>>>(
-        N, V, V, 0, static_cast<const bf16_t*>(logits), V, labels, ignore_index, lse, float(scale), dlogits);
+    launch_chunk_grad(stream_of(ctx), N, V, V, 0, static_cast<const bf16_t*>(logits), V, labels, ignore_index,
+                      lse, float(scale), dlogits);
   check_launch("cross_entropy (cuda): backward");
 }
 
@@ -253,13 +319,11 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
     const ChunkLogits at = chunk_place(d, ld, keep_logits, logits.as<void>(), c0, C);
     chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, at.data, at.ld);
     if (ld == DType::BF16)
-      lce_chunk_stats_kernel<bf16_t><<<unsigned(d.N), kRowThreads, 0, stream>>>(
-          d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels, ignore_index, run_max, run_sum,
-          label_logit);
+      launch_chunk_stats(stream, d.N, d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels,
+                         ignore_index, run_max, run_sum, label_logit);
     else
-      lce_chunk_stats_kernel<float><<<unsigned(d.N), kRowThreads, 0, stream>>>(
-          d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, run_max, run_sum,
-          label_logit);
+      launch_chunk_stats(stream, d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels,
+                         ignore_index, run_max, run_sum, label_logit);
     check_launch("cross_entropy (cuda): chunk statistics");
   }
   lce_finish_kernel<<<grid_for(d.N), 256, 0, stream>>>(d.N, d.V, labels, ignore_index, run_max, run_sum,
@@ -290,20 +354,16 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
     const ChunkLogits at = chunk_place(d, ld, const_cast<void*>(kept_logits), logits.as<void>(), c0, C);
     if (!kept_logits) chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, at.data, at.ld);
-    const dim3 grid = chunk_grad_grid(d.N, C);
     const float s = float(scale);
     if (ld == DType::BF16)  // bf16 logits imply bf16 operands
-      lce_chunk_grad_kernel<bf16_t, bf16_t><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels, ignore_index, lse, s,
-          dlogits.as<bf16_t>());
+      launch_chunk_grad(stream, d.N, d.V, C, c0, static_cast<const bf16_t*>(at.data), at.ld, labels,
+                        ignore_index, lse, s, dlogits.as<bf16_t>());
     else if (dtype == DType::BF16)
-      lce_chunk_grad_kernel<float, bf16_t><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, lse, s,
-          dlogits.as<bf16_t>());
+      launch_chunk_grad(stream, d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels,
+                        ignore_index, lse, s, dlogits.as<bf16_t>());
     else
-      lce_chunk_grad_kernel<float, float><<<grid, 256, 0, stream>>>(
-          d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels, ignore_index, lse, s,
-          dlogits.as<float>());
+      launch_chunk_grad(stream, d.N, d.V, C, c0, static_cast<const float*>(at.data), at.ld, labels,
+                        ignore_index, lse, s, dlogits.as<float>());
     check_launch("cross_entropy (cuda): chunk gradient");
     const char* w = static_cast<const char*>(weight) + size_t(c0 * d.D) * dtype_bytes(dtype);
     if (dhidden)  // dhidden (+)= dlogits [N, C] @ weight[c0 : c0 + C] [C, D]
