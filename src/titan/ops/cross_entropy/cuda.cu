@@ -262,7 +262,7 @@ void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   check_dtype(dtype);
   if (N == 0) return;
   TITAN_CHECK(N <= 0x7fffffff, "cross_entropy (cuda): ", N, " rows exceed the grid");
-  const bool vec = rows_of_4(logits, dtype == DType::F32 ? 4 : 2, V, V);
+  const bool vec = rows_of_4(logits, dtype_bytes(dtype), V, V);
   if (dtype == DType::F32) {
     const float* x = static_cast<const float*>(logits);
     if (vec)

@@ -7,8 +7,8 @@
 // per-expert row offsets (and per-expert GEMM tile offsets), and a stable rank (one block per
 // expert walks the indices in order with ballots) give the routing order. The expert GEMMs are
 // grouped GEMMs that read those device offsets: each block of the "rows" kernel maps its blockIdx
-// to (expert, row tile) through the tile offsets and gathers its A rows through the routing
-// order; the weight-gradient kernel runs one block column per expert over that expert's rows.
+// to (expert, row tile) through the tile offsets and gathers its A rows by each routing row's
+// token; the weight-gradient kernel runs one block column per expert over that expert's rows.
 // bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation, or in the "mma_sync" variant
 // raw mma.sync on 128 x 128 tiles with a four-stage cp.async pipeline), every operand bf16: the
 // backward stores dy * w, dg and du rounded, as a bf16 autograd holds them; f32 models on f32-FMA
@@ -776,7 +776,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x % column_tiles) * kMmaN;
   const bf16_t* Be = B + e * stride_b;
   const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-  // The tile's A rows are the same at every K step: their offsets (through the routing order when
+  // The tile's A rows are the same at every K step: their offsets (through the rows' tokens when
   // gathered) are looked up once.
   for (int m = threadIdx.x; m < kMmaM; m += kMmaThreads)
     a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] : r0 + m) * lda : 0;
@@ -1423,7 +1423,7 @@ void combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
   if (d.T == 0) return;
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), nullptr);  // no GEMM: no tokens
   combine_kernel<T><<<row_grid(d.T, d.D), kRowThreads, 0, stream_of(ctx)>>>(
       d.T, d.D, int(d.k), weights, routing.pos.as<int64_t>(), rows, y);
   check_launch("moe_combine (cuda): combine");
@@ -1437,7 +1437,7 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
   cudaStream_t stream = stream_of(ctx);
   Routing routing(ctx, d);
   build_routing(ctx, d, indices, routing.order.as<int64_t>(), routing.pos.as<int64_t>(),
-                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
+                routing.offsets.as<int64_t>(), routing.tiles.as<int>(), nullptr);  // no GEMM: no tokens
   const int64_t* order = routing.order.as<int64_t>();
   if (drows) {
     scaled_dy_kernel<T, float>
