@@ -1,7 +1,8 @@
 // The routed experts of the MoE speed-floor job on the GPU (ops/moe/cuda.h): 30B-A3B dims, 8 x 2048
 // tokens, D 2048, F 768, 64 experts, top-4, bf16, forward and backward (every gradient, the routing
-// weights' included), for each grouped-GEMM family: WMMA ("default"), mma_sync, and cuDNN's MoE
-// grouped matmul ("cudnn", with mma_sync for the weight gradients). Routing: each token picks 4
+// weights' included), for each grouped-GEMM family: WMMA ("default"), mma_sync (128 x 128 tiles),
+// mma_sync_wide (128 x 256), and cuDNN's MoE grouped matmul ("cudnn", with mma_sync for the weight
+// gradients). Routing: each token picks 4
 // distinct experts uniformly (fixed seed), so the experts hold about T*k/E rows each. TFLOP/s
 // counts the GEMM work: forward 3 GEMMs of 2*T*k*D*F; backward 7 (the down output recomputed for the
 // routing-weight gradient, dh, dx over gate and up, and three weight gradients).
@@ -53,6 +54,7 @@ void run(DeviceServices& s) {
   };
   const std::pair<const char*, cuda::MoeGemm> algos[] = {{"wmma", cuda::MoeGemm::kWmma},
                                                          {"mma_sync", cuda::MoeGemm::kMmaSync},
+                                                         {"mma_sync_wide", cuda::MoeGemm::kMmaSyncWide},
                                                          {"cudnn", cuda::MoeGemm::kCudnn}};
   for (const auto& [name, algo] : algos) {
     try {

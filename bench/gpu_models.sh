@@ -11,11 +11,12 @@
 #     TITAN    the titan binary (default: bin/titan of a bundle, else build/bin/titan)
 #     OUT_DIR  where each run's dump folder and log go (default: a temporary folder)
 #   GPU_MODELS="0.6B MoE 4B"   which jobs, in this order (default: "0.6B 0.6B+bf16grads 0.6B+wmma MoE
-#                              MoE+bf16grads MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma MoE+mma
-#                              0.6B+docs"); the plain name runs the job's
+#                              MoE+bf16grads MoE+wide MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma
+#                              MoE+mma 0.6B+docs"); the plain name runs the job's
 #                              defaults (on cuda: cuDNN's fused attention, the mma_sync expert GEMMs);
 #                              a name ending in +mma runs it with the mma_sync attention kernels (and,
-#                              for MoE, the mma_sync grouped expert GEMMs), +wmma with titan's WMMA
+#                              for MoE, the mma_sync grouped expert GEMMs), +wide (MoE) with the
+#                              expert GEMMs on mma_sync_wide's 128 x 256 tiles, +wmma with titan's WMMA
 #                              attention (and WMMA expert GEMMs), +cudnn with cuDNN's fused attention
 #                              (and, for MoE, cuDNN's grouped matmul for the experts' row GEMMs):
 #                              [kernels] rules appended to a copy of its config, to see which the GPU
@@ -47,7 +48,7 @@ mkdir -p "$out"
 steps=${GPU_MODELS_STEPS:-10}
 profile_step=$((steps > 4 ? steps - 1 : steps))  # [profiling] times this step op by op (after the warm-up)
 ac=${GPU_MODELS_AC:-none}
-models=${GPU_MODELS:-0.6B 0.6B+bf16grads 0.6B+wmma MoE MoE+bf16grads MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma MoE+mma 0.6B+docs}
+models=${GPU_MODELS:-0.6B 0.6B+bf16grads 0.6B+wmma MoE MoE+bf16grads MoE+wide MoE+cudnn 4B 4B+bf16grads 4B+wmma 0.6B+mma MoE+mma 0.6B+docs}
 
 # Per job: its config, its other titan arguments, the peer's torch.compile figures (2026-11-29)
 # and the floors.
@@ -90,13 +91,16 @@ for name in $models; do
       +mma)
         printf '\n[kernels]\nattention = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "mma_sync", modules = "*" }\n' >>"$out/$name.toml" ;;
+      +wide)
+        [ "$m" = MoE ] || { echo "gpu_models: +wide is a variant of the MoE job only" >&2; exit 2; }
+        printf '\n[kernels]\nmoe_experts = { impl = "mma_sync_wide", modules = "*" }\n' >>"$out/$name.toml" ;;
       +cudnn)
         printf '\n[kernels]\nattention = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "cudnn", modules = "*" }\n' >>"$out/$name.toml" ;;
       +wmma)
         printf '\n[kernels]\nattention = { impl = "default", modules = "*" }\n' >>"$out/$name.toml"
         [ "$m" = MoE ] && printf 'moe_experts = { impl = "default", modules = "*" }\n' >>"$out/$name.toml" ;;
-      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +cudnn, +wmma, +bf16grads or +docs)" >&2; exit 2 ;;
+      *) echo "gpu_models: unknown variant $variant in job $name (+mma, +wide, +cudnn, +wmma, +bf16grads or +docs)" >&2; exit 2 ;;
     esac
     config=$out/$name.toml
   fi

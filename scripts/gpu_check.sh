@@ -148,7 +148,7 @@ fi
 
 # The speed floors: the peer's three jobs (0.6B, MoE, 4B) trained by titan on the GPU, with MFU also
 # against the bf16 GEMM ceiling cuda_gemm_bench just measured. The default kernels first; the same
-# jobs with the other kernel variants (+cudnn, +wmma, +mma) after the tests, while time is left.
+# jobs with the other kernel variants (+bf16grads, +wide, +cudnn, +wmma, +mma) after the tests, while time is left.
 # models_step NAME JOBS LIMIT: one run of bench/gpu_models.sh; its table is added to models_table.
 # Each job may run 60 s (a 4B job, the longest, should take 20-30: a few seconds of start-up, a first
 # step under 5 s, ten steps of a quarter second); the step's limit is the jobs' limits added up (and a little for the table),
@@ -217,7 +217,7 @@ for pattern in Mma Cudnn; do
 done
 
 [ -n "$run_models" ] &&
-  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+bf16grads MoE+bf16grads 4B+bf16grads MoE+cudnn 0.6B+wmma MoE+wmma 0.6B+mma MoE+mma 4B+wmma 0.6B+docs}"
+  models_step "gpu_models other kernels" "${GPU_CHECK_MODELS_VARIANTS:-0.6B+bf16grads MoE+bf16grads 4B+bf16grads MoE+wide MoE+cudnn 0.6B+wmma MoE+wmma 0.6B+mma MoE+mma 4B+wmma 0.6B+docs}"
 
 if [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   for b in "$root"/bin/cuda_*_bench; do

@@ -219,6 +219,8 @@ class CudaMoeExperts : public ::testing::TestWithParam<ExpertShape> {};
 // The bf16 grouped GEMMs of the "mma_sync" variant, in test cases of their own (named *Mma*) so
 // that a kernel fault there cannot take the default kernels' cases down with it in one process.
 class CudaMoeExpertsMma : public ::testing::TestWithParam<ExpertShape> {};
+// The same GEMMs on 128 x 256 tiles of 8 warps ("mma_sync_wide").
+class CudaMoeExpertsMmaWide : public ::testing::TestWithParam<ExpertShape> {};
 // The "cudnn" variant (cuDNN's MoE grouped matmul for the forward GEMMs), likewise on its own (*Cudnn*).
 class CudaMoeExpertsCudnn : public ::testing::TestWithParam<ExpertShape> {};
 
@@ -329,6 +331,10 @@ TEST_P(CudaMoeExpertsMma, ForwardAndBackward) {
   TITAN_REQUIRE_CUDA();
   check_experts(GetParam(), MoeGemm::kMmaSync);
 }
+TEST_P(CudaMoeExpertsMmaWide, ForwardAndBackward) {
+  TITAN_REQUIRE_CUDA();
+  check_experts(GetParam(), MoeGemm::kMmaSyncWide);
+}
 
 // cuDNN's grouped matmul alone against a loop on the host: out[r] = tokens[r] W[e]^T for the rows of
 // each expert, with empty experts (first, middle, last), a bf16 and an f32 output (cuDNN documents
@@ -400,6 +406,16 @@ INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMma,
                          ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300, 1000),
                                             ::testing::Values(264), ::testing::Values(136),
                                             ::testing::Values(3, 8), ::testing::Values(2)));
+// The wide tiles: every path of the small shapes (the WMMA fallback included) once per dims, and
+// GEMMs over several 256-column tiles (D 264 and 520, F 136 and 264: one tile and a partial one).
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeExpertsMmaWide,
+                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(37, 300),
+                                            ::testing::Values(8, 72), ::testing::Values(4, 40),
+                                            ::testing::Values(8), ::testing::Values(2)));
+INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMmaWide,
+                         ::testing::Combine(::testing::Values(DType::BF16), ::testing::Values(300, 1000),
+                                            ::testing::Values(264, 520), ::testing::Values(136, 264),
+                                            ::testing::Values(3), ::testing::Values(2)));
 
 // D and F multiples of 8 (cuDNN's grouped matmul): fewer rows than experts (3 tokens x top-2 over
 // 8: at least two experts empty), one row tile per expert, several; and a shape it does not take

@@ -607,32 +607,42 @@ __global__ void __launch_bounds__(kTcThreads)
 }
 
 // ---- the same two grouped GEMMs on raw mma.sync with a multi-stage cp.async pipeline ----------
-// The "mma_sync" variant (bf16 operands, 16-byte aligned rows whose loaded extents are multiples of
-// 8; the launchers fall back to WMMA otherwise). Block tile 128 rows x 128 columns, 4 warps of
-// 64 x 64 (4 x 8 accumulator tiles of 16 x 8 in registers: 32 mma per 8 ldmatrix), K steps of 32 in
-// kMmaStages shared-memory stages (dynamic shared memory): the tiles of the next kMmaStages - 1
-// steps travel by cp.async while the current one multiplies. Fragments come through ldmatrix
-// (transposed where the operand's contiguous dimension is not K: the plain-B GEMMs of the backward
-// and the transposed A of the weight gradients); the results leave straight from the accumulators,
-// two adjacent columns per store where C's rows allow it. Same products, f32 accumulation and
-// rounding points as WMMA.
-constexpr int kMmaM = 128, kMmaN = 128, kMmaK = 32, kMmaThreads = 128, kMmaStages = 4;
+// The "mma_sync" and "mma_sync_wide" variants (bf16 operands, 16-byte aligned rows whose loaded
+// extents are multiples of 8; the launchers fall back to WMMA otherwise). Block tile 128 rows x
+// MmaTile<kWarpsN>::kN columns (128 with 4 warps, two blocks per SM; or 256 with 8 warps, one
+// block per SM, reading a third fewer operand bytes from L2 per product), warps of 64 x 64 (4 x 8
+// accumulator tiles of 16 x 8 in registers: 32 mma per 8 ldmatrix), K steps of 32 in kMmaStages
+// shared-memory stages (dynamic shared memory): the tiles of the next kMmaStages - 1 steps travel
+// by cp.async while the current one multiplies. Fragments come through ldmatrix (transposed where
+// the operand's contiguous dimension is not K: the plain-B GEMMs of the backward and the
+// transposed A of the weight gradients); the results leave straight from the accumulators, two
+// adjacent columns per store where C's rows allow it. Same products, f32 accumulation and rounding
+// points as WMMA.
+constexpr int kMmaM = 128, kMmaK = 32, kMmaStages = 4;
 constexpr int kMmaLdK = kMmaK + 8;  // [rows][32 k] tiles, K contiguous (80-byte rows)
-constexpr int kMmaLdN = kMmaN + 8;  // [32 k][128 n] tiles, N contiguous
 constexpr int kMmaLdM = kMmaM + 8;  // [32 k][128 m] tiles, M contiguous (weight-gradient A^T)
 static_assert(kMmaM == kWideRowTile, "the mma.sync row tiles are the routing's wide tiles");
 
-// One stage of a [kRows][kCols] bf16 tile by cp.async: this thread's 16-byte chunks c of the tile
-// go to dst[i * ld + j] from row_ptr(i) + j when inside(i, j), else zeros. `base` is any valid
-// address of the operand: a zero-filled cp.async reads nothing but still names a global source.
-template <int kRows, int kCols, class RowPtr, class Inside>
+// The block shape: 2 x kWarpsN warps of 64 x 64.
+template <int kWarpsN>
+struct MmaTile {
+  static constexpr int kN = 64 * kWarpsN;        // columns per block
+  static constexpr int kThreads = 64 * kWarpsN;  // 2 x kWarpsN warps
+  static constexpr int kLdN = kN + 8;            // [32 k][kN n] tiles, N contiguous
+};
+
+// One stage of a [kRows][kCols] bf16 tile by cp.async over kThreads threads: this thread's 16-byte
+// chunks c of the tile go to dst[i * ld + j] from row_ptr(i) + j when inside(i, j), else zeros.
+// `base` is any valid address of the operand: a zero-filled cp.async reads nothing but still names
+// a global source.
+template <int kRows, int kCols, int kThreads, class RowPtr, class Inside>
 __device__ __forceinline__ void load_stage(bf16_t* dst, int ld, const bf16_t* base, RowPtr row_ptr,
                                            Inside inside) {
-  constexpr int kChunks = kRows * kCols / 8 / kMmaThreads;  // per thread
-  static_assert(kRows * kCols % (8 * kMmaThreads) == 0, "whole chunks per thread");
+  constexpr int kChunks = kRows * kCols / 8 / kThreads;  // per thread
+  static_assert(kRows * kCols % (8 * kThreads) == 0, "whole chunks per thread");
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    const int idx = threadIdx.x + c * kMmaThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+    const int idx = threadIdx.x + c * kThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
     const bool in = inside(i, j);
     cp_async16(dst + i * ld + j, in ? row_ptr(i) + j : base, in);
   }
@@ -660,7 +670,7 @@ __device__ __forceinline__ void run_mma_pipeline(int64_t steps, Issue issue, Mul
   cp_async_wait<0>();
 }
 
-// This warp's 64 x 64 share of a 128 x 128 result: acc[i][j] holds rows wm*64 + i*16 (+ g, + g + 8)
+// This warp's 64 x 64 share of the block's result: acc[i][j] holds rows wm*64 + i*16 (+ g, + g + 8)
 // at columns wn*64 + j*8 + 2t (and + 1). Hands each pair to put(row, col, v0, v1), row and col (even)
 // within the block's tile (put checks the bounds).
 template <class Put>
@@ -748,37 +758,45 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[4][8][4], AFrag a_frag, 
   }
 }
 
-// Shared memory of the rows GEMM: kMmaStages stages of A [128 rows][32 k] and of B (B^T [128 n][32 k]
-// or B [32 k][128 n]).
+// Shared memory of the rows GEMM: kMmaStages stages of A [128 rows][32 k] and of B (B^T [kN n][32 k]
+// or B [32 k][kN n]).
+template <int kWarpsN>
 constexpr size_t mma_rows_smem(bool trans_b) {
-  return sizeof(bf16_t) * kMmaStages * (kMmaM * kMmaLdK + (trans_b ? kMmaN * kMmaLdK : kMmaK * kMmaLdN));
+  using Tile = MmaTile<kWarpsN>;
+  return sizeof(bf16_t) * kMmaStages *
+         (kMmaM * kMmaLdK + (trans_b ? Tile::kN * kMmaLdK : kMmaK * Tile::kLdN));
 }
-// Of the weight-gradient GEMM: stages of A^T [32 r][128 m] and B [32 r][128 n].
-constexpr size_t kMmaWeightGradSmem = sizeof(bf16_t) * kMmaStages * (kMmaK * kMmaLdM + kMmaK * kMmaLdN);
+// Of the weight-gradient GEMM: stages of A^T [32 r][128 m] and B [32 r][kN n].
+template <int kWarpsN>
+constexpr size_t mma_weight_grad_smem() {
+  return sizeof(bf16_t) * kMmaStages * (kMmaK * kMmaLdM + kMmaK * MmaTile<kWarpsN>::kLdN);
+}
 
 // One block per (row tile, column tile), blockIdx.x = row tile * column tiles + column tile: the
 // column tiles of one row tile are neighbours in launch order, so they run together and read the
 // tile's (gathered) A rows from L2, not from memory, one after the other.
-template <bool kTransB, class TC, Epilogue kEpi>
-__global__ void __launch_bounds__(kMmaThreads)
+template <int kWarpsN, bool kTransB, class TC, Epilogue kEpi>
+__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads)
     grouped_rows_gemm_mma(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
                           const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles,
                           int64_t E, TC* C, int64_t ldc, bool pairs) {
-  constexpr int kAStage = kMmaM * kMmaLdK, kBStage = kTransB ? kMmaN * kMmaLdK : kMmaK * kMmaLdN;
+  using Tile = MmaTile<kWarpsN>;
+  constexpr int kBN = Tile::kN, kThreads = Tile::kThreads;
+  constexpr int kAStage = kMmaM * kMmaLdK, kBStage = kTransB ? kBN * kMmaLdK : kMmaK * Tile::kLdN;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   bf16_t* As = reinterpret_cast<bf16_t*>(mma_smem);
   bf16_t* Bs = As + kMmaStages * kAStage;
   __shared__ int64_t a_row[kMmaM];
-  const unsigned column_tiles = unsigned((N + kMmaN - 1) / kMmaN);
+  const unsigned column_tiles = unsigned((N + kBN - 1) / kBN);
   const int tile = int(blockIdx.x / column_tiles);
   if (tile >= tiles[E]) return;  // block-uniform
   const RowTile rows = row_tile_of(tiles, offsets, E, tile, kMmaM);
-  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x % column_tiles) * kMmaN;
+  const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x % column_tiles) * kBN;
   const bf16_t* Be = B + e * stride_b;
-  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   // The tile's A rows are the same at every K step: their offsets (through the rows' tokens when
   // gathered) are looked up once.
-  for (int m = threadIdx.x; m < kMmaM; m += kMmaThreads)
+  for (int m = threadIdx.x; m < kMmaM; m += kThreads)
     a_row[m] = r0 + m < r_end ? (gather ? gather[r0 + m] : r0 + m) * lda : 0;
   __syncthreads();
 
@@ -787,16 +805,17 @@ __global__ void __launch_bounds__(kMmaThreads)
                    [&](int64_t step) {
                      const int stage = int(step % kMmaStages);
                      const int64_t k0 = step * kMmaK;
-                     load_stage<kMmaM, kMmaK>(
+                     load_stage<kMmaM, kMmaK, kThreads>(
                          As + stage * kAStage, kMmaLdK, A, [&](int m) { return A + a_row[m] + k0; },
                          [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
-                     if constexpr (kTransB)  // B^T tile [128 n][32 k]
-                       load_stage<kMmaN, kMmaK>(
+                     if constexpr (kTransB)  // B^T tile [kBN n][32 k]
+                       load_stage<kBN, kMmaK, kThreads>(
                            Bs + stage * kBStage, kMmaLdK, Be, [&](int nn) { return Be + (c0 + nn) * K + k0; },
                            [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
-                     else  // B tile [32 k][128 n]
-                       load_stage<kMmaK, kMmaN>(
-                           Bs + stage * kBStage, kMmaLdN, Be, [&](int kk) { return Be + (k0 + kk) * N + c0; },
+                     else  // B tile [32 k][kBN n]
+                       load_stage<kMmaK, kBN, kThreads>(
+                           Bs + stage * kBStage, Tile::kLdN, Be,
+                           [&](int kk) { return Be + (k0 + kk) * N + c0; },
                            [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
                    },
                    [&](int stage) {
@@ -811,7 +830,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                            if constexpr (kTransB)
                              ldmatrix_x4(f, frag_b_nk(bs, kMmaLdK, wn * 64 + j2 * 16, ks * 16));
                            else
-                             ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+                             ldmatrix_x4_trans(f, frag_b_kn(bs, Tile::kLdN, ks * 16, wn * 64 + j2 * 16));
                          });
                    });
   store_mma_tile(acc, wm, wn, [&](int m, int nn, float v0, float v1) {
@@ -821,20 +840,23 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 // Weight gradients on mma.sync: C[e] [M, N] (+)= sum over expert e's rows r of A[r, m] *
-// B[brow(r), n] (added to C when `accumulate`). grid (ceil(N/128), ceil(M/128), E); experts without
+// B[brow(r), n] (added to C when `accumulate`). grid (ceil(N/kN), ceil(M/128), E); experts without
 // rows get zeros (or keep what they hold). The reduction runs over rows, so A's tile [32 r][128 m]
 // is read transposed.
-__global__ void __launch_bounds__(kMmaThreads)
+template <int kWarpsN>
+__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads)
     grouped_weight_grad_mma(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                             const int64_t* gather, const int64_t* offsets, float* C, bool accumulate,
                             bool pairs) {
-  constexpr int kAStage = kMmaK * kMmaLdM, kBStage = kMmaK * kMmaLdN;
+  using Tile = MmaTile<kWarpsN>;
+  constexpr int kBN = Tile::kN, kThreads = Tile::kThreads;
+  constexpr int kAStage = kMmaK * kMmaLdM, kBStage = kMmaK * Tile::kLdN;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   bf16_t* At = reinterpret_cast<bf16_t*>(mma_smem);
   bf16_t* Bs = At + kMmaStages * kAStage;
-  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kMmaM, n0 = int64_t(blockIdx.x) * kMmaN;
+  const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kMmaM, n0 = int64_t(blockIdx.x) * kBN;
   const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
-  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
 
   float acc[4][8][4] = {};
   run_mma_pipeline(
@@ -842,11 +864,11 @@ __global__ void __launch_bounds__(kMmaThreads)
       [&](int64_t step) {
         const int stage = int(step % kMmaStages);
         const int64_t rs = r_begin + step * kMmaK;
-        load_stage<kMmaK, kMmaM>(
+        load_stage<kMmaK, kMmaM, kThreads>(
             At + stage * kAStage, kMmaLdM, A, [&](int kk) { return A + (rs + kk) * lda + m0; },
             [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
-        load_stage<kMmaK, kMmaN>(
-            Bs + stage * kBStage, kMmaLdN, B,
+        load_stage<kMmaK, kBN, kThreads>(
+            Bs + stage * kBStage, Tile::kLdN, B,
             [&](int kk) { return B + (gather ? gather[rs + kk] : rs + kk) * ldb + n0; },
             [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
       },
@@ -859,7 +881,7 @@ __global__ void __launch_bounds__(kMmaThreads)
               ldmatrix_x4_trans(f, frag_a_kr(at, kMmaLdM, ks * 16, wm * 64 + i * 16));
             },
             [&](int j2, int ks, uint32_t(&f)[4]) {
-              ldmatrix_x4_trans(f, frag_b_kn(bs, kMmaLdN, ks * 16, wn * 64 + j2 * 16));
+              ldmatrix_x4_trans(f, frag_b_kn(bs, Tile::kLdN, ks * 16, wn * 64 + j2 * 16));
             });
       });
   float* Ce = C + e * M * N;
@@ -1018,6 +1040,11 @@ __global__ void transpose_experts_kernel(int64_t R, int64_t C, const bf16_t* in,
 }
 // ---- launchers --------------------------------------------------------------------------------
 
+// The two mma.sync block shapes (128 x 128 and 128 x 256).
+bool is_mma_sync(MoeGemm algo) {
+  return algo == MoeGemm::kMmaSync || algo == MoeGemm::kMmaSyncWide;
+}
+
 template <class T, bool kTransB, class TC, Epilogue kEpi>
 void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, int64_t N, int64_t K,
                const T* A, int64_t lda, const int64_t* gather, const T* B, int64_t stride_b,
@@ -1031,17 +1058,25 @@ void rows_gemm(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo, i
     // multiple of 8 (K for A and a transposed B, N for a plain B).
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && K % 8 == 0 && stride_b % 8 == 0 &&
                      (kTransB || N % 8 == 0);
-    if (algo == MoeGemm::kMmaSync && vec) {
-      const int64_t column_tiles = (N + kMmaN - 1) / kMmaN,
-                    blocks = Routing::max_tiles(d, kWideRowTile) * column_tiles;
-      TITAN_CHECK(blocks <= 0x7fffffff, "moe (cuda): GEMM grid too large");
-      const size_t smem = mma_rows_smem(kTransB);
-      allow_dynamic_shared_memory(reinterpret_cast<const void*>(grouped_rows_gemm_mma<kTransB, TC, kEpi>),
-                                  smem, "moe (cuda): grouped GEMM (mma.sync)");
+    if (is_mma_sync(algo) && vec) {
       const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0 && ldc % 2 == 0;
-      grouped_rows_gemm_mma<kTransB, TC, kEpi><<<unsigned(blocks), kMmaThreads, smem, stream_of(ctx)>>>(
-          N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E), d.E, C, ldc,
-          pairs);
+      auto launch = [&](auto warps_n) {
+        constexpr int kWarpsN = decltype(warps_n)::value;
+        const int64_t column_tiles = (N + MmaTile<kWarpsN>::kN - 1) / MmaTile<kWarpsN>::kN,
+                      blocks = Routing::max_tiles(d, kWideRowTile) * column_tiles;
+        TITAN_CHECK(blocks <= 0x7fffffff, "moe (cuda): GEMM grid too large");
+        const size_t smem = mma_rows_smem<kWarpsN>(kTransB);
+        const auto kernel = grouped_rows_gemm_mma<kWarpsN, kTransB, TC, kEpi>;
+        allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem,
+                                    "moe (cuda): grouped GEMM (mma.sync)");
+        kernel<<<unsigned(blocks), MmaTile<kWarpsN>::kThreads, smem, stream_of(ctx)>>>(
+            N, K, A, lda, gather, B, stride_b, offsets, routing.row_tiles(kWideRowTile, d.E), d.E, C, ldc,
+            pairs);
+      };
+      if (algo == MoeGemm::kMmaSyncWide)
+        launch(std::integral_constant<int, 4>{});
+      else
+        launch(std::integral_constant<int, 2>{});
       check_launch("moe (cuda): grouped GEMM (mma.sync)");
       return;
     }
@@ -1063,13 +1098,23 @@ void weight_grad(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   const int64_t* offsets = routing.offsets.as<int64_t>();
   if constexpr (std::is_same_v<T, bf16_t>) {
     const bool vec = aligned16(A) && aligned16(B) && lda % 8 == 0 && ldb % 8 == 0 && M % 8 == 0 && N % 8 == 0;
-    if (algo == MoeGemm::kMmaSync && vec) {
-      allow_dynamic_shared_memory(reinterpret_cast<const void*>(grouped_weight_grad_mma), kMmaWeightGradSmem,
-                                  "moe (cuda): grouped weight gradient (mma.sync)");
-      const dim3 mma_grid(unsigned((N + kMmaN - 1) / kMmaN), unsigned((M + kMmaM - 1) / kMmaM), grid.z);
+    if (is_mma_sync(algo) && vec) {
       const bool pairs = reinterpret_cast<uintptr_t>(C) % 8 == 0;  // N is even: every row alike
-      grouped_weight_grad_mma<<<mma_grid, kMmaThreads, kMmaWeightGradSmem, stream_of(ctx)>>>(
-          M, N, A, lda, B, ldb, gather, offsets, C, accumulate, pairs);
+      auto launch = [&](auto warps_n) {
+        constexpr int kWarpsN = decltype(warps_n)::value;
+        constexpr size_t smem = mma_weight_grad_smem<kWarpsN>();
+        const auto kernel = grouped_weight_grad_mma<kWarpsN>;
+        allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem,
+                                    "moe (cuda): grouped weight gradient (mma.sync)");
+        const dim3 mma_grid(unsigned((N + MmaTile<kWarpsN>::kN - 1) / MmaTile<kWarpsN>::kN),
+                            unsigned((M + kMmaM - 1) / kMmaM), grid.z);
+        kernel<<<mma_grid, MmaTile<kWarpsN>::kThreads, smem, stream_of(ctx)>>>(M, N, A, lda, B, ldb, gather,
+                                                                               offsets, C, accumulate, pairs);
+      };
+      if (algo == MoeGemm::kMmaSyncWide)
+        launch(std::integral_constant<int, 4>{});
+      else
+        launch(std::integral_constant<int, 2>{});
       check_launch("moe (cuda): grouped weight gradient (mma.sync)");
       return;
     }
@@ -1626,6 +1671,16 @@ const bool moe_experts_mma_registered = kernels::register_kernels(
       "tiles; WMMA where rows are not 16-byte aligned), reference rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSync>,
                             experts_backward_entry<DType::BF16, MoeGemm::kMmaSync>}}},
+    kernel_available);
+// The same GEMMs on 128 x 256 tiles of 8 warps (one block per SM): fewer operand bytes from L2 per
+// product, fewer blocks to hide each other's barriers. Which shape the H200 prefers is for
+// cuda_moe_bench and bench/gpu_models.sh's MoE+wide row to say.
+const bool moe_experts_mma_wide_registered = kernels::register_kernels(
+    "moe_experts", Device::CUDA,
+    {{DType::BF16, "mma_sync_wide",
+      "as mma_sync on 128 x 256 tiles of 8 warps (one block per SM), reference rounding points",
+      ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSyncWide>,
+                            experts_backward_entry<DType::BF16, MoeGemm::kMmaSyncWide>}}},
     kernel_available);
 
 }  // namespace
