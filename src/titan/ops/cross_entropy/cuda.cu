@@ -306,9 +306,14 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
   TITAN_CHECK(d.chunk > 0 && d.N <= 0x7fffffff, "linear_cross_entropy (cuda): bad chunk ", d.chunk, " or N ",
               d.N);
   if (d.N == 0) return;
-  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
   const DType ld = chunk_logits_dtype(d, dtype);
-  Scratch logits(ctx, keep_logits ? 0 : size_t(d.N * chunk) * dtype_bytes(ld));
+  if (keep_logits) {  // every logit into the kept buffer by one GEMM, then the rows' statistics
+    chunk_logits(ctx, d, dtype, hidden, weight, 0, d.V, ld, keep_logits, d.V);
+    cross_entropy_fwd(ctx, d.N, d.V, ld, keep_logits, labels, ignore_index, lse, row_loss);
+    return;
+  }
+  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
+  Scratch logits(ctx, size_t(d.N * chunk) * dtype_bytes(ld));
   Scratch stats(ctx, size_t(3 * d.N) * sizeof(float));
   float *run_max = stats.as<float>(), *run_sum = run_max + d.N, *label_logit = run_sum + d.N;
   cudaStream_t stream = stream_of(ctx);
@@ -334,7 +339,7 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight, const void* kept_logits, bool add_dweight) {
+                              float* dweight, void* kept_logits, bool add_dweight) {
   check_dtype(dtype);
   TITAN_CHECK(d.chunk > 0, "linear_cross_entropy (cuda): bad chunk ", d.chunk);
   cudaStream_t stream = stream_of(ctx);
@@ -345,14 +350,33 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
     return;
   }
   if (!dhidden && !dweight) return;
-  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
   const DType ld = chunk_logits_dtype(d, dtype);
+  if (kept_logits && ld == dtype) {
+    // The kept logits become dlogits in place (each element read, then written, by one thread), and
+    // the two GEMMs run once over the whole vocabulary.
+    const float s = float(scale);
+    if (dtype == DType::BF16)
+      launch_chunk_grad(stream, d.N, d.V, d.V, 0, static_cast<const bf16_t*>(kept_logits), d.V, labels,
+                        ignore_index, lse, s, static_cast<bf16_t*>(kept_logits));
+    else
+      launch_chunk_grad(stream, d.N, d.V, d.V, 0, static_cast<const float*>(kept_logits), d.V, labels,
+                        ignore_index, lse, s, static_cast<float*>(kept_logits));
+    check_launch("cross_entropy (cuda): dlogits");
+    if (dhidden)  // dhidden = dlogits [N, V] @ weight [V, D]
+      gemm(false, false, d.N, d.D, d.V, 1.f, dtype, kept_logits, d.V, weight, d.D, 0.f, DType::F32, dhidden,
+           d.D, {}, ctx.stream);
+    if (dweight)  // dweight (+)= dlogits^T [V, N] @ hidden [N, D]
+      gemm(true, false, d.V, d.D, d.N, 1.f, dtype, kept_logits, d.V, hidden, d.D, add_dweight ? 1.f : 0.f,
+           DType::F32, dweight, d.D, {}, ctx.stream);
+    return;
+  }
+  const int64_t chunk = d.chunk < d.V ? d.chunk : d.V;
   // Kept logits are read where the forward left them; otherwise each chunk's are recomputed.
   Scratch logits(ctx, kept_logits ? 0 : size_t(d.N * chunk) * dtype_bytes(ld));
   Scratch dlogits(ctx, size_t(d.N * chunk) * dtype_bytes(dtype));
   for (int64_t c0 = 0; c0 < d.V; c0 += chunk) {
     const int64_t C = d.V - c0 < chunk ? d.V - c0 : chunk;
-    const ChunkLogits at = chunk_place(d, ld, const_cast<void*>(kept_logits), logits.as<void>(), c0, C);
+    const ChunkLogits at = chunk_place(d, ld, kept_logits, logits.as<void>(), c0, C);
     if (!kept_logits) chunk_logits(ctx, d, dtype, hidden, weight, c0, C, ld, at.data, at.ld);
     const float s = float(scale);
     if (ld == DType::BF16)  // bf16 logits imply bf16 operands
@@ -414,7 +438,7 @@ void lce_forward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyAr
 template <DType kDType>
 void lce_backward_entry(const KernelContext& ctx, const ops::LinearCrossEntropyArgs& a, const void* lse,
                         double scale, void* dhidden, void* dweight, bool add_dweight) {
-  const void* kept = a.kept && a.kept->defined() ? a.kept->raw_data() : nullptr;
+  void* kept = a.kept && a.kept->defined() ? a.kept->raw_data() : nullptr;
   linear_cross_entropy_bwd(ctx, lce_dims(a), kDType, a.hidden, a.weight, a.labels, a.ignore_index,
                            static_cast<const float*>(lse), scale, static_cast<float*>(dhidden),
                            static_cast<float*>(dweight), kept, add_dweight);

@@ -29,8 +29,9 @@ struct LinearCrossEntropyDims {
 
 // hidden [N, D], weight [V, D] -> lse [N], row_loss [N]: one GEMM per vocabulary chunk (cuBLASLt,
 // f32 accumulation) and an online logsumexp over the chunks. keep_logits (optional): [N, V] of the
-// logits' type (bf16 when rounded to bf16, else f32) where the GEMMs write every chunk's logits, for
-// the backward to read instead of recomputing them.
+// logits' type (bf16 when rounded to bf16, else f32), for the backward to read instead of
+// recomputing them; then one GEMM writes all of them there and one pass takes the row statistics
+// (no chunks: one GEMM over the whole vocabulary keeps every SM busy where a chunk's would not).
 void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, float* lse, float* row_loss, void* keep_logits = nullptr);
@@ -38,10 +39,12 @@ void linear_cross_entropy_fwd(const KernelContext& ctx, const LinearCrossEntropy
 // add_dweight, then added to): per chunk the logits are recomputed (or read from kept_logits, the
 // forward's keep_logits), dlogits = scale * (softmax - onehot) formed (rounded to bf16 for bf16
 // operands) and the two GEMMs dhidden += dlogits W_chunk, dweight_chunk (+)= dlogits^T hidden run
-// on it.
+// on it. Kept logits of the operands' type (bf16 rounded logits of a bf16 model, f32 of an f32 one)
+// are turned into dlogits in place, all of them in one pass, and the two GEMMs run once over the
+// whole vocabulary: kept_logits holds dlogits afterwards.
 void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropyDims& d, DType dtype,
                               const void* hidden, const void* weight, const int64_t* labels,
                               int64_t ignore_index, const float* lse, double scale, float* dhidden,
-                              float* dweight, const void* kept_logits = nullptr, bool add_dweight = false);
+                              float* dweight, void* kept_logits = nullptr, bool add_dweight = false);
 
 }  // namespace titan::cuda

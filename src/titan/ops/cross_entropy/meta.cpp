@@ -21,8 +21,10 @@ const CrossEntropyKernel cross_entropy_meta{
 // lce_f32_backward_row_stride says, with a bf16 copy for bf16 GEMMs; bf16 throughout when the
 // logits are rounded to bf16). Standing in for CUDA
 // (core/device_services.h, MetaStandIn), they are the CUDA kernels' buffers instead: forward, the
-// chunk's logits when none are kept and three f32 row statistics; backward, the chunk's logits when
-// none are kept and its softmax gradient in the compute dtype.
+// chunk's logits and three f32 row statistics when none are kept (kept: one GEMM into them and one
+// statistics pass, nothing more); backward, nothing when kept logits of the compute dtype become
+// the softmax gradient in place, else the chunk's logits when none are kept and its softmax
+// gradient in the compute dtype.
 template <DType kDType>
 constexpr DType kAccumulation = kDType == DType::F64 ? DType::F64 : DType::F32;
 
@@ -43,8 +45,10 @@ void lce_meta_forward(const KernelContext& ctx, const LinearCrossEntropyArgs& a,
   const bool keep = a.kept && a.N * a.V * int64_t(dtype_size(logits)) <= a.keep_bytes;
   if (keep) *a.kept = Tensor::empty({a.N * a.V}, logits, ctx.device);
   if (meta_stands_in_for() == Device::CUDA) {
-    const Scratch chunk(ctx, keep ? 0 : size_t(chunk_elements(a)) * dtype_size(logits)),
-        stats(ctx, size_t(3 * a.N) * sizeof(float));
+    if (!keep) {
+      const Scratch chunk(ctx, size_t(chunk_elements(a)) * dtype_size(logits)),
+          stats(ctx, size_t(3 * a.N) * sizeof(float));
+    }
   } else if (!keep) {
     const Tensor chunk = Tensor::empty({chunk_elements(a)}, logits, ctx.device);
   }
@@ -58,6 +62,7 @@ void lce_meta_backward(const KernelContext& ctx, const LinearCrossEntropyArgs& a
   const bool kept = a.kept && a.kept->defined();
   const int64_t n = chunk_elements(a);
   if (meta_stands_in_for() == Device::CUDA) {
+    if (kept && chunk_logits_dtype<kDType>(a) == kDType) return;  // dlogits in place of the kept logits
     const Scratch logits(ctx, kept ? 0 : size_t(n) * dtype_size(chunk_logits_dtype<kDType>(a))),
         gradient(ctx, size_t(n) * dtype_size(kDType));
     return;
