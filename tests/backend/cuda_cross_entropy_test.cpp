@@ -226,6 +226,67 @@ TEST_P(CudaLinearCrossEntropy, ForwardAndBackward) {
     expect_close(dh_d.download<float>(), dh_r, rtol, atol, "dhidden", dh_bound);
     expect_close(dw_d.download<float>(), dw_r, rtol, atol, "dweight", dw_bound);
   }
+  // Kept logits again, with the weight's gradient added to what its buffer holds (a parameter's
+  // buffer after an earlier micro-batch) and no dhidden asked for.
+  {
+    SCOPED_TRACE("logits kept, dweight added, no dhidden");
+    const std::vector<float> held = cuda_test::randn(size_t(V * D), 14);
+    DeviceBuffer labels_d(labels), lse_d(size_t(N) * 4), loss_d(size_t(N) * 4), dw_d(held),
+        kept(size_t(N * V) * (bf ? 2 : 4));
+    kept.poison();
+    linear_cross_entropy_fwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(),
+                             kIgnore, lse_d.as<float>(), loss_d.as<float>(), kept.as<void>());
+    linear_cross_entropy_bwd(ctx, dims, dtype, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(),
+                             kIgnore, lse_d.as<float>(), scale, nullptr, dw_d.as<float>(), kept.as<void>(),
+                             /*add_dweight=*/true);
+    std::vector<float> want = held;
+    for (size_t i = 0; i < want.size(); ++i) want[i] += dw_r[i];
+    expect_close(dw_d.download<float>(), want, rtol, atol, "dweight added", dw_bound);
+  }
+}
+
+// Kept logits against recomputed ones, on the GPU alone, bf16: rounded logits kept (turned into
+// dlogits in place, whole-vocabulary GEMMs) and f32 logits kept for bf16 operands (chunk by chunk),
+// also over more than 2^31 kept elements (16384 x 131076: the 8 x 2048 tokens of the H200 jobs
+// against most of Qwen3's vocabulary). The inputs lie on an eighths grid, so every logit is exact
+// either way; what may differ is the order of the f32 sums (row statistics, GEMM accumulation).
+TEST(CudaLinearCrossEntropyKept, GivesTheRecomputedLossAndGradients) {
+  TITAN_REQUIRE_CUDA();
+  struct Case {
+    int64_t N, V, D, chunk;
+    bool round_logits;
+  };
+  for (const Case& c :
+       {Case{37, 1000, 24, 384, false}, Case{37, 1000, 24, 384, true}, Case{16384, 131076, 64, 8192, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "N " << c.N << " V " << c.V << " D " << c.D << " round_logits " << c.round_logits);
+    const std::vector<float> hidden = on_an_eighths_grid(cuda_test::randn(size_t(c.N * c.D), 21)),
+                             weight = on_an_eighths_grid(cuda_test::randn(size_t(c.V * c.D), 22, 0.5));
+    const std::vector<int64_t> labels = make_labels(c.N, c.V, 23);
+    KernelContext ctx = device_services(Device::CUDA).context();
+    auto hd = upload(hidden, DType::BF16), wd = upload(weight, DType::BF16);
+    const LinearCrossEntropyDims dims{c.N, c.V, c.D, c.chunk, c.round_logits};
+    struct Result {
+      std::vector<float> lse, dh, dw;
+    };
+    auto run = [&](bool keep) {
+      DeviceBuffer labels_d(labels), lse_d(size_t(c.N) * 4), loss_d(size_t(c.N) * 4),
+          dh_d(size_t(c.N * c.D) * 4), dw_d(size_t(c.V * c.D) * 4),
+          kept(keep ? size_t(c.N * c.V) * (c.round_logits ? 2 : 4) : 0);
+      if (keep) kept.poison();
+      void* kept_logits = keep ? kept.as<void>() : nullptr;
+      linear_cross_entropy_fwd(ctx, dims, DType::BF16, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(),
+                               kIgnore, lse_d.as<float>(), loss_d.as<float>(), kept_logits);
+      linear_cross_entropy_bwd(ctx, dims, DType::BF16, hd->as<void>(), wd->as<void>(), labels_d.as<int64_t>(),
+                               kIgnore, lse_d.as<float>(), 0.5, dh_d.as<float>(), dw_d.as<float>(),
+                               kept_logits);
+      return Result{lse_d.download<float>(), dh_d.download<float>(), dw_d.download<float>()};
+    };
+    const Result recomputed = run(false), kept = run(true);
+    expect_close(kept.lse, recomputed.lse, 1e-5, 1e-6, "lse");
+    expect_close(kept.dh, recomputed.dh, 1e-2, 1e-3, "dhidden");
+    expect_close(kept.dw, recomputed.dw, 1e-2, 1e-3, "dweight");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLinearCrossEntropy,

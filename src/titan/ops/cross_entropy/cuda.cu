@@ -3,7 +3,9 @@
 // Row statistics: one block per row; each thread runs an online (max, sum of exp) over its
 // columns, the pairs are merged across the block. The fused op keeps, per row, the running
 // (max, sum) over the vocabulary chunks seen so far and the label's logit once its chunk comes by,
-// so each chunk's logits live only between its GEMM and its statistics pass.
+// so each chunk's logits live only between its GEMM and its statistics pass; or, when the caller
+// keeps all the logits for the backward, one GEMM over the whole vocabulary writes them and one
+// pass takes the statistics, and the backward turns them into dlogits in place.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -451,9 +453,9 @@ const bool cross_entropy_kernels_registered = cuda::register_float_kernels(
 const bool linear_cross_entropy_kernels_registered = cuda::register_float_kernels(
     "linear_cross_entropy",
     "cuBLASLt GEMM per vocabulary chunk (f32, TF32 off), online logsumexp; logits kept for backward within "
-    "keep_logits_bytes, else recomputed",
+    "keep_logits_bytes (then whole-vocabulary GEMMs, dlogits in place), else recomputed",
     "cuBLASLt bf16 GEMM per vocabulary chunk (f32 accumulation), online logsumexp; logits kept for backward "
-    "within keep_logits_bytes, else recomputed",
+    "within keep_logits_bytes (then whole-vocabulary GEMMs, dlogits in place), else recomputed",
     TITAN_FLOAT_KERNEL(ops::LinearCrossEntropyKernel, lce_forward_entry<kDType>, lce_backward_entry<kDType>));
 
 }  // namespace
