@@ -429,6 +429,25 @@ TEST(CudaOps, Bf16ActivationGradientsAreTheF32OnesRounded) {
     added.push_back(buffer.to(Device::CPU));
   }
   EXPECT_EQ(added[1].to_vector(), added[0].to_vector()) << "into a parameter's buffer";
+  // The same buffer holding an earlier step's values, marked unwritten (ParamBlock::zero_grad): the
+  // step's first gradient replaces them, in f32, with either kernel.
+  std::vector<Tensor> written;
+  for (bool bf16_grads : {false, true}) {
+    autograd::Bf16ActivationGradientsScope setting(bf16_grads);
+    Tensor x = x0.to(kCuda).set_requires_grad(true);
+    Tensor buffer = held.to(kCuda);
+    x.set_grad(buffer);
+    x.autograd_meta()->grad_unwritten = std::make_shared<bool>(true);
+    Tensor y = ops::linear(x, w0.to(kCuda));
+    autograd::backward(autograd::current_tape(), {y}, {dy.to(kCuda)});
+    EXPECT_FALSE(*x.autograd_meta()->grad_unwritten);
+    written.push_back(buffer.to(Device::CPU));
+  }
+  EXPECT_EQ(written[1].to_vector(), written[0].to_vector()) << "over a parameter's unwritten buffer";
+  const std::vector<double> sum = added[0].to_vector(), old = held.to_vector(),
+                            fresh = written[0].to_vector();
+  for (size_t i = 0; i < fresh.size(); ++i)
+    EXPECT_NEAR(fresh[i], sum[i] - old[i], 1e-5 * (1 + std::abs(sum[i]))) << "element " << i;
 }
 
 TEST(CudaOps, Bf16ActivationGradientsOfEveryAttentionVariantAreTheF32OnesRounded) {

@@ -116,6 +116,11 @@ void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const 
   TITAN_CHECK(g.shape() == shape, "autograd: gradient ", g.str(), " does not match tensor shape ", shape_str(shape),
               meta.name.empty() ? "" : " (" + meta.name + ")");
   const DType gd = grad_dtype(dtype);
+  if (meta.grad_unwritten && *meta.grad_unwritten) {  // a parameter's buffer: its first gradient this step
+    meta.grad.copy_from(g);
+    *meta.grad_unwritten = false;
+    return;
+  }
   // An intermediate bf16 activation may hold a bf16 gradient (bf16 activation gradients).
   const bool bf16 = !meta.is_leaf && dtype == DType::BF16 && g.dtype() == DType::BF16;
   if (!meta.grad.defined()) {
@@ -141,10 +146,10 @@ GradientSink::GradientSink(const Tensor& input) {
   grad_dtype_ = grad_dtype(input.dtype());
 }
 
-Tensor GradientSink::buffer() const {
+const AutogradMeta* GradientSink::buffer_meta() const {
   const AutogradMeta* meta = meta_.get();
   while (meta && meta->grad_passes_to) meta = meta->grad_passes_to.get();
-  if (!meta || !meta->grad.defined()) return {};
+  if (!meta || !meta->grad.defined()) return nullptr;
   const Tensor& g = meta->grad;
   // Only a parameter's preset buffer: it is the same tensor whether or not its layer is
   // recomputed, so an activation-checkpointed step accumulates exactly as a plain one (an
@@ -152,8 +157,16 @@ Tensor GradientSink::buffer() const {
   // between the two).
   if (!meta->is_leaf || !meta->grad_preset || g.dtype() != grad_dtype_ || g.shape() != shape_ ||
       !g.is_contiguous())
-    return {};
-  return g;
+    return nullptr;
+  return meta;
+}
+
+GradientTarget GradientSink::target() const {
+  const AutogradMeta* meta = buffer_meta();
+  if (!meta) return {};
+  const bool unwritten = meta->grad_unwritten && *meta->grad_unwritten;
+  if (unwritten) *meta->grad_unwritten = false;
+  return {meta->grad, !unwritten};
 }
 
 void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {

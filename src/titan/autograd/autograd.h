@@ -151,21 +151,33 @@ std::vector<Tensor> recompute(const std::string& name, const BlockFn& fn, const 
 // widens the sum to f32.
 void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g);
 
+// Where a backward puts an input's gradient: into `buffer`, a parameter's gradient buffer, adding to
+// what it holds (`add`) or writing over it (it holds no gradient of this step yet); or, when buffer
+// is undefined, into a fresh gradient the backward returns as usual.
+struct GradientTarget {
+  Tensor buffer;
+  bool add = false;
+};
+
 // Where an op input's gradient is accumulated, kept by a backward closure in place of the input
-// itself (whose data the closure must not keep alive). buffer() is the gradient accumulated so far
+// itself (whose data the closure must not keep alive). target() is the input's gradient buffer
 // when it is a parameter's preset gradient slice (Tensor::set_grad), which autograd would add the
 // op's gradient into in place anyway, followed through casts that pass gradients on unchanged
-// (grad_passes_to: the bf16 copy of an f32 parameter). A backward may
-// add its gradient there itself (a GEMM with beta = 1: one pass over the buffer instead of writing
-// a fresh gradient and adding it) and then returns an undefined gradient for that input. Undefined
-// when there is no such buffer yet: the op returns a fresh gradient as usual.
+// (grad_passes_to: the bf16 copy of an f32 parameter). A backward may write its gradient there
+// itself (a GEMM with beta = 1, or beta = 0 for the step's first gradient: one pass over the
+// buffer instead of writing a fresh gradient and adding it) and then returns an undefined gradient
+// for that input. target() counts the buffer as written from then on: the caller must write (or
+// add to) every element of it. Undefined when there is no such buffer: the op returns a fresh
+// gradient as usual.
 class GradientSink {
  public:
   GradientSink() = default;
   explicit GradientSink(const Tensor& input);
-  Tensor buffer() const;
+  GradientTarget target() const;
+  bool has_buffer() const { return buffer_meta() != nullptr; }  // target() would give a buffer
 
  private:
+  const AutogradMeta* buffer_meta() const;  // the meta whose grad target() gives, or null
   std::shared_ptr<AutogradMeta> meta_;
   Shape shape_;
   DType grad_dtype_ = DType::F32;

@@ -102,7 +102,10 @@ class Tensor {
   // Autograd.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool on);
-  Tensor grad() const;                       // undefined until backward wrote one
+  // Undefined until backward wrote one. A ParamBlock parameter's preset buffer may hold an earlier
+  // step's values until this step's first gradient (AutogradMeta::grad_unwritten): read those
+  // through nn::Param::grad().
+  Tensor grad() const;
   void set_grad(const Tensor& grad) const;   // preset a gradient buffer (e.g. a slice of a flat one)
   Tensor detach() const;                     // same storage, no autograd history
   const std::shared_ptr<AutogradMeta>& autograd_meta() const { return meta_; }
@@ -129,6 +132,11 @@ struct AutogradMeta {
   // Set by an op whose backward hands this tensor's gradient to its input unchanged (a cast between
   // f32 and bf16): a gradient may be added to that input's directly (autograd::GradientSink).
   std::shared_ptr<AutogradMeta> grad_passes_to;
+  // A parameter's preset buffer (grad_preset) that holds no gradient of this step yet: instead of
+  // writing zeros over it, nn::ParamBlock::zero_grad sets this, and the first gradient writes the
+  // buffer instead of adding to it (autograd::GradientSink::target, accumulate_grad). Shared by the
+  // metas that preset the same buffer (a parameter's value and its compute copy).
+  std::shared_ptr<bool> grad_unwritten;
 };
 
 Shape contiguous_strides(const Shape& shape);

@@ -62,6 +62,8 @@ void ParamBlock::bind_views() {
     p.value.set_requires_grad(true);
     p.value.autograd_meta()->name = p.name;
     p.value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
+    if (!p.grad_unwritten) p.grad_unwritten = std::make_shared<bool>(false);
+    p.value.autograd_meta()->grad_unwritten = p.grad_unwritten;
   }
 }
 
@@ -82,8 +84,28 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
 
 void ParamBlock::zero_grad() {
   if (!trainable_) return;
-  if (sharded_) shard_grad_.fill(0.0);
-  if (grad_resident()) grad_.fill(0.0);
+  if (sharded_) {
+    shard_grad_.fill(0.0);
+    if (grad_resident()) grad_.fill(0.0);
+    return;
+  }
+  // The gaps between parameters and the padding are zero from the start, and nothing writes them.
+  for (Param& p : params_) *p.grad_unwritten = true;
+}
+
+void ParamBlock::settle_grads() const {
+  for (const Param& p : params_) p.settle_grad();
+}
+
+void Param::settle_grad() const {
+  if (!grad_unwritten || !*grad_unwritten) return;
+  value.grad().fill(0.0);
+  *grad_unwritten = false;
+}
+
+Tensor Param::grad() const {
+  settle_grad();
+  return value.grad();
 }
 
 void ParamBlock::add_compute_copy(DType dtype) {
@@ -96,6 +118,7 @@ void ParamBlock::add_compute_copy(DType dtype) {
     p.compute_value.set_requires_grad(true);
     p.compute_value.autograd_meta()->name = p.name;
     p.compute_value.set_grad(grad_.narrow(0, p.offset, n).reshape(p.shape));
+    p.compute_value.autograd_meta()->grad_unwritten = p.grad_unwritten;
   }
   release_compute();
 }
@@ -110,6 +133,7 @@ void ParamBlock::shard(int64_t index, int64_t count) {
   TITAN_CHECK(count >= 1 && index >= 0 && index < count && numel() % count == 0, "ParamBlock '", name_, "' of ",
               numel(), " elements cannot be cut into ", count, " equal slices (slice ", index, ")");
   const int64_t n = numel() / count;
+  settle_grads();  // a sharded block's gradients are never left unwritten (zero_grad fills them)
   shard_ = data_.narrow(0, index * n, n).clone();
   shard_grad_ =
       trainable_ ? grad_.narrow(0, index * n, n).clone() : Tensor::released({n}, DType::F32, grad_.device());

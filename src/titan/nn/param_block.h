@@ -4,6 +4,7 @@
 // its gradient a view into the block's `grad`, so FSDP shards, reduce-scatters,
 // optimizer updates and checkpoint shards are all slices of one buffer.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct Param {
   Tensor compute_value;
   double truncate_at = 0;  // Init::Normal: values beyond +-truncate_at x std are drawn again (0: never)
   int64_t first_element = 0;  // ParamSpec::first_element
+  // Set while the gradient slice holds no gradient of this step (AutogradMeta::grad_unwritten,
+  // shared with value's and compute_value's autograd state): ParamBlock::zero_grad leaves the slice
+  // to the step's first gradient instead of writing zeros over it.
+  std::shared_ptr<bool> grad_unwritten;
+  // The gradient (value's slice of the block's grad): zeros when none was written since zero_grad.
+  Tensor grad() const;
+  void settle_grad() const;  // writes those zeros into the slice
 };
 
 // The points where a model uses a block's parameters, for a data-parallel plan that keeps blocks
@@ -73,7 +81,11 @@ class ParamBlock {
   const std::string& name() const { return name_; }
   bool trainable() const { return trainable_; }
   Tensor& data() { return data_; }
-  Tensor& grad() { return grad_; }
+  // The gradient buffer, every parameter's slice settled (Param::grad).
+  Tensor& grad() {
+    settle_grads();
+    return grad_;
+  }
   const Tensor& data() const { return data_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
@@ -87,8 +99,12 @@ class ParamBlock {
   void pad_to_multiple(int64_t multiple);
 
   // Zeroes the gradient this process accumulates into: shard_grad(), and grad() while resident
-  // (nothing for an untrainable block).
+  // (nothing for an untrainable block). An unsharded block's grad() is not written: each parameter's
+  // slice is marked unwritten (Param::grad_unwritten), its first gradient of the step writes it
+  // (a GEMM with beta = 0 instead of a pass of zeros and a beta = 1 read of them), and what no
+  // gradient reached is zeroed when read (grad(), shard_grad(), Param::grad()).
   void zero_grad();
+  void settle_grads() const;  // zeroes the slices still unwritten
 
   // Sharded data parallelism. shard(index, count) keeps slice `index` of `count` equal slices
   // (numel() must be a multiple of count) in shard() and shard_grad(), persistent buffers of
@@ -100,9 +116,17 @@ class ParamBlock {
   bool sharded() const { return sharded_; }
   int64_t shard_begin() const { return sharded_ ? shard_index_ * shard_.numel() : 0; }  // element of data()
   Tensor& shard() { return sharded_ ? shard_ : data_; }
-  Tensor& shard_grad() { return sharded_ ? shard_grad_ : grad_; }
+  Tensor& shard_grad() {
+    if (sharded_) return shard_grad_;
+    settle_grads();
+    return grad_;
+  }
   const Tensor& shard() const { return sharded_ ? shard_ : data_; }
-  const Tensor& shard_grad() const { return sharded_ ? shard_grad_ : grad_; }
+  const Tensor& shard_grad() const {
+    if (sharded_) return shard_grad_;
+    settle_grads();
+    return grad_;
+  }
   bool data_resident() const { return data_.storage()->resident(); }
   bool grad_resident() const { return grad_.storage()->resident(); }
   void materialize_data() { data_.storage()->materialize(); }

@@ -19,7 +19,7 @@ Tensor HfTensorRef::value() const {
 }
 
 Tensor HfTensorRef::grad() const {
-  Tensor g = param->value.grad();
+  Tensor g = param->grad();
   return expert < 0 ? g : g.narrow(0, expert, 1).reshape(shape);
 }
 

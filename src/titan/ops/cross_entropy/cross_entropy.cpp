@@ -156,17 +156,20 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                        Tensor dh = need_dh ? Tensor::empty(hidden.shape(), ad, hidden.device()) : Tensor();
                        // The weight's gradient goes into its parameter's buffer when there is one
                        // (the lm_head, tied or not: [V, D] f32 is the largest gradient of a step),
-                       // returned undefined (already accumulated); else into a fresh tensor.
-                       Tensor dw_so_far = need_dw ? w_sink.buffer() : Tensor();
-                       const bool add_dw = dw_so_far.defined();
-                       Tensor dw = add_dw    ? dw_so_far
-                                   : need_dw ? Tensor::empty(weight.shape(), ad, hidden.device())
-                                             : Tensor();
-                       kernel.backward(
-                           ctx, args(), lse.raw_data(), grad_scale(g[0], targets.count, reduction),
-                           need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr, add_dw);
+                       // added or, the step's first, written over it, and returned undefined
+                       // (already accumulated); else into a fresh tensor.
+                       const autograd::GradientTarget target =
+                           need_dw ? w_sink.target() : autograd::GradientTarget{};
+                       const bool into_buffer = target.buffer.defined();
+                       Tensor dw = into_buffer ? target.buffer
+                                   : need_dw   ? Tensor::empty(weight.shape(), ad, hidden.device())
+                                               : Tensor();
+                       kernel.backward(ctx, args(), lse.raw_data(),
+                                       grad_scale(g[0], targets.count, reduction),
+                                       need_dh ? dh.raw_data() : nullptr, need_dw ? dw.raw_data() : nullptr,
+                                       into_buffer && target.add);
                        *kept = Tensor();  // backward runs once: free the logits before the next node
-                       return std::vector<Tensor>{dh, add_dw ? Tensor() : dw};
+                       return std::vector<Tensor>{dh, into_buffer ? Tensor() : dw};
                      });
   }
   return loss;

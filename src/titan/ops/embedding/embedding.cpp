@@ -52,17 +52,18 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
     const autograd::GradientSink table_sink(table_in);
     autograd::record("embedding", {table_in}, {&out}, [=, &kernel](const std::vector<Tensor>& g) {
       // Into the parameter's gradient buffer when there is one: only the rows of the N ids are
-      // touched (a fresh [V, D] gradient would be written whole, then added whole). Returned
-      // undefined then: already accumulated.
-      Tensor so_far = table_sink.buffer();
+      // touched (a fresh [V, D] gradient would be written whole, then added whole); the step's first
+      // gradient there zeroes the buffer first (the other rows get nothing). Returned undefined
+      // then: already accumulated.
+      autograd::GradientTarget target = table_sink.target();
+      const bool into_buffer = target.buffer.defined();
+      if (into_buffer && !target.add) target.buffer.fill(0.0);
       if (!g[0].defined())
-        return std::vector<Tensor>{so_far.defined() ? Tensor()
-                                                    : Tensor::zeros(table_shape, gd, table.device())};
+        return std::vector<Tensor>{into_buffer ? Tensor() : Tensor::zeros(table_shape, gd, table.device())};
       Tensor dy = g[0].contiguous();
-      const bool add = so_far.defined();
-      Tensor dtable = add ? so_far : Tensor::empty(table_shape, gd, table.device());
-      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data(), add);
-      return std::vector<Tensor>{add ? Tensor() : dtable};
+      Tensor dtable = into_buffer ? target.buffer : Tensor::empty(table_shape, gd, table.device());
+      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data(), into_buffer);
+      return std::vector<Tensor>{into_buffer ? Tensor() : dtable};
     });
   }
   return out;

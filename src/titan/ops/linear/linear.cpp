@@ -34,25 +34,33 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
         [=, &kernel](const std::vector<Tensor>& g) {
           const DType gd = grad_dtype(x.dtype());
           const Tensor dy = act.upstream(g[0]);
-          // Each gradient goes into the input's gradient so far when there is one (returned undefined:
-          // already accumulated, always f32: a parameter's), else into a fresh tensor returned to
-          // autograd (dx in the kernel's gradient dtype, dw in f32).
+          // Each gradient goes into the input's gradient buffer when it has one (a parameter's, always
+          // f32: added to it, or written over it by the step's first gradient; returned undefined),
+          // else into a fresh tensor returned to autograd (dx in the kernel's gradient dtype, dw in f32).
           auto place = [&](bool needed, const autograd::GradientSink& sink, const Tensor& like, DType fresh,
-                           bool* add) {
+                           bool* add, bool* into_buffer) {
             if (!needed) return Tensor();
-            Tensor so_far = sink.buffer();
-            *add = so_far.defined();
-            return *add ? so_far : Tensor::empty(like.shape(), fresh, like.device());
+            const autograd::GradientTarget target = sink.target();
+            *into_buffer = target.buffer.defined();
+            *add = target.add;
+            return *into_buffer ? target.buffer : Tensor::empty(like.shape(), fresh, like.device());
           };
           LinearGradients grads;
-          const Tensor dx = place(need_dx, x_sink, x, act.kernel_dtype(), &grads.add_dx),
-                       dw = place(need_dw, w_sink, w, gd, &grads.add_dw);
+          bool dx_into_buffer = false, dw_into_buffer = false;
+          Tensor dx = place(need_dx, x_sink, x, act.kernel_dtype(), &grads.add_dx, &dx_into_buffer),
+                 dw = place(need_dw, w_sink, w, gd, &grads.add_dw, &dw_into_buffer);
+          // The bf16-gradient kernels write dx in bf16 unless they add it to an f32 buffer: the step's
+          // first gradient of a parameter taken as x is added to zeros.
+          if (dx_into_buffer && !grads.add_dx && act.native()) {
+            dx.fill(0.0);
+            grads.add_dx = true;
+          }
           grads.dx = dx.defined() ? dx.raw_data() : nullptr;
           grads.dw = dw.defined() ? dw.raw_data() : nullptr;
           (act.native() ? kernel.backward_bf16_grads : kernel.backward)(ctx, M, N, K, x.raw_data(),
                                                                         w.raw_data(), dy.raw_data(), grads);
-          return std::vector<Tensor>{grads.add_dx ? Tensor() : act.returned(dx),
-                                     grads.add_dw ? Tensor() : dw};
+          return std::vector<Tensor>{dx_into_buffer ? Tensor() : act.returned(dx),
+                                     dw_into_buffer ? Tensor() : dw};
         },
         act.bf16());
   }

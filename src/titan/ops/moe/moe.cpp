@@ -273,19 +273,32 @@ Tensor moe_experts(const Tensor& x_in, const Tensor& weights_in, const ExpertInd
                        // The expert weights' gradients ([E, F, D] each, the largest of a MoE layer)
                        // go into their parameters' buffers when every needed one has a buffer
                        // (one ParamBlock holds all three), returned undefined then (already
-                       // accumulated); else into fresh tensors.
-                       const Tensor g_buf = ng ? gate_sink.buffer() : Tensor(),
-                                    u_buf = nu ? up_sink.buffer() : Tensor(),
-                                    d_buf = nd ? down_sink.buffer() : Tensor();
-                       const bool add = (ng || nu || nd) && (!ng || g_buf.defined()) &&
-                                        (!nu || u_buf.defined()) && (!nd || d_buf.defined());
-                       Tensor dx = grad(nx, x), dw = grad(nw, weights), dg = add ? g_buf : grad(ng, w_gate),
-                              du = add ? u_buf : grad(nu, w_up), dd = add ? d_buf : grad(nd, w_down);
+                       // accumulated); else into fresh tensors. The kernel adds to all three or
+                       // writes over all three: one buffer that holds this step's gradients while
+                       // another holds none yet is zeroed first (it never happens within a block).
+                       const bool some = ng || nu || nd;
+                       const bool into_buffers = some && (!ng || gate_sink.has_buffer()) &&
+                                                 (!nu || up_sink.has_buffer()) &&
+                                                 (!nd || down_sink.has_buffer());
+                       autograd::GradientTarget tg, tu, td;
+                       if (into_buffers) {
+                         if (ng) tg = gate_sink.target();
+                         if (nu) tu = up_sink.target();
+                         if (nd) td = down_sink.target();
+                       }
+                       const bool any_add = (ng && tg.add) || (nu && tu.add) || (nd && td.add);
+                       for (autograd::GradientTarget* t : {&tg, &tu, &td})
+                         if (any_add && t->buffer.defined() && !t->add) t->buffer.fill(0.0);
+                       Tensor dx = grad(nx, x), dw = grad(nw, weights),
+                              dg = into_buffers ? tg.buffer : grad(ng, w_gate),
+                              du = into_buffers ? tu.buffer : grad(nu, w_up),
+                              dd = into_buffers ? td.buffer : grad(nd, w_down);
                        auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
                        kernel.backward(ctx, d, x.raw_data(), weights.raw_data(), indices.data<int64_t>(),
                                        w_gate.raw_data(), w_up.raw_data(), w_down.raw_data(), act.raw_data(),
-                                       dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd), add);
-                       if (add) return std::vector<Tensor>{dx, dw, Tensor(), Tensor(), Tensor()};
+                                       dy.raw_data(), ptr(dx), ptr(dw), ptr(dg), ptr(du), ptr(dd),
+                                       into_buffers && any_add);
+                       if (into_buffers) return std::vector<Tensor>{dx, dw, Tensor(), Tensor(), Tensor()};
                        return std::vector<Tensor>{dx, dw, dg, du, dd};
                      });
   }
