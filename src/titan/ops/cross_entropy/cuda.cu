@@ -264,24 +264,19 @@ void cross_entropy_fwd(const KernelContext& ctx, int64_t N, int64_t V, DType dty
   check_dtype(dtype);
   if (N == 0) return;
   TITAN_CHECK(N <= 0x7fffffff, "cross_entropy (cuda): ", N, " rows exceed the grid");
-  const bool vec = rows_of_4(logits, dtype_bytes(dtype), V, V);
-  if (dtype == DType::F32) {
-    const float* x = static_cast<const float*>(logits);
-    if (vec)
+  // One block per row, 4 elements per access where the rows allow it.
+  auto launch = [&](const auto* x) {
+    if (rows_of_4(x, sizeof(*x), V, V))
       ce_forward_kernel<4>
           <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
     else
       ce_forward_kernel<1>
           <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
-  } else {
-    const bf16_t* x = static_cast<const bf16_t*>(logits);
-    if (vec)
-      ce_forward_kernel<4>
-          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
-    else
-      ce_forward_kernel<1>
-          <<<unsigned(N), kRowThreads, 0, stream_of(ctx)>>>(V, x, labels, ignore_index, lse, row_loss);
-  }
+  };
+  if (dtype == DType::F32)
+    launch(static_cast<const float*>(logits));
+  else
+    launch(static_cast<const bf16_t*>(logits));
   check_launch("cross_entropy (cuda): forward");
 }
 
