@@ -333,14 +333,30 @@ TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
          m = random_tensor({n}, DType::F32, 19, -0.01, 0.01), v = random_tensor({n}, DType::F32, 20, 0, 1e-4);
   Tensor pd = p.to(kCuda), gd = g.to(kCuda), md = m.to(kCuda), vd = v.to(kCuda);
   ops::AdamWConfig cfg;
+  // The bf16 compute copy the kernel writes beside the update (4 elements per access on whole
+  // vectors; the odd-length narrow() below takes the one-element path).
+  Tensor copy = Tensor::empty({n}, DType::BF16), copy_d = Tensor::empty({n}, DType::BF16, kCuda);
   {
     kernels::ForceVariant reference("adamw", "reference");
-    for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(p, g, m, v, cfg, step, 0.75);
+    for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(p, g, m, v, cfg, step, 0.75, &copy);
   }
-  for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(pd, gd, md, vd, cfg, step, 0.75);
+  for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(pd, gd, md, vd, cfg, step, 0.75, &copy_d);
   EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param";
   EXPECT_EQ(md.to_vector(), m.to_vector()) << "exp_avg";
   EXPECT_EQ(vd.to_vector(), v.to_vector()) << "exp_avg_sq";
+  EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector()) << "bf16 copy";
+  {
+    Tensor tail_p = pd.narrow(0, 1, n - 2), tail_g = gd.narrow(0, 1, n - 2), tail_m = md.narrow(0, 1, n - 2),
+           tail_v = vd.narrow(0, 1, n - 2), tail_copy = copy_d.narrow(0, 1, n - 2);
+    ops::adamw_step(tail_p, tail_g, tail_m, tail_v, cfg, 4, 0.75, &tail_copy);
+    Tensor host_p = p.narrow(0, 1, n - 2), host_g = g.narrow(0, 1, n - 2), host_m = m.narrow(0, 1, n - 2),
+           host_v = v.narrow(0, 1, n - 2);
+    kernels::ForceVariant reference("adamw", "reference");
+    ops::adamw_step(host_p, host_g, host_m, host_v, cfg, 4, 0.75);
+    EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param, unaligned run";
+    EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
+        << "bf16 copy, unaligned run";
+  }
   double cpu;
   {
     kernels::ForceVariant reference("grad_norm", "reference");

@@ -1279,28 +1279,40 @@ TEST(DataParallel, RanksRunningDifferentTitanBuildsAreRefused) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
-// What each rank holds between steps: its slice of the parameters, gradients and AdamW state (the
-// allocator's figures in the start-up log), half of the one-process figures up to the padding of
-// every block to a multiple of the shard degree.
+// What each rank holds between steps: its slice of the parameters, gradients and AdamW state, and
+// (a bf16 job) the bf16 copy of its slice that AdamW writes (the allocator's figures in the start-up
+// log), half of the one-process figures up to the padding of every block to a multiple of the shard
+// degree.
 TEST(DataParallel, FsdpRanksHoldHalfOfTheStateOfOneProcess) {
   auto memory_line = [](int ranks) {
     std::string out;
     const fs::path dump = tt::temp_dir("dist_memory_" + std::to_string(ranks));
-    EXPECT_EQ(run_job(ranks, tiny(dump, ranks == 0 ? 4 : 2, {{"training.steps", "1"}, {"lr_scheduler.warmup_steps", "0"}}), &out), 0) << out;
+    EXPECT_EQ(run_job(ranks,
+                      tiny(dump, ranks == 0 ? 4 : 2,
+                           {{"training.steps", "1"},
+                            {"lr_scheduler.warmup_steps", "0"},
+                            {"training.mixed_precision_param", "bfloat16"}}),
+                      &out),
+              0)
+        << out;
     const size_t at = out.find("memory per rank: ");
     if (at == std::string::npos) {
       ADD_FAILURE() << "no 'memory per rank' line in: " << out;
-      return std::array<double, 3>{};
+      return std::array<double, 4>{};
     }
-    double params = 0, grads = 0, moments = 0;
-    EXPECT_EQ(std::sscanf(out.c_str() + at, "memory per rank: parameters %lf MiB, gradients %lf MiB, AdamW state %lf MiB",
-                          &params, &grads, &moments),
-              3)
-        << out.substr(at, 120);
-    return std::array<double, 3>{params, grads, moments};
+    double params = 0, grads = 0, moments = 0, copy = 0;
+    EXPECT_EQ(
+        std::sscanf(out.c_str() + at,
+                    "memory per rank: parameters %lf MiB, gradients %lf MiB, AdamW state %lf MiB, bf16 copy "
+                    "of the parameters %lf MiB",
+                    &params, &grads, &moments, &copy),
+        4)
+        << out.substr(at, 160);
+    return std::array<double, 4>{params, grads, moments, copy};
   };
   const auto one = memory_line(0), two = memory_line(2);
-  for (int k = 0; k < 3; ++k) {
+  EXPECT_NEAR(one[3], one[0] / 2, 1e-6 * one[0]) << "the bf16 copy is half the f32 parameters' bytes";
+  for (int k = 0; k < 4; ++k) {
     EXPECT_GT(two[size_t(k)], 0.0);
     EXPECT_NEAR(two[size_t(k)], one[size_t(k)] / 2, 0.01 * one[size_t(k)]) << "category " << k;
   }

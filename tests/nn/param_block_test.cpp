@@ -1,6 +1,7 @@
 // A block's gradients after zero_grad: nothing is written until a gradient arrives, the step's first
 // gradient of each parameter is written over what its slice held, later ones are added, and what no
-// gradient reached reads as zeros.
+// gradient reached reads as zeros. And the bf16 copy of its weights a bf16 job's block keeps: the
+// weights cast, after every write.
 #include "titan/nn/param_block.h"
 
 #include <gtest/gtest.h>
@@ -111,4 +112,62 @@ TEST(ParamBlock, AComputeCopySharesItsParametersUnwrittenState) {
   EXPECT_EQ(b.params()[0].grad().to_vector(), std::vector<double>(15, 1.0));
   pass();
   EXPECT_EQ(b.params()[0].grad().to_vector(), std::vector<double>(15, 2.0));
+}
+
+namespace {
+
+// The bf16 values of `t`, as a cast gives them.
+std::vector<double> cast_to_bf16(const Tensor& t) {
+  return t.to(DType::BF16).to(DType::F32).to_vector();
+}
+std::vector<double> values(const Tensor& t) {
+  return t.to(DType::F32).to_vector();
+}
+
+}  // namespace
+
+// A trained block of a bf16 job keeps a bf16 copy of its weights (what the forward and backward
+// read), which every write of the weights the block knows of rewrites: the initial draw, a load's
+// writes, and the optimizer's updates (ops::adamw_step, tests/ops/optim_test.cpp).
+TEST(ParamBlock, AKeptComputeCopyIsTheWeightsCastAfterEveryWrite) {
+  nn::ParamBlock b = make_block();
+  b.keep_compute_shard(DType::BF16);
+  ASSERT_TRUE(b.compute_resident());
+  EXPECT_EQ(values(b.compute_shard()), cast_to_bf16(b.data()));
+  EXPECT_EQ(b.params()[0].compute_value.raw_data(), b.compute().raw_data())
+      << "the copy is the compute copy the model reads";
+  b.initialize(99);
+  EXPECT_EQ(values(b.compute_shard()), cast_to_bf16(b.data()));
+  b.write_elements(17, Tensor::full({9}, 0.123456, DType::F32));
+  EXPECT_EQ(values(b.compute_shard()), cast_to_bf16(b.data()));
+  EXPECT_EQ(values(b.compute_shard().narrow(0, 17, 9)), std::vector<double>(9, double(Bf16(0.123456f))));
+  // The copy lives as long as the block: nothing may release, remove, pad or shard it away.
+  EXPECT_NE(error_of([&] { b.release_compute(); }).find("kept for the whole run"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.remove_compute_copy(); }).find("kept for the whole run"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.pad_to_multiple(7); }).find("keeps a compute copy"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.shard(0, 2); }).find("shard it before keep_compute_shard"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.keep_compute_shard(DType::BF16); }).find("keeps a compute copy already"),
+            std::string::npos);
+  nn::ParamBlock f32 = make_block();
+  EXPECT_NE(error_of([&] { f32.keep_compute_shard(DType::F32); }).find("would copy them for nothing"),
+            std::string::npos);
+}
+
+// A sharded block keeps the bf16 copy of its own slice only (what its all-gathers send); its whole
+// compute copy is the gathers' target, resident only while gathered.
+TEST(ParamBlock, ASlicesKeptComputeCopyCoversTheSliceAlone) {
+  const std::vector<nn::ParamSpec> specs{{"w", {3, 5}}, {"g", {5}}, {"table", {6, 5}}};
+  nn::ParamBlock b("block", specs, Device::CPU, nn::BlockShard{1, 2});
+  b.initialize(3);
+  b.keep_compute_shard(DType::BF16);
+  EXPECT_FALSE(b.compute_resident());
+  ASSERT_EQ(b.compute_shard().numel(), b.shard().numel());
+  EXPECT_EQ(values(b.compute_shard()), cast_to_bf16(b.shard()));
+  // A write across the slices' boundary reaches this slice's copy for its own part only.
+  const int64_t boundary = b.shard_begin();
+  b.write_elements(boundary - 3, Tensor::full({6}, -2.5, DType::F32));
+  EXPECT_EQ(values(b.compute_shard()), cast_to_bf16(b.shard()));
+  EXPECT_EQ(values(b.compute_shard().narrow(0, 0, 3)), std::vector<double>(3, -2.5));
+  EXPECT_NE(values(b.compute_shard().narrow(0, 3, 1))[0], -2.5);
+  b.release_compute();  // the gathers' whole copy comes and goes
 }

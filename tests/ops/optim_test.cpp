@@ -106,6 +106,42 @@ TEST(AdamW, VariantsAreBitIdenticalToReference) {
     }
 }
 
+// A bf16 job's optimizer writes the bf16 copy of the weights its forward reads (ParamBlock::
+// keep_compute_shard) in the same pass: in every variant and tier the copy is the updated params
+// cast to bf16, bit for bit (ties to even, NaN kept), and the update itself does not change.
+TEST(AdamW, ComputeCopyIsTheUpdatedParamsCastToBf16) {
+  for (int64_t n : {1, 15, 17, 4099, 4096 * 3 + 5, 300007}) {
+    const ops::AdamWConfig c{.lr = 3e-3, .weight_decay = 0.1};
+    AdamState ref = run_adamw("reference", n, c, 2);
+    for (const char* variant : {"reference", "default", "portable"})
+      for (cpu::KernelIsa tier : cpu_kernel_tiers()) {
+        KernelIsaCap cap(tier);
+        kernels::ForceVariant force("adamw", variant);
+        const std::string what =
+            std::string(variant) + " (" + cpu::kernel_isa_name(tier) + " cap) n=" + std::to_string(n);
+        AdamState s = adam_state(n, 11);
+        // Weights that round to bf16 ties and away from them, and one that is not a number: the
+        // update keeps the low bits that decide them (a zero gradient with no decay moves nothing).
+        const uint32_t patterns[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7fc00001u, 0xff800000u};
+        for (int64_t i = 0; i < n && i < 5 * 4; i += 4)
+          std::memcpy(s.p.data<float>() + i, &patterns[i / 4], 4);
+        Tensor copy = Tensor::full({n}, 7.0, DType::BF16);
+        ops::adamw_step(s.p, s.g, s.m, s.v, {.lr = 3e-3, .weight_decay = 0.0}, 1, 1.0, &copy);
+        EXPECT_TRUE(bitwise_equal(copy, s.p.to(DType::BF16))) << what << " ties and NaN";
+        // Updates from random gradients: the same params as without a copy, and their cast.
+        s = adam_state(n, 11);
+        for (int t = 1; t <= 2; ++t) {
+          s.g = random_tensor({n}, DType::F32, 100 + uint64_t(t), -0.01 * t, 0.01 * t);
+          ops::adamw_step(s.p, s.g, s.m, s.v, c, t, 1.0, &copy);
+        }
+        EXPECT_TRUE(bitwise_equal(s.p, ref.p)) << what << " param";
+        EXPECT_TRUE(bitwise_equal(s.m, ref.m)) << what << " exp_avg";
+        EXPECT_TRUE(bitwise_equal(s.v, ref.v)) << what << " exp_avg_sq";
+        EXPECT_TRUE(bitwise_equal(copy, s.p.to(DType::BF16))) << what << " bf16 copy";
+      }
+  }
+}
+
 // The trainer folds gradient clipping into the update (grad_scale = the clip coefficient): every
 // variant must give, bit for bit, what scaling the gradient in place and then stepping gives, and
 // leave the gradient buffer untouched.
@@ -284,6 +320,18 @@ TEST(AdamW, BadArgumentsNameTheFieldOrShapes) {
   Tensor p2 = Tensor::zeros({8, 1}, DType::F32), m2 = p2.clone(), v2 = p2.clone();
   m = error_of([&] { ops::adamw_step(p2, strided, m2, v2, {}, 1); });
   EXPECT_NE(m.find("grad f32[8, 1] must be contiguous"), std::string::npos) << m;
+
+  Tensor f32_copy = Tensor::zeros({8}, DType::F32), short_copy = Tensor::zeros({7}, DType::BF16);
+  m = error_of([&] { ops::adamw_step(s.p, s.g, s.m, s.v, {}, 1, 1.0, &f32_copy); });
+  EXPECT_NE(m.find("adamw: compute_copy f32[8] must be a contiguous bf16 tensor of param's 8 elements"),
+            std::string::npos)
+      << m;
+  m = error_of([&] { ops::adamw_step(s.p, s.g, s.m, s.v, {}, 1, 1.0, &short_copy); });
+  EXPECT_NE(m.find("compute_copy bf16[7]"), std::string::npos) << m;
+  Tensor p64 = s.p.to(DType::F64), g64 = s.g.to(DType::F64), m64 = s.m.to(DType::F64),
+         v64 = s.v.to(DType::F64), copy = Tensor::zeros({8}, DType::BF16);
+  m = error_of([&] { ops::adamw_step(p64, g64, m64, v64, {}, 1, 1.0, &copy); });
+  EXPECT_NE(m.find("a compute_copy is written from f32 params, not f64[8]"), std::string::npos) << m;
 }
 
 TEST(GradNorm, VariantsMatchReference) {

@@ -57,8 +57,12 @@ TEST(Plan, PerRankFiguresAreTheInProcessMetaProfile) {
     ASSERT_EQ(rc, 0) << out;
     const auto [args, shape] = debugmodel_step(replicate, shard);
     const StepProfile p = profile_training_step(args, shape, Device::Meta);
-    for (auto [label, bytes] : {std::pair{"weights (f32)        ", p.weights}, {"gradients (f32)      ", p.grads},
-                                {"AdamW state (f32)    ", p.optimizer}, {"activations + temps  ", p.activations()},
+    ASSERT_GT(p.compute_weights, 0) << "a bf16 job keeps a bf16 copy of its weights";
+    for (auto [label, bytes] : {std::pair{"weights (f32)        ", p.weights},
+                                {"weights (bf16 copy)  ", p.compute_weights},
+                                {"gradients (f32)      ", p.grads},
+                                {"AdamW state (f32)    ", p.optimizer},
+                                {"activations + temps  ", p.activations()},
                                 {"peak per rank        ", p.peak}})
       EXPECT_NE(out.find(printed_gib(label, bytes)), std::string::npos) << printed_gib(label, bytes) << "\n" << out;
     char flops[64];
@@ -82,6 +86,7 @@ TEST(Plan, ShardingKeepsTheSlicesTheParallelPlanCuts) {
     for (auto& b : model.blocks()) slice += int64_t(b.data().nbytes()) / n;
     // ZeRO-3: this rank keeps its slice of the weights and gradients, and the moments of that slice.
     EXPECT_EQ(sharded.weights, slice);
+    EXPECT_EQ(sharded.compute_weights, slice / 2);  // the bf16 copy AdamW writes
     EXPECT_EQ(sharded.grads, slice);
     EXPECT_EQ(sharded.optimizer, 2 * slice);
     // ~1/n of one rank's state: padding adds fewer than n elements per block.

@@ -24,6 +24,9 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
       std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str(), device);
   std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
               gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
+  if (p.compute_weights)
+    std::printf("  weights (bf16 copy)  %s (written by AdamW with each update: no step casts the weights)\n",
+                gib(p.compute_weights).c_str());
   if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
               gib(p.peak).c_str());

@@ -86,20 +86,28 @@ std::vector<size_t> ShardedBlocks::with_experts(size_t b) const {
 }
 
 void ShardedBlocks::shard(DType compute) {
-  if (!sharded()) return;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    if (!sharded(b)) continue;  // a run of experts its rank holds alone
-    const nn::BlockShard slice = is(b, BlockKind::Experts)
-                                     ? plan_.expert_shard()
-                                     : nn::BlockShard{plan_.shard_index(), plan_.dp_shard()};
-    if (!blocks_[b].sharded()) blocks_[b].shard(slice.index, slice.count);
-    TITAN_CHECK(blocks_[b].shard_begin() == slice.index * blocks_[b].shard().numel() &&
-                    blocks_[b].shard().numel() * slice.count == blocks_[b].numel(),
-                "sharded blocks: block '", blocks_[b].name(), "' was born as another slice than slice ",
-                slice.index, " of ", slice.count, " the plan gives this rank");
-    // The blocks of a bf16 job are gathered in bf16: their forward and backward read nothing else
-    // (the model reads a block's compute copy while it is resident, Qwen3Model::w).
-    if (compute == DType::BF16) blocks_[b].add_compute_copy(compute);
+    nn::ParamBlock& B = blocks_[b];
+    if (sharded() && sharded(b)) {  // (a run of experts its rank holds alone stays whole)
+      const nn::BlockShard slice = is(b, BlockKind::Experts)
+                                       ? plan_.expert_shard()
+                                       : nn::BlockShard{plan_.shard_index(), plan_.dp_shard()};
+      if (!B.sharded()) B.shard(slice.index, slice.count);
+      TITAN_CHECK(
+          B.shard_begin() == slice.index * B.shard().numel() && B.shard().numel() * slice.count == B.numel(),
+          "sharded blocks: block '", B.name(), "' was born as another slice than slice ", slice.index, " of ",
+          slice.count, " the plan gives this rank");
+    }
+    // A bf16 job's trained blocks keep a bf16 copy of this rank's slice that AdamW writes with every
+    // update (ParamBlock::keep_compute_shard), so no step casts the weights: the forward and
+    // backward of a whole block read it (the model reads a block's compute copy while it is
+    // resident, Qwen3Model::w), and a sharded block's gathers send it (half the bytes travel).
+    // An inference model's sharded blocks are gathered in bf16 all the same, from their rounded slices.
+    if (compute != DType::BF16) continue;
+    if (B.trainable() && !B.keeps_compute_shard())
+      B.keep_compute_shard(compute);
+    else if (!B.trainable() && B.sharded() && !B.has_compute_copy())
+      B.add_compute_copy(compute);
   }
 }
 
@@ -124,10 +132,15 @@ void ShardedBlocks::start_gather(size_t b) {
   const Tensor* send = &B.shard();
   Tensor* into = &B.data();
   if (in_compute_dtype(b)) {
-    // bf16 training: the shard is rounded to bf16 once, and half the bytes travel.
+    // bf16 training: the bf16 copy of the slice travels (half the bytes); a block of an inference
+    // model keeps none, and its slice is rounded here.
     B.materialize_compute();
-    p->received = B.shard().to(B.compute().dtype());
-    send = &p->received;
+    if (B.keeps_compute_shard()) {
+      send = &B.compute_shard();
+    } else {
+      p->received = B.shard().to(B.compute().dtype());
+      send = &p->received;
+    }
     into = &B.compute();
   } else {
     B.materialize_data();

@@ -72,7 +72,9 @@ class ShardedBlocks final : public nn::BlockHooks {
   // Whether the model needs these hooks (more than one data-parallel rank).
   bool active() const { return plan_.dp_size() > 1; }
   // Once the weights are in place (loaded, initialised or restored): each rank keeps its slice.
-  // Under bf16 compute the blocks are gathered in bf16 (f32 otherwise).
+  // Under bf16 compute the blocks are gathered in bf16 (f32 otherwise), and every trained block
+  // keeps the bf16 copy of its slice that the optimizer writes (ParamBlock::keep_compute_shard),
+  // with one process too.
   void shard(DType compute);
 
   // A micro-batch of a training step: begin_micro_batch makes the gradient buffers of the

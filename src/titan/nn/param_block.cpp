@@ -49,9 +49,14 @@ void ParamBlock::write_elements(int64_t begin, const Tensor& values) {
   TITAN_CHECK(begin >= 0 && begin + n <= numel(), "ParamBlock '", name_, "': elements [", begin, ", ", begin + n,
               ") are outside its ", numel());
   const Tensor flat = values.reshape({n});
-  if (!sharded_) return data_.narrow(0, begin, n).copy_from(flat);
-  const int64_t lo = std::max(begin, shard_begin()), hi = std::min(begin + n, shard_begin() + shard_.numel());
-  if (lo < hi) shard_.narrow(0, lo - shard_begin(), hi - lo).copy_from(flat.narrow(0, lo - begin, hi - lo));
+  const int64_t lo = std::max(begin, shard_begin()),
+                hi = std::min(begin + n, shard_begin() + shard().numel());
+  if (lo >= hi) return;
+  shard().narrow(0, lo - shard_begin(), hi - lo).copy_from(flat.narrow(0, lo - begin, hi - lo));
+  if (keeps_compute_shard_)
+    compute_shard()
+        .narrow(0, lo - shard_begin(), hi - lo)
+        .copy_from(shard().narrow(0, lo - shard_begin(), hi - lo));
 }
 
 void ParamBlock::bind_views() {
@@ -71,7 +76,8 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
   TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
   const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
   if (padded == n) return;  // e.g. a block born sharded over `multiple` ranks
-  TITAN_CHECK(!sharded_, "ParamBlock '", name_, "': cannot pad a sharded block");
+  TITAN_CHECK(!sharded_ && !keeps_compute_shard_, "ParamBlock '", name_,
+              "': cannot pad a sharded block or one that keeps a compute copy");
   Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
   Tensor grad = trainable_ ? Tensor::zeros({padded}, DType::F32, grad_.device())
                            : Tensor::released({padded}, DType::F32, grad_.device());
@@ -124,12 +130,36 @@ void ParamBlock::add_compute_copy(DType dtype) {
 }
 
 void ParamBlock::remove_compute_copy() {
+  TITAN_CHECK(!keeps_compute_shard_, "ParamBlock '", name_,
+              "': its compute copy is kept for the whole run (keep_compute_shard)");
   compute_ = Tensor();
   for (auto& p : params_) p.compute_value = Tensor();
 }
 
+void ParamBlock::keep_compute_shard(DType dtype) {
+  TITAN_CHECK(!keeps_compute_shard_, "ParamBlock '", name_, "' keeps a compute copy already");
+  TITAN_CHECK(dtype != data_.dtype(), "ParamBlock '", name_, "': a compute copy in ", dtype_name(dtype),
+              ", the dtype of the weights themselves, would copy them for nothing");
+  if (!has_compute_copy()) add_compute_copy(dtype);
+  TITAN_CHECK(compute_.dtype() == dtype, "ParamBlock '", name_, "' has a compute copy in ",
+              dtype_name(compute_.dtype()), ", not ", dtype_name(dtype));
+  if (sharded_)
+    compute_shard_ = Tensor::empty({shard_.numel()}, dtype, shard_.device());
+  else
+    materialize_compute();
+  keeps_compute_shard_ = true;
+  refresh_compute_shard();
+}
+
+void ParamBlock::refresh_compute_shard() {
+  TITAN_CHECK(keeps_compute_shard_, "ParamBlock '", name_, "' keeps no compute copy (keep_compute_shard)");
+  compute_shard().copy_from(shard());
+}
+
 void ParamBlock::shard(int64_t index, int64_t count) {
   TITAN_CHECK(!sharded_, "ParamBlock '", name_, "' is already sharded");
+  TITAN_CHECK(!keeps_compute_shard_, "ParamBlock '", name_,
+              "' keeps a compute copy of its whole buffer: shard it before keep_compute_shard");
   TITAN_CHECK(count >= 1 && index >= 0 && index < count && numel() % count == 0, "ParamBlock '", name_, "' of ",
               numel(), " elements cannot be cut into ", count, " equal slices (slice ", index, ")");
   const int64_t n = numel() / count;
@@ -146,6 +176,7 @@ void ParamBlock::shard(int64_t index, int64_t count) {
 void ParamBlock::initialize(uint64_t seed) {
   Tensor& target = shard();  // the whole buffer, or this rank's slice of it
   if (target.device() == Device::Meta) return;
+
   // Drawn where the block lives (ops::normal_init): no host copy of a GPU's weights.
   const int64_t lo = shard_begin(), hi = lo + target.numel();
   auto fill = [&](int64_t begin, int64_t end, double value) {
@@ -172,6 +203,7 @@ void ParamBlock::initialize(uint64_t seed) {
     ops::normal_init(slice, stream, p.std, p.truncate_at * p.std, begin - p.offset + p.first_element);
   }
   fill(done, hi, 0.0);
+  if (keeps_compute_shard_) refresh_compute_shard();
 }
 
 }  // namespace titan::nn

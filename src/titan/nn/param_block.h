@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/check.h"
 #include "titan/core/tensor.h"
 
 namespace titan::nn {
@@ -156,7 +157,24 @@ class ParamBlock {
   Tensor& compute() { return compute_; }
   bool compute_resident() const { return compute_.defined() && compute_.storage()->resident(); }
   void materialize_compute() { compute_.storage()->materialize(); }
-  void release_compute() { compute_.storage()->release(); }
+  void release_compute() {
+    TITAN_CHECK(sharded_ || !keeps_compute_shard_, "ParamBlock '", name_,
+                "': its compute copy is kept for the whole run (keep_compute_shard)");
+    compute_.storage()->release();
+  }
+
+  // Keeps compute_shard(), this rank's slice (shard()) in `dtype`, equal to it for the rest of the
+  // block's life, so that no step casts the weights: filled now, rewritten by initialize() and
+  // write_elements(), and by the optimizer with every update (ops::adamw_step's compute_copy). An
+  // unsharded block's is its compute copy (compute(), resident from now on: the forward and
+  // backward read it); a sharded block's is a slice of its own, which the all-gathers send as it
+  // is. Whoever writes shard() otherwise calls refresh_compute_shard() (the trainer keeps them
+  // once the weights are in place: loaded, initialised or restored).
+  void keep_compute_shard(DType dtype);
+  bool keeps_compute_shard() const { return keeps_compute_shard_; }
+  Tensor& compute_shard() { return sharded_ ? compute_shard_ : compute_; }
+  const Tensor& compute_shard() const { return sharded_ ? compute_shard_ : compute_; }
+  void refresh_compute_shard();  // compute_shard() = shard(), rounded
 
  private:
   void bind_views();  // points every parameter's value and gradient into the buffers
@@ -164,8 +182,10 @@ class ParamBlock {
   Tensor data_, grad_;
   bool trainable_ = true;
   bool sharded_ = false;
+  bool keeps_compute_shard_ = false;
   int64_t shard_index_ = 0;
   Tensor shard_, shard_grad_, compute_;
+  Tensor compute_shard_;  // sharded and keep_compute_shard: this rank's slice in the compute dtype
   std::vector<Param> params_;
 };
 

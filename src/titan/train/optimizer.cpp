@@ -25,8 +25,9 @@ void AdamW::step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, d
   config_.lr = lr;
   for (size_t b = 0; b < blocks.size(); ++b) {
     TITAN_CHECK(blocks[b].trainable(), "AdamW: block '", blocks[b].name(), "' belongs to an inference model");
-    ops::adamw_step(blocks[b].shard(), blocks[b].shard_grad(), exp_avg_[b], exp_avg_sq_[b], config_, step,
-                    grad_scale);
+    nn::ParamBlock& B = blocks[b];
+    ops::adamw_step(B.shard(), B.shard_grad(), exp_avg_[b], exp_avg_sq_[b], config_, step, grad_scale,
+                    B.keeps_compute_shard() ? &B.compute_shard() : nullptr);
   }
 }
 

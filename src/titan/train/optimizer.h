@@ -23,6 +23,8 @@ class AdamW {
 
   // One step of this rank's slice of every block at learning rate `lr`; `step` is 1-based; each gradient
   // element is multiplied by `grad_scale` as it is read (the clip coefficient: clipping costs no pass).
+  // A block that keeps a compute copy of its slice (ParamBlock::keep_compute_shard) has it rewritten
+  // in the same pass.
   void step(std::vector<nn::ParamBlock>& blocks, double lr, int64_t step, double grad_scale);
 
   // The moments, one buffer per block slice (checkpoints save and restore them).

@@ -70,13 +70,14 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     if (sharding.active()) model.set_block_hooks(&sharding);
     for (const auto& b : model.blocks()) {
       p.weights += int64_t(b.shard().nbytes());
+      if (b.keeps_compute_shard()) p.compute_weights += int64_t(b.compute_shard().nbytes());
       p.grads += int64_t(b.shard_grad().nbytes());
       p.block_elements += b.numel();
     }
     p.blocks = int64_t(model.blocks().size());
     for (size_t b = 0; b < model.blocks().size(); ++b)
       p.optimizer += int64_t(optimizer.exp_avg()[b].nbytes() + optimizer.exp_avg_sq()[b].nbytes());
-    p.other = dev.stats().current_bytes - base - p.weights - p.grads - p.optimizer;
+    p.other = dev.stats().current_bytes - base - p.weights - p.compute_weights - p.grads - p.optimizer;
     p.startup_peak = dev.stats().peak_bytes - base;
     if (shape.async_checkpoint && shape.device == Device::CPU) p.checkpoint_copy = p.weights + p.optimizer;
 
@@ -230,8 +231,9 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, i
   // reserve above it): when cudaMalloc fails, the allocator returns its cached segments and retries,
   // so a run can squeeze in between the two (docs/planning.md).
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
-  qwen3::check_memory_fits({p.weights, p.grads, p.optimizer + p.other, p.activations(), p.checkpoint_copy},
-                           available, what, available_what, advice);
+  qwen3::check_memory_fits(
+      {p.weights + p.compute_weights, p.grads, p.optimizer + p.other, p.activations(), p.checkpoint_copy},
+      available, what, available_what, advice);
 }
 
 }  // namespace titan::train

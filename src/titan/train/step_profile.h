@@ -50,6 +50,9 @@ int64_t loss_logits_budget(Device device);
 struct StepProfile {
   // Bytes held for the whole run (by this rank: its slice of each block when sharded).
   int64_t weights = 0;    // f32 master weights (the flat blocks)
+  // bf16 training: the bf16 copy of each block (its slice when sharded) that AdamW writes
+  // (nn::ParamBlock::keep_compute_shard).
+  int64_t compute_weights = 0;
   int64_t grads = 0;      // f32 gradient blocks
   int64_t optimizer = 0;  // AdamW exp_avg + exp_avg_sq
   int64_t other = 0;      // expert bias and other persistent state
@@ -67,7 +70,7 @@ struct StepProfile {
   // background writes from, held beside the step (0 otherwise: a GPU job's copy is in host memory).
   int64_t checkpoint_copy = 0;
   int64_t activations() const { return peak - persistent(); }
-  int64_t persistent() const { return weights + grads + optimizer + other; }
+  int64_t persistent() const { return weights + compute_weights + grads + optimizer + other; }
   int64_t blocks = 0;          // flat parameter blocks
   int64_t block_elements = 0;  // their elements, padded for the mesh (Psi)
   dist::CommStats comm;        // the step's collectives as the sharding counted them (bytes, ring steps)

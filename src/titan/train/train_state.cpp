@@ -101,9 +101,10 @@ void TrainState::distribute() {
 }
 
 std::string memory_per_rank(const TrainState& s) {
-  double params = 0, grads = 0, moments = 0;
+  double params = 0, copies = 0, grads = 0, moments = 0;
   for (auto& b : s.model.blocks()) {
     params += double(b.shard().nbytes());
+    if (b.keeps_compute_shard()) copies += double(b.compute_shard().nbytes());
     grads += double(b.shard_grad().nbytes());
   }
   for (auto* m : {&s.optimizer.exp_avg(), &s.optimizer.exp_avg_sq()})
@@ -111,10 +112,13 @@ std::string memory_per_rank(const TrainState& s) {
   // The allocator's peak so far: a sharded rank holds its slices only (an initialisation draws
   // them, a load writes into them).
   const double start_peak = double(device_services(s.model.device()).stats().peak_bytes);
-  char line[200];
+  char copy[80] = "";
+  if (copies > 0)
+    std::snprintf(copy, sizeof copy, ", bf16 copy of the parameters %.1f MiB", copies / 1048576);
+  char line[256];
   std::snprintf(line, sizeof line,
-                "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB (start-up peak %.1f MiB)",
-                params / 1048576, grads / 1048576, moments / 1048576, start_peak / 1048576);
+                "parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB%s (start-up peak %.1f MiB)",
+                params / 1048576, grads / 1048576, moments / 1048576, copy, start_peak / 1048576);
   return line;
 }
 

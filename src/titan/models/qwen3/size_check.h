@@ -30,7 +30,7 @@ int64_t available_memory_bytes();
 
 // The memory a run holds, by category (bytes).
 struct MemoryNeed {
-  int64_t weights = 0;      // f32 master weights
+  int64_t weights = 0;      // f32 master weights (and a bf16 job's bf16 copy of them)
   int64_t grads = 0;        // f32 gradients
   int64_t optimizer = 0;    // AdamW exp_avg + exp_avg_sq (+ other persistent state)
   int64_t activations = 0;  // what the step holds above the persistent state

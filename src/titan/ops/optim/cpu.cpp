@@ -1,11 +1,9 @@
 // Fast optimizer kernels (see ops/optim/optim.h). Both passes are memory-bound streams over the flat
-// buffers: AdamW moves 28 bytes per parameter (reads p, g, m, v; writes p, m, v), the gradient norm
-// reads 4. They are threaded over contiguous chunks with OpenMP and vectorised with AVX-512 or AVX2 +
-// FMA, whichever the host has (cpu_info.h: kernel_isa), else a portable loop. The AdamW kernels round
-// exactly like the reference (same operations, same fused multiply-adds), so every variant and tier
-// is bit-identical to it.
-#include "titan/ops/optim/optim.h"
-
+// buffers: AdamW moves 28 bytes per parameter (reads p, g, m, v; writes p, m, v; 30 with a bf16
+// compute copy), the gradient norm reads 4. They are threaded over contiguous chunks with OpenMP and
+// vectorised with AVX-512 or AVX2 + FMA, whichever the host has (cpu_info.h: kernel_isa), else a portable
+// loop. The AdamW kernels round exactly like the reference (same operations, same fused multiply-adds), so
+// every variant and tier is bit-identical to it.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -15,7 +13,9 @@
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/lanes.h"
+#include "titan/core/dtype.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/optim/optim.h"
 
 namespace titan::cpu {
 
@@ -27,6 +27,9 @@ using ops::GradNormKernel;
 
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
+// With a compute copy, the parameters are updated in runs of this many elements, each rounded into
+// the copy right after its update, while it is in L1 (16 KiB of f32).
+constexpr int64_t kCopyRun = 4096;
 // Gradient-norm partial sums are taken over fixed blocks and added in block order, so the result is
 // independent of the number of threads.
 constexpr int64_t kNormBlock = int64_t(1) << 16;
@@ -210,19 +213,24 @@ TITAN_AVX2 double norm_avx2_block(const float* g, int64_t n) {
 
 // The "default" variants take the best tier of kernel_isa(); "portable" always the plain loop.
 template <bool Vectorised>
-void adamw_f32(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
+void adamw_f32(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv,
+               uint16_t* copy, const AdamWScalars& s) {
   const AdamWConsts c(s);
   float* p = static_cast<float*>(pv);
   const float* g = static_cast<const float*>(gv);
   float *m = static_cast<float*>(mv), *v = static_cast<float*>(vv);
   const KernelIsa isa = Vectorised ? kernel_isa() : KernelIsa::kPortable;
+  const auto update = isa >= KernelIsa::kAvx512 ? adamw_avx512_range
+                      : isa >= KernelIsa::kAvx2 ? adamw_avx2_range
+                                                : adamw_portable_range;
   parallel_chunks(n, [&](int64_t begin, int64_t end) {
-    if (isa >= KernelIsa::kAvx512)
-      adamw_avx512_range(begin, end, p, g, m, v, c);
-    else if (isa >= KernelIsa::kAvx2)
-      adamw_avx2_range(begin, end, p, g, m, v, c);
-    else
-      adamw_portable_range(begin, end, p, g, m, v, c);
+    if (!copy) return update(begin, end, p, g, m, v, c);
+    for (int64_t run = begin; run < end; run += kCopyRun) {
+      const int64_t run_end = std::min(end, run + kCopyRun);
+      update(run, run_end, p, g, m, v, c);
+      // The rounding of ops::cast (core/dtype.h), so the copy is what a cast would give.
+      convert_f32_to_bf16(p + run, reinterpret_cast<bf16*>(copy + run), size_t(run_end - run));
+    }
   });
 }
 

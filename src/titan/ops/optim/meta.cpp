@@ -7,7 +7,7 @@ namespace titan::ops {
 namespace {
 
 const AdamWKernel adamw_meta{
-    [](const KernelContext&, int64_t, void*, const void*, void*, void*, const AdamWScalars&) {}};
+    [](const KernelContext&, int64_t, void*, const void*, void*, void*, uint16_t*, const AdamWScalars&) {}};
 const GradNormKernel grad_norm_meta{[](const KernelContext&, int64_t, const void*, double*) {}};
 
 const bool adamw_registered = kernels::register_meta_kernel("adamw", {DType::F32, DType::F64}, adamw_meta);

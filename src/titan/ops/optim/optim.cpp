@@ -39,7 +39,7 @@ void validate(const AdamWConfig& c) {
 }
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWConfig& c,
-                int64_t step, double grad_scale) {
+                int64_t step, double grad_scale, Tensor* compute_copy) {
   validate(c);
   TITAN_CHECK(step >= 1, "adamw: step = ", step, " must be >= 1 (1-based, this step included)");
   TITAN_CHECK(param.defined(), "adamw: param is undefined");
@@ -50,6 +50,18 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   check_buffer("grad", grad, param);
   check_buffer("exp_avg", exp_avg, param);
   check_buffer("exp_avg_sq", exp_avg_sq, param);
+  uint16_t* copy = nullptr;
+  if (compute_copy) {
+    const Tensor& c = *compute_copy;
+    TITAN_CHECK(c.defined() && c.dtype() == DType::BF16 && c.numel() == param.numel() &&
+                    c.device() == param.device() && c.is_contiguous(),
+                "adamw: compute_copy ", c.defined() ? c.str() : std::string("(undefined)"),
+                " must be a contiguous bf16 tensor of param's ", param.numel(), " elements on ",
+                device_name(param.device()));
+    TITAN_CHECK(param.dtype() == DType::F32, "adamw: a compute_copy is written from f32 params, not ",
+                param.str());
+    copy = static_cast<uint16_t*>(compute_copy->raw_data());
+  }
 
   AdamWScalars s;
   s.decay = c.decoupled_weight_decay ? 1.0 - c.lr * c.weight_decay : 1.0;
@@ -65,7 +77,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   s.grad_scale = grad_scale;
   const auto& kernel = kernels::kernel_for<AdamWKernel>("adamw", param.device(), param.dtype());
   const KernelContext ctx = device_services(param.device()).context();
-  kernel.step(ctx, param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(), s);
+  kernel.step(ctx, param.numel(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(),
+              exp_avg_sq.raw_data(), copy, s);
 }
 
 double grad_norm_sq(const std::vector<Tensor>& grads) {

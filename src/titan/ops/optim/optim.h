@@ -51,8 +51,14 @@ void validate(const AdamWConfig& config);
 // grad_scale multiplies each gradient element as it is read (rounded to the element type first,
 // exactly as scaling the gradient in place would): the trainer passes the clip coefficient, so
 // clipping costs no pass of its own. The gradient buffer is left as it was.
+//
+// compute_copy (f32 param only): a contiguous bf16 tensor of param's numel on its device, written
+// with each updated value rounded to bf16 (to nearest even, NaN kept a NaN: exactly ops::cast). The
+// trainer passes the bf16 copy of the weights its forward and backward read (ParamBlock::
+// compute_shard), which costs 2 bytes per parameter here instead of a cast pass of 6 per step.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamWConfig& config, int64_t step, double grad_scale = 1.0);
+                const AdamWConfig& config, int64_t step, double grad_scale = 1.0,
+                Tensor* compute_copy = nullptr);
 
 // Sum of squares of contiguous f32/f64 gradients, accumulated in f64: each tensor's sum is added to
 // one f64 total on their device in the order given, and the total is read back once (one host read
@@ -86,10 +92,11 @@ struct AdamWScalars {
   double l2 = 0;            // Adam: then g = fma(p, l2, g) (decay is 1); 0 for AdamW
 };
 
-// Kernels over n contiguous elements of the op's dtype (f32 or f64).
+// Kernels over n contiguous elements of the op's dtype (f32 or f64). compute_copy: null, or (f32 only)
+// n bf16 elements (their bits) that receive the updated param rounded to bf16.
 struct AdamWKernel {
-  void (*step)(const KernelContext& ctx, int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-               const AdamWScalars& s);
+  void (*step)(const KernelContext& ctx, int64_t n, void* param, const void* grad, void* exp_avg,
+               void* exp_avg_sq, uint16_t* compute_copy, const AdamWScalars& s);
 };
 struct GradNormKernel {
   // *total += the sum of squares of grad[0..n), accumulated in f64; total is one f64 in the device's

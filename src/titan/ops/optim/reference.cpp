@@ -1,12 +1,13 @@
 // The reference kernels of optim: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/optim/optim.h"
-
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "titan/core/check.h"
+#include "titan/core/dtype.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/optim/optim.h"
 
 namespace titan::ops {
 
@@ -14,7 +15,8 @@ namespace {
 // Reference: the formula of optim.h one element at a time, in the element type T. std::fma rounds
 // once, exactly like the vector FMA of the fast kernels and of PyTorch.
 template <class T>
-void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv, const AdamWScalars& s) {
+void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* gv, void* mv, void* vv,
+                    uint16_t* copy, const AdamWScalars& s) {
   T* p = static_cast<T*>(pv);
   const T* g = static_cast<const T*>(gv);
   T *m = static_cast<T*>(mv), *v = static_cast<T*>(vv);
@@ -31,6 +33,8 @@ void adamw_step_ref(const KernelContext& ctx, int64_t n, void* pv, const void* g
     p[i] = pi + (neg_lr * mi) / denom;
     m[i] = mi;
     v[i] = vi;
+    if constexpr (std::is_same_v<T, float>)
+      if (copy) copy[i] = f32_to_bf16(p[i]).bits;
   }
 }
 

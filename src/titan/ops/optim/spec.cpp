@@ -21,23 +21,32 @@ TITAN_REGISTER_OP_SPEC(adamw,
                         [](const Dims& s, DType dt, uint64_t seed, const std::string&) {
                           const int64_t n = s[0];
                           // Three AdamW steps from non-zero moments, each with its own gradient, then
-                          // an Adam step (weight decay as an L2 term) with the last one.
+                          // an Adam step (weight decay as an L2 term) with the last one. f32 params
+                          // also write the bf16 compute copy a bf16 job keeps (compared as f32).
+                          const bool copy = dt == DType::F32;
+                          std::vector<std::string> outputs = {"param", "exp_avg", "exp_avg_sq"};
+                          if (copy) outputs.push_back("compute_copy");
                           return ParityCase{
                               {spec_uniform({n}, dt, seed), spec_uniform({n}, dt, seed + 1, -1e-2, 1e-2),
                                spec_uniform({n}, dt, seed + 2, 0, 1e-4), spec_uniform({n}, dt, seed + 3),
                                spec_uniform({n}, dt, seed + 4, -1e-3, 1e-3),
                                spec_uniform({n}, dt, seed + 5, -10, 10)},
                               {"param", "exp_avg", "exp_avg_sq", "grad1", "grad2", "grad3"},
-                              [](const std::vector<Tensor>& in) {
+                              [copy](const std::vector<Tensor>& in) {
                                 Tensor p = in[0], m = in[1], v = in[2];
+                                Tensor bf16 =
+                                    copy ? Tensor::empty(p.shape(), DType::BF16, p.device()) : Tensor();
+                                Tensor* into = copy ? &bf16 : nullptr;
                                 for (int64_t t = 1; t <= 3; ++t)
-                                  ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t);
+                                  ops::adamw_step(p, in[size_t(2 + t)], m, v, {}, t, 1.0, into);
                                 ops::AdamWConfig adam;
                                 adam.decoupled_weight_decay = false;
-                                ops::adamw_step(p, in[5], m, v, adam, 4);
-                                return std::vector<Tensor>{p, m, v};
+                                ops::adamw_step(p, in[5], m, v, adam, 4, 1.0, into);
+                                std::vector<Tensor> out{p, m, v};
+                                if (copy) out.push_back(bf16.to(DType::F32));
+                                return out;
                               },
-                              {"param", "exp_avg", "exp_avg_sq"}};
+                              outputs};
                         },
                         // optim_test: bit-identical to the reference (same fused multiply-adds).
                         spec_exact_tolerance(),
