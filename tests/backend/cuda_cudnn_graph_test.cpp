@@ -94,8 +94,9 @@ TEST(CudaAttentionGraph, CudnnEnginesRefuseAHeadDimTheyCannotRun) {
 
 // The MoE job's expert GEMMs (30B-A3B dims: D 2048, F 768, 64 experts, top-4 of 8 x 2048 tokens):
 // forward gate and up as one [rows, 2048] x [1536, 2048]^T (each expert's gate and up rows stacked),
-// down [rows, 768] x [2048, 768]^T; backward dh [rows, 2048] x [768, 2048]^T and dx over [dg | du]
-// [rows, 1536] x [2048, 1536]^T, both into f32; and a small shape of cuda_moe_test.
+// down [rows, 768] x [2048, 768]^T; backward dx over [dg | du] [rows, 1536] x [2048, 1536]^T into
+// f32; and a small shape of cuda_moe_test. (The backward's dh reads dy rows gathered by token, which
+// cuDNN's contiguous rows do not: it runs mma_sync.)
 TEST(CudaMoeGraph, CudnnEnginesTakeTheGroupedMatmulsOfTheMoeJobOnAnH200) {
   const std::string why = prepare();
   if (!why.empty()) GTEST_SKIP() << why;
@@ -105,7 +106,6 @@ TEST(CudaMoeGraph, CudnnEnginesTakeTheGroupedMatmulsOfTheMoeJobOnAnH200) {
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 1536, 64, 1536, DType::BF16}, device), 1)
       << "gate|up";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 768, 2048, 64, 2048, DType::BF16}, device), 1) << "down";
-  EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 2048, 768, 64, 768, DType::F32}, device), 1) << "dh";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({rows, 1536, 2048, 64, 2048, DType::F32}, device), 1) << "dx";
   EXPECT_GE(cudnn_grouped_matmul_engine_count({600, 264, 136, 8, 272, DType::BF16}, device), 1) << "small";
 }

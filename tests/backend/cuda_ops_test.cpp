@@ -357,6 +357,19 @@ TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
     EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
         << "bf16 copy, unaligned run";
   }
+  {
+    // An aligned start and a length that is not a multiple of 4: whole vectors, then a tail of 3.
+    Tensor head_p = pd.narrow(0, 0, n - 1), head_g = gd.narrow(0, 0, n - 1), head_m = md.narrow(0, 0, n - 1),
+           head_v = vd.narrow(0, 0, n - 1), head_copy = copy_d.narrow(0, 0, n - 1);
+    ops::adamw_step(head_p, head_g, head_m, head_v, cfg, 5, 0.75, &head_copy);
+    Tensor host_p = p.narrow(0, 0, n - 1), host_g = g.narrow(0, 0, n - 1), host_m = m.narrow(0, 0, n - 1),
+           host_v = v.narrow(0, 0, n - 1);
+    kernels::ForceVariant reference("adamw", "reference");
+    ops::adamw_step(host_p, host_g, host_m, host_v, cfg, 5, 0.75);
+    EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param, vectors and a tail";
+    EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
+        << "bf16 copy, vectors and a tail";
+  }
   double cpu;
   {
     kernels::ForceVariant reference("grad_norm", "reference");

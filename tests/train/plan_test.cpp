@@ -104,6 +104,40 @@ TEST(Plan, ShardingKeepsTheSlicesTheParallelPlanCuts) {
   EXPECT_EQ(ddp.optimizer, one.optimizer);
 }
 
+// A bf16 job's one process keeps the bf16 copy AdamW writes only of the blocks whose casts its step
+// would hold until their backward anyway: not of the layers activation checkpointing covers, nor of
+// an untied embedding table (only looked up), so the copy never raises the peak. Sharded, every
+// block keeps its slice's copy.
+TEST(Plan, ABf16CopyIsKeptOnlyWhereTheStepHoldsTheCastsAnyway) {
+  auto [args, shape] = debugmodel_step(1, 1);
+  ASSERT_TRUE(args.tie_embeddings);
+  qwen3::Qwen3Model model(args, shape.compute, Device::Meta);
+  const int64_t head = int64_t(model.blocks()[size_t(args.n_layers) + 1].data().nbytes());
+  const int64_t embedding = int64_t(model.blocks()[0].data().nbytes());
+  auto profile = [&](qwen3::Checkpointing ac, bool tied) {
+    StepShape s = shape;
+    s.checkpointing = ac;
+    qwen3::ModelArgs a = args;
+    a.tie_embeddings = tied;
+    return profile_training_step(a, s, Device::Meta);
+  };
+  const StepProfile none = profile(qwen3::Checkpointing::none(), true),
+                    full = profile(qwen3::Checkpointing::full(), true),
+                    every_other = profile(qwen3::Checkpointing::every_nth(2), true),
+                    untied = profile(qwen3::Checkpointing::none(), false);
+  EXPECT_EQ(none.compute_weights, none.weights / 2);        // every block
+  EXPECT_EQ(full.compute_weights, (embedding + head) / 2);  // the tied table, read whole by the head
+  const int64_t layer = int64_t(model.blocks()[1].data().nbytes());
+  EXPECT_EQ(every_other.compute_weights, none.compute_weights - (args.n_layers / 2) * layer / 2);
+  const int64_t untied_embedding = int64_t(args.vocab_size * args.dim * 4);
+  EXPECT_EQ(untied.compute_weights, (untied.weights - untied_embedding) / 2);
+  // Sharded, each slice keeps its copy whatever the checkpointing.
+  auto [args2, sharded_shape] = debugmodel_step(1, 2);
+  sharded_shape.checkpointing = qwen3::Checkpointing::full();
+  const StepProfile sharded = profile_training_step(args2, sharded_shape, Device::Meta);
+  EXPECT_EQ(sharded.compute_weights, sharded.weights / 2);
+}
+
 TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   const auto [args, shape] = debugmodel_step(1, 1);
   EXPECT_EQ(profile_training_step(args, shape, Device::Meta).comm.bytes_sent, 0);

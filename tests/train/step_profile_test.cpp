@@ -255,9 +255,13 @@ TEST(StepProfile, AShardedRanksPlannedStartUpHoldsItsSlicesOnly) {
     shape.ep = 1;
     const StepProfile whole = profile_training_step(small("debugmodel_moe"), shape, Device::Meta);
     EXPECT_EQ(whole.startup_peak, whole.persistent());
-    // A quarter of the state, up to the padding of each block to a multiple of 4 elements.
-    EXPECT_LE(sharded.persistent() * 4, whole.persistent() + 4 * 16 * int64_t(sizeof(float)) * sharded.blocks)
+    // A quarter of the state, up to the padding of each block to a multiple of 4 elements (the bf16
+    // copies apart: a sharded rank keeps its slice's of every block, one process none of its untied
+    // embedding table, which it only looks up).
+    EXPECT_LE((sharded.persistent() - sharded.compute_weights) * 4,
+              whole.persistent() - whole.compute_weights + 4 * 16 * int64_t(sizeof(float)) * sharded.blocks)
         << "ep " << ep;
+    EXPECT_EQ(sharded.compute_weights * 2, sharded.weights) << "ep " << ep;
     // The step's reservation is its peak's, up to what rounding and splitting cannot reuse.
     EXPECT_LE(sharded.reserved, sharded.peak + sharded.peak / 10) << "ep " << ep;
   }

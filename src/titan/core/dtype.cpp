@@ -180,7 +180,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
 template <class F>
 void parallel_ranges(size_t n, F&& f) {
 #ifdef _OPENMP
-  if (n >= (size_t(1) << 16)) {
+  if (n >= kBulkConvertThreadsMin) {
 #pragma omp parallel
     {
       const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());

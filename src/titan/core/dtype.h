@@ -52,7 +52,9 @@ uint16_t f32_to_f16(float f);
 // at `data` (any alignment), or -1 when all are finite: weights are checked as they load.
 int64_t first_non_finite(const void* data, int64_t n, DType t);
 
-// Bulk conversions (vectorised where the CPU allows).
+// Bulk conversions (vectorised where the CPU allows); from kBulkConvertThreadsMin elements on, one
+// OpenMP region each (a caller inside a parallel region keeps below it).
+inline constexpr size_t kBulkConvertThreadsMin = size_t(1) << 16;
 void convert_f32_to_bf16(const float* src, bf16* dst, size_t n);
 void convert_bf16_to_f32(const bf16* src, float* dst, size_t n);
 

@@ -99,12 +99,14 @@ void ShardedBlocks::shard(DType compute) {
           slice.count, " the plan gives this rank");
     }
     // A bf16 job's trained blocks keep a bf16 copy of this rank's slice that AdamW writes with every
-    // update (ParamBlock::keep_compute_shard), so no step casts the weights: the forward and
-    // backward of a whole block read it (the model reads a block's compute copy while it is
-    // resident, Qwen3Model::w), and a sharded block's gathers send it (half the bytes travel).
-    // An inference model's sharded blocks are gathered in bf16 all the same, from their rounded slices.
+    // update (ParamBlock::keep_compute_shard), so no step casts them: the forward and backward of a
+    // whole block read it (the model reads a block's compute copy while it is resident,
+    // Qwen3Model::w), and a sharded block's gathers send it (half the bytes travel; the slice costs
+    // 2 / dp_shard bytes per parameter). A whole block keeps one only where the step would hold its
+    // casts until its backward anyway, so the copy adds nothing to the peak. An inference model's
+    // sharded blocks are gathered in bf16 all the same, from their rounded slices.
     if (compute != DType::BF16) continue;
-    if (B.trainable() && !B.keeps_compute_shard())
+    if (B.trainable() && !B.keeps_compute_shard() && (B.sharded() || roles_[b].copy_is_free))
       B.keep_compute_shard(compute);
     else if (!B.trainable() && B.sharded() && !B.has_compute_copy())
       B.add_compute_copy(compute);
@@ -297,6 +299,11 @@ void ShardedBlocks::end_micro_batch() {
       if (is(b, BlockKind::Ends)) start_gradient_reduction(b);
   wait_all();
   if (!last_micro_batch_) return;
+  // The optimizer rewrites the kept bf16 slices next, which a gather still in flight would be
+  // sending (no prefetch reaches past a step's last backward).
+  for (const auto& g : gathers_)
+    TITAN_CHECK(!g, "sharded blocks: block '", blocks_[g->block].name(),
+                "' is still being gathered after the step's last micro-batch");
   if (sharded()) {
     for (size_t b = 0; b < blocks_.size(); ++b)
       if (is(b, BlockKind::Ends)) release(b);

@@ -50,9 +50,15 @@ Reshard reshard_from_name(const std::string& name);
 // (Qwen3Model::layer_block_of_experts).
 enum class BlockKind : uint8_t { Ends, Layer, Experts };
 struct BlockRole {
-  BlockRole(BlockKind kind, size_t layer = 0) : kind(kind), layer(layer) {}  // NOLINT: a kind is a role
+  BlockRole(BlockKind kind, size_t layer = 0, bool copy_is_free = true)  // NOLINT: a kind is a role
+      : kind(kind), layer(layer), copy_is_free(copy_is_free) {}
   BlockKind kind;
   size_t layer;
+  // Whether a step would hold a bf16 copy of all of the block's weights from its forward to its
+  // backward anyway (Qwen3Model::holds_whole_weights_through_step). Kept whole, only such a block
+  // keeps the bf16 copy AdamW writes: another one (an untied embedding table, a layer activation
+  // checkpointing covers) is cast per use, and its copy would add to the run's peak.
+  bool copy_is_free;
 };
 
 class ShardedBlocks final : public nn::BlockHooks {
@@ -72,9 +78,10 @@ class ShardedBlocks final : public nn::BlockHooks {
   // Whether the model needs these hooks (more than one data-parallel rank).
   bool active() const { return plan_.dp_size() > 1; }
   // Once the weights are in place (loaded, initialised or restored): each rank keeps its slice.
-  // Under bf16 compute the blocks are gathered in bf16 (f32 otherwise), and every trained block
-  // keeps the bf16 copy of its slice that the optimizer writes (ParamBlock::keep_compute_shard),
-  // with one process too.
+  // Under bf16 compute the blocks are gathered in bf16 (f32 otherwise), and the trained blocks keep
+  // the bf16 copy of their slice that the optimizer writes (ParamBlock::keep_compute_shard): every
+  // sharded one, and the whole ones whose copy is free (BlockRole::copy_is_free), with one process
+  // too.
   void shard(DType compute);
 
   // A micro-batch of a training step: begin_micro_batch makes the gradient buffers of the

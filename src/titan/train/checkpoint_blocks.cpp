@@ -352,6 +352,7 @@ void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& mode
   for (size_t b = 0; b < model.blocks().size(); ++b) {
     nn::ParamBlock& block = model.blocks()[b];
     saved.read(b, "", block.shard_begin(), block.shard());
+    if (block.keeps_compute_shard()) block.refresh_compute_shard();
   }
 }
 

@@ -234,6 +234,10 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     for (size_t b = 0; b < s.model.blocks().size(); ++b) {
       LocalSlice mine = local_slice(s, b);
       saved.read(b, "", mine.begin, mine.values);
+      // (Restores come before distribute(), which makes the bf16 copies; a block that keeps one
+      // already gets it rewritten.)
+      if (nn::ParamBlock& block = s.model.blocks()[b]; block.keeps_compute_shard())
+        block.refresh_compute_shard();
       if (fresh_optimizer) continue;
       saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
       saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);

@@ -72,11 +72,14 @@ qwen3::Qwen3Model rank_model(const qwen3::ModelArgs& args, DType compute_dtype, 
 
 std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model) {
   std::vector<dist::BlockRole> roles;
-  for (size_t b = 0; b < model.blocks().size(); ++b)
-    roles.push_back(model.is_layer_block(b) ? dist::BlockRole(dist::BlockKind::Layer)
-                    : model.is_expert_block(b)
-                        ? dist::BlockRole(dist::BlockKind::Experts, model.layer_block_of_experts(b))
-                        : dist::BlockRole(dist::BlockKind::Ends));
+  for (size_t b = 0; b < model.blocks().size(); ++b) {
+    const bool copy_is_free = model.holds_whole_weights_through_step(b);
+    roles.push_back(
+        model.is_layer_block(b) ? dist::BlockRole(dist::BlockKind::Layer, 0, copy_is_free)
+        : model.is_expert_block(b)
+            ? dist::BlockRole(dist::BlockKind::Experts, model.layer_block_of_experts(b), copy_is_free)
+            : dist::BlockRole(dist::BlockKind::Ends, 0, copy_is_free));
+  }
   return roles;
 }
 

@@ -64,11 +64,13 @@ qwen3::Qwen3Model rank_model(const qwen3::ModelArgs& args, DType compute_dtype, 
                              const dist::ParallelPlan& plan, qwen3::Purpose purpose);
 
 // What each of the model's blocks is to dist::ShardedBlocks: the embedding and head, a layer
-// (gathered and reduced per use), or a run of split experts (with its layer).
+// (gathered and reduced per use), or a run of split experts (with its layer), and whether a bf16
+// copy of it is free (Qwen3Model::holds_whole_weights_through_step: call after set_checkpointing).
 std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model);
 
-// "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 37.2 MiB (start-up peak 120.0 MiB)": what
-// this rank holds of each (its slice of the f32 master weights, gradients and moments; all of them
+// "parameters 37.2 MiB, gradients 37.2 MiB, AdamW state 74.4 MiB, bf16 copy of the parameters 18.6
+// MiB (start-up peak 120.0 MiB)": what this rank holds of each (its slice of the f32 master weights,
+// gradients and moments, and of the bf16 copy AdamW writes where the blocks keep one; all of them
 // on one process), and the most its device allocator has held so far.
 std::string memory_per_rank(const TrainState& state);
 

@@ -227,6 +227,13 @@ std::vector<kernels::ModuleOps> module_ops(const ModelArgs& a, bool experts_spli
   return m;
 }
 
+bool Qwen3Model::holds_whole_weights_through_step(size_t block) const {
+  if (block == 0) return args_.tie_embeddings;
+  const size_t layer_block = is_expert_block(block) ? layer_block_of_experts(block) : block;
+  if (is_layer_block(layer_block)) return !checkpointing_.covers(int64_t(layer_block) - 1);
+  return true;  // the head: the final norm and the output weight
+}
+
 bool Qwen3Model::compute_copy_resident(const nn::Param* p) const {
   return p->compute_value.defined() && p->compute_value.storage()->resident() &&
          p->compute_value.dtype() == compute_dtype_;

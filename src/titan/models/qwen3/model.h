@@ -173,6 +173,13 @@ class Qwen3Model {
   // The blocks with backward points (the layers: blocks()[1..n_layers]); the embedding and head
   // blocks serve both ends of the step.
   bool is_layer_block(size_t block) const { return block >= 1 && block <= size_t(args_.n_layers); }
+  // Whether a step casting the weights per use (Qwen3Model::w) would hold the compute-dtype copy of
+  // all of `block` from its forward to its backward anyway (the GEMMs save what they read): every
+  // block but the embedding of an untied model (only the rows of the step's tokens are looked up)
+  // and the layers activation checkpointing covers, with their experts (their casts go with the
+  // layer's forward and come again in its recompute). Such a block's persistent copy costs no
+  // memory beyond the step's (dist::BlockRole::copy_is_free).
+  bool holds_whole_weights_through_step(size_t block) const;
 
   std::vector<nn::ParamBlock>& blocks() { return blocks_; }
   const std::vector<nn::ParamBlock>& blocks() const { return blocks_; }

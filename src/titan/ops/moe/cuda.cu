@@ -11,9 +11,11 @@
 // token; the weight-gradient kernel runs one block column per expert over that expert's rows.
 // bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation, or in the "mma_sync" variant
 // raw mma.sync on 128 x 128 tiles with a four-stage cp.async pipeline), every operand bf16: the
-// backward stores dy * w, dg and du rounded, as a bf16 autograd holds them; f32 models on f32-FMA
-// tiles (exact f32 products). The
-// elementwise steps round to the storage type exactly where the reference kernels in ops/moe.cpp do.
+// backward stores dy, dy * w, dg and du rounded, as a bf16 autograd holds them; f32 models on
+// f32-FMA tiles (exact f32 products). The backward's dh = dy wd[e] is taken before the routing
+// weight, so the weight's gradient is dh . h per row, with no recompute of the down projection (the
+// CPU kernel's way). The forward's elementwise steps round to the storage type exactly where the
+// reference kernels (ops/moe/reference.cpp) do; the backward, where the CPU kernel does.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -961,16 +963,19 @@ __global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t*
   }
 }
 
-// From dh (f32) and act: dg = dh * u * sg * (1 + g (1 - sg)) and du = dh * T(silu(g)), stored as T
-// side by side, gu[r] = [dg | du]: the GEMMs that read them take bf16 operands rounded.
+// From dh = dy wd[e] (f32, before the routing weight) and act: with dhw = T(w) * dh,
+// dg = dhw * u * sg * (1 + g (1 - sg)) and du = dhw * T(silu(g)), stored as T side by side,
+// gu[r] = [dg | du]: the GEMMs that read them take bf16 operands rounded.
 template <class T>
-__global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const T* act, const float* dh, T* gu) {
+__global__ void swiglu_bwd_rows_kernel(int64_t n, int64_t F, const int64_t* order, const float* weights,
+                                       const T* act, const float* dh, T* gu) {
   TITAN_FOR_ROWS(r, n) {
     const T* gate = act + r * 2 * F;
     T* out = gu + r * 2 * F;
+    const float w = rnd<T>(weights[order[r]]);
     TITAN_FOR_COLUMNS(f, F) {
       const float g = to_f32(gate[f]), u = to_f32(gate[F + f]);
-      const float sg = sigmoid(g), dhv = dh[r * F + f];
+      const float sg = sigmoid(g), dhv = w * dh[r * F + f];
       out[f] = from_f32<T>(dhv * u * sg * (1.f + g * (1.f - sg)));
       out[F + f] = from_f32<T>(dhv * rnd<T>(g * sg));
     }
@@ -991,19 +996,44 @@ __global__ void gather_sum_kernel(int64_t T_, int64_t D, int64_t k, const int64_
 #undef TITAN_FOR_ROWS
 #undef TITAN_FOR_COLUMNS
 
-// dweights[i] = sum_c dy[t, c] * o[r, c] (o the rounded down-projection output), one warp per row.
+// dweights[order[r]] = sum_f dh[r, f] * h[r, f] with dh = dy wd[e]: the routing weight's gradient
+// dy . o (o = h wd[e]^T, the unweighted expert output) summed the other way round, so the backward
+// needs no o (the CPU kernel's way). One warp per row.
 template <class T>
-__global__ void dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* dy,
-                                const T* o, float* dweights) {
+__global__ void dweights_kernel(int64_t n, int64_t F, const int64_t* order, const float* dh, const T* h,
+                                float* dweights) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n; r += warps) {
+    float acc = 0.f;
+    for (int64_t f = lane; f < F; f += 32) acc += dh[r * F + f] * to_f32(h[r * F + f]);
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
+    if (lane == 0) dweights[order[r]] = acc;
+  }
+}
+
+// moe_combine's: dweights[i] = sum_c dy[t, c] * rows[r, c] (the rows as they are stored), one warp
+// per row.
+template <class T>
+__global__ void combine_dweights_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order,
+                                        const float* dy, const T* rows, float* dweights) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n; r += warps) {
     const int64_t i = order[r], t = i / k;
     float acc = 0.f;
-    for (int64_t c = lane; c < D; c += 32) acc += dy[t * D + c] * to_f32(o[r * D + c]);
+    for (int64_t c = lane; c < D; c += 32) acc += dy[t * D + c] * to_f32(rows[r * D + c]);
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
     if (lane == 0) dweights[i] = acc;
   }
+}
+
+// out[i] = T(in[i]): dy rounded once for the GEMM that reads it.
+template <class T>
+__global__ void round_kernel(int64_t count, const float* in, T* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f32<T>(in[i]);
 }
 
 // cuDNN's grouped matmul takes each expert's first row as int32 [E] and its tokens in expert order.
@@ -1183,26 +1213,21 @@ void transpose_experts(const KernelContext& ctx, int64_t E, int64_t R, int64_t C
   check_launch("moe (cuda): transpose expert weights");
 }
 
-// Whether the "cudnn" variant's backward row GEMMs (bf16 operands, f32 out) go to cuDNN: the shapes
-// it takes and plans that build. cuDNN documents bf16 outputs for its grouped matmul, not f32, so
-// a plan that does not build is said once on stderr and those GEMMs run mma_sync.
+// Whether the "cudnn" variant's backward dx GEMM (bf16 operands, f32 out) goes to cuDNN: the shape
+// it takes and a plan that builds. cuDNN documents bf16 outputs for its grouped matmul, not f32, so
+// a plan that does not build is said once on stderr and the GEMM runs mma_sync. (The dh GEMM reads
+// dy rows gathered by token, which cuDNN's contiguous rows do not: it always runs mma_sync.)
 bool cudnn_takes_backward(const MoeExpertDims& d, const int32_t* first) {
-  const int64_t n = d.T * d.k;
-  const GroupedMatmulShape dh{n, d.D, d.F, d.E, d.F, DType::F32}, dx{n, 2 * d.F, d.D, d.E, d.D, DType::F32};
-  if (!first || !cudnn_takes_layer(d) || !cudnn_grouped_matmul_unsupported(dh).empty() ||
-      !cudnn_grouped_matmul_unsupported(dx).empty())
-    return false;
-  for (const GroupedMatmulShape& s : {dh, dx}) {
-    const std::string why = cudnn_grouped_matmul_plan_error(s);
-    if (why.empty()) continue;
-    static std::once_flag once;
-    std::call_once(once, [&] {
-      std::fprintf(stderr, "titan: moe_experts (cuda, cudnn): the backward's row GEMMs run mma_sync: %s\n",
-                   why.c_str());
-    });
-    return false;
-  }
-  return true;
+  const GroupedMatmulShape dx{d.T * d.k, 2 * d.F, d.D, d.E, d.D, DType::F32};
+  if (!first || !cudnn_takes_layer(d) || !cudnn_grouped_matmul_unsupported(dx).empty()) return false;
+  const std::string why = cudnn_grouped_matmul_plan_error(dx);
+  if (why.empty()) return true;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr, "titan: moe_experts (cuda, cudnn): the backward's dx GEMM runs mma_sync: %s\n",
+                 why.c_str());
+  });
+  return false;
 }
 
 template <class T>
@@ -1278,49 +1303,54 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   swiglu_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, h.as<T>());
   check_launch("moe (cuda): swiglu rows");
   const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
-  if (dweights) {  // d(o * w)/dw with o the rounded down output, recomputed
-    Scratch o(ctx, sizeof(T) * size_t(n * d.D));
-    forward_rows_gemm<T>(ctx, d, algo, d.D, d.F, h.as<T>(), wd, routing, as_first(first), o.as<T>(), d.D);
-    dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, o.as<T>(), dweights);
-    check_launch("moe (cuda): routing-weight gradient");
-  }
-  // cuDNN takes the backward's two row GEMMs (dh, dx) with transposed copies of the weights; the
-  // weight gradients, and shapes it does not take, run mma_sync.
+  // cuDNN takes the backward's dx GEMM with transposed copies of the weights; the other GEMMs, and
+  // shapes it does not take, run mma_sync.
   bool cudnn_rows = false;
   if constexpr (std::is_same_v<T, bf16_t>) cudnn_rows = algo == MoeGemm::kCudnn && cudnn_takes_backward(d, as_first(first));
   if (algo == MoeGemm::kCudnn) algo = MoeGemm::kMmaSync;
-  if (!dx && !dwg && !dwu && !dwd) return;
-  // The GEMMs' operands dyw, dg and du are stored as T: the tensor-core GEMMs take them rounded to
-  // bf16 (as a bf16 autograd holds them) and f32 models keep them exact. dh stays f32 until the
-  // swiglu backward has used it.
-  Scratch dyw(ctx, sizeof(T) * size_t(n * d.D));
-  scaled_dy_kernel<T, T>
-      <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
-  check_launch("moe (cuda): scaled dy");
-  if (dwd)  // dwd[e] [D, F] = dyw^T h over the expert's rows
+  const bool need_gu = dx || dwg || dwu;
+  // The GEMMs' operands dy, dyw, dg and du are stored as T: the tensor-core GEMMs take them rounded
+  // to bf16 (as a bf16 autograd holds them) and f32 models keep them exact.
+  // dh [n, F] = dy[token] [n, D] @ wd[e] [D, F], before the routing weight, in f32: the routing
+  // weight's gradient is dh . h per row (no recompute of the down projection's output), and the
+  // swiglu backward weighs it into gu = [dg | du] [n, 2F].
+  std::unique_ptr<Scratch> gu;
+  if (need_gu) gu = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(n * 2 * d.F));
+  if (dweights || need_gu) {
+    std::unique_ptr<Scratch> dy_rounded;
+    const T* dy_t = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      dy_t = dy;
+    } else {
+      dy_rounded = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(d.T * d.D));
+      launch_grid_stride(ctx, "moe (cuda): rounded dy", d.T * d.D, round_kernel<T>, d.T * d.D, dy,
+                         dy_rounded->as<T>());
+      dy_t = dy_rounded->as<T>();
+    }
+    Scratch dh(ctx, sizeof(float) * size_t(n * d.F));
+    rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dy_t, d.D, token, wd,
+                                                        d.D * d.F, routing, dh.as<float>(), d.F);
+    if (dweights) {
+      dweights_kernel<T>
+          <<<grid_for(n * 32), 256, 0, stream>>>(n, d.F, order, dh.as<float>(), h.as<T>(), dweights);
+      check_launch("moe (cuda): routing-weight gradient");
+    }
+    if (need_gu) {
+      swiglu_bwd_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, order, weights, act,
+                                                                              dh.as<float>(), gu->as<T>());
+      check_launch("moe (cuda): swiglu backward rows");
+    }
+  }
+  if (dwd) {  // dwd[e] [D, F] = dyw^T h over the expert's rows, dyw = T(w) dy[token] rounded to T
+    Scratch dyw(ctx, sizeof(T) * size_t(n * d.D));
+    scaled_dy_kernel<T, T>
+        <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
+    check_launch("moe (cuda): scaled dy");
     weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, routing, dwd,
                    add_dweights);
-  if (!dx && !dwg && !dwu) return;
-  // dh [n, F] = dyw [n, D] @ wd[e] [D, F]; then gu = [dg | du] [n, 2F].
-  Scratch gu(ctx, sizeof(T) * size_t(n * 2 * d.F));
-  {
-    Scratch dh(ctx, sizeof(float) * size_t(n * d.F));
-    if constexpr (std::is_same_v<T, bf16_t>) {
-      if (cudnn_rows) {  // wd[e] [D, F] -> [F, D]
-        Scratch wdt(ctx, sizeof(bf16_t) * size_t(d.E * d.F * d.D));
-        transpose_experts(ctx, d.E, d.D, d.F, wd, wdt.as<bf16_t>(), d.D);
-        cudnn_grouped_matmul(ctx.stream, {n, d.D, d.F, d.E, d.F, DType::F32}, dyw.as<void>(), wdt.as<void>(),
-                             as_first(first), dh.as<float>());
-      }
-    }
-    if (!cudnn_rows)
-      rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dyw.as<T>(), d.D, nullptr,
-                                                          wd, d.D * d.F, routing, dh.as<float>(), d.F);
-    swiglu_bwd_rows_kernel<T>
-        <<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, dh.as<float>(), gu.as<T>());
-    check_launch("moe (cuda): swiglu backward rows");
   }
-  const T* dg = gu.as<T>();
+  if (!need_gu) return;
+  const T* dg = gu->as<T>();
   const T* du = dg + d.F;
   if (dwg)  // dwg[e] [F, D] = dg^T x over the expert's rows (x gathered by token)
     weight_grad<T>(ctx, d, algo, d.F, d.D, dg, 2 * d.F, x, d.D, token, routing, dwg, add_dweights);
@@ -1332,8 +1362,8 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
         Scratch wgut(ctx, sizeof(bf16_t) * size_t(d.E * d.D * 2 * d.F));
         transpose_experts(ctx, d.E, d.F, d.D, wg, wgut.as<bf16_t>(), 2 * d.F);
         transpose_experts(ctx, d.E, d.F, d.D, wu, wgut.as<bf16_t>() + d.F, 2 * d.F);
-        cudnn_grouped_matmul(ctx.stream, {n, 2 * d.F, d.D, d.E, d.D, DType::F32}, gu.as<void>(), wgut.as<void>(),
-                             as_first(first), dxr.as<float>());
+        cudnn_grouped_matmul(ctx.stream, {n, 2 * d.F, d.D, d.E, d.D, DType::F32}, gu->as<void>(),
+                             wgut.as<void>(), as_first(first), dxr.as<float>());
       }
     }
     if (!cudnn_rows) {
@@ -1490,7 +1520,7 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
     check_launch("moe_combine (cuda): rows' gradient");
   }
   if (dweights) {
-    dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, rows, dweights);
+    combine_dweights_kernel<T><<<grid_for(n * 32), 256, 0, stream>>>(n, d.D, d.k, order, dy, rows, dweights);
     check_launch("moe_combine (cuda): routing weights' gradient");
   }
 }
@@ -1645,8 +1675,8 @@ const bool update_expert_bias_kernels_registered = kernels::register_kernels(
     kernel_available);
 const bool moe_experts_kernels_registered = cuda::register_float_kernels(
     "moe_experts", "device routing order, grouped f32-FMA GEMMs with device-side expert offsets",
-    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, reference "
-    "rounding points",
+    "device routing order, grouped WMMA tensor-core GEMMs with device-side expert offsets, the CPU "
+    "kernel's rounding points",
     TITAN_FLOAT_KERNEL(ops::MoeExpertsKernel, experts_forward_entry<kDType>, experts_backward_entry<kDType>));
 const bool moe_combine_kernels_registered = cuda::register_float_kernels(
     "moe_combine",
@@ -1655,12 +1685,13 @@ const bool moe_combine_kernels_registered = cuda::register_float_kernels(
     "dot products backward",
     TITAN_FLOAT_KERNEL(ops::MoeCombineKernel, combine_forward_entry<kDType>, combine_backward_entry<kDType>));
 // Becomes the bf16 default once cuda_moe_test passes it on a GPU and the benchmark shows it faster.
-// cuDNN's MoE grouped matmul for the row GEMMs (cuDNN 9.18 or later), mma_sync for the weight gradients.
+// cuDNN's MoE grouped matmul for the forward's row GEMMs and the backward's dx (cuDNN 9.18 or later),
+// mma_sync for the backward's dh and the weight gradients.
 const bool moe_experts_cudnn_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "cudnn",
-      "device routing order, the row GEMMs (forward and dh, dx) on cuDNN's MoE grouped matmul (cuDNN 9.18+; "
-      "D, F multiples of 8), the weight gradients on mma_sync, reference rounding points",
+      "device routing order, the row GEMMs (forward and dx) on cuDNN's MoE grouped matmul (cuDNN 9.18+; "
+      "D, F multiples of 8), dh and the weight gradients on mma_sync, the CPU kernel's rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kCudnn>,
                             experts_backward_entry<DType::BF16, MoeGemm::kCudnn>}}},
     kernel_available);
@@ -1668,7 +1699,7 @@ const bool moe_experts_mma_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "mma_sync",
       "device routing order, grouped GEMMs on raw mma.sync with a four-stage cp.async pipeline (128 x 128 "
-      "tiles; WMMA where rows are not 16-byte aligned), reference rounding points",
+      "tiles; WMMA where rows are not 16-byte aligned), the CPU kernel's rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSync>,
                             experts_backward_entry<DType::BF16, MoeGemm::kMmaSync>}}},
     kernel_available);
@@ -1678,7 +1709,7 @@ const bool moe_experts_mma_registered = kernels::register_kernels(
 const bool moe_experts_mma_wide_registered = kernels::register_kernels(
     "moe_experts", Device::CUDA,
     {{DType::BF16, "mma_sync_wide",
-      "as mma_sync on 128 x 256 tiles of 8 warps (one block per SM), reference rounding points",
+      "as mma_sync on 128 x 256 tiles of 8 warps (one block per SM), the CPU kernel's rounding points",
       ops::MoeExpertsKernel{experts_forward_entry<DType::BF16, MoeGemm::kMmaSyncWide>,
                             experts_backward_entry<DType::BF16, MoeGemm::kMmaSyncWide>}}},
     kernel_available);

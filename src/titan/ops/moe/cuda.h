@@ -55,8 +55,8 @@ void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, co
 // The bf16 grouped GEMMs: WMMA 64 x 64 tiles (the "default" variant), or raw mma.sync 128 x 128
 // tiles with a four-stage cp.async pipeline (the "mma_sync" variant; it uses WMMA for operands whose
 // rows are not 16-byte aligned), or the same on 128 x 256 tiles of 8 warps ("mma_sync_wide"), or cuDNN's MoE
-// grouped matmul for every row GEMM (the forward's gate, up and down, the down output the backward
-// recomputes, and the backward's dh and dx over transposed copies of the weights) with mma_sync for the
+// grouped matmul for the forward's row GEMMs (gate, up and down) and the backward's dx (over transposed
+// copies of the weights) with mma_sync for the backward's dh (its dy rows gathered by token) and the
 // weight gradients (the "cudnn" variant: cuDNN 9.18 or later, an error naming it otherwise; shapes it does
 // not take, D or F not a multiple of 8, run mma_sync). Same products, accumulation and rounding; f32 ignores
 // it.

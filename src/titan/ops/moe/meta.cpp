@@ -1,5 +1,7 @@
 // moe on the meta device: shapes, allocations and FLOPs only (kernels/registry.h,
 // register_meta_kernel).
+#include <memory>
+
 #include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/moe/moe.h"
@@ -51,9 +53,10 @@ void experts_forward_meta(const KernelContext& ctx, const MoeDims& d, const void
   const Scratch o(ctx, element * n * size_t(d.D)), h(ctx, element * n * size_t(d.F));
 }
 
-// Backward: the routing and h again, o again while the routing weights' gradient needs it, then in
-// the dtype the weighted dy [T*k, D] and the gate | up gradients [T*k, 2F], f32 dh [T*k, F] while
-// the latter are computed, and the f32 rows of dx [T*k, D].
+// Backward: the routing and h again; the gate | up gradients [T*k, 2F] in the dtype; while they and
+// the routing weights' gradient are computed, dy rounded to bf16 [T, D] (a bf16 model's) and the f32
+// dh [T*k, F]; then the weighted dy [T*k, D] in the dtype while the down projection's gradient is
+// computed, and the f32 rows of dx [T*k, D].
 template <DType kDType>
 void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
                            const int64_t*, const void*, const void*, const void*, const void*, const void*,
@@ -61,16 +64,19 @@ void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const voi
   ctx.services->add_flops(2.0 * expert_flops(d));
   if (meta_stands_in_for() != Device::CUDA || d.T == 0) return;
   const size_t n = size_t(d.T * d.k), element = dtype_size(kDType), D = size_t(d.D), F = size_t(d.F);
+  const bool need_gu = dx || dwg || dwu;
   const CudaRouting routing(ctx, d);
   const Scratch h(ctx, element * n * F);
-  if (dweights) {
-    const Scratch o(ctx, element * n * D);
+  std::unique_ptr<Scratch> gate_up_grads;
+  if (need_gu) gate_up_grads = std::make_unique<Scratch>(ctx, element * n * 2 * F);
+  if (dweights || need_gu) {
+    std::unique_ptr<Scratch> dy_rounded;
+    if (kDType == DType::BF16) dy_rounded = std::make_unique<Scratch>(ctx, element * size_t(d.T) * D);
+    const Scratch dh(ctx, sizeof(float) * n * F);
   }
-  if (!dx && !dwg && !dwu && !dwd) return;
-  const Scratch dy_weighted(ctx, element * n * D);
-  if (!dx && !dwg && !dwu) return;
-  const Scratch gate_up_grads(ctx, element * n * 2 * F);
-  { const Scratch dh(ctx, sizeof(float) * n * F); }
+  if (dwd) {
+    const Scratch dy_weighted(ctx, element * n * D);
+  }
   if (dx) {
     const Scratch dx_rows(ctx, sizeof(float) * n * D);
   }

@@ -30,6 +30,8 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // With a compute copy, the parameters are updated in runs of this many elements, each rounded into
 // the copy right after its update, while it is in L1 (16 KiB of f32).
 constexpr int64_t kCopyRun = 4096;
+static_assert(size_t(kCopyRun) < kBulkConvertThreadsMin,
+              "a run's conversion must not open a parallel region");
 // Gradient-norm partial sums are taken over fixed blocks and added in block order, so the result is
 // independent of the number of threads.
 constexpr int64_t kNormBlock = int64_t(1) << 16;

@@ -72,10 +72,14 @@ void adamw_step(const KernelContext& ctx, int64_t n, void* param, const void* gr
   auto* p = static_cast<float*>(param);
   auto* g = static_cast<const float*>(grad);
   auto *m = static_cast<float*>(exp_avg), *v = static_cast<float*>(exp_avg_sq);
-  if (vectors_of_4(n, {{p, 4}, {g, 4}, {m, 4}, {v, 4}, {copy, 2}}))
-    launch_grid_stride(ctx, "adamw_kernel", n / 4, adamw_kernel<4>, n / 4, p, g, m, v, copy, f);
-  else
-    launch_grid_stride(ctx, "adamw_kernel", n, adamw_kernel<1>, n, p, g, m, v, copy, f);
+  // Whole vectors of 4 where every buffer starts aligned, then the last n % 4 one by one.
+  const int64_t vectorized = vectors_of_4(4, {{p, 4}, {g, 4}, {m, 4}, {v, 4}, {copy, 2}}) ? n / 4 * 4 : 0;
+  if (vectorized > 0)
+    launch_grid_stride(ctx, "adamw_kernel", vectorized / 4, adamw_kernel<4>, vectorized / 4, p, g, m, v, copy,
+                       f);
+  if (const int64_t rest = n - vectorized; rest > 0)
+    launch_grid_stride(ctx, "adamw_kernel", rest, adamw_kernel<1>, rest, p + vectorized, g + vectorized,
+                       m + vectorized, v + vectorized, copy ? copy + vectorized : nullptr, f);
 }
 
 __global__ void sum_sq_partial_kernel(int64_t n, const float* g, double* partial) {
