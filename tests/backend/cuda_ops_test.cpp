@@ -333,43 +333,33 @@ TEST(CudaOps, AdamWIsBitIdenticalAndGradNormMatches) {
          m = random_tensor({n}, DType::F32, 19, -0.01, 0.01), v = random_tensor({n}, DType::F32, 20, 0, 1e-4);
   Tensor pd = p.to(kCuda), gd = g.to(kCuda), md = m.to(kCuda), vd = v.to(kCuda);
   ops::AdamWConfig cfg;
-  // The bf16 compute copy the kernel writes beside the update (4 elements per access on whole
-  // vectors; the odd-length narrow() below takes the one-element path).
+  // The bf16 compute copy the kernel writes beside the update: 4 elements per access on whole vectors
+  // from an aligned start, one at a time for the rest.
   Tensor copy = Tensor::empty({n}, DType::BF16), copy_d = Tensor::empty({n}, DType::BF16, kCuda);
-  {
+  // `step` on elements [first, first + count) of every buffer, on the GPU and by the CPU reference.
+  auto step_slice = [&](int64_t first, int64_t count, int64_t step) {
+    Tensor sp = pd.narrow(0, first, count), sg = gd.narrow(0, first, count), sm = md.narrow(0, first, count),
+           sv = vd.narrow(0, first, count), scopy = copy_d.narrow(0, first, count);
+    ops::adamw_step(sp, sg, sm, sv, cfg, step, 0.75, &scopy);
+    Tensor hp = p.narrow(0, first, count), hg = g.narrow(0, first, count), hm = m.narrow(0, first, count),
+           hv = v.narrow(0, first, count), hcopy = copy.narrow(0, first, count);
     kernels::ForceVariant reference("adamw", "reference");
-    for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(p, g, m, v, cfg, step, 0.75, &copy);
-  }
-  for (int64_t step = 1; step <= 3; ++step) ops::adamw_step(pd, gd, md, vd, cfg, step, 0.75, &copy_d);
-  EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param";
-  EXPECT_EQ(md.to_vector(), m.to_vector()) << "exp_avg";
-  EXPECT_EQ(vd.to_vector(), v.to_vector()) << "exp_avg_sq";
-  EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector()) << "bf16 copy";
-  {
-    Tensor tail_p = pd.narrow(0, 1, n - 2), tail_g = gd.narrow(0, 1, n - 2), tail_m = md.narrow(0, 1, n - 2),
-           tail_v = vd.narrow(0, 1, n - 2), tail_copy = copy_d.narrow(0, 1, n - 2);
-    ops::adamw_step(tail_p, tail_g, tail_m, tail_v, cfg, 4, 0.75, &tail_copy);
-    Tensor host_p = p.narrow(0, 1, n - 2), host_g = g.narrow(0, 1, n - 2), host_m = m.narrow(0, 1, n - 2),
-           host_v = v.narrow(0, 1, n - 2);
-    kernels::ForceVariant reference("adamw", "reference");
-    ops::adamw_step(host_p, host_g, host_m, host_v, cfg, 4, 0.75);
-    EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param, unaligned run";
-    EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
-        << "bf16 copy, unaligned run";
-  }
-  {
-    // An aligned start and a length that is not a multiple of 4: whole vectors, then a tail of 3.
-    Tensor head_p = pd.narrow(0, 0, n - 1), head_g = gd.narrow(0, 0, n - 1), head_m = md.narrow(0, 0, n - 1),
-           head_v = vd.narrow(0, 0, n - 1), head_copy = copy_d.narrow(0, 0, n - 1);
-    ops::adamw_step(head_p, head_g, head_m, head_v, cfg, 5, 0.75, &head_copy);
-    Tensor host_p = p.narrow(0, 0, n - 1), host_g = g.narrow(0, 0, n - 1), host_m = m.narrow(0, 0, n - 1),
-           host_v = v.narrow(0, 0, n - 1);
-    kernels::ForceVariant reference("adamw", "reference");
-    ops::adamw_step(host_p, host_g, host_m, host_v, cfg, 5, 0.75);
-    EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param, vectors and a tail";
-    EXPECT_EQ(copy_d.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
-        << "bf16 copy, vectors and a tail";
-  }
+    ops::adamw_step(hp, hg, hm, hv, cfg, step, 0.75, &hcopy);
+  };
+  auto expect_same = [&](const std::string& what) {
+    EXPECT_EQ(pd.to_vector(), p.to_vector()) << "param, " << what;
+    EXPECT_EQ(md.to_vector(), m.to_vector()) << "exp_avg, " << what;
+    EXPECT_EQ(vd.to_vector(), v.to_vector()) << "exp_avg_sq, " << what;
+    EXPECT_EQ(copy_d.to(DType::F32).to_vector(), copy.to(DType::F32).to_vector()) << "bf16 copy, " << what;
+  };
+  for (int64_t step = 1; step <= 3; ++step) step_slice(0, n, step);
+  expect_same("whole vectors");
+  EXPECT_EQ(copy.to(DType::F32).to_vector(), p.to(DType::BF16).to(DType::F32).to_vector())
+      << "the copy is the params cast";
+  step_slice(1, n - 2, 4);
+  expect_same("an unaligned start");
+  step_slice(0, n - 1, 5);
+  expect_same("an aligned start, whole vectors and a tail of 3");
   double cpu;
   {
     kernels::ForceVariant reference("grad_norm", "reference");
