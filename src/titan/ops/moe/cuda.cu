@@ -1028,14 +1028,6 @@ __global__ void combine_dweights_kernel(int64_t n, int64_t D, int64_t k, const i
   }
 }
 
-// out[i] = T(in[i]): dy rounded once for the GEMM that reads it.
-template <class T>
-__global__ void round_kernel(int64_t count, const float* in, T* out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_f32<T>(in[i]);
-}
-
 // cuDNN's grouped matmul takes each expert's first row as int32 [E] and its tokens in expert order.
 __global__ void first_rows_kernel(int64_t E, const int64_t* offsets, int32_t* first) {
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x)
@@ -1323,8 +1315,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       dy_t = dy;
     } else {
       dy_rounded = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(d.T * d.D));
-      launch_grid_stride(ctx, "moe (cuda): rounded dy", d.T * d.D, round_kernel<T>, d.T * d.D, dy,
-                         dy_rounded->as<T>());
+      ctx.services->convert(dy_rounded->as<T>(), DType::BF16, dy, DType::F32, d.T * d.D);  // rounded once
       dy_t = dy_rounded->as<T>();
     }
     Scratch dh(ctx, sizeof(float) * size_t(n * d.F));
