@@ -63,7 +63,8 @@ TEST(Plan, PerRankFiguresAreTheInProcessMetaProfile) {
                                 {"gradients (f32)      ", p.grads},
                                 {"AdamW state (f32)    ", p.optimizer},
                                 {"activations + temps  ", p.activations()},
-                                {"peak per rank        ", p.peak}})
+                                {"peak per rank        ", p.peak},
+                                {"reserved             ", memory_need(p)}})
       EXPECT_NE(out.find(printed_gib(label, bytes)), std::string::npos) << printed_gib(label, bytes) << "\n" << out;
     char flops[64];
     std::snprintf(flops, sizeof flops, "compute         %.4g FLOPs per rank", p.flops);
@@ -232,36 +233,42 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const auto [args, shape] = debugmodel_step(1, 2);
   StepShape at = shape;
   at.local_batch = 7;
-  // A memory budget between the peaks of batches 7 and 8 (not on either: the search must find 7).
-  const int64_t peak7 = profile_training_step(args, at, Device::Meta).peak;
+  // A memory budget between the needs (reservations) of batches 7 and 8 (not on either: the search
+  // must find 7).
+  const int64_t need7 = memory_need(profile_training_step(args, at, Device::Meta));
   at.local_batch = 8;
-  const int64_t peak8 = profile_training_step(args, at, Device::Meta).peak;
-  ASSERT_LT(peak7, peak8);
-  const int64_t budget = peak7 + (peak8 - peak7) / 2;
-  const BatchSearch s = largest_fitting_batch(args, shape, budget);
+  const int64_t need8 = memory_need(profile_training_step(args, at, Device::Meta));
+  ASSERT_LT(need7, need8);
+  const int64_t budget = need7 + (need8 - need7) / 2;
+  const BatchSearch s = largest_fitting_batch(args, shape, budget, false);
   EXPECT_EQ(s.largest, 7);
-  EXPECT_EQ(s.largest_need, peak7);
-  EXPECT_EQ(s.next_need, peak8);
+  EXPECT_EQ(s.largest_need, need7);
+  EXPECT_EQ(s.next_need, need8);
   EXPECT_FALSE(s.at_bound);
   // The command says the same for that budget in bytes.
   int rc = 0;
   const std::string out = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(budget), &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("largest local batch that fits: 7 ("), std::string::npos) << out;
-  // Below batch 1's peak nothing fits, and the plan says so.
+  // Below batch 1's need nothing fits, and the plan says so. (Below the job's own batch's too: a
+  // reservation need not grow with the batch, as tensors move between the allocator's pools.)
   at.local_batch = 1;
-  const int64_t peak1 = profile_training_step(args, at, Device::Meta).peak;
-  EXPECT_EQ(largest_fitting_batch(args, shape, peak1 - 1).largest, 0);
-  const std::string none = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(peak1 - 1), &rc);
+  const int64_t need1 = memory_need(profile_training_step(args, at, Device::Meta));
+  const int64_t below = std::min(need1, memory_need(profile_training_step(args, shape, Device::Meta))) - 1;
+  EXPECT_EQ(largest_fitting_batch(args, shape, below, false).largest, 0);
+  const std::string none = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(below), &rc);
   ASSERT_EQ(rc, 3) << "a job that does not fit exits 3\n" << none;
   EXPECT_NE(none.find("fits: NO"), std::string::npos) << none;
   EXPECT_NE(none.find("largest local batch that fits: none"), std::string::npos) << none;
 }
 
-// A GPU must hold what its caching allocator reserves: a cuda job is judged by the reservation the
-// meta replay predicts, a cpu job by its tensors' peak, so a budget between the two fits the CPU
-// job only. (No GPU needed: --memory-per-rank and --gemm-tflops ask nothing of the device.)
-TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
+// Every job is judged by the reservation the meta replay predicts (both devices' tensors live in a
+// caching allocator's segments). Between a job's peak and its reservation only a GPU job may still
+// fit: its allocator returns its cached segments when cudaMalloc refuses one, and the plan replays
+// the step within the budget; a CPU process returns its cache only at the machine's physical
+// memory, so its job does not fit there. (No GPU needed: --memory-per-rank and --gemm-tflops ask
+// nothing of the device.)
+TEST(Plan, EveryJobMustFitItsReservationOnlyAGpuReturnsItsCacheAtTheBudget) {
   // The same job on the CPU and on a GPU (its kernels' scratch, its loss budget), batch 8.
   const auto [args, gpu_shape] = debugmodel_step(1, 1, "cuda");
   StepShape at = debugmodel_step(1, 1).shape;
@@ -271,27 +278,31 @@ TEST(Plan, ACudaJobMustFitItsReservationACpuJobItsPeak) {
   at.local_batch = 8;
   const StepProfile p = profile_training_step(args, at, Device::Meta);
   ASSERT_GT(p.reserved, p.peak) << "the caching policy rounds and splits: segments exceed the tensors";
+  ASSERT_GT(c.reserved, c.peak);
   ASSERT_GE(p.peak, c.peak) << "the GPU's step holds more scratch";
-  EXPECT_EQ(memory_need(p, MemoryNeed::kReserved), p.reserved);
-  EXPECT_EQ(memory_need(c, MemoryNeed::kPeak), c.peak);
-  const std::string budget = std::to_string(p.peak + (p.reserved - p.peak) / 2);
+  EXPECT_EQ(memory_need(p), p.reserved);
+  EXPECT_EQ(memory_need(c), c.reserved);
   const std::string batch =
-      " --training.local_batch_size=8 --training.global_batch_size=8 --memory-per-rank " + budget;
+      " --training.local_batch_size=8 --training.global_batch_size=8 --memory-per-rank ";
   int rc = 0;
-  const std::string cpu = run_plan(batch, &rc);
-  EXPECT_EQ(rc, 0) << cpu;
-  EXPECT_NE(cpu.find("fits: yes, peak"), std::string::npos) << cpu;
+  const std::string cpu = run_plan(batch + std::to_string(c.peak + (c.reserved - c.peak) / 2), &rc);
+  EXPECT_EQ(rc, 3) << cpu;
+  EXPECT_NE(cpu.find(printed_gib("reserved             ", c.reserved)), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("fits: NO, reserved"), std::string::npos) << cpu;
+  EXPECT_EQ(cpu.find("returned its free segments"), std::string::npos) << "no replay within the budget\n"
+                                                                       << cpu;
   EXPECT_NE(cpu.find("the process adds its code"), std::string::npos) << "the CPU process's own memory\n"
                                                                       << cpu;
-  const std::string gpu = run_plan(batch + " --job.device=cuda", &rc);
+  const std::string gpu =
+      run_plan(batch + std::to_string(p.peak + (p.reserved - p.peak) / 2) + " --job.device=cuda", &rc);
   EXPECT_EQ(rc, 3) << gpu;
-  EXPECT_NE(gpu.find(printed_gib("reserved on the GPU  ", p.reserved)), std::string::npos) << gpu;
+  EXPECT_NE(gpu.find(printed_gib("reserved             ", p.reserved)), std::string::npos) << gpu;
   EXPECT_NE(gpu.find("fits: NO, reserved"), std::string::npos) << gpu;
+  EXPECT_NE(gpu.find("after the caching allocator returned its free segments"), std::string::npos) << gpu;
   EXPECT_NE(gpu.find("largest local batch that fits: 7 (reserved"), std::string::npos) << gpu;
   EXPECT_EQ(gpu.find("the process adds its code"), std::string::npos) << "a CPU note on a GPU job\n" << gpu;
   // The search by reservation: batch 8 needs its reservation, batch 7 fits under it.
-  const BatchSearch s =
-      largest_fitting_batch(args, gpu_shape, p.peak + (p.reserved - p.peak) / 2, MemoryNeed::kReserved);
+  const BatchSearch s = largest_fitting_batch(args, gpu_shape, p.peak + (p.reserved - p.peak) / 2, true);
   EXPECT_EQ(s.largest, 7);
   EXPECT_EQ(s.next_need, p.reserved);
 }
@@ -308,19 +319,20 @@ TEST(Plan, ACheckpointCopyForBackgroundSavesCountsBesideTheStepOnTheCpu) {
   ASSERT_TRUE(shape.async_checkpoint);
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
   EXPECT_EQ(p.checkpoint_copy, p.weights + p.optimizer);  // this rank's slice: half of each block
-  EXPECT_EQ(memory_need(p, MemoryNeed::kPeak), p.peak + p.checkpoint_copy);
+  EXPECT_EQ(memory_need(p), p.reserved + p.checkpoint_copy);
   int rc = 0;
   const std::string out = run_plan("--memory-per-rank 64GiB --mesh dp_shard=2" + async, &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find(printed_gib("checkpoint copy      ", p.checkpoint_copy)), std::string::npos) << out;
-  EXPECT_NE(out.find(printed_gib("fits: yes, peak + checkpoint copy ", p.peak + p.checkpoint_copy)),
+  EXPECT_NE(out.find(printed_gib("fits: yes, reserved + checkpoint copy ", p.reserved + p.checkpoint_copy)),
             std::string::npos)
       << out;
-  // A budget between the peak and the peak with the copy: the step alone would fit, the job does not.
-  const std::string between = std::to_string(p.peak + p.checkpoint_copy / 2);
+  // A budget between the reservation and the reservation with the copy: the step alone would fit,
+  // the job does not.
+  const std::string between = std::to_string(p.reserved + p.checkpoint_copy / 2);
   const std::string tight = run_plan("--memory-per-rank " + between + " --mesh dp_shard=2" + async, &rc);
   EXPECT_EQ(rc, 3) << tight;
-  EXPECT_NE(tight.find("fits: NO, peak + checkpoint copy"), std::string::npos) << tight;
+  EXPECT_NE(tight.find("fits: NO, reserved + checkpoint copy"), std::string::npos) << tight;
   const std::string without = run_plan("--memory-per-rank " + between + " --mesh dp_shard=2", &rc);
   EXPECT_EQ(rc, 0) << without;
   EXPECT_EQ(without.find("checkpoint copy"), std::string::npos) << without;

@@ -35,11 +35,10 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
         "  checkpoint copy      %s (checkpoint.async_mode: what saves in the background write from, "
         "beside the peak)\n",
         gib(p.checkpoint_copy).c_str());
-  // The step's allocations replayed through the CUDA allocator's policy (segments, splitting):
-  // what the GPU would hold from the system, which is what decides whether a job fits.
-  if (std::string(device) == "cuda")
-    std::printf("  reserved on the GPU  %s (the caching allocator's segments after the step)\n",
-                gib(p.reserved).c_str());
+  // The step's allocations replayed through the caching allocator every device uses (segments,
+  // splitting): what the device would hold from the system, which is what decides whether a job fits.
+  std::printf("  reserved             %s (the caching allocator's segments after the step)\n",
+              gib(std::max(p.reserved, p.peak)).c_str());
   std::printf(
       "FLOPs per step: %.4g (%.4g per token, causal attention counted for the scores computed; titan "
       "train's MFU counts torchtitan's 6 x active matmul parameters + 12 x layers x heads x head_dim x "

@@ -149,16 +149,12 @@ int plan_main(int argc, char** argv) {
         "  checkpoint copy      %s (checkpoint.async_mode: the weights and moments a save in the background "
         "writes from, held beside the steps after it)\n",
         gib(p.checkpoint_copy).c_str());
-  // A GPU must hold what its caching allocator reserves (segments, split and reused), not only the
-  // tensors' peak: a cuda job is judged by that, within the GPU's memory.
-  const bool cuda_job = cfg.job.device == "cuda";
-  const train::MemoryNeed need_kind = cuda_job ? train::MemoryNeed::kReserved : train::MemoryNeed::kPeak;
-  const std::string need_name =
-      std::string(cuda_job ? "reserved" : "peak") + (p.checkpoint_copy ? " + checkpoint copy" : "");
-  const int64_t need = train::memory_need(p, need_kind);
-  if (cuda_job)
-    std::printf("  reserved on the GPU  %s (the caching allocator's segments after the step, unbounded)\n",
-                gib(need).c_str());
+  // Every device's tensors live in its caching allocator's segments (split and reused): a job must
+  // fit what the allocator reserves, not only the tensors' peak.
+  const int64_t need = train::memory_need(p);
+  std::printf("  reserved             %s (the caching allocator's segments after the step, unbounded)\n",
+              gib(std::max(p.reserved, p.peak)).c_str());
+  const std::string need_name = std::string("reserved") + (p.checkpoint_copy ? " + checkpoint copy" : "");
 
   const int64_t available = memory_flag ? *memory_flag : train::available_memory_per_rank(device);
   const std::string available_source =
@@ -167,9 +163,11 @@ int plan_main(int argc, char** argv) {
           ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
   // Past the bound the GPU's allocator returns its cached segments and retries: the step is
-  // replayed within it (train::fit_step) before it is judged too large.
+  // replayed within it (train::fit_step) before it is judged too large. A CPU process returns its
+  // cache only at the machine's physical memory, so a cpu job is judged by its unbounded need.
+  const bool cuda_job = cfg.job.device == "cuda";
   const train::MemoryFit fit = need <= available ? train::MemoryFit{true, need, false, need}
-                                                 : train::fit_step(args, shape, available, need_kind);
+                                                 : train::fit_step(args, shape, available, cuda_job);
   const bool fits = fit.fits;
   if (fit.by_returning_cache)
     std::printf(
@@ -188,14 +186,15 @@ int plan_main(int argc, char** argv) {
   else
     std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
                 gib(available).c_str(), available_source.c_str());
-  // The figures are titan's tensors (its allocator's peak, what metrics.jsonl reports). A CPU
-  // process also holds its code, the tokenizer, the data loader and the math libraries' scratch:
-  // measured 0.15-0.65 GiB beyond the tensors on the runs in docs/planning.md.
+  // The figures are titan's tensors (its allocator's segments). A CPU process also holds its code,
+  // the tokenizer, the data loader and the math libraries' buffers, and while the final export is
+  // written its file's mapped pages: measured beyond the reservation on the runs in docs/planning.md.
   if (!cuda_job)
     std::printf(
         "  (titan's tensors: the process adds its code, tokenizer, data loader and library buffers, "
-        "0.15-0.65 GiB in the CPU runs measured (docs/planning.md); leave that beside the peak)\n");
-  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, need_kind);
+        "0.05-0.25 GiB in the CPU runs measured (docs/planning.md), and the final export's file pages "
+        "while it is written; leave that beside the reservation)\n");
+  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, cuda_job);
   if (batch.largest == 0)
     std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_need).c_str());
   else if (batch.at_bound)

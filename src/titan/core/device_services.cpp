@@ -1,7 +1,6 @@
 #include "titan/core/device_services.h"
 
 #include <dlfcn.h>
-#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -78,14 +77,9 @@ namespace {
 
 class CpuServices final : public DeviceServices {
  public:
-  CpuServices() {
-    // Training frees and re-allocates the same large activation buffers every step. glibc serves
-    // big blocks with fresh mmaps by default, so each step would page-fault its memory in again;
-    // keeping them on the heap (and not trimming it) lets freed blocks be reused.
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, -1);
-  }
   Device device() const override { return Device::CPU; }
+  bool caches_memory() const override { return true; }
+  void release_cached() override { cache_.release_cached(); }
   int64_t capacity_bytes() const override {
     return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   }
@@ -141,24 +135,61 @@ class CpuServices final : public DeviceServices {
 
  protected:
   void* raw_allocate(size_t nbytes) override {
-    // Buffers of 4 MiB and more (weights, gradients, moments, activations) sit on 2 MiB transparent
-    // huge pages where the kernel offers them ("madvise" mode, Debian's default): a 4 KiB page
-    // costs a fault and a TLB entry each, and in a VM faulting in a 0.6B model's 9 GB of state
-    // page by page took ~10 s. Smaller ones keep 64-byte alignment (AVX-512 loads, cache lines).
-    constexpr size_t kHugePage = size_t(2) << 20;
-    if (nbytes >= 2 * kHugePage) {
-      const size_t rounded = (nbytes + kHugePage - 1) / kHugePage * kHugePage;
-      void* p = std::aligned_alloc(kHugePage, rounded);
-      TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes");
-      madvise(p, rounded, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
-      return p;
-    }
-    const size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes");
+    void* p = cache_.allocate(nbytes);
+    // Null only when the reservation would pass the machine's memory even after every cached
+    // segment went back. The device counted this request before calling here: the tensors' bytes
+    // are the others.
+    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes (",
+                stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
+                " reserved in segments, ", capacity_bytes(), " in the machine)");
     return p;
   }
-  void raw_deallocate(void* ptr, size_t) override { std::free(ptr); }
+  void raw_deallocate(void* ptr, size_t) override {
+    cache_.deallocate(ptr);
+  }
+  int64_t reserved_bytes() const override {
+    return cache_.stats().reserved_bytes;
+  }
+
+ private:
+  // A segment of fresh pages straight from the kernel, 2 MiB aligned and advised onto transparent
+  // huge pages where the kernel offers them ("madvise" mode, Debian's default): a 4 KiB page costs
+  // a fault and a TLB entry each, and in a VM faulting in a 0.6B model's 9 GB of state page by page
+  // took ~10 s. Segment sizes are multiples of 2 MiB (CachingAllocator), so a segment is whole
+  // huge pages. Refused (null) when the reservation would pass the machine's memory: the cache
+  // then returns its free segments and tries once more, so a job whose shapes vary (validation,
+  // generation) gives cached memory back before it would swap.
+  void* map_segment(size_t bytes) {
+    constexpr size_t kHugePage = size_t(2) << 20;
+    if (cache_reserved_ + int64_t(bytes) > capacity_bytes()) return nullptr;
+    void* raw =
+        ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    // Trim the mapping to the aligned part: what precedes the 2 MiB boundary and what follows.
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+    if (aligned > start) ::munmap(raw, aligned - start);
+    if (const size_t tail = kHugePage - (aligned - start))
+      ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+    void* p = reinterpret_cast<void*>(aligned);
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
+    cache_reserved_ += int64_t(bytes);
+    return p;
+  }
+  void unmap_segment(void* p, size_t bytes) {
+    ::munmap(p, bytes);
+    cache_reserved_ -= int64_t(bytes);
+  }
+  // Called by the cache under its lock: one thread at a time.
+  int64_t cache_reserved_ = 0;
+  // Training frees and re-allocates the same activation sizes every step. The cache keeps freed
+  // blocks for the next request (no fault, no zeroing of fresh pages) and its segments apart from
+  // glibc's heap: a heap that served them kept ~0.9 GB more resident than the tensors' peak in a
+  // MoE step (freed holes it could neither reuse nor return), while the cache's reservation stays
+  // within a few percent of the peak, and says so (the metrics line's "reserved").
+  CachingAllocator cache_{CachingAllocator::Device{[this](size_t bytes) { return map_segment(bytes); },
+                                                   [this](void* p, size_t bytes) { unmap_segment(p, bytes); },
+                                                   nullptr}};
 };
 
 // ---------------------------------------------------------------- meta

@@ -22,24 +22,26 @@ namespace titan::train {
 // not positive.
 std::optional<int64_t> parse_byte_size(const std::string& text);
 
-// What a step needs free on its device: the peak of its tensors, or on a device whose freed memory
-// stays cached (CUDA) the segments its caching allocator reserves by the end of the step (at least
-// the peak: titan info --device cuda prints both), which is what the GPU must hold.
-enum class MemoryNeed { kPeak, kReserved };
-int64_t memory_need(const StepProfile& p, MemoryNeed need);
+// What a step needs free on its device: the segments its caching allocator reserves by the end of
+// the step (at least the peak of its tensors; titan info prints both), plus the checkpoint copy a
+// background save writes from. Every device's tensors come from core/caching_allocator.h, so the
+// reservation, not the peak, is what the device must hold.
+int64_t memory_need(const StepProfile& p);
 
-// Whether the step of `shape` fits `available` per rank. By the peak: its need. By the
-// reservation: its need, or, when the cache would outgrow `available`, what a GPU's allocator does
-// when refused (return its cached segments, retry): the step is replayed within `available`
-// (MetaMemoryBound) and fits if every request is served; `need` is then that replay's reservation
-// (or peak), and `unbounded_need` what the unbounded cache would have held.
+// Whether the step of `shape` fits `available` per rank: its need, or, when the cache would outgrow
+// `available` and `cache_returns_at_bound` (a GPU: its allocator returns its cached segments when
+// cudaMalloc refuses one, and retries), the step replayed within `available` (MetaMemoryBound)
+// fits if every request is served; `need` is then that replay's, and `unbounded_need` what the
+// unbounded cache would have held. A CPU process's cache returns its segments only at the
+// machine's physical memory, not at MemAvailable or a given budget: its jobs are judged unbounded.
 struct MemoryFit {
   bool fits = false;
   int64_t need = 0;
   bool by_returning_cache = false;  // fits only because the bounded cache returned segments
   int64_t unbounded_need = 0;
 };
-MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available, MemoryNeed need);
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available,
+                   bool cache_returns_at_bound);
 
 // The largest local batch whose step fits `available` per rank (fit_step), all
 // else of `shape` kept (the micro-batch count included). Doubling, then bisection: about
@@ -54,7 +56,7 @@ struct BatchSearch {
   int profiles = 0;  // meta steps run
 };
 BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
-                                  MemoryNeed need = MemoryNeed::kPeak);
+                                  bool cache_returns_at_bound);
 
 // A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
 // `device`, x [M, K], w [N, K], repeated for about `seconds` (at least 3 calls) after one warm-up
