@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
 
@@ -133,19 +134,59 @@ TEST(Allocator, CountsCurrentAndPeakBytes) {
   EXPECT_GE(a.stats().peak_bytes - before, 4 << 20);
 }
 
-// Large CPU buffers start on a 2 MiB boundary (transparent huge pages) and are zeroed in parallel
-// 2 MiB chunks: every byte of a buffer that ends mid-chunk is zero, even where the heap handed back
-// bytes a freed buffer had written.
-TEST(Allocator, LargeBuffersAreHugePageAlignedAndZeroedToTheLastByte) {
+// The CPU's tensors come from the caching allocator CUDA uses (core/caching_allocator.h), over
+// segments mapped from the kernel: a freed block stays reserved and serves the next request of its
+// size, release_cached() returns the wholly free segments, and a request the machine's memory
+// cannot hold is an error naming it, after which the allocator still serves.
+TEST(Allocator, CpuBlocksComeFromCachedSegments) {
+  constexpr size_t MiB = size_t(1) << 20;
+  DeviceServices& a = device_services(Device::CPU);
+  ASSERT_TRUE(a.caches_memory());
+  a.release_cached();
+  const MemoryStats before = a.stats();
+  void* p = a.allocate(40 * MiB);  // a segment of its own (past the 20 MiB segments' 10 MiB)
+  const MemoryStats held = a.stats();
+  EXPECT_EQ(held.reserved_bytes - before.reserved_bytes, int64_t(40 * MiB));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (uintptr_t(2) << 20), 0u) << "segments start on a huge page";
+  static_cast<char*>(p)[40 * MiB - 1] = 1;  // the whole block is writable memory
+  a.deallocate(p, 40 * MiB);
+  EXPECT_EQ(a.stats().current_bytes, before.current_bytes);
+  EXPECT_EQ(a.stats().reserved_bytes, held.reserved_bytes) << "a freed block stays cached";
+  void* q = a.allocate(40 * MiB);
+  EXPECT_EQ(q, p) << "the same size again comes from the cache";
+  EXPECT_EQ(a.stats().reserved_bytes, held.reserved_bytes);
+  a.deallocate(q, 40 * MiB);
+  a.release_cached();
+  EXPECT_EQ(a.stats().reserved_bytes, before.reserved_bytes);
+
+  const int64_t machine = a.capacity_bytes();
+  ASSERT_GT(machine, 0);
+  const std::string e = titan::testing::error_of([&] { a.allocate(size_t(machine) + MiB); });
+  EXPECT_NE(e.find("out of CPU memory allocating " + std::to_string(size_t(machine) + MiB) + " bytes"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(std::to_string(machine) + " in the machine"), std::string::npos) << e;
+  EXPECT_EQ(a.stats().current_bytes, before.current_bytes) << "a refused request is not counted";
+  Tensor after = Tensor::full({1000}, 2.0, DType::F32);
+  EXPECT_EQ(after.data<float>()[999], 2.0f);
+}
+
+// Large CPU buffers are zeroed in parallel 2 MiB chunks: every byte of a buffer that ends mid-chunk
+// is zero, even where the cache handed back a block a freed buffer had written.
+TEST(Allocator, LargeBuffersAreZeroedToTheLastByte) {
   const int64_t n = (int64_t(5) << 20) / 4 + 13;  // 5 MiB + 52 bytes of f32: two full chunks and a tail
-  { Tensor dirty = Tensor::full({n}, 7.0, DType::F32); }
+  const void* dirty_at = nullptr;
+  {
+    Tensor dirty = Tensor::full({n}, 7.0, DType::F32);
+    dirty_at = dirty.raw_data();
+  }
   Tensor t = Tensor::zeros({n}, DType::F32);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % (uintptr_t(2) << 20), 0u);
+  EXPECT_EQ(t.raw_data(), dirty_at) << "the freed block is reused";
   const float* v = t.data<float>();
   int64_t nonzero = 0;
   for (int64_t i = 0; i < n; ++i) nonzero += v[i] != 0.0f;
   EXPECT_EQ(nonzero, 0);
-  // Small buffers keep 64-byte alignment (AVX-512 loads).
+  // Every block keeps at least 512-byte alignment (AVX-512 loads, cache lines).
   Tensor small = Tensor::zeros({100}, DType::F32);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % 512, 0u);
 }
