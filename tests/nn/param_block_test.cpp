@@ -57,9 +57,14 @@ TEST(ParamBlock, AfterZeroGradTheFirstGradientIsWrittenAndWhatNoneReachedReadsZe
   nn::ParamBlock b = make_block();
   fill_parameters_gradients(b, 7.0);
   b.zero_grad();
-  // zero_grad writes nothing: each slice is left to its first gradient.
-  EXPECT_EQ(b.params()[3].value.grad().to_vector(), std::vector<double>(4, 7.0));
+  // zero_grad writes nothing: each slice is left to its first gradient (the buffer itself, not
+  // read through grad(), which would zero it).
+  EXPECT_EQ(b.params()[3].value.autograd_meta()->grad.to_vector(), std::vector<double>(4, 7.0));
+  EXPECT_TRUE(*b.params()[3].grad_unwritten);
   forward_backward(b, ids);
+  // The unused parameter read through its tensor, as a user holding it would, before anything
+  // settled the block: zeros, not the 7s.
+  EXPECT_EQ(b.params()[3].value.grad().to_vector(), std::vector<double>(4, 0.0));
   // Every used parameter holds exactly this pass's gradient (nothing of the 7s added), the unused
   // one reads zeros, and so do the embedding rows no id picked.
   const std::vector<double> got = b.grad().to_vector();

@@ -381,7 +381,16 @@ Tensor& Tensor::set_requires_grad(bool on) {
   return *this;
 }
 
-Tensor Tensor::grad() const { return meta_ ? meta_->grad : Tensor(); }
+Tensor Tensor::grad() const {
+  if (!meta_) return Tensor();
+  // A parameter's preset buffer no gradient of this step has reached yet holds an earlier step's
+  // values (nn::ParamBlock::zero_grad writes no zeros): zero is what it means, written on this read.
+  if (meta_->grad_unwritten && *meta_->grad_unwritten) {
+    meta_->grad.fill(0.0);
+    *meta_->grad_unwritten = false;
+  }
+  return meta_->grad;
+}
 
 void Tensor::set_grad(const Tensor& grad) const {
   TITAN_CHECK(meta_, "set_grad on a tensor without autograd state (call set_requires_grad first)");

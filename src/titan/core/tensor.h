@@ -102,9 +102,8 @@ class Tensor {
   // Autograd.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool on);
-  // Undefined until backward wrote one. A ParamBlock parameter's preset buffer may hold an earlier
-  // step's values until this step's first gradient (AutogradMeta::grad_unwritten): read those
-  // through nn::Param::grad().
+  // Undefined until backward wrote one. A ParamBlock parameter's preset buffer that no gradient of
+  // this step reached yet (AutogradMeta::grad_unwritten) is zeroed by this read first.
   Tensor grad() const;
   void set_grad(const Tensor& grad) const;   // preset a gradient buffer (e.g. a slice of a flat one)
   Tensor detach() const;                     // same storage, no autograd history

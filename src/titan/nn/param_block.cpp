@@ -104,13 +104,10 @@ void ParamBlock::settle_grads() const {
 }
 
 void Param::settle_grad() const {
-  if (!grad_unwritten || !*grad_unwritten) return;
-  value.grad().fill(0.0);
-  *grad_unwritten = false;
-}
+  value.grad();
+}  // Tensor::grad() zeroes an unwritten buffer
 
 Tensor Param::grad() const {
-  settle_grad();
   return value.grad();
 }
 
