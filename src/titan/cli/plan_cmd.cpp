@@ -192,7 +192,7 @@ int plan_main(int argc, char** argv) {
   if (!cuda_job)
     std::printf(
         "  (titan's tensors: the process adds its code, tokenizer, data loader and library buffers, "
-        "0.05-0.25 GiB in the CPU runs measured (docs/planning.md), and the final export's file pages "
+        "0.05-0.3 GiB in the CPU runs measured (docs/planning.md), and the final export's file pages "
         "while it is written; leave that beside the reservation)\n");
   const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, cuda_job);
   if (batch.largest == 0)

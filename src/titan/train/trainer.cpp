@@ -21,6 +21,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/data/data_identity.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
@@ -367,6 +368,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       // checkpoint.interval_type = "seconds": every rank's clock says its own; they save at one step.
       if (cfg.checkpoint.interval_type == "seconds") periodic = plan.max_over_ranks(periodic) != 0;
     }
+    // The steps are over: their cached activation segments go back to the system, so the final
+    // save and export hold no more than the run's state beside their own buffers.
+    if (state.step == cfg.training.steps) device_services(job.device).release_cached();
     if (cfg.checkpoint.enable && !cfg.checkpoint.load_only &&
         (periodic || state.step == cfg.training.steps ||
          (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
@@ -384,6 +388,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   summary.seconds = seconds_since(t_start);
   summary.sustained_tps = meter.sustained_tps();
   summary.sustained_mfu = meter.sustained_mfu();
+  device_services(job.device).release_cached();  // also after an interrupted run (see above)
   // A run that trained nothing keeps an export it already has.
   if (!summary.interrupted && cfg.checkpoint.last_save_in_hf &&
       !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step)))

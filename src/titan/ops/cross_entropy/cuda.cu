@@ -165,7 +165,8 @@ __global__ void lce_finish_kernel(int64_t N, int64_t V, const int64_t* labels, i
 // dlogits of one chunk, in the GEMM operand type TD (bf16 rounds once, as the reference does).
 // Rows on grid y (the label and lse read once per row), columns on grid x, kVec elements per access
 // (kVec 4: C and ld multiples of 4, both buffers aligned to it): no 64-bit division per element
-// (the chunk is N x 8192 elements per call, 19 calls per step at Qwen3's vocabulary).
+// (a call covers N x C elements: a vocabulary chunk of the chunked path, or the whole vocabulary
+// of kept logits, 2.5G elements for 16k tokens of Qwen3's).
 template <int kVec, class TL, class TD>
 __global__ void lce_chunk_grad_kernel(int64_t N, int64_t V, int64_t C, int64_t c0, const TL* logits,
                                       int64_t ld, const int64_t* labels, int64_t ignore_index,
