@@ -4,8 +4,10 @@
 // free neighbours in the same segment, and wholly free segments go back to the device only when it
 // runs out (or on release_cached()). The CUDA services use it because cudaMalloc and cudaFree
 // synchronise the whole device and cost tens of microseconds, while a training step frees and
-// re-allocates the same activation sizes every step; the meta device replays a step's allocations
-// through the same policy, so `titan info --device cuda` can say what the GPU would reserve.
+// re-allocates the same activation sizes every step; the CPU services over mmap'd segments,
+// because a heap that served those sizes kept holes it could neither reuse nor return, and fresh
+// mappings would fault and zero their pages again every step; the meta device replays a step's
+// allocations through the same policy, so `titan info` can say what either device would reserve.
 //
 // The policy (the one PyTorch's CUDA allocator made familiar, so reserved figures compare):
 //   - every size is rounded up to 512 bytes (block pointers keep the segment's alignment, 256 bytes

@@ -67,30 +67,31 @@ BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape,
     ++s.profiles;
     return fit_step(args, shape, available, cache_returns_at_bound);
   };
-  int64_t fits = 0, fits_peak = 0, fails = 0, fails_peak = 0;
-  // Doubling until a batch does not fit (or the bound), then bisection between the two: the peak
-  // grows with the batch (every activation does).
+  int64_t fits = 0, fits_need = 0, fails = 0, fails_need = 0;
+  // Doubling until a batch does not fit (or the bound), then bisection between the two: the need
+  // grows with the batch (every activation does; the reservation only about so, as tensors move
+  // between the allocator's pools).
   for (int64_t b = 1;; b = std::min(2 * b, s.bound)) {
     const MemoryFit f = fit_at(b);
     if (!f.fits) {
-      fails = b, fails_peak = f.need;
+      fails = b, fails_need = f.need;
       break;
     }
-    fits = b, fits_peak = f.need;
+    fits = b, fits_need = f.need;
     if (b == s.bound) break;
   }
   while (fails && fails - fits > 1) {
     const int64_t mid = fits + (fails - fits) / 2;
     const MemoryFit f = fit_at(mid);
     if (!f.fits)
-      fails = mid, fails_peak = f.need;
+      fails = mid, fails_need = f.need;
     else
-      fits = mid, fits_peak = f.need;
+      fits = mid, fits_need = f.need;
   }
   s.largest = fits;
-  s.largest_need = fits_peak;
+  s.largest_need = fits_need;
   s.at_bound = fails == 0;
-  s.next_need = fails_peak;
+  s.next_need = fails_need;
   return s;
 }
 
