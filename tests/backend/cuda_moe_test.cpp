@@ -417,6 +417,14 @@ INSTANTIATE_TEST_SUITE_P(LargeTiles, CudaMoeExpertsMmaWide,
                                             ::testing::Values(264, 520), ::testing::Values(136, 264),
                                             ::testing::Values(3), ::testing::Values(2)));
 
+// An odd expert hidden size: the up projection's half of the fused output starts at an odd column
+// (no two-column stores) and the gate's last column is a one-column tail; the backward GEMMs over
+// K = 13 fall back to WMMA.
+INSTANTIATE_TEST_SUITE_P(OddHidden, CudaMoeExpertsMma,
+                         ::testing::Values(ExpertShape{DType::BF16, 37, 72, 13, 8, 2}));
+INSTANTIATE_TEST_SUITE_P(OddHidden, CudaMoeExpertsMmaWide,
+                         ::testing::Values(ExpertShape{DType::BF16, 37, 72, 13, 8, 2}));
+
 // D and F multiples of 8 (cuDNN's grouped matmul): fewer rows than experts (3 tokens x top-2 over
 // 8: at least two experts empty), one row tile per expert, several; and a shape it does not take
 // (F = 4: those GEMMs run mma_sync). Few shapes: each builds its own plans (a runtime compile).

@@ -16,6 +16,7 @@
 #include "titan/core/caching_allocator.h"
 #include "titan/core/check.h"
 #include "titan/core/element.h"
+#include "titan/core/host_memory.h"
 
 namespace titan {
 
@@ -80,9 +81,7 @@ class CpuServices final : public DeviceServices {
   Device device() const override { return Device::CPU; }
   bool caches_memory() const override { return true; }
   void release_cached() override { cache_.release_cached(); }
-  int64_t capacity_bytes() const override {
-    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
-  }
+  int64_t capacity_bytes() const override { return host_memory_bytes(); }  // a cgroup's limit binds
 
   void copy_from_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }
   void copy_to_host(void* dst, const void* src, size_t n) override { copy(dst, src, n); }
@@ -136,12 +135,13 @@ class CpuServices final : public DeviceServices {
  protected:
   void* raw_allocate(size_t nbytes) override {
     void* p = cache_.allocate(nbytes);
-    // Null only when the reservation would pass the machine's memory even after every cached
+    // Null only when the reservation would pass the host's memory even after every cached
     // segment went back. The device counted this request before calling here: the tensors' bytes
     // are the others.
     TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes (",
                 stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
-                " reserved in segments, ", capacity_bytes(), " in the machine)");
+                " reserved in segments, ", capacity_bytes(),
+                " the host lets this process use: its physical memory or its cgroup's limit)");
     return p;
   }
   void raw_deallocate(void* ptr, size_t) override {
@@ -156,7 +156,8 @@ class CpuServices final : public DeviceServices {
   // huge pages where the kernel offers them ("madvise" mode, Debian's default): a 4 KiB page costs
   // a fault and a TLB entry each, and in a VM faulting in a 0.6B model's 9 GB of state page by page
   // took ~10 s. Segment sizes are multiples of 2 MiB (CachingAllocator), so a segment is whole
-  // huge pages. Refused (null) when the reservation would pass the machine's memory: the cache
+  // huge pages. Refused (null) when the reservation would pass the host's memory for this process
+  // (capacity_bytes: physical, or a container's cgroup limit, where the kernel would kill it): the cache
   // then returns its free segments and tries once more, so a job whose shapes vary (validation,
   // generation) gives cached memory back before it would swap.
   void* map_segment(size_t bytes) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/core/host_memory.h"
 
 namespace titan::qwen3 {
 
@@ -73,11 +74,9 @@ int64_t available_memory_bytes() {
     const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
   }
-  // A container's memory limit (cgroup v2) binds before the machine's memory does.
-  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
-  int64_t limit = 0, used = 0;
-  if (max_file >> limit && current_file >> used && limit > used)
-    available = std::min(available, limit - used);
+  // A container's memory limit (its cgroup's, v1 or v2) binds before the machine's memory does.
+  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit())
+    available = std::min(available, std::max<int64_t>(c->limit - c->used, 0));
   return available;
 }
 

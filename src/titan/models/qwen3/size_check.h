@@ -25,7 +25,8 @@ void check_size_bounds(const ModelArgs& args);
 int64_t narrow_size(__int128 value, const char* what);
 
 // Bytes of memory available to a new allocation on this machine: MemAvailable of /proc/meminfo
-// (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by a cgroup v2 memory.max limit.
+// (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by what the process's cgroup limit leaves
+// (core/host_memory.h: v1 or v2).
 int64_t available_memory_bytes();
 
 // The memory a run holds, by category (bytes).

@@ -621,6 +621,12 @@ __global__ void __launch_bounds__(kTcThreads)
 // adjacent columns per store where C's rows allow it. Same products, f32 accumulation and rounding
 // points as WMMA.
 constexpr int kMmaM = 128, kMmaK = 32, kMmaStages = 4;
+// Blocks per SM the register budget must allow (__launch_bounds__' second argument: ptxas then
+// keeps a thread within 65536 / (threads x blocks) registers, 256 for the 4-warp tile, instead of
+// the two blocks resting on its choice of 248).
+constexpr int mma_blocks_per_sm(int warps_n) {
+  return warps_n == 2 ? 2 : 1;
+}
 constexpr int kMmaLdK = kMmaK + 8;  // [rows][32 k] tiles, K contiguous (80-byte rows)
 constexpr int kMmaLdM = kMmaM + 8;  // [32 k][128 m] tiles, M contiguous (weight-gradient A^T)
 static_assert(kMmaM == kWideRowTile, "the mma.sync row tiles are the routing's wide tiles");
@@ -778,7 +784,7 @@ constexpr size_t mma_weight_grad_smem() {
 // column tiles of one row tile are neighbours in launch order, so they run together and read the
 // tile's (gathered) A rows from L2, not from memory, one after the other.
 template <int kWarpsN, bool kTransB, class TC, Epilogue kEpi>
-__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads)
+__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(kWarpsN))
     grouped_rows_gemm_mma(int64_t N, int64_t K, const bf16_t* A, int64_t lda, const int64_t* gather,
                           const bf16_t* B, int64_t stride_b, const int64_t* offsets, const int* tiles,
                           int64_t E, TC* C, int64_t ldc, bool pairs) {
@@ -846,7 +852,7 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads)
 // rows get zeros (or keep what they hold). The reduction runs over rows, so A's tile [32 r][128 m]
 // is read transposed.
 template <int kWarpsN>
-__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads)
+__global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(kWarpsN))
     grouped_weight_grad_mma(int64_t M, int64_t N, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                             const int64_t* gather, const int64_t* offsets, float* C, bool accumulate,
                             bool pairs) {

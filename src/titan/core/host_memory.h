@@ -1,0 +1,35 @@
+#pragma once
+// The host memory this process may use: the machine's physical memory, capped by the memory limit
+// of the control group it runs in (a container's, a batch system's job). Both cgroup versions:
+//   v2: memory.max (a number, or "max" for none) of the process's group and of every group above
+//       it, each with its memory.current;
+//   v1: memory.limit_in_bytes of the memory controller's group and every group above it (no limit
+//       reads as a number near 2^63), each with its memory.usage_in_bytes.
+// The process's group comes from /proc/self/cgroup ("0::/path" for v2, "N:...memory...:/path" for
+// v1). In a container without a cgroup namespace that path is the host's, while the mount shows the
+// container's own group at its root: a group folder that does not exist under the mount is read
+// at the mount's root instead.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace titan {
+
+struct CgroupMemoryLimit {
+  int64_t limit = 0;  // bytes: the tightest limit on the path to the root
+  int64_t used = 0;   // bytes the group with that limit charges now (0 when unreadable)
+  std::string file;   // the limit's file, for messages
+};
+
+// The limit that binds this process, or nullopt (no limit, or no cgroup filesystem). `mount` is
+// where the cgroup filesystems are mounted and `self_cgroup` the file listing this process's
+// groups; tests pass folders of their own.
+std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount = "/sys/fs/cgroup",
+                                                     const std::string& self_cgroup = "/proc/self/cgroup");
+
+// Physical memory, capped by cgroup_memory_limit(): read once per process. The CPU device's
+// capacity (the metrics' memory percentage, the bound past which its caching allocator returns
+// cached segments and then refuses).
+int64_t host_memory_bytes();
+
+}  // namespace titan

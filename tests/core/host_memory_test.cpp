@@ -1,0 +1,93 @@
+#include "titan/core/host_memory.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+#include "titan/core/device_services.h"
+
+using namespace titan;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << text << "\n";
+}
+
+constexpr int64_t GiB = int64_t(1) << 30;
+
+}  // namespace
+
+// cgroup v2: the tightest memory.max from the process's group up to the root binds, with that
+// group's memory.current; "max" is no limit.
+TEST(HostMemory, ACgroupV2LimitBindsFromTheGroupOrAnyGroupAboveIt) {
+  const fs::path mount = titan::testing::temp_dir("cgroup_v2");
+  write(mount / "memory.max", "max");
+  write(mount / "job" / "memory.max", std::to_string(8 * GiB));
+  write(mount / "job" / "memory.current", "1000");
+  write(mount / "job" / "step" / "memory.max", "max");
+  write(mount / "job" / "step" / "memory.current", "500");
+  write(mount / "self", "0::/job/step");
+  std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 8 * GiB);
+  EXPECT_EQ(c->used, 1000);
+  EXPECT_EQ(fs::path(c->file), mount / "job" / "memory.max");
+  // A tighter limit below wins.
+  write(mount / "job" / "step" / "memory.max", std::to_string(2 * GiB));
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 2 * GiB);
+  EXPECT_EQ(c->used, 500);
+  // No limit anywhere: none.
+  write(mount / "job" / "memory.max", "max");
+  write(mount / "job" / "step" / "memory.max", "max");
+  EXPECT_FALSE(cgroup_memory_limit(mount.string(), (mount / "self").string()));
+}
+
+// cgroup v1 (the memory controller's own hierarchy, listed among others): memory.limit_in_bytes,
+// where "no limit" is a number near 2^63; a v2 line without memory files beside it changes nothing.
+TEST(HostMemory, ACgroupV1LimitBindsAndItsNoLimitNumberIsNone) {
+  const fs::path mount = titan::testing::temp_dir("cgroup_v1");
+  write(mount / "memory" / "memory.limit_in_bytes", "9223372036854771712");
+  write(mount / "memory" / "batch" / "memory.limit_in_bytes", std::to_string(4 * GiB));
+  write(mount / "memory" / "batch" / "memory.usage_in_bytes", "123456");
+  write(mount / "self", "12:pids:/batch\n4:cpu,memory:/batch\n0::/\n");
+  std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 4 * GiB);
+  EXPECT_EQ(c->used, 123456);
+  write(mount / "memory" / "batch" / "memory.limit_in_bytes", "9223372036854771712");
+  EXPECT_FALSE(cgroup_memory_limit(mount.string(), (mount / "self").string()));
+}
+
+// A container without a cgroup namespace lists the host's path for its group, while the mount
+// shows the container's own group at its root: the limit is read there.
+TEST(HostMemory, AGroupPathMissingUnderTheMountIsReadAtTheMountsRoot) {
+  const fs::path mount = titan::testing::temp_dir("cgroup_container");
+  write(mount / "memory.max", std::to_string(3 * GiB));
+  write(mount / "memory.current", "77");
+  write(mount / "self", "0::/system.slice/docker-0123abcd.scope");
+  const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 3 * GiB);
+  EXPECT_EQ(c->used, 77);
+  // No cgroup filesystem at all (or no /proc): none.
+  EXPECT_FALSE(cgroup_memory_limit((mount / "absent").string(), (mount / "absent" / "self").string()));
+}
+
+// This process's figure: the physical memory, or less where a cgroup limit binds; the CPU device
+// reports it as its capacity.
+TEST(HostMemory, TheCpuDevicesCapacityIsThePhysicalMemoryCappedByTheCgroup) {
+  const int64_t physical = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit();
+  EXPECT_EQ(host_memory_bytes(), c ? std::min(physical, c->limit) : physical);
+  EXPECT_GT(host_memory_bytes(), 0);
+  EXPECT_EQ(device_services(Device::CPU).capacity_bytes(), host_memory_bytes());
+}
