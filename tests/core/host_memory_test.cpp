@@ -91,3 +91,88 @@ TEST(HostMemory, TheCpuDevicesCapacityIsThePhysicalMemoryCappedByTheCgroup) {
   EXPECT_GT(host_memory_bytes(), 0);
   EXPECT_EQ(device_services(Device::CPU).capacity_bytes(), host_memory_bytes());
 }
+
+namespace {
+
+// A memory cgroup of this machine's own, limited to `limit` bytes, removed when done; `skipped`
+// says why none could be made (not root, no writable cgroup filesystem, no memory controller).
+struct LimitedCgroup {
+  fs::path dir, procs;
+  std::string skipped;
+  explicit LimitedCgroup(int64_t limit) {
+    const std::string name = "titan_test_" + std::to_string(::getpid());
+    std::error_code ec;
+    if (fs::is_directory("/sys/fs/cgroup/memory")) {  // v1
+      dir = fs::path("/sys/fs/cgroup/memory") / name;
+      if (!fs::create_directory(dir, ec) || ec) {
+        fail("cannot create " + dir.string());
+        return;
+      }
+      if (!(std::ofstream(dir / "memory.limit_in_bytes") << limit)) {
+        fail("cannot limit " + dir.string());
+        return;
+      }
+    } else {  // v2: a child of the root group, where the memory controller is enabled for children
+      std::ifstream subtree("/sys/fs/cgroup/cgroup.subtree_control");
+      std::string controllers((std::istreambuf_iterator<char>(subtree)), std::istreambuf_iterator<char>());
+      if (controllers.find("memory") == std::string::npos) {
+        fail("no memory controller for child groups of /sys/fs/cgroup");
+        return;
+      }
+      dir = fs::path("/sys/fs/cgroup") / name;
+      if (!fs::create_directory(dir, ec) || ec) {
+        fail("cannot create " + dir.string());
+        return;
+      }
+      if (!(std::ofstream(dir / "memory.max") << limit)) {
+        fail("cannot limit " + dir.string());
+        return;
+      }
+    }
+    // The kernel takes a limit when the file is closed: read back what it holds.
+    std::ifstream back(dir /
+                       (fs::is_directory("/sys/fs/cgroup/memory") ? "memory.limit_in_bytes" : "memory.max"));
+    int64_t held = 0;
+    if (!(back >> held) || held != limit) {
+      fail("the limit did not take in " + dir.string());
+      return;
+    }
+    procs = dir / "cgroup.procs";
+  }
+  void fail(const std::string& why) {
+    skipped = why;
+    remove();
+  }
+  void remove() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove(dir, ec);  // rmdir: the group is empty once its process ended
+    dir.clear();
+  }
+  ~LimitedCgroup() { remove(); }
+};
+
+}  // namespace
+
+// A process inside a memory cgroup plans against the group's limit, not the machine's memory:
+// titan plan (which titan train's start-up check shares) run in a group limited to 1 GiB says a
+// debugmodel job does not fit that.
+TEST(HostMemory, APlanInsideALimitedCgroupIsJudgedByTheLimit) {
+  LimitedCgroup group(GiB);
+  if (!group.skipped.empty()) GTEST_SKIP() << "no cgroup to run in: " << group.skipped;
+  std::string out;
+  const int rc = titan::testing::run_command(
+      "sh -c 'echo $$ > " + group.procs.string() + " && exec " + titan::testing::titan_binary().string() +
+          " plan --config " + (titan::testing::source_dir() / "configs" / "debugmodel.toml").string() +
+          " --gemm-tflops 1' 2>&1",
+      &out);
+  EXPECT_EQ(rc, 3) << "a job that does not fit exits 3\n" << out;
+  EXPECT_NE(out.find("fits: NO, reserved"), std::string::npos) << out;
+  // The available memory printed: the limit less what the group already charges (under 1 GiB).
+  const size_t at = out.find(" per rank (this machine's MemAvailable");
+  ASSERT_NE(at, std::string::npos) << out;
+  const size_t of = out.rfind(" > ", at);
+  ASSERT_NE(of, std::string::npos) << out;
+  const double gib = std::stod(out.substr(of + 3, at - of - 3));
+  EXPECT_GT(gib, 0.5) << out;
+  EXPECT_LE(gib, 1.0) << out;
+}
