@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cfenv>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,8 +25,8 @@ constexpr int64_t GiB = int64_t(1) << 30;
 
 }  // namespace
 
-// cgroup v2: the tightest memory.max from the process's group up to the root binds, with that
-// group's memory.current; "max" is no limit.
+// cgroup v2: the tightest memory.max from the process's group up to the root binds, and the room
+// left is the least any limited group on the way leaves; "max" is no limit.
 TEST(HostMemory, ACgroupV2LimitBindsFromTheGroupOrAnyGroupAboveIt) {
   const fs::path mount = titan::testing::temp_dir("cgroup_v2");
   write(mount / "memory.max", "max");
@@ -37,14 +38,27 @@ TEST(HostMemory, ACgroupV2LimitBindsFromTheGroupOrAnyGroupAboveIt) {
   std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, 8 * GiB);
-  EXPECT_EQ(c->used, 1000);
+  EXPECT_EQ(c->available, 8 * GiB - 1000);
   EXPECT_EQ(fs::path(c->file), mount / "job" / "memory.max");
   // A tighter limit below wins.
   write(mount / "job" / "step" / "memory.max", std::to_string(2 * GiB));
   c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, 2 * GiB);
-  EXPECT_EQ(c->used, 500);
+  EXPECT_EQ(c->available, 2 * GiB - 500);
+  EXPECT_EQ(fs::path(c->file), mount / "job" / "step" / "memory.max");
+  // A parent whose other groups use most of its limit leaves less room than the child's own limit.
+  write(mount / "job" / "memory.current", std::to_string(7 * GiB));
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 2 * GiB);
+  EXPECT_EQ(c->available, 1 * GiB);
+  // Page cache the kernel reclaims first (inactive file pages) is room, not use.
+  write(mount / "job" / "memory.stat",
+        "anon 100\ninactive_file " + std::to_string(GiB / 2) + "\nactive_file 7\n");
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->available, 1 * GiB + GiB / 2);
   // No limit anywhere: none.
   write(mount / "job" / "memory.max", "max");
   write(mount / "job" / "step" / "memory.max", "max");
@@ -58,28 +72,44 @@ TEST(HostMemory, ACgroupV1LimitBindsAndItsNoLimitNumberIsNone) {
   write(mount / "memory" / "memory.limit_in_bytes", "9223372036854771712");
   write(mount / "memory" / "batch" / "memory.limit_in_bytes", std::to_string(4 * GiB));
   write(mount / "memory" / "batch" / "memory.usage_in_bytes", "123456");
+  write(mount / "memory" / "batch" / "memory.stat", "cache 5000\ntotal_inactive_file 23456\n");
   write(mount / "self", "12:pids:/batch\n4:cpu,memory:/batch\n0::/\n");
   std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, 4 * GiB);
-  EXPECT_EQ(c->used, 123456);
+  EXPECT_EQ(c->available, 4 * GiB - 100000);
   write(mount / "memory" / "batch" / "memory.limit_in_bytes", "9223372036854771712");
   EXPECT_FALSE(cgroup_memory_limit(mount.string(), (mount / "self").string()));
 }
 
 // A container without a cgroup namespace lists the host's path for its group, while the mount
-// shows the container's own group at its root: the limit is read there.
-TEST(HostMemory, AGroupPathMissingUnderTheMountIsReadAtTheMountsRoot) {
+// shows the container's own group at its root: the limit is read at the nearest existing folder.
+// So is a "(deleted)" group's; a path climbing out of the mount is read at its root.
+TEST(HostMemory, AGroupPathMissingUnderTheMountIsReadAtItsNearestExistingAncestor) {
   const fs::path mount = titan::testing::temp_dir("cgroup_container");
   write(mount / "memory.max", std::to_string(3 * GiB));
   write(mount / "memory.current", "77");
   write(mount / "self", "0::/system.slice/docker-0123abcd.scope");
-  const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, 3 * GiB);
-  EXPECT_EQ(c->used, 77);
+  EXPECT_EQ(c->available, 3 * GiB - 77);
+  write(mount / "job" / "memory.max", std::to_string(2 * GiB));
+  write(mount / "self", "0::/job/gone (deleted)");
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 2 * GiB) << "the deleted group's parent still binds";
+  write(mount / "self", "0::/../..");
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(fs::path(c->file), mount / "memory.max") << "nothing above the mount is read";
   // No cgroup filesystem at all (or no /proc): none.
   EXPECT_FALSE(cgroup_memory_limit((mount / "absent").string(), (mount / "absent" / "self").string()));
+  // The caller's floating-point exception flags are as they were (the first CPU allocation of a
+  // kernel that checks its caller's state asks for this).
+  std::feclearexcept(FE_ALL_EXCEPT);
+  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  EXPECT_EQ(std::fetestexcept(FE_ALL_EXCEPT), 0);
 }
 
 // This process's figure: the physical memory, or less where a cgroup limit binds; the CPU device

@@ -164,7 +164,8 @@ int plan_main(int argc, char** argv) {
           : "the " + std::string(device_name(device)) + " device's memory";
   // Past the bound the GPU's allocator returns its cached segments and retries: the step is
   // replayed within it (train::fit_step) before it is judged too large. A CPU process returns its
-  // cache only at the machine's physical memory, so a cpu job is judged by its unbounded need.
+  // cache only at the host memory it may use (physical, or its cgroup's limit), so a cpu job is
+  // judged by its unbounded need.
   const bool cuda_job = cfg.job.device == "cuda";
   const train::MemoryFit fit = need <= available ? train::MemoryFit{true, need, false, need}
                                                  : train::fit_step(args, shape, available, cuda_job);

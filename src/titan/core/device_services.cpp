@@ -79,7 +79,6 @@ namespace {
 class CpuServices final : public DeviceServices {
  public:
   Device device() const override { return Device::CPU; }
-  bool caches_memory() const override { return true; }
   void release_cached() override { cache_.release_cached(); }
   int64_t capacity_bytes() const override { return host_memory_bytes(); }  // a cgroup's limit binds
 
@@ -169,16 +168,19 @@ class CpuServices final : public DeviceServices {
     // Trim the mapping to the aligned part: what precedes the 2 MiB boundary and what follows.
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
-    if (aligned > start) ::munmap(raw, aligned - start);
+    if (aligned > start)
+      TITAN_CHECK(::munmap(raw, aligned - start) == 0, "munmap of a segment's head failed");
     if (const size_t tail = kHugePage - (aligned - start))
-      ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+      TITAN_CHECK(::munmap(reinterpret_cast<void*>(aligned + bytes), tail) == 0,
+                  "munmap of a segment's tail failed");
     void* p = reinterpret_cast<void*>(aligned);
     madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
     cache_reserved_ += int64_t(bytes);
     return p;
   }
   void unmap_segment(void* p, size_t bytes) {
-    ::munmap(p, bytes);
+    // munmap of a whole mapping this process made fails only on arguments it never passes.
+    TITAN_CHECK(::munmap(p, bytes) == 0, "munmap of a ", bytes, "-byte CPU segment failed");
     cache_reserved_ -= int64_t(bytes);
   }
   // Called by the cache under its lock: one thread at a time.
@@ -215,8 +217,8 @@ class MetaServices final : public DeviceServices {
   void copy(void*, const void*, size_t) override {}
   void fill(void*, int64_t, DType, double) override {}
   void convert(void*, DType, const void*, DType, int64_t) override {}
-  void copy_strided(void*, const int64_t*, const void*, const int64_t*, DType, int, const int64_t*) override {}
-  bool caches_memory() const override { return true; }
+  void copy_strided(void*, const int64_t*, const void*, const int64_t*, DType, int, const int64_t*) override {
+  }
   void release_cached() override { cache_.release_cached(); }
 
  protected:
@@ -346,11 +348,15 @@ bool device_available(Device device) {
 }
 
 DeviceServices& device_services(Device device) {
-  static CpuServices cpu;
-  static MetaServices meta;
+  // Never destroyed (as CUDA's): a tensor freed during static destruction returns its block to a
+  // live cache, and no segment is unmapped under a tensor still in use.
+  static CpuServices* cpu = new CpuServices;
+  static MetaServices* meta = new MetaServices;
   switch (device) {
-    case Device::CPU: return cpu;
-    case Device::Meta: return meta;
+    case Device::CPU:
+      return *cpu;
+    case Device::Meta:
+      return *meta;
     case Device::CUDA: break;
   }
   const std::string not_loaded = load_device_backend(device);

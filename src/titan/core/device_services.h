@@ -69,12 +69,11 @@ class DeviceServices {
   void deallocate(void* ptr, size_t nbytes);
   MemoryStats stats() const;
   void reset_peak();
-  // A device whose freed memory stays reserved in a cache (core/caching_allocator.h: CUDA, and
-  // meta, which replays CUDA's policy so a planned step can say what a GPU would reserve) says so
-  // here; release_cached() returns that cache to the device (PyTorch's empty_cache), the bytes in
-  // live tensors stay. Elsewhere reserved equals current and there is nothing to release.
-  virtual bool caches_memory() const { return false; }
-  virtual void release_cached() {}
+  // Every device's freed memory stays reserved in a cache (core/caching_allocator.h: the CPU's and
+  // CUDA's segments, and meta, which replays the policy so a planned step can say what a device
+  // would reserve); release_cached() returns that cache to the system (PyTorch's empty_cache), the
+  // bytes in live tensors stay.
+  virtual void release_cached() = 0;
 
   // Copies of raw bytes. copy_to_host/copy_from_host move between this device and host memory;
   // `copy` stays on this device. All are ordered on the device's stream; copy_to_host returns when
@@ -122,8 +121,8 @@ class DeviceServices {
   // The device's raw memory, without counting (the counters above wrap these).
   virtual void* raw_allocate(size_t nbytes) = 0;
   virtual void raw_deallocate(void* ptr, size_t nbytes) = 0;
-  // Bytes obtained from the system; a caching allocator overrides this.
-  virtual int64_t reserved_bytes() const { return current_.load(); }
+  // Bytes obtained from the system: the caching allocator's segments.
+  virtual int64_t reserved_bytes() const = 0;
 
  private:
   std::atomic<int64_t> current_{0}, peak_{0}, count_{0}, host_reads_{0};

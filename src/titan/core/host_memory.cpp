@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,20 +29,56 @@ std::optional<int64_t> read_bytes(const fs::path& file) {
   }
 }
 
-// The tightest limit from `group` up to `root` (both inclusive), in `limit_name` files; v1 writes
-// "no limit" as a number near 2^63, which counts as none.
-void tightest_up_to(const fs::path& root, fs::path group, const char* limit_name, const char* used_name,
-                    std::optional<CgroupMemoryLimit>& best) {
-  if (!fs::is_directory(group)) group = root;  // the host's path, seen from inside a container
+// One key of a memory.stat file ("inactive_file 123"), 0 when absent.
+int64_t stat_value(const fs::path& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string k;
+  int64_t v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+bool is_dir(const fs::path& p) {
+  std::error_code ec;  // an unreadable path is not a group we can read, never an exception
+  return fs::is_directory(p, ec);
+}
+
+struct Hierarchy {
+  const char* limit;     // the limit's file
+  const char* usage;     // what the group charges (page cache included)
+  const char* inactive;  // memory.stat's key for the reclaimable page cache
+};
+constexpr Hierarchy kV2{"memory.max", "memory.current", "inactive_file"};
+constexpr Hierarchy kV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"};
+
+// Every limited group from `group` up to `root` (both inclusive): the tightest limit, and the least
+// room any of them leaves (a parent shared with other groups may leave less than the child's own
+// limit). A group's use counts its page cache less what the kernel would reclaim first (the
+// inactive file pages, as kubelet counts a container's working set). v1 writes "no limit" as a
+// number near 2^63, which counts as none.
+void walk_up(const fs::path& root, fs::path group, const Hierarchy& h,
+             std::optional<CgroupMemoryLimit>& out) {
+  // A group folder that is not under the mount (a container's host path, a "(deleted)" group):
+  // its nearest existing ancestor.
+  while (group != root && !is_dir(group)) {
+    const fs::path up = group.parent_path();
+    group = up == group ? root : up;
+  }
   constexpr int64_t kNoLimit = int64_t(1) << 62;
   for (;;) {
-    const fs::path file = group / limit_name;
-    if (const std::optional<int64_t> limit = read_bytes(file); limit && *limit < kNoLimit) {
-      if (!best || *limit < best->limit)
-        best = CgroupMemoryLimit{*limit, read_bytes(group / used_name).value_or(0), file.string()};
+    if (const std::optional<int64_t> limit = read_bytes(group / h.limit); limit && *limit < kNoLimit) {
+      const int64_t charged = read_bytes(group / h.usage).value_or(0);
+      const int64_t used = std::max<int64_t>(charged - stat_value(group / "memory.stat", h.inactive), 0);
+      const int64_t room = std::max<int64_t>(*limit - used, 0);
+      if (!out) out = CgroupMemoryLimit{*limit, room, (group / h.limit).string()};
+      if (*limit < out->limit) {
+        out->limit = *limit;
+        out->file = (group / h.limit).string();
+      }
+      out->available = std::min(out->available, room);
     }
-    // Up to the hierarchy's root, never past it (a path with ".." in it stops at the root).
-    if (group == root || group.parent_path() == group || !group.string().starts_with(root.string())) break;
+    if (group == root) break;
     group = group.parent_path();
   }
 }
@@ -50,37 +87,54 @@ void tightest_up_to(const fs::path& root, fs::path group, const char* limit_name
 
 std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount,
                                                      const std::string& self_cgroup) {
-  std::ifstream in(self_cgroup);
-  std::optional<CgroupMemoryLimit> best;
-  const fs::path root = fs::path(mount).lexically_normal();
-  std::string line;
-  while (std::getline(in, line)) {
-    // "hierarchy-id:controllers:path"
-    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
-    const std::string path = line.substr(b + 1);
-    // The group's folder under a hierarchy's mount: the path without its leading '/'.
-    const fs::path relative = fs::path(path).relative_path().lexically_normal();
-    auto folder = [&](const fs::path& hierarchy) {
-      return relative.empty() || relative == "." ? hierarchy : hierarchy / relative;
-    };
-    if (id == "0" && controllers.empty()) {
-      tightest_up_to(root, folder(root), "memory.max", "memory.current", best);
-      continue;
+  // The caller's floating-point exception flags stay as they were: libstdc++'s path operations
+  // raise "inexact" (a kernel that checks its caller's MXCSR, the first allocation inside it,
+  // would see it change).
+  std::fexcept_t flags;
+  std::fegetexceptflag(&flags, FE_ALL_EXCEPT);
+  struct Restore {
+    const std::fexcept_t& flags;
+    ~Restore() { std::fesetexceptflag(&flags, FE_ALL_EXCEPT); }
+  } restore{flags};
+  try {
+    std::ifstream in(self_cgroup);
+    std::optional<CgroupMemoryLimit> out;
+    const fs::path root = fs::path(mount).lexically_normal();
+    std::string line;
+    while (std::getline(in, line)) {
+      // "hierarchy-id:controllers:path"
+      const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
+      std::string path = line.substr(b + 1);
+      if (const std::string deleted = " (deleted)"; path.ends_with(deleted))
+        path.resize(path.size() - deleted.size());
+      // The group's folder under a hierarchy's mount: the path without its leading '/'; one that
+      // climbs out of it ("..") is read at the mount's root.
+      const fs::path relative = fs::path(path).relative_path().lexically_normal();
+      auto folder = [&](const fs::path& hierarchy) {
+        const bool inside = !relative.empty() && relative != "." && *relative.begin() != "..";
+        return inside ? hierarchy / relative : hierarchy;
+      };
+      if (id == "0" && controllers.empty()) {
+        walk_up(root, folder(root), kV2, out);
+        continue;
+      }
+      std::stringstream list(controllers);
+      for (std::string c; std::getline(list, c, ',');)
+        if (c == "memory") walk_up(root / "memory", folder(root / "memory"), kV1, out);
     }
-    std::stringstream list(controllers);
-    for (std::string c; std::getline(list, c, ',');)
-      if (c == "memory")
-        tightest_up_to(root / "memory", folder(root / "memory"), "memory.limit_in_bytes",
-                       "memory.usage_in_bytes", best);
+    return out;
+  } catch (...) {  // an unreadable cgroup filesystem binds nothing we can know
+    return std::nullopt;
   }
-  return best;
 }
 
 int64_t host_memory_bytes() {
   static const int64_t bytes = [] {
-    int64_t physical = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    // Without a figure from sysconf (never on Linux), no bound but the cgroup's.
+    int64_t physical = pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : INT64_MAX;
     if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit())
       physical = std::min(physical, c->limit);
     return physical;

@@ -5,10 +5,13 @@
 //       it, each with its memory.current;
 //   v1: memory.limit_in_bytes of the memory controller's group and every group above it (no limit
 //       reads as a number near 2^63), each with its memory.usage_in_bytes.
+// A group's use counts what it charges less the page cache the kernel reclaims first (memory.stat's
+// inactive_file, v1 total_inactive_file), as kubelet counts a container's working set.
 // The process's group comes from /proc/self/cgroup ("0::/path" for v2, "N:...memory...:/path" for
 // v1). In a container without a cgroup namespace that path is the host's, while the mount shows the
-// container's own group at its root: a group folder that does not exist under the mount is read
-// at the mount's root instead.
+// container's own group at its root: a group folder that does not exist under the mount (that, or
+// a "(deleted)" group) is read at its nearest existing ancestor; a path climbing out of the mount
+// ("..") at the mount's root. Anything unreadable binds nothing.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,9 +19,9 @@
 namespace titan {
 
 struct CgroupMemoryLimit {
-  int64_t limit = 0;  // bytes: the tightest limit on the path to the root
-  int64_t used = 0;   // bytes the group with that limit charges now (0 when unreadable)
-  std::string file;   // the limit's file, for messages
+  int64_t limit = 0;      // bytes: the tightest limit on the path to the root
+  int64_t available = 0;  // bytes: the least room any limited group on the path leaves now
+  std::string file;       // the tightest limit's file, for messages
 };
 
 // The limit that binds this process, or nullopt (no limit, or no cgroup filesystem). `mount` is

@@ -219,7 +219,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.lr = lr;
   m.memory_gib = double(peak) / double(1ll << 30);
   m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
-  if (services.caches_memory()) m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
+  m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
   m.tps = double(tokens) / dt;
   m.tflops = m.tps * flops_per_token_ / 1e12;
   m.mfu = 100.0 * m.tflops / peak_tflops_;
@@ -287,9 +287,8 @@ void print_step(const StepMetrics& m) {
                 "mfu: %.2f%%%s",
                 long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
                 m.warmup ? "  (warm-up)" : "");
-  char reserved[48] = "";
-  if (m.memory_reserved_gib >= 0)
-    std::snprintf(reserved, sizeof reserved, "  reserved: %.2fGiB", m.memory_reserved_gib);
+  char reserved[48];
+  std::snprintf(reserved, sizeof reserved, "  reserved: %.2fGiB", m.memory_reserved_gib);
   char comm[96] = "";
   if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
   char padding[32] = "";
@@ -309,7 +308,7 @@ nlohmann::json step_record(const StepMetrics& m, int rank) {
                       {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.padding_pct >= 0) j["padding_pct"] = m.padding_pct;
-  if (m.memory_reserved_gib >= 0) j["memory_reserved_gib"] = m.memory_reserved_gib;
+  j["memory_reserved_gib"] = m.memory_reserved_gib;
   if (!m.batch_hash.empty()) j["batch_hash"] = m.batch_hash;
   if (m.comm_mib >= 0) {
     j["comm_mib"] = m.comm_mib;

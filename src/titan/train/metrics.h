@@ -9,7 +9,9 @@
 // mfu      = tflops / peak TFLOP/s of this device for the compute dtype
 // comm     = data-parallel runs: bytes this rank sent, and seconds inside communication calls
 // memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
-//            the start of every step), and its share of the machine's physical memory
+//            the start of every step), and its share of the device's memory (on the CPU: the
+//            physical memory capped by the process's cgroup limit, core/host_memory.h);
+//            reserved = what the device's caching allocator holds in segments
 // padding  = conversations only: the share of the step's positions that are padding (tps counts
 //            them: the work done)
 #include <atomic>
@@ -33,9 +35,9 @@ struct StepMetrics {
   double aux_loss = -1;  // MoE only (< 0: absent)
   double val_loss = -1, val_perplexity = -1;  // steps that ran [validation] only (< 0: absent)
   double memory_gib = 0, memory_pct = 0;
-  // A device with a caching allocator (CUDA) only (< 0: absent): what its segments hold at the end
-  // of the step, which is what decides whether the next allocation fits.
-  double memory_reserved_gib = -1;
+  // What the device's caching allocator holds in segments at the end of the step, which is what
+  // decides whether the next allocation fits.
+  double memory_reserved_gib = 0;
   double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
   double step_seconds = 0;
   // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the

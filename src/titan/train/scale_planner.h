@@ -33,7 +33,8 @@ int64_t memory_need(const StepProfile& p);
 // cudaMalloc refuses one, and retries), the step replayed within `available` (MetaMemoryBound)
 // fits if every request is served; `need` is then that replay's, and `unbounded_need` what the
 // unbounded cache would have held. A CPU process's cache returns its segments only at the
-// machine's physical memory, not at MemAvailable or a given budget: its jobs are judged unbounded.
+// host memory the process may use (physical, or its cgroup's limit), not at MemAvailable or a
+// given budget: its jobs are judged unbounded.
 struct MemoryFit {
   bool fits = false;
   int64_t need = 0;

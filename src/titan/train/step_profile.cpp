@@ -126,7 +126,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);
     p.peak = dev.stats().peak_bytes - base;
-    if (dev.caches_memory()) p.reserved = dev.stats().reserved_bytes - base_reserved;
+    p.reserved = dev.stats().reserved_bytes - base_reserved;
     p.comm = sharding.stats();
     const int64_t copies = shape.grad_accumulation - run;
     p.comm.bytes_sent += copies * middle_comm.bytes_sent;

@@ -353,7 +353,6 @@ class CudaDeviceServices final : public DeviceServices {
     if (stream_) TITAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void* stream() override { return stream_handle(); }
-  bool caches_memory() const override { return true; }
   void release_cached() override { cache_.release_cached(); }
 
   // The op profiler's clock: an event per mark on the compute stream, reused across timelines.

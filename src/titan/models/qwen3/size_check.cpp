@@ -76,7 +76,7 @@ int64_t available_memory_bytes() {
   }
   // A container's memory limit (its cgroup's, v1 or v2) binds before the machine's memory does.
   if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit())
-    available = std::min(available, std::max<int64_t>(c->limit - c->used, 0));
+    available = std::min(available, c->available);
   return available;
 }
 
