@@ -197,6 +197,9 @@ TEST(HostMemory, APlanInsideALimitedCgroupIsJudgedByTheLimit) {
       &out);
   EXPECT_EQ(rc, 3) << "a job that does not fit exits 3\n" << out;
   EXPECT_NE(out.find("fits: NO, reserved"), std::string::npos) << out;
+  // It names the limit that binds, not only the machine's memory.
+  EXPECT_NE(out.find("within the cgroup limit of " + (group.dir / "memory.").string()), std::string::npos)
+      << out;
   // The available memory printed: the limit less what the group already charges (under 1 GiB).
   const size_t at = out.find(" per rank (this machine's MemAvailable");
   ASSERT_NE(at, std::string::npos) << out;

@@ -17,6 +17,7 @@
 #include "titan/core/parse.h"
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/models/qwen3/size_check.h"
 #include "titan/train/job_config.h"
 #include "titan/train/log.h"
 #include "titan/train/scale_planner.h"
@@ -160,7 +161,7 @@ int plan_main(int argc, char** argv) {
   const std::string available_source =
       memory_flag ? "--memory-per-rank"
       : device == Device::CPU
-          ? "this machine's MemAvailable; ranks sharing a host share it: pass --memory-per-rank"
+          ? qwen3::available_memory_name() + "; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
   // Past the bound the GPU's allocator returns its cached segments and retries: the step is
   // replayed within it (train::fit_step) before it is judged too large. A CPU process returns its

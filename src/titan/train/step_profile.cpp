@@ -210,7 +210,7 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, i
       device != Device::CPU ? "the " + std::string(device_name(device)) + " device's memory"
       : shared ? "this rank's share of the host's MemAvailable (" + std::string(machine_gib) + " over " +
                      std::to_string(ranks_on_host) + " ranks)"
-               : std::string("this machine's MemAvailable");
+               : qwen3::available_memory_name();
   // What would shrink the need: the knobs this job has not already turned.
   std::string advice = "shrink the model, training.local_batch_size or training.seq_len";
   if (shape.checkpointing.every != 1) advice += ", or set activation_checkpoint.mode = \"full\"";

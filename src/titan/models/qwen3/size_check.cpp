@@ -80,6 +80,16 @@ int64_t available_memory_bytes() {
   return available;
 }
 
+std::string available_memory_name() {
+  std::string name = "this machine's MemAvailable";
+  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit()) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.3g GiB", double(c->limit) / double(int64_t(1) << 30));
+    name += " within the cgroup limit of " + c->file + " (" + gib + ")";
+  }
+  return name;
+}
+
 void check_memory_fits(const MemoryNeed& need, int64_t available, const std::string& what,
                        const std::string& available_what, const std::string& advice) {
   auto gib = [](int64_t b) {

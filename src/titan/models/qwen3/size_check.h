@@ -28,6 +28,10 @@ int64_t narrow_size(__int128 value, const char* what);
 // (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by what the process's cgroup limit leaves
 // (core/host_memory.h: v1 or v2).
 int64_t available_memory_bytes();
+// What that figure is, for messages: "this machine's MemAvailable", and where a cgroup limit caps
+// it, "this machine's MemAvailable within the cgroup limit of /sys/fs/cgroup/.../memory.max
+// (8 GiB)": a user in a container reads which limit, not the machine's memory, refused the job.
+std::string available_memory_name();
 
 // The memory a run holds, by category (bytes).
 struct MemoryNeed {
