@@ -106,10 +106,15 @@ TEST(HostMemory, AGroupPathMissingUnderTheMountIsReadAtItsNearestExistingAncesto
   // No cgroup filesystem at all (or no /proc): none.
   EXPECT_FALSE(cgroup_memory_limit((mount / "absent").string(), (mount / "absent" / "self").string()));
   // The caller's floating-point exception flags are as they were (the first CPU allocation of a
-  // kernel that checks its caller's state asks for this).
+  // kernel that checks its caller's state asks for this). The arguments are built first: the
+  // test's own path operations may raise "inexact" too.
+  const std::string mount_name = mount.string(), self_name = (mount / "self").string();
   std::feclearexcept(FE_ALL_EXCEPT);
-  c = cgroup_memory_limit(mount.string(), (mount / "self").string());
+  c = cgroup_memory_limit(mount_name, self_name);
   EXPECT_EQ(std::fetestexcept(FE_ALL_EXCEPT), 0);
+  std::feraiseexcept(FE_INEXACT);
+  c = cgroup_memory_limit(mount_name, self_name);
+  EXPECT_EQ(std::fetestexcept(FE_ALL_EXCEPT), FE_INEXACT) << "a flag the caller had stays raised";
 }
 
 // This process's figure: the physical memory, or less where a cgroup limit binds; the CPU device
