@@ -4,12 +4,16 @@
 #include <unistd.h>
 
 #include <cfenv>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 #include "titan/core/device_services.h"
+#include "titan/core/tensor.h"
 
 using namespace titan;
 namespace fs = std::filesystem;
@@ -213,4 +217,42 @@ TEST(HostMemory, APlanInsideALimitedCgroupIsJudgedByTheLimit) {
   const double gib = std::stod(out.substr(of + 3, at - of - 3));
   EXPECT_GT(gib, 0.5) << out;
   EXPECT_LE(gib, 1.0) << out;
+}
+
+// The CPU device maps no segment the host cannot give now: a process in a memory cgroup that
+// allocates tensors until none fits gets an error naming the request and the limit, not the
+// cgroup's OOM kill. The group is limited to 256 MiB; this test binary, run again inside it,
+// holds 32 MiB tensors until the device refuses one (the child below).
+constexpr const char* kFillChildEnv = "TITAN_TEST_FILL_CGROUP";
+
+TEST(HostMemory, TensorsFillingALimitedCgroupEndInAnErrorNotAKill) {
+  constexpr int64_t MiB = int64_t(1) << 20;
+  LimitedCgroup group(256 * MiB);
+  if (!group.skipped.empty()) GTEST_SKIP() << "no cgroup to run in: " << group.skipped;
+  std::string out;
+  const int rc =
+      titan::testing::run_command("sh -c 'echo $$ > " + group.procs.string() + " && " + kFillChildEnv +
+                                      "=1 exec " + fs::read_symlink("/proc/self/exe").string() +
+                                      " --gtest_filter=HostMemory.ChildFillsItsCgroupWithTensors' 2>&1",
+                                  &out);
+  EXPECT_EQ(rc, 0) << "the child ended by itself (an OOM kill is signal 9)\n" << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  EXPECT_NE(out.find("out of CPU memory allocating 33554432 bytes"), std::string::npos) << out;
+  EXPECT_NE(out.find((group.dir / "memory.").string()), std::string::npos) << "the limit is named\n" << out;
+}
+
+TEST(HostMemory, ChildFillsItsCgroupWithTensors) {
+  if (!std::getenv(kFillChildEnv)) GTEST_SKIP() << "runs inside a cgroup, started by the test above";
+  std::vector<Tensor> held;
+  const std::string e = titan::testing::error_of([&] {
+    for (int i = 0; i < 64; ++i) held.push_back(Tensor::full({8 << 20}, 1.0, DType::F32));  // 32 MiB each
+  });
+  std::printf("held %zu tensors of 32 MiB, then: %s\n", held.size(), e.c_str());
+  ASSERT_FALSE(e.empty()) << "64 x 32 MiB cannot fit 256 MiB";
+  // Most of the room was used before the refusal: the check is the kernel's figure, not a guess.
+  EXPECT_GE(held.size(), 4u);
+  // The device still serves what fits once the tensors are gone.
+  held.clear();
+  device_services(Device::CPU).release_cached();
+  EXPECT_EQ(Tensor::full({8 << 20}, 3.0, DType::F32).data<float>()[(8 << 20) - 1], 3.0f);
 }

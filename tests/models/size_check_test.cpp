@@ -10,6 +10,7 @@
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/core/host_memory.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/step_profile.h"
 
@@ -97,7 +98,7 @@ TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   a.dim = 1 << 17;
   a.hidden_dim = 1 << 17;
   a.validate();
-  const int64_t available = available_memory_bytes();
+  const int64_t available = host_available_bytes();
   ASSERT_GT(available, 0);
   std::string e = error_of([&] { train::check_training_fits(a, shape(2, 64)); });
   EXPECT_NE(e.find("needs an estimated"), std::string::npos) << e;

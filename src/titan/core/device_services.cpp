@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -89,8 +90,8 @@ class CpuServices final : public DeviceServices {
   }
   void fill(void* dst, int64_t n, DType dtype, double value) override {
     if (value == 0.0 && !std::signbit(value)) {  // -0 keeps its sign bit (the element loop below)
-      // Zeroing fresh buffers (a model's parameters, gradients and AdamW moments: 9 GB for
-      // Qwen3-0.6B) is page faults as much as stores: every thread takes its share of both.
+      // Zeroing a model's parameters, gradients and AdamW moments (9 GB for Qwen3-0.6B) is
+      // bound by memory bandwidth: every thread takes its share of the stores.
       const size_t bytes = size_t(n) * dtype_size(dtype), chunk = size_t(2) << 20;
       const int64_t chunks = int64_t((bytes + chunk - 1) / chunk);
       char* d = static_cast<char*>(dst);
@@ -137,10 +138,12 @@ class CpuServices final : public DeviceServices {
     // Null only when the reservation would pass the host's memory even after every cached
     // segment went back. The device counted this request before calling here: the tensors' bytes
     // are the others.
-    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes (",
-                stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
-                " reserved in segments, ", capacity_bytes(),
-                " the host lets this process use: its physical memory or its cgroup's limit)");
+    if (!p) {
+      std::lock_guard<std::mutex> lock(refusal_mutex_);
+      TITAN_CHECK(false, "out of CPU memory allocating ", nbytes, " bytes (",
+                  stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
+                  " reserved in segments): ", refusal_);
+    }
     return p;
   }
   void raw_deallocate(void* ptr, size_t) override {
@@ -156,15 +159,27 @@ class CpuServices final : public DeviceServices {
   // a fault and a TLB entry each, and in a VM faulting in a 0.6B model's 9 GB of state page by page
   // took ~10 s. Segment sizes are multiples of 2 MiB (CachingAllocator), so a segment is whole
   // huge pages. Refused (null) when the reservation would pass the host's memory for this process
-  // (capacity_bytes: physical, or a container's cgroup limit, where the kernel would kill it): the cache
-  // then returns its free segments and tries once more, so a job whose shapes vary (validation,
-  // generation) gives cached memory back before it would swap.
+  // (capacity_bytes: physical, or a container's cgroup limit), or when the segment is more than the
+  // host has available now (host_available_bytes: what other processes, this one's own heap and
+  // the cgroup's charges leave). Where the kernel would kill the process (a cgroup's OOM killer),
+  // the job gets an error naming the request and the limit. The cache then returns its free
+  // segments and tries once more, so a job whose shapes vary (validation, generation) gives cached
+  // memory back before it would swap. The segments mapped before were touched by the tensors
+  // placed in them, so the kernel's figure already counts them.
   void* map_segment(size_t bytes) {
     constexpr size_t kHugePage = size_t(2) << 20;
-    if (cache_reserved_ + int64_t(bytes) > capacity_bytes()) return nullptr;
+    if (cache_reserved_ + int64_t(bytes) > capacity_bytes())
+      return refuse(std::to_string(cache_reserved_) + " bytes reserved and " + std::to_string(bytes) +
+                    " more would pass the " + std::to_string(capacity_bytes()) +
+                    " bytes the host lets this process use (its physical memory or its cgroup's "
+                    "limit)");
+    if (const int64_t available = host_available_bytes(); int64_t(bytes) > available)
+      return refuse("a new " + std::to_string(bytes) + "-byte segment is more than the " +
+                    std::to_string(available) + " bytes available now (" + host_available_name() + ")");
     void* raw =
         ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return nullptr;
+    if (raw == MAP_FAILED)
+      return refuse("mmap of " + std::to_string(bytes) + " bytes failed: " + std::strerror(errno));
     // Trim the mapping to the aligned part: what precedes the 2 MiB boundary and what follows.
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
@@ -175,8 +190,23 @@ class CpuServices final : public DeviceServices {
                   "munmap of a segment's tail failed");
     void* p = reinterpret_cast<void*>(aligned);
     madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
+    // Faulted in now, so that the kernel's available figure, which the next segment is judged
+    // by, counts every segment this process holds (a gradient buffer is first written in the
+    // first backward, long after its segment was mapped). Kernels before 5.14 lack the advice
+    // (EINVAL): their pages fault on first touch, as any mapping's do.
+    if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+      const int err = errno;
+      TITAN_CHECK(::munmap(p, bytes) == 0, "munmap of a segment the kernel could not fill failed");
+      return refuse("the kernel could not fault in a new " + std::to_string(bytes) +
+                    "-byte segment: " + std::strerror(err) + " (" + host_available_name() + ")");
+    }
     cache_reserved_ += int64_t(bytes);
     return p;
+  }
+  void* refuse(std::string why) {
+    std::lock_guard<std::mutex> lock(refusal_mutex_);
+    refusal_ = std::move(why);
+    return nullptr;
   }
   void unmap_segment(void* p, size_t bytes) {
     // munmap of a whole mapping this process made fails only on arguments it never passes.
@@ -185,6 +215,9 @@ class CpuServices final : public DeviceServices {
   }
   // Called by the cache under its lock: one thread at a time.
   int64_t cache_reserved_ = 0;
+  // Why the last segment was refused, for the error raw_allocate raises.
+  std::mutex refusal_mutex_;
+  std::string refusal_;
   // Training frees and re-allocates the same activation sizes every step. The cache keeps freed
   // blocks for the next request (no fault, no zeroing of fresh pages) and its segments apart from
   // glibc's heap: a heap that served them kept ~0.9 GB more resident than the tensors' peak in a

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cfenv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -140,6 +141,40 @@ int64_t host_memory_bytes() {
     return physical;
   }();
   return bytes;
+}
+
+int64_t host_available_bytes() {
+  int64_t available = INT64_MAX;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, rest;
+  int64_t kib = 0;
+  bool found = false;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, rest);
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
+  }
+  // A container's memory limit (its cgroup's, v1 or v2) binds before the machine's memory does.
+  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit())
+    available = std::min(available, c->available);
+  return available;
+}
+
+std::string host_available_name() {
+  std::string name = "this machine's MemAvailable";
+  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit()) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.3g GiB", double(c->limit) / double(int64_t(1) << 30));
+    name += " within the cgroup limit of " + c->file + " (" + gib + ")";
+  }
+  return name;
 }
 
 }  // namespace titan

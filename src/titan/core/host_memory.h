@@ -35,4 +35,13 @@ std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount = 
 // cached segments and then refuses).
 int64_t host_memory_bytes();
 
+// Bytes available to a new allocation now: MemAvailable of /proc/meminfo (else
+// sysconf(_SC_AVPHYS_PAGES) x page size), capped by what the process's cgroup limit leaves. Read
+// afresh at each call: the start-up memory checks, and the CPU device before it maps a segment.
+int64_t host_available_bytes();
+// What that figure is, for messages: "this machine's MemAvailable", and where a cgroup limit caps
+// it, "this machine's MemAvailable within the cgroup limit of /sys/fs/cgroup/.../memory.max
+// (8 GiB)": a user in a container reads which limit, not the machine's memory, refused the job.
+std::string host_available_name();
+
 }  // namespace titan

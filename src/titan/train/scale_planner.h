@@ -29,20 +29,18 @@ std::optional<int64_t> parse_byte_size(const std::string& text);
 int64_t memory_need(const StepProfile& p);
 
 // Whether the step of `shape` fits `available` per rank: its need, or, when the cache would outgrow
-// `available` and `cache_returns_at_bound` (a GPU: its allocator returns its cached segments when
-// cudaMalloc refuses one, and retries), the step replayed within `available` (MetaMemoryBound)
-// fits if every request is served; `need` is then that replay's, and `unbounded_need` what the
-// unbounded cache would have held. A CPU process's cache returns its segments only at the
-// host memory the process may use (physical, or its cgroup's limit), not at MemAvailable or a
-// given budget: its jobs are judged unbounded.
+// `available`, the step replayed within `available` (MetaMemoryBound) fits if every request is
+// served; `need` is then that replay's, and `unbounded_need` what the unbounded cache would have
+// held. Both devices' allocators return their wholly free cached segments and retry when a new
+// segment is refused: a GPU's when cudaMalloc fails, the CPU's when the host has less available
+// than the segment (core/device_services.cpp), so the replay is what either would do.
 struct MemoryFit {
   bool fits = false;
   int64_t need = 0;
   bool by_returning_cache = false;  // fits only because the bounded cache returned segments
   int64_t unbounded_need = 0;
 };
-MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available,
-                   bool cache_returns_at_bound);
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available);
 
 // The largest local batch whose step fits `available` per rank (fit_step), all
 // else of `shape` kept (the micro-batch count included). Doubling, then bisection: about
@@ -56,8 +54,7 @@ struct BatchSearch {
   bool at_bound = false;
   int profiles = 0;  // meta steps run
 };
-BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
-                                  bool cache_returns_at_bound);
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available);
 
 // A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
 // `device`, x [M, K], w [N, K], repeated for about `seconds` (at least 3 calls) after one warm-up

@@ -10,6 +10,7 @@
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/core/host_memory.h"
 #include "titan/dist/expert_exchange.h"
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
@@ -54,6 +55,11 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
   dev.reset_flops();
   StepProfile p;
   {
+    // The step records into a tape of its own: a replay within a bound that runs out of memory
+    // (MetaOutOfMemory, mid-forward or mid-backward) leaves its nodes there, holding the model it
+    // tears down, and the thread's tape would hand them to the next profile's backward.
+    autograd::Tape tape;
+    const autograd::TapeScope record_into(&tape);
     // The state as TrainState builds it, then distributes it: the model's blocks born as this
     // rank's slices, padded for the plan, AdamW's moments for the slice, and the model reporting
     // its block uses to the sharding (ZeRO-3).
@@ -185,7 +191,7 @@ PlannedStep planned_step(const JobConfig& c, int64_t dp_replicate, int64_t dp_sh
 }
 
 int64_t available_memory_per_rank(Device device) {
-  return device == Device::CPU ? qwen3::available_memory_bytes() : device_services(device).capacity_bytes();
+  return device == Device::CPU ? host_available_bytes() : device_services(device).capacity_bytes();
 }
 
 void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape, std::string_view batch_key,
@@ -210,7 +216,7 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, i
       device != Device::CPU ? "the " + std::string(device_name(device)) + " device's memory"
       : shared ? "this rank's share of the host's MemAvailable (" + std::string(machine_gib) + " over " +
                      std::to_string(ranks_on_host) + " ranks)"
-               : qwen3::available_memory_name();
+               : host_available_name();
   // What would shrink the need: the knobs this job has not already turned.
   std::string advice = "shrink the model, training.local_batch_size or training.seq_len";
   if (shape.checkpointing.every != 1) advice += ", or set activation_checkpoint.mode = \"full\"";

@@ -1,16 +1,11 @@
 #include "titan/models/qwen3/size_check.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "titan/core/check.h"
-#include "titan/core/host_memory.h"
 
 namespace titan::qwen3 {
 
@@ -54,40 +49,6 @@ int64_t narrow_size(__int128 value, const char* what) {
   TITAN_CHECK(value >= 0 && value <= std::numeric_limits<int64_t>::max(), what, " = ", double(value),
               " does not fit in a 64-bit integer");
   return int64_t(value);
-}
-
-int64_t available_memory_bytes() {
-  int64_t available = std::numeric_limits<int64_t>::max();
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, rest;
-  int64_t kib = 0;
-  bool found = false;
-  while (meminfo >> key >> kib) {
-    std::getline(meminfo, rest);
-    if (key == "MemAvailable:") {
-      available = kib * 1024;
-      found = true;
-      break;
-    }
-  }
-  if (!found) {
-    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
-  }
-  // A container's memory limit (its cgroup's, v1 or v2) binds before the machine's memory does.
-  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit())
-    available = std::min(available, c->available);
-  return available;
-}
-
-std::string available_memory_name() {
-  std::string name = "this machine's MemAvailable";
-  if (const std::optional<CgroupMemoryLimit> c = cgroup_memory_limit()) {
-    char gib[32];
-    std::snprintf(gib, sizeof gib, "%.3g GiB", double(c->limit) / double(int64_t(1) << 30));
-    name += " within the cgroup limit of " + c->file + " (" + gib + ")";
-  }
-  return name;
 }
 
 void check_memory_fits(const MemoryNeed& need, int64_t available, const std::string& what,

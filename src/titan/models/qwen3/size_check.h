@@ -24,15 +24,6 @@ void check_size_bounds(const ModelArgs& args);
 // `value` narrowed to int64, or an error naming `what` when it does not fit.
 int64_t narrow_size(__int128 value, const char* what);
 
-// Bytes of memory available to a new allocation on this machine: MemAvailable of /proc/meminfo
-// (else sysconf(_SC_AVPHYS_PAGES) x page size), capped by what the process's cgroup limit leaves
-// (core/host_memory.h: v1 or v2).
-int64_t available_memory_bytes();
-// What that figure is, for messages: "this machine's MemAvailable", and where a cgroup limit caps
-// it, "this machine's MemAvailable within the cgroup limit of /sys/fs/cgroup/.../memory.max
-// (8 GiB)": a user in a container reads which limit, not the machine's memory, refused the job.
-std::string available_memory_name();
-
 // The memory a run holds, by category (bytes).
 struct MemoryNeed {
   int64_t weights = 0;      // f32 master weights (and a bf16 job's bf16 copy of them)

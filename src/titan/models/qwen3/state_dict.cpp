@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "titan/core/check.h"
+#include "titan/core/host_memory.h"
 #include "titan/io/hf_checkpoint.h"
 #include "titan/models/qwen3/size_check.h"
 
@@ -216,7 +217,7 @@ std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DTyp
   // On the host the whole model is allocated here; a GPU's allocator names its own shortfall.
   if (device == Device::CPU)
     check_memory_fits(MemoryNeed{master_bytes, purpose == Purpose::Training ? master_bytes : 0, 0, 0},
-                      available_memory_bytes(), "loading " + dir.string(), available_memory_name(),
+                      host_available_bytes(), "loading " + dir.string(), host_available_name(),
                       "free memory or load a smaller model");
   auto model = std::make_unique<Qwen3Model>(args, compute_dtype, device, nn::BlockShard{}, purpose);
   load_hf_weights(*model, dir);
