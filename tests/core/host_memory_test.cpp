@@ -57,9 +57,11 @@ TEST(HostMemory, ACgroupV2LimitBindsFromTheGroupOrAnyGroupAboveIt) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->limit, 2 * GiB);
   EXPECT_EQ(c->available, 1 * GiB);
-  // Page cache the kernel reclaims first (inactive file pages) is room, not use.
+  // Clean page cache, which the kernel drops before it kills, is room, not use; dirty pages, pages
+  // under writeback and shared memory are not.
   write(mount / "job" / "memory.stat",
-        "anon 100\ninactive_file " + std::to_string(GiB / 2) + "\nactive_file 7\n");
+        "anon 100\nfile " + std::to_string(GiB / 2 + 1000) +
+            "\nactive_file 7\nfile_dirty 600\nfile_writeback 300\nshmem 100\n");
   c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);
   EXPECT_EQ(c->available, 1 * GiB + GiB / 2);
@@ -76,7 +78,8 @@ TEST(HostMemory, ACgroupV1LimitBindsAndItsNoLimitNumberIsNone) {
   write(mount / "memory" / "memory.limit_in_bytes", "9223372036854771712");
   write(mount / "memory" / "batch" / "memory.limit_in_bytes", std::to_string(4 * GiB));
   write(mount / "memory" / "batch" / "memory.usage_in_bytes", "123456");
-  write(mount / "memory" / "batch" / "memory.stat", "cache 5000\ntotal_inactive_file 23456\n");
+  write(mount / "memory" / "batch" / "memory.stat",
+        "cache 5000\ntotal_cache 33456\ntotal_dirty 6000\ntotal_writeback 3000\ntotal_shmem 1000\n");
   write(mount / "self", "12:pids:/batch\n4:cpu,memory:/batch\n0::/\n");
   std::optional<CgroupMemoryLimit> c = cgroup_memory_limit(mount.string(), (mount / "self").string());
   ASSERT_TRUE(c);

@@ -719,20 +719,23 @@ TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
 }
 
 // A rank that never starts titan (here `sleep`, as a host that stops answering before MPI starts):
-// the others wait in MPI_Init, where no collective's timeout reaches; after comm.timeout_seconds
-// they stop naming why, and the launcher ends the job (`timeout 300` bounds the test if not).
+// the others wait in MPI_Init, where no collective's timeout reaches; after the start-up timeout
+// (torchtitan's comm.init_timeout_seconds, here 3 s where comm.timeout_seconds says 600) they stop
+// naming why, and the launcher ends the job (`timeout 300` bounds the test if not).
 TEST(DataParallelFaults, ARankThatNeverStartsMpiEndsTheJobAfterTheTimeout) {
   const fs::path dump = tt::temp_dir("dist_init_stall_" + std::to_string(getpid()));
   std::string out;
   const int rc = tt::run_command(
       "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 "
       "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 1 " +
-          train_command(tiny(dump, 2, {{"comm.timeout_seconds", "3"}})) + " : -np 1 sleep 600",
+          train_command(
+              tiny(dump, 2, {{"comm.timeout_seconds", "600"}, {"comm.init_timeout_seconds", "3"}})) +
+          " : -np 1 sleep 600",
       &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(rc, 124) << "the job outlived timeout 300: " << out;
   EXPECT_NE(out.find("titan: error: comm: rank 0: MPI_Init over 2 ranks did not complete within 3 s "
-                     "(comm.timeout_seconds)"),
+                     "(comm.init_timeout_seconds)"),
             std::string::npos)
       << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
@@ -890,10 +893,11 @@ TEST(DataParallelFaults, ADeadRankEndsTheJobAndTheLastCheckpointLoads) {
   EXPECT_EQ(c.train_state["world_size"].get<int>(), 2);
 }
 
-// A rank that stops answering (SIGSTOP): the other gives up after comm.timeout_seconds (5 s here),
-// naming itself and the collective it waited in, and the whole job ends non-zero.
+// A rank that stops answering (SIGSTOP) after the first step: the other gives up after the step
+// timeout (torchtitan's comm.train_timeout_seconds, 5 s here, where comm.timeout_seconds says 600),
+// naming itself, the collective it waited in and the key, and the whole job ends non-zero.
 TEST(DataParallelFaults, AHungRankTimesOutNamingTheCollective) {
-  BackgroundJob job("dist_hang", "5");
+  BackgroundJob job("dist_hang", "600", {{"comm.train_timeout_seconds", "5"}});
   ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
   std::vector<pid_t> ranks = children_of(job.mpirun);
   ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
@@ -902,7 +906,7 @@ TEST(DataParallelFaults, AHungRankTimesOutNamingTheCollective) {
   const std::string out = read_file(job.log);
   EXPECT_NE(rc, -1) << "the job did not end after a rank hung:\n" << out;
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("did not complete within 5 s (comm.timeout_seconds)"), std::string::npos) << out;
+  EXPECT_NE(out.find("did not complete within 5 s (comm.train_timeout_seconds)"), std::string::npos) << out;
   EXPECT_NE(out.find("rank 0"), std::string::npos) << out;
   for (pid_t r : ranks) EXPECT_FALSE(running(r)) << "rank process " << r << " outlived the job";
 }

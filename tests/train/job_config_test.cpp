@@ -11,6 +11,7 @@
 
 #include "test_util.h"
 #include "titan/core/check.h"
+#include "titan/dist/communicator.h"
 #include "titan/dist/meta_world.h"
 #include "titan/train/metrics.h"
 #include "titan/train/startup.h"
@@ -742,6 +743,21 @@ TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
   EXPECT_TRUE(c.training.deterministic);
   EXPECT_EQ(c.activation_checkpoint.mode, "selective");
   EXPECT_FALSE(c.checkpoint.enable);
+  // [comm]'s two timeouts bound their phases (start-up and the first step; the steps after), each
+  // named in a timeout's error; comm.timeout_seconds stands in for either left unset.
+  EXPECT_EQ(c.comm.init_timeout().seconds, 300);
+  EXPECT_EQ(c.comm.init_timeout().key, "comm.init_timeout_seconds");
+  EXPECT_EQ(c.comm.train_timeout().seconds, 100);
+  EXPECT_EQ(c.comm.train_timeout().key, "comm.train_timeout_seconds");
+  const JobConfig plain = parse("", {{"comm.timeout_seconds", "42"}});
+  EXPECT_EQ(plain.comm.init_timeout().seconds, 42);
+  EXPECT_EQ(plain.comm.train_timeout().key, "comm.timeout_seconds");
+  for (const char* key : {"comm.init_timeout_seconds", "comm.train_timeout_seconds"}) {
+    const std::string e = error_of([&] { parse("", {{key, "0"}}).validate(1); });
+    EXPECT_NE(e.find(std::string(key) + " must be positive (or -1: comm.timeout_seconds), got 0"),
+              std::string::npos)
+        << e;
+  }
   expect_one_note_per_torchtitan_key(file, c);
   EXPECT_NE(note_of(c, "compile.enable").find("ignored: titan has no torch.compile"), std::string::npos);
   EXPECT_NE(note_of(c, "training.dataloader.num_workers").find("= 2 ignored"), std::string::npos);

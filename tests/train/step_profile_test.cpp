@@ -337,12 +337,12 @@ TEST(StepProfile, ACudaStepFitsWhenItsReplayWithinTheBoundCompletes) {
   const qwen3::ModelArgs args = small("debugmodel_moe");
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
   ASSERT_GT(p.reserved, p.peak);
-  const MemoryFit roomy = fit_step(args, shape, p.reserved);
+  const MemoryFit roomy = fit_step(args, shape, p.reserved, true);
   EXPECT_TRUE(roomy.fits && !roomy.by_returning_cache);
   EXPECT_EQ(roomy.need, p.reserved);
-  EXPECT_FALSE(fit_step(args, shape, p.peak - 1).fits);
+  EXPECT_FALSE(fit_step(args, shape, p.peak - 1, true).fits);
   for (const int64_t available : {p.peak, p.peak + (p.reserved - p.peak) / 2, p.reserved - 1}) {
-    const MemoryFit f = fit_step(args, shape, available);
+    const MemoryFit f = fit_step(args, shape, available, true);
     bool completes = true;
     try {
       const MetaMemoryBound bound(available);

@@ -387,7 +387,7 @@ int check_main(int argc, char** argv) {
   const int64_t steps = a.own.count("steps") ? parse_int_option("check", "steps", a.own["steps"], 2) : 3;
   const train::JobConfig cfg = train::load_job_config(a.config, a.overrides);
   // MPI when started by mpirun / srun: every rank answers the ranks row; the other rows run on rank 0.
-  const std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.timeout_seconds);
+  const std::unique_ptr<dist::Communicator> world = dist::launch_communicator(cfg.comm.init_timeout());
   Row ranks = ranks_row(cfg, *world);
   if (world->rank() != 0) return ranks.status == "FAIL" ? 1 : 0;
   fs::path work;

@@ -14,7 +14,7 @@ LaunchedJob launch_job(const JobArgs& a) {
   try {
     job.config = train::load_job_config(a.config, a.overrides);
     if (const std::optional<int> ranks = dist::launcher_world_size()) job.config.validate(*ranks);
-    job.world = dist::launch_communicator(job.config.comm.timeout_seconds,
+    job.world = dist::launch_communicator(job.config.comm.init_timeout(),
                                           job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
   } catch (const Error& e) {
     // Under a launcher every rank prints its own error: say whose.

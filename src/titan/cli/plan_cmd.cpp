@@ -164,27 +164,31 @@ int plan_main(int argc, char** argv) {
       : device == Device::CPU
           ? host_available_name() + "; ranks sharing a host share it: pass --memory-per-rank"
           : "the " + std::string(device_name(device)) + " device's memory";
-  // Past the bound the device's allocator returns its cached segments and retries (a GPU's when
-  // cudaMalloc refuses a segment, the CPU's when the host has less available than one): the step
-  // is replayed within it (train::fit_step) before it is judged too large.
+  // Past the bound the GPU's allocator returns its cached segments and retries: the step is
+  // replayed within it (train::fit_step) before it is judged too large. A CPU process returns its
+  // cache when the host has less available than a new segment, which ranks sharing a host reach
+  // together, not at each one's share: a cpu job is judged by its unbounded need.
   const bool cuda_job = cfg.job.device == "cuda";
-  const train::MemoryFit fit =
-      need <= available ? train::MemoryFit{true, need, false, need} : train::fit_step(args, shape, available);
+  const train::MemoryFit fit = need <= available ? train::MemoryFit{true, need, false, need}
+                                                 : train::fit_step(args, shape, available, cuda_job);
   const bool fits = fit.fits;
   if (fit.by_returning_cache)
     std::printf(
         "fits: yes, %s %s of %s per rank (%s), the caching allocator returning its free segments when "
-        "the %s refuses a new one (it would reserve %s unbounded)\n",
+        "the GPU refuses one, as CUDA's does (it would reserve %s unbounded)\n",
         need_name.c_str(), gib(fit.need).c_str(), gib(available).c_str(), available_source.c_str(),
-        cuda_job ? "GPU" : "host", gib(need).c_str());
+        gib(need).c_str());
   else if (fits)
     std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
                 gib(available).c_str(), available_source.c_str());
-  else
+  else if (cuda_job)
     std::printf(
         "fits: NO, %s %s > %s per rank (%s), and within it some request is refused even after the caching "
         "allocator returned its free segments\n",
         need_name.c_str(), gib(need).c_str(), gib(available).c_str(), available_source.c_str());
+  else
+    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
+                gib(available).c_str(), available_source.c_str());
   // The figures are titan's tensors (its allocator's segments). A CPU process also holds its code,
   // the tokenizer, the data loader and the math libraries' buffers, and while the final export is
   // written its file's mapped pages: measured beyond the reservation on the runs in docs/planning.md.
@@ -193,7 +197,7 @@ int plan_main(int argc, char** argv) {
         "  (titan's tensors: the process adds its code, tokenizer, data loader and library buffers, "
         "0.05-0.3 GiB in the CPU runs measured (docs/planning.md), and the final export's file pages "
         "while it is written; leave that beside the reservation)\n");
-  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available);
+  const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, cuda_job);
   if (batch.largest == 0)
     std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_need).c_str());
   else if (batch.at_bound)

@@ -135,15 +135,11 @@ class CpuServices final : public DeviceServices {
  protected:
   void* raw_allocate(size_t nbytes) override {
     void* p = cache_.allocate(nbytes);
-    // Null only when the reservation would pass the host's memory even after every cached
-    // segment went back. The device counted this request before calling here: the tensors' bytes
-    // are the others.
-    if (!p) {
-      std::lock_guard<std::mutex> lock(refusal_mutex_);
-      TITAN_CHECK(false, "out of CPU memory allocating ", nbytes, " bytes (",
-                  stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
-                  " reserved in segments): ", refusal_);
-    }
+    // Null only when a new segment was refused (map_segment) even after every cached segment went
+    // back. The device counted this request before calling here: the tensors' bytes are the others.
+    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes (",
+                stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
+                " reserved in segments): ", last_refusal.describe());
     return p;
   }
   void raw_deallocate(void* ptr, size_t) override {
@@ -154,32 +150,60 @@ class CpuServices final : public DeviceServices {
   }
 
  private:
+  // Why map_segment last refused a segment on this thread (the cache calls it on the allocating
+  // thread), read by raw_allocate's error; the words are built only then.
+  struct Refusal {
+    enum Kind { Capacity, Available, Map, Populate } kind = Capacity;
+    int64_t bytes = 0, reserved = 0, bound = 0;
+    int err = 0;
+    std::string describe() const {
+      const std::string b = std::to_string(bytes);
+      switch (kind) {
+        case Capacity:
+          return std::to_string(reserved) + " bytes reserved and " + b + " more would pass the " +
+                 std::to_string(bound) + " bytes the host lets this process use (its physical memory" +
+                 (cgroup_memory_limit() ? ", capped by the cgroup limit of " + cgroup_memory_limit()->file
+                                        : "") +
+                 ")";
+        case Available:
+          return "a new " + b + "-byte segment is more than the " + std::to_string(bound) +
+                 " bytes available now (" + host_available_name() + ")";
+        case Map:
+          return "mmap of " + b + " bytes failed: " + std::strerror(err);
+        case Populate:
+          return "the kernel could not fault in a new " + b + "-byte segment: " + std::strerror(err) + " (" +
+                 host_available_name() + ")";
+      }
+      return "";
+    }
+  };
+  static thread_local Refusal last_refusal;
+  void* refuse(Refusal::Kind kind, size_t bytes, int64_t bound = 0, int err = 0) {
+    last_refusal = {kind, int64_t(bytes), cache_reserved_, bound, err};
+    return nullptr;
+  }
+
   // A segment of fresh pages straight from the kernel, 2 MiB aligned and advised onto transparent
   // huge pages where the kernel offers them ("madvise" mode, Debian's default): a 4 KiB page costs
   // a fault and a TLB entry each, and in a VM faulting in a 0.6B model's 9 GB of state page by page
   // took ~10 s. Segment sizes are multiples of 2 MiB (CachingAllocator), so a segment is whole
-  // huge pages. Refused (null) when the reservation would pass the host's memory for this process
+  // huge pages.
+  // Refused (null) when the reservation would pass the host's memory for this process
   // (capacity_bytes: physical, or a container's cgroup limit), or when the segment is more than the
-  // host has available now (host_available_bytes: what other processes, this one's own heap and
-  // the cgroup's charges leave). Where the kernel would kill the process (a cgroup's OOM killer),
-  // the job gets an error naming the request and the limit. The cache then returns its free
-  // segments and tries once more, so a job whose shapes vary (validation, generation) gives cached
-  // memory back before it would swap. The segments mapped before were touched by the tensors
-  // placed in them, so the kernel's figure already counts them.
+  // host has available now (host_available_bytes: what other processes, this one's own code and
+  // heap, and the cgroup's charges leave; swap is not counted). Where the kernel would kill the
+  // process (a cgroup's OOM killer), the job gets an error naming the request and the limit. The
+  // cache then returns its free segments and tries once more, so a job whose shapes vary
+  // (validation, generation) gives cached memory back first.
   void* map_segment(size_t bytes) {
     constexpr size_t kHugePage = size_t(2) << 20;
     if (cache_reserved_ + int64_t(bytes) > capacity_bytes())
-      return refuse(std::to_string(cache_reserved_) + " bytes reserved and " + std::to_string(bytes) +
-                    " more would pass the " + std::to_string(capacity_bytes()) +
-                    " bytes the host lets this process use (its physical memory or its cgroup's "
-                    "limit)");
+      return refuse(Refusal::Capacity, bytes, capacity_bytes());
     if (const int64_t available = host_available_bytes(); int64_t(bytes) > available)
-      return refuse("a new " + std::to_string(bytes) + "-byte segment is more than the " +
-                    std::to_string(available) + " bytes available now (" + host_available_name() + ")");
+      return refuse(Refusal::Available, bytes, available);
     void* raw =
         ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
-      return refuse("mmap of " + std::to_string(bytes) + " bytes failed: " + std::strerror(errno));
+    if (raw == MAP_FAILED) return refuse(Refusal::Map, bytes, 0, errno);
     // Trim the mapping to the aligned part: what precedes the 2 MiB boundary and what follows.
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
@@ -190,23 +214,37 @@ class CpuServices final : public DeviceServices {
                   "munmap of a segment's tail failed");
     void* p = reinterpret_cast<void*>(aligned);
     madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
-    // Faulted in now, so that the kernel's available figure, which the next segment is judged
-    // by, counts every segment this process holds (a gradient buffer is first written in the
-    // first backward, long after its segment was mapped). Kernels before 5.14 lack the advice
-    // (EINVAL): their pages fault on first touch, as any mapping's do.
-    if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
-      const int err = errno;
+    if (const int err = fault_in(static_cast<char*>(p), bytes)) {
       TITAN_CHECK(::munmap(p, bytes) == 0, "munmap of a segment the kernel could not fill failed");
-      return refuse("the kernel could not fault in a new " + std::to_string(bytes) +
-                    "-byte segment: " + std::strerror(err) + " (" + host_available_name() + ")");
+      return refuse(Refusal::Populate, bytes, 0, err);
     }
     cache_reserved_ += int64_t(bytes);
     return p;
   }
-  void* refuse(std::string why) {
-    std::lock_guard<std::mutex> lock(refusal_mutex_);
-    refusal_ = std::move(why);
-    return nullptr;
+  // Faults the segment in now, so that the kernel's available figure, which the next segment is
+  // judged by, counts every segment this process holds (a gradient buffer is first written in the
+  // first backward, long after its segment was mapped). 2 MiB at a time on every thread (the
+  // kernel zeroes each page it faults in: the work of a first touch, spread as a parallel first
+  // touch spreads it, over the threads' memory nodes too): MADV_POPULATE_WRITE, or where the
+  // kernel lacks it (before 5.14) or a seccomp filter refuses it, a write to every 4 KiB page.
+  // ENOMEM from the kernel is returned (the segment is refused); a cgroup over its limit kills
+  // instead, which the check against host_available_bytes is there to prevent.
+  static int fault_in(char* p, size_t bytes) {
+    constexpr size_t kChunk = size_t(2) << 20, kPage = 4096;
+    const int64_t chunks = int64_t(bytes / kChunk);
+    int failed = 0;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      char* chunk = p + size_t(c) * kChunk;
+      if (madvise(chunk, kChunk, MADV_POPULATE_WRITE) == 0) continue;
+      if (errno == ENOMEM) {
+#pragma omp atomic write
+        failed = ENOMEM;
+        continue;
+      }
+      for (size_t o = 0; o < kChunk; o += kPage) static_cast<volatile char*>(chunk)[o] = 0;
+    }
+    return failed;
   }
   void unmap_segment(void* p, size_t bytes) {
     // munmap of a whole mapping this process made fails only on arguments it never passes.
@@ -215,9 +253,6 @@ class CpuServices final : public DeviceServices {
   }
   // Called by the cache under its lock: one thread at a time.
   int64_t cache_reserved_ = 0;
-  // Why the last segment was refused, for the error raw_allocate raises.
-  std::mutex refusal_mutex_;
-  std::string refusal_;
   // Training frees and re-allocates the same activation sizes every step. The cache keeps freed
   // blocks for the next request (no fault, no zeroing of fresh pages) and its segments apart from
   // glibc's heap: a heap that served them kept ~0.9 GB more resident than the tensors' peak in a
@@ -227,6 +262,8 @@ class CpuServices final : public DeviceServices {
                                                    [this](void* p, size_t bytes) { unmap_segment(p, bytes); },
                                                    nullptr}};
 };
+
+thread_local CpuServices::Refusal CpuServices::last_refusal;
 
 // ---------------------------------------------------------------- meta
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace titan {
@@ -30,14 +31,14 @@ std::optional<int64_t> read_bytes(const fs::path& file) {
   }
 }
 
-// One key of a memory.stat file ("inactive_file 123"), 0 when absent.
-int64_t stat_value(const fs::path& file, const std::string& key) {
+// The keys of a memory.stat file ("file 123"), each 0 when absent.
+std::map<std::string, int64_t> stat_values(const fs::path& file) {
   std::ifstream in(file);
+  std::map<std::string, int64_t> out;
   std::string k;
   int64_t v = 0;
-  while (in >> k >> v)
-    if (k == key) return v;
-  return 0;
+  while (in >> k >> v) out[k] = v;
+  return out;
 }
 
 bool is_dir(const fs::path& p) {
@@ -46,18 +47,22 @@ bool is_dir(const fs::path& p) {
 }
 
 struct Hierarchy {
-  const char* limit;     // the limit's file
-  const char* usage;     // what the group charges (page cache included)
-  const char* inactive;  // memory.stat's key for the reclaimable page cache
+  const char* limit;  // the limit's file
+  const char* usage;  // what the group charges (page cache included)
+  // memory.stat's keys: the page cache, and the parts of it the kernel cannot drop to make room
+  // (dirty and under writeback until written; shared memory, without swap, never).
+  const char *file, *dirty, *writeback, *shmem;
 };
-constexpr Hierarchy kV2{"memory.max", "memory.current", "inactive_file"};
-constexpr Hierarchy kV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"};
+constexpr Hierarchy kV2{"memory.max", "memory.current", "file", "file_dirty", "file_writeback", "shmem"};
+constexpr Hierarchy kV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total_cache",
+                        "total_dirty",           "total_writeback",       "total_shmem"};
 
 // Every limited group from `group` up to `root` (both inclusive): the tightest limit, and the least
 // room any of them leaves (a parent shared with other groups may leave less than the child's own
-// limit). A group's use counts its page cache less what the kernel would reclaim first (the
-// inactive file pages, as kubelet counts a container's working set). v1 writes "no limit" as a
-// number near 2^63, which counts as none.
+// limit). A group's use leaves out its clean page cache, which the kernel drops before it kills
+// (a dataset read in an earlier epoch, a checkpoint written, the page cache of every pod under a
+// Kubernetes node's kubepods group). v1 writes "no limit" as a number near 2^63, which counts as
+// none.
 void walk_up(const fs::path& root, fs::path group, const Hierarchy& h,
              std::optional<CgroupMemoryLimit>& out) {
   // A group folder that is not under the mount (a container's host path, a "(deleted)" group):
@@ -70,7 +75,10 @@ void walk_up(const fs::path& root, fs::path group, const Hierarchy& h,
   for (;;) {
     if (const std::optional<int64_t> limit = read_bytes(group / h.limit); limit && *limit < kNoLimit) {
       const int64_t charged = read_bytes(group / h.usage).value_or(0);
-      const int64_t used = std::max<int64_t>(charged - stat_value(group / "memory.stat", h.inactive), 0);
+      std::map<std::string, int64_t> stat = stat_values(group / "memory.stat");
+      const int64_t clean_cache =
+          std::max<int64_t>(stat[h.file] - stat[h.dirty] - stat[h.writeback] - stat[h.shmem], 0);
+      const int64_t used = std::max<int64_t>(charged - clean_cache, 0);
       const int64_t room = std::max<int64_t>(*limit - used, 0);
       if (!out) out = CgroupMemoryLimit{*limit, room, (group / h.limit).string()};
       if (*limit < out->limit) {

@@ -5,8 +5,9 @@
 //       it, each with its memory.current;
 //   v1: memory.limit_in_bytes of the memory controller's group and every group above it (no limit
 //       reads as a number near 2^63), each with its memory.usage_in_bytes.
-// A group's use counts what it charges less the page cache the kernel reclaims first (memory.stat's
-// inactive_file, v1 total_inactive_file), as kubelet counts a container's working set.
+// A group's use counts what it charges less its clean page cache, which the kernel drops before it
+// kills (memory.stat's file less file_dirty, file_writeback and shmem; v1 the total_ keys of cache,
+// dirty, writeback and shmem).
 // The process's group comes from /proc/self/cgroup ("0::/path" for v2, "N:...memory...:/path" for
 // v1). In a container without a cgroup namespace that path is the host's, while the mount shows the
 // container's own group at its root: a group folder that does not exist under the mount (that, or
@@ -31,8 +32,8 @@ std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount = 
                                                      const std::string& self_cgroup = "/proc/self/cgroup");
 
 // Physical memory, capped by cgroup_memory_limit(): read once per process. The CPU device's
-// capacity (the metrics' memory percentage, the bound past which its caching allocator returns
-// cached segments and then refuses).
+// capacity (the metrics' memory percentage, and one of the two bounds past which its caching
+// allocator returns cached segments and then refuses; host_available_bytes is the other).
 int64_t host_memory_bytes();
 
 // Bytes available to a new allocation now: MemAvailable of /proc/meminfo (else

@@ -1,6 +1,7 @@
 #include "titan/dist/communicator.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -108,6 +109,7 @@ class SingleProcess final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  void set_timeout(const CommTimeout& timeout) override { check_timeout(timeout); }
   std::unique_ptr<Communicator> split(int, int, int size) override {
     TITAN_CHECK(size == 1, "comm: a group of one process split into a group of ", size, " ranks");
     return std::make_unique<SingleProcess>();
@@ -137,6 +139,11 @@ namespace {
 std::atomic<DeviceCommunicatorFactory> g_cuda_communicator{nullptr};
 }  // namespace
 
+void check_timeout(const CommTimeout& timeout) {
+  TITAN_CHECK(std::isfinite(timeout.seconds) && timeout.seconds > 0, timeout.key, " must be positive, got ",
+              timeout.seconds);
+}
+
 void register_device_communicator(Device device, DeviceCommunicatorFactory factory) {
   TITAN_CHECK(device == Device::CUDA, "register_device_communicator: only the CUDA backend brings one, got '",
               device_name(device), "'");
@@ -144,7 +151,7 @@ void register_device_communicator(Device device, DeviceCommunicatorFactory facto
 }
 
 std::unique_ptr<Communicator> device_communicator(std::unique_ptr<Communicator> host, Device device,
-                                                  double timeout_seconds) {
+                                                  const CommTimeout& timeout) {
   if (device == Device::CPU) return host;
   TITAN_CHECK(device == Device::CUDA, "comm: device ", device_name(device), " has no communicator");
   device_services(device);  // loads the CUDA backend (which registers NCCL); an error naming why not
@@ -152,7 +159,7 @@ std::unique_ptr<Communicator> device_communicator(std::unique_ptr<Communicator> 
   TITAN_CHECK(make, "comm: ", host->size(), " ranks on device cuda need the NCCL communicator, but this build's "
               "CUDA backend has none (nccl.h and libnccl were not found when it was built: install the CUDA "
               "toolkit's NCCL or Debian's libnccl-dev and rebuild)");
-  return make(std::move(host), timeout_seconds);
+  return make(std::move(host), timeout);
 }
 
 }  // namespace titan::dist

@@ -21,9 +21,11 @@
 // the same order.
 //
 // A handle's wait() gives up after the communicator's timeout with an error naming the collective,
-// its size and the group, so that a dead or hung rank stops the others instead of hanging them.
+// its size, the group and the config key that set the timeout, so that a dead or hung rank stops
+// the others instead of hanging them.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +60,37 @@ class CommHandle {
   virtual bool poll() = 0;
 };
 
+// How long a wait for a collective may last before it is an error, and the config key that set it
+// (the error names it): comm.timeout_seconds, or torchtitan's comm.init_timeout_seconds (start-up,
+// checkpoint load and the first step) and comm.train_timeout_seconds (every step after it).
+struct CommTimeout {
+  CommTimeout(double s, std::string k = "comm.timeout_seconds") : seconds(s), key(std::move(k)) {}
+  double seconds;
+  std::string key;
+};
+
+// An error naming the key unless the seconds are positive and finite.
+void check_timeout(const CommTimeout& timeout);
+
+// The timeout a communicator shares with every group split from it, so that set_timeout on the
+// world reaches them all; a wait reads it when it starts.
+class SharedTimeout {
+ public:
+  explicit SharedTimeout(CommTimeout t) : t_(std::move(t)) {}
+  CommTimeout get() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return t_;
+  }
+  void set(CommTimeout t) {
+    std::lock_guard<std::mutex> lock(m_);
+    t_ = std::move(t);
+  }
+
+ private:
+  mutable std::mutex m_;
+  CommTimeout t_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -90,6 +123,11 @@ class Communicator {
   // rank of a group passes its size, which the caller's mesh knows: a real communicator checks it,
   // and a planning one (dist/meta_world.h), whose other ranks are imagined, takes it as given.
   virtual std::unique_ptr<Communicator> split(int color, int key, int size) = 0;
+
+  // The timeout of every wait from now on, in this communicator and every group split from it
+  // (before or after this call). An error when not positive. A world that never waits (one
+  // process, meta) keeps nothing.
+  virtual void set_timeout(const CommTimeout& timeout) = 0;
 
   // Blocking forms.
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, const KernelContext& ctx);
@@ -129,19 +167,20 @@ std::optional<int> launcher_world_size();
 // world of one that needs no MPI at all.
 // With `device` other than the CPU and more than one rank, the device's communicator built over
 // the MPI one (cuda: NCCL, one GPU per rank); an error naming the device when it has none.
-// `timeout_seconds` bounds every wait. Call once per process (MPI is initialised once).
-std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device = Device::CPU);
+// `timeout` bounds MPI_Init and every wait until set_timeout. Call once per process (MPI is
+// initialised once).
+std::unique_ptr<Communicator> launch_communicator(const CommTimeout& timeout, Device device = Device::CPU);
 
 // A device backend's communicator, built over a host communicator (any size) that it
 // keeps (for host buffers, barriers, aborts and its own bootstrap). The CUDA backend library
 // registers NCCL's when it is loaded (core/device_services.h).
 using DeviceCommunicatorFactory = std::unique_ptr<Communicator> (*)(std::unique_ptr<Communicator> host,
-                                                                    double timeout_seconds);
+                                                                    const CommTimeout& timeout);
 void register_device_communicator(Device device, DeviceCommunicatorFactory factory);
 // `host` wrapped by the communicator of `device` (loading its backend first); an error naming the
 // device when the backend cannot be loaded or brings no communicator.
 std::unique_ptr<Communicator> device_communicator(std::unique_ptr<Communicator> host, Device device,
-                                                  double timeout_seconds);
+                                                  const CommTimeout& timeout);
 
 // A world of one process: every collective is a copy or nothing.
 std::unique_ptr<Communicator> single_process_communicator();

@@ -60,6 +60,7 @@ class MetaWorld final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  void set_timeout(const CommTimeout& timeout) override { check_timeout(timeout); }
   std::unique_ptr<Communicator> split(int, int, int size) override {
     TITAN_CHECK(size >= 1 && size <= size_, "meta world: a group of ", size, " ranks split from a world of ",
                 size_);

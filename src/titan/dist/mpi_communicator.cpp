@@ -69,10 +69,11 @@ void check_host(const KernelContext& ctx, const char* what) {
 class MpiHandle final : public CommHandle {
  public:
   // `args`: what MPI reads until the collective completes (all_to_all's counts and displacements).
-  MpiHandle(MPI_Request req, std::string what, double timeout, int rank, int size, std::vector<int> args = {})
+  MpiHandle(MPI_Request req, std::string what, std::shared_ptr<const SharedTimeout> timeout, int rank,
+            int size, std::vector<int> args = {})
       : req_(req),
         what_(std::move(what)),
-        timeout_(timeout),
+        timeout_(std::move(timeout)),
         rank_(rank),
         size_(size),
         args_(std::move(args)) {}
@@ -84,6 +85,7 @@ class MpiHandle final : public CommHandle {
   void wait() override {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
+    const CommTimeout timeout = timeout_->get();
     int done = 0;
     // Spin briefly (most collectives complete in microseconds), then poll with short sleeps so a
     // waiting rank leaves the cores to the ranks still computing.
@@ -91,9 +93,9 @@ class MpiHandle final : public CommHandle {
     while (!done) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
-      if (!done && std::chrono::duration<double>(Clock::now() - t0).count() > timeout_)
+      if (!done && std::chrono::duration<double>(Clock::now() - t0).count() > timeout.seconds)
         TITAN_FAIL("comm: rank ", rank_, ": ", what_, " over ", size_, " ranks did not complete within ",
-                   timeout_, " s (comm.timeout_seconds): another rank died or stopped answering");
+                   timeout.seconds, " s (", timeout.key, "): another rank died or stopped answering");
     }
     req_ = MPI_REQUEST_NULL;
   }
@@ -107,14 +109,15 @@ class MpiHandle final : public CommHandle {
  private:
   MPI_Request req_;
   std::string what_;
-  double timeout_;
+  std::shared_ptr<const SharedTimeout> timeout_;
   int rank_, size_;
   std::vector<int> args_;
 };
 
 class Mpi final : public Communicator {
  public:
-  Mpi(MPI_Comm comm, double timeout, bool owns_mpi) : comm_(comm), timeout_(timeout), owns_mpi_(owns_mpi) {
+  Mpi(MPI_Comm comm, std::shared_ptr<SharedTimeout> timeout, bool owns_mpi)
+      : comm_(comm), timeout_(std::move(timeout)), owns_mpi_(owns_mpi) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Op_create(bf16_sum, /*commute=*/1, &bf16_sum_);
@@ -217,10 +220,14 @@ class Mpi final : public Communicator {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; this tells the compiler so
   }
+  void set_timeout(const CommTimeout& timeout) override {
+    check_timeout(timeout);
+    timeout_->set(timeout);
+  }
   std::unique_ptr<Communicator> split(int color, int key, int size) override {
     MPI_Comm sub;
     MPI_Comm_split(comm_, color, key, &sub);
-    auto group = std::make_unique<Mpi>(sub, timeout_, false);
+    auto group = std::make_unique<Mpi>(sub, timeout_, false);  // the same timeout: set_timeout reaches it
     TITAN_CHECK(group->size() == size, "comm: split(color ", color, ") made a group of ", group->size(),
                 " ranks where ", size, " were expected (the ranks disagree on the mesh)");
     return group;
@@ -241,7 +248,7 @@ class Mpi final : public Communicator {
   }
 
   MPI_Comm comm_;
-  double timeout_;
+  std::shared_ptr<SharedTimeout> timeout_;
   bool owns_mpi_;
   int rank_ = 0, size_ = 1;
   MPI_Op bf16_sum_, bf16_max_;
@@ -249,22 +256,23 @@ class Mpi final : public Communicator {
 
 // MPI_Init waits for every rank of the job to start: a rank that never does (a host that stops
 // answering, a process stopped in its first second) would keep the others there forever, where no
-// collective's timeout can reach. This watchdog ends the process after comm.timeout_seconds,
-// naming why; the launcher then ends the whole job, as for a rank that died.
+// collective's timeout can reach. This watchdog ends the process after the start-up timeout
+// (comm.init_timeout_seconds, else comm.timeout_seconds), naming why; the launcher then ends the
+// whole job, as for a rank that died.
 class InitWatchdog {
  public:
-  explicit InitWatchdog(double timeout_seconds) {
-    thread_ = std::thread([this, timeout_seconds] {
+  explicit InitWatchdog(const CommTimeout& timeout) {
+    thread_ = std::thread([this, timeout] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [this] { return done_; }))
+      if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout.seconds), [this] { return done_; }))
         return;
       const std::optional<int> rank = launcher_rank();
       const std::optional<int> ranks = launcher_world_size();
       std::fprintf(stderr,
                    "titan: error: comm: rank %s: MPI_Init over %s ranks did not complete within %g s "
-                   "(comm.timeout_seconds): a rank did not start, or stopped answering, before MPI started\n",
+                   "(%s): a rank did not start, or stopped answering, before MPI started\n",
                    rank ? std::to_string(*rank).c_str() : "?", ranks ? std::to_string(*ranks).c_str() : "?",
-                   timeout_seconds);
+                   timeout.seconds, timeout.key.c_str());
       std::fflush(stderr);
       std::_Exit(1);  // the main thread is inside MPI_Init: nothing can unwind it
     });
@@ -310,22 +318,22 @@ std::optional<int> launcher_world_size() {
   return std::nullopt;
 }
 
-std::unique_ptr<Communicator> launch_communicator(double timeout_seconds, Device device) {
-  TITAN_CHECK(timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", timeout_seconds);
+std::unique_ptr<Communicator> launch_communicator(const CommTimeout& timeout, Device device) {
+  check_timeout(timeout);
   if (!started_by_launcher()) return single_process_communicator();
   int provided = 0;
   {
-    InitWatchdog watchdog(timeout_seconds);
+    InitWatchdog watchdog(timeout);
     // Only the main thread calls MPI (OpenMP threads compute between collectives).
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   }
   TITAN_CHECK(provided >= MPI_THREAD_FUNNELED, "comm: the MPI library does not support MPI_THREAD_FUNNELED");
   // Errors come back as codes only where we check them; a failed collective must stop the job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
-  auto world = std::make_unique<Mpi>(MPI_COMM_WORLD, timeout_seconds, true);
+  auto world = std::make_unique<Mpi>(MPI_COMM_WORLD, std::make_shared<SharedTimeout>(timeout), true);
   // A world of one rank needs no device communicator (every collective is a copy or nothing).
   if (device == Device::CPU || world->size() == 1) return world;
-  return device_communicator(std::move(world), device, timeout_seconds);
+  return device_communicator(std::move(world), device, timeout);
 }
 
 }  // namespace titan::dist

@@ -107,8 +107,10 @@ class NcclHandle final : public CommHandle {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> host, double timeout) : host_(std::move(host)), timeout_(timeout) {
-    TITAN_CHECK(timeout_ > 0, "comm.timeout_seconds must be positive, got ", timeout_);
+  // `timeout` is shared with the groups split from this communicator (set_timeout reaches them).
+  NcclCommunicator(std::unique_ptr<Communicator> host, std::shared_ptr<SharedTimeout> timeout)
+      : host_(std::move(host)), timeout_(std::move(timeout)) {
+    check_timeout(timeout_->get());
     // Makes this process's GPU (the device services pick it by local rank) current on this thread
     // before NCCL binds the communicator to the current device.
     device_services(Device::CUDA).stream();
@@ -211,6 +213,11 @@ class NcclCommunicator final : public Communicator {
     host_->abort(code);
     std::_Exit(code);  // host_->abort does not return; this tells the compiler so
   }
+  void set_timeout(const CommTimeout& timeout) override {
+    check_timeout(timeout);
+    timeout_->set(timeout);
+    host_->set_timeout(timeout);  // its barriers and host collectives
+  }
   std::unique_ptr<Communicator> split(int color, int key, int size) override {
     return std::make_unique<NcclCommunicator>(host_->split(color, key, size), timeout_);
   }
@@ -221,6 +228,7 @@ class NcclCommunicator final : public Communicator {
     using Clock = std::chrono::steady_clock;
     TITAN_CHECK(!aborted_, "comm: ", what, ": the NCCL communicator was aborted by an earlier failed collective");
     const auto t0 = Clock::now();
+    const CommTimeout timeout = timeout_->get();
     for (int polls = 0;; ++polls) {
       const cudaError_t q = query_event(done);
       if (q == cudaSuccess) return;
@@ -232,10 +240,11 @@ class NcclCommunicator final : public Communicator {
         TITAN_FAIL("comm: rank ", rank(), ": ", what, " over ", size(), " ranks failed in NCCL: ",
                    ncclGetErrorString(async), " (another rank died or its connection broke)");
       }
-      if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_) {
+      if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout.seconds) {
         abort_nccl();
-        TITAN_FAIL("comm: rank ", rank(), ": ", what, " over ", size(), " ranks (NCCL) did not complete within ",
-                   timeout_, " s (comm.timeout_seconds): another rank died or stopped answering");
+        TITAN_FAIL("comm: rank ", rank(), ": ", what, " over ", size(),
+                   " ranks (NCCL) did not complete within ", timeout.seconds, " s (", timeout.key,
+                   "): another rank died or stopped answering");
       }
       // Spin briefly (most collectives finish in microseconds), then leave the core to others.
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -278,7 +287,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> host_;  // MPI: host buffers, barriers, aborts, bootstrap
-  double timeout_;
+  std::shared_ptr<SharedTimeout> timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the communication stream
   int device_ = 0;
@@ -301,8 +310,8 @@ void NcclHandle::wait() {
   check_cuda(cudaStreamWaitEvent(caller_, done_, 0), "cudaStreamWaitEvent");
 }
 
-std::unique_ptr<Communicator> make_nccl(std::unique_ptr<Communicator> host, double timeout_seconds) {
-  return std::make_unique<NcclCommunicator>(std::move(host), timeout_seconds);
+std::unique_ptr<Communicator> make_nccl(std::unique_ptr<Communicator> host, const CommTimeout& timeout) {
+  return std::make_unique<NcclCommunicator>(std::move(host), std::make_shared<SharedTimeout>(timeout));
 }
 
 // Runs when libtitan_cuda.so is loaded (see core/device_services.h).

@@ -16,6 +16,7 @@
 #include "titan/core/glob.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
+#include "titan/dist/communicator.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/torchtitan_keys.h"
@@ -142,6 +143,8 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(parallelism, expert_parallel_degree),
       TITAN_KEY(parallelism, fsdp_reshard_after_forward, "default", "always", "never"),
       TITAN_KEY(comm, timeout_seconds),
+      TITAN_KEY(comm, init_timeout_seconds),
+      TITAN_KEY(comm, train_timeout_seconds),
       TITAN_KEY(profiling, enable_profiling),
       TITAN_KEY(profiling, save_traces_folder),
       TITAN_KEY(profiling, profile_freq),
@@ -786,6 +789,9 @@ void JobConfig::validate_values(int world_size) const {
               "metrics.peak_tflops must be >= 0 (0: the machine's figure), got ", metrics.peak_tflops);
   positive(metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
+  for (auto [v, key] : {std::pair{comm.init_timeout_seconds, "comm.init_timeout_seconds"},
+                        std::pair{comm.train_timeout_seconds, "comm.train_timeout_seconds"}})
+    TITAN_CHECK(v > 0 || v == -1, key, " must be positive (or -1: comm.timeout_seconds), got ", v);
   positive(validation.freq, "validation.freq");
   for (auto [v, key] : {std::pair{validation.steps, "validation.steps"},
                         std::pair{validation.local_batch_size, "validation.local_batch_size"},
@@ -887,6 +893,16 @@ std::string JobConfig::describe() const {
   for (auto& [k, v] : model.overrides) os << "  model." << k << " = " << v << "\n";
   for (auto& s : kernels) os << "  kernels." << s.op << " = { impl = \"" << s.variant << "\", modules = \"" << s.modules << "\" }\n";
   return os.str();
+}
+
+dist::CommTimeout CommSection::init_timeout() const {
+  if (init_timeout_seconds == -1) return {timeout_seconds, "comm.timeout_seconds"};
+  return {init_timeout_seconds, "comm.init_timeout_seconds"};
+}
+
+dist::CommTimeout CommSection::train_timeout() const {
+  if (train_timeout_seconds == -1) return {timeout_seconds, "comm.timeout_seconds"};
+  return {train_timeout_seconds, "comm.train_timeout_seconds"};
 }
 
 }  // namespace titan::train

@@ -13,6 +13,10 @@
 
 #include "titan/kernels/substitution.h"
 
+namespace titan::dist {
+struct CommTimeout;
+}
+
 namespace titan::train {
 
 // The bound on batch sizes (local and global, in sequences) and seq_len: a step's tokens then fit in
@@ -192,6 +196,13 @@ struct ProfilingSection {
 
 struct CommSection {
   double timeout_seconds = 300;  // a collective waiting longer is an error (a rank died or hangs)
+  // torchtitan's pair, each -1 for timeout_seconds: the bound during start-up (MPI_Init included),
+  // the checkpoint load and the first step, and the bound during every step after it.
+  double init_timeout_seconds = -1;
+  double train_timeout_seconds = -1;
+  // The bound in effect in each phase, with the key that set it (the timeout error names it).
+  dist::CommTimeout init_timeout() const;
+  dist::CommTimeout train_timeout() const;
 };
 
 struct JobConfig {

@@ -40,13 +40,14 @@ int64_t memory_need(const StepProfile& p) {
   return std::max(p.reserved, p.peak) + p.checkpoint_copy;
 }
 
-MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available) {
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available,
+                   bool cache_returns_at_bound) {
   MemoryFit f;
   f.need = f.unbounded_need = memory_need(profile_training_step(args, shape, Device::Meta));
   f.fits = f.need <= available;
-  if (f.fits) return f;
+  if (f.fits || !cache_returns_at_bound) return f;
   // The replay within the bound takes the unbounded one's path until the cache would pass it; from
-  // there the device's allocator returns its free segments and retries.
+  // there the GPU's allocator returns its free segments and retries.
   try {
     const MetaMemoryBound bound(available);
     f.need = memory_need(profile_training_step(args, shape, Device::Meta));
@@ -57,13 +58,14 @@ MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t
   return f;
 }
 
-BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available) {
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
+                                  bool cache_returns_at_bound) {
   BatchSearch s;
   s.bound = std::max<int64_t>(1, (int64_t(1) << 31) / shape.seq_len);
   auto fit_at = [&](int64_t batch) {
     shape.local_batch = batch;
     ++s.profiles;
-    return fit_step(args, shape, available);
+    return fit_step(args, shape, available, cache_returns_at_bound);
   };
   int64_t fits = 0, fits_need = 0, fails = 0, fails_need = 0;
   // Doubling until a batch does not fit (or the bound), then bisection between the two: the need

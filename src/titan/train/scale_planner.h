@@ -29,18 +29,20 @@ std::optional<int64_t> parse_byte_size(const std::string& text);
 int64_t memory_need(const StepProfile& p);
 
 // Whether the step of `shape` fits `available` per rank: its need, or, when the cache would outgrow
-// `available`, the step replayed within `available` (MetaMemoryBound) fits if every request is
-// served; `need` is then that replay's, and `unbounded_need` what the unbounded cache would have
-// held. Both devices' allocators return their wholly free cached segments and retry when a new
-// segment is refused: a GPU's when cudaMalloc fails, the CPU's when the host has less available
-// than the segment (core/device_services.cpp), so the replay is what either would do.
+// `available` and `cache_returns_at_bound` (a GPU: its allocator returns its cached segments when
+// cudaMalloc refuses one, and retries), the step replayed within `available` (MetaMemoryBound)
+// fits if every request is served; `need` is then that replay's, and `unbounded_need` what the
+// unbounded cache would have held. A CPU process's cache returns its segments when the host has
+// less available than a new segment (core/device_services.cpp), which ranks sharing a host reach
+// together, not at each one's share of it: its jobs are judged unbounded.
 struct MemoryFit {
   bool fits = false;
   int64_t need = 0;
   bool by_returning_cache = false;  // fits only because the bounded cache returned segments
   int64_t unbounded_need = 0;
 };
-MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available);
+MemoryFit fit_step(const qwen3::ModelArgs& args, const StepShape& shape, int64_t available,
+                   bool cache_returns_at_bound);
 
 // The largest local batch whose step fits `available` per rank (fit_step), all
 // else of `shape` kept (the micro-batch count included). Doubling, then bisection: about
@@ -54,7 +56,8 @@ struct BatchSearch {
   bool at_bound = false;
   int profiles = 0;  // meta steps run
 };
-BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available);
+BatchSearch largest_fitting_batch(const qwen3::ModelArgs& args, StepShape shape, int64_t available,
+                                  bool cache_returns_at_bound);
 
 // A GEMM rate of this machine: y = x @ w^T (ops::linear, the model's kernel) in `dtype` on
 // `device`, x [M, K], w [N, K], repeated for about `seconds` (at least 3 calls) after one warm-up

@@ -234,9 +234,9 @@ void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, i
   qwen3::check_memory_fits({param_bytes, param_bytes, 2 * param_bytes, 0}, available, what, available_what,
                            advice);
   // Judged by the peak (titan plan judges by what the caching allocator would reserve above it):
-  // when the device refuses a segment (cudaMalloc fails; on the CPU, the reservation would pass
-  // the machine's memory) the allocator returns its cached segments and retries, so a run can
-  // squeeze in between the two (docs/planning.md). This check only refuses what cannot run.
+  // when the device refuses a segment (cudaMalloc fails; on the CPU, the host has less available
+  // than the segment) the allocator returns its cached segments and retries, so a run can squeeze
+  // in between the two (docs/planning.md). This check only refuses what cannot run.
   const StepProfile p = profile_training_step(args, shape, Device::Meta);
   qwen3::check_memory_fits(
       {p.weights + p.compute_weights, p.grads, p.optimizer + p.other, p.activations(), p.checkpoint_copy},

@@ -16,7 +16,7 @@ constexpr std::string_view kQuantOnly =
     "configures float8 / MX training, which only a model.converters entry turns on (titan accepts none)";
 constexpr std::string_view kCompile =
     "titan has no torch.compile: its kernels are compiled ahead of time and compute the same step";
-constexpr std::string_view kComm = "collective timeouts and flight-recorder traces; the math is unchanged";
+constexpr std::string_view kComm = "flight-recorder traces of the collectives; the math is unchanged";
 constexpr std::string_view kFaultOnly = "used only by fault tolerance (TorchFT), which titan does not have";
 constexpr std::string_view kSacDetail =
     "fine-tunes what activation checkpointing recomputes; recomputation never changes the step's result";
@@ -212,8 +212,8 @@ const std::vector<KeyGroup> kGroups = {
                          "quantize.moe.float8.fqns",
                          "quantize.moe.mx.fqns"}),
     // [comm]
-    ignored(kComm, {"comm.init_timeout_seconds", "comm.train_timeout_seconds", "comm.trace_buf_size",
-                    "comm.save_traces_folder", "comm.save_traces_file_prefix"}),
+    native({"comm.init_timeout_seconds", "comm.train_timeout_seconds"}),
+    ignored(kComm, {"comm.trace_buf_size", "comm.save_traces_folder", "comm.save_traces_file_prefix"}),
     off_only("default", "titan has no fake-backend dry run (it would not train)", {"comm.mode"}),
     // [memory_estimation], [estimate]
     off_only("false",

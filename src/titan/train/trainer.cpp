@@ -124,7 +124,16 @@ TrainSummary run_training(const JobConfig& cfg) {
 
 TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const auto t_start = std::chrono::steady_clock::now();
+  // The run records into a tape of its own: a step that fails mid-forward or mid-backward (out of
+  // memory, a bad batch) leaves nodes holding this run's model, which a later run in the same
+  // process (titan check runs several) must not inherit.
+  autograd::Tape tape;
+  const autograd::TapeScope record_into(&tape);
   cfg.validate(world.size());
+  // torchtitan's two bounds: the start-up one until the first step of this run has completed (the
+  // checkpoint load, the first gathers and the kernels' first calls take longest), then the
+  // step one. The groups the plan splits share the world's.
+  world.set_timeout(cfg.comm.init_timeout());
   // Before the plan splits the world into its groups, which ranks of other meshes would not join.
   dist::check_same_on_every_rank(world, cfg.describe(), "configs",
                                  "every rank must get the same config file and overrides");
@@ -292,6 +301,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   auto data_epoch = [&] { return state.loader.state().at("epoch").get<uint64_t>(); };
   uint64_t epoch = data_epoch();
   bool epoch_explained = false;  // the first re-read of this invocation is said in full
+  bool first_step_done = false;  // of this invocation: the start-up timeout holds until then
   while (state.step < cfg.training.steps) {
     // checkpoint.async_mode: a save whose files every rank has written commits here.
     checkpointer.poll_save();
@@ -337,6 +347,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       }
     }();
     profiler.step_ran();
+    if (!first_step_done) {
+      world.set_timeout(cfg.comm.train_timeout());
+      first_step_done = true;
+    }
     if (const uint64_t now = data_epoch(); now > epoch) {
       // The first re-read in full; after it one line at each doubling, so a dataset far smaller than
       // the run does not fill the log (the summary says how many epochs were read in all).
