@@ -214,37 +214,16 @@ class CpuServices final : public DeviceServices {
                   "munmap of a segment's tail failed");
     void* p = reinterpret_cast<void*>(aligned);
     madvise(p, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are 4 KiB, nothing fails
-    if (const int err = fault_in(static_cast<char*>(p), bytes)) {
+    // Faulted in now, so that the kernel's available figure, which the next segment is judged by,
+    // counts every segment this process holds (a gradient buffer is first written in the first
+    // backward, long after its segment was mapped). ENOMEM refuses the segment; a cgroup over its
+    // limit kills instead, which the check against host_available_bytes is there to prevent.
+    if (const int err = fault_in_pages(p, bytes)) {
       TITAN_CHECK(::munmap(p, bytes) == 0, "munmap of a segment the kernel could not fill failed");
       return refuse(Refusal::Populate, bytes, 0, err);
     }
     cache_reserved_ += int64_t(bytes);
     return p;
-  }
-  // Faults the segment in now, so that the kernel's available figure, which the next segment is
-  // judged by, counts every segment this process holds (a gradient buffer is first written in the
-  // first backward, long after its segment was mapped). 2 MiB at a time on every thread (the
-  // kernel zeroes each page it faults in: the work of a first touch, spread as a parallel first
-  // touch spreads it, over the threads' memory nodes too): MADV_POPULATE_WRITE, or where the
-  // kernel lacks it (before 5.14) or a seccomp filter refuses it, a write to every 4 KiB page.
-  // ENOMEM from the kernel is returned (the segment is refused); a cgroup over its limit kills
-  // instead, which the check against host_available_bytes is there to prevent.
-  static int fault_in(char* p, size_t bytes) {
-    constexpr size_t kChunk = size_t(2) << 20, kPage = 4096;
-    const int64_t chunks = int64_t(bytes / kChunk);
-    int failed = 0;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      char* chunk = p + size_t(c) * kChunk;
-      if (madvise(chunk, kChunk, MADV_POPULATE_WRITE) == 0) continue;
-      if (errno == ENOMEM) {
-#pragma omp atomic write
-        failed = ENOMEM;
-        continue;
-      }
-      for (size_t o = 0; o < kChunk; o += kPage) static_cast<volatile char*>(chunk)[o] = 0;
-    }
-    return failed;
   }
   void unmap_segment(void* p, size_t bytes) {
     // munmap of a whole mapping this process made fails only on arguments it never passes.

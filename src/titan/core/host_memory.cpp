@@ -1,8 +1,10 @@
 #include "titan/core/host_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cfenv>
 #include <cstdio>
 #include <filesystem>
@@ -183,6 +185,24 @@ std::string host_available_name() {
     name += " within the cgroup limit of " + c->file + " (" + gib + ")";
   }
   return name;
+}
+
+int fault_in_pages(void* p, size_t bytes, bool advice) {
+  constexpr size_t kChunk = size_t(2) << 20, kPage = 4096;
+  const int64_t chunks = int64_t(bytes / kChunk);
+  int failed = 0;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    char* chunk = static_cast<char*>(p) + size_t(c) * kChunk;
+    if (advice && madvise(chunk, kChunk, MADV_POPULATE_WRITE) == 0) continue;
+    if (advice && errno == ENOMEM) {
+#pragma omp atomic write
+      failed = ENOMEM;
+      continue;
+    }
+    for (size_t o = 0; o < kChunk; o += kPage) static_cast<volatile char*>(chunk)[o] = 0;
+  }
+  return failed;
 }
 
 }  // namespace titan

@@ -13,6 +13,7 @@
 // container's own group at its root: a group folder that does not exist under the mount (that, or
 // a "(deleted)" group) is read at its nearest existing ancestor; a path climbing out of the mount
 // ("..") at the mount's root. Anything unreadable binds nothing.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,14 @@ std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount = 
 // capacity (the metrics' memory percentage, and one of the two bounds past which its caching
 // allocator returns cached segments and then refuses; host_available_bytes is the other).
 int64_t host_memory_bytes();
+
+// Faults in `bytes` of fresh anonymous memory at `p` (2 MiB aligned, a multiple of 2 MiB), 2 MiB
+// per OpenMP thread at a time (the kernel zeroes each page it faults in: the work of a first touch,
+// spread as a parallel first touch spreads it, over the threads' memory nodes too), with
+// MADV_POPULATE_WRITE, or, where the kernel lacks it (before Linux 5.14) or a seccomp filter
+// refuses it, or with `advice` false, a write to every 4 KiB page. 0, or ENOMEM when the kernel had
+// no memory to give (the caller unmaps).
+int fault_in_pages(void* p, size_t bytes, bool advice = true);
 
 // Bytes available to a new allocation now: MemAvailable of /proc/meminfo (else
 // sysconf(_SC_AVPHYS_PAGES) x page size), capped by what the process's cgroup limit leaves. Read
