@@ -261,7 +261,8 @@ void check_every_collective(Communicator& comm) {
 TEST(Nccl, EveryCollectiveInAWorldOfOneRank) {
   REQUIRE_NCCL();
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs NcclRanks.* only";
-  auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA, kTimeoutSeconds);
+  auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA,
+                                        dist::CommTimeout(kTimeoutSeconds));
   ASSERT_EQ(comm->size(), 1);
   check_every_collective(*comm);
 }
@@ -273,7 +274,8 @@ TEST(Nccl, EveryCollectiveInAWorldOfOneRank) {
 TEST(Nccl, APollWhileTheCollectiveRunsLeavesNoErrorForTheNextKernel) {
   REQUIRE_NCCL();
   if (std::getenv(kRankEnv)) GTEST_SKIP() << "a rank under mpirun runs NcclRanks.* only";
-  auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA, kTimeoutSeconds);
+  auto comm = dist::device_communicator(dist::single_process_communicator(), Device::CUDA,
+                                        dist::CommTimeout(kTimeoutSeconds));
   DeviceServices& gpu = device_services(Device::CUDA);
   const int64_t n = int64_t(1) << 28, m = 1024;
   void* big = gpu.allocate(size_t(n) * 4);
@@ -331,7 +333,8 @@ TEST(Nccl, EveryCollectiveOverTwoRanksMatchesMpi) {
 // is initialised once) and released by the last test, before the CUDA runtime shuts down.
 constexpr double kRankTimeoutSeconds = 10;
 std::unique_ptr<Communicator>& rank_world() {
-  static std::unique_ptr<Communicator> world = dist::launch_communicator(kRankTimeoutSeconds, Device::CUDA);
+  static std::unique_ptr<Communicator> world =
+      dist::launch_communicator(dist::CommTimeout(kRankTimeoutSeconds), Device::CUDA);
   return world;
 }
 

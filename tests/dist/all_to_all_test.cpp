@@ -137,7 +137,7 @@ TEST(AllToAll, OverThreeRealRanks) {
 
 // The ranks' world: MPI, made once per process (MPI is initialised once).
 Communicator& rank_world() {
-  static std::unique_ptr<Communicator> world = dist::launch_communicator(60);
+  static std::unique_ptr<Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
   return *world;
 }
 

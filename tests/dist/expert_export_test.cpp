@@ -52,7 +52,7 @@ qwen3::ModelArgs moe_args() {
 
 // The ranks' world: MPI, made once per process (MPI is initialised once).
 dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(60);
+  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
   return *world;
 }
 

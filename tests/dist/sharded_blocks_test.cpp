@@ -67,7 +67,7 @@ float arbitrary_gradient(int rank, int mb, int block, int64_t i) {
 
 // The ranks' world: MPI, made once per process (MPI is initialised once).
 dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(60);
+  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
   return *world;
 }
 

@@ -85,7 +85,7 @@ if(TITAN_FUZZ)
               core/host_memory.cpp
       HEADERS train/job_config.h train/torchtitan_keys.h models/qwen3/args.h models/qwen3/size_check.h
               io/json_error.h io/path_guard.h core/check.h core/glob.h core/parse.h core/suggest.h
-              core/host_memory.h dist/communicator.h core/device_services.h core/dtype.h
+              core/host_memory.h dist/communicator.h core/device_services.h core/dtype.h core/check.h
               kernels/substitution.h
       # toml++ as titan links it (Debian's release build of the library, not compiled in here): its
       # header-only debug build asserts on malformed table headers such as "[[[1]]]" (a precondition

@@ -503,7 +503,9 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
             1)
       << out;
   EXPECT_NE(
-      out.find("comm.timeout_seconds must be positive, got 0 (comm.timeout_seconds set on the command line)"),
+      out.find(
+          "comm.timeout_seconds must be positive and at most 1e9 seconds, got 0 (comm.timeout_seconds set on "
+          "the command line)"),
       std::string::npos)
       << out;
 }
@@ -757,6 +759,12 @@ TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
     EXPECT_NE(e.find(std::string(key) + " must be positive (or -1: comm.timeout_seconds), got 0"),
               std::string::npos)
         << e;
+    // Refused when the config is read, not when the bound is first set (after step 1).
+    const std::string inf = error_of([&] { parse("", {{key, "inf"}}).validate(1); });
+    EXPECT_NE(inf.find(std::string(key) + " must be positive and at most 1e9 seconds, got inf"),
+              std::string::npos)
+        << inf;
+    EXPECT_EQ(error_of([&] { parse("", {{key, "-1"}}).validate(1); }), "");
   }
   expect_one_note_per_torchtitan_key(file, c);
   EXPECT_NE(note_of(c, "compile.enable").find("ignored: titan has no torch.compile"), std::string::npos);

@@ -28,6 +28,7 @@
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/dist/communicator.h"
 #include "titan/io/safetensors.h"
 #include "titan/kernels/substitution.h"
 #include "titan/train/checkpoint.h"
@@ -1589,4 +1590,81 @@ TEST(Trainer, StartingFromANativeMoeCheckpointKeepsItsExpertBiases) {
   EXPECT_EQ(started["loss"].get<double>(), resumed["loss"].get<double>());
   EXPECT_EQ(started["aux_loss"].get<double>(), resumed["aux_loss"].get<double>())
       << "the new run routed otherwise than the resume: its expert biases were not the checkpoint's";
+}
+
+namespace {
+
+// A one-process world that says which timeouts the run set on it, in order (every collective goes
+// to the real one-process communicator).
+class TimeoutRecordingWorld final : public dist::Communicator {
+ public:
+  std::vector<std::string> keys;
+  int rank() const override { return world_->rank(); }
+  int size() const override { return world_->size(); }
+  std::string library() const override { return world_->library(); }
+  std::unique_ptr<dist::CommHandle> start_all_reduce(void* buf, int64_t count, DType dtype, dist::ReduceOp op,
+                                                     const KernelContext& ctx) override {
+    return world_->start_all_reduce(buf, count, dtype, op, ctx);
+  }
+  std::unique_ptr<dist::CommHandle> start_all_gather(const void* send, void* recv, int64_t count, DType dtype,
+                                                     const KernelContext& ctx) override {
+    return world_->start_all_gather(send, recv, count, dtype, ctx);
+  }
+  std::unique_ptr<dist::CommHandle> start_reduce_scatter(const void* send, void* recv, int64_t count,
+                                                         DType dtype, dist::ReduceOp op,
+                                                         const KernelContext& ctx) override {
+    return world_->start_reduce_scatter(send, recv, count, dtype, op, ctx);
+  }
+  std::unique_ptr<dist::CommHandle> start_broadcast(void* buf, int64_t count, DType dtype, int root,
+                                                    const KernelContext& ctx) override {
+    return world_->start_broadcast(buf, count, dtype, root, ctx);
+  }
+  std::unique_ptr<dist::CommHandle> start_all_to_all(const void* send, std::span<const int64_t> send_counts,
+                                                     void* recv, std::span<const int64_t> recv_counts,
+                                                     DType dtype, const KernelContext& ctx) override {
+    return world_->start_all_to_all(send, send_counts, recv, recv_counts, dtype, ctx);
+  }
+  void barrier() override { world_->barrier(); }
+  [[noreturn]] void abort(int code) override { world_->abort(code); }
+  std::unique_ptr<dist::Communicator> split(int color, int key, int size) override {
+    return world_->split(color, key, size);
+  }
+  void set_timeout(const dist::CommTimeout& timeout) override {
+    keys.push_back(timeout.key + "=" + std::to_string(int(timeout.seconds)));
+    world_->set_timeout(timeout);
+  }
+
+ private:
+  std::unique_ptr<dist::Communicator> world_ = dist::single_process_communicator();
+};
+
+}  // namespace
+
+// torchtitan's two bounds: comm.init_timeout_seconds from the start until the first step of the run
+// has ended (with its evaluation and checkpoint), then comm.train_timeout_seconds; a run with no
+// step to take (resumed at training.steps) keeps the start-up bound.
+TEST(Trainer, TheStartUpTimeoutHoldsUntilTheFirstStepHasEnded) {
+  const fs::path dump = tt::temp_dir("trainer_timeouts");
+  const Overrides timeouts = {{"comm.init_timeout_seconds", "77"},
+                              {"comm.train_timeout_seconds", "11"},
+                              {"checkpoint.enable", "true"},
+                              {"checkpoint.interval", "1"}};
+  TimeoutRecordingWorld first;
+  run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"}})), first);
+  EXPECT_EQ(first.keys,
+            (std::vector<std::string>{"comm.init_timeout_seconds=77", "comm.train_timeout_seconds=11"}));
+  // Resumed at its last step: nothing to train, the start-up bound throughout.
+  TimeoutRecordingWorld done;
+  run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"}})), done);
+  EXPECT_EQ(done.keys, std::vector<std::string>{"comm.init_timeout_seconds=77"});
+  // Resumed with steps to go: the switch after this run's first step (torchtitan's "step == 1"
+  // would not come again).
+  TimeoutRecordingWorld resumed;
+  run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "5"}})), resumed);
+  EXPECT_EQ(resumed.keys,
+            (std::vector<std::string>{"comm.init_timeout_seconds=77", "comm.train_timeout_seconds=11"}));
+  // Unset, both are comm.timeout_seconds.
+  TimeoutRecordingWorld plain;
+  run_training(tiny_config(tt::temp_dir("trainer_timeouts_plain"), {{"training.steps", "1"}}), plain);
+  EXPECT_EQ(plain.keys, (std::vector<std::string>{"comm.timeout_seconds=300", "comm.timeout_seconds=300"}));
 }

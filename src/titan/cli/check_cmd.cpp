@@ -174,8 +174,8 @@ Row versions_row() {
 }
 
 // The launcher's world against the configured mesh, and every rank answering: an all-gather of
-// each rank's host name over the world (a rank that does not answer within comm.timeout_seconds
-// makes it an error naming the collective).
+// each rank's host name over the world (a rank that does not answer within the start-up bound,
+// comm.init_timeout_seconds or comm.timeout_seconds makes it an error naming the collective).
 Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
   const std::string rule = "the launcher's world size = replicate x shard, and every rank answers";
   try {

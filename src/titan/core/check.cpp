@@ -4,10 +4,13 @@
 
 namespace titan::detail {
 
-void throw_error(const char* file, int line, const std::string& msg) {
-  // Keep the path short: from "src/" on, so messages read the same on every machine.
+std::string located(const char* file, int line, const std::string& msg) {
   const char* shown = std::strstr(file, "src/titan/");
-  throw Error(std::string(shown ? shown : file) + ":" + std::to_string(line) + ": " + msg);
+  return std::string(shown ? shown : file) + ":" + std::to_string(line) + ": " + msg;
+}
+
+void throw_error(const char* file, int line, const std::string& msg) {
+  throw Error(located(file, line, msg));
 }
 
 }  // namespace titan::detail

@@ -20,6 +20,9 @@ std::string concat(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+// "src/titan/core/x.cpp:12: msg": the message every check throws (the path from src/ on, so that
+// messages read the same on every machine); for errors of a type of their own.
+std::string located(const char* file, int line, const std::string& msg);
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
 }  // namespace detail
 

@@ -137,9 +137,12 @@ class CpuServices final : public DeviceServices {
     void* p = cache_.allocate(nbytes);
     // Null only when a new segment was refused (map_segment) even after every cached segment went
     // back. The device counted this request before calling here: the tensors' bytes are the others.
-    TITAN_CHECK(p, "out of CPU memory allocating ", nbytes, " bytes (",
-                stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
-                " reserved in segments): ", last_refusal.describe());
+    if (!p)
+      throw DeviceOutOfMemory(detail::located(
+          __FILE__, __LINE__,
+          detail::concat("out of CPU memory allocating ", nbytes, " bytes (",
+                         stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
+                         " reserved in segments): ", last_refusal.describe())));
     return p;
   }
   void raw_deallocate(void* ptr, size_t) override {

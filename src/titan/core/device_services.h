@@ -168,6 +168,14 @@ class MetaStandIn {
   Device previous_;
 };
 
+// A device's caching allocator refused a request even after returning its cached segments (the
+// CPU: the host has no memory left for this process; a GPU: cudaMalloc failed). The trainer adds
+// what would shrink the step.
+class DeviceOutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // The meta device's memory bounded as a GPU's is: while a MetaMemoryBound is alive, the meta
 // device's caching allocator is refused any segment that would take its reservation past `bytes`,
 // and then, as on the GPU, returns its wholly free cached segments and tries once more; a request

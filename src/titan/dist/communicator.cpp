@@ -1,7 +1,6 @@
 #include "titan/dist/communicator.h"
 
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -138,11 +137,6 @@ std::unique_ptr<Communicator> single_process_communicator() {
 namespace {
 std::atomic<DeviceCommunicatorFactory> g_cuda_communicator{nullptr};
 }  // namespace
-
-void check_timeout(const CommTimeout& timeout) {
-  TITAN_CHECK(std::isfinite(timeout.seconds) && timeout.seconds > 0, timeout.key, " must be positive, got ",
-              timeout.seconds);
-}
 
 void register_device_communicator(Device device, DeviceCommunicatorFactory factory) {
   TITAN_CHECK(device == Device::CUDA, "register_device_communicator: only the CUDA backend brings one, got '",

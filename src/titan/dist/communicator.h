@@ -23,6 +23,7 @@
 // A handle's wait() gives up after the communicator's timeout with an error naming the collective,
 // its size, the group and the config key that set the timeout, so that a dead or hung rank stops
 // the others instead of hanging them.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@
 #include <span>
 #include <string>
 
+#include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/core/dtype.h"
 
@@ -64,13 +66,18 @@ class CommHandle {
 // (the error names it): comm.timeout_seconds, or torchtitan's comm.init_timeout_seconds (start-up,
 // checkpoint load and the first step) and comm.train_timeout_seconds (every step after it).
 struct CommTimeout {
-  CommTimeout(double s, std::string k = "comm.timeout_seconds") : seconds(s), key(std::move(k)) {}
+  explicit CommTimeout(double s, std::string k = "comm.timeout_seconds") : seconds(s), key(std::move(k)) {}
   double seconds;
   std::string key;
 };
 
-// An error naming the key unless the seconds are positive and finite.
-void check_timeout(const CommTimeout& timeout);
+// An error naming the key unless the seconds are positive and at most 1e9 (~31 years: a wait's
+// deadline is counted in 64-bit nanoseconds, which 9.2e9 s overflows). Inline: the config's
+// validation uses it without the communicators.
+inline void check_timeout(const CommTimeout& timeout) {
+  TITAN_CHECK(std::isfinite(timeout.seconds) && timeout.seconds > 0 && timeout.seconds <= 1e9, timeout.key,
+              " must be positive and at most 1e9 seconds, got ", timeout.seconds);
+}
 
 // The timeout a communicator shares with every group split from it, so that set_timeout on the
 // world reaches them all; a wait reads it when it starts.

@@ -225,6 +225,12 @@ class Mpi final : public Communicator {
     timeout_->set(timeout);
   }
   std::unique_ptr<Communicator> split(int color, int key, int size) override {
+    // MPI_Comm_split blocks until every rank calls it, with no bound of its own: the timed barrier
+    // first, so a rank that never comes is a timeout naming the split, not a hang.
+    MPI_Request req;
+    MPI_Ibarrier(comm_, &req);
+    MpiHandle(req, "barrier before split(color " + std::to_string(color) + ")", timeout_, rank_, size_)
+        .wait();
     MPI_Comm sub;
     MPI_Comm_split(comm_, color, key, &sub);
     auto group = std::make_unique<Mpi>(sub, timeout_, false);  // the same timeout: set_timeout reaches it

@@ -788,10 +788,12 @@ void JobConfig::validate_values(int world_size) const {
   TITAN_CHECK(std::isfinite(metrics.peak_tflops) && metrics.peak_tflops >= 0,
               "metrics.peak_tflops must be >= 0 (0: the machine's figure), got ", metrics.peak_tflops);
   positive(metrics.log_freq, "metrics.log_freq");
-  TITAN_CHECK(comm.timeout_seconds > 0, "comm.timeout_seconds must be positive, got ", comm.timeout_seconds);
+  dist::check_timeout(dist::CommTimeout(comm.timeout_seconds));
   for (auto [v, key] : {std::pair{comm.init_timeout_seconds, "comm.init_timeout_seconds"},
                         std::pair{comm.train_timeout_seconds, "comm.train_timeout_seconds"}})
     TITAN_CHECK(v > 0 || v == -1, key, " must be positive (or -1: comm.timeout_seconds), got ", v);
+  dist::check_timeout(comm.init_timeout());
+  dist::check_timeout(comm.train_timeout());
   positive(validation.freq, "validation.freq");
   for (auto [v, key] : {std::pair{validation.steps, "validation.steps"},
                         std::pair{validation.local_batch_size, "validation.local_batch_size"},
@@ -896,13 +898,13 @@ std::string JobConfig::describe() const {
 }
 
 dist::CommTimeout CommSection::init_timeout() const {
-  if (init_timeout_seconds == -1) return {timeout_seconds, "comm.timeout_seconds"};
-  return {init_timeout_seconds, "comm.init_timeout_seconds"};
+  if (init_timeout_seconds == -1) return dist::CommTimeout(timeout_seconds, "comm.timeout_seconds");
+  return dist::CommTimeout(init_timeout_seconds, "comm.init_timeout_seconds");
 }
 
 dist::CommTimeout CommSection::train_timeout() const {
-  if (train_timeout_seconds == -1) return {timeout_seconds, "comm.timeout_seconds"};
-  return {train_timeout_seconds, "comm.train_timeout_seconds"};
+  if (train_timeout_seconds == -1) return dist::CommTimeout(timeout_seconds, "comm.timeout_seconds");
+  return dist::CommTimeout(train_timeout_seconds, "comm.train_timeout_seconds");
 }
 
 }  // namespace titan::train

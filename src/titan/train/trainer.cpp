@@ -130,9 +130,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   autograd::Tape tape;
   const autograd::TapeScope record_into(&tape);
   cfg.validate(world.size());
-  // torchtitan's two bounds: the start-up one until the first step of this run has completed (the
-  // checkpoint load, the first gathers and the kernels' first calls take longest), then the
-  // step one. The groups the plan splits share the world's.
+  // torchtitan's two bounds: the start-up one until the first step of this run has completed, with
+  // its evaluation and checkpoint (the checkpoint load, the first gathers and the kernels' first
+  // calls take longest), then the step one. The groups the plan splits share the world's.
   world.set_timeout(cfg.comm.init_timeout());
   // Before the plan splits the world into its groups, which ranks of other meshes would not join.
   dist::check_same_on_every_rank(world, cfg.describe(), "configs",
@@ -301,7 +301,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   auto data_epoch = [&] { return state.loader.state().at("epoch").get<uint64_t>(); };
   uint64_t epoch = data_epoch();
   bool epoch_explained = false;  // the first re-read of this invocation is said in full
-  bool first_step_done = false;  // of this invocation: the start-up timeout holds until then
+  bool first_step_done = false;  // of this run: the start-up bound holds until its end
   while (state.step < cfg.training.steps) {
     // checkpoint.async_mode: a save whose files every rank has written commits here.
     checkpointer.poll_save();
@@ -335,6 +335,18 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     const StepResult r = [&] {
       try {
         return train_step.run(state);
+      } catch (const DeviceOutOfMemory& e) {
+        // This rank's alone (the others wait until the job is ended): what would shrink the step
+        // (TrainStep::run counted the step first).
+        throw DeviceOutOfMemory(
+            std::string(e.what()) + "; step " + std::to_string(state.step) + " of batch " +
+            std::to_string(job.local_batch_size) + " x seq " + std::to_string(job.seq_len) +
+            " needs more memory than this rank has: titan plan --config <this config> shows what it holds "
+            "(docs/planning.md); shrink training.local_batch_size or training.seq_len "
+            "(training.global_batch_size "
+            "keeps the step's tokens by accumulating)" +
+            (cfg.activation_checkpoint.mode != "full" ? ", or set activation_checkpoint.mode = \"full\""
+                                                      : ""));
       } catch (const StepRefused&) {
         // Every rank refuses this step at once: a save of an earlier step still in the background is
         // committed before the run stops (a resume starts from it), or its failure said beside.
@@ -347,10 +359,6 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       }
     }();
     profiler.step_ran();
-    if (!first_step_done) {
-      world.set_timeout(cfg.comm.train_timeout());
-      first_step_done = true;
-    }
     if (const uint64_t now = data_epoch(); now > epoch) {
       // The first re-read in full; after it one line at each doubling, so a dataset far smaller than
       // the run does not fill the log (the summary says how many epochs were read in all).
@@ -393,6 +401,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
           state, job,
           state.step < cfg.training.steps ? Checkpointer::When::InBackground : Checkpointer::When::Now);
     profiler.end_step(state.step);
+    // As torchtitan: the step bound from the end of the first step of this run, its evaluation
+    // and checkpoint included (a resumed run's first step too, where torchtitan's "step == 1"
+    // would keep the start-up bound for the whole run).
+    if (!first_step_done) {
+      world.set_timeout(cfg.comm.train_timeout());
+      first_step_done = true;
+    }
   }
 
   checkpointer.finish_save();  // the last save, or one still in the background, is committed

@@ -414,9 +414,12 @@ class CudaDeviceServices final : public DeviceServices {
     void* p = cache_.allocate(nbytes);
     // Null only when cudaMalloc refused the segment even after every cached one went back. The
     // device counted this request before calling here: the tensors' bytes are the others.
-    TITAN_CHECK(p, "out of CUDA memory allocating ", nbytes, " bytes (",
-                stats().current_bytes - int64_t(nbytes), " bytes in tensors, ", reserved_bytes(),
-                " reserved in segments)");
+    if (!p)
+      throw DeviceOutOfMemory(
+          detail::located(__FILE__, __LINE__,
+                          detail::concat("out of CUDA memory allocating ", nbytes, " bytes (",
+                                         stats().current_bytes - int64_t(nbytes), " bytes in tensors, ",
+                                         reserved_bytes(), " reserved in segments)")));
     return p;
   }
 
