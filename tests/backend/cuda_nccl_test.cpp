@@ -265,6 +265,14 @@ TEST(Nccl, EveryCollectiveInAWorldOfOneRank) {
                                         dist::CommTimeout(kTimeoutSeconds));
   ASSERT_EQ(comm->size(), 1);
   check_every_collective(*comm);
+  // A new timeout is checked, named, and taken by the NCCL world, its host MPI world and their
+  // groups alike (the trainer's step bound); the collectives still run under it.
+  EXPECT_NE(tt::error_of([&] {
+              comm->set_timeout(dist::CommTimeout(0, "test.timeout_key"));
+            }).find("test.timeout_key must be positive and at most 1e9 seconds, got 0"),
+            std::string::npos);
+  comm->set_timeout(dist::CommTimeout(30, "test.timeout_key"));
+  check_every_collective(*comm);
 }
 
 // A poll() that finds a collective still running must leave nothing in CUDA's last-error slot

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -30,7 +32,7 @@ namespace tt = titan::testing;
 using dist::Communicator;
 
 constexpr int kRanks = 3;
-constexpr int kRankTests = 5;  // the AllToAllRanks tests every rank runs
+constexpr int kRankTests = 6;  // the AllToAllRanks tests every rank runs
 // Set by the parent test for the ranks it starts under mpirun.
 constexpr const char* kRankEnv = "TITAN_ALL_TO_ALL_TEST_RANKS";
 
@@ -265,6 +267,32 @@ TEST(AllToAllRanks, SplitGroupsExchangeAmongThemselves) {
     x.start(*group)->wait();
     x.check("split group of " + std::to_string(group->size()));
   }
+}
+
+// A timeout set on the world binds the groups split from it before the call (the trainer sets the
+// step bound after the plan split its groups): rank 0 waits on a group collective rank 1 joins only
+// after 2 s, and gives up after the world's new 0.5 s, naming the key that set it.
+TEST(AllToAllRanks, ATimeoutSetOnTheWorldBindsTheGroupsSplitBefore) {
+  REQUIRE_RANK();
+  Communicator& world = rank_world();
+  const bool pair = world.rank() < 2;
+  auto group = world.split(pair ? 0 : 1, world.rank(), pair ? 2 : world.size() - 2);
+  world.set_timeout(dist::CommTimeout(0.5, "test.timeout_key"));
+  // Outlives the test: rank 0's timed-out request completes (into it) once rank 1 joins.
+  static double value = 1;
+  if (pair && group->rank() == 0) {
+    auto handle = group->start_all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
+    const std::string e = tt::error_of([&] { handle->wait(); });
+    EXPECT_NE(
+        e.find("all_reduce(f64 x 1, sum) over 2 ranks did not complete within 0.5 s (test.timeout_key)"),
+        std::string::npos)
+        << e;
+  } else if (pair) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    group->all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
+  }
+  world.set_timeout(dist::CommTimeout(60));
+  world.barrier();
 }
 
 // ------------------------------------------------------------------ one process
