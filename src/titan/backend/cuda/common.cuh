@@ -93,6 +93,34 @@ __device__ inline void store_vec(uint16_t* p, int64_t v, const float (&in)[kVec]
   else
     p[v] = f32_to_bf16(in[0]);
 }
+// The same kVec elements v * kVec .. v * kVec + kVec - 1 one access each, at any alignment: a
+// kernel that lays its elements out by kVec reads an unaligned view through these and so sums in
+// the same order as for an aligned one (the bits of a row do not depend on where it sits).
+template <int kVec, class T>
+__device__ inline void load_elements(const T* p, int64_t v, float (&out)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) out[e] = load_f32(p, v * kVec + e);
+}
+template <int kVec, class T>
+__device__ inline void store_elements(T* p, int64_t v, const float (&in)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) store_f32(p, v * kVec + e, in[e]);
+}
+// load_vec when kAligned, load_elements otherwise (and the stores alike).
+template <int kVec, bool kAligned, class T>
+__device__ inline void load_run(const T* p, int64_t v, float (&out)[kVec]) {
+  if constexpr (kAligned)
+    load_vec<kVec>(p, v, out);
+  else
+    load_elements<kVec>(p, v, out);
+}
+template <int kVec, bool kAligned, class T>
+__device__ inline void store_run(T* p, int64_t v, const float (&in)[kVec]) {
+  if constexpr (kAligned)
+    store_vec<kVec>(p, v, in);
+  else
+    store_elements<kVec>(p, v, in);
+}
 // Whether `p` (or null) may be read kVec elements of `elem_bytes` at a time.
 inline bool vector_aligned(const void* p, int vec, size_t elem_bytes) {
   return reinterpret_cast<uintptr_t>(p) % (size_t(vec) * elem_bytes) == 0;

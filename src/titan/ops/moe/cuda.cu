@@ -639,27 +639,40 @@ struct MmaTile {
   static constexpr int kLdN = kN + 8;            // [32 k][kN n] tiles, N contiguous
 };
 
-// One stage of a [kRows][kCols] bf16 tile by cp.async over kThreads threads: this thread's 16-byte
-// chunks c of the tile go to dst[i * ld + j] from row_ptr(i) + j when inside(i, j), else zeros.
-// `base` is any valid address of the operand: a zero-filled cp.async reads nothing but still names
-// a global source.
+// The 16-byte chunks of a [kRows][kCols] bf16 stage that this thread copies: chunk c (of
+// stage_chunks) is row stage_chunk_row(c), columns stage_chunk_column(c) .. + 7.
+template <int kRows, int kCols, int kThreads>
+constexpr int stage_chunks() {
+  static_assert(kRows * kCols % (8 * kThreads) == 0, "whole chunks per thread");
+  return kRows * kCols / 8 / kThreads;
+}
+template <int kCols, int kThreads>
+__device__ __forceinline__ int stage_chunk_row(int c) {
+  return (int(threadIdx.x) + c * kThreads) / (kCols / 8);
+}
+template <int kCols, int kThreads>
+__device__ __forceinline__ int stage_chunk_column(int c) {
+  return (int(threadIdx.x) + c * kThreads) % (kCols / 8) * 8;
+}
+
+// One stage of a [kRows][kCols] bf16 tile by cp.async over kThreads threads: this thread's chunks c
+// go to dst[i * ld + j] from row_ptr(i, c) + j when inside(i, j), else zeros. `base` is any valid
+// address of the operand: a zero-filled cp.async reads nothing but still names a global source.
 template <int kRows, int kCols, int kThreads, class RowPtr, class Inside>
 __device__ __forceinline__ void load_stage(bf16_t* dst, int ld, const bf16_t* base, RowPtr row_ptr,
                                            Inside inside) {
-  constexpr int kChunks = kRows * kCols / 8 / kThreads;  // per thread
-  static_assert(kRows * kCols % (8 * kThreads) == 0, "whole chunks per thread");
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int idx = threadIdx.x + c * kThreads, i = idx / (kCols / 8), j = (idx % (kCols / 8)) * 8;
+  for (int c = 0; c < stage_chunks<kRows, kCols, kThreads>(); ++c) {
+    const int i = stage_chunk_row<kCols, kThreads>(c), j = stage_chunk_column<kCols, kThreads>(c);
     const bool in = inside(i, j);
-    cp_async16(dst + i * ld + j, in ? row_ptr(i) + j : base, in);
+    cp_async16(dst + i * ld + j, in ? row_ptr(i, c) + j : base, in);
   }
 }
 
-// The pipeline of a block: issue(step) queues step's tiles into stage step % kMmaStages, and
-// multiply(stage) consumes one. One group is committed per step (empty past the end) so that
-// waiting for all but the newest kMmaStages - 2 groups always means "this step's tiles landed". The
-// barrier at the top of a step also says every warp is done with the stage the step then refills
+// The pipeline of a block: issue(step) queues step's tiles into stage step % kMmaStages (for steps
+// 0, 1, 2, ... in order, each once), and multiply(stage) consumes one. One group is committed per step (empty
+// past the end) so that waiting for all but the newest kMmaStages - 2 groups always means "this step's tiles
+// landed". The barrier at the top of a step also says every warp is done with the stage the step then refills
 // (the one the previous step multiplied).
 template <class Issue, class Multiply>
 __device__ __forceinline__ void run_mma_pipeline(int64_t steps, Issue issue, Multiply multiply) {
@@ -814,16 +827,17 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
                      const int stage = int(step % kMmaStages);
                      const int64_t k0 = step * kMmaK;
                      load_stage<kMmaM, kMmaK, kThreads>(
-                         As + stage * kAStage, kMmaLdK, A, [&](int m) { return A + a_row[m] + k0; },
+                         As + stage * kAStage, kMmaLdK, A, [&](int m, int) { return A + a_row[m] + k0; },
                          [&](int m, int kk) { return r0 + m < r_end && k0 + kk < K; });
                      if constexpr (kTransB)  // B^T tile [kBN n][32 k]
                        load_stage<kBN, kMmaK, kThreads>(
-                           Bs + stage * kBStage, kMmaLdK, Be, [&](int nn) { return Be + (c0 + nn) * K + k0; },
+                           Bs + stage * kBStage, kMmaLdK, Be,
+                           [&](int nn, int) { return Be + (c0 + nn) * K + k0; },
                            [&](int nn, int kk) { return c0 + nn < N && k0 + kk < K; });
                      else  // B tile [32 k][kBN n]
                        load_stage<kMmaK, kBN, kThreads>(
                            Bs + stage * kBStage, Tile::kLdN, Be,
-                           [&](int kk) { return Be + (k0 + kk) * N + c0; },
+                           [&](int kk, int) { return Be + (k0 + kk) * N + c0; },
                            [&](int kk, int nn) { return k0 + kk < K && c0 + nn < N; });
                    },
                    [&](int stage) {
@@ -865,20 +879,33 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
   const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kMmaM, n0 = int64_t(blockIdx.x) * kBN;
   const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
   const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  // The B rows (the rows' tokens when gathered) of this thread's chunks of a step's B tile, looked
+  // up one step ahead: the lookup of step s + 1 is in flight while step s multiplies, instead of
+  // stalling the issue of every step on a dependent global load.
+  constexpr int kBChunks = stage_chunks<kMmaK, kBN, kThreads>();
+  int64_t b_row[kBChunks];
+  auto look_up_b_rows = [&](int64_t step) {
+#pragma unroll
+    for (int c = 0; c < kBChunks; ++c) {
+      const int64_t r = r_begin + step * kMmaK + stage_chunk_row<kBN, kThreads>(c);
+      b_row[c] = r < r_end ? (gather ? gather[r] : r) : 0;
+    }
+  };
+  look_up_b_rows(0);
 
   float acc[4][8][4] = {};
   run_mma_pipeline(
       (r_end - r_begin + kMmaK - 1) / kMmaK,  // block-uniform
-      [&](int64_t step) {
+      [&](int64_t step) {  // called for steps 0, 1, 2, ... in order: b_row holds this step's rows
         const int stage = int(step % kMmaStages);
         const int64_t rs = r_begin + step * kMmaK;
         load_stage<kMmaK, kMmaM, kThreads>(
-            At + stage * kAStage, kMmaLdM, A, [&](int kk) { return A + (rs + kk) * lda + m0; },
+            At + stage * kAStage, kMmaLdM, A, [&](int kk, int) { return A + (rs + kk) * lda + m0; },
             [&](int kk, int m) { return rs + kk < r_end && m0 + m < M; });
         load_stage<kMmaK, kBN, kThreads>(
-            Bs + stage * kBStage, Tile::kLdN, B,
-            [&](int kk) { return B + (gather ? gather[rs + kk] : rs + kk) * ldb + n0; },
+            Bs + stage * kBStage, Tile::kLdN, B, [&](int, int c) { return B + b_row[c] * ldb + n0; },
             [&](int kk, int nn) { return rs + kk < r_end && n0 + nn < N; });
+        look_up_b_rows(step + 1);
       },
       [&](int stage) {
         const bf16_t* at = At + stage * kAStage;

@@ -3,6 +3,9 @@
 // row-group kernels: a group of G threads (a power of two) holds a row in registers, each thread
 // kColumnsPerThread columns as vectors of 4 where the width and the pointers allow it; a block runs
 // several groups side by side and keeps the weight's columns in registers for all its rows.
+// Columns are dealt to threads in runs of 4 whenever D is a multiple of 4, whatever the pointers'
+// alignment (unaligned views read the run element by element): a row's sums, and so its bits, do
+// not depend on where the row sits in memory.
 //   forward:  the row is read once: sum of squares in f32 (per-thread partial sums, then a tree
 //             across the group instead of the reference's serial sum: the only difference),
 //             rstd = 1 / sqrt(ss / D + eps) correctly rounded, y = T(w * T(x * rstd)) with no fused
@@ -48,22 +51,23 @@ __device__ inline float group_sum(float v, int G, float* scratch) {
   return total;
 }
 
-// How a launch lays rows out: kVec elements per access, G threads per row, `block` threads (G or
-// 256, whichever is larger), block / G rows at a time per block.
+// How a launch lays rows out: runs of `vec` columns per thread item (4 when D allows it), G threads
+// per row, `block` threads (G or 256, whichever is larger), block / G rows at a time per block.
 struct RowGroups {
   int vec, G, block;
   int groups() const { return block / G; }
 };
 
-RowGroups row_groups(int64_t D, bool by_4) {
-  const int vec = by_4 ? 4 : 1;
+RowGroups row_groups(int64_t D) {
+  const int vec = D % 4 == 0 ? 4 : 1;
   const int64_t vectors = D / vec, per_thread = kColumnsPerThread / vec;
   int G = 1;
   while (int64_t(G) * per_thread < vectors) G *= 2;
   return {vec, G, std::max(G, kThreads)};
 }
 
-template <class T, int kVec>
+// kAligned: every pointer may be read kVec elements at a time (else element by element, same order).
+template <class T, int kVec, bool kAligned>
 __global__ void __launch_bounds__(kMaxGroup)
     rms_norm_forward_rows(int64_t R, int64_t D, int G, float eps, const T* __restrict__ x,
                           const T* __restrict__ w, T* __restrict__ y, float* __restrict__ rstd) {
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(kMaxGroup)
   float wv[kItems][kVec];
 #pragma unroll
   for (int i = 0; i < kItems; ++i)
-    if (t + int64_t(i) * G < vectors) load_vec<kVec>(w, t + int64_t(i) * G, wv[i]);
+    if (t + int64_t(i) * G < vectors) load_run<kVec, kAligned>(w, t + int64_t(i) * G, wv[i]);
   // Block-uniform loop (group_sum's barriers): a group past the last row computes nothing.
   for (int64_t base = int64_t(blockIdx.x) * groups; base < R; base += int64_t(gridDim.x) * groups) {
     const int64_t r = base + group;
@@ -85,7 +89,7 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int i = 0; i < kItems; ++i) {
       const int64_t v = t + int64_t(i) * G;
       if (active && v < vectors) {
-        load_vec<kVec>(x + r * D, v, xv[i]);
+        load_run<kVec, kAligned>(x + r * D, v, xv[i]);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) ss += xv[i][e] * xv[i][e];
       }
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(kMaxGroup)
       float out[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) out[e] = __fmul_rn(wv[i][e], round_to<T>(__fmul_rn(xv[i][e], rs)));
-      store_vec<kVec>(y + r * D, v, out);
+      store_run<kVec, kAligned>(y + r * D, v, out);
     }
   }
 }
@@ -110,7 +114,7 @@ __global__ void __launch_bounds__(kMaxGroup)
 // dw_partial is not null, the sum over these rows of dy * T(x * rstd) into dw_partial[blockIdx.x].
 // dy and dx are of the gradient element type Gr: float, or bf16 bits (bf16 activation gradients:
 // dy widened exactly, dx rounded once as it is stored).
-template <class T, class Gr, int kVec>
+template <class T, class Gr, int kVec, bool kAligned>
 __global__ void __launch_bounds__(kMaxGroup)
     rms_norm_backward_rows(int64_t R, int64_t D, int G, int64_t rows_per_block, const T* __restrict__ x,
                            const T* __restrict__ w, const float* __restrict__ rstd, const Gr* __restrict__ dy,
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kMaxGroup)
   float wv[kItems][kVec], acc[kItems][kVec];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    if (t + int64_t(i) * G < vectors) load_vec<kVec>(w, t + int64_t(i) * G, wv[i]);
+    if (t + int64_t(i) * G < vectors) load_run<kVec, kAligned>(w, t + int64_t(i) * G, wv[i]);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[i][e] = 0.f;
   }
@@ -138,8 +142,8 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int i = 0; i < kItems; ++i) {
       const int64_t v = t + int64_t(i) * G;
       if (active && v < vectors) {
-        load_vec<kVec>(x + r * D, v, xv[i]);
-        load_vec<kVec>(dy + r * D, v, gv[i]);
+        load_run<kVec, kAligned>(x + r * D, v, xv[i]);
+        load_run<kVec, kAligned>(dy + r * D, v, gv[i]);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) dot += gv[i][e] * wv[i][e] * (xv[i][e] * rs);
       }
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(kMaxGroup)
           const float xm = __fmul_rn(__fmul_rn(xv[i][e], rs), mean);
           out[e] = __fmul_rn(rs, __fsub_rn(gw, xm));
         }
-        store_vec<kVec>(dx + r * D, v, out);
+        store_run<kVec, kAligned>(dx + r * D, v, out);
       }
     }
     if (dw_partial && active) {
@@ -283,14 +287,19 @@ void forward(const KernelContext& ctx, int64_t R, int64_t D, double eps, const v
         R, D, float(eps), xt, wt, static_cast<T*>(y), static_cast<float*>(rstd));
     return check_launch("rms_norm_forward_wide");
   }
-  const RowGroups rg = row_groups(D, vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {y, sizeof(T)}}));
+  const RowGroups rg = row_groups(D);
+  const bool aligned = vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {y, sizeof(T)}});
   const unsigned blocks = unsigned(std::min<int64_t>((R + rg.groups() - 1) / rg.groups(), 4096));
-  if (rg.vec == 4)
-    rms_norm_forward_rows<T, 4><<<blocks, rg.block, 0, s>>>(R, D, rg.G, float(eps), xt, wt,
-                                                            static_cast<T*>(y), static_cast<float*>(rstd));
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, rg.block, 0, s>>>(R, D, rg.G, float(eps), xt, wt, static_cast<T*>(y),
+                                       static_cast<float*>(rstd));
+  };
+  if (rg.vec == 1)
+    launch(rms_norm_forward_rows<T, 1, true>);
+  else if (aligned)
+    launch(rms_norm_forward_rows<T, 4, true>);
   else
-    rms_norm_forward_rows<T, 1><<<blocks, rg.block, 0, s>>>(R, D, rg.G, float(eps), xt, wt,
-                                                            static_cast<T*>(y), static_cast<float*>(rstd));
+    launch(rms_norm_forward_rows<T, 4, false>);
   check_launch("rms_norm_forward_rows");
 }
 
@@ -306,19 +315,23 @@ void backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, con
   const Gr* g = static_cast<const Gr*>(dy);
   Gr* dxg = static_cast<Gr*>(dx);
   if (D <= kMaxRowWidth) {
-    const RowGroups rg =
-        row_groups(D, vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {dy, sizeof(Gr)}, {dx, sizeof(Gr)}}));
+    const RowGroups rg = row_groups(D);
+    const bool aligned =
+        vectors_of_4(D, {{x, sizeof(T)}, {w, sizeof(T)}, {dy, sizeof(Gr)}, {dx, sizeof(Gr)}});
     const int64_t blocks_wanted = std::min<int64_t>((R + rg.groups() - 1) / rg.groups(), kBackwardBlocks);
     const int64_t rows_per_block = (R + blocks_wanted - 1) / blocks_wanted;
     const int64_t blocks = (R + rows_per_block - 1) / rows_per_block;
     const size_t bytes = dw ? size_t(blocks * D) * sizeof(float) : 0;
     float* partial = dw ? static_cast<float*>(ctx.services->allocate(bytes)) : nullptr;
-    if (rg.vec == 4)
-      rms_norm_backward_rows<T, Gr, 4>
-          <<<unsigned(blocks), rg.block, 0, s>>>(R, D, rg.G, rows_per_block, xt, wt, rs, g, dxg, partial);
+    auto launch = [&](auto kernel) {
+      kernel<<<unsigned(blocks), rg.block, 0, s>>>(R, D, rg.G, rows_per_block, xt, wt, rs, g, dxg, partial);
+    };
+    if (rg.vec == 1)
+      launch(rms_norm_backward_rows<T, Gr, 1, true>);
+    else if (aligned)
+      launch(rms_norm_backward_rows<T, Gr, 4, true>);
     else
-      rms_norm_backward_rows<T, Gr, 1>
-          <<<unsigned(blocks), rg.block, 0, s>>>(R, D, rg.G, rows_per_block, xt, wt, rs, g, dxg, partial);
+      launch(rms_norm_backward_rows<T, Gr, 4, false>);
     check_launch("rms_norm_backward_rows");
     if (dw) sum_partial_rows(ctx, blocks, D, partial, bytes, dw);
     return;
