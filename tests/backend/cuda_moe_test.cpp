@@ -336,6 +336,63 @@ TEST_P(CudaMoeExpertsMmaWide, ForwardAndBackward) {
   check_experts(GetParam(), MoeGemm::kMmaSyncWide);
 }
 
+// An f32 upstream gradient (the model's, before any GEMM rounded it) reaches the down projection's
+// weight gradient rounded as the CPU kernel rounds it, T(T(w) T(dy)), not T(T(w) dy). One routing
+// row per expert makes each dw_down element one exact product (bf16 x bf16 in f32), and gates of 32
+// make h = T(silu(32) u) = 32 u exact, so the GPU, the CPU "default" kernel and the host formula must
+// agree bit for bit; dy[0] = 1.005859375 with w = 1.5 is a case the two roundings tell apart
+// (1.515625 against 1.5078125).
+TEST(CudaMoeMma, TheDownProjectionsGradientRoundsAnF32DyOnceAsTheCpuKernel) {
+  TITAN_REQUIRE_CUDA();
+  const int64_t T = 3, D = 64, F = 16, E = 3, k = 1;
+  const std::vector<float> w{1.5f, 0.75f, 1.25f};
+  const std::vector<int64_t> idx{0, 1, 2};
+  std::vector<float> dy = cuda_test::randn(static_cast<size_t>(T * D), 61);  // f32, not rounded
+  dy[0] = 1.005859375f;
+  const auto x = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(T * D), 62));
+  const auto wg = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(E * F * D), 63, 0.2));
+  const auto wu = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(E * F * D), 64, 0.2));
+  const auto wd = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(E * D * F), 65, 0.2));
+  std::vector<float> act = cuda_test::round_bf16(cuda_test::randn(static_cast<size_t>(T * 2 * F), 66));
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t f = 0; f < F; ++f) act[static_cast<size_t>(r * 2 * F + f)] = 32.f;  // the gates
+  // The host formula: dw_down[e][d][f] = T(T(w) T(dy[d])) * 32 u[f] for expert e's one row.
+  std::vector<float> want(static_cast<size_t>(E * D * F));
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t dd = 0; dd < D; ++dd)
+      for (int64_t f = 0; f < F; ++f) {
+        const float dyw =
+            bf16_to_f32(f32_to_bf16(w[size_t(r)] * bf16_to_f32(f32_to_bf16(dy[size_t(r * D + dd)]))));
+        want[static_cast<size_t>((idx[size_t(r)] * D + dd) * F + f)] =
+            dyw * (32.f * act[size_t(r * 2 * F + F + f)]);
+      }
+  const size_t w_down_at = static_cast<size_t>(idx[0] * D * F);  // element (e 0, d 0, f 0)
+  ASSERT_NE(want[w_down_at], bf16_to_f32(f32_to_bf16(1.5f * dy[0])) * 32.f * act[size_t(F)])
+      << "the case no longer tells the two roundings apart";
+
+  const ops::MoeDims d{T, D, F, E, k};
+  const KernelContext cpu = device_services(Device::CPU).context();
+  const HostInput hx = host_input(x), hg = host_input(wg), hu = host_input(wu), hd = host_input(wd),
+                  ha = host_input(act);
+  std::vector<float> dwd_cpu(want.size());
+  kernels::kernel_for<ops::MoeExpertsKernel>("moe_experts", Device::CPU, DType::BF16, "default")
+      .backward(cpu, d, hx.data(DType::BF16), w.data(), idx.data(), hg.data(DType::BF16),
+                hu.data(DType::BF16), hd.data(DType::BF16), ha.data(DType::BF16), dy.data(), nullptr, nullptr,
+                nullptr, nullptr, dwd_cpu.data(), false);
+  EXPECT_EQ(dwd_cpu, want) << "the CPU kernel";
+
+  KernelContext ctx = device_services(Device::CUDA).context();
+  auto x_d = upload(x, DType::BF16), wg_d = upload(wg, DType::BF16), wu_d = upload(wu, DType::BF16),
+       wd_d = upload(wd, DType::BF16), act_d = upload(act, DType::BF16);
+  DeviceBuffer w_d(w), idx_d(idx), dy_d(dy), dwd_d(want.size() * 4);
+  dwd_d.poison();
+  moe_experts_bwd(ctx, MoeExpertDims{T, D, F, E, k}, DType::BF16, x_d->as<void>(), w_d.as<float>(),
+                  idx_d.as<int64_t>(), wg_d->as<void>(), wu_d->as<void>(), wd_d->as<void>(),
+                  act_d->as<void>(), dy_d.as<float>(), nullptr, nullptr, nullptr, nullptr, dwd_d.as<float>(),
+                  MoeGemm::kMmaSync);
+  EXPECT_EQ(dwd_d.download<float>(), want) << "the GPU";
+}
+
 // cuDNN's grouped matmul alone against a loop on the host: out[r] = tokens[r] W[e]^T for the rows of
 // each expert, with empty experts (first, middle, last), a bf16 and an f32 output (cuDNN documents
 // bf16 outputs only: an f32 plan that does not build is said and skipped, as the variant runs those

@@ -9,8 +9,9 @@
 // grouped GEMMs that read those device offsets: each block of the "rows" kernel maps its blockIdx
 // to (expert, row tile) through the tile offsets and gathers its A rows by each routing row's
 // token; the weight-gradient kernel runs one block column per expert over that expert's rows.
-// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation, or in the "mma_sync" variant
-// raw mma.sync on 128 x 128 tiles with a four-stage cp.async pipeline), every operand bf16: the
+// bf16 models run the GEMMs on tensor cores (WMMA, f32 accumulation, or in the "mma_sync" and
+// "mma_sync_wide" variants raw mma.sync on 128 x 128 or 128 x 256 tiles with a four-stage cp.async
+// pipeline), every operand bf16: the
 // backward stores dy, dy * w, dg and du rounded, as a bf16 autograd holds them; f32 models on
 // f32-FMA tiles (exact f32 products). The backward's dh = dy wd[e] is taken before the routing
 // weight, so the weight's gradient is dh . h per row, with no recompute of the down projection (the
@@ -984,15 +985,16 @@ __global__ void combine_kernel(int64_t T_, int64_t D, int k, const float* weight
 }
 
 // dyw[r, c] = T(w_i) * dy[t, c] for routing row r = pos[i], i = t * k + j, stored as Out: f32
-// (moe_combine's rows' gradient) or T (the expert GEMMs' operand, which a bf16 GEMM takes rounded).
-template <class T, class Out>
+// (moe_combine's rows' gradient, from the f32 dy) or T (the expert GEMMs' operand, from dy already
+// rounded to T: T(T(w) T(dy)), the CPU kernel's rounding points).
+template <class T, class In, class Out>
 __global__ void scaled_dy_kernel(int64_t n, int64_t D, int64_t k, const int64_t* order, const float* weights,
-                                 const float* dy, Out* dyw) {
+                                 const In* dy, Out* dyw) {
   TITAN_FOR_ROWS(r, n) {
     const int64_t i = order[r];
     const float w = rnd<T>(weights[i]);
-    const float* dy_row = dy + (i / k) * D;
-    TITAN_FOR_COLUMNS(c, D) dyw[r * D + c] = from_f32<Out>(w * dy_row[c]);
+    const In* dy_row = dy + (i / k) * D;
+    TITAN_FOR_COLUMNS(c, D) dyw[r * D + c] = from_f32<Out>(w * to_f32(dy_row[c]));
   }
 }
 
@@ -1324,9 +1326,12 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>(), routing.token.as<int64_t>());
   const int64_t* order = routing.order.as<int64_t>();
   const int64_t* token = routing.token.as<int64_t>();
-  Scratch h(ctx, sizeof(T) * size_t(n * d.F));
-  swiglu_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, h.as<T>());
-  check_launch("moe (cuda): swiglu rows");
+  std::unique_ptr<Scratch> h;  // the swiglu output again: an operand of dweights and dwd only
+  if (dweights || dwd) {
+    h = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(n * d.F));
+    swiglu_rows_kernel<T><<<row_grid(n, d.F), kRowThreads, 0, stream>>>(n, d.F, act, h->as<T>());
+    check_launch("moe (cuda): swiglu rows");
+  }
   const std::unique_ptr<Scratch> first = first_rows(ctx, d, algo, routing);
   // cuDNN takes the backward's dx GEMM with transposed copies of the weights; the other GEMMs, and
   // shapes it does not take, run mma_sync.
@@ -1341,22 +1346,23 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   // swiglu backward weighs it into gu = [dg | du] [n, 2F].
   std::unique_ptr<Scratch> gu;
   if (need_gu) gu = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(n * 2 * d.F));
+  // dy rounded to T once (f32 models read it as it is): the operand of dh's GEMM and of dyw.
+  std::unique_ptr<Scratch> dy_rounded;
+  const T* dy_t = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    dy_t = dy;
+  } else {
+    dy_rounded = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(d.T * d.D));
+    ctx.services->convert(dy_rounded->as<T>(), DType::BF16, dy, DType::F32, d.T * d.D);
+    dy_t = dy_rounded->as<T>();
+  }
   if (dweights || need_gu) {
-    std::unique_ptr<Scratch> dy_rounded;
-    const T* dy_t = nullptr;
-    if constexpr (std::is_same_v<T, float>) {
-      dy_t = dy;
-    } else {
-      dy_rounded = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(d.T * d.D));
-      ctx.services->convert(dy_rounded->as<T>(), DType::BF16, dy, DType::F32, d.T * d.D);  // rounded once
-      dy_t = dy_rounded->as<T>();
-    }
     Scratch dh(ctx, sizeof(float) * size_t(n * d.F));
     rows_gemm<T, false, float, Epilogue::kStoreRounded>(ctx, d, algo, d.F, d.D, dy_t, d.D, token, wd,
                                                         d.D * d.F, routing, dh.as<float>(), d.F);
     if (dweights) {
       dweights_kernel<T>
-          <<<grid_for(n * 32), 256, 0, stream>>>(n, d.F, order, dh.as<float>(), h.as<T>(), dweights);
+          <<<grid_for(n * 32), 256, 0, stream>>>(n, d.F, order, dh.as<float>(), h->as<T>(), dweights);
       check_launch("moe (cuda): routing-weight gradient");
     }
     if (need_gu) {
@@ -1365,12 +1371,12 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
       check_launch("moe (cuda): swiglu backward rows");
     }
   }
-  if (dwd) {  // dwd[e] [D, F] = dyw^T h over the expert's rows, dyw = T(w) dy[token] rounded to T
+  if (dwd) {  // dwd[e] [D, F] = dyw^T h over the expert's rows, dyw = T(T(w) T(dy[token]))
     Scratch dyw(ctx, sizeof(T) * size_t(n * d.D));
-    scaled_dy_kernel<T, T>
-        <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, dyw.as<T>());
+    scaled_dy_kernel<T, T, T>
+        <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy_t, dyw.as<T>());
     check_launch("moe (cuda): scaled dy");
-    weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h.as<T>(), d.F, nullptr, routing, dwd,
+    weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h->as<T>(), d.F, nullptr, routing, dwd,
                    add_dweights);
   }
   if (!need_gu) return;
@@ -1539,7 +1545,7 @@ void combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, const T* rows
                 routing.offsets.as<int64_t>(), routing.tiles.as<int>(), nullptr);  // no GEMM: no tokens
   const int64_t* order = routing.order.as<int64_t>();
   if (drows) {
-    scaled_dy_kernel<T, float>
+    scaled_dy_kernel<T, float, float>
         <<<row_grid(n, d.D), kRowThreads, 0, stream>>>(n, d.D, d.k, order, weights, dy, drows);
     check_launch("moe_combine (cuda): rows' gradient");
   }
