@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -853,6 +855,7 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                             tt::cli_args(tt::tiny_job(dump, job)) + " --json " + json.string() + extra,
                         &out);
     EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out.find("optimizer and step start fresh"), std::string::npos) << out;  // (nothing is trained)
     return nlohmann::json::parse(std::ifstream(json));
   };
   const fs::path step2 = a / "checkpoint" / "step-2";
@@ -863,6 +866,28 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(r.at("tokens"), 2 * 2 * 64) << given;  // 2 batches of 2 x 64
   }
   EXPECT_EQ(eval(a, "").at("weights"), step2.string());
+  // A checkpoint of another model than the job's (its model_config says another norm eps): the
+  // error names what chose it.
+  const fs::path other = tt::temp_dir("trainer_eval_other"), other_step = other / "checkpoint" / "step-2";
+  fs::create_directories(other / "checkpoint");
+  fs::copy(step2, other_step, fs::copy_options::recursive);
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(other_step / "train_state.json"));
+  state["model_config"]["rms_norm_eps"] = 1e-5;
+  std::ofstream(other_step / "train_state.json") << state.dump(2);
+  for (const auto& [given, named] :
+       {std::pair{" --checkpoint " + other_step.string(), "titan eval --checkpoint"},
+        std::pair{std::string(), "the job's newest checkpoint"}}) {
+    std::string out;
+    EXPECT_NE(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(other, job)) + given,
+                              &out),
+              0);
+    EXPECT_NE(
+        out.find(std::string(named) + ": '" + (other_step / "train_state.json").string() +
+                 "' describes another model than this run's: norm_eps = 1e-05 there, 1e-06 in this run"),
+        std::string::npos)
+        << out;
+  }
 
   const nlohmann::json initial = eval(fresh, "");
   EXPECT_EQ(initial.at("weights"), "initialized from seed 42");  // configs/debugmodel.toml's
@@ -1104,6 +1129,11 @@ void stop_with_signal(
   const std::string out = read_file(log);
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  // Said at once, when the signal came (the step boundary's line follows).
+  EXPECT_NE(out.find(std::string(sig == SIGINT ? "received SIGINT" : "received SIGTERM") +
+                     ": stopping cleanly once this step is done"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("received signal " + std::to_string(sig)), std::string::npos) << out;
 
   auto records = read_metrics(dump);
@@ -1115,6 +1145,35 @@ void stop_with_signal(
   EXPECT_EQ(c.train_state["step"].get<int64_t>(), reached);
   EXPECT_EQ(c.train_state["tokens_seen"].get<int64_t>(), reached * 2 * 64);
   EXPECT_FALSE(fs::exists(dump / "checkpoint" / ("step-" + std::to_string(reached) + "-hf")));
+}
+
+// The final export is the only output of a run without checkpoints: when it fails (here the file
+// size limit cuts it, as a full disk would), the error says that nothing of the run is on disk,
+// beside the write's own failure; no half-written export is left.
+TEST(Trainer, AFailedFinalExportSaysWhatOfTheRunIsOnDisk) {
+  const fs::path dump = tt::temp_dir("trainer_export_fails");
+  const JobConfig cfg = tiny_config(dump, {{"training.steps", "2"}, {"checkpoint.last_save_in_hf", "true"}});
+  struct rlimit before;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  struct rlimit limit = before;
+  limit.rlim_cur = size_t(1) << 20;  // the run's logs fit; the export's 151936-row embedding does not
+  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const std::string e = tt::error_of([&] { run_training(cfg); });
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(e.find("File too large"), std::string::npos) << e;
+  EXPECT_NE(
+      e.find("the run's final Hugging Face export (checkpoint.last_save_in_hf) of step 2 failed: no "
+             "checkpoint holds this run's weights (checkpoint.enable = false): nothing of the run is on "
+             "disk"),
+      std::string::npos)
+      << e;
+  EXPECT_EQ(read_metrics(dump).size(), 2u);  // the steps ran
+  if (fs::exists(dump / "checkpoint"))       // the run's lock files alone
+    for (const auto& entry : fs::directory_iterator(dump / "checkpoint"))
+      if (entry.path().filename().string().rfind(".titan-rank", 0) != 0)
+        ADD_FAILURE() << "left behind: " << entry.path();
 }
 
 TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {

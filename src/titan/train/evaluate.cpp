@@ -26,10 +26,15 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   // a committed checkpoint or holds Hugging Face weights, of this job's model).
   JobConfig source = cfg;
   std::string weights;
+  // What errors about the weights name: what chose them.
+  std::string origin = checkpoint.empty() ? "checkpoint.initial_load_path" : "titan eval --checkpoint";
   fs::path folder = checkpoint;
   const CheckpointManager own(checkpoint_folder_of(cfg), cfg.checkpoint.keep_latest_k);
   if (folder.empty() && cfg.checkpoint.enable)
-    if (const std::optional<int64_t> step = own.latest_step()) folder = own.step_dir(*step);
+    if (const std::optional<int64_t> step = own.latest_step()) {
+      folder = own.step_dir(*step);
+      origin = "the job's newest checkpoint";
+    }
   if (!folder.empty()) {
     TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
     source.checkpoint.initial_load_path = folder.string();
@@ -43,7 +48,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
                   : "initialized from seed " + std::to_string(cfg.training.seed);
   }
   ResolvedJob job = resolve_job(source, plan);
-  resolve_initial_weights(source, job);
+  resolve_initial_weights(source, job, origin);
   const data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
               "' has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);

@@ -159,13 +159,14 @@ void check_hf_weights_present(const fs::path& dir, const char* key) {
 // and compute something else: the model config that came with them must agree with the run's
 // model, except in the fields the run sets in [model] on purpose.
 void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run,
-                                 const qwen3::ModelArgs& theirs, const fs::path& where) {
+                                 const qwen3::ModelArgs& theirs, const fs::path& where,
+                                 const std::string& source) {
   for (const std::string& key : qwen3::override_keys()) {
     if (c.model.overrides.count(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     TITAN_CHECK(
-        a == b, "checkpoint.initial_load_path: '", where.string(),
-        "' describes another model than this run's: ", key, " = ", a, " there, ", b, " in this run (",
+        a == b, source, ": '", where.string(), "' describes another model than this run's: ", key, " = ", a,
+        " there, ", b, " in this run (",
         c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
         "); its weights would compute something else here (point the model at that config, or set model.",
         key, " to choose the value)");
@@ -174,39 +175,38 @@ void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run
 
 }  // namespace
 
-void resolve_initial_weights(const JobConfig& c, ResolvedJob& job) {
+void resolve_initial_weights(const JobConfig& c, ResolvedJob& job, const std::string& source) {
   const auto& ck = c.checkpoint;
   if (!ck.initial_load_path.empty()) {
-    TITAN_CHECK(fs::exists(ck.initial_load_path), "checkpoint.initial_load_path: '", ck.initial_load_path,
-                "' does not exist");
+    TITAN_CHECK(fs::exists(ck.initial_load_path), source, ": '", ck.initial_load_path, "' does not exist");
     if (ck.initial_load_in_hf) {
       job.initial_hf = ck.initial_load_path;
     } else {
-      TITAN_CHECK(fs::exists(fs::path(ck.initial_load_path) / "COMMITTED"), "checkpoint.initial_load_path: '",
+      TITAN_CHECK(fs::exists(fs::path(ck.initial_load_path) / "COMMITTED"), source, ": '",
                   ck.initial_load_path,
                   "' is not a committed titan checkpoint (no COMMITTED marker; for a Hugging Face folder set "
                   "checkpoint.initial_load_in_hf = true)");
       job.initial_native = ck.initial_load_path;
       const fs::path state = job.initial_native / "train_state.json";
-      const nlohmann::json ts = io::read_json_file(state, "checkpoint.initial_load_path");
-      TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "checkpoint.initial_load_path: '",
-                  state.string(), "' has no model_config");
+      const nlohmann::json ts = io::read_json_file(state, source);
+      TITAN_CHECK(ts.is_object() && ts.contains("model_config"), source, ": '", state.string(),
+                  "' has no model_config");
       check_initial_weights_model(
           c, job.args, qwen3::args_from_hf_config(ts["model_config"], state.string() + " model_config"),
-          state);
+          state, source);
     }
   } else if (ck.initial_load_in_hf) {
     job.initial_hf = c.model.hf_assets_path;
   }
   if (!job.initial_hf.empty())
-    check_hf_weights_present(job.initial_hf, ck.initial_load_path.empty() ? "model.hf_assets_path"
-                                                                          : "checkpoint.initial_load_path");
+    check_hf_weights_present(job.initial_hf,
+                             ck.initial_load_path.empty() ? "model.hf_assets_path" : source.c_str());
   // A Hugging Face folder other than the model's own, with its own config.json (weights alone are
   // checked by their shapes when they load).
   const fs::path their_config = job.initial_hf / "config.json";
   if (!ck.initial_load_path.empty() && !job.initial_hf.empty() && fs::exists(their_config))
     check_initial_weights_model(c, job.args, qwen3::args_from_hf_config_file(their_config.string()),
-                                their_config);
+                                their_config, source);
 }
 
 namespace {

@@ -88,8 +88,10 @@ void check_run_writes_outside(const JobConfig& config, const std::filesystem::pa
 // Reads no run folder: it runs before the run's folders are locked.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan);
 // Where a fresh (not resumed) run's weights come from (job.initial_hf / initial_native), checked:
-// the folder exists, holds weights, and its model config describes the run's model.
-void resolve_initial_weights(const JobConfig& config, ResolvedJob& job);
+// the folder exists, holds weights, and its model config describes the run's model. Errors name
+// `source`: what set checkpoint.initial_load_path (the key itself, or e.g. titan eval's --checkpoint).
+void resolve_initial_weights(const JobConfig& config, ResolvedJob& job,
+                             const std::string& source = "checkpoint.initial_load_path");
 
 // Prints the run's description, model, ranks, device, data (with the document separator), kernels and the
 // config in effect, and installs the [kernels] substitutions (each checked against the model's modules

@@ -85,7 +85,8 @@ std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model) {
 
 TrainState::TrainState(const JobConfig& c, const ResolvedJob& job, const data::Tokenizer& tokenizer,
                        const dist::ParallelPlan& plan, qwen3::Purpose purpose)
-    : model(build_model(c, job, plan, purpose)),
+    : purpose(purpose),
+      model(build_model(c, job, plan, purpose)),
       sharding(plan, model.blocks(), block_roles(model),
                dist::reshard_from_name(c.parallelism.fsdp_reshard_after_forward), job.reduce_dtype),
       optimizer(c.optimizer, model.blocks()),
@@ -165,8 +166,8 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
     }
     // The model's generation defaults come with its weights too.
     state.generation_config = ck.train_state.value("generation_config", nlohmann::json());
-    say("loaded native weights%s from %s (step %ld); optimizer and step start fresh", biases.c_str(),
-        ck.dir.string().c_str(), long(ck.step));
+    say("loaded native weights%s from %s (step %ld)%s", biases.c_str(), ck.dir.string().c_str(),
+        long(ck.step), state.purpose == qwen3::Purpose::Training ? "; optimizer and step start fresh" : "");
   } else {
     auto t0 = std::chrono::steady_clock::now();
     state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"

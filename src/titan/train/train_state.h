@@ -31,6 +31,7 @@ struct TrainState {
   void distribute();
   TrainState& operator=(const TrainState&) = delete;
 
+  const qwen3::Purpose purpose;
   qwen3::Qwen3Model model;
   // The blocks as this rank holds them (whole until sharding.shard(), called once the weights are
   // in place), and the data-parallel communication of their parameters and gradients.

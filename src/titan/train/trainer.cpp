@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -44,11 +45,25 @@ namespace titan::train {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_announce_stop{false};  // this rank prints the run's console lines
 // The first SIGINT/SIGTERM asks for a clean stop; the handler then steps aside so that a second
-// one (an impatient Ctrl-C during the final save) terminates the process the default way.
+// one (an impatient Ctrl-C during the final save) terminates the process the default way. It says
+// so at once, whatever the run is doing (a long step, the final save or export): write(2) is
+// async-signal-safe, stdio is not.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
   std::signal(sig, SIG_DFL);
+  if (!g_announce_stop.load()) return;
+  static constexpr char kInt[] =
+      "received SIGINT: stopping cleanly once this step is done (or the final save and export, when the "
+      "steps are); a second one ends the process now\n";
+  static constexpr char kTerm[] =
+      "received SIGTERM: stopping cleanly once this step is done (or the final save and export, when the "
+      "steps are); a second one ends the process now\n";
+  const bool is_int = sig == SIGINT;
+  const ssize_t written =
+      write(STDOUT_FILENO, is_int ? kInt : kTerm, is_int ? sizeof kInt - 1 : sizeof kTerm - 1);
+  (void)written;  // nothing to do about a console that takes no more
 }
 
 // While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary).
@@ -64,6 +79,7 @@ class StopSignals {
  public:
   StopSignals() {
     g_stop_signal = 0;
+    g_announce_stop = console_output();
     sigemptyset(&stop_set_);
     sigaddset(&stop_set_, SIGINT);
     sigaddset(&stop_set_, SIGTERM);
@@ -420,8 +436,36 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   device_services(job.device).release_cached();  // also after an interrupted run (see above)
   // A run that trained nothing keeps an export it already has.
   if (!summary.interrupted && cfg.checkpoint.last_save_in_hf &&
-      !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step)))
-    checkpointer.export_hf(state, job);
+      !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step))) {
+    try {
+      checkpointer.export_hf(state, job);
+    } catch (const Error& e) {
+      // What of the run is on disk: the export was its last output.
+      const bool saved =
+          cfg.checkpoint.enable && !cfg.checkpoint.load_only && checkpointer.last_saved_step() == state.step;
+      const std::filesystem::path step_dir = checkpointer.folder() / ("step-" + std::to_string(state.step));
+      throw Error(std::string(e.what()) +
+                  "; the run's final Hugging Face export (checkpoint.last_save_in_hf) of step " +
+                  std::to_string(state.step) + " failed: " +
+                  (saved ? "its checkpoint " + step_dir.string() +
+                               " is committed, and titan export --checkpoint " + step_dir.string() +
+                               " --out DIR writes the export again"
+                         : std::string("no checkpoint holds this run's weights (checkpoint.enable = ") +
+                               (cfg.checkpoint.enable ? "true, checkpoint.load_only = true" : "false") +
+                               "): nothing of the run is on disk"));
+    }
+  }
+  // A signal after the last step (the stop waits for the final save and export: the run's end).
+  if (!summary.interrupted)
+    if (const int sig = signals.received()) {
+      const bool saved = cfg.checkpoint.enable && !cfg.checkpoint.load_only;
+      const bool exported = cfg.checkpoint.last_save_in_hf;
+      say("received signal %d after the last step: %s; stopping", sig,
+          saved && exported ? "the final save and export completed"
+          : saved           ? "the final save completed"
+          : exported        ? "the final export completed"
+                            : "the steps were done");
+    }
   char sustained[160] = "no step after the warm-up step to measure";
   if (meter.measured_sustained()) {
     // tokens/s is per rank (as in metrics.jsonl); on several ranks the job's rate is said beside it.
