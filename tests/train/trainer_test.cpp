@@ -441,7 +441,16 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
   EXPECT_NE(e.find("checksum"), std::string::npos) << e;
   e = error_of([&] { run_training(tiny_config(b, with({{"training.steps", "8"}}))); });
   EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+  // The way forward is named: the committed step before the newest.
+  EXPECT_NE(e.find("; the committed steps before it: 6: checkpoint.load_step = 6 resumes from the newest of "
+                   "them (step 7 is then set aside, not deleted)"),
+            std::string::npos)
+      << e;
   EXPECT_EQ(read_metrics(b).size(), 7u);  // no step was taken
+  // It does: step 7 set aside, step 8 trained from step 6's state.
+  EXPECT_EQ(
+      run_training(tiny_config(b, with({{"training.steps", "8"}, {"checkpoint.load_step", "6"}}))).steps_run,
+      2);
 }
 
 // An absurd learning rate: step 1 is finite, the weights it produces overflow the next forward. The

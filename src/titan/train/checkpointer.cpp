@@ -197,6 +197,25 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
   if (!data_note.empty()) say("%s", data_note.c_str());
 }
 
+LoadedCheckpoint Checkpointer::load_resume_step() const {
+  try {
+    return manager_.load(*resume_step_, {plan_.rank(), plan_.world_size()});
+  } catch (const Error& e) {
+    // The newest step, chosen by the run, cannot be read (corrupted, cut short by a full disk): an
+    // earlier committed one is the way forward, and the user has to ask for it.
+    std::vector<int64_t> earlier;
+    for (int64_t step : manager_.committed_steps())
+      if (step < *resume_step_) earlier.push_back(step);
+    if (config_.checkpoint.load_step != -1 || earlier.empty()) throw;
+    std::string list;
+    for (int64_t step : earlier) list += (list.empty() ? "" : ", ") + std::to_string(step);
+    throw Error(std::string(e.what()) + "; the committed steps before it: " + list +
+                ": checkpoint.load_step = " + std::to_string(earlier.back()) +
+                " resumes from the newest of them (step " + std::to_string(*resume_step_) +
+                " is then set aside, not deleted)");
+  }
+}
+
 void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
   auto t0 = Clock::now();
@@ -216,8 +235,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
     // checksums a share of its files, every file read through once in all. A folder the run goes on
     // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
-    LoadedCheckpoint c = resume_step_ ? manager_.load(*resume_step_, {plan_.rank(), plan_.world_size()})
-                                      : load_checkpoint_dir(*fork_dir_);
+    LoadedCheckpoint c = resume_step_ ? load_resume_step() : load_checkpoint_dir(*fork_dir_);
     check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
     const auto& ts = c.train_state;
     // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and

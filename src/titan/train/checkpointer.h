@@ -118,6 +118,9 @@ class Checkpointer {
   struct PendingSave;
   // Runs the writer's part of `p` (the finiteness check, then the shard files) on this thread.
   void write_files(PendingSave& p) const;
+  // resume_step()'s checkpoint, this rank's share of its files checksummed; an error it cannot be
+  // read names the earlier committed steps a checkpoint.load_step could resume from.
+  LoadedCheckpoint load_resume_step() const;
   // Every rank's writer has finished: agree on failure, then commit (the logging rank) and wait.
   void commit(PendingSave& p);
 
