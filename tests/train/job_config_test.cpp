@@ -1112,6 +1112,25 @@ TEST(JobConfig, TheCommandLineTakesOneConfig) {
   EXPECT_NE(out.find("args.cpp:"), std::string::npos) << out;
 }
 
+// An option without a section is none of the config's keys: said as an unknown option of the
+// command, with or without a value after it (not "needs a value" when last).
+TEST(JobConfig, AnOptionWithoutASectionIsAnUnknownOptionOfTheCommand) {
+  const std::string cfg = (titan::testing::source_dir() / "configs" / "debugmodel.toml").string();
+  for (const char* given : {" --nonsense", " --nonsense=1", " --nonsense 1"}) {
+    std::string out;
+    EXPECT_NE(titan::testing::run_command(
+                  titan::testing::titan_binary().string() + " eval --config " + cfg + given + " 2>&1", &out),
+              0)
+        << given;
+    EXPECT_NE(
+        out.find(
+            "titan eval: error: unknown option --nonsense (its options: --config, --checkpoint, --json; the "
+            "job config's keys are --section.key=value)"),
+        std::string::npos)
+        << given << ": " << out;
+  }
+}
+
 // optimizer.name: torchtitan's two, AdamW and Adam (torch.optim.Adam's L2 weight decay).
 TEST(JobConfig, OptimizerNameIsAdamWOrAdam) {
   EXPECT_EQ(parse("", {{"optimizer.name", "Adam"}}).optimizer.name, "Adam");

@@ -130,10 +130,21 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
     TITAN_CHECK(a.rfind("--", 0) == 0 && a.size() > 2, "titan ", command, ": unexpected argument '", a,
                 "' (options start with -- and name a key: --section.key=value)");
     std::string key = a.substr(2), value;
-    if (auto eq = key.find('='); eq != std::string::npos) {
+    const size_t eq = key.find('=');
+    if (eq != std::string::npos) {
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
-    } else {
+    }
+    // A name without a section is none of the job config's keys: said as what it is, whatever
+    // follows it.
+    if (key != "config" && std::find(own.begin(), own.end(), key) == own.end() &&
+        key.find('.') == std::string::npos) {
+      std::string options = "--config";
+      for (const std::string& o : own) options += ", --" + o;
+      TITAN_FAIL("titan ", command, ": unknown option --", key, " (its options: ", options,
+                 "; the job config's keys are --section.key=value)");
+    }
+    if (eq == std::string::npos) {
       TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
       value = argv[++i];
     }
@@ -154,9 +165,17 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
   return r;
 }
 
-std::string gib(int64_t bytes) {
+std::string memory_text(int64_t bytes) {
+  // GiB, except where two decimals of a GiB would say little or nothing (under 10 MiB: a tiny
+  // model's, a test checkpoint's kilobytes), in the unit that shows it.
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
+  const double b = double(bytes);
+  if (bytes >= (int64_t(10) << 20) || bytes == 0)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
+  else if (bytes >= (int64_t(1) << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(int64_t(1) << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
   return buf;
 }
 

@@ -61,7 +61,8 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
 int64_t parse_int_option(const std::string& command, const std::string& name, const std::string& text,
                          int64_t min);
 
-// Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB".
-std::string gib(int64_t bytes);
+// Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB" (MiB or KiB
+// under 10 MiB: "754.75 KiB").
+std::string memory_text(int64_t bytes);
 
 }  // namespace titan::cli

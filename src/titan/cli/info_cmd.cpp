@@ -23,22 +23,22 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
       p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len),
       std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str(), device);
   std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
-              gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
+              memory_text(p.weights).c_str(), memory_text(p.grads).c_str(), memory_text(p.optimizer).c_str());
   if (p.compute_weights)
     std::printf("  weights (bf16 copy)  %s (written by AdamW with each update: no step casts the weights)\n",
-                gib(p.compute_weights).c_str());
-  if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
-  std::printf("  activations + temps  %s\n  peak per process     %s\n", gib(p.activations()).c_str(),
-              gib(p.peak).c_str());
+                memory_text(p.compute_weights).c_str());
+  if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
+  std::printf("  activations + temps  %s\n  peak per process     %s\n", memory_text(p.activations()).c_str(),
+              memory_text(p.peak).c_str());
   if (p.checkpoint_copy)
     std::printf(
         "  checkpoint copy      %s (checkpoint.async_mode: what saves in the background write from, "
         "beside the peak)\n",
-        gib(p.checkpoint_copy).c_str());
+        memory_text(p.checkpoint_copy).c_str());
   // The step's allocations replayed through the caching allocator every device uses (segments,
   // splitting): what the device would hold from the system, which is what decides whether a job fits.
   std::printf("  reserved             %s (the caching allocator's segments after the step)\n",
-              gib(std::max(p.reserved, p.peak)).c_str());
+              memory_text(std::max(p.reserved, p.peak)).c_str());
   std::printf(
       "FLOPs per step: %.4g (%.4g per token, causal attention counted for the scores computed; titan "
       "train's MFU counts torchtitan's 6 x active matmul parameters + 12 x layers x heads x head_dim x "
@@ -48,14 +48,19 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
 
 // titan info --config X.toml [--k=v]: the job's training step run on the meta device.
 int info_for_job(int argc, char** argv) {
-  const JobArgs job = parse_job_args("info", argc, argv);
-  // The other form's options would read as config keys ("unknown config key 'flavor'").
-  for (const auto& [key, value] : job.overrides)
+  // The other form's options would read as unknown options of this one: named as what they are.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const std::string key =
+        arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
     TITAN_CHECK(key != "flavor" && key != "model-path" && key != "batch" && key != "seq" && key != "dtype" &&
                     key != "activation-checkpoint" && key != "device",
                 "titan info: --", key,
                 " belongs to `titan info --flavor | --model-path`; with --config, change "
                 "the job's keys instead (--model.flavor=..., --training.local_batch_size=..., ...)");
+  }
+  const JobArgs job = parse_job_args("info", argc, argv);
   if (job.help) {
     std::printf("usage: titan info --config FILE.toml [--section.key=value ...]\n"
                 "Runs one training step of the job on the meta device (shapes and byte counts, no\n"

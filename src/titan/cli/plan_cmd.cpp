@@ -139,23 +139,25 @@ int plan_main(int argc, char** argv) {
       "compute, activation checkpointing %s\n",
       p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len), long(shape.grad_accumulation),
       std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str());
-  std::printf("memory per rank:\n  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
-              gib(p.weights).c_str(), gib(p.grads).c_str(), gib(p.optimizer).c_str());
+  std::printf(
+      "memory per rank:\n  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
+      memory_text(p.weights).c_str(), memory_text(p.grads).c_str(), memory_text(p.optimizer).c_str());
   if (p.compute_weights)
     std::printf("  weights (bf16 copy)  %s (written by AdamW with each update: no step casts the weights)\n",
-                gib(p.compute_weights).c_str());
-  if (p.other) std::printf("  other state          %s\n", gib(p.other).c_str());
-  std::printf("  activations + temps  %s\n  peak per rank        %s\n", gib(p.activations()).c_str(), gib(p.peak).c_str());
+                memory_text(p.compute_weights).c_str());
+  if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
+  std::printf("  activations + temps  %s\n  peak per rank        %s\n", memory_text(p.activations()).c_str(),
+              memory_text(p.peak).c_str());
   if (p.checkpoint_copy)
     std::printf(
         "  checkpoint copy      %s (checkpoint.async_mode: the weights and moments a save in the background "
         "writes from, held beside the steps after it)\n",
-        gib(p.checkpoint_copy).c_str());
+        memory_text(p.checkpoint_copy).c_str());
   // Every device's tensors live in its caching allocator's segments (split and reused): a job must
   // fit what the allocator reserves, not only the tensors' peak.
   const int64_t need = train::memory_need(p);
   std::printf("  reserved             %s (the caching allocator's segments after the step, unbounded)\n",
-              gib(std::max(p.reserved, p.peak)).c_str());
+              memory_text(std::max(p.reserved, p.peak)).c_str());
   const std::string need_name = std::string("reserved") + (p.checkpoint_copy ? " + checkpoint copy" : "");
 
   const int64_t available = memory_flag ? *memory_flag : train::available_memory_per_rank(device);
@@ -176,19 +178,20 @@ int plan_main(int argc, char** argv) {
     std::printf(
         "fits: yes, %s %s of %s per rank (%s), the caching allocator returning its free segments when "
         "the GPU refuses one, as CUDA's does (it would reserve %s unbounded)\n",
-        need_name.c_str(), gib(fit.need).c_str(), gib(available).c_str(), available_source.c_str(),
-        gib(need).c_str());
+        need_name.c_str(), memory_text(fit.need).c_str(), memory_text(available).c_str(),
+        available_source.c_str(), memory_text(need).c_str());
   else if (fits)
-    std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
-                gib(available).c_str(), available_source.c_str());
+    std::printf("fits: yes, %s %s of %s per rank (%s)\n", need_name.c_str(), memory_text(need).c_str(),
+                memory_text(available).c_str(), available_source.c_str());
   else if (cuda_job)
     std::printf(
         "fits: NO, %s %s > %s per rank (%s), and within it some request is refused even after the caching "
         "allocator returned its free segments\n",
-        need_name.c_str(), gib(need).c_str(), gib(available).c_str(), available_source.c_str());
+        need_name.c_str(), memory_text(need).c_str(), memory_text(available).c_str(),
+        available_source.c_str());
   else
-    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), gib(need).c_str(),
-                gib(available).c_str(), available_source.c_str());
+    std::printf("fits: NO, %s %s > %s per rank (%s)\n", need_name.c_str(), memory_text(need).c_str(),
+                memory_text(available).c_str(), available_source.c_str());
   // The figures are titan's tensors (its allocator's segments). A CPU process also holds its code,
   // the tokenizer, the data loader and the math libraries' buffers, and while the final export is
   // written its file's mapped pages: measured beyond the reservation on the runs in docs/planning.md.
@@ -199,17 +202,18 @@ int plan_main(int argc, char** argv) {
         "while it is written; leave that beside the reservation)\n");
   const train::BatchSearch batch = train::largest_fitting_batch(args, shape, available, cuda_job);
   if (batch.largest == 0)
-    std::printf("largest local batch that fits: none (batch 1 needs %s)\n", gib(batch.next_need).c_str());
+    std::printf("largest local batch that fits: none (batch 1 needs %s)\n",
+                memory_text(batch.next_need).c_str());
   else if (batch.at_bound)
     std::printf(
         "largest local batch that fits: at least %ld (the search's bound: %ld x seq %ld = 2^31 tokens; "
         "%s %s)\n",
         long(batch.largest), long(batch.bound), long(shape.seq_len), need_name.c_str(),
-        gib(batch.largest_need).c_str());
+        memory_text(batch.largest_need).c_str());
   else
     std::printf("largest local batch that fits: %ld (%s %s; batch %ld needs %s), %d meta steps\n",
-                long(batch.largest), need_name.c_str(), gib(batch.largest_need).c_str(),
-                long(batch.largest + 1), gib(batch.next_need).c_str(), batch.profiles);
+                long(batch.largest), need_name.c_str(), memory_text(batch.largest_need).c_str(),
+                long(batch.largest + 1), memory_text(batch.next_need).c_str(), batch.profiles);
 
   // ---- time
   train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};

@@ -381,11 +381,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       const uint64_t said = std::bit_floor(now);
       if (!epoch_explained)
         say("data: the dataset ended during step %ld: epoch %lu began, the same documents again (torchtitan "
-            "re-loops likewise)",
+            "re-loops likewise; from here on the log says the epochs that are powers of two)",
             long(state.step), static_cast<unsigned long>(now));
       else if (said > epoch)
-        say("data: epoch %lu began during step %ld (said again at epoch %lu)",
-            static_cast<unsigned long>(said), long(state.step), static_cast<unsigned long>(2 * said));
+        say("data: epoch %lu began during step %ld", static_cast<unsigned long>(said), long(state.step));
       epoch = now;
       epoch_explained = true;
     }
