@@ -151,8 +151,9 @@ TEST(ExpertExport, TheTrainersExportOverTwoRanksIsTheOneProcessRunsExport) {
   const fs::path two = train("two", "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 2 ",
                              {{"parallelism.expert_parallel_degree", "2"}});
   const std::vector<std::string> files = files_in(one);
-  EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors", "titan_checksums.json",
-                                             "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
+                                      "titan_checksums.json", "tokenizer.json", "tokenizer_config.json"}));
   EXPECT_EQ(files_in(two), files);
   for (const std::string& f : files) EXPECT_EQ(tt::file_difference(one / f, two / f), "") << f;
 }

@@ -695,8 +695,9 @@ TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
 // The generation_config.json of the Hugging Face model a run starts from (its stop tokens and
 // sampling defaults, what transformers' generate reads) travels with the weights: into every
 // checkpoint, through a resume after the source folder lost it, into the run's exports and `titan
-// export`'s. A run from random weights exports none; a file that is not a JSON object stops the
-// run naming it.
+// export`'s. A run from random weights exports the stop tokens titan generate uses (config.json's
+// <|im_end|> and the corpus's document separator <|endoftext|>), so that transformers' generate stops
+// at the end of a document too; a file that is not a JSON object stops the run naming it.
 TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   const fs::path a = tt::temp_dir("trainer_generation_a"), b = tt::temp_dir("trainer_generation_b");
   const Overrides saving = {{"checkpoint.enable", "true"},
@@ -706,7 +707,9 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
                             {"validation.enable", "false"}};
   run_training(tiny_config(a, tt::joined(saving, {{"training.steps", "1"}})));
   const fs::path source = a / "checkpoint" / "step-1-hf";
-  EXPECT_FALSE(fs::exists(source / "generation_config.json"));  // random init: none
+  auto read = [](const fs::path& file) { return nlohmann::json::parse(std::ifstream(file)); };
+  EXPECT_EQ(read(source / "generation_config.json"),
+            nlohmann::json({{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}));  // random init
   const nlohmann::json generation = {
       {"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
       {"temperature", 0.6},     {"top_k", 20},       {"top_p", 0.95}};
@@ -716,7 +719,6 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
                                {"checkpoint.initial_load_path", source.string()},
                                {"checkpoint.initial_load_in_hf", "true"}});
   };
-  auto read = [](const fs::path& file) { return nlohmann::json::parse(std::ifstream(file)); };
   run_training(tiny_config(b, from_source("2")));
   EXPECT_EQ(read(b / "checkpoint" / "step-2-hf" / "generation_config.json"), generation);
   EXPECT_EQ(read(b / "checkpoint" / "step-1" / "train_state.json").at("generation_config"), generation);

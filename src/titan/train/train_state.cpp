@@ -126,6 +126,22 @@ std::string memory_per_rank(const TrainState& s) {
   return line;
 }
 
+nlohmann::json stop_tokens_generation_config(const qwen3::ModelArgs& args, const data::Tokenizer& tokenizer) {
+  const nlohmann::json config = qwen3::hf_config_from_args(args, "float32");
+  std::vector<int64_t> eos;
+  auto add = [&](int64_t id) {
+    if (id >= 0 && id < args.vocab_size && std::find(eos.begin(), eos.end(), id) == eos.end())
+      eos.push_back(id);
+  };
+  if (config.at("eos_token_id").is_number_integer()) add(config["eos_token_id"].get<int64_t>());
+  add(tokenizer.eos_id());
+  add(tokenizer.document_separator_id());
+  if (eos.empty()) return nlohmann::json();
+  nlohmann::json g = {{"eos_token_id", eos}};
+  if (config.at("bos_token_id").is_number_integer()) g["bos_token_id"] = config["bos_token_id"];
+  return g;
+}
+
 nlohmann::json read_generation_config(const std::filesystem::path& hf_dir) {
   const std::filesystem::path file = hf_dir / "generation_config.json";
   if (!std::filesystem::exists(file)) return nullptr;

@@ -264,10 +264,20 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "every rank must read the same dataset files, byte for byte: on several hosts, "
         "the same copy at the same path");
   }
-  if (checkpointer.resume_dir())
+  if (checkpointer.resume_dir()) {
     checkpointer.restore(state, job);
-  else
+  } else {
     plan.agree_on_success([&] { start_weights(state, cfg, job); });  // each rank reads its own files
+    // Random weights come with no generation config: the run's records and exports get the stop
+    // tokens titan generate uses (a loaded model keeps its own, or none, as it came).
+    if (job.initial_hf.empty() && job.initial_native.empty()) {
+      state.generation_config = stop_tokens_generation_config(job.args, tokenizer);
+      if (!state.generation_config.is_null())
+        say("generation config of the checkpoints and exports: eos_token_id %s (where titan generate stops; "
+            "transformers' generate reads it from generation_config.json)",
+            state.generation_config["eos_token_id"].dump().c_str());
+    }
+  }
   if (state.step >= cfg.training.steps) {
     if (checkpointer.resume_dir())
       say("checkpoint: step %ld is already at or past training.steps = %ld: nothing to train (raise "
