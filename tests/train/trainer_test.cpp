@@ -1205,6 +1205,57 @@ TEST(Trainer, ASignalDuringABackgroundSaveCommitsItBeforeExiting) {
                    {{"checkpoint.async_mode", "async"}, {"checkpoint.interval", "1"}});
 }
 
+// A signal while the final export is being written (the steps are done) lets it finish: said at once
+// and again after it, exit 0, the export complete. The debug model's export (280 MB of f32) takes a
+// good part of a second, and its temporary folder is watched for every millisecond.
+TEST(Trainer, ASignalDuringTheFinalExportLetsItFinishAndSaysSo) {
+  const fs::path dump = tt::temp_dir("trainer_signal_export");
+  const fs::path log = dump.parent_path() / "trainer_signal_export.log";
+  const std::vector<std::string> argv = {titan(),
+                                         "train",
+                                         "--config",
+                                         debugmodel_toml().string(),
+                                         "--job.dump_folder=" + dump.string(),
+                                         "--training.steps=1",
+                                         "--lr_scheduler.warmup_steps=1",
+                                         "--training.seq_len=64",
+                                         "--validation.enable=false",
+                                         "--checkpoint.enable=false",
+                                         "--checkpoint.last_save_in_hf=true"};
+  const pid_t pid = tt::spawn_logged(argv, log);
+  ASSERT_NE(pid, 0) << argv[0] << " did not start";
+  auto exporting = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dump / "checkpoint", ec))
+      if (e.path().filename().string().rfind(".step-1-hf.tmp", 0) == 0) return true;
+    return false;
+  };
+  int status = 0;
+  bool signalled = false, exited = false;
+  for (auto t0 = std::chrono::steady_clock::now();
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 300;) {
+    if (!signalled && exporting()) signalled = kill(pid, SIGTERM) == 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(signalled ? 50 : 1));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  const std::string out = read_file(log);
+  ASSERT_TRUE(signalled) << "the export's temporary folder was never seen:\n" << out;
+  ASSERT_TRUE(exited && WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("received SIGTERM: stopping cleanly"), std::string::npos) << out;
+  EXPECT_NE(out.find("received signal 15 after the last step: the final export completed; stopping"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-1-hf" / "model.safetensors")) << out;
+}
+
 // checkpoint.async_mode = "async": a save copies the state aside and returns; a background thread
 // writes the files while the next steps train (updating the weights and moments the files are
 // written from, were they not copied), and a later step boundary commits them. The last step's save
