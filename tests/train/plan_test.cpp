@@ -434,6 +434,8 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
   const std::filesystem::path text_dir = tt::temp_dir("plan_plain_text");
   { std::ofstream(text_dir / "book.txt") << "One paragraph.\n\nAnother one.\n"; }
   { std::ofstream(text_dir / "table.xml") << "<x/>\n"; }
+  const std::filesystem::path records = tt::temp_dir("plan_records") / "docs.jsonl";
+  { std::ofstream(records) << "{\"text\": \"One document.\"}\n{\"text\": \"Another.\"}\n"; }
   struct Case {
     std::string flags, expected;
     bool ok;
@@ -449,6 +451,9 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        "training.document_separator = \"hello world\" is 2 tokens of the run's tokenizer", false},
       {"--training.dataset_path=" + text_dir.string() + " --training.text_split=line",
        "plain text: one document per line", true},
+      // Set, with nothing it applies to: said.
+      {"--training.dataset_path=" + records.string() + " --training.text_split=line",
+       "training.text_split = \"line\" has no effect (no plain-text file: each record is a document)", true},
       // A dataset that exists only on the cluster the job is planned for: said, not refused.
       {"--training.dataset_path=/nonexistent/shards",
        "data: not checked on this machine: training.dataset_path: dataset: \"/nonexistent/shards\" does not "

@@ -403,6 +403,9 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
     text += c.training.text_split == "file"   ? ", plain text: one document per file"
             : c.training.text_split == "line" ? ", plain text: one document per line"
                                               : ", plain text: one document per paragraph";
+  else if (c.set_at.count("training.text_split"))  // set, and nothing it applies to: said, not silent
+    text += ", training.text_split = \"" + c.training.text_split +
+            "\" has no effect (no plain-text file: each record is a document)";
   if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
 }
