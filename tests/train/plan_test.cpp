@@ -453,7 +453,9 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        "plain text: one document per line", true},
       // Set, with nothing it applies to: said.
       {"--training.dataset_path=" + records.string() + " --training.text_split=line",
-       "training.text_split = \"line\" has no effect (no plain-text file: each record is a document)", true},
+       "training.text_split = \"line\" does not apply to these files (no plain-text file: each record is a "
+       "document)",
+       true},
       // A dataset that exists only on the cluster the job is planned for: said, not refused.
       {"--training.dataset_path=/nonexistent/shards",
        "data: not checked on this machine: training.dataset_path: dataset: \"/nonexistent/shards\" does not "

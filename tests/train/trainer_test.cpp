@@ -442,9 +442,10 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
   e = error_of([&] { run_training(tiny_config(b, with({{"training.steps", "8"}}))); });
   EXPECT_NE(e.find("checksum"), std::string::npos) << e;
   // The way forward is named: the committed step before the newest.
-  EXPECT_NE(e.find("; the committed steps before it: 6: checkpoint.load_step = 6 resumes from the newest of "
-                   "them (step 7 is then set aside, not deleted)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("; if step 7 cannot be repaired, the committed steps before it are 6: checkpoint.load_step "
+             "= 6 resumes from the newest of them (step 7 is then set aside, not deleted)"),
+      std::string::npos)
       << e;
   EXPECT_EQ(read_metrics(b).size(), 7u);  // no step was taken
   // It does: step 7 set aside, step 8 trained from step 6's state.
@@ -710,6 +711,16 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   auto read = [](const fs::path& file) { return nlohmann::json::parse(std::ifstream(file)); };
   EXPECT_EQ(read(source / "generation_config.json"),
             nlohmann::json({{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}));  // random init
+  // A Hugging Face model that has none exports none (its files as they came).
+  const fs::path plain = tt::temp_dir("trainer_generation_plain") / "model";
+  fs::copy(source, plain, fs::copy_options::recursive);
+  fs::remove(plain / "generation_config.json");
+  const fs::path from_plain = tt::temp_dir("trainer_generation_from_plain");
+  run_training(tiny_config(from_plain, tt::joined(saving, {{"training.steps", "1"},
+                                                           {"checkpoint.initial_load_path", plain.string()},
+                                                           {"checkpoint.initial_load_in_hf", "true"}})));
+  EXPECT_TRUE(fs::exists(from_plain / "checkpoint" / "step-1-hf" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(from_plain / "checkpoint" / "step-1-hf" / "generation_config.json"));
   const nlohmann::json generation = {
       {"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
       {"temperature", 0.6},     {"top_k", 20},       {"top_p", 0.95}};
@@ -1174,11 +1185,10 @@ TEST(Trainer, AFailedFinalExportSaysWhatOfTheRunIsOnDisk) {
   setrlimit(RLIMIT_FSIZE, &before);
   std::signal(SIGXFSZ, previous);
   EXPECT_NE(e.find("File too large"), std::string::npos) << e;
-  EXPECT_NE(
-      e.find("the run's final Hugging Face export (checkpoint.last_save_in_hf) of step 2 failed: no "
-             "checkpoint holds this run's weights (checkpoint.enable = false): nothing of the run is on "
-             "disk"),
-      std::string::npos)
+  EXPECT_NE(e.find("the run's final Hugging Face export (checkpoint.last_save_in_hf) of step 2 failed: no "
+                   "checkpoint holds the weights of its 2 steps (checkpoint.enable = false): they are not on "
+                   "disk"),
+            std::string::npos)
       << e;
   EXPECT_EQ(read_metrics(dump).size(), 2u);  // the steps ran
   if (fs::exists(dump / "checkpoint"))       // the run's lock files alone
@@ -1250,7 +1260,7 @@ TEST(Trainer, ASignalDuringTheFinalExportLetsItFinishAndSaysSo) {
   ASSERT_TRUE(exited && WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   EXPECT_NE(out.find("received SIGTERM: stopping cleanly"), std::string::npos) << out;
-  EXPECT_NE(out.find("received signal 15 after the last step: the final export completed; stopping"),
+  EXPECT_NE(out.find("received signal 15 as the run ended: its final export completed; stopping"),
             std::string::npos)
       << out;
   EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-1-hf" / "model.safetensors")) << out;

@@ -209,7 +209,8 @@ LoadedCheckpoint Checkpointer::load_resume_step() const {
     if (config_.checkpoint.load_step != -1 || earlier.empty()) throw;
     std::string list;
     for (int64_t step : earlier) list += (list.empty() ? "" : ", ") + std::to_string(step);
-    throw Error(std::string(e.what()) + "; the committed steps before it: " + list +
+    throw Error(std::string(e.what()) + "; if step " + std::to_string(*resume_step_) +
+                " cannot be repaired, the committed steps before it are " + list +
                 ": checkpoint.load_step = " + std::to_string(earlier.back()) +
                 " resumes from the newest of them (step " + std::to_string(*resume_step_) +
                 " is then set aside, not deleted)");

@@ -183,9 +183,10 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job, const std::st
       job.initial_hf = ck.initial_load_path;
     } else {
       TITAN_CHECK(fs::exists(fs::path(ck.initial_load_path) / "COMMITTED"), source, ": '",
-                  ck.initial_load_path,
-                  "' is not a committed titan checkpoint (no COMMITTED marker; for a Hugging Face folder set "
-                  "checkpoint.initial_load_in_hf = true)");
+                  ck.initial_load_path, "' is not a committed titan checkpoint (no COMMITTED marker",
+                  source == "checkpoint.initial_load_path"
+                      ? "; for a Hugging Face folder set checkpoint.initial_load_in_hf = true)"
+                      : ": a save cut short)");
       job.initial_native = ck.initial_load_path;
       const fs::path state = job.initial_native / "train_state.json";
       const nlohmann::json ts = io::read_json_file(state, source);
@@ -405,7 +406,7 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
                                               : ", plain text: one document per paragraph";
   else if (c.set_at.count("training.text_split"))  // set, and nothing it applies to: said, not silent
     text += ", training.text_split = \"" + c.training.text_split +
-            "\" has no effect (no plain-text file: each record is a document)";
+            "\" does not apply to these files (no plain-text file: each record is a document)";
   if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
 }

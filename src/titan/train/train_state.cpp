@@ -126,16 +126,19 @@ std::string memory_per_rank(const TrainState& s) {
   return line;
 }
 
-nlohmann::json stop_tokens_generation_config(const qwen3::ModelArgs& args, const data::Tokenizer& tokenizer) {
+nlohmann::json stop_tokens_generation_config(const qwen3::ModelArgs& args, const data::Tokenizer& tokenizer,
+                                             int32_t document_separator) {
   const nlohmann::json config = qwen3::hf_config_from_args(args, "float32");
   std::vector<int64_t> eos;
   auto add = [&](int64_t id) {
     if (id >= 0 && id < args.vocab_size && std::find(eos.begin(), eos.end(), id) == eos.end())
       eos.push_back(id);
   };
-  if (config.at("eos_token_id").is_number_integer()) add(config["eos_token_id"].get<int64_t>());
+  const nlohmann::json& config_eos = config.at("eos_token_id");  // a number or a list
+  for (const nlohmann::json& id : config_eos.is_array() ? config_eos : nlohmann::json::array({config_eos}))
+    if (id.is_number_integer()) add(id.get<int64_t>());
   add(tokenizer.eos_id());
-  add(tokenizer.document_separator_id());
+  add(document_separator);
   if (eos.empty()) return nlohmann::json();
   nlohmann::json g = {{"eos_token_id", eos}};
   if (config.at("bos_token_id").is_number_integer()) g["bos_token_id"] = config["bos_token_id"];

@@ -84,10 +84,11 @@ void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob
 nlohmann::json read_generation_config(const std::filesystem::path& hf_dir);
 
 // The generation config of a model trained from random weights: its bos_token_id and, as
-// eos_token_id, every id titan generate stops at (config.json's eos_token_id, the tokenizer's
-// eos_token and its document separator), so that transformers' generate on an export stops where
-// titan's does (config.json alone names <|im_end|>, and a model pretrained on text ends its
+// eos_token_id, config.json's eos_token_id, the tokenizer's eos_token and the run's document
+// separator (the token its documents end with), so that transformers' generate on an export stops
+// where titan's does (config.json alone names <|im_end|>, and a model pretrained on text ends its
 // documents with <|endoftext|>). Null when none of them is in the vocabulary.
-nlohmann::json stop_tokens_generation_config(const qwen3::ModelArgs& args, const data::Tokenizer& tokenizer);
+nlohmann::json stop_tokens_generation_config(const qwen3::ModelArgs& args, const data::Tokenizer& tokenizer,
+                                             int32_t document_separator);
 
 }  // namespace titan::train

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -46,6 +47,7 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_announce_stop{false};  // this rank prints the run's console lines
+std::atomic<bool> g_stdout_is_terminal{false};
 // The first SIGINT/SIGTERM asks for a clean stop; the handler then steps aside so that a second
 // one (an impatient Ctrl-C during the final save) terminates the process the default way. It says
 // so at once, whatever the run is doing (a long step, the final save or export): write(2) is
@@ -54,6 +56,12 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
   std::signal(sig, SIG_DFL);
   if (!g_announce_stop.load()) return;
+  const int saved_errno = errno;  // of the thread the signal interrupted
+  // On a terminal the line may be a progress line drawn without a newline: cleared first.
+  if (g_stdout_is_terminal.load()) {
+    const ssize_t cleared = write(STDOUT_FILENO, "\r\033[K", 4);
+    (void)cleared;
+  }
   static constexpr char kInt[] =
       "received SIGINT: stopping cleanly once this step is done (or the final save and export, when the "
       "steps are); a second one ends the process now\n";
@@ -64,6 +72,7 @@ extern "C" void on_stop_signal(int sig) {
   const ssize_t written =
       write(STDOUT_FILENO, is_int ? kInt : kTerm, is_int ? sizeof kInt - 1 : sizeof kTerm - 1);
   (void)written;  // nothing to do about a console that takes no more
+  errno = saved_errno;
 }
 
 // While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary).
@@ -80,6 +89,7 @@ class StopSignals {
   StopSignals() {
     g_stop_signal = 0;
     g_announce_stop = console_output();
+    g_stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
     sigemptyset(&stop_set_);
     sigaddset(&stop_set_, SIGINT);
     sigaddset(&stop_set_, SIGTERM);
@@ -271,8 +281,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     // Random weights come with no generation config: the run's records and exports get the stop
     // tokens titan generate uses (a loaded model keeps its own, or none, as it came).
     if (job.initial_hf.empty() && job.initial_native.empty()) {
-      state.generation_config = stop_tokens_generation_config(job.args, tokenizer);
-      if (!state.generation_config.is_null())
+      state.generation_config =
+          stop_tokens_generation_config(job.args, tokenizer, document_separator(cfg.training, tokenizer));
+      if (!state.generation_config.is_null() && (cfg.checkpoint.enable || cfg.checkpoint.last_save_in_hf))
         say("generation config of the checkpoints and exports: eos_token_id %s (where titan generate stops; "
             "transformers' generate reads it from generation_config.json)",
             state.generation_config["eos_token_id"].dump().c_str());
@@ -328,6 +339,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   uint64_t epoch = data_epoch();
   bool epoch_explained = false;  // the first re-read of this invocation is said in full
   bool first_step_done = false;  // of this run: the start-up bound holds until its end
+  bool final_saved = false, exported = false;  // by this invocation, after its last step
   while (state.step < cfg.training.steps) {
     // checkpoint.async_mode: a save whose files every rank has written commits here.
     checkpointer.poll_save();
@@ -420,11 +432,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     if (state.step == cfg.training.steps) device_services(job.device).release_cached();
     if (cfg.checkpoint.enable && !cfg.checkpoint.load_only &&
         (periodic || state.step == cfg.training.steps ||
-         (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint)))
+         (state.step == 1 && cfg.checkpoint.enable_first_step_checkpoint))) {
       // checkpoint.async_mode: in the background while steps remain (the last one is waited for).
       checkpointer.save(
           state, job,
           state.step < cfg.training.steps ? Checkpointer::When::InBackground : Checkpointer::When::Now);
+      final_saved = state.step == cfg.training.steps;
+    }
     profiler.end_step(state.step);
     // As torchtitan: the step bound from the end of the first step of this run, its evaluation
     // and checkpoint included (a resumed run's first step too, where torchtitan's "step == 1"
@@ -448,33 +462,38 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       !(summary.steps_run == 0 && checkpointer.has_hf_export(state.step))) {
     try {
       checkpointer.export_hf(state, job);
+      exported = true;
     } catch (const Error& e) {
       // What of the run is on disk: the export was its last output.
-      const bool saved =
-          cfg.checkpoint.enable && !cfg.checkpoint.load_only && checkpointer.last_saved_step() == state.step;
       const std::filesystem::path step_dir = checkpointer.folder() / ("step-" + std::to_string(state.step));
+      std::string on_disk;
+      if (cfg.checkpoint.enable && checkpointer.last_saved_step() == state.step)  // saved, or resumed from
+        on_disk = "its checkpoint " + step_dir.string() + " is committed: titan export --checkpoint " +
+                  step_dir.string() + " --out " +
+                  (checkpointer.folder() / ("step-" + std::to_string(state.step) + "-hf")).string() +
+                  (cfg.checkpoint.export_dtype == "bfloat16" ? " --dtype bfloat16" : "") +
+                  " writes the export again";
+      else if (summary.steps_run == 0)
+        on_disk = "this invocation trained no step: its weights are those it started from";
+      else
+        on_disk = std::string("no checkpoint holds the weights of its ") +
+                  counted(summary.steps_run, "step") + " (" +
+                  (cfg.checkpoint.load_only ? "checkpoint.load_only = true" : "checkpoint.enable = false") +
+                  "): they are not on disk";
       throw Error(std::string(e.what()) +
                   "; the run's final Hugging Face export (checkpoint.last_save_in_hf) of step " +
-                  std::to_string(state.step) + " failed: " +
-                  (saved ? "its checkpoint " + step_dir.string() +
-                               " is committed, and titan export --checkpoint " + step_dir.string() +
-                               " --out DIR writes the export again"
-                         : std::string("no checkpoint holds this run's weights (checkpoint.enable = ") +
-                               (cfg.checkpoint.enable ? "true, checkpoint.load_only = true" : "false") +
-                               "): nothing of the run is on disk"));
+                  std::to_string(state.step) + " failed: " + on_disk);
     }
   }
-  // A signal after the last step (the stop waits for the final save and export: the run's end).
+  // A signal once the steps were done (during the last one, or the final save or export, which it
+  // lets finish: they are the run's end).
   if (!summary.interrupted)
-    if (const int sig = signals.received()) {
-      const bool saved = cfg.checkpoint.enable && !cfg.checkpoint.load_only;
-      const bool exported = cfg.checkpoint.last_save_in_hf;
-      say("received signal %d after the last step: %s; stopping", sig,
-          saved && exported ? "the final save and export completed"
-          : saved           ? "the final save completed"
-          : exported        ? "the final export completed"
-                            : "the steps were done");
-    }
+    if (const int sig = signals.received())
+      say("received signal %d as the run ended: %s; stopping", sig,
+          final_saved && exported ? "its final save and export completed"
+          : final_saved           ? "its final save completed"
+          : exported              ? "its final export completed"
+                                  : "nothing was left to save");
   char sustained[160] = "no step after the warm-up step to measure";
   if (meter.measured_sustained()) {
     // tokens/s is per rank (as in metrics.jsonl); on several ranks the job's rate is said beside it.
