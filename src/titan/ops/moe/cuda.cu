@@ -36,11 +36,14 @@
 #include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
 #include "titan/ops/moe/cuda.h"
+#include "titan/ops/moe/mma_layout.h"
 #include "titan/ops/moe/moe.h"
 
 namespace titan::cuda {
 
 namespace {
+
+using namespace ops::moe_mma;  // the mma.sync GEMMs' index maps (mma_layout.h)
 
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -640,22 +643,6 @@ struct MmaTile {
   static constexpr int kLdN = kN + 8;            // [32 k][kN n] tiles, N contiguous
 };
 
-// The 16-byte chunks of a [kRows][kCols] bf16 stage that this thread copies: chunk c (of
-// stage_chunks) is row stage_chunk_row(c), columns stage_chunk_column(c) .. + 7.
-template <int kRows, int kCols, int kThreads>
-constexpr int stage_chunks() {
-  static_assert(kRows * kCols % (8 * kThreads) == 0, "whole chunks per thread");
-  return kRows * kCols / 8 / kThreads;
-}
-template <int kCols, int kThreads>
-__device__ __forceinline__ int stage_chunk_row(int c) {
-  return (int(threadIdx.x) + c * kThreads) / (kCols / 8);
-}
-template <int kCols, int kThreads>
-__device__ __forceinline__ int stage_chunk_column(int c) {
-  return (int(threadIdx.x) + c * kThreads) % (kCols / 8) * 8;
-}
-
 // One stage of a [kRows][kCols] bf16 tile by cp.async over kThreads threads: this thread's chunks c
 // go to dst[i * ld + j] from row_ptr(i, c) + j when inside(i, j), else zeros. `base` is any valid
 // address of the operand: a zero-filled cp.async reads nothing but still names a global source.
@@ -664,7 +651,8 @@ __device__ __forceinline__ void load_stage(bf16_t* dst, int ld, const bf16_t* ba
                                            Inside inside) {
 #pragma unroll
   for (int c = 0; c < stage_chunks<kRows, kCols, kThreads>(); ++c) {
-    const int i = stage_chunk_row<kCols, kThreads>(c), j = stage_chunk_column<kCols, kThreads>(c);
+    const int i = stage_chunk_row<kCols, kThreads>(c, threadIdx.x),
+              j = stage_chunk_column<kCols, kThreads>(c, threadIdx.x);
     const bool in = inside(i, j);
     cp_async16(dst + i * ld + j, in ? row_ptr(i, c) + j : base, in);
   }
@@ -692,19 +680,21 @@ __device__ __forceinline__ void run_mma_pipeline(int64_t steps, Issue issue, Mul
   cp_async_wait<0>();
 }
 
-// This warp's 64 x 64 share of the block's result: acc[i][j] holds rows wm*64 + i*16 (+ g, + g + 8)
-// at columns wn*64 + j*8 + 2t (and + 1). Hands each pair to put(row, col, v0, v1), row and col (even)
-// within the block's tile (put checks the bounds).
+// This warp's 64 x 64 share of the block's result (mma_tile_element says where each register
+// lands). Hands each pair of adjacent columns to put(row, col, v0, v1), row and col (even) within
+// the block's tile (put checks the bounds).
 template <class Put>
 __device__ __forceinline__ void store_mma_tile(const float (&acc)[4][8][4], int wm, int wn, Put put) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        put(wm * 64 + i * 16 + g + h * 8, wn * 64 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      for (int h = 0; h < 2; ++h) {
+        const TileElement at = mma_tile_element(wm, wn, i, j, 2 * h, lane);
+        put(at.row, at.col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
 }
 
 // Writes (or adds) v0, v1 at C[row * ldc + col] and C[row * ldc + col + 1], the columns below n;
@@ -732,32 +722,6 @@ __device__ __forceinline__ void put_pair(TC* C, int64_t ldc, int64_t row, int64_
     else
       p[h] = from_f32<TC>(v);
   }
-}
-
-// The shared-memory address this lane passes to ldmatrix_x4 for one 16 x 16 operand fragment at
-// (row0, k0) (A; ldmatrix) or (n0, k0) / (k0, n0) / (k0, m0) (the _trans layouts), given the
-// operand's tile layout. The four 8 x 8 matrices must come out in the order mma_16x8x16 takes them:
-// A: (rows 0-7, k lo), (rows 8-15, k lo), (rows 0-7, k hi), (rows 8-15, k hi); B: (n 0-7, k lo),
-// (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
-// [row][k]
-__device__ __forceinline__ const bf16_t* frag_a_rk(const bf16_t* tile, int ld, int row0, int k0) {
-  const int lane = threadIdx.x % 32;
-  return tile + (row0 + lane % 16) * ld + k0 + (lane / 16) * 8;
-}
-// [k][row]
-__device__ __forceinline__ const bf16_t* frag_a_kr(const bf16_t* tile, int ld, int k0, int row0) {
-  const int lane = threadIdx.x % 32;
-  return tile + (k0 + lane % 8 + (lane / 16) * 8) * ld + row0 + ((lane / 8) % 2) * 8;
-}
-// [n][k]
-__device__ __forceinline__ const bf16_t* frag_b_nk(const bf16_t* tile, int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32;
-  return tile + (n0 + lane % 8 + (lane / 16) * 8) * ld + k0 + ((lane / 8) % 2) * 8;
-}
-// [k][n]
-__device__ __forceinline__ const bf16_t* frag_b_kn(const bf16_t* tile, int ld, int k0, int n0) {
-  const int lane = threadIdx.x % 32;
-  return tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld + n0 + (lane / 16) * 8;
 }
 
 // One 32-deep K step of a warp: acc += A (64 rows of the warp, from a_frag) x B (64 columns).
@@ -815,7 +779,7 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
   const RowTile rows = row_tile_of(tiles, offsets, E, tile, kMmaM);
   const int64_t e = rows.e, r0 = rows.r0, r_end = rows.r_end, c0 = int64_t(blockIdx.x % column_tiles) * kBN;
   const bf16_t* Be = B + e * stride_b;
-  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   // The tile's A rows are the same at every K step: their offsets (through the rows' tokens when
   // gathered) are looked up once.
   for (int m = threadIdx.x; m < kMmaM; m += kThreads)
@@ -847,13 +811,14 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
                      mma_k_step(
                          acc,
                          [&](int i, int ks, uint32_t(&f)[4]) {
-                           ldmatrix_x4(f, frag_a_rk(as, kMmaLdK, wm * 64 + i * 16, ks * 16));
+                           ldmatrix_x4(f, as + frag_a_rk(kMmaLdK, wm * 64 + i * 16, ks * 16, lane));
                          },
                          [&](int j2, int ks, uint32_t(&f)[4]) {
                            if constexpr (kTransB)
-                             ldmatrix_x4(f, frag_b_nk(bs, kMmaLdK, wn * 64 + j2 * 16, ks * 16));
+                             ldmatrix_x4(f, bs + frag_b_nk(kMmaLdK, wn * 64 + j2 * 16, ks * 16, lane));
                            else
-                             ldmatrix_x4_trans(f, frag_b_kn(bs, Tile::kLdN, ks * 16, wn * 64 + j2 * 16));
+                             ldmatrix_x4_trans(f,
+                                               bs + frag_b_kn(Tile::kLdN, ks * 16, wn * 64 + j2 * 16, lane));
                          });
                    });
   store_mma_tile(acc, wm, wn, [&](int m, int nn, float v0, float v1) {
@@ -879,7 +844,7 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
   bf16_t* Bs = At + kMmaStages * kAStage;
   const int64_t e = blockIdx.z, m0 = int64_t(blockIdx.y) * kMmaM, n0 = int64_t(blockIdx.x) * kBN;
   const int64_t r_begin = offsets[e], r_end = offsets[e + 1];
-  const int warp = threadIdx.x / 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / kWarpsN, wn = warp % kWarpsN;
   // The B rows (the rows' tokens when gathered) of this thread's chunks of a step's B tile, looked
   // up one step ahead: the lookup of step s + 1 is in flight while step s multiplies, instead of
   // stalling the issue of every step on a dependent global load.
@@ -888,7 +853,7 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
   auto look_up_b_rows = [&](int64_t step) {
 #pragma unroll
     for (int c = 0; c < kBChunks; ++c) {
-      const int64_t r = r_begin + step * kMmaK + stage_chunk_row<kBN, kThreads>(c);
+      const int64_t r = r_begin + step * kMmaK + stage_chunk_row<kBN, kThreads>(c, threadIdx.x);
       b_row[c] = r < r_end ? (gather ? gather[r] : r) : 0;
     }
   };
@@ -914,10 +879,10 @@ __global__ void __launch_bounds__(MmaTile<kWarpsN>::kThreads, mma_blocks_per_sm(
         mma_k_step(
             acc,
             [&](int i, int ks, uint32_t(&f)[4]) {
-              ldmatrix_x4_trans(f, frag_a_kr(at, kMmaLdM, ks * 16, wm * 64 + i * 16));
+              ldmatrix_x4_trans(f, at + frag_a_kr(kMmaLdM, ks * 16, wm * 64 + i * 16, lane));
             },
             [&](int j2, int ks, uint32_t(&f)[4]) {
-              ldmatrix_x4_trans(f, frag_b_kn(bs, Tile::kLdN, ks * 16, wn * 64 + j2 * 16));
+              ldmatrix_x4_trans(f, bs + frag_b_kn(Tile::kLdN, ks * 16, wn * 64 + j2 * 16, lane));
             });
       });
   float* Ce = C + e * M * N;
