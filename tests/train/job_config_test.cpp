@@ -1129,6 +1129,15 @@ TEST(JobConfig, AnOptionWithoutASectionIsAnUnknownOptionOfTheCommand) {
         std::string::npos)
         << given << ": " << out;
   }
+  // A key's name without its section: the keys of that name are suggested.
+  std::string out;
+  EXPECT_NE(titan::testing::run_command(
+                titan::testing::titan_binary().string() + " train --config " + cfg + " --steps=3 2>&1", &out),
+            0);
+  EXPECT_NE(out.find("unknown option --steps (its options: --config; the job config's keys are "
+                     "--section.key=value; did you mean --training.steps or --validation.steps?)"),
+            std::string::npos)
+      << out;
 }
 
 // optimizer.name: torchtitan's two, AdamW and Adam (torch.optim.Adam's L2 weight decay).

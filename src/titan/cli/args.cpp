@@ -6,6 +6,7 @@
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
+#include "titan/train/job_config.h"
 
 namespace titan::cli {
 
@@ -141,8 +142,16 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
         key.find('.') == std::string::npos) {
       std::string options = "--config";
       for (const std::string& o : own) options += ", --" + o;
+      // The config keys of that name ("--steps": training.steps, validation.steps), a few at most.
+      std::string named;
+      int matches = 0;
+      for (const std::string& k : train::job_config_keys())
+        if (k.size() > key.size() && k.compare(k.size() - key.size(), key.size(), key) == 0 &&
+            k[k.size() - key.size() - 1] == '.' && ++matches <= 3)
+          named += (named.empty() ? "; did you mean --" : " or --") + k;
       TITAN_FAIL("titan ", command, ": unknown option --", key, " (its options: ", options,
-                 "; the job config's keys are --section.key=value)");
+                 "; the job config's keys are --section.key=value",
+                 matches > 0 && matches <= 3 ? named + "?" : "", ")");
     }
     if (eq == std::string::npos) {
       TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");

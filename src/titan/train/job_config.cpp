@@ -370,10 +370,7 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
     }
   }
   if (apply_torchtitan_key(c, fields, key, value, where, node)) return;
-  std::vector<std::string> known;
-  for (auto& f : fields) known.push_back(f.key);
-  for (auto& k : qwen3::override_keys()) known.push_back("model." + k);
-  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, known));
+  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, job_config_keys()));
 }
 
 void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where) {
@@ -905,6 +902,14 @@ dist::CommTimeout CommSection::init_timeout() const {
 dist::CommTimeout CommSection::train_timeout() const {
   if (train_timeout_seconds == -1) return dist::CommTimeout(timeout_seconds, "comm.timeout_seconds");
   return dist::CommTimeout(train_timeout_seconds, "comm.train_timeout_seconds");
+}
+
+std::vector<std::string> job_config_keys() {
+  JobConfig c;
+  std::vector<std::string> keys;
+  for (const Field& f : schema(c)) keys.push_back(f.key);
+  for (const std::string& k : qwen3::override_keys()) keys.push_back("model." + k);
+  return keys;
 }
 
 }  // namespace titan::train

@@ -239,5 +239,7 @@ struct JobConfig {
 JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source,
                            const std::vector<std::pair<std::string, std::string>>& overrides);
+// Every key titan's job config has ("training.steps", "model.dim", ...), for suggestions.
+std::vector<std::string> job_config_keys();
 
 }  // namespace titan::train
