@@ -479,6 +479,24 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
     }
 }
 
+// The checks train makes across keys hold in plan and info as well: a job train refuses is no job.
+TEST(Plan, PlanAndInfoRefuseWhatTrainRefusesAcrossKeys) {
+  for (const char* command : {"plan", "info"}) {
+    std::string out;
+    const std::string plan_flags =
+        std::string(command) == "plan" ? " --gemm-tflops 1 --memory-per-rank 64GiB" : "";
+    const int rc =
+        tt::run_command(tt::titan_binary().string() + " " + command + " --config " + debugmodel_toml() +
+                            plan_flags + " --training.steps=40 --lr_scheduler.warmup_steps=50",
+                        &out);
+    EXPECT_NE(rc, 0) << command << "\n" << out;
+    EXPECT_NE(out.find("lr_scheduler.warmup_steps (50) must not exceed training.steps (40)"),
+              std::string::npos)
+        << command << "\n"
+        << out;
+  }
+}
+
 // The [kernels] table as train checks it (op, variant, dtype, modules), before any figure: a plan
 // of a job that train would refuse is no plan.
 TEST(Plan, PlanAndInfoCheckTheKernelsTableAsTrainDoes) {
