@@ -68,10 +68,12 @@ int info_for_job(int argc, char** argv) {
     return 0;
   }
   const train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
-  // The checks train makes across keys (warmup against steps, ...), on the mesh the config names
-  // (one process where its shard degree is -1, "the ranks left"): a job train refuses is no job.
+  // The checks train makes across keys (warmup against steps, ...): a job train refuses is no job.
+  // They are made on the smallest mesh the config allows (where its shard degree is -1, "the ranks
+  // left": as many as expert parallelism needs), though the step below is one process's.
   const int64_t shard = cfg.parallelism.data_parallel_shard_degree;
-  cfg.validate(int(cfg.parallelism.data_parallel_replicate_degree * (shard == -1 ? 1 : shard)));
+  cfg.validate(int(cfg.parallelism.data_parallel_replicate_degree *
+                   (shard == -1 ? cfg.parallelism.expert_parallel_degree : shard)));
   // One process (its experts whole): `titan plan` takes a mesh.
   const auto [a, shape] = train::planned_step(cfg, 1, 1);
   const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
