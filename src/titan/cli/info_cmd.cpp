@@ -52,8 +52,7 @@ int info_for_job(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) continue;
-    const std::string key =
-        arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    const std::string key = arg.substr(2, arg.find('=') - 2);  // (npos - 2: to the end)
     TITAN_CHECK(key != "flavor" && key != "model-path" && key != "batch" && key != "seq" && key != "dtype" &&
                     key != "activation-checkpoint" && key != "device",
                 "titan info: --", key,

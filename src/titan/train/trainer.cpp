@@ -18,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "titan/autograd/autograd.h"
@@ -57,21 +58,16 @@ extern "C" void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);
   if (!g_announce_stop.load()) return;
   const int saved_errno = errno;  // of the thread the signal interrupted
+  auto put = [](std::string_view text) {
+    const ssize_t written = write(STDOUT_FILENO, text.data(), text.size());
+    (void)written;  // nothing to do about a console that takes no more
+  };
   // On a terminal the line may be a progress line drawn without a newline: cleared first.
-  if (g_stdout_is_terminal.load()) {
-    const ssize_t cleared = write(STDOUT_FILENO, "\r\033[K", 4);
-    (void)cleared;
-  }
-  static constexpr char kInt[] =
-      "received SIGINT: stopping cleanly once this step is done (or the final save and export, when the "
-      "steps are); a second one ends the process now\n";
-  static constexpr char kTerm[] =
-      "received SIGTERM: stopping cleanly once this step is done (or the final save and export, when the "
-      "steps are); a second one ends the process now\n";
-  const bool is_int = sig == SIGINT;
-  const ssize_t written =
-      write(STDOUT_FILENO, is_int ? kInt : kTerm, is_int ? sizeof kInt - 1 : sizeof kTerm - 1);
-  (void)written;  // nothing to do about a console that takes no more
+  if (g_stdout_is_terminal.load()) put("\r\033[K");
+  put(sig == SIGINT ? "received SIGINT" : "received SIGTERM");
+  put(": stopping cleanly once this step is done (or the final save and export, when the steps are); a "
+      "second "
+      "one ends the process now\n");
   errno = saved_errno;
 }
 
