@@ -111,15 +111,15 @@ std::string file_difference(const std::filesystem::path& a, const std::filesyste
   return buf;
 }
 
-int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log, int stdout_fd) {
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, stdout_fd >= 0 ? stdout_fd : 2, 1);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);

@@ -24,7 +24,8 @@ std::string error_of(const std::function<void()>& f);
 int run_command(const std::string& cmd, std::string* output);  // shell command, stdout+stderr captured
 // Starts argv[0] (looked up in PATH) with argv in the background, stdout and stderr into `log`;
 // returns its pid (0 when it could not start). For tests that signal or kill a running job.
-int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log);
+// `stdout_fd` >= 0 is its standard output instead (stderr alone goes to `log`).
+int spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log, int stdout_fd = -1);
 
 // This test program run again as `ranks` real MPI ranks (mpirun --oversubscribe --bind-to none, one
 // OpenMP thread each, allowed as root), with `rank_env`=1 in their environment and only the tests

@@ -4,6 +4,7 @@
 // busy cores; the tokenizer and the corpus are the real ones from assets/.
 #include "titan/train/trainer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -1100,19 +1101,36 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
       << e;
 }
 
-// `titan train` in the background; `sig` once a step is logged: exit 0 with a committed
-// checkpoint at the step it reached.
-// `mid_run` runs once the first step is logged, before the signal is sent.
-void stop_with_signal(
-    int sig, const std::string& name, const tt::Overrides& extra = {},
-    const std::function<void()>& mid_run = [] {}) {
+// Lines of metrics.jsonl written whole so far (the run may be writing the next).
+size_t steps_logged(const fs::path& dump) {
+  std::ifstream f(dump / "metrics.jsonl");
+  size_t n = 0;
+  for (std::string line; std::getline(f, line) && !line.empty() && line.back() == '}';) ++n;
+  return n;
+}
+
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+struct SignalledRun {
+  tt::Overrides extra;                                                 // the job's keys
+  std::function<void(pid_t, const fs::path& dump)> mid_run = nullptr;  // once a step is logged
+  int stdout_fd = -1;             // the run's standard output, closed here once it started (default: the log)
+  std::string* output = nullptr;  // receives the log
+};
+
+// `titan train` in the background; `sig` once a step is logged (and `run.mid_run` has run): exit 0
+// with a committed checkpoint at the step it reached.
+void stop_with_signal(int sig, const std::string& name, const SignalledRun& run = {}) {
   const fs::path dump = tt::temp_dir(name);
   const fs::path log = dump.parent_path() / (name + ".log");
   std::vector<std::string> argv = {titan(), "train", "--config", debugmodel_toml().string()};
   const tt::Overrides stop_job = {
       {"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}};
-  for (auto& [k, v] : tiny_job(dump, tt::joined(stop_job, extra))) argv.push_back("--" + k + "=" + v);
-  const pid_t pid = tt::spawn_logged(argv, log);
+  for (auto& [k, v] : tiny_job(dump, tt::joined(stop_job, run.extra))) argv.push_back("--" + k + "=" + v);
+  const pid_t pid = tt::spawn_logged(argv, log, run.stdout_fd);
+  if (run.stdout_fd >= 0) close(run.stdout_fd);
   ASSERT_NE(pid, 0) << argv[0] << " did not start";
 
   auto wait_exit = [&](double seconds, int* status) {
@@ -1127,9 +1145,7 @@ void stop_with_signal(
   bool logged = false;
   for (auto t0 = std::chrono::steady_clock::now();
        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 300;) {
-    std::ifstream f(dump / "metrics.jsonl");
-    std::string line;
-    if (std::getline(f, line) && !line.empty() && line.back() == '}') {
+    if (steps_logged(dump) > 0) {
       logged = true;
       break;
     }
@@ -1141,7 +1157,7 @@ void stop_with_signal(
     waitpid(pid, &status, 0);
     FAIL() << "no step was logged:\n" << read_file(log);
   }
-  mid_run();
+  if (run.mid_run) run.mid_run(pid, dump);
   ASSERT_EQ(kill(pid, sig), 0);
   if (!wait_exit(300, &status)) {
     kill(pid, SIGKILL);
@@ -1149,14 +1165,16 @@ void stop_with_signal(
     FAIL() << "titan train did not stop after signal " << sig << ":\n" << read_file(log);
   }
   const std::string out = read_file(log);
+  if (run.output) *run.output = out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
-  // Said at once, when the signal came (the step boundary's line follows).
-  EXPECT_NE(out.find(std::string(sig == SIGINT ? "received SIGINT" : "received SIGTERM") +
-                     ": stopping cleanly once this step is done"),
-            std::string::npos)
+  // Said at once, when the signal came; then the step boundary's line (a save, or what there was
+  // nothing to save for).
+  const std::string received = std::string("received ") + signal_name(sig);
+  EXPECT_NE(out.find(received + ": stopping cleanly once this step is done"), std::string::npos) << out;
+  EXPECT_TRUE(out.find(received + ": saving a checkpoint at step") != std::string::npos ||
+              out.find(received + " at step") != std::string::npos)
       << out;
-  EXPECT_NE(out.find("received signal " + std::to_string(sig)), std::string::npos) << out;
 
   auto records = read_metrics(dump);
   ASSERT_FALSE(records.empty());
@@ -1203,16 +1221,63 @@ TEST(Trainer, SigtermSavesACheckpointAndExitsZero) {
 // With log_freq far beyond the steps reached, the log still ends on the step the run stopped at
 // (stop_with_signal checks that metrics.jsonl's last record is the checkpoint's step).
 TEST(Trainer, ASignalEndsTheLogOnTheStepReachedWhateverLogFreq) {
-  stop_with_signal(SIGTERM, "trainer_sigterm_log_freq", {{"metrics.log_freq", "100000"}});
+  stop_with_signal(SIGTERM, "trainer_sigterm_log_freq", {.extra = {{"metrics.log_freq", "100000"}}});
 }
 TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
   stop_with_signal(SIGINT, "trainer_sigint");
+}
+// The terminal of an ssh session that dropped: the run saves and stops as on a Ctrl-C.
+TEST(Trainer, SighupSavesACheckpointAndExitsZero) {
+  stop_with_signal(SIGHUP, "trainer_sighup");
+}
+// Started ignoring SIGHUP (nohup), a run keeps ignoring it: two more steps are logged after a
+// hang-up, and only the SIGTERM after them stops it.
+TEST(Trainer, ARunStartedUnderNohupTrainsOnThroughAHangUp) {
+  void (*const before)(int) = std::signal(SIGHUP, SIG_IGN);  // as nohup starts it; the run inherits it
+  std::string out;
+  stop_with_signal(SIGTERM, "trainer_nohup",
+                   {.extra = {},
+                    .mid_run =
+                        [&](pid_t pid, const fs::path& dump) {
+                          std::signal(SIGHUP, before);
+                          const size_t at_hang_up = steps_logged(dump);
+                          kill(pid, SIGHUP);
+                          for (auto t0 = std::chrono::steady_clock::now();
+                               steps_logged(dump) < at_hang_up + 2 &&
+                               std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120);)
+                            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                          EXPECT_GE(steps_logged(dump), at_hang_up + 2) << "the run did not train on";
+                        },
+                    .output = &out});
+  std::signal(SIGHUP, before);
+  EXPECT_EQ(out.find("SIGHUP"), std::string::npos) << out;
+}
+// `titan train ... | tee log` and a Ctrl-C, which tee takes too: the run's standard output is a
+// pipe whose reader has exited. The run still saves, and its lines from then on (the save's
+// included) are on standard error, after one line saying why. Before, the first write after
+// tee's exit killed the run (SIGPIPE) and nothing was saved.
+TEST(Trainer, ACtrlCAfterTheConsolesPipeReaderExitedStillSaves) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  fcntl(pipe_fds[1], F_SETPIPE_SZ, 1 << 20);  // the start-up lines never wait for a reader
+  std::string out;                            // standard error alone
+  stop_with_signal(SIGINT, "trainer_broken_pipe",
+                   {.extra = {},
+                    .mid_run = [&](pid_t, const fs::path&) { close(pipe_fds[0]); },
+                    .stdout_fd = pipe_fds[1],
+                    .output = &out});
+  const size_t note = out.find(
+      "titan: standard output is a pipe whose reader has exited (broken pipe): the "
+      "run goes on, and its console lines continue here, on standard error");
+  EXPECT_NE(note, std::string::npos) << out;
+  EXPECT_NE(out.find("checkpoint: saved", note), std::string::npos) << out;
+  EXPECT_NE(out.find("summary: ", note), std::string::npos) << out;
 }
 // Saving every step in the background: the signal finds a save of the step reached still being
 // written (or just committed), and the run commits it before it exits.
 TEST(Trainer, ASignalDuringABackgroundSaveCommitsItBeforeExiting) {
   stop_with_signal(SIGTERM, "trainer_sigterm_async",
-                   {{"checkpoint.async_mode", "async"}, {"checkpoint.interval", "1"}});
+                   {.extra = {{"checkpoint.async_mode", "async"}, {"checkpoint.interval", "1"}}});
 }
 
 // A signal while the final export is being written (the steps are done) lets it finish: said at once
@@ -1260,7 +1325,7 @@ TEST(Trainer, ASignalDuringTheFinalExportLetsItFinishAndSaysSo) {
   ASSERT_TRUE(exited && WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   EXPECT_NE(out.find("received SIGTERM: stopping cleanly"), std::string::npos) << out;
-  EXPECT_NE(out.find("received signal 15 as the run ended: its final export completed; stopping"),
+  EXPECT_NE(out.find("received SIGTERM as the run ended: its final export completed; stopping"),
             std::string::npos)
       << out;
   EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-1-hf" / "model.safetensors")) << out;
@@ -1371,8 +1436,9 @@ TEST(Trainer, ADatasetFileGoneMidRunStillLetsTheCheckpointBeSaved) {
                .dump()
         << "\n";
   }
-  stop_with_signal(SIGTERM, "trainer_data_gone", {{"training.dataset_path", data.string()}},
-                   [&] { fs::remove(data / "b.jsonl"); });
+  stop_with_signal(SIGTERM, "trainer_data_gone",
+                   {.extra = {{"training.dataset_path", data.string()}},
+                    .mid_run = [&](pid_t, const fs::path&) { fs::remove(data / "b.jsonl"); }});
 }
 
 // One step with global_batch_size = 2 x local (two micro-batches) against one step with the local

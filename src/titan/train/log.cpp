@@ -1,5 +1,10 @@
 #include "titan/train/log.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 
@@ -7,6 +12,39 @@ namespace titan::train {
 
 namespace {
 bool g_console = true;
+std::atomic<int> g_console_fd{STDOUT_FILENO};  // STDERR_FILENO once standard output broke
+
+// All of `text` to `fd`; false on an error, errno saying which. Async-signal-safe.
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(size_t(n));
+  }
+  return true;
+}
+}  // namespace
+
+void console_write_from_signal_handler(std::string_view text) {
+  const int saved_errno = errno;  // of whatever the caller (or the interrupted thread) was doing
+  int fd = g_console_fd.load();
+  if (!write_all(fd, text) && fd == STDOUT_FILENO && errno == EPIPE) {
+    // The first writer to find the pipe gone says so; the text that found it follows there.
+    if (g_console_fd.compare_exchange_strong(fd, STDERR_FILENO))
+      write_all(STDERR_FILENO,
+                "titan: standard output is a pipe whose reader has exited (broken pipe): the run goes on, "
+                "and its console lines continue here, on standard error\n");
+    write_all(STDERR_FILENO, text);
+  }
+  // Any other failure (a hung-up terminal, a full disk under a redirect) leaves nothing to do: the
+  // run's record is metrics.jsonl.
+  errno = saved_errno;
+}
+
+void console_write(std::string_view text) {
+  std::fflush(stdout);
+  console_write_from_signal_handler(text);
 }
 
 void set_console_output(bool enabled) {
@@ -28,10 +66,15 @@ void say(const char* fmt, ...) {
   if (!g_console) return;
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stdout, fmt, ap);
+  va_list measure;
+  va_copy(measure, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, measure);
+  va_end(measure);
+  std::string line(size_t(std::max(n, 0)) + 1, '\0');
+  std::vsnprintf(line.data(), line.size(), fmt, ap);
   va_end(ap);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  line.back() = '\n';
+  console_write(line);
 }
 
 }  // namespace titan::train

@@ -1,13 +1,24 @@
 #pragma once
-// The trainer's console log: one printf-style line to stdout, flushed at once (a run's progress is
+// The trainer's console log: one printf-style line to stdout, written at once (a run's progress is
 // followed with `tail -f`), on the logging rank only.
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace titan::train {
 
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Writes `text` to the console: standard output, until it turns out to be a pipe whose reader is
+// gone (`titan train ... | tee log` after a Ctrl-C, which tee takes too; `| head`). From then on
+// the console is standard error, said there once, so the run goes on and its last lines (the
+// save a Ctrl-C asked for) reach the user; a training run never dies of its console. Callers ignore
+// SIGPIPE while they may write (the trainer's StopSignals does).
+void console_write(std::string_view text);
+// The same from a signal handler: write(2) only (console_write flushes stdio's buffer of stdout
+// first, so that the lines of a caller that printed through stdio keep their order).
+void console_write_from_signal_handler(std::string_view text);
 
 // In a job of many ranks only the logging rank prints: the others call set_console_output(false).
 void set_console_output(bool enabled);

@@ -142,16 +142,14 @@ void Progress::draw(double seconds) {
   } else {
     std::snprintf(line, sizeof line, "%s (%.2f GiB)... %.1f s", label_.c_str(), double(total_) / gib, seconds);
   }
-  std::printf("\r\033[K%s", line);  // carriage return + erase to end of line
-  std::fflush(stdout);
+  console_write("\r\033[K" + std::string(line));  // carriage return + erase to end of line
 }
 
 Progress::~Progress() {
   if (!thread_.joinable()) return;
   stop_.store(true);
   thread_.join();
-  std::printf("\r\033[K");
-  std::fflush(stdout);
+  console_write("\r\033[K");
 }
 
 uint64_t bytes_under(const fs::path& path) noexcept {
@@ -293,11 +291,15 @@ void print_step(const StepMetrics& m) {
   if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
   char padding[32] = "";
   if (m.padding_pct >= 0) std::snprintf(padding, sizeof padding, "  padding: %.1f%%", m.padding_pct);
-  std::printf("%s%s%s%s%s\n", line, reserved, comm, padding,
-              m.aux_loss >= 0 ? ("  aux_loss: " + std::to_string(m.aux_loss)).c_str() : "");
-  if (m.val_loss >= 0)
-    std::printf("validate step: %ld  loss: %.4f  perplexity: %.2f\n", long(m.step), m.val_loss, m.val_perplexity);
-  std::fflush(stdout);
+  std::string text = std::string(line) + reserved + comm + padding +
+                     (m.aux_loss >= 0 ? "  aux_loss: " + std::to_string(m.aux_loss) : "") + "\n";
+  if (m.val_loss >= 0) {
+    char validation[128];
+    std::snprintf(validation, sizeof validation, "validate step: %ld  loss: %.4f  perplexity: %.2f\n",
+                  long(m.step), m.val_loss, m.val_perplexity);
+    text += validation;
+  }
+  console_write(text);
 }
 
 // Its metrics.jsonl record; `rank` >= 0 adds the rank (a per-rank file's records).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -49,29 +51,44 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_announce_stop{false};  // this rank prints the run's console lines
 std::atomic<bool> g_stdout_is_terminal{false};
-// The first SIGINT/SIGTERM asks for a clean stop; the handler then steps aside so that a second
-// one (an impatient Ctrl-C during the final save) terminates the process the default way. It says
-// so at once, whatever the run is doing (a long step, the final save or export): write(2) is
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a stop signal";
+  }
+}
+
+// The first SIGINT/SIGTERM/SIGHUP asks for a clean stop; the handler then steps aside so that a
+// second one (an impatient Ctrl-C during the final save) terminates the process the default way. It
+// says so at once, whatever the run is doing (a long step, the final save or export): write(2) is
 // async-signal-safe, stdio is not.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
   std::signal(sig, SIG_DFL);
   if (!g_announce_stop.load()) return;
-  const int saved_errno = errno;  // of the thread the signal interrupted
-  auto put = [](std::string_view text) {
-    const ssize_t written = write(STDOUT_FILENO, text.data(), text.size());
-    (void)written;  // nothing to do about a console that takes no more
-  };
   // On a terminal the line may be a progress line drawn without a newline: cleared first.
-  if (g_stdout_is_terminal.load()) put("\r\033[K");
-  put(sig == SIGINT ? "received SIGINT" : "received SIGTERM");
-  put(": stopping cleanly once this step is done (or the final save and export, when the steps are); a "
-      "second "
-      "one ends the process now\n");
-  errno = saved_errno;
+  if (g_stdout_is_terminal.load()) console_write_from_signal_handler("\r\033[K");
+  char line[192] = "received ";
+  std::strncat(line, stop_signal_name(sig), sizeof line - std::strlen(line) - 1);
+  std::strncat(
+      line,
+      ": stopping cleanly once this step is done (or the final save and export, when the steps are); "
+      "a second one ends the process now\n",
+      sizeof line - std::strlen(line) - 1);
+  console_write_from_signal_handler(line);
 }
 
-// While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary).
+// While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary), and so
+// does SIGHUP (the terminal of an ssh session that dropped), unless the run was started ignoring
+// it (nohup). SIGPIPE is ignored: a console whose pipe reader exited (`| tee` after a Ctrl-C) is
+// no reason to lose the run, and its lines go to standard error (console_write).
 //
 // No thread that computes may take these signals. oneDNN's JIT f32 GEMM kernels (oneDNN 2.x, as
 // Debian ships it; fixed upstream by oneDNN PR #4855, issue #4845) point rsp into a heap workspace
@@ -87,12 +104,17 @@ class StopSignals {
     g_announce_stop = console_output();
     g_stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
     sigemptyset(&stop_set_);
-    sigaddset(&stop_set_, SIGINT);
-    sigaddset(&stop_set_, SIGTERM);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_set_, sig);
     pthread_sigmask(SIG_BLOCK, &stop_set_, &previous_mask_);
     mask_openmp_threads(SIG_BLOCK, &stop_set_);
-    prev_int_ = std::signal(SIGINT, on_stop_signal);
-    prev_term_ = std::signal(SIGTERM, on_stop_signal);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction& before = previous_[sig];
+      sigaction(sig, nullptr, &before);
+      if (sig == SIGHUP && before.sa_handler == SIG_IGN) continue;  // nohup: the user wants it ignored
+      std::signal(sig, on_stop_signal);
+    }
+    sigaction(SIGPIPE, nullptr, &previous_[SIGPIPE]);
+    std::signal(SIGPIPE, SIG_IGN);
     receiver_ = std::thread([this] {
       pthread_sigmask(SIG_UNBLOCK, &stop_set_, nullptr);
       std::unique_lock lock(mu_);
@@ -111,8 +133,7 @@ class StopSignals {
     // mask is restored; only then do the previous handlers return.
     mask_openmp_threads(SIG_SETMASK, &previous_mask_);
     pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
-    std::signal(SIGINT, prev_int_);
-    std::signal(SIGTERM, prev_term_);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &previous_[sig], nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -129,8 +150,7 @@ class StopSignals {
     omp_set_dynamic(dynamic);
   }
   sigset_t stop_set_, previous_mask_;
-  void (*prev_int_)(int) = nullptr;
-  void (*prev_term_)(int) = nullptr;
+  std::array<struct sigaction, NSIG> previous_{};  // by signal number
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
@@ -347,17 +367,18 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       // that no work is lost (resuming from it needs checkpoint.enable = true); never with
       // checkpoint.load_only = true, which asked for no saves.
       if (state.step == checkpointer.last_saved_step() && checkpointer.saving()) {
-        say("received signal %d at step %ld: its checkpoint is being written in the background; stopping "
-            "once "
-            "it is committed",
-            sig, long(state.step));
+        say("received %s at step %ld: its checkpoint is being written in the background; stopping once it "
+            "is committed",
+            stop_signal_name(sig), long(state.step));
       } else if (state.step == checkpointer.last_saved_step() || state.step == 0) {
-        say("received signal %d at step %ld: nothing new to save; stopping", sig, long(state.step));
-      } else if (cfg.checkpoint.load_only) {
-        say("received signal %d at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping", sig,
+        say("received %s at step %ld: nothing new to save; stopping", stop_signal_name(sig),
             long(state.step));
+      } else if (cfg.checkpoint.load_only) {
+        say("received %s at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping",
+            stop_signal_name(sig), long(state.step));
       } else {
-        say("received signal %d: saving a checkpoint at step %ld and stopping", sig, long(state.step));
+        say("received %s: saving a checkpoint at step %ld and stopping", stop_signal_name(sig),
+            long(state.step));
         checkpointer.save(state, job);
       }
       summary.interrupted = true;
@@ -485,7 +506,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   // lets finish: they are the run's end).
   if (!summary.interrupted)
     if (const int sig = signals.received())
-      say("received signal %d as the run ended: %s; stopping", sig,
+      say("received %s as the run ended: %s; stopping", stop_signal_name(sig),
           final_saved && exported ? "its final save and export completed"
           : final_saved           ? "its final save completed"
           : exported              ? "its final export completed"
