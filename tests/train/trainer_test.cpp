@@ -818,6 +818,31 @@ TEST(Trainer, LoadOnlyResumesAndLeavesTheCheckpointFolderAsItWas) {
       EXPECT_EQ(records[i].at(key), records[i + 2].at(key)) << key << " at step " << i + 1;
 }
 
+// Started with its standard output closed (`>&-`, as some daemon and cron set-ups start a job),
+// titan opens /dev/null there first: no console line lands in a file of the run. Before, the run's
+// lock file took descriptor 1 and received the whole log; a checkpoint or an export could have.
+TEST(Trainer, AClosedStandardOutputLandsInNoFileOfTheRun) {
+  const fs::path dump = tt::temp_dir("trainer_closed_stdout");
+  std::string err;  // standard error alone
+  const std::string run = "{ " + titan() + " train --config " + debugmodel_toml().string() +
+                          tt::cli_args(tt::tiny_job(dump, {{"training.steps", "2"},
+                                                           {"checkpoint.enable", "true"},
+                                                           {"checkpoint.last_save_in_hf", "true"}})) +
+                          " >&-; }";
+  ASSERT_EQ(tt::run_command(run, &err), 0) << err;
+  for (const fs::path lock : {dump / ".titan-rank0.lock", dump / "checkpoint" / ".titan-rank0.lock"}) {
+    const std::string held = read_file(lock);
+    EXPECT_EQ(held.rfind("pid ", 0), 0u) << lock << " holds: " << held.substr(0, 300);
+    EXPECT_EQ(held.find("step:"), std::string::npos) << lock << " holds: " << held.substr(0, 300);
+  }
+  EXPECT_EQ(read_metrics(dump).size(), 2u);
+  std::string verified;
+  EXPECT_EQ(
+      tt::run_command(titan() + " verify-export " + (dump / "checkpoint" / "step-2-hf").string(), &verified),
+      0)
+      << verified;
+}
+
 // torchtitan's seed checkpoint: checkpoint.create_seed_checkpoint writes the starting weights as step
 // 0 and trains nothing; the job's later runs start from those weights (a step-0 checkpoint loads as
 // weights only), whatever their own seed would draw. A folder that already holds checkpoints gets no

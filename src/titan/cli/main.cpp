@@ -1,5 +1,9 @@
 // `titan <command> [args]`: dispatches to the commands registered in cli/*_cmd.cpp.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,7 +41,18 @@ static void print_usage(FILE* out) {
   std::fprintf(out, "\n`titan <command> --help` (or `titan help <command>`) describes each command.\n");
 }
 
+// A process started with standard input, output or error closed (`titan train >&-`, some daemon and
+// cron set-ups) would hand those numbers to the first files it opens: the run's lock file, a
+// checkpoint or an export would then receive the console's lines. Each closed one is opened on
+// /dev/null first (open takes the lowest free number: the one just found closed).
+static void keep_standard_descriptors_open() {
+  for (const int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO})
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF)
+      open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+}
+
 int main(int argc, char** argv) {
+  keep_standard_descriptors_open();
   std::vector<char*> args(argv, argv + argc);
   // `titan help <command>` is `titan <command> --help`; `titan help` alone, the usage.
   static char help_flag[] = "--help";
