@@ -2,6 +2,7 @@
 // allocator's counters and block reuse, host <-> device copies (small ones direct, large ones
 // through the pinned staging buffers), and the fill / convert / strided-copy kernels, whose bytes
 // must equal what core/tensor produces on the CPU for every dtype. Skips without a GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda_test_util.h"
+#include "titan/backend/cuda/device.h"
 #include "titan/core/device_services.h"
 #include "titan/core/tensor.h"
 
@@ -58,11 +60,12 @@ TEST(CudaServices, DescribesTheDevice) {
   const std::string d = s.description();
   EXPECT_NE(d.find(", sm_"), std::string::npos) << d;
   EXPECT_GT(s.capacity_bytes(), int64_t(1) << 30) << d;
-  // The datasheet peak is known for the 132-SM Hopper parts (the MFU denominator), else 0.
-  const bool hopper_132 = (d.find("H100") != std::string::npos || d.find("H200") != std::string::npos) &&
-                          s.peak_flops(DType::BF16) > 0;
-  EXPECT_TRUE(!hopper_132 || s.peak_flops(DType::BF16) == 989.4e12) << d;
-  EXPECT_GE(s.peak_flops(DType::F32), 0.0);
+  // The MFU denominator is the datasheet's figure for the device's own name (the H200: 989.4).
+  cudaDeviceProp p{};
+  ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+  EXPECT_EQ(s.peak_flops(DType::BF16), cuda::datasheet_peak_flops(p.name, DType::BF16)) << d;
+  EXPECT_EQ(s.peak_flops(DType::F32), cuda::datasheet_peak_flops(p.name, DType::F32)) << d;
+  if (std::string(p.name) == "NVIDIA H200") EXPECT_EQ(s.peak_flops(DType::BF16), 989.4e12);
 }
 
 TEST(CudaServices, AllocatorCountsAndReusesBlocks) {

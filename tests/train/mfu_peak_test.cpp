@@ -12,6 +12,7 @@
 #include "tiny_job.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/train/job_config.h"
+#include "titan/train/metrics.h"
 #include "titan/train/trainer.h"
 
 using namespace titan;
@@ -110,4 +111,35 @@ TEST(MfuPeak, MetricsPeakTflopsWins) {
     EXPECT_NEAR(r["mfu"].get<double>(), 100.0 * r["tflops"].get<double>() / 0.002, 1e-9 * r["mfu"].get<double>());
   }
   EXPECT_EQ(records, 2);
+}
+
+// A device whose peak is unknown (a GPU the datasheet table lacks, no metrics.peak_tflops) logs no
+// MFU: the step line says n/a, the records hold no "mfu", the sustained figure is negative (the
+// summary's "MFU n/a"); nothing is divided by zero.
+TEST(MfuPeak, AnUnknownPeakLogsNoMfu) {
+  const fs::path dump = tt::temp_dir("mfu_peak_unknown");
+  train::MetricsOutputs outputs;
+  outputs.console = true;
+  outputs.jsonl = dump / "metrics.jsonl";
+  train::MetricsLogger logger(outputs);
+  train::StepMeter meter(logger, /*log_freq=*/1, /*last_step=*/2, /*flops_per_token=*/1e9, /*peak_tflops=*/0);
+  ::testing::internal::CaptureStdout();
+  for (int64_t step = 1; step <= 2; ++step) {
+    meter.begin_step();
+    meter.end_step(step, 2.5, -1, 1.0, 1e-3, 1000);
+  }
+  const std::string console = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(console.find("tflops: "), std::string::npos) << console;
+  EXPECT_NE(console.find("mfu: n/a"), std::string::npos) << console;
+  EXPECT_EQ(console.find("inf"), std::string::npos) << console;
+  std::ifstream f(outputs.jsonl);
+  int records = 0;
+  for (std::string line; std::getline(f, line); ++records) {
+    const auto r = nlohmann::json::parse(line);
+    EXPECT_TRUE(r.contains("tflops")) << line;
+    EXPECT_FALSE(r.contains("mfu")) << line;
+  }
+  EXPECT_EQ(records, 2);
+  EXPECT_TRUE(meter.measured_sustained());
+  EXPECT_LT(meter.sustained_mfu(), 0);
 }

@@ -220,7 +220,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
   m.tps = double(tokens) / dt;
   m.tflops = m.tps * flops_per_token_ / 1e12;
-  m.mfu = 100.0 * m.tflops / peak_tflops_;
+  m.mfu = peak_tflops_ > 0 ? 100.0 * m.tflops / peak_tflops_ : -1;
   m.step_seconds = dt;
   m.padding_pct = padding_pct_;
   m.warmup = first_;
@@ -245,7 +245,9 @@ void StepMeter::log_unlogged_step() {
   unlogged_.reset();
 }
 
-double StepMeter::sustained_mfu() const { return 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_; }
+double StepMeter::sustained_mfu() const {
+  return peak_tflops_ > 0 ? 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_ : -1;
+}
 
 MetricsOutputs metrics_outputs(const fs::path& dump, const fs::path& tensorboard, int rank, bool logging_rank,
                                bool all_ranks) {
@@ -279,12 +281,15 @@ namespace {
 
 // The console's line of a logged step.
 void print_step(const StepMetrics& m) {
+  char mfu[32] = "n/a";  // no peak known for the device (start-up said so)
+  if (m.mfu >= 0) std::snprintf(mfu, sizeof mfu, "%.2f%%", m.mfu);
   char line[512];
-  std::snprintf(line, sizeof line,
-                "step: %ld  loss: %.4f  grad_norm: %.4f  lr: %.3e  memory: %.2fGiB(%.2f%%)  tps: %.0f  tflops: %.3f  "
-                "mfu: %.2f%%%s",
-                long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, m.mfu,
-                m.warmup ? "  (warm-up)" : "");
+  std::snprintf(
+      line, sizeof line,
+      "step: %ld  loss: %.4f  grad_norm: %.4f  lr: %.3e  memory: %.2fGiB(%.2f%%)  tps: %.0f  tflops: %.3f  "
+      "mfu: %s%s",
+      long(m.step), m.loss, m.grad_norm, m.lr, m.memory_gib, m.memory_pct, m.tps, m.tflops, mfu,
+      m.warmup ? "  (warm-up)" : "");
   char reserved[48];
   std::snprintf(reserved, sizeof reserved, "  reserved: %.2fGiB", m.memory_reserved_gib);
   char comm[96] = "";
@@ -304,10 +309,17 @@ void print_step(const StepMetrics& m) {
 
 // Its metrics.jsonl record; `rank` >= 0 adds the rank (a per-rank file's records).
 nlohmann::json step_record(const StepMetrics& m, int rank) {
-  nlohmann::json j = {{"step", m.step},         {"loss", m.loss},       {"grad_norm", m.grad_norm},
-                      {"lr", m.lr},             {"memory_gib", m.memory_gib}, {"memory_pct", m.memory_pct},
-                      {"tps", m.tps},           {"tflops", m.tflops},   {"mfu", m.mfu},
-                      {"step_seconds", m.step_seconds}, {"warmup", m.warmup}};
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"grad_norm", m.grad_norm},
+                      {"lr", m.lr},
+                      {"memory_gib", m.memory_gib},
+                      {"memory_pct", m.memory_pct},
+                      {"tps", m.tps},
+                      {"tflops", m.tflops},
+                      {"step_seconds", m.step_seconds},
+                      {"warmup", m.warmup}};
+  if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.padding_pct >= 0) j["padding_pct"] = m.padding_pct;
   j["memory_reserved_gib"] = m.memory_reserved_gib;

@@ -38,7 +38,7 @@ struct StepMetrics {
   // What the device's caching allocator holds in segments at the end of the step, which is what
   // decides whether the next allocation fits.
   double memory_reserved_gib = 0;
-  double tps = 0, tflops = 0, mfu = 0;  // mfu in percent
+  double tps = 0, tflops = 0, mfu = 0;  // mfu in percent; < 0 when the device's peak is unknown
   double step_seconds = 0;
   // Data-parallel runs only (< 0: absent): MiB this rank sent in the step's collectives, and the
   // seconds it spent inside communication calls (what compute did not hide).
@@ -131,7 +131,7 @@ class StepMeter {
   void log_unlogged_step();
 
   double sustained_tps() const { return sustained_seconds_ > 0 ? double(sustained_tokens_) / sustained_seconds_ : 0; }
-  double sustained_mfu() const;  // percent
+  double sustained_mfu() const;  // percent; < 0 when the device's peak is unknown
   bool measured_sustained() const { return sustained_seconds_ > 0; }
 
  private:

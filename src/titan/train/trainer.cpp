@@ -340,8 +340,12 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const MfuPeak peak = mfu_peak(cfg.metrics.peak_tflops, job.device, job.compute_dtype);
   const double peak_tflops = peak.tflops;
   const double flops_per_token = job.args.flops_per_token(job.seq_len);
-  say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x seq), "
-      "peak %.3g TFLOP/s = %s", flops_per_token, peak_tflops, peak.source.c_str());
+  char peak_text[64] = "peak";
+  if (peak_tflops > 0) std::snprintf(peak_text, sizeof peak_text, "peak %.3g TFLOP/s =", peak_tflops);
+  say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x "
+      "seq), "
+      "%s %s",
+      flops_per_token, peak_text, peak.source.c_str());
   StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops, job.device);
   const TrainStep train_step(cfg, job, plan);
   StepProfiler profiler(cfg.profiling, cfg.job.dump_folder, plan.rank(), job.device);
@@ -519,9 +523,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
             ? " per rank, " + std::to_string(std::lround(summary.sustained_tps * double(plan.dp_size()))) +
                   " for the job"
             : "";
-    std::snprintf(sustained, sizeof sustained,
-                  "sustained %.0f tokens/s%s, MFU %.2f%% (warm-up step excluded)", summary.sustained_tps,
-                  job_rate.c_str(), summary.sustained_mfu);
+    char mfu[48] = "MFU n/a";  // no peak known for the device
+    if (summary.sustained_mfu >= 0) std::snprintf(mfu, sizeof mfu, "MFU %.2f%%", summary.sustained_mfu);
+    std::snprintf(sustained, sizeof sustained, "sustained %.0f tokens/s%s, %s (warm-up step excluded)",
+                  summary.sustained_tps, job_rate.c_str(), mfu);
   }
   char final_loss[48] = "no final loss";
   if (summary.steps_run > 0)

@@ -16,7 +16,7 @@ struct TrainSummary {
   int64_t last_step = 0;       // the step counter at the end
   double final_loss = 0;
   double sustained_tps = 0;    // warm-up step excluded
-  double sustained_mfu = 0;    // percent
+  double sustained_mfu = 0;    // percent; < 0 when the device's peak is unknown (no metrics.peak_tflops)
   int64_t tokens = 0;          // tokens seen over the whole run (across resumes)
   int64_t padding = 0;         // conversations: padding positions in this invocation's steps
   int64_t step_tokens = 0;     // positions in this invocation's steps (padding included)

@@ -211,22 +211,16 @@ class CudaDeviceServices final : public DeviceServices {
     return int64_t(p.totalGlobalMem);
   }
 
-  // Dense peak of the datasheet for the Hopper parts with 132 SMs (H100 SXM, H200): 989.4 TFLOP/s on
-  // the bf16/f16 tensor cores, 66.9 TFLOP/s in f32 on the CUDA cores (f32 GEMMs run with TF32 off).
-  // Other GPUs: 0, so the metrics use metrics.peak_tflops.
+  // The datasheet's dense peak for this GPU (datasheet_peak_flops: 0 for one the table lacks, so
+  // that the metrics ask for metrics.peak_tflops).
   double peak_flops(DType dtype) const override {
     if (!unavailable_reason().empty()) return 0;
-    int major = 0, minor = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, device_) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
-    if (major != 9 || minor != 0 || sms != 132) return 0;
-    if (dtype == DType::BF16 || dtype == DType::F16) return 989.4e12;
-    if (dtype == DType::F32) return 66.9e12;
-    return 0;
+    return datasheet_peak_flops(p.name, dtype);
   }
 
   void copy_from_host(void* dst, const void* host_src, size_t nbytes) override {
