@@ -5,7 +5,7 @@
 //     o, gate/up, down and one 8192-column chunk of the output projection;
 //   - an 8192^3 bf16 product (the ceiling on this GPU) and a 4096^3 f32 one (TF32 off).
 // TFLOP/s = 2*M*N*K per call over the time. Operands hold constant values (cuBLASLt's speed does
-// not depend on them much: ~10 % between zeros and random data on an H200, see KINDS.md).
+// not depend on them much: ~10 % between zeros and random data on an H200).
 //
 //   build/bin/cuda_gemm_bench          # everything (~15 s on an H200)
 //   build/bin/cuda_gemm_bench 4B       # rows whose name contains "4B"

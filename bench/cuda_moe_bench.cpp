@@ -4,8 +4,9 @@
 // mma_sync_wide (128 x 256), and cuDNN's MoE grouped matmul ("cudnn", with mma_sync for the weight
 // gradients). Routing: each token picks 4
 // distinct experts uniformly (fixed seed), so the experts hold about T*k/E rows each. TFLOP/s
-// counts the GEMM work: forward 3 GEMMs of 2*T*k*D*F; backward 7 (the down output recomputed for the
-// routing-weight gradient, dh, dx over gate and up, and three weight gradients).
+// counts the GEMM work: forward 3 GEMMs of 2*T*k*D*F; backward 6 (dh, dx over gate and up, and three
+// weight gradients; the routing weight's gradient is dh . h per row, with no recompute of the down
+// projection's output since 647c7d8: the first H200 figures, 12-05, counted the 7 GEMMs it then ran).
 //   build/bin/cuda_moe_bench          (prints why and exits 0 without a GPU)
 #include <algorithm>
 #include <exception>
@@ -62,7 +63,7 @@ void run(DeviceServices& s) {
       print_row(std::string("moe_experts ") + name + " fwd [16384 x top-4, 2048, 768, 64]", f,
                 3 * gemm / f * 1e-9, "TFLOP/s");
       const double b = time_ms([&] { bwd(algo); });
-      print_row(std::string("moe_experts ") + name + " bwd", b, 7 * gemm / b * 1e-9, "TFLOP/s");
+      print_row(std::string("moe_experts ") + name + " bwd", b, 6 * gemm / b * 1e-9, "TFLOP/s");
     } catch (const std::exception& e) {
       std::printf("moe_experts %s: failed: %s\n", name, e.what());
     }

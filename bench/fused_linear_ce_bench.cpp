@@ -3,8 +3,8 @@
 // and of the debug model's (1024 tokens x hidden 256), on every tier of the row loops (softmax,
 // exp, bf16 rounding) this CPU runs: `isa` 0 portable, 1 AVX2, 2 AVX-512 (cpu::KernelIsa).
 //
-//   build-x/bin/fused_linear_ce_bench                       # f32 and bf16, chunk 8192 (minutes)
-//   build-x/bin/fused_linear_ce_bench --benchmark_filter='bf16/1024/256'
+//   build/bin/fused_linear_ce_bench                       # f32 and bf16, chunk 8192 (minutes)
+//   build/bin/fused_linear_ce_bench --benchmark_filter='bf16/1024/256'
 //
 // Counters: items/s = tokens/s; GFLOP/s = 6*N*D*V / time (the model FLOPs of a linear layer's
 // forward + backward, the convention MFU uses); executed_GFLOP/s = 8*N*D*V / time (the kernel

@@ -2,8 +2,8 @@
 // Counters: GFLOP/s (2*M*N*K per call over wall time) and peak% (against cpu_info's estimated peak for
 // the input dtype; the formula is in src/titan/backend/cpu/cpu_info.h).
 //
-//   build-x/bin/matmul_bench --benchmark_min_time=0.3
-//   build-x/bin/matmul_bench --benchmark_filter='2048'          # just the square ones
+//   build/bin/matmul_bench --benchmark_min_time=0.3
+//   build/bin/matmul_bench --benchmark_filter='2048'          # just the square ones
 //   TITAN_GEMM_F32 is ignored here: each f32 benchmark names its backend.
 //
 // Training shapes, tokens M = 1024 (batch 2 x seq 512), a linear layer Y[M,out] = X[M,in] W[out,in]^T:

@@ -2,7 +2,7 @@
 # Runs on the GPU machine from an unpacked bundle (scripts/gpu_bundle.sh made it): the GPU's
 # identity, the CUDA test programs (cuda_nccl_test among them: every NCCL collective in a world of
 # one rank, and over `mpirun -np 2` when the machine has two GPUs and mpirun),
-# `titan kernels parity --device cuda` (when the binary has it),
+# `titan kernels parity --device cuda`,
 # 10 steps of the debug model on the GPU beside the CPU's (run when the bundle was made), the CUDA
 # benchmarks and the speed floors (bench/gpu_models.sh: the peer's 0.6B, MoE and 4B jobs), each
 # under a time limit, then prints a short summary table LAST.
@@ -113,31 +113,26 @@ for name in $quick_tests; do
   [ -x "$root/bin/$name" ] && step "$name" 60 "$root/bin/$name" --gtest_color=no --gtest_filter='-*Mma*:*Cudnn*'
 done
 
-parity_help=$(timeout -k 5 60 "$root/bin/titan" kernels parity --help 2>&1)
-if grep -q -- '--device' <<<"$parity_help"; then
-  # One process per op: a kernel fault (sticky for the CUDA context) then costs one op's lines, not
-  # every op after it.
-  # (The ops of i64 only, `index`'s argument scans and `expert_counts`' histogram, have no floating
-  # dtype for parity to compare: cuda_ops_test and cuda_model_ops_test check them.) No CUDA
-  # op listed means the backend did not load: a FAIL, never a pass over nothing.
-  cuda_ops=$(timeout -k 5 60 "$root/bin/titan" kernels list 2>/dev/null | awk '$3 == "cuda" && $4 !~ /^i64/ {print $1}' | sort -u)
-  # shellcheck disable=SC2086
-  step "titan kernels parity --device cuda" 180 bash -c '
-    titan=$1; shift
-    [ $# -gt 0 ] || { echo "no cuda kernels listed: the CUDA backend did not load"; exit 1; }
-    rc=0
-    # Each op under its own limit: a kernel that hangs costs 40 s and its own lines, and the ops
-    # after it still run. (--foreground keeps it in the step'"'"'s process group, so the step'"'"'s own
-    # limit kills it too: a plain timeout would leave it running on the GPU beside the next steps.)
-    for op in "$@"; do
-      timeout --foreground -k 5 40 "$titan" kernels parity --device cuda --op "$op"
-      r=$?
-      if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "op $op: timed out after 40 s"; rc=1; elif [ $r -ne 0 ]; then rc=1; fi
-    done
-    exit $rc' parity "$root/bin/titan" $cuda_ops
-else
-  summary+=("$(printf '%-34s %-22s' "titan kernels parity --device cuda" "n/a (no --device yet)")")
-fi
+# One process per op: a kernel fault (sticky for the CUDA context) then costs one op's lines, not
+# every op after it.
+# (The ops of i64 only, `index`'s argument scans and `expert_counts`' histogram, have no floating
+# dtype for parity to compare: cuda_ops_test and cuda_model_ops_test check them.) No CUDA
+# op listed means the backend did not load: a FAIL, never a pass over nothing.
+cuda_ops=$(timeout -k 5 60 "$root/bin/titan" kernels list 2>/dev/null | awk '$3 == "cuda" && $4 !~ /^i64/ {print $1}' | sort -u)
+# shellcheck disable=SC2086
+step "titan kernels parity --device cuda" 180 bash -c '
+  titan=$1; shift
+  [ $# -gt 0 ] || { echo "no cuda kernels listed: the CUDA backend did not load"; exit 1; }
+  rc=0
+  # Each op under its own limit: a kernel that hangs costs 40 s and its own lines, and the ops
+  # after it still run. (--foreground keeps it in the step'"'"'s process group, so the step'"'"'s own
+  # limit kills it too: a plain timeout would leave it running on the GPU beside the next steps.)
+  for op in "$@"; do
+    timeout --foreground -k 5 40 "$titan" kernels parity --device cuda --op "$op"
+    r=$?
+    if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "op $op: timed out after 40 s"; rc=1; elif [ $r -ne 0 ]; then rc=1; fi
+  done
+  exit $rc' parity "$root/bin/titan" $cuda_ops
 
 # The bf16 GEMM ceiling the speed floors' MFU is measured against.
 bench_tables=()

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libdnnl-dev libopenblas-dev nlohmann-json3-dev libtomlplusplus-dev libpcre2-dev libicu-dev
-  libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   python3 python3-torch python3-numpy
   python3-jinja2  # the chat template rendered as transformers renders it (tests/data/chat_test.cpp)

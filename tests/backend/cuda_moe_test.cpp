@@ -175,7 +175,7 @@ TEST(CudaMoe, CombineMatchesTheReference) {
 }
 
 // Three layers of statistics (the last over several 64-row chunks of the column sums, the final
-// one partial), then the loss and its gradient, against the formula of ops/moe.h evaluated on the
+// one partial), then the loss and its gradient, against the formula of ops/moe/moe.h evaluated on the
 // host in f64.
 TEST(CudaMoe, AuxLossOverLayers) {
   TITAN_REQUIRE_CUDA();

@@ -1,10 +1,3 @@
-# backend_loading_test runs the titan binary (a CPU job, `titan version --cuda`) and checks which
-# libraries it loads: building the test builds the binary and the CUDA backend library first.
-add_dependencies(backend_loading_test titan_cli)
-# gemm_test runs `titan kernels parity` under an OPENBLAS_CORETYPE this CPU cannot run.
-add_dependencies(gemm_test titan_cli)
-# cuda_train_test checks a GPU run's export with `titan verify-export`.
-add_dependencies(cuda_train_test titan_cli)
 if(TITAN_CUDA)
   # cuda_cudnn_graph_test asks cuDNN's heuristics about our attention graphs without a GPU:
   # cuDNN's runtime-compiled engines want a CUDA driver library to load first, so on a machine

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "titan/cli/command.h"
-#include "titan/core/check.h"
 #include "titan/core/suggest.h"
 
 namespace titan::cli {

@@ -56,8 +56,8 @@ class DeviceServices {
   virtual std::string description() const { return std::string(device_name(device())); }
   // Memory the device has in all (the metrics line's percentage); 0 when it has no such bound.
   virtual int64_t capacity_bytes() const { return 0; }
-  // Dense peak of the device's matrix units for `dtype` in FLOP/s (the MFU denominator) and where
-  // the figure comes from; 0 when the backend does not know it (metrics.peak_tflops then decides).
+  // Dense peak of the device's matrix units for `dtype` in FLOP/s (the MFU denominator); 0 when the
+  // backend does not know it (metrics.peak_tflops then decides; train/mfu_peak.h says which is used).
   virtual double peak_flops(DType dtype) const { return 0; }
   // (component, version) pairs of the runtime behind the device for `titan version` and the
   // start-up log, e.g. {"CUDA", "runtime 13.0, driver 13.0"}, {"GPU", "1 x NVIDIA H200, ..."};

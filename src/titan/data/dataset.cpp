@@ -634,7 +634,6 @@ struct DocumentStream::Impl {
       stats.invalid_utf8 += invalid;
       ++stats.documents;
       doc.position = at;
-      doc.invalid_utf8 = invalid;
       return true;
     }
     return false;

@@ -42,7 +42,6 @@ struct Document {
   std::string text;             // valid UTF-8, never empty; a conversation's rendered text
   std::vector<ChatPiece> chat;  // a conversation's pieces (text is their concatenation); empty for text
   DocPosition position;
-  uint64_t invalid_utf8 = 0;  // sequences replaced by U+FFFD
 };
 
 // The files a dataset path list stands for: files as given, folders searched

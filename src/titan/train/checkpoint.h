@@ -119,7 +119,7 @@ class CheckpointManager {
 };
 
 // Opens a checkpoint directory directly (titan export, verify-export); it must be committed.
-// `Parts::Weights` (export, generate, an initial load) leaves the optimizer files alone: neither
+// `CheckpointParts::Weights` (export, generate, an initial load) leaves the optimizer files alone: neither
 // checksummed nor opened, nor needed on disk (optimizer_files stays empty).
 enum class CheckpointParts { Everything, Weights };
 LoadedCheckpoint load_checkpoint_dir(const std::filesystem::path& step_dir,

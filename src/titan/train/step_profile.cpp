@@ -16,8 +16,6 @@
 #include "titan/dist/parallel_plan.h"
 #include "titan/dist/sharded_blocks.h"
 #include "titan/models/qwen3/size_check.h"
-#include "titan/ops/elementwise/elementwise.h"
-#include "titan/ops/optim/optim.h"
 #include "titan/train/job_config.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/startup.h"

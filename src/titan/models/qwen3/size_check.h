@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <string>
 
-#include "titan/core/dtype.h"
 #include "titan/models/qwen3/args.h"
 
 namespace titan::qwen3 {

@@ -1,5 +1,6 @@
 // Causal GQA attention on CUDA (ops/attention/cuda.h has the contract; docs/kernels.md the
-// design). Two algorithms:
+// design): f32 math, and flash attention on the tensor cores through WMMA or raw mma.sync (below,
+// after the WMMA pair), and the entry points of cuDNN's fused engines (at the end). The first two:
 //
 // f32 math: one warp per query row (forward, dq) or per key row (dk, dv). The block stages a tile
 // of 32 rows of the other side in shared memory as f32; each lane scores one of those 32 rows with
@@ -1172,7 +1173,7 @@ void attention_bwd_cudnn(const KernelContext& ctx, const AttentionShape& s, cons
 }
 
 // =============================================================================================
-// Registration with the attention op (ops/attention.h): "default" = tensor cores where they apply
+// Registration with the attention op (ops/attention/attention.h): "default" = tensor cores where they apply
 // (bf16, head_dim 64/128, 16-byte aligned tensors), else f32 math; "mma_sync" (bf16) the same with
 // the raw mma.sync kernels; "f32_math" (bf16) the f32-math kernels everywhere.
 namespace {

@@ -6,7 +6,7 @@
 // Query head h reads kv head h / (Hq / Hkv); query i attends to keys 0..i; scores are scaled by
 // `scale`. The backward overwrites dq, dk and dv. All work is queued on ctx.stream (no host sync).
 //
-// Two algorithms (docs/kernels.md, "attention on CUDA"):
+// Three algorithms in four kernel families (docs/kernels.md, "CUDA kernels: attention, losses, MoE"):
 //  - f32 math (attention_*_f32_math): warp-per-row tiles with every product and sum in f32 and
 //    the output rounded once; any head_dim up to 512, f32 or bf16 tensors. What the f32 model runs.
 //  - tensor cores (attention_*_tensor_cores, attention_*_mma): bf16 only, head_dim 64 or 128;
@@ -41,8 +41,9 @@ void attention_bwd_f32_math(const KernelContext& ctx, const AttentionShape& s, D
 void attention_fwd_tensor_cores(const KernelContext& ctx, const AttentionShape& s, const bf16* q,
                                 const bf16* k, const bf16* v, bf16* out, float* lse);
 // The same pair on raw mma.sync with the scores kept in registers (FlashAttention-2's layout);
-// same numerics and head_dims as the WMMA kernels above. The "mma_sync" variant, measured against
-// them in bench/cuda_attention_bench.cpp before it becomes the default.
+// same numerics and head_dims as the WMMA kernels above. The "mma_sync" variant: the default of a
+// block-causal bf16 job on cuda (train/startup.cpp; cuDNN would build a plan per document length),
+// measured against the others in bench/cuda_attention_bench.cpp.
 void attention_fwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,
                        const bf16* v, bf16* out, float* lse);
 void attention_bwd_mma(const KernelContext& ctx, const AttentionShape& s, const bf16* q, const bf16* k,

@@ -7,7 +7,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/core/device_services.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/attention/attention.h"

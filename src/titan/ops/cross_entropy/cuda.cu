@@ -398,7 +398,7 @@ void linear_cross_entropy_bwd(const KernelContext& ctx, const LinearCrossEntropy
 }
 
 // =============================================================================================
-// Registration with the loss ops (ops/cross_entropy.h).
+// Registration with the loss ops (ops/cross_entropy/cross_entropy.h).
 namespace {
 
 template <DType kDType>

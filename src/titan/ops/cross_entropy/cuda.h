@@ -1,10 +1,10 @@
 #pragma once
 // Cross-entropy and the fused output projection + cross-entropy on CUDA, on raw device pointers;
-// the semantics are those of ops/cross_entropy.h. Logits, hidden and weight are f32 or bf16;
+// the semantics are those of ops/cross_entropy/cross_entropy.h. Logits, hidden and weight are f32 or bf16;
 // lse, row_loss and every gradient are f32 (the grad dtype of both). Everything is queued on
 // ctx.stream: no host synchronisation.
 //
-// The op validates the labels before calling (ops/cross_entropy.cpp); should a label outside
+// The op validates the labels before calling (ops/cross_entropy/cross_entropy.cpp); should a label outside
 // [0, V) still arrive, the kernels treat its row as ignored: they never read out of bounds.
 #include <cstdint>
 

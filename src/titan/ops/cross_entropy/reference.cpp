@@ -8,7 +8,6 @@
 #include <memory>
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/cross_entropy/cross_entropy.h"
 

@@ -1,12 +1,10 @@
 // The reference kernels of elementwise: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/elementwise/elementwise.h"
-
 #include <algorithm>
 #include <type_traits>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::ops {
 

@@ -10,7 +10,6 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
 #include "titan/ops/embedding/embedding.h"
 

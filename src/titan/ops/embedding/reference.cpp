@@ -1,12 +1,10 @@
 // The reference kernels of embedding: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/embedding/embedding.h"
-
 #include <cstring>
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/embedding/embedding.h"
 
 namespace titan::ops {
 

@@ -4,7 +4,6 @@
 
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/linear/linear.h"
 

@@ -1541,7 +1541,7 @@ void moe_combine_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
 }
 
 // =============================================================================================
-// Registration with the MoE ops (ops/moe.h).
+// Registration with the MoE ops (ops/moe/moe.h).
 namespace {
 
 // The expert-bias update: the block's threads sum each expert's load over the micro-batch rows

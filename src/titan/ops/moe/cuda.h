@@ -1,5 +1,5 @@
 #pragma once
-// Mixture-of-experts kernels on CUDA, on raw device pointers; semantics of ops/moe.h (router_topk,
+// Mixture-of-experts kernels on CUDA, on raw device pointers; semantics of ops/moe/moe.h (router_topk,
 // moe_aux_loss, moe_experts, incl. the bf16 rounding points). Floating tensors are f32 or bf16;
 // routing weights, probabilities and every gradient are f32. Everything is queued on ctx.stream
 // and nothing is read back to the host: expert counts, the routing order and the per-expert row
@@ -46,7 +46,7 @@ struct MoeExpertDims {
   int64_t T, D, F, E, k;
 };
 
-// The routing order of ops/moe.h on the device: the T*k (token, slot) pairs sorted by expert,
+// The routing order of ops/moe/moe.h on the device: the T*k (token, slot) pairs sorted by expert,
 // stably. order, pos: [T*k]; offsets: [E+1]. Indices outside [0, E) are clamped (never read out of
 // bounds; moe_count_experts reports them).
 void moe_routing_order_cuda(const KernelContext& ctx, const MoeExpertDims& d, const int64_t* indices,
@@ -75,7 +75,7 @@ void moe_experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, DType dty
                      float* dw_gate, float* dw_up, float* dw_down, MoeGemm algo = MoeGemm::kWmma,
                      bool add_dweights = false);
 
-// moe_combine (ops/moe.h): rows [T*k, D] in routing order (dtype), weights [T, k] f32, y [T, D]
+// moe_combine (ops/moe/moe.h): rows [T*k, D] in routing order (dtype), weights [T, k] f32, y [T, D]
 // (dtype); backward: dy [T, D] f32, drows [T*k, D] and dweights [T, k] f32, null ones skipped. F unused.
 void moe_combine_fwd(const KernelContext& ctx, const MoeExpertDims& d, DType dtype, const void* rows,
                      const float* weights, const int64_t* indices, void* y);

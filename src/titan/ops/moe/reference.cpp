@@ -1,13 +1,11 @@
 // The reference kernels of moe: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/moe/moe.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/moe/moe.h"
 
 namespace titan::ops {
 

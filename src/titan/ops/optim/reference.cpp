@@ -4,7 +4,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include "titan/core/check.h"
 #include "titan/core/dtype.h"
 #include "titan/kernels/registry.h"
 #include "titan/ops/optim/optim.h"

@@ -19,7 +19,6 @@
 #include <algorithm>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
 #include "titan/ops/rms_norm/rms_norm.h"
 

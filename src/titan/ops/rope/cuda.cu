@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
 #include "titan/ops/rope/rope.h"
 
@@ -106,7 +105,7 @@ void launch_rotate(const KernelContext& ctx, int64_t tokens, int64_t H, int64_t 
   const unsigned blocks = unsigned(std::min<int64_t>((tokens + block.y - 1) / block.y, 65536));
   rope_rotate_kernel<T, Elem, Store, kTranspose, kVec>
       <<<blocks, block, 0, stream_of(ctx)>>>(tokens, H, D, pos, t.cos, t.sin, x, y);
-  check_launch(kTranspose ? "rope_backward_kernel" : "rope_forward_kernel");
+  check_launch(kTranspose ? "rope_rotate_kernel (backward)" : "rope_rotate_kernel (forward)");
 }
 
 // The forward (x, y of T) or the backward (dy, dx in f32, or stored as Store).

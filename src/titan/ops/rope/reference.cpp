@@ -1,13 +1,11 @@
 // The reference kernels of rope: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/rope/rope.h"
-
 #include <cmath>
 #include <map>
 #include <mutex>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/rope/rope.h"
 
 namespace titan::ops {
 

@@ -5,7 +5,6 @@
 // writes 4 elements per pointer (8- or 16-byte accesses) where the sizes allow, and the grid-stride
 // loops are unrolled over restrict pointers so that several steps' loads are in flight at once.
 #include "titan/backend/cuda/common.cuh"
-#include "titan/kernels/registry.h"
 #include "titan/ops/cuda_registration.h"
 #include "titan/ops/swiglu/swiglu.h"
 

@@ -1,12 +1,10 @@
 // The reference kernels of swiglu: plain loops, the ground truth every other variant is
 // tested against (registered as variant "reference" on the CPU).
-#include "titan/ops/swiglu/swiglu.h"
-
 #include <cmath>
 #include <vector>
 
-#include "titan/core/check.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/swiglu/swiglu.h"
 
 namespace titan::ops {
 

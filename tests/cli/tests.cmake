@@ -1,2 +1,0 @@
-# cli_test drives the titan binary.
-add_dependencies(cli_test titan_cli)
