@@ -183,24 +183,6 @@ TEST(Dataset, StreamsAcrossBufferBoundariesAndSeeksBack) {
   }
 }
 
-TEST(Dataset, ShardsPartitionTheDocuments) {
-  auto dir = temp_dir("dataset_shards");
-  std::string lines;
-  for (int i = 0; i < 20; ++i) lines += "\"d" + std::to_string(i) + "\"\n";
-  write_file(dir / "a.jsonl", lines);
-  write_file(dir / "b.txt", "t0\n\nt1\n\nt2\n");
-  auto all = read_all({{dir}});
-  ASSERT_EQ(all.size(), 23u);
-  for (int n : {2, 3, 5}) {
-    for (int r = 0; r < n; ++r) {
-      DocumentStream s({{dir}}, r, n);
-      std::vector<std::string> want;
-      for (size_t i = r; i < all.size(); i += n) want.push_back(all[i]);
-      EXPECT_EQ(read_all(s), want) << "rank " << r << " of " << n;
-    }
-  }
-}
-
 // ---- compressed and sharded data ---------------------------------------------------------------
 
 // The first `n` documents of the bundled corpus, as JSON Lines.

@@ -40,12 +40,12 @@ std::filesystem::path write_docs(const std::string& name, const std::vector<std:
 
 // The packing computed directly: this rank's documents + EOS, concatenated, cut into
 // windows of S + 1, repeated over `epochs`.
-std::vector<std::vector<int32_t>> expected_windows(const std::vector<std::string>& docs, int rank, int ranks,
-                                                   int64_t S, int epochs) {
+std::vector<std::vector<int32_t>> expected_windows(const std::vector<std::string>& docs, int64_t S,
+                                                   int epochs) {
   const Tokenizer& tok = qwen3_tokenizer();
   std::vector<int32_t> stream;
   for (int e = 0; e < epochs; ++e)
-    for (size_t i = rank; i < docs.size(); i += ranks) {
+    for (size_t i = 0; i < docs.size(); ++i) {
       auto ids = tok.encode(docs[i]);
       stream.insert(stream.end(), ids.begin(), ids.end());
       stream.push_back(151643);
@@ -74,10 +74,10 @@ TEST(Loader, PacksDocumentsWithEosIntoWindows) {
   auto docs = make_docs(40);
   auto dir = write_docs("loader_pack", docs);
   const int64_t S = 64, B = 3;
-  auto windows = expected_windows(docs, 0, 1, S, 3);
+  auto windows = expected_windows(docs, S, 3);
   TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B}, qwen3_tokenizer());
   // Enough batches to wrap into the next epochs.
-  size_t per_epoch = expected_windows(docs, 0, 1, S, 1).size();
+  size_t per_epoch = expected_windows(docs, S, 1).size();
   size_t n = (2 * per_epoch) / B + 2;
   for (size_t i = 0; i < n; ++i) expect_batch(loader.next(), windows, i * B, B, S);
   EXPECT_GE(loader.state()["epoch"].get<int>(), 1);
@@ -89,7 +89,7 @@ TEST(Loader, TextDocumentsStartAtEveryRowAndAfterEveryEos) {
   auto docs = make_docs(40);
   auto dir = write_docs("loader_starts", docs);
   const int64_t S = 48, B = 3;
-  auto windows = expected_windows(docs, 0, 1, S, 1);
+  auto windows = expected_windows(docs, S, 1);
   TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B}, qwen3_tokenizer());
   int64_t inside = 0;
   for (size_t i = 0; (i + 1) * B <= windows.size(); ++i) {
@@ -142,22 +142,10 @@ TEST(Loader, ASeparatorInsideADocumentStartsASpanToo) {
   EXPECT_GT(inside_documents, 6) << "the lines' newlines should cut inside the records";
 }
 
-TEST(Loader, RanksGetDisjointShares) {
-  auto docs = make_docs(40);
-  auto dir = write_docs("loader_ranks", docs);
-  const int64_t S = 32, B = 2;
-  for (int rank = 0; rank < 3; ++rank) {
-    auto windows = expected_windows(docs, rank, 3, S, 1);
-    TokenLoader loader({.paths = {dir}, .seq_len = S, .local_batch_size = B, .dp_rank = rank, .dp_size = 3},
-                       qwen3_tokenizer());
-    for (size_t i = 0; (i + 1) * B <= windows.size(); ++i) expect_batch(loader.next(), windows, i * B, B, S);
-  }
-}
-
 TEST(Loader, RestoreGivesIdenticalBatches) {
   auto docs = make_docs(30);
   auto dir = write_docs("loader_restore", docs);
-  LoaderConfig config{.paths = {dir}, .seq_len = 48, .local_batch_size = 2, .dp_rank = 1, .dp_size = 2};
+  LoaderConfig config{.paths = {dir}, .seq_len = 48, .local_batch_size = 2};
   TokenLoader reference(config, qwen3_tokenizer());
   std::vector<Batch> batches;
   std::vector<std::string> states = {reference.state().dump()};
@@ -176,14 +164,21 @@ TEST(Loader, RestoreGivesIdenticalBatches) {
     }
     EXPECT_EQ(resumed.state().dump(), states[std::min(k + 6, batches.size())]);
   }
+  // A state written before 2026-12-06 also holds the sharding keys of a loader of one rank and
+  // the document's index in the dataset (the sharding key).
+  json older = json::parse(states[5]);
+  older["dp_rank"] = 0;
+  older["dp_size"] = 1;
+  older["doc"]["index"] = 12;
+  TokenLoader resumed(config, qwen3_tokenizer());
+  resumed.restore(older);
+  EXPECT_EQ(resumed.next().inputs, batches[5].inputs);
 }
 
 TEST(Loader, RestoreRefusesADifferentPacking) {
   auto dir = write_docs("loader_refuse", make_docs(10));
   TokenLoader a({.paths = {dir}, .seq_len = 16}, qwen3_tokenizer());
   a.next();
-  TokenLoader b({.paths = {dir}, .seq_len = 16, .dp_rank = 0, .dp_size = 2}, qwen3_tokenizer());
-  EXPECT_THROW(b.restore(a.state()), titan::Error);
   TokenLoader c({.paths = {dir}, .seq_len = 32}, qwen3_tokenizer());
   EXPECT_THROW(c.restore(a.state()), titan::Error);
 }
@@ -192,7 +187,7 @@ TEST(Loader, FiniteLoaderEndsWithAnEmptyBatch) {
   auto docs = make_docs(10);
   auto dir = write_docs("loader_finite", docs);
   const int64_t S = 16;
-  size_t windows = expected_windows(docs, 0, 1, S, 1).size();
+  size_t windows = expected_windows(docs, S, 1).size();
   TokenLoader loader({.paths = {dir}, .seq_len = S, .infinite = false}, qwen3_tokenizer());
   for (size_t i = 0; i < windows; ++i) EXPECT_FALSE(loader.next().empty());
   EXPECT_TRUE(loader.next().empty());
@@ -600,7 +595,7 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
       }
       ++between;
       loader.restore(states[k]);
-      const int next = int(states[k].at("doc").at("index").get<int64_t>()) % 7;
+      const int next = int(states[k].at("doc").at("line").get<int64_t>() - 1) % 7;
       const int first =
           other.best_fit_window > 0 ? best_fit_plan(dir, 7, next, 5, 64).front().front() % 7 : next;
       EXPECT_EQ(loader.next().inputs[0], conversation_tokens(dir, first).ids[0]) << "state " << k;
@@ -610,7 +605,7 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
   for (int i = 0; i < 3; ++i) next_fit.next();
   TokenLoader best_fit(config, qwen3_tokenizer());
   best_fit.restore(next_fit.state());
-  const int next = int(next_fit.state().at("doc").at("index").get<int64_t>()) % 7;
+  const int next = int(next_fit.state().at("doc").at("line").get<int64_t>() - 1) % 7;
   EXPECT_EQ(best_fit.next().inputs[0],
             conversation_tokens(dir, best_fit_plan(dir, 7, next, 4, 64).front().front() % 7).ids[0]);
 }

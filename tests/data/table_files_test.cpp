@@ -257,18 +257,6 @@ TEST(Parquet, DocumentsAreTheJsonLinesOfTheSameTexts) {
   resumed.seek(nlohmann::json(partway.position()).get<DocPosition>());
   EXPECT_EQ(read_texts(resumed), std::vector<std::string>(docs.begin() + 600, docs.end()));
 
-  std::vector<std::string> merged(docs.size());
-  for (int shard = 0; shard < 3; ++shard) {
-    DocumentStream s({{dir / "data" / "a.parquet"}}, shard, 3);
-    std::vector<DocPosition> at;
-    const auto part = read_texts(s, &at);
-    for (size_t k = 0; k < part.size(); ++k) {
-      ASSERT_EQ(at[k].index % 3, uint64_t(shard));
-      merged[at[k].index - (at[k].index > text.size() / 3 ? 1 : 0)] = part[k];  // the empty row has an index
-    }
-  }
-  EXPECT_EQ(merged, docs);
-
   fs::copy_file(dir / "a.jsonl", dir / "data" / "b.jsonl");
   DocumentStream folder({{dir / "data"}});
   auto both = docs;
@@ -515,10 +503,6 @@ TEST(Parquet, ConversationsReadAsTheJsonLinesOfTheSameRecords) {
       ASSERT_EQ(read_chats(resumed), std::vector<Pieces>(expected.begin() + ptrdiff_t(i), expected.end()))
           << "from document " << i;
     }
-    DocumentStream odd(chat_config(file), 1, 2);
-    const auto half = read_chats(odd);
-    ASSERT_EQ(half.size(), expected.size() / 2);
-    for (size_t k = 0; k < half.size(); ++k) ASSERT_EQ(half[k], expected[2 * k + 1]);
   }
 }
 
@@ -772,13 +756,6 @@ TEST(Arrow, ASaveToDiskFolderReadsAsItsTexts) {
     EXPECT_EQ(d.text, docs[i]);
     EXPECT_EQ(d.position, positions[i]);
   }
-  DocumentStream shard({{dir / "saved"}}, 1, 2);
-  const auto got = read_texts(shard);
-  // Shards split rows, the empty one (333) included: shard 1 has the odd rows but that one.
-  std::vector<std::string> want;
-  for (size_t row = 1; row < text.size(); row += 2)
-    if (!text[row]->empty()) want.push_back(*text[row]);
-  EXPECT_EQ(got, want);
 }
 
 // Conversations stored in an Arrow file (a list of message structs, a tools column) read as the

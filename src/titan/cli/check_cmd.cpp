@@ -40,6 +40,7 @@
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/kernels/parity.h"
 #include "titan/kernels/substitution.h"
@@ -217,8 +218,8 @@ Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qw
   }
   const auto& a = model->args();
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  const std::string want_name = config.value("dtype", config.value("torch_dtype", std::string("float32")));
+  const std::string want_name =
+      qwen3::hf_config_weights_dtype(io::read_json_file(dir / "config.json", "titan check"));
   std::set<std::string> dtypes;
   int64_t in_file = 0;
   for (auto& k : ckpt.keys()) {

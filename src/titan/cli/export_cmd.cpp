@@ -19,6 +19,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/metrics.h"
@@ -56,8 +57,7 @@ int export_main(int argc, char** argv) {
   if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
     // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
     const bool an_export =
-        fs::is_directory(out) && fs::exists(out / "config.json") &&
-        (fs::exists(out / "model.safetensors") || fs::exists(out / "model.safetensors.index.json"));
+        fs::is_directory(out) && fs::exists(out / "config.json") && io::is_hf_checkpoint_dir(out);
     TITAN_CHECK(
         an_export || (fs::is_directory(out) && fs::is_empty(out)), "titan export --out: '", out.string(),
         "' is not a Hugging Face export (no config.json beside model.safetensors): --overwrite replaces an "
@@ -128,12 +128,8 @@ int verify_main(int argc, char** argv) {
   check(true, "keys and shapes match " + std::string(args.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") +
                   " (" + std::to_string(qwen3::hf_tensors(*model).size()) + " tensors)");
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
-  std::ifstream cf(dir / "config.json");
-  nlohmann::json config = nlohmann::json::parse(cf);
-  // The weights' dtype as config.json names it (dtype, or the older torch_dtype; float32 if neither).
-  std::string dtype_name_cfg = "float32";
-  for (const char* k : {"torch_dtype", "dtype"})
-    if (config.contains(k) && config[k].is_string()) dtype_name_cfg = config[k].get<std::string>();
+  const std::string dtype_name_cfg =
+      qwen3::hf_config_weights_dtype(io::read_json_file(dir / "config.json", "titan verify-export"));
   const std::optional<DType> want = dtype_name_cfg == "float32"    ? std::optional(DType::F32)
                                     : dtype_name_cfg == "bfloat16" ? std::optional(DType::BF16)
                                     : dtype_name_cfg == "float16"  ? std::optional(DType::F16)

@@ -322,7 +322,6 @@ void read_csv_header(Reader& r, char delimiter, std::vector<std::string>& header
 
 struct DocumentStream::Impl {
   DatasetConfig config;
-  int shard, num_shards;
   std::vector<fs::path> files;
   std::vector<Format> formats;
   Reader reader;
@@ -337,8 +336,6 @@ struct DocumentStream::Impl {
   Stats stats;
   std::string raw;
   uint64_t at_column = 1;  // of the element next_raw() returned, for error positions
-
-  bool mine(uint64_t index) const { return index % uint64_t(num_shards) == uint64_t(shard); }
 
   [[noreturn]] void fail(uint64_t line, const std::string& what) const {
     TITAN_FAIL("dataset: ", files[pos.file].string(), ":", line, ": ", what);
@@ -367,7 +364,7 @@ struct DocumentStream::Impl {
     reader.close();
     table.reset();
     table_tools.reset();
-    pos = DocPosition{pos.file + 1, 0, 1, pos.index, false};
+    pos = DocPosition{pos.file + 1, 0, 1, false};
   }
 
   // The text of a parsed JSON element: a string, or an object's text field.
@@ -486,7 +483,7 @@ struct DocumentStream::Impl {
   // `at` its position.
   bool next_raw(DocPosition& at, Format format) {
     if (format == Format::Table) {  // a row's text column; the position counts rows
-      at = DocPosition{pos.file, table->row(), table->row() + 1, pos.index, false};
+      at = DocPosition{pos.file, table->row(), table->row() + 1, false};
       if (!config.chat_field.empty()) {  // a row's conversation, into `record`
         nlohmann::ordered_json messages, tools;
         if (!table->next_json(messages)) return false;
@@ -511,7 +508,7 @@ struct DocumentStream::Impl {
       auto fail_at = [&](uint64_t line, const std::string& what) { fail(line, what); };
       if (reader.offset() == 0) read_csv_header(reader, delimiter, fields, fail_at);
       while (true) {
-        at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, false};
+        at = DocPosition{pos.file, reader.offset(), reader.line(), false};
         if (!read_csv_record(reader, delimiter, fields, fail_at)) return false;
         if (blank_record(fields)) continue;
         if (fields.size() != csv_widths[pos.file])
@@ -538,7 +535,7 @@ struct DocumentStream::Impl {
         return false;
       }
       if (c == EOF) fail(reader.line(), "JSON array is not closed with ']'");
-      at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, true};
+      at = DocPosition{pos.file, reader.offset(), reader.line(), true};
       at_column = reader.column();
       scan_json_value(at.line);
       reader.skip_whitespace();
@@ -558,7 +555,7 @@ struct DocumentStream::Impl {
       return true;
     }
     while (true) {
-      at = DocPosition{pos.file, reader.offset(), reader.line(), pos.index, false};
+      at = DocPosition{pos.file, reader.offset(), reader.line(), false};
       raw.clear();
       if (!reader.read_line(raw)) return false;
       if (format == Format::JsonLines || config.text_split == "line") {
@@ -601,8 +598,6 @@ struct DocumentStream::Impl {
         pos.offset = reader.offset();
         pos.line = reader.line();
       }
-      ++pos.index;
-      if (!mine(at.index)) continue;
       uint64_t invalid = 0;
       if (format == Format::Table && !config.chat_field.empty()) {
         invalid = sanitize_strings(record);
@@ -640,9 +635,7 @@ struct DocumentStream::Impl {
   }
 };
 
-DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) : impl_(std::make_unique<Impl>()) {
-  TITAN_CHECK(num_shards >= 1 && shard >= 0 && shard < num_shards, "dataset: shard ", shard, " of ", num_shards,
-              " is not a valid shard");
+DocumentStream::DocumentStream(DatasetConfig config) : impl_(std::make_unique<Impl>()) {
   TITAN_CHECK(config.text_split == "paragraph" || config.text_split == "line" || config.text_split == "file",
               "dataset: text_split '", config.text_split, "' is not one of paragraph, line, file");
   impl_->files = list_dataset_files(config.paths);
@@ -689,8 +682,6 @@ DocumentStream::DocumentStream(DatasetConfig config, int shard, int num_shards) 
     }
   }
   impl_->config = std::move(config);
-  impl_->shard = shard;
-  impl_->num_shards = num_shards;
 }
 
 DocumentStream::~DocumentStream() = default;

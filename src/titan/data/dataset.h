@@ -31,12 +31,12 @@ struct DocPosition {
   uint64_t file = 0;     // index into DocumentStream::files()
   uint64_t offset = 0;   // byte offset in that file (a Parquet file: its row, from 0)
   uint64_t line = 1;     // 1-based line number at `offset`, for error messages (Parquet: row + 1)
-  uint64_t index = 0;    // documents before this one in the whole dataset: the sharding key
   bool in_array = false;  // a JSON array file whose '[' lies before `offset`
   bool operator==(const DocPosition&) const = default;
 };
 // to_json / from_json: a JSON object with one entry per field, named as the field.
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DocPosition, file, offset, line, index, in_array)
+// (Positions saved before 2026-12-06 also hold "index", a document count only sharding used: ignored.)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DocPosition, file, offset, line, in_array)
 
 struct Document {
   std::string text;             // valid UTF-8, never empty; a conversation's rendered text
@@ -57,12 +57,11 @@ bool first_warning_of(const std::filesystem::path& file, std::string_view kind);
 // the files DatasetConfig::text_split cuts into documents.
 bool is_plain_text(const std::filesystem::path& file);
 
-// One pass over the documents. With `num_shards` > 1 only documents whose index % num_shards
-// == shard are returned (the others are skipped without being parsed). Empty documents
-// are skipped; invalid UTF-8 is repaired, counted, and reported on stderr per file.
+// One pass over the documents. Empty documents are skipped; invalid UTF-8 is repaired, counted,
+// and reported on stderr per file.
 class DocumentStream {
  public:
-  explicit DocumentStream(DatasetConfig config, int shard = 0, int num_shards = 1);
+  explicit DocumentStream(DatasetConfig config);
   ~DocumentStream();
   DocumentStream(const DocumentStream&) = delete;
   DocumentStream& operator=(const DocumentStream&) = delete;

@@ -17,17 +17,9 @@ namespace titan::data {
 using json = nlohmann::json;
 
 void to_json(json& j, const LoaderState& s) {
-  j = json{{"version", s.version},
-           {"doc", s.doc},
-           {"doc_tokens_taken", s.doc_tokens_taken},
-           {"epoch", s.epoch},
-           {"batches", s.batches},
-           {"tokens", s.tokens},
-           {"dp_rank", s.dp_rank},
-           {"dp_size", s.dp_size},
-           {"seq_len", s.seq_len},
-           {"eos_id", s.eos_id},
-           {"text_split", s.text_split}};
+  j = json{{"version", s.version}, {"doc", s.doc},         {"doc_tokens_taken", s.doc_tokens_taken},
+           {"epoch", s.epoch},     {"batches", s.batches}, {"tokens", s.tokens},
+           {"seq_len", s.seq_len}, {"eos_id", s.eos_id},   {"text_split", s.text_split}};
   if (!s.chat_field.empty()) j["chat_field"] = s.chat_field;
   if (!s.packing.empty()) {
     j["packing"] = s.packing;
@@ -43,8 +35,7 @@ void from_json(const json& j, LoaderState& s) {
   s.epoch = j.at("epoch").get<uint64_t>();
   s.batches = j.at("batches").get<uint64_t>();
   s.tokens = j.at("tokens").get<uint64_t>();
-  s.dp_rank = j.at("dp_rank").get<int>();
-  s.dp_size = j.at("dp_size").get<int>();
+  // States before 2026-12-06 also hold "dp_rank": 0 and "dp_size": 1 (a sharding only tests used).
   s.seq_len = j.at("seq_len").get<int64_t>();
   s.eos_id = j.at("eos_id").get<int32_t>();
   s.text_split = j.value("text_split", std::string());  // absent from states before the key: not checked
@@ -102,8 +93,7 @@ class Packer {
         tokenizer_(tokenizer),
         eos_(eos),
         pad_(tokenizer.pad_id() >= 0 ? tokenizer.pad_id() : tokenizer.document_separator_id()),
-        stream_(DatasetConfig{config.paths, config.text_field, config.text_split, config.chat_field},
-                config.dp_rank, config.dp_size) {
+        stream_(DatasetConfig{config.paths, config.text_field, config.text_split, config.chat_field}) {
     const auto& files = stream_.files();
     if (std::any_of(files.begin(), files.end(), is_plain_text)) text_split_ = config.text_split;
     if (best_fit()) packing_ = "best_fit " + std::to_string(config.best_fit_window);
@@ -159,8 +149,6 @@ class Packer {
     s.packing = packing_;
     s.batches = batches_;
     s.tokens = tokens_;
-    s.dp_rank = config_.dp_rank;
-    s.dp_size = config_.dp_size;
     s.seq_len = config_.seq_len;
     s.eos_id = eos_;
     s.text_split = text_split_;
@@ -313,8 +301,7 @@ class Packer {
     while (!stream_.next(d)) {
       TITAN_CHECK(epoch_docs_ > 0 || !epoch_from_start_, "loader: the dataset '", config_.paths[0].string(),
                   "'", config_.paths.size() > 1 ? " (and the other paths given)" : "", " (",
-                  stream_.files().size(), " files) holds no non-empty document for data-parallel rank ",
-                  config_.dp_rank, " of ", config_.dp_size);
+                  stream_.files().size(), " files) holds no non-empty document");
       if (!config_.infinite) return false;
       ++epoch_;
       epoch_docs_ = 0;
@@ -384,8 +371,6 @@ struct TokenLoader::Impl {
     TITAN_CHECK(config.seq_len >= 1, "loader: seq_len must be >= 1, got ", config.seq_len);
     TITAN_CHECK(config.local_batch_size >= 1, "loader: local_batch_size must be >= 1, got ",
                 config.local_batch_size);
-    TITAN_CHECK(config.dp_size >= 1 && config.dp_rank >= 0 && config.dp_rank < config.dp_size, "loader: dp_rank ",
-                config.dp_rank, " is not in [0, dp_size=", config.dp_size, ")");
     TITAN_CHECK(config.prefetch >= 1, "loader: prefetch must be >= 1, got ", config.prefetch);
     eos = config.eos_id >= 0 ? config.eos_id : tokenizer.document_separator_id();
     TITAN_CHECK(eos >= 0 && eos < tokenizer.vocab_size(), "loader: eos_id ", eos,
@@ -462,9 +447,6 @@ struct TokenLoader::Impl {
     } catch (const json::exception& e) {
       TITAN_FAIL("loader state: malformed: ", e.what());
     }
-    TITAN_CHECK(s.dp_rank == config.dp_rank && s.dp_size == config.dp_size, "loader state: saved for dp rank ",
-                s.dp_rank, " of ", s.dp_size, ", restoring into rank ", config.dp_rank, " of ", config.dp_size,
-                " (the data-parallel degree must not change on resume)");
     TITAN_CHECK(s.seq_len == config.seq_len, "loader state: saved with seq_len ", s.seq_len, ", now ",
                 config.seq_len);
     TITAN_CHECK(s.eos_id == eos, "loader state: saved with eos_id ", s.eos_id, ", now ", eos);

@@ -8,10 +8,10 @@
 // cut there (a warning says so once). Packing is next-fit in dataset order, or with best_fit_window n
 // best-fit decreasing over each n conversations read together (fuller rows; rows go out in the order of
 // their first conversation, each row's conversations in dataset order). Every batch says where its documents
-// start and where each row's padding begins (block-causal attention, the MoE aux loss). With dp_size n, rank
-// r packs documents r, r+n, r+2n, ... (the trainer does not shard this way: every rank reads the global
-// batch, train_state.cpp). A background thread keeps batches ready. state()/restore() resume exactly: the
-// batches after a restore are those an uninterrupted run would have produced.
+// start and where each row's padding begins (block-causal attention, the MoE aux loss). One loader reads the
+// global batch: each data-parallel rank takes its rows of it (train/train_step.cpp). A background thread
+// keeps batches ready. state()/restore() resume exactly: the batches after a restore are those an
+// uninterrupted run would have produced.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -39,8 +39,6 @@ struct LoaderConfig {
   std::string text_split = "paragraph";  // plain text files: paragraph | line | file
   int64_t seq_len = 2048;
   int64_t local_batch_size = 1;
-  int dp_rank = 0;
-  int dp_size = 1;
   int32_t eos_id = -1;   // document separator; -1: tokenizer.document_separator_id()
   int prefetch = 4;      // batches the background thread keeps ready
   bool infinite = true;  // at the end of the data start the next epoch; else next() returns an empty batch
@@ -68,8 +66,6 @@ struct LoaderState {
   uint64_t batches = 0;  // returned so far
   uint64_t tokens = 0;   // input tokens in them
   // The packing this state belongs to; restore() refuses a different one.
-  int dp_rank = 0;
-  int dp_size = 1;
   int64_t seq_len = 0;
   int32_t eos_id = -1;
   std::string text_split;  // how plain-text files were cut into documents; "" when there were none

@@ -60,7 +60,8 @@ bool committed_by_titan(const fs::path& dir) {
   return f && (f >> word) && word == "step";
 }
 
-// N of a folder named step-N, if it is so named.
+}  // namespace
+
 std::optional<int64_t> step_of_name(const fs::path& dir) {
   static const std::regex name_re("step-([0-9]+)");
   std::smatch m;
@@ -68,8 +69,6 @@ std::optional<int64_t> step_of_name(const fs::path& dir) {
   if (!std::regex_match(name, m, name_re)) return std::nullopt;
   return std::stoll(m[1].str());
 }
-
-}  // namespace
 
 std::string shard_file_name(const std::string& kind, int64_t shard) {
   return kind + "-rank" + std::to_string(shard) + ".safetensors";
@@ -179,10 +178,9 @@ void CheckpointManager::prune(int64_t just_saved) const {
 std::vector<fs::path> CheckpointManager::step_dirs() const {
   std::vector<fs::path> dirs;
   if (!fs::is_directory(folder_)) return dirs;
-  static const std::regex name_re("step-[0-9]+");
   // Files named step-N too: another program's, set aside like its folders before a save of step N.
   for (auto& e : fs::directory_iterator(folder_))
-    if (std::regex_match(e.path().filename().string(), name_re)) dirs.push_back(e.path());
+    if (step_of_name(e.path())) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
@@ -190,8 +188,7 @@ std::vector<fs::path> CheckpointManager::step_dirs() const {
 std::vector<int64_t> CheckpointManager::committed_steps() const {
   std::vector<int64_t> steps;
   for (const fs::path& d : step_dirs())
-    if (fs::exists(d / "COMMITTED") && written_by_titan(d))
-      steps.push_back(std::stoll(d.filename().string().substr(std::strlen("step-"))));
+    if (fs::exists(d / "COMMITTED") && written_by_titan(d)) steps.push_back(*step_of_name(d));
   std::sort(steps.begin(), steps.end());  // by number (step-10 after step-9)
   return steps;
 }

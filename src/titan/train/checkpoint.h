@@ -68,6 +68,9 @@ struct ChecksumShare {
   int64_t index = 0, count = 1;
 };
 
+// N of a folder (or file) named step-N, if it is so named.
+std::optional<int64_t> step_of_name(const std::filesystem::path& dir);
+
 class CheckpointManager {
  public:
   CheckpointManager(std::filesystem::path folder, int64_t keep_latest_k);

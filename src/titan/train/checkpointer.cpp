@@ -92,7 +92,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
   // A committed checkpoint whose manifest is damaged, newer than what would be resumed: going on would
   // redo its steps from an older one (or from scratch) and later prune it.
   for (const fs::path& d : manager_.damaged_step_dirs()) {
-    const int64_t step = std::stoll(d.filename().string().substr(5));
+    const int64_t step = *step_of_name(d);
     TITAN_CHECK(
         !committed.empty() && step < committed.back(), "checkpoint: '", d.string(),
         "' was committed (COMMITTED) but its manifest.json is missing, unreadable or not titan's: the "

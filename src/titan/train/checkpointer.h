@@ -32,6 +32,8 @@ class Checkpointer {
   Checkpointer(const JobConfig& config, const dist::ParallelPlan& plan);
 
   const std::filesystem::path& folder() const { return manager_.folder(); }
+  std::filesystem::path step_dir(int64_t step) const { return manager_.step_dir(step); }
+  std::filesystem::path hf_export_dir(int64_t step) const { return manager_.hf_export_dir(step); }
   // The newest committed step, or checkpoint.load_step (an error when it is not committed), when
   // checkpoint.enable: the run resumes from it.
   std::optional<int64_t> resume_step() const { return resume_step_; }

@@ -11,6 +11,7 @@
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/data/dataset.h"
+#include "titan/io/hf_checkpoint.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/kernels/registry.h"
@@ -151,8 +152,8 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
 // An HF checkpoint folder must hold weights before anything is built from it.
 void check_hf_weights_present(const fs::path& dir, const char* key) {
   TITAN_CHECK(fs::is_directory(dir), key, ": '", dir.string(), "' is not a directory");
-  TITAN_CHECK(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"), key,
-              ": '", dir.string(), "' has no model.safetensors or model.safetensors.index.json");
+  TITAN_CHECK(io::is_hf_checkpoint_dir(dir), key, ": '", dir.string(), "' has no ", io::kHfSingleFile, " or ",
+              io::kHfIndexFile);
 }
 
 // Weights trained under another architecture (rope_theta, norm eps, ...) load without a shape error

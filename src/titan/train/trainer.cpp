@@ -486,12 +486,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       exported = true;
     } catch (const Error& e) {
       // What of the run is on disk: the export was its last output.
-      const std::filesystem::path step_dir = checkpointer.folder() / ("step-" + std::to_string(state.step));
+      const std::filesystem::path step_dir = checkpointer.step_dir(state.step);
       std::string on_disk;
       if (cfg.checkpoint.enable && checkpointer.last_saved_step() == state.step)  // saved, or resumed from
         on_disk = "its checkpoint " + step_dir.string() + " is committed: titan export --checkpoint " +
-                  step_dir.string() + " --out " +
-                  (checkpointer.folder() / ("step-" + std::to_string(state.step) + "-hf")).string() +
+                  step_dir.string() + " --out " + checkpointer.hf_export_dir(state.step).string() +
                   (cfg.checkpoint.export_dtype == "bfloat16" ? " --dtype bfloat16" : "") +
                   " writes the export again";
       else if (summary.steps_run == 0)

@@ -447,6 +447,12 @@ ModelArgs args_from_hf_config_file(const std::string& path) {
   return args_from_hf_config(io::parse_json_text(text.str(), path), path);
 }
 
+std::string hf_config_weights_dtype(const nlohmann::json& config) {
+  for (const char* k : {"dtype", "torch_dtype"})
+    if (config.contains(k) && config[k].is_string()) return config[k].get<std::string>();
+  return "float32";
+}
+
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
   // What transformers' Qwen3 configs hold and titan has no field for (titan's model is exactly this).
   nlohmann::json c = {

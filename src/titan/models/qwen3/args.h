@@ -74,6 +74,9 @@ std::string field_text(const ModelArgs& args, const std::string& key);
 // dtype). Unsupported architectures or values are errors naming `source` and the field.
 ModelArgs args_from_hf_config(const nlohmann::json& config, const std::string& source);
 ModelArgs args_from_hf_config_file(const std::string& path);
+// The weights' dtype a config.json names: dtype, or the older torch_dtype, "float32" when neither
+// (a config args_from_hf_config accepted: the two agree, the name is float32, bfloat16 or float16).
+std::string hf_config_weights_dtype(const nlohmann::json& config);
 // A config.json transformers reloads (transformers-v5 spelling); dtype "float32"|"bfloat16".
 nlohmann::json hf_config_from_args(const ModelArgs& args, const std::string& dtype);
 
