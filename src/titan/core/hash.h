@@ -4,8 +4,10 @@
 // machine fingerprints, the batch hash of a step.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace titan {
@@ -36,6 +38,13 @@ inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnv1aStart) {
 }
 
 inline uint64_t fnv1a(std::string_view s, uint64_t h = kFnv1aStart) { return fnv1a(s.data(), s.size(), h); }
+
+// A hash as titan writes it in files and file names: 16 lowercase hex digits.
+inline std::string hash_hex(uint64_t h) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 // The checksum of a run of bytes fed in pieces of any size: FNV-1a's basis and prime over its
 // 8-byte little-endian words (8x fewer multiplies than bytes), its last (length % 8) bytes byte by

@@ -34,9 +34,7 @@ std::string fingerprint(const fs::path& path, uint64_t size, uint64_t basis) {
   };
   sample(0);
   if (size > kSample) sample(std::max(kSample, size - kSample));
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return hash_hex(h);
 }
 
 }  // namespace

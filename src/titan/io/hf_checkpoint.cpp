@@ -167,20 +167,12 @@ std::vector<std::string> HfCheckpoint::keys() const {
   return out;
 }
 
-namespace {
-std::string hex64(uint64_t h) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-}  // namespace
-
 std::string tensor_checksum(const TensorInfo& t, uint64_t basis) {
-  return hex64(fnv1a(t.data, size_t(t.nbytes()), basis));
+  return hash_hex(fnv1a(t.data, size_t(t.nbytes()), basis));
 }
 
 std::string bytes_checksum(std::string_view bytes) {
-  return hex64(fnv1a(bytes));
+  return hash_hex(fnv1a(bytes));
 }
 
 HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWrite> tensors,

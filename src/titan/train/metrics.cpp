@@ -13,6 +13,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/device_services.h"
+#include "titan/core/hash.h"
 #include "titan/dist/communicator.h"
 #include "titan/train/log.h"
 
@@ -225,11 +226,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.padding_pct = padding_pct_;
   m.warmup = first_;
   if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
-  if (batch_hash_) {
-    char hex[20];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(batch_hash_));
-    m.batch_hash = hex;
-  }
+  if (batch_hash_) m.batch_hash = hash_hex(batch_hash_);
   if (comm_bytes_ >= 0) m.comm_mib = double(comm_bytes_) / 1048576.0, m.comm_seconds = comm_seconds_;
   if (step % log_freq_ == 0 || first_ || step == last_step_ || val_loss >= 0) {
     logger_.log(m);

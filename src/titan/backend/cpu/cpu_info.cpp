@@ -140,10 +140,7 @@ std::filesystem::path clock_record_path(const CpuInfo& info) {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::filesystem::path(x) / "titan";
   else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "titan";
   else return {};
-  const uint64_t hash = fnv1a(cpu_identity(info));
-  char name[48];
-  std::snprintf(name, sizeof name, "cpu-clock-%016llx.json", static_cast<unsigned long long>(hash));
-  return dir / name;
+  return dir / ("cpu-clock-" + hash_hex(fnv1a(cpu_identity(info))) + ".json");
 }
 
 std::string utc_now() {
