@@ -18,7 +18,8 @@ TEST(CudaBackend, DeviceQuery) {
 
 // The MFU denominators, by the names the driver gives the parts (their datasheets' dense figures):
 // a variant's own row wins over its product's, a word must match whole, and a GPU the table lacks
-// gets 0 (the trainer then asks for metrics.peak_tflops instead of guessing). Runs without a GPU.
+// (or a MIG slice of one it has) gets 0 (the trainer then asks for metrics.peak_tflops instead of guessing).
+// Runs without a GPU.
 TEST(CudaBackend, DatasheetPeaksGoByTheDevicesName) {
 #ifndef TITAN_HAVE_CUDA
   GTEST_SKIP() << "built without the CUDA backend (-DTITAN_CUDA=ON)";
@@ -29,12 +30,12 @@ TEST(CudaBackend, DatasheetPeaksGoByTheDevicesName) {
     const char* name;
     double bf16_tflops, f32_tflops;
   } parts[] = {
-      {"NVIDIA H200", 989.4, 66.9},
-      {"NVIDIA H100 80GB HBM3", 989.4, 66.9},
-      {"NVIDIA H100 NVL", 835.5, 59.8},
-      {"NVIDIA H100 PCIe", 756.5, 51.2},
+      {"NVIDIA H200", 989.4, 67.0},
+      {"NVIDIA H100 80GB HBM3", 989.4, 67.0},
+      {"NVIDIA H100 NVL", 835.5, 60.0},
+      {"NVIDIA H100 PCIe", 756.5, 51.0},
       {"NVIDIA H200 NVL", 835.5, 60.0},
-      {"NVIDIA GH200 480GB", 989.4, 66.9},
+      {"NVIDIA GH200 480GB", 989.4, 67.0},
       {"NVIDIA A100-SXM4-80GB", 312.0, 19.5},
       {"NVIDIA A100 80GB PCIe", 312.0, 19.5},
       {"NVIDIA L40S", 362.05, 91.6},
@@ -43,6 +44,7 @@ TEST(CudaBackend, DatasheetPeaksGoByTheDevicesName) {
       {"NVIDIA L40", 0, 0},
       {"NVIDIA GeForce RTX 4090", 0, 0},
       {"", 0, 0},
+      {"NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0, 0},
   };
   for (const auto& part : parts) {
     EXPECT_EQ(datasheet_peak_flops(part.name, DType::BF16), part.bf16_tflops * 1e12) << part.name;

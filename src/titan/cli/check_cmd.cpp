@@ -501,8 +501,9 @@ int check_main(int argc, char** argv) {
       const auto& w = *record_of(u_metrics, 1);
       add({"timing", "PASS",
            "warm-up step " + fmt("%.2f s", w.at("step_seconds")) + " (" + fmt("%.0f tokens/s", w.at("tps")) +
-               "); sustained " + fmt("%.0f tokens/s", u.sustained_tps) + ", MFU " + fmt("%.2f%%", u.sustained_mfu) +
-               " over " + std::to_string(steps - 1) + (steps == 2 ? " step" : " steps"),
+               "); sustained " + fmt("%.0f tokens/s", u.sustained_tps) + ", MFU " +
+               (u.sustained_mfu >= 0 ? fmt("%.2f%%", u.sustained_mfu) : std::string("n/a")) + " over " +
+               std::to_string(steps - 1) + (steps == 2 ? " step" : " steps"),
            rule});
     }
   }

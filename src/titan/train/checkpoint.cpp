@@ -1,6 +1,7 @@
 #include "titan/train/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -67,7 +68,12 @@ std::optional<int64_t> step_of_name(const fs::path& dir) {
   std::smatch m;
   const std::string name = dir.filename().string();
   if (!std::regex_match(name, m, name_re)) return std::nullopt;
-  return std::stoll(m[1].str());
+  // A number past int64 ("step-99999999999999999999", nobody's checkpoint) is no step.
+  int64_t step = 0;
+  const std::string digits = m[1].str();
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return step;
 }
 
 std::string shard_file_name(const std::string& kind, int64_t shard) {

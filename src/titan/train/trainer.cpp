@@ -66,22 +66,24 @@ const char* stop_signal_name(int sig) {
 }
 
 // The first SIGINT/SIGTERM/SIGHUP asks for a clean stop; the handler then steps aside so that a
-// second one (an impatient Ctrl-C during the final save) terminates the process the default way. It
-// says so at once, whatever the run is doing (a long step, the final save or export): write(2) is
-// async-signal-safe, stdio is not.
+// second SIGINT/SIGTERM (an impatient Ctrl-C during the final save) terminates the process the
+// default way. A second SIGHUP is ignored: one dropped ssh session sends two (bash passes its own on
+// to its jobs, then the kernel hangs up the terminal's foreground group when bash exits), and the
+// second must not kill the save the first one asked for. It says so at once, whatever the run is
+// doing (a long step, the final save or export): write(2) is async-signal-safe, stdio is not.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
-  std::signal(sig, SIG_DFL);
+  std::signal(sig, sig == SIGHUP ? SIG_IGN : SIG_DFL);
   if (!g_announce_stop.load()) return;
   // On a terminal the line may be a progress line drawn without a newline: cleared first.
   if (g_stdout_is_terminal.load()) console_write_from_signal_handler("\r\033[K");
   char line[192] = "received ";
   std::strncat(line, stop_signal_name(sig), sizeof line - std::strlen(line) - 1);
   std::strncat(
-      line,
-      ": stopping cleanly once this step is done (or the final save and export, when the steps are); "
-      "a second one ends the process now\n",
+      line, ": stopping cleanly once this step is done (or the final save and export, when the steps are); ",
       sizeof line - std::strlen(line) - 1);
+  std::strncat(line, sig == SIGHUP ? "further hang-ups are ignored\n" : "a second one ends the process now\n",
+               sizeof line - std::strlen(line) - 1);
   console_write_from_signal_handler(line);
 }
 

@@ -50,9 +50,9 @@ struct Datasheet {
 
 // The variant rows of a product come before its main row.
 constexpr Datasheet kDatasheets[] = {
-    {"H100", "NVL", 835.5, 59.8},  {"H100", "PCIe", 756.5, 51.2}, {"H100", "", 989.4, 66.9},
-    {"H800", "PCIe", 756.5, 51.2}, {"H800", "", 989.4, 66.9},     {"H200", "NVL", 835.5, 60.0},
-    {"H200", "", 989.4, 66.9},     {"GH200", "", 989.4, 66.9},    {"A100", "", 312.0, 19.5},
+    {"H100", "NVL", 835.5, 60.0},  {"H100", "PCIe", 756.5, 51.0}, {"H100", "", 989.4, 67.0},
+    {"H800", "PCIe", 756.5, 51.0}, {"H800", "", 989.4, 67.0},     {"H200", "NVL", 835.5, 60.0},
+    {"H200", "", 989.4, 67.0},     {"GH200", "", 989.4, 67.0},    {"A100", "", 312.0, 19.5},
     {"A800", "", 312.0, 19.5},     {"B200", "", 2250.0, 0},       {"L40S", "", 362.05, 91.6},
     {"L4", "", 121.0, 30.3},
 };
@@ -81,6 +81,9 @@ double datasheet_peak_flops(std::string_view device_name, DType dtype) {
   auto has = [&](const char* w) {
     return std::find(words.begin(), words.end(), lowercase(w)) != words.end();
   };
+  // A MIG slice keeps its part's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb") but has a share of its
+  // SMs: the part's peak would understate MFU several times over.
+  if (has("MIG")) return 0;
   for (const Datasheet& d : kDatasheets) {
     if (!has(d.product) || (*d.variant && !has(d.variant))) continue;
     if (dtype == DType::BF16 || dtype == DType::F16) return d.bf16_tflops * 1e12;

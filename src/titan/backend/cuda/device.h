@@ -17,7 +17,8 @@ std::string runtime_versions();
 // tensor cores' for bf16/f16, the CUDA cores' for f32 (titan's f32 GEMMs run with TF32 off), found
 // by the name the driver gives the device ("NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"); 0 for a
 // GPU or a dtype the table lacks, so that MFU asks for metrics.peak_tflops instead of dividing by a
-// guess. The figures are torchtitan's (tools/utils.py, get_peak_flops) where it has them.
+// guess (so is a MIG slice: its part's name, a share of its SMs). The datasheets' figures
+// (torchtitan's table, tools/utils.py get_peak_flops, rounds the same ones: 989, 835, 756, ...).
 double datasheet_peak_flops(std::string_view device_name, DType dtype);
 
 }  // namespace titan::cuda
