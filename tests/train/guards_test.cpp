@@ -548,12 +548,15 @@ TEST(CheckpointPruning, FoldersTitanDidNotWriteAreNeverDeleted) {
   std::ofstream(ck / "step-2" / "model.pt") << "precious";
   fs::create_directories(ck / "step-6-hf");
   std::ofstream(ck / "step-6-hf" / "config.json") << "{}";
+  // A step number past int64 is nobody's step: left alone, no error.
+  fs::create_directories(ck / "step-99999999999999999999");
   TrainSummary s = run_training(tiny_config(
       dump, with(kCheckpointEvery2, {{"training.steps", "6"}, {"checkpoint.last_save_in_hf", "true"}})));
   EXPECT_EQ(s.steps_run, 6) << "resumed from a folder titan did not write";
   // (and the run lock of the checkpoint folder, RunLock)
   EXPECT_EQ(listing(ck), (std::vector<std::string>{".titan-rank0.lock", "step-0", "step-1", "step-2.foreign",
-                                                   "step-4", "step-6", "step-6-hf", "step-6-hf.previous"}));
+                                                   "step-4", "step-6", "step-6-hf", "step-6-hf.previous",
+                                                   "step-99999999999999999999"}));
   EXPECT_EQ(listing(ck / "step-0"), (std::vector<std::string>{"COMMITTED", "weights.bin"}));
   EXPECT_EQ(listing(ck / "step-1"), (std::vector<std::string>{"model.pt"}));
   EXPECT_EQ(listing(ck / "step-2.foreign"), (std::vector<std::string>{"model.pt"}));
