@@ -937,6 +937,33 @@ void sigterm_saves_the_step_reached(BackgroundJob& job) {
   EXPECT_EQ(ckpt.load(reached).train_state["step"].get<int64_t>(), reached);
 }
 
+// SIGUSR1 to mpirun itself, which forwards it to every rank at once (a SIGTERM to mpirun reaches
+// the ranks as SIGTERM and then SIGKILL 1 s later): every rank stops at one step, saves it, and
+// mpirun exits 0. The start-up log names the command with mpirun's pid.
+TEST(DataParallelFaults, Sigusr1ToMpirunStopsEveryRankWithACheckpoint) {
+  BackgroundJob job("dist_sigusr1");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  const pid_t mpirun = job.mpirun;
+  ASSERT_EQ(kill(mpirun, SIGUSR1), 0);
+  const int rc = job.wait_exit(120);
+  const std::string out = read_file(job.log);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("stopping: `kill -USR1 " + std::to_string(mpirun) +
+                     "` (mpirun forwards SIGUSR1 "
+                     "to every rank) stops the job at its next step with a checkpoint"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(out.find("received SIGUSR1: saving a checkpoint at step") != std::string::npos ||
+              out.find("received SIGUSR1 at step") != std::string::npos)
+      << out;
+  auto records = read_metrics(job.dump);
+  ASSERT_FALSE(records.empty());
+  const int64_t reached = records.rbegin()->first;
+  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
+  ASSERT_EQ(ckpt.latest_step(), reached) << out;
+  EXPECT_EQ(ckpt.load(reached).train_state["world_size"].get<int>(), 2);
+}
+
 TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
   BackgroundJob job("dist_sigterm");
   sigterm_saves_the_step_reached(job);

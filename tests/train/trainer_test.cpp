@@ -1135,7 +1135,7 @@ size_t steps_logged(const fs::path& dump) {
 }
 
 const char* signal_name(int sig) {
-  return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+  return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 struct SignalledRun {
@@ -1208,6 +1208,8 @@ void stop_with_signal(int sig, const std::string& name, const SignalledRun& run 
   EXPECT_TRUE(out.find(received + ": saving a checkpoint at step") != std::string::npos ||
               out.find(received + " at step") != std::string::npos)
       << out;
+  // The log is a file: no line was left unfinished, so no escape code erases one.
+  EXPECT_EQ(out.find("\033["), std::string::npos) << out;
 
   auto records = read_metrics(dump);
   ASSERT_FALSE(records.empty());
@@ -1270,6 +1272,17 @@ TEST(Trainer, SighupSavesACheckpointAndExitsZero) {
       out.find("received SIGHUP: stopping cleanly once this step is done (or the final save and export, "
                "when the steps are); further hang-ups are ignored"),
       std::string::npos)
+      << out;
+}
+// SIGUSR1 (what mpirun forwards to every rank, what Slurm's --signal=USR1@<seconds> sends before a
+// time limit) stops as cleanly; a repeat is ignored, as a scheduler may send it again.
+TEST(Trainer, Sigusr1SavesACheckpointAndExitsZero) {
+  std::string out;
+  stop_with_signal(SIGUSR1, "trainer_sigusr1",
+                   {.extra = {}, .mid_run = nullptr, .output = &out, .twice = true});
+  EXPECT_NE(out.find("received SIGUSR1: stopping cleanly once this step is done (or the final save and "
+                     "export, when the steps are); further SIGUSR1s are ignored"),
+            std::string::npos)
       << out;
 }
 // Started ignoring SIGHUP (nohup), a run keeps ignoring it: two more steps are logged after a

@@ -1,12 +1,15 @@
 // The MPI communicator (CPU ranks): non-blocking MPI-3 collectives, waited on by polling so that a
 // rank that died or hangs turns into an error after the timeout instead of a hang.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -321,6 +324,16 @@ std::optional<int> launcher_world_size() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
     if (const char* text = std::getenv(v))
       if (std::optional<int64_t> n = parse_int(text); n && *n >= 1) return int(*n);
+  return std::nullopt;
+}
+
+std::optional<int> open_mpi_launcher_pid() {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
+  const pid_t parent = getppid();
+  std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  if (name == "mpirun" || name == "mpiexec" || name == "orterun") return int(parent);
   return std::nullopt;
 }
 

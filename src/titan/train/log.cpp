@@ -13,6 +13,8 @@ namespace titan::train {
 namespace {
 bool g_console = true;
 std::atomic<int> g_console_fd{STDOUT_FILENO};  // STDERR_FILENO once standard output broke
+// Whether the last text written left visible characters after its last newline (a progress line).
+std::atomic<bool> g_unfinished_line{false};
 
 // All of `text` to `fd`; false on an error, errno saying which. Async-signal-safe.
 bool write_all(int fd, std::string_view text) {
@@ -39,7 +41,12 @@ void console_write_from_signal_handler(std::string_view text) {
   }
   // Any other failure (a hung-up terminal, a full disk under a redirect) leaves nothing to do: the
   // run's record is metrics.jsonl.
+  if (!text.empty()) g_unfinished_line.store(text.back() != '\n' && !text.ends_with(kConsoleEraseLine));
   errno = saved_errno;
+}
+
+void console_clear_unfinished_line_from_signal_handler() {
+  if (g_unfinished_line.load()) console_write_from_signal_handler(kConsoleEraseLine);
 }
 
 void console_write(std::string_view text) {

@@ -16,9 +16,16 @@ void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // save a Ctrl-C asked for) reach the user; a training run never dies of its console. Callers ignore
 // SIGPIPE while they may write (the trainer's StopSignals does).
 void console_write(std::string_view text);
+// Carriage return + erase to the end of the line: what a progress line starts and ends with.
+inline constexpr std::string_view kConsoleEraseLine = "\r\033[K";
 // The same from a signal handler: write(2) only (console_write flushes stdio's buffer of stdout
 // first, so that the lines of a caller that printed through stdio keep their order).
 void console_write_from_signal_handler(std::string_view text);
+
+// From a signal handler: erases the console's unfinished line (a progress line drawn without a
+// newline, on a terminal) so that the handler's line starts at the margin; writes nothing when the
+// last line written was finished or erased (a log file gets no escape codes).
+void console_clear_unfinished_line_from_signal_handler();
 
 // In a job of many ranks only the logging rank prints: the others call set_console_output(false).
 void set_console_output(bool enabled);

@@ -143,14 +143,14 @@ void Progress::draw(double seconds) {
   } else {
     std::snprintf(line, sizeof line, "%s (%.2f GiB)... %.1f s", label_.c_str(), double(total_) / gib, seconds);
   }
-  console_write("\r\033[K" + std::string(line));  // carriage return + erase to end of line
+  console_write(std::string(kConsoleEraseLine) + line);
 }
 
 Progress::~Progress() {
   if (!thread_.joinable()) return;
   stop_.store(true);
   thread_.join();
-  console_write("\r\033[K");
+  console_write(kConsoleEraseLine);
 }
 
 uint64_t bytes_under(const fs::path& path) noexcept {

@@ -464,6 +464,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
       host_list.c_str());
   say("communication: %s", plan.world().library().c_str());
+  if (plan.world_size() > 1)
+    if (const std::optional<int> mpirun = dist::open_mpi_launcher_pid())
+      say("stopping: `kill -USR1 %d` (mpirun forwards SIGUSR1 to every rank) stops the job at its next step "
+          "with a checkpoint; a Ctrl-C or SIGTERM to mpirun reaches the ranks as SIGTERM and then SIGKILL 1 "
+          "s "
+          "later (Open MPI's odls_base_sigkill_timeout), before most saves end",
+          *mpirun);
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
   say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "

@@ -50,7 +50,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_announce_stop{false};  // this rank prints the run's console lines
-std::atomic<bool> g_stdout_is_terminal{false};
 
 const char* stop_signal_name(int sig) {
   switch (sig) {
@@ -60,36 +59,49 @@ const char* stop_signal_name(int sig) {
       return "SIGTERM";
     case SIGHUP:
       return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
     default:
       return "a stop signal";
   }
 }
 
-// The first SIGINT/SIGTERM/SIGHUP asks for a clean stop; the handler then steps aside so that a
-// second SIGINT/SIGTERM (an impatient Ctrl-C during the final save) terminates the process the
-// default way. A second SIGHUP is ignored: one dropped ssh session sends two (bash passes its own on
-// to its jobs, then the kernel hangs up the terminal's foreground group when bash exits), and the
-// second must not kill the save the first one asked for. It says so at once, whatever the run is
-// doing (a long step, the final save or export): write(2) is async-signal-safe, stdio is not.
+// Stop requests a run ignores once it has one: a hang-up (one dropped ssh session sends two: bash
+// passes its own on to its jobs, then the kernel hangs up the terminal's foreground group when bash
+// exits) and SIGUSR1 (the polite request of schedulers and launchers, which may repeat it).
+bool repeats_are_ignored(int sig) {
+  return sig == SIGHUP || sig == SIGUSR1;
+}
+
+// The first SIGINT/SIGTERM/SIGHUP/SIGUSR1 asks for a clean stop; the handler then steps aside so
+// that a second SIGINT/SIGTERM (an impatient Ctrl-C during the final save) terminates the process
+// the default way, while a second SIGHUP or SIGUSR1 is ignored and must not kill the save the first
+// one asked for. It says so at once, whatever the run is doing (a long step, the final save or
+// export): write(2) is async-signal-safe, stdio is not.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
-  std::signal(sig, sig == SIGHUP ? SIG_IGN : SIG_DFL);
+  std::signal(sig, repeats_are_ignored(sig) ? SIG_IGN : SIG_DFL);
   if (!g_announce_stop.load()) return;
-  // On a terminal the line may be a progress line drawn without a newline: cleared first.
-  if (g_stdout_is_terminal.load()) console_write_from_signal_handler("\r\033[K");
+  console_clear_unfinished_line_from_signal_handler();  // a progress line, drawn without a newline
   char line[192] = "received ";
   std::strncat(line, stop_signal_name(sig), sizeof line - std::strlen(line) - 1);
   std::strncat(
       line, ": stopping cleanly once this step is done (or the final save and export, when the steps are); ",
       sizeof line - std::strlen(line) - 1);
-  std::strncat(line, sig == SIGHUP ? "further hang-ups are ignored\n" : "a second one ends the process now\n",
+  std::strncat(line,
+               sig == SIGHUP    ? "further hang-ups are ignored\n"
+               : sig == SIGUSR1 ? "further SIGUSR1s are ignored\n"
+                                : "a second one ends the process now\n",
                sizeof line - std::strlen(line) - 1);
   console_write_from_signal_handler(line);
 }
 
 // While alive, SIGINT/SIGTERM ask for a clean stop (a checkpoint at the next step boundary), and so
-// does SIGHUP (the terminal of an ssh session that dropped), unless the run was started ignoring
-// it (nohup). SIGPIPE is ignored: a console whose pipe reader exited (`| tee` after a Ctrl-C) is
+// do SIGHUP (the terminal of an ssh session that dropped), unless the run was started ignoring it
+// (nohup), and SIGUSR1: what Open MPI's mpirun forwards to every rank at once (a Ctrl-C or SIGTERM
+// to mpirun reaches the ranks as SIGTERM followed by SIGKILL after odls_base_sigkill_timeout, 1 s
+// by default: too soon for a save) and what Slurm's `--signal=USR1@<seconds>` sends before a time
+// limit. SIGPIPE is ignored: a console whose pipe reader exited (`| tee` after a Ctrl-C) is
 // no reason to lose the run, and its lines go to standard error (console_write).
 //
 // No thread that computes may take these signals. oneDNN's JIT f32 GEMM kernels (oneDNN 2.x, as
@@ -100,16 +112,17 @@ extern "C" void on_stop_signal(int sig) {
 // and the data loader's, inherits the mask) and are taken by a thread that only waits; threads
 // that existed before (MPI's progress threads) may take them too, and do not compute.
 class StopSignals {
+  static constexpr std::array kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+
  public:
   StopSignals() {
     g_stop_signal = 0;
     g_announce_stop = console_output();
-    g_stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
     sigemptyset(&stop_set_);
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_set_, sig);
+    for (const int sig : kStopSignals) sigaddset(&stop_set_, sig);
     pthread_sigmask(SIG_BLOCK, &stop_set_, &previous_mask_);
     mask_openmp_threads(SIG_BLOCK, &stop_set_);
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    for (const int sig : kStopSignals) {
       struct sigaction& before = previous_[sig];
       sigaction(sig, nullptr, &before);
       if (sig == SIGHUP && before.sa_handler == SIG_IGN) continue;  // nohup: the user wants it ignored
@@ -135,7 +148,8 @@ class StopSignals {
     // mask is restored; only then do the previous handlers return.
     mask_openmp_threads(SIG_SETMASK, &previous_mask_);
     pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &previous_[sig], nullptr);
+    for (const int sig : kStopSignals) sigaction(sig, &previous_[sig], nullptr);
+    sigaction(SIGPIPE, &previous_[SIGPIPE], nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
