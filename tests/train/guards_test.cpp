@@ -315,6 +315,35 @@ TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
       << out;
 }
 
+// The MoE balancing is a training choice, not part of the model: a resume may switch the aux loss's
+// weight or move to expert biases, and says so. (Both were refused as "a different model": the
+// checkpoint's model_config holds output_router_logits and router_aux_loss_coef.)
+TEST(ResumeGuard, MoeBalancingChangedOnResumeIsSaid) {
+  const fs::path dump = temp_dir("guard_changed_balancing_" + std::to_string(getpid()));
+  const Overrides moe = with(kCheckpointEvery2, {{"model.flavor", "debugmodel_moe"},
+                                                 {"model.num_experts", "4"},
+                                                 {"model.top_k", "2"},
+                                                 {"model.moe_hidden_dim", "32"},
+                                                 {"validation.enable", "false"}});
+  auto train = [&](const Overrides& extra, std::string* out) {
+    return run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                           cli_args(tiny_job(dump, with(moe, extra))),
+                       out);
+  };
+  std::string out;
+  ASSERT_EQ(train({{"training.steps", "2"}}, &out), 0) << out;
+  ASSERT_EQ(train({{"training.steps", "4"}, {"model.router_aux_loss_coef", "0.01"}}, &out), 0) << out;
+  EXPECT_NE(out.find("note: changed since the checkpoint: model.router_aux_loss_coef 0.001 -> 0.01; the "
+                     "changes apply from step 3"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(train({{"training.steps", "6"}, {"training.load_balance", "expert_bias"}}, &out), 0) << out;
+  EXPECT_NE(out.find("note: changed since the checkpoint: model.router_aux_loss_coef 0.01 -> 0.001, "
+                     "training.load_balance \"aux_loss\" -> \"expert_bias\"; the changes apply from step 5"),
+            std::string::npos)
+      << out;
+}
+
 // A checkpoint written before a setting joined the resumable settings had its default: a resume
 // that changes it says so; one that keeps the default says nothing.
 TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {

@@ -1109,6 +1109,17 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
   // Chosen on purpose in [model]: it trains from those weights.
   EXPECT_EQ(run_training(tiny_config(dump, tt::joined(from_hf, {{"model.rope_theta", "10000"}}))).last_step,
             1);
+  // The same folder as the model's assets (torchtitan's layout: a flavor, and the weights and
+  // tokenizer of model.hf_assets_path): the same rule. It used to train without a word.
+  const Overrides from_assets = {{"training.steps", "1"},
+                                 {"model.hf_assets_path", hf.string()},
+                                 {"checkpoint.initial_load_in_hf", "true"}};
+  e = error_of([&] { run_training(tiny_config(tt::temp_dir("trainer_initial_arch_assets"), from_assets)); });
+  EXPECT_NE(e.find("model.hf_assets_path: '" + (hf / "config.json").string() +
+                   "' describes another model than this run's: rope_theta = 10000 there, 1e+06 in this run "
+                   "(flavor debugmodel)"),
+            std::string::npos)
+      << e;
 
   // A native checkpoint's model_config: the same rule (read at start-up, before the checkpoint loads).
   const fs::path native = source / "checkpoint" / "step-1";

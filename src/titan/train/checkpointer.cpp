@@ -151,7 +151,7 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
       s.step < config_.training.steps && !fresh_schedule ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
-    if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_));
+    if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_, job.args));
         !changed.empty())
       say("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
           long(s.step + 1));
@@ -421,7 +421,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   if (!s.generation_config.is_null()) ts["generation_config"] = s.generation_config;
   ts["dataset_identity"] = s.dataset_identity;
   ts["rng"] = {{"seed", c.training.seed}};  // no random state is consumed after initialisation
-  ts["settings"] = resumable_settings(c);
+  ts["settings"] = resumable_settings(c, job.args);
   ts["global_batch_size"] = job.local_batch_size * plan_.dp_size() * job.accumulation_steps;
   ts["world_size"] = plan_.world_size();
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},

@@ -10,6 +10,7 @@ void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, con
   const qwen3::ModelArgs was =
       qwen3::args_from_hf_config(saved, checkpoint + "/train_state.json model_config");
   for (const std::string& key : qwen3::override_keys()) {
+    if (qwen3::is_loss_setting(key)) continue;  // a change is noted with the settings
     const std::string a = qwen3::field_text(was, key), b = qwen3::field_text(now, key);
     TITAN_CHECK(a == b, "checkpoint ", checkpoint, " was trained with model.", key, " = ", a,
                 " but this run's model has model.", key, " = ", b,
@@ -91,7 +92,7 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
   return "";
 }
 
-json resumable_settings(const JobConfig& c) {
+json resumable_settings(const JobConfig& c, const qwen3::ModelArgs& args) {
   return {{"optimizer.name", c.optimizer.name},
           {"optimizer.beta1", c.optimizer.beta1},
           {"optimizer.beta2", c.optimizer.beta2},
@@ -103,6 +104,7 @@ json resumable_settings(const JobConfig& c) {
           {"training.activation_grad_dtype", c.training.activation_grad_dtype},
           {"training.load_balance", c.training.load_balance},
           {"training.load_balance_coeff", c.training.load_balance_coeff},
+          {"model.router_aux_loss_coef", args.router_aux_loss_coef},
           {"training.seed", c.training.seed},
           {"model.init", c.model.init}};
 }

@@ -31,9 +31,10 @@ std::string restore_data_position(data::TokenLoader& loader, const nlohmann::jso
 
 // The settings a resume may change on purpose, recorded in train_state.json ("settings") so that
 // the resume can say which ones it changed: optimizer betas, eps and weight decay, max_norm, the
-// compute dtype, the MoE balancing, and the seed and init scheme (which a resume leaves without
-// effect). The LR schedule and the global batch have checks of their own.
-nlohmann::json resumable_settings(const JobConfig& config);
+// compute dtype, the MoE balancing and the aux loss's weight (model.router_aux_loss_coef, of the
+// run's model `args`), and the seed and init scheme (which a resume leaves without effect). The LR
+// schedule and the global batch have checks of their own.
+nlohmann::json resumable_settings(const JobConfig& config, const qwen3::ModelArgs& args);
 // "optimizer.weight_decay 0.1 -> 0.05, ..." for every setting of `now` that differs from `saved`
 // (one recorded by an older titan lacks some: those are not compared); "" when none differs.
 std::string changed_settings(const nlohmann::json& saved, const nlohmann::json& now);

@@ -163,7 +163,7 @@ void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run
                                  const qwen3::ModelArgs& theirs, const fs::path& where,
                                  const std::string& source) {
   for (const std::string& key : qwen3::override_keys()) {
-    if (c.model.overrides.count(key)) continue;
+    if (c.model.overrides.count(key) || qwen3::is_loss_setting(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     TITAN_CHECK(
         a == b, source, ": '", where.string(), "' describes another model than this run's: ", key, " = ", a,
@@ -200,15 +200,15 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job, const std::st
   } else if (ck.initial_load_in_hf) {
     job.initial_hf = c.model.hf_assets_path;
   }
-  if (!job.initial_hf.empty())
-    check_hf_weights_present(job.initial_hf,
-                             ck.initial_load_path.empty() ? "model.hf_assets_path" : source.c_str());
-  // A Hugging Face folder other than the model's own, with its own config.json (weights alone are
-  // checked by their shapes when they load).
+  if (job.initial_hf.empty()) return;
+  const std::string key = ck.initial_load_path.empty() ? "model.hf_assets_path" : source;
+  check_hf_weights_present(job.initial_hf, key.c_str());
+  // The config.json beside the weights must describe the run's model: a flavor's, or another
+  // folder's (weights without one are checked by their shapes when they load).
   const fs::path their_config = job.initial_hf / "config.json";
-  if (!ck.initial_load_path.empty() && !job.initial_hf.empty() && fs::exists(their_config))
+  if (fs::exists(their_config))
     check_initial_weights_model(c, job.args, qwen3::args_from_hf_config_file(their_config.string()),
-                                their_config, source);
+                                their_config, key);
 }
 
 namespace {

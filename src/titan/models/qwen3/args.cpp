@@ -252,6 +252,10 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
   TITAN_FAIL("unknown model field '", key, "'; valid fields: ", list);
 }
 
+bool is_loss_setting(const std::string& key) {
+  return key == "router_aux_loss_coef" || key == "output_router_logits";
+}
+
 std::string field_text(const ModelArgs& args, const std::string& key) {
   for (auto& f : fields()) {
     if (key != f.name) continue;
