@@ -850,6 +850,52 @@ TEST(SizeGuard, AnAbsurdSeqLenOrANonRegularDatasetStopsBeforeAnyCompute) {
 
 // ---------------------------------------------------------------- 5. checks that cannot be fooled
 
+// A checkpoint names its tokenizer by path; a file replaced there since (a re-download, another
+// model's assets) is not exported under the model: the export stops unless --tokenizer names the
+// one to ship (said in a note when it is not the trained one).
+TEST(VerifyExport, AnExportRefusesATokenizerReplacedSinceTraining) {
+  const fs::path dump = temp_dir("guard_export_tokenizer");
+  const fs::path assets = temp_dir("guard_export_tokenizer_assets");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(data::default_tokenizer_path() / f, assets / f);
+  run_training(tiny_config(
+      dump, with(kCheckpointEvery2, {{"training.steps", "2"}, {"model.hf_assets_path", assets.string()}})));
+  {  // the same path, another tokenizer: the bundled one less its last 1000 merges
+    nlohmann::json t = nlohmann::json::parse(std::ifstream(assets / "tokenizer.json"));
+    auto& merges = t["model"]["merges"];
+    merges.erase(merges.end() - 1000, merges.end());
+    std::ofstream(assets / "tokenizer.json") << t.dump();
+  }
+  const fs::path step = dump / "checkpoint" / "step-2";
+  const std::string export_cmd =
+      titan_binary().string() + " export --checkpoint " + step.string() + " --out ";
+  std::string out;
+  EXPECT_EQ(run_command(export_cmd + (dump / "hf").string(), &out), 1) << out;
+  EXPECT_NE(out.find("titan export: error: the tokenizer at '" + assets.string() +
+                     "' (the run's, as its train_state.json names it) is not the one the checkpoint '" +
+                     step.string() + "' was trained with"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dump / "hf"));
+  // The trained one, named: exported with it, without a note.
+  ASSERT_EQ(run_command(export_cmd + (dump / "hf").string() + " --tokenizer " +
+                            data::default_tokenizer_path().string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("note:"), std::string::npos) << out;
+  EXPECT_EQ(read_bytes(dump / "hf" / "tokenizer.json"),
+            read_bytes(data::default_tokenizer_path() / "tokenizer.json"));
+  // Another one, named on purpose: exported with a note.
+  ASSERT_EQ(run_command(export_cmd + (dump / "hf_other").string() + " --tokenizer " + assets.string(), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("note: --tokenizer '" + assets.string() +
+                     "' is not the tokenizer the checkpoint was trained with"),
+            std::string::npos)
+      << out;
+}
+
 TEST(VerifyExport, ATamperedExportFailsWithAndWithoutTheSource) {
   const fs::path dump = temp_dir("guard_verify");
   run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));

@@ -1,4 +1,4 @@
-// titan export        --checkpoint STEP_DIR --out DIR [--dtype float32|bfloat16]
+// titan export        --checkpoint STEP_DIR --out DIR [--dtype float32|bfloat16] [--tokenizer PATH]
 // titan verify-export DIR [--source STEP_DIR] [--dataset PATH] [--batch N --seq S]
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
 
@@ -44,13 +45,32 @@ int export_main(int argc, char** argv) {
   p.required("checkpoint", "native checkpoint folder, e.g. outputs/debugmodel/checkpoint/step-40")
       .required("out", "output directory (must not exist unless --overwrite)")
       .option("dtype", "float32 | bfloat16", "float32")
+      .option("tokenizer", "tokenizer.json (or its folder) to ship instead of the one the run recorded")
       .flag("overwrite", "replace an earlier export (or an empty folder) at --out, atomically");
   if (!p.parse(argc, argv)) return 0;
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
   const fs::path out = p.get("out");
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
-  auto files = tokenizer_files(native.tokenizer_path);
+  const std::optional<std::string> named_tokenizer = p.get_optional("tokenizer");
+  const fs::path tokenizer = named_tokenizer ? fs::path(*named_tokenizer) : native.tokenizer_path;
+  auto files = tokenizer_files(tokenizer);
+  const bool has_tokenizer_json = std::any_of(
+      files.begin(), files.end(), [](const fs::path& f) { return f.filename() == "tokenizer.json"; });
+  TITAN_CHECK(!named_tokenizer || has_tokenizer_json, "titan export --tokenizer: '", *named_tokenizer,
+              "' has no tokenizer.json");
+  // The checkpoint names its tokenizer by path: a file replaced there since (a re-download, another
+  // model's assets) would ship under this model and map its ids to other words.
+  if (has_tokenizer_json && !native.tokenizer_checksum.empty() &&
+      train::tokenizer_checksum(tokenizer) != native.tokenizer_checksum) {
+    TITAN_CHECK(named_tokenizer, "the tokenizer at '", native.tokenizer_path.string(),
+                "' (the run's, as its train_state.json names it) is not the one the checkpoint '",
+                p.get("checkpoint"),
+                "' was trained with: its tokenizer.json's checksum differs from the one recorded there "
+                "(replaced since?); name the run's tokenizer with --tokenizer");
+    std::printf("note: --tokenizer '%s' is not the tokenizer the checkpoint was trained with ('%s')\n",
+                named_tokenizer->c_str(), native.tokenizer_path.string().c_str());
+  }
   std::vector<fs::path> inputs = files;
   inputs.push_back(p.get("checkpoint"));
   io::check_output_path(out, inputs, "titan export --out");
@@ -67,8 +87,10 @@ int export_main(int argc, char** argv) {
                 "'; replacing it would pull the folder from under the shell that runs this");
   }
   if (files.empty())
-    std::printf("warning: tokenizer files of the run ('%s') not found; exporting without them\n",
-                native.tokenizer_path.string().c_str());
+    std::printf(
+        "warning: tokenizer files of the run ('%s') not found; exporting without them (name them "
+        "with --tokenizer)\n",
+        native.tokenizer_path.string().c_str());
   if (const double bias = train::largest_expert_bias(native.expert_bias); bias > 0)
     std::printf("warning: %s\n", qwen3::expert_bias_export_warning(bias).c_str());
   const DType dtype = d == "bfloat16" ? DType::BF16 : DType::F32;

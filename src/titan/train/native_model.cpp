@@ -21,6 +21,7 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());
+  out.tokenizer_checksum = c.train_state.value("tokenizer_checksum", std::string());
   out.generation_config = c.train_state.value("generation_config", nlohmann::json());
   if (c.train_state.contains("expert_bias"))
     out.expert_bias = c.train_state["expert_bias"].get<std::vector<std::vector<double>>>();

@@ -16,6 +16,7 @@ struct NativeModel {
   std::unique_ptr<qwen3::Qwen3Model> model;
   int64_t step = 0;
   std::filesystem::path tokenizer_path;  // as recorded by the trainer (may no longer exist)
+  std::string tokenizer_checksum;  // of its tokenizer.json as trained ("": a checkpoint before the record)
   nlohmann::json generation_config;      // of the model the run started from (null: none)
   // The MoE expert biases of a run trained with training.load_balance = "expert_bias" (per MoE layer;
   // empty without): they steer routing, and a Hugging Face export has no place for them.
