@@ -648,3 +648,13 @@ TEST(PythonJsonDumps, MatchesPython) {
     EXPECT_EQ(got, want[i].get<std::string>()) << "value " << i << " (" << parsed[i].dump() << ")";
   }
 }
+
+// tojson writes arrays and objects up to 512 levels deep (Python's json.dumps, its reference, writes
+// 512 nested lists as 512 brackets each way) and refuses one level more, naming the rule.
+TEST(PythonJsonDumps, WritesUpTo512LevelsAndRefusesDeeper) {
+  const std::string levels_512 = std::string(512, '[') + std::string(512, ']');
+  EXPECT_EQ(python_json_dumps(ojson::parse(levels_512)), levels_512);
+  const std::string e =
+      error_of([] { python_json_dumps(ojson::parse(std::string(513, '[') + std::string(513, ']'))); });
+  EXPECT_NE(e.find("tojson: nested more than 512 arrays and objects deep"), std::string::npos) << e;
+}

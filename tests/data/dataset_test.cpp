@@ -161,6 +161,106 @@ TEST(Dataset, InvalidUtf8IsReplacedAndCounted) {
   EXPECT_EQ(count, 2u) << warnings;
 }
 
+// Python's json.dumps (ensure_ascii, its default) writes a string holding a lone surrogate as its
+// \ud83d escape, which JSON parsers refuse: each unpaired one becomes U+FFFD and is counted with the
+// invalid UTF-8, in JSON Lines, in compressed JSON arrays and in conversations. A pair stays one
+// character; after an escaped backslash the letters are text.
+TEST(Dataset, UnpairedSurrogateEscapesAreReplacedAndCounted) {
+  auto dir = temp_dir("dataset_surrogates");
+  const std::vector<std::string> records = {R"({"text": "lone high \ud83d here"})",
+                                            R"({"text": "lone low \uDE00 here"})",
+                                            R"({"text": "reversed \ude00\ud83d pair"})",
+                                            R"({"text": "a pair \ud83d\ude00 stays"})",
+                                            R"({"text": "escaped backslash \\ud83d is text"})",
+                                            R"({"text": "high then pair \ud83d\ud83d\ude00"})"};
+  const std::vector<std::string> want = {"lone high \uFFFD here",
+                                         "lone low \uFFFD here",
+                                         "reversed \uFFFD\uFFFD pair",
+                                         "a pair \U0001F600 stays",
+                                         "escaped backslash \\ud83d is text",
+                                         "high then pair \uFFFD\U0001F600"};
+  std::string lines, array = "[";
+  for (const std::string& r : records) {
+    lines += r + "\n";
+    array += (array.size() > 1 ? ",\n" : "") + r;
+  }
+  write_file(dir / "s.jsonl", lines);
+  write_file(dir / "s.json.gz", gzip_bytes(array + "]"));
+  for (const fs::path& file : {dir / "s.jsonl", dir / "s.json.gz"}) {
+    ::testing::internal::CaptureStderr();
+    DocumentStream s({{file}});
+    EXPECT_EQ(read_all(s), want) << file;
+    EXPECT_EQ(s.stats().invalid_utf8, 5u) << file;
+    const std::string warnings = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warnings.find(file.string() + ":1: invalid UTF-8 replaced by U+FFFD (1 sequence(s)"),
+              std::string::npos)
+        << warnings;
+  }
+  write_file(
+      dir / "chat.jsonl",
+      R"({"messages": [{"role": "user", "content": "q \ud83d"}, {"role": "assistant", "content": "a"}]})"
+      "\n");
+  DatasetConfig chat{{dir / "chat.jsonl"}};
+  chat.chat_field = "messages";
+  ::testing::internal::CaptureStderr();
+  DocumentStream s(chat);
+  const auto texts = read_all(s);
+  ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(texts.size(), 1u);
+  EXPECT_NE(texts[0].find("<|im_start|>user\nq \uFFFD<|im_end|>"), std::string::npos) << texts[0];
+  EXPECT_EQ(s.stats().invalid_utf8, 1u);
+}
+
+// A record nested 100,000 levels deep parses (JSON parses iteratively); where a conversation's tool
+// arguments or signatures must be written out (recursively, as Python's json.dumps writes them) it is
+// an error naming the line, message and field and the limit, not a stack overflow. A text record
+// with such a field beside its text reads.
+TEST(Dataset, RecordsNestedPastTheLimitAreErrorsNotCrashes) {
+  auto dir = temp_dir("dataset_deep");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string turns = R"({"role": "user", "content": "q"}, {"role": "assistant", "content": "")";
+  write_file(
+      dir / "arguments.jsonl",
+      "{\"messages\": [" + turns + R"(, "tool_calls": [{"name": "f", "arguments": )" + deep + "}]}]}\n");
+  write_file(dir / "nested.json", "[{\"messages\": [" + turns +
+                                      R"(, "tool_calls": [{"function": {"name": "f", "arguments": )" + deep +
+                                      "}}]}]}]");
+  write_file(dir / "tools.jsonl",
+             "{\"messages\": [" + turns + "}], \"tools\": [{\"parameters\": " + deep + "}]}\n");
+  const std::string rule =
+      ": nested more than 512 arrays and objects deep (titan writes JSON up to 512 levels";
+  for (const auto& [file, where] : {std::pair{"arguments.jsonl", "message 1: tool_calls[0].arguments"},
+                                    std::pair{"nested.json", "message 1: tool_calls[0].function.arguments"},
+                                    std::pair{"tools.jsonl", "tools[0]"}}) {
+    DatasetConfig config{{dir / file}};
+    config.chat_field = "messages";
+    const std::string e = error_of(config);
+    EXPECT_NE(e.find(std::string(file) + ":1: field 'messages': "), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string(where) + rule), std::string::npos) << e;
+  }
+  write_file(dir / "text.jsonl", "{\"text\": \"kept\", \"meta\": " + deep + "}\n");
+  EXPECT_EQ(read_all({{dir / "text.jsonl"}}), std::vector<std::string>{"kept"});
+}
+
+// A closing bracket that closes nothing, or another kind than the one open, is an error where it
+// stands, not a scan of the rest of the file into one element that fails at its end.
+TEST(Dataset, JsonArrayBracketsThatCloseNothingAreNamedWhereTheyStand) {
+  auto dir = temp_dir("dataset_brackets");
+  const std::string rest = ",\n" + std::string(3000, ' ') + "\"more\", {\"text\": \"and more\"}]\n";
+  for (const auto& [text, message] :
+       {std::pair{"[\"ok\",\n}" + rest,
+                  "b.json:2: unexpected '}' at column 1: it closes no bracket of this array element"},
+        std::pair{"[1}" + rest, "b.json:1: unexpected '}' at column 3: it closes no bracket"},
+        std::pair{"[\"ok\",\n  {\"text\": [1}" + rest,
+                  "b.json:2: unexpected '}' at column 14: the bracket open here is '['"},
+        std::pair{"[{\"text\": \"x\"]" + rest,
+                  "b.json:1: unexpected ']' at column 14: the bracket open here is '{'"}}) {
+    write_file(dir / "b.json", text);
+    const std::string e = error_of({{dir / "b.json"}});
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  }
+}
+
 TEST(Dataset, StreamsAcrossBufferBoundariesAndSeeksBack) {
   // Larger than the 1 MiB read buffer, so documents straddle refills.
   auto dir = temp_dir("dataset_big");
@@ -349,6 +449,32 @@ TEST(Dataset, GlobsAndFoldersOfShards) {
   std::string e = error_of({{dir / "shard-*.jsonl.gz"}});
   EXPECT_NE(e.find("shard-*.jsonl.gz"), std::string::npos) << e;
   EXPECT_NE(e.find("matches no file"), std::string::npos) << e;
+}
+
+// Zero bytes after a gzip member (tape blocks, preallocated files) are padding, skipped as GNU gzip
+// and Python's gzip skip them: at the end of the file, between members, and over more than one
+// 256 KiB compressed chunk; a position in the member after them resumes exactly. Anything else
+// after a member must be one.
+TEST(Dataset, GzipZeroPaddingAfterAMemberIsSkipped) {
+  auto dir = temp_dir("dataset_gzip_padding");
+  const std::string lines = corpus_lines(2000);
+  const size_t half = lines.find('\n', lines.size() / 2) + 1;
+  write_file(dir / "plain.jsonl", lines);
+  const std::vector<std::string> want = read_all({{dir / "plain.jsonl"}});
+  write_file(dir / "end.jsonl.gz", gzip_bytes(lines) + std::string(1000, '\0'));
+  EXPECT_EQ(read_all({{dir / "end.jsonl.gz"}}), want);
+  write_file(dir / "between.jsonl.gz", gzip_bytes(lines.substr(0, half)) + std::string(300000, '\0') +
+                                           gzip_bytes(lines.substr(half)) + std::string(7, '\0'));
+  DocumentStream s({{dir / "between.jsonl.gz"}});
+  std::vector<DocPosition> positions;
+  ASSERT_EQ(read_all(s, &positions), want);
+  expect_seeks_back(s, positions, want, {0, 1500, 1999});
+
+  write_file(dir / "garbage.jsonl.gz", gzip_bytes(lines) + std::string(10, '\0') + "garbage");
+  const std::string e = error_of({{dir / "garbage.jsonl.gz"}});
+  EXPECT_NE(e.find("garbage.jsonl.gz"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not valid gzip data at compressed byte "), std::string::npos) << e;
+  EXPECT_NE(e.find(": incorrect header check"), std::string::npos) << e;
 }
 
 TEST(Dataset, CorruptedAndTruncatedGzipNameTheFile) {

@@ -876,6 +876,30 @@ TEST(Parquet, MaliciousFilesAreErrorsNotCrashes) {
   expect(crafted("huge_page.parquet"), "text", "it claims 268435457 values");
 }
 
+// Sizes a forged header inflates are refused before the memory they claim is allocated: a page's
+// uncompressed size past 1024 times its stored bytes plus 1 MiB (not 2 GiB first), a DELTA_BYTE_ARRAY
+// page rebuilt past 64 times its stored bytes (not 64 times the inflated size), a row of more than
+// 2^24 values (counted in the page before any entry is copied).
+TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
+  auto expect = [](const std::string& name, const std::string& column, const std::string& part) {
+    const std::string e = error_of([&] { json_rows(crafted(name), column); });
+    SCOPED_TRACE(name);
+    EXPECT_NE(e.find(name + ": column '" + column), std::string::npos) << e;
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  expect(
+      "page_ratio.parquet", "text",
+      "page at byte 4: its header says 2147483647 bytes uncompressed where it stores 13: a page is believed "
+      "to unpack to at most 1024 times its stored bytes plus 1 MiB");
+  expect(
+      "dba_inflated.parquet", "text",
+      "its DELTA_BYTE_ARRAY values rebuild to more than 64 MiB (64 times the page's stored bytes, at least "
+      "64 MiB)");
+  expect("row_values.parquet", "l",
+         "row group 0, page at byte 4: a row holds more than 2^24 values, the most titan assembles into one "
+         "row");
+}
+
 }  // namespace
 
 namespace {

@@ -124,6 +124,32 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
 }
 
+// Tool arguments and tool signatures nested 100,000 levels deep (JSON parses iteratively; writing
+// them recursed once per level and overflowed the stack) are an error naming the element, message
+// and field and the limit, not a crash.
+TEST(TokenizeCommand, ChatRefusesValuesNestedPastTheLimit) {
+  auto dir = temp_dir("tokenize_cmd_deep");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string conversation = R"({"role": "user", "content": "q"}, {"role": "assistant", "content": "")";
+  write_file(dir / "arguments.json", "[{\"messages\": [" + conversation +
+                                         R"(, "tool_calls": [{"name": "f", "arguments": )" + deep + "}]}]}]");
+  write_file(dir / "tools.json",
+             "[{\"messages\": [" + conversation + "}], \"tools\": [{\"parameters\": " + deep + "}]}]");
+  for (const auto& [file, where] : {std::pair{"arguments.json", "message 1: tool_calls[0].arguments"},
+                                    std::pair{"tools.json", "tools[0]"}}) {
+    std::string out;
+    EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                              (dir / file).string() + " --output " + (dir / "out.json").string(),
+                          &out),
+              0);
+    EXPECT_NE(out.find("element 0: field 'messages': "), std::string::npos) << out;
+    EXPECT_NE(out.find(std::string(where) + ": nested more than 512 arrays and objects deep"),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.json"));
+  }
+}
+
 // A tokenizer whose tokenizer_config.json carries another chat template (another model family's) is
 // refused: titan renders Qwen3's, and the model would be fine-tuned or asked in a format it was not
 // made for.

@@ -1,11 +1,13 @@
 // UTF-8 repair against Python's bytes.decode("utf-8", errors="replace"), which follows
 // the same Unicode "maximal subpart" policy.
+#include "titan/data/utf8.h"
+
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "data_test_util.h"
-#include "titan/data/utf8.h"
 
 namespace {
 using namespace titan::testing;
@@ -59,6 +61,54 @@ TEST(Utf8, RepairMatchesPython) {
     EXPECT_EQ(count, want_count) << "input " << hex(c);
     EXPECT_EQ(titan::data::is_valid_utf8(c), count == 0) << "input " << hex(c);
     EXPECT_TRUE(titan::data::is_valid_utf8(got));
+  }
+}
+
+// Unpaired surrogate escapes against Python's json.loads, which keeps a lone surrogate as a code
+// point of its own (and joins a pair): those code points as U+FFFD, and their count, are what the
+// repaired text parses to. Random strings of surrogate escapes high and low, escaped backslashes
+// before escape-like letters, other escapes and text; also cut short at the end.
+TEST(Utf8, UnpairedSurrogateEscapesMatchPython) {
+  const std::string pieces[] = {"\\ud83d", "\\uDE00", "\\udbff", "\\uDC00", "\\\\",    "\\\\\\ud800",
+                                "ud83d",   "\\u0041", "\\n",     "a",       "\xC3\xA9"};
+  std::mt19937 rng(7);
+  std::vector<std::string> cases = {"\"\\ud83d\"", "\"\\ud83d\\ude00\"", "\"\\\\ud83d\""};
+  for (int i = 0; i < 400; ++i) {
+    std::string s = "\"";
+    for (int k = rng() % 8; k > 0; --k) s += pieces[rng() % std::size(pieces)];
+    cases.push_back(s + "\"");
+  }
+  auto dir = temp_dir("utf8_surrogates");
+  std::string input;
+  for (auto& c : cases) input += hex(c) + "\n";
+  write_file(dir / "in.txt", input);
+  std::string out;
+  ASSERT_EQ(run_command("python3 -c \"import json, sys\nfor l in open(sys.argv[1]):\n"
+                        "  s=json.loads(bytes.fromhex(l.strip()).decode())\n"
+                        "  lone=sum(0xD800 <= ord(c) <= 0xDFFF for c in s)\n"
+                        "  s=''.join(chr(0xfffd) if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)\n"
+                        "  print('x'+s.encode().hex(), lone)\" " +
+                            (dir / "in.txt").string(),
+                        &out),
+            0)
+      << out;
+  std::istringstream lines(out);
+  for (std::string c : cases) {
+    std::string want_hex;
+    size_t want_count = 0;
+    lines >> want_hex >> want_count;
+    const std::string input_text = c;
+    EXPECT_EQ(titan::data::repair_surrogate_escapes(c), want_count) << input_text;
+    EXPECT_EQ(c.size(), input_text.size()) << input_text;
+    EXPECT_EQ(hex(nlohmann::json::parse(c).get<std::string>()), want_hex.substr(1)) << input_text;
+  }
+  // Text cut short in or after an escape is scanned without reading past its end (a high surrogate
+  // before an incomplete escape is unpaired), and stays malformed for the parser to name.
+  for (const auto& [cut, count] : {std::pair{"\"\\ud83d", 1}, std::pair{"\"\\ud83d\\u", 1},
+                                   std::pair{"\"\\ud83d\\ude0", 1}, std::pair{"\"\\ud8", 0}}) {
+    std::string c = cut;
+    EXPECT_EQ(titan::data::repair_surrogate_escapes(c), size_t(count)) << cut;
+    EXPECT_THROW(nlohmann::json::parse(c), nlohmann::json::parse_error) << cut;
   }
 }
 

@@ -118,8 +118,9 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
       TITAN_FAIL(where, ": ", what);
     }
     TITAN_CHECK(repeated.empty(), where, ": \"", repeated, "\" is given twice (which one is meant?)");
+    // The line as written, not the value dumped: dump() recurses once per nesting level.
     TITAN_CHECK(row.is_object(), where, ": expected an object such as {\"prompt\": \"...\"}, got ",
-                row.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60));
+                text.substr(0, 60));
     static const std::vector<std::string> kKeys = {
         "prompt",     "prompt_ids",     "messages", "tools", "continue_final_message",
         "completion", "completion_ids", "choices",  "answer"};
@@ -189,8 +190,9 @@ std::vector<PromptLine> read_prompts_file(const std::string& path) {
     if (row.contains("messages")) {
       TITAN_CHECK(row["messages"].is_array() && !row["messages"].empty(), where,
                   ": \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-      prompt.messages = row["messages"];
-      prompt.tools = row.value("tools", nlohmann::ordered_json());
+      // Moved, not copied: a copy recurses once per nesting level (the renderer refuses deep values).
+      prompt.messages = std::move(row["messages"]);
+      if (const auto tools = row.find("tools"); tools != row.end()) prompt.tools = std::move(*tools);
       prompt.continue_final_message = row.value("continue_final_message", false);
     } else if (row.contains("prompt")) {
       TITAN_CHECK(row["prompt"].is_string(), where, ": \"prompt\" must be a string");

@@ -67,9 +67,12 @@ int run(int argc, char** argv) {
       TITAN_CHECK(record.is_object() && record.contains(chat_field), "tokenize --chat: ", input, " element ", i,
                   " is not an object with a field '", chat_field, "'");
       std::vector<titan::data::ChatPiece> pieces;
+      // Bound, not copied (a copy recurses once per nesting level; the renderer refuses deep values).
+      static const nlohmann::ordered_json no_tools;
+      const auto tools = record.find("tools");
       try {
-        pieces = titan::data::render_qwen3_chat(record.at(chat_field),
-                                                record.contains("tools") ? record.at("tools") : nullptr);
+        pieces =
+            titan::data::render_qwen3_chat(record.at(chat_field), tools == record.end() ? no_tools : *tools);
       } catch (const titan::Error& e) {
         TITAN_FAIL("tokenize --chat: ", input, " element ", i, ": field '", chat_field, "': ", e.what());
       }

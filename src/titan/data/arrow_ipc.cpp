@@ -345,7 +345,7 @@ struct Array {
   // Row i as JSON; `budget` counts the values built, which lengths that need no buffer (a Null
   // array's, a struct's without fields) could otherwise make any number of.
   nlohmann::ordered_json json(int64_t i, size_t& budget) const {
-    if (++budget > (size_t(1) << 24)) throw Corrupt{"a row holds more than 2^24 values"};
+    if (++budget > kMaxRowValues) throw Corrupt{"a row holds more than 2^24 values"};
     if (field->type == kNull || !valid(i)) return nullptr;
     switch (field->type) {
       case kUtf8:
@@ -736,7 +736,7 @@ struct ArrowColumn::Impl {
     size_t node = 0;
     // What the column's buffers may take: their stored bytes, at most the batch's body (buffers that
     // share their bytes cannot multiply it), and unpacked, 1024 times that plus 1 MiB.
-    uint64_t stored = 0, unpack_budget = 1024 * uint64_t(b.body_length) + (uint64_t(1) << 20);
+    uint64_t stored = 0, unpack_budget = max_unpacked_bytes(uint64_t(b.body_length));
     auto build = [&](auto&& self, const FieldInfo& f) -> Array {
       Array a;
       a.field = &f;

@@ -79,7 +79,16 @@ void python_string(std::string_view s, std::string& out) {
   out += '"';
 }
 
-void python_dumps(const ojson& v, std::string& out) {
+// The deepest nesting of arrays and objects tojson writes. It recurses once per level, as Python's
+// json.dumps does (which fails near 1000 levels, its recursion limit); JSON parses iteratively, so a
+// record nested a million levels deep would otherwise exhaust the stack (the loader thread's too).
+constexpr int kMaxJsonDepth = 512;
+
+// `where` names the value in an error.
+void python_dumps(const ojson& v, std::string& out, const std::string& where, int depth = 0) {
+  TITAN_CHECK(!v.is_structured() || depth < kMaxJsonDepth, where, ": nested more than ", kMaxJsonDepth,
+              " arrays and objects deep (titan writes JSON up to ", kMaxJsonDepth,
+              " levels; Python's json.dumps, the chat template's tojson, fails near 1000)");
   switch (v.type()) {
     case ojson::value_t::null: out += "null"; break;
     case ojson::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
@@ -93,7 +102,7 @@ void python_dumps(const ojson& v, std::string& out) {
       for (const auto& e : v) {
         if (!first) out += ", ";
         first = false;
-        python_dumps(e, out);
+        python_dumps(e, out, where, depth + 1);
       }
       out += ']';
       break;
@@ -106,7 +115,7 @@ void python_dumps(const ojson& v, std::string& out) {
         first = false;
         python_string(key, out);
         out += ": ";
-        python_dumps(e, out);
+        python_dumps(e, out, where, depth + 1);
       }
       out += '}';
       break;
@@ -174,6 +183,7 @@ struct Message {
   struct ToolCall {
     std::string_view name;
     const ojson* arguments;
+    std::string where;  // of its arguments, for errors
   };
   std::vector<ToolCall> tool_calls;
 };
@@ -223,6 +233,7 @@ Message check_message(const ojson& m, size_t i) {
       tc.name = string_field(f, "name", fat);
       tc.arguments = field(f, "arguments");
       TITAN_CHECK(tc.arguments, fat, ": has no field 'arguments'");
+      tc.where = fat + ".arguments";
       msg.tool_calls.push_back(tc);
     }
   }
@@ -243,7 +254,7 @@ struct Pieces {
 
 std::string python_json_dumps(const ojson& value) {
   std::string out;
-  python_dumps(value, out);
+  python_dumps(value, out, "tojson");
   return out;
 }
 
@@ -277,9 +288,11 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
         "function signatures within <tools></tools> XML tags:\n<tools>",
         false);
-    for (const ojson& t : tools) {
+    for (size_t t = 0; t < tools.size(); ++t) {
       out.add("\n", false);
-      out.add(python_json_dumps(t), false);
+      std::string signature;
+      python_dumps(tools[t], signature, "tools[" + std::to_string(t) + "]");
+      out.add(signature, false);
     }
     out.add(
         "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
@@ -338,9 +351,13 @@ std::vector<ChatPiece> render_qwen3_chat(const ojson& messages, const ojson& too
         out.add("<tool_call>\n{\"name\": \"", true);
         out.add(tc.name, true);
         out.add("\", \"arguments\": ", true);
-        out.add(tc.arguments->is_string() ? tc.arguments->get_ref<const std::string&>()
-                                          : python_json_dumps(*tc.arguments),
-                true);
+        if (tc.arguments->is_string()) {
+          out.add(tc.arguments->get_ref<const std::string&>(), true);
+        } else {
+          std::string arguments;
+          python_dumps(*tc.arguments, arguments, tc.where);
+          out.add(arguments, true);
+        }
         out.add("}\n</tool_call>", true);
       }
       out.add("<|im_end|>", true);

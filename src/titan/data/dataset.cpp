@@ -387,9 +387,12 @@ struct DocumentStream::Impl {
     auto it = j.find(config.chat_field);
     if (it == j.end())
       fail(line, "object has no field '" + config.chat_field + "' (training.chat_field names the messages)");
-    auto tools = j.find("tools");
+    // Bound, not copied: a copy recurses once per nesting level, before the renderer could refuse a
+    // value nested too deep.
+    static const nlohmann::ordered_json no_tools;
+    const auto tools = j.find("tools");
     try {
-      doc.chat = render_qwen3_chat(*it, tools == j.end() ? nlohmann::ordered_json() : *tools);
+      doc.chat = render_qwen3_chat(*it, tools == j.end() ? no_tools : *tools);
     } catch (const Error& e) {
       fail(line, "field '" + config.chat_field + "': " + e.what());
     }
@@ -411,7 +414,8 @@ struct DocumentStream::Impl {
   // Parses one JSON element into `doc` (its text, and a conversation's pieces).
   void parse_element(std::string& bytes, uint64_t line, uint64_t column, uint64_t& invalid,
                      Document& doc) const {
-    invalid = sanitize_utf8(bytes);
+    // Counted together: an unpaired surrogate escape is text no UTF-8 can hold, as an invalid byte is.
+    invalid = sanitize_utf8(bytes) + repair_surrogate_escapes(bytes);
     // Conversations keep their objects' key order: the chat template writes tool arguments as given.
     auto parse = [&](auto& j) {
       try {
@@ -444,10 +448,12 @@ struct DocumentStream::Impl {
     }
   }
 
-  // Copies one JSON value (already positioned at its first byte) into `raw`.
+  // Copies one JSON value (already positioned at its first byte) into `raw`. Brackets are matched as
+  // they are read: one that closes nothing, or another kind than the one open, is an error where it
+  // stands (else the rest of the file would be read into the value, to fail at its end).
   void scan_json_value(uint64_t line) {
     raw.clear();
-    int depth = 0;
+    std::string open;  // the brackets open, innermost last
     bool in_string = false, escape = false;
     while (true) {
       int c = reader.peek();
@@ -461,20 +467,27 @@ struct DocumentStream::Impl {
           escape = true;
         } else if (c == '"') {
           in_string = false;
-          if (depth == 0) return;
+          if (open.empty()) return;
         }
         continue;
       }
-      if (depth == 0 && !raw.empty() && (c == ',' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t'))
+      if (open.empty() && !raw.empty() &&
+          (c == ',' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t'))
         return;  // end of a scalar
+      if ((c == ']' || c == '}') && (open.empty() || open.back() != (c == ']' ? '[' : '{')))
+        fail(reader.line(),
+             std::string("unexpected '") + char(c) + "' at column " + std::to_string(reader.column()) +
+                 (open.empty() ? std::string(": it closes no bracket of this array element")
+                               : std::string(": the bracket open here is '") + open.back() + "'"));
       reader.get();
       raw += char(c);
       if (c == '"') {
         in_string = true;
       } else if (c == '[' || c == '{') {
-        ++depth;
+        open += char(c);
       } else if (c == ']' || c == '}') {
-        if (--depth == 0) return;
+        open.pop_back();
+        if (open.empty()) return;
       }
     }
   }

@@ -581,20 +581,39 @@ void decode_delta_binary_packed(Bytes& in, size_t expected, std::vector<int64_t>
 // ---------------------------------------------------------------------------------------------
 // Page decompression, into exactly `size` bytes.
 
+Corrupt wrong_size(int codec, size_t got, size_t size) {
+  return Corrupt{"its " + codec_name(codec) + " data decompresses to " + std::to_string(got) +
+                 " bytes where the page header says " + std::to_string(size)};
+}
+
+// The size the compressed data declares itself, where its codec records one (Snappy always, a zstd
+// frame when its writer knew it), against the page header's `size`: checked before the page is
+// allocated, so a header that lies is refused without the memory it claims.
+void check_declared_size(int codec, const uint8_t* src, size_t n, size_t size) {
+  if (codec == kSnappy) {
+    size_t length = 0;
+    if (snappy_uncompressed_length(reinterpret_cast<const char*>(src), n, &length) != SNAPPY_OK)
+      throw Corrupt{"its Snappy data is corrupt"};
+    if (length != size) throw wrong_size(codec, length, size);
+  } else if (codec == kZstd) {
+    // The first frame's: a page of several frames holds at least it. (Data that is no zstd frame at
+    // all is named by the decoder.)
+    const unsigned long long frame = ZSTD_getFrameContentSize(src, n);
+    if (frame != ZSTD_CONTENTSIZE_UNKNOWN && frame != ZSTD_CONTENTSIZE_ERROR && frame > size)
+      throw Corrupt{"its zstd frame declares " + std::to_string(frame) +
+                    " bytes where the page header says " + std::to_string(size)};
+  }
+}
+
+// Decompresses into `dst`, of the `size` that check_declared_size accepted.
 void decompress(int codec, const uint8_t* src, size_t n, uint8_t* dst, size_t size) {
-  auto wrong_size = [&](size_t got) {
-    return Corrupt{"its " + codec_name(codec) + " data decompresses to " + std::to_string(got) +
-                   " bytes where the page header says " + std::to_string(size)};
-  };
   switch (codec) {
     case kSnappy: {
-      size_t length = 0;
-      if (snappy_uncompressed_length(reinterpret_cast<const char*>(src), n, &length) != SNAPPY_OK)
-        throw Corrupt{"its Snappy data is corrupt"};
-      if (length != size) throw wrong_size(length);
+      size_t length = size;
       if (snappy_uncompress(reinterpret_cast<const char*>(src), n, reinterpret_cast<char*>(dst), &length) !=
           SNAPPY_OK)
         throw Corrupt{"its Snappy data is corrupt"};
+      if (length != size) throw wrong_size(codec, length, size);
       return;
     }
     case kGzip: {
@@ -615,21 +634,21 @@ void decompress(int codec, const uint8_t* src, size_t n, uint8_t* dst, size_t si
                         " bytes its page header says"};
         throw Corrupt{"its GZIP data is corrupt: " + msg};
       }
-      if (got != size) throw wrong_size(got);
+      if (got != size) throw wrong_size(codec, got, size);
       return;
     }
     case kZstd: {
       const size_t got = ZSTD_decompress(dst, size, src, n);
       if (ZSTD_isError(got))
         throw Corrupt{std::string("its zstd data is corrupt: ") + ZSTD_getErrorName(got)};
-      if (got != size) throw wrong_size(got);
+      if (got != size) throw wrong_size(codec, got, size);
       return;
     }
     case kBrotli: {
       size_t got = size;
       if (BrotliDecoderDecompress(n, src, &got, dst) != BROTLI_DECODER_RESULT_SUCCESS)
         throw Corrupt{"its Brotli data is corrupt (or larger than the page header says)"};
-      if (got != size) throw wrong_size(got);
+      if (got != size) throw wrong_size(codec, got, size);
       return;
     }
     case kLz4Raw: {
@@ -637,7 +656,7 @@ void decompress(int codec, const uint8_t* src, size_t n, uint8_t* dst, size_t si
       const int got = LZ4_decompress_safe(reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst),
                                           int(n), int(size));
       if (got < 0) throw Corrupt{"its LZ4 data is corrupt (or larger than the page header says)"};
-      if (size_t(got) != size) throw wrong_size(size_t(got));
+      if (size_t(got) != size) throw wrong_size(codec, size_t(got), size);
       return;
     }
     default:
@@ -725,6 +744,7 @@ struct LeafReader {
 
   // The page being read.
   std::vector<uint8_t> page_bytes;       // the decompressed page
+  size_t page_stored_bytes = 0;          // its size in the file (compressed)
   std::vector<uint8_t> rebuilt;          // DELTA_BYTE_ARRAY's values, rebuilt from prefixes
   std::vector<uint32_t> defs, reps;      // levels of each entry (empty where the maximum is 0)
   std::vector<std::string_view> values;  // the page's values, in order
@@ -785,21 +805,34 @@ struct LeafReader {
   }
 
   // `stored` decompressed (from `from` on; bytes before it are copied as they are) into page_bytes.
+  // The header's size is checked before the page is allocated: it is believed only as far as the
+  // bytes stored back it, and as far as the codec's own framing agrees.
   void decompress_into_page(const std::vector<uint8_t>& stored, size_t from, bool compressed, int32_t size) {
-    page_bytes.resize(size_t(size));
-    if (from > stored.size() || from > page_bytes.size()) fail_page("its level bytes run past the page");
-    if (from) std::memcpy(page_bytes.data(), stored.data(), from);
+    if (from > stored.size() || from > size_t(size)) fail_page("its level bytes run past the page");
     const int codec = chunk().codec;
-    if (!compressed || codec == kUncompressed) {
-      if (stored.size() != page_bytes.size())
-        fail_page("it stores " + std::to_string(stored.size()) + " bytes uncompressed but its header says " +
-                  std::to_string(size));
-      if (stored.size() > from)
-        std::memcpy(page_bytes.data() + from, stored.data() + from, stored.size() - from);
+    const bool as_stored = !compressed || codec == kUncompressed;
+    if (as_stored && stored.size() != size_t(size))
+      fail_page("it stores " + std::to_string(stored.size()) + " bytes uncompressed but its header says " +
+                std::to_string(size));
+    if (uint64_t(size) > max_unpacked_bytes(stored.size()))
+      fail_page("its header says " + std::to_string(size) + " bytes uncompressed where it stores " +
+                std::to_string(stored.size()) +
+                ": a page is believed to unpack to at most 1024 times its stored bytes plus 1 MiB");
+    // A page of nulls may store no value bytes at all, though "compressed" (parquet-mr's v2 pages).
+    const bool no_values = stored.size() == from && size_t(size) == from;
+    if (!as_stored && !no_values) {
+      try {
+        check_declared_size(codec, stored.data() + from, stored.size() - from, size_t(size) - from);
+      } catch (const Corrupt& c) {
+        fail_page(c.what);
+      }
+    }
+    page_bytes.resize(size_t(size));
+    if (as_stored || no_values) {
+      if (!stored.empty()) std::memcpy(page_bytes.data(), stored.data(), stored.size());
       return;
     }
-    // A page of nulls may store no value bytes at all, though "compressed" (parquet-mr's v2 pages).
-    if (stored.size() == from && page_bytes.size() == from) return;
+    if (from) std::memcpy(page_bytes.data(), stored.data(), from);
     try {
       decompress(codec, stored.data() + from, stored.size() - from, page_bytes.data() + from,
                  page_bytes.size() - from);
@@ -872,11 +905,13 @@ struct LeafReader {
           in.need(size_t(suffixes[i]), "a DELTA_BYTE_ARRAY suffix");
           const size_t start = rebuilt.size(), prefix = size_t(prefixes[i]);
           // Shared prefixes expand a page some times over; a file built to expand it by orders of
-          // magnitude (20,000 copies of one 1 MB value) must not allocate gigabytes.
-          const size_t limit = std::max<size_t>(size_t(64) << 20, 64 * page_bytes.size());
+          // magnitude (20,000 copies of one 1 MB value) must not allocate gigabytes. The bound is
+          // the page's stored bytes, which the file holds, not its header's uncompressed size,
+          // which a forged page inflates (up to 1024 times those bytes).
+          const size_t limit = std::max<size_t>(size_t(64) << 20, 64 * page_stored_bytes);
           if (start + prefix + size_t(suffixes[i]) > limit)
             throw Corrupt{"its DELTA_BYTE_ARRAY values rebuild to more than " + std::to_string(limit >> 20) +
-                          " MiB, 64 times its page"};
+                          " MiB (64 times the page's stored bytes, at least 64 MiB)"};
           rebuilt.resize(start + prefix);  // may move the bytes: copy from data() after it
           if (prefix) std::memcpy(rebuilt.data() + start, rebuilt.data() + previous_start, prefix);
           rebuilt.insert(rebuilt.end(), in.p, in.p + suffixes[i]);
@@ -1052,6 +1087,7 @@ struct LeafReader {
 
   void load_data_page(const PageHeader& h, uint64_t body_at) {
     const std::vector<uint8_t> stored = read_page_body(h, body_at);
+    page_stored_bytes = stored.size();
     const size_t n = size_t(h.num_values);
     Bytes in{nullptr, nullptr};
     // Levels: v2 stores them uncompressed before the values, with their sizes in the header; v1
@@ -1147,13 +1183,27 @@ struct LeafReader {
     std::string value;
     nlohmann::ordered_json scalar;  // a non-string leaf's value
   };
-  bool read_row(std::vector<Owned>& row) {
+  // `budget`: the entries the row may still hold (kMaxRowValues over all of a field's leaves), counted
+  // in each page before any is copied: a forged page that makes one row of 2^28 entries fails before
+  // it is assembled.
+  bool read_row(std::vector<Owned>& row, uint64_t& budget) {
     row.clear();
     if (peek_rep() < 0) return false;
     if (peek_rep() != 0) fail_page("a row starts with repetition level " + std::to_string(peek_rep()));
     do {
-      const Entry e = take();
-      row.push_back({e.rep, e.def, std::string(e.value), e.scalar ? *e.scalar : nlohmann::ordered_json()});
+      size_t end = entry + 1;  // past the row's last entry in this page
+      if (max_rep > 0)
+        while (end < entries && reps[end] > 0) ++end;
+      if (end - entry > budget)
+        file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
+                   std::to_string(page_offset) +
+                   ": a row holds more than 2^24 values, the most titan assembles into one row (as in Arrow "
+                   "IPC files)");
+      budget -= end - entry;
+      while (entry < end) {
+        const Entry e = take();
+        row.push_back({e.rep, e.def, std::string(e.value), e.scalar ? *e.scalar : nlohmann::ordered_json()});
+      }
     } while (peek_rep() > 0);
     return true;
   }
@@ -1392,8 +1442,9 @@ struct ParquetColumn::Impl {
       start_group(group + 1, 0);
       if (group >= file.meta.row_groups.size()) return false;
     }
+    uint64_t budget = kMaxRowValues;
     for (size_t i = 0; i < leaves.size(); ++i)
-      if (!leaves[i].read_row(row_entries[i]))
+      if (!leaves[i].read_row(row_entries[i], budget))
         fail("column '" + leaves[i].name + "' has fewer rows in row group " + std::to_string(group) +
              " than the row group");
     --group_rows_left;

@@ -8,6 +8,17 @@
 
 namespace titan::data {
 
+// The limits both table readers hold a file to, so that a small forged file claims no memory its
+// bytes do not back. A row assembled as JSON holds at most 2^24 values (leaf entries in Parquet,
+// JSON values in Arrow IPC): a conversation of 16 million strings is no document to train on.
+inline constexpr uint64_t kMaxRowValues = uint64_t(1) << 24;
+// What `stored` compressed bytes are believed to unpack to: 1024 times them plus 1 MiB. Snappy and LZ4
+// compress far less than 1024:1, deflate (gzip) at most about 1032:1, which the 1 MiB allows up to
+// 129 MiB; zstd and Brotli go further only on one pattern repeated over megabytes.
+inline uint64_t max_unpacked_bytes(uint64_t stored) {
+  return 1024 * stored + (uint64_t(1) << 20);
+}
+
 class TableFile {
  public:
   explicit TableFile(const std::filesystem::path& path);  // an error when it cannot be opened or sized

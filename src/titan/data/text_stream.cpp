@@ -32,6 +32,8 @@ struct TextStream::Decompressor {
 namespace {
 
 // gzip (RFC 1952) with zlib; several members in one file (`cat a.gz b.gz`, bgzip) read as one stream.
+// Zero bytes after a member are padding (tape blocks, preallocated files), skipped as GNU gzip and
+// Python's gzip skip them; anything else there must be another member.
 struct Gzip final : TextStream::Decompressor {
   z_stream z{};
   bool member_end = false;  // the last inflate() finished a member (another may follow)
@@ -58,7 +60,12 @@ struct Gzip final : TextStream::Decompressor {
         z.next_in = in.data();
         z.avail_in = unsigned(got);
       }
-      if (member_end) {  // more bytes after a finished member: the next member
+      if (member_end) {  // more bytes after a finished member: padding, or the next member
+        while (z.avail_in > 0 && *z.next_in == 0) {
+          ++z.next_in;
+          --z.avail_in;
+        }
+        if (z.avail_in == 0) continue;  // only zeros so far: the end of the file may follow
         TITAN_CHECK(inflateReset(&z) == Z_OK, "dataset: zlib cannot reset for ", path);
         member_end = false;
       }

@@ -98,4 +98,51 @@ size_t sanitize_utf8(std::string& s) {
   return replaced;
 }
 
+namespace {
+
+// The code unit of the four hex digits at s[at], or -1 when they are not four hex digits.
+long hex4(const std::string& s, size_t at) {
+  if (at + 4 > s.size()) return -1;
+  long v = 0;
+  for (size_t k = at; k < at + 4; ++k) {
+    const char c = s[k];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+}  // namespace
+
+size_t repair_surrogate_escapes(std::string& json) {
+  size_t repaired = 0;
+  // Each backslash found starts an escape: the scan steps past the escaped character, so a backslash
+  // escaped by another is never taken for the start of one.
+  for (size_t i = json.find('\\'); i != std::string::npos && i + 1 < json.size(); i = json.find('\\', i)) {
+    if (json[i + 1] != 'u') {
+      i += 2;
+      continue;
+    }
+    const long unit = hex4(json, i + 2);
+    const bool high = unit >= 0xD800 && unit <= 0xDBFF, low = unit >= 0xDC00 && unit <= 0xDFFF;
+    if (high && json.compare(i + 6, 2, "\\u") == 0) {
+      const long next = hex4(json, i + 8);
+      if (next >= 0xDC00 && next <= 0xDFFF) {  // a pair: one character
+        i += 12;
+        continue;
+      }
+    }
+    if (high || low) {
+      json.replace(i + 2, 4, "fffd");
+      ++repaired;
+    }
+    i += 2;  // the hex digits hold no backslash
+  }
+  return repaired;
+}
+
 }  // namespace titan::data

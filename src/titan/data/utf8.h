@@ -18,4 +18,11 @@ size_t sanitize_utf8(std::string_view in, std::string& out);
 // In place; returns the number of replacements (0 leaves `s` untouched).
 size_t sanitize_utf8(std::string& s);
 
+// JSON text with each \uD800-\uDFFF escape that is not half of a pair (a high surrogate's escape
+// followed by a low one's) rewritten in place as \ufffd, the same length, so that positions in the
+// text stay put. A lone surrogate is no character: JSON parsers refuse its escape, which Python's
+// json.dumps writes (ensure_ascii, its default) for a string holding one. Only escapes are
+// rewritten: after an escaped backslash ("\\ud83d") the letters are text. Returns the rewrites.
+size_t repair_surrogate_escapes(std::string& json);
+
 }  // namespace titan::data
