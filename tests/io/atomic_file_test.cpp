@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -160,6 +162,40 @@ TEST(AtomicDir, CommitRefuseReplace) {
   }
   EXPECT_FALSE(fs::exists(parent / "abandoned"));
   EXPECT_EQ(entries(parent), 1u);
+}
+
+// A replace on a file system without an atomic exchange (NFS, some FUSE mounts) moves the old
+// copy aside, then the new one in: a process that died between the two leaves the destination
+// missing and its only copy at ".<name>.old-<pid>-<n>". The next AtomicDir for that destination
+// puts the copy back instead of deleting it with the other leftovers of dead processes.
+TEST(AtomicDir, AnEarlierCopySetAsideByADeadReplaceIsPutBack) {
+  const fs::path parent = titan::testing::temp_dir("atomic_dir_set_aside");
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  const std::string pid = std::to_string(dead);
+  fs::create_directories(parent / (".out.old-" + pid + "-0"));
+  std::ofstream(parent / (".out.old-" + pid + "-0") / "f") << "earlier";
+  fs::create_directories(parent / (".out.tmp-" + pid + "-1"));  // the new copy, never moved in
+  {
+    AtomicDir d(parent / "out", /*replace=*/true);  // abandoned: nothing committed
+  }
+  EXPECT_EQ(read_bytes(parent / "out/f"), "earlier");
+  EXPECT_EQ(entries(parent), 1u) << "the dead process' other leftover is gone";
+  // With the destination in place, a copy set aside is only a leftover.
+  fs::create_directories(parent / (".out.old-" + pid + "-2"));
+  {
+    AtomicDir d(parent / "out", /*replace=*/true);
+    write_file_atomic(d.temp_path() / "g", "new");
+    d.commit();
+  }
+  EXPECT_EQ(read_bytes(parent / "out/g"), "new");
+  EXPECT_EQ(entries(parent), 1u);
+  // Without replace, the copy put back is not overwritten.
+  fs::rename(parent / "out", parent / (".out.old-" + pid + "-3"));
+  expect_error([&] { AtomicDir d(parent / "out"); }, {"already exists"});
+  EXPECT_EQ(read_bytes(parent / "out/g"), "new");
 }
 
 }  // namespace

@@ -216,9 +216,23 @@ AtomicDir::AtomicDir(fs::path path, bool replace) : path_(std::move(path)), repl
   prefix += '.';
   for (auto& e : fs::directory_iterator(parent, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) == 0 && is_stale_temporary(e.path()))
-      fs::remove_all(e.path(), ec);
+    if (name.compare(0, prefix.size(), prefix) != 0 || !is_stale_temporary(e.path())) continue;
+    // A replace without an atomic exchange moves the old copy aside, then the new one in (commit):
+    // a process that died between the two left the destination missing and its only copy aside.
+    // That copy goes back; removing it with the other leftovers would lose both.
+    const bool set_aside = name.compare(prefix.size(), 4, "old-") == 0;
+    if (set_aside && !fs::exists(fs::symlink_status(path_)) &&
+        ::rename(e.path().c_str(), path_.c_str()) == 0) {
+      std::fprintf(stderr,
+                   "note: %s was missing and its earlier copy %s was set aside by a replace that "
+                   "did not finish: put back\n",
+                   path_.c_str(), e.path().c_str());
+      continue;
+    }
+    fs::remove_all(e.path(), ec);
   }
+  TITAN_CHECK(replace_ || !fs::exists(fs::symlink_status(path_)), "output directory ", path_,
+              " already exists (refusing to overwrite it)");
   tmp_ = parent / hidden_name(path_, ".tmp-");
   TITAN_CHECK(::mkdir(tmp_.c_str(), 0755) == 0, "cannot create temporary directory ", tmp_, ": ",
               errno_str());
@@ -255,8 +269,13 @@ void AtomicDir::commit() {
     // find no directory, but never a mixed one).
     fs::path old = parent / hidden_name(path_, ".old-");
     TITAN_CHECK(::rename(path_.c_str(), old.c_str()) == 0, "rename ", path_, " -> ", old, ": ", errno_str());
-    TITAN_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "rename ", tmp_, " -> ", path_, ": ",
-                errno_str());
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      const std::string why = errno_str();
+      const bool put_back = ::rename(old.c_str(), path_.c_str()) == 0;  // the old copy stays the one
+      TITAN_FAIL("rename ", tmp_, " -> ", path_, ": ", why,
+                 put_back ? std::string(" (the earlier copy is back in place)")
+                          : " (the earlier copy is at " + old.string() + ")");
+    }
     tmp_ = old;
   }
   committed_ = true;
