@@ -356,6 +356,15 @@ TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {
             "");
   EXPECT_EQ(train::changed_settings(saved, {{"optimizer.name", "AdamW"}, {"training.seed", 7}}), "")
       << "a key without a known default is not compared";
+  // The aux loss's weight joined the settings later: an older MoE checkpoint's is its model_config's.
+  const nlohmann::json older = {{"settings", saved}, {"model_config", {{"router_aux_loss_coef", 0.001}}}};
+  EXPECT_EQ(train::changed_settings(train::recorded_settings(older),
+                                    {{"optimizer.name", "AdamW"}, {"model.router_aux_loss_coef", 0.01}}),
+            "model.router_aux_loss_coef 0.001 -> 0.01");
+  EXPECT_EQ(train::changed_settings(train::recorded_settings({{"settings", saved}, {"model_config", {}}}),
+                                    {{"optimizer.name", "AdamW"}, {"model.router_aux_loss_coef", 0.01}}),
+            "")
+      << "a dense checkpoint's model_config has no aux loss weight";
 }
 
 // A file (not a folder) named step-N in the checkpoint folder is another program's: set aside before

@@ -1120,6 +1120,13 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
                    "(flavor debugmodel)"),
             std::string::npos)
       << e;
+  // Another max_position_embeddings (the Hub's Base models say 32768 where the flavors say 40960) is a
+  // bound on the positions, not another model: it trains.
+  config["rope_parameters"]["rope_theta"] = 1e6;
+  config["rope_theta"] = 1e6;
+  config["max_position_embeddings"] = 32768;
+  std::ofstream(hf / "config.json") << config.dump(2);
+  EXPECT_EQ(run_training(tiny_config(tt::temp_dir("trainer_initial_arch_assets"), from_assets)).last_step, 1);
 
   // A native checkpoint's model_config: the same rule (read at start-up, before the checkpoint loads).
   const fs::path native = source / "checkpoint" / "step-1";

@@ -31,9 +31,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The folder of a tokenizer named by its folder or by its tokenizer.json.
+fs::path tokenizer_folder(const fs::path& tokenizer_path) {
+  return fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path();
+}
+
 std::vector<fs::path> tokenizer_files(const fs::path& tokenizer_path) {
   std::vector<fs::path> files;
-  fs::path dir = fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path();
+  const fs::path dir = tokenizer_folder(tokenizer_path);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     if (!tokenizer_path.empty() && fs::exists(dir / f)) files.push_back(dir / f);
   return files;
@@ -54,6 +59,11 @@ int export_main(int argc, char** argv) {
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
   const std::optional<std::string> named_tokenizer = p.get_optional("tokenizer");
   const fs::path tokenizer = named_tokenizer ? fs::path(*named_tokenizer) : native.tokenizer_path;
+  // The files shipped are the folder's tokenizer.json and tokenizer_config.json, under those names.
+  TITAN_CHECK(!named_tokenizer || fs::is_directory(tokenizer) || tokenizer.filename() == "tokenizer.json",
+              "titan export --tokenizer: '", tokenizer.string(),
+              "' is neither a folder nor a file named tokenizer.json (the export ships the folder's "
+              "tokenizer.json and tokenizer_config.json)");
   auto files = tokenizer_files(tokenizer);
   const bool has_tokenizer_json = std::any_of(
       files.begin(), files.end(), [](const fs::path& f) { return f.filename() == "tokenizer.json"; });
@@ -62,7 +72,7 @@ int export_main(int argc, char** argv) {
   // The checkpoint names its tokenizer by path: a file replaced there since (a re-download, another
   // model's assets) would ship under this model and map its ids to other words.
   if (has_tokenizer_json && !native.tokenizer_checksum.empty() &&
-      train::tokenizer_checksum(tokenizer) != native.tokenizer_checksum) {
+      train::tokenizer_checksum(tokenizer_folder(tokenizer)) != native.tokenizer_checksum) {
     TITAN_CHECK(named_tokenizer, "the tokenizer at '", native.tokenizer_path.string(),
                 "' (the run's, as its train_state.json names it) is not the one the checkpoint '",
                 p.get("checkpoint"),

@@ -170,7 +170,7 @@ std::optional<int> launcher_rank();
 // MPI is initialised; 1 without a launcher; nullopt under a launcher that does not say.
 std::optional<int> launcher_world_size();
 
-// The process id of Open MPI's mpirun (or mpiexec, orterun) when it is this process' parent, the
+// The process id of Open MPI's mpirun (or mpiexec, orterun, prterun) when it is this process' parent, the
 // launcher of every rank on its own host; nullopt otherwise (no launcher, another launcher, a rank
 // on another host under an orted). What the start-up line on stopping a job names.
 std::optional<int> open_mpi_launcher_pid();

@@ -333,7 +333,10 @@ std::optional<int> open_mpi_launcher_pid() {
   std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
   std::string name;
   std::getline(comm, name);
-  if (name == "mpirun" || name == "mpiexec" || name == "orterun") return int(parent);
+  // Debian installs mpirun.openmpi (the name a process started through the alternatives link has);
+  // Open MPI 5's mpirun execs prterun.
+  for (const char* launcher : {"mpirun", "mpiexec", "orterun", "prterun"})
+    if (name.rfind(launcher, 0) == 0) return int(parent);
   return std::nullopt;
 }
 

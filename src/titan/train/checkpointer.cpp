@@ -151,7 +151,8 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
       s.step < config_.training.steps && !fresh_schedule ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
   if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
-    if (const std::string changed = changed_settings(ts["settings"], resumable_settings(config_, job.args));
+    if (const std::string changed =
+            changed_settings(recorded_settings(ts), resumable_settings(config_, job.args));
         !changed.empty())
       say("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
           long(s.step + 1));

@@ -30,6 +30,9 @@ bool write_all(int fd, std::string_view text) {
 
 void console_write_from_signal_handler(std::string_view text) {
   const int saved_errno = errno;  // of whatever the caller (or the interrupted thread) was doing
+  // Set before the text is out: a signal that comes while it is written erases a line too many
+  // (harmless) rather than writing after an unfinished one.
+  if (!text.empty()) g_unfinished_line.store(text.back() != '\n' && !text.ends_with(kConsoleEraseLine));
   int fd = g_console_fd.load();
   if (!write_all(fd, text) && fd == STDOUT_FILENO && errno == EPIPE) {
     // The first writer to find the pipe gone says so; the text that found it follows there.
@@ -41,7 +44,6 @@ void console_write_from_signal_handler(std::string_view text) {
   }
   // Any other failure (a hung-up terminal, a full disk under a redirect) leaves nothing to do: the
   // run's record is metrics.jsonl.
-  if (!text.empty()) g_unfinished_line.store(text.back() != '\n' && !text.ends_with(kConsoleEraseLine));
   errno = saved_errno;
 }
 

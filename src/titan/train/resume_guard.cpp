@@ -10,7 +10,7 @@ void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, con
   const qwen3::ModelArgs was =
       qwen3::args_from_hf_config(saved, checkpoint + "/train_state.json model_config");
   for (const std::string& key : qwen3::override_keys()) {
-    if (qwen3::is_loss_setting(key)) continue;  // a change is noted with the settings
+    if (!qwen3::shapes_the_computation(key)) continue;  // the aux loss weight's change is noted
     const std::string a = qwen3::field_text(was, key), b = qwen3::field_text(now, key);
     TITAN_CHECK(a == b, "checkpoint ", checkpoint, " was trained with model.", key, " = ", a,
                 " but this run's model has model.", key, " = ", b,
@@ -107,6 +107,15 @@ json resumable_settings(const JobConfig& c, const qwen3::ModelArgs& args) {
           {"model.router_aux_loss_coef", args.router_aux_loss_coef},
           {"training.seed", c.training.seed},
           {"model.init", c.model.init}};
+}
+
+json recorded_settings(const json& train_state) {
+  json settings = train_state.value("settings", json::object());
+  const json model = train_state.value("model_config", json::object());
+  if (settings.is_object() && !settings.contains("model.router_aux_loss_coef") && model.is_object() &&
+      model.contains("router_aux_loss_coef"))
+    settings["model.router_aux_loss_coef"] = model["router_aux_loss_coef"];
+  return settings;
 }
 
 std::string changed_settings(const json& saved, const json& now) {

@@ -35,6 +35,9 @@ std::string restore_data_position(data::TokenLoader& loader, const nlohmann::jso
 // run's model `args`), and the seed and init scheme (which a resume leaves without effect). The LR
 // schedule and the global batch have checks of their own.
 nlohmann::json resumable_settings(const JobConfig& config, const qwen3::ModelArgs& args);
+// The settings a checkpoint's train_state.json records, with the aux loss's weight of its
+// model_config where they lack it (checkpoints written before it joined them).
+nlohmann::json recorded_settings(const nlohmann::json& train_state);
 // "optimizer.weight_decay 0.1 -> 0.05, ..." for every setting of `now` that differs from `saved`
 // (one recorded by an older titan lacks some: those are not compared); "" when none differs.
 std::string changed_settings(const nlohmann::json& saved, const nlohmann::json& now);

@@ -163,7 +163,7 @@ void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run
                                  const qwen3::ModelArgs& theirs, const fs::path& where,
                                  const std::string& source) {
   for (const std::string& key : qwen3::override_keys()) {
-    if (c.model.overrides.count(key) || qwen3::is_loss_setting(key)) continue;
+    if (c.model.overrides.count(key) || !qwen3::shapes_the_computation(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     TITAN_CHECK(
         a == b, source, ": '", where.string(), "' describes another model than this run's: ", key, " = ", a,

@@ -252,8 +252,8 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
   TITAN_FAIL("unknown model field '", key, "'; valid fields: ", list);
 }
 
-bool is_loss_setting(const std::string& key) {
-  return key == "router_aux_loss_coef" || key == "output_router_logits";
+bool shapes_the_computation(const std::string& key) {
+  return key != "router_aux_loss_coef" && key != "output_router_logits" && key != "max_seq_len";
 }
 
 std::string field_text(const ModelArgs& args, const std::string& key) {

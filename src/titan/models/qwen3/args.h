@@ -65,10 +65,12 @@ std::vector<std::string> override_keys();
 // Whether field `key` configures experts (num_experts, top_k, moe_hidden_dim, ...): meaningless for a
 // dense model.
 bool is_moe_field(const std::string& key);
-// Whether field `key` weighs or selects a loss term (router_aux_loss_coef, output_router_logits)
-// rather than shaping the function the weights compute: a training choice, free to differ between
-// a checkpoint and the run that loads it (the resume notes a change).
-bool is_loss_setting(const std::string& key);
+// Whether field `key` shapes the function the weights compute (dim, rope_theta, norm_eps, ...): the
+// fields weights may not load under, nor a checkpoint resume under, with another value. The others:
+// the MoE loss settings (router_aux_loss_coef, output_router_logits) weigh a loss term, a training
+// choice (a resume notes a change), and max_seq_len only bounds the positions (RoPE computes each
+// position alike whatever the bound; the Hub's Qwen3 configs say 32768, 40960 or 262144).
+bool shapes_the_computation(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);
