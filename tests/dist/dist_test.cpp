@@ -763,6 +763,39 @@ TEST(DataParallel, RanksReadingDifferentDataStopNamingTheFileAndTheRank) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
+// Each rank reads its own copy of the starting weights (one config, two working folders, as a copy
+// on each host): copies with the same content train; a copy of other weights on rank 1 (another
+// revision at the same path on another host) stops every rank before a step, naming the file.
+// Before, the ranks trained two models under one step (FSDP gathering layers of both).
+TEST(DataParallel, RanksStartingFromDifferentWeightsStopNamingTheFile) {
+  const fs::path source = tt::temp_dir("dist_start_source");
+  std::string out;
+  ASSERT_EQ(
+      run_job(0, tiny(source, 2, {{"training.steps", "2"}, {"checkpoint.last_save_in_hf", "true"}}), &out), 0)
+      << out;
+  const fs::path a = tt::temp_dir("dist_start_a"), b = tt::temp_dir("dist_start_b");
+  fs::copy(source / "checkpoint" / "step-2-hf", a / "hf", fs::copy_options::recursive);
+  fs::copy(source / "checkpoint" / "step-2-hf", b / "hf", fs::copy_options::recursive);
+  const fs::path dump = tt::temp_dir("dist_start");
+  const Overrides o = tiny(dump, 2,
+                           {{"training.steps", "2"},
+                            {"validation.enable", "false"},
+                            {"checkpoint.initial_load_path", "hf"},
+                            {"checkpoint.initial_load_in_hf", "true"}});
+  EXPECT_EQ(run_two_programs({o, a}, {o, b}, &out), 0) << out;
+  fs::remove_all(dump);
+  {  // the last weight's last bytes differ on rank 1: same size, other content
+    std::fstream f(b / "hf" / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-16, std::ios::end);
+    f.write("0123456789abcdef", 16);
+  }
+  EXPECT_NE(run_two_programs({o, a}, {o, b}, &out), 0) << out;
+  EXPECT_NE(out.find("the ranks have different starting points: rank 1 has '{\"bytes\":"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\"path\":\"model.safetensors\"}' where rank 0 has"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+}
+
 // Ranks on device cuda take the NCCL communicator (launch_communicator loads the CUDA backend for
 // it); on a machine without a GPU, or a build without the backend, every rank stops before
 // compute with an error naming the device (tests/backend/cuda_nccl_test.cpp runs NCCL on GPUs).

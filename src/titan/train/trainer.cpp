@@ -31,6 +31,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/hf_checkpoint.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
@@ -175,6 +176,47 @@ class StopSignals {
 
 }  // namespace
 
+// What every rank of a job must start from alike, by content (each file's name, size and
+// fingerprint; a copy on each host may lie in another folder): the checkpoint it resumes or forks
+// (its manifest holds the checksum of every file) or the weights it loads, and its tokenizer. Each
+// rank picks and reads these on its own: a host whose view of a shared folder lags (another newest
+// step) or whose copy of a weights folder is another revision would train another model under
+// the same step, and FSDP would gather layers of two models.
+namespace {
+std::string start_identity(const Checkpointer& checkpointer, const ResolvedJob& job) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::string text = "weights: random\n";
+  try {  // a file this rank cannot read is a difference the ranks agree on, not a rank's lone error
+    if (const std::optional<fs::path> dir = checkpointer.resume_dir()) {
+      text = "checkpoint: " + dir->string() + "\n";
+      files = {*dir / "manifest.json"};
+    } else if (!job.initial_native.empty()) {
+      text = "weights: " + job.initial_native.string() + "\n";
+      files = {job.initial_native / "manifest.json"};
+    } else if (!job.initial_hf.empty()) {
+      text = "weights: " + job.initial_hf.string() + "\n";
+      for (const fs::directory_entry& e : fs::directory_iterator(job.initial_hf))
+        if (e.is_regular_file() &&
+            (e.path().extension() == ".safetensors" || e.path().filename() == "config.json" ||
+             e.path().filename() == io::kHfIndexFile))
+          files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+    }
+    files.push_back(fs::is_directory(job.tokenizer_path) ? job.tokenizer_path / "tokenizer.json"
+                                                         : job.tokenizer_path);
+    // By name and content: a copy on each host may lie in another folder.
+    for (nlohmann::json file : data::dataset_identity(files)) {
+      file["path"] = fs::path(file["path"].get<std::string>()).filename().string();
+      text += file.dump() + "\n";
+    }
+  } catch (const std::exception& e) {
+    text += std::string("unreadable here: ") + e.what() + "\n";
+  }
+  return text;
+}
+}  // namespace
+
 TrainSummary run_training(const JobConfig& cfg) {
   auto world = dist::single_process_communicator();
   return run_training(cfg, *world);
@@ -306,6 +348,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "every rank must read the same dataset files, byte for byte: on several hosts, "
         "the same copy at the same path");
   }
+  if (plan.world_size() > 1)
+    plan.check_same_on_every_rank(start_identity(checkpointer, job), "starting points",
+                                  "every rank must start from the same checkpoint or weights, and the same "
+                                  "tokenizer: on several hosts, one shared folder or copies with the same "
+                                  "content, each up to date");
   if (checkpointer.resume_dir()) {
     checkpointer.restore(state, job);
   } else {
