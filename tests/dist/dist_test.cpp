@@ -805,7 +805,13 @@ TEST(DataParallel, CudaRanksWithoutAGpuStopNamingTheDevice) {
   std::string out;
   int rc = run_job(2, tiny(dump, 2, {{"job.device", "cuda"}, {"checkpoint.enable", "false"}}), &out);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("device 'cuda'"), std::string::npos) << out;
+  // The ranks agree on it before the NCCL bootstrap (which no timeout bounds: a rank without the
+  // device must not leave the others waiting there), and rank 0 says it once for all.
+  const std::string said = "titan train: error: rank 0: device 'cuda' is unavailable";
+  const size_t at = out.find(said);
+  EXPECT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(out.find("device 'cuda' is unavailable", at + said.size()), std::string::npos) << out;
+  EXPECT_NE(out.find("(rank 1 failed too)"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 

@@ -1,6 +1,7 @@
 #include "titan/cli/job_launch.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "titan/cli/command.h"
@@ -16,6 +17,10 @@ LaunchedJob launch_job(const JobArgs& a) {
     if (const std::optional<int> ranks = dist::launcher_world_size()) job.config.validate(*ranks);
     job.world = dist::launch_communicator(job.config.comm.init_timeout(),
                                           job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
+  } catch (const dist::RanksAgreedError&) {
+    // Every rank throws it alike (a device some rank lacks): rank 0 says it, the others end quietly.
+    if (dist::launcher_rank().value_or(0) != 0) std::exit(1);
+    throw;
   } catch (const Error& e) {
     // Under a launcher every rank prints its own error: say whose.
     if (const std::optional<int> rank = dist::launcher_rank()) TITAN_FAIL("rank ", *rank, ": ", e.what());

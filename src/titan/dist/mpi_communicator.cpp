@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/core/device_services.h"
 #include "titan/core/parse.h"
 #include "titan/dist/communicator.h"
+#include "titan/dist/parallel_plan.h"
 
 namespace titan::dist {
 
@@ -355,6 +357,10 @@ std::unique_ptr<Communicator> launch_communicator(const CommTimeout& timeout, De
   auto world = std::make_unique<Mpi>(MPI_COMM_WORLD, std::make_shared<SharedTimeout>(timeout), true);
   // A world of one rank needs no device communicator (every collective is a copy or nothing).
   if (device == Device::CPU || world->size() == 1) return world;
+  // Every rank has the device before any enters the device communicator's bootstrap, which no
+  // timeout bounds: a rank without it (no GPU on its host, no backend) would finalize MPI while
+  // the others waited there for good. Now every rank stops with its reason.
+  agree_on_success(*world, [&] { device_services(device); });
   return device_communicator(std::move(world), device, timeout);
 }
 
