@@ -343,9 +343,9 @@ TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
 }
 
 // A job's one-off checkpoint modes are not what the pilot's runs test: with
-// checkpoint.create_seed_checkpoint and checkpoint.exclude_from_loading set, the timing and
-// checkpoint rows still train, save and resume (a seed run would train nothing), and the resume
-// row reads the job's seed as a weights-only start.
+// checkpoint.create_seed_checkpoint, checkpoint.exclude_from_loading and checkpoint.load_step set, the timing
+// and checkpoint rows still train, save and resume (a seed run would train nothing), and the resume row reads
+// the job's seed as a weights-only start.
 TEST(Check, TheTrainingRowsTrainWhateverTheJobsCheckpointModes) {
   const fs::path dir = tt::temp_dir("check_modes_" + std::to_string(getpid()));
   const fs::path toml = dir / "job.toml";
@@ -363,7 +363,9 @@ TEST(Check, TheTrainingRowsTrainWhateverTheJobsCheckpointModes) {
                             &out),
             0)
       << out;
-  CheckRun r = titan_check("--config " + toml.string() + model + " --checkpoint.create_seed_checkpoint=true",
+  // checkpoint.load_step, a roll-back of the job's own folder, is no mode of the pilot's runs either.
+  CheckRun r = titan_check("--config " + toml.string() + model +
+                               " --checkpoint.create_seed_checkpoint=true --checkpoint.load_step=0",
                            dir / "check.json");
   for (const char* row : {"timing", "checkpoint"}) {
     ASSERT_TRUE(r.rows.count(row)) << r.out;

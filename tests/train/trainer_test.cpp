@@ -914,6 +914,23 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(r.at("tokens"), 2 * 2 * 64) << given;  // 2 batches of 2 x 64
   }
   EXPECT_EQ(eval(a, "").at("weights"), step2.string());
+  // --json is checked before the evaluation: never into a finished checkpoint (its manifest would be
+  // replaced), never into a missing folder (the result lost after the evaluation ran).
+  for (const auto& [json_path, rule] :
+       {std::pair{step2 / "manifest.json", "' lies inside the titan checkpoint '" + step2.string() + "'"},
+        std::pair{a / "missing" / "eval.json",
+                  std::string(": the folder '") + (a / "missing").string() + "' does not exist"}}) {
+    const std::string manifest = read_file(step2 / "manifest.json");
+    std::string out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, job)) + " --json " + json_path.string(),
+                              &out),
+              1);
+    EXPECT_NE(out.find("titan eval: error: titan eval --json"), std::string::npos) << out;
+    EXPECT_NE(out.find(rule), std::string::npos) << out;
+    EXPECT_EQ(out.find("loss"), std::string::npos) << "evaluated before refusing:\n" << out;
+    EXPECT_EQ(read_file(step2 / "manifest.json"), manifest);
+  }
   // A checkpoint of another model than the job's (its model_config says another norm eps): the
   // error names what chose it.
   const fs::path other = tt::temp_dir("trainer_eval_other"), other_step = other / "checkpoint" / "step-2";

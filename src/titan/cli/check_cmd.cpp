@@ -393,12 +393,7 @@ int check_main(int argc, char** argv) {
   if (world->rank() != 0) return ranks.status == "FAIL" ? 1 : 0;
   fs::path work;
   if (a.own.count("json")) {  // checked before the runs, not found out after them
-    const fs::path json = a.own["json"], folder = json.has_parent_path() ? json.parent_path() : fs::path(".");
-    io::check_output_path(json, {a.config}, "titan check --json");
-    TITAN_CHECK(fs::is_directory(folder), "titan check --json: the folder '", folder.string(),
-                "' does not exist");
-    TITAN_CHECK(!fs::is_directory(json), "titan check --json: '", json.string(),
-                "' is a folder; give the file to write the rows to");
+    io::check_output_file(a.own["json"], {a.config}, "titan check --json");
   }
   if (a.own.count("workdir")) {
     work = a.own["workdir"];
@@ -451,6 +446,7 @@ int check_main(int argc, char** argv) {
                               // its one-off checkpoint modes (a seed, no saves, a fork, exclusions).
                               {"checkpoint.create_seed_checkpoint", "false"},
                               {"checkpoint.load_only", "false"},
+                              {"checkpoint.load_step", "-1"},
                               {"checkpoint.initial_load_model_only", "true"},
                               {"checkpoint.exclude_from_loading", ""}})
       o.push_back(kv);

@@ -6,6 +6,7 @@
 #include "titan/cli/command.h"
 #include "titan/cli/job_launch.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/path_guard.h"
 #include "titan/train/evaluate.h"
 
 namespace titan::cli {
@@ -23,6 +24,11 @@ int eval_main(int argc, char** argv) {
         "starting weights (checkpoint.initial_load_path / initial_load_in_hf, or its seeded init).\n"
         "--json: also write {loss, perplexity, tokens, batches, weights} to FILE. See docs/training.md.\n");
     return 0;
+  }
+  if (a.own.count("json")) {  // checked before the evaluation, not found out after it
+    std::vector<std::filesystem::path> inputs = {a.config};
+    if (a.own.count("checkpoint")) inputs.push_back(a.own["checkpoint"]);
+    io::check_output_file(a.own["json"], inputs, "titan eval --json");
   }
   LaunchedJob job = launch_job(a);
   train::EvalSummary s;

@@ -77,4 +77,13 @@ void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs,
   }
 }
 
+void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
+                       const std::string& what) {
+  namespace fs = std::filesystem;
+  check_output_path(out, inputs, what);
+  const fs::path folder = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  TITAN_CHECK(fs::is_directory(folder), what, ": the folder '", folder.string(), "' does not exist");
+  TITAN_CHECK(!fs::is_directory(out), what, ": '", out.string(), "' is a folder; give the file to write");
+}
+
 }  // namespace titan::io

@@ -23,4 +23,9 @@ bool lies_within(const std::filesystem::path& inner, const std::filesystem::path
 void check_output_path(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what);
 
+// check_output_path for an output FILE, before the command's work rather than after it: also its
+// folder must exist and `out` must not be a folder.
+void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
+                       const std::string& what);
+
 }  // namespace titan::io
