@@ -16,6 +16,7 @@
 #include "titan/data/arrow_ipc.h"
 #include "titan/data/dataset.h"
 #include "titan/data/parquet.h"
+#include "titan/data/table_file.h"
 
 namespace {
 using namespace titan::testing;
@@ -900,6 +901,27 @@ TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
          "row");
 }
 
+// A row that names one 1 MiB string 1025 times (a Parquet dictionary entry; Arrow string views of
+// the same bytes) is 1025 MiB of strings from a file of 1.2 KB (Parquet) or 17 KB (Arrow): refused,
+// naming the file, the column, the row and the rule, before any of it is copied, so the test holds
+// only the file's 1 MiB string (the process peaks at 16 MiB, as for any test here; unrefused, the
+// Parquet row took 3.0 GiB and the Arrow one 2.0 GiB).
+constexpr uint64_t kRepeatedRowBytes = 1025 * (uint64_t(1) << 20);
+static_assert(kRepeatedRowBytes > kMaxRowBytes, "the crafted rows must be past the cap");
+
+TEST(Parquet, RowRepeatingADictionaryStringPastItsBytesIsRefusedBeforeItIsCopied) {
+  const std::string e = error_of([&] { json_rows(crafted("row_bytes.parquet"), "l"); });
+  EXPECT_NE(e.find("row_bytes.parquet: column 'l.list.element', row group 0, page at byte "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(": row 1: " + too_many_row_bytes(kRepeatedRowBytes)), std::string::npos) << e;
+  EXPECT_NE(e.find("its strings add up to 1074790400 bytes or more, past the 1 GiB titan assembles into one "
+                   "row (no document is that large"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("split the document into smaller rows, or leave the row out"), std::string::npos) << e;
+}
+
 }  // namespace
 
 namespace {
@@ -1052,6 +1074,15 @@ TEST(Arrow, MaliciousFilesAreErrorsNotCrashes) {
   expect("view_shared_buffers.arrow", "text",
          "column 'text' has buffers of 2080 bytes or more in a body of 1056 (they overlap: the file is "
          "corrupt)");
+}
+
+// (Parquet.RowRepeatingADictionaryStringPastItsBytesIsRefusedBeforeItIsCopied says why.)
+TEST(Arrow, RowOfViewsOfTheSameBytesPastItsBytesIsRefusedBeforeItIsCopied) {
+  const std::string e =
+      error_of([&] { arrow_rows(fixtures_dir() / "arrow_crafted" / "row_bytes.arrow", "messages"); });
+  EXPECT_NE(e.find("row_bytes.arrow: row 1: column 'messages': " + too_many_row_bytes(kRepeatedRowBytes)),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "titan/core/check.h"
@@ -342,10 +343,38 @@ struct Array {
     return {reinterpret_cast<const char*>(buffers[2].data()) + b, size_t(e - b)};
   }
 
-  // Row i as JSON; `budget` counts the values built, which lengths that need no buffer (a Null
-  // array's, a struct's without fields) could otherwise make any number of.
-  nlohmann::ordered_json json(int64_t i, size_t& budget) const {
-    if (++budget > kMaxRowValues) throw Corrupt{"a row holds more than 2^24 values"};
+  // What row i holds, counted before json() builds any of it: its JSON values, which lengths that
+  // need no buffer (a Null array's, a struct's without fields) could otherwise make any number of,
+  // and its strings' bytes, which string views pointing at the same bytes could multiply.
+  struct RowSize {
+    uint64_t values = 0, bytes = 0;
+  };
+  void measure(int64_t i, RowSize& size) const {
+    if (++size.values > kMaxRowValues) throw Corrupt{"a row holds more than 2^24 values"};
+    if (field->type == kNull || !valid(i)) return;
+    switch (field->type) {
+      case kUtf8:
+      case kLargeUtf8:
+      case kUtf8View:
+        size.bytes += string(i).size();
+        if (size.bytes > kMaxRowBytes) throw Corrupt{too_many_row_bytes(size.bytes)};
+        return;
+      case kList:
+      case kLargeList: {
+        const auto [b, e] = range(i, field->type == kLargeList);
+        for (int64_t k = b; k < e; ++k) children[0].measure(k, size);
+        return;
+      }
+      case kStruct:
+        for (const Array& c : children) c.measure(i, size);
+        return;
+      default:
+        return;
+    }
+  }
+
+  // Row i as JSON, once measure() has accepted it.
+  nlohmann::ordered_json json(int64_t i) const {
     if (field->type == kNull || !valid(i)) return nullptr;
     switch (field->type) {
       case kUtf8:
@@ -356,12 +385,12 @@ struct Array {
       case kLargeList: {
         auto out = nlohmann::ordered_json::array();
         const auto [b, e] = range(i, field->type == kLargeList);
-        for (int64_t k = b; k < e; ++k) out.push_back(children[0].json(k, budget));
+        for (int64_t k = b; k < e; ++k) out.push_back(children[0].json(k));
         return out;
       }
       case kStruct: {
         auto out = nlohmann::ordered_json::object();
-        for (const Array& c : children) out[c.field->name] = c.json(i, budget);
+        for (const Array& c : children) out[c.field->name] = c.json(i);
         return out;
       }
       case kBool:
@@ -808,10 +837,15 @@ struct ArrowColumn::Impl {
   bool next_text(std::string& value, bool& null) {
     if (!advance()) return false;
     null = !array.valid(batch_row);
-    if (null)
+    if (null) {
       value.clear();
-    else
-      value.assign(array.string(batch_row));
+    } else {
+      const std::string_view text = array.string(batch_row);
+      if (text.size() > kMaxRowBytes)
+        fail("row " + std::to_string(row + 1) + ": column '" + column +
+             "': " + too_many_row_bytes(text.size()));
+      value.assign(text);
+    }
     ++batch_row;
     ++row;
     return true;
@@ -819,9 +853,10 @@ struct ArrowColumn::Impl {
 
   bool next_json(nlohmann::ordered_json& value) {
     if (!advance()) return false;
-    size_t budget = 0;
     try {
-      value = array.json(batch_row, budget);
+      Array::RowSize size;
+      array.measure(batch_row, size);
+      value = array.json(batch_row);
     } catch (const Corrupt& c) {
       fail("row " + std::to_string(row + 1) + ": column '" + column + "': " + c.what);
     }

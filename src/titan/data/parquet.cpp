@@ -11,6 +11,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -722,6 +723,13 @@ int64_t chunk_start(const ChunkMeta& c) {
   return c.data_page_offset;
 }
 
+// What the row being read (`row`, of the file) may still hold over all of its field's leaves: entries
+// and string bytes.
+struct RowBudget {
+  uint64_t row;
+  uint64_t values = kMaxRowValues, bytes = kMaxRowBytes;
+};
+
 // One leaf column's values with their repetition and definition levels (Dremel's triplets), read
 // page by page through the chunks of successive row groups.
 struct LeafReader {
@@ -1183,10 +1191,10 @@ struct LeafReader {
     std::string value;
     nlohmann::ordered_json scalar;  // a non-string leaf's value
   };
-  // `budget`: the entries the row may still hold (kMaxRowValues over all of a field's leaves), counted
-  // in each page before any is copied: a forged page that makes one row of 2^28 entries fails before
-  // it is assembled.
-  bool read_row(std::vector<Owned>& row, uint64_t& budget) {
+  // `budget`: what the row may still hold, over all of a field's leaves, counted in each page before
+  // any of it is copied: a forged page that makes one row of 2^28 entries, or of 10,000 copies of one
+  // 1 MiB dictionary string, fails before it is assembled.
+  bool read_row(std::vector<Owned>& row, RowBudget& budget) {
     row.clear();
     if (peek_rep() < 0) return false;
     if (peek_rep() != 0) fail_page("a row starts with repetition level " + std::to_string(peek_rep()));
@@ -1194,12 +1202,22 @@ struct LeafReader {
       size_t end = entry + 1;  // past the row's last entry in this page
       if (max_rep > 0)
         while (end < entries && reps[end] > 0) ++end;
-      if (end - entry > budget)
+      if (end - entry > budget.values)
         file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
                    std::to_string(page_offset) +
                    ": a row holds more than 2^24 values, the most titan assembles into one row (as in Arrow "
                    "IPC files)");
-      budget -= end - entry;
+      budget.values -= end - entry;
+      if (type == kByteArray) {
+        uint64_t bytes = 0;  // of the values these entries copy (take() names a page short of values)
+        for (size_t k = entry, v = value; k < end && v < values.size(); ++k)
+          if (max_def == 0 || defs[k] == uint32_t(max_def)) bytes += values[v++].size();
+        if (bytes > budget.bytes)
+          file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
+                     std::to_string(page_offset) + ": row " + std::to_string(budget.row + 1) + ": " +
+                     too_many_row_bytes(kMaxRowBytes - budget.bytes + bytes));
+        budget.bytes -= bytes;
+      }
       while (entry < end) {
         const Entry e = take();
         row.push_back({e.rep, e.def, std::string(e.value), e.scalar ? *e.scalar : nlohmann::ordered_json()});
@@ -1442,7 +1460,7 @@ struct ParquetColumn::Impl {
       start_group(group + 1, 0);
       if (group >= file.meta.row_groups.size()) return false;
     }
-    uint64_t budget = kMaxRowValues;
+    RowBudget budget{row};
     for (size_t i = 0; i < leaves.size(); ++i)
       if (!leaves[i].read_row(row_entries[i], budget))
         fail("column '" + leaves[i].name + "' has fewer rows in row group " + std::to_string(group) +
@@ -1454,9 +1472,9 @@ struct ParquetColumn::Impl {
 
   bool next_text(std::string& value, bool& null) {
     if (!next_row()) return false;
-    const LeafReader::Owned& e = row_entries[0].front();
+    LeafReader::Owned& e = row_entries[0].front();
     null = e.def < leaves[0].max_def;
-    value = e.value;
+    value = std::move(e.value);
     return true;
   }
 
@@ -1468,7 +1486,7 @@ struct ParquetColumn::Impl {
     out = nullptr;
     for (size_t i = 0; i < leaves.size(); ++i) {
       std::vector<size_t> index(size_t(leaves[i].max_rep) + 1, 0);
-      for (const LeafReader::Owned& e : row_entries[i]) {
+      for (LeafReader::Owned& e : row_entries[i]) {
         if (e.rep > 0) {
           ++index[size_t(e.rep)];
           std::fill(index.begin() + e.rep + 1, index.end(), 0);
@@ -1487,9 +1505,9 @@ struct ParquetColumn::Impl {
             if (!slot->is_object()) *slot = nlohmann::ordered_json::object();
             slot = &(*slot)[s.key];
           } else if (leaves[i].type == kByteArray) {
-            *slot = e.value;
+            *slot = std::move(e.value);  // moved: the row's strings are held once, not twice
           } else {
-            *slot = e.scalar;
+            *slot = std::move(e.scalar);
           }
         }
       }

@@ -23,6 +23,13 @@ TableFile::~TableFile() {
   std::fclose(file_);
 }
 
+std::string too_many_row_bytes(uint64_t bytes) {
+  return "its strings add up to " + std::to_string(bytes) + " bytes or more, past the " +
+         std::to_string(kMaxRowBytes >> 30) +
+         " GiB titan assembles into one row (no document is that large; a file can reach it by naming one "
+         "string many times): split the document into smaller rows, or leave the row out";
+}
+
 void TableFile::fail(const std::string& what) const {
   TITAN_FAIL("dataset: ", path_.string(), ": ", what);
 }
