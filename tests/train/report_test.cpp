@@ -14,6 +14,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "tiny_job.h"
 #include "titan/core/check.h"
 
 namespace {
@@ -217,6 +218,27 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   // out; the records before it are charted.
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo";
   EXPECT_EQ(titan::train::read_run(dir / "broken").series.at("loss").size(), 1u);
+  // A run stopped while it wrote a record (a full disk, a power loss), then resumed: the resumed
+  // run drops the torn record before it appends, so the file stays one record a line and the report
+  // reads it (before, the next record was appended to the torn one and every report failed there).
+  {
+    const fs::path run = dir / "torn";
+    const std::string job =
+        tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+        tt::cli_args(tt::tiny_job(
+            run,
+            {{"checkpoint.enable", "true"}, {"checkpoint.interval", "2"}, {"validation.enable", "false"}}));
+    std::string out;
+    ASSERT_EQ(tt::run_command(job + " --training.steps=2", &out), 0) << out;
+    std::ofstream(run / "metrics.jsonl", std::ios::app) << "{\"step\": 3, \"lo";
+    ASSERT_EQ(tt::run_command(job + " --training.steps=4", &out), 0) << out;
+    std::ifstream f(run / "metrics.jsonl");
+    std::vector<int64_t> steps;
+    for (std::string line; std::getline(f, line);)
+      steps.push_back(json::parse(line).at("step").get<int64_t>());
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+    EXPECT_EQ(titan::train::read_run(run).series.at("loss").size(), 4u);
+  }
   // A run that logged nothing yet: nothing to chart, said.
   std::ofstream(dir / "broken" / "metrics.jsonl") << "";
   e = error_of(dir / "broken");

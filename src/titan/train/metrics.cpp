@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "titan/core/check.h"
@@ -335,9 +336,40 @@ nlohmann::json step_record(const StepMetrics& m, int rank) {
 
 }  // namespace
 
+namespace {
+
+// A record cut short (a full disk, a power loss) leaves the file without its last newline; the
+// resumed run would append its next record to the torn one, and that line, neither record, would
+// stop every later reader. The torn tail goes: its step is logged again after the resume.
+void drop_torn_record(const fs::path& path) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec || size == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  // The length to keep: through the last newline, found block by block from the end.
+  uintmax_t keep = 0;
+  char block[4096];
+  for (uintmax_t end = size; end > 0 && keep == 0;) {
+    const uintmax_t begin = end > sizeof block ? end - sizeof block : 0;
+    in.seekg(std::streamoff(begin));
+    in.read(block, std::streamsize(end - begin));
+    TITAN_CHECK(in, "metrics: cannot read '", path.string(), "'");
+    for (uintmax_t i = end - begin; i-- > 0 && keep == 0;)
+      if (block[i] == '\n') keep = begin + i + 1;
+    end = begin;
+  }
+  if (keep == size) return;
+  fs::resize_file(path, keep, ec);
+  TITAN_CHECK(!ec, "metrics: cannot drop the record cut short at the end of '", path.string(),
+              "': ", ec.message());
+}
+
+}  // namespace
+
 MetricsLogger::MetricsLogger(const MetricsOutputs& outputs) : outputs_(outputs), jsonl_path_(outputs.jsonl) {
   if (!jsonl_path_.empty()) {
     fs::create_directories(jsonl_path_.parent_path());
+    drop_torn_record(jsonl_path_);
     errno = 0;
     jsonl_.open(jsonl_path_, std::ios::app);
     TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
