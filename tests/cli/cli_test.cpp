@@ -90,6 +90,25 @@ TEST(CommandLine, ErrorsNameTheCommandOnce) {
   EXPECT_NE(r.err.find("unexpected argument '--'"), std::string::npos) << r.err;
 }
 
+// An empty value (an unset shell variable: --tokenizer "$TOK") is refused, not read as the option
+// left out: tokenize fell back to the bundled tokenizer, eval to the job's newest checkpoint.
+TEST(CommandLine, AnEmptyOptionValueIsRefusedNotTakenForTheDefault) {
+  const std::string toml = (tt::source_dir() / "configs" / "debugmodel.toml").string();
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"tokenize --tokenizer '' --input in.json --output out.json",
+            "titan tokenize: error: --tokenizer is empty; give it a value "
+            "or leave it out (an unset shell variable?)"},
+           {"tokenize --tokenizer= --input in.json --output out.json",
+            "titan tokenize: error: --tokenizer is empty"},
+           {"eval --config " + toml + " --checkpoint ''", "titan eval: error: --checkpoint is empty"},
+           {"check --config " + toml + " --workdir=", "titan check: error: --workdir is empty"},
+           {"train --config ''", "titan train: error: --config is empty"}}) {
+    const Outcome r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 TEST(CommandLine, MistypedSubcommandsAndOptionsGetASuggestion) {
   const std::pair<std::string, std::string> cases[] = {
       {"debug dmp", "titan debug: unknown subcommand 'dmp'; did you mean 'dump'?"},
@@ -112,6 +131,14 @@ TEST(CommandLine, OptionsAreCheckedBeforeAnyWork) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--batch 0: expected an integer >= 1"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "") << "rows printed before the options were checked";
+  // A batch whose tokens wrap an int64 (2^62 x 4 = 0) is over the bound, not 0 tokens.
+  const Outcome wrapped = titan("verify-export " + tt::temp_dir("cli_no_export").string() +
+                                " --batch 4611686018427387904 --seq 4");
+  EXPECT_EQ(wrapped.rc, 1);
+  EXPECT_NE(wrapped.err.find("the loss batch --batch 4611686018427387904 x --seq 4 is over the bound"),
+            std::string::npos)
+      << wrapped.err;
+  EXPECT_EQ(wrapped.out, "") << "rows printed before the options were checked";
 }
 
 TEST(CommandLine, AnOutputThatIsADirectoryIsRefusedByName) {
@@ -807,7 +834,8 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
     }
     r = titan(greedy + "--bad-words ''");
     EXPECT_EQ(r.rc, 1);
-    EXPECT_NE(r.err.find("--bad-words: an empty string names no token"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--bad-words is empty; give it a value or leave it out"), std::string::npos)
+        << r.err;
   }
   for (const char* bad : {"--stop ''", "--stop '[1, 2]'"}) {
     r = titan(greedy + bad);

@@ -404,6 +404,11 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       // --mesh sets both degrees: a degree given as a key too is one of them left unused.
       {"--mesh dp_shard=2 --parallelism.data_parallel_replicate_degree=2",
        "--mesh and --parallelism.data_parallel_replicate_degree=2 both set the mesh; give one"},
+      // Degrees whose product wraps an int64 to 0 (it passed the bound as 0 ranks).
+      {"--parallelism.data_parallel_replicate_degree=4294967296 "
+       "--parallelism.data_parallel_shard_degree=4294967296",
+       "titan plan: error: the mesh parallelism.data_parallel_replicate_degree 4294967296 x "
+       "parallelism.data_parallel_shard_degree 4294967296 must be 1 .. 1048576 ranks"},
   };
   for (const auto& [flags, message] : cases) {
     int rc = 0;

@@ -31,6 +31,14 @@ ArgParser& ArgParser::flag(const std::string& name, const std::string& help) {
   return *this;
 }
 
+ArgParser& ArgParser::may_be_empty(const std::string& name) {
+  auto it = specs_.find(name);
+  TITAN_CHECK(it != specs_.end() && !it->second.is_flag, "ArgParser: may_be_empty of an undeclared option --",
+              name);
+  it->second.may_be_empty = true;
+  return *this;
+}
+
 ArgParser& ArgParser::takes_positional() {
   takes_positional_ = true;
   return *this;
@@ -86,6 +94,8 @@ bool ArgParser::parse(int argc, char** argv) {
     }
     TITAN_CHECK(!values_.count(name), "titan ", command_, ": --", name, " is given twice ('", values_[name],
                 "', '", value, "'): give it once");
+    TITAN_CHECK(!value.empty() || it->second.may_be_empty, "titan ", command_, ": --", name,
+                " is empty; give it a value or leave it out (an unset shell variable?)");
     values_[name] = value;
   }
   for (auto& [n, s] : specs_)
@@ -157,6 +167,10 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
       TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
       value = argv[++i];
     }
+    TITAN_CHECK(!value.empty() || (key != "config" && std::find(own.begin(), own.end(), key) == own.end()),
+                "titan ", command, ": --", key,
+                " is empty; give it a value or leave it out (an unset shell "
+                "variable?)");
     if (key == "config") {
       TITAN_CHECK(r.config.empty(), "titan ", command, ": --config is given twice ('", r.config, "', '",
                   value, "'): a run has one job config (change single keys with --section.key=value)");

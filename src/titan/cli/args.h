@@ -16,6 +16,10 @@ class ArgParser {
   ArgParser& option(const std::string& name, const std::string& help, std::optional<std::string> def = std::nullopt);
   ArgParser& required(const std::string& name, const std::string& help);
   ArgParser& flag(const std::string& name, const std::string& help);
+  // Option `name` (declared before) takes an empty value as a value (generate's --system ""). Every
+  // other option refuses one: an unset shell variable (--tokenizer "$TOK") must not read as the
+  // option left out and bring its default.
+  ArgParser& may_be_empty(const std::string& name);
   // The command takes arguments that are not options (report's run folders); without this call
   // one is an error.
   ArgParser& takes_positional();
@@ -36,6 +40,7 @@ class ArgParser {
     std::string help;
     bool is_flag = false, is_required = false;
     std::optional<std::string> def;
+    bool may_be_empty = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;
@@ -45,9 +50,10 @@ class ArgParser {
   bool takes_positional_ = false;
 };
 
-// The arguments of the job-config commands (train, check, info --config): `--config FILE.toml`, the command's own
-// options (`own`, each taking a value), and every other `--section.key=value` (or `--section.key
-// value`) as a config override, in order. `help` is set by --help / -h.
+// The arguments of the job-config commands (train, check, info --config): `--config FILE.toml`, the command's
+// own options (`own`, each taking a non-empty value), and every other `--section.key=value` (or
+// `--section.key value`) as a config override, in order (an override may be empty: a string key's
+// empty value). `help` is set by --help / -h.
 struct JobArgs {
   std::string config;
   std::map<std::string, std::string> own;

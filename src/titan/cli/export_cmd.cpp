@@ -141,7 +141,7 @@ int verify_main(int argc, char** argv) {
   const fs::path dir = p.positional()[0];
   // The options are checked before the first row prints.
   const int64_t loss_seq = p.get_int("seq", 1), loss_batch = p.get_int("batch", 1);
-  TITAN_CHECK(loss_seq <= (int64_t(1) << 20) && loss_batch * loss_seq <= (int64_t(1) << 24),
+  TITAN_CHECK(loss_seq <= (int64_t(1) << 20) && loss_batch <= (int64_t(1) << 24) / loss_seq,
               "titan verify-export: the loss batch --batch ", loss_batch, " x --seq ", loss_seq,
               " is over the bound (seq <= 1048576, batch x seq <= 16777216 tokens)");
   int failures = 0;

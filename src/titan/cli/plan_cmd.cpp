@@ -111,7 +111,7 @@ int plan_main(int argc, char** argv) {
   }
   const int64_t replicate = cfg.parallelism.data_parallel_replicate_degree;
   const int64_t shard = cfg.parallelism.data_parallel_shard_degree;
-  TITAN_CHECK(replicate >= 1 && shard >= 1 && replicate * shard <= (1 << 20),
+  TITAN_CHECK(replicate >= 1 && shard >= 1 && replicate <= (1 << 20) && shard <= (1 << 20) / replicate,
               "titan plan: the mesh parallelism.data_parallel_replicate_degree ", replicate,
               " x parallelism.data_parallel_shard_degree ", shard, " must be 1 .. 1048576 ranks");
   cfg.validate(int(replicate * shard));
