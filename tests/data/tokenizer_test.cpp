@@ -114,6 +114,33 @@ TEST(Tokenizer, SpecialIdsComeFromTheConfigFiles) {
   EXPECT_EQ(tok.decode(ids, /*skip_special_tokens=*/true), "ab");
 }
 
+// tokenizer_config.json's clean_up_tokenization_spaces: decode applies transformers'
+// clean_up_tokenization, and the decode of more ids can rewrite the tail of the decode before them
+// (" " then "." decodes to "."); settled_length says how much a stream may print: every settled
+// part is a prefix of the whole decode (titan generate's stream failed once the text was whole).
+TEST(Tokenizer, CleanedUpSpacesAreDecodedAndStreamedAsTheWhole) {
+  const auto dir = temp_dir("tokenizer_cleanup");
+  const auto qwen3 = assets_dir() / "tokenizer" / "qwen3";
+  std::filesystem::copy_file(qwen3 / "tokenizer.json", dir / "tokenizer.json");
+  json config = json::parse(read_file(qwen3 / "tokenizer_config.json"));
+  config["clean_up_tokenization_spaces"] = true;
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  const Tokenizer tok = Tokenizer::load(dir);
+  const std::vector<int32_t> ids = tok.encode("Hello , world . I do n't know ' s it 's fine ! ok ?");
+  const std::string whole = tok.decode(ids);
+  EXPECT_EQ(whole, "Hello, world. I don't know's it's fine! ok?");
+  bool rewritten = false;  // some decode of a prefix is not a prefix of the whole: the case streamed
+  for (size_t k = 1; k <= ids.size(); ++k) {
+    const std::string part = tok.decode(std::span(ids).first(k));
+    rewritten |= !whole.starts_with(part);
+    EXPECT_TRUE(whole.starts_with(part.substr(0, tok.settled_length(part)))) << k << ": '" << part << "'";
+  }
+  EXPECT_TRUE(rewritten);
+  // Without the clean-up all of a decode is settled, but a character cut between tokens.
+  EXPECT_EQ(qwen3_tokenizer().settled_length("a ."), 3u);
+  EXPECT_EQ(qwen3_tokenizer().settled_length("ab\xEF\xBF\xBD"), 0u);
+}
+
 TEST(Tokenizer, InvalidUtf8IsReplacedBeforeEncoding) {
   const Tokenizer& tok = qwen3_tokenizer();
   EXPECT_EQ(tok.encode("caf\xC3 au lait \xFF\xFE!"), tok.encode("caf\xEF\xBF\xBD au lait \xEF\xBF\xBD\xEF\xBF\xBD!"));

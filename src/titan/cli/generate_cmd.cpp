@@ -385,17 +385,17 @@ std::pair<size_t, double> search_file(qwen3::Qwen3Model& model, const std::vecto
 }
 
 // Text out as it is generated: after each token, what the ids so far decode to beyond what is
-// already printed. A decode ending in U+FFFD may be a character cut between tokens, which the next
-// token completes: it waits. What is printed in all is the decode of all the ids.
+// already printed, as far as more ids cannot change it (Tokenizer::settled_length: a character cut
+// between tokens waits for its next bytes; a tokenizer that cleans up spaces may rewrite the tail
+// from the last space). What is printed in all is the decode of all the ids.
 class TextStream {
  public:
   explicit TextStream(const data::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
 
   void add(int64_t id) {
     ids_.push_back(int32_t(id));
-    const std::string text = tokenizer_.decode(ids_);
-    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-    if (text.ends_with(kReplacement)) return;
+    std::string text = tokenizer_.decode(ids_);
+    text.resize(tokenizer_.settled_length(text));
     if (text.size() > printed_.size() && text.starts_with(printed_)) {
       std::fwrite(text.data() + printed_.size(), 1, text.size() - printed_.size(), stdout);
       std::fflush(stdout);

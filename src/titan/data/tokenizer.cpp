@@ -717,6 +717,12 @@ bool Tokenizer::has_id(int32_t id) const {
   return id >= 0 && id < int32_t(impl_->id_kind.size()) && impl_->id_kind[size_t(id)] != 0;
 }
 
+size_t Tokenizer::settled_length(std::string_view decoded) const {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  if (decoded.ends_with(kReplacement)) return 0;  // the stream waits for the character's next bytes
+  return impl_->cleanup_spaces ? std::min(decoded.size(), decoded.rfind(' ')) : decoded.size();
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string bytes;
   for (int32_t id : ids) {

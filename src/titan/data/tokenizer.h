@@ -47,6 +47,12 @@ class Tokenizer {
   std::string normalize(std::string_view text) const;
   // Bytes of the tokens, invalid UTF-8 (a cut multi-byte character) replaced by U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // How much of `decoded` (the decode of some ids) the decode of more ids keeps as it is: what a
+  // stream may print. All of it, but a character cut between tokens (a trailing U+FFFD, which the
+  // next id may complete: then 0 more) and, where decode applies transformers' clean_up_tokenization
+  // (tokenizer_config.json's clean_up_tokenization_spaces: " ." -> ".", " n't" -> "n't", ...), the
+  // tail from the last space on, which the next ids may rewrite.
+  size_t settled_length(std::string_view decoded) const;
 
   int32_t eos_id() const;  // tokenizer_config.json eos_token; -1 when none
   int32_t bos_id() const;  // -1 when none
