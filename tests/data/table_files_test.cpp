@@ -878,9 +878,11 @@ TEST(Parquet, MaliciousFilesAreErrorsNotCrashes) {
 }
 
 // Sizes a forged header inflates are refused before the memory they claim is allocated: a page's
-// uncompressed size past 1024 times its stored bytes plus 1 MiB (not 2 GiB first), a DELTA_BYTE_ARRAY
-// page rebuilt past 64 times its stored bytes (not 64 times the inflated size), a row of more than
-// 2^24 values (counted in the page before any entry is copied).
+// uncompressed size past believed_unpacked_bytes of its stored bytes (1024 times them plus 1 MiB)
+// unless its data, decoded and counted through a small buffer, proves it (so 2 GiB is never
+// allocated, nor 64 MiB for a frame counted only until past them), a DELTA_BYTE_ARRAY page rebuilt
+// past 64 times its stored bytes (not 64 times the inflated size), a row of more than 2^24 values
+// (counted in the page before any entry is copied).
 TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
   auto expect = [](const std::string& name, const std::string& column, const std::string& part) {
     const std::string e = error_of([&] { json_rows(crafted(name), column); });
@@ -888,10 +890,19 @@ TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
     EXPECT_NE(e.find(name + ": column '" + column), std::string::npos) << e;
     EXPECT_NE(e.find(part), std::string::npos) << e;
   };
+  for (const auto& [name, codec] :
+       std::vector<std::pair<std::string, std::string>>{{"page_ratio.parquet", "GZIP"},
+                                                        {"page_ratio_zstd.parquet", "ZSTD"},
+                                                        {"page_ratio_brotli.parquet", "BROTLI"}})
+    expect(name, "text",
+           "page at byte 4: its " + codec +
+               " data decompresses to 5 bytes where the page header says 2147483647");
   expect(
-      "page_ratio.parquet", "text",
-      "page at byte 4: its header says 2147483647 bytes uncompressed where it stores 13: a page is believed "
-      "to unpack to at most 1024 times its stored bytes plus 1 MiB");
+      "page_ratio_lz4.parquet", "text",
+      "page at byte 4: its LZ4_RAW data of 6 bytes cannot unpack to the 2147483647 its page header says (at "
+      "most 255 times its bytes)");
+  expect("page_over_zstd.parquet", "text",
+         "page at byte 4: its ZSTD data decompresses to more than the 67108864 bytes its page header says");
   expect(
       "dba_inflated.parquet", "text",
       "its DELTA_BYTE_ARRAY values rebuild to more than 64 MiB (64 times the page's stored bytes, at least "
@@ -899,6 +910,50 @@ TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
   expect("row_values.parquet", "l",
          "row group 0, page at byte 4: a row holds more than 2^24 values, the most titan assembles into one "
          "row");
+}
+
+// The document of the crafted files of one document repeated (make.py, craft.js): 64 KiB of numbered
+// lines.
+std::string repeated_document() {
+  std::string doc;
+  char line[64];
+  for (int i = 0; doc.size() < 65536; ++i) {
+    std::snprintf(line, sizeof line, "%05d the quick brown fox jumps over the lazy dog\n", i);
+    doc += line;
+  }
+  doc.resize(65536);
+  return doc;
+}
+
+// Reads `c` to its end, expecting 1024 rows of the repeated document (each compared as it is read:
+// the test holds one page, not 64 MiB of rows as well).
+void expect_repeated_document(ColumnReader& c) {
+  const std::string doc = repeated_document();
+  std::string value;
+  bool null = false;
+  size_t rows = 0;
+  while (c.next(value, null)) {
+    ASSERT_FALSE(null) << "row " << rows;
+    ASSERT_TRUE(value == doc) << "row " << rows << " is " << value.size() << " bytes";
+    ++rows;
+  }
+  EXPECT_EQ(rows, 1024u);
+}
+
+// A page of one document repeated goes past 1024:1 in zstd and Brotli, as pyarrow (zstd frames that
+// declare their size), arrow-rs and Polars (frames that declare none) write it: pyarrow checks a
+// page's size every 1024 values, so 1024 rows of a 64 KiB document are one 64 MiB page, here of 2 KB
+// (Brotli) or 7 KB (zstd). Past believed_unpacked_bytes, its size is proven by decoding the data
+// once, counted, and it reads (it was refused as a forged header). The process peaks at 82 MiB: one
+// 64 MiB page at a time, each row compared as it is read.
+TEST(Parquet, PageOfOneDocumentRepeatedPastAThousandToOneReads) {
+  for (const char* name :
+       {"repeated_zstd.parquet", "repeated_zstd_stream.parquet", "repeated_brotli.parquet"}) {
+    SCOPED_TRACE(name);
+    EXPECT_GT(uint64_t(1024) * (65536 + 4), believed_unpacked_bytes(fs::file_size(crafted(name))));
+    ParquetColumn c(crafted(name), "text");
+    expect_repeated_document(c);
+  }
 }
 
 // A row that names one 1 MiB string 1025 times (a Parquet dictionary entry; Arrow string views of
@@ -1015,8 +1070,20 @@ TEST(Arrow, CompressedFilesAndStringViewsPolarsWroteRead) {
   EXPECT_EQ(arrow_rows(dir / "chats_view_zstd.arrow", "messages"), chats);
 }
 
+// A compressed buffer of one document repeated goes past 1024:1 too
+// (Parquet.PageOfOneDocumentRepeatedPastAThousandToOneReads): a zstd batch of 1024 rows of a 64 KiB
+// document, its 64 MiB data buffer 9 KB of its body, reads (it was refused as a forged length); the
+// process peaks at 78 MiB.
+TEST(Arrow, BufferOfOneDocumentRepeatedPastAThousandToOneReads) {
+  const fs::path file = fixtures_dir() / "arrow_crafted" / "repeated_zstd.arrow";
+  EXPECT_GT(uint64_t(1024) * 65536, believed_unpacked_bytes(fs::file_size(file)));
+  ArrowColumn c(file, "text");
+  expect_repeated_document(c);
+}
+
 // Compressed buffers whose data or stored length is wrong are errors naming the file, the batch,
-// the column and the fault, before a byte is trusted: a forged length of 2^40 claims nothing, a
+// the column and the fault, before a byte is trusted: a forged length of 2^40 claims nothing (its
+// data is counted, not allocated), a
 // frame cut or damaged is named, and a file of apache-arrow's JavaScript writer (whose stored length
 // is the compressed size) is told apart. (The first frame of Polars' files is column 'id''s values.)
 TEST(Arrow, CompressedBuffersThatLieAreErrors) {
@@ -1043,7 +1110,7 @@ TEST(Arrow, CompressedBuffersThatLieAreErrors) {
     for (const std::string& part : parts) EXPECT_NE(e.find(part), std::string::npos) << e;
   };
   expect(altered("view_zstd.arrow", zstd_magic, -8, length(int64_t(1) << 40)),
-         {"declares 1099511627776 bytes uncompressed (at most"});
+         {"a zstd buffer holds 2000 bytes, not the 1099511627776 it declares"});
   expect(altered("view_zstd.arrow", zstd_magic, 6, std::string(8, '\xff')), {"zstd"});
   expect(altered("view_lz4.arrow", lz4_magic, 4, std::string(4, '\x7f')), {"its LZ4 frame is corrupt: "});
   expect(altered("view_lz4.arrow", lz4_magic, -8, length(3)),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -432,12 +433,45 @@ void check_json_types(const FieldInfo& f, const std::string& path, const fs::pat
 // Message.fbs's CompressionType, and none.
 enum class BodyCodec { kNone = -1, kLz4Frame = 0, kZstd = 1 };
 
+// The LZ4 frame of `n` bytes at `src` decoded into `dst` (`capacity` bytes), or where `dst` is null
+// only counted, through a small buffer, and stopped once past `capacity`. Returns the bytes it
+// decoded (counted); throws when the data is not one whole frame (of which it counted no more than
+// `capacity`).
+uint64_t lz4_frame(const uint8_t* src, size_t n, uint8_t* dst, uint64_t capacity, const std::string& declared,
+                   const std::string& wrong_length) {
+  LZ4F_dctx* created = nullptr;
+  if (LZ4F_isError(LZ4F_createDecompressionContext(&created, LZ4F_VERSION)))
+    throw Corrupt{"no LZ4 decompression context"};
+  const std::unique_ptr<LZ4F_dctx, LZ4F_errorCode_t (*)(LZ4F_dctx*)> ctx(created,
+                                                                         LZ4F_freeDecompressionContext);
+  std::vector<uint8_t> scratch(dst ? 0 : size_t(64) << 10);
+  uint64_t written = 0;
+  size_t read = 0, hint = 1;
+  while (hint != 0 && read < n && written <= capacity) {
+    size_t room = dst ? size_t(capacity - written) : scratch.size(), chunk = n - read;
+    hint =
+        LZ4F_decompress(ctx.get(), dst ? dst + written : scratch.data(), &room, src + read, &chunk, nullptr);
+    if (LZ4F_isError(hint))
+      throw Corrupt{std::string("its LZ4 frame is corrupt: ") + LZ4F_getErrorName(hint) + wrong_length};
+    written += room;
+    read += chunk;
+    if (room == 0 && chunk == 0) break;  // no progress: the output is full
+  }
+  if (written > capacity) return written;  // counted past what was declared
+  if (hint != 0 || read != n)
+    throw Corrupt{"an LZ4 buffer does not hold one whole frame of the " + declared + " bytes it declares" +
+                  wrong_length};
+  return written;
+}
+
 // A buffer of a compressed record batch: an int64 (little-endian) uncompressed length, then the
 // data compressed with `codec`, or as it is where the length is -1 (a writer stores a buffer that
-// would not shrink uncompressed). `budget` is what the batch's buffers may still unpack to (the
-// caller's: 1024 times its body plus 1 MiB, which buffers sharing their bytes cannot multiply); a
-// declared length past it is refused before anything is allocated, so a forged one claims no
-// memory. The data must decompress to exactly the declared length.
+// would not shrink uncompressed). `budget` is what the batch's buffers may still unpack to before
+// anything proves it (the caller's believed_unpacked_bytes of its body, which buffers sharing their
+// bytes cannot multiply): a declared length within it is allocated and decoded at once and taken
+// from it, a longer one only once the data, decoded and counted through a small buffer, proves it
+// (table_file.h says why), so a forged length claims no memory its data does not decode to. The
+// data must decompress to exactly the declared length.
 std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored,
                                        uint64_t& budget) {
   if (stored.empty()) return {};
@@ -447,48 +481,43 @@ std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_
   const uint8_t* src = stored.data() + 8;
   const size_t n = stored.size() - 8;
   if (declared == -1) return std::vector<uint8_t>(src, src + n);
-  if (declared < 0 || uint64_t(declared) > budget)
+  if (declared < 0)
     throw Corrupt{"a compressed buffer of " + std::to_string(n) + " bytes declares " +
-                  std::to_string(declared) + " bytes uncompressed (at most " + std::to_string(budget) +
-                  " more are believed of a batch: 1024 times its body plus 1 MiB)"};
-  budget -= uint64_t(declared);
-  if (declared == 0) return {};  // an empty buffer: its length alone (arrow-java writes no frame)
-  std::vector<uint8_t> out(static_cast<size_t>(declared));
+                  std::to_string(declared) + " bytes uncompressed"};
   // A length equal to the compressed size is the mark of a writer that stores the wrong one.
   const std::string wrong_length =
       uint64_t(declared) == n ? " (the length stored before the data equals its compressed size, not the "
                                 "uncompressed size the Arrow format asks for: apache-arrow's JavaScript "
                                 "writer, 21.2.0 and before, writes such files)"
                               : "";
+  const std::string declared_bytes = std::to_string(declared);
+  auto holds = [&](const char* name, uint64_t got) {
+    return Corrupt{std::string("a ") + name + " buffer holds " +
+                   (got > uint64_t(declared) ? "more than" : std::to_string(got) + " bytes, not") + " the " +
+                   declared_bytes + " it declares" + wrong_length};
+  };
+  if (uint64_t(declared) <= budget) {
+    budget -= uint64_t(declared);
+  } else if (codec == BodyCodec::kZstd) {
+    std::string error;
+    const uint64_t got = zstd_decoded_size(src, n, uint64_t(declared), error);
+    if (!error.empty()) throw Corrupt{error + wrong_length};
+    if (got != uint64_t(declared)) throw holds("zstd", got);
+  } else {
+    const uint64_t got = lz4_frame(src, n, nullptr, uint64_t(declared), declared_bytes, wrong_length);
+    if (got != uint64_t(declared)) throw holds("LZ4", got);
+  }
+  if (declared == 0) return {};  // an empty buffer: its length alone (arrow-java writes no frame)
+  std::vector<uint8_t> out(static_cast<size_t>(declared));
   if (codec == BodyCodec::kZstd) {
     const size_t got = ZSTD_decompress(out.data(), out.size(), src, n);
     if (ZSTD_isError(got))
       throw Corrupt{std::string("its zstd data is corrupt: ") + ZSTD_getErrorName(got) + wrong_length};
-    if (got != out.size())
-      throw Corrupt{"a zstd buffer holds " + std::to_string(got) + " bytes, not the " +
-                    std::to_string(declared) + " it declares" + wrong_length};
+    if (got != out.size()) throw holds("zstd", got);
     return out;
   }
-  LZ4F_dctx* ctx = nullptr;
-  if (LZ4F_isError(LZ4F_createDecompressionContext(&ctx, LZ4F_VERSION)))
-    throw Corrupt{"no LZ4 decompression context"};
-  size_t written = 0, read = 0, hint = 1;
-  while (hint != 0 && read < n) {
-    size_t dst = out.size() - written, chunk = n - read;
-    hint = LZ4F_decompress(ctx, out.data() + written, &dst, src + read, &chunk, nullptr);
-    if (LZ4F_isError(hint)) {
-      const std::string why = LZ4F_getErrorName(hint);
-      LZ4F_freeDecompressionContext(ctx);
-      throw Corrupt{"its LZ4 frame is corrupt: " + why + wrong_length};
-    }
-    written += dst;
-    read += chunk;
-    if (dst == 0 && chunk == 0) break;  // no progress: the output is full
-  }
-  LZ4F_freeDecompressionContext(ctx);
-  if (hint != 0 || read != n || written != out.size())
-    throw Corrupt{"an LZ4 buffer does not hold one whole frame of the " + std::to_string(declared) +
-                  " bytes it declares" + wrong_length};
+  const uint64_t got = lz4_frame(src, n, out.data(), out.size(), declared_bytes, wrong_length);
+  if (got != out.size()) throw holds("LZ4", got);
   return out;
 }
 
@@ -764,8 +793,9 @@ struct ArrowColumn::Impl {
     const Batch& b = batches[k];
     size_t node = 0;
     // What the column's buffers may take: their stored bytes, at most the batch's body (buffers that
-    // share their bytes cannot multiply it), and unpacked, 1024 times that plus 1 MiB.
-    uint64_t stored = 0, unpack_budget = max_unpacked_bytes(uint64_t(b.body_length));
+    // share their bytes cannot multiply it), and unpacked, believed_unpacked_bytes of that unless
+    // their data proves more.
+    uint64_t stored = 0, unpack_budget = believed_unpacked_bytes(uint64_t(b.body_length));
     auto build = [&](auto&& self, const FieldInfo& f) -> Array {
       Array a;
       a.field = &f;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -606,6 +607,63 @@ void check_declared_size(int codec, const uint8_t* src, size_t n, size_t size) {
   }
 }
 
+// What `n` bytes of `codec` data at `src` decode to, counted through a small buffer and stopped once
+// past `limit` (the count is then more than `limit`): the proof a page claiming more than
+// believed_unpacked_bytes gives before it is allocated (table_file.h says why). Snappy and LZ4 data
+// cannot reach such a claim (their most is 64 bytes for a copy of 3 bytes, 255 bytes for each byte
+// of an LZ4 match length), so it is refused for them uncounted.
+uint64_t decoded_size(int codec, const uint8_t* src, size_t n, uint64_t limit) {
+  if (codec == kZstd) {
+    std::string error;
+    const uint64_t bytes = zstd_decoded_size(src, n, limit, error);
+    if (!error.empty()) throw Corrupt{error};
+    return bytes;
+  }
+  if (codec != kGzip && codec != kBrotli)
+    throw Corrupt{"its " + codec_name(codec) + " data of " + std::to_string(n) +
+                  " bytes cannot unpack to the " + std::to_string(limit) + " its page header says (at most " +
+                  (codec == kSnappy ? "22" : "255") + " times its bytes)"};
+  std::vector<uint8_t> scratch(size_t(64) << 10);
+  uint64_t bytes = 0;
+  if (codec == kGzip) {
+    z_stream z{};
+    if (inflateInit2(&z, 15 + 32) != Z_OK) throw Corrupt{"zlib cannot initialise"};
+    z.next_in = const_cast<uint8_t*>(src);
+    z.avail_in = unsigned(n);
+    int rc = Z_OK;
+    while (rc == Z_OK && bytes <= limit) {
+      z.next_out = scratch.data();
+      z.avail_out = unsigned(scratch.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+      bytes += scratch.size() - z.avail_out;
+    }
+    const std::string msg = z.msg ? z.msg : zError(rc);
+    inflateEnd(&z);
+    // (Z_BUF_ERROR with room to write: no progress, the data has ended.)
+    if (rc == Z_BUF_ERROR) throw Corrupt{"its GZIP data ends before its stream does"};
+    if (rc != Z_STREAM_END && rc != Z_OK) throw Corrupt{"its GZIP data is corrupt: " + msg};
+    return bytes;
+  }
+  const std::unique_ptr<BrotliDecoderState, void (*)(BrotliDecoderState*)> state(
+      BrotliDecoderCreateInstance(nullptr, nullptr, nullptr), BrotliDecoderDestroyInstance);
+  if (!state) throw Corrupt{"Brotli cannot initialise"};
+  size_t in_left = n;
+  const uint8_t* in = src;
+  BrotliDecoderResult rc = BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT;
+  while (rc == BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT && bytes <= limit) {
+    size_t out_left = scratch.size();
+    uint8_t* out = scratch.data();
+    rc = BrotliDecoderDecompressStream(state.get(), &in_left, &in, &out_left, &out, nullptr);
+    bytes += scratch.size() - out_left;
+  }
+  if (rc == BROTLI_DECODER_RESULT_ERROR)
+    throw Corrupt{std::string("its Brotli data is corrupt: ") +
+                  BrotliDecoderErrorString(BrotliDecoderGetErrorCode(state.get()))};
+  if (rc == BROTLI_DECODER_RESULT_NEEDS_MORE_INPUT)
+    throw Corrupt{"its Brotli data ends before its stream does"};
+  return bytes;
+}
+
 // Decompresses into `dst`, of the `size` that check_declared_size accepted.
 void decompress(int codec, const uint8_t* src, size_t n, uint8_t* dst, size_t size) {
   switch (codec) {
@@ -813,8 +871,9 @@ struct LeafReader {
   }
 
   // `stored` decompressed (from `from` on; bytes before it are copied as they are) into page_bytes.
-  // The header's size is checked before the page is allocated: it is believed only as far as the
-  // bytes stored back it, and as far as the codec's own framing agrees.
+  // The header's size is checked before the page is allocated: believed up to
+  // believed_unpacked_bytes of the stored bytes, past it only once the data, decoded and counted,
+  // proves it (table_file.h), and as far as the codec's own framing agrees.
   void decompress_into_page(const std::vector<uint8_t>& stored, size_t from, bool compressed, int32_t size) {
     if (from > stored.size() || from > size_t(size)) fail_page("its level bytes run past the page");
     const int codec = chunk().codec;
@@ -822,15 +881,20 @@ struct LeafReader {
     if (as_stored && stored.size() != size_t(size))
       fail_page("it stores " + std::to_string(stored.size()) + " bytes uncompressed but its header says " +
                 std::to_string(size));
-    if (uint64_t(size) > max_unpacked_bytes(stored.size()))
-      fail_page("its header says " + std::to_string(size) + " bytes uncompressed where it stores " +
-                std::to_string(stored.size()) +
-                ": a page is believed to unpack to at most 1024 times its stored bytes plus 1 MiB");
     // A page of nulls may store no value bytes at all, though "compressed" (parquet-mr's v2 pages).
     const bool no_values = stored.size() == from && size_t(size) == from;
     if (!as_stored && !no_values) {
+      const uint8_t* src = stored.data() + from;
+      const size_t n = stored.size() - from, want = size_t(size) - from;
       try {
-        check_declared_size(codec, stored.data() + from, stored.size() - from, size_t(size) - from);
+        check_declared_size(codec, src, n, want);
+        if (uint64_t(size) > believed_unpacked_bytes(stored.size())) {
+          const uint64_t got = decoded_size(codec, src, n, want);
+          if (got > want)
+            throw Corrupt{"its " + codec_name(codec) + " data decompresses to more than the " +
+                          std::to_string(want) + " bytes its page header says"};
+          if (got != want) throw wrong_size(codec, size_t(got), want);
+        }
       } catch (const Corrupt& c) {
         fail_page(c.what);
       }
@@ -914,8 +978,8 @@ struct LeafReader {
           const size_t start = rebuilt.size(), prefix = size_t(prefixes[i]);
           // Shared prefixes expand a page some times over; a file built to expand it by orders of
           // magnitude (20,000 copies of one 1 MB value) must not allocate gigabytes. The bound is
-          // the page's stored bytes, which the file holds, not its header's uncompressed size,
-          // which a forged page inflates (up to 1024 times those bytes).
+          // the page's stored bytes, which the file holds, not its uncompressed size, which a
+          // forged header inflates up to believed_unpacked_bytes of them.
           const size_t limit = std::max<size_t>(size_t(64) << 20, 64 * page_stored_bytes);
           if (start + prefix + size_t(suffixes[i]) > limit)
             throw Corrupt{"its DELTA_BYTE_ARRAY values rebuild to more than " + std::to_string(limit >> 20) +

@@ -1,7 +1,11 @@
 #include "titan/data/table_file.h"
 
+#include <zstd.h>
+
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "titan/core/check.h"
 
@@ -28,6 +32,38 @@ std::string too_many_row_bytes(uint64_t bytes) {
          std::to_string(kMaxRowBytes >> 30) +
          " GiB titan assembles into one row (no document is that large; a file can reach it by naming one "
          "string many times): split the document into smaller rows, or leave the row out";
+}
+
+uint64_t zstd_decoded_size(const uint8_t* src, size_t n, uint64_t limit, std::string& error) {
+  error.clear();
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!ctx) {
+    error = "zstd cannot initialise";
+    return 0;
+  }
+  // Any window, as ZSTD_decompress (which decodes the data once counted) accepts: the streaming
+  // decoder's default refuses frames of windows past 128 MiB. Its window buffer is written only as
+  // far as the data decodes.
+  ZSTD_DCtx_setParameter(ctx.get(), ZSTD_d_windowLogMax,
+                         ZSTD_dParam_getBounds(ZSTD_d_windowLogMax).upperBound);
+  std::vector<uint8_t> scratch(size_t(64) << 10);
+  ZSTD_inBuffer in{src, n, 0};
+  uint64_t bytes = 0;
+  size_t left = 0;  // ZSTD_decompressStream's last result: 0 once a frame is decoded and flushed
+  while ((in.pos < in.size || left != 0) && bytes <= limit) {
+    ZSTD_outBuffer out{scratch.data(), scratch.size(), 0};
+    left = ZSTD_decompressStream(ctx.get(), &out, &in);
+    if (ZSTD_isError(left)) {
+      error = std::string("its zstd data is corrupt: ") + ZSTD_getErrorName(left);
+      return bytes;
+    }
+    bytes += out.pos;
+    if (left != 0 && in.pos == in.size && out.pos < out.size) {
+      error = "its zstd data ends inside a frame";
+      return bytes;
+    }
+  }
+  return bytes;
 }
 
 void TableFile::fail(const std::string& what) const {

@@ -25,12 +25,25 @@ inline constexpr uint64_t kMaxRowBytes = uint64_t(1) << 30;
 // The rule a row breaks whose strings reach `bytes`, past kMaxRowBytes, and what to do: as both
 // readers say it, after the file, the column and the row.
 std::string too_many_row_bytes(uint64_t bytes);
-// What `stored` compressed bytes are believed to unpack to: 1024 times them plus 1 MiB. Snappy and LZ4
-// compress far less than 1024:1, deflate (gzip) at most about 1032:1, which the 1 MiB allows up to
-// 129 MiB; zstd and Brotli go further only on one pattern repeated over megabytes.
-inline uint64_t max_unpacked_bytes(uint64_t stored) {
+// What `stored` compressed bytes are believed to unpack to before anything proves it: 1024 times
+// them plus 1 MiB. A page or buffer whose header claims no more is allocated at that size and
+// decoded into it at once; most data compresses far less (Snappy cannot pass 21.3:1, LZ4 255:1,
+// deflate about 1030:1). A larger claim is not refused, for zstd and Brotli data of one pattern
+// repeated (a document copied into every row of a page) goes to thousands to one: its data is first
+// decoded through a small buffer, counting what it produces (zstd_decoded_size), and the claim is
+// allocated only when the count equals it. So a forged claim allocates no more than this guess, or
+// than its data really decodes to. A bound read from the codec's framing would not do:
+// ZSTD_decompressBound believes a frame's declared content size, which is forged as easily as the
+// header, allows 128 KiB for every 3-byte block header of a frame declaring none (a forged frame of
+// empty blocks claims 40,000:1), and Brotli declares nothing at all.
+inline uint64_t believed_unpacked_bytes(uint64_t stored) {
   return 1024 * stored + (uint64_t(1) << 20);
 }
+// What the zstd frames of `n` bytes at `src` decode to, counted through a 64 KiB buffer and stopped
+// once past `limit` (the count is then more than `limit`); nothing the size of the output is held,
+// only zstd's window, written no further than the data decodes. `error` says what is wrong with data
+// that does not decode whole (empty when it does).
+uint64_t zstd_decoded_size(const uint8_t* src, size_t n, uint64_t limit, std::string& error);
 
 class TableFile {
  public:
