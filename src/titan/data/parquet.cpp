@@ -810,10 +810,12 @@ struct LeafReader {
 
   // The page being read.
   std::vector<uint8_t> page_bytes;       // the decompressed page
-  size_t page_stored_bytes = 0;          // its size in the file (compressed)
-  std::vector<uint8_t> rebuilt;          // DELTA_BYTE_ARRAY's values, rebuilt from prefixes
   std::vector<uint32_t> defs, reps;      // levels of each entry (empty where the maximum is 0)
-  std::vector<std::string_view> values;  // the page's values, in order
+  std::vector<std::string_view> values;  // the page's values, in order (DELTA_BYTE_ARRAY's: their suffixes)
+  // DELTA_BYTE_ARRAY: how many bytes each value takes from the start of the one before it (empty for
+  // the other encodings), and the value last taken, rebuilt in place from the one before it.
+  std::vector<uint32_t> prefixes;
+  std::string rebuilt;
   std::vector<nlohmann::ordered_json> scalars;  // a non-string leaf's
   size_t entries = 0, entry = 0, value = 0;
   uint64_t page_offset = 0;  // of the page's header, for errors
@@ -930,76 +932,101 @@ struct LeafReader {
     }
   }
 
-  // Byte-array values of `encoding` from `in`: `count` of them into `out` (views into page_bytes,
-  // the dictionary or `rebuilt`).
-  void decode_values(Bytes in, int encoding, size_t count, std::vector<std::string_view>& out) {
+  // `count` PLAIN byte-array values from `in` into `out` (views into its bytes).
+  static void decode_plain(Bytes in, size_t count, std::vector<std::string_view>& out) {
     out.clear();
-    if (count == 0) return;  // a page of nulls may hold no value bytes at all
+    if (count > in.left() / 4) throw Corrupt{"it claims more PLAIN values than its bytes can hold"};
     out.reserve(std::min<size_t>(count, 1u << 16));
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t n = in.u32le("a PLAIN value's length");
+      in.need(n, "a PLAIN value");
+      out.emplace_back(reinterpret_cast<const char*>(in.p), n);
+      in.p += n;
+    }
+  }
+
+  // The page's `count` byte-array values of `encoding` from `in` into `values` (views into page_bytes
+  // or the dictionary; DELTA_BYTE_ARRAY's suffixes, with their prefixes, each value rebuilt as
+  // take_value() takes it).
+  void decode_values(Bytes in, int encoding, size_t count) {
+    values.clear();
+    prefixes.clear();
+    rebuilt.clear();
+    if (count == 0) return;  // a page of nulls may hold no value bytes at all
     switch (encoding) {
       case kPlain:
-        if (count > in.left() / 4) throw Corrupt{"it claims more PLAIN values than its bytes can hold"};
-        for (size_t i = 0; i < count; ++i) {
-          const uint32_t n = in.u32le("a PLAIN value's length");
-          in.need(n, "a PLAIN value");
-          out.emplace_back(reinterpret_cast<const char*>(in.p), n);
-          in.p += n;
-        }
+        decode_plain(in, count, values);
         return;
       case kPlainDictionary:
       case kRleDictionary: {
-        look_up(in, count, dictionary, out);
+        values.reserve(std::min<size_t>(count, 1u << 16));
+        look_up(in, count, dictionary, values);
         return;
       }
       case kDeltaLengthByteArray: {
         std::vector<int64_t> lengths;
         decode_delta_binary_packed(in, count, lengths, "the DELTA_LENGTH_BYTE_ARRAY lengths");
+        values.reserve(lengths.size());
         for (int64_t n : lengths) {
           if (n < 0) throw Corrupt{"a negative value length"};
           in.need(size_t(n), "a DELTA_LENGTH_BYTE_ARRAY value");
-          out.emplace_back(reinterpret_cast<const char*>(in.p), size_t(n));
+          values.emplace_back(reinterpret_cast<const char*>(in.p), size_t(n));
           in.p += n;
         }
         return;
       }
       case kDeltaByteArray: {
-        std::vector<int64_t> prefixes, suffixes;
-        decode_delta_binary_packed(in, count, prefixes, "the DELTA_BYTE_ARRAY prefix lengths");
+        // Each value is the first `prefix` bytes of the one before it, then its own suffix. The values
+        // are not rebuilt here, only their lengths checked. A page of 20,000 copies of one 1 MB document
+        // (parquet-mr ends a v2 page at 20,000 values or 1 MiB of encoded bytes, which these stay under)
+        // is 20 GB of values from 1 MB, each a row of its own: no bound on a page's rebuilt values
+        // spares such valid files, not even 2^31 - 1 (the most its values could be as PLAIN). The rows
+        // bound them: each value is rebuilt in place of the one before it when its row takes it
+        // (take_value), and a row is held to kMaxRowBytes, counted from these lengths before any of it
+        // is copied (read_row). Rebuilt in place, a value needs no more than the page's bytes: it is
+        // at most the sum of the suffixes up to it, all in the page (whose size is an int32), which
+        // also keeps every length within a uint32_t.
+        std::vector<int64_t> lengths, suffixes;
+        decode_delta_binary_packed(in, count, lengths, "the DELTA_BYTE_ARRAY prefix lengths");
         decode_delta_binary_packed(in, count, suffixes, "the DELTA_BYTE_ARRAY suffix lengths");
-        // Each value is the previous one's first `prefix` bytes and its own suffix.
-        std::vector<size_t> ends(count);
-        rebuilt.clear();
-        size_t previous_start = 0, previous_size = 0;
+        prefixes.reserve(count);
+        values.reserve(count);
+        size_t previous_size = 0;
         for (size_t i = 0; i < count; ++i) {
-          if (prefixes[i] < 0 || suffixes[i] < 0 || size_t(prefixes[i]) > previous_size)
-            throw Corrupt{"value " + std::to_string(i) + " has a prefix of " + std::to_string(prefixes[i]) +
-                          " bytes of a previous value of " + std::to_string(previous_size)};
+          if (lengths[i] < 0 || uint64_t(lengths[i]) > previous_size)
+            throw Corrupt{"DELTA_BYTE_ARRAY value " + std::to_string(i) + " has a prefix of " +
+                          std::to_string(lengths[i]) + " bytes where the value before it has " +
+                          std::to_string(previous_size) + " (a prefix is part of the value before it)"};
+          if (suffixes[i] < 0)
+            throw Corrupt{"DELTA_BYTE_ARRAY value " + std::to_string(i) + " has a negative suffix length"};
           in.need(size_t(suffixes[i]), "a DELTA_BYTE_ARRAY suffix");
-          const size_t start = rebuilt.size(), prefix = size_t(prefixes[i]);
-          // Shared prefixes expand a page some times over; a file built to expand it by orders of
-          // magnitude (20,000 copies of one 1 MB value) must not allocate gigabytes. The bound is
-          // the page's stored bytes, which the file holds, not its uncompressed size, which a
-          // forged header inflates up to believed_unpacked_bytes of them.
-          const size_t limit = std::max<size_t>(size_t(64) << 20, 64 * page_stored_bytes);
-          if (start + prefix + size_t(suffixes[i]) > limit)
-            throw Corrupt{"its DELTA_BYTE_ARRAY values rebuild to more than " + std::to_string(limit >> 20) +
-                          " MiB (64 times the page's stored bytes, at least 64 MiB)"};
-          rebuilt.resize(start + prefix);  // may move the bytes: copy from data() after it
-          if (prefix) std::memcpy(rebuilt.data() + start, rebuilt.data() + previous_start, prefix);
-          rebuilt.insert(rebuilt.end(), in.p, in.p + suffixes[i]);
+          prefixes.push_back(uint32_t(lengths[i]));
+          values.emplace_back(reinterpret_cast<const char*>(in.p), size_t(suffixes[i]));
           in.p += suffixes[i];
-          previous_start = start;
-          previous_size = rebuilt.size() - start;
-          ends[i] = rebuilt.size();
+          previous_size = size_t(lengths[i]) + size_t(suffixes[i]);
         }
-        for (size_t i = 0, start = 0; i < count; start = ends[i++])
-          out.emplace_back(reinterpret_cast<const char*>(rebuilt.data()) + start, ends[i] - start);
         return;
       }
       default:
         throw Corrupt{"its values are " + encoding_name(encoding) +
                       "-encoded, which a string column cannot be"};
     }
+  }
+
+  // The size of the page's value `v`, without rebuilding it.
+  size_t value_size(size_t v) const { return values[v].size() + (prefixes.empty() ? 0 : prefixes[v]); }
+
+  // The page's next value: a DELTA_BYTE_ARRAY one rebuilt from the one before it (valid until the
+  // next is taken), any other a view into the page or the dictionary.
+  std::string_view take_value() {
+    const std::string_view v = values[value];
+    if (prefixes.empty()) {
+      ++value;
+      return v;
+    }
+    rebuilt.resize(prefixes[value++]);  // at most its size: never moves the bytes kept
+    rebuilt.append(v);
+    return rebuilt;
   }
 
   // Values of a non-string leaf (a Json column's numbers and booleans) of `encoding` from `in`:
@@ -1141,7 +1168,7 @@ struct LeafReader {
     try {
       const Bytes in{dictionary_bytes.data(), dictionary_bytes.data() + dictionary_bytes.size()};
       if (type == kByteArray)
-        decode_values(in, kPlain, size_t(h.num_values), dictionary);
+        decode_plain(in, size_t(h.num_values), dictionary);
       else
         decode_scalars(in, kPlain, size_t(h.num_values), dictionary_scalars);
     } catch (const Corrupt& c) {
@@ -1159,7 +1186,6 @@ struct LeafReader {
 
   void load_data_page(const PageHeader& h, uint64_t body_at) {
     const std::vector<uint8_t> stored = read_page_body(h, body_at);
-    page_stored_bytes = stored.size();
     const size_t n = size_t(h.num_values);
     Bytes in{nullptr, nullptr};
     // Levels: v2 stores them uncompressed before the values, with their sizes in the header; v1
@@ -1210,7 +1236,7 @@ struct LeafReader {
     if (max_rep > 0 && n > 0 && reps[0] != 0 && chunk_values_left + h.num_values == chunk().num_values)
       throw Corrupt{"the column chunk's first value continues a row"};
     if (type == kByteArray)
-      decode_values(in, h.encoding, present, values);
+      decode_values(in, h.encoding, present);
     else
       decode_scalars(in, h.encoding, present, scalars);
     entries = n;
@@ -1232,7 +1258,7 @@ struct LeafReader {
   }
   struct Entry {
     int rep, def;
-    std::string_view value;  // a string leaf's; valid until the next page loads; empty where def < max_def
+    std::string_view value;  // a string leaf's, valid until the next take(); empty where def < max_def
     const nlohmann::ordered_json* scalar = nullptr;  // another leaf's, where def == max_def
   };
   Entry take() {
@@ -1241,7 +1267,7 @@ struct LeafReader {
       if (value >= (type == kByteArray ? values.size() : scalars.size()))
         fail_page("it holds fewer values than its definition levels say");
       if (type == kByteArray)
-        e.value = values[value++];
+        e.value = take_value();
       else
         e.scalar = &scalars[value++];
     }
@@ -1275,7 +1301,7 @@ struct LeafReader {
       if (type == kByteArray) {
         uint64_t bytes = 0;  // of the values these entries copy (take() names a page short of values)
         for (size_t k = entry, v = value; k < end && v < values.size(); ++k)
-          if (max_def == 0 || defs[k] == uint32_t(max_def)) bytes += values[v++].size();
+          if (max_def == 0 || defs[k] == uint32_t(max_def)) bytes += value_size(v++);
         if (bytes > budget.bytes)
           file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
                      std::to_string(page_offset) + ": row " + std::to_string(budget.row + 1) + ": " +
