@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "data_test_util.h"
 
@@ -20,6 +21,23 @@ std::string hex(const std::string& s) {
     out += d[c & 15];
   }
   return out;
+}
+
+// Python's answer for each case: `body` (lines of a loop over `l`, a case's hex, printing 'x' + the
+// result's hex and a count) run over the cases; one istringstream of "x<hex> <count>" lines.
+std::istringstream python_over(const std::vector<std::string>& cases, const std::string& name,
+                               const std::string& body) {
+  auto dir = temp_dir(name);
+  std::string input;
+  for (auto& c : cases) input += hex(c) + "\n";
+  write_file(dir / "in.txt", input);
+  std::string out;
+  EXPECT_EQ(run_command("python3 -c \"import json, sys\nfor l in open(sys.argv[1]):\n" + body + "\" " +
+                            (dir / "in.txt").string(),
+                        &out),
+            0)
+      << out;
+  return std::istringstream(out);
 }
 
 TEST(Utf8, RepairMatchesPython) {
@@ -37,19 +55,10 @@ TEST(Utf8, RepairMatchesPython) {
     for (int k = rng() % 4; k > 0; --k) s += char(rng() % 256);
     cases.push_back(s);
   }
-  auto dir = temp_dir("utf8");
-  std::string input;
-  for (auto& c : cases) input += hex(c) + "\n";
-  write_file(dir / "in.txt", input);
-  std::string out;
-  ASSERT_EQ(run_command("python3 -c \"import sys\nfor l in open(sys.argv[1]):\n"
-                        "  b=bytes.fromhex(l.strip()); s=b.decode('utf-8','replace')\n"
-                        "  print('x'+s.encode().hex(), s.count(chr(0xfffd)) - b.count(bytes([0xef,0xbf,0xbd])))\" " +
-                            (dir / "in.txt").string(),
-                        &out),
-            0)
-      << out;
-  std::istringstream lines(out);
+  std::istringstream lines =
+      python_over(cases, "utf8",
+                  "  b=bytes.fromhex(l.strip()); s=b.decode('utf-8','replace')\n"
+                  "  print('x'+s.encode().hex(), s.count(chr(0xfffd)) - b.count(bytes([0xef,0xbf,0xbd])))");
   for (auto& c : cases) {
     std::string want_hex;
     size_t want_count = 0;
@@ -78,21 +87,12 @@ TEST(Utf8, UnpairedSurrogateEscapesMatchPython) {
     for (int k = rng() % 8; k > 0; --k) s += pieces[rng() % std::size(pieces)];
     cases.push_back(s + "\"");
   }
-  auto dir = temp_dir("utf8_surrogates");
-  std::string input;
-  for (auto& c : cases) input += hex(c) + "\n";
-  write_file(dir / "in.txt", input);
-  std::string out;
-  ASSERT_EQ(run_command("python3 -c \"import json, sys\nfor l in open(sys.argv[1]):\n"
-                        "  s=json.loads(bytes.fromhex(l.strip()).decode())\n"
-                        "  lone=sum(0xD800 <= ord(c) <= 0xDFFF for c in s)\n"
-                        "  s=''.join(chr(0xfffd) if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)\n"
-                        "  print('x'+s.encode().hex(), lone)\" " +
-                            (dir / "in.txt").string(),
-                        &out),
-            0)
-      << out;
-  std::istringstream lines(out);
+  std::istringstream lines =
+      python_over(cases, "utf8_surrogates",
+                  "  s=json.loads(bytes.fromhex(l.strip()).decode())\n"
+                  "  lone=sum(0xD800 <= ord(c) <= 0xDFFF for c in s)\n"
+                  "  s=''.join(chr(0xfffd) if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)\n"
+                  "  print('x'+s.encode().hex(), lone)");
   for (std::string c : cases) {
     std::string want_hex;
     size_t want_count = 0;

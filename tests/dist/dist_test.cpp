@@ -950,6 +950,27 @@ TEST(DataParallelFaults, AHungRankTimesOutNamingTheCollective) {
   for (pid_t r : ranks) EXPECT_FALSE(running(r)) << "rank process " << r << " outlived the job";
 }
 
+// The job stopped by `signal` exits 0 (mpirun too), its log says where, and its newest checkpoint is
+// the step its last record reached, written by every rank.
+void expect_a_clean_stop(BackgroundJob& job, const std::string& signal, std::string* log = nullptr) {
+  const int rc = job.wait_exit(120);
+  const std::string out = read_file(job.log);
+  if (log) *log = out;
+  EXPECT_EQ(rc, 0) << out;
+  // The step boundary's line (a save, or the one a background save already writes).
+  EXPECT_TRUE(out.find("received " + signal + ": saving a checkpoint at step") != std::string::npos ||
+              out.find("received " + signal + " at step") != std::string::npos)
+      << out;
+  auto records = read_metrics(job.dump);
+  ASSERT_FALSE(records.empty());
+  const int64_t reached = records.rbegin()->first;
+  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
+  ASSERT_EQ(ckpt.latest_step(), reached) << out;
+  const nlohmann::json state = ckpt.load(reached).train_state;
+  EXPECT_EQ(state["step"].get<int64_t>(), reached);
+  EXPECT_EQ(state["world_size"].get<int>(), 2);
+}
+
 // SIGTERM to the ranks (as `scancel --signal=TERM` or a forwarding launcher delivers it): they agree
 // on one step, save one checkpoint there and exit 0. (A signal taken by a computing thread used to
 // corrupt the heap inside oneDNN's JIT GEMM in ~4 runs of 10: see StopSignals in trainer.cpp.)
@@ -961,19 +982,7 @@ void sigterm_saves_the_step_reached(BackgroundJob& job) {
   kill(ranks[0], SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   kill(ranks[1], SIGTERM);
-  const int rc = job.wait_exit(120);
-  const std::string out = read_file(job.log);
-  EXPECT_EQ(rc, 0) << out;
-  // The step boundary's line (a save, or the one a background save already writes).
-  EXPECT_TRUE(out.find("received SIGTERM: saving a checkpoint at step") != std::string::npos ||
-              out.find("received SIGTERM at step") != std::string::npos)
-      << out;
-  auto records = read_metrics(job.dump);
-  ASSERT_FALSE(records.empty());
-  const int64_t reached = records.rbegin()->first;
-  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
-  ASSERT_EQ(ckpt.latest_step(), reached) << out;
-  EXPECT_EQ(ckpt.load(reached).train_state["step"].get<int64_t>(), reached);
+  expect_a_clean_stop(job, "SIGTERM");
 }
 
 // SIGUSR1 to mpirun itself, which forwards it to every rank at once (a SIGTERM to mpirun reaches
@@ -984,23 +993,13 @@ TEST(DataParallelFaults, Sigusr1ToMpirunStopsEveryRankWithACheckpoint) {
   ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
   const pid_t mpirun = job.mpirun;
   ASSERT_EQ(kill(mpirun, SIGUSR1), 0);
-  const int rc = job.wait_exit(120);
-  const std::string out = read_file(job.log);
-  EXPECT_EQ(rc, 0) << out;
+  std::string out;
+  expect_a_clean_stop(job, "SIGUSR1", &out);
   EXPECT_NE(out.find("stopping: `kill -USR1 " + std::to_string(mpirun) +
-                     "` (mpirun forwards SIGUSR1 "
-                     "to every rank) stops the job at its next step with a checkpoint"),
+                     "` (mpirun forwards SIGUSR1 to every rank) stops the job at its next step with a "
+                     "checkpoint"),
             std::string::npos)
       << out;
-  EXPECT_TRUE(out.find("received SIGUSR1: saving a checkpoint at step") != std::string::npos ||
-              out.find("received SIGUSR1 at step") != std::string::npos)
-      << out;
-  auto records = read_metrics(job.dump);
-  ASSERT_FALSE(records.empty());
-  const int64_t reached = records.rbegin()->first;
-  train::CheckpointManager ckpt(job.dump / "checkpoint", 0);
-  ASSERT_EQ(ckpt.latest_step(), reached) << out;
-  EXPECT_EQ(ckpt.load(reached).train_state["world_size"].get<int>(), 2);
 }
 
 TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
