@@ -931,6 +931,20 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(out.find("loss"), std::string::npos) << "evaluated before refusing:\n" << out;
     EXPECT_EQ(read_file(step2 / "manifest.json"), manifest);
   }
+  {  // nor over the data it evaluates
+    const fs::path data = a / "held_out.jsonl";
+    std::ofstream(data) << "{\"text\": \"A held-out document.\"}\n";
+    std::string out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, job)) +
+                                  " --validation.dataset_path=" + data.string() + " --json " + data.string(),
+                              &out),
+              1);
+    EXPECT_NE(out.find("titan eval --json: '" + data.string() + "' is the input '" + data.string() + "'"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
+  }
   // A checkpoint of another model than the job's (its model_config says another norm eps): the
   // error names what chose it.
   const fs::path other = tt::temp_dir("trainer_eval_other"), other_step = other / "checkpoint" / "step-2";

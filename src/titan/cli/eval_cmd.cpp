@@ -8,6 +8,7 @@
 #include "titan/io/atomic_file.h"
 #include "titan/io/path_guard.h"
 #include "titan/train/evaluate.h"
+#include "titan/train/job_config.h"
 
 namespace titan::cli {
 namespace {
@@ -26,8 +27,12 @@ int eval_main(int argc, char** argv) {
     return 0;
   }
   if (a.own.count("json")) {  // checked before the evaluation, not found out after it
+    const train::JobConfig config = train::load_job_config(a.config, a.overrides);
     std::vector<std::filesystem::path> inputs = {a.config};
-    if (a.own.count("checkpoint")) inputs.push_back(a.own["checkpoint"]);
+    for (const std::string& path :
+         {a.own.count("checkpoint") ? a.own["checkpoint"] : std::string(), config.validation.dataset_path,
+          config.training.dataset_path, config.model.hf_assets_path})
+      if (!path.empty()) inputs.push_back(path);
     io::check_output_file(a.own["json"], inputs, "titan eval --json");
   }
   LaunchedJob job = launch_job(a);

@@ -659,7 +659,7 @@ int generate_main(int argc, char** argv) {
           "of its logits, before any processor or sampling setting), as \"logprobs\"")
       .flag("json",
             "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
-  p.may_be_empty("system");  // an empty system turn is rendered, unlike none
+  p.may_be_empty("system").may_be_empty("prompt");  // empty turns render, unlike none (--chat)
   if (!p.parse(argc, argv)) return 0;
 
   const std::string device_text = p.get("device");

@@ -720,7 +720,12 @@ bool Tokenizer::has_id(int32_t id) const {
 size_t Tokenizer::settled_length(std::string_view decoded) const {
   static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
   if (decoded.ends_with(kReplacement)) return 0;  // the stream waits for the character's next bytes
-  return impl_->cleanup_spaces ? std::min(decoded.size(), decoded.rfind(' ')) : decoded.size();
+  if (!impl_->cleanup_spaces) return decoded.size();
+  // Every rule starts at a space: what comes before the last one stays. A trailing apostrophe too
+  // may be the rest of " ' " -> "'", which " ." or " ," (applied first) takes the space from when the
+  // next id brings the stop: "a ' " decodes to "a'", "a ' ." to "a '.".
+  const size_t last_space = std::min(decoded.size(), decoded.rfind(' '));
+  return last_space == decoded.size() && decoded.ends_with('\'') ? decoded.size() - 1 : last_space;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {

@@ -196,15 +196,17 @@ std::string start_identity(const Checkpointer& checkpointer, const ResolvedJob& 
       files = {job.initial_native / "manifest.json"};
     } else if (!job.initial_hf.empty()) {
       text = "weights: " + job.initial_hf.string() + "\n";
-      for (const fs::directory_entry& e : fs::directory_iterator(job.initial_hf))
-        if (e.is_regular_file() &&
-            (e.path().extension() == ".safetensors" || e.path().filename() == "config.json" ||
-             e.path().filename() == io::kHfIndexFile))
-          files.push_back(e.path());
-      std::sort(files.begin(), files.end());
+      // The files the weights load from (model.safetensors, or the index's shards), and their config.
+      for (const fs::path& f : {job.initial_hf / "config.json", job.initial_hf / io::kHfIndexFile})
+        if (fs::exists(f)) files.push_back(f);
+      const io::HfCheckpoint weights = io::HfCheckpoint::open(job.initial_hf);  // held: files() is its member
+      for (const io::SafetensorsFile& f : weights.files()) files.push_back(f.path());
     }
-    files.push_back(fs::is_directory(job.tokenizer_path) ? job.tokenizer_path / "tokenizer.json"
-                                                         : job.tokenizer_path);
+    // The tokenizer, and its config (special tokens, chat template, decoding).
+    const fs::path tokenizer =
+        fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
+    files.push_back(tokenizer / "tokenizer.json");
+    if (fs::exists(tokenizer / "tokenizer_config.json")) files.push_back(tokenizer / "tokenizer_config.json");
     // By name and content: a copy on each host may lie in another folder.
     for (nlohmann::json file : data::dataset_identity(files)) {
       file["path"] = fs::path(file["path"].get<std::string>()).filename().string();
