@@ -815,10 +815,10 @@ namespace {
 
 // ---- hand-crafted Parquet files (tests/fixtures/parquet_crafted/README.md) -----------------------
 
-fs::path crafted(const std::string& name) {
-  const fs::path src = fixtures_dir() / "parquet_crafted" / name;
+// A fixture file as it is, or one stored gzip-compressed (NAME.gz) unpacked into a temporary folder.
+fs::path unpacked(const fs::path& src) {
   if (src.extension() != ".gz") return src;
-  const fs::path out = temp_dir("parquet_crafted_" + src.stem().stem().string()) / src.stem();
+  const fs::path out = temp_dir("crafted_" + src.stem().stem().string()) / src.stem();
   gzFile in = gzopen(src.c_str(), "rb");
   std::string bytes;
   char buf[1 << 16];
@@ -826,6 +826,10 @@ fs::path crafted(const std::string& name) {
   gzclose(in);
   write_file(out, bytes);
   return out;
+}
+
+fs::path crafted(const std::string& name) {
+  return unpacked(fixtures_dir() / "parquet_crafted" / name);
 }
 
 std::vector<json> json_rows(const fs::path& file, const std::string& column, uint64_t from = 0) {
@@ -909,6 +913,26 @@ TEST(Parquet, ForgedSizesAreRefusedBeforeTheyAreAllocated) {
          "row");
 }
 
+// Data past believed_unpacked_bytes (proven by counting) is held to kMaxCountedBytes for a column's row
+// group: pages_past_budget's struct column has three leaves whose one page each is 2 GiB of "x" in a
+// 64 KiB zstd frame (each alone a valid page, at most 2^31 - 1 bytes), 6 GiB at once from 200 KB,
+// which were counted and allocated one after the other. Refused from the page headers before any
+// page is decoded, naming the file, the column, the row group and the rule; the process peaks at
+// 16 MiB.
+TEST(Parquet, PagesPastTheCountedBudgetOfARowGroupAreRefusedBeforeTheyAreDecoded) {
+  static_assert(3 * (uint64_t(1) << 31) - 3 * 16322 > kMaxCountedBytes);
+  const std::string e = error_of([&] { json_rows(crafted("pages_past_budget.parquet.gz"), "m"); });
+  EXPECT_NE(e.find("pages_past_budget.parquet: column 'm', row group 0: the first pages of its leaves 'm.a', "
+                   "'m.b', 'm.c' claim 6442402056 bytes uncompressed, each past 1024 times its stored bytes "
+                   "plus 1 MiB: " +
+                   past_counted_bytes("row group")),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("more than the 4 GiB titan decodes past that ratio at once for one row group of a column"),
+            std::string::npos)
+      << e;
+}
+
 // The document of the crafted files of one document repeated (make.py, craft.js): 64 KiB of numbered
 // lines.
 std::string repeated_document() {
@@ -984,6 +1008,67 @@ TEST(Parquet, DeltaByteArrayPageOfOneDocumentRepeatedReadsRowByRow) {
     EXPECT_TRUE(got == value) << "row " << 19998 + i << " is " << got.size() << " bytes";
   }
   EXPECT_FALSE(c.next(got, null));
+}
+
+// The rows of dba_distinct.parquet (make.py builds the same): distinct values sharing prefixes of
+// every length with the value before them (none, a few bytes, all of it), nulls between them.
+std::optional<std::string> distinct_text(int i) {
+  static const std::string letters = "abcdefghijklmnopqrstuvwxyz";
+  if (i % 13 == 6) return std::nullopt;
+  if (i % 10 == 3) return std::to_string(i) + " other";
+  char number[16];
+  std::snprintf(number, sizeof number, "%04d", i / 2);
+  return "doc " + std::string(number) + " " + letters.substr(0, size_t(i * 7 % 27));
+}
+json distinct_messages(int i) {
+  static const std::string letters = "abcdefghijklmnopqrstuvwxyz";
+  if (i % 17 == 4) return nullptr;
+  json out = json::array();
+  if (i % 11 == 8) return out;
+  for (int j = 0; j < 1 + i % 3; ++j) {
+    if ((i + j) % 13 == 9) {
+      out.push_back(nullptr);
+      continue;
+    }
+    char head[32];
+    std::snprintf(head, sizeof head, "msg %04d.%d ", i, j);
+    json content =
+        (i + j) % 7 == 5 ? json(nullptr) : json(head + letters.substr(0, size_t((i * 5 + j * 3) % 27)));
+    out.push_back({{"role", j % 2 == 0 ? "user" : "assistant"}, {"content", content}});
+  }
+  return out;
+}
+
+// A seek into the middle of a DELTA_BYTE_ARRAY page rebuilds every value it passes over: each value
+// is the start of the one before it and its own suffix, so the first one read after the seek is only
+// right when those before it were. dba_distinct.parquet's values are distinct, each sharing 0 to all
+// of the value before it (every value of a page of one document repeated is the same, so any value
+// kept passes there): 240 rows in two v1 pages per column, of a flat optional text column and of a
+// list of {role, content} structs (two DELTA_BYTE_ARRAY leaves), read whole and from rows in the middle
+// of either page, at its edges and past the first page (passed over by its header).
+TEST(Parquet, DeltaByteArraySeekIntoAPageOfDistinctValues) {
+  const fs::path file = crafted("dba_distinct.parquet");
+  constexpr int kRows = 240;
+  std::vector<std::optional<std::string>> texts;
+  std::vector<json> messages;
+  for (int i = 0; i < kRows; ++i) {
+    texts.push_back(distinct_text(i));
+    messages.push_back(distinct_messages(i));
+  }
+  ParquetColumn text(file, "text");
+  ASSERT_EQ(text.rows(), uint64_t(kRows));
+  const std::vector<std::optional<std::string>> full = read_column(text);
+  ASSERT_EQ(full, texts);
+  EXPECT_EQ(text.layout().encodings, std::set<std::string>{"DELTA_BYTE_ARRAY"});
+  EXPECT_EQ(text.layout().v1_pages, 2u);
+  EXPECT_EQ(json_rows(file, "messages"), messages);
+  for (const int from : {1, 2, 37, 59, 60, 61, 119, 120, 121, 173, 200, 239}) {
+    SCOPED_TRACE("from row " + std::to_string(from));
+    text.seek(uint64_t(from));
+    EXPECT_EQ(read_column(text), std::vector<std::optional<std::string>>(full.begin() + from, full.end()));
+    EXPECT_EQ(json_rows(file, "messages", uint64_t(from)),
+              std::vector<json>(messages.begin() + from, messages.end()));
+  }
 }
 
 // A row that names one 1 MiB string 1025 times (a Parquet dictionary entry, or DELTA_BYTE_ARRAY values
@@ -1113,6 +1198,61 @@ TEST(Arrow, BufferOfOneDocumentRepeatedPastAThousandToOneReads) {
   expect_repeated_document(c);
 }
 
+// A compressed buffer declaring more than its batch is believed to unpack to is held to what its
+// array needs (a data buffer to the bytes its offsets reach), and a batch's such buffers to
+// kMaxCountedBytes, before anything is counted: buffer_past_need's data buffer declares 64 GiB for
+// one row of 2 bytes, and buffer_past_budget's offsets 4 GiB + 4 bytes for 2^30 empty strings (what
+// they need), both in zstd frames that really decode to it, from 2 MB and 130 KB: they were counted
+// and allocated (64 GiB, zero-filled, is past any host). Refused naming the file, batch, column, buffer
+// and rule; the process peaks at 20 MiB.
+TEST(Arrow, BuffersPastWhatTheirArrayNeedsOrTheBudgetAreRefusedBeforeTheyAreCounted) {
+  auto error = [](const std::string& name) {
+    return error_of([&] {
+      ArrowColumn c(unpacked(fixtures_dir() / "arrow_crafted" / name), "text");
+      std::string value;
+      bool null = false;
+      c.next(value, null);
+    });
+  };
+  const std::string past =
+      " bytes, past what the batch's body is believed to unpack to (1024 times it plus 1 MiB)";
+  std::string e = error("buffer_past_need.arrow.gz");
+  EXPECT_NE(
+      e.find("buffer_past_need.arrow: record batch 0: column 'text': the data buffer of 'text': a zstd "
+             "buffer declares 68719476736" +
+             past + ", and more than the 64 its array needs (the 2 bytes its offsets reach, padded to 64)"),
+      std::string::npos)
+      << e;
+  e = error("buffer_past_budget.arrow.gz");
+  EXPECT_NE(
+      e.find("buffer_past_budget.arrow: record batch 0: column 'text': the offsets buffer of 'text': a zstd "
+             "buffer declares 4294967300" +
+             past + "; with the 0 bytes past that ratio its column holds already, that is " +
+             past_counted_bytes("record batch")),
+      std::string::npos)
+      << e;
+  EXPECT_NE(
+      e.find("more than the 4 GiB titan decodes past that ratio at once for one record batch of a column"),
+      std::string::npos)
+      << e;
+  // Within them, a length is still proven by its data: repeated_zstd's 64 MiB data buffer (what its
+  // offsets reach) declared 1 byte short is counted until past it.
+  std::string data = read_file(fixtures_dir() / "arrow_crafted" / "repeated_zstd.arrow");
+  const std::string zstd_magic("\x28\xb5\x2f\xfd", 4);
+  const size_t frame = data.find(zstd_magic, data.find(zstd_magic) + 1);
+  ASSERT_NE(frame, std::string::npos);
+  const int64_t short_length = (int64_t(64) << 20) - 1;
+  data.replace(frame - 8, 8, reinterpret_cast<const char*>(&short_length), 8);
+  const fs::path file = temp_dir("arrow_past_need") / "repeated_zstd_short.arrow";
+  write_file(file, data);
+  e = error_of([&] { arrow_rows(file, "text"); });
+  EXPECT_NE(
+      e.find("repeated_zstd_short.arrow: record batch 0: column 'text': the data buffer of 'text': a zstd "
+             "buffer holds more than the 67108863 it declares"),
+      std::string::npos)
+      << e;
+}
+
 // Compressed buffers whose data or stored length is wrong are errors naming the file, the batch,
 // the column and the fault, before a byte is trusted: a forged length of 2^40 claims nothing (its
 // data is counted, not allocated), a
@@ -1141,8 +1281,13 @@ TEST(Arrow, CompressedBuffersThatLieAreErrors) {
         << e;
     for (const std::string& part : parts) EXPECT_NE(e.find(part), std::string::npos) << e;
   };
-  expect(altered("view_zstd.arrow", zstd_magic, -8, length(int64_t(1) << 40)),
-         {"a zstd buffer holds 2000 bytes, not the 1099511627776 it declares"});
+  expect(
+      altered("view_zstd.arrow", zstd_magic, -8, length(int64_t(1) << 40)),
+      {"the values buffer of 'id': a zstd buffer declares 1099511627776 bytes, past what the batch's body is "
+       "believed to unpack to (1024 times it plus 1 MiB), and more than the 2048 its array needs (250 values "
+       "of 8 bytes, padded to 64)"});
+  expect(altered("view_zstd.arrow", zstd_magic, -8, length(3000)),
+         {"a zstd buffer holds 2000 bytes, not the 3000 it declares"});
   expect(altered("view_zstd.arrow", zstd_magic, 6, std::string(8, '\xff')), {"zstd"});
   expect(altered("view_lz4.arrow", lz4_magic, 4, std::string(4, '\x7f')), {"its LZ4 frame is corrupt: "});
   expect(altered("view_lz4.arrow", lz4_magic, -8, length(3)),

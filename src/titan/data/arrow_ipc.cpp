@@ -25,6 +25,10 @@ namespace {
 struct Corrupt {
   std::string what;
 };
+// Something in the file breaks a limit titan holds every file to (table_file.h).
+struct Refused {
+  std::string what;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Flatbuffers (the encoding of every message's metadata), read with bounds checks.
@@ -332,6 +336,81 @@ struct Array {
     for (const Array& c : children) c.check();
   }
 
+  // What buffer k needs at most for the array's values, from its buffers before it (a data buffer: the
+  // bytes its offsets reach, or its views name), padded to 64 bytes as writers may pad it; and how it
+  // is counted, for messages. No bound (UINT64_MAX) for a type whose size the reader does not know.
+  struct Need {
+    uint64_t bytes;
+    std::string what;
+  };
+  std::vector<uint64_t> view_ends;  // of each variadic data buffer, the end of the bytes a view names
+  Need need(size_t k, size_t buffer_count) {
+    const uint64_t n = uint64_t(std::clamp<int64_t>(length, 0, int64_t(1) << 32));  // check() refuses more
+    const auto padded = [](uint64_t bytes, const std::string& what) {
+      return Need{(bytes + 63) / 64 * 64, what + ", padded to 64"};
+    };
+    const std::string values = std::to_string(n) + " values";
+    if (k == 0) return padded((n + 7) / 8, "a validity bit for each of its " + values);
+    const bool large = field->type == kLargeUtf8 || field->type == kLargeList;
+    const uint64_t width = large ? 8 : 4;
+    switch (field->type) {
+      case kInt:
+      case kFloatingPoint:
+        return padded(n * uint64_t(field->bit_width / 8),
+                      values + " of " + std::to_string(field->bit_width / 8) + " bytes");
+      case kBool:
+        return padded((n + 7) / 8, "a bit for each of its " + values);
+      case kList:
+      case kLargeList:
+        return padded((n + 1) * width, "the offsets of its " + values);
+      case kUtf8:
+      case kLargeUtf8: {
+        if (k == 1) return padded((n + 1) * width, "the offsets of its " + values);
+        uint64_t end = 0;  // what the last offset reaches (short offsets reach nothing: check() names them)
+        if (n > 0 && buffers[1].size() >= (n + 1) * width)
+          end = uint64_t(std::max<int64_t>(range(int64_t(n) - 1, large).second, 0));
+        return padded(end, "the " + std::to_string(end) + " bytes its offsets reach");
+      }
+      case kUtf8View: {
+        if (k == 1) return padded(n * 16, "the 16-byte views of its " + values);
+        if (view_ends.empty()) {
+          // Null views may hold anything (which only loosens the bound), and are passed over where
+          // the validity bits are at hand.
+          view_ends.assign(buffer_count - 2, 0);
+          const bool bits = null_count > 0 && buffers[0].size() >= (n + 7) / 8;
+          for (uint64_t i = 0; i < std::min<uint64_t>(n, buffers[1].size() / 16); ++i) {
+            if (bits && !valid(int64_t(i))) continue;
+            const int32_t size = at<int32_t>(1, int64_t(4 * i)), index = at<int32_t>(1, int64_t(4 * i + 2)),
+                          offset = at<int32_t>(1, int64_t(4 * i + 3));
+            if (size > 12 && index >= 0 && size_t(index) < view_ends.size() && offset >= 0)
+              view_ends[size_t(index)] =
+                  std::max(view_ends[size_t(index)], uint64_t(offset) + uint64_t(size));
+          }
+        }
+        return padded(view_ends[k - 2],
+                      "the " + std::to_string(view_ends[k - 2]) + " bytes its views name in it");
+      }
+      default:
+        return {UINT64_MAX, ""};
+    }
+  }
+  // Buffer k's name, for messages.
+  std::string buffer_name(size_t k) const {
+    if (k == 0) return "validity buffer";
+    switch (field->type) {
+      case kUtf8:
+      case kLargeUtf8:
+        return k == 1 ? "offsets buffer" : "data buffer";
+      case kList:
+      case kLargeList:
+        return "offsets buffer";
+      case kUtf8View:
+        return k == 1 ? "views buffer" : "data buffer " + std::to_string(k - 2);
+      default:
+        return "values buffer";
+    }
+  }
+
   std::string_view string(int64_t i) const {
     if (field->type == kUtf8View) {
       const char* view = reinterpret_cast<const char*>(buffers[1].data()) + 16 * i;
@@ -469,11 +548,14 @@ uint64_t lz4_frame(const uint8_t* src, size_t n, uint8_t* dst, uint64_t capacity
 // would not shrink uncompressed). `budget` is what the batch's buffers may still unpack to before
 // anything proves it (the caller's believed_unpacked_bytes of its body, which buffers sharing their
 // bytes cannot multiply): a declared length within it is allocated and decoded at once and taken
-// from it, a longer one only once the data, decoded and counted through a small buffer, proves it
-// (table_file.h says why), so a forged length claims no memory its data does not decode to. The
-// data must decompress to exactly the declared length.
-std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored,
-                                       uint64_t& budget) {
+// from it. A longer one is held to what its array needs (`need()`, where its type tells), and with
+// the batch's other such buffers (`counted`) to kMaxCountedBytes, and then allocated only once the
+// data, decoded and counted through a small buffer, proves it (table_file.h says why), so a forged
+// length claims no memory its data does not decode to, nor more than its array can use. The data
+// must decompress to exactly the declared length.
+template <class NeedFn>
+std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_t>& stored, uint64_t& budget,
+                                       uint64_t& counted, NeedFn&& need) {
   if (stored.empty()) return {};
   if (stored.size() < 8) throw Corrupt{"a compressed buffer shorter than its 8-byte length"};
   int64_t declared;
@@ -496,16 +578,31 @@ std::vector<uint8_t> decompress_buffer(BodyCodec codec, const std::vector<uint8_
                    (got > uint64_t(declared) ? "more than" : std::to_string(got) + " bytes, not") + " the " +
                    declared_bytes + " it declares" + wrong_length};
   };
+  const char* name = codec == BodyCodec::kZstd ? "zstd" : "LZ4";
   if (uint64_t(declared) <= budget) {
     budget -= uint64_t(declared);
-  } else if (codec == BodyCodec::kZstd) {
-    std::string error;
-    const uint64_t got = zstd_decoded_size(src, n, uint64_t(declared), error);
-    if (!error.empty()) throw Corrupt{error + wrong_length};
-    if (got != uint64_t(declared)) throw holds("zstd", got);
   } else {
-    const uint64_t got = lz4_frame(src, n, nullptr, uint64_t(declared), declared_bytes, wrong_length);
-    if (got != uint64_t(declared)) throw holds("LZ4", got);
+    const std::string past = std::string("a ") + name + " buffer declares " + declared_bytes +
+                             " bytes, past what the batch's body is believed to unpack to (1024 times it "
+                             "plus 1 MiB)";
+    const Array::Need needed = need();
+    if (uint64_t(declared) > needed.bytes)
+      throw Corrupt{past + ", and more than the " + std::to_string(needed.bytes) + " its array needs (" +
+                    needed.what + ")" + wrong_length};
+    if (uint64_t(declared) > kMaxCountedBytes - counted)
+      throw Refused{past + "; with the " + std::to_string(counted) +
+                    " bytes past that ratio its column holds already, that is " +
+                    past_counted_bytes("record batch")};
+    if (codec == BodyCodec::kZstd) {
+      std::string error;
+      const uint64_t got = zstd_decoded_size(src, n, uint64_t(declared), error);
+      if (!error.empty()) throw Corrupt{error + wrong_length};
+      if (got != uint64_t(declared)) throw holds("zstd", got);
+    } else {
+      const uint64_t got = lz4_frame(src, n, nullptr, uint64_t(declared), declared_bytes, wrong_length);
+      if (got != uint64_t(declared)) throw holds("LZ4", got);
+    }
+    counted += uint64_t(declared);
   }
   if (declared == 0) return {};  // an empty buffer: its length alone (arrow-java writes no frame)
   std::vector<uint8_t> out(static_cast<size_t>(declared));
@@ -794,14 +891,16 @@ struct ArrowColumn::Impl {
     size_t node = 0;
     // What the column's buffers may take: their stored bytes, at most the batch's body (buffers that
     // share their bytes cannot multiply it), and unpacked, believed_unpacked_bytes of that unless
-    // their data proves more.
-    uint64_t stored = 0, unpack_budget = believed_unpacked_bytes(uint64_t(b.body_length));
-    auto build = [&](auto&& self, const FieldInfo& f) -> Array {
+    // their data proves more (`counted`: the bytes proven so).
+    uint64_t stored = 0, unpack_budget = believed_unpacked_bytes(uint64_t(b.body_length)), counted = 0;
+    auto build = [&](auto&& self, const FieldInfo& f, const std::string& path) -> Array {
       Array a;
       a.field = &f;
       a.length = b.nodes[node].first;
       a.null_count = b.nodes[node].second;
-      for (const Span& s : b.buffers[node]) {
+      const std::vector<Span>& spans = b.buffers[node];
+      for (size_t j = 0; j < spans.size(); ++j) {
+        const Span& s = spans[j];
         if (s.offset < 0 || s.length < 0 || uint64_t(s.offset) > size - b.body ||
             uint64_t(s.length) > size - b.body - uint64_t(s.offset))
           fail("record batch " + std::to_string(k) + ": column '" + column +
@@ -814,20 +913,26 @@ struct ArrowColumn::Impl {
         std::vector<uint8_t> bytes(size_t(s.length));
         read_at(b.body + uint64_t(s.offset), bytes.data(), bytes.size());
         if (b.codec != BodyCodec::kNone) {
+          const auto where = [&] {
+            return "record batch " + std::to_string(k) + ": column '" + column + "': the " +
+                   a.buffer_name(j) + " of '" + path + "': ";
+          };
           try {
-            bytes = decompress_buffer(b.codec, bytes, unpack_budget);
+            bytes = decompress_buffer(b.codec, bytes, unpack_budget, counted,
+                                      [&] { return a.need(j, spans.size()); });
           } catch (const Corrupt& c) {
-            fail("record batch " + std::to_string(k) + ": column '" + column + "': " + c.what +
-                 " (the file is corrupt or truncated)");
+            fail(where() + c.what + " (the file is corrupt or truncated)");
+          } catch (const Refused& r) {
+            fail(where() + r.what);
           }
         }
         a.buffers.push_back(std::move(bytes));
       }
       ++node;
-      for (const FieldInfo& c : f.children) a.children.push_back(self(self, c));
+      for (const FieldInfo& c : f.children) a.children.push_back(self(self, c, path + "." + c.name));
       return a;
     };
-    array = build(build, fields[field_index]);
+    array = build(build, fields[field_index], column);
     try {
       if (array.length < b.rows) throw Corrupt{"the column holds fewer values than the batch has rows"};
       array.check();

@@ -806,6 +806,10 @@ struct LeafReader {
   std::vector<std::string_view> dictionary;
   std::vector<nlohmann::ordered_json> dictionary_scalars;  // a non-string leaf's dictionary
   bool has_dictionary = false;
+  // The bytes the column's leaves hold past believed_unpacked_bytes (the column's count, shared), and
+  // this leaf's part of them: its page's and its dictionary's.
+  uint64_t* counted = nullptr;
+  uint64_t counted_page = 0, counted_dictionary = 0;
   uint64_t skip = 0;  // rows still to skip after a seek
 
   // The page being read.
@@ -820,9 +824,12 @@ struct LeafReader {
   size_t entries = 0, entry = 0, value = 0;
   uint64_t page_offset = 0;  // of the page's header, for errors
 
+  std::string where() const {
+    return "column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
+           std::to_string(page_offset);
+  }
   [[noreturn]] void fail_page(const std::string& what) const {
-    file->fail("column '" + name + "', row group " + std::to_string(group) + ", page at byte " +
-               std::to_string(page_offset) + ": " + what + " (the file is corrupt or truncated)");
+    file->fail(where() + ": " + what + " (the file is corrupt or truncated)");
   }
   const ChunkMeta& chunk() const { return file->meta.row_groups[group].columns[leaf]; }
 
@@ -830,6 +837,8 @@ struct LeafReader {
     group = g;
     entries = entry = value = 0;
     has_dictionary = false;
+    release(page_bytes, counted_page);
+    release(dictionary_bytes, counted_dictionary);
     skip = rows_to_skip;
     if (g >= file->meta.row_groups.size()) return;
     chunk_values_left = chunk().num_values;
@@ -841,20 +850,20 @@ struct LeafReader {
     layout->codecs.insert(codec_name(chunk().codec));
   }
 
-  // The header of the page at chunk_pos, and its size in bytes.
-  PageHeader read_header(size_t& header_bytes) {
+  // The header of the page at `at` (in the chunk), and its size in bytes.
+  PageHeader read_header(uint64_t at, size_t& header_bytes) {
     std::vector<uint8_t> buf;
     for (size_t want = 256;; want *= 4) {
-      const size_t n = size_t(std::min<uint64_t>(want, chunk_end - chunk_pos));
+      const size_t n = size_t(std::min<uint64_t>(want, chunk_end - at));
       buf.resize(n);
-      file->read_at(chunk_pos, buf.data(), n);
+      file->read_at(at, buf.data(), n);
       try {
         Thrift t(buf.data(), n);
         PageHeader h = read_page_header(t);
         header_bytes = t.consumed();
         return h;
       } catch (const NeedMore&) {
-        if (n == chunk_end - chunk_pos) fail_page("its header runs past the end of the column chunk");
+        if (n == chunk_end - at) fail_page("its header runs past the end of the column chunk");
       } catch (const Corrupt& c) {
         fail_page("its header is corrupt: " + c.what);
       }
@@ -872,11 +881,49 @@ struct LeafReader {
     return stored;
   }
 
-  // `stored` decompressed (from `from` on; bytes before it are copied as they are) into page_bytes.
-  // The header's size is checked before the page is allocated: believed up to
+  // What the page of header `h` claims past believed_unpacked_bytes of its stored bytes (to be counted,
+  // and held to kMaxCountedBytes with the column's other such pages), or 0.
+  uint64_t claim_past_belief(const PageHeader& h) const {
+    if (chunk().codec == kUncompressed || (h.type == kDataPageV2 && !h.values_compressed) ||
+        h.compressed_size < 0 || h.uncompressed_size < 0)
+      return 0;
+    const uint64_t size = uint64_t(h.uncompressed_size);
+    return size > believed_unpacked_bytes(uint64_t(h.compressed_size)) ? size : 0;
+  }
+
+  // The pages the row group's first row needs of this leaf (its dictionary and first data page):
+  // what they claim past believed_unpacked_bytes, from their headers, before anything is decoded.
+  uint64_t first_pages_claim() {
+    if (group >= file->meta.row_groups.size() || chunk_values_left == 0) return 0;
+    uint64_t claim = 0;
+    for (uint64_t at = chunk_pos; at < chunk_end;) {
+      page_offset = at;
+      size_t header_bytes = 0;
+      const PageHeader h = read_header(at, header_bytes);
+      claim += claim_past_belief(h);
+      if ((h.type != kIndexPage && h.type != kDictionaryPage) || h.compressed_size < 0) break;
+      at += header_bytes + uint64_t(h.compressed_size);
+    }
+    return claim;
+  }
+
+  // Frees `bytes` if they were counted past believed_unpacked_bytes (`charge` of them), taking them off
+  // the column's count.
+  void release(std::vector<uint8_t>& bytes, uint64_t& charge) {
+    if (charge == 0) return;
+    bytes = {};  // not cleared: its capacity is what was counted
+    *counted -= charge;
+    charge = 0;
+  }
+
+  // `stored` decompressed (from `from` on; bytes before it are copied as they are) into `out`, which
+  // `charge` counts. The header's size is checked before the page is allocated: believed up to
   // believed_unpacked_bytes of the stored bytes, past it only once the data, decoded and counted,
-  // proves it (table_file.h), and as far as the codec's own framing agrees.
-  void decompress_into_page(const std::vector<uint8_t>& stored, size_t from, bool compressed, int32_t size) {
+  // proves it (table_file.h) and the column holds no more than kMaxCountedBytes of such pages with it,
+  // and as far as the codec's own framing agrees.
+  void decompress_into(std::vector<uint8_t>& out, uint64_t& charge, const std::vector<uint8_t>& stored,
+                       size_t from, bool compressed, int32_t size) {
+    release(out, charge);
     if (from > stored.size() || from > size_t(size)) fail_page("its level bytes run past the page");
     const int codec = chunk().codec;
     const bool as_stored = !compressed || codec == kUncompressed;
@@ -888,9 +935,15 @@ struct LeafReader {
     if (!as_stored && !no_values) {
       const uint8_t* src = stored.data() + from;
       const size_t n = stored.size() - from, want = size_t(size) - from;
+      const bool past_belief = uint64_t(size) > believed_unpacked_bytes(stored.size());
+      if (past_belief && *counted + uint64_t(size) > kMaxCountedBytes)
+        file->fail(where() + ": its header says " + std::to_string(size) +
+                   " bytes uncompressed, past 1024 times its stored bytes plus 1 MiB; with the " +
+                   std::to_string(*counted) + " bytes past that ratio its column holds already, that is " +
+                   past_counted_bytes("row group"));
       try {
         check_declared_size(codec, src, n, want);
-        if (uint64_t(size) > believed_unpacked_bytes(stored.size())) {
+        if (past_belief) {
           const uint64_t got = decoded_size(codec, src, n, want);
           if (got > want)
             throw Corrupt{"its " + codec_name(codec) + " data decompresses to more than the " +
@@ -900,16 +953,19 @@ struct LeafReader {
       } catch (const Corrupt& c) {
         fail_page(c.what);
       }
+      if (past_belief) {
+        charge = uint64_t(size);
+        *counted += charge;
+      }
     }
-    page_bytes.resize(size_t(size));
+    out.resize(size_t(size));
     if (as_stored || no_values) {
-      if (!stored.empty()) std::memcpy(page_bytes.data(), stored.data(), stored.size());
+      if (!stored.empty()) std::memcpy(out.data(), stored.data(), stored.size());
       return;
     }
-    if (from) std::memcpy(page_bytes.data(), stored.data(), from);
+    if (from) std::memcpy(out.data(), stored.data(), from);
     try {
-      decompress(codec, stored.data() + from, stored.size() - from, page_bytes.data() + from,
-                 page_bytes.size() - from);
+      decompress(codec, stored.data() + from, stored.size() - from, out.data() + from, out.size() - from);
     } catch (const Corrupt& c) {
       fail_page(c.what);
     }
@@ -1117,7 +1173,7 @@ struct LeafReader {
                    std::to_string(chunk().num_values) + " (the file is corrupt or truncated)");
       page_offset = chunk_pos;
       size_t header_bytes = 0;
-      const PageHeader h = read_header(header_bytes);
+      const PageHeader h = read_header(chunk_pos, header_bytes);
       if (h.compressed_size < 0 || h.uncompressed_size < 0) fail_page("its header gives a negative size");
       const uint64_t body_at = chunk_pos + header_bytes;
       if (uint64_t(h.compressed_size) > chunk_end - body_at)
@@ -1163,8 +1219,7 @@ struct LeafReader {
       fail_page("its dictionary is " + encoding_name(h.encoding) + "-encoded (the format stores it PLAIN)");
     if (h.num_values < 0) fail_page("its dictionary has a negative size");
     const std::vector<uint8_t> stored = read_page_body(h, body_at);
-    decompress_into_page(stored, 0, true, h.uncompressed_size);
-    dictionary_bytes.swap(page_bytes);
+    decompress_into(dictionary_bytes, counted_dictionary, stored, 0, true, h.uncompressed_size);
     try {
       const Bytes in{dictionary_bytes.data(), dictionary_bytes.data() + dictionary_bytes.size()};
       if (type == kByteArray)
@@ -1204,14 +1259,15 @@ struct LeafReader {
       if ((max_rep == 0 && h.rep_bytes != 0) || (max_def == 0 && h.def_bytes != 0))
         throw Corrupt{"levels where the column has none"};
       const size_t level_bytes = size_t(h.rep_bytes) + size_t(h.def_bytes);
-      decompress_into_page(stored, level_bytes, h.values_compressed, h.uncompressed_size);
+      decompress_into(page_bytes, counted_page, stored, level_bytes, h.values_compressed,
+                      h.uncompressed_size);
       in = Bytes{page_bytes.data(), page_bytes.data() + page_bytes.size()};
       Bytes rep_in{in.p, in.p + h.rep_bytes}, def_in{in.p + h.rep_bytes, in.p + level_bytes};
       levels(rep_in, max_rep, reps, "the repetition levels");
       levels(def_in, max_def, defs, "the definition levels");
       in.p += level_bytes;
     } else {
-      decompress_into_page(stored, 0, true, h.uncompressed_size);
+      decompress_into(page_bytes, counted_page, stored, 0, true, h.uncompressed_size);
       in = Bytes{page_bytes.data(), page_bytes.data() + page_bytes.size()};
       if ((max_def > 0 && h.level_encoding != kRle) || (max_rep > 0 && h.rep_level_encoding != kRle))
         throw Corrupt{
@@ -1357,6 +1413,8 @@ struct ParquetColumn::Impl {
   uint64_t row = 0;  // of the file, the next next() returns
   Layout layout;
   std::vector<std::vector<LeafReader::Owned>> row_entries;  // per leaf, for the row being read
+  uint64_t counted = 0;              // what the leaves hold past believed_unpacked_bytes
+  bool first_pages_checked = false;  // in the row group being read (check_first_pages)
 
   [[noreturn]] void fail(const std::string& what) const { file.fail(what); }
 
@@ -1397,6 +1455,7 @@ struct ParquetColumn::Impl {
       r.max_rep = rep;
       r.type = e.type;
       r.layout = &layout;
+      r.counted = &counted;
       leaves.push_back(std::move(r));
       paths.push_back(std::move(steps));
       return at + 1;
@@ -1524,10 +1583,32 @@ struct ParquetColumn::Impl {
   void start_group(size_t g, uint64_t skip) {
     group = g;
     group_rows_left = g < file.meta.row_groups.size() ? uint64_t(file.meta.row_groups[g].num_rows) - skip : 0;
-    for (LeafReader& l : leaves) {
-      l.start_group(g, skip);
-      if (g < file.meta.row_groups.size()) l.skip_rows();
+    for (LeafReader& l : leaves) l.start_group(g, skip);
+    first_pages_checked = false;
+    if (g < file.meta.row_groups.size() && skip > 0) {
+      check_first_pages();
+      for (LeafReader& l : leaves) l.skip_rows();
     }
+  }
+
+  // Before any page of the row group is decoded: the pages its first row needs of every leaf at once
+  // (each one's dictionary and first data page), held to kMaxCountedBytes past believed_unpacked_bytes
+  // from their headers, so that leaves decoded one after the other claim no memory before the last is
+  // refused. A later page is held to it as it loads, with what the other leaves hold then.
+  void check_first_pages() {
+    first_pages_checked = true;
+    uint64_t claim = 0;
+    std::string names;
+    for (LeafReader& l : leaves)
+      if (const uint64_t c = l.first_pages_claim()) {
+        claim += c;
+        names += (names.empty() ? "'" : ", '") + l.name + "'";
+      }
+    if (claim > kMaxCountedBytes)
+      fail("column '" + column + "', row group " + std::to_string(group) +
+           ": the first pages of its leaves " + names + " claim " + std::to_string(claim) +
+           " bytes uncompressed, each past 1024 times its stored bytes plus 1 MiB: " +
+           past_counted_bytes("row group"));
   }
 
   void seek(uint64_t target) {
@@ -1550,6 +1631,7 @@ struct ParquetColumn::Impl {
       start_group(group + 1, 0);
       if (group >= file.meta.row_groups.size()) return false;
     }
+    if (!first_pages_checked) check_first_pages();
     RowBudget budget{row};
     for (size_t i = 0; i < leaves.size(); ++i)
       if (!leaves[i].read_row(row_entries[i], budget))

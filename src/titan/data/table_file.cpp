@@ -34,6 +34,13 @@ std::string too_many_row_bytes(uint64_t bytes) {
          "string many times): split the document into smaller rows, or leave the row out";
 }
 
+std::string past_counted_bytes(const char* load) {
+  return "more than the " + std::to_string(kMaxCountedBytes >> 30) +
+         " GiB titan decodes past that ratio at once for one " + load +
+         " of a column (data that compresses past 1000:1 is one pattern repeated: write it in smaller " +
+         load + "s)";
+}
+
 uint64_t zstd_decoded_size(const uint8_t* src, size_t n, uint64_t limit, std::string& error) {
   error.clear();
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);

@@ -39,6 +39,19 @@ std::string too_many_row_bytes(uint64_t bytes);
 inline uint64_t believed_unpacked_bytes(uint64_t stored) {
   return 1024 * stored + (uint64_t(1) << 20);
 }
+// What one column may hold at once of data past believed_unpacked_bytes (counted before it is
+// allocated): a Parquet column's pages of one row group (every leaf's dictionary and current page), an
+// Arrow IPC column's buffers of one record batch. Without it a few KB claim 2 GiB for each Parquet
+// leaf at once (a valid page is at most 2^31 - 1 bytes, its header's sizes being int32s), and an
+// Arrow buffer's int64 length any amount. 4 GiB: one leaf's largest dictionary and largest page
+// together, which spares any column of one leaf, while valid data this compressible (one pattern
+// repeated: a document copied into every row) is far smaller: pyarrow's page of 1024 rows of a 64 KiB
+// document is 64 MiB, and writers end pages at about 1 MiB and record batches at thousands of rows.
+// Data within believed_unpacked_bytes is not counted here: the stored bytes back it.
+inline constexpr uint64_t kMaxCountedBytes = uint64_t(4) << 30;
+// The rule a load breaks past kMaxCountedBytes, and what to do, `load` being "row group" or "record
+// batch": "more than the 4 GiB titan decodes past that ratio at once for one `load` of a column (...)".
+std::string past_counted_bytes(const char* load);
 // What the zstd frames of `n` bytes at `src` decode to, counted through a 64 KiB buffer and stopped
 // once past `limit` (the count is then more than `limit`); nothing the size of the output is held,
 // only zstd's window, written no further than the data decodes. `error` says what is wrong with data
