@@ -304,6 +304,13 @@ TEST(Gemm, ZeroSizes) {
   gemm_bf16_out(Trans::N, Trans::N, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, Cb.data(), 2);
   for (bf16 v : Cb) EXPECT_EQ(bf16_to_f32(v), 0.0f);
   gemm_bf16(Trans::N, Trans::N, 0, 0, 5, 1.0f, nullptr, 5, nullptr, 1, 0.0f, nullptr, 1);
+  // Tight strides of empty operands, as ops pass them (lda = K = 0; ldc = N = 0): accepted.
+  C = {nan, nan, nan, nan};
+  gemm_f32(Trans::N, Trans::T, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 0, 0.0f, C.data(), 2);
+  EXPECT_EQ(C, (std::vector<float>{0, 0, 0, 0}));
+  gemm_f32(Trans::N, Trans::T, 3, 0, 5, 1.0f, nullptr, 5, nullptr, 5, 0.0f, nullptr, 0);
+  gemm_bf16_out(Trans::N, Trans::N, 0, 4, 3, 1.0f, nullptr, 3, nullptr, 4, nullptr, 0);
+  EXPECT_THROW(gemm_f32(Trans::N, Trans::N, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 0.0f, C.data(), 1), Error);
   gemm_f32_batched(Trans::N, Trans::N, 0, 3, 3, 3, 1.0f, nullptr, 3, 9, nullptr, 3, 9, 0.0f, nullptr, 3, 9);
 }
 

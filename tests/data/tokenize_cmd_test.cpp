@@ -124,6 +124,43 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
 }
 
+// Text a JSON parser would refuse, as training reads it: an invalid UTF-8 byte and an unpaired
+// surrogate escape (Python's json.dumps writes one for a string holding a lone surrogate) each read
+// as U+FFFD, with a note on stderr, where they used to stop the command with a parse error.
+TEST(TokenizeCommand, ReadsBrokenTextAsTrainingDoes) {
+  auto dir = temp_dir("tokenize_cmd_broken");
+  const std::string replacement = "\xEF\xBF\xBD";
+  write_file(dir / "docs.json", "[\"a\xFF b\", \"c\\ud800 d\"]");
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --input " + (dir / "docs.json").string() +
+                            " --output " + (dir / "ids.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("2 invalid UTF-8 sequence(s) or unpaired surrogate escape(s)"), std::string::npos)
+      << out;
+  const json ids = json::parse(read_file(dir / "ids.json"));
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0].get<std::vector<int32_t>>(), qwen3_tokenizer().encode("a" + replacement + " b"));
+  EXPECT_EQ(ids[1].get<std::vector<int32_t>>(), qwen3_tokenizer().encode("c" + replacement + " d"));
+
+  write_file(dir / "chats.json",
+             "[{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\udc00\"}, "
+             "{\"role\": \"assistant\", \"content\": \"Yo\xC3\"}]}]");
+  out.clear();
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "chats.json").string() + " --output " + (dir / "out.json").string(),
+                        &out),
+            0)
+      << out;
+  const json got = json::parse(read_file(dir / "out.json"));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].at("text").get<std::string>(),
+            "<|im_start|>user\nHi" + replacement +
+                "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nYo" + replacement +
+                "<|im_end|>\n");
+}
+
 // Tool arguments and tool signatures nested 100,000 levels deep (JSON parses iteratively; writing
 // them recursed once per level and overflowed the stack) are an error naming the element, message
 // and field and the limit, not a crash.

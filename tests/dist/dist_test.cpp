@@ -683,6 +683,36 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   EXPECT_FALSE(fs::exists(dump / "checkpoint/step-6"));
 }
 
+// A checkpoint every rank refuses (its shard of weights that one step with an absurd learning rate
+// made infinite: a save never writes a checkpoint that cannot be trained on) stops the job with the
+// lowest failing rank's reason said once, the other rank named, every rank exiting 1 on its own (no
+// MPI_Abort), and leaves neither a checkpoint nor a temporary folder behind.
+TEST(DataParallel, ACheckpointEveryRankRefusesStopsTheJobSayingWhyOnce) {
+  const fs::path dump = tt::temp_dir("dist_save_refused");
+  std::string out;
+  EXPECT_NE(run_job(2,
+                    tiny(dump, 2,
+                         {{"optimizer.lr", "1e39"},
+                          {"lr_scheduler.warmup_steps", "1"},
+                          {"checkpoint.enable_first_step_checkpoint", "true"}}),
+                    &out),
+            0)
+      << out;
+  const std::regex said(
+      "titan train: error: rank 0: step 1: '[a-z_.0-9]+' holds non-finite values; no checkpoint written "
+      "\\(lower optimizer.lr\\?\\) \\(rank 1 failed too\\)\n");
+  const auto found =
+      std::distance(std::sregex_iterator(out.begin(), out.end(), said), std::sregex_iterator());
+  EXPECT_EQ(found, 1) << "said once, by rank 0, naming the other rank: " << out;
+  EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
+  for (const auto& e : fs::directory_iterator(dump / "checkpoint")) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name.rfind(".titan-rank", 0) == 0 && name.size() > 5 &&
+                name.substr(name.size() - 5) == ".lock")
+        << "left behind: " << name;
+  }
+}
+
 TEST(DataParallel, AMeshThatDoesNotFitTheWorldIsAnErrorBeforeCompute) {
   const fs::path dump = tt::temp_dir("dist_bad_mesh");
   std::string out;

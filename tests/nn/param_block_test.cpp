@@ -117,6 +117,10 @@ TEST(ParamBlock, AComputeCopySharesItsParametersUnwrittenState) {
   EXPECT_EQ(b.params()[0].grad().to_vector(), std::vector<double>(15, 1.0));
   pass();
   EXPECT_EQ(b.params()[0].grad().to_vector(), std::vector<double>(15, 2.0));
+  // Padding would leave the copy's views, and the gradients they pass on, on the old buffers.
+  EXPECT_NE(
+      error_of([&] { b.pad_to_multiple(16); }).find("cannot pad a sharded block or one with a compute copy"),
+      std::string::npos);
 }
 
 namespace {
@@ -149,7 +153,7 @@ TEST(ParamBlock, AKeptComputeCopyIsTheWeightsCastAfterEveryWrite) {
   // The copy lives as long as the block: nothing may release, remove, pad or shard it away.
   EXPECT_NE(error_of([&] { b.release_compute(); }).find("kept for the whole run"), std::string::npos);
   EXPECT_NE(error_of([&] { b.remove_compute_copy(); }).find("kept for the whole run"), std::string::npos);
-  EXPECT_NE(error_of([&] { b.pad_to_multiple(7); }).find("keeps a compute copy"), std::string::npos);
+  EXPECT_NE(error_of([&] { b.pad_to_multiple(7); }).find("one with a compute copy"), std::string::npos);
   EXPECT_NE(error_of([&] { b.shard(0, 2); }).find("shard it before keep_compute_shard"), std::string::npos);
   EXPECT_NE(error_of([&] { b.keep_compute_shard(DType::BF16); }).find("keeps a compute copy already"),
             std::string::npos);

@@ -46,6 +46,32 @@ TEST(Linear, ShapeMismatchNamesOpAndShapes) {
   EXPECT_THROW(ops::linear(Tensor::zeros({4, 8}, DType::F32), Tensor::zeros({3, 8}, DType::BF16)), Error);
 }
 
+// Empty dimensions, as PyTorch computes them: K = 0 is a sum of nothing (y zero, dw and dx empty);
+// N = 0 or M = 0 an empty y (dx, resp. dw, zero). Each variant, f32 and bf16 (the GEMMs used to
+// refuse the tight strides lda = K = 0 and ldc = N = 0).
+TEST(Linear, EmptyDimensionsGiveEmptyOrZeroResults) {
+  for (const std::string variant : {"reference", "default"})
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{3, 4, 0}, {3, 0, 5}, {0, 4, 5}}) {
+        SCOPED_TRACE(variant + " " + std::string(dtype_name(dtype)) + " M=" + std::to_string(M) +
+                     " N=" + std::to_string(N) + " K=" + std::to_string(K));
+        kernels::ForceVariant force("linear", variant);
+        Tensor x = Tensor::full({M, K}, 1.5, dtype).set_requires_grad(true);
+        Tensor w = Tensor::full({N, K}, 2.0, dtype).set_requires_grad(true);
+        const Tensor y = ops::linear(x, w);
+        EXPECT_EQ(y.shape(), (Shape{M, N}));
+        auto zero_or_empty = [](const Tensor& t) {
+          return max_abs_diff(t.to(DType::F64), Tensor::zeros(t.shape(), DType::F64)) == 0.0;
+        };
+        EXPECT_TRUE(zero_or_empty(y));
+        autograd::backward(autograd::current_tape(), {y}, {Tensor::full({M, N}, 1.0, grad_dtype(dtype))});
+        EXPECT_EQ(x.grad().shape(), (Shape{M, K}));
+        EXPECT_EQ(w.grad().shape(), (Shape{N, K}));
+        EXPECT_TRUE(zero_or_empty(x.grad()));
+        EXPECT_TRUE(zero_or_empty(w.grad()));
+      }
+}
+
 // A parameter's weight gradient is added straight into its preset gradient buffer (the GEMM's
 // beta = 1, autograd::GradientSink), also through the bf16 cast of an f32 parameter: the buffer
 // ends as what it held plus dw, the same as returning a fresh dw for autograd to add, and the

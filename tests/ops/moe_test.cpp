@@ -1,6 +1,7 @@
 #include "titan/ops/moe/moe.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -367,6 +368,34 @@ TEST(MoeExperts, DefaultVariantMatchesReference) {
                                   {grad(x.to(DType::BF16)), grad(r.weights.to(wdt)), r.indices.tensor(),
                                    grad(w.gate.to(DType::BF16)), grad(w.up.to(DType::BF16)),
                                    grad(w.down.to(DType::BF16))});
+  }
+}
+
+// The default's results, forward and backward, bf16 and f32, are the same bits on one thread as on
+// several: each expert's GEMMs run single-threaded inside the expert loop, with one oneDNN kernel
+// for every row count whether the loop's team has one thread or more (a team of one, as MPI ranks
+// run with OMP_NUM_THREADS=1, used to compile a kernel per row count, with other roundings).
+TEST(MoeExperts, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t T = 256, D = 512, F = 384, E = 8, k = 2;
+  const auto r = ops::router_topk(biased_logits(T, E, DType::F32, 70, E - 1), k, true);
+  const ExpertWeights w = expert_weights(E, F, D, DType::F32, 71);
+  const Tensor x = random_tensor({T, D}, DType::F32, 72), dy = random_tensor({T, D}, DType::F32, 73);
+  const int threads = omp_get_max_threads();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto run = [&](int team) {
+      omp_set_num_threads(team);
+      std::vector<Tensor> in = {x.to(dt), r.weights.clone(), w.gate.to(dt), w.up.to(dt), w.down.to(dt)};
+      for (Tensor& t : in) t.set_requires_grad(true);
+      const Tensor y = ops::moe_experts(in[0], in[1], r.indices.tensor(), in[2], in[3], in[4]);
+      autograd::backward(autograd::current_tape(), {y}, {dy});
+      std::vector<Tensor> out = {y};
+      for (const Tensor& t : in) out.push_back(t.grad());
+      return out;
+    };
+    const std::vector<Tensor> one = run(1), three = run(3);
+    omp_set_num_threads(threads);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(max_abs_diff(one[i], three[i]), 0.0) << "output " << i;
   }
 }
 

@@ -438,8 +438,9 @@ TEST(JobConfig, ValidateNamesTheKeyItRejects) {
   EXPECT_EQ(validate_error("[checkpoint]\nenable = true\nload_step = 30\n"), "");
   EXPECT_NE(validate_error("[checkpoint]\nload_step = 30\n").find("needs checkpoint.enable = true"),
             std::string::npos);
+  EXPECT_EQ(validate_error("[checkpoint]\nenable = true\nload_step = 0\n"), "");  // the seed checkpoint
   EXPECT_NE(
-      validate_error("[checkpoint]\nenable = true\nload_step = 0\n").find("checkpoint.load_step must be -1"),
+      validate_error("[checkpoint]\nenable = true\nload_step = -2\n").find("checkpoint.load_step must be -1"),
       std::string::npos);
 }
 
@@ -662,6 +663,24 @@ TEST(JobConfig, ExcludeFromLoadingTakesTorchtitansPartsInEitherSpelling) {
       "checkpoint.exclude_from_loading = [dataloader]: no effect, checkpoint.enable = false (nothing is "
       "resumed)");
 
+  // A fork (initial_load_model_only = false) goes on from a whole training state with checkpointing
+  // off too: the parts it leaves fresh apply, and the weights it loads are noted (torchtitan would
+  // load nothing).
+  const JobConfig fork = parse(
+      "[checkpoint]\nexclude_from_loading = [\"dataloader\"]\ninitial_load_path = \"run/step-4\"\n"
+      "initial_load_model_only = false\n");
+  EXPECT_TRUE(fork.checkpoint.restart_data_stream);
+  EXPECT_NE(
+      note_of(fork, "checkpoint.exclude_from_loading").find("applied as checkpoint.restart_data_stream"),
+      std::string::npos);
+  EXPECT_EQ(note_of(fork, "checkpoint.initial_load_path"),
+            "checkpoint.initial_load_path = \"run/step-4\" is loaded although checkpoint.enable = false "
+            "(torchtitan would load nothing and start from random weights)");
+  EXPECT_EQ(note_of(parse("[checkpoint]\nrestart_data_stream = true\ninitial_load_path = \"run/step-4\"\n"
+                          "initial_load_model_only = false\n"),
+                    "checkpoint.restart_data_stream"),
+            "");
+
   // A part torchtitan does not have (its docs once spelled it data_loader), a wrong type, an empty entry.
   std::string e = parse_error("[checkpoint]\nexclude_from_loading = [\"data_loader\"]\n");
   EXPECT_NE(
@@ -771,7 +790,8 @@ TEST(TorchtitanConfig, TheLastTomlReleaseLayoutRunsUnchanged) {
   EXPECT_NE(note_of(c, "training.dataloader.num_workers").find("= 2 ignored"), std::string::npos);
   EXPECT_NE(note_of(c, "parallelism.pipeline_parallel_degree").find("= 1 accepted, no effect"), std::string::npos);
   EXPECT_NE(note_of(c, "debug.seed").find("7 applied as training.seed"), std::string::npos);
-  EXPECT_NE(note_of(c, "checkpoint.export_dtype").find("float16 accepted"), std::string::npos);
+  EXPECT_NE(note_of(c, "checkpoint.export_dtype").find("float16: no effect, there is no export at the end"),
+            std::string::npos);
   EXPECT_NE(note_of(c, "model.converters").find("= [] accepted"), std::string::npos);
   // selective_ac_option = "op": torchtitan's per-op policy, applied as every second layer.
   EXPECT_NE(note_of(c, "activation_checkpoint.selective_ac_option").find("op applied as \"2\""),

@@ -1500,6 +1500,38 @@ TEST(Trainer, AnIntervalInSecondsSavesByTheClock) {
   EXPECT_EQ(CheckpointManager(dump / "checkpoint", 3).committed_steps(), (std::vector<int64_t>{3}));
 }
 
+// A step that fails on one process (here at a malformed record the data reaches a few steps in)
+// still commits the save of the step before it, written in the background while it ran: a resume
+// goes on from the last step trained, not from the checkpoint before that one.
+TEST(Trainer, AFailingStepStillCommitsTheSaveInTheBackground) {
+  const fs::path dump = tt::temp_dir("trainer_fail_after_background_save");
+  std::string sentences;
+  for (int i = 0; i < 6; ++i)
+    sentences += "The quick brown fox jumps over the lazy dog near the river bank. ";
+  std::string jsonl;
+  // 5 records of ~80 tokens; a step reads 2 x 65.
+  for (int i = 0; i < 5; ++i) jsonl += nlohmann::json({{"text", sentences}}).dump() + "\n";
+  jsonl += "{\"text\": unquoted}\n";
+  const fs::path data = dump.parent_path() / (dump.filename().string() + "_data.jsonl");
+  std::ofstream(data) << jsonl;
+  const std::string e = tt::error_of([&] {
+    run_training(tiny_config(dump, {{"training.steps", "10"},
+                                    {"training.dataset_path", data.string()},
+                                    {"validation.enable", "false"},
+                                    {"checkpoint.enable", "true"},
+                                    {"checkpoint.interval", "1"},
+                                    {"checkpoint.keep_latest_k", "0"},
+                                    {"checkpoint.async_mode", "async"}}));
+  });
+  EXPECT_NE(e.find("malformed JSON"), std::string::npos) << e;
+  const std::vector<nlohmann::json> steps = read_metrics(dump);
+  ASSERT_GE(steps.size(), 2u);
+  const int64_t last_trained = steps.back().at("step").get<int64_t>();
+  const std::vector<int64_t> committed = CheckpointManager(dump / "checkpoint", 0).committed_steps();
+  ASSERT_FALSE(committed.empty());
+  EXPECT_EQ(committed.back(), last_trained) << "the save of the last step trained was dropped";
+}
+
 // A checkpoint whose files cannot be written (the file size limit here, `ulimit -f` with SIGXFSZ
 // ignored, so that write() fails with EFBIG as it fails with ENOSPC on a full disk) stops the run,
 // naming the file and the reason, and leaves neither a checkpoint nor a temporary folder behind:

@@ -26,16 +26,15 @@ int eval_main(int argc, char** argv) {
         "--json: also write {loss, perplexity, tokens, batches, weights} to FILE. See docs/training.md.\n");
     return 0;
   }
-  if (a.own.count("json")) {  // checked before the evaluation, not found out after it
-    const train::JobConfig config = train::load_job_config(a.config, a.overrides);
+  LaunchedJob job = launch_job(a, [&](const train::JobConfig& config) {
+    if (!a.own.count("json")) return;
     std::vector<std::filesystem::path> inputs = {a.config};
     for (const std::string& path :
-         {a.own.count("checkpoint") ? a.own["checkpoint"] : std::string(), config.validation.dataset_path,
+         {a.own.count("checkpoint") ? a.own.at("checkpoint") : std::string(), config.validation.dataset_path,
           config.training.dataset_path, config.model.hf_assets_path})
       if (!path.empty()) inputs.push_back(path);
-    io::check_output_file(a.own["json"], inputs, "titan eval --json");
-  }
-  LaunchedJob job = launch_job(a);
+    io::check_output_file(a.own.at("json"), inputs, "titan eval --json");
+  });
   train::EvalSummary s;
   const bool evaluated = run_on_every_rank("eval", *job.world, [&] {
     s = train::evaluate(job.config, *job.world,

@@ -31,19 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The folder of a tokenizer named by its folder or by its tokenizer.json.
-fs::path tokenizer_folder(const fs::path& tokenizer_path) {
-  return fs::is_directory(tokenizer_path) ? tokenizer_path : tokenizer_path.parent_path();
-}
-
-std::vector<fs::path> tokenizer_files(const fs::path& tokenizer_path) {
-  std::vector<fs::path> files;
-  const fs::path dir = tokenizer_folder(tokenizer_path);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    if (!tokenizer_path.empty() && fs::exists(dir / f)) files.push_back(dir / f);
-  return files;
-}
-
 int export_main(int argc, char** argv) {
   ArgParser p("export", "Writes a Hugging Face checkpoint (config.json, safetensors, tokenizer files) from a\n"
                         "native titan checkpoint folder (step-N).");
@@ -64,7 +51,7 @@ int export_main(int argc, char** argv) {
               "titan export --tokenizer: '", tokenizer.string(),
               "' is neither a folder nor a file named tokenizer.json (the export ships the folder's "
               "tokenizer.json and tokenizer_config.json)");
-  auto files = tokenizer_files(tokenizer);
+  auto files = data::tokenizer_files(tokenizer);
   const bool has_tokenizer_json = std::any_of(
       files.begin(), files.end(), [](const fs::path& f) { return f.filename() == "tokenizer.json"; });
   TITAN_CHECK(!named_tokenizer || has_tokenizer_json, "titan export --tokenizer: '", *named_tokenizer,
@@ -72,7 +59,7 @@ int export_main(int argc, char** argv) {
   // The checkpoint names its tokenizer by path: a file replaced there since (a re-download, another
   // model's assets) would ship under this model and map its ids to other words.
   if (has_tokenizer_json && !native.tokenizer_checksum.empty() &&
-      train::tokenizer_checksum(tokenizer_folder(tokenizer)) != native.tokenizer_checksum) {
+      train::tokenizer_checksum(tokenizer) != native.tokenizer_checksum) {
     TITAN_CHECK(named_tokenizer, "the tokenizer at '", native.tokenizer_path.string(),
                 "' (the run's, as its train_state.json names it) is not the one the checkpoint '",
                 p.get("checkpoint"),

@@ -10,11 +10,12 @@
 
 namespace titan::cli {
 
-LaunchedJob launch_job(const JobArgs& a) {
+LaunchedJob launch_job(const JobArgs& a, const std::function<void(const train::JobConfig&)>& check_args) {
   LaunchedJob job;
   try {
     job.config = train::load_job_config(a.config, a.overrides);
     if (const std::optional<int> ranks = dist::launcher_world_size()) job.config.validate(*ranks);
+    if (check_args) check_args(job.config);
     job.world = dist::launch_communicator(job.config.comm.init_timeout(),
                                           job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
   } catch (const dist::RanksAgreedError&) {

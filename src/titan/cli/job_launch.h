@@ -18,7 +18,10 @@ struct LaunchedJob {
 
 // The job's config, checked against the launcher's world size before MPI starts (an error then ends
 // each rank on its own, naming where the key was set, and under a launcher the rank), then its world.
-LaunchedJob launch_job(const JobArgs& args);
+// `check_args`, when given, vets the command's own arguments against the config at the same point
+// (an output path that would swallow an input is found out before the work, not after it).
+LaunchedJob launch_job(const JobArgs& args,
+                       const std::function<void(const train::JobConfig&)>& check_args = nullptr);
 
 // Runs `job` on this rank. An error on one rank of many is printed with the rank and ends every rank
 // (the others may be waiting for this one in a collective); one process rethrows it for main(). An

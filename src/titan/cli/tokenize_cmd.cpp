@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
@@ -15,6 +16,7 @@
 #include "titan/data/assets.h"
 #include "titan/data/chat.h"
 #include "titan/data/tokenizer.h"
+#include "titan/data/utf8.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
@@ -23,6 +25,23 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// The input file read as training reads its records: invalid UTF-8 and unpaired surrogate escapes
+// become U+FFFD (counted on stderr), so what this command shows is what a run trains on.
+template <class Json>
+Json read_input(const fs::path& input, const std::string& who) {
+  std::string text = titan::io::read_regular_file(input, who);
+  const size_t replaced = titan::data::sanitize_utf8(text) + titan::data::repair_surrogate_escapes(text);
+  if (replaced > 0)
+    std::fprintf(stderr,
+                 "%s: %zu invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '%s' read as U+FFFD, "
+                 "as training reads them\n",
+                 who.c_str(), replaced, input.string().c_str());
+  if constexpr (std::is_same_v<Json, nlohmann::ordered_json>)
+    return titan::io::parse_ordered_json_text(text, who + ": '" + input.string() + "'");
+  else
+    return titan::io::parse_json_text(text, who + ": '" + input.string() + "'");
+}
 
 int run(int argc, char** argv) {
   titan::cli::ArgParser p(
@@ -60,7 +79,7 @@ int run(int argc, char** argv) {
   if (!chat_field.empty()) {
     titan::data::check_qwen3_chat_template(tokenizer);
     // Key order kept: tool arguments are written as given.
-    const auto in = titan::io::read_ordered_json_file(input, "tokenize --chat");
+    const auto in = read_input<nlohmann::ordered_json>(input, "tokenize --chat");
     TITAN_CHECK(in.is_array(), "tokenize --chat: ", input, " must hold a JSON array of records, got ", in.type_name());
     for (size_t i = 0; i < in.size(); ++i) {
       const auto& record = in[i];
@@ -86,7 +105,7 @@ int run(int argc, char** argv) {
     titan::io::write_file_atomic(output, out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     return 0;
   }
-  const json in = titan::io::read_json_file(input, "tokenize");
+  const json in = read_input<json>(input, "tokenize");
   TITAN_CHECK(in.is_array(), "tokenize: ", input, " must hold a JSON array, got ", in.type_name());
   for (size_t i = 0; i < in.size(); ++i) {
     const json& item = in[i];

@@ -671,6 +671,15 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
+  std::vector<fs::path> files;
+  for (const fs::path& f : {file, file.parent_path() / "tokenizer_config.json"})
+    if (!path.empty() && fs::is_regular_file(f)) files.push_back(f);
+  return files;
+}
+
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;

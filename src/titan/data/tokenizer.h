@@ -22,6 +22,11 @@ struct AddedToken {
   bool normalized = false;  // matched after normalization instead of on the raw text
 };
 
+// The files of the tokenizer at `path` (as Tokenizer::load takes it: a folder, or its tokenizer.json):
+// the tokenizer file and the tokenizer_config.json beside it, those that exist. What an export ships
+// and what the ranks of a job compare.
+std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& path);
+
 class Tokenizer {
  public:
   // `path`: a folder holding tokenizer.json (and optionally tokenizer_config.json, which

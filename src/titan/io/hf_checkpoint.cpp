@@ -18,16 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text_file(const fs::path& p) {
-  check_regular_file(p, "checkpoint file");
-  std::ifstream in(p, std::ios::binary);
-  TITAN_CHECK(in, "cannot read ", p);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  TITAN_CHECK(!in.bad(), "error reading ", p);
-  return ss.str();
-}
-
 // JSON parse that rejects duplicate keys in any object (the DOM would keep only the last one, so a
 // weight_map listing a key twice would silently lose one mapping).
 json parse_json_unique_keys(const std::string& text, const fs::path& origin) {
@@ -89,7 +79,7 @@ HfCheckpoint HfCheckpoint::open(const fs::path& dir) {
   }
 
   ck.sharded_ = true;
-  json j = parse_json_unique_keys(read_text_file(index), index);
+  json j = parse_json_unique_keys(read_regular_file(index, "checkpoint index"), index);
   TITAN_CHECK(j.is_object(), index, ": must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it)
     TITAN_CHECK(it.key() == "metadata" || it.key() == "weight_map", index, ": unknown field '", it.key(),
@@ -244,7 +234,7 @@ HfWriteResult write_hf_checkpoint(const fs::path& dir, std::span<const TensorWri
       files[name] = bytes_checksum(contents);
     }
     for (const fs::path& p : opt.copy_files) {
-      const std::string contents = read_text_file(p);
+      const std::string contents = read_regular_file(p, "checkpoint file");
       write_file_atomic(out.temp_path() / p.filename(), contents);
       files[p.filename().string()] = bytes_checksum(contents);
     }

@@ -107,18 +107,18 @@ Json parse_as(std::string_view text, const std::string& source) {
 
 template <class Json>
 Json read_as(const std::filesystem::path& path, std::string_view who) {
-  check_regular_file(path, std::string(who));
-  std::ifstream f(path, std::ios::binary);
-  TITAN_CHECK(f, who, ": cannot open '", path.string(), "'");
-  std::stringstream text;
-  text << f.rdbuf();
-  return parse_as<Json>(text.str(), std::string(who) + ": '" + path.string() + "'");
+  return parse_as<Json>(read_regular_file(path, std::string(who)),
+                        std::string(who) + ": '" + path.string() + "'");
 }
 
 }  // namespace
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
   return parse_as<nlohmann::json>(text, source);
+}
+
+nlohmann::ordered_json parse_ordered_json_text(std::string_view text, const std::string& source) {
+  return parse_as<nlohmann::ordered_json>(text, source);
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path, std::string_view who) {

@@ -20,6 +20,8 @@ JsonErrorAt locate_json_error(std::string_view text, const nlohmann::json::parse
 
 // Parses `text`; a syntax error is a titan::Error "<source>: line L, column C: ...".
 nlohmann::json parse_json_text(std::string_view text, const std::string& source);
+// The same with objects' keys in the text's order.
+nlohmann::ordered_json parse_ordered_json_text(std::string_view text, const std::string& source);
 
 // The JSON document in the regular file `path`; an error starts with `who`: "<who>: '<path>' is a
 // directory ...", "<who>: cannot open '<path>'", "<who>: '<path>': invalid JSON at line L, column C: ...".

@@ -1,5 +1,8 @@
 #include "titan/io/path_guard.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "titan/core/check.h"
 
 namespace titan::io {
@@ -46,6 +49,16 @@ void check_regular_file(const fs::path& path, const std::string& what) {
   const fs::file_status st = fs::status(path, ec);
   TITAN_CHECK(st.type() == fs::file_type::regular, what, ": '", path.string(), "' ", kind_of(st.type()),
               "; only regular files are read");
+}
+
+std::string read_regular_file(const fs::path& path, const std::string& what) {
+  check_regular_file(path, what);
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in, what, ": cannot open '", path.string(), "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  TITAN_CHECK(!in.bad(), what, ": error reading '", path.string(), "'");
+  return std::move(text).str();
 }
 
 void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs, const std::string& what) {

@@ -13,6 +13,10 @@ namespace titan::io {
 // is a regular file. A missing file is an error too.
 void check_regular_file(const std::filesystem::path& path, const std::string& what);
 
+// The whole of the regular file `path` (check_regular_file first); a file that cannot be opened or
+// read to its end is an error naming `what` and the path.
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what);
+
 // True when `inner` is `outer` or lies below it, both resolved through symlinks and "..".
 bool lies_within(const std::filesystem::path& inner, const std::filesystem::path& outer);
 

@@ -76,8 +76,9 @@ void ParamBlock::pad_to_multiple(int64_t multiple) {
   TITAN_CHECK(multiple >= 1, "ParamBlock '", name_, "': padding multiple must be >= 1, got ", multiple);
   const int64_t n = data_.numel(), padded = (n + multiple - 1) / multiple * multiple;
   if (padded == n) return;  // e.g. a block born sharded over `multiple` ranks
-  TITAN_CHECK(!sharded_ && !keeps_compute_shard_, "ParamBlock '", name_,
-              "': cannot pad a sharded block or one that keeps a compute copy");
+  // A compute copy's views (and the gradients they hand on) would stay on the old buffers.
+  TITAN_CHECK(!sharded_ && !keeps_compute_shard_ && !has_compute_copy(), "ParamBlock '", name_,
+              "': cannot pad a sharded block or one with a compute copy");
   Tensor data = Tensor::zeros({padded}, DType::F32, data_.device());
   Tensor grad = trainable_ ? Tensor::zeros({padded}, DType::F32, grad_.device())
                            : Tensor::released({padded}, DType::F32, grad_.device());

@@ -8,6 +8,7 @@
 
 #include "titan/core/check.h"
 #include "titan/data/data_identity.h"
+#include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/checkpoint_layout.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint_blocks.h"
@@ -293,16 +294,12 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
 
 namespace {
 
-// A save that some rank refused, on every rank: this rank's own reason when it has one (a non-finite
-// tensor, or why its files could not be written), else the worst of the others' (1: non-finite, 2:
-// not written).
-[[noreturn]] void refuse_save(int64_t step, const std::string& non_finite, const std::string& failure,
-                              int64_t worst) {
+// Throws when this rank's part of the save of `step` failed: a tensor with non-finite values, or
+// files it could not write.
+void check_own_save(int64_t step, const std::string& non_finite, const std::string& failure) {
   TITAN_CHECK(non_finite.empty(), "step ", step, ": '", non_finite,
               "' holds non-finite values; no checkpoint written (lower optimizer.lr?)");
   TITAN_CHECK(failure.empty(), "step ", step, ": no checkpoint written: ", failure);
-  TITAN_FAIL("step ", step, ": another rank's shard ",
-             worst == 1 ? "holds non-finite values" : "could not be written", "; no checkpoint written");
 }
 
 }  // namespace
@@ -402,10 +399,11 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
     // Before anything touches the folder: a rank's non-finite tensor stops every rank alike (no rank
     // left waiting in the save's collectives), and no rank writes the files of a failed save. (In the
     // background the writer checks its copy, and the commit agrees.)
-    std::string bad;
-    const bool finite = !p->writes || (all_finite(p->model, &bad) && all_finite(p->optimizer, &bad));
-    if (const int64_t worst = plan_.max_over_ranks(finite ? 0 : 1); worst != 0)
-      refuse_save(s.step, bad, "", worst);
+    plan_.agree_on_success([&] {
+      std::string bad;
+      if (p->writes && !(all_finite(p->model, &bad) && all_finite(p->optimizer, &bad)))
+        check_own_save(s.step, bad, "");
+    });
   }
   const auto& c = config_;
   nlohmann::json& ts = p->train_state;
@@ -483,10 +481,9 @@ void Checkpointer::finish_save() {
 }
 
 void Checkpointer::commit(PendingSave& p) {
-  // Every rank stops alike (no rank left waiting in the save's collectives).
-  const int64_t mine = !p.non_finite.empty() ? 1 : !p.failure.empty() ? 2 : 0;
-  if (const int64_t worst = plan_.max_over_ranks(mine); worst != 0)
-    refuse_save(p.step, p.non_finite, p.failure, worst);
+  // Every rank stops alike, with the lowest failing rank's reason said once (no rank left waiting in
+  // the save's collectives, none aborted).
+  plan_.agree_on_success([&] { check_own_save(p.step, p.non_finite, p.failure); });
   const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), p.files);
   if (plan_.is_logging_rank()) manager_.commit_save(p.step, files, p.train_state);
   // No rank runs ahead of (or exits before) the commit.
@@ -514,11 +511,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
         manager_.set_aside(out, "previous").filename().c_str());
   if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
     say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
-  std::vector<fs::path> tok_files;
-  fs::path tok_dir =
-      fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    if (fs::exists(tok_dir / f)) tok_files.push_back(tok_dir / f);
+  const std::vector<fs::path> tok_files = data::tokenizer_files(job.tokenizer_path);
   const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
   {
     uint64_t total = 0;

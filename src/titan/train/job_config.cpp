@@ -545,7 +545,12 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
       !c.checkpoint.create_seed_checkpoint || !c.checkpoint.load_only, set_where("checkpoint.load_only"),
       ": checkpoint.load_only = true saves no checkpoint, and checkpoint.create_seed_checkpoint = true (",
       set_where("checkpoint.create_seed_checkpoint"), ") asks for one: keep one of the two");
-  if (c.checkpoint.excludes("dataloader") && c.checkpoint.enable) {
+  // What a run restores a training state from: its own checkpoints (checkpoint.enable), or the run it
+  // forks (initial_load_path with initial_load_model_only = false), which it goes on from with
+  // checkpointing off too.
+  const bool restores_a_state = c.checkpoint.enable || (!c.checkpoint.initial_load_path.empty() &&
+                                                        !c.checkpoint.initial_load_model_only);
+  if (c.checkpoint.excludes("dataloader") && restores_a_state) {
     c.checkpoint.restart_data_stream = true;
     add_note(c, "checkpoint.exclude_from_loading",
              "\"dataloader\" applied as checkpoint.restart_data_stream = true (a resume starts the data from "
@@ -645,13 +650,24 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("checkpoint.interval_type", "checkpoint.enable = false (no periodic saves)");
     if (c.checkpoint.enable_first_step_checkpoint)
       moot("checkpoint.enable_first_step_checkpoint", "checkpoint.enable = false");
-    if (c.checkpoint.restart_data_stream)
+    if (c.checkpoint.restart_data_stream && !restores_a_state)
       moot("checkpoint.restart_data_stream", "checkpoint.enable = false (nothing is resumed)");
     if (c.checkpoint.async())
       moot("checkpoint.async_mode",
            "checkpoint.enable = false (the one save, at a stop by signal, is complete before the run ends)");
-    if (!c.checkpoint.exclude_from_loading.empty())
+    if (!c.checkpoint.exclude_from_loading.empty() && !restores_a_state)
       moot("checkpoint.exclude_from_loading", "checkpoint.enable = false (nothing is resumed)");
+    // torchtitan loads nothing with checkpointing off (its load() returns first); titan starts from
+    // the weights the job names.
+    if (!c.checkpoint.initial_load_path.empty())
+      add_note(c, "checkpoint.initial_load_path",
+               "\"" + c.checkpoint.initial_load_path +
+                   "\" is loaded although checkpoint.enable = false (torchtitan would load nothing "
+                   "and start from random weights)");
+    else if (c.checkpoint.initial_load_in_hf)
+      add_note(c, "checkpoint.initial_load_in_hf",
+               "true: model.hf_assets_path's weights are loaded although checkpoint.enable = false "
+               "(torchtitan would load nothing and start from random weights)");
     // torchtitan saves nothing with checkpointing off; titan still writes the export asked for.
     if (c.checkpoint.last_save_in_hf)
       add_note(c, "checkpoint.last_save_in_hf",
@@ -678,13 +694,18 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     moot("activation_checkpoint.selective_ac_option", "activation_checkpoint.mode = \"" +
                                                           c.activation_checkpoint.mode +
                                                           "\" (it picks the layers of \"selective\")");
-  // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16.
-  if (c.checkpoint.export_dtype == "float16") {
-    TITAN_CHECK(!c.checkpoint.last_save_in_hf, set_where("checkpoint.export_dtype"),
+  // torchtitan's configs say export_dtype = "float16"; titan exports float32 or bfloat16. The key
+  // shapes the Hugging Face export only (torchtitan's model-only last save, which it also shapes,
+  // titan does not write: checkpoint.last_save_model_only has its note).
+  if (c.checkpoint.export_dtype != "float32") {
+    TITAN_CHECK(c.checkpoint.export_dtype != "float16" || !c.checkpoint.last_save_in_hf,
+                set_where("checkpoint.export_dtype"),
                 ": checkpoint.export_dtype = float16 cannot be honoured: "
                 "titan's Hugging Face export (checkpoint.last_save_in_hf) writes float32 or bfloat16");
-    add_note(c, "checkpoint.export_dtype", "float16 accepted, no effect: there is no export at the end "
-             "(checkpoint.last_save_in_hf = false)");
+    if (!c.checkpoint.last_save_in_hf)
+      moot("checkpoint.export_dtype",
+           "there is no export at the end (checkpoint.last_save_in_hf = false); "
+           "the checkpoints keep float32 weights");
   }
   return c;
 }
@@ -701,12 +722,7 @@ int64_t selective_ac_every(const std::string& option, const std::string& where) 
 
 JobConfig load_job_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
   // A directory would read as an empty config (a run of the defaults), a FIFO would wait forever.
-  io::check_regular_file(path, "job config");
-  std::ifstream f(path);
-  TITAN_CHECK(f, "cannot read job config '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_job_config(ss.str(), path, overrides);
+  return parse_job_config(io::read_regular_file(path, "job config"), path, overrides);
 }
 
 int64_t ParallelismSection::shard_degree(int world_size) const {
@@ -814,8 +830,9 @@ void JobConfig::validate_values(int world_size) const {
                 ": the events need a folder of their own, not job.dump_folder itself (metrics.jsonl and the "
                 "checkpoints are there)");
   }
-  TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.load_step >= 1,
-              "checkpoint.load_step must be -1 (the newest checkpoint) or a step >= 1, got ",
+  TITAN_CHECK(checkpoint.load_step >= -1,
+              "checkpoint.load_step must be -1 (the newest checkpoint) or a step >= 0 (0: the seed "
+              "checkpoint), got ",
               checkpoint.load_step);
   TITAN_CHECK(checkpoint.load_step == -1 || checkpoint.enable,
               "checkpoint.load_step = ", checkpoint.load_step,

@@ -13,6 +13,7 @@
 #include "titan/core/parse.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::train {
 namespace fs = std::filesystem;
@@ -285,10 +286,8 @@ RunRecord read_run(const fs::path& dir) {
     }
     if (newest >= 0) {
       r.profile_trace = traces / ("iteration_" + std::to_string(newest)) / "rank0_trace.json";
-      std::ifstream t(r.profile_trace, std::ios::binary);
-      std::stringstream text;
-      text << t.rdbuf();
-      const std::vector<profiling::Span> spans = spans_of_chrome_trace(text.str(), r.profile_trace.string());
+      const std::vector<profiling::Span> spans = spans_of_chrome_trace(
+          io::read_regular_file(r.profile_trace, "profile trace"), r.profile_trace.string());
       r.profile = profile_rows(spans);
       for (const auto& sp : spans) r.profile_seconds += sp.seconds;
     }

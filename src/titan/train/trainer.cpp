@@ -203,10 +203,7 @@ std::string start_identity(const Checkpointer& checkpointer, const ResolvedJob& 
       for (const io::SafetensorsFile& f : weights.files()) files.push_back(f.path());
     }
     // The tokenizer, and its config (special tokens, chat template, decoding).
-    const fs::path tokenizer =
-        fs::is_directory(job.tokenizer_path) ? job.tokenizer_path : job.tokenizer_path.parent_path();
-    files.push_back(tokenizer / "tokenizer.json");
-    if (fs::exists(tokenizer / "tokenizer_config.json")) files.push_back(tokenizer / "tokenizer_config.json");
+    for (const fs::path& f : data::tokenizer_files(job.tokenizer_path)) files.push_back(f);
     // By name and content: a copy on each host may lie in another folder.
     for (nlohmann::json file : data::dataset_identity(files)) {
       file["path"] = fs::path(file["path"].get<std::string>()).filename().string();
@@ -458,26 +455,32 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     state.sharding.reset_stats();
     const StepResult r = [&] {
       try {
-        return train_step.run(state);
-      } catch (const DeviceOutOfMemory& e) {
-        // This rank's alone (the others wait until the job is ended): what would shrink the step
-        // (TrainStep::run counted the step first).
-        throw DeviceOutOfMemory(
-            std::string(e.what()) + "; step " + std::to_string(state.step) + " of batch " +
-            std::to_string(job.local_batch_size) + " x seq " + std::to_string(job.seq_len) +
-            " needs more memory than this rank has: titan plan --config <this config> shows what it holds "
-            "(docs/planning.md); shrink training.local_batch_size or training.seq_len "
-            "(training.global_batch_size "
-            "keeps the step's tokens by accumulating)" +
-            (cfg.activation_checkpoint.mode != "full" ? ", or set activation_checkpoint.mode = \"full\""
-                                                      : ""));
-      } catch (const StepRefused&) {
-        // Every rank refuses this step at once: a save of an earlier step still in the background is
-        // committed before the run stops (a resume starts from it), or its failure said beside.
         try {
-          checkpointer.finish_save();
-        } catch (const Error& e) {
-          say("checkpoint: the save in the background failed too: %s", e.what());
+          return train_step.run(state);
+        } catch (const DeviceOutOfMemory& e) {
+          // This rank's alone (the others wait until the job is ended): what would shrink the step
+          // (TrainStep::run counted the step first).
+          throw DeviceOutOfMemory(
+              std::string(e.what()) + "; step " + std::to_string(state.step) + " of batch " +
+              std::to_string(job.local_batch_size) + " x seq " + std::to_string(job.seq_len) +
+              " needs more memory than this rank has: titan plan --config <this config> shows what it holds "
+              "(docs/planning.md); shrink training.local_batch_size or training.seq_len "
+              "(training.global_batch_size "
+              "keeps the step's tokens by accumulating)" +
+              (cfg.activation_checkpoint.mode != "full" ? ", or set activation_checkpoint.mode = \"full\""
+                                                        : ""));
+        }
+      } catch (const std::exception& e) {
+        // A save of an earlier step still in the background is committed before the run stops (a
+        // resume starts from it), or its failure said beside, where every rank stops here alike: a
+        // step every rank refused, or one process. (After one rank's own error the ranks cannot
+        // agree on a commit: that save is dropped, the checkpoint before it stands.)
+        if (dynamic_cast<const StepRefused*>(&e) || plan.world_size() == 1) {
+          try {
+            checkpointer.finish_save();
+          } catch (const Error& save_error) {
+            say("checkpoint: the save in the background failed too: %s", save_error.what());
+          }
         }
         throw;
       }

@@ -29,10 +29,20 @@ namespace {
 
 const char* trans_name(Trans t) { return t == Trans::N ? "N" : "T"; }
 
-// BLAS argument rules; the message names the function, the value and what it had to be.
+// BLAS argument rules; the message names the function, the value and what it had to be. A matrix
+// with no elements (M, N or K zero) is never read: its leading dimension may be anything >= 0, so
+// tight strides of empty operands (lda = K = 0) pass.
 void check_args(const char* fn, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                 int64_t ldc) {
   TITAN_CHECK(M >= 0 && N >= 0 && K >= 0, fn, ": sizes must be >= 0, got M=", M, " N=", N, " K=", K);
+  if (M == 0 || N == 0 || K == 0) {
+    TITAN_CHECK(lda >= 0 && ldb >= 0 && ldc >= 0, fn, ": leading dimensions must be >= 0, got lda=", lda,
+                " ldb=", ldb, " ldc=", ldc);
+    if (M == 0 || N == 0) return;  // C is empty: nothing is read or written
+    // K == 0: C = beta * C, so C's rule stands.
+    TITAN_CHECK(ldc >= N, fn, ": ldc=", ldc, " is less than the row length N=", N, " of C");
+    return;
+  }
   int64_t a_row = ta == Trans::N ? K : M, b_row = tb == Trans::N ? N : K;
   TITAN_CHECK(lda >= std::max<int64_t>(1, a_row), fn, ": lda=", lda, " is less than the row length ", a_row,
               " of A (", ta == Trans::N ? "[M,K]" : "stored [K,M] for Trans::T", ", M=", M, " K=", K, ")");
@@ -297,8 +307,12 @@ memory::desc c_view_md(const Problem& p, int64_t M, int64_t N) {
 // per thread, row counts that change with the routing every step). A primitive per exact shape would
 // JIT-compile hundreds of new kernels per step (measured: ~0.25 ms each, ~10% of a debugmodel_moe
 // step); there, one primitive per layout with run-time M, N, K (oneDNN's gemm:jit, as fast as the
-// per-shape brgemm kernel on one thread at these sizes) serves every shape.
-bool runtime_dims_here(int64_t batch) { return batch == 1 && omp_in_parallel(); }
+// per-shape brgemm kernel on one thread at these sizes) serves every shape. Any enclosing parallel
+// region counts, a team of one thread included (OMP_NUM_THREADS=1, as MPI ranks run): the same
+// kernel then runs whatever the thread count, and so do its results.
+bool runtime_dims_here(int64_t batch) {
+  return batch == 1 && omp_get_level() > 0;
+}
 
 std::shared_ptr<const Prim> get_prim(const Problem& p) {
   using Key = std::array<int64_t, 17>;

@@ -443,12 +443,7 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
 }
 
 ModelArgs args_from_hf_config_file(const std::string& path) {
-  io::check_regular_file(path, "model config");
-  std::ifstream f(path, std::ios::binary);
-  TITAN_CHECK(f, "cannot open model config '", path, "'");
-  std::stringstream text;
-  text << f.rdbuf();
-  return args_from_hf_config(io::parse_json_text(text.str(), path), path);
+  return args_from_hf_config(io::parse_json_text(io::read_regular_file(path, "model config"), path), path);
 }
 
 std::string hf_config_weights_dtype(const nlohmann::json& config) {
