@@ -1,12 +1,15 @@
 // ModelArgs from flavors, overrides and Hugging Face config.json (Hub and transformers-v5 spellings).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "models/small_args.h"
 #include "titan/core/check.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/models/qwen3/model.h"
 
 using namespace titan;
 using namespace titan::qwen3;
@@ -187,6 +190,32 @@ TEST(Qwen3Args, ContradictoryOrMistypedFieldsAreErrorsNamingThem) {
          c["quantization_config"] = {{"quant_method", "fp8"}};
        },
        "cfg.json: quantization_config is set: quantized checkpoints are not supported"},
+      // Scaled RoPE in the older key transformers still reads, a rope_parameters of the wrong type,
+      // attention other than full in some layer (or a list of another length), fields whose
+      // missing value transformers fills differently by version.
+      {[](auto& c) {
+         c.erase("rope_theta"),
+             c["rope_parameters"] = {{"type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e6}};
+       },
+       "cfg.json: rope_parameters.type \"yarn\" is not supported (only \"default\""},
+      {[](auto& c) {
+         c["rope_parameters"] = {1, 2};
+       },
+       "cfg.json: field 'rope_parameters' must be an object"},
+      {[](auto& c) {
+         c["layer_types"] = nlohmann::json::array();
+         for (int i = 0; i < 48; ++i)
+           c["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
+       },
+       "cfg.json: layer_types[3] = \"sliding_attention\" is not supported"},
+      {[](auto& c) { c["layer_types"] = {"full_attention"}; },
+       "cfg.json: field 'layer_types' must list num_hidden_layers = 48 layers"},
+      {[](auto& c) { c.erase("head_dim"); }, "cfg.json: field 'head_dim' missing"},
+      {[](auto& c) { c.erase("num_key_value_heads"); }, "cfg.json: field 'num_key_value_heads' missing"},
+      {[](auto& c) { c.erase("max_position_embeddings"); },
+       "cfg.json: field 'max_position_embeddings' missing"},
+      {[](auto& c) { c["initializer_range"] = -1.0; },
+       "model args: initializer_range must be finite and positive"},
       // Values no model has: a negative aux-loss weight rewards imbalance; non-finite or huge eps.
       {[](auto& c) { c["router_aux_loss_coef"] = -0.5; },
        "model args: router_aux_loss_coef must be finite and >= 0, got -0.5"},
@@ -208,6 +237,30 @@ TEST(Qwen3Args, ContradictoryOrMistypedFieldsAreErrorsNamingThem) {
   EXPECT_EQ(exported["num_experts"], 128);
   EXPECT_EQ(exported["rope_theta"], 1e6);
   EXPECT_EQ(exported["rope_parameters"]["rope_theta"], 1e6);
+}
+
+// config.json's initializer_range is the standard deviation of transformers' random init: the
+// huggingface scheme draws the weights with it, and the export says it (0.02 when the source has none).
+TEST(Qwen3Args, InitializerRangeDrawsTheWeightsAndIsExported) {
+  nlohmann::json c = hub_moe_config();
+  c.erase("initializer_range");
+  EXPECT_EQ(args_from_hf_config(c, "cfg.json").initializer_range, 0.02);
+  c["initializer_range"] = 0.006;
+  const ModelArgs a = args_from_hf_config(c, "cfg.json");
+  EXPECT_EQ(a.initializer_range, 0.006);
+  EXPECT_EQ(hf_config_from_args(a, "bfloat16")["initializer_range"], 0.006);
+  auto weight_std = [](double range) {
+    ModelArgs small = titan::testing::small_args(1, false);
+    small.initializer_range = range;
+    Qwen3Model model(small, DType::F32);
+    model.initialize(7, InitScheme::HuggingFace);
+    double sum_sq = 0;
+    const std::vector<double> w = model.find_param("layers.0.attention.wq.weight")->value.to_vector();
+    for (double v : w) sum_sq += v * v;
+    return std::sqrt(sum_sq / double(w.size()));
+  };
+  EXPECT_NEAR(weight_std(0.02), 0.02, 0.002);
+  EXPECT_NEAR(weight_std(0.5), 0.5, 0.05);
 }
 
 TEST(Qwen3Args, FlavorsAndOverrides) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -369,6 +370,17 @@ TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {
     const double v = std::stod(l);
     EXPECT_TRUE(v > 7e-4 && v < 9e-4) << "a constant lr of 8e-4 on an axis label of " << l;
   }
+  // Values one ulp apart (two runs' constant lr, rounded differently): drawn as a constant, where the
+  // tick loop's double index used to stop advancing and the report never ended.
+  fs::create_directories(dir / "ulps");
+  {
+    std::ofstream f(dir / "ulps" / "metrics.jsonl");
+    for (int step = 1; step <= 4; ++step)
+      f << json{{"step", step}, {"loss", 11.9}, {"lr", step % 2 ? 8e-4 : std::nextafter(8e-4, 1.0)}}.dump()
+        << "\n";
+  }
+  const std::string ulps = titan::train::render_report({titan::train::read_run(dir / "ulps")});
+  EXPECT_NE(ulps.find("learning rate"), std::string::npos);
 }
 
 }  // namespace

@@ -175,6 +175,20 @@ TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
   std::snprintf(flops, sizeof flops, "FLOPs per step: %.4g", p.flops);
   EXPECT_NE(out.find(flops), std::string::npos) << out;
   EXPECT_NE(out.find("batch 2 x seq 128, f32 compute"), std::string::npos) << out;
+  // Accumulating 4 micro-batches: 4 x the FLOPs of the step, the same FLOPs per token.
+  std::string accumulating;
+  ASSERT_EQ(testing::run_command(testing::titan_binary().string() + " info --config " + config +
+                                     " --training.mixed_precision_param=float32 --training.seq_len=128 "
+                                     "--training.global_batch_size=8",
+                                 &accumulating),
+            0)
+      << accumulating;
+  EXPECT_NE(accumulating.find("batch 2 x seq 128 x 4 micro-batches, f32 compute"), std::string::npos)
+      << accumulating;
+  char per_token[96];
+  std::snprintf(per_token, sizeof per_token, "(%.4g per token,", p.flops / (2.0 * 128.0));
+  EXPECT_NE(out.find(per_token), std::string::npos) << out;
+  EXPECT_NE(accumulating.find(per_token), std::string::npos) << accumulating;
   // A config note is said as titan train says it (here: torchtitan's per-op policy, applied as one
   // layer in two).
   ASSERT_EQ(testing::run_command(

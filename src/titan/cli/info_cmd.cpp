@@ -18,9 +18,12 @@ namespace {
 void print_step(const train::StepProfile& p, const train::StepShape& shape, const qwen3::ModelArgs& a,
                 const char* device) {
   std::printf(
-      "one training step on the meta device (%.0f ms): batch %ld x seq %ld, %s compute, activation "
+      "one training step on the meta device (%.0f ms): batch %ld x seq %ld%s, %s compute, activation "
       "checkpointing %s, one process on %s\n",
       p.seconds * 1e3, long(shape.local_batch), long(shape.seq_len),
+      shape.grad_accumulation > 1
+          ? (" x " + std::to_string(shape.grad_accumulation) + " micro-batches").c_str()
+          : "",
       std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str(), device);
   std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
               memory_text(p.weights).c_str(), memory_text(p.grads).c_str(), memory_text(p.optimizer).c_str());
@@ -43,7 +46,8 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
       "FLOPs per step: %.4g (%.4g per token, causal attention counted for the scores computed; titan "
       "train's MFU counts torchtitan's 6 x active matmul parameters + 12 x layers x heads x head_dim x "
       "seq: %.4g per token)\n",
-      p.flops, p.flops / double(shape.local_batch * shape.seq_len), a.flops_per_token(shape.seq_len));
+      p.flops, p.flops / double(shape.local_batch * shape.seq_len * shape.grad_accumulation),
+      a.flops_per_token(shape.seq_len));
 }
 
 // titan info --config X.toml [--k=v]: the job's training step run on the meta device.

@@ -55,8 +55,12 @@ Ticks ticks(double lo, double hi, double min_step = 0) {
   const double step = std::max(min_step, mag * (raw / mag >= 5 ? 5 : raw / mag >= 2 ? 2 : 1));
   Ticks t;
   // Each value from its index (no accumulated rounding: 1 + 5 x 0.2 must be 2, a whole step).
-  const double first = std::ceil(lo / step - 1e-9);
-  for (double k = first; k * step <= hi + step * 1e-9; ++k) t.values.push_back(k == 0 ? 0 : k * step);
+  // Counted in integers: past 2^53 a double index would stop advancing (a range of a few ulps).
+  const double first = std::ceil(lo / step - 1e-9), last = std::floor(hi / step + 1e-9);
+  for (int64_t i = 0; i <= 20 && first + double(i) <= last; ++i) {
+    const double k = first + double(i);
+    t.values.push_back(k == 0 ? 0 : k * step);
+  }
   const double largest = std::max(std::abs(lo), std::abs(hi));
   t.digits = std::clamp(int(std::ceil(std::log10(largest / step + 1))) + 1, 2, 15);
   return t;
@@ -79,7 +83,9 @@ std::string chart(const std::vector<RunRecord>& runs, const std::string& metric,
   os << "<figure><figcaption>" << escape(title) << "</figcaption>";
   if (!(xmin <= xmax)) return os.str() + "<p class=\"none\">not logged by these runs</p></figure>\n";
   if (xmax == xmin) xmin -= 1, xmax += 1;
-  if (ymax == ymin) {  // a constant: 5 % of its size around it (a constant lr of 8e-4 is no 0)
+  // A constant, or values a few ulps apart (8e-4 and 8.000000000000001e-4 of two runs' lr): 5 % of
+  // its size around it (a constant lr of 8e-4 is no 0).
+  if (ymax - ymin <= 1e-9 * std::max(std::abs(ymin), std::abs(ymax))) {
     const double half = ymin != 0 ? std::abs(ymin) * 0.05 : 1;
     ymin -= half, ymax += half;
   }

@@ -24,8 +24,9 @@
 //         from bf16): oneDNN's AVX2 sgemm is about 2x slower on A^T than on A there.
 // Threads: the OpenMP thread count (omp_get_max_threads / OMP_NUM_THREADS). Called from inside an
 // OpenMP parallel region (one GEMM per thread, as moe_experts does), a GEMM runs on the calling
-// thread alone; bf16 calls there use one oneDNN primitive per layout with run-time M, N, K, so
-// shapes that change call after call never JIT-compile new kernels. Concurrent calls are safe:
+// thread alone; bf16 calls there (a team of one thread included) use one oneDNN primitive per layout
+// with run-time M, N, K, so shapes that change call after call never JIT-compile new kernels, and
+// the results do not depend on the team's size. Concurrent calls are safe:
 // every thread has its own oneDNN stream and scratchpad.
 #include <cstdint>
 #include <string>

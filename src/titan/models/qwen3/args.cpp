@@ -43,6 +43,8 @@ void ModelArgs::validate() const {
               "model args: norm_eps must be in (0, 1], got ", norm_eps);
   TITAN_CHECK(std::isfinite(rope_theta) && rope_theta > 0,
               "model args: rope_theta must be finite and positive, got ", rope_theta);
+  TITAN_CHECK(std::isfinite(initializer_range) && initializer_range > 0,
+              "model args: initializer_range must be finite and positive, got ", initializer_range);
   // A negative coefficient would reward the imbalance the aux loss exists to penalise.
   TITAN_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0,
               "model args: router_aux_loss_coef must be finite and >= 0, got ", router_aux_loss_coef);
@@ -194,6 +196,7 @@ const std::vector<Field>& fields() {
       TITAN_RENAMED_FIELD(rope_theta, Double, false, nullptr),  // inside rope_parameters
       TITAN_RENAMED_FIELD(max_seq_len, Int, false, "max_position_embeddings"),
       TITAN_RENAMED_FIELD(tie_embeddings, Bool, false, "tie_word_embeddings"),
+      TITAN_FIELD(initializer_range, Double, false),
       TITAN_FIELD(num_experts, Int, true),
       TITAN_RENAMED_FIELD(top_k, Int, true, "num_experts_per_tok"),
       TITAN_RENAMED_FIELD(moe_hidden_dim, Int, true, "moe_intermediate_size"),
@@ -253,7 +256,8 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
 }
 
 bool shapes_the_computation(const std::string& key) {
-  return key != "router_aux_loss_coef" && key != "output_router_logits" && key != "max_seq_len";
+  return key != "router_aux_loss_coef" && key != "output_router_logits" && key != "max_seq_len" &&
+         key != "initializer_range";
 }
 
 std::string field_text(const ModelArgs& args, const std::string& key) {
@@ -321,17 +325,40 @@ ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std
   a.dim = get_int("hidden_size");
   a.n_layers = get_int("num_hidden_layers");
   a.n_heads = get_int("num_attention_heads");
-  a.n_kv_heads = c.contains("num_key_value_heads") ? get_int("num_key_value_heads") : a.n_heads;
-  a.head_dim = c.contains("head_dim") && !c["head_dim"].is_null() ? get_int("head_dim") : a.dim / a.n_heads;
+  // Required where transformers' defaults for a missing field differ between its versions and
+  // between Qwen3 and Qwen3-MoE (head_dim 128 or hidden_size / heads, num_key_value_heads 32, 8 or
+  // 4): a guess could build another architecture than the one the file means. (head_dim null, as
+  // transformers writes for MoE configs without one: hidden_size / heads.)
+  a.n_kv_heads = get_int("num_key_value_heads");
+  TITAN_CHECK(c.contains("head_dim"), src,
+              ": field 'head_dim' missing (transformers' default for it differs between versions and between "
+              "Qwen3 and Qwen3-MoE: give it)");
+  a.head_dim = !c["head_dim"].is_null() ? get_int("head_dim") : a.dim / a.n_heads;
   a.norm_eps = get_num("rms_norm_eps");
-  a.max_seq_len = c.contains("max_position_embeddings") ? get_int("max_position_embeddings") : a.max_seq_len;
+  a.max_seq_len = get_int("max_position_embeddings");
   a.tie_embeddings = opt_bool("tie_word_embeddings", false);
+  a.initializer_range = c.contains("initializer_range") ? get_num("initializer_range") : 0.02;
+  // transformers' layer_types lists each layer's attention; titan computes full causal attention in
+  // every layer.
+  if (c.contains("layer_types") && !c["layer_types"].is_null()) {
+    const auto& types = c["layer_types"];
+    TITAN_CHECK(types.is_array() && int64_t(types.size()) == a.n_layers, src,
+                ": field 'layer_types' must list num_hidden_layers = ", a.n_layers, " layers, got ",
+                types.dump());
+    for (size_t i = 0; i < types.size(); ++i)
+      TITAN_CHECK(types[i] == "full_attention", src, ": layer_types[", i, "] = ", types[i].dump(),
+                  " is not supported (titan computes \"full_attention\" in every layer)");
+  }
 
+  TITAN_CHECK(
+      !c.contains("rope_parameters") || c["rope_parameters"].is_null() || c["rope_parameters"].is_object(),
+      src, ": field 'rope_parameters' must be an object, got ", c["rope_parameters"].dump());
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {
     const auto& rp = c["rope_parameters"];
-    TITAN_CHECK(!rp.contains("rope_type") || rp["rope_type"] == "default", src,
-                ": rope_parameters.rope_type ", rp["rope_type"].dump(),
-                " is not supported (only \"default\")");
+    // transformers reads the older spelling "type" where "rope_type" is missing.
+    for (const char* k : {"rope_type", "type"})
+      TITAN_CHECK(!rp.contains(k) || rp[k] == "default", src, ": rope_parameters.", k, " ", rp[k].dump(),
+                  " is not supported (only \"default\": titan computes plain RoPE)");
     TITAN_CHECK(rp.contains("rope_theta") && rp["rope_theta"].is_number(), src,
                 ": rope_parameters.rope_theta missing or not a number");
     a.rope_theta = rp["rope_theta"].get<double>();
@@ -455,8 +482,8 @@ std::string hf_config_weights_dtype(const nlohmann::json& config) {
 nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype) {
   // What transformers' Qwen3 configs hold and titan has no field for (titan's model is exactly this).
   nlohmann::json c = {
-      {"hidden_act", "silu"},      {"attention_bias", false}, {"attention_dropout", 0.0},
-      {"initializer_range", 0.02}, {"use_cache", true},       {"use_sliding_window", false},
+      {"hidden_act", "silu"}, {"attention_bias", false},     {"attention_dropout", 0.0},
+      {"use_cache", true},    {"use_sliding_window", false},
   };
   // The source's special-token ids, else (a native flavor) those of the released Qwen3 configs,
   // <|endoftext|> and <|im_end|>, when the vocabulary holds them.

@@ -20,6 +20,9 @@ struct ModelArgs {
   double rope_theta = 1e6;
   int64_t max_seq_len = 40960;
   bool tie_embeddings = true;
+  // The standard deviation of transformers' random init (config.json's initializer_range): the
+  // huggingface init scheme draws every weight from N(0, initializer_range).
+  double initializer_range = 0.02;
 
   // Mixture of experts (num_experts == 0: dense model).
   int64_t num_experts = 0;
@@ -68,7 +71,8 @@ bool is_moe_field(const std::string& key);
 // Whether field `key` shapes the function the weights compute (dim, rope_theta, norm_eps, ...): the
 // fields weights may not load under, nor a checkpoint resume under, with another value. The others:
 // the MoE loss settings (router_aux_loss_coef, output_router_logits) weigh a loss term, a training
-// choice (a resume notes a change), and max_seq_len only bounds the positions (RoPE computes each
+// choice (a resume notes a change), initializer_range draws the starting weights only, and
+// max_seq_len only bounds the positions (RoPE computes each
 // position alike whatever the bound; the Hub's Qwen3 configs say 32768, 40960 or 262144).
 bool shapes_the_computation(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that

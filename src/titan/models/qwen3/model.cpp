@@ -146,10 +146,10 @@ int64_t Qwen3Model::num_params() const {
 }
 
 void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
-  // Every scheme starts from transformers' N(0, 0.02), so re-initialising with another scheme
-  // gives the same weights as a fresh model.
+  // Every scheme starts from transformers' N(0, initializer_range), so re-initialising with another
+  // scheme gives the same weights as a fresh model.
   for (auto* p : params())
-    if (p->init == nn::Init::Normal) p->std = 0.02, p->truncate_at = 0;
+    if (p->init == nn::Init::Normal) p->std = args_.initializer_range, p->truncate_at = 0;
   if (scheme == InitScheme::Torchtitan) {
     // Depth-scaled: output projections of each residual branch (and the MoE router, which
     // torchtitan initialises with its layer's std) shrink with depth.
