@@ -184,11 +184,14 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1,x", "--prompt-ids element 1 'x' is not an integer"},
       {m + "--prompt-ids 1,,2", "--prompt-ids element 1 '' is not an integer"},
       {m + "--prompt-ids 1,4096", "prompt token 1 is id 4096, outside the vocabulary"},
-      {m + "--prompt-ids 1 --top-k 5", "with --temperature 0 (greedy) they would do nothing"},
+      {m + "--prompt-ids 1 --top-k 5",
+       "--top-k shapes sampling, and this run decodes greedily (" + model +
+           "/generation_config.json does not sample (do_sample false)): it would do nothing"},
       {m + "--prompt-ids 1 --temperature -1", "temperature must be a finite number >= 0"},
       {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
-      {m + "--prompt-ids 1 --min-p 0.1", "with --temperature 0 (greedy) they would do nothing"},
-      {m + "--prompt-ids 1 --eta-cutoff 0.1", "--epsilon-cutoff and --eta-cutoff shape sampling"},
+      {m + "--prompt-ids 1 --min-p 0.1", "--min-p shapes sampling, and this run decodes greedily"},
+      {m + "--prompt-ids 1 --temperature 0 --eta-cutoff 0.1",
+       "--eta-cutoff shapes sampling, and this run decodes greedily (--temperature 0)"},
       {m + "--prompt-ids 1 --temperature 1 --epsilon-cutoff 1", "epsilon_cutoff must be in [0, 1)"},
       {m + "--prompt-ids 1 --temperature 1 --min-p 1.5", "min_p must be in [0, 1]"},
       {m + "--prompt-ids 1 --temperature 1 --typical-p 0", "typical_p must be in (0, 1]"},
@@ -1211,8 +1214,11 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_EQ(r.out, ids_of({})) << r.err;
   EXPECT_NE(ids_of(greedy), ids_of({}))
       << "the penalty changes these ten tokens, so the runs above tell them apart";
-  // The flags replace the file's sampling (--num-beams 1: without the file's beams).
-  titan::qwen3::SamplingOptions flags;
+  // Each flag replaces its own field of the file's sampling, the others stay, as transformers'
+  // generate(temperature=1.4) keeps the config's top_k and top_p (--num-beams 1: without the file's
+  // beams).
+  titan::qwen3::SamplingOptions flags = qwen3_defaults;
+  flags.seed = 0;
   flags.temperature = 1.4;
   flags.epsilon_cutoff = 0.02;
   flags.eta_cutoff = 0.1;
@@ -1220,6 +1226,12 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   flags.no_repeat_ngram_size = 2;
   r = titan(args + " --temperature 1.4 --epsilon-cutoff 0.02 --eta-cutoff 0.1 --num-beams 1");
   EXPECT_EQ(r.out, ids_of(flags)) << r.err;
+  EXPECT_NE(
+      r.err.find("sampling as " + file +
+                 " says, except --temperature, --epsilon-cutoff, --eta-cutoff: temperature 1.4, top_k 20, "
+                 "top_p 0.95, min_p 0.05"),
+      std::string::npos)
+      << r.err;
   // Its max_new_tokens and min_new_tokens, unless the flags say otherwise.
   std::ofstream(dir / "generation_config.json", std::ios::trunc)
       << R"({"max_new_tokens": 3, "min_new_tokens": 2, "stop_strings": ["x"], "suppress_tokens": [], "eos_token_id": )"

@@ -773,16 +773,9 @@ int generate_main(int argc, char** argv) {
   sampling.prompt_lookup_num_tokens = p.get_int("prompt-lookup", 0);
   sampling.seed = uint64_t(p.get_int("seed", 0));
   sampling.validate();
-  TITAN_CHECK(
-      sampling.temperature > 0 ||
-          (sampling.top_k == 0 && sampling.top_p == 1 && sampling.min_p == 0 && sampling.typical_p == 1 &&
-           sampling.epsilon_cutoff == 0 && sampling.eta_cutoff == 0),
-      "titan generate: --top-k, --top-p, --min-p, --typical-p, --epsilon-cutoff and --eta-cutoff shape "
-      "sampling; with --temperature 0 (greedy) they would do nothing");
-  bool sampling_given = false;
-  for (const char* flag :
-       {"temperature", "top-k", "top-p", "min-p", "typical-p", "epsilon-cutoff", "eta-cutoff"})
-    sampling_given = sampling_given || p.has(flag);
+  // The flags that shape sampling; each replaces its own field of the model's generation config.
+  static const char* const kSamplingFlags[] = {"temperature", "top-k",          "top-p",     "min-p",
+                                               "typical-p",   "epsilon-cutoff", "eta-cutoff"};
 
   // What the checkpoint says about itself, read before its weights so that a missing or changed
   // tokenizer fails at once: where its tokenizer is (the run's, for a native checkpoint, with the
@@ -1004,8 +997,32 @@ int generate_main(int argc, char** argv) {
     std::erase_if(stop_ids, [&](int64_t id) { return id < 0 || id >= vocab; });
   }
 
-  // The model's own generation defaults, applied as transformers' generate applies them: its
-  // sampling unless a sampling flag is given, its repetition penalty unless the flag is.
+  // The model's own generation defaults, applied as transformers' generate applies them: each of its
+  // sampling fields unless that field's flag is given (generate(temperature=0.7) keeps the config's
+  // top_k and top_p), its repetition penalty unless the flag is.
+  if (defaults.samples) {
+    auto from_file = [&](const char* flag, auto& field, auto value) {
+      if (!p.has(flag)) field = value;
+    };
+    from_file("temperature", sampling.temperature, defaults.sampling.temperature);
+    from_file("top-k", sampling.top_k, defaults.sampling.top_k);
+    from_file("top-p", sampling.top_p, defaults.sampling.top_p);
+    from_file("min-p", sampling.min_p, defaults.sampling.min_p);
+    from_file("typical-p", sampling.typical_p, defaults.sampling.typical_p);
+    from_file("epsilon-cutoff", sampling.epsilon_cutoff, defaults.sampling.epsilon_cutoff);
+    from_file("eta-cutoff", sampling.eta_cutoff, defaults.sampling.eta_cutoff);
+  }
+  if (sampling.temperature == 0) {
+    // Greedy: a truncation flag given would do nothing (the file's own are moot, and dropped).
+    for (const char* flag : kSamplingFlags)
+      TITAN_CHECK(std::string(flag) == "temperature" || !p.has(flag), "titan generate: --", flag,
+                  " shapes sampling, and this run decodes greedily (",
+                  p.has("temperature") ? std::string("--temperature 0")
+                                       : where + " does not sample (do_sample false)",
+                  "): it would do nothing; add --temperature T > 0 to sample");
+    sampling.top_k = 0, sampling.top_p = 1, sampling.min_p = 0, sampling.typical_p = 1;
+    sampling.epsilon_cutoff = 0, sampling.eta_cutoff = 0;
+  }
   // Beam search: --num-beams, else the model's num_beams, as transformers'; with sampling (the
   // config's do_sample, or a flag's temperature > 0) it is beam sampling.
   qwen3::BeamSearchOptions beams = defaults.beams;
@@ -1040,8 +1057,7 @@ int generate_main(int argc, char** argv) {
                  p.has("num-beams") && p.has("num-return-sequences") ? "" : " (with " + where + "'s values)");
     }
     static const char* const kEarly[] = {"false", "true", "never"};
-    const bool beam_sampling =
-        sampling_given ? sampling.temperature > 0 : defaults.samples && defaults.sampling.temperature > 0;
+    const bool beam_sampling = sampling.temperature > 0;
     std::fprintf(stderr,
                  "generate: beam %s%s: %lld beams, length_penalty %g, early_stopping %s, "
                  "%lld sequence%s\n",
@@ -1055,24 +1071,20 @@ int generate_main(int argc, char** argv) {
                   interactive ? "--interactive streams its replies and searches no beams"
                               : "add --num-beams N (N >= 2)");
   }
-  if (!sampling_given && defaults.samples) {
-    sampling.temperature = defaults.sampling.temperature;
-    sampling.top_k = defaults.sampling.top_k;
-    sampling.top_p = defaults.sampling.top_p;
-    sampling.min_p = defaults.sampling.min_p;
-    sampling.typical_p = defaults.sampling.typical_p;
-    sampling.epsilon_cutoff = defaults.sampling.epsilon_cutoff;
-    sampling.eta_cutoff = defaults.sampling.eta_cutoff;
+  if (defaults.samples && sampling.temperature > 0) {
+    std::string given;  // the fields the flags replaced
+    for (const char* flag : kSamplingFlags)
+      if (p.has(flag)) given += std::string(given.empty() ? ", except --" : ", --") + flag;
     char more[160] = "";
     if (sampling.min_p > 0 || sampling.typical_p < 1 || sampling.epsilon_cutoff > 0 ||
         sampling.eta_cutoff > 0)
       std::snprintf(more, sizeof more, ", min_p %g, typical_p %g, epsilon_cutoff %g, eta_cutoff %g",
                     sampling.min_p, sampling.typical_p, sampling.epsilon_cutoff, sampling.eta_cutoff);
     std::fprintf(stderr,
-                 "generate: sampling as %s says: temperature %g, top_k %lld, top_p %g%s (seed %llu; "
+                 "generate: sampling as %s says%s: temperature %g, top_k %lld, top_p %g%s (seed %llu; "
                  "--temperature 0 for greedy)\n",
-                 where.c_str(), sampling.temperature, (long long)sampling.top_k, sampling.top_p, more,
-                 (unsigned long long)sampling.seed);
+                 where.c_str(), given.c_str(), sampling.temperature, (long long)sampling.top_k,
+                 sampling.top_p, more, (unsigned long long)sampling.seed);
   }
   // Several samples of a prompt (num_return_sequences without beams): only when sampling.
   int64_t samples = 1;
