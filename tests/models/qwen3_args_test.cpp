@@ -263,6 +263,20 @@ TEST(Qwen3Args, InitializerRangeDrawsTheWeightsAndIsExported) {
   EXPECT_NEAR(weight_std(0.5), 0.5, 0.05);
 }
 
+// A pad_token_id is said at start-up: transformers freezes that embedding row (padding_idx), titan
+// does not (not honoured yet, never silent).
+TEST(Qwen3Args, APadTokenIdIsNamedAsADifference) {
+  nlohmann::json c = hub_moe_config();
+  EXPECT_EQ(hf_config_differences(args_from_hf_config(c, "cfg.json")), "");
+  c["pad_token_id"] = nullptr;
+  EXPECT_EQ(hf_config_differences(args_from_hf_config(c, "cfg.json")), "");
+  c["pad_token_id"] = 151643;
+  EXPECT_NE(hf_config_differences(args_from_hf_config(c, "cfg.json"))
+                .find("pad_token_id = 151643: transformers makes it the embedding's padding_idx"),
+            std::string::npos);
+  EXPECT_EQ(hf_config_differences(flavor("debugmodel")), "");
+}
+
 TEST(Qwen3Args, FlavorsAndOverrides) {
   for (auto& name : flavor_names()) EXPECT_NO_THROW(flavor(name).validate()) << name;
   ModelArgs a = flavor("30B-A3B");

@@ -473,6 +473,17 @@ ModelArgs args_from_hf_config_file(const std::string& path) {
   return args_from_hf_config(io::parse_json_text(io::read_regular_file(path, "model config"), path), path);
 }
 
+std::string hf_config_differences(const ModelArgs& a) {
+  if (a.hf_extra_fields_json.empty()) return "";
+  const nlohmann::json extra = nlohmann::json::parse(a.hf_extra_fields_json);
+  const auto pad = extra.find("pad_token_id");
+  if (pad == extra.end() || !pad->is_number_integer()) return "";
+  return "warning: config.json's pad_token_id = " + pad->dump() +
+         ": transformers makes it the embedding's padding_idx (that row gets no gradient and starts at "
+         "zero); "
+         "titan trains the row like every other";
+}
+
 std::string hf_config_weights_dtype(const nlohmann::json& config) {
   for (const char* k : {"dtype", "torch_dtype"})
     if (config.contains(k) && config[k].is_string()) return config[k].get<std::string>();

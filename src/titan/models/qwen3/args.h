@@ -79,6 +79,12 @@ bool shapes_the_computation(const std::string& key);
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);
 
+// What titan computes otherwise than transformers for the source config.json of `args`, one line
+// each, for the start-up log ("" when nothing): a pad_token_id, which transformers makes the
+// embedding's padding_idx (that row gets no gradient and is zeroed at init), where titan trains the
+// row like every other.
+std::string hf_config_differences(const ModelArgs& args);
+
 // Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
 // (num_experts / num_local_experts, rope_theta / rope_parameters.rope_theta, torch_dtype /
 // dtype). Unsupported architectures or values are errors naming `source` and the field.
