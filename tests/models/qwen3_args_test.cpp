@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/small_args.h"
+#include "test_util.h"
 #include "titan/core/check.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/models/qwen3/model.h"
@@ -263,18 +264,34 @@ TEST(Qwen3Args, InitializerRangeDrawsTheWeightsAndIsExported) {
   EXPECT_NEAR(weight_std(0.5), 0.5, 0.05);
 }
 
-// A pad_token_id is said at start-up: transformers freezes that embedding row (padding_idx), titan
-// does not (not honoured yet, never silent).
-TEST(Qwen3Args, APadTokenIdIsNamedAsADifference) {
+// config.json's pad_token_id becomes the embedding's padding_idx (null or missing: none), is
+// exported as read (null when none, as transformers writes it), and must be a token id.
+TEST(Qwen3Args, PadTokenIdIsReadCheckedAndExported) {
   nlohmann::json c = hub_moe_config();
-  EXPECT_EQ(hf_config_differences(args_from_hf_config(c, "cfg.json")), "");
+  c.erase("pad_token_id");
+  EXPECT_EQ(args_from_hf_config(c, "cfg.json").pad_token_id, -1);
+  EXPECT_TRUE(hf_config_from_args(args_from_hf_config(c, "cfg.json"), "bfloat16")["pad_token_id"].is_null());
   c["pad_token_id"] = nullptr;
-  EXPECT_EQ(hf_config_differences(args_from_hf_config(c, "cfg.json")), "");
+  EXPECT_EQ(args_from_hf_config(c, "cfg.json").pad_token_id, -1);
   c["pad_token_id"] = 151643;
-  EXPECT_NE(hf_config_differences(args_from_hf_config(c, "cfg.json"))
-                .find("pad_token_id = 151643: transformers makes it the embedding's padding_idx"),
+  const ModelArgs a = args_from_hf_config(c, "cfg.json");
+  EXPECT_EQ(a.pad_token_id, 151643);
+  EXPECT_EQ(hf_config_from_args(a, "bfloat16")["pad_token_id"], 151643);
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(a.vocab_size), nlohmann::json("0")}) {
+    c["pad_token_id"] = bad;
+    const std::string m = titan::testing::error_of([&] { args_from_hf_config(c, "cfg.json"); });
+    EXPECT_NE(m.find("cfg.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("pad_token_id"), std::string::npos) << m;
+  }
+  ModelArgs native = flavor("debugmodel");
+  EXPECT_EQ(native.pad_token_id, -1);
+  apply_override(native, "pad_token_id", "3");
+  EXPECT_EQ(native.pad_token_id, 3);
+  native.pad_token_id = native.vocab_size;
+  EXPECT_NE(titan::testing::error_of([&] {
+              native.validate();
+            }).find("pad_token_id must be -1 (none) or lie in [0, vocab_size="),
             std::string::npos);
-  EXPECT_EQ(hf_config_differences(flavor("debugmodel")), "");
 }
 
 TEST(Qwen3Args, FlavorsAndOverrides) {

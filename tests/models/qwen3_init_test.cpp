@@ -19,6 +19,7 @@
 #include <cstring>
 #include <random>
 
+#include "models/small_args.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
 #include "titan/models/qwen3/args.h"
@@ -290,4 +291,50 @@ TEST(Qwen3Info, ParameterCountsOfPublishedShapes) {
                         &out),
             0);
   EXPECT_NE(out.find("--flavor belongs to `titan info --flavor | --model-path`"), std::string::npos) << out;
+}
+
+// pad_token_id (transformers' padding_idx): random init zeroes that embedding row under either scheme
+// (a tied lm_head shares it; an untied one keeps its row), and the lookup gives it no gradient, so
+// an untied model's row gets exactly none while a tied one's gets the lm_head's part alone.
+TEST(Qwen3Init, PadTokenIdRowStartsAtZeroAndGetsNoGradientFromTheLookup) {
+  const int64_t pad = 7;
+  const Batch batch = [&] {
+    Batch b = random_batch(2, 24, 1000, 5);
+    std::vector<int64_t> ids(size_t(b.ids.numel()));
+    std::memcpy(ids.data(), b.ids.data<int64_t>(), ids.size() * sizeof(int64_t));
+    for (size_t i = 0; i < ids.size(); i += 3) ids[i] = pad;  // padding among the inputs
+    b.ids = Tensor::from_vector(ids, b.ids.shape());
+    return b;
+  }();
+  auto row = [](const Tensor& t, int64_t r) { return t.narrow(0, r, 1).to_vector(); };
+  auto all_zero = [](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [](double x) { return x == 0; });
+  };
+  for (bool tied : {false, true})
+    for (InitScheme scheme : {InitScheme::HuggingFace, InitScheme::Torchtitan}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") +
+                   (scheme == InitScheme::HuggingFace ? ", huggingface init" : ", torchtitan init"));
+      // The embedding row's gradient after one backward, with and without the padding_idx.
+      auto pad_row_grad = [&](int64_t pad_token_id) {
+        ModelArgs a = small_args(1, false);
+        a.tie_embeddings = tied;
+        a.pad_token_id = pad_token_id;
+        Qwen3Model model(a, DType::F32);
+        model.initialize(7, scheme);
+        const Tensor& table = model.find_param("tok_embeddings.weight")->value;
+        EXPECT_EQ(all_zero(row(table, pad)), pad_token_id == pad) << "the padding row at init";
+        EXPECT_FALSE(all_zero(row(table, pad + 1)));
+        if (!tied) EXPECT_FALSE(all_zero(row(model.find_param("output.weight")->value, pad)));
+        autograd::backward(model.forward_loss(batch.ids, batch.targets).loss);
+        return row(model.find_param("tok_embeddings.weight")->grad(), pad);
+      };
+      const std::vector<double> padded = pad_row_grad(pad), unpadded = pad_row_grad(-1);
+      EXPECT_FALSE(all_zero(unpadded));
+      if (tied) {
+        EXPECT_FALSE(all_zero(padded)) << "the tied lm_head's gradient must stay";
+        EXPECT_NE(padded, unpadded) << "the lookup's part must be gone";
+      } else {
+        EXPECT_TRUE(all_zero(padded));
+      }
+    }
 }

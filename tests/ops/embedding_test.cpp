@@ -111,6 +111,62 @@ TEST(Embedding, AParametersGradientIsScatteredIntoItsBuffer) {
     }
 }
 
+// padding_idx (transformers' pad_token_id): the lookup still reads that row, but the positions
+// holding it add nothing to the table's gradient; every other row gets its scatter-add. Into a
+// parameter's gradient buffer, the padding row keeps what it held (a tied lm_head's gradient).
+TEST(Embedding, PaddingIdxRowGetsNoGradientFromTheLookup) {
+  const int64_t V = 1013, D = 97, S = 333, pad = 5;
+  std::vector<double> id_values = random_ids({2, S}, V, 4).to_vector();
+  for (size_t i = 0; i < id_values.size(); i += 7) id_values[i] = double(pad);  // many padding positions
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>(id_values.begin(), id_values.end()), {2, S});
+  const Tensor dy = random_tensor({2, S, D}, DType::F32, 6), held = random_tensor({V, D}, DType::F32, 7);
+  // The serial scatter-add of the non-padding positions, from zero and from what the buffer held.
+  std::vector<float> want_fresh(size_t(V * D), 0.f), want_added(size_t(V * D));
+  {
+    const std::vector<double> h = held.to_vector(), g = dy.to_vector();
+    for (size_t k = 0; k < want_added.size(); ++k) want_added[k] = float(h[k]);
+    for (size_t i = 0; i < id_values.size(); ++i) {
+      if (int64_t(id_values[i]) == pad) continue;
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t k = size_t(id_values[i]) * size_t(D) + size_t(d);
+        want_fresh[k] += float(g[i * size_t(D) + size_t(d)]);
+        want_added[k] += float(g[i * size_t(D) + size_t(d)]);
+      }
+    }
+  }
+  auto count_wrong = [](const Tensor& got, const std::vector<float>& want) {
+    const std::vector<double> v = got.to_vector();
+    int64_t wrong = 0;
+    for (size_t k = 0; k < want.size(); ++k) wrong += float(v[k]) != want[k];
+    return wrong;
+  };
+  for (const std::string variant : {"reference", "default"}) {
+    SCOPED_TRACE(variant);
+    kernels::ForceVariant force("embedding", variant);
+    const Tensor table = random_tensor({V, D}, DType::F32, 8).set_requires_grad(true);
+    const Tensor out = ops::embedding(ids, table, pad);
+    EXPECT_EQ(max_abs_diff(out, ops::embedding(ids, table.detach())), 0) << "the forward must not change";
+    autograd::backward(autograd::current_tape(), {out}, {dy});
+    EXPECT_EQ(count_wrong(table.grad(), want_fresh), 0);
+    const GradientIntoBuffer g = gradient_into_buffer(
+        random_tensor({V, D}, DType::F32, 8), held, [&](const Tensor& p) -> std::function<void()> {
+          Tensor o = ops::embedding(ids, p, pad);
+          return [o, &dy] { autograd::backward(autograd::current_tape(), {o}, {dy}); };
+        });
+    EXPECT_EQ(count_wrong(g.added, want_added), 0) << "into the gradient buffer";
+  }
+}
+
+TEST(Embedding, PaddingIdxOutsideTheTableIsAnError) {
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 1}, {2}),
+               table = Tensor::zeros({5, 3}, DType::F32);
+  for (int64_t pad : {int64_t(5), int64_t(-2)}) {
+    const std::string m = error_of([&] { ops::embedding(ids, table, pad); });
+    EXPECT_NE(m.find("padding_idx " + std::to_string(pad) + " is out of range"), std::string::npos) << m;
+    EXPECT_NE(m.find("V=5"), std::string::npos) << m;
+  }
+}
+
 TEST(Embedding, OutOfRangeIdNamesIdPositionAndV) {
   auto table = Tensor::zeros({5, 3}, DType::F32);
   auto m = embedding_error(Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 7}, {2, 3}), table);

@@ -122,11 +122,12 @@ TEST(MfuPeak, AnUnknownPeakLogsNoMfu) {
   outputs.console = true;
   outputs.jsonl = dump / "metrics.jsonl";
   train::MetricsLogger logger(outputs);
-  train::StepMeter meter(logger, /*log_freq=*/1, /*last_step=*/2, /*flops_per_token=*/1e9, /*peak_tflops=*/0);
+  train::StepMeter meter(logger, /*log_freq=*/1, /*last_step=*/2, /*flops_per_token=*/1e9,
+                         /*lm_head_flops_per_token=*/1e8, /*peak_tflops=*/0);
   ::testing::internal::CaptureStdout();
   for (int64_t step = 1; step <= 2; ++step) {
     meter.begin_step();
-    meter.end_step(step, 2.5, -1, 1.0, 1e-3, 1000);
+    meter.end_step(step, 2.5, -1, 1.0, 1e-3, 1000, 1000);
   }
   const std::string console = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(console.find("tflops: "), std::string::npos) << console;
@@ -142,4 +143,36 @@ TEST(MfuPeak, AnUnknownPeakLogsNoMfu) {
   EXPECT_EQ(records, 2);
   EXPECT_TRUE(meter.measured_sustained());
   EXPECT_LT(meter.sustained_mfu(), 0);
+}
+
+// The FLOPs behind tflops and MFU are the work done: a position whose target is ignored (a
+// conversation's prompt, padding) skips the lm_head, whose rows linear_cross_entropy drops before
+// its GEMMs, so such a step's FLOPs lack 6 x vocab x dim for each of them; the sustained MFU sums
+// the same FLOPs.
+TEST(MfuPeak, IgnoredTargetsAreNotCountedAsLmHeadWork) {
+  const fs::path dump = tt::temp_dir("mfu_ignored_targets");
+  train::MetricsOutputs outputs;
+  outputs.jsonl = dump / "metrics.jsonl";
+  train::MetricsLogger logger(outputs);
+  const double per_token = 1e9, lm_head = 6e8, peak = 1.0;
+  train::StepMeter meter(logger, /*log_freq=*/1, /*last_step=*/3, per_token, lm_head, peak);
+  const std::vector<double> targets = {1000, 1000, 250};  // of 1000 tokens each step
+  for (int64_t step = 1; step <= 3; ++step) {
+    meter.begin_step();
+    meter.end_step(step, 2.5, -1, 1.0, 1e-3, 1000, targets[size_t(step - 1)]);
+  }
+  std::ifstream f(outputs.jsonl);
+  double sustained_flops = 0, sustained_seconds = 0;
+  int records = 0;
+  for (std::string line; std::getline(f, line); ++records) {
+    const auto r = nlohmann::json::parse(line);
+    const double seconds = r["step_seconds"].get<double>(), target_count = targets[size_t(records)];
+    const double want = 1000 * per_token - (1000 - target_count) * lm_head;
+    EXPECT_NEAR(r["tflops"].get<double>() * 1e12 * seconds, want, want * 1e-9) << line;
+    EXPECT_NEAR(r["mfu"].get<double>(), 100.0 * r["tflops"].get<double>() / peak, 1e-9) << line;
+    if (records > 0) sustained_flops += want, sustained_seconds += seconds;  // the first step warms up
+  }
+  ASSERT_EQ(records, 3);
+  EXPECT_NEAR(meter.sustained_mfu(), 100.0 * sustained_flops / sustained_seconds / 1e12 / peak,
+              meter.sustained_mfu() * 1e-6);
 }

@@ -199,6 +199,13 @@ void ParamBlock::initialize(uint64_t seed) {
     const uint64_t stream = ops::init_draw::mix64(seed ^ ops::init_draw::mix64(fnv1a(p.name)));
     Tensor slice = target.narrow(0, begin - lo, end - begin);
     ops::normal_init(slice, stream, p.std, p.truncate_at * p.std, begin - p.offset + p.first_element);
+    if (p.zero_row >= 0) {
+      TITAN_CHECK(p.shape.size() == 2 && p.zero_row < p.shape[0] && p.first_element == 0,
+                  "ParamBlock::initialize: '", p.name, "' has no row ", p.zero_row, " to zero (shape ",
+                  shape_str(p.shape), ")");
+      const int64_t row_begin = p.offset + p.zero_row * p.shape[1];
+      fill(std::max(begin, row_begin), std::min(end, row_begin + p.shape[1]), 0.0);
+    }
   }
   fill(done, hi, 0.0);
   if (keeps_compute_shard_) refresh_compute_shard();

@@ -36,6 +36,9 @@ struct Param {
   // gradient goes to the same f32 slice of the block's grad as value's.
   Tensor compute_value;
   double truncate_at = 0;  // Init::Normal: values beyond +-truncate_at x std are drawn again (0: never)
+  // Init::Normal: this row of the [rows, columns] parameter starts at zero (an embedding's
+  // padding_idx); -1: none.
+  int64_t zero_row = -1;
   int64_t first_element = 0;  // ParamSpec::first_element
   // Set while the gradient slice holds no gradient of this step (AutogradMeta::grad_unwritten,
   // shared with value's and compute_value's autograd state): ParamBlock::zero_grad leaves the slice

@@ -175,14 +175,14 @@ uint64_t bytes_in_temporaries_of(const fs::path& final_path) noexcept {
   return total;
 }
 
-
 StepMeter::StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token,
-                     double peak_tflops, Device device)
+                     double lm_head_flops_per_token, double peak_tflops, Device device)
     : device_(device),
       logger_(logger),
       log_freq_(log_freq),
       last_step_(last_step),
       flops_per_token_(flops_per_token),
+      lm_head_flops_per_token_(lm_head_flops_per_token),
       peak_tflops_(peak_tflops),
       device_bytes_(device_services(device).capacity_bytes()) {}
 
@@ -200,15 +200,18 @@ void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
   comm_seconds_ += seconds;
 }
 
-void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
-                         const std::function<double()>& held_out_loss) {
+void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr,
+                         int64_t tokens, double targets, const std::function<double()>& held_out_loss) {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  const double flops =
+      double(tokens) * flops_per_token_ - (double(tokens) - targets) * lm_head_flops_per_token_;
   DeviceServices& services = device_services(device_);
   const MemoryStats memory = services.stats();
   const int64_t peak = memory.peak_bytes;
   if (!first_) {
     sustained_seconds_ += dt;
     sustained_tokens_ += tokens;
+    sustained_flops_ += flops;
   }
   const double val_loss = held_out_loss ? held_out_loss() : -1;
   StepMetrics m;
@@ -221,7 +224,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.memory_pct = device_bytes_ ? 100.0 * double(peak) / double(device_bytes_) : 0.0;
   m.memory_reserved_gib = double(memory.reserved_bytes) / double(1ll << 30);
   m.tps = double(tokens) / dt;
-  m.tflops = m.tps * flops_per_token_ / 1e12;
+  m.tflops = flops / dt / 1e12;
   m.mfu = peak_tflops_ > 0 ? 100.0 * m.tflops / peak_tflops_ : -1;
   m.step_seconds = dt;
   m.padding_pct = padding_pct_;
@@ -244,7 +247,8 @@ void StepMeter::log_unlogged_step() {
 }
 
 double StepMeter::sustained_mfu() const {
-  return peak_tflops_ > 0 ? 100.0 * sustained_tps() * flops_per_token_ / 1e12 / peak_tflops_ : -1;
+  if (peak_tflops_ <= 0 || sustained_seconds_ <= 0) return -1;
+  return 100.0 * sustained_flops_ / sustained_seconds_ / 1e12 / peak_tflops_;
 }
 
 MetricsOutputs metrics_outputs(const fs::path& dump, const fs::path& tensorboard, int rank, bool logging_rank,

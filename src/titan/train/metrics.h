@@ -4,8 +4,11 @@
 // metrics.save_for_all_ranks: MetricsOutputs).
 //
 // tps      = tokens this rank processed in the step / step seconds
-// tflops   = tps * flops_per_token(seq) / 1e12, flops_per_token = 6 * active matmul params
-//            (lm_head counted) + 12 * layers * heads * head_dim * seq  (torchtitan's formula)
+// tflops   = the step's FLOPs / step seconds / 1e12, FLOPs = tokens * flops_per_token(seq) with
+//            flops_per_token = 6 * active matmul params (lm_head counted) + 12 * layers * heads *
+//            head_dim * seq (torchtitan's formula), less the lm_head's 6 * vocab * dim for each
+//            position whose target is ignored (conversations' prompts and padding): titan drops those
+//            rows before the lm_head's GEMMs, so counting them would report work never done
 // mfu      = tflops / peak TFLOP/s of this device for the compute dtype
 // comm     = data-parallel runs: bytes this rank sent, and seconds inside communication calls
 // memory   = peak bytes held by titan's allocator during the logged step (the peak is reset at
@@ -13,7 +16,7 @@
 //            physical memory capped by the process's cgroup limit, core/host_memory.h);
 //            reserved = what the device's caching allocator holds in segments
 // padding  = conversations only: the share of the step's positions that are padding (tps counts
-//            them: the work done)
+//            them: the layers compute them)
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -110,8 +113,10 @@ class MetricsLogger {
 class StepMeter {
  public:
   // Memory figures are the peak of `device`'s allocator during each step.
-  StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token, double peak_tflops,
-            Device device = Device::CPU);
+  // flops_per_token: every position's FLOPs; lm_head_flops_per_token: of those, the lm_head's, done
+  // for the positions whose target counts alone.
+  StepMeter(MetricsLogger& logger, int64_t log_freq, int64_t last_step, double flops_per_token,
+            double lm_head_flops_per_token, double peak_tflops, Device device = Device::CPU);
 
   void begin_step();  // starts the clock and resets the allocator's peak
   // The data-parallel communication of the step in hand (logged with it).
@@ -120,11 +125,12 @@ class StepMeter {
   void set_batch_hash(uint64_t hash) { batch_hash_ = hash; }
   // The share of the step's positions that are padding, in percent (conversations' rows).
   void set_padding_pct(double pct) { padding_pct_ = pct; }
-  // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank.
+  // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank;
+  // targets: of those, the positions whose target counts (a mean over the ranks).
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
   // training step's alone); its result is logged as val_loss, and the step is logged whatever log_freq.
   void end_step(int64_t step, double loss, double aux_loss, double grad_norm, double lr, int64_t tokens,
-                const std::function<double()>& held_out_loss = {});
+                double targets, const std::function<double()>& held_out_loss = {});
 
   // Logs the last step ended if log_freq skipped it: a run that stops before training.steps (a
   // signal) still ends its log and metrics.jsonl on the step it reached.
@@ -138,7 +144,7 @@ class StepMeter {
   Device device_;
   MetricsLogger& logger_;
   int64_t log_freq_, last_step_;
-  double flops_per_token_, peak_tflops_;
+  double flops_per_token_, lm_head_flops_per_token_, peak_tflops_;
   int64_t device_bytes_;
   std::chrono::steady_clock::time_point step_start_;
   bool first_ = true;
@@ -149,6 +155,7 @@ class StepMeter {
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;
   int64_t sustained_tokens_ = 0;
+  double sustained_flops_ = 0;
 };
 
 // Progress of a long operation (loading, saving or exporting a checkpoint): on a terminal, one line

@@ -440,8 +440,10 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       c.model.name == "hf" ? c.model.hf_assets_path.c_str() : c.model.flavor.c_str(),
       std::to_string(a.num_params()).c_str(), std::to_string(a.num_active_params()).c_str(),
       std::string(dtype_name(job.compute_dtype)).c_str(), long(a.vocab_size));
-  if (const std::string differences = qwen3::hf_config_differences(a); !differences.empty())
-    say("%s", differences.c_str());
+  if (a.pad_token_id >= 0)
+    say("model: pad_token_id %ld is the embedding's padding_idx, as in transformers: its row gets no "
+        "gradient from the lookup%s and starts at zero under random init",
+        long(a.pad_token_id), a.tie_embeddings ? " (the tied lm_head still gives it one)" : "");
   // Where bf16 GEMMs widen their inputs to f32, bf16 compute saves activation memory, not GEMM time:
   // on debugmodel it ran about 20% slower than float32 on an AVX2-only AMD Zen3, and as fast
   // (252 against 245 tokens/s) on an Intel Xeon with AVX512-BF16 but no AMX.

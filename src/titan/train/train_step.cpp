@@ -162,6 +162,7 @@ StepResult TrainStep::run(TrainState& s) const {
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   for (const data::Batch& batch : batches)
     for (int64_t length : batch.lengths) r.padding += seq_len_ - length;
+  r.targets = step_targets;
   s.tokens_seen += r.tokens;
   r.loss = g.loss;
   r.aux_loss = g.aux_loss;

@@ -22,6 +22,7 @@ struct StepResult {
   double lr = 0;
   int64_t tokens = 0;   // input tokens of the step, over all data-parallel ranks
   int64_t padding = 0;  // of those, the positions after a row's last conversation
+  int64_t targets = 0;  // of those, the positions whose target counts (the lm_head runs for these)
   // FNV-1a of the token ids of the step's global micro-batches (every rank reads them whole): equal
   // for the same samples in the same order whatever the number of ranks, so a resumed or resharded
   // run shows that no sample was skipped or repeated.

@@ -405,10 +405,11 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   char peak_text[64] = "peak";
   if (peak_tflops > 0) std::snprintf(peak_text, sizeof peak_text, "peak %.3g TFLOP/s =", peak_tflops);
   say("MFU: FLOPs/token %.4g (6 x active matmul params incl. lm_head + 12 x layers x heads x head_dim x "
-      "seq), "
+      "seq; a position whose target is ignored skips the lm_head's 6 x vocab x dim), "
       "%s %s",
       flops_per_token, peak_text, peak.source.c_str());
-  StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token, peak_tflops, job.device);
+  StepMeter meter(logger, cfg.metrics.log_freq, cfg.training.steps, flops_per_token,
+                  job.args.lm_head_flops_per_token(), peak_tflops, job.device);
   const TrainStep train_step(cfg, job, plan);
   StepProfiler profiler(cfg.profiling, cfg.job.dump_folder, plan.rank(), job.device);
   if (profiler.enabled())
@@ -507,7 +508,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
     if (validator && validator->due(state.step)) held_out = [&] { return validator->run(state.model, state.sharding).loss; };
-    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(), held_out);
+    meter.end_step(state.step, r.loss, r.aux_loss, r.grad_norm, r.lr, r.tokens / plan.dp_size(),
+                   double(r.targets) / double(plan.dp_size()), held_out);
     summary.final_loss = r.loss;
     ++summary.steps_run;
     bool periodic = false;

@@ -45,6 +45,9 @@ void ModelArgs::validate() const {
               "model args: rope_theta must be finite and positive, got ", rope_theta);
   TITAN_CHECK(std::isfinite(initializer_range) && initializer_range > 0,
               "model args: initializer_range must be finite and positive, got ", initializer_range);
+  TITAN_CHECK(pad_token_id == -1 || (pad_token_id >= 0 && pad_token_id < vocab_size),
+              "model args: pad_token_id must be -1 (none) or lie in [0, vocab_size=", vocab_size, "), got ",
+              pad_token_id);
   // A negative coefficient would reward the imbalance the aux loss exists to penalise.
   TITAN_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0,
               "model args: router_aux_loss_coef must be finite and >= 0, got ", router_aux_loss_coef);
@@ -197,6 +200,7 @@ const std::vector<Field>& fields() {
       TITAN_RENAMED_FIELD(max_seq_len, Int, false, "max_position_embeddings"),
       TITAN_RENAMED_FIELD(tie_embeddings, Bool, false, "tie_word_embeddings"),
       TITAN_FIELD(initializer_range, Double, false),
+      TITAN_RENAMED_FIELD(pad_token_id, Int, false, nullptr),  // -1 is written as null
       TITAN_FIELD(num_experts, Int, true),
       TITAN_RENAMED_FIELD(top_k, Int, true, "num_experts_per_tok"),
       TITAN_RENAMED_FIELD(moe_hidden_dim, Int, true, "moe_intermediate_size"),
@@ -257,7 +261,7 @@ void apply_override(ModelArgs& args, const std::string& key, const std::string& 
 
 bool shapes_the_computation(const std::string& key) {
   return key != "router_aux_loss_coef" && key != "output_router_logits" && key != "max_seq_len" &&
-         key != "initializer_range";
+         key != "initializer_range" && key != "pad_token_id";
 }
 
 std::string field_text(const ModelArgs& args, const std::string& key) {
@@ -338,6 +342,13 @@ ModelArgs args_from_hf_config_unchecked_types(const nlohmann::json& c, const std
   a.max_seq_len = get_int("max_position_embeddings");
   a.tie_embeddings = opt_bool("tie_word_embeddings", false);
   a.initializer_range = c.contains("initializer_range") ? get_num("initializer_range") : 0.02;
+  // transformers passes it to nn.Embedding as padding_idx (which would also take -V..-1 as counted
+  // from the end; a token id is never negative, so titan refuses those).
+  if (c.contains("pad_token_id") && !c["pad_token_id"].is_null()) {
+    a.pad_token_id = get_int("pad_token_id");
+    TITAN_CHECK(a.pad_token_id >= 0 && a.pad_token_id < a.vocab_size, src, ": pad_token_id ", a.pad_token_id,
+                " is not a token id of the vocabulary [0, vocab_size=", a.vocab_size, ")");
+  }
   // transformers' layer_types lists each layer's attention; titan computes full causal attention in
   // every layer.
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
@@ -473,17 +484,6 @@ ModelArgs args_from_hf_config_file(const std::string& path) {
   return args_from_hf_config(io::parse_json_text(io::read_regular_file(path, "model config"), path), path);
 }
 
-std::string hf_config_differences(const ModelArgs& a) {
-  if (a.hf_extra_fields_json.empty()) return "";
-  const nlohmann::json extra = nlohmann::json::parse(a.hf_extra_fields_json);
-  const auto pad = extra.find("pad_token_id");
-  if (pad == extra.end() || !pad->is_number_integer()) return "";
-  return "warning: config.json's pad_token_id = " + pad->dump() +
-         ": transformers makes it the embedding's padding_idx (that row gets no gradient and starts at "
-         "zero); "
-         "titan trains the row like every other";
-}
-
 std::string hf_config_weights_dtype(const nlohmann::json& config) {
   for (const char* k : {"dtype", "torch_dtype"})
     if (config.contains(k) && config[k].is_string()) return config[k].get<std::string>();
@@ -511,6 +511,8 @@ nlohmann::json hf_config_from_args(const ModelArgs& a, const std::string& dtype)
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", a.rope_theta}};
   c["rope_theta"] = a.rope_theta;
   c["dtype"] = dtype;
+  // As transformers writes it: null when there is none.
+  c["pad_token_id"] = a.pad_token_id >= 0 ? nlohmann::json(a.pad_token_id) : nlohmann::json(nullptr);
   for (const Field& f : fields()) {
     if (!f.hf_key || (f.moe_only && !a.is_moe())) continue;
     void* m = f.member(const_cast<ModelArgs&>(a));

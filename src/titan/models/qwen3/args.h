@@ -23,6 +23,9 @@ struct ModelArgs {
   // The standard deviation of transformers' random init (config.json's initializer_range): the
   // huggingface init scheme draws every weight from N(0, initializer_range).
   double initializer_range = 0.02;
+  // config.json's pad_token_id (-1: none), which transformers makes the embedding's padding_idx: the
+  // positions holding it add nothing to the embedding's gradient, and random init zeroes its row.
+  int64_t pad_token_id = -1;
 
   // Mixture of experts (num_experts == 0: dense model).
   int64_t num_experts = 0;
@@ -37,7 +40,7 @@ struct ModelArgs {
   // The source config.json's bos_token_id and eos_token_id as JSON text (a number, a list or
   // "null"); empty for a native flavor. Not the model's math: carried to the exported config.json.
   std::string bos_token_id_json = "", eos_token_id_json = "";
-  // The source config.json's other fields that titan does not model (pad_token_id, sliding_window,
+  // The source config.json's other fields that titan does not model (sliding_window,
   // max_window_layers, layer_types, ...), as a JSON object's text; empty for a native flavor. Not the
   // model's math: carried to the exported config.json so that it keeps the source's fields.
   std::string hf_extra_fields_json = "";
@@ -55,6 +58,9 @@ struct ModelArgs {
   // 6 * (matmul parameters active per token, lm_head counted, embedding lookup not)
   //   + 12 * n_layers * n_heads * head_dim * seq   (attention scores and values; no causal halving).
   double flops_per_token(int64_t seq) const;
+  // The lm_head's part of flops_per_token, 6 * vocab_size * dim: titan computes it for the positions
+  // whose target counts alone (linear_cross_entropy drops ignore_index rows before its GEMMs).
+  double lm_head_flops_per_token() const { return 6.0 * double(vocab_size) * double(dim); }
 };
 
 // Named shapes from the published Qwen3 configs and torchtitan's debug models.
@@ -78,12 +84,6 @@ bool shapes_the_computation(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);
-
-// What titan computes otherwise than transformers for the source config.json of `args`, one line
-// each, for the start-up log ("" when nothing): a pad_token_id, which transformers makes the
-// embedding's padding_idx (that row gets no gradient and is zeroed at init), where titan trains the
-// row like every other.
-std::string hf_config_differences(const ModelArgs& args);
 
 // Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
 // (num_experts / num_local_experts, rope_theta / rope_parameters.rope_theta, torch_dtype /

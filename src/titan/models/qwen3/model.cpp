@@ -164,6 +164,8 @@ void Qwen3Model::initialize(uint64_t seed, InitScheme scheme) {
     output_->std = 1.0 / std::sqrt(double(args_.dim));
     output_->truncate_at = 3;  // torchtitan's trunc_normal_ at +-3 std
   }
+  // transformers zeroes the padding_idx row of the embedding (a tied lm_head shares it).
+  tok_embeddings_->zero_row = args_.pad_token_id;
   // A sharded rank draws only its slices: the same values (ParamBlock::initialize).
   for (auto& b : blocks_) b.initialize(seed);
 }
@@ -342,8 +344,10 @@ Tensor Qwen3Model::hidden_states(const Tensor& input_ids, std::vector<RouterStat
     // Gather from the f32 table, then cast: the same values as gathering from a cast table, which
     // is what a sharded bf16 run gathered into the block's compute copy (then read as it is).
     const nn::Param* table = tok_embeddings_;
-    h = ops::cast(ops::embedding(input_ids, compute_copy_resident(table) ? table->compute_value : table->value),
-                  compute_dtype_);
+    h = ops::cast(
+        ops::embedding(input_ids, compute_copy_resident(table) ? table->compute_value : table->value,
+                       args_.pad_token_id),
+        compute_dtype_);
   }
   for (int64_t i = 0; i < args_.n_layers; ++i) {
     const size_t block = size_t(i) + 1;

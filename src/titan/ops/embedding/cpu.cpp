@@ -24,7 +24,7 @@ void embedding_forward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D
 }
 
 void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
-                        const void* dyv, void* dtv, bool add) {
+                        int64_t padding_idx, const void* dyv, void* dtv, bool add) {
   const float* dy = static_cast<const float*>(dyv);
   float* dt = static_cast<float*>(dtv);
 #pragma omp parallel if ((add ? 0 : V * D) + N * D > 65536)
@@ -34,7 +34,7 @@ void embedding_backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t 
     if (!add) std::memset(dt + lo * D, 0, size_t(hi - lo) * size_t(D) * sizeof(float));
     for (int64_t i = 0; i < N; ++i) {
       const int64_t v = ids[i];
-      if (v < lo || v >= hi) continue;
+      if (v < lo || v >= hi || v == padding_idx) continue;
       float* dst = dt + v * D;
       const float* src = dy + i * D;
 #pragma omp simd

@@ -42,12 +42,12 @@ __global__ void iota_kernel(int32_t n, int32_t* out) {
 
 // Block k handles the run of equal ids that starts at sorted position k (other blocks exit):
 // dtable[id, :] = (add ? dtable[id, :] : 0) + dy[pos, :] over the run's positions, in increasing
-// position order.
+// position order; padding_idx's run is left as it is (zeroed beforehand unless adding).
 __global__ void scatter_runs_kernel(int64_t N, int64_t D, const int64_t* sorted_ids, const int32_t* positions,
-                                    const float* dy, float* dtable, bool add) {
+                                    int64_t padding_idx, const float* dy, float* dtable, bool add) {
   const int64_t k = blockIdx.x;
   const int64_t id = sorted_ids[k];
-  if (k > 0 && sorted_ids[k - 1] == id) return;
+  if ((k > 0 && sorted_ids[k - 1] == id) || id == padding_idx) return;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = add ? dtable[id * D + d] : 0.f;
     for (int64_t r = k; r < N && sorted_ids[r] == id; ++r) acc = __fadd_rn(acc, dy[int64_t(positions[r]) * D + d]);
@@ -55,8 +55,8 @@ __global__ void scatter_runs_kernel(int64_t N, int64_t D, const int64_t* sorted_
   }
 }
 
-void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids, const void* dy,
-              void* dtable, bool add) {
+void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
+              int64_t padding_idx, const void* dy, void* dtable, bool add) {
   cudaStream_t s = cuda::stream_of(ctx);
   DeviceServices& mem = *ctx.services;
   if (!add) mem.fill(dtable, V * D, DType::F32, 0.0);
@@ -77,8 +77,9 @@ void backward(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const i
   iota_kernel<<<cuda::grid_for(N), kThreads, 0, s>>>(n, pos_in);
   cuda::check_launch("iota_kernel");
   TITAN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, pos_in, pos_out, n, 0, end_bit, s));
-  scatter_runs_kernel<<<unsigned(N), kThreads, 0, s>>>(
-      N, D, sorted_ids, pos_out, static_cast<const float*>(dy), static_cast<float*>(dtable), add);
+  scatter_runs_kernel<<<unsigned(N), kThreads, 0, s>>>(N, D, sorted_ids, pos_out, padding_idx,
+                                                       static_cast<const float*>(dy),
+                                                       static_cast<float*>(dtable), add);
   cuda::check_launch("scatter_runs_kernel");
   mem.deallocate(temp, temp_bytes);  // stream-ordered frees
   mem.deallocate(pos_out, pos_bytes);

@@ -26,7 +26,7 @@ std::string position_str(const Shape& shape, int64_t i) {
 
 }  // namespace
 
-Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
+Tensor embedding(const Tensor& ids_in, const Tensor& table_in, int64_t padding_idx) {
   TITAN_CHECK(ids_in.dtype() == DType::I64, "embedding: ids must be i64, got ", ids_in.str());
   TITAN_CHECK(table_in.dim() == 2, "embedding: table must be [V, D], got ", table_in.str());
   TITAN_CHECK(dtype_is_float(table_in.dtype()), "embedding: table must be floating point, got ",
@@ -35,6 +35,8 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
               table_in.str(), " are on different devices");
   Tensor ids = ids_in.contiguous(), table = table_in.contiguous().detach();
   const int64_t N = ids.numel(), V = table.size(0), D = table.size(1);
+  TITAN_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < V), "embedding: padding_idx ",
+              padding_idx, " is out of range for table ", table.str(), " (-1: none, else in [0, V=", V, "))");
   const int64_t bad = first_index_outside(ids, 0, V, /*allowed=*/0);
   if (bad >= 0)
     TITAN_FAIL("embedding: ", position_str(ids.shape(), bad), " = ", int64_t(ids.reshape({-1}).narrow(0, bad, 1).item()),
@@ -62,7 +64,8 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
         return std::vector<Tensor>{into_buffer ? Tensor() : Tensor::zeros(table_shape, gd, table.device())};
       Tensor dy = g[0].contiguous();
       Tensor dtable = into_buffer ? target.buffer : Tensor::empty(table_shape, gd, table.device());
-      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), dy.raw_data(), dtable.raw_data(), into_buffer);
+      kernel.backward(ctx, N, V, D, saved_ids.data<int64_t>(), padding_idx, dy.raw_data(), dtable.raw_data(),
+                      into_buffer);
       return std::vector<Tensor>{into_buffer ? Tensor() : dtable};
     });
   }

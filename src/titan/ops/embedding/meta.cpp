@@ -12,7 +12,8 @@ namespace {
 // (Not cub's own temporary storage: its size is cub's to say, on a GPU.)
 const EmbeddingKernel embedding_meta{
     [](const KernelContext&, int64_t, int64_t, int64_t, const int64_t*, const void*, void*) {},
-    [](const KernelContext& ctx, int64_t N, int64_t, int64_t D, const int64_t*, const void*, void*, bool) {
+    [](const KernelContext& ctx, int64_t N, int64_t, int64_t D, const int64_t*, int64_t, const void*, void*,
+       bool) {
       if (meta_stands_in_for() != Device::CUDA || N == 0 || D == 0) return;
       const Scratch sorted_ids(ctx, size_t(N) * sizeof(int64_t)), pos_in(ctx, size_t(N) * sizeof(int32_t)),
           pos_out(ctx, size_t(N) * sizeof(int32_t));

@@ -21,13 +21,14 @@ void embedding_forward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64
 
 template <class A>
 void embedding_backward_ref(const KernelContext& ctx, int64_t N, int64_t V, int64_t D, const int64_t* ids,
-                            const void* dyv, void* dtv, bool add) {
+                            int64_t padding_idx, const void* dyv, void* dtv, bool add) {
   const A* dy = static_cast<const A*>(dyv);
   A* dt = static_cast<A*>(dtv);
   if (!add)
     for (int64_t k = 0; k < V * D; ++k) dt[k] = 0;
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t d = 0; d < D; ++d) dt[ids[i] * D + d] += dy[i * D + d];
+    if (ids[i] != padding_idx)
+      for (int64_t d = 0; d < D; ++d) dt[ids[i] * D + d] += dy[i * D + d];
 }
 
 const bool registered = kernels::register_reference_kernels(
