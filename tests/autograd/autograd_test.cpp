@@ -60,6 +60,22 @@ TEST(Autograd, TwoGraphsOnOneTapeAccumulateAndASecondBackwardIsRefused) {
   EXPECT_NE(e.find("back-propagated already"), std::string::npos) << e;
 }
 
+// Two losses through one intermediate: the first backward runs (and drops) the intermediate's
+// node, so the second's gradient would stop there, silently incomplete. It is refused, as torch
+// refuses it without retain_graph; x keeps the first loss's gradient.
+TEST(Autograd, ASecondBackwardThroughASharedIntermediateIsRefused) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1.0}, {1}).set_requires_grad(true);
+  Tensor h = ops::scale(x, 2.0);
+  Tensor a = ops::scale(h, 3.0), b = ops::scale(h, 5.0);
+  autograd::backward(a);
+  EXPECT_EQ(x.grad().to_vector(), std::vector<double>{6.0});
+  const std::string e = error_of([&] { autograd::backward(b); });
+  EXPECT_NE(e.find("back-propagated already"), std::string::npos) << e;
+  EXPECT_NE(e.find("shared part of one graph"), std::string::npos) << e;
+  EXPECT_EQ(x.grad().to_vector(), std::vector<double>{6.0});
+  autograd::current_tape().clear();
+}
+
 // A forward whose result is let go without a backward (an evaluation loop outside NoGradGuard)
 // does not keep its graph: the tape drops what no gradient can reach.
 TEST(Autograd, ForwardsWithoutBackwardDoNotGrowTheTape) {
@@ -184,5 +200,21 @@ TEST(Autograd, Bf16GradientsReachOnlyTheNodesThatTakeThem) {
     EXPECT_EQ(z_got, DType::F32);
     const auto s = seed.to_vector(), t = seed32.to_vector(), got = x.grad().to_vector();
     for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(got[i], double(float(s[i]) + float(t[i]))) << i;
+  }
+}
+
+// A view's gradient lives on its input's device: the meta device stands in for a GPU here (narrow's
+// backward used to build its gradient on the CPU whatever the input's device).
+TEST(Autograd, ViewGradientsStayOnTheInputsDevice) {
+  for (const char* view : {"narrow", "reshape", "transpose"}) {
+    SCOPED_TRACE(view);
+    Tensor x = Tensor::zeros({4, 2}, DType::F32, Device::Meta).set_requires_grad(true);
+    Tensor v = std::string(view) == "narrow"    ? x.narrow(0, 1, 2)
+               : std::string(view) == "reshape" ? x.reshape({8})
+                                                : x.transpose(0, 1);
+    autograd::backward(autograd::current_tape(), {ops::scale(v, 2.0)},
+                       {Tensor::zeros(v.shape(), DType::F32, Device::Meta)});
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().device(), Device::Meta);
   }
 }

@@ -156,6 +156,19 @@ TEST(CommandLine, AnOutputThatIsADirectoryIsRefusedByName) {
 
 // titan generate on a transformers checkpoint without a tokenizer: ids in, ids out, the same
 // greedy tokens as the library's loop; every bad request is named before the model loads.
+// `titan info --model-path` on a model shorter than the default sequence (the oracle's 512
+// positions) measures a step at its max_seq_len instead of refusing an option nobody gave; a --seq
+// past it is still refused.
+TEST(CommandLine, InfoOnASmallModelDefaultsToItsMaxSeqLen) {
+  const std::string model = tt::oracle_dir("tiny_dense").string();
+  Outcome r = titan("info --model-path " + model);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("FLOPs per token at seq 512:"), std::string::npos) << r.out;
+  r = titan("info --model-path " + model + " --seq 2048");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--seq = 2048 exceeds the model's max_seq_len = 512"), std::string::npos) << r.err;
+}
+
 TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
   const std::string model = tt::oracle_dir("tiny_dense").string();
   const std::vector<int64_t> prompt = {17, 400, 2048, 5};

@@ -46,6 +46,11 @@ TEST(HostMemory, ACgroupV2LimitBindsFromTheGroupOrAnyGroupAboveIt) {
   EXPECT_EQ(c->limit, 8 * GiB);
   EXPECT_EQ(c->available, 8 * GiB - 1000);
   EXPECT_EQ(fs::path(c->file), mount / "job" / "memory.max");
+  // The mount written with a trailing separator is the same mount (the walk up used to pass it and
+  // spin at "/").
+  c = cgroup_memory_limit(mount.string() + "/", (mount / "self").string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->limit, 8 * GiB);
   // A tighter limit below wins.
   write(mount / "job" / "step" / "memory.max", std::to_string(2 * GiB));
   c = cgroup_memory_limit(mount.string(), (mount / "self").string());

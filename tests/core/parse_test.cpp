@@ -20,6 +20,9 @@ TEST(Parse, NumbersAreWholeDecimalStrings) {
   EXPECT_EQ(parse_number("0.5"), 0.5);
   EXPECT_EQ(parse_number("-2"), -2.0);
   EXPECT_TRUE(std::isinf(*parse_number("inf")));  // callers that need finite values say so by key
+  // Below the normal range: a subnormal, or zero where even those end (as Python and TOML read them).
+  EXPECT_EQ(parse_number("1e-310"), 1e-310);
+  EXPECT_EQ(parse_number("1e-400"), 0.0);
   for (const char* bad : {"", " 1", "\t1", "1 ", "0x10", "0X1p3", "1e999", "abc", "1.5.2"})
     EXPECT_FALSE(parse_number(bad).has_value()) << "'" << bad << "'";
 }

@@ -70,6 +70,32 @@ TEST(Tensor, BadShapesAndDimsAreErrorsNamingTheCallAndValue) {
   EXPECT_NE(range.find("size(-9) out of range for tensor f32[2, 3] of 2 dims"), std::string::npos) << range;
 }
 
+// Views and sizes past what the memory holds are refused before any address is formed: a negative
+// size in reshape or expand, a narrow whose start + length would overflow, and a shape whose byte
+// count wraps an int64 (2^61 f64 elements would have sat on 0 bytes).
+TEST(Tensor, ViewsAndSizesPastTheirBoundsAreErrors) {
+  const Tensor t = Tensor::zeros({6}, DType::F32);
+  std::string e = titan::testing::error_of([&] { t.reshape({-2, -3}); });
+  EXPECT_NE(e.find("reshape: dimension 0 of [-2, -3] is negative"), std::string::npos) << e;
+  e = titan::testing::error_of([&] { Tensor::zeros({1}, DType::F32).expand({-5}); });
+  EXPECT_NE(e.find("expand: dimension 0 of shape [-5] is negative"), std::string::npos) << e;
+  e = titan::testing::error_of(
+      [&] { Tensor::zeros({4}, DType::F32).narrow(0, 2, std::numeric_limits<int64_t>::max()); });
+  EXPECT_NE(e.find("narrow: start 2, length 9223372036854775807 out of range for dim 0 of f32[4]"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(Tensor::zeros({4}, DType::F32).narrow(0, 4, 0).numel(), 0);
+  e = titan::testing::error_of([] { Tensor::empty({int64_t(1) << 61}, DType::F64, Device::Meta); });
+  EXPECT_NE(
+      e.find("Tensor::released: shape [2305843009213693952] of f64 holds more bytes than an int64 counts"),
+      std::string::npos)
+      << e;
+  // An empty tensor with huge other dimensions: no overflow in its strides.
+  const Tensor empty = Tensor::empty({0, int64_t(1) << 62, int64_t(1) << 62}, DType::F32);
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.is_contiguous());
+}
+
 TEST(Tensor, DtypeConversionsRoundTrip) {
   Tensor t = Tensor::from_vector(std::vector<float>{1.0f, -2.5f, 3.140625f, 65504.0f}, {4});
   for (DType d : {DType::F64, DType::BF16, DType::F16, DType::I64}) {

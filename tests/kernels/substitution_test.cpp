@@ -49,6 +49,13 @@ TEST(GlobMatch, StarsQuestionMarksAndClasses) {
   EXPECT_TRUE(glob_match("layers.[137].moe", "layers.7.moe"));
   EXPECT_FALSE(glob_match("layers.[137].moe", "layers.5.moe"));
   EXPECT_TRUE(glob_match("layers.1[0-9].*", "layers.15.attention"));
+  // "[!...]": one character not in the set (fnmatch's negation, once read as the set {'!', ...}).
+  EXPECT_TRUE(glob_match("layers.[!0].moe", "layers.1.moe"));
+  EXPECT_FALSE(glob_match("layers.[!0].moe", "layers.0.moe"));
+  EXPECT_TRUE(glob_match("layers.[!0].moe", "layers.!.moe"));  // "!" is not in the set {0}
+  EXPECT_TRUE(glob_match("layers.[!0-3].moe", "layers.7.moe"));
+  EXPECT_FALSE(glob_match("layers.[!0-3].moe", "layers.2.moe"));
+  EXPECT_NE(glob_problem("layers.[!].moe"), "");
 
   EXPECT_TRUE(glob_match("layers.?.attention", "layers.5.attention"));
   EXPECT_FALSE(glob_match("layers.?.attention", "layers.15.attention"));

@@ -180,3 +180,16 @@ TEST(ParamBlock, ASlicesKeptComputeCopyCoversTheSliceAlone) {
   EXPECT_NE(values(b.compute_shard().narrow(0, 3, 1))[0], -2.5);
   b.release_compute();  // the gathers' whole copy comes and goes
 }
+
+// A slice that does not exist is an error naming the block, never silently a whole block.
+TEST(ParamBlock, ASliceThatDoesNotExistIsAnError) {
+  const std::vector<nn::ParamSpec> specs = {{"w", {4, 4}}};
+  for (const nn::BlockShard shard : {nn::BlockShard{0, 0}, nn::BlockShard{3, 1}, nn::BlockShard{-1, 2}}) {
+    const std::string e =
+        titan::testing::error_of([&] { nn::ParamBlock("block", specs, Device::CPU, shard); });
+    EXPECT_NE(e.find("ParamBlock 'block': slice " + std::to_string(shard.index) + " of " +
+                     std::to_string(shard.count) + " does not exist"),
+              std::string::npos)
+        << e;
+  }
+}

@@ -115,6 +115,10 @@ void record(std::string op, const std::vector<Tensor>& inputs, const std::vector
 void accumulate_grad(AutogradMeta& meta, const Shape& shape, DType dtype, const Tensor& g) {
   TITAN_CHECK(g.shape() == shape, "autograd: gradient ", g.str(), " does not match tensor shape ", shape_str(shape),
               meta.name.empty() ? "" : " (" + meta.name + ")");
+  // torch refuses this too (without retain_graph): the gradient would stop here, silently.
+  TITAN_CHECK(!meta.graph_released, "backward: a gradient reached a tensor ", shape_str(shape),
+              " whose part of the graph was back-propagated already (a second backward through a shared "
+              "part of one graph): run the forward again for another backward");
   const DType gd = grad_dtype(dtype);
   if (meta.grad_unwritten && *meta.grad_unwritten) {  // a parameter's buffer: its first gradient this step
     meta.grad.copy_from(g);
@@ -203,6 +207,8 @@ void backward(Tape& tape, const std::vector<Tensor>& outputs, const std::vector<
         accumulate_grad(*node.inputs[i], node.input_shapes[i], node.input_dtypes[i], gins[i]);
       }
       ran[n] = true;
+      for (auto& w : node.outputs)
+        if (auto meta = w.lock(); meta && !meta->is_leaf) meta->graph_released = true;
     }
     // Release what the closure saved as we go; the inputs' metas stay until the walk is done (an
     // earlier node reads its gradient from them).

@@ -125,8 +125,10 @@ void record(std::string op, const std::vector<Tensor>& inputs, const std::vector
 
 // Seeds d(loss)/d(loss) = 1 and runs the current tape back to the start. The nodes that ran (the
 // loss's graph) leave the tape; another graph recorded beside it stays for its own backward, so
-// forward A, forward B, backward(A), backward(B) accumulates both. A second backward of the same
-// loss is an error (its graph is gone), as in torch.
+// forward A, forward B, backward(A), backward(B) accumulates both when the two graphs share only
+// leaves. A second backward of the same loss, or one whose gradient reaches a part of a graph that
+// an earlier backward ran (B computed from an intermediate of A's graph), is an error (that part is
+// gone), as in torch without retain_graph.
 void backward(const Tensor& loss);
 // Runs `tape` in reverse seeded with the given gradients of `outputs`; the nodes that ran, and those
 // no gradient can reach any more, leave it.

@@ -1,5 +1,6 @@
 // titan info: parameters, FLOPs per token and the memory of a training step (run on the meta device)
 // for a flavor, a checkpoint or a job config.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -104,7 +105,7 @@ int info_main(int argc, char** argv) {
       .option("flavor", "native flavor (debugmodel, 0.6B, 30B-A3B, ...)")
       .option("model-path", "Hugging Face checkpoint directory or config.json")
       .option("batch", "local batch size of the step", "1")
-      .option("seq", "sequence length", "2048")
+      .option("seq", "sequence length (default: 2048, or the model's max_seq_len when that is less)")
       .option("dtype", "compute dtype: float32 | bfloat16", "bfloat16")
       .option("activation-checkpoint", "none | selective | full", "none")
       .option("device", "cpu | cuda: the device whose loss-logits budget the step uses (GPU: 8 GiB)", "cpu");
@@ -125,7 +126,8 @@ int info_main(int argc, char** argv) {
   }
   train::StepShape shape;
   shape.local_batch = p.get_int("batch", 1);
-  shape.seq_len = p.get_int("seq", 1);
+  // The default fits every model: a small one's max_seq_len (a test checkpoint's 512) is no error.
+  shape.seq_len = p.has("seq") ? p.get_int("seq", 1) : std::min<int64_t>(2048, a.max_seq_len);
   train::check_step_bounds(a, shape, "--batch", "--seq");
   const std::string ac = p.get("activation-checkpoint");
   TITAN_CHECK(ac == "none" || ac == "selective" || ac == "full", "titan info: --activation-checkpoint ", ac,

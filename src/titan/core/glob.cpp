@@ -10,8 +10,9 @@ std::string glob_problem(const std::string& p) {
     const size_t close = p.find(']', i);
     if (close == std::string::npos)
       return "the '[' at character " + std::to_string(i + 1) + " is never closed by ']'";
-    if (close == i + 1) return "'[]' is an empty set: it matches nothing";
-    for (size_t k = i + 1; k < close; ++k)
+    const size_t first = i + 1 < close && p[i + 1] == '!' ? i + 2 : i + 1;  // "[!...]": not in the set
+    if (close == first) return "'" + p.substr(i, close - i + 1) + "' is an empty set: it matches nothing";
+    for (size_t k = first; k < close; ++k)
       if (k + 2 < close && p[k + 1] == '-') {
         if (p[k] > p[k + 2])
           return std::string("the range '") + p[k] + "-" + p[k + 2] +
@@ -30,8 +31,9 @@ bool glob_match(const std::string& p, const std::string& s) {
     if (pi < p.size() && p[pi] == '[') {
       size_t close = p.find(']', pi);
       TITAN_CHECK(close != std::string::npos, "glob '", p, "': unterminated '['");
+      const bool negated = pi + 1 < close && p[pi + 1] == '!';
       bool match = false;
-      for (size_t k = pi + 1; k < close; ++k) {
+      for (size_t k = pi + (negated ? 2 : 1); k < close; ++k) {
         if (k + 2 < close && p[k + 1] == '-') {
           match |= s[si] >= p[k] && s[si] <= p[k + 2];
           k += 2;
@@ -39,7 +41,7 @@ bool glob_match(const std::string& p, const std::string& s) {
           match |= s[si] == p[k];
         }
       }
-      if (match) {
+      if (match != negated) {
         pi = close + 1;
         ++si;
         continue;

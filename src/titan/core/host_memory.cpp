@@ -89,7 +89,8 @@ void walk_up(const fs::path& root, fs::path group, const Hierarchy& h,
       }
       out->available = std::min(out->available, room);
     }
-    if (group == root) break;
+    // At the mount, or (a group not under it) at the filesystem's root: nothing above.
+    if (group == root || group.parent_path() == group) break;
     group = group.parent_path();
   }
 }
@@ -110,7 +111,10 @@ std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount,
   try {
     std::ifstream in(self_cgroup);
     std::optional<CgroupMemoryLimit> out;
-    const fs::path root = fs::path(mount).lexically_normal();
+    // Without a trailing separator ("/sys/fs/cgroup/" normalises to itself): the walk up compares
+    // the groups' paths with it.
+    fs::path root = fs::path(mount).lexically_normal();
+    if (!root.has_filename() && root.has_parent_path() && root != root.root_path()) root = root.parent_path();
     std::string line;
     while (std::getline(in, line)) {
       // "hierarchy-id:controllers:path"

@@ -1,6 +1,10 @@
 #include "titan/core/parse.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
 
 namespace titan {
 
@@ -30,7 +34,16 @@ std::optional<int64_t> parse_int(const std::string& text) {
 }
 
 std::optional<double> parse_number(const std::string& text) {
-  return parse_whole<double>(text, [](const std::string& s, size_t* used) { return std::stod(s, used); });
+  // strtod, not std::stod: stod throws on underflow too, refusing a subnormal ("1e-310") or a value
+  // that rounds to zero ("1e-400"), which are numbers; a value past the double range is not.
+  return parse_whole<double>(text, [](const std::string& s, size_t* used) {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(s.c_str(), &end);
+    if (errno == ERANGE && std::isinf(v)) throw std::out_of_range("parse_number: " + s);
+    *used = size_t(end - s.c_str());
+    return v;
+  });
 }
 
 std::optional<bool> parse_bool(const std::string& text) {

@@ -33,12 +33,31 @@ static void check_dims(const char* who, const Shape& shape) {
                 shape[i], "); sizes are >= 0");
 }
 
+// The bytes a tensor of this shape and dtype holds, checked: the element count fits an int64
+// (shape_numel) and so does its product with the element size (a wrapped product would put a huge
+// tensor on a few bytes).
+static size_t checked_nbytes(const char* who, const Shape& shape, DType dtype) {
+  check_dims(who, shape);
+  int64_t bytes = 0;
+  TITAN_CHECK(!__builtin_mul_overflow(shape_numel(shape), int64_t(dtype_size(dtype)), &bytes), who,
+              ": shape ", shape_str(shape), " of ", dtype_name(dtype),
+              " holds more bytes than an int64 counts");
+  return size_t(bytes);
+}
+
+// A product that saturates instead of overflowing: the strides of an empty shape with huge other
+// dimensions (numel 0) are never used to address anything, but must not be undefined behaviour.
+static int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape st(shape.size());
   int64_t acc = 1;
   for (int64_t i = int64_t(shape.size()) - 1; i >= 0; --i) {
     st[size_t(i)] = acc;
-    acc *= shape[size_t(i)];
+    acc = saturating_mul(acc, shape[size_t(i)]);
   }
   return st;
 }
@@ -78,9 +97,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::released(const Shape& shape, DType dtype, Device device) {
-  check_dims("Tensor::released", shape);
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  t.storage_ = std::make_shared<Storage>(checked_nbytes("Tensor::released", shape, dtype), device);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
@@ -100,10 +118,11 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   return t;
 }
 
-Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner, Device device) {
-  check_dims("Tensor::from_blob", shape);
+Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner,
+                         Device device) {
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), device, std::move(owner));
+  t.storage_ = std::make_shared<Storage>(data, checked_nbytes("Tensor::from_blob", shape, dtype), device,
+                                         std::move(owner));
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
@@ -172,7 +191,7 @@ bool Tensor::is_contiguous() const {
   for (int64_t i = dim() - 1; i >= 0; --i) {
     size_t u = size_t(i);
     if (shape_[u] != 1 && strides_[u] != acc) return false;
-    acc *= shape_[u];
+    acc = saturating_mul(acc, shape_[u]);
   }
   return true;
 }
@@ -208,6 +227,8 @@ Tensor Tensor::reshape(const Shape& new_shape_in) const {
       TITAN_CHECK(infer < 0, "reshape: more than one -1 in ", shape_str(new_shape_in));
       infer = int64_t(i);
     } else {
+      TITAN_CHECK(new_shape[i] >= 0, "reshape: dimension ", i, " of ", shape_str(new_shape_in),
+                  " is negative; sizes are >= 0, or -1 (inferred) once");
       known *= new_shape[i];
     }
   }
@@ -243,15 +264,16 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   if (d < 0) d += dim();
   TITAN_CHECK(d >= 0 && d < dim(), "narrow: dim ", d, " out of range for ", str());
-  TITAN_CHECK(start >= 0 && length >= 0 && start + length <= shape_[size_t(d)], "narrow: [", start, ", ",
-              start + length, ") out of range for dim ", d, " of ", str());
+  // length <= size - start: start + length could overflow.
+  TITAN_CHECK(start >= 0 && length >= 0 && start <= shape_[size_t(d)] && length <= shape_[size_t(d)] - start,
+              "narrow: start ", start, ", length ", length, " out of range for dim ", d, " of ", str());
   Shape sh = shape_;
   sh[size_t(d)] = length;
   Tensor out = view_of(sh, strides_, offset_ + start * strides_[size_t(d)]);
   if (requires_grad()) {
     Shape full = shape_;
     record_view("narrow", *this, out, [full, d, start, length](const Tensor& g) {
-      Tensor gi = Tensor::zeros(full, g.dtype());
+      Tensor gi = Tensor::zeros(full, g.dtype(), g.device());
       gi.narrow(d, start, length).copy_from(g);
       return gi;
     });
@@ -261,6 +283,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 
 Tensor Tensor::expand(const Shape& shape) const {
   TITAN_CHECK(int64_t(shape.size()) == dim(), "expand: ", str(), " to ", shape_str(shape), " needs equal rank");
+  check_dims("expand", shape);
   Shape st = strides_;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape_[i] == shape[i]) continue;

@@ -136,6 +136,9 @@ struct AutogradMeta {
   // buffer instead of adding to it (autograd::GradientSink::target, accumulate_grad). Shared by the
   // metas that preset the same buffer (a parameter's value and its compute copy).
   std::shared_ptr<bool> grad_unwritten;
+  // An intermediate whose producing node ran in a backward and left the tape: a gradient reaching it
+  // later (a second backward through a shared part of a graph) could go no further, so it is refused.
+  bool graph_released = false;
 };
 
 Shape contiguous_strides(const Shape& shape);

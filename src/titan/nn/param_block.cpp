@@ -24,15 +24,15 @@ ParamBlock::ParamBlock(std::string name, const std::vector<ParamSpec>& specs, De
     p.first_element = s.first_element;
     total += shape_numel(s.shape);
   }
-  if (shard.count <= 1) {
+  TITAN_CHECK(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "ParamBlock '", name_,
+              "': slice ", shard.index, " of ", shard.count, " does not exist");
+  if (shard.count == 1) {
     data_ = Tensor::zeros({total}, DType::F32, device);
     grad_ = trainable ? Tensor::zeros({total}, DType::F32, device)
                       : Tensor::released({total}, DType::F32, device);
     bind_views();
     return;
   }
-  TITAN_CHECK(shard.index >= 0 && shard.index < shard.count, "ParamBlock '", name_, "': slice ", shard.index,
-              " of ", shard.count, " does not exist");
   const int64_t padded = (total + shard.count - 1) / shard.count * shard.count;
   data_ = Tensor::released({padded}, DType::F32, device);
   grad_ = Tensor::released({padded}, DType::F32, device);
