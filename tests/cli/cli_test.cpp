@@ -198,8 +198,8 @@ TEST(CommandLine, GenerateContinuesIdsAndNamesBadRequests) {
       {m + "--prompt-ids 1,,2", "--prompt-ids element 1 '' is not an integer"},
       {m + "--prompt-ids 1,4096", "prompt token 1 is id 4096, outside the vocabulary"},
       {m + "--prompt-ids 1 --top-k 5",
-       "--top-k shapes sampling, and this run decodes greedily (" + model +
-           "/generation_config.json does not sample (do_sample false)): it would do nothing"},
+       "--top-k shapes sampling, and this run decodes greedily (the model has no generation_config.json: "
+       "greedy by default): it would do nothing"},
       {m + "--prompt-ids 1 --temperature -1", "temperature must be a finite number >= 0"},
       {m + "--prompt-ids 1 --temperature 1 --top-p 0", "top_p must be in (0, 1]"},
       {m + "--prompt-ids 1 --min-p 0.1", "--min-p shapes sampling, and this run decodes greedily"},

@@ -122,6 +122,25 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
   EXPECT_NE(out.find("element 0: field 'messages': "), std::string::npos) << out;
   EXPECT_NE(out.find("message 1: has no field 'content'"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
+  // The same records as a .jsonl file, as training reads them: one per line, blank lines skipped;
+  // a bad one is named by its line.
+  std::string lines;
+  for (const auto& record : nlohmann::ordered_json::parse(read_file(dir / "chats.json")))
+    lines += record.dump() + "\n\n";  // key order kept: the tool arguments render as written
+  write_file(dir / "chats.jsonl", lines);
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "chats.jsonl").string() + " --output " + (dir / "out_lines.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(json::parse(read_file(dir / "out_lines.json")), got);
+  write_file(dir / "bad.jsonl",
+             lines + R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]})");
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "bad.jsonl").string() + " --output " + (dir / "bad_out.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("line 5: field 'messages': "), std::string::npos) << out;
 }
 
 // Text a JSON parser would refuse, as training reads it: an invalid UTF-8 byte and an unpaired

@@ -756,6 +756,17 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
       error_of([&] { run_training(tiny_config(tt::temp_dir("trainer_generation_c"), from_source("1"))); });
   EXPECT_NE(e.find((source / "generation_config.json").string()), std::string::npos) << e;
   EXPECT_NE(e.find("a generation config is a JSON object"), std::string::npos) << e;
+  // A titan checkpoint named as Hugging Face weights: the error says how it loads.
+  const std::string native = error_of([&] {
+    run_training(tiny_config(
+        tt::temp_dir("trainer_generation_d"),
+        tt::joined(saving, {{"training.steps", "1"},
+                            {"checkpoint.initial_load_path", (a / "checkpoint" / "step-1").string()},
+                            {"checkpoint.initial_load_in_hf", "true"}})));
+  });
+  EXPECT_NE(native.find("it is a titan checkpoint, which loads with checkpoint.initial_load_in_hf = false"),
+            std::string::npos)
+      << native;
 }
 
 // checkpoint.initial_load_model_only = false forks a run: a new job folder goes on from another run's
@@ -914,6 +925,19 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(r.at("tokens"), 2 * 2 * 64) << given;  // 2 batches of 2 x 64
   }
   EXPECT_EQ(eval(a, "").at("weights"), step2.string());
+  {  // eval reads [validation] whether or not training would: no note calls its keys without effect
+    Overrides off = job;
+    for (auto& [key, value] : off)
+      if (key == "validation.enable") value = "false";
+    std::string out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, off)) + " --checkpoint " + step2.string(),
+                              &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("eval: loss"), std::string::npos) << out;
+    EXPECT_EQ(out.find("no effect, validation.enable = false"), std::string::npos) << out;
+  }
   // --json is checked before the evaluation: never into a finished checkpoint (its manifest would be
   // replaced), never into a missing folder (the result lost after the evaluation ran).
   for (const auto& [json_path, rule] :

@@ -1017,8 +1017,9 @@ int generate_main(int argc, char** argv) {
     for (const char* flag : kSamplingFlags)
       TITAN_CHECK(std::string(flag) == "temperature" || !p.has(flag), "titan generate: --", flag,
                   " shapes sampling, and this run decodes greedily (",
-                  p.has("temperature") ? std::string("--temperature 0")
-                                       : where + " does not sample (do_sample false)",
+                  p.has("temperature")          ? std::string("--temperature 0")
+                  : generation_config.is_null() ? "the model has no generation_config.json: greedy by default"
+                                                : where + " does not sample (do_sample false)",
                   "): it would do nothing; add --temperature T > 0 to sample");
     sampling.top_k = 0, sampling.top_p = 1, sampling.min_p = 0, sampling.typical_p = 1;
     sampling.epsilon_cutoff = 0, sampling.eta_cutoff = 0;

@@ -1,7 +1,7 @@
 // `titan tokenize`: a JSON array of strings -> a JSON array of id arrays (or back with
 // --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a JSON
-// array of conversation records -> what supervised fine-tuning trains on (their text, ids, and
-// which ids the loss trains on).
+// array of conversation records (or a .jsonl file of them) -> what supervised fine-tuning trains on (their
+// text, ids, and which ids the loss trains on).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -28,8 +28,7 @@ using json = nlohmann::json;
 
 // The input file read as training reads its records: invalid UTF-8 and unpaired surrogate escapes
 // become U+FFFD (counted on stderr), so what this command shows is what a run trains on.
-template <class Json>
-Json read_input(const fs::path& input, const std::string& who) {
+std::string read_input_text(const fs::path& input, const std::string& who) {
   std::string text = titan::io::read_regular_file(input, who);
   const size_t replaced = titan::data::sanitize_utf8(text) + titan::data::repair_surrogate_escapes(text);
   if (replaced > 0)
@@ -37,10 +36,43 @@ Json read_input(const fs::path& input, const std::string& who) {
                  "%s: %zu invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '%s' read as U+FFFD, "
                  "as training reads them\n",
                  who.c_str(), replaced, input.string().c_str());
-  if constexpr (std::is_same_v<Json, nlohmann::ordered_json>)
-    return titan::io::parse_ordered_json_text(text, who + ": '" + input.string() + "'");
-  else
-    return titan::io::parse_json_text(text, who + ": '" + input.string() + "'");
+  return text;
+}
+
+json read_input(const fs::path& input, const std::string& who) {
+  return titan::io::parse_json_text(read_input_text(input, who), who + ": '" + input.string() + "'");
+}
+
+// Conversation records as training reads them: a .jsonl file one per line (blank lines skipped),
+// any other file one JSON array of them. Each comes with where it is, for errors ("line 3",
+// "element 2"). Key order kept: tool arguments are written as given.
+std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(const fs::path& input,
+                                                                              const std::string& who) {
+  const std::string text = read_input_text(input, who);
+  std::vector<std::pair<nlohmann::ordered_json, std::string>> records;
+  if (input.extension() == ".jsonl") {
+    size_t start = 0;
+    for (int64_t line = 1; start < text.size(); ++line) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string row = text.substr(start, end - start);
+      start = end + 1;
+      if (row.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = "line " + std::to_string(line);
+      records.emplace_back(
+          titan::io::parse_ordered_json_text(row, who + ": '" + input.string() + "' " + where), where);
+    }
+    return records;
+  }
+  auto in = titan::io::parse_ordered_json_text(text, who + ": '" + input.string() + "'");
+  TITAN_CHECK(in.is_array(), who, ": ", input,
+              " must hold a JSON array of records (or be a .jsonl file, one record "
+              "per line), got ",
+              in.type_name());
+  // Moved, not copied: a copy recurses once per nesting level (the renderer refuses deep values).
+  for (size_t i = 0; i < in.size(); ++i)
+    records.emplace_back(std::move(in[i]), "element " + std::to_string(i));
+  return records;
 }
 
 int run(int argc, char** argv) {
@@ -48,13 +80,16 @@ int run(int argc, char** argv) {
       "tokenize",
       "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
       "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a JSON array of\n"
-      "conversation records (as training.chat_field reads them) -> a JSON array of {\"text\": the\n"
+      "conversation records, or a .jsonl file of them (as training.chat_field reads them) -> a JSON\n"
+      "array of {\"text\": the\n"
       "rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on, \"trained_text\": those\n"
       "ids' text}.");
   p.option("tokenizer",
            "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
            "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
-      .required("input", "a JSON array of strings (with --decode: a JSON array of id arrays)")
+      .required("input",
+                "a JSON array of strings (with --decode: of id arrays; with --chat: of records, or a .jsonl "
+                "file of them)")
       .required("output", "receives a JSON array of id arrays (with --decode: of strings)")
       .option("chat", "the records' field holding each conversation's messages (as training.chat_field)")
       .flag("add-special-tokens", "add bos/eos as tokenizer_config.json asks (none for Qwen3)")
@@ -78,12 +113,8 @@ int run(int argc, char** argv) {
   json out = json::array();
   if (!chat_field.empty()) {
     titan::data::check_qwen3_chat_template(tokenizer);
-    // Key order kept: tool arguments are written as given.
-    const auto in = read_input<nlohmann::ordered_json>(input, "tokenize --chat");
-    TITAN_CHECK(in.is_array(), "tokenize --chat: ", input, " must hold a JSON array of records, got ", in.type_name());
-    for (size_t i = 0; i < in.size(); ++i) {
-      const auto& record = in[i];
-      TITAN_CHECK(record.is_object() && record.contains(chat_field), "tokenize --chat: ", input, " element ", i,
+    for (const auto& [record, where] : read_chat_records(input, "tokenize --chat")) {
+      TITAN_CHECK(record.is_object() && record.contains(chat_field), "tokenize --chat: ", input, " ", where,
                   " is not an object with a field '", chat_field, "'");
       std::vector<titan::data::ChatPiece> pieces;
       // Bound, not copied (a copy recurses once per nesting level; the renderer refuses deep values).
@@ -93,7 +124,7 @@ int run(int argc, char** argv) {
         pieces =
             titan::data::render_qwen3_chat(record.at(chat_field), tools == record.end() ? no_tools : *tools);
       } catch (const titan::Error& e) {
-        TITAN_FAIL("tokenize --chat: ", input, " element ", i, ": field '", chat_field, "': ", e.what());
+        TITAN_FAIL("tokenize --chat: ", input, " ", where, ": field '", chat_field, "': ", e.what());
       }
       const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
       const std::string text = titan::data::chat_text(pieces);
@@ -105,7 +136,7 @@ int run(int argc, char** argv) {
     titan::io::write_file_atomic(output, out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     return 0;
   }
-  const json in = read_input<json>(input, "tokenize");
+  const json in = read_input(input, "tokenize");
   TITAN_CHECK(in.is_array(), "tokenize: ", input, " must hold a JSON array, got ", in.type_name());
   for (size_t i = 0; i < in.size(); ++i) {
     const json& item = in[i];

@@ -14,6 +14,25 @@ namespace titan::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The job's config notes that hold for titan eval, which reads [validation] whether or not training
+// would (validation.enable), and says itself which weights it evaluates: the notes about
+// validation.enable = false and about the starting weights speak of training only.
+std::vector<std::string> notes_for_eval(const std::vector<std::string>& notes) {
+  std::vector<std::string> kept;
+  for (const std::string& note : notes) {
+    const bool starting_weights = note.rfind("checkpoint.initial_load_path = ", 0) == 0 ||
+                                  note.rfind("checkpoint.initial_load_in_hf = ", 0) == 0;
+    const bool validation_off = note.rfind("validation.", 0) == 0 &&
+                                note.find("no effect, validation.enable = false") != std::string::npos;
+    if (!starting_weights && !validation_off) kept.push_back(note);
+  }
+  return kept;
+}
+
+}  // namespace
+
 EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::path& checkpoint) {
   cfg.validate(world.size());
   dist::check_same_on_every_rank(world, cfg.describe(), "configs",
@@ -53,7 +72,9 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
               "' has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
   const Validator validator(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
-  start_up_report(cfg, job, plan, tokenizer, "titan eval");
+  JobConfig shown = cfg;
+  shown.notes = notes_for_eval(cfg.notes);
+  start_up_report(shown, job, plan, tokenizer, "titan eval");
   // No gradients and no optimizer moments: the weights' memory alone (a 4B model's eval needs its
   // 16 GB of f32 weights, where its training state needs 64 GB).
   TrainState state(cfg, job, tokenizer, plan, qwen3::Purpose::Inference);

@@ -152,8 +152,15 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
 // An HF checkpoint folder must hold weights before anything is built from it.
 void check_hf_weights_present(const fs::path& dir, const char* key) {
   TITAN_CHECK(fs::is_directory(dir), key, ": '", dir.string(), "' is not a directory");
+  // A committed titan checkpoint given where Hugging Face weights are read: say how to load it.
+  const bool native = fs::exists(dir / "COMMITTED") && fs::exists(dir / "train_state.json");
   TITAN_CHECK(io::is_hf_checkpoint_dir(dir), key, ": '", dir.string(), "' has no ", io::kHfSingleFile, " or ",
-              io::kHfIndexFile);
+              io::kHfIndexFile,
+              !native ? ""
+              : std::string(key) == "checkpoint.initial_load_path"
+                  ? ": it is a titan checkpoint, which loads with checkpoint.initial_load_in_hf = false"
+                  : ": it is a titan checkpoint, which loads as checkpoint.initial_load_path with "
+                    "checkpoint.initial_load_in_hf = false");
 }
 
 // Weights trained under another architecture (rope_theta, norm eps, ...) load without a shape error
@@ -433,7 +440,10 @@ std::string data_line_for_planning(const JobConfig& c) {
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,
                      const data::Tokenizer& tokenizer, const char* command) {
   const auto& a = job.args;
-  say("%s: %s", command, c.job.description.c_str());
+  if (c.job.description.empty())
+    say("%s", command);
+  else
+    say("%s: %s", command, c.job.description.c_str());
   say("versions:\n%s", versions_text(collect_versions(), "  ").c_str());
   say("model: route %s, %s, %s parameters (%s active per token), %s compute, vocab %ld",
       c.model.name == "hf" ? "hf" : "native",
