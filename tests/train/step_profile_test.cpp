@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
@@ -25,6 +26,10 @@ void expect_meta_matches_cpu(const qwen3::ModelArgs& args, const StepShape& shap
   EXPECT_EQ(meta.optimizer, cpu.optimizer);
   EXPECT_EQ(meta.other, cpu.other);
   EXPECT_GT(meta.activations(), 0);
+  EXPECT_EQ(meta.gathered_peak > 0, cpu.gathered_peak > 0);
+  if (cpu.gathered_peak > 0)
+    EXPECT_LE(std::abs(double(meta.gathered_peak - cpu.gathered_peak)) / double(cpu.gathered_peak), 0.05)
+        << "meta " << meta.gathered_peak << " B vs cpu " << cpu.gathered_peak << " B after the step";
   const double rel = std::abs(double(meta.peak - cpu.peak)) / double(cpu.peak);
   EXPECT_LE(rel, 0.05) << "meta peak " << meta.peak << " B vs cpu peak " << cpu.peak << " B";
   // Both hand out memory through the same caching policy: their reservations agree as closely.
@@ -68,6 +73,33 @@ TEST(StepProfile, MetaPeakMatchesACpuStepMoe) {
 }
 
 TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16)); }
+
+// What runs after a step with the state held is planned too: a [validation] pass at its own shape
+// (here four times the step's tokens) and the export, each with the model gathered whole, as a real
+// CPU step holds them; the peak is the larger of the two phases', and the step's FLOPs and
+// communication stay its own. Under FSDP the gather holds the whole f32 model beside the slices.
+TEST(StepProfile, AValidationPassAndTheExportAreCountedAfterTheStep) {
+  StepShape with = small_step(DType::F32);
+  with.validation_batch = 4;
+  with.validation_seq = 256;
+  with.export_gather = true;
+  expect_meta_matches_cpu(small("debugmodel"), with);
+  const StepProfile alone = profile_training_step(small("debugmodel"), small_step(DType::F32), Device::Meta);
+  const StepProfile after = profile_training_step(small("debugmodel"), with, Device::Meta);
+  EXPECT_EQ(alone.gathered_peak, 0);
+  EXPECT_GT(after.gathered_peak, after.persistent());
+  EXPECT_EQ(after.peak, std::max(alone.peak, after.gathered_peak));
+  EXPECT_EQ(after.flops, alone.flops);
+  StepShape sharded = small_step(DType::F32);
+  sharded.dp_shard = 2;
+  const StepProfile rank_alone = profile_training_step(small("debugmodel"), sharded, Device::Meta);
+  sharded.export_gather = true;
+  const StepProfile rank = profile_training_step(small("debugmodel"), sharded, Device::Meta);
+  EXPECT_GE(rank.gathered_peak, rank.persistent() + 4 * rank.block_elements)
+      << "every block gathered whole in f32 beside the rank's state";
+  EXPECT_EQ(rank.peak, std::max(rank_alone.peak, rank.gathered_peak));
+  EXPECT_EQ(rank.comm.bytes_sent, rank_alone.comm.bytes_sent);
+}
 
 // bf16 activation gradients: on the CPU the ops round f32 gradients (more buffers, briefly), which
 // the meta device plans as well; planned for cuda, whose kernels write bf16 gradients themselves,

@@ -7,6 +7,7 @@
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
 #include "titan/train/job_config.h"
+#include "titan/train/step_profile.h"
 
 namespace titan::cli {
 
@@ -186,6 +187,14 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
   }
   TITAN_CHECK(!r.config.empty(), "titan ", command, ": --config FILE.toml is required (see configs/)");
   return r;
+}
+
+std::string gathered_peak_line(const train::StepProfile& p, const train::StepShape& shape) {
+  if (!p.gathered_peak) return "";
+  const bool both = shape.validation_batch > 0 && shape.export_gather;
+  return "    after the step: " + memory_text(p.gathered_peak) +
+         " held while the model is gathered whole for" + (shape.validation_batch > 0 ? " [validation]" : "") +
+         (both ? " and" : "") + (shape.export_gather ? " the Hugging Face export" : "") + "\n";
 }
 
 std::string memory_text(int64_t bytes) {

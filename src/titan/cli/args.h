@@ -8,6 +8,11 @@
 #include <string>
 #include <vector>
 
+namespace titan::train {
+struct StepProfile;
+struct StepShape;
+}  // namespace titan::train
+
 namespace titan::cli {
 
 class ArgParser {
@@ -70,5 +75,8 @@ int64_t parse_int_option(const std::string& command, const std::string& name, co
 // Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB" (MiB or KiB
 // under 10 MiB: "754.75 KiB").
 std::string memory_text(int64_t bytes);
+// "    after the step: 1.20 GiB held while the model is gathered whole for [validation]\n" when the
+// profiled step is followed by a validation pass or an export, else "" (titan info and titan plan).
+std::string gathered_peak_line(const train::StepProfile& p, const train::StepShape& shape);
 
 }  // namespace titan::cli

@@ -797,8 +797,7 @@ int generate_main(int argc, char** argv) {
   // The tokenizer: the named one, else the checkpoint's own; none is needed for --prompt-ids (the
   // output is then ids).
   std::optional<data::Tokenizer> tokenizer;
-  const fs::path own_file =
-      fs::is_directory(own_tokenizer) ? own_tokenizer / "tokenizer.json" : own_tokenizer;
+  const fs::path own_file = data::tokenizer_json(own_tokenizer);
   if (auto named = p.get_optional("tokenizer")) {
     tokenizer = data::Tokenizer::load(*named);
     if (!trained_tokenizer.empty() && train::tokenizer_checksum(*named) != trained_tokenizer)

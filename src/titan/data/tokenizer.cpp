@@ -671,9 +671,13 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+std::filesystem::path tokenizer_json(const std::filesystem::path& path) {
+  return std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
+}
+
 std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
-  const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
+  const fs::path file = tokenizer_json(path);
   std::vector<fs::path> files;
   for (const fs::path& f : {file, file.parent_path() / "tokenizer_config.json"})
     if (!path.empty() && fs::is_regular_file(f)) files.push_back(f);
@@ -682,7 +686,7 @@ std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& 
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
-  fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
+  const fs::path file = tokenizer_json(path);
   TITAN_CHECK(fs::is_regular_file(file), "tokenizer: ", file, " does not exist (pass a folder holding "
               "tokenizer.json, or the file itself)");
   auto impl = std::make_unique<Impl>();

@@ -22,6 +22,10 @@ struct AddedToken {
   bool normalized = false;  // matched after normalization instead of on the raw text
 };
 
+// The tokenizer file `path` names as Tokenizer::load takes it: a folder's tokenizer.json, or the
+// file itself.
+std::filesystem::path tokenizer_json(const std::filesystem::path& path);
+
 // The files of the tokenizer at `path` (as Tokenizer::load takes it: a folder, or its tokenizer.json):
 // the tokenizer file and the tokenizer_config.json beside it, those that exist. What an export ships
 // and what the ranks of a job compare.

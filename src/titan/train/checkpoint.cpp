@@ -11,6 +11,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
+#include "titan/data/tokenizer.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
@@ -242,8 +243,7 @@ std::vector<std::pair<fs::path, fs::path>> CheckpointManager::set_aside_after(in
 }
 
 std::string tokenizer_checksum(const fs::path& tokenizer_path) {
-  return std::to_string(
-      file_checksum(fs::is_directory(tokenizer_path) ? tokenizer_path / "tokenizer.json" : tokenizer_path));
+  return std::to_string(file_checksum(data::tokenizer_json(tokenizer_path)));
 }
 
 LoadedCheckpoint CheckpointManager::load(int64_t step, ChecksumShare share) const {

@@ -1,5 +1,6 @@
 #include "titan/train/step_profile.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -129,8 +130,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     });
     apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
                  TrainingSection{}.load_balance_coeff);
-    p.peak = dev.stats().peak_bytes - base;
-    p.reserved = dev.stats().reserved_bytes - base_reserved;
+    // The step's own communication and FLOPs (not the gathers and the forward that follow it).
     p.comm = sharding.stats();
     const int64_t copies = shape.grad_accumulation - run;
     p.comm.bytes_sent += copies * middle_comm.bytes_sent;
@@ -138,6 +138,23 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     p.comm.ring_steps += copies * middle_comm.ring_steps;
     p.comm.seconds += double(copies) * middle_comm.seconds;
     p.flops = dev.flops() + double(copies) * middle_flops;
+    // What runs after a step with the state still held: the held-out forward (Validator::run) and the
+    // final export, each with every block gathered whole (under FSDP: the f32 model beside the slices).
+    const int64_t step_peak = dev.stats().peak_bytes - base;
+    if (shape.validation_batch > 0 || shape.export_gather) {
+      dev.reset_peak();  // the phase's own peak; the step's is kept above
+      autograd::NoGradGuard no_grad;
+      sharding.gather_all();
+      if (shape.validation_batch > 0) {
+        Tensor held_out = Tensor::empty({shape.validation_batch, shape.validation_seq}, DType::I64, device);
+        if (device != Device::Meta) held_out.fill(0.0);  // token 0 throughout: the values allocate nothing
+        model.forward_loss(held_out, held_out);
+      }
+      sharding.release_all();
+      p.gathered_peak = dev.stats().peak_bytes - base;
+    }
+    p.peak = std::max(step_peak, p.gathered_peak);
+    p.reserved = dev.stats().reserved_bytes - base_reserved;
   }
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
@@ -164,6 +181,11 @@ StepShape step_shape(const JobConfig& c, const ResolvedJob& job) {
   s.device = job.device;
   s.async_checkpoint = c.checkpoint.enable && !c.checkpoint.load_only && c.checkpoint.async();
   s.bf16_activation_grads = job.bf16_activation_grads;
+  if (c.validation.enable) {
+    s.validation_batch = c.validation.local_batch_size == -1 ? s.local_batch : c.validation.local_batch_size;
+    s.validation_seq = c.validation.seq_len == -1 ? s.seq_len : c.validation.seq_len;
+  }
+  s.export_gather = c.checkpoint.last_save_in_hf;
   return s;
 }
 
