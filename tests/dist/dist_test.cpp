@@ -734,16 +734,25 @@ TEST(DataParallel, RanksStartedWithDifferentConfigsNameTheKeyAndTheRank) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
-// An error before the ranks connect (the config of one rank) names the rank as the launcher numbered it.
+// A config error (found before the ranks connect) names the rank as the launcher numbered it; one
+// every rank finds is said once, by rank 0, naming the others.
 TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
   const fs::path dump = tt::temp_dir("dist_config_error");
+  const std::string error =
+      "command line: unknown config key 'training.stesp'; did you mean 'training.steps'?";
   std::string out;
   int rc = run_two_programs({tiny(dump, 2, {})}, {tiny(dump, 2, {{"training.stesp", "3"}})}, &out);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(
-      out.find("titan train: error: rank 1: command line: unknown config key 'training.stesp'; did you mean "
-               "'training.steps'?"),
-      std::string::npos)
+  EXPECT_NE(out.find("titan train: error: rank 1: " + error), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  out.clear();
+  rc = run_two_programs({tiny(dump, 2, {{"training.stesp", "3"}})},
+                        {tiny(dump, 2, {{"training.stesp", "3"}})}, &out);
+  EXPECT_NE(rc, 0) << out;
+  const size_t said = out.find("titan train: error: rank 0: " + error + " (rank 1 failed too)");
+  EXPECT_NE(said, std::string::npos) << out;
+  EXPECT_EQ(out.find("error: rank", said + std::string("titan train: error: rank").size()), std::string::npos)
+      << "said more than once:\n"
       << out;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }

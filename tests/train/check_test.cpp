@@ -220,6 +220,18 @@ TEST(Check, TheRanksRowHearsFromEveryRankUnderMpirun) {
   EXPECT_NE(value.find("2 of 2 ranks answered"), std::string::npos) << value;
   EXPECT_NE(value.find("FSDP, 2 ranks"), std::string::npos) << value;
   EXPECT_EQ(ok.rows["checkpoint"].at("status"), "PASS") << ok.out;
+  // Experts split over the two ranks: the rows on rank 0 alone run the experts whole (a degree of 2
+  // on one process used to fail them as an invalid config).
+  CheckRun experts =
+      run("--model.flavor=debugmodel_moe --model.num_experts=4 --model.top_k=2 "
+          "--model.moe_hidden_dim=64 --parallelism.data_parallel_shard_degree=2 "
+          "--parallelism.expert_parallel_degree=2",
+          "check_ranks_experts");
+  EXPECT_EQ(experts.rc, 0) << experts.out;
+  for (const char* row : {"ranks", "timing", "checkpoint"}) {
+    ASSERT_TRUE(experts.rows.count(row)) << row << "\n" << experts.out;
+    EXPECT_EQ(experts.rows[row].at("status"), "PASS") << row << ": " << experts.rows[row];
+  }
   // A mesh that does not fit the launched ranks fails the row on every rank, naming the keys.
   CheckRun bad = run("--parallelism.data_parallel_shard_degree=3", "check_ranks_bad");
   EXPECT_NE(bad.rc, 0) << bad.out;

@@ -450,8 +450,11 @@ int check_main(int argc, char** argv) {
                               {"checkpoint.initial_load_model_only", "true"},
                               {"checkpoint.exclude_from_loading", ""}})
       o.push_back(kv);
-    if (world->size() > 1)  // the ranks row checked the mesh; the runs below are rank 0's alone
-      o.insert(o.end(), {{"parallelism.data_parallel_replicate_degree", "1"}, {"parallelism.data_parallel_shard_degree", "-1"}});
+    if (world->size() > 1)  // the ranks row checked the mesh; the runs below are rank 0's alone (its
+                            // experts whole: a degree of expert parallelism needs as many ranks)
+      o.insert(o.end(), {{"parallelism.data_parallel_replicate_degree", "1"},
+                         {"parallelism.data_parallel_shard_degree", "-1"},
+                         {"parallelism.expert_parallel_degree", "1"}});
     o.insert(o.end(), extra.begin(), extra.end());
     return train::load_job_config(a.config, o);
   };

@@ -12,14 +12,30 @@ namespace titan::cli {
 
 LaunchedJob launch_job(const JobArgs& a, const std::function<void(const train::JobConfig&)>& check_args) {
   LaunchedJob job;
+  // Under a launcher a config error is kept until the ranks can agree on it: every rank reads the
+  // same files alike, so rank 0 says the error once instead of each rank printing its own.
+  std::string config_error;
   try {
     job.config = train::load_job_config(a.config, a.overrides);
     if (const std::optional<int> ranks = dist::launcher_world_size()) job.config.validate(*ranks);
     if (check_args) check_args(job.config);
-    job.world = dist::launch_communicator(job.config.comm.init_timeout(),
-                                          job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
+  } catch (const Error& e) {
+    if (!dist::launcher_rank()) throw;
+    config_error = e.what();
+  }
+  try {
+    // A config that did not read has no timeout or device of its own: the defaults, MPI alone.
+    const bool read = config_error.empty();
+    std::unique_ptr<dist::Communicator> world = dist::launch_communicator(
+        read ? job.config.comm.init_timeout() : train::JobConfig{}.comm.init_timeout(),
+        read && job.config.job.device == "cuda" ? Device::CUDA : Device::CPU);
+    dist::agree_on_success(*world, [&] {
+      if (!config_error.empty()) throw Error(config_error);
+    });
+    job.world = std::move(world);
   } catch (const dist::RanksAgreedError&) {
-    // Every rank throws it alike (a device some rank lacks): rank 0 says it, the others end quietly.
+    // Every rank throws it alike (a config error, a device some rank lacks): rank 0 says it, the
+    // others end quietly.
     if (dist::launcher_rank().value_or(0) != 0) std::exit(1);
     throw;
   } catch (const Error& e) {
