@@ -233,6 +233,19 @@ TEST(StepProfile, InfoCommandPrintsTheMetaProfileOfTheJob) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("activation checkpointing selective (1 layer in 2)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[parallelism] is not applied here"), std::string::npos) << out;
+  // A job on a mesh: info profiles one process, and says where a rank's figures are.
+  ASSERT_EQ(testing::run_command(testing::titan_binary().string() + " info --config " + config +
+                                     " --parallelism.data_parallel_shard_degree=2",
+                                 &out),
+            0)
+      << out;
+  EXPECT_NE(
+      out.find("note: [parallelism] is not applied here (the step is one process's, its experts whole); "
+               "`titan plan --config " +
+               config + "` gives one rank's memory on the job's mesh"),
+      std::string::npos)
+      << out;
 }
 
 // `titan info --flavor` runs the step its options describe on the meta device too (one way to count

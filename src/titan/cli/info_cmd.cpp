@@ -90,6 +90,13 @@ int info_for_job(int argc, char** argv) {
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
   if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());
   print_step(p, shape, a, cfg.job.device.c_str());
+  // The job's [parallelism] names ranks the step above is not one of: say where a rank's figures are.
+  if (cfg.parallelism.data_parallel_replicate_degree != 1 || (shard != 1 && shard != -1) ||
+      cfg.parallelism.expert_parallel_degree != 1)
+    std::printf(
+        "note: [parallelism] is not applied here (the step is one process's, its experts whole); "
+        "`titan plan --config %s` gives one rank's memory on the job's mesh\n",
+        job.config.c_str());
   return 0;
 }
 
