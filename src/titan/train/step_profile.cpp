@@ -222,6 +222,13 @@ void check_step_bounds(const qwen3::ModelArgs& args, const StepShape& shape, std
               kMaxBatchOrSeq);
   TITAN_CHECK(shape.seq_len <= args.max_seq_len, seq_key, " = ", shape.seq_len,
               " exceeds the model's max_seq_len = ", args.max_seq_len);
+  // The validation pass planned after the step, named by its own keys.
+  TITAN_CHECK(shape.validation_batch <= kMaxBatchOrSeq,
+              "validation.local_batch_size = ", shape.validation_batch, " exceeds the limit ",
+              kMaxBatchOrSeq);
+  TITAN_CHECK(shape.validation_seq <= std::min(kMaxBatchOrSeq, args.max_seq_len),
+              "validation.seq_len = ", shape.validation_seq,
+              " exceeds the model's max_seq_len = ", args.max_seq_len);
 }
 
 void check_training_fits(const qwen3::ModelArgs& args, const StepShape& shape, int64_t ranks_on_host) {
