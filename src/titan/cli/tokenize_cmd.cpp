@@ -81,9 +81,8 @@ int run(int argc, char** argv) {
       "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
       "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a JSON array of\n"
       "conversation records, or a .jsonl file of them (as training.chat_field reads them) -> a JSON\n"
-      "array of {\"text\": the\n"
-      "rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on, \"trained_text\": those\n"
-      "ids' text}.");
+      "array of {\"text\": the rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on,\n"
+      "\"trained_text\": those ids' text}.");
   p.option("tokenizer",
            "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
            "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
