@@ -203,12 +203,12 @@ INSTANTIATE_TEST_SUITE_P(Portable, FlashVsReference,
                                             ::testing::Values(1, 33, 100),
                                             ::testing::Values(KernelIsa::kPortable)));
 
-// Few (batch, kv head) groups per thread make the backward split each group's kv tiles across tasks
-// and sum per-split dq partials; check that path against the reference too.
+// Few (batch, kv head) groups make the backward split each group's kv tiles across tasks and sum
+// per-split dq partials; check that path against the reference too.
 TEST(AttentionFlash, BackwardWithSplitKvTiles) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  for (int64_t hkv : {1, 3}) {  // 1 and 3 groups on 2 threads: 4 and 3 splits of the 4 kv tiles
+  for (int64_t hkv : {1, 3, 22}) {  // 1, 3 and 22 groups: 4, 4 and 3 splits of the 4 kv tiles
     const AttentionShape s{1, 200, 2 * hkv, hkv, 64, 0.125f};
     const Sizes n = sizes(s);
     const auto q = randn<float>(n.q, 11), k = randn<float>(n.kv, 12), v = randn<float>(n.kv, 13),

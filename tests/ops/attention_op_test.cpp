@@ -1,6 +1,7 @@
 // The attention op (ops::attention): autograd through the registered kernels, GQA, errors.
 // The raw kernels have their own exhaustive tests in tests/backend/attention_test.cpp.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -160,6 +161,48 @@ TEST(AttentionOp, BlockCausalIsEachDocumentAloneBitForBit) {
       EXPECT_EQ(max_abs_diff(piece(q.grad()).to(DType::F64), qd.grad().to(DType::F64)), 0.0);
       EXPECT_EQ(max_abs_diff(piece(k.grad()).to(DType::F64), kd.grad().to(DType::F64)), 0.0);
       EXPECT_EQ(max_abs_diff(piece(v.grad()).to(DType::F64), vd.grad().to(DType::F64)), 0.0);
+    }
+  }
+}
+
+// The CPU kernels' results, forward and backward, are the same bits on one thread as on several: the
+// backward splits each (batch, kv head) group's kv tiles a number of ways fixed by the shape, never
+// by the thread count, so dq adds the same partials in the same order whatever the team. GQA ratios
+// 2 and 4 over rows of 300 tokens (5 kv tiles: the groups are split), causal and block-causal (a
+// document of 170 tokens is split too), f32 and bf16, and bf16_probs where the CPU runs it.
+TEST(AttentionOp, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t B = 2, S = 300, Hkv = 2, D = 64;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const ops::DocumentSpans documents{{0, 1, 130, 300, 371}};
+  const int threads = omp_get_max_threads();
+  for (const int64_t r : {2, 4}) {
+    const Tensor q = random_tensor({B, S, Hkv * r, D}, DType::F32, 51, -2, 2),
+                 k = random_tensor({B, S, Hkv, D}, DType::F32, 52, -2, 2),
+                 v = random_tensor({B, S, Hkv, D}, DType::F32, 53),
+                 dout = random_tensor(q.shape(), DType::F32, 54);
+    for (auto [dtype, variant] : {std::pair<DType, const char*>{DType::F32, "default"},
+                                  {DType::BF16, "default"},
+                                  {DType::BF16, "bf16_probs"}}) {
+      const DType dt = dtype;  // (captured below)
+      const auto& entry = kernels::find_kernel("attention", Device::CPU, dt, variant);
+      if (entry.available && !entry.available().empty()) continue;
+      kernels::ForceVariant force("attention", variant);
+      for (const bool packed : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "r=" << r << " " << dtype_name(dt) << " " << variant
+                                          << (packed ? " block-causal" : " causal"));
+        auto run = [&](int team) {
+          omp_set_num_threads(team);
+          Tensor qt = q.to(dt).set_requires_grad(true), kt = k.to(dt).set_requires_grad(true),
+                 vt = v.to(dt).set_requires_grad(true);
+          const Tensor out = ops::attention(qt, kt, vt, scale, packed ? documents : ops::DocumentSpans{});
+          autograd::backward(autograd::current_tape(), {out}, {dout});
+          return std::vector<Tensor>{out, qt.grad(), kt.grad(), vt.grad()};
+        };
+        const std::vector<Tensor> one = run(1), three = run(3);
+        omp_set_num_threads(threads);
+        const char* names[] = {"out", "dq", "dk", "dv"};
+        for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(max_abs_diff(one[i], three[i]), 0.0) << names[i];
+      }
     }
   }
 }

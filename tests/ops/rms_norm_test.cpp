@@ -1,11 +1,13 @@
 #include "titan/ops/rms_norm/rms_norm.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 
 #include "ops/op_test_util.h"
 #include "ops/torch_ref/torch_ref.h"
+#include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
 #include "titan/kernels/registry.h"
 
@@ -84,13 +86,37 @@ TEST(RmsNorm, DefaultVariantMatchesReference) {
     const int64_t D = s.back();
     auto x = random_tensor(s, DType::F32, 6, -2, 2).set_requires_grad(true);
     auto w = weight(D, DType::F32, 7).set_requires_grad(true);
-    // f32: the sums are reassociated (SIMD lanes, per-thread dw partials): a few f32 ulps.
+    // f32: the sums are reassociated (SIMD lanes, dw partials over row chunks): a few f32 ulps.
     const int64_t R = x.numel() / D;
     expect_variant_matches_spec("rms_norm", "default", {R, D}, rms_norm_fn, {x, w});
     // bf16: outputs may differ by 1 bf16 ulp (2^-8 relative) where rstd's last bit flips a rounding;
     // the gradients are f32 but dw sums dy * bf16(y), so such a flip moves dw by |dy| * ulp(y).
     expect_variant_matches_spec("rms_norm", "default", {R, D}, rms_norm_fn,
                                 {x.to(DType::BF16).set_requires_grad(true), w.to(DType::BF16).set_requires_grad(true)});
+  }
+}
+
+// The default's results, forward and backward, f32 and bf16, are the same bits on one thread as on
+// several: dw adds the rows' partial sums in chunks fixed by the shape, not one partial per thread
+// (1024 rows of 256: 16 chunks of 64 rows).
+TEST(RmsNorm, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t R = 1024, D = 256;
+  const Tensor x = random_tensor({R, D}, DType::F32, 20, -2, 2), w = weight(D, DType::F32, 21),
+               dy = random_tensor({R, D}, DType::F32, 22);
+  const int threads = omp_get_max_threads();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto run = [&](int team) {
+      omp_set_num_threads(team);
+      Tensor xt = x.to(dt).set_requires_grad(true), wt = w.to(dt).set_requires_grad(true);
+      const Tensor y = ops::rms_norm(xt, wt, kEps);
+      autograd::backward(autograd::current_tape(), {y}, {dy});
+      return std::vector<Tensor>{y, xt.grad(), wt.grad()};
+    };
+    const std::vector<Tensor> one = run(1), three = run(3);
+    omp_set_num_threads(threads);
+    const char* names[] = {"y", "dx", "dw"};
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(max_abs_diff(one[i], three[i]), 0.0) << names[i];
   }
 }
 

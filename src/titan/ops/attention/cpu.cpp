@@ -733,48 +733,71 @@ void fwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, T* o
   }
 }
 
-// dQ of the backward kernels (bwd_flash, bwd_flash_amx), whose tasks are (batch, kv head, split). Few
-// groups per thread would leave cores idle, so the kv tiles of each group are split as well; a query
-// tile's dq then gathers contributions from every split: with one split it is written once and
-// directly, with several each split writes its own f32 partial and a final pass sums them. Each split
-// costs an f32 copy of dq, hence the cap of 4.
+// dQ of the backward kernels (bwd_flash, bwd_flash_amx). A query tile's dq sums the products of the
+// kv tiles at or before it. The kv tiles of each (batch, kv head) group are cut into splits, split sp
+// holding the tiles ktile % count == sp (interleaved for causal balance), and dq is the splits'
+// partial sums added in split order. The count depends on the shape alone, so dq has the same bits on
+// any number of threads: splits enough for kSplitThreads threads with the groups (at most 4), none
+// where the kernel runs on one thread or a group has one kv tile.
+// The thread count picks the schedule only. Where groups are too few for the threads, a task is
+// (group, split): each split writes an f32 partial of dq (an f32 copy of dq each) and a final pass
+// adds them. Elsewhere a task is a whole group: it holds a dQ^T tile per split and adds them as it
+// stores each query tile, the same sums with no copy and no further pass.
 class DqSplits {
  public:
-  DqSplits(const AttentionShape& s, int64_t groups, int64_t nt)
-      : count_((groups >= 4 * omp_get_max_threads() || groups % omp_get_max_threads() == 0)
-                   ? 1
-                   : std::min({nt, int64_t(4), (4 * omp_get_max_threads() + groups - 1) / groups})),
-        qsize_(s.B * s.S * s.Hq * s.D),
-        // From the allocator, so the run's memory figures include them. Zeroed: split sp writes the
-        // query tiles from sp on, and the final sum reads every split's rows.
-        parts_(device_services(Device::CPU).context(),
-               count_ > 1 ? size_t(count_ * qsize_) * sizeof(float) : 0) {
-    std::fill(parts_.as<float>(), parts_.as<float>() + (count_ > 1 ? count_ * qsize_ : 0), 0.f);
-  }
-  int64_t count() const { return count_; }
+  static constexpr int64_t kSplitThreads = 64;
 
-  // Query rows i < qn of a tile's dQ^T (dqt[d][kTile]) from split `split`, to rows qoff + i * ldq.
+  DqSplits(const AttentionShape& s, int64_t groups, int64_t nt)
+      : count_(worth_threads(s) ? std::min({nt, int64_t(4), (kSplitThreads + groups - 1) / groups}) : 1),
+        tasks_(count_ > 1 && too_few_for_the_threads(groups) ? count_ : 1),
+        S_(s.S),
+        Hq_(s.Hq),
+        qsize_(s.B * s.S * s.Hq * s.D),
+        // From the allocator, so the run's memory figures include them. Split sp writes the query
+        // tiles from sp on, the only rows of its partial the final pass reads.
+        parts_(device_services(Device::CPU).context(),
+               tasks_ > 1 ? size_t(count_ * qsize_) * sizeof(float) : 0) {}
+
+  // Splits of each group's kv tiles: split sp's first kv tile is sp.
+  int64_t count() const { return count_; }
+  // Tasks per group; task t's kv tiles are t, t + stride(), ...: all of them with one task per group,
+  // split t's otherwise.
+  int64_t tasks_per_group() const { return tasks_; }
+  int64_t stride() const { return tasks_ == 1 ? 1 : count_; }
+  // The dQ^T tiles a task holds (dqt[tile][d][kTile]), and the one kv tile `ktile` adds into.
+  int64_t tiles() const { return tasks_ == 1 ? count_ : 1; }
+  float* tile_of(float* dqt, int64_t ktile, int64_t D) const {
+    return tasks_ == 1 ? dqt + ktile % count_ * D * kTile : dqt;
+  }
+
+  // Query rows i < qn of query tile `qtile` from task t's dQ^T tiles, to rows qoff + i * ldq. A task
+  // holding every split first adds the tiles of those with kv tiles at or before it, in split order.
   template <class T>
-  void store_tile(const float* dqt, int64_t qn, int64_t D, int64_t ldq, int64_t qoff, int64_t split, T* dq,
-                  float* row) const {
+  void store_tile(float* dqt, int64_t qn, int64_t qtile, int64_t D, int64_t ldq, int64_t qoff, int64_t t,
+                  T* dq, float* row) const {
+    if (tasks_ == 1)
+      for (int64_t sp = 1; sp < std::min(count_, qtile + 1); ++sp)
+        for (int64_t j = 0; j < D * kTile; ++j) dqt[j] += dqt[sp * D * kTile + j];
     for (int64_t i = 0; i < qn; ++i) {
       for (int64_t d = 0; d < D; ++d) row[d] = dqt[d * kTile + i];
-      if (count_ == 1)
+      if (tasks_ == 1)
         store_row(dq + qoff + i * ldq, row, D);
       else
-        std::memcpy(parts_.as<float>() + split * qsize_ + qoff + i * ldq, row, size_t(D) * sizeof(float));
+        std::memcpy(parts_.as<float>() + t * qsize_ + qoff + i * ldq, row, size_t(D) * sizeof(float));
     }
   }
 
-  // Called by every thread of the parallel region after its tasks: dq = the sum of the partials (a
-  // work-shared loop; nothing to do with one split).
+  // Called by every thread of the parallel region after its tasks: dq = the partials of the splits
+  // that wrote each row, added in split order as store_tile adds them (a work-shared loop; nothing
+  // to do with one task per group).
   template <class T>
   void sum_into(T* dq, int64_t D, float* row) const {
-    if (count_ == 1) return;
+    if (tasks_ == 1) return;
 #pragma omp for schedule(static)
     for (int64_t rw = 0; rw < qsize_ / D; ++rw) {
-      std::fill(row, row + D, 0.f);
-      for (int64_t sp = 0; sp < count_; ++sp) {
+      const int64_t writers = std::min(count_, (rw / Hq_) % S_ / kTile + 1);  // row rw: [b, i, h]
+      std::memcpy(row, parts_.as<float>() + rw * D, size_t(D) * sizeof(float));
+      for (int64_t sp = 1; sp < writers; ++sp) {
         const float* part = parts_.as<float>() + sp * qsize_ + rw * D;
         for (int64_t d = 0; d < D; ++d) row[d] += part[d];
       }
@@ -783,12 +806,18 @@ class DqSplits {
   }
 
  private:
-  int64_t count_, qsize_;
+  // Fewer than 4 groups a thread, unless they divide evenly among the threads.
+  static bool too_few_for_the_threads(int64_t groups) {
+    const int64_t threads = omp_get_max_threads();
+    return groups < 4 * threads && groups % threads != 0;
+  }
+
+  int64_t count_, tasks_, S_, Hq_, qsize_;
   Scratch parts_;
 };
 
-// FlashAttention-2 backward. A task is (batch, kv head, split): it owns the kv tiles ktile with
-// ktile % nsplit == split for all r query heads of the group, so its dk/dv rows are private; dq goes
+// FlashAttention-2 backward. A task is a (batch, kv head) group or one of its splits (DqSplits): it
+// owns its kv tiles for all r query heads of the group, so its dk/dv rows are private; dq goes
 // through DqSplits.
 template <class Ops, class T>
 void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const float* lse,
@@ -798,7 +827,7 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
   const int64_t groups = s.B * s.Hkv;
   const DqSplits dq_splits(s, groups, nt);
-  const int64_t nsplit = dq_splits.count();
+  const int64_t per_group = dq_splits.tasks_per_group(), kstep = dq_splits.stride();
   const bool dot = use_dot<Ops, T>(D, {q, k, v, dout});
   // bf16_probs: P and dS rounded to bf16; dV, dK (64 columns at a time) and dQ on vdpbf16ps.
   const bool probs16 = Ops::kBf16Probs && dot && D % kTile == 0;
@@ -808,8 +837,8 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
         dopair(probs16 ? kTile / 2 * D : 0), dspair(probs16 ? kTile / 2 * kTile : 0);
     std::vector<bf16> pb(probs16 ? kTile * kTile : 0), dsb(probs16 ? kTile * kTile : 0);
     std::vector<float> qrows(kTile * D), dorows(kTile * D), qt(dot ? 0 : D * kTile),
-        dot_t(dot ? 0 : D * kTile), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile), lse_t(kTile),
-        di_t(kTile), row(D), orow(D);
+        dot_t(dot ? 0 : D * kTile), dqt(dq_splits.tiles() * D * kTile), st(kTile * kTile), dpt(kTile * kTile),
+        lse_t(kTile), di_t(kTile), row(D), orow(D);
     std::vector<uint32_t> qp(dot ? D / 2 * kTile : 0), dop(dot ? D / 2 * kTile : 0);
     // bf16 outputs accumulate dk/dv in f32 scratch; f32 outputs accumulate in place. The k (and v, off
     // the dot path) rows of the task's kv head are loaded once per task, not once per tile pair.
@@ -817,8 +846,8 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
         vf(dot ? 0 : S * D);
     if constexpr (Ops::kAmx) amx_begin();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < groups * nsplit; ++task) {
-      const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
+    for (int64_t task = 0; task < groups * per_group; ++task) {
+      const int64_t t = task % per_group, b = task / per_group / s.Hkv, g = task / per_group % s.Hkv;
       const int64_t kvoff = b * S * ldk + g * D;
       float *dk_acc, *dv_acc;
       int64_t ld_acc;
@@ -838,13 +867,13 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
         load_rows<Ops>(k + kvoff, ldk, S, D, kf.data());
       }
       if (!dot) load_rows<Ops>(v + kvoff, ldk, S, D, vf.data());
-      for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+      for (int64_t ktile = t; ktile < nt; ktile += kstep)
         for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
           std::fill(dk_acc + j * ld_acc, dk_acc + j * ld_acc + D, 0.f);
           std::fill(dv_acc + j * ld_acc, dv_acc + j * ld_acc + D, 0.f);
         }
       for (int64_t h = g * r; h < (g + 1) * r; ++h)
-        for (int64_t qtile = split; qtile < nt; ++qtile) {
+        for (int64_t qtile = t; qtile < nt; ++qtile) {
           const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
           load_rows<Ops>(q + qoff, ldq, qn, D, qrows.data());
           load_rows<Ops>(dout + qoff, ldq, qn, D, dorows.data());
@@ -874,8 +903,10 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
             for (int64_t d = 0; d < D; ++d) acc += dorows[i * D + d] * orow[d];
             di_t[i] = acc;
           }
-          std::fill(dqt.begin(), dqt.end(), 0.f);
-          for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
+          for (int64_t ktile = t; ktile <= qtile; ktile += kstep) {
+            // dQ^T: a split's first kv tile (ktile < count) writes its tile, the later ones add to it.
+            float* dqk = dq_splits.tile_of(dqt.data(), ktile, D);
+            const bool dq_add = ktile >= dq_splits.count();
             const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0);
             const float* kr = kf.data() + k0 * D;
             const float* vr = dot ? nullptr : vf.data() + k0 * D;
@@ -899,19 +930,20 @@ void bwd_flash(const AttentionShape& s, const T* q, const T* k, const T* v, cons
                   Ops::gemm_dot(kn, qpn, dsw, kTile / 2, 1, qpair.data() + d0, D, dk_acc + k0 * ld_acc + d0, ld_acc,
                                 true);
                 }
-                Ops::gemm_dot(D, kpn, kpair.data() + k0 / 2 * D, 1, D, dspair.data(), kTile, dqt.data(), kTile, true);
+                Ops::gemm_dot(D, kpn, kpair.data() + k0 / 2 * D, 1, D, dspair.data(), kTile, dqk, kTile,
+                              dq_add);
                 continue;
               }
             }
             // dV += P^T dO and dK += (scale dS)^T Q reduce over the valid queries only.
             Ops::gemm(kn, D, qn, st.data(), kTile, 1, dorows.data(), D, dv_acc + k0 * ld_acc, ld_acc, true);
             Ops::gemm(kn, D, qn, dpt.data(), kTile, 1, qrows.data(), D, dk_acc + k0 * ld_acc, ld_acc, true);
-            Ops::gemm(D, kTile, kn, kr, 1, D, dpt.data(), kTile, dqt.data(), kTile, true);  // dQ^T
+            Ops::gemm(D, kTile, kn, kr, 1, D, dpt.data(), kTile, dqk, kTile, dq_add);  // dQ^T
           }
-          dq_splits.store_tile(dqt.data(), qn, D, ldq, qoff, split, dq, row.data());
+          dq_splits.store_tile(dqt.data(), qn, qtile, D, ldq, qoff, t, dq, row.data());
         }
       if constexpr (!kF32)
-        for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+        for (int64_t ktile = t; ktile < nt; ktile += kstep)
           for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
             store_row(dk + kvoff + j * ldk, dk_acc + j * D, D);
             store_row(dv + kvoff + j * ldk, dv_acc + j * D, D);
@@ -1005,28 +1037,28 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
   const int64_t D = s.D, S = s.S, r = s.Hq / s.Hkv, ldq = s.Hq * D, ldk = s.Hkv * D, nt = tiles(S);
   const int64_t Sp = nt * kTile, groups = s.B * s.Hkv;
   const DqSplits dq_splits(s, groups, nt);
-  const int64_t nsplit = dq_splits.count();
+  const int64_t per_group = dq_splits.tasks_per_group(), kstep = dq_splits.stride();
 #pragma omp parallel if (worth_threads(s))
   {
     std::vector<bf16> kc(Sp * D), vc(Sp * D), kt(D * Sp), pb(kTile * kTile), dsb(kTile * kTile);
     std::vector<uint32_t> qp(D / 2 * kTile), dop(D / 2 * kTile), qpair(kTile / 2 * D), dopair(kTile / 2 * D),
         dspair(kTile / 2 * kTile);
-    std::vector<float> dk_acc(Sp * D), dv_acc(Sp * D), dqt(D * kTile), st(kTile * kTile), dpt(kTile * kTile),
-        lse_t(kTile), di_t(kTile), row(D);
+    std::vector<float> dk_acc(Sp * D), dv_acc(Sp * D), dqt(dq_splits.tiles() * D * kTile), st(kTile * kTile),
+        dpt(kTile * kTile), lse_t(kTile), di_t(kTile), row(D);
     amx_begin();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < groups * nsplit; ++task) {
-      const int64_t split = task % nsplit, b = task / nsplit / s.Hkv, g = task / nsplit % s.Hkv;
+    for (int64_t task = 0; task < groups * per_group; ++task) {
+      const int64_t t = task % per_group, b = task / per_group / s.Hkv, g = task / per_group % s.Hkv;
       const int64_t kvoff = b * S * ldk + g * D;
       copy_rows_padded(k + kvoff, ldk, S, Sp, D, kc.data());
       copy_rows_padded(v + kvoff, ldk, S, Sp, D, vc.data());
       transpose_rows_padded(k + kvoff, ldk, S, Sp, D, kt.data());
-      for (int64_t ktile = split; ktile < nt; ktile += nsplit) {
+      for (int64_t ktile = t; ktile < nt; ktile += kstep) {
         std::fill(dk_acc.begin() + ktile * kTile * D, dk_acc.begin() + (ktile + 1) * kTile * D, 0.f);
         std::fill(dv_acc.begin() + ktile * kTile * D, dv_acc.begin() + (ktile + 1) * kTile * D, 0.f);
       }
       for (int64_t h = g * r; h < (g + 1) * r; ++h)
-        for (int64_t qtile = split; qtile < nt; ++qtile) {
+        for (int64_t qtile = t; qtile < nt; ++qtile) {
           const int64_t q0 = qtile * kTile, qn = std::min(kTile, S - q0), qoff = (b * S + q0) * ldq + h * D;
           // Query-side operands: pairs along D (B of S^T and dP^T), pairs along queries (B of dK and dV);
           // padding queries are zero rows, so their P and dS meet zeros.
@@ -1045,8 +1077,10 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
             for (int64_t d = 0; d < D; ++d) acc += bf16_to_f32(doi[d]) * bf16_to_f32(oi[d]);
             di_t[i] = acc;
           }
-          std::fill(dqt.begin(), dqt.end(), 0.f);
-          for (int64_t ktile = split; ktile <= qtile; ktile += nsplit) {
+          for (int64_t ktile = t; ktile <= qtile; ktile += kstep) {
+            // dQ^T: a split's first kv tile (ktile < count) writes its tile, the later ones add to it.
+            float* dqk = dq_splits.tile_of(dqt.data(), ktile, D);
+            const bool dq_add = ktile >= dq_splits.count();
             const int64_t k0 = ktile * kTile, kn = std::min(kTile, S - k0), kp = (kn + 1) / 2;
             amx_gemm(kTile, kTile, D, kc.data() + k0 * D, D, qp.data(), kTile, st.data(), kTile,
                      false);  // S^T
@@ -1063,12 +1097,12 @@ void bwd_flash_amx(const AttentionShape& s, const bf16* q, const bf16* k, const 
                      true);  // dV += P^T dO
             amx_gemm(kTile, D, kTile, dsb.data(), kTile, qpair.data(), D, dk_acc.data() + k0 * D, D,
                      true);  // dK += dS^T Q
-            amx_gemm(D, kTile, kTile, kt.data() + k0, Sp, dspair.data(), kTile, dqt.data(), kTile,
-                     true);  // dQ^T += K^T dS^T
+            amx_gemm(D, kTile, kTile, kt.data() + k0, Sp, dspair.data(), kTile, dqk, kTile,
+                     dq_add);  // dQ^T += K^T dS^T
           }
-          dq_splits.store_tile(dqt.data(), qn, D, ldq, qoff, split, dq, row.data());
+          dq_splits.store_tile(dqt.data(), qn, qtile, D, ldq, qoff, t, dq, row.data());
         }
-      for (int64_t ktile = split; ktile < nt; ktile += nsplit)
+      for (int64_t ktile = t; ktile < nt; ktile += kstep)
         for (int64_t j = ktile * kTile; j < std::min(S, (ktile + 1) * kTile); ++j) {
           store_row(dk + kvoff + j * ldk, dk_acc.data() + j * D, D);
           store_row(dv + kvoff + j * ldk, dv_acc.data() + j * D, D);

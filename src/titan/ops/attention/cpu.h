@@ -32,7 +32,8 @@ void attention_bwd_reference_f64(const AttentionShape& s, const double* q, const
 
 // Flash-style: 64x64 query x key tiles, online softmax in f32, never an S x S matrix, fully masked
 // tiles skipped. The backward recomputes P from lse (FlashAttention-2); each thread owns whole kv heads
-// (or interleaved kv tiles of one), so dk/dv never race. AVX-512 when the CPU has it, else AVX2 + FMA
+// (or interleaved kv tiles of one), so dk/dv never race. Results have the same bits on any number of
+// threads. AVX-512 when the CPU has it, else AVX2 + FMA
 // when it has those, else portable loops (chosen at run time: cpu::kernel_isa, which tests cap).
 void attention_fwd_flash_f32(const AttentionShape& s, const float* q, const float* k, const float* v,
                              float* out, float* lse);

@@ -4,19 +4,19 @@
 // AVX2 + FMA, baseline x86-64) and picked at load time. bf16 rounding is the integer round-to-nearest-even
 // of titan::f32_to_bf16, written branch-free so it vectorises; it is bit-identical to it.
 // Numerics vs reference: the sums are reassociated (16 lanes), so rstd and the f32 outputs differ in
-// the last bits; bf16 outputs agree except for rare 1-ulp flips.
-#include "titan/ops/rms_norm/rms_norm.h"
-
+// the last bits; bf16 outputs agree except for rare 1-ulp flips. dw adds its rows in chunks fixed by
+// the shape, so every result has the same bits on any number of threads.
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
-#include "titan/core/dtype.h"
 #include "titan/backend/cpu/lanes.h"
+#include "titan/core/dtype.h"
 #include "titan/kernels/registry.h"
+#include "titan/ops/rms_norm/rms_norm.h"
 
 namespace titan::cpu {
 
@@ -89,40 +89,59 @@ TITAN_CLONES void backward_rows(int64_t r0, int64_t r1, int64_t D, const uint16_
   backward_rows_impl(r0, r1, D, x, w, rstd, dy, dx, dw);
 }
 
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelElems = 16384;
+// Columns of dw a thread adds up at a time (1 KiB of each partial, its sum kept in L1).
+constexpr int64_t kColumns = 256;
+
 template <class T>
 void rms_norm_forward(const KernelContext& ctx, int64_t R, int64_t D, double eps, const void* x, const void* w, void* y, void* rstd) {
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   T* yt = static_cast<T*>(y);
   float* rs = static_cast<float*>(rstd);
-#pragma omp parallel if (R * D > 16384)
+#pragma omp parallel if (R * D > kParallelElems)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     forward_rows(R * t / nt, R * (t + 1) / nt, D, float(eps), xt, wt, yt, rs);
   }
 }
 
-// Each thread owns a contiguous block of rows and a private dw; the partial dws are summed in
-// thread order afterwards, so results do not depend on scheduling.
+// The chunks of rows whose dw partials the backward adds: a function of the shape alone, never of
+// the thread count, so that dw's bits are not either. At most 64 (work for 64 threads), each of at
+// least 16 rows and kParallelElems elements: the partials (D floats a chunk, zeroed and added up
+// once) stay under 1/16 of the rows' elements.
+int64_t dw_chunks(int64_t R, int64_t D) {
+  const int64_t min_rows = std::max<int64_t>(16, (kParallelElems + D - 1) / D);
+  return std::clamp<int64_t>(R / min_rows, 1, 64);
+}
+
+// Each chunk is a contiguous block of rows with a dw partial of its own, whichever thread runs it;
+// then dw[d] = the partials added in chunk order, blocks of kColumns columns split among the threads.
 template <class T>
 void rms_norm_backward(const KernelContext& ctx, int64_t R, int64_t D, const void* x, const void* w, const void* rstd, const void* dy,
                        void* dx, void* dw) {
-  const int max_threads = R * D > 16384 ? omp_get_max_threads() : 1;
-  std::vector<float> partial(dw ? size_t(max_threads) * size_t(D) : 0, 0.0f);
-  int used = 1;
-#pragma omp parallel num_threads(max_threads)
+  const int64_t chunks = dw_chunks(R, D);
+  std::vector<float> partial(dw ? size_t(chunks) * size_t(D) : 0, 0.0f);
+  float* out = static_cast<float*>(dw);
+#pragma omp parallel if (R * D > kParallelElems)
   {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#pragma omp single
-    used = nt;
-    backward_rows(R * t / nt, R * (t + 1) / nt, D, static_cast<const T*>(x), static_cast<const T*>(w),
-                  static_cast<const float*>(rstd), static_cast<const float*>(dy), static_cast<float*>(dx),
-                  dw ? partial.data() + size_t(t) * size_t(D) : nullptr);
-  }
-  if (float* out = static_cast<float*>(dw)) {
-    std::memcpy(out, partial.data(), size_t(D) * sizeof(float));
-    for (int t = 1; t < used; ++t)
-      for (int64_t d = 0; d < D; ++d) out[d] += partial[size_t(t) * size_t(D) + size_t(d)];
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c)
+      backward_rows(R * c / chunks, R * (c + 1) / chunks, D, static_cast<const T*>(x),
+                    static_cast<const T*>(w), static_cast<const float*>(rstd), static_cast<const float*>(dy),
+                    static_cast<float*>(dx), dw ? partial.data() + size_t(c) * size_t(D) : nullptr);
+    if (out) {
+#pragma omp for schedule(static) nowait
+      for (int64_t d0 = 0; d0 < D; d0 += kColumns) {  // chunk by chunk: independent vector adds
+        const int64_t n = std::min(kColumns, D - d0);
+        std::copy_n(partial.data() + d0, n, out + d0);
+        for (int64_t c = 1; c < chunks; ++c) {
+          const float* p = partial.data() + size_t(c) * size_t(D) + size_t(d0);
+          for (int64_t d = 0; d < n; ++d) out[d0 + d] += p[d];
+        }
+      }
+    }
   }
 }
 
