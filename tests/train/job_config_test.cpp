@@ -1034,6 +1034,69 @@ TEST(TorchtitanConfig, TheTableIsConsistentAndDocumented) {
   }
 }
 
+// An ignored key takes the values torchtitan takes for it (compile.enable = "yes" is a mistake
+// torchtitan refuses): every Ignored key of the table, in the file and on the command line.
+TEST(TorchtitanConfig, IgnoredKeysTakeOnlyTorchtitansTypeForThem) {
+  using T = TorchtitanType;
+  int checked = 0;
+  for (auto& k : torchtitan_keys()) {
+    if (k.use != TorchtitanUse::Ignored) continue;
+    const std::string key(k.key);
+    const auto dot = key.rfind('.');
+    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    // A value of the key's type, one of another, and the same two as command-line text
+    // ("" where the command line has no wrong text for it: any text is a string).
+    std::string good, bad, good_text, bad_text, expected;
+    switch (k.type) {
+      case T::Bool:
+        good = "true", bad = "\"yes\"", good_text = "false", bad_text = "yes", expected = "true or false";
+        break;
+      case T::Int:
+        good = "4", bad = "2.5", good_text = "4", bad_text = "often", expected = "an integer";
+        break;
+      case T::Number:
+        good = "0.5", bad = "\"half\"", good_text = "1", bad_text = "half", expected = "a number";
+        break;
+      case T::String:
+        good = "\"x\"", bad = "3", good_text = "x", expected = "a string";
+        break;
+      case T::Choice: {
+        const std::string first = torchtitan_choices(k).front();
+        good = "\"" + first + "\"", bad = "\"not-a-choice\"", good_text = first, bad_text = "not-a-choice";
+        expected = "one of ";
+        break;
+      }
+      case T::Strings:
+        good = "[\"layers.0\"]", bad = "[1, 2]", good_text = "a,b", expected = "an array of strings";
+        break;
+      case T::Array:
+        good = "[[\"a\"], [\"b\"]]", bad = "\"a\"", good_text = "a", expected = "an array";
+        break;
+    }
+    const std::string file = "[" + section + "]\n" + name + " = ";
+    EXPECT_EQ(parse_error(file + good + "\n"), "") << key;
+    EXPECT_EQ(parse_error("", {{key, good_text}}), "") << key;
+    const std::string e = parse_error(file + bad + "\n");
+    EXPECT_NE(e.find(key + " expects " + expected), std::string::npos) << key << ": " << e;
+    if (!bad_text.empty()) {
+      const std::string cli = parse_error("", {{key, bad_text}});
+      EXPECT_NE(cli.find(key + " expects " + expected), std::string::npos) << key << ": " << cli;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);  // the table's Ignored keys, not an empty loop
+  // The message names the line, torchtitan's type and the value.
+  EXPECT_NE(parse_error("[compile]\nenable = \"yes\"\n")
+                .find("job.toml:2: compile.enable expects true or false (torchtitan's type for it; titan "
+                      "ignores its value), "
+                      "got a string 'yes'"),
+            std::string::npos)
+      << parse_error("[compile]\nenable = \"yes\"\n");
+  EXPECT_NE(parse_error("", {{"optimizer.implementation", "fast"}})
+                .find("optimizer.implementation expects one of for-loop, foreach, fused"),
+            std::string::npos);
+}
+
 TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {
   // Through the binary, a 1-step run of the 2026-layout file on a tiny model: the notes are printed
   // after the config in effect, one "config: <key> = ..." line each.

@@ -255,6 +255,49 @@ void check_toml_type(const Field& f, const toml::node& n, const std::string& whe
   TITAN_CHECK(ok, where, ": ", f.key, " expects ", expected, ", got ", toml_type_name(n));
 }
 
+// An ignored torchtitan key still takes only the values torchtitan would: a mistyped value is a
+// mistake in the file, whatever the key does. `node` is the TOML value (null: command-line text).
+void check_torchtitan_type(const TorchtitanKey& k, const std::string& key, const std::string& value,
+                           const std::string& where, const toml::node* node) {
+  using T = TorchtitanType;
+  bool ok = true;
+  std::string expected;
+  switch (k.type) {
+    case T::Bool:
+      ok = node ? node->is_boolean() : parse_bool(value).has_value(), expected = "true or false";
+      break;
+    case T::Int:
+      ok = node ? node->is_integer() : parse_int(value).has_value(), expected = "an integer";
+      break;
+    case T::Number:
+      ok = node ? node->is_number() : parse_number(value).has_value(), expected = "a number";
+      break;
+    case T::String:
+      ok = !node || node->is_string(), expected = "a string";
+      break;
+    case T::Choice: {
+      const auto choices = torchtitan_choices(k);
+      ok = (!node || node->is_string()) && std::find(choices.begin(), choices.end(), value) != choices.end();
+      expected = "one of " + join(choices);
+      break;
+    }
+    case T::Strings:
+      ok = !node || node->is_string() || (node->is_array() && node->as_array()->empty()) ||
+           (node->is_array() && node->as_array()->is_homogeneous(toml::node_type::string));
+      expected = "an array of strings";
+      break;
+    case T::Array:
+      ok = !node || node->is_array(), expected = "an array";
+      break;
+  }
+  if (ok) return;
+  TITAN_FAIL(where, ": ", key, " expects ", expected,
+             " (torchtitan's type for it; titan ignores its value), got ",
+             node ? std::string(toml_type_name(*node)) +
+                        (node->is_string() || k.type == T::Choice ? " '" + value + "'" : "")
+                  : "'" + value + "'");
+}
+
 void add_note(JobConfig& c, const std::string& key, const std::string& note) {
   // A key set twice (file, then command line) keeps one line: the last value's.
   std::string line = key + " = " + note;
@@ -311,6 +354,7 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
       break;
     }
     case TorchtitanUse::Ignored:
+      check_torchtitan_type(*k, note_key, value, where, node);
       add_note(c, note_key, shown + " ignored: " + std::string(k->why));
       break;
     case TorchtitanUse::OffOnly: {

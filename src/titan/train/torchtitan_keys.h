@@ -11,8 +11,20 @@ namespace titan::train {
 enum class TorchtitanUse {
   Native,   // one of titan's own keys, same meaning
   Alias,    // an older (or other) torchtitan spelling of `target`
-  Ignored,  // accepted with any value: ignoring it cannot change the trained model
+  Ignored,  // accepted with a value of torchtitan's type for it: ignoring it cannot change the trained model
   OffOnly,  // accepted only with a value in `off` (the feature stays off); any other value is an error
+};
+
+// The values torchtitan accepts for an Ignored key: ignoring a key is no reason to take a value
+// torchtitan itself would refuse (compile.enable = "yes").
+enum class TorchtitanType {
+  Bool,     // true or false
+  Int,      // an integer
+  Number,   // an integer or a float
+  String,   // any string
+  Choice,   // one of the '|'-separated strings in `choices`
+  Strings,  // an array of strings, or one string (torchtitan's comma-separated list)
+  Array,    // an array (of integers or of string lists: pipeline split points, module FQNs per stage)
 };
 
 struct TorchtitanKey {
@@ -20,6 +32,8 @@ struct TorchtitanKey {
   TorchtitanUse use;
   std::string_view target;  // Alias: the key it stands for; OffOnly: the accepted values, '|'-separated
   std::string_view why;     // Ignored / OffOnly: why it may be ignored, or why titan cannot honour it
+  TorchtitanType type = TorchtitanType::String;  // Ignored: the values it takes
+  std::string_view choices;                      // Ignored, type Choice: the values, '|'-separated
 };
 
 const std::vector<TorchtitanKey>& torchtitan_keys();
@@ -27,5 +41,7 @@ const std::vector<TorchtitanKey>& torchtitan_keys();
 const TorchtitanKey* find_torchtitan_key(std::string_view key);
 // The accepted values of an OffOnly key.
 std::vector<std::string> torchtitan_off_values(const TorchtitanKey& k);
+// The values of an Ignored key of type Choice.
+std::vector<std::string> torchtitan_choices(const TorchtitanKey& k);
 
 }  // namespace titan::train
