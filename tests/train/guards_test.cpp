@@ -337,9 +337,23 @@ TEST(ResumeGuard, MoeBalancingChangedOnResumeIsSaid) {
                      "changes apply from step 3"),
             std::string::npos)
       << out;
-  ASSERT_EQ(train({{"training.steps", "6"}, {"training.load_balance", "expert_bias"}}, &out), 0) << out;
+  // Another micro-batch at the same global batch (accumulation 2) balances over other tokens.
+  ASSERT_EQ(train({{"training.steps", "6"},
+                   {"model.router_aux_loss_coef", "0.01"},
+                   {"training.local_batch_size", "1"},
+                   {"training.global_batch_size", "2"}},
+                  &out),
+            0)
+      << out;
+  EXPECT_NE(
+      out.find("note: changed since the checkpoint: training.local_batch_size 2 -> 1 (the aux loss balances "
+               "the experts over each micro-batch's tokens: over other tokens from here); the changes apply "
+               "from step 5"),
+      std::string::npos)
+      << out;
+  ASSERT_EQ(train({{"training.steps", "8"}, {"training.load_balance", "expert_bias"}}, &out), 0) << out;
   EXPECT_NE(out.find("note: changed since the checkpoint: model.router_aux_loss_coef 0.01 -> 0.001, "
-                     "training.load_balance \"aux_loss\" -> \"expert_bias\"; the changes apply from step 5"),
+                     "training.load_balance \"aux_loss\" -> \"expert_bias\"; the changes apply from step 7"),
             std::string::npos)
       << out;
 }
@@ -365,6 +379,11 @@ TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {
                                     {{"optimizer.name", "AdamW"}, {"model.router_aux_loss_coef", 0.01}}),
             "")
       << "a dense checkpoint's model_config has no aux loss weight";
+  // The micro-batch shape is the aux loss's scope: recorded for MoE runs balanced by it.
+  EXPECT_EQ(train::changed_settings({{"training.local_batch_size", 4}, {"training.seq_len", 256}},
+                                    {{"training.local_batch_size", 2}, {"training.seq_len", 256}}),
+            "training.local_batch_size 4 -> 2 (the aux loss balances the experts over each micro-batch's "
+            "tokens: over other tokens from here)");
 }
 
 // A file (not a folder) named step-N in the checkpoint folder is another program's: set aside before

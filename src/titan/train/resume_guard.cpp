@@ -93,20 +93,27 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
 }
 
 json resumable_settings(const JobConfig& c, const qwen3::ModelArgs& args) {
-  return {{"optimizer.name", c.optimizer.name},
-          {"optimizer.beta1", c.optimizer.beta1},
-          {"optimizer.beta2", c.optimizer.beta2},
-          {"optimizer.eps", c.optimizer.eps},
-          {"optimizer.weight_decay", c.optimizer.weight_decay},
-          {"training.max_norm", c.training.max_norm},
-          {"training.mixed_precision_param", c.training.mixed_precision_param},
-          {"training.mixed_precision_reduce", c.training.mixed_precision_reduce},
-          {"training.activation_grad_dtype", c.training.activation_grad_dtype},
-          {"training.load_balance", c.training.load_balance},
-          {"training.load_balance_coeff", c.training.load_balance_coeff},
-          {"model.router_aux_loss_coef", args.router_aux_loss_coef},
-          {"training.seed", c.training.seed},
-          {"model.init", c.model.init}};
+  json settings = {{"optimizer.name", c.optimizer.name},
+                   {"optimizer.beta1", c.optimizer.beta1},
+                   {"optimizer.beta2", c.optimizer.beta2},
+                   {"optimizer.eps", c.optimizer.eps},
+                   {"optimizer.weight_decay", c.optimizer.weight_decay},
+                   {"training.max_norm", c.training.max_norm},
+                   {"training.mixed_precision_param", c.training.mixed_precision_param},
+                   {"training.mixed_precision_reduce", c.training.mixed_precision_reduce},
+                   {"training.activation_grad_dtype", c.training.activation_grad_dtype},
+                   {"training.load_balance", c.training.load_balance},
+                   {"training.load_balance_coeff", c.training.load_balance_coeff},
+                   {"model.router_aux_loss_coef", args.router_aux_loss_coef},
+                   {"training.seed", c.training.seed},
+                   {"model.init", c.model.init}};
+  // transformers' aux loss balances the experts over one micro-batch's tokens: another micro-batch
+  // shape trains another objective, though every other setting stays.
+  if (args.is_moe() && c.training.load_balance == "aux_loss") {
+    settings["training.local_batch_size"] = c.training.local_batch_size;
+    settings["training.seq_len"] = c.training.seq_len;
+  }
+  return settings;
 }
 
 json recorded_settings(const json& train_state) {
@@ -130,6 +137,9 @@ std::string changed_settings(const json& saved, const json& now) {
     out += (out.empty() ? "" : ", ") + key + " " + before.dump() + " -> " + value.dump();
     if (key == "training.seed" || key == "model.init")
       out += " (no effect: the weights are the checkpoint's)";
+    if (key == "training.local_batch_size" || key == "training.seq_len")
+      out +=
+          " (the aux loss balances the experts over each micro-batch's tokens: over other tokens from here)";
   }
   return out;
 }
