@@ -26,6 +26,7 @@
 #include "titan/models/qwen3/args.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpoint_blocks.h"
+#include "titan/train/report.h"
 #include "titan/train/versions.h"
 #include "train/tiny_job.h"
 #include "train/train_test_util.h"
@@ -522,7 +523,16 @@ TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
     run.steps = read_metrics(run.dump);
     expect_same_steps(run, one_rank(), 1, 10, r.what);
     expect_same_final_state(run, one_rank(), 10, r.what);
+    // run_info.json keeps where each stretch ran, and `titan report` names both.
+    const std::string now = r.ranks == 0   ? "one process"
+                            : r.ranks == 4 ? "FSDP, 4 ranks (dp_replicate 1 x dp_shard 4)"
+                                           : "DDP, 2 ranks (dp_replicate 2 x dp_shard 1)";
+    EXPECT_EQ(titan::train::read_run(run.dump).ranks,
+              "steps 1-5: FSDP, 2 ranks (dp_replicate 1 x dp_shard 2); steps 6-10: " + now)
+        << r.what;
   }
+  // The 2-rank run that wrote the checkpoint ran in one stretch.
+  EXPECT_EQ(titan::train::read_run(first.dump).ranks, "FSDP, 2 ranks (dp_replicate 1 x dp_shard 2)");
 }
 
 // A seed checkpoint written by 2 FSDP ranks (two shard files at step 0) is the weights a one-process

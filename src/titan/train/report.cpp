@@ -262,6 +262,28 @@ RunRecord read_run(const fs::path& dir) {
       r.config_in_effect = info.value("config_in_effect", "");
       r.device = info.value("device", "");
       r.ranks = info.value("ranks", "");
+      // A run resumed on other ranks or another device: each stretch of steps with its own.
+      if (info.contains("runs") && info["runs"].size() > 1) {
+        const json& runs = info["runs"];
+        auto stretches = [&](const char* field) {
+          std::string text;
+          bool differ = false;
+          for (size_t i = 0; i < runs.size(); ++i) {
+            const long from = runs[i].at("from_step").get<long>();
+            const long to = i + 1 < runs.size() ? runs[i + 1].at("from_step").get<long>() - 1 : last_step;
+            const std::string value = runs[i].at(field).get<std::string>();
+            differ = differ || value != runs[0].at(field).get<std::string>();
+            text += (i ? "; " : "") + ("steps " + std::to_string(from)) +
+                    (to > from    ? "-" + std::to_string(to)
+                     : to == from ? ""
+                                  : " on") +
+                    ": " + value;
+          }
+          return differ ? text : runs[0].at(field).get<std::string>();
+        };
+        r.ranks = stretches("ranks");
+        r.device = stretches("device");
+      }
       if (info.contains("config_notes"))
         r.config_notes = info["config_notes"].get<std::vector<std::string>>();
       if (info.contains("versions"))

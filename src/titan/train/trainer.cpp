@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -173,6 +174,32 @@ class StopSignals {
   bool done_ = false;
   std::thread receiver_;
 };
+
+// run_info.json's "runs": where each stretch of the run's steps ran, so `titan report` can say a
+// run trained on 2 ranks up to step 4 and on one process after. A resume on other ranks or another
+// device adds a stretch; a resume from an earlier checkpoint drops those of the steps it retrains.
+nlohmann::json run_stretches(const std::filesystem::path& run_info, int64_t resumed_step,
+                             const std::string& ranks, const std::string& device) {
+  nlohmann::json before = nlohmann::json::array();
+  if (resumed_step > 0) {
+    std::ifstream in(run_info);
+    // An unreadable record (another program's file, a torn write of old) is replaced, not trusted.
+    const nlohmann::json old = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (old.is_object() && old.contains("runs") && old["runs"].is_array())
+      before = old["runs"];
+    else if (old.is_object() && old.contains("ranks") && old["ranks"].is_string())  // older runs: one stretch
+      before.push_back({{"from_step", 1}, {"ranks", old["ranks"]}, {"device", old.value("device", "")}});
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : before)
+    if (r.is_object() && r.contains("from_step") && r["from_step"].is_number_integer() &&
+        r["from_step"].get<int64_t>() >= 1 && r["from_step"].get<int64_t>() <= resumed_step &&
+        r.value("ranks", nlohmann::json()).is_string() && r.value("device", nlohmann::json()).is_string())
+      runs.push_back(r);
+  if (runs.empty() || runs.back()["ranks"] != ranks || runs.back()["device"] != device)
+    runs.push_back({{"from_step", resumed_step + 1}, {"ranks", ranks}, {"device", device}});
+  return runs;
+}
 
 }  // namespace
 
@@ -390,14 +417,17 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   MetricsLogger logger(metrics_out);
   if (plan.is_logging_rank()) {
     // What `titan report` shows beside the curves: the run's config in effect and where it ran.
+    const std::filesystem::path run_info = std::filesystem::path(cfg.job.dump_folder) / "run_info.json";
+    const std::string device =
+        job.device == Device::CPU ? cpu::cpu_info().summary() : device_services(job.device).description();
     nlohmann::json info = {{"description", cfg.job.description},
                            {"config_in_effect", cfg.describe()},
                            {"config_notes", cfg.notes},
-                           {"device", job.device == Device::CPU ? cpu::cpu_info().summary()
-                                                                : device_services(job.device).description()},
+                           {"device", device},
                            {"ranks", plan.describe()},
+                           {"runs", run_stretches(run_info, state.step, plan.describe(), device)},
                            {"versions", versions_json(collect_versions())}};
-    io::write_file_atomic(std::filesystem::path(cfg.job.dump_folder) / "run_info.json", info.dump(2) + "\n");
+    io::write_file_atomic(run_info, info.dump(2) + "\n");
   }
   const MfuPeak peak = mfu_peak(cfg.metrics.peak_tflops, job.device, job.compute_dtype);
   const double peak_tflops = peak.tflops;
