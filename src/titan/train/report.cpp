@@ -273,11 +273,11 @@ RunRecord read_run(const fs::path& dir) {
             const long to = i + 1 < runs.size() ? runs[i + 1].at("from_step").get<long>() - 1 : last_step;
             const std::string value = runs[i].at(field).get<std::string>();
             differ = differ || value != runs[0].at(field).get<std::string>();
-            text += (i ? "; " : "") + ("steps " + std::to_string(from)) +
-                    (to > from    ? "-" + std::to_string(to)
-                     : to == from ? ""
-                                  : " on") +
-                    ": " + value;
+            if (i) text += "; ";
+            text += "steps " + std::to_string(from);
+            if (to > from) text += "-" + std::to_string(to);
+            if (to < from) text += " on";  // a stretch that logged no step yet
+            text += ": " + value;
           }
           return differ ? text : runs[0].at(field).get<std::string>();
         };
