@@ -274,10 +274,10 @@ RunRecord read_run(const fs::path& dir) {
             const std::string value = runs[i].at(field).get<std::string>();
             differ = differ || value != runs[0].at(field).get<std::string>();
             if (i) text += "; ";
-            text += "steps " + std::to_string(from);
-            if (to > from) text += "-" + std::to_string(to);
-            if (to < from) text += " on";  // a stretch that logged no step yet
-            text += ": " + value;
+            text.append("steps ").append(std::to_string(from));
+            if (to > from) text.append("-").append(std::to_string(to));
+            if (to < from) text.append(" on");  // a stretch that logged no step yet
+            text.append(": ").append(value);
           }
           return differ ? text : runs[0].at(field).get<std::string>();
         };
