@@ -700,6 +700,44 @@ TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
 // export`'s. A run from random weights exports the stop tokens titan generate uses (config.json's
 // <|im_end|> and the corpus's document separator <|endoftext|>), so that transformers' generate stops
 // at the end of a document too; a file that is not a JSON object stops the run naming it.
+// A folder of Hugging Face weights named by model.hf_assets_path but not loaded (initial_load_in_hf =
+// false) trains from random weights, as torchtitan does; a forgotten key looks the same, so the run
+// says so. A folder holding only the tokenizer (the bundled one) gets no note, nor does a load.
+TEST(Trainer, HuggingFaceWeightsLeftUnloadedAreNamed) {
+  const fs::path source = tt::temp_dir("trainer_unloaded_source");
+  run_training(tiny_config(source, {{"checkpoint.enable", "true"},
+                                    {"checkpoint.interval", "1"},
+                                    {"checkpoint.last_save_in_hf", "true"},
+                                    {"training.steps", "1"},
+                                    {"validation.enable", "false"}}));
+  const fs::path hf = source / "checkpoint" / "step-1-hf";  // weights, config.json and the tokenizer
+  auto train = [&](const std::string& name, const tt::Overrides& extra) {
+    std::string out;
+    const tt::Overrides job = tt::joined({{"training.steps", "1"}, {"validation.enable", "false"}}, extra);
+    EXPECT_EQ(tt::run_command(titan() + " train --config " + tt::debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(tt::temp_dir("trainer_unloaded_" + name), job)),
+                              &out),
+              0)
+        << out;
+    return out;
+  };
+  const std::string note =
+      "note: model.hf_assets_path '" + hf.string() + "' holds Hugging Face weights this run does not load";
+  const std::string unloaded = train("random", {{"model.hf_assets_path", hf.string()}});
+  EXPECT_NE(unloaded.find(
+                note + " (checkpoint.initial_load_in_hf = false): it starts from the random weights above; "
+                       "set checkpoint.initial_load_in_hf = true to start from those"),
+            std::string::npos)
+      << unloaded;
+  const std::string loaded =
+      train("loaded", {{"model.hf_assets_path", hf.string()}, {"checkpoint.initial_load_in_hf", "true"}});
+  EXPECT_NE(loaded.find("loaded Hugging Face weights from " + hf.string()), std::string::npos) << loaded;
+  EXPECT_EQ(loaded.find("holds Hugging Face weights this run does not load"), std::string::npos) << loaded;
+  const std::string bundled = train("bundled", {});
+  EXPECT_NE(bundled.find("initialized weights from seed"), std::string::npos) << bundled;
+  EXPECT_EQ(bundled.find("holds Hugging Face weights this run does not load"), std::string::npos) << bundled;
+}
+
 TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   const fs::path a = tt::temp_dir("trainer_generation_a"), b = tt::temp_dir("trainer_generation_b");
   const Overrides saving = {{"checkpoint.enable", "true"},

@@ -7,6 +7,7 @@
 #include "titan/core/device_services.h"
 #include "titan/data/data_identity.h"
 #include "titan/dist/expert_exchange.h"
+#include "titan/io/hf_checkpoint.h"
 #include "titan/io/json_error.h"
 #include "titan/models/qwen3/state_dict.h"
 #include "titan/train/checkpoint.h"
@@ -194,6 +195,13 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
                                                           : qwen3::InitScheme::HuggingFace);
     say("initialized weights from seed %ld (%s scheme) in %.1f s", long(c.training.seed),
         c.model.init.c_str(), seconds_since(t0));
+    // Training from scratch beside a folder of weights is allowed (a fresh model of that
+    // architecture), but a forgotten initial_load_in_hf looks just like it: say which it is.
+    if (!c.model.hf_assets_path.empty() && io::is_hf_checkpoint_dir(c.model.hf_assets_path))
+      say("note: model.hf_assets_path '%s' holds Hugging Face weights this run does not load "
+          "(checkpoint.initial_load_in_hf = false): it starts from the random weights above; set "
+          "checkpoint.initial_load_in_hf = true to start from those",
+          c.model.hf_assets_path.c_str());
   }
 }
 
