@@ -1097,6 +1097,23 @@ TEST(TorchtitanConfig, IgnoredKeysTakeOnlyTorchtitansTypeForThem) {
             std::string::npos);
 }
 
+// A dataset named in the file is one of the bundled ones: the error names the line (torchtitan's
+// c4_test is not bundled), where it used to surface, unplaced, when the data was read.
+TEST(TorchtitanConfig, AnUnbundledDatasetNameIsAnErrorAtItsLine) {
+  const std::string e = validate_error("[training]\ndataset = \"c4_test\"\n");
+  EXPECT_NE(e.find("training.dataset: no built-in dataset named 'c4_test' (built-in: nlp-corpus, "
+                   "nlp-corpus-validation; "
+                   "torchtitan's c4 and c4_test are not bundled): set dataset_path to your own files "
+                   "(training.dataset set at job.toml:2)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(validate_error("[training]\ndataset = \"c4\"\ndataset_path = \"/data/c4\"\n"), "");
+  EXPECT_NE(validate_error("[validation]\nenable = true\ndataset = \"c4_val\"\n")
+                .find("validation.dataset: no built-in dataset named 'c4_val'"),
+            std::string::npos);
+  EXPECT_EQ(validate_error("[validation]\nenable = false\ndataset = \"c4_val\"\n"), "");
+}
+
 TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {
   // Through the binary, a 1-step run of the 2026-layout file on a tiny model: the notes are printed
   // after the config in effect, one "config: <key> = ..." line each.

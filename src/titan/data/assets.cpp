@@ -47,9 +47,16 @@ fs::path default_tokenizer_path() {
   return p;
 }
 
+std::string builtin_dataset_error(std::string_view name) {
+  if (name == "nlp-corpus" || name == "nlp-corpus-validation") return "";
+  return "no built-in dataset named '" + std::string(name) +
+         "' (built-in: nlp-corpus, nlp-corpus-validation; torchtitan's c4 and c4_test are not bundled): set "
+         "dataset_path to your own files";
+}
+
 fs::path builtin_dataset_path(std::string_view name) {
-  TITAN_CHECK(name == "nlp-corpus" || name == "nlp-corpus-validation", "dataset: no built-in dataset named '", name,
-              "' (built-in: nlp-corpus, nlp-corpus-validation); use dataset_path for your own files");
+  const std::string error = builtin_dataset_error(name);
+  TITAN_CHECK(error.empty(), error);
   fs::path p = assets_dir() / "datasets" / std::string(name);
   TITAN_CHECK(fs::is_directory(p), "assets: dataset folder ", p, " is missing: ", kHint);
   return p;

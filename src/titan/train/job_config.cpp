@@ -16,6 +16,7 @@
 #include "titan/core/glob.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
+#include "titan/data/assets.h"
 #include "titan/dist/communicator.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/args.h"
@@ -811,6 +812,13 @@ void JobConfig::validate(int world_size) const {
 
 void JobConfig::validate_values(int world_size) const {
   auto positive = [](int64_t v, const char* key) { TITAN_CHECK(v > 0, key, " must be positive, got ", v); };
+  // A dataset by name is one of the bundled ones (with no dataset_path): said here, with the line.
+  if (training.dataset_path.empty())
+    if (const std::string e = data::builtin_dataset_error(training.dataset); !e.empty())
+      TITAN_FAIL("training.dataset: ", e);
+  if (validation.enable && validation.dataset_path.empty())
+    if (const std::string e = data::builtin_dataset_error(validation.dataset); !e.empty())
+      TITAN_FAIL("validation.dataset: ", e);
   positive(training.local_batch_size, "training.local_batch_size");
   positive(training.seq_len, "training.seq_len");
   TITAN_CHECK(training.steps >= 0, "training.steps must be >= 0, got ", training.steps);
