@@ -904,7 +904,7 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[parallelism]\ncontext_parallel_degree = 2\n",
        {},
        {"context_parallel_degree", "context parallelism"}},
-      {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = bfloat16", "float32 master weights"}},
+      {"[training]\ndtype = \"bfloat16\"\n", {}, {"training.dtype = \"bfloat16\"", "float32 master weights"}},
       {"[optimizer]\nearly_step_in_backward = true\n", {}, {"early_step_in_backward", "clipping"}},
       {"[float8]\nenable_float8_linear = true\n", {}, {"float8.enable_float8_linear", "float8"}},
       {"[checkpoint]\ninitial_load_in_hf = true\ninitial_load_model_only = false\n",
@@ -992,6 +992,20 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       {"[checkpoint]\nenable_checkpoint = \"yes\"\n", {}, {"checkpoint.enable", "true or false"}},
       {"[lr_scheduler]\nlr_min = \"low\"\n", {}, {"lr_scheduler.min_lr_factor", "expects a number"}},
       {"[compile]\nenabel = true\n", {}, {"unknown config key 'compile.enabel'"}},
+      // The names torchtitan gives: "fp32" is not one, and the message says what is.
+      {"[training]\ndtype = \"fp32\"\n",
+       {},
+       {"training.dtype = \"fp32\" cannot be honoured", "(accepted: float32)"}},
+      // A degree accepted only as 1 takes torchtitan's type, an integer.
+      {"[parallelism]\ncontext_parallel_degree = \"1\"\n",
+       {},
+       {"job.toml:2", "parallelism.context_parallel_degree expects an integer, got a string"}},
+      {"[parallelism]\npipeline_parallel_degree = 1.0\n",
+       {},
+       {"pipeline_parallel_degree expects an integer, got a float"}},
+      {"",
+       {{"parallelism.context_parallel_degree", "one"}},
+       {"context_parallel_degree expects an integer, got 'one'"}},
   };
   for (const auto& c : cases) {
     std::string err = parse_error(c.toml, c.overrides);
@@ -1112,6 +1126,37 @@ TEST(TorchtitanConfig, AnUnbundledDatasetNameIsAnErrorAtItsLine) {
                 .find("validation.dataset: no built-in dataset named 'c4_val'"),
             std::string::npos);
   EXPECT_EQ(validate_error("[validation]\nenable = false\ndataset = \"c4_val\"\n"), "");
+}
+
+// A mistyped value under an older spelling names the key as written, and the key it stands for.
+TEST(TorchtitanConfig, AnOlderSpellingsBadValueNamesTheKeyAsWritten) {
+  EXPECT_NE(parse_error("[validation]\nenabled = \"true\"\n")
+                .find("job.toml:2: validation.enabled (torchtitan's older name for validation.enable) "
+                      "expects true or "
+                      "false, got a string"),
+            std::string::npos)
+      << parse_error("[validation]\nenabled = \"true\"\n");
+  EXPECT_NE(
+      parse_error("", {{"debug.seed", "seven"}})
+          .find("debug.seed (torchtitan's older name for training.seed) expects an integer, got 'seven'"),
+      std::string::npos)
+      << parse_error("", {{"debug.seed", "seven"}});
+  EXPECT_NE(parse_error("[training]\nseed = \"7\"\n").find("training.seed expects an integer, got a string"),
+            std::string::npos);
+}
+
+// torchtitan lower-cases the norm's name: "RMSNorm" is its rmsnorm, accepted as such.
+TEST(TorchtitanConfig, TheNormTypeIsComparedAsTorchtitanDoes) {
+  EXPECT_NE(
+      note_of(parse("[model]\nnorm_type = \"RMSNorm\"\n"), "model.norm_type").find("accepted, no effect"),
+      std::string::npos);
+  EXPECT_NE(parse_error("[model]\nnorm_type = \"layernorm\"\n").find("cannot be honoured"),
+            std::string::npos);
+  // A string from the file is quoted in its note; a TOML boolean is not.
+  EXPECT_EQ(note_of(parse("[compile]\nbackend = \"inductor\"\n"), "compile.backend").substr(0, 36),
+            "compile.backend = \"inductor\" ignored");
+  EXPECT_EQ(note_of(parse("[compile]\nenable = false\n"), "compile.enable").substr(0, 30),
+            "compile.enable = false ignored");
 }
 
 TEST(TorchtitanConfig, TheStartUpLogPrintsOneLinePerNote) {

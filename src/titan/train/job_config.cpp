@@ -154,14 +154,15 @@ std::vector<Field> schema(JobConfig& c) {
 #undef TITAN_KEY
 }
 
-void set_field(const Field& f, const std::string& value, const std::string& where) {
+// `name`: the key as errors name it (the spelling the user wrote, see apply).
+void set_field(const Field& f, const std::string& value, const std::string& where, const std::string& name) {
   auto fail = [&](const char* expected) {
-    TITAN_FAIL(where, ": ", f.key, " expects ", expected, ", got '", value, "'");
+    TITAN_FAIL(where, ": ", name, " expects ", expected, ", got '", value, "'");
   };
   switch (f.kind) {
     case Field::Str:
       if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
-        TITAN_FAIL(where, ": ", f.key, " must be one of ", join(f.choices), "; got '", value, "'",
+        TITAN_FAIL(where, ": ", name, " must be one of ", join(f.choices), "; got '", value, "'",
                    suggestion(value, f.choices));
       }
       *static_cast<std::string*>(f.ptr) = value;
@@ -198,9 +199,9 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
         rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
         if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
           item = item.substr(1, item.size() - 2);
-        TITAN_CHECK(!item.empty(), where, ": ", f.key, " = '", value, "' has an empty entry");
-        TITAN_CHECK(std::find(f.choices.begin(), f.choices.end(), item) != f.choices.end(), where, ": ",
-                    f.key, " = '", value, "': '", item, "' is not one of ", join(f.choices),
+        TITAN_CHECK(!item.empty(), where, ": ", name, " = '", value, "' has an empty entry");
+        TITAN_CHECK(std::find(f.choices.begin(), f.choices.end(), item) != f.choices.end(), where, ": ", name,
+                    " = '", value, "': '", item, "' is not one of ", join(f.choices),
                     suggestion(item, f.choices));
         if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
       }
@@ -239,7 +240,7 @@ std::string located(const std::string& where, const toml::node* n) {
 
 // The TOML type must match the key's type: `steps = "10"` or `deterministic = 1` is a mistake
 // worth reporting, not silently converting. Integers are accepted where a float is expected.
-void check_toml_type(const Field& f, const toml::node& n, const std::string& where) {
+void check_toml_type(const Field& f, const toml::node& n, const std::string& where, const std::string& name) {
   bool ok = false;
   const char* expected = "";
   switch (f.kind) {
@@ -253,7 +254,7 @@ void check_toml_type(const Field& f, const toml::node& n, const std::string& whe
       expected = "an array of strings";
       break;
   }
-  TITAN_CHECK(ok, where, ": ", f.key, " expects ", expected, ", got ", toml_type_name(n));
+  TITAN_CHECK(ok, where, ": ", name, " expects ", expected, ", got ", toml_type_name(n));
 }
 
 // An ignored torchtitan key still takes only the values torchtitan would: a mistyped value is a
@@ -332,7 +333,9 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
   const TorchtitanKey* k = find_torchtitan_key(key);
   if (!k || k->use == TorchtitanUse::Native) return false;
   const std::string note_key = written.empty() ? key : written;
-  const std::string shown = (value.empty() ? "\"\"" : value) + (written.empty() ? "" : " (as " + key + ")");
+  // A string from the file is shown quoted: `compile.backend = "5"` is not `= 5`.
+  const std::string shown = (value.empty() || (node && node->is_string()) ? "\"" + value + "\"" : value) +
+                            (written.empty() ? "" : " (as " + key + ")");
   switch (k->use) {
     case TorchtitanUse::Alias: {
       const std::string target(k->target);
@@ -365,7 +368,16 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
         TITAN_CHECK((node ? node->is_boolean() : true) && (value == "true" || value == "false"), where, ": ",
                     note_key, " expects true or false, got ",
                     node && node->is_string() ? "a string" : "'" + value + "'");
-      if (std::find(off.begin(), off.end(), value) == off.end()) {
+      // A degree (accepted only as 1) takes an integer: "1" and 1.0 are not torchtitan's type.
+      if (off.size() == 1 && parse_int(off[0]))
+        TITAN_CHECK(node ? node->is_integer() : parse_int(value).has_value(), where, ": ", note_key,
+                    " expects an integer, got ", node ? toml_type_name(*node) : "'" + value + "'");
+      // torchtitan lower-cases the norm's name (build_norm): "RMSNorm" is its rmsnorm.
+      std::string compared = value;
+      if (key == "model.norm_type")
+        std::transform(compared.begin(), compared.end(), compared.begin(),
+                       [](unsigned char ch) { return char(std::tolower(ch)); });
+      if (std::find(off.begin(), off.end(), compared) == off.end()) {
         std::string list;
         for (auto& v : off) list += (list.empty() ? "" : ", ") + (v.empty() ? "\"\"" : v);
         TITAN_FAIL(where, ": ", note_key, " = ", shown, " cannot be honoured: ", k->why, " (accepted: ", list, ")");
@@ -384,13 +396,15 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
            const std::string& where, const toml::node* node, const std::string& written) {
   for (auto& f : fields)
     if (f.key == key) {
-      if (node) check_toml_type(f, *node, where);
       const std::string as = written.empty() ? key : written;
+      // An older spelling is named as written, with the key it stands for.
+      const std::string name = written.empty() ? key : written + " (torchtitan's older name for " + key + ")";
+      if (node) check_toml_type(f, *node, where, name);
       TITAN_CHECK(f.set_as.empty() || f.set_as == as || f.set_value == value, where, ": ", as, " = ", value,
                   " and ", f.set_as, " = ", f.set_value, " (", f.set_where, ") both set ", key,
                   " (one is torchtitan's older name for the other): keep one");
       f.set_as = as, f.set_value = value, f.set_where = where;
-      return set_field(f, value, where);
+      return set_field(f, value, where, name);
     }
   auto dot = key.find('.');
   std::string section = key.substr(0, dot), name = dot == std::string::npos ? "" : key.substr(dot + 1);

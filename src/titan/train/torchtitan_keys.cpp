@@ -143,8 +143,11 @@ const std::vector<KeyGroup> kGroups = {
     ignored(kPerfOnly, {{"training.enable_loss_parallel", kBool},
                         {"training.disable_loss_parallel", kBool},
                         {"training.enable_cpu_offload", kBool}}),
-    off_only("float32", "titan keeps float32 master weights; full bfloat16 training changes the result",
-             {"training.dtype"}),
+    off_only(
+        "float32",
+        "titan's weights are float32 (training.mixed_precision_param = \"bfloat16\" computes in bf16 over "
+        "float32 master weights); full bfloat16 training changes the result",
+        {"training.dtype"}),
     ignored(kGc, {{"training.gc_freq", kInt}, {"training.gc_debug", kBool}}),
     ignored(kLoader, {{"training.dataloader.num_workers", kInt},
                       {"training.dataloader.persistent_workers", kBool},
