@@ -22,7 +22,7 @@ Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops
               w_gate.str());
   const int64_t T = x.size(0), D = x.size(1), k = indices_on_device.size(1), n = T * k, local = E / P;
 
-  std::vector<int64_t> token_of_row(n), per_expert(E), send_rows(P), recv_per_expert;
+  std::vector<int64_t> slot_of_row(n), token_of_row(n), per_expert(E), send_rows(P), recv_per_expert;
   if (x.device() == Device::Meta) {
     // A plan (the meta device, dist/meta_world.h) has no routing to read, and its other ranks are
     // imagined: it assumes a balanced one, n / E rows per expert from every rank alike.
@@ -37,7 +37,7 @@ Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops
     std::vector<int64_t> order(n), pos(n), offsets(E + 1);
     ops::moe_routing_order({T, D, 0, E, k}, indices.data<int64_t>(), order.data(), pos.data(),
                            offsets.data());
-    for (int64_t r = 0; r < n; ++r) token_of_row[r] = order[r] / k;
+    for (int64_t r = 0; r < n; ++r) slot_of_row[r] = order[r], token_of_row[r] = order[r] / k;
     for (int64_t e = 0; e < E; ++e) per_expert[e] = offsets[e + 1] - offsets[e];
     // What each rank sends this one for each of its experts: the rows arrive from each source in
     // expert order, so these counts say every received row's expert.
@@ -54,15 +54,23 @@ Tensor expert_parallel_experts(const Tensor& x, const Tensor& weights, const ops
     }
   const int64_t received = int64_t(my_expert_of_row.size());
 
-  // Out: each row of x once per slot, to the rank of its expert.
+  // Out: each row of x once per slot, and its routing weight, to the rank of its expert. The
+  // experts run the rows with their weights, as moe_experts does in one process: its backward scales
+  // the output's gradient by the weight inside the kernel, after the kernel's own rounding of it
+  // (bf16: dy rounded for the down GEMMs, then bf16(bf16(dy) * w)), and makes the weight's gradient
+  // from dy and its GEMM. Weighting in moe_combine instead would hand the experts w * dy, rounded
+  // once, and take the weight's gradient as dy . (the rounded output): other bits in bf16.
   const Tensor rows = ops::embedding(Tensor::from_vector(token_of_row, {n}).to(x.device()), x);
+  const Tensor row_weights =
+      ops::embedding(Tensor::from_vector(slot_of_row, {n}).to(x.device()), weights.reshape({n, 1}));
   const Tensor mine = group.exchange(rows, send_rows, recv_rows);
+  const Tensor my_weights = group.exchange(row_weights, send_rows, recv_rows);
   const Tensor my_experts = Tensor::from_vector(my_expert_of_row, {received, 1}).to(x.device());
-  // Each received row through its expert alone: weight 1, exact in every dtype.
-  const Tensor ones = Tensor::full({received, 1}, 1.0, grad_dtype(x.dtype()), x.device());
-  const Tensor outputs = ops::moe_experts(mine, ones, my_experts, w_gate, w_up, w_down);
-  // Back: the outputs to the ranks of their tokens, in the order they were sent (routing order).
-  return ops::moe_combine(group.exchange(outputs, recv_rows, send_rows), weights, routed);
+  const Tensor outputs = ops::moe_experts(mine, my_weights, my_experts, w_gate, w_up, w_down);
+  // Back: the weighted outputs to the ranks of their tokens, in the order they were sent (routing
+  // order), summed with weight 1 (exact in every dtype) in moe_experts' order and rounding points.
+  const Tensor ones = Tensor::full({T, k}, 1.0, weights.dtype(), x.device());
+  return ops::moe_combine(group.exchange(outputs, recv_rows, send_rows), ones, routed);
 }
 
 }  // namespace titan::nn

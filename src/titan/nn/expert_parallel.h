@@ -2,10 +2,10 @@
 // Expert parallelism (torchtitan's parallelism.expert_parallel_degree): the experts of each MoE
 // layer are split over a group of P ranks, rank p holding experts [p * E/P, (p+1) * E/P) whole, and
 // every rank routing its own tokens. A token's (token, slot) rows travel to the ranks holding their
-// experts, which run them, and the outputs travel back to be weighted and summed where the token
-// lives: forward, one all-to-all of counts (per expert) and two of rows (the rows, the outputs
-// back), backward two of gradient rows, instead of gathering every expert's weights on every rank
-// as FSDP does.
+// experts, which run and weight them, and the outputs travel back to be summed where the token
+// lives: forward, one all-to-all of counts (per expert) and three of rows (the rows, their routing
+// weights, the outputs back), backward three of gradients, instead of gathering every expert's
+// weights on every rank as FSDP does.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -37,10 +37,13 @@ class ExpertExchange {
 // ops::moe_experts(x, weights, indices, all experts) for this rank's tokens, when the experts are
 // split over `group`: w_gate, w_up [E/P, F, D] and w_down [E/P, D, F] are this rank's experts (E =
 // indices.num_experts(), a multiple of P); x [T, D], weights and indices [T, k] this rank's tokens.
-// The rows of x go to their experts' ranks in routing order (sorted by expert) after the rows per
-// expert (so a receiver knows each row's expert without being sent it), each rank runs what it
-// received through its experts (ops::moe_experts with one expert per row), and the outputs come
-// back to be combined (ops::moe_combine). The forward is moe_experts' exactly (with its reference
+// The rows of x and their routing weights go to their experts' ranks in routing order (sorted by
+// expert) after the rows per expert (so a receiver knows each row's expert without being sent it),
+// each rank runs what it received through its experts (ops::moe_experts with one expert and its
+// weight per row, so its kernels round as they do in one process, backward too), and the weighted
+// outputs come back to be summed (ops::moe_combine, weight 1). The forward and the gradients are
+// moe_experts' exactly (with its reference kernels, and its default ones but for f32's fused
+// multiply-add; the token gradients within the reassociation of their sums with the reference
 // kernels); the expert weights' gradients are this rank's experts' over every rank's tokens.
 // The routing is read on the host (the exchange sizes are counts of it). On the meta device (a
 // plan over dist/meta_world.h) there is no routing to read: a balanced one is assumed, every expert

@@ -110,7 +110,9 @@ Tensor expert_counts(const ExpertIndices& indices, const std::vector<TokenRange>
 //               weights, indices)
 // is moe_experts(x, weights, indices, w_gate, w_up, w_down): bit for bit in the forward against its
 // reference kernels (and in bf16 against the default ones; their f32 un-permute may fuse a
-// multiply-add: an ulp).
+// multiply-add: an ulp). So is moe_combine(moe_experts(those rows, their weights, ...), 1, indices),
+// which expert parallelism runs: there moe_experts' backward scales by the weight where it does in
+// one process (bf16: after rounding dy), where this op's backward hands w[t, j] * dy_t on unrounded.
 // Gradients for rows (w[t, j] * dy_t) and weights (dy_t . row).
 Tensor moe_combine(const Tensor& rows, const Tensor& weights, const ExpertIndices& indices);
 
