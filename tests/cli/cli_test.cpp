@@ -125,6 +125,38 @@ TEST(CommandLine, MistypedSubcommandsAndOptionsGetASuggestion) {
   }
 }
 
+// Every command's mistyped option gets the nearest of its options, the job-config commands' (train,
+// check, eval, plan, info --config) as well as the others'.
+TEST(CommandLine, AMistypedOptionOfEveryCommandGetsADidYouMean) {
+  const std::string toml = (tt::source_dir() / "configs" / "debugmodel.toml").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"train --confg x.toml",
+       "titan train: error: unknown option --confg (its options: --config; the job config's keys are "
+       "--section.key=value; did you mean --config?)"},
+      {"check --config " + toml + " --jsn",
+       "titan check: error: unknown option --jsn (its options: --config, "
+       "--json, --steps, --workdir; the job config's keys are "
+       "--section.key=value; did you mean --json?)"},
+      {"eval --config " + toml + " --chekpoint x", "; did you mean --checkpoint?)"},
+      {"plan --config " + toml + " --memory-per-rnak 1GiB", "; did you mean --memory-per-rank?)"},
+      {"info --confg x.toml", "titan info: error: unknown option '--confg'; did you mean '--config'?"},
+      {"export --chekpoint x --out y",
+       "titan export: error: unknown option '--chekpoint'; did you mean "
+       "'--checkpoint'?"},
+      {"verify-export x --sorce y", "unknown option '--sorce'; did you mean '--source'?"},
+      {"generate --promt hi", "unknown option '--promt'; did you mean '--prompt'?"},
+      {"report --ot x.html", "unknown option '--ot'; did you mean '--out'?"},
+      {"version --jsn", "unknown option '--jsn'; did you mean '--json'?"},
+      {"kernels parity --dvice cpu", "unknown option '--dvice'; did you mean '--device'?"},
+      {"debug dump --tokns x", "unknown option '--tokns'; did you mean '--tokens'?"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome r = titan(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 // verify-export checks its options before the first check row prints.
 TEST(CommandLine, OptionsAreCheckedBeforeAnyWork) {
   const Outcome r = titan("verify-export " + tt::temp_dir("cli_no_export").string() + " --batch 0");

@@ -153,13 +153,21 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
         key.find('.') == std::string::npos) {
       std::string options = "--config";
       for (const std::string& o : own) options += ", --" + o;
-      // The config keys of that name ("--steps": training.steps, validation.steps), a few at most.
+      // The config keys of that name ("--steps": training.steps, validation.steps), a few at most;
+      // else the command's own option nearest to it ("--confg": --config).
       std::string named;
       int matches = 0;
       for (const std::string& k : train::job_config_keys())
         if (k.size() > key.size() && k.compare(k.size() - key.size(), key.size(), key) == 0 &&
             k[k.size() - key.size() - 1] == '.' && ++matches <= 3)
           named += (named.empty() ? "; did you mean --" : " or --") + k;
+      if (matches == 0 || matches > 3) {
+        std::vector<std::string> names = {"config"};
+        names.insert(names.end(), own.begin(), own.end());
+        const std::string near = nearest(key, names);
+        named = near.empty() ? "" : "; did you mean --" + near;
+        matches = near.empty() ? 0 : 1;
+      }
       TITAN_FAIL("titan ", command, ": unknown option --", key, " (its options: ", options,
                  "; the job config's keys are --section.key=value",
                  matches > 0 && matches <= 3 ? named + "?" : "", ")");
