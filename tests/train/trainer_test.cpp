@@ -38,6 +38,7 @@
 #include "titan/train/checkpointer.h"
 #include "titan/train/job_config.h"
 #include "titan/train/native_model.h"
+#include "titan/train/startup.h"
 #include "train_test_util.h"
 
 using namespace titan;
@@ -1171,6 +1172,55 @@ TEST(Trainer, MissingInputsAreClearErrorsBeforeAnyCompute) {
                        &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("did you mean 'training.steps'"), std::string::npos) << out;
+}
+
+// Weights whose config differs from the run's model in several fields (a tiny transformers checkpoint
+// under the full debugmodel flavor) are refused with every such field named in one error, not the
+// first alone, whose fix would only bring the next; a resume's model check, the same.
+TEST(Trainer, AnotherModelsWeightsNameEveryDifferingFieldAtOnce) {
+  const fs::path hf = tt::fixtures_dir() / "oracles" / "hf-transformers-5.17" / "tiny_dense";
+  const JobConfig config = load_job_config(tt::debugmodel_toml().string(),
+                                           {{"job.dump_folder", tt::temp_dir("trainer_every_field").string()},
+                                            {"training.steps", "1"},
+                                            {"lr_scheduler.warmup_steps", "1"},
+                                            {"checkpoint.initial_load_path", hf.string()},
+                                            {"checkpoint.initial_load_in_hf", "true"}});
+  const qwen3::ModelArgs theirs = qwen3::args_from_hf_config_file((hf / "config.json").string()),
+                         run = resolve_model_args(config);
+  const std::string e = error_of([&] { run_training(config); });
+  std::vector<std::string> named;
+  for (const std::string& key : qwen3::override_keys()) {
+    const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
+    if (!qwen3::shapes_the_computation(key) || a == b) continue;
+    named.push_back(key);
+    EXPECT_NE(e.find(key + " = " + a + " there, " + b + " in this run"), std::string::npos)
+        << key << ": " << e;
+  }
+  for (const char* key : {"vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"})
+    EXPECT_NE(std::find(named.begin(), named.end(), key), named.end()) << key << " is the same in both";
+  EXPECT_NE(e.find("checkpoint.initial_load_path: '" + (hf / "config.json").string() +
+                   "' describes another model than this run's: vocab_size = "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("(flavor debugmodel); its weights would compute something else here (point the model at "
+                   "that config, or set model.vocab_size, model.dim, "),
+            std::string::npos)
+      << e;
+
+  const fs::path dump = tt::temp_dir("trainer_every_field_resume");
+  run_training(tiny_config(dump, {{"training.steps", "1"}, {"checkpoint.enable", "true"}}));
+  const std::string resumed = error_of([&] {
+    run_training(tiny_config(dump, {{"training.steps", "2"},
+                                    {"checkpoint.enable", "true"},
+                                    {"model.n_layers", "3"},
+                                    {"model.hidden_dim", "96"}}));
+  });
+  EXPECT_NE(
+      resumed.find("was trained with model.n_layers = 2, model.hidden_dim = 128 but this run's model has "
+                   "model.n_layers = 3, model.hidden_dim = 96; resuming would load it into a different "
+                   "model"),
+      std::string::npos)
+      << resumed;
 }
 
 // Weights of another architecture load without a shape error and compute something else: the model

@@ -9,14 +9,19 @@ using json = nlohmann::json;
 void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, const std::string& checkpoint) {
   const qwen3::ModelArgs was =
       qwen3::args_from_hf_config(saved, checkpoint + "/train_state.json model_config");
+  // Every field that differs, in one error.
+  std::string trained, here;
   for (const std::string& key : qwen3::override_keys()) {
     if (!qwen3::shapes_the_computation(key)) continue;  // the aux loss weight's change is noted
     const std::string a = qwen3::field_text(was, key), b = qwen3::field_text(now, key);
-    TITAN_CHECK(a == b, "checkpoint ", checkpoint, " was trained with model.", key, " = ", a,
-                " but this run's model has model.", key, " = ", b,
-                "; resuming would load it into a different model (restore the model config, or use another "
-                "job.dump_folder)");
+    if (a == b) continue;
+    trained += (trained.empty() ? "model." : ", model.") + key + " = " + a;
+    here += (here.empty() ? "model." : ", model.") + key + " = " + b;
   }
+  TITAN_CHECK(trained.empty(), "checkpoint ", checkpoint, " was trained with ", trained,
+              " but this run's model has ", here,
+              "; resuming would load it into a different model (restore the model config, or use another "
+              "job.dump_folder)");
 }
 
 void check_same_seq_len(const json& saved, int64_t seq_len, const std::string& checkpoint) {

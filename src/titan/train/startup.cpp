@@ -169,16 +169,22 @@ void check_hf_weights_present(const fs::path& dir, const char* key) {
 void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run,
                                  const qwen3::ModelArgs& theirs, const fs::path& where,
                                  const std::string& source) {
+  // Every field that differs, in one error: a fix of the first alone would only bring the next.
+  std::string differs, keys;
+  int count = 0;
   for (const std::string& key : qwen3::override_keys()) {
     if (c.model.overrides.count(key) || !qwen3::shapes_the_computation(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
-    TITAN_CHECK(
-        a == b, source, ": '", where.string(), "' describes another model than this run's: ", key, " = ", a,
-        " there, ", b, " in this run (",
-        c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
-        "); its weights would compute something else here (point the model at that config, or set model.",
-        key, " to choose the value)");
+    if (a == b) continue;
+    differs += (differs.empty() ? "" : "; ") + key + " = " + a + " there, " + b + " in this run";
+    keys += (keys.empty() ? "model." : ", model.") + key;
+    ++count;
   }
+  TITAN_CHECK(differs.empty(), source, ": '", where.string(),
+              "' describes another model than this run's: ", differs, " (",
+              c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
+              "); its weights would compute something else here (point the model at that config, or set ",
+              keys, count > 1 ? " to choose the values)" : " to choose the value)");
 }
 
 }  // namespace
