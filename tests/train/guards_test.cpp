@@ -166,14 +166,25 @@ TEST(ResumeGuard, ADamagedManifestOfTheNewestCheckpointStopsTheRun) {
   EXPECT_NE(e.find((ck / "step-4").string() + "' was committed (COMMITTED) but its manifest.json"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("resume from step 2"), std::string::npos) << e;
+  // With an earlier checkpoint, the way forward is named as for a corrupted file of the newest step.
+  EXPECT_NE(
+      e.find("manifest.json is missing, unreadable or not titan's: the checkpoint is damaged and cannot "
+             "be verified or loaded; if step 4 cannot be repaired, the committed steps before it are 2: "
+             "checkpoint.load_step = 2 resumes from the newest of them (step 4 is then set aside, not "
+             "deleted)"),
+      std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("Move it out"), std::string::npos) << e;
   EXPECT_EQ(read_metrics(dump).size(), 4u) << "the refused run took a step";
   // The same with the only checkpoint damaged: not a silent start from scratch either.
   const fs::path alone = temp_dir("guard_damaged_manifest_alone");
   run_training(tiny_config(alone, with(kCheckpointEvery2, {{"training.steps", "2"}})));
   fs::resize_file(alone / "checkpoint" / "step-2" / "manifest.json", 0);
   e = error_of([&] { run_training(tiny_config(alone, with(kCheckpointEvery2, {{"training.steps", "4"}}))); });
-  EXPECT_NE(e.find("resume from scratch instead"), std::string::npos) << e;
+  EXPECT_NE(
+      e.find(". Move it out of '" + (alone / "checkpoint").string() + "' to resume from scratch instead"),
+      std::string::npos)
+      << e;
   // An older damaged checkpoint is named and kept; the newest resumes.
   std::ofstream(ck / "step-4" / "manifest.json") << manifest;
   fs::resize_file(ck / "step-2" / "manifest.json", 10);
@@ -181,6 +192,17 @@ TEST(ResumeGuard, ADamagedManifestOfTheNewestCheckpointStopsTheRun) {
   EXPECT_EQ(s.steps_run, 2);
   EXPECT_TRUE(fs::exists(ck / "step-2" / "COMMITTED")) << "a damaged checkpoint is never deleted";
   EXPECT_EQ(CheckpointManager(ck, 2).damaged_step_dirs(), (std::vector<fs::path>{ck / "step-2"}));
+
+  // The load_step the error suggests resumes: the damaged step is set aside, kept, and trained again.
+  const fs::path back = temp_dir("guard_damaged_manifest_rollback");
+  const fs::path back_ck = back / "checkpoint";
+  run_training(tiny_config(back, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+  fs::resize_file(back_ck / "step-4" / "manifest.json", 200);
+  s = run_training(
+      tiny_config(back, with(kCheckpointEvery2, {{"training.steps", "6"}, {"checkpoint.load_step", "2"}})));
+  EXPECT_EQ(s.steps_run, 4);
+  EXPECT_TRUE(fs::exists(back_ck / "step-4.rolled-back" / "COMMITTED")) << "the damaged step was not kept";
+  EXPECT_EQ(CheckpointManager(back_ck, 2).committed_steps(), (std::vector<int64_t>{4, 6}));
 }
 
 // A step-N folder that holds another step's checkpoint (copied or renamed by hand) would be resumed

@@ -239,6 +239,9 @@ std::vector<std::pair<fs::path, fs::path>> CheckpointManager::set_aside_after(in
     for (const fs::path& from : {step_dir(s), hf_export_dir(s)})
       if (fs::exists(from)) moved.emplace_back(from, set_aside(from, "rolled-back"));
   }
+  // A damaged step after it is the rolled-back trajectory too: out of the way of this run's saves.
+  for (const fs::path& from : damaged_step_dirs())
+    if (*step_of_name(from) > step) moved.emplace_back(from, set_aside(from, "rolled-back"));
   return moved;
 }
 

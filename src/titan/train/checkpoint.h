@@ -105,7 +105,8 @@ class CheckpointManager {
   // a save, kept, never loaded or deleted. Returns the new path.
   std::filesystem::path set_aside(const std::filesystem::path& dir, const std::string& suffix) const;
   // Rolling back to `step`: every committed step after it, and its Hugging Face export step-N-hf,
-  // is set aside as <name>.rolled-back. Returns (from, to) per folder moved.
+  // and every damaged step after it (damaged_step_dirs) is set aside as <name>.rolled-back. Returns
+  // (from, to) per folder moved.
   std::vector<std::pair<std::filesystem::path, std::filesystem::path>> set_aside_after(int64_t step) const;
 
   // Loads a committed step, verifying the manifest's sizes of every file (every shard's) and the

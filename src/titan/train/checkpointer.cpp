@@ -91,15 +91,21 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
               committed.empty() ? 0 : committed.back(),
               ", or give the run another job.dump_folder (or checkpoint.folder)");
   // A committed checkpoint whose manifest is damaged, newer than what would be resumed: going on would
-  // redo its steps from an older one (or from scratch) and later prune it.
+  // redo its steps from an older one (or from scratch) without a word. With an earlier one to resume
+  // from, the user asks for it (checkpoint.load_step: the damaged step is then set aside, as a corrupted
+  // file's step is); with none, the damaged folder has to go before the run starts from scratch.
+  const bool rolls_back = c.checkpoint.enable && c.checkpoint.load_step != -1;
   for (const fs::path& d : manager_.damaged_step_dirs()) {
     const int64_t step = *step_of_name(d);
-    TITAN_CHECK(
-        !committed.empty() && step < committed.back(), "checkpoint: '", d.string(),
-        "' was committed (COMMITTED) but its manifest.json is missing, unreadable or not titan's: the "
-        "checkpoint is damaged and cannot be verified or loaded. Move it out of '",
-        folder().string(), "' to resume from ",
-        committed.empty() ? std::string("scratch") : "step " + std::to_string(committed.back()), " instead");
+    if (rolls_back || (!committed.empty() && step < committed.back())) continue;
+    const std::string damaged = "checkpoint: '" + d.string() +
+                                "' was committed (COMMITTED) but its manifest.json is missing, unreadable or "
+                                "not titan's: the checkpoint is damaged and cannot be verified or loaded";
+    TITAN_CHECK(!committed.empty(), damaged, ". Move it out of '", folder().string(),
+                "' to resume from scratch instead");
+    TITAN_FAIL(damaged, "; if step ", step, " cannot be repaired, the committed steps before it are ",
+               listed(committed), ": checkpoint.load_step = ", committed.back(),
+               " resumes from the newest of them (step ", step, " is then set aside, not deleted)");
   }
   if (c.checkpoint.enable) resume_step_ = manager_.latest_step();
   if (c.checkpoint.enable && c.checkpoint.load_step != -1) {

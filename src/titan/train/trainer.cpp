@@ -307,10 +307,15 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   for (const std::filesystem::path& d : checkpointer.damaged_step_dirs())
-    say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
-        "deleted; "
-        "a newer checkpoint is resumed)",
-        d.c_str());
+    if (checkpointer.resume_step() && *step_of_name(d) > *checkpointer.resume_step())
+      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
+          "deleted; checkpoint.load_step = %ld rolls back before it, and it is set aside once that restore "
+          "succeeds)",
+          d.c_str(), long(*checkpointer.resume_step()));
+    else
+      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
+          "deleted; a newer checkpoint is resumed)",
+          d.c_str());
   for (const std::filesystem::path& d : checkpointer.interrupted_step_dirs())
     say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
         "save "
