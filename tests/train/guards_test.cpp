@@ -2,14 +2,18 @@
 // careless user did that used to continue on the wrong state or destroy data (issue 14).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "test_util.h"
 #include "titan/core/hash.h"
@@ -722,6 +726,175 @@ TEST(ResumeGuard, AChangedSeqLenIsRefusedNamingTheKeyAndTheWayOut) {
                                                               {"training.seq_len", "32"},
                                                               {"checkpoint.restart_data_stream", "true"}})));
   EXPECT_EQ(s.steps_run, 2);
+}
+
+// A folder made to refuse new entries, as `chmod a-w` does for a user; root writes through
+// permissions, so for root the folder is made immutable (chattr +i), which stops root too. Undone
+// when it goes. why_not() says why it could not be done ("" when it was).
+class UnwritableFolder {
+ public:
+  explicit UnwritableFolder(fs::path dir) : dir_(std::move(dir)) {
+    if (::geteuid() != 0) {
+      fs::permissions(dir_, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                      fs::perm_options::remove);
+      made_ = true;
+      return;
+    }
+    std::string out;
+    made_ = immutable_ = run_command("chattr +i '" + dir_.string() + "'", &out) == 0;
+    if (!made_)
+      why_not_ = "root writes through permissions, and `chattr +i` (an immutable folder) failed here: " + out;
+  }
+  ~UnwritableFolder() {
+    std::string out;
+    if (immutable_)
+      run_command("chattr -i '" + dir_.string() + "'", &out);
+    else if (made_)
+      fs::permissions(dir_, fs::perms::owner_write, fs::perm_options::add);
+  }
+  UnwritableFolder(const UnwritableFolder&) = delete;
+  UnwritableFolder& operator=(const UnwritableFolder&) = delete;
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  fs::path dir_;
+  bool made_ = false, immutable_ = false;
+  std::string why_not_;
+};
+
+// A checkpoint or dump folder that cannot be written is found at start-up, before any step, not at the
+// first save with the steps since the last checkpoint lost; a run that writes nothing there starts.
+TEST(OutputGuard, FoldersThatCannotBeWrittenAreRefusedBeforeAnyStep) {
+  const fs::path dump = temp_dir("guard_unwritable");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  ASSERT_EQ(read_metrics(dump).size(), 2u);
+  {
+    UnwritableFolder ro(ck);
+    if (!ro.why_not().empty()) GTEST_SKIP() << ro.why_not();
+    const std::string e = error_of([&] {
+      run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+    });
+    EXPECT_NE(e.find("checkpoint.folder: '" + ck.string() +
+                     "' cannot be written (creating a folder in it failed: "),
+              std::string::npos)
+        << e;
+    EXPECT_NE(
+        e.find("the run saves its checkpoints there (checkpoint.enable = true); make it writable or choose "
+               "another checkpoint.folder"),
+        std::string::npos)
+        << e;
+    EXPECT_EQ(read_metrics(dump).size(), 2u) << "a step trained before the refusal";
+    // checkpoint.load_only: the run resumes and saves nothing there.
+    EXPECT_EQ(run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "3"},
+                                                                      {"checkpoint.load_only", "true"}})))
+                  .steps_run,
+              1);
+  }
+  {
+    UnwritableFolder ro(dump);
+    const std::string e = error_of([&] {
+      run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+    });
+    EXPECT_NE(e.find("job.dump_folder: '" + dump.string() +
+                     "' cannot be written (creating a folder in it failed: "),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(read_metrics(dump).size(), 3u) << "a step trained before the refusal";
+  }
+  EXPECT_EQ(CheckpointManager(ck, 0).committed_steps(), std::vector<int64_t>{2});
+}
+
+// A checkpoint folder that stops taking writes mid-run (its permissions changed after start-up): the
+// save fails as one on a full disk does, naming the step and that no checkpoint was written.
+TEST(OutputGuard, ACheckpointFolderUnwritableAtASaveNamesTheStep) {
+  const fs::path dump = temp_dir("guard_unwritable_mid_run");
+  const fs::path ck = dump / "checkpoint", log = dump.parent_path() / "guard_unwritable_mid_run.log";
+  std::vector<std::string> argv = {titan_binary().string(), "train", "--config", debugmodel_toml().string()};
+  for (auto& [k, v] : tiny_job(
+           dump,
+           {{"training.steps", "100000"}, {"checkpoint.enable", "true"}, {"checkpoint.interval", "100000"}}))
+    argv.push_back("--" + k + "=" + v);
+  const pid_t pid = spawn_logged(argv, log);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  bool exited = false;
+  // Until a step is logged (a whole line of metrics.jsonl), or the run ends.
+  for (auto t0 = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - t0 < std::chrono::minutes(5) &&
+       read_bytes(dump / "metrics.jsonl").find('\n') == std::string::npos;) {
+    if ((exited = waitpid(pid, &status, WNOHANG) == pid)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(exited) << read_bytes(log);
+  std::string out;
+  {
+    UnwritableFolder ro(ck);
+    if (!ro.why_not().empty()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      GTEST_SKIP() << ro.why_not();
+    }
+    ASSERT_EQ(kill(pid, SIGTERM), 0);  // the run saves its step, and stops
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    out = read_bytes(log);
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;
+  const size_t error = out.find("titan train: error: step ");
+  EXPECT_NE(error, std::string::npos) << out;
+  EXPECT_NE(
+      out.find(": no checkpoint written: cannot create temporary directory \"" + ck.string() + "/.step-",
+               error),
+      std::string::npos)
+      << out;
+  EXPECT_TRUE(CheckpointManager(ck, 0).committed_steps().empty());
+}
+
+// titan export into a folder that cannot be written says so, naming it, before it writes anything.
+TEST(OutputGuard, AnExportIntoAFolderThatCannotBeWrittenIsRefusedNamingIt) {
+  const fs::path dump = temp_dir("guard_export_unwritable");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const std::string export_cmd = titan_binary().string() + " export --checkpoint " +
+                                 (dump / "checkpoint" / "step-2").string() + " --out ";
+  std::string out;
+  std::ofstream(dump / "a_file") << "not a folder";
+  EXPECT_EQ(run_command(export_cmd + (dump / "a_file" / "hf").string(), &out), 1) << out;
+  EXPECT_NE(
+      out.find("titan export --out: '" + (dump / "a_file").string() + "' cannot be written ('" +
+               (dump / "a_file").string() + "' is not a folder): the export is built there, then moved to '" +
+               (dump / "a_file" / "hf").string() + "'; export elsewhere"),
+      std::string::npos)
+      << out;
+  fs::create_directories(dump / "exports");
+  UnwritableFolder ro(dump / "exports");
+  if (!ro.why_not().empty()) GTEST_SKIP() << ro.why_not();
+  EXPECT_EQ(run_command(export_cmd + (dump / "exports" / "hf").string(), &out), 1) << out;
+  EXPECT_NE(out.find("titan export --out: '" + (dump / "exports").string() +
+                     "' cannot be written (creating a folder in it failed: "),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::is_empty(dump / "exports"));
+}
+
+// An export over an existing folder names the flag that replaces it.
+TEST(OutputGuard, AnExportOverAnExistingFolderNamesOverwrite) {
+  const fs::path dump = temp_dir("guard_export_exists");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  fs::create_directories(dump / "hf");
+  std::ofstream(dump / "hf" / "notes.txt") << "kept";
+  std::string out;
+  EXPECT_EQ(run_command(titan_binary().string() + " export --checkpoint " +
+                            (dump / "checkpoint" / "step-2").string() + " --out " + (dump / "hf").string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(
+      out.find("titan export --out: '" + (dump / "hf").string() +
+               "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or "
+               "an empty folder) there; or export elsewhere"),
+      std::string::npos)
+      << out;
+  EXPECT_EQ(read_bytes(dump / "hf" / "notes.txt"), "kept");
 }
 
 TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {

@@ -71,6 +71,10 @@ int export_main(int argc, char** argv) {
   std::vector<fs::path> inputs = files;
   inputs.push_back(p.get("checkpoint"));
   io::check_output_path(out, inputs, "titan export --out");
+  TITAN_CHECK(p.has("overwrite") || !fs::exists(fs::symlink_status(out)), "titan export --out: '",
+              out.string(),
+              "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or an "
+              "empty folder) there; or export elsewhere");
   if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
     // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
     const bool an_export =
@@ -83,6 +87,11 @@ int export_main(int argc, char** argv) {
                 "' holds the working directory '", fs::current_path().string(),
                 "'; replacing it would pull the folder from under the shell that runs this");
   }
+  // The export is built in a temporary folder beside --out ("dir/" names dir), then moved into place.
+  const fs::path beside = (out.filename().empty() ? out.parent_path() : out).parent_path();
+  io::check_writable_folder(
+      beside.empty() ? fs::path(".") : beside, "titan export --out",
+      "the export is built there, then moved to '" + out.string() + "'; export elsewhere");
   if (files.empty())
     std::printf(
         "warning: tokenizer files of the run ('%s') not found; exporting without them (name them "

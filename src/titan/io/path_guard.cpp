@@ -1,5 +1,11 @@
 #include "titan/io/path_guard.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -97,6 +103,31 @@ void check_output_file(const std::filesystem::path& out, const std::vector<std::
   const fs::path folder = out.has_parent_path() ? out.parent_path() : fs::path(".");
   TITAN_CHECK(fs::is_directory(folder), what, ": the folder '", folder.string(), "' does not exist");
   TITAN_CHECK(!fs::is_directory(out), what, ": '", out.string(), "' is a folder; give the file to write");
+}
+
+void check_writable_folder(const fs::path& folder, const std::string& what, const std::string& consequence) {
+  // The folder, or the nearest one above it that exists: where the writes (or the folder's creation)
+  // will happen.
+  std::error_code ec;
+  fs::path at = fs::absolute(folder.empty() ? fs::path(".") : folder, ec).lexically_normal();
+  while (at.has_relative_path() && !fs::exists(fs::status(at, ec)) && at.has_parent_path())
+    at = at.parent_path();
+  TITAN_CHECK(fs::is_directory(at, ec), what, ": '", folder.string(), "' cannot be written ('", at.string(),
+              "' is not a folder): ", consequence);
+  // A folder made and removed, as a save makes its temporary one: permissions, a read-only mount, an
+  // immutable folder (which stops root too) all refuse it.
+  static std::atomic<int> probes{0};
+  const fs::path probe =
+      at / (".titan-write-probe-" + std::to_string(::getpid()) + "-" + std::to_string(++probes));
+  if (::mkdir(probe.c_str(), 0700) != 0) {
+    const int err = errno;
+    // (Appended piece by piece: "'" + path + "'" trips GCC 12's -Wrestrict false positive.)
+    std::string in = "it";
+    if (at != fs::absolute(folder, ec).lexically_normal()) in.assign("'").append(at.string()).append("'");
+    TITAN_FAIL(what, ": '", folder.string(), "' cannot be written (creating a folder in ", in,
+               " failed: ", std::strerror(err), "): ", consequence);
+  }
+  ::rmdir(probe.c_str());
 }
 
 }  // namespace titan::io

@@ -32,4 +32,11 @@ void check_output_path(const std::filesystem::path& out, const std::vector<std::
 void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what);
 
+// Checks, before a command's work, that `folder` can be written: a folder is created in it and
+// removed again (where `folder` does not exist yet, in the nearest folder above it, where it would be
+// created). Otherwise an error `what: '<folder>' cannot be written (<why>): <consequence>`, naming
+// `what` (the key or option that chose the folder); a file in its place or above it is one too.
+void check_writable_folder(const std::filesystem::path& folder, const std::string& what,
+                           const std::string& consequence);
+
 }  // namespace titan::io

@@ -439,20 +439,29 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   // Rank 0 begins the save; the writers put their fsynced shard files into its folder; once every
   // rank has reported its files (the all-gather is the synchronisation), rank 0 writes the
   // metadata and commits.
-  if (plan_.is_logging_rank()) {
-    // Another program's step-N folder in the way is kept (its promise at start-up), under another name.
-    const fs::path dir = manager_.step_dir(s.step);
-    const std::vector<fs::path> foreign = manager_.foreign_step_dirs(),
-                                damaged = manager_.damaged_step_dirs();
-    if (std::find(foreign.begin(), foreign.end(), dir) != foreign.end())
-      say("checkpoint: %s is not a checkpoint titan wrote; set aside as %s before saving step %ld",
-          dir.c_str(), manager_.set_aside(dir, "foreign").filename().c_str(), long(s.step));
-    if (std::find(damaged.begin(), damaged.end(), dir) != damaged.end())
-      say("checkpoint: %s is a damaged checkpoint (its manifest.json); set aside as %s before saving step "
-          "%ld",
-          dir.c_str(), manager_.set_aside(dir, "damaged").filename().c_str(), long(s.step));
-  }
-  p->temp = folder_of_rank0(plan_, plan_.is_logging_rank() ? manager_.begin_save(s.step) : fs::path());
+  // A folder that cannot be written (its permissions changed since start-up, a full disk) fails the
+  // save as a shard file that cannot be written does, on every rank alike.
+  fs::path temp;
+  plan_.agree_on_success([&] {
+    if (!plan_.is_logging_rank()) return;
+    try {
+      // Another program's step-N folder in the way is kept (its promise at start-up), under another name.
+      const fs::path dir = manager_.step_dir(s.step);
+      const std::vector<fs::path> foreign = manager_.foreign_step_dirs(),
+                                  damaged = manager_.damaged_step_dirs();
+      if (std::find(foreign.begin(), foreign.end(), dir) != foreign.end())
+        say("checkpoint: %s is not a checkpoint titan wrote; set aside as %s before saving step %ld",
+            dir.c_str(), manager_.set_aside(dir, "foreign").filename().c_str(), long(s.step));
+      if (std::find(damaged.begin(), damaged.end(), dir) != damaged.end())
+        say("checkpoint: %s is a damaged checkpoint (its manifest.json); set aside as %s before saving step "
+            "%ld",
+            dir.c_str(), manager_.set_aside(dir, "damaged").filename().c_str(), long(s.step));
+      temp = manager_.begin_save(s.step);
+    } catch (const std::exception& e) {
+      check_own_save(s.step, "", e.what());
+    }
+  });
+  p->temp = folder_of_rank0(plan_, temp);
   last_saved_step_ = s.step;
   pending_ = std::move(p);
   PendingSave& pending = *pending_;
@@ -491,9 +500,15 @@ void Checkpointer::commit(PendingSave& p) {
   // the save's collectives, none aborted).
   plan_.agree_on_success([&] { check_own_save(p.step, p.non_finite, p.failure); });
   const std::vector<CheckpointFile> files = files_of_all_ranks(plan_, plan_.shard_index(), p.files);
-  if (plan_.is_logging_rank()) manager_.commit_save(p.step, files, p.train_state);
-  // No rank runs ahead of (or exits before) the commit.
-  plan_.barrier();
+  // Agreed: no rank runs ahead of (or exits before) the commit, and its failure stops every rank.
+  plan_.agree_on_success([&] {
+    if (!plan_.is_logging_rank()) return;
+    try {
+      manager_.commit_save(p.step, files, p.train_state);
+    } catch (const std::exception& e) {
+      check_own_save(p.step, "", e.what());
+    }
+  });
   if (p.background)
     say("checkpoint: saved %s in the background, committed %.1f s after its step",
         manager_.step_dir(p.step).string().c_str(), seconds_since(p.began));

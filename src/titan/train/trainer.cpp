@@ -33,6 +33,7 @@
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/hf_checkpoint.h"
+#include "titan/io/path_guard.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
 #include "titan/train/metrics.h"
@@ -326,6 +327,29 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
               "' already holds checkpoints (the newest: step ", checkpointer.resume_step().value_or(-1),
               "); a seed is the checkpoint a job starts from: write it into an empty checkpoint folder "
               "(another job.dump_folder or checkpoint.folder)");
+  // The folders the run will write in, checked by the ranks that write there before anything is built
+  // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
+  // since its last checkpoint lost.
+  const bool trains = checkpointer.resume_step().value_or(0) < cfg.training.steps;
+  const bool saves =
+      cfg.checkpoint.create_seed_checkpoint || (cfg.checkpoint.enable && !cfg.checkpoint.load_only && trains);
+  const bool exports =
+      cfg.checkpoint.last_save_in_hf &&
+      (trains || !checkpointer.resume_step() || !checkpointer.has_hf_export(*checkpointer.resume_step()));
+  plan.agree_on_success([&] {
+    if (plan.is_logging_rank() || cfg.metrics.save_for_all_ranks)
+      io::check_writable_folder(cfg.job.dump_folder, "job.dump_folder",
+                                "the run writes its metrics and run_info.json there; make it writable or "
+                                "choose another job.dump_folder");
+    if ((saves && (plan.is_logging_rank() || plan.replicate_index() == 0)) ||
+        (exports && plan.is_logging_rank()))
+      io::check_writable_folder(
+          checkpoint_folder, "checkpoint.folder",
+          std::string(
+              saves ? "the run saves its checkpoints there (checkpoint.enable = true)"
+                    : "the run writes its Hugging Face export there (checkpoint.last_save_in_hf = true)") +
+              "; make it writable or choose another checkpoint.folder (or job.dump_folder)");
+  });
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
   if (!checkpointer.resume_dir()) {
     resolve_initial_weights(cfg, job);
