@@ -117,13 +117,20 @@ void check_writable_folder(const fs::path& folder, const std::string& what, cons
   // A folder made and removed, as a save makes its temporary one: permissions, a read-only mount, an
   // immutable folder (which stops root too) all refuse it.
   static std::atomic<int> probes{0};
-  const fs::path probe =
-      at / (".titan-write-probe-" + std::to_string(::getpid()) + "-" + std::to_string(++probes));
+  std::string name = ".titan-write-probe-";
+  name.append(std::to_string(::getpid())).append("-").append(std::to_string(++probes));
+  const fs::path probe = at / name;
   if (::mkdir(probe.c_str(), 0700) != 0) {
     const int err = errno;
-    // (Appended piece by piece: "'" + path + "'" trips GCC 12's -Wrestrict false positive.)
-    std::string in = "it";
-    if (at != fs::absolute(folder, ec).lexically_normal()) in.assign("'").append(at.string()).append("'");
+    // (Built char by char: "'" + path + "'" trips GCC 12's -Wrestrict false positive.)
+    std::string in;
+    if (at != fs::absolute(folder, ec).lexically_normal()) {
+      in.push_back('\'');
+      in += at.native();
+      in.push_back('\'');
+    } else {
+      in = "it";
+    }
     TITAN_FAIL(what, ": '", folder.string(), "' cannot be written (creating a folder in ", in,
                " failed: ", std::strerror(err), "): ", consequence);
   }
