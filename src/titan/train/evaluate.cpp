@@ -26,7 +26,8 @@ std::vector<std::string> notes_for_eval(const std::vector<std::string>& notes) {
                                   note.rfind("checkpoint.initial_load_in_hf = ", 0) == 0;
     const bool validation_off = note.rfind("validation.", 0) == 0 &&
                                 note.find("no effect, validation.enable = false") != std::string::npos;
-    if (!starting_weights && !validation_off) kept.push_back(note);
+    const bool training_defaults = note.rfind("left out, so titan's default", 0) == 0;  // of the training run
+    if (!starting_weights && !validation_off && !training_defaults) kept.push_back(note);
   }
   return kept;
 }
