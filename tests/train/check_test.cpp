@@ -101,6 +101,40 @@ TEST(Check, EveryRowPassesOnATitanExportWithAKernelSubstitution) {
   EXPECT_TRUE(fs::exists(dir / "work" / "resume" / "checkpoint" / "step-3" / "COMMITTED"));
 }
 
+// A job that would resume its own checkpoint does not load the starting weights the model and export
+// rows check: their values say so, so that a PASS is not read as the resumed model's.
+TEST(Check, TheModelRowsOfAResumingJobSayTheyCheckTheStartingWeights) {
+  const fs::path dir = tt::temp_dir("check_resuming_" + std::to_string(getpid()));
+  // Starting weights with their tokenizer: a tiny debugmodel's export.
+  train::run_training(
+      train::load_job_config(tt::debugmodel_toml().string(),
+                             tt::tiny_job(dir / "source", {{"training.steps", "1"},
+                                                           {"validation.enable", "false"},
+                                                           {"checkpoint.last_save_in_hf", "true"}})));
+  const fs::path hf = dir / "source" / "checkpoint" / "step-1-hf", toml = dir / "job.toml";
+  std::ofstream(toml) << "[job]\ndump_folder = \"" << (dir / "dump").string() << "\"\n"
+                      << "[model]\nname = \"hf\"\nhf_assets_path = \"" << hf.string() << "\"\n"
+                      << "[training]\nseq_len = 64\nlocal_batch_size = 2\nsteps = 1\n"
+                         "[lr_scheduler]\nwarmup_steps = 1\n[validation]\nenable = false\n"
+                         "[checkpoint]\nenable = true\ninitial_load_in_hf = true\n";
+  const std::string note = "these are the job's starting weights, which titan train does not load now";
+  CheckRun fresh = titan_check("--config " + toml.string() + " --steps 2", dir / "fresh.json");
+  ASSERT_TRUE(fresh.rows.count("model")) << fresh.out;
+  EXPECT_EQ(fresh.rows["resume"].at("status"), "SKIP") << fresh.out;
+  EXPECT_EQ(fresh.rows["model"].at("value").get<std::string>().find(note), std::string::npos) << fresh.out;
+  // The job's first step saves a checkpoint its next start resumes.
+  std::string out;
+  ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " train --config " + toml.string() + " 2>&1", &out),
+            0)
+      << out;
+  CheckRun resuming = titan_check("--config " + toml.string() + " --steps 2", dir / "resuming.json");
+  ASSERT_TRUE(resuming.rows.count("export")) << resuming.out;
+  EXPECT_EQ(resuming.rows["resume"].at("status"), "PASS") << resuming.out;
+  for (const char* row : {"model", "export"})
+    EXPECT_NE(resuming.rows[row].at("value").get<std::string>().find(note), std::string::npos)
+        << row << ": " << resuming.rows[row];
+}
+
 TEST(Check, OracleCheckpointsPassTheModelRowsAndTrainingRowsFailWithTheReason) {
   for (const char* name : {"tiny_dense", "tiny_moe"}) {
     const fs::path dir = tt::temp_dir(std::string("check_oracle_") + name);

@@ -115,22 +115,6 @@ fs::path hf_checkpoint_of(const train::JobConfig& c) {
                                                 : fs::path(c.checkpoint.initial_load_path);
 }
 
-// The check's runs write under its work folder, not the job's: whether the job itself could write
-// its folders is probed here, by creating a temporary folder where the job's would go (in it when
-// it exists, else in its nearest existing parent) and removing it at once. "" when it can.
-std::string unwritable_reason(const fs::path& folder) {
-  std::error_code ec;
-  fs::path at = fs::absolute(folder, ec);
-  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
-  if (!fs::is_directory(at, ec)) return "'" + at.string() + "' is not a folder";
-  std::string probe = (at / ".titan-check-XXXXXX").string();
-  if (!mkdtemp(probe.data()))
-    return "cannot create '" + folder.string() + "' (a folder in '" + at.string() +
-           "': " + std::strerror(errno) + ")";
-  fs::remove(probe, ec);
-  return "";
-}
-
 // A fixed batch of token ids (no tokenizer needed: the model rows work on any checkpoint).
 std::pair<Tensor, Tensor> fixed_batch(int64_t vocab) {
   const int64_t B = 2, S = 32;
@@ -417,11 +401,21 @@ int check_main(int argc, char** argv) {
   };
   add(versions_row());
   add(std::move(ranks));
-  add(resume_row(cfg));
+  const Row resume = resume_row(cfg);
+  add(resume);
   const fs::path hf = hf_checkpoint_of(cfg);
   std::unique_ptr<qwen3::Qwen3Model> loaded;
-  add(model_row(cfg, hf, loaded));
-  add(export_row(cfg, hf, loaded.get(), work));
+  // A job that resumes its own checkpoint does not load the starting weights these rows check: say
+  // whose weights they are, so a PASS is not read as the resumed model's.
+  auto starting_weights = [&](Row r) {
+    if (!hf.empty() && resume.status == "PASS" && resume.value.rfind("titan train resumes from ", 0) == 0)
+      r.value +=
+          "; these are the job's starting weights, which titan train does not load now: it resumes its "
+          "checkpoint (resume row)";
+    return r;
+  };
+  add(starting_weights(model_row(cfg, hf, loaded)));
+  add(starting_weights(export_row(cfg, hf, loaded.get(), work)));
   loaded.reset();
 
   // The training runs: U = the job as configured for `steps` steps (checkpoints at steps-1 and
@@ -533,7 +527,9 @@ int check_main(int argc, char** argv) {
         std::vector<std::pair<std::string, fs::path>> own = {{"job.dump_folder", cfg.job.dump_folder}};
         if (cfg.checkpoint.enable) own.push_back({"checkpoint.folder", train::checkpoint_folder_of(cfg)});
         for (const auto& [key, folder] : own)
-          if (const std::string why = unwritable_reason(folder); !why.empty()) {
+          // The check's runs wrote under its work folder: the job's own folders are probed as titan
+          // train probes them at start-up.
+          if (const std::string why = io::unwritable_reason(folder); !why.empty()) {
             folders = (folders_ok ? std::string("; ") : folders + ", ") + key + ": " + why;
             folders_ok = false;
           }

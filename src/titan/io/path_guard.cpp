@@ -105,15 +105,19 @@ void check_output_file(const std::filesystem::path& out, const std::vector<std::
   TITAN_CHECK(!fs::is_directory(out), what, ": '", out.string(), "' is a folder; give the file to write");
 }
 
-void check_writable_folder(const fs::path& folder, const std::string& what, const std::string& consequence) {
+std::string unwritable_reason(const fs::path& folder) {
   // The folder, or the nearest one above it that exists: where the writes (or the folder's creation)
   // will happen.
   std::error_code ec;
   fs::path at = fs::absolute(folder.empty() ? fs::path(".") : folder, ec).lexically_normal();
   while (at.has_relative_path() && !fs::exists(fs::status(at, ec)) && at.has_parent_path())
     at = at.parent_path();
-  TITAN_CHECK(fs::is_directory(at, ec), what, ": '", folder.string(), "' cannot be written ('", at.string(),
-              "' is not a folder): ", consequence);
+  // (Built piece by piece: "'" + path + "'" trips GCC 12's -Wrestrict false positive.)
+  std::string quoted;
+  quoted.push_back('\'');
+  quoted += at.native();
+  quoted.push_back('\'');
+  if (!fs::is_directory(at, ec)) return quoted + " is not a folder";
   // A folder made and removed, as a save makes its temporary one: permissions, a read-only mount, an
   // immutable folder (which stops root too) all refuse it.
   static std::atomic<int> probes{0};
@@ -122,19 +126,16 @@ void check_writable_folder(const fs::path& folder, const std::string& what, cons
   const fs::path probe = at / name;
   if (::mkdir(probe.c_str(), 0700) != 0) {
     const int err = errno;
-    // (Built char by char: "'" + path + "'" trips GCC 12's -Wrestrict false positive.)
-    std::string in;
-    if (at != fs::absolute(folder, ec).lexically_normal()) {
-      in.push_back('\'');
-      in += at.native();
-      in.push_back('\'');
-    } else {
-      in = "it";
-    }
-    TITAN_FAIL(what, ": '", folder.string(), "' cannot be written (creating a folder in ", in,
-               " failed: ", std::strerror(err), "): ", consequence);
+    const bool itself = at == fs::absolute(folder.empty() ? fs::path(".") : folder, ec).lexically_normal();
+    return "creating a folder in " + (itself ? std::string("it") : quoted) + " failed: " + std::strerror(err);
   }
   ::rmdir(probe.c_str());
+  return "";
+}
+
+void check_writable_folder(const fs::path& folder, const std::string& what, const std::string& consequence) {
+  const std::string why = unwritable_reason(folder);
+  TITAN_CHECK(why.empty(), what, ": '", folder.string(), "' cannot be written (", why, "): ", consequence);
 }
 
 }  // namespace titan::io

@@ -32,6 +32,9 @@ void check_output_path(const std::filesystem::path& out, const std::vector<std::
 void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what);
 
+// "" when `folder` can be written (see check_writable_folder); else why not ("'/x' is not a folder",
+// "creating a folder in it failed: Permission denied").
+std::string unwritable_reason(const std::filesystem::path& folder);
 // Checks, before a command's work, that `folder` can be written: a folder is created in it and
 // removed again (where `folder` does not exist yet, in the nearest folder above it, where it would be
 // created). Otherwise an error `what: '<folder>' cannot be written (<why>): <consequence>`, naming
