@@ -337,7 +337,8 @@ TEST(Check, ACheckpointFolderTheJobCouldNotCreateFailsTheCheckpointRow) {
   ASSERT_TRUE(r.rows.count("checkpoint")) << r.out;
   const std::string value = r.rows["checkpoint"].at("value");
   EXPECT_EQ(r.rows["checkpoint"].at("status"), "FAIL") << value;
-  EXPECT_NE(value.find("checkpoint.folder: '" + (dir / "a_file").string() + "' is not a folder"),
+  EXPECT_NE(value.find("checkpoint.folder: '" + (dir / "a_file" / "ck").string() + "' cannot be written ('" +
+                       (dir / "a_file").string() + "' is not a folder)"),
             std::string::npos)
       << value;
   EXPECT_EQ(value.find("job.dump_folder"), std::string::npos) << value;  // that one can be created

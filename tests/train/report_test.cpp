@@ -296,6 +296,30 @@ TEST(Report, ARolledBackRunShowsItsNewestTrajectory) {
   EXPECT_EQ(r.warmup_steps, (std::vector<long>{1, 3}));
 }
 
+// run_info.json's stretches: a run resumed elsewhere shows its ranks and device per stretch, up to its
+// newest logged step; entries another program wrote without a step or a name are left out (one left
+// is the run's own line), not an error for the whole report.
+TEST(Report, ARunResumedElsewhereShowsEachStretch) {
+  const fs::path dir = tt::temp_dir("report_stretches");
+  {
+    std::ofstream f(dir / "metrics.jsonl");
+    for (int step = 1; step <= 7; ++step) f << json{{"step", step}, {"loss", 10.0 - step}}.dump() << "\n";
+  }
+  auto with_runs = [&](const json& runs) {
+    std::ofstream(dir / "run_info.json")
+        << json{{"ranks", "one process"}, {"device", "cpu B"}, {"runs", runs}}.dump();
+    return titan::train::read_run(dir);
+  };
+  const json two = {{{"from_step", 1}, {"ranks", "FSDP, 2 ranks"}, {"device", "cpu A"}},
+                    {{"from_step", 5}, {"ranks", "one process"}, {"device", "cpu A"}}};
+  titan::train::RunRecord r = with_runs(two);
+  EXPECT_EQ(r.ranks, "steps 1-4: FSDP, 2 ranks; steps 5-7: one process");
+  EXPECT_EQ(r.device, "cpu A");  // the same in both stretches: said once
+  r = with_runs({two[0], {{"ranks", "no step"}}, 3, {{"from_step", 2}, {"device", "cpu C"}}});
+  EXPECT_EQ(r.ranks, "one process");
+  EXPECT_EQ(r.device, "cpu B");
+}
+
 // titan train logs a value that is not finite (a diverged loss) as null. The page says at which steps
 // (no chart can draw them) and counts every logged step, not only those a chart holds.
 TEST(Report, StepsWithANonFiniteLossAreNamedNotDroppedSilently) {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -695,12 +696,6 @@ TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
   EXPECT_EQ(ra[3].at("lr").get<double>(), 1.5e-3);
 }
 
-// The generation_config.json of the Hugging Face model a run starts from (its stop tokens and
-// sampling defaults, what transformers' generate reads) travels with the weights: into every
-// checkpoint, through a resume after the source folder lost it, into the run's exports and `titan
-// export`'s. A run from random weights exports the stop tokens titan generate uses (config.json's
-// <|im_end|> and the corpus's document separator <|endoftext|>), so that transformers' generate stops
-// at the end of a document too; a file that is not a JSON object stops the run naming it.
 // A folder of Hugging Face weights named by model.hf_assets_path but not loaded (initial_load_in_hf =
 // false) trains from random weights, as torchtitan does; a forgotten key looks the same, so the run
 // says so. A folder holding only the tokenizer (the bundled one) gets no note, nor does a load.
@@ -739,6 +734,12 @@ TEST(Trainer, HuggingFaceWeightsLeftUnloadedAreNamed) {
   EXPECT_EQ(bundled.find("holds Hugging Face weights this run does not load"), std::string::npos) << bundled;
 }
 
+// The generation_config.json of the Hugging Face model a run starts from (its stop tokens and
+// sampling defaults, what transformers' generate reads) travels with the weights: into every
+// checkpoint, through a resume after the source folder lost it, into the run's exports and `titan
+// export`'s. A run from random weights exports the stop tokens titan generate uses (config.json's
+// <|im_end|> and the corpus's document separator <|endoftext|>), so that transformers' generate stops
+// at the end of a document too; a file that is not a JSON object stops the run naming it.
 TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   const fs::path a = tt::temp_dir("trainer_generation_a"), b = tt::temp_dir("trainer_generation_b");
   const Overrides saving = {{"checkpoint.enable", "true"},
@@ -880,7 +881,7 @@ TEST(Trainer, AClosedStandardOutputLandsInNoFileOfTheRun) {
                                                            {"checkpoint.last_save_in_hf", "true"}})) +
                           " >&-; }";
   ASSERT_EQ(tt::run_command(run, &err), 0) << err;
-  for (const fs::path lock : {dump / ".titan-rank0.lock", dump / "checkpoint" / ".titan-rank0.lock"}) {
+  for (const fs::path& lock : {dump / ".titan-rank0.lock", dump / "checkpoint" / ".titan-rank0.lock"}) {
     const std::string held = read_file(lock);
     EXPECT_EQ(held.rfind("pid ", 0), 0u) << lock << " holds: " << held.substr(0, 300);
     EXPECT_EQ(held.find("step:"), std::string::npos) << lock << " holds: " << held.substr(0, 300);
@@ -2078,7 +2079,10 @@ class TimeoutRecordingWorld final : public dist::Communicator {
     return world_->start_all_to_all(send, send_counts, recv, recv_counts, dtype, ctx);
   }
   void barrier() override { world_->barrier(); }
-  [[noreturn]] void abort(int code) override { world_->abort(code); }
+  [[noreturn]] void abort(int code) override {
+    world_->abort(code);
+    std::abort();  // (the wrapped abort does not return either; its declaration does not say so)
+  }
   std::unique_ptr<dist::Communicator> split(int color, int key, int size) override {
     return world_->split(color, key, size);
   }

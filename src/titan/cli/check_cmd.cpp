@@ -408,10 +408,12 @@ int check_main(int argc, char** argv) {
   // A job that resumes its own checkpoint does not load the starting weights these rows check: say
   // whose weights they are, so a PASS is not read as the resumed model's.
   auto starting_weights = [&](Row r) {
-    if (!hf.empty() && resume.status == "PASS" && resume.value.rfind("titan train resumes from ", 0) == 0)
+    // (The resume row passes only where titan train starts from a checkpoint of the job's own: one
+    // it resumes, or a seed.)
+    if (!hf.empty() && resume.status == "PASS")
       r.value +=
-          "; these are the job's starting weights, which titan train does not load now: it resumes its "
-          "checkpoint (resume row)";
+          "; these are the job's starting weights, which titan train does not load now: it starts from "
+          "its own checkpoint (resume row)";
     return r;
   };
   add(starting_weights(model_row(cfg, hf, loaded)));
@@ -527,10 +529,11 @@ int check_main(int argc, char** argv) {
         std::vector<std::pair<std::string, fs::path>> own = {{"job.dump_folder", cfg.job.dump_folder}};
         if (cfg.checkpoint.enable) own.push_back({"checkpoint.folder", train::checkpoint_folder_of(cfg)});
         for (const auto& [key, folder] : own)
-          // The check's runs wrote under its work folder: the job's own folders are probed as titan
-          // train probes them at start-up.
+          // The check's runs wrote under its work folder: the job's own folders are probed with
+          // titan train's start-up probe (io::unwritable_reason).
           if (const std::string why = io::unwritable_reason(folder); !why.empty()) {
-            folders = (folders_ok ? std::string("; ") : folders + ", ") + key + ": " + why;
+            folders = (folders_ok ? std::string("; ") : folders + ", ") + key + ": '" + folder.string() +
+                      "' cannot be written (" + why + ")";
             folders_ok = false;
           }
         add({"checkpoint", lu == lr && same_files && folders_ok ? "PASS" : "FAIL",

@@ -1,9 +1,8 @@
 #include "titan/io/path_guard.h"
 
-#include <sys/stat.h>
+#include <stdlib.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -120,11 +119,10 @@ std::string unwritable_reason(const fs::path& folder) {
   if (!fs::is_directory(at, ec)) return quoted + " is not a folder";
   // A folder made and removed, as a save makes its temporary one: permissions, a read-only mount, an
   // immutable folder (which stops root too) all refuse it.
-  static std::atomic<int> probes{0};
-  std::string name = ".titan-write-probe-";
-  name.append(std::to_string(::getpid())).append("-").append(std::to_string(++probes));
-  const fs::path probe = at / name;
-  if (::mkdir(probe.c_str(), 0700) != 0) {
+  // mkdtemp's random name: ranks on other hosts probe a shared folder at once, with pids that may
+  // coincide.
+  std::string probe = (at / ".titan-write-probe-XXXXXX").string();
+  if (!::mkdtemp(probe.data())) {
     const int err = errno;
     const bool itself = at == fs::absolute(folder.empty() ? fs::path(".") : folder, ec).lexically_normal();
     return "creating a folder in " + (itself ? std::string("it") : quoted) + " failed: " + std::strerror(err);

@@ -263,8 +263,15 @@ RunRecord read_run(const fs::path& dir) {
       r.device = info.value("device", "");
       r.ranks = info.value("ranks", "");
       // A run resumed on other ranks or another device: each stretch of steps with its own.
-      if (info.contains("runs") && info["runs"].size() > 1) {
-        const json& runs = info["runs"];
+      // (Entries another program wrote, without a step or a name, are left out, as titan train does.)
+      json runs = json::array();
+      if (info.contains("runs") && info["runs"].is_array())
+        for (const json& r : info["runs"])
+          if (r.is_object() && r.contains("from_step") && r["from_step"].is_number_integer() &&
+              r.value("ranks", json()).is_string() && r.value("device", json()).is_string() &&
+              (runs.empty() || r["from_step"].get<long>() > runs.back()["from_step"].get<long>()))
+            runs.push_back(r);
+      if (runs.size() > 1) {
         auto stretches = [&](const char* field) {
           std::string text;
           bool differ = false;

@@ -179,8 +179,10 @@ class StopSignals {
 // run_info.json's "runs": where each stretch of the run's steps ran, so `titan report` can say a
 // run trained on 2 ranks up to step 4 and on one process after. A resume on other ranks or another
 // device adds a stretch; a resume from an earlier checkpoint drops those of the steps it retrains.
+// `device` is shown; `key` says whether two runs ran on the same kind of device (a CPU's summary
+// carries its measured clock, which another start may measure a little differently).
 nlohmann::json run_stretches(const std::filesystem::path& run_info, int64_t resumed_step,
-                             const std::string& ranks, const std::string& device) {
+                             const std::string& ranks, const std::string& device, const std::string& key) {
   nlohmann::json before = nlohmann::json::array();
   if (resumed_step > 0) {
     std::ifstream in(run_info);
@@ -189,7 +191,10 @@ nlohmann::json run_stretches(const std::filesystem::path& run_info, int64_t resu
     if (old.is_object() && old.contains("runs") && old["runs"].is_array())
       before = old["runs"];
     else if (old.is_object() && old.contains("ranks") && old["ranks"].is_string())  // older runs: one stretch
-      before.push_back({{"from_step", 1}, {"ranks", old["ranks"]}, {"device", old.value("device", "")}});
+      before.push_back(
+          {{"from_step", 1},
+           {"ranks", old["ranks"]},
+           {"device", old.contains("device") && old["device"].is_string() ? old["device"] : ""}});
   }
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& r : before)
@@ -197,9 +202,20 @@ nlohmann::json run_stretches(const std::filesystem::path& run_info, int64_t resu
         r["from_step"].get<int64_t>() >= 1 && r["from_step"].get<int64_t>() <= resumed_step &&
         r.value("ranks", nlohmann::json()).is_string() && r.value("device", nlohmann::json()).is_string())
       runs.push_back(r);
-  if (runs.empty() || runs.back()["ranks"] != ranks || runs.back()["device"] != device)
-    runs.push_back({{"from_step", resumed_step + 1}, {"ranks", ranks}, {"device", device}});
+  const bool same_device =
+      !runs.empty() && (runs.back().contains("device_key") ? runs.back()["device_key"] == key
+                                                           : runs.back()["device"] == device);
+  if (runs.empty() || runs.back()["ranks"] != ranks || !same_device)
+    runs.push_back(
+        {{"from_step", resumed_step + 1}, {"ranks", ranks}, {"device", device}, {"device_key", key}});
   return runs;
+}
+
+// The kind of device a run used, without what a start measures (a CPU's clock, its peak).
+std::string device_key(Device device) {
+  if (device != Device::CPU) return device_services(device).description();
+  const cpu::CpuInfo& c = cpu::cpu_info();
+  return (c.brand.empty() ? c.vendor : c.brand) + ", " + std::to_string(c.cores) + " cores, " + c.isa();
 }
 
 }  // namespace
@@ -333,9 +349,9 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   const bool trains = checkpointer.resume_step().value_or(0) < cfg.training.steps;
   const bool saves =
       cfg.checkpoint.create_seed_checkpoint || (cfg.checkpoint.enable && !cfg.checkpoint.load_only && trains);
-  const bool exports =
-      cfg.checkpoint.last_save_in_hf &&
-      (trains || !checkpointer.resume_step() || !checkpointer.has_hf_export(*checkpointer.resume_step()));
+  // (A run with nothing left to train that still exports is not probed: it writes at once, and no
+  // collective may hang on each rank's own view of the folder before the ranks agree on it.)
+  const bool exports = cfg.checkpoint.last_save_in_hf && (trains || !checkpointer.resume_step());
   plan.agree_on_success([&] {
     if (plan.is_logging_rank() || cfg.metrics.save_for_all_ranks)
       io::check_writable_folder(cfg.job.dump_folder, "job.dump_folder",
@@ -444,19 +460,29 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
 
   // ---- the loop
   MetricsLogger logger(metrics_out);
+  // What `titan report` shows beside the curves: the run's config in effect and where it ran.
+  const std::filesystem::path run_info = std::filesystem::path(cfg.job.dump_folder) / "run_info.json";
+  nlohmann::json info;
+  bool new_stretch_pending = false;  // written once this run's first step is over (see below)
   if (plan.is_logging_rank()) {
-    // What `titan report` shows beside the curves: the run's config in effect and where it ran.
-    const std::filesystem::path run_info = std::filesystem::path(cfg.job.dump_folder) / "run_info.json";
     const std::string device =
         job.device == Device::CPU ? cpu::cpu_info().summary() : device_services(job.device).description();
-    nlohmann::json info = {{"description", cfg.job.description},
-                           {"config_in_effect", cfg.describe()},
-                           {"config_notes", cfg.notes},
-                           {"device", device},
-                           {"ranks", plan.describe()},
-                           {"runs", run_stretches(run_info, state.step, plan.describe(), device)},
-                           {"versions", versions_json(collect_versions())}};
-    io::write_file_atomic(run_info, info.dump(2) + "\n");
+    info = {{"description", cfg.job.description},
+            {"config_in_effect", cfg.describe()},
+            {"config_notes", cfg.notes},
+            {"device", device},
+            {"ranks", plan.describe()},
+            {"runs", run_stretches(run_info, state.step, plan.describe(), device, device_key(job.device))},
+            {"versions", versions_json(collect_versions())}};
+    // Until this run's first step, metrics.jsonl's newest records after the checkpoint are still the
+    // earlier run's: a stretch of its own is added only then, so a run that dies at start-up does not
+    // label them with its mesh.
+    nlohmann::json known = info["runs"];
+    new_stretch_pending = known.size() > 1 && known.back()["from_step"] == state.step + 1;
+    if (new_stretch_pending) known.erase(known.size() - 1);
+    nlohmann::json shown = info;
+    shown["runs"] = known;
+    io::write_file_atomic(run_info, shown.dump(2) + "\n");
   }
   const MfuPeak peak = mfu_peak(cfg.metrics.peak_tflops, job.device, job.compute_dtype);
   const double peak_tflops = peak.tflops;
@@ -596,6 +622,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     if (!first_step_done) {
       world.set_timeout(cfg.comm.train_timeout());
       first_step_done = true;
+      if (new_stretch_pending) io::write_file_atomic(run_info, info.dump(2) + "\n");
     }
   }
 
