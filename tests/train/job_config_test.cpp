@@ -1162,17 +1162,21 @@ TEST(TorchtitanConfig, TheNormTypeIsComparedAsTorchtitanDoes) {
 // A key left out takes titan's default; where torchtitan's differs and shapes the run, one note
 // names each such key with both values, so a torchtitan job file does not train another run unsaid.
 TEST(TorchtitanConfig, DefaultsUnlikeTorchtitansAreNamedWhenTheFileLeavesThemOut) {
-  auto defaults_note = [](const JobConfig& c) {
-    for (const auto& n : c.notes)
-      if (n.rfind("left out, so titan's default where torchtitan's differs: ", 0) == 0) return n;
-    return std::string();
-  };
+  auto defaults_note = [](const JobConfig& c) { return c.left_out_note(/*resumes=*/false); };
   EXPECT_EQ(
       defaults_note(parse("[checkpoint]\nenable = true\n")),
       "left out, so titan's default where torchtitan's differs: training.steps = 10 (torchtitan's: 10000), "
       "training.local_batch_size = 2 (torchtitan's: 8), training.seq_len = 512 (torchtitan's: 2048), "
       "lr_scheduler.warmup_steps = 2 (torchtitan's: 200), training.seed = 42 (torchtitan's: none: a random "
       "seed), checkpoint.keep_latest_k = 3 (torchtitan's: 10)");
+  // A run that resumes takes its weights from the checkpoint: the seed is not named.
+  EXPECT_EQ(parse("[checkpoint]\nenable = true\n[training]\nsteps = 100\n").left_out_note(/*resumes=*/true),
+            "left out, so titan's default where torchtitan's differs: training.local_batch_size = 2 "
+            "(torchtitan's: 8), training.seq_len = 512 (torchtitan's: 2048), lr_scheduler.warmup_steps = 2 "
+            "(torchtitan's: 200), checkpoint.keep_latest_k = 3 (torchtitan's: 10)");
+  // The note is its own line, not among the notes on keys the file sets.
+  for (const std::string& n : parse("[checkpoint]\nenable = true\n").notes)
+    EXPECT_EQ(n.find("left out"), std::string::npos) << n;
   // Set in the file, by an older spelling, or on the command line: not named. Without saves,
   // keep_latest_k does nothing; with loaded weights, nor does the seed.
   EXPECT_EQ(

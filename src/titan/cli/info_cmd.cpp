@@ -88,6 +88,8 @@ int info_for_job(int argc, char** argv) {
               std::to_string(a.num_params()).c_str());
   std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
+  if (const std::string note = cfg.left_out_note(false); !note.empty())          // (a fresh run's)
+    std::printf("config: %s\n", note.c_str());
   if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());
   print_step(p, shape, a, cfg.job.device.c_str());
   // The job's [parallelism] names ranks the step above is not one of: say where a rank's figures are.

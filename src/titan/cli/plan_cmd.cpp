@@ -131,6 +131,8 @@ int plan_main(int argc, char** argv) {
   std::printf("mesh: %s\n", plan.describe().c_str());
   std::printf("data: %s\n", error_for_the_user(train::data_line_for_planning(cfg)).c_str());
   for (const auto& note : cfg.notes) std::printf("config: %s\n", note.c_str());  // as titan train says them
+  if (const std::string note = cfg.left_out_note(false); !note.empty())          // (a fresh run's)
+    std::printf("config: %s\n", note.c_str());
   if (const std::string note = train::reduce_dtype_note(cfg, plan); !note.empty())
     std::printf("config: %s\n", note.c_str());
   if (!kernels_note.empty()) std::printf("config: %s\n", kernels_note.c_str());

@@ -18,7 +18,8 @@ namespace {
 
 // The job's config notes that hold for titan eval, which reads [validation] whether or not training
 // would (validation.enable), and says itself which weights it evaluates: the notes about
-// validation.enable = false and about the starting weights speak of training only.
+// validation.enable = false and about the starting weights speak of training only (as the
+// training defaults left out do: JobConfig::left_out_note, which eval does not print).
 std::vector<std::string> notes_for_eval(const std::vector<std::string>& notes) {
   std::vector<std::string> kept;
   for (const std::string& note : notes) {
@@ -26,8 +27,7 @@ std::vector<std::string> notes_for_eval(const std::vector<std::string>& notes) {
                                   note.rfind("checkpoint.initial_load_in_hf = ", 0) == 0;
     const bool validation_off = note.rfind("validation.", 0) == 0 &&
                                 note.find("no effect, validation.enable = false") != std::string::npos;
-    const bool training_defaults = note.rfind("left out, so titan's default", 0) == 0;  // of the training run
-    if (!starting_weights && !validation_off && !training_defaults) kept.push_back(note);
+    if (!starting_weights && !validation_off) kept.push_back(note);
   }
   return kept;
 }

@@ -766,32 +766,21 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
            "there is no export at the end (checkpoint.last_save_in_hf = false); "
            "the checkpoints keep float32 weights");
   }
-  // A key the file leaves out takes titan's default; where torchtitan's differs and shapes the run
-  // (its length, batch, warmup, seed, the checkpoints kept), a torchtitan job file would train
-  // another run than torchtitan does without a word: one line names them.
-  struct TorchtitanDefault {
-    const char* key;
-    std::string ours;
-    const char* theirs;
-    bool applies;
+  // A key the file leaves out takes titan's default; where torchtitan's differs and shapes the run,
+  // left_out_note() names it at start-up.
+  auto left_out = [&](const char* key, std::string ours, const char* theirs, bool applies,
+                      bool initial_weights_only = false) {
+    if (applies && !c.set_at.count(key))
+      c.left_out_defaults.push_back({key, std::move(ours), theirs, initial_weights_only});
   };
-  const std::vector<TorchtitanDefault> differing = {
-      {"training.steps", std::to_string(c.training.steps), "10000", true},
-      {"training.local_batch_size", std::to_string(c.training.local_batch_size), "8", true},
-      {"training.seq_len", std::to_string(c.training.seq_len), "2048", true},
-      {"lr_scheduler.warmup_steps", std::to_string(c.lr_scheduler.warmup_steps), "200", true},
-      {"training.seed", std::to_string(c.training.seed), "none: a random seed",
-       c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_in_hf},
-      {"checkpoint.keep_latest_k", std::to_string(c.checkpoint.keep_latest_k), "10",
-       c.checkpoint.enable && !c.checkpoint.load_only},
-  };
-  std::string left_out;
-  for (const TorchtitanDefault& d : differing)
-    if (d.applies && !c.set_at.count(d.key))
-      left_out += (left_out.empty() ? "" : ", ") + std::string(d.key) + " = " + d.ours +
-                  " (torchtitan's: " + d.theirs + ")";
-  if (!left_out.empty())
-    c.notes.push_back("left out, so titan's default where torchtitan's differs: " + left_out);
+  left_out("training.steps", std::to_string(c.training.steps), "10000", true);
+  left_out("training.local_batch_size", std::to_string(c.training.local_batch_size), "8", true);
+  left_out("training.seq_len", std::to_string(c.training.seq_len), "2048", true);
+  left_out("lr_scheduler.warmup_steps", std::to_string(c.lr_scheduler.warmup_steps), "200", true);
+  left_out("training.seed", std::to_string(c.training.seed), "none: a random seed",
+           c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_in_hf, true);
+  left_out("checkpoint.keep_latest_k", std::to_string(c.checkpoint.keep_latest_k), "10",
+           c.checkpoint.enable && !c.checkpoint.load_only);
   return c;
 }
 
@@ -975,6 +964,14 @@ void JobConfig::validate_values(int world_size) const {
 bool CheckpointSection::excludes(std::string_view part) const {
   return std::find(exclude_from_loading.begin(), exclude_from_loading.end(), part) !=
          exclude_from_loading.end();
+}
+
+std::string JobConfig::left_out_note(bool resumes) const {
+  std::string line;
+  for (const LeftOutDefault& d : left_out_defaults)
+    if (!resumes || !d.initial_weights_only)
+      line += (line.empty() ? "" : ", ") + d.key + " = " + d.ours + " (torchtitan's: " + d.theirs + ")";
+  return line.empty() ? line : "left out, so titan's default where torchtitan's differs: " + line;
 }
 
 std::string JobConfig::describe() const {

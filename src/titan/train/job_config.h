@@ -221,12 +221,23 @@ struct JobConfig {
   std::vector<kernels::Substitution> kernels;
   // One line per torchtitan key accepted without effect or under an older name, for the start-up log.
   std::vector<std::string> notes;
+  // Keys the file leaves out whose titan default differs from torchtitan's and shapes the run (its
+  // length, batch, warmup, seed, the checkpoints kept): a torchtitan job file would otherwise train
+  // another run than torchtitan does without a word. left_out_note() says them in one line.
+  struct LeftOutDefault {
+    std::string key, ours, theirs;
+    bool initial_weights_only;  // the seed: moot where the weights come from a checkpoint
+  };
+  std::vector<LeftOutDefault> left_out_defaults;
   // Where each key given a value got it ("file:line:col" or "command line"): a validation error
   // names the place to change.
   std::map<std::string, std::string> set_at;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).
   std::string describe() const;
+  // The start-up line naming left_out_defaults, "" when none is left; a run that resumes leaves the
+  // seed out (its weights are the checkpoint's).
+  std::string left_out_note(bool resumes) const;
   // Cross-field validation (world size known): errors name the key, and where it was set.
   void validate(int world_size) const;
 

@@ -227,6 +227,12 @@ std::string device_key(Device device) {
 // step) or whose copy of a weights folder is another revision would train another model under
 // the same step, and FSDP would gather layers of two models.
 namespace {
+// run_info.json's config notes: the config's, and the left-out defaults' line where there is one.
+std::vector<std::string> notes_with(std::vector<std::string> notes, const std::string& left_out_note) {
+  if (!left_out_note.empty()) notes.push_back(left_out_note);
+  return notes;
+}
+
 std::string start_identity(const Checkpointer& checkpointer, const ResolvedJob& job) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
@@ -405,6 +411,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
   }
   start_up_report(cfg, job, plan, tokenizer);
+  const std::string left_out_note = cfg.left_out_note(checkpointer.resume_dir().has_value());
+  if (!left_out_note.empty()) say("config: %s", left_out_note.c_str());
   if (validator) say("%s", validator->describe().c_str());
 
   // ---- the state: built, then restored from the newest checkpoint or given its first weights
@@ -469,7 +477,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         job.device == Device::CPU ? cpu::cpu_info().summary() : device_services(job.device).description();
     info = {{"description", cfg.job.description},
             {"config_in_effect", cfg.describe()},
-            {"config_notes", cfg.notes},
+            {"config_notes", notes_with(cfg.notes, left_out_note)},
             {"device", device},
             {"ranks", plan.describe()},
             {"runs", run_stretches(run_info, state.step, plan.describe(), device, device_key(job.device))},
