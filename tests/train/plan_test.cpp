@@ -69,8 +69,8 @@ TEST(Plan, PerRankFiguresAreTheInProcessMetaProfile) {
       EXPECT_NE(out.find(printed_gib(label, bytes)), std::string::npos) << printed_gib(label, bytes) << "\n" << out;
     // The final export (last_save_in_hf) and [validation] gather the whole model after the step.
     ASSERT_TRUE(shape.export_gather || shape.validation_batch > 0);
-    ASSERT_GT(p.gathered_peak, 0);
-    EXPECT_NE(out.find(printed_gib("    after the step: ", p.gathered_peak)), std::string::npos) << out;
+    ASSERT_GT(p.after_step_peak, 0);
+    EXPECT_NE(out.find(printed_gib("    after the step: ", p.after_step_peak)), std::string::npos) << out;
     char flops[64];
     std::snprintf(flops, sizeof flops, "compute         %.4g FLOPs per rank", p.flops);
     EXPECT_NE(out.find(flops), std::string::npos) << out;

@@ -26,10 +26,11 @@ void expect_meta_matches_cpu(const qwen3::ModelArgs& args, const StepShape& shap
   EXPECT_EQ(meta.optimizer, cpu.optimizer);
   EXPECT_EQ(meta.other, cpu.other);
   EXPECT_GT(meta.activations(), 0);
-  EXPECT_EQ(meta.gathered_peak > 0, cpu.gathered_peak > 0);
-  if (cpu.gathered_peak > 0)
-    EXPECT_LE(std::abs(double(meta.gathered_peak - cpu.gathered_peak)) / double(cpu.gathered_peak), 0.05)
-        << "meta " << meta.gathered_peak << " B vs cpu " << cpu.gathered_peak << " B after the step";
+  EXPECT_EQ(meta.after_step_peak > 0, cpu.after_step_peak > 0);
+  if (cpu.after_step_peak > 0)
+    EXPECT_LE(std::abs(double(meta.after_step_peak - cpu.after_step_peak)) / double(cpu.after_step_peak),
+              0.05)
+        << "meta " << meta.after_step_peak << " B vs cpu " << cpu.after_step_peak << " B after the step";
   const double rel = std::abs(double(meta.peak - cpu.peak)) / double(cpu.peak);
   EXPECT_LE(rel, 0.05) << "meta peak " << meta.peak << " B vs cpu peak " << cpu.peak << " B";
   // Both hand out memory through the same caching policy: their reservations agree as closely.
@@ -75,8 +76,8 @@ TEST(StepProfile, MetaPeakMatchesACpuStepMoe) {
 TEST(StepProfile, MetaPeakMatchesACpuStepBf16) { expect_meta_matches_cpu(small("debugmodel"), small_step(DType::BF16)); }
 
 // What runs after a step with the state held is planned too: a [validation] pass at its own shape
-// (here four times the step's tokens) and the export, each with the model gathered whole, as a real
-// CPU step holds them; the peak is the larger of the two phases', and the step's FLOPs and
+// (here four times the step's tokens) and the export, the latter with the model gathered whole, as
+// a real CPU step holds them; the peak is the larger of the two phases', and the step's FLOPs and
 // communication stay its own. Under FSDP the gather holds the whole f32 model beside the slices.
 TEST(StepProfile, AValidationPassAndTheExportAreCountedAfterTheStep) {
   StepShape with = small_step(DType::F32);
@@ -86,19 +87,40 @@ TEST(StepProfile, AValidationPassAndTheExportAreCountedAfterTheStep) {
   expect_meta_matches_cpu(small("debugmodel"), with);
   const StepProfile alone = profile_training_step(small("debugmodel"), small_step(DType::F32), Device::Meta);
   const StepProfile after = profile_training_step(small("debugmodel"), with, Device::Meta);
-  EXPECT_EQ(alone.gathered_peak, 0);
-  EXPECT_GT(after.gathered_peak, after.persistent());
-  EXPECT_EQ(after.peak, std::max(alone.peak, after.gathered_peak));
+  EXPECT_EQ(alone.after_step_peak, 0);
+  EXPECT_GT(after.after_step_peak, after.persistent());
+  EXPECT_EQ(after.peak, std::max(alone.peak, after.after_step_peak));
   EXPECT_EQ(after.flops, alone.flops);
   StepShape sharded = small_step(DType::F32);
   sharded.dp_shard = 2;
   const StepProfile rank_alone = profile_training_step(small("debugmodel"), sharded, Device::Meta);
   sharded.export_gather = true;
   const StepProfile rank = profile_training_step(small("debugmodel"), sharded, Device::Meta);
-  EXPECT_GE(rank.gathered_peak, rank.persistent() + 4 * rank.block_elements)
+  EXPECT_GE(rank.after_step_peak, rank.persistent() + 4 * rank.block_elements)
       << "every block gathered whole in f32 beside the rank's state";
-  EXPECT_EQ(rank.peak, std::max(rank_alone.peak, rank.gathered_peak));
+  EXPECT_EQ(rank.peak, std::max(rank_alone.peak, rank.after_step_peak));
   EXPECT_EQ(rank.comm.bytes_sent, rank_alone.comm.bytes_sent);
+}
+
+// Under FSDP the [validation] forward gathers its blocks as the step's forward does (a layer and
+// the next at a time, Validator::run), never the whole model: a model that fits only sharded
+// validates as it trains. Eight layers and a small vocabulary, so that the layers are most of it.
+TEST(StepProfile, AValidationForwardUnderFsdpHoldsAFewLayersNotTheModel) {
+  qwen3::ModelArgs a = qwen3::flavor("debugmodel");
+  a.n_layers = 8;
+  a.vocab_size = 2048;
+  StepShape sharded = small_step(DType::F32);
+  sharded.dp_shard = 2;
+  sharded.validation_batch = 1;
+  sharded.validation_seq = 16;
+  const StepProfile meta = profile_training_step(a, sharded, Device::Meta);
+  const int64_t whole_model = 4 * meta.block_elements;  // f32
+  ASSERT_GT(meta.after_step_peak, meta.persistent());
+  EXPECT_LT(meta.after_step_peak - meta.persistent(), whole_model / 2)
+      << "the validation forward held " << meta.after_step_peak - meta.persistent() << " B beside the state; "
+      << "the whole model is " << whole_model << " B";
+  sharded.export_gather = true;  // the export does gather it whole
+  EXPECT_GE(profile_training_step(a, sharded, Device::Meta).after_step_peak, meta.persistent() + whole_model);
 }
 
 // bf16 activation gradients: on the CPU the ops round f32 gradients (more buffers, briefly), which

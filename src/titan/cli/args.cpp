@@ -197,12 +197,16 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
   return r;
 }
 
-std::string gathered_peak_line(const train::StepProfile& p, const train::StepShape& shape) {
-  if (!p.gathered_peak) return "";
-  const bool both = shape.validation_batch > 0 && shape.export_gather;
-  return "    after the step: " + memory_text(p.gathered_peak) +
-         " held while the model is gathered whole for" + (shape.validation_batch > 0 ? " [validation]" : "") +
-         (both ? " and" : "") + (shape.export_gather ? " the Hugging Face export" : "") + "\n";
+std::string after_step_peak_line(const train::StepProfile& p, const train::StepShape& shape) {
+  if (!p.after_step_peak) return "";
+  const std::string validation = "by the [validation] forward", exporting =
+                                                                    "while the model is gathered whole for "
+                                                                    "the Hugging Face export";
+  return "    after the step: " + memory_text(p.after_step_peak) + " held " +
+         (shape.validation_batch > 0 && shape.export_gather ? "at most, " + validation + " or " + exporting
+          : shape.validation_batch > 0                      ? validation
+                                                            : exporting) +
+         "\n";
 }
 
 std::string memory_text(int64_t bytes) {

@@ -34,7 +34,7 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
   if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", memory_text(p.activations()).c_str(),
               memory_text(p.peak).c_str());
-  std::printf("%s", gathered_peak_line(p, shape).c_str());
+  std::printf("%s", after_step_peak_line(p, shape).c_str());
   if (p.checkpoint_copy)
     std::printf(
         "  checkpoint copy      %s (checkpoint.async_mode: what saves in the background write from, "

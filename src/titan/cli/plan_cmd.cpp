@@ -150,7 +150,7 @@ int plan_main(int argc, char** argv) {
   if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per rank        %s\n", memory_text(p.activations()).c_str(),
               memory_text(p.peak).c_str());
-  std::printf("%s", gathered_peak_line(p, shape).c_str());
+  std::printf("%s", after_step_peak_line(p, shape).c_str());
   if (p.checkpoint_copy)
     std::printf(
         "  checkpoint copy      %s (checkpoint.async_mode: the weights and moments a save in the background "

@@ -343,4 +343,12 @@ void ShardedBlocks::release_all() {
     if (sharded(b)) blocks_[b].release_data();
 }
 
+void ShardedBlocks::end_forward_only() {
+  if (!sharded()) return;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (gathers_[b]) ensure_gathered(b);  // a prefetch still in flight
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (sharded(b) && gathered(b)) release(b);
+}
+
 }  // namespace titan::dist

@@ -90,10 +90,15 @@ class ShardedBlocks final : public nn::BlockHooks {
   void begin_micro_batch(bool last);
   void end_micro_batch();
 
-  // Every block whole on every rank (validation, a checkpoint or export reading the weights),
-  // until release_all(); the hooks leave pinned blocks alone.
+  // Every block whole on every rank (the Hugging Face export reading the weights), until
+  // release_all(); the hooks leave pinned blocks alone.
   void gather_all();
   void release_all();
+  // After a forward with no backward (validation, titan eval): its hooks gathered each block as a
+  // training forward does, one layer (and the next, prefetched) at a time, never the whole model;
+  // this releases what such a forward leaves gathered (the embedding and head, and every layer
+  // under fsdp_reshard_after_forward = "never").
+  void end_forward_only();
 
   void before_forward(size_t block) override;
   void after_forward(size_t block) override;

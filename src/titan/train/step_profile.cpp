@@ -138,22 +138,26 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     p.comm.ring_steps += copies * middle_comm.ring_steps;
     p.comm.seconds += double(copies) * middle_comm.seconds;
     p.flops = dev.flops() + double(copies) * middle_flops;
-    // What runs after a step with the state still held: the held-out forward (Validator::run) and the
-    // final export, each with every block gathered whole (under FSDP: the f32 model beside the slices).
+    // What runs after a step with the state still held: the held-out forward (Validator::run, its
+    // blocks gathered by the hooks as the step's forward gathers them) and the final export (every
+    // block gathered whole: under FSDP the f32 model beside the slices).
     const int64_t step_peak = dev.stats().peak_bytes - base;
     if (shape.validation_batch > 0 || shape.export_gather) {
-      dev.reset_peak();  // the phase's own peak; the step's is kept above
+      dev.reset_peak();  // the phases' own peak; the step's is kept above
       autograd::NoGradGuard no_grad;
-      sharding.gather_all();
       if (shape.validation_batch > 0) {
         Tensor held_out = Tensor::empty({shape.validation_batch, shape.validation_seq}, DType::I64, device);
         if (device != Device::Meta) held_out.fill(0.0);  // token 0 throughout: the values allocate nothing
         model.forward_loss(held_out, held_out);
+        sharding.end_forward_only();
       }
-      sharding.release_all();
-      p.gathered_peak = dev.stats().peak_bytes - base;
+      if (shape.export_gather) {
+        sharding.gather_all();
+        sharding.release_all();
+      }
+      p.after_step_peak = dev.stats().peak_bytes - base;
     }
-    p.peak = std::max(step_peak, p.gathered_peak);
+    p.peak = std::max(step_peak, p.after_step_peak);
     p.reserved = dev.stats().reserved_bytes - base_reserved;
   }
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

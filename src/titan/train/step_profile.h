@@ -40,7 +40,8 @@ struct StepShape {
   // training.activation_grad_dtype = "bfloat16": the step runs with bf16 activation gradients.
   bool bf16_activation_grads = false;
   // [validation] (validation.enable): after the step, this rank's held-out forward without gradients
-  // at validation_batch x validation_seq, every block gathered whole (Validator::run); 0: none.
+  // at validation_batch x validation_seq, its blocks gathered as the step's forward gathers them
+  // (Validator::run); 0: none.
   int64_t validation_batch = 0, validation_seq = 0;
   // checkpoint.last_save_in_hf: the final Hugging Face export gathers every block whole on every
   // rank beside the training state (Checkpointer::export_hf).
@@ -64,10 +65,10 @@ struct StepProfile {
   int64_t other = 0;      // expert bias and other persistent state
   // The most held at once during the step (and the validation pass and the export's gather that
   // follow it, when the shape has them), and the part of it above the persistent state: activations
-  // saved for backward, gradients in flight, kernel scratch, the whole model gathered.
+  // saved for backward, gradients in flight, kernel scratch, the whole model gathered for the export.
   int64_t peak = 0;
   // Of that: the most held during the validation forward or the export's gather (0: neither runs).
-  int64_t gathered_peak = 0;
+  int64_t after_step_peak = 0;
   // The most held at once while the state was built, before the step: a rank's blocks are born as
   // its slices (train::rank_model), so a sharded rank never holds a whole block at start-up.
   int64_t startup_peak = 0;

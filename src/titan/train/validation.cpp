@@ -105,7 +105,8 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
 
 ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const {
   autograd::NoGradGuard no_grad;
-  sharding.gather_all();
+  // Under FSDP the model's hooks gather each block as the training forward does (not the whole
+  // model at once: a model that fits only sharded evaluates as it trains).
   // A fresh loader: every evaluation reads the same batches from the start of the held-out stream.
   data::TokenLoader loader(loader_config_, tokenizer_);
   const int64_t B = rank_rows_, S = loader_config_.seq_len;
@@ -133,7 +134,7 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
         loader_config_.paths[0].string().c_str(), counted(batches, "batch", "batches").c_str(), long(steps_));
   said_short_ = true;
   // The mean over every rank's rows: the sum of the cross-entropies over the sum of the target counts.
-  sharding.release_all();
+  sharding.end_forward_only();
   double sums[2] = {ce_sum, double(tokens)};
   plan_.all_reduce_sum(sums);
   TITAN_CHECK(
