@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "data_test_util.h"
@@ -192,6 +193,45 @@ TEST(Loader, FiniteLoaderEndsWithAnEmptyBatch) {
   for (size_t i = 0; i < windows; ++i) EXPECT_FALSE(loader.next().empty());
   EXPECT_TRUE(loader.next().empty());
   EXPECT_TRUE(loader.next().empty());
+}
+
+// pad_last_batch (held-out data): the batch the data ends in comes back with the rows it could not
+// begin as padding: no targets, length 0, one document span each; then the empty batch. Without it
+// that batch is dropped.
+TEST(Loader, APaddedLastBatchHoldsEveryRowTheDataFills) {
+  auto docs = make_docs(10);
+  auto dir = write_docs("loader_pad_last", docs);
+  const int64_t S = 16, B = 3;
+  const int64_t windows = int64_t(expected_windows(docs, S, 1).size());
+  ASSERT_NE(windows % B, 0) << "the test needs a last batch the data does not fill";
+  for (const bool pad : {false, true}) {
+    SCOPED_TRACE(pad ? "padded" : "dropped");
+    TokenLoader loader(
+        {.paths = {dir}, .seq_len = S, .local_batch_size = B, .infinite = false, .pad_last_batch = pad},
+        qwen3_tokenizer());
+    int64_t rows = 0, padding = 0;
+    for (Batch b = loader.next(); !b.empty(); b = loader.next()) {
+      EXPECT_TRUE(std::is_sorted(b.document_starts.begin(), b.document_starts.end()) &&
+                  std::adjacent_find(b.document_starts.begin(), b.document_starts.end()) ==
+                      b.document_starts.end())
+          << "strictly ascending";
+      for (int64_t r = 0; r < B; ++r) {
+        if (b.lengths[size_t(r)] == S) {
+          ++rows;
+          continue;
+        }
+        ++padding;
+        EXPECT_EQ(b.lengths[size_t(r)], 0);
+        EXPECT_TRUE(std::all_of(b.labels.begin() + r * S, b.labels.begin() + (r + 1) * S,
+                                [](int64_t l) { return l == kIgnoreLabel; }));
+        EXPECT_NE(std::find(b.document_starts.begin(), b.document_starts.end(), r * S),
+                  b.document_starts.end());
+      }
+    }
+    EXPECT_EQ(rows, pad ? windows : windows / B * B);
+    EXPECT_EQ(padding, pad ? B - windows % B : 0);
+    EXPECT_TRUE(loader.next().empty());
+  }
 }
 
 TEST(Loader, DataErrorsReachTheCaller) {

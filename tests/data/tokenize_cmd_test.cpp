@@ -232,10 +232,21 @@ TEST(TokenizeCommand, ChatRefusesATokenizerWithAnotherChatTemplate) {
   // Without a chat template, Qwen3's is what titan renders.
   config.erase("chat_template");
   write_file(dir / "tok" / "tokenizer_config.json", config.dump());
-  EXPECT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --tokenizer " +
-                            (dir / "tok").string() + " --input " + (dir / "chats.json").string() +
-                            " --output " + (dir / "out.json").string(),
-                        &out),
-            0)
-      << out;
+  const std::string tokenize = titan_binary().string() + " tokenize --chat messages --tokenizer " +
+                               (dir / "tok").string() + " --input " + (dir / "chats.json").string() +
+                               " --output " + (dir / "out.json").string();
+  EXPECT_EQ(run_command(tokenize, &out), 0) << out;
+  // transformers (4.47 on) saves the template as chat_template.jinja, which it reads first: another
+  // template there is refused naming that file, ...
+  write_file(dir / "tok" / "chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  std::filesystem::remove(dir / "out.json");
+  EXPECT_NE(run_command(tokenize, &out), 0);
+  EXPECT_NE(out.find("chat_template.jinja' is a chat template other than Qwen3's"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.json"));
+  // ... and Qwen3's there is taken, whatever tokenizer_config.json carries.
+  const json qwen3_config = json::parse(read_file(qwen3 / "tokenizer_config.json"));
+  write_file(dir / "tok" / "chat_template.jinja", qwen3_config["chat_template"].get<std::string>());
+  config["chat_template"] = "{% for m in messages %}{{ m.role }}{% endfor %}";
+  write_file(dir / "tok" / "tokenizer_config.json", config.dump());
+  EXPECT_EQ(run_command(tokenize, &out), 0) << out;
 }

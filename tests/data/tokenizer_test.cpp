@@ -1,15 +1,17 @@
 // The tokenizer against the JavaScript implementation shipped with the tokenizer's npm
 // package (run with node at test time), on a corpus of hard cases and on the default
 // dataset; plus decoding, configuration, errors and huge inputs.
+#include "titan/data/tokenizer.h"
+
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "data_test_util.h"
 #include "titan/core/check.h"
-#include "titan/data/tokenizer.h"
 
 namespace {
 using namespace titan::testing;
@@ -112,6 +114,22 @@ TEST(Tokenizer, SpecialIdsComeFromTheConfigFiles) {
   EXPECT_EQ(tok.id_to_token(*tok.token_to_id("Ġthe")), "Ġthe");
   auto ids = tok.encode("a<|im_end|>b");
   EXPECT_EQ(tok.decode(ids, /*skip_special_tokens=*/true), "ab");
+}
+
+// What an export copies and the ranks compare: tokenizer.json, and tokenizer_config.json and
+// chat_template.jinja (transformers' file of the chat template) where they are beside it.
+TEST(Tokenizer, ItsFilesAreTheOnesBesideTokenizerJson) {
+  const auto dir = temp_dir("tokenizer_files");
+  const auto qwen3 = assets_dir() / "tokenizer" / "qwen3";
+  std::filesystem::copy_file(qwen3 / "tokenizer.json", dir / "tokenizer.json");
+  EXPECT_EQ(titan::data::tokenizer_files(dir), std::vector<std::filesystem::path>{dir / "tokenizer.json"});
+  std::filesystem::copy_file(qwen3 / "tokenizer_config.json", dir / "tokenizer_config.json");
+  { std::ofstream(dir / "chat_template.jinja") << "{{ messages }}"; }
+  const std::vector<std::filesystem::path> all = {dir / "tokenizer.json", dir / "tokenizer_config.json",
+                                                  dir / "chat_template.jinja"};
+  EXPECT_EQ(titan::data::tokenizer_files(dir), all);
+  EXPECT_EQ(titan::data::tokenizer_files(dir / "tokenizer.json"), all);
+  EXPECT_EQ(Tokenizer::load(dir).source(), dir / "tokenizer.json");
 }
 
 // tokenizer_config.json's clean_up_tokenization_spaces: decode applies transformers'

@@ -150,6 +150,24 @@ TEST(Qwen3Args, UnsupportedArchitectureOrValueIsAClearError) {
 
 // A config.json whose fields contradict each other, or hold the wrong JSON type, is an error naming
 // the file and the fields, never resolved by picking one.
+// A native checkpoint given where a Hugging Face folder is read (titan generate --model-path, titan
+// verify-export): named as such, with what to do, not as a missing config.json.
+TEST(Qwen3Args, ANativeCheckpointWhereAHuggingFaceFolderIsExpectedIsNamed) {
+  const auto dir = titan::testing::temp_dir("args_native_checkpoint");
+  { std::ofstream(dir / "manifest.json") << "{}"; }
+  const std::string e =
+      titan::testing::error_of([&] { args_from_hf_config_file((dir / "config.json").string()); });
+  EXPECT_NE(e.find("'" + dir.string() + "' is a native titan checkpoint (manifest.json, no config.json)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("titan export"), std::string::npos) << e;
+  std::filesystem::remove(dir / "manifest.json");  // a plain folder: the missing file is the error
+  EXPECT_NE(titan::testing::error_of([&] {
+              args_from_hf_config_file((dir / "config.json").string());
+            }).find("config.json"),
+            std::string::npos);
+}
+
 TEST(Qwen3Args, ContradictoryOrMistypedFieldsAreErrorsNamingThem) {
   struct Case {
     std::function<void(nlohmann::json&)> edit;

@@ -72,6 +72,25 @@ TEST(ActivationGrads, RopeSwigluAndAttentionRoundTheirInputsGradients) {
       {});
 }
 
+// An op that writes f32 gradients (the fused loss, the MoE experts) can hand a bf16 output an f32
+// gradient. Under the setting it is that output's gradient, so bf16: the op rounds it before its
+// kernel (the CPU's f32-gradient kernel here, as a CUDA kernel reading bf16 does), and every
+// gradient, the weight's included, is the one of the rounded upstream gradient.
+TEST(ActivationGrads, AnF32UpstreamGradientIsRoundedFirst) {
+  autograd::Bf16ActivationGradientsScope setting(true);
+  const Tensor x = random_tensor({6, 40}, DType::BF16, 1, -2, 2),
+               w = random_tensor({40}, DType::BF16, 2, 0.5, 1.5);
+  const Tensor upstream = random_tensor({6, 40}, DType::F32, 3, -1, 1);  // not on the bf16 grid
+  ASSERT_NE(upstream.to_vector(), upstream.to(DType::BF16).to(DType::F32).to_vector());
+  auto grads = [&](const Tensor& seed) {
+    const Tensor xl = x.clone().set_requires_grad(true), wl = w.clone().set_requires_grad(true);
+    const Tensor y = ops::rms_norm(xl, wl, 1e-6);
+    autograd::backward(autograd::current_tape(), {y}, {seed});
+    return std::vector<std::vector<double>>{xl.grad().to_vector(), wl.grad().to_vector()};
+  };
+  EXPECT_EQ(grads(upstream), grads(upstream.to(DType::BF16).to(DType::F32)));
+}
+
 // f32 activations never get bf16 gradients, whatever the setting.
 TEST(ActivationGrads, F32ActivationsKeepF32Gradients) {
   const ActivationGradsRun r = run_activation_grads(

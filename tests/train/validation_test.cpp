@@ -198,6 +198,48 @@ TEST(Validation, HeldOutConversationsAreScoredOnTheirAnswersOnly) {
             std::string::npos);
 }
 
+// One pass scores the whole held-out set: the batch it ends in is scored with its missing rows as
+// padding (no targets), so 7 conversations give every answer token and the same loss at 1, 2 or 4
+// rows a batch, one per row or packed (they were 4 of 7 at 4 rows: the last batch was dropped).
+TEST(Validation, TheWholeHeldOutSetIsScoredWhateverTheBatchSize) {
+  const fs::path held_out = tt::temp_dir("validation_all_" + std::to_string(getpid())) / "held_out.jsonl";
+  const std::vector<nlohmann::ordered_json> chats = write_number_conversations(held_out, 7);
+  data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  double ce_sum = 0;
+  int64_t n = 0;
+  std::unique_ptr<qwen3::Qwen3Model> model;
+  for (const bool packed : {false, true})
+    for (const int64_t B : {1, 2, 4}) {
+      SCOPED_TRACE(std::string(packed ? "packed" : "one per row") + ", " + std::to_string(B) +
+                   " rows a batch");
+      JobConfig cfg = tiny_config(tt::temp_dir("validation_all_run_" + std::to_string(getpid())),
+                                  {{"training.chat_field", "messages"},
+                                   {"training.pack_conversations", packed ? "true" : "false"},
+                                   {"model.attn_mask_type", packed ? "block_causal" : "causal"},
+                                   {"validation.enable", "true"},
+                                   {"validation.dataset_path", held_out.string()},
+                                   {"validation.steps", "-1"},
+                                   {"validation.local_batch_size", std::to_string(B)},
+                                   {"validation.seq_len", "48"}});
+      if (!model) {
+        model = std::make_unique<qwen3::Qwen3Model>(model_args(cfg), DType::F32);
+        model->initialize(7);
+        for (const nlohmann::ordered_json& chat : chats)
+          score_alone(*model, data::tokenize_chat(tok, data::render_qwen3_chat(chat.at("messages"))), ce_sum,
+                      n);
+      }
+      const dist::ParallelPlan one_process;
+      dist::ShardedBlocks whole(one_process, model->blocks(), block_roles(*model),
+                                dist::Reshard::AfterForward);
+      const ValidationResult r =
+          Validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process)
+              .run(*model, whole);
+      EXPECT_EQ(r.tokens, n) << "every answer token of the 7 conversations";
+      EXPECT_NEAR(r.loss, ce_sum / double(n), 1e-5 * ce_sum / double(n));
+      if (!packed) EXPECT_EQ(r.batches, (7 + B - 1) / B);
+    }
+}
+
 // Packed held-out conversations (training.pack_conversations, block-causal attention) score as each one
 // scored alone in a row of its own: 4 conversations in 2 rows of one batch, the last row ended by the
 // end of the held-out data.
@@ -314,9 +356,9 @@ TEST(Validation, BadValuesAreErrorsNamingTheKey) {
   const fs::path data = tt::temp_dir("validation_small_data_" + std::to_string(getpid()));
   std::ofstream(data / "empty.txt") << "";
   std::ofstream(data / "short.txt") << "A few words only.\n";
-  for (const auto& [file, says] :
-       std::vector<std::pair<std::string, std::string>>{{"empty.txt", "holds no non-empty document"},
-                                                        {"short.txt", "holds fewer tokens than one batch"}}) {
+  for (const auto& [file, says] : std::vector<std::pair<std::string, std::string>>{
+           {"empty.txt", "holds no non-empty document"},
+           {"short.txt", "holds fewer tokens than one row of seq_len"}}) {
     EXPECT_NE(
         tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
                             tt::cli_args(tt::tiny_job(

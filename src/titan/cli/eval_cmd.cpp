@@ -20,7 +20,8 @@ int eval_main(int argc, char** argv) {
         "usage: titan eval --config FILE.toml [--checkpoint DIR] [--json FILE] [--section.key=value ...]\n"
         "The held-out loss and perplexity of the job's model, without training: the job's [validation]\n"
         "data and batch shape (validation.dataset or dataset_path, local_batch_size, seq_len, steps; -1:\n"
-        "all of it), evaluated as titan train's validation evaluates it. The weights: --checkpoint (a\n"
+        "all of it, its last batch's missing rows padding), evaluated as titan train's validation\n"
+        "evaluates it. The weights: --checkpoint (a\n"
         "native step-N folder or a Hugging Face folder), else the job's newest checkpoint, else the job's\n"
         "starting weights (checkpoint.initial_load_path / initial_load_in_hf, or its seeded init).\n"
         "--json: also write {loss, perplexity, tokens, batches, weights} to FILE. See docs/training.md.\n");

@@ -39,7 +39,10 @@ struct MemoryStats {
 class DeviceServices;
 
 // What a kernel gets besides its arguments: where it runs and on which stream. Kernels that need
-// temporary memory allocate it through `services` (counted like every other byte).
+// temporary memory allocate it through `services` (counted like every other byte). Every context
+// comes from DeviceServices::context(), so its stream is the services' own, on which their copies,
+// fills and converts queue too: a kernel may mix both (a context on another stream would need
+// events between them).
 struct KernelContext {
   Device device = Device::CPU;
   void* stream = nullptr;  // cudaStream_t on CUDA; null on CPU and meta

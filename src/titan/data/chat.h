@@ -56,9 +56,11 @@ std::string python_json_dumps(const nlohmann::ordered_json& value);
 // The rendered text: the pieces' concatenation.
 std::string chat_text(const std::vector<ChatPiece>& pieces);
 
-// Refuses a tokenizer whose tokenizer_config.json carries a chat template other than Qwen3's (the one
-// render_qwen3_chat reproduces): a model would be fine-tuned, or asked, in a format it does not know.
-// A tokenizer without a chat template is accepted (Qwen3's is what titan renders).
+// Refuses a tokenizer whose chat template is other than Qwen3's (the one render_qwen3_chat
+// reproduces): a model would be fine-tuned, or asked, in a format it does not know. The template is
+// chat_template.jinja beside tokenizer.json where there is one (as transformers reads it), else
+// tokenizer_config.json's chat_template; a tokenizer without one is accepted (Qwen3's is what titan
+// renders).
 void check_qwen3_chat_template(const Tokenizer& tokenizer);
 
 // The conversation's tokens (the ids tokenizer.encode gives the whole rendered text) and, per

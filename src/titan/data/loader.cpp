@@ -169,7 +169,14 @@ class Packer {
       const bool filled = config_.chat_field.empty() ? fill_window(row, b)
                           : best_fit()               ? fill_best_fit(row, b)
                                                      : fill_conversations(row, b);
-      if (!filled) return Batch{};
+      if (!filled) {
+        if (row == 0 || !config_.pad_last_batch) return Batch{};
+        for (int64_t rest = row; rest < B; ++rest) {
+          if (rest > row) b.document_starts.push_back(rest * S);  // (row's is in already)
+          pad_row(rest, 0, b);
+        }
+        break;
+      }
     }
     b.batch_size = B;
     b.seq_len = S;
@@ -273,11 +280,12 @@ class Packer {
     return placed;
   }
 
-  // Pads row `row` after its first `used` tokens (the padding a document span of its own).
+  // Pads row `row` after its first `used` tokens (the padding a document span of its own; the row's
+  // whole span when it holds nothing).
   void pad_row(int64_t row, int64_t used, Batch& b) {
     const int64_t S = config_.seq_len;
     if (used < S) {
-      b.document_starts.push_back(row * S + used);
+      if (used > 0) b.document_starts.push_back(row * S + used);
       b.lengths[size_t(row)] = used;
     }
     std::fill(&b.inputs[row * S] + used, &b.inputs[row * S] + S, int64_t(pad_));

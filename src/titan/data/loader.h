@@ -42,6 +42,11 @@ struct LoaderConfig {
   int32_t eos_id = -1;   // document separator; -1: tokenizer.document_separator_id()
   int prefetch = 4;      // batches the background thread keeps ready
   bool infinite = true;  // at the end of the data start the next epoch; else next() returns an empty batch
+  // Finite data (a held-out set): the batch the data ends in is returned, the rows it could not
+  // begin filled with padding (no targets, length 0), so that one pass scores every row the data
+  // fills; else that batch is dropped, as training drops it. (A text row the data cannot fill to
+  // seq_len + 1 tokens is not begun either way.)
+  bool pad_last_batch = false;
 };
 
 struct Batch {

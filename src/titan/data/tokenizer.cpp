@@ -679,7 +679,8 @@ std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& 
   namespace fs = std::filesystem;
   const fs::path file = tokenizer_json(path);
   std::vector<fs::path> files;
-  for (const fs::path& f : {file, file.parent_path() / "tokenizer_config.json"})
+  for (const fs::path& f :
+       {file, file.parent_path() / "tokenizer_config.json", file.parent_path() / kChatTemplateFile})
     if (!path.empty() && fs::is_regular_file(f)) files.push_back(f);
   return files;
 }
@@ -798,6 +799,9 @@ std::string Tokenizer::normalize(std::string_view text) const {
 int32_t Tokenizer::eos_id() const { return impl_->eos; }
 const std::filesystem::path& Tokenizer::config_path() const {
   return impl_->config_path;
+}
+const std::filesystem::path& Tokenizer::source() const {
+  return impl_->source;
 }
 int32_t Tokenizer::bos_id() const { return impl_->bos; }
 int32_t Tokenizer::pad_id() const { return impl_->pad; }

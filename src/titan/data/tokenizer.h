@@ -26,9 +26,13 @@ struct AddedToken {
 // file itself.
 std::filesystem::path tokenizer_json(const std::filesystem::path& path);
 
+// transformers' file of the chat template beside tokenizer.json (read before tokenizer_config.json's
+// chat_template where both are).
+inline constexpr const char* kChatTemplateFile = "chat_template.jinja";
+
 // The files of the tokenizer at `path` (as Tokenizer::load takes it: a folder, or its tokenizer.json):
-// the tokenizer file and the tokenizer_config.json beside it, those that exist. What an export ships
-// and what the ranks of a job compare.
+// the tokenizer file and the tokenizer_config.json and chat_template.jinja beside it, those that
+// exist. What an export ships and what the ranks of a job compare.
 std::vector<std::filesystem::path> tokenizer_files(const std::filesystem::path& path);
 
 class Tokenizer {
@@ -73,6 +77,8 @@ class Tokenizer {
   bool add_eos_token() const;
   // The tokenizer_config.json read beside tokenizer.json; empty when there was none.
   const std::filesystem::path& config_path() const;
+  // The tokenizer.json this was loaded from.
+  const std::filesystem::path& source() const;
 
   int32_t vocab_size() const;  // largest id + 1, added tokens included
   bool has_id(int32_t id) const;  // an id decode() accepts (a vocabulary or added token)

@@ -18,7 +18,12 @@ ActivationGrads::ActivationGrads(const Tensor& x, bool has_bf16_kernel)
       kernel_(native_ ? DType::BF16 : grad_dtype(x.dtype())) {}
 
 Tensor ActivationGrads::upstream(const Tensor& g) const {
-  return g.dtype() == kernel_ ? g.contiguous() : g.to(kernel_);
+  // A bf16 output's gradient is bf16 under the setting (as torch's autograd holds a bf16 tensor's
+  // gradient): one that arrives in f32 (from an op that writes f32 gradients: the loss, the MoE
+  // experts) is rounded first on every path, the f32-gradient kernel's included, so that a device
+  // whose kernel reads bf16 and one whose kernel reads f32 start from the same values.
+  const Tensor held = bf16_ && g.dtype() != DType::BF16 ? g.to(DType::BF16) : g;
+  return held.dtype() == kernel_ ? held.contiguous() : held.to(kernel_);
 }
 
 Tensor ActivationGrads::returned(const Tensor& dx) const {

@@ -18,7 +18,8 @@ class ActivationGrads {
   bool bf16() const { return bf16_; }             // what autograd::record's takes_bf16_grads says
   bool native() const { return native_; }         // the kernel's bf16-gradient backward runs
   DType kernel_dtype() const { return kernel_; }  // what the kernel reads dy in and writes dx in
-  // The upstream gradient as the kernel reads it (converted when it came in the other dtype).
+  // The upstream gradient as the kernel reads it (converted when it came in the other dtype; with
+  // the setting on, an f32 one rounded to bf16 first, whichever dtype the kernel reads).
   Tensor upstream(const Tensor& g) const;
   // A gradient the kernel wrote, as the op returns it (rounded to bf16 once when not native).
   Tensor returned(const Tensor& dx) const;

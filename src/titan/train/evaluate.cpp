@@ -76,6 +76,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   JobConfig shown = cfg;
   shown.notes = notes_for_eval(cfg.notes);
   start_up_report(shown, job, plan, tokenizer, "titan eval");
+  say("eval: %s", validator.describe_data().c_str());  // the held-out data (the data line is training's)
   // No gradients and no optimizer moments: the weights' memory alone (a 4B model's eval needs its
   // 16 GB of f32 weights, where its training state needs 64 GB).
   TrainState state(cfg, job, tokenizer, plan, qwen3::Purpose::Inference);

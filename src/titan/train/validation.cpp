@@ -53,7 +53,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
       cfg.training.chat_field.empty() || !v.dataset_path.empty(), "validation.dataset = \"", v.dataset,
       "\" is text, but training.chat_field = \"", cfg.training.chat_field,
       "\" trains on conversations: set validation.dataset_path to held-out conversations (read with the "
-      "same chat_field), or validation.enable = false");
+      "same chat_field); or, for titan train, validation.enable = false");
   loader_config_.paths = {resolve_held_out(v)};
   check_run_writes_outside(cfg, loader_config_.paths[0], key);
   loader_config_.text_field = cfg.training.text_field;
@@ -66,6 +66,9 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   rank_rows_ = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
   loader_config_.local_batch_size = rank_rows_ * plan.dp_size();
   loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
+  // ... over all of it: the batch it ends in is scored too (its missing rows padding), so that the
+  // loss of a small set does not depend on the batch size.
+  loader_config_.pad_last_batch = true;
 
   // A held-out loss on documents the model trains on measures memorisation, not generalisation.
   std::vector<fs::path> held_out;
@@ -75,7 +78,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
     TITAN_FAIL(key, ": ", e.what());
   }
   TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
-  // One batch at least, found before any step rather than at the first evaluation (step 1, after
+  // One row at least, found before any step rather than at the first evaluation (step 1, after
   // the model is built), under the key that named the data.
   try {
     TITAN_CHECK(!data::TokenLoader(loader_config_, tokenizer).next().empty(), "'",
@@ -123,7 +126,8 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     qwen3::LossOutput out =
         model.forward_loss(my_rows(batch.inputs).to(model.device()), my_rows(batch.labels).to(model.device()),
                            1, 1, row_contents(batch, plan_.dp_rank() * B, B, block_causal_));
-    ce_sum += out.ce_loss.item() * double(out.num_targets);
+    if (out.num_targets > 0)
+      ce_sum += out.ce_loss.item() * double(out.num_targets);  // (padding rows only: none)
     tokens += out.num_targets;
   }
   TITAN_CHECK(batches > 0, "validation: '", loader_config_.paths[0].string(), "' holds ", too_little());
@@ -150,24 +154,23 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
 }
 
 std::string Validator::too_little() const {
-  const std::string batch =
-      std::to_string(loader_config_.local_batch_size) + " x " + std::to_string(loader_config_.seq_len);
-  return loader_config_.chat_field.empty() ? "fewer tokens than one batch of " + batch + " (+1)"
-         : loader_config_.pack_conversations
-             ? "too few conversations to begin every row of one batch of " + batch + " (packed)"
-             : "fewer conversations than one batch of " + batch + " (one per row)";
+  return loader_config_.chat_field.empty()
+             ? "fewer tokens than one row of seq_len " + std::to_string(loader_config_.seq_len) + " (+1)"
+             : "no conversation to begin a row";
 }
 
-std::string Validator::describe() const {
+std::string Validator::describe_data() const {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "validation: at step 1 and every %s, %s of %ld x %ld tokens per rank (global %ld x %ld) "
-                "from %s",
-                freq_ == 1 ? "step" : counted(freq_, "step").c_str(),
+  std::snprintf(buf, sizeof buf, "%s of %ld x %ld tokens per rank (global %ld x %ld) from %s",
                 steps_ == -1 ? "all batches" : counted(steps_, "batch", "batches").c_str(), long(rank_rows_),
                 long(loader_config_.seq_len), long(loader_config_.local_batch_size),
                 long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
   return buf;
+}
+
+std::string Validator::describe() const {
+  return "validation: at step 1 and every " + (freq_ == 1 ? std::string("step") : counted(freq_, "step")) +
+         ", " + describe_data();
 }
 
 }  // namespace titan::train

@@ -44,14 +44,17 @@ class Validator {
 
   bool due(int64_t step) const { return step == 1 || step % freq_ == 0; }
   // Evaluates `model` on the held-out batches (no gradients, no change to the model).
-  // `sharding` gathers the whole model for the evaluation and releases it after.
+  // Under FSDP `sharding`'s hooks gather each block as a training forward does, and what the forward
+  // leaves gathered is released after (ShardedBlocks::end_forward_only).
   ValidationResult run(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding) const;
   // "validation: at step 1 and every 10 steps, 2 batches of 2 x 512 tokens per rank (global 4 x 512)
   // from <path>" (start-up log).
   std::string describe() const;
+  // What it evaluates: "all batches of 2 x 64 tokens per rank (global 4 x 64) from PATH".
+  std::string describe_data() const;
 
  private:
-  std::string too_little() const;  // what a held-out set too small for one batch lacks
+  std::string too_little() const;  // what a held-out set too small for one row lacks
 
   data::LoaderConfig loader_config_;  // the global batches
   int64_t rank_rows_;                 // this rank's rows of each: validation.local_batch_size

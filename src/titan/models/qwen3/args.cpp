@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -481,6 +482,14 @@ ModelArgs args_from_hf_config(const nlohmann::json& c, const std::string& src) {
 }
 
 ModelArgs args_from_hf_config_file(const std::string& path) {
+  // A native checkpoint where a Hugging Face folder is expected (titan generate --model-path, titan
+  // verify-export, ...): named as such, not as a missing config.json.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  TITAN_CHECK(std::filesystem::exists(path) || !std::filesystem::exists(folder / "manifest.json"), "'",
+              folder.string(),
+              "' is a native titan checkpoint (manifest.json, no config.json), not a Hugging Face folder: "
+              "titan export writes one from it (commands that read native checkpoints take it as "
+              "--checkpoint)");
   return args_from_hf_config(io::parse_json_text(io::read_regular_file(path, "model config"), path), path);
 }
 

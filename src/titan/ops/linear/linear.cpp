@@ -18,7 +18,9 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in) {
   TITAN_CHECK(x_in.dtype() == w_in.dtype(), "linear: dtypes differ: x ", x_in.str(), ", w ", w_in.str());
   check_same_device("linear", {{"x", &x_in}, {"w", &w_in}});
   Tensor x = x_in.contiguous().detach(), w = w_in.contiguous().detach();
-  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / (K ? K : 1);
+  // M from the leading dimensions (not numel / K: with K = 0 the rows are still there, and y is
+  // their zeros).
+  const int64_t K = w.size(1), N = w.size(0), M = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Shape out_shape = x.shape();
   out_shape.back() = N;
   const auto& kernel = kernels::kernel_for<LinearKernel>("linear", x.device(), x.dtype());

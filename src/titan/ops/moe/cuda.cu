@@ -1311,12 +1311,14 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
   // swiglu backward weighs it into gu = [dg | du] [n, 2F].
   std::unique_ptr<Scratch> gu;
   if (need_gu) gu = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(n * 2 * d.F));
-  // dy rounded to T once (f32 models read it as it is): the operand of dh's GEMM and of dyw.
+  // dy rounded to T once (f32 models read it as it is): the operand of dh's GEMM and of dyw, freed
+  // before dx's rows (as the meta device plans it). (The services' convert queues on their stream,
+  // which is every context's: KernelContext.)
   std::unique_ptr<Scratch> dy_rounded;
   const T* dy_t = nullptr;
   if constexpr (std::is_same_v<T, float>) {
     dy_t = dy;
-  } else {
+  } else if (dweights || need_gu || dwd) {
     dy_rounded = std::make_unique<Scratch>(ctx, sizeof(T) * size_t(d.T * d.D));
     ctx.services->convert(dy_rounded->as<T>(), DType::BF16, dy, DType::F32, d.T * d.D);
     dy_t = dy_rounded->as<T>();
@@ -1344,6 +1346,7 @@ void experts_bwd(const KernelContext& ctx, const MoeExpertDims& d, MoeGemm algo,
     weight_grad<T>(ctx, d, algo, d.D, d.F, dyw.as<T>(), d.D, h->as<T>(), d.F, nullptr, routing, dwd,
                    add_dweights);
   }
+  dy_rounded.reset();
   if (!need_gu) return;
   const T* dg = gu->as<T>();
   const T* du = dg + d.F;

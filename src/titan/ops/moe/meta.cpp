@@ -53,10 +53,10 @@ void experts_forward_meta(const KernelContext& ctx, const MoeDims& d, const void
   const Scratch o(ctx, element * n * size_t(d.D)), h(ctx, element * n * size_t(d.F));
 }
 
-// Backward: the routing and h again; the gate | up gradients [T*k, 2F] in the dtype; while they and
-// the routing weights' gradient are computed, dy rounded to bf16 [T, D] (a bf16 model's) and the f32
-// dh [T*k, F]; then the weighted dy [T*k, D] in the dtype while the down projection's gradient is
-// computed, and the f32 rows of dx [T*k, D].
+// Backward: the routing and h again (for the routing weights' or the down projection's gradient);
+// the gate | up gradients [T*k, 2F] in the dtype; dy rounded to bf16 [T, D] (a bf16 model's) while
+// the f32 dh [T*k, F] and then the weighted dy [T*k, D] in the dtype are computed; then the f32 rows
+// of dx [T*k, D].
 template <DType kDType>
 void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const void*, const void*,
                            const int64_t*, const void*, const void*, const void*, const void*, const void*,
@@ -66,17 +66,20 @@ void experts_backward_meta(const KernelContext& ctx, const MoeDims& d, const voi
   const size_t n = size_t(d.T * d.k), element = dtype_size(kDType), D = size_t(d.D), F = size_t(d.F);
   const bool need_gu = dx || dwg || dwu;
   const CudaRouting routing(ctx, d);
-  const Scratch h(ctx, element * n * F);
+  std::unique_ptr<Scratch> h;
+  if (dweights || dwd) h = std::make_unique<Scratch>(ctx, element * n * F);
   std::unique_ptr<Scratch> gate_up_grads;
   if (need_gu) gate_up_grads = std::make_unique<Scratch>(ctx, element * n * 2 * F);
+  std::unique_ptr<Scratch> dy_rounded;
+  if (kDType == DType::BF16 && (dweights || need_gu || dwd))
+    dy_rounded = std::make_unique<Scratch>(ctx, element * size_t(d.T) * D);
   if (dweights || need_gu) {
-    std::unique_ptr<Scratch> dy_rounded;
-    if (kDType == DType::BF16) dy_rounded = std::make_unique<Scratch>(ctx, element * size_t(d.T) * D);
     const Scratch dh(ctx, sizeof(float) * n * F);
   }
   if (dwd) {
     const Scratch dy_weighted(ctx, element * n * D);
   }
+  dy_rounded.reset();
   if (dx) {
     const Scratch dx_rows(ctx, sizeof(float) * n * D);
   }
