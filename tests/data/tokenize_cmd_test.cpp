@@ -178,6 +178,18 @@ TEST(TokenizeCommand, ReadsBrokenTextAsTrainingDoes) {
             "<|im_start|>user\nHi" + replacement +
                 "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nYo" + replacement +
                 "<|im_end|>\n");
+  // A conversation training rejects as not text (Latin-1 bytes: more than 10% U+FFFD) is refused
+  // here too, naming its line, where it used to be shown as if a run would train on it.
+  write_file(dir / "latin1.jsonl",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"\xE9t\xE9 \xE0 \xE9\xE8\xEA\xE0\xF9\"}, "
+             "{\"role\": \"assistant\", \"content\": \"\xE7a \xEE\xF4 \xE9\xE8\xEA\xE0\xF9\"}]}\n");
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "latin1.jsonl").string() + " --output " + (dir / "latin1.out").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("latin1.jsonl\" line 1: the conversation is "), std::string::npos) << out;
+  EXPECT_NE(out.find("characters U+FFFD (invalid UTF-8) or control characters"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "latin1.out"));
 }
 
 // Tool arguments and tool signatures nested 100,000 levels deep (JSON parses iteratively; writing

@@ -15,6 +15,7 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/chat.h"
+#include "titan/data/text_guard.h"
 #include "titan/data/tokenizer.h"
 #include "titan/data/utf8.h"
 #include "titan/io/atomic_file.h"
@@ -125,8 +126,12 @@ int run(int argc, char** argv) {
       } catch (const titan::Error& e) {
         TITAN_FAIL("tokenize --chat: ", input, " ", where, ": field '", chat_field, "': ", e.what());
       }
-      const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
       const std::string text = titan::data::chat_text(pieces);
+      // Training's rule on what is text (data/text_guard.h), on the same rendered text.
+      const std::string not_text = titan::data::not_text_reason(text);
+      TITAN_CHECK(not_text.empty(), "tokenize --chat: ", input, " ", where, ": the conversation is ",
+                  not_text, " by titan train");
+      const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
       std::string trained_text;
       for (size_t k = 0; k < t.ids.size(); ++k)
         if (t.trained[k]) trained_text += tokenizer.token_bytes(t.ids[k]);

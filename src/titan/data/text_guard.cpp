@@ -20,13 +20,18 @@ uint64_t garbage_characters(std::string_view text, uint64_t* characters) {
   return bad;
 }
 
-void check_document_is_text(std::string_view text, const std::filesystem::path& file, uint64_t line) {
+std::string not_text_reason(std::string_view text) {
   uint64_t chars = 0;
   const uint64_t bad = garbage_characters(text, &chars);
-  TITAN_CHECK(bad < 4 || bad * 10 <= chars, "dataset: ", file.string(), ":", line,
-              ": the document starting here is ", bad, " of ", chars,
-              " characters U+FFFD (invalid UTF-8) or control characters; more than 10% is not "
-              "text (binary data or a wrong encoding?), so it is rejected");
+  if (bad < 4 || bad * 10 <= chars) return "";
+  return std::to_string(bad) + " of " + std::to_string(chars) +
+         " characters U+FFFD (invalid UTF-8) or control characters; more than 10% is not text (binary "
+         "data or a wrong encoding?), so it is rejected";
+}
+
+void check_document_is_text(std::string_view text, const std::filesystem::path& file, uint64_t line) {
+  const std::string why = not_text_reason(text);
+  TITAN_CHECK(why.empty(), "dataset: ", file.string(), ":", line, ": the document starting here is ", why);
 }
 
 }  // namespace titan::data

@@ -9,6 +9,7 @@
 // Text in a single-byte encoding (Latin-1) with a few accents per line passes: it is repaired.
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace titan::data {
@@ -16,7 +17,12 @@ namespace titan::data {
 // Characters that mark `text` (valid UTF-8) as not text: U+FFFD and disallowed control characters.
 uint64_t garbage_characters(std::string_view text, uint64_t* characters);
 
-// Throws titan::Error "dataset: FILE:LINE: ..." when `text` breaks the rule above.
+// Why `text` breaks the rule above ("10 of 93 characters U+FFFD ... so it is rejected"); "" when it
+// keeps it.
+std::string not_text_reason(std::string_view text);
+
+// Throws titan::Error "dataset: FILE:LINE: the document starting here is ..." when `text` breaks
+// the rule above.
 void check_document_is_text(std::string_view text, const std::filesystem::path& file, uint64_t line);
 
 }  // namespace titan::data
