@@ -2,8 +2,9 @@
 // (train/hf_export.h, the collectives of Checkpointer::export_hf) on real MPI ranks (`mpirun -np 2`
 // and `-np 4`, this program again). Every rank holds its part of the model as a training rank does
 // (its slices of the sharded blocks and of its run of experts, initialised from one seed: each run
-// the one-process model's values of those experts); the blocks are gathered, rank 0 writes while the
-// other ranks of its expert group send their runs, and its folder must be the one-process export of
+// the one-process model's values of those experts); rank 0 writes while the ranks of its shard group
+// gather a block at a time and the other ranks of its expert group send their runs as its writer
+// reaches them (train::export_from_ranks), and its folder must be the one-process export of
 // the unsplit model of the same seed: the same files (safetensors, config.json, checksums), byte for
 // byte. Meshes: FSDP 2 (ep 2), FSDP 4 (ep 4, and ep 2: a second expert group that sends nothing),
 // HSDP 2 x 2 (ep 2: a second replica that sends nothing); exports in f32 and bf16. And `titan train`
@@ -82,14 +83,12 @@ void check_export(int64_t replicate, int64_t shard, int64_t ep, DType dtype) {
   // Checkpointer::export_hf's collectives.
   const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   const fs::path out = plan.is_logging_rank() ? tt::temp_dir("expert_export_" + name) : fs::path();
-  sharding.gather_all();
-  if (plan.is_logging_rank())
-    qwen3::export_hf_model(model, out / "split", dtype, {}, /*overwrite=*/false,
-                           train::experts_from_expert_group(plan));
-  else
-    train::send_experts_for_export(plan, model);
-  sharding.release_all();
+  train::export_from_ranks(plan, model, sharding, [&](const qwen3::ExportSource& source) {
+    qwen3::export_hf_model(model, out / "split", dtype, {}, /*overwrite=*/false, source);
+  });
   plan.barrier();
+  for (const nn::ParamBlock& b : model.blocks())
+    EXPECT_EQ(b.data_resident(), !b.sharded()) << b.name() << ": every gathered block released";
   if (!plan.is_logging_rank()) return;
 
   qwen3::Qwen3Model one(a, DType::F32);

@@ -2,7 +2,7 @@
 // each run loads its own experts (and the dense weights) from a whole checkpoint, the others' expert
 // tensors being neither read nor unexpected; a missing tensor of its own run is an error naming it;
 // an export, which needs every expert, is refused naming the split without a WholeExperts, and given
-// one writes the whole model's export, asking for each expert parameter once, in expert_params'
+// one writes the whole model's export, asking for each expert parameter once, in export_reads'
 // order. (The split model's forward and backward over real ranks: tests/dist/expert_parallel_test.cpp;
 // its export over real ranks: tests/dist/expert_export_test.cpp.)
 #include <gtest/gtest.h>
@@ -126,16 +126,23 @@ TEST(ExpertSplit, AnExportGivenEveryRunIsTheWholeModelsExport) {
   qwen3::export_hf_model(*whole, out / "whole", DType::BF16);
   qwen3::Qwen3Model split(a, DType::F32, Device::CPU, {}, qwen3::Purpose::Inference, {1, 4});
   qwen3::load_hf_weights(split, dir);
-  std::vector<std::string> asked;
-  const qwen3::WholeExperts every_run = [&](nn::Param& run) {
+  std::vector<std::string> asked, read;  // of whole_experts; of either, as export_reads lists them
+  qwen3::ExportSource every_run;
+  every_run.whole_experts = [&](nn::Param& run) {
     asked.push_back(run.name);
+    read.push_back("whole " + run.name);
     return whole->find_param(run.name)->value.detach();  // the runs of every rank, as one tensor
   };
+  every_run.before_read = [&](const nn::Param& p) { read.push_back(p.name); };
   qwen3::export_hf_model(split, out / "split", DType::BF16, {}, false, every_run);
-  std::vector<std::string> expected;
-  for (const nn::Param* p : qwen3::expert_params(split)) expected.push_back(p->name);
+  std::vector<std::string> expected, expected_reads;
+  for (const qwen3::ExportRead& r : qwen3::export_reads(split)) {
+    if (r.whole_experts) expected.push_back(r.param->name);
+    expected_reads.push_back((r.whole_experts ? "whole " : "") + r.param->name);
+  }
   EXPECT_EQ(expected.size(), size_t(3 * a.n_layers));
-  EXPECT_EQ(asked, expected) << "each expert parameter asked for once, in expert_params' order";
+  EXPECT_EQ(asked, expected) << "each expert parameter asked for once, in export_reads' order";
+  EXPECT_EQ(read, expected_reads) << "every read, in export_reads' order";
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(out / "whole")) {
     EXPECT_EQ(file_difference(e.path(), out / "split" / e.path().filename()), "") << e.path().filename();
@@ -146,7 +153,8 @@ TEST(ExpertSplit, AnExportGivenEveryRunIsTheWholeModelsExport) {
       io::HfCheckpoint::open(out / "split").contains("model.layers.1.mlp.experts.7.down_proj.weight"));
 
   // What it is handed must be every run's experts: one run's alone is an error naming the parameter.
-  const qwen3::WholeExperts own_run = [](nn::Param& run) { return run.value.detach(); };
+  qwen3::ExportSource own_run;
+  own_run.whole_experts = [](nn::Param& run) { return run.value.detach(); };
   const std::string m =
       error_of([&] { qwen3::export_hf_model(split, out / "bad", DType::F32, {}, false, own_run); });
   EXPECT_NE(m.find("layers.0.moe.experts.w1 made whole is f32[2, "), std::string::npos) << m;

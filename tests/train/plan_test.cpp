@@ -67,7 +67,7 @@ TEST(Plan, PerRankFiguresAreTheInProcessMetaProfile) {
                                 {"peak per rank        ", p.peak},
                                 {"reserved             ", memory_need(p)}})
       EXPECT_NE(out.find(printed_gib(label, bytes)), std::string::npos) << printed_gib(label, bytes) << "\n" << out;
-    // The final export (last_save_in_hf) and [validation] gather the whole model after the step.
+    // The final export (last_save_in_hf) and [validation] run after the step.
     ASSERT_TRUE(shape.export_gather || shape.validation_batch > 0);
     ASSERT_GT(p.after_step_peak, 0);
     EXPECT_NE(out.find(printed_gib("    after the step: ", p.after_step_peak)), std::string::npos) << out;

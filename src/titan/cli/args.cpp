@@ -199,9 +199,8 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
 
 std::string after_step_peak_line(const train::StepProfile& p, const train::StepShape& shape) {
   if (!p.after_step_peak) return "";
-  const std::string validation = "by the [validation] forward", exporting =
-                                                                    "while the model is gathered whole for "
-                                                                    "the Hugging Face export";
+  const std::string validation = "by the [validation] forward",
+                    exporting = "by the Hugging Face export (a block gathered whole at a time)";
   return "    after the step: " + memory_text(p.after_step_peak) + " held " +
          (shape.validation_batch > 0 && shape.export_gather ? "at most, " + validation + " or " + exporting
           : shape.validation_batch > 0                      ? validation

@@ -75,9 +75,9 @@ int64_t parse_int_option(const std::string& command, const std::string& name, co
 // Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB" (MiB or KiB
 // under 10 MiB: "754.75 KiB").
 std::string memory_text(int64_t bytes);
-// "    after the step: 1.20 GiB held by the [validation] forward\n" (or "while the model is gathered
-// whole for the Hugging Face export", or "at most, " either) when the
-// profiled step is followed by a validation pass or an export, else "" (titan info and titan plan).
+// "    after the step: 1.20 GiB held by the [validation] forward\n" (or "by the Hugging Face export
+// (a block gathered whole at a time)", or "at most, " either) when the profiled step is followed by
+// a validation pass or an export, else "" (titan info and titan plan).
 std::string after_step_peak_line(const train::StepProfile& p, const train::StepShape& shape);
 
 }  // namespace titan::cli

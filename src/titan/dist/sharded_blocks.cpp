@@ -51,6 +51,7 @@ ShardedBlocks::ShardedBlocks(const ParallelPlan& plan, std::vector<nn::ParamBloc
       experts_of_(blocks.size(), kNone),
       reshard_(reshard),
       reduce_(reduce),
+      pinned_(blocks.size(), false),
       gathers_(blocks.size()) {
   TITAN_CHECK(roles_.size() == blocks_.size(), "sharded blocks: ", roles_.size(), " block roles for ",
               blocks_.size(), " blocks");
@@ -119,7 +120,9 @@ void ShardedBlocks::count(int64_t bytes, int ranks, bool all_reduce) {
   stats_.ring_steps += (all_reduce ? 2 : 1) * (ranks - 1);
 }
 
-bool ShardedBlocks::in_compute_dtype(size_t b) const { return !pinned_ && blocks_[b].has_compute_copy(); }
+bool ShardedBlocks::in_compute_dtype(size_t b) const {
+  return !pinned_[b] && blocks_[b].has_compute_copy();
+}
 
 bool ShardedBlocks::gathered(size_t b) const {
   return in_compute_dtype(b) ? blocks_[b].compute_resident() : blocks_[b].data_resident();
@@ -163,7 +166,7 @@ void ShardedBlocks::ensure_gathered(size_t b) {
 }
 
 void ShardedBlocks::release(size_t b) {
-  if (pinned_) return;
+  if (pinned_[b]) return;
   TITAN_CHECK(!gathers_[b], "sharded blocks: block '", blocks_[b].name(), "' released while its gather is in flight");
   if (in_compute_dtype(b)) blocks_[b].release_compute();
   else blocks_[b].release_data();
@@ -328,19 +331,19 @@ void ShardedBlocks::end_micro_batch() {
   for (auto& B : blocks_) ops::scale_inplace(B.shard_grad(), 1.0 / double(plan_.dp_size()));
 }
 
-void ShardedBlocks::gather_all() {
-  if (!sharded()) return;
-  pinned_ = true;  // from here the gathers fill the f32 parameters, never a compute copy
-  for (size_t b = 0; b < blocks_.size(); ++b)
-    if (!gathers_[b] && !blocks_[b].data_resident()) start_gather(b);
-  for (size_t b = 0; b < blocks_.size(); ++b) ensure_gathered(b);
+void ShardedBlocks::gather_whole(size_t b) {
+  if (!sharded() || !sharded(b)) return;
+  // A gather in flight would be filling the block's compute copy (a prefetch), not its f32 weights.
+  TITAN_CHECK(!gathers_[b], "sharded blocks: block '", blocks_[b].name(),
+              "' gathered whole while a gather of it is in flight");
+  pinned_[b] = true;  // from here its gather fills the f32 parameters, never a compute copy
+  ensure_gathered(b);
 }
 
-void ShardedBlocks::release_all() {
-  if (!sharded()) return;
-  pinned_ = false;
-  for (size_t b = 0; b < blocks_.size(); ++b)
-    if (sharded(b)) blocks_[b].release_data();
+void ShardedBlocks::release_whole(size_t b) {
+  if (!sharded() || !sharded(b)) return;
+  pinned_[b] = false;
+  blocks_[b].release_data();
 }
 
 void ShardedBlocks::end_forward_only() {

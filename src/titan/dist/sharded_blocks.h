@@ -90,10 +90,11 @@ class ShardedBlocks final : public nn::BlockHooks {
   void begin_micro_batch(bool last);
   void end_micro_batch();
 
-  // Every block whole on every rank (the Hugging Face export reading the weights), until
-  // release_all(); the hooks leave pinned blocks alone.
-  void gather_all();
-  void release_all();
+  // Block `b` whole in f32 on this rank (the Hugging Face export reading its weights), until
+  // release_whole(b); the hooks leave it alone meanwhile. A sharded block's gather is a collective
+  // over the ranks holding its slices (they call it alike); a block kept whole needs none.
+  void gather_whole(size_t b);
+  void release_whole(size_t b);
   // After a forward with no backward (validation, titan eval): its hooks gathered each block as a
   // training forward does, one layer (and the next, prefetched) at a time, never the whole model;
   // this releases what such a forward leaves gathered (the embedding and head, and every layer
@@ -136,7 +137,8 @@ class ShardedBlocks final : public nn::BlockHooks {
   std::vector<size_t> experts_of_;  // per block: the block of its layer's experts, or kNone
   Reshard reshard_;
   DType reduce_;
-  bool pinned_ = false, last_micro_batch_ = true;
+  bool last_micro_batch_ = true;
+  std::vector<bool> pinned_;                       // per block: held whole in f32 by gather_whole
   std::vector<std::unique_ptr<Pending>> gathers_;  // per block: its gather in flight, or null
   std::vector<std::unique_ptr<Pending>> reductions_;  // in start order
   CommStats stats_;

@@ -517,36 +517,34 @@ void Checkpointer::commit(PendingSave& p) {
 }
 
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
-  s.sharding.gather_all();
-  if (!plan_.is_logging_rank()) {
-    send_experts_for_export(plan_, s.model);  // to the logging rank, as its export asks for them
-    s.sharding.release_all();
-    return plan_.barrier();
-  }
-  auto t0 = Clock::now();
-  const fs::path out = manager_.hf_export_dir(s.step);
-  // A folder already there (another program's, or an export the run's resume did not expect) is
-  // kept under another name: an export never replaces what it did not write in this run.
-  if (fs::exists(out))
-    say("export: %s exists; set aside as %s", out.c_str(),
-        manager_.set_aside(out, "previous").filename().c_str());
-  if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
-    say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
-  const std::vector<fs::path> tok_files = data::tokenizer_files(job.tokenizer_path);
-  const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
-  {
-    uint64_t total = 0;
-    // A split model lists its own run of experts; the export writes every run's, as many.
-    for (auto& r : qwen3::hf_tensors(s.model))
-      total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype) *
-               uint64_t(r.expert >= 0 ? s.model.expert_split().count : 1);
-    Progress progress("export: writing " + out.string(), total, [&] { return bytes_in_temporaries_of(out); });
-    qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config}, /*overwrite=*/false,
-                           experts_from_expert_group(plan_));
-  }
-  say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
-      config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
-  s.sharding.release_all();
+  // Streamed: the logging rank writes while the others gather with it one block at a time (and send
+  // it their runs of experts), never the whole model (train/hf_export.h).
+  export_from_ranks(plan_, s.model, s.sharding, [&](const qwen3::ExportSource& source) {
+    auto t0 = Clock::now();
+    const fs::path out = manager_.hf_export_dir(s.step);
+    // A folder already there (another program's, or an export the run's resume did not expect) is
+    // kept under another name: an export never replaces what it did not write in this run.
+    if (fs::exists(out))
+      say("export: %s exists; set aside as %s", out.c_str(),
+          manager_.set_aside(out, "previous").filename().c_str());
+    if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
+      say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
+    const std::vector<fs::path> tok_files = data::tokenizer_files(job.tokenizer_path);
+    const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
+    {
+      uint64_t total = 0;
+      // A split model lists its own run of experts; the export writes every run's, as many.
+      for (auto& r : qwen3::hf_tensors(s.model))
+        total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype) *
+                 uint64_t(r.expert >= 0 ? s.model.expert_split().count : 1);
+      Progress progress("export: writing " + out.string(), total,
+                        [&] { return bytes_in_temporaries_of(out); });
+      qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config},
+                             /*overwrite=*/false, source);
+    }
+    say("export: wrote Hugging Face checkpoint %s (%s) in %.1f s", out.string().c_str(),
+        config_.checkpoint.export_dtype.c_str(), seconds_since(t0));
+  });
   plan_.barrier();
 }
 

@@ -17,6 +17,7 @@
 #include "titan/dist/parallel_plan.h"
 #include "titan/dist/sharded_blocks.h"
 #include "titan/models/qwen3/size_check.h"
+#include "titan/train/hf_export.h"
 #include "titan/train/job_config.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/startup.h"
@@ -139,8 +140,9 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     p.comm.seconds += double(copies) * middle_comm.seconds;
     p.flops = dev.flops() + double(copies) * middle_flops;
     // What runs after a step with the state still held: the held-out forward (Validator::run, its
-    // blocks gathered by the hooks as the step's forward gathers them) and the final export (every
-    // block gathered whole: under FSDP the f32 model beside the slices).
+    // blocks gathered by the hooks as the step's forward gathers them) and the final export, rank
+    // 0's part of it (train/hf_export.h): under FSDP one block at a time gathered whole in f32 beside
+    // the slices, in the writer's order, and a MoE layer's whole experts where they are split.
     const int64_t step_peak = dev.stats().peak_bytes - base;
     if (shape.validation_batch > 0 || shape.export_gather) {
       dev.reset_peak();  // the phases' own peak; the step's is kept above
@@ -151,10 +153,7 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
         model.forward_loss(held_out, held_out);
         sharding.end_forward_only();
       }
-      if (shape.export_gather) {
-        sharding.gather_all();
-        sharding.release_all();
-      }
+      if (shape.export_gather) rehearse_export(plan, model, sharding, shape.device == Device::CPU);
       p.after_step_peak = dev.stats().peak_bytes - base;
     }
     p.peak = std::max(step_peak, p.after_step_peak);

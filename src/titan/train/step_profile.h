@@ -43,8 +43,9 @@ struct StepShape {
   // at validation_batch x validation_seq, its blocks gathered as the step's forward gathers them
   // (Validator::run); 0: none.
   int64_t validation_batch = 0, validation_seq = 0;
-  // checkpoint.last_save_in_hf: the final Hugging Face export gathers every block whole on every
-  // rank beside the training state (Checkpointer::export_hf).
+  // checkpoint.last_save_in_hf: the final Hugging Face export beside the training state
+  // (Checkpointer::export_hf): rank 0 writes it with one block at a time gathered whole, and a MoE
+  // layer's whole experts where they are split over ranks (train/hf_export.h).
   bool export_gather = false;
 };
 
@@ -65,7 +66,7 @@ struct StepProfile {
   int64_t other = 0;      // expert bias and other persistent state
   // The most held at once during the step (and the validation pass and the export's gather that
   // follow it, when the shape has them), and the part of it above the persistent state: activations
-  // saved for backward, gradients in flight, kernel scratch, the whole model gathered for the export.
+  // saved for backward, gradients in flight, kernel scratch, the block the export has gathered.
   int64_t peak = 0;
   // Of that: the most held during the validation forward or the export's gather (0: neither runs).
   int64_t after_step_peak = 0;

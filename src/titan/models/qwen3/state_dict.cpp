@@ -100,11 +100,49 @@ std::vector<HfTensorRef> hf_tensors(Qwen3Model& m) {
   return out;
 }
 
-std::vector<nn::Param*> expert_params(Qwen3Model& m) {
-  std::vector<nn::Param*> out;
-  for (int64_t i = 0; i < m.args().n_layers; ++i)
-    if (m.args().is_moe_layer(i))
-      for (const auto& weight : kExpertWeights) out.push_back(expert_param(m, i, weight.second));
+namespace {
+
+// A tensor of the export, in checkpoint order, and the reads its writer makes on reaching it.
+struct ExportTensor {
+  // A split expert's: the run's parameter, `expert` the expert's index among all of the layer's.
+  HfTensorRef ref;
+  int weight = -1;  // a split expert's weight (kExpertWeights), written from its layer's whole experts
+  std::vector<ExportRead> reads;
+};
+
+std::vector<ExportTensor> export_tensors(Qwen3Model& m) {
+  std::vector<ExportTensor> out;
+  walk_hf_keys(
+      m,
+      [&](const HfTensorRef& r) {
+        out.push_back({r, -1, {{r.param}}});
+      },
+      [&](int64_t layer) {
+        if (m.expert_split().count == 1) {
+          for (HfTensorRef& r : run_refs(m, layer)) out.push_back({r, -1, {{r.param}}});
+          return;
+        }
+        for (int64_t e = 0; e < m.args().num_experts; ++e)
+          for (size_t w = 0; w < kExpertWeights.size(); ++w) {
+            nn::Param* run = expert_param(m, layer, kExpertWeights[w].second);
+            ExportTensor t{{expert_key(layer, e, kExpertWeights[w].first), run, e,
+                            Shape(run->shape.begin() + 1, run->shape.end())},
+                           int(w),
+                           {}};
+            if (e == 0 && w == 0)  // the layer's first expert brings them all
+              for (const auto& weight : kExpertWeights)
+                t.reads.push_back({expert_param(m, layer, weight.second), true});
+            out.push_back(std::move(t));
+          }
+      });
+  return out;
+}
+
+}  // namespace
+
+std::vector<ExportRead> export_reads(Qwen3Model& m) {
+  std::vector<ExportRead> out;
+  for (const ExportTensor& t : export_tensors(m)) out.insert(out.end(), t.reads.begin(), t.reads.end());
   return out;
 }
 
@@ -234,56 +272,43 @@ std::string expert_bias_export_warning(double largest) {
 }
 
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const ExportFiles& files, bool overwrite, const WholeExperts& whole_experts) {
+                     const ExportFiles& files, bool overwrite, const ExportSource& source) {
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "export: dtype must be float32 or bfloat16, got ",
               dtype_name(dtype));
   const ExpertSplit split = model.expert_split();
-  TITAN_CHECK(split.count == 1 || whole_experts, "export: this model holds run ", split.index,
+  TITAN_CHECK(split.count == 1 || source.whole_experts, "export: this model holds run ", split.index,
               " of its experts split over ", split.count,
               " ranks; a Hugging Face checkpoint needs every expert, and no WholeExperts was given to "
               "bring the other runs");
-  std::vector<Tensor> keep;  // contiguous sources outlive the write
-  std::vector<io::TensorWrite> writes;
-  auto add = [&](const HfTensorRef& r) {
-    Tensor v = r.value();  // expert slices of [E, F, D] are contiguous
-    if (v.device() != Device::CPU) v = v.to(Device::CPU);  // the writer reads host memory
-    keep.push_back(v);
-    writes.push_back({r.key, dtype, r.shape, v.raw_data(), DType::F32});
-  };
-  // A split model's experts of the layer being written, whole (w1, w3, w2 on the host): asked for
-  // when the writer reaches the layer's first expert, dropped when it reaches the next layer's.
-  int64_t whole_layer = -1;
+  const std::vector<ExportTensor> tensors = export_tensors(model);
+  // What the writer reads now: the tensor it has reached (on the host: a copy of a GPU model's), and
+  // a split model's experts of the layer it has reached, whole (w1, w3, w2 on the host).
+  Tensor current;
   std::array<Tensor, 3> whole;
-  auto bring_layer = [&](int64_t layer) {
-    whole = {};  // before the next layer's arrive
-    for (size_t w = 0; w < kExpertWeights.size(); ++w) {
-      nn::Param* run = expert_param(model, layer, kExpertWeights[w].second);
-      Shape want = run->shape;
-      want[0] = model.args().num_experts;
-      Tensor t = whole_experts(*run);
-      TITAN_CHECK(t.defined() && t.shape() == want && t.dtype() == DType::F32 && t.is_contiguous(),
-                  "export: ", run->name, " made whole is ", t.str(), ", expected contiguous f32",
-                  shape_str(want), ": every run's experts, in run order");
-      whole[w] = t.device() == Device::CPU ? t : t.to(Device::CPU);
-    }
-    whole_layer = layer;
-  };
-  walk_hf_keys(model, add, [&](int64_t layer) {
-    if (split.count == 1) {
-      for (const HfTensorRef& r : run_refs(model, layer)) add(r);
-      return;
-    }
-    for (int64_t e = 0; e < model.args().num_experts; ++e)
-      for (size_t w = 0; w < kExpertWeights.size(); ++w) {
-        const nn::Param* run = expert_param(model, layer, kExpertWeights[w].second);
-        writes.push_back({expert_key(layer, e, kExpertWeights[w].first), dtype,
-                          Shape(run->shape.begin() + 1, run->shape.end()), nullptr, DType::F32,
-                          [&bring_layer, &whole_layer, &whole, layer, e, w]() -> const void* {
-                            if (whole_layer != layer) bring_layer(layer);
-                            return whole[w].narrow(0, e, 1).raw_data();
-                          }});
+  auto fetch = [&](const ExportTensor& t) -> const void* {
+    for (size_t i = 0; i < t.reads.size(); ++i) {
+      nn::Param& p = *t.reads[i].param;
+      if (!t.reads[i].whole_experts) {
+        if (source.before_read) source.before_read(p);
+        continue;
       }
-  });
+      if (i == 0) whole = {};  // before the next layer's arrive
+      Shape want = p.shape;
+      want[0] = model.args().num_experts;
+      Tensor all = source.whole_experts(p);
+      TITAN_CHECK(all.defined() && all.shape() == want && all.dtype() == DType::F32 && all.is_contiguous(),
+                  "export: ", p.name, " made whole is ", all.str(), ", expected contiguous f32",
+                  shape_str(want), ": every run's experts, in run order");
+      whole[i] = all.device() == Device::CPU ? all : all.to(Device::CPU);
+    }
+    if (t.weight >= 0) return whole[size_t(t.weight)].narrow(0, t.ref.expert, 1).raw_data();
+    current = t.ref.value();  // expert slices of [E, F, D] are contiguous
+    if (current.device() != Device::CPU) current = current.to(Device::CPU);  // the writer reads host memory
+    return current.raw_data();
+  };
+  std::vector<io::TensorWrite> writes;
+  for (const ExportTensor& t : tensors)
+    writes.push_back({t.ref.key, dtype, t.ref.shape, nullptr, DType::F32, [&fetch, &t] { return fetch(t); }});
   io::HfWriteOptions opts;
   opts.extra_files["config.json"] =
       hf_config_from_args(model.args(), dtype == DType::F32 ? "float32" : "bfloat16").dump(2) + "\n";

@@ -59,18 +59,37 @@ struct ExportFiles {
 // trainer's: train/hf_export.h).
 using WholeExperts = std::function<Tensor(nn::Param& run)>;
 
-// The expert parameters of a model in the order an export of it split over ranks asks WholeExperts
-// for them, each once: w1, w3, w2 of each MoE layer, layers ascending.
-std::vector<nn::Param*> expert_params(Qwen3Model& model);
+// How an export reads a model held in parts (the trainer's data-parallel ranks: train/hf_export.h),
+// in the order export_reads lists. `before_read` is told of each parameter as the writer reaches a
+// tensor of it, before its values are read: its block must hold them whole until the next call.
+// `whole_experts` (needed by a model whose experts are split over ranks) is asked for each run of
+// experts as the writer reaches its layer's first expert.
+struct ExportSource {
+  std::function<void(const nn::Param&)> before_read;
+  WholeExperts whole_experts;
+};
+
+// One read of an export: a parameter as the writer reaches one of its tensors (an expert's slice of
+// a stacked weight is a read of the whole parameter), or a run of split experts asked of
+// ExportSource::whole_experts.
+struct ExportRead {
+  nn::Param* param;
+  bool whole_experts = false;
+};
+
+// Every read of an export of `model` in the order it makes them (export_hf_model's ExportSource
+// calls): the tensors in checkpoint order, and at a split MoE layer's first expert the runs of w1,
+// w3 and w2 made whole (once per layer: the writer keeps them for the layer's other experts).
+std::vector<ExportRead> export_reads(Qwen3Model& model);
 
 // Writes DIR with config.json and model.safetensors (sharded above max_shard_bytes) in dtype
-// F32 or BF16, plus `files`. Atomic: DIR appears complete or not at all. A model whose experts are
-// split over ranks (ExpertSplit) writes every expert, the file an unsplit model with the same weights
-// writes, through `whole_experts` (an error without it): it asks for a MoE layer's experts as the
-// writing reaches the layer and drops them after it, so the export holds one layer's whole experts
-// at a time beyond the model.
+// F32 or BF16, plus `files`. Atomic: DIR appears complete or not at all. The writer reads each
+// tensor as it reaches it (a model on a GPU: one tensor's host copy at a time), telling `source`.
+// A model whose experts are split over ranks (ExpertSplit) writes every expert, the file an unsplit
+// model with the same weights writes, through `source.whole_experts` (an error without it): it asks
+// for a MoE layer's experts as the writing reaches the layer and drops them when the next layer's
+// are asked for, so the export holds one layer's whole experts at a time beyond the model.
 void export_hf_model(Qwen3Model& model, const std::filesystem::path& dir, DType dtype,
-                     const ExportFiles& files = {}, bool overwrite = false,
-                     const WholeExperts& whole_experts = {});
+                     const ExportFiles& files = {}, bool overwrite = false, const ExportSource& source = {});
 
 }  // namespace titan::qwen3
