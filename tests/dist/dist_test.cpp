@@ -259,6 +259,31 @@ TEST(DataParallel, TheHeldOutLossDoesNotDependOnTheNumberOfRanks) {
   }
 }
 
+// The held-out set's last batch is scored with its missing rows as padding (pad_last_batch): 8
+// held-out conversations in global batches of 6 rows leave the second batch 2 conversations and 4
+// padding rows, so rank 1 of 2 holds padding only there; it still runs the forward (its gathers are
+// collectives) and adds nothing, and the loss is one process's over the same batches.
+TEST(DataParallel, ARankWhoseHeldOutRowsAreAllPaddingValidatesWithTheOthers) {
+  const Overrides v = {
+      {"training.dataset_path", tt::write_conversations("dist_val_pad_train").string()},
+      {"training.chat_field", "messages"},
+      {"training.steps", "2"},
+      {"checkpoint.enable", "false"},
+      {"validation.enable", "true"},
+      {"validation.dataset_path", tt::write_conversations("dist_val_pad_held", 100).string()},
+      {"validation.steps", "-1"}};
+  const std::string pid = std::to_string(getpid());
+  const JobRun one =
+      train("dist_val_pad_one_" + pid, 0, 2, tt::joined(v, {{"validation.local_batch_size", "6"}}));
+  const JobRun two =
+      train("dist_val_pad_two_" + pid, 2, 1, tt::joined(v, {{"validation.local_batch_size", "3"}}));
+  ASSERT_TRUE(one.steps.count(1) && two.steps.count(1) && one.steps.at(1).contains("val_loss") &&
+              two.steps.at(1).contains("val_loss"))
+      << "step 1 not validated";
+  const double a = one.steps.at(1)["val_loss"].get<double>(), b = two.steps.at(1)["val_loss"].get<double>();
+  EXPECT_NEAR(a, b, 1e-5 * a);
+}
+
 // Each of the 2 FSDP ranks writes its own shard files, holding its half of every block; the layout
 // in train_state.json says which elements each file holds; the manifest vouches for every file.
 TEST(DataParallel, EachRankWritesItsShardFiles) {

@@ -1,5 +1,6 @@
 #include "titan/train/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -123,9 +124,14 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   for (; steps_ == -1 || batches < steps_; ++batches) {
     data::Batch batch = loader.next();
     if (batch.empty()) break;
-    qwen3::LossOutput out =
-        model.forward_loss(my_rows(batch.inputs).to(model.device()), my_rows(batch.labels).to(model.device()),
-                           1, 1, row_contents(batch, plan_.dp_rank() * B, B, block_causal_));
+    qwen3::RowContents rows = row_contents(batch, plan_.dp_rank() * B, B, block_causal_);
+    // The last batch's rows past the held-out data are padding (pad_last_batch); a rank holding
+    // only such rows still runs the forward (its gathers and the experts' exchanges are collectives),
+    // as rows of whole length whose labels are all ignored: no target, nothing added below.
+    if (std::all_of(rows.lengths.begin(), rows.lengths.end(), [](int64_t n) { return n == 0; }))
+      rows.lengths.clear();
+    qwen3::LossOutput out = model.forward_loss(my_rows(batch.inputs).to(model.device()),
+                                               my_rows(batch.labels).to(model.device()), 1, 1, rows);
     if (out.num_targets > 0)
       ce_sum += out.ce_loss.item() * double(out.num_targets);  // (padding rows only: none)
     tokens += out.num_targets;
