@@ -32,7 +32,7 @@ namespace tt = titan::testing;
 using dist::Communicator;
 
 constexpr int kRanks = 3;
-constexpr int kRankTests = 6;  // the AllToAllRanks tests every rank runs
+constexpr int kRankTests = 7;  // the AllToAllRanks tests every rank runs
 // Set by the parent test for the ranks it starts under mpirun.
 constexpr const char* kRankEnv = "TITAN_ALL_TO_ALL_TEST_RANKS";
 
@@ -290,6 +290,44 @@ TEST(AllToAllRanks, ATimeoutSetOnTheWorldBindsTheGroupsSplitBefore) {
   } else if (pair) {
     std::this_thread::sleep_for(std::chrono::seconds(4));  // far past 0.5 s, even on a loaded host
     group->all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
+  }
+  world.set_timeout(dist::CommTimeout(60));
+  world.barrier();
+}
+
+// A wait on another rank's long file work (a replica waiting while another writes a checkpoint):
+// inside a DiskTimeAllowance the world's bound grows by the bytes' time at 50 MB/s, and is put back
+// after it; a wait that outlasts the allowance names both parts of its bound.
+TEST(AllToAllRanks, ADiskTimeAllowanceWidensTheBoundForItsScope) {
+  REQUIRE_RANK();
+  Communicator& world = rank_world();
+  world.set_timeout(dist::CommTimeout(0.5, "test.timeout_key"));
+  {
+    const dist::DiskTimeAllowance allowance(world, 200'000'000, "write the test file");  // + 4 s
+    EXPECT_EQ(world.timeout().seconds, 4.5);
+    EXPECT_EQ(world.timeout().key, "test.timeout_key + 4 s to write the test file's 200.0 MB at 50 MB/s");
+    // Rank 0 "writes" for 1.5 s, three times the bound without the allowance; the others wait.
+    if (world.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    world.barrier();
+  }
+  EXPECT_EQ(world.timeout().seconds, 0.5);
+  EXPECT_EQ(world.timeout().key, "test.timeout_key");
+  {
+    const dist::DiskTimeAllowance allowance(world, 1'000'000, "write the test file");  // + 1 s
+    // Outlives the test: the timed-out request completes (into it) once rank 0 joins.
+    static double value = 1;
+    if (world.rank() != 0) {  // waits on rank 0, which sleeps past the widened bound
+      auto handle = world.start_all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
+      const std::string e = tt::error_of([&] { handle->wait(); });
+      EXPECT_NE(
+          e.find("did not complete within 1.5 s (test.timeout_key + 1 s to write the test file's 1.0 MB "
+                 "at 50 MB/s)"),
+          std::string::npos)
+          << e;
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(5));  // far past 1.5 s
+      world.all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
+    }
   }
   world.set_timeout(dist::CommTimeout(60));
   world.barrier();

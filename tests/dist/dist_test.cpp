@@ -792,6 +792,29 @@ TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
 }
 
+// Errors found once the ranks have connected, while the job and its starting weights are resolved
+// (an unknown model flavor, a checkpoint.initial_load_path that is not there): said once by rank 0
+// for both, and every rank exits on its own, with no MPI_Abort (each rank printed its own, then
+// aborted).
+TEST(DataParallel, AnErrorResolvingTheJobIsSaidOnceAndNoRankAborts) {
+  const fs::path dump = tt::temp_dir("dist_resolve_error");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"model.flavor", "debugmodl"}, {"checkpoint.initial_load_path", (dump / "absent").string()}}) {
+    std::string out;
+    const int rc = run_two_programs({tiny(dump, 2, {{key, value}})}, {tiny(dump, 2, {{key, value}})}, &out);
+    EXPECT_NE(rc, 0) << out;
+    const size_t said = out.find("titan train: error: rank 0: ");
+    ASSERT_NE(said, std::string::npos) << out;
+    const std::string line = out.substr(said, out.find('\n', said) - said);
+    EXPECT_NE(line.find(value), std::string::npos) << line;
+    EXPECT_NE(line.find("(rank 1 failed too)"), std::string::npos) << line;
+    EXPECT_EQ(out.find("error: rank", said + line.size()), std::string::npos) << "said more than once:\n"
+                                                                              << out;
+    EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+  }
+}
+
 // A rank that never starts titan (here `sleep`, as a host that stops answering before MPI starts):
 // the others wait in MPI_Init, where no collective's timeout reaches; after the start-up timeout
 // (torchtitan's comm.init_timeout_seconds, here 3 s where comm.timeout_seconds says 600) they stop

@@ -321,6 +321,11 @@ TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
                         &out),
             0)
       << out;
+  // A fresh run says it found nothing to resume (a mistyped checkpoint.folder would start over unseen).
+  EXPECT_NE(out.find("checkpoint: no committed checkpoint in " + (dump / "checkpoint").string() +
+                     ": the run starts at step 1"),
+            std::string::npos)
+      << out;
   const Overrides changed = with(kCheckpointEvery2, {{"training.steps", "3"},
                                                      {"validation.enable", "false"},
                                                      {"optimizer.name", "Adam"},
@@ -339,6 +344,7 @@ TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
                      "changes apply from step 3"),
             std::string::npos)
       << out;
+  EXPECT_EQ(out.find("no committed checkpoint"), std::string::npos) << out;
 }
 
 // The MoE balancing is a training choice, not part of the model: a resume may switch the aux loss's
@@ -405,6 +411,16 @@ TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {
                                     {{"optimizer.name", "AdamW"}, {"model.router_aux_loss_coef", 0.01}}),
             "")
       << "a dense checkpoint's model_config has no aux loss weight";
+  // The pad id (transformers' padding_idx, which changes the embedding's gradient) joined later too:
+  // an older checkpoint's is its model_config's, null for none.
+  const nlohmann::json no_pad = {{"settings", saved}, {"model_config", {{"pad_token_id", nullptr}}}};
+  EXPECT_EQ(train::changed_settings(train::recorded_settings(no_pad),
+                                    {{"optimizer.name", "AdamW"}, {"model.pad_token_id", 151643}}),
+            "model.pad_token_id -1 -> 151643 (transformers' padding_idx: from here the embedding row of the "
+            "new pad id gets no gradient)");
+  EXPECT_EQ(train::changed_settings(train::recorded_settings(no_pad),
+                                    {{"optimizer.name", "AdamW"}, {"model.pad_token_id", -1}}),
+            "");
   // The micro-batch shape is the aux loss's scope: recorded for MoE runs balanced by it.
   EXPECT_EQ(train::changed_settings({{"training.local_batch_size", 4}, {"training.seq_len", 256}},
                                     {{"training.local_batch_size", 2}, {"training.seq_len", 256}}),

@@ -943,7 +943,8 @@ TEST(TorchtitanConfig, FeaturesTitanLacksAreErrorsThatNameTheKeyAndWhy) {
       // Packed conversations attend within each one: block_causal, and conversations to pack.
       {"[training]\nchat_field = \"messages\"\npack_conversations = true\n",
        {},
-       {"job.toml:3", "pack_conversations", "attend to the ones before it", "block_causal"}},
+       {"job.toml:3", "pack_conversations", "attend to the ones before it", "\"causal\" (the default)",
+        "block_causal"}},
       // Best-fit packs conversations, a window of several at a time.
       {"[training]\npack_strategy = \"best_fit\"\n",
        {},

@@ -2090,6 +2090,7 @@ class TimeoutRecordingWorld final : public dist::Communicator {
     keys.push_back(timeout.key + "=" + std::to_string(int(timeout.seconds)));
     world_->set_timeout(timeout);
   }
+  dist::CommTimeout timeout() const override { return world_->timeout(); }
 
  private:
   std::unique_ptr<dist::Communicator> world_ = dist::single_process_communicator();
@@ -2097,29 +2098,67 @@ class TimeoutRecordingWorld final : public dist::Communicator {
 
 }  // namespace
 
+// The bounds a run set, apart: its phases, and the widenings for file work inside them
+// (dist::DiskTimeAllowance: each is set, then its phase's bound put back).
+struct Bounds {
+  std::vector<std::string> phases, allowances;
+};
+Bounds bounds_of(const std::vector<std::string>& keys) {
+  Bounds b;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].find(" + ") == std::string::npos) {
+      b.phases.push_back(keys[i]);
+      continue;
+    }
+    b.allowances.push_back(keys[i]);
+    EXPECT_TRUE(i + 1 < keys.size() && keys[i + 1] == b.phases.back())
+        << keys[i] << ": the bound before it was not put back";
+    ++i;
+  }
+  return b;
+}
+
 // torchtitan's two bounds: comm.init_timeout_seconds from the start until the first step of the run
 // has ended (with its evaluation and checkpoint), then comm.train_timeout_seconds; a run with no
-// step to take (resumed at training.steps) keeps the start-up bound.
+// step to take (resumed at training.steps) keeps the start-up bound. Each checkpoint's save and
+// load widens the bound in effect by its bytes' time at 50 MB/s (the debugmodel's 9.8M parameters,
+// their two AdamW moments: 117.6 MB, 3 s), so that ranks waiting on a slow writer are not stopped.
 TEST(Trainer, TheStartUpTimeoutHoldsUntilTheFirstStepHasEnded) {
   const fs::path dump = tt::temp_dir("trainer_timeouts");
   const Overrides timeouts = {{"comm.init_timeout_seconds", "77"},
                               {"comm.train_timeout_seconds", "11"},
                               {"checkpoint.enable", "true"},
                               {"checkpoint.interval", "1"}};
-  TimeoutRecordingWorld first;
-  run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"}})), first);
-  EXPECT_EQ(first.keys,
+  const std::string save = " + 3 s to write the checkpoint's 117.6 MB at 50 MB/s",
+                    load = " + 3 s to read the checkpoint's 117.6 MB at 50 MB/s";
+  TimeoutRecordingWorld first;  // with the Hugging Face export at the end: 39.2 MB of f32 weights, 1 s
+  run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"},
+                                                       {"checkpoint.last_save_in_hf", "true"}})),
+               first);
+  Bounds b = bounds_of(first.keys);
+  EXPECT_EQ(b.phases,
             (std::vector<std::string>{"comm.init_timeout_seconds=77", "comm.train_timeout_seconds=11"}));
+  EXPECT_EQ(b.allowances,
+            (std::vector<std::string>{
+                "comm.init_timeout_seconds" + save + "=80", "comm.train_timeout_seconds" + save + "=14",
+                "comm.train_timeout_seconds" + save + "=14",
+                "comm.train_timeout_seconds + 1 s to write the export's 39.2 MB at 50 MB/s=12"}));
   // Resumed at its last step: nothing to train, the start-up bound throughout.
   TimeoutRecordingWorld done;
   run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"}})), done);
-  EXPECT_EQ(done.keys, std::vector<std::string>{"comm.init_timeout_seconds=77"});
+  b = bounds_of(done.keys);
+  EXPECT_EQ(b.phases, std::vector<std::string>{"comm.init_timeout_seconds=77"});
+  EXPECT_EQ(b.allowances, std::vector<std::string>{"comm.init_timeout_seconds" + load + "=80"});
   // Resumed with steps to go: the switch after this run's first step (torchtitan's "step == 1"
   // would not come again).
   TimeoutRecordingWorld resumed;
   run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "5"}})), resumed);
-  EXPECT_EQ(resumed.keys,
+  b = bounds_of(resumed.keys);
+  EXPECT_EQ(b.phases,
             (std::vector<std::string>{"comm.init_timeout_seconds=77", "comm.train_timeout_seconds=11"}));
+  EXPECT_EQ(b.allowances, (std::vector<std::string>{"comm.init_timeout_seconds" + load + "=80",
+                                                    "comm.init_timeout_seconds" + save + "=80",
+                                                    "comm.train_timeout_seconds" + save + "=14"}));
   // Unset, both are comm.timeout_seconds.
   TimeoutRecordingWorld plain;
   run_training(tiny_config(tt::temp_dir("trainer_timeouts_plain"), {{"training.steps", "1"}}), plain);

@@ -372,6 +372,41 @@ TEST(Validation, BadValuesAreErrorsNamingTheKey) {
     EXPECT_NE(out.find(says), std::string::npos) << out;
     EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
   }
+  // A path that is not there, and a glob that matches nothing, under the key.
+  for (const std::string& path : {(data / "absent.jsonl").string(), (data / "none-*.jsonl").string()}) {
+    EXPECT_NE(
+        tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                            tt::cli_args(tt::tiny_job(data / "run", {{"validation.enable", "true"},
+                                                                     {"validation.dataset_path", path}})) +
+                            " 2>&1",
+                        &out),
+        0);
+    EXPECT_NE(out.find("validation.dataset_path: "), std::string::npos) << out;
+    EXPECT_NE(out.find(path), std::string::npos) << out;
+    EXPECT_EQ(out.find("step: 1 "), std::string::npos) << out;
+  }
+}
+
+// validation.dataset_path takes what training.dataset_path takes: a glob reads every file it
+// matches (it was refused as a path that does not exist).
+TEST(Validation, AGlobOfHeldOutFilesReadsEveryFileItMatches) {
+  const fs::path data = tt::temp_dir("validation_glob_" + std::to_string(getpid()));
+  const fs::path corpus = tt::assets_dir() / "datasets" / "nlp-corpus-validation" / "val.jsonl";
+  fs::copy_file(corpus, data / "held-a.jsonl");
+  fs::copy_file(corpus, data / "held-b.jsonl");
+  std::string out;
+  ASSERT_EQ(tt::run_command(
+                tt::titan_binary().string() + " eval --config " + tt::debugmodel_toml().string() +
+                    tt::cli_args(tt::tiny_job(
+                        data / "run", {{"validation.dataset_path", (data / "held-*.jsonl").string()}})) +
+                    " 2>&1",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("from " + (data / "held-*.jsonl").string() + " (2 files)"), std::string::npos) << out;
+  // titan eval's start-up names no training data, batch or accumulation: it reads the held-out set.
+  EXPECT_EQ(out.find("gradient accumulation"), std::string::npos) << out;
+  EXPECT_NE(out.find("tokenizer: "), std::string::npos) << out;
 }
 
 // A dump folder inside a dataset folder would make the run's own files (metrics.jsonl, checkpoints)

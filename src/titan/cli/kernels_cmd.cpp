@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
@@ -74,6 +75,9 @@ int kernels_parity(int argc, char** argv) {
       .option("seed", "seed of the random inputs", "1")
       .option("device", "whose variants to check: cpu or cuda", "cpu");
   if (!p.parse(argc, argv)) return 0;
+  // TITAN_KERNEL_ISA is read where a tiered kernel first runs: a bad value is an error before any
+  // line, whichever ops are checked (an op without tiers would otherwise pass under it).
+  cpu::kernel_isa();
   kernels::ParityOptions o;
   if (auto op = p.get_optional("op")) o.op = *op;
   if (auto dt = p.get_optional("dtype")) {

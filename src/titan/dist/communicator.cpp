@@ -1,6 +1,9 @@
 #include "titan/dist/communicator.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -62,6 +65,23 @@ KernelContext host_context() {
   return KernelContext{Device::CPU, nullptr, nullptr};
 }
 
+DiskTimeAllowance::DiskTimeAllowance(Communicator& world, uint64_t bytes, const std::string& what)
+    : world_(world), before_(world.timeout()), widened_(bytes > 0) {
+  if (!widened_) return;
+  const double extra = std::ceil(double(bytes) / kSlowDiskBytesPerSecond);
+  const bool gb = bytes >= 1000000000;
+  char text[96];
+  std::snprintf(text, sizeof text, "'s %.1f %s at %.0f MB/s", double(bytes) / (gb ? 1e9 : 1e6),
+                gb ? "GB" : "MB", kSlowDiskBytesPerSecond / 1e6);
+  world_.set_timeout(
+      CommTimeout(std::min(before_.seconds + extra, 1e9),
+                  before_.key + " + " + std::to_string(int64_t(extra)) + " s to " + what + text));
+}
+
+DiskTimeAllowance::~DiskTimeAllowance() {
+  if (widened_) world_.set_timeout(before_);
+}
+
 namespace {
 
 class Done final : public CommHandle {
@@ -108,13 +128,18 @@ class SingleProcess final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-  void set_timeout(const CommTimeout& timeout) override { check_timeout(timeout); }
+  void set_timeout(const CommTimeout& timeout) override {
+    check_timeout(timeout);
+    timeout_ = timeout;
+  }
+  CommTimeout timeout() const override { return timeout_; }
   std::unique_ptr<Communicator> split(int, int, int size) override {
     TITAN_CHECK(size == 1, "comm: a group of one process split into a group of ", size, " ranks");
     return std::make_unique<SingleProcess>();
   }
 
  private:
+  CommTimeout timeout_{300};  // never waited on: kept for timeout()
   static void copy(const void* send, void* recv, int64_t count, DType dtype, const KernelContext& ctx) {
     if (send == recv) return;
     const size_t bytes = size_t(count) * dtype_size(dtype);

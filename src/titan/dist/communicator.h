@@ -135,6 +135,9 @@ class Communicator {
   // (before or after this call). An error when not positive. A world that never waits (one
   // process, meta) keeps nothing.
   virtual void set_timeout(const CommTimeout& timeout) = 0;
+  // The timeout in effect: the last set_timeout's, else the one the communicator was made with
+  // (comm.timeout_seconds' default for a world that never waits).
+  virtual CommTimeout timeout() const = 0;
 
   // Blocking forms.
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op, const KernelContext& ctx);
@@ -169,6 +172,28 @@ std::optional<int> launcher_rank();
 // The number of ranks the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS), before
 // MPI is initialised; 1 without a launcher; nullopt under a launcher that does not say.
 std::optional<int> launcher_world_size();
+
+// A wait on another rank's long file work (writing a checkpoint's files or the Hugging Face export,
+// reading a checkpoint) is no sign of a hang: for the life of this scope the world's timeout, and its
+// groups', grows by the time `bytes` take at kSlowDiskBytesPerSecond, so that a rank waiting on a
+// writer is not stopped as if the writer had died (with comm.timeout_seconds' 300 s, a replica
+// waiting while another writes Qwen3-30B-A3B's 366 GB of state would be); the bound before is put
+// back at the end. A wait that outlasts it names both parts: "did not complete within 7628 s
+// (comm.train_timeout_seconds + 7328 s to write the checkpoint's 366.4 GB at 50 MB/s)".
+class DiskTimeAllowance {
+ public:
+  // A busy network file system's pace; local disks write 10-100 times faster.
+  static constexpr double kSlowDiskBytesPerSecond = 50e6;
+  DiskTimeAllowance(Communicator& world, uint64_t bytes, const std::string& what);
+  ~DiskTimeAllowance();
+  DiskTimeAllowance(const DiskTimeAllowance&) = delete;
+  DiskTimeAllowance& operator=(const DiskTimeAllowance&) = delete;
+
+ private:
+  Communicator& world_;
+  CommTimeout before_;
+  bool widened_;  // no bytes, no change
+};
 
 // The process id of Open MPI's mpirun (or mpiexec, orterun, prterun) when it is this process' parent, the
 // launcher of every rank on its own host; nullopt otherwise (no launcher, another launcher, a rank

@@ -75,7 +75,11 @@ class MetaWorld final : public Communicator {
   }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-  void set_timeout(const CommTimeout& timeout) override { check_timeout(timeout); }
+  void set_timeout(const CommTimeout& timeout) override {
+    check_timeout(timeout);
+    timeout_ = timeout;
+  }
+  CommTimeout timeout() const override { return timeout_; }
   std::unique_ptr<Communicator> split(int, int, int size) override {
     TITAN_CHECK(size >= 1 && size <= size_, "meta world: a group of ", size, " ranks split from a world of ",
                 size_);
@@ -83,6 +87,7 @@ class MetaWorld final : public Communicator {
   }
 
  private:
+  CommTimeout timeout_{300};  // never waited on: kept for timeout()
   static std::unique_ptr<CommHandle> done() { return std::make_unique<Done>(); }
 
   // True for meta buffers (nothing to do); false for host buffers (the caller keeps this rank's

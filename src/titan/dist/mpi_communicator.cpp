@@ -229,6 +229,7 @@ class Mpi final : public Communicator {
     check_timeout(timeout);
     timeout_->set(timeout);
   }
+  CommTimeout timeout() const override { return timeout_->get(); }
   std::unique_ptr<Communicator> split(int color, int key, int size) override {
     // MPI_Comm_split blocks until every rank calls it, with no bound of its own: the timed barrier
     // first, so a rank that never comes is a timeout naming the split, not a hang.

@@ -218,6 +218,7 @@ class NcclCommunicator final : public Communicator {
     timeout_->set(timeout);
     host_->set_timeout(timeout);  // its barriers and host collectives
   }
+  CommTimeout timeout() const override { return timeout_->get(); }
   std::unique_ptr<Communicator> split(int color, int key, int size) override {
     return std::make_unique<NcclCommunicator>(host_->split(color, key, size), timeout_);
   }

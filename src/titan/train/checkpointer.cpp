@@ -237,6 +237,8 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // that error may claim the restore worked.
   std::string restored_dir;
   bool restored_seed = false;
+  const dist::DiskTimeAllowance allowance(plan_.world(), uint64_t(job.args.num_params()) * 3 * sizeof(float),
+                                          "read the checkpoint");
   // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
   // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
   // the job.
@@ -316,6 +318,7 @@ struct Checkpointer::PendingSave {
   fs::path temp;               // rank 0's temporary folder of the step
   bool writes = false;         // this rank writes shard files (the first replica's ranks)
   bool background = false;
+  uint64_t bytes = 0;  // of every rank's files together: the model and its two moments in f32
   // The host memory the files are written from: the blocks' own buffers for a synchronous save on
   // the CPU, copies otherwise; `model` and `optimizer` point into them.
   std::vector<Tensor> values, exp_avg, exp_avg_sq;
@@ -372,6 +375,7 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   p->began = Clock::now();
   p->step = s.step;
   p->background = when == When::InBackground && config_.checkpoint.async();
+  p->bytes = uint64_t(job.args.num_params()) * 3 * sizeof(float);
   // Replicas hold identical shards: the ranks of the first replica write them. Without sharding
   // that is rank 0 alone, writing whole parameters under their names (the single-process format).
   p->writes = plan_.replicate_index() == 0;
@@ -491,6 +495,9 @@ void Checkpointer::poll_save() {
 void Checkpointer::finish_save() {
   if (!pending_) return;
   std::unique_ptr<PendingSave> p = std::move(pending_);
+  // The commit's first collective waits for the slowest writer: the ranks of other replicas, which
+  // write nothing, wait the whole save there.
+  const dist::DiskTimeAllowance allowance(plan_.world(), p->bytes, "write the checkpoint");
   if (p->writer.joinable()) p->writer.join();
   commit(*p);
 }
@@ -519,6 +526,15 @@ void Checkpointer::commit(PendingSave& p) {
 void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
   // Streamed: the logging rank writes while the others gather with it one block at a time (and send
   // it their runs of experts), never the whole model (train/hf_export.h).
+  const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
+  uint64_t total = 0;
+  // A split model lists its own run of experts; the export writes every run's, as many.
+  for (auto& r : qwen3::hf_tensors(s.model))
+    total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype) *
+             uint64_t(r.expert >= 0 ? s.model.expert_split().count : 1);
+  // The other ranks wait on the logging rank's writing: in its gathers and exchanges, or (another
+  // replica's) in the barrier below, the whole export.
+  const dist::DiskTimeAllowance allowance(plan_.world(), total, "write the export");
   export_from_ranks(plan_, s.model, s.sharding, [&](const qwen3::ExportSource& source) {
     auto t0 = Clock::now();
     const fs::path out = manager_.hf_export_dir(s.step);
@@ -530,13 +546,7 @@ void Checkpointer::export_hf(TrainState& s, const ResolvedJob& job) const {
     if (const double bias = largest_expert_bias(s.model.expert_bias_values()); bias > 0)
       say("warning: %s", qwen3::expert_bias_export_warning(bias).c_str());
     const std::vector<fs::path> tok_files = data::tokenizer_files(job.tokenizer_path);
-    const DType export_dtype = config_.checkpoint.export_dtype == "bfloat16" ? DType::BF16 : DType::F32;
     {
-      uint64_t total = 0;
-      // A split model lists its own run of experts; the export writes every run's, as many.
-      for (auto& r : qwen3::hf_tensors(s.model))
-        total += uint64_t(shape_numel(r.shape)) * dtype_size(export_dtype) *
-                 uint64_t(r.expert >= 0 ? s.model.expert_split().count : 1);
       Progress progress("export: writing " + out.string(), total,
                         [&] { return bytes_in_temporaries_of(out); });
       qwen3::export_hf_model(s.model, out, export_dtype, {tok_files, s.generation_config},

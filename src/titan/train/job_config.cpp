@@ -541,6 +541,11 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     auto it = c.set_at.find(key);
     return it == c.set_at.end() ? source : it->second;
   };
+  // Where a value the rule quotes came from: its place, or the default where nothing set it.
+  auto value_from = [&](const std::string& key) {
+    auto it = c.set_at.find(key);
+    return it == c.set_at.end() ? std::string("the default") : it->second;
+  };
   // torchtitan's selective_ac_option: a layer frequency, or "op" (its per-op policy).
   selective_ac_every(c.activation_checkpoint.selective_ac_option,
                      set_where("activation_checkpoint.selective_ac_option"));
@@ -557,7 +562,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
     TITAN_CHECK(c.model.attn_mask_type == "block_causal", set_where("training.pack_conversations"),
                 ": training.pack_conversations = true puts several conversations in a row, and with "
                 "model.attn_mask_type = \"",
-                c.model.attn_mask_type, "\" (", set_where("model.attn_mask_type"),
+                c.model.attn_mask_type, "\" (", value_from("model.attn_mask_type"),
                 ") each would attend to the ones before it: set model.attn_mask_type = \"block_causal\"");
   }
   if (c.training.pack_strategy == "best_fit") {
@@ -631,7 +636,7 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
         TITAN_CHECK(
             rule.op != "attention" || rule.variant != "cudnn", set_where("kernels.attention"),
             ": kernels.attention = { impl = \"cudnn\" } with model.attn_mask_type = \"block_causal\" (",
-            set_where("model.attn_mask_type"),
+            value_from("model.attn_mask_type"),
             ") on job.device = \"cuda\": block-causal attention calls the kernel once per document, "
             "and cuDNN would build an execution plan for every document length; use the default "
             "attention kernels (remove the rule) or mma_sync");
@@ -935,7 +940,7 @@ void JobConfig::validate_values(int world_size) const {
               p.data_parallel_shard_degree);
   TITAN_CHECK(p.tensor_parallel_degree == 1,
               "parallelism.tensor_parallel_degree = ", p.tensor_parallel_degree,
-              ": tensor parallelism is not implemented (only data parallelism runs); set it to 1");
+              ": tensor parallelism is not implemented (only data and expert parallelism run); set it to 1");
   const int64_t replicate = p.data_parallel_replicate_degree;
   TITAN_CHECK(p.data_parallel_shard_degree != -1 || world_size % replicate == 0,
               "parallelism.data_parallel_replicate_degree = ", replicate, " does not divide the world size ",

@@ -110,6 +110,7 @@ json resumable_settings(const JobConfig& c, const qwen3::ModelArgs& args) {
                    {"training.load_balance", c.training.load_balance},
                    {"training.load_balance_coeff", c.training.load_balance_coeff},
                    {"model.router_aux_loss_coef", args.router_aux_loss_coef},
+                   {"model.pad_token_id", args.pad_token_id},
                    {"training.seed", c.training.seed},
                    {"model.init", c.model.init}};
   // transformers' aux loss balances the experts over one micro-batch's tokens: another micro-batch
@@ -127,6 +128,11 @@ json recorded_settings(const json& train_state) {
   if (settings.is_object() && !settings.contains("model.router_aux_loss_coef") && model.is_object() &&
       model.contains("router_aux_loss_coef"))
     settings["model.router_aux_loss_coef"] = model["router_aux_loss_coef"];
+  // Every checkpoint's model config holds the pad id (null: none), where its settings may not.
+  if (settings.is_object() && !settings.contains("model.pad_token_id") && model.is_object())
+    settings["model.pad_token_id"] =
+        model.contains("pad_token_id") && model["pad_token_id"].is_number_integer() ? model["pad_token_id"]
+                                                                                    : json(-1);
   return settings;
 }
 
@@ -142,6 +148,8 @@ std::string changed_settings(const json& saved, const json& now) {
     out += (out.empty() ? "" : ", ") + key + " " + before.dump() + " -> " + value.dump();
     if (key == "training.seed" || key == "model.init")
       out += " (no effect: the weights are the checkpoint's)";
+    if (key == "model.pad_token_id")
+      out += " (transformers' padding_idx: from here the embedding row of the new pad id gets no gradient)";
     if (key == "training.local_batch_size" || key == "training.seq_len")
       out +=
           " (the aux loss balances the experts over each micro-batch's tokens: over other tokens from here)";

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
@@ -65,7 +66,7 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
     TITAN_CHECK(args.num_experts % c.parallelism.expert_parallel_degree == 0,
                 "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
                 " must divide the model's num_experts (", args.num_experts,
-                "): every rank holds as many experts");
+                "): the experts are split into that many equal runs, one per rank of an expert group");
   }
   try {
     args.validate();
@@ -141,7 +142,8 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
   // The built-in datasets are text: conversations come from the user's data.
   TITAN_CHECK(c.training.chat_field.empty(), "training.dataset = \"", c.training.dataset,
               "\" is text, but training.chat_field = \"", c.training.chat_field,
-              "\" reads conversations: set training.dataset_path to a JSON/JSONL file or folder of them");
+              "\" reads conversations: set training.dataset_path to a file (JSON, JSONL, Parquet, Arrow) or "
+              "folder of them");
   try {
     return {data::builtin_dataset_path(c.training.dataset)};
   } catch (const Error& e) {
@@ -484,7 +486,9 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
       host_list.c_str());
   say("communication: %s", plan.world().library().c_str());
-  if (plan.world_size() > 1)
+  // titan eval has no step to stop at and reads its own data (its eval line names it).
+  const bool trains = std::string_view(command) == "titan train";
+  if (plan.world_size() > 1 && trains)
     if (const std::optional<int> mpirun = dist::open_mpi_launcher_pid())
       say("stopping: `kill -USR1 %d` (mpirun forwards SIGUSR1 to every rank) stops the job at its next step "
           "with a checkpoint; a Ctrl-C or SIGTERM to mpirun reaches the ranks as SIGTERM and then SIGKILL 1 "
@@ -493,11 +497,15 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
           *mpirun);
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
-  say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
-      "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
-      job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(),
-      document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size), long(job.seq_len),
-      long(job.accumulation_steps), long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
+  if (trains)
+    say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
+        "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
+        job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(),
+        document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size),
+        long(job.seq_len), long(job.accumulation_steps),
+        long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
+  else
+    say("tokenizer: %s", job.tokenizer_path.string().c_str());
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   if (job.bf16_activation_grads)

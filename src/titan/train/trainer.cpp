@@ -309,7 +309,10 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   // ---- everything that can fail on bad input, before any compute
   // The inputs first: a missing dataset or a bad model config stops the run before it touches its
   // folders.
-  ResolvedJob job = resolve_job(cfg, plan);
+  // Agreed: an error every rank finds alike (an unknown flavor, a missing dataset) is said once by
+  // rank 0, and one rank's own (its host lacks the dataset) stops every rank with its reason.
+  ResolvedJob job;
+  plan.agree_on_success([&] { job = resolve_job(cfg, plan); });
   // Process-wide (ops read it as they record): this run's setting from here on, its memory check
   // included, and the previous one once the run ends.
   const autograd::Bf16ActivationGradientsScope activation_grads(job.bf16_activation_grads);
@@ -374,7 +377,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   });
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
   if (!checkpointer.resume_dir()) {
-    resolve_initial_weights(cfg, job);
+    plan.agree_on_success([&] { resolve_initial_weights(cfg, job); });  // said once, as resolve_job's
   } else if (checkpointer.resume_step() &&
              (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf)) {
     const std::string key =
@@ -435,7 +438,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (checkpointer.resume_dir()) {
     checkpointer.restore(state, job);
   } else {
-    plan.agree_on_success([&] { start_weights(state, cfg, job); });  // each rank reads its own files
+    // A run that meant to resume and finds nothing (a mistyped checkpoint.folder) would otherwise
+    // train from scratch with no word of it.
+    if (cfg.checkpoint.enable)
+      say("checkpoint: no committed checkpoint in %s: the run starts at step 1",
+          checkpointer.folder().c_str());
+    {
+      // A rank done reading waits in the agreement for the slowest; one on a slow file system may
+      // take longer than the start-up bound.
+      const bool reads = !job.initial_hf.empty() || !job.initial_native.empty();
+      const dist::DiskTimeAllowance allowance(
+          world, reads ? uint64_t(job.args.num_params()) * sizeof(float) : 0, "read the starting weights");
+      plan.agree_on_success([&] { start_weights(state, cfg, job); });  // each rank reads its own files
+    }
     // Random weights come with no generation config: the run's records and exports get the stop
     // tokens titan generate uses (a loaded model keeps its own, or none, as it came).
     if (job.initial_hf.empty() && job.initial_native.empty()) {

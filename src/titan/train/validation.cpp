@@ -21,10 +21,9 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path resolve_held_out(const ValidationSection& v) {
-  if (!v.dataset_path.empty()) {
-    TITAN_CHECK(fs::exists(v.dataset_path), "validation.dataset_path: '", v.dataset_path, "' does not exist");
-    return v.dataset_path;
-  }
+  // A file, a folder or a glob, as training.dataset_path: the listing below (list_dataset_files)
+  // expands a glob and reports a missing path or an empty match under the key.
+  if (!v.dataset_path.empty()) return v.dataset_path;
   try {
     return data::builtin_dataset_path(v.dataset);
   } catch (const Error& e) {
@@ -79,6 +78,7 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
     TITAN_FAIL(key, ": ", e.what());
   }
   TITAN_CHECK(!held_out.empty(), key, ": '", loader_config_.paths[0].string(), "' holds no dataset file");
+  files_ = held_out.size();
   // One row at least, found before any step rather than at the first evaluation (step 1, after
   // the model is built), under the key that named the data.
   try {
@@ -171,7 +171,9 @@ std::string Validator::describe_data() const {
                 steps_ == -1 ? "all batches" : counted(steps_, "batch", "batches").c_str(), long(rank_rows_),
                 long(loader_config_.seq_len), long(loader_config_.local_batch_size),
                 long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
-  return buf;
+  // A folder or a glob: how many files it named.
+  const bool one_file = files_ == 1 && fs::is_regular_file(loader_config_.paths[0]);
+  return std::string(buf) + (one_file ? "" : " (" + counted(int64_t(files_), "file") + ")");
 }
 
 std::string Validator::describe() const {

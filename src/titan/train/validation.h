@@ -58,6 +58,7 @@ class Validator {
 
   data::LoaderConfig loader_config_;  // the global batches
   int64_t rank_rows_;                 // this rank's rows of each: validation.local_batch_size
+  size_t files_ = 0;                  // the held-out files the path names (a folder's, a glob's)
   const data::Tokenizer& tokenizer_;
   const dist::ParallelPlan& plan_;
   int64_t freq_, steps_;
