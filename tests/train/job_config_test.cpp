@@ -352,6 +352,27 @@ TEST(JobConfig, InvalidValuesNameTheKey) {
   }
 }
 
+// float16 is taken only so that torchtitan's configs parse (an export refuses it), so a mistyped value is
+// not told that it is one of the dtypes to choose.
+TEST(JobConfig, ExportDtypeErrorsOfferOnlyWhatAnExportWrites) {
+  for (const std::string toml :
+       {"[checkpoint]\nexport_dtype = \"fp16\"\n", "[checkpoint]\nexport_dtype = \"bf16\"\n"}) {
+    const std::string e = parse_error(toml);
+    EXPECT_NE(
+        e.find("checkpoint.export_dtype must be one of float32, bfloat16 (float16, one of torchtitan's, is "
+               "accepted only with last_save_in_hf = false, where there is no export to write); got '"),
+        std::string::npos)
+        << e;
+  }
+  // One edit from float16, two from float32: the suggestion is a dtype an export writes.
+  const std::string near = parse_error("", {{"checkpoint.export_dtype", "float1"}});
+  EXPECT_NE(near.find("got 'float1'; did you mean 'float32'?"), std::string::npos) << near;
+  // float16 itself still parses, and is refused only where there is an export (ValidateNamesTheKeyItRejects).
+  const JobConfig c = parse("[checkpoint]\nexport_dtype = \"float16\"\nlast_save_in_hf = false\n");
+  EXPECT_EQ(c.checkpoint.export_dtype, "float16");
+  EXPECT_EQ(error_of([&] { c.validate(1); }), "");
+}
+
 TEST(JobConfig, LoadJobConfigReadsTheShippedConfigs) {
   for (const char* name :
        {"debugmodel", "debugmodel_moe", "qwen3_0.6b", "qwen3_4b_finetune", "qwen3_30b_a3b_reduced"}) {

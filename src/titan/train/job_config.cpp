@@ -39,6 +39,9 @@ struct Field {
   enum Kind { Str, Int, Float, Bool, List } kind;  // List: strings (a TOML array, or "a,b")
   void* ptr;
   std::vector<std::string> choices;  // allowed values for Str (empty: any) and for each List entry
+  // A value a Str also takes without offering it (not in errors or suggestions), and what the error
+  // says of it after the choices: torchtitan's configs write it, and titan cannot always honour it.
+  std::string unlisted = "", unlisted_note = "";
   // Who set it in the current pass (the file, then the command line): the spelling used, the value
   // and where. Two spellings of one key (torchtitan's older name and the new one) with different
   // values in one pass are an error, never a silent pick.
@@ -60,6 +63,12 @@ Field field(std::string key, double* member) { return {std::move(key), Field::Fl
 Field field(std::string key, bool* member) { return {std::move(key), Field::Bool, member, {}}; }
 Field field(std::string key, std::vector<std::string>* member, std::vector<std::string> choices) {
   return {std::move(key), Field::List, member, std::move(choices)};
+}
+// `f`, also taking `value` (see Field::unlisted).
+Field also_taking(Field f, std::string value, std::string note) {
+  f.unlisted = std::move(value);
+  f.unlisted_note = std::move(note);
+  return f;
 }
 
 std::vector<Field> schema(JobConfig& c) {
@@ -117,7 +126,9 @@ std::vector<Field> schema(JobConfig& c) {
       TITAN_KEY(checkpoint, initial_load_model_only),
       TITAN_KEY(checkpoint, initial_load_in_hf),
       TITAN_KEY(checkpoint, last_save_in_hf),
-      TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16", "float16"),
+      also_taking(TITAN_KEY(checkpoint, export_dtype, "float32", "bfloat16"), "float16",
+                  "float16, one of torchtitan's, is accepted only with last_save_in_hf = false, where there "
+                  "is no export to write"),
       TITAN_KEY(checkpoint, restart_data_stream),
       TITAN_KEY(checkpoint, create_seed_checkpoint),
       TITAN_KEY(checkpoint, load_only),
@@ -161,8 +172,10 @@ void set_field(const Field& f, const std::string& value, const std::string& wher
   };
   switch (f.kind) {
     case Field::Str:
-      if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
-        TITAN_FAIL(where, ": ", name, " must be one of ", join(f.choices), "; got '", value, "'",
+      if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end() &&
+          (f.unlisted.empty() || value != f.unlisted)) {
+        TITAN_FAIL(where, ": ", name, " must be one of ", join(f.choices),
+                   f.unlisted.empty() ? "" : " (" + f.unlisted_note + ")", "; got '", value, "'",
                    suggestion(value, f.choices));
       }
       *static_cast<std::string*>(f.ptr) = value;
