@@ -516,6 +516,32 @@ TEST(ChatTemplate, BadConversationsNameTheMessageAndField) {
       std::string::npos);
 }
 
+// ShareGPT's {"from", "value"} messages are refused (no silent second format), with the mapping that
+// turns them into the messages the template takes.
+TEST(ChatTemplate, ShareGptMessagesAreRefusedWithTheMappingToRoleAndContent) {
+  const std::string mapping =
+      R"(it is a ShareGPT message {"from", "value"}, which titan does not read: write "from" as "role" (human -> )"
+      R"(user, gpt -> assistant, system -> system) and "value" as "content")";
+  const std::string sharegpt = error_of([] {
+    render_qwen3_chat(ojson::parse(R"([{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
+                                       {"from": "gpt", "value": "a"}])"));
+  });
+  EXPECT_NE(sharegpt.find("message 0: has no field 'role': " + mapping), std::string::npos) << sharegpt;
+  // Half converted: "value" where "content" belongs.
+  const std::string half = error_of([] {
+    render_qwen3_chat(
+        ojson::parse(R"([{"role": "user", "content": "q"}, {"role": "assistant", "value": "a"}])"));
+  });
+  EXPECT_NE(half.find("message 1: has no field 'content': " + mapping), std::string::npos) << half;
+  // A message with role and content is read whatever else it holds.
+  EXPECT_EQ(
+      error_of([] {
+        render_qwen3_chat(ojson::parse(
+            R"([{"role": "user", "content": "q", "from": "human"}, {"role": "assistant", "content": "a"}])"));
+      }),
+      "");
+}
+
 namespace {
 // The bytes of the trained tokens, in order.
 std::string trained_bytes(const Tokenizer& tok, const ChatTokens& t) {

@@ -211,6 +211,42 @@ TEST(Dataset, UnpairedSurrogateEscapesAreReplacedAndCounted) {
   EXPECT_EQ(s.stats().invalid_utf8, 1u);
 }
 
+// A record without the chat field names its fields; where one of them holds messages the error says
+// what reads them: the field's name for role/content messages, the mapping for ShareGPT's.
+TEST(Dataset, AConversationRecordWithoutTheChatFieldSaysWhatReadsItsMessages) {
+  auto dir = temp_dir("dataset_chat_field");
+  write_file(dir / "sharegpt.jsonl",
+             R"({"id": 7, "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]})"
+             "\n");
+  write_file(dir / "named.jsonl",
+             R"({"conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"
+             "\n");
+  DatasetConfig config{{dir / "sharegpt.jsonl"}};
+  config.chat_field = "messages";
+  const std::string sharegpt = error_of(config);
+  EXPECT_NE(
+      sharegpt.find(
+          R"(sharegpt.jsonl:1: object has no field 'messages' (training.chat_field names the messages; its )"
+          R"(fields are 'id', 'conversations'): its 'conversations' holds ShareGPT messages {"from", )"
+          R"("value"}, which titan does not read: write "from" as "role" (human -> user, gpt -> assistant, )"
+          R"(system -> system) and "value" as "content", and the list as 'messages')"),
+      std::string::npos)
+      << sharegpt;
+  config.paths = {dir / "named.jsonl"};
+  const std::string named = error_of(config);
+  EXPECT_NE(named.find(R"(its fields are 'conversations'): training.chat_field = "conversations" reads its )"
+                       R"('conversations')"),
+            std::string::npos)
+      << named;
+  // Read under that name, a ShareGPT list is refused message by message, with the same mapping.
+  config.paths = {dir / "sharegpt.jsonl"};
+  config.chat_field = "conversations";
+  const std::string messages = error_of(config);
+  EXPECT_NE(messages.find("sharegpt.jsonl:1: field 'conversations': "), std::string::npos) << messages;
+  EXPECT_NE(messages.find("message 0: has no field 'role': it is a ShareGPT message"), std::string::npos)
+      << messages;
+}
+
 // A record nested 100,000 levels deep parses (JSON parses iteratively); where a conversation's tool
 // arguments or signatures must be written out (recursively, as Python's json.dumps writes them) it is
 // an error naming the line, message and field and the limit, not a stack overflow. A text record

@@ -205,6 +205,9 @@ std::string_view string_field(const ojson& object, const char* name, const std::
 Message check_message(const ojson& m, size_t i) {
   const std::string where = "message " + std::to_string(i);
   TITAN_CHECK(m.is_object(), where, ": expected an object {\"role\": ..., \"content\": ...}, got ", m.type_name());
+  TITAN_CHECK(
+      !looks_like_sharegpt(m), where, ": has no field '", m.contains("role") ? "content" : "role",
+      "': it is a ShareGPT message {\"from\", \"value\"}, which titan does not read: ", sharegpt_mapping());
   Message msg;
   msg.role = string_field(m, "role", where);
   TITAN_CHECK(msg.role == "system" || msg.role == "user" || msg.role == "assistant" || msg.role == "tool", where,
@@ -252,6 +255,16 @@ struct Pieces {
 };
 
 }  // namespace
+
+bool looks_like_sharegpt(const ojson& message) {
+  return message.is_object() && ((message.contains("from") && !message.contains("role")) ||
+                                 (message.contains("value") && !message.contains("content")));
+}
+
+std::string sharegpt_mapping() {
+  return "write \"from\" as \"role\" (human -> user, gpt -> assistant, system -> system) and \"value\" as "
+         "\"content\"";
+}
 
 std::string python_json_dumps(const ojson& value) {
   std::string out;

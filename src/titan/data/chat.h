@@ -50,6 +50,14 @@ std::vector<ChatPiece> render_qwen3_chat(const nlohmann::ordered_json& messages,
                                          const nlohmann::ordered_json& tools = nullptr,
                                          const ChatPrompt& prompt = {});
 
+// ShareGPT's messages ({"from": "human" | "gpt" | "system", "value": ...}, listed under "conversations")
+// are not read (a format of its own, whose "from" takes other values in some datasets). Errors that
+// meet one say how to write it as the messages above:
+// looks_like_sharegpt is true for an object with "from" and no "role", or "value" and no "content";
+// sharegpt_mapping is "write \"from\" as \"role\" (human -> user, ...) and \"value\" as \"content\"".
+bool looks_like_sharegpt(const nlohmann::ordered_json& message);
+std::string sharegpt_mapping();
+
 // Python's json.dumps(value, ensure_ascii=False): the template's `tojson` filter.
 std::string python_json_dumps(const nlohmann::ordered_json& value);
 
