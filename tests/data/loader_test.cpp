@@ -385,11 +385,14 @@ TEST(Loader, ConversationsFillOneRowEachWithTheirPromptsAndPaddingIgnored) {
        ++batch) {  // 10 rows: past the end of the 6 conversations, into the next epoch
     Batch b = loader.next();
     ASSERT_EQ(b.batch_size, B);
+    int64_t batch_cut = 0, lost = 0;  // conversations cut, and their trained tokens past the row
     for (int64_t row = 0; row < B; ++row) {
       const ChatTokens t = conversation_tokens(dir, int(batch * B + row) % 6);
       const int64_t n = int64_t(t.ids.size());
       padded += n < S;
       cut += n > S + 1;
+      batch_cut += n > S + 1;
+      for (int64_t p = S + 1; p < n; ++p) lost += t.trained[p];
       for (int64_t p = 0; p < S; ++p) {
         const int64_t at = row * S + p;
         ASSERT_EQ(b.inputs[at], p < n ? t.ids[p] : 151643)
@@ -400,6 +403,9 @@ TEST(Loader, ConversationsFillOneRowEachWithTheirPromptsAndPaddingIgnored) {
         targets += trained;
       }
     }
+    EXPECT_EQ(b.conversations, B) << "batch " << batch;
+    EXPECT_EQ(b.cut_conversations, batch_cut) << "batch " << batch;
+    EXPECT_EQ(b.cut_trained_tokens, lost) << "batch " << batch;
   }
   EXPECT_GT(padded, 0);
   EXPECT_GT(cut, 0);
@@ -426,6 +432,7 @@ TEST(Loader, PackedConversationsFillRowsWholeInOrderThenPadding) {
     const Batch b = loader.next();
     ASSERT_EQ(b.batch_size, B);
     std::vector<int64_t> starts, lengths;
+    int64_t in_batch = 0, batch_cut = 0, lost = 0;
     for (int64_t row = 0; row < B; ++row) {
       int64_t used = 0, in_row = 0;
       while (used < S) {
@@ -434,6 +441,8 @@ TEST(Loader, PackedConversationsFillRowsWholeInOrderThenPadding) {
         if (used > 0 && len > S - used) break;
         starts.push_back(row * S + used);
         cut += len > S + 1;
+        batch_cut += len > S + 1;
+        for (int64_t p = S + 1; p < len; ++p) lost += t.trained[p];
         for (int64_t p = 0; p < std::min(len, S); ++p) {
           const int64_t at = row * S + used + p;
           ASSERT_EQ(b.inputs[at], t.ids[p])
@@ -447,6 +456,7 @@ TEST(Loader, PackedConversationsFillRowsWholeInOrderThenPadding) {
         ++next;
       }
       shared_rows += in_row > 1;
+      in_batch += in_row;
       if (used < S) starts.push_back(row * S + used);
       lengths.push_back(used);
       for (int64_t p = used; p < S; ++p) {
@@ -456,6 +466,10 @@ TEST(Loader, PackedConversationsFillRowsWholeInOrderThenPadding) {
     }
     EXPECT_EQ(b.document_starts, starts) << "batch " << batch;
     EXPECT_EQ(b.lengths, lengths) << "batch " << batch;
+    // Each conversation counted once, in the batch it is placed in (not in the one it did not fit).
+    EXPECT_EQ(b.conversations, in_batch) << "batch " << batch;
+    EXPECT_EQ(b.cut_conversations, batch_cut) << "batch " << batch;
+    EXPECT_EQ(b.cut_trained_tokens, lost) << "batch " << batch;
   }
   EXPECT_GT(shared_rows, 2) << "rows should hold several conversations";
   EXPECT_GT(cut, 0) << "a conversation should be longer than a row";
@@ -537,6 +551,7 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
     const Batch b = loader.next();
     ASSERT_EQ(b.batch_size, B);
     std::vector<int64_t> starts, lengths;
+    int64_t in_batch = 0, batch_cut = 0, lost = 0;
     for (int64_t row = 0; row < B; ++row) {
       if (plan.empty()) {
         for (auto& r : best_fit_plan(dir, n, read, window, S)) plan.push_back(r);
@@ -550,6 +565,9 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
         const ChatTokens t = conversation_tokens(dir, c % n);
         const int64_t len = int64_t(t.ids.size()), placed = std::min(len, S);
         ASSERT_LE(used + placed, S) << "batch " << batch << " row " << row;
+        ++in_batch;
+        batch_cut += len > S + 1;
+        for (int64_t p = S + 1; p < len; ++p) lost += t.trained[p];
         starts.push_back(row * S + used);
         for (int64_t p = 0; p < placed; ++p) {
           const int64_t at = row * S + used + p;
@@ -573,6 +591,9 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
     }
     EXPECT_EQ(b.document_starts, starts) << "batch " << batch;
     EXPECT_EQ(b.lengths, lengths) << "batch " << batch;
+    EXPECT_EQ(b.conversations, in_batch) << "batch " << batch;
+    EXPECT_EQ(b.cut_conversations, batch_cut) << "batch " << batch;
+    EXPECT_EQ(b.cut_trained_tokens, lost) << "batch " << batch;
   }
   EXPECT_GT(shared_rows, 4) << "rows should hold several conversations";
   EXPECT_GT(read, n) << "the windows should go on into the next epoch";

@@ -248,6 +248,8 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   for (const auto& [record, says] : std::vector<std::pair<std::string, std::string>>{
            {"{\"step\": 2, \"loss\": \"abc\"}",
             "metrics.jsonl:2: \"loss\" of step 2 is \"abc\", not a number"},
+           {"{\"step\": 2, \"loss\": 2, \"trained_tokens\": \"12\"}",
+            "metrics.jsonl:2: \"trained_tokens\" of step 2 is \"12\", not a number"},
            {"{\"step\": 2, \"grad_norm\": 1.5}", "metrics.jsonl:2: the record of step 2 has no \"loss\""},
            {"{\"step\": -7, \"loss\": 2}", "metrics.jsonl:2: \"step\" is -7; steps count from 1"},
            {"{\"step\": 9999999999999999999, \"loss\": 2}",

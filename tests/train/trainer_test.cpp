@@ -584,6 +584,113 @@ TEST(Trainer, ConversationStepsLogTheShareOfPadding) {
   EXPECT_FALSE(read_metrics(text).at(0).contains("padding_pct"));
 }
 
+// Conversation steps log the tokens their loss is the mean over (the step's targets: the answers'
+// tokens), and a run ends with how many of its conversations were longer than seq_len + 1 tokens and
+// cut there, and how many answer tokens the cuts left out; `titan eval` says the same of the held-out
+// conversations (and --json holds it). All against the conversations' own tokens. Text steps log
+// neither.
+TEST(Trainer, ConversationRunsLogTheirTrainedTokensAndCountTheConversationsCut) {
+  const int64_t S = 32, B = 2, steps = 3;
+  const data::Tokenizer tok = data::Tokenizer::load(data::default_tokenizer_path());
+  // Conversations whose answers grow by 6 words each: the first fit a row, the later ones are cut.
+  struct Row {
+    int64_t targets = 0, lost = 0;  // trained tokens in the row, and past it
+    bool cut = false;
+  };
+  auto write = [&](const fs::path& file, int n, int first) {
+    std::vector<Row> rows;
+    std::ofstream out(file);
+    for (int i = 0; i < n; ++i) {
+      std::string answer = "Answer " + std::to_string(first + i) + ":";
+      for (int k = 0; k < 6 * i; ++k) answer += " word" + std::to_string(k);
+      const nlohmann::ordered_json messages = {
+          {{"role", "user"}, {"content", "Question " + std::to_string(first + i) + "?"}},
+          {{"role", "assistant"}, {"content", answer}}};
+      out << nlohmann::ordered_json{{"messages", messages}}.dump() << "\n";
+      const data::ChatTokens t = data::tokenize_chat(tok, data::render_qwen3_chat(messages));
+      const int64_t len = int64_t(t.ids.size());
+      Row r;
+      for (int64_t p = 1; p < len; ++p) (p <= S ? r.targets : r.lost) += t.trained[size_t(p)];
+      r.cut = len > S + 1;
+      rows.push_back(r);
+    }
+    return rows;
+  };
+  const fs::path dir = tt::temp_dir("trainer_cut_data_" + std::to_string(getpid()));
+  const std::vector<Row> rows = write(dir / "chats.jsonl", int(steps * B), 0);
+  const std::vector<Row> held_out = write(dir / "held_out.jsonl", 4, 100);
+  int64_t cut = 0, lost = 0;
+  for (const Row& r : rows) cut += r.cut, lost += r.lost;
+  ASSERT_GT(cut, 0);
+  ASSERT_LT(cut, steps * B) << "some conversations should fit their rows";
+
+  const fs::path dump = tt::temp_dir("trainer_cut_run_" + std::to_string(getpid()));
+  const Overrides chats = {{"training.dataset_path", (dir / "chats.jsonl").string()},
+                           {"training.chat_field", "messages"},
+                           {"training.seq_len", std::to_string(S)},
+                           {"training.local_batch_size", std::to_string(B)},
+                           {"training.steps", std::to_string(steps)},
+                           {"validation.enable", "false"},
+                           {"validation.dataset_path", (dir / "held_out.jsonl").string()},
+                           {"validation.local_batch_size", "2"},
+                           {"validation.steps", "-1"}};
+  ::testing::internal::CaptureStdout();
+  const TrainSummary summary = run_training(tiny_config(dump, chats));
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  const std::vector<nlohmann::json> records = read_metrics(dump);
+  ASSERT_EQ(records.size(), size_t(steps));
+  for (int64_t step = 0; step < steps; ++step) {
+    int64_t targets = 0;
+    for (int64_t row = 0; row < B; ++row) targets += rows[size_t(step * B + row)].targets;
+    EXPECT_EQ(records[size_t(step)].at("trained_tokens"), targets) << "step " << step + 1;
+    EXPECT_NE(log.find("step: " + std::to_string(step + 1) + "  loss: "), std::string::npos) << log;
+    EXPECT_NE(log.find("  trained_tokens: " + std::to_string(targets)), std::string::npos) << log;
+  }
+  EXPECT_EQ(summary.conversations, steps * B);
+  EXPECT_EQ(summary.cut_conversations, cut);
+  EXPECT_EQ(summary.cut_trained_tokens, lost);
+  const std::string said = "data: " + std::to_string(cut) + " of the " + std::to_string(steps * B) +
+                           " conversations in this invocation's steps " + (cut == 1 ? "was" : "were") +
+                           " longer than seq_len + 1 = " + std::to_string(S + 1) +
+                           " tokens and cut there: " + std::to_string(lost) + " answer token" +
+                           (lost == 1 ? "" : "s") + " not trained on\n";
+  EXPECT_NE(log.find(said), std::string::npos) << log;
+  EXPECT_LT(log.find(said), log.find("summary: ")) << log;
+
+  // titan eval over the held-out conversations, in rows of the same seq_len (validation.seq_len = -1).
+  int64_t held_out_cut = 0, held_out_lost = 0;
+  for (const Row& r : held_out) held_out_cut += r.cut, held_out_lost += r.lost;
+  std::string out;
+  const fs::path json = dump / "eval.json";
+  ASSERT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                cli_args(tiny_job(dump, chats)) + " --json " + json.string(),
+                            &out),
+            0)
+      << out;
+  ASSERT_GT(held_out_cut, 0);
+  EXPECT_NE(out.find("eval: " + std::to_string(held_out_cut) + " of the 4 held-out conversations " +
+                     (held_out_cut == 1 ? "was" : "were") +
+                     " longer than seq_len + 1 = 33 tokens and cut there: " + std::to_string(held_out_lost) +
+                     " answer token" + (held_out_lost == 1 ? "" : "s") + " not scored"),
+            std::string::npos)
+      << out;
+  const nlohmann::json result = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(result.at("conversations"), 4);
+  EXPECT_EQ(result.at("cut_conversations"), held_out_cut);
+  EXPECT_EQ(result.at("cut_trained_tokens"), held_out_lost);
+
+  // Text: every position is a target, and nothing is cut.
+  const fs::path text = tt::temp_dir("trainer_cut_text_" + std::to_string(getpid()));
+  ::testing::internal::CaptureStdout();
+  const TrainSummary text_summary =
+      run_training(tiny_config(text, {{"training.steps", "1"}, {"validation.enable", "false"}}));
+  const std::string text_log = ::testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(read_metrics(text).at(0).contains("trained_tokens"));
+  EXPECT_EQ(text_log.find("trained_tokens"), std::string::npos) << text_log;
+  EXPECT_EQ(text_log.find("and cut there"), std::string::npos) << text_log;
+  EXPECT_EQ(text_summary.cut_conversations, 0);
+}
+
 // Best-fit packed conversations through the trainer: a run stopped inside a best-fit window and
 // resumed from its checkpoint trains the rows the straight run trains (losses, grad norms and padding
 // bit for bit), and validation packs its held-out conversations best-fit too (the same held-out loss).

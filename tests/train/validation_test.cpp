@@ -235,6 +235,8 @@ TEST(Validation, TheWholeHeldOutSetIsScoredWhateverTheBatchSize) {
           Validator(cfg, tok, data::list_dataset_files({train_file().parent_path()}), one_process)
               .run(*model, whole);
       EXPECT_EQ(r.tokens, n) << "every answer token of the 7 conversations";
+      EXPECT_EQ(r.conversations, 7) << "each counted once, in the batch that holds it";
+      EXPECT_EQ(r.cut_conversations, 0);
       EXPECT_NEAR(r.loss, ce_sum / double(n), 1e-5 * ce_sum / double(n));
       if (!packed) EXPECT_EQ(r.batches, (7 + B - 1) / B);
     }

@@ -24,7 +24,8 @@ int eval_main(int argc, char** argv) {
         "evaluates it. The weights: --checkpoint (a\n"
         "native step-N folder or a Hugging Face folder), else the job's newest checkpoint, else the job's\n"
         "starting weights (checkpoint.initial_load_path / initial_load_in_hf, or its seeded init).\n"
-        "--json: also write {loss, perplexity, tokens, batches, weights} to FILE. See docs/training.md.\n");
+        "--json: also write {loss, perplexity, tokens, batches, weights} to FILE (conversations add\n"
+        "conversations, cut_conversations, cut_trained_tokens). See docs/training.md.\n");
     return 0;
   }
   LaunchedJob job = launch_job(a, [&](const train::JobConfig& config) {
@@ -43,11 +44,16 @@ int eval_main(int argc, char** argv) {
   });
   if (!evaluated) return 1;
   if (a.own.count("json") && job.world->rank() == 0) {
-    const nlohmann::json out = {{"loss", s.result.loss},
-                                {"perplexity", s.result.perplexity},
-                                {"tokens", s.result.tokens},
-                                {"batches", s.result.batches},
-                                {"weights", s.weights}};
+    nlohmann::json out = {{"loss", s.result.loss},
+                          {"perplexity", s.result.perplexity},
+                          {"tokens", s.result.tokens},
+                          {"batches", s.result.batches},
+                          {"weights", s.weights}};
+    if (s.result.conversations > 0) {  // conversations (training.chat_field)
+      out["conversations"] = s.result.conversations;
+      out["cut_conversations"] = s.result.cut_conversations;
+      out["cut_trained_tokens"] = s.result.cut_trained_tokens;
+    }
     io::write_file_atomic(a.own["json"], out.dump(2) + "\n");
   }
   return 0;

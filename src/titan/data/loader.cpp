@@ -269,7 +269,13 @@ class Packer {
                 int64_t row, int64_t used, Batch& b) {
     const int64_t S = config_.seq_len, n = int64_t(ids.size());
     if (used > 0) b.document_starts.push_back(row * S + used);
-    if (n > S + 1) warn_cut(n, trained, at);
+    ++b.conversations;
+    if (n > S + 1) {
+      const int64_t lost = std::count(trained.begin() + (S + 1), trained.end(), uint8_t(1));
+      ++b.cut_conversations;
+      b.cut_trained_tokens += lost;
+      warn_cut(n, lost, at);
+    }
     const int64_t placed = std::min(n, S - used);
     int64_t* inputs = &b.inputs[row * S + used];
     int64_t* labels = &b.labels[row * S + used];
@@ -292,10 +298,10 @@ class Packer {
     std::fill(&b.labels[row * S] + used, &b.labels[row * S] + S, kIgnoreLabel);
   }
 
-  void warn_cut(int64_t n, const std::vector<uint8_t>& trained, const DocPosition& at) {
+  // `cut`: of the n - (seq_len + 1) tokens cut off, those trained on.
+  void warn_cut(int64_t n, int64_t cut, const DocPosition& at) {
     const int64_t S = config_.seq_len;
     if (!first_warning_of(stream_.files()[at.file], "conversation cut")) return;
-    const auto cut = std::count(trained.begin() + (S + 1), trained.end(), uint8_t(1));
     std::fprintf(stderr,
                  "warning: dataset %s:%llu: a conversation of %lld tokens is longer than seq_len + 1 = %lld: "
                  "its last %lld tokens (%lld of them trained on) are cut (one warning per file)\n",

@@ -57,6 +57,10 @@ struct Batch {
   // and a row's padding (a span of its own).
   std::vector<int64_t> document_starts;
   std::vector<int64_t> lengths;  // per row, its tokens before the padding (seq_len: none)
+  // Conversations: how many the batch's rows hold, and of those how many were longer than seq_len + 1
+  // tokens and cut there, with the trained (answer) tokens the cuts took off. Counted per batch
+  // returned, so a sum over the batches a run took (prefetched ones left out) is that run's.
+  int64_t conversations = 0, cut_conversations = 0, cut_trained_tokens = 0;
   int64_t batch_size = 0;
   int64_t seq_len = 0;
   bool empty() const { return batch_size == 0; }

@@ -86,6 +86,11 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,
       summary.result.perplexity, counted(summary.result.tokens, "token").c_str(),
       counted(summary.result.batches, "batch", "batches").c_str(), weights.c_str());
+  if (const ValidationResult& r = summary.result; r.cut_conversations > 0)
+    say("eval: %ld of the %ld held-out conversations %s longer than seq_len + 1 = %ld tokens and cut "
+        "there: %s not scored",
+        long(r.cut_conversations), long(r.conversations), r.cut_conversations == 1 ? "was" : "were",
+        long(validator.seq_len() + 1), counted(r.cut_trained_tokens, "answer token").c_str());
   return summary;
 }
 

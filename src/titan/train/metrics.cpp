@@ -193,6 +193,7 @@ void StepMeter::begin_step() {
   comm_seconds_ = 0;
   batch_hash_ = 0;
   padding_pct_ = -1;
+  trained_tokens_ = -1;
 }
 
 void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
@@ -228,6 +229,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.mfu = peak_tflops_ > 0 ? 100.0 * m.tflops / peak_tflops_ : -1;
   m.step_seconds = dt;
   m.padding_pct = padding_pct_;
+  m.trained_tokens = trained_tokens_;
   m.warmup = first_;
   if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
   if (batch_hash_) m.batch_hash = hash_hex(batch_hash_);
@@ -298,7 +300,11 @@ void print_step(const StepMetrics& m) {
   if (m.comm_mib >= 0) std::snprintf(comm, sizeof comm, "  comm: %.1fMiB in %.3fs", m.comm_mib, m.comm_seconds);
   char padding[32] = "";
   if (m.padding_pct >= 0) std::snprintf(padding, sizeof padding, "  padding: %.1f%%", m.padding_pct);
-  std::string text = std::string(line) + reserved + comm + padding +
+  char trained[48] = "";
+  if (m.trained_tokens >= 0)
+    std::snprintf(trained, sizeof trained, "  trained_tokens: %lld",
+                  static_cast<long long>(m.trained_tokens));
+  std::string text = std::string(line) + reserved + comm + padding + trained +
                      (m.aux_loss >= 0 ? "  aux_loss: " + std::to_string(m.aux_loss) : "") + "\n";
   if (m.val_loss >= 0) {
     char validation[128];
@@ -324,6 +330,7 @@ nlohmann::json step_record(const StepMetrics& m, int rank) {
   if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.padding_pct >= 0) j["padding_pct"] = m.padding_pct;
+  if (m.trained_tokens >= 0) j["trained_tokens"] = m.trained_tokens;
   j["memory_reserved_gib"] = m.memory_reserved_gib;
   if (!m.batch_hash.empty()) j["batch_hash"] = m.batch_hash;
   if (m.comm_mib >= 0) {

@@ -17,6 +17,8 @@
 //            reserved = what the device's caching allocator holds in segments
 // padding  = conversations only: the share of the step's positions that are padding (tps counts
 //            them: the layers compute them)
+// trained_tokens = conversations only: the step's targets (labels not ignored: the answers' tokens),
+//            all ranks: the loss is the mean over these
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -47,6 +49,7 @@ struct StepMetrics {
   // seconds it spent inside communication calls (what compute did not hide).
   double comm_mib = -1, comm_seconds = -1;
   double padding_pct = -1;  // conversations only (< 0: absent)
+  int64_t trained_tokens = -1;  // conversations only (< 0: absent): the step's targets, all ranks
   std::string batch_hash;  // hex FNV-1a of the step's token ids (empty: not reported)
   bool warmup = false;  // the first step of a run (includes one-time set-up costs)
 };
@@ -125,6 +128,8 @@ class StepMeter {
   void set_batch_hash(uint64_t hash) { batch_hash_ = hash; }
   // The share of the step's positions that are padding, in percent (conversations' rows).
   void set_padding_pct(double pct) { padding_pct_ = pct; }
+  // The step's targets over all ranks, the tokens its loss is the mean over (conversations' rows).
+  void set_trained_tokens(int64_t n) { trained_tokens_ = n; }
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank;
   // targets: of those, the positions whose target counts (a mean over the ranks).
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
@@ -151,6 +156,7 @@ class StepMeter {
   int64_t comm_bytes_ = -1;  // < 0: no communication reported for the step in hand
   uint64_t batch_hash_ = 0;  // 0: none reported
   double padding_pct_ = -1;  // < 0: none reported
+  int64_t trained_tokens_ = -1;          // < 0: none reported
   std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;

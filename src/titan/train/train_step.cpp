@@ -160,8 +160,12 @@ StepResult TrainStep::run(TrainState& s) const {
   r.lr = s.schedule.lr(step - 1 - s.schedule_start);
   apply_update(s.model, s.optimizer, plan_, r.lr, step - s.optimizer_start, max_norm_, g, expert_bias_coeff_);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
-  for (const data::Batch& batch : batches)
+  for (const data::Batch& batch : batches) {
     for (int64_t length : batch.lengths) r.padding += seq_len_ - length;
+    r.conversations += batch.conversations;
+    r.cut_conversations += batch.cut_conversations;
+    r.cut_trained_tokens += batch.cut_trained_tokens;
+  }
   r.targets = step_targets;
   s.tokens_seen += r.tokens;
   r.loss = g.loss;

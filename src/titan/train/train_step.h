@@ -23,6 +23,9 @@ struct StepResult {
   int64_t tokens = 0;   // input tokens of the step, over all data-parallel ranks
   int64_t padding = 0;  // of those, the positions after a row's last conversation
   int64_t targets = 0;  // of those, the positions whose target counts (the lm_head runs for these)
+  // Conversations: how many the step's rows hold (all ranks), and of those the ones longer than
+  // seq_len + 1 tokens, cut there, with the trained (answer) tokens the cuts left out.
+  int64_t conversations = 0, cut_conversations = 0, cut_trained_tokens = 0;
   // FNV-1a of the token ids of the step's global micro-batches (every rank reads them whole): equal
   // for the same samples in the same order whatever the number of ranks, so a resumed or resharded
   // run shows that no sample was skipped or repeated.

@@ -609,9 +609,15 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       epoch_explained = true;
     }
     meter.set_batch_hash(r.batch_hash);
-    if (!cfg.training.chat_field.empty()) meter.set_padding_pct(100.0 * double(r.padding) / double(r.tokens));
+    if (!cfg.training.chat_field.empty()) {
+      meter.set_padding_pct(100.0 * double(r.padding) / double(r.tokens));
+      meter.set_trained_tokens(r.targets);
+    }
     summary.padding += r.padding;
     summary.step_tokens += r.tokens;
+    summary.conversations += r.conversations;
+    summary.cut_conversations += r.cut_conversations;
+    summary.cut_trained_tokens += r.cut_trained_tokens;
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
@@ -712,6 +718,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (epoch > 0)
     say("data: the stream ended in epoch %lu: the dataset was read through %s",
         static_cast<unsigned long>(epoch), counted(int64_t(epoch), "time").c_str());
+  // Conversations cut at the row's end: the warnings name the first per file; this counts them all
+  // (every rank reads the whole global batch, so the count is the job's on every rank).
+  if (summary.cut_conversations > 0)
+    say("data: %ld of the %ld conversations in this invocation's steps %s longer than seq_len + 1 = "
+        "%ld tokens and cut there: %s not trained on",
+        long(summary.cut_conversations), long(summary.conversations),
+        summary.cut_conversations == 1 ? "was" : "were", long(job.seq_len + 1),
+        counted(summary.cut_trained_tokens, "answer token").c_str());
   // Conversations: how much of this invocation's steps was padding (the tokens/s above count it).
   char padding[64] = "";
   if (!cfg.training.chat_field.empty() && summary.steps_run > 0)

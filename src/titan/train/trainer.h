@@ -20,6 +20,9 @@ struct TrainSummary {
   int64_t tokens = 0;          // tokens seen over the whole run (across resumes)
   int64_t padding = 0;         // conversations: padding positions in this invocation's steps
   int64_t step_tokens = 0;     // positions in this invocation's steps (padding included)
+  // Conversations in this invocation's steps (every rank's rows), and of those the ones longer than
+  // seq_len + 1 tokens, cut there, with the trained (answer) tokens the cuts left out.
+  int64_t conversations = 0, cut_conversations = 0, cut_trained_tokens = 0;
   double seconds = 0;
   bool interrupted = false;    // stopped by a signal (a checkpoint was saved)
 };

@@ -121,9 +121,13 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   };
   double ce_sum = 0;  // cross-entropy summed over target tokens
   int64_t tokens = 0, batches = 0;
+  ValidationResult r;
   for (; steps_ == -1 || batches < steps_; ++batches) {
     data::Batch batch = loader.next();
     if (batch.empty()) break;
+    r.conversations += batch.conversations;  // every rank reads the global batch: the job's counts
+    r.cut_conversations += batch.cut_conversations;
+    r.cut_trained_tokens += batch.cut_trained_tokens;
     qwen3::RowContents rows = row_contents(batch, plan_.dp_rank() * B, B, block_causal_);
     // The last batch's rows past the held-out data are padding (pad_last_batch); a rank holding
     // only such rows still runs the forward (its gathers and the experts' exchanges are collectives),
@@ -151,7 +155,6 @@ ValidationResult Validator::run(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
       sums[1] > 0, "validation: '", loader_config_.paths[0].string(), "': no token of its first ",
       counted(batches, "batch", "batches"),
       " is one to score (every conversation's answer lies past seq_len + 1 tokens, where rows are cut)");
-  ValidationResult r;
   r.loss = sums[0] / sums[1];
   r.perplexity = std::exp(r.loss);
   r.batches = batches;

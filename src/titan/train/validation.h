@@ -32,6 +32,9 @@ struct ValidationResult {
   double perplexity = 0;  // exp(loss)
   int64_t batches = 0;
   int64_t tokens = 0;     // targets the mean is over
+  // Conversations in the batches (every rank's rows), and of those the ones longer than seq_len + 1
+  // tokens, cut there, with the trained (answer) tokens the cuts left out of the mean.
+  int64_t conversations = 0, cut_conversations = 0, cut_trained_tokens = 0;
 };
 
 class Validator {
@@ -52,6 +55,7 @@ class Validator {
   std::string describe() const;
   // What it evaluates: "all batches of 2 x 64 tokens per rank (global 4 x 64) from PATH".
   std::string describe_data() const;
+  int64_t seq_len() const { return loader_config_.seq_len; }
 
  private:
   std::string too_little() const;  // what a held-out set too small for one row lacks
