@@ -2,8 +2,15 @@
 // allocator's counters and block reuse, host <-> device copies (small ones direct, large ones
 // through the pinned staging buffers), and the fill / convert / strided-copy kernels, whose bytes
 // must equal what core/tensor produces on the CPU for every dtype. Skips without a GPU.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#ifndef TITAN_HAVE_CUDA
+TEST(CudaServices, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "built without the CUDA backend (TITAN_CUDA off, or no nvcc)";
+}
+#else
+
+#include <cuda_runtime.h>
 
 #include <cstring>
 #include <limits>
@@ -243,3 +250,5 @@ TEST(CudaServices, CopyStridedGathersAndScattersLikeTheCpu) {
 
 }  // namespace
 }  // namespace titan
+
+#endif  // TITAN_HAVE_CUDA

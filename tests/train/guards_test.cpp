@@ -326,6 +326,7 @@ TEST(ResumeGuard, ChangedOptimizerSettingsAreSaidOnResume) {
                      ": the run starts at step 1"),
             std::string::npos)
       << out;
+  out.clear();  // (run_command appends)
   const Overrides changed = with(kCheckpointEvery2, {{"training.steps", "3"},
                                                      {"validation.enable", "false"},
                                                      {"optimizer.name", "Adam"},
