@@ -793,26 +793,34 @@ TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
 }
 
 // Errors found once the ranks have connected, while the job and its starting weights are resolved
-// (an unknown model flavor, a checkpoint.initial_load_path that is not there): said once by rank 0
-// for both, and every rank exits on its own, with no MPI_Abort (each rank printed its own, then
-// aborted).
+// (an unknown model flavor, a checkpoint.initial_load_path that is not there), by titan train and by
+// titan eval: said once by rank 0 for both, and every rank exits on its own, with no MPI_Abort (each
+// rank printed its own, then aborted).
 TEST(DataParallel, AnErrorResolvingTheJobIsSaidOnceAndNoRankAborts) {
   const fs::path dump = tt::temp_dir("dist_resolve_error");
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"model.flavor", "debugmodl"}, {"checkpoint.initial_load_path", (dump / "absent").string()}}) {
-    std::string out;
-    const int rc = run_two_programs({tiny(dump, 2, {{key, value}})}, {tiny(dump, 2, {{key, value}})}, &out);
-    EXPECT_NE(rc, 0) << out;
-    const size_t said = out.find("titan train: error: rank 0: ");
-    ASSERT_NE(said, std::string::npos) << out;
-    const std::string line = out.substr(said, out.find('\n', said) - said);
-    EXPECT_NE(line.find(value), std::string::npos) << line;
-    EXPECT_NE(line.find("(rank 1 failed too)"), std::string::npos) << line;
-    EXPECT_EQ(out.find("error: rank", said + line.size()), std::string::npos) << "said more than once:\n"
-                                                                              << out;
-    EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
-    EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
-  }
+  for (const std::string command : {"train", "eval"})
+    for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+             {"model.flavor", "debugmodl"}, {"checkpoint.initial_load_path", (dump / "absent").string()}}) {
+      SCOPED_TRACE(command + " " + key);
+      std::string out;
+      const int rc = tt::run_command(
+          "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+          "--oversubscribe "
+          "--bind-to none -x OMP_NUM_THREADS -np 2 " +
+              tt::titan_binary().string() + " " + command + " --config " + tt::debugmodel_toml().string() +
+              tt::cli_args(tiny(dump, 2, {{key, value}})),
+          &out);
+      EXPECT_NE(rc, 0) << out;
+      const size_t said = out.find("titan " + command + ": error: rank 0: ");
+      ASSERT_NE(said, std::string::npos) << out;
+      const std::string line = out.substr(said, out.find('\n', said) - said);
+      EXPECT_NE(line.find(value), std::string::npos) << line;
+      EXPECT_NE(line.find("(rank 1 failed too)"), std::string::npos) << line;
+      EXPECT_EQ(out.find("error: rank", said + line.size()), std::string::npos) << "said more than once:\n"
+                                                                                << out;
+      EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
+      EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
+    }
 }
 
 // A rank that never starts titan (here `sleep`, as a host that stops answering before MPI starts):

@@ -1,5 +1,7 @@
 #include "titan/train/evaluate.h"
 
+#include <optional>
+
 #include "titan/core/check.h"
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
@@ -46,43 +48,51 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   // a committed checkpoint or holds Hugging Face weights, of this job's model).
   JobConfig source = cfg;
   std::string weights;
-  // What errors about the weights name: what chose them.
-  std::string origin = checkpoint.empty() ? "checkpoint.initial_load_path" : "titan eval --checkpoint";
-  fs::path folder = checkpoint;
-  const CheckpointManager own(checkpoint_folder_of(cfg), cfg.checkpoint.keep_latest_k);
-  if (folder.empty() && cfg.checkpoint.enable)
-    if (const std::optional<int64_t> step = own.latest_step()) {
-      folder = own.step_dir(*step);
-      origin = "the job's newest checkpoint";
+  ResolvedJob job;
+  std::optional<data::Tokenizer> tokenizer;
+  std::optional<Validator> validator;
+  // Agreed, as training's start-up: an error every rank finds alike (a missing folder, a model that
+  // is not the job's) is said once, and one rank's own stops every rank with its reason.
+  plan.agree_on_success([&] {
+    // What errors about the weights name: what chose them.
+    std::string origin = checkpoint.empty() ? "checkpoint.initial_load_path" : "titan eval --checkpoint";
+    fs::path folder = checkpoint;
+    const CheckpointManager own(checkpoint_folder_of(cfg), cfg.checkpoint.keep_latest_k);
+    if (folder.empty() && cfg.checkpoint.enable)
+      if (const std::optional<int64_t> step = own.latest_step()) {
+        folder = own.step_dir(*step);
+        origin = "the job's newest checkpoint";
+      }
+    if (!folder.empty()) {
+      TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
+      source.checkpoint.initial_load_path = folder.string();
+      // A Hugging Face folder has a config.json and no manifest; a native checkpoint the reverse.
+      source.checkpoint.initial_load_in_hf = !fs::exists(folder / "manifest.json");
+      weights = folder.string() + (source.checkpoint.initial_load_in_hf ? " (Hugging Face weights)" : "");
+    } else {
+      weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
+                : cfg.checkpoint.initial_load_in_hf
+                    ? cfg.model.hf_assets_path
+                    : "initialized from seed " + std::to_string(cfg.training.seed);
     }
-  if (!folder.empty()) {
-    TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
-    source.checkpoint.initial_load_path = folder.string();
-    // A Hugging Face folder has a config.json and no manifest; a native checkpoint the reverse.
-    source.checkpoint.initial_load_in_hf = !fs::exists(folder / "manifest.json");
-    weights = folder.string() + (source.checkpoint.initial_load_in_hf ? " (Hugging Face weights)" : "");
-  } else {
-    weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
-              : cfg.checkpoint.initial_load_in_hf
-                  ? cfg.model.hf_assets_path
-                  : "initialized from seed " + std::to_string(cfg.training.seed);
-  }
-  ResolvedJob job = resolve_job(source, plan);
-  resolve_initial_weights(source, job, origin);
-  const data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
-  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
-              "' has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
-  const Validator validator(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
+    job = resolve_job(source, plan);
+    resolve_initial_weights(source, job, origin);
+    tokenizer.emplace(data::Tokenizer::load(job.tokenizer_path));
+    TITAN_CHECK(tokenizer->vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
+                "' has ", tokenizer->vocab_size(), " ids but the model's vocab_size is ",
+                job.args.vocab_size);
+    validator.emplace(cfg, *tokenizer, data::list_dataset_files(job.dataset), plan);
+  });
   JobConfig shown = cfg;
   shown.notes = notes_for_eval(cfg.notes);
-  start_up_report(shown, job, plan, tokenizer, "titan eval");
-  say("eval: %s", validator.describe_data().c_str());  // the held-out data (the data line is training's)
+  start_up_report(shown, job, plan, *tokenizer, "titan eval");
+  say("eval: %s", validator->describe_data().c_str());  // the held-out data (the data line is training's)
   // No gradients and no optimizer moments: the weights' memory alone (a 4B model's eval needs its
   // 16 GB of f32 weights, where its training state needs 64 GB).
-  TrainState state(cfg, job, tokenizer, plan, qwen3::Purpose::Inference);
-  plan.agree_on_success([&] { start_weights(state, source, job); });  // each rank reads its own files
+  TrainState state(cfg, job, *tokenizer, plan, qwen3::Purpose::Inference);
+  start_weights(state, source, job, plan);
   state.distribute();
-  EvalSummary summary{validator.run(state.model, state.sharding), weights};
+  EvalSummary summary{validator->run(state.model, state.sharding), weights};
   say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,
       summary.result.perplexity, counted(summary.result.tokens, "token").c_str(),
       counted(summary.result.batches, "batch", "batches").c_str(), weights.c_str());
@@ -90,7 +100,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     say("eval: %ld of the %ld held-out conversations %s longer than seq_len + 1 = %ld tokens and cut "
         "there: %s not scored",
         long(r.cut_conversations), long(r.conversations), r.cut_conversations == 1 ? "was" : "were",
-        long(validator.seq_len() + 1), counted(r.cut_trained_tokens, "answer token").c_str());
+        long(validator->seq_len() + 1), counted(r.cut_trained_tokens, "answer token").c_str());
   return summary;
 }
 

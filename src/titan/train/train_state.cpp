@@ -154,7 +154,10 @@ nlohmann::json read_generation_config(const std::filesystem::path& hf_dir) {
   return g;
 }
 
-void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
+namespace {
+
+// start_weights on this rank alone.
+void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
   if (!job.initial_hf.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     {
@@ -203,6 +206,19 @@ void start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job
           "checkpoint.initial_load_in_hf = true to start from those",
           c.model.hf_assets_path.c_str());
   }
+}
+
+}  // namespace
+
+void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job,
+                   const dist::ParallelPlan& plan) {
+  // Each rank reads its own files. A rank done reading waits in the agreement for the slowest, and
+  // one on a slow file system may take longer than the start-up bound: the wait is widened by the
+  // read's time.
+  const bool reads = !job.initial_hf.empty() || !job.initial_native.empty();
+  const dist::DiskTimeAllowance allowance(
+      plan.world(), reads ? uint64_t(job.args.num_params()) * sizeof(float) : 0, "read the starting weights");
+  plan.agree_on_success([&] { read_start_weights(state, config, job); });
 }
 
 }  // namespace titan::train

@@ -76,8 +76,10 @@ std::vector<dist::BlockRole> block_roles(const qwen3::Qwen3Model& model);
 std::string memory_per_rank(const TrainState& state);
 
 // The weights of a run that does not resume: from job.initial_hf, job.initial_native (model only;
-// optimizer and step start fresh) or the seeded initialisation. Logs which.
-void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job);
+// optimizer and step start fresh) or the seeded initialisation. Logs which. Every rank of `plan` reads
+// its own files; an error on any rank stops them all, said once (ParallelPlan::agree_on_success).
+void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job,
+                   const dist::ParallelPlan& plan);
 
 // The generation_config.json of a Hugging Face model folder, null when it has none; a file that is
 // not a JSON object is an error naming it.

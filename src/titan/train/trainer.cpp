@@ -443,14 +443,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     if (cfg.checkpoint.enable)
       say("checkpoint: no committed checkpoint in %s: the run starts at step 1",
           checkpointer.folder().c_str());
-    {
-      // A rank done reading waits in the agreement for the slowest; one on a slow file system may
-      // take longer than the start-up bound.
-      const bool reads = !job.initial_hf.empty() || !job.initial_native.empty();
-      const dist::DiskTimeAllowance allowance(
-          world, reads ? uint64_t(job.args.num_params()) * sizeof(float) : 0, "read the starting weights");
-      plan.agree_on_success([&] { start_weights(state, cfg, job); });  // each rank reads its own files
-    }
+    start_weights(state, cfg, job, plan);
     // Random weights come with no generation config: the run's records and exports get the stop
     // tokens titan generate uses (a loaded model keeps its own, or none, as it came).
     if (job.initial_hf.empty() && job.initial_native.empty()) {
