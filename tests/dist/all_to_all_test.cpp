@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/core/element.h"
@@ -137,15 +138,9 @@ TEST(AllToAll, OverThreeRealRanks) {
     if (!std::getenv(kRankEnv)) GTEST_SKIP() << "runs under mpirun, started by AllToAll.OverThreeRealRanks"; \
   } while (0)
 
-// The ranks' world: MPI, made once per process (MPI is initialised once).
-Communicator& rank_world() {
-  static std::unique_ptr<Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
-  return *world;
-}
-
 TEST(AllToAllRanks, UnevenCountsWithZerosInEveryDtype) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   ASSERT_EQ(world.size(), kRanks);
   // 517 elements a unit: segments of up to 4653 elements, past the eager message sizes.
   for (int64_t scale : {1, 517})
@@ -162,7 +157,7 @@ TEST(AllToAllRanks, UnevenCountsWithZerosInEveryDtype) {
 
 TEST(AllToAllRanks, TwoInFlightOutliveTheirCountsAndAreWaitedInReverse) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   Exchange a(world.rank(), kRanks, uneven, 129, DType::F32);
   Exchange b(world.rank(), kRanks, uneven_transposed, 257, DType::BF16);
   std::unique_ptr<dist::CommHandle> ha, hb;
@@ -189,7 +184,7 @@ TEST(AllToAllRanks, TwoInFlightOutliveTheirCountsAndAreWaitedInReverse) {
 // per peer tells every rank what it receives, then the data follows.
 TEST(AllToAllRanks, CountsExchangedFirstThenTheData) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   const int rank = world.rank();
   for (DType dt : {DType::BF16, DType::I64}) {
     std::vector<int64_t> send_counts, recv_counts(kRanks, -1);
@@ -208,7 +203,7 @@ TEST(AllToAllRanks, CountsExchangedFirstThenTheData) {
 
 TEST(AllToAllRanks, WrongCountsAreErrorsNamingTheEntry) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   float send[8] = {}, recv[8] = {};
   const std::vector<int64_t> two = {1, 1}, three = {1, 1, 1}, four = {1, 1, 1, 1}, negative = {1, -1, 1};
   auto error = [&](std::span<const int64_t> sc, std::span<const int64_t> rc) {
@@ -258,7 +253,7 @@ TEST(AllToAllRanks, WrongCountsAreErrorsNamingTheEntry) {
 // Split groups exchange among themselves: ranks {0, 2} as a group of two, rank 1 alone.
 TEST(AllToAllRanks, SplitGroupsExchangeAmongThemselves) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   auto group = world.split(world.rank() == 1 ? 1 : 0, world.rank(), world.rank() == 1 ? 1 : world.size() - 1);
   ASSERT_EQ(group->size(), world.rank() == 1 ? 1 : 2);
   const Counts counts = [](int s, int d) { return int64_t(3 + 5 * s + 2 * d); };
@@ -274,7 +269,7 @@ TEST(AllToAllRanks, SplitGroupsExchangeAmongThemselves) {
 // after 4 s, and gives up after the world's new 0.5 s, naming the key that set it.
 TEST(AllToAllRanks, ATimeoutSetOnTheWorldBindsTheGroupsSplitBefore) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   const bool pair = world.rank() < 2;
   auto group = world.split(pair ? 0 : 1, world.rank(), pair ? 2 : world.size() - 2);
   world.set_timeout(dist::CommTimeout(0.5, "test.timeout_key"));
@@ -300,7 +295,7 @@ TEST(AllToAllRanks, ATimeoutSetOnTheWorldBindsTheGroupsSplitBefore) {
 // after it; a wait that outlasts the allowance names both parts of its bound.
 TEST(AllToAllRanks, ADiskTimeAllowanceWidensTheBoundForItsScope) {
   REQUIRE_RANK();
-  Communicator& world = rank_world();
+  Communicator& world = tt::rank_world();
   world.set_timeout(dist::CommTimeout(0.5, "test.timeout_key"));
   {
     const dist::DiskTimeAllowance allowance(world, 200'000'000, "write the test file");  // + 4 s

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
@@ -209,14 +210,6 @@ void expect_same_final_state(const JobRun& a, const JobRun& b, int64_t step, con
   EXPECT_EQ(ta["tokens_seen"], tb["tokens_seen"]) << what;
 }
 
-// The files of a checkpoint folder, sorted.
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // The reference: one process, no launcher, the whole global batch of 4.
 const JobRun& one_rank() {
   // ctest runs each test in its own process, maybe two at once: the folder is per process.
@@ -288,9 +281,10 @@ TEST(DataParallel, ARankWhoseHeldOutRowsAreAllPaddingValidatesWithTheOthers) {
 // in train_state.json says which elements each file holds; the manifest vouches for every file.
 TEST(DataParallel, EachRankWritesItsShardFiles) {
   const fs::path step = fsdp_two_ranks().dump / "checkpoint/step-10";
-  EXPECT_EQ(files_in(step), (std::vector<std::string>{"COMMITTED", "manifest.json", "model-rank0.safetensors",
-                                                      "model-rank1.safetensors", "optimizer-rank0.safetensors",
-                                                      "optimizer-rank1.safetensors", "train_state.json"}));
+  EXPECT_EQ(tt::files_in(step),
+            (std::vector<std::string>{"COMMITTED", "manifest.json", "model-rank0.safetensors",
+                                      "model-rank1.safetensors", "optimizer-rank0.safetensors",
+                                      "optimizer-rank1.safetensors", "train_state.json"}));
   const auto manifest = nlohmann::json::parse(read_file(step / "manifest.json"));
   EXPECT_EQ(manifest["files"].size(), 5u);  // the four shard files and train_state.json
   const auto layout = nlohmann::json::parse(read_file(step / "train_state.json"))["layout"];
@@ -320,9 +314,9 @@ TEST(DataParallel, BackgroundSavesOfFsdpRanksWriteTheSynchronousCheckpoints) {
   expect_same_steps(background, fsdp_two_ranks(), 1, 10, "FSDP 2, saving in the background");
   for (const char* step : {"step-5", "step-10"}) {
     const fs::path a = fsdp_two_ranks().dump / "checkpoint" / step, b = background.dump / "checkpoint" / step;
-    ASSERT_EQ(files_in(a), files_in(b)) << step;
-    EXPECT_EQ(files_in(a).size(), 7u) << step;
-    for (const std::string& f : files_in(a))
+    ASSERT_EQ(tt::files_in(a), tt::files_in(b)) << step;
+    EXPECT_EQ(tt::files_in(a).size(), 7u) << step;
+    for (const std::string& f : tt::files_in(a))
       EXPECT_EQ(tt::file_difference(a / f, b / f), "") << step << "/" << f;
   }
 }
@@ -389,7 +383,7 @@ TEST(DataParallel, HsdpTwoByTwoMatchesOneRank) {
   expect_same_steps(hsdp, one_rank(), 1, 10, "HSDP 2x2");
   expect_same_final_state(hsdp, one_rank(), 10, "HSDP 2x2");
   // The two replicas hold the same 2 shards: only the first replica wrote them.
-  EXPECT_EQ(files_in(hsdp.dump / "checkpoint/step-10"),
+  EXPECT_EQ(tt::files_in(hsdp.dump / "checkpoint/step-10"),
             (std::vector<std::string>{"COMMITTED", "manifest.json", "model-rank0.safetensors",
                                       "model-rank1.safetensors", "optimizer-rank0.safetensors",
                                       "optimizer-rank1.safetensors", "train_state.json"}));
@@ -646,8 +640,9 @@ TEST(DataParallel, ExportOfAShardedCheckpointEqualsTheExportOfTheGatheredWeights
                             &out),
             0)
       << out;
-  EXPECT_EQ(files_in(exported), files_in(in_run));
-  for (const std::string& f : files_in(in_run)) EXPECT_EQ(tt::file_difference(exported / f, in_run / f), "") << f;
+  EXPECT_EQ(tt::files_in(exported), tt::files_in(in_run));
+  for (const std::string& f : tt::files_in(in_run))
+    EXPECT_EQ(tt::file_difference(exported / f, in_run / f), "") << f;
 }
 
 // Hugging Face weights as the start of a sharded run: each rank writes the part of every tensor

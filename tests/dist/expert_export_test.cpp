@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/parallel_plan.h"
@@ -51,21 +52,8 @@ qwen3::ModelArgs moe_args() {
   return a;
 }
 
-// The ranks' world: MPI, made once per process (MPI is initialised once).
-dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
-  return *world;
-}
-
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 void check_export(int64_t replicate, int64_t shard, int64_t ep, DType dtype) {
-  dist::Communicator& world = rank_world();
+  dist::Communicator& world = tt::rank_world();
   ASSERT_EQ(world.size(), replicate * shard);
   const dist::ParallelPlan plan(world, replicate, shard, ep);
   SCOPED_TRACE(plan.describe() + ", ep " + std::to_string(ep) + ", " + std::string(dtype_name(dtype)) +
@@ -94,9 +82,9 @@ void check_export(int64_t replicate, int64_t shard, int64_t ep, DType dtype) {
   qwen3::Qwen3Model one(a, DType::F32);
   one.initialize(kSeed, qwen3::InitScheme::Torchtitan);
   qwen3::export_hf_model(one, out / "one", dtype);
-  const std::vector<std::string> files = files_in(out / "one");
+  const std::vector<std::string> files = tt::files_in(out / "one");
   EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors", "titan_checksums.json"}));
-  EXPECT_EQ(files_in(out / "split"), files);
+  EXPECT_EQ(tt::files_in(out / "split"), files);
   for (const std::string& f : files)
     EXPECT_EQ(tt::file_difference(out / "one" / f, out / "split" / f), "") << f;
   const io::HfCheckpoint split = io::HfCheckpoint::open(out / "split");
@@ -149,11 +137,11 @@ TEST(ExpertExport, TheTrainersExportOverTwoRanksIsTheOneProcessRunsExport) {
   const fs::path one = train("one", "", {});
   const fs::path two = train("two", "mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np 2 ",
                              {{"parallelism.expert_parallel_degree", "2"}});
-  const std::vector<std::string> files = files_in(one);
+  const std::vector<std::string> files = tt::files_in(one);
   EXPECT_EQ(files,
             (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
                                       "titan_checksums.json", "tokenizer.json", "tokenizer_config.json"}));
-  EXPECT_EQ(files_in(two), files);
+  EXPECT_EQ(tt::files_in(two), files);
   for (const std::string& f : files) EXPECT_EQ(tt::file_difference(one / f, two / f), "") << f;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "ops/op_test_util.h"
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
@@ -283,43 +284,37 @@ TEST(ExpertParallel, OverTwoAndFourRanksIsMoeExperts) {
       GTEST_SKIP() << "runs under mpirun, started by ExpertParallel.OverTwoAndFourRanksIsMoeExperts"; \
   } while (0)
 
-// The ranks' world: MPI, made once per process (MPI is initialised once).
-dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
-  return *world;
-}
-
 TEST(ExpertParallelRanks, AQwen3MoeWithSplitExpertsIsTheOneProcessModel) {
   REQUIRE_RANK();
-  check_split_model(rank_world(), /*recomputed=*/false);
+  check_split_model(tt::rank_world(), /*recomputed=*/false);
 }
 TEST(ExpertParallelRanks, AQwen3MoeWithSplitExpertsRecomputedInBackward) {
   REQUIRE_RANK();
-  check_split_model(rank_world(), /*recomputed=*/true);
+  check_split_model(tt::rank_world(), /*recomputed=*/true);
 }
 TEST(ExpertParallelRanks, F64ReferenceKernels) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::F64, "reference");
+  check_expert_parallel(tt::rank_world(), DType::F64, "reference");
 }
 TEST(ExpertParallelRanks, F32ReferenceKernels) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::F32, "reference");
+  check_expert_parallel(tt::rank_world(), DType::F32, "reference");
 }
 TEST(ExpertParallelRanks, F32DefaultKernels) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::F32, "default");
+  check_expert_parallel(tt::rank_world(), DType::F32, "default");
 }
 TEST(ExpertParallelRanks, Bf16DefaultKernels) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::BF16, "default");
+  check_expert_parallel(tt::rank_world(), DType::BF16, "default");
 }
 TEST(ExpertParallelRanks, F64ARankWithoutTokensAndExpertsWithoutRows) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::F64, "reference", /*empties=*/true);
+  check_expert_parallel(tt::rank_world(), DType::F64, "reference", /*empties=*/true);
 }
 TEST(ExpertParallelRanks, F32ARankWithoutTokensAndExpertsWithoutRows) {
   REQUIRE_RANK();
-  check_expert_parallel(rank_world(), DType::F32, "default", /*empties=*/true);
+  check_expert_parallel(tt::rank_world(), DType::F32, "default", /*empties=*/true);
 }
 
 }  // namespace

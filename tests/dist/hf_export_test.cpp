@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 #include "titan/core/device_services.h"
 #include "titan/dist/communicator.h"
@@ -48,21 +49,8 @@ qwen3::ModelArgs dense_args(bool tied) {
   return a;
 }
 
-// The ranks' world: MPI, made once per process (MPI is initialised once).
-dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
-  return *world;
-}
-
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 void check_streamed_export(int64_t replicate, int64_t shard, DType compute, bool tied) {
-  dist::Communicator& world = rank_world();
+  dist::Communicator& world = tt::rank_world();
   ASSERT_EQ(world.size(), replicate * shard);
   const dist::ParallelPlan plan(world, replicate, shard);
   SCOPED_TRACE(plan.describe() + ", rank " + std::to_string(plan.rank()));
@@ -106,9 +94,9 @@ void check_streamed_export(int64_t replicate, int64_t shard, DType compute, bool
   qwen3::Qwen3Model one(a, DType::F32);
   one.initialize(kSeed, qwen3::InitScheme::Torchtitan);
   qwen3::export_hf_model(one, out / "one", DType::F32);
-  const std::vector<std::string> files = files_in(out / "one");
+  const std::vector<std::string> files = tt::files_in(out / "one");
   EXPECT_EQ(files, (std::vector<std::string>{"config.json", "model.safetensors", "titan_checksums.json"}));
-  EXPECT_EQ(files_in(out / "ranks"), files);
+  EXPECT_EQ(tt::files_in(out / "ranks"), files);
   for (const std::string& f : files)
     EXPECT_EQ(tt::file_difference(out / "one" / f, out / "ranks" / f), "") << f;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 #include "titan/core/dtype.h"
 #include "titan/dist/communicator.h"
@@ -65,18 +66,12 @@ float arbitrary_gradient(int rank, int mb, int block, int64_t i) {
   return float((u - 0.5) * std::ldexp(1.0, int(h % 9) - 4));
 }
 
-// The ranks' world: MPI, made once per process (MPI is initialised once).
-dist::Communicator& rank_world() {
-  static std::unique_ptr<dist::Communicator> world = dist::launch_communicator(dist::CommTimeout(60));
-  return *world;
-}
-
 // Runs two micro-batches of gradients through ShardedBlocks on the mesh replicate x shard and
 // checks every element of this rank's shard_grad of both blocks against `expected(block, i)`
 // (i indexes the whole padded block).
 void check_reduction(int64_t replicate, int64_t shard, DType reduce, const Gradient& gradient,
                      const std::function<float(int block, int64_t i)>& expected, const std::string& what) {
-  dist::Communicator& world = rank_world();
+  dist::Communicator& world = tt::rank_world();
   ASSERT_EQ(world.size(), kRanks);
   const dist::ParallelPlan plan(world, replicate, shard);
   // Block 0 stands for the embedding (no backward points), block 1 for a layer; 35 and 26 elements
