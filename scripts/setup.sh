@@ -15,6 +15,7 @@ PACKAGES=(
   libzstd-dev  # zstd-compressed datasets (.zst: SlimPajama, Dolma, RedPajama shards), zstd Parquet pages
   libsnappy-dev libbrotli-dev liblz4-dev  # Parquet pages' other codecs (src/titan/data/parquet.cpp)
   chromium     # the browser check of `titan report` (tests/train/report_test.cpp)
+  clang-format # `git clang-format`, the formatting of every change (CONTRIBUTING.md)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

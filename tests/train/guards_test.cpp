@@ -415,10 +415,11 @@ TEST(ResumeGuard, ASettingOlderCheckpointsLackCountsAsItsDefault) {
   // The pad id (transformers' padding_idx, which changes the embedding's gradient) joined later too:
   // an older checkpoint's is its model_config's, null for none.
   const nlohmann::json no_pad = {{"settings", saved}, {"model_config", {{"pad_token_id", nullptr}}}};
-  EXPECT_EQ(train::changed_settings(train::recorded_settings(no_pad),
-                                    {{"optimizer.name", "AdamW"}, {"model.pad_token_id", 151643}}),
-            "model.pad_token_id -1 -> 151643 (transformers' padding_idx: from here the embedding row of the "
-            "new pad id gets no gradient)");
+  EXPECT_EQ(
+      train::changed_settings(train::recorded_settings(no_pad),
+                              {{"optimizer.name", "AdamW"}, {"model.pad_token_id", 151643}}),
+      "model.pad_token_id -1 -> 151643 (transformers' padding_idx: from here the embedding lookup gives "
+      "row 151643 no gradient)");
   EXPECT_EQ(train::changed_settings(train::recorded_settings(no_pad),
                                     {{"optimizer.name", "AdamW"}, {"model.pad_token_id", -1}}),
             "");

@@ -1076,6 +1076,9 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     Overrides off = job;
     for (auto& [key, value] : off)
       if (key == "validation.enable") value = "false";
+    // nor says the seed has no effect on the starting weights: eval names the weights it evaluates
+    off.push_back({"training.seed", "7"});
+    off.push_back({"checkpoint.initial_load_path", step2.string()});
     std::string out;
     EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
                                   tt::cli_args(tt::tiny_job(a, off)) + " --checkpoint " + step2.string(),
@@ -1084,6 +1087,7 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
         << out;
     EXPECT_NE(out.find("eval: loss"), std::string::npos) << out;
     EXPECT_EQ(out.find("no effect, validation.enable = false"), std::string::npos) << out;
+    EXPECT_EQ(out.find("no effect, the job starts from loaded weights"), std::string::npos) << out;
   }
   // --json is checked before the evaluation: never into a finished checkpoint (its manifest would be
   // replaced), never into a missing folder (the result lost after the evaluation ran).
@@ -1109,6 +1113,17 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
                                   tt::cli_args(tt::tiny_job(a, job)) +
                                   " --validation.dataset_path=" + data.string() + " --json " + data.string(),
+                              &out),
+              1);
+    EXPECT_NE(out.find("titan eval --json: '" + data.string() + "' is the input '" + data.string() + "'"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
+    // nor over a file a glob of the held-out data matches
+    out.clear();
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, job)) + " --validation.dataset_path=" +
+                                  (a / "held_*.jsonl").string() + " --json " + data.string(),
                               &out),
               1);
     EXPECT_NE(out.find("titan eval --json: '" + data.string() + "' is the input '" + data.string() + "'"),

@@ -5,6 +5,8 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/cli/job_launch.h"
+#include "titan/core/check.h"
+#include "titan/data/dataset.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/path_guard.h"
 #include "titan/train/evaluate.h"
@@ -32,9 +34,18 @@ int eval_main(int argc, char** argv) {
     if (!a.own.count("json")) return;
     std::vector<std::filesystem::path> inputs = {a.config};
     for (const std::string& path :
-         {a.own.count("checkpoint") ? a.own.at("checkpoint") : std::string(), config.validation.dataset_path,
-          config.training.dataset_path, config.model.hf_assets_path})
+         {a.own.count("checkpoint") ? a.own.at("checkpoint") : std::string(), config.model.hf_assets_path})
       if (!path.empty()) inputs.push_back(path);
+    // A dataset path may be a glob: the files it matches are the inputs (a missing path or an empty
+    // match is the evaluation's error, naming the key).
+    for (const std::string& path : {config.validation.dataset_path, config.training.dataset_path})
+      if (!path.empty()) {
+        inputs.push_back(path);
+        try {
+          for (const std::filesystem::path& file : data::list_dataset_files({path})) inputs.push_back(file);
+        } catch (const Error&) {
+        }
+      }
     io::check_output_file(a.own.at("json"), inputs, "titan eval --json");
   });
   train::EvalSummary s;

@@ -37,8 +37,9 @@ fs::path assets_dir() {
       if (dir == dir.parent_path()) break;
     }
   }
-  TITAN_FAIL("assets: no prepared assets folder found above ", starts.front(),
-             (starts.size() > 1 ? " or " + starts.back().string() : std::string()), ": ", kHint);
+  std::string looked = "'" + starts.front().string() + "'";
+  if (starts.size() > 1) looked += " or '" + starts.back().string() + "'";
+  TITAN_FAIL("assets: no prepared assets folder found in or above ", looked, ": ", kHint);
 }
 
 fs::path default_tokenizer_path() {

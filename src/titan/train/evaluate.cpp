@@ -20,13 +20,15 @@ namespace {
 
 // The job's config notes that hold for titan eval, which reads [validation] whether or not training
 // would (validation.enable), and says itself which weights it evaluates: the notes about
-// validation.enable = false and about the starting weights speak of training only (as the
+// validation.enable = false and about the starting weights (those the seed has no effect on
+// included) speak of training only (as the
 // training defaults left out do: JobConfig::left_out_note, which eval does not print).
 std::vector<std::string> notes_for_eval(const std::vector<std::string>& notes) {
   std::vector<std::string> kept;
   for (const std::string& note : notes) {
     const bool starting_weights = note.rfind("checkpoint.initial_load_path = ", 0) == 0 ||
-                                  note.rfind("checkpoint.initial_load_in_hf = ", 0) == 0;
+                                  note.rfind("checkpoint.initial_load_in_hf = ", 0) == 0 ||
+                                  note.find("the job starts from loaded weights") != std::string::npos;
     const bool validation_off = note.rfind("validation.", 0) == 0 &&
                                 note.find("no effect, validation.enable = false") != std::string::npos;
     if (!starting_weights && !validation_off) kept.push_back(note);
@@ -77,10 +79,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     }
     job = resolve_job(source, plan);
     resolve_initial_weights(source, job, origin);
-    tokenizer.emplace(data::Tokenizer::load(job.tokenizer_path));
-    TITAN_CHECK(tokenizer->vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
-                "' has ", tokenizer->vocab_size(), " ids but the model's vocab_size is ",
-                job.args.vocab_size);
+    tokenizer.emplace(load_tokenizer(source, job));
     validator.emplace(cfg, *tokenizer, data::list_dataset_files(job.dataset), plan);
   });
   JobConfig shown = cfg;

@@ -148,8 +148,12 @@ std::string changed_settings(const json& saved, const json& now) {
     out += (out.empty() ? "" : ", ") + key + " " + before.dump() + " -> " + value.dump();
     if (key == "training.seed" || key == "model.init")
       out += " (no effect: the weights are the checkpoint's)";
+    // What the lookup does (a tied head still gives that row its gradient).
     if (key == "model.pad_token_id")
-      out += " (transformers' padding_idx: from here the embedding row of the new pad id gets no gradient)";
+      out += value.get<int64_t>() < 0
+                 ? " (transformers' padding_idx: from here the embedding lookup gives every row its gradient)"
+                 : " (transformers' padding_idx: from here the embedding lookup gives row " + value.dump() +
+                       " no gradient)";
     if (key == "training.local_batch_size" || key == "training.seq_len")
       out +=
           " (the aux loss balances the experts over each micro-batch's tokens: over other tokens from here)";

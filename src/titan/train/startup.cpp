@@ -30,6 +30,8 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   qwen3::ModelArgs args;
   if (c.model.name == "hf") {
     fs::path cfg = fs::path(c.model.hf_assets_path) / "config.json";
+    TITAN_CHECK(fs::is_directory(c.model.hf_assets_path), "model.hf_assets_path: '", c.model.hf_assets_path,
+                "' is not a directory (the model's folder: config.json, tokenizer.json and its weights)");
     TITAN_CHECK(fs::exists(cfg), "model.hf_assets_path: '", c.model.hf_assets_path, "' has no config.json");
     args = qwen3::args_from_hf_config_file(cfg.string());
   } else {
@@ -443,6 +445,21 @@ std::string data_line_for_planning(const JobConfig& c) {
   const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
   return dataset[0].string() + ", tokenizer " + tokenizer_path.string() + ", " +
          document_description(c, tokenizer, dataset);
+}
+
+data::Tokenizer load_tokenizer(const JobConfig& c, const ResolvedJob& job) {
+  data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
+  const std::string vocab_source = c.model.overrides.count("vocab_size") ? "model.vocab_size"
+                                   : c.model.name == "hf" ? "model.hf_assets_path's config.json"
+                                                          : "flavor " + c.model.flavor;
+  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(),
+              "' (", c.model.hf_assets_path.empty() ? "the default tokenizer" : "model.hf_assets_path",
+              ") has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size,
+              " (", vocab_source,
+              "): an id past the vocabulary has no embedding row; use the model's own tokenizer, or a "
+              "model with vocab_size >= ",
+              tokenizer.vocab_size(), " (model.vocab_size)");
+  return tokenizer;
 }
 
 void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::ParallelPlan& plan,

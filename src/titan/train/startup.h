@@ -87,6 +87,11 @@ void check_run_writes_outside(const JobConfig& config, const std::filesystem::pa
 // The model, device, tokenizer, dataset and batch shape, checked; errors name the key and the path.
 // Reads no run folder: it runs before the run's folders are locked.
 ResolvedJob resolve_job(const JobConfig& config, const dist::ParallelPlan& plan);
+
+// The job's tokenizer (job.tokenizer_path), loaded; its ids must fit the model's vocabulary (the error
+// names the keys that chose each).
+data::Tokenizer load_tokenizer(const JobConfig& config, const ResolvedJob& job);
+
 // Where a fresh (not resumed) run's weights come from (job.initial_hf / initial_native), checked:
 // the folder exists, holds weights, and its model config describes the run's model. Errors name
 // `source`: what set checkpoint.initial_load_path (the key itself, or e.g. titan eval's --checkpoint).

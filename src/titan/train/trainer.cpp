@@ -329,7 +329,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     check_every_rank_sees(cfg.job.dump_folder, "job.dump_folder", plan);
     if (checkpoint_lock) check_every_rank_sees(checkpoint_folder, "checkpoint.folder", plan);
   }
-  Checkpointer checkpointer(cfg, plan);
+  // Its checks of the folder (a damaged or uncommitted checkpoint, checkpoint.load_step) every rank
+  // finds alike: said once.
+  std::optional<Checkpointer> checkpointer_of_run;
+  plan.agree_on_success([&] {
+    checkpointer_of_run.emplace(cfg, plan);
+    TITAN_CHECK(!cfg.checkpoint.create_seed_checkpoint || !checkpointer_of_run->resume_step(),
+                "checkpoint.create_seed_checkpoint = true: '", checkpointer_of_run->folder().string(),
+                "' already holds checkpoints (the newest: step ",
+                checkpointer_of_run->resume_step().value_or(-1),
+                "); a seed is the checkpoint a job starts from: write it into an empty checkpoint folder "
+                "(another job.dump_folder or checkpoint.folder)");
+  });
+  Checkpointer& checkpointer = *checkpointer_of_run;
   for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   for (const std::filesystem::path& d : checkpointer.damaged_step_dirs())
@@ -347,11 +359,6 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         "save "
         "removes it",
         d.c_str());
-  TITAN_CHECK(!cfg.checkpoint.create_seed_checkpoint || !checkpointer.resume_step(),
-              "checkpoint.create_seed_checkpoint = true: '", checkpointer.folder().string(),
-              "' already holds checkpoints (the newest: step ", checkpointer.resume_step().value_or(-1),
-              "); a seed is the checkpoint a job starts from: write it into an empty checkpoint folder "
-              "(another job.dump_folder or checkpoint.folder)");
   // The folders the run will write in, checked by the ranks that write there before anything is built
   // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
   // since its last checkpoint lost.
@@ -376,10 +383,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
               "; make it writable or choose another checkpoint.folder (or job.dump_folder)");
   });
   // A resumed run's weights come from its checkpoint; the initial-load settings are for a fresh one.
-  if (!checkpointer.resume_dir()) {
-    plan.agree_on_success([&] { resolve_initial_weights(cfg, job); });  // said once, as resolve_job's
-  } else if (checkpointer.resume_step() &&
-             (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf)) {
+  // Agreed on every rank whatever its view of the folder (one that sees a checkpoint another does
+  // not is named by the check of the starting points below): said once, as resolve_job's.
+  plan.agree_on_success([&] {
+    if (!checkpointer.resume_dir()) resolve_initial_weights(cfg, job);
+  });
+  if (checkpointer.resume_step() &&
+      (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf)) {
     const std::string key =
         cfg.checkpoint.initial_load_path.empty()
             ? std::string("checkpoint.initial_load_in_hf = true (model.hf_assets_path)")
@@ -400,19 +410,23 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   rank_step.dp_shard = plan.dp_shard();
   rank_step.ep = plan.ep();
   const std::vector<std::string> hosts = plan.host_names();  // ranks on one host share its memory
-  check_training_fits(job.args, rank_step,
-                      std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
-  data::Tokenizer tokenizer = data::Tokenizer::load(job.tokenizer_path);
-  TITAN_CHECK(tokenizer.vocab_size() <= job.args.vocab_size, "tokenizer '", job.tokenizer_path.string(), "' has ",
-              tokenizer.vocab_size(), " ids but the model's vocab_size is ", job.args.vocab_size);
+  std::optional<data::Tokenizer> tokenizer_of_run;
   std::optional<Validator> validator;  // [validation]: held-out loss at step 1 and every freq steps
-  if (cfg.validation.enable) {
-    // Checked before any step trains: the validation forward would otherwise refuse it after step 1.
-    const int64_t val_seq = cfg.validation.seq_len == -1 ? job.seq_len : cfg.validation.seq_len;
-    TITAN_CHECK(val_seq <= job.args.max_seq_len, "validation.seq_len = ", val_seq,
-                " exceeds the model's max_seq_len = ", job.args.max_seq_len);
-    validator.emplace(cfg, tokenizer, data::list_dataset_files(job.dataset), plan);
-  }
+  // A host's own findings (its memory, its copy of the tokenizer) and the ones every rank finds alike
+  // (a tokenizer too large for the model): said once.
+  plan.agree_on_success([&] {
+    check_training_fits(job.args, rank_step,
+                        std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
+    tokenizer_of_run.emplace(load_tokenizer(cfg, job));
+    if (cfg.validation.enable) {
+      // Checked before any step trains: the validation forward would otherwise refuse it after step 1.
+      const int64_t val_seq = cfg.validation.seq_len == -1 ? job.seq_len : cfg.validation.seq_len;
+      TITAN_CHECK(val_seq <= job.args.max_seq_len, "validation.seq_len = ", val_seq,
+                  " exceeds the model's max_seq_len = ", job.args.max_seq_len);
+      validator.emplace(cfg, *tokenizer_of_run, data::list_dataset_files(job.dataset), plan);
+    }
+  });
+  const data::Tokenizer& tokenizer = *tokenizer_of_run;
   start_up_report(cfg, job, plan, tokenizer);
   const std::string left_out_note = cfg.left_out_note(checkpointer.resume_dir().has_value());
   if (!left_out_note.empty()) say("config: %s", left_out_note.c_str());
@@ -440,7 +454,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   } else {
     // A run that meant to resume and finds nothing (a mistyped checkpoint.folder) would otherwise
     // train from scratch with no word of it.
-    if (cfg.checkpoint.enable)
+    // (A seed checkpoint's run trains nothing: it writes step 0.)
+    if (cfg.checkpoint.enable && !cfg.checkpoint.create_seed_checkpoint && cfg.training.steps > 0)
       say("checkpoint: no committed checkpoint in %s: the run starts at step 1",
           checkpointer.folder().c_str());
     start_weights(state, cfg, job, plan);
