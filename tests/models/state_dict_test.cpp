@@ -59,6 +59,7 @@ TEST(StateDict, MissingUnexpectedAndMismatchedKeysAreAllNamed) {
   EXPECT_NE(m.find("model.layers.0.mlp.shared_expert.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("model.norm.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("[32]"), std::string::npos) << m;
+  EXPECT_NE(m.find("titan reads f32, bf16 and f16 tensors"), std::string::npos) << m;
 }
 
 TEST(StateDict, TiedCheckpointMayCarryLmHead) {
@@ -73,6 +74,15 @@ TEST(StateDict, TiedCheckpointMayCarryLmHead) {
   auto a = with_head->find_param("tok_embeddings.weight")->value.to_vector();
   auto b = without->find_param("tok_embeddings.weight")->value.to_vector();
   EXPECT_EQ(a, b);
+  // The load says what it read, and that the stored head is not.
+  const std::string tensors =
+      std::to_string(qwen3::hf_tensors(*without).size()) + " tensors (f32) from 1 file";
+  EXPECT_EQ(qwen3::load_hf_weights(*without, oracle("tiny_dense")),
+            tensors + "; lm_head tied to model.embed_tokens");
+  EXPECT_EQ(qwen3::load_hf_weights(*with_head, dir),
+            tensors +
+                "; lm_head tied to model.embed_tokens (the stored lm_head.weight, equal to it, is not read; "
+                "exports leave it out, as transformers writes a tied model)");
 }
 
 TEST(StateDict, TiedCheckpointWithADifferentLmHeadIsRefused) {

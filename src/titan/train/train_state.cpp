@@ -160,12 +160,14 @@ namespace {
 void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob& job) {
   if (!job.initial_hf.empty()) {
     auto t0 = std::chrono::steady_clock::now();
+    std::string read;
     {
       Progress progress("loading Hugging Face weights from " + job.initial_hf.string(),
                         bytes_under(job.initial_hf));
-      qwen3::load_hf_weights(state.model, job.initial_hf);
+      read = qwen3::load_hf_weights(state.model, job.initial_hf);
     }
-    say("loaded Hugging Face weights from %s in %.1f s", job.initial_hf.string().c_str(), seconds_since(t0));
+    say("loaded Hugging Face weights from %s in %.1f s: %s", job.initial_hf.string().c_str(),
+        seconds_since(t0), read.c_str());
     state.generation_config = read_generation_config(job.initial_hf);
     if (!state.generation_config.is_null())
       say("its generation_config.json (stop tokens, sampling defaults) goes into every checkpoint and "

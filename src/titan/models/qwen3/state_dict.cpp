@@ -170,8 +170,9 @@ std::string element_text(const io::TensorInfo& t, int64_t i) {
 
 }  // namespace
 
-void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
+std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
+  bool stored_tied_head = false;
   auto refs = hf_tensors(model);
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> expected;
@@ -184,7 +185,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
     }
     if (t->shape != r.shape || !(t->dtype == DType::F32 || t->dtype == DType::BF16 || t->dtype == DType::F16)) {
       mismatched.push_back(r.key + " (checkpoint " + std::string(dtype_name(t->dtype)) + shape_str(t->shape) +
-                           ", model f32" + shape_str(r.shape) + ")");
+                           ", model f32" + shape_str(r.shape) + "; titan reads f32, bf16 and f16 tensors)");
     }
   }
   // A model holding one run of the experts (ExpertSplit) reads its experts' tensors only; the
@@ -212,6 +213,7 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
                    "differs from model.embed_tokens.weight; a tied model would drop the trained head (set "
                    "tie_word_embeddings to false to train both, or remove lm_head.weight)");
       }
+      stored_tied_head = true;
       continue;
     }
     unexpected.push_back(k);
@@ -246,6 +248,21 @@ void load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
       const int64_t per_expert = shape_numel(r.shape);
       block.write_elements(r.param->offset + std::max<int64_t>(r.expert, 0) * per_expert, src);
     }
+  // What was read, for the log: "24 tensors (f32) from 1 file; lm_head tied to model.embed_tokens".
+  std::set<std::string> dtypes;
+  for (auto& r : refs) dtypes.insert(std::string(dtype_name(ckpt.at(r.key).dtype)));
+  std::string stored;
+  for (const std::string& d : dtypes) stored += (stored.empty() ? "" : ", ") + d;
+  std::string text = std::to_string(refs.size()) + " tensors" +
+                     (model.expert_split().count > 1 ? " (this rank's run of experts)" : "") + " (" + stored +
+                     (stored == "f32" ? "" : ", widened to the f32 weights") + ") from " +
+                     std::to_string(ckpt.files().size()) + (ckpt.files().size() == 1 ? " file" : " files");
+  if (model.args().tie_embeddings)
+    text += stored_tied_head
+                ? "; lm_head tied to model.embed_tokens (the stored lm_head.weight, equal to it, is "
+                  "not read; exports leave it out, as transformers writes a tied model)"
+                : "; lm_head tied to model.embed_tokens";
+  return text;
 }
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::filesystem::path& dir, DType compute_dtype,
