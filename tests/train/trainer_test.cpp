@@ -1149,7 +1149,8 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
               0);
     EXPECT_NE(
         out.find(std::string(named) + ": '" + (other_step / "train_state.json").string() +
-                 "' describes another model than this run's: norm_eps = 1e-05 there, 1e-06 in this run"),
+                 "' describes another model than this run's (flavor debugmodel): rms_norm_eps = 1e-05 there, "
+                 "1e-06 in this run (model.norm_eps)"),
         std::string::npos)
         << out;
   }
@@ -1316,16 +1317,20 @@ TEST(Trainer, AnotherModelsWeightsNameEveryDifferingFieldAtOnce) {
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     if (!qwen3::shapes_the_computation(key) || a == b) continue;
     named.push_back(key);
-    EXPECT_NE(e.find(key + " = " + a + " there, " + b + " in this run"), std::string::npos)
+    // Named as config.json names it, and as [model] does where that differs.
+    const std::string in_file = qwen3::hf_config_key(key);
+    EXPECT_NE(e.find(in_file + " = " + a + " there, " + b + " in this run" +
+                     (in_file == key ? "" : " (model." + key + ")")),
+              std::string::npos)
         << key << ": " << e;
   }
   for (const char* key : {"vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"})
     EXPECT_NE(std::find(named.begin(), named.end(), key), named.end()) << key << " is the same in both";
   EXPECT_NE(e.find("checkpoint.initial_load_path: '" + (hf / "config.json").string() +
-                   "' describes another model than this run's: vocab_size = "),
+                   "' describes another model than this run's (flavor debugmodel): vocab_size = "),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("(flavor debugmodel); its weights would compute something else here (point the model at "
+  EXPECT_NE(e.find("; its weights would compute something else here (point the model at "
                    "that config, or set model.vocab_size, model.dim, "),
             std::string::npos)
       << e;
@@ -1367,8 +1372,8 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
                              {"checkpoint.initial_load_in_hf", "true"}};
   std::string e = error_of([&] { run_training(tiny_config(dump, from_hf)); });
   EXPECT_NE(e.find("checkpoint.initial_load_path: '" + (hf / "config.json").string() +
-                   "' describes another model than this run's: rope_theta = 10000 there, 1e+06 in this run "
-                   "(flavor debugmodel)"),
+                   "' describes another model than this run's (flavor debugmodel): "
+                   "rope_parameters.rope_theta = 10000 there, 1e+06 in this run (model.rope_theta)"),
             std::string::npos)
       << e;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
@@ -1382,8 +1387,8 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
                                  {"checkpoint.initial_load_in_hf", "true"}};
   e = error_of([&] { run_training(tiny_config(tt::temp_dir("trainer_initial_arch_assets"), from_assets)); });
   EXPECT_NE(e.find("model.hf_assets_path: '" + (hf / "config.json").string() +
-                   "' describes another model than this run's: rope_theta = 10000 there, 1e+06 in this run "
-                   "(flavor debugmodel)"),
+                   "' describes another model than this run's (flavor debugmodel): "
+                   "rope_parameters.rope_theta = 10000 there, 1e+06 in this run (model.rope_theta)"),
             std::string::npos)
       << e;
   // Another max_position_embeddings (the Hub's Base models say 32768 where the flavors say 40960) is a
@@ -1404,8 +1409,8 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
                              {{"training.steps", "1"}, {"checkpoint.initial_load_path", native.string()}}));
   });
   EXPECT_NE(
-      e.find("train_state.json' describes another model than this run's: norm_eps = 1e-05 there, 1e-06 in "
-             "this run"),
+      e.find("train_state.json' describes another model than this run's (flavor debugmodel): rms_norm_eps = "
+             "1e-05 there, 1e-06 in this run (model.norm_eps)"),
       std::string::npos)
       << e;
 }

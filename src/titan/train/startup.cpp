@@ -180,14 +180,17 @@ void check_initial_weights_model(const JobConfig& c, const qwen3::ModelArgs& run
     if (c.model.overrides.count(key) || !qwen3::shapes_the_computation(key)) continue;
     const std::string a = qwen3::field_text(theirs, key), b = qwen3::field_text(run, key);
     if (a == b) continue;
-    differs += (differs.empty() ? "" : "; ") + key + " = " + a + " there, " + b + " in this run";
+    // Named as the file names it, and as [model] does where that differs.
+    const std::string theirs_key = qwen3::hf_config_key(key);
+    differs += (differs.empty() ? "" : "; ") + theirs_key + " = " + a + " there, " + b + " in this run" +
+               (theirs_key == key ? "" : " (model." + key + ")");
     keys += (keys.empty() ? "model." : ", model.") + key;
     ++count;
   }
-  TITAN_CHECK(differs.empty(), source, ": '", where.string(),
-              "' describes another model than this run's: ", differs, " (",
+  TITAN_CHECK(differs.empty(), source, ": '", where.string(), "' describes another model than this run's (",
               c.model.name == "hf" ? "model.hf_assets_path's config.json" : "flavor " + c.model.flavor,
-              "); its weights would compute something else here (point the model at that config, or set ",
+              "): ", differs,
+              "; its weights would compute something else here (point the model at that config, or set ",
               keys, count > 1 ? " to choose the values)" : " to choose the value)");
 }
 

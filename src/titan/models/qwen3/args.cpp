@@ -265,6 +265,13 @@ bool shapes_the_computation(const std::string& key) {
          key != "initializer_range" && key != "pad_token_id";
 }
 
+std::string hf_config_key(const std::string& key) {
+  if (key == "rope_theta") return "rope_parameters.rope_theta";
+  for (auto& f : fields())
+    if (key == f.name) return f.hf_key ? f.hf_key : f.name;
+  TITAN_FAIL("unknown model field '", key, "'");
+}
+
 std::string field_text(const ModelArgs& args, const std::string& key) {
   for (auto& f : fields()) {
     if (key != f.name) continue;

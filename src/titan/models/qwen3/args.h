@@ -84,6 +84,9 @@ bool shapes_the_computation(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);
+// The name of field `key` in a Hugging Face config.json ("hidden_dim" -> "intermediate_size",
+// "rope_theta" -> "rope_parameters.rope_theta"), for messages about such a file.
+std::string hf_config_key(const std::string& key);
 
 // Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
 // (num_experts / num_local_experts, rope_theta / rope_parameters.rope_theta, torch_dtype /
