@@ -51,7 +51,11 @@ TEST(Dataset, JsonArrayOfStringsAndObjects) {
   write_file(dir / "b.json", R"([{"body": "one", "id": 1}, {"body": "two", "meta": {"x": [1, {"y": "]"}]}}])");
   EXPECT_EQ(read_all({{dir / "a.json"}}), (std::vector<std::string>{"first", "with \"escapes\" \u00e9 ] , ["}));
   EXPECT_EQ(read_all({{dir / "b.json"}, "body"}), (std::vector<std::string>{"one", "two"}));
-  EXPECT_NE(error_of({{dir / "b.json"}}).find("b.json:1: object has no field 'text'"), std::string::npos)
+  EXPECT_NE(
+      error_of({{dir / "b.json"}})
+          .find("b.json:1: object has no field 'text' (training.text_field names the field to read; its "
+                "fields are 'body', 'id')"),
+      std::string::npos)
       << error_of({{dir / "b.json"}});
 }
 

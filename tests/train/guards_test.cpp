@@ -489,6 +489,11 @@ TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   fs::rename(second, data_dir / "moved.jsonl");
   s = run_training(config(data_dir / "moved.jsonl", 6));
   EXPECT_EQ(s.steps_run, 2);
+  // Its folder, which holds one file more: refused, naming the new one.
+  e = error_of([&] { run_training(config(data_dir, 8)); });
+  EXPECT_NE(e.find("the checkpoint's dataset has 1 file, this run's has 2; new: '" + first.string() + "';"),
+            std::string::npos)
+      << e;
 }
 
 // FNV-1a as its authors define it (offset basis 0xcbf29ce484222325), written out here so the test

@@ -494,12 +494,13 @@ TEST(JobConfig, TheConfigMustBeARegularFile) {
 }
 
 // A rule between values names where each key it involves was set (file line or command line), so
-// the user knows which line to edit; keys left at their defaults are not listed.
+// the user knows which line to edit; keys left at their defaults are said to be (the user may not
+// know the default), after those.
 TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
   std::string e =
       error_of([&] { parse("[training]\nsteps = 5\n\n[checkpoint]\nload_step = 3\n").validate(1); });
   EXPECT_NE(e.find("checkpoint.load_step = 3 resumes from a checkpoint: it needs checkpoint.enable = true "
-                   "(checkpoint.load_step set at job.toml:5)"),
+                   "(checkpoint.load_step set at job.toml:5; checkpoint.enable left at the default)"),
             std::string::npos)
       << e;
   e = error_of([&] { parse("[training]\nsteps = 5\n", {{"lr_scheduler.total_steps", "3"}}).validate(1); });
@@ -511,9 +512,17 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
                    "command line)"),
             std::string::npos)
       << e;
-  // training.steps is in the message but at its default: not listed.
+  // training.steps is in the message but at its default: said so.
   e = error_of([&] { parse("[lr_scheduler]\ntotal_steps = 2\n").validate(1); });
-  EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2)"), std::string::npos) << e;
+  EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2; training.steps left at the default)"),
+            std::string::npos)
+      << e;
+  // A one-step run under the default warmup: the error says where 2 comes from.
+  e = error_of([&] { parse("", {{"training.steps", "1"}}).validate(1); });
+  EXPECT_NE(e.find("lr_scheduler.warmup_steps (2) must not exceed training.steps (1) (training.steps set on "
+                   "the command line; lr_scheduler.warmup_steps left at the default)"),
+            std::string::npos)
+      << e;
   // titan train checks the values before it starts the communicator (MPI under a launcher), so a
   // comm.* value is named the same way.
   std::string out;

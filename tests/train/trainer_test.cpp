@@ -1954,6 +1954,23 @@ TEST(Trainer, TextSplitCutsPlainTextIntoLinesParagraphsOrFiles) {
   run_training(tiny_config(json_dump,
                            tt::joined(json_run, {{"training.steps", "2"}, {"training.text_split", "line"}})));
   EXPECT_EQ(read_metrics(json_dump).back().at("step").get<int64_t>(), 2);
+  // Its documents come from a field: a resume reading another one (whose tokens the saved position
+  // inside a document does not count) is refused; a plain-text dataset records none.
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(json_dump / "checkpoint" / "step-2" / "train_state.json"))
+                .at("dataloader")
+                .at("text_field"),
+            "text");
+  EXPECT_FALSE(state["line"].contains("text_field"));
+  e = error_of([&] {
+    run_training(tiny_config(
+        json_dump, tt::joined(json_run, {{"training.steps", "3"},
+                                         {"training.text_field", "body"},
+                                         {"validation.enable", "false"}})));  // (its records have no body)
+  });
+  EXPECT_NE(
+      e.find("read its documents from the field 'text' but this run has training.text_field = \"body\""),
+      std::string::npos)
+      << e;
   e = error_of([&] { tiny_config(dump, {{"training.text_split", "sentence"}}); });
   EXPECT_NE(e.find("training.text_split must be one of paragraph, line, file"), std::string::npos) << e;
 }

@@ -411,6 +411,33 @@ TEST(Validation, AGlobOfHeldOutFilesReadsEveryFileItMatches) {
   EXPECT_NE(out.find("tokenizer: "), std::string::npos) << out;
 }
 
+// The training data line says how many files a folder or a glob named (what the listing skipped,
+// hidden names and other extensions, is not data); a file is named alone.
+TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
+  const fs::path data = tt::temp_dir("data_line_files_" + std::to_string(getpid()));
+  const fs::path corpus = tt::assets_dir() / "datasets" / "nlp-corpus-validation" / "val.jsonl";
+  fs::create_directories(data / "shards");
+  fs::copy_file(corpus, data / "shards" / "a.jsonl");
+  fs::copy_file(corpus, data / "shards" / "b.jsonl");
+  fs::copy_file(corpus, data / "shards" / ".hidden.jsonl");
+  std::ofstream(data / "shards" / "notes.yaml") << "not: data\n";
+  for (const auto& [path, said] : {std::pair{data / "shards", " (2 files), tokenizer "},
+                                   std::pair{data / "shards" / "a*.jsonl", " (1 file), tokenizer "},
+                                   std::pair{data / "shards" / "a.jsonl", ", tokenizer "}}) {
+    std::string out;
+    ASSERT_EQ(
+        tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                            tt::cli_args(tt::tiny_job(data / "run", {{"training.dataset_path", path.string()},
+                                                                     {"training.steps", "0"},
+                                                                     {"validation.enable", "false"}})) +
+                            " 2>&1",
+                        &out),
+        0)
+        << out;
+    EXPECT_NE(out.find("data: " + path.string() + said), std::string::npos) << out;
+  }
+}
+
 // A dump folder inside a dataset folder would make the run's own files (metrics.jsonl, checkpoints)
 // its training data: refused at start-up, naming the key, for the training and the held-out data.
 TEST(Validation, ADumpFolderInsideADatasetFolderIsRefused) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "titan/core/check.h"
@@ -53,9 +54,29 @@ json dataset_identity(const std::vector<fs::path>& files) {
 
 std::string dataset_identity_mismatch(const json& saved, const json& now) {
   if (!saved.is_array()) return "the saved dataset identity is malformed";
-  if (saved.size() != now.size())
-    return "the checkpoint's dataset has " + std::to_string(saved.size()) + " file(s), this run's has " +
-           std::to_string(now.size());
+  if (saved.size() != now.size()) {
+    // Which files came or went, by path (a moved dataset names none of them alike: the counts alone).
+    const auto paths = [](const json& files) {
+      std::set<std::string> p;
+      for (const json& f : files) p.insert(f.value("path", "?"));
+      return p;
+    };
+    const std::set<std::string> before = paths(saved), after = paths(now);
+    const auto listed = [](const std::set<std::string>& these, const std::set<std::string>& minus) {
+      std::string list;
+      size_t n = 0;
+      for (const std::string& p : these)
+        if (!minus.count(p) && n++ < 3) list += (list.empty() ? "'" : ", '") + p + "'";
+      if (n > 3) list += " and " + std::to_string(n - 3) + " more";
+      return list;
+    };
+    std::string which;
+    if (const std::string added = listed(after, before); !added.empty()) which += "; new: " + added;
+    if (const std::string gone = listed(before, after); !gone.empty()) which += "; gone: " + gone;
+    return "the checkpoint's dataset has " + std::to_string(saved.size()) +
+           (saved.size() == 1 ? " file" : " files") + ", this run's has " + std::to_string(now.size()) +
+           which;
+  }
   for (size_t i = 0; i < saved.size(); ++i) {
     const json& s = saved[i];
     const json& n = now[i];

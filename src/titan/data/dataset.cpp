@@ -372,9 +372,13 @@ struct DocumentStream::Impl {
     if (j.is_string()) return j.get<std::string>();
     if (j.is_object()) {
       auto it = j.find(config.text_field);
-      if (it == j.end())
-        fail(line,
-             "object has no field '" + config.text_field + "' (training.text_field names the field to read)");
+      if (it == j.end()) {
+        std::vector<std::string> fields;
+        for (const auto& [key, value] : j.items()) fields.push_back(key);
+        fail(line, "object has no field '" + config.text_field +
+                       "' (training.text_field names the field to read; its fields are " +
+                       quoted_names(fields) + ")");
+      }
       if (!it->is_string()) fail(line, "field '" + config.text_field + "' is " + it->type_name() + ", not a string");
       return it->get<std::string>();
     }

@@ -21,6 +21,7 @@ void to_json(json& j, const LoaderState& s) {
            {"epoch", s.epoch},     {"batches", s.batches}, {"tokens", s.tokens},
            {"seq_len", s.seq_len}, {"eos_id", s.eos_id},   {"text_split", s.text_split}};
   if (!s.chat_field.empty()) j["chat_field"] = s.chat_field;
+  if (!s.text_field.empty()) j["text_field"] = s.text_field;
   if (!s.packing.empty()) {
     j["packing"] = s.packing;
     j["rows_taken"] = s.rows_taken;
@@ -40,6 +41,7 @@ void from_json(const json& j, LoaderState& s) {
   s.eos_id = j.at("eos_id").get<int32_t>();
   s.text_split = j.value("text_split", std::string());  // absent from states before the key: not checked
   s.chat_field = j.value("chat_field", std::string());
+  s.text_field = j.value("text_field", std::string());  // absent from states before the key: not checked
   s.packing = j.value("packing", std::string());  // absent: next-fit, or text
   s.rows_taken = j.value("rows_taken", uint64_t(0));
 }
@@ -96,6 +98,9 @@ class Packer {
         stream_(DatasetConfig{config.paths, config.text_field, config.text_split, config.chat_field}) {
     const auto& files = stream_.files();
     if (std::any_of(files.begin(), files.end(), is_plain_text)) text_split_ = config.text_split;
+    if (config.chat_field.empty() &&
+        std::any_of(files.begin(), files.end(), [](const auto& f) { return !is_plain_text(f); }))
+      text_field_ = config.text_field;
     if (best_fit()) packing_ = "best_fit " + std::to_string(config.best_fit_window);
   }
 
@@ -105,6 +110,8 @@ class Packer {
   // How plain-text files are cut into documents; "" when the dataset has none (the split then
   // changes nothing).
   const std::string& text_split() const { return text_split_; }
+  // The field text documents are read from; "" when no file has fields (or conversations are read).
+  const std::string& text_field() const { return text_field_; }
 
   void reset(const LoaderState& s) {
     stream_.seek(s.doc);
@@ -153,6 +160,7 @@ class Packer {
     s.eos_id = eos_;
     s.text_split = text_split_;
     s.chat_field = config_.chat_field;
+    s.text_field = text_field_;
     return s;
   }
 
@@ -315,7 +323,8 @@ class Packer {
     while (!stream_.next(d)) {
       TITAN_CHECK(epoch_docs_ > 0 || !epoch_from_start_, "loader: the dataset '", config_.paths[0].string(),
                   "'", config_.paths.size() > 1 ? " (and the other paths given)" : "", " (",
-                  stream_.files().size(), " files) holds no non-empty document");
+                  stream_.files().size(), stream_.files().size() == 1 ? " file" : " files",
+                  ") holds no non-empty document");
       if (!config_.infinite) return false;
       ++epoch_;
       epoch_docs_ = 0;
@@ -342,6 +351,7 @@ class Packer {
   int32_t eos_;
   int32_t pad_;             // what fills a conversation's row after its end
   std::string text_split_;  // config.text_split when the dataset has plain-text files, else ""
+  std::string text_field_;  // config.text_field when text documents come from record files, else ""
   DocumentStream stream_;
   std::vector<int32_t> doc_;          // tokens of the current document + EOS, or of the current conversation
   std::vector<uint8_t> doc_trained_;  // per token of the current conversation: whether the loss trains on it

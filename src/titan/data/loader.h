@@ -79,6 +79,9 @@ struct LoaderState {
   int32_t eos_id = -1;
   std::string text_split;  // how plain-text files were cut into documents; "" when there were none
   std::string chat_field;  // "" for text documents
+  // The field text documents are read from in record files (JSON, CSV, Parquet, Arrow); "" when
+  // there are none (or conversations are read).
+  std::string text_field;
   // Best-fit packing: `doc` is where the window being emitted was read from, and `rows_taken` of its
   // rows are in batches already. `packing` names it ("best_fit 256"; "" for next-fit and text).
   uint64_t rows_taken = 0;

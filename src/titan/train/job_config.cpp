@@ -828,7 +828,10 @@ void JobConfig::validate(int world_size) const {
     // Each key the message names that was given a value: where, so the user knows which line to edit.
     const std::string message = e.what();
     std::vector<std::tuple<size_t, std::string, std::string>> named;  // (position in the message, key, where)
-    for (const auto& [key, where] : set_at) {
+    // A key nobody set is named too (where ""): its value is the default, which the user may not know of.
+    std::map<std::string, std::string> keys = set_at;
+    for (const std::string& key : job_config_keys()) keys.emplace(key, "");
+    for (const auto& [key, where] : keys) {
       for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
         const size_t end = at + key.size();
         const bool whole =
@@ -843,16 +846,20 @@ void JobConfig::validate(int world_size) const {
     // In the message's order: "model.init set at job.toml:4; training.steps, optimizer.lr set on the
     // command line".
     std::sort(named.begin(), named.end());
-    std::string places, on_command_line;
+    std::string places, on_command_line, defaults;
     for (const auto& [at, key, where] : named) {
-      if (where == "command line")
+      if (where.empty())
+        defaults += (defaults.empty() ? "" : ", ") + key;
+      else if (where == "command line")
         on_command_line += (on_command_line.empty() ? "" : ", ") + key;
       else
         places += (places.empty() ? "" : "; ") + key + " set at " + where;
     }
     if (!on_command_line.empty())
       places += (places.empty() ? "" : "; ") + on_command_line + " set on the command line";
+    // Only beside a key that was set: an error about defaults alone names no place to edit.
     if (places.empty()) throw;
+    if (!defaults.empty()) places += "; " + defaults + " left at the default";
     throw Error(message + " (" + places + ")");
   }
 }

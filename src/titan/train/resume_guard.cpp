@@ -2,6 +2,7 @@
 
 #include "titan/core/check.h"
 #include "titan/data/data_identity.h"
+#include "titan/train/log.h"
 
 namespace titan::train {
 using json = nlohmann::json;
@@ -37,7 +38,7 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
                                   bool restart_data_stream, const std::string& checkpoint) {
   if (restart_data_stream)
     return "data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
-           std::to_string(identity.size()) + " file(s)";
+           counted(int64_t(identity.size()), "file");
   TITAN_CHECK(ts.contains("dataset_identity"), "checkpoint ", checkpoint,
               " records no dataset identity, so its data position cannot be checked against this run's "
               "dataset; set checkpoint.restart_data_stream = true to start the data from the beginning");
@@ -63,6 +64,14 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
               " cut plain-text files into ", saved_split,
               " documents but this run has training.text_split = ", split,
               ": its data position counts other documents (set training.text_split back, or "
+              "checkpoint.restart_data_stream = true to start the data from the beginning)");
+  // A position inside a document counts tokens of the field it was read from.
+  const std::string saved_field = saved.value("text_field", std::string());
+  const std::string field = loader.state().value("text_field", std::string());
+  TITAN_CHECK(saved_field.empty() || field.empty() || saved_field == field, "checkpoint ", checkpoint,
+              " read its documents from the field '", saved_field,
+              "' but this run has training.text_field = \"", field,
+              "\": its data position counts other documents' tokens (set training.text_field back, or "
               "checkpoint.restart_data_stream = true to start the data from the beginning)");
   // A data position counts conversations (one per row or packed alike) or text documents.
   const auto reading = [](const std::string& chat_field) {

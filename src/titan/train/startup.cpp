@@ -517,15 +517,21 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
           *mpirun);
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
-  if (trains)
+  if (trains) {
+    // A folder or a glob: how many files it named (those the listing skipped are not data).
+    const size_t files = data::list_dataset_files(job.dataset).size();
+    const bool one_file = files == 1 && fs::is_regular_file(job.dataset[0]);
+    const std::string dataset =
+        job.dataset[0].string() + (one_file ? "" : " (" + counted(int64_t(files), "file") + ")");
     say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
         "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
-        job.dataset[0].string().c_str(), job.tokenizer_path.string().c_str(),
+        dataset.c_str(), job.tokenizer_path.string().c_str(),
         document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size),
         long(job.seq_len), long(job.accumulation_steps),
         long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
-  else
+  } else {
     say("tokenizer: %s", job.tokenizer_path.string().c_str());
+  }
   install_substitutions(c, a, job.device, job.compute_dtype);
   say("kernels: %s", kernel_line(job.device, job.compute_dtype).c_str());
   if (job.bf16_activation_grads)
