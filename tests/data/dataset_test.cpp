@@ -294,7 +294,13 @@ TEST(Dataset, JsonArrayBracketsThatCloseNothingAreNamedWhereTheyStand) {
         std::pair{"[\"ok\",\n  {\"text\": [1}" + rest,
                   "b.json:2: unexpected '}' at column 14: the bracket open here is '['"},
         std::pair{"[{\"text\": \"x\"]" + rest,
-                  "b.json:1: unexpected ']' at column 14: the bracket open here is '{'"}}) {
+                  "b.json:1: unexpected ']' at column 14: the bracket open here is '{'"},
+        // After a whole element: named where it stands too, and where an unclosed array ends.
+        std::pair{"[\n{\"text\":\"a\"}}" + rest,
+                  "b.json:2: unexpected '}' at column 13: expected ',' or ']' after an array element (a "
+                  "bracket too many?)"},
+        std::pair{std::string("[\"a\",\n\"b\"  "),
+                  "b.json:2: JSON array is not closed with ']' (the file ends at column 6)"}}) {
     write_file(dir / "b.json", text);
     const std::string e = error_of({{dir / "b.json"}});
     EXPECT_NE(e.find(message), std::string::npos) << e;

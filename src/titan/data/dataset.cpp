@@ -569,7 +569,12 @@ struct DocumentStream::Impl {
         if (reader.peek() != EOF) fail(reader.line(), "data after the end of the JSON array");
         return false;
       }
-      if (c == EOF) fail(reader.line(), "JSON array is not closed with ']'");
+      // An unclosed array is named where the file ends: the line and column the ']' was missed at.
+      const auto unclosed = [&] {
+        fail(reader.line(), "JSON array is not closed with ']' (the file ends at column " +
+                                std::to_string(reader.column()) + ")");
+      };
+      if (c == EOF) unclosed();
       at = DocPosition{pos.file, reader.offset(), reader.line(), true};
       at_column = reader.column();
       scan_json_value(at.line);
@@ -583,9 +588,13 @@ struct DocumentStream::Impl {
           fail(comma_line, "trailing comma at column " + std::to_string(comma_column) +
                                " before ']' (JSON allows no comma after the last element)");
       } else if (c == EOF) {
-        fail(reader.line(), "JSON array is not closed with ']'");
+        unclosed();
       } else if (c != ']') {
-        fail(reader.line(), "expected ',' or ']' after an array element");
+        const std::string got =
+            c >= 0x20 && c < 0x7f ? "'" + std::string(1, char(c)) + "'" : "byte " + std::to_string(c);
+        fail(reader.line(), "unexpected " + got + " at column " + std::to_string(reader.column()) +
+                                ": expected ',' or ']' after an array element" +
+                                (c == '}' || c == ']' ? " (a bracket too many?)" : ""));
       }
       return true;
     }

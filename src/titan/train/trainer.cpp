@@ -607,12 +607,14 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       // The first re-read in full; after it one line at each doubling, so a dataset far smaller than
       // the run does not fill the log (the summary says how many epochs were read in all).
       const uint64_t said = std::bit_floor(now);
+      // Counted as whole reads of the dataset (an epoch number is 0- or 1-based by whom you ask).
       if (!epoch_explained)
-        say("data: the dataset ended during step %ld: epoch %lu began, the same documents again (torchtitan "
-            "re-loops likewise; from here on the log says the epochs that are powers of two)",
-            long(state.step), static_cast<unsigned long>(now));
+        say("data: the dataset was read through %s by step %ld: it is read again from its first document "
+            "(torchtitan re-loops likewise; from here on the log says when the count reaches a power of two)",
+            counted(int64_t(now), "time").c_str(), long(state.step));
       else if (said > epoch)
-        say("data: epoch %lu began during step %ld", static_cast<unsigned long>(said), long(state.step));
+        say("data: the dataset was read through %s by step %ld", counted(int64_t(said), "time").c_str(),
+            long(state.step));
       epoch = now;
       epoch_explained = true;
     }
@@ -724,8 +726,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (summary.steps_run > 0)
     std::snprintf(final_loss, sizeof final_loss, "final loss %.4f", summary.final_loss);
   if (epoch > 0)
-    say("data: the stream ended in epoch %lu: the dataset was read through %s",
-        static_cast<unsigned long>(epoch), counted(int64_t(epoch), "time").c_str());
+    say("data: at the end the dataset had been read through %s", counted(int64_t(epoch), "time").c_str());
   // Conversations cut at the row's end: the warnings name the first per file; this counts them all
   // (every rank reads the whole global batch, so the count is the job's on every rank).
   if (summary.cut_conversations > 0)
