@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "data_test_util.h"
 
@@ -78,6 +79,25 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
         0)
         << flags;
     EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
+  }
+  // A file training reads and this command does not: named as such, with what the command takes,
+  // before its bytes fail to parse as JSON.
+  write_file(dir / "docs.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+  write_file(dir / "chat.parquet", "PAR1");
+  for (const auto& [input, flags, message] :
+       {std::tuple{"docs.jsonl", "", "' is JSON Lines, which this command reads with --chat only"},
+        std::tuple{"chat.parquet", " --chat messages",
+                   "' is a parquet file, which titan train reads and this command does not: its input is a "
+                   "JSON array of conversation records, or a .jsonl file of them"}}) {
+    out.clear();
+    EXPECT_NE(
+        run_command(titan_binary().string() + " tokenize" + flags + " --tokenizer " + tok + " --input " +
+                        (dir / input).string() + " --output " + (dir / "out.json").string() + " 2>&1",
+                    &out),
+        0);
+    EXPECT_NE(out.find((dir / input).string() + message), std::string::npos) << out;
+    EXPECT_EQ(out.find("invalid JSON"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.json"));
   }
 }
 

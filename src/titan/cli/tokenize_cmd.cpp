@@ -2,6 +2,8 @@
 // --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a JSON
 // array of conversation records (or a .jsonl file of them) -> what supervised fine-tuning trains on (their
 // text, ids, and which ids the loss trains on).
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +78,26 @@ std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(co
   return records;
 }
 
+// The inputs this command reads are JSON; a file training reads otherwise (a table, JSON Lines of
+// text records, compressed) is named as such before its bytes fail to parse.
+void check_input_kind(const fs::path& input, bool chat, bool decode) {
+  std::string name = input.filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  const auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const std::string wanted = chat     ? "a JSON array of conversation records, or a .jsonl file of them"
+                             : decode ? "one JSON array of id arrays"
+                                      : "one JSON array of strings ([\"first text\", \"second\"])";
+  for (const char* tail : {".gz", ".zst", ".parquet", ".arrow", ".feather", ".csv", ".tsv"})
+    TITAN_CHECK(!ends(tail), "tokenize: '", input.string(), "' is a ", std::string(tail).substr(1),
+                " file, which titan train reads and this command does not: its input is ", wanted);
+  TITAN_CHECK(chat || !(ends(".jsonl") || ends(".ndjson")), "tokenize: '", input.string(),
+              "' is JSON Lines, which this command reads with --chat only (conversation records): without "
+              "it the input is ",
+              wanted);
+}
+
 int run(int argc, char** argv) {
   titan::cli::ArgParser p(
       "tokenize",
@@ -106,6 +128,7 @@ int run(int argc, char** argv) {
   const std::string chat_field = p.get_optional("chat").value_or("");
   TITAN_CHECK(chat_field.empty() || !(decode || add_special),
               "tokenize: --chat renders and tokenizes conversations; --decode and --add-special-tokens do not apply");
+  check_input_kind(input, !chat_field.empty(), decode);
   if (tokenizer_path.empty()) tokenizer_path = titan::data::default_tokenizer_path();
   titan::io::check_output_path(output, {input, tokenizer_path}, "titan tokenize --output");
   auto tokenizer = titan::data::Tokenizer::load(tokenizer_path);
