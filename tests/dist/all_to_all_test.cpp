@@ -300,7 +300,7 @@ TEST(AllToAllRanks, ADiskTimeAllowanceWidensTheBoundForItsScope) {
   {
     const dist::DiskTimeAllowance allowance(world, 200'000'000, "write the test file");  // + 4 s
     EXPECT_EQ(world.timeout().seconds, 4.5);
-    EXPECT_EQ(world.timeout().key, "test.timeout_key + 4 s to write the test file's 200.0 MB at 50 MB/s");
+    EXPECT_EQ(world.timeout().key, "test.timeout_key + 4 s to write the test file: 200.0 MB at 50 MB/s");
     // Rank 0 "writes" for 1.5 s, three times the bound without the allowance; the others wait.
     if (world.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     world.barrier();
@@ -314,10 +314,9 @@ TEST(AllToAllRanks, ADiskTimeAllowanceWidensTheBoundForItsScope) {
     if (world.rank() != 0) {  // waits on rank 0, which sleeps past the widened bound
       auto handle = world.start_all_reduce(&value, 1, DType::F64, dist::ReduceOp::Sum, dist::host_context());
       const std::string e = tt::error_of([&] { handle->wait(); });
-      EXPECT_NE(
-          e.find("did not complete within 1.5 s (test.timeout_key + 1 s to write the test file's 1.0 MB "
-                 "at 50 MB/s)"),
-          std::string::npos)
+      EXPECT_NE(e.find("did not complete within 1.5 s (test.timeout_key + 1 s to write the test file: 1.0 MB "
+                       "at 50 MB/s)"),
+                std::string::npos)
           << e;
     } else {
       std::this_thread::sleep_for(std::chrono::seconds(5));  // far past 1.5 s

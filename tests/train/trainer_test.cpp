@@ -2266,15 +2266,19 @@ Bounds bounds_of(const std::vector<std::string>& keys) {
 // has ended (with its evaluation and checkpoint), then comm.train_timeout_seconds; a run with no
 // step to take (resumed at training.steps) keeps the start-up bound. Each checkpoint's save and
 // load widens the bound in effect by its bytes' time at 50 MB/s (the debugmodel's 9.8M parameters,
-// their two AdamW moments: 117.6 MB, 3 s), so that ranks waiting on a slow writer are not stopped.
+// their two AdamW moments: 117.6 MB, 3 s; read twice on resume), so that ranks waiting on a slow
+// writer are not stopped.
 TEST(Trainer, TheStartUpTimeoutHoldsUntilTheFirstStepHasEnded) {
   const fs::path dump = tt::temp_dir("trainer_timeouts");
   const Overrides timeouts = {{"comm.init_timeout_seconds", "77"},
                               {"comm.train_timeout_seconds", "11"},
                               {"checkpoint.enable", "true"},
                               {"checkpoint.interval", "1"}};
-  const std::string save = " + 3 s to write the checkpoint's 117.6 MB at 50 MB/s",
-                    load = " + 3 s to read the checkpoint's 117.6 MB at 50 MB/s";
+  // A resume reads the checkpoint twice: its checksums, then its values.
+  const std::string save = " + 3 s to write the checkpoint: 117.6 MB at 50 MB/s",
+                    load =
+                        " + 5 s to read the checkpoint (its checksums, then each replica's share): 235.2 MB "
+                        "at 50 MB/s";
   TimeoutRecordingWorld first;  // with the Hugging Face export at the end: 39.2 MB of f32 weights, 1 s
   run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"},
                                                        {"checkpoint.last_save_in_hf", "true"}})),
@@ -2286,13 +2290,13 @@ TEST(Trainer, TheStartUpTimeoutHoldsUntilTheFirstStepHasEnded) {
             (std::vector<std::string>{
                 "comm.init_timeout_seconds" + save + "=80", "comm.train_timeout_seconds" + save + "=14",
                 "comm.train_timeout_seconds" + save + "=14",
-                "comm.train_timeout_seconds + 1 s to write the export's 39.2 MB at 50 MB/s=12"}));
+                "comm.train_timeout_seconds + 1 s to write the export: 39.2 MB at 50 MB/s=12"}));
   // Resumed at its last step: nothing to train, the start-up bound throughout.
   TimeoutRecordingWorld done;
   run_training(tiny_config(dump, tt::joined(timeouts, {{"training.steps", "3"}})), done);
   b = bounds_of(done.keys);
   EXPECT_EQ(b.phases, std::vector<std::string>{"comm.init_timeout_seconds=77"});
-  EXPECT_EQ(b.allowances, std::vector<std::string>{"comm.init_timeout_seconds" + load + "=80"});
+  EXPECT_EQ(b.allowances, std::vector<std::string>{"comm.init_timeout_seconds" + load + "=82"});
   // Resumed with steps to go: the switch after this run's first step (torchtitan's "step == 1"
   // would not come again).
   TimeoutRecordingWorld resumed;
@@ -2300,7 +2304,7 @@ TEST(Trainer, TheStartUpTimeoutHoldsUntilTheFirstStepHasEnded) {
   b = bounds_of(resumed.keys);
   EXPECT_EQ(b.phases,
             (std::vector<std::string>{"comm.init_timeout_seconds=77", "comm.train_timeout_seconds=11"}));
-  EXPECT_EQ(b.allowances, (std::vector<std::string>{"comm.init_timeout_seconds" + load + "=80",
+  EXPECT_EQ(b.allowances, (std::vector<std::string>{"comm.init_timeout_seconds" + load + "=82",
                                                     "comm.init_timeout_seconds" + save + "=80",
                                                     "comm.train_timeout_seconds" + save + "=14"}));
   // Unset, both are comm.timeout_seconds.

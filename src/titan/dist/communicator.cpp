@@ -71,7 +71,7 @@ DiskTimeAllowance::DiskTimeAllowance(Communicator& world, uint64_t bytes, const 
   const double extra = std::ceil(double(bytes) / kSlowDiskBytesPerSecond);
   const bool gb = bytes >= 1000000000;
   char text[96];
-  std::snprintf(text, sizeof text, "'s %.1f %s at %.0f MB/s", double(bytes) / (gb ? 1e9 : 1e6),
+  std::snprintf(text, sizeof text, ": %.1f %s at %.0f MB/s", double(bytes) / (gb ? 1e9 : 1e6),
                 gb ? "GB" : "MB", kSlowDiskBytesPerSecond / 1e6);
   world_.set_timeout(
       CommTimeout(std::min(before_.seconds + extra, 1e9),

@@ -178,8 +178,9 @@ std::optional<int> launcher_world_size();
 // groups', grows by the time `bytes` take at kSlowDiskBytesPerSecond, so that a rank waiting on a
 // writer is not stopped as if the writer had died (with comm.timeout_seconds' 300 s, a replica
 // waiting while another writes Qwen3-30B-A3B's 366 GB of state would be); the bound before is put
-// back at the end. A wait that outlasts it names both parts: "did not complete within 7628 s
-// (comm.train_timeout_seconds + 7328 s to write the checkpoint's 366.4 GB at 50 MB/s)".
+// back at the end. `bytes`: what all the ranks read or write in the scope (on one shared file system
+// they take turns at its pace). A wait that outlasts it names both parts: "did not complete within
+// 7628 s (comm.train_timeout_seconds + 7328 s to write the checkpoint: 366.4 GB at 50 MB/s)".
 class DiskTimeAllowance {
  public:
   // A busy network file system's pace; local disks write 10-100 times faster.

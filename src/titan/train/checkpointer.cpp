@@ -237,8 +237,16 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // that error may claim the restore worked.
   std::string restored_dir;
   bool restored_seed = false;
-  const dist::DiskTimeAllowance allowance(plan_.world(), uint64_t(job.args.num_params()) * 3 * sizeof(float),
-                                          "read the checkpoint");
+  // What the ranks read in all: the checksums go through the run's own folder once (each rank a share
+  // of its files) and every file of a folder forked from on each rank (it may be a copy per host);
+  // then each replica reads the values of the whole state.
+  const uint64_t state_bytes = uint64_t(job.args.num_params()) * 3 * sizeof(float);
+  const uint64_t checksum_reads = resume_step_ ? 1 : uint64_t(plan_.world_size());
+  const dist::DiskTimeAllowance allowance(
+      plan_.world(), state_bytes * (checksum_reads + uint64_t(plan_.dp_replicate())),
+      resume_step_ ? "read the checkpoint (its checksums, then each replica's share)"
+                   : "read the checkpoint (its checksums on every rank, then each "
+                     "replica's share)");
   // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
   // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
   // the job.

@@ -214,12 +214,14 @@ void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob
 
 void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob& job,
                    const dist::ParallelPlan& plan) {
-  // Each rank reads its own files. A rank done reading waits in the agreement for the slowest, and
-  // one on a slow file system may take longer than the start-up bound: the wait is widened by the
-  // read's time.
+  // Each rank reads its own slice, each replica the whole model. A rank done reading waits in the
+  // agreement for the slowest, and one on a slow file system may take longer than the start-up bound:
+  // the wait is widened by the reads' time.
   const bool reads = !job.initial_hf.empty() || !job.initial_native.empty();
   const dist::DiskTimeAllowance allowance(
-      plan.world(), reads ? uint64_t(job.args.num_params()) * sizeof(float) : 0, "read the starting weights");
+      plan.world(),
+      reads ? uint64_t(job.args.num_params()) * sizeof(float) * uint64_t(plan.dp_replicate()) : 0,
+      "read the starting weights");
   plan.agree_on_success([&] { read_start_weights(state, config, job); });
 }
 
