@@ -21,6 +21,7 @@
 #include "titan/models/qwen3/generate.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/models/qwen3/state_dict.h"
+#include "train/tiny_job.h"
 
 namespace {
 
@@ -354,7 +355,8 @@ TEST(CommandLine, GenerateContinuesAFileOfPromptsInBatches) {
            {m + " --batch-size 0", "--batch-size 0: expected an integer >= 1"},
            {m + " --json", "--prompts-file prints JSON lines already; --json is for one prompt"},
            {m + " --max-new-tokens 4096",
-            file + " line 1: 1 prompt tokens + 4096 new ones pass the model's max_seq_len"},
+            file + " line 1: 1 prompt tokens + --max-new-tokens 4096 pass the model's max_seq_len 512 (" +
+                model + "/config.json's max_position_embeddings): at most 511 new tokens fit"},
            {m + " --chat",
             file + " line 1: --chat renders a \"prompt\" as a user message; \"prompt_ids\" are already ids"},
            {"generate --model-path " + model + " --prompts-file " + (dir / "absent.jsonl").string(),
@@ -863,7 +865,7 @@ TEST(CommandLine, GenerateChatRendersThePromptWithTheChatTemplate) {
       EXPECT_EQ(best.at("text").get<std::string>().find(third), std::string::npos)
           << "ran on past it: " << r.out;
   }
-  r = titan(greedy + "--stop '[INST]'");  // not JSON: a string of its own
+  r = titan(greedy + "--stop '[\"[INST]\"]'");  // a string that starts with '[': an array of one
   EXPECT_EQ(r.rc, 0) << r.err;
   // --bad-words: the text's tokens (as the tokenizer splits it alone) are never generated; a JSON
   // array gives several.
@@ -1373,6 +1375,211 @@ TEST(CommandLine, GenerateSamplesAsTheModelsGenerationConfigSays) {
   EXPECT_NE(r.err.find("generation_config.json: 'top_k' must be a number or null, got \"twenty\""),
             std::string::npos)
       << r.err;
+}
+
+// The trial's findings, each as the user met it.
+
+// A native checkpoint of the tiny job, trained once per program (two steps, one checkpoint).
+fs::path tiny_checkpoint() {
+  static const fs::path step = [] {
+    const fs::path dump = tt::temp_dir("cli_tiny_run_" + std::to_string(getpid()));
+    std::string out;
+    const int rc =
+        tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                            tt::cli_args(tt::tiny_job(dump, {{"training.steps", "2"},
+                                                             {"checkpoint.enable", "true"},
+                                                             {"checkpoint.interval", "2"},
+                                                             {"validation.enable", "false"}})),
+                        &out);
+    EXPECT_EQ(rc, 0) << out;
+    return dump / "checkpoint" / "step-2";
+  }();
+  return step;
+}
+
+// --overwrite replaces the whole folder: one holding anything but an export's own files (a user's
+// notes, a nested export) is refused naming the first such entry, and an export inside another is
+// refused at once; a folder of an export's files alone is still replaced.
+TEST(CommandLine, ExportOverwriteReplacesOnlyAFolderOfAnExportsOwnFiles) {
+  const fs::path step = tiny_checkpoint();
+  const fs::path ex = tt::temp_dir("cli_export_overwrite_" + std::to_string(getpid()));
+  const std::string export_to = "export --checkpoint " + step.string() + " --out ";
+  ASSERT_EQ(titan(export_to + (ex / "f32").string()).rc, 0);
+
+  Outcome r = titan(export_to + (ex / "f32" / "sub").string());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("titan export: error: --out: '" + (ex / "f32" / "sub").string() +
+                       "' lies inside the export '" + (ex / "f32").string() +
+                       "' (a later --overwrite of that one would delete it); export elsewhere"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(ex / "f32" / "sub"));
+
+  std::ofstream(ex / "f32" / "eval_notes.txt") << "kept";
+  r = titan(export_to + (ex / "f32").string() + " --overwrite");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(
+      r.err.find("titan export: error: --out: '" + (ex / "f32").string() +
+                 "' holds 'eval_notes.txt', which is not a file of a titan export: --overwrite replaces "
+                 "the whole folder and would delete it; move it out, or export elsewhere"),
+      std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(ex / "f32" / "eval_notes.txt"));
+  fs::remove(ex / "f32" / "eval_notes.txt");
+  fs::create_directories(ex / "f32" / "sub");
+  r = titan(export_to + (ex / "f32").string() + " --overwrite");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("holds 'sub/', which is not a file of a titan export"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_directory(ex / "f32" / "sub"));
+  fs::remove(ex / "f32" / "sub");
+  r = titan(export_to + (ex / "f32").string() + " --overwrite");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(ex / "f32" / "tokenizer.json")) << "the replaced export ships its tokenizer again";
+}
+
+// A --stop or --bad-words that starts as a JSON array but is not one is an error naming the flag and
+// the fault, not one literal string that never matches.
+TEST(CommandLine, GenerateRefusesAMalformedArrayOfStrings) {
+  // (A model of the tokenizer's vocabulary: --stop and --bad-words are texts.)
+  const std::string m = "generate --checkpoint " + tiny_checkpoint().string() + " --prompt hi ";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--stop '[\"<l\"'", "titan generate: error: --stop [\"<l\": invalid JSON at line 1, column "},
+           {"--stop '[\"<l\",]'",
+            "titan generate: error: --stop [\"<l\",]: invalid JSON at line 1, column 6: trailing comma"},
+           {"--stop \"['<l']\"", "titan generate: error: --stop ['<l']: invalid JSON at line 1, column 2: "},
+           {"--bad-words '[\"<l\"'", "titan generate: error: --bad-words [\"<l\": invalid JSON"},
+           {"--stop '[INST]'",
+            "(a text starting with '[' is read as a JSON array of strings); a string that starts with '[' is "
+            "given as an array of one, e.g. '[\"[INST]\"]'"},
+           {"--stop '[1]'",
+            "--stop [1]: a JSON array gives several strings; this one holds something else"}}) {
+    const Outcome r = titan(m + args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  // The way out the error names works.
+  const Outcome r = titan(m + "--stop '[\"[INST]\"]' --max-new-tokens 2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+// generation_config.json's eos_token_id must be ids of the vocabulary: a string or an id past it is
+// an error naming the file, the field and the rule (not a stop that silently never happens).
+TEST(CommandLine, GenerateRefusesAnEosTokenIdOutsideTheVocabulary) {
+  const fs::path oracle = tt::oracle_dir("tiny_dense");
+  const fs::path dir = tt::temp_dir("cli_generate_bad_eos_" + std::to_string(getpid()));
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(oracle / f, dir / f);
+  const std::string file = (dir / "generation_config.json").string();
+  for (const std::string value : {"\"x\"", "99999", "[2, -1]", "[2, 1.5]"}) {
+    std::ofstream(file) << "{\"eos_token_id\": " << value << "}";
+    for (const char* more : {"", " --ignore-eos"}) {
+      const Outcome r = titan("generate --model-path " + dir.string() + " --prompt-ids 1" + more);
+      EXPECT_EQ(r.rc, 1) << value << more;
+      EXPECT_NE(
+          r.err.find("titan generate: error: " + file +
+                     ": 'eos_token_id' must be a token id or a list of them, each an integer within the "
+                     "model's vocabulary [0, 4096), got " +
+                     nlohmann::json::parse(value).dump()),
+          std::string::npos)
+          << value << more << "\n"
+          << r.err;
+    }
+  }
+}
+
+// A prompt that leaves too few positions names the flag, how many new tokens fit and the config
+// field, once.
+TEST(CommandLine, GenerateSaysHowManyNewTokensFit) {
+  const std::string model = tt::oracle_dir("tiny_dense").string();
+  std::string ids = "1";
+  for (int i = 1; i < 510; ++i) ids += ",1";
+  Outcome r = titan("generate --model-path " + model + " --prompt-ids " + ids + " --max-new-tokens 5");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("titan generate: error: 510 prompt tokens + --max-new-tokens 5 pass the model's "
+                       "max_seq_len 512 (" +
+                       model +
+                       "/config.json's max_position_embeddings): at most 2 new "
+                       "tokens fit; lower --max-new-tokens or shorten the prompt\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("generate: 510"), std::string::npos) << "the command named twice: " << r.err;
+  r = titan("generate --model-path " + model + " --prompt-ids " + ids + " --max-new-tokens 2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+// Under greedy decoding --seed does nothing, and is refused as the truncation flags are.
+TEST(CommandLine, GenerateRefusesASeedUnderGreedyDecoding) {
+  const std::string m = "generate --model-path " + tt::oracle_dir("tiny_dense").string() + " --prompt-ids 1";
+  Outcome r = titan(m + " --seed 5");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--seed seeds sampling, and this run decodes greedily (the model has no "
+                       "generation_config.json: greedy by default): it would do nothing"),
+            std::string::npos)
+      << r.err;
+  r = titan(m + " --seed 5 --temperature 1 --max-new-tokens 2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+// The help says what applies when a flag is absent: the model's generation_config.json, else a
+// value; no "[default: X]" that the generation config would contradict.
+TEST(CommandLine, GenerateHelpStatesTheDefaultsThatApply) {
+  const Outcome r = titan("generate --help");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* option :
+       {"--temperature", "--top-k", "--top-p", "--repetition-penalty", "--max-new-tokens", "--num-beams",
+        "--length-penalty", "--early-stopping", "--min-new-tokens"}) {
+    const size_t at = r.out.find(std::string("  ") + option + " VALUE");
+    ASSERT_NE(at, std::string::npos) << option << "\n" << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_EQ(line.find("[default: "), std::string::npos) << line;
+    EXPECT_NE(line.find("generation_config.json"), std::string::npos) << line;
+  }
+  EXPECT_NE(r.out.find("[default: float32]"), std::string::npos) << "other options still show theirs";
+}
+
+// Smaller findings: each error names the flag and the way out.
+TEST(CommandLine, ErrorsNameTheFlagAndTheWayOut) {
+  const fs::path dir = tt::temp_dir("cli_errors_" + std::to_string(getpid()));
+  const std::string model = tt::oracle_dir("tiny_dense").string();
+  const fs::path step = tiny_checkpoint();
+  // A run that has started (run_info.json) but logged no step.
+  fs::create_directories(dir / "run");
+  std::ofstream(dir / "run" / "run_info.json") << "{}";
+  fs::create_directories(dir / "broken");
+  std::ofstream(dir / "broken" / "metrics.jsonl")
+      << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2,, \"loss\": 2}\n";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"plan --config " + tt::debugmodel_toml().string() + " --memory-per-rank 96",
+            "titan plan: error: --memory-per-rank '96' is 96 bytes, too few for a rank's memory: give a "
+            "unit"},
+           {"report " + (dir / "run").string(),
+            "titan report: error: " + (dir / "run" / "metrics.jsonl").string() +
+                " does not exist: the run (its run_info.json is there) logged no step (yet)"},
+           {"report " + (dir / "broken").string(),
+            (dir / "broken" / "metrics.jsonl").string() + ":2: not a JSON record: column "},
+           {"report " + (dir / "broken").string() + " --out " + (dir / "missing" / "a.html").string(),
+            "titan report: error: --out: the folder '" + (dir / "missing").string() + "' does not exist"},
+           {"debug dump --model-path " + model + " --tokens " + (dir / "t.safetensors").string() + " --out " +
+                (dir / "missing" / "x.safetensors").string(),
+            "titan debug: error: dump --out: the folder '" + (dir / "missing").string() + "' does not exist"},
+           {"check --config " + tt::debugmodel_toml().string() + " --workdir /proc/titan_x",
+            "titan check: error: --workdir '/proc/titan_x' cannot be created ("},
+           {"generate --model-path " + model + " --prompt-ids 1 --device gpu",
+            "--device gpu: expected cpu or cuda; did you mean 'cuda'?"},
+           {"generate --model-path " + step.string() + " --prompt-ids 1",
+            "titan generate: error: --model-path '" + step.string() +
+                "' is a native titan checkpoint (manifest.json, no config.json): give it as --checkpoint"},
+           {"verify-export " + model + " --seq 100000",
+            "titan verify-export: error: --seq 100000 passes the export's " + model +
+                "/config.json max_position_embeddings 512: give --seq of at most that"}}) {
+    const Outcome r = titan(args);
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err << r.out;
+    EXPECT_EQ(r.err.find("[json.exception"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_NE(r.rc, 0) << args;
+  }
+  const Outcome help = titan("verify-export --help");
+  EXPECT_EQ(help.rc, 0);
+  EXPECT_NE(help.out.find("usage: titan verify-export DIR [options]"), std::string::npos) << help.out;
 }
 
 }  // namespace

@@ -289,13 +289,15 @@ TEST(Check, AReusedWorkdirOrAJsonInAMissingFolderIsRefusedBeforeAnyRun) {
       << out;
   EXPECT_EQ(tt::run_command(check + " --json " + (dir / "missing" / "c.json").string() + " 2>&1", &out), 1)
       << out;
-  EXPECT_NE(out.find("titan check --json: the folder '" + (dir / "missing").string() + "' does not exist"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("titan check: error: --json: the folder '" + (dir / "missing").string() + "' does not exist"),
+      std::string::npos)
       << out;
   EXPECT_EQ(tt::run_command(check + " --json " + tt::debugmodel_toml().string() + " 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("is the input"), std::string::npos) << out;
   EXPECT_EQ(tt::run_command(check + " --json " + dir.string() + " 2>&1", &out), 1) << out;
-  EXPECT_NE(out.find("titan check --json: '" + dir.string() + "' is a folder"), std::string::npos) << out;
+  EXPECT_NE(out.find("titan check: error: --json: '" + dir.string() + "' is a folder"), std::string::npos)
+      << out;
   EXPECT_FALSE(fs::exists(dir / "work" / "run" / "metrics.jsonl"));
 }
 

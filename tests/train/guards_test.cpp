@@ -883,7 +883,7 @@ TEST(OutputGuard, AnExportIntoAFolderThatCannotBeWrittenIsRefusedNamingIt) {
   std::ofstream(dump / "a_file") << "not a folder";
   EXPECT_EQ(run_command(export_cmd + (dump / "a_file" / "hf").string(), &out), 1) << out;
   EXPECT_NE(
-      out.find("titan export --out: '" + (dump / "a_file").string() + "' cannot be written ('" +
+      out.find("titan export: error: --out: '" + (dump / "a_file").string() + "' cannot be written ('" +
                (dump / "a_file").string() + "' is not a folder): the export is built there, then moved to '" +
                (dump / "a_file" / "hf").string() + "'; export elsewhere"),
       std::string::npos)
@@ -892,7 +892,7 @@ TEST(OutputGuard, AnExportIntoAFolderThatCannotBeWrittenIsRefusedNamingIt) {
   UnwritableFolder ro(dump / "exports");
   if (!ro.why_not().empty()) GTEST_SKIP() << ro.why_not();
   EXPECT_EQ(run_command(export_cmd + (dump / "exports" / "hf").string(), &out), 1) << out;
-  EXPECT_NE(out.find("titan export --out: '" + (dump / "exports").string() +
+  EXPECT_NE(out.find("titan export: error: --out: '" + (dump / "exports").string() +
                      "' cannot be written (creating a folder in it failed: "),
             std::string::npos)
       << out;
@@ -912,7 +912,7 @@ TEST(OutputGuard, AnExportOverAnExistingFolderNamesOverwrite) {
             1)
       << out;
   EXPECT_NE(
-      out.find("titan export --out: '" + (dump / "hf").string() +
+      out.find("titan export: error: --out: '" + (dump / "hf").string() +
                "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or "
                "an empty folder) there; or export elsewhere"),
       std::string::npos)
@@ -1055,7 +1055,7 @@ TEST(OutputGuard, ExportAndDebugDumpRefuseToOverwriteTheirInputsOrCheckpoints) {
                         &out),
             1)
       << out;
-  EXPECT_NE(out.find("titan report --out: '" + (dump / "metrics.jsonl").string() + "' is the input"),
+  EXPECT_NE(out.find("titan report: error: --out: '" + (dump / "metrics.jsonl").string() + "' is the input"),
             std::string::npos)
       << out;
   EXPECT_EQ(run_command(titan_binary().string() + " report " + dump.string() + " --out " +

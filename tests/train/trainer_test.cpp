@@ -1115,8 +1115,9 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                                   " --validation.dataset_path=" + data.string() + " --json " + data.string(),
                               &out),
               1);
-    EXPECT_NE(out.find("titan eval --json: '" + data.string() + "' is the input '" + data.string() + "'"),
-              std::string::npos)
+    EXPECT_NE(
+        out.find("titan eval: error: --json: '" + data.string() + "' is the input '" + data.string() + "'"),
+        std::string::npos)
         << out;
     EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
     // nor over a file a glob of the held-out data matches
@@ -1126,8 +1127,9 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                                   (a / "held_*.jsonl").string() + " --json " + data.string(),
                               &out),
               1);
-    EXPECT_NE(out.find("titan eval --json: '" + data.string() + "' is the input '" + data.string() + "'"),
-              std::string::npos)
+    EXPECT_NE(
+        out.find("titan eval: error: --json: '" + data.string() + "' is the input '" + data.string() + "'"),
+        std::string::npos)
         << out;
     EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
   }

@@ -1,7 +1,9 @@
 #include "titan/cli/args.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <sstream>
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
@@ -12,7 +14,13 @@
 namespace titan::cli {
 
 ArgParser::ArgParser(std::string command, std::string summary)
-    : command_(std::move(command)), summary_(std::move(summary)) {}
+    : command_(std::move(command)), summary_(std::move(summary)) {
+  // Errors name the command alone ("titan report: ..."), the usage line its arguments too.
+  std::istringstream words(command_);
+  for (std::string word;
+       words >> word && !std::isupper(static_cast<unsigned char>(word[0])) && word[0] != '[';)
+    name_ += (name_.empty() ? "" : " ") + word;
+}
 
 ArgParser& ArgParser::option(const std::string& name, const std::string& help, std::optional<std::string> def) {
   order_.push_back(name);
@@ -40,9 +48,27 @@ ArgParser& ArgParser::may_be_empty(const std::string& name) {
   return *this;
 }
 
+ArgParser& ArgParser::default_in_help(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    auto it = specs_.find(name);
+    TITAN_CHECK(it != specs_.end() && it->second.def, "ArgParser: default_in_help of --", name,
+                ", not a declared option with a default");
+    it->second.default_in_help = true;
+  }
+  return *this;
+}
+
 ArgParser& ArgParser::takes_positional() {
   takes_positional_ = true;
   return *this;
+}
+
+std::string device_suggestion(const std::string& text) {
+  std::string lower;
+  for (char c : text) lower += char(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* gpu : {"gpu", "cuda:", "nvidia"})
+    if (lower.rfind(gpu, 0) == 0) return "; did you mean 'cuda'?";
+  return suggestion(text, {"cpu", "cuda"});
 }
 
 std::string ArgParser::usage() const {
@@ -51,7 +77,8 @@ std::string ArgParser::usage() const {
     const Spec& s = specs_.at(n);
     char line[512];
     std::string left = "--" + n + (s.is_flag ? "" : " VALUE");
-    std::string right = s.help + (s.is_required ? " (required)" : "") + (s.def ? " [default: " + *s.def + "]" : "");
+    std::string right = s.help + (s.is_required ? " (required)" : "") +
+                        (s.def && !s.default_in_help ? " [default: " + *s.def + "]" : "");
     std::snprintf(line, sizeof line, "  %-28s %s\n", left.c_str(), right.c_str());
     u += line;
   }
@@ -66,7 +93,7 @@ bool ArgParser::parse(int argc, char** argv) {
       return false;
     }
     if (a.rfind("--", 0) != 0) {
-      TITAN_CHECK(takes_positional_, "titan ", command_, ": unexpected argument '", a,
+      TITAN_CHECK(takes_positional_, "titan ", name_, ": unexpected argument '", a,
                   "' (options start with --; see --help)");
       positional_.push_back(a);
       continue;
@@ -81,26 +108,26 @@ bool ArgParser::parse(int argc, char** argv) {
     auto it = specs_.find(name);
     if (it == specs_.end()) {
       std::string near = nearest(name, order_);
-      TITAN_FAIL("titan ", command_, ": unknown option '--", name, "'", near.empty() ? "" : "; did you mean '--" + near + "'?",
-                 " (see --help)");
+      TITAN_FAIL("titan ", name_, ": unknown option '--", name, "'",
+                 near.empty() ? "" : "; did you mean '--" + near + "'?", " (see --help)");
     }
     if (it->second.is_flag) {
-      TITAN_CHECK(!has_value, "titan ", command_, ": --", name, " takes no value");
+      TITAN_CHECK(!has_value, "titan ", name_, ": --", name, " takes no value");
       values_[name] = "true";
       continue;
     }
     if (!has_value) {
-      TITAN_CHECK(i + 1 < argc, "titan ", command_, ": --", name, " needs a value");
+      TITAN_CHECK(i + 1 < argc, "titan ", name_, ": --", name, " needs a value");
       value = argv[++i];
     }
-    TITAN_CHECK(!values_.count(name), "titan ", command_, ": --", name, " is given twice ('", values_[name],
+    TITAN_CHECK(!values_.count(name), "titan ", name_, ": --", name, " is given twice ('", values_[name],
                 "', '", value, "'): give it once");
-    TITAN_CHECK(!value.empty() || it->second.may_be_empty, "titan ", command_, ": --", name,
+    TITAN_CHECK(!value.empty() || it->second.may_be_empty, "titan ", name_, ": --", name,
                 " is empty; give it a value or leave it out (an unset shell variable?)");
     values_[name] = value;
   }
   for (auto& [n, s] : specs_)
-    TITAN_CHECK(!s.is_required || values_.count(n), "titan ", command_, ": missing required option --", n,
+    TITAN_CHECK(!s.is_required || values_.count(n), "titan ", name_, ": missing required option --", n,
                 " (see --help)");
   return true;
 }
@@ -108,7 +135,7 @@ bool ArgParser::parse(int argc, char** argv) {
 std::string ArgParser::get(const std::string& name) const {
   if (auto it = values_.find(name); it != values_.end()) return it->second;
   auto s = specs_.find(name);
-  TITAN_CHECK(s != specs_.end() && s->second.def, "titan ", command_, ": option --", name, " has no value");
+  TITAN_CHECK(s != specs_.end() && s->second.def, "titan ", name_, ": option --", name, " has no value");
   return *s->second.def;
 }
 
@@ -121,7 +148,7 @@ std::optional<std::string> ArgParser::get_optional(const std::string& name) cons
 bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }
 
 int64_t ArgParser::get_int(const std::string& name, int64_t min) const {
-  return parse_int_option(command_, name, get(name), min);
+  return parse_int_option(name_, name, get(name), min);
 }
 
 int64_t parse_int_option(const std::string& command, const std::string& name, const std::string& text,

@@ -25,6 +25,10 @@ class ArgParser {
   // other option refuses one: an unset shell variable (--tokenizer "$TOK") must not read as the
   // option left out and bring its default.
   ArgParser& may_be_empty(const std::string& name);
+  // Options (declared before, with a default) whose help text says their default itself, because
+  // the default shown would not be true: generate's, where the model's generation_config.json
+  // decides when the flag is absent. usage() then prints no "[default: X]" for them.
+  ArgParser& default_in_help(const std::vector<std::string>& names);
   // The command takes arguments that are not options (report's run folders); without this call
   // one is an error.
   ArgParser& takes_positional();
@@ -46,8 +50,11 @@ class ArgParser {
     bool is_flag = false, is_required = false;
     std::optional<std::string> def;
     bool may_be_empty = false;
+    bool default_in_help = false;
   };
-  std::string command_, summary_;
+  // command_: the usage line's words ("verify-export DIR"); name_: the command alone, as errors name
+  // it ("verify-export").
+  std::string command_, name_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
@@ -71,6 +78,11 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
 // "512abc", "2.5") is an error naming the option.
 int64_t parse_int_option(const std::string& command, const std::string& name, const std::string& text,
                          int64_t min);
+
+// The "; did you mean ...?" of a --device that is neither cpu nor cuda: 'cuda' for a GPU named as
+// other tools name it ("gpu", "cuda:0", "nvidia"; the nearest spelling of "gpu" is "cpu", the
+// opposite of what was meant), else the nearest of the two.
+std::string device_suggestion(const std::string& text);
 
 // Bytes as the memory tables of `titan info` and `titan plan` print them: "1.96 GiB" (MiB or KiB
 // under 10 MiB: "754.75 KiB").

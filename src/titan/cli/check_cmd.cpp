@@ -386,7 +386,10 @@ int check_main(int argc, char** argv) {
                 "titan check: --workdir '", work.string(),
                 "' is not an empty folder; the check's runs would resume from what it holds (give "
                 "a new or empty folder)");
-    fs::create_directories(work);
+    std::error_code ec;
+    fs::create_directories(work, ec);
+    TITAN_CHECK(!ec, "titan check: --workdir '", work.string(), "' cannot be created (", ec.message(),
+                "); give a folder that can be written");
   } else {
     std::string tmpl = (fs::temp_directory_path() / "titan-check-XXXXXX").string();
     TITAN_CHECK(mkdtemp(tmpl.data()), "titan check: cannot create a temporary folder");

@@ -28,7 +28,7 @@ int debug_dump(int argc, char** argv) {
   DType dtype = dtype_from_name(p.get("dtype"));
   TITAN_CHECK(dtype == DType::F32 || dtype == DType::BF16, "--dtype must be float32 or bfloat16, got ", p.get("dtype"));
 
-  io::check_output_path(p.get("out"), {p.get("tokens"), p.get("model-path")}, "titan debug dump --out");
+  io::check_output_file(p.get("out"), {p.get("tokens"), p.get("model-path")}, "titan debug dump --out");
   auto tokens_file = io::SafetensorsFile::open(p.get("tokens"));
   const io::TensorInfo& ids_info = tokens_file.at("input_ids");
   TITAN_CHECK(ids_info.dtype == DType::I64 && ids_info.shape.size() == 2, p.get("tokens"),

@@ -9,6 +9,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
+#include <set>
 
 #include "titan/autograd/autograd.h"
 #include "titan/cli/args.h"
@@ -31,6 +33,47 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The first entry of `dir` (sorted by name) that a titan export does not write, or "": --overwrite
+// removes the whole folder, so anything else in it (notes, an export nested inside) would go with
+// it. A titan export writes config.json, generation_config.json, the safetensors (one file, or the
+// shards and their index), titan_checksums.json and the tokenizer files it lists there.
+std::string first_foreign_entry(const fs::path& dir) {
+  std::set<std::string> own = {"config.json",
+                               "generation_config.json",
+                               std::string(io::kHfSingleFile),
+                               std::string(io::kHfIndexFile),
+                               io::kTensorChecksumsFile,
+                               "tokenizer.json",
+                               "tokenizer_config.json",
+                               data::kChatTemplateFile};
+  if (std::ifstream in(dir / io::kTensorChecksumsFile); in) {
+    const nlohmann::json sums = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (sums.is_object() && sums.contains("files") && sums["files"].is_object())
+      for (const auto& [name, sum] : sums["files"].items()) own.insert(name);
+  }
+  static const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+  std::vector<fs::directory_entry> entries(fs::directory_iterator(dir), {});
+  std::sort(entries.begin(), entries.end());
+  for (const fs::directory_entry& e : entries) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec;
+    const bool a_file = !e.is_symlink(ec) && e.is_regular_file(ec);
+    if (!a_file || (!own.contains(name) && !std::regex_match(name, shard)))
+      return name + (e.is_directory(ec) && !e.is_symlink(ec) ? "/" : "");
+  }
+  return "";
+}
+
+// The export (a folder with config.json beside its safetensors) that `out` would lie inside, or "".
+fs::path enclosing_export(const fs::path& out) {
+  const fs::path whole = fs::absolute(out).lexically_normal();
+  for (fs::path dir = whole.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (fs::exists(dir / "config.json") && io::is_hf_checkpoint_dir(dir)) return dir;
+    if (dir == dir.root_path()) break;
+  }
+  return {};
+}
+
 int export_main(int argc, char** argv) {
   ArgParser p("export", "Writes a Hugging Face checkpoint (config.json, safetensors, tokenizer files) from a\n"
                         "native titan checkpoint folder (step-N).");
@@ -38,7 +81,9 @@ int export_main(int argc, char** argv) {
       .required("out", "output directory (must not exist unless --overwrite)")
       .option("dtype", "float32 | bfloat16", "float32")
       .option("tokenizer", "tokenizer.json (or its folder) to ship instead of the one the run recorded")
-      .flag("overwrite", "replace an earlier export (or an empty folder) at --out, atomically");
+      .flag("overwrite",
+            "replace an earlier export (a folder holding only its files) or an empty folder at --out, "
+            "atomically");
   if (!p.parse(argc, argv)) return 0;
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
@@ -75,6 +120,11 @@ int export_main(int argc, char** argv) {
               out.string(),
               "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or an "
               "empty folder) there; or export elsewhere");
+  // An export inside another would be deleted with it by that one's --overwrite, and makes it a folder
+  // no longer of an export's files alone.
+  if (const fs::path outer = enclosing_export(out); !outer.empty())
+    TITAN_FAIL("titan export --out: '", out.string(), "' lies inside the export '", outer.string(),
+               "' (a later --overwrite of that one would delete it); export elsewhere");
   if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
     // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
     const bool an_export =
@@ -86,6 +136,12 @@ int export_main(int argc, char** argv) {
     TITAN_CHECK(!io::lies_within(fs::current_path(), out), "titan export --out: '", out.string(),
                 "' holds the working directory '", fs::current_path().string(),
                 "'; replacing it would pull the folder from under the shell that runs this");
+    // ... and only the export: what else the folder holds would be deleted with it.
+    if (an_export)
+      if (const std::string foreign = first_foreign_entry(out); !foreign.empty())
+        TITAN_FAIL("titan export --out: '", out.string(), "' holds '", foreign,
+                   "', which is not a file of a titan export: --overwrite replaces the whole folder and "
+                   "would delete it; move it out, or export elsewhere");
   }
   // The export is built in a temporary folder beside --out ("dir/" names dir), then moved into place.
   const fs::path beside = (out.filename().empty() ? out.parent_path() : out).parent_path();
@@ -122,7 +178,7 @@ double batch_loss(qwen3::Qwen3Model& model, const data::Batch& batch) {
 }
 
 int verify_main(int argc, char** argv) {
-  ArgParser p("verify-export",
+  ArgParser p("verify-export DIR",
               "Reloads a Hugging Face export through the HF route and checks keys, shapes, dtypes, the tied\n"
               "lm_head, the tokenizer and a finite loss on one batch; then every tensor bit for bit against\n"
               "the native checkpoint it came from (--source) or against the checksums written at export.");
@@ -153,6 +209,10 @@ int verify_main(int argc, char** argv) {
     model = qwen3::load_hf_model(dir, DType::F32, Device::CPU, qwen3::Purpose::Inference);
   }
   const auto& args = model->args();
+  // The loss batch's positions must be the model's: the error names the flag, not the forward's shapes.
+  TITAN_CHECK(loss_seq <= args.max_seq_len, "titan verify-export: --seq ", loss_seq, " passes the export's ",
+              (dir / "config.json").string(), " max_position_embeddings ", args.max_seq_len,
+              ": give --seq of at most that");
   check(true, "keys and shapes match " + std::string(args.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") +
                   " (" + std::to_string(qwen3::hf_tensors(*model).size()) + " tensors)");
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);

@@ -227,16 +227,29 @@ size_t code_points(const std::string& text) {
   return size_t(std::count_if(text.begin(), text.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
 }
 
-// The strings of a flag that takes one string or a JSON array of them ("[INST]" is not JSON: a
-// string of its own).
+// The strings of a flag that takes one string or a JSON array of them (a string that starts with '['
+// is given as an array of one: '["[INST]"]').
 std::vector<std::string> string_list(const ArgParser& p, const std::string& flag) {
   const std::string text = p.get(flag);
-  const nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
-  if (!list.is_array()) return {text};
-  TITAN_CHECK(!list.empty() && std::all_of(list.begin(), list.end(),
-                                           [](const nlohmann::json& v) { return v.is_string(); }),
-              "titan generate: --", flag, " ", text,
-              ": a JSON array gives several strings; this one holds something else");
+  // A text that starts as an array is meant as one: a typo in it ('["a"', '["a",]', "['a']") would
+  // otherwise become one literal string that never matches.
+  if (const size_t first = text.find_first_not_of(" \t\n\r");
+      first == std::string::npos || text[first] != '[')
+    return {text};
+  const std::string one_string =
+      "; a string that starts with '[' is given as an array of one, e.g. '[\"[INST]\"]'";
+  nlohmann::json list;
+  try {
+    list = io::parse_json_text(text, "--" + flag + " " + text);
+  } catch (const Error& e) {
+    TITAN_FAIL("titan generate: ", e.what(), " (a text starting with '[' is read as a JSON array of strings)",
+               one_string);
+  }
+  TITAN_CHECK(
+      list.is_array() && !list.empty() &&
+          std::all_of(list.begin(), list.end(), [](const nlohmann::json& v) { return v.is_string(); }),
+      "titan generate: --", flag, " ", text,
+      ": a JSON array gives several strings; this one holds something else", one_string);
   return list.get<std::vector<std::string>>();
 }
 
@@ -585,59 +598,83 @@ int generate_main(int argc, char** argv) {
             "with --chat: the assistant's turn opens with an empty <think> block (enable_thinking=False)")
       .option("tokenizer",
               "folder holding tokenizer.json (default: --model-path's own, or the run's for --checkpoint)")
-      .option("max-new-tokens", "tokens to generate at most", "32")
+      .option("max-new-tokens",
+              "tokens to generate at most (default: the model's generation_config.json's max_new_tokens, "
+              "else 32)",
+              "32")
       .option("temperature",
               "0: greedy (the most likely token); > 0: sample from softmax(logits / T); without any of "
               "--temperature, --top-k, --top-p, --min-p, --typical-p: as the model's generation_config.json "
-              "says, else greedy",
+              "says, else greedy (default: the generation_config.json's when it samples, else 0)",
               "0")
-      .option("top-k", "sample among the k most likely tokens only (0: all)", "0")
-      .option("top-p", "sample among the most likely tokens whose probabilities reach p", "1")
-      .option("min-p", "sample among the tokens at least p times as likely as the most likely (0: all)", "0")
+      .option(
+          "top-k",
+          "sample among the k most likely tokens only (0: all; default: the model's generation_config.json's "
+          "when it samples, else 0)",
+          "0")
+      .option("top-p",
+              "sample among the most likely tokens whose probabilities reach p (default: the model's "
+              "generation_config.json's when it samples, else 1)",
+              "1")
+      .option("min-p",
+              "sample among the tokens at least p times as likely as the most likely (0: all; default: the "
+              "model's generation_config.json's when it samples, else 0)",
+              "0")
       .option("typical-p",
               "locally typical sampling: the tokens whose surprise is closest to the entropy, until their "
-              "probabilities reach p (1: all)",
+              "probabilities reach p (1: all; default: the model's generation_config.json's when it samples, "
+              "else 1)",
               "1")
       .option("epsilon-cutoff",
-              "sample among the tokens at least this likely, the most likely always (0: all)", "0")
-      .option("eta-cutoff", "as --epsilon-cutoff with the cut min(eta, sqrt(eta) * exp(-entropy)) (0: all)",
+              "sample among the tokens at least this likely, the most likely always (0: all; default: the "
+              "model's generation_config.json's when it samples, else 0)",
+              "0")
+      .option("eta-cutoff",
+              "as --epsilon-cutoff with the cut min(eta, sqrt(eta) * exp(-entropy)) (0: all; default: the "
+              "model's generation_config.json's when it samples, else 0)",
               "0")
       .option("repetition-penalty",
               "divide the logit of every id already in the sequence by it (multiply when negative), greedy "
-              "or sampled, as transformers (1: none; default: the model's generation_config.json's)",
+              "or sampled, as transformers (1: none; default: the model's generation_config.json's, else 1)",
               "1")
       .option(
           "no-repeat-ngram-size",
           "never choose a token that repeats an n-gram of the sequence, greedy or sampled, as transformers "
-          "(0: none; default: the model's generation_config.json's)",
+          "(0: none; default: the model's generation_config.json's, else 0)",
           "0")
       .option("num-beams",
               "beam search with this many beams, as transformers' (beam sampling when sampling; default: "
               "the model's generation_config.json's num_beams, else 1: no beam search)",
               "1")
-      .option("length-penalty",
-              "beam search: finished sequences rank by score / new tokens^x (> 0 favours longer ones)", "1")
+      .option(
+          "length-penalty",
+          "beam search: finished sequences rank by score / new tokens^x (> 0 favours longer ones; default: "
+          "the model's generation_config.json's length_penalty, else 1)",
+          "1")
       .option(
           "early-stopping",
           "beam search: false (stop once no running beam would beat the finished ones at its length now), "
-          "true (once --num-beams have finished), never (once none could at any length)",
+          "true (once --num-beams have finished), never (once none could at any length); default: the "
+          "model's generation_config.json's early_stopping, else false",
           "false")
       .option("num-return-sequences",
               "beam search: print the best this many sequences (at most --num-beams); sampling: this many "
               "samples of each prompt, sample j of prompt i seeded --seed + i * N + j (default: the model's "
-              "generation_config.json's)",
+              "generation_config.json's, else 1)",
               "1")
-      .option("prompt-lookup",
-              "prompt lookup decoding: draft up to this many tokens a step from an earlier occurrence of "
-              "the text's last max_matching_ngram_size (2) tokens, kept where the search agrees (the same "
-              "text for the same seed barring near-ties, in fewer passes; default: the model's "
-              "generation_config.json's prompt_lookup_num_tokens; --prompts-file then runs one prompt at a "
-              "time)",
-              "0")
+      .option(
+          "prompt-lookup",
+          "prompt lookup decoding: draft up to this many tokens a step from an earlier occurrence of "
+          "the text's last max_matching_ngram_size (2) tokens, kept where the search agrees (the same "
+          "text for the same seed barring near-ties, in fewer passes; default: the model's "
+          "generation_config.json's prompt_lookup_num_tokens, else 0; --prompts-file then runs one prompt "
+          "at a time)",
+          "0")
       .option(
           "min-new-tokens",
           "hold the stop ids back until this many new tokens, greedy, sampled or in beam search, as "
-          "transformers (--stop strings still stop; 0: none; default: the model's generation_config.json's)",
+          "transformers (--stop strings still stop; 0: none; default: the model's generation_config.json's, "
+          "else 0)",
           "0")
       .option("stop",
               "stop once the new text holds this string (it stays in the output), greedy, sampled or in beam "
@@ -660,11 +697,15 @@ int generate_main(int argc, char** argv) {
       .flag("json",
             "print one JSON object (prompt_ids, ids, text, stop_reason, seconds) instead of the text");
   p.may_be_empty("system").may_be_empty("prompt");  // empty turns render, unlike none (--chat)
+  p.default_in_help({"max-new-tokens", "temperature", "top-k", "top-p", "min-p", "typical-p",
+                     "epsilon-cutoff", "eta-cutoff", "repetition-penalty", "no-repeat-ngram-size",
+                     "num-beams", "length-penalty", "early-stopping", "num-return-sequences", "prompt-lookup",
+                     "min-new-tokens"});
   if (!p.parse(argc, argv)) return 0;
 
   const std::string device_text = p.get("device");
   TITAN_CHECK(device_text == "cpu" || device_text == "cuda", "titan generate: --device ", device_text,
-              ": expected cpu or cuda", suggestion(device_text, {"cpu", "cuda"}));
+              ": expected cpu or cuda", device_suggestion(device_text));
   const Device device = device_text == "cuda" ? Device::CUDA : Device::CPU;
   if (device == Device::CUDA) {  // before any file is read: a machine without a GPU says so at once
     try {
@@ -685,6 +726,9 @@ int generate_main(int argc, char** argv) {
   TITAN_CHECK(!native || fs::exists(model_path / "manifest.json") || !fs::exists(model_path / "config.json"),
               "titan generate: --checkpoint '", model_path.string(),
               "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");
+  TITAN_CHECK(native || !fs::exists(model_path / "manifest.json") || fs::exists(model_path / "config.json"),
+              "titan generate: --model-path '", model_path.string(),
+              "' is a native titan checkpoint (manifest.json, no config.json): give it as --checkpoint");
   const bool has_prompt = p.has("prompt"), has_ids = p.has("prompt-ids"), has_file = p.has("prompts-file");
   const bool interactive = p.has("interactive");
   TITAN_CHECK(int(has_prompt) + int(has_ids) + int(has_file) + int(interactive) == 1,
@@ -887,6 +931,24 @@ int generate_main(int argc, char** argv) {
       TITAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "titan generate: ", what, "prompt token ", i, " is id ",
                   ids[i], ", outside the vocabulary of ", model_path.string(), " [0, ", vocab, ")");
   };
+  // A prompt and its new tokens fit in the model's positions: otherwise the error names what to lower
+  // and by how much.
+  const std::string new_tokens_from = p.has("max-new-tokens") || defaults.max_new_tokens == 0
+                                          ? "--max-new-tokens"
+                                          : where + "'s max_new_tokens";
+  const std::string positions_from =
+      native ? (model_path / "train_state.json").string() + "'s model_config.max_position_embeddings"
+             : (model_path / "config.json").string() + "'s max_position_embeddings";
+  auto check_fits = [&](size_t prompt_tokens, const std::string& what) {
+    const int64_t max_seq = model->args().max_seq_len;
+    TITAN_CHECK(int64_t(prompt_tokens) <= max_seq - max_new, "titan generate: ", what, prompt_tokens,
+                " prompt tokens + ", new_tokens_from, " ", max_new, " pass the model's max_seq_len ", max_seq,
+                " (", positions_from, "): ",
+                int64_t(prompt_tokens) >= max_seq
+                    ? std::string("not one new token fits; shorten the prompt")
+                    : "at most " + std::to_string(max_seq - int64_t(prompt_tokens)) +
+                          " new tokens fit; lower --max-new-tokens or shorten the prompt");
+  };
   std::vector<int64_t> prompt;
   if (has_prompt) {
     prompt = encode(p.get("prompt"), "--prompt");
@@ -894,6 +956,7 @@ int generate_main(int argc, char** argv) {
     prompt = parse_ids(p.get("prompt-ids"));
   }
   check_in_vocabulary(prompt, "");
+  if (!prompt.empty()) check_fits(prompt.size(), "");
   for (PromptLine& line : file_prompts) {
     const std::string where = p.get("prompts-file") + " line " + std::to_string(line.line);
     if (!line.messages.is_null()) {  // the conversation, the assistant's turn opened
@@ -951,9 +1014,7 @@ int generate_main(int argc, char** argv) {
       continue;
     }
     // Every line fits before any is generated (the output of the earlier ones is not cut short).
-    TITAN_CHECK(int64_t(line.ids.size()) <= model->args().max_seq_len - max_new, "titan generate: ", where,
-                ": ", line.ids.size(), " prompt tokens + ", max_new,
-                " new ones pass the model's max_seq_len (", model->args().max_seq_len, ")");
+    check_fits(line.ids.size(), where + ": ");
   }
   if (scoring) {
     const FileScore s = score_file(*model, file_prompts, tokenizer ? &*tokenizer : nullptr);
@@ -984,15 +1045,29 @@ int generate_main(int argc, char** argv) {
     allowed.resize(size_t(vocab));
     for (int64_t id = 0; id < vocab; ++id) allowed[size_t(id)] = tokenizer->has_id(int32_t(id));
   }
+  // The model's eos_token_id (config.json, generation_config.json) is what transformers' generate
+  // stops at: one that is not an id of the vocabulary would never stop it, silently (a mistyped
+  // file; named even under --ignore-eos).
+  const std::string model_file = native ? (model_path / "train_state.json").string() + " (model_config)"
+                                        : (model_path / "config.json").string();
+  std::vector<int64_t> config_eos;
+  for (const auto& [c, file] : {std::pair<const json*, const std::string*>{&model_config, &model_file},
+                                std::pair<const json*, const std::string*>{&generation_config, &where}}) {
+    const json eos = c->is_object() ? c->value("eos_token_id", json()) : json();
+    if (eos.is_null()) continue;
+    for (const json& id : eos.is_array() ? eos : json::array({eos})) {
+      TITAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab,
+                  "titan generate: ", *file,
+                  ": 'eos_token_id' must be a token id or a list of them, each an integer within the model's "
+                  "vocabulary [0, ",
+                  vocab, "), got ", eos.dump());
+      config_eos.push_back(id.get<int64_t>());
+    }
+  }
   if (!p.has("ignore-eos")) {
     if (tokenizer)
       for (int32_t id : {tokenizer->eos_id(), tokenizer->document_separator_id()}) stop_ids.push_back(id);
-    const std::vector<json> configs = {model_config, generation_config};
-    for (const json& c : configs) {
-      const json eos = c.is_object() ? c.value("eos_token_id", json()) : json();
-      for (const json& id : eos.is_array() ? eos : json::array({eos}))
-        if (id.is_number_integer()) stop_ids.push_back(id.get<int64_t>());
-    }
+    stop_ids.insert(stop_ids.end(), config_eos.begin(), config_eos.end());
     std::erase_if(stop_ids, [&](int64_t id) { return id < 0 || id >= vocab; });
   }
 
@@ -1013,13 +1088,17 @@ int generate_main(int argc, char** argv) {
   }
   if (sampling.temperature == 0) {
     // Greedy: a truncation flag given would do nothing (the file's own are moot, and dropped).
+    // (--seed too: nothing is drawn.)
+    const std::string greedy_because = p.has("temperature") ? std::string("--temperature 0")
+                                       : generation_config.is_null()
+                                           ? "the model has no generation_config.json: greedy by default"
+                                           : where + " does not sample (do_sample false)";
     for (const char* flag : kSamplingFlags)
       TITAN_CHECK(std::string(flag) == "temperature" || !p.has(flag), "titan generate: --", flag,
-                  " shapes sampling, and this run decodes greedily (",
-                  p.has("temperature")          ? std::string("--temperature 0")
-                  : generation_config.is_null() ? "the model has no generation_config.json: greedy by default"
-                                                : where + " does not sample (do_sample false)",
+                  " shapes sampling, and this run decodes greedily (", greedy_because,
                   "): it would do nothing; add --temperature T > 0 to sample");
+    TITAN_CHECK(!p.has("seed"), "titan generate: --seed seeds sampling, and this run decodes greedily (",
+                greedy_because, "): it would do nothing; add --temperature T > 0 to sample");
     sampling.top_k = 0, sampling.top_p = 1, sampling.min_p = 0, sampling.typical_p = 1;
     sampling.epsilon_cutoff = 0, sampling.eta_cutoff = 0;
   }

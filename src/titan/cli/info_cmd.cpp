@@ -151,7 +151,7 @@ int info_main(int argc, char** argv) {
   shape.compute = dtype_from_name(dtype_text);
   const std::string device = p.get("device");
   TITAN_CHECK(device == "cpu" || device == "cuda", "titan info: --device ", device, ": expected cpu or cuda",
-              suggestion(device, {"cpu", "cuda"}));
+              device_suggestion(device));
   shape.device = device == "cuda" ? Device::CUDA : Device::CPU;
   shape.keep_logits_bytes = train::loss_logits_budget(shape.device);
 

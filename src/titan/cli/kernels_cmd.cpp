@@ -87,25 +87,29 @@ int kernels_parity(int argc, char** argv) {
     o.dtypes = {d};
   }
   const std::string device = p.get("device");
-  TITAN_CHECK(device == "cpu" || device == "cuda", "titan kernels parity: --device ", device, ": expected cpu or cuda");
+  TITAN_CHECK(device == "cpu" || device == "cuda", "titan kernels parity: --device ", device,
+              ": expected cpu or cuda", device_suggestion(device));
   o.device = device == "cpu" ? Device::CPU : Device::CUDA;
   if (auto sh = p.get_optional("shapes")) o.shapes = kernels::parse_parity_shapes(*sh);
   o.seed = uint64_t(p.get_int("seed", 0));
 
   int passed = 0, failed = 0, skipped = 0;
+  std::string skipped_because;  // the first skip's reason (no CUDA device, a missing ISA)
   kernels::run_parity(o, [&](const kernels::ParityResult& r) {
     std::printf("%s\n", kernels::format_parity_result(r).c_str());
     std::fflush(stdout);
     passed += r.status == kernels::ParityStatus::Pass;
     failed += r.status == kernels::ParityStatus::Fail;
     skipped += r.status == kernels::ParityStatus::Skipped;
+    if (r.status == kernels::ParityStatus::Skipped && skipped_because.empty()) skipped_because = r.note;
   });
   std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   // A check that compared nothing (no kernel for the op and dtype, every case skipped: no GPU) is
-  // not a pass.
+  // not a pass; the summary says which of the two, as the SKIPPED lines above it may have scrolled.
   if (!failed && !passed)
     std::fprintf(stderr, "titan kernels parity: nothing was compared (%d skipped): not a pass%s\n", skipped,
-                 o.op.empty()
+                 skipped > 0 ? (": " + skipped_because).c_str()
+                 : o.op.empty()
                      ? ""
                      : (" ('" + o.op + "' has no " + device +
                         " kernel besides its reference for these dtypes: `titan kernels list` shows them)")

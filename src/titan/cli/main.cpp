@@ -26,8 +26,15 @@ std::string error_for_the_user(const std::string& message, const std::string& co
   static const std::regex location("[A-Za-z0-9_./+-]+\\.(cpp|cu|cuh|h|hpp):[0-9]+: ");
   std::string text =
       keep && std::strcmp(keep, "1") == 0 ? message : std::regex_replace(message, location, "");
-  const std::string prefix = "titan " + command + ": ";
-  if (!command.empty() && text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+  // The line already starts "titan <command>: error: ": a message that names the command again
+  // ("titan export: ", "titan export --out: ", "titan debug dump --out: ", the library's "export: ")
+  // drops that repetition.
+  if (!command.empty())
+    for (const std::string& prefix : {"titan " + command + ": ", "titan " + command + " ", command + ": "})
+      if (text.rfind(prefix, 0) == 0) {
+        text.erase(0, prefix.size());
+        break;
+      }
   return text;
 }
 }  // namespace titan::cli

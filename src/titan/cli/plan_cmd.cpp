@@ -6,6 +6,7 @@
 // estimate (FLOPs / a measured GEMM rate + the mesh's collectives on a ring bandwidth / latency
 // model). docs/planning.md explains each figure and how close it came to real runs.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -90,6 +91,12 @@ int plan_main(int argc, char** argv) {
     memory_flag = train::parse_byte_size(it->second);
     TITAN_CHECK(memory_flag.has_value(), "titan plan: --memory-per-rank '", it->second,
                 "' is not a positive size (e.g. 96GiB, 80GB, 512MiB, or bytes)");
+    // A bare number this small is a unit left out ("96" meant 96GiB), not a rank's memory.
+    const bool bare = !std::isalpha(static_cast<unsigned char>(it->second.back()));
+    TITAN_CHECK(!bare || *memory_flag >= (int64_t(1) << 20), "titan plan: --memory-per-rank '", it->second,
+                "' is ", *memory_flag,
+                " bytes, too few for a rank's memory: give a unit (KiB, MiB, GiB, TiB or KB, MB, GB, TB, "
+                "e.g. 96GiB); a bare number is bytes from 1048576 (1 MiB) on");
   }
   const double gemm_tflops_flag = positive_number(job, "gemm-tflops", 0);
   const train::Link link{positive_number(job, "link-gbps", kSharedMemoryGbps),

@@ -22,7 +22,7 @@ int report_main(int argc, char** argv) {
   std::vector<std::filesystem::path> inputs;
   for (const auto& d : dirs)
     for (const char* f : {"metrics.jsonl", "run_info.json", "check.json"}) inputs.push_back(d / f);
-  io::check_output_path(p.get("out"), inputs, "titan report --out");
+  io::check_output_file(p.get("out"), inputs, "titan report --out");
   train::write_report(dirs, p.get("out"));
   std::printf("report: wrote %s (%zu run%s)\n", p.get("out").c_str(), dirs.size(), dirs.size() == 1 ? "" : "s");
   return 0;

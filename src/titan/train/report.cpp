@@ -170,6 +170,10 @@ RunRecord read_run(const fs::path& dir) {
   r.name = fs::absolute(dir).lexically_normal().filename().string();
   if (r.name.empty()) r.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   const fs::path metrics = dir / "metrics.jsonl";
+  // A run writes metrics.jsonl at its first logged step, run_info.json before: a run that has
+  // logged no step yet is not a folder that is no run.
+  TITAN_CHECK(fs::exists(metrics) || !fs::exists(dir / "run_info.json"), "report: ", metrics.string(),
+              " does not exist: the run (its run_info.json is there) logged no step (yet)");
   std::ifstream f(metrics, std::ios::binary);
   TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -204,7 +208,17 @@ RunRecord read_run(const fs::path& dir) {
                      metrics.string().c_str(), n);
         break;
       }
-      TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", e.what());
+      // The parser's own "[json.exception.parse_error.101] parse error at line 1, ..." names its
+      // internals and the line as its line 1: the column and the fault are what help.
+      std::string what = e.what();
+      if (const auto* syntax = dynamic_cast<const json::parse_error*>(&e)) {
+        const io::JsonErrorAt at = io::locate_json_error(line, *syntax);
+        what = "column " + std::to_string(at.column) + ": " + at.what;
+      } else if (const size_t close = what.find("] ");
+                 what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
+        what.erase(0, close + 2);
+      }
+      TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", what);
     }
     TITAN_CHECK(duplicate.empty(), "report: ", metrics.string(), ":", n, ": the key \"", duplicate,
                 "\" appears twice in one record; which one is meant?");
