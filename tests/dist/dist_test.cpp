@@ -789,7 +789,7 @@ TEST(DataParallel, AConfigErrorBeforeTheRanksConnectNamesTheRank) {
 
 // Errors found once the ranks have connected, while the job and its starting weights are resolved
 // (an unknown model flavor, a checkpoint.initial_load_path that is not there, a tokenizer with more
-// ids than the model's vocabulary), by titan train and by
+// ids than the model's vocabulary, a checkpoint.load_step with no checkpoint), by titan train and by
 // titan eval: said once by rank 0 for both, and every rank exits on its own, with no MPI_Abort (each
 // rank printed its own, then aborted).
 TEST(DataParallel, AnErrorResolvingTheJobIsSaidOnceAndNoRankAborts) {
@@ -798,7 +798,9 @@ TEST(DataParallel, AnErrorResolvingTheJobIsSaidOnceAndNoRankAborts) {
     for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
              {"model.flavor", "debugmodl"},
              {"checkpoint.initial_load_path", (dump / "absent").string()},
-             {"model.vocab_size", "4096"}}) {  // fewer ids than the tokenizer's
+             {"model.vocab_size", "4096"},      // fewer ids than the tokenizer's
+             {"checkpoint.load_step", "7"}}) {  // (not a committed checkpoint; eval does not resume)
+      if (command == "eval" && key == "checkpoint.load_step") continue;
       SCOPED_TRACE(command + " " + key);
       std::string out;
       const int rc = tt::run_command(

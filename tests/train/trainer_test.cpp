@@ -1101,7 +1101,7 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                                   tt::cli_args(tt::tiny_job(a, job)) + " --json " + json_path.string(),
                               &out),
               1);
-    EXPECT_NE(out.find("titan eval: error: titan eval --json"), std::string::npos) << out;
+    EXPECT_NE(out.find("titan eval: error: --json"), std::string::npos) << out;
     EXPECT_NE(out.find(rule), std::string::npos) << out;
     EXPECT_EQ(out.find("loss"), std::string::npos) << "evaluated before refusing:\n" << out;
     EXPECT_EQ(read_file(step2 / "manifest.json"), manifest);
@@ -1120,7 +1120,20 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
         std::string::npos)
         << out;
     EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
-    // nor over a file a glob of the held-out data matches
+    // nor over a file a glob of the held-out data matches, nor where the glob would match it next
+    out.clear();
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, job)) +
+                                  " --validation.dataset_path=" + (a / "held_*.jsonl").string() + " --json " +
+                                  (a / "held_eval.jsonl").string(),
+                              &out),
+              1);
+    EXPECT_NE(out.find("titan eval: error: --json: '" + (a / "held_eval.jsonl").string() +
+                       "' matches validation.dataset_path '" + (a / "held_*.jsonl").string() +
+                       "': the next evaluation would read the result as data"),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(fs::exists(a / "held_eval.jsonl"));
     out.clear();
     EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
                                   tt::cli_args(tt::tiny_job(a, job)) + " --validation.dataset_path=" +
@@ -1375,7 +1388,7 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
   std::string e = error_of([&] { run_training(tiny_config(dump, from_hf)); });
   EXPECT_NE(e.find("checkpoint.initial_load_path: '" + (hf / "config.json").string() +
                    "' describes another model than this run's (flavor debugmodel): "
-                   "rope_parameters.rope_theta = 10000 there, 1e+06 in this run (model.rope_theta)"),
+                   "rope_theta = 10000 there, 1e+06 in this run; its weights"),
             std::string::npos)
       << e;
   EXPECT_FALSE(fs::exists(dump / "metrics.jsonl"));
@@ -1390,7 +1403,7 @@ TEST(Trainer, InitialWeightsOfAnotherArchitectureAreRefusedNamingTheField) {
   e = error_of([&] { run_training(tiny_config(tt::temp_dir("trainer_initial_arch_assets"), from_assets)); });
   EXPECT_NE(e.find("model.hf_assets_path: '" + (hf / "config.json").string() +
                    "' describes another model than this run's (flavor debugmodel): "
-                   "rope_parameters.rope_theta = 10000 there, 1e+06 in this run (model.rope_theta)"),
+                   "rope_theta = 10000 there, 1e+06 in this run; its weights"),
             std::string::npos)
       << e;
   // Another max_position_embeddings (the Hub's Base models say 32768 where the flavors say 40960) is a

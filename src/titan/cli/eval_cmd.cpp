@@ -1,4 +1,6 @@
 // titan eval --config FILE.toml [--checkpoint DIR] [--json FILE] [--section.key=value ...]
+#include <fnmatch.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -38,15 +40,25 @@ int eval_main(int argc, char** argv) {
       if (!path.empty()) inputs.push_back(path);
     // A dataset path may be a glob: the files it matches are the inputs (a missing path or an empty
     // match is the evaluation's error, naming the key).
-    for (const std::string& path : {config.validation.dataset_path, config.training.dataset_path})
-      if (!path.empty()) {
-        inputs.push_back(path);
-        try {
-          for (const std::filesystem::path& file : data::list_dataset_files({path})) inputs.push_back(file);
-        } catch (const Error&) {
-        }
+    const std::string json_out = a.own.at("json");
+    for (const auto& [key, path] : {std::pair{"validation.dataset_path", config.validation.dataset_path},
+                                    std::pair{"training.dataset_path", config.training.dataset_path}}) {
+      if (path.empty()) continue;
+      inputs.push_back(path);
+      try {
+        for (const std::filesystem::path& file : data::list_dataset_files({path})) inputs.push_back(file);
+      } catch (const Error&) {
       }
-    io::check_output_file(a.own.at("json"), inputs, "titan eval --json");
+      // Nor a file the glob would match once written: the next evaluation would read it as data.
+      const auto absolute = [](const std::string& p) {
+        return std::filesystem::absolute(p).lexically_normal().string();
+      };
+      TITAN_CHECK(path.find_first_of("*?[") == std::string::npos ||
+                      fnmatch(absolute(path).c_str(), absolute(json_out).c_str(), FNM_PATHNAME) != 0,
+                  "titan eval --json: '", json_out, "' matches ", key, " '", path,
+                  "': the next evaluation would read the result as data; write it elsewhere");
+    }
+    io::check_output_file(json_out, inputs, "titan eval --json");
   });
   train::EvalSummary s;
   const bool evaluated = run_on_every_rank("eval", *job.world, [&] {

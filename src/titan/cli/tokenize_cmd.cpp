@@ -46,6 +46,13 @@ json read_input(const fs::path& input, const std::string& who) {
   return titan::io::parse_json_text(read_input_text(input, who), who + ": '" + input.string() + "'");
 }
 
+// Whether training reads `file` as JSON Lines (.jsonl, .ndjson, in any case).
+bool is_json_lines(const fs::path& file) {
+  std::string ext = file.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jsonl" || ext == ".ndjson";
+}
+
 // Conversation records as training reads them: a .jsonl file one per line (blank lines skipped),
 // any other file one JSON array of them. Each comes with where it is, for errors ("line 3",
 // "element 2"). Key order kept: tool arguments are written as given.
@@ -53,7 +60,7 @@ std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(co
                                                                               const std::string& who) {
   const std::string text = read_input_text(input, who);
   std::vector<std::pair<nlohmann::ordered_json, std::string>> records;
-  if (input.extension() == ".jsonl") {
+  if (is_json_lines(input)) {
     size_t start = 0;
     for (int64_t line = 1; start < text.size(); ++line) {
       size_t end = text.find('\n', start);
@@ -89,13 +96,12 @@ void check_input_kind(const fs::path& input, bool chat, bool decode) {
   const std::string wanted = chat     ? "a JSON array of conversation records, or a .jsonl file of them"
                              : decode ? "one JSON array of id arrays"
                                       : "one JSON array of strings ([\"first text\", \"second\"])";
-  for (const char* tail : {".gz", ".zst", ".parquet", ".arrow", ".feather", ".csv", ".tsv"})
+  for (const char* tail : {".gz", ".zst", ".parquet", ".arrow", ".csv", ".tsv"})
     TITAN_CHECK(!ends(tail), "tokenize: '", input.string(), "' is a ", std::string(tail).substr(1),
                 " file, which titan train reads and this command does not: its input is ", wanted);
-  TITAN_CHECK(chat || !(ends(".jsonl") || ends(".ndjson")), "tokenize: '", input.string(),
-              "' is JSON Lines, which this command reads with --chat only (conversation records): without "
-              "it the input is ",
-              wanted);
+  TITAN_CHECK(chat || !is_json_lines(input), "tokenize: '", input.string(),
+              "' is JSON Lines, which this command reads with --chat only (conversation records)",
+              decode ? ": --decode reads " : ": without it the input is ", wanted);
 }
 
 int run(int argc, char** argv) {

@@ -594,7 +594,7 @@ struct DocumentStream::Impl {
             c >= 0x20 && c < 0x7f ? "'" + std::string(1, char(c)) + "'" : "byte " + std::to_string(c);
         fail(reader.line(), "unexpected " + got + " at column " + std::to_string(reader.column()) +
                                 ": expected ',' or ']' after an array element" +
-                                (c == '}' || c == ']' ? " (a bracket too many?)" : ""));
+                                (c == '}' ? " (a bracket too many?)" : ""));
       }
       return true;
     }

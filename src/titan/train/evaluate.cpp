@@ -82,6 +82,11 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     tokenizer.emplace(load_tokenizer(source, job));
     validator.emplace(cfg, *tokenizer, data::list_dataset_files(job.dataset), plan);
   });
+  // Each rank chose its weights from its own view of the folders (the job's newest checkpoint): they
+  // must be the same, or the ranks would score different models as one.
+  dist::check_same_on_every_rank(world, weights, "weights to evaluate",
+                                 "every rank must see the same checkpoint folder: on several hosts, one "
+                                 "shared folder, or --checkpoint");
   JobConfig shown = cfg;
   shown.notes = notes_for_eval(cfg.notes);
   start_up_report(shown, job, plan, *tokenizer, "titan eval");

@@ -266,7 +266,6 @@ bool shapes_the_computation(const std::string& key) {
 }
 
 std::string hf_config_key(const std::string& key) {
-  if (key == "rope_theta") return "rope_parameters.rope_theta";
   for (auto& f : fields())
     if (key == f.name) return f.hf_key ? f.hf_key : f.name;
   TITAN_FAIL("unknown model field '", key, "'");

@@ -84,8 +84,9 @@ bool shapes_the_computation(const std::string& key);
 // The value of field `key` (one of override_keys()) as text, a double as the shortest text that
 // reads back exactly: for messages and comparisons that name the field.
 std::string field_text(const ModelArgs& args, const std::string& key);
-// The name of field `key` in a Hugging Face config.json ("hidden_dim" -> "intermediate_size",
-// "rope_theta" -> "rope_parameters.rope_theta"), for messages about such a file.
+// The name of field `key` in a Hugging Face config.json ("hidden_dim" -> "intermediate_size"), for
+// messages about such a file; a field it spells several ways (rope_theta, top-level or in
+// rope_parameters) keeps titan's name.
 std::string hf_config_key(const std::string& key);
 
 // Hugging Face config.json <-> ModelArgs. Accepts the Hub and transformers-v5 spellings
