@@ -1140,9 +1140,9 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                                   (a / "held_*.jsonl").string() + " --json " + data.string(),
                               &out),
               1);
-    EXPECT_NE(
-        out.find("titan eval: error: --json: '" + data.string() + "' is the input '" + data.string() + "'"),
-        std::string::npos)
+    EXPECT_NE(out.find("titan eval: error: --json: '" + data.string() +
+                       "' matches validation.dataset_path '" + (a / "held_*.jsonl").string() + "'"),
+              std::string::npos)
         << out;
     EXPECT_EQ(read_file(data), "{\"text\": \"A held-out document.\"}\n");
   }
@@ -1155,7 +1155,7 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
   state["model_config"]["rms_norm_eps"] = 1e-5;
   std::ofstream(other_step / "train_state.json") << state.dump(2);
   for (const auto& [given, named] :
-       {std::pair{" --checkpoint " + other_step.string(), "titan eval --checkpoint"},
+       {std::pair{" --checkpoint " + other_step.string(), "titan eval: error: --checkpoint"},
         std::pair{std::string(), "the job's newest checkpoint"}}) {
     std::string out;
     EXPECT_NE(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +

@@ -8,7 +8,6 @@
 #include "titan/cli/command.h"
 #include "titan/cli/job_launch.h"
 #include "titan/core/check.h"
-#include "titan/data/dataset.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/path_guard.h"
 #include "titan/train/evaluate.h"
@@ -38,18 +37,12 @@ int eval_main(int argc, char** argv) {
     for (const std::string& path :
          {a.own.count("checkpoint") ? a.own.at("checkpoint") : std::string(), config.model.hf_assets_path})
       if (!path.empty()) inputs.push_back(path);
-    // A dataset path may be a glob: the files it matches are the inputs (a missing path or an empty
-    // match is the evaluation's error, naming the key).
+    // A dataset path may be a glob: no file it matches, or would match once written, is the output.
     const std::string json_out = a.own.at("json");
     for (const auto& [key, path] : {std::pair{"validation.dataset_path", config.validation.dataset_path},
                                     std::pair{"training.dataset_path", config.training.dataset_path}}) {
       if (path.empty()) continue;
       inputs.push_back(path);
-      try {
-        for (const std::filesystem::path& file : data::list_dataset_files({path})) inputs.push_back(file);
-      } catch (const Error&) {
-      }
-      // Nor a file the glob would match once written: the next evaluation would read it as data.
       const auto absolute = [](const std::string& p) {
         return std::filesystem::absolute(p).lexically_normal().string();
       };

@@ -66,7 +66,8 @@ std::string first_foreign_entry(const fs::path& dir) {
 
 // The export (a folder with config.json beside its safetensors) that `out` would lie inside, or "".
 fs::path enclosing_export(const fs::path& out) {
-  const fs::path whole = fs::absolute(out).lexically_normal();
+  fs::path whole = fs::absolute(out).lexically_normal();
+  if (whole.filename().empty()) whole = whole.parent_path();  // "hf/shell/.." is "hf/", hf itself
   for (fs::path dir = whole.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (fs::exists(dir / "config.json") && io::is_hf_checkpoint_dir(dir)) return dir;
     if (dir == dir.root_path()) break;
