@@ -1485,6 +1485,19 @@ TEST(CommandLine, GenerateRefusesAnEosTokenIdOutsideTheVocabulary) {
           << r.err;
     }
   }
+  // config.json's may come from another model with a larger vocabulary (a run that took a Qwen3
+  // config for its own smaller tokenizer trains and exports it, and transformers loads it): a note,
+  // and generation goes on.
+  fs::remove(file);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config["eos_token_id"] = nlohmann::json::array({2, 151645});
+  std::ofstream(dir / "config.json") << config.dump();
+  const Outcome r = titan("generate --model-path " + dir.string() + " --prompt-ids 1 --max-new-tokens 2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("note: " + (dir / "config.json").string() +
+                       ": eos_token_id 151645 is outside the model's vocabulary [0, 4096): not a stop token"),
+            std::string::npos)
+      << r.err;
 }
 
 // A prompt that leaves too few positions names the flag, how many new tokens fit and the config

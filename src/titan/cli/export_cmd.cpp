@@ -69,7 +69,8 @@ fs::path enclosing_export(const fs::path& out) {
   fs::path whole = fs::absolute(out).lexically_normal();
   if (whole.filename().empty()) whole = whole.parent_path();  // "hf/shell/.." is "hf/", hf itself
   for (fs::path dir = whole.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-    if (fs::exists(dir / "config.json") && io::is_hf_checkpoint_dir(dir)) return dir;
+    std::error_code ec;  // a folder above that cannot be searched holds no export of this user's
+    if (fs::exists(dir / "config.json", ec) && io::is_hf_checkpoint_dir(dir)) return dir;
     if (dir == dir.root_path()) break;
   }
   return {};
@@ -89,6 +90,36 @@ int export_main(int argc, char** argv) {
   std::string d = p.get("dtype");
   TITAN_CHECK(d == "float32" || d == "bfloat16", "--dtype must be float32 or bfloat16, got '", d, "'");
   const fs::path out = p.get("out");
+  // What --out may be is checked before the checkpoint is read (minutes for a large model); the
+  // tokenizer files it must not touch are known once it is.
+  io::check_output_path(out, {p.get("checkpoint")}, "titan export --out");
+  TITAN_CHECK(p.has("overwrite") || !fs::exists(fs::symlink_status(out)), "titan export --out: '",
+              out.string(),
+              "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or an "
+              "empty folder) there; or export elsewhere");
+  // An export inside another would be deleted with it by that one's --overwrite, and makes it a folder
+  // no longer of an export's files alone.
+  if (const fs::path outer = enclosing_export(out); !outer.empty())
+    TITAN_FAIL("titan export --out: '", out.string(), "' lies inside the export '", outer.string(),
+               "' (a later --overwrite of that one would delete it); export elsewhere");
+  if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
+    // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
+    const bool an_export =
+        fs::is_directory(out) && fs::exists(out / "config.json") && io::is_hf_checkpoint_dir(out);
+    TITAN_CHECK(
+        an_export || (fs::is_directory(out) && fs::is_empty(out)), "titan export --out: '", out.string(),
+        "' is not a Hugging Face export (no config.json beside model.safetensors): --overwrite replaces an "
+        "earlier export only; remove the folder yourself or export elsewhere");
+    TITAN_CHECK(!io::lies_within(fs::current_path(), out), "titan export --out: '", out.string(),
+                "' holds the working directory '", fs::current_path().string(),
+                "'; replacing it would pull the folder from under the shell that runs this");
+    // ... and only the export: what else the folder holds would be deleted with it.
+    if (an_export)
+      if (const std::string foreign = first_foreign_entry(out); !foreign.empty())
+        TITAN_FAIL("titan export --out: '", out.string(), "' holds '", foreign,
+                   "', which is not a file of a titan export: --overwrite replaces the whole folder and "
+                   "would delete it; move it out, or export elsewhere");
+  }
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
   const std::optional<std::string> named_tokenizer = p.get_optional("tokenizer");
   const fs::path tokenizer = named_tokenizer ? fs::path(*named_tokenizer) : native.tokenizer_path;
@@ -117,33 +148,6 @@ int export_main(int argc, char** argv) {
   std::vector<fs::path> inputs = files;
   inputs.push_back(p.get("checkpoint"));
   io::check_output_path(out, inputs, "titan export --out");
-  TITAN_CHECK(p.has("overwrite") || !fs::exists(fs::symlink_status(out)), "titan export --out: '",
-              out.string(),
-              "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or an "
-              "empty folder) there; or export elsewhere");
-  // An export inside another would be deleted with it by that one's --overwrite, and makes it a folder
-  // no longer of an export's files alone.
-  if (const fs::path outer = enclosing_export(out); !outer.empty())
-    TITAN_FAIL("titan export --out: '", out.string(), "' lies inside the export '", outer.string(),
-               "' (a later --overwrite of that one would delete it); export elsewhere");
-  if (p.has("overwrite") && fs::exists(fs::symlink_status(out))) {
-    // --overwrite replaces an earlier export, not whatever folder the path names (notes, code, a home).
-    const bool an_export =
-        fs::is_directory(out) && fs::exists(out / "config.json") && io::is_hf_checkpoint_dir(out);
-    TITAN_CHECK(
-        an_export || (fs::is_directory(out) && fs::is_empty(out)), "titan export --out: '", out.string(),
-        "' is not a Hugging Face export (no config.json beside model.safetensors): --overwrite replaces an "
-        "earlier export only; remove the folder yourself or export elsewhere");
-    TITAN_CHECK(!io::lies_within(fs::current_path(), out), "titan export --out: '", out.string(),
-                "' holds the working directory '", fs::current_path().string(),
-                "'; replacing it would pull the folder from under the shell that runs this");
-    // ... and only the export: what else the folder holds would be deleted with it.
-    if (an_export)
-      if (const std::string foreign = first_foreign_entry(out); !foreign.empty())
-        TITAN_FAIL("titan export --out: '", out.string(), "' holds '", foreign,
-                   "', which is not a file of a titan export: --overwrite replaces the whole folder and "
-                   "would delete it; move it out, or export elsewhere");
-  }
   // The export is built in a temporary folder beside --out ("dir/" names dir), then moved into place.
   const fs::path beside = (out.filename().empty() ? out.parent_path() : out).parent_path();
   io::check_writable_folder(

@@ -233,9 +233,7 @@ std::vector<std::string> string_list(const ArgParser& p, const std::string& flag
   const std::string text = p.get(flag);
   // A text that starts as an array is meant as one: a typo in it ('["a"', '["a",]', "['a']") would
   // otherwise become one literal string that never matches.
-  if (const size_t first = text.find_first_not_of(" \t\n\r");
-      first == std::string::npos || text[first] != '[')
-    return {text};
+  if (text.empty() || text[0] != '[') return {text};
   const std::string one_string =
       "; a string that starts with '[' is given as an array of one, e.g. '[\"[INST]\"]'";
   nlohmann::json list;
@@ -1046,21 +1044,31 @@ int generate_main(int argc, char** argv) {
     for (int64_t id = 0; id < vocab; ++id) allowed[size_t(id)] = tokenizer->has_id(int32_t(id));
   }
   // The model's eos_token_id (config.json, generation_config.json) is what transformers' generate
-  // stops at: one that is not an id of the vocabulary would never stop it, silently (a mistyped
-  // file; named even under --ignore-eos).
+  // stops at: one that is not an id would never stop it, silently (a mistyped file; named even under
+  // --ignore-eos). Past the vocabulary: an error in generation_config.json, which says where to stop;
+  // a note for config.json, which a run may have taken from another model with a larger vocabulary
+  // (titan trains and exports such a model, and transformers loads it).
   const std::string model_file = native ? (model_path / "train_state.json").string() + " (model_config)"
                                         : (model_path / "config.json").string();
   std::vector<int64_t> config_eos;
-  for (const auto& [c, file] : {std::pair<const json*, const std::string*>{&model_config, &model_file},
-                                std::pair<const json*, const std::string*>{&generation_config, &where}}) {
+  for (const auto& [c, file, stops] :
+       {std::tuple<const json*, const std::string*, bool>{&model_config, &model_file, false},
+        std::tuple<const json*, const std::string*, bool>{&generation_config, &where, true}}) {
     const json eos = c->is_object() ? c->value("eos_token_id", json()) : json();
     if (eos.is_null()) continue;
     for (const json& id : eos.is_array() ? eos : json::array({eos})) {
-      TITAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab,
+      TITAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && (!stops || id.get<int64_t>() < vocab),
                   "titan generate: ", *file,
                   ": 'eos_token_id' must be a token id or a list of them, each an integer within the model's "
                   "vocabulary [0, ",
                   vocab, "), got ", eos.dump());
+      if (id.get<int64_t>() >= vocab) {
+        std::fprintf(stderr,
+                     "note: %s: eos_token_id %lld is outside the model's vocabulary [0, %lld): not a stop "
+                     "token\n",
+                     file->c_str(), (long long)id.get<int64_t>(), (long long)vocab);
+        continue;
+      }
       config_eos.push_back(id.get<int64_t>());
     }
   }

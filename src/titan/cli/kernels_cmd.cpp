@@ -108,7 +108,7 @@ int kernels_parity(int argc, char** argv) {
   // not a pass; the summary says which of the two, as the SKIPPED lines above it may have scrolled.
   if (!failed && !passed)
     std::fprintf(stderr, "titan kernels parity: nothing was compared (%d skipped): not a pass%s\n", skipped,
-                 skipped > 0 ? (": " + skipped_because).c_str()
+                 skipped > 0 ? (skipped_because.empty() ? std::string() : ": " + skipped_because).c_str()
                  : o.op.empty()
                      ? ""
                      : (" ('" + o.op + "' has no " + device +
