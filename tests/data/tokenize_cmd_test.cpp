@@ -88,7 +88,7 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
        {std::tuple{"docs.jsonl", "", "' is JSON Lines, which this command reads with --chat only"},
         std::tuple{"chat.parquet", " --chat messages",
                    "' is a parquet file, which titan train reads and this command does not: its input is a "
-                   "JSON array of conversation records, or a .jsonl file of them"}}) {
+                   "JSON array of conversation records, or JSON Lines of them"}}) {
     out.clear();
     EXPECT_NE(
         run_command(titan_binary().string() + " tokenize" + flags + " --tokenizer " + tok + " --input " +
@@ -154,6 +154,23 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
             0)
       << out;
   EXPECT_EQ(json::parse(read_file(dir / "out_lines.json")), got);
+  // JSON Lines in a .json file (as Hugging Face's to_json writes them): training reads it by lines, and
+  // so does this command, where it used to fail to parse it as one JSON value.
+  write_file(dir / "hf_lines.json", lines);
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "hf_lines.json").string() + " --output " + (dir / "out_hf.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(json::parse(read_file(dir / "out_hf.json")), got);
+  // Without --chat those lines are records this command does not read: named as JSON Lines.
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --input " + (dir / "hf_lines.json").string() +
+                            " --output " + (dir / "out_text.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("hf_lines.json' is JSON Lines, which this command reads with --chat only"),
+            std::string::npos)
+      << out;
   write_file(dir / "bad.jsonl",
              lines + R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]})");
   EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
@@ -161,6 +178,25 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
                         &out),
             0);
   EXPECT_NE(out.find("line 5: field 'messages': "), std::string::npos) << out;
+  // A record that is no conversation object gets training's error (its fields, and ShareGPT's messages
+  // named with how to write them), where it used to get a bare "is not an object with a field".
+  write_file(dir / "other.jsonl",
+             "{\"id\": 1, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}]}\n\"text\"\n");
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "other.jsonl").string() + " --output " + (dir / "other_out.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("line 1: object has no field 'messages' (training.chat_field names the messages; its "
+                     "fields are 'id', 'conversations'): its 'conversations' holds ShareGPT messages"),
+            std::string::npos)
+      << out;
+  write_file(dir / "other.jsonl", "\"text\"\n");
+  EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "other.jsonl").string() + " --output " + (dir / "other_out.json").string(),
+                        &out),
+            0);
+  EXPECT_NE(out.find("line 1: expected a conversation object, got string"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "other_out.json"));
 }
 
 // Text a JSON parser would refuse, as training reads it: an invalid UTF-8 byte and an unpaired

@@ -76,7 +76,8 @@ if(TITAN_FUZZ)
       SEEDS tests/fixtures/io/fuzz_seeds)
     titan_fuzzer(table_file_fuzzer TEST table_file_fuzz MAX_LEN 65536
       SOURCES data/parquet.cpp data/arrow_ipc.cpp data/table_file.cpp data/column_reader.cpp core/check.cpp
-      HEADERS data/parquet.h data/arrow_ipc.h data/table_file.h data/column_reader.h core/check.h
+              core/suggest.cpp
+      HEADERS data/parquet.h data/arrow_ipc.h data/table_file.h data/column_reader.h core/check.h core/suggest.h
       LIBS brotlidec lz4 snappy z zstd
       SEEDS tests/fixtures/parquet_crafted tests/fixtures/arrow_crafted tests/fixtures/arrow_compressed)
     titan_fuzzer(config_fuzzer TEST config_fuzz MAX_LEN 8192
@@ -100,8 +101,9 @@ if(TITAN_FUZZ)
       SEEDS tests/fixtures/tokenizer_fuzz_seeds)
     titan_fuzzer(chat_fuzzer TEST chat_fuzz MAX_LEN 4096
       SOURCES data/chat.cpp data/tokenizer.cpp data/utf8.cpp data/assets.cpp io/json_error.cpp io/path_guard.cpp
-              core/check.cpp
+              core/check.cpp core/suggest.cpp
       HEADERS data/chat.h data/tokenizer.h data/utf8.h data/assets.h io/json_error.h io/path_guard.h core/check.h
+              core/suggest.h
       LIBS pcre2-8 icuuc
       SEEDS tests/fixtures/chat_fuzz_seeds)
   else()

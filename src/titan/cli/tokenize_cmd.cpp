@@ -1,6 +1,6 @@
 // `titan tokenize`: a JSON array of strings -> a JSON array of id arrays (or back with
 // --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a JSON
-// array of conversation records (or a .jsonl file of them) -> what supervised fine-tuning trains on (their
+// array of conversation records (or JSON Lines of them) -> what supervised fine-tuning trains on (their
 // text, ids, and which ids the loss trains on).
 #include <algorithm>
 #include <cctype>
@@ -17,6 +17,7 @@
 #include "titan/core/check.h"
 #include "titan/data/assets.h"
 #include "titan/data/chat.h"
+#include "titan/data/dataset.h"
 #include "titan/data/text_guard.h"
 #include "titan/data/tokenizer.h"
 #include "titan/data/utf8.h"
@@ -46,21 +47,14 @@ json read_input(const fs::path& input, const std::string& who) {
   return titan::io::parse_json_text(read_input_text(input, who), who + ": '" + input.string() + "'");
 }
 
-// Whether training reads `file` as JSON Lines (.jsonl, .ndjson, in any case).
-bool is_json_lines(const fs::path& file) {
-  std::string ext = file.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jsonl" || ext == ".ndjson";
-}
-
-// Conversation records as training reads them: a .jsonl file one per line (blank lines skipped),
-// any other file one JSON array of them. Each comes with where it is, for errors ("line 3",
-// "element 2"). Key order kept: tool arguments are written as given.
+// Conversation records as training reads them: JSON Lines one per line (blank lines skipped; see
+// data::is_json_lines), any other file one JSON array of them. Each comes with where it is, for errors ("line
+// 3", "element 2"). Key order kept: tool arguments are written as given.
 std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(const fs::path& input,
                                                                               const std::string& who) {
   const std::string text = read_input_text(input, who);
   std::vector<std::pair<nlohmann::ordered_json, std::string>> records;
-  if (is_json_lines(input)) {
+  if (titan::data::is_json_lines(input)) {
     size_t start = 0;
     for (int64_t line = 1; start < text.size(); ++line) {
       size_t end = text.find('\n', start);
@@ -76,8 +70,8 @@ std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(co
   }
   auto in = titan::io::parse_ordered_json_text(text, who + ": '" + input.string() + "'");
   TITAN_CHECK(in.is_array(), who, ": ", input,
-              " must hold a JSON array of records (or be a .jsonl file, one record "
-              "per line), got ",
+              " must hold a JSON array of records (or be JSON Lines, one record per line: .jsonl, "
+              ".ndjson, or a .json file not starting with '['), got ",
               in.type_name());
   // Moved, not copied: a copy recurses once per nesting level (the renderer refuses deep values).
   for (size_t i = 0; i < in.size(); ++i)
@@ -93,13 +87,13 @@ void check_input_kind(const fs::path& input, bool chat, bool decode) {
   const auto ends = [&](const std::string& tail) {
     return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
-  const std::string wanted = chat     ? "a JSON array of conversation records, or a .jsonl file of them"
+  const std::string wanted = chat     ? "a JSON array of conversation records, or JSON Lines of them"
                              : decode ? "one JSON array of id arrays"
                                       : "one JSON array of strings ([\"first text\", \"second\"])";
   for (const char* tail : {".gz", ".zst", ".parquet", ".arrow", ".csv", ".tsv"})
     TITAN_CHECK(!ends(tail), "tokenize: '", input.string(), "' is a ", std::string(tail).substr(1),
                 " file, which titan train reads and this command does not: its input is ", wanted);
-  TITAN_CHECK(chat || !is_json_lines(input), "tokenize: '", input.string(),
+  TITAN_CHECK(chat || !titan::data::is_json_lines(input), "tokenize: '", input.string(),
               "' is JSON Lines, which this command reads with --chat only (conversation records)",
               decode ? ": --decode reads " : ": without it the input is ", wanted);
 }
@@ -109,15 +103,16 @@ int run(int argc, char** argv) {
       "tokenize",
       "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
       "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a JSON array of\n"
-      "conversation records, or a .jsonl file of them (as training.chat_field reads them) -> a JSON\n"
+      "conversation records, or JSON Lines of them (as training.chat_field reads them) -> a JSON\n"
       "array of {\"text\": the rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on,\n"
       "\"trained_text\": those ids' text}.");
   p.option("tokenizer",
            "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
            "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
-      .required("input",
-                "a JSON array of strings (with --decode: of id arrays; with --chat: of records, or a .jsonl "
-                "file of them)")
+      .required(
+          "input",
+          "a JSON array of strings (with --decode: of id arrays; with --chat: of records, or JSON Lines "
+          "of them: .jsonl, .ndjson, or a .json file not starting with '[')")
       .required("output", "receives a JSON array of id arrays (with --decode: of strings)")
       .option("chat", "the records' field holding each conversation's messages (as training.chat_field)")
       .flag("add-special-tokens", "add bos/eos as tokenizer_config.json asks (none for Qwen3)")
@@ -143,17 +138,11 @@ int run(int argc, char** argv) {
   if (!chat_field.empty()) {
     titan::data::check_qwen3_chat_template(tokenizer);
     for (const auto& [record, where] : read_chat_records(input, "tokenize --chat")) {
-      TITAN_CHECK(record.is_object() && record.contains(chat_field), "tokenize --chat: ", input, " ", where,
-                  " is not an object with a field '", chat_field, "'");
       std::vector<titan::data::ChatPiece> pieces;
-      // Bound, not copied (a copy recurses once per nesting level; the renderer refuses deep values).
-      static const nlohmann::ordered_json no_tools;
-      const auto tools = record.find("tools");
       try {
-        pieces =
-            titan::data::render_qwen3_chat(record.at(chat_field), tools == record.end() ? no_tools : *tools);
+        pieces = titan::data::render_chat_record(record, chat_field);
       } catch (const titan::Error& e) {
-        TITAN_FAIL("tokenize --chat: ", input, " ", where, ": field '", chat_field, "': ", e.what());
+        TITAN_FAIL("tokenize --chat: ", input, " ", where, ": ", e.what());
       }
       const std::string text = titan::data::chat_text(pieces);
       // Training's rule on what is text (data/text_guard.h), on the same rendered text.

@@ -39,4 +39,12 @@ std::string join(const std::vector<std::string>& names, const std::string& separ
   return s;
 }
 
+std::string quoted_names(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  std::string list;
+  for (size_t n = 0; n < names.size() && n < 20; ++n) list += (n ? ", '" : "'") + names[n] + "'";
+  if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  return list;
+}
+
 }  // namespace titan

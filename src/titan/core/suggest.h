@@ -13,5 +13,8 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
 std::string suggestion(const std::string& word, const std::vector<std::string>& candidates);
 // "a, b, c" (with `separator` between the names).
 std::string join(const std::vector<std::string>& names, const std::string& separator = ", ");
+// Names for an error that lists them (a file's columns, a record's fields): "'a', 'b', ..." (the
+// first 20, then how many in all), or "none".
+std::string quoted_names(const std::vector<std::string>& names);
 
 }  // namespace titan

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/data/table_file.h"
 
 // The layout read here is the Arrow columnar format specification's (arrow.apache.org, "Arrow

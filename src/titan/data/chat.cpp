@@ -7,6 +7,7 @@
 
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
+#include "titan/core/suggest.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
 
@@ -264,6 +265,42 @@ bool looks_like_sharegpt(const ojson& message) {
 std::string sharegpt_mapping() {
   return "write \"from\" as \"role\" (human -> user, gpt -> assistant, system -> system) and \"value\" as "
          "\"content\"";
+}
+
+// Its errors are thrown without a source location of their own: each caller puts where the record
+// is (file and line, "element 3") in front, as the one location a reader needs.
+std::vector<ChatPiece> render_chat_record(const ojson& record, const std::string& chat_field) {
+  if (!record.is_object())
+    throw Error(std::string("expected a conversation object, got ") + record.type_name());
+  const auto messages = record.find(chat_field);
+  if (messages == record.end()) {
+    // Its fields, and what reads a list of messages it holds under another name (ShareGPT's
+    // "conversations", most often).
+    std::vector<std::string> fields;
+    std::string hint;
+    for (const auto& [key, value] : record.items()) {
+      fields.push_back(key);
+      if (!hint.empty() || !value.is_array() || value.empty()) continue;
+      if (looks_like_sharegpt(value.front()))
+        hint = ": its '" + key +
+               "' holds ShareGPT messages {\"from\", \"value\"}, which titan does not read: " +
+               sharegpt_mapping() + ", and the list as '" + chat_field + "'";
+      else if (value.front().is_object() && value.front().contains("role"))
+        hint = ": training.chat_field = \"" + key + "\" reads its '" + key + "'";
+    }
+    throw Error("object has no field '" + chat_field +
+                "' (training.chat_field names the messages; its fields are " + quoted_names(fields) + ")" +
+                hint);
+  }
+  // Bound, not copied: a copy recurses once per nesting level, before the renderer could refuse a
+  // value nested too deep.
+  static const ojson no_tools;
+  const auto tools = record.find("tools");
+  try {
+    return render_qwen3_chat(*messages, tools == record.end() ? no_tools : *tools);
+  } catch (const Error& e) {
+    throw Error("field '" + chat_field + "': " + e.what());
+  }
 }
 
 std::string python_json_dumps(const ojson& value) {

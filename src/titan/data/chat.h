@@ -58,6 +58,14 @@ std::vector<ChatPiece> render_qwen3_chat(const nlohmann::ordered_json& messages,
 bool looks_like_sharegpt(const nlohmann::ordered_json& message);
 std::string sharegpt_mapping();
 
+// A conversation record as training reads it (training.chat_field): an object whose field `chat_field`
+// holds the messages and whose optional "tools" the signatures, rendered. An error says what the record
+// is instead: not an object; without the field (its fields listed, with the field holding a ShareGPT
+// list, or messages under another name, pointed out); or the renderer's error after
+// "field '<chat_field>': ". The callers add where the record is.
+std::vector<ChatPiece> render_chat_record(const nlohmann::ordered_json& record,
+                                          const std::string& chat_field);
+
 // Python's json.dumps(value, ensure_ascii=False): the template's `tojson` filter.
 std::string python_json_dumps(const nlohmann::ordered_json& value);
 

@@ -15,14 +15,6 @@ std::string lower_extension(const std::filesystem::path& file) {
 }
 }  // namespace
 
-std::string quoted_names(const std::vector<std::string>& names) {
-  if (names.empty()) return "none";
-  std::string list;
-  for (size_t n = 0; n < names.size() && n < 20; ++n) list += (n ? ", '" : "'") + names[n] + "'";
-  if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
-  return list;
-}
-
 bool is_table_file(const std::filesystem::path& file) {
   const std::string ext = lower_extension(file);
   return ext == ".parquet" || ext == ".arrow";

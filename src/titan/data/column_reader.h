@@ -29,10 +29,6 @@ class ColumnReader {
   virtual const std::vector<std::string>& columns() const = 0;
 };
 
-// A file's column names for an error that lists them: "'a', 'b', ..." (the first 20, then how many
-// in all), or "none".
-std::string quoted_names(const std::vector<std::string>& names);
-
 // Whether the file's name makes it a table file (.parquet, .arrow).
 bool is_table_file(const std::filesystem::path& file);
 

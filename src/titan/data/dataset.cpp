@@ -13,6 +13,7 @@
 #include <set>
 
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/data/column_reader.h"
 #include "titan/data/text_guard.h"
 #include "titan/data/text_stream.h"
@@ -320,6 +321,11 @@ void read_csv_header(Reader& r, char delimiter, std::vector<std::string>& header
 
 }  // namespace
 
+bool is_json_lines(const fs::path& file) {
+  const std::string ext = extension_of(file);
+  return ext == ".jsonl" || ext == ".ndjson" || (ext == ".json" && detect_format(file) == Format::JsonLines);
+}
+
 struct DocumentStream::Impl {
   DatasetConfig config;
   std::vector<fs::path> files;
@@ -385,38 +391,12 @@ struct DocumentStream::Impl {
     fail(line, std::string("expected a string or an object, got ") + j.type_name());
   }
 
-  // The error of a conversation record without the chat field: its fields, and what reads a list of
-  // messages it holds under another name (ShareGPT's "conversations", most often).
-  std::string missing_chat_field(const nlohmann::ordered_json& record) const {
-    std::vector<std::string> fields;
-    std::string hint;
-    for (const auto& [key, value] : record.items()) {
-      fields.push_back(key);
-      if (!hint.empty() || !value.is_array() || value.empty()) continue;
-      if (looks_like_sharegpt(value.front()))
-        hint = ": its '" + key +
-               "' holds ShareGPT messages {\"from\", \"value\"}, which titan does not read: " +
-               sharegpt_mapping() + ", and the list as '" + config.chat_field + "'";
-      else if (value.front().is_object() && value.front().contains("role"))
-        hint = ": training.chat_field = \"" + key + "\" reads its '" + key + "'";
-    }
-    return "object has no field '" + config.chat_field +
-           "' (training.chat_field names the messages; its fields are " + quoted_names(fields) + ")" + hint;
-  }
-
   // A conversation record: its messages (and tools) rendered into `doc`.
   void element_chat(const nlohmann::ordered_json& j, uint64_t line, Document& doc) const {
-    if (!j.is_object()) fail(line, std::string("expected a conversation object, got ") + j.type_name());
-    auto it = j.find(config.chat_field);
-    if (it == j.end()) fail(line, missing_chat_field(j));
-    // Bound, not copied: a copy recurses once per nesting level, before the renderer could refuse a
-    // value nested too deep.
-    static const nlohmann::ordered_json no_tools;
-    const auto tools = j.find("tools");
     try {
-      doc.chat = render_qwen3_chat(*it, tools == j.end() ? no_tools : *tools);
+      doc.chat = render_chat_record(j, config.chat_field);
     } catch (const Error& e) {
-      fail(line, "field '" + config.chat_field + "': " + e.what());
+      fail(line, e.what());
     }
     doc.text = chat_text(doc.chat);
   }

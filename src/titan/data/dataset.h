@@ -57,6 +57,10 @@ bool first_warning_of(const std::filesystem::path& file, std::string_view kind);
 // the files DatasetConfig::text_split cuts into documents.
 bool is_plain_text(const std::filesystem::path& file);
 
+// Whether training reads the file as JSON Lines, one record per line: a .jsonl or .ndjson file (plain
+// or compressed), or a .json file that does not begin with '[' (as Hugging Face writes them).
+bool is_json_lines(const std::filesystem::path& file);
+
 // One pass over the documents. Empty documents are skipped; invalid UTF-8 is repaired, counted,
 // and reported on stderr per file.
 class DocumentStream {

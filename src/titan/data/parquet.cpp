@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "titan/core/check.h"
+#include "titan/core/suggest.h"
 #include "titan/data/table_file.h"
 
 // The layout read here is the Parquet format specification's (github.com/apache/parquet-format:

@@ -80,7 +80,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     job = resolve_job(source, plan);
     resolve_initial_weights(source, job, origin);
     tokenizer.emplace(load_tokenizer(source, job));
-    validator.emplace(cfg, *tokenizer, data::list_dataset_files(job.dataset), plan);
+    validator.emplace(cfg, *tokenizer, job.dataset_files, plan);
   });
   // Each rank chose its weights from its own view of the folders (the job's newest checkpoint): they
   // must be the same, or the ranks would score different models as one.

@@ -129,17 +129,22 @@ fs::path resolve_tokenizer(const JobConfig& c) {
   return dir;
 }
 
-std::vector<fs::path> resolve_dataset(const JobConfig& c) {
+// The dataset as the config names it (a file, a folder of shards, a glob, or the built-in's file) and
+// the files that stands for, listed once here: every later use (the loader's count, the start-up
+// line, the validator's overlap check) sees the same listing.
+struct DatasetPaths {
+  std::vector<fs::path> given, files;
+};
+
+DatasetPaths resolve_dataset(const JobConfig& c) {
   if (!c.training.dataset_path.empty()) {
     check_run_writes_outside(c, c.training.dataset_path, "training.dataset_path");
-    // A file, a folder of shards, or a glob ("shards/part-*.jsonl.gz"): listing it now reports a
-    // missing path or an empty match before anything else is loaded.
+    // Listing it now reports a missing path or an empty match before anything else is loaded.
     try {
-      data::list_dataset_files({c.training.dataset_path});
+      return {{c.training.dataset_path}, data::list_dataset_files({c.training.dataset_path})};
     } catch (const Error& e) {
       TITAN_FAIL("training.dataset_path: ", e.what());
     }
-    return {c.training.dataset_path};
   }
   // The built-in datasets are text: conversations come from the user's data.
   TITAN_CHECK(c.training.chat_field.empty(), "training.dataset = \"", c.training.dataset,
@@ -147,7 +152,8 @@ std::vector<fs::path> resolve_dataset(const JobConfig& c) {
               "\" reads conversations: set training.dataset_path to a file (JSON, JSONL, Parquet, Arrow) or "
               "folder of them");
   try {
-    return {data::builtin_dataset_path(c.training.dataset)};
+    const fs::path builtin = data::builtin_dataset_path(c.training.dataset);
+    return {{builtin}, data::list_dataset_files({builtin})};
   } catch (const Error& e) {
     TITAN_FAIL("training.dataset: ", e.what());
   }
@@ -368,7 +374,9 @@ ResolvedJob resolve_job(const JobConfig& c, const dist::ParallelPlan& plan) {
               "training.mixed_precision_param = \"",
               c.training.mixed_precision_param, "\" computes in f32: set one of them to the other's dtype");
   job.tokenizer_path = resolve_tokenizer(c);
-  job.dataset = resolve_dataset(c);
+  DatasetPaths dataset = resolve_dataset(c);
+  job.dataset = std::move(dataset.given);
+  job.dataset_files = std::move(dataset.files);
   job.local_batch_size = c.training.local_batch_size;
   job.seq_len = c.training.seq_len;
   job.accumulation_steps = accumulation_steps(c, plan.dp_size());
@@ -403,7 +411,7 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
 }
 
 std::string document_description(const JobConfig& c, const data::Tokenizer& tokenizer,
-                                 const std::vector<fs::path>& dataset) {
+                                 const std::vector<fs::path>& files) {
   if (!c.training.chat_field.empty())
     return "conversations from field '" + c.training.chat_field + "' in Qwen3's chat template, " +
            (!c.training.pack_conversations
@@ -420,7 +428,6 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
   std::string text = "documents end with token " + std::to_string(separator) + " " +
                      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator}))
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const auto files = data::list_dataset_files(dataset);
   if (std::any_of(files.begin(), files.end(), [](const fs::path& f) { return data::is_plain_text(f); }))
     text += c.training.text_split == "file"   ? ", plain text: one document per file"
             : c.training.text_split == "line" ? ", plain text: one document per line"
@@ -437,7 +444,7 @@ std::string data_line_for_planning(const JobConfig& c) {
   // exists here is checked as train checks it (a .csv file passing the plan would fail the job).
   const auto here = [](const std::string& path) { return !path.empty() && fs::exists(path); };
   fs::path tokenizer_path;
-  std::vector<fs::path> dataset;
+  DatasetPaths dataset;
   try {
     tokenizer_path = resolve_tokenizer(c);
     dataset = resolve_dataset(c);
@@ -446,8 +453,8 @@ std::string data_line_for_planning(const JobConfig& c) {
     return std::string("not checked on this machine: ") + e.what();
   }
   const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
-  return dataset[0].string() + ", tokenizer " + tokenizer_path.string() + ", " +
-         document_description(c, tokenizer, dataset);
+  return dataset.given[0].string() + ", tokenizer " + tokenizer_path.string() + ", " +
+         document_description(c, tokenizer, dataset.files);
 }
 
 data::Tokenizer load_tokenizer(const JobConfig& c, const ResolvedJob& job) {
@@ -519,14 +526,14 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
                                               : device_services(job.device).description().c_str());
   if (trains) {
     // A folder or a glob: how many files it named (those the listing skipped are not data).
-    const size_t files = data::list_dataset_files(job.dataset).size();
+    const size_t files = job.dataset_files.size();
     const bool one_file = files == 1 && fs::is_regular_file(job.dataset[0]);
     const std::string dataset =
         job.dataset[0].string() + (one_file ? "" : " (" + counted(int64_t(files), "file") + ")");
     say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
         "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
         dataset.c_str(), job.tokenizer_path.string().c_str(),
-        document_description(c, tokenizer, job.dataset).c_str(), long(job.local_batch_size),
+        document_description(c, tokenizer, job.dataset_files).c_str(), long(job.local_batch_size),
         long(job.seq_len), long(job.accumulation_steps),
         long(job.local_batch_size * plan.dp_size() * job.accumulation_steps));
   } else {

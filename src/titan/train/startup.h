@@ -25,7 +25,8 @@ struct ResolvedJob {
   // training.activation_grad_dtype = "bfloat16" (checked to go with bf16 compute).
   bool bf16_activation_grads = false;
   std::filesystem::path tokenizer_path;        // folder holding tokenizer.json
-  std::vector<std::filesystem::path> dataset;  // files and folders the loader reads
+  std::vector<std::filesystem::path> dataset;  // the file, folder or glob the loader reads
+  std::vector<std::filesystem::path> dataset_files;  // what `dataset` lists to at start-up
   // Where the weights of a fresh (not resumed) run come from: a Hugging Face folder, else a
   // committed native checkpoint (checkpoint.initial_load_path), else the seeded initialisation.
   std::filesystem::path initial_hf;
@@ -62,9 +63,9 @@ int32_t document_separator(const TrainingSection& training, const data::Tokenize
 int64_t best_fit_window(const TrainingSection& training);
 
 // How the run's documents are cut and separated, for the start-up `data:` line: the separator token
-// (id and text) and, when `dataset` holds plain-text files, how training.text_split cuts them.
+// (id and text) and, when the dataset's `files` include plain text, how training.text_split cuts them.
 std::string document_description(const JobConfig& config, const data::Tokenizer& tokenizer,
-                                 const std::vector<std::filesystem::path>& dataset);
+                                 const std::vector<std::filesystem::path>& files);
 
 // What `titan train` would check of the data side before compute (tokenizer, dataset, document
 // separator), for `titan plan` and `titan info --config`: an error for a value train refuses, or a

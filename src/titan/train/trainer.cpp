@@ -423,7 +423,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       const int64_t val_seq = cfg.validation.seq_len == -1 ? job.seq_len : cfg.validation.seq_len;
       TITAN_CHECK(val_seq <= job.args.max_seq_len, "validation.seq_len = ", val_seq,
                   " exceeds the model's max_seq_len = ", job.args.max_seq_len);
-      validator.emplace(cfg, *tokenizer_of_run, data::list_dataset_files(job.dataset), plan);
+      validator.emplace(cfg, *tokenizer_of_run, job.dataset_files, plan);
     }
   });
   const data::Tokenizer& tokenizer = *tokenizer_of_run;
