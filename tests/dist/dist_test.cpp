@@ -1109,6 +1109,44 @@ TEST(DataParallelFaults, Sigusr1ToMpirunStopsEveryRankWithACheckpoint) {
       << out;
 }
 
+// SIGTERM to rank 1 alone (a scheduler's signal to one process, an OOM killer's neighbour): the ranks
+// stop at one step with a checkpoint, and rank 0 names the rank that received it, where it used to say
+// "received SIGTERM" of itself.
+TEST(DataParallelFaults, ASignalToOneRankIsNamedByRankZero) {
+  BackgroundJob job("dist_sigterm_one");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  std::vector<pid_t> ranks = children_of(job.mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << read_file(job.log);
+  ASSERT_EQ(kill(ranks[1], SIGTERM), 0);
+  std::string out;
+  expect_a_clean_stop(job, "SIGTERM", &out);
+  EXPECT_TRUE(out.find("rank 1 received SIGTERM: saving a checkpoint at step") != std::string::npos ||
+              out.find("rank 1 received SIGTERM at step") != std::string::npos)
+      << out;
+}
+
+// SIGTERM to mpirun (what a Ctrl-C to it sends the ranks too): Open MPI kills the ranks a second
+// later, so rank 0's acknowledgement says so and names the signal that stops with a checkpoint, where
+// it used to promise a clean stop the job then never made.
+TEST(DataParallelFaults, ASigtermFromMpirunSaysTheRanksAreKilled) {
+  BackgroundJob job("dist_sigterm_mpirun");
+  ASSERT_TRUE(job.wait_for_checkpoint(3)) << read_file(job.log);
+  const pid_t mpirun = job.mpirun;
+  ASSERT_EQ(kill(mpirun, SIGTERM), 0);
+  const int rc = job.wait_exit(60);
+  const std::string out = read_file(job.log);
+  EXPECT_NE(rc, -1) << out;
+  EXPECT_NE(
+      out.find("received SIGTERM from mpirun (what it sends on a Ctrl-C or a SIGTERM of its own): Open MPI "
+               "kills the ranks 1 s later"),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("`kill -USR1 " + std::to_string(mpirun) + "` stops with a checkpoint"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("stopping cleanly once this step is done"), std::string::npos) << out;
+}
+
 TEST(DataParallelFaults, SigtermToTheRanksSavesOneCheckpointAndExitsZero) {
   BackgroundJob job("dist_sigterm");
   sigterm_saves_the_step_reached(job);

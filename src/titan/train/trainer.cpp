@@ -76,16 +76,28 @@ bool repeats_are_ignored(int sig) {
   return sig == SIGHUP || sig == SIGUSR1;
 }
 
+// Open MPI's launcher, when a rank was started by one: a SIGINT or SIGTERM it sends is its answer
+// to a Ctrl-C or a SIGTERM of its own, and SIGKILL follows. 0: none (set before the handlers are).
+std::atomic<int> g_launcher_pid{0};
+// What the acknowledgement says of such a signal, prepared outside the handler (which may not format).
+std::array<char, 512> g_launcher_stop_line{};
+
 // The first SIGINT/SIGTERM/SIGHUP/SIGUSR1 asks for a clean stop; the handler then steps aside so
 // that a second SIGINT/SIGTERM (an impatient Ctrl-C during the final save) terminates the process
 // the default way, while a second SIGHUP or SIGUSR1 is ignored and must not kill the save the first
 // one asked for. It says so at once, whatever the run is doing (a long step, the final save or
 // export): write(2) is async-signal-safe, stdio is not.
-extern "C" void on_stop_signal(int sig) {
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
   g_stop_signal.store(sig);
   std::signal(sig, repeats_are_ignored(sig) ? SIG_IGN : SIG_DFL);
   if (!g_announce_stop.load()) return;
   console_clear_unfinished_line_from_signal_handler();  // a progress line, drawn without a newline
+  // mpirun's SIGTERM promises no clean stop: Open MPI kills the ranks a second later.
+  const int launcher = g_launcher_pid.load();
+  if (launcher != 0 && info != nullptr && info->si_pid == launcher && (sig == SIGTERM || sig == SIGINT)) {
+    console_write_from_signal_handler(g_launcher_stop_line.data());
+    return;
+  }
   char line[192] = "received ";
   std::strncat(line, stop_signal_name(sig), sizeof line - std::strlen(line) - 1);
   std::strncat(
@@ -118,9 +130,19 @@ class StopSignals {
   static constexpr std::array kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
  public:
-  StopSignals() {
+  // `launcher`: the pid of the mpirun that started this rank, if one did.
+  explicit StopSignals(std::optional<int> launcher) {
     g_stop_signal = 0;
     g_announce_stop = console_output();
+    g_launcher_pid = launcher.value_or(0);
+    if (launcher)
+      std::snprintf(
+          g_launcher_stop_line.data(), g_launcher_stop_line.size(),
+          "received SIGTERM from mpirun (what it sends on a Ctrl-C or a SIGTERM of its own): Open MPI "
+          "kills the ranks 1 s later (odls_base_sigkill_timeout): a step or save not done by then is "
+          "lost, and the job resumes from the last checkpoint committed; `kill -USR1 %d` stops with "
+          "a checkpoint\n",
+          *launcher);
     sigemptyset(&stop_set_);
     for (const int sig : kStopSignals) sigaddset(&stop_set_, sig);
     pthread_sigmask(SIG_BLOCK, &stop_set_, &previous_mask_);
@@ -129,7 +151,11 @@ class StopSignals {
       struct sigaction& before = previous_[sig];
       sigaction(sig, nullptr, &before);
       if (sig == SIGHUP && before.sa_handler == SIG_IGN) continue;  // nohup: the user wants it ignored
-      std::signal(sig, on_stop_signal);
+      struct sigaction handler {};
+      handler.sa_sigaction = on_stop_signal;  // with the sender's pid (siginfo_t::si_pid)
+      handler.sa_flags = SA_SIGINFO;
+      sigemptyset(&handler.sa_mask);
+      sigaction(sig, &handler, nullptr);
     }
     sigaction(SIGPIPE, nullptr, &previous_[SIGPIPE]);
     std::signal(SIGPIPE, SIG_IGN);
@@ -304,7 +330,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                                 "every rank must run the same titan build with the same libraries");
   ConsoleOfRank console(plan.is_logging_rank());
   if (cfg.training.deterministic) omp_set_dynamic(0);
-  StopSignals signals;
+  // Under mpirun: a SIGTERM from it is answered differently from one sent to the ranks themselves.
+  StopSignals signals(plan.world_size() > 1 ? dist::open_mpi_launcher_pid() : std::nullopt);
 
   // ---- everything that can fail on bad input, before any compute
   // The inputs first: a missing dataset or a bad model config stops the run before it touches its
@@ -544,24 +571,30 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     checkpointer.poll_save();
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
     if (int sig = int(plan.max_over_ranks(signals.received()))) {
+      // Said by rank 0, of the lowest rank that received it: "rank 1 received SIGTERM" where only
+      // rank 1 was sent one (rank 0's own was acknowledged the moment it came).
+      const int64_t signalled =
+          plan.world_size() -
+          plan.max_over_ranks(signals.received() == sig ? plan.world_size() - plan.rank() : 0);
+      const std::string received =
+          (signalled == plan.rank() ? std::string() : "rank " + std::to_string(signalled) + " ") +
+          "received " + stop_signal_name(sig);
       meter.log_unlogged_step();  // the log ends on the step reached, whatever log_freq
       // The step in hand is complete: save it (unless it is already saved, or nothing was
       // trained yet) and stop. A checkpoint is written even with checkpoint.enable = false, so
       // that no work is lost (resuming from it needs checkpoint.enable = true); never with
       // checkpoint.load_only = true, which asked for no saves.
       if (state.step == checkpointer.last_saved_step() && checkpointer.saving()) {
-        say("received %s at step %ld: its checkpoint is being written in the background; stopping once it "
+        say("%s at step %ld: its checkpoint is being written in the background; stopping once it "
             "is committed",
-            stop_signal_name(sig), long(state.step));
+            received.c_str(), long(state.step));
       } else if (state.step == checkpointer.last_saved_step() || state.step == 0) {
-        say("received %s at step %ld: nothing new to save; stopping", stop_signal_name(sig),
-            long(state.step));
+        say("%s at step %ld: nothing new to save; stopping", received.c_str(), long(state.step));
       } else if (cfg.checkpoint.load_only) {
-        say("received %s at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping",
-            stop_signal_name(sig), long(state.step));
-      } else {
-        say("received %s: saving a checkpoint at step %ld and stopping", stop_signal_name(sig),
+        say("%s at step %ld: checkpoint.load_only = true, no checkpoint saved; stopping", received.c_str(),
             long(state.step));
+      } else {
+        say("%s: saving a checkpoint at step %ld and stopping", received.c_str(), long(state.step));
         checkpointer.save(state, job);
       }
       summary.interrupted = true;
