@@ -846,7 +846,8 @@ TEST(Trainer, HuggingFaceWeightsLeftUnloadedAreNamed) {
 // checkpoint, through a resume after the source folder lost it, into the run's exports and `titan
 // export`'s. A run from random weights exports the stop tokens titan generate uses (config.json's
 // <|im_end|> and the corpus's document separator <|endoftext|>), so that transformers' generate stops
-// at the end of a document too; a file that is not a JSON object stops the run naming it.
+// at the end of a document too, and so does one from a model naming no stop token; a file that is not
+// a JSON object stops the run naming it.
 TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
   const fs::path a = tt::temp_dir("trainer_generation_a"), b = tt::temp_dir("trainer_generation_b");
   const Overrides saving = {{"checkpoint.enable", "true"},
@@ -869,6 +870,18 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
                                                            {"checkpoint.initial_load_in_hf", "true"}})));
   EXPECT_TRUE(fs::exists(from_plain / "checkpoint" / "step-1-hf" / "model.safetensors"));
   EXPECT_FALSE(fs::exists(from_plain / "checkpoint" / "step-1-hf" / "generation_config.json"));
+  // One whose config.json names no eos_token_id either (as small test models are written) names no stop
+  // token at all: it exports titan generate's, as a random init does, where transformers' generate on
+  // the export used to run on to max_new_tokens.
+  nlohmann::json config = read(plain / "config.json");
+  config["eos_token_id"] = nullptr;
+  std::ofstream(plain / "config.json") << config.dump();
+  const fs::path from_bare = tt::temp_dir("trainer_generation_from_bare");
+  run_training(tiny_config(from_bare, tt::joined(saving, {{"training.steps", "1"},
+                                                          {"checkpoint.initial_load_path", plain.string()},
+                                                          {"checkpoint.initial_load_in_hf", "true"}})));
+  EXPECT_EQ(read(from_bare / "checkpoint" / "step-1-hf" / "generation_config.json"),
+            nlohmann::json({{"bos_token_id", 151643}, {"eos_token_id", {151645, 151643}}}));
   const nlohmann::json generation = {
       {"bos_token_id", 151643}, {"do_sample", true}, {"eos_token_id", {151645, 151643}},
       {"temperature", 0.6},     {"top_k", 20},       {"top_p", 0.95}};

@@ -154,6 +154,14 @@ nlohmann::json read_generation_config(const std::filesystem::path& hf_dir) {
   return g;
 }
 
+bool names_stop_tokens(const std::filesystem::path& hf_dir) {
+  if (std::filesystem::exists(hf_dir / "generation_config.json")) return true;
+  const std::filesystem::path file = hf_dir / "config.json";
+  if (!std::filesystem::exists(file)) return false;
+  const nlohmann::json config = io::read_json_file(file, "config.json");
+  return config.is_object() && config.contains("eos_token_id") && !config["eos_token_id"].is_null();
+}
+
 namespace {
 
 // start_weights on this rank alone.

@@ -84,6 +84,9 @@ void start_weights(TrainState& state, const JobConfig& config, const ResolvedJob
 // The generation_config.json of a Hugging Face model folder, null when it has none; a file that is
 // not a JSON object is an error naming it.
 nlohmann::json read_generation_config(const std::filesystem::path& hf_dir);
+// Whether a Hugging Face model folder names a stop token: its generation_config.json, or an
+// eos_token_id (not null) in its config.json.
+bool names_stop_tokens(const std::filesystem::path& hf_dir);
 
 // The generation config of a model trained from random weights: its bos_token_id and, as
 // eos_token_id, config.json's eos_token_id, the tokenizer's eos_token and the run's document

@@ -486,15 +486,19 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       say("checkpoint: no committed checkpoint in %s: the run starts at step 1",
           checkpointer.folder().c_str());
     start_weights(state, cfg, job, plan);
-    // Random weights come with no generation config: the run's records and exports get the stop
-    // tokens titan generate uses (a loaded model keeps its own, or none, as it came).
-    if (job.initial_hf.empty() && job.initial_native.empty()) {
+    // Weights without stop tokens of their own get those titan generate uses in the run's records and
+    // exports, or transformers' generate on the export would never stop: random ones, and a Hugging
+    // Face folder with neither a generation_config.json nor an eos_token_id in its config.json (as
+    // small test models are written). A loaded model's own stop tokens are kept as they came.
+    const bool random = job.initial_hf.empty() && job.initial_native.empty();
+    if (random || (!job.initial_hf.empty() && !names_stop_tokens(job.initial_hf))) {
       state.generation_config =
           stop_tokens_generation_config(job.args, tokenizer, document_separator(cfg.training, tokenizer));
       if (!state.generation_config.is_null() && (cfg.checkpoint.enable || cfg.checkpoint.last_save_in_hf))
         say("generation config of the checkpoints and exports: eos_token_id %s (where titan generate stops; "
-            "transformers' generate reads it from generation_config.json)",
-            state.generation_config["eos_token_id"].dump().c_str());
+            "transformers' generate reads it from generation_config.json)%s",
+            state.generation_config["eos_token_id"].dump().c_str(),
+            random ? "" : ": the loaded model names no stop token of its own");
     }
   }
   if (state.step >= cfg.training.steps) {
