@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
+#include <cstdio>
 #include <system_error>
 #include <thread>
 
@@ -68,6 +70,42 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
   return files;
 }
 
+// printf into a string: the lines a restore says once it has succeeded.
+__attribute__((format(printf, 1, 2))) std::string formatted(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string out(size_t(std::max(n, 0)), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
+}
+
+// How a resume keeps the checkpoint's global batch of `saved` sequences with a local batch of
+// `local` on `dp` data-parallel ranks: only a multiple of local x dp is a valid
+// training.global_batch_size (JobConfig::validate), so the setting offered must be one.
+std::string keeping_the_global_batch(int64_t saved, int64_t local, int64_t dp) {
+  const std::string keep = "training.global_batch_size = " + std::to_string(saved);
+  if (saved % (local * dp) == 0) return "set " + keep + " to keep it";
+  if (saved % dp == 0) {
+    // A smaller local batch that divides the checkpoint's share per rank (the largest, for speed).
+    int64_t smaller = 1;
+    for (int64_t b = 1; b < local; ++b)
+      if ((saved / dp) % b == 0) smaller = b;
+    return "training.global_batch_size must be a multiple of local_batch_size x data-parallel ranks = " +
+           std::to_string(local) + " x " + std::to_string(dp) + " = " + std::to_string(local * dp) +
+           ": set training.local_batch_size = " + std::to_string(smaller) + " and " + keep + " to keep it";
+  }
+  return "it cannot be kept on this mesh: training.global_batch_size must be a multiple of local_batch_size "
+         "x data-parallel ranks = " +
+         std::to_string(local) + " x " + std::to_string(dp) + " = " + std::to_string(local * dp) + ", and " +
+         std::to_string(saved) + " is no multiple of " + std::to_string(dp) +
+         " ranks; a mesh whose data-parallel ranks divide " + std::to_string(saved) + " can keep it";
+}
+
 }  // namespace
 
 fs::path checkpoint_folder_of(const JobConfig& c) {
@@ -115,7 +153,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
                 "checkpoint.load_step = ", step, ": '", manager_.step_dir(step).string(),
                 "' is not a committed checkpoint (committed steps in '", folder().string(),
                 "': ", listed(committed), ")");
-    resume_step_ = step;  // restore() sets the later steps aside once it has succeeded
+    resume_step_ = step;  // restore() sets the later steps aside once it has succeeded (unless load_only)
   }
   last_saved_step_ = resume_step_.value_or(-1);
   if (!resume_step_ && !c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_model_only) {
@@ -124,6 +162,26 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
                 "' is not a committed titan checkpoint (no COMMITTED marker), and "
                 "checkpoint.initial_load_model_only = false loads a whole training state from it");
   }
+}
+
+void Checkpointer::say_ignored_step_dirs() const {
+  for (const fs::path& d : foreign_step_dirs())
+    say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
+  for (const fs::path& d : damaged_step_dirs())
+    if (resume_step_ && *step_of_name(d) > *resume_step_)
+      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
+          "deleted; checkpoint.load_step = %ld rolls back before it%s)",
+          d.c_str(), long(*resume_step_),
+          config_.checkpoint.load_only ? "; checkpoint.load_only = true leaves it where it is"
+                                       : ", and it is set aside once that restore succeeds");
+    else
+      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
+          "deleted; a newer checkpoint is resumed)",
+          d.c_str());
+  for (const fs::path& d : interrupted_step_dirs())
+    say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
+        "save removes it",
+        d.c_str());
 }
 
 std::optional<fs::path> Checkpointer::resume_dir() const {
@@ -139,14 +197,17 @@ Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) cons
 }
 
 void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const LoadedCheckpoint& c,
-                                    bool fresh_optimizer, bool fresh_schedule) const {
+                                    bool fresh_optimizer, bool fresh_schedule,
+                                    std::vector<std::string>& later) const {
+  auto tell = [&](const char* fmt, auto... args) { later.push_back(formatted(fmt, args...)); };
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   s.optimizer_start = fresh_optimizer ? s.step : ts.value("optimizer_start_step", int64_t(0));
   s.schedule_start = fresh_schedule ? s.step : ts.value("lr_scheduler_start_step", int64_t(0));
   if (fresh_optimizer || fresh_schedule)
-    say("checkpoint.exclude_from_loading: from step %ld on, %s%s%s (every resume with this key starts %s "
+    tell(
+        "checkpoint.exclude_from_loading: from step %ld on, %s%s%s (every resume with this key starts %s "
         "over again: remove it once this run has saved a checkpoint)",
         long(s.step + 1), fresh_optimizer ? "AdamW's moments and step count start from zero" : "",
         fresh_optimizer && fresh_schedule ? " and " : "",
@@ -156,23 +217,26 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
   // export-only run) has no schedule to differ: its placeholder of one step is not the user's.
   std::string diff =
       s.step < config_.training.steps && !fresh_schedule ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
-  if (!diff.empty()) say("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
+  if (!diff.empty()) tell("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
   if (ts.contains("settings"))
     if (const std::string changed =
             changed_settings(recorded_settings(ts), resumable_settings(config_, job.args));
         !changed.empty())
-      say("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
-          long(s.step + 1));
+      tell("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
+           long(s.step + 1));
   // With global_batch_size = -1 the global batch follows the number of ranks: a resume on another
   // count changes the optimizer's step without a word unless it is said here.
   const int64_t global_batch =
       config_.training.local_batch_size * plan_.dp_size() * accumulation_steps(config_, plan_.dp_size());
   if (ts.contains("global_batch_size") && ts["global_batch_size"].get<int64_t>() != global_batch)
-    say("warning: the global batch is %ld sequences, the checkpoint's was %ld (local batch x data-parallel "
-        "ranks x accumulation): each step now averages over another number of sequences (set "
-        "training.global_batch_size = %ld to keep it)",
-        long(global_batch), long(ts["global_batch_size"].get<int64_t>()),
-        long(ts["global_batch_size"].get<int64_t>()));
+    later.push_back(
+        "warning: the global batch is " + std::to_string(global_batch) + " sequences, the checkpoint's was " +
+        std::to_string(ts["global_batch_size"].get<int64_t>()) +
+        " (local batch x data-parallel ranks x accumulation): each step now averages over another "
+        "number of sequences (" +
+        keeping_the_global_batch(ts["global_batch_size"].get<int64_t>(), config_.training.local_batch_size,
+                                 plan_.dp_size()) +
+        ")");
   const int saved_world = ts.at("world_size").get<int>();
   // (Checkpoints before expert parallelism record no "ep": their experts were whole.)
   const int64_t saved_ep = ts.contains("mesh") ? ts["mesh"].value("ep", int64_t(1)) : 1;
@@ -181,10 +245,10 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
   };
   if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard() ||
       saved_ep != plan_.ep())
-    say("resharding: the checkpoint was written by %s (%s%s), this run has %s (%s%s)",
-        counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
-        split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
-        counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str());
+    tell("resharding: the checkpoint was written by %s (%s%s), this run has %s (%s%s)",
+         counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
+         split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
+         counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str());
   // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
   // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
   if (ts.contains("tokenizer_checksum") &&
@@ -197,17 +261,19 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
         ": its data position counts tokens of the other tokenizer, and the model learned the other ids. "
         "Use the same tokenizer (model.hf_assets_path), or set checkpoint.restart_data_stream = true to "
         "go on from the start of the data with this one");
-    say("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
-        what.c_str());
+    tell("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
+         what.c_str());
   }
   const std::string data_note = restore_data_position(s.loader, ts, s.dataset_identity,
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
-  if (!data_note.empty()) say("%s", data_note.c_str());
+  if (!data_note.empty()) tell("%s", data_note.c_str());
 }
 
-LoadedCheckpoint Checkpointer::load_resume_step() const {
+LoadedCheckpoint Checkpointer::open_resume_dir(ChecksumShare share) const {
+  TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
+  if (!resume_step_) return load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
   try {
-    return manager_.load(*resume_step_, {plan_.rank(), plan_.world_size()});
+    return manager_.load(*resume_step_, share);
   } catch (const Error& e) {
     // The newest step, chosen by the run, cannot be read (corrupted, cut short by a full disk): an
     // earlier committed one is the way forward, and the user has to ask for it.
@@ -237,6 +303,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // that error may claim the restore worked.
   std::string restored_dir;
   bool restored_seed = false;
+  std::vector<std::string> lines;  // what the restore found (a changed schedule, another global batch, ...)
   // What the ranks read in all: the checksums go through the run's own folder once (each rank a share
   // of its files) and every file of a folder forked from on each rank (it may be a copy per host);
   // then each replica reads the values of the whole state.
@@ -254,7 +321,8 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
     // checksums a share of its files, every file read through once in all. A folder the run goes on
     // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
-    LoadedCheckpoint c = resume_step_ ? load_resume_step() : load_checkpoint_dir(*fork_dir_);
+    LoadedCheckpoint c =
+        open_resume_dir(resume_step_ ? ChecksumShare{plan_.rank(), plan_.world_size()} : ChecksumShare{});
     check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
     const auto& ts = c.train_state;
     // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
@@ -282,10 +350,11 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     if (ts.contains("expert_bias"))
       s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
     s.generation_config = ts.value("generation_config", nlohmann::json());
-    if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule);
+    if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
     restored_dir = c.dir.string();
     restored_seed = seed;
   });
+  for (const std::string& line : lines) say("%s", line.c_str());
   if (restored_seed)
     say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "
         "%.1f s",
@@ -295,7 +364,14 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
         restored_dir.c_str(), long(s.step), long(s.tokens_seen),
         resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
         seconds_since(t0));
-  if (resume_step_ && config_.checkpoint.load_step != -1) {
+  if (resume_step_ && config_.checkpoint.load_step != -1 && config_.checkpoint.load_only) {
+    // A run that saves nothing cannot replace the later steps: they stay where they are, as
+    // checkpoint.load_only promises of the whole folder.
+    if (const std::vector<int64_t> later = manager_.committed_steps(); later.back() > *resume_step_)
+      say("checkpoint: checkpoint.load_only = true: the steps after %ld stay as they are (the newest, %s, is "
+          "still what a run without checkpoint.load_step resumes)",
+          long(*resume_step_), manager_.step_dir(later.back()).filename().c_str());
+  } else if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that
     // this run's saves of the same steps cannot replace them. Every rank has read its files first.
     plan_.barrier();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "titan/dist/parallel_plan.h"
@@ -52,12 +53,23 @@ class Checkpointer {
     return manager_.interrupted_step_dirs();
   }
 
+  // resume_dir()'s checkpoint opened as restore() opens it (resume_step()'s: an error it cannot be
+  // read names the earlier committed steps a checkpoint.load_step could resume from), with `share`
+  // of its files checksummed (restore: this rank's; titan check: ChecksumShare::none(), every file's
+  // presence and size against the manifest).
+  LoadedCheckpoint open_resume_dir(ChecksumShare share) const;
+
+  // Says which step-N folders the resume passes over (foreign, damaged, interrupted) and why: what
+  // titan train and titan eval print before they load the job's checkpoint.
+  void say_ignored_step_dirs() const;
+
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read parameter by
   // parameter from the files that hold it), step, tokens seen, data position, expert biases,
   // whatever number of ranks and expert split wrote it; the tokenizer must be the one it was trained with
   // (tokenizer.json's checksum). Errors name the checkpoint and what does not fit this run. After a restore
   // from checkpoint.load_step the committed steps after it are set aside
-  // (CheckpointManager::set_aside_after). A step-0 checkpoint (a seed) restores the weights alone.
+  // (CheckpointManager::set_aside_after), unless checkpoint.load_only: a run that saves nothing
+  // leaves the folder as it was. A step-0 checkpoint (a seed) restores the weights alone.
   // Every rank calls it.
   void restore(TrainState& state, const ResolvedJob& job) const;
 
@@ -111,18 +123,17 @@ class Checkpointer {
   };
   LocalSlice local_slice(TrainState& state, size_t block) const;
   // Everything of a restore past the weights: the step, the optimizer's and schedule's starts, the data
-  // position, and the warnings about what changed since the checkpoint.
+  // position, and the warnings about what changed since the checkpoint, added to `later`: said once
+  // every rank has restored, so that a resume refused after them (another dataset, another
+  // tokenizer) prints its error alone.
   void restore_progress(TrainState& state, const ResolvedJob& job, const LoadedCheckpoint& checkpoint,
-                        bool fresh_optimizer, bool fresh_schedule) const;
+                        bool fresh_optimizer, bool fresh_schedule, std::vector<std::string>& later) const;
 
   // A save whose files are written (or being written) and not yet committed. It owns everything
   // its writer reads: the host copies of the slices and the train state.
   struct PendingSave;
   // Runs the writer's part of `p` (the finiteness check, then the shard files) on this thread.
   void write_files(PendingSave& p) const;
-  // resume_step()'s checkpoint, this rank's share of its files checksummed; an error it cannot be
-  // read names the earlier committed steps a checkpoint.load_step could resume from.
-  LoadedCheckpoint load_resume_step() const;
   // Every rank's writer has finished: agree on failure, then commit (the logging rank) and wait.
   void commit(PendingSave& p);
 

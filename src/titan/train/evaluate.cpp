@@ -59,12 +59,16 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
     // What errors about the weights name: what chose them.
     std::string origin = checkpoint.empty() ? "checkpoint.initial_load_path" : "titan eval --checkpoint";
     fs::path folder = checkpoint;
-    const CheckpointManager own(checkpoint_folder_of(cfg), cfg.checkpoint.keep_latest_k);
-    if (folder.empty() && cfg.checkpoint.enable)
-      if (const std::optional<int64_t> step = own.latest_step()) {
+    if (folder.empty() && cfg.checkpoint.enable) {
+      // titan train's own choice of the step it would resume, with its refusals (a damaged newest
+      // step, a load_step not committed) and its words about the folders it passes over.
+      const Checkpointer own(cfg, plan);
+      own.say_ignored_step_dirs();
+      if (const std::optional<int64_t> step = own.resume_step()) {
         folder = own.step_dir(*step);
-        origin = "the job's newest checkpoint";
+        origin = cfg.checkpoint.load_step == -1 ? "the job's newest checkpoint" : "checkpoint.load_step";
       }
+    }
     if (!folder.empty()) {
       TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
       source.checkpoint.initial_load_path = folder.string();

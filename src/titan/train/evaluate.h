@@ -3,8 +3,9 @@
 // the job's [validation] section (validation.enable need not be set), evaluated as the trainer's
 // validation evaluates them (train/validation.h), so the figure of a checkpoint equals the val_loss
 // its run logged at that step. The weights: a given checkpoint (native step-N or Hugging Face
-// folder), else what `titan train` would go on from (the job's newest checkpoint), else the job's
-// starting weights (its initial load, or its seeded initialisation).
+// folder), else what `titan train` would resume (its Checkpointer: the newest step, or
+// checkpoint.load_step), else the job's starting weights (its initial load, or its seeded
+// initialisation).
 #include <filesystem>
 #include <string>
 

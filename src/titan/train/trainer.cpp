@@ -369,23 +369,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                 "(another job.dump_folder or checkpoint.folder)");
   });
   Checkpointer& checkpointer = *checkpointer_of_run;
-  for (const std::filesystem::path& d : checkpointer.foreign_step_dirs())
-    say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
-  for (const std::filesystem::path& d : checkpointer.damaged_step_dirs())
-    if (checkpointer.resume_step() && *step_of_name(d) > *checkpointer.resume_step())
-      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
-          "deleted; checkpoint.load_step = %ld rolls back before it, and it is set aside once that restore "
-          "succeeds)",
-          d.c_str(), long(*checkpointer.resume_step()));
-    else
-      say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
-          "deleted; a newer checkpoint is resumed)",
-          d.c_str());
-  for (const std::filesystem::path& d : checkpointer.interrupted_step_dirs())
-    say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
-        "save "
-        "removes it",
-        d.c_str());
+  checkpointer.say_ignored_step_dirs();
   // The folders the run will write in, checked by the ranks that write there before anything is built
   // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
   // since its last checkpoint lost.
