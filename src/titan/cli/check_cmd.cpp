@@ -5,8 +5,9 @@
 //   versions      what this build is (titan version)
 //   ranks         the launcher's world size fits the configured mesh and every rank answers (under
 //                 mpirun the other ranks stop after this row; the rows below run on rank 0)
-//   resume        a checkpoint in the job's own folder that titan train would resume was trained as
-//                 this job's model and sequence length (SKIP when there is none)
+//   resume        a checkpoint in the job's own folder that titan train would resume opens as train
+//                 opens it (every file at its manifest size) and was trained as this job's model and
+//                 sequence length (SKIP when there is none)
 //   model         the checkpoint the job loads: parameters of config.json = the file's, every tensor
 //                 present, none extra, one dtype as config.json says, tied lm_head absent or equal
 //   export        export to a temporary folder, reload: same keys, every tensor bit-equal, same loss
@@ -29,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "titan/autograd/autograd.h"
@@ -182,18 +184,23 @@ Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
   }
 }
 
-// Why the model rows have nothing to check when the job loads no Hugging Face folder.
-std::string no_hf_checkpoint(const train::JobConfig& c) {
+// Why the model rows have nothing to check when the job loads no Hugging Face folder; `resumes`:
+// the checkpoint of the job's own that titan train would resume (the resume row's), if any.
+std::string no_hf_checkpoint(const train::JobConfig& c, const std::optional<fs::path>& resumes) {
+  if (resumes)
+    return "the job resumes from its own checkpoint " + resumes->string() +
+           " (resume row), not from a Hugging Face folder";
   return c.checkpoint.initial_load_path.empty()
              ? "the job starts from a random init (no checkpoint to load)"
              : "the job loads a native checkpoint (its manifest's checksums are verified on load)";
 }
 
 // The checkpoint's tensors against its config.json; `model` is left loaded for the export row.
-Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qwen3::Qwen3Model>& model) {
+Row model_row(const train::JobConfig& c, const fs::path& dir, const std::optional<fs::path>& resumes,
+              std::unique_ptr<qwen3::Qwen3Model>& model) {
   const std::string rule = "config.json's parameter count = the file's; every tensor present, none extra; one "
                            "dtype, config.json's";
-  if (dir.empty()) return {"model", "SKIP", no_hf_checkpoint(c), rule};
+  if (dir.empty()) return {"model", "SKIP", no_hf_checkpoint(c, resumes), rule};
   try {
     // Names every missing, unexpected or mis-shaped key.
     model = qwen3::load_hf_model(dir, DType::F32, Device::CPU, qwen3::Purpose::Inference);
@@ -230,11 +237,12 @@ Row model_row(const train::JobConfig& c, const fs::path& dir, std::unique_ptr<qw
   return {"model", ok ? "PASS" : "FAIL", value, rule};
 }
 
-Row export_row(const train::JobConfig& c, const fs::path& dir, qwen3::Qwen3Model* model, const fs::path& work) {
+Row export_row(const train::JobConfig& c, const fs::path& dir, const std::optional<fs::path>& resumes,
+               qwen3::Qwen3Model* model, const fs::path& work) {
   const std::string rule =
       "export, reload: the same keys (tied head absent), every tensor bit-equal in the "
       "source dtype (value-equal where the source mixes dtypes), the same loss";
-  if (dir.empty()) return {"export", "SKIP", no_hf_checkpoint(c), rule};
+  if (dir.empty()) return {"export", "SKIP", no_hf_checkpoint(c, resumes), rule};
   if (!model) return {"export", "FAIL", "the checkpoint did not load (see the model row)", rule};
   try {
     io::HfCheckpoint src = io::HfCheckpoint::open(dir);
@@ -317,11 +325,15 @@ Row kernels_row(const train::JobConfig& c) {
 }
 
 // What `titan train` would resume from in the job's own checkpoint folder, against the job: the
-// checks a resume makes before it loads anything (the model the checkpoint was trained as, the
-// window length its data position counts), from its train_state.json alone.
-Row resume_row(const train::JobConfig& c) {
+// checks a resume makes before it reads any tensor (the checkpoint opened as titan train opens it:
+// its manifest, every file present at the size the manifest lists, the step and layout; then the
+// model the checkpoint was trained as, the window length its data position counts). The checksums,
+// which read the whole checkpoint, are left to titan train. `resumes` is set to the checkpoint
+// titan train would resume, whether or not it passes.
+Row resume_row(const train::JobConfig& c, std::optional<fs::path>& resumes) {
   const std::string rule =
-      "a checkpoint the job would resume was trained as this job's model and sequence length";
+      "a checkpoint the job would resume opens as titan train opens it (every file at its manifest size) "
+      "and was trained as this job's model and sequence length";
   try {
     // titan train's own Checkpointer (one process, as the rows below run): its refusals (checkpoints
     // a run with checkpointing off would not keep apart, a damaged newest one, a load_step not
@@ -329,26 +341,26 @@ Row resume_row(const train::JobConfig& c) {
     const std::unique_ptr<dist::Communicator> one = dist::single_process_communicator();
     const dist::ParallelPlan plan(*one, 1, 1);
     const train::Checkpointer checkpointer(c, plan);
-    if (!checkpointer.resume_dir())
+    resumes = checkpointer.resume_dir();
+    if (!resumes)
       return {"resume", "SKIP",
               "'" + checkpointer.folder().string() + "' holds no checkpoint to resume: the job starts fresh",
               rule};
-    const fs::path dir = *checkpointer.resume_dir();
-    const fs::path state_file = dir / "train_state.json";
-    std::ifstream in(state_file);
-    TITAN_CHECK(in, "cannot read '", state_file.string(), "'");
-    const nlohmann::json ts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "'", state_file.string(),
+    const fs::path dir = *resumes;
+    const train::LoadedCheckpoint opened = checkpointer.open_resume_dir(train::ChecksumShare::none());
+    const nlohmann::json& ts = opened.train_state;
+    TITAN_CHECK(ts.is_object() && ts.contains("model_config"), "'", (dir / "train_state.json").string(),
                 "' is not a titan train state (no model_config)");
     train::check_same_model_config(ts["model_config"], train::resolve_model_args(c), dir.string());
+    const std::string files = "; every file at its manifest size (titan train verifies the checksums)";
     // A seed (step 0) resumes as weights only: its data position is not read.
     if (ts.value("step", int64_t(-1)) == 0)
-      return {"resume", "PASS", "titan train starts from the seed checkpoint " + dir.string() + ": same model",
-              rule};
+      return {"resume", "PASS",
+              "titan train starts from the seed checkpoint " + dir.string() + ": same model" + files, rule};
     if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
       train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
     return {"resume", "PASS",
-            "titan train resumes from " + dir.string() + ": same model, same sequence length", rule};
+            "titan train resumes from " + dir.string() + ": same model, same sequence length" + files, rule};
   } catch (const Error& e) {
     return {"resume", "FAIL", error_for_the_user(e.what()), rule};
   }
@@ -404,7 +416,8 @@ int check_main(int argc, char** argv) {
   };
   add(versions_row());
   add(std::move(ranks));
-  const Row resume = resume_row(cfg);
+  std::optional<fs::path> resumes;
+  const Row resume = resume_row(cfg, resumes);
   add(resume);
   const fs::path hf = hf_checkpoint_of(cfg);
   std::unique_ptr<qwen3::Qwen3Model> loaded;
@@ -419,8 +432,8 @@ int check_main(int argc, char** argv) {
           "its own checkpoint (resume row)";
     return r;
   };
-  add(starting_weights(model_row(cfg, hf, loaded)));
-  add(starting_weights(export_row(cfg, hf, loaded.get(), work)));
+  add(starting_weights(model_row(cfg, hf, resumes, loaded)));
+  add(starting_weights(export_row(cfg, hf, resumes, loaded.get(), work)));
   loaded.reset();
 
   // The training runs: U = the job as configured for `steps` steps (checkpoints at steps-1 and

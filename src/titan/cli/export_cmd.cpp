@@ -121,6 +121,7 @@ int export_main(int argc, char** argv) {
                    "would delete it; move it out, or export elsewhere");
   }
   auto native = train::load_native_model(p.get("checkpoint"), DType::F32);
+  if (!native.unresumable.empty()) std::printf("note: %s\n", native.unresumable.c_str());
   const std::optional<std::string> named_tokenizer = p.get_optional("tokenizer");
   const fs::path tokenizer = named_tokenizer ? fs::path(*named_tokenizer) : native.tokenizer_path;
   // The files shipped are the folder's tokenizer.json and tokenizer_config.json, under those names.

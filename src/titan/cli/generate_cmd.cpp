@@ -876,6 +876,7 @@ int generate_main(int argc, char** argv) {
     train::NativeModel loaded = train::load_native_model(model_path, dtype, device);
     model = std::move(loaded.model);
     generation_config = loaded.generation_config;
+    if (!loaded.unresumable.empty()) std::fprintf(stderr, "generate: note: %s\n", loaded.unresumable.c_str());
     if (!loaded.expert_bias.empty()) {  // route as the trained model did
       model->enable_expert_bias();
       model->set_expert_bias_values(loaded.expert_bias);

@@ -77,6 +77,23 @@ std::optional<int64_t> step_of_name(const fs::path& dir) {
   return step;
 }
 
+std::string checkpoint_folder_given(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  const std::vector<int64_t> steps = CheckpointManager(dir, 0).committed_steps();
+  if (steps.empty()) return "";
+  // The newest few: a folder kept whole (keep_latest_k = 0) may hold hundreds.
+  constexpr size_t kNamed = 4;
+  std::string named;
+  for (size_t i = 0; i < steps.size() && i < kNamed; ++i)
+    named += (i ? ", step-" : "step-") + std::to_string(steps[steps.size() - 1 - i]);
+  if (steps.size() > kNamed) named += ", ... (" + std::to_string(steps.size()) + " in all)";
+  return "'" + dir.string() +
+         "' is a checkpoint folder, not a checkpoint: pass one of its step folders, e.g. '" +
+         (dir / ("step-" + std::to_string(steps.back()))).string() + "' (committed, newest first: " + named +
+         ")";
+}
+
 std::string shard_file_name(const std::string& kind, int64_t shard) {
   return kind + "-rank" + std::to_string(shard) + ".safetensors";
 }
@@ -254,17 +271,19 @@ LoadedCheckpoint CheckpointManager::load(int64_t step, ChecksumShare share) cons
 }
 
 LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts, ChecksumShare share) {
-  TITAN_CHECK(share.count >= 1 && share.index >= 0 && share.index < share.count,
+  TITAN_CHECK((share.count == 0 && share.index == 0) ||
+                  (share.count >= 1 && share.index >= 0 && share.index < share.count),
               "checkpoint: checksum share ", share.index, " of ", share.count);
   auto wanted = [&](const std::string& name) {
     return parts == CheckpointParts::Everything || name.rfind("optimizer-rank", 0) != 0;
   };
 
   TITAN_CHECK(fs::is_directory(dir), "checkpoint: '", dir.string(), "' is not a directory");
-  TITAN_CHECK(
-      written_by_titan(dir), "checkpoint: '", dir.string(),
-      "' is not a titan checkpoint (no manifest.json of titan's; a checkpoint is a step-N folder under "
-      "the run's checkpoint folder, a Hugging Face folder loads with checkpoint.initial_load_in_hf)");
+  if (const std::string root = checkpoint_folder_given(dir); !root.empty() && !written_by_titan(dir))
+    TITAN_FAIL("checkpoint: ", root);
+  TITAN_CHECK(written_by_titan(dir), "checkpoint: '", dir.string(),
+              "' is not a titan checkpoint (no manifest.json of titan's; a checkpoint is a step-N folder "
+              "under a run's checkpoint folder)");
   TITAN_CHECK(fs::exists(dir / "COMMITTED"), "checkpoint: '", dir.string(),
               "' has no COMMITTED marker (an interrupted save); it cannot be loaded");
   nlohmann::json manifest = read_json(dir / "manifest.json");
@@ -280,6 +299,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
   std::set<std::string> mine;
   uint64_t total = 0;
   for (auto& [bytes, name] : by_size) {
+    if (share.count == 0) break;  // ChecksumShare::none()
     const size_t least = size_t(std::min_element(load.begin(), load.end()) - load.begin());
     load[least] += bytes;
     if (int64_t(least) == share.index) mine.insert(name), total += bytes;
@@ -302,8 +322,21 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
   }
   TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '",
               (dir / "manifest.json").string(), "' does not list 'train_state.json'");
+  std::string unresumable;
   for (auto& [name, info] : manifest["files"].items()) {
-    if (!wanted(name)) continue;
+    if (!wanted(name)) {
+      // Not read, and not needed for the weights: only whether a resume could read it.
+      std::error_code ec;
+      const uint64_t bytes = fs::file_size(dir / name, ec);
+      if (unresumable.empty() && (ec || bytes != info["bytes"].get<uint64_t>()))
+        unresumable = "'" + (dir / name).string() + "' " +
+                      (ec ? std::string("is missing")
+                          : "has " + std::to_string(bytes) + " bytes, manifest.json says " +
+                                std::to_string(info["bytes"].get<uint64_t>())) +
+                      ": titan train cannot resume this checkpoint (its weights, all that is read here, are "
+                      "whole)";
+      continue;
+    }
     const bool checksummed = mine.count(name) > 0;
     fs::path p = dir / name;
     TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
@@ -314,7 +347,8 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
                     std::to_string(file_checksum(p, &checked, *basis)) == info["checksum"].get<std::string>(),
                 "checkpoint: '", p.string(), "' fails its checksum (corrupted)");
   }
-  LoadedCheckpoint c{manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}};
+  LoadedCheckpoint c{
+      manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}, unresumable};
   // A copied or renamed folder: resuming "step-9" that holds step 4 would retrain steps 5.. on every
   // start and prune the real progress; the step must be the one the folder is named after.
   const nlohmann::json& saved_step = c.train_state["step"];

@@ -38,6 +38,10 @@ struct LoadedCheckpoint {
   // (one for a checkpoint written before layouts were recorded).
   std::vector<io::SafetensorsFile> model_files;
   std::vector<io::SafetensorsFile> optimizer_files;
+  // Loaded as CheckpointParts::Weights: why titan train could not resume it, when an optimizer file
+  // the manifest lists is missing or of another size (its sizes only: the files are not read), else
+  // "". The weights are whole either way; export, generate and eval say it in a note.
+  std::string unresumable;
 };
 
 // "model-rank3.safetensors": the file of shard k ("model" or "optimizer").
@@ -66,10 +70,19 @@ std::vector<CheckpointFile> write_shard_files(const std::filesystem::path& dir, 
 // outcome), so each file is read through once in all, not once per rank.
 struct ChecksumShare {
   int64_t index = 0, count = 1;
+  // No file's checksum, only every file's presence and size (and the manifest, the step, the
+  // layout): what `titan check` verifies of the checkpoint a job would resume, in seconds, where the
+  // checksums read it whole.
+  static ChecksumShare none() { return {0, 0}; }
 };
 
 // N of a folder (or file) named step-N, if it is so named.
 std::optional<int64_t> step_of_name(const std::filesystem::path& dir);
+
+// When `dir` is a run's checkpoint folder (it holds committed step-N folders), given where one
+// checkpoint is wanted: "'<dir>' is a checkpoint folder, not a checkpoint: pass one of its step
+// folders (committed, newest first: step-6, step-4)"; else "".
+std::string checkpoint_folder_given(const std::filesystem::path& dir);
 
 class CheckpointManager {
  public:

@@ -20,6 +20,7 @@ NativeModel load_native_model(const std::filesystem::path& step_dir, DType compu
                                                   qwen3::Purpose::Inference);
   restore_whole_parameters(c, *out.model);
   out.step = c.step;
+  out.unresumable = c.unresumable;
   out.tokenizer_path = c.train_state.value("tokenizer_path", std::string());
   out.tokenizer_checksum = c.train_state.value("tokenizer_checksum", std::string());
   out.generation_config = c.train_state.value("generation_config", nlohmann::json());

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "titan/models/qwen3/model.h"
@@ -21,6 +22,8 @@ struct NativeModel {
   // The MoE expert biases of a run trained with training.load_balance = "expert_bias" (per MoE layer;
   // empty without): they steer routing, and a Hugging Face export has no place for them.
   std::vector<std::vector<double>> expert_bias;
+  // Why titan train could not resume the checkpoint (LoadedCheckpoint::unresumable), or "".
+  std::string unresumable;
 };
 
 // The largest |bias| of `expert_bias` (0 when there is none): what a Hugging Face export, which

@@ -18,6 +18,7 @@
 #include "titan/kernels/registry.h"
 #include "titan/kernels/substitution.h"
 #include "titan/models/qwen3/model.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/log.h"
 #include "titan/train/step_profile.h"
 #include "titan/train/versions.h"
@@ -162,6 +163,8 @@ DatasetPaths resolve_dataset(const JobConfig& c) {
 // An HF checkpoint folder must hold weights before anything is built from it.
 void check_hf_weights_present(const fs::path& dir, const char* key) {
   TITAN_CHECK(fs::is_directory(dir), key, ": '", dir.string(), "' is not a directory");
+  if (const std::string root = checkpoint_folder_given(dir); !root.empty() && !io::is_hf_checkpoint_dir(dir))
+    TITAN_FAIL(key, ": ", root);
   // A committed titan checkpoint given where Hugging Face weights are read: say how to load it.
   const bool native = fs::exists(dir / "COMMITTED") && fs::exists(dir / "train_state.json");
   TITAN_CHECK(io::is_hf_checkpoint_dir(dir), key, ": '", dir.string(), "' has no ", io::kHfSingleFile, " or ",
@@ -209,6 +212,8 @@ void resolve_initial_weights(const JobConfig& c, ResolvedJob& job, const std::st
     if (ck.initial_load_in_hf) {
       job.initial_hf = ck.initial_load_path;
     } else {
+      if (const std::string root = checkpoint_folder_given(ck.initial_load_path); !root.empty())
+        TITAN_FAIL(source, ": ", root);
       TITAN_CHECK(fs::exists(fs::path(ck.initial_load_path) / "COMMITTED"), source, ": '",
                   ck.initial_load_path, "' is not a committed titan checkpoint (no COMMITTED marker",
                   source == "checkpoint.initial_load_path"

@@ -183,6 +183,10 @@ void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob
   } else if (!job.initial_native.empty()) {
     LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native, CheckpointParts::Weights);
     restore_whole_parameters(ck, state.model);
+    // (A run that trains from these weights starts its optimizer fresh: whether the checkpoint could
+    // be resumed is no concern of it.)
+    if (state.purpose == qwen3::Purpose::Inference && !ck.unresumable.empty())
+      say("note: %s", ck.unresumable.c_str());
     // The expert biases are part of how the trained model routes: they come with its weights.
     std::string biases;
     if (ck.train_state.contains("expert_bias")) {
