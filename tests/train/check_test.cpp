@@ -381,6 +381,27 @@ TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
   EXPECT_EQ(same.rows["resume"].at("status"), "PASS") << same.rows["resume"];
   EXPECT_NE(same.rows["resume"].at("value").get<std::string>().find("step-1"), std::string::npos)
       << same.rows["resume"];
+  // The job loads no Hugging Face folder: the model rows say it resumes its own checkpoint.
+  const fs::path step = dir / "dump" / "checkpoint" / "step-1";
+  for (const char* row : {"model", "export"}) {
+    EXPECT_EQ(same.rows[row].at("status"), "SKIP") << same.rows[row];
+    EXPECT_NE(same.rows[row].at("value").get<std::string>().find("the job resumes from its own checkpoint " +
+                                                                 step.string()),
+              std::string::npos)
+        << same.rows[row];
+  }
+  // A file cut short fails the row as it fails titan train, with train's own words.
+  const fs::path model_file = step / "model-rank0.safetensors";
+  const uintmax_t bytes = fs::file_size(model_file);
+  fs::resize_file(model_file, bytes - 1);
+  CheckRun cut = titan_check("--config " + toml.string() + model + " --model.dim=64", dir / "cut.json");
+  ASSERT_TRUE(cut.rows.count("resume")) << cut.out;
+  EXPECT_EQ(cut.rows["resume"].at("status"), "FAIL");
+  EXPECT_NE(cut.rows["resume"].at("value").get<std::string>().find(
+                "has " + std::to_string(bytes - 1) + " bytes, manifest.json says " + std::to_string(bytes)),
+            std::string::npos)
+      << cut.rows["resume"];
+  fs::resize_file(model_file, bytes);
   // titan train's own refusal: checkpointing off over committed checkpoints.
   CheckRun off = titan_check(
       "--config " + toml.string() + model + " --model.dim=64 --checkpoint.enable=false", dir / "off.json");

@@ -1380,6 +1380,146 @@ TEST(ResumeGuard, AChangedGlobalBatchIsSaid) {
   EXPECT_NE(out.find("set training.global_batch_size = 4 to keep it"), std::string::npos) << out;
 }
 
+// A global batch this mesh cannot take as training.global_batch_size (a multiple of local batch x
+// data-parallel ranks) is not offered: the checkpoint's 2 sequences with a local batch of 4 need
+// the local batch lowered too.
+TEST(ResumeGuard, TheWayToKeepAChangedGlobalBatchIsASettingTheRunAccepts) {
+  const fs::path dump = temp_dir("guard_global_batch_local");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));  // 2 x 1 rank
+  std::string out;
+  ASSERT_EQ(
+      run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                      cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "3"},
+                                                                       {"training.local_batch_size", "4"},
+                                                                       {"checkpoint.load_only", "true"}}))),
+                  &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("warning: the global batch is 4 sequences, the checkpoint's was 2"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("(set training.global_batch_size = 2 to keep it)"), std::string::npos) << out;
+  const std::string offered =
+      "set training.local_batch_size = 2 and training.global_batch_size = 2 to keep it";
+  ASSERT_NE(out.find(offered), std::string::npos) << out;
+  // What it offers is a run the config accepts, and it keeps the checkpoint's batch (step 2's: the run
+  // above saved nothing): no warning.
+  out.clear();
+  ASSERT_EQ(run_command(
+                titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                    cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "4"},
+                                                                     {"training.local_batch_size", "2"},
+                                                                     {"training.global_batch_size", "2"}}))),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning: the global batch"), std::string::npos) << out;
+}
+
+// What a resume found changed (here the LR schedule: training.steps 2 -> 4) is said once the resume
+// is accepted: a refused one (another dataset) prints its error without a warning about a run that
+// does not happen.
+TEST(ResumeGuard, ARefusedResumeWarnsOfNothingBeforeItsError) {
+  const fs::path dump = temp_dir("guard_refused_quietly");
+  const fs::path other = temp_dir("guard_refused_quietly_data") / "other.jsonl";
+  write_corpus_prefix(other, 64 << 10, /*skip_lines=*/5);
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const std::string train =
+      titan_binary().string() + " train --config " + debugmodel_toml().string() + " 2>&1" +
+      cli_args(tiny_job(dump, with(kCheckpointEvery2,
+                                   {{"training.steps", "4"}, {"training.dataset_path", other.string()}})));
+  std::string out;
+  ASSERT_NE(run_command(train, &out), 0) << out;
+  EXPECT_NE(out.find("different dataset"), std::string::npos) << out;
+  EXPECT_EQ(out.find("LR schedule differs"), std::string::npos) << out;
+  // Accepted (the data starts over), the same resume says it.
+  out.clear();
+  ASSERT_EQ(run_command(train + " '--checkpoint.restart_data_stream=true'", &out), 0) << out;
+  EXPECT_NE(out.find("warning: the LR schedule differs from the checkpoint's"), std::string::npos) << out;
+}
+
+// checkpoint.load_only leaves the checkpoint folder as it was, with checkpoint.load_step too: the
+// later steps are not set aside as a saving roll-back's are, and the next plain run resumes the
+// newest.
+TEST(ResumeGuard, ALoadOnlyRollBackRenamesNothing) {
+  const fs::path dump = temp_dir("guard_load_only_load_step");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+  const std::vector<std::string> before = listing(ck);
+  const TrainSummary s = run_training(tiny_config(
+      dump,
+      with(kCheckpointEvery2,
+           {{"training.steps", "4"}, {"checkpoint.load_only", "true"}, {"checkpoint.load_step", "2"}})));
+  EXPECT_EQ(s.steps_run, 2) << "it resumes step 2";
+  EXPECT_EQ(listing(ck), before);
+  EXPECT_EQ(CheckpointManager(ck, 0).committed_steps(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "5"}}))).steps_run, 1);
+}
+
+// titan eval picks the checkpoint titan train would resume by train's own code, and names the
+// step folders it passes over as train does: a newest step without COMMITTED is not used in silence.
+TEST(ResumeGuard, EvalNamesTheStepFoldersItPassesOverAsTrainDoes) {
+  const fs::path dump = temp_dir("guard_eval_ignoring");
+  const fs::path ck = dump / "checkpoint";
+  const Overrides job = with(kCheckpointEvery2, {{"training.steps", "4"}, {"validation.steps", "1"}});
+  run_training(tiny_config(dump, job));
+  fs::remove(ck / "step-4" / "COMMITTED");  // a save cut short
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " eval --config " + debugmodel_toml().string() +
+                            cli_args(tiny_job(dump, job)),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("checkpoint: ignoring " + (ck / "step-4").string() +
+                     ": a save or a deletion that never finished"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("weights: " + (ck / "step-2").string()), std::string::npos) << out;
+}
+
+// A run's checkpoint folder given where one checkpoint is read: the error names its committed step
+// folders and the one to pass, and no key of titan train's.
+TEST(OutputGuard, AnExportOfTheCheckpointFolderNamesTheStepsToPass) {
+  const fs::path dump = temp_dir("guard_export_root");
+  const fs::path ck = dump / "checkpoint";
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"}})));
+  std::string out;
+  ASSERT_NE(run_command(titan_binary().string() + " export --checkpoint " + ck.string() + " --out " +
+                            (dump / "hf").string() + " 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("'" + ck.string() + "' is a checkpoint folder, not a checkpoint"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("e.g. '" + (ck / "step-4").string() + "' (committed, newest first: step-4, step-2)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("initial_load_in_hf"), std::string::npos) << out;
+}
+
+// Export, generate and eval read a checkpoint's weights alone: a missing or cut optimizer file is
+// no error for them (the weights are whole), but they say the checkpoint cannot be resumed.
+TEST(CheckpointManifest, WeightsOnlyReadersNoteAnOptimizerFileThatCannotBeResumed) {
+  const fs::path dump = temp_dir("guard_unresumable");
+  run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
+  const fs::path step = dump / "checkpoint" / "step-2", optimizer = step / "optimizer-rank0.safetensors";
+  EXPECT_EQ(load_checkpoint_dir(step, CheckpointParts::Weights).unresumable, "");
+  fs::resize_file(optimizer, fs::file_size(optimizer) - 1);
+  EXPECT_NE(load_checkpoint_dir(step, CheckpointParts::Weights).unresumable.find("bytes, manifest.json says"),
+            std::string::npos);
+  fs::remove(optimizer);
+  std::string out;
+  ASSERT_EQ(run_command(titan_binary().string() + " export --checkpoint " + step.string() + " --out " +
+                            (dump / "hf").string() + " 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(
+      out.find("note: '" + optimizer.string() + "' is missing: titan train cannot resume this checkpoint"),
+      std::string::npos)
+      << out;
+}
+
 // A dataset that ends is read again from its start, and the log says so: the first time in full,
 // then at each doubling of the epoch, and the summary says how many epochs were read.
 TEST(DataEpochs, ARepeatedDatasetIsSaidInTheLogWithoutALinePerEpoch) {
