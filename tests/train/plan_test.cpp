@@ -9,6 +9,7 @@
 
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
+#include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/meta_world.h"
@@ -142,6 +143,50 @@ TEST(Plan, ABf16CopyIsKeptOnlyWhereTheStepHoldsTheCastsAnyway) {
   sharded_shape.checkpointing = qwen3::Checkpointing::full();
   const StepProfile sharded = profile_training_step(args2, sharded_shape, Device::Meta);
   EXPECT_EQ(sharded.compute_weights, sharded.weights / 2);
+  // The blocks left without a copy, which the step casts at each use, are counted for the line that
+  // says what the figure holds.
+  EXPECT_EQ(none.cast_layers, 0);
+  EXPECT_EQ(full.cast_layers, args.n_layers);
+  EXPECT_EQ(every_other.cast_layers, args.n_layers / 2);
+  EXPECT_FALSE(none.cast_embedding || full.cast_embedding || every_other.cast_embedding);
+  EXPECT_TRUE(untied.cast_embedding);
+  EXPECT_EQ(untied.cast_layers, 0);
+  EXPECT_EQ(sharded.cast_layers, 0);
+  EXPECT_FALSE(sharded.cast_embedding);
+}
+
+// titan plan and titan info say what the bf16 copy's figure holds under each checkpointing mode: the
+// whole model's copy, or every block's but those the step casts at each use.
+TEST(Plan, TheBf16CopyLineSaysWhichBlocksKeepIt) {
+  const std::string all = "(written by AdamW with each update: no step casts the weights)";
+  const std::string but = "(written by AdamW with each update, of every trained block but ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--activation_checkpoint.mode=none", all},
+      {"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2",
+       but + "the 4 layers activation checkpointing covers: a step casts those at each use)"},
+      {"--activation_checkpoint.mode=full",
+       but + "the 8 layers activation checkpointing covers: a step casts those at each use)"},
+      {"--activation_checkpoint.mode=full --model.tie_embeddings=false",
+       but + "the 8 layers activation checkpointing covers and the untied embedding table: a step casts "
+             "those at each use)"},
+      // Sharded, every block keeps its slice's copy whatever the checkpointing.
+      {"--activation_checkpoint.mode=full --mesh dp_shard=2", all},
+  };
+  for (const auto& [flags, expected] : cases)
+    for (const char* command : {"plan", "info"}) {
+      if (std::string(command) == "info" && flags.find("--mesh") != std::string::npos) continue;
+      std::string out;
+      const std::string plan_flags =
+          std::string(command) == "plan" ? " --gemm-tflops 1 --memory-per-rank 64GiB" : "";
+      const int rc =
+          tt::run_command(tt::titan_binary().string() + " " + command + " --config " + debugmodel_toml() +
+                              " --training.seq_len=128" + plan_flags + " " + flags,
+                          &out);
+      EXPECT_EQ(rc, 0) << command << " " << flags << "\n" << out;
+      EXPECT_NE(out.find("weights (bf16 copy)  "), std::string::npos) << command << " " << flags << "\n"
+                                                                      << out;
+      EXPECT_NE(out.find(expected), std::string::npos) << command << " " << flags << "\n" << out;
+    }
 }
 
 TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
@@ -217,6 +262,23 @@ TEST(Plan, ExpertParallelRanksHoldTheirSliceOfTheirRunOfExperts) {
   // elements each).
   EXPECT_NEAR(double(ep.weights), double(fsdp.weights), 4.0 * 4 * double(model.blocks().size()));
   EXPECT_GT(ep.comm.collectives, 0);
+  // The exchanges' all-to-alls are a part of what the rank sends, and FSDP alone makes none.
+  EXPECT_GT(ep.comm.all_to_alls, 0);
+  EXPECT_LT(ep.comm.all_to_alls, ep.comm.collectives);
+  EXPECT_GT(ep.comm.all_to_all_bytes, 0);
+  EXPECT_LT(ep.comm.all_to_all_bytes, ep.comm.bytes_sent);
+  EXPECT_EQ(fsdp.comm.all_to_alls, 0);
+  EXPECT_EQ(fsdp.comm.all_to_all_bytes, 0);
+  // Experts split over the whole shard dimension stay whole on their rank: under full checkpointing
+  // they keep no bf16 copy (cast at each use) while their layers' slices keep theirs.
+  StepShape whole_runs = planned_step(cfg, 1, 2, 2).shape;
+  whole_runs.checkpointing = qwen3::Checkpointing::full();
+  const StepProfile runs = profile_training_step(args, whole_runs, Device::Meta);
+  const int64_t expert_blocks = int64_t(model.blocks().size()) - args.n_layers - 2;
+  ASSERT_GT(expert_blocks, 0);
+  EXPECT_EQ(runs.cast_experts_only, expert_blocks);
+  EXPECT_EQ(runs.cast_layers, 0);
+  EXPECT_EQ(ep.cast_experts_only, 0);  // sliced over 2 ranks: each slice keeps its copy
   int rc = 0;
   std::string out = run_plan(
       "--model.flavor=debugmodel_moe --parallelism.expert_parallel_degree=2 "
@@ -226,6 +288,14 @@ TEST(Plan, ExpertParallelRanksHoldTheirSliceOfTheirRunOfExperts) {
   EXPECT_NE(out.find("mesh: FSDP + EP, 4 ranks (dp_replicate 1 x dp_shard 4, experts split over 2)"),
             std::string::npos)
       << out;
+  // The communication line names the layout as the mesh line does, and the all-to-alls' share.
+  char comm[192];
+  std::snprintf(comm, sizeof comm,
+                "MB sent per rank (FSDP + EP, %ld collectives (%ld of them the experts' "
+                "all-to-alls, %.4g MB), %ld ring steps;",
+                long(ep.comm.collectives), long(ep.comm.all_to_alls), double(ep.comm.all_to_all_bytes) / 1e6,
+                long(ep.comm.ring_steps));
+  EXPECT_NE(out.find(comm), std::string::npos) << comm << "\n" << out;
   EXPECT_NE(out.find(printed_gib("weights (f32)        ", ep.weights)), std::string::npos) << out;
   out.clear();
   rc = tt::run_command(tt::titan_binary().string() + " info --config " + debugmodel_toml() +
@@ -405,6 +475,17 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
        "training.global_batch_size (4) must be a positive multiple"},
       {"--training.global_batch_size=9223372036854775806",
        "training.global_batch_size = 9223372036854775806 exceeds the limit 2147483648"},
+      // A rule that names a degree --mesh set says so, not "left at the default" (a degree the mesh
+      // leaves out is 1 by --mesh as well).
+      {"--model.flavor=debugmodel_moe --mesh dp_shard=4 --parallelism.expert_parallel_degree=3",
+       "parallelism.expert_parallel_degree = 3 must divide parallelism.data_parallel_shard_degree (4 here): "
+       "expert parallelism splits the experts over ranks of the shard dimension "
+       "(parallelism.data_parallel_shard_degree set by --mesh dp_shard=4; parallelism.expert_parallel_degree "
+       "set on the command line)"},
+      {"--model.flavor=debugmodel_moe --mesh dp_replicate=8 --parallelism.expert_parallel_degree=8",
+       "(1 here): expert parallelism splits the experts over ranks of the shard dimension "
+       "(parallelism.data_parallel_shard_degree set by --mesh dp_replicate=8 (no dp_shard entry: 1); "
+       "parallelism.expert_parallel_degree set on the command line)"},
       // --mesh sets both degrees: a degree given as a key too is one of them left unused.
       {"--mesh dp_shard=2 --parallelism.data_parallel_replicate_degree=2",
        "--mesh and --parallelism.data_parallel_replicate_degree=2 both set the mesh; give one"},
@@ -419,6 +500,44 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
     const std::string out = run_plan(flags, &rc);
     EXPECT_NE(rc, 0) << flags;
     EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
+  }
+}
+
+// A cuda job planned on a machine without a GPU (docs/planning.md: a laptop): the plan reads the
+// GPU's memory and GEMM rate only where --memory-per-rank and --gemm-tflops do not give them, so the
+// error names the flags missing, and with both the job is planned.
+TEST(Plan, ACudaJobWithoutItsGpuNeedsTheFlagsThatStandInForIt) {
+  if (device_available(Device::CUDA)) GTEST_SKIP() << "a CUDA device is here: the plan reads it";
+  struct Case {
+    std::string flags;
+    bool ok;
+    std::string expected, not_expected;
+  };
+  const std::string advice = "; to plan a cuda job on a machine without its GPU, give ";
+  const Case cases[] = {
+      {"--memory-per-rank 64GiB", false, advice + "--gemm-tflops (its GEMM rate in TFLOP/s), which",
+       "--memory-per-rank ("},
+      {"--gemm-tflops 400", false, advice + "--memory-per-rank (the GPU's memory, e.g. 80GiB), which",
+       "--gemm-tflops ("},
+      {"", false,
+       advice + "--memory-per-rank (the GPU's memory, e.g. 80GiB) and --gemm-tflops (its GEMM rate in "
+                "TFLOP/s), which the plan would otherwise read from the GPU",
+       "src/titan/"},
+      {"--memory-per-rank 64GiB --gemm-tflops 400", true, "GEMM rate       400 TFLOP/s (--gemm-tflops)", ""},
+  };
+  for (const Case& c : cases) {
+    std::string out;
+    const int rc = tt::run_command(tt::titan_binary().string() + " plan --config " + debugmodel_toml() +
+                                       " --training.seq_len=128 --job.device=cuda " + c.flags,
+                                   &out);
+    EXPECT_EQ(rc == 0, c.ok) << c.flags << "\n" << out;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << c.flags << "\n" << out;
+    if (!c.ok) {
+      EXPECT_NE(out.find("job.device = \"cuda\": device 'cuda'"), std::string::npos) << out;
+    }
+    if (!c.not_expected.empty()) {
+      EXPECT_EQ(out.find(c.not_expected), std::string::npos) << c.flags << "\n" << out;
+    }
   }
 }
 

@@ -4,11 +4,14 @@
 #include <cctype>
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "titan/core/check.h"
 #include "titan/core/parse.h"
 #include "titan/core/suggest.h"
 #include "titan/train/job_config.h"
+#include "titan/train/log.h"
 #include "titan/train/step_profile.h"
 
 namespace titan::cli {
@@ -233,6 +236,26 @@ std::string after_step_peak_line(const train::StepProfile& p, const train::StepS
           : shape.validation_batch > 0                      ? validation
                                                             : exporting) +
          "\n";
+}
+
+std::string compute_weights_line(const train::StepProfile& p) {
+  if (!p.compute_weights) return "";
+  // The figure shrinks under activation checkpointing on one process: what it holds is said, so it
+  // does not read as the whole model's copy.
+  std::vector<std::string> cast;
+  auto layers = [](int64_t n) { return train::counted(n, "layer"); };
+  if (p.cast_layers) cast.push_back("the " + layers(p.cast_layers) + " activation checkpointing covers");
+  if (p.cast_experts_only)
+    cast.push_back("the experts of the " + layers(p.cast_experts_only) +
+                   " activation checkpointing covers (each rank's run of them, held whole)");
+  if (p.cast_embedding) cast.push_back("the untied embedding table");
+  std::string held = "written by AdamW with each update: no step casts the weights";
+  if (!cast.empty()) {
+    held = "written by AdamW with each update, of every trained block but " + cast[0];
+    for (size_t i = 1; i < cast.size(); ++i) held += (i + 1 == cast.size() ? " and " : ", ") + cast[i];
+    held += ": a step casts those at each use";
+  }
+  return "  weights (bf16 copy)  " + memory_text(p.compute_weights) + " (" + held + ")\n";
 }
 
 std::string memory_text(int64_t bytes) {

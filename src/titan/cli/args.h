@@ -91,5 +91,8 @@ std::string memory_text(int64_t bytes);
 // (a block gathered whole at a time)", or "at most, " either) when the profiled step is followed by
 // a validation pass or an export, else "" (titan info and titan plan).
 std::string after_step_peak_line(const train::StepProfile& p, const train::StepShape& shape);
+// "  weights (bf16 copy)  0.70 GiB (...)\n": the copy AdamW writes and, where some trained blocks keep
+// none (StepProfile::cast_layers ...), which ones a step casts at each use instead; "" without a copy.
+std::string compute_weights_line(const train::StepProfile& p);
 
 }  // namespace titan::cli

@@ -28,9 +28,7 @@ void print_step(const train::StepProfile& p, const train::StepShape& shape, cons
       std::string(dtype_name(shape.compute)).c_str(), shape.checkpointing.describe().c_str(), device);
   std::printf("  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
               memory_text(p.weights).c_str(), memory_text(p.grads).c_str(), memory_text(p.optimizer).c_str());
-  if (p.compute_weights)
-    std::printf("  weights (bf16 copy)  %s (written by AdamW with each update: no step casts the weights)\n",
-                memory_text(p.compute_weights).c_str());
+  std::printf("%s", compute_weights_line(p).c_str());
   if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per process     %s\n", memory_text(p.activations()).c_str(),
               memory_text(p.peak).c_str());

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
@@ -35,6 +36,8 @@ constexpr double kSharedMemoryGbps = 40, kSharedMemoryLatencyUs = 2;
 
 struct Mesh {
   int64_t dp_replicate = 1, dp_shard = 1;
+  std::string text;             // as given
+  std::set<std::string> given;  // its entries ("dp_shard", "dp_replicate"); one left out is 1
 };
 
 // "dp_shard=4", "dp_shard=4,dp_replicate=2", "dp_replicate=8".
@@ -56,6 +59,8 @@ Mesh parse_mesh(const std::string& text) {
     (key == "dp_shard" ? m.dp_shard : m.dp_replicate) = v;
   }
   TITAN_CHECK(!text.empty(), "titan plan: --mesh is empty (expected dp_shard=N[,dp_replicate=R])");
+  m.text = text;
+  m.given = std::move(seen);
   return m;
 }
 
@@ -113,6 +118,12 @@ int plan_main(int argc, char** argv) {
                   " both set the mesh; give one (--mesh dp_shard=N[,dp_replicate=R] sets both degrees)");
     cfg.parallelism.data_parallel_replicate_degree = mesh->dp_replicate;
     cfg.parallelism.data_parallel_shard_degree = mesh->dp_shard;
+    // The errors that name a degree say --mesh set it, not the config or the default (a degree the
+    // mesh leaves out is 1 by --mesh too).
+    for (const auto& [key, entry] : {std::pair{"parallelism.data_parallel_replicate_degree", "dp_replicate"},
+                                     std::pair{"parallelism.data_parallel_shard_degree", "dp_shard"}})
+      cfg.set_at[key] = "--mesh " + mesh->text +
+                        (mesh->given.count(entry) ? "" : std::string(" (no ") + entry + " entry: 1)");
   } else if (cfg.parallelism.data_parallel_shard_degree == -1) {
     cfg.parallelism.data_parallel_shard_degree = 1;  // "the ranks left": none without a launcher
   }
@@ -127,8 +138,22 @@ int plan_main(int argc, char** argv) {
   const std::string kernels_note = train::check_kernels_for_planning(cfg);  // a rule train refuses fails here
   const std::unique_ptr<dist::Communicator> world = dist::meta_world_communicator(int(replicate * shard));
   const dist::ParallelPlan plan(*world, replicate, shard, cfg.parallelism.expert_parallel_degree);
-  // The device is needed only for what the flags do not give (its memory, its GEMM rate).
-  const Device device = memory_flag && gemm_tflops_flag > 0 ? Device::Meta : train::resolve_device(cfg);
+  // The device is needed only for what the flags do not give (its memory, its GEMM rate): a GPU job
+  // is planned on a machine without its GPU by giving both.
+  Device device = Device::Meta;
+  if (!memory_flag || gemm_tflops_flag <= 0) {
+    try {
+      device = train::resolve_device(cfg);
+    } catch (const Error& e) {
+      if (cfg.job.device != "cuda") throw;
+      const std::string missing =
+          std::string(memory_flag ? "" : "--memory-per-rank (the GPU's memory, e.g. 80GiB)") +
+          (memory_flag || gemm_tflops_flag > 0 ? "" : " and ") +
+          (gemm_tflops_flag > 0 ? "" : "--gemm-tflops (its GEMM rate in TFLOP/s)");
+      TITAN_FAIL("titan plan: ", e.what(), "; to plan a cuda job on a machine without its GPU, give ",
+                 missing, ", which the plan would otherwise read from the GPU");
+    }
+  }
 
   // ---- memory
   train::check_step_bounds(args, shape);
@@ -151,9 +176,7 @@ int plan_main(int argc, char** argv) {
   std::printf(
       "memory per rank:\n  weights (f32)        %s\n  gradients (f32)      %s\n  AdamW state (f32)    %s\n",
       memory_text(p.weights).c_str(), memory_text(p.grads).c_str(), memory_text(p.optimizer).c_str());
-  if (p.compute_weights)
-    std::printf("  weights (bf16 copy)  %s (written by AdamW with each update: no step casts the weights)\n",
-                memory_text(p.compute_weights).c_str());
+  std::printf("%s", compute_weights_line(p).c_str());
   if (p.other) std::printf("  other state          %s\n", memory_text(p.other).c_str());
   std::printf("  activations + temps  %s\n  peak per rank        %s\n", memory_text(p.activations()).c_str(),
               memory_text(p.peak).c_str());

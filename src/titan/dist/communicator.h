@@ -50,6 +50,10 @@ struct CommStats {
   int64_t collectives = 0;
   int64_t ring_steps = 0;  // (n-1) per gather, reduce-scatter or all-to-all, 2(n-1) per
                            // all-reduce: one latency each
+  // Of bytes_sent and collectives: the expert exchange's all-to-alls (expert parallelism), which
+  // titan plan names beside the sharding's collectives.
+  int64_t all_to_all_bytes = 0;
+  int64_t all_to_alls = 0;
   double seconds = 0;
 };
 

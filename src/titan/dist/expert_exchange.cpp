@@ -32,7 +32,9 @@ class Counted {
     for (size_t r = 0; r < send_elements.size(); ++r)
       if (int(r) != group.rank()) elements += send_elements[r];
     stats_->bytes_sent += elements * int64_t(dtype_size(dtype));
+    stats_->all_to_all_bytes += elements * int64_t(dtype_size(dtype));
     ++stats_->collectives;
+    ++stats_->all_to_alls;
     stats_->ring_steps += group.size() - 1;
   }
   ~Counted() {

@@ -853,7 +853,8 @@ void JobConfig::validate(int world_size) const {
       else if (where == "command line")
         on_command_line += (on_command_line.empty() ? "" : ", ") + key;
       else
-        places += (places.empty() ? "" : "; ") + key + " set at " + where;
+        places += (places.empty() ? "" : "; ") + key + (where.rfind("--", 0) == 0 ? " set by " : " set at ") +
+                  where;
     }
     if (!on_command_line.empty())
       places += (places.empty() ? "" : "; ") + on_command_line + " set on the command line";

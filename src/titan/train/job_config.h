@@ -229,8 +229,8 @@ struct JobConfig {
     bool initial_weights_only;  // the seed: moot where the weights come from a checkpoint
   };
   std::vector<LeftOutDefault> left_out_defaults;
-  // Where each key given a value got it ("file:line:col" or "command line"): a validation error
-  // names the place to change.
+  // Where each key given a value got it ("file:line:col", "command line", or a command's flag that
+  // sets it, "--mesh dp_shard=4" of titan plan): a validation error names the place to change.
   std::map<std::string, std::string> set_at;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).

@@ -138,9 +138,15 @@ CommEstimate estimate_communication(const StepProfile& p, const StepShape& shape
   const char* mode = shape.dp_shard > 1 ? (shape.dp_replicate > 1 ? "HSDP" : "FSDP")
                      : shape.dp_replicate > 1 ? "DDP"
                                               : "one rank";
-  char f[160];
-  std::snprintf(f, sizeof f, "%s, %ld collectives, %ld ring steps", mode, long(p.comm.collectives),
-                long(p.comm.ring_steps));
+  // The mode as the mesh line says it (dist::ParallelPlan::describe), and the experts' all-to-alls
+  // named in the bytes: they grow with the tokens routed, not with the parameters as the rest does.
+  char all_to_alls[96] = "";
+  if (p.comm.all_to_alls > 0)
+    std::snprintf(all_to_alls, sizeof all_to_alls, " (%ld of them the experts' all-to-alls, %.4g MB)",
+                  long(p.comm.all_to_alls), double(p.comm.all_to_all_bytes) / 1e6);
+  char f[256];
+  std::snprintf(f, sizeof f, "%s%s, %ld collectives%s, %ld ring steps", mode, shape.ep > 1 ? " + EP" : "",
+                long(p.comm.collectives), all_to_alls, long(p.comm.ring_steps));
   e.formula = f;
   return e;
 }

@@ -78,7 +78,8 @@ struct Link {
 
 // The collectives of one rank's step, as the plan's sharding counted them on the meta step
 // (StepProfile::comm: the bytes a ring algorithm sends per rank, and its ring steps), on `link`:
-// bytes / bandwidth + ring steps x latency. `formula` names the mode and the counts.
+// bytes / bandwidth + ring steps x latency. `formula` names the mode as the mesh line does ("FSDP +
+// EP") and the counts, the experts' all-to-alls (bytes and count) among them.
 struct CommEstimate {
   double bytes = 0;
   double seconds = 0;

@@ -74,11 +74,20 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     sharding.shard(model.compute_dtype());
     AdamW optimizer(OptimizerSection{}, model.blocks());
     if (sharding.active()) model.set_block_hooks(&sharding);
-    for (const auto& b : model.blocks()) {
+    const std::vector<nn::ParamBlock>& blocks = model.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const nn::ParamBlock& b = blocks[i];
       p.weights += int64_t(b.shard().nbytes());
       if (b.keeps_compute_shard()) p.compute_weights += int64_t(b.compute_shard().nbytes());
       p.grads += int64_t(b.shard_grad().nbytes());
       p.block_elements += b.numel();
+      if (shape.compute != DType::BF16 || !b.trainable() || b.keeps_compute_shard()) continue;
+      if (i == 0)
+        p.cast_embedding = true;
+      else if (model.is_layer_block(i))
+        ++p.cast_layers;
+      else if (model.is_expert_block(i) && blocks[model.layer_block_of_experts(i)].keeps_compute_shard())
+        ++p.cast_experts_only;
     }
     p.blocks = int64_t(model.blocks().size());
     for (size_t b = 0; b < model.blocks().size(); ++b)
@@ -123,8 +132,10 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
       } else if (calls == 2) {
         middle_flops += dev.flops();
         const dist::CommStats now = sharding.stats();
-        middle_comm = {now.bytes_sent - middle_comm.bytes_sent, now.collectives - middle_comm.collectives,
-                       now.ring_steps - middle_comm.ring_steps, now.seconds - middle_comm.seconds};
+        middle_comm = {
+            now.bytes_sent - middle_comm.bytes_sent,   now.collectives - middle_comm.collectives,
+            now.ring_steps - middle_comm.ring_steps,   now.all_to_all_bytes - middle_comm.all_to_all_bytes,
+            now.all_to_alls - middle_comm.all_to_alls, now.seconds - middle_comm.seconds};
       }
       ++calls;
       return MicroBatch{x, y, 1.0 / double(run), {}};  // causal rows, no padding
@@ -137,6 +148,8 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
     p.comm.bytes_sent += copies * middle_comm.bytes_sent;
     p.comm.collectives += copies * middle_comm.collectives;
     p.comm.ring_steps += copies * middle_comm.ring_steps;
+    p.comm.all_to_all_bytes += copies * middle_comm.all_to_all_bytes;
+    p.comm.all_to_alls += copies * middle_comm.all_to_alls;
     p.comm.seconds += double(copies) * middle_comm.seconds;
     p.flops = dev.flops() + double(copies) * middle_flops;
     // What runs after a step with the state still held: the held-out forward (Validator::run, its

@@ -61,6 +61,13 @@ struct StepProfile {
   // bf16 training: the bf16 copy of each block (its slice when sharded) that AdamW writes
   // (nn::ParamBlock::keep_compute_shard).
   int64_t compute_weights = 0;
+  // bf16 training: the trained blocks that keep no such copy, which the step casts at each use (a
+  // whole block keeps one only where the step would hold its casts until its backward anyway,
+  // dist::ShardedBlocks::shard): the layers activation checkpointing covers (with their experts),
+  // the experts alone of such layers where only those are whole (expert parallelism over the whole
+  // shard dimension), an untied embedding table.
+  int64_t cast_layers = 0, cast_experts_only = 0;
+  bool cast_embedding = false;
   int64_t grads = 0;      // f32 gradient blocks
   int64_t optimizer = 0;  // AdamW exp_avg + exp_avg_sq
   int64_t other = 0;      // expert bias and other persistent state
