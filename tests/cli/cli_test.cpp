@@ -1574,7 +1574,7 @@ TEST(CommandLine, ErrorsNameTheFlagAndTheWayOut) {
             "titan report: error: --out: the folder '" + (dir / "missing").string() + "' does not exist"},
            {"debug dump --model-path " + model + " --tokens " + (dir / "t.safetensors").string() + " --out " +
                 (dir / "missing" / "x.safetensors").string(),
-            "titan debug: error: dump --out: the folder '" + (dir / "missing").string() + "' does not exist"},
+            "titan debug dump: error: --out: the folder '" + (dir / "missing").string() + "' does not exist"},
            {"check --config " + tt::debugmodel_toml().string() + " --workdir /proc/titan_x",
             "titan check: error: --workdir '/proc/titan_x' cannot be created ("},
            {"generate --model-path " + model + " --prompt-ids 1 --device gpu",

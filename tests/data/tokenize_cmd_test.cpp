@@ -212,13 +212,28 @@ TEST(TokenizeCommand, ReadsBrokenTextAsTrainingDoes) {
                         &out),
             0)
       << out;
-  EXPECT_NE(out.find("2 invalid UTF-8 sequence(s) or unpaired surrogate escape(s)"), std::string::npos)
+  EXPECT_NE(out.find("2 invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '" +
+                     (dir / "docs.json").string() + "' (line 1) read as U+FFFD"),
+            std::string::npos)
       << out;
   const json ids = json::parse(read_file(dir / "ids.json"));
   ASSERT_EQ(ids.size(), 2u);
   EXPECT_EQ(ids[0].get<std::vector<int32_t>>(), qwen3_tokenizer().encode("a" + replacement + " b"));
   EXPECT_EQ(ids[1].get<std::vector<int32_t>>(), qwen3_tokenizer().encode("c" + replacement + " d"));
 
+  // Counted with the lines holding them, as training's warning names each record's line.
+  write_file(dir / "lines.json", "[\"ok\",\n\"a\xFF\",\n\"fine\",\n\"b\\udc00 \xFE\"]");
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --input " + (dir / "lines.json").string() +
+                            " --output " + (dir / "lines_ids.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("3 invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '" +
+                     (dir / "lines.json").string() + "' (lines 2, 4) read as U+FFFD"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(json::parse(read_file(dir / "lines_ids.json"))[3].get<std::vector<int32_t>>(),
+            qwen3_tokenizer().encode("b" + replacement + " " + replacement));
   write_file(dir / "chats.json",
              "[{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\udc00\"}, "
              "{\"role\": \"assistant\", \"content\": \"Yo\xC3\"}]}]");

@@ -277,7 +277,7 @@ TEST(ParityHarness, CliPrintsLinesAndSummary) {
   // A command that takes no plain arguments refuses one.
   rc = titan::testing::run_command(titan + " kernels list extra 2>&1", &out);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("titan kernels: error: list: unexpected argument 'extra'"), std::string::npos) << out;
+  EXPECT_NE(out.find("titan kernels list: error: unexpected argument 'extra'"), std::string::npos) << out;
 }
 
 // `titan kernels list` has a row for every CPU and meta kernel this build registers, under its op,

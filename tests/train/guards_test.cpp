@@ -1453,6 +1453,19 @@ TEST(ResumeGuard, ALoadOnlyRollBackRenamesNothing) {
   EXPECT_EQ(s.steps_run, 2) << "it resumes step 2";
   EXPECT_EQ(listing(ck), before);
   EXPECT_EQ(CheckpointManager(ck, 0).committed_steps(), (std::vector<int64_t>{2, 4}));
+  // Its export would be written beside the later steps it leaves in place, as if theirs: refused,
+  // and the folder is still as it was.
+  const std::string e = error_of([&] {
+    run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "4"},
+                                                            {"checkpoint.load_only", "true"},
+                                                            {"checkpoint.load_step", "2"},
+                                                            {"checkpoint.last_save_in_hf", "true"}})));
+  });
+  EXPECT_NE(e.find("checkpoint.last_save_in_hf = true with checkpoint.load_only = true and "
+                   "checkpoint.load_step = 2: the run's export would be written into"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(listing(ck), before);
   EXPECT_EQ(run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "5"}}))).steps_run, 1);
 }
 

@@ -187,6 +187,9 @@ Row ranks_row(const train::JobConfig& c, dist::Communicator& world) {
 // Why the model rows have nothing to check when the job loads no Hugging Face folder; `resumes`:
 // the checkpoint of the job's own that titan train would resume (the resume row's), if any.
 std::string no_hf_checkpoint(const train::JobConfig& c, const std::optional<fs::path>& resumes) {
+  if (resumes && *resumes == fs::path(c.checkpoint.initial_load_path))  // initial_load_model_only = false
+    return "the job goes on from the training state in " + resumes->string() +
+           " (checkpoint.initial_load_path; resume row), not from a Hugging Face folder";
   if (resumes)
     return "the job resumes from its own checkpoint " + resumes->string() +
            " (resume row), not from a Hugging Face folder";

@@ -77,8 +77,16 @@ int main(int argc, char** argv) {
     try {
       return c.run(int(args.size()) - 1, args.data() + 1);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "titan %s: error: %s\n", name.c_str(),
-                   titan::cli::error_for_the_user(e.what(), name).c_str());
+      // A subcommand's error names it ("titan debug dump --out: ..."): the line names the two words
+      // together ("titan debug dump: error: --out: ..."), not "titan debug: error: dump --out: ...".
+      std::string command = name;
+      if (args.size() > 2 && args[2][0] != '-') {
+        const std::string both = name + " " + args[2], message = titan::cli::error_for_the_user(e.what());
+        for (const std::string& named : {"titan " + both + ": ", "titan " + both + " ", both + ": "})
+          if (message.rfind(named, 0) == 0) command = both;
+      }
+      std::fprintf(stderr, "titan %s: error: %s\n", command.c_str(),
+                   titan::cli::error_for_the_user(e.what(), command).c_str());
       return 1;
     }
   }

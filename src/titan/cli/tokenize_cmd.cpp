@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
@@ -31,15 +32,37 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // The input file read as training reads its records: invalid UTF-8 and unpaired surrogate escapes
-// become U+FFFD (counted on stderr), so what this command shows is what a run trains on.
+// become U+FFFD (counted on stderr, with the lines holding them), so what this command shows is what a
+// run trains on.
 std::string read_input_text(const fs::path& input, const std::string& who) {
-  std::string text = titan::io::read_regular_file(input, who);
-  const size_t replaced = titan::data::sanitize_utf8(text) + titan::data::repair_surrogate_escapes(text);
-  if (replaced > 0)
-    std::fprintf(stderr,
-                 "%s: %zu invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '%s' read as U+FFFD, "
-                 "as training reads them\n",
-                 who.c_str(), replaced, input.string().c_str());
+  const std::string file = titan::io::read_regular_file(input, who);
+  std::string text = file;
+  if (titan::data::sanitize_utf8(text) + titan::data::repair_surrogate_escapes(text) == 0) return text;
+  // Again line by line, to name the lines (no UTF-8 sequence or escape spans a newline).
+  text.clear();
+  size_t replaced = 0;
+  std::vector<int64_t> lines;
+  int64_t line = 1;
+  for (size_t start = 0; start <= file.size(); ++line) {
+    size_t end = file.find('\n', start);
+    if (end == std::string::npos) end = file.size();
+    std::string piece = file.substr(start, end - start);
+    if (const size_t n = titan::data::sanitize_utf8(piece) + titan::data::repair_surrogate_escapes(piece)) {
+      replaced += n;
+      lines.push_back(line);
+    }
+    text += piece;
+    if (end < file.size()) text += '\n';
+    start = end + 1;
+  }
+  std::string where = lines.size() == 1 ? "line " : "lines ";
+  for (size_t i = 0; i < lines.size() && i < 10; ++i) where += (i ? ", " : "") + std::to_string(lines[i]);
+  if (lines.size() > 10) where += ", ... (" + std::to_string(lines.size()) + " lines in all)";
+  std::fprintf(
+      stderr,
+      "%s: %zu invalid UTF-8 sequence(s) or unpaired surrogate escape(s) in '%s' (%s) read as U+FFFD, "
+      "as training reads them\n",
+      who.c_str(), replaced, input.string().c_str(), where.c_str());
   return text;
 }
 

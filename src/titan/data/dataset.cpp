@@ -323,7 +323,10 @@ void read_csv_header(Reader& r, char delimiter, std::vector<std::string>& header
 
 bool is_json_lines(const fs::path& file) {
   const std::string ext = extension_of(file);
-  return ext == ".jsonl" || ext == ".ndjson" || (ext == ".json" && detect_format(file) == Format::JsonLines);
+  // Only a regular file is opened to look: a FIFO would be waited on, and a missing file is its
+  // reader's error to name.
+  return ext == ".jsonl" || ext == ".ndjson" ||
+         (ext == ".json" && fs::is_regular_file(file) && detect_format(file) == Format::JsonLines);
 }
 
 struct DocumentStream::Impl {

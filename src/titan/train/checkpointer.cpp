@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <system_error>
 #include <thread>
@@ -68,20 +67,6 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
     files.push_back({shard_file_name("optimizer", f[0]), uint64_t(f[3]), uint64_t(f[4])});
   }
   return files;
-}
-
-// printf into a string: the lines a restore says once it has succeeded.
-__attribute__((format(printf, 1, 2))) std::string formatted(const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list again;
-  va_copy(again, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, args);
-  va_end(args);
-  std::string out(size_t(std::max(n, 0)), '\0');
-  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
-  va_end(again);
-  return out;
 }
 
 // How a resume keeps the checkpoint's global batch of `saved` sequences with a local batch of
@@ -154,6 +139,18 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
                 "' is not a committed checkpoint (committed steps in '", folder().string(),
                 "': ", listed(committed), ")");
     resume_step_ = step;  // restore() sets the later steps aside once it has succeeded (unless load_only)
+    // load_only leaves the later steps in place: its export would be written among them, as if one
+    // of theirs (in place of theirs, at a step they reached).
+    std::vector<int64_t> later;
+    for (const int64_t s : committed)
+      if (s > step) later.push_back(s);
+    TITAN_CHECK(
+        !(c.checkpoint.load_only && c.checkpoint.last_save_in_hf && !later.empty()),
+        "checkpoint.last_save_in_hf = true with checkpoint.load_only = true and checkpoint.load_step = ",
+        step, ": the run's export would be written into '", folder().string(),
+        "' beside the later steps it leaves in place (", listed(later),
+        "), as if it were theirs; set checkpoint.last_save_in_hf = false, or roll back without "
+        "checkpoint.load_only (the later steps are then set aside)");
   }
   last_saved_step_ = resume_step_.value_or(-1);
   if (!resume_step_ && !c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_model_only) {
@@ -164,7 +161,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
   }
 }
 
-void Checkpointer::say_ignored_step_dirs() const {
+void Checkpointer::say_ignored_step_dirs(bool trains) const {
   for (const fs::path& d : foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   for (const fs::path& d : damaged_step_dirs())
@@ -172,12 +169,12 @@ void Checkpointer::say_ignored_step_dirs() const {
       say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
           "deleted; checkpoint.load_step = %ld rolls back before it%s)",
           d.c_str(), long(*resume_step_),
-          config_.checkpoint.load_only ? "; checkpoint.load_only = true leaves it where it is"
-                                       : ", and it is set aside once that restore succeeds");
+          !trains || config_.checkpoint.load_only ? "; it is left where it is"
+                                                  : ", and it is set aside once that restore succeeds");
     else
       say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
-          "deleted; a newer checkpoint is resumed)",
-          d.c_str());
+          "deleted; a newer checkpoint is %s)",
+          d.c_str(), trains ? "resumed" : "read");
   for (const fs::path& d : interrupted_step_dirs())
     say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
         "save removes it",
@@ -368,8 +365,8 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     // A run that saves nothing cannot replace the later steps: they stay where they are, as
     // checkpoint.load_only promises of the whole folder.
     if (const std::vector<int64_t> later = manager_.committed_steps(); later.back() > *resume_step_)
-      say("checkpoint: checkpoint.load_only = true: the steps after %ld stay as they are (the newest, %s, is "
-          "still what a run without checkpoint.load_step resumes)",
+      say("checkpoint: checkpoint.load_only = true: the steps after %ld stay as they are (the newest "
+          "committed: %s)",
           long(*resume_step_), manager_.step_dir(later.back()).filename().c_str());
   } else if (resume_step_ && config_.checkpoint.load_step != -1) {
     // A roll-back that restored: the later checkpoints are another trajectory now, set aside so that

@@ -60,8 +60,9 @@ class Checkpointer {
   LoadedCheckpoint open_resume_dir(ChecksumShare share) const;
 
   // Says which step-N folders the resume passes over (foreign, damaged, interrupted) and why: what
-  // titan train and titan eval print before they load the job's checkpoint.
-  void say_ignored_step_dirs() const;
+  // titan train and titan eval print before they load the job's checkpoint (`trains`: train's words,
+  // which say what its restore does with them).
+  void say_ignored_step_dirs(bool trains) const;
 
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read parameter by
   // parameter from the files that hold it), step, tokens seen, data position, expert biases,

@@ -71,19 +71,33 @@ std::string counted(int64_t n, const std::string& noun, const std::string& plura
   return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }
 
-void say(const char* fmt, ...) {
-  if (!g_console) return;
-  va_list ap;
-  va_start(ap, fmt);
+namespace {
+std::string vformatted(const char* fmt, va_list ap) {
   va_list measure;
   va_copy(measure, ap);
   const int n = std::vsnprintf(nullptr, 0, fmt, measure);
   va_end(measure);
-  std::string line(size_t(std::max(n, 0)) + 1, '\0');
-  std::vsnprintf(line.data(), line.size(), fmt, ap);
+  std::string out(size_t(std::max(n, 0)), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, ap);
+  return out;
+}
+}  // namespace
+
+std::string formatted(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string out = vformatted(fmt, ap);
   va_end(ap);
-  line.back() = '\n';
-  console_write(line);
+  return out;
+}
+
+void say(const char* fmt, ...) {
+  if (!g_console) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::string line = vformatted(fmt, ap);
+  va_end(ap);
+  console_write(line + '\n');
 }
 
 }  // namespace titan::train

@@ -9,6 +9,8 @@
 namespace titan::train {
 
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// printf into a string (a line said later, once what it reports has happened).
+std::string formatted(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Writes `text` to the console: standard output, until it turns out to be a pipe whose reader is
 // gone (`titan train ... | tee log` after a Ctrl-C, which tee takes too; `| head`). From then on

@@ -131,8 +131,8 @@ fs::path resolve_tokenizer(const JobConfig& c) {
 }
 
 // The dataset as the config names it (a file, a folder of shards, a glob, or the built-in's file) and
-// the files that stands for, listed once here: every later use (the loader's count, the start-up
-// line, the validator's overlap check) sees the same listing.
+// the files that stands for, listed here for the start-up line and the validator's overlap check (the
+// loader lists `given` itself: its state records what it read).
 struct DatasetPaths {
   std::vector<fs::path> given, files;
 };

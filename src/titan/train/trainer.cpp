@@ -94,7 +94,7 @@ extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
   console_clear_unfinished_line_from_signal_handler();  // a progress line, drawn without a newline
   // mpirun's SIGTERM promises no clean stop: Open MPI kills the ranks a second later.
   const int launcher = g_launcher_pid.load();
-  if (launcher != 0 && info != nullptr && info->si_pid == launcher && (sig == SIGTERM || sig == SIGINT)) {
+  if (launcher != 0 && info != nullptr && info->si_pid == launcher && sig == SIGTERM) {
     console_write_from_signal_handler(g_launcher_stop_line.data());
     return;
   }
@@ -135,14 +135,18 @@ class StopSignals {
     g_stop_signal = 0;
     g_announce_stop = console_output();
     g_launcher_pid = launcher.value_or(0);
-    if (launcher)
+    if (launcher) {
+      // Open MPI's SIGKILL follows after odls_base_sigkill_timeout seconds (1 by default; an
+      // --mca setting reaches the ranks as this variable).
+      const char* timeout = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
       std::snprintf(
           g_launcher_stop_line.data(), g_launcher_stop_line.size(),
           "received SIGTERM from mpirun (what it sends on a Ctrl-C or a SIGTERM of its own): Open MPI "
-          "kills the ranks 1 s later (odls_base_sigkill_timeout): a step or save not done by then is "
+          "kills the ranks %s s later (odls_base_sigkill_timeout): a step or save not done by then is "
           "lost, and the job resumes from the last checkpoint committed; `kill -USR1 %d` stops with "
           "a checkpoint\n",
-          *launcher);
+          timeout && *timeout ? timeout : "1", *launcher);
+    }
     sigemptyset(&stop_set_);
     for (const int sig : kStopSignals) sigaddset(&stop_set_, sig);
     pthread_sigmask(SIG_BLOCK, &stop_set_, &previous_mask_);
@@ -153,7 +157,9 @@ class StopSignals {
       if (sig == SIGHUP && before.sa_handler == SIG_IGN) continue;  // nohup: the user wants it ignored
       struct sigaction handler {};
       handler.sa_sigaction = on_stop_signal;  // with the sender's pid (siginfo_t::si_pid)
-      handler.sa_flags = SA_SIGINFO;
+      // SA_RESTART as std::signal sets it: a thread that existed before (MPI's, NCCL's) may take the
+      // signal, and its blocking reads and writes go on rather than fail with EINTR.
+      handler.sa_flags = SA_SIGINFO | SA_RESTART;
       sigemptyset(&handler.sa_mask);
       sigaction(sig, &handler, nullptr);
     }
@@ -369,7 +375,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                 "(another job.dump_folder or checkpoint.folder)");
   });
   Checkpointer& checkpointer = *checkpointer_of_run;
-  checkpointer.say_ignored_step_dirs();
+  checkpointer.say_ignored_step_dirs(/*trains=*/true);
   // The folders the run will write in, checked by the ranks that write there before anything is built
   // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
   // since its last checkpoint lost.
@@ -558,12 +564,12 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     // checkpoint.async_mode: a save whose files every rank has written commits here.
     checkpointer.poll_save();
     // A signal reaches the ranks at slightly different times: they agree to stop at one step.
-    if (int sig = int(plan.max_over_ranks(signals.received()))) {
+    const int own_signal = signals.received();  // read once: both agreements below see the same
+    if (int sig = int(plan.max_over_ranks(own_signal))) {
       // Said by rank 0, of the lowest rank that received it: "rank 1 received SIGTERM" where only
       // rank 1 was sent one (rank 0's own was acknowledged the moment it came).
       const int64_t signalled =
-          plan.world_size() -
-          plan.max_over_ranks(signals.received() == sig ? plan.world_size() - plan.rank() : 0);
+          plan.world_size() - plan.max_over_ranks(own_signal == sig ? plan.world_size() - plan.rank() : 0);
       const std::string received =
           (signalled == plan.rank() ? std::string() : "rank " + std::to_string(signalled) + " ") +
           "received " + stop_signal_name(sig);
