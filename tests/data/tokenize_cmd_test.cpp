@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "data_test_util.h"
+#include "gzip_test_util.h"
 
 namespace {
 using namespace titan::testing;
@@ -86,9 +87,10 @@ TEST(TokenizeCommand, BadInputIsAClearError) {
   write_file(dir / "chat.parquet", "PAR1");
   for (const auto& [input, flags, message] :
        {std::tuple{"docs.jsonl", "", "' is JSON Lines, which this command reads with --chat only"},
-        std::tuple{"chat.parquet", " --chat messages",
-                   "' is a parquet file, which titan train reads and this command does not: its input is a "
-                   "JSON array of conversation records, or JSON Lines of them"}}) {
+        std::tuple{
+            "chat.parquet", "",
+            "' is a parquet file, which titan train reads and this command reads with --chat only: its "
+            "input is one JSON array of strings"}}) {
     out.clear();
     EXPECT_NE(
         run_command(titan_binary().string() + " tokenize" + flags + " --tokenizer " + tok + " --input " +
@@ -139,11 +141,12 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
                             " --output " + (dir / "bad_out.json").string(),
                         &out),
             0);
-  EXPECT_NE(out.find("element 0: field 'messages': "), std::string::npos) << out;
-  EXPECT_NE(out.find("message 1: has no field 'content'"), std::string::npos) << out;
+  EXPECT_NE(out.find((dir / "bad.json").string() + ":1: field 'messages': message 1: has no field 'content'"),
+            std::string::npos)
+      << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "bad_out.json"));
-  // The same records as a .jsonl file, as training reads them: one per line, blank lines skipped;
-  // a bad one is named by its line.
+  // The same records as a .jsonl file, and gzipped, as training reads them (by training's own reader):
+  // one per line, blank lines skipped; a bad one is named by its line.
   std::string lines;
   for (const auto& record : nlohmann::ordered_json::parse(read_file(dir / "chats.json")))
     lines += record.dump() + "\n\n";  // key order kept: the tool arguments render as written
@@ -154,6 +157,13 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
             0)
       << out;
   EXPECT_EQ(json::parse(read_file(dir / "out_lines.json")), got);
+  write_file(dir / "chats.jsonl.gz", gzip_bytes(lines));
+  ASSERT_EQ(run_command(titan_binary().string() + " tokenize --chat messages --input " +
+                            (dir / "chats.jsonl.gz").string() + " --output " + (dir / "out_gz.json").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(json::parse(read_file(dir / "out_gz.json")), got);
   // JSON Lines in a .json file (as Hugging Face's to_json writes them): training reads it by lines, and
   // so does this command, where it used to fail to parse it as one JSON value.
   write_file(dir / "hf_lines.json", lines);
@@ -177,7 +187,7 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
                             (dir / "bad.jsonl").string() + " --output " + (dir / "bad_out.json").string(),
                         &out),
             0);
-  EXPECT_NE(out.find("line 5: field 'messages': "), std::string::npos) << out;
+  EXPECT_NE(out.find("bad.jsonl:5: field 'messages': "), std::string::npos) << out;
   // A record that is no conversation object gets training's error (its fields, and ShareGPT's messages
   // named with how to write them), where it used to get a bare "is not an object with a field".
   write_file(dir / "other.jsonl",
@@ -186,16 +196,17 @@ TEST(TokenizeCommand, ChatShowsWhatFineTuningTrainsOn) {
                             (dir / "other.jsonl").string() + " --output " + (dir / "other_out.json").string(),
                         &out),
             0);
-  EXPECT_NE(out.find("line 1: object has no field 'messages' (training.chat_field names the messages; its "
-                     "fields are 'id', 'conversations'): its 'conversations' holds ShareGPT messages"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("other.jsonl:1: object has no field 'messages' (training.chat_field names the messages; its "
+               "fields are 'id', 'conversations'): its 'conversations' holds ShareGPT messages"),
+      std::string::npos)
       << out;
   write_file(dir / "other.jsonl", "\"text\"\n");
   EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
                             (dir / "other.jsonl").string() + " --output " + (dir / "other_out.json").string(),
                         &out),
             0);
-  EXPECT_NE(out.find("line 1: expected a conversation object, got string"), std::string::npos) << out;
+  EXPECT_NE(out.find("other.jsonl:1: expected a conversation object, got string"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "other_out.json"));
 }
 
@@ -258,7 +269,7 @@ TEST(TokenizeCommand, ReadsBrokenTextAsTrainingDoes) {
                             (dir / "latin1.jsonl").string() + " --output " + (dir / "latin1.out").string(),
                         &out),
             0);
-  EXPECT_NE(out.find("latin1.jsonl\" line 1: the conversation is "), std::string::npos) << out;
+  EXPECT_NE(out.find("latin1.jsonl:1: the document starting here is "), std::string::npos) << out;
   EXPECT_NE(out.find("characters U+FFFD (invalid UTF-8) or control characters"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "latin1.out"));
 }
@@ -281,7 +292,7 @@ TEST(TokenizeCommand, ChatRefusesValuesNestedPastTheLimit) {
                               (dir / file).string() + " --output " + (dir / "out.json").string(),
                           &out),
               0);
-    EXPECT_NE(out.find("element 0: field 'messages': "), std::string::npos) << out;
+    EXPECT_NE(out.find((dir / file).string() + ":1: field 'messages': "), std::string::npos) << out;
     EXPECT_NE(out.find(std::string(where) + ": nested more than 512 arrays and objects deep"),
               std::string::npos)
         << out;

@@ -1,7 +1,7 @@
 // `titan tokenize`: a JSON array of strings -> a JSON array of id arrays (or back with
-// --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a JSON
-// array of conversation records (or JSON Lines of them) -> what supervised fine-tuning trains on (their
-// text, ids, and which ids the loss trains on).
+// --decode), with the tokenizer of an HF checkpoint folder or a tokenizer.json; with --chat, a file of
+// conversation records, read as training.chat_field reads it -> what supervised fine-tuning trains on
+// (their text, ids, and which ids the loss trains on).
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -19,7 +19,6 @@
 #include "titan/data/assets.h"
 #include "titan/data/chat.h"
 #include "titan/data/dataset.h"
-#include "titan/data/text_guard.h"
 #include "titan/data/tokenizer.h"
 #include "titan/data/utf8.h"
 #include "titan/io/atomic_file.h"
@@ -70,53 +69,24 @@ json read_input(const fs::path& input, const std::string& who) {
   return titan::io::parse_json_text(read_input_text(input, who), who + ": '" + input.string() + "'");
 }
 
-// Conversation records as training reads them: JSON Lines one per line (blank lines skipped; see
-// data::is_json_lines), any other file one JSON array of them. Each comes with where it is, for errors ("line
-// 3", "element 2"). Key order kept: tool arguments are written as given.
-std::vector<std::pair<nlohmann::ordered_json, std::string>> read_chat_records(const fs::path& input,
-                                                                              const std::string& who) {
-  const std::string text = read_input_text(input, who);
-  std::vector<std::pair<nlohmann::ordered_json, std::string>> records;
-  if (titan::data::is_json_lines(input)) {
-    size_t start = 0;
-    for (int64_t line = 1; start < text.size(); ++line) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      const std::string row = text.substr(start, end - start);
-      start = end + 1;
-      if (row.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = "line " + std::to_string(line);
-      records.emplace_back(
-          titan::io::parse_ordered_json_text(row, who + ": '" + input.string() + "' " + where), where);
-    }
-    return records;
-  }
-  auto in = titan::io::parse_ordered_json_text(text, who + ": '" + input.string() + "'");
-  TITAN_CHECK(in.is_array(), who, ": ", input,
-              " must hold a JSON array of records (or be JSON Lines, one record per line: .jsonl, "
-              ".ndjson, or a .json file not starting with '['), got ",
-              in.type_name());
-  // Moved, not copied: a copy recurses once per nesting level (the renderer refuses deep values).
-  for (size_t i = 0; i < in.size(); ++i)
-    records.emplace_back(std::move(in[i]), "element " + std::to_string(i));
-  return records;
-}
-
-// The inputs this command reads are JSON; a file training reads otherwise (a table, JSON Lines of
-// text records, compressed) is named as such before its bytes fail to parse.
+// Without --chat the input is JSON; a file training reads otherwise (a table, JSON Lines of text
+// records, compressed) is named as such before its bytes fail to parse. With --chat it is read by
+// training's own reader, which takes every format training does.
 void check_input_kind(const fs::path& input, bool chat, bool decode) {
+  titan::io::check_regular_file(input, chat ? "tokenize --chat: --input" : "tokenize: --input");
+  if (chat) return;
   std::string name = input.filename().string();
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
   const auto ends = [&](const std::string& tail) {
     return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
-  const std::string wanted = chat     ? "a JSON array of conversation records, or JSON Lines of them"
-                             : decode ? "one JSON array of id arrays"
-                                      : "one JSON array of strings ([\"first text\", \"second\"])";
+  const std::string wanted =
+      decode ? "one JSON array of id arrays" : "one JSON array of strings ([\"first text\", \"second\"])";
   for (const char* tail : {".gz", ".zst", ".parquet", ".arrow", ".csv", ".tsv"})
     TITAN_CHECK(!ends(tail), "tokenize: '", input.string(), "' is a ", std::string(tail).substr(1),
-                " file, which titan train reads and this command does not: its input is ", wanted);
-  TITAN_CHECK(chat || !titan::data::is_json_lines(input), "tokenize: '", input.string(),
+                " file, which titan train reads and this command reads with --chat only: its input is ",
+                wanted);
+  TITAN_CHECK(!titan::data::is_json_lines(input), "tokenize: '", input.string(),
               "' is JSON Lines, which this command reads with --chat only (conversation records)",
               decode ? ": --decode reads " : ": without it the input is ", wanted);
 }
@@ -125,17 +95,16 @@ int run(int argc, char** argv) {
   titan::cli::ArgParser p(
       "tokenize",
       "A JSON array of strings -> a JSON array of id arrays (or back with --decode), with the\n"
-      "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a JSON array of\n"
-      "conversation records, or JSON Lines of them (as training.chat_field reads them) -> a JSON\n"
-      "array of {\"text\": the rendered conversation, \"ids\", \"trained\": 1 per id the loss trains on,\n"
-      "\"trained_text\": those ids' text}.");
+      "tokenizer of an HF checkpoint folder or a tokenizer.json. With --chat FIELD: a file of\n"
+      "conversation records, read as training.chat_field reads it (JSON array, JSON Lines, Parquet,\n"
+      "Arrow; .gz/.zst) -> a JSON array of {\"text\": the rendered conversation, \"ids\",\n"
+      "\"trained\": 1 per id the loss trains on, \"trained_text\": those ids' text}.");
   p.option("tokenizer",
            "folder with tokenizer.json (+ tokenizer_config.json), or the tokenizer.json itself (default: the "
            "Qwen3 tokenizer in assets/, from scripts/setup.sh)")
-      .required(
-          "input",
-          "a JSON array of strings (with --decode: of id arrays; with --chat: of records, or JSON Lines "
-          "of them: .jsonl, .ndjson, or a .json file not starting with '[')")
+      .required("input",
+                "a JSON array of strings (with --decode: of id arrays; with --chat: a file of records in any "
+                "format training reads)")
       .required("output", "receives a JSON array of id arrays (with --decode: of strings)")
       .option("chat", "the records' field holding each conversation's messages (as training.chat_field)")
       .flag("add-special-tokens", "add bos/eos as tokenizer_config.json asks (none for Qwen3)")
@@ -160,23 +129,21 @@ int run(int argc, char** argv) {
   json out = json::array();
   if (!chat_field.empty()) {
     titan::data::check_qwen3_chat_template(tokenizer);
-    for (const auto& [record, where] : read_chat_records(input, "tokenize --chat")) {
-      std::vector<titan::data::ChatPiece> pieces;
-      try {
-        pieces = titan::data::render_chat_record(record, chat_field);
-      } catch (const titan::Error& e) {
-        TITAN_FAIL("tokenize --chat: ", input, " ", where, ": ", e.what());
-      }
-      const std::string text = titan::data::chat_text(pieces);
-      // Training's rule on what is text (data/text_guard.h), on the same rendered text.
-      const std::string not_text = titan::data::not_text_reason(text);
-      TITAN_CHECK(not_text.empty(), "tokenize --chat: ", input, " ", where, ": the conversation is ",
-                  not_text, " by titan train");
-      const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, pieces);
+    // Training's reader, as training.chat_field reads the file: its formats (JSON, JSON Lines,
+    // Parquet, Arrow, compressed), its errors (file:line, record, message, field), its warnings and
+    // its rule on what is text. What it returns is what a run trains on.
+    titan::data::DatasetConfig dataset;
+    dataset.paths = {input};
+    dataset.chat_field = chat_field;
+    titan::data::DocumentStream stream(dataset);
+    titan::data::Document doc;
+    while (stream.next(doc)) {
+      const titan::data::ChatTokens t = titan::data::tokenize_chat(tokenizer, doc.chat);
       std::string trained_text;
       for (size_t k = 0; k < t.ids.size(); ++k)
         if (t.trained[k]) trained_text += tokenizer.token_bytes(t.ids[k]);
-      out.push_back({{"text", text}, {"ids", t.ids}, {"trained", t.trained}, {"trained_text", trained_text}});
+      out.push_back(
+          {{"text", doc.text}, {"ids", t.ids}, {"trained", t.trained}, {"trained_text", trained_text}});
     }
     titan::io::write_file_atomic(output, out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     return 0;
