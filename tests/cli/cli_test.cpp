@@ -1435,6 +1435,25 @@ TEST(CommandLine, ExportOverwriteReplacesOnlyAFolderOfAnExportsOwnFiles) {
   r = titan(export_to + (ex / "f32").string() + " --overwrite");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(fs::exists(ex / "f32" / "tokenizer.json")) << "the replaced export ships its tokenizer again";
+
+  // A symbolic link at --out (to an export, to an empty folder, or dangling) is named before the export
+  // is written, where --overwrite failed at its end ("cannot replace ...: not a directory") and a
+  // dangling one was said to "already exist"; the folder it points to is untouched.
+  fs::create_directories(ex / "empty");
+  for (const fs::path& target : {ex / "f32", ex / "empty", ex / "absent"}) {
+    fs::remove(ex / "link");
+    fs::create_directory_symlink(target, ex / "link");
+    r = titan(export_to + (ex / "link").string() + " --overwrite");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(
+        r.err.find("titan export: error: --out: '" + (ex / "link").string() + "' is a symbolic link (to '" +
+                   target.string() + "'): an export is written in place of --out, not through a link"),
+        std::string::npos)
+        << r.err;
+    EXPECT_TRUE(fs::is_symlink(ex / "link"));
+  }
+  EXPECT_TRUE(fs::exists(ex / "f32" / "tokenizer.json"));
+  EXPECT_TRUE(fs::is_empty(ex / "empty"));
 }
 
 // A --stop or --bad-words that starts as a JSON array but is not one is an error naming the flag and

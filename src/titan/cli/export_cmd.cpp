@@ -93,6 +93,12 @@ int export_main(int argc, char** argv) {
   // What --out may be is checked before the checkpoint is read (minutes for a large model); the
   // tokenizer files it must not touch are known once it is.
   io::check_output_path(out, {p.get("checkpoint")}, "titan export --out");
+  // The export takes --out's place by a rename: a symbolic link there would itself be replaced (and
+  // --overwrite failed at the end, after the whole export was written), not what it points to.
+  TITAN_CHECK(!fs::is_symlink(out), "titan export --out: '", out.string(), "' is a symbolic link (to '",
+              fs::read_symlink(out).string(),
+              "'): an export is written in place of --out, not through a link; give the folder itself, or "
+              "another path");
   TITAN_CHECK(p.has("overwrite") || !fs::exists(fs::symlink_status(out)), "titan export --out: '",
               out.string(),
               "' already exists (refusing to overwrite it): --overwrite replaces an earlier export (or an "
