@@ -594,6 +594,7 @@ TEST(DataParallel, EvalOnTwoShardedRanksIsOneProcesssEvalOfTheGlobalBatch) {
   const std::string checkpoint = (first.dump / "checkpoint/step-5").string();
   for (const char* precision : {"float32", "bfloat16"}) {
     SCOPED_TRACE(precision);
+    std::string said;  // the last eval's output
     auto eval = [&](int ranks, int64_t local_batch) {
       const fs::path json = tt::temp_dir("dist_eval_" + std::to_string(getpid())) /
                             ("eval-" + std::to_string(ranks) + "-" + precision + ".json");
@@ -614,9 +615,22 @@ TEST(DataParallel, EvalOnTwoShardedRanksIsOneProcesssEvalOfTheGlobalBatch) {
                     &out),
                 0)
           << out;
+      said = out;
       return nlohmann::json::parse(std::ifstream(json));
     };
-    const nlohmann::json one = eval(0, 4), two = eval(2, 2);
+    // One process scoring 2 rows a batch scores other tokens than the run's 2 ranks x 2 rows in as many
+    // batches: said, with the setting that scores the run's.
+    eval(0, 2);
+    EXPECT_NE(
+        said.find("note: the checkpoint's run validated 4 sequences per held-out batch, this eval 2 (2 per "
+                  "rank on 1 data-parallel rank), so its validation.steps = 2 batches hold other tokens "
+                  "than the val_loss that run logged: validation.local_batch_size = 4 scores those"),
+        std::string::npos)
+        << said;
+    const nlohmann::json one = eval(0, 4);
+    EXPECT_EQ(said.find("note: the checkpoint's run validated"), std::string::npos) << said;
+    const nlohmann::json two = eval(2, 2);
+    EXPECT_EQ(said.find("note: the checkpoint's run validated"), std::string::npos) << said;
     EXPECT_EQ(one.at("tokens"), 2 * 4 * 32) << "2 batches of 4 rows of 32 targets";
     EXPECT_EQ(two.at("tokens"), one.at("tokens"));
     // The ranks' sums of their rows' losses add up in another order than one process's.

@@ -381,9 +381,10 @@ TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
   EXPECT_EQ(same.rows["resume"].at("status"), "PASS") << same.rows["resume"];
   EXPECT_NE(same.rows["resume"].at("value").get<std::string>().find("step-1"), std::string::npos)
       << same.rows["resume"];
-  // The job loads no Hugging Face folder: the model rows say it resumes its own checkpoint.
+  // The job loads no Hugging Face folder: the model rows, and the loaded/random row (which said "the job
+  // starts from a random init" beside them), say it resumes its own checkpoint.
   const fs::path step = dir / "dump" / "checkpoint" / "step-1";
-  for (const char* row : {"model", "export"}) {
+  for (const char* row : {"model", "export", "loaded/random"}) {
     EXPECT_EQ(same.rows[row].at("status"), "SKIP") << same.rows[row];
     EXPECT_NE(same.rows[row].at("value").get<std::string>().find("the job resumes from its own checkpoint " +
                                                                  step.string()),

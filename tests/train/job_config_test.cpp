@@ -1265,6 +1265,17 @@ TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
   EXPECT_NE(e.find("training.load_balance = \"expert_bias\" balances experts, but this model is dense"),
             std::string::npos)
       << e;
+  // Set at all: the default's value (aux_loss) and the bias step balance no experts either, where the
+  // first was accepted in silence and the second noted as if the aux loss balanced experts.
+  e = error_of([&] { resolve_model_args(parse("[training]\nload_balance = \"aux_loss\"\n")); });
+  EXPECT_NE(e.find("training.load_balance = \"aux_loss\" balances experts, but this model is dense"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { resolve_model_args(parse("[training]\nload_balance_coeff = 0.01\n")); });
+  EXPECT_NE(
+      e.find("training.load_balance_coeff = 0.01 is the expert-bias update step, but this model is dense"),
+      std::string::npos)
+      << e;
   // Expert parallelism needs experts, and as many on every rank.
   e = error_of([&] { resolve_model_args(parse("[parallelism]\nexpert_parallel_degree = 2\n")); });
   EXPECT_NE(

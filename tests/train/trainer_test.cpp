@@ -910,6 +910,15 @@ TEST(Trainer, TheStartingModelsGenerationConfigTravelsToEveryExport) {
       titan() + " verify-export " + exported.string() + " --source " + (b / "checkpoint" / "step-3").string(),
       &out);
   EXPECT_EQ(rc, 0) << out;
+  // titan eval reads the export's and writes nothing: it does not say the file goes into checkpoints.
+  rc = tt::run_command(
+      titan() + " eval --config " + debugmodel_toml().string() +
+          cli_args(tiny_job(tt::temp_dir("trainer_generation_eval"), {{"validation.steps", "1"}})) +
+          " --checkpoint " + exported.string(),
+      &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("eval: loss "), std::string::npos) << out;
+  EXPECT_EQ(out.find("goes into every checkpoint and export"), std::string::npos) << out;
 
   std::ofstream(source / "generation_config.json") << "[151645]";
   const std::string e =

@@ -486,7 +486,7 @@ int check_main(int argc, char** argv) {
   {
     const std::string rule = "first-step loss, same batch: loaded < random init - 0.5";
     if (hf.empty() && cfg.checkpoint.initial_load_path.empty()) {
-      add({"loaded/random", "SKIP", "the job starts from a random init", rule});
+      add({"loaded/random", "SKIP", no_hf_checkpoint(cfg, resumes), rule});
     } else if (!u_error.empty()) {
       add({"loaded/random", "FAIL", u_error, rule});
     } else {

@@ -514,6 +514,11 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   ts["settings"] = resumable_settings(c, job.args);
   ts["global_batch_size"] = job.local_batch_size * plan_.dp_size() * job.accumulation_steps;
   ts["world_size"] = plan_.world_size();
+  // The rows of each global held-out batch its validation scores (as Validator resolves them): titan
+  // eval of this checkpoint names a different number, whose validation.steps batches hold other tokens.
+  ts["validation_rows"] =
+      (c.validation.local_batch_size == -1 ? c.training.local_batch_size : c.validation.local_batch_size) *
+      plan_.dp_size();
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
                 {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree},

@@ -6,6 +6,7 @@
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/io/json_error.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/checkpointer.h"
 #include "titan/train/log.h"
@@ -53,6 +54,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   ResolvedJob job;
   std::optional<data::Tokenizer> tokenizer;
   std::optional<Validator> validator;
+  std::optional<int64_t> run_rows;  // a native checkpoint's run: the rows of each held-out batch it scored
   // Agreed, as training's start-up: an error every rank finds alike (a missing folder, a model that
   // is not the job's) is said once, and one rank's own stops every rank with its reason.
   plan.agree_on_success([&] {
@@ -75,6 +77,11 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
       // A Hugging Face folder has a config.json and no manifest; a native checkpoint the reverse.
       source.checkpoint.initial_load_in_hf = !fs::exists(folder / "manifest.json");
       weights = folder.string() + (source.checkpoint.initial_load_in_hf ? " (Hugging Face weights)" : "");
+      if (const nlohmann::json ts = source.checkpoint.initial_load_in_hf
+                                        ? nlohmann::json()
+                                        : io::read_json_file(folder / "train_state.json", "train_state.json");
+          ts.is_object() && ts.contains("validation_rows") && ts["validation_rows"].is_number_integer())
+        run_rows = ts["validation_rows"].get<int64_t>();
     } else {
       weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
                 : cfg.checkpoint.initial_load_in_hf
@@ -100,6 +107,20 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   TrainState state(cfg, job, *tokenizer, plan, qwen3::Purpose::Inference);
   start_weights(state, source, job, plan);
   state.distribute();
+  // The run's val_loss scored validation.steps global batches of its rows: other rows per batch (another
+  // number of data-parallel ranks, another validation.local_batch_size) score other tokens in as many
+  // batches (the whole held-out set, steps = -1, does not).
+  const int64_t rows = validator->rank_rows() * plan.dp_size();
+  if (run_rows && *run_rows != rows && validator->steps() != -1)
+    say("note: the checkpoint's run validated %ld sequences per held-out batch, this eval %ld (%ld per rank "
+        "on "
+        "%s), so its validation.steps = %ld batches hold other tokens than the val_loss that run logged%s",
+        long(*run_rows), long(rows), long(validator->rank_rows()),
+        counted(plan.dp_size(), "data-parallel rank").c_str(), long(validator->steps()),
+        *run_rows % plan.dp_size() == 0 ? (": validation.local_batch_size = " +
+                                           std::to_string(*run_rows / plan.dp_size()) + " scores those")
+                                              .c_str()
+                                        : "");
   EvalSummary summary{validator->run(state.model, state.sharding), weights};
   say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,
       summary.result.perplexity, counted(summary.result.tokens, "token").c_str(),

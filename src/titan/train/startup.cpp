@@ -50,8 +50,14 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
       TITAN_CHECK(!qwen3::is_moe_field(k) || k == "num_experts", "model.", k, " = ", v,
                   " configures experts, but this model is dense (num_experts = 0): set model.num_experts, "
                   "or drop the key");
-    TITAN_CHECK(c.training.load_balance == "aux_loss", "training.load_balance = \"", c.training.load_balance,
-                "\" balances experts, but this model is dense (num_experts = 0)");
+    // Set at all (the default is aux_loss): a dense model has no experts to balance, as its
+    // model.* expert fields above say.
+    TITAN_CHECK(!c.set_at.count("training.load_balance"), "training.load_balance = \"",
+                c.training.load_balance,
+                "\" balances experts, but this model is dense (num_experts = 0): drop the key");
+    TITAN_CHECK(!c.set_at.count("training.load_balance_coeff"),
+                "training.load_balance_coeff = ", c.training.load_balance_coeff,
+                " is the expert-bias update step, but this model is dense (num_experts = 0): drop the key");
     TITAN_CHECK(c.parallelism.expert_parallel_degree == 1,
                 "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
                 " splits experts over ranks, but this model is dense (num_experts = 0): set it to 1");

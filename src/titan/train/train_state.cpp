@@ -177,7 +177,8 @@ void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob
     say("loaded Hugging Face weights from %s in %.1f s: %s", job.initial_hf.string().c_str(),
         seconds_since(t0), read.c_str());
     state.generation_config = read_generation_config(job.initial_hf);
-    if (!state.generation_config.is_null())
+    if (!state.generation_config.is_null() &&
+        state.purpose == qwen3::Purpose::Training)  // (eval writes none)
       say("its generation_config.json (stop tokens, sampling defaults) goes into every checkpoint and "
           "export");
   } else if (!job.initial_native.empty()) {

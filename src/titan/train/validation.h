@@ -56,6 +56,8 @@ class Validator {
   // What it evaluates: "all batches of 2 x 64 tokens per rank (global 4 x 64) from PATH".
   std::string describe_data() const;
   int64_t seq_len() const { return loader_config_.seq_len; }
+  int64_t rank_rows() const { return rank_rows_; }  // of each global batch, on each data-parallel rank
+  int64_t steps() const { return steps_; }          // batches per evaluation; -1: the whole held-out set
 
  private:
   std::string too_little() const;  // what a held-out set too small for one row lacks
