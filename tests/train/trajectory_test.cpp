@@ -206,8 +206,9 @@ void run_case(const Case& c) {
         << "[training]\ndataset_path = " << nlohmann::json((dir / "data.jsonl").string()).dump() << "\n"
         << "seq_len = " << c.seq_len << "\nlocal_batch_size = " << c.local_batch
         << "\nglobal_batch_size = " << c.global_batch << "\nsteps = " << c.steps
-        << "\nmax_norm = " << c.max_norm << "\nmixed_precision_param = \"float32\"\nload_balance = \""
-        << c.load_balance << "\"\n";
+        << "\nmax_norm = " << c.max_norm << "\nmixed_precision_param = \"float32\"\n";
+    // (An MoE's: a dense model has no experts to balance, and the key is an error there.)
+    if (c.args.is_moe()) job << "load_balance = \"" << c.load_balance << "\"\n";
     if (c.chat) job << "chat_field = \"messages\"\n";
     if (c.packed) job << "pack_conversations = true\n";
     if (c.load_balance == "expert_bias") job << "load_balance_coeff = " << c.load_balance_coeff << "\n";
