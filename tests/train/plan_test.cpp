@@ -235,6 +235,13 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   EXPECT_DOUBLE_EQ(e.bytes, double(fsdp.comm.bytes_sent));
   EXPECT_DOUBLE_EQ(e.seconds, e.bytes / 1e9 + double(fsdp.comm.ring_steps) * 1e-6);
   EXPECT_EQ(fsdp.comm.ring_steps, fsdp.comm.collectives);  // n - 1 = 1 step per gather / scatter
+  // A latency of 0 prices the bandwidth alone, and `titan plan --link-latency-us 0` asks for it.
+  EXPECT_DOUBLE_EQ(estimate_communication(fsdp, debugmodel_step(1, 2).shape, Link{8, 0}).seconds,
+                   e.bytes / 1e9);
+  int rc = 0;
+  const std::string out = run_plan("--mesh dp_shard=2 --link-gbps 8 --link-latency-us 0", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(" at 8 Gbit/s + 0 us per ring step = "), std::string::npos) << out;
 }
 
 // Expert parallelism on 4 shard ranks: a rank's step holds its slice of every ordinary block and its
@@ -464,8 +471,8 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       {"--memory-per-rank=-3", "--memory-per-rank '-3' is not a positive size"},
       {"--gemm-tflops -1", "--gemm-tflops must be a positive finite number, got '-1'"},
       {"--link-gbps fast", "--link-gbps must be a positive finite number, got 'fast'"},
-      {"--link-latency-us 0", "--link-latency-us must be a positive finite number, got '0'"},
-      {"--link-latency-us inf", "--link-latency-us must be a positive finite number, got 'inf'"},
+      {"--link-latency-us -1", "--link-latency-us must be a finite number >= 0, got '-1'"},
+      {"--link-latency-us inf", "--link-latency-us must be a finite number >= 0, got 'inf'"},
       {"--gemm-tflops inf", "--gemm-tflops must be a positive finite number, got 'inf'"},
       // A flag given twice is named, not last-wins; so is a mesh cut short.
       {"--mesh dp_shard=2 --mesh dp_shard=4", "--mesh is given twice ('dp_shard=2', 'dp_shard=4')"},

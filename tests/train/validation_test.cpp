@@ -238,7 +238,9 @@ TEST(Validation, TheWholeHeldOutSetIsScoredWhateverTheBatchSize) {
       EXPECT_EQ(r.conversations, 7) << "each counted once, in the batch that holds it";
       EXPECT_EQ(r.cut_conversations, 0);
       EXPECT_NEAR(r.loss, ce_sum / double(n), 1e-5 * ce_sum / double(n));
-      if (!packed) EXPECT_EQ(r.batches, (7 + B - 1) / B);
+      if (!packed) {
+        EXPECT_EQ(r.batches, (7 + B - 1) / B);
+      }
     }
 }
 

@@ -64,12 +64,15 @@ Mesh parse_mesh(const std::string& text) {
   return m;
 }
 
-double positive_number(const JobArgs& job, const std::string& flag, double def) {
+// A finite number flag above zero; `zero_allowed` admits 0 as well (a link latency of 0 prices the
+// bandwidth alone: the bound a what-if plan asks for).
+double number_flag(const JobArgs& job, const std::string& flag, double def, bool zero_allowed = false) {
   auto it = job.own.find(flag);
   if (it == job.own.end()) return def;
   const std::optional<double> v = parse_number(it->second);
-  TITAN_CHECK(v && std::isfinite(*v) && *v > 0, "titan plan: --", flag,
-              " must be a positive finite number, got '", it->second, "'");
+  TITAN_CHECK(v && std::isfinite(*v) && (*v > 0 || (zero_allowed && *v == 0)), "titan plan: --", flag,
+              " must be a ", zero_allowed ? "finite number >= 0" : "positive finite number", ", got '",
+              it->second, "'");
   return *v;
 }
 
@@ -103,9 +106,9 @@ int plan_main(int argc, char** argv) {
                 " bytes, too few for a rank's memory: give a unit (KiB, MiB, GiB, TiB or KB, MB, GB, TB, "
                 "e.g. 96GiB); a bare number is bytes from 1048576 (1 MiB) on");
   }
-  const double gemm_tflops_flag = positive_number(job, "gemm-tflops", 0);
-  const train::Link link{positive_number(job, "link-gbps", kSharedMemoryGbps),
-                         positive_number(job, "link-latency-us", kSharedMemoryLatencyUs)};
+  const double gemm_tflops_flag = number_flag(job, "gemm-tflops", 0);
+  const train::Link link{number_flag(job, "link-gbps", kSharedMemoryGbps),
+                         number_flag(job, "link-latency-us", kSharedMemoryLatencyUs, /*zero_allowed=*/true)};
 
   train::JobConfig cfg = train::load_job_config(job.config, job.overrides);
   if (mesh) {
