@@ -196,31 +196,31 @@ Checkpointer::LocalSlice Checkpointer::local_slice(TrainState& s, size_t b) cons
 void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const LoadedCheckpoint& c,
                                     bool fresh_optimizer, bool fresh_schedule,
                                     std::vector<std::string>& later) const {
-  auto tell = [&](const char* fmt, auto... args) { later.push_back(formatted(fmt, args...)); };
   const auto& ts = c.train_state;
   s.step = ts.at("step").get<int64_t>();
   s.tokens_seen = ts.at("tokens_seen").get<int64_t>();
   s.optimizer_start = fresh_optimizer ? s.step : ts.value("optimizer_start_step", int64_t(0));
   s.schedule_start = fresh_schedule ? s.step : ts.value("lr_scheduler_start_step", int64_t(0));
   if (fresh_optimizer || fresh_schedule)
-    tell(
+    later.push_back(formatted(
         "checkpoint.exclude_from_loading: from step %ld on, %s%s%s (every resume with this key starts %s "
         "over again: remove it once this run has saved a checkpoint)",
         long(s.step + 1), fresh_optimizer ? "AdamW's moments and step count start from zero" : "",
         fresh_optimizer && fresh_schedule ? " and " : "",
         fresh_schedule ? "the LR schedule starts over (warmup included)" : "",
-        fresh_optimizer && fresh_schedule ? "them" : "it");
+        fresh_optimizer && fresh_schedule ? "them" : "it"));
   // A resume with nothing left to train (training.steps at or below the checkpoint's step, as an
   // export-only run) has no schedule to differ: its placeholder of one step is not the user's.
   std::string diff =
       s.step < config_.training.steps && !fresh_schedule ? s.schedule.diff_state(ts.at("lr_scheduler")) : "";
-  if (!diff.empty()) tell("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str());
+  if (!diff.empty())
+    later.push_back(formatted("warning: the LR schedule differs from the checkpoint's: %s", diff.c_str()));
   if (ts.contains("settings"))
     if (const std::string changed =
             changed_settings(recorded_settings(ts), resumable_settings(config_, job.args));
         !changed.empty())
-      tell("note: changed since the checkpoint: %s; the changes apply from step %ld", changed.c_str(),
-           long(s.step + 1));
+      later.push_back(formatted("note: changed since the checkpoint: %s; the changes apply from step %ld",
+                                changed.c_str(), long(s.step + 1)));
   // With global_batch_size = -1 the global batch follows the number of ranks: a resume on another
   // count changes the optimizer's step without a word unless it is said here.
   const int64_t global_batch =
@@ -242,10 +242,11 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
   };
   if (saved_world != plan_.world_size() || int64_t(c.model_files.size()) != plan_.dp_shard() ||
       saved_ep != plan_.ep())
-    tell("resharding: the checkpoint was written by %s (%s%s), this run has %s (%s%s)",
-         counted(saved_world, "rank").c_str(), counted(int64_t(c.model_files.size()), "shard file").c_str(),
-         split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
-         counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str());
+    later.push_back(formatted("resharding: the checkpoint was written by %s (%s%s), this run has %s (%s%s)",
+                              counted(saved_world, "rank").c_str(),
+                              counted(int64_t(c.model_files.size()), "shard file").c_str(),
+                              split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
+                              counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str()));
   // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
   // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
   if (ts.contains("tokenizer_checksum") &&
@@ -258,12 +259,13 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
         ": its data position counts tokens of the other tokenizer, and the model learned the other ids. "
         "Use the same tokenizer (model.hf_assets_path), or set checkpoint.restart_data_stream = true to "
         "go on from the start of the data with this one");
-    tell("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
-         what.c_str());
+    later.push_back(
+        formatted("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
+                  what.c_str()));
   }
   const std::string data_note = restore_data_position(s.loader, ts, s.dataset_identity,
                                                       config_.checkpoint.restart_data_stream, c.dir.string());
-  if (!data_note.empty()) tell("%s", data_note.c_str());
+  if (!data_note.empty()) later.push_back(formatted("%s", data_note.c_str()));
 }
 
 LoadedCheckpoint Checkpointer::open_resume_dir(ChecksumShare share) const {
