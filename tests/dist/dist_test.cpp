@@ -147,6 +147,12 @@ void expect_same_steps(const JobRun& a, const JobRun& b, int64_t from, int64_t t
       const double x = a.steps.at(s)[k].get<double>(), y = b.steps.at(s)[k].get<double>();
       EXPECT_NEAR(x, y, rel * std::fabs(y)) << what << ": " << k << " at step " << s;
     }
+    // A MoE's routing: the same tokens on the same experts (counted over every rank's rows).
+    for (const char* k : {"expert_load_max", "experts_idle"})
+      if (a.steps.at(s).contains(k) || b.steps.at(s).contains(k)) {
+        EXPECT_EQ(a.steps.at(s).value(k, -1.0), b.steps.at(s).value(k, -1.0))
+            << what << ": " << k << " at step " << s;
+      }
     // The same samples in the same order: none lost or repeated, whatever the ranks or resumes.
     EXPECT_EQ(a.steps.at(s).value("batch_hash", "a"), b.steps.at(s).value("batch_hash", "b"))
         << what << ": the step's tokens differ at step " << s;

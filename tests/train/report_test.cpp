@@ -298,6 +298,33 @@ TEST(Report, ARolledBackRunShowsItsNewestTrajectory) {
   EXPECT_EQ(r.warmup_steps, (std::vector<long>{1, 3}));
 }
 
+// A MoE run's balance is charted (aux loss, expert load, idle experts) from its records; a page of
+// dense runs alone has no such charts, and a dense run beside a MoE one adds no curve to them.
+TEST(Report, AMoeRunsBalanceIsChartedWhereSomeRunLogsIt) {
+  const fs::path dir = tt::temp_dir("report_moe_" + std::to_string(getpid()));
+  train_tiny(dir / "moe", "8e-4", " --model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=32");
+  {
+    fs::create_directories(dir / "dense");
+    std::ofstream f(dir / "dense" / "metrics.jsonl");
+    for (int step = 1; step <= 4; ++step) f << json{{"step", step}, {"loss", 10.0 - step}}.dump() << "\n";
+  }
+  const titan::train::RunRecord moe = titan::train::read_run(dir / "moe"),
+                                dense = titan::train::read_run(dir / "dense");
+  for (const char* metric : {"aux_loss", "expert_load_max", "experts_idle"})
+    EXPECT_EQ(moe.series.count(metric) ? moe.series.at(metric).size() : 0u, 4u) << metric;
+  const std::string both = titan::train::render_report({dense, moe});
+  const std::string alone = titan::train::render_report({dense});
+  for (const auto& [metric, title] : titan::train::report_moe_charts()) {
+    EXPECT_EQ(count(both, "<figcaption>" + title), 1u) << title;
+    EXPECT_EQ(count(alone, "<figcaption>" + title), 0u) << title;
+  }
+  const size_t charts = titan::train::report_charts().size() + titan::train::report_moe_charts().size();
+  EXPECT_EQ(count(both, "<svg"), charts);
+  // Each run's curve on the charts it logs: the dense run's loss only.
+  EXPECT_EQ(count(both, "stroke=\"" + titan::train::run_colour(1) + "\" stroke-width"), charts);
+  EXPECT_EQ(count(both, "stroke=\"" + titan::train::run_colour(0) + "\" stroke-width"), 1u);
+}
+
 // run_info.json's stretches: a run resumed elsewhere shows its ranks and device per stretch, up to its
 // newest logged step; entries another program wrote without a step or a name are left out (one left
 // is the run's own line), not an error for the whole report.

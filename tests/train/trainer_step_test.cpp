@@ -6,6 +6,7 @@
 // AdamW (torch.optim.AdamW's step 1) in double precision here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
@@ -15,6 +16,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/models/qwen3/model.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/train_step.h"
 #include "titan/train/trainer.h"
 #include "train_test_util.h"
 
@@ -164,6 +166,38 @@ TEST(TrainerStep, ExpertBiasRisesForUnderloadedExpertsAndFallsForOverloadedOnes)
   }
   EXPECT_GT(under, 0);
   EXPECT_GT(over, 0);
+
+  // The step's logged expert load, from the same routing counted here: the most loaded expert's
+  // tokens over the mean, the largest over the layers, and the experts with no token.
+  double most_over_mean = 0;
+  int64_t idle = 0;
+  for (const Tensor& layer : counts) {
+    const int64_t* c = layer.data<int64_t>();
+    const int64_t E = layer.numel();
+    int64_t routed = 0, most = 0;
+    for (int64_t e = 0; e < E; ++e) routed += c[e], most = std::max(most, c[e]), idle += c[e] == 0;
+    most_over_mean = std::max(most_over_mean, double(most) / (double(routed) / double(E)));
+  }
+  const auto records = read_metrics(dump);
+  ASSERT_EQ(records.size(), 1u);
+  ASSERT_TRUE(records[0].contains("expert_load_max")) << records[0].dump();
+  EXPECT_NEAR(records[0]["expert_load_max"].get<double>(), most_over_mean, 1e-12);
+  EXPECT_EQ(records[0]["experts_idle"].get<int64_t>(), idle);
+  EXPECT_GT(most_over_mean, 1.0);  // routing at init is uneven: the comparison is not of two 1s
+}
+
+// The expert load of hand-made counts: layer 0's two micro-batches put 4 tokens on each of experts
+// 0 and 1 and none on 2 and 3 (4 / the mean of 2 = 2, two idle); layer 1 is dense; layer 2 is even.
+TEST(TrainerStep, ExpertLoadIsTheMostLoadedExpertOverTheMeanAndCountsIdleExperts) {
+  const std::vector<Tensor> counts = {
+      Tensor::from_vector(std::vector<int64_t>{3, 1, 0, 0, 1, 3, 0, 0}, {2, 4}), Tensor(),
+      Tensor::from_vector(std::vector<int64_t>{2, 2, 2, 2}, {1, 4})};
+  const ExpertLoad load = expert_load(counts);
+  EXPECT_DOUBLE_EQ(load.max_over_mean, 2.0);
+  EXPECT_EQ(load.idle, 2);
+  const ExpertLoad dense = expert_load({Tensor(), Tensor()});
+  EXPECT_LT(dense.max_over_mean, 0);
+  EXPECT_LT(dense.idle, 0);
 }
 
 // The bias update counts every token of the step: the same two rows as one micro-batch of two or

@@ -2171,6 +2171,13 @@ TEST(Trainer, MoeTrainsWithAuxLossOrExpertBias) {
     EXPECT_GT(r["aux_loss"].get<double>(), 0.0);
     EXPECT_LE(r["aux_loss"].get<double>(), 8.0);
     EXPECT_TRUE(std::isfinite(r["loss"].get<double>()));
+    // The expert load: 1 (even) to E / top_k = 4 (every token on the same 2 experts); idle experts
+    // counted over the model's MoE layers (TrainerStep checks the values against the routing).
+    ASSERT_TRUE(r.contains("expert_load_max") && r.contains("experts_idle")) << r.dump();
+    EXPECT_GE(r["expert_load_max"].get<double>(), 1.0);
+    EXPECT_LE(r["expert_load_max"].get<double>(), 4.0);
+    EXPECT_GE(r["experts_idle"].get<int64_t>(), 0);
+    EXPECT_LE(r["experts_idle"].get<int64_t>(), 8 * 2);  // 8 experts in each of the 2 layers
   }
 
   // torchtitan's aux-loss-free balancing: a per-layer expert bias that the steps move and

@@ -194,6 +194,8 @@ void StepMeter::begin_step() {
   batch_hash_ = 0;
   padding_pct_ = -1;
   trained_tokens_ = -1;
+  expert_load_max_ = -1;
+  experts_idle_ = -1;
 }
 
 void StepMeter::add_communication(int64_t bytes_sent, double seconds) {
@@ -219,6 +221,8 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.step = step;
   m.loss = loss;
   m.aux_loss = aux_loss;
+  m.expert_load_max = expert_load_max_;
+  m.experts_idle = experts_idle_;
   m.grad_norm = grad_norm;
   m.lr = lr;
   m.memory_gib = double(peak) / double(1ll << 30);
@@ -304,8 +308,12 @@ void print_step(const StepMetrics& m) {
   if (m.trained_tokens >= 0)
     std::snprintf(trained, sizeof trained, "  trained_tokens: %lld",
                   static_cast<long long>(m.trained_tokens));
+  char experts[80] = "";
+  if (m.expert_load_max >= 0)
+    std::snprintf(experts, sizeof experts, "  expert_load: %.2f  experts_idle: %lld", m.expert_load_max,
+                  static_cast<long long>(m.experts_idle));
   std::string text = std::string(line) + reserved + comm + padding + trained +
-                     (m.aux_loss >= 0 ? "  aux_loss: " + std::to_string(m.aux_loss) : "") + "\n";
+                     (m.aux_loss >= 0 ? "  aux_loss: " + std::to_string(m.aux_loss) : "") + experts + "\n";
   if (m.val_loss >= 0) {
     char validation[128];
     std::snprintf(validation, sizeof validation, "validate step: %ld  loss: %.4f  perplexity: %.2f\n",
@@ -329,6 +337,10 @@ nlohmann::json step_record(const StepMetrics& m, int rank) {
                       {"warmup", m.warmup}};
   if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
+  if (m.expert_load_max >= 0) {
+    j["expert_load_max"] = m.expert_load_max;
+    j["experts_idle"] = m.experts_idle;
+  }
   if (m.padding_pct >= 0) j["padding_pct"] = m.padding_pct;
   if (m.trained_tokens >= 0) j["trained_tokens"] = m.trained_tokens;
   j["memory_reserved_gib"] = m.memory_reserved_gib;

@@ -38,6 +38,9 @@ struct StepMetrics {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0;
   double aux_loss = -1;  // MoE only (< 0: absent)
+  // MoE only (< 0: absent): the step's expert load (train_step.h, ExpertLoad).
+  double expert_load_max = -1;
+  int64_t experts_idle = -1;
   double val_loss = -1, val_perplexity = -1;  // steps that ran [validation] only (< 0: absent)
   double memory_gib = 0, memory_pct = 0;
   // What the device's caching allocator holds in segments at the end of the step, which is what
@@ -130,6 +133,10 @@ class StepMeter {
   void set_padding_pct(double pct) { padding_pct_ = pct; }
   // The step's targets over all ranks, the tokens its loss is the mean over (conversations' rows).
   void set_trained_tokens(int64_t n) { trained_tokens_ = n; }
+  // MoE models: how evenly the step's tokens fell on the experts (train_step.h, ExpertLoad).
+  void set_expert_load(double max_over_mean, int64_t idle) {
+    expert_load_max_ = max_over_mean, experts_idle_ = idle;
+  }
   // Logs the step when due. loss etc. as in StepMetrics; tokens: processed in the step by this rank;
   // targets: of those, the positions whose target counts (a mean over the ranks).
   // `held_out_loss`, when given, runs after the step's time and memory are taken (so they are the
@@ -157,6 +164,8 @@ class StepMeter {
   uint64_t batch_hash_ = 0;  // 0: none reported
   double padding_pct_ = -1;  // < 0: none reported
   int64_t trained_tokens_ = -1;          // < 0: none reported
+  double expert_load_max_ = -1;          // < 0: none reported
+  int64_t experts_idle_ = -1;
   std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it
   double comm_seconds_ = 0;
   double sustained_seconds_ = 0;

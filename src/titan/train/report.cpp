@@ -151,6 +151,15 @@ const std::vector<std::pair<std::string, std::string>>& report_charts() {
   return charts;
 }
 
+const std::vector<std::pair<std::string, std::string>>& report_moe_charts() {
+  static const std::vector<std::pair<std::string, std::string>> charts = {
+      {"aux_loss", "MoE load-balancing aux loss"},
+      {"expert_load_max", "MoE expert load: most loaded expert / mean tokens per expert (1 = even)"},
+      {"experts_idle", "MoE experts that received no token in the step"},
+  };
+  return charts;
+}
+
 namespace {
 std::string fmt_seconds(double s) {
   char buf[32];
@@ -237,7 +246,7 @@ RunRecord read_run(const fs::path& dir) {
                 " has no \"loss\"");
     for (const char* k : {"loss", "aux_loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops",
                           "mfu", "step_seconds", "val_loss", "val_perplexity", "comm_mib", "comm_seconds",
-                          "padding_pct", "trained_tokens"})
+                          "padding_pct", "trained_tokens", "expert_load_max", "experts_idle"})
       TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: ", metrics.string(), ":", n,
                   ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
     TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: ", metrics.string(), ":", n,
@@ -384,6 +393,9 @@ std::string render_report(const std::vector<RunRecord>& runs) {
   os << "</p>\n<p>Hollow rings mark warm-up steps (the first step of each invocation pays one-time costs: "
         "read speed and MFU from the others).</p>\n<div class=\"charts\">\n";
   for (auto& [metric, title] : report_charts()) os << chart(runs, metric, title);
+  for (auto& [metric, title] : report_moe_charts())
+    if (std::any_of(runs.begin(), runs.end(), [&](const RunRecord& r) { return r.series.count(metric) > 0; }))
+      os << chart(runs, metric, title);
   os << "</div>\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunRecord& r = runs[i];

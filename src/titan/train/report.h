@@ -41,8 +41,10 @@ struct RunRecord {
 // profiling.save_traces_folder (from run_info.json's config in effect). Errors name the file and line.
 RunRecord read_run(const std::filesystem::path& dir);
 
-// The metrics charted, in page order: {metrics.jsonl field, chart title}.
+// The metrics every page charts, in page order: {metrics.jsonl field, chart title}.
 const std::vector<std::pair<std::string, std::string>>& report_charts();
+// The MoE metrics, charted after those when some run logs them (a dense run has none).
+const std::vector<std::pair<std::string, std::string>>& report_moe_charts();
 // The colour of run i (#rrggbb), as drawn in the charts and the legend.
 std::string run_colour(size_t i);
 

@@ -140,8 +140,8 @@ StepProfile profile_training_step(const qwen3::ModelArgs& args, const StepShape&
       ++calls;
       return MicroBatch{x, y, 1.0 / double(run), {}};  // causal rows, no padding
     });
-    apply_update(model, optimizer, plan, OptimizerSection{}.lr, 1, 1.0, g,
-                 TrainingSection{}.load_balance_coeff);
+    apply_update(model, optimizer, OptimizerSection{}.lr, 1, 1.0, g.grad_norm,
+                 plan.sum_over_ranks(g.expert_counts), TrainingSection{}.load_balance_coeff);
     // The step's own communication and FLOPs (not the gathers and the forward that follow it).
     p.comm = sharding.stats();
     const int64_t copies = shape.grad_accumulation - run;

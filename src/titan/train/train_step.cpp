@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "titan/autograd/autograd.h"
@@ -77,7 +78,7 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     const MicroBatch mb = next();
     qwen3::LossOutput out =
         model.forward_loss(mb.ids, mb.targets, mb.ce_weight, 1.0 / double(accumulation), mb.rows);
-    if (!model.expert_bias().empty())
+    if (model.args().is_moe())
       keep_expert_counts(model.last_expert_counts(), micro, accumulation, g.expert_counts);
     autograd::backward(out.loss);
     // Read after the backward is queued: on a GPU a read in between would hold the backward back
@@ -108,13 +109,32 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   return g;
 }
 
-void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t adam_step, double max_norm, const StepGradients& gradients,
-                  double expert_bias_coeff) {
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, double lr, int64_t adam_step, double max_norm,
+                  double grad_norm, const std::vector<Tensor>& step_expert_counts, double expert_bias_coeff) {
   // Clipping is folded into the update: AdamW reads each gradient times the clip coefficient.
-  optimizer.step(model.blocks(), lr, adam_step, ops::clip_coefficient(max_norm, gradients.grad_norm));
-  if (!model.expert_bias().empty())
-    model.update_expert_bias(plan.sum_over_ranks(gradients.expert_counts), expert_bias_coeff);
+  optimizer.step(model.blocks(), lr, adam_step, ops::clip_coefficient(max_norm, grad_norm));
+  if (!model.expert_bias().empty()) model.update_expert_bias(step_expert_counts, expert_bias_coeff);
+}
+
+ExpertLoad expert_load(const std::vector<Tensor>& counts) {
+  ExpertLoad load;
+  for (const Tensor& c : counts) {
+    if (!c.defined()) continue;
+    const Tensor host = c.to(Device::CPU);  // one small read: layers x micro-batches x E counts
+    TITAN_CHECK(host.dtype() == DType::I64 && host.is_contiguous() && host.dim() >= 1,
+                "expert_load: counts must be contiguous i64 [..., E], got ", host.str());
+    const int64_t E = host.size(-1), rows = host.numel() / E;
+    std::vector<int64_t> per_expert(size_t(E), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t e = 0; e < E; ++e) per_expert[size_t(e)] += host.data<int64_t>()[r * E + e];
+    const int64_t routed = std::accumulate(per_expert.begin(), per_expert.end(), int64_t(0));
+    const int64_t most = *std::max_element(per_expert.begin(), per_expert.end());
+    load.idle =
+        std::max<int64_t>(load.idle, 0) + std::count(per_expert.begin(), per_expert.end(), int64_t(0));
+    if (routed > 0)
+      load.max_over_mean = std::max(load.max_over_mean, double(most) * double(E) / double(routed));
+  }
+  return load;
 }
 
 StepResult TrainStep::run(TrainState& s) const {
@@ -158,7 +178,10 @@ StepResult TrainStep::run(TrainState& s) const {
                          "); stopping before the optimizer step (no checkpoint of it written)"));
   StepResult r;
   r.lr = s.schedule.lr(step - 1 - s.schedule_start);
-  apply_update(s.model, s.optimizer, plan_, r.lr, step - s.optimizer_start, max_norm_, g, expert_bias_coeff_);
+  const std::vector<Tensor> step_expert_counts = plan_.sum_over_ranks(g.expert_counts);
+  apply_update(s.model, s.optimizer, r.lr, step - s.optimizer_start, max_norm_, g.grad_norm,
+               step_expert_counts, expert_bias_coeff_);
+  r.expert_load = expert_load(step_expert_counts);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   for (const data::Batch& batch : batches) {
     for (int64_t length : batch.lengths) r.padding += seq_len_ - length;

@@ -15,6 +15,17 @@
 
 namespace titan::train {
 
+// How evenly a MoE step's routed tokens fell on the experts, over every micro-batch and rank: in
+// each MoE layer, its most loaded expert's tokens over the mean per expert (1: even; E / top_k: all
+// of them on the same top_k experts), the largest over the layers; and the experts (of every MoE
+// layer) that received no token. Dense models: both < 0.
+struct ExpertLoad {
+  double max_over_mean = -1;
+  int64_t idle = -1;
+};
+// From each layer's routing counts (i64 [..., E], the rows summed; undefined for dense layers).
+ExpertLoad expert_load(const std::vector<Tensor>& counts);
+
 struct StepResult {
   double loss = 0;       // the cross-entropy's mean over every target of the step (+ coef x aux)
   double aux_loss = -1;  // MoE aux loss, mean over the micro-batches and ranks (< 0: dense model)
@@ -30,6 +41,7 @@ struct StepResult {
   // for the same samples in the same order whatever the number of ranks, so a resumed or resharded
   // run shows that no sample was skipped or repeated.
   uint64_t batch_hash = 0;
+  ExpertLoad expert_load;  // MoE models only
 };
 
 // The two halves of a training step, shared by TrainStep and the planner's meta-device step (so the
@@ -42,8 +54,8 @@ struct StepResult {
 // Afterwards every block's shard_grad holds the gradient of that loss.
 struct StepGradients {
   double loss = 0, aux_loss = -1, grad_norm = 0;
-  // With an expert bias: each layer's routing counts, one row per micro-batch (i64 [accumulation,
-  // E] on the model's device; undefined for dense layers), this rank's only.
+  // MoE models: each layer's routing counts, one row per micro-batch (i64 [accumulation, E] on the
+  // model's device; undefined for dense layers), this rank's only.
   std::vector<Tensor> expert_counts;
 };
 // One micro-batch of this rank: token ids and targets (i64 [batch, seq], on the model's device), and
@@ -64,11 +76,12 @@ using MicroBatchSource = std::function<MicroBatch()>;
 StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& sharding,
                                 const dist::ParallelPlan& plan, int64_t accumulation, const MicroBatchSource& next);
 // apply_update: AdamW on this rank's slices with the gradients clipped to `max_norm` by the global
-// norm, then the MoE expert-bias update from the expert counts of every micro-batch, summed over
-// the ranks. `adam_step` (1-based) is AdamW's own step count, for its bias corrections.
-void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, const dist::ParallelPlan& plan, double lr,
-                  int64_t adam_step, double max_norm, const StepGradients& gradients,
-                  double expert_bias_coeff);
+// norm (`grad_norm`), then the MoE expert-bias update from `step_expert_counts`: the routing counts
+// of every micro-batch, summed over the ranks (ParallelPlan::sum_over_ranks of
+// StepGradients::expert_counts). `adam_step` (1-based) is AdamW's own step count, for its bias
+// corrections.
+void apply_update(qwen3::Qwen3Model& model, AdamW& optimizer, double lr, int64_t adam_step, double max_norm,
+                  double grad_norm, const std::vector<Tensor>& step_expert_counts, double expert_bias_coeff);
 
 // A step every rank refuses at the same point, judged on figures every rank holds alike (the global
 // loss and gradient norm, the global batch): a non-finite loss or gradient norm, data that ran out,

@@ -655,6 +655,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     summary.conversations += r.conversations;
     summary.cut_conversations += r.cut_conversations;
     summary.cut_trained_tokens += r.cut_trained_tokens;
+    if (r.expert_load.max_over_mean >= 0)
+      meter.set_expert_load(r.expert_load.max_over_mean, r.expert_load.idle);
     if (state.sharding.active())
       meter.add_communication(state.sharding.stats().bytes_sent, state.sharding.stats().seconds);
     std::function<double()> held_out;  // after the update: the held-out loss of this step's weights
