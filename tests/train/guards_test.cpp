@@ -1490,8 +1490,8 @@ TEST(ResumeGuard, EvalNamesTheStepFoldersItPassesOverAsTrainDoes) {
   EXPECT_NE(out.find("weights: " + (ck / "step-2").string()), std::string::npos) << out;
 }
 
-// A run's checkpoint folder given where one checkpoint is read: the error names its committed step
-// folders and the one to pass, and no key of titan train's.
+// A run's checkpoint folder (or its dump folder) given where one checkpoint is read: the error names
+// its committed step folders and the one to pass, and no key of titan train's.
 TEST(OutputGuard, AnExportOfTheCheckpointFolderNamesTheStepsToPass) {
   const fs::path dump = temp_dir("guard_export_root");
   const fs::path ck = dump / "checkpoint";
@@ -1508,6 +1508,22 @@ TEST(OutputGuard, AnExportOfTheCheckpointFolderNamesTheStepsToPass) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("initial_load_in_hf"), std::string::npos) << out;
+  // generate names them too (it read the step's train_state.json first, and said only that it is
+  // missing); a run's folder, whose checkpoint/ holds the steps, is said as such.
+  for (const fs::path& given : {ck, dump}) {
+    ASSERT_NE(run_command(titan_binary().string() + " generate --checkpoint " + given.string() +
+                              " --prompt a --max-new-tokens 1 2>&1",
+                          &out),
+              0)
+        << out;
+    EXPECT_NE(
+        out.find("titan generate: error: --checkpoint " +
+                 (given == dump ? "'" + dump.string() + "' is a run's folder, not a checkpoint; " : "") +
+                 "'" + ck.string() + "' is a checkpoint folder, not a checkpoint"),
+        std::string::npos)
+        << out;
+    EXPECT_NE(out.find("e.g. '" + (ck / "step-4").string() + "'"), std::string::npos) << out;
+  }
 }
 
 // Export, generate and eval read a checkpoint's weights alone: a missing or cut optimizer file is

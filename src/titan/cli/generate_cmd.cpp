@@ -721,6 +721,9 @@ int generate_main(int argc, char** argv) {
   const fs::path model_path = p.get(native ? "checkpoint" : "model-path");
   TITAN_CHECK(fs::is_directory(model_path), "titan generate: --", native ? "checkpoint" : "model-path", " '",
               model_path.string(), "' is not a folder");
+  if (const std::string root = train::checkpoint_folder_given(model_path);
+      native && !root.empty() && !fs::exists(model_path / "manifest.json"))
+    TITAN_FAIL("titan generate: --checkpoint ", root);
   TITAN_CHECK(!native || fs::exists(model_path / "manifest.json") || !fs::exists(model_path / "config.json"),
               "titan generate: --checkpoint '", model_path.string(),
               "' is a Hugging Face folder (config.json, no manifest.json): give it as --model-path");

@@ -81,7 +81,15 @@ std::string checkpoint_folder_given(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return "";
   const std::vector<int64_t> steps = CheckpointManager(dir, 0).committed_steps();
-  if (steps.empty()) return "";
+  if (steps.empty()) {
+    // A run's dump folder, whose checkpoint folder (checkpoint.folder's default) holds the steps.
+    const fs::path inside = dir / "checkpoint";
+    const std::string root = fs::is_directory(inside, ec) && !fs::exists(dir / "manifest.json", ec)
+                                 ? checkpoint_folder_given(inside)
+                                 : "";
+    if (root.empty()) return "";
+    return "'" + dir.string() + "' is a run's folder, not a checkpoint; " + root;
+  }
   // The newest few: a folder kept whole (keep_latest_k = 0) may hold hundreds.
   constexpr size_t kNamed = 4;
   std::string named;

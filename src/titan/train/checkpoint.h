@@ -81,7 +81,9 @@ std::optional<int64_t> step_of_name(const std::filesystem::path& dir);
 
 // When `dir` is a run's checkpoint folder (it holds committed step-N folders), given where one
 // checkpoint is wanted: "'<dir>' is a checkpoint folder, not a checkpoint: pass one of its step
-// folders (committed, newest first: step-6, step-4)"; else "".
+// folders (committed, newest first: step-6, step-4)"; a run's dump folder whose checkpoint/ holds
+// them is said as "'<run>' is a run's folder, not a checkpoint; '<run>/checkpoint' is a checkpoint
+// folder, ..."; else "".
 std::string checkpoint_folder_given(const std::filesystem::path& dir);
 
 class CheckpointManager {
