@@ -1084,6 +1084,7 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
                         &out);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_EQ(out.find("optimizer and step start fresh"), std::string::npos) << out;  // (nothing is trained)
+    EXPECT_EQ(out.find("note: the checkpoint's run validated"), std::string::npos) << out;
     return nlohmann::json::parse(std::ifstream(json));
   };
   const fs::path step2 = a / "checkpoint" / "step-2";
@@ -1094,6 +1095,19 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
     EXPECT_EQ(r.at("tokens"), 2 * 2 * 64) << given;  // 2 batches of 2 x 64
   }
   EXPECT_EQ(eval(a, "").at("weights"), step2.string());
+  {  // rows of another length than the run validated: said, with the setting that scores the run's
+    std::string out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, job)) + " --validation.seq_len=32",
+                              &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("note: the checkpoint's run validated rows of 64 tokens, this eval rows of 32, so its "
+                       "tokens are scored with other contexts than the val_loss that run logged: "
+                       "validation.seq_len = 64 scores those"),
+              std::string::npos)
+        << out;
+  }
   {  // eval reads [validation] whether or not training would: no note calls its keys without effect
     Overrides off = job;
     for (auto& [key, value] : off)

@@ -521,6 +521,8 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   ts["validation_rows"] =
       (c.validation.local_batch_size == -1 ? c.training.local_batch_size : c.validation.local_batch_size) *
       plan_.dp_size();
+  // And the length of those rows: another one scores each token with another context.
+  ts["validation_seq_len"] = c.validation.seq_len == -1 ? c.training.seq_len : c.validation.seq_len;
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
                 {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree},

@@ -55,6 +55,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
   std::optional<data::Tokenizer> tokenizer;
   std::optional<Validator> validator;
   std::optional<int64_t> run_rows;  // a native checkpoint's run: the rows of each held-out batch it scored
+  std::optional<int64_t> run_seq_len;  // and their length
   // Agreed, as training's start-up: an error every rank finds alike (a missing folder, a model that
   // is not the job's) is said once, and one rank's own stops every rank with its reason.
   plan.agree_on_success([&] {
@@ -80,8 +81,12 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
       if (const nlohmann::json ts = source.checkpoint.initial_load_in_hf
                                         ? nlohmann::json()
                                         : io::read_json_file(folder / "train_state.json", "train_state.json");
-          ts.is_object() && ts.contains("validation_rows") && ts["validation_rows"].is_number_integer())
-        run_rows = ts["validation_rows"].get<int64_t>();
+          ts.is_object()) {
+        if (ts.contains("validation_rows") && ts["validation_rows"].is_number_integer())
+          run_rows = ts["validation_rows"].get<int64_t>();
+        if (ts.contains("validation_seq_len") && ts["validation_seq_len"].is_number_integer())
+          run_seq_len = ts["validation_seq_len"].get<int64_t>();
+      }
     } else {
       weights = !cfg.checkpoint.initial_load_path.empty() ? cfg.checkpoint.initial_load_path
                 : cfg.checkpoint.initial_load_in_hf
@@ -121,6 +126,12 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
                                            std::to_string(*run_rows / plan.dp_size()) + " scores those")
                                               .c_str()
                                         : "");
+  // Rows of another length score each token with another context (and cut conversations elsewhere),
+  // whatever validation.steps.
+  if (run_seq_len && *run_seq_len != validator->seq_len())
+    say("note: the checkpoint's run validated rows of %ld tokens, this eval rows of %ld, so its tokens are "
+        "scored with other contexts than the val_loss that run logged: validation.seq_len = %ld scores those",
+        long(*run_seq_len), long(validator->seq_len()), long(*run_seq_len));
   EvalSummary summary{validator->run(state.model, state.sharding), weights};
   say("eval: loss %.4f  perplexity %.2f over %s (%s); weights: %s", summary.result.loss,
       summary.result.perplexity, counted(summary.result.tokens, "token").c_str(),
