@@ -1440,6 +1440,28 @@ TEST(DataParallel, FsdpRanksOnPackedConversationsOfAnMoeTrainLikeOneRank) {
 // A dump folder that is not the same folder for every rank (a per-host path on several hosts; here
 // one relative path under two working folders) is refused before any step, naming the key: the
 // ranks' checkpoint shards would otherwise be missing at the first save.
+// A one-process command under mpirun would run once per rank, each racing the others for its output
+// (N exports into one folder: one wrote it, the others failed on it): refused, said once, nothing
+// written.
+TEST(DataParallel, AOneProcessCommandUnderMpirunIsRefusedOnce) {
+  const fs::path out = tt::temp_dir("dist_one_process_" + std::to_string(getpid())) / "hf";
+  std::string said;
+  EXPECT_NE(
+      tt::run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                      "--bind-to none -np 2 " +
+                          tt::titan_binary().string() + " export --checkpoint " + out.parent_path().string() +
+                          " --out " + out.string() + " 2>&1",
+                      &said),
+      0)
+      << said;
+  const std::string refusal =
+      "titan export: error: it runs as one process, and the MPI launcher started 2: run it without mpirun "
+      "(titan train, eval and check are the commands that run over ranks)";
+  EXPECT_NE(said.find(refusal), std::string::npos) << said;
+  EXPECT_EQ(said.find(refusal), said.rfind(refusal)) << said;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(DataParallel, ADumpFolderNotSharedByEveryRankIsRefusedBeforeAnyStep) {
   const fs::path a = tt::temp_dir("dist_unshared_a"), b = tt::temp_dir("dist_unshared_b");
   const Overrides o = tiny("run", 2, {{"validation.enable", "false"}});

@@ -583,9 +583,11 @@ int check_main(int argc, char** argv) {
   return failures ? 1 : 0;
 }
 
-TITAN_COMMAND("check", "the pilot checklist for a job config: versions, model, export, loss, kernels, timing, "
-                       "checkpoint",
-              check_main);
+TITAN_COMMAND_ACROSS_RANKS(
+    "check",
+    "the pilot checklist for a job config: versions, model, export, loss, kernels, timing, "
+    "checkpoint",
+    check_main);
 
 }  // namespace
 }  // namespace titan::cli

@@ -11,6 +11,10 @@ struct Command {
   std::string name;     // e.g. "train", "kernels list" is "kernels" with its own sub-dispatch
   std::string summary;  // one line for `titan --help`
   std::function<int(int argc, char** argv)> run;  // argv[0] is the command name
+  // Runs as one job over the ranks an MPI launcher starts (train, eval, check); every other command
+  // is one process, and under a launcher of several ranks would run once per rank, each racing the
+  // others for the same output: it is refused there.
+  bool across_ranks = false;
 };
 
 std::vector<Command>& command_registry();
@@ -22,8 +26,9 @@ std::vector<Command>& command_registry();
 std::string error_for_the_user(const std::string& message, const std::string& command = "");
 
 struct CommandRegistrar {
-  CommandRegistrar(std::string name, std::string summary, std::function<int(int, char**)> run) {
-    command_registry().push_back({std::move(name), std::move(summary), std::move(run)});
+  CommandRegistrar(std::string name, std::string summary, std::function<int(int, char**)> run,
+                   bool across_ranks = false) {
+    command_registry().push_back({std::move(name), std::move(summary), std::move(run), across_ranks});
   }
 };
 
@@ -33,3 +38,7 @@ struct CommandRegistrar {
 #define TITAN_COMMAND_CONCAT(a, b) TITAN_COMMAND_CONCAT2(a, b)
 #define TITAN_COMMAND(name, summary, fn) \
   static ::titan::cli::CommandRegistrar TITAN_COMMAND_CONCAT(titan_command_, __LINE__)(name, summary, fn)
+// A command that runs over the ranks an MPI launcher starts (Command::across_ranks).
+#define TITAN_COMMAND_ACROSS_RANKS(name, summary, fn)                                                     \
+  static ::titan::cli::CommandRegistrar TITAN_COMMAND_CONCAT(titan_command_, __LINE__)(name, summary, fn, \
+                                                                                       true)

@@ -75,9 +75,9 @@ int eval_main(int argc, char** argv) {
   return 0;
 }
 
-TITAN_COMMAND("eval",
-              "the held-out loss of a job's model (a checkpoint, or its starting weights), no training",
-              eval_main);
+TITAN_COMMAND_ACROSS_RANKS(
+    "eval", "the held-out loss of a job's model (a checkpoint, or its starting weights), no training",
+    eval_main);
 
 }  // namespace
 }  // namespace titan::cli

@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "titan/cli/command.h"
 #include "titan/core/suggest.h"
+#include "titan/dist/communicator.h"
 
 namespace titan::cli {
 std::vector<Command>& command_registry() {
@@ -74,6 +76,17 @@ int main(int argc, char** argv) {
   for (auto& c : titan::cli::command_registry()) {
     names.push_back(c.name);
     if (c.name != name) continue;
+    if (const std::optional<int> ranks = titan::dist::launcher_world_size();
+        !c.across_ranks && ranks && *ranks > 1) {
+      // Said once (by the launcher's rank 0); every rank stops.
+      if (titan::dist::launcher_rank().value_or(0) == 0)
+        std::fprintf(
+            stderr,
+            "titan %s: error: it runs as one process, and the MPI launcher started %d: run it without "
+            "mpirun (titan train, eval and check are the commands that run over ranks)\n",
+            name.c_str(), *ranks);
+      return 1;
+    }
     try {
       return c.run(int(args.size()) - 1, args.data() + 1);
     } catch (const std::exception& e) {

@@ -24,7 +24,7 @@ int train_main(int argc, char** argv) {
   return run_on_every_rank("train", *job.world, [&] { train::run_training(job.config, *job.world); }) ? 0 : 1;
 }
 
-TITAN_COMMAND("train", "train a Qwen3 model from a TOML job config", train_main);
+TITAN_COMMAND_ACROSS_RANKS("train", "train a Qwen3 model from a TOML job config", train_main);
 
 }  // namespace
 }  // namespace titan::cli
