@@ -1157,11 +1157,14 @@ TEST(DataParallelFaults, ASigtermFromMpirunSaysTheRanksAreKilled) {
   const std::string out = read_file(job.log);
   EXPECT_NE(rc, -1) << out;
   EXPECT_NE(
-      out.find("received SIGTERM from mpirun (what it sends on a Ctrl-C or a SIGTERM of its own): Open MPI "
-               "kills the ranks 1 s later"),
+      out.find(
+          "received SIGTERM from mpirun (what it sends on a Ctrl-C, a SIGTERM of its own, or when another "
+          "rank has died): Open MPI "
+          "kills the ranks 1 s later"),
       std::string::npos)
       << out;
-  EXPECT_NE(out.find("`kill -USR1 " + std::to_string(mpirun) + "` stops with a checkpoint"),
+  EXPECT_NE(out.find("to stop the job yourself, `kill -USR1 " + std::to_string(mpirun) +
+                     "` stops it with a checkpoint"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("stopping cleanly once this step is done"), std::string::npos) << out;

@@ -141,10 +141,10 @@ class StopSignals {
       const char* timeout = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
       std::snprintf(
           g_launcher_stop_line.data(), g_launcher_stop_line.size(),
-          "received SIGTERM from mpirun (what it sends on a Ctrl-C or a SIGTERM of its own): Open MPI "
-          "kills the ranks %s s later (odls_base_sigkill_timeout): a step or save not done by then is "
-          "lost, and the job resumes from the last checkpoint committed; `kill -USR1 %d` stops with "
-          "a checkpoint\n",
+          "received SIGTERM from mpirun (what it sends on a Ctrl-C, a SIGTERM of its own, or when another "
+          "rank has died): Open MPI kills the ranks %s s later (odls_base_sigkill_timeout): a step or save "
+          "not done by then is lost, and the job resumes from the last checkpoint committed; to stop the "
+          "job yourself, `kill -USR1 %d` stops it with a checkpoint\n",
           timeout && *timeout ? timeout : "1", *launcher);
     }
     sigemptyset(&stop_set_);
