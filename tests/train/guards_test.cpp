@@ -678,6 +678,11 @@ TEST(CheckpointPruning, AnInterruptedSaveIsNamedIgnoredAndReplaced) {
   run_training(tiny_config(dump, with(kCheckpointEvery2, {{"training.steps", "2"}})));
   fs::remove(ck / "step-2" / "COMMITTED");  // killed between the folder's rename and its marker
   EXPECT_EQ(CheckpointManager(ck, 2).interrupted_step_dirs(), (std::vector<fs::path>{ck / "step-2"}));
+  // A rank killed while it wrote its shards leaves the save's temporary (pid 999999999: gone).
+  const fs::path temporary = ck / ".step-4.tmp-999999999-0";
+  fs::create_directories(temporary);
+  std::ofstream(temporary / "model-rank0.safetensors") << "cut short";
+  EXPECT_EQ(CheckpointManager(ck, 2).unfinished_saves(), (std::vector<fs::path>{temporary}));
   std::string out;
   const int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
                                  cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "2"}}))),
@@ -687,9 +692,15 @@ TEST(CheckpointPruning, AnInterruptedSaveIsNamedIgnoredAndReplaced) {
                      ": a save or a deletion that never finished"),
             std::string::npos)
       << out;
+  EXPECT_NE(
+      out.find("checkpoint: ignoring " + temporary.string() +
+               ": a save that never finished (the process writing it is gone); the next save removes it"),
+      std::string::npos)
+      << out;
   EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(ck / "step-2" / "COMMITTED")) << "the new save of step 2 replaced the debris";
   EXPECT_TRUE(CheckpointManager(ck, 2).interrupted_step_dirs().empty());
+  EXPECT_FALSE(fs::exists(temporary));
 }
 
 TEST(ResumeGuard, ACheckpointAtOrPastTrainingStepsTrainsNothingAndSaysSo) {

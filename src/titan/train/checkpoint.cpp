@@ -195,16 +195,24 @@ void CheckpointManager::prune(int64_t just_saved) const {
     for (size_t i = 0; i + size_t(keep_latest_k_) < steps.size(); ++i) remove(step_dir(steps[i]));
   }
   // Debris of saves that never finished: titan's step folders without COMMITTED (a crash between
-  // the rename and the marker, or during a prune) and temporaries of killed processes
-  // (".step-N.tmp-<pid>-<n>").
-  static const std::regex temp_re("\\.step-[0-9]+\\.tmp-[0-9]+-[0-9]+");
+  // the rename and the marker, or during a prune) and temporaries of killed processes.
   std::vector<fs::path> debris = interrupted_step_dirs();
   std::erase(debris, step_dir(just_saved));
+  for (const fs::path& d : unfinished_saves()) debris.push_back(d);
+  for (auto& d : debris) remove(d);
+}
+
+std::vector<fs::path> CheckpointManager::unfinished_saves() const {
+  static const std::regex temp_re("\\.step-[0-9]+\\.tmp-[0-9]+-[0-9]+");
+  std::vector<fs::path> dirs;
+  std::error_code ec;
+  if (!fs::is_directory(folder_, ec)) return dirs;
   for (auto& e : fs::directory_iterator(folder_))
     if (e.is_directory() && std::regex_match(e.path().filename().string(), temp_re) &&
         io::is_stale_temporary(e.path()))
-      debris.push_back(e.path());
-  for (auto& d : debris) remove(d);
+      dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 std::vector<fs::path> CheckpointManager::step_dirs() const {

@@ -115,6 +115,9 @@ class CheckpointManager {
   // titan's step-N folders without COMMITTED: a save cut short between its rename and its marker,
   // or a prune cut short. Never loaded; the next save removes them.
   std::vector<std::filesystem::path> interrupted_step_dirs() const;
+  // Temporaries of saves whose process is gone (".step-N.tmp-<pid>-<n>", a rank killed while it
+  // wrote its shards): never loaded; the next save removes them.
+  std::vector<std::filesystem::path> unfinished_saves() const;
   std::optional<int64_t> latest_step() const;
   // Renames the folder `dir` to <dir>.<suffix> (-2, -3, ... when that is taken): out of the way of
   // a save, kept, never loaded or deleted. Returns the new path.

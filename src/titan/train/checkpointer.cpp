@@ -179,6 +179,10 @@ void Checkpointer::say_ignored_step_dirs(bool trains) const {
     say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
         "save removes it",
         d.c_str());
+  for (const fs::path& d : unfinished_saves())
+    say("checkpoint: ignoring %s: a save that never finished (the process writing it is gone); the next save "
+        "removes it",
+        d.c_str());
 }
 
 std::optional<fs::path> Checkpointer::resume_dir() const {

@@ -52,6 +52,7 @@ class Checkpointer {
   std::vector<std::filesystem::path> interrupted_step_dirs() const {
     return manager_.interrupted_step_dirs();
   }
+  std::vector<std::filesystem::path> unfinished_saves() const { return manager_.unfinished_saves(); }
 
   // resume_dir()'s checkpoint opened as restore() opens it (resume_step()'s: an error it cannot be
   // read names the earlier committed steps a checkpoint.load_step could resume from), with `share`
