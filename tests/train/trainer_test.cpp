@@ -783,14 +783,21 @@ TEST(Trainer, ExcludeFromLoadingTrainsOnAsANewRunFromTheSameWeights) {
        {"checkpoint.exclude_from_loading = \"dataloader\" applied as checkpoint.restart_data_stream = true",
         "checkpoint.exclude_from_loading: from step 4 on, AdamW's moments and step count start from zero and "
         "the LR schedule starts over (warmup included)",
-        "remove it once this run has saved a checkpoint"})
+        "remove it once this run has saved a checkpoint", "tokens seen; restored: the weights) in "})
     EXPECT_NE(out.find(said), std::string::npos) << said << " not in:\n" << out;
   std::ifstream saved(a / "checkpoint" / "step-5" / "train_state.json");
   const nlohmann::json ts = nlohmann::json::parse(saved);
   EXPECT_EQ(ts.at("optimizer_start_step"), 3);
   EXPECT_EQ(ts.at("lr_scheduler_start_step"), 3);
-  // Steps 6 and 7 resume without the key: the fresh starts of step 4 hold.
+  // Steps 6 and 7 resume without the key: the fresh starts of step 4 hold; the log names every part.
+  ::testing::internal::CaptureStdout();
   EXPECT_EQ(run_training(tiny_config(a, with({{"training.steps", "7"}}))).steps_run, 2);
+  const std::string whole = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(
+      whole.find("tokens seen; restored: the weights, AdamW's moments and step count, the LR schedule's "
+                 "position, the data position) in "),
+      std::string::npos)
+      << whole;
 
   const std::vector<nlohmann::json> ra = read_metrics(a), rb = read_metrics(b);
   ASSERT_EQ(ra.size(), 7u);

@@ -304,7 +304,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   } stamp{last_save_returned_};
   // Said once every rank has read its files: a rank that fails stops all of them, and no line before
   // that error may claim the restore worked.
-  std::string restored_dir;
+  std::string restored_dir, restored;
   bool restored_seed = false;
   std::vector<std::string> lines;  // what the restore found (a changed schedule, another global batch, ...)
   // What the ranks read in all: the checksums go through the run's own folder once (each rank a share
@@ -354,6 +354,12 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
       s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
     s.generation_config = ts.value("generation_config", nlohmann::json());
     if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
+    // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
+    restored = "the weights";
+    if (ts.contains("expert_bias")) restored += ", the expert biases";
+    if (!fresh_optimizer) restored += ", AdamW's moments and step count";
+    if (!fresh_schedule) restored += ", the LR schedule's position";
+    if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
     restored_dir = c.dir.string();
     restored_seed = seed;
   });
@@ -363,10 +369,11 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
         "%.1f s",
         restored_dir.c_str(), seconds_since(t0));
   else
-    say("%s %s (step %ld, %ld tokens seen%s) in %.1f s", resume_step_ ? "resumed from" : "went on from",
-        restored_dir.c_str(), long(s.step), long(s.tokens_seen),
+    say("%s %s (step %ld, %ld tokens seen%s; restored: %s) in %.1f s",
+        resume_step_ ? "resumed from" : "went on from", restored_dir.c_str(), long(s.step),
+        long(s.tokens_seen),
         resume_step_ ? "" : "; checkpoint.initial_load_model_only = false: its whole training state",
-        seconds_since(t0));
+        restored.c_str(), seconds_since(t0));
   if (resume_step_ && config_.checkpoint.load_step != -1 && config_.checkpoint.load_only) {
     // A run that saves nothing cannot replace the later steps: they stay where they are, as
     // checkpoint.load_only promises of the whole folder.
