@@ -1287,8 +1287,16 @@ TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
         parse("[model]\nflavor = \"debugmodel_moe\"\nnum_experts = 12\n[parallelism]\n"
               "expert_parallel_degree = 8\n"));
   });
-  EXPECT_NE(e.find("parallelism.expert_parallel_degree = 8 must divide the model's num_experts (12)"),
-            std::string::npos)
+  // Each number with where it came from: a key's place, or the flavor's.
+  EXPECT_NE(e.find("parallelism.expert_parallel_degree = 8 (set at "), std::string::npos) << e;
+  EXPECT_NE(e.find(") must divide model.num_experts = 12 (set at "), std::string::npos) << e;
+  e = error_of([&] {
+    resolve_model_args(
+        parse("[model]\nflavor = \"debugmodel_moe\"\n[parallelism]\nexpert_parallel_degree = 3\n"));
+  });
+  EXPECT_NE(
+      e.find(") must divide model.num_experts = 64 (model.flavor debugmodel_moe's): the experts are split"),
+      std::string::npos)
       << e;
   EXPECT_EQ(resolve_model_args(parse("[model]\nflavor = \"debugmodel_moe\"\nnum_experts = 12\n[parallelism]\n"
                                      "expert_parallel_degree = 3\n"))

@@ -72,10 +72,19 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
                   "\": titan adds the aux loss to the loss exactly when load_balance = "
                   "\"aux_loss\" (drop model.output_router_logits)");
     args.output_router_logits = add_aux;
-    TITAN_CHECK(args.num_experts % c.parallelism.expert_parallel_degree == 0,
-                "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
-                " must divide the model's num_experts (", args.num_experts,
-                "): the experts are split into that many equal runs, one per rank of an expert group");
+    if (args.num_experts % c.parallelism.expert_parallel_degree != 0) {
+      // Where each number came from: the key's place, else the model's source.
+      auto where = [&](const std::string& key, const std::string& otherwise) {
+        auto it = c.set_at.find(key);
+        return it == c.set_at.end() ? otherwise : "set at " + it->second;
+      };
+      TITAN_FAIL("parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree, " (",
+                 where("parallelism.expert_parallel_degree", "the default"),
+                 ") must divide model.num_experts = ", args.num_experts, " (",
+                 where("model.num_experts", c.model.name == "hf" ? "from model.hf_assets_path's config.json"
+                                                                 : "model.flavor " + c.model.flavor + "'s"),
+                 "): the experts are split into that many equal runs, one per rank of an expert group");
+    }
   }
   try {
     args.validate();
