@@ -275,6 +275,13 @@ TEST(JobConfig, UnknownKeysAreErrorsThatSuggestTheNearMiss) {
   EXPECT_NE(e.find("unknown section [trainig]"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'training'"), std::string::npos) << e;
 
+  // torchtitan's keys are candidates too: a mistyped one is meant as torchtitan's, not as the nearest
+  // of titan's own (pipeline_parallel_degre was taken for expert_parallel_degree).
+  e = parse_error("", {{"parallelism.pipeline_parallel_degre", "1"}});
+  EXPECT_NE(e.find("did you mean 'parallelism.pipeline_parallel_degree'"), std::string::npos) << e;
+  e = parse_error("", {{"compile.enabel", "true"}});
+  EXPECT_NE(e.find("did you mean 'compile.enable'"), std::string::npos) << e;
+
   e = parse_error("", {{"model.n_layer", "2"}});  // model fields are keys too
   EXPECT_NE(e.find("did you mean 'model.n_layers'"), std::string::npos) << e;
 
@@ -1366,6 +1373,29 @@ TEST(JobConfig, AnOptionWithoutASectionIsAnUnknownOptionOfTheCommand) {
                      "--section.key=value; did you mean --training.steps or --validation.steps?)"),
             std::string::npos)
       << out;
+}
+
+// torchtitan's command line: the job file as --job.config_file, a boolean key bare for true and with
+// "no_" before its name for false; a key that is not boolean still needs its value.
+TEST(JobConfig, TorchtitansCommandLineSpellingsAreAccepted) {
+  const std::string titan = titan::testing::titan_binary().string(),
+                    cfg = (titan::testing::source_dir() / "configs" / "debugmodel.toml").string();
+  std::string out;
+  EXPECT_EQ(titan::testing::run_command(titan + " plan --job.config_file " + cfg +
+                                            " --checkpoint.enable --checkpoint.no_initial_load_model_only "
+                                            "--training.seq_len=64 2>&1",
+                                        &out),
+            0)
+      << out;
+  // false applied (the default is true), and said to have no effect without an initial_load_path
+  EXPECT_NE(out.find("checkpoint.initial_load_model_only = false: no effect"), std::string::npos) << out;
+  EXPECT_NE(titan::testing::run_command(titan + " plan --config " + cfg + " --training.steps 2>&1", &out), 0);
+  EXPECT_NE(out.find("titan plan: error: --training.steps needs a value"), std::string::npos) << out;
+  EXPECT_TRUE(is_boolean_key("checkpoint.enable"));
+  EXPECT_TRUE(is_boolean_key("checkpoint.enable_checkpoint"));  // torchtitan's older name for it
+  EXPECT_TRUE(is_boolean_key("compile.enable"));
+  EXPECT_FALSE(is_boolean_key("training.steps"));
+  EXPECT_FALSE(is_boolean_key("job.config_file"));
 }
 
 // optimizer.name: torchtitan's two, AdamW and Adam (torch.optim.Adam's L2 weight decay).

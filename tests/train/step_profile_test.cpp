@@ -27,10 +27,11 @@ void expect_meta_matches_cpu(const qwen3::ModelArgs& args, const StepShape& shap
   EXPECT_EQ(meta.other, cpu.other);
   EXPECT_GT(meta.activations(), 0);
   EXPECT_EQ(meta.after_step_peak > 0, cpu.after_step_peak > 0);
-  if (cpu.after_step_peak > 0)
+  if (cpu.after_step_peak > 0) {
     EXPECT_LE(std::abs(double(meta.after_step_peak - cpu.after_step_peak)) / double(cpu.after_step_peak),
               0.05)
         << "meta " << meta.after_step_peak << " B vs cpu " << cpu.after_step_peak << " B after the step";
+  }
   const double rel = std::abs(double(meta.peak - cpu.peak)) / double(cpu.peak);
   EXPECT_LE(rel, 0.05) << "meta peak " << meta.peak << " B vs cpu peak " << cpu.peak << " B";
   // Both hand out memory through the same caching policy: their reservations agree as closely.
@@ -467,7 +468,9 @@ TEST(StepProfile, ACudaStepFitsWhenItsReplayWithinTheBoundCompletes) {
     EXPECT_EQ(f.fits, completes) << available << " bytes";
     EXPECT_EQ(f.by_returning_cache, completes) << available << " bytes";
     EXPECT_EQ(f.unbounded_need, p.reserved);
-    if (f.fits) EXPECT_LE(f.need, available);
+    if (f.fits) {
+      EXPECT_LE(f.need, available);
+    }
   }
 }
 

@@ -203,9 +203,24 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
                  matches > 0 && matches <= 3 ? named + "?" : "", ")");
     }
     if (eq == std::string::npos) {
-      TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
-      value = argv[++i];
+      const bool bare = i + 1 == argc || std::string(argv[i + 1]).rfind("--", 0) == 0;
+      // A boolean key given bare is true, and its "no_" spelling false (torchtitan's command line:
+      // --checkpoint.enable, --checkpoint.no_initial_load_model_only).
+      const size_t dot = key.rfind('.');
+      const std::string negated =
+          key.compare(dot + 1, 3, "no_") == 0 ? key.substr(0, dot + 1) + key.substr(dot + 4) : "";
+      if (bare && train::is_boolean_key(key)) {
+        value = "true";
+      } else if (bare && !negated.empty() && train::is_boolean_key(negated)) {
+        key = negated;
+        value = "false";
+      } else {
+        TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
+        value = argv[++i];
+      }
     }
+    // torchtitan's launcher names the job file with --job.config_file.
+    if (key == "job.config_file") key = "config";
     TITAN_CHECK(!value.empty() || (key != "config" && std::find(own.begin(), own.end(), key) == own.end()),
                 "titan ", command, ": --", key,
                 " is empty; give it a value or leave it out (an unset shell "

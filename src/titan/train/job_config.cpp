@@ -442,7 +442,10 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
     }
   }
   if (apply_torchtitan_key(c, fields, key, value, where, node)) return;
-  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, job_config_keys()));
+  // The nearest of titan's keys and torchtitan's (a torchtitan key mistyped is meant as torchtitan's).
+  std::vector<std::string> known = job_config_keys();
+  for (const TorchtitanKey& k : torchtitan_keys()) known.emplace_back(k.key);
+  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, known));
 }
 
 void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where) {
@@ -1042,6 +1045,16 @@ std::vector<std::string> job_config_keys() {
   for (const Field& f : schema(c)) keys.push_back(f.key);
   for (const std::string& k : qwen3::override_keys()) keys.push_back("model." + k);
   return keys;
+}
+
+bool is_boolean_key(const std::string& key) {
+  JobConfig c;
+  for (const Field& f : schema(c))
+    if (f.key == key) return f.kind == Field::Bool;
+  const TorchtitanKey* k = find_torchtitan_key(key);
+  if (!k) return false;
+  if (k->use == TorchtitanUse::Alias) return is_boolean_key(std::string(k->target));
+  return k->use == TorchtitanUse::OffOnly ? k->target == "false" : k->type == TorchtitanType::Bool;
 }
 
 }  // namespace titan::train

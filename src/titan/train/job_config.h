@@ -252,5 +252,9 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
                            const std::vector<std::pair<std::string, std::string>>& overrides);
 // Every key titan's job config has ("training.steps", "model.dim", ...), for suggestions.
 std::vector<std::string> job_config_keys();
+// Whether `key` takes true or false: one of titan's boolean keys, or a boolean key of torchtitan's
+// job config (its aliases and the ones titan accepts with a note): a command line may give it bare
+// (`--checkpoint.enable`), as torchtitan's does.
+bool is_boolean_key(const std::string& key);
 
 }  // namespace titan::train
