@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "tiny_job.h"
 #include "titan/core/check.h"
+#include "titan/train/metrics.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -233,6 +234,10 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
     ASSERT_EQ(tt::run_command(job + " --training.steps=2", &out), 0) << out;
     std::ofstream(run / "metrics.jsonl", std::ios::app) << "{\"step\": 3, \"lo";
     ASSERT_EQ(tt::run_command(job + " --training.steps=4", &out), 0) << out;
+    EXPECT_NE(out.find("warning: metrics: '" + (run / "metrics.jsonl").string() +
+                       "' ended in a record cut short (step 3; "),
+              std::string::npos)
+        << out;
     std::ifstream f(run / "metrics.jsonl");
     std::vector<int64_t> steps;
     for (std::string line; std::getline(f, line);)
@@ -434,6 +439,43 @@ TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {
   }
   const std::string ulps = titan::train::render_report({titan::train::read_run(dir / "ulps")});
   EXPECT_NE(ulps.find("learning rate"), std::string::npos);
+}
+
+// A run stopped while it wrote a record leaves it cut short, without its newline. The next run in the
+// folder drops it and says so, naming the file and, when the torn text got past it, the step: the
+// resume logs the steps after its checkpoint again, but a torn step at or before the checkpoint has
+// no record any more (its loss and val_loss are gone; the report draws across the gap).
+TEST(Report, ARecordCutShortIsDroppedAndSaid) {
+  const fs::path file = tt::temp_dir("report_torn_record") / "metrics.jsonl";
+  titan::train::MetricsOutputs outputs;
+  outputs.jsonl = file;
+  // titan writes a record's keys in sorted order: "step" after "loss", "lr", "memory_gib", ...
+  const std::string whole = json{{"step", 18}, {"loss", 2.5}, {"lr", 1e-3}}.dump() + "\n" +
+                            json{{"step", 19}, {"loss", 2.4}, {"lr", 1e-3}}.dump() + "\n";
+  const std::string dropped = "warning: metrics: '" + file.string() + "' ended in a record cut short (";
+  const std::string rule =
+      "; a run stopped while writing it): dropped. A resume logs the steps after its checkpoint "
+      "again, not those at or before it: ";
+  for (const auto& [torn, says] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"loss\":2.3,\"lr\":0.001,\"step\":20,\"step_sec",
+            "step 20" + rule + "if the checkpoint is step 20 or later, step 20 has no record\n"},
+           // Cut inside the number: "2" may be 20, so no step is named.
+           {"{\"loss\":2.3,\"lr\":0.001,\"step\":2",
+            "its step unreadable" + rule + "if the torn step is one of those, it has no record\n"},
+           {"{\"loss\":2.3,\"l",
+            "its step unreadable" + rule + "if the torn step is one of those, it has no record\n"},
+       }) {
+    std::ofstream(file, std::ios::binary) << whole << torn;
+    testing::internal::CaptureStdout();
+    { titan::train::MetricsLogger logger(outputs); }
+    EXPECT_EQ(testing::internal::GetCapturedStdout(), dropped + says) << torn;
+    EXPECT_EQ(read_file(file), whole) << torn;  // ends at the last whole record
+  }
+  // A file that ends in a whole record is left as it is, and nothing is said.
+  testing::internal::CaptureStdout();
+  { titan::train::MetricsLogger logger(outputs); }
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(read_file(file), whole);
 }
 
 }  // namespace

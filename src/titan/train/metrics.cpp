@@ -361,9 +361,28 @@ nlohmann::json step_record(const StepMetrics& m, int rank) {
 
 namespace {
 
+// The step of a record cut short, when its text got past the whole number after "step": (titan
+// writes the keys in sorted order, so "step" is not first); -1 when it did not (best effort: the
+// text is what a crash left).
+int64_t step_of_torn_record(const std::string& torn) {
+  const std::string key = "\"step\":";
+  const size_t at = torn.find(key);
+  if (at == std::string::npos) return -1;
+  size_t i = torn.find_first_not_of(" \t", at + key.size());
+  const size_t digits = i;
+  int64_t step = 0;
+  for (; i < torn.size() && i - digits < 18 && torn[i] >= '0' && torn[i] <= '9'; ++i)
+    step = step * 10 + (torn[i] - '0');
+  // A number cut short ("20" torn to "2") would name the wrong step: only one that ends is read.
+  if (i == digits || i == torn.size() || (torn[i] != ',' && torn[i] != '}' && torn[i] != ' ')) return -1;
+  return step;
+}
+
 // A record cut short (a full disk, a power loss) leaves the file without its last newline; the
 // resumed run would append its next record to the torn one, and that line, neither record, would
-// stop every later reader. The torn tail goes: its step is logged again after the resume.
+// stop every later reader. The torn tail goes, said: the resume logs the steps after its checkpoint
+// again, but not a step at or before it (the checkpointed step's own record, torn by a crash right
+// after the save), whose record is then lost.
 void drop_torn_record(const fs::path& path) {
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
@@ -382,9 +401,22 @@ void drop_torn_record(const fs::path& path) {
     end = begin;
   }
   if (keep == size) return;
+  // Its step is near the start of the record; a tail without a newline in megabytes is no record.
+  std::string torn(size_t(std::min<uintmax_t>(size - keep, 64 * 1024)), '\0');
+  in.clear();
+  in.seekg(std::streamoff(keep));
+  in.read(torn.data(), std::streamsize(torn.size()));
+  torn.resize(size_t(std::max<std::streamsize>(in.gcount(), 0)));
   fs::resize_file(path, keep, ec);
   TITAN_CHECK(!ec, "metrics: cannot drop the record cut short at the end of '", path.string(),
               "': ", ec.message());
+  const int64_t step = step_of_torn_record(torn);
+  const std::string s = std::to_string(step);
+  say("warning: metrics: '%s' ended in a record cut short (%s; a run stopped while writing it): dropped. "
+      "A resume logs the steps after its checkpoint again, not those at or before it: %s",
+      path.string().c_str(), step >= 0 ? ("step " + s).c_str() : "its step unreadable",
+      step >= 0 ? ("if the checkpoint is step " + s + " or later, step " + s + " has no record").c_str()
+                : "if the torn step is one of those, it has no record");
 }
 
 }  // namespace
