@@ -1585,10 +1585,10 @@ TEST(CommandLine, ErrorsNameTheFlagAndTheWayOut) {
             "titan plan: error: --memory-per-rank '96' is 96 bytes, too few for a rank's memory: give a "
             "unit"},
            {"report " + (dir / "run").string(),
-            "titan report: error: " + (dir / "run" / "metrics.jsonl").string() +
-                " does not exist: the run (its run_info.json is there) logged no step (yet)"},
+            "titan report: error: '" + (dir / "run" / "metrics.jsonl").string() +
+                "' does not exist: the run (its run_info.json is there) logged no step (yet)"},
            {"report " + (dir / "broken").string(),
-            (dir / "broken" / "metrics.jsonl").string() + ":2: not a JSON record: column "},
+            "'" + (dir / "broken" / "metrics.jsonl").string() + "', line 2: not a JSON record: column "},
            {"report " + (dir / "broken").string() + " --out " + (dir / "missing" / "a.html").string(),
             "titan report: error: --out: the folder '" + (dir / "missing").string() + "' does not exist"},
            {"debug dump --model-path " + model + " --tokens " + (dir / "t.safetensors").string() + " --out " +

@@ -208,14 +208,26 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
     return std::string();
   };
   std::string e = error_of(dir / "missing");
-  EXPECT_NE(e.find("metrics.jsonl"), std::string::npos) << e;
+  EXPECT_NE(e.find("report: '" + (dir / "missing").string() +
+                   "' does not exist (give a run's dump_folder, or its metrics.jsonl)"),
+            std::string::npos)
+      << e;
+  fs::create_directories(dir / "empty");
+  e = error_of(dir / "empty");
+  EXPECT_NE(
+      e.find("report: '" + (dir / "empty").string() + "' holds no metrics.jsonl: is it a run's dump_folder?"),
+      std::string::npos)
+      << e;
   fs::create_directories(dir / "broken");
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\"\n";
   e = error_of(dir / "broken");
-  EXPECT_NE(e.find("metrics.jsonl:2"), std::string::npos) << e;
+  EXPECT_NE(
+      e.find("report: '" + (dir / "broken" / "metrics.jsonl").string() + "', line 2: not a JSON record"),
+      std::string::npos)
+      << e;
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 1e400}\n";  // out of range
   e = error_of(dir / "broken");
-  EXPECT_NE(e.find("metrics.jsonl:1: not a JSON record"), std::string::npos) << e;
+  EXPECT_NE(e.find("metrics.jsonl', line 1: not a JSON record"), std::string::npos) << e;
   // A last line cut short, without its newline (a run writing it, or stopped while it did), is left
   // out; the records before it are charted.
   std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo";
@@ -248,21 +260,23 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   // A run that logged nothing yet: nothing to chart, said.
   std::ofstream(dir / "broken" / "metrics.jsonl") << "";
   e = error_of(dir / "broken");
-  EXPECT_NE(e.find("metrics.jsonl holds no record: the run logged no step (yet)"), std::string::npos) << e;
+  EXPECT_NE(e.find("metrics.jsonl' holds no record: the run logged no step (yet)"), std::string::npos) << e;
   // A record of the wrong shape is named by line and field, never charted without it.
   for (const auto& [record, says] : std::vector<std::pair<std::string, std::string>>{
            {"{\"step\": 2, \"loss\": \"abc\"}",
-            "metrics.jsonl:2: \"loss\" of step 2 is \"abc\", not a number"},
+            "metrics.jsonl', line 2: \"loss\" of step 2 is \"abc\", not a number"},
            {"{\"step\": 2, \"loss\": 2, \"trained_tokens\": \"12\"}",
-            "metrics.jsonl:2: \"trained_tokens\" of step 2 is \"12\", not a number"},
-           {"{\"step\": 2, \"grad_norm\": 1.5}", "metrics.jsonl:2: the record of step 2 has no \"loss\""},
-           {"{\"step\": -7, \"loss\": 2}", "metrics.jsonl:2: \"step\" is -7; steps count from 1"},
+            "metrics.jsonl', line 2: \"trained_tokens\" of step 2 is \"12\", not a number"},
+           {"{\"step\": 2, \"grad_norm\": 1.5}",
+            "metrics.jsonl', line 2: the record of step 2 has no \"loss\""},
+           {"{\"step\": -7, \"loss\": 2}", "metrics.jsonl', line 2: \"step\" is -7; steps count from 1"},
            {"{\"step\": 9999999999999999999, \"loss\": 2}",
-            "metrics.jsonl:2: \"step\" is 9999999999999999999, past the largest step (9223372036854775807)"},
+            "metrics.jsonl', line 2: \"step\" is 9999999999999999999, past the largest step "
+            "(9223372036854775807)"},
            {"{\"step\": 2, \"loss\": 2, \"warmup\": 1}",
-            "metrics.jsonl:2: \"warmup\" of step 2 is 1, not true or false"},
+            "metrics.jsonl', line 2: \"warmup\" of step 2 is 1, not true or false"},
            {"{\"step\": 2, \"loss\": 2, \"loss\": 3}",
-            "metrics.jsonl:2: the key \"loss\" appears twice in one record"}}) {
+            "metrics.jsonl', line 2: the key \"loss\" appears twice in one record"}}) {
     std::ofstream(dir / "broken" / "metrics.jsonl") << "{\"step\": 1, \"loss\": 2}\n" << record << "\n";
     e = error_of(dir / "broken");
     EXPECT_NE(e.find(says), std::string::npos) << record << ": " << e;
@@ -275,12 +289,12 @@ TEST(Report, ValidationLossIsDashedAndBadRunFoldersAreNamed) {
   std::ofstream(dir / "broken" / "check.json")
       << json{{"rows", {{{"check", "export"}, {"status", "MAYBE"}}}}}.dump();
   e = error_of(dir / "broken");
-  EXPECT_NE(e.find("check.json: row 'export' has status 'MAYBE', not PASS, FAIL or SKIP"), std::string::npos)
+  EXPECT_NE(e.find("check.json': row 'export' has status 'MAYBE', not PASS, FAIL or SKIP"), std::string::npos)
       << e;
   fs::remove(dir / "broken" / "check.json");
   std::ofstream(dir / "broken" / "run_info.json") << "[]";
   e = error_of(dir / "broken");
-  EXPECT_NE(e.find("run_info.json is not a run's run_info.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("run_info.json' is not a run's run_info.json"), std::string::npos) << e;
 }
 
 // Axes that read: a constant series sits mid-chart on its own scale (not on a +-0.05 axis through
@@ -476,6 +490,57 @@ TEST(Report, ARecordCutShortIsDroppedAndSaid) {
   { titan::train::MetricsLogger logger(outputs); }
   EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
   EXPECT_EQ(read_file(file), whole);
+}
+
+// The command line: a run is given by its folder or its metrics.jsonl; a folder that does not exist
+// is said as such; --out naming a folder is said as such, before anything about what it holds.
+TEST(Report, RunArgumentsAndTheOutputFolderAreSaidPlainly) {
+  const fs::path dir = tt::temp_dir("report_arguments");
+  fs::create_directories(dir / "runs" / "dense");
+  std::ofstream(dir / "runs" / "dense" / "metrics.jsonl") << json{{"step", 1}, {"loss", 2.0}}.dump() << "\n";
+  const std::string titan = tt::titan_binary().string() + " report ";
+  std::string out;
+
+  // The file itself means its folder: the run keeps its folder's name.
+  EXPECT_EQ(titan::train::read_run(dir / "runs" / "dense" / "metrics.jsonl").name, "dense");
+  EXPECT_EQ(titan::train::run_folder(dir / "runs" / "dense" / "metrics.jsonl"), dir / "runs" / "dense");
+  const fs::path page = dir / "page.html";
+  ASSERT_EQ(
+      tt::run_command(titan + (dir / "runs" / "dense" / "metrics.jsonl").string() + " --out " + page.string(),
+                      &out),
+      0)
+      << out;
+  EXPECT_NE(read_file(page).find("<h2><i class=\"swatch\" style=\"background:" + titan::train::run_colour(0) +
+                                 "\"></i>dense</h2>"),
+            std::string::npos);
+  // Another file is no run.
+  std::ofstream(dir / "runs" / "dense" / "notes.txt") << "x";
+  out.clear();
+  EXPECT_EQ(tt::run_command(
+                titan + (dir / "runs" / "dense" / "notes.txt").string() + " --out " + page.string(), &out),
+            1);
+  EXPECT_NE(out.find("titan report: error: '" + (dir / "runs" / "dense" / "notes.txt").string() +
+                     "' is not a folder: give a run's dump_folder, or its metrics.jsonl"),
+            std::string::npos)
+      << out;
+
+  out.clear();
+  EXPECT_EQ(tt::run_command(titan + (dir / "bad" / "missing").string() + " --out " + page.string(), &out), 1);
+  EXPECT_NE(out.find("titan report: error: '" + (dir / "bad" / "missing").string() +
+                     "' does not exist (give a run's dump_folder, or its metrics.jsonl)"),
+            std::string::npos)
+      << out;
+
+  // --out naming the folder that holds the run.
+  out.clear();
+  EXPECT_EQ(
+      tt::run_command(titan + (dir / "runs" / "dense").string() + " --out " + (dir / "runs").string(), &out),
+      1);
+  EXPECT_NE(out.find("titan report: error: --out: '" + (dir / "runs").string() +
+                     "' is a folder; give the file to write"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("contains the input"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// titan report RUN_DIR [RUN_DIR ...] [--out report.html]
+// titan report RUN_DIR|RUN_DIR/metrics.jsonl [...] [--out report.html]
 #include <cstdio>
 #include <filesystem>
 
@@ -16,15 +16,22 @@ int report_main(int argc, char** argv) {
               "One self-contained HTML page charting the runs' metrics (overlaid), with their configs.");
   p.option("out", "the page to write", "report.html").takes_positional();
   if (!p.parse(argc, argv)) return 0;
-  TITAN_CHECK(!p.positional().empty(), "titan report: give one or more run folders (a run's job.dump_folder)");
-  std::vector<std::filesystem::path> dirs(p.positional().begin(), p.positional().end());
+  TITAN_CHECK(!p.positional().empty(),
+              "titan report: give one or more run folders (a run's job.dump_folder, or its metrics.jsonl)");
+  // A run's folder, or its metrics.jsonl.
+  std::vector<std::filesystem::path> dirs;
+  for (const std::string& given : p.positional()) dirs.push_back(train::run_folder(given));
+  // A folder given as the page is said as such first: that it also holds the inputs is beside the point.
+  const std::filesystem::path out = p.get("out");
+  TITAN_CHECK(!std::filesystem::is_directory(out), "titan report --out: '", out.string(),
+              "' is a folder; give the file to write");
   // The page may go into a run folder, but never over what the report reads.
   std::vector<std::filesystem::path> inputs;
   for (const auto& d : dirs)
     for (const char* f : {"metrics.jsonl", "run_info.json", "check.json"}) inputs.push_back(d / f);
-  io::check_output_file(p.get("out"), inputs, "titan report --out");
-  train::write_report(dirs, p.get("out"));
-  std::printf("report: wrote %s (%zu run%s)\n", p.get("out").c_str(), dirs.size(), dirs.size() == 1 ? "" : "s");
+  io::check_output_file(out, inputs, "titan report --out");
+  train::write_report(dirs, out);
+  std::printf("report: wrote %s (%zu run%s)\n", out.c_str(), dirs.size(), dirs.size() == 1 ? "" : "s");
   return 0;
 }
 

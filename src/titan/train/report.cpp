@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -173,7 +172,20 @@ std::string run_colour(size_t i) {
   return palette[i % (sizeof palette / sizeof *palette)];
 }
 
-RunRecord read_run(const fs::path& dir) {
+fs::path run_folder(const fs::path& given) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(given, ec);
+  TITAN_CHECK(st.type() != fs::file_type::not_found, "report: '", given.string(),
+              "' does not exist (give a run's dump_folder, or its metrics.jsonl)");
+  TITAN_CHECK(!ec, "report: '", given.string(), "' cannot be read: ", ec.message());
+  if (fs::is_directory(st)) return given;
+  TITAN_CHECK(given.filename() == "metrics.jsonl", "report: '", given.string(),
+              "' is not a folder: give a run's dump_folder, or its metrics.jsonl");
+  return given.has_parent_path() ? given.parent_path() : fs::path(".");
+}
+
+RunRecord read_run(const fs::path& given) {
+  const fs::path dir = run_folder(given);
   RunRecord r;
   r.dir = dir;
   r.name = fs::absolute(dir).lexically_normal().filename().string();
@@ -181,11 +193,13 @@ RunRecord read_run(const fs::path& dir) {
   const fs::path metrics = dir / "metrics.jsonl";
   // A run writes metrics.jsonl at its first logged step, run_info.json before: a run that has
   // logged no step yet is not a folder that is no run.
-  TITAN_CHECK(fs::exists(metrics) || !fs::exists(dir / "run_info.json"), "report: ", metrics.string(),
-              " does not exist: the run (its run_info.json is there) logged no step (yet)");
-  std::ifstream f(metrics, std::ios::binary);
-  TITAN_CHECK(f, "report: ", metrics, " cannot be read (is ", dir, " a run's dump_folder?)");
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  TITAN_CHECK(fs::exists(fs::symlink_status(metrics, ec)) || !fs::exists(dir / "run_info.json"), "report: '",
+              metrics.string(),
+              "' does not exist: the run (its run_info.json is there) logged no step (yet)");
+  TITAN_CHECK(fs::exists(fs::symlink_status(metrics, ec)), "report: '", dir.string(),
+              "' holds no metrics.jsonl: is it a run's dump_folder?");
+  const std::string text = io::read_regular_file(metrics, "report");
   std::set<long> warmups, steps;
   std::map<std::string, std::set<long>> not_finite;
   long last_step = std::numeric_limits<long>::min();  // none yet
@@ -211,10 +225,11 @@ RunRecord read_run(const fs::path& dir) {
       j = json::parse(line, note_duplicates);
     } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
       if (unterminated) {
-        std::fprintf(stderr,
-                     "report: %s:%ld: the last line is cut short (a run still writing it, or stopped while "
-                     "it did): left out\n",
-                     metrics.string().c_str(), n);
+        std::fprintf(
+            stderr,
+            "report: '%s', line %ld: the last line is cut short (a run still writing it, or stopped while "
+            "it did): left out\n",
+            metrics.string().c_str(), n);
         break;
       }
       // The parser's own "[json.exception.parse_error.101] parse error at line 1, ..." names its
@@ -227,30 +242,30 @@ RunRecord read_run(const fs::path& dir) {
                  what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
         what.erase(0, close + 2);
       }
-      TITAN_FAIL("report: ", metrics.string(), ":", n, ": not a JSON record: ", what);
+      TITAN_FAIL("report: '", metrics.string(), "', line ", n, ": not a JSON record: ", what);
     }
-    TITAN_CHECK(duplicate.empty(), "report: ", metrics.string(), ":", n, ": the key \"", duplicate,
+    TITAN_CHECK(duplicate.empty(), "report: '", metrics.string(), "', line ", n, ": the key \"", duplicate,
                 "\" appears twice in one record; which one is meant?");
-    TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: ", metrics.string(), ":",
-                n, ": a record needs an integer \"step\"");
+    TITAN_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "report: '",
+                metrics.string(), "', line ", n, ": a record needs an integer \"step\"");
     // Past int64 the parser holds it unsigned: quoted as written, not wrapped to a negative.
-    TITAN_CHECK(!j["step"].is_number_unsigned() || j["step"].get<uint64_t>() <= uint64_t(INT64_MAX), "report: ",
-                metrics.string(), ":", n, ": \"step\" is ", j["step"].get<uint64_t>(), ", past the largest step (",
-                INT64_MAX, ")");
+    TITAN_CHECK(!j["step"].is_number_unsigned() || j["step"].get<uint64_t>() <= uint64_t(INT64_MAX),
+                "report: '", metrics.string(), "', line ", n, ": \"step\" is ", j["step"].get<uint64_t>(),
+                ", past the largest step (", INT64_MAX, ")");
     const long step = j["step"].get<long>();
-    TITAN_CHECK(step >= 1, "report: ", metrics.string(), ":", n, ": \"step\" is ", step,
+    TITAN_CHECK(step >= 1, "report: '", metrics.string(), "', line ", n, ": \"step\" is ", step,
                 "; steps count from 1");
     // The fields titan train writes: each a number (null where a value was not finite), and every
     // record has a loss. Another program's records may hold fewer, or extra fields, charted when numeric.
-    TITAN_CHECK(j.contains("loss"), "report: ", metrics.string(), ":", n, ": the record of step ", step,
-                " has no \"loss\"");
+    TITAN_CHECK(j.contains("loss"), "report: '", metrics.string(), "', line ", n, ": the record of step ",
+                step, " has no \"loss\"");
     for (const char* k : {"loss", "aux_loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops",
                           "mfu", "step_seconds", "val_loss", "val_perplexity", "comm_mib", "comm_seconds",
                           "padding_pct", "trained_tokens", "expert_load_max", "experts_idle"})
-      TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: ", metrics.string(), ":", n,
-                  ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
-    TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: ", metrics.string(), ":", n,
-                ": \"warmup\" of step ", step, " is ", j["warmup"].dump(), ", not true or false");
+      TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: '", metrics.string(),
+                  "', line ", n, ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
+    TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: '", metrics.string(), "', line ",
+                n, ": \"warmup\" of step ", step, " is ", j["warmup"].dump(), ", not true or false");
     // A step at or before the last one logged starts another trajectory (a resume re-logging the
     // steps after its checkpoint, a roll-back to checkpoint.load_step): the records of the steps from
     // there on belong to the one it replaces, and go.
@@ -271,8 +286,8 @@ RunRecord read_run(const fs::path& dir) {
     }
     if (j.value("warmup", false)) warmups.insert(step);
   }
-  TITAN_CHECK(last_step != std::numeric_limits<long>::min(), "report: ", metrics.string(),
-              " holds no record: the run logged no step (yet)");
+  TITAN_CHECK(last_step != std::numeric_limits<long>::min(), "report: '", metrics.string(),
+              "' holds no record: the run logged no step (yet)");
   r.warmup_steps.assign(warmups.begin(), warmups.end());
   r.steps.assign(steps.begin(), steps.end());
   for (auto& [k, at] : not_finite)
@@ -320,7 +335,7 @@ RunRecord read_run(const fs::path& dir) {
         for (auto& [k, v] : info["versions"].items())
           r.versions[k] = v.is_string() ? v.get<std::string>() : v.dump();
     } catch (const json::exception& e) {  // valid JSON of another shape ([], a number for a string)
-      TITAN_FAIL("report: ", info_path.string(), " is not a run's run_info.json: ", e.what());
+      TITAN_FAIL("report: '", info_path.string(), "' is not a run's run_info.json: ", e.what());
     }
   }
   // [profiling]: the traces folder named in the config in effect, its newest iteration.
@@ -353,18 +368,19 @@ RunRecord read_run(const fs::path& dir) {
   const fs::path check_path = dir / "check.json";
   if (fs::exists(check_path)) {
     json check = read_json(check_path);
-    TITAN_CHECK(check.contains("rows") && check["rows"].is_array(), "report: ", check_path.string(),
-                ": a titan check file needs a \"rows\" array (titan check --json writes one)");
+    TITAN_CHECK(check.contains("rows") && check["rows"].is_array(), "report: '", check_path.string(),
+                "': a titan check file needs a \"rows\" array (titan check --json writes one)");
     try {
       for (auto& row : check["rows"]) {
         const std::string status = row.value("status", "");
-        TITAN_CHECK(status == "PASS" || status == "FAIL" || status == "SKIP", "report: ", check_path.string(),
-                    ": row '", row.value("check", ""), "' has status '", status, "', not PASS, FAIL or SKIP");
+        TITAN_CHECK(status == "PASS" || status == "FAIL" || status == "SKIP", "report: '",
+                    check_path.string(), "': row '", row.value("check", ""), "' has status '", status,
+                    "', not PASS, FAIL or SKIP");
         r.check_rows.push_back(
             {row.value("check", ""), status, row.value("value", ""), row.value("rule", "")});
       }
     } catch (const json::exception& e) {  // a row of another shape (a number for a string)
-      TITAN_FAIL("report: ", check_path.string(), " is not a titan check file: ", e.what());
+      TITAN_FAIL("report: '", check_path.string(), "' is not a titan check file: ", e.what());
     }
   }
   return r;

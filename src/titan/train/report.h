@@ -36,9 +36,14 @@ struct RunRecord {
   double profile_seconds = 0;
 };
 
+// The run folder that `given` names: itself, or, given a metrics.jsonl, the folder holding it. A
+// path that does not exist, or a file of another name, is an error.
+std::filesystem::path run_folder(const std::filesystem::path& given);
+
 // Reads RUN_DIR/metrics.jsonl (required), RUN_DIR/run_info.json and RUN_DIR/check.json (when
 // present), and the newest iteration_<step>/rank0_trace.json under the run's
-// profiling.save_traces_folder (from run_info.json's config in effect). Errors name the file and line.
+// profiling.save_traces_folder (from run_info.json's config in effect); `dir` as run_folder reads
+// it. Errors name the file (quoted: 'path') and line.
 RunRecord read_run(const std::filesystem::path& dir);
 
 // The metrics every page charts, in page order: {metrics.jsonl field, chart title}.
