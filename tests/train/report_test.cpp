@@ -315,6 +315,29 @@ TEST(Report, ARolledBackRunShowsItsNewestTrajectory) {
   const std::map<long, double> want = {{1, 9.0}, {2, 8.0}, {3, 23.0}, {4, 24.0}};
   EXPECT_EQ(r.series.at("loss"), want);
   EXPECT_EQ(r.warmup_steps, (std::vector<long>{1, 3}));
+  // The page says what the newest trajectory replaced.
+  const std::string html = titan::train::render_report({r});
+  EXPECT_NE(
+      html.find(
+          ", 4 logged steps; 3 records replaced by a later trajectory (steps 3-5 re-logged from step 3)</p>"),
+      std::string::npos)
+      << html;
+  // Again, over steps logged every 10 (a resume from step 20's checkpoint logs its first step, 21,
+  // then 30 again): each time said, the records counted over both.
+  {
+    std::ofstream f(dir / "metrics.jsonl", std::ios::app);
+    for (int step : {10, 20, 30, 21, 30}) f << json{{"step", step}, {"loss", 1.0}}.dump() << "\n";
+  }
+  const std::string twice = titan::train::render_report({titan::train::read_run(dir)});
+  EXPECT_NE(
+      twice.find(
+          ", 8 logged steps; 4 records replaced by a later trajectory (steps 3-5 re-logged from step 3; "
+          "step 30 re-logged from step 21)</p>"),
+      std::string::npos)
+      << twice;
+  // A run that never went back says nothing of it.
+  std::ofstream(dir / "metrics.jsonl") << json{{"step", 1}, {"loss", 1.0}}.dump() << "\n";
+  EXPECT_EQ(titan::train::render_report({titan::train::read_run(dir)}).find("replaced"), std::string::npos);
 }
 
 // A MoE run's balance is charted (aux loss, expert load, idle experts) from its records; a page of
@@ -399,7 +422,11 @@ TEST(Report, StepsWithANonFiniteLossAreNamedNotDroppedSilently) {
   EXPECT_EQ(back.steps, (std::vector<long>{1}));
   EXPECT_TRUE(back.not_finite.empty());
   const std::string one = titan::train::render_report({back});
-  EXPECT_NE(one.find(", 1 logged step</p>"), std::string::npos) << one;
+  EXPECT_NE(
+      one.find(
+          ", 1 logged step; 3 records replaced by a later trajectory (steps 1-3 re-logged from step 1)</p>"),
+      std::string::npos)
+      << one;
   EXPECT_EQ(one.find("not finite"), std::string::npos);
 
   // A long run of them is shortened to its first and last six.
@@ -453,6 +480,64 @@ TEST(Report, AxesOfConstantTinyRangeAndShortRuns) {
   }
   const std::string ulps = titan::train::render_report({titan::train::read_run(dir / "ulps")});
   EXPECT_NE(ulps.find("learning rate"), std::string::npos);
+}
+
+// The summary table of each run: every figure read from its records (here hand-written, the
+// expected figures worked out by hand), speed without the warm-up steps.
+TEST(Report, EachRunsSummaryFiguresComeFromItsRecords) {
+  const fs::path dir = tt::temp_dir("report_summary");
+  fs::create_directories(dir / "full");
+  {
+    std::ofstream f(dir / "full" / "metrics.jsonl");
+    f << json{{"step", 1},  {"loss", 10.0},      {"tps", 100.0},
+              {"mfu", 1.0}, {"memory_gib", 0.5}, {"warmup", true}}
+             .dump()
+      << "\n"
+      << json{{"step", 2},           {"loss", 9.0},     {"tps", 200.0},   {"mfu", 2.0},
+              {"memory_gib", 0.625}, {"val_loss", 9.5}, {"warmup", false}}
+             .dump()
+      << "\n"
+      << json{{"step", 3},          {"loss", 8.0},      {"tps", 400.0},   {"mfu", 4.0},
+              {"memory_gib", 0.75}, {"val_loss", 8.25}, {"warmup", false}}
+             .dump()
+      << "\n"
+      << json{{"step", 4},       {"loss", 7.5},    {"tps", 300.0}, {"mfu", 3.5}, {"memory_gib", 0.6875},
+              {"val_loss", 8.5}, {"warmup", false}}
+             .dump()
+      << "\n";
+  }
+  const std::string html = titan::train::render_report({titan::train::read_run(dir / "full")});
+  // tps: (200 + 400 + 300) / 3; mfu: (2 + 4 + 3.5) / 3 = 3.1666...
+  EXPECT_NE(html.find("<table class=\"summary\">"
+                      "<tr><th>last logged step</th><td>4 (loss 7.5)</td></tr>"
+                      "<tr><th>lowest val_loss</th><td>8.25 (step 3)</td></tr>"
+                      "<tr><th>mean tokens/s per rank, warm-up left out</th><td>300.0 (3 steps)</td></tr>"
+                      "<tr><th>mean MFU, warm-up left out</th><td>3.17 % (3 steps)</td></tr>"
+                      "<tr><th>peak memory of the last step logging it</th><td>0.6875 GiB (step 4)</td></tr>"
+                      "</table>"),
+            std::string::npos)
+      << html;
+
+  // A run with nothing but a warm-up step logging speed, no MFU (an unknown peak), no validation, no
+  // memory, and a last loss that was not finite: each figure says it has none.
+  fs::create_directories(dir / "sparse");
+  {
+    std::ofstream f(dir / "sparse" / "metrics.jsonl");
+    f << json{{"step", 1}, {"loss", 10.0}, {"tps", 100.0}, {"warmup", true}}.dump() << "\n"
+      << json{{"step", 2}, {"loss", nullptr}}.dump() << "\n";
+  }
+  const std::string sparse = titan::train::render_report({titan::train::read_run(dir / "sparse")});
+  EXPECT_NE(
+      sparse.find("<table class=\"summary\">"
+                  "<tr><th>last logged step</th><td>2 (loss null, not finite)</td></tr>"
+                  "<tr><th>lowest val_loss</th><td>n/a (not logged)</td></tr>"
+                  "<tr><th>mean tokens/s per rank, warm-up left out</th><td>n/a (no step after warm-up logs "
+                  "it)</td></tr>"
+                  "<tr><th>mean MFU, warm-up left out</th><td>n/a (no step after warm-up logs it)</td></tr>"
+                  "<tr><th>peak memory of the last step logging it</th><td>n/a (not logged)</td></tr>"
+                  "</table>"),
+      std::string::npos)
+      << sparse;
 }
 
 // A run stopped while it wrote a record leaves it cut short, without its newline. The next run in the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -165,6 +166,76 @@ std::string fmt_seconds(double s) {
   std::snprintf(buf, sizeof buf, "%.4f", s);
   return buf;
 }
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// The run's figures, each read from its records (the newest trajectory's), as table rows; `r` has
+// a step.
+std::string summary_rows(const RunRecord& r) {
+  auto series = [&](const char* metric) -> const std::map<long, double>* {
+    auto it = r.series.find(metric);
+    return it == r.series.end() || it->second.empty() ? nullptr : &it->second;
+  };
+  auto row = [](const std::string& name, const std::string& value) {
+    return "<tr><th>" + escape(name) + "</th><td>" + escape(value) + "</td></tr>";
+  };
+  std::string rows;
+  const long last = r.steps.back();
+  const auto* loss = series("loss");
+  const bool finite = loss && loss->count(last);
+  rows +=
+      row("last logged step", std::to_string(last) + " (loss " +
+                                  (finite ? num(loss->at(last), 5) : std::string("null, not finite")) + ")");
+  if (const auto* val = series("val_loss")) {
+    const auto lowest = std::min_element(val->begin(), val->end(),
+                                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    rows += row("lowest val_loss", num(lowest->second, 5) + " (step " + std::to_string(lowest->first) + ")");
+  } else {
+    rows += row("lowest val_loss", "n/a (not logged)");
+  }
+  // Speed without the warm-up steps, whose one-time costs are not the run's.
+  const std::set<long> warmups(r.warmup_steps.begin(), r.warmup_steps.end());
+  auto mean_after_warmup = [&](const char* metric, int decimals, const std::string& unit) {
+    double sum = 0;
+    long n = 0;
+    if (const auto* s = series(metric))
+      for (auto& [step, v] : *s)
+        if (!warmups.count(step)) sum += v, ++n;
+    if (n == 0) return std::string("n/a (no step after warm-up logs it)");
+    return fixed(sum / double(n), decimals) + unit + " (" + std::to_string(n) +
+           (n == 1 ? " step)" : " steps)");
+  };
+  rows += row("mean tokens/s per rank, warm-up left out", mean_after_warmup("tps", 1, ""));
+  rows += row("mean MFU, warm-up left out", mean_after_warmup("mfu", 2, " %"));
+  if (const auto* memory = series("memory_gib")) {
+    const auto& [step, gib] = *memory->rbegin();
+    rows += row("peak memory of the last step logging it",
+                num(gib, 5) + " GiB (step " + std::to_string(step) + ")");
+  } else {
+    rows += row("peak memory of the last step logging it", "n/a (not logged)");
+  }
+  return rows;
+}
+
+// "10 records replaced by a later trajectory (steps 11-20 re-logged from step 11)"; "" for none.
+std::string relogs_text(const RunRecord& r) {
+  if (r.relogs.empty()) return "";
+  size_t records = 0;
+  std::string which;
+  for (const RunRecord::Relog& g : r.relogs) {
+    records += g.records;
+    which += which.empty() ? "" : "; ";
+    which += g.first == g.last ? "step " + std::to_string(g.first)
+                               : "steps " + std::to_string(g.first) + "-" + std::to_string(g.last);
+    which += " re-logged from step " + std::to_string(g.from);
+  }
+  return std::to_string(records) + (records == 1 ? " record" : " records") +
+         " replaced by a later trajectory (" + which + ")";
+}
 }  // namespace
 
 std::string run_colour(size_t i) {
@@ -270,6 +341,8 @@ RunRecord read_run(const fs::path& given) {
     // steps after its checkpoint, a roll-back to checkpoint.load_step): the records of the steps from
     // there on belong to the one it replaces, and go.
     if (step <= last_step) {
+      const auto replaced = steps.lower_bound(step);
+      r.relogs.push_back({step, *replaced, last_step, size_t(std::distance(replaced, steps.end()))});
       for (auto& [name, points] : r.series) points.erase(points.lower_bound(step), points.end());
       for (auto& [name, at] : not_finite) at.erase(at.lower_bound(step), at.end());
       warmups.erase(warmups.lower_bound(step), warmups.end());
@@ -417,7 +490,10 @@ std::string render_report(const std::vector<RunRecord>& runs) {
     const RunRecord& r = runs[i];
     os << "<h2><i class=\"swatch\" style=\"background:" << run_colour(i) << "\"></i>" << escape(r.name) << "</h2>\n";
     os << "<p>" << escape(fs::absolute(r.dir).lexically_normal().string());
-    os << ", " << r.steps.size() << (r.steps.size() == 1 ? " logged step" : " logged steps") << "</p>\n";
+    os << ", " << r.steps.size() << (r.steps.size() == 1 ? " logged step" : " logged steps");
+    if (const std::string relogs = relogs_text(r); !relogs.empty()) os << "; " << escape(relogs);
+    os << "</p>\n";
+    if (!r.steps.empty()) os << "<table class=\"summary\">" << summary_rows(r) << "</table>\n";
     for (auto& [metric, at] : r.not_finite) {
       // A long run of them reads as its first and last few steps.
       std::string list;

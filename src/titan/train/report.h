@@ -2,8 +2,9 @@
 // `titan report RUN_DIR [RUN_DIR ...]`: one self-contained HTML page (inline SVG and CSS, no
 // scripts, nothing fetched) with the curves of one or more runs overlaid: loss (and val_loss
 // when a run logs it), grad norm, learning rate, tokens/s, MFU and memory per step, each run's
-// warm-up steps marked; then each run's config in effect and versions (from run_info.json), and
-// where its newest profiled steps spent their time ([profiling], rank 0's trace).
+// warm-up steps marked; then per run its summary figures (from its records), the records a later
+// trajectory replaced, its config in effect and versions (from run_info.json), and where its newest
+// profiled steps spent their time ([profiling], rank 0's trace).
 #include <filesystem>
 #include <map>
 #include <string>
@@ -22,6 +23,14 @@ struct RunRecord {
   // metric -> steps whose value titan train logged as null (not finite: a NaN or infinite loss),
   // which no chart can draw: the page names them instead.
   std::map<std::string, std::vector<long>> not_finite;
+  // Each time a step was logged again (a resume re-logging the steps after its checkpoint, a
+  // roll-back to checkpoint.load_step): the records it replaced, of steps first..last, and the step
+  // the new trajectory started at.
+  struct Relog {
+    long from, first, last;
+    size_t records;
+  };
+  std::vector<Relog> relogs;
   std::string description, config_in_effect, device, ranks;
   std::vector<std::string> config_notes;
   std::map<std::string, std::string> versions;
