@@ -526,9 +526,13 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
       << e;
   // A one-step run under the default warmup: the error says where 2 comes from.
   e = error_of([&] { parse("", {{"training.steps", "1"}}).validate(1); });
-  EXPECT_NE(e.find("lr_scheduler.warmup_steps (2) must not exceed training.steps (1) (training.steps set on "
-                   "the command line; lr_scheduler.warmup_steps left at the default)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("lr_scheduler.warmup_steps (2) must not exceed training.steps (1): torchtitan shortens the "
+             "warmup with a warning; titan asks: lower lr_scheduler.warmup_steps, or set "
+             "lr_scheduler.total_steps (the schedule's length, of which the run trains the first "
+             "training.steps) to at least 2 (training.steps set on the command line; "
+             "lr_scheduler.warmup_steps, lr_scheduler.total_steps left at the default)"),
+      std::string::npos)
       << e;
   // titan train checks the values before it starts the communicator (MPI under a launcher), so a
   // comm.* value is named the same way.

@@ -901,10 +901,14 @@ void JobConfig::validate_values(int world_size) const {
               training.steps, "): the schedule is not extrapolated past its end");
   // A run that trains (steps > 0) warms up within its schedule; the message names the values given.
   const int64_t schedule_steps = lr_scheduler.total_steps == -1 ? training.steps : lr_scheduler.total_steps;
-  TITAN_CHECK(training.steps == 0 || lr_scheduler.warmup_steps <= schedule_steps,
-              "lr_scheduler.warmup_steps (", lr_scheduler.warmup_steps, ") must not exceed ",
-              lr_scheduler.total_steps == -1 ? "training.steps (" : "lr_scheduler.total_steps (",
-              schedule_steps, ")");
+  TITAN_CHECK(
+      training.steps == 0 || lr_scheduler.warmup_steps <= schedule_steps, "lr_scheduler.warmup_steps (",
+      lr_scheduler.warmup_steps, ") must not exceed ",
+      lr_scheduler.total_steps == -1 ? "training.steps (" : "lr_scheduler.total_steps (", schedule_steps,
+      "): torchtitan shortens the warmup with a warning; titan asks: lower "
+      "lr_scheduler.warmup_steps, or set lr_scheduler.total_steps (the schedule's length, of which the run "
+      "trains the first training.steps) to at least ",
+      lr_scheduler.warmup_steps);
   TITAN_CHECK(std::isfinite(training.load_balance_coeff) && training.load_balance_coeff >= 0,
               "training.load_balance_coeff must be >= 0 (the expert-bias update step), got ",
               training.load_balance_coeff);

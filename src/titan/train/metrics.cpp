@@ -324,17 +324,17 @@ void print_step(const StepMetrics& m) {
 }
 
 // Its metrics.jsonl record; `rank` >= 0 adds the rank (a per-rank file's records).
-nlohmann::json step_record(const StepMetrics& m, int rank) {
-  nlohmann::json j = {{"step", m.step},
-                      {"loss", m.loss},
-                      {"grad_norm", m.grad_norm},
-                      {"lr", m.lr},
-                      {"memory_gib", m.memory_gib},
-                      {"memory_pct", m.memory_pct},
-                      {"tps", m.tps},
-                      {"tflops", m.tflops},
-                      {"step_seconds", m.step_seconds},
-                      {"warmup", m.warmup}};
+nlohmann::ordered_json step_record(const StepMetrics& m, int rank) {
+  nlohmann::ordered_json j = {{"step", m.step},
+                              {"loss", m.loss},
+                              {"grad_norm", m.grad_norm},
+                              {"lr", m.lr},
+                              {"memory_gib", m.memory_gib},
+                              {"memory_pct", m.memory_pct},
+                              {"tps", m.tps},
+                              {"tflops", m.tflops},
+                              {"step_seconds", m.step_seconds},
+                              {"warmup", m.warmup}};
   if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.expert_load_max >= 0) {
@@ -436,7 +436,7 @@ MetricsLogger::MetricsLogger(const MetricsOutputs& outputs) : outputs_(outputs),
 void MetricsLogger::log(const StepMetrics& m) {
   if (outputs_.console) print_step(m);
   if (jsonl_path_.empty() && !tb_) return;
-  const nlohmann::json j = step_record(m, outputs_.rank);
+  const nlohmann::ordered_json j = step_record(m, outputs_.rank);
   if (!jsonl_path_.empty()) {
     jsonl_ << j.dump() << "\n";
     jsonl_.flush();
