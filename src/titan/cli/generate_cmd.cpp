@@ -600,11 +600,12 @@ int generate_main(int argc, char** argv) {
               "tokens to generate at most (default: the model's generation_config.json's max_new_tokens, "
               "else 32)",
               "32")
-      .option("temperature",
-              "0: greedy (the most likely token); > 0: sample from softmax(logits / T); without any of "
-              "--temperature, --top-k, --top-p, --min-p, --typical-p: as the model's generation_config.json "
-              "says, else greedy (default: the generation_config.json's when it samples, else 0)",
-              "0")
+      .option(
+          "temperature",
+          "0: greedy (the most likely token); > 0: sample from softmax(logits / T); without it: as the "
+          "model's generation_config.json says, else greedy (--top-k, --top-p, --min-p, --typical-p shape "
+          "sampling and do not turn it on; default: the generation_config.json's when it samples, else 0)",
+          "0")
       .option(
           "top-k",
           "sample among the k most likely tokens only (0: all; default: the model's generation_config.json's "

@@ -769,7 +769,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   if (!cfg.training.chat_field.empty() && summary.steps_run > 0)
     std::snprintf(padding, sizeof padding, " (this run's steps %.1f%% padding)",
                   100.0 * double(summary.padding) / double(summary.step_tokens));
-  say("summary: %s (last step %ld)%s, %s, %s, %ld tokens%s, %.1f s%s",
+  say("summary: %s (last step %ld)%s, %s, %s, %ld tokens seen since step 1%s, %.1f s%s",
       counted(summary.steps_run, "step").c_str(), long(summary.last_step),
       summary.interrupted ? ", interrupted" : "", final_loss, sustained, long(summary.tokens), padding,
       summary.seconds, summary.steps_run == 0 ? " (no step taken)" : "");
