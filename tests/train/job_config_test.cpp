@@ -274,6 +274,15 @@ TEST(JobConfig, UnknownKeysAreErrorsThatSuggestTheNearMiss) {
   e = parse_error("[trainig]\nsteps = 5\n");
   EXPECT_NE(e.find("unknown section [trainig]"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'training'"), std::string::npos) << e;
+  // A short name two edits from a section is no near miss ([foo] is not [job]); a swap of two
+  // neighbours is one edit ([trainnig]).
+  e = parse_error("[foo]\nbar = 1\n");
+  EXPECT_NE(e.find("unknown section [foo]"), std::string::npos) << e;
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+  e = parse_error("[trainnig]\nsteps = 5\n");
+  EXPECT_NE(e.find("did you mean 'training'"), std::string::npos) << e;
+  e = parse_error("", {{"checkpoint.enable_checkpiont", "true"}});
+  EXPECT_NE(e.find("did you mean 'checkpoint.enable_checkpoint'"), std::string::npos) << e;
 
   // torchtitan's keys are candidates too: a mistyped one is meant as torchtitan's, not as the nearest
   // of titan's own (pipeline_parallel_degre was taken for expert_parallel_degree).

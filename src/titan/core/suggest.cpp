@@ -6,12 +6,18 @@
 namespace titan {
 
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  // Optimal string alignment: insertions, deletions, substitutions and swaps of two neighbours, the
+  // commonest typo ("enabel"), each one edit.
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
+    for (size_t j = 1; j <= b.size(); ++j) {
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        cur[j] = std::min(cur[j], before[j - 2] + 1);
+    }
+    std::swap(before, prev);
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -25,7 +31,9 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
       best_d = d;
       best = c;
     }
-  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+  // A word of three letters or fewer is two edits from most others ("foo" from "job"): one at most.
+  const size_t allowed = word.size() <= 3 ? 1 : std::max<size_t>(2, word.size() / 3);
+  return best_d <= allowed ? best : "";
 }
 
 std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {

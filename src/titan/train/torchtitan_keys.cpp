@@ -73,7 +73,8 @@ const std::vector<KeyGroup> kGroups = {
     native({"job.dump_folder", "job.description"}),
     ignored("titan always prints the config in effect",
             {{"job.print_args", kBool}, {"job.print_config", kBool}}),
-    ignored("titan prints the config in effect at start-up instead",
+    ignored("titan prints the config in effect at start-up and keeps it in <dump_folder>/run_info.json "
+            "(config_in_effect, one key = value line each) instead",
             {{"job.save_config_file", kString}, {"job.save_config_folder", kString}}),
     ignored("marks torchtitan's own integration tests", {{"job.use_for_integration_test", kBool}}),
     off_only("", kPython, {"job.custom_config_module"}),
@@ -104,7 +105,8 @@ const std::vector<KeyGroup> kGroups = {
           "the tokenizer's folder (a path to tokenizer.json or tokenizer.model stands for its folder)"),
     off_only("[]|", "titan has no model converters (float8 / MX quantized training changes the numerics)",
              {"model.converters"}),
-    ignored("titan has no model converters", {{"model.print_after_conversion", kBool}}),
+    ignored("titan has no model converters (titan info prints the model)",
+            {{"model.print_after_conversion", kBool}}),
     off_only("rmsnorm|fused_rmsnorm|compiled_rmsnorm",
              "Qwen3 normalises with RMSNorm; titan has no other norm", {"model.norm_type"}),
     ignored(
