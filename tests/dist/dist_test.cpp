@@ -1440,31 +1440,40 @@ TEST(DataParallel, FsdpRanksOnPackedConversationsOfAnMoeTrainLikeOneRank) {
         << "aux loss at step " << s;
 }
 
+// A one-process command that mpirun starts would run once per rank, each racing the others for its
+// output (N exports into one folder: one wrote it, the others failed on it): refused, said once by
+// rank 0. Its --help and `titan version` (a job comparing its hosts' builds) run; so does a command a
+// script under mpirun runs (the launcher's environment reaches it; the script decides which ranks do).
+TEST(DataParallel, AOneProcessCommandMpirunStartsIsRefusedOnce) {
+  const fs::path out = tt::temp_dir("dist_one_process_" + std::to_string(getpid())) / "hf";
+  const std::string mpirun =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np "
+      "2 ";
+  const std::string export_command = tt::titan_binary().string() + " export --checkpoint " +
+                                     out.parent_path().string() + " --out " + out.string();
+  const std::string refusal =
+      "titan export: error: it runs as one process, and the MPI launcher started 2: run it without mpirun "
+      "(the commands that run over ranks: titan ";
+  std::string said;
+  auto run = [&](const std::string& command) {
+    said.clear();
+    return tt::run_command(mpirun + command + " 2>&1", &said);
+  };
+  EXPECT_NE(run(export_command), 0) << said;
+  EXPECT_NE(said.find(refusal), std::string::npos) << said;
+  EXPECT_EQ(said.find(refusal), said.rfind(refusal)) << said;
+  for (const char* name : {"train", "eval", "check"}) EXPECT_NE(said.find(name), std::string::npos) << said;
+  EXPECT_EQ(run(tt::titan_binary().string() + " version"), 0) << said;
+  EXPECT_EQ(run(export_command + " --help"), 0) << said;
+  // Through a script: the export runs (and fails on its empty checkpoint folder, its own error).
+  EXPECT_NE(run("sh -c '" + export_command + "'"), 0) << said;
+  EXPECT_EQ(said.find("it runs as one process"), std::string::npos) << said;
+  EXPECT_NE(said.find("titan export: error: "), std::string::npos) << said;
+}
+
 // A dump folder that is not the same folder for every rank (a per-host path on several hosts; here
 // one relative path under two working folders) is refused before any step, naming the key: the
 // ranks' checkpoint shards would otherwise be missing at the first save.
-// A one-process command under mpirun would run once per rank, each racing the others for its output
-// (N exports into one folder: one wrote it, the others failed on it): refused, said once, nothing
-// written.
-TEST(DataParallel, AOneProcessCommandUnderMpirunIsRefusedOnce) {
-  const fs::path out = tt::temp_dir("dist_one_process_" + std::to_string(getpid())) / "hf";
-  std::string said;
-  EXPECT_NE(
-      tt::run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
-                      "--bind-to none -np 2 " +
-                          tt::titan_binary().string() + " export --checkpoint " + out.parent_path().string() +
-                          " --out " + out.string() + " 2>&1",
-                      &said),
-      0)
-      << said;
-  const std::string refusal =
-      "titan export: error: it runs as one process, and the MPI launcher started 2: run it without mpirun "
-      "(titan train, eval and check are the commands that run over ranks)";
-  EXPECT_NE(said.find(refusal), std::string::npos) << said;
-  EXPECT_EQ(said.find(refusal), said.rfind(refusal)) << said;
-  EXPECT_FALSE(fs::exists(out));
-}
-
 TEST(DataParallel, ADumpFolderNotSharedByEveryRankIsRefusedBeforeAnyStep) {
   const fs::path a = tt::temp_dir("dist_unshared_a"), b = tt::temp_dir("dist_unshared_b");
   const Overrides o = tiny("run", 2, {{"validation.enable", "false"}});

@@ -249,7 +249,9 @@ TEST(ExpertParallel, TheKernelsTableOfASplitModelIsWhatItsForwardCalls) {
   const Tensor ids = Tensor::zeros({2, 16}, DType::I64, Device::Meta);
   autograd::backward(split.forward_loss(ids, ids).loss);
   for (const auto& [module, op] : recorder.calls())
-    if (!module.empty()) EXPECT_TRUE(table.count({module, op})) << module << " calls " << op;
+    if (!module.empty()) {
+      EXPECT_TRUE(table.count({module, op})) << module << " calls " << op;
+    }
   for (const char* op : {"embedding", "moe_combine"}) {
     EXPECT_TRUE(recorder.calls().count({"layers.0.moe", op})) << op;
     EXPECT_FALSE(unsplit.count({"layers.0.moe", op})) << op << " is in the table of an unsplit model";

@@ -324,7 +324,9 @@ TEST(Qwen3Init, PadTokenIdRowStartsAtZeroAndGetsNoGradientFromTheLookup) {
         const Tensor& table = model.find_param("tok_embeddings.weight")->value;
         EXPECT_EQ(all_zero(row(table, pad)), pad_token_id == pad) << "the padding row at init";
         EXPECT_FALSE(all_zero(row(table, pad + 1)));
-        if (!tied) EXPECT_FALSE(all_zero(row(model.find_param("output.weight")->value, pad)));
+        if (!tied) {
+          EXPECT_FALSE(all_zero(row(model.find_param("output.weight")->value, pad)));
+        }
         autograd::backward(model.forward_loss(batch.ids, batch.targets).loss);
         return row(model.find_param("tok_embeddings.weight")->grad(), pad);
       };

@@ -1522,6 +1522,7 @@ TEST(OutputGuard, AnExportOfTheCheckpointFolderNamesTheStepsToPass) {
   // generate names them too (it read the step's train_state.json first, and said only that it is
   // missing); a run's folder, whose checkpoint/ holds the steps, is said as such.
   for (const fs::path& given : {ck, dump}) {
+    out.clear();
     ASSERT_NE(run_command(titan_binary().string() + " generate --checkpoint " + given.string() +
                               " --prompt a --max-new-tokens 1 2>&1",
                           &out),

@@ -1166,12 +1166,20 @@ TEST(TorchtitanConfig, IgnoredKeysTakeOnlyTorchtitansTypeForThem) {
 // c4_test is not bundled), where it used to surface, unplaced, when the data was read.
 TEST(TorchtitanConfig, AnUnbundledDatasetNameIsAnErrorAtItsLine) {
   const std::string e = validate_error("[training]\ndataset = \"c4_test\"\n");
-  EXPECT_NE(e.find("training.dataset: no built-in dataset named 'c4_test' (built-in: nlp-corpus, "
-                   "nlp-corpus-validation; "
-                   "torchtitan's c4 and c4_test are not bundled): set dataset_path to your own files "
-                   "(training.dataset set at job.toml:2)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("training.dataset: no built-in dataset named 'c4_test' (built-in: nlp-corpus, "
+             "nlp-corpus-validation; "
+             "torchtitan's c4, c4_test and c4_validation are not bundled): set training.dataset_path to "
+             "your own files (training.dataset set at job.toml:2"),
+      std::string::npos)
       << e;
+  // A held-out set's names its own key.
+  EXPECT_NE(
+      validate_error("[validation]\nenable = true\ndataset = \"c4_validation\"\n")
+          .find("validation.dataset: no built-in dataset named 'c4_validation' (built-in: nlp-corpus, "
+                "nlp-corpus-validation; torchtitan's c4, c4_test and c4_validation are not bundled): set "
+                "validation.dataset_path to your own files"),
+      std::string::npos);
   EXPECT_EQ(validate_error("[training]\ndataset = \"c4\"\ndataset_path = \"/data/c4\"\n"), "");
   EXPECT_NE(validate_error("[validation]\nenable = true\ndataset = \"c4_val\"\n")
                 .find("validation.dataset: no built-in dataset named 'c4_val'"),
@@ -1391,19 +1399,36 @@ TEST(JobConfig, AnOptionWithoutASectionIsAnUnknownOptionOfTheCommand) {
 // torchtitan's command line: the job file as --job.config_file, a boolean key bare for true and with
 // "no_" before its name for false; a key that is not boolean still needs its value.
 TEST(JobConfig, TorchtitansCommandLineSpellingsAreAccepted) {
-  const std::string titan = titan::testing::titan_binary().string(),
-                    cfg = (titan::testing::source_dir() / "configs" / "debugmodel.toml").string();
+  const std::string cfg = (titan::testing::source_dir() / "configs" / "debugmodel.toml").string();
   std::string out;
-  EXPECT_EQ(titan::testing::run_command(titan + " plan --job.config_file " + cfg +
-                                            " --checkpoint.enable --checkpoint.no_initial_load_model_only "
-                                            "--training.seq_len=64 2>&1",
-                                        &out),
+  auto plan = [&](const std::string& flags) {
+    out.clear();
+    return titan::testing::run_command(
+        titan::testing::titan_binary().string() + " plan " + flags + " --training.seq_len=64 2>&1", &out);
+  };
+  EXPECT_EQ(plan("--job.config_file " + cfg + " --checkpoint.enable --checkpoint.no_initial_load_model_only"),
             0)
       << out;
   // false applied (the default is true), and said to have no effect without an initial_load_path
   EXPECT_NE(out.find("checkpoint.initial_load_model_only = false: no effect"), std::string::npos) << out;
-  EXPECT_NE(titan::testing::run_command(titan + " plan --config " + cfg + " --training.steps 2>&1", &out), 0);
+  // Bare is true, no_ false: a background save's checkpoint copy is planned exactly when checkpointing is on.
+  EXPECT_EQ(plan("--config " + cfg + " --checkpoint.enable --checkpoint.async_mode=async"), 0) << out;
+  EXPECT_NE(out.find("checkpoint copy"), std::string::npos) << out;
+  EXPECT_EQ(plan("--config " + cfg + " --checkpoint.no_enable --checkpoint.async_mode=async"), 0) << out;
+  EXPECT_EQ(out.find("checkpoint copy"), std::string::npos) << out;
+  EXPECT_NE(plan("--config " + cfg + " --training.steps"), 0);
   EXPECT_NE(out.find("titan plan: error: --training.steps needs a value"), std::string::npos) << out;
+  // A key followed by another option is no boolean given bare: a mistyped one is said as unknown (not
+  // "unexpected argument '10'" after it took --training.steps as its value).
+  EXPECT_NE(plan("--config " + cfg + " --checkpoint.enabel --training.steps 10"), 0);
+  EXPECT_NE(out.find("unknown config key 'checkpoint.enabel'; did you mean 'checkpoint.enable'?"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(plan("--config " + cfg + " --training.seed --training.steps 10"), 0);
+  EXPECT_NE(out.find("--training.seed needs a value (the next argument, '--training.steps', is an option)"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(is_boolean_key("model.tie_embeddings"));
   EXPECT_TRUE(is_boolean_key("checkpoint.enable"));
   EXPECT_TRUE(is_boolean_key("checkpoint.enable_checkpoint"));  // torchtitan's older name for it
   EXPECT_TRUE(is_boolean_key("compile.enable"));

@@ -350,6 +350,14 @@ TEST(Report, AMoeRunsBalanceIsChartedWhereSomeRunLogsIt) {
     std::ofstream f(dir / "dense" / "metrics.jsonl");
     for (int step = 1; step <= 4; ++step) f << json{{"step", step}, {"loss", 10.0 - step}}.dump() << "\n";
   }
+  // Each record titan writes starts with its step (a record cut short keeps it readable).
+  {
+    std::ifstream records(dir / "moe" / "metrics.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(records, line); ++lines)
+      EXPECT_EQ(line.rfind("{\"step\":", 0), 0u) << line;
+    EXPECT_EQ(lines, 4);
+  }
   const titan::train::RunRecord moe = titan::train::read_run(dir / "moe"),
                                 dense = titan::train::read_run(dir / "dense");
   for (const char* metric : {"aux_loss", "expert_load_max", "experts_idle"})
@@ -548,7 +556,8 @@ TEST(Report, ARecordCutShortIsDroppedAndSaid) {
   const fs::path file = tt::temp_dir("report_torn_record") / "metrics.jsonl";
   titan::train::MetricsOutputs outputs;
   outputs.jsonl = file;
-  // titan writes a record's keys in sorted order: "step" after "loss", "lr", "memory_gib", ...
+  // Records of titans before 2026-12-07 have their keys in sorted order: "step" after "loss", "lr",
+  // "memory_gib", ... (today's start with it: AMoeRunsBalanceIsChartedWhereSomeRunLogsIt checks).
   const std::string whole = json{{"step", 18}, {"loss", 2.5}, {"lr", 1e-3}}.dump() + "\n" +
                             json{{"step", 19}, {"loss", 2.4}, {"lr", 1e-3}}.dump() + "\n";
   const std::string dropped = "warning: metrics: '" + file.string() + "' ended in a record cut short (";

@@ -215,7 +215,12 @@ JobArgs parse_job_args(const std::string& command, int argc, char** argv, const 
         key = negated;
         value = "false";
       } else {
-        TITAN_CHECK(i + 1 < argc, "titan ", command, ": --", key, " needs a value");
+        // The next option is not this key's value (a value that starts with -- is given as
+        // --key=--value): a mistyped boolean (--checkpoint.enabel) is said as the unknown key it is.
+        if (bare && key != "job.config_file") train::check_known_key(key);
+        TITAN_CHECK(
+            !bare, "titan ", command, ": --", key, " needs a value",
+            i + 1 < argc ? std::string(" (the next argument, '") + argv[i + 1] + "', is an option)" : "");
         value = argv[++i];
       }
     }

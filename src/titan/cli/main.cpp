@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <string>
@@ -59,6 +60,26 @@ static void keep_standard_descriptors_open() {
       open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
 }
 
+// Whether the command would do its work (write its output) once per rank: not for its --help, nor
+// for `version`, which a job may run on every host to compare builds.
+static bool writes_as_one_process(const std::string& name, const std::vector<char*>& args) {
+  if (name == "version") return false;
+  return std::none_of(args.begin() + 2, args.end(),
+                      [](const char* a) { return !std::strcmp(a, "--help") || !std::strcmp(a, "-h"); });
+}
+
+// Whether a launcher started this process itself (its parent is mpirun, an Open MPI or PRRTE daemon,
+// or Slurm's step daemon), not a script a launcher started that then runs titan: the launcher's
+// environment reaches such a script's children too (rank 0 of `mpirun -np 4 job.sh` may export).
+static bool started_by_launcher_itself() {
+  std::ifstream comm("/proc/" + std::to_string(getppid()) + "/comm");
+  std::string parent;
+  std::getline(comm, parent);
+  for (const char* launcher : {"mpirun", "mpiexec", "orterun", "prterun", "orted", "prted", "slurmstepd"})
+    if (parent.rfind(launcher, 0) == 0) return true;
+  return false;
+}
+
 int main(int argc, char** argv) {
   keep_standard_descriptors_open();
   std::vector<char*> args(argv, argv + argc);
@@ -77,14 +98,18 @@ int main(int argc, char** argv) {
     names.push_back(c.name);
     if (c.name != name) continue;
     if (const std::optional<int> ranks = titan::dist::launcher_world_size();
-        !c.across_ranks && ranks && *ranks > 1) {
+        !c.across_ranks && ranks && *ranks > 1 && writes_as_one_process(name, args) &&
+        started_by_launcher_itself()) {
       // Said once (by the launcher's rank 0); every rank stops.
+      std::string over_ranks;
+      for (auto& other : titan::cli::command_registry())
+        if (other.across_ranks) over_ranks += (over_ranks.empty() ? "titan " : ", ") + other.name;
       if (titan::dist::launcher_rank().value_or(0) == 0)
         std::fprintf(
             stderr,
             "titan %s: error: it runs as one process, and the MPI launcher started %d: run it without "
-            "mpirun (titan train, eval and check are the commands that run over ranks)\n",
-            name.c_str(), *ranks);
+            "mpirun (the commands that run over ranks: %s)\n",
+            name.c_str(), *ranks, over_ranks.c_str());
       return 1;
     }
     try {

@@ -10,8 +10,10 @@ namespace titan::data {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr const char* kHint = "run scripts/setup.sh (it fetches the tokenizer and corpus into assets/), "
-                              "or set TITAN_ASSETS_DIR";
+constexpr const char* kHint =
+    "run scripts/setup.sh (it fetches the tokenizer and corpus into assets/), "
+    "set TITAN_ASSETS_DIR, or name your own: model.hf_assets_path (a folder holding "
+    "tokenizer.json) and training.dataset_path";
 
 bool complete(const fs::path& dir) {
   std::error_code ec;
@@ -37,7 +39,9 @@ fs::path assets_dir() {
       if (dir == dir.parent_path()) break;
     }
   }
-  std::string looked = "'" + starts.front().string() + "'";
+  std::string looked = "'";
+  looked += starts.front().string();
+  looked += "'";
   if (starts.size() > 1) looked += " or '" + starts.back().string() + "'";
   TITAN_FAIL("assets: no prepared assets folder found in or above ", looked, ": ", kHint);
 }
@@ -48,15 +52,17 @@ fs::path default_tokenizer_path() {
   return p;
 }
 
-std::string builtin_dataset_error(std::string_view name) {
+std::string builtin_dataset_error(std::string_view name, std::string_view section) {
   if (name == "nlp-corpus" || name == "nlp-corpus-validation") return "";
-  return "no built-in dataset named '" + std::string(name) +
-         "' (built-in: nlp-corpus, nlp-corpus-validation; torchtitan's c4 and c4_test are not bundled): set "
-         "dataset_path to your own files";
+  std::string error = "no built-in dataset named '";
+  error.append(name).append(
+      "' (built-in: nlp-corpus, nlp-corpus-validation; torchtitan's c4, c4_test and c4_validation are not "
+      "bundled): set ");
+  return error.append(section).append(".dataset_path to your own files");
 }
 
-fs::path builtin_dataset_path(std::string_view name) {
-  const std::string error = builtin_dataset_error(name);
+fs::path builtin_dataset_path(std::string_view name, std::string_view section) {
+  const std::string error = builtin_dataset_error(name, section);
   TITAN_CHECK(error.empty(), error);
   fs::path p = assets_dir() / "datasets" / std::string(name);
   TITAN_CHECK(fs::is_directory(p), "assets: dataset folder ", p, " is missing: ", kHint);

@@ -15,9 +15,9 @@ std::filesystem::path default_tokenizer_path();  // <assets>/tokenizer/qwen3
 
 // A built-in dataset by name: "nlp-corpus" (`training.dataset`'s default) or "nlp-corpus-validation"
 // (`validation.dataset`'s default: documents held out of nlp-corpus by scripts/fetch_assets.sh).
-std::filesystem::path builtin_dataset_path(std::string_view name);
+std::filesystem::path builtin_dataset_path(std::string_view name, std::string_view section = "training");
 // "" when `name` is a built-in dataset; else why not, with the names there are.
-std::string builtin_dataset_error(std::string_view name);
+std::string builtin_dataset_error(std::string_view name, std::string_view section = "training");
 std::filesystem::path default_dataset_path();
 
 }  // namespace titan::data

@@ -18,6 +18,7 @@
 #include "titan/train/metrics.h"
 #include "titan/train/native_model.h"
 #include "titan/train/resume_guard.h"
+#include "titan/train/validation.h"
 #include "titan/train/versions.h"
 
 namespace titan::train {
@@ -356,7 +357,7 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
     if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
     // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
     restored = "the weights";
-    if (ts.contains("expert_bias")) restored += ", the expert biases";
+    if (ts.contains("expert_bias") && !s.model.expert_bias().empty()) restored += ", the expert biases";
     if (!fresh_optimizer) restored += ", AdamW's moments and step count";
     if (!fresh_schedule) restored += ", the LR schedule's position";
     if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
@@ -529,11 +530,12 @@ void Checkpointer::save(TrainState& s, const ResolvedJob& job, When when) {
   ts["world_size"] = plan_.world_size();
   // The rows of each global held-out batch its validation scores (as Validator resolves them): titan
   // eval of this checkpoint names a different number, whose validation.steps batches hold other tokens.
-  ts["validation_rows"] =
-      (c.validation.local_batch_size == -1 ? c.training.local_batch_size : c.validation.local_batch_size) *
-      plan_.dp_size();
-  // And the length of those rows: another one scores each token with another context.
-  ts["validation_seq_len"] = c.validation.seq_len == -1 ? c.training.seq_len : c.validation.seq_len;
+  // (A run that did not validate logged no val_loss to compare with.)
+  if (c.validation.enable) {
+    ts["validation_rows"] = validation_rank_rows(c) * plan_.dp_size();
+    // And the length of those rows: another one scores each token with another context.
+    ts["validation_seq_len"] = validation_seq_len(c);
+  }
   ts["mesh"] = {{"dp_replicate", plan_.dp_replicate()},
                 {"dp_shard", plan_.dp_shard()},
                 {"tp", c.parallelism.tensor_parallel_degree},

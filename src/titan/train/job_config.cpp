@@ -403,6 +403,18 @@ bool apply_torchtitan_key(JobConfig& c, std::vector<Field>& fields, const std::s
   return true;
 }
 
+// Titan's keys and torchtitan's: what a key is checked against, and its near misses suggested from.
+std::vector<std::string> known_keys() {
+  std::vector<std::string> known = job_config_keys();
+  for (const TorchtitanKey& k : torchtitan_keys()) known.emplace_back(k.key);
+  return known;
+}
+
+[[noreturn]] void fail_unknown_key(const std::string& key, const std::string& where) {
+  // The nearest of titan's keys and torchtitan's (a torchtitan key mistyped is meant as torchtitan's).
+  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, known_keys()));
+}
+
 // Sets `key` from a textual value; `node` is the TOML value when it comes from the file; `written`
 // is the key as the user wrote it when that was an older spelling of `key`.
 void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, const std::string& value,
@@ -442,10 +454,7 @@ void apply(JobConfig& c, std::vector<Field>& fields, const std::string& key, con
     }
   }
   if (apply_torchtitan_key(c, fields, key, value, where, node)) return;
-  // The nearest of titan's keys and torchtitan's (a torchtitan key mistyped is meant as torchtitan's).
-  std::vector<std::string> known = job_config_keys();
-  for (const TorchtitanKey& k : torchtitan_keys()) known.emplace_back(k.key);
-  TITAN_FAIL(where, ": unknown config key '", key, "'", suggestion(key, known));
+  fail_unknown_key(key, where);
 }
 
 void parse_kernels(JobConfig& c, const toml::table& t, const std::string& where) {
@@ -824,6 +833,13 @@ int64_t ParallelismSection::shard_degree(int world_size) const {
   return data_parallel_shard_degree == -1 ? world_size / data_parallel_replicate_degree : data_parallel_shard_degree;
 }
 
+std::string JobConfig::where_set(const std::string& key) const {
+  auto it = set_at.find(key);
+  if (it == set_at.end()) return "";
+  if (it->second == "command line") return "set on the command line";
+  return (it->second.rfind("--", 0) == 0 ? "set by " : "set at ") + it->second;
+}
+
 void JobConfig::validate(int world_size) const {
   try {
     validate_values(world_size);
@@ -856,8 +872,7 @@ void JobConfig::validate(int world_size) const {
       else if (where == "command line")
         on_command_line += (on_command_line.empty() ? "" : ", ") + key;
       else
-        places += (places.empty() ? "" : "; ") + key + (where.rfind("--", 0) == 0 ? " set by " : " set at ") +
-                  where;
+        places += (places.empty() ? "" : "; ") + key + " " + where_set(key);
     }
     if (!on_command_line.empty())
       places += (places.empty() ? "" : "; ") + on_command_line + " set on the command line";
@@ -875,7 +890,7 @@ void JobConfig::validate_values(int world_size) const {
     if (const std::string e = data::builtin_dataset_error(training.dataset); !e.empty())
       TITAN_FAIL("training.dataset: ", e);
   if (validation.enable && validation.dataset_path.empty())
-    if (const std::string e = data::builtin_dataset_error(validation.dataset); !e.empty())
+    if (const std::string e = data::builtin_dataset_error(validation.dataset, "validation"); !e.empty())
       TITAN_FAIL("validation.dataset: ", e);
   positive(training.local_batch_size, "training.local_batch_size");
   positive(training.seq_len, "training.seq_len");
@@ -1051,7 +1066,14 @@ std::vector<std::string> job_config_keys() {
   return keys;
 }
 
+void check_known_key(const std::string& key) {
+  if (key.rfind("kernels.", 0) == 0) return;  // [kernels] takes any op's name (checked when applied)
+  const std::vector<std::string> known = known_keys();
+  if (std::find(known.begin(), known.end(), key) == known.end()) fail_unknown_key(key, "command line");
+}
+
 bool is_boolean_key(const std::string& key) {
+  if (key.rfind("model.", 0) == 0 && qwen3::is_bool_field(key.substr(6))) return true;
   JobConfig c;
   for (const Field& f : schema(c))
     if (f.key == key) return f.kind == Field::Bool;

@@ -232,6 +232,9 @@ struct JobConfig {
   // Where each key given a value got it ("file:line:col", "command line", or a command's flag that
   // sets it, "--mesh dp_shard=4" of titan plan): a validation error names the place to change.
   std::map<std::string, std::string> set_at;
+  // Where `key` got its value as a message says it: "set at job.toml:4:1", "set on the command line",
+  // "set by --mesh dp_shard=4"; "" when nothing set it.
+  std::string where_set(const std::string& key) const;
 
   // Every key and its value in effect, "section.key = value" lines (the start-up log).
   std::string describe() const;
@@ -256,5 +259,8 @@ std::vector<std::string> job_config_keys();
 // job config (its aliases and the ones titan accepts with a note): a command line may give it bare
 // (`--checkpoint.enable`), as torchtitan's does.
 bool is_boolean_key(const std::string& key);
+// Fails as an unknown key of the command line fails ("unknown config key ...; did you mean ..."),
+// unless `key` is one of titan's or torchtitan's keys, or a [kernels] entry.
+void check_known_key(const std::string& key);
 
 }  // namespace titan::train

@@ -362,8 +362,8 @@ nlohmann::ordered_json step_record(const StepMetrics& m, int rank) {
 namespace {
 
 // The step of a record cut short, when its text got past the whole number after "step": (titan
-// writes the keys in sorted order, so "step" is not first); -1 when it did not (best effort: the
-// text is what a crash left).
+// writes it first; records of titans before 2026-12-07 have it after "loss", "lr", "memory_gib" ...,
+// in sorted order); -1 when it did not (best effort: the text is what a crash left).
 int64_t step_of_torn_record(const std::string& torn) {
   const std::string key = "\"step\":";
   const size_t at = torn.find(key);

@@ -483,7 +483,10 @@ std::string render_report(const std::vector<RunRecord>& runs) {
         "read speed and MFU from the others).</p>\n<div class=\"charts\">\n";
   for (auto& [metric, title] : report_charts()) os << chart(runs, metric, title);
   for (auto& [metric, title] : report_moe_charts())
-    if (std::any_of(runs.begin(), runs.end(), [&](const RunRecord& r) { return r.series.count(metric) > 0; }))
+    if (std::any_of(runs.begin(), runs.end(), [&](const RunRecord& r) {
+          auto it = r.series.find(metric);
+          return it != r.series.end() && !it->second.empty();
+        }))
       os << chart(runs, metric, title);
   os << "</div>\n";
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -75,8 +75,8 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
     if (args.num_experts % c.parallelism.expert_parallel_degree != 0) {
       // Where each number came from: the key's place, else the model's source.
       auto where = [&](const std::string& key, const std::string& otherwise) {
-        auto it = c.set_at.find(key);
-        return it == c.set_at.end() ? otherwise : "set at " + it->second;
+        const std::string set = c.where_set(key);
+        return set.empty() ? otherwise : set;
       };
       TITAN_FAIL("parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree, " (",
                  where("parallelism.expert_parallel_degree", "the default"),

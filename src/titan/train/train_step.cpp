@@ -179,9 +179,11 @@ StepResult TrainStep::run(TrainState& s) const {
   StepResult r;
   r.lr = s.schedule.lr(step - 1 - s.schedule_start);
   const std::vector<Tensor> step_expert_counts = plan_.sum_over_ranks(g.expert_counts);
+  // Read before the update is queued: the counts are ready (the step's backward is done, its loss and
+  // norm were read), and a read after it would wait for the optimizer too.
+  r.expert_load = expert_load(step_expert_counts);
   apply_update(s.model, s.optimizer, r.lr, step - s.optimizer_start, max_norm_, g.grad_norm,
                step_expert_counts, expert_bias_coeff_);
-  r.expert_load = expert_load(step_expert_counts);
   r.tokens = batch_ * seq_len_ * accumulation_ * plan_.dp_size();
   for (const data::Batch& batch : batches) {
     for (int64_t length : batch.lengths) r.padding += seq_len_ - length;

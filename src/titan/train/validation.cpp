@@ -16,6 +16,15 @@
 
 namespace titan::train {
 
+int64_t validation_seq_len(const JobConfig& cfg) {
+  return cfg.validation.seq_len == -1 ? cfg.training.seq_len : cfg.validation.seq_len;
+}
+
+int64_t validation_rank_rows(const JobConfig& cfg) {
+  return cfg.validation.local_batch_size == -1 ? cfg.training.local_batch_size
+                                               : cfg.validation.local_batch_size;
+}
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -25,7 +34,7 @@ fs::path resolve_held_out(const ValidationSection& v) {
   // expands a glob and reports a missing path or an empty match under the key.
   if (!v.dataset_path.empty()) return v.dataset_path;
   try {
-    return data::builtin_dataset_path(v.dataset);
+    return data::builtin_dataset_path(v.dataset, "validation");
   } catch (const Error& e) {
     TITAN_FAIL("validation.dataset: ", e.what());
   }
@@ -62,8 +71,8 @@ Validator::Validator(const JobConfig& cfg, const data::Tokenizer& tokenizer,
   loader_config_.best_fit_window = best_fit_window(cfg.training);
   loader_config_.text_split = cfg.training.text_split;
   loader_config_.eos_id = document_separator(cfg.training, tokenizer);
-  loader_config_.seq_len = v.seq_len == -1 ? cfg.training.seq_len : v.seq_len;
-  rank_rows_ = v.local_batch_size == -1 ? cfg.training.local_batch_size : v.local_batch_size;
+  loader_config_.seq_len = validation_seq_len(cfg);
+  rank_rows_ = validation_rank_rows(cfg);
   loader_config_.local_batch_size = rank_rows_ * plan.dp_size();
   loader_config_.infinite = false;  // one pass: the held-out set is never repeated within an evaluation
   // ... over all of it: the batch it ends in is scored too (its missing rows padding), so that the

@@ -27,6 +27,11 @@
 
 namespace titan::train {
 
+// The held-out rows' length and each data-parallel rank's rows per batch: [validation]'s, where -1
+// follows [training]'s.
+int64_t validation_seq_len(const JobConfig& cfg);
+int64_t validation_rank_rows(const JobConfig& cfg);
+
 struct ValidationResult {
   double loss = 0;        // mean cross-entropy per target token (the MoE aux loss is not part of it)
   double perplexity = 0;  // exp(loss)

@@ -230,6 +230,12 @@ bool is_moe_field(const std::string& key) {
   return false;
 }
 
+bool is_bool_field(const std::string& key) {
+  for (auto& f : fields())
+    if (key == f.name) return f.kind == Field::Bool;
+  return false;
+}
+
 void apply_override(ModelArgs& args, const std::string& key, const std::string& value) {
   for (auto& f : fields()) {
     if (key != f.name) continue;

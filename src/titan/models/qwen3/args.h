@@ -74,6 +74,8 @@ std::vector<std::string> override_keys();
 // Whether field `key` configures experts (num_experts, top_k, moe_hidden_dim, ...): meaningless for a
 // dense model.
 bool is_moe_field(const std::string& key);
+// Whether field `key` is true or false (tie_embeddings, norm_topk_prob, output_router_logits).
+bool is_bool_field(const std::string& key);
 // Whether field `key` shapes the function the weights compute (dim, rope_theta, norm_eps, ...): the
 // fields weights may not load under, nor a checkpoint resume under, with another value. The others:
 // the MoE loss settings (router_aux_loss_coef, output_router_logits) weigh a loss term, a training
