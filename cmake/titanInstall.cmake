@@ -2,7 +2,8 @@
 # include/titan/, and a CMake package (lib/cmake/titan/titanConfig.cmake, target titan::titan)
 # so another project does find_package(titan). examples/train_debugmodel is such a project;
 # tests/install/ builds and runs it against a temporary install prefix and against the build tree. With the CUDA backend,
-# lib/ also holds libtitan_cuda.so (loaded on first use of device cuda).
+# lib/ also holds libtitan_cuda.so (loaded on first use of device cuda). The README and docs/ go to
+# share/doc/titan: an install carries the reference of every command and config key.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -34,3 +35,5 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/titanConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/titanConfig.cmake ${PROJECT_BINARY_DIR}/titanConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -72,7 +72,9 @@ TEST(CudaServices, DescribesTheDevice) {
   ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
   EXPECT_EQ(s.peak_flops(DType::BF16), cuda::datasheet_peak_flops(p.name, DType::BF16)) << d;
   EXPECT_EQ(s.peak_flops(DType::F32), cuda::datasheet_peak_flops(p.name, DType::F32)) << d;
-  if (std::string(p.name) == "NVIDIA H200") EXPECT_EQ(s.peak_flops(DType::BF16), 989.4e12);
+  if (std::string(p.name) == "NVIDIA H200") {
+    EXPECT_EQ(s.peak_flops(DType::BF16), 989.4e12);
+  }
 }
 
 TEST(CudaServices, AllocatorCountsAndReusesBlocks) {

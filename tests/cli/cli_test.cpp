@@ -79,6 +79,13 @@ TEST(CommandLine, HelpIsACommandToo) {
   r = titan("help train");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("usage: titan train --config FILE.toml"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("titan train --list-keys"), std::string::npos) << r.out;
+  // The reference of every key, from the binary (an install need not carry docs/ along).
+  r = titan("train --list-keys");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\n[training]\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nmixed_precision_param = \"bfloat16\"  # bfloat16 | float32\n"), std::string::npos)
+      << r.out;
 }
 
 TEST(CommandLine, ErrorsNameTheCommandOnce) {

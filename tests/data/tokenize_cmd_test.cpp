@@ -264,7 +264,8 @@ TEST(TokenizeCommand, ReadsBrokenTextAsTrainingDoes) {
   // here too, naming its line, where it used to be shown as if a run would train on it.
   write_file(dir / "latin1.jsonl",
              "{\"messages\": [{\"role\": \"user\", \"content\": \"\xE9t\xE9 \xE0 \xE9\xE8\xEA\xE0\xF9\"}, "
-             "{\"role\": \"assistant\", \"content\": \"\xE7a \xEE\xF4 \xE9\xE8\xEA\xE0\xF9\"}]}\n");
+             "{\"role\": \"assistant\", \"content\": \"\xE7"
+             "a \xEE\xF4 \xE9\xE8\xEA\xE0\xF9\"}]}\n");
   EXPECT_NE(run_command(titan_binary().string() + " tokenize --chat messages --input " +
                             (dir / "latin1.jsonl").string() + " --output " + (dir / "latin1.out").string(),
                         &out),

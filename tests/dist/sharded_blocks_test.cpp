@@ -104,7 +104,9 @@ void check_reduction(int64_t replicate, int64_t shard, DType reduce, const Gradi
     sharding.after_backward(1);
     // bf16: the whole f32 gradient is freed once its bf16 copy is made; f32 keeps it until the
     // reduce-scatter that reads it is over.
-    if (shard > 1 && reduce == DType::BF16) EXPECT_FALSE(blocks[1].grad_resident()) << what;
+    if (shard > 1 && reduce == DType::BF16) {
+      EXPECT_FALSE(blocks[1].grad_resident()) << what;
+    }
     if (shard == 1 && mb > 0) {
       Tensor& g = blocks[0].grad();
       for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] += gradient(plan.rank(), mb, 0, i);

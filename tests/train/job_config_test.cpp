@@ -13,6 +13,8 @@
 #include "titan/core/check.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/meta_world.h"
+#include "titan/models/qwen3/args.h"
+#include "titan/train/job_config_reference.h"
 #include "titan/train/metrics.h"
 #include "titan/train/startup.h"
 #include "titan/train/step_profile.h"
@@ -1524,4 +1526,34 @@ TEST(JobConfig, SaveTbFolderIsAFolderOfItsOwnUnderTheDumpFolder) {
   const JobConfig off = parse("[metrics]\nsave_tb_folder = \"board\"\n", {});
   EXPECT_EQ(note_of(off, "metrics.save_tb_folder"),
             "metrics.save_tb_folder = board: no effect, metrics.enable_tensorboard = false");
+}
+
+// `titan train --list-keys`: a TOML file of the defaults that reads back as them and names every key
+// (titan's, the model fields, torchtitan's others) with the choices of those that have them.
+TEST(JobConfigReference, IsATomlFileOfTheDefaultsNamingEveryKey) {
+  const std::string reference = job_config_reference();
+  EXPECT_EQ(parse_job_config(reference, "list-keys", {}).describe(), JobConfig().describe());
+  const toml::table table = toml::parse(reference);
+  const std::vector<std::string> model_fields = qwen3::override_keys();
+  const size_t fields_line = reference.find("# and any model field");
+  ASSERT_NE(fields_line, std::string::npos) << reference;
+  for (const std::string& key : job_config_keys()) {
+    const std::string name = key.substr(key.find('.') + 1);
+    if (key.rfind("model.", 0) == 0 && std::count(model_fields.begin(), model_fields.end(), name)) {
+      EXPECT_NE(reference.find(" " + name, fields_line), std::string::npos) << key;
+    } else {
+      EXPECT_TRUE(table.at_path(key)) << key << " is not in\n" << reference;
+    }
+  }
+  for (const TorchtitanKey& k : torchtitan_keys()) {
+    if (k.use != TorchtitanUse::Native) {
+      EXPECT_NE(reference.find("#   " + std::string(k.key) + ": "), std::string::npos) << k.key;
+    }
+  }
+  EXPECT_NE(reference.find("decay_type = \"linear\"  # linear | cosine | sqrt\n"), std::string::npos)
+      << reference;
+  EXPECT_NE(reference.find("exclude_from_loading = []  # each of model | optimizer"), std::string::npos)
+      << reference;
+  EXPECT_NE(reference.find("#   checkpoint.enable_checkpoint: an older name of checkpoint.enable"),
+            std::string::npos);
 }

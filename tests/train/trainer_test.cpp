@@ -1907,9 +1907,14 @@ TEST(Trainer, LoadStepRollsBackAndSetsTheLaterCheckpointsAside) {
   const Overrides common = {{"training.steps", "4"},           {"training.deterministic", "true"},
                             {"checkpoint.enable", "true"},     {"checkpoint.interval", "1"},
                             {"checkpoint.keep_latest_k", "0"}, {"checkpoint.last_save_in_hf", "true"}};
-  run_training(tiny_config(dump, common));
+  const JobConfig job = tiny_config(dump, common);
+  run_training(job);
   const auto first = read_metrics(dump);
   ASSERT_EQ(first.size(), 4u);
+  // torchtitan's n_tokens_seen: each step adds its input tokens.
+  for (size_t i = 0; i < first.size(); ++i)
+    EXPECT_EQ(first[i].at("tokens_seen").get<int64_t>(),
+              int64_t(i + 1) * job.training.local_batch_size * job.training.seq_len);
   const fs::path ck = dump / "checkpoint";
   auto text_of = [](const fs::path& p) {
     std::ifstream in(p);
@@ -1941,6 +1946,7 @@ TEST(Trainer, LoadStepRollsBackAndSetsTheLaterCheckpointsAside) {
     EXPECT_EQ(all[4 + i].at("step"), first[2 + i].at("step"));
     EXPECT_EQ(all[4 + i].at("loss").get<double>(), first[2 + i].at("loss").get<double>());
     EXPECT_EQ(all[4 + i].at("batch_hash"), first[2 + i].at("batch_hash"));
+    EXPECT_EQ(all[4 + i].at("tokens_seen"), first[2 + i].at("tokens_seen"));  // counted on from step 2's
   }
   for (const char* moved : {"step-3.rolled-back", "step-4.rolled-back", "step-4-hf.rolled-back"})
     EXPECT_TRUE(fs::exists(ck / moved)) << moved;

@@ -1,21 +1,30 @@
 // titan train --config FILE.toml [--section.key=value | --section.key value ...]
 #include <cstdio>
+#include <cstring>
 
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/cli/job_launch.h"
+#include "titan/train/job_config_reference.h"
 #include "titan/train/trainer.h"
 
 namespace titan::cli {
 namespace {
 
 int train_main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--list-keys") == 0) {
+    std::fputs(train::job_config_reference().c_str(), stdout);
+    return 0;
+  }
   JobArgs a = parse_job_args("train", argc, argv);
   if (a.help) {
     std::printf(
         "usage: titan train --config FILE.toml [--section.key=value ...]\n"
+        "       titan train --list-keys\n"
         "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
-        "command line, e.g. --training.steps=20 --model.n_layers=4. See docs/training.md.\n");
+        "command line, e.g. --training.steps=20 --model.n_layers=4. --list-keys prints every key\n"
+        "with its default and choices (a TOML file of the defaults); docs/training.md (installed in\n"
+        "share/doc/titan) says what each does.\n");
     return 0;
   }
   LaunchedJob job = launch_job(a);

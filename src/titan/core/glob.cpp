@@ -11,7 +11,12 @@ std::string glob_problem(const std::string& p) {
     if (close == std::string::npos)
       return "the '[' at character " + std::to_string(i + 1) + " is never closed by ']'";
     const size_t first = i + 1 < close && p[i + 1] == '!' ? i + 2 : i + 1;  // "[!...]": not in the set
-    if (close == first) return "'" + p.substr(i, close - i + 1) + "' is an empty set: it matches nothing";
+    if (close == first) {
+      // Appended, not "'" + substr: g++ 12 warns -Wrestrict on that chain (a false alarm).
+      std::string set = "'";
+      set.append(p, i, close - i + 1).append("' is an empty set: it matches nothing");
+      return set;
+    }
     for (size_t k = first; k < close; ++k)
       if (k + 2 < close && p[k + 1] == '-') {
         if (p[k] > p[k + 2])

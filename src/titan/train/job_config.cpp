@@ -20,6 +20,7 @@
 #include "titan/dist/communicator.h"
 #include "titan/io/path_guard.h"
 #include "titan/models/qwen3/args.h"
+#include "titan/train/job_config_reference.h"
 #include "titan/train/torchtitan_keys.h"
 
 namespace titan::train {
@@ -1022,29 +1023,95 @@ std::string JobConfig::left_out_note(bool resumes) const {
   return line.empty() ? line : "left out, so titan's default where torchtitan's differs: " + line;
 }
 
+namespace {
+// A field's value as TOML writes it.
+std::string toml_value(const Field& f) {
+  switch (f.kind) {
+    // A JSON string is a TOML basic string (the same escapes): quotes, backslashes and newlines
+    // in a value keep the listing one key per line and valid TOML.
+    case Field::Str:
+      return nlohmann::json(*static_cast<std::string*>(f.ptr))
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    case Field::Int:
+      return std::to_string(*static_cast<int64_t*>(f.ptr));
+    case Field::Float:
+      return format_double(*static_cast<double*>(f.ptr));
+    case Field::Bool:
+      return *static_cast<bool*>(f.ptr) ? "true" : "false";
+    case Field::List:
+      return nlohmann::json(*static_cast<std::vector<std::string>*>(f.ptr)).dump();
+  }
+  return "";
+}
+
+std::string joined(const std::vector<std::string>& items, const std::string& between) {
+  std::string s;
+  for (const std::string& item : items) s += (s.empty() ? "" : between) + item;
+  return s;
+}
+}  // namespace
+
 std::string JobConfig::describe() const {
   JobConfig copy = *this;
   std::ostringstream os;
-  for (auto& f : schema(copy)) {
-    os << "  " << f.key << " = ";
-    switch (f.kind) {
-      // A JSON string is a TOML basic string (the same escapes): quotes, backslashes and newlines
-      // in a value keep the listing one key per line and valid TOML.
-      case Field::Str:
-        os << nlohmann::json(*static_cast<std::string*>(f.ptr))
-                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        break;
-      case Field::Int: os << *static_cast<int64_t*>(f.ptr); break;
-      case Field::Float: os << format_double(*static_cast<double*>(f.ptr)); break;
-      case Field::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
-      case Field::List:
-        os << nlohmann::json(*static_cast<std::vector<std::string>*>(f.ptr)).dump();
-        break;
+  for (auto& f : schema(copy)) os << "  " << f.key << " = " << toml_value(f) << "\n";
+  for (auto& [k, v] : model.overrides) os << "  model." << k << " = " << v << "\n";
+  for (auto& s : kernels)
+    os << "  kernels." << s.op << " = { impl = \"" << s.variant << "\", modules = \"" << s.modules
+       << "\" }\n";
+  return os.str();
+}
+
+std::string job_config_reference() {
+  JobConfig defaults;
+  std::ostringstream os;
+  os << "# titan's job config: every key, set to its default (docs/training.md says what each does).\n"
+        "# Any of them may be given on the command line as --section.key=value.\n";
+  std::string section;
+  auto close_section = [&] {
+    if (section == "model")
+      os << "# and any model field, defaulting to the flavor's (or config.json's with name = \"hf\"): "
+         << joined(qwen3::override_keys(), ", ") << "\n";
+  };
+  for (const Field& f : schema(defaults)) {
+    const size_t dot = f.key.find('.');
+    const std::string s = f.key.substr(0, dot);
+    if (s != section) {
+      close_section();
+      os << (section.empty() ? "" : "\n") << "[" << s << "]\n";
+      section = s;
     }
+    os << f.key.substr(dot + 1) << " = " << toml_value(f);
+    if (!f.choices.empty())
+      os << "  # " << (f.kind == Field::List ? "each of " : "") << joined(f.choices, " | ");
     os << "\n";
   }
-  for (auto& [k, v] : model.overrides) os << "  model." << k << " = " << v << "\n";
-  for (auto& s : kernels) os << "  kernels." << s.op << " = { impl = \"" << s.variant << "\", modules = \"" << s.modules << "\" }\n";
+  close_section();
+  os << "\n[kernels]\n# <op> = { impl = \"<variant>\", modules = \"<glob>\" }: `titan kernels list` names "
+        "the ops and their variants\n";
+  os << "\n# torchtitan's keys that are not titan's own, read from a torchtitan job file:\n";
+  for (const TorchtitanKey& k : torchtitan_keys()) {
+    const std::string why = k.why.empty() ? "" : ": " + std::string(k.why);
+    switch (k.use) {
+      case TorchtitanUse::Native:
+        continue;
+      case TorchtitanUse::Alias:
+        os << "#   " << k.key << ": an older name of " << k.target << why << "\n";
+        break;
+      case TorchtitanUse::Ignored:
+        os << "#   " << k.key << ": ignored, with a note" << why << "\n";
+        break;
+      case TorchtitanUse::OffOnly: {
+        // As TOML writes them: true, 1, [] bare, a string quoted ("" included).
+        std::vector<std::string> off;
+        for (const std::string& v : torchtitan_off_values(k))
+          off.push_back(v == "true" || v == "false" || v == "[]" || parse_int(v) ? v
+                                                                                 : nlohmann::json(v).dump());
+        os << "#   " << k.key << ": accepted as " << joined(off, " or ") << " only" << why << "\n";
+        break;
+      }
+    }
+  }
   return os.str();
 }
 

@@ -194,6 +194,7 @@ void StepMeter::begin_step() {
   batch_hash_ = 0;
   padding_pct_ = -1;
   trained_tokens_ = -1;
+  tokens_seen_ = -1;
   expert_load_max_ = -1;
   experts_idle_ = -1;
 }
@@ -234,6 +235,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.step_seconds = dt;
   m.padding_pct = padding_pct_;
   m.trained_tokens = trained_tokens_;
+  m.tokens_seen = tokens_seen_;
   m.warmup = first_;
   if (val_loss >= 0) m.val_loss = val_loss, m.val_perplexity = std::exp(val_loss);
   if (batch_hash_) m.batch_hash = hash_hex(batch_hash_);
@@ -336,6 +338,7 @@ nlohmann::ordered_json step_record(const StepMetrics& m, int rank) {
                               {"step_seconds", m.step_seconds},
                               {"warmup", m.warmup}};
   if (m.mfu >= 0) j["mfu"] = m.mfu;
+  if (m.tokens_seen >= 0) j["tokens_seen"] = m.tokens_seen;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.expert_load_max >= 0) {
     j["expert_load_max"] = m.expert_load_max;

@@ -53,6 +53,9 @@ struct StepMetrics {
   double comm_mib = -1, comm_seconds = -1;
   double padding_pct = -1;  // conversations only (< 0: absent)
   int64_t trained_tokens = -1;  // conversations only (< 0: absent): the step's targets, all ranks
+  // Input tokens trained on from step 1 to this one, all ranks, across resumes (torchtitan's
+  // n_tokens_seen; < 0: absent).
+  int64_t tokens_seen = -1;
   std::string batch_hash;  // hex FNV-1a of the step's token ids (empty: not reported)
   bool warmup = false;  // the first step of a run (includes one-time set-up costs)
 };
@@ -133,6 +136,8 @@ class StepMeter {
   void set_padding_pct(double pct) { padding_pct_ = pct; }
   // The step's targets over all ranks, the tokens its loss is the mean over (conversations' rows).
   void set_trained_tokens(int64_t n) { trained_tokens_ = n; }
+  // The run's input tokens from step 1 to the step in hand, all ranks (TrainState::tokens_seen).
+  void set_tokens_seen(int64_t n) { tokens_seen_ = n; }
   // MoE models: how evenly the step's tokens fell on the experts (train_step.h, ExpertLoad).
   void set_expert_load(double max_over_mean, int64_t idle) {
     expert_load_max_ = max_over_mean, experts_idle_ = idle;
@@ -164,6 +169,7 @@ class StepMeter {
   uint64_t batch_hash_ = 0;  // 0: none reported
   double padding_pct_ = -1;  // < 0: none reported
   int64_t trained_tokens_ = -1;          // < 0: none reported
+  int64_t tokens_seen_ = -1;             // < 0: none reported
   double expert_load_max_ = -1;          // < 0: none reported
   int64_t experts_idle_ = -1;
   std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it

@@ -332,7 +332,7 @@ RunRecord read_run(const fs::path& given) {
                 step, " has no \"loss\"");
     for (const char* k : {"loss", "aux_loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops",
                           "mfu", "step_seconds", "val_loss", "val_perplexity", "comm_mib", "comm_seconds",
-                          "padding_pct", "trained_tokens", "expert_load_max", "experts_idle"})
+                          "padding_pct", "trained_tokens", "expert_load_max", "experts_idle", "tokens_seen"})
       TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: '", metrics.string(),
                   "', line ", n, ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
     TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: '", metrics.string(), "', line ",

@@ -646,6 +646,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
       epoch_explained = true;
     }
     meter.set_batch_hash(r.batch_hash);
+    meter.set_tokens_seen(state.tokens_seen);
     if (!cfg.training.chat_field.empty()) {
       meter.set_padding_pct(100.0 * double(r.padding) / double(r.tokens));
       meter.set_trained_tokens(r.targets);
