@@ -731,6 +731,22 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   EXPECT_EQ(out.find("MPI_ABORT"), std::string::npos) << out;
   EXPECT_EQ(read_file(file), damaged);
   EXPECT_FALSE(fs::exists(dump / "checkpoint/step-6"));
+
+  // Both shards damaged: the one error names both files, whichever ranks found them.
+  const fs::path other = dump / "checkpoint/step-5/model-rank0.safetensors";
+  {
+    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(fs::file_size(other) - 64));
+    f << std::string(64, '\xff');
+  }
+  out.clear();
+  EXPECT_NE(run_job(2, tiny(dump, 2, {}), &out), 0) << out;
+  const size_t line = out.find("titan train: error: rank ");
+  ASSERT_NE(line, std::string::npos) << out;
+  const std::string error = out.substr(line, out.find('\n', line) - line);
+  for (const fs::path& f : {file, other})
+    EXPECT_NE(error.find(f.string() + "' fails its checksum (corrupted)"), std::string::npos) << error;
+  EXPECT_EQ(out.find("failed too"), std::string::npos) << "each rank said its own files: " << out;
 }
 
 // A checkpoint every rank refuses (its shard of weights that one step with an absurd learning rate

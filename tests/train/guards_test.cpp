@@ -684,6 +684,21 @@ TEST(CheckpointPruning, AnInterruptedSaveIsNamedIgnoredAndReplaced) {
   std::ofstream(temporary / "model-rank0.safetensors") << "cut short";
   EXPECT_EQ(CheckpointManager(ck, 2).unfinished_saves(), (std::vector<fs::path>{temporary}));
   std::string out;
+  // A run that saves nothing says the debris stays, and leaves it.
+  ASSERT_EQ(
+      run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
+                      cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "2"},
+                                                                       {"checkpoint.load_only", "true"}}))),
+                  &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("checkpoint: ignoring " + temporary.string() +
+                     ": a save that never finished (the process writing it is gone); it stays: "
+                     "checkpoint.load_only saves nothing"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(temporary));
+  out.clear();
   const int rc = run_command(titan_binary().string() + " train --config " + debugmodel_toml().string() +
                                  cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.steps", "2"}}))),
                              &out);

@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "tiny_job.h"
 #include "titan/core/check.h"
+#include "titan/train/log.h"
 #include "titan/train/metrics.h"
 
 namespace {
@@ -583,6 +584,19 @@ TEST(Report, ARecordCutShortIsDroppedAndSaid) {
   testing::internal::CaptureStdout();
   { titan::train::MetricsLogger logger(outputs); }
   EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(read_file(file), whole);
+  // Another rank's own file (metrics.save_for_all_ranks): that rank prints no run lines, so it says
+  // it on its standard error, naming itself.
+  outputs.rank = 1;
+  std::ofstream(file, std::ios::binary) << whole << "{\"step\":20,\"lo";
+  testing::internal::CaptureStderr();
+  {
+    titan::train::ConsoleOfRank quiet(/*logging_rank=*/false);
+    titan::train::MetricsLogger logger(outputs);
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "rank 1: " + dropped + "step 20" + rule +
+                "if the checkpoint is step 20 or later, step 20 has no record\n");
   EXPECT_EQ(read_file(file), whole);
 }
 

@@ -428,9 +428,10 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{".titan-rank0.lock", "step-6", "step-7"}));
 
-  // A flipped byte in a checkpoint file fails its checksum, by name, and a resume refuses it.
-  const fs::path victim = ck / "step-7" / "model-rank0.safetensors";
-  {
+  // A flipped byte in a checkpoint file fails its checksum, by name, and a resume refuses it; every
+  // damaged file is named in the one error.
+  for (const char* name : {"model-rank0.safetensors", "optimizer-rank0.safetensors"}) {
+    const fs::path victim = ck / "step-7" / name;
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(std::streamoff(fs::file_size(victim) / 2));
     char c;
@@ -440,8 +441,9 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRunBitwise) {
     f.write(&c, 1);
   }
   e = error_of([&] { load_checkpoint_dir(ck / "step-7"); });
-  EXPECT_NE(e.find("model-rank0.safetensors"), std::string::npos) << e;
-  EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+  for (const char* name : {"model-rank0.safetensors", "optimizer-rank0.safetensors"})
+    EXPECT_NE(e.find((ck / "step-7" / name).string() + "' fails its checksum (corrupted)"), std::string::npos)
+        << e;
   e = error_of([&] { run_training(tiny_config(b, with({{"training.steps", "8"}}))); });
   EXPECT_NE(e.find("checksum"), std::string::npos) << e;
   // The way forward is named: the committed step before the newest.

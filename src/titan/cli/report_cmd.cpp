@@ -21,10 +21,7 @@ int report_main(int argc, char** argv) {
   // A run's folder, or its metrics.jsonl.
   std::vector<std::filesystem::path> dirs;
   for (const std::string& given : p.positional()) dirs.push_back(train::run_folder(given));
-  // A folder given as the page is said as such first: that it also holds the inputs is beside the point.
   const std::filesystem::path out = p.get("out");
-  TITAN_CHECK(!std::filesystem::is_directory(out), "titan report --out: '", out.string(),
-              "' is a folder; give the file to write");
   // The page may go into a run folder, but never over what the report reads.
   std::vector<std::filesystem::path> inputs;
   for (const auto& d : dirs)

@@ -2,12 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
 #include "titan/core/check.h"
-#include "titan/core/hash.h"
 #include "titan/core/device_services.h"
+#include "titan/core/hash.h"
 #include "titan/ops/elementwise/elementwise.h"
 
 namespace titan::dist {
@@ -161,16 +162,26 @@ void agree_on_success(Communicator& world, const std::function<void()>& work) {
   for (int r = 0; r < world.size(); ++r)
     if (all[size_t(r)]) failing.push_back(r);
   if (failing.empty()) return;
-  // The lowest failing rank's message goes to every rank whole (an error names a file and a rule:
-  // cut short it would lose the rule).
-  const int first = failing[0];
-  const std::string reason = broadcast_text(world, failure, first);
-  std::string others;
-  for (size_t i = 1; i < failing.size(); ++i) others += (i > 1 ? ", " : "") + std::to_string(failing[i]);
+  // Every failing rank's message goes to every rank whole (an error names a file and a rule: cut
+  // short it would lose the rule): the lowest one's first, then each that says something else (the
+  // ranks of a resume checksum a share of the files each, and each names the damaged ones it found);
+  // the ranks that failed the same way are named.
+  std::string said = "rank " + std::to_string(failing[0]) + ": ", same;
+  std::vector<std::string> reasons;
+  for (const int r : failing) {
+    const std::string reason = broadcast_text(world, failure, r);
+    if (reasons.empty() || std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) {
+      said += (reasons.empty() ? "" : "; rank " + std::to_string(r) + ": ") + reason;
+      reasons.push_back(reason);
+    } else {
+      same += (same.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  const bool several = same.find(',') != std::string::npos;
   throw RanksAgreedError(detail::concat(
-      "rank ", first, ": ", reason,
-      others.empty() ? ""
-                     : " (rank" + std::string(failing.size() > 2 ? "s " : " ") + others + " failed too)"));
+      said, same.empty() ? ""
+                         : " (rank" + std::string(several ? "s " : " ") + same + " failed too" +
+                               (reasons.size() > 1 ? ", with one of these errors" : "") + ")"));
 }
 
 void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,

@@ -98,10 +98,11 @@ void check_output_path(const fs::path& out, const std::vector<fs::path>& inputs,
 void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what) {
   namespace fs = std::filesystem;
+  // A folder given for the file is said as such first: that it also holds the inputs is beside the point.
+  TITAN_CHECK(!fs::is_directory(out), what, ": '", out.string(), "' is a folder; give the file to write");
   check_output_path(out, inputs, what);
   const fs::path folder = out.has_parent_path() ? out.parent_path() : fs::path(".");
   TITAN_CHECK(fs::is_directory(folder), what, ": the folder '", folder.string(), "' does not exist");
-  TITAN_CHECK(!fs::is_directory(out), what, ": '", out.string(), "' is a folder; give the file to write");
 }
 
 std::string unwritable_reason(const fs::path& folder) {

@@ -28,7 +28,7 @@ void check_output_path(const std::filesystem::path& out, const std::vector<std::
                        const std::string& what);
 
 // check_output_path for an output FILE, before the command's work rather than after it: also its
-// folder must exist and `out` must not be a folder.
+// folder must exist and `out` must not be a folder (said first).
 void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs,
                        const std::string& what);
 

@@ -339,6 +339,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
   TITAN_CHECK(manifest["files"].contains("train_state.json"), "checkpoint: '",
               (dir / "manifest.json").string(), "' does not list 'train_state.json'");
   std::string unresumable;
+  std::vector<std::string> damage;  // each listed file that is missing, of another size or corrupted
   for (auto& [name, info] : manifest["files"].items()) {
     if (!wanted(name)) {
       // Not read, and not needed for the weights: only whether a resume could read it.
@@ -355,13 +356,26 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
     }
     const bool checksummed = mine.count(name) > 0;
     fs::path p = dir / name;
-    TITAN_CHECK(fs::exists(p), "checkpoint: '", dir.string(), "' lacks '", name, "' listed in manifest.json");
+    if (!fs::exists(p)) {
+      damage.push_back("'" + dir.string() + "' lacks '" + name + "' listed in manifest.json");
+      continue;
+    }
     io::check_regular_file(p, "checkpoint");
-    TITAN_CHECK(fs::file_size(p) == info["bytes"].get<uint64_t>(), "checkpoint: '", p.string(), "' has ",
-                fs::file_size(p), " bytes, manifest.json says ", info["bytes"].get<uint64_t>());
-    TITAN_CHECK(!checksummed ||
-                    std::to_string(file_checksum(p, &checked, *basis)) == info["checksum"].get<std::string>(),
-                "checkpoint: '", p.string(), "' fails its checksum (corrupted)");
+    if (fs::file_size(p) != info["bytes"].get<uint64_t>()) {
+      damage.push_back("'" + p.string() + "' has " + std::to_string(fs::file_size(p)) +
+                       " bytes, manifest.json says " + std::to_string(info["bytes"].get<uint64_t>()));
+      continue;
+    }
+    if (checksummed &&
+        std::to_string(file_checksum(p, &checked, *basis)) != info["checksum"].get<std::string>())
+      damage.push_back("'" + p.string() + "' fails its checksum (corrupted)");
+  }
+  // Every damaged file at once: a disk that damaged one often damaged others, and each round trip of
+  // a restore from a backup would otherwise find only the next.
+  if (!damage.empty()) {
+    std::string all;
+    for (const std::string& d : damage) all += (all.empty() ? "" : "; ") + d;
+    TITAN_FAIL("checkpoint: ", all);
   }
   LoadedCheckpoint c{
       manifest["step"].get<int64_t>(), dir, read_json(dir / "train_state.json"), {}, {}, unresumable};

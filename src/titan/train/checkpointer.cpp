@@ -176,14 +176,16 @@ void Checkpointer::say_ignored_step_dirs(bool trains) const {
       say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
           "deleted; a newer checkpoint is %s)",
           d.c_str(), trains ? "resumed" : "read");
+  // Debris goes with a save: this command's next one, or none (eval, load_only).
+  const char* removal = !trains                        ? "the next save of titan train removes it"
+                        : config_.checkpoint.load_only ? "it stays: checkpoint.load_only saves nothing"
+                                                       : "the next save removes it";
   for (const fs::path& d : interrupted_step_dirs())
-    say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); the next "
-        "save removes it",
-        d.c_str());
+    say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); %s",
+        d.c_str(), removal);
   for (const fs::path& d : unfinished_saves())
-    say("checkpoint: ignoring %s: a save that never finished (the process writing it is gone); the next save "
-        "removes it",
-        d.c_str());
+    say("checkpoint: ignoring %s: a save that never finished (the process writing it is gone); %s", d.c_str(),
+        removal);
 }
 
 std::optional<fs::path> Checkpointer::resume_dir() const {

@@ -386,7 +386,8 @@ int64_t step_of_torn_record(const std::string& torn) {
 // stop every later reader. The torn tail goes, said: the resume logs the steps after its checkpoint
 // again, but not a step at or before it (the checkpointed step's own record, torn by a crash right
 // after the save), whose record is then lost.
-void drop_torn_record(const fs::path& path) {
+// `rank`: whose file it is (< 0: the job's), named when that rank does not print the run's lines.
+void drop_torn_record(const fs::path& path, int rank) {
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
   if (ec || size == 0) return;
@@ -415,11 +416,18 @@ void drop_torn_record(const fs::path& path) {
               "': ", ec.message());
   const int64_t step = step_of_torn_record(torn);
   const std::string s = std::to_string(step);
-  say("warning: metrics: '%s' ended in a record cut short (%s; a run stopped while writing it): dropped. "
+  const std::string warning = formatted(
+      "warning: metrics: '%s' ended in a record cut short (%s; a run stopped while writing it): dropped. "
       "A resume logs the steps after its checkpoint again, not those at or before it: %s",
       path.string().c_str(), step >= 0 ? ("step " + s).c_str() : "its step unreadable",
       step >= 0 ? ("if the checkpoint is step " + s + " or later, step " + s + " has no record").c_str()
                 : "if the torn step is one of those, it has no record");
+  // The logging rank says it among the run's lines; another rank's own file
+  // (metrics.save_for_all_ranks) on that rank's standard error, which its launcher passes on.
+  if (console_output())
+    say("%s", warning.c_str());
+  else
+    std::fprintf(stderr, "rank %d: %s\n", rank, warning.c_str());
 }
 
 }  // namespace
@@ -427,7 +435,7 @@ void drop_torn_record(const fs::path& path) {
 MetricsLogger::MetricsLogger(const MetricsOutputs& outputs) : outputs_(outputs), jsonl_path_(outputs.jsonl) {
   if (!jsonl_path_.empty()) {
     fs::create_directories(jsonl_path_.parent_path());
-    drop_torn_record(jsonl_path_);
+    drop_torn_record(jsonl_path_, outputs_.rank);
     errno = 0;
     jsonl_.open(jsonl_path_, std::ios::app);
     TITAN_CHECK(jsonl_, "metrics: cannot open '", jsonl_path_.string(),
