@@ -36,4 +36,5 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/titanConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/titanConfig.cmake ${PROJECT_BINARY_DIR}/titanConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/titan)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# (docs/ as a folder: the README's links name docs/...)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs DESTINATION ${CMAKE_INSTALL_DOCDIR})

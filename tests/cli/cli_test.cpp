@@ -84,8 +84,13 @@ TEST(CommandLine, HelpIsACommandToo) {
   r = titan("train --list-keys");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("\n[training]\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\nmixed_precision_param = \"bfloat16\"  # bfloat16 | float32\n"), std::string::npos)
+  EXPECT_NE(r.out.find("\n# mixed_precision_param = \"bfloat16\"  # bfloat16 | float32\n"), std::string::npos)
       << r.out;
+  // It takes nothing else.
+  r = titan("train --list-keys --config x.toml");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("titan train: error: --list-keys takes no other argument"), std::string::npos)
+      << r.err;
 }
 
 TEST(CommandLine, ErrorsNameTheCommandOnce) {

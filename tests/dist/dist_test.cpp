@@ -732,20 +732,29 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   EXPECT_EQ(read_file(file), damaged);
   EXPECT_FALSE(fs::exists(dump / "checkpoint/step-6"));
 
-  // Both shards damaged: the one error names both files, whichever ranks found them.
-  const fs::path other = dump / "checkpoint/step-5/model-rank0.safetensors";
-  {
-    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::streamoff(fs::file_size(other) - 64));
-    f << std::string(64, '\xff');
+  // Every shard file damaged: each rank finds those of its share (two of the four, balanced by
+  // bytes), and the one error names all four, each rank its own, the way forward once, at the end.
+  std::vector<fs::path> files;
+  for (const char* name : {"model-rank0", "model-rank1", "optimizer-rank0", "optimizer-rank1"})
+    files.push_back(dump / "checkpoint/step-5" / (std::string(name) + ".safetensors"));
+  for (const fs::path& f : files) {
+    if (f == file) continue;
+    std::fstream stream(f, std::ios::in | std::ios::out | std::ios::binary);
+    stream.seekp(std::streamoff(fs::file_size(f) - 64));
+    stream << std::string(64, '\xff');
   }
   out.clear();
   EXPECT_NE(run_job(2, tiny(dump, 2, {}), &out), 0) << out;
-  const size_t line = out.find("titan train: error: rank ");
+  const size_t line = out.find("titan train: error: rank 0: checkpoint: '");
   ASSERT_NE(line, std::string::npos) << out;
   const std::string error = out.substr(line, out.find('\n', line) - line);
-  for (const fs::path& f : {file, other})
+  for (const fs::path& f : files)
     EXPECT_NE(error.find(f.string() + "' fails its checksum (corrupted)"), std::string::npos) << error;
+  EXPECT_NE(error.find("; rank 1: checkpoint: '"), std::string::npos) << error;
+  const size_t advice = error.find("cannot be repaired");
+  if (advice != std::string::npos) {
+    EXPECT_EQ(error.find("cannot be repaired", advice + 1), std::string::npos) << "said once: " << error;
+  }
   EXPECT_EQ(out.find("failed too"), std::string::npos) << "each rank said its own files: " << out;
 }
 

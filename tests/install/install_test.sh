@@ -10,7 +10,7 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in bin/titan include/titan/models/qwen3/model.h include/titan/train/trainer.h share/doc/titan/README.md \
-  share/doc/titan/training.md; do
+  share/doc/titan/docs/training.md; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
 done
 config=$(find "$prefix" -name titanConfig.cmake)

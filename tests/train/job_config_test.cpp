@@ -1528,19 +1528,34 @@ TEST(JobConfig, SaveTbFolderIsAFolderOfItsOwnUnderTheDumpFolder) {
             "metrics.save_tb_folder = board: no effect, metrics.enable_tensorboard = false");
 }
 
-// `titan train --list-keys`: a TOML file of the defaults that reads back as them and names every key
-// (titan's, the model fields, torchtitan's others) with the choices of those that have them.
-TEST(JobConfigReference, IsATomlFileOfTheDefaultsNamingEveryKey) {
+// `titan train --list-keys`: a TOML template of every key at its default, commented out, that starts
+// a valid job as printed (no key set, no note) and reads back as the defaults once every key is
+// uncommented; it names every key (titan's, the model fields, torchtitan's others) with the choices
+// of those that have them.
+TEST(JobConfigReference, IsATemplateOfEveryKeyAtItsDefault) {
   const std::string reference = job_config_reference();
-  EXPECT_EQ(parse_job_config(reference, "list-keys", {}).describe(), JobConfig().describe());
-  const toml::table table = toml::parse(reference);
+  EXPECT_EQ(validate_error(reference), "");
+  EXPECT_TRUE(parse(reference).notes.empty());
+  std::string uncommented;
+  std::istringstream lines(reference);
+  for (std::string line; std::getline(lines, line);) {
+    const bool key = line.size() > 2 && line.rfind("# ", 0) == 0 && std::islower(uint8_t(line[2])) &&
+                     line.find(" = ") != std::string::npos &&
+                     line.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789", 2) == line.find(" = ");
+    uncommented += (key ? line.substr(2) : line) + "\n";
+  }
+  EXPECT_EQ(parse_job_config(uncommented, "list-keys", {}).describe(), JobConfig().describe());
+  const toml::table table = toml::parse(uncommented);
   const std::vector<std::string> model_fields = qwen3::override_keys();
-  const size_t fields_line = reference.find("# and any model field");
-  ASSERT_NE(fields_line, std::string::npos) << reference;
+  const size_t fields_at = reference.find("# and any model field");
+  ASSERT_NE(fields_at, std::string::npos) << reference;
+  const std::string fields_line = reference.substr(fields_at, reference.find('\n', fields_at) - fields_at);
   for (const std::string& key : job_config_keys()) {
     const std::string name = key.substr(key.find('.') + 1);
     if (key.rfind("model.", 0) == 0 && std::count(model_fields.begin(), model_fields.end(), name)) {
-      EXPECT_NE(reference.find(" " + name, fields_line), std::string::npos) << key;
+      // A whole name of the comma-separated list (a comma, or the line's end, after it).
+      EXPECT_NE((fields_line + ",").find(" " + name + ","), std::string::npos)
+          << key << " is not in " << fields_line;
     } else {
       EXPECT_TRUE(table.at_path(key)) << key << " is not in\n" << reference;
     }
@@ -1550,9 +1565,13 @@ TEST(JobConfigReference, IsATomlFileOfTheDefaultsNamingEveryKey) {
       EXPECT_NE(reference.find("#   " + std::string(k.key) + ": "), std::string::npos) << k.key;
     }
   }
-  EXPECT_NE(reference.find("decay_type = \"linear\"  # linear | cosine | sqrt\n"), std::string::npos)
+  EXPECT_NE(reference.find("\n# decay_type = \"linear\"  # linear | cosine | sqrt\n"), std::string::npos)
       << reference;
-  EXPECT_NE(reference.find("exclude_from_loading = []  # each of model | optimizer"), std::string::npos)
+  EXPECT_NE(reference.find("\n# exclude_from_loading = []  # each of model | optimizer"), std::string::npos)
+      << reference;
+  EXPECT_NE(
+      reference.find("\n# export_dtype = \"float32\"  # float32 | bfloat16; float16, one of torchtitan's"),
+      std::string::npos)
       << reference;
   EXPECT_NE(reference.find("#   checkpoint.enable_checkpoint: an older name of checkpoint.enable"),
             std::string::npos);

@@ -5,6 +5,7 @@
 #include "titan/cli/args.h"
 #include "titan/cli/command.h"
 #include "titan/cli/job_launch.h"
+#include "titan/core/check.h"
 #include "titan/train/job_config_reference.h"
 #include "titan/train/trainer.h"
 
@@ -12,10 +13,14 @@ namespace titan::cli {
 namespace {
 
 int train_main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--list-keys") == 0) {
-    std::fputs(train::job_config_reference().c_str(), stdout);
-    return 0;
-  }
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--list-keys") == 0) {
+      TITAN_CHECK(argc == 2,
+                  "titan train: --list-keys takes no other argument (it prints every key of the job "
+                  "config at its default)");
+      std::fputs(train::job_config_reference().c_str(), stdout);
+      return 0;
+    }
   JobArgs a = parse_job_args("train", argc, argv);
   if (a.help) {
     std::printf(
@@ -23,8 +28,8 @@ int train_main(int argc, char** argv) {
         "       titan train --list-keys\n"
         "Trains a Qwen3 model as the job config says; any config key can be overridden on the\n"
         "command line, e.g. --training.steps=20 --model.n_layers=4. --list-keys prints every key\n"
-        "with its default and choices (a TOML file of the defaults); docs/training.md (installed in\n"
-        "share/doc/titan) says what each does.\n");
+        "at its default with its choices, commented out (a template to uncomment from);\n"
+        "docs/training.md (installed in share/doc/titan/docs) says what each does.\n");
     return 0;
   }
   LaunchedJob job = launch_job(a);

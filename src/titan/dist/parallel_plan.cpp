@@ -163,25 +163,42 @@ void agree_on_success(Communicator& world, const std::function<void()>& work) {
     if (all[size_t(r)]) failing.push_back(r);
   if (failing.empty()) return;
   // Every failing rank's message goes to every rank whole (an error names a file and a rule: cut
-  // short it would lose the rule): the lowest one's first, then each that says something else (the
-  // ranks of a resume checksum a share of the files each, and each names the damaged ones it found);
-  // the ranks that failed the same way are named.
-  std::string said = "rank " + std::to_string(failing[0]) + ": ", same;
-  std::vector<std::string> reasons;
+  // short it would lose the rule), grouped by text: the ranks of a resume checksum a share of the
+  // files each, and each names the damaged ones it found; the ranks that failed alike are named after
+  // the first one's reason. A few distinct reasons at most (ranks on many hosts can fail each its own
+  // way): the rest are counted.
+  struct Group {
+    std::string reason;
+    std::vector<int> ranks;
+  };
+  std::vector<Group> groups;
   for (const int r : failing) {
-    const std::string reason = broadcast_text(world, failure, r);
-    if (reasons.empty() || std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) {
-      said += (reasons.empty() ? "" : "; rank " + std::to_string(r) + ": ") + reason;
-      reasons.push_back(reason);
-    } else {
-      same += (same.empty() ? "" : ", ") + std::to_string(r);
-    }
+    std::string reason = broadcast_text(world, failure, r);
+    const auto same =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.reason == reason; });
+    if (same == groups.end())
+      groups.push_back({std::move(reason), {r}});
+    else
+      same->ranks.push_back(r);
   }
-  const bool several = same.find(',') != std::string::npos;
-  throw RanksAgreedError(detail::concat(
-      said, same.empty() ? ""
-                         : " (rank" + std::string(several ? "s " : " ") + same + " failed too" +
-                               (reasons.size() > 1 ? ", with one of these errors" : "") + ")"));
+  constexpr size_t kReasonsSaid = 4;
+  std::string said;
+  size_t unsaid = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::vector<int>& ranks = groups[i].ranks;
+    if (i >= kReasonsSaid) {
+      unsaid += ranks.size();
+      continue;
+    }
+    std::string too;
+    for (size_t k = 1; k < ranks.size(); ++k) too += (k > 1 ? ", " : "") + std::to_string(ranks[k]);
+    said += (i > 0 ? "; rank " : "rank ") + std::to_string(ranks[0]) + ": " + groups[i].reason +
+            (too.empty() ? "" : " (rank" + std::string(ranks.size() > 2 ? "s " : " ") + too + " failed too)");
+  }
+  if (unsaid > 0)
+    said +=
+        "; " + std::to_string(unsaid) + " more rank" + (unsaid > 1 ? "s" : "") + " failed with other errors";
+  throw RanksAgreedError(said);
 }
 
 void ParallelPlan::check_same_on_every_rank(const std::string& text, const std::string& what,

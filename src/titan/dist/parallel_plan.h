@@ -56,8 +56,9 @@ class RanksAgreedError : public Error {
 // Runs `work` on every rank of `world` (which must contain no collective: a rank that fails part-way
 // would leave the others waiting in it), then agrees on the outcome with one all-gather: when it
 // threw on any rank, every rank throws a RanksAgreedError with the message of the lowest failing rank
-// ("rank 1: <its error>"), then that of each failing rank whose message differs ("; rank 3: ..."),
-// and the ranks that failed with a message already said named. So a load that one rank cannot finish
+// ("rank 1: <its error>"), each other rank failing alike named after it ("(rank 2 failed too)"), then
+// the message of each failing rank whose message differs ("; rank 3: ..."; four messages at most, the
+// ranks failing otherwise then counted). So a load that one rank cannot finish
 // (its shard file damaged, a path missing on its host) stops the job with that rank's reason instead
 // of the others running into their next collective until the launcher aborts them.
 void agree_on_success(Communicator& world, const std::function<void()>& work);

@@ -360,6 +360,7 @@ LoadedCheckpoint load_checkpoint_dir(const fs::path& dir, CheckpointParts parts,
       damage.push_back("'" + dir.string() + "' lacks '" + name + "' listed in manifest.json");
       continue;
     }
+    // (A folder or a device in a file's place is no damage a restore from a backup repairs: said at once.)
     io::check_regular_file(p, "checkpoint");
     if (fs::file_size(p) != info["bytes"].get<uint64_t>()) {
       damage.push_back("'" + p.string() + "' has " + std::to_string(fs::file_size(p)) +

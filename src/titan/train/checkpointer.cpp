@@ -162,7 +162,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
   }
 }
 
-void Checkpointer::say_ignored_step_dirs(bool trains) const {
+void Checkpointer::say_ignored_step_dirs(bool trains, bool saves) const {
   for (const fs::path& d : foreign_step_dirs())
     say("checkpoint: ignoring %s: not a checkpoint titan wrote (it is never loaded or deleted)", d.c_str());
   for (const fs::path& d : damaged_step_dirs())
@@ -176,10 +176,10 @@ void Checkpointer::say_ignored_step_dirs(bool trains) const {
       say("warning: checkpoint: ignoring %s: committed, but its manifest.json is damaged (never loaded or "
           "deleted; a newer checkpoint is %s)",
           d.c_str(), trains ? "resumed" : "read");
-  // Debris goes with a save: this command's next one, or none (eval, load_only).
-  const char* removal = !trains                        ? "the next save of titan train removes it"
+  // Debris goes with a save: this run's next one, or a training run's (eval; a run that saves nothing).
+  const char* removal = saves                          ? "the next save removes it"
                         : config_.checkpoint.load_only ? "it stays: checkpoint.load_only saves nothing"
-                                                       : "the next save removes it";
+                                                       : "a training run's next save removes it";
   for (const fs::path& d : interrupted_step_dirs())
     say("checkpoint: ignoring %s: a save or a deletion that never finished (no COMMITTED marker); %s",
         d.c_str(), removal);
@@ -275,25 +275,33 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
   if (!data_note.empty()) later.push_back(formatted("%s", data_note.c_str()));
 }
 
+std::string Checkpointer::roll_back_advice() const {
+  // Only for the newest step, chosen by the run: an earlier committed one is the way forward, and the
+  // user has to ask for it.
+  if (!resume_step_ || config_.checkpoint.load_step != -1) return "";
+  std::vector<int64_t> earlier;
+  for (int64_t step : manager_.committed_steps())
+    if (step < *resume_step_) earlier.push_back(step);
+  if (earlier.empty()) return "";
+  std::string list;
+  for (int64_t step : earlier) list += (list.empty() ? "" : ", ") + std::to_string(step);
+  return "; if step " + std::to_string(*resume_step_) +
+         " cannot be repaired, the committed steps before it are " + list +
+         ": checkpoint.load_step = " + std::to_string(earlier.back()) +
+         " resumes from the newest of them (step " + std::to_string(*resume_step_) +
+         " is then set aside, not deleted)";
+}
+
 LoadedCheckpoint Checkpointer::open_resume_dir(ChecksumShare share) const {
   TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
   if (!resume_step_) return load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
   try {
     return manager_.load(*resume_step_, share);
   } catch (const Error& e) {
-    // The newest step, chosen by the run, cannot be read (corrupted, cut short by a full disk): an
-    // earlier committed one is the way forward, and the user has to ask for it.
-    std::vector<int64_t> earlier;
-    for (int64_t step : manager_.committed_steps())
-      if (step < *resume_step_) earlier.push_back(step);
-    if (config_.checkpoint.load_step != -1 || earlier.empty()) throw;
-    std::string list;
-    for (int64_t step : earlier) list += (list.empty() ? "" : ", ") + std::to_string(step);
-    throw Error(std::string(e.what()) + "; if step " + std::to_string(*resume_step_) +
-                " cannot be repaired, the committed steps before it are " + list +
-                ": checkpoint.load_step = " + std::to_string(earlier.back()) +
-                " resumes from the newest of them (step " + std::to_string(*resume_step_) +
-                " is then set aside, not deleted)");
+    // The newest step cannot be read (corrupted, cut short by a full disk).
+    const std::string advice = roll_back_advice();
+    if (advice.empty()) throw;
+    throw Error(std::string(e.what()) + advice);
   }
 }
 
@@ -323,49 +331,60 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
   // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
   // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
   // the job.
-  plan_.agree_on_success([&] {
-    // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
-    // checksums a share of its files, every file read through once in all. A folder the run goes on
-    // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
-    LoadedCheckpoint c =
-        open_resume_dir(resume_step_ ? ChecksumShare{plan_.rank(), plan_.world_size()} : ChecksumShare{});
-    check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
-    const auto& ts = c.train_state;
-    // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
-    // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
-    const bool seed = ts.at("step").get<int64_t>() == 0;
-    // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
-    const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
-               fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-    // Each rank reads its slice of every block (the whole block when this run does not shard; of
-    // its run of experts for a block of experts), parameter by parameter, from the files that hold those
-    // elements, whatever the sharding and expert split that wrote them: the restore comes before
-    // TrainState::distribute, which keeps exactly that slice.
-    const CheckpointBlocks saved(c, s.model);
-    for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-      LocalSlice mine = local_slice(s, b);
-      saved.read(b, "", mine.begin, mine.values);
-      // (Restores come before distribute(), which makes the bf16 copies; a block that keeps one
-      // already gets it rewritten.)
-      if (nn::ParamBlock& block = s.model.blocks()[b]; block.keeps_compute_shard())
-        block.refresh_compute_shard();
-      if (fresh_optimizer) continue;
-      saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
-      saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
-    }
-    if (ts.contains("expert_bias"))
-      s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
-    s.generation_config = ts.value("generation_config", nlohmann::json());
-    if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
-    // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
-    restored = "the weights";
-    if (ts.contains("expert_bias") && !s.model.expert_bias().empty()) restored += ", the expert biases";
-    if (!fresh_optimizer) restored += ", AdamW's moments and step count";
-    if (!fresh_schedule) restored += ", the LR schedule's position";
-    if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
-    restored_dir = c.dir.string();
-    restored_seed = seed;
-  });
+  try {
+    plan_.agree_on_success([&] {
+      // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
+      // checksums a share of its files, every file read through once in all. A folder the run goes on
+      // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
+      LoadedCheckpoint c =
+          open_resume_dir(resume_step_ ? ChecksumShare{plan_.rank(), plan_.world_size()} : ChecksumShare{});
+      check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
+      const auto& ts = c.train_state;
+      // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
+      // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
+      const bool seed = ts.at("step").get<int64_t>() == 0;
+      // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
+      const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
+                 fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
+      // Each rank reads its slice of every block (the whole block when this run does not shard; of
+      // its run of experts for a block of experts), parameter by parameter, from the files that hold those
+      // elements, whatever the sharding and expert split that wrote them: the restore comes before
+      // TrainState::distribute, which keeps exactly that slice.
+      const CheckpointBlocks saved(c, s.model);
+      for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+        LocalSlice mine = local_slice(s, b);
+        saved.read(b, "", mine.begin, mine.values);
+        // (Restores come before distribute(), which makes the bf16 copies; a block that keeps one
+        // already gets it rewritten.)
+        if (nn::ParamBlock& block = s.model.blocks()[b]; block.keeps_compute_shard())
+          block.refresh_compute_shard();
+        if (fresh_optimizer) continue;
+        saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
+        saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
+      }
+      if (ts.contains("expert_bias"))
+        s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
+      s.generation_config = ts.value("generation_config", nlohmann::json());
+      if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
+      // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
+      restored = "the weights";
+      if (ts.contains("expert_bias") && !s.model.expert_bias().empty()) restored += ", the expert biases";
+      if (!fresh_optimizer) restored += ", AdamW's moments and step count";
+      if (!fresh_schedule) restored += ", the LR schedule's position";
+      if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
+      restored_dir = c.dir.string();
+      restored_seed = seed;
+    });
+  } catch (const dist::RanksAgreedError& e) {
+    // Each rank that could not read its share of the newest step added the way forward: said once, last.
+    const std::string advice = roll_back_advice();
+    std::string text = e.what();
+    bool advised = false;
+    for (size_t at; !advice.empty() && (at = text.find(advice)) != std::string::npos; advised = true)
+      text.erase(at, advice.size());
+    if (!advised) throw;
+    throw dist::RanksAgreedError(text + advice);
+  }
   for (const std::string& line : lines) say("%s", line.c_str());
   if (restored_seed)
     say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "

@@ -59,11 +59,15 @@ class Checkpointer {
   // of its files checksummed (restore: this rank's; titan check: ChecksumShare::none(), every file's
   // presence and size against the manifest).
   LoadedCheckpoint open_resume_dir(ChecksumShare share) const;
+  // "; if step N cannot be repaired, the committed steps before it are ...: checkpoint.load_step = M
+  // resumes ..." when the resume is of the run's newest step and earlier ones are committed; else "".
+  std::string roll_back_advice() const;
 
   // Says which step-N folders the resume passes over (foreign, damaged, interrupted) and why: what
   // titan train and titan eval print before they load the job's checkpoint (`trains`: train's words,
-  // which say what its restore does with them).
-  void say_ignored_step_dirs(bool trains) const;
+  // which say what its restore does with them; `saves`: whether this run saves, which removes the
+  // folders of unfinished saves).
+  void say_ignored_step_dirs(bool trains, bool saves) const;
 
   // Restores `state` from resume_step(): weights, moments (this rank's slice, read parameter by
   // parameter from the files that hold it), step, tokens seen, data position, expert biases,

@@ -66,7 +66,7 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
       // titan train's own choice of the step it would resume, with its refusals (a damaged newest
       // step, a load_step not committed) and its words about the folders it passes over.
       const Checkpointer own(cfg, plan);
-      own.say_ignored_step_dirs(/*trains=*/false);
+      own.say_ignored_step_dirs(/*trains=*/false, /*saves=*/false);
       if (const std::optional<int64_t> step = own.resume_step()) {
         folder = own.step_dir(*step);
         origin = cfg.checkpoint.load_step == -1 ? "the job's newest checkpoint" : "checkpoint.load_step";

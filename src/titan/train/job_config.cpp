@@ -1044,11 +1044,6 @@ std::string toml_value(const Field& f) {
   return "";
 }
 
-std::string joined(const std::vector<std::string>& items, const std::string& between) {
-  std::string s;
-  for (const std::string& item : items) s += (s.empty() ? "" : between) + item;
-  return s;
-}
 }  // namespace
 
 std::string JobConfig::describe() const {
@@ -1065,13 +1060,15 @@ std::string JobConfig::describe() const {
 std::string job_config_reference() {
   JobConfig defaults;
   std::ostringstream os;
-  os << "# titan's job config: every key, set to its default (docs/training.md says what each does).\n"
-        "# Any of them may be given on the command line as --section.key=value.\n";
+  // Each key commented out: set explicitly, some defaults are refused (training.load_balance on a dense
+  // model) or noted as having no effect, so the listing is a template to uncomment from.
+  os << "# titan's job config: every key at its default, commented out; uncomment and set the ones a job\n"
+        "# changes (docs/training.md says what each does; on the command line: --section.key=value).\n";
   std::string section;
   auto close_section = [&] {
     if (section == "model")
       os << "# and any model field, defaulting to the flavor's (or config.json's with name = \"hf\"): "
-         << joined(qwen3::override_keys(), ", ") << "\n";
+         << join(qwen3::override_keys(), ", ") << "\n";
   };
   for (const Field& f : schema(defaults)) {
     const size_t dot = f.key.find('.');
@@ -1081,9 +1078,10 @@ std::string job_config_reference() {
       os << (section.empty() ? "" : "\n") << "[" << s << "]\n";
       section = s;
     }
-    os << f.key.substr(dot + 1) << " = " << toml_value(f);
+    os << "# " << f.key.substr(dot + 1) << " = " << toml_value(f);
     if (!f.choices.empty())
-      os << "  # " << (f.kind == Field::List ? "each of " : "") << joined(f.choices, " | ");
+      os << "  # " << (f.kind == Field::List ? "each of " : "") << join(f.choices, " | ")
+         << (f.unlisted.empty() ? "" : "; " + f.unlisted_note);
     os << "\n";
   }
   close_section();
@@ -1107,7 +1105,7 @@ std::string job_config_reference() {
         for (const std::string& v : torchtitan_off_values(k))
           off.push_back(v == "true" || v == "false" || v == "[]" || parse_int(v) ? v
                                                                                  : nlohmann::json(v).dump());
-        os << "#   " << k.key << ": accepted as " << joined(off, " or ") << " only" << why << "\n";
+        os << "#   " << k.key << ": accepted as " << join(off, " or ") << " only" << why << "\n";
         break;
       }
     }

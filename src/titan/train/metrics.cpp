@@ -424,7 +424,7 @@ void drop_torn_record(const fs::path& path, int rank) {
                 : "if the torn step is one of those, it has no record");
   // The logging rank says it among the run's lines; another rank's own file
   // (metrics.save_for_all_ranks) on that rank's standard error, which its launcher passes on.
-  if (console_output())
+  if (rank < 0 || console_output())
     say("%s", warning.c_str());
   else
     std::fprintf(stderr, "rank %d: %s\n", rank, warning.c_str());

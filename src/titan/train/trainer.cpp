@@ -375,13 +375,13 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
                 "(another job.dump_folder or checkpoint.folder)");
   });
   Checkpointer& checkpointer = *checkpointer_of_run;
-  checkpointer.say_ignored_step_dirs(/*trains=*/true);
-  // The folders the run will write in, checked by the ranks that write there before anything is built
-  // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
-  // since its last checkpoint lost.
   const bool trains = checkpointer.resume_step().value_or(0) < cfg.training.steps;
   const bool saves =
       cfg.checkpoint.create_seed_checkpoint || (cfg.checkpoint.enable && !cfg.checkpoint.load_only && trains);
+  checkpointer.say_ignored_step_dirs(/*trains=*/true, saves);
+  // The folders the run will write in, checked by the ranks that write there before anything is built
+  // or trained: one that cannot be written would otherwise stop the run at its first save, the steps
+  // since its last checkpoint lost.
   // (A run with nothing left to train that still exports is not probed: it writes at once, and no
   // collective may hang on each rank's own view of the folder before the ranks agree on it.)
   const bool exports = cfg.checkpoint.last_save_in_hf && (trains || !checkpointer.resume_step());
