@@ -754,11 +754,32 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   for (const fs::path& f : files)
     EXPECT_NE(error.find(f.string() + "' fails its checksum (corrupted)"), std::string::npos) << error;
   EXPECT_NE(error.find("; rank 1: checkpoint: '"), std::string::npos) << error;
-  const size_t advice = error.find("cannot be repaired");
-  if (advice != std::string::npos) {
-    EXPECT_EQ(error.find("cannot be repaired", advice + 1), std::string::npos) << "said once: " << error;
-  }
+  EXPECT_EQ(error.find("cannot be repaired"), std::string::npos)
+      << "no earlier step to go back to: " << error;
   EXPECT_EQ(out.find("failed too"), std::string::npos) << "each rank said its own files: " << out;
+
+  // With an earlier committed step, the way forward follows the ranks' reasons, once.
+  const fs::path two_saves = tt::temp_dir("dist_damaged_newest");
+  ASSERT_EQ(run_job(2, tiny(two_saves, 2, {{"training.steps", "4"}, {"checkpoint.interval", "2"}}), &out), 0)
+      << out;
+  for (const char* name : {"model-rank0", "model-rank1", "optimizer-rank0", "optimizer-rank1"}) {
+    const fs::path f = two_saves / "checkpoint/step-4" / (std::string(name) + ".safetensors");
+    std::fstream stream(f, std::ios::in | std::ios::out | std::ios::binary);
+    stream.seekp(std::streamoff(fs::file_size(f) - 64));
+    stream << std::string(64, '\xff');
+  }
+  out.clear();
+  EXPECT_NE(run_job(2, tiny(two_saves, 2, {}), &out), 0) << out;
+  const size_t at = out.find("titan train: error: rank 0: checkpoint: '");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string newest = out.substr(at, out.find('\n', at) - at);
+  const std::string advice =
+      "; if step 4 cannot be repaired, the committed steps before it are 2: checkpoint.load_step = 2 resumes "
+      "from the newest of them (step 4 is then set aside, not deleted)";
+  ASSERT_GT(newest.size(), advice.size()) << newest;
+  EXPECT_EQ(newest.substr(newest.size() - advice.size()), advice) << "last: " << newest;
+  EXPECT_EQ(newest.find("cannot be repaired"), newest.rfind("cannot be repaired")) << "once: " << newest;
+  EXPECT_NE(newest.find("; rank 1: checkpoint: '"), std::string::npos) << newest;
 }
 
 // A checkpoint every rank refuses (its shard of weights that one step with an absurd learning rate

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -294,15 +295,22 @@ std::string Checkpointer::roll_back_advice() const {
 
 LoadedCheckpoint Checkpointer::open_resume_dir(ChecksumShare share) const {
   TITAN_CHECK(resume_dir(), "checkpoint: nothing to resume from in '", folder().string(), "'");
-  if (!resume_step_) return load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
+  // Every rank opens its share; one that cannot stops them all with its reason, and the way forward
+  // for an unreadable newest step (corrupted, cut short by a full disk) is said once, after the
+  // ranks' reasons.
+  std::optional<LoadedCheckpoint> opened;
   try {
-    return manager_.load(*resume_step_, share);
+    plan_.agree_on_success([&] {
+      opened = resume_step_ ? manager_.load(*resume_step_, share)
+                            : load_checkpoint_dir(*fork_dir_, CheckpointParts::Everything, share);
+    });
   } catch (const Error& e) {
-    // The newest step cannot be read (corrupted, cut short by a full disk).
     const std::string advice = roll_back_advice();
     if (advice.empty()) throw;
-    throw Error(std::string(e.what()) + advice);
+    if (dynamic_cast<const dist::RanksAgreedError*>(&e)) throw dist::RanksAgreedError(e.what() + advice);
+    throw Error(e.what() + advice);
   }
+  return std::move(*opened);
 }
 
 void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
@@ -328,63 +336,52 @@ void Checkpointer::restore(TrainState& s, const ResolvedJob& job) const {
       resume_step_ ? "read the checkpoint (its checksums, then each replica's share)"
                    : "read the checkpoint (its checksums on every rank, then each "
                      "replica's share)");
-  // Every rank reads its own files: a rank that cannot (a file of its share that fails its checksum,
-  // a shard its host's copy lacks) stops every rank with its reason, agreed before any collective of
-  // the job.
-  try {
-    plan_.agree_on_success([&] {
-      // The run's own checkpoint folder is one folder every rank sees (checked at start-up): each rank
-      // checksums a share of its files, every file read through once in all. A folder the run goes on
-      // from (initial_load_path) may be a copy on each host: every rank checks all of its own.
-      LoadedCheckpoint c =
-          open_resume_dir(resume_step_ ? ChecksumShare{plan_.rank(), plan_.world_size()} : ChecksumShare{});
-      check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
-      const auto& ts = c.train_state;
-      // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
-      // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
-      const bool seed = ts.at("step").get<int64_t>() == 0;
-      // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
-      const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
-                 fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
-      // Each rank reads its slice of every block (the whole block when this run does not shard; of
-      // its run of experts for a block of experts), parameter by parameter, from the files that hold those
-      // elements, whatever the sharding and expert split that wrote them: the restore comes before
-      // TrainState::distribute, which keeps exactly that slice.
-      const CheckpointBlocks saved(c, s.model);
-      for (size_t b = 0; b < s.model.blocks().size(); ++b) {
-        LocalSlice mine = local_slice(s, b);
-        saved.read(b, "", mine.begin, mine.values);
-        // (Restores come before distribute(), which makes the bf16 copies; a block that keeps one
-        // already gets it rewritten.)
-        if (nn::ParamBlock& block = s.model.blocks()[b]; block.keeps_compute_shard())
-          block.refresh_compute_shard();
-        if (fresh_optimizer) continue;
-        saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
-        saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
-      }
-      if (ts.contains("expert_bias"))
-        s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
-      s.generation_config = ts.value("generation_config", nlohmann::json());
-      if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
-      // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
-      restored = "the weights";
-      if (ts.contains("expert_bias") && !s.model.expert_bias().empty()) restored += ", the expert biases";
-      if (!fresh_optimizer) restored += ", AdamW's moments and step count";
-      if (!fresh_schedule) restored += ", the LR schedule's position";
-      if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
-      restored_dir = c.dir.string();
-      restored_seed = seed;
-    });
-  } catch (const dist::RanksAgreedError& e) {
-    // Each rank that could not read its share of the newest step added the way forward: said once, last.
-    const std::string advice = roll_back_advice();
-    std::string text = e.what();
-    bool advised = false;
-    for (size_t at; !advice.empty() && (at = text.find(advice)) != std::string::npos; advised = true)
-      text.erase(at, advice.size());
-    if (!advised) throw;
-    throw dist::RanksAgreedError(text + advice);
-  }
+  // Every rank opens its own files, then reads its slices: a rank that cannot (a file of its share
+  // that fails its checksum, a shard its host's copy lacks, another model) stops every rank with its
+  // reason, agreed before any collective of the job. The run's own checkpoint folder is one folder
+  // every rank sees (checked at start-up): each rank checksums a share of its files, every file read
+  // through once in all. A folder the run goes on from (initial_load_path) may be a copy on each
+  // host: every rank checks all of its own.
+  const LoadedCheckpoint c =
+      open_resume_dir(resume_step_ ? ChecksumShare{plan_.rank(), plan_.world_size()} : ChecksumShare{});
+  plan_.agree_on_success([&] {
+    check_same_model_config(c.train_state.at("model_config"), s.model.args(), c.dir.string());
+    const auto& ts = c.train_state;
+    // Step 0 is a seed (checkpoint.create_seed_checkpoint): its weights are where the job starts, and
+    // nothing else in it was trained, so it loads as weights only (torchtitan's model_only for step 0).
+    const bool seed = ts.at("step").get<int64_t>() == 0;
+    // checkpoint.exclude_from_loading: the moments stay zero, the schedule starts over from here.
+    const bool fresh_optimizer = seed || config_.checkpoint.excludes("optimizer"),
+               fresh_schedule = config_.checkpoint.excludes("lr_scheduler");
+    // Each rank reads its slice of every block (the whole block when this run does not shard; of
+    // its run of experts for a block of experts), parameter by parameter, from the files that hold those
+    // elements, whatever the sharding and expert split that wrote them: the restore comes before
+    // TrainState::distribute, which keeps exactly that slice.
+    const CheckpointBlocks saved(c, s.model);
+    for (size_t b = 0; b < s.model.blocks().size(); ++b) {
+      LocalSlice mine = local_slice(s, b);
+      saved.read(b, "", mine.begin, mine.values);
+      // (Restores come before distribute(), which makes the bf16 copies; a block that keeps one
+      // already gets it rewritten.)
+      if (nn::ParamBlock& block = s.model.blocks()[b]; block.keeps_compute_shard())
+        block.refresh_compute_shard();
+      if (fresh_optimizer) continue;
+      saved.read(b, "exp_avg.", mine.begin, mine.exp_avg);
+      saved.read(b, "exp_avg_sq.", mine.begin, mine.exp_avg_sq);
+    }
+    if (ts.contains("expert_bias"))
+      s.model.set_expert_bias_values(ts["expert_bias"].get<std::vector<std::vector<double>>>());
+    s.generation_config = ts.value("generation_config", nlohmann::json());
+    if (!seed) restore_progress(s, job, c, fresh_optimizer, fresh_schedule, lines);
+    // What the resume took from the checkpoint (the rest starts fresh, and the notes above say why).
+    restored = "the weights";
+    if (ts.contains("expert_bias") && !s.model.expert_bias().empty()) restored += ", the expert biases";
+    if (!fresh_optimizer) restored += ", AdamW's moments and step count";
+    if (!fresh_schedule) restored += ", the LR schedule's position";
+    if (!config_.checkpoint.restart_data_stream) restored += ", the data position";
+    restored_dir = c.dir.string();
+    restored_seed = seed;
+  });
   for (const std::string& line : lines) say("%s", line.c_str());
   if (restored_seed)
     say("started from the seed checkpoint %s (its weights; the optimizer, schedule and data start fresh) in "
