@@ -238,6 +238,27 @@ TEST(DataParallel, FsdpOnTwoRanksMatchesOneRank) {
   expect_same_final_state(fsdp_two_ranks(), one_rank(), 10, "FSDP 2");
 }
 
+// global_max_loss is the largest of the ranks' own losses. At step 1 (the same weights) rank 0's rows
+// are the first 2 of the global batch of 4, which one process of batch 2 trains on; rank 1's loss is
+// then what makes the mean (every row of packed text has as many targets). One process logs none.
+TEST(DataParallel, GlobalMaxLossIsTheLargestRanksOwnLoss) {
+  const JobRun first_rows =
+      train("dist_first_rows_" + std::to_string(getpid()), 0, 2,
+            {{"training.steps", "1"}, {"lr_scheduler.total_steps", "10"}, {"checkpoint.enable", "false"}});
+  ASSERT_TRUE(first_rows.steps.count(1)) << "the one-process run of the first rows logged no step";
+  const nlohmann::json& step1 = fsdp_two_ranks().steps.at(1);
+  const double rank0 = first_rows.steps.at(1)["loss"].get<double>(), mean = step1["loss"].get<double>();
+  const double rank1 = 2 * mean - rank0;
+  ASSERT_TRUE(step1.contains("global_max_loss")) << step1.dump();
+  EXPECT_NEAR(step1["global_max_loss"].get<double>(), std::max(rank0, rank1), 1e-5 * mean)
+      << "rank 0's loss " << rank0 << ", rank 1's " << rank1;
+  EXPECT_GT(std::fabs(rank0 - rank1), 1e-4 * mean) << "the ranks' losses differ: the max is told apart";
+  for (const auto& [step, record] : fsdp_two_ranks().steps)
+    EXPECT_GE(record["global_max_loss"].get<double>(), record["loss"].get<double>() * (1 - 1e-6)) << step;
+  for (const auto& [step, record] : one_rank().steps)
+    EXPECT_FALSE(record.contains("global_max_loss")) << step;
+}
+
 // The held-out stream is read as training reads its data (global batches, each rank its rows): one
 // global held-out batch of 4 rows gives the same loss on 1 rank (4 rows) and on 2 (2 rows each).
 TEST(DataParallel, TheHeldOutLossDoesNotDependOnTheNumberOfRanks) {

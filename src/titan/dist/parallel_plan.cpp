@@ -91,6 +91,11 @@ void ParallelPlan::all_reduce_sum(std::span<double> values) const {
     world_->all_reduce(values.data(), int64_t(values.size()), DType::F64, ReduceOp::Sum, host_context());
 }
 
+void ParallelPlan::all_reduce_max(std::span<double> values) const {
+  if (dp_size() > 1)
+    world_->all_reduce(values.data(), int64_t(values.size()), DType::F64, ReduceOp::Max, host_context());
+}
+
 std::vector<Tensor> ParallelPlan::sum_over_ranks(const std::vector<Tensor>& counts) const {
   if (dp_size() == 1) return counts;
   std::vector<Tensor> out;

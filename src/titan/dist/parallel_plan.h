@@ -110,6 +110,8 @@ class ParallelPlan {
   std::vector<Tensor> sum_over_ranks(const std::vector<Tensor>& counts) const;
   // The largest value any rank passed: a stop signal received by one rank stops all at one step.
   int64_t max_over_ranks(int64_t value) const;
+  // Each element's largest value over the data-parallel ranks, in place (like all_reduce_sum).
+  void all_reduce_max(std::span<double> values) const;
 
   // dist::check_same_on_every_rank and dist::agree_on_success over the world.
   void check_same_on_every_rank(const std::string& lines, const std::string& what,

@@ -195,6 +195,7 @@ void StepMeter::begin_step() {
   padding_pct_ = -1;
   trained_tokens_ = -1;
   tokens_seen_ = -1;
+  global_max_loss_ = -1;
   expert_load_max_ = -1;
   experts_idle_ = -1;
 }
@@ -222,6 +223,7 @@ void StepMeter::end_step(int64_t step, double loss, double aux_loss, double grad
   m.step = step;
   m.loss = loss;
   m.aux_loss = aux_loss;
+  m.global_max_loss = global_max_loss_;
   m.expert_load_max = expert_load_max_;
   m.experts_idle = experts_idle_;
   m.grad_norm = grad_norm;
@@ -339,6 +341,7 @@ nlohmann::ordered_json step_record(const StepMetrics& m, int rank) {
                               {"warmup", m.warmup}};
   if (m.mfu >= 0) j["mfu"] = m.mfu;
   if (m.tokens_seen >= 0) j["tokens_seen"] = m.tokens_seen;
+  if (m.global_max_loss >= 0) j["global_max_loss"] = m.global_max_loss;
   if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.expert_load_max >= 0) {
     j["expert_load_max"] = m.expert_load_max;

@@ -38,6 +38,9 @@ struct StepMetrics {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0;
   double aux_loss = -1;  // MoE only (< 0: absent)
+  // Several data-parallel ranks only (< 0: absent): the largest of the ranks' own losses
+  // (StepGradients::global_max_loss, train_step.h).
+  double global_max_loss = -1;
   // MoE only (< 0: absent): the step's expert load (train_step.h, ExpertLoad).
   double expert_load_max = -1;
   int64_t experts_idle = -1;
@@ -138,6 +141,8 @@ class StepMeter {
   void set_trained_tokens(int64_t n) { trained_tokens_ = n; }
   // The run's input tokens from step 1 to the step in hand, all ranks (TrainState::tokens_seen).
   void set_tokens_seen(int64_t n) { tokens_seen_ = n; }
+  // Several data-parallel ranks: the largest of the ranks' own losses (StepResult::global_max_loss).
+  void set_global_max_loss(double loss) { global_max_loss_ = loss; }
   // MoE models: how evenly the step's tokens fell on the experts (train_step.h, ExpertLoad).
   void set_expert_load(double max_over_mean, int64_t idle) {
     expert_load_max_ = max_over_mean, experts_idle_ = idle;
@@ -170,6 +175,7 @@ class StepMeter {
   double padding_pct_ = -1;  // < 0: none reported
   int64_t trained_tokens_ = -1;          // < 0: none reported
   int64_t tokens_seen_ = -1;             // < 0: none reported
+  double global_max_loss_ = -1;          // < 0: none reported
   double expert_load_max_ = -1;          // < 0: none reported
   int64_t experts_idle_ = -1;
   std::optional<StepMetrics> unlogged_;  // the last step ended, when log_freq skipped it

@@ -330,9 +330,26 @@ RunRecord read_run(const fs::path& given) {
     // record has a loss. Another program's records may hold fewer, or extra fields, charted when numeric.
     TITAN_CHECK(j.contains("loss"), "report: '", metrics.string(), "', line ", n, ": the record of step ",
                 step, " has no \"loss\"");
-    for (const char* k : {"loss", "aux_loss", "grad_norm", "lr", "memory_gib", "memory_pct", "tps", "tflops",
-                          "mfu", "step_seconds", "val_loss", "val_perplexity", "comm_mib", "comm_seconds",
-                          "padding_pct", "trained_tokens", "expert_load_max", "experts_idle", "tokens_seen"})
+    for (const char* k : {"loss",
+                          "aux_loss",
+                          "grad_norm",
+                          "lr",
+                          "memory_gib",
+                          "memory_pct",
+                          "tps",
+                          "tflops",
+                          "mfu",
+                          "step_seconds",
+                          "val_loss",
+                          "val_perplexity",
+                          "comm_mib",
+                          "comm_seconds",
+                          "padding_pct",
+                          "trained_tokens",
+                          "expert_load_max",
+                          "experts_idle",
+                          "tokens_seen",
+                          "global_max_loss"})
       TITAN_CHECK(!j.contains(k) || j[k].is_number() || j[k].is_null(), "report: '", metrics.string(),
                   "', line ", n, ": \"", k, "\" of step ", step, " is ", j[k].dump(), ", not a number");
     TITAN_CHECK(!j.contains("warmup") || j["warmup"].is_boolean(), "report: '", metrics.string(), "', line ",

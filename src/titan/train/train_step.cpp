@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -72,6 +73,7 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   model.zero_grad();
   StepGradients g;
   double sums[2] = {0, 0};  // loss, aux loss
+  double weights = 0;       // of this rank's micro-batches' cross-entropies
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     sharding.begin_micro_batch(micro == accumulation - 1);
     profiling::mark_phase("data");  // the op profiler's phases (core/op_timeline.h)
@@ -85,6 +87,7 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
     // until the whole forward had run.
     profiling::mark_phase("loss read");
     sums[0] += out.ce_loss.item() * mb.ce_weight;
+    weights += mb.ce_weight;
     if (out.aux_loss.defined()) sums[1] += out.aux_loss.item();
     // The waits for the gradient collectives, and the accumulation of what they bring.
     if (sharding.active()) profiling::mark_phase("gradient sync", /*ops_inside=*/true);
@@ -93,8 +96,17 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   // The loss of the step over all ranks: the weighted means add up to dp_size x the mean over every
   // target of the step.
   const bool ranks = plan.dp_size() > 1;
+  const bool aux_trains = model.args().is_moe() && model.args().output_router_logits;
+  // This rank's own loss: its cross-entropy's mean over its targets (a rank whose rows hold no target,
+  // conversations cut before their answers, has none).
+  double rank_loss[1] = {-std::numeric_limits<double>::infinity()};
+  if (ranks && weights > 0)
+    rank_loss[0] = sums[0] / weights +
+                   (aux_trains ? model.args().router_aux_loss_coef * sums[1] / double(accumulation) : 0.0);
   if (ranks) profiling::mark_phase("loss all-reduce");
   plan.all_reduce_sum(sums);
+  plan.all_reduce_max(rank_loss);
+  if (ranks) g.global_max_loss = rank_loss[0];
   const double micro_batches = double(accumulation * plan.dp_size());
   // One host read for all blocks.
   std::vector<Tensor> grads;
@@ -103,8 +115,7 @@ StepGradients compute_gradients(qwen3::Qwen3Model& model, dist::ShardedBlocks& s
   if (ranks) profiling::mark_phase("grad-norm all-reduce");
   g.aux_loss = model.args().is_moe() ? sums[1] / micro_batches : -1;
   g.loss = sums[0] / double(plan.dp_size());
-  if (model.args().is_moe() && model.args().output_router_logits)
-    g.loss += model.args().router_aux_loss_coef * g.aux_loss;
+  if (aux_trains) g.loss += model.args().router_aux_loss_coef * g.aux_loss;
   g.grad_norm = std::sqrt(plan.all_reduce_grad_norm_sq(norm_sq));
   return g;
 }
@@ -195,6 +206,7 @@ StepResult TrainStep::run(TrainState& s) const {
   s.tokens_seen += r.tokens;
   r.loss = g.loss;
   r.aux_loss = g.aux_loss;
+  r.global_max_loss = g.global_max_loss;
   r.grad_norm = g.grad_norm;
   r.batch_hash = batch_hash;
   return r;

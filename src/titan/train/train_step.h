@@ -29,6 +29,7 @@ ExpertLoad expert_load(const std::vector<Tensor>& counts);
 struct StepResult {
   double loss = 0;       // the cross-entropy's mean over every target of the step (+ coef x aux)
   double aux_loss = -1;  // MoE aux loss, mean over the micro-batches and ranks (< 0: dense model)
+  double global_max_loss = -1;  // StepGradients::global_max_loss
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
   int64_t tokens = 0;   // input tokens of the step, over all data-parallel ranks
@@ -54,6 +55,11 @@ struct StepResult {
 // Afterwards every block's shard_grad holds the gradient of that loss.
 struct StepGradients {
   double loss = 0, aux_loss = -1, grad_norm = 0;
+  // Several data-parallel ranks only (< 0: one): the largest of the ranks' own losses (each rank's
+  // mean over its own targets, plus coef x its own aux loss when that trains), torchtitan's
+  // global_max_loss: a rank whose data is off (a corrupted shard, a document of noise) shows here
+  // before it moves the mean.
+  double global_max_loss = -1;
   // MoE models: each layer's routing counts, one row per micro-batch (i64 [accumulation, E] on the
   // model's device; undefined for dense layers), this rank's only.
   std::vector<Tensor> expert_counts;

@@ -647,6 +647,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     }
     meter.set_batch_hash(r.batch_hash);
     meter.set_tokens_seen(state.tokens_seen);
+    if (r.global_max_loss >= 0) meter.set_global_max_loss(r.global_max_loss);
     if (!cfg.training.chat_field.empty()) {
       meter.set_padding_pct(100.0 * double(r.padding) / double(r.tokens));
       meter.set_trained_tokens(r.targets);
