@@ -102,6 +102,33 @@ TEST(StateDict, TiedCheckpointWithADifferentLmHeadIsRefused) {
   EXPECT_NE(err.find("tie_word_embeddings to false"), std::string::npos) << err;
 }
 
+// A run that unties a tied checkpoint's head (model.tie_embeddings = false on purpose) starts the head
+// as a copy of the embedding: the untied model computes what the tied one does. The load says so.
+TEST(StateDict, AnUntiedModelOfATiedCheckpointStartsItsHeadAsTheEmbedding) {
+  qwen3::ModelArgs args = qwen3::args_from_hf_config_file((oracle("tiny_dense") / "config.json").string());
+  ASSERT_TRUE(args.tie_embeddings);
+  args.tie_embeddings = false;
+  qwen3::Qwen3Model untied(args, DType::F32);
+  const std::string said = qwen3::load_hf_weights(untied, oracle("tiny_dense"));
+  EXPECT_NE(said.find("; lm_head untied: the checkpoint ties it to model.embed_tokens (tie_word_embeddings = "
+                      "true), so the head starts as a copy of the embedding"),
+            std::string::npos)
+      << said;
+  const std::vector<double> head = untied.find_param("output.weight")->value.to_vector();
+  EXPECT_EQ(head, untied.find_param("tok_embeddings.weight")->value.to_vector());
+  auto f = io::SafetensorsFile::open(oracle("tiny_dense") / "model.safetensors");
+  const io::TensorInfo& embed = f.at("model.embed_tokens.weight");
+  ASSERT_EQ(embed.dtype, DType::F32);
+  const float* stored = reinterpret_cast<const float*>(embed.data);
+  EXPECT_EQ(head, std::vector<double>(stored, stored + embed.numel()));
+  // An untied checkpoint that lacks its head is still a missing key.
+  auto dir = edited_copy("tiny_moe", "untied_no_head", [](std::vector<io::TensorWrite>& w) {
+    std::erase_if(w, [](auto& t) { return t.name == "lm_head.weight"; });
+  });
+  const std::string err = load_error(dir);
+  EXPECT_NE(err.find("missing keys (1):\n    lm_head.weight"), std::string::npos) << err;
+}
+
 // A NaN or infinity in a weight is named at load, not found as a non-finite loss at step 1.
 TEST(StateDict, NonFiniteWeightIsNamedAtLoad) {
   for (const float bad : {std::nanf(""), -INFINITY}) {

@@ -363,6 +363,31 @@ TEST(Trainer, LossFallsExportVerifiesAndWeightsReallyLoad) {
   EXPECT_EQ(s2.final_loss, loaded_first);
   EXPECT_LT(loaded_first, first_loss - 0.5)
       << "HF-loaded first loss " << loaded_first << " vs random init " << first_loss;
+
+  // The same weights untied on purpose (model.tie_embeddings = false), from the export and from the
+  // native checkpoint: the head starts as a copy of the embedding, so the first loss is the tied one's.
+  const std::vector<std::pair<std::string, Overrides>> untied_from = {
+      {"the export",
+       {{"checkpoint.initial_load_path", hf.string()}, {"checkpoint.initial_load_in_hf", "true"}}},
+      {"the native checkpoint", {{"checkpoint.initial_load_path", step_dir.string()}}}};
+  for (const auto& [what, from] : untied_from) {
+    const fs::path dump3 = tt::temp_dir("trainer_untied");
+    run_training(
+        load_job_config(debugmodel_toml().string(), tt::joined({{"job.dump_folder", dump3.string()},
+                                                                {"model.name", "hf"},
+                                                                {"model.hf_assets_path", hf.string()},
+                                                                {"model.tie_embeddings", "false"},
+                                                                {"checkpoint.enable", "false"},
+                                                                {"checkpoint.last_save_in_hf", "false"},
+                                                                {"training.seq_len", "64"},
+                                                                {"training.steps", "1"},
+                                                                {"lr_scheduler.warmup_steps", "1"},
+                                                                {"metrics.log_freq", "1"}},
+                                                               from)));
+    auto r3 = read_metrics(dump3);
+    ASSERT_EQ(r3.size(), 1u) << what;
+    EXPECT_NEAR(r3[0]["loss"].get<double>(), loaded_first, 1e-6 * loaded_first) << "untied from " << what;
+  }
 }
 
 // Run A: 7 steps straight. Run B: 4 steps, then again with the same dump folder to 7. With a

@@ -265,6 +265,16 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
         check_no_unexpected_tensors(c.optimizer_files[k], with_moment_prefixes(held[k]));
     }
   }
+  // An untied model from the checkpoint of a tied one (model.tie_embeddings = false, set on purpose:
+  // startup.cpp refuses the difference otherwise): its head starts as a copy of the embedding, so it
+  // computes what the tied model does, as the Hugging Face load does (qwen3::load_hf_weights).
+  const nlohmann::json& saved_model =
+      c.train_state.contains("model_config") ? c.train_state["model_config"] : nlohmann::json::object();
+  if (!model.args().tie_embeddings && saved_model.value("tie_word_embeddings", false) &&
+      !saved_.count("output.weight") && saved_.count("tok_embeddings.weight")) {
+    saved_["output.weight"] = saved_.at("tok_embeddings.weight");
+    head_from_embedding_ = true;
+  }
   // By parameter: the model's are all there, whole, and the checkpoint holds no other.
   std::set<std::string> mine;
   for (size_t b = 0; b < model.blocks().size(); ++b)
@@ -282,6 +292,7 @@ CheckpointBlocks::CheckpointBlocks(const LoadedCheckpoint& c, const qwen3::Qwen3
   std::vector<std::string> extra;
   for (const auto& [name, s] : saved_)
     if (!mine.count(name)) extra.push_back(name);
+  if (head_from_embedding_) saved_.erase("output.weight");  // its pieces are the embedding's, checked once
   TITAN_CHECK(extra.empty(), where, " holds ", extra.size(),
               " parameter(s) this model does not have: ", quoted_list(extra));
   // Every element of every parameter is in exactly one file: none is left zero, none read twice.
@@ -327,7 +338,13 @@ void CheckpointBlocks::read_param(const std::string& name, const std::string& pr
                                   int64_t n, float* dst) const {
   const auto& files = prefix.empty() ? checkpoint_.model_files : checkpoint_.optimizer_files;
   const int64_t end = begin + n;
-  for (const Piece& piece : saved_.at(name).pieces) {
+  const bool copied_head = head_from_embedding_ && name == "output.weight";
+  // A tied run's moments are the shared tensor's: they are no untied head's.
+  TITAN_CHECK(!copied_head || prefix.empty(), "checkpoint '", checkpoint_.dir.string(),
+              "' ties lm_head to the embedding and this model does not (model.tie_embeddings = false): its "
+              "optimizer state has no moments for the untied head; load its weights only "
+              "(checkpoint.initial_load_model_only = true) to untie them");
+  for (const Piece& piece : saved_.at(copied_head ? "tok_embeddings.weight" : name).pieces) {
     const int64_t from = std::max(begin, piece.begin), to = std::min(end, piece.end);
     if (to <= from) continue;
     const io::SafetensorsFile& f = files[piece.file];
@@ -346,7 +363,7 @@ void CheckpointBlocks::read_param(const std::string& name, const std::string& pr
                dst[i], "); a checkpoint must hold finite weights and moments");
 }
 
-void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& model) {
+std::string restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& model) {
   const CheckpointBlocks saved(c, model);
   // Into what this rank keeps of each block: the whole block, or its slice of a sharded one.
   for (size_t b = 0; b < model.blocks().size(); ++b) {
@@ -354,6 +371,9 @@ void restore_whole_parameters(const LoadedCheckpoint& c, qwen3::Qwen3Model& mode
     saved.read(b, "", block.shard_begin(), block.shard());
     if (block.keeps_compute_shard()) block.refresh_compute_shard();
   }
+  return saved.head_from_embedding() ? "lm_head untied: the checkpoint ties it to the embedding, so the head "
+                                       "starts as a copy of the embedding"
+                                     : "";
 }
 
 }  // namespace titan::train

@@ -63,6 +63,9 @@ class CheckpointBlocks {
   // block's parameters (alignment gaps, padding) are zero.
   // A non-finite value read is an error naming the parameter (or moment).
   void read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const;
+  // An untied model read from a tied checkpoint: its head is read as a copy of the embedding (the
+  // weights only: reading the head's moments is an error).
+  bool head_from_embedding() const { return head_from_embedding_; }
 
  private:
   // Where the checkpoint holds elements [begin, end) of a parameter: in shard file `file`, tensor
@@ -83,10 +86,12 @@ class CheckpointBlocks {
   const LoadedCheckpoint& checkpoint_;
   const qwen3::Qwen3Model& model_;
   std::map<std::string, SavedParam> saved_;
+  bool head_from_embedding_ = false;
 };
 
 // Every block of `model` (as this rank keeps it) from the checkpoint's parameters: titan export,
 // initial weights.
-void restore_whole_parameters(const LoadedCheckpoint& checkpoint, qwen3::Qwen3Model& model);
+// Returns what the load did beyond reading each parameter ("lm_head untied: ..."), "" when nothing.
+std::string restore_whole_parameters(const LoadedCheckpoint& checkpoint, qwen3::Qwen3Model& model);
 
 }  // namespace titan::train

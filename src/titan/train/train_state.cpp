@@ -183,7 +183,7 @@ void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob
           "export");
   } else if (!job.initial_native.empty()) {
     LoadedCheckpoint ck = load_checkpoint_dir(job.initial_native, CheckpointParts::Weights);
-    restore_whole_parameters(ck, state.model);
+    const std::string untied = restore_whole_parameters(ck, state.model);
     // (A run that trains from these weights starts its optimizer fresh: whether the checkpoint could
     // be resumed is no concern of it.)
     if (state.purpose == qwen3::Purpose::Inference && !ck.unresumable.empty())
@@ -204,8 +204,9 @@ void read_start_weights(TrainState& state, const JobConfig& c, const ResolvedJob
     }
     // The model's generation defaults come with its weights too.
     state.generation_config = ck.train_state.value("generation_config", nlohmann::json());
-    say("loaded native weights%s from %s (step %ld)%s", biases.c_str(), ck.dir.string().c_str(),
-        long(ck.step), state.purpose == qwen3::Purpose::Training ? "; optimizer and step start fresh" : "");
+    say("loaded native weights%s from %s (step %ld)%s%s", biases.c_str(), ck.dir.string().c_str(),
+        long(ck.step), state.purpose == qwen3::Purpose::Training ? "; optimizer and step start fresh" : "",
+        untied.empty() ? "" : ("; " + untied).c_str());
   } else {
     auto t0 = std::chrono::steady_clock::now();
     state.model.initialize(uint64_t(c.training.seed), c.model.init == "torchtitan"

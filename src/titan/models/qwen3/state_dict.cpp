@@ -173,12 +173,25 @@ std::string element_text(const io::TensorInfo& t, int64_t i) {
 std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir) {
   io::HfCheckpoint ckpt = io::HfCheckpoint::open(dir);
   bool stored_tied_head = false;
+  // An untied model from a checkpoint that ties its head (tie_word_embeddings = true, no
+  // lm_head.weight; the run sets model.tie_embeddings = false on purpose, which startup.cpp
+  // requires): the head starts as a copy of the embedding, so the untied model computes what the tied
+  // one does, and the two then train apart.
+  const std::filesystem::path config = dir / "config.json";
+  const bool head_from_embedding = !model.args().tie_embeddings && !ckpt.find("lm_head.weight") &&
+                                   std::filesystem::exists(config) &&
+                                   args_from_hf_config_file(config.string()).tie_embeddings;
+  // The file's tensor that a parameter reads.
+  auto stored_key = [&](const HfTensorRef& r) -> const std::string& {
+    static const std::string embedding = "model.embed_tokens.weight";
+    return head_from_embedding && r.key == "lm_head.weight" ? embedding : r.key;
+  };
   auto refs = hf_tensors(model);
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> expected;
   for (auto& r : refs) {
     expected.insert(r.key);
-    const io::TensorInfo* t = ckpt.find(r.key);
+    const io::TensorInfo* t = ckpt.find(stored_key(r));
     if (!t) {
       missing.push_back(r.key);
       continue;
@@ -232,7 +245,7 @@ std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir)
   }
   // A NaN or infinity loaded would surface as a non-finite loss at step 1, blamed on training.
   for (auto& r : refs) {
-    const io::TensorInfo& t = ckpt.at(r.key);
+    const io::TensorInfo& t = ckpt.at(stored_key(r));
     if (const int64_t i = first_non_finite(t.data, t.numel(), t.dtype); i >= 0)
       TITAN_FAIL("checkpoint '", dir.string(), "': tensor '", r.key, "' holds ", element_text(t, i),
                  " at element ", i, "; a model's weights must be finite");
@@ -242,7 +255,7 @@ std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir)
   for (auto& block : model.blocks())
     for (auto& r : refs) {
       if (!block.holds(r.param)) continue;
-      const io::TensorInfo& t = ckpt.at(r.key);
+      const io::TensorInfo& t = ckpt.at(stored_key(r));
       // The mapping stays alive while `ckpt` does; wrap without copying, convert into the f32 master.
       const Tensor src = Tensor::from_blob(const_cast<std::byte*>(t.data), t.shape, t.dtype, nullptr);
       const int64_t per_expert = shape_numel(r.shape);
@@ -250,7 +263,7 @@ std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir)
     }
   // What was read, for the log: "24 tensors (f32) from 1 file; lm_head tied to model.embed_tokens".
   std::set<std::string> dtypes;
-  for (auto& r : refs) dtypes.insert(std::string(dtype_name(ckpt.at(r.key).dtype)));
+  for (auto& r : refs) dtypes.insert(std::string(dtype_name(ckpt.at(stored_key(r)).dtype)));
   std::string stored;
   for (const std::string& d : dtypes) stored += (stored.empty() ? "" : ", ") + d;
   std::string text = std::to_string(refs.size()) + " tensors" +
@@ -262,6 +275,10 @@ std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir)
                 ? "; lm_head tied to model.embed_tokens (the stored lm_head.weight, equal to it, is "
                   "not read; exports leave it out, as transformers writes a tied model)"
                 : "; lm_head tied to model.embed_tokens";
+  if (head_from_embedding)
+    text +=
+        "; lm_head untied: the checkpoint ties it to model.embed_tokens (tie_word_embeddings = true), so "
+        "the head starts as a copy of the embedding";
   return text;
 }
 
