@@ -67,6 +67,12 @@ TEST(CommandLine, AnUnknownCommandIsSuggestedAndTheUsageGoesToStderr) {
   EXPECT_NE(r.err.find("titan: unknown command 'trian'; did you mean 'train'?"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("usage: titan <command>"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
+  // Another tool's name for a command titan has under its own.
+  r = titan("chat");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("titan: unknown command 'chat'; did you mean 'titan generate --chat'?"),
+            std::string::npos)
+      << r.err;
   r = titan("");  // no command: the usage, on stderr, exit 2
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("usage: titan <command>"), std::string::npos) << r.err;
@@ -144,8 +150,11 @@ TEST(CommandLine, AMistypedOptionOfEveryCommandGetsADidYouMean) {
   const std::string toml = (tt::source_dir() / "configs" / "debugmodel.toml").string();
   const std::pair<std::string, std::string> cases[] = {
       {"train --confg x.toml",
-       "titan train: error: unknown option --confg (its options: --config; the job config's keys are "
-       "--section.key=value; did you mean --config?)"},
+       "titan train: error: unknown option --confg (its options: --config, --list-keys; the job config's "
+       "keys are --section.key=value; did you mean --config?)"},
+      {"train --list-key",
+       "unknown option --list-key (its options: --config, --list-keys; the job config's "
+       "keys are --section.key=value; did you mean --list-keys?)"},
       {"check --config " + toml + " --jsn",
        "titan check: error: unknown option --jsn (its options: --config, "
        "--json, --steps, --workdir; the job config's keys are "

@@ -91,6 +91,20 @@ train::StepShape shape(int64_t batch, int64_t seq) {
   return s;
 }
 
+// A need just above what is free: the two figures get as many digits as tell them apart.
+TEST(SizeCheck, ANeedJustAboveTheMemoryIsSaidWithDigitsThatTellThemApart) {
+  const int64_t available = 23933571072;  // 22.29 GiB
+  MemoryNeed need;
+  need.weights = available + (int64_t(1) << 20);
+  const std::string e =
+      error_of([&] { check_memory_fits(need, available, "the job", "MemAvailable", "free memory"); });
+  EXPECT_NE(e.find("the job needs an estimated 22.291 GiB (23934619648 bytes: weights 22.3 GiB, "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("but MemAvailable is 22.29 GiB (23933571072 bytes); free memory"), std::string::npos) << e;
+  EXPECT_NO_THROW(check_memory_fits(need, need.weights, "the job", "MemAvailable", "free memory"));
+}
+
 TEST(SizeCheck, AModelLargerThanTheMachineIsRefusedWithTheNumbers) {
   // 16384 layers of dim 131072: petabytes of weights, a valid shape that no machine holds.
   ModelArgs a = tiny();

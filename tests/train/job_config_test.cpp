@@ -1288,28 +1288,34 @@ TEST(JobConfig, ExpertKeysOnADenseModelAreErrors) {
     const std::string e =
         error_of([&] { resolve_model_args(parse("[model]\nflavor = \"debugmodel\"\n" + key + "\n")); });
     EXPECT_NE(e.find("model." + key.substr(0, key.find(' ')) + " = "), std::string::npos) << e;
+    EXPECT_NE(e.find(" (set at job.toml:3) configures experts"), std::string::npos) << e;
     EXPECT_NE(e.find("this model is dense (num_experts = 0)"), std::string::npos) << e;
   }
   std::string e =
       error_of([&] { resolve_model_args(parse("[training]\nload_balance = \"expert_bias\"\n")); });
-  EXPECT_NE(e.find("training.load_balance = \"expert_bias\" balances experts, but this model is dense"),
+  EXPECT_NE(e.find("training.load_balance = \"expert_bias\" (set at job.toml:2) balances experts, but this "
+                   "model is dense"),
             std::string::npos)
       << e;
   // Set at all: the default's value (aux_loss) and the bias step balance no experts either, where the
   // first was accepted in silence and the second noted as if the aux loss balanced experts.
   e = error_of([&] { resolve_model_args(parse("[training]\nload_balance = \"aux_loss\"\n")); });
-  EXPECT_NE(e.find("training.load_balance = \"aux_loss\" balances experts, but this model is dense"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("training.load_balance = \"aux_loss\" (set at job.toml:2) balances experts, but this model "
+             "is dense"),
+      std::string::npos)
       << e;
   e = error_of([&] { resolve_model_args(parse("[training]\nload_balance_coeff = 0.01\n")); });
   EXPECT_NE(
-      e.find("training.load_balance_coeff = 0.01 is the expert-bias update step, but this model is dense"),
+      e.find("training.load_balance_coeff = 0.01 (set at job.toml:2) is the expert-bias update step, but "
+             "this model is dense"),
       std::string::npos)
       << e;
   // Expert parallelism needs experts, and as many on every rank.
   e = error_of([&] { resolve_model_args(parse("[parallelism]\nexpert_parallel_degree = 2\n")); });
   EXPECT_NE(
-      e.find("parallelism.expert_parallel_degree = 2 splits experts over ranks, but this model is dense"),
+      e.find("parallelism.expert_parallel_degree = 2 (set at job.toml:2) splits experts over ranks, but "
+             "this model is dense"),
       std::string::npos)
       << e;
   e = error_of([&] {
@@ -1567,8 +1573,29 @@ TEST(JobConfigReference, IsATemplateOfEveryKeyAtItsDefault) {
   }
   EXPECT_NE(reference.find("\n# decay_type = \"linear\"  # linear | cosine | sqrt\n"), std::string::npos)
       << reference;
-  EXPECT_NE(reference.find("\n# exclude_from_loading = []  # each of model | optimizer"), std::string::npos)
+  // The values parsed only to be refused with a reason are not offered.
+  EXPECT_NE(
+      reference.find("\n# exclude_from_loading = []  # each of optimizer | lr_scheduler | dataloader\n"),
+      std::string::npos)
       << reference;
+  EXPECT_NE(
+      reference.find("\n# load_balance = \"aux_loss\"  # aux_loss | expert_bias; MoE models only (set on "
+                     "a dense model: an error)\n"),
+      std::string::npos)
+      << reference;
+  // Every key uncommented resolves on an MoE flavor; on the default (dense) one, once the keys
+  // marked for MoE models only are left commented.
+  EXPECT_EQ(
+      error_of([&] {
+        resolve_model_args(parse_job_config(uncommented, "list-keys", {{"model.flavor", "debugmodel_moe"}}));
+      }),
+      "");
+  std::string dense;
+  std::istringstream again(uncommented);
+  for (std::string line; std::getline(again, line);)
+    dense += (line.find("MoE models only") != std::string::npos ? "# " + line : line) + "\n";
+  EXPECT_EQ(error_of([&] { resolve_model_args(parse_job_config(dense, "list-keys", {})); }), "");
+  EXPECT_NE(error_of([&] { resolve_model_args(parse_job_config(uncommented, "list-keys", {})); }), "");
   EXPECT_NE(
       reference.find("\n# export_dtype = \"float32\"  # float32 | bfloat16; float16, one of torchtitan's"),
       std::string::npos)

@@ -593,8 +593,8 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        true},
       // A dataset that exists only on the cluster the job is planned for: said, not refused.
       {"--training.dataset_path=/nonexistent/shards",
-       "data: not checked on this machine: training.dataset_path: dataset: \"/nonexistent/shards\" does not "
-       "exist",
+       "data: not checked on this machine: training.dataset_path (set on the command line): dataset: "
+       "\"/nonexistent/shards\" does not exist",
        true},
       // One that exists here is checked as train checks it.
       {"--training.dataset_path=" + (text_dir / "table.xml").string(),

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 #include <string>
@@ -128,8 +129,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Names other tools give what titan does under another command.
+  static const std::map<std::string, std::string> elsewhere = {
+      {"chat", "titan generate --chat"}, {"convert", "titan export"}, {"inference", "titan generate"}};
+  const auto other = elsewhere.find(name);
   std::fprintf(stderr, "titan: unknown command '%s'%s\n\n", name.c_str(),
-               titan::suggestion(name, names).c_str());
+               other != elsewhere.end() ? ("; did you mean '" + other->second + "'?").c_str()
+                                        : titan::suggestion(name, names).c_str());
   print_usage(stderr);
   return 2;
 }

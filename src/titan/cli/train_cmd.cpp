@@ -21,7 +21,8 @@ int train_main(int argc, char** argv) {
       std::fputs(train::job_config_reference().c_str(), stdout);
       return 0;
     }
-  JobArgs a = parse_job_args("train", argc, argv);
+  // (--list-keys is listed with the options an unknown one is told of; it is handled above.)
+  JobArgs a = parse_job_args("train", argc, argv, {"list-keys"});
   if (a.help) {
     std::printf(
         "usage: titan train --config FILE.toml [--section.key=value ...]\n"

@@ -57,8 +57,8 @@ class Checkpointer {
   // resume_dir()'s checkpoint opened as restore() opens it, with `share` of its files checksummed
   // (restore: this rank's; titan check: ChecksumShare::none(), every file's presence and size against
   // the manifest). Every rank of the plan calls it (the ranks agree on the outcome): when the newest
-  // step cannot be read, the error names every failing rank's reason, then once the earlier committed
-  // steps a checkpoint.load_step could resume from.
+  // step cannot be read, the error names the failing ranks' reasons (dist::agree_on_success), then
+  // once the earlier committed steps a checkpoint.load_step could resume from.
   LoadedCheckpoint open_resume_dir(ChecksumShare share) const;
   // "; if step N cannot be repaired, the committed steps before it are ...: checkpoint.load_step = M
   // resumes ..." when the resume is of the run's newest step and earlier ones are committed; else "".

@@ -1061,7 +1061,17 @@ std::string job_config_reference() {
   JobConfig defaults;
   std::ostringstream os;
   // Each key commented out: set explicitly, some defaults are refused (training.load_balance on a dense
-  // model) or noted as having no effect, so the listing is a template to uncomment from.
+  // model) or noted as having no effect, so the listing is a template to uncomment from. What a key's
+  // line adds: values the parser takes only to refuse them with a reason (not listed as choices), and
+  // the models a key is for.
+  struct Remark {
+    std::vector<std::string> refused;
+    std::string note;
+  };
+  const std::map<std::string, Remark> remarks = {
+      {"checkpoint.exclude_from_loading", {{"model", "train_state"}, ""}},
+      {"training.load_balance", {{}, "MoE models only (set on a dense model: an error)"}},
+      {"training.load_balance_coeff", {{}, "MoE models only (set on a dense model: an error)"}}};
   os << "# titan's job config: every key at its default, commented out; uncomment and set the ones a job\n"
         "# changes (docs/training.md says what each does; on the command line: --section.key=value).\n";
   std::string section;
@@ -1079,9 +1089,18 @@ std::string job_config_reference() {
       section = s;
     }
     os << "# " << f.key.substr(dot + 1) << " = " << toml_value(f);
-    if (!f.choices.empty())
-      os << "  # " << (f.kind == Field::List ? "each of " : "") << join(f.choices, " | ")
-         << (f.unlisted.empty() ? "" : "; " + f.unlisted_note);
+    const auto remark = remarks.find(f.key);
+    std::vector<std::string> choices;
+    for (const std::string& c : f.choices)
+      if (remark == remarks.end() ||
+          !std::count(remark->second.refused.begin(), remark->second.refused.end(), c))
+        choices.push_back(c);
+    std::vector<std::string> said;
+    if (!choices.empty())
+      said.push_back((f.kind == Field::List ? "each of " : "") + join(choices, " | ") +
+                     (f.unlisted.empty() ? "" : "; " + f.unlisted_note));
+    if (remark != remarks.end() && !remark->second.note.empty()) said.push_back(remark->second.note);
+    if (!said.empty()) os << "  # " << join(said, "; ");
     os << "\n";
   }
   close_section();

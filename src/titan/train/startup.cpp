@@ -27,13 +27,26 @@ namespace titan::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// " (set at job.toml:4:1)" (or " (set on the command line)") after a key an error names: the place
+// to edit; "" for a key nobody set.
+std::string placed(const JobConfig& c, const std::string& key) {
+  const std::string set = c.where_set(key);
+  return set.empty() ? set : " (" + set + ")";
+}
+
+}  // namespace
+
 qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   qwen3::ModelArgs args;
   if (c.model.name == "hf") {
     fs::path cfg = fs::path(c.model.hf_assets_path) / "config.json";
-    TITAN_CHECK(fs::is_directory(c.model.hf_assets_path), "model.hf_assets_path: '", c.model.hf_assets_path,
+    TITAN_CHECK(fs::is_directory(c.model.hf_assets_path), "model.hf_assets_path",
+                placed(c, "model.hf_assets_path"), ": '", c.model.hf_assets_path,
                 "' is not a directory (the model's folder: config.json, tokenizer.json and its weights)");
-    TITAN_CHECK(fs::exists(cfg), "model.hf_assets_path: '", c.model.hf_assets_path, "' has no config.json");
+    TITAN_CHECK(fs::exists(cfg), "model.hf_assets_path", placed(c, "model.hf_assets_path"), ": '",
+                c.model.hf_assets_path, "' has no config.json");
     args = qwen3::args_from_hf_config_file(cfg.string());
   } else {
     try {
@@ -48,18 +61,21 @@ qwen3::ModelArgs resolve_model_args(const JobConfig& c) {
   if (!args.is_moe()) {
     for (auto& [k, v] : c.model.overrides)
       TITAN_CHECK(!qwen3::is_moe_field(k) || k == "num_experts", "model.", k, " = ", v,
+                  placed(c, "model." + k),
                   " configures experts, but this model is dense (num_experts = 0): set model.num_experts, "
                   "or drop the key");
     // Set at all (the default is aux_loss): a dense model has no experts to balance, as its
     // model.* expert fields above say.
     TITAN_CHECK(!c.set_at.count("training.load_balance"), "training.load_balance = \"",
-                c.training.load_balance,
-                "\" balances experts, but this model is dense (num_experts = 0): drop the key");
+                c.training.load_balance, "\"", placed(c, "training.load_balance"),
+                " balances experts, but this model is dense (num_experts = 0): drop the key");
     TITAN_CHECK(!c.set_at.count("training.load_balance_coeff"),
                 "training.load_balance_coeff = ", c.training.load_balance_coeff,
+                placed(c, "training.load_balance_coeff"),
                 " is the expert-bias update step, but this model is dense (num_experts = 0): drop the key");
     TITAN_CHECK(c.parallelism.expert_parallel_degree == 1,
                 "parallelism.expert_parallel_degree = ", c.parallelism.expert_parallel_degree,
+                placed(c, "parallelism.expert_parallel_degree"),
                 " splits experts over ranks, but this model is dense (num_experts = 0): set it to 1");
   } else {
     // Training an MoE with the aux loss means adding it, whatever the checkpoint's config says; an
@@ -139,9 +155,10 @@ fs::path resolve_tokenizer(const JobConfig& c) {
   // A folder the user named must hold the tokenizer: silently falling back to the default one
   // would train on different token ids than the user's checkpoint expects.
   fs::path dir = c.model.hf_assets_path;
-  TITAN_CHECK(fs::is_directory(dir), "model.hf_assets_path: '", dir.string(), "' is not a directory");
-  TITAN_CHECK(fs::exists(dir / "tokenizer.json"), "model.hf_assets_path: '", dir.string(),
-              "' has no tokenizer.json");
+  TITAN_CHECK(fs::is_directory(dir), "model.hf_assets_path", placed(c, "model.hf_assets_path"), ": '",
+              dir.string(), "' is not a directory");
+  TITAN_CHECK(fs::exists(dir / "tokenizer.json"), "model.hf_assets_path", placed(c, "model.hf_assets_path"),
+              ": '", dir.string(), "' has no tokenizer.json");
   return dir;
 }
 
@@ -159,7 +176,7 @@ DatasetPaths resolve_dataset(const JobConfig& c) {
     try {
       return {{c.training.dataset_path}, data::list_dataset_files({c.training.dataset_path})};
     } catch (const Error& e) {
-      TITAN_FAIL("training.dataset_path: ", e.what());
+      TITAN_FAIL("training.dataset_path", placed(c, "training.dataset_path"), ": ", e.what());
     }
   }
   // The built-in datasets are text: conversations come from the user's data.

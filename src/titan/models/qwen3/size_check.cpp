@@ -53,20 +53,25 @@ int64_t narrow_size(__int128 value, const char* what) {
 
 void check_memory_fits(const MemoryNeed& need, int64_t available, const std::string& what,
                        const std::string& available_what, const std::string& advice) {
-  auto gib = [](int64_t b) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.3g GiB", double(b) / double(int64_t(1) << 30));
+  auto gib = [](int64_t b, int digits = 3) {
+    char s[48];
+    std::snprintf(s, sizeof s, "%.*g GiB", digits, double(b) / double(int64_t(1) << 30));
     return std::string(s);
   };
   const __int128 total =
       __int128(need.weights) + need.grads + need.optimizer + need.activations + need.checkpoint_copy;
+  if (total <= available) return;
+  const int64_t needed = narrow_size(total, "memory estimate");
+  // The two figures with as many digits as tell them apart ("22.3 GiB ... is 22.3 GiB" says nothing).
+  int digits = 3;
+  while (digits < 12 && gib(needed, digits) == gib(available, digits)) ++digits;
   const std::string copy =
       need.checkpoint_copy ? ", the copy a save in the background writes from " + gib(need.checkpoint_copy)
                            : "";
-  TITAN_CHECK(total <= available, what, " needs an estimated ", gib(narrow_size(total, "memory estimate")),
-              " (", double(total), " bytes: weights ", gib(need.weights), ", gradients ", gib(need.grads),
-              ", optimizer ", gib(need.optimizer), ", activations ", gib(need.activations), copy, ") but ",
-              available_what, " is ", gib(available), " (", available, " bytes); ", advice);
+  TITAN_FAIL(what, " needs an estimated ", gib(needed, digits), " (", needed, " bytes: weights ",
+             gib(need.weights), ", gradients ", gib(need.grads), ", optimizer ", gib(need.optimizer),
+             ", activations ", gib(need.activations), copy, ") but ", available_what, " is ",
+             gib(available, digits), " (", available, " bytes); ", advice);
 }
 
 }  // namespace titan::qwen3
