@@ -539,6 +539,45 @@ const JobRun& two_ranks_to_step5() {
 // A checkpoint written by 2 ranks at step 5 resumes on 1 and on 4 ranks, and on the same 2 ranks as
 // DDP replicas; each run says it reshards, and steps 6..10 and the final state are those of the
 // uninterrupted run (which equals the one-rank run, checked above).
+// A global batch the resuming mesh cannot take is said with what can keep it: one process's 3
+// sequences on 2 ranks (no multiple of 2: another mesh), and its 4 sequences on 2 ranks of local
+// batch 4 (the local batch lowered to 2).
+TEST(DataParallel, AGlobalBatchTheResumingRanksCannotKeepIsSaidWithTheWayThatCan) {
+  struct Case {
+    int64_t saved_batch, resumed_local;
+    std::string said;
+  };
+  const Case cases[] = {
+      {3, 1,
+       "warning: the global batch is 2 sequences, the checkpoint's was 3 (local batch x data-parallel ranks "
+       "x "
+       "accumulation): each step now averages over another number of sequences (it cannot be kept on this "
+       "mesh: training.global_batch_size must be a multiple of local_batch_size x data-parallel ranks = 1 x "
+       "2 "
+       "= 2, and 3 is no multiple of 2 ranks; a mesh whose data-parallel ranks divide 3 can keep it)"},
+      {4, 4,
+       "warning: the global batch is 8 sequences, the checkpoint's was 4 (local batch x data-parallel ranks "
+       "x "
+       "accumulation): each step now averages over another number of sequences (training.global_batch_size "
+       "must be a multiple of local_batch_size x data-parallel ranks = 4 x 2 = 8: set "
+       "training.local_batch_size = 2 and training.global_batch_size = 4 to keep it)"}};
+  for (const Case& c : cases) {
+    const fs::path dump = tt::temp_dir("dist_global_batch_" + std::to_string(c.saved_batch));
+    std::string out;
+    ASSERT_EQ(
+        run_job(0, tiny(dump, c.saved_batch, {{"training.steps", "2"}, {"checkpoint.interval", "2"}}), &out),
+        0)
+        << out;
+    out.clear();
+    ASSERT_EQ(run_job(2, tiny(dump, c.resumed_local, {{"training.steps", "3"}, {"checkpoint.interval", "2"}}),
+                      &out),
+              0)
+        << out;
+    EXPECT_NE(out.find(c.said), std::string::npos) << out;
+    EXPECT_EQ(read_metrics(dump).rbegin()->first, 3) << out;
+  }
+}
+
 TEST(DataParallel, ACheckpointOfTwoRanksResumesOnOneAndOnFour) {
   const JobRun& first = two_ranks_to_step5();
   ASSERT_TRUE(fs::exists(first.dump / "checkpoint/step-5/COMMITTED"));
