@@ -70,7 +70,7 @@ TEST(CommandLine, AnUnknownCommandIsSuggestedAndTheUsageGoesToStderr) {
   // Another tool's name for a command titan has under its own.
   r = titan("chat");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.err.find("titan: unknown command 'chat'; did you mean 'titan generate --chat'?"),
+  EXPECT_NE(r.err.find("titan: unknown command 'chat'; did you mean 'titan generate --interactive'?"),
             std::string::npos)
       << r.err;
   r = titan("");  // no command: the usage, on stderr, exit 2
@@ -95,8 +95,16 @@ TEST(CommandLine, HelpIsACommandToo) {
   // It takes nothing else.
   r = titan("train --list-keys --config x.toml");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("titan train: error: --list-keys takes no other argument"), std::string::npos)
+  EXPECT_NE(r.err.find("titan train: error: --list-keys takes no value and no other argument"),
+            std::string::npos)
       << r.err;
+  for (const char* given : {"train --list-keys=true", "train --config x.toml --list-keys="}) {
+    r = titan(given);
+    EXPECT_EQ(r.rc, 1) << given;
+    EXPECT_NE(r.err.find("titan train: error: --list-keys takes no value and no other argument"),
+              std::string::npos)
+        << given << ": " << r.err;
+  }
 }
 
 TEST(CommandLine, ErrorsNameTheCommandOnce) {

@@ -765,6 +765,14 @@ TEST(DataParallel, AMissingShardFileFailsTheLoadNamingIt) {
   EXPECT_NE(e.find("lacks 'optimizer-rank1.safetensors' (2 shards were written"), std::string::npos) << e;
 }
 
+// Overwrites the last 64 bytes of `file` (where a shard file stores its tensors' bytes): the size and
+// the header stay, the checksum fails.
+void damage_the_tail(const fs::path& file) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  stream.seekp(std::streamoff(fs::file_size(file) - 64));
+  stream << std::string(64, '\xff');
+}
+
 // A shard file damaged where it stores its tensors' bytes: the ranks of a resume checksum a share of
 // the files each (balanced by bytes), so one rank alone finds it, and the resume stops on both
 // before any step with that rank's reason, said once, every rank exiting 1 on its own (no
@@ -774,12 +782,7 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   const fs::path dump = tt::temp_dir("dist_damaged_shard");
   fs::copy(two_ranks_to_step5().dump, dump, fs::copy_options::recursive);
   const fs::path file = dump / "checkpoint/step-5/model-rank1.safetensors";
-  const std::string before = read_file(file);
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::streamoff(before.size() - 64));
-    f << std::string(64, '\xff');
-  }
+  damage_the_tail(file);
   const std::string damaged = read_file(file);
   std::string out;
   EXPECT_NE(run_job(2, tiny(dump, 2, {}), &out), 0) << out;
@@ -800,12 +803,8 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   std::vector<fs::path> files;
   for (const char* name : {"model-rank0", "model-rank1", "optimizer-rank0", "optimizer-rank1"})
     files.push_back(dump / "checkpoint/step-5" / (std::string(name) + ".safetensors"));
-  for (const fs::path& f : files) {
-    if (f == file) continue;
-    std::fstream stream(f, std::ios::in | std::ios::out | std::ios::binary);
-    stream.seekp(std::streamoff(fs::file_size(f) - 64));
-    stream << std::string(64, '\xff');
-  }
+  for (const fs::path& f : files)
+    if (f != file) damage_the_tail(f);
   out.clear();
   EXPECT_NE(run_job(2, tiny(dump, 2, {}), &out), 0) << out;
   const size_t line = out.find("titan train: error: rank 0: checkpoint: '");
@@ -822,12 +821,8 @@ TEST(DataParallel, AShardFileOneRankCannotReadStopsEveryRankWithItsReason) {
   const fs::path two_saves = tt::temp_dir("dist_damaged_newest");
   ASSERT_EQ(run_job(2, tiny(two_saves, 2, {{"training.steps", "4"}, {"checkpoint.interval", "2"}}), &out), 0)
       << out;
-  for (const char* name : {"model-rank0", "model-rank1", "optimizer-rank0", "optimizer-rank1"}) {
-    const fs::path f = two_saves / "checkpoint/step-4" / (std::string(name) + ".safetensors");
-    std::fstream stream(f, std::ios::in | std::ios::out | std::ios::binary);
-    stream.seekp(std::streamoff(fs::file_size(f) - 64));
-    stream << std::string(64, '\xff');
-  }
+  for (const char* name : {"model-rank0", "model-rank1", "optimizer-rank0", "optimizer-rank1"})
+    damage_the_tail(two_saves / "checkpoint/step-4" / (std::string(name) + ".safetensors"));
   out.clear();
   EXPECT_NE(run_job(2, tiny(two_saves, 2, {}), &out), 0) << out;
   const size_t at = out.find("titan train: error: rank 0: checkpoint: '");

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   }
   // Names other tools give what titan does under another command.
   static const std::map<std::string, std::string> elsewhere = {
-      {"chat", "titan generate --chat"}, {"convert", "titan export"}, {"inference", "titan generate"}};
+      {"chat", "titan generate --interactive"}, {"convert", "titan export"}, {"inference", "titan generate"}};
   const auto other = elsewhere.find(name);
   std::fprintf(stderr, "titan: unknown command '%s'%s\n\n", name.c_str(),
                other != elsewhere.end() ? ("; did you mean '" + other->second + "'?").c_str()

@@ -14,10 +14,10 @@ namespace {
 
 int train_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--list-keys") == 0) {
-      TITAN_CHECK(argc == 2,
-                  "titan train: --list-keys takes no other argument (it prints every key of the job "
-                  "config at its default)");
+    if (std::strncmp(argv[i], "--list-keys", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '=')) {
+      TITAN_CHECK(argc == 2 && argv[i][11] == '\0',
+                  "titan train: --list-keys takes no value and no other argument (it prints every key of the "
+                  "job config at its default)");
       std::fputs(train::job_config_reference().c_str(), stdout);
       return 0;
     }

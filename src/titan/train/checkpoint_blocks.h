@@ -63,8 +63,9 @@ class CheckpointBlocks {
   // block's parameters (alignment gaps, padding) are zero.
   // A non-finite value read is an error naming the parameter (or moment).
   void read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const;
-  // An untied model read from a tied checkpoint: its head is read as a copy of the embedding (the
-  // weights only: reading the head's moments is an error).
+  // An untied model read from a tied checkpoint: its head is read as a copy of the embedding. The
+  // weights only: a resume or fork into an untied model is refused before (check_same_model_config),
+  // and reading the head's moments here would be an error too.
   bool head_from_embedding() const { return head_from_embedding_; }
 
  private:

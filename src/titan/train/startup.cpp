@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// " (set at job.toml:4:1)" (or " (set on the command line)") after a key an error names: the place
+// " (set at job.toml:4)" (or " (set on the command line)") after a key an error names: the place
 // to edit; "" for a key nobody set.
 std::string placed(const JobConfig& c, const std::string& key) {
   const std::string set = c.where_set(key);

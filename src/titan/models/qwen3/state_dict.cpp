@@ -266,7 +266,8 @@ std::string load_hf_weights(Qwen3Model& model, const std::filesystem::path& dir)
   for (auto& r : refs) dtypes.insert(std::string(dtype_name(ckpt.at(stored_key(r)).dtype)));
   std::string stored;
   for (const std::string& d : dtypes) stored += (stored.empty() ? "" : ", ") + d;
-  std::string text = std::to_string(refs.size()) + " tensors" +
+  // (The copied head is no tensor of the file.)
+  std::string text = std::to_string(refs.size() - (head_from_embedding ? 1 : 0)) + " tensors" +
                      (model.expert_split().count > 1 ? " (this rank's run of experts)" : "") + " (" + stored +
                      (stored == "f32" ? "" : ", widened to the f32 weights") + ") from " +
                      std::to_string(ckpt.files().size()) + (ckpt.files().size() == 1 ? " file" : " files");
