@@ -535,14 +535,24 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
   EXPECT_NE(e.find("(lr_scheduler.total_steps set at job.toml:2; training.steps left at the default)"),
             std::string::npos)
       << e;
-  // A one-step run under the default warmup: the error says where 2 comes from.
-  e = error_of([&] { parse("", {{"training.steps", "1"}}).validate(1); });
+  // A one-step run (a smoke test) under the default warmup of 2: the warmup is the one step, said.
+  // Set on purpose, the same warmup is the job's, and the error says where it comes from.
+  const JobConfig smoke = parse("", {{"training.steps", "1"}});
+  EXPECT_EQ(error_of([&] { smoke.validate(1); }), "");
+  EXPECT_EQ(smoke.lr_scheduler.warmup_steps, 1);
+  ASSERT_EQ(smoke.notes.size(), 1u);
+  EXPECT_EQ(
+      smoke.notes[0],
+      "lr_scheduler.warmup_steps = 1: titan's default of 2 steps is shortened to the 1 the schedule spans "
+      "(training.steps); set lr_scheduler.warmup_steps to choose");
+  e = error_of([&] { parse("", {{"training.steps", "1"}, {"lr_scheduler.warmup_steps", "2"}}).validate(1); });
   EXPECT_NE(
-      e.find("lr_scheduler.warmup_steps (2) must not exceed training.steps (1): torchtitan shortens the "
-             "warmup with a warning; titan asks: lower lr_scheduler.warmup_steps, or set "
-             "lr_scheduler.total_steps (the schedule's length, of which the run trains the first "
-             "training.steps) to at least 2 (training.steps set on the command line; "
-             "lr_scheduler.warmup_steps, lr_scheduler.total_steps left at the default)"),
+      e.find(
+          "lr_scheduler.warmup_steps (2) must not exceed training.steps (1): torchtitan shortens the "
+          "warmup with a warning; titan asks: lower lr_scheduler.warmup_steps, or set "
+          "lr_scheduler.total_steps (the schedule's length, of which the run trains the first "
+          "training.steps) to at least 2 (lr_scheduler.warmup_steps, training.steps set on the command line; "
+          "lr_scheduler.total_steps left at the default)"),
       std::string::npos)
       << e;
   // titan train checks the values before it starts the communicator (MPI under a launcher), so a
@@ -1398,7 +1408,7 @@ TEST(JobConfig, AnOptionWithoutASectionIsAnUnknownOptionOfTheCommand) {
   EXPECT_NE(titan::testing::run_command(
                 titan::testing::titan_binary().string() + " train --config " + cfg + " --steps=3 2>&1", &out),
             0);
-  EXPECT_NE(out.find("unknown option --steps (its options: --config; the job config's keys are "
+  EXPECT_NE(out.find("unknown option --steps (its options: --config, --list-keys; the job config's keys are "
                      "--section.key=value; did you mean --training.steps or --validation.steps?)"),
             std::string::npos)
       << out;

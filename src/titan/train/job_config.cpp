@@ -797,6 +797,21 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
            "there is no export at the end (checkpoint.last_save_in_hf = false); "
            "the checkpoints keep float32 weights");
   }
+  // titan's default warmup (2 steps) over a schedule of 1 step, the smoke test `--training.steps=1`:
+  // the warmup is shortened to the schedule, said. A warmup the job sets is its own, and validate()
+  // asks for a fit rather than shorten it.
+  const int64_t schedule_steps =
+      c.lr_scheduler.total_steps == -1 ? c.training.steps : c.lr_scheduler.total_steps;
+  if (!c.set_at.count("lr_scheduler.warmup_steps") && c.training.steps > 0 &&
+      c.lr_scheduler.warmup_steps > schedule_steps) {
+    const int64_t default_warmup = c.lr_scheduler.warmup_steps;
+    c.lr_scheduler.warmup_steps = schedule_steps;
+    add_note(c, "lr_scheduler.warmup_steps",
+             std::to_string(schedule_steps) + ": titan's default of " + std::to_string(default_warmup) +
+                 " steps is shortened to the " + std::to_string(schedule_steps) + " the schedule spans (" +
+                 (c.lr_scheduler.total_steps == -1 ? "training.steps" : "lr_scheduler.total_steps") +
+                 "); set lr_scheduler.warmup_steps to choose");
+  }
   // A key the file leaves out takes titan's default; where torchtitan's differs and shapes the run,
   // left_out_note() names it at start-up.
   auto left_out = [&](const char* key, std::string ours, const char* theirs, bool applies,
