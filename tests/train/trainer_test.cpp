@@ -1142,6 +1142,29 @@ TEST(Trainer, EvalGivesTheValidationLossTheRunLoggedAtThatStep) {
               std::string::npos)
         << out;
   }
+  {  // checkpointing off over the run's folder: the starting weights are not scored in place of what it
+     // trained (titan train refuses the folder too); --checkpoint still picks a step
+    Overrides off = job;
+    for (auto& [key, value] : off)
+      if (key == "checkpoint.enable") value = "false";
+    std::string out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, off)),
+                              &out),
+              1)
+        << out;
+    EXPECT_NE(
+        out.find("titan eval: error: checkpoint.enable = false, but '" + (a / "checkpoint").string() +
+                 "' holds committed checkpoints (steps 2): titan eval would score the job's starting "
+                 "weights, not what it trained; set checkpoint.enable = true to score step 2 (the newest)"),
+        std::string::npos)
+        << out;
+    EXPECT_EQ(tt::run_command(titan() + " eval --config " + debugmodel_toml().string() +
+                                  tt::cli_args(tt::tiny_job(a, off)) + " --checkpoint " + step2.string(),
+                              &out),
+              0)
+        << out;
+  }
   {  // eval reads [validation] whether or not training would: no note calls its keys without effect
     Overrides off = job;
     for (auto& [key, value] : off)

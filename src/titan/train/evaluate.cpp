@@ -72,6 +72,24 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
         origin = cfg.checkpoint.load_step == -1 ? "the job's newest checkpoint" : "checkpoint.load_step";
       }
     }
+    if (folder.empty() && !cfg.checkpoint.enable) {
+      // The job's folder holds what it trained, which checkpointing off leaves unread: scoring the
+      // starting weights in its place would report an untrained model's loss as the run's (titan train
+      // refuses the same folder).
+      const fs::path own = checkpoint_folder_of(cfg);
+      const std::vector<int64_t> committed = CheckpointManager(own, 0).committed_steps();
+      if (!committed.empty()) {
+        std::string steps;
+        for (const int64_t s : committed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+        TITAN_FAIL("checkpoint.enable = false, but '", own.string(), "' holds committed checkpoints (steps ",
+                   steps,
+                   "): titan eval would score the job's starting weights, not what it trained; set "
+                   "checkpoint.enable = true to score step ",
+                   committed.back(),
+                   " (the newest), --checkpoint to score a step or folder of your choice, or give the job "
+                   "another job.dump_folder to score its starting weights");
+      }
+    }
     if (!folder.empty()) {
       TITAN_CHECK(fs::is_directory(folder), "titan eval: '", folder.string(), "' is not a folder");
       source.checkpoint.initial_load_path = folder.string();
