@@ -591,6 +591,11 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
        "training.text_split = \"line\" does not apply to these files (no plain-text file: each record is a "
        "document)",
        true},
+      // The field records' text comes from; set with no record to read it from: said.
+      {"--training.dataset_path=" + records.string(), "records' text from field 'text'", true},
+      {"--training.dataset_path=" + text_dir.string() + " --training.text_field=body",
+       "training.text_field = \"body\" does not apply to these files (plain text only: no record has fields)",
+       true},
       // A dataset that exists only on the cluster the job is planned for: said, not refused.
       {"--training.dataset_path=/nonexistent/shards",
        "data: not checked on this machine: training.dataset_path (set on the command line): dataset: "

@@ -465,13 +465,22 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
   std::string text = "documents end with token " + std::to_string(separator) + " " +
                      nlohmann::json(tokenizer.decode(std::vector<int32_t>{separator}))
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (std::any_of(files.begin(), files.end(), [](const fs::path& f) { return data::is_plain_text(f); }))
+  const bool plain =
+      std::any_of(files.begin(), files.end(), [](const fs::path& f) { return data::is_plain_text(f); });
+  const bool records =
+      std::any_of(files.begin(), files.end(), [](const fs::path& f) { return !data::is_plain_text(f); });
+  if (plain)
     text += c.training.text_split == "file"   ? ", plain text: one document per file"
             : c.training.text_split == "line" ? ", plain text: one document per line"
                                               : ", plain text: one document per paragraph";
   else if (c.set_at.count("training.text_split"))  // set, and nothing it applies to: said, not silent
     text += ", training.text_split = \"" + c.training.text_split +
             "\" does not apply to these files (no plain-text file: each record is a document)";
+  if (records)
+    text += ", records' text from field '" + c.training.text_field + "'";
+  else if (c.set_at.count("training.text_field"))
+    text += ", training.text_field = \"" + c.training.text_field +
+            "\" does not apply to these files (plain text only: no record has fields)";
   if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
 }
