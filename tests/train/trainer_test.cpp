@@ -1457,6 +1457,20 @@ TEST(Trainer, AnotherModelsWeightsNameEveryDifferingFieldAtOnce) {
                    "model"),
       std::string::npos)
       << resumed;
+  EXPECT_EQ(resumed.find("to untie its head"), std::string::npos) << resumed;
+  // Untying the head of a tied run's checkpoint is a new run from its weights: the error says how.
+  const std::string untied = error_of([&] {
+    run_training(tiny_config(
+        dump, {{"training.steps", "2"}, {"checkpoint.enable", "true"}, {"model.tie_embeddings", "false"}}));
+  });
+  EXPECT_NE(
+      untied.find("was trained with model.tie_embeddings = true but this run's model has "
+                  "model.tie_embeddings = false; resuming would load it into a different model (restore the "
+                  "model config, or use another job.dump_folder); to untie its head, start a run in another "
+                  "job.dump_folder from its weights only (checkpoint.initial_load_path, "
+                  "checkpoint.initial_load_model_only = true): the head starts as a copy of the embedding"),
+      std::string::npos)
+      << untied;
 }
 
 // Weights of another architecture load without a shape error and compute something else: the model

@@ -64,8 +64,8 @@ class CheckpointBlocks {
   // A non-finite value read is an error naming the parameter (or moment).
   void read(size_t b, const std::string& prefix, int64_t begin, Tensor& out) const;
   // An untied model read from a tied checkpoint: its head is read as a copy of the embedding. The
-  // weights only: a resume or fork into an untied model is refused before (check_same_model_config),
-  // and reading the head's moments here would be an error too.
+  // weights only: a resume or fork into an untied model is refused before (check_same_model_config,
+  // which says how to untie), and reading the head's moments here would be an error too.
   bool head_from_embedding() const { return head_from_embedding_; }
 
  private:

@@ -19,10 +19,17 @@ void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, con
     trained += (trained.empty() ? "model." : ", model.") + key + " = " + a;
     here += (here.empty() ? "model." : ", model.") + key + " = " + b;
   }
+  // Untying a tied head is a new run from these weights (its optimizer state has no moments for a
+  // head of its own): said as such.
+  const bool unties = was.tie_embeddings && !now.tie_embeddings;
   TITAN_CHECK(trained.empty(), "checkpoint ", checkpoint, " was trained with ", trained,
               " but this run's model has ", here,
               "; resuming would load it into a different model (restore the model config, or use another "
-              "job.dump_folder)");
+              "job.dump_folder)",
+              unties ? "; to untie its head, start a run in another job.dump_folder from its weights only "
+                       "(checkpoint.initial_load_path, checkpoint.initial_load_model_only = true): the head "
+                       "starts as a copy of the embedding"
+                     : "");
 }
 
 void check_same_seq_len(const json& saved, int64_t seq_len, const std::string& checkpoint) {
