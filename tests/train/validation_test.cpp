@@ -413,8 +413,8 @@ TEST(Validation, AGlobOfHeldOutFilesReadsEveryFileItMatches) {
   EXPECT_NE(out.find("tokenizer: "), std::string::npos) << out;
 }
 
-// The training data line says how many files a folder or a glob named (what the listing skipped,
-// hidden names and other extensions, is not data); a file is named alone.
+// The training data line says how many files a folder or a glob named, and names a folder's files of
+// other types that the listing passed over (hidden names are not counted); a file is named alone.
 TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
   const fs::path data = tt::temp_dir("data_line_files_" + std::to_string(getpid()));
   const fs::path corpus = tt::assets_dir() / "datasets" / "nlp-corpus-validation" / "val.jsonl";
@@ -423,9 +423,10 @@ TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
   fs::copy_file(corpus, data / "shards" / "b.jsonl");
   fs::copy_file(corpus, data / "shards" / ".hidden.jsonl");
   std::ofstream(data / "shards" / "notes.yaml") << "not: data\n";
-  for (const auto& [path, said] : {std::pair{data / "shards", " (2 files), tokenizer "},
-                                   std::pair{data / "shards" / "a*.jsonl", " (1 file), tokenizer "},
-                                   std::pair{data / "shards" / "a.jsonl", ", tokenizer "}}) {
+  for (const auto& [path, said] :
+       {std::pair{data / "shards", " (2 files; 1 file of other types passed over: notes.yaml), tokenizer "},
+        std::pair{data / "shards" / "a*.jsonl", " (1 file), tokenizer "},
+        std::pair{data / "shards" / "a.jsonl", ", tokenizer "}}) {
     std::string out;
     ASSERT_EQ(
         tt::run_command(tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +

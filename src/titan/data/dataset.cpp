@@ -72,9 +72,57 @@ void check_readable_format(const fs::path& path) {
 }
 }  // namespace
 
-std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
+namespace {
+
+// Folder `p`'s data files, searched recursively (hidden names skipped), sorted; `passed_over`, when
+// given, gets its other regular files (not hidden, not `datasets`' metadata), sorted.
+std::vector<fs::path> data_files_in_folder(const fs::path& p, std::vector<fs::path>* passed_over) {
   static const char* kExtensions[] = {".json",    ".jsonl", ".ndjson", ".csv",  ".tsv",
                                       ".parquet", ".arrow", ".txt",    ".text", ".md"};
+  std::vector<fs::path> found;
+  fs::path entry = p;  // the entry the listing is at: a folder it cannot enter fails the next step
+  try {
+    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
+         it != fs::recursive_directory_iterator(); ++it) {
+      entry = it->path();
+      std::string name = it->path().filename().string();
+      if (!name.empty() && name[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      const std::string ext = extension_of(it->path());
+      const bool data_name =
+          std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
+      // A data file's link that leads nowhere is a file of the dataset gone missing, not a skip.
+      TITAN_CHECK(!(data_name && it->is_symlink() && !fs::exists(it->path())), "dataset: ", it->path(),
+                  " in folder ", p, " is a symbolic link to nothing (", fs::read_symlink(it->path()), ")");
+      // Hugging Face `datasets`' own files beside its .arrow shards (save_to_disk) are not documents.
+      const bool datasets_metadata =
+          name == "dataset_info.json" || name == "state.json" || name == "dataset_dict.json";
+      if (it->is_regular_file() && data_name && !datasets_metadata)
+        found.push_back(it->path());
+      else if (passed_over && it->is_regular_file() && !datasets_metadata)
+        passed_over->push_back(it->path());
+    }
+  } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
+    TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
+               e.path1().empty() ? entry : e.path1());
+  }
+  std::sort(found.begin(), found.end());
+  if (passed_over) std::sort(passed_over->begin(), passed_over->end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<fs::path> files_passed_over(const std::vector<fs::path>& given) {
+  std::vector<fs::path> passed_over;
+  for (const fs::path& p : given)
+    if (fs::is_directory(p)) data_files_in_folder(p, &passed_over);
+  return passed_over;
+}
+
+std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   std::vector<fs::path> paths;
   for (auto& p : given) {
     if (!fs::exists(p) && has_glob_characters(p.string())) {
@@ -93,36 +141,10 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       files.push_back(p);
       continue;
     }
-    std::vector<fs::path> found;
-    fs::path entry = p;  // the entry the listing is at: a folder it cannot enter fails the next step
-    try {
-      for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::follow_directory_symlink);
-           it != fs::recursive_directory_iterator(); ++it) {
-        entry = it->path();
-        std::string name = it->path().filename().string();
-        if (!name.empty() && name[0] == '.') {
-          if (it->is_directory()) it.disable_recursion_pending();
-          continue;
-        }
-        const std::string ext = extension_of(it->path());
-        const bool data_name =
-            std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
-        // A data file's link that leads nowhere is a file of the dataset gone missing, not a skip.
-        TITAN_CHECK(!(data_name && it->is_symlink() && !fs::exists(it->path())), "dataset: ", it->path(),
-                    " in folder ", p, " is a symbolic link to nothing (", fs::read_symlink(it->path()), ")");
-        // Hugging Face `datasets`' own files beside its .arrow shards (save_to_disk) are not documents.
-        const bool datasets_metadata =
-            name == "dataset_info.json" || name == "state.json" || name == "dataset_dict.json";
-        if (it->is_regular_file() && data_name && !datasets_metadata) found.push_back(it->path());
-      }
-    } catch (const fs::filesystem_error& e) {  // a link loop, a folder that cannot be read
-      TITAN_FAIL("dataset: folder ", p, " cannot be listed: ", e.code().message(), " at ",
-                 e.path1().empty() ? entry : e.path1());
-    }
+    const std::vector<fs::path> found = data_files_in_folder(p, nullptr);
     TITAN_CHECK(!found.empty(), "dataset: folder ", p,
                 " holds no .parquet or .arrow files, nor .json/.jsonl/.ndjson/.csv/.tsv/.txt/.text/.md files "
                 "(plain, .gz or .zst)");
-    std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
   TITAN_CHECK(!files.empty(), "dataset: no dataset paths given");

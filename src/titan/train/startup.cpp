@@ -571,11 +571,20 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
   if (trains) {
-    // A folder or a glob: how many files it named (those the listing skipped are not data).
+    // A folder or a glob: how many files it named, and a folder's files of other types, passed over.
     const size_t files = job.dataset_files.size();
     const bool one_file = files == 1 && fs::is_regular_file(job.dataset[0]);
+    const std::vector<fs::path> others = data::files_passed_over(job.dataset);
+    std::string passed;
+    for (size_t i = 0; i < others.size() && i < 3; ++i)
+      passed += (i ? ", " : "") + others[i].lexically_relative(job.dataset[0]).string();
+    if (others.size() > 3) passed += ", ...";
     const std::string dataset =
-        job.dataset[0].string() + (one_file ? "" : " (" + counted(int64_t(files), "file") + ")");
+        job.dataset[0].string() + (one_file ? "" : " (" + counted(int64_t(files), "file")) +
+        (others.empty()
+             ? ""
+             : "; " + counted(int64_t(others.size()), "file") + " of other types passed over: " + passed) +
+        (one_file ? "" : ")");
     say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
         "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
         dataset.c_str(), job.tokenizer_path.string().c_str(),
