@@ -545,6 +545,14 @@ TEST(JobConfig, ValidationErrorsNameWhereTheKeysWereSet) {
       smoke.notes[0],
       "lr_scheduler.warmup_steps = 1: titan's default of 2 steps is shortened to the 1 the schedule spans "
       "(training.steps); set lr_scheduler.warmup_steps to choose");
+  EXPECT_NE(smoke.left_out_note(false).find(
+                "lr_scheduler.warmup_steps = 2, shortened to 1 (above) (torchtitan's: 200)"),
+            std::string::npos)
+      << smoke.left_out_note(false);
+  // Only a valid one-step schedule shortens it: an invalid total_steps is named as such.
+  e = error_of([&] { parse("", {{"lr_scheduler.total_steps", "-5"}}).validate(1); });
+  EXPECT_NE(e.find("lr_scheduler.total_steps (-5) must be -1 or at least training.steps"), std::string::npos)
+      << e;
   e = error_of([&] { parse("", {{"training.steps", "1"}, {"lr_scheduler.warmup_steps", "2"}}).validate(1); });
   EXPECT_NE(
       e.find(

@@ -594,7 +594,8 @@ TEST(Plan, PlanAndInfoCheckTheDocumentSeparatorAsTrainDoes) {
       // The field records' text comes from; set with no record to read it from: said.
       {"--training.dataset_path=" + records.string(), "records' text from field 'text'", true},
       {"--training.dataset_path=" + text_dir.string() + " --training.text_field=body",
-       "training.text_field = \"body\" does not apply to these files (plain text only: no record has fields)",
+       "training.text_field = \"body\" does not apply to the training files (plain text only: no record has "
+       "fields)",
        true},
       // A dataset that exists only on the cluster the job is planned for: said, not refused.
       {"--training.dataset_path=/nonexistent/shards",

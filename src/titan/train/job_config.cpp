@@ -802,9 +802,10 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   // asks for a fit rather than shorten it.
   const int64_t schedule_steps =
       c.lr_scheduler.total_steps == -1 ? c.training.steps : c.lr_scheduler.total_steps;
-  if (!c.set_at.count("lr_scheduler.warmup_steps") && c.training.steps > 0 &&
-      c.lr_scheduler.warmup_steps > schedule_steps) {
-    const int64_t default_warmup = c.lr_scheduler.warmup_steps;
+  const int64_t default_warmup = c.lr_scheduler.warmup_steps;
+  const bool warmup_shortened = !c.set_at.count("lr_scheduler.warmup_steps") && c.training.steps > 0 &&
+                                schedule_steps == 1 && c.lr_scheduler.warmup_steps > 1;
+  if (warmup_shortened) {
     c.lr_scheduler.warmup_steps = schedule_steps;
     add_note(c, "lr_scheduler.warmup_steps",
              std::to_string(schedule_steps) + ": titan's default of " + std::to_string(default_warmup) +
@@ -822,7 +823,9 @@ JobConfig parse_job_config(const std::string& text, const std::string& source,
   left_out("training.steps", std::to_string(c.training.steps), "10000", true);
   left_out("training.local_batch_size", std::to_string(c.training.local_batch_size), "8", true);
   left_out("training.seq_len", std::to_string(c.training.seq_len), "2048", true);
-  left_out("lr_scheduler.warmup_steps", std::to_string(c.lr_scheduler.warmup_steps), "200", true);
+  left_out("lr_scheduler.warmup_steps",
+           std::to_string(default_warmup) + (warmup_shortened ? ", shortened to 1 (above)" : ""), "200",
+           true);
   left_out("training.seed", std::to_string(c.training.seed), "none: a random seed",
            c.checkpoint.initial_load_path.empty() && !c.checkpoint.initial_load_in_hf, true);
   left_out("checkpoint.keep_latest_k", std::to_string(c.checkpoint.keep_latest_k), "10",

@@ -19,9 +19,9 @@ void check_same_model_config(const json& saved, const qwen3::ModelArgs& now, con
     trained += (trained.empty() ? "model." : ", model.") + key + " = " + a;
     here += (here.empty() ? "model." : ", model.") + key + " = " + b;
   }
-  // Untying a tied head is a new run from these weights (its optimizer state has no moments for a
-  // head of its own): said as such.
-  const bool unties = was.tie_embeddings && !now.tie_embeddings;
+  // Untying a tied head (and changing nothing else) is a new run from these weights (its optimizer
+  // state has no moments for a head of its own): said as such.
+  const bool unties = trained == "model.tie_embeddings = true" && !now.tie_embeddings;
   TITAN_CHECK(trained.empty(), "checkpoint ", checkpoint, " was trained with ", trained,
               " but this run's model has ", here,
               "; resuming would load it into a different model (restore the model config, or use another "

@@ -480,7 +480,7 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
     text += ", records' text from field '" + c.training.text_field + "'";
   else if (c.set_at.count("training.text_field"))
     text += ", training.text_field = \"" + c.training.text_field +
-            "\" does not apply to these files (plain text only: no record has fields)";
+            "\" does not apply to the training files (plain text only: no record has fields)";
   if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
 }
@@ -574,7 +574,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
     // A folder or a glob: how many files it named, and a folder's files of other types, passed over.
     const size_t files = job.dataset_files.size();
     const bool one_file = files == 1 && fs::is_regular_file(job.dataset[0]);
-    const std::vector<fs::path> others = data::files_passed_over(job.dataset);
+    // (Listed by the rank that prints it alone, and never a reason to stop: the listing above read
+    // the folder already.)
+    std::vector<fs::path> others;
+    if (console_output()) try {
+        others = data::files_passed_over(job.dataset);
+      } catch (const Error&) {
+      }
     std::string passed;
     for (size_t i = 0; i < others.size() && i < 3; ++i)
       passed += (i ? ", " : "") + others[i].lexically_relative(job.dataset[0]).string();
