@@ -1,8 +1,10 @@
 #include "titan/cli/job_launch.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
@@ -35,8 +37,13 @@ LaunchedJob launch_job(const JobArgs& a, const std::function<void(const train::J
     job.world = std::move(world);
   } catch (const dist::RanksAgreedError&) {
     // Every rank throws it alike (a config error, a device some rank lacks): rank 0 says it, the
-    // others end quietly.
-    if (dist::launcher_rank().value_or(0) != 0) std::exit(1);
+    // others end quietly, after it. A rank's non-zero exit makes the launcher stop the job, which
+    // under load cut rank 0 off before its line (the only line saying why): the others wait for the
+    // launcher to stop them once rank 0 has ended (for 10 s at most, as a launcher that does not).
+    if (dist::launcher_rank().value_or(0) != 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::exit(1);
+    }
     throw;
   } catch (const Error& e) {
     // Under a launcher every rank prints its own error: say whose.
