@@ -110,6 +110,8 @@ TEST(Dataset, FoldersAreSearchedAndSorted) {
   // What the start-up line names as passed over: the other types' files, not the hidden ones.
   EXPECT_EQ(files_passed_over({dir}), (std::vector<fs::path>{dir / "b" / "skip.bin"}));
   EXPECT_TRUE(files_passed_over({dir / "a.txt"}).empty());
+  EXPECT_EQ(files_passed_over({dir / "?"}),
+            (std::vector<fs::path>{dir / "b" / "skip.bin"}));  // a glob's folders
   EXPECT_NE(error_of({{dir / "missing"}}).find("does not exist"), std::string::npos);
   // A data file's link to nothing is a missing file, named; a link loop is named too.
   fs::create_symlink(dir / "gone.jsonl", dir / "b" / "3.jsonl");

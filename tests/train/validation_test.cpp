@@ -413,8 +413,9 @@ TEST(Validation, AGlobOfHeldOutFilesReadsEveryFileItMatches) {
   EXPECT_NE(out.find("tokenizer: "), std::string::npos) << out;
 }
 
-// The training data line says how many files a folder or a glob named, and names a folder's files of
-// other types that the listing passed over (hidden names are not counted); a file is named alone.
+// The training data line says how many files a folder or a glob named, and names the files of other
+// types that the listing passed over in a folder, given or matched (hidden names are not counted); a
+// file is named alone. The validation line says the same of the held-out data.
 TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
   const fs::path data = tt::temp_dir("data_line_files_" + std::to_string(getpid()));
   const fs::path corpus = tt::assets_dir() / "datasets" / "nlp-corpus-validation" / "val.jsonl";
@@ -426,6 +427,8 @@ TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
   for (const auto& [path, said] :
        {std::pair{data / "shards", " (2 files; 1 file of other types passed over: notes.yaml), tokenizer "},
         std::pair{data / "shards" / "a*.jsonl", " (1 file), tokenizer "},
+        std::pair{data / "shard?",
+                  " (2 files; 1 file of other types passed over: shards/notes.yaml), tokenizer "},
         std::pair{data / "shards" / "a.jsonl", ", tokenizer "}}) {
     std::string out;
     ASSERT_EQ(
@@ -439,6 +442,22 @@ TEST(Validation, TheTrainingDataLineCountsTheFilesOfAFolderOrAGlob) {
         << out;
     EXPECT_NE(out.find("data: " + path.string() + said), std::string::npos) << out;
   }
+  std::string out;
+  ASSERT_EQ(tt::run_command(
+                tt::titan_binary().string() + " train --config " + tt::debugmodel_toml().string() +
+                    tt::cli_args(tt::tiny_job(data / "run_held_out",
+                                              {{"training.steps", "0"},
+                                               {"validation.enable", "true"},
+                                               {"validation.steps", "1"},
+                                               {"validation.dataset_path", (data / "shards").string()}})) +
+                    " 2>&1",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("from " + (data / "shards").string() +
+                     " (2 files; 1 file of other types passed over: notes.yaml)"),
+            std::string::npos)
+      << out;
 }
 
 // A dump folder inside a dataset folder would make the run's own files (metrics.jsonl, checkpoints)

@@ -113,16 +113,9 @@ std::vector<fs::path> data_files_in_folder(const fs::path& p, std::vector<fs::pa
   return found;
 }
 
-}  // namespace
-
-std::vector<fs::path> files_passed_over(const std::vector<fs::path>& given) {
-  std::vector<fs::path> passed_over;
-  for (const fs::path& p : given)
-    if (fs::is_directory(p)) data_files_in_folder(p, &passed_over);
-  return passed_over;
-}
-
-std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
+// The paths given, each glob (a path that does not exist, with pattern characters) replaced by its
+// matches.
+std::vector<fs::path> expand_globs(const std::vector<fs::path>& given) {
   std::vector<fs::path> paths;
   for (auto& p : given) {
     if (!fs::exists(p) && has_glob_characters(p.string())) {
@@ -132,8 +125,21 @@ std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
       paths.push_back(p);
     }
   }
+  return paths;
+}
+
+}  // namespace
+
+std::vector<fs::path> files_passed_over(const std::vector<fs::path>& given) {
+  std::vector<fs::path> passed_over;
+  for (const fs::path& p : expand_globs(given))
+    if (fs::is_directory(p)) data_files_in_folder(p, &passed_over);
+  return passed_over;
+}
+
+std::vector<fs::path> list_dataset_files(const std::vector<fs::path>& given) {
   std::vector<fs::path> files;
-  for (auto& p : paths) {
+  for (auto& p : expand_globs(given)) {
     TITAN_CHECK(fs::exists(p), "dataset: ", p, " does not exist");
     if (!fs::is_directory(p)) {
       io::check_regular_file(p, "dataset");  // a FIFO or device would hang or never end

@@ -47,8 +47,8 @@ struct Document {
 // The files a dataset path list stands for: files as given, folders searched
 // recursively for .parquet .json .jsonl .ndjson .txt .text .md (hidden names skipped), sorted.
 std::vector<std::filesystem::path> list_dataset_files(const std::vector<std::filesystem::path>& paths);
-// The regular files of the folders among `paths` that list_dataset_files passes over as not data
-// (another extension; hidden names and `datasets`' metadata files not counted), sorted: the start-up
+// The regular files of the folders among `paths` (or a glob's matches) that list_dataset_files passes over as
+// not data (another extension; hidden names and `datasets`' metadata files not counted), sorted: the start-up
 // line names them, so a shard saved as .jsonl.bak is not missed in silence.
 std::vector<std::filesystem::path> files_passed_over(const std::vector<std::filesystem::path>& paths);
 

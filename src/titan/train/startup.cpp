@@ -477,12 +477,43 @@ std::string document_description(const JobConfig& c, const data::Tokenizer& toke
     text += ", training.text_split = \"" + c.training.text_split +
             "\" does not apply to these files (no plain-text file: each record is a document)";
   if (records)
-    text += ", records' text from field '" + c.training.text_field + "'";
+    text +=
+        ", records' text from field '" + c.training.text_field + "' (or the record, where it is a string)";
   else if (c.set_at.count("training.text_field"))
     text += ", training.text_field = \"" + c.training.text_field +
             "\" does not apply to the training files (plain text only: no record has fields)";
   if (c.model.attn_mask_type == "block_causal") text += ", attention within each document (block_causal)";
   return text;
+}
+
+std::string describe_dataset_path(const fs::path& given, size_t files, bool name_passed_over) {
+  if (files == 1 && fs::is_regular_file(given)) return given.string();
+  // Never a reason to stop: the listing that counted `files` read these folders already.
+  std::vector<fs::path> others;
+  if (name_passed_over) try {
+      others = data::files_passed_over({given});
+    } catch (const Error&) {
+    }
+  // Names relative to the folder given, or to a glob's folder (its components before the first
+  // pattern character).
+  fs::path base;
+  if (fs::is_directory(given)) {
+    base = given;
+  } else {
+    for (const fs::path& part : given.parent_path()) {
+      if (part.string().find_first_of("*?[") != std::string::npos) break;
+      base /= part;
+    }
+  }
+  std::string passed;
+  for (size_t i = 0; i < others.size() && i < 3; ++i)
+    passed += (i ? ", " : "") + others[i].lexically_relative(base).string();
+  if (others.size() > 3) passed += ", ...";
+  return given.string() + " (" + counted(int64_t(files), "file") +
+         (others.empty()
+              ? ""
+              : "; " + counted(int64_t(others.size()), "file") + " of other types passed over: " + passed) +
+         ")";
 }
 
 std::string data_line_for_planning(const JobConfig& c) {
@@ -571,26 +602,8 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
   if (trains) {
-    // A folder or a glob: how many files it named, and a folder's files of other types, passed over.
-    const size_t files = job.dataset_files.size();
-    const bool one_file = files == 1 && fs::is_regular_file(job.dataset[0]);
-    // (Listed by the rank that prints it alone, and never a reason to stop: the listing above read
-    // the folder already.)
-    std::vector<fs::path> others;
-    if (console_output()) try {
-        others = data::files_passed_over(job.dataset);
-      } catch (const Error&) {
-      }
-    std::string passed;
-    for (size_t i = 0; i < others.size() && i < 3; ++i)
-      passed += (i ? ", " : "") + others[i].lexically_relative(job.dataset[0]).string();
-    if (others.size() > 3) passed += ", ...";
     const std::string dataset =
-        job.dataset[0].string() + (one_file ? "" : " (" + counted(int64_t(files), "file")) +
-        (others.empty()
-             ? ""
-             : "; " + counted(int64_t(others.size()), "file") + " of other types passed over: " + passed) +
-        (one_file ? "" : ")");
+        describe_dataset_path(job.dataset[0], job.dataset_files.size(), console_output());
     say("data: %s, tokenizer %s, %s, batch %ld x seq %ld, "
         "gradient accumulation %ld, global batch %ld (local x data-parallel ranks x accumulation)",
         dataset.c_str(), job.tokenizer_path.string().c_str(),

@@ -67,6 +67,12 @@ int64_t best_fit_window(const TrainingSection& training);
 std::string document_description(const JobConfig& config, const data::Tokenizer& tokenizer,
                                  const std::vector<std::filesystem::path>& files);
 
+// A dataset path as the start-up lines name it (the training `data:` line, the validation line): the
+// path alone for one file; for a folder or a glob, how many data files it named and, when
+// `name_passed_over` (the printing rank: it walks the folders again), the files of other types the
+// listing passed over, the first three by name.
+std::string describe_dataset_path(const std::filesystem::path& given, size_t files, bool name_passed_over);
+
 // What `titan train` would check of the data side before compute (tokenizer, dataset, document
 // separator), for `titan plan` and `titan info --config`: an error for a value train refuses, or a
 // line naming the tokenizer and the separator. A tokenizer or dataset missing on this machine (a job

@@ -179,13 +179,11 @@ std::string Validator::too_little() const {
 
 std::string Validator::describe_data() const {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s of %ld x %ld tokens per rank (global %ld x %ld) from %s",
+  std::snprintf(buf, sizeof buf, "%s of %ld x %ld tokens per rank (global %ld x %ld) from ",
                 steps_ == -1 ? "all batches" : counted(steps_, "batch", "batches").c_str(), long(rank_rows_),
                 long(loader_config_.seq_len), long(loader_config_.local_batch_size),
-                long(loader_config_.seq_len), loader_config_.paths[0].string().c_str());
-  // A folder or a glob: how many files it named.
-  const bool one_file = files_ == 1 && fs::is_regular_file(loader_config_.paths[0]);
-  return std::string(buf) + (one_file ? "" : " (" + counted(int64_t(files_), "file") + ")");
+                long(loader_config_.seq_len));
+  return buf + describe_dataset_path(loader_config_.paths[0], files_, console_output());
 }
 
 std::string Validator::describe() const {
