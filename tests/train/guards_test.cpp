@@ -240,6 +240,13 @@ TEST(ResumeGuard, CheckpointsInTheFolderAreNotIgnoredWithCheckpointingOff) {
   EXPECT_NE(e.find("(steps 2)"), std::string::npos) << e;
   EXPECT_NE(e.find("set checkpoint.enable = true to resume from step 2"), std::string::npos) << e;
   EXPECT_EQ(read_metrics(dump).size(), 2u);
+  // Many committed steps (keep_latest_k = 0 keeps them all) read as the first and last six.
+  for (int step = 4; step <= 28; step += 2)
+    fs::copy(dump / "checkpoint" / "step-2", dump / "checkpoint" / ("step-" + std::to_string(step)));
+  const std::string many = error_of([&] { run_training(tiny_config(dump, {{"training.steps", "4"}})); });
+  EXPECT_NE(many.find("(steps 2, 4, 6, 8, 10, 12, ... (2 more), 18, 20, 22, 24, 26, 28)"), std::string::npos)
+      << many;
+  EXPECT_NE(many.find("set checkpoint.enable = true to resume from step 28"), std::string::npos) << many;
 }
 
 // metrics.jsonl that stops taking records (a full disk: /dev/full fails every write with ENOSPC)

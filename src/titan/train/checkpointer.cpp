@@ -103,9 +103,7 @@ Checkpointer::Checkpointer(const JobConfig& c, const dist::ParallelPlan& plan)
     : config_(c), plan_(plan), manager_(checkpoint_folder_of(c), c.checkpoint.keep_latest_k) {
   const std::vector<int64_t> committed = manager_.committed_steps();
   auto listed = [](const std::vector<int64_t>& steps) {
-    std::string list;
-    for (const int64_t s : steps) list += (list.empty() ? "" : ", ") + std::to_string(s);
-    return list.empty() ? std::string("none") : list;
+    return steps.empty() ? std::string("none") : listed_steps(steps);
   };
   // Checkpoints a run with checkpointing off would neither resume nor keep: a stop by signal saves
   // one even then, and that save (and its pruning) would mix this run's trajectory with theirs.
@@ -284,10 +282,8 @@ std::string Checkpointer::roll_back_advice() const {
   for (int64_t step : manager_.committed_steps())
     if (step < *resume_step_) earlier.push_back(step);
   if (earlier.empty()) return "";
-  std::string list;
-  for (int64_t step : earlier) list += (list.empty() ? "" : ", ") + std::to_string(step);
   return "; if step " + std::to_string(*resume_step_) +
-         " cannot be repaired, the committed steps before it are " + list +
+         " cannot be repaired, the committed steps before it are " + listed_steps(earlier) +
          ": checkpoint.load_step = " + std::to_string(earlier.back()) +
          " resumes from the newest of them (step " + std::to_string(*resume_step_) +
          " is then set aside, not deleted)";

@@ -79,10 +79,8 @@ EvalSummary evaluate(const JobConfig& cfg, dist::Communicator& world, const fs::
       const fs::path own = checkpoint_folder_of(cfg);
       const std::vector<int64_t> committed = CheckpointManager(own, 0).committed_steps();
       if (!committed.empty()) {
-        std::string steps;
-        for (const int64_t s : committed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
         TITAN_FAIL("checkpoint.enable = false, but '", own.string(), "' holds committed checkpoints (steps ",
-                   steps,
+                   listed_steps(committed),
                    "): titan eval would score the job's starting weights, not what it trained; set "
                    "checkpoint.enable = true to score step ",
                    committed.back(),

@@ -71,6 +71,18 @@ std::string counted(int64_t n, const std::string& noun, const std::string& plura
   return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }
 
+std::string listed_steps(const std::vector<int64_t>& steps) {
+  std::string list;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (steps.size() > 12 && k == 6) {
+      list += ", ... (" + std::to_string(steps.size() - 12) + " more)";
+      k = steps.size() - 6;
+    }
+    list += (list.empty() ? "" : ", ") + std::to_string(steps[k]);
+  }
+  return list;
+}
+
 namespace {
 std::string vformatted(const char* fmt, va_list ap) {
   va_list measure;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace titan::train {
 
@@ -53,5 +54,10 @@ double seconds_since(std::chrono::steady_clock::time_point start);
 // "1 step", "3 steps", "2 batches": a count with its noun in the number the count asks for
 // (`plural` when it is not the noun + "s").
 std::string counted(int64_t n, const std::string& noun, const std::string& plural = "");
+
+// Steps for a message, comma-separated: a long list (a run's every committed checkpoint, every step
+// of a diverged metric) reads as its first and last six with the count between ("1, 2, 3, 4, 5, 6,
+// ... (88 more), 95, ...").
+std::string listed_steps(const std::vector<int64_t>& steps);
 
 }  // namespace titan::train

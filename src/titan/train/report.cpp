@@ -14,6 +14,7 @@
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_error.h"
 #include "titan/io/path_guard.h"
+#include "titan/train/log.h"
 
 namespace titan::train {
 namespace fs = std::filesystem;
@@ -515,15 +516,7 @@ std::string render_report(const std::vector<RunRecord>& runs) {
     os << "</p>\n";
     if (!r.steps.empty()) os << "<table class=\"summary\">" << summary_rows(r) << "</table>\n";
     for (auto& [metric, at] : r.not_finite) {
-      // A long run of them reads as its first and last few steps.
-      std::string list;
-      for (size_t k = 0; k < at.size(); ++k) {
-        if (at.size() > 12 && k == 6) {
-          list += ", ... (" + std::to_string(at.size() - 12) + " more)";
-          k = at.size() - 6;
-        }
-        list += (list.empty() ? "" : ", ") + std::to_string(at[k]);
-      }
+      const std::string list = listed_steps(at);
       os << "<p class=\"fail\">" << escape(metric) << " not finite (logged as null) at step"
          << (at.size() == 1 ? " " : "s ") << list << ": not drawn</p>\n";
     }
