@@ -302,3 +302,39 @@ TEST(CheckpointExperts, ANonFiniteValueInARunIsNamedByTheRanksThatReadIt) {
         << "shard " << shard << " of " << dp_shard << ", run " << shard % ep << " of " << ep << ": " << e;
   }
 }
+
+// An untied model reading a tied run's checkpoint (a new run from its weights, model.tie_embeddings =
+// false on purpose): the head is a copy of the embedding, said by the reader, in one process and in
+// every rank's slice. The tied run's moments are the shared tensor's, no untied head's: reading them
+// for the head is refused (startup refuses a resume into an untied model before this reader is
+// reached; this guards the reader on its own).
+TEST(CheckpointExperts, AnUntiedModelReadsATiedCheckpointsHeadAsItsEmbeddingButNotItsMoments) {
+  qwen3::ModelArgs tied = moe_args();
+  tied.tie_embeddings = true;
+  const fs::path step = save("ckpt_untie", tied, /*dp_shard=*/2, /*ep=*/1);
+  const LoadedCheckpoint c = load_checkpoint_dir(step);
+  qwen3::ModelArgs untied = tied;
+  untied.tie_embeddings = false;
+  std::unique_ptr<qwen3::Qwen3Model> whole = rank_model(untied, 0, 1, 1, 0);
+  EXPECT_EQ(restore_whole_parameters(c, *whole),
+            "lm_head untied: the checkpoint ties it to the embedding, so the head starts as a copy of the "
+            "embedding");
+  const Tensor embedding = whole->find_param("tok_embeddings.weight")->value;
+  expect_same_bits(whole->find_param("output.weight")->value, embedding, "output.weight");
+  for (int64_t dp_shard : {1, 2}) {
+    std::unique_ptr<qwen3::Qwen3Model> reader = rank_model(untied, dp_shard - 1, dp_shard, 1, 0);
+    const CheckpointBlocks saved(c, *reader);
+    size_t head_block = reader->blocks().size();
+    for (size_t b = 0; b < reader->blocks().size(); ++b)
+      for (const nn::Param& p : reader->blocks()[b].params())
+        if (p.name == "output.weight") head_block = b;
+    ASSERT_LT(head_block, reader->blocks().size());
+    Tensor moments = Tensor::empty(reader->blocks()[head_block].shard().shape(), DType::F32);
+    const std::string e = error_of(
+        [&] { saved.read(head_block, "exp_avg.", reader->blocks()[head_block].shard_begin(), moments); });
+    EXPECT_NE(e.find("ties lm_head to the embedding and this model does not (model.tie_embeddings = false): "
+                     "its optimizer state has no moments for the untied head"),
+              std::string::npos)
+        << "dp_shard " << dp_shard << ": " << e;
+  }
+}
