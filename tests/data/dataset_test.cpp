@@ -1,4 +1,6 @@
 // Document streams: the formats, folders, text fields, bad input, seeking, sharding.
+#include "titan/data/dataset.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -6,7 +8,7 @@
 #include "data_test_util.h"
 #include "gzip_test_util.h"
 #include "titan/core/check.h"
-#include "titan/data/dataset.h"
+#include "titan/data/data_identity.h"
 
 namespace {
 using namespace titan::testing;
@@ -652,3 +654,73 @@ TEST(Dataset, CsvWrittenByPythonReadsAsTheCorpus) {
 }
 
 }  // namespace
+
+// A checkpoint's data position holds in a dataset that only grew: files added after its files, lines
+// appended to a line-record file whose old part ends a line. Any other change is a mismatch naming
+// the file and the rule.
+TEST(DatasetIdentity, ADatasetThatOnlyGrewKeepsItsPositionAndAnyOtherChangeIsNamed) {
+  const fs::path dir = temp_dir("dataset_identity_growth");
+  auto write = [](const fs::path& p, const std::string& text, std::ios::openmode mode = std::ios::trunc) {
+    std::ofstream(p, std::ios::binary | std::ios::out | mode) << text;
+  };
+  write(dir / "b.jsonl", "\"one\"\n\"two\"\n");
+  write(dir / "b.txt", "one\n\ntwo\n");
+  write(dir / "c.jsonl", "\"one\"\n\"two\"");  // its last line has no end yet
+  const json saved = dataset_identity({dir / "b.jsonl"});
+  EXPECT_EQ(compare_dataset_identity(saved, dataset_identity({dir / "b.jsonl"})).mismatch, "");
+  EXPECT_EQ(compare_dataset_identity(saved, dataset_identity({dir / "b.jsonl"})).growth, "");
+
+  write(dir / "b.jsonl", "\"three\"\n", std::ios::app);
+  DatasetComparison grown =
+      compare_dataset_identity(saved, dataset_identity({dir / "b.jsonl", dir / "c.jsonl"}));
+  EXPECT_EQ(grown.mismatch, "");
+  EXPECT_EQ(grown.growth, "'" + (dir / "b.jsonl").string() +
+                              "' from 12 to 20 bytes (lines appended); 1 new file after "
+                              "the checkpoint's 1: '" +
+                              (dir / "c.jsonl").string() + "'");
+  // A file added before the checkpoint's moves them: refused, naming the rule.
+  write(dir / "a.jsonl", "\"zero\"\n");
+  const std::string before =
+      compare_dataset_identity(saved, dataset_identity({dir / "a.jsonl", dir / "b.jsonl"})).mismatch;
+  EXPECT_NE(before.find("file 0 (checkpoint: '" + (dir / "b.jsonl").string() + "', now: '" +
+                        (dir / "a.jsonl").string() + "')"),
+            std::string::npos)
+      << before;
+  EXPECT_NE(
+      before.find("(new: '" + (dir / "a.jsonl").string() +
+                  "'): files added to a dataset resume only when they sort after all of the checkpoint's"),
+      std::string::npos)
+      << before;
+  // A file gone.
+  const std::string gone = compare_dataset_identity(dataset_identity({dir / "b.jsonl", dir / "c.jsonl"}),
+                                                    dataset_identity({dir / "b.jsonl"}))
+                               .mismatch;
+  EXPECT_EQ(gone, "the checkpoint's dataset has 2 files, this run's has 1; gone: '" +
+                      (dir / "c.jsonl").string() + "'");
+
+  // Lines that continue an unended one, and plain text (a paragraph may go on): not growth.
+  for (const fs::path& f : {dir / "c.jsonl", dir / "b.txt"}) {
+    const json was = dataset_identity({f});
+    write(f, "\"more\"\n", std::ios::app);
+    const std::string e = compare_dataset_identity(was, dataset_identity({f})).mismatch;
+    EXPECT_NE(e.find("bytes now (grown: only a .jsonl, .ndjson, .csv or .tsv file whose old part ends a line "
+                     "may grow"),
+              std::string::npos)
+        << e;
+  }
+  // Bytes changed before the old size, a file cut short, the same size with other content.
+  const json was = dataset_identity({dir / "b.jsonl"});
+  write(dir / "b.jsonl", "\"zero\"\n\"one\"\n\"two\"\n\"three\"\n");
+  EXPECT_NE(
+      compare_dataset_identity(was, dataset_identity({dir / "b.jsonl"}))
+          .mismatch.find("size 20 bytes in the checkpoint, 27 bytes now (its first 20 bytes changed too)"),
+      std::string::npos);
+  write(dir / "b.jsonl", "\"one\"\n");
+  EXPECT_NE(compare_dataset_identity(was, dataset_identity({dir / "b.jsonl"}))
+                .mismatch.find("size 20 bytes in the checkpoint, 6 bytes now (cut short)"),
+            std::string::npos);
+  write(dir / "b.jsonl", "\"one\"\n\"two\"\n\"thrEE\"\n");
+  EXPECT_NE(compare_dataset_identity(was, dataset_identity({dir / "b.jsonl"}))
+                .mismatch.find("(same size, different content)"),
+            std::string::npos);
+}

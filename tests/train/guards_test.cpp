@@ -470,11 +470,14 @@ TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   EXPECT_NE(e.find(second.string()), std::string::npos) << e;
   EXPECT_NE(e.find("checkpoint.restart_data_stream"), std::string::npos) << e;
 
-  // The same path with content appended (its size changed): refused.
+  // The same path with a document put before its content (its old bytes moved): refused.
   fs::copy_file(first, data_dir / "first.orig");
-  std::ofstream(first, std::ios::app) << "{\"text\": \"one more document\"}\n";
+  {
+    std::ofstream f(first, std::ios::trunc);
+    f << "{\"text\": \"one more document\"}\n" << read_bytes(data_dir / "first.orig");
+  }
   e = error_of([&] { run_training(config(first, 4)); });
-  EXPECT_NE(e.find("size"), std::string::npos) << e;
+  EXPECT_NE(e.find("bytes changed too"), std::string::npos) << e;
   // The same size, one byte changed: refused by the fingerprint.
   fs::remove(first);
   fs::copy_file(data_dir / "first.orig", first);
@@ -496,9 +499,10 @@ TEST(ResumeGuard, ADifferentDatasetIsRefusedUnlessTheDataStreamRestarts) {
   fs::rename(second, data_dir / "moved.jsonl");
   s = run_training(config(data_dir / "moved.jsonl", 6));
   EXPECT_EQ(s.steps_run, 2);
-  // Its folder, which holds one file more: refused, naming the new one.
+  // Its folder, which holds one file more, sorting before it: refused, naming the new one and the rule.
   e = error_of([&] { run_training(config(data_dir, 8)); });
-  EXPECT_NE(e.find("the checkpoint's dataset has 1 file, this run's has 2; new: '" + first.string() + "';"),
+  EXPECT_NE(e.find("the run's dataset has 1 more file than the checkpoint's (new: '" + first.string() +
+                   "'): files added to a dataset resume only when they sort after all of the checkpoint's"),
             std::string::npos)
       << e;
 }
@@ -1447,6 +1451,48 @@ TEST(ResumeGuard, TheWayToKeepAChangedGlobalBatchIsASettingTheRunAccepts) {
       << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
   EXPECT_EQ(out.find("warning: the global batch"), std::string::npos) << out;
+}
+
+// A dataset that only grew since the checkpoint (lines appended to its .jsonl file, a file added that
+// sorts after it) keeps the checkpoint's data position: the resumed steps take the batches a run over
+// the old data takes, and the run says what grew.
+TEST(ResumeGuard, ADatasetThatOnlyGrewResumesWhereItWas) {
+  const fs::path data = temp_dir("guard_data_grew_files");
+  write_corpus_prefix(data / "b.jsonl", 64 << 10);
+  auto train = [&](const fs::path& dump, int steps, std::string* out) {
+    return run_command(
+        titan_binary().string() + " train --config " + debugmodel_toml().string() + " 2>&1" +
+            cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.dataset_path", data.string()},
+                                                             {"training.steps", std::to_string(steps)}}))),
+        out);
+  };
+  const fs::path straight = temp_dir("guard_data_grew_straight"), grew = temp_dir("guard_data_grew");
+  std::string out;
+  ASSERT_EQ(train(straight, 4, &out), 0) << out;
+  ASSERT_EQ(train(grew, 2, &out), 0) << out;
+  const uintmax_t before = fs::file_size(data / "b.jsonl");
+  write_corpus_prefix(data / "c.jsonl", 8 << 10, /*skip_lines=*/2000);
+  {
+    std::ofstream f(data / "b.jsonl", std::ios::app);
+    f << read_bytes(data / "c.jsonl");
+  }
+  out.clear();
+  ASSERT_EQ(train(grew, 4, &out), 0) << out;
+  EXPECT_NE(out.find("data: the dataset grew since checkpoint " + (grew / "checkpoint" / "step-2").string() +
+                     ": '" + (data / "b.jsonl").string() + "' from " + std::to_string(before) + " to " +
+                     std::to_string(fs::file_size(data / "b.jsonl")) +
+                     " bytes (lines appended); 1 new file after the checkpoint's 1: '" +
+                     (data / "c.jsonl").string() + "'; the data goes on from its position"),
+            std::string::npos)
+      << out;
+  const std::vector<nlohmann::json> want = read_metrics(straight), got = read_metrics(grew);
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 2; i < 4; ++i) {
+    ASSERT_TRUE(want[i].contains("batch_hash")) << want[i];
+    EXPECT_EQ(got[i].at("batch_hash"), want[i].at("batch_hash")) << "step " << i + 1;
+    EXPECT_EQ(got[i].at("loss"), want[i].at("loss")) << "step " << i + 1;
+  }
 }
 
 // What a resume found changed (here the LR schedule: training.steps 2 -> 4) is said once the resume

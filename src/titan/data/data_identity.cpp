@@ -1,5 +1,7 @@
 #include "titan/data/data_identity.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -52,53 +54,111 @@ json dataset_identity(const std::vector<fs::path>& files) {
   return id;
 }
 
-std::string dataset_identity_mismatch(const json& saved, const json& now) {
-  if (!saved.is_array()) return "the saved dataset identity is malformed";
-  if (saved.size() != now.size()) {
-    // Which files came or went, by path (a moved dataset names none of them alike: the counts alone).
-    const auto paths = [](const json& files) {
-      std::set<std::string> p;
-      for (const json& f : files) p.insert(f.value("path", "?"));
-      return p;
-    };
-    const std::set<std::string> before = paths(saved), after = paths(now);
-    const auto listed = [](const std::set<std::string>& these, const std::set<std::string>& minus) {
-      std::string list;
-      size_t n = 0;
-      for (const std::string& p : these)
-        if (!minus.count(p) && n++ < 3) list += (list.empty() ? "'" : ", '") + p + "'";
-      if (n > 3) list += " and " + std::to_string(n - 3) + " more";
-      return list;
-    };
-    std::string which;
-    if (const std::string added = listed(after, before); !added.empty()) which += "; new: " + added;
-    if (const std::string gone = listed(before, after); !gone.empty()) which += "; gone: " + gone;
-    return "the checkpoint's dataset has " + std::to_string(saved.size()) +
-           (saved.size() == 1 ? " file" : " files") + ", this run's has " + std::to_string(now.size()) +
-           which;
-  }
-  for (size_t i = 0; i < saved.size(); ++i) {
+namespace {
+
+// Up to three of `items`, then how many more.
+std::string listed(const std::vector<std::string>& items) {
+  std::string list;
+  for (size_t i = 0; i < items.size() && i < 3; ++i) list += (i ? ", " : "") + items[i];
+  if (items.size() > 3) list += " and " + std::to_string(items.size() - 3) + " more";
+  return list;
+}
+
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// Whether lines appended to `path` leave the records before them as they were: a line-record format
+// read as it lies on disk (a compressed stream's offsets, a table's footer, a plain-text paragraph
+// or file document do not stay put), whose first `bytes` end a line.
+bool grows_by_lines(const fs::path& path, uint64_t bytes) {
+  std::string ext = path.extension().string();
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (ext != ".jsonl" && ext != ".ndjson" && ext != ".csv" && ext != ".tsv") return false;
+  if (bytes == 0) return true;
+  std::ifstream f(path, std::ios::binary);
+  f.seekg(std::streamoff(bytes - 1));
+  return f.get() == '\n';
+}
+
+}  // namespace
+
+DatasetComparison compare_dataset_identity(const json& saved, const json& now) {
+  if (!saved.is_array()) return {"the saved dataset identity is malformed", ""};
+  const size_t common = std::min(saved.size(), now.size());
+  std::vector<std::string> grown;
+  std::string mismatch;
+  for (size_t i = 0; i < common && mismatch.empty(); ++i) {
     const json& s = saved[i];
     const json& n = now[i];
     const std::string where = "file " + std::to_string(i) + " (checkpoint: '" + s.value("path", "?") +
                               "', now: '" + n.value("path", "?") + "')";
-    if (s.value("bytes", uint64_t(0)) != n["bytes"].get<uint64_t>())
-      return where + ": size " + std::to_string(s.value("bytes", uint64_t(0))) +
-             " bytes in the checkpoint, " + std::to_string(n["bytes"].get<uint64_t>()) + " bytes now";
+    const uint64_t before = s.value("bytes", uint64_t(0)), after = n["bytes"].get<uint64_t>();
     // A checkpoint of before 2026-12-01 names no hash: its fingerprint started from the older basis.
     const std::optional<uint64_t> basis =
         fnv1a_basis_named(s.contains("hash") && s["hash"].is_string() ? s["hash"].get<std::string>()
                           : s.contains("hash")                        ? "?"
                                                                       : "");
-    if (!basis) return where + ": the checkpoint's fingerprint names a hash this titan does not know";
-    const std::string now_print =
-        *basis == kFnv1aStart ? n["fingerprint"].get<std::string>()
-                              : fingerprint(n["path"].get<std::string>(), n["bytes"].get<uint64_t>(), *basis);
-    if (s.value("fingerprint", "") != now_print)
-      return where + ": content fingerprint " + s.value("fingerprint", "?") + " in the checkpoint, " +
-             now_print + " now (same size, different content)";
+    if (!basis) {
+      mismatch = where + ": the checkpoint's fingerprint names a hash this titan does not know";
+      break;
+    }
+    const fs::path path = n["path"].get<std::string>();
+    // Over the checkpoint's size: the same file, or the part of a grown one the checkpoint read.
+    const std::string now_print = *basis == kFnv1aStart && after == before
+                                      ? n["fingerprint"].get<std::string>()
+                                  : after >= before ? fingerprint(path, before, *basis)
+                                                    : "";
+    const bool same_start = s.value("fingerprint", "") == now_print;
+    if (after == before && !same_start) {
+      mismatch = where + ": content fingerprint " + s.value("fingerprint", "?") + " in the checkpoint, " +
+                 now_print + " now (same size, different content)";
+    } else if (after > before && same_start && grows_by_lines(path, before)) {
+      grown.push_back(quoted(path.string()) + " from " + std::to_string(before) + " to " +
+                      std::to_string(after) + " bytes");
+    } else if (after != before) {
+      mismatch =
+          where + ": size " + std::to_string(before) + " bytes in the checkpoint, " + std::to_string(after) +
+          " bytes now" +
+          (after < before ? " (cut short)"
+           : !same_start  ? " (its first " + std::to_string(before) + " bytes changed too)"
+                          : " (grown: only a .jsonl, .ndjson, .csv or .tsv file whose old part ends a line "
+                            "may grow, by lines appended; compressed, table and plain-text files may not)");
+    }
   }
-  return "";
+  if (mismatch.empty() && saved.size() > now.size()) {
+    std::vector<std::string> gone;
+    for (size_t i = now.size(); i < saved.size(); ++i) gone.push_back(quoted(saved[i].value("path", "?")));
+    mismatch = "the checkpoint's dataset has " + std::to_string(saved.size()) +
+               (saved.size() == 1 ? " file" : " files") + ", this run's has " + std::to_string(now.size()) +
+               "; gone: " + listed(gone);
+  }
+  if (!mismatch.empty()) {
+    // Files that came or went, by path, where the counts differ: a file added among the checkpoint's
+    // (sorting before one of them) moves the later ones, whose comparison failed above.
+    if (saved.size() < now.size()) {
+      std::set<std::string> before;
+      for (const json& f : saved) before.insert(f.value("path", "?"));
+      std::vector<std::string> added;
+      for (const json& f : now)
+        if (!before.count(f.value("path", "?"))) added.push_back(quoted(f.value("path", "?")));
+      mismatch += "; the run's dataset has " + std::to_string(now.size() - saved.size()) +
+                  (now.size() - saved.size() == 1 ? " more file" : " more files") + " than the checkpoint's" +
+                  (added.empty() ? "" : " (new: " + listed(added) + ")") +
+                  ": files added to a dataset resume only when they sort after all of the checkpoint's";
+    }
+    return {mismatch, ""};
+  }
+  std::string growth;
+  if (!grown.empty()) growth = listed(grown) + " (lines appended)";
+  if (now.size() > saved.size()) {
+    std::vector<std::string> added;
+    for (size_t i = saved.size(); i < now.size(); ++i) added.push_back(quoted(now[i].value("path", "?")));
+    growth += (growth.empty() ? "" : "; ") + std::to_string(added.size()) +
+              (added.size() == 1 ? " new file" : " new files") + " after the checkpoint's " +
+              std::to_string(saved.size()) + ": " + listed(added);
+  }
+  return {"", growth};
 }
 
 }  // namespace titan::data

@@ -14,9 +14,15 @@ namespace titan::data {
 // [{"path": absolute path, "bytes": size, "fingerprint": "hex"}, ...] in the order given.
 nlohmann::json dataset_identity(const std::vector<std::filesystem::path>& files);
 
-// "" when `now` holds the same files as `saved` (same count, and for each file the same size and
-// fingerprint; a moved file with the same content is the same file), else what differs, naming the
-// file and both values.
-std::string dataset_identity_mismatch(const nlohmann::json& saved, const nlohmann::json& now);
+// How `now` (this run's dataset) compares with `saved` (a checkpoint's), file by file in order (a moved
+// file with the same content is the same file). A checkpoint's data position holds in a dataset that
+// only grew: files added after all of its files (they sort after them), and line-record files
+// (.jsonl, .ndjson, .csv, .tsv, uncompressed) whose old bytes end a line and are unchanged (their
+// fingerprint over the old size) with lines appended.
+struct DatasetComparison {
+  std::string mismatch;  // "" when the position holds, else what differs: the file and both values
+  std::string growth;    // "" when the same, else what was added (the new files, the grown files)
+};
+DatasetComparison compare_dataset_identity(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace titan::data

@@ -269,9 +269,9 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
         formatted("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
                   what.c_str()));
   }
-  const std::string data_note = restore_data_position(s.loader, ts, s.dataset_identity,
-                                                      config_.checkpoint.restart_data_stream, c.dir.string());
-  if (!data_note.empty()) later.push_back(formatted("%s", data_note.c_str()));
+  for (const std::string& note : restore_data_position(
+           s.loader, ts, s.dataset_identity, config_.checkpoint.restart_data_stream, c.dir.string()))
+    later.push_back(note);
 }
 
 std::string Checkpointer::roll_back_advice() const {

@@ -41,17 +41,19 @@ void check_same_seq_len(const json& saved, int64_t seq_len, const std::string& c
                 "checkpoint.restart_data_stream = true to start the data from the beginning)");
 }
 
-std::string restore_data_position(data::TokenLoader& loader, const json& ts, const json& identity,
-                                  bool restart_data_stream, const std::string& checkpoint) {
+std::vector<std::string> restore_data_position(data::TokenLoader& loader, const json& ts,
+                                               const json& identity, bool restart_data_stream,
+                                               const std::string& checkpoint) {
   if (restart_data_stream)
-    return "data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
-           counted(int64_t(identity.size()), "file");
+    return {"data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
+            counted(int64_t(identity.size()), "file")};
   TITAN_CHECK(ts.contains("dataset_identity"), "checkpoint ", checkpoint,
               " records no dataset identity, so its data position cannot be checked against this run's "
               "dataset; set checkpoint.restart_data_stream = true to start the data from the beginning");
-  std::string diff = data::dataset_identity_mismatch(ts["dataset_identity"], identity);
+  const data::DatasetComparison compared = data::compare_dataset_identity(ts["dataset_identity"], identity);
   TITAN_CHECK(
-      diff.empty(), "checkpoint ", checkpoint, " was trained on a different dataset: ", diff,
+      compared.mismatch.empty(), "checkpoint ", checkpoint,
+      " was trained on a different dataset: ", compared.mismatch,
       "; its data position would land in the middle of other data (set checkpoint.restart_data_stream "
       "= true to start this dataset from its beginning)");
   const json& saved = ts.at("dataloader");
@@ -107,10 +109,15 @@ std::string restore_data_position(data::TokenLoader& loader, const json& ts, con
       "training.pack_window back, or checkpoint.restart_data_stream = true to start the data from the "
       "beginning)");
   loader.restore(saved);
+  std::vector<std::string> notes;
+  if (!compared.growth.empty())
+    notes.push_back("data: the dataset grew since checkpoint " + checkpoint + ": " + compared.growth +
+                    "; the data goes on from its position and reaches what was added in dataset order (lines "
+                    "appended to a file it has passed, in the next pass over the data)");
   if (saved_packing != now_packing && !saved_chat.empty())
-    return "data: conversations were packed " + packing(saved_packing) + " up to checkpoint " + checkpoint +
-           "; from its data position on they are packed " + packing(now_packing);
-  return "";
+    notes.push_back("data: conversations were packed " + packing(saved_packing) + " up to checkpoint " +
+                    checkpoint + "; from its data position on they are packed " + packing(now_packing));
+  return notes;
 }
 
 json resumable_settings(const JobConfig& c, const qwen3::ModelArgs& args) {

@@ -4,6 +4,7 @@
 // dataset would silently train garbage and then prune the good checkpoints.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "titan/data/loader.h"
 #include "titan/models/qwen3/args.h"
@@ -22,12 +23,14 @@ void check_same_seq_len(const nlohmann::json& dataloader_state, int64_t seq_len,
                         const std::string& checkpoint);
 
 // Restores the loader position of `train_state` when the checkpoint's dataset identity matches
-// `identity` (data::dataset_identity of this run's files). A mismatch is an error naming the file
-// and what differs, unless `restart_data_stream` (checkpoint.restart_data_stream), which also
-// starts the data from its beginning when the dataset is unchanged. Returns a line for the log.
-std::string restore_data_position(data::TokenLoader& loader, const nlohmann::json& train_state,
-                                  const nlohmann::json& identity, bool restart_data_stream,
-                                  const std::string& checkpoint);
+// `identity` (data::dataset_identity of this run's files), or `identity` only grew from it
+// (data::compare_dataset_identity). A mismatch is an error naming the file and what differs, unless
+// `restart_data_stream` (checkpoint.restart_data_stream), which also starts the data from its
+// beginning when the dataset is unchanged. Returns the lines for the log (what grew, a packing
+// changed, a restart).
+std::vector<std::string> restore_data_position(data::TokenLoader& loader, const nlohmann::json& train_state,
+                                               const nlohmann::json& identity, bool restart_data_stream,
+                                               const std::string& checkpoint);
 
 // The settings a resume may change on purpose, recorded in train_state.json ("settings") so that
 // the resume can say which ones it changed: optimizer betas, eps and weight decay, max_norm, the
