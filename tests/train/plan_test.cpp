@@ -242,6 +242,20 @@ TEST(Plan, CommunicationIsWhatTheShardingSendsOnTheMetaStep) {
   const std::string out = run_plan("--mesh dp_shard=2 --link-gbps 8 --link-latency-us 0", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find(" at 8 Gbit/s + 0 us per ring step = "), std::string::npos) << out;
+  // Without --memory-per-rank each rank was given all of MemAvailable: the plan says what holds when
+  // the mesh's ranks share this host, a batch for half of it, no larger than the whole host's.
+  const size_t whole_at = out.find("largest local batch that fits: "),
+               shared_at = out.find("if the 2 ranks share this host: 2 x ");
+  ASSERT_NE(whole_at, std::string::npos) << out;
+  ASSERT_NE(shared_at, std::string::npos) << out;
+  const size_t each = out.find("the largest local batch that fits each rank's ", shared_at);
+  ASSERT_NE(each, std::string::npos) << out;
+  const int64_t whole = std::stoll(out.substr(whole_at + 31)),
+                shared = std::stoll(out.substr(out.find(": ", each) + 2));
+  EXPECT_GE(shared, 1) << out;
+  EXPECT_LE(2 * shared, whole + 1) << out;
+  EXPECT_EQ(run_plan("--mesh dp_shard=2 --memory-per-rank 64GiB", &rc).find("share this host:"),
+            std::string::npos);
 }
 
 // Expert parallelism on 4 shard ranks: a rank's step holds its slice of every ordinary block and its

@@ -250,6 +250,22 @@ int plan_main(int argc, char** argv) {
     std::printf("largest local batch that fits: %ld (%s %s; batch %ld needs %s), %d meta steps\n",
                 long(batch.largest), need_name.c_str(), memory_text(batch.largest_need).c_str(),
                 long(batch.largest + 1), memory_text(batch.next_need).c_str(), batch.profiles);
+  // Each rank was given all of MemAvailable: what holds when every rank of the mesh shares this host
+  // (a one-host mpirun) is said too, or the batch above would be the mesh's size times too large.
+  if (!memory_flag && device == Device::CPU && plan.world_size() > 1) {
+    const int ranks = plan.world_size();
+    const int64_t share = available / ranks;
+    const train::BatchSearch shared = train::largest_fitting_batch(args, shape, share, cuda_job);
+    const std::string largest = shared.largest == 0 ? std::string("none")
+                                : shared.at_bound   ? "at least " + std::to_string(shared.largest)
+                                                    : std::to_string(shared.largest);
+    std::printf(
+        "if the %d ranks share this host: %d x %s = %s of %s: %s; the largest local batch that fits "
+        "each rank's %s: %s\n",
+        ranks, ranks, memory_text(need).c_str(), memory_text(need * ranks).c_str(),
+        memory_text(available).c_str(), need * ranks <= available ? "fits" : "does NOT fit",
+        memory_text(share).c_str(), largest.c_str());
+  }
 
   // ---- time
   train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};
