@@ -678,33 +678,46 @@ TEST(DatasetIdentity, ADatasetThatOnlyGrewKeepsItsPositionAndAnyOtherChangeIsNam
                               "' from 12 to 20 bytes (lines appended); 1 new file after "
                               "the checkpoint's 1: '" +
                               (dir / "c.jsonl").string() + "'");
+  ASSERT_EQ(grown.grown_files.size(), 1u);
+  EXPECT_EQ(grown.grown_files[0].index, 0u);
+  EXPECT_EQ(grown.grown_files[0].old_bytes, 12u);
   // A file added before the checkpoint's moves them: refused, naming the rule.
   write(dir / "a.jsonl", "\"zero\"\n");
   const std::string before =
       compare_dataset_identity(saved, dataset_identity({dir / "a.jsonl", dir / "b.jsonl"})).mismatch;
-  EXPECT_NE(before.find("file 0 (checkpoint: '" + (dir / "b.jsonl").string() + "', now: '" +
-                        (dir / "a.jsonl").string() + "')"),
+  EXPECT_EQ(before,
+            "file 0 (checkpoint: '" + (dir / "b.jsonl").string() + "', now: '" + (dir / "a.jsonl").string() +
+                "'): another file in its place; the checkpoint's dataset has 1 file, this run's has 2; "
+                "new: '" +
+                (dir / "a.jsonl").string() +
+                "': files added to a dataset resume only when they sort after all of the checkpoint's");
+  // A file gone, at the end or among the others: named, with the counts.
+  const json three = dataset_identity({dir / "a.jsonl", dir / "b.jsonl", dir / "c.jsonl"});
+  EXPECT_EQ(
+      compare_dataset_identity(three, dataset_identity({dir / "a.jsonl", dir / "b.jsonl"})).mismatch,
+      "the checkpoint's dataset has 3 files, this run's has 2; gone: '" + (dir / "c.jsonl").string() + "'");
+  const std::string among =
+      compare_dataset_identity(three, dataset_identity({dir / "a.jsonl", dir / "c.jsonl"})).mismatch;
+  EXPECT_NE(among.find(
+                "another file in its place; the checkpoint's dataset has 3 files, this run's has 2; gone: '" +
+                (dir / "b.jsonl").string() + "'"),
             std::string::npos)
-      << before;
-  EXPECT_NE(
-      before.find("(new: '" + (dir / "a.jsonl").string() +
-                  "'): files added to a dataset resume only when they sort after all of the checkpoint's"),
-      std::string::npos)
-      << before;
-  // A file gone.
-  const std::string gone = compare_dataset_identity(dataset_identity({dir / "b.jsonl", dir / "c.jsonl"}),
-                                                    dataset_identity({dir / "b.jsonl"}))
-                               .mismatch;
-  EXPECT_EQ(gone, "the checkpoint's dataset has 2 files, this run's has 1; gone: '" +
-                      (dir / "c.jsonl").string() + "'");
+      << among;
+  EXPECT_EQ(among.find("files added"), std::string::npos) << among;
 
-  // Lines that continue an unended one, and plain text (a paragraph may go on): not growth.
-  for (const fs::path& f : {dir / "c.jsonl", dir / "b.txt"}) {
+  // Lines that continue an unended one, and plain text (a paragraph may go on): not growth, each with
+  // its reason.
+  for (const auto& [f, why] :
+       {std::pair{dir / "c.jsonl",
+                  std::string("but its old part ends inside a line (byte 11 is no newline)")},
+        std::pair{dir / "b.txt",
+                  std::string("but only a .jsonl, .ndjson, .csv or .tsv file may grow, by lines "
+                              "appended; compressed, Parquet, Arrow and plain-text files may not")}}) {
     const json was = dataset_identity({f});
     write(f, "\"more\"\n", std::ios::app);
     const std::string e = compare_dataset_identity(was, dataset_identity({f})).mismatch;
-    EXPECT_NE(e.find("bytes now (grown: only a .jsonl, .ndjson, .csv or .tsv file whose old part ends a line "
-                     "may grow"),
+    EXPECT_NE(e.find("bytes now, its first " + std::to_string(was[0].at("bytes").get<uint64_t>()) +
+                     " bytes unchanged, " + why),
               std::string::npos)
         << e;
   }

@@ -671,6 +671,58 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
             conversation_tokens(dir, best_fit_plan(dir, 7, next, 4, 64).front().front() % 7).ids[0]);
 }
 
+// A dataset that grew (a conversation appended) leaves a best-fit window read before its old end as
+// it was: restored inside it, the loader goes on with the window's rows. A window whose reading ran
+// past the old end (into the next pass over the data) would read other conversations now: refused,
+// naming where it ended then and where it ends now.
+TEST(Loader, BestFitRefusesAWindowADatasetGrewInside) {
+  auto dir = write_conversations("loader_chat_best_fit_growth", 7);
+  LoaderConfig config{.paths = {dir},
+                      .chat_field = "messages",
+                      .pack_conversations = true,
+                      .best_fit_window = 4,
+                      .seq_len = 64,
+                      .local_batch_size = 2};
+  const Recorded run = record(config, 8);
+  {
+    std::ifstream in(dir / "chats.jsonl");
+    std::string first;
+    std::getline(in, first);
+    std::ofstream(dir / "chats.jsonl", std::ios::app) << first << "\n";
+  }
+  int64_t kept = 0, refused = 0;
+  for (size_t k = 1; k < run.batches.size(); ++k) {
+    const json& st = run.states[k];
+    if (st.value("rows_taken", uint64_t(0)) == 0) continue;
+    ASSERT_TRUE(st.contains("window_end")) << st;
+    TokenLoader loader(config, qwen3_tokenizer());
+    if (st.at("window_end_epoch") == st.at("epoch")) {  // read within one pass, before the old end
+      ++kept;
+      loader.restore(st);
+      const Batch b = loader.next();
+      const int64_t S = config.seq_len;
+      EXPECT_TRUE(std::equal(b.inputs.begin(), b.inputs.begin() + S, run.batches[k].inputs.begin()))
+          << "state " << k;
+      continue;
+    }
+    ++refused;
+    try {
+      loader.restore(st);
+      ADD_FAILURE() << "restored state " << k << ", whose window ran into the next pass";
+    } catch (const titan::Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(" over the data) when the state was saved, and reading it again ends at "
+                                     "file 0 offset "),
+          std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("): it holds other conversations now"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(refused, 0);
+}
+
 // Held-out conversations (a finite loader): the last window holds what is left; then an empty batch.
 TEST(Loader, BestFitOnFiniteDataPacksTheLastWindowThenEnds) {
   const int n = 7;

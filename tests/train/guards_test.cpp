@@ -54,6 +54,13 @@ std::string read_bytes(const fs::path& p) {
   return ss.str();
 }
 
+nlohmann::json read_json(const fs::path& p) {
+  return nlohmann::json::parse(read_bytes(p));
+}
+void write_json(const fs::path& p, const nlohmann::json& j) {
+  std::ofstream(p) << j.dump(1);
+}
+
 std::vector<std::string> listing(const fs::path& dir) {
   std::vector<std::string> names;
   for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -531,8 +538,6 @@ TEST(CheckpointManifest, ChecksumsAreStandardFnv1aAndOlderFilesStillVerify) {
   };
   run_training(config(2));
   const fs::path step = dump / "checkpoint" / "step-2", hf = dump / "checkpoint" / "step-2-hf";
-  auto read_json = [](const fs::path& p) { return nlohmann::json::parse(read_bytes(p)); };
-  auto write_json = [](const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(1); };
   nlohmann::json sums = read_json(hf / "titan_checksums.json");
   EXPECT_EQ(sums.at("hash"), "fnv1a64");
   EXPECT_EQ(read_json(step / "manifest.json").at("hash"), "fnv1a64");
@@ -1453,31 +1458,50 @@ TEST(ResumeGuard, TheWayToKeepAChangedGlobalBatchIsASettingTheRunAccepts) {
   EXPECT_EQ(out.find("warning: the global batch"), std::string::npos) << out;
 }
 
+// `count` short documents (the first 100 characters of the corpus' lines from `first` on), one JSON
+// record a line, appended to `out`: a few steps of the tiny job cross a file of them.
+void append_short_documents(const fs::path& out, size_t first, size_t count) {
+  std::ifstream in(data::default_dataset_path() / "train.jsonl");
+  std::ofstream o(out, std::ios::app);
+  std::string line;
+  for (size_t i = 0; i < first + count && std::getline(in, line); ++i)
+    if (i >= first) {
+      std::string text = nlohmann::json::parse(line).at("text").get<std::string>().substr(0, 100);
+      while (!text.empty() && (static_cast<unsigned char>(text.back()) & 0xC0) == 0x80) text.pop_back();
+      if (!text.empty() && static_cast<unsigned char>(text.back()) >= 0xC0)
+        text.pop_back();  // a cut lead byte
+      o << nlohmann::json{{"text", text}}.dump() << "\n";
+    }
+}
+
 // A dataset that only grew since the checkpoint (lines appended to its .jsonl file, a file added that
-// sorts after it) keeps the checkpoint's data position: the resumed steps take the batches a run over
-// the old data takes, and the run says what grew.
+// sorts after it) keeps the checkpoint's data position: the resumed steps, which read into the lines
+// appended and the new file, take the batches of a run over the grown dataset from the start (and
+// not those of a run over the old one, which went back to its first document), and the run says what
+// grew.
 TEST(ResumeGuard, ADatasetThatOnlyGrewResumesWhereItWas) {
-  const fs::path data = temp_dir("guard_data_grew_files");
-  write_corpus_prefix(data / "b.jsonl", 64 << 10);
-  auto train = [&](const fs::path& dump, int steps, std::string* out) {
+  const fs::path data = temp_dir("guard_data_grew_files"), old_data = temp_dir("guard_data_grew_old");
+  // Steps 1-2 take 2 x 2 x 64 = 256 input tokens: within the 14 documents of b.jsonl (about 25 tokens
+  // each); steps 3-4 take 256 more, past its end.
+  append_short_documents(data / "b.jsonl", 0, 14);
+  fs::copy_file(data / "b.jsonl", old_data / "b.jsonl");
+  auto train = [&](const fs::path& dump, const fs::path& dataset, int steps, std::string* out) {
     return run_command(
         titan_binary().string() + " train --config " + debugmodel_toml().string() + " 2>&1" +
-            cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.dataset_path", data.string()},
+            cli_args(tiny_job(dump, with(kCheckpointEvery2, {{"training.dataset_path", dataset.string()},
                                                              {"training.steps", std::to_string(steps)}}))),
         out);
   };
-  const fs::path straight = temp_dir("guard_data_grew_straight"), grew = temp_dir("guard_data_grew");
+  const fs::path grew = temp_dir("guard_data_grew"), straight_old = temp_dir("guard_data_grew_straight_old"),
+                 straight = temp_dir("guard_data_grew_straight");
   std::string out;
-  ASSERT_EQ(train(straight, 4, &out), 0) << out;
-  ASSERT_EQ(train(grew, 2, &out), 0) << out;
+  ASSERT_EQ(train(straight_old, old_data, 4, &out), 0) << out;
+  ASSERT_EQ(train(grew, data, 2, &out), 0) << out;
   const uintmax_t before = fs::file_size(data / "b.jsonl");
-  write_corpus_prefix(data / "c.jsonl", 8 << 10, /*skip_lines=*/2000);
-  {
-    std::ofstream f(data / "b.jsonl", std::ios::app);
-    f << read_bytes(data / "c.jsonl");
-  }
+  append_short_documents(data / "b.jsonl", 14, 2);
+  append_short_documents(data / "c.jsonl", 16, 10);
   out.clear();
-  ASSERT_EQ(train(grew, 4, &out), 0) << out;
+  ASSERT_EQ(train(grew, data, 4, &out), 0) << out;
   EXPECT_NE(out.find("data: the dataset grew since checkpoint " + (grew / "checkpoint" / "step-2").string() +
                      ": '" + (data / "b.jsonl").string() + "' from " + std::to_string(before) + " to " +
                      std::to_string(fs::file_size(data / "b.jsonl")) +
@@ -1485,14 +1509,39 @@ TEST(ResumeGuard, ADatasetThatOnlyGrewResumesWhereItWas) {
                      (data / "c.jsonl").string() + "'; the data goes on from its position"),
             std::string::npos)
       << out;
-  const std::vector<nlohmann::json> want = read_metrics(straight), got = read_metrics(grew);
+  ASSERT_EQ(train(straight, data, 4, &out), 0) << out;
+  const std::vector<nlohmann::json> want = read_metrics(straight), old = read_metrics(straight_old),
+                                    got = read_metrics(grew);
   ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(old.size(), 4u);
   ASSERT_EQ(got.size(), 4u);
-  for (size_t i = 2; i < 4; ++i) {
+  for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(want[i].contains("batch_hash")) << want[i];
     EXPECT_EQ(got[i].at("batch_hash"), want[i].at("batch_hash")) << "step " << i + 1;
     EXPECT_EQ(got[i].at("loss"), want[i].at("loss")) << "step " << i + 1;
   }
+  EXPECT_NE(want[3].at("batch_hash"), old[3].at("batch_hash")) << "step 4 reads what was added";
+
+  // A position past the size a checkpoint recorded of a file (it grew while that run read it, as the
+  // position says here) lies in bytes no fingerprint covered: refused once the file has grown so.
+  const fs::path step = straight_old / "checkpoint" / "step-4";
+  nlohmann::json state = read_json(step / "train_state.json");
+  const uint64_t recorded = state.at("dataset_identity")[0].at("bytes").get<uint64_t>();
+  state["dataloader"]["doc"]["offset"] = recorded + 5;
+  state["dataloader"]["doc_tokens_taken"] = 0;
+  write_json(step / "train_state.json", state);
+  nlohmann::json manifest = read_json(step / "manifest.json");
+  manifest["files"]["train_state.json"] = {
+      {"bytes", fs::file_size(step / "train_state.json")},
+      {"checksum", std::to_string(file_checksum(step / "train_state.json"))}};
+  write_json(step / "manifest.json", manifest);
+  append_short_documents(old_data / "b.jsonl", 14, 2);
+  ASSERT_NE(train(straight_old, old_data, 6, &out), 0) << out;
+  EXPECT_NE(out.find(": its data position, byte " + std::to_string(recorded + 5) + " of '" +
+                     (old_data / "b.jsonl").string() + "', lies past the " + std::to_string(recorded) +
+                     " bytes it recorded of that file: the file grew while that run read it"),
+            std::string::npos)
+      << out;
 }
 
 // What a resume found changed (here the LR schedule: training.steps 2 -> 4) is said once the resume

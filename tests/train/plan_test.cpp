@@ -493,7 +493,12 @@ TEST(Plan, BadFlagsAreErrorsNamingTheFlag) {
       {"--mesh dp_shard=2,", "--mesh 'dp_shard=2,' ends with a comma"},
       // The mesh must fit the config: global batch = local x ranks x accumulation.
       {"--mesh dp_shard=3 --training.global_batch_size=4",
-       "training.global_batch_size (4) must be a positive multiple"},
+       "training.global_batch_size (4) must be a positive multiple of local_batch_size x data-parallel ranks "
+       "(2 "
+       "x 3 = 6): 4 is no multiple of the 3 data-parallel ranks; this mesh takes 6, 12, ... with this local "
+       "batch, or a mesh whose data-parallel ranks divide 4 takes it"},
+      {"--mesh dp_shard=2 --training.global_batch_size=6",
+       "(2 x 2 = 4): training.local_batch_size = 1 takes it (6 = 1 x 2 ranks x 3 accumulation steps)"},
       {"--training.global_batch_size=9223372036854775806",
        "training.global_batch_size = 9223372036854775806 exceeds the limit 2147483648"},
       // A rule that names a degree --mesh set says so, not "left at the default" (a degree the mesh

@@ -22,6 +22,11 @@ nlohmann::json dataset_identity(const std::vector<std::filesystem::path>& files)
 struct DatasetComparison {
   std::string mismatch;  // "" when the position holds, else what differs: the file and both values
   std::string growth;    // "" when the same, else what was added (the new files, the grown files)
+  struct GrownFile {
+    size_t index;        // in both identities
+    uint64_t old_bytes;  // the checkpoint's size of it
+  };
+  std::vector<GrownFile> grown_files;  // the files with lines appended (none on a mismatch)
 };
 DatasetComparison compare_dataset_identity(const nlohmann::json& saved, const nlohmann::json& now);
 

@@ -26,6 +26,10 @@ void to_json(json& j, const LoaderState& s) {
     j["packing"] = s.packing;
     j["rows_taken"] = s.rows_taken;
   }
+  if (s.window_end) {
+    j["window_end"] = *s.window_end;
+    j["window_end_epoch"] = s.window_end_epoch;
+  }
 }
 
 void from_json(const json& j, LoaderState& s) {
@@ -44,6 +48,10 @@ void from_json(const json& j, LoaderState& s) {
   s.text_field = j.value("text_field", std::string());  // absent from states before the key: not checked
   s.packing = j.value("packing", std::string());  // absent: next-fit, or text
   s.rows_taken = j.value("rows_taken", uint64_t(0));
+  if (j.contains("window_end")) {
+    s.window_end = j.at("window_end").get<DocPosition>();
+    s.window_end_epoch = j.at("window_end_epoch").get<uint64_t>();
+  }
 }
 
 namespace {
@@ -129,6 +137,14 @@ class Packer {
                   "loader state: the conversations read from file ", s.doc.file, " offset ", s.doc.offset,
                   " no longer pack into more than ", s.rows_taken,
                   " rows: the dataset changed since the state was saved");
+      TITAN_CHECK(
+          !s.window_end || (plan_end_ == *s.window_end && plan_end_epoch_ == s.window_end_epoch),
+          "loader state: the best-fit window of conversations read from file ", s.doc.file, " offset ",
+          s.doc.offset, " ended at file ", s.window_end ? s.window_end->file : 0, " offset ",
+          s.window_end ? s.window_end->offset : 0, " (pass ", s.window_end_epoch + 1,
+          " over the data) when the state was saved, and reading it again ends at file ", plan_end_.file,
+          " offset ", plan_end_.offset, " (pass ", plan_end_epoch_ + 1,
+          "): it holds other conversations now (the dataset changed inside it, or grew where it ended)");
       rows_taken_ = s.rows_taken;
     }
     if (s.doc_tokens_taken > 0) {
@@ -147,6 +163,8 @@ class Packer {
       s.doc = plan_start_;
       s.epoch = plan_epoch_;
       s.rows_taken = rows_taken_;
+      s.window_end = plan_end_;
+      s.window_end_epoch = plan_end_epoch_;
     } else if (cursor_ < doc_.size()) {
       s.doc = doc_pos_;
       s.doc_tokens_taken = cursor_;
@@ -265,6 +283,8 @@ class Packer {
       doc_trained_.clear();
       cursor_ = 0;
     }
+    plan_end_ = stream_.position();
+    plan_end_epoch_ = epoch_;
     planned_rows_ = best_fit_rows(std::move(window), config_.seq_len);
     rows_taken_ = 0;
     return !planned_rows_.empty();
@@ -365,6 +385,8 @@ class Packer {
   size_t rows_taken_ = 0;
   DocPosition plan_start_;
   uint64_t plan_epoch_ = 0;
+  DocPosition plan_end_;  // and where its reading ended
+  uint64_t plan_end_epoch_ = 0;
   uint64_t epoch_ = 0, epoch_docs_ = 0, batches_ = 0, tokens_ = 0;
   bool epoch_from_start_ = true;
 };

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,11 @@ struct LoaderState {
   // rows are in batches already. `packing` names it ("best_fit 256"; "" for next-fit and text).
   uint64_t rows_taken = 0;
   std::string packing;
+  // Where reading that window ended (the stream's position and epoch after its last conversation):
+  // planning it again on resume must end there too, or it reads other conversations (a dataset that
+  // grew inside it). Absent from states before 2026-12-08.
+  std::optional<DocPosition> window_end;
+  uint64_t window_end_epoch = 0;
 };
 void to_json(nlohmann::json& j, const LoaderState& s);
 void from_json(const nlohmann::json& j, LoaderState& s);

@@ -77,11 +77,8 @@ std::vector<CheckpointFile> files_of_all_ranks(const dist::ParallelPlan& plan, i
 std::string keeping_the_global_batch(int64_t saved, int64_t local, int64_t dp) {
   const std::string keep = "training.global_batch_size = " + std::to_string(saved);
   if (saved % (local * dp) == 0) return "set " + keep + " to keep it";
-  if (saved % dp == 0) {
+  if (const int64_t smaller = local_batch_for_global(saved, local, dp); smaller > 0) {
     // A smaller local batch that divides the checkpoint's share per rank (the largest, for speed).
-    int64_t smaller = 1;
-    for (int64_t b = 1; b < local; ++b)
-      if ((saved / dp) % b == 0) smaller = b;
     return "training.global_batch_size must be a multiple of local_batch_size x data-parallel ranks = " +
            std::to_string(local) + " x " + std::to_string(dp) + " = " + std::to_string(local * dp) +
            ": set training.local_batch_size = " + std::to_string(smaller) + " and " + keep + " to keep it";

@@ -1019,13 +1019,37 @@ void JobConfig::validate_values(int world_size) const {
   int64_t dp = shard * p.data_parallel_replicate_degree;
   if (training.global_batch_size != -1) {
     int64_t per_step = training.local_batch_size * dp;
-    TITAN_CHECK(training.global_batch_size > 0 && training.global_batch_size % per_step == 0,
-                "training.global_batch_size (", training.global_batch_size, ") must be a positive multiple of "
-                "local_batch_size x data-parallel ranks (", per_step, ")");
+    const int64_t global = training.global_batch_size;
+    if (global <= 0 || global % per_step != 0) {
+      const int64_t local = global > 0 ? local_batch_for_global(global, training.local_batch_size, dp) : 0;
+      const std::string how = global <= 0 ? ""
+                              : local > 0
+                                  ? ": training.local_batch_size = " + std::to_string(local) + " takes it (" +
+                                        std::to_string(global) + " = " + std::to_string(local) + " x " +
+                                        std::to_string(dp) + " ranks x " +
+                                        std::to_string(global / (local * dp)) + " accumulation steps)"
+                                  : ": " + std::to_string(global) + " is no multiple of the " +
+                                        std::to_string(dp) + " data-parallel ranks; this mesh takes " +
+                                        std::to_string(per_step) + ", " + std::to_string(2 * per_step) +
+                                        ", ... with this local batch, or a mesh whose "
+                                        "data-parallel ranks divide " +
+                                        std::to_string(global) + " takes it";
+      TITAN_FAIL("training.global_batch_size (", global,
+                 ") must be a positive multiple of "
+                 "local_batch_size x data-parallel ranks (",
+                 training.local_batch_size, " x ", dp, " = ", per_step, ")", how);
+    }
     TITAN_CHECK(training.global_batch_size <= kMaxBatchOrSeq,
                 "training.global_batch_size = ", training.global_batch_size, " exceeds the limit ",
                 kMaxBatchOrSeq, " (sequences per step)");
   }
+}
+
+int64_t local_batch_for_global(int64_t global, int64_t local, int64_t dp) {
+  if (dp <= 0 || global % dp != 0) return 0;
+  for (int64_t b = std::min(local, global / dp); b >= 1; --b)
+    if ((global / dp) % b == 0) return b;
+  return 0;
 }
 
 bool CheckpointSection::excludes(std::string_view part) const {

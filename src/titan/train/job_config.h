@@ -151,6 +151,11 @@ struct ActivationCheckpointSection {
 // "0" -> 1); anything else is an error naming the key (after `where`, the config's name).
 int64_t selective_ac_every(const std::string& option, const std::string& where = "");
 
+// The largest local batch, at most `local`, whose product with `dp` data-parallel ranks divides a
+// global batch of `global` sequences (the rest is gradient accumulation); 0 when `dp` does not
+// divide it (no local batch can: the mesh cannot take that global batch).
+int64_t local_batch_for_global(int64_t global, int64_t local, int64_t dp);
+
 struct MetricsSection {
   int64_t log_freq = 1;
   bool enable_tensorboard = false;

@@ -57,6 +57,29 @@ std::vector<std::string> restore_data_position(data::TokenLoader& loader, const 
       "; its data position would land in the middle of other data (set checkpoint.restart_data_stream "
       "= true to start this dataset from its beginning)");
   const json& saved = ts.at("dataloader");
+  // A position in a grown file lies within the bytes the checkpoint recorded of it (its identity is
+  // taken at the run's start): one past them means the file grew while that run read it, and what it
+  // read there no fingerprint covered.
+  const data::DocPosition at = saved.at("doc").get<data::DocPosition>();
+  for (const data::DatasetComparison::GrownFile& grown : compared.grown_files)
+    TITAN_CHECK(
+        at.file != grown.index || at.offset <= grown.old_bytes, "checkpoint ", checkpoint,
+        ": its data position, byte ", at.offset, " of '", identity[grown.index].value("path", "?"),
+        "', lies past the ", grown.old_bytes,
+        " bytes it recorded of that file: the file grew while that run read it, and what it read past "
+        "them no fingerprint covered (set checkpoint.restart_data_stream = true to start the data from "
+        "the beginning)");
+  // Best-fit packing plans the window a checkpoint stopped in again from the data: a state that does
+  // not say where that window ended (before 2026-12-08) cannot show that a grown dataset left it as it
+  // was.
+  TITAN_CHECK(
+      compared.growth.empty() || saved.value("rows_taken", uint64_t(0)) == 0 || saved.contains("window_end"),
+      "checkpoint ", checkpoint,
+      " stopped inside a best-fit window of conversations and does not record "
+      "where that window ended, so a dataset that grew cannot be shown to leave it as it was (",
+      compared.growth,
+      "): resume on the dataset as it was until a later checkpoint, or set checkpoint.restart_data_stream = "
+      "true to start the data from the beginning");
   check_same_seq_len(saved, loader.config().seq_len, checkpoint);
   if (saved.contains("eos_id") && saved["eos_id"].is_number_integer())
     TITAN_CHECK(
@@ -108,7 +131,13 @@ std::vector<std::string> restore_data_position(data::TokenLoader& loader, const 
       ": the window's other rows exist only in the saved packing (set training.pack_strategy and "
       "training.pack_window back, or checkpoint.restart_data_stream = true to start the data from the "
       "beginning)");
-  loader.restore(saved);
+  try {
+    loader.restore(saved);
+  } catch (const Error& e) {
+    TITAN_FAIL("checkpoint ", checkpoint, ": ", e.what(),
+               " (resume on the dataset as it was, or set checkpoint.restart_data_stream = true to start the "
+               "data from the beginning)");
+  }
   std::vector<std::string> notes;
   if (!compared.growth.empty())
     notes.push_back("data: the dataset grew since checkpoint " + checkpoint + ": " + compared.growth +
