@@ -21,6 +21,7 @@
 
 #include "dist_test_util.h"
 #include "test_util.h"
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/device_services.h"
 #include "titan/data/assets.h"
 #include "titan/io/safetensors.h"
@@ -104,6 +105,7 @@ int run_two_programs(const RankLaunch& rank0, const RankLaunch& rank1, std::stri
 struct JobRun {
   fs::path dump;
   std::map<int64_t, nlohmann::json> steps;  // metrics.jsonl by step
+  std::string out;                          // what the job printed
 };
 
 // A metrics file's records by step (metrics.jsonl, or a rank's metrics-rank<r>.jsonl).
@@ -123,8 +125,8 @@ std::map<int64_t, nlohmann::json> read_metrics(const fs::path& dump) {
 }
 
 JobRun train(const std::string& name, int ranks, int64_t local_batch, const Overrides& extra = {}) {
-  JobRun r{tt::temp_dir(name), {}};
-  std::string out;
+  JobRun r{tt::temp_dir(name), {}, {}};
+  std::string& out = r.out;
   int rc = run_job(ranks, tiny(r.dump, local_batch, extra), &out);
   EXPECT_EQ(rc, 0) << out;
   r.steps = read_metrics(r.dump);
@@ -1440,6 +1442,13 @@ TEST(ExpertParallel, Bf16RanksWithShardedRunsTrainLikeOneBf16Process) {
   for (const JobRun* run : {&one, &split, &forked})
     ASSERT_FALSE(run->steps.empty()) << what << ": a run failed";
   ASSERT_EQ(forked.steps.begin()->first, 4) << what << ": the fork did not start at step 4";
+  // 4 ranks of one thread each on this host: where its cores are fewer, the start-up says the ranks
+  // share them (and MFU reads low by as much).
+  const int host_cores = cpu::cpu_info().host_cores;
+  EXPECT_EQ(split.out.find("ranks: 4 ranks x 1 core each share this host's " + std::to_string(host_cores) +
+                           " physical cores: a rank gets about ") != std::string::npos,
+            4 > host_cores)
+      << split.out;
   expect_same_steps(split, one, 1, 1, what);
   expect_same_steps(forked, one, 4, 4, what + " from the one process's step 3");
   for (const JobRun* run : {&split, &forked})

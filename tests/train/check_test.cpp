@@ -130,6 +130,17 @@ TEST(Check, TheModelRowsOfAResumingJobSayTheyCheckTheStartingWeights) {
   CheckRun resuming = titan_check("--config " + toml.string() + " --steps 2", dir / "resuming.json");
   ASSERT_TRUE(resuming.rows.count("export")) << resuming.out;
   EXPECT_EQ(resuming.rows["resume"].at("status"), "PASS") << resuming.out;
+  // Its one step is trained: the job as configured has nothing left, which the row says.
+  EXPECT_NE(resuming.rows["resume"].at("value").get<std::string>().find(
+                "; step 1 is already at or past training.steps = 1: titan train would train nothing (raise "
+                "training.steps to go on)"),
+            std::string::npos)
+      << resuming.rows["resume"];
+  const CheckRun more =
+      titan_check("--config " + toml.string() + " --training.steps=2 --steps 2", dir / "more.json");
+  EXPECT_EQ(more.rows.at("resume").at("value").get<std::string>().find("would train nothing"),
+            std::string::npos)
+      << more.out;
   for (const char* row : {"model", "export"})
     EXPECT_NE(resuming.rows[row].at("value").get<std::string>().find(note), std::string::npos)
         << row << ": " << resuming.rows[row];

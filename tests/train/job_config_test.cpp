@@ -1621,3 +1621,19 @@ TEST(JobConfigReference, IsATemplateOfEveryKeyAtItsDefault) {
   EXPECT_NE(reference.find("#   checkpoint.enable_checkpoint: an older name of checkpoint.enable"),
             std::string::npos);
 }
+
+// Ranks sharing a host's cores (mpirun --oversubscribe on a small machine): each rank's MFU peak counts
+// its cores whole, so the start-up says by how much its figures read low; ranks that fit say nothing.
+TEST(Startup, RanksSharingAHostsCoresAreSaidWithTheShareEachGets) {
+  EXPECT_EQ(cpu_oversubscription_note(2, 1, 2), "");
+  EXPECT_EQ(cpu_oversubscription_note(4, 8, 32), "");
+  EXPECT_EQ(
+      cpu_oversubscription_note(4, 1, 2),
+      "4 ranks x 1 core each share this host's 2 physical cores: a rank gets about 50% of the 1 core its "
+      "MFU peak counts, so its MFU and tokens/s read low by as much (fewer ranks, or OMP_NUM_THREADS, per "
+      "host measure the hardware)");
+  EXPECT_NE(
+      cpu_oversubscription_note(3, 2, 4).find("3 ranks x 2 cores each share this host's 4 physical cores: "
+                                              "a rank gets about 67% of the 2 cores its MFU peak counts"),
+      std::string::npos);
+}

@@ -362,8 +362,17 @@ Row resume_row(const train::JobConfig& c, std::optional<fs::path>& resumes) {
               "titan train starts from the seed checkpoint " + dir.string() + ": same model" + files, rule};
     if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
       train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
+    // Resumable, and still a job that would train nothing: said, as titan train says it.
+    const int64_t step = ts.value("step", int64_t(0));
+    const std::string left =
+        step >= c.training.steps
+            ? "; step " + std::to_string(step) +
+                  " is already at or past training.steps = " + std::to_string(c.training.steps) +
+                  ": titan train would train nothing (raise training.steps to go on)"
+            : "";
     return {"resume", "PASS",
-            "titan train resumes from " + dir.string() + ": same model, same sequence length" + files, rule};
+            "titan train resumes from " + dir.string() + ": same model, same sequence length" + files + left,
+            rule};
   } catch (const Error& e) {
     return {"resume", "FAIL", error_for_the_user(e.what()), rule};
   }

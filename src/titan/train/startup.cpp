@@ -516,6 +516,17 @@ std::string describe_dataset_path(const fs::path& given, size_t files, bool name
          ")";
 }
 
+std::string cpu_oversubscription_note(int ranks_on_host, int cores_per_rank, int host_cores) {
+  if (int64_t(ranks_on_host) * cores_per_rank <= host_cores) return "";
+  const char* cores = cores_per_rank == 1 ? "core" : "cores";
+  return formatted(
+      "%d ranks x %d %s each share this host's %d physical cores: a rank gets about %.0f%% of the %d %s its "
+      "MFU peak counts, so its MFU and tokens/s read low by as much (fewer ranks, or OMP_NUM_THREADS, per "
+      "host measure the hardware)",
+      ranks_on_host, cores_per_rank, cores, host_cores,
+      100.0 * double(host_cores) / (double(ranks_on_host) * cores_per_rank), cores_per_rank, cores);
+}
+
 std::string data_line_for_planning(const JobConfig& c) {
   // A path missing here may be the cluster's the job is planned for: said, not refused. One that
   // exists here is checked as train checks it (a .csv file passing the plan would fail the job).
@@ -589,6 +600,13 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
     if (r == 0 || hosts[r] != hosts[r - 1]) host_list += (host_list.empty() ? "" : ", ") + hosts[r];
   say("ranks: %s, threads per rank: %d, hosts: %s", plan.describe().c_str(), omp_get_max_threads(),
       host_list.c_str());
+  if (job.device == Device::CPU && plan.world_size() > 1) {
+    const int here = int(std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
+    if (const std::string note =
+            cpu_oversubscription_note(here, cpu::cpu_info().cores, cpu::cpu_info().host_cores);
+        !note.empty())
+      say("ranks: %s", note.c_str());
+  }
   say("communication: %s", plan.world().library().c_str());
   // titan eval has no step to stop at and reads its own data (its eval line names it).
   const bool trains = std::string_view(command) == "titan train";

@@ -73,6 +73,10 @@ std::string document_description(const JobConfig& config, const data::Tokenizer&
 // listing passed over, the first three by name.
 std::string describe_dataset_path(const std::filesystem::path& given, size_t files, bool name_passed_over);
 
+// A note for ranks that share a host's cores (more ranks x cores each than the host has): each rank's
+// MFU peak counts its cores whole, so MFU and tokens/s read low; "" when they fit.
+std::string cpu_oversubscription_note(int ranks_on_host, int cores_per_rank, int host_cores);
+
 // What `titan train` would check of the data side before compute (tokenizer, dataset, document
 // separator), for `titan plan` and `titan info --config`: an error for a value train refuses, or a
 // line naming the tokenizer and the separator. A tokenizer or dataset missing on this machine (a job

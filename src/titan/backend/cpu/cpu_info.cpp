@@ -60,13 +60,8 @@ bool request_amx_permission() {
 }
 
 // Physical cores among the CPUs this process may use: SMT siblings share (package, core) ids.
-std::pair<int, int> count_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return {int(std::max(1L, n)), int(std::max(1L, n))};
-  }
+// {physical cores, logical CPUs} of `set` (the affinity mask, or every online CPU).
+std::pair<int, int> count_cores(const cpu_set_t& set) {
   int logical = 0;
   bool topology_ok = true;
   std::set<std::pair<int, int>> cores;
@@ -82,6 +77,26 @@ std::pair<int, int> count_cores() {
   logical = std::max(logical, 1);
   int physical = topology_ok ? int(cores.size()) : logical;
   return {std::max(physical, 1), logical};
+}
+
+// {physical cores, logical CPUs} this process may run on (its affinity mask).
+std::pair<int, int> count_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return {int(std::max(1L, n)), int(std::max(1L, n))};
+  }
+  return count_cores(set);
+}
+
+// Physical cores of every online CPU of the host.
+int count_host_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = std::min<long>(sysconf(_SC_NPROCESSORS_ONLN), CPU_SETSIZE);
+  for (long cpu = 0; cpu < online; ++cpu) CPU_SET(int(cpu), &set);
+  return count_cores(set).first;
 }
 
 // A chain of dependent register adds retires one add per cycle, so cycles/second is the clock the
@@ -256,6 +271,7 @@ CpuInfo probe_cpu() {
   auto [physical, logical] = count_cores();
   info.logical_cpus = logical;
   info.cores = std::max(1, std::min(physical, omp_get_max_threads()));
+  info.host_cores = std::max(count_host_cores(), physical);
 
   set_clock(info, max_leaf);
 

@@ -43,6 +43,8 @@ struct CpuInfo {
   bool amx_usable = false;                  // ... and Linux granted this process the tile state
   int cores = 1;                            // see the formula above
   int logical_cpus = 1;                     // CPUs in the affinity mask
+  int host_cores = 1;  // physical cores of the whole host (every online CPU, SMT siblings once): what
+                       // the processes of the host share, whatever their affinity masks
   double ghz = 0;                           // see above
   std::string ghz_source;                   // where `ghz` comes from
   double f32_flops_per_cycle = 0, bf16_flops_per_cycle = 0;
