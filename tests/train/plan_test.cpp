@@ -343,9 +343,33 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   EXPECT_FALSE(s.at_bound);
   // The command says the same for that budget in bytes.
   int rc = 0;
-  const std::string out = run_plan("--mesh dp_shard=2 --memory-per-rank " + std::to_string(budget), &rc);
+  const std::filesystem::path json_file = tt::temp_dir("plan_json") / "plan.json";
+  const std::string out = run_plan(
+      "--mesh dp_shard=2 --memory-per-rank " + std::to_string(budget) + " --json " + json_file.string(), &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("largest local batch that fits: 7 ("), std::string::npos) << out;
+  // --json writes the same figures as numbers.
+  std::ifstream json_in(json_file);
+  ASSERT_TRUE(json_in) << out;
+  const nlohmann::json plan = nlohmann::json::parse(json_in);
+  EXPECT_EQ(plan["largest_local_batch"]["value"], 7) << plan;
+  EXPECT_EQ(plan["largest_local_batch"]["need"], need7) << plan;
+  EXPECT_EQ(plan["available_per_rank"]["bytes"], budget) << plan;
+  EXPECT_EQ(plan["available_per_rank"]["source"], "--memory-per-rank") << plan;
+  EXPECT_EQ(plan["memory_per_rank"]["need"], memory_need(profile_training_step(args, shape, Device::Meta)))
+      << plan;
+  EXPECT_EQ(plan["fits"], true) << plan;
+  EXPECT_EQ(plan["mesh"]["ranks"], 2) << plan;
+  EXPECT_EQ(plan["time"]["gemm_tflops"], 1.0) << plan;
+  EXPECT_DOUBLE_EQ(
+      plan["tokens_per_second"]["per_rank"].get<double>(),
+      double(shape.local_batch * shape.seq_len) / plan["time"]["step_seconds_hidden"].get<double>())
+      << plan;
+  EXPECT_FALSE(plan.contains("shared_host")) << "given --memory-per-rank, nothing is shared";
+  // A --json that would overwrite the config is refused before anything runs.
+  const std::string refused = run_plan("--json " + debugmodel_toml(), &rc);
+  EXPECT_EQ(rc, 1) << refused;
+  EXPECT_NE(refused.find("--json: '" + debugmodel_toml() + "' is the input"), std::string::npos) << refused;
   // Below batch 1's need nothing fits, and the plan says so. (Below the job's own batch's too: a
   // reservation need not grow with the batch, as tensors move between the allocator's pools.)
   at.local_batch = 1;

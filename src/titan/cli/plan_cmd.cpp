@@ -9,6 +9,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -20,6 +22,8 @@
 #include "titan/core/parse.h"
 #include "titan/dist/meta_world.h"
 #include "titan/dist/parallel_plan.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/path_guard.h"
 #include "titan/models/qwen3/size_check.h"
 #include "titan/train/job_config.h"
 #include "titan/train/log.h"
@@ -77,17 +81,24 @@ double number_flag(const JobArgs& job, const std::string& flag, double def, bool
 }
 
 int plan_main(int argc, char** argv) {
-  const JobArgs job = parse_job_args("plan", argc, argv,
-                                     {"mesh", "memory-per-rank", "gemm-tflops", "link-gbps", "link-latency-us"});
+  const JobArgs job = parse_job_args(
+      "plan", argc, argv, {"mesh", "memory-per-rank", "gemm-tflops", "link-gbps", "link-latency-us", "json"});
   if (job.help) {
     std::printf(
-        "usage: titan plan --config FILE.toml [--section.key=value ...] [--mesh dp_shard=N[,dp_replicate=R]]\n"
-        "                  [--memory-per-rank 96GiB] [--gemm-tflops X] [--link-gbps G] [--link-latency-us L]\n"
-        "One rank's memory on the data-parallel mesh (default: the config's [parallelism], one rank when its\n"
+        "usage: titan plan --config FILE.toml [--section.key=value ...] [--mesh "
+        "dp_shard=N[,dp_replicate=R]]\n"
+        "                  [--memory-per-rank 96GiB] [--gemm-tflops X] [--link-gbps G] [--link-latency-us "
+        "L]\n"
+        "                  [--json FILE]\n"
+        "One rank's memory on the data-parallel mesh (default: the config's [parallelism], one rank when "
+        "its\n"
         "shard degree is -1) from a training step run on the meta device, whether it fits --memory-per-rank\n"
-        "(default: this machine's MemAvailable, or the GPU's memory), the largest local batch that fits, and\n"
+        "(default: this machine's MemAvailable, or the GPU's memory), the largest local batch that fits, "
+        "and\n"
         "a step time: FLOPs / a GEMM rate measured here (--gemm-tflops overrides it) + the collectives on a\n"
-        "ring of --link-gbps (default %g) and --link-latency-us (default %g: shared memory on one host).\n",
+        "ring of --link-gbps (default %g) and --link-latency-us (default %g: shared memory on one host).\n"
+        "--json: also write the figures to FILE (bytes, seconds, FLOPs; docs/planning.md lists the "
+        "fields).\n",
         kSharedMemoryGbps, kSharedMemoryLatencyUs);
     return 0;
   }
@@ -105,6 +116,11 @@ int plan_main(int argc, char** argv) {
                 "' is ", *memory_flag,
                 " bytes, too few for a rank's memory: give a unit (KiB, MiB, GiB, TiB or KB, MB, GB, TB, "
                 "e.g. 96GiB); a bare number is bytes from 1048576 (1 MiB) on");
+  }
+  std::optional<std::string> json_path;
+  if (auto it = job.own.find("json"); it != job.own.end()) {  // checked before the profile, not after it
+    io::check_output_file(it->second, {job.config}, "titan plan --json");
+    json_path = it->second;
   }
   const double gemm_tflops_flag = number_flag(job, "gemm-tflops", 0);
   const train::Link link{number_flag(job, "link-gbps", kSharedMemoryGbps),
@@ -252,6 +268,7 @@ int plan_main(int argc, char** argv) {
                 long(batch.largest + 1), memory_text(batch.next_need).c_str(), batch.profiles);
   // Each rank was given all of MemAvailable: what holds when every rank of the mesh shares this host
   // (a one-host mpirun) is said too, or the batch above would be the mesh's size times too large.
+  nlohmann::json shared_host;  // the same, when the mesh's ranks share this host
   if (!memory_flag && device == Device::CPU && plan.world_size() > 1) {
     const int ranks = plan.world_size();
     const int64_t share = available / ranks;
@@ -265,6 +282,11 @@ int plan_main(int argc, char** argv) {
         ranks, ranks, memory_text(need).c_str(), memory_text(need * ranks).c_str(),
         memory_text(available).c_str(), need * ranks <= available ? "fits" : "does NOT fit",
         memory_text(share).c_str(), largest.c_str());
+    shared_host = {{"ranks", ranks},
+                   {"bytes_per_rank", share},
+                   {"fits", need * ranks <= available},
+                   {"largest_local_batch", shared.largest},
+                   {"largest_at_search_bound", shared.at_bound}};
   }
 
   // ---- time
@@ -299,6 +321,58 @@ int plan_main(int argc, char** argv) {
       "is not hidden\n",
       rank_tokens / step_fast, rank_tokens * double(plan.dp_size()) / step_fast,
       train::counted(plan.dp_size(), "rank").c_str(), rank_tokens / step_slow);
+  if (json_path) {
+    // The printed figures, as numbers a launcher script reads (bytes, seconds, FLOPs, tokens/s).
+    nlohmann::json j = {
+        {"config", job.config},
+        {"model", {{"kind", args.is_moe() ? "Qwen3-MoE" : "Qwen3 dense"}, {"parameters", args.num_params()}}},
+        {"mesh",
+         {{"description", plan.describe()},
+          {"ranks", plan.world_size()},
+          {"dp_replicate", replicate},
+          {"dp_shard", shard},
+          {"expert_parallel", cfg.parallelism.expert_parallel_degree}}},
+        {"step",
+         {{"local_batch", shape.local_batch},
+          {"seq_len", shape.seq_len},
+          {"micro_batches", shape.grad_accumulation},
+          {"compute_dtype", std::string(dtype_name(shape.compute))},
+          {"activation_checkpointing", shape.checkpointing.describe()}}},
+        {"memory_per_rank",
+         {{"weights", p.weights},
+          {"gradients", p.grads},
+          {"optimizer", p.optimizer},
+          {"compute_weights", p.compute_weights},
+          {"other", p.other},
+          {"activations", p.activations()},
+          {"peak", p.peak},
+          {"after_step_peak", p.after_step_peak},
+          {"checkpoint_copy", p.checkpoint_copy},
+          {"reserved", std::max(p.reserved, p.peak)},
+          {"need", need}}},
+        {"available_per_rank", {{"bytes", available}, {"source", available_source}}},
+        {"fits", fits},
+        {"fits_by_returning_cache", fit.by_returning_cache},
+        {"largest_local_batch",
+         {{"value", batch.largest}, {"at_search_bound", batch.at_bound}, {"need", batch.largest_need}}},
+        {"time",
+         {{"flops_per_rank", p.flops},
+          {"gemm_tflops", gemm.tflops},
+          {"gemm_source", gemm.source},
+          {"compute_seconds", compute_s},
+          {"comm_bytes_per_rank", plan.world_size() > 1 ? comm.bytes : 0.0},
+          {"comm_seconds", plan.world_size() > 1 ? comm.seconds : 0.0},
+          {"link_gbps", link.gbps},
+          {"link_latency_us", link.latency_us},
+          {"step_seconds_hidden", step_fast},
+          {"step_seconds_not_hidden", step_slow}}},
+        {"tokens_per_second",
+         {{"per_rank", rank_tokens / step_fast},
+          {"job", rank_tokens * double(plan.dp_size()) / step_fast},
+          {"per_rank_not_hidden", rank_tokens / step_slow}}}};
+    if (!shared_host.is_null()) j["shared_host"] = shared_host;
+    io::write_file_atomic(*json_path, j.dump(2) + "\n");
+  }
   // A script can branch on the answer (`titan plan ... && sbatch ...`): 3 (not 1, an error) when the job
   // does not fit; the figures print either way.
   return fits ? 0 : 3;
