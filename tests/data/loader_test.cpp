@@ -617,16 +617,21 @@ TEST(Loader, BestFitPacksEachWindowLongestFirstIntoTheFullestRow) {
   EXPECT_LT(padding, next_fit_padding);
 }
 
+// The conversations of `dir` packed best-fit over windows of 4 into rows of 64 tokens, 2 a batch.
+LoaderConfig best_fit_4_config(const std::filesystem::path& dir) {
+  return {.paths = {dir},
+          .chat_field = "messages",
+          .pack_conversations = true,
+          .best_fit_window = 4,
+          .seq_len = 64,
+          .local_batch_size = 2};
+}
+
 // Best-fit resumes inside a window (its rows planned again from where the window was read) and
 // across epochs; between windows another packing may go on.
 TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
   auto dir = write_conversations("loader_chat_best_fit_restore", 7);
-  LoaderConfig config{.paths = {dir},
-                      .chat_field = "messages",
-                      .pack_conversations = true,
-                      .best_fit_window = 4,
-                      .seq_len = 64,
-                      .local_batch_size = 2};
+  const LoaderConfig config = best_fit_4_config(dir);
   const Recorded run = record(config, 8);
   const std::vector<json>& states = run.states;
   int64_t inside = 0;
@@ -677,12 +682,7 @@ TEST(Loader, BestFitRestoresExactlyInsideAWindow) {
 // naming where it ended then and where it ends now.
 TEST(Loader, BestFitRefusesAWindowADatasetGrewInside) {
   auto dir = write_conversations("loader_chat_best_fit_growth", 7);
-  LoaderConfig config{.paths = {dir},
-                      .chat_field = "messages",
-                      .pack_conversations = true,
-                      .best_fit_window = 4,
-                      .seq_len = 64,
-                      .local_batch_size = 2};
+  const LoaderConfig config = best_fit_4_config(dir);
   const Recorded run = record(config, 8);
   {
     std::ifstream in(dir / "chats.jsonl");
