@@ -19,6 +19,9 @@
 #include "titan/core/hash.h"
 #include "titan/core/tensor.h"
 #include "titan/data/assets.h"
+#include "titan/data/data_identity.h"
+#include "titan/data/loader.h"
+#include "titan/data/tokenizer.h"
 #include "titan/io/hf_checkpoint.h"
 #include "titan/io/safetensors.h"
 #include "titan/train/checkpoint.h"
@@ -1542,6 +1545,60 @@ TEST(ResumeGuard, ADatasetThatOnlyGrewResumesWhereItWas) {
                      " bytes it recorded of that file: the file grew while that run read it"),
             std::string::npos)
       << out;
+}
+
+// A best-fit state inside a window records where the window's reading ended: a window end past the
+// size the checkpoint recorded of a file that has grown (read while the file grew) lies in bytes no
+// fingerprint covered, refused as a position there is.
+TEST(ResumeGuard, ABestFitWindowReadPastAGrownFilesRecordedSizeIsRefused) {
+  const fs::path data = temp_dir("guard_window_end_files");
+  {
+    std::ofstream f(data / "chats.jsonl");
+    for (int i = 0; i < 6; ++i)
+      f << nlohmann::json{{"messages",
+                           {{{"role", "user"}, {"content", "Question " + std::to_string(i) + "?"}},
+                            {{"role", "assistant"}, {"content", "Answer " + std::to_string(i) + "."}}}}}
+               .dump()
+        << "\n";
+  }
+  const nlohmann::json saved_identity = data::dataset_identity({data / "chats.jsonl"});
+  const uint64_t recorded = saved_identity[0].at("bytes").get<uint64_t>();
+  std::ofstream(data / "chats.jsonl", std::ios::app)
+      << nlohmann::json{{"messages",
+                         {{{"role", "user"}, {"content", "More?"}},
+                          {{"role", "assistant"}, {"content", "No."}}}}}
+             .dump()
+      << "\n";
+  const data::Tokenizer tokenizer = data::Tokenizer::load(data::default_tokenizer_path());
+  data::TokenLoader loader({.paths = {data},
+                            .chat_field = "messages",
+                            .pack_conversations = true,
+                            .best_fit_window = 4,
+                            .seq_len = 64,
+                            .local_batch_size = 1},
+                           tokenizer);
+  nlohmann::json state = loader.state();
+  state["packing"] = "best_fit 4";
+  state["rows_taken"] = 1;
+  state["window_end"] = data::DocPosition{0, recorded + 10, 8, false};
+  state["window_end_epoch"] = 0;
+  const nlohmann::json ts = {{"dataset_identity", saved_identity}, {"dataloader", state}};
+  const std::string e = error_of([&] {
+    restore_data_position(loader, ts, data::dataset_identity({data / "chats.jsonl"}), false, "'step-2'");
+  });
+  EXPECT_NE(e.find("checkpoint 'step-2': its best-fit window's end, byte " + std::to_string(recorded + 10) +
+                   " of '" + (data / "chats.jsonl").string() + "', lies past the " +
+                   std::to_string(recorded) + " bytes it recorded of that file"),
+            std::string::npos)
+      << e;
+  // Within the recorded size the window's end is no reason to refuse here (the loader re-plans it).
+  state["window_end"] = data::DocPosition{0, recorded, 7, false};
+  const nlohmann::json within = {{"dataset_identity", saved_identity}, {"dataloader", state}};
+  EXPECT_EQ(error_of([&] {
+              restore_data_position(loader, within, data::dataset_identity({data / "chats.jsonl"}), false,
+                                    "'step-2'");
+            }).find("lies past"),
+            std::string::npos);
 }
 
 // What a resume found changed (here the LR schedule: training.steps 2 -> 4) is said once the resume

@@ -354,6 +354,8 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const nlohmann::json plan = nlohmann::json::parse(json_in);
   EXPECT_EQ(plan["largest_local_batch"]["value"], 7) << plan;
   EXPECT_EQ(plan["largest_local_batch"]["need"], need7) << plan;
+  EXPECT_EQ(plan["largest_local_batch"]["next_need"], need8) << plan;
+  EXPECT_EQ(plan["step"]["local_batch"], shape.local_batch) << plan;
   EXPECT_EQ(plan["available_per_rank"]["bytes"], budget) << plan;
   EXPECT_EQ(plan["available_per_rank"]["source"], "--memory-per-rank") << plan;
   EXPECT_EQ(plan["memory_per_rank"]["need"], memory_need(profile_training_step(args, shape, Device::Meta)))
@@ -363,7 +365,9 @@ TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   EXPECT_EQ(plan["time"]["gemm_tflops"], 1.0) << plan;
   EXPECT_DOUBLE_EQ(
       plan["tokens_per_second"]["per_rank"].get<double>(),
-      double(shape.local_batch * shape.seq_len) / plan["time"]["step_seconds_hidden"].get<double>())
+      double(plan["step"]["local_batch"].get<int64_t>() * plan["step"]["seq_len"].get<int64_t>() *
+             plan["step"]["micro_batches"].get<int64_t>()) /
+          plan["time"]["step_seconds_hidden"].get<double>())
       << plan;
   EXPECT_FALSE(plan.contains("shared_host")) << "given --memory-per-rank, nothing is shared";
   // A --json that would overwrite the config is refused before anything runs.

@@ -60,15 +60,20 @@ std::vector<std::string> restore_data_position(data::TokenLoader& loader, const 
   // A position in a grown file lies within the bytes the checkpoint recorded of it (its identity is
   // taken at the run's start): one past them means the file grew while that run read it, and what it
   // read there no fingerprint covered.
-  const data::DocPosition at = saved.at("doc").get<data::DocPosition>();
-  for (const data::DatasetComparison::GrownFile& grown : compared.grown_files)
-    TITAN_CHECK(
-        at.file != grown.index || at.offset <= grown.old_bytes, "checkpoint ", checkpoint,
-        ": its data position, byte ", at.offset, " of '", identity[grown.index].value("path", "?"),
-        "', lies past the ", grown.old_bytes,
-        " bytes it recorded of that file: the file grew while that run read it, and what it read past "
-        "them no fingerprint covered (set checkpoint.restart_data_stream = true to start the data from "
-        "the beginning)");
+  // (A best-fit state inside a window read on to where the window ended: that position too.)
+  std::vector<std::pair<const char*, data::DocPosition>> read_to = {
+      {"data position", saved.at("doc").get<data::DocPosition>()}};
+  if (saved.contains("window_end"))
+    read_to.push_back({"best-fit window's end", saved.at("window_end").get<data::DocPosition>()});
+  for (const auto& [what, at] : read_to)
+    for (const data::DatasetComparison::GrownFile& grown : compared.grown_files)
+      TITAN_CHECK(
+          at.file != grown.index || at.offset <= grown.old_bytes, "checkpoint ", checkpoint, ": its ", what,
+          ", byte ", at.offset, " of '", identity[grown.index].value("path", "?"), "', lies past the ",
+          grown.old_bytes,
+          " bytes it recorded of that file: the file grew while that run read it, and what it read past "
+          "them no fingerprint covered (set checkpoint.restart_data_stream = true to start the data from "
+          "the beginning)");
   // Best-fit packing plans the window a checkpoint stopped in again from the data: a state that does
   // not say where that window ended (before 2026-12-08) cannot show that a grown dataset left it as it
   // was.
@@ -135,8 +140,8 @@ std::vector<std::string> restore_data_position(data::TokenLoader& loader, const 
     loader.restore(saved);
   } catch (const Error& e) {
     TITAN_FAIL("checkpoint ", checkpoint, ": ", e.what(),
-               " (resume on the dataset as it was, or set checkpoint.restart_data_stream = true to start the "
-               "data from the beginning)");
+               " (where the dataset changed: resume on it as it was, or set checkpoint.restart_data_stream = "
+               "true to start the data from the beginning)");
   }
   std::vector<std::string> notes;
   if (!compared.growth.empty())
