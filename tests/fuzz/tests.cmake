@@ -83,10 +83,10 @@ if(TITAN_FUZZ)
     titan_fuzzer(config_fuzzer TEST config_fuzz MAX_LEN 8192
       SOURCES train/job_config.cpp train/torchtitan_keys.cpp models/qwen3/args.cpp models/qwen3/size_check.cpp
               io/json_error.cpp io/path_guard.cpp core/check.cpp core/glob.cpp core/parse.cpp core/suggest.cpp
-              core/host_memory.cpp data/assets.cpp
+              core/host_memory.cpp core/cgroup.cpp data/assets.cpp
       HEADERS train/job_config.h train/torchtitan_keys.h models/qwen3/args.h models/qwen3/size_check.h data/assets.h
               io/json_error.h io/path_guard.h core/check.h core/glob.h core/parse.h core/suggest.h
-              core/host_memory.h dist/communicator.h core/device_services.h core/dtype.h core/check.h
+              core/host_memory.h core/cgroup.h dist/communicator.h core/device_services.h core/dtype.h core/check.h
               kernels/substitution.h
       # toml++ as titan links it (Debian's release build of the library, not compiled in here): its
       # header-only debug build asserts on malformed table headers such as "[[[1]]]" (a precondition

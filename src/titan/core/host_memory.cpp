@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include "titan/core/cgroup.h"
+
 namespace titan {
 namespace {
 
@@ -43,11 +45,6 @@ std::map<std::string, int64_t> stat_values(const fs::path& file) {
   return out;
 }
 
-bool is_dir(const fs::path& p) {
-  std::error_code ec;  // an unreadable path is not a group we can read, never an exception
-  return fs::is_directory(p, ec);
-}
-
 struct Hierarchy {
   const char* limit;  // the limit's file
   const char* usage;  // what the group charges (page cache included)
@@ -67,12 +64,6 @@ constexpr Hierarchy kV1{"memory.limit_in_bytes", "memory.usage_in_bytes", "total
 // none.
 void walk_up(const fs::path& root, fs::path group, const Hierarchy& h,
              std::optional<CgroupMemoryLimit>& out) {
-  // A group folder that is not under the mount (a container's host path, a "(deleted)" group):
-  // its nearest existing ancestor.
-  while (group != root && !is_dir(group)) {
-    const fs::path up = group.parent_path();
-    group = up == group ? root : up;
-  }
   constexpr int64_t kNoLimit = int64_t(1) << 62;
   for (;;) {
     if (const std::optional<int64_t> limit = read_bytes(group / h.limit); limit && *limit < kNoLimit) {
@@ -109,36 +100,9 @@ std::optional<CgroupMemoryLimit> cgroup_memory_limit(const std::string& mount,
     ~Restore() { std::fesetexceptflag(&flags, FE_ALL_EXCEPT); }
   } restore{flags};
   try {
-    std::ifstream in(self_cgroup);
     std::optional<CgroupMemoryLimit> out;
-    // Without a trailing separator ("/sys/fs/cgroup/" normalises to itself): the walk up compares
-    // the groups' paths with it.
-    fs::path root = fs::path(mount).lexically_normal();
-    if (!root.has_filename() && root.has_parent_path() && root != root.root_path()) root = root.parent_path();
-    std::string line;
-    while (std::getline(in, line)) {
-      // "hierarchy-id:controllers:path"
-      const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-      if (b == std::string::npos) continue;
-      const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
-      std::string path = line.substr(b + 1);
-      if (const std::string deleted = " (deleted)"; path.ends_with(deleted))
-        path.resize(path.size() - deleted.size());
-      // The group's folder under a hierarchy's mount: the path without its leading '/'; one that
-      // climbs out of it ("..") is read at the mount's root.
-      const fs::path relative = fs::path(path).relative_path().lexically_normal();
-      auto folder = [&](const fs::path& hierarchy) {
-        const bool inside = !relative.empty() && relative != "." && *relative.begin() != "..";
-        return inside ? hierarchy / relative : hierarchy;
-      };
-      if (id == "0" && controllers.empty()) {
-        walk_up(root, folder(root), kV2, out);
-        continue;
-      }
-      std::stringstream list(controllers);
-      for (std::string c; std::getline(list, c, ',');)
-        if (c == "memory") walk_up(root / "memory", folder(root / "memory"), kV1, out);
-    }
+    for (const CgroupFolder& f : cgroup_folders("memory", mount, self_cgroup))
+      walk_up(f.root, f.group, f.v2 ? kV2 : kV1, out);
     return out;
   } catch (...) {  // an unreadable cgroup filesystem binds nothing we can know
     return std::nullopt;

@@ -8,11 +8,8 @@
 // A group's use counts what it charges less its clean page cache, which the kernel drops before it
 // kills (memory.stat's file less file_dirty, file_writeback and shmem; v1 the total_ keys of cache,
 // dirty, writeback and shmem).
-// The process's group comes from /proc/self/cgroup ("0::/path" for v2, "N:...memory...:/path" for
-// v1). In a container without a cgroup namespace that path is the host's, while the mount shows the
-// container's own group at its root: a group folder that does not exist under the mount (that, or
-// a "(deleted)" group) is read at its nearest existing ancestor; a path climbing out of the mount
-// ("..") at the mount's root. Anything unreadable binds nothing.
+// The process's groups are found as core/cgroup.h finds them (the memory controller's). Anything
+// unreadable binds nothing.
 #include <cstddef>
 #include <cstdint>
 #include <optional>

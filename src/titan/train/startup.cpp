@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -619,6 +620,14 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
           *mpirun);
   say("device: %s", job.device == Device::CPU ? cpu::cpu_info().summary().c_str()
                                               : device_services(job.device).description().c_str());
+  // OpenMP starts a thread per core it sees; a cgroup's CPU quota (a Kubernetes CPU limit) lets fewer
+  // run at once, and the rest wait at every parallel loop's barrier.
+  if (job.device == Device::CPU && cpu::cpu_info().cpu_quota > 0 &&
+      omp_get_max_threads() > int(std::ceil(cpu::cpu_info().cpu_quota)))
+    say("warning: OpenMP runs %d threads, but the cgroup's CPU quota allows %.3g CPUs (%s): threads past it "
+        "wait for CPU time at every parallel loop; set OMP_NUM_THREADS=%d",
+        omp_get_max_threads(), cpu::cpu_info().cpu_quota, cpu::cpu_info().cpu_quota_file.c_str(),
+        std::max(1, int(std::floor(cpu::cpu_info().cpu_quota))));
   if (trains) {
     const std::string dataset =
         describe_dataset_path(job.dataset[0], job.dataset_files.size(), console_output());

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,12 +17,15 @@
 #include <ctime>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
 #include <utility>
 
+#include "titan/core/cgroup.h"
 #include "titan/core/check.h"
 #include "titan/core/hash.h"
 #include "titan/io/atomic_file.h"
@@ -270,8 +274,15 @@ CpuInfo probe_cpu() {
 
   auto [physical, logical] = count_cores();
   info.logical_cpus = logical;
-  info.cores = std::max(1, std::min(physical, omp_get_max_threads()));
-  info.host_cores = std::max(count_host_cores(), physical);
+  // A cgroup's CPU quota (a pod's CPU limit) is CPU time: threads past it take turns.
+  int quota_cores = std::numeric_limits<int>::max();
+  if (const std::optional<CgroupCpuLimit> quota = cgroup_cpu_limit()) {
+    info.cpu_quota = quota->cpus;
+    info.cpu_quota_file = quota->file;
+    quota_cores = std::max(1, int(std::ceil(quota->cpus)));
+  }
+  info.cores = std::max(1, std::min({physical, omp_get_max_threads(), quota_cores}));
+  info.host_cores = std::min(std::max(count_host_cores(), physical), quota_cores);
 
   set_clock(info, max_leaf);
 

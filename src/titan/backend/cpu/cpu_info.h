@@ -5,7 +5,8 @@
 // Peak FLOP/s, used as the denominator of MFU:
 //   peak(dtype) = cores * ghz * 1e9 * flops_per_cycle(dtype)
 // - cores: physical cores this process may run on (affinity mask, SMT siblings counted once),
-//   capped by the OpenMP thread count, because that is what the kernels use.
+//   capped by the OpenMP thread count, because that is what the kernels use, and by the CPU time its
+//   cgroup's quota allows (core/cgroup.h: a Kubernetes pod's CPU limit), rounded up.
 // - ghz: a clock that belongs to the machine, not to the moment (MFU compares runs), the first of:
 //   TITAN_CPU_GHZ (e.g. a known all-core clock); cpufreq's cpuinfo_max_freq; CPUID leaf 0x16's
 //   maximum frequency; else the clock measured (a chain of dependent register adds, 1 cycle each on
@@ -43,8 +44,11 @@ struct CpuInfo {
   bool amx_usable = false;                  // ... and Linux granted this process the tile state
   int cores = 1;                            // see the formula above
   int logical_cpus = 1;                     // CPUs in the affinity mask
-  int host_cores = 1;  // physical cores of the whole host (every online CPU, SMT siblings once): what
-                       // the processes of the host share, whatever their affinity masks
+  int host_cores = 1;    // physical cores of the whole host (every online CPU, SMT siblings once): what
+                         // the processes of the host share, whatever their affinity masks (capped by
+                         // the cgroup's CPU quota, which they share too)
+  double cpu_quota = 0;  // CPUs the cgroup's quota allows (0: none), and its file
+  std::string cpu_quota_file;
   double ghz = 0;                           // see above
   std::string ghz_source;                   // where `ghz` comes from
   double f32_flops_per_cycle = 0, bf16_flops_per_cycle = 0;
