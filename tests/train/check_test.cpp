@@ -363,6 +363,47 @@ TEST(Check, ACheckpointFolderTheJobCouldNotCreateFailsTheCheckpointRow) {
 // A checkpoint in the job's own folder is what `titan train` resumes: the resume row fails a job
 // whose model differs from the one it was trained as (titan train would refuse it at once) and
 // passes the job it was trained by.
+// The resume row checks the data the checkpoint's position counts as titan train does: a dataset that
+// only grew passes, saying what grew; one cut short fails with train's own words.
+TEST(Check, TheResumeRowChecksTheDataAsTitanTrainDoes) {
+  const fs::path dir = tt::temp_dir("check_resume_data_" + std::to_string(getpid()));
+  const fs::path data = dir / "docs.jsonl", toml = dir / "job.toml";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 40; ++i)
+      f << nlohmann::json{{"text", "Document " + std::to_string(i) + " of the set."}}.dump() << "\n";
+  }
+  std::ofstream(toml)
+      << "[training]\nseq_len = 64\nlocal_batch_size = 2\nsteps = 1\ndataset_path = \"" << data.string()
+      << "\"\n[lr_scheduler]\nwarmup_steps = 1\n[validation]\nenable = false\n"
+         "[checkpoint]\nenable = true\nlast_save_in_hf = false\n"
+         "[model]\nn_layers = 1\ndim = 64\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 32\nhidden_dim = 128\n"
+         "[job]\ndump_folder = \""
+      << (dir / "dump").string() << "\"\n";
+  std::string out;
+  ASSERT_EQ(tt::run_command(tt::titan_binary().string() + " train --config " + toml.string() + " 2>&1", &out),
+            0)
+      << out;
+  const uintmax_t before = fs::file_size(data);
+  std::ofstream(data, std::ios::app) << nlohmann::json{{"text", "One more."}}.dump() << "\n";
+  CheckRun grown = titan_check("--config " + toml.string() + " --training.steps=2", dir / "grown.json");
+  ASSERT_TRUE(grown.rows.count("resume")) << grown.out;
+  EXPECT_EQ(grown.rows["resume"].at("status"), "PASS") << grown.rows["resume"];
+  EXPECT_NE(grown.rows["resume"].at("value").get<std::string>().find(
+                "same sequence length, the same data, grown: '" + data.string() + "' from " +
+                std::to_string(before)),
+            std::string::npos)
+      << grown.rows["resume"];
+  fs::resize_file(data, before / 2);
+  CheckRun cut = titan_check("--config " + toml.string() + " --training.steps=2", dir / "cut.json");
+  ASSERT_TRUE(cut.rows.count("resume")) << cut.out;
+  EXPECT_EQ(cut.rows["resume"].at("status"), "FAIL") << cut.rows["resume"];
+  EXPECT_NE(
+      cut.rows["resume"].at("value").get<std::string>().find("was trained on a different dataset: file 0"),
+      std::string::npos)
+      << cut.rows["resume"];
+}
+
 TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
   const fs::path dir = tt::temp_dir("check_resume_" + std::to_string(getpid()));
   const fs::path toml = dir / "job.toml";

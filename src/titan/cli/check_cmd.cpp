@@ -38,6 +38,7 @@
 #include "titan/cli/command.h"
 #include "titan/core/check.h"
 #include "titan/core/element.h"
+#include "titan/data/data_identity.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/parallel_plan.h"
 #include "titan/io/atomic_file.h"
@@ -336,7 +337,8 @@ Row kernels_row(const train::JobConfig& c) {
 Row resume_row(const train::JobConfig& c, std::optional<fs::path>& resumes) {
   const std::string rule =
       "a checkpoint the job would resume opens as titan train opens it (every file at its manifest size) "
-      "and was trained as this job's model and sequence length";
+      "and was trained as this job's model and sequence length, on its tokenizer and data (or data that "
+      "only grew)";
   try {
     // titan train's own Checkpointer (one process, as the rows below run): its refusals (checkpoints
     // a run with checkpointing off would not keep apart, a damaged newest one, a load_step not
@@ -360,8 +362,18 @@ Row resume_row(const train::JobConfig& c, std::optional<fs::path>& resumes) {
     if (ts.value("step", int64_t(-1)) == 0)
       return {"resume", "PASS",
               "titan train starts from the seed checkpoint " + dir.string() + ": same model" + files, rule};
-    if (!c.checkpoint.restart_data_stream && ts.contains("dataloader"))
-      train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
+    // The data the position counts: the same tokenizer and dataset (or one that only grew), as
+    // titan train checks them before it reads the position.
+    const train::ResolvedJob job = train::resolve_job(c, plan);
+    std::string data =
+        train::check_same_tokenizer(ts, job.tokenizer_path, c.checkpoint.restart_data_stream, dir.string());
+    if (!c.checkpoint.restart_data_stream) {
+      const data::DatasetComparison compared =
+          train::check_resumable_dataset(ts, data::dataset_identity(job.dataset_files), dir.string());
+      data = compared.growth.empty() ? "same data" : "the same data, grown: " + compared.growth;
+      if (ts.contains("dataloader"))
+        train::check_same_seq_len(ts["dataloader"], c.training.seq_len, dir.string());
+    }
     // Resumable, and still a job that would train nothing: said, as titan train says it.
     const int64_t step = ts.value("step", int64_t(0));
     const std::string left =
@@ -371,7 +383,12 @@ Row resume_row(const train::JobConfig& c, std::optional<fs::path>& resumes) {
                   ": titan train would train nothing (raise training.steps to go on)"
             : "";
     return {"resume", "PASS",
-            "titan train resumes from " + dir.string() + ": same model, same sequence length" + files + left,
+            "titan train resumes from " + dir.string() + ": same model, " +
+                (c.checkpoint.restart_data_stream
+                     ? "the data from its beginning (checkpoint.restart_data_stream)" +
+                           (data.empty() ? "" : "; " + data)
+                     : "same sequence length, " + data) +
+                files + left,
             rule};
   } catch (const Error& e) {
     return {"resume", "FAIL", error_for_the_user(e.what()), rule};

@@ -250,22 +250,10 @@ void Checkpointer::restore_progress(TrainState& s, const ResolvedJob& job, const
                               counted(int64_t(c.model_files.size()), "shard file").c_str(),
                               split(saved_ep).c_str(), counted(plan_.world_size(), "rank").c_str(),
                               counted(plan_.dp_shard(), "shard").c_str(), split(plan_.ep()).c_str()));
-  // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
-  // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
-  if (ts.contains("tokenizer_checksum") &&
-      ts["tokenizer_checksum"] != tokenizer_checksum(job.tokenizer_path)) {
-    const std::string what = "the tokenizer '" + job.tokenizer_path.string() +
-                             "' is not the one the checkpoint was trained with ('" +
-                             ts.value("tokenizer_path", std::string("?")) + "': tokenizer.json differs)";
-    TITAN_CHECK(
-        config_.checkpoint.restart_data_stream, "checkpoint: '", c.dir.string(), "': ", what,
-        ": its data position counts tokens of the other tokenizer, and the model learned the other ids. "
-        "Use the same tokenizer (model.hf_assets_path), or set checkpoint.restart_data_stream = true to "
-        "go on from the start of the data with this one");
-    later.push_back(
-        formatted("note: %s; checkpoint.restart_data_stream = true: the data starts over, tokenized with it",
-                  what.c_str()));
-  }
+  if (const std::string note = check_same_tokenizer(ts, job.tokenizer_path,
+                                                    config_.checkpoint.restart_data_stream, c.dir.string());
+      !note.empty())
+    later.push_back(note);
   for (const std::string& note : restore_data_position(
            s.loader, ts, s.dataset_identity, config_.checkpoint.restart_data_stream, c.dir.string()))
     later.push_back(note);

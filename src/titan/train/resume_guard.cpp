@@ -2,6 +2,7 @@
 
 #include "titan/core/check.h"
 #include "titan/data/data_identity.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/log.h"
 
 namespace titan::train {
@@ -41,12 +42,8 @@ void check_same_seq_len(const json& saved, int64_t seq_len, const std::string& c
                 "checkpoint.restart_data_stream = true to start the data from the beginning)");
 }
 
-std::vector<std::string> restore_data_position(data::TokenLoader& loader, const json& ts,
-                                               const json& identity, bool restart_data_stream,
-                                               const std::string& checkpoint) {
-  if (restart_data_stream)
-    return {"data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
-            counted(int64_t(identity.size()), "file")};
+data::DatasetComparison check_resumable_dataset(const json& ts, const json& identity,
+                                                const std::string& checkpoint) {
   TITAN_CHECK(ts.contains("dataset_identity"), "checkpoint ", checkpoint,
               " records no dataset identity, so its data position cannot be checked against this run's "
               "dataset; set checkpoint.restart_data_stream = true to start the data from the beginning");
@@ -85,6 +82,34 @@ std::vector<std::string> restore_data_position(data::TokenLoader& loader, const 
       compared.growth,
       "): resume on the dataset as it was until a later checkpoint, or set checkpoint.restart_data_stream = "
       "true to start the data from the beginning");
+  return compared;
+}
+
+std::string check_same_tokenizer(const json& ts, const std::filesystem::path& tokenizer_path,
+                                 bool restart_data_stream, const std::string& checkpoint) {
+  // Another tokenizer turns the same text into other ids: the saved data position counts tokens of
+  // the old one, and the model learned the old ids. (Checkpoints before 2026-12-02 record no checksum.)
+  if (!ts.contains("tokenizer_checksum") || ts["tokenizer_checksum"] == tokenizer_checksum(tokenizer_path))
+    return "";
+  const std::string what = "the tokenizer '" + tokenizer_path.string() +
+                           "' is not the one the checkpoint was trained with ('" +
+                           ts.value("tokenizer_path", std::string("?")) + "': tokenizer.json differs)";
+  TITAN_CHECK(
+      restart_data_stream, "checkpoint: '", checkpoint, "': ", what,
+      ": its data position counts tokens of the other tokenizer, and the model learned the other ids. "
+      "Use the same tokenizer (model.hf_assets_path), or set checkpoint.restart_data_stream = true to "
+      "go on from the start of the data with this one");
+  return "note: " + what + "; checkpoint.restart_data_stream = true: the data starts over, tokenized with it";
+}
+
+std::vector<std::string> restore_data_position(data::TokenLoader& loader, const json& ts,
+                                               const json& identity, bool restart_data_stream,
+                                               const std::string& checkpoint) {
+  if (restart_data_stream)
+    return {"data: checkpoint.restart_data_stream = true: the data stream starts from the beginning of " +
+            counted(int64_t(identity.size()), "file")};
+  const data::DatasetComparison compared = check_resumable_dataset(ts, identity, checkpoint);
+  const json& saved = ts.at("dataloader");
   check_same_seq_len(saved, loader.config().seq_len, checkpoint);
   if (saved.contains("eos_id") && saved["eos_id"].is_number_integer())
     TITAN_CHECK(

@@ -2,10 +2,12 @@
 // What a resume must agree with before it loads anything: the model the checkpoint was trained as
 // and the data its loader position points into. A run that continued on a different model or
 // dataset would silently train garbage and then prune the good checkpoints.
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "titan/data/data_identity.h"
 #include "titan/data/loader.h"
 #include "titan/models/qwen3/args.h"
 #include "titan/train/job_config.h"
@@ -21,6 +23,23 @@ void check_same_model_config(const nlohmann::json& saved, const qwen3::ModelArgs
 // when recorded) must be this run's training.seq_len; the error names both and the way out.
 void check_same_seq_len(const nlohmann::json& dataloader_state, int64_t seq_len,
                         const std::string& checkpoint);
+
+// What a resume checks of the data before it reads the position (checkpoint.restart_data_stream
+// aside): the checkpoint's dataset identity against `identity` (data::dataset_identity of this run's
+// files; data::compare_dataset_identity), and, where the data grew, that nothing the checkpoint read
+// lies past a grown file's recorded size and that a best-fit window it stopped in records where it
+// ended. An error names the file and the way on; returns the comparison (what grew). `titan check`
+// runs it too.
+data::DatasetComparison check_resumable_dataset(const nlohmann::json& train_state,
+                                                const nlohmann::json& identity,
+                                                const std::string& checkpoint);
+
+// The checkpoint's tokenizer (its tokenizer.json's checksum, where recorded) against the run's: ""
+// when the same; another is an error naming both, unless `restart_data_stream`, when it is a note
+// (the data starts over, tokenized with the new one), returned.
+std::string check_same_tokenizer(const nlohmann::json& train_state,
+                                 const std::filesystem::path& tokenizer_path, bool restart_data_stream,
+                                 const std::string& checkpoint);
 
 // Restores the loader position of `train_state` when the checkpoint's dataset identity matches
 // `identity` (data::dataset_identity of this run's files), or `identity` only grew from it
