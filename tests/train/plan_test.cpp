@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "test_util.h"
 #include "titan/autograd/autograd.h"
@@ -323,6 +324,31 @@ TEST(Plan, ExpertParallelRanksHoldTheirSliceOfTheirRunOfExperts) {
                            " --model.flavor=debugmodel_moe --parallelism.expert_parallel_degree=2",
                        &out);
   EXPECT_EQ(rc, 0) << out;
+}
+
+// The plan's GEMM rate is the model's own: each distinct projection shape measured (the lm_head at
+// its capped width), combined by FLOPs, so it lies between the slowest and the fastest shape's.
+TEST(Plan, TheGemmRateIsTheModelsShapesWeightedByTheirFlops) {
+  const auto [args, shape] = debugmodel_step(1, 1);
+  const GemmRate r = measure_model_gemm_rate(Device::CPU, DType::F32, args, 64, 0.05);
+  ASSERT_GT(r.tflops, 0);
+  const std::regex one(R"((\d+) x (\d+) x (\d+) ([0-9.e+-]+))");
+  double slowest = 1e300, fastest = 0;
+  std::set<std::string> measured;
+  for (auto it = std::sregex_iterator(r.source.begin(), r.source.end(), one); it != std::sregex_iterator();
+       ++it) {
+    measured.insert((*it)[1].str() + "x" + (*it)[2].str() + "x" + (*it)[3].str());
+    slowest = std::min(slowest, std::stod((*it)[4].str()));
+    fastest = std::max(fastest, std::stod((*it)[4].str()));
+  }
+  const int64_t q = args.n_heads * args.head_dim;
+  for (const std::string& want : {"64x" + std::to_string(q) + "x" + std::to_string(args.dim),
+                                  "64x" + std::to_string(args.dim) + "x" + std::to_string(q),
+                                  "64x" + std::to_string(args.hidden_dim) + "x" + std::to_string(args.dim),
+                                  "64x16384x" + std::to_string(args.dim)})
+    EXPECT_TRUE(measured.count(want)) << want << " in " << r.source;
+  EXPECT_GE(r.tflops, slowest * (1 - 1e-2)) << r.source;  // the shown rates have 3 digits
+  EXPECT_LE(r.tflops, fastest * (1 + 1e-2)) << r.source;
 }
 
 TEST(Plan, TheLargestFittingBatchFitsAndTheNextDoesNot) {

@@ -292,8 +292,8 @@ int plan_main(int argc, char** argv) {
   // ---- time
   train::GemmRate gemm{gemm_tflops_flag, "--gemm-tflops"};
   if (gemm_tflops_flag <= 0)
-    gemm = train::measure_gemm_rate(device, shape.compute, std::min<int64_t>(shape.local_batch * shape.seq_len, 4096),
-                                    4096, args.dim, 0.2);
+    gemm = train::measure_model_gemm_rate(device, shape.compute, args,
+                                          std::min<int64_t>(shape.local_batch * shape.seq_len, 4096), 0.3);
   const double compute_s = p.flops / (gemm.tflops * 1e12);
   const train::CommEstimate comm = train::estimate_communication(p, shape, link);
   // The sharding overlaps collectives with compute (prefetched gathers, reduce-scatters during the

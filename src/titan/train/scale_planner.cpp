@@ -3,10 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "titan/autograd/autograd.h"
 #include "titan/core/check.h"
@@ -129,6 +131,66 @@ GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int
       long(calls), elapsed);
   r.source = source;
   return r;
+}
+
+GemmRate measure_model_gemm_rate(Device device, DType dtype, const qwen3::ModelArgs& a, int64_t M,
+                                 double seconds) {
+  // (M, N, K) -> the forward FLOPs the model does at that shape.
+  std::map<std::array<int64_t, 3>, double> shapes;
+  auto add = [&](int64_t m, int64_t n, int64_t k, double times) {
+    shapes[{std::max<int64_t>(m, 1), std::min<int64_t>(n, 16384), k}] +=
+        times * 2.0 * double(m) * double(n) * double(k);
+  };
+  const int64_t q = a.n_heads * a.head_dim, kv = a.n_kv_heads * a.head_dim;
+  for (int64_t layer = 0; layer < a.n_layers; ++layer) {
+    add(M, q, a.dim, 1);
+    add(M, kv, a.dim, 2);
+    add(M, a.dim, q, 1);
+    if (a.is_moe_layer(layer)) {
+      const int64_t rows = M * a.top_k / a.num_experts;  // an expert's share of the rows
+      add(rows, a.moe_hidden_dim, a.dim, 2.0 * double(a.num_experts));
+      add(rows, a.dim, a.moe_hidden_dim, double(a.num_experts));
+    } else {
+      add(M, a.hidden_dim, a.dim, 2);
+      add(M, a.dim, a.hidden_dim, 1);
+    }
+  }
+  add(M, a.vocab_size, a.dim, double(a.vocab_size) / double(std::min<int64_t>(a.vocab_size, 16384)));
+  double flops = 0, time = 0;
+  std::string shown;
+  const double each = seconds / double(shapes.size());
+  for (const auto& [shape, shape_flops] : shapes) {
+    if (shape_flops <= 0) continue;  // an expert's share of too few rows: none
+    auto [m, n, k] = shape;
+    // A call of at most ~4 GFLOP (a narrower N down to 2048, then fewer rows down to 256): a large
+    // model planned on a laptop measures in seconds, at shapes big enough to run at the rate of its
+    // own.
+    constexpr double kMaxCallFlops = 4e9;
+    const auto over = [&] { return 2.0 * double(m) * double(n) * double(k) > kMaxCallFlops; };
+    if (over())
+      n = std::max<int64_t>(std::min<int64_t>(n, 2048),
+                            int64_t(kMaxCallFlops / (2.0 * double(m) * double(k))) / 64 * 64);
+    if (over())
+      m = std::max<int64_t>(std::min<int64_t>(m, 256),
+                            int64_t(kMaxCallFlops / (2.0 * double(n) * double(k))) / 64 * 64);
+    const GemmRate r = measure_gemm_rate(device, dtype, m, n, k, each);
+    flops += shape_flops;
+    time += shape_flops / (r.tflops * 1e12);
+    char one[96];
+    std::snprintf(one, sizeof one, "%s%ld x %ld x %ld %.3g", shown.empty() ? "" : ", ", long(m), long(n),
+                  long(k), r.tflops);
+    shown += one;
+  }
+  GemmRate out;
+  out.tflops = flops / time / 1e12;
+  out.source = "measured: " + std::string(dtype_name(dtype)) +
+               " GEMMs of the model's shapes (M x N x K TFLOP/s: " + shown + ") with ops::linear on " +
+               device_services(device).description() + ", " +
+               (device != Device::CPU        ? std::string("one stream")
+                : omp_get_max_threads() == 1 ? std::string("1 thread")
+                                             : std::to_string(omp_get_max_threads()) + " threads") +
+               ", weighted by their forward FLOPs";
+  return out;
 }
 
 CommEstimate estimate_communication(const StepProfile& p, const StepShape& shape, const Link& link) {

@@ -70,6 +70,16 @@ struct GemmRate {
 };
 GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int64_t K, double seconds);
 
+// The GEMM rate of the model's own projections at `M` rows (a micro-batch's tokens): each distinct
+// shape (attention's q, k, v and output, the MLP's or an MoE layer's experts at their share of the
+// rows, M x top_k / experts, and the lm_head, its N capped at 16384: wider runs at the rate the cap
+// measures) measured as measure_gemm_rate measures one, in `seconds` over them all, combined by the
+// FLOPs each does in a forward (the FLOPs over the time they take at their rates). A model's GEMMs
+// run at rates far apart (a 256-wide projection several times below a 151936-wide lm_head on a CPU):
+// one shape measured stands for none of them.
+GemmRate measure_model_gemm_rate(Device device, DType dtype, const qwen3::ModelArgs& args, int64_t M,
+                                 double seconds);
+
 // A link between the ranks: bandwidth per rank (Gbit/s) and the latency of one ring step (us).
 struct Link {
   double gbps = 0;
