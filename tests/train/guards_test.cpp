@@ -768,15 +768,21 @@ TEST(ResumeGuard, AnInitialLoadPathLeftUnusedByAResumeIsSaid) {
       titan_binary().string() + " train --config " + debugmodel_toml().string() +
           cli_args(tiny_job(
               dump, with(kCheckpointEvery2,
-                         {{"training.steps", "3"}, {"checkpoint.initial_load_path", "/elsewhere/step-9"}}))),
+                         {{"training.steps", "3"},
+                          {"checkpoint.initial_load_path", "/elsewhere/step-9"},
+                          {"training.seed", "7"}}))),
       &out);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(
-      out.find("note: checkpoint.initial_load_path = \"/elsewhere/step-9\": no effect, the run resumes from "
-               "step 2 in '" +
-               (dump / "checkpoint").string() + "'"),
-      std::string::npos)
-      << out;
+  const size_t note = out.find(
+      "note: checkpoint.initial_load_path = \"/elsewhere/step-9\": no effect, the run resumes from step 2 in '" +
+      (dump / "checkpoint").string() +
+      "' (the initial load is for a run with nothing to resume); training.seed = 7: no effect either, the "
+      "resume continues the saved weights");
+  EXPECT_NE(note, std::string::npos) << out;
+  // Said after the start-up header, and the seed's note does not give the unused initial load as its
+  // reason.
+  EXPECT_LT(out.find("titan train"), note) << out;
+  EXPECT_EQ(out.find("the job starts from loaded weights"), std::string::npos) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
 }
 

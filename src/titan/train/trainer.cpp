@@ -405,15 +405,29 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
   plan.agree_on_success([&] {
     if (!checkpointer.resume_dir()) resolve_initial_weights(cfg, job);
   });
+  // Said after the start-up report, in place of the config's notes that name the initial load as
+  // the reason the seed and init do nothing (a resume is the reason).
+  JobConfig reported = cfg;
+  std::string initial_load_note;
   if (checkpointer.resume_step() &&
       (!cfg.checkpoint.initial_load_path.empty() || cfg.checkpoint.initial_load_in_hf)) {
     const std::string key =
         cfg.checkpoint.initial_load_path.empty()
             ? std::string("checkpoint.initial_load_in_hf = true (model.hf_assets_path)")
             : "checkpoint.initial_load_path = \"" + cfg.checkpoint.initial_load_path + "\"";
-    say("note: %s: no effect, the run resumes from step %ld in '%s' (the initial load is for a run with "
-        "nothing to resume)",
-        key.c_str(), long(*checkpointer.resume_step()), checkpointer.folder().c_str());
+    std::vector<std::string> moot;  // training.seed, model.init: set, and without effect on a resume too
+    std::erase_if(reported.notes, [&](const std::string& note) {
+      const bool loaded = note.find("the job starts from loaded weights") != std::string::npos;
+      if (loaded) moot.push_back(note.substr(0, note.find(": no effect")));
+      return loaded;
+    });
+    std::string also;
+    for (const std::string& m : moot) also += (also.empty() ? "; " : ", ") + m;
+    initial_load_note = formatted(
+        "note: %s: no effect, the run resumes from step %ld in '%s' (the initial load is for a run with "
+        "nothing to resume)%s",
+        key.c_str(), long(*checkpointer.resume_step()), checkpointer.folder().c_str(),
+        also.empty() ? "" : (also + ": no effect either, the resume continues the saved weights").c_str());
   }
   // TensorBoard's events: <dump_folder>/<save_tb_folder> (torchtitan's layout), or none.
   const std::filesystem::path tensorboard =
@@ -444,7 +458,8 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
     }
   });
   const data::Tokenizer& tokenizer = *tokenizer_of_run;
-  start_up_report(cfg, job, plan, tokenizer);
+  start_up_report(reported, job, plan, tokenizer);
+  if (!initial_load_note.empty()) say("%s", initial_load_note.c_str());
   const std::string left_out_note = cfg.left_out_note(checkpointer.resume_dir().has_value());
   if (!left_out_note.empty()) say("config: %s", left_out_note.c_str());
   if (validator) say("%s", validator->describe().c_str());
