@@ -360,9 +360,6 @@ TEST(Check, ACheckpointFolderTheJobCouldNotCreateFailsTheCheckpointRow) {
       << "a_file, job.toml, check.json";
 }
 
-// A checkpoint in the job's own folder is what `titan train` resumes: the resume row fails a job
-// whose model differs from the one it was trained as (titan train would refuse it at once) and
-// passes the job it was trained by.
 // The resume row checks the data the checkpoint's position counts as titan train does: a dataset that
 // only grew passes, saying what grew; one cut short fails with train's own words.
 TEST(Check, TheResumeRowChecksTheDataAsTitanTrainDoes) {
@@ -404,6 +401,9 @@ TEST(Check, TheResumeRowChecksTheDataAsTitanTrainDoes) {
       << cut.rows["resume"];
 }
 
+// A checkpoint in the job's own folder is what `titan train` resumes: the resume row fails a job
+// whose model differs from the one it was trained as (titan train would refuse it at once) and
+// passes the job it was trained by.
 TEST(Check, TheResumeRowFailsAJobWhoseCheckpointWasTrainedAsAnotherModel) {
   const fs::path dir = tt::temp_dir("check_resume_" + std::to_string(getpid()));
   const fs::path toml = dir / "job.toml";

@@ -326,6 +326,28 @@ TEST(Plan, ExpertParallelRanksHoldTheirSliceOfTheirRunOfExperts) {
   EXPECT_EQ(rc, 0) << out;
 }
 
+// The shapes the GEMM rate is measured on carry the model's forward matmul FLOPs, all of them (the
+// lm_head's whole vocabulary where its measured width is capped, an expert's exact share of the rows):
+// what 6 x active matmul parameters counts for the forward, a third of it.
+TEST(Plan, TheGemmShapesCarryTheModelsForwardMatmulFlops) {
+  for (const char* flavor : {"debugmodel", "debugmodel_moe"}) {
+    const JobConfig cfg =
+        load_job_config(debugmodel_toml(), {{"training.seq_len", "128"}, {"model.flavor", flavor}});
+    const qwen3::ModelArgs args = resolve_model_args(cfg);
+    for (const int64_t M : {int64_t(1), int64_t(256)}) {
+      double flops = 0;
+      for (const GemmShape& s : model_gemm_shapes(args, M)) {
+        EXPECT_LE(s.n, 16384) << flavor;
+        EXPECT_GE(s.m, 1) << flavor;
+        flops += s.flops;
+      }
+      const double attention = 12.0 * double(args.n_layers * args.n_heads * args.head_dim * 128);
+      EXPECT_NEAR(flops, double(M) * (args.flops_per_token(128) - attention) / 3, 1e-9 * flops)
+          << flavor << ", M " << M;
+    }
+  }
+}
+
 // The plan's GEMM rate is the model's own: each distinct projection shape measured (the lm_head at
 // its capped width), combined by FLOPs, so it lies between the slowest and the fastest shape's.
 TEST(Plan, TheGemmRateIsTheModelsShapesWeightedByTheirFlops) {

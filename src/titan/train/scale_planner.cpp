@@ -133,35 +133,44 @@ GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int
   return r;
 }
 
-GemmRate measure_model_gemm_rate(Device device, DType dtype, const qwen3::ModelArgs& a, int64_t M,
-                                 double seconds) {
-  // (M, N, K) -> the forward FLOPs the model does at that shape.
-  std::map<std::array<int64_t, 3>, double> shapes;
-  auto add = [&](int64_t m, int64_t n, int64_t k, double times) {
-    shapes[{std::max<int64_t>(m, 1), std::min<int64_t>(n, 16384), k}] +=
-        times * 2.0 * double(m) * double(n) * double(k);
+std::vector<GemmShape> model_gemm_shapes(const qwen3::ModelArgs& a, int64_t M) {
+  std::map<std::array<int64_t, 3>, double> shapes;  // (M, N capped, K) -> forward FLOPs
+  // `rows` may be fractional (an expert's share): the FLOPs are exact, the measured shape whole.
+  auto add = [&](double rows, int64_t n, int64_t k, double times) {
+    const int64_t m = std::max<int64_t>(1, int64_t(rows));
+    shapes[{m, std::min<int64_t>(n, 16384), k}] += times * 2.0 * rows * double(n) * double(k);
   };
   const int64_t q = a.n_heads * a.head_dim, kv = a.n_kv_heads * a.head_dim;
   for (int64_t layer = 0; layer < a.n_layers; ++layer) {
-    add(M, q, a.dim, 1);
-    add(M, kv, a.dim, 2);
-    add(M, a.dim, q, 1);
+    add(double(M), q, a.dim, 1);
+    add(double(M), kv, a.dim, 2);
+    add(double(M), a.dim, q, 1);
     if (a.is_moe_layer(layer)) {
-      const int64_t rows = M * a.top_k / a.num_experts;  // an expert's share of the rows
+      add(double(M), a.num_experts, a.dim, 1);                                  // the router
+      const double rows = double(M) * double(a.top_k) / double(a.num_experts);  // an expert's share
       add(rows, a.moe_hidden_dim, a.dim, 2.0 * double(a.num_experts));
       add(rows, a.dim, a.moe_hidden_dim, double(a.num_experts));
     } else {
-      add(M, a.hidden_dim, a.dim, 2);
-      add(M, a.dim, a.hidden_dim, 1);
+      add(double(M), a.hidden_dim, a.dim, 2);
+      add(double(M), a.dim, a.hidden_dim, 1);
     }
   }
-  add(M, a.vocab_size, a.dim, double(a.vocab_size) / double(std::min<int64_t>(a.vocab_size, 16384)));
+  add(double(M), a.vocab_size, a.dim, 1);
+  std::vector<GemmShape> out;
+  for (const auto& [shape, flops] : shapes) out.push_back({shape[0], shape[1], shape[2], flops});
+  return out;
+}
+
+GemmRate measure_model_gemm_rate(Device device, DType dtype, const qwen3::ModelArgs& a, int64_t M,
+                                 double seconds) {
+  const std::vector<GemmShape> shapes = model_gemm_shapes(a, M);
   double flops = 0, time = 0;
   std::string shown;
   const double each = seconds / double(shapes.size());
-  for (const auto& [shape, shape_flops] : shapes) {
-    if (shape_flops <= 0) continue;  // an expert's share of too few rows: none
-    auto [m, n, k] = shape;
+  for (const GemmShape& shape : shapes) {
+    const double shape_flops = shape.flops;
+    int64_t m = shape.m, n = shape.n;
+    const int64_t k = shape.k;
     // A call of at most ~4 GFLOP (a narrower N down to 2048, then fewer rows down to 256): a large
     // model planned on a laptop measures in seconds, at shapes big enough to run at the rate of its
     // own.

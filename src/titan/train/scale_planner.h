@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "titan/core/device.h"
 #include "titan/core/dtype.h"
@@ -71,14 +72,23 @@ struct GemmRate {
 GemmRate measure_gemm_rate(Device device, DType dtype, int64_t M, int64_t N, int64_t K, double seconds);
 
 // The GEMM rate of the model's own projections at `M` rows (a micro-batch's tokens): each distinct
-// shape (attention's q, k, v and output, the MLP's or an MoE layer's experts at their share of the
-// rows, M x top_k / experts, and the lm_head, its N capped at 16384: wider runs at the rate the cap
-// measures) measured as measure_gemm_rate measures one, in `seconds` over them all, combined by the
-// FLOPs each does in a forward (the FLOPs over the time they take at their rates). A model's GEMMs
-// run at rates far apart (a 256-wide projection several times below a 151936-wide lm_head on a CPU):
-// one shape measured stands for none of them.
+// shape (attention's q, k, v and output, the MLP's, or an MoE layer's router and its experts at their
+// share of the rows, M x top_k / experts, and the lm_head, its N capped at 16384: wider runs at the rate the
+// cap measures) measured as measure_gemm_rate measures one, in `seconds` over them all, combined by the FLOPs
+// each does in a forward (the FLOPs over the time they take at their rates). A model's GEMMs run at rates far
+// apart (a 256-wide projection several times below a 151936-wide lm_head on a CPU): one shape measured stands
+// for none of them.
 GemmRate measure_model_gemm_rate(Device device, DType dtype, const qwen3::ModelArgs& args, int64_t M,
                                  double seconds);
+
+// The model's GEMM shapes at `M` rows, as measure_model_gemm_rate measures them: each distinct
+// (M, N, K) (N capped at 16384; an expert's rows at least 1) with the forward FLOPs the model does
+// at it (all of them: the lm_head's full vocabulary, an expert's exact share of the rows).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  double flops = 0;
+};
+std::vector<GemmShape> model_gemm_shapes(const qwen3::ModelArgs& args, int64_t M);
 
 // A link between the ranks: bandwidth per rank (Gbit/s) and the latency of one ring step (us).
 struct Link {

@@ -603,10 +603,14 @@ void start_up_report(const JobConfig& c, const ResolvedJob& job, const dist::Par
       host_list.c_str());
   if (job.device == Device::CPU && plan.world_size() > 1) {
     const int here = int(std::count(hosts.begin(), hosts.end(), hosts[size_t(plan.rank())]));
-    if (const std::string note =
-            cpu_oversubscription_note(here, cpu::cpu_info().cores, cpu::cpu_info().host_cores);
-        !note.empty())
-      say("ranks: %s", note.c_str());
+    const cpu::CpuInfo& info = cpu::cpu_info();
+    // Counted against this process's CPU quota where one caps the host: ranks of one pod share it.
+    const bool quota_caps = info.cpu_quota > 0 && info.host_cores == int(std::ceil(info.cpu_quota));
+    if (const std::string note = cpu_oversubscription_note(here, info.cores, info.host_cores); !note.empty())
+      say("ranks: %s%s", note.c_str(),
+          quota_caps ? (" (the host's cores counted are its cgroup's CPU quota, " + info.cpu_quota_file + ")")
+                           .c_str()
+                     : "");
   }
   say("communication: %s", plan.world().library().c_str());
   // titan eval has no step to stop at and reads its own data (its eval line names it).
