@@ -784,6 +784,10 @@ TEST(ResumeGuard, AnInitialLoadPathLeftUnusedByAResumeIsSaid) {
   EXPECT_LT(out.find("titan train"), note) << out;
   EXPECT_EQ(out.find("the job starts from loaded weights"), std::string::npos) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  // run_info.json (what titan report shows beside the curves) keeps the notes as the start-up said them.
+  EXPECT_EQ(
+      read_json(dump / "run_info.json").at("config_notes").dump().find("the job starts from loaded weights"),
+      std::string::npos);
 }
 
 TEST(ResumeGuard, AChangedSeqLenIsRefusedNamingTheKeyAndTheWayOut) {

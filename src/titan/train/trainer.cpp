@@ -536,7 +536,7 @@ TrainSummary run_training(const JobConfig& cfg, dist::Communicator& world) {
         job.device == Device::CPU ? cpu::cpu_info().summary() : device_services(job.device).description();
     info = {{"description", cfg.job.description},
             {"config_in_effect", cfg.describe()},
-            {"config_notes", notes_with(cfg.notes, left_out_note)},
+            {"config_notes", notes_with(reported.notes, left_out_note)},  // as the start-up said them
             {"device", device},
             {"ranks", plan.describe()},
             {"runs", run_stretches(run_info, state.step, plan.describe(), device, device_key(job.device))},
